@@ -1,0 +1,1000 @@
+//! The event model: typed EventBridge events for every kind forewarn handles, decoded from the
+//! three envelopes they arrive in (a bare EventBridge event, a Lambda SQS batch, a JSON array).
+//!
+//! Decoding never panics and never fails a whole input for one bad record: each record decodes to
+//! its own `Result`, and an error names the record and the field that was wrong.
+
+use std::fmt;
+
+use aws_lambda_events::event::sqs::SqsMessage;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The kinds of event forewarn knows, by their stable names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EventKind {
+    SpotInterruption,
+    RebalanceRecommendation,
+    StateChange,
+    ScheduledChange,
+    AsgTermination,
+    CapacityReservationInterruption,
+    Unsupported,
+}
+
+impl EventKind {
+    /// Every kind, in a stable order.
+    pub const ALL: [EventKind; 7] = [
+        EventKind::SpotInterruption,
+        EventKind::RebalanceRecommendation,
+        EventKind::StateChange,
+        EventKind::ScheduledChange,
+        EventKind::AsgTermination,
+        EventKind::CapacityReservationInterruption,
+        EventKind::Unsupported,
+    ];
+
+    /// The stable name (`spot-interruption`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::SpotInterruption => "spot-interruption",
+            EventKind::RebalanceRecommendation => "rebalance-recommendation",
+            EventKind::StateChange => "state-change",
+            EventKind::ScheduledChange => "scheduled-change",
+            EventKind::AsgTermination => "asg-termination",
+            EventKind::CapacityReservationInterruption => "capacity-reservation-interruption",
+            EventKind::Unsupported => "unsupported",
+        }
+    }
+
+    /// Parses a stable name.
+    pub fn from_name(name: &str) -> Option<EventKind> {
+        EventKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
+    /// The EventBridge `source` and `detail-type` of a supported kind.
+    pub fn source_and_detail_type(self) -> Option<(&'static str, &'static str)> {
+        Some(match self {
+            EventKind::SpotInterruption => (SOURCE_EC2, DT_SPOT),
+            EventKind::RebalanceRecommendation => (SOURCE_EC2, DT_REBALANCE),
+            EventKind::StateChange => (SOURCE_EC2, DT_STATE_CHANGE),
+            EventKind::ScheduledChange => (SOURCE_HEALTH, DT_HEALTH),
+            EventKind::AsgTermination => (SOURCE_ASG, DT_ASG_TERMINATE),
+            EventKind::CapacityReservationInterruption => (SOURCE_EC2, DT_RESERVATION),
+            EventKind::Unsupported => return None,
+        })
+    }
+}
+
+impl fmt::Display for EventKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+pub const SOURCE_EC2: &str = "aws.ec2";
+pub const SOURCE_HEALTH: &str = "aws.health";
+pub const SOURCE_ASG: &str = "aws.autoscaling";
+pub const DT_SPOT: &str = "EC2 Spot Instance Interruption Warning";
+pub const DT_REBALANCE: &str = "EC2 Instance Rebalance Recommendation";
+pub const DT_STATE_CHANGE: &str = "EC2 Instance State-change Notification";
+pub const DT_HEALTH: &str = "AWS Health Event";
+pub const DT_ASG_TERMINATE: &str = "EC2 Instance-terminate Lifecycle Action";
+pub const DT_RESERVATION: &str = "EC2 Capacity Reservation Instance Interruption Warning";
+
+/// What a spot (or capacity reservation) interruption will do to the instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InstanceAction {
+    Terminate,
+    Stop,
+    Hibernate,
+}
+
+/// EC2 instance states as the state-change notification names them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InstanceState {
+    Pending,
+    Running,
+    Stopping,
+    Stopped,
+    ShuttingDown,
+    Terminated,
+    #[serde(untagged)]
+    Other(String),
+}
+
+impl InstanceState {
+    fn parse(s: &str) -> InstanceState {
+        match s {
+            "pending" => InstanceState::Pending,
+            "running" => InstanceState::Running,
+            "stopping" => InstanceState::Stopping,
+            "stopped" => InstanceState::Stopped,
+            "shutting-down" => InstanceState::ShuttingDown,
+            "terminated" => InstanceState::Terminated,
+            other => InstanceState::Other(other.to_string()),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            InstanceState::Pending => "pending",
+            InstanceState::Running => "running",
+            InstanceState::Stopping => "stopping",
+            InstanceState::Stopped => "stopped",
+            InstanceState::ShuttingDown => "shutting-down",
+            InstanceState::Terminated => "terminated",
+            InstanceState::Other(s) => s,
+        }
+    }
+
+    /// States in which the instance is going away (the ones forewarn acts on).
+    pub fn is_leaving(&self) -> bool {
+        matches!(
+            self,
+            InstanceState::Stopping
+                | InstanceState::Stopped
+                | InstanceState::ShuttingDown
+                | InstanceState::Terminated
+        )
+    }
+}
+
+/// The ASG lifecycle action to complete once the node is drained.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LifecycleAction {
+    pub hook_name: String,
+    pub asg_name: String,
+    pub token: String,
+    pub transition: String,
+}
+
+/// The kind-specific part of an event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum Detail {
+    Spot {
+        action: InstanceAction,
+    },
+    Rebalance,
+    StateChange {
+        state: InstanceState,
+    },
+    Scheduled {
+        event_type_code: String,
+        event_arn: Option<String>,
+        start_time: Option<DateTime<Utc>>,
+        end_time: Option<DateTime<Utc>>,
+    },
+    AsgTermination(LifecycleAction),
+    CapacityReservation {
+        action: InstanceAction,
+        termination_time: Option<DateTime<Utc>>,
+        az_id: Option<String>,
+    },
+    /// Valid JSON forewarn does not handle; `why` says what it was.
+    Unsupported {
+        why: String,
+    },
+}
+
+/// One decoded event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// The EventBridge event id; the idempotence key.
+    pub id: String,
+    pub kind: EventKind,
+    pub source: String,
+    pub detail_type: String,
+    pub time: DateTime<Utc>,
+    pub region: Option<String>,
+    pub account: Option<String>,
+    /// The EC2 instances the event is about (in event order, no duplicates).
+    pub instance_ids: Vec<String>,
+    pub detail: Detail,
+}
+
+impl Event {
+    /// When the instance is expected to go away, from what the event says.
+    pub fn deadline_hint(&self) -> Option<DateTime<Utc>> {
+        match &self.detail {
+            Detail::Scheduled { start_time, .. } => *start_time,
+            Detail::CapacityReservation {
+                termination_time, ..
+            } => *termination_time,
+            _ => None,
+        }
+    }
+}
+
+/// Where a record came from inside an input: the file (or other label), its position in the
+/// envelope and the SQS message id when there is one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    pub source: String,
+    /// `None` for a bare event; the index in `Records` or in the array otherwise.
+    pub index: Option<usize>,
+    pub message_id: Option<String>,
+    #[serde(skip)]
+    envelope: EnvelopeKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum EnvelopeKind {
+    #[default]
+    Bare,
+    Sqs,
+    Array,
+}
+
+impl Origin {
+    /// The origin of a bare event read from `source`.
+    pub fn bare(source: impl Into<String>) -> Origin {
+        Origin {
+            source: source.into(),
+            index: None,
+            message_id: None,
+            envelope: EnvelopeKind::Bare,
+        }
+    }
+
+    fn sqs(source: &str, index: usize, message_id: Option<String>) -> Origin {
+        Origin {
+            source: source.to_string(),
+            index: Some(index),
+            message_id,
+            envelope: EnvelopeKind::Sqs,
+        }
+    }
+
+    fn array(source: &str, index: usize) -> Origin {
+        Origin {
+            source: source.to_string(),
+            index: Some(index),
+            message_id: None,
+            envelope: EnvelopeKind::Array,
+        }
+    }
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.source)?;
+        match (self.envelope, self.index) {
+            (EnvelopeKind::Sqs, Some(i)) => {
+                write!(f, ": Records[{i}]")?;
+                if let Some(id) = &self.message_id {
+                    write!(f, " (messageId {id})")?;
+                }
+                Ok(())
+            }
+            (_, Some(i)) => write!(f, ": [{i}]"),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A record that could not be decoded: where, which field, and what was wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{origin}: {}{message}", field.as_deref().map(|f| format!("field `{f}`: ")).unwrap_or_default())]
+pub struct DecodeError {
+    pub origin: Origin,
+    /// The JSON path of the offending field, when one field is to blame.
+    pub field: Option<String>,
+    pub message: String,
+}
+
+/// One record of an input: where it came from and what it decoded to.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub origin: Origin,
+    pub event: Result<Event, DecodeError>,
+}
+
+/// Decodes an input (any of the three envelopes). An `Err` means the input as a whole could not
+/// be read (not JSON, or no envelope recognised); otherwise each record carries its own result.
+pub fn decode(source: &str, input: &[u8]) -> Result<Vec<Record>, DecodeError> {
+    let value: Value = serde_json::from_slice(input).map_err(|e| DecodeError {
+        origin: Origin::bare(source),
+        field: None,
+        message: format!("not valid JSON: {e}"),
+    })?;
+    decode_value(source, value)
+}
+
+/// Decodes an already-parsed input; see [`decode`].
+pub fn decode_value(source: &str, value: Value) -> Result<Vec<Record>, DecodeError> {
+    match value {
+        Value::Array(items) => Ok(items
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| {
+                let origin = Origin::array(source, i);
+                let event = parse_event(&origin, &item);
+                Record { origin, event }
+            })
+            .collect()),
+        Value::Object(ref map) if map.contains_key("Records") => {
+            let records = match map.get("Records") {
+                Some(Value::Array(records)) => records,
+                _ => {
+                    return Err(DecodeError {
+                        origin: Origin::bare(source),
+                        field: Some("Records".into()),
+                        message: "expected an array of SQS messages".into(),
+                    });
+                }
+            };
+            Ok(records
+                .iter()
+                .enumerate()
+                .map(|(i, raw)| decode_sqs_record(source, i, raw))
+                .collect())
+        }
+        Value::Object(_) => {
+            let origin = Origin::bare(source);
+            let event = parse_event(&origin, &value);
+            Ok(vec![Record { origin, event }])
+        }
+        other => Err(DecodeError {
+            origin: Origin::bare(source),
+            field: None,
+            message: format!(
+                "expected an EventBridge event, an SQS event or an array of events, found {}",
+                json_type(&other)
+            ),
+        }),
+    }
+}
+
+fn decode_sqs_record(source: &str, index: usize, raw: &Value) -> Record {
+    let message_id = raw
+        .get("messageId")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let origin = Origin::sqs(source, index, message_id);
+    let event = serde_json::from_value::<SqsMessage>(raw.clone())
+        .map_err(|e| DecodeError {
+            origin: origin.clone(),
+            field: None,
+            message: format!("not an SQS message: {e}"),
+        })
+        .and_then(|msg| decode_sqs_body(&origin, msg.body.as_deref()));
+    Record { origin, event }
+}
+
+/// Decodes the body of one SQS message (the EventBridge event JSON as a string).
+pub fn decode_sqs_body(origin: &Origin, body: Option<&str>) -> Result<Event, DecodeError> {
+    let err = |message: String| DecodeError {
+        origin: origin.clone(),
+        field: Some("body".into()),
+        message,
+    };
+    let body = body.ok_or_else(|| err("missing".into()))?;
+    let value: Value =
+        serde_json::from_str(body).map_err(|e| err(format!("not valid JSON: {e}")))?;
+    parse_event(origin, &value)
+}
+
+/// Decodes the records of a Lambda `SqsEvent`, keeping each message's id.
+pub fn decode_sqs_event(source: &str, messages: &[SqsMessage]) -> Vec<Record> {
+    messages
+        .iter()
+        .enumerate()
+        .map(|(i, msg)| {
+            let origin = Origin::sqs(source, i, msg.message_id.clone());
+            let event = decode_sqs_body(&origin, msg.body.as_deref());
+            Record { origin, event }
+        })
+        .collect()
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Field access with errors that name the field.
+struct Fields<'a> {
+    origin: &'a Origin,
+}
+
+impl<'a> Fields<'a> {
+    fn err(&self, field: &str, message: impl Into<String>) -> DecodeError {
+        DecodeError {
+            origin: self.origin.clone(),
+            field: Some(field.to_string()),
+            message: message.into(),
+        }
+    }
+
+    /// An optional string: absent or null is `None`, any other non-string is an error.
+    fn opt_str<'v>(
+        &self,
+        v: &'v Value,
+        key: &str,
+        path: &str,
+    ) -> Result<Option<&'v str>, DecodeError> {
+        match v.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(other) => Err(self.err(
+                path,
+                format!("expected a string, found {}", json_type(other)),
+            )),
+        }
+    }
+
+    fn req_str<'v>(&self, v: &'v Value, key: &str, path: &str) -> Result<&'v str, DecodeError> {
+        match self.opt_str(v, key, path)? {
+            Some(s) if !s.trim().is_empty() => Ok(s),
+            Some(_) => Err(self.err(path, "must not be empty")),
+            None => Err(self.err(path, "missing")),
+        }
+    }
+
+    fn instance_id(&self, v: &Value, key: &str, path: &str) -> Result<String, DecodeError> {
+        let id = self.req_str(v, key, path)?;
+        if is_instance_id(id) {
+            Ok(id.to_string())
+        } else {
+            Err(self.err(
+                path,
+                format!("`{id}` is not an EC2 instance id (i-0123456789abcdef0)"),
+            ))
+        }
+    }
+
+    fn time(&self, v: &Value, key: &str, path: &str) -> Result<Option<DateTime<Utc>>, DecodeError> {
+        match self.opt_str(v, key, path)? {
+            None => Ok(None),
+            Some(s) => parse_time(s).map(Some).ok_or_else(|| {
+                self.err(path, format!("`{s}` is not an RFC 3339 or RFC 1123 time"))
+            }),
+        }
+    }
+}
+
+/// `i-` followed by 8 or 17 lowercase hex digits.
+pub fn is_instance_id(s: &str) -> bool {
+    s.strip_prefix("i-").is_some_and(|hex| {
+        (hex.len() == 8 || hex.len() == 17)
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+/// Parses the time forms AWS events use: RFC 3339 ("2026-06-05T15:10:09Z") and RFC 1123 as AWS
+/// Health writes it ("Sat, 05 Jun 2026 15:10:09 GMT").
+pub fn parse_time(s: &str) -> Option<DateTime<Utc>> {
+    let s = s.trim();
+    DateTime::parse_from_rfc3339(s)
+        .or_else(|_| DateTime::parse_from_rfc2822(s))
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+/// Parses one EventBridge event. Valid JSON of an unknown source or detail-type is an
+/// `unsupported` event, not an error.
+pub fn parse_event(origin: &Origin, v: &Value) -> Result<Event, DecodeError> {
+    let f = Fields { origin };
+    if !v.is_object() {
+        return Err(f.err(
+            "$",
+            format!(
+                "expected an EventBridge event object, found {}",
+                json_type(v)
+            ),
+        ));
+    }
+    let source = f
+        .opt_str(v, "source", "source")?
+        .unwrap_or_default()
+        .to_string();
+    let detail_type = f
+        .opt_str(v, "detail-type", "detail-type")?
+        .unwrap_or_default()
+        .to_string();
+    let kind = classify(&source, &detail_type);
+    let id = match (f.opt_str(v, "id", "id")?, kind) {
+        (Some(id), _) if !id.trim().is_empty() => id.to_string(),
+        (_, EventKind::Unsupported) => synthetic_id(v),
+        (Some(_), _) => return Err(f.err("id", "must not be empty")),
+        (None, _) => return Err(f.err("id", "missing")),
+    };
+    let time = match f.time(v, "time", "time")? {
+        Some(t) => t,
+        None if kind == EventKind::Unsupported => DateTime::<Utc>::UNIX_EPOCH,
+        None => return Err(f.err("time", "missing")),
+    };
+    let region = f.opt_str(v, "region", "region")?.map(str::to_string);
+    let account = f.opt_str(v, "account", "account")?.map(str::to_string);
+    let empty = Value::Object(Default::default());
+    let detail = match v.get("detail") {
+        Some(d @ Value::Object(_)) => d,
+        None | Some(Value::Null) if kind == EventKind::Unsupported => &empty,
+        None => return Err(f.err("detail", "missing")),
+        Some(other) => {
+            return Err(f.err(
+                "detail",
+                format!("expected an object, found {}", json_type(other)),
+            ));
+        }
+    };
+
+    let (kind, instance_ids, detail) = match kind {
+        EventKind::SpotInterruption => {
+            let id = f.instance_id(detail, "instance-id", "detail.instance-id")?;
+            let action = instance_action(&f, detail)?;
+            (kind, vec![id], Detail::Spot { action })
+        }
+        EventKind::RebalanceRecommendation => {
+            let id = f.instance_id(detail, "instance-id", "detail.instance-id")?;
+            (kind, vec![id], Detail::Rebalance)
+        }
+        EventKind::StateChange => {
+            let id = f.instance_id(detail, "instance-id", "detail.instance-id")?;
+            let state = InstanceState::parse(f.req_str(detail, "state", "detail.state")?);
+            (kind, vec![id], Detail::StateChange { state })
+        }
+        EventKind::CapacityReservationInterruption => {
+            let id = f.instance_id(detail, "instance-id", "detail.instance-id")?;
+            let action = instance_action(&f, detail)?;
+            let termination_time = f.time(
+                detail,
+                "instance-termination-time",
+                "detail.instance-termination-time",
+            )?;
+            let az_id = f
+                .opt_str(detail, "azId", "detail.azId")?
+                .map(str::to_string);
+            (
+                kind,
+                vec![id],
+                Detail::CapacityReservation {
+                    action,
+                    termination_time,
+                    az_id,
+                },
+            )
+        }
+        EventKind::AsgTermination => {
+            let id = f.instance_id(detail, "EC2InstanceId", "detail.EC2InstanceId")?;
+            let lifecycle = LifecycleAction {
+                hook_name: f
+                    .req_str(detail, "LifecycleHookName", "detail.LifecycleHookName")?
+                    .to_string(),
+                asg_name: f
+                    .req_str(
+                        detail,
+                        "AutoScalingGroupName",
+                        "detail.AutoScalingGroupName",
+                    )?
+                    .to_string(),
+                token: f
+                    .req_str(
+                        detail,
+                        "LifecycleActionToken",
+                        "detail.LifecycleActionToken",
+                    )?
+                    .to_string(),
+                transition: f
+                    .opt_str(detail, "LifecycleTransition", "detail.LifecycleTransition")?
+                    .unwrap_or("autoscaling:EC2_INSTANCE_TERMINATING")
+                    .to_string(),
+            };
+            (kind, vec![id], Detail::AsgTermination(lifecycle))
+        }
+        EventKind::ScheduledChange => parse_health(&f, detail)?,
+        EventKind::Unsupported => (
+            kind,
+            Vec::new(),
+            Detail::Unsupported {
+                why: if source.is_empty() && detail_type.is_empty() {
+                    "not an EventBridge event (no source or detail-type)".to_string()
+                } else {
+                    format!("source `{source}`, detail-type `{detail_type}` is not handled")
+                },
+            },
+        ),
+    };
+    Ok(Event {
+        id,
+        kind,
+        source,
+        detail_type,
+        time,
+        region,
+        account,
+        instance_ids,
+        detail,
+    })
+}
+
+fn classify(source: &str, detail_type: &str) -> EventKind {
+    EventKind::ALL
+        .into_iter()
+        .find(|k| k.source_and_detail_type() == Some((source, detail_type)))
+        .unwrap_or(EventKind::Unsupported)
+}
+
+fn instance_action(f: &Fields<'_>, detail: &Value) -> Result<InstanceAction, DecodeError> {
+    let path = "detail.instance-action";
+    match f.opt_str(detail, "instance-action", path)? {
+        // Older spot warnings and some reservation warnings omit it: terminate is the default.
+        None => Ok(InstanceAction::Terminate),
+        Some("terminate") => Ok(InstanceAction::Terminate),
+        Some("stop") => Ok(InstanceAction::Stop),
+        Some("hibernate") => Ok(InstanceAction::Hibernate),
+        Some(other) => Err(f.err(
+            path,
+            format!("`{other}` is not one of terminate, stop, hibernate"),
+        )),
+    }
+}
+
+fn parse_health(
+    f: &Fields<'_>,
+    detail: &Value,
+) -> Result<(EventKind, Vec<String>, Detail), DecodeError> {
+    let service = f
+        .opt_str(detail, "service", "detail.service")?
+        .unwrap_or_default();
+    let category = f
+        .opt_str(detail, "eventTypeCategory", "detail.eventTypeCategory")?
+        .unwrap_or_default();
+    if service != "EC2" || category != "scheduledChange" {
+        return Ok((
+            EventKind::Unsupported,
+            Vec::new(),
+            Detail::Unsupported {
+                why: format!(
+                    "AWS Health event for service `{service}`, category `{category}`: only EC2 scheduledChange events are handled"
+                ),
+            },
+        ));
+    }
+    let event_type_code = f
+        .opt_str(detail, "eventTypeCode", "detail.eventTypeCode")?
+        .unwrap_or_default()
+        .to_string();
+    let event_arn = f
+        .opt_str(detail, "eventArn", "detail.eventArn")?
+        .map(str::to_string);
+    let start_time = f.time(detail, "startTime", "detail.startTime")?;
+    let end_time = f.time(detail, "endTime", "detail.endTime")?;
+    let mut ids: Vec<String> = Vec::new();
+    match detail.get("affectedEntities") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(entities)) => {
+            for (i, entity) in entities.iter().enumerate() {
+                let path = format!("detail.affectedEntities[{i}].entityValue");
+                if !entity.is_object() {
+                    return Err(f.err(
+                        &format!("detail.affectedEntities[{i}]"),
+                        format!("expected an object, found {}", json_type(entity)),
+                    ));
+                }
+                if let Some(value) = f.opt_str(entity, "entityValue", &path)? {
+                    if is_instance_id(value) && !ids.iter().any(|x| x == value) {
+                        ids.push(value.to_string());
+                    }
+                }
+            }
+        }
+        Some(other) => {
+            return Err(f.err(
+                "detail.affectedEntities",
+                format!("expected an array, found {}", json_type(other)),
+            ));
+        }
+    }
+    if ids.is_empty() {
+        return Err(f.err(
+            "detail.affectedEntities",
+            "no entityValue is an EC2 instance id",
+        ));
+    }
+    Ok((
+        EventKind::ScheduledChange,
+        ids,
+        Detail::Scheduled {
+            event_type_code,
+            event_arn,
+            start_time,
+            end_time,
+        },
+    ))
+}
+
+/// A stable id for an unsupported event that carries none (FNV-1a of its canonical JSON).
+fn synthetic_id(v: &Value) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in v.to_string().bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("unidentified-{hash:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spot(id: &str, instance: Value) -> Value {
+        json!({
+            "version": "0", "id": id, "detail-type": DT_SPOT, "source": "aws.ec2",
+            "account": "123456789012", "time": "2026-11-20T10:00:00Z", "region": "us-east-1",
+            "resources": [], "detail": {"instance-id": instance, "instance-action": "terminate"}
+        })
+    }
+
+    fn one(v: Value) -> Result<Event, DecodeError> {
+        let mut records = decode_value("t.json", v).unwrap();
+        assert_eq!(records.len(), 1);
+        records.remove(0).event
+    }
+
+    #[test]
+    fn spot_warning_decodes() {
+        let e = one(spot("e1", json!("i-0a1b2c3d4e5f60001"))).unwrap();
+        assert_eq!(e.kind, EventKind::SpotInterruption);
+        assert_eq!(e.instance_ids, vec!["i-0a1b2c3d4e5f60001"]);
+        assert_eq!(
+            e.detail,
+            Detail::Spot {
+                action: InstanceAction::Terminate
+            }
+        );
+        assert_eq!(e.region.as_deref(), Some("us-east-1"));
+    }
+
+    #[test]
+    fn wrong_type_names_file_and_field() {
+        let err = one(spot("e1", json!(42))).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("detail.instance-id"));
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with("t.json: field `detail.instance-id`: expected a string"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn missing_instance_id_is_an_error() {
+        let mut v = spot("e1", json!("x"));
+        v["detail"].as_object_mut().unwrap().remove("instance-id");
+        let err = one(v).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("detail.instance-id"));
+        assert_eq!(err.message, "missing");
+    }
+
+    #[test]
+    fn bad_instance_id_is_an_error() {
+        let err = one(spot("e1", json!("vol-123"))).unwrap_err();
+        assert!(err.message.contains("not an EC2 instance id"));
+    }
+
+    #[test]
+    fn bad_time_is_an_error() {
+        let mut v = spot("e1", json!("i-0a1b2c3d4e5f60001"));
+        v["time"] = json!("yesterday");
+        let err = one(v).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("time"));
+    }
+
+    #[test]
+    fn health_times_in_rfc1123_and_rfc3339() {
+        let t1 = parse_time("Sat, 21 Nov 2026 10:30:00 GMT").unwrap();
+        let t2 = parse_time("2026-11-21T10:30:00Z").unwrap();
+        assert_eq!(t1, t2);
+        assert!(parse_time("yesterday").is_none());
+    }
+
+    #[test]
+    fn health_event_keeps_only_instance_entities() {
+        let v = json!({
+            "id": "h1", "source": "aws.health", "detail-type": "AWS Health Event",
+            "time": "2026-11-20T10:00:00Z",
+            "detail": {
+                "service": "EC2", "eventTypeCategory": "scheduledChange",
+                "eventTypeCode": "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+                "startTime": "Sat, 21 Nov 2026 10:30:00 GMT",
+                "affectedEntities": [
+                    {"entityValue": "i-0a1b2c3d4e5f60002"},
+                    {"entityValue": "vol-0123456789abcdef0"},
+                    {"entityValue": "i-0a1b2c3d4e5f60002"},
+                    {"entityValue": "i-0a1b2c3d4e5f6000d"}
+                ]
+            }
+        });
+        let e = one(v).unwrap();
+        assert_eq!(e.kind, EventKind::ScheduledChange);
+        assert_eq!(
+            e.instance_ids,
+            vec!["i-0a1b2c3d4e5f60002", "i-0a1b2c3d4e5f6000d"]
+        );
+        assert_eq!(e.deadline_hint(), parse_time("2026-11-21T10:30:00Z"));
+    }
+
+    #[test]
+    fn health_event_for_other_service_is_unsupported() {
+        let v = json!({
+            "id": "h2", "source": "aws.health", "detail-type": "AWS Health Event",
+            "time": "2026-11-20T10:00:00Z",
+            "detail": {"service": "RDS", "eventTypeCategory": "issue"}
+        });
+        let e = one(v).unwrap();
+        assert_eq!(e.kind, EventKind::Unsupported);
+    }
+
+    #[test]
+    fn unknown_json_is_unsupported_not_an_error() {
+        let e = one(json!({"hello": "world"})).unwrap();
+        assert_eq!(e.kind, EventKind::Unsupported);
+        assert!(e.id.starts_with("unidentified-"));
+        let e2 = one(json!({"hello": "world"})).unwrap();
+        assert_eq!(e.id, e2.id, "synthetic ids are stable");
+    }
+
+    #[test]
+    fn sqs_batch_keeps_going_past_a_bad_record() {
+        let good = spot("e1", json!("i-0a1b2c3d4e5f60001")).to_string();
+        let v = json!({"Records": [
+            {"messageId": "m1", "body": good},
+            {"messageId": "m2", "body": "{not json"},
+        ]});
+        let records = decode_value("batch.json", v).unwrap();
+        assert!(records[0].event.is_ok());
+        let err = records[1].event.as_ref().unwrap_err();
+        assert_eq!(err.to_string().split(':').next(), Some("batch.json"));
+        assert!(
+            err.to_string().contains("Records[1] (messageId m2)"),
+            "{err}"
+        );
+        assert_eq!(err.field.as_deref(), Some("body"));
+    }
+
+    #[test]
+    fn array_envelope() {
+        let v = json!([spot("a", json!("i-0a1b2c3d4e5f60001")), 7]);
+        let records = decode_value("arr.json", v).unwrap();
+        assert!(records[0].event.is_ok());
+        assert!(
+            records[1]
+                .event
+                .as_ref()
+                .unwrap_err()
+                .to_string()
+                .starts_with("arr.json: [1]")
+        );
+    }
+
+    #[test]
+    fn not_json_is_an_input_error() {
+        let err = decode("x.json", b"{\"id\": ").unwrap_err();
+        assert!(
+            err.to_string().starts_with("x.json: not valid JSON"),
+            "{err}"
+        );
+        let err = decode("y.json", b"42").unwrap_err();
+        assert!(err.message.contains("found a number"));
+    }
+
+    #[test]
+    fn asg_lifecycle_action() {
+        let v = json!({
+            "id": "a1", "source": "aws.autoscaling",
+            "detail-type": "EC2 Instance-terminate Lifecycle Action",
+            "time": "2026-11-20T10:00:00Z",
+            "detail": {
+                "LifecycleActionToken": "tok", "AutoScalingGroupName": "asg",
+                "LifecycleHookName": "hook", "EC2InstanceId": "i-0a1b2c3d4e5f60009",
+                "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING"
+            }
+        });
+        let e = one(v).unwrap();
+        assert_eq!(e.kind, EventKind::AsgTermination);
+        match e.detail {
+            Detail::AsgTermination(l) => {
+                assert_eq!(
+                    (l.hook_name.as_str(), l.asg_name.as_str(), l.token.as_str()),
+                    ("hook", "asg", "tok")
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn instance_ids() {
+        assert!(is_instance_id("i-0a1b2c3d4e5f60001"));
+        assert!(is_instance_id("i-12345678"));
+        assert!(!is_instance_id("i-0A1B2C3D4E5F60001"));
+        assert!(!is_instance_id("i-123"));
+        assert!(!is_instance_id("vol-0a1b2c3d4e5f60001"));
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn arb_json() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::Bool),
+                any::<i64>().prop_map(|n| json!(n)),
+                prop_oneof![
+                    "[a-z-]{0,12}",
+                    Just("aws.ec2".to_string()),
+                    Just("aws.health".to_string()),
+                    Just(DT_SPOT.to_string()),
+                    Just(DT_HEALTH.to_string()),
+                    Just("i-0a1b2c3d4e5f60001".to_string()),
+                    Just("Sat, 21 Nov 2026 10:30:00 GMT".to_string()),
+                ]
+                .prop_map(Value::String),
+            ];
+            leaf.prop_recursive(4, 48, 6, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                    prop::collection::btree_map(
+                        prop_oneof![
+                            Just("id".to_string()),
+                            Just("source".to_string()),
+                            Just("detail-type".to_string()),
+                            Just("detail".to_string()),
+                            Just("time".to_string()),
+                            Just("instance-id".to_string()),
+                            Just("Records".to_string()),
+                            Just("body".to_string()),
+                            Just("affectedEntities".to_string()),
+                            "[a-zA-Z]{1,8}",
+                        ],
+                        inner,
+                        0..6
+                    )
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+                ]
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+            #[test]
+            fn never_panics_on_bytes(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+                let _ = decode("p.json", &bytes);
+            }
+
+            #[test]
+            fn never_panics_on_json(v in arb_json()) {
+                let _ = decode_value("p.json", v.clone());
+                // also as the body of an SQS record
+                let _ = decode_value("p.json", json!({"Records": [{"messageId": "m", "body": v.to_string()}]}));
+            }
+
+            #[test]
+            fn mutated_real_events_never_panic(
+                field in prop_oneof![Just("id"), Just("time"), Just("detail"), Just("source"), Just("detail-type")],
+                replacement in arb_json(),
+            ) {
+                let mut v = spot("e", json!("i-0a1b2c3d4e5f60001"));
+                v[field] = replacement;
+                let _ = decode_value("p.json", v);
+            }
+        }
+    }
+}

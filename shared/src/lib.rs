@@ -1,0 +1,17 @@
+//! forewarn's library: the event model, the pure decision core, and the adapters the Lambda
+//! functions and the `forewarn` command are wired from.
+//!
+//! - [`event`]: typed EventBridge events from every envelope they arrive in;
+//! - [`facts`], [`config`], [`plan`]: what is known, what is configured, what to do (pure);
+//! - [`pool`], [`ports`]: the ports (pool store, instance and node directories);
+//! - [`snapshot`]: captured state (describe-instances, kubectl JSON) for offline planning;
+//! - [`pipeline`]: a batch of records through lookups, plans, actions and the pool store.
+
+pub mod config;
+pub mod event;
+pub mod facts;
+pub mod pipeline;
+pub mod plan;
+pub mod pool;
+pub mod ports;
+pub mod snapshot;

@@ -1,0 +1,895 @@
+//! The DynamoDB pool store: one table (single-table design, on-demand capacity), defined in
+//! `infra/pool-table.yaml` and described in `docs/pool-table.md`.
+//!
+//! Items:
+//!
+//! * a pool: `pk` = `POOL#<capacity_type>#<instance_type>#<zone>`, `sk` = `POOL`, with `pool`,
+//!   `capacity_type`, `instance_type`, `zone`, `region`, `unavailable_until`, `expires_at` (the
+//!   TTL attribute), one counter per event kind (named by [`counter_name`]), `first_seen`,
+//!   `last_seen`, `last_event_id`, `last_reason` and `last_instance_id`. Every time is whole Unix
+//!   epoch seconds (N): windows and expiries rounded up, event times rounded down;
+//! * an applied event (the idempotence ledger): `pk` = `EVENT#<event id>`, `sk` = `EVENT`, with
+//!   `kind`, `recorded_at` and `expires_at`.
+//!
+//! Indexes (all projecting every attribute): [`INDEX_UNAVAILABLE`] (partition `sk`, sort
+//! `unavailable_until`; only pools ever marked unavailable have both), [`INDEX_BY_ZONE`] (partition
+//! `zone`, sort `last_seen`) and [`INDEX_BY_TYPE`] (partition `instance_type`, sort `last_seen`).
+//! Ledger items carry none of the indexes' keys but `sk`, so they are in none of them.
+//!
+//! [`PoolStore::apply`] is one `TransactWriteItems`: a `Put` of the ledger item conditioned on it
+//! not existing (or having expired) and one `Update` per pool. The update counts with an atomic
+//! `ADD`. For every other field it bets on whether this event "wins" (is the latest event, has the
+//! longest window, the latest expiry, the earliest time): a won field is `SET`, a lost one is
+//! left alone (`if_not_exists`), and the bet is the update's condition. When a bet is wrong the
+//! transaction is cancelled, nothing is written, the cancellation reason carries the pool item as
+//! it is (`ReturnValuesOnConditionCheckFailure = ALL_OLD`), and the transaction is sent again with
+//! the bets that item implies. The bets start from what this store saw of each pool before (every
+//! such field only ever grows, or for `first_seen` shrinks, so a lost bet stays lost), else from
+//! "this event is the latest": in-order events and events after which this process saw the pool
+//! take one round trip; a late event takes two.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Display;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_config::{BehaviorVersion, SdkConfig};
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::DisplayErrorContext;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, CancellationReason, KeysAndAttributes, Put, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem, Update,
+};
+use chrono::{DateTime, Utc};
+
+use super::{PoolDelta, pool_deltas};
+use crate::event::EventKind;
+use crate::pool::{
+    Applied, PoolKey, PoolQuery, PoolRecord, PoolStore, PoolUpdate, Retention, StoreError,
+    counter_name, sort_newest_first,
+};
+
+/// Index of the pools ever marked unavailable: partition `sk` (= `POOL`), sort `unavailable_until`.
+pub const INDEX_UNAVAILABLE: &str = "unavailable";
+/// Index of the pools by zone: partition `zone`, sort `last_seen`.
+pub const INDEX_BY_ZONE: &str = "by-zone";
+/// Index of the pools by instance type: partition `instance_type`, sort `last_seen`.
+pub const INDEX_BY_TYPE: &str = "by-type";
+/// A transaction holds at most 100 items: the ledger entry and this many pools.
+pub const MAX_POOLS_PER_UPDATE: usize = 99;
+/// The SDK's attempts per request (throttling, transient errors) unless `AWS_MAX_ATTEMPTS` or the
+/// profile's `max_attempts` says otherwise.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+
+/// The `sk` of pool items.
+pub const POOL_SK: &str = "POOL";
+/// The `sk` of ledger items.
+pub const EVENT_SK: &str = "EVENT";
+
+/// Transactions sent for one event at most: wrong bets (at most one per field and pool, as each
+/// field only moves one way) and transaction conflicts with concurrent writers.
+const MAX_TRANSACTIONS: u32 = 10;
+/// Rounds of `BatchGetItem` for one chunk of ledger keys (unprocessed keys are asked again).
+const MAX_BATCH_ROUNDS: u32 = 10;
+/// Bounds of the pools this store remembers to place its bets.
+const MAX_KNOWN_POOLS: usize = 10_000;
+
+// Attribute names.
+const PK: &str = "pk";
+const SK: &str = "sk";
+const POOL: &str = "pool";
+const CAPACITY_TYPE: &str = "capacity_type";
+const INSTANCE_TYPE: &str = "instance_type";
+const ZONE: &str = "zone";
+const REGION: &str = "region";
+const UNAVAILABLE_UNTIL: &str = "unavailable_until";
+const EXPIRES_AT: &str = "expires_at";
+const FIRST_SEEN: &str = "first_seen";
+const LAST_SEEN: &str = "last_seen";
+const LAST_EVENT_ID: &str = "last_event_id";
+const LAST_REASON: &str = "last_reason";
+const LAST_INSTANCE_ID: &str = "last_instance_id";
+const KIND: &str = "kind";
+const RECORDED_AT: &str = "recorded_at";
+
+/// The `pk` of a pool's item.
+pub fn pool_pk(pool: &PoolKey) -> String {
+    format!("POOL#{pool}")
+}
+
+/// The `pk` of an event's ledger item.
+pub fn event_pk(event_id: &str) -> String {
+    format!("EVENT#{event_id}")
+}
+
+/// The pool store in one DynamoDB table.
+pub struct DynamoStore {
+    client: Client,
+    table: String,
+    retention: Retention,
+    /// What this store saw of each pool (by `pk`): bounds that only tighten, to place the bets.
+    known: Mutex<HashMap<String, Known>>,
+}
+
+impl std::fmt::Debug for DynamoStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DynamoStore")
+            .field("table", &self.table)
+            .field("retention", &self.retention)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DynamoStore {
+    pub fn new(client: Client, table: impl Into<String>) -> DynamoStore {
+        DynamoStore {
+            client,
+            table: table.into(),
+            retention: Retention::default(),
+            known: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A store on `table` with the standard AWS configuration (environment, profile, instance or
+    /// task role; `AWS_ENDPOINT_URL_DYNAMODB` or `AWS_ENDPOINT_URL` for another endpoint), and
+    /// [`DEFAULT_MAX_ATTEMPTS`] attempts per request unless configured otherwise.
+    pub async fn from_env(table: impl Into<String>) -> DynamoStore {
+        let config = aws_config::load_defaults(BehaviorVersion::latest()).await;
+        let config = with_default_attempts(
+            config,
+            std::env::var_os("AWS_MAX_ATTEMPTS").is_some_and(|v| !v.is_empty()),
+        );
+        DynamoStore::new(Client::new(&config), table)
+    }
+
+    /// The store with another retention (default: [`Retention::default`]).
+    pub fn with_retention(mut self, retention: Retention) -> DynamoStore {
+        self.retention = retention;
+        self
+    }
+
+    pub fn retention(&self) -> Retention {
+        self.retention
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// One pool's record (strongly consistent), whatever its expiry; `None` if absent.
+    pub async fn pool(&self, key: &PoolKey) -> Result<Option<PoolRecord>, StoreError> {
+        let pk = pool_pk(key);
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(PK, s(&pk))
+            .key(SK, s(POOL_SK))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| self.err(format_args!("reading pool {key}"), DisplayErrorContext(e)))?;
+        out.item().map(decode_pool).transpose()
+    }
+
+    fn err(&self, what: impl Display, error: impl Display) -> StoreError {
+        StoreError::Backend {
+            location: self.describe(),
+            message: format!("{what}: {error}"),
+        }
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, HashMap<String, Known>> {
+        // The map only holds hints: a panic elsewhere cannot leave it wrong, only stale.
+        self.known.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn ledger_put(&self, update: &PoolUpdate) -> Result<TransactWriteItem, StoreError> {
+        let recorded = update.recorded_at.timestamp();
+        let expires = ceil_secs(update.recorded_at + self.retention.ledger);
+        let put = Put::builder()
+            .table_name(&self.table)
+            .item(PK, s(&event_pk(&update.event_id)))
+            .item(SK, s(EVENT_SK))
+            .item(KIND, s(update.kind.as_str()))
+            .item(RECORDED_AT, n(recorded))
+            .item(EXPIRES_AT, n(expires))
+            // An expired entry (not yet deleted by the TTL) no longer counts as applied.
+            .condition_expression("attribute_not_exists(#pk) OR #exp <= :now")
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_names("#exp", EXPIRES_AT)
+            .expression_attribute_values(":now", n(recorded))
+            .build()
+            .map_err(|e| self.err("building the ledger put", e))?;
+        Ok(TransactWriteItem::builder().put(put).build())
+    }
+
+    fn pool_update(
+        &self,
+        update: &PoolUpdate,
+        delta: &PoolDelta,
+        bets: Bets,
+    ) -> Result<TransactWriteItem, StoreError> {
+        let plan = PoolWrite::new(update, delta, &self.retention);
+        let mut e = Expr::default();
+        let mut set = vec![
+            format!("{} = {}", e.name(POOL), e.value("pool", s(&delta.pool.to_string()))),
+            format!(
+                "{} = {}",
+                e.name(CAPACITY_TYPE),
+                e.value("ct", s(delta.pool.capacity_type.as_str()))
+            ),
+            format!("{} = {}", e.name(INSTANCE_TYPE), e.value("it", s(&delta.pool.instance_type))),
+            format!("{} = {}", e.name(ZONE), e.value("zone", s(&delta.pool.zone))),
+        ];
+        if let Some(region) = &update.region {
+            set.push(format!("{} = {}", e.name(REGION), e.value("region", s(region))));
+        }
+        let mut conditions = Vec::new();
+        let mut field = |e: &mut Expr,
+                         attr: &str,
+                         placeholder: &str,
+                         value: AttributeValue,
+                         win: bool,
+                         op: &str| {
+            let name = e.name(attr);
+            let value = e.value(placeholder, value);
+            conditions.push(format!("(attribute_not_exists({name}) OR {name} {op} {value})"));
+            if win {
+                set.push(format!("{name} = {value}"));
+            } else {
+                set.push(format!("{name} = if_not_exists({name}, {value})"));
+            }
+        };
+        if let Some(until) = plan.until {
+            let op = if bets.until { "<=" } else { ">=" };
+            field(&mut e, UNAVAILABLE_UNTIL, "until", n(until), bets.until, op);
+        }
+        let op = if bets.last { "<=" } else { ">" };
+        field(&mut e, LAST_SEEN, "t", n(plan.time), bets.last, op);
+        let op = if bets.first { ">=" } else { "<=" };
+        field(&mut e, FIRST_SEEN, "t", n(plan.time), bets.first, op);
+        let op = if bets.expires { "<=" } else { ">=" };
+        field(&mut e, EXPIRES_AT, "exp", n(plan.expires), bets.expires, op);
+        for (attr, placeholder, value) in [
+            (LAST_EVENT_ID, "eid", update.event_id.as_str()),
+            (LAST_REASON, "reason", update.reason.as_str()),
+            (LAST_INSTANCE_ID, "iid", delta.instance_id.as_str()),
+        ] {
+            let name = e.name(attr);
+            let value = e.value(placeholder, s(value));
+            if bets.last {
+                set.push(format!("{name} = {value}"));
+            } else {
+                set.push(format!("{name} = if_not_exists({name}, {value})"));
+            }
+        }
+        let counter = e.name(counter_name(update.kind));
+        let count = e.value("n", AttributeValue::N(delta.count.to_string()));
+        let expression = format!("SET {} ADD {counter} {count}", set.join(", "));
+        let up = Update::builder()
+            .table_name(&self.table)
+            .key(PK, s(&pool_pk(&delta.pool)))
+            .key(SK, s(POOL_SK))
+            .update_expression(expression)
+            .condition_expression(conditions.join(" AND "))
+            .set_expression_attribute_names(Some(e.names))
+            .set_expression_attribute_values(Some(e.values))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|e| self.err(format_args!("building the update of pool {}", delta.pool), e))?;
+        Ok(TransactWriteItem::builder().update(up).build())
+    }
+
+    /// What to do about one pool whose condition failed: learn the item as it is.
+    async fn observe(
+        &self,
+        delta: &PoolDelta,
+        reason: &CancellationReason,
+    ) -> Result<Known, StoreError> {
+        let pk = pool_pk(&delta.pool);
+        match reason.item() {
+            Some(item) => Known::from_item(&pk, item),
+            // A service that does not return the item on a failed condition: read it.
+            None => match self.pool_item(&pk).await? {
+                Some(item) => Known::from_item(&pk, &item),
+                None => Ok(Known::default()),
+            },
+        }
+    }
+
+    async fn pool_item(
+        &self,
+        pk: &str,
+    ) -> Result<Option<HashMap<String, AttributeValue>>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(PK, s(pk))
+            .key(SK, s(POOL_SK))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| self.err(format_args!("reading item {pk}"), DisplayErrorContext(e)))?;
+        Ok(out.item)
+    }
+
+    /// Pages through a query or scan, decoding every pool item.
+    async fn collect(&self, request: Request) -> Result<Vec<PoolRecord>, StoreError> {
+        let mut records = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            let (items, next) = match &request {
+                Request::Query {
+                    index,
+                    key_condition,
+                    filter,
+                    expr,
+                } => {
+                    let out = self
+                        .client
+                        .query()
+                        .table_name(&self.table)
+                        .index_name(*index)
+                        .key_condition_expression(key_condition)
+                        .filter_expression(filter)
+                        .set_expression_attribute_names(Some(expr.names.clone()))
+                        .set_expression_attribute_values(Some(expr.values.clone()))
+                        .scan_index_forward(false)
+                        .set_exclusive_start_key(start.take())
+                        .send()
+                        .await
+                        .map_err(|e| {
+                            self.err(format_args!("querying index {index}"), DisplayErrorContext(e))
+                        })?;
+                    (out.items, out.last_evaluated_key)
+                }
+                Request::Scan { filter, expr } => {
+                    let out = self
+                        .client
+                        .scan()
+                        .table_name(&self.table)
+                        .filter_expression(filter)
+                        .set_expression_attribute_names(Some(expr.names.clone()))
+                        .set_expression_attribute_values(Some(expr.values.clone()))
+                        .set_exclusive_start_key(start.take())
+                        .send()
+                        .await
+                        .map_err(|e| self.err("scanning the pools", DisplayErrorContext(e)))?;
+                    (out.items, out.last_evaluated_key)
+                }
+            };
+            for item in items.unwrap_or_default() {
+                records.push(decode_pool(&item)?);
+            }
+            match next.filter(|k| !k.is_empty()) {
+                Some(key) => start = Some(key),
+                None => return Ok(records),
+            }
+        }
+    }
+}
+
+/// `config` with [`DEFAULT_MAX_ATTEMPTS`] unless its attempts were configured: `explicit` (the
+/// environment sets them), or a profile set something other than the SDK's default. (A profile
+/// setting exactly the SDK's default of 3 is indistinguishable from no setting and gets 5.)
+fn with_default_attempts(config: SdkConfig, explicit: bool) -> SdkConfig {
+    let sdk_default = aws_config::retry::RetryConfig::standard().max_attempts();
+    match config.retry_config() {
+        Some(retry) if !explicit && retry.max_attempts() == sdk_default => {
+            let retry = retry.clone().with_max_attempts(DEFAULT_MAX_ATTEMPTS);
+            config.into_builder().retry_config(retry).build()
+        }
+        _ => config,
+    }
+}
+
+enum Request {
+    Query {
+        index: &'static str,
+        key_condition: String,
+        filter: String,
+        expr: Expr,
+    },
+    Scan {
+        filter: String,
+        expr: Expr,
+    },
+}
+
+/// Expression attribute names and values, registered as they are used (DynamoDB rejects unused
+/// ones).
+#[derive(Default, Clone)]
+struct Expr {
+    names: HashMap<String, String>,
+    values: HashMap<String, AttributeValue>,
+}
+
+impl Expr {
+    fn name(&mut self, attr: &str) -> String {
+        let placeholder = format!("#{attr}");
+        self.names.insert(placeholder.clone(), attr.to_string());
+        placeholder
+    }
+
+    fn value(&mut self, placeholder: &str, value: AttributeValue) -> String {
+        let placeholder = format!(":{placeholder}");
+        self.values.insert(placeholder.clone(), value);
+        placeholder
+    }
+}
+
+/// One pool's values from one event, in the table's units.
+struct PoolWrite {
+    /// `event_time`, rounded down.
+    time: i64,
+    /// The window, rounded up.
+    until: Option<i64>,
+    /// `retention.pool_expiry(event_time, window)`, rounded up.
+    expires: i64,
+}
+
+impl PoolWrite {
+    fn new(update: &PoolUpdate, delta: &PoolDelta, retention: &Retention) -> PoolWrite {
+        PoolWrite {
+            time: update.event_time.timestamp(),
+            until: delta.unavailable_until.map(ceil_secs),
+            expires: ceil_secs(retention.pool_expiry(update.event_time, delta.unavailable_until)),
+        }
+    }
+}
+
+/// For each field of a pool, whether this event's value replaces the stored one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Bets {
+    until: bool,
+    last: bool,
+    first: bool,
+    expires: bool,
+}
+
+/// Bounds on a pool's fields as this store last saw them: `until`, `last_seen` and `expires_at`
+/// only grow (lower bounds), `first_seen` only shrinks (an upper bound). `None`: unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Known {
+    until: Option<i64>,
+    last_seen: Option<i64>,
+    first_seen: Option<i64>,
+    expires_at: Option<i64>,
+}
+
+impl Known {
+    fn from_item(pk: &str, item: &HashMap<String, AttributeValue>) -> Result<Known, StoreError> {
+        Ok(Known {
+            until: opt_n(pk, item, UNAVAILABLE_UNTIL)?,
+            last_seen: opt_n(pk, item, LAST_SEEN)?,
+            first_seen: opt_n(pk, item, FIRST_SEEN)?,
+            expires_at: opt_n(pk, item, EXPIRES_AT)?,
+        })
+    }
+
+    /// The bets for `write`: "wins" unless what is known says otherwise (a bet known lost is
+    /// certainly lost; a bet placed to win may lose, and the condition tells).
+    fn bets(known: Option<&Known>, write: &PoolWrite) -> Bets {
+        let k = known.copied().unwrap_or_default();
+        Bets {
+            until: write.until.is_some_and(|u| k.until.is_none_or(|v| v <= u)),
+            last: k.last_seen.is_none_or(|v| v <= write.time),
+            first: k.first_seen.is_some_and(|v| v > write.time),
+            expires: k.expires_at.is_none_or(|v| v <= write.expires),
+        }
+    }
+
+    /// What is known after `write` was applied on top of `self`.
+    fn after(self, write: &PoolWrite) -> Known {
+        Known {
+            until: self.until.max(write.until),
+            last_seen: Some(self.last_seen.map_or(write.time, |v| v.max(write.time))),
+            first_seen: Some(self.first_seen.map_or(write.time, |v| v.min(write.time))),
+            expires_at: Some(self.expires_at.map_or(write.expires, |v| v.max(write.expires))),
+        }
+    }
+}
+
+#[async_trait]
+impl PoolStore for DynamoStore {
+    async fn applied(&self, event_ids: &[String]) -> Result<HashSet<String>, StoreError> {
+        let now = Utc::now().timestamp();
+        let mut unique: Vec<&String> = Vec::with_capacity(event_ids.len());
+        let mut seen = HashSet::new();
+        for id in event_ids {
+            if seen.insert(id) {
+                unique.push(id);
+            }
+        }
+        let mut applied = HashSet::new();
+        for chunk in unique.chunks(100) {
+            let keys = chunk
+                .iter()
+                .map(|id| HashMap::from([(PK.to_string(), s(&event_pk(id))), (SK.to_string(), s(EVENT_SK))]))
+                .collect();
+            let mut request = Some(
+                KeysAndAttributes::builder()
+                    .set_keys(Some(keys))
+                    .consistent_read(true)
+                    .projection_expression("#pk, #exp")
+                    .expression_attribute_names("#pk", PK)
+                    .expression_attribute_names("#exp", EXPIRES_AT)
+                    .build()
+                    .map_err(|e| self.err("building a ledger read", e))?,
+            );
+            let mut round = 0;
+            while let Some(keys) = request.take() {
+                if round == MAX_BATCH_ROUNDS {
+                    return Err(self.err(
+                        "reading the ledger",
+                        format_args!("keys still unprocessed after {MAX_BATCH_ROUNDS} rounds"),
+                    ));
+                }
+                if round > 0 {
+                    tokio::time::sleep(backoff(round)).await;
+                }
+                round += 1;
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, keys)
+                    .send()
+                    .await
+                    .map_err(|e| self.err("reading the ledger", DisplayErrorContext(e)))?;
+                let items = out
+                    .responses
+                    .and_then(|mut r| r.remove(&self.table))
+                    .unwrap_or_default();
+                for item in items {
+                    let pk = req_s("(ledger item)", &item, PK)?;
+                    let id = pk.strip_prefix("EVENT#").ok_or_else(|| StoreError::Corrupt {
+                        key: pk.to_string(),
+                        message: "a ledger key without the EVENT# prefix".into(),
+                    })?;
+                    if req_n(pk, &item, EXPIRES_AT)? > now {
+                        applied.insert(id.to_string());
+                    }
+                }
+                request = out
+                    .unprocessed_keys
+                    .and_then(|mut u| u.remove(&self.table))
+                    .filter(|k| !k.keys().is_empty());
+            }
+        }
+        Ok(applied)
+    }
+
+    async fn apply(&self, update: &PoolUpdate) -> Result<Applied, StoreError> {
+        let id = &update.event_id;
+        let deltas = pool_deltas(update);
+        if deltas.len() > MAX_POOLS_PER_UPDATE {
+            return Err(self.err(
+                format_args!("applying event {id}"),
+                format_args!(
+                    "it marks {} pools, but one transaction holds at most 100 items: the \
+                     ledger entry and {MAX_POOLS_PER_UPDATE} pools",
+                    deltas.len()
+                ),
+            ));
+        }
+        super::validate(update).map_err(|m| self.err(format_args!("applying event {id}"), m))?;
+        let pks: Vec<String> = deltas.iter().map(|d| pool_pk(&d.pool)).collect();
+        let writes: Vec<PoolWrite> = deltas
+            .iter()
+            .map(|d| PoolWrite::new(update, d, &self.retention))
+            .collect();
+        let mut conflicts = 0;
+        for _ in 0..MAX_TRANSACTIONS {
+            let bets: Vec<Bets> = {
+                let known = self.known();
+                pks.iter()
+                    .zip(&writes)
+                    .map(|(pk, w)| Known::bets(known.get(pk), w))
+                    .collect()
+            };
+            let mut items = vec![self.ledger_put(update)?];
+            for (delta, bets) in deltas.iter().zip(&bets) {
+                items.push(self.pool_update(update, delta, *bets)?);
+            }
+            let result = self
+                .client
+                .transact_write_items()
+                .set_transact_items(Some(items))
+                .send()
+                .await;
+            let error = match result {
+                Ok(_) => {
+                    let mut known = self.known();
+                    if known.len() + pks.len() > MAX_KNOWN_POOLS {
+                        known.clear();
+                    }
+                    for (pk, w) in pks.iter().zip(&writes) {
+                        let k = known.get(pk).copied().unwrap_or_default().after(w);
+                        known.insert(pk.clone(), k);
+                    }
+                    return Ok(Applied::Applied);
+                }
+                Err(e) => e,
+            };
+            let reasons = match error.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
+                    c.cancellation_reasons().to_vec()
+                }
+                _ => {
+                    return Err(self.err(
+                        format_args!("applying event {id}"),
+                        DisplayErrorContext(error),
+                    ));
+                }
+            };
+            let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
+            match code(0) {
+                "ConditionalCheckFailed" => return Ok(Applied::Duplicate),
+                "None" => {}
+                c if retryable(c) => {}
+                c => {
+                    return Err(self.err(
+                        format_args!("applying event {id}"),
+                        format_args!("the ledger put was refused: {c}: {}", message(&reasons, 0)),
+                    ));
+                }
+            }
+            let mut conflict = retryable(code(0));
+            for (i, delta) in deltas.iter().enumerate() {
+                match code(i + 1) {
+                    "None" => {}
+                    "ConditionalCheckFailed" => {
+                        let Some(reason) = reasons.get(i + 1) else {
+                            continue;
+                        };
+                        let seen = self.observe(delta, reason).await?;
+                        tracing::debug!(
+                            table = %self.table, event = %id, pool = %delta.pool,
+                            "pool changed under the bet, sending the event again"
+                        );
+                        self.known().insert(pks[i].clone(), seen);
+                    }
+                    c if retryable(c) => conflict = true,
+                    c => {
+                        return Err(self.err(
+                            format_args!("applying event {id}"),
+                            format_args!(
+                                "the update of pool {} was refused: {c}: {}",
+                                delta.pool,
+                                message(&reasons, i + 1)
+                            ),
+                        ));
+                    }
+                }
+            }
+            if conflict {
+                conflicts += 1;
+                tracing::debug!(table = %self.table, event = %id, conflicts, "transaction conflict, backing off");
+                tokio::time::sleep(backoff(conflicts)).await;
+            }
+        }
+        Err(self.err(
+            format_args!("applying event {id}"),
+            format_args!(
+                "gave up after {MAX_TRANSACTIONS} cancelled transactions ({conflicts} conflicts \
+                 with concurrent writers)"
+            ),
+        ))
+    }
+
+    async fn pools(
+        &self,
+        query: &PoolQuery,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<PoolRecord>, StoreError> {
+        let mut e = Expr::default();
+        let now_value = e.value("now", n(now.timestamp()));
+        let mut filter = vec![format!("{} > {now_value}", e.name(EXPIRES_AT))];
+        let request = if let Some(instance_type) = &query.instance_type {
+            let key_condition = format!(
+                "{} = {}",
+                e.name(INSTANCE_TYPE),
+                e.value("it", s(instance_type))
+            );
+            if let Some(zone) = &query.zone {
+                filter.push(format!("{} = {}", e.name(ZONE), e.value("zone", s(zone))));
+            }
+            if !query.include_available {
+                filter.push(format!("{} > {now_value}", e.name(UNAVAILABLE_UNTIL)));
+            }
+            Request::Query {
+                index: INDEX_BY_TYPE,
+                key_condition,
+                filter: filter.join(" AND "),
+                expr: e,
+            }
+        } else if let Some(zone) = &query.zone {
+            let key_condition = format!("{} = {}", e.name(ZONE), e.value("zone", s(zone)));
+            if !query.include_available {
+                filter.push(format!("{} > {now_value}", e.name(UNAVAILABLE_UNTIL)));
+            }
+            Request::Query {
+                index: INDEX_BY_ZONE,
+                key_condition,
+                filter: filter.join(" AND "),
+                expr: e,
+            }
+        } else if !query.include_available {
+            let key_condition = format!(
+                "{} = {} AND {} > {now_value}",
+                e.name(SK),
+                e.value("pool", s(POOL_SK)),
+                e.name(UNAVAILABLE_UNTIL)
+            );
+            Request::Query {
+                index: INDEX_UNAVAILABLE,
+                key_condition,
+                filter: filter.join(" AND "),
+                expr: e,
+            }
+        } else {
+            filter.push(format!("{} = {}", e.name(SK), e.value("pool", s(POOL_SK))));
+            Request::Scan {
+                filter: filter.join(" AND "),
+                expr: e,
+            }
+        };
+        let mut records = self.collect(request).await?;
+        // Indexes are eventually consistent and the TTL deletes late: the query decides.
+        records.retain(|r| query.matches(r, now));
+        sort_newest_first(&mut records);
+        Ok(records)
+    }
+
+    fn describe(&self) -> String {
+        format!("dynamodb table {}", self.table)
+    }
+}
+
+/// Cancellation codes worth another transaction after a pause.
+fn retryable(code: &str) -> bool {
+    matches!(
+        code,
+        "TransactionConflict" | "ThrottlingError" | "ProvisionedThroughputExceeded" | "RequestLimitExceeded"
+    )
+}
+
+fn message(reasons: &[CancellationReason], i: usize) -> &str {
+    reasons
+        .get(i)
+        .and_then(|r| r.message())
+        .unwrap_or("no message")
+}
+
+/// Exponential backoff with full jitter: up to 25 ms × 2^attempt, at most 1 s.
+fn backoff(attempt: u32) -> Duration {
+    let cap_ms = (25u64 << attempt.min(6)).min(1000);
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    Duration::from_millis(cap_ms / 2 + random % (cap_ms / 2 + 1))
+}
+
+fn s(value: &str) -> AttributeValue {
+    AttributeValue::S(value.to_string())
+}
+
+fn n(value: i64) -> AttributeValue {
+    AttributeValue::N(value.to_string())
+}
+
+fn ceil_secs(t: DateTime<Utc>) -> i64 {
+    t.timestamp() + i64::from(t.timestamp_subsec_nanos() > 0)
+}
+
+fn corrupt(key: &str, message: impl Display) -> StoreError {
+    StoreError::Corrupt {
+        key: key.to_string(),
+        message: message.to_string(),
+    }
+}
+
+fn req_s<'a>(
+    key: &str,
+    item: &'a HashMap<String, AttributeValue>,
+    attr: &str,
+) -> Result<&'a str, StoreError> {
+    match item.get(attr) {
+        Some(AttributeValue::S(v)) => Ok(v),
+        Some(_) => Err(corrupt(key, format_args!("`{attr}` is not a string"))),
+        None => Err(corrupt(key, format_args!("`{attr}` is missing"))),
+    }
+}
+
+fn opt_n(
+    key: &str,
+    item: &HashMap<String, AttributeValue>,
+    attr: &str,
+) -> Result<Option<i64>, StoreError> {
+    match item.get(attr) {
+        None | Some(AttributeValue::Null(_)) => Ok(None),
+        Some(AttributeValue::N(v)) => parse_n(v)
+            .map(Some)
+            .ok_or_else(|| corrupt(key, format_args!("`{attr}` = {v} is not a whole number"))),
+        Some(_) => Err(corrupt(key, format_args!("`{attr}` is not a number"))),
+    }
+}
+
+fn req_n(key: &str, item: &HashMap<String, AttributeValue>, attr: &str) -> Result<i64, StoreError> {
+    opt_n(key, item, attr)?.ok_or_else(|| corrupt(key, format_args!("`{attr}` is missing")))
+}
+
+/// A DynamoDB number as whole units (`12`, `12.0`, `1.2E1`; fractions are rounded down).
+fn parse_n(v: &str) -> Option<i64> {
+    v.parse::<i64>().ok().or_else(|| {
+        v.parse::<f64>()
+            .ok()
+            .filter(|f| f.is_finite() && f.abs() < 9.0e15)
+            .map(|f| f.floor() as i64)
+    })
+}
+
+fn time(key: &str, attr: &str, secs: i64) -> Result<DateTime<Utc>, StoreError> {
+    DateTime::from_timestamp(secs, 0)
+        .ok_or_else(|| corrupt(key, format_args!("`{attr}` = {secs} is out of range")))
+}
+
+fn req_time(
+    key: &str,
+    item: &HashMap<String, AttributeValue>,
+    attr: &str,
+) -> Result<DateTime<Utc>, StoreError> {
+    time(key, attr, req_n(key, item, attr)?)
+}
+
+/// A pool item as a record. Any missing or mistyped attribute is [`StoreError::Corrupt`] naming
+/// the item's `pk`.
+fn decode_pool(item: &HashMap<String, AttributeValue>) -> Result<PoolRecord, StoreError> {
+    let key = match item.get(PK) {
+        Some(AttributeValue::S(pk)) => pk.as_str(),
+        _ => "(item without a pk)",
+    };
+    let pool: PoolKey = req_s(key, item, POOL)?
+        .parse()
+        .map_err(|e: String| corrupt(key, e))?;
+    if pool_pk(&pool) != key {
+        return Err(corrupt(key, format_args!("`pool` = {pool} does not match the key")));
+    }
+    let region = match item.get(REGION) {
+        None | Some(AttributeValue::Null(_)) => None,
+        Some(_) => Some(req_s(key, item, REGION)?.to_string()),
+    };
+    let unavailable_until = opt_n(key, item, UNAVAILABLE_UNTIL)?
+        .map(|secs| time(key, UNAVAILABLE_UNTIL, secs))
+        .transpose()?;
+    let mut counters = std::collections::BTreeMap::new();
+    for kind in EventKind::ALL {
+        let name = counter_name(kind);
+        if let Some(count) = opt_n(key, item, name)? {
+            let count = u64::try_from(count)
+                .map_err(|_| corrupt(key, format_args!("`{name}` = {count} is negative")))?;
+            counters.insert(name.to_string(), count);
+        }
+    }
+    Ok(PoolRecord {
+        pool,
+        region,
+        unavailable_until,
+        expires_at: req_time(key, item, EXPIRES_AT)?,
+        counters,
+        first_seen: req_time(key, item, FIRST_SEEN)?,
+        last_seen: req_time(key, item, LAST_SEEN)?,
+        last_event_id: req_s(key, item, LAST_EVENT_ID)?.to_string(),
+        last_reason: req_s(key, item, LAST_REASON)?.to_string(),
+        last_instance_id: req_s(key, item, LAST_INSTANCE_ID)?.to_string(),
+    })
+}
