@@ -1,1 +1,84 @@
-fn main() {}
+//! `forewarn`: replay interruption events offline or against live endpoints, query the pool table.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+mod pools;
+mod replay;
+mod stores;
+mod text;
+
+/// forewarn: EC2 interruption handling for Kubernetes.
+#[derive(Parser, Debug)]
+#[command(name = "forewarn", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Decode and plan interruption events from files, record their pools.
+    ///
+    /// PATH is a file or a folder (every *.json directly in it, in name order). Each file holds a
+    /// bare EventBridge event, an SQS event as Lambda receives it, or a JSON array of events.
+    /// Without --execute nothing but the embedded pool store changes.
+    Replay(replay::ReplayArgs),
+    /// List capacity pools recorded as unavailable, newest first.
+    Pools(pools::PoolsArgs),
+}
+
+/// Where pools are recorded.
+#[derive(Args, Debug, Clone)]
+pub struct StoreArgs {
+    /// DynamoDB pool table (endpoint, region and credentials from the standard AWS
+    /// configuration, e.g. AWS_ENDPOINT_URL_DYNAMODB). Without it: the embedded store.
+    #[arg(long, env = "FOREWARN_TABLE", value_name = "TABLE")]
+    pub table: Option<String>,
+    /// Folder of the embedded pool store [default: $XDG_STATE_HOME/forewarn or
+    /// ~/.local/state/forewarn].
+    #[arg(long, env = "FOREWARN_STATE_DIR", value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TextOrJson {
+    Text,
+    Json,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("FOREWARN_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("forewarn: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Replay(args) => replay::run(args).await,
+            Command::Pools(args) => pools::run(args).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("forewarn: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -76,6 +76,8 @@ pub struct ActionReport {
 pub struct Report {
     pub event_id: Option<String>,
     pub kind: Option<EventKind>,
+    /// What the event is, for people (`spot-interruption (terminate)`).
+    pub summary: Option<String>,
     /// Where the record came from (`file: Records[2] (messageId m)`).
     pub origin: String,
     pub message_id: Option<String>,
@@ -94,6 +96,7 @@ impl Report {
         Report {
             event_id: event.map(|e| e.id.clone()),
             kind: event.map(|e| e.kind),
+            summary: event.map(|e| e.kind.to_string()),
             origin: record.origin.to_string(),
             message_id: record.origin.message_id.clone(),
             time: event.map(|e| e.time),
@@ -106,6 +109,7 @@ impl Report {
     }
 
     fn with_plan(mut self, plan: &Plan) -> Report {
+        self.summary = Some(plan.summary.clone());
         self.pools = plan
             .pools
             .iter()

@@ -270,6 +270,40 @@ pub trait PoolStore: Send + Sync {
     fn describe(&self) -> String;
 }
 
+/// A view of a store that reads but never writes: `apply` answers what it would have done.
+pub struct ReadOnlyStore<'a>(pub &'a dyn PoolStore);
+
+#[async_trait]
+impl PoolStore for ReadOnlyStore<'_> {
+    async fn applied(&self, event_ids: &[String]) -> Result<HashSet<String>, StoreError> {
+        self.0.applied(event_ids).await
+    }
+
+    async fn apply(&self, update: &PoolUpdate) -> Result<Applied, StoreError> {
+        let seen = self
+            .0
+            .applied(std::slice::from_ref(&update.event_id))
+            .await?;
+        Ok(if seen.contains(&update.event_id) {
+            Applied::Duplicate
+        } else {
+            Applied::Applied
+        })
+    }
+
+    async fn pools(
+        &self,
+        query: &PoolQuery,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<PoolRecord>, StoreError> {
+        self.0.pools(query, now).await
+    }
+
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,189 @@
+//! Human-readable output.
+
+use std::io::{self, Write};
+
+use chrono::{DateTime, Utc};
+use forewarn::config::Action;
+use forewarn::pipeline::{Outcome, Report, Tally};
+use forewarn::pool::PoolRecord;
+
+/// `2026-11-20 10:00:00Z`.
+pub fn absolute(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%SZ").to_string()
+}
+
+/// `in 42m`, `3h 5m ago`, `2d 4h ago`.
+pub fn relative(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    let secs = (t - now).num_seconds();
+    let a = secs.unsigned_abs();
+    let span = match a {
+        0..60 => format!("{a}s"),
+        60..3600 => format!("{}m", a / 60),
+        3600..86400 => match (a % 3600) / 60 {
+            0 => format!("{}h", a / 3600),
+            m => format!("{}h {m}m", a / 3600),
+        },
+        _ => match (a % 86400) / 3600 {
+            0 => format!("{}d", a / 86400),
+            h => format!("{}d {h}h", a / 86400),
+        },
+    };
+    if secs >= 0 {
+        format!("in {span}")
+    } else {
+        format!("{span} ago")
+    }
+}
+
+fn outcome_tag(o: Outcome) -> String {
+    format!("[{}]", o.as_str())
+}
+
+pub fn replay(
+    out: &mut impl Write,
+    reports: &[Report],
+    store: &str,
+    now: DateTime<Utc>,
+) -> io::Result<()> {
+    for r in reports {
+        let what = r.summary.as_deref().unwrap_or("undecodable");
+        let when = r
+            .time
+            .map(|t| format!("  {}", absolute(t)))
+            .unwrap_or_default();
+        writeln!(
+            out,
+            "{:<12}{}  {what}{when}",
+            outcome_tag(r.outcome),
+            r.origin
+        )?;
+        if let Some(id) = &r.event_id {
+            writeln!(out, "            event {id}")?;
+        }
+        if matches!(
+            r.outcome,
+            Outcome::Ignored | Outcome::Failed | Outcome::Duplicate
+        ) && let Some(reason) = &r.reason
+        {
+            writeln!(out, "            {}: {reason}", r.outcome.as_str())?;
+        }
+        for p in &r.pools {
+            let window = match p.unavailable_until {
+                Some(u) => format!("unavailable until {} ({})", absolute(u), relative(u, now)),
+                None => "counted (not marked unavailable)".to_string(),
+            };
+            writeln!(
+                out,
+                "            pool {}#{}#{}  {window}",
+                p.capacity_type, p.instance_type, p.zone
+            )?;
+        }
+        for a in &r.actions {
+            let node = a.node.as_deref().unwrap_or("no node");
+            let mut line = format!("            {} → {node}: {}", a.instance_id, a.action);
+            if let Some(target) = &a.target {
+                line.push_str(&format!(" {target}"));
+            }
+            if let Some(deadline) = a.deadline {
+                line.push_str(&format!(" by {}", absolute(deadline)));
+            }
+            if let Some(hook) = &a.complete_lifecycle {
+                line.push_str(&format!(", then complete lifecycle action {hook}"));
+            }
+            if a.action == Action::None {
+                line.push_str(&format!(" ({})", a.reason));
+            }
+            if let Some(result) = &a.result {
+                line.push_str(&format!(" — {result}"));
+            }
+            writeln!(out, "{line}")?;
+        }
+    }
+    let t = Tally::of(reports);
+    writeln!(
+        out,
+        "\n{} records: {} planned, {} acted, {} ignored, {} duplicate, {} failed · pools recorded in {store}",
+        reports.len(),
+        t.planned,
+        t.acted,
+        t.ignored,
+        t.duplicate,
+        t.failed
+    )
+}
+
+/// The aligned pool table of `forewarn pools`.
+pub fn pools(out: &mut impl Write, records: &[PoolRecord], now: DateTime<Utc>) -> io::Result<()> {
+    if records.is_empty() {
+        return writeln!(out, "no pools");
+    }
+    let header = [
+        "POOL",
+        "UNAVAILABLE UNTIL",
+        "INTERRUPTIONS",
+        "REBALANCES",
+        "LAST SEEN",
+        "LAST EVENT",
+        "LAST REASON",
+    ];
+    let rows: Vec<[String; 7]> = records
+        .iter()
+        .map(|r| {
+            [
+                r.pool.to_string(),
+                match r.unavailable_until {
+                    Some(u) => format!("{} ({})", absolute(u), relative(u, now)),
+                    None => "-".into(),
+                },
+                r.interruptions().to_string(),
+                r.counter(forewarn::event::EventKind::RebalanceRecommendation)
+                    .to_string(),
+                relative(r.last_seen, now),
+                r.last_event_id.clone(),
+                r.last_reason.clone(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        cells
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
+    writeln!(out, "{}", line(header.to_vec()))?;
+    for row in &rows {
+        writeln!(out, "{}", line(row.iter().map(String::as_str).collect()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Duration;
+
+    #[test]
+    fn relative_times() {
+        let now = Utc::now();
+        assert_eq!(
+            relative(now + Duration::seconds(42 * 60 + 5), now),
+            "in 42m"
+        );
+        assert_eq!(
+            relative(now - Duration::seconds(3 * 3600 + 300), now),
+            "3h 5m ago"
+        );
+        assert_eq!(relative(now - Duration::days(2), now), "2d ago");
+        assert_eq!(relative(now, now), "in 0s");
+    }
+}

@@ -1,0 +1,402 @@
+//! The `forewarn` binary on the samples of `events/`: what a user sees.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn forewarn(state: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_forewarn"))
+        .current_dir(root())
+        .env("FOREWARN_STATE_DIR", state)
+        .env_remove("FOREWARN_TABLE")
+        .env_remove("FOREWARN_CLUSTER_NAME")
+        .args(args)
+        .output()
+        .expect("run forewarn")
+}
+
+const WITH_STATE: [&str; 6] = [
+    "--instances",
+    "events/state/instances.json",
+    "--cluster-state",
+    "events/state/cluster.json",
+    "--cluster-name",
+    "demo",
+];
+
+fn replay_json(state: &Path, extra: &[&str]) -> (Output, Vec<Value>) {
+    let mut args = vec!["replay", "--output", "json"];
+    args.extend_from_slice(extra);
+    let out = forewarn(state, &args);
+    let lines = String::from_utf8(out.stdout.clone())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect();
+    (out, lines)
+}
+
+fn by_origin<'a>(lines: &'a [Value], origin: &str) -> &'a Value {
+    lines
+        .iter()
+        .find(|l| l["origin"].as_str().is_some_and(|o| o.ends_with(origin)))
+        .unwrap_or_else(|| panic!("no line for {origin}"))
+}
+
+#[test]
+fn replay_of_the_samples_plans_every_event() {
+    let state = tempfile::tempdir().unwrap();
+    let mut args = WITH_STATE.to_vec();
+    args.push("events/");
+    let (out, lines) = replay_json(state.path(), &args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        lines.len(),
+        21,
+        "18 files, the SQS batch holds 3 records and the array 2"
+    );
+    for line in &lines {
+        for key in [
+            "event_id",
+            "kind",
+            "instance_ids",
+            "outcome",
+            "pools",
+            "actions",
+            "reason",
+        ] {
+            assert!(line.get(key).is_some(), "{key} missing in {line}");
+        }
+    }
+    // (origin suffix, outcome, [(action, target)], pool keys)
+    let expect: &[(&str, &str, &[(&str, Option<&str>)], &[&str])] = &[
+        (
+            "01-spot-interruption-karpenter.json",
+            "planned",
+            &[("delete", Some("nodeclaim/default-x7k2p"))],
+            &["spot#m5.large#us-east-1a"],
+        ),
+        (
+            "02-spot-interruption-plain.json",
+            "planned",
+            &[("cordon-drain", None)],
+            &["spot#c5.xlarge#us-east-1b"],
+        ),
+        (
+            "03-spot-interruption-capi-stop.json",
+            "planned",
+            &[("delete", Some("machine/default/demo-md-0-abcde"))],
+            &["spot#m5.large#us-east-1a"],
+        ),
+        (
+            "04-spot-interruption-other-cluster.json",
+            "planned",
+            &[("none", None)],
+            &["spot#r5.large#us-east-1c"],
+        ),
+        (
+            "05-state-change-stopping-control-plane.json",
+            "planned",
+            &[("none", None)],
+            &["on-demand#m5.xlarge#us-east-1a"],
+        ),
+        (
+            "06-rebalance-recommendation.json",
+            "planned",
+            &[("cordon", None)],
+            &["spot#m5.large#us-east-1b"],
+        ),
+        (
+            "07-state-change-terminated.json",
+            "planned",
+            &[("delete", Some("node/i-0a1b2c3d4e5f60007.ec2.internal"))],
+            &["on-demand#t3.large#us-east-1c"],
+        ),
+        (
+            "08-health-scheduled-change-rfc1123.json",
+            "planned",
+            &[("cordon-drain", None)],
+            &["on-demand#m5.2xlarge#us-east-1a"],
+        ),
+        (
+            "09-asg-terminate-lifecycle.json",
+            "planned",
+            &[("cordon-drain", None)],
+            &["on-demand#m5.large#us-east-1b"],
+        ),
+        (
+            "10-capacity-reservation-interruption.json",
+            "planned",
+            &[("cordon-drain", None)],
+            &["reserved#g5.xlarge#us-east-1c"],
+        ),
+        (
+            "11-rebalance-already-cordoned.json",
+            "planned",
+            &[("none", None)],
+            &["spot#m5.large#us-east-1a"],
+        ),
+        (
+            "12-spot-interruption-no-node.json",
+            "planned",
+            &[("none", None)],
+            &["spot#c5.large#us-east-1b"],
+        ),
+        ("13-state-change-running-ignored.json", "ignored", &[], &[]),
+        ("14-health-non-ec2-ignored.json", "ignored", &[], &[]),
+        (
+            "15-health-scheduled-change-rfc3339.json",
+            "planned",
+            &[("cordon-drain", None), ("cordon-drain", None)],
+            &["spot#c5.xlarge#us-east-1b", "spot#m5.large#us-east-1a"],
+        ),
+        ("16-unsupported-ami-state-change.json", "ignored", &[], &[]),
+        (
+            "Records[2] (messageId 6036e51d-cc4b-4892-857b-93410de6bcda)",
+            "duplicate",
+            &[("delete", Some("nodeclaim/default-x7k2p"))],
+            &["spot#m5.large#us-east-1a"],
+        ),
+        (
+            "18-array-of-events.json: [0]",
+            "planned",
+            &[("delete", Some("node/ip-10-0-1-13.ec2.internal"))],
+            &["spot#m5.large#us-east-1a"],
+        ),
+        (
+            "18-array-of-events.json: [1]",
+            "planned",
+            &[("none", None)],
+            &["spot#c5.large#us-east-1b"],
+        ),
+    ];
+    for (origin, outcome, actions, pools) in expect {
+        let line = by_origin(&lines, origin);
+        assert_eq!(line["outcome"], *outcome, "{origin}: {line}");
+        let got: Vec<(String, Option<String>)> = line["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                (
+                    a["action"].as_str().unwrap().to_string(),
+                    a["target"].as_str().map(str::to_string),
+                )
+            })
+            .collect();
+        let want: Vec<(String, Option<String>)> = actions
+            .iter()
+            .map(|(a, t)| (a.to_string(), t.map(str::to_string)))
+            .collect();
+        assert_eq!(got, want, "{origin}");
+        let got_pools: Vec<String> = line["pools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}#{}#{}",
+                    p["capacity_type"].as_str().unwrap(),
+                    p["instance_type"].as_str().unwrap(),
+                    p["zone"].as_str().unwrap()
+                )
+            })
+            .collect();
+        assert_eq!(got_pools, *pools, "{origin}");
+    }
+    let ignored = by_origin(&lines, "13-state-change-running-ignored.json");
+    assert!(ignored["reason"].as_str().unwrap().contains("running"));
+    let asg = by_origin(&lines, "09-asg-terminate-lifecycle.json");
+    assert_eq!(
+        asg["actions"][0]["complete_lifecycle"],
+        "eks-demo-ng-1/forewarn-drain"
+    );
+    let spot = by_origin(&lines, "02-spot-interruption-plain.json");
+    assert_eq!(
+        spot["actions"][0]["deadline"], "2026-11-20T10:01:49Z",
+        "event time + 120 s - 15 s"
+    );
+    assert_eq!(
+        spot["pools"][0]["unavailable_until"], "2026-11-20T11:00:04Z",
+        "event time + 1 h"
+    );
+}
+
+#[test]
+fn replaying_again_is_duplicate_and_changes_nothing() {
+    let state = tempfile::tempdir().unwrap();
+    let mut args = WITH_STATE.to_vec();
+    args.push("events/");
+    let (first, _) = replay_json(state.path(), &args);
+    assert!(first.status.success());
+    let pools = |s: &Path| forewarn(s, &["pools", "--all", "--output", "json"]).stdout;
+    let before = pools(state.path());
+    let (second, lines) = replay_json(state.path(), &args);
+    assert!(second.status.success());
+    for line in &lines {
+        let outcome = line["outcome"].as_str().unwrap();
+        assert!(outcome == "duplicate" || outcome == "ignored", "{line}");
+    }
+    assert_eq!(
+        before,
+        pools(state.path()),
+        "the second replay changed the store"
+    );
+    let listed: Value = serde_json::from_slice(&before).unwrap();
+    assert_eq!(
+        listed.as_array().unwrap().len(),
+        10,
+        "one record per distinct pool: {listed}"
+    );
+}
+
+#[test]
+fn malformed_input_is_reported_and_the_rest_still_processed() {
+    let state = tempfile::tempdir().unwrap();
+    let (out, lines) = replay_json(
+        state.path(),
+        &[
+            "events/malformed/",
+            "events/06-rebalance-recommendation.json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("events/malformed/wrong-type.json: field `detail.instance-id`: expected a string, found a number"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "events/malformed/missing-instance-id.json: field `detail.instance-id`: missing"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("events/malformed/not-json.json: not valid JSON"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("events/malformed/bad-time.json: field `time`"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("sqs-bad-record.json: Records[1]"),
+        "{stderr}"
+    );
+    let failed = lines.iter().filter(|l| l["outcome"] == "failed").count();
+    assert_eq!(failed, 5);
+    let planned: Vec<&Value> = lines.iter().filter(|l| l["outcome"] == "planned").collect();
+    assert_eq!(
+        planned.len(),
+        2,
+        "the good SQS record and the rebalance file still go through"
+    );
+}
+
+#[test]
+fn without_captured_state_nothing_is_known() {
+    let state = tempfile::tempdir().unwrap();
+    let (out, lines) = replay_json(state.path(), &["events/02-spot-interruption-plain.json"]);
+    assert!(out.status.success());
+    assert_eq!(lines[0]["outcome"], "planned");
+    assert_eq!(lines[0]["pools"], serde_json::json!([]));
+    assert_eq!(lines[0]["actions"][0]["node"], Value::Null);
+    assert_eq!(lines[0]["actions"][0]["action"], "none");
+}
+
+#[test]
+fn text_output_and_pools_table() {
+    let state = tempfile::tempdir().unwrap();
+    let mut args = vec!["replay"];
+    args.extend_from_slice(&WITH_STATE);
+    args.push("events/");
+    let out = forewarn(state.path(), &args);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("[planned]   events/01-spot-interruption-karpenter.json"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "i-0a1b2c3d4e5f60001 → ip-10-0-1-11.ec2.internal: delete nodeclaim/default-x7k2p"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("21 records: 17 planned, 0 acted, 3 ignored, 1 duplicate, 0 failed"),
+        "{text}"
+    );
+
+    let table = forewarn(state.path(), &["pools", "--all", "--zone", "us-east-1c"]);
+    let table = String::from_utf8(table.stdout).unwrap();
+    let rows: Vec<&str> = table.lines().collect();
+    assert!(rows[0].starts_with("POOL"), "{table}");
+    assert_eq!(rows.len(), 4, "header + 3 pools in us-east-1c: {table}");
+    assert!(
+        rows.iter()
+            .all(|r| r.starts_with("POOL") || r.contains("us-east-1c"))
+    );
+
+    let json = forewarn(
+        state.path(),
+        &[
+            "pools",
+            "--all",
+            "--instance-type",
+            "m5.large",
+            "--output",
+            "json",
+        ],
+    );
+    let pools: Value = serde_json::from_slice(&json.stdout).unwrap();
+    let pools = pools.as_array().unwrap();
+    assert_eq!(pools.len(), 3, "{pools:?}");
+    for p in pools {
+        assert_eq!(p["instance_type"], "m5.large");
+        for key in [
+            "capacity_type",
+            "zone",
+            "unavailable_until",
+            "interruptions",
+            "last_event_id",
+            "last_reason",
+        ] {
+            assert!(p.get(key).is_some(), "{key} missing in {p}");
+        }
+    }
+    let hot = pools
+        .iter()
+        .find(|p| p["capacity_type"] == "spot" && p["zone"] == "us-east-1a")
+        .unwrap();
+    assert_eq!(hot["interruptions"], 3, "01, 03 and the SQS spot warning");
+
+    // The sample events are in the past: their windows are over, so the default view is empty.
+    let current = forewarn(state.path(), &["pools", "--output", "json"]);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&current.stdout).unwrap(),
+        serde_json::json!([])
+    );
+}
+
+#[test]
+fn bad_configuration_is_a_clear_error() {
+    let state = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_forewarn"))
+        .current_dir(root())
+        .env("FOREWARN_STATE_DIR", state.path())
+        .env("FOREWARN_POOL_TTL", "an hour")
+        .args(["replay", "events/01-spot-interruption-karpenter.json"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("FOREWARN_POOL_TTL=\"an hour\""), "{stderr}");
+}
