@@ -8,6 +8,7 @@
 //! - [`pipeline`]: a batch of records through lookups, plans, actions and the pool store.
 
 pub mod config;
+pub mod ec2;
 pub mod event;
 pub mod facts;
 pub mod pipeline;
@@ -15,3 +16,4 @@ pub mod plan;
 pub mod pool;
 pub mod ports;
 pub mod snapshot;
+pub mod store;

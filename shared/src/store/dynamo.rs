@@ -40,8 +40,8 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, CancellationReason, KeysAndAttributes, Put, ReturnValuesOnConditionCheckFailure,
-    TransactWriteItem, Update,
+    AttributeValue, CancellationReason, KeysAndAttributes, Put,
+    ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
 use chrono::{DateTime, Utc};
 
@@ -220,17 +220,33 @@ impl DynamoStore {
         let plan = PoolWrite::new(update, delta, &self.retention);
         let mut e = Expr::default();
         let mut set = vec![
-            format!("{} = {}", e.name(POOL), e.value("pool", s(&delta.pool.to_string()))),
+            format!(
+                "{} = {}",
+                e.name(POOL),
+                e.value("pool", s(&delta.pool.to_string()))
+            ),
             format!(
                 "{} = {}",
                 e.name(CAPACITY_TYPE),
                 e.value("ct", s(delta.pool.capacity_type.as_str()))
             ),
-            format!("{} = {}", e.name(INSTANCE_TYPE), e.value("it", s(&delta.pool.instance_type))),
-            format!("{} = {}", e.name(ZONE), e.value("zone", s(&delta.pool.zone))),
+            format!(
+                "{} = {}",
+                e.name(INSTANCE_TYPE),
+                e.value("it", s(&delta.pool.instance_type))
+            ),
+            format!(
+                "{} = {}",
+                e.name(ZONE),
+                e.value("zone", s(&delta.pool.zone))
+            ),
         ];
         if let Some(region) = &update.region {
-            set.push(format!("{} = {}", e.name(REGION), e.value("region", s(region))));
+            set.push(format!(
+                "{} = {}",
+                e.name(REGION),
+                e.value("region", s(region))
+            ));
         }
         let mut conditions = Vec::new();
         let mut field = |e: &mut Expr,
@@ -241,7 +257,9 @@ impl DynamoStore {
                          op: &str| {
             let name = e.name(attr);
             let value = e.value(placeholder, value);
-            conditions.push(format!("(attribute_not_exists({name}) OR {name} {op} {value})"));
+            conditions.push(format!(
+                "(attribute_not_exists({name}) OR {name} {op} {value})"
+            ));
             if win {
                 set.push(format!("{name} = {value}"));
             } else {
@@ -284,7 +302,12 @@ impl DynamoStore {
             .set_expression_attribute_values(Some(e.values))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
-            .map_err(|e| self.err(format_args!("building the update of pool {}", delta.pool), e))?;
+            .map_err(|e| {
+                self.err(
+                    format_args!("building the update of pool {}", delta.pool),
+                    e,
+                )
+            })?;
         Ok(TransactWriteItem::builder().update(up).build())
     }
 
@@ -348,7 +371,10 @@ impl DynamoStore {
                         .send()
                         .await
                         .map_err(|e| {
-                            self.err(format_args!("querying index {index}"), DisplayErrorContext(e))
+                            self.err(
+                                format_args!("querying index {index}"),
+                                DisplayErrorContext(e),
+                            )
                         })?;
                     (out.items, out.last_evaluated_key)
                 }
@@ -494,7 +520,10 @@ impl Known {
             until: self.until.max(write.until),
             last_seen: Some(self.last_seen.map_or(write.time, |v| v.max(write.time))),
             first_seen: Some(self.first_seen.map_or(write.time, |v| v.min(write.time))),
-            expires_at: Some(self.expires_at.map_or(write.expires, |v| v.max(write.expires))),
+            expires_at: Some(
+                self.expires_at
+                    .map_or(write.expires, |v| v.max(write.expires)),
+            ),
         }
     }
 }
@@ -514,7 +543,12 @@ impl PoolStore for DynamoStore {
         for chunk in unique.chunks(100) {
             let keys = chunk
                 .iter()
-                .map(|id| HashMap::from([(PK.to_string(), s(&event_pk(id))), (SK.to_string(), s(EVENT_SK))]))
+                .map(|id| {
+                    HashMap::from([
+                        (PK.to_string(), s(&event_pk(id))),
+                        (SK.to_string(), s(EVENT_SK)),
+                    ])
+                })
                 .collect();
             let mut request = Some(
                 KeysAndAttributes::builder()
@@ -551,10 +585,12 @@ impl PoolStore for DynamoStore {
                     .unwrap_or_default();
                 for item in items {
                     let pk = req_s("(ledger item)", &item, PK)?;
-                    let id = pk.strip_prefix("EVENT#").ok_or_else(|| StoreError::Corrupt {
-                        key: pk.to_string(),
-                        message: "a ledger key without the EVENT# prefix".into(),
-                    })?;
+                    let id = pk
+                        .strip_prefix("EVENT#")
+                        .ok_or_else(|| StoreError::Corrupt {
+                            key: pk.to_string(),
+                            message: "a ledger key without the EVENT# prefix".into(),
+                        })?;
                     if req_n(pk, &item, EXPIRES_AT)? > now {
                         applied.insert(id.to_string());
                     }
@@ -759,7 +795,10 @@ impl PoolStore for DynamoStore {
 fn retryable(code: &str) -> bool {
     matches!(
         code,
-        "TransactionConflict" | "ThrottlingError" | "ProvisionedThroughputExceeded" | "RequestLimitExceeded"
+        "TransactionConflict"
+            | "ThrottlingError"
+            | "ProvisionedThroughputExceeded"
+            | "RequestLimitExceeded"
     )
 }
 
@@ -862,7 +901,10 @@ fn decode_pool(item: &HashMap<String, AttributeValue>) -> Result<PoolRecord, Sto
         .parse()
         .map_err(|e: String| corrupt(key, e))?;
     if pool_pk(&pool) != key {
-        return Err(corrupt(key, format_args!("`pool` = {pool} does not match the key")));
+        return Err(corrupt(
+            key,
+            format_args!("`pool` = {pool} does not match the key"),
+        ));
     }
     let region = match item.get(REGION) {
         None | Some(AttributeValue::Null(_)) => None,

@@ -221,9 +221,8 @@ impl EmbeddedStore {
                     .map(|v| decode(&key, v.value()))
                     .transpose()?;
                 let record = fold(existing, update, delta, &self.retention);
-                let json = serde_json::to_string(&record).map_err(|e| {
-                    self.err(format_args!("encoding pool {key} (event {id})"), e)
-                })?;
+                let json = serde_json::to_string(&record)
+                    .map_err(|e| self.err(format_args!("encoding pool {key} (event {id})"), e))?;
                 pools
                     .insert(key.as_str(), json.as_str())
                     .map_err(|e| self.err(format_args!("writing pool {key} (event {id})"), e))?;
@@ -450,11 +449,7 @@ mod tests {
             Applied::Duplicate
         );
         assert_eq!(
-            store
-                .pools(&PoolQuery::default(), now)
-                .await
-                .unwrap()
-                .len(),
+            store.pools(&PoolQuery::default(), now).await.unwrap().len(),
             1
         );
         {

@@ -241,7 +241,7 @@ mod tests {
             let (last, _) = events.last_key_value().unwrap();
             prop_assert_eq!(rec.first_seen, at(*first));
             prop_assert_eq!(rec.last_seen, at(*last));
-            prop_assert_eq!(rec.last_event_id, format!("e{last}"));
+            prop_assert_eq!(&rec.last_event_id, &format!("e{last}"));
             prop_assert_eq!(rec.interruptions(), events.len() as u64);
             prop_assert_eq!(rec.unavailable_until, events.values().flatten().max().map(|u| at(*u)));
             prop_assert_eq!(rec.expires_at, r.pool_expiry(rec.last_seen, rec.unavailable_until));

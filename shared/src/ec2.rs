@@ -1,0 +1,149 @@
+//! The EC2 instance directory: `DescribeInstances` through the AWS SDK, one call per batch.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use aws_sdk_ec2::Client;
+use aws_sdk_ec2::types::{Filter, Instance};
+
+use crate::facts::InstanceFacts;
+use crate::ports::{DirectoryError, InstanceDirectory};
+use crate::snapshot::capacity_type_of;
+
+/// EC2 accepts at most 200 values in one filter.
+const FILTER_VALUES_MAX: usize = 200;
+
+/// Instance facts from EC2.
+#[derive(Clone, Debug)]
+pub struct Ec2Directory {
+    client: Client,
+}
+
+impl Ec2Directory {
+    pub fn new(client: Client) -> Ec2Directory {
+        Ec2Directory { client }
+    }
+
+    /// A directory on the standard AWS configuration (`AWS_ENDPOINT_URL_EC2`, region, ...).
+    pub fn from_conf(sdk: &aws_config::SdkConfig) -> Ec2Directory {
+        Ec2Directory::new(Client::new(sdk))
+    }
+}
+
+/// Reads the facts of one SDK instance.
+pub fn facts_of(instance: &Instance) -> Option<InstanceFacts> {
+    let instance_id = instance.instance_id()?.to_string();
+    Some(InstanceFacts {
+        instance_id,
+        instance_type: instance.instance_type().map(|t| t.as_str().to_string()),
+        zone: instance
+            .placement()
+            .and_then(|p| p.availability_zone())
+            .map(str::to_string),
+        capacity_type: Some(capacity_type_of(
+            instance.instance_lifecycle().map(|l| l.as_str()),
+            instance.capacity_reservation_id(),
+        )),
+        private_dns: instance
+            .private_dns_name()
+            .filter(|d| !d.is_empty())
+            .map(str::to_string),
+        state: instance
+            .state()
+            .and_then(|s| s.name())
+            .map(|n| n.as_str().to_string()),
+        state_reason: instance
+            .state_reason()
+            .and_then(|r| r.code())
+            .map(str::to_string),
+        tags: instance
+            .tags()
+            .iter()
+            .filter_map(|t| {
+                Some((
+                    t.key()?.to_string(),
+                    t.value().unwrap_or_default().to_string(),
+                ))
+            })
+            .collect(),
+    })
+}
+
+#[async_trait]
+impl InstanceDirectory for Ec2Directory {
+    /// Uses the `instance-id` filter rather than `InstanceIds`, so that an instance EC2 no
+    /// longer knows is simply absent instead of failing the whole call.
+    async fn describe(
+        &self,
+        instance_ids: &[String],
+    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
+        let mut found = BTreeMap::new();
+        for chunk in instance_ids.chunks(FILTER_VALUES_MAX) {
+            let filter = Filter::builder()
+                .name("instance-id")
+                .set_values(Some(chunk.to_vec()))
+                .build();
+            let mut pages = self
+                .client
+                .describe_instances()
+                .filters(filter)
+                .into_paginator()
+                .send();
+            while let Some(page) = pages.next().await {
+                let page = page.map_err(|e| DirectoryError {
+                    service: "ec2:DescribeInstances",
+                    message: aws_sdk_ec2::error::DisplayErrorContext(e).to_string(),
+                })?;
+                for facts in page
+                    .reservations()
+                    .iter()
+                    .flat_map(|r| r.instances())
+                    .filter_map(facts_of)
+                {
+                    found.insert(facts.instance_id.clone(), facts);
+                }
+            }
+        }
+        Ok(found)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_ec2::types::{
+        InstanceLifecycleType, InstanceState, InstanceStateName, InstanceType, Placement,
+        StateReason, Tag,
+    };
+
+    #[test]
+    fn sdk_instance_to_facts() {
+        let i = Instance::builder()
+            .instance_id("i-0a1b2c3d4e5f60001")
+            .instance_type(InstanceType::M5Large)
+            .placement(Placement::builder().availability_zone("us-east-1a").build())
+            .instance_lifecycle(InstanceLifecycleType::Spot)
+            .private_dns_name("ip-10-0-1-11.ec2.internal")
+            .state(
+                InstanceState::builder()
+                    .name(InstanceStateName::Stopped)
+                    .build(),
+            )
+            .state_reason(
+                StateReason::builder()
+                    .code("Server.SpotInstanceTermination")
+                    .build(),
+            )
+            .tags(Tag::builder().key("eks:cluster-name").value("demo").build())
+            .build();
+        let f = facts_of(&i).unwrap();
+        assert_eq!(f.pool().unwrap().to_string(), "spot#m5.large#us-east-1a");
+        assert_eq!(f.state.as_deref(), Some("stopped"));
+        assert_eq!(
+            f.state_reason.as_deref(),
+            Some("Server.SpotInstanceTermination")
+        );
+        assert_eq!(f.clusters(), vec!["demo"]);
+        assert!(facts_of(&Instance::builder().build()).is_none());
+    }
+}
