@@ -1,0 +1,488 @@
+//! An in-memory HTTP fake of the Kubernetes API server for forewarn's tests.
+//!
+//! [`KubeFake::start`] serves plain HTTP on `127.0.0.1` (a free port the OS
+//! picks), without authentication, from a task on the current tokio runtime.
+//! Tests talk to it with the real `kube` client ([`KubeFake::client`]) and
+//! seed or inspect it directly ([`KubeFake::insert`], [`KubeFake::get`],
+//! [`KubeFake::requests`], ...).
+//!
+//! # Faithful
+//!
+//! * **Paths and kinds** of the real server, from a table ([`ResourceDef`],
+//!   [`builtin_resources`]; add rows with [`KubeFakeBuilder::resource`]): core/v1
+//!   `nodes`, `pods` (also listed across namespaces at `/api/v1/pods`), `events`;
+//!   `events.k8s.io/v1` `events`; `policy/v1` `poddisruptionbudgets`; `apps/v1`
+//!   `daemonsets`, `replicasets`, `statefulsets`; custom resources
+//!   `karpenter.sh/v1` `nodeclaims` (cluster-scoped) and `cluster.x-k8s.io/v1beta1`
+//!   `machines` (namespaced). `/status` subresources, `pods/eviction`, `/version`
+//!   and the legacy discovery documents (`/api`, `/api/v1`, `/apis`,
+//!   `/apis/{group}`, `/apis/{group}/{version}`).
+//! * **Verbs**: get, list, create, replace, patch, delete. Unknown paths answer a
+//!   404 `Status`, verbs a path does not serve a 405 `Status`.
+//! * **`Status` bodies** as `k8s.io/apimachinery/pkg/api/errors` builds them:
+//!   `NotFound`, `AlreadyExists`, `Conflict`, `BadRequest`, `Invalid` (with
+//!   `details.causes`), `UnsupportedMediaType`, `TooManyRequests`,
+//!   `MethodNotAllowed`, `InternalError`, down to the messages.
+//! * **resourceVersion**: one global counter, bumped by every write and stored in
+//!   `metadata.resourceVersion`; lists carry it. A replace or patch whose
+//!   `metadata.resourceVersion` differs from the stored one is a 409 `Conflict`; a
+//!   replace of a custom resource without one is a 422, as for CRDs; a write that
+//!   changes nothing keeps the resourceVersion. `uid`, `creationTimestamp`,
+//!   `generation` (bumped when anything outside metadata and status changes) are
+//!   set by the server; a create that carries a resourceVersion is refused with the
+//!   real 500. `generateName` works.
+//! * **Status subresources**: writes to an object whose type has one keep the
+//!   stored status; writes to `/status` change only the status. A Pod created
+//!   through the API starts `Pending`, as on the real server (seed running pods
+//!   with [`KubeFake::insert`], which keeps what it is given).
+//! * **Deletion**: pods answer with the deleted object, other kinds with a
+//!   `Success` `Status` naming the object, as their real registries do. Objects
+//!   with finalizers get a `deletionTimestamp` and go away when a write empties
+//!   `metadata.finalizers`. Delete preconditions (uid, resourceVersion) are
+//!   checked. A pod on a node can be given a graceful deletion period
+//!   ([`KubeFake::set_eviction_grace`]). `dryRun=All` is honoured on every write.
+//! * **Selectors**: `labelSelector` with `=`, `==`, `!=`, `in`, `notin`,
+//!   exists, `!` (and `>`/`<`); `fieldSelector` with `=`, `==`, `!=` on the fields
+//!   each type really supports (pods: `metadata.name`, `metadata.namespace`,
+//!   `spec.nodeName`, `status.phase`, ...), with the real per-type error message
+//!   (`field label not supported: x`, or for types without field conversions
+//!   `"x" is not a known field selector: only "metadata.name", "metadata.namespace"`).
+//!   `limit`, `continue` and `resourceVersion` are accepted and ignored.
+//! * **Patches**: merge patch (RFC 7386), JSON patch (RFC 6902, a failing `test`
+//!   is the real 422), strategic merge patch with the real list strategies of
+//!   the served types (Node `spec.taints` is atomic, conditions merge by `type`,
+//!   finalizers merge as a set; `$patch`, `$retainKeys`,
+//!   `$deleteFromPrimitiveList` directives). Custom resources refuse strategic
+//!   merge patch with the real 415, like the apiextensions server.
+//! * **Eviction**: the rules of the real eviction subresource and disruption
+//!   controller, computed from the pods the fake holds (see the `eviction`
+//!   module): budgets with `minAvailable`/`maxUnavailable` as ints or percentages,
+//!   the 429 naming the budget, the 500 for more than one budget, unconditional
+//!   eviction of `Pending`/`Succeeded`/`Failed`/terminating pods, unready pods
+//!   evicted when the budget is met or with `unhealthyPodEvictionPolicy:
+//!   AlwaysAllow`. PodDisruptionBudgets read from the fake carry the status the
+//!   disruption controller would have written.
+//! * **Events**: core/v1 and events.k8s.io/v1 creation is validated with the real
+//!   `ValidateEventCreate` rules (a core/v1 Event about a cluster-scoped object
+//!   must live in `default`, ...), answering the real 422.
+//! * **Fault injection**: [`KubeFake::inject`], [`KubeFake::set_latency`],
+//!   [`KubeFake::set_rate_limit`] (429 with `Retry-After: 1`, like API priority
+//!   and fairness), [`KubeFake::hang`]; [`KubeFake::counters`] counts them.
+//!
+//! # Knowingly not implemented
+//!
+//! * watch (`?watch=true` answers 405), `deletecollection` (405), server-side
+//!   apply (`application/apply-patch+yaml` answers 415 with a message saying so),
+//!   YAML and protobuf bodies (415), aggregated discovery, `managedFields`,
+//!   `selfLink`, pagination (`limit` is ignored: lists are complete), `namespaces`
+//!   themselves (any namespace name is accepted), authentication and authorization,
+//!   admission beyond the validation listed above (e.g. a Pod without containers is
+//!   accepted).
+//! * The disruption controller is emulated, not run: for percentage budgets a pod
+//!   whose controller is not stored counts as one expected pod (see `eviction`).
+//! * Garbage collection: deleting an owner does not delete its dependents.
+//! * The `kube` client from [`KubeFake::client`] has kube's default retry layer
+//!   **off** (`Config::default_retry = false`), so tests see every 429/503 the fake
+//!   sends. kube 5's `Config::new` turns it on, and then it retries 429, 503 and
+//!   504 up to 15 times, honouring `Retry-After` — including eviction refusals.
+
+mod discovery;
+mod eviction;
+mod patch;
+mod resources;
+mod selectors;
+mod server;
+mod status;
+mod store;
+mod validation;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use axum::http::Method;
+pub use resources::{FieldLabel, ListMerge, ResourceDef, StatusOnCreate, builtin_resources};
+
+use server::{Control, FakeState, Shared, TokenBucket};
+use store::Store;
+
+/// One request the fake received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedRequest {
+    /// HTTP method.
+    pub method: Method,
+    /// Path without the query, e.g. `/api/v1/nodes/n1`.
+    pub path: String,
+    /// The raw (still percent-encoded) query string, empty when there is none.
+    pub query: String,
+    /// The `Content-Type` header, parameters included.
+    pub content_type: Option<String>,
+    /// The body: parsed JSON, or a JSON string holding the raw text when it is
+    /// not JSON; `None` when empty.
+    pub body: Option<Value>,
+    /// The HTTP status answered; 0 for a request held by [`KubeFake::hang`].
+    pub status: u16,
+}
+
+impl RecordedRequest {
+    /// The decoded value of one query parameter.
+    pub fn query_param(&self, key: &str) -> Option<String> {
+        form_urlencoded::parse(self.query.as_bytes())
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.into_owned())
+    }
+}
+
+/// An injected failure: requests matching `method` (any when `None`) and whose
+/// path contains `path_contains` (any when `None`) are answered with a `Status`
+/// of code `status`, `times` times, before normal service resumes. A 429 also
+/// carries `Retry-After: 1`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fault {
+    pub method: Option<Method>,
+    pub path_contains: Option<String>,
+    pub status: u16,
+    pub times: usize,
+}
+
+impl Fault {
+    /// Any request, once, answered with `status`.
+    pub fn new(status: u16) -> Self {
+        Self {
+            method: None,
+            path_contains: None,
+            status,
+            times: 1,
+        }
+    }
+
+    /// Only requests with this method.
+    pub fn method(mut self, method: Method) -> Self {
+        self.method = Some(method);
+        self
+    }
+
+    /// Only requests whose path contains this text.
+    pub fn path_contains(mut self, text: impl Into<String>) -> Self {
+        self.path_contains = Some(text.into());
+        self
+    }
+
+    /// How many requests fail.
+    pub fn times(mut self, times: usize) -> Self {
+        self.times = times;
+        self
+    }
+}
+
+/// Counters kept since the fake started (not reset by [`KubeFake::clear_requests`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Every request received.
+    pub requests: u64,
+    /// Every 429 answered, whatever its cause (rate limit, fault, disruption budget).
+    pub too_many_requests: u64,
+    /// 429s answered by the rate limiter.
+    pub rate_limited: u64,
+    /// Answers replaced by an injected [`Fault`].
+    pub faults_injected: u64,
+    /// Requests held by [`KubeFake::hang`].
+    pub hung: u64,
+}
+
+/// Configures a [`KubeFake`] before it starts.
+#[derive(Debug, Clone)]
+pub struct KubeFakeBuilder {
+    resources: Vec<ResourceDef>,
+}
+
+impl Default for KubeFakeBuilder {
+    fn default() -> Self {
+        Self {
+            resources: builtin_resources(),
+        }
+    }
+}
+
+impl KubeFakeBuilder {
+    /// Serves one more kind, or replaces the row with the same group, version and plural.
+    pub fn resource(mut self, def: ResourceDef) -> Self {
+        self.resources.retain(|r| {
+            !(r.group == def.group && r.version == def.version && r.plural == def.plural)
+        });
+        self.resources.push(def);
+        self
+    }
+
+    /// Binds `127.0.0.1:0` and serves from a task on the current tokio runtime.
+    ///
+    /// # Panics
+    ///
+    /// If no loopback port can be bound.
+    pub async fn start(self) -> KubeFake {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .expect("kube-fake: bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("kube-fake: local address");
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            state: Mutex::new(FakeState {
+                store: Store::new(self.resources),
+                control: Control::default(),
+            }),
+            shutdown: shutdown_rx.clone(),
+            server_address: addr.to_string(),
+        });
+        let app = axum::Router::new()
+            .fallback(server::handle)
+            .with_state(Arc::clone(&shared));
+        let mut stop = shutdown_rx;
+        let server = tokio::spawn(async move {
+            let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
+                let _ = stop.wait_for(|stopped| *stopped).await;
+            });
+            if let Err(e) = serve.await {
+                tracing::warn!("kube-fake server stopped: {e}");
+            }
+        });
+        tracing::debug!("kube-fake listening on http://{addr}");
+        KubeFake {
+            shared,
+            addr,
+            shutdown: shutdown_tx,
+            server: Some(server),
+        }
+    }
+}
+
+/// A running fake API server. Dropping it stops the server.
+pub struct KubeFake {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    server: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for KubeFake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeFake")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl KubeFake {
+    /// Starts a fake serving the built-in resources.
+    pub async fn start() -> Self {
+        KubeFakeBuilder::default().start().await
+    }
+
+    /// A builder, to serve more kinds.
+    pub fn builder() -> KubeFakeBuilder {
+        KubeFakeBuilder::default()
+    }
+
+    /// The socket address the fake listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A `kube::Config` for the fake: no auth, default namespace `default`,
+    /// connect timeout 5 s, read and write timeouts 15 s, and kube's default
+    /// retry layer off (see the crate docs).
+    pub fn config(&self) -> kube::Config {
+        let url = self.url().parse().expect("kube-fake: the URL is valid");
+        let mut config = kube::Config::new(url);
+        config.connect_timeout = Some(Duration::from_secs(5));
+        config.read_timeout = Some(Duration::from_secs(15));
+        config.write_timeout = Some(Duration::from_secs(15));
+        config.default_retry = false;
+        config
+    }
+
+    /// A real `kube::Client` built from [`KubeFake::config`].
+    pub fn client(&self) -> kube::Client {
+        kube::Client::try_from(self.config()).expect("kube-fake: build the kube client")
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FakeState> {
+        self.shared.lock()
+    }
+
+    fn kind_index(state: &FakeState, api_version: &str, kind: &str) -> usize {
+        state
+            .store
+            .find_kind(api_version, kind)
+            .unwrap_or_else(|| panic!("kube-fake does not serve {api_version} {kind}"))
+    }
+
+    /// Seeds an object of any served kind (found by apiVersion and kind), as if it
+    /// had been created: uid, resourceVersion, creationTimestamp and generation are
+    /// set like the server would, everything else (status included) is kept. An
+    /// object of the same name is replaced. A namespaced object without a
+    /// namespace goes to `default`. Returns the stored object.
+    ///
+    /// # Panics
+    ///
+    /// If `obj` does not serialize to an object of a served kind with a name.
+    pub fn insert<T: Serialize>(&self, obj: T) -> Value {
+        let value = serde_json::to_value(obj).expect("kube-fake: insert: serialize");
+        self.lock()
+            .store
+            .seed(value)
+            .unwrap_or_else(|e| panic!("kube-fake: insert: {e}"))
+    }
+
+    /// One object, as a GET would answer it.
+    ///
+    /// # Panics
+    ///
+    /// If the kind is not served.
+    pub fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Value> {
+        let state = self.lock();
+        let idx = Self::kind_index(&state, api_version, kind);
+        state.store.get(idx, namespace, name)
+    }
+
+    /// Every object of a kind, in all namespaces, ordered by namespace and name.
+    ///
+    /// # Panics
+    ///
+    /// If the kind is not served.
+    pub fn list(&self, api_version: &str, kind: &str) -> Vec<Value> {
+        let state = self.lock();
+        let idx = Self::kind_index(&state, api_version, kind);
+        state
+            .store
+            .objects_of(idx, None)
+            .map(|o| state.store.present(idx, o.clone()))
+            .collect()
+    }
+
+    /// Removes an object at once, without API semantics (no finalizers, no grace).
+    ///
+    /// # Panics
+    ///
+    /// If the kind is not served.
+    pub fn remove(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Value> {
+        let mut state = self.lock();
+        let idx = Self::kind_index(&state, api_version, kind);
+        state.store.remove(idx, namespace, name)
+    }
+
+    /// All core/v1 and events.k8s.io/v1 Events, core ones first.
+    pub fn events(&self) -> Vec<Value> {
+        let mut events = self.list("v1", "Event");
+        events.extend(self.list("events.k8s.io/v1", "Event"));
+        events
+    }
+
+    /// The current value of the global resourceVersion counter.
+    pub fn resource_version(&self) -> u64 {
+        self.lock().store.resource_version()
+    }
+
+    /// Every request received since the start or the last [`KubeFake::clear_requests`].
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.lock().control.log.clone()
+    }
+
+    /// The recorded requests that are not GETs.
+    pub fn writes(&self) -> Vec<RecordedRequest> {
+        self.lock()
+            .control
+            .log
+            .iter()
+            .filter(|r| r.method != Method::GET)
+            .cloned()
+            .collect()
+    }
+
+    /// Forgets the recorded requests (the counters stay).
+    pub fn clear_requests(&self) {
+        self.lock().control.log.clear();
+    }
+
+    /// Adds a fault; faults are consulted in the order they were added.
+    pub fn inject(&self, fault: Fault) {
+        self.lock().control.faults.push(fault);
+    }
+
+    /// Drops the faults not used up yet.
+    pub fn clear_faults(&self) {
+        self.lock().control.faults.clear();
+    }
+
+    /// Delay added before every answer (zero to disable).
+    pub fn set_latency(&self, latency: Duration) {
+        self.lock().control.latency = latency;
+    }
+
+    /// Answers 429 `TooManyRequests` with `Retry-After: 1` to requests beyond
+    /// `requests_per_second` (token bucket holding at most `burst` requests, full at start).
+    pub fn set_rate_limit(&self, requests_per_second: f64, burst: u32) {
+        self.lock().control.rate_limit = Some(TokenBucket::new(requests_per_second, burst));
+    }
+
+    /// Removes the rate limit.
+    pub fn clear_rate_limit(&self) {
+        self.lock().control.rate_limit = None;
+    }
+
+    /// The next `times` requests whose path contains `path_contains` are never
+    /// answered (until the fake shuts down), so client timeouts can be tested.
+    pub fn hang(&self, path_contains: impl Into<String>, times: usize) {
+        self.lock()
+            .control
+            .hangs
+            .push((path_contains.into(), times));
+    }
+
+    /// How long an evicted pod, or a pod on a node deleted without
+    /// `gracePeriodSeconds: 0`, stays with a `deletionTimestamp` before it is
+    /// removed (default zero: at once). While it stays it counts as unhealthy.
+    pub fn set_eviction_grace(&self, grace: Duration) {
+        self.lock().store.pod_grace = grace;
+    }
+
+    /// Request counters.
+    pub fn counters(&self) -> Counters {
+        self.lock().control.counters
+    }
+
+    /// Stops the server and waits (at most 5 s) for it to finish. Hung requests are released.
+    pub async fn shutdown(mut self) {
+        let _ = self.shutdown.send(true);
+        if let Some(server) = self.server.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+        }
+    }
+}
+
+impl Drop for KubeFake {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+    }
+}

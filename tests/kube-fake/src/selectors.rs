@@ -1,0 +1,476 @@
+//! Label and field selectors, with the semantics of `k8s.io/apimachinery/pkg/labels`
+//! and `.../pkg/fields`.
+
+use serde_json::{Map, Value};
+
+use crate::resources::ResourceDef;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Op {
+    Equals,
+    NotEquals,
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+    GreaterThan,
+    LessThan,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Requirement {
+    key: String,
+    op: Op,
+    values: Vec<String>,
+}
+
+impl Requirement {
+    fn matches(&self, labels: &Map<String, Value>) -> bool {
+        let value = labels.get(&self.key).map(|v| match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        });
+        let in_set = |v: &String| self.values.contains(v);
+        match self.op {
+            Op::Equals | Op::In => value.as_ref().is_some_and(in_set),
+            Op::NotEquals | Op::NotIn => !value.as_ref().is_some_and(in_set),
+            Op::Exists => value.is_some(),
+            Op::DoesNotExist => value.is_none(),
+            Op::GreaterThan | Op::LessThan => {
+                let (Some(have), Some(want)) = (
+                    value.and_then(|v| v.parse::<i64>().ok()),
+                    self.values.first().and_then(|v| v.parse::<i64>().ok()),
+                ) else {
+                    return false;
+                };
+                if self.op == Op::GreaterThan {
+                    have > want
+                } else {
+                    have < want
+                }
+            }
+        }
+    }
+}
+
+/// A parsed label selector: every requirement must hold (comma means AND).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct LabelSelector {
+    requirements: Vec<Requirement>,
+}
+
+fn valid_key(key: &str) -> bool {
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    let name_ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    let prefix_ok = prefix.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 253
+            && p.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '.'))
+    });
+    name_ok && prefix_ok
+}
+
+fn valid_value(value: &str) -> bool {
+    value.is_empty()
+        || (value.len() <= 63
+            && value
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            && value.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && value.ends_with(|c: char| c.is_ascii_alphanumeric()))
+}
+
+/// Splits on commas outside parentheses.
+fn split_terms(s: &str) -> Result<Vec<&str>, String> {
+    let mut terms = Vec::new();
+    let mut depth = 0usize;
+    let mut start = 0;
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth = depth.checked_sub(1).ok_or_else(|| {
+                    format!("unable to parse requirement: unexpected ')' in {s:?}")
+                })?;
+            }
+            ',' if depth == 0 => {
+                terms.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if depth != 0 {
+        return Err(format!(
+            "unable to parse requirement: unclosed '(' in {s:?}"
+        ));
+    }
+    terms.push(&s[start..]);
+    Ok(terms)
+}
+
+fn parse_requirement(term: &str) -> Result<Requirement, String> {
+    let term = term.trim();
+    let bad = |why: &str| format!("unable to parse requirement: {why}: {term:?}");
+    if term.is_empty() {
+        return Err(bad("found '', expected: identifier"));
+    }
+    let req = if let Some(key) = term.strip_prefix('!') {
+        Requirement {
+            key: key.trim().to_string(),
+            op: Op::DoesNotExist,
+            values: vec![],
+        }
+    } else if let Some(open) = term.find('(') {
+        if !term.ends_with(')') {
+            return Err(bad("expected ')' at the end"));
+        }
+        let head = term[..open].trim();
+        let (key, op) = head
+            .rsplit_once(char::is_whitespace)
+            .ok_or_else(|| bad("expected 'in' or 'notin'"))?;
+        let op = match op {
+            "in" => Op::In,
+            "notin" => Op::NotIn,
+            _ => return Err(bad("expected 'in' or 'notin'")),
+        };
+        let values: Vec<String> = term[open + 1..term.len() - 1]
+            .split(',')
+            .map(|v| v.trim().to_string())
+            .collect();
+        if values.iter().all(String::is_empty) {
+            return Err(bad(
+                "for 'in', 'notin' operators, values set can't be empty",
+            ));
+        }
+        Requirement {
+            key: key.trim().to_string(),
+            op,
+            values,
+        }
+    } else {
+        let (key, op, value) = if let Some((k, v)) = term.split_once("!=") {
+            (k, Op::NotEquals, Some(v))
+        } else if let Some((k, v)) = term.split_once("==") {
+            (k, Op::Equals, Some(v))
+        } else if let Some((k, v)) = term.split_once('=') {
+            (k, Op::Equals, Some(v))
+        } else if let Some((k, v)) = term.split_once('>') {
+            (k, Op::GreaterThan, Some(v))
+        } else if let Some((k, v)) = term.split_once('<') {
+            (k, Op::LessThan, Some(v))
+        } else {
+            (term, Op::Exists, None)
+        };
+        Requirement {
+            key: key.trim().to_string(),
+            op,
+            values: value
+                .map(|v| vec![v.trim().to_string()])
+                .unwrap_or_default(),
+        }
+    };
+    if !valid_key(&req.key) {
+        return Err(bad("invalid label key"));
+    }
+    if let Some(v) = req.values.iter().find(|v| !valid_value(v)) {
+        return Err(bad(&format!("invalid label value {v:?}")));
+    }
+    if matches!(req.op, Op::GreaterThan | Op::LessThan)
+        && req
+            .values
+            .first()
+            .and_then(|v| v.parse::<i64>().ok())
+            .is_none()
+    {
+        return Err(bad(
+            "for 'Gt', 'Lt' operators, the value must be an integer",
+        ));
+    }
+    Ok(req)
+}
+
+impl LabelSelector {
+    /// Parses the `labelSelector` query syntax.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        if s.trim().is_empty() {
+            return Ok(Self::default());
+        }
+        let requirements = split_terms(s)?
+            .into_iter()
+            .map(parse_requirement)
+            .collect::<Result<_, _>>()?;
+        Ok(Self { requirements })
+    }
+
+    /// Converts a `metav1.LabelSelector` object (`matchLabels` + `matchExpressions`).
+    pub fn from_object(selector: &Value) -> Result<Self, String> {
+        let mut requirements = Vec::new();
+        if let Some(labels) = selector.get("matchLabels").and_then(Value::as_object) {
+            for (k, v) in labels {
+                requirements.push(Requirement {
+                    key: k.clone(),
+                    op: Op::Equals,
+                    values: vec![v.as_str().unwrap_or_default().to_string()],
+                });
+            }
+        }
+        if let Some(exprs) = selector.get("matchExpressions").and_then(Value::as_array) {
+            for e in exprs {
+                let key = e
+                    .get("key")
+                    .and_then(Value::as_str)
+                    .ok_or("matchExpressions entry without key")?
+                    .to_string();
+                let values: Vec<String> = e
+                    .get("values")
+                    .and_then(Value::as_array)
+                    .map(|vs| {
+                        vs.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_string)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let op = match e.get("operator").and_then(Value::as_str) {
+                    Some("In") => Op::In,
+                    Some("NotIn") => Op::NotIn,
+                    Some("Exists") => Op::Exists,
+                    Some("DoesNotExist") => Op::DoesNotExist,
+                    other => {
+                        return Err(format!("{other:?} is not a valid label selector operator"));
+                    }
+                };
+                if matches!(op, Op::In | Op::NotIn) && values.is_empty() {
+                    return Err("for 'in', 'notin' operators, values set can't be empty".into());
+                }
+                requirements.push(Requirement { key, op, values });
+            }
+        }
+        Ok(Self { requirements })
+    }
+
+    /// An empty selector selects everything (and, on a PDB, nothing).
+    pub fn is_empty(&self) -> bool {
+        self.requirements.is_empty()
+    }
+
+    /// Whether the labels of `obj` satisfy every requirement.
+    pub fn matches_object(&self, obj: &Value) -> bool {
+        let empty = Map::new();
+        let labels = obj
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object)
+            .unwrap_or(&empty);
+        self.requirements.iter().all(|r| r.matches(labels))
+    }
+}
+
+#[derive(Debug, Clone)]
+struct FieldTerm {
+    pointer: &'static str,
+    default: &'static str,
+    value: String,
+    negate: bool,
+}
+
+/// A parsed field selector, resolved against one resource's supported fields.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FieldSelector {
+    terms: Vec<FieldTerm>,
+}
+
+/// Splits on unescaped `sep`, keeping escapes for the later unescape.
+fn split_unescaped(s: &str, sep: char) -> Vec<String> {
+    let mut parts = vec![String::new()];
+    let mut escaped = false;
+    for c in s.chars() {
+        if escaped {
+            parts.last_mut().expect("never empty").push('\\');
+            parts.last_mut().expect("never empty").push(c);
+            escaped = false;
+        } else if c == '\\' {
+            escaped = true;
+        } else if c == sep {
+            parts.push(String::new());
+        } else {
+            parts.last_mut().expect("never empty").push(c);
+        }
+    }
+    parts
+}
+
+fn unescape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            if let Some(next) = chars.next() {
+                out.push(next);
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+impl FieldSelector {
+    /// Parses `fieldSelector` and checks every field is supported by `res`.
+    /// The error is the message of the real server's `BadRequest`.
+    pub fn parse(s: &str, res: &ResourceDef) -> Result<Self, String> {
+        const DEFAULT: &[crate::resources::FieldLabel] = &[
+            crate::resources::FieldLabel::new("metadata.name", "/metadata/name"),
+            crate::resources::FieldLabel::new("metadata.namespace", "/metadata/namespace"),
+        ];
+        if s.trim().is_empty() {
+            return Ok(Self::default());
+        }
+        let mut terms = Vec::new();
+        for raw in split_unescaped(s, ',') {
+            let term = raw.trim();
+            let (field, value, negate) = if let Some((f, v)) = term.split_once("!=") {
+                (f, v, true)
+            } else if let Some((f, v)) = term.split_once("==") {
+                (f, v, false)
+            } else if let Some((f, v)) = term.split_once('=') {
+                (f, v, false)
+            } else {
+                return Err(format!(
+                    "invalid selector: '{s}'; can't understand '{term}'"
+                ));
+            };
+            let field = field.trim();
+            let known = res.field_labels.unwrap_or(DEFAULT);
+            let Some(label) = known.iter().find(|l| l.label == field) else {
+                return Err(match res.field_labels {
+                    Some(_) => format!("field label not supported: {field}"),
+                    None => format!(
+                        "\"{field}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+                    ),
+                });
+            };
+            terms.push(FieldTerm {
+                pointer: label.pointer,
+                default: label.default,
+                value: unescape(value),
+                negate,
+            });
+        }
+        Ok(Self { terms })
+    }
+
+    /// Whether `obj` satisfies every term.
+    pub fn matches_object(&self, obj: &Value) -> bool {
+        self.terms.iter().all(|t| {
+            let have = match obj.pointer(t.pointer) {
+                None | Some(Value::Null) => t.default.to_string(),
+                Some(Value::String(s)) => s.clone(),
+                Some(other) => other.to_string(),
+            };
+            (have == t.value) != t.negate
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::builtin_resources;
+    use serde_json::json;
+
+    fn pod(labels: Value) -> Value {
+        json!({"metadata": {"name": "p", "namespace": "ns", "labels": labels},
+               "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}})
+    }
+
+    fn res(kind: &str, group: &str) -> ResourceDef {
+        builtin_resources()
+            .into_iter()
+            .find(|r| r.kind == kind && r.group == group)
+            .unwrap()
+    }
+
+    #[test]
+    fn equality_and_set_based_label_selectors() {
+        let p = pod(json!({"app": "web", "tier": "front"}));
+        for (sel, want) in [
+            ("app=web", true),
+            ("app==web", true),
+            ("app!=web", false),
+            ("app!=db", true),
+            ("missing!=x", true),
+            ("app in (db, web)", true),
+            ("app notin (web)", false),
+            ("app notin (db)", true),
+            ("app", true),
+            ("!app", false),
+            ("!missing", true),
+            ("app=web,tier=front", true),
+            ("app=web,tier=back", false),
+            ("app in (web),!missing,tier", true),
+        ] {
+            let s = LabelSelector::parse(sel).unwrap();
+            assert_eq!(s.matches_object(&p), want, "{sel}");
+        }
+    }
+
+    #[test]
+    fn bad_label_selectors_are_rejected() {
+        for sel in ["app in ()", "app in (a", "=x", "app in x)", "a b"] {
+            assert!(LabelSelector::parse(sel).is_err(), "{sel}");
+        }
+    }
+
+    #[test]
+    fn label_selector_objects_combine_labels_and_expressions() {
+        let s = LabelSelector::from_object(&json!({
+            "matchLabels": {"app": "web"},
+            "matchExpressions": [{"key": "tier", "operator": "In", "values": ["front"]}]
+        }))
+        .unwrap();
+        assert!(s.matches_object(&pod(json!({"app": "web", "tier": "front"}))));
+        assert!(!s.matches_object(&pod(json!({"app": "web", "tier": "back"}))));
+        assert!(LabelSelector::from_object(&json!({})).unwrap().is_empty());
+    }
+
+    #[test]
+    fn pod_field_selectors() {
+        let pods = res("Pod", "");
+        let p = pod(json!({}));
+        for (sel, want) in [
+            ("spec.nodeName=n1", true),
+            ("spec.nodeName==n2", false),
+            ("spec.nodeName!=n2", true),
+            ("status.phase=Running,metadata.namespace=ns", true),
+            ("spec.hostNetwork=false", true),
+            ("spec.schedulerName=", true),
+        ] {
+            let s = FieldSelector::parse(sel, &pods).unwrap();
+            assert_eq!(s.matches_object(&p), want, "{sel}");
+        }
+    }
+
+    #[test]
+    fn unsupported_fields_use_the_type_specific_message() {
+        let err = FieldSelector::parse("spec.foo=x", &res("Pod", "")).unwrap_err();
+        assert_eq!(err, "field label not supported: spec.foo");
+        let err =
+            FieldSelector::parse("spec.foo=x", &res("NodeClaim", "karpenter.sh")).unwrap_err();
+        assert_eq!(
+            err,
+            "\"spec.foo\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+        );
+        assert!(FieldSelector::parse("nonsense", &res("Pod", "")).is_err());
+    }
+}

@@ -1,0 +1,987 @@
+//! The in-memory object store and the verbs on it.
+//!
+//! Everything here is synchronous and runs under the fake's mutex; the HTTP
+//! layer only parses requests and renders answers.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{SecondsFormat, Utc};
+use serde_json::{Map, Value, json};
+
+use crate::patch::{self, PatchFailure};
+use crate::resources::{ResourceDef, StatusOnCreate};
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::status::{self, ApiError, FieldError};
+use crate::validation;
+
+/// Where an object lives: resource index in the table, namespace (empty when
+/// cluster-scoped), name. Ordered like the real server lists: namespace, then name.
+pub(crate) type ObjKey = (usize, String, String);
+
+/// Which part of an object a write addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// The resource itself: its status is kept when the type has a status subresource.
+    Main,
+    /// The `/status` subresource: only the status changes.
+    Status,
+}
+
+/// The patch flavours the fake applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PatchKind {
+    Json,
+    Merge,
+    Strategic,
+}
+
+/// The options a DELETE (or an eviction) carries.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct DeleteOptions {
+    pub grace_period_seconds: Option<i64>,
+    pub precondition_uid: Option<String>,
+    pub precondition_resource_version: Option<String>,
+}
+
+impl DeleteOptions {
+    /// Reads a `DeleteOptions` body; `query_grace` (the query parameter) wins if both are set.
+    pub fn from_body(body: Option<&Value>, query_grace: Option<i64>) -> Self {
+        let body = body.cloned().unwrap_or(Value::Null);
+        Self {
+            grace_period_seconds: query_grace
+                .or_else(|| body.get("gracePeriodSeconds").and_then(Value::as_i64)),
+            precondition_uid: body
+                .pointer("/preconditions/uid")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            precondition_resource_version: body
+                .pointer("/preconditions/resourceVersion")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+        }
+    }
+}
+
+/// What a delete did.
+#[derive(Debug)]
+pub(crate) enum DeleteOutcome {
+    /// The object is gone; the body is the answer (object or `Status`).
+    Deleted(Value),
+    /// Deletion is pending (finalizers, or a graceful pod deletion); the body is the object.
+    Pending(Value),
+    /// A graceful pod deletion started: the caller must call
+    /// [`Store::finish_graceful_deletion`] for `key`/`uid` after `after`.
+    Graceful {
+        body: Value,
+        key: ObjKey,
+        uid: String,
+        after: Duration,
+    },
+}
+
+/// The objects, the global resourceVersion counter and per-type rules.
+pub(crate) struct Store {
+    pub resources: Vec<ResourceDef>,
+    objects: BTreeMap<ObjKey, Value>,
+    resource_version: u64,
+    rng: u64,
+    /// How long an evicted or deleted pod on a node stays with a deletionTimestamp.
+    pub pod_grace: Duration,
+}
+
+pub(crate) fn now_rfc3339() -> String {
+    Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+pub(crate) fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+    obj.get("metadata")?.get(field)?.as_str()
+}
+
+pub(crate) fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj.get("metadata").is_some_and(Value::is_object) {
+        obj["metadata"] = json!({});
+    }
+    obj["metadata"]
+        .as_object_mut()
+        .expect("metadata was just made an object")
+}
+
+/// Go's `omitempty` drops empty maps and lists from ObjectMeta.
+fn normalize_meta(obj: &mut Value) {
+    let meta = meta_mut(obj);
+    meta.retain(|_, v| match v {
+        Value::Null => false,
+        Value::Object(m) => !m.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::String(s) => !s.is_empty(),
+        _ => true,
+    });
+}
+
+/// Everything but metadata and status: what bumps `metadata.generation`.
+fn spec_part(obj: &Value) -> Value {
+    match obj {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| {
+                    !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind")
+                })
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+fn name_mismatch(body_name: &str, url_name: &str) -> ApiError {
+    status::bad_request(format!(
+        "the name of the object ({body_name}) does not match the name on the URL ({url_name})"
+    ))
+}
+
+fn namespace_mismatch() -> ApiError {
+    status::bad_request(
+        "the namespace of the provided object does not match the namespace sent on the request",
+    )
+}
+
+impl Store {
+    pub fn new(resources: Vec<ResourceDef>) -> Self {
+        let seed = Utc::now().timestamp_nanos_opt().unwrap_or_default() as u64;
+        Self {
+            resources,
+            objects: BTreeMap::new(),
+            resource_version: 1000,
+            rng: seed ^ 0x9E37_79B9_7F4A_7C15,
+            pod_grace: Duration::ZERO,
+        }
+    }
+
+    /// The index of the type with this apiVersion and kind.
+    pub fn find_kind(&self, api_version: &str, kind: &str) -> Option<usize> {
+        self.resources
+            .iter()
+            .position(|r| r.api_version() == api_version && r.kind == kind)
+    }
+
+    /// The index of the type served at `/…/{group}/{version}/{plural}`.
+    pub fn find_path(&self, group: &str, version: &str, plural: &str) -> Option<usize> {
+        self.resources
+            .iter()
+            .position(|r| r.group == group && r.version == version && r.plural == plural)
+    }
+
+    pub fn resource_version(&self) -> u64 {
+        self.resource_version
+    }
+
+    fn bump(&mut self) -> String {
+        self.resource_version += 1;
+        self.resource_version.to_string()
+    }
+
+    fn next_random(&mut self) -> u64 {
+        // splitmix64
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn new_uid(&mut self) -> String {
+        let a = self.next_random();
+        let b = self.next_random();
+        format!(
+            "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+            a >> 32,
+            (a >> 16) & 0xffff,
+            a & 0x0fff,
+            0x8000 | ((b >> 48) & 0x3fff),
+            b & 0xffff_ffff_ffff
+        )
+    }
+
+    /// The 5-character suffix `generateName` gets (same alphabet as the real server).
+    fn name_suffix(&mut self) -> String {
+        const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+        let mut n = self.next_random();
+        (0..5)
+            .map(|_| {
+                let c = ALPHABET[(n % ALPHABET.len() as u64) as usize] as char;
+                n /= ALPHABET.len() as u64;
+                c
+            })
+            .collect()
+    }
+
+    fn key(&self, idx: usize, namespace: Option<&str>, name: &str) -> ObjKey {
+        let ns = if self.resources[idx].namespaced {
+            namespace.unwrap_or_default().to_string()
+        } else {
+            String::new()
+        };
+        (idx, ns, name.to_string())
+    }
+
+    /// The object as a read shows it: PDBs get the status the disruption
+    /// controller would have computed from the current pods.
+    pub fn present(&self, idx: usize, mut obj: Value) -> Value {
+        let res = &self.resources[idx];
+        if res.group == "policy" && res.kind == "PodDisruptionBudget" {
+            let computed = self.pdb_status(&obj);
+            obj["status"] = computed.to_status(&obj);
+        }
+        obj
+    }
+
+    /// All objects of one type in one namespace (or all), unpresented.
+    pub(crate) fn objects_of(
+        &self,
+        idx: usize,
+        namespace: Option<&str>,
+    ) -> impl Iterator<Item = &Value> {
+        self.objects
+            .iter()
+            .filter(move |((i, ns, _), _)| *i == idx && namespace.is_none_or(|want| want == ns))
+            .map(|(_, v)| v)
+    }
+
+    pub fn get(&self, idx: usize, namespace: Option<&str>, name: &str) -> Option<Value> {
+        let key = self.key(idx, namespace, name);
+        self.objects.get(&key).map(|o| self.present(idx, o.clone()))
+    }
+
+    pub fn get_or_404(
+        &self,
+        idx: usize,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, ApiError> {
+        self.get(idx, namespace, name)
+            .ok_or_else(|| status::not_found(&self.resources[idx], name))
+    }
+
+    /// A `…List` object, as the real server answers a list.
+    pub fn list(
+        &self,
+        idx: usize,
+        namespace: Option<&str>,
+        labels: &LabelSelector,
+        fields: &FieldSelector,
+    ) -> Value {
+        let res = &self.resources[idx];
+        let items: Vec<Value> = self
+            .objects_of(idx, namespace)
+            .filter(|o| labels.matches_object(o) && fields.matches_object(o))
+            .map(|o| {
+                let mut o = self.present(idx, o.clone());
+                // Typed lists carry no TypeMeta on their items; unstructured ones do.
+                if !res.custom
+                    && let Some(m) = o.as_object_mut()
+                {
+                    m.remove("apiVersion");
+                    m.remove("kind");
+                }
+                o
+            })
+            .collect();
+        json!({
+            "kind": format!("{}List", res.kind),
+            "apiVersion": res.api_version(),
+            "metadata": { "resourceVersion": self.resource_version.to_string() },
+            "items": items,
+        })
+    }
+
+    /// Checks or fills apiVersion and kind the way the decoder defaults them.
+    fn check_type(res: &ResourceDef, obj: &mut Value) -> Result<(), ApiError> {
+        let want_version = res.api_version();
+        match obj.get("apiVersion").and_then(Value::as_str) {
+            None | Some("") => obj["apiVersion"] = json!(want_version),
+            Some(v) if v != want_version => {
+                return Err(status::bad_request(format!(
+                    "the API version in the data ({v}) does not match the expected API version ({want_version})"
+                )));
+            }
+            Some(_) => {}
+        }
+        match obj.get("kind").and_then(Value::as_str) {
+            None | Some("") => obj["kind"] = json!(res.kind),
+            Some(k) if k != res.kind => {
+                return Err(status::bad_request(format!(
+                    "the kind of the object ({k}) does not match the kind of the resource ({})",
+                    res.kind
+                )));
+            }
+            Some(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Aligns the body's namespace with the request's, as the create and update handlers do.
+    fn settle_namespace(
+        res: &ResourceDef,
+        obj: &mut Value,
+        namespace: Option<&str>,
+    ) -> Result<(), ApiError> {
+        let meta = meta_mut(obj);
+        if !res.namespaced {
+            meta.remove("namespace");
+            return Ok(());
+        }
+        let want = namespace.unwrap_or_default();
+        match meta.get("namespace").and_then(Value::as_str) {
+            None | Some("") => {
+                meta.insert("namespace".into(), json!(want));
+                Ok(())
+            }
+            Some(ns) if ns != want => Err(namespace_mismatch()),
+            Some(_) => Ok(()),
+        }
+    }
+
+    fn validate(res: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
+        let errs = validation::validate(res, obj);
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(status::invalid(
+                res,
+                meta_str(obj, "name").unwrap_or_default(),
+                &errs,
+            ))
+        }
+    }
+
+    /// POST to a collection.
+    pub fn create(
+        &mut self,
+        idx: usize,
+        namespace: Option<&str>,
+        body: Value,
+        dry_run: bool,
+    ) -> Result<Value, ApiError> {
+        let res = self.resources[idx].clone();
+        let mut obj = body;
+        if !obj.is_object() {
+            return Err(status::bad_request(format!(
+                "Object '{}' is missing in '{obj}'",
+                res.kind
+            )));
+        }
+        Self::check_type(&res, &mut obj)?;
+        Self::settle_namespace(&res, &mut obj, namespace)?;
+        if meta_str(&obj, "resourceVersion").is_some_and(|rv| !rv.is_empty()) {
+            return Err(status::plain(
+                500,
+                "resourceVersion should not be set on objects to be created",
+            ));
+        }
+        if meta_str(&obj, "name").unwrap_or_default().is_empty()
+            && let Some(prefix) = meta_str(&obj, "generateName").map(str::to_string)
+            && !prefix.is_empty()
+        {
+            let name = format!("{prefix}{}", self.name_suffix());
+            meta_mut(&mut obj).insert("name".into(), json!(name));
+        }
+        Self::validate(&res, &obj)?;
+        let name = meta_str(&obj, "name").unwrap_or_default().to_string();
+        let key = self.key(idx, namespace, &name);
+        if self.objects.contains_key(&key) {
+            return Err(status::already_exists(&res, &name));
+        }
+        match res.status_on_create {
+            StatusOnCreate::Keep => {}
+            StatusOnCreate::Drop => {
+                if let Some(m) = obj.as_object_mut() {
+                    m.remove("status");
+                }
+            }
+            StatusOnCreate::Replace(f) => obj["status"] = f(),
+        }
+        let uid = self.new_uid();
+        let meta = meta_mut(&mut obj);
+        meta.insert("uid".into(), json!(uid));
+        meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
+        meta.insert("generation".into(), json!(1));
+        meta.remove("deletionTimestamp");
+        meta.remove("deletionGracePeriodSeconds");
+        normalize_meta(&mut obj);
+        if dry_run {
+            return Ok(self.present(idx, obj));
+        }
+        let rv = self.bump();
+        meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv));
+        self.objects.insert(key, obj.clone());
+        Ok(self.present(idx, obj))
+    }
+
+    /// PUT of an object or of its `/status`. Answers the HTTP code and the object.
+    pub fn replace(
+        &mut self,
+        idx: usize,
+        namespace: Option<&str>,
+        name: &str,
+        body: Value,
+        target: Target,
+        dry_run: bool,
+    ) -> Result<(u16, Value), ApiError> {
+        let res = self.resources[idx].clone();
+        let key = self.key(idx, namespace, name);
+        let Some(old) = self.objects.get(&key).cloned() else {
+            if res.create_on_update && target == Target::Main {
+                let body_name = meta_str(&body, "name").unwrap_or_default();
+                if body_name != name {
+                    return Err(name_mismatch(body_name, name));
+                }
+                let mut body = body;
+                if let Some(m) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.remove("resourceVersion");
+                }
+                return self.create(idx, namespace, body, dry_run).map(|o| (201, o));
+            }
+            return Err(status::not_found(&res, name));
+        };
+        if !body.is_object() {
+            return Err(status::bad_request(format!(
+                "Object '{}' is missing in '{body}'",
+                res.kind
+            )));
+        }
+        self.update_existing(idx, &key, old, body, target, true, dry_run)
+            .map(|o| (200, o))
+    }
+
+    /// PATCH of an object or of its `/status`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn patch(
+        &mut self,
+        idx: usize,
+        namespace: Option<&str>,
+        name: &str,
+        kind: PatchKind,
+        patch: &Value,
+        target: Target,
+        dry_run: bool,
+    ) -> Result<Value, ApiError> {
+        let res = self.resources[idx].clone();
+        let key = self.key(idx, namespace, name);
+        let old = self
+            .objects
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| status::not_found(&res, name))?;
+        let patched = match kind {
+            PatchKind::Json => patch::json_patch(&old, patch),
+            PatchKind::Merge => patch::merge_patch(&old, patch),
+            PatchKind::Strategic => patch::strategic_merge_patch(&old, patch, &res),
+        }
+        .map_err(|e| match e {
+            PatchFailure::BadRequest(msg) => status::bad_request(msg),
+            PatchFailure::Unprocessable(msg) => {
+                tracing::debug!("patch of {name} not applicable: {msg}");
+                status::unprocessable()
+            }
+        })?;
+        self.update_existing(idx, &key, old, patched, target, false, dry_run)
+    }
+
+    /// The shared tail of PUT and PATCH.
+    #[allow(clippy::too_many_arguments)]
+    fn update_existing(
+        &mut self,
+        idx: usize,
+        key: &ObjKey,
+        old: Value,
+        mut new: Value,
+        target: Target,
+        require_resource_version: bool,
+        dry_run: bool,
+    ) -> Result<Value, ApiError> {
+        let res = self.resources[idx].clone();
+        let name = key.2.as_str();
+        let namespace = res.namespaced.then_some(key.1.as_str());
+        Self::check_type(&res, &mut new)?;
+        let body_name = meta_str(&new, "name").unwrap_or_default();
+        if body_name != name {
+            return Err(name_mismatch(body_name, name));
+        }
+        Self::settle_namespace(&res, &mut new, namespace)?;
+
+        let old_rv = meta_str(&old, "resourceVersion")
+            .unwrap_or_default()
+            .to_string();
+        let sent_rv = meta_str(&new, "resourceVersion").filter(|rv| !rv.is_empty());
+        match sent_rv {
+            Some(rv) if rv != old_rv => {
+                return Err(status::conflict(&res, name, status::MODIFIED));
+            }
+            None if require_resource_version && res.custom => {
+                return Err(status::invalid(
+                    &res,
+                    name,
+                    &[FieldError::invalid(
+                        "metadata.resourceVersion",
+                        "0x0",
+                        "must be specified for an update",
+                    )],
+                ));
+            }
+            _ => {}
+        }
+        let old_uid = meta_str(&old, "uid").unwrap_or_default().to_string();
+        if let Some(uid) = meta_str(&new, "uid")
+            && !uid.is_empty()
+            && uid != old_uid
+        {
+            return Err(status::conflict(
+                &res,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {old_uid}"
+                ),
+            ));
+        }
+
+        let mut merged = match target {
+            Target::Main => {
+                if res.status_subresource
+                    && let Some(m) = new.as_object_mut()
+                {
+                    match old.get("status") {
+                        Some(s) => m.insert("status".into(), s.clone()),
+                        None => m.remove("status"),
+                    };
+                }
+                new
+            }
+            Target::Status => {
+                let mut merged = old.clone();
+                if let Some(m) = merged.as_object_mut() {
+                    match new.get("status") {
+                        Some(s) if !s.is_null() => m.insert("status".into(), s.clone()),
+                        _ => m.remove("status"),
+                    };
+                }
+                merged
+            }
+        };
+        let old_meta = old.get("metadata").cloned().unwrap_or_else(|| json!({}));
+        let meta = meta_mut(&mut merged);
+        for field in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+            "resourceVersion",
+        ] {
+            match old_meta.get(field) {
+                Some(v) => meta.insert(field.into(), v.clone()),
+                None => meta.remove(field),
+            };
+        }
+        if spec_part(&old) != spec_part(&merged) {
+            let generation = old_meta
+                .get("generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            meta_mut(&mut merged).insert("generation".into(), json!(generation + 1));
+        }
+        normalize_meta(&mut merged);
+        Self::validate(&res, &merged)?;
+
+        // A write that changes nothing is not a write: the resourceVersion stays.
+        if merged == old || dry_run {
+            return Ok(self.present(idx, merged));
+        }
+        let rv = self.bump();
+        meta_mut(&mut merged).insert("resourceVersion".into(), json!(rv));
+        let finalized = meta_str(&merged, "deletionTimestamp").is_some()
+            && merged
+                .pointer("/metadata/finalizers")
+                .and_then(Value::as_array)
+                .is_none_or(Vec::is_empty);
+        if finalized {
+            self.objects.remove(key);
+        } else {
+            self.objects.insert(key.clone(), merged.clone());
+        }
+        Ok(self.present(idx, merged))
+    }
+
+    /// DELETE of one object.
+    pub fn delete(
+        &mut self,
+        idx: usize,
+        namespace: Option<&str>,
+        name: &str,
+        options: &DeleteOptions,
+        dry_run: bool,
+    ) -> Result<DeleteOutcome, ApiError> {
+        let res = self.resources[idx].clone();
+        let key = self.key(idx, namespace, name);
+        let current = self
+            .objects
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| status::not_found(&res, name))?;
+        let uid = meta_str(&current, "uid").unwrap_or_default().to_string();
+        let rv = meta_str(&current, "resourceVersion")
+            .unwrap_or_default()
+            .to_string();
+        if let Some(want) = &options.precondition_uid
+            && *want != uid
+        {
+            return Err(status::conflict(
+                &res,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {want}, UID in object meta: {uid}"
+                ),
+            ));
+        }
+        if let Some(want) = &options.precondition_resource_version
+            && *want != rv
+        {
+            return Err(status::conflict(
+                &res,
+                name,
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {want}, ResourceVersion in object meta: {rv}"
+                ),
+            ));
+        }
+
+        let has_finalizers = current
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| !f.is_empty());
+        let being_deleted = meta_str(&current, "deletionTimestamp").is_some();
+        let graceful_pod = res.group.is_empty()
+            && res.kind == "Pod"
+            && !self.pod_grace.is_zero()
+            && options.grace_period_seconds != Some(0)
+            && current
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .is_some_and(|n| !n.is_empty())
+            && !matches!(
+                current.pointer("/status/phase").and_then(Value::as_str),
+                Some("Succeeded" | "Failed")
+            );
+
+        if has_finalizers || graceful_pod {
+            if being_deleted {
+                return Ok(DeleteOutcome::Pending(self.present(idx, current)));
+            }
+            let mut pending = current.clone();
+            let grace = if has_finalizers {
+                Duration::ZERO
+            } else {
+                self.pod_grace
+            };
+            let at = Utc::now()
+                + chrono::Duration::from_std(grace).unwrap_or_else(|_| chrono::Duration::zero());
+            let meta = meta_mut(&mut pending);
+            meta.insert(
+                "deletionTimestamp".into(),
+                json!(at.to_rfc3339_opts(SecondsFormat::Secs, true)),
+            );
+            meta.insert("deletionGracePeriodSeconds".into(), json!(grace.as_secs()));
+            if !dry_run {
+                let rv = self.bump();
+                meta_mut(&mut pending).insert("resourceVersion".into(), json!(rv));
+                self.objects.insert(key.clone(), pending.clone());
+            }
+            let body = self.present(idx, pending);
+            if graceful_pod && !has_finalizers && !dry_run {
+                return Ok(DeleteOutcome::Graceful {
+                    body,
+                    key,
+                    uid,
+                    after: self.pod_grace,
+                });
+            }
+            return Ok(DeleteOutcome::Pending(body));
+        }
+
+        if !dry_run {
+            self.objects.remove(&key);
+            self.bump();
+        }
+        let body = if res.delete_returns_object {
+            self.present(idx, current)
+        } else {
+            let mut details = Map::new();
+            details.insert("name".into(), json!(name));
+            if !res.group.is_empty() {
+                details.insert("group".into(), json!(res.group));
+            }
+            details.insert("kind".into(), json!(res.plural));
+            details.insert("uid".into(), json!(uid));
+            status::success(None, Some(Value::Object(details)))
+        };
+        Ok(DeleteOutcome::Deleted(body))
+    }
+
+    /// The end of a graceful pod deletion: what the kubelet's final delete does.
+    pub fn finish_graceful_deletion(&mut self, key: &ObjKey, uid: &str) {
+        let Some(obj) = self.objects.get(key) else {
+            return;
+        };
+        let same = meta_str(obj, "uid") == Some(uid);
+        let pending = meta_str(obj, "deletionTimestamp").is_some();
+        let has_finalizers = obj
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| !f.is_empty());
+        if same && pending && !has_finalizers {
+            self.objects.remove(key);
+            self.bump();
+        }
+    }
+
+    /// Seeds an object as if it had been created, keeping whatever status it carries.
+    /// Replaces an existing object of the same name (keeping its uid and creationTimestamp).
+    pub fn seed(&mut self, mut obj: Value) -> Result<Value, String> {
+        let api_version = obj
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .ok_or("object has no apiVersion")?;
+        let kind = obj
+            .get("kind")
+            .and_then(Value::as_str)
+            .ok_or("object has no kind")?;
+        let idx = self
+            .find_kind(api_version, kind)
+            .ok_or_else(|| format!("kube-fake does not serve {api_version} {kind}"))?;
+        let res = self.resources[idx].clone();
+        let name = meta_str(&obj, "name")
+            .filter(|n| !n.is_empty())
+            .ok_or("object has no metadata.name")?
+            .to_string();
+        let namespace = if res.namespaced {
+            let ns = meta_str(&obj, "namespace").unwrap_or("default").to_string();
+            meta_mut(&mut obj).insert("namespace".into(), json!(ns));
+            Some(ns)
+        } else {
+            meta_mut(&mut obj).remove("namespace");
+            None
+        };
+        let key = self.key(idx, namespace.as_deref(), &name);
+        let previous = self.objects.get(&key).cloned();
+        let fresh_uid = self.new_uid();
+        let rv = self.bump();
+        let meta = meta_mut(&mut obj);
+        let keep = |field: &str, fallback: Value| {
+            previous
+                .as_ref()
+                .and_then(|p| p.get("metadata")?.get(field).cloned())
+                .unwrap_or(fallback)
+        };
+        let has_uid = meta
+            .get("uid")
+            .and_then(Value::as_str)
+            .is_some_and(|s| !s.is_empty());
+        if !has_uid {
+            meta.insert("uid".into(), keep("uid", json!(fresh_uid)));
+        }
+        if !meta.contains_key("creationTimestamp") {
+            meta.insert(
+                "creationTimestamp".into(),
+                keep("creationTimestamp", json!(now_rfc3339())),
+            );
+        }
+        if !meta.contains_key("generation") {
+            meta.insert("generation".into(), keep("generation", json!(1)));
+        }
+        meta.insert("resourceVersion".into(), json!(rv));
+        normalize_meta(&mut obj);
+        self.objects.insert(key, obj.clone());
+        Ok(self.present(idx, obj))
+    }
+
+    /// Removes an object without any API semantics.
+    pub fn remove(&mut self, idx: usize, namespace: Option<&str>, name: &str) -> Option<Value> {
+        let key = self.key(idx, namespace, name);
+        let removed = self.objects.remove(&key);
+        if removed.is_some() {
+            self.bump();
+        }
+        removed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::builtin_resources;
+
+    fn store() -> (Store, usize) {
+        let s = Store::new(builtin_resources());
+        let idx = s.find_kind("v1", "Node").unwrap();
+        (s, idx)
+    }
+
+    #[test]
+    fn every_write_bumps_the_global_resource_version() {
+        let (mut s, nodes) = store();
+        let start = s.resource_version();
+        let a = s
+            .create(nodes, None, json!({"metadata": {"name": "a"}}), false)
+            .unwrap();
+        assert_eq!(a["metadata"]["resourceVersion"], (start + 1).to_string());
+        assert_eq!(a["metadata"]["generation"], 1);
+        assert!(a["metadata"]["uid"].as_str().unwrap().len() == 36);
+        let patched = s
+            .patch(
+                nodes,
+                None,
+                "a",
+                PatchKind::Merge,
+                &json!({"spec": {"unschedulable": true}}),
+                Target::Main,
+                false,
+            )
+            .unwrap();
+        assert_eq!(
+            patched["metadata"]["resourceVersion"],
+            (start + 2).to_string()
+        );
+        assert_eq!(patched["metadata"]["generation"], 2);
+        assert_eq!(patched["metadata"]["uid"], a["metadata"]["uid"]);
+    }
+
+    #[test]
+    fn a_no_op_patch_keeps_the_resource_version() {
+        let (mut s, nodes) = store();
+        let a = s
+            .create(nodes, None, json!({"metadata": {"name": "a"}}), false)
+            .unwrap();
+        let again = s
+            .patch(
+                nodes,
+                None,
+                "a",
+                PatchKind::Merge,
+                &json!({"metadata": {"labels": {}}}),
+                Target::Main,
+                false,
+            )
+            .unwrap();
+        assert_eq!(
+            again["metadata"]["resourceVersion"],
+            a["metadata"]["resourceVersion"]
+        );
+    }
+
+    #[test]
+    fn main_resource_writes_keep_status_and_status_writes_keep_spec() {
+        let (mut s, nodes) = store();
+        s.seed(
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a"},
+                      "spec": {"unschedulable": false}, "status": {"phase": "Running"}}),
+        )
+        .unwrap();
+        let out = s
+            .patch(
+                nodes,
+                None,
+                "a",
+                PatchKind::Merge,
+                &json!({"spec": {"unschedulable": true}, "status": {"phase": "Gone"}}),
+                Target::Main,
+                false,
+            )
+            .unwrap();
+        assert_eq!(out["status"]["phase"], "Running");
+        assert_eq!(out["spec"]["unschedulable"], true);
+        let out = s
+            .patch(
+                nodes,
+                None,
+                "a",
+                PatchKind::Merge,
+                &json!({"spec": {"unschedulable": false}, "status": {"phase": "Gone"}}),
+                Target::Status,
+                false,
+            )
+            .unwrap();
+        assert_eq!(out["status"]["phase"], "Gone");
+        assert_eq!(out["spec"]["unschedulable"], true);
+    }
+
+    #[test]
+    fn finalizers_hold_a_deletion_until_they_are_removed() {
+        let mut s = Store::new(builtin_resources());
+        let claims = s.find_kind("karpenter.sh/v1", "NodeClaim").unwrap();
+        s.seed(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                      "metadata": {"name": "c", "finalizers": ["karpenter.sh/termination"]}}))
+            .unwrap();
+        let outcome = s
+            .delete(claims, None, "c", &DeleteOptions::default(), false)
+            .unwrap();
+        let DeleteOutcome::Pending(body) = outcome else {
+            panic!("expected a pending deletion, got {outcome:?}");
+        };
+        assert!(body["metadata"]["deletionTimestamp"].is_string());
+        assert!(s.get(claims, None, "c").is_some());
+        s.patch(
+            claims,
+            None,
+            "c",
+            PatchKind::Merge,
+            &json!({"metadata": {"finalizers": null}}),
+            Target::Main,
+            false,
+        )
+        .unwrap();
+        assert!(s.get(claims, None, "c").is_none());
+    }
+
+    #[test]
+    fn delete_preconditions_conflict() {
+        let (mut s, nodes) = store();
+        s.create(nodes, None, json!({"metadata": {"name": "a"}}), false)
+            .unwrap();
+        let err = s
+            .delete(
+                nodes,
+                None,
+                "a",
+                &DeleteOptions {
+                    precondition_resource_version: Some("1".into()),
+                    ..Default::default()
+                },
+                false,
+            )
+            .unwrap_err();
+        assert_eq!(err.code, 409);
+        let DeleteOutcome::Deleted(body) = s
+            .delete(nodes, None, "a", &DeleteOptions::default(), false)
+            .unwrap()
+        else {
+            panic!("node should be deleted at once");
+        };
+        assert_eq!(body["kind"], "Status");
+        assert_eq!(body["details"]["kind"], "nodes");
+    }
+
+    #[test]
+    fn generate_name_appends_a_suffix() {
+        let (mut s, nodes) = store();
+        let a = s
+            .create(
+                nodes,
+                None,
+                json!({"metadata": {"generateName": "spot-"}}),
+                false,
+            )
+            .unwrap();
+        let name = a["metadata"]["name"].as_str().unwrap();
+        assert!(name.starts_with("spot-") && name.len() == 10, "{name}");
+    }
+}
