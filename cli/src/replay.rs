@@ -11,8 +11,13 @@ use forewarn::config::Config;
 use forewarn::event::{self, DecodeError, Origin, Record};
 use forewarn::pipeline::{Outcome, Pipeline, Tally};
 use forewarn::pool::ReadOnlyStore;
-use forewarn::ports::{InstanceDirectory, NoInstances, NoNodes, NodeDirectory};
+use std::sync::Arc;
+
+use forewarn::ec2::Ec2Directory;
+use forewarn::kube::ClusterAccess;
+use forewarn::ports::{InstanceDirectory, NoInstances, NoNodes};
 use forewarn::snapshot::{self, SnapshotInstances};
+use forewarn::wiring::{Cluster, live_cluster};
 
 use crate::{StoreArgs, TextOrJson, stores, text};
 
@@ -26,15 +31,23 @@ pub struct ReplayArgs {
     output: TextOrJson,
     /// What `aws ec2 describe-instances --output json` printed: instance types, zones,
     /// lifecycles, cluster tags, private DNS names.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "ec2")]
     instances: Option<PathBuf>,
+    /// Ask EC2 (DescribeInstances, one call per batch) through the standard AWS configuration.
+    #[arg(long)]
+    ec2: bool,
     /// What `kubectl get nodes,pods -A -o json` printed: the nodes to plan against.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "kube")]
     cluster_state: Option<PathBuf>,
+    /// Plan against the live cluster (KUBECONFIG / ~/.kube/config, or FOREWARN_EKS_CLUSTER):
+    /// read only unless --execute.
+    #[arg(long)]
+    kube: bool,
     /// The cluster forewarn acts for (overrides FOREWARN_CLUSTER_NAME).
     #[arg(long, value_name = "NAME")]
     cluster_name: Option<String>,
-    /// Write to the DynamoDB table given by --table (without it, a table is only read).
+    /// Carry the plan out: act on the live cluster (with --kube) and write to the DynamoDB
+    /// table (with --table). Without it a live cluster and a table are only read.
     #[arg(long)]
     execute: bool,
     #[command(flatten)]
@@ -106,13 +119,24 @@ pub async fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     if let Some(name) = args.cluster_name.clone() {
         config.cluster_name = Some(name);
     }
-    let instances: Box<dyn InstanceDirectory> = match &args.instances {
-        Some(path) => Box::new(SnapshotInstances(snapshot::load_instances(path)?)),
-        None => Box::new(NoInstances),
+    let sdk = if args.ec2 || args.kube {
+        Some(aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await)
+    } else {
+        None
     };
-    let nodes: Box<dyn NodeDirectory> = match &args.cluster_state {
-        Some(path) => Box::new(snapshot::load_cluster_state(path)?),
-        None => Box::new(NoNodes),
+    let instances: Arc<dyn InstanceDirectory> = match (&args.instances, &sdk) {
+        (Some(path), _) => Arc::new(SnapshotInstances(snapshot::load_instances(path)?)),
+        (None, Some(sdk)) if args.ec2 => Arc::new(Ec2Directory::from_conf(sdk)),
+        _ => Arc::new(NoInstances),
+    };
+    let (nodes, executor): Cluster = match (&args.cluster_state, &sdk) {
+        (Some(path), _) => (Arc::new(snapshot::load_cluster_state(path)?), None),
+        (None, Some(sdk)) if args.kube => {
+            let lookup = |name: &str| std::env::var(name).ok();
+            let access = ClusterAccess::from_lookup(lookup);
+            live_cluster(&access, &lookup, sdk, &config, !args.execute).await?
+        }
+        _ => (Arc::new(NoNodes), None),
     };
     let store = stores::open(&args.store).await?;
     let read_only;
@@ -129,7 +153,7 @@ pub async fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         store: store_ref,
         instances: instances.as_ref(),
         nodes: nodes.as_ref(),
-        executor: None,
+        executor: executor.as_deref(),
     };
     let reports = pipeline.process(&records, Utc::now()).await;
 

@@ -78,7 +78,13 @@ fn replay_of_the_samples_plans_every_event() {
         }
     }
     // (origin suffix, outcome, [(action, target)], pool keys)
-    let expect: &[(&str, &str, &[(&str, Option<&str>)], &[&str])] = &[
+    type Expected<'a> = (
+        &'a str,
+        &'a str,
+        &'a [(&'a str, Option<&'a str>)],
+        &'a [&'a str],
+    );
+    let expect: &[Expected<'_>] = &[
         (
             "01-spot-interruption-karpenter.json",
             "planned",

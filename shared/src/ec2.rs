@@ -108,6 +108,69 @@ impl InstanceDirectory for Ec2Directory {
     }
 }
 
+impl Ec2Directory {
+    async fn query(&self, filters: Vec<Filter>) -> Result<Vec<InstanceFacts>, DirectoryError> {
+        let mut found = Vec::new();
+        let mut pages = self
+            .client
+            .describe_instances()
+            .set_filters(Some(filters))
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| DirectoryError {
+                service: "ec2:DescribeInstances",
+                message: aws_sdk_ec2::error::DisplayErrorContext(e).to_string(),
+            })?;
+            found.extend(
+                page.reservations()
+                    .iter()
+                    .flat_map(|r| r.instances())
+                    .filter_map(facts_of),
+            );
+        }
+        Ok(found)
+    }
+}
+
+#[async_trait]
+impl crate::sweep::LeavingInstances for Ec2Directory {
+    /// One query per way an instance can name its cluster (EC2 ANDs filters, so the three tag
+    /// forms need three queries), each for the leaving states; the lifecycle is checked by the
+    /// caller, client-side (the `instance-lifecycle` filter is not served everywhere).
+    async fn leaving(&self, cluster: &str) -> Result<Vec<InstanceFacts>, DirectoryError> {
+        let states = Filter::builder()
+            .name("instance-state-name")
+            .set_values(Some(
+                ["stopping", "stopped", "shutting-down", "terminated"]
+                    .map(String::from)
+                    .to_vec(),
+            ))
+            .build();
+        let by_tag = [
+            Filter::builder()
+                .name("tag-key")
+                .values(format!("{}{cluster}", crate::facts::CLUSTER_TAG_PREFIX))
+                .build(),
+            Filter::builder()
+                .name("tag:aws:eks:cluster-name")
+                .values(cluster)
+                .build(),
+            Filter::builder()
+                .name("tag:eks:cluster-name")
+                .values(cluster)
+                .build(),
+        ];
+        let mut found: BTreeMap<String, InstanceFacts> = BTreeMap::new();
+        for tag in by_tag {
+            for facts in self.query(vec![tag, states.clone()]).await? {
+                found.insert(facts.instance_id.clone(), facts);
+            }
+        }
+        Ok(found.into_values().collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -686,10 +686,11 @@ fn parse_health(
                         format!("expected an object, found {}", json_type(entity)),
                     ));
                 }
-                if let Some(value) = f.opt_str(entity, "entityValue", &path)? {
-                    if is_instance_id(value) && !ids.iter().any(|x| x == value) {
-                        ids.push(value.to_string());
-                    }
+                if let Some(value) = f.opt_str(entity, "entityValue", &path)?
+                    && is_instance_id(value)
+                    && !ids.iter().any(|x| x == value)
+                {
+                    ids.push(value.to_string());
                 }
             }
         }

@@ -171,6 +171,12 @@ pub trait Executor: Send + Sync {
     /// Carries out every action of `plan`, idempotently. An `Err` means the event must be
     /// retried (nothing is recorded as applied).
     async fn execute(&self, plan: &Plan) -> Result<Vec<ActionResult>, ExecuteError>;
+
+    /// A dry run reads and reports what it would do, and writes nothing: its events are
+    /// `planned`, not `acted`.
+    fn is_dry_run(&self) -> bool {
+        false
+    }
 }
 
 /// Wiring for one run of the pipeline.
@@ -377,11 +383,15 @@ impl Pipeline<'_> {
                             a.result = Some(result.detail);
                         }
                     }
-                    outcome = Outcome::Acted;
+                    outcome = if executor.is_dry_run() {
+                        Outcome::Planned
+                    } else {
+                        Outcome::Acted
+                    };
                 }
                 Err(e) => return report.failed(e.to_string()),
             }
-        } else if self.executor.is_some() {
+        } else if self.executor.is_some_and(|e| !e.is_dry_run()) {
             outcome = Outcome::Acted;
         }
         match self.store.apply(&plan.pool_update(now)).await {

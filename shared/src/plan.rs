@@ -128,10 +128,10 @@ pub fn plan(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
     }
     for instance_id in &event.instance_ids {
         let instance = facts.instances.get(instance_id);
-        if let Some(mark) = pool_mark(event, instance_id, instance, config) {
-            if !plan.pools.iter().any(|m| m.pool == mark.pool) {
-                plan.pools.push(mark);
-            }
+        if let Some(mark) = pool_mark(event, instance_id, instance, config)
+            && !plan.pools.iter().any(|m| m.pool == mark.pool)
+        {
+            plan.pools.push(mark);
         }
         plan.actions.push(node_action(
             event,

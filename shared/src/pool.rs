@@ -271,10 +271,13 @@ pub trait PoolStore: Send + Sync {
 }
 
 /// A view of a store that reads but never writes: `apply` answers what it would have done.
-pub struct ReadOnlyStore<'a>(pub &'a dyn PoolStore);
+pub struct ReadOnlyStore<S>(pub S);
 
 #[async_trait]
-impl PoolStore for ReadOnlyStore<'_> {
+impl<S> PoolStore for ReadOnlyStore<S>
+where
+    S: std::ops::Deref<Target = dyn PoolStore> + Send + Sync,
+{
     async fn applied(&self, event_ids: &[String]) -> Result<HashSet<String>, StoreError> {
         self.0.applied(event_ids).await
     }

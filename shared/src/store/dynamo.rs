@@ -69,9 +69,11 @@ pub const POOL_SK: &str = "POOL";
 /// The `sk` of ledger items.
 pub const EVENT_SK: &str = "EVENT";
 
-/// Transactions sent for one event at most: wrong bets (at most one per field and pool, as each
-/// field only moves one way) and transaction conflicts with concurrent writers.
-const MAX_TRANSACTIONS: u32 = 10;
+/// Transactions of one event cancelled by conflicts with concurrent writers (or throttling) before
+/// giving up; each is followed by a backoff. Lost bets are bounded otherwise: each flips at least
+/// one bet from "wins" to "loses" for good (the fields only move one way), so an event on `p`
+/// pools loses at most `4 p` bets.
+const MAX_CONFLICTS: u32 = 8;
 /// Rounds of `BatchGetItem` for one chunk of ledger keys (unprocessed keys are asked again).
 const MAX_BATCH_ROUNDS: u32 = 10;
 /// Bounds of the pools this store remembers to place its bets.
@@ -135,14 +137,11 @@ impl DynamoStore {
 
     /// A store on `table` with the standard AWS configuration (environment, profile, instance or
     /// task role; `AWS_ENDPOINT_URL_DYNAMODB` or `AWS_ENDPOINT_URL` for another endpoint), and
-    /// [`DEFAULT_MAX_ATTEMPTS`] attempts per request unless configured otherwise.
+    /// [`DEFAULT_MAX_ATTEMPTS`] attempts per request unless configured otherwise (see
+    /// [`default_retries`]).
     pub async fn from_env(table: impl Into<String>) -> DynamoStore {
         let config = aws_config::load_defaults(BehaviorVersion::latest()).await;
-        let config = with_default_attempts(
-            config,
-            std::env::var_os("AWS_MAX_ATTEMPTS").is_some_and(|v| !v.is_empty()),
-        );
-        DynamoStore::new(Client::new(&config), table)
+        DynamoStore::new(Client::new(&default_retries(config)), table)
     }
 
     /// The store with another retention (default: [`Retention::default`]).
@@ -404,9 +403,15 @@ impl DynamoStore {
     }
 }
 
-/// `config` with [`DEFAULT_MAX_ATTEMPTS`] unless its attempts were configured: `explicit` (the
-/// environment sets them), or a profile set something other than the SDK's default. (A profile
-/// setting exactly the SDK's default of 3 is indistinguishable from no setting and gets 5.)
+/// `config` (as loaded by `aws_config`) with [`DEFAULT_MAX_ATTEMPTS`] attempts per request,
+/// unless they were configured: by `AWS_MAX_ATTEMPTS`, or by a profile's `max_attempts` other
+/// than the SDK's default of 3 (a profile saying exactly 3 cannot be told from no setting, and
+/// gets 5). The retry mode (`AWS_RETRY_MODE`, standard by default) is kept.
+pub fn default_retries(config: SdkConfig) -> SdkConfig {
+    let explicit = std::env::var_os("AWS_MAX_ATTEMPTS").is_some_and(|v| !v.is_empty());
+    with_default_attempts(config, explicit)
+}
+
 fn with_default_attempts(config: SdkConfig, explicit: bool) -> SdkConfig {
     let sdk_default = aws_config::retry::RetryConfig::standard().max_attempts();
     match config.retry_config() {
@@ -623,8 +628,9 @@ impl PoolStore for DynamoStore {
             .iter()
             .map(|d| PoolWrite::new(update, d, &self.retention))
             .collect();
-        let mut conflicts = 0;
-        for _ in 0..MAX_TRANSACTIONS {
+        let max_lost_bets = 4 * deltas.len() + 1;
+        let (mut conflicts, mut lost_bets) = (0, 0);
+        while conflicts <= MAX_CONFLICTS && lost_bets <= max_lost_bets {
             let bets: Vec<Bets> = {
                 let known = self.known();
                 pks.iter()
@@ -687,6 +693,7 @@ impl PoolStore for DynamoStore {
                         let Some(reason) = reasons.get(i + 1) else {
                             continue;
                         };
+                        lost_bets += 1;
                         let seen = self.observe(delta, reason).await?;
                         tracing::debug!(
                             table = %self.table, event = %id, pool = %delta.pool,
@@ -716,8 +723,8 @@ impl PoolStore for DynamoStore {
         Err(self.err(
             format_args!("applying event {id}"),
             format_args!(
-                "gave up after {MAX_TRANSACTIONS} cancelled transactions ({conflicts} conflicts \
-                 with concurrent writers)"
+                "gave up after {conflicts} transactions cancelled by conflicts with concurrent \
+                 writers and {lost_bets} by pools changing under the update"
             ),
         ))
     }
@@ -934,4 +941,246 @@ fn decode_pool(item: &HashMap<String, AttributeValue>) -> Result<PoolRecord, Sto
         last_reason: req_s(key, item, LAST_REASON)?.to_string(),
         last_instance_id: req_s(key, item, LAST_INSTANCE_ID)?.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::{CapacityType, PoolMark};
+    use chrono::TimeZone;
+
+    fn at(secs: i64) -> DateTime<Utc> {
+        Utc.timestamp_opt(1_700_000_000 + secs, 0).unwrap()
+    }
+
+    fn write(time: i64, until: Option<i64>, expires: i64) -> PoolWrite {
+        PoolWrite {
+            time,
+            until,
+            expires,
+        }
+    }
+
+    #[test]
+    fn bets_default_to_this_event_being_the_latest() {
+        let b = Known::bets(None, &write(100, Some(200), 300));
+        assert_eq!(
+            b,
+            Bets {
+                until: true,
+                last: true,
+                first: false,
+                expires: true
+            }
+        );
+        // A count-only event does not bet on the window.
+        assert!(!Known::bets(None, &write(100, None, 300)).until);
+    }
+
+    #[test]
+    fn known_bounds_make_losing_bets_certain() {
+        let known = Known {
+            until: Some(500),
+            last_seen: Some(150),
+            first_seen: Some(120),
+            expires_at: Some(900),
+        };
+        // A late event with a shorter window, inside the known window.
+        let b = Known::bets(Some(&known), &write(100, Some(200), 300));
+        assert_eq!(
+            b,
+            Bets {
+                until: false,
+                last: false,
+                first: true,
+                expires: false
+            }
+        );
+        // Ties go to the event: `>=` on last_seen.
+        assert!(Known::bets(Some(&known), &write(150, None, 300)).last);
+        let after = known.after(&write(100, Some(200), 300));
+        assert_eq!(
+            after,
+            Known {
+                until: Some(500),
+                last_seen: Some(150),
+                first_seen: Some(100),
+                expires_at: Some(900)
+            }
+        );
+        let after = Known::default().after(&write(100, None, 300));
+        assert_eq!(after.until, None);
+        assert_eq!(after.first_seen, Some(100));
+    }
+
+    fn update(marks: usize) -> PoolUpdate {
+        PoolUpdate {
+            event_id: "e-1".into(),
+            kind: EventKind::SpotInterruption,
+            event_time: at(0) + chrono::Duration::milliseconds(700),
+            region: Some("us-east-1".into()),
+            reason: "r".into(),
+            marks: (0..marks)
+                .map(|i| PoolMark {
+                    pool: PoolKey::new(CapacityType::Spot, &format!("m{i}.large"), "us-east-1a"),
+                    instance_id: format!("i-{i}"),
+                    unavailable_until: Some(at(60) + chrono::Duration::milliseconds(1)),
+                })
+                .collect(),
+            recorded_at: at(1),
+        }
+    }
+
+    fn store() -> DynamoStore {
+        let config = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+            .build();
+        DynamoStore::new(Client::from_conf(config), "t")
+    }
+
+    #[test]
+    fn times_round_outwards() {
+        let u = update(1);
+        let w = PoolWrite::new(&u, &pool_deltas(&u)[0], &Retention::default());
+        assert_eq!(w.time, at(0).timestamp(), "event times round down");
+        assert_eq!(w.until, Some(at(61).timestamp()), "windows round up");
+        assert_eq!(
+            w.expires,
+            (at(61) + Retention::default().history).timestamp()
+        );
+    }
+
+    #[test]
+    fn the_update_of_a_pool_counts_atomically_and_bets_in_its_condition() {
+        let store = store();
+        let u = update(1);
+        let delta = &pool_deltas(&u)[0];
+        let win = Known::bets(None, &PoolWrite::new(&u, delta, &store.retention));
+        let item = store.pool_update(&u, delta, win).unwrap();
+        let up = item.update().unwrap();
+        let expr = up.update_expression();
+        assert!(expr.ends_with("ADD #interruptions :n"), "{expr}");
+        assert!(expr.contains("#unavailable_until = :until"), "{expr}");
+        assert!(expr.contains("#last_event_id = :eid"), "{expr}");
+        assert!(
+            expr.contains("#first_seen = if_not_exists(#first_seen, :t)"),
+            "{expr}"
+        );
+        let cond = up.condition_expression().unwrap();
+        assert!(
+            cond.contains("(attribute_not_exists(#last_seen) OR #last_seen <= :t)"),
+            "{cond}"
+        );
+        assert!(
+            cond.contains(
+                "(attribute_not_exists(#unavailable_until) OR #unavailable_until <= :until)"
+            ),
+            "{cond}"
+        );
+        // Every placeholder is used (DynamoDB rejects unused ones) and vice versa.
+        let text = format!("{expr} {cond}");
+        for name in up.expression_attribute_names().unwrap().keys() {
+            assert!(text.contains(name.as_str()), "{name} unused");
+        }
+        for value in up.expression_attribute_values().unwrap().keys() {
+            assert!(text.contains(value.as_str()), "{value} unused");
+        }
+        assert_eq!(
+            up.return_values_on_condition_check_failure(),
+            Some(&ReturnValuesOnConditionCheckFailure::AllOld)
+        );
+
+        let lose = Bets {
+            until: false,
+            last: false,
+            first: true,
+            expires: false,
+        };
+        let item = store.pool_update(&u, delta, lose).unwrap();
+        let up = item.update().unwrap();
+        let expr = up.update_expression();
+        assert!(
+            expr.contains("#last_event_id = if_not_exists(#last_event_id, :eid)"),
+            "{expr}"
+        );
+        assert!(expr.contains("#first_seen = :t"), "{expr}");
+        let cond = up.condition_expression().unwrap();
+        assert!(
+            cond.contains("(attribute_not_exists(#last_seen) OR #last_seen > :t)"),
+            "{cond}"
+        );
+    }
+
+    #[tokio::test]
+    async fn more_pools_than_a_transaction_holds_is_an_error_naming_the_count() {
+        let err = store().apply(&update(100)).await.unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("100 pools") && msg.contains("dynamodb table t"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn numbers_and_malformed_items() {
+        assert_eq!(parse_n("12"), Some(12));
+        assert_eq!(parse_n("12.9"), Some(12));
+        assert_eq!(parse_n("1.2E1"), Some(12));
+        assert_eq!(parse_n("soon"), None);
+        let mut item: HashMap<String, AttributeValue> = [
+            ("pk", s("POOL#spot#m5.large#us-east-1a")),
+            ("sk", s("POOL")),
+            ("pool", s("spot#m5.large#us-east-1a")),
+            ("expires_at", n(100)),
+            ("first_seen", n(1)),
+            ("last_seen", n(2)),
+            ("last_event_id", s("e")),
+            ("last_reason", s("r")),
+            ("last_instance_id", s("i")),
+            ("interruptions", n(3)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let r = decode_pool(&item).unwrap();
+        assert_eq!(r.interruptions(), 3);
+        assert_eq!(r.unavailable_until, None);
+        assert_eq!(r.region, None);
+        item.insert("pool".into(), s("spot#c5.large#us-east-1a"));
+        match decode_pool(&item) {
+            Err(StoreError::Corrupt { key, message }) => {
+                assert_eq!(key, "POOL#spot#m5.large#us-east-1a");
+                assert!(message.contains("does not match"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        item.insert("pool".into(), s("spot#m5.large#us-east-1a"));
+        item.insert("interruptions".into(), n(-1));
+        assert!(matches!(
+            decode_pool(&item),
+            Err(StoreError::Corrupt { .. })
+        ));
+        item.insert("interruptions".into(), n(1));
+        item.remove("last_seen");
+        match decode_pool(&item) {
+            Err(StoreError::Corrupt { message, .. }) => assert!(message.contains("last_seen")),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn default_attempts_unless_configured() {
+        let loaded = |attempts: u32| {
+            SdkConfig::builder()
+                .retry_config(
+                    aws_config::retry::RetryConfig::standard().with_max_attempts(attempts),
+                )
+                .build()
+        };
+        let attempts = |c: SdkConfig| c.retry_config().map(|r| r.max_attempts());
+        assert_eq!(attempts(with_default_attempts(loaded(3), false)), Some(5));
+        assert_eq!(attempts(with_default_attempts(loaded(3), true)), Some(3));
+        assert_eq!(attempts(with_default_attempts(loaded(7), false)), Some(7));
+    }
 }

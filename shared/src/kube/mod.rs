@@ -1,0 +1,47 @@
+//! The Kubernetes adapter: the connection to the API server, the [`NodeDirectory`] that finds
+//! the nodes of a batch of instances, and the [`Executor`] that carries out a plan's node actions
+//! (cordon, drain, delete, Kubernetes Events) and completes ASG lifecycle actions.
+//!
+//! - [`connect`]: kubeconfig inference locally; on EKS an IAM authentication token
+//!   ([`eks_token`]) refreshed before it expires ([`ClusterClient`]).
+//! - [`KubeNodeDirectory`]: one `get` per instance by private DNS name, at most one `list`.
+//! - [`KubeExecutor`]: each action idempotent; a dry run takes the same path without writing.
+//!
+//! Every request the adapter sends, and so every RBAC rule it needs, is listed in
+//! `infra/rbac.yaml` (the integration tests check the two agree).
+//!
+//! [`NodeDirectory`]: crate::ports::NodeDirectory
+//! [`Executor`]: crate::pipeline::Executor
+
+mod api;
+mod connect;
+mod cordon;
+mod delete;
+mod directory;
+mod drain;
+mod eks;
+mod events;
+mod executor;
+mod lifecycle;
+
+pub use api::ApiError;
+pub use connect::{
+    ClusterAccess, ClusterClient, ConnectError, ENV_CLUSTER_CA, ENV_CLUSTER_ENDPOINT,
+    ENV_EKS_CLUSTER, EksAccess, connect, connect_eks,
+};
+pub use cordon::{CordonOutcome, CordonSpec, cordon_patch};
+pub use delete::DeleteOutcome;
+pub use directory::KubeNodeDirectory;
+pub use drain::{DrainReport, LeftPod, SkippedPod, is_critical};
+pub use eks::{
+    CLUSTER_ID_HEADER, PRESIGN_EXPIRES, TOKEN_CACHE_LIFETIME, TOKEN_PREFIX, TokenError, eks_token,
+    presigned_url, sts_host, url_from_token,
+};
+pub use events::{EventOutcome, REPORTING_CONTROLLER, event_name};
+pub use executor::{
+    ENV_EVICTION_PARALLELISM, ExecutorSettings, KubeError, KubeExecutor, NodeOutcome,
+};
+pub use lifecycle::{AsgLifecycle, LifecycleCompleter, LifecycleError, LifecycleOutcome};
+
+/// The name forewarn uses as field manager, Event reporting controller and RBAC group.
+pub const FIELD_MANAGER: &str = "forewarn";

@@ -1,0 +1,539 @@
+//! The pool store contract: one suite, written against [`PoolStore`] alone, that every store
+//! must pass (`tests/tests/pool_store_contract.rs` runs it against the embedded store and against
+//! DynamoDB on moto).
+//!
+//! Each case gets a fresh, empty store with the default [`Retention`]. Times are whole seconds
+//! (the DynamoDB store keeps epoch seconds) and near the real clock (the ledger's expiry is
+//! checked against it).
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use forewarn::event::EventKind;
+use forewarn::pool::{
+    Applied, CapacityType, PoolKey, PoolMark, PoolQuery, PoolRecord, PoolStore, PoolUpdate,
+    Retention,
+};
+
+/// The store under test, twice: `store`, and `other`, a second handle on the same data as
+/// another process would open it (sharing no in-process state with `store`).
+#[derive(Clone)]
+pub struct Subject {
+    pub store: Arc<dyn PoolStore>,
+    pub other: Arc<dyn PoolStore>,
+}
+
+/// Now, in whole seconds.
+pub fn now() -> DateTime<Utc> {
+    Utc.timestamp_opt(Utc::now().timestamp(), 0)
+        .single()
+        .unwrap_or_else(Utc::now)
+}
+
+pub fn pool(capacity_type: CapacityType, instance_type: &str, zone: &str) -> PoolKey {
+    PoolKey::new(capacity_type, instance_type, zone)
+}
+
+pub fn spot(instance_type: &str, zone: &str) -> PoolKey {
+    pool(CapacityType::Spot, instance_type, zone)
+}
+
+pub fn mark(pool: &PoolKey, instance_id: &str, until: Option<DateTime<Utc>>) -> PoolMark {
+    PoolMark {
+        pool: pool.clone(),
+        instance_id: instance_id.to_string(),
+        unavailable_until: until,
+    }
+}
+
+/// A spot interruption `id` at `time`, recorded a second later, with `marks`.
+pub fn event(id: &str, time: DateTime<Utc>, marks: Vec<PoolMark>) -> PoolUpdate {
+    PoolUpdate {
+        event_id: id.to_string(),
+        kind: EventKind::SpotInterruption,
+        event_time: time,
+        region: Some("us-east-1".into()),
+        reason: format!("spot-interruption (terminate) {id}"),
+        marks,
+        recorded_at: time + Duration::seconds(1),
+    }
+}
+
+fn all() -> PoolQuery {
+    PoolQuery {
+        include_available: true,
+        ..PoolQuery::default()
+    }
+}
+
+async fn apply(store: &dyn PoolStore, update: &PoolUpdate) -> Applied {
+    store
+        .apply(update)
+        .await
+        .unwrap_or_else(|e| panic!("{}: applying {}: {e}", store.describe(), update.event_id))
+}
+
+async fn pools(store: &dyn PoolStore, query: &PoolQuery, at: DateTime<Utc>) -> Vec<PoolRecord> {
+    store
+        .pools(query, at)
+        .await
+        .unwrap_or_else(|e| panic!("{}: querying {query:?}: {e}", store.describe()))
+}
+
+/// The one record of `key` (among every pool, at `at`).
+async fn record(store: &dyn PoolStore, key: &PoolKey, at: DateTime<Utc>) -> PoolRecord {
+    let found: Vec<PoolRecord> = pools(store, &all(), at)
+        .await
+        .into_iter()
+        .filter(|r| r.pool == *key)
+        .collect();
+    match <[PoolRecord; 1]>::try_from(found) {
+        Ok([r]) => r,
+        Err(found) => panic!(
+            "{}: expected one record of {key}, found {found:?}",
+            store.describe()
+        ),
+    }
+}
+
+fn keys(records: &[PoolRecord]) -> Vec<String> {
+    records.iter().map(|r| r.pool.to_string()).collect()
+}
+
+/// The first event on a pool creates its record with every field.
+pub async fn first_write_creates_the_pool(s: Subject) {
+    let store = &*s.store;
+    let t = now();
+    let key = spot("m5.large", "us-east-1a");
+    let until = t + Duration::minutes(10);
+    let update = event("e-first", t, vec![mark(&key, "i-0123", Some(until))]);
+    assert_eq!(apply(store, &update).await, Applied::Applied);
+    let expected = PoolRecord {
+        pool: key.clone(),
+        region: Some("us-east-1".into()),
+        unavailable_until: Some(until),
+        expires_at: until + Retention::default().history,
+        counters: BTreeMap::from([("interruptions".to_string(), 1)]),
+        first_seen: t,
+        last_seen: t,
+        last_event_id: "e-first".into(),
+        last_reason: update.reason.clone(),
+        last_instance_id: "i-0123".into(),
+    };
+    assert_eq!(pools(store, &PoolQuery::default(), t).await, [expected]);
+}
+
+/// A redelivered event id is a duplicate, whatever it carries, and changes nothing.
+pub async fn duplicate_event_changes_nothing(s: Subject) {
+    let store = &*s.store;
+    let t = now();
+    let key = spot("m5.large", "us-east-1a");
+    let update = event(
+        "e-dup",
+        t,
+        vec![mark(&key, "i-1", Some(t + Duration::minutes(10)))],
+    );
+    assert_eq!(apply(store, &update).await, Applied::Applied);
+    let before = pools(store, &all(), t).await;
+    assert_eq!(apply(store, &update).await, Applied::Duplicate);
+    // Same id, other content (a later window, another pool): still the same event.
+    let mut changed = event(
+        "e-dup",
+        t + Duration::minutes(1),
+        vec![
+            mark(&key, "i-2", Some(t + Duration::hours(5))),
+            mark(&spot("c5.large", "us-east-1b"), "i-3", None),
+        ],
+    );
+    changed.kind = EventKind::RebalanceRecommendation;
+    assert_eq!(apply(store, &changed).await, Applied::Duplicate);
+    assert_eq!(apply(&*s.other, &changed).await, Applied::Duplicate);
+    assert_eq!(pools(store, &all(), t).await, before);
+}
+
+/// Two events on one pool count twice; the newer one's details are the last ones.
+pub async fn two_events_count_twice_and_the_newer_is_last(s: Subject) {
+    let store = &*s.store;
+    let t = now();
+    let key = spot("m5.large", "us-east-1a");
+    let first = event(
+        "e-1",
+        t,
+        vec![mark(&key, "i-1", Some(t + Duration::minutes(10)))],
+    );
+    let second = event(
+        "e-2",
+        t + Duration::minutes(2),
+        vec![mark(&key, "i-2", Some(t + Duration::minutes(12)))],
+    );
+    assert_eq!(apply(store, &first).await, Applied::Applied);
+    assert_eq!(apply(store, &second).await, Applied::Applied);
+    let r = record(store, &key, t).await;
+    assert_eq!(r.interruptions(), 2);
+    assert_eq!(r.counters.len(), 1, "{:?}", r.counters);
+    assert_eq!(r.first_seen, t);
+    assert_eq!(r.last_seen, t + Duration::minutes(2));
+    assert_eq!(r.last_event_id, "e-2");
+    assert_eq!(r.last_reason, second.reason);
+    assert_eq!(r.last_instance_id, "i-2");
+    assert_eq!(r.unavailable_until, Some(t + Duration::minutes(12)));
+    assert_eq!(
+        r.expires_at,
+        t + Duration::minutes(12) + Retention::default().history
+    );
+}
+
+/// Counters of different kinds are kept apart.
+pub async fn each_kind_has_its_counter(s: Subject) {
+    let store = &*s.store;
+    let t = now();
+    let key = spot("m5.large", "us-east-1a");
+    for (i, kind) in EventKind::ALL.into_iter().enumerate() {
+        let mut u = event(&format!("e-{i}"), t, vec![mark(&key, "i-1", None)]);
+        u.kind = kind;
+        assert_eq!(apply(store, &u).await, Applied::Applied);
+    }
+    let r = record(store, &key, t).await;
+    for kind in EventKind::ALL {
+        assert_eq!(r.counter(kind), 1, "{kind}: {:?}", r.counters);
+    }
+    assert_eq!(r.counters.len(), EventKind::ALL.len());
+}
+
+/// A late (older) event counts, but never shortens the window nor replaces the last details,
+/// whether the store that applies it saw the newer event or not. A late event with a longer
+/// window extends the window (and the expiry) but still is not the last event.
+pub async fn late_event_never_shortens_nor_overwrites(s: Subject) {
+    let t = now();
+    let key = spot("m5.large", "us-east-1a");
+    let newer = event(
+        "e-new",
+        t + Duration::minutes(5),
+        vec![mark(&key, "i-new", Some(t + Duration::minutes(30)))],
+    );
+    let older = event(
+        "e-old",
+        t,
+        vec![mark(&key, "i-old", Some(t + Duration::minutes(10)))],
+    );
+    assert_eq!(apply(&*s.store, &newer).await, Applied::Applied);
+    // Through the other handle (which has not seen the pool), then through the same one.
+    assert_eq!(apply(&*s.other, &older).await, Applied::Applied);
+    let mut older_again = older.clone();
+    older_again.event_id = "e-old-2".into();
+    older_again.event_time = t + Duration::minutes(1);
+    assert_eq!(apply(&*s.store, &older_again).await, Applied::Applied);
+    let history = Retention::default().history;
+    for store in [&*s.store, &*s.other] {
+        let r = record(store, &key, t).await;
+        assert_eq!(r.interruptions(), 3);
+        assert_eq!(r.unavailable_until, Some(t + Duration::minutes(30)));
+        assert_eq!(r.last_seen, t + Duration::minutes(5));
+        assert_eq!(r.last_event_id, "e-new");
+        assert_eq!(r.last_instance_id, "i-new");
+        assert_eq!(r.last_reason, newer.reason);
+        assert_eq!(r.first_seen, t, "the earliest event time");
+        assert_eq!(r.expires_at, t + Duration::minutes(30) + history);
+    }
+
+    // Late, but with a longer window.
+    let late_long = event(
+        "e-late-long",
+        t + Duration::minutes(2),
+        vec![mark(&key, "i-late", Some(t + Duration::hours(3)))],
+    );
+    assert_eq!(apply(&*s.other, &late_long).await, Applied::Applied);
+    let r = record(&*s.store, &key, t).await;
+    assert_eq!(r.unavailable_until, Some(t + Duration::hours(3)));
+    assert_eq!(r.expires_at, t + Duration::hours(3) + history);
+    assert_eq!(r.last_event_id, "e-new");
+    assert_eq!(r.interruptions(), 4);
+
+    // A newer event that only counts: the last details move, the window stays.
+    let mut counting = event(
+        "e-count",
+        t + Duration::minutes(20),
+        vec![mark(&key, "i-c", None)],
+    );
+    counting.kind = EventKind::StateChange;
+    counting.reason = "state-change (shutting-down)".into();
+    assert_eq!(apply(&*s.other, &counting).await, Applied::Applied);
+    let r = record(&*s.store, &key, t).await;
+    assert_eq!(r.unavailable_until, Some(t + Duration::hours(3)));
+    assert_eq!(r.expires_at, t + Duration::hours(3) + history);
+    assert_eq!(r.last_event_id, "e-count");
+    assert_eq!(r.last_reason, "state-change (shutting-down)");
+    assert_eq!(r.last_instance_id, "i-c");
+    assert_eq!(r.last_seen, t + Duration::minutes(20));
+    assert_eq!(r.counter(EventKind::StateChange), 1);
+    assert_eq!(r.interruptions(), 4);
+    assert_eq!(r.first_seen, t);
+
+    // An event older than every other one moves first_seen back.
+    let oldest = event(
+        "e-oldest",
+        t - Duration::hours(1),
+        vec![mark(&key, "i-o", None)],
+    );
+    assert_eq!(apply(&*s.store, &oldest).await, Applied::Applied);
+    let r = record(&*s.other, &key, t).await;
+    assert_eq!(r.first_seen, t - Duration::hours(1));
+    assert_eq!(r.last_event_id, "e-count");
+    assert_eq!(r.interruptions(), 5);
+}
+
+/// Many tasks applying distinct events to one hot pool at once, through two handles, in no
+/// particular order: no increment is lost, and the result is the same as in order.
+pub async fn concurrent_increments_are_never_lost(s: Subject) {
+    const TASKS: usize = 32;
+    let t = now();
+    let key = spot("m5.large", "us-east-1a");
+    // Event i happens at t + i s, unavailable until t + 10 min + (i mod 7) min: the latest event
+    // (31) does not have the latest window (i = 6, 13, 20, 27), so late events win some fields.
+    let time = |i: usize| t + Duration::seconds(i as i64);
+    let until = |i: usize| t + Duration::minutes(10 + (i % 7) as i64);
+    let mut handles = Vec::with_capacity(TASKS);
+    for i in 0..TASKS {
+        let store = if i % 2 == 0 {
+            s.store.clone()
+        } else {
+            s.other.clone()
+        };
+        let update = event(
+            &format!("e-hot-{i}"),
+            time(i),
+            vec![mark(&key, &format!("i-{i}"), Some(until(i)))],
+        );
+        handles.push(tokio::spawn(async move { store.apply(&update).await }));
+    }
+    for (i, handle) in handles.into_iter().enumerate() {
+        let result = handle
+            .await
+            .unwrap_or_else(|e| panic!("task {i} failed: {e}"));
+        assert!(
+            matches!(result, Ok(Applied::Applied)),
+            "event e-hot-{i}: {result:?}"
+        );
+    }
+    let r = record(&*s.store, &key, t).await;
+    assert_eq!(r.interruptions(), TASKS as u64);
+    assert_eq!(r.first_seen, time(0));
+    assert_eq!(r.last_seen, time(TASKS - 1));
+    assert_eq!(r.last_event_id, format!("e-hot-{}", TASKS - 1));
+    assert_eq!(r.last_instance_id, format!("i-{}", TASKS - 1));
+    assert_eq!(r.unavailable_until, Some(until(6)));
+    assert_eq!(r.expires_at, until(6) + Retention::default().history);
+    let ids: Vec<String> = (0..TASKS).map(|i| format!("e-hot-{i}")).collect();
+    let applied = s.store.applied(&ids).await.unwrap();
+    assert_eq!(applied.len(), TASKS);
+}
+
+/// A query at a time past a pool's window hides it unless `include_available`; past its expiry
+/// it is hidden always (DynamoDB's TTL deletes late, the store must not show it meanwhile).
+pub async fn expiry_filtering(s: Subject) {
+    let store = &*s.store;
+    let t = now();
+    let history = Retention::default().history;
+    let marked = spot("m5.large", "us-east-1a");
+    let counted = spot("c5.large", "us-east-1a");
+    let until = t + Duration::minutes(10);
+    let u = event(
+        "e-exp",
+        t,
+        vec![
+            mark(&marked, "i-1", Some(until)),
+            mark(&counted, "i-2", None),
+        ],
+    );
+    assert_eq!(apply(store, &u).await, Applied::Applied);
+
+    let current = PoolQuery::default();
+    assert_eq!(keys(&pools(store, &current, t).await), [marked.to_string()]);
+    assert_eq!(
+        keys(&pools(store, &current, until - Duration::seconds(1)).await),
+        [marked.to_string()]
+    );
+    assert!(
+        pools(store, &current, until).await.is_empty(),
+        "the window is over at `until`"
+    );
+    let after = until + Duration::seconds(1);
+    assert!(pools(store, &current, after).await.is_empty());
+    let mut both = keys(&pools(store, &all(), after).await);
+    both.sort();
+    assert_eq!(both, [counted.to_string(), marked.to_string()]);
+
+    // The counted pool expires `history` after the event, the marked one after its window.
+    let counted_gone = t + history;
+    assert_eq!(
+        keys(&pools(store, &all(), counted_gone).await),
+        [marked.to_string()]
+    );
+    assert!(pools(store, &all(), until + history).await.is_empty());
+    assert!(
+        pools(store, &all(), until + history + Duration::days(1))
+            .await
+            .is_empty()
+    );
+}
+
+/// Queries by zone, by instance type and by both; newest first.
+pub async fn queries_by_zone_and_instance_type(s: Subject) {
+    let store = &*s.store;
+    let t = now();
+    let window = |m: i64| Some(t + Duration::minutes(m));
+    let m5_a = spot("m5.large", "us-east-1a");
+    let m5_b = spot("m5.large", "us-east-1b");
+    let c5_a = spot("c5.large", "us-east-1a");
+    let od_m5_a = pool(CapacityType::OnDemand, "m5.large", "us-east-1a");
+    let r5_c = spot("r5.large", "us-east-1c");
+    let events = [
+        event("e-m5-a", t, vec![mark(&m5_a, "i-1", window(30))]),
+        event(
+            "e-m5-b",
+            t + Duration::seconds(10),
+            vec![mark(&m5_b, "i-2", window(30))],
+        ),
+        event(
+            "e-c5-a",
+            t + Duration::seconds(20),
+            vec![mark(&c5_a, "i-3", window(30))],
+        ),
+        event(
+            "e-od",
+            t + Duration::seconds(30),
+            vec![mark(&od_m5_a, "i-4", None)],
+        ),
+        event(
+            "e-r5-c",
+            t - Duration::hours(2),
+            vec![mark(&r5_c, "i-5", window(-60))],
+        ),
+    ];
+    for e in &events {
+        assert_eq!(apply(store, e).await, Applied::Applied);
+    }
+    let q = |zone: Option<&str>, instance_type: Option<&str>, include_available| PoolQuery {
+        include_available,
+        zone: zone.map(str::to_string),
+        instance_type: instance_type.map(str::to_string),
+    };
+    let cases: [(PoolQuery, Vec<&PoolKey>); 9] = [
+        (q(None, None, false), vec![&c5_a, &m5_b, &m5_a]),
+        (
+            q(None, None, true),
+            vec![&od_m5_a, &c5_a, &m5_b, &m5_a, &r5_c],
+        ),
+        (q(Some("us-east-1a"), None, false), vec![&c5_a, &m5_a]),
+        (
+            q(Some("us-east-1a"), None, true),
+            vec![&od_m5_a, &c5_a, &m5_a],
+        ),
+        (q(None, Some("m5.large"), false), vec![&m5_b, &m5_a]),
+        (
+            q(None, Some("m5.large"), true),
+            vec![&od_m5_a, &m5_b, &m5_a],
+        ),
+        (
+            q(Some("us-east-1a"), Some("m5.large"), true),
+            vec![&od_m5_a, &m5_a],
+        ),
+        (q(Some("us-east-1c"), None, false), vec![]),
+        (q(Some("us-east-1c"), Some("r5.large"), true), vec![&r5_c]),
+    ];
+    for (query, expected) in cases {
+        let expected: Vec<String> = expected.iter().map(|k| k.to_string()).collect();
+        assert_eq!(keys(&pools(store, &query, t).await), expected, "{query:?}");
+    }
+}
+
+/// `applied` answers exactly the ids applied, whatever else it is asked (duplicates, unknown
+/// ids, more than one batch).
+pub async fn applied_reports_exactly_the_applied_ids(s: Subject) {
+    let t = now();
+    let key = spot("m5.large", "us-east-1a");
+    for id in ["e-a", "e-b", "e-c"] {
+        assert_eq!(
+            apply(&*s.store, &event(id, t, vec![mark(&key, "i-1", None)])).await,
+            Applied::Applied
+        );
+    }
+    // An event without marks is still recorded as applied.
+    assert_eq!(
+        apply(&*s.store, &event("e-empty", t, vec![])).await,
+        Applied::Applied
+    );
+    let none: &[String] = &[];
+    assert!(s.store.applied(none).await.unwrap().is_empty());
+    let mut asked: Vec<String> = (0..250).map(|i| format!("e-unknown-{i}")).collect();
+    asked.insert(17, "e-a".into());
+    asked.insert(140, "e-c".into());
+    asked.push("e-a".into());
+    asked.push("e-empty".into());
+    let want: HashSet<String> = ["e-a", "e-c", "e-empty"].map(String::from).into();
+    assert_eq!(s.store.applied(&asked).await.unwrap(), want);
+    assert_eq!(s.other.applied(&asked).await.unwrap(), want);
+    assert_eq!(
+        s.store
+            .applied(&["e-b".to_string(), "e-x".to_string()])
+            .await
+            .unwrap(),
+        HashSet::from(["e-b".to_string()])
+    );
+}
+
+/// An event marking several pools updates all of them together; one that cannot be applied
+/// changes none of them and is not recorded as applied.
+pub async fn multi_pool_event_is_atomic(s: Subject) {
+    let store = &*s.store;
+    let t = now();
+    let a = spot("m5.large", "us-east-1a");
+    let b = spot("m5.large", "us-east-1b");
+    let c = pool(CapacityType::OnDemand, "c5.large", "us-east-1c");
+    let u = event(
+        "e-multi",
+        t,
+        vec![
+            mark(&a, "i-1", Some(t + Duration::minutes(10))),
+            mark(&b, "i-2", Some(t + Duration::minutes(20))),
+            mark(&a, "i-3", Some(t + Duration::minutes(15))),
+            mark(&c, "i-4", None),
+        ],
+    );
+    assert_eq!(apply(store, &u).await, Applied::Applied);
+    let ra = record(store, &a, t).await;
+    assert_eq!(ra.interruptions(), 2, "two marks (instances) in pool a");
+    assert_eq!(ra.unavailable_until, Some(t + Duration::minutes(15)));
+    assert_eq!(ra.last_instance_id, "i-3");
+    let rb = record(store, &b, t).await;
+    assert_eq!(rb.interruptions(), 1);
+    assert_eq!(rb.unavailable_until, Some(t + Duration::minutes(20)));
+    let rc = record(store, &c, t).await;
+    assert_eq!(rc.interruptions(), 1);
+    assert_eq!(rc.unavailable_until, None);
+    for r in [&ra, &rb, &rc] {
+        assert_eq!(r.last_event_id, "e-multi");
+    }
+
+    // One bad pool key spoils the whole event.
+    let before = pools(store, &all(), t).await;
+    let bad = event(
+        "e-bad",
+        t + Duration::minutes(1),
+        vec![
+            mark(&a, "i-5", Some(t + Duration::hours(1))),
+            mark(&spot("m5.large", ""), "i-6", None),
+        ],
+    );
+    let err = store.apply(&bad).await.expect_err("a pool without a zone");
+    assert!(err.to_string().contains("e-bad"), "{err}");
+    assert_eq!(pools(store, &all(), t).await, before);
+    assert!(
+        store
+            .applied(&["e-bad".to_string()])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}

@@ -1,0 +1,6 @@
+//! forewarn's test harness: moto server, the pool store contract, and the SQS poller that plays
+//! the event source mapping. The Kubernetes API fake is its own crate, `kube-fake`.
+
+pub mod contract;
+pub mod moto;
+pub mod sqs;

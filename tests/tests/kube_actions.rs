@@ -1,0 +1,1585 @@
+//! Cluster actions through the Kubernetes API: the real `kube` client of forewarn's adapter
+//! (`forewarn::kube`) against the HTTP fake of the API server (`kube-fake`).
+//!
+//! Plans are made by the decision core from node facts the adapter's node directory read from
+//! the fake, then carried out by the adapter's executor. Every test ends by checking the request
+//! log: no answer in the 4xx range but the ones the adapter expects (404, 409, 429), patches as
+//! `application/merge-patch+json`, creates as `application/json`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use chrono::Utc;
+use forewarn::config::{Action, Config, LABEL_EXCLUDE_LB};
+use forewarn::event::{
+    Detail, Event, EventKind, InstanceAction, InstanceState, LifecycleAction, SOURCE_ASG,
+    SOURCE_EC2,
+};
+use forewarn::facts::InstanceFacts;
+use forewarn::kube::{
+    ClusterClient, CordonOutcome, DeleteOutcome, EventOutcome, ExecutorSettings, KubeExecutor,
+    KubeNodeDirectory, LifecycleCompleter, LifecycleError, LifecycleOutcome, NodeOutcome,
+    REPORTING_CONTROLLER, event_name,
+};
+use forewarn::pipeline::Executor;
+use forewarn::plan::{Facts, Plan, Target, plan};
+use forewarn::ports::NodeDirectory;
+use kube_fake::{Fault, KubeFake, Method, RecordedRequest};
+use serde_json::{Value, json};
+
+const NODE: &str = "ip-10-0-1-11.ec2.internal";
+const ID: &str = "i-0a1b2c3d4e5f60001";
+const OTHER_NODE: &str = "ip-10-0-1-12.ec2.internal";
+const TAINT: &str = "forewarn.io/interruption";
+
+// ---------------------------------------------------------------------------------------------
+// The world
+
+fn node(name: &str, instance_id: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, "node.kubernetes.io/instance-type": "m5.large"},
+        },
+        "spec": {
+            "providerID": format!("aws:///us-east-1a/{instance_id}"),
+            "taints": [{"key": "dedicated", "value": "batch", "effect": "NoSchedule"}],
+        },
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "addresses": [
+                {"type": "InternalIP", "address": "10.0.1.11"},
+                {"type": "InternalDNS", "address": name},
+                {"type": "Hostname", "address": name},
+            ],
+        },
+    })
+}
+
+/// A running, ready pod of a ReplicaSet, labelled `app=<app>`.
+fn pod(ns: &str, name: &str, node: &str, app: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "labels": {"app": app},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": format!("{app}-rs"),
+                                 "uid": format!("uid-{app}-rs"), "controller": true}],
+        },
+        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    })
+}
+
+fn pdb(ns: &str, name: &str, app: &str, min_available: i64) -> Value {
+    json!({
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": app}}},
+    })
+}
+
+fn instance(id: &str, dns: &str) -> InstanceFacts {
+    InstanceFacts {
+        instance_id: id.into(),
+        instance_type: Some("m5.large".into()),
+        zone: Some("us-east-1a".into()),
+        private_dns: Some(dns.into()),
+        state: Some("running".into()),
+        tags: BTreeMap::from([("kubernetes.io/cluster/demo".into(), "owned".into())]),
+        ..InstanceFacts::default()
+    }
+}
+
+fn config() -> Config {
+    Config {
+        cluster_name: Some("demo".into()),
+        ..Config::default()
+    }
+}
+
+fn event(kind: EventKind, id: &str) -> Event {
+    let (source, detail) = match kind {
+        EventKind::SpotInterruption => (
+            SOURCE_EC2,
+            Detail::Spot {
+                action: InstanceAction::Terminate,
+            },
+        ),
+        EventKind::StateChange => (
+            SOURCE_EC2,
+            Detail::StateChange {
+                state: InstanceState::Terminated,
+            },
+        ),
+        EventKind::RebalanceRecommendation => (SOURCE_EC2, Detail::Rebalance),
+        EventKind::AsgTermination => (
+            SOURCE_ASG,
+            Detail::AsgTermination(LifecycleAction {
+                hook_name: "forewarn-drain".into(),
+                asg_name: "eks-demo-ng-1".into(),
+                token: "168c6c3d-d370-48df-af77-8b8852e0806c".into(),
+                transition: "autoscaling:EC2_INSTANCE_TERMINATING".into(),
+            }),
+        ),
+        other => panic!("no test event for {other}"),
+    };
+    Event {
+        id: id.into(),
+        kind,
+        source: source.into(),
+        detail_type: String::new(),
+        time: Utc::now(),
+        region: Some("us-east-1".into()),
+        account: Some("123456789012".into()),
+        instance_ids: vec![ID.into()],
+        detail,
+    }
+}
+
+/// Retries and polls fast, so the tests are.
+fn fast() -> ExecutorSettings {
+    ExecutorSettings {
+        backoff_initial: Duration::from_millis(20),
+        backoff_max: Duration::from_millis(200),
+        poll_interval: Duration::from_millis(20),
+        reporting_instance: "forewarn-test".into(),
+        ..ExecutorSettings::default()
+    }
+}
+
+struct World {
+    fake: KubeFake,
+    clients: ClusterClient,
+    config: Config,
+}
+
+impl World {
+    async fn new() -> World {
+        let fake = KubeFake::start().await;
+        let clients = ClusterClient::new(fake.client());
+        World {
+            fake,
+            clients,
+            config: config(),
+        }
+    }
+
+    /// A plain node with the instance `ID`, an unrelated node beside it.
+    async fn plain() -> World {
+        let w = World::new().await;
+        w.fake.insert(node(NODE, ID));
+        w.fake.insert(node(OTHER_NODE, "i-0a1b2c3d4e5f69999"));
+        w
+    }
+
+    fn executor(&self) -> KubeExecutor {
+        KubeExecutor::new(self.clients.clone(), &self.config).with_settings(fast())
+    }
+
+    /// The plan for `event`, from node facts read through the adapter's directory.
+    async fn plan(&self, event: &Event) -> Plan {
+        let instances = BTreeMap::from([(ID.to_string(), instance(ID, NODE))]);
+        let known: Vec<InstanceFacts> = instances.values().cloned().collect();
+        let nodes = KubeNodeDirectory::new(self.clients.clone())
+            .nodes(&known)
+            .await
+            .unwrap();
+        plan(
+            event,
+            Facts {
+                instances: &instances,
+                nodes: &nodes,
+            },
+            &self.config,
+        )
+    }
+
+    async fn run(&self, plan: &Plan) -> NodeOutcome {
+        let mut outcomes = self.executor().run(plan).await.unwrap();
+        assert_eq!(outcomes.len(), 1);
+        outcomes.remove(0)
+    }
+
+    fn node(&self, name: &str) -> Option<Value> {
+        self.fake.get("v1", "Node", None, name)
+    }
+
+    fn pod(&self, ns: &str, name: &str) -> Option<Value> {
+        self.fake.get("v1", "Pod", Some(ns), name)
+    }
+
+    /// forewarn's Events, by reason.
+    fn events(&self) -> BTreeMap<String, Value> {
+        self.fake
+            .list("events.k8s.io/v1", "Event")
+            .into_iter()
+            .map(|e| (e["reason"].as_str().unwrap_or_default().to_string(), e))
+            .collect()
+    }
+}
+
+/// Every answer is one the adapter expects, every body of the right type.
+fn assert_accepted(requests: &[RecordedRequest]) {
+    for r in requests {
+        assert!(
+            r.status < 400 || matches!(r.status, 404 | 409 | 429),
+            "{} {}?{} answered {}: {:?}",
+            r.method,
+            r.path,
+            r.query,
+            r.status,
+            r.body
+        );
+        if r.method == Method::PATCH {
+            assert_eq!(
+                r.content_type.as_deref(),
+                Some("application/merge-patch+json"),
+                "{}",
+                r.path
+            );
+        }
+        if r.method == Method::POST {
+            assert_eq!(
+                r.content_type.as_deref(),
+                Some("application/json"),
+                "{}",
+                r.path
+            );
+        }
+    }
+}
+
+fn paths(requests: &[RecordedRequest], method: Method) -> Vec<String> {
+    requests
+        .iter()
+        .filter(|r| r.method == method)
+        .map(|r| r.path.clone())
+        .collect()
+}
+
+fn taints(node: &Value) -> Vec<(String, String, String)> {
+    node["spec"]["taints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|t| {
+            (
+                t["key"].as_str().unwrap_or_default().to_string(),
+                t["value"].as_str().unwrap_or_default().to_string(),
+                t["effect"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn eviction_path(ns: &str, name: &str) -> String {
+    format!("/api/v1/namespaces/{ns}/pods/{name}/eviction")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cordon and drain
+
+/// The pods of the plain node: two web pods, a critical DNS pod, and the ones a drain leaves:
+/// a DaemonSet pod, a mirror pod, a finished Job pod. A web pod on the other node.
+fn seed_pods(w: &World) {
+    w.fake.insert(pod("default", "web-1", NODE, "web"));
+    w.fake.insert(pod("default", "web-2", NODE, "web"));
+    w.fake.insert(pod("default", "web-3", OTHER_NODE, "web"));
+    w.fake.insert(pdb("default", "web-pdb", "web", 1));
+    let mut dns = pod("kube-system", "coredns-1", NODE, "dns");
+    dns["spec"]["priorityClassName"] = json!("system-cluster-critical");
+    w.fake.insert(dns);
+    let mut ds = pod("kube-system", "aws-node-abc", NODE, "aws-node");
+    ds["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "DaemonSet",
+        "name": "aws-node", "uid": "uid-ds", "controller": true}]);
+    w.fake.insert(ds);
+    let mut mirror = pod("kube-system", "kube-proxy-node", NODE, "kube-proxy");
+    mirror["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "Node",
+        "name": NODE, "uid": "uid-node", "controller": true}]);
+    mirror["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "0123abcd"});
+    w.fake.insert(mirror);
+    let mut done = pod("batch", "job-1", NODE, "job");
+    done["status"]["phase"] = json!("Succeeded");
+    w.fake.insert(done);
+}
+
+#[tokio::test]
+async fn spot_interruption_cordons_taints_and_drains_a_plain_node() {
+    let w = World::plain().await;
+    seed_pods(&w);
+    let ev = event(EventKind::SpotInterruption, "ev-spot-1");
+    let plan = w.plan(&ev).await;
+    assert_eq!(plan.actions[0].action, Action::CordonDrain);
+    w.fake.clear_requests();
+
+    let out = w.run(&plan).await;
+
+    assert_eq!(out.cordon, Some(CordonOutcome::Cordoned { attempts: 1 }));
+    let n = w.node(NODE).unwrap();
+    assert_eq!(n["spec"]["unschedulable"], true);
+    assert_eq!(
+        taints(&n),
+        vec![
+            ("dedicated".into(), "batch".into(), "NoSchedule".into()),
+            (
+                TAINT.into(),
+                "spot-interruption".into(),
+                "NoSchedule".into()
+            ),
+        ],
+        "the unrelated taint is kept"
+    );
+    assert_eq!(n["metadata"]["labels"][LABEL_EXCLUDE_LB], "true");
+    assert_eq!(n["metadata"]["labels"]["kubernetes.io/hostname"], NODE);
+
+    let drain = out.drain.clone().unwrap();
+    let evicted: BTreeSet<&str> = drain.evicted.iter().map(String::as_str).collect();
+    assert_eq!(
+        evicted,
+        BTreeSet::from(["default/web-1", "default/web-2", "kube-system/coredns-1"])
+    );
+    assert!(
+        drain.left.is_empty() && drain.terminating.is_empty(),
+        "{drain:?}"
+    );
+    let skipped: BTreeMap<&str, &str> = drain
+        .skipped
+        .iter()
+        .map(|s| (s.pod.as_str(), s.why))
+        .collect();
+    assert_eq!(
+        skipped,
+        BTreeMap::from([
+            ("batch/job-1", "succeeded"),
+            ("kube-system/aws-node-abc", "daemonset"),
+            ("kube-system/kube-proxy-node", "mirror"),
+        ])
+    );
+    for (ns, name) in [
+        ("default", "web-1"),
+        ("default", "web-2"),
+        ("kube-system", "coredns-1"),
+    ] {
+        assert!(w.pod(ns, name).is_none(), "{ns}/{name} evicted");
+    }
+    for (ns, name) in [
+        ("default", "web-3"),
+        ("kube-system", "aws-node-abc"),
+        ("kube-system", "kube-proxy-node"),
+        ("batch", "job-1"),
+    ] {
+        assert!(w.pod(ns, name).is_some(), "{ns}/{name} left alone");
+    }
+
+    let requests = w.fake.requests();
+    assert_accepted(&requests);
+    // One patch; the critical pod evicted after the others; the pods listed by node.
+    assert_eq!(
+        paths(&requests, Method::PATCH),
+        vec![format!("/api/v1/nodes/{NODE}")]
+    );
+    let posts = paths(&requests, Method::POST);
+    let evictions: Vec<&String> = posts.iter().filter(|p| p.ends_with("/eviction")).collect();
+    assert_eq!(evictions.len(), 3);
+    assert_eq!(
+        evictions[2],
+        &eviction_path("kube-system", "coredns-1"),
+        "critical pods last: {evictions:?}"
+    );
+    let pod_list = requests
+        .iter()
+        .find(|r| r.method == Method::GET && r.path == "/api/v1/pods")
+        .unwrap();
+    assert_eq!(
+        pod_list.query_param("fieldSelector").as_deref(),
+        Some(format!("spec.nodeName={NODE}").as_str())
+    );
+    // The patch: the full taint list and the resourceVersion read.
+    let patch = requests
+        .iter()
+        .find(|r| r.method == Method::PATCH)
+        .and_then(|r| r.body.clone())
+        .unwrap();
+    assert!(patch["metadata"]["resourceVersion"].is_string(), "{patch}");
+    assert_eq!(patch["spec"]["taints"].as_array().unwrap().len(), 2);
+
+    // Events: the decision, the cordon, the drain.
+    let events = w.events();
+    assert_eq!(
+        events.keys().map(String::as_str).collect::<Vec<_>>(),
+        vec!["Cordoned", "Drained", "SpotInterrupted"]
+    );
+    let decision = &events["SpotInterrupted"];
+    assert_eq!(decision["type"], "Warning");
+    assert_eq!(decision["action"], "CordonDrain");
+    assert_eq!(decision["reportingController"], REPORTING_CONTROLLER);
+    assert_eq!(decision["reportingInstance"], "forewarn-test");
+    assert_eq!(decision["regarding"]["kind"], "Node");
+    assert_eq!(decision["regarding"]["name"], NODE);
+    assert_eq!(decision["regarding"]["uid"], n["metadata"]["uid"]);
+    assert_eq!(decision["metadata"]["namespace"], "default");
+    assert_eq!(
+        decision["metadata"]["name"],
+        event_name(NODE, "ev-spot-1", "SpotInterrupted")
+    );
+    assert!(
+        decision["note"]
+            .as_str()
+            .unwrap()
+            .contains("spot-interruption"),
+        "{decision}"
+    );
+    assert!(decision["eventTime"].is_string());
+    assert_eq!(events["Drained"]["type"], "Normal");
+    assert!(
+        events["Drained"]["note"]
+            .as_str()
+            .unwrap()
+            .contains("evicted 3 pods")
+    );
+    assert!(
+        out.detail().contains("cordoned node/"),
+        "{}",
+        out.detail()
+    );
+}
+
+#[tokio::test]
+async fn a_second_identical_plan_writes_nothing() {
+    let w = World::plain().await;
+    seed_pods(&w);
+    let plan = w
+        .plan(&event(EventKind::SpotInterruption, "ev-spot-2"))
+        .await;
+    w.run(&plan).await;
+    let rv = w.fake.resource_version();
+    w.fake.clear_requests();
+
+    let again = w.run(&plan).await;
+
+    assert_eq!(w.fake.writes(), vec![], "no write the second time");
+    assert_eq!(w.fake.resource_version(), rv);
+    assert_eq!(again.cordon, Some(CordonOutcome::AlreadyCordoned));
+    let drain = again.drain.unwrap();
+    assert!(drain.evicted.is_empty() && drain.left.is_empty());
+    assert!(
+        again.events.iter().all(|(_, o)| *o == EventOutcome::Exists),
+        "{:?}",
+        again.events
+    );
+    assert_accepted(&w.fake.requests());
+}
+
+#[tokio::test]
+async fn a_budget_blocked_pod_is_evicted_once_a_replacement_is_ready() {
+    let w = World::plain().await;
+    w.fake.insert(pod("default", "web-1", NODE, "web"));
+    w.fake.insert(pod("default", "web-2", OTHER_NODE, "web"));
+    w.fake.insert(pdb("default", "web-pdb", "web", 2));
+    let plan = w.plan(&event(EventKind::SpotInterruption, "ev-pdb")).await;
+    w.fake.clear_requests();
+
+    // The replacement becomes ready on another node while the drain retries.
+    let replacement = pod("default", "web-3", OTHER_NODE, "web");
+    let fake_handle = &w.fake;
+    let (out, ()) = tokio::join!(w.run(&plan), async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        fake_handle.insert(replacement);
+    });
+
+    let drain = out.drain.unwrap();
+    assert_eq!(drain.evicted, vec!["default/web-1".to_string()]);
+    assert!(drain.left.is_empty());
+    assert!(w.pod("default", "web-1").is_none());
+    let requests = w.fake.requests();
+    let attempts: Vec<u16> = requests
+        .iter()
+        .filter(|r| r.path == eviction_path("default", "web-1"))
+        .map(|r| r.status)
+        .collect();
+    assert!(attempts.len() >= 2, "{attempts:?}");
+    assert!(
+        attempts[..attempts.len() - 1].iter().all(|s| *s == 429),
+        "{attempts:?}"
+    );
+    assert_eq!(attempts.last(), Some(&201));
+    assert_accepted(&requests);
+    assert!(w.events().contains_key("Drained"));
+}
+
+#[tokio::test]
+async fn a_pod_still_blocked_at_the_deadline_is_reported_as_left() {
+    let mut w = World::plain().await;
+    // Deadline: the event time + 3 s notice - 1 s margin.
+    w.config.interruption_notice = chrono::Duration::seconds(3);
+    w.config.deadline_margin = chrono::Duration::seconds(1);
+    w.fake.insert(pod("default", "web-1", NODE, "web"));
+    w.fake.insert(pod("default", "web-2", NODE, "web"));
+    w.fake.insert(pod("default", "api-1", NODE, "api"));
+    w.fake.insert(pod("default", "web-9", OTHER_NODE, "web"));
+    w.fake.insert(pdb("default", "web-pdb", "web", 3));
+    let plan = w
+        .plan(&event(EventKind::SpotInterruption, "ev-deadline"))
+        .await;
+    let deadline = plan.actions[0].deadline.unwrap();
+    w.fake.clear_requests();
+    let started = Instant::now();
+
+    let out = w.run(&plan).await;
+
+    let took = started.elapsed();
+    assert!(Utc::now() >= deadline, "retried until the deadline");
+    assert!(took < Duration::from_secs(6), "{took:?}");
+    let drain = out.drain.clone().unwrap();
+    assert_eq!(drain.evicted, vec!["default/api-1".to_string()]);
+    let left: Vec<&str> = drain.left.iter().map(|l| l.pod.as_str()).collect();
+    assert_eq!(left.len(), 2);
+    assert!(left.contains(&"default/web-1") && left.contains(&"default/web-2"));
+    assert!(
+        drain.left[0].reason.contains("disruption budget"),
+        "{}",
+        drain.left[0].reason
+    );
+    assert!(w.pod("default", "web-1").is_some());
+    let events = w.events();
+    let incomplete = &events["DrainIncomplete"];
+    assert_eq!(incomplete["type"], "Warning");
+    let note = incomplete["note"].as_str().unwrap();
+    assert!(
+        note.contains("default/web-1") && note.contains("web-pdb"),
+        "{note}"
+    );
+    assert!(!events.contains_key("Drained"));
+    let detail = out.detail();
+    assert!(detail.contains("2 pods left"), "{detail}");
+    let requests = w.fake.requests();
+    assert!(
+        requests
+            .iter()
+            .filter(|r| r.path == eviction_path("default", "web-1"))
+            .count()
+            > 2,
+        "retried with backoff"
+    );
+    assert_accepted(&requests);
+}
+
+#[tokio::test]
+async fn a_conflicting_cordon_is_read_again_and_retried() {
+    let w = World::plain().await;
+    let plan = w
+        .plan(&event(EventKind::RebalanceRecommendation, "ev-409"))
+        .await;
+    assert_eq!(plan.actions[0].action, Action::Cordon);
+    w.fake.clear_requests();
+    w.fake.inject(
+        Fault::new(409)
+            .method(Method::PATCH)
+            .path_contains("/api/v1/nodes/")
+            .times(1),
+    );
+
+    let out = w.run(&plan).await;
+
+    assert_eq!(out.cordon, Some(CordonOutcome::Cordoned { attempts: 2 }));
+    let node_requests: Vec<(Method, u16)> = w
+        .fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == format!("/api/v1/nodes/{NODE}"))
+        .map(|r| (r.method, r.status))
+        .collect();
+    assert_eq!(
+        node_requests,
+        vec![
+            (Method::GET, 200),
+            (Method::PATCH, 409),
+            (Method::GET, 200),
+            (Method::PATCH, 200)
+        ]
+    );
+    assert_eq!(w.node(NODE).unwrap()["spec"]["unschedulable"], true);
+    assert_eq!(
+        taints(&w.node(NODE).unwrap())[1],
+        (
+            TAINT.into(),
+            "rebalance-recommendation".into(),
+            "NoSchedule".into()
+        )
+    );
+    assert_accepted(&w.fake.requests());
+}
+
+#[tokio::test]
+async fn a_node_that_keeps_conflicting_is_an_error() {
+    let w = World::plain().await;
+    let plan = w
+        .plan(&event(EventKind::RebalanceRecommendation, "ev-409s"))
+        .await;
+    w.fake.inject(
+        Fault::new(409)
+            .method(Method::PATCH)
+            .path_contains("/api/v1/nodes/")
+            .times(100),
+    );
+
+    let err = w.executor().execute(&plan).await.unwrap_err();
+
+    assert_eq!(err.instance_id, ID);
+    assert!(err.message.contains(NODE), "{err}");
+    assert!(
+        err.message.contains("conflicting after 5 attempts"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_taint_added_between_read_and_patch_is_kept() {
+    // A real conflict: another controller adds a taint after forewarn read the node and before
+    // its patch arrives. The resourceVersion in the patch makes the server answer 409; forewarn
+    // reads the node again and the other taint survives.
+    let w = World::plain().await;
+    let plan = w
+        .plan(&event(EventKind::RebalanceRecommendation, "ev-race"))
+        .await;
+    w.fake.clear_requests();
+    w.fake.set_latency(Duration::from_millis(150));
+    let fake = &w.fake;
+    let other_writer = async move {
+        let node_path = format!("/api/v1/nodes/{NODE}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !fake
+            .requests()
+            .iter()
+            .any(|r| r.method == Method::GET && r.path == node_path)
+        {
+            assert!(Instant::now() < deadline, "forewarn never read the node");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let mut changed = fake.get("v1", "Node", None, NODE).unwrap();
+        changed["spec"]["taints"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"key": "other-controller", "effect": "NoSchedule"}));
+        fake.insert(changed);
+    };
+
+    let (out, ()) = tokio::join!(w.run(&plan), other_writer);
+
+    assert_eq!(out.cordon, Some(CordonOutcome::Cordoned { attempts: 2 }));
+    let keys: Vec<String> = taints(&w.node(NODE).unwrap())
+        .into_iter()
+        .map(|t| t.0)
+        .collect();
+    assert_eq!(keys, vec!["dedicated", "other-controller", TAINT]);
+    let patches: Vec<u16> = w
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.method == Method::PATCH)
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(patches, vec![409, 200]);
+    assert_accepted(&w.fake.requests());
+}
+
+#[tokio::test]
+async fn a_node_that_is_gone_is_success() {
+    let w = World::plain().await;
+    let plan = w.plan(&event(EventKind::SpotInterruption, "ev-gone")).await;
+    w.fake.remove("v1", "Node", None, NODE);
+    w.fake.clear_requests();
+
+    let results = w.executor().execute(&plan).await.unwrap();
+
+    assert!(
+        results[0].detail.contains("is gone"),
+        "{}",
+        results[0].detail
+    );
+    assert_eq!(w.fake.writes(), vec![]);
+    assert_accepted(&w.fake.requests());
+}
+
+#[tokio::test]
+async fn a_control_plane_node_gets_no_write() {
+    let w = World::plain().await;
+    seed_pods(&w);
+    let plan = w.plan(&event(EventKind::SpotInterruption, "ev-cp")).await;
+    assert_eq!(plan.actions[0].action, Action::CordonDrain);
+    // The node turned out to be control-plane (live labels): the executor checks again.
+    let mut cp = w.node(NODE).unwrap();
+    cp["metadata"]["labels"]["node-role.kubernetes.io/control-plane"] = json!("");
+    w.fake.insert(cp);
+    w.fake.clear_requests();
+
+    let out = w.run(&plan).await;
+
+    assert!(out.refused.as_deref().unwrap().contains("control-plane"));
+    assert_eq!(w.fake.writes(), vec![]);
+    assert_eq!(w.node(NODE).unwrap()["spec"].get("unschedulable"), None);
+
+    // By taint alone, too; and the decision core never plans anything for one.
+    let mut tainted = node(NODE, ID);
+    tainted["spec"]["taints"] =
+        json!([{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]);
+    w.fake.insert(tainted);
+    let out = w.run(&plan).await;
+    assert!(out.refused.is_some());
+    let planned = w.plan(&event(EventKind::SpotInterruption, "ev-cp-2")).await;
+    assert_eq!(planned.actions[0].action, Action::None);
+    assert_eq!(w.fake.writes(), vec![]);
+    assert_accepted(&w.fake.requests());
+}
+
+#[tokio::test]
+async fn a_dry_run_writes_nothing_and_says_what_it_would_do() {
+    let w = World::plain().await;
+    seed_pods(&w);
+    let plan = w.plan(&event(EventKind::SpotInterruption, "ev-dry")).await;
+    w.fake.clear_requests();
+    let executor = w.executor().dry_run(true);
+
+    let out = executor.run(&plan).await.unwrap().remove(0);
+
+    assert_eq!(w.fake.writes(), vec![]);
+    let Some(CordonOutcome::WouldCordon { patch }) = &out.cordon else {
+        panic!("{:?}", out.cordon)
+    };
+    assert_eq!(patch["spec"]["unschedulable"], true);
+    let drain = out.drain.as_ref().unwrap();
+    assert_eq!(
+        drain
+            .would_evict
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        vec!["default/web-1", "default/web-2", "kube-system/coredns-1"]
+    );
+    assert!(drain.evicted.is_empty());
+    let detail = out.detail();
+    assert!(detail.starts_with("dry run"), "{detail}");
+    assert!(detail.contains("would cordon"), "{detail}");
+    assert!(detail.contains("would evict 3 pods"), "{detail}");
+    assert!(
+        detail.contains("would record Events SpotInterrupted"),
+        "{detail}"
+    );
+
+    // A delete, too.
+    let owned = w.node(NODE).unwrap();
+    let mut owned = owned;
+    owned["metadata"]["ownerReferences"] = json!([{"apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim", "name": "default-x1", "uid": "uid-nc"}]);
+    w.fake.insert(owned);
+    w.fake.insert(nodeclaim("default-x1"));
+    let plan = w
+        .plan(&event(EventKind::SpotInterruption, "ev-dry-2"))
+        .await;
+    w.fake.clear_requests();
+    let out = executor.run(&plan).await.unwrap().remove(0);
+    assert_eq!(
+        out.delete,
+        Some(DeleteOutcome::WouldDelete {
+            target: "nodeclaim/default-x1".into()
+        })
+    );
+    assert_eq!(w.fake.writes(), vec![]);
+    assert_accepted(&w.fake.requests());
+}
+
+#[tokio::test]
+async fn a_failing_api_is_an_error_so_the_event_comes_back() {
+    let w = World::plain().await;
+    w.fake.insert(pod("default", "web-1", NODE, "web"));
+    let plan = w.plan(&event(EventKind::SpotInterruption, "ev-500")).await;
+    w.fake
+        .inject(Fault::new(500).path_contains("/eviction").times(100));
+
+    let err = w.executor().execute(&plan).await.unwrap_err();
+
+    assert_eq!(err.instance_id, ID);
+    assert!(
+        err.message.contains("evict pod/default/web-1: 500"),
+        "{err}"
+    );
+
+    // A 503 that clears up is retried in place.
+    w.fake.clear_faults();
+    w.fake
+        .inject(Fault::new(503).path_contains("/eviction").times(1));
+    let out = w.run(&plan).await;
+    assert_eq!(
+        out.drain.unwrap().evicted,
+        vec!["default/web-1".to_string()]
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Delete
+
+fn nodeclaim(name: &str) -> Value {
+    json!({
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default"}},
+        "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                 "requirements": []},
+        "status": {"providerID": format!("aws:///us-east-1a/{ID}"), "nodeName": NODE},
+    })
+}
+
+fn machine(ns: &str, name: &str, finalizers: bool) -> Value {
+    let mut m = json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta1",
+        "kind": "Machine",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"clusterName": "demo", "bootstrap": {"dataSecretName": "x"}},
+    });
+    if finalizers {
+        m["metadata"]["finalizers"] = json!(["machine.cluster.x-k8s.io"]);
+    }
+    m
+}
+
+#[tokio::test]
+async fn a_karpenter_node_has_its_nodeclaim_deleted() {
+    let w = World::plain().await;
+    let mut n = node(NODE, ID);
+    n["metadata"]["ownerReferences"] = json!([{"apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim", "name": "default-abc12", "uid": "uid-nc", "blockOwnerDeletion": true}]);
+    w.fake.insert(n);
+    w.fake.insert(nodeclaim("default-abc12"));
+    w.fake.insert(pod("default", "web-1", NODE, "web"));
+    let plan = w
+        .plan(&event(EventKind::SpotInterruption, "ev-karpenter"))
+        .await;
+    assert_eq!(plan.actions[0].action, Action::Delete);
+    assert_eq!(
+        plan.actions[0].target,
+        Some(Target::NodeClaim {
+            name: "default-abc12".into()
+        })
+    );
+    w.fake.clear_requests();
+
+    let out = w.run(&plan).await;
+
+    assert_eq!(
+        out.delete,
+        Some(DeleteOutcome::Deleted {
+            target: "nodeclaim/default-abc12".into()
+        })
+    );
+    assert!(
+        w.fake
+            .get("karpenter.sh/v1", "NodeClaim", None, "default-abc12")
+            .is_none()
+    );
+    assert!(
+        w.node(NODE).is_some(),
+        "Karpenter drains and removes the node itself"
+    );
+    assert!(
+        w.pod("default", "web-1").is_some(),
+        "no eviction: Karpenter drains"
+    );
+    let requests = w.fake.requests();
+    assert_eq!(
+        paths(&requests, Method::DELETE),
+        vec!["/apis/karpenter.sh/v1/nodeclaims/default-abc12".to_string()]
+    );
+    assert_eq!(paths(&requests, Method::PATCH), Vec::<String>::new());
+    let events = w.events();
+    assert!(events.contains_key("SpotInterrupted") && events.contains_key("Deleted"));
+    assert_eq!(events["SpotInterrupted"]["action"], "Delete");
+    assert_accepted(&requests);
+
+    // Again: nothing to write.
+    w.fake.clear_requests();
+    let again = w.run(&plan).await;
+    assert_eq!(
+        again.delete,
+        Some(DeleteOutcome::AlreadyGone {
+            target: "nodeclaim/default-abc12".into()
+        })
+    );
+    assert_eq!(w.fake.writes(), vec![]);
+    assert_accepted(&w.fake.requests());
+}
+
+#[tokio::test]
+async fn a_cluster_api_node_has_its_machine_deleted() {
+    let w = World::plain().await;
+    let mut n = node(NODE, ID);
+    n["metadata"]["annotations"] = json!({
+        "cluster.x-k8s.io/machine": "md-0-7f9c",
+        "cluster.x-k8s.io/cluster-namespace": "capi-clusters",
+        "cluster.x-k8s.io/cluster-name": "demo",
+    });
+    w.fake.insert(n);
+    w.fake.insert(machine("capi-clusters", "md-0-7f9c", true));
+    let plan = w.plan(&event(EventKind::SpotInterruption, "ev-capi")).await;
+    assert_eq!(
+        plan.actions[0].target,
+        Some(Target::Machine {
+            namespace: "capi-clusters".into(),
+            name: "md-0-7f9c".into()
+        })
+    );
+    w.fake.clear_requests();
+
+    let out = w.run(&plan).await;
+
+    assert_eq!(
+        out.delete,
+        Some(DeleteOutcome::Deleted {
+            target: "machine/capi-clusters/md-0-7f9c".into()
+        })
+    );
+    // Its finalizer keeps it, being deleted, until the CAPI controller is done.
+    let m = w
+        .fake
+        .get(
+            "cluster.x-k8s.io/v1beta1",
+            "Machine",
+            Some("capi-clusters"),
+            "md-0-7f9c",
+        )
+        .unwrap();
+    assert!(m["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(
+        paths(&w.fake.requests(), Method::DELETE),
+        vec![
+            "/apis/cluster.x-k8s.io/v1beta1/namespaces/capi-clusters/machines/md-0-7f9c"
+                .to_string()
+        ]
+    );
+    assert_accepted(&w.fake.requests());
+
+    // Redelivered while the Machine is still going: nothing sent.
+    w.fake.clear_requests();
+    let again = w.run(&plan).await;
+    assert_eq!(
+        again.delete,
+        Some(DeleteOutcome::AlreadyDeleting {
+            target: "machine/capi-clusters/md-0-7f9c".into()
+        })
+    );
+    assert_eq!(w.fake.writes(), vec![]);
+}
+
+#[tokio::test]
+async fn a_terminated_plain_instance_has_its_node_deleted() {
+    let w = World::plain().await;
+    let plan = w
+        .plan(&event(EventKind::StateChange, "ev-terminated"))
+        .await;
+    assert_eq!(plan.actions[0].action, Action::Delete);
+    w.fake.clear_requests();
+
+    let out = w.run(&plan).await;
+
+    assert_eq!(
+        out.delete,
+        Some(DeleteOutcome::Deleted {
+            target: format!("node/{NODE}")
+        })
+    );
+    assert!(w.node(NODE).is_none());
+    assert!(w.node(OTHER_NODE).is_some());
+    assert_eq!(
+        paths(&w.fake.requests(), Method::DELETE),
+        vec![format!("/api/v1/nodes/{NODE}")]
+    );
+    assert_accepted(&w.fake.requests());
+    let events = w.events();
+    assert!(events.contains_key("InstanceTerminating") && events.contains_key("Deleted"));
+
+    w.fake.clear_requests();
+    let again = w.run(&plan).await;
+    assert!(again.node_gone);
+    assert_eq!(w.fake.writes(), vec![]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lifecycle actions
+
+#[derive(Default)]
+struct RecordingLifecycle {
+    calls: Mutex<Vec<(String, String)>>,
+}
+
+#[async_trait]
+impl LifecycleCompleter for RecordingLifecycle {
+    async fn complete(
+        &self,
+        instance_id: &str,
+        action: &LifecycleAction,
+    ) -> Result<LifecycleOutcome, LifecycleError> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push((instance_id.to_string(), action.token.clone()));
+        Ok(LifecycleOutcome::Completed)
+    }
+}
+
+#[tokio::test]
+async fn the_lifecycle_action_is_completed_after_the_drain_and_not_after_a_failure() {
+    let w = World::plain().await;
+    w.fake.insert(pod("default", "web-1", NODE, "web"));
+    let plan = w.plan(&event(EventKind::AsgTermination, "ev-asg")).await;
+    assert!(plan.actions[0].complete_lifecycle.is_some());
+    let lifecycle = Arc::new(RecordingLifecycle::default());
+    let executor = w.executor().with_lifecycle(lifecycle.clone());
+
+    // The API fails: the event comes back, the instance is not let go.
+    w.fake
+        .inject(Fault::new(500).path_contains("/eviction").times(100));
+    assert!(executor.execute(&plan).await.is_err());
+    assert!(lifecycle.calls.lock().unwrap().is_empty());
+
+    w.fake.clear_faults();
+    let results = executor.execute(&plan).await.unwrap();
+    assert_eq!(
+        *lifecycle.calls.lock().unwrap(),
+        vec![(
+            ID.to_string(),
+            "168c6c3d-d370-48df-af77-8b8852e0806c".to_string()
+        )]
+    );
+    assert!(w.pod("default", "web-1").is_none());
+    assert!(
+        results[0]
+            .detail
+            .contains("completed lifecycle action eks-demo-ng-1/forewarn-drain"),
+        "{}",
+        results[0].detail
+    );
+
+    // Without an Auto Scaling client, or in a dry run, it is only reported.
+    let out = w.run(&plan).await;
+    assert_eq!(out.lifecycle, Some(LifecycleOutcome::NotConfigured));
+    let out = w
+        .executor()
+        .dry_run(true)
+        .run(&plan)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(out.lifecycle, Some(LifecycleOutcome::WouldComplete));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The node directory
+
+#[tokio::test]
+async fn the_directory_gets_nodes_by_name_and_lists_at_most_once() {
+    let w = World::new().await;
+    w.fake.insert(node(NODE, ID));
+    // Custom name, found by providerID; instance-id name, found by name; a reused DNS name.
+    w.fake
+        .insert(node("worker-custom-1", "i-0a1b2c3d4e5f60002"));
+    let mut by_id = node("i-0a1b2c3d4e5f60003.us-east-1.compute.internal", "x");
+    by_id["spec"].as_object_mut().unwrap().remove("providerID");
+    w.fake.insert(by_id);
+    w.fake
+        .insert(node("ip-10-0-1-14.ec2.internal", "i-0a1b2c3d4e5f69999"));
+    let directory = KubeNodeDirectory::new(w.clients.clone());
+
+    let all_by_name = directory.nodes(&[instance(ID, NODE)]).await.unwrap();
+    assert_eq!(all_by_name.len(), 1);
+    assert_eq!(all_by_name[0].name, NODE);
+    assert_eq!(all_by_name[0].instance_id(), Some(ID));
+    let requests = w.fake.requests();
+    assert_eq!(requests.len(), 1, "one get, no list: {requests:?}");
+    w.fake.clear_requests();
+
+    let batch = [
+        instance(ID, NODE),
+        instance("i-0a1b2c3d4e5f60002", "ip-10-0-1-12.ec2.internal"),
+        instance("i-0a1b2c3d4e5f60003", "ip-10-0-1-13.ec2.internal"),
+        instance("i-0a1b2c3d4e5f60004", "ip-10-0-1-14.ec2.internal"),
+    ];
+    let found = directory.nodes(&batch).await.unwrap();
+    let names: BTreeSet<&str> = found.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(
+        names,
+        BTreeSet::from([
+            NODE,
+            "worker-custom-1",
+            "i-0a1b2c3d4e5f60003.us-east-1.compute.internal"
+        ])
+    );
+    let requests = w.fake.requests();
+    let gets = requests
+        .iter()
+        .filter(|r| r.method == Method::GET && r.path.starts_with("/api/v1/nodes/"))
+        .count();
+    let lists = requests
+        .iter()
+        .filter(|r| r.method == Method::GET && r.path == "/api/v1/nodes")
+        .count();
+    assert_eq!((gets, lists), (4, 1));
+    assert_accepted(&requests);
+    assert!(directory.nodes(&[]).await.unwrap().is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Through the pipeline
+
+struct Instances(BTreeMap<String, InstanceFacts>);
+
+#[async_trait]
+impl forewarn::ports::InstanceDirectory for Instances {
+    async fn describe(
+        &self,
+        ids: &[String],
+    ) -> Result<BTreeMap<String, InstanceFacts>, forewarn::ports::DirectoryError> {
+        Ok(self
+            .0
+            .iter()
+            .filter(|(k, _)| ids.contains(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+}
+
+#[tokio::test]
+async fn the_pipeline_acts_through_the_adapter_once_per_event() {
+    let w = World::plain().await;
+    w.fake.insert(pod("default", "web-1", NODE, "web"));
+    let dir = tempfile::tempdir().unwrap();
+    let store = forewarn::store::embedded::EmbeddedStore::open(dir.path()).unwrap();
+    let instances = Instances(BTreeMap::from([(ID.to_string(), instance(ID, NODE))]));
+    let directory = KubeNodeDirectory::new(w.clients.clone());
+    let executor = w.executor();
+    let pipeline = forewarn::pipeline::Pipeline {
+        config: &w.config,
+        store: &store,
+        instances: &instances,
+        nodes: &directory,
+        executor: Some(&executor),
+    };
+    let raw = json!({
+        "version": "0", "id": "ev-pipeline", "detail-type": "EC2 Spot Instance Interruption Warning",
+        "source": "aws.ec2", "account": "123456789012", "time": Utc::now().to_rfc3339(),
+        "region": "us-east-1", "resources": [],
+        "detail": {"instance-id": ID, "instance-action": "terminate"}
+    });
+    let records = forewarn::event::decode("test", raw.to_string().as_bytes()).unwrap();
+
+    let reports = pipeline.process(&records, Utc::now()).await;
+
+    assert_eq!(
+        reports[0].outcome,
+        forewarn::pipeline::Outcome::Acted,
+        "{reports:?}"
+    );
+    let result = reports[0].actions[0].result.clone().unwrap();
+    assert!(
+        result.contains("cordoned") && result.contains("evicted 1 pod"),
+        "{result}"
+    );
+    assert!(w.pod("default", "web-1").is_none());
+
+    // The same event again: a duplicate, and not a request to the cluster beyond the lookup.
+    w.fake.clear_requests();
+    let reports = pipeline.process(&records, Utc::now()).await;
+    assert_eq!(reports[0].outcome, forewarn::pipeline::Outcome::Duplicate);
+    assert_eq!(w.fake.writes(), vec![]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// RBAC
+
+/// The (group, resource, verb) an API request needs.
+fn rbac_need(r: &RecordedRequest) -> (String, String, String) {
+    let segments: Vec<&str> = r.path.trim_matches('/').split('/').collect();
+    let (group, rest) = match segments.as_slice() {
+        ["api", _version, rest @ ..] => (String::new(), rest),
+        ["apis", group, _version, rest @ ..] => (group.to_string(), rest),
+        _ => panic!("not a resource path: {}", r.path),
+    };
+    let rest = match rest {
+        ["namespaces", _ns, rest @ ..] if !rest.is_empty() => rest,
+        other => other,
+    };
+    let (resource, named) = match rest {
+        [resource] => (resource.to_string(), false),
+        [resource, _name] => (resource.to_string(), true),
+        [resource, _name, sub] => (format!("{resource}/{sub}"), true),
+        _ => panic!("not a resource path: {}", r.path),
+    };
+    let verb = match (r.method.as_str(), named) {
+        ("GET", true) => "get",
+        ("GET", false) => "list",
+        ("POST", _) => "create",
+        ("PATCH", _) => "patch",
+        ("PUT", _) => "update",
+        ("DELETE", true) => "delete",
+        (m, _) => panic!("unexpected {m} {}", r.path),
+    };
+    (group, resource, verb.to_string())
+}
+
+/// (group, resource, verb) the ClusterRole in infra/rbac.yaml grants.
+fn rbac_granted() -> BTreeSet<(String, String, String)> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra/rbac.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let role = docs
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole")
+        .expect("a ClusterRole");
+    let binding = docs
+        .iter()
+        .find(|d| d["kind"] == "ClusterRoleBinding")
+        .expect("a ClusterRoleBinding");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(binding["subjects"][0]["kind"], "Group");
+    assert_eq!(binding["subjects"][0]["name"], "forewarn");
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect()
+    };
+    let mut granted = BTreeSet::new();
+    for rule in role["rules"].as_array().unwrap() {
+        assert!(rule.get("resourceNames").is_none());
+        for g in strings(&rule["apiGroups"]) {
+            for res in strings(&rule["resources"]) {
+                for verb in strings(&rule["verbs"]) {
+                    assert_ne!(verb, "*");
+                    granted.insert((g.clone(), res.clone(), verb));
+                }
+            }
+        }
+    }
+    granted
+}
+
+#[tokio::test]
+async fn rbac_grants_exactly_what_the_adapter_uses() {
+    let mut used = BTreeSet::new();
+    let mut collect = |fake: &KubeFake| {
+        for r in fake.requests() {
+            used.insert(rbac_need(&r));
+        }
+    };
+    // Every action, every lookup path.
+    {
+        let w = World::plain().await;
+        seed_pods(&w);
+        let directory = KubeNodeDirectory::new(w.clients.clone());
+        directory
+            .nodes(&[instance("i-0a1b2c3d4e5f60002", "ip-10-0-9-9.ec2.internal")])
+            .await
+            .unwrap();
+        let plan = w
+            .plan(&event(EventKind::SpotInterruption, "ev-rbac-1"))
+            .await;
+        w.run(&plan).await;
+        let plan = w.plan(&event(EventKind::StateChange, "ev-rbac-2")).await;
+        w.run(&plan).await;
+        collect(&w.fake);
+    }
+    {
+        let w = World::plain().await;
+        let mut n = node(NODE, ID);
+        n["metadata"]["ownerReferences"] = json!([{"apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim", "name": "nc-1", "uid": "u"}]);
+        w.fake.insert(n);
+        w.fake.insert(nodeclaim("nc-1"));
+        let plan = w
+            .plan(&event(EventKind::SpotInterruption, "ev-rbac-3"))
+            .await;
+        w.run(&plan).await;
+        collect(&w.fake);
+    }
+    {
+        let w = World::plain().await;
+        let mut n = node(NODE, ID);
+        n["metadata"]["annotations"] = json!({"cluster.x-k8s.io/machine": "m-1"});
+        w.fake.insert(n);
+        w.fake.insert(machine("default", "m-1", false));
+        let plan = w
+            .plan(&event(EventKind::SpotInterruption, "ev-rbac-4"))
+            .await;
+        w.run(&plan).await;
+        collect(&w.fake);
+    }
+
+    let granted = rbac_granted();
+    let missing: Vec<_> = used.difference(&granted).collect();
+    assert!(missing.is_empty(), "used but not granted: {missing:?}");
+    let unused: Vec<_> = granted.difference(&used).collect();
+    assert!(unused.is_empty(), "granted but never used: {unused:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stub HTTP servers (for what the Kubernetes fake does not see: headers; and Auto Scaling,
+// whose CompleteLifecycleAction moto does not implement)
+
+/// Serves `app` on a loopback port; returns its URL.
+async fn serve(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    format!("http://{addr}")
+}
+
+/// A credentials provider that counts how often it is asked.
+#[derive(Debug, Default, Clone)]
+struct CountingCredentials {
+    calls: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl aws_credential_types::provider::ProvideCredentials for CountingCredentials {
+    fn provide_credentials<'a>(
+        &'a self,
+    ) -> aws_credential_types::provider::future::ProvideCredentials<'a>
+    where
+        Self: 'a,
+    {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        aws_credential_types::provider::future::ProvideCredentials::ready(Ok(
+            aws_credential_types::Credentials::new(
+                "AKIDTEST",
+                "secret",
+                Some("session-token".into()),
+                None,
+                "test",
+            ),
+        ))
+    }
+}
+
+#[tokio::test]
+async fn eks_clients_carry_an_iam_token_made_anew_when_it_expires() {
+    use axum::extract::State;
+    use axum::http::HeaderMap;
+
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let app = axum::Router::new()
+        .route(
+            "/version",
+            axum::routing::get(
+                |State(seen): State<Arc<Mutex<Vec<String>>>>, headers: HeaderMap| async move {
+                    let auth = headers
+                        .get("authorization")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_string();
+                    seen.lock().unwrap().push(auth);
+                    axum::Json(json!({
+                        "major": "1", "minor": "33", "gitVersion": "v1.33.0-eks-1",
+                        "gitCommit": "x", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
+                        "goVersion": "go1.24", "compiler": "gc", "platform": "linux/amd64"
+                    }))
+                },
+            ),
+        )
+        .with_state(seen.clone());
+    let url = serve(app).await;
+    let mut base = kube::Config::new(url.parse().unwrap());
+    base.default_retry = false;
+    let credentials = CountingCredentials::default();
+    let provider =
+        aws_credential_types::provider::SharedCredentialsProvider::new(credentials.clone());
+
+    let clients = ClusterClient::eks(
+        base.clone(),
+        "demo",
+        "eu-west-1",
+        provider.clone(),
+        forewarn::kube::TOKEN_CACHE_LIFETIME,
+    );
+    for _ in 0..2 {
+        let version = clients
+            .client()
+            .await
+            .unwrap()
+            .apiserver_version()
+            .await
+            .unwrap();
+        assert_eq!(version.git_version, "v1.33.0-eks-1");
+    }
+    let calls = || credentials.calls.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(calls(), 1, "the token is cached");
+    let auths = seen.lock().unwrap().clone();
+    assert_eq!(auths.len(), 2);
+    assert_eq!(auths[0], auths[1]);
+    let token = auths[0].strip_prefix("Bearer ").expect("a bearer token");
+    let presigned = forewarn::kube::url_from_token(token).unwrap();
+    assert!(
+        presigned.starts_with(
+            "https://sts.eu-west-1.amazonaws.com/?Action=GetCallerIdentity&Version=2011-06-15&"
+        ),
+        "{presigned}"
+    );
+    for part in [
+        "X-Amz-Algorithm=AWS4-HMAC-SHA256",
+        "X-Amz-Credential=AKIDTEST%2F",
+        "%2Feu-west-1%2Fsts%2Faws4_request",
+        "X-Amz-Expires=60",
+        "X-Amz-SignedHeaders=host%3Bx-k8s-aws-id",
+        "X-Amz-Security-Token=session-token",
+        "X-Amz-Signature=",
+    ] {
+        assert!(presigned.contains(part), "{part} in {presigned}");
+    }
+
+    // A token past its lifetime is made anew on the next use.
+    let expiring = ClusterClient::eks(base, "demo", "eu-west-1", provider, Duration::ZERO);
+    expiring
+        .client()
+        .await
+        .unwrap()
+        .apiserver_version()
+        .await
+        .unwrap();
+    expiring
+        .client()
+        .await
+        .unwrap()
+        .apiserver_version()
+        .await
+        .unwrap();
+    assert_eq!(calls(), 3);
+}
+
+/// An Auto Scaling Query API stub answering CompleteLifecycleAction as `answer` says; records
+/// the form bodies.
+async fn autoscaling_stub(
+    answer: fn() -> (u16, &'static str),
+) -> (aws_sdk_autoscaling::Client, Arc<Mutex<Vec<String>>>) {
+    use axum::extract::State;
+
+    let bodies: Arc<Mutex<Vec<String>>> = Arc::default();
+    let app = axum::Router::new()
+        .route(
+            "/",
+            axum::routing::post(
+                move |State(bodies): State<Arc<Mutex<Vec<String>>>>, body: String| async move {
+                    bodies.lock().unwrap().push(body);
+                    let (status, xml) = answer();
+                    (
+                        axum::http::StatusCode::from_u16(status).unwrap(),
+                        [("content-type", "text/xml")],
+                        xml,
+                    )
+                },
+            ),
+        )
+        .with_state(bodies.clone());
+    let url = serve(app).await;
+    let config = aws_sdk_autoscaling::Config::builder()
+        .behavior_version(aws_sdk_autoscaling::config::BehaviorVersion::latest())
+        .region(aws_sdk_autoscaling::config::Region::new("us-east-1"))
+        .endpoint_url(url)
+        .credentials_provider(aws_sdk_autoscaling::config::Credentials::new(
+            "AKID", "secret", None, None, "test",
+        ))
+        .build();
+    (aws_sdk_autoscaling::Client::from_conf(config), bodies)
+}
+
+fn lifecycle_action() -> LifecycleAction {
+    LifecycleAction {
+        hook_name: "forewarn-drain".into(),
+        asg_name: "eks-demo-ng-1".into(),
+        token: "168c6c3d-d370-48df-af77-8b8852e0806c".into(),
+        transition: "autoscaling:EC2_INSTANCE_TERMINATING".into(),
+    }
+}
+
+#[tokio::test]
+async fn complete_lifecycle_action_continues_and_takes_no_active_action_as_done() {
+    use forewarn::kube::AsgLifecycle;
+
+    let (client, bodies) = autoscaling_stub(|| (200, COMPLETED)).await;
+    let asg = AsgLifecycle::from_client(client);
+    assert_eq!(
+        asg.complete(ID, &lifecycle_action()).await.unwrap(),
+        LifecycleOutcome::Completed
+    );
+    let body = bodies.lock().unwrap()[0].clone();
+    for part in [
+        "Action=CompleteLifecycleAction",
+        "AutoScalingGroupName=eks-demo-ng-1",
+        "LifecycleHookName=forewarn-drain",
+        "LifecycleActionResult=CONTINUE",
+        "LifecycleActionToken=168c6c3d-d370-48df-af77-8b8852e0806c",
+        &format!("InstanceId={ID}"),
+    ] {
+        assert!(body.contains(part), "{part} in {body}");
+    }
+
+    let (client, _) = autoscaling_stub(|| {
+        (
+            400,
+            concat!(
+                r#"<ErrorResponse xmlns="http://autoscaling.amazonaws.com/doc/2011-01-01/"><Error>"#,
+                "<Type>Sender</Type><Code>ValidationError</Code>",
+                "<Message>No active Lifecycle Action found with instance ID i-0a1b2c3d4e5f60001</Message>",
+                "</Error><RequestId>r-2</RequestId></ErrorResponse>"
+            ),
+        )
+    })
+    .await;
+    let outcome = AsgLifecycle::from_client(client)
+        .complete(ID, &lifecycle_action())
+        .await
+        .unwrap();
+    assert!(
+        matches!(&outcome, LifecycleOutcome::AlreadyCompleted { message } if message.contains("No active Lifecycle Action")),
+        "{outcome:?}"
+    );
+
+    let (client, _) = autoscaling_stub(|| {
+        (
+            400,
+            concat!(
+                r#"<ErrorResponse xmlns="http://autoscaling.amazonaws.com/doc/2011-01-01/"><Error>"#,
+                "<Type>Sender</Type><Code>ValidationError</Code>",
+                "<Message>1 validation error detected: Value at 'lifecycleHookName' failed to satisfy constraint</Message>",
+                "</Error><RequestId>r-3</RequestId></ErrorResponse>"
+            ),
+        )
+    })
+    .await;
+    let err = AsgLifecycle::from_client(client)
+        .complete(ID, &lifecycle_action())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code.as_deref(), Some("ValidationError"));
+    assert!(
+        err.to_string().contains("eks-demo-ng-1/forewarn-drain"),
+        "{err}"
+    );
+    assert!(err.to_string().contains(ID), "{err}");
+}
+
+const COMPLETED: &str = concat!(
+    r#"<CompleteLifecycleActionResponse xmlns="http://autoscaling.amazonaws.com/doc/2011-01-01/">"#,
+    "<CompleteLifecycleActionResult/>",
+    "<ResponseMetadata><RequestId>r-1</RequestId></ResponseMetadata>",
+    "</CompleteLifecycleActionResponse>"
+);
