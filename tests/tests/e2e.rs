@@ -1,0 +1,279 @@
+//! End to end on loopback: the `infra/forewarn.yaml` stack on moto (through CloudFormation),
+//! instances in moto's EC2, events put on moto's EventBridge and routed by the stack's rules to
+//! its SQS queue, the handler consuming the batches exactly as the event source mapping would
+//! (the poller of `forewarn_tests::sqs`), the pool table in moto's DynamoDB and the cluster in
+//! the Kubernetes API fake.
+//!
+//! moto quirks this test works with: its CloudFormation ignores the table's TTL (the harness
+//! calls UpdateTimeToLive), and once the sweeper's schedule rule exists PutEvents answers 500,
+//! so the stack is deployed with `FunctionsDeployed=false` (no event source mapping: the poller
+//! plays it).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_ec2::types::{
+    InstanceMarketOptionsRequest, InstanceType, MarketType, Placement, ResourceType, Tag,
+    TagSpecification,
+};
+use aws_sdk_eventbridge::types::PutEventsRequestEntry;
+use forewarn::config::Config;
+use forewarn::ec2::Ec2Directory;
+use forewarn::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::lambda::Handler;
+use forewarn::pipeline::Outcome;
+use forewarn::pool::{PoolQuery, PoolStore};
+use forewarn::store::dynamo::DynamoStore;
+use forewarn_tests::moto::{deploy_stack, runtime, shared, unique_name, workspace_root};
+use forewarn_tests::sqs::{drain, peek_bodies};
+use kube_fake::KubeFake;
+use serde_json::{Value, json};
+
+struct Launched {
+    id: String,
+    dns: String,
+    zone: String,
+}
+
+async fn launch(
+    ec2: &aws_sdk_ec2::Client,
+    image: &str,
+    cluster: &str,
+    instance_type: InstanceType,
+    zone: &str,
+    spot: bool,
+) -> Launched {
+    let mut req = ec2
+        .run_instances()
+        .image_id(image)
+        .instance_type(instance_type)
+        .min_count(1)
+        .max_count(1)
+        .placement(Placement::builder().availability_zone(zone).build())
+        .tag_specifications(
+            TagSpecification::builder()
+                .resource_type(ResourceType::Instance)
+                .tags(
+                    Tag::builder()
+                        .key(format!("kubernetes.io/cluster/{cluster}"))
+                        .value("owned")
+                        .build(),
+                )
+                .build(),
+        );
+    if spot {
+        req = req.instance_market_options(
+            InstanceMarketOptionsRequest::builder()
+                .market_type(MarketType::Spot)
+                .build(),
+        );
+    }
+    let out = req.send().await.expect("RunInstances on moto");
+    let i = &out.instances()[0];
+    Launched {
+        id: i.instance_id().unwrap().to_string(),
+        dns: i.private_dns_name().unwrap().to_string(),
+        zone: zone.to_string(),
+    }
+}
+
+fn node(l: &Launched, extra: Value) -> Value {
+    let mut n = json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": l.dns, "labels": {"kubernetes.io/hostname": l.dns, "topology.kubernetes.io/zone": l.zone}},
+        "spec": {"providerID": format!("aws:///{}/{}", l.zone, l.id),
+                 "taints": [{"key": "dedicated", "value": "batch", "effect": "NoSchedule"}]},
+        "status": {"addresses": [{"type": "InternalDNS", "address": l.dns}]}
+    });
+    if let (Some(n), Some(extra)) = (n.as_object_mut(), extra.as_object()) {
+        for (k, v) in extra {
+            if k == "metadata" {
+                let meta = n
+                    .get_mut("metadata")
+                    .and_then(Value::as_object_mut)
+                    .unwrap();
+                for (mk, mv) in v.as_object().unwrap() {
+                    meta.insert(mk.clone(), mv.clone());
+                }
+            } else {
+                n.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    n
+}
+
+fn pod(name: &str, node: &str, owner_kind: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "shop", "labels": {"app": name},
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": owner_kind, "name": format!("{name}-owner"), "uid": format!("uid-{name}"), "controller": true}]},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "nginx"}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    })
+}
+
+fn entry(
+    detail_type: &str,
+    source: &str,
+    detail: Value,
+    resources: &[String],
+) -> PutEventsRequestEntry {
+    PutEventsRequestEntry::builder()
+        .source(source)
+        .detail_type(detail_type)
+        .detail(detail.to_string())
+        .set_resources(Some(resources.to_vec()))
+        .build()
+}
+
+fn arn(id: &str) -> String {
+    format!("arn:aws:ec2:us-east-1:123456789012:instance/{id}")
+}
+
+#[test]
+fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
+    runtime().block_on(async {
+        let sdk = shared().sdk_config();
+        let cluster = unique_name("e2e");
+        let template = std::fs::read_to_string(workspace_root().join("infra/forewarn.yaml")).unwrap();
+        let outputs = deploy_stack(
+            &sdk,
+            &cluster,
+            &template,
+            &[("ClusterName", &cluster), ("FunctionsDeployed", "false"), ("CreateAccessEntry", "false")],
+        )
+        .await
+        .expect("the stack deploys to moto");
+        let table = outputs["TableName"].clone();
+        let queue_url = outputs["QueueUrl"].clone();
+        let queue_arn = outputs["QueueArn"].clone();
+        let dlq_url = outputs["DeadLetterQueueUrl"].clone();
+
+        // EC2: the instances the events are about.
+        let ec2 = aws_sdk_ec2::Client::new(&sdk);
+        let image = ec2.describe_images().send().await.unwrap().images()[0].image_id().unwrap().to_string();
+        let spot = launch(&ec2, &image, &cluster, InstanceType::M5Large, "us-east-1a", true).await;
+        let karpenter = launch(&ec2, &image, &cluster, InstanceType::M5Large, "us-east-1a", true).await;
+        let rebalance = launch(&ec2, &image, &cluster, InstanceType::C5Large, "us-east-1b", true).await;
+        let stopping = launch(&ec2, &image, &cluster, InstanceType::T3Large, "us-east-1c", false).await;
+        let retiring = launch(&ec2, &image, &cluster, InstanceType::M5Xlarge, "us-east-1a", false).await;
+
+        // The cluster.
+        let fake = KubeFake::start().await;
+        fake.insert(node(&spot, json!({})));
+        fake.insert(pod("web-1", &spot.dns, "ReplicaSet"));
+        fake.insert(pod("web-2", &spot.dns, "ReplicaSet"));
+        fake.insert(pod("agent", &spot.dns, "DaemonSet"));
+        fake.insert(node(&karpenter, json!({"metadata": {"ownerReferences": [{"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": "default-abc12", "uid": "nc-uid"}]}})));
+        fake.insert(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "default-abc12", "uid": "nc-uid"}, "spec": {}}));
+        fake.insert(node(&rebalance, json!({})));
+        fake.insert(node(&stopping, json!({})));
+        fake.insert(node(&retiring, json!({})));
+        fake.insert(pod("cart-1", &retiring.dns, "ReplicaSet"));
+
+        let config = Config {
+            cluster_name: Some(cluster.clone()),
+            ..Config::default()
+        };
+        let clients = ClusterClient::new(fake.client());
+        let store = Arc::new(DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), table.clone()));
+        let handler = Handler {
+            config: config.clone(),
+            store: store.clone(),
+            instances: Arc::new(Ec2Directory::from_conf(&sdk)),
+            nodes: Arc::new(KubeNodeDirectory::new(clients.clone())),
+            executor: Some(Arc::new(KubeExecutor::new(clients, &config))),
+            concurrency: 4,
+            safety_margin: Duration::from_secs(1),
+        };
+
+        // EventBridge: the events as AWS emits them; the rules route them to the queue.
+        let events = aws_sdk_eventbridge::Client::new(&sdk);
+        let soon = (chrono::Utc::now() + chrono::Duration::hours(2)).to_rfc3339();
+        let entries = vec![
+            entry("EC2 Spot Instance Interruption Warning", "aws.ec2", json!({"instance-id": spot.id, "instance-action": "terminate"}), &[arn(&spot.id)]),
+            entry("EC2 Spot Instance Interruption Warning", "aws.ec2", json!({"instance-id": karpenter.id, "instance-action": "terminate"}), &[arn(&karpenter.id)]),
+            entry("EC2 Instance Rebalance Recommendation", "aws.ec2", json!({"instance-id": rebalance.id}), &[arn(&rebalance.id)]),
+            entry("EC2 Instance State-change Notification", "aws.ec2", json!({"instance-id": stopping.id, "state": "stopping"}), &[arn(&stopping.id)]),
+            entry("AWS Health Event", "aws.health", json!({
+                "eventArn": "arn:aws:health:us-east-1::event/EC2/AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED/x",
+                "service": "EC2", "eventTypeCode": "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+                "eventTypeCategory": "scheduledChange", "startTime": soon,
+                "affectedEntities": [{"entityValue": retiring.id}]
+            }), &[retiring.id.clone()]),
+            // malformed: a spot warning without its instance id
+            entry("EC2 Spot Instance Interruption Warning", "aws.ec2", json!({"instance-action": "terminate"}), &[]),
+        ];
+        let put = events.put_events().set_entries(Some(entries)).send().await.expect("PutEvents");
+        assert_eq!(put.failed_entry_count(), 0, "{put:?}");
+
+        let sqs = aws_sdk_sqs::Client::new(&sdk);
+        let first = drain(&sqs, &queue_url, &queue_arn, &handler, 10, 40).await.unwrap();
+        let by_kind = |kind: &str, outcome: Outcome| {
+            first.reports.iter().filter(|r| r.kind.map(|k| k.as_str()) == Some(kind) && r.outcome == outcome).count()
+        };
+        assert_eq!(by_kind("spot-interruption", Outcome::Acted), 2, "{:#?}", first.reports);
+        assert_eq!(by_kind("rebalance-recommendation", Outcome::Acted), 1);
+        assert_eq!(by_kind("state-change", Outcome::Acted), 1);
+        assert_eq!(by_kind("scheduled-change", Outcome::Acted), 1);
+        let failures = first.reports.iter().filter(|r| r.outcome == Outcome::Failed).count();
+        assert_eq!(failures, 5, "the malformed message is tried maxReceiveCount (5) times");
+        assert!(first.reports.iter().filter(|r| r.outcome == Outcome::Failed).all(|r| r.reason.as_deref().unwrap().contains("detail.instance-id")));
+
+        // The malformed message ended in the DLQ; nothing is left in the queue.
+        let dead = peek_bodies(&sqs, &dlq_url).await.unwrap();
+        assert_eq!(dead.len(), 1, "{dead:?}");
+        assert!(!dead[0].contains("instance-id"));
+        assert!(peek_bodies(&sqs, &queue_url).await.unwrap().is_empty());
+
+        // The pool table.
+        let now = chrono::Utc::now();
+        let pools = store.pools(&PoolQuery { include_available: true, ..PoolQuery::default() }, now).await.unwrap();
+        let by_key: BTreeMap<String, &forewarn::pool::PoolRecord> = pools.iter().map(|p| (p.pool.to_string(), p)).collect();
+        let hot = by_key["spot#m5.large#us-east-1a"];
+        assert_eq!(hot.interruptions(), 2);
+        assert!(hot.is_unavailable(now));
+        assert_eq!(by_key["spot#c5.large#us-east-1b"].counter(forewarn::event::EventKind::RebalanceRecommendation), 1);
+        assert!(!by_key["spot#c5.large#us-east-1b"].is_unavailable(now), "rebalances only count");
+        assert!(by_key.contains_key("on-demand#t3.large#us-east-1c"));
+        assert!(by_key.contains_key("on-demand#m5.xlarge#us-east-1a"));
+        let unavailable = store.pools(&PoolQuery::default(), now).await.unwrap();
+        assert_eq!(unavailable.len(), 1, "only the spot pool is unavailable");
+
+        // The cluster.
+        let spot_node = fake.get("v1", "Node", None, &spot.dns).unwrap();
+        assert_eq!(spot_node["spec"]["unschedulable"], true);
+        let taints: Vec<&str> = spot_node["spec"]["taints"].as_array().unwrap().iter().map(|t| t["key"].as_str().unwrap()).collect();
+        assert!(taints.contains(&"forewarn.io/interruption") && taints.contains(&"dedicated"), "{taints:?}");
+        let pods: Vec<String> = fake.list("v1", "Pod").iter().map(|p| p["metadata"]["name"].as_str().unwrap().to_string()).collect();
+        assert_eq!(pods, vec!["agent".to_string()], "evictable pods evicted, the DaemonSet pod left");
+        assert!(fake.get("karpenter.sh/v1", "NodeClaim", None, "default-abc12").is_none(), "the NodeClaim is deleted");
+        assert_eq!(fake.get("v1", "Node", None, &rebalance.dns).unwrap()["spec"]["unschedulable"], true);
+        assert!(fake.get("v1", "Node", None, &stopping.dns).is_none(), "the stopping instance's node is deleted");
+        assert_eq!(fake.get("v1", "Node", None, &retiring.dns).unwrap()["spec"]["unschedulable"], true);
+        assert!(!fake.events().is_empty(), "Kubernetes Events recorded");
+
+        // At-least-once delivery: the spot warning again, as SQS redelivers it. Nothing changes.
+        let spot_report = first
+            .reports
+            .iter()
+            .find(|r| r.instance_ids == vec![spot.id.clone()])
+            .unwrap();
+        let writes_before = fake.writes().len();
+        let body = json!({
+            "version": "0", "id": spot_report.event_id.clone().unwrap(), "detail-type": "EC2 Spot Instance Interruption Warning",
+            "source": "aws.ec2", "account": "123456789012", "time": spot_report.time.unwrap().to_rfc3339(),
+            "region": "us-east-1", "resources": [arn(&spot.id)],
+            "detail": {"instance-id": spot.id, "instance-action": "terminate"}
+        });
+        sqs.send_message().queue_url(&queue_url).message_body(body.to_string()).send().await.unwrap();
+        let again = drain(&sqs, &queue_url, &queue_arn, &handler, 10, 5).await.unwrap();
+        assert_eq!(again.reports.len(), 1);
+        assert_eq!(again.reports[0].outcome, Outcome::Duplicate, "{:#?}", again.reports);
+        assert_eq!(fake.writes().len(), writes_before, "a duplicate writes nothing to the cluster");
+        let after = store.pools(&PoolQuery { include_available: true, ..PoolQuery::default() }, now).await.unwrap();
+        assert_eq!(after, pools, "a duplicate changes no counter");
+    });
+}
