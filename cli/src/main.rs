@@ -24,7 +24,8 @@ enum Command {
     ///
     /// PATH is a file or a folder (every *.json directly in it, in name order). Each file holds a
     /// bare EventBridge event, an SQS event as Lambda receives it, or a JSON array of events.
-    /// Without --execute nothing but the embedded pool store changes.
+    /// Without --execute nothing but the embedded pool store changes: a live cluster (--kube)
+    /// and a DynamoDB table (--table) are only read.
     Replay(replay::ReplayArgs),
     /// List capacity pools recorded as unavailable, newest first.
     Pools(pools::PoolsArgs),

@@ -114,7 +114,11 @@ impl Handler {
                     message: "not a duration (e.g. 3s)".into(),
                 })?,
         };
-        let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        // Throttling and transient errors are retried by the SDK (5 attempts unless
+        // AWS_MAX_ATTEMPTS says otherwise), for every client built from this configuration.
+        let sdk = crate::store::dynamo::default_retries(
+            aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await,
+        );
         let store: Arc<dyn PoolStore> = match get("FOREWARN_TABLE") {
             Some(table) => Arc::new(crate::store::dynamo::DynamoStore::new(
                 aws_sdk_dynamodb::Client::new(&sdk),

@@ -75,6 +75,8 @@ pub struct Plan {
     pub actions: Vec<NodeAction>,
     /// What the event is, for people (`spot-interruption (terminate)`).
     pub summary: String,
+    /// Further idempotence keys the pool update records (see [`PoolUpdate::also_keys`]).
+    pub also_keys: Vec<String>,
 }
 
 impl Plan {
@@ -95,6 +97,7 @@ impl Plan {
             reason: self.summary.clone(),
             marks: self.pools.clone(),
             recorded_at,
+            also_keys: self.also_keys.clone(),
         }
     }
 }
@@ -111,6 +114,10 @@ pub fn plan(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
         pools: Vec::new(),
         actions: Vec::new(),
         summary: summary(event),
+        also_keys: crate::sweep::sweep_keys_of(event)
+            .into_iter()
+            .filter(|k| *k != event.id)
+            .collect(),
     };
     match &event.detail {
         Detail::Unsupported { why } => {

@@ -120,6 +120,25 @@ pub struct PoolUpdate {
     pub marks: Vec<PoolMark>,
     /// When the store applies it (the caller's clock, so tests are deterministic).
     pub recorded_at: DateTime<Utc>,
+    /// Further idempotence keys recorded in the ledger with the event id, in the same atomic
+    /// write: the update is a duplicate when the event id or any of these was applied before.
+    /// The sweeper's per-instance keys (`sweep:<kind>:<instance>`), so that a sweep after a
+    /// handled event, or a handled event after a sweep, counts once.
+    #[serde(default)]
+    pub also_keys: Vec<String>,
+}
+
+impl PoolUpdate {
+    /// The event id and the further keys, without repeats.
+    pub fn ledger_keys(&self) -> Vec<&str> {
+        let mut keys: Vec<&str> = vec![self.event_id.as_str()];
+        for k in &self.also_keys {
+            if !keys.contains(&k.as_str()) {
+                keys.push(k);
+            }
+        }
+        keys
+    }
 }
 
 /// The result of applying an update.

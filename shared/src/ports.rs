@@ -29,6 +29,9 @@ pub trait InstanceDirectory: Send + Sync {
 pub trait NodeDirectory: Send + Sync {
     /// Candidate nodes for these instances (it may return more; resolution picks).
     async fn nodes(&self, instances: &[InstanceFacts]) -> Result<Vec<NodeFacts>, DirectoryError>;
+
+    /// Every node of the cluster (the sweeper looks for nodes whose instance is gone).
+    async fn all(&self) -> Result<Vec<NodeFacts>, DirectoryError>;
 }
 
 /// No instance facts at all (replay without `--instances`).
@@ -50,6 +53,10 @@ pub struct NoNodes;
 #[async_trait]
 impl NodeDirectory for NoNodes {
     async fn nodes(&self, _instances: &[InstanceFacts]) -> Result<Vec<NodeFacts>, DirectoryError> {
+        Ok(Vec::new())
+    }
+
+    async fn all(&self) -> Result<Vec<NodeFacts>, DirectoryError> {
         Ok(Vec::new())
     }
 }

@@ -230,6 +230,10 @@ impl NodeDirectory for ClusterState {
     async fn nodes(&self, _instances: &[InstanceFacts]) -> Result<Vec<NodeFacts>, DirectoryError> {
         Ok(self.nodes.clone())
     }
+
+    async fn all(&self) -> Result<Vec<NodeFacts>, DirectoryError> {
+        Ok(self.nodes.clone())
+    }
 }
 
 #[cfg(test)]

@@ -57,6 +57,7 @@ pub fn event(id: &str, time: DateTime<Utc>, marks: Vec<PoolMark>) -> PoolUpdate 
         reason: format!("spot-interruption (terminate) {id}"),
         marks,
         recorded_at: time + Duration::seconds(1),
+        also_keys: Vec::new(),
     }
 }
 
@@ -535,5 +536,62 @@ pub async fn multi_pool_event_is_atomic(s: Subject) {
             .await
             .unwrap()
             .is_empty()
+    );
+}
+
+/// The further idempotence keys (`also_keys`): recorded with the event id in the same write, so
+/// that an event under another id carrying one of them (a sweep's finding after the handled
+/// event, or the event after a sweep) is a duplicate and changes nothing.
+pub async fn also_keys_make_other_ids_duplicates(s: Subject) {
+    let store = &*s.store;
+    let t = now();
+    let key = spot("m5.large", "us-east-1a");
+    let mut handled = event(
+        "e-handled",
+        t,
+        vec![mark(&key, "i-1", Some(t + Duration::minutes(10)))],
+    );
+    handled.also_keys = vec!["sweep:spot-interruption:i-1".into()];
+    assert_eq!(apply(store, &handled).await, Applied::Applied);
+    let before = pools(store, &all(), t).await;
+    let mut sweep = event(
+        "sweep:spot-interruption:i-1",
+        t + Duration::minutes(5),
+        vec![mark(&key, "i-1", Some(t + Duration::minutes(65)))],
+    );
+    sweep.also_keys = Vec::new();
+    assert_eq!(apply(store, &sweep).await, Applied::Duplicate);
+    assert_eq!(apply(&*s.other, &sweep).await, Applied::Duplicate);
+    assert_eq!(
+        pools(store, &all(), t).await,
+        before,
+        "the sweep changed the pool"
+    );
+    let ids = [
+        "e-handled".to_string(),
+        "sweep:spot-interruption:i-1".to_string(),
+    ];
+    assert_eq!(
+        s.store.applied(&ids).await.unwrap().len(),
+        2,
+        "both keys are in the ledger"
+    );
+
+    // The other way round: the sweep came first, then the real event.
+    let mut first = event("sweep:state-change:i-9", t, vec![mark(&key, "i-9", None)]);
+    first.kind = EventKind::StateChange;
+    assert_eq!(apply(store, &first).await, Applied::Applied);
+    let counted = record(store, &key, t).await.counter(EventKind::StateChange);
+    let mut real = event(
+        "e-real",
+        t + Duration::minutes(1),
+        vec![mark(&key, "i-9", None)],
+    );
+    real.kind = EventKind::StateChange;
+    real.also_keys = vec!["sweep:state-change:i-9".into()];
+    assert_eq!(apply(store, &real).await, Applied::Duplicate);
+    assert_eq!(
+        record(store, &key, t).await.counter(EventKind::StateChange),
+        counted
     );
 }

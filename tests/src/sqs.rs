@@ -71,7 +71,10 @@ pub async fn drain(
         empty = 0;
         drained.batches += 1;
         let mut event = SqsEvent::default();
-        event.records = messages.iter().map(|m| lambda_message(m, queue_arn)).collect();
+        event.records = messages
+            .iter()
+            .map(|m| lambda_message(m, queue_arn))
+            .collect();
         let (response, reports) = handler.handle_sqs(&event, None).await?;
         let failed: Vec<&str> = response
             .batch_item_failures

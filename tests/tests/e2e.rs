@@ -202,7 +202,7 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
                 "service": "EC2", "eventTypeCode": "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
                 "eventTypeCategory": "scheduledChange", "startTime": soon,
                 "affectedEntities": [{"entityValue": retiring.id}]
-            }), &[retiring.id.clone()]),
+            }), std::slice::from_ref(&retiring.id)),
             // malformed: a spot warning without its instance id
             entry("EC2 Spot Instance Interruption Warning", "aws.ec2", json!({"instance-action": "terminate"}), &[]),
         ];

@@ -446,11 +446,7 @@ async fn spot_interruption_cordons_taints_and_drains_a_plain_node() {
             .unwrap()
             .contains("evicted 3 pods")
     );
-    assert!(
-        out.detail().contains("cordoned node/"),
-        "{}",
-        out.detail()
-    );
+    assert!(out.detail().contains("cordoned node/"), "{}", out.detail());
 }
 
 #[tokio::test]

@@ -152,6 +152,16 @@ impl NodeDirectory for KubeNodeDirectory {
         }
         Ok(found.into_values().collect())
     }
+
+    /// One paged `list` of the nodes.
+    async fn all(&self) -> Result<Vec<NodeFacts>, DirectoryError> {
+        Ok(self
+            .list_all()
+            .await?
+            .iter()
+            .map(NodeFacts::from_node)
+            .collect())
+    }
 }
 
 #[cfg(test)]

@@ -190,12 +190,12 @@ impl DynamoStore {
         self.known.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn ledger_put(&self, update: &PoolUpdate) -> Result<TransactWriteItem, StoreError> {
+    fn ledger_put(&self, update: &PoolUpdate, key: &str) -> Result<TransactWriteItem, StoreError> {
         let recorded = update.recorded_at.timestamp();
         let expires = ceil_secs(update.recorded_at + self.retention.ledger);
         let put = Put::builder()
             .table_name(&self.table)
-            .item(PK, s(&event_pk(&update.event_id)))
+            .item(PK, s(&event_pk(key)))
             .item(SK, s(EVENT_SK))
             .item(KIND, s(update.kind.as_str()))
             .item(RECORDED_AT, n(recorded))
@@ -612,13 +612,15 @@ impl PoolStore for DynamoStore {
     async fn apply(&self, update: &PoolUpdate) -> Result<Applied, StoreError> {
         let id = &update.event_id;
         let deltas = pool_deltas(update);
-        if deltas.len() > MAX_POOLS_PER_UPDATE {
+        let keys = update.ledger_keys();
+        if deltas.len() + keys.len() > MAX_POOLS_PER_UPDATE + 1 {
             return Err(self.err(
                 format_args!("applying event {id}"),
                 format_args!(
-                    "it marks {} pools, but one transaction holds at most 100 items: the \
-                     ledger entry and {MAX_POOLS_PER_UPDATE} pools",
-                    deltas.len()
+                    "it marks {} pools with {} ledger keys, but one transaction holds at most \
+                     100 items: the ledger entries and the pools",
+                    deltas.len(),
+                    keys.len()
                 ),
             ));
         }
@@ -638,7 +640,10 @@ impl PoolStore for DynamoStore {
                     .map(|(pk, w)| Known::bets(known.get(pk), w))
                     .collect()
             };
-            let mut items = vec![self.ledger_put(update)?];
+            let mut items = keys
+                .iter()
+                .map(|k| self.ledger_put(update, k))
+                .collect::<Result<Vec<_>, _>>()?;
             for (delta, bets) in deltas.iter().zip(&bets) {
                 items.push(self.pool_update(update, delta, *bets)?);
             }
@@ -674,23 +679,30 @@ impl PoolStore for DynamoStore {
                 }
             };
             let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
-            match code(0) {
-                "ConditionalCheckFailed" => return Ok(Applied::Duplicate),
-                "None" => {}
-                c if retryable(c) => {}
-                c => {
-                    return Err(self.err(
-                        format_args!("applying event {id}"),
-                        format_args!("the ledger put was refused: {c}: {}", message(&reasons, 0)),
-                    ));
+            let ledger = keys.len();
+            let mut conflict = false;
+            for (k, key) in keys.iter().enumerate() {
+                match code(k) {
+                    "ConditionalCheckFailed" => return Ok(Applied::Duplicate),
+                    "None" => {}
+                    c if retryable(c) => conflict = true,
+                    c => {
+                        return Err(self.err(
+                            format_args!("applying event {id}"),
+                            format_args!(
+                                "the ledger put of {key} was refused: {c}: {}",
+                                message(&reasons, k)
+                            ),
+                        ));
+                    }
                 }
             }
-            let mut conflict = retryable(code(0));
+            let lost_before = lost_bets;
             for (i, delta) in deltas.iter().enumerate() {
-                match code(i + 1) {
+                match code(ledger + i) {
                     "None" => {}
                     "ConditionalCheckFailed" => {
-                        let Some(reason) = reasons.get(i + 1) else {
+                        let Some(reason) = reasons.get(ledger + i) else {
                             continue;
                         };
                         lost_bets += 1;
@@ -708,11 +720,20 @@ impl PoolStore for DynamoStore {
                             format_args!(
                                 "the update of pool {} was refused: {c}: {}",
                                 delta.pool,
-                                message(&reasons, i + 1)
+                                message(&reasons, ledger + i)
                             ),
                         ));
                     }
                 }
+            }
+            if !conflict && lost_bets == lost_before {
+                return Err(self.err(
+                    format_args!("applying event {id}"),
+                    format_args!(
+                        "the transaction was cancelled without a reason to retry it: {}",
+                        DisplayErrorContext(error)
+                    ),
+                ));
             }
             if conflict {
                 conflicts += 1;
@@ -1028,6 +1049,7 @@ mod tests {
                 })
                 .collect(),
             recorded_at: at(1),
+            also_keys: Vec::new(),
         }
     }
 

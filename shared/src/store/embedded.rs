@@ -199,17 +199,21 @@ impl EmbeddedStore {
             let mut ledger = txn
                 .open_table(LEDGER)
                 .map_err(|e| self.err("opening the ledger table", e))?;
-            let seen = ledger
-                .get(id)
-                .map_err(|e| self.err(format_args!("reading the ledger entry of event {id}"), e))?
-                .map(|v| v.value());
-            if seen.is_some_and(|(_, expires)| expires > recorded_ms) {
-                return Ok(Applied::Duplicate);
+            for key in update.ledger_keys() {
+                let seen = ledger
+                    .get(key)
+                    .map_err(|e| self.err(format_args!("reading the ledger entry {key}"), e))?
+                    .map(|v| v.value());
+                if seen.is_some_and(|(_, expires)| expires > recorded_ms) {
+                    return Ok(Applied::Duplicate);
+                }
             }
             let expires = (update.recorded_at + self.retention.ledger).timestamp_millis();
-            ledger
-                .insert(id, (recorded_ms, expires))
-                .map_err(|e| self.err(format_args!("recording event {id}"), e))?;
+            for key in update.ledger_keys() {
+                ledger
+                    .insert(key, (recorded_ms, expires))
+                    .map_err(|e| self.err(format_args!("recording {key} (event {id})"), e))?;
+            }
             let mut pools = txn
                 .open_table(POOLS)
                 .map_err(|e| self.err("opening the pools table", e))?;
@@ -396,6 +400,7 @@ mod tests {
                 unavailable_until: Some(recorded_at + Duration::minutes(10)),
             }],
             recorded_at,
+            also_keys: Vec::new(),
         }
     }
 

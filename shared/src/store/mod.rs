@@ -149,6 +149,7 @@ mod tests {
             reason: format!("reason {id}"),
             marks,
             recorded_at: at(time + 1),
+            also_keys: Vec::new(),
         }
     }
 

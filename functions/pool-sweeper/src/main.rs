@@ -1,0 +1,38 @@
+//! The pool sweeper Lambda, run on a schedule: finds what EventBridge missed and applies the
+//! same plan path (see `forewarn::sweep`). The answer counts the outcomes; any failed finding
+//! fails the invocation so that it shows in the function's error metric (the next scheduled
+//! sweep retries it: findings are stable per instance).
+
+use std::sync::Arc;
+
+use forewarn::lambda::deadline_from_epoch_ms;
+use forewarn::pipeline::{Outcome, Tally};
+use forewarn::sweep::Sweeper;
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use serde_json::{Value, json};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    forewarn::telemetry::init_json();
+    let sweeper = Arc::new(Sweeper::from_env().await?);
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
+        let sweeper = Arc::clone(&sweeper);
+        async move {
+            let deadline = deadline_from_epoch_ms(event.context.deadline)
+                .checked_sub(sweeper.handler.safety_margin);
+            let reports = sweeper.sweep(chrono::Utc::now(), deadline).await?;
+            let tally = Tally::of(&reports);
+            if let Some(failed) = reports.iter().find(|r| r.outcome == Outcome::Failed) {
+                return Err(Error::from(format!(
+                    "{} of {} findings failed; first: {}: {}",
+                    tally.failed,
+                    reports.len(),
+                    failed.origin,
+                    failed.reason.as_deref().unwrap_or("failed")
+                )));
+            }
+            Ok::<Value, Error>(json!({ "findings": reports.len(), "outcomes": tally }))
+        }
+    }))
+    .await
+}

@@ -1,0 +1,347 @@
+//! The pool store contract (`forewarn_tests::contract`) against both stores: the embedded store
+//! in a temporary directory, and the DynamoDB store on moto with a table created from
+//! `infra/pool-table.yaml`. Then what only the DynamoDB store has: the item layout, the round
+//! trips, the transaction size limit. One moto server serves the whole binary; each test gets its
+//! own table.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_dynamodb::error::BoxError;
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::Duration;
+use forewarn::pool::{Applied, PoolQuery, PoolStore, Retention, StoreError};
+use forewarn::store::{DynamoStore, EmbeddedStore};
+use forewarn_tests::contract::{Subject, event, mark, now, spot};
+use forewarn_tests::moto;
+
+fn run_embedded<F, Fut>(case: F)
+where
+    F: FnOnce(Subject) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let store = EmbeddedStore::open(dir.path()).expect("opening the embedded store");
+    let subject = Subject {
+        other: Arc::new(store.clone()),
+        store: Arc::new(store),
+    };
+    moto::runtime().block_on(case(subject));
+}
+
+/// A fresh pool table on the shared moto server.
+async fn table() -> (aws_sdk_dynamodb::Client, String) {
+    let config = moto::shared().sdk_config();
+    let table = moto::create_pool_table(&config, &moto::unique_name("pools"))
+        .await
+        .unwrap_or_else(|e| panic!("creating the pool table on moto: {e:#}"));
+    (aws_sdk_dynamodb::Client::new(&config), table)
+}
+
+fn run_dynamo<F, Fut>(case: F)
+where
+    F: FnOnce(Subject) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    moto::runtime().block_on(async {
+        let (client, table) = table().await;
+        let subject = Subject {
+            store: Arc::new(DynamoStore::new(client.clone(), &table)),
+            other: Arc::new(DynamoStore::new(client, &table)),
+        };
+        case(subject).await;
+    });
+}
+
+macro_rules! contract_cases {
+    ($($case:ident),* $(,)?) => {
+        mod embedded {
+            $(#[test] fn $case() { super::run_embedded(forewarn_tests::contract::$case) })*
+        }
+        mod dynamodb {
+            $(#[test] fn $case() { super::run_dynamo(forewarn_tests::contract::$case) })*
+        }
+    };
+}
+
+contract_cases!(
+    first_write_creates_the_pool,
+    duplicate_event_changes_nothing,
+    two_events_count_twice_and_the_newer_is_last,
+    each_kind_has_its_counter,
+    late_event_never_shortens_nor_overwrites,
+    concurrent_increments_are_never_lost,
+    expiry_filtering,
+    queries_by_zone_and_instance_type,
+    applied_reports_exactly_the_applied_ids,
+    also_keys_make_other_ids_duplicates,
+    multi_pool_event_is_atomic,
+);
+
+// ---- DynamoDB only ------------------------------------------------------------------------
+
+async fn get(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    pk: &str,
+    sk: &str,
+) -> HashMap<String, AttributeValue> {
+    client
+        .get_item()
+        .table_name(table)
+        .key("pk", AttributeValue::S(pk.into()))
+        .key("sk", AttributeValue::S(sk.into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("GetItem")
+        .item
+        .unwrap_or_else(|| panic!("no item {pk}/{sk}"))
+}
+
+fn s(item: &HashMap<String, AttributeValue>, attr: &str) -> String {
+    match item.get(attr) {
+        Some(AttributeValue::S(v)) => v.clone(),
+        other => panic!("`{attr}` is not a string: {other:?} in {item:?}"),
+    }
+}
+
+fn n(item: &HashMap<String, AttributeValue>, attr: &str) -> i64 {
+    match item.get(attr) {
+        Some(AttributeValue::N(v)) => v.parse().expect("a whole number"),
+        other => panic!("`{attr}` is not a number: {other:?} in {item:?}"),
+    }
+}
+
+#[test]
+fn dynamodb_items_are_readable() {
+    moto::runtime().block_on(async {
+        let (client, table) = table().await;
+        let store = DynamoStore::new(client.clone(), &table);
+        assert_eq!(store.describe(), format!("dynamodb table {table}"));
+        let t = now();
+        let key = spot("m5.large", "us-east-1a");
+        let until = t + Duration::minutes(10);
+        let update = event("e-raw", t, vec![mark(&key, "i-0123", Some(until))]);
+        assert_eq!(store.apply(&update).await.unwrap(), Applied::Applied);
+
+        let item = get(&client, &table, "POOL#spot#m5.large#us-east-1a", "POOL").await;
+        assert_eq!(s(&item, "pool"), "spot#m5.large#us-east-1a");
+        assert_eq!(s(&item, "capacity_type"), "spot");
+        assert_eq!(s(&item, "instance_type"), "m5.large");
+        assert_eq!(s(&item, "zone"), "us-east-1a");
+        assert_eq!(s(&item, "region"), "us-east-1");
+        assert_eq!(n(&item, "unavailable_until"), until.timestamp());
+        let expires = (until + Retention::default().history).timestamp();
+        assert_eq!(n(&item, "expires_at"), expires);
+        assert_eq!(n(&item, "interruptions"), 1);
+        assert_eq!(n(&item, "first_seen"), t.timestamp());
+        assert_eq!(n(&item, "last_seen"), t.timestamp());
+        assert_eq!(s(&item, "last_event_id"), "e-raw");
+        assert_eq!(s(&item, "last_reason"), update.reason);
+        assert_eq!(s(&item, "last_instance_id"), "i-0123");
+        let mut names: Vec<&str> = item.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            [
+                "capacity_type",
+                "expires_at",
+                "first_seen",
+                "instance_type",
+                "interruptions",
+                "last_event_id",
+                "last_instance_id",
+                "last_reason",
+                "last_seen",
+                "pk",
+                "pool",
+                "region",
+                "sk",
+                "unavailable_until",
+                "zone",
+            ]
+        );
+
+        let ledger = get(&client, &table, "EVENT#e-raw", "EVENT").await;
+        assert_eq!(s(&ledger, "kind"), "spot-interruption");
+        assert_eq!(n(&ledger, "recorded_at"), update.recorded_at.timestamp());
+        assert_eq!(
+            n(&ledger, "expires_at"),
+            (update.recorded_at + Retention::default().ledger).timestamp()
+        );
+        assert!(!ledger.contains_key("zone") && !ledger.contains_key("unavailable_until"));
+    });
+}
+
+/// Counts the `TransactWriteItems` requests a client sends.
+#[derive(Debug, Default)]
+struct CountTransactions(Arc<AtomicUsize>);
+
+impl Intercept for CountTransactions {
+    fn name(&self) -> &'static str {
+        "CountTransactions"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let target = context.request().headers().get("x-amz-target");
+        if target.is_some_and(|t| t.ends_with(".TransactWriteItems")) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn dynamodb_round_trips() {
+    moto::runtime().block_on(async {
+        let (client, table) = table().await;
+        let counted = |count: &Arc<AtomicUsize>| {
+            let config = client
+                .config()
+                .to_builder()
+                .interceptor(CountTransactions(count.clone()))
+                .build();
+            DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(config), &table)
+        };
+        let (a_count, b_count) = (Arc::default(), Arc::default());
+        let (a, b) = (counted(&a_count), counted(&b_count));
+        let trips = |c: &Arc<AtomicUsize>| c.swap(0, Ordering::SeqCst);
+        let t = now();
+        let key = spot("m5.large", "us-east-1a");
+        let window = |m| Some(t + Duration::minutes(m));
+
+        // In order: one transaction per event, also for a count-only event inside a window.
+        a.apply(&event("e-1", t, vec![mark(&key, "i-1", window(10))]))
+            .await
+            .unwrap();
+        assert_eq!(trips(&a_count), 1);
+        let e2 = event(
+            "e-2",
+            t + Duration::minutes(1),
+            vec![mark(&key, "i-2", window(11))],
+        );
+        a.apply(&e2).await.unwrap();
+        assert_eq!(trips(&a_count), 1);
+        let e3 = event(
+            "e-3",
+            t + Duration::minutes(2),
+            vec![mark(&key, "i-3", None)],
+        );
+        a.apply(&e3).await.unwrap();
+        assert_eq!(trips(&a_count), 1);
+        // A duplicate: one cancelled transaction.
+        assert_eq!(a.apply(&e3).await.unwrap(), Applied::Duplicate);
+        assert_eq!(trips(&a_count), 1);
+        // A late event on a store that has not seen the pool: the bet is lost once.
+        b.apply(&event("e-late", t, vec![mark(&key, "i-0", window(5))]))
+            .await
+            .unwrap();
+        assert_eq!(trips(&b_count), 2);
+        // ... and not again.
+        b.apply(&event("e-late-2", t, vec![mark(&key, "i-0", window(5))]))
+            .await
+            .unwrap();
+        assert_eq!(trips(&b_count), 1);
+
+        let r = a.pool(&key).await.unwrap().expect("the pool");
+        assert_eq!(r.interruptions(), 5);
+        assert_eq!(r.last_event_id, "e-3");
+        assert_eq!(r.unavailable_until, window(11));
+    });
+}
+
+#[test]
+fn dynamodb_rejects_more_pools_than_a_transaction_holds() {
+    moto::runtime().block_on(async {
+        let (client, table) = table().await;
+        let store = DynamoStore::new(client, &table);
+        let t = now();
+        let marks = (0..150)
+            .map(|i| mark(&spot(&format!("m{i}.large"), "us-east-1a"), "i-1", None))
+            .collect();
+        let err = store
+            .apply(&event("e-big", t, marks))
+            .await
+            .expect_err("150 pools do not fit in one transaction");
+        let msg = err.to_string();
+        assert!(msg.contains("150 pools") && msg.contains(&table), "{msg}");
+        // 99 pools do.
+        let marks = (0..99)
+            .map(|i| mark(&spot(&format!("m{i}.large"), "us-east-1a"), "i-1", None))
+            .collect();
+        assert_eq!(
+            store.apply(&event("e-99", t, marks)).await.unwrap(),
+            Applied::Applied
+        );
+        let all = PoolQuery {
+            include_available: true,
+            ..PoolQuery::default()
+        };
+        assert_eq!(store.pools(&all, t).await.unwrap().len(), 99);
+    });
+}
+
+#[test]
+fn dynamodb_malformed_item_is_corrupt_naming_its_key() {
+    moto::runtime().block_on(async {
+        let (client, table) = table().await;
+        let store = DynamoStore::new(client.clone(), &table);
+        let t = now();
+        client
+            .put_item()
+            .table_name(&table)
+            .item(
+                "pk",
+                AttributeValue::S("POOL#spot#m5.large#us-east-1a".into()),
+            )
+            .item("sk", AttributeValue::S("POOL".into()))
+            .item("pool", AttributeValue::S("spot#m5.large#us-east-1a".into()))
+            .item("zone", AttributeValue::S("us-east-1a".into()))
+            .item("last_seen", AttributeValue::N(t.timestamp().to_string()))
+            .item(
+                "expires_at",
+                AttributeValue::N((t.timestamp() + 60).to_string()),
+            )
+            .item("interruptions", AttributeValue::S("many".into()))
+            .send()
+            .await
+            .expect("PutItem");
+        let query = PoolQuery {
+            include_available: true,
+            zone: Some("us-east-1a".into()),
+            ..PoolQuery::default()
+        };
+        match store.pools(&query, t).await {
+            Err(StoreError::Corrupt { key, message }) => {
+                assert_eq!(key, "POOL#spot#m5.large#us-east-1a");
+                assert!(message.contains("interruptions"), "{message}");
+            }
+            other => panic!("expected a corrupt item, got {other:?}"),
+        }
+    });
+}
+
+#[test]
+fn dynamodb_missing_table_is_an_error_naming_it() {
+    moto::runtime().block_on(async {
+        let client = aws_sdk_dynamodb::Client::new(&moto::shared().sdk_config());
+        let store = DynamoStore::new(client, "no-such-table");
+        let err = store
+            .apply(&event("e", now(), vec![]))
+            .await
+            .expect_err("no table");
+        assert!(err.to_string().contains("no-such-table"), "{err}");
+        let err = store.applied(&["e".into()]).await.expect_err("no table");
+        assert!(err.to_string().contains("no-such-table"), "{err}");
+    });
+}
