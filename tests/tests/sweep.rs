@@ -1,0 +1,163 @@
+//! The pool sweeper on moto's EC2 and DynamoDB and the Kubernetes fake: nodes whose instance is
+//! terminated or unknown are found and handled through the same plan path; a sweep after a
+//! handled event, and a second sweep, change nothing.
+//!
+//! (moto cannot give an instance the state reason `Server.SpotInstanceTermination`, so the
+//! spot-termination finding is covered by the unit tests of `forewarn::sweep`.)
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_ec2::types::{InstanceType, Placement, ResourceType, Tag, TagSpecification};
+use forewarn::config::Config;
+use forewarn::ec2::Ec2Directory;
+use forewarn::event::EventKind;
+use forewarn::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::lambda::Handler;
+use forewarn::pipeline::Outcome;
+use forewarn::pool::{PoolQuery, PoolStore};
+use forewarn::store::dynamo::DynamoStore;
+use forewarn::sweep::Sweeper;
+use forewarn_tests::moto::{create_pool_table, runtime, shared, unique_name};
+use kube_fake::KubeFake;
+use serde_json::{Value, json};
+
+async fn launch(ec2: &aws_sdk_ec2::Client, image: &str, cluster: &str) -> (String, String) {
+    let out = ec2
+        .run_instances()
+        .image_id(image)
+        .instance_type(InstanceType::M5Large)
+        .min_count(1)
+        .max_count(1)
+        .placement(Placement::builder().availability_zone("us-east-1a").build())
+        .tag_specifications(
+            TagSpecification::builder()
+                .resource_type(ResourceType::Instance)
+                .tags(
+                    Tag::builder()
+                        .key("eks:cluster-name")
+                        .value(cluster)
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let i = &out.instances()[0];
+    (
+        i.instance_id().unwrap().to_string(),
+        i.private_dns_name().unwrap().to_string(),
+    )
+}
+
+fn node(name: &str, id: &str, owner: Option<&str>) -> Value {
+    let mut n = json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name},
+        "spec": {"providerID": format!("aws:///us-east-1a/{id}")}
+    });
+    if let Some(claim) = owner {
+        n["metadata"]["ownerReferences"] = json!([{"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": claim, "uid": "u"}]);
+    }
+    n
+}
+
+#[test]
+fn sweeps_orphaned_nodes_once_and_never_after_a_handled_event() {
+    runtime().block_on(async {
+        let sdk = shared().sdk_config();
+        let cluster = unique_name("sweep");
+        let table = create_pool_table(&sdk, &unique_name("sweep-pools")).await.unwrap();
+        let ec2 = aws_sdk_ec2::Client::new(&sdk);
+        let image = ec2.describe_images().send().await.unwrap().images()[0]
+            .image_id()
+            .unwrap()
+            .to_string();
+        let (gone, gone_dns) = launch(&ec2, &image, &cluster).await;
+        let (running, running_dns) = launch(&ec2, &image, &cluster).await;
+        let (handled, handled_dns) = launch(&ec2, &image, &cluster).await;
+        ec2.terminate_instances()
+            .instance_ids(&gone)
+            .instance_ids(&handled)
+            .send()
+            .await
+            .unwrap();
+        let unknown = "i-0000000000000dead";
+
+        let fake = KubeFake::start().await;
+        fake.insert(node(&gone_dns, &gone, None));
+        fake.insert(node(&running_dns, &running, None));
+        fake.insert(node("ghost", unknown, None));
+        // Karpenter's finalizer keeps the node of the handled instance after its NodeClaim goes.
+        fake.insert(node(&handled_dns, &handled, Some("claim-h")));
+        fake.insert(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "claim-h", "finalizers": ["karpenter.sh/termination"]}, "spec": {}}));
+
+        let config = Config {
+            cluster_name: Some(cluster.clone()),
+            ..Config::default()
+        };
+        let clients = ClusterClient::new(fake.client());
+        let store = Arc::new(DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), table));
+        let ec2_dir = Arc::new(Ec2Directory::from_conf(&sdk));
+        let handler = Handler {
+            config: config.clone(),
+            store: store.clone(),
+            instances: ec2_dir.clone(),
+            nodes: Arc::new(KubeNodeDirectory::new(clients.clone())),
+            executor: Some(Arc::new(KubeExecutor::new(clients, &config))),
+            concurrency: 4,
+            safety_margin: Duration::from_secs(1),
+        };
+
+        // EventBridge did deliver the termination of `handled`: the handler applied it.
+        let event = json!({"id": "evt-handled", "source": "aws.ec2",
+            "detail-type": "EC2 Instance State-change Notification", "time": chrono::Utc::now().to_rfc3339(),
+            "region": "us-east-1", "detail": {"instance-id": handled, "state": "terminated"}});
+        let inv = handler.invoke(event, None).await.unwrap();
+        assert_eq!(inv.reports[0].outcome, Outcome::Acted, "{:#?}", inv.reports);
+        let pools_after_event = store.pools(&PoolQuery { include_available: true, ..PoolQuery::default() }, chrono::Utc::now()).await.unwrap();
+        assert_eq!(pools_after_event.len(), 1);
+        assert_eq!(pools_after_event[0].counter(EventKind::StateChange), 1);
+
+        let sweeper = Sweeper {
+            handler,
+            leaving: ec2_dir,
+            region: Some("us-east-1".into()),
+        };
+        let writes_before = fake.writes().len();
+        let reports = sweeper.sweep(chrono::Utc::now(), None).await.unwrap();
+        let mut found: Vec<(String, &str)> = reports
+            .iter()
+            .map(|r| (r.event_id.clone().unwrap(), r.outcome.as_str()))
+            .collect();
+        found.sort();
+        let mut want = vec![
+            (format!("sweep:state-change:{gone}"), "acted"),
+            (format!("sweep:state-change:{handled}"), "duplicate"),
+            (format!("sweep:state-change:{unknown}"), "acted"),
+        ];
+        want.sort();
+        assert_eq!(found, want, "{reports:#?}");
+        assert!(fake.get("v1", "Node", None, &gone_dns).is_none(), "the orphaned node is deleted");
+        assert!(fake.get("v1", "Node", None, "ghost").is_none(), "the node of an unknown instance is deleted");
+        assert!(fake.get("v1", "Node", None, &running_dns).is_some(), "a running instance's node stays");
+        let sweep_writes: Vec<String> = fake.writes()[writes_before..].iter().map(|r| r.path.clone()).collect();
+        assert!(
+            sweep_writes.iter().all(|p| !p.contains(&handled_dns) && !p.contains("claim-h")),
+            "the sweep touched the handled node: {sweep_writes:?}"
+        );
+        let pools = store.pools(&PoolQuery { include_available: true, ..PoolQuery::default() }, chrono::Utc::now()).await.unwrap();
+        assert_eq!(pools.len(), 1, "{pools:#?}");
+        assert_eq!(pools[0].counter(EventKind::StateChange), 2, "the gone instance counts; the handled one not twice (the ghost's pool is unknown)");
+
+        // A second sweep changes nothing.
+        let writes = fake.writes().len();
+        let again = sweeper.sweep(chrono::Utc::now(), None).await.unwrap();
+        assert!(again.iter().all(|r| r.outcome == Outcome::Duplicate), "{again:#?}");
+        assert_eq!(fake.writes().len(), writes);
+        let pools_again = store.pools(&PoolQuery { include_available: true, ..PoolQuery::default() }, chrono::Utc::now()).await.unwrap();
+        assert_eq!(pools_again, pools);
+    });
+}
