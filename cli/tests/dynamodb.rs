@@ -1,0 +1,175 @@
+//! `forewarn replay --execute --table` against DynamoDB (moto server, started by the harness),
+//! checked with the real AWS CLI, and `forewarn pools` showing the same pools from either store.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use forewarn_tests::moto::{create_pool_table, runtime, shared, unique_name, workspace_root};
+use serde_json::Value;
+
+fn forewarn(endpoint: &str, state: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_forewarn"))
+        .current_dir(workspace_root())
+        .env("AWS_ENDPOINT_URL", endpoint)
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_REGION", "us-east-1")
+        .env("FOREWARN_STATE_DIR", state)
+        .env_remove("FOREWARN_TABLE")
+        .args(args)
+        .output()
+        .expect("run forewarn")
+}
+
+fn aws(endpoint: &str, args: &[&str]) -> Value {
+    let aws: PathBuf = workspace_root().join(".venv/bin/aws");
+    let out = Command::new(&aws)
+        .args(args)
+        .args([
+            "--endpoint-url",
+            endpoint,
+            "--region",
+            "us-east-1",
+            "--output",
+            "json",
+        ])
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/test.sh)", aws.display()));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+const REPLAY: [&str; 9] = [
+    "replay",
+    "--output",
+    "json",
+    "--cluster-name",
+    "demo",
+    "--instances",
+    "events/state/instances.json",
+    "--execute",
+    "--table",
+];
+
+/// The pool items of a scan, by key, with their numeric attributes.
+fn pool_items(scan: &Value) -> Vec<(String, Value)> {
+    let mut items: Vec<(String, Value)> = scan["Items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["pk"]["S"].as_str().unwrap().starts_with("POOL#"))
+        .map(|i| (i["pool"]["S"].as_str().unwrap().to_string(), i.clone()))
+        .collect();
+    items.sort_by(|a, b| a.0.cmp(&b.0));
+    items
+}
+
+#[test]
+fn replay_execute_records_one_item_per_pool_and_again_changes_nothing() {
+    let endpoint = shared().endpoint();
+    let table = runtime()
+        .block_on(create_pool_table(
+            &shared().sdk_config(),
+            &unique_name("cli"),
+        ))
+        .unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let mut args = REPLAY.to_vec();
+    args.extend([table.as_str(), "events/"]);
+
+    // Without --execute a table is only read.
+    let dry: Vec<&str> = args.iter().copied().filter(|a| *a != "--execute").collect();
+    let out = forewarn(&endpoint, state.path(), &dry);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        aws(&endpoint, &["dynamodb", "scan", "--table-name", &table])["Items"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+
+    let out = forewarn(&endpoint, state.path(), &args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let scan = aws(&endpoint, &["dynamodb", "scan", "--table-name", &table]);
+    let pools = pool_items(&scan);
+    assert_eq!(pools.len(), 10, "one item per pool: {pools:#?}");
+    for (key, item) in &pools {
+        for attr in [
+            "capacity_type",
+            "instance_type",
+            "zone",
+            "region",
+            "expires_at",
+            "first_seen",
+            "last_seen",
+            "last_event_id",
+            "last_reason",
+            "last_instance_id",
+        ] {
+            assert!(item.get(attr).is_some(), "{key}: {attr} missing in {item}");
+        }
+    }
+    let hot = &pools
+        .iter()
+        .find(|(k, _)| k == "spot#m5.large#us-east-1a")
+        .unwrap()
+        .1;
+    assert_eq!(hot["interruptions"]["N"], "3");
+    assert_eq!(hot["rebalances"]["N"], "2");
+    assert!(hot.get("unavailable_until").is_some());
+
+    // Again: every event a duplicate, every item as it was.
+    let again = forewarn(&endpoint, state.path(), &args);
+    assert!(again.status.success());
+    for line in String::from_utf8(again.stdout).unwrap().lines() {
+        let line: Value = serde_json::from_str(line).unwrap();
+        assert!(
+            line["outcome"] == "duplicate" || line["outcome"] == "ignored",
+            "{line}"
+        );
+    }
+    let rescan = aws(&endpoint, &["dynamodb", "scan", "--table-name", &table]);
+    assert_eq!(
+        pool_items(&rescan),
+        pools,
+        "replaying again changed an item"
+    );
+
+    // `forewarn pools` shows the same pools from either store.
+    let embedded = tempfile::tempdir().unwrap();
+    let mut local: Vec<&str> = REPLAY[..7].to_vec();
+    local.push("events/");
+    assert!(
+        forewarn(&endpoint, embedded.path(), &local)
+            .status
+            .success()
+    );
+    let from_table = forewarn(
+        &endpoint,
+        state.path(),
+        &["pools", "--all", "--output", "json", "--table", &table],
+    );
+    let from_embedded = forewarn(
+        &endpoint,
+        embedded.path(),
+        &["pools", "--all", "--output", "json"],
+    );
+    let a: Value = serde_json::from_slice(&from_table.stdout).unwrap();
+    let b: Value = serde_json::from_slice(&from_embedded.stdout).unwrap();
+    assert_eq!(a.as_array().unwrap().len(), 10);
+    assert_eq!(a, b, "the two stores disagree");
+}
