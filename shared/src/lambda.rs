@@ -252,10 +252,25 @@ impl Handler {
     }
 }
 
-/// The deadline of a Lambda invocation (epoch milliseconds) as a tokio instant.
+/// Epoch milliseconds before this are not an epoch deadline (2001-09-09).
+const EPOCH_MS_FLOOR: u64 = 1_000_000_000_000;
+
+/// The deadline of a Lambda invocation (epoch milliseconds) as a tokio instant. Lambda sends an
+/// epoch time; cargo-lambda's local emulator sends the timeout itself (e.g. `600000`), which is
+/// taken as time left from now, so that a local replay is bounded the same way.
 pub fn deadline_from_epoch_ms(deadline_ms: u64) -> tokio::time::Instant {
-    let now_ms = u64::try_from(Utc::now().timestamp_millis()).unwrap_or_default();
-    tokio::time::Instant::now() + Duration::from_millis(deadline_ms.saturating_sub(now_ms))
+    let left = if deadline_ms < EPOCH_MS_FLOOR {
+        Duration::from_millis(deadline_ms)
+    } else {
+        let now_ms = u64::try_from(Utc::now().timestamp_millis()).unwrap_or_default();
+        Duration::from_millis(deadline_ms.saturating_sub(now_ms))
+    };
+    tracing::debug!(
+        deadline_ms,
+        time_left_ms = left.as_millis() as u64,
+        "invocation deadline"
+    );
+    tokio::time::Instant::now() + left
 }
 
 /// One log line per record, with the fields that identify it.
@@ -333,6 +348,24 @@ mod tests {
         json!({"id": id, "source": "aws.ec2", "detail-type": crate::event::DT_SPOT,
                "time": "2026-11-20T10:00:00Z", "detail": {"instance-id": "i-0a1b2c3d4e5f60001"}})
         .to_string()
+    }
+
+    #[test]
+    fn deadlines_from_lambda_and_from_the_local_emulator() {
+        let now = tokio::time::Instant::now();
+        let in_a_minute = u64::try_from(Utc::now().timestamp_millis()).unwrap() + 60_000;
+        let left = deadline_from_epoch_ms(in_a_minute) - now;
+        assert!(
+            left > Duration::from_secs(58) && left <= Duration::from_secs(61),
+            "{left:?}"
+        );
+        let past = deadline_from_epoch_ms(in_a_minute - 120_000) - now;
+        assert!(
+            past < Duration::from_secs(1),
+            "a past deadline leaves no time: {past:?}"
+        );
+        let relative = deadline_from_epoch_ms(600_000) - now;
+        assert!(relative >= Duration::from_secs(599) && relative <= Duration::from_secs(601));
     }
 
     #[tokio::test]
