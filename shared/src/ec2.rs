@@ -83,25 +83,8 @@ impl InstanceDirectory for Ec2Directory {
                 .name("instance-id")
                 .set_values(Some(chunk.to_vec()))
                 .build();
-            let mut pages = self
-                .client
-                .describe_instances()
-                .filters(filter)
-                .into_paginator()
-                .send();
-            while let Some(page) = pages.next().await {
-                let page = page.map_err(|e| DirectoryError {
-                    service: "ec2:DescribeInstances",
-                    message: aws_sdk_ec2::error::DisplayErrorContext(e).to_string(),
-                })?;
-                for facts in page
-                    .reservations()
-                    .iter()
-                    .flat_map(|r| r.instances())
-                    .filter_map(facts_of)
-                {
-                    found.insert(facts.instance_id.clone(), facts);
-                }
+            for facts in self.query(vec![filter]).await? {
+                found.insert(facts.instance_id.clone(), facts);
             }
         }
         Ok(found)
@@ -109,6 +92,7 @@ impl InstanceDirectory for Ec2Directory {
 }
 
 impl Ec2Directory {
+    /// Every instance answering `filters`, through all pages.
     async fn query(&self, filters: Vec<Filter>) -> Result<Vec<InstanceFacts>, DirectoryError> {
         let mut found = Vec::new();
         let mut pages = self
