@@ -14,10 +14,16 @@ fn cfn_lint_is_clean() {
         "{} is missing: run scripts/test.sh (it installs requirements.txt into .venv)",
         cfn_lint.display()
     );
-    let templates: Vec<String> = ["infra/forewarn.yaml", "infra/pool-table.yaml"]
-        .iter()
-        .map(|t| root.join(t).display().to_string())
+    // `cfn-lint infra/*.yaml`: every template directly in infra/ (the Kubernetes manifests
+    // live in infra/k8s/).
+    let mut templates: Vec<String> = std::fs::read_dir(root.join("infra"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "yaml"))
+        .map(|p| p.display().to_string())
         .collect();
+    templates.sort();
+    assert_eq!(templates.len(), 2, "{templates:?}");
     let out = Command::new(&cfn_lint)
         .args(&templates)
         .output()

@@ -1229,9 +1229,9 @@ fn rbac_need(r: &RecordedRequest) -> (String, String, String) {
     (group, resource, verb.to_string())
 }
 
-/// (group, resource, verb) the ClusterRole in infra/rbac.yaml grants.
+/// (group, resource, verb) the ClusterRole in infra/k8s/rbac.yaml grants.
 fn rbac_granted() -> BTreeSet<(String, String, String)> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra/rbac.yaml");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra/k8s/rbac.yaml");
     let text = std::fs::read_to_string(&path).unwrap();
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
     let role = docs

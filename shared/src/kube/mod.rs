@@ -8,7 +8,7 @@
 //! - [`KubeExecutor`]: each action idempotent; a dry run takes the same path without writing.
 //!
 //! Every request the adapter sends, and so every RBAC rule it needs, is listed in
-//! `infra/rbac.yaml` (the integration tests check the two agree).
+//! `infra/k8s/rbac.yaml` (the integration tests check the two agree).
 //!
 //! [`NodeDirectory`]: crate::ports::NodeDirectory
 //! [`Executor`]: crate::pipeline::Executor
