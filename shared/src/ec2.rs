@@ -56,6 +56,9 @@ pub fn facts_of(instance: &Instance) -> Option<InstanceFacts> {
             .state_reason()
             .and_then(|r| r.code())
             .map(str::to_string),
+        launch_time: instance
+            .launch_time()
+            .and_then(|t| chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos())),
         tags: instance
             .tags()
             .iter()
@@ -182,6 +185,7 @@ mod tests {
                     .build(),
             )
             .tags(Tag::builder().key("eks:cluster-name").value("demo").build())
+            .launch_time(aws_sdk_ec2::primitives::DateTime::from_secs(1_795_165_200))
             .build();
         let f = facts_of(&i).unwrap();
         assert_eq!(f.pool().unwrap().to_string(), "spot#m5.large#us-east-1a");
@@ -191,6 +195,7 @@ mod tests {
             Some("Server.SpotInstanceTermination")
         );
         assert_eq!(f.clusters(), vec!["demo"]);
+        assert_eq!(f.launch_time.map(|t| t.timestamp()), Some(1_795_165_200));
         assert!(facts_of(&Instance::builder().build()).is_none());
     }
 }

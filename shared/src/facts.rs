@@ -26,6 +26,8 @@ pub struct InstanceFacts {
     pub state: Option<String>,
     /// EC2's state reason code (`Server.SpotInstanceTermination`, ...), when there is one.
     pub state_reason: Option<String>,
+    /// When the instance last started (it changes at every start).
+    pub launch_time: Option<chrono::DateTime<chrono::Utc>>,
     pub tags: BTreeMap<String, String>,
 }
 

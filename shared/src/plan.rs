@@ -114,7 +114,7 @@ pub fn plan(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
         pools: Vec::new(),
         actions: Vec::new(),
         summary: summary(event),
-        also_keys: crate::sweep::sweep_keys_of(event)
+        also_keys: crate::sweep::sweep_keys_of(event, facts.instances)
             .into_iter()
             .filter(|k| *k != event.id)
             .collect(),

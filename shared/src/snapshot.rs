@@ -46,6 +46,7 @@ struct Ec2Instance {
     capacity_reservation_id: Option<String>,
     state: Option<Ec2State>,
     state_reason: Option<StateReason>,
+    launch_time: Option<String>,
     #[serde(default)]
     tags: Vec<Ec2Tag>,
 }
@@ -114,6 +115,7 @@ pub fn instances_from_describe(
                 private_dns: i.private_dns_name.filter(|d| !d.is_empty()),
                 state: i.state.and_then(|s| s.name),
                 state_reason: i.state_reason.and_then(|s| s.code),
+                launch_time: i.launch_time.as_deref().and_then(crate::event::parse_time),
                 tags: i.tags.into_iter().map(|t| (t.key, t.value)).collect(),
                 instance_id: i.instance_id,
             };
@@ -245,7 +247,7 @@ mod tests {
         let json = br#"{"Reservations":[{"Instances":[
             {"InstanceId":"i-0a1b2c3d4e5f60001","InstanceType":"m5.large","InstanceLifecycle":"spot",
              "Placement":{"AvailabilityZone":"us-east-1a"},"PrivateDnsName":"ip-10-0-1-11.ec2.internal",
-             "State":{"Code":16,"Name":"running"},
+             "State":{"Code":16,"Name":"running"},"LaunchTime":"2026-11-20T09:00:00+00:00",
              "Tags":[{"Key":"kubernetes.io/cluster/demo","Value":"owned"}]},
             {"InstanceId":"i-0a1b2c3d4e5f6000a","InstanceType":"g5.xlarge","CapacityReservationId":"cr-1",
              "Placement":{"AvailabilityZone":"us-east-1c"},"PrivateDnsName":""},
@@ -257,6 +259,7 @@ mod tests {
         assert_eq!(a.pool().unwrap().to_string(), "spot#m5.large#us-east-1a");
         assert_eq!(a.clusters(), vec!["demo"]);
         assert_eq!(a.state.as_deref(), Some("running"));
+        assert_eq!(a.launch_time.map(|t| t.timestamp()), Some(1_795_165_200));
         let b = &m["i-0a1b2c3d4e5f6000a"];
         assert_eq!(b.capacity_type, Some(CapacityType::Reserved));
         assert_eq!(b.private_dns, None);

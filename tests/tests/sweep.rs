@@ -128,9 +128,19 @@ fn sweeps_orphaned_nodes_once_and_never_after_a_handled_event() {
         };
         let writes_before = fake.writes().len();
         let reports = sweeper.sweep(chrono::Utc::now(), None).await.unwrap();
+        let gone_id = reports
+            .iter()
+            .filter_map(|r| r.event_id.as_deref())
+            .find(|id| id.contains(&gone))
+            .unwrap();
+        assert!(gone_id.contains('@'), "a known instance's run is in the key: {gone_id}");
         let mut found: Vec<(String, &str)> = reports
             .iter()
-            .map(|r| (r.event_id.clone().unwrap(), r.outcome.as_str()))
+            // ids are `sweep:<kind>:<instance>@<launch time>` (no launch time when unknown)
+            .map(|r| {
+                let id = r.event_id.clone().unwrap();
+                (id.split('@').next().unwrap().to_string(), r.outcome.as_str())
+            })
             .collect();
         found.sort();
         let mut want = vec![
