@@ -177,9 +177,7 @@ impl Handler {
         let reports = pipeline
             .process_with(records, now, self.limits(deadline))
             .await;
-        for report in &reports {
-            log_report(report);
-        }
+        observe(&reports);
         reports
     }
 
@@ -271,6 +269,22 @@ pub fn deadline_from_epoch_ms(deadline_ms: u64) -> tokio::time::Instant {
         "invocation deadline"
     );
     tokio::time::Instant::now() + left
+}
+
+/// Logs each record and, running as a Lambda function (or under cargo-lambda's emulator), writes
+/// its EMF metric documents; the tests and the command line get the logs only.
+pub(crate) fn observe(reports: &[Report]) {
+    let done = Utc::now();
+    let metrics = std::env::var_os("AWS_LAMBDA_FUNCTION_NAME").is_some();
+    for report in reports {
+        log_report(report);
+        if metrics {
+            for doc in crate::telemetry::emf_documents(report, done) {
+                // EMF documents are log lines of their own, on stdout.
+                println!("{doc}");
+            }
+        }
+    }
 }
 
 /// One log line per record, with the fields that identify it.

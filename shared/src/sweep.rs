@@ -240,7 +240,9 @@ impl Sweeper {
             concurrency: h.concurrency,
             deadline,
         };
-        Ok(pipeline.process_with(&records, now, limits).await)
+        let reports = pipeline.process_with(&records, now, limits).await;
+        crate::lambda::observe(&reports);
+        Ok(reports)
     }
 }
 
