@@ -181,8 +181,8 @@ fn replay_of_the_samples_plans_every_event() {
         (
             "18-array-of-events.json: [1]",
             "planned",
-            &[("none", None)],
-            &["spot#c5.large#us-east-1b"],
+            &[("cordon-drain", None)],
+            &["spot#m5.large#us-east-1b"],
         ),
     ];
     for (origin, outcome, actions, pools) in expect {

@@ -398,7 +398,13 @@ impl Pipeline<'_> {
             Ok(Applied::Applied) => report.outcome = outcome,
             Ok(Applied::Duplicate) => {
                 report.outcome = Outcome::Duplicate;
-                report.reason = Some("event id already applied".into());
+                report.reason = Some(if plan.also_keys.is_empty() {
+                    "event id already applied".into()
+                } else {
+                    "already applied: this event id, or the same interruption of this run of \
+                     the instance under another id (a repeated warning, or the sweeper's finding)"
+                        .into()
+                });
             }
             Err(e) => return report.failed(e.to_string()),
         }
