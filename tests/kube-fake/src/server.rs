@@ -348,20 +348,8 @@ fn dispatch(
             _ => Err(status::method_not_allowed()),
         },
         (Some(name), None) => match method {
-            Method::GET => Ok(Answer::ok(200, store.get_or_404(idx, ns, name)?)),
-            Method::PUT => {
-                check_body_type(store, idx, req.media)?;
-                let body = parse_json(req.body)?;
-                let (code, obj) = store.replace(idx, ns, name, body, Target::Main, dry_run)?;
-                Ok(Answer::ok(code, obj))
-            }
-            Method::PATCH => {
-                let kind = patch_kind(store, idx, req.media)?;
-                let patch = parse_json(req.body)?;
-                Ok(Answer::ok(
-                    200,
-                    store.patch(idx, ns, name, kind, &patch, Target::Main, dry_run)?,
-                ))
+            Method::GET | Method::PUT | Method::PATCH => {
+                object_verb(store, req, idx, ns, name, Target::Main, dry_run)
             }
             Method::DELETE => {
                 let body = if req.body.is_empty() {
@@ -398,20 +386,8 @@ fn dispatch(
             _ => Err(status::method_not_allowed()),
         },
         (Some(name), Some("status")) => match method {
-            Method::GET => Ok(Answer::ok(200, store.get_or_404(idx, ns, name)?)),
-            Method::PUT => {
-                check_body_type(store, idx, req.media)?;
-                let body = parse_json(req.body)?;
-                let (code, obj) = store.replace(idx, ns, name, body, Target::Status, dry_run)?;
-                Ok(Answer::ok(code, obj))
-            }
-            Method::PATCH => {
-                let kind = patch_kind(store, idx, req.media)?;
-                let patch = parse_json(req.body)?;
-                Ok(Answer::ok(
-                    200,
-                    store.patch(idx, ns, name, kind, &patch, Target::Status, dry_run)?,
-                ))
+            Method::GET | Method::PUT | Method::PATCH => {
+                object_verb(store, req, idx, ns, name, Target::Status, dry_run)
             }
             _ => Err(status::method_not_allowed()),
         },
@@ -427,6 +403,35 @@ fn dispatch(
             }
             _ => Err(status::method_not_allowed()),
         },
+    }
+}
+
+/// GET, PUT or PATCH of one object, or of its `/status` subresource (`target`).
+fn object_verb(
+    store: &mut Store,
+    req: &Incoming<'_>,
+    idx: usize,
+    ns: Option<&str>,
+    name: &str,
+    target: Target,
+    dry_run: bool,
+) -> Result<Answer, ApiError> {
+    match *req.method {
+        Method::PUT => {
+            check_body_type(store, idx, req.media)?;
+            let body = parse_json(req.body)?;
+            let (code, obj) = store.replace(idx, ns, name, body, target, dry_run)?;
+            Ok(Answer::ok(code, obj))
+        }
+        Method::PATCH => {
+            let kind = patch_kind(store, idx, req.media)?;
+            let patch = parse_json(req.body)?;
+            Ok(Answer::ok(
+                200,
+                store.patch(idx, ns, name, kind, &patch, target, dry_run)?,
+            ))
+        }
+        _ => Ok(Answer::ok(200, store.get_or_404(idx, ns, name)?)),
     }
 }
 
