@@ -31,6 +31,24 @@ fn lines(out: &Output) -> Vec<Value> {
         .collect()
 }
 
+/// Runs `forewarn` with a fresh state dir (off the runtime, which serves the fake), checks it
+/// succeeded and answers its one JSON line.
+async fn replay(kubeconfig: &Path, args: Vec<&'static str>) -> Value {
+    let kubeconfig = kubeconfig.to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        let state = tempfile::tempdir().unwrap();
+        forewarn(&kubeconfig, state.path(), &args)
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    lines(&out).remove(0)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn replay_plans_from_the_live_cluster_and_acts_only_with_execute() {
     let fake = KubeFake::start().await;
@@ -81,19 +99,7 @@ async fn replay_plans_from_the_live_cluster_and_acts_only_with_execute() {
     assert_eq!(before.len(), 7, "{before:?}");
 
     // Read only.
-    let state = tempfile::tempdir().unwrap();
-    let out = tokio::task::spawn_blocking({
-        let (k, s) = (kubeconfig.clone(), state.path().to_path_buf());
-        move || forewarn(&k, &s, &args)
-    })
-    .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report = &lines(&out)[0];
+    let report = replay(&kubeconfig, args.to_vec()).await;
     assert_eq!(report["outcome"], "planned", "{report}");
     assert_eq!(report["actions"][0]["node"], node);
     assert_eq!(report["actions"][0]["action"], "cordon-drain");
@@ -108,21 +114,9 @@ async fn replay_plans_from_the_live_cluster_and_acts_only_with_execute() {
     );
 
     // Acting.
-    let state = tempfile::tempdir().unwrap();
     let mut acting = args.to_vec();
     acting.insert(1, "--execute");
-    let out = tokio::task::spawn_blocking({
-        let (k, s) = (kubeconfig.clone(), state.path().to_path_buf());
-        move || forewarn(&k, &s, &acting)
-    })
-    .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report = &lines(&out)[0];
+    let report = replay(&kubeconfig, acting).await;
     assert_eq!(report["outcome"], "acted", "{report}");
     let n = fake.get("v1", "Node", None, node).unwrap();
     assert_eq!(n["spec"]["unschedulable"], true);
