@@ -21,6 +21,13 @@ pub const ENV_CLUSTER_ENDPOINT: &str = "FOREWARN_CLUSTER_ENDPOINT";
 /// The cluster's certificate authority: base64 of the PEM, as EKS and kubeconfig files give it.
 pub const ENV_CLUSTER_CA: &str = "FOREWARN_CLUSTER_CA";
 
+/// Client-side rate limit of the process's Kubernetes API calls: requests per second on
+/// average (like client-go's `QPS`). Unset or `0`: no limit.
+pub const ENV_KUBE_QPS: &str = "FOREWARN_KUBE_QPS";
+/// Requests that may go at once after a quiet spell (client-go's `Burst`); default: the QPS
+/// rounded up.
+pub const ENV_KUBE_BURST: &str = "FOREWARN_KUBE_BURST";
+
 /// Timeouts of forewarn's clients: a call that hangs fails (and the event comes back) well
 /// within a Lambda invocation.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -97,6 +104,62 @@ pub enum ConnectError {
     Token(#[from] TokenError),
     #[error("EKS DescribeCluster {cluster}: {message}")]
     DescribeCluster { cluster: String, message: String },
+    #[error("{variable}={value:?}: {message}")]
+    RateLimit {
+        variable: &'static str,
+        value: String,
+        message: &'static str,
+    },
+}
+
+/// The client-side rate limit [`ENV_KUBE_QPS`] and [`ENV_KUBE_BURST`] set, read through
+/// `lookup`: `None` when no QPS is set (or it is 0).
+pub fn rate_limit_from_lookup(
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<Option<(f64, u32)>, ConnectError> {
+    let get = |name: &str| {
+        lookup(name)
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    };
+    let Some(qps_text) = get(ENV_KUBE_QPS) else {
+        return Ok(None);
+    };
+    let qps = qps_text
+        .parse::<f64>()
+        .ok()
+        .filter(|q| q.is_finite() && *q >= 0.0 && *q <= 1e6)
+        .ok_or(ConnectError::RateLimit {
+            variable: ENV_KUBE_QPS,
+            value: qps_text.clone(),
+            message: "not a number of requests per second (0 to 1000000; 0: no limit)",
+        })?;
+    if qps == 0.0 {
+        return Ok(None);
+    }
+    let burst = match get(ENV_KUBE_BURST) {
+        None => qps.ceil().max(1.0) as u32,
+        Some(v) => v
+            .parse::<u32>()
+            .ok()
+            .filter(|b| *b >= 1)
+            .ok_or(ConnectError::RateLimit {
+                variable: ENV_KUBE_BURST,
+                value: v.clone(),
+                message: "not a positive whole number of requests",
+            })?,
+    };
+    Ok(Some((qps, burst)))
+}
+
+/// Installs the rate limit of the environment (see [`rate_limit_from_lookup`]) for the process.
+fn limit_rate_from_env() -> Result<(), ConnectError> {
+    let limit = rate_limit_from_lookup(|name| std::env::var(name).ok())?;
+    if let Some((qps, burst)) = limit {
+        tracing::debug!(qps, burst, "client-side Kubernetes API rate limit");
+    }
+    super::api::set_rate_limit(limit);
+    Ok(())
 }
 
 /// A source of `kube::Client`s: one fixed client, or (EKS) a client whose token is made anew
@@ -140,6 +203,19 @@ impl ClusterClient {
         ClusterClient {
             inner: Arc::new(Inner::Fixed(client)),
         }
+    }
+
+    /// Sets the client-side rate limit of every Kubernetes API call of this process, whatever
+    /// client makes it: `qps` requests per second on average, `burst` at once (as
+    /// [`ENV_KUBE_QPS`] and [`ENV_KUBE_BURST`] do for [`connect`] and [`connect_eks`]). A 429
+    /// with `Retry-After` then also holds back every call of the process until it has passed.
+    pub fn set_rate_limit(qps: f64, burst: u32) {
+        super::api::set_rate_limit(Some((qps, burst)));
+    }
+
+    /// Removes the process's client-side rate limit.
+    pub fn clear_rate_limit() {
+        super::api::set_rate_limit(None);
     }
 
     /// A client built from `config` as it is.
@@ -214,6 +290,7 @@ impl EksClients {
 /// from the environment, as the SDK does.
 #[tracing::instrument(skip_all, err)]
 pub async fn connect(access: &ClusterAccess) -> Result<ClusterClient, ConnectError> {
+    limit_rate_from_env()?;
     match access {
         ClusterAccess::Kubeconfig => {
             let mut config = ::kube::Config::infer().await?;
@@ -235,6 +312,7 @@ pub async fn connect_eks(
     access: &EksAccess,
     sdk: &SdkConfig,
 ) -> Result<ClusterClient, ConnectError> {
+    limit_rate_from_env()?;
     let cluster = access.cluster.clone();
     let region = access
         .region
@@ -392,6 +470,33 @@ mod tests {
                 region: None,
             })
         );
+    }
+
+    #[test]
+    fn rate_limit_from_the_environment() {
+        let env = |qps: Option<&str>, burst: Option<&str>| {
+            let (qps, burst) = (qps.map(str::to_string), burst.map(str::to_string));
+            rate_limit_from_lookup(move |n| match n {
+                ENV_KUBE_QPS => qps.clone(),
+                ENV_KUBE_BURST => burst.clone(),
+                _ => None,
+            })
+        };
+        assert_eq!(env(None, Some("10")).unwrap(), None);
+        assert_eq!(env(Some(" "), None).unwrap(), None);
+        assert_eq!(env(Some("0"), None).unwrap(), None);
+        assert_eq!(env(Some("2.5"), None).unwrap(), Some((2.5, 3)));
+        assert_eq!(env(Some("200"), Some("20")).unwrap(), Some((200.0, 20)));
+        for (qps, burst) in [
+            ("fast", None),
+            ("-1", None),
+            ("NaN", None),
+            ("5", Some("0")),
+        ] {
+            let e = env(Some(qps), burst).unwrap_err();
+            assert!(matches!(e, ConnectError::RateLimit { .. }), "{e}");
+            assert!(e.to_string().starts_with("FOREWARN_KUBE_"), "{e}");
+        }
     }
 
     #[tokio::test]

@@ -225,6 +225,7 @@ async fn evict(
     let mut transient = 0;
     loop {
         let pods: Api<Pod> = Api::namespaced(clients.client().await?, namespace);
+        super::api::throttle().await;
         let err = match pods.evict(name, &EvictParams::default()).await {
             Ok(_) => return Ok(Eviction::Evicted),
             Err(e) => ApiError::new("evict", object.clone(), e),
