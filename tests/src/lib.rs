@@ -3,4 +3,5 @@
 
 pub mod contract;
 pub mod moto;
+pub mod proxy;
 pub mod sqs;
