@@ -1,0 +1,362 @@
+//! One spot warning end to end: an SQS batch of one through the real handler, DynamoDB and EC2
+//! on moto (through the counting proxy), the cluster in the Kubernetes fake. Wall time, and the
+//! round trips per service next to the least the same work needs.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use aws_sdk_ec2::types::{
+    InstanceMarketOptionsRequest, InstanceType, MarketType, Placement, ResourceType, Tag,
+    TagSpecification,
+};
+use forewarn::config::Config;
+use forewarn::ec2::Ec2Directory;
+use forewarn::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::lambda::Handler;
+use forewarn::pipeline::Outcome;
+use forewarn::store::dynamo::DynamoStore;
+use forewarn_tests::moto::{MotoServer, create_pool_table};
+use forewarn_tests::proxy::AwsProxy;
+use kube_fake::{KubeFake, RecordedRequest};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::stats::{ms, percentile};
+
+pub const CLUSTER: &str = "bench";
+
+/// A Kubernetes request as `METHOD resource[/subresource]`, names left out (`GET nodes/{name}`,
+/// `LIST pods`, `POST pods/{name}/eviction`).
+pub fn kube_label(method: &str, path: &str) -> String {
+    let segments: Vec<&str> = path
+        .trim_start_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    // /api/v1/... or /apis/<group>/<version>/...
+    let rest: &[&str] = match segments.first() {
+        Some(&"api") => segments.get(2..).unwrap_or_default(),
+        Some(&"apis") => segments.get(3..).unwrap_or_default(),
+        _ => &segments,
+    };
+    let rest = match rest {
+        ["namespaces", _, tail @ ..] if !tail.is_empty() => tail,
+        other => other,
+    };
+    match rest {
+        [resource] if method == "GET" => format!("LIST {resource}"),
+        [resource] => format!("{method} {resource}"),
+        [resource, _name] => format!("{method} {resource}/{{name}}"),
+        [resource, _name, sub, ..] => format!("{method} {resource}/{{name}}/{sub}"),
+        [] => format!("{method} {path}"),
+    }
+}
+
+pub fn kube_counts(requests: &[RecordedRequest]) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for r in requests {
+        *counts
+            .entry(kube_label(r.method.as_str(), &r.path))
+            .or_insert(0) += 1;
+    }
+    counts
+}
+
+/// The least calls one spot warning for a node with two evictable pods (and a DaemonSet pod)
+/// needs, each with why.
+pub const MINIMUM: &[(&str, &str, usize, &str)] = &[
+    (
+        "ec2",
+        "DescribeInstances",
+        1,
+        "the event names only the instance id; its type, zone, capacity type (the pool) and tags (the cluster check) come from EC2",
+    ),
+    (
+        "dynamodb",
+        "read of the ledger",
+        1,
+        "whether this interruption was already handled must be known before acting (a duplicate must not act again)",
+    ),
+    (
+        "dynamodb",
+        "TransactWriteItems",
+        1,
+        "the ledger entry and the pool mark, together, after acting (recorded before acting, a failed action would be lost)",
+    ),
+    (
+        "kubernetes",
+        "find the node",
+        1,
+        "the node of the instance (by its name from the instance's private DNS)",
+    ),
+    ("kubernetes", "PATCH nodes/{name}", 1, "cordon and taint"),
+    (
+        "kubernetes",
+        "LIST pods",
+        1,
+        "the pods on the node (field selector spec.nodeName)",
+    ),
+    (
+        "kubernetes",
+        "POST pods/{name}/eviction",
+        2,
+        "one eviction per evictable pod (the DaemonSet pod stays)",
+    ),
+    (
+        "kubernetes",
+        "LIST pods (wait)",
+        1,
+        "the drain ends when the evicted pods are gone: at least one look after the evictions",
+    ),
+    (
+        "kubernetes",
+        "POST events",
+        1,
+        "the Event recording the action on the node",
+    ),
+];
+
+struct Launched {
+    id: String,
+    dns: String,
+}
+
+async fn launch(ec2: &aws_sdk_ec2::Client, image: &str) -> anyhow::Result<Launched> {
+    let out = ec2
+        .run_instances()
+        .image_id(image)
+        .instance_type(InstanceType::M5Large)
+        .min_count(1)
+        .max_count(1)
+        .placement(Placement::builder().availability_zone("us-east-1a").build())
+        .instance_market_options(
+            InstanceMarketOptionsRequest::builder()
+                .market_type(MarketType::Spot)
+                .build(),
+        )
+        .tag_specifications(
+            TagSpecification::builder()
+                .resource_type(ResourceType::Instance)
+                .tags(
+                    Tag::builder()
+                        .key(format!("kubernetes.io/cluster/{CLUSTER}"))
+                        .value("owned")
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .context("RunInstances on moto")?;
+    let i = out.instances().first().context("no instance launched")?;
+    Ok(Launched {
+        id: i.instance_id().unwrap_or_default().to_string(),
+        dns: i.private_dns_name().unwrap_or_default().to_string(),
+    })
+}
+
+pub fn node(name: &str, id: &str, zone: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": zone}},
+        "spec": {"providerID": format!("aws:///{zone}/{id}")},
+        "status": {"addresses": [{"type": "InternalDNS", "address": name}]}
+    })
+}
+
+pub fn pod(name: &str, node: &str, owner_kind: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "shop", "labels": {"app": name},
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": owner_kind, "name": format!("{name}-owner"), "uid": format!("uid-{name}"), "controller": true}]},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "nginx"}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    })
+}
+
+/// An SQS batch of spot warnings, one message per instance id.
+pub fn sqs_batch(ids: &[&str], tag: &str) -> Value {
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let records: Vec<Value> = ids
+        .iter()
+        .enumerate()
+        .map(|(n, id)| {
+            let body = json!({
+                "version": "0", "id": format!("{tag}-{n}-{id}"),
+                "detail-type": "EC2 Spot Instance Interruption Warning", "source": "aws.ec2",
+                "account": "123456789012", "time": now, "region": "us-east-1",
+                "resources": [format!("arn:aws:ec2:us-east-1:123456789012:instance/{id}")],
+                "detail": {"instance-id": id, "instance-action": "terminate"}
+            });
+            json!({
+                "messageId": format!("m-{tag}-{n}"),
+                "receiptHandle": format!("rh-{tag}-{n}"),
+                "body": body.to_string(),
+                "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1795168868412"},
+                "messageAttributes": {},
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:forewarn",
+                "awsRegion": "us-east-1"
+            })
+        })
+        .collect();
+    json!({ "Records": records })
+}
+
+/// `runs` spot warnings, each for a fresh instance and node, one at a time; the report as a
+/// markdown section.
+pub async fn report(runs: usize) -> anyhow::Result<String> {
+    let moto = MotoServer::try_start()?;
+    let base = moto.sdk_config();
+    let table = create_pool_table(&base, "forewarn-bench-pools").await?;
+    let proxy = AwsProxy::start(&moto.endpoint()).await?;
+    let sdk = forewarn::store::dynamo::default_retries(proxy.sdk_config(&base));
+    let ec2 = aws_sdk_ec2::Client::new(&base);
+    let image = ec2
+        .describe_images()
+        .send()
+        .await?
+        .images()
+        .first()
+        .and_then(|i| i.image_id())
+        .context("moto has no image")?
+        .to_string();
+
+    let fake = KubeFake::start().await;
+    let config = Config {
+        cluster_name: Some(CLUSTER.to_string()),
+        ..Config::default()
+    };
+    let clients = ClusterClient::new(fake.client());
+    let handler = Handler {
+        config: config.clone(),
+        store: Arc::new(DynamoStore::new(
+            aws_sdk_dynamodb::Client::new(&sdk),
+            table.clone(),
+        )),
+        instances: Arc::new(Ec2Directory::from_conf(&sdk)),
+        nodes: Arc::new(KubeNodeDirectory::new(clients.clone())),
+        executor: Some(Arc::new(KubeExecutor::new(clients, &config))),
+        concurrency: 8,
+        safety_margin: Duration::from_secs(1),
+    };
+
+    let mut walls = Vec::new();
+    let mut aws_seen: Option<BTreeMap<String, usize>> = None;
+    let mut ops_seen: Option<BTreeMap<String, usize>> = None;
+    let mut kube_seen: Option<BTreeMap<String, usize>> = None;
+    let mut varied = false;
+    for run in 0..runs {
+        let l = launch(&ec2, &image).await?;
+        fake.insert(node(&l.dns, &l.id, "us-east-1a"));
+        fake.insert(pod(&format!("web-{run}-a"), &l.dns, "ReplicaSet"));
+        fake.insert(pod(&format!("web-{run}-b"), &l.dns, "ReplicaSet"));
+        fake.insert(pod(&format!("agent-{run}"), &l.dns, "DaemonSet"));
+        let batch = sqs_batch(&[&l.id], &format!("e2e{run}"));
+        proxy.reset();
+        fake.clear_requests();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let start = Instant::now();
+        let inv = handler.invoke(batch, Some(deadline)).await?;
+        walls.push(start.elapsed());
+        let outcome = inv.reports.first().map(|r| r.outcome);
+        if outcome != Some(Outcome::Acted) {
+            bail!(
+                "run {run}: the warning was not acted on: {:?}",
+                inv.reports.first()
+            );
+        }
+        let aws = proxy.counts();
+        let mut ops = BTreeMap::new();
+        for c in proxy.calls() {
+            *ops.entry(format!("{} {}", c.service, c.operation))
+                .or_insert(0usize) += 1;
+        }
+        let kube = kube_counts(&fake.requests());
+        if aws_seen.as_ref().is_some_and(|a| *a != aws)
+            || kube_seen.as_ref().is_some_and(|k| *k != kube)
+        {
+            varied = true;
+        }
+        aws_seen.get_or_insert(aws);
+        ops_seen.get_or_insert(ops);
+        kube_seen.get_or_insert(kube);
+    }
+    let ops = ops_seen.unwrap_or_default();
+    let kube = kube_seen.unwrap_or_default();
+    let kube_total: usize = kube.values().sum();
+    let mut out = format!(
+        "### One event end to end ({runs} runs, one spot warning each, a node with 2 ReplicaSet pods and 1 DaemonSet pod)\n\n\
+         Wall time of `Handler::invoke` on the SQS batch: median {}, p90 {}.\n\n\
+         | service | call | count per event | least needed |\n|---|---|---|---|\n",
+        ms(percentile(&walls, 50.0).unwrap_or_default()),
+        ms(percentile(&walls, 90.0).unwrap_or_default()),
+    );
+    for (op, n) in &ops {
+        let (service, call) = op.split_once(' ').unwrap_or((op, ""));
+        out.push_str(&format!("| {service} | `{call}` | {n} | |\n"));
+    }
+    for (label, n) in &kube {
+        out.push_str(&format!("| kubernetes | `{label}` | {n} | |\n"));
+    }
+    let mut least: BTreeMap<&str, usize> = BTreeMap::new();
+    for (service, _, n, _) in MINIMUM {
+        *least.entry(service).or_insert(0) += n;
+    }
+    let aws_totals = aws_seen.unwrap_or_default();
+    out.push_str("\nTotals per service, next to the least the same work needs:\n\n| service | calls | least |\n|---|---|---|\n");
+    for service in ["ec2", "dynamodb"] {
+        out.push_str(&format!(
+            "| {service} | {} | {} |\n",
+            aws_totals.get(service).copied().unwrap_or(0),
+            least.get(service).copied().unwrap_or(0)
+        ));
+    }
+    for (service, n) in &aws_totals {
+        if service != "ec2" && service != "dynamodb" {
+            out.push_str(&format!("| {service} | {n} | 0 |\n"));
+        }
+    }
+    out.push_str(&format!(
+        "| kubernetes | {kube_total} | {} |\n\nThe least, line by line:\n\n",
+        least.get("kubernetes").copied().unwrap_or(0)
+    ));
+    for (service, call, n, why) in MINIMUM {
+        out.push_str(&format!("- {service} `{call}` × {n}: {why}\n"));
+    }
+    if varied {
+        out.push_str("\nThe counts differed between runs; the table shows the first run's.\n");
+    } else {
+        out.push_str("\nEvery run made exactly these calls.\n");
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kube_labels_leave_names_out() {
+        assert_eq!(kube_label("GET", "/api/v1/nodes/ip-1"), "GET nodes/{name}");
+        assert_eq!(kube_label("GET", "/api/v1/pods"), "LIST pods");
+        assert_eq!(
+            kube_label("PATCH", "/api/v1/nodes/ip-1"),
+            "PATCH nodes/{name}"
+        );
+        assert_eq!(
+            kube_label("POST", "/api/v1/namespaces/shop/pods/web/eviction"),
+            "POST pods/{name}/eviction"
+        );
+        assert_eq!(
+            kube_label("POST", "/api/v1/namespaces/default/events"),
+            "POST events"
+        );
+        assert_eq!(
+            kube_label("GET", "/apis/karpenter.sh/v1/nodeclaims/x"),
+            "GET nodeclaims/{name}"
+        );
+    }
+}

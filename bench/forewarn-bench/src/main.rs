@@ -1,0 +1,105 @@
+//! `forewarn-bench`: the benchmarks of docs/benchmarks.md. Each subcommand prints a markdown
+//! section; `scripts/bench.sh` builds the functions and runs them all.
+
+mod coldstart;
+mod e2e;
+mod emulator;
+mod mass;
+mod stats;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(about = "forewarn's benchmarks (see docs/benchmarks.md)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Cold starts of the release bootstraps (and the empty function) against a local Lambda
+    /// Runtime API.
+    ColdStart {
+        /// Starts of each function.
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+        /// Where `cargo lambda build` put the functions.
+        #[arg(long, default_value = "target/lambda")]
+        lambda_dir: PathBuf,
+    },
+    /// One spot warning end to end on moto and the Kubernetes fake, with the calls per service.
+    E2e {
+        #[arg(long, default_value_t = 10)]
+        runs: usize,
+    },
+    /// A mass interruption against a rate-limited Kubernetes fake.
+    Mass(mass::Settings),
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let section = match cli.command {
+        Command::ColdStart { runs, lambda_dir } => cold_start(runs, &lambda_dir).await?,
+        Command::E2e { runs } => e2e::report(runs).await?,
+        Command::Mass(settings) => mass::report(&settings).await?,
+    };
+    println!("{section}");
+    Ok(())
+}
+
+async fn cold_start(runs: usize, lambda_dir: &std::path::Path) -> anyhow::Result<String> {
+    let root = forewarn_tests::moto::workspace_root();
+    let lambda_dir = if lambda_dir.is_absolute() {
+        lambda_dir.to_path_buf()
+    } else {
+        root.join(lambda_dir)
+    };
+    // The sweeper asks EC2 for the cluster's leaving instances: moto answers.
+    let moto = forewarn_tests::moto::MotoServer::try_start()?;
+    let state = |file: &str| root.join("events/state").join(file).display().to_string();
+    let captured = vec![
+        (
+            "FOREWARN_INSTANCES_FILE".to_string(),
+            state("instances.json"),
+        ),
+        (
+            "FOREWARN_CLUSTER_STATE_FILE".to_string(),
+            state("cluster.json"),
+        ),
+        ("FOREWARN_CLUSTER_NAME".to_string(), "demo".to_string()),
+        ("FOREWARN_DRY_RUN".to_string(), "true".to_string()),
+        ("FOREWARN_LOG".to_string(), "info".to_string()),
+    ];
+    let function = |name: &'static str, env: Vec<(String, String)>, event: Vec<u8>, note| {
+        coldstart::Function {
+            name,
+            bootstrap: lambda_dir.join(name).join("bootstrap"),
+            zip: lambda_dir.join(name).join("bootstrap.zip"),
+            env,
+            event,
+            event_note: note,
+        }
+    };
+    let mut sweeper_env = captured.clone();
+    sweeper_env.push(("AWS_ENDPOINT_URL".into(), moto.endpoint()));
+    let functions = vec![
+        function("empty-function", Vec::new(), b"{}".to_vec(), "`{}`"),
+        function(
+            "interruption-handler",
+            captured,
+            std::fs::read(root.join("events/17-sqs-batch.json"))?,
+            "`events/17-sqs-batch.json` (an SQS batch of spot warnings), planned on the captured state in `events/state/` (dry run)",
+        ),
+        function(
+            "pool-sweeper",
+            sweeper_env,
+            br#"{"source":"aws.events","detail-type":"Scheduled Event","detail":{}}"#.to_vec(),
+            "a scheduled event: one sweep (leaving instances from moto's EC2, one round trip to it; nodes from the captured state)",
+        ),
+    ];
+    coldstart::report(&functions, runs).await
+}
