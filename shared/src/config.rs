@@ -120,6 +120,8 @@ pub struct Config {
     pub drain_timeout: Duration,
     /// Complete the ASG lifecycle action after the drain.
     pub complete_lifecycle_action: bool,
+    /// Where to post a message per action (`FOREWARN_WEBHOOK_URL`), if anywhere.
+    pub webhook: Option<crate::webhook::WebhookConfig>,
 }
 
 pub const TAINT_KEY: &str = "forewarn.io/interruption";
@@ -154,6 +156,7 @@ impl Default for Config {
             deadline_margin: Duration::seconds(15),
             drain_timeout: Duration::minutes(5),
             complete_lifecycle_action: true,
+            webhook: None,
         }
     }
 }
@@ -239,6 +242,7 @@ impl Config {
             "FOREWARN_COMPLETE_LIFECYCLE_ACTION",
             &mut config.complete_lifecycle_action,
         )?;
+        config.webhook = crate::webhook::WebhookConfig::from_lookup(&lookup)?;
         Ok(config)
     }
 

@@ -27,6 +27,8 @@ pub enum SetupError {
     Snapshot(#[from] crate::snapshot::SnapshotError),
     #[error("connecting to the cluster: {0}")]
     Cluster(String),
+    #[error("setting up the webhook: {0}")]
+    Webhook(String),
 }
 
 /// A payload the handler could not take at all.
@@ -143,6 +145,9 @@ impl Handler {
             None => Arc::new(crate::ec2::Ec2Directory::from_conf(&sdk)),
         };
         let (nodes, executor) = crate::wiring::cluster(&lookup, &sdk, &config, dry_run).await?;
+        if config.webhook.is_some() {
+            crate::webhook::warm_up().map_err(SetupError::Webhook)?;
+        }
         Ok(Handler {
             config,
             store,
@@ -174,10 +179,21 @@ impl Handler {
             nodes: self.nodes.as_ref(),
             executor: self.executor.as_deref(),
         };
-        let reports = pipeline
-            .process_with(records, now, self.limits(deadline))
-            .await;
+        let limits = self.limits(deadline);
+        let reports = pipeline.process_with(records, now, limits).await;
         observe(&reports);
+        if let Some(webhook) = &self.config.webhook {
+            let cluster = self.config.cluster_name.as_deref();
+            let delivery =
+                crate::webhook::deliver(webhook, &reports, cluster, limits.deadline).await;
+            if delivery != Default::default() {
+                tracing::info!(
+                    sent = delivery.sent,
+                    failed = delivery.failed,
+                    "webhook messages"
+                );
+            }
+        }
         reports
     }
 

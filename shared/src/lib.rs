@@ -21,4 +21,5 @@ pub mod snapshot;
 pub mod store;
 pub mod sweep;
 pub mod telemetry;
+pub mod webhook;
 pub mod wiring;
