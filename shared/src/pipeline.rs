@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use futures::StreamExt;
+use tracing::Instrument;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -71,6 +72,23 @@ pub struct ActionReport {
     pub complete_lifecycle: Option<String>,
     /// What carrying it out did (only when acted).
     pub result: Option<String>,
+    /// When the node was seen cordoned: by this action, or already before it.
+    #[serde(default)]
+    pub cordoned_at: Option<DateTime<Utc>>,
+    /// What the drain did (`cordon-drain` only).
+    #[serde(default)]
+    pub drain: Option<DrainSummary>,
+}
+
+/// What a drain did, in numbers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainSummary {
+    /// Evictions the API accepted.
+    pub evicted: usize,
+    /// Pods whose eviction was still refused at the deadline (a disruption budget).
+    pub left: usize,
+    /// No pod was left for want of an eviction.
+    pub complete: bool,
 }
 
 /// One line of `forewarn replay --output json`, and the handler's log of each record.
@@ -137,6 +155,8 @@ impl Report {
                     .as_ref()
                     .map(|l| format!("{}/{}", l.asg_name, l.hook_name)),
                 result: None,
+                cordoned_at: None,
+                drain: None,
             })
             .collect();
         self
@@ -150,11 +170,15 @@ impl Report {
 }
 
 /// The result of carrying out one node action.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ActionResult {
     pub instance_id: String,
     /// What was done, for people (`cordoned`, `evicted 3 pods`, `deleted nodeclaim/x`).
     pub detail: String,
+    /// When the node was seen cordoned (not in a dry run).
+    pub cordoned_at: Option<DateTime<Utc>>,
+    /// What the drain did.
+    pub drain: Option<DrainSummary>,
 }
 
 /// An action that could not be carried out; the event goes back to the queue.
@@ -293,7 +317,9 @@ impl Pipeline<'_> {
                 for i in lane {
                     let record = &records[i];
                     let Ok(event) = &record.event else { continue };
-                    let work = self.handle(record, event, facts, applied, now);
+                    let work = self
+                        .handle(record, event, facts, applied, now)
+                        .instrument(event_span(event));
                     let report = match limits.deadline {
                         Some(deadline) if tokio::time::Instant::now() >= deadline => {
                             Report::new(record).failed(format!("not started: {OUT_OF_TIME}"))
@@ -359,6 +385,16 @@ impl Pipeline<'_> {
         now: DateTime<Utc>,
     ) -> Report {
         let plan = plan(event, facts, self.config);
+        let span = tracing::Span::current();
+        let nodes: Vec<&str> = plan
+            .actions
+            .iter()
+            .filter_map(|a| a.node.as_deref())
+            .collect();
+        span.record("node", nodes.join(","));
+        let pools: Vec<String> = plan.pools.iter().map(|m| m.pool.to_string()).collect();
+        span.record("pool", pools.join(","));
+        tracing::debug!(summary = %plan.summary, "planned");
         let mut report = Report::new(record).with_plan(&plan);
         if let Some(why) = &plan.ignored {
             report.outcome = Outcome::Ignored;
@@ -381,6 +417,8 @@ impl Pipeline<'_> {
                             .find(|a| a.instance_id == result.instance_id)
                         {
                             a.result = Some(result.detail);
+                            a.cordoned_at = result.cordoned_at;
+                            a.drain = result.drain;
                         }
                     }
                     outcome = if executor.is_dry_run() {
@@ -410,6 +448,18 @@ impl Pipeline<'_> {
         }
         report
     }
+}
+
+/// The span every log line of one event's work carries (the executor's lines among them).
+fn event_span(event: &Event) -> tracing::Span {
+    tracing::info_span!(
+        "event",
+        event_id = %event.id,
+        kind = event.kind.as_str(),
+        instance = %event.instance_ids.join(","),
+        node = tracing::field::Empty,
+        pool = tracing::field::Empty,
+    )
 }
 
 const OUT_OF_TIME: &str = "the time left for this batch ran out; the event goes back to the queue";
@@ -610,6 +660,7 @@ mod tests {
             Ok(vec![ActionResult {
                 instance_id: plan.instance_ids[0].clone(),
                 detail: "done".into(),
+                ..ActionResult::default()
             }])
         }
     }

@@ -12,7 +12,7 @@ pub fn init_json() {
         .json()
         .with_env_filter(filter)
         .with_current_span(true)
-        .with_span_list(false)
+        .with_span_list(true)
         .flatten_event(true)
         .with_target(false)
         .without_time()
@@ -26,9 +26,13 @@ pub fn init_json() {
 /// - `Actions` (Count) by `Kind`, `Action`, `Result` (`done`, `planned`, `failed`) for every
 ///   node action other than `none`;
 /// - `PoolsMarked` (Count) by `CapacityType`, `InstanceType`, `Zone` (interruptions per pool);
-/// - `EventToActionLatency` (Milliseconds) by `Kind`: from the event's time to `now`, the end
-///   of the batch that carried it out (so it includes the wait in the queue and the batch's
-///   other events), for events acted on.
+/// - `Evictions` (Count) by `Kind`: evictions the API accepted, and `EvictionsRefused` (Count)
+///   by `Kind`: pods still refused at the drain's deadline (a disruption budget);
+/// - `Drains` (Count) by `Kind`, `Result` (`complete`, `incomplete`): drains that ended;
+/// - `EventToActionLatency` (Milliseconds) by `Kind`, and by `CapacityType`, `InstanceType`,
+///   `Zone`: from the event's time to the node's cordon (for a `delete`, which cordons
+///   nothing, to `now`, the end of the batch), for events acted on. It includes the wait in
+///   the queue.
 pub fn emf_documents(
     report: &crate::pipeline::Report,
     now: chrono::DateTime<chrono::Utc>,
@@ -38,13 +42,13 @@ pub fn emf_documents(
 
     let timestamp = now.timestamp_millis();
     let kind = report.kind.map(|k| k.as_str()).unwrap_or("undecodable");
-    let doc = |dimensions: &[&str], metrics: serde_json::Value, fields: serde_json::Value| {
+    let doc = |dimensions: &[&[&str]], metrics: serde_json::Value, fields: serde_json::Value| {
         let mut d = json!({
             "_aws": {
                 "Timestamp": timestamp,
                 "CloudWatchMetrics": [{
                     "Namespace": NAMESPACE,
-                    "Dimensions": [dimensions],
+                    "Dimensions": dimensions,
                     "Metrics": metrics,
                 }]
             }
@@ -56,12 +60,12 @@ pub fn emf_documents(
     };
     let mut docs = vec![
         doc(
-            &["Kind"],
+            &[&["Kind"]],
             json!([{"Name": "EventsReceived", "Unit": "Count"}]),
             json!({"Kind": kind, "EventsReceived": 1}),
         ),
         doc(
-            &["Kind", "Outcome"],
+            &[&["Kind", "Outcome"]],
             json!([{"Name": "EventsReceived", "Unit": "Count"}]),
             json!({"Kind": kind, "Outcome": report.outcome.as_str(), "EventsReceived": 1}),
         ),
@@ -72,14 +76,14 @@ pub fn emf_documents(
         Outcome::Failed => Some("failed"),
         Outcome::Ignored | Outcome::Duplicate => None,
     };
+    let acting = report
+        .actions
+        .iter()
+        .filter(|a| a.action != crate::config::Action::None);
     if let Some(result) = result {
-        for action in report
-            .actions
-            .iter()
-            .filter(|a| a.action != crate::config::Action::None)
-        {
+        for action in acting.clone() {
             docs.push(doc(
-                &["Kind", "Action", "Result"],
+                &[&["Kind", "Action", "Result"]],
                 json!([{"Name": "Actions", "Unit": "Count"}]),
                 json!({"Kind": kind, "Action": action.action.as_str(), "Result": result, "Actions": 1,
                        "InstanceId": action.instance_id, "Node": action.node}),
@@ -93,21 +97,56 @@ pub fn emf_documents(
             .filter(|p| p.unavailable_until.is_some())
         {
             docs.push(doc(
-                &["CapacityType", "InstanceType", "Zone"],
+                &[&["CapacityType", "InstanceType", "Zone"]],
                 json!([{"Name": "PoolsMarked", "Unit": "Count"}]),
                 json!({"CapacityType": pool.capacity_type, "InstanceType": pool.instance_type,
                        "Zone": pool.zone, "PoolsMarked": 1}),
             ));
         }
     }
-    if report.outcome == Outcome::Acted
-        && let Some(time) = report.time
-    {
-        let latency = (now - time).num_milliseconds().max(0);
+    if report.outcome != Outcome::Acted {
+        return docs;
+    }
+    for action in acting.clone() {
+        if let Some(drain) = action.drain {
+            let drain_result = if drain.complete {
+                "complete"
+            } else {
+                "incomplete"
+            };
+            docs.push(doc(
+                &[&["Kind"]],
+                json!([{"Name": "Evictions", "Unit": "Count"},
+                       {"Name": "EvictionsRefused", "Unit": "Count"}]),
+                json!({"Kind": kind, "Evictions": drain.evicted, "EvictionsRefused": drain.left,
+                       "InstanceId": action.instance_id, "Node": action.node}),
+            ));
+            docs.push(doc(
+                &[&["Kind", "Result"]],
+                json!([{"Name": "Drains", "Unit": "Count"}]),
+                json!({"Kind": kind, "Result": drain_result, "Drains": 1,
+                       "InstanceId": action.instance_id, "Node": action.node}),
+            ));
+        }
+    }
+    if let Some(time) = report.time {
+        // the first node cordoned for this event; a delete (nothing cordoned) ends with the batch
+        let acted_at = acting.filter_map(|a| a.cordoned_at).min().unwrap_or(now);
+        let latency = (acted_at - time).num_milliseconds().max(0);
+        let mut fields = json!({"Kind": kind, "EventToActionLatency": latency,
+                                "EventId": report.event_id});
+        let mut dimensions: Vec<&[&str]> = vec![&["Kind"]];
+        // one pool per event in practice: its dimensions let latency be seen per pool
+        if let (Some(pool), Some(f)) = (report.pools.first(), fields.as_object_mut()) {
+            f.insert("CapacityType".into(), json!(pool.capacity_type));
+            f.insert("InstanceType".into(), json!(pool.instance_type));
+            f.insert("Zone".into(), json!(pool.zone));
+            dimensions.push(&["CapacityType", "InstanceType", "Zone"]);
+        }
         docs.push(doc(
-            &["Kind"],
+            &dimensions,
             json!([{"Name": "EventToActionLatency", "Unit": "Milliseconds"}]),
-            json!({"Kind": kind, "EventToActionLatency": latency, "EventId": report.event_id}),
+            fields,
         ));
     }
     docs
@@ -121,7 +160,7 @@ mod tests {
     use super::*;
     use crate::config::Action;
     use crate::event::EventKind;
-    use crate::pipeline::{ActionReport, Outcome, PoolReport, Report};
+    use crate::pipeline::{ActionReport, DrainSummary, Outcome, PoolReport, Report};
 
     fn report(outcome: Outcome) -> Report {
         Report {
@@ -148,6 +187,12 @@ mod tests {
                 reason: String::new(),
                 complete_lifecycle: None,
                 result: Some("cordoned".into()),
+                cordoned_at: crate::event::parse_time("2026-11-20T10:00:04Z"),
+                drain: Some(DrainSummary {
+                    evicted: 3,
+                    left: 1,
+                    complete: false,
+                }),
             }],
             reason: None,
         }
@@ -175,6 +220,8 @@ mod tests {
                 "EventsReceived",
                 "Actions",
                 "PoolsMarked",
+                "Evictions",
+                "Drains",
                 "EventToActionLatency"
             ]
         );
@@ -182,18 +229,56 @@ mod tests {
             assert_eq!(d["_aws"]["Timestamp"], now.timestamp_millis());
             assert_eq!(d["_aws"]["CloudWatchMetrics"][0]["Namespace"], "forewarn");
             // every dimension named has a value in the document (else CloudWatch drops it)
-            for dim in d["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]
+            for set in d["_aws"]["CloudWatchMetrics"][0]["Dimensions"]
                 .as_array()
                 .unwrap()
             {
-                assert!(d[dim.as_str().unwrap()].is_string(), "{dim} missing in {d}");
+                for dim in set.as_array().unwrap() {
+                    assert!(d[dim.as_str().unwrap()].is_string(), "{dim} missing in {d}");
+                }
+            }
+            // every metric named has a value in the document
+            for m in d["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+                .as_array()
+                .unwrap()
+            {
+                assert!(d[m["Name"].as_str().unwrap()].is_number(), "{m} in {d}");
             }
         }
         assert_eq!(docs[1]["Outcome"], "acted");
         assert_eq!(docs[2]["Action"], "cordon-drain");
         assert_eq!(docs[2]["Result"], "done");
         assert_eq!(docs[3]["InstanceType"], "m5.large");
-        assert_eq!(docs[4]["EventToActionLatency"], 7000);
+        assert_eq!(docs[4]["Evictions"], 3);
+        assert_eq!(docs[4]["EvictionsRefused"], 1);
+        assert_eq!(docs[5]["Result"], "incomplete");
+        // to the cordon, not to the end of the batch
+        assert_eq!(docs[6]["EventToActionLatency"], 4000);
+        assert_eq!(
+            docs[6]["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+            serde_json::json!([["Kind"], ["CapacityType", "InstanceType", "Zone"]])
+        );
+    }
+
+    #[test]
+    fn a_delete_is_timed_to_the_end_of_the_batch() {
+        let mut r = report(Outcome::Acted);
+        r.actions[0].action = Action::Delete;
+        r.actions[0].cordoned_at = None;
+        r.actions[0].drain = None;
+        let now = crate::event::parse_time("2026-11-20T10:00:09Z").unwrap();
+        let docs = emf_documents(&r, now);
+        assert_eq!(
+            metric_names(&docs),
+            [
+                "EventsReceived",
+                "EventsReceived",
+                "Actions",
+                "PoolsMarked",
+                "EventToActionLatency"
+            ]
+        );
+        assert_eq!(docs[4]["EventToActionLatency"], 9000);
     }
 
     #[test]

@@ -38,7 +38,7 @@ use super::events::{EventOutcome, EventType, NodeEvent, record};
 use super::lifecycle::{LifecycleCompleter, LifecycleError, LifecycleOutcome};
 use crate::config::{Action, Config, ConfigError};
 use crate::facts::NodeFacts;
-use crate::pipeline::{ActionResult, ExecuteError, Executor};
+use crate::pipeline::{ActionResult, DrainSummary, ExecuteError, Executor};
 use crate::plan::{NodeAction, Plan, Target};
 
 /// How many evictions run at once.
@@ -135,6 +135,8 @@ pub struct NodeOutcome {
     /// Why the action was refused (a control-plane node).
     pub refused: Option<String>,
     pub cordon: Option<CordonOutcome>,
+    /// When the node was seen cordoned (by this action or before it; not in a dry run).
+    pub cordoned_at: Option<chrono::DateTime<Utc>>,
     pub drain: Option<DrainReport>,
     pub delete: Option<DeleteOutcome>,
     pub lifecycle: Option<LifecycleOutcome>,
@@ -156,6 +158,7 @@ impl NodeOutcome {
             node_gone: false,
             refused: None,
             cordon: None,
+            cordoned_at: None,
             drain: None,
             delete: None,
             lifecycle: None,
@@ -375,6 +378,12 @@ impl KubeExecutor {
         )
         .await?;
         let gone = cordoned == CordonOutcome::NodeGone;
+        if matches!(
+            cordoned,
+            CordonOutcome::Cordoned { .. } | CordonOutcome::AlreadyCordoned
+        ) {
+            out.cordoned_at = Some(Utc::now());
+        }
         if matches!(cordoned, CordonOutcome::Cordoned { .. }) {
             let note = format!(
                 "Marked unschedulable and tainted {}={}:{}",
@@ -548,6 +557,16 @@ impl Executor for KubeExecutor {
             .map(|o| ActionResult {
                 instance_id: o.instance_id.clone(),
                 detail: o.detail(),
+                cordoned_at: o.cordoned_at,
+                drain: o
+                    .drain
+                    .as_ref()
+                    .filter(|_| !o.dry_run)
+                    .map(|d| DrainSummary {
+                        evicted: d.evicted.len(),
+                        left: d.left.len(),
+                        complete: d.complete(),
+                    }),
             })
             .collect())
     }
