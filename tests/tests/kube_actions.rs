@@ -32,6 +32,7 @@ use serde_json::{Value, json};
 const NODE: &str = "ip-10-0-1-11.ec2.internal";
 const ID: &str = "i-0a1b2c3d4e5f60001";
 const OTHER_NODE: &str = "ip-10-0-1-12.ec2.internal";
+const OTHER_ID: &str = "i-0a1b2c3d4e5f69999";
 const TAINT: &str = "forewarn.io/interruption";
 
 // ---------------------------------------------------------------------------------------------
@@ -176,7 +177,7 @@ impl World {
     async fn plain() -> World {
         let w = World::new().await;
         w.fake.insert(node(NODE, ID));
-        w.fake.insert(node(OTHER_NODE, "i-0a1b2c3d4e5f69999"));
+        w.fake.insert(node(OTHER_NODE, OTHER_ID));
         w
     }
 
@@ -1194,6 +1195,107 @@ async fn the_pipeline_acts_through_the_adapter_once_per_event() {
     let reports = pipeline.process(&records, Utc::now()).await;
     assert_eq!(reports[0].outcome, forewarn::pipeline::Outcome::Duplicate);
     assert_eq!(w.fake.writes(), vec![]);
+}
+
+/// The handler with the webhook configured: one message per action, the drain's numbers in the
+/// report and its metrics, and a webhook that fails never fails the event.
+#[tokio::test]
+async fn the_handler_tells_the_webhook_and_counts_evictions() {
+    use forewarn::pipeline::Outcome;
+    let received: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let answer = Arc::new(std::sync::atomic::AtomicU16::new(200));
+    let app = axum::Router::new().route(
+        "/hooks/forewarn",
+        axum::routing::post({
+            let (received, answer) = (received.clone(), answer.clone());
+            move |axum::Json(body): axum::Json<Value>| async move {
+                received.lock().unwrap().push(body);
+                axum::http::StatusCode::from_u16(answer.load(std::sync::atomic::Ordering::SeqCst))
+                    .unwrap()
+            }
+        }),
+    );
+    let url = format!("{}/hooks/forewarn", serve(app).await);
+    let mut w = World::plain().await;
+    w.fake.insert(pod("default", "web-1", NODE, "web"));
+    w.fake.insert(pod("default", "web-2", NODE, "web"));
+    let template = r#"{"text": "{{action}} {{node}}: {{result}}", "event": "{{event_id}}", "pool": "{{pool}}", "cluster": "{{cluster}}"}"#;
+    w.config = Config::from_lookup(|n| match n {
+        "FOREWARN_CLUSTER_NAME" => Some("demo".into()),
+        "FOREWARN_WEBHOOK_URL" => Some(url.clone()),
+        "FOREWARN_WEBHOOK_TEMPLATE" => Some(template.into()),
+        _ => None,
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let handler = forewarn::lambda::Handler {
+        config: w.config.clone(),
+        store: Arc::new(forewarn::store::embedded::EmbeddedStore::open(dir.path()).unwrap()),
+        instances: Arc::new(Instances(BTreeMap::from([
+            (ID.to_string(), instance(ID, NODE)),
+            (OTHER_ID.to_string(), instance(OTHER_ID, OTHER_NODE)),
+        ]))),
+        nodes: Arc::new(KubeNodeDirectory::new(w.clients.clone())),
+        executor: Some(Arc::new(w.executor())),
+        concurrency: 4,
+        safety_margin: Duration::from_secs(1),
+    };
+    let spot = |id: &str, instance: &str| {
+        json!({
+            "version": "0", "id": id, "detail-type": "EC2 Spot Instance Interruption Warning",
+            "source": "aws.ec2", "account": "123456789012", "time": Utc::now().to_rfc3339(),
+            "region": "us-east-1", "resources": [],
+            "detail": {"instance-id": instance, "instance-action": "terminate"}
+        })
+    };
+
+    let inv = handler.invoke(spot("ev-hook", ID), None).await.unwrap();
+
+    let report = &inv.reports[0];
+    assert_eq!(report.outcome, Outcome::Acted, "{report:?}");
+    let action = &report.actions[0];
+    assert_eq!(
+        action.drain,
+        Some(forewarn::pipeline::DrainSummary {
+            evicted: 2,
+            left: 0,
+            complete: true
+        })
+    );
+    let cordoned_at = action.cordoned_at.expect("the cordon's time");
+    assert!(report.time.unwrap() <= cordoned_at && cordoned_at <= Utc::now());
+    let received_now = received.lock().unwrap().clone();
+    assert_eq!(received_now.len(), 1, "{received_now:?}");
+    let message = &received_now[0];
+    assert_eq!(message["event"], "ev-hook");
+    assert_eq!(message["pool"], "spot/m5.large/us-east-1a");
+    assert_eq!(message["cluster"], "demo");
+    let text = message["text"].as_str().unwrap();
+    assert!(
+        text.starts_with(&format!("cordon-drain {NODE}: cordoned node/{NODE}"))
+            && text.contains("evicted 2 pods"),
+        "{text}"
+    );
+    let docs = forewarn::telemetry::emf_documents(report, Utc::now());
+    let evictions = docs.iter().find(|d| d.get("Evictions").is_some()).unwrap();
+    assert_eq!(evictions["Evictions"], 2);
+    let drains = docs.iter().find(|d| d.get("Drains").is_some()).unwrap();
+    assert_eq!(drains["Result"], "complete");
+
+    // The webhook fails: the event is applied all the same; a duplicate tells nothing.
+    answer.store(500, std::sync::atomic::Ordering::SeqCst);
+    let inv = handler
+        .invoke(spot("ev-hook-2", OTHER_ID), None)
+        .await
+        .unwrap();
+    assert_eq!(inv.reports[0].outcome, Outcome::Acted, "{:?}", inv.reports);
+    assert_eq!(received.lock().unwrap().len(), 2);
+    let inv = handler
+        .invoke(spot("ev-hook-2", OTHER_ID), None)
+        .await
+        .unwrap();
+    assert_eq!(inv.reports[0].outcome, Outcome::Duplicate);
+    assert_eq!(received.lock().unwrap().len(), 2);
 }
 
 // ---------------------------------------------------------------------------------------------
