@@ -42,8 +42,8 @@ pub fn lambda_message(m: &aws_sdk_sqs::types::Message, queue_arn: &str) -> SqsMe
     out
 }
 
-/// Receives and handles batches until the queue answers empty `empty_rounds` times in a row or
-/// `max_batches` were handled.
+/// Receives and handles batches until the queue answers empty twice in a row or `max_batches`
+/// were handled.
 pub async fn drain(
     sqs: &Client,
     queue_url: &str,
@@ -51,6 +51,29 @@ pub async fn drain(
     handler: &Handler,
     batch_size: i32,
     max_batches: usize,
+) -> anyhow::Result<Drained> {
+    drain_within(
+        sqs,
+        queue_url,
+        queue_arn,
+        handler,
+        batch_size,
+        max_batches,
+        None,
+    )
+    .await
+}
+
+/// [`drain`], each batch given `budget` (when set) as the Lambda's time left: the handler's
+/// deadline is the moment the batch was received plus `budget`.
+pub async fn drain_within(
+    sqs: &Client,
+    queue_url: &str,
+    queue_arn: &str,
+    handler: &Handler,
+    batch_size: i32,
+    max_batches: usize,
+    budget: Option<std::time::Duration>,
 ) -> anyhow::Result<Drained> {
     let mut drained = Drained::default();
     let mut empty = 0;
@@ -75,7 +98,8 @@ pub async fn drain(
             .iter()
             .map(|m| lambda_message(m, queue_arn))
             .collect();
-        let (response, reports) = handler.handle_sqs(&event, None).await?;
+        let deadline = budget.map(|b| tokio::time::Instant::now() + b);
+        let (response, reports) = handler.handle_sqs(&event, deadline).await?;
         let failed: Vec<&str> = response
             .batch_item_failures
             .iter()

@@ -1,0 +1,979 @@
+//! Fault tolerance: the real handler (DynamoDB store, EC2 directory, Kubernetes executor) fed by
+//! the SQS poller (`forewarn_tests::sqs`) from a queue with a dead-letter queue, while faults are
+//! injected: the Kubernetes fake answering 500, 429 or never, DynamoDB and EC2 throttling or
+//! unreachable behind the fault-injecting proxy (`forewarn_tests::proxy`), the Lambda's time
+//! running out mid-batch, malformed and oversized messages, one event delivered ten times, and
+//! the three events of one instance in every order.
+//!
+//! After each: every event was applied exactly once (the pool table's ledger holds its id, its
+//! pool counted it once, the cluster saw one cordon per node and no pod evicted twice) or its
+//! message is back on the queue or in the DLQ; and the run's counts (reports, deleted and
+//! returned messages) account for every message received. See docs/fault-tolerance.md.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_config::retry::RetryConfig;
+use aws_sdk_ec2::types::{
+    InstanceMarketOptionsRequest, InstanceType, MarketType, Placement, ResourceType, Tag,
+    TagSpecification,
+};
+use aws_sdk_sqs::types::QueueAttributeName;
+use forewarn::config::Config;
+use forewarn::ec2::Ec2Directory;
+use forewarn::event::{DT_REBALANCE, DT_SPOT, DT_STATE_CHANGE, EventKind};
+use forewarn::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::lambda::Handler;
+use forewarn::pipeline::{Outcome, Report, Tally};
+use forewarn::pool::{PoolQuery, PoolRecord, PoolStore};
+use forewarn::store::dynamo::DynamoStore;
+use forewarn_tests::moto::{create_pool_table, runtime, shared, unique_name};
+use forewarn_tests::proxy::{AwsFault, AwsProxy, FaultKind};
+use forewarn_tests::sqs::{Drained, drain_within};
+use kube_fake::{Fault, KubeFake, Method};
+use serde_json::{Value, json};
+
+/// Receives before a message goes to the DLQ.
+const MAX_RECEIVES: usize = 3;
+const BATCH: i32 = 10;
+
+struct Instance {
+    id: String,
+    dns: String,
+    instance_type: String,
+    zone: String,
+}
+
+/// One test's world: its table, queues, instances, cluster and handler.
+struct World {
+    sdk: aws_config::SdkConfig,
+    proxy: AwsProxy,
+    sqs: aws_sdk_sqs::Client,
+    queue_url: String,
+    queue_arn: String,
+    dlq_url: String,
+    table: String,
+    fake: KubeFake,
+    store: Arc<DynamoStore>,
+    handler: Handler,
+    instances: Vec<Instance>,
+}
+
+struct Options {
+    /// One instance type per instance (each its own pool); all spot in us-east-1a.
+    types: Vec<InstanceType>,
+    /// Events handled at once within a batch.
+    concurrency: usize,
+    /// The Kubernetes client's read timeout.
+    kube_read_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            types: vec![InstanceType::M5Large, InstanceType::C5Large],
+            concurrency: 4,
+            kube_read_timeout: Duration::from_secs(15),
+        }
+    }
+}
+
+/// Retries as the handler has them (several attempts), with backoff short enough for tests.
+fn fast_retries(config: aws_config::SdkConfig) -> aws_config::SdkConfig {
+    config
+        .into_builder()
+        .retry_config(
+            RetryConfig::standard()
+                .with_max_attempts(4)
+                .with_initial_backoff(Duration::from_millis(10))
+                .with_max_backoff(Duration::from_millis(50)),
+        )
+        .build()
+}
+
+impl World {
+    async fn new(options: Options) -> World {
+        let sdk = shared().sdk_config();
+        let proxy = AwsProxy::start(&shared().endpoint()).await.unwrap();
+        let through_proxy = fast_retries(proxy.sdk_config(&sdk));
+        let cluster = unique_name("faults");
+        let table = create_pool_table(&sdk, &cluster)
+            .await
+            .expect("the pool table");
+
+        let sqs = aws_sdk_sqs::Client::new(&sdk);
+        let dlq_url = sqs
+            .create_queue()
+            .queue_name(format!("{cluster}-dlq"))
+            .send()
+            .await
+            .unwrap()
+            .queue_url()
+            .unwrap()
+            .to_string();
+        let dlq_arn = queue_arn(&sqs, &dlq_url).await;
+        let redrive = json!({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": MAX_RECEIVES});
+        let queue_url = sqs
+            .create_queue()
+            .queue_name(format!("{cluster}-events"))
+            .attributes(QueueAttributeName::RedrivePolicy, redrive.to_string())
+            .send()
+            .await
+            .unwrap()
+            .queue_url()
+            .unwrap()
+            .to_string();
+        let queue_arn = queue_arn(&sqs, &queue_url).await;
+
+        let ec2 = aws_sdk_ec2::Client::new(&sdk);
+        let image = ec2.describe_images().send().await.unwrap().images()[0]
+            .image_id()
+            .unwrap()
+            .to_string();
+        let fake = KubeFake::start().await;
+        let mut instances = Vec::new();
+        for (n, instance_type) in options.types.iter().enumerate() {
+            let i = launch(&ec2, &image, &cluster, instance_type.clone()).await;
+            fake.insert(node(&i));
+            for p in 0..2 {
+                fake.insert(pod(&format!("app-{n}-{p}"), &i.dns));
+            }
+            instances.push(i);
+        }
+
+        let config = Config {
+            cluster_name: Some(cluster.clone()),
+            ..Config::default()
+        };
+        let mut kube_config = fake.config();
+        kube_config.read_timeout = Some(options.kube_read_timeout);
+        let clients = ClusterClient::new(kube::Client::try_from(kube_config).unwrap());
+        let store = Arc::new(DynamoStore::new(
+            aws_sdk_dynamodb::Client::new(&through_proxy),
+            table.clone(),
+        ));
+        let handler = Handler {
+            config: config.clone(),
+            store: store.clone(),
+            instances: Arc::new(Ec2Directory::from_conf(&through_proxy)),
+            nodes: Arc::new(KubeNodeDirectory::new(clients.clone())),
+            executor: Some(Arc::new(KubeExecutor::new(clients, &config))),
+            concurrency: options.concurrency,
+            safety_margin: Duration::ZERO,
+        };
+        World {
+            sdk,
+            proxy,
+            sqs,
+            queue_url,
+            queue_arn,
+            dlq_url,
+            table,
+            fake,
+            store,
+            handler,
+            instances,
+        }
+    }
+
+    async fn send(&self, bodies: &[String]) {
+        for body in bodies {
+            self.sqs
+                .send_message()
+                .queue_url(&self.queue_url)
+                .message_body(body)
+                .send()
+                .await
+                .expect("SendMessage");
+        }
+    }
+
+    /// Drains the queue (each batch given `budget` when set) and checks that the run's counts
+    /// account for every message received.
+    async fn drain(&self, batch: i32, budget: Option<Duration>) -> Drained {
+        let drained = drain_within(
+            &self.sqs,
+            &self.queue_url,
+            &self.queue_arn,
+            &self.handler,
+            batch,
+            200,
+            budget,
+        )
+        .await
+        .expect("draining the queue");
+        let tally = Tally::of(&drained.reports);
+        assert_eq!(
+            drained.deleted + drained.returned,
+            drained.reports.len(),
+            "one report per message received: {drained:#?}"
+        );
+        assert_eq!(
+            drained.returned, tally.failed,
+            "exactly the failed messages are returned"
+        );
+        drained
+    }
+
+    /// Every body in a queue, taking them out (the DLQ after a scenario).
+    async fn take_all(&self, url: &str) -> Vec<String> {
+        let mut bodies = Vec::new();
+        loop {
+            let received = self
+                .sqs
+                .receive_message()
+                .queue_url(url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(0)
+                .send()
+                .await
+                .unwrap();
+            if received.messages().is_empty() {
+                return bodies;
+            }
+            for m in received.messages() {
+                bodies.push(m.body().unwrap_or_default().to_string());
+                self.sqs
+                    .delete_message()
+                    .queue_url(url)
+                    .receipt_handle(m.receipt_handle().unwrap())
+                    .send()
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+
+    /// The DLQ's messages back on the queue (what an operator's redrive does).
+    async fn redrive(&self) -> usize {
+        let bodies = self.take_all(&self.dlq_url).await;
+        self.send(&bodies).await;
+        bodies.len()
+    }
+
+    /// The event ids in the pool table's ledger.
+    async fn ledger(&self) -> BTreeSet<String> {
+        let dynamodb = aws_sdk_dynamodb::Client::new(&self.sdk);
+        let mut ids = BTreeSet::new();
+        let mut start = None;
+        loop {
+            let page = dynamodb
+                .scan()
+                .table_name(&self.table)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .unwrap();
+            for item in page.items() {
+                if let Some(pk) = item.get("pk").and_then(|v| v.as_s().ok())
+                    && let Some(id) = pk.strip_prefix("EVENT#")
+                {
+                    ids.insert(id.to_string());
+                }
+            }
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                return ids;
+            }
+        }
+    }
+
+    /// The pool records, by `spot#type#zone`.
+    async fn pools(&self) -> BTreeMap<String, PoolRecord> {
+        let query = PoolQuery {
+            include_available: true,
+            ..PoolQuery::default()
+        };
+        self.store
+            .pools(&query, chrono::Utc::now())
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|p| (p.pool.to_string(), p))
+            .collect()
+    }
+
+    fn pool_key(&self, i: &Instance) -> String {
+        format!("spot#{}#{}", i.instance_type, i.zone)
+    }
+
+    /// Successful cordons (writes setting `unschedulable`) of each node.
+    fn cordons(&self) -> BTreeMap<String, usize> {
+        let mut out = BTreeMap::new();
+        for w in self.fake.writes() {
+            let ok = (200..300).contains(&w.status);
+            let sets_unschedulable = w
+                .body
+                .as_ref()
+                .is_some_and(|b| b.to_string().contains("\"unschedulable\":true"));
+            if ok
+                && sets_unschedulable
+                && let Some(name) = w.path.strip_prefix("/api/v1/nodes/")
+            {
+                *out.entry(name.to_string()).or_insert(0) += 1;
+            }
+        }
+        out
+    }
+
+    /// Successful cordons of each node, by the value of forewarn's taint they set.
+    fn cordons_by_reason(&self) -> BTreeMap<(String, String), usize> {
+        let mut out = BTreeMap::new();
+        for w in self.fake.writes() {
+            let Some(body) = w.body.as_ref() else {
+                continue;
+            };
+            if !(200..300).contains(&w.status) || body["spec"]["unschedulable"] != json!(true) {
+                continue;
+            }
+            let Some(name) = w.path.strip_prefix("/api/v1/nodes/") else {
+                continue;
+            };
+            let reason = body["spec"]["taints"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|t| t["key"] == "forewarn.io/interruption")
+                .and_then(|t| t["value"].as_str())
+                .unwrap_or_default()
+                .to_string();
+            *out.entry((name.to_string(), reason)).or_insert(0) += 1;
+        }
+        out
+    }
+
+    /// Evictions the fake accepted, by pod.
+    fn evictions(&self) -> BTreeMap<String, usize> {
+        let mut out = BTreeMap::new();
+        for w in self.fake.writes() {
+            if w.method == Method::POST
+                && (200..300).contains(&w.status)
+                && let Some(rest) = w.path.strip_suffix("/eviction")
+            {
+                let pod = rest.rsplit('/').next().unwrap_or_default().to_string();
+                *out.entry(pod).or_insert(0) += 1;
+            }
+        }
+        out
+    }
+
+    /// Every event in `applied` was applied exactly once: one `acted` report, its id in the
+    /// ledger, its node cordoned once, no pod evicted twice; the queue is empty.
+    async fn assert_applied_once(&self, reports: &[Report], applied: &[&Body]) {
+        let ledger = self.ledger().await;
+        for body in applied {
+            let acted = reports
+                .iter()
+                .filter(|r| r.event_id.as_deref() == Some(&body.id) && r.outcome == Outcome::Acted)
+                .count();
+            assert_eq!(acted, 1, "event {} acted once: {reports:#?}", body.id);
+            assert!(ledger.contains(&body.id), "{} in the ledger", body.id);
+        }
+        for (node, n) in self.cordons() {
+            assert_eq!(n, 1, "node {node} cordoned once: {:#?}", self.fake.writes());
+        }
+        for (pod, n) in self.evictions() {
+            assert_eq!(n, 1, "pod {pod} evicted once");
+        }
+        assert!(
+            forewarn_tests::sqs::peek_bodies(&self.sqs, &self.queue_url)
+                .await
+                .unwrap()
+                .is_empty(),
+            "nothing left on the queue"
+        );
+    }
+}
+
+async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> String {
+    sqs.get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .unwrap()
+        .attributes()
+        .unwrap()[&QueueAttributeName::QueueArn]
+        .clone()
+}
+
+async fn launch(
+    ec2: &aws_sdk_ec2::Client,
+    image: &str,
+    cluster: &str,
+    instance_type: InstanceType,
+) -> Instance {
+    let zone = "us-east-1a";
+    let out = ec2
+        .run_instances()
+        .image_id(image)
+        .instance_type(instance_type.clone())
+        .min_count(1)
+        .max_count(1)
+        .placement(Placement::builder().availability_zone(zone).build())
+        .instance_market_options(
+            InstanceMarketOptionsRequest::builder()
+                .market_type(MarketType::Spot)
+                .build(),
+        )
+        .tag_specifications(
+            TagSpecification::builder()
+                .resource_type(ResourceType::Instance)
+                .tags(
+                    Tag::builder()
+                        .key(format!("kubernetes.io/cluster/{cluster}"))
+                        .value("owned")
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .expect("RunInstances on moto");
+    let i = &out.instances()[0];
+    Instance {
+        id: i.instance_id().unwrap().to_string(),
+        dns: i.private_dns_name().unwrap().to_string(),
+        instance_type: instance_type.as_str().to_string(),
+        zone: zone.to_string(),
+    }
+}
+
+fn node(i: &Instance) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": i.dns, "labels": {"kubernetes.io/hostname": i.dns, "topology.kubernetes.io/zone": i.zone}},
+        "spec": {"providerID": format!("aws:///{}/{}", i.zone, i.id)},
+        "status": {"addresses": [{"type": "InternalDNS", "address": i.dns}]}
+    })
+}
+
+fn pod(name: &str, node: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "shop", "labels": {"app": name},
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": format!("{name}-rs"), "uid": format!("uid-{name}"), "controller": true}]},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "nginx"}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    })
+}
+
+/// An event as EventBridge delivers it to SQS.
+struct Body {
+    id: String,
+    text: String,
+}
+
+fn event(detail_type: &str, instance: &str, detail: Value, minute: i64) -> Body {
+    let id = format!("{}-{}", unique_name("ev"), detail_type.len());
+    // Recent: a spot warning's drain deadline is two minutes after its time.
+    let time = chrono::Utc::now() + chrono::Duration::seconds(10 * (minute - 3));
+    let mut detail = detail;
+    detail["instance-id"] = json!(instance);
+    let text = json!({
+        "version": "0", "id": id, "detail-type": detail_type, "source": "aws.ec2",
+        "account": "123456789012", "time": time.to_rfc3339(), "region": "us-east-1",
+        "resources": [format!("arn:aws:ec2:us-east-1:123456789012:instance/{instance}")],
+        "detail": detail
+    })
+    .to_string();
+    Body { id, text }
+}
+
+fn spot(i: &Instance) -> Body {
+    event(DT_SPOT, &i.id, json!({"instance-action": "terminate"}), 1)
+}
+
+fn rebalance(i: &Instance) -> Body {
+    event(DT_REBALANCE, &i.id, json!({}), 0)
+}
+
+fn state_change(i: &Instance, state: &str) -> Body {
+    event(DT_STATE_CHANGE, &i.id, json!({"state": state}), 3)
+}
+
+fn texts(bodies: &[&Body]) -> Vec<String> {
+    bodies.iter().map(|b| b.text.clone()).collect()
+}
+
+fn count(reports: &[Report], outcome: Outcome) -> usize {
+    reports.iter().filter(|r| r.outcome == outcome).count()
+}
+
+/// A spot warning for each instance; afterwards every instance's pool counted it once and every
+/// node was cordoned and drained once.
+async fn spot_warnings(world: &World) -> Vec<Body> {
+    let bodies: Vec<Body> = world.instances.iter().map(spot).collect();
+    world.send(&texts(&bodies.iter().collect::<Vec<_>>())).await;
+    bodies
+}
+
+async fn assert_pools_counted_once(world: &World) {
+    let pools = world.pools().await;
+    for i in &world.instances {
+        let pool = &pools[&world.pool_key(i)];
+        assert_eq!(pool.interruptions(), 1, "{pool:#?}");
+    }
+    let cordons = world.cordons();
+    for i in &world.instances {
+        assert_eq!(cordons.get(&i.dns), Some(&1), "{} cordoned", i.dns);
+    }
+    assert_eq!(
+        world.evictions().len(),
+        2 * world.instances.len(),
+        "every pod evicted"
+    );
+}
+
+#[test]
+fn kubernetes_500_fails_the_event_and_redelivery_applies_it_once() {
+    runtime().block_on(async {
+        let world = World::new(Options::default()).await;
+        let bodies = spot_warnings(&world).await;
+        world.fake.inject(
+            Fault::new(500)
+                .method(Method::PATCH)
+                .path_contains("/api/v1/nodes/")
+                .times(3),
+        );
+        let drained = world.drain(BATCH, None).await;
+        assert_eq!(
+            world.fake.counters().faults_injected,
+            3,
+            "the fault was used up"
+        );
+        assert!(drained.returned >= 1, "{:#?}", drained.reports);
+        world
+            .assert_applied_once(&drained.reports, &bodies.iter().collect::<Vec<_>>())
+            .await;
+        assert_pools_counted_once(&world).await;
+        assert!(world.take_all(&world.dlq_url).await.is_empty());
+    });
+}
+
+#[test]
+fn kubernetes_429_is_retried_or_returned_and_applied_once() {
+    runtime().block_on(async {
+        let world = World::new(Options::default()).await;
+        let bodies = spot_warnings(&world).await;
+        world.fake.inject(
+            Fault::new(429)
+                .method(Method::PATCH)
+                .path_contains("/api/v1/nodes/")
+                .times(2),
+        );
+        world.fake.inject(
+            Fault::new(429)
+                .method(Method::POST)
+                .path_contains("/eviction")
+                .times(2),
+        );
+        let drained = world.drain(BATCH, None).await;
+        assert_eq!(world.fake.counters().faults_injected, 4);
+        world
+            .assert_applied_once(&drained.reports, &bodies.iter().collect::<Vec<_>>())
+            .await;
+        assert_pools_counted_once(&world).await;
+        assert!(world.take_all(&world.dlq_url).await.is_empty());
+    });
+}
+
+#[test]
+fn kubernetes_timeout_returns_the_event_and_redelivery_applies_it_once() {
+    runtime().block_on(async {
+        let world = World::new(Options {
+            kube_read_timeout: Duration::from_secs(1),
+            ..Options::default()
+        })
+        .await;
+        let bodies = spot_warnings(&world).await;
+        let first = &world.instances[0];
+        world.fake.hang(format!("/api/v1/nodes/{}", first.dns), 1);
+        let drained = world.drain(BATCH, Some(Duration::from_secs(20))).await;
+        assert_eq!(world.fake.counters().hung, 1);
+        assert!(drained.returned >= 1, "{:#?}", drained.reports);
+        world
+            .assert_applied_once(&drained.reports, &bodies.iter().collect::<Vec<_>>())
+            .await;
+        assert_pools_counted_once(&world).await;
+        assert!(world.take_all(&world.dlq_url).await.is_empty());
+    });
+}
+
+#[test]
+fn dynamodb_throttling_is_absorbed_by_retries() {
+    runtime().block_on(async {
+        let world = World::new(Options::default()).await;
+        let bodies = spot_warnings(&world).await;
+        world
+            .proxy
+            .inject(AwsFault::service("dynamodb", FaultKind::Throttle, 3));
+        let drained = world.drain(BATCH, None).await;
+        assert_eq!(drained.returned, 0, "{:#?}", drained.reports);
+        let throttled: Vec<u16> = world
+            .proxy
+            .calls()
+            .iter()
+            .filter(|c| c.service == "dynamodb" && c.faulted)
+            .map(|c| c.status)
+            .collect();
+        assert_eq!(throttled, vec![400, 400, 400]);
+        world
+            .assert_applied_once(&drained.reports, &bodies.iter().collect::<Vec<_>>())
+            .await;
+        assert_pools_counted_once(&world).await;
+    });
+}
+
+#[test]
+fn dynamodb_unreachable_sends_events_to_the_dlq_and_redrive_applies_them_once() {
+    runtime().block_on(async {
+        let world = World::new(Options::default()).await;
+        let bodies = spot_warnings(&world).await;
+        world.proxy.inject(AwsFault::service(
+            "dynamodb",
+            FaultKind::Unreachable,
+            10_000,
+        ));
+        let failing = world.drain(BATCH, None).await;
+        let n = bodies.len();
+        assert_eq!(failing.deleted, 0);
+        assert_eq!(failing.returned, n * MAX_RECEIVES, "{:#?}", failing.reports);
+        assert!(world.ledger().await.is_empty());
+        assert!(world.cordons().is_empty(), "nothing done to the cluster");
+        assert!(
+            world
+                .proxy
+                .calls()
+                .iter()
+                .all(|c| c.service != "dynamodb" || c.faulted),
+            "DynamoDB never answered"
+        );
+
+        world.proxy.clear_faults();
+        assert_eq!(world.redrive().await, n, "every event in the DLQ");
+        let redriven = world.drain(BATCH, None).await;
+        assert_eq!(redriven.returned, 0);
+        world
+            .assert_applied_once(&redriven.reports, &bodies.iter().collect::<Vec<_>>())
+            .await;
+        assert_pools_counted_once(&world).await;
+    });
+}
+
+#[test]
+fn dynamodb_unreachable_after_the_cluster_action_reapplies_nothing_twice() {
+    runtime().block_on(async {
+        let world = World::new(Options::default()).await;
+        let bodies = spot_warnings(&world).await;
+        // The lookups pass; the pool update after the cordon and drain does not (its attempts
+        // all fail), once per event.
+        world.proxy.inject(AwsFault::operation(
+            "dynamodb",
+            "TransactWriteItems",
+            FaultKind::Unreachable,
+            4 * bodies.len(),
+        ));
+        let drained = world.drain(BATCH, None).await;
+        assert!(drained.returned >= 1, "{:#?}", drained.reports);
+        assert!(
+            world.proxy.calls().iter().any(|c| c.faulted),
+            "the fault was hit: {:#?}",
+            world.proxy.calls()
+        );
+        world
+            .assert_applied_once(&drained.reports, &bodies.iter().collect::<Vec<_>>())
+            .await;
+        assert_pools_counted_once(&world).await;
+        assert!(world.take_all(&world.dlq_url).await.is_empty());
+    });
+}
+
+fn describe_calls(world: &World) -> (usize, usize) {
+    let calls = world.proxy.calls();
+    let ok = calls
+        .iter()
+        .filter(|c| c.operation == "DescribeInstances" && !c.faulted)
+        .count();
+    let faulted = calls
+        .iter()
+        .filter(|c| c.operation == "DescribeInstances" && c.faulted)
+        .count();
+    (ok, faulted)
+}
+
+#[test]
+fn ec2_throttling_is_absorbed_by_retries() {
+    runtime().block_on(async {
+        let world = World::new(Options::default()).await;
+        let bodies = spot_warnings(&world).await;
+        world
+            .proxy
+            .inject(AwsFault::service("ec2", FaultKind::Throttle, 2));
+        let drained = world.drain(BATCH, None).await;
+        assert_eq!(drained.returned, 0, "{:#?}", drained.reports);
+        assert_eq!(drained.batches, 1);
+        assert_eq!(
+            describe_calls(&world),
+            (1, 2),
+            "one DescribeInstances per batch"
+        );
+        assert!(
+            world
+                .proxy
+                .calls()
+                .iter()
+                .filter(|c| c.faulted)
+                .all(|c| c.status == 503)
+        );
+        world
+            .assert_applied_once(&drained.reports, &bodies.iter().collect::<Vec<_>>())
+            .await;
+        assert_pools_counted_once(&world).await;
+    });
+}
+
+#[test]
+fn ec2_unreachable_sends_events_to_the_dlq_and_redrive_applies_them_once() {
+    runtime().block_on(async {
+        let world = World::new(Options::default()).await;
+        let bodies = spot_warnings(&world).await;
+        world
+            .proxy
+            .inject(AwsFault::service("ec2", FaultKind::Unreachable, 10_000));
+        let failing = world.drain(BATCH, None).await;
+        let n = bodies.len();
+        assert_eq!(failing.deleted, 0);
+        assert_eq!(failing.returned, n * MAX_RECEIVES, "{:#?}", failing.reports);
+        assert_eq!(describe_calls(&world).0, 0);
+        assert!(world.ledger().await.is_empty());
+        assert!(world.cordons().is_empty(), "nothing done to the cluster");
+
+        world.proxy.clear_faults();
+        world.proxy.reset();
+        assert_eq!(world.redrive().await, n);
+        let redriven = world.drain(BATCH, None).await;
+        assert_eq!(redriven.returned, 0);
+        assert_eq!(
+            describe_calls(&world),
+            (redriven.batches, 0),
+            "one DescribeInstances per batch"
+        );
+        world
+            .assert_applied_once(&redriven.reports, &bodies.iter().collect::<Vec<_>>())
+            .await;
+        assert_pools_counted_once(&world).await;
+    });
+}
+
+#[test]
+fn lambda_time_running_out_mid_batch_returns_the_rest_applied_once_later() {
+    runtime().block_on(async {
+        let world = World::new(Options {
+            types: vec![
+                InstanceType::M5Large,
+                InstanceType::C5Large,
+                InstanceType::R5Large,
+                InstanceType::M5Xlarge,
+            ],
+            concurrency: 1,
+            ..Options::default()
+        })
+        .await;
+        let bodies = spot_warnings(&world).await;
+        // Every Kubernetes request takes 200 ms; one event's cordon and drain takes several, so
+        // four events one at a time cannot finish within 1.5 s.
+        world.fake.set_latency(Duration::from_millis(200));
+        let cut = drain_within(
+            &world.sqs,
+            &world.queue_url,
+            &world.queue_arn,
+            &world.handler,
+            BATCH,
+            1,
+            Some(Duration::from_millis(1500)),
+        )
+        .await
+        .unwrap();
+        assert_eq!(cut.batches, 1);
+        assert_eq!(cut.reports.len(), bodies.len());
+        assert!(cut.returned >= 1, "{:#?}", cut.reports);
+        assert_eq!(cut.returned, Tally::of(&cut.reports).failed);
+        assert!(
+            cut.reports
+                .iter()
+                .filter(|r| r.outcome == Outcome::Failed)
+                .all(|r| r.reason.as_deref().unwrap_or_default().contains("ran out")),
+            "{:#?}",
+            cut.reports
+        );
+
+        world.fake.set_latency(Duration::ZERO);
+        let rest = world.drain(BATCH, None).await;
+        let mut reports = cut.reports.clone();
+        reports.extend(rest.reports.clone());
+        assert_eq!(rest.returned, 0, "{:#?}", rest.reports);
+        world
+            .assert_applied_once(&reports, &bodies.iter().collect::<Vec<_>>())
+            .await;
+        assert_pools_counted_once(&world).await;
+    });
+}
+
+#[test]
+fn malformed_and_oversized_messages_go_to_the_dlq_without_blocking_good_ones() {
+    runtime().block_on(async {
+        let world = World::new(Options::default()).await;
+        let good = spot_warnings(&world).await;
+        let oversized = "x".repeat(250 * 1024);
+        let bad = vec![
+            oversized.clone(),
+            "{\"version\": \"0\", \"id\": ".to_string(),
+            json!({"hello": ["world"], "id": 7}).to_string(),
+        ];
+        world.send(&bad).await;
+        let drained = world.drain(BATCH, None).await;
+        // The good events were applied in the first batch, which held the bad ones too.
+        let first_batch = &drained.reports[..good.len() + bad.len()];
+        assert_eq!(
+            count(first_batch, Outcome::Acted),
+            good.len(),
+            "{first_batch:#?}"
+        );
+        assert_eq!(count(first_batch, Outcome::Failed), bad.len());
+        assert_eq!(drained.returned, bad.len() * MAX_RECEIVES);
+        world
+            .assert_applied_once(&drained.reports, &good.iter().collect::<Vec<_>>())
+            .await;
+        assert_pools_counted_once(&world).await;
+        let mut dead = world.take_all(&world.dlq_url).await;
+        dead.sort();
+        let mut expected = bad.clone();
+        expected.sort();
+        assert_eq!(dead.len(), 3);
+        assert!(dead == expected, "the bad messages, whole, in the DLQ");
+    });
+}
+
+#[test]
+fn the_same_event_ten_times_is_applied_once() {
+    runtime().block_on(async {
+        let world = World::new(Options::default()).await;
+        // In one batch.
+        let once = spot(&world.instances[0]);
+        world.send(&vec![once.text.clone(); 10]).await;
+        let together = world.drain(BATCH, None).await;
+        assert_eq!(together.batches, 1);
+        assert_eq!(count(&together.reports, Outcome::Acted), 1);
+        assert_eq!(count(&together.reports, Outcome::Duplicate), 9);
+        assert_eq!(together.deleted, 10);
+
+        // Across ten batches.
+        let again = spot(&world.instances[1]);
+        world.send(&vec![again.text.clone(); 10]).await;
+        let apart = world.drain(1, None).await;
+        assert_eq!(apart.batches, 10);
+        assert_eq!(count(&apart.reports, Outcome::Acted), 1);
+        assert_eq!(count(&apart.reports, Outcome::Duplicate), 9);
+        assert_eq!(apart.deleted, 10);
+
+        let mut reports = together.reports.clone();
+        reports.extend(apart.reports.clone());
+        world.assert_applied_once(&reports, &[&once, &again]).await;
+        assert_pools_counted_once(&world).await;
+        assert!(world.take_all(&world.dlq_url).await.is_empty());
+    });
+}
+
+#[test]
+fn warning_rebalance_and_state_change_in_every_order_end_the_same() {
+    runtime().block_on(async {
+        let world = World::new(Options {
+            types: vec![
+                InstanceType::M5Large,
+                InstanceType::C5Large,
+                InstanceType::R5Large,
+                InstanceType::M5Xlarge,
+                InstanceType::C5Xlarge,
+                InstanceType::R5Xlarge,
+            ],
+            ..Options::default()
+        })
+        .await;
+        // Instance n gets its three events in the n-th order, one per round (batch).
+        let orders = [
+            [0, 1, 2],
+            [0, 2, 1],
+            [1, 0, 2],
+            [1, 2, 0],
+            [2, 0, 1],
+            [2, 1, 0],
+        ];
+        let events: Vec<[Body; 3]> = world
+            .instances
+            .iter()
+            .map(|i| [spot(i), rebalance(i), state_change(i, "shutting-down")])
+            .collect();
+        let mut reports = Vec::new();
+        for round in 0..3 {
+            let bodies: Vec<&Body> = orders
+                .iter()
+                .zip(&events)
+                .map(|(order, three)| &three[order[round]])
+                .collect();
+            world.send(&texts(&bodies)).await;
+            let drained = world.drain(BATCH, None).await;
+            assert_eq!(drained.returned, 0, "{:#?}", drained.reports);
+            reports.extend(drained.reports);
+        }
+        assert_eq!(reports.len(), 18);
+
+        // Each event is applied once, whatever came before it.
+        let ledger = world.ledger().await;
+        for three in &events {
+            for body in three {
+                let mine: Vec<&Report> = reports
+                    .iter()
+                    .filter(|r| r.event_id.as_deref() == Some(&body.id))
+                    .collect();
+                assert_eq!(mine.len(), 1);
+                assert_eq!(mine[0].outcome, Outcome::Acted, "{mine:#?}");
+                assert!(ledger.contains(&body.id));
+            }
+        }
+
+        // The final state is the same whatever the order.
+        let pools = world.pools().await;
+        let now = chrono::Utc::now();
+        let finals: Vec<(u64, u64, u64, bool, bool)> = world
+            .instances
+            .iter()
+            .map(|i| {
+                let pool = &pools[&world.pool_key(i)];
+                (
+                    pool.counter(EventKind::SpotInterruption),
+                    pool.counter(EventKind::RebalanceRecommendation),
+                    pool.counter(EventKind::StateChange),
+                    pool.is_unavailable(now),
+                    world.fake.get("v1", "Node", None, &i.dns).is_some(),
+                )
+            })
+            .collect();
+        assert!(
+            finals.iter().all(|f| *f == finals[0]),
+            "the same end in every order: {finals:?}\n{reports:#?}"
+        );
+        // Each kind counted once, the pool unavailable (the warning), the node deleted (the
+        // instance is shutting down).
+        assert_eq!(finals[0], (1, 1, 1, true, false));
+        // A rebalance cordons with its taint; a spot warning after it changes the taint: one
+        // write per node and reason at most.
+        for ((node, reason), n) in world.cordons_by_reason() {
+            assert_eq!(n, 1, "node {node} cordoned for {reason} once");
+        }
+        for (pod, n) in world.evictions() {
+            assert_eq!(n, 1, "pod {pod} evicted once");
+        }
+    });
+}
