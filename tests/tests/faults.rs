@@ -632,7 +632,7 @@ fn kubernetes_429_beyond_the_call_retries_returns_the_event_and_redelivery_appli
 fn kubernetes_timeout_returns_the_event_and_redelivery_applies_it_once() {
     runtime().block_on(async {
         let world = World::new(Options {
-            kube_read_timeout: Duration::from_secs(1),
+            kube_read_timeout: Duration::from_secs(3),
             ..Options::default()
         })
         .await;
@@ -662,7 +662,7 @@ fn kubernetes_timeout_returns_the_event_and_redelivery_applies_it_once() {
 fn kubernetes_timeout_of_an_eviction_applies_the_event_once() {
     runtime().block_on(async {
         let world = World::new(Options {
-            kube_read_timeout: Duration::from_secs(1),
+            kube_read_timeout: Duration::from_secs(3),
             ..Options::default()
         })
         .await;
