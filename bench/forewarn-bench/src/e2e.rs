@@ -113,8 +113,8 @@ pub const MINIMUM: &[(&str, &str, usize, &str)] = &[
     (
         "kubernetes",
         "POST events",
-        1,
-        "the Event recording the action on the node",
+        3,
+        "one Event per thing done to the node (SpotInterrupted, Cordoned, Drained); a create answered 409 already says the Event exists, no read first",
     ),
 ];
 

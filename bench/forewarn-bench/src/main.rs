@@ -60,6 +60,11 @@ async fn cold_start(runs: usize, lambda_dir: &std::path::Path) -> anyhow::Result
     };
     // The sweeper asks EC2 for the cluster's leaving instances: moto answers.
     let moto = forewarn_tests::moto::MotoServer::try_start()?;
+    // moto loads its EC2 backend on the first EC2 request (seconds): not the sweeper's time.
+    aws_sdk_ec2::Client::new(&moto.sdk_config())
+        .describe_instances()
+        .send()
+        .await?;
     let state = |file: &str| root.join("events/state").join(file).display().to_string();
     let captured = vec![
         (

@@ -69,10 +69,10 @@ fn node_name(n: usize) -> String {
 const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
 
 /// The least Kubernetes requests one node's warning needs (see the end-to-end table): find
-/// the node, cordon, list its pods, one eviction per pod, one look that they are gone, one
-/// Event.
+/// the node, cordon, list its pods, one eviction per pod, one look that they are gone, three
+/// Events (interrupted, cordoned, drained).
 pub fn least_requests_per_node(pods: usize) -> u64 {
-    5 + pods as u64
+    7 + pods as u64
 }
 
 pub async fn report(s: &Settings) -> anyhow::Result<String> {
@@ -207,25 +207,24 @@ pub async fn report(s: &Settings) -> anyhow::Result<String> {
         s.server_rps,
         u64::from(s.server_burst),
     );
+    let client = if s.client_qps > 0.0 {
+        format!("{} requests/s, burst {}", s.client_qps, s.client_burst)
+    } else {
+        "none".into()
+    };
     let mut out = format!(
-        "### Mass interruption ({} spot warnings in batches of {}, {} invocations at once)\n\n\
+        "### Mass interruption: {} spot warnings in batches of {}, {} invocations at once, client-side limit {}\n\n\
          The fake: {} ms latency per request, {} requests/s with a burst of {} (429 + `Retry-After: 1` above it). \
-         Client-side limit: {}. {} pods to evict ({} per node).\n\n\
+         Client-side limit (`FOREWARN_KUBE_QPS`/`FOREWARN_KUBE_BURST`): {}, one bucket for the process. {} pods to evict ({} per node).\n\n\
          | measure | time | bound set by the rate limit | × bound |\n|---|---|---|---|\n",
         s.nodes,
         s.batch,
         s.invocations,
+        client,
         s.latency_ms,
         s.server_rps,
         s.server_burst,
-        if s.client_qps > 0.0 {
-            format!(
-                "{} requests/s, burst {} (shared by the process)",
-                s.client_qps, s.client_burst
-            )
-        } else {
-            "none".into()
-        },
+        client,
         s.nodes * s.pods_per_node,
         s.pods_per_node,
     );
@@ -293,6 +292,6 @@ mod tests {
         assert_eq!(instance_id(1), "i-0b000000000000001");
         assert_eq!(instance_id(1).len(), 19);
         assert_eq!(node_name(258), "ip-10-0-1-2.ec2.internal");
-        assert_eq!(least_requests_per_node(2), 7);
+        assert_eq!(least_requests_per_node(2), 9);
     }
 }
