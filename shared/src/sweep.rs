@@ -11,14 +11,19 @@
 //! key with the event it applies, so a sweep after a handled event changes nothing either.
 
 use std::collections::BTreeMap;
+#[cfg(feature = "adapters")]
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
+#[cfg(feature = "adapters")]
 use crate::event::{Origin, Record};
+#[cfg(feature = "adapters")]
 use crate::lambda::{Handler, SetupError};
+#[cfg(feature = "adapters")]
 use crate::pipeline::{Pipeline, Report};
+#[cfg(feature = "adapters")]
 use crate::snapshot::{ClusterState, SnapshotInstances};
 
 use crate::event::{Detail, Event, EventKind, InstanceAction, InstanceState};
@@ -157,6 +162,7 @@ pub enum SweepError {
 }
 
 /// The sweeper: the handler's wiring plus where to find leaving instances.
+#[cfg(feature = "adapters")]
 pub struct Sweeper {
     pub handler: Handler,
     pub leaving: Arc<dyn LeavingInstances>,
@@ -164,6 +170,7 @@ pub struct Sweeper {
     pub region: Option<String>,
 }
 
+#[cfg(feature = "adapters")]
 impl Sweeper {
     /// The handler's configuration (see [`Handler::from_env`]) with EC2 for the leaving
     /// instances; `FOREWARN_CLUSTER_NAME` is required.

@@ -18,6 +18,7 @@
 //! * `expires_at` is `max(previous expires_at, retention.pool_expiry(event_time, window))`, i.e.
 //!   `retention.history` after the later of the last event and the end of the latest window.
 
+#[cfg(feature = "adapters")]
 pub mod dynamo;
 pub mod embedded;
 
@@ -27,6 +28,7 @@ use chrono::{DateTime, Utc};
 
 use crate::pool::{PoolKey, PoolRecord, PoolUpdate, Retention, counter_name};
 
+#[cfg(feature = "adapters")]
 pub use dynamo::DynamoStore;
 pub use embedded::{EmbeddedStore, default_state_dir};
 
