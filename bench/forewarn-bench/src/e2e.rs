@@ -284,6 +284,40 @@ pub async fn report(runs: usize) -> anyhow::Result<String> {
         ops_seen.get_or_insert(ops);
         kube_seen.get_or_insert(kube);
     }
+    // A full batch: ten warnings for ten instances in one SQS batch.
+    const FULL: usize = 10;
+    let mut launched = Vec::new();
+    for n in 0..FULL {
+        let l = launch(&ec2, &image).await?;
+        fake.insert(node(&l.dns, &l.id, "us-east-1a"));
+        fake.insert(pod(&format!("batch-{n}-a"), &l.dns, "ReplicaSet"));
+        fake.insert(pod(&format!("batch-{n}-b"), &l.dns, "ReplicaSet"));
+        launched.push(l);
+    }
+    let ids: Vec<&str> = launched.iter().map(|l| l.id.as_str()).collect();
+    proxy.reset();
+    fake.clear_requests();
+    let start = Instant::now();
+    let inv = handler
+        .invoke(
+            sqs_batch(&ids, "e2e-full"),
+            Some(Instant::now() + Duration::from_secs(120)),
+        )
+        .await?;
+    let full_wall = start.elapsed();
+    let full_acted = inv
+        .reports
+        .iter()
+        .filter(|r| r.outcome == Outcome::Acted)
+        .count();
+    let mut full_ops = BTreeMap::new();
+    for c in proxy.calls() {
+        *full_ops
+            .entry(format!("{} `{}`", c.service, c.operation))
+            .or_insert(0usize) += 1;
+    }
+    let full_kube: usize = fake.requests().len();
+
     let ops = ops_seen.unwrap_or_default();
     let kube = kube_seen.unwrap_or_default();
     let kube_total: usize = kube.values().sum();
@@ -331,6 +365,17 @@ pub async fn report(runs: usize) -> anyhow::Result<String> {
     } else {
         out.push_str("\nEvery run made exactly these calls.\n");
     }
+    out.push_str(&format!(
+        "\nA full batch (one SQS batch of {FULL} warnings for {FULL} instances, each node with 2 ReplicaSet pods): \
+         {full_acted} of {FULL} acted in {}; AWS calls: {}; Kubernetes requests: {full_kube} (least: {}).\n",
+        ms(full_wall),
+        full_ops
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        FULL * 9,
+    ));
     Ok(out)
 }
 
