@@ -137,16 +137,19 @@ fn check_event(e: &Event) {
         assert!(is_instance_id(id), "{id}");
         assert!(!e.instance_ids[..i].contains(id), "duplicate {id}");
     }
-    let detail_matches = match (&e.detail, e.kind) {
+    let detail_matches = matches!(
+        (&e.detail, e.kind),
         (Detail::Spot { .. }, EventKind::SpotInterruption)
-        | (Detail::Rebalance, EventKind::RebalanceRecommendation)
-        | (Detail::StateChange { .. }, EventKind::StateChange)
-        | (Detail::Scheduled { .. }, EventKind::ScheduledChange)
-        | (Detail::AsgTermination(_), EventKind::AsgTermination)
-        | (Detail::CapacityReservation { .. }, EventKind::CapacityReservationInterruption)
-        | (Detail::Unsupported { .. }, EventKind::Unsupported) => true,
-        _ => false,
-    };
+            | (Detail::Rebalance, EventKind::RebalanceRecommendation)
+            | (Detail::StateChange { .. }, EventKind::StateChange)
+            | (Detail::Scheduled { .. }, EventKind::ScheduledChange)
+            | (Detail::AsgTermination(_), EventKind::AsgTermination)
+            | (
+                Detail::CapacityReservation { .. },
+                EventKind::CapacityReservationInterruption
+            )
+            | (Detail::Unsupported { .. }, EventKind::Unsupported)
+    );
     assert!(detail_matches, "{:?} with {:?}", e.kind, e.detail);
     if !matches!(e.kind, EventKind::ScheduledChange | EventKind::Unsupported) {
         assert_eq!(e.instance_ids.len(), 1, "one instance per {:?}", e.kind);
