@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The benchmarks of docs/benchmarks.md in one run: builds the two Lambda functions and the
 # empty lambda_runtime function (the cold-start floor) in release with cargo lambda, as zips
-# and as bootstraps, builds forewarn-bench in release, runs its three benchmarks (cold start,
-# one event end to end, mass interruption) and writes their tables to stdout and to the
-# results part of docs/benchmarks.md (everything after its results marker is replaced).
+# and as bootstraps, builds forewarn-bench (dev profile unless BENCH_PROFILE says), runs its
+# three benchmarks (cold start, one event end to end, mass interruption) and writes their
+# tables to stdout and to the results part of docs/benchmarks.md (everything after its results
+# marker is replaced).
 #
 #   scripts/bench.sh                  # the run docs/benchmarks.md holds
 #   BENCH_RUNS=5 BENCH_OUT=/tmp/b.md scripts/bench.sh   # fewer cold starts, somewhere else
-#   BENCH_PROFILE=dev scripts/bench.sh   # forewarn-bench itself (the end-to-end and mass
-#                                        # benchmarks run the handler in it) in the dev profile
+#   BENCH_PROFILE=release scripts/bench.sh  # forewarn-bench itself (the end-to-end and mass
+#            # benchmarks run the handler in it) in release: a first build takes long (AWS SDKs)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -16,7 +17,7 @@ bash scripts/venv.sh
 export PATH="$root/.venv/bin:$PATH"
 runs="${BENCH_RUNS:-20}"
 out="${BENCH_OUT:-docs/benchmarks.md}"
-profile="${BENCH_PROFILE:-release}"
+profile="${BENCH_PROFILE:-dev}"
 functions=(-p interruption-handler -p pool-sweeper -p empty-function)
 
 echo "bench: building the functions (release, x86_64)" >&2
