@@ -7,7 +7,7 @@
 use std::fmt;
 
 use aws_lambda_events::event::sqs::SqsMessage;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -477,12 +477,16 @@ pub fn is_instance_id(s: &str) -> bool {
 
 /// Parses the time forms AWS events use: RFC 3339 ("2026-06-05T15:10:09Z") and RFC 1123 as AWS
 /// Health writes it ("Sat, 05 Jun 2026 15:10:09 GMT").
+///
+/// Only years 0 to 9999 (in UTC) are times: the RFC 2822 parser takes years of any length, and
+/// a time near chrono's limits would overflow (and panic) when a deadline is added to it.
 pub fn parse_time(s: &str) -> Option<DateTime<Utc>> {
     let s = s.trim();
     DateTime::parse_from_rfc3339(s)
         .or_else(|_| DateTime::parse_from_rfc2822(s))
         .ok()
         .map(|t| t.with_timezone(&Utc))
+        .filter(|t| (0..=9999).contains(&t.year()))
 }
 
 /// Parses one EventBridge event. Valid JSON of an unknown source or detail-type is an
@@ -802,6 +806,20 @@ mod tests {
         let t2 = parse_time("2026-11-21T10:30:00Z").unwrap();
         assert_eq!(t1, t2);
         assert!(parse_time("yesterday").is_none());
+    }
+
+    #[test]
+    fn times_beyond_year_9999_are_not_times() {
+        // Found by fuzzing (fuzz/): RFC 2822 years of five or more digits parsed, and did not
+        // come back from RFC 3339; near chrono's last year adding a deadline would panic.
+        assert!(parse_time("Sat, 21 Nov 20263 10:30\nr").is_none());
+        assert!(parse_time("Fri, 31 Dec 262143 23:59:59 GMT").is_none());
+        assert!(parse_time("Fri, 31 Dec 9999 23:59:59 -1200").is_none());
+        let last = parse_time("Fri, 31 Dec 9999 23:59:59 GMT").unwrap();
+        assert_eq!(parse_time(&last.to_rfc3339()), Some(last));
+        let mut v = spot("e1", json!("i-0a1b2c3d4e5f60001"));
+        v["time"] = json!("Sat, 21 Nov 20263 10:30:00 GMT");
+        assert_eq!(one(v).unwrap_err().field.as_deref(), Some("time"));
     }
 
     #[test]
