@@ -2,6 +2,7 @@
 //! the event source mapping. The Kubernetes API fake is its own crate, `kube-fake`.
 
 pub mod contract;
+pub mod ec2;
 pub mod moto;
 pub mod proxy;
 pub mod sqs;

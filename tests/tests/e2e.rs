@@ -13,10 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_ec2::types::{
-    InstanceMarketOptionsRequest, InstanceType, MarketType, Placement, ResourceType, Tag,
-    TagSpecification,
-};
+use aws_sdk_ec2::types::InstanceType;
 use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 use forewarn::config::Config;
 use forewarn::ec2::Ec2Directory;
@@ -25,58 +22,11 @@ use forewarn::lambda::Handler;
 use forewarn::pipeline::Outcome;
 use forewarn::pool::{PoolQuery, PoolStore};
 use forewarn::store::dynamo::DynamoStore;
+use forewarn_tests::ec2::{Launch, Launched, any_image, launch};
 use forewarn_tests::moto::{deploy_stack, runtime, shared, unique_name, workspace_root};
 use forewarn_tests::sqs::{drain, peek_bodies};
 use kube_fake::KubeFake;
 use serde_json::{Value, json};
-
-struct Launched {
-    id: String,
-    dns: String,
-    zone: String,
-}
-
-async fn launch(
-    ec2: &aws_sdk_ec2::Client,
-    image: &str,
-    cluster: &str,
-    instance_type: InstanceType,
-    zone: &str,
-    spot: bool,
-) -> Launched {
-    let mut req = ec2
-        .run_instances()
-        .image_id(image)
-        .instance_type(instance_type)
-        .min_count(1)
-        .max_count(1)
-        .placement(Placement::builder().availability_zone(zone).build())
-        .tag_specifications(
-            TagSpecification::builder()
-                .resource_type(ResourceType::Instance)
-                .tags(
-                    Tag::builder()
-                        .key(format!("kubernetes.io/cluster/{cluster}"))
-                        .value("owned")
-                        .build(),
-                )
-                .build(),
-        );
-    if spot {
-        req = req.instance_market_options(
-            InstanceMarketOptionsRequest::builder()
-                .market_type(MarketType::Spot)
-                .build(),
-        );
-    }
-    let out = req.send().await.expect("RunInstances on moto");
-    let i = &out.instances()[0];
-    Launched {
-        id: i.instance_id().unwrap().to_string(),
-        dns: i.private_dns_name().unwrap().to_string(),
-        zone: zone.to_string(),
-    }
-}
 
 fn node(l: &Launched, extra: Value) -> Value {
     let mut n = json!({
@@ -153,12 +103,12 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
 
         // EC2: the instances the events are about.
         let ec2 = aws_sdk_ec2::Client::new(&sdk);
-        let image = ec2.describe_images().send().await.unwrap().images()[0].image_id().unwrap().to_string();
-        let spot = launch(&ec2, &image, &cluster, InstanceType::M5Large, "us-east-1a", true).await;
-        let karpenter = launch(&ec2, &image, &cluster, InstanceType::M5Large, "us-east-1a", true).await;
-        let rebalance = launch(&ec2, &image, &cluster, InstanceType::C5Large, "us-east-1b", true).await;
-        let stopping = launch(&ec2, &image, &cluster, InstanceType::T3Large, "us-east-1c", false).await;
-        let retiring = launch(&ec2, &image, &cluster, InstanceType::M5Xlarge, "us-east-1a", false).await;
+        let image = any_image(&ec2).await.unwrap();
+        let spot = launch(&ec2, &image, &Launch::spot(&cluster)).await.unwrap();
+        let karpenter = launch(&ec2, &image, &Launch::spot(&cluster)).await.unwrap();
+        let rebalance = launch(&ec2, &image, &Launch::spot(&cluster).instance_type(InstanceType::C5Large).zone("us-east-1b")).await.unwrap();
+        let stopping = launch(&ec2, &image, &Launch::spot(&cluster).instance_type(InstanceType::T3Large).zone("us-east-1c").on_demand()).await.unwrap();
+        let retiring = launch(&ec2, &image, &Launch::spot(&cluster).instance_type(InstanceType::M5Xlarge).on_demand()).await.unwrap();
 
         // The cluster.
         let fake = KubeFake::start().await;

@@ -15,10 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_config::retry::RetryConfig;
-use aws_sdk_ec2::types::{
-    InstanceMarketOptionsRequest, InstanceType, MarketType, Placement, ResourceType, Tag,
-    TagSpecification,
-};
+use aws_sdk_ec2::types::InstanceType;
 use aws_sdk_sqs::types::QueueAttributeName;
 use forewarn::config::Config;
 use forewarn::ec2::Ec2Directory;
@@ -28,6 +25,7 @@ use forewarn::lambda::Handler;
 use forewarn::pipeline::{Outcome, Report, Tally};
 use forewarn::pool::{PoolQuery, PoolRecord, PoolStore};
 use forewarn::store::dynamo::DynamoStore;
+use forewarn_tests::ec2::{Launch, Launched as Instance, any_image, launch};
 use forewarn_tests::moto::{create_pool_table, runtime, shared, unique_name};
 use forewarn_tests::proxy::{AwsFault, AwsProxy, FaultKind};
 use forewarn_tests::sqs::{Drained, drain_within};
@@ -37,13 +35,6 @@ use serde_json::{Value, json};
 /// Receives before a message goes to the DLQ.
 const MAX_RECEIVES: usize = 3;
 const BATCH: i32 = 10;
-
-struct Instance {
-    id: String,
-    dns: String,
-    instance_type: String,
-    zone: String,
-}
 
 /// One test's world: its table, queues, instances, cluster and handler.
 struct World {
@@ -127,14 +118,12 @@ impl World {
         let queue_arn = queue_arn(&sqs, &queue_url).await;
 
         let ec2 = aws_sdk_ec2::Client::new(&sdk);
-        let image = ec2.describe_images().send().await.unwrap().images()[0]
-            .image_id()
-            .unwrap()
-            .to_string();
+        let image = any_image(&ec2).await.unwrap();
         let fake = KubeFake::start().await;
         let mut instances = Vec::new();
         for (n, instance_type) in options.types.iter().enumerate() {
-            let i = launch(&ec2, &image, &cluster, instance_type.clone()).await;
+            let what = Launch::spot(&cluster).instance_type(instance_type.clone());
+            let i = launch(&ec2, &image, &what).await.unwrap();
             fake.insert(node(&i));
             for p in 0..2 {
                 fake.insert(pod(&format!("app-{n}-{p}"), &i.dns));
@@ -360,6 +349,14 @@ impl World {
 
     /// Every event in `applied` was applied exactly once: one `acted` report, its id in the
     /// ledger, its node cordoned once, no pod evicted twice; the queue is empty.
+    /// Every one of `bodies` applied once, its pool counted once, nothing in the DLQ.
+    async fn assert_all_applied_once(&self, reports: &[Report], bodies: &[Body]) {
+        self.assert_applied_once(reports, &bodies.iter().collect::<Vec<_>>())
+            .await;
+        assert_pools_counted_once(self).await;
+        assert!(self.take_all(&self.dlq_url).await.is_empty());
+    }
+
     async fn assert_applied_once(&self, reports: &[Report], applied: &[&Body]) {
         let ledger = self.ledger().await;
         for body in applied {
@@ -413,48 +410,6 @@ async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> String {
         .attributes()
         .unwrap()[&QueueAttributeName::QueueArn]
         .clone()
-}
-
-async fn launch(
-    ec2: &aws_sdk_ec2::Client,
-    image: &str,
-    cluster: &str,
-    instance_type: InstanceType,
-) -> Instance {
-    let zone = "us-east-1a";
-    let out = ec2
-        .run_instances()
-        .image_id(image)
-        .instance_type(instance_type.clone())
-        .min_count(1)
-        .max_count(1)
-        .placement(Placement::builder().availability_zone(zone).build())
-        .instance_market_options(
-            InstanceMarketOptionsRequest::builder()
-                .market_type(MarketType::Spot)
-                .build(),
-        )
-        .tag_specifications(
-            TagSpecification::builder()
-                .resource_type(ResourceType::Instance)
-                .tags(
-                    Tag::builder()
-                        .key(format!("kubernetes.io/cluster/{cluster}"))
-                        .value("owned")
-                        .build(),
-                )
-                .build(),
-        )
-        .send()
-        .await
-        .expect("RunInstances on moto");
-    let i = &out.instances()[0];
-    Instance {
-        id: i.instance_id().unwrap().to_string(),
-        dns: i.private_dns_name().unwrap().to_string(),
-        instance_type: instance_type.as_str().to_string(),
-        zone: zone.to_string(),
-    }
 }
 
 fn node(i: &Instance) -> Value {
@@ -562,10 +517,8 @@ fn kubernetes_500_fails_the_event_and_redelivery_applies_it_once() {
         );
         assert!(drained.returned >= 1, "{:#?}", drained.reports);
         world
-            .assert_applied_once(&drained.reports, &bodies.iter().collect::<Vec<_>>())
+            .assert_all_applied_once(&drained.reports, &bodies)
             .await;
-        assert_pools_counted_once(&world).await;
-        assert!(world.take_all(&world.dlq_url).await.is_empty());
     });
 }
 
@@ -594,10 +547,8 @@ fn kubernetes_429_is_retried_or_returned_and_applied_once() {
         assert_eq!(drained.returned, 0, "{:#?}", drained.reports);
         assert_eq!(drained.batches, 1);
         world
-            .assert_applied_once(&drained.reports, &bodies.iter().collect::<Vec<_>>())
+            .assert_all_applied_once(&drained.reports, &bodies)
             .await;
-        assert_pools_counted_once(&world).await;
-        assert!(world.take_all(&world.dlq_url).await.is_empty());
     });
 }
 
@@ -621,10 +572,8 @@ fn kubernetes_429_beyond_the_call_retries_returns_the_event_and_redelivery_appli
         assert_eq!(world.fake.counters().faults_injected, 3);
         assert_eq!(drained.returned, 1, "{:#?}", drained.reports);
         world
-            .assert_applied_once(&drained.reports, &bodies.iter().collect::<Vec<_>>())
+            .assert_all_applied_once(&drained.reports, &bodies)
             .await;
-        assert_pools_counted_once(&world).await;
-        assert!(world.take_all(&world.dlq_url).await.is_empty());
     });
 }
 
@@ -651,10 +600,8 @@ fn kubernetes_timeout_returns_the_event_and_redelivery_applies_it_once() {
                 .all(|r| r.outcome == Outcome::Failed)
         );
         world
-            .assert_applied_once(&drained.reports, &bodies.iter().collect::<Vec<_>>())
+            .assert_all_applied_once(&drained.reports, &bodies)
             .await;
-        assert_pools_counted_once(&world).await;
-        assert!(world.take_all(&world.dlq_url).await.is_empty());
     });
 }
 
@@ -675,10 +622,8 @@ fn kubernetes_timeout_of_an_eviction_applies_the_event_once() {
         // evicted, the one gone is not evicted again.
         assert_eq!(drained.returned, 1, "{:#?}", drained.reports);
         world
-            .assert_applied_once(&drained.reports, &bodies.iter().collect::<Vec<_>>())
+            .assert_all_applied_once(&drained.reports, &bodies)
             .await;
-        assert_pools_counted_once(&world).await;
-        assert!(world.take_all(&world.dlq_url).await.is_empty());
     });
 }
 
@@ -768,10 +713,8 @@ fn dynamodb_unreachable_after_the_cluster_action_reapplies_nothing_twice() {
             .collect();
         assert_eq!(faulted.len(), 4 * bodies.len(), "{faulted:?}");
         world
-            .assert_applied_once(&drained.reports, &bodies.iter().collect::<Vec<_>>())
+            .assert_all_applied_once(&drained.reports, &bodies)
             .await;
-        assert_pools_counted_once(&world).await;
-        assert!(world.take_all(&world.dlq_url).await.is_empty());
     });
 }
 

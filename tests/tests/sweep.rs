@@ -8,7 +8,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_ec2::types::{InstanceType, Placement, ResourceType, Tag, TagSpecification};
 use forewarn::config::Config;
 use forewarn::ec2::Ec2Directory;
 use forewarn::event::EventKind;
@@ -18,38 +17,10 @@ use forewarn::pipeline::Outcome;
 use forewarn::pool::{PoolQuery, PoolStore};
 use forewarn::store::dynamo::DynamoStore;
 use forewarn::sweep::Sweeper;
+use forewarn_tests::ec2::{Launch, any_image, launch};
 use forewarn_tests::moto::{create_pool_table, runtime, shared, unique_name};
 use kube_fake::KubeFake;
 use serde_json::{Value, json};
-
-async fn launch(ec2: &aws_sdk_ec2::Client, image: &str, cluster: &str) -> (String, String) {
-    let out = ec2
-        .run_instances()
-        .image_id(image)
-        .instance_type(InstanceType::M5Large)
-        .min_count(1)
-        .max_count(1)
-        .placement(Placement::builder().availability_zone("us-east-1a").build())
-        .tag_specifications(
-            TagSpecification::builder()
-                .resource_type(ResourceType::Instance)
-                .tags(
-                    Tag::builder()
-                        .key("eks:cluster-name")
-                        .value(cluster)
-                        .build(),
-                )
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
-    let i = &out.instances()[0];
-    (
-        i.instance_id().unwrap().to_string(),
-        i.private_dns_name().unwrap().to_string(),
-    )
-}
 
 fn node(name: &str, id: &str, owner: Option<&str>) -> Value {
     let mut n = json!({
@@ -70,13 +41,15 @@ fn sweeps_orphaned_nodes_once_and_never_after_a_handled_event() {
         let cluster = unique_name("sweep");
         let table = create_pool_table(&sdk, &unique_name("sweep-pools")).await.unwrap();
         let ec2 = aws_sdk_ec2::Client::new(&sdk);
-        let image = ec2.describe_images().send().await.unwrap().images()[0]
-            .image_id()
-            .unwrap()
-            .to_string();
-        let (gone, gone_dns) = launch(&ec2, &image, &cluster).await;
-        let (running, running_dns) = launch(&ec2, &image, &cluster).await;
-        let (handled, handled_dns) = launch(&ec2, &image, &cluster).await;
+        let image = any_image(&ec2).await.unwrap();
+        // on-demand, tagged `eks:cluster-name` as EKS managed node groups tag theirs
+        let what = Launch::spot(&cluster).on_demand().tag("eks:cluster-name", &cluster);
+        let gone_i = launch(&ec2, &image, &what).await.unwrap();
+        let (gone, gone_dns) = (gone_i.id, gone_i.dns);
+        let running_i = launch(&ec2, &image, &what).await.unwrap();
+        let (running, running_dns) = (running_i.id, running_i.dns);
+        let handled_i = launch(&ec2, &image, &what).await.unwrap();
+        let (handled, handled_dns) = (handled_i.id, handled_i.dns);
         ec2.terminate_instances()
             .instance_ids(&gone)
             .instance_ids(&handled)
