@@ -215,7 +215,7 @@ pub async fn report(s: &Settings) -> anyhow::Result<String> {
     let mut out = format!(
         "### Mass interruption: {} spot warnings in batches of {}, {} invocations at once, client-side limit {}\n\n\
          The fake: {} ms latency per request, {} requests/s with a burst of {} (429 + `Retry-After: 1` above it). \
-         Client-side limit (`FOREWARN_KUBE_QPS`/`FOREWARN_KUBE_BURST`): {}, one bucket for the process. {} pods to evict ({} per node).\n\n\
+         Client-side limit (`FOREWARN_KUBE_QPS`/`FOREWARN_KUBE_BURST`, one bucket for the process): {}. {} pods to evict ({} per node).\n\n\
          | measure | time | bound set by the rate limit | × bound |\n|---|---|---|---|\n",
         s.nodes,
         s.batch,
@@ -255,7 +255,7 @@ pub async fn report(s: &Settings) -> anyhow::Result<String> {
     out.push_str(&format!(
         "\nOutcomes: {}. Requests to the fake: {} in all, {} answered 429 by its rate limit.\n\n\
          Requests by kind: {}.\n\n\
-         Memory of the bench process (the handler, the 10 invocations and the Kubernetes fake with {} nodes and {} pods in it): \
+         Memory of the bench process (the handler, {} invocations at once and the Kubernetes fake with {} nodes and {} pods in it): \
          resident before the warnings {}, peak (VmHWM) {}.\n",
         outcomes
             .iter()
@@ -269,6 +269,7 @@ pub async fn report(s: &Settings) -> anyhow::Result<String> {
             .map(|(k, v)| format!("`{k}` {v}"))
             .collect::<Vec<_>>()
             .join(", "),
+        s.invocations,
         s.nodes,
         s.nodes * s.pods_per_node,
         mib_of_kb(rss_before),
