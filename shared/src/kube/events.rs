@@ -6,8 +6,9 @@
 //! `note` ≤ 1 kB). They live in `default`, as Events about cluster-scoped objects must.
 //!
 //! The name is derived from (node, event id, reason), so a redelivered event records no second
-//! Event: the name is read first (no write when it exists), and a create that races another
-//! answers 409 AlreadyExists, which is fine too.
+//! Event: its create answers 409 AlreadyExists, which says the Event is there. There is no read
+//! first: in a mass interruption every request counts against the API server's rate limit, and
+//! redeliveries are the rare case.
 
 use ::kube::Api;
 use ::kube::api::PostParams;
@@ -156,12 +157,6 @@ pub(crate) async fn record(
     }
     let events: Api<Event> = Api::namespaced(clients.client().await?, EVENT_NAMESPACE);
     let object = format!("event/{EVENT_NAMESPACE}/{name}");
-    if with_retry("get", &object, || events.get_opt(&name))
-        .await?
-        .is_some()
-    {
-        return Ok(EventOutcome::Exists);
-    }
     let params = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..PostParams::default()
