@@ -6,17 +6,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
-use aws_sdk_ec2::types::{
-    InstanceMarketOptionsRequest, InstanceType, MarketType, Placement, ResourceType, Tag,
-    TagSpecification,
-};
+use anyhow::bail;
 use forewarn::config::Config;
 use forewarn::ec2::Ec2Directory;
 use forewarn::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
 use forewarn::lambda::Handler;
 use forewarn::pipeline::Outcome;
 use forewarn::store::dynamo::DynamoStore;
+use forewarn_tests::ec2::{Launch, any_image, launch};
 use forewarn_tests::moto::{MotoServer, create_pool_table};
 use forewarn_tests::proxy::AwsProxy;
 use kube_fake::{KubeFake, RecordedRequest};
@@ -118,45 +115,6 @@ pub const MINIMUM: &[(&str, &str, usize, &str)] = &[
     ),
 ];
 
-struct Launched {
-    id: String,
-    dns: String,
-}
-
-async fn launch(ec2: &aws_sdk_ec2::Client, image: &str) -> anyhow::Result<Launched> {
-    let out = ec2
-        .run_instances()
-        .image_id(image)
-        .instance_type(InstanceType::M5Large)
-        .min_count(1)
-        .max_count(1)
-        .placement(Placement::builder().availability_zone("us-east-1a").build())
-        .instance_market_options(
-            InstanceMarketOptionsRequest::builder()
-                .market_type(MarketType::Spot)
-                .build(),
-        )
-        .tag_specifications(
-            TagSpecification::builder()
-                .resource_type(ResourceType::Instance)
-                .tags(
-                    Tag::builder()
-                        .key(format!("kubernetes.io/cluster/{CLUSTER}"))
-                        .value("owned")
-                        .build(),
-                )
-                .build(),
-        )
-        .send()
-        .await
-        .context("RunInstances on moto")?;
-    let i = out.instances().first().context("no instance launched")?;
-    Ok(Launched {
-        id: i.instance_id().unwrap_or_default().to_string(),
-        dns: i.private_dns_name().unwrap_or_default().to_string(),
-    })
-}
-
 pub fn node(name: &str, id: &str, zone: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Node",
@@ -214,15 +172,8 @@ pub async fn report(runs: usize) -> anyhow::Result<String> {
     let proxy = AwsProxy::start(&moto.endpoint()).await?;
     let sdk = forewarn::store::dynamo::default_retries(proxy.sdk_config(&base));
     let ec2 = aws_sdk_ec2::Client::new(&base);
-    let image = ec2
-        .describe_images()
-        .send()
-        .await?
-        .images()
-        .first()
-        .and_then(|i| i.image_id())
-        .context("moto has no image")?
-        .to_string();
+    let image = any_image(&ec2).await?;
+    let spot = Launch::spot(CLUSTER);
 
     let fake = KubeFake::start().await;
     let config = Config {
@@ -249,7 +200,7 @@ pub async fn report(runs: usize) -> anyhow::Result<String> {
     let mut kube_seen: Option<BTreeMap<String, usize>> = None;
     let mut varied = false;
     for run in 0..runs {
-        let l = launch(&ec2, &image).await?;
+        let l = launch(&ec2, &image, &spot).await?;
         fake.insert(node(&l.dns, &l.id, "us-east-1a"));
         fake.insert(pod(&format!("web-{run}-a"), &l.dns, "ReplicaSet"));
         fake.insert(pod(&format!("web-{run}-b"), &l.dns, "ReplicaSet"));
@@ -288,7 +239,7 @@ pub async fn report(runs: usize) -> anyhow::Result<String> {
     const FULL: usize = 10;
     let mut launched = Vec::new();
     for n in 0..FULL {
-        let l = launch(&ec2, &image).await?;
+        let l = launch(&ec2, &image, &spot).await?;
         fake.insert(node(&l.dns, &l.id, "us-east-1a"));
         fake.insert(pod(&format!("batch-{n}-a"), &l.dns, "ReplicaSet"));
         fake.insert(pod(&format!("batch-{n}-b"), &l.dns, "ReplicaSet"));
