@@ -82,6 +82,7 @@ async fn cold_start(runs: usize, lambda_dir: &std::path::Path) -> anyhow::Result
     let function = |name: &'static str, env: Vec<(String, String)>, event: Vec<u8>, note| {
         coldstart::Function {
             name,
+            label: format!("`{name}`"),
             bootstrap: lambda_dir.join(name).join("bootstrap"),
             zip: lambda_dir.join(name).join("bootstrap.zip"),
             env,
@@ -91,12 +92,28 @@ async fn cold_start(runs: usize, lambda_dir: &std::path::Path) -> anyhow::Result
     };
     let mut sweeper_env = captured.clone();
     sweeper_env.push(("AWS_ENDPOINT_URL".into(), moto.endpoint()));
+    // This Debian machine keeps its CA certificates twice: one bundle file and a directory of
+    // ~290 files, and the TLS roots are read from both unless SSL_CERT_FILE names the one file
+    // (what Lambda's Amazon Linux has is a bundle file). The handler once more with only it:
+    let mut bundle_only = captured.clone();
+    bundle_only.push((
+        "SSL_CERT_FILE".to_string(),
+        "/etc/ssl/certs/ca-certificates.crt".to_string(),
+    ));
+    let handler_event = std::fs::read(root.join("events/17-sqs-batch.json"))?;
+    let mut handler_bundle_only = function(
+        "interruption-handler",
+        bundle_only,
+        handler_event.clone(),
+        "the same, with `SSL_CERT_FILE` naming the CA bundle file (no scan of `/etc/ssl/certs/`)",
+    );
+    handler_bundle_only.label = "`interruption-handler` (CA bundle file only)".to_string();
     let functions = vec![
         function("empty-function", Vec::new(), b"{}".to_vec(), "`{}`"),
         function(
             "interruption-handler",
             captured,
-            std::fs::read(root.join("events/17-sqs-batch.json"))?,
+            handler_event,
             "`events/17-sqs-batch.json` (an SQS batch of spot warnings), planned on the captured state in `events/state/` (dry run)",
         ),
         function(
@@ -105,6 +122,7 @@ async fn cold_start(runs: usize, lambda_dir: &std::path::Path) -> anyhow::Result
             br#"{"source":"aws.events","detail-type":"Scheduled Event","detail":{}}"#.to_vec(),
             "a scheduled event: one sweep (leaving instances from moto's EC2, one round trip to it; nodes from the captured state)",
         ),
+        handler_bundle_only,
     ];
     coldstart::report(&functions, runs).await
 }
