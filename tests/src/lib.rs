@@ -4,5 +4,6 @@
 pub mod contract;
 pub mod ec2;
 pub mod moto;
+pub mod objects;
 pub mod proxy;
 pub mod sqs;

@@ -24,44 +24,31 @@ use forewarn::pool::{PoolQuery, PoolStore};
 use forewarn::store::dynamo::DynamoStore;
 use forewarn_tests::ec2::{Launch, Launched, any_image, launch};
 use forewarn_tests::moto::{deploy_stack, runtime, shared, unique_name, workspace_root};
+use forewarn_tests::objects::{self, pod};
 use forewarn_tests::sqs::{drain, peek_bodies};
 use kube_fake::KubeFake;
 use serde_json::{Value, json};
 
+/// The node of `l` (tainted `dedicated=batch`, which forewarn must keep), with `extra`'s fields
+/// merged in (`metadata` key by key).
 fn node(l: &Launched, extra: Value) -> Value {
-    let mut n = json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": l.dns, "labels": {"kubernetes.io/hostname": l.dns, "topology.kubernetes.io/zone": l.zone}},
-        "spec": {"providerID": format!("aws:///{}/{}", l.zone, l.id),
-                 "taints": [{"key": "dedicated", "value": "batch", "effect": "NoSchedule"}]},
-        "status": {"addresses": [{"type": "InternalDNS", "address": l.dns}]}
-    });
+    let mut n = objects::node(&l.dns, &l.id, &l.zone);
+    n["spec"]["taints"] = json!([{"key": "dedicated", "value": "batch", "effect": "NoSchedule"}]);
     if let (Some(n), Some(extra)) = (n.as_object_mut(), extra.as_object()) {
         for (k, v) in extra {
-            if k == "metadata" {
-                let meta = n
-                    .get_mut("metadata")
-                    .and_then(Value::as_object_mut)
-                    .unwrap();
-                for (mk, mv) in v.as_object().unwrap() {
-                    meta.insert(mk.clone(), mv.clone());
+            match (
+                k.as_str(),
+                n.get_mut("metadata").and_then(Value::as_object_mut),
+                v.as_object(),
+            ) {
+                ("metadata", Some(meta), Some(fields)) => meta.extend(fields.clone()),
+                _ => {
+                    n.insert(k.clone(), v.clone());
                 }
-            } else {
-                n.insert(k.clone(), v.clone());
             }
         }
     }
     n
-}
-
-fn pod(name: &str, node: &str, owner_kind: &str) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "shop", "labels": {"app": name},
-                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": owner_kind, "name": format!("{name}-owner"), "uid": format!("uid-{name}"), "controller": true}]},
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "nginx"}]},
-        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
-    })
 }
 
 fn entry(

@@ -27,6 +27,7 @@ use forewarn::pool::{PoolQuery, PoolRecord, PoolStore};
 use forewarn::store::dynamo::DynamoStore;
 use forewarn_tests::ec2::{Launch, Launched as Instance, any_image, launch};
 use forewarn_tests::moto::{create_pool_table, runtime, shared, unique_name};
+use forewarn_tests::objects;
 use forewarn_tests::proxy::{AwsFault, AwsProxy, FaultKind};
 use forewarn_tests::sqs::{Drained, drain_within};
 use kube_fake::{Fault, KubeFake, Method};
@@ -126,7 +127,7 @@ impl World {
             let i = launch(&ec2, &image, &what).await.unwrap();
             fake.insert(node(&i));
             for p in 0..2 {
-                fake.insert(pod(&format!("app-{n}-{p}"), &i.dns));
+                fake.insert(objects::pod(&format!("app-{n}-{p}"), &i.dns, "ReplicaSet"));
             }
             instances.push(i);
         }
@@ -413,22 +414,7 @@ async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> String {
 }
 
 fn node(i: &Instance) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": i.dns, "labels": {"kubernetes.io/hostname": i.dns, "topology.kubernetes.io/zone": i.zone}},
-        "spec": {"providerID": format!("aws:///{}/{}", i.zone, i.id)},
-        "status": {"addresses": [{"type": "InternalDNS", "address": i.dns}]}
-    })
-}
-
-fn pod(name: &str, node: &str) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "shop", "labels": {"app": name},
-                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": format!("{name}-rs"), "uid": format!("uid-{name}"), "controller": true}]},
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "nginx"}]},
-        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
-    })
+    objects::node(&i.dns, &i.id, &i.zone)
 }
 
 /// An event as EventBridge delivers it to SQS.

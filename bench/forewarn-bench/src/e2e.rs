@@ -15,6 +15,7 @@ use forewarn::pipeline::Outcome;
 use forewarn::store::dynamo::DynamoStore;
 use forewarn_tests::ec2::{Launch, any_image, launch};
 use forewarn_tests::moto::{MotoServer, create_pool_table};
+use forewarn_tests::objects::{node, pod};
 use forewarn_tests::proxy::AwsProxy;
 use kube_fake::{KubeFake, RecordedRequest};
 use serde_json::{Value, json};
@@ -114,25 +115,6 @@ pub const MINIMUM: &[(&str, &str, usize, &str)] = &[
         "one Event per thing done to the node (SpotInterrupted, Cordoned, Drained); a create answered 409 already says the Event exists, no read first",
     ),
 ];
-
-pub fn node(name: &str, id: &str, zone: &str) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": zone}},
-        "spec": {"providerID": format!("aws:///{zone}/{id}")},
-        "status": {"addresses": [{"type": "InternalDNS", "address": name}]}
-    })
-}
-
-pub fn pod(name: &str, node: &str, owner_kind: &str) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "shop", "labels": {"app": name},
-                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": owner_kind, "name": format!("{name}-owner"), "uid": format!("uid-{name}"), "controller": true}]},
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "nginx"}]},
-        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
-    })
-}
 
 /// An SQS batch of spot warnings, one message per instance id.
 pub fn sqs_batch(ids: &[&str], tag: &str) -> Value {

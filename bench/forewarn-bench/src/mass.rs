@@ -21,8 +21,9 @@ use futures::StreamExt;
 use kube_fake::KubeFake;
 use tokio::time::Instant;
 
-use crate::e2e::{CLUSTER, kube_counts, node, pod, sqs_batch};
+use crate::e2e::{CLUSTER, kube_counts, sqs_batch};
 use crate::stats::{mib_of_kb, proc_status_kb, rate_bound, ratio, secs};
+use forewarn_tests::objects::{node, pod};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Settings {
