@@ -1,6 +1,7 @@
 //! Telemetry in one place: JSON logs through `tracing-subscriber` for the Lambda functions.
 
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// JSON logs on stdout (CloudWatch Logs reads them as structured fields), filtered by
 /// `FOREWARN_LOG` or `RUST_LOG` (default `info`). Safe to call twice: the second call is a no-op.
@@ -8,7 +9,20 @@ pub fn init_json() {
     let filter = EnvFilter::try_from_env("FOREWARN_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    // try_init also routes the `log` records of dependencies (rustls, hyper-rustls) to tracing
+    let _ = json_subscriber(filter, std::io::stdout).try_init();
+}
+
+/// The subscriber of [`init_json`], writing to `writer`: one JSON object per line, the event's
+/// fields flattened, its innermost span as `span` and all its spans as `spans`.
+pub fn json_subscriber<W>(
+    filter: EnvFilter,
+    writer: W,
+) -> impl tracing::Subscriber + Send + Sync + 'static
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    tracing_subscriber::fmt()
         .json()
         .with_env_filter(filter)
         .with_current_span(true)
@@ -16,7 +30,8 @@ pub fn init_json() {
         .flatten_event(true)
         .with_target(false)
         .without_time()
-        .try_init();
+        .with_writer(writer)
+        .finish()
 }
 
 /// CloudWatch Embedded Metric Format: the metric documents one handled record emits, as JSON
