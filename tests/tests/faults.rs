@@ -348,8 +348,6 @@ impl World {
         out
     }
 
-    /// Every event in `applied` was applied exactly once: one `acted` report, its id in the
-    /// ledger, its node cordoned once, no pod evicted twice; the queue is empty.
     /// Every one of `bodies` applied once, its pool counted once, nothing in the DLQ.
     async fn assert_all_applied_once(&self, reports: &[Report], bodies: &[Body]) {
         self.assert_applied_once(reports, &bodies.iter().collect::<Vec<_>>())
@@ -358,6 +356,8 @@ impl World {
         assert!(self.take_all(&self.dlq_url).await.is_empty());
     }
 
+    /// Every event in `applied` was applied exactly once: one `acted` report, its id in the
+    /// ledger, its node cordoned once, no pod evicted twice; the queue is empty.
     async fn assert_applied_once(&self, reports: &[Report], applied: &[&Body]) {
         let ledger = self.ledger().await;
         for body in applied {
