@@ -647,7 +647,6 @@ mod tests {
     #[async_trait]
     impl Executor for Recorder {
         async fn execute(&self, plan: &Plan) -> Result<Vec<ActionResult>, ExecuteError> {
-            tracing::info!("executing");
             self.calls.lock().unwrap().push(plan.event_id.clone());
             if let Some(d) = self.sleep {
                 tokio::time::sleep(d).await;
@@ -686,63 +685,6 @@ mod tests {
             executor: Some(exec),
         };
         p.process_with(&records(batch), Utc::now(), limits).await
-    }
-
-    /// A `MakeWriter` into a shared buffer.
-    #[derive(Clone, Default)]
-    struct Buffer(std::sync::Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Buffer {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Buffer {
-        type Writer = Buffer;
-        fn make_writer(&'a self) -> Buffer {
-            self.clone()
-        }
-    }
-
-    #[test]
-    fn every_log_line_of_an_events_work_carries_the_event_span() {
-        let buffer = Buffer::default();
-        let subscriber = crate::telemetry::json_subscriber(
-            tracing_subscriber::EnvFilter::new("debug"),
-            buffer.clone(),
-        );
-        let dir = tempfile::tempdir().unwrap();
-        let store = EmbeddedStore::open(dir.path()).unwrap();
-        let exec = Recorder::default();
-        let batch = json!([spot("e-span", A, "2026-11-20T10:00:00Z")]);
-        tracing::subscriber::with_default(subscriber, || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(run(&store, &exec, batch, Limits::default()))
-        });
-        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
-        let lines: Vec<serde_json::Value> = text
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        let messages: Vec<&str> = lines.iter().filter_map(|l| l["message"].as_str()).collect();
-        assert_eq!(messages, ["planned", "executing"], "{text}");
-        for line in &lines {
-            let span = &line["span"];
-            assert_eq!(span["name"], "event", "{line}");
-            assert_eq!(span["event_id"], "e-span");
-            assert_eq!(span["kind"], "spot-interruption");
-            assert_eq!(span["instance"], A);
-            assert_eq!(span["node"], format!("node-{A}"));
-            assert_eq!(span["pool"], "spot#m5.large#us-east-1a");
-        }
     }
 
     #[tokio::test]
