@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use forewarn::app::settings::{Settings, StoreChoice};
 
 mod pools;
 mod replay;
@@ -44,6 +45,20 @@ pub struct StoreArgs {
     pub state_dir: Option<PathBuf>,
 }
 
+impl StoreArgs {
+    /// The store these arguments select.
+    pub fn choice(&self) -> StoreChoice {
+        match &self.table {
+            Some(table) => StoreChoice::Dynamo {
+                table: table.clone(),
+            },
+            None => StoreChoice::Embedded {
+                dir: self.state_dir.clone(),
+            },
+        }
+    }
+}
+
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TextOrJson {
     Text,
@@ -52,13 +67,14 @@ pub enum TextOrJson {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("FOREWARN_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let settings = match Settings::from_env() {
+        Ok(settings) => settings,
+        Err(e) => {
+            eprintln!("forewarn: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    forewarn::app::telemetry::init_text(settings.log_filter.as_deref());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -71,7 +87,7 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Replay(args) => replay::run(args).await,
+            Command::Replay(args) => replay::run(args, settings).await,
             Command::Pools(args) => pools::run(args).await,
         }
     });

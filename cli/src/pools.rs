@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use clap::{Args, ValueEnum};
-use forewarn::pool::{PoolQuery, PoolRecord};
+use forewarn::domain::pool::{PoolQuery, PoolRecord};
 use serde::Serialize;
 
 use crate::{StoreArgs, stores, text};

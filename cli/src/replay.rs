@@ -7,19 +7,15 @@ use std::process::ExitCode;
 use anyhow::Context;
 use chrono::Utc;
 use clap::Args;
-use forewarn::config::Config;
-use forewarn::event::{self, DecodeError, Origin, Record};
-use forewarn::pipeline::{Outcome, Pipeline, Tally};
-use forewarn::pool::ReadOnlyStore;
-use std::sync::Arc;
+use forewarn::adapters::kube::ClusterAccess;
+use forewarn::app::pipeline::Pipeline;
+use forewarn::app::settings::{ClusterChoice, InstanceChoice, Settings};
+use forewarn::app::wiring;
+use forewarn::domain::config::Mode;
+use forewarn::domain::event::{self, DecodeError, Origin, Record};
+use forewarn::domain::report::{Outcome, Tally};
 
-use forewarn::ec2::Ec2Directory;
-use forewarn::kube::ClusterAccess;
-use forewarn::ports::{InstanceDirectory, NoInstances, NoNodes};
-use forewarn::snapshot::{self, SnapshotInstances};
-use forewarn::wiring::{Cluster, live_cluster};
-
-use crate::{StoreArgs, TextOrJson, stores, text};
+use crate::{StoreArgs, TextOrJson, text};
 
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
@@ -114,46 +110,47 @@ pub fn read_records(paths: &[PathBuf]) -> Vec<Record> {
     records
 }
 
-pub async fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
-    let mut config = Config::from_env()?;
-    if let Some(name) = args.cluster_name.clone() {
-        config.cluster_name = Some(name);
+/// The run's mode: `--execute` acts; a live cluster or a DynamoDB table without it is a dry run
+/// (read, never written); otherwise a plan, recorded in the embedded store.
+fn mode(args: &ReplayArgs) -> Mode {
+    if args.execute {
+        Mode::Act
+    } else if args.kube || args.store.table.is_some() {
+        Mode::DryRun
+    } else {
+        Mode::Plan
     }
-    let sdk = if args.ec2 || args.kube {
-        Some(aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await)
-    } else {
-        None
+}
+
+/// Replays `args.paths` with the process's `settings`, which the flags override.
+pub async fn run(args: ReplayArgs, mut settings: Settings) -> anyhow::Result<ExitCode> {
+    if let Some(name) = args.cluster_name.clone() {
+        settings.config.cluster_name = Some(name);
+    }
+    settings.mode = mode(&args);
+    settings.store = args.store.choice();
+    settings.instances = match (&args.instances, args.ec2) {
+        (Some(path), _) => InstanceChoice::File(path.clone()),
+        (None, true) => InstanceChoice::Ec2,
+        (None, false) => InstanceChoice::None,
     };
-    let instances: Arc<dyn InstanceDirectory> = match (&args.instances, &sdk) {
-        (Some(path), _) => Arc::new(SnapshotInstances(snapshot::load_instances(path)?)),
-        (None, Some(sdk)) if args.ec2 => Arc::new(Ec2Directory::from_conf(sdk)),
-        _ => Arc::new(NoInstances),
+    settings.cluster = match (&args.cluster_state, args.kube) {
+        (Some(path), _) => ClusterChoice::Snapshot(path.clone()),
+        (None, true) => ClusterChoice::Live(ClusterAccess::from_env()),
+        (None, false) => ClusterChoice::None,
     };
-    let (nodes, executor): Cluster = match (&args.cluster_state, &sdk) {
-        (Some(path), _) => (Arc::new(snapshot::load_cluster_state(path)?), None),
-        (None, Some(sdk)) if args.kube => {
-            let lookup = |name: &str| std::env::var(name).ok();
-            let access = ClusterAccess::from_lookup(lookup);
-            live_cluster(&access, &lookup, sdk, &config, !args.execute).await?
-        }
-        _ => (Arc::new(NoNodes), None),
-    };
-    let store = stores::open(&args.store).await?;
-    let read_only;
-    let store_ref: &dyn forewarn::pool::PoolStore = if args.store.table.is_some() && !args.execute {
-        read_only = ReadOnlyStore(store.as_ref());
-        &read_only
-    } else {
-        store.as_ref()
-    };
+    // Replay reports what it did itself: no webhook.
+    settings.webhook = None;
+    let services = wiring::services(&settings).await?;
 
     let records = read_records(&args.paths);
     let pipeline = Pipeline {
-        config: &config,
-        store: store_ref,
-        instances: instances.as_ref(),
-        nodes: nodes.as_ref(),
-        executor: executor.as_deref(),
+        config: &services.config,
+        mode: services.mode,
+        store: services.store.as_ref(),
+        instances: services.instances.as_ref(),
+        nodes: services.nodes.as_ref(),
+        executor: services.executor.as_deref(),
     };
     let reports = pipeline.process(&records, Utc::now()).await;
 
@@ -166,10 +163,13 @@ pub async fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
             }
         }
         TextOrJson::Text => {
-            let writes = if args.store.table.is_some() && !args.execute {
-                format!("{} (read only: add --execute to write)", store.describe())
+            let writes = if settings.mode.writes_store() {
+                services.store.describe()
             } else {
-                store.describe()
+                format!(
+                    "{} (read only: add --execute to write)",
+                    services.store.describe()
+                )
             };
             text::replay(&mut out, &reports, &writes, Utc::now())?;
         }

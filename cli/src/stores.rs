@@ -1,17 +1,14 @@
 //! Store selection: `--table` / FOREWARN_TABLE selects DynamoDB, otherwise the embedded store.
 
-use forewarn::pool::PoolStore;
-use forewarn::store::dynamo::DynamoStore;
-use forewarn::store::embedded::{EmbeddedStore, default_state_dir};
+use std::sync::Arc;
+
+use forewarn::app::wiring;
+use forewarn::domain::config::Mode;
+use forewarn::ports::PoolStore;
 
 use crate::StoreArgs;
 
-pub async fn open(args: &StoreArgs) -> anyhow::Result<Box<dyn PoolStore>> {
-    Ok(match &args.table {
-        Some(table) => Box::new(DynamoStore::from_env(table.clone()).await),
-        None => {
-            let dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
-            Box::new(EmbeddedStore::open(&dir)?)
-        }
-    })
+/// The store the arguments name, for reading (`forewarn pools`).
+pub async fn open(args: &StoreArgs) -> anyhow::Result<Arc<dyn PoolStore>> {
+    Ok(wiring::store(&args.choice(), Mode::DryRun, None).await?)
 }

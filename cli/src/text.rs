@@ -3,9 +3,9 @@
 use std::io::{self, Write};
 
 use chrono::{DateTime, Utc};
-use forewarn::config::Action;
-use forewarn::pipeline::{Outcome, Report, Tally};
-use forewarn::pool::PoolRecord;
+use forewarn::domain::config::Action;
+use forewarn::domain::pool::PoolRecord;
+use forewarn::domain::report::{Outcome, Report, Tally};
 
 /// `2026-11-20 10:00:00Z`.
 pub fn absolute(t: DateTime<Utc>) -> String {
@@ -136,7 +136,7 @@ pub fn pools(out: &mut impl Write, records: &[PoolRecord], now: DateTime<Utc>) -
                     None => "-".into(),
                 },
                 r.interruptions().to_string(),
-                r.counter(forewarn::event::EventKind::RebalanceRecommendation)
+                r.counter(forewarn::domain::event::EventKind::RebalanceRecommendation)
                     .to_string(),
                 relative(r.last_seen, now),
                 r.last_event_id.clone(),

@@ -16,10 +16,7 @@
 #![no_main]
 
 use aws_lambda_events::event::sqs::SqsMessage;
-use forewarn::event::{
-    self, DecodeError, Detail, Event, EventKind, Origin, Record, decode, decode_sqs_body,
-    decode_sqs_event, decode_value, is_instance_id, parse_event, parse_time,
-};
+use forewarn::domain::event::{self, DecodeError, Detail, Event, EventKind, Origin, Record, decode, decode_sqs_body, decode_sqs_event, decode_value, is_instance_id, parse_event, parse_time};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};
 use std::sync::OnceLock;

@@ -1,33 +1,22 @@
-//! forewarn's library: the event model, the pure decision core, and the adapters the Lambda
-//! functions and the `forewarn` command are wired from.
+//! forewarn's library, in four layers (see `docs/architecture.md`):
 //!
-//! - [`event`]: typed EventBridge events from every envelope they arrive in;
-//! - [`facts`], [`config`], [`plan`]: what is known, what is configured, what to do (pure);
-//! - [`pool`], [`ports`]: the ports (pool store, instance and node directories);
-//! - [`snapshot`]: captured state (describe-instances, kubectl JSON) for offline planning;
-//! - [`pipeline`]: a batch of records through lookups, plans, actions and the pool store.
+//! - [`domain`]: the event model and its decoding, the configuration, facts, plans, pool types
+//!   and the pool fold, sweep keys and findings, reports. Pure: no I/O crate, no import from
+//!   outside `domain/`.
+//! - [`ports`]: every trait the application talks through (pool store, instance and node
+//!   directories, leaving instances, executor, lifecycle completer, notifier), with its errors.
+//! - `adapters`: the implementations — DynamoDB, the embedded store, captured snapshots, EC2,
+//!   Auto Scaling, Kubernetes, the webhook — and the one AWS SDK configuration they share.
+//! - `app`: the pipeline, the Lambda handler, the sweeper, telemetry, the settings read from
+//!   the environment and the one wiring function that builds everything from them.
 //!
-//! The AWS SDK and Kubernetes adapters (`ec2`, `kube`, `lambda`, `wiring`, `store::dynamo`, the
-//! `Sweeper`) are behind the default feature `adapters`; without it the crate is the pure core
-//! that the fuzz target (`fuzz/`) builds against.
+//! `adapters` and `app` are behind the default feature `adapters`; without it the crate is
+//! `domain` and `ports`, which is what the fuzz target (`fuzz/`) builds against.
 
-pub mod config;
-#[cfg(feature = "adapters")]
-pub mod ec2;
-pub mod event;
-pub mod facts;
-#[cfg(feature = "adapters")]
-pub mod kube;
-#[cfg(feature = "adapters")]
-pub mod lambda;
-pub mod pipeline;
-pub mod plan;
-pub mod pool;
+pub mod domain;
 pub mod ports;
-pub mod snapshot;
-pub mod store;
-pub mod sweep;
-pub mod telemetry;
-pub mod webhook;
+
 #[cfg(feature = "adapters")]
-pub mod wiring;
+pub mod adapters;
+#[cfg(feature = "adapters")]
+pub mod app;

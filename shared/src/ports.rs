@@ -1,10 +1,19 @@
-//! The ports the pipeline talks through (the pool store port lives in [`crate::pool`]).
+//! Every trait the application talks through, with its errors: the pool store, the instance and
+//! node directories, the leaving instances the sweeper looks for, the executor of node actions,
+//! the completer of ASG lifecycle actions and the notifier (webhook). The adapters implement
+//! them; the application holds them as `dyn` objects, so that tests can put fakes in their place.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use async_trait::async_trait;
 
-use crate::facts::{InstanceFacts, NodeFacts};
+use chrono::{DateTime, Utc};
+
+use crate::domain::event::LifecycleAction;
+use crate::domain::facts::{InstanceFacts, NodeFacts};
+use crate::domain::plan::Plan;
+use crate::domain::pool::{Applied, PoolQuery, PoolRecord, PoolUpdate};
+use crate::domain::report::{DrainSummary, Report};
 
 /// A lookup that failed (EC2, the Kubernetes API).
 #[derive(Debug, thiserror::Error)]
@@ -59,4 +68,174 @@ impl NodeDirectory for NoNodes {
     async fn all(&self) -> Result<Vec<NodeFacts>, DirectoryError> {
         Ok(Vec::new())
     }
+}
+
+/// Errors of a pool store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("pool store at {location}: {message}")]
+    Backend { location: String, message: String },
+    #[error("pool store: item `{key}` is malformed: {message}")]
+    Corrupt { key: String, message: String },
+}
+
+/// The pool store port: DynamoDB in AWS, an embedded database locally.
+#[async_trait]
+pub trait PoolStore: Send + Sync {
+    /// The subset of `event_ids` already applied (within the ledger's retention).
+    async fn applied(&self, event_ids: &[String]) -> Result<HashSet<String>, StoreError>;
+
+    /// Applies one event's update at most once: atomically records the event id and updates
+    /// every pool it marks. A duplicate event id changes nothing and answers `Duplicate`.
+    async fn apply(&self, update: &PoolUpdate) -> Result<Applied, StoreError>;
+
+    /// The pools answering `query` at `now`, newest first.
+    async fn pools(
+        &self,
+        query: &PoolQuery,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<PoolRecord>, StoreError>;
+
+    /// A short description for messages (`dynamodb table T`, `embedded store at P`).
+    fn describe(&self) -> String;
+}
+
+/// A view of a store that reads but never writes: `apply` answers what it would have done.
+pub struct ReadOnlyStore<S>(pub S);
+
+#[async_trait]
+impl<S> PoolStore for ReadOnlyStore<S>
+where
+    S: std::ops::Deref<Target = dyn PoolStore> + Send + Sync,
+{
+    async fn applied(&self, event_ids: &[String]) -> Result<HashSet<String>, StoreError> {
+        self.0.applied(event_ids).await
+    }
+
+    async fn apply(&self, update: &PoolUpdate) -> Result<Applied, StoreError> {
+        let seen = self
+            .0
+            .applied(std::slice::from_ref(&update.event_id))
+            .await?;
+        Ok(if seen.contains(&update.event_id) {
+            Applied::Duplicate
+        } else {
+            Applied::Applied
+        })
+    }
+
+    async fn pools(
+        &self,
+        query: &PoolQuery,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<PoolRecord>, StoreError> {
+        self.0.pools(query, now).await
+    }
+
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+}
+
+/// The result of carrying out one node action.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ActionResult {
+    pub instance_id: String,
+    /// What was done, for people (`cordoned`, `evicted 3 pods`, `deleted nodeclaim/x`).
+    pub detail: String,
+    /// When the node was seen cordoned (not in a dry run).
+    pub cordoned_at: Option<DateTime<Utc>>,
+    /// What the drain did.
+    pub drain: Option<DrainSummary>,
+}
+
+/// An action that could not be carried out; the event goes back to the queue.
+#[derive(Debug, thiserror::Error)]
+#[error("{instance_id}: {message}")]
+pub struct ExecuteError {
+    pub instance_id: String,
+    pub message: String,
+}
+
+/// Carries out a plan's node actions (the Kubernetes API, the ASG lifecycle action).
+#[async_trait]
+pub trait Executor: Send + Sync {
+    /// Carries out every action of `plan`, idempotently. An `Err` means the event must be
+    /// retried (nothing is recorded as applied).
+    async fn execute(&self, plan: &Plan) -> Result<Vec<ActionResult>, ExecuteError>;
+}
+
+/// Where a sweep looks for instances that are gone.
+#[async_trait]
+pub trait LeavingInstances: Send + Sync {
+    /// This cluster's instances that are stopping, stopped, shutting down or terminated.
+    async fn leaving(&self, cluster: &str) -> Result<Vec<InstanceFacts>, DirectoryError>;
+}
+
+/// What became of a lifecycle action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LifecycleOutcome {
+    /// Completed with `CONTINUE`.
+    Completed,
+    /// No such action is pending (completed before, or timed out): the AWS message.
+    AlreadyCompleted { message: String },
+    /// Dry run.
+    WouldComplete,
+    /// The executor has no AWS client for it (tests, a local run).
+    NotConfigured,
+}
+
+impl LifecycleOutcome {
+    /// For people; `hook` is `<asg>/<hook name>`.
+    pub fn summary(&self, hook: &str) -> String {
+        match self {
+            LifecycleOutcome::Completed => format!("completed lifecycle action {hook} (CONTINUE)"),
+            LifecycleOutcome::AlreadyCompleted { .. } => {
+                format!("lifecycle action {hook} already completed or timed out")
+            }
+            LifecycleOutcome::WouldComplete => {
+                format!("would complete lifecycle action {hook} (CONTINUE)")
+            }
+            LifecycleOutcome::NotConfigured => {
+                format!("lifecycle action {hook} not completed: no Auto Scaling client configured")
+            }
+        }
+    }
+}
+
+/// A `CompleteLifecycleAction` that failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("CompleteLifecycleAction {asg}/{hook} for {instance_id}: {message}")]
+pub struct LifecycleError {
+    pub asg: String,
+    pub hook: String,
+    pub instance_id: String,
+    /// The AWS error code (`ValidationError`, `ResourceContention`, ...), when there is one.
+    pub code: Option<String>,
+    pub message: String,
+}
+
+/// Completes ASG lifecycle actions (a trait so the executor works without AWS).
+#[async_trait]
+pub trait LifecycleCompleter: Send + Sync {
+    /// Completes `action` for `instance_id` with `CONTINUE`.
+    async fn complete(
+        &self,
+        instance_id: &str,
+        action: &LifecycleAction,
+    ) -> Result<LifecycleOutcome, LifecycleError>;
+}
+
+/// What one round of notifications did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Delivery {
+    pub sent: usize,
+    pub failed: usize,
+}
+
+/// Tells people what was done (the webhook). Best effort: it never fails an event.
+#[async_trait]
+pub trait Notifier: Send + Sync {
+    /// Sends what `reports` are worth telling, all before `deadline`; failures are counted.
+    async fn notify(&self, reports: &[Report], deadline: Option<tokio::time::Instant>) -> Delivery;
 }

@@ -7,13 +7,15 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use chrono::Utc;
-use forewarn::config::Config;
-use forewarn::facts::{InstanceFacts, NodeFacts};
-use forewarn::pipeline::{ActionResult, ExecuteError, Executor, Limits, Outcome, Pipeline};
-use forewarn::plan::Plan;
-use forewarn::pool::CapacityType;
-use forewarn::snapshot::{ClusterState, SnapshotInstances};
-use forewarn::store::embedded::EmbeddedStore;
+use forewarn::adapters::embedded::EmbeddedStore;
+use forewarn::adapters::snapshot::{ClusterState, SnapshotInstances};
+use forewarn::app::pipeline::{Limits, Pipeline};
+use forewarn::domain::config::Config;
+use forewarn::domain::facts::{InstanceFacts, NodeFacts};
+use forewarn::domain::plan::Plan;
+use forewarn::domain::pool::CapacityType;
+use forewarn::domain::report::Outcome;
+use forewarn::ports::{ActionResult, ExecuteError, Executor};
 
 const ID: &str = "i-0a1b2c3d4e5f60001";
 
@@ -56,7 +58,7 @@ impl Executor for Logging {
 #[test]
 fn every_log_line_of_an_events_work_carries_the_event_span() {
     let buffer = Buffer::default();
-    let subscriber = forewarn::telemetry::json_subscriber(
+    let subscriber = forewarn::app::telemetry::json_subscriber(
         tracing_subscriber::EnvFilter::new("debug"),
         buffer.clone(),
     );
@@ -82,6 +84,7 @@ fn every_log_line_of_an_events_work_carries_the_event_span() {
     let store = EmbeddedStore::open(dir.path()).unwrap();
     let config = Config::default();
     let pipeline = Pipeline {
+        mode: forewarn::domain::config::Mode::Act,
         config: &config,
         store: &store,
         instances: &instances,
@@ -91,7 +94,7 @@ fn every_log_line_of_an_events_work_carries_the_event_span() {
     let event = serde_json::json!({"id": "e-span", "source": "aws.ec2",
         "detail-type": "EC2 Spot Instance Interruption Warning", "time": "2026-11-20T10:00:00Z",
         "region": "us-east-1", "detail": {"instance-id": ID, "instance-action": "terminate"}});
-    let records = forewarn::event::decode_value("test", event).unwrap();
+    let records = forewarn::domain::event::decode_value("test", event).unwrap();
 
     let reports = tracing::subscriber::with_default(subscriber, || {
         tokio::runtime::Builder::new_current_thread()

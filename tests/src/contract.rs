@@ -10,11 +10,11 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
-use forewarn::event::EventKind;
-use forewarn::pool::{
-    Applied, CapacityType, PoolKey, PoolMark, PoolQuery, PoolRecord, PoolStore, PoolUpdate,
-    Retention,
+use forewarn::domain::event::EventKind;
+use forewarn::domain::pool::{
+    Applied, CapacityType, PoolKey, PoolMark, PoolQuery, PoolRecord, PoolUpdate, Retention,
 };
+use forewarn::ports::PoolStore;
 
 /// The store under test, twice: `store`, and `other`, a second handle on the same data as
 /// another process would open it (sharing no in-process state with `store`).

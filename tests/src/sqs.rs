@@ -6,8 +6,8 @@
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::MessageSystemAttributeName;
-use forewarn::lambda::Handler;
-use forewarn::pipeline::Report;
+use forewarn::app::handler::Handler;
+use forewarn::domain::report::Report;
 
 /// What one drain of the queue did.
 #[derive(Debug, Default)]

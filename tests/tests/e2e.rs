@@ -15,13 +15,14 @@ use std::time::Duration;
 
 use aws_sdk_ec2::types::InstanceType;
 use aws_sdk_eventbridge::types::PutEventsRequestEntry;
-use forewarn::config::Config;
-use forewarn::ec2::Ec2Directory;
-use forewarn::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
-use forewarn::lambda::Handler;
-use forewarn::pipeline::Outcome;
-use forewarn::pool::{PoolQuery, PoolStore};
-use forewarn::store::dynamo::DynamoStore;
+use forewarn::adapters::dynamo::DynamoStore;
+use forewarn::adapters::ec2::Ec2Directory;
+use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::app::handler::Handler;
+use forewarn::domain::config::Config;
+use forewarn::domain::pool::PoolQuery;
+use forewarn::domain::report::Outcome;
+use forewarn::ports::PoolStore;
 use forewarn_tests::ec2::{Launch, Launched, any_image, launch};
 use forewarn_tests::moto::{deploy_stack, runtime, shared, unique_name, workspace_root};
 use forewarn_tests::objects::{self, pod};
@@ -117,6 +118,8 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
         let clients = ClusterClient::new(fake.client());
         let store = Arc::new(DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), table.clone()));
         let handler = Handler {
+            mode: forewarn::domain::config::Mode::Act,
+            notifier: None,
             config: config.clone(),
             store: store.clone(),
             instances: Arc::new(Ec2Directory::from_conf(&sdk)),
@@ -168,11 +171,11 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
         // The pool table.
         let now = chrono::Utc::now();
         let pools = store.pools(&PoolQuery { include_available: true, ..PoolQuery::default() }, now).await.unwrap();
-        let by_key: BTreeMap<String, &forewarn::pool::PoolRecord> = pools.iter().map(|p| (p.pool.to_string(), p)).collect();
+        let by_key: BTreeMap<String, &forewarn::domain::pool::PoolRecord> = pools.iter().map(|p| (p.pool.to_string(), p)).collect();
         let hot = by_key["spot#m5.large#us-east-1a"];
         assert_eq!(hot.interruptions(), 2);
         assert!(hot.is_unavailable(now));
-        assert_eq!(by_key["spot#c5.large#us-east-1b"].counter(forewarn::event::EventKind::RebalanceRecommendation), 1);
+        assert_eq!(by_key["spot#c5.large#us-east-1b"].counter(forewarn::domain::event::EventKind::RebalanceRecommendation), 1);
         assert!(!by_key["spot#c5.large#us-east-1b"].is_unavailable(now), "rebalances only count");
         assert!(by_key.contains_key("on-demand#t3.large#us-east-1c"));
         assert!(by_key.contains_key("on-demand#m5.xlarge#us-east-1a"));

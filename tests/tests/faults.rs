@@ -17,14 +17,15 @@ use std::time::Duration;
 use aws_config::retry::RetryConfig;
 use aws_sdk_ec2::types::InstanceType;
 use aws_sdk_sqs::types::QueueAttributeName;
-use forewarn::config::Config;
-use forewarn::ec2::Ec2Directory;
-use forewarn::event::{DT_REBALANCE, DT_SPOT, DT_STATE_CHANGE, EventKind};
-use forewarn::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
-use forewarn::lambda::Handler;
-use forewarn::pipeline::{Outcome, Report, Tally};
-use forewarn::pool::{PoolQuery, PoolRecord, PoolStore};
-use forewarn::store::dynamo::DynamoStore;
+use forewarn::adapters::dynamo::DynamoStore;
+use forewarn::adapters::ec2::Ec2Directory;
+use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::app::handler::Handler;
+use forewarn::domain::config::Config;
+use forewarn::domain::event::{DT_REBALANCE, DT_SPOT, DT_STATE_CHANGE, EventKind};
+use forewarn::domain::pool::{PoolQuery, PoolRecord};
+use forewarn::domain::report::{Outcome, Report, Tally};
+use forewarn::ports::PoolStore;
 use forewarn_tests::ec2::{Launch, Launched as Instance, any_image, launch};
 use forewarn_tests::moto::{create_pool_table, runtime, shared, unique_name};
 use forewarn_tests::objects;
@@ -144,6 +145,8 @@ impl World {
             table.clone(),
         ));
         let handler = Handler {
+            mode: forewarn::domain::config::Mode::Act,
+            notifier: None,
             config: config.clone(),
             store: store.clone(),
             instances: Arc::new(Ec2Directory::from_conf(&through_proxy)),

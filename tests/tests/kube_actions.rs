@@ -1,5 +1,5 @@
 //! Cluster actions through the Kubernetes API: the real `kube` client of forewarn's adapter
-//! (`forewarn::kube`) against the HTTP fake of the API server (`kube-fake`).
+//! (`forewarn::adapters::kube`) against the HTTP fake of the API server (`kube-fake`).
 //!
 //! Plans are made by the decision core from node facts the adapter's node directory read from
 //! the fake, then carried out by the adapter's executor. Every test ends by checking the request
@@ -12,20 +12,20 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use chrono::Utc;
-use forewarn::config::{Action, Config, LABEL_EXCLUDE_LB};
-use forewarn::event::{
+use forewarn::adapters::kube::{
+    ClusterClient, CordonOutcome, DeleteOutcome, EventOutcome, ExecutorSettings, KubeExecutor,
+    KubeNodeDirectory, NodeOutcome, REPORTING_CONTROLLER, event_name,
+};
+use forewarn::domain::config::{Action, Config, LABEL_EXCLUDE_LB};
+use forewarn::domain::event::{
     Detail, Event, EventKind, InstanceAction, InstanceState, LifecycleAction, SOURCE_ASG,
     SOURCE_EC2,
 };
-use forewarn::facts::InstanceFacts;
-use forewarn::kube::{
-    ClusterClient, CordonOutcome, DeleteOutcome, EventOutcome, ExecutorSettings, KubeExecutor,
-    KubeNodeDirectory, LifecycleCompleter, LifecycleError, LifecycleOutcome, NodeOutcome,
-    REPORTING_CONTROLLER, event_name,
-};
-use forewarn::pipeline::Executor;
-use forewarn::plan::{Facts, Plan, Target, plan};
+use forewarn::domain::facts::InstanceFacts;
+use forewarn::domain::plan::{Facts, Plan, Target, plan};
+use forewarn::ports::Executor;
 use forewarn::ports::NodeDirectory;
+use forewarn::ports::{LifecycleCompleter, LifecycleError, LifecycleOutcome};
 use kube_fake::{Fault, KubeFake, Method, RecordedRequest};
 use serde_json::{Value, json};
 
@@ -1169,11 +1169,12 @@ async fn the_pipeline_acts_through_the_adapter_once_per_event() {
     let w = World::plain().await;
     w.fake.insert(pod("default", "web-1", NODE, "web"));
     let dir = tempfile::tempdir().unwrap();
-    let store = forewarn::store::embedded::EmbeddedStore::open(dir.path()).unwrap();
+    let store = forewarn::adapters::embedded::EmbeddedStore::open(dir.path()).unwrap();
     let instances = Instances(BTreeMap::from([(ID.to_string(), instance(ID, NODE))]));
     let directory = KubeNodeDirectory::new(w.clients.clone());
     let executor = w.executor();
-    let pipeline = forewarn::pipeline::Pipeline {
+    let pipeline = forewarn::app::pipeline::Pipeline {
+        mode: forewarn::domain::config::Mode::Act,
         config: &w.config,
         store: &store,
         instances: &instances,
@@ -1186,13 +1187,13 @@ async fn the_pipeline_acts_through_the_adapter_once_per_event() {
         "region": "us-east-1", "resources": [],
         "detail": {"instance-id": ID, "instance-action": "terminate"}
     });
-    let records = forewarn::event::decode("test", raw.to_string().as_bytes()).unwrap();
+    let records = forewarn::domain::event::decode("test", raw.to_string().as_bytes()).unwrap();
 
     let reports = pipeline.process(&records, Utc::now()).await;
 
     assert_eq!(
         reports[0].outcome,
-        forewarn::pipeline::Outcome::Acted,
+        forewarn::domain::report::Outcome::Acted,
         "{reports:?}"
     );
     let result = reports[0].actions[0].result.clone().unwrap();
@@ -1205,7 +1206,10 @@ async fn the_pipeline_acts_through_the_adapter_once_per_event() {
     // The same event again: a duplicate, and not a request to the cluster beyond the lookup.
     w.fake.clear_requests();
     let reports = pipeline.process(&records, Utc::now()).await;
-    assert_eq!(reports[0].outcome, forewarn::pipeline::Outcome::Duplicate);
+    assert_eq!(
+        reports[0].outcome,
+        forewarn::domain::report::Outcome::Duplicate
+    );
     assert_eq!(w.fake.writes(), vec![]);
 }
 
@@ -1213,7 +1217,7 @@ async fn the_pipeline_acts_through_the_adapter_once_per_event() {
 /// report and its metrics, and a webhook that fails never fails the event.
 #[tokio::test]
 async fn the_handler_tells_the_webhook_and_counts_evictions() {
-    use forewarn::pipeline::Outcome;
+    use forewarn::domain::report::Outcome;
     let received: Arc<Mutex<Vec<Value>>> = Arc::default();
     let answer = Arc::new(std::sync::atomic::AtomicU16::new(200));
     let app = axum::Router::new().route(
@@ -1232,17 +1236,24 @@ async fn the_handler_tells_the_webhook_and_counts_evictions() {
     w.fake.insert(pod("default", "web-1", NODE, "web"));
     w.fake.insert(pod("default", "web-2", NODE, "web"));
     let template = r#"{"text": "{{action}} {{node}}: {{result}}", "event": "{{event_id}}", "pool": "{{pool}}", "cluster": "{{cluster}}"}"#;
-    w.config = Config::from_lookup(|n| match n {
+    let settings = forewarn::app::settings::Settings::from_lookup(|n| match n {
         "FOREWARN_CLUSTER_NAME" => Some("demo".into()),
         "FOREWARN_WEBHOOK_URL" => Some(url.clone()),
         "FOREWARN_WEBHOOK_TEMPLATE" => Some(template.into()),
         _ => None,
     })
     .unwrap();
+    w.config = settings.config.clone();
+    let webhook = forewarn::adapters::webhook::Webhook::new(
+        settings.webhook.clone().unwrap(),
+        settings.config.cluster_name.clone(),
+    );
     let dir = tempfile::tempdir().unwrap();
-    let handler = forewarn::lambda::Handler {
+    let handler = forewarn::app::handler::Handler {
+        mode: forewarn::domain::config::Mode::Act,
+        notifier: Some(Arc::new(webhook)),
         config: w.config.clone(),
-        store: Arc::new(forewarn::store::embedded::EmbeddedStore::open(dir.path()).unwrap()),
+        store: Arc::new(forewarn::adapters::embedded::EmbeddedStore::open(dir.path()).unwrap()),
         instances: Arc::new(Instances(BTreeMap::from([
             (ID.to_string(), instance(ID, NODE)),
             (OTHER_ID.to_string(), instance(OTHER_ID, OTHER_NODE)),
@@ -1268,7 +1279,7 @@ async fn the_handler_tells_the_webhook_and_counts_evictions() {
     let action = &report.actions[0];
     assert_eq!(
         action.drain,
-        Some(forewarn::pipeline::DrainSummary {
+        Some(forewarn::domain::report::DrainSummary {
             evicted: 2,
             left: 0,
             complete: true
@@ -1288,7 +1299,7 @@ async fn the_handler_tells_the_webhook_and_counts_evictions() {
             && text.contains("evicted 2 pods"),
         "{text}"
     );
-    let docs = forewarn::telemetry::emf_documents(report, Utc::now());
+    let docs = forewarn::app::telemetry::emf_documents(report, Utc::now());
     let evictions = docs.iter().find(|d| d.get("Evictions").is_some()).unwrap();
     assert_eq!(evictions["Evictions"], 2);
     let drains = docs.iter().find(|d| d.get("Drains").is_some()).unwrap();
@@ -1519,7 +1530,7 @@ async fn eks_clients_carry_an_iam_token_made_anew_when_it_expires() {
         "demo",
         "eu-west-1",
         provider.clone(),
-        forewarn::kube::TOKEN_CACHE_LIFETIME,
+        forewarn::adapters::kube::TOKEN_CACHE_LIFETIME,
     );
     for _ in 0..2 {
         let version = clients
@@ -1537,7 +1548,7 @@ async fn eks_clients_carry_an_iam_token_made_anew_when_it_expires() {
     assert_eq!(auths.len(), 2);
     assert_eq!(auths[0], auths[1]);
     let token = auths[0].strip_prefix("Bearer ").expect("a bearer token");
-    let presigned = forewarn::kube::url_from_token(token).unwrap();
+    let presigned = forewarn::adapters::kube::url_from_token(token).unwrap();
     assert!(
         presigned.starts_with(
             "https://sts.eu-west-1.amazonaws.com/?Action=GetCallerIdentity&Version=2011-06-15&"
@@ -1622,7 +1633,7 @@ fn lifecycle_action() -> LifecycleAction {
 
 #[tokio::test]
 async fn complete_lifecycle_action_continues_and_takes_no_active_action_as_done() {
-    use forewarn::kube::AsgLifecycle;
+    use forewarn::adapters::autoscaling::AsgLifecycle;
 
     let (client, bodies) = autoscaling_stub(|| (200, COMPLETED)).await;
     let asg = AsgLifecycle::from_client(client);

@@ -14,8 +14,10 @@ use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::error::BoxError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::Duration;
-use forewarn::pool::{Applied, PoolQuery, PoolStore, Retention, StoreError};
-use forewarn::store::{DynamoStore, EmbeddedStore};
+use forewarn::adapters::dynamo::DynamoStore;
+use forewarn::adapters::embedded::EmbeddedStore;
+use forewarn::domain::pool::{Applied, PoolQuery, Retention};
+use forewarn::ports::{PoolStore, StoreError};
 use forewarn_tests::contract::{Subject, event, mark, now, spot};
 use forewarn_tests::moto;
 

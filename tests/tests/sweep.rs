@@ -3,20 +3,21 @@
 //! handled event, and a second sweep, change nothing.
 //!
 //! (moto cannot give an instance the state reason `Server.SpotInstanceTermination`, so the
-//! spot-termination finding is covered by the unit tests of `forewarn::sweep`.)
+//! spot-termination finding is covered by the unit tests of `forewarn::domain::sweep`.)
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use forewarn::config::Config;
-use forewarn::ec2::Ec2Directory;
-use forewarn::event::EventKind;
-use forewarn::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
-use forewarn::lambda::Handler;
-use forewarn::pipeline::Outcome;
-use forewarn::pool::{PoolQuery, PoolStore};
-use forewarn::store::dynamo::DynamoStore;
-use forewarn::sweep::Sweeper;
+use forewarn::adapters::dynamo::DynamoStore;
+use forewarn::adapters::ec2::Ec2Directory;
+use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::app::handler::Handler;
+use forewarn::app::sweeper::Sweeper;
+use forewarn::domain::config::Config;
+use forewarn::domain::event::EventKind;
+use forewarn::domain::pool::PoolQuery;
+use forewarn::domain::report::Outcome;
+use forewarn::ports::PoolStore;
 use forewarn_tests::ec2::{Launch, any_image, launch};
 use forewarn_tests::moto::{create_pool_table, runtime, shared, unique_name};
 use kube_fake::KubeFake;
@@ -75,6 +76,8 @@ fn sweeps_orphaned_nodes_once_and_never_after_a_handled_event() {
         let store = Arc::new(DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), table));
         let ec2_dir = Arc::new(Ec2Directory::from_conf(&sdk));
         let handler = Handler {
+            mode: forewarn::domain::config::Mode::Act,
+            notifier: None,
             config: config.clone(),
             store: store.clone(),
             instances: ec2_dir.clone(),

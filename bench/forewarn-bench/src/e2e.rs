@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::bail;
-use forewarn::config::Config;
-use forewarn::ec2::Ec2Directory;
-use forewarn::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
-use forewarn::lambda::Handler;
-use forewarn::pipeline::Outcome;
-use forewarn::store::dynamo::DynamoStore;
+use forewarn::adapters::dynamo::DynamoStore;
+use forewarn::adapters::ec2::Ec2Directory;
+use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::app::handler::Handler;
+use forewarn::domain::config::Config;
+use forewarn::domain::report::Outcome;
 use forewarn_tests::ec2::{Launch, any_image, launch};
 use forewarn_tests::moto::{MotoServer, create_pool_table};
 use forewarn_tests::objects::{node, pod};
@@ -152,7 +152,7 @@ pub async fn report(runs: usize) -> anyhow::Result<String> {
     let base = moto.sdk_config();
     let table = create_pool_table(&base, "forewarn-bench-pools").await?;
     let proxy = AwsProxy::start(&moto.endpoint()).await?;
-    let sdk = forewarn::store::dynamo::default_retries(proxy.sdk_config(&base));
+    let sdk = forewarn::adapters::aws::default_retries(proxy.sdk_config(&base));
     let ec2 = aws_sdk_ec2::Client::new(&base);
     let image = any_image(&ec2).await?;
     let spot = Launch::spot(CLUSTER);
@@ -164,6 +164,8 @@ pub async fn report(runs: usize) -> anyhow::Result<String> {
     };
     let clients = ClusterClient::new(fake.client());
     let handler = Handler {
+        mode: forewarn::domain::config::Mode::Act,
+        notifier: None,
         config: config.clone(),
         store: Arc::new(DynamoStore::new(
             aws_sdk_dynamodb::Client::new(&sdk),

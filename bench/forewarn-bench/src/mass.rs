@@ -9,14 +9,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::bail;
-use forewarn::config::Config;
-use forewarn::facts::InstanceFacts;
-use forewarn::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
-use forewarn::lambda::Handler;
-use forewarn::pipeline::Outcome;
-use forewarn::pool::CapacityType;
-use forewarn::snapshot::SnapshotInstances;
-use forewarn::store::embedded::EmbeddedStore;
+use forewarn::adapters::embedded::EmbeddedStore;
+use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::adapters::snapshot::SnapshotInstances;
+use forewarn::app::handler::Handler;
+use forewarn::domain::config::Config;
+use forewarn::domain::facts::InstanceFacts;
+use forewarn::domain::pool::CapacityType;
+use forewarn::domain::report::Outcome;
 use futures::StreamExt;
 use kube_fake::KubeFake;
 use tokio::time::Instant;
@@ -114,6 +114,8 @@ pub async fn report(s: &Settings) -> anyhow::Result<String> {
     };
     let clients = ClusterClient::new(fake.client());
     let handler = Arc::new(Handler {
+        mode: forewarn::domain::config::Mode::Act,
+        notifier: None,
         config: config.clone(),
         store: Arc::new(EmbeddedStore::open(dir.path())?),
         instances: Arc::new(SnapshotInstances(instances)),

@@ -1,16 +1,18 @@
 //! The interruption handler Lambda: an SQS batch (or a bare EventBridge event) in, a partial batch
-//! response out. All the work is in `forewarn::lambda`; setup happens once per cold start.
+//! response out. All the work is in `forewarn::app::handler`; setup happens once per cold start.
 
 use std::sync::Arc;
 
-use forewarn::lambda::{Handler, deadline_from_epoch_ms};
+use forewarn::app::handler::{Handler, deadline_from_epoch_ms};
+use forewarn::app::settings::Settings;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    forewarn::telemetry::init_json();
-    let handler = Arc::new(Handler::from_env().await?);
+    let settings = Settings::from_env()?;
+    forewarn::app::telemetry::init_json(settings.log_filter.as_deref());
+    let handler = Arc::new(Handler::from_settings(&settings).await?);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let handler = Arc::clone(&handler);
         async move {

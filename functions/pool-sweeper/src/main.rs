@@ -1,20 +1,22 @@
 //! The pool sweeper Lambda, run on a schedule: finds what EventBridge missed and applies the
-//! same plan path (see `forewarn::sweep`). The answer counts the outcomes; any failed finding
+//! same plan path (see `forewarn::domain::sweep`). The answer counts the outcomes; any failed finding
 //! fails the invocation so that it shows in the function's error metric (the next scheduled
 //! sweep retries it: findings are stable per instance).
 
 use std::sync::Arc;
 
-use forewarn::lambda::deadline_from_epoch_ms;
-use forewarn::pipeline::{Outcome, Tally};
-use forewarn::sweep::Sweeper;
+use forewarn::app::handler::deadline_from_epoch_ms;
+use forewarn::app::settings::Settings;
+use forewarn::app::sweeper::Sweeper;
+use forewarn::domain::report::{Outcome, Tally};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use serde_json::{Value, json};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    forewarn::telemetry::init_json();
-    let sweeper = Arc::new(Sweeper::from_env().await?);
+    let settings = Settings::from_env()?;
+    forewarn::app::telemetry::init_json(settings.log_filter.as_deref());
+    let sweeper = Arc::new(Sweeper::from_settings(&settings).await?);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let sweeper = Arc::clone(&sweeper);
         async move {

@@ -1,0 +1,168 @@
+//! The pool table's item codec: attribute names, keys, and pool items read back as records.
+
+use std::collections::HashMap;
+use std::fmt::Display;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::{DateTime, Utc};
+
+use crate::domain::event::EventKind;
+use crate::domain::pool::{PoolKey, PoolRecord, counter_name};
+use crate::ports::StoreError;
+
+/// The `sk` of pool items.
+pub const POOL_SK: &str = "POOL";
+/// The `sk` of ledger items.
+pub const EVENT_SK: &str = "EVENT";
+
+// Attribute names.
+pub(super) const PK: &str = "pk";
+pub(super) const SK: &str = "sk";
+pub(super) const POOL: &str = "pool";
+pub(super) const CAPACITY_TYPE: &str = "capacity_type";
+pub(super) const INSTANCE_TYPE: &str = "instance_type";
+pub(super) const ZONE: &str = "zone";
+pub(super) const REGION: &str = "region";
+pub(super) const UNAVAILABLE_UNTIL: &str = "unavailable_until";
+pub(super) const EXPIRES_AT: &str = "expires_at";
+pub(super) const FIRST_SEEN: &str = "first_seen";
+pub(super) const LAST_SEEN: &str = "last_seen";
+pub(super) const LAST_EVENT_ID: &str = "last_event_id";
+pub(super) const LAST_REASON: &str = "last_reason";
+pub(super) const LAST_INSTANCE_ID: &str = "last_instance_id";
+pub(super) const KIND: &str = "kind";
+pub(super) const RECORDED_AT: &str = "recorded_at";
+
+/// The `pk` of a pool's item.
+pub fn pool_pk(pool: &PoolKey) -> String {
+    format!("POOL#{pool}")
+}
+
+/// The `pk` of an event's ledger item.
+pub fn event_pk(event_id: &str) -> String {
+    format!("EVENT#{event_id}")
+}
+
+pub(super) fn s(value: &str) -> AttributeValue {
+    AttributeValue::S(value.to_string())
+}
+
+pub(super) fn n(value: i64) -> AttributeValue {
+    AttributeValue::N(value.to_string())
+}
+
+pub(super) fn ceil_secs(t: DateTime<Utc>) -> i64 {
+    t.timestamp() + i64::from(t.timestamp_subsec_nanos() > 0)
+}
+
+pub(super) fn corrupt(key: &str, message: impl Display) -> StoreError {
+    StoreError::Corrupt {
+        key: key.to_string(),
+        message: message.to_string(),
+    }
+}
+
+pub(super) fn req_s<'a>(
+    key: &str,
+    item: &'a HashMap<String, AttributeValue>,
+    attr: &str,
+) -> Result<&'a str, StoreError> {
+    match item.get(attr) {
+        Some(AttributeValue::S(v)) => Ok(v),
+        Some(_) => Err(corrupt(key, format_args!("`{attr}` is not a string"))),
+        None => Err(corrupt(key, format_args!("`{attr}` is missing"))),
+    }
+}
+
+pub(super) fn opt_n(
+    key: &str,
+    item: &HashMap<String, AttributeValue>,
+    attr: &str,
+) -> Result<Option<i64>, StoreError> {
+    match item.get(attr) {
+        None | Some(AttributeValue::Null(_)) => Ok(None),
+        Some(AttributeValue::N(v)) => parse_n(v)
+            .map(Some)
+            .ok_or_else(|| corrupt(key, format_args!("`{attr}` = {v} is not a whole number"))),
+        Some(_) => Err(corrupt(key, format_args!("`{attr}` is not a number"))),
+    }
+}
+
+pub(super) fn req_n(
+    key: &str,
+    item: &HashMap<String, AttributeValue>,
+    attr: &str,
+) -> Result<i64, StoreError> {
+    opt_n(key, item, attr)?.ok_or_else(|| corrupt(key, format_args!("`{attr}` is missing")))
+}
+
+/// A DynamoDB number as whole units (`12`, `12.0`, `1.2E1`; fractions are rounded down).
+pub(super) fn parse_n(v: &str) -> Option<i64> {
+    v.parse::<i64>().ok().or_else(|| {
+        v.parse::<f64>()
+            .ok()
+            .filter(|f| f.is_finite() && f.abs() < 9.0e15)
+            .map(|f| f.floor() as i64)
+    })
+}
+
+pub(super) fn time(key: &str, attr: &str, secs: i64) -> Result<DateTime<Utc>, StoreError> {
+    DateTime::from_timestamp(secs, 0)
+        .ok_or_else(|| corrupt(key, format_args!("`{attr}` = {secs} is out of range")))
+}
+
+pub(super) fn req_time(
+    key: &str,
+    item: &HashMap<String, AttributeValue>,
+    attr: &str,
+) -> Result<DateTime<Utc>, StoreError> {
+    time(key, attr, req_n(key, item, attr)?)
+}
+
+/// A pool item as a record. Any missing or mistyped attribute is [`StoreError::Corrupt`] naming
+/// the item's `pk`.
+pub(super) fn decode_pool(
+    item: &HashMap<String, AttributeValue>,
+) -> Result<PoolRecord, StoreError> {
+    let key = match item.get(PK) {
+        Some(AttributeValue::S(pk)) => pk.as_str(),
+        _ => "(item without a pk)",
+    };
+    let pool: PoolKey = req_s(key, item, POOL)?
+        .parse()
+        .map_err(|e: String| corrupt(key, e))?;
+    if pool_pk(&pool) != key {
+        return Err(corrupt(
+            key,
+            format_args!("`pool` = {pool} does not match the key"),
+        ));
+    }
+    let region = match item.get(REGION) {
+        None | Some(AttributeValue::Null(_)) => None,
+        Some(_) => Some(req_s(key, item, REGION)?.to_string()),
+    };
+    let unavailable_until = opt_n(key, item, UNAVAILABLE_UNTIL)?
+        .map(|secs| time(key, UNAVAILABLE_UNTIL, secs))
+        .transpose()?;
+    let mut counters = std::collections::BTreeMap::new();
+    for kind in EventKind::ALL {
+        let name = counter_name(kind);
+        if let Some(count) = opt_n(key, item, name)? {
+            let count = u64::try_from(count)
+                .map_err(|_| corrupt(key, format_args!("`{name}` = {count} is negative")))?;
+            counters.insert(name.to_string(), count);
+        }
+    }
+    Ok(PoolRecord {
+        pool,
+        region,
+        unavailable_until,
+        expires_at: req_time(key, item, EXPIRES_AT)?,
+        counters,
+        first_seen: req_time(key, item, FIRST_SEEN)?,
+        last_seen: req_time(key, item, LAST_SEEN)?,
+        last_event_id: req_s(key, item, LAST_EVENT_ID)?.to_string(),
+        last_reason: req_s(key, item, LAST_REASON)?.to_string(),
+        last_instance_id: req_s(key, item, LAST_INSTANCE_ID)?.to_string(),
+    })
+}

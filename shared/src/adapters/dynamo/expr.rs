@@ -1,0 +1,111 @@
+//! The update expressions of one event's pool writes: attribute placeholders, the values of one
+//! pool, and the bets on which of its fields the event's values win.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use super::codec::*;
+use crate::domain::fold::PoolDelta;
+use crate::domain::pool::{PoolUpdate, Retention};
+use crate::ports::StoreError;
+
+/// Expression attribute names and values, registered as they are used (DynamoDB rejects unused
+/// ones).
+#[derive(Default, Clone)]
+pub(super) struct Expr {
+    pub(super) names: HashMap<String, String>,
+    pub(super) values: HashMap<String, AttributeValue>,
+}
+
+impl Expr {
+    pub(super) fn name(&mut self, attr: &str) -> String {
+        let placeholder = format!("#{attr}");
+        self.names.insert(placeholder.clone(), attr.to_string());
+        placeholder
+    }
+
+    pub(super) fn value(&mut self, placeholder: &str, value: AttributeValue) -> String {
+        let placeholder = format!(":{placeholder}");
+        self.values.insert(placeholder.clone(), value);
+        placeholder
+    }
+}
+
+/// One pool's values from one event, in the table's units.
+pub(super) struct PoolWrite {
+    /// `event_time`, rounded down.
+    pub(super) time: i64,
+    /// The window, rounded up.
+    pub(super) until: Option<i64>,
+    /// `retention.pool_expiry(event_time, window)`, rounded up.
+    pub(super) expires: i64,
+}
+
+impl PoolWrite {
+    pub(super) fn new(update: &PoolUpdate, delta: &PoolDelta, retention: &Retention) -> PoolWrite {
+        PoolWrite {
+            time: update.event_time.timestamp(),
+            until: delta.unavailable_until.map(ceil_secs),
+            expires: ceil_secs(retention.pool_expiry(update.event_time, delta.unavailable_until)),
+        }
+    }
+}
+
+/// For each field of a pool, whether this event's value replaces the stored one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Bets {
+    pub(super) until: bool,
+    pub(super) last: bool,
+    pub(super) first: bool,
+    pub(super) expires: bool,
+}
+
+/// Bounds on a pool's fields as this store last saw them: `until`, `last_seen` and `expires_at`
+/// only grow (lower bounds), `first_seen` only shrinks (an upper bound). `None`: unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) struct Known {
+    pub(super) until: Option<i64>,
+    pub(super) last_seen: Option<i64>,
+    pub(super) first_seen: Option<i64>,
+    pub(super) expires_at: Option<i64>,
+}
+
+impl Known {
+    pub(super) fn from_item(
+        pk: &str,
+        item: &HashMap<String, AttributeValue>,
+    ) -> Result<Known, StoreError> {
+        Ok(Known {
+            until: opt_n(pk, item, UNAVAILABLE_UNTIL)?,
+            last_seen: opt_n(pk, item, LAST_SEEN)?,
+            first_seen: opt_n(pk, item, FIRST_SEEN)?,
+            expires_at: opt_n(pk, item, EXPIRES_AT)?,
+        })
+    }
+
+    /// The bets for `write`: "wins" unless what is known says otherwise (a bet known lost is
+    /// certainly lost; a bet placed to win may lose, and the condition tells).
+    pub(super) fn bets(known: Option<&Known>, write: &PoolWrite) -> Bets {
+        let k = known.copied().unwrap_or_default();
+        Bets {
+            until: write.until.is_some_and(|u| k.until.is_none_or(|v| v <= u)),
+            last: k.last_seen.is_none_or(|v| v <= write.time),
+            first: k.first_seen.is_some_and(|v| v > write.time),
+            expires: k.expires_at.is_none_or(|v| v <= write.expires),
+        }
+    }
+
+    /// What is known after `write` was applied on top of `self`.
+    pub(super) fn after(self, write: &PoolWrite) -> Known {
+        Known {
+            until: self.until.max(write.until),
+            last_seen: Some(self.last_seen.map_or(write.time, |v| v.max(write.time))),
+            first_seen: Some(self.first_seen.map_or(write.time, |v| v.min(write.time))),
+            expires_at: Some(
+                self.expires_at
+                    .map_or(write.expires, |v| v.max(write.expires)),
+            ),
+        }
+    }
+}

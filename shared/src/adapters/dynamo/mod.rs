@@ -1,0 +1,928 @@
+//! The DynamoDB pool store: one table (single-table design, on-demand capacity), defined in
+//! `infra/pool-table.yaml` and described in `docs/pool-table.md`.
+//!
+//! Items:
+//!
+//! * a pool: `pk` = `POOL#<capacity_type>#<instance_type>#<zone>`, `sk` = `POOL`, with `pool`,
+//!   `capacity_type`, `instance_type`, `zone`, `region`, `unavailable_until`, `expires_at` (the
+//!   TTL attribute), one counter per event kind (named by [`counter_name`]), `first_seen`,
+//!   `last_seen`, `last_event_id`, `last_reason` and `last_instance_id`. Every time is whole Unix
+//!   epoch seconds (N): windows and expiries rounded up, event times rounded down;
+//! * an applied event (the idempotence ledger): `pk` = `EVENT#<event id>`, `sk` = `EVENT`, with
+//!   `kind`, `recorded_at` and `expires_at`.
+//!
+//! Indexes (all projecting every attribute): [`INDEX_UNAVAILABLE`] (partition `sk`, sort
+//! `unavailable_until`; only pools ever marked unavailable have both), [`INDEX_BY_ZONE`] (partition
+//! `zone`, sort `last_seen`) and [`INDEX_BY_TYPE`] (partition `instance_type`, sort `last_seen`).
+//! Ledger items carry none of the indexes' keys but `sk`, so they are in none of them.
+//!
+//! [`PoolStore::apply`] is one `TransactWriteItems`: a `Put` of the ledger item conditioned on it
+//! not existing (or having expired) and one `Update` per pool. The update counts with an atomic
+//! `ADD`. For every other field it bets on whether this event "wins" (is the latest event, has the
+//! longest window, the latest expiry, the earliest time): a won field is `SET`, a lost one is
+//! left alone (`if_not_exists`), and the bet is the update's condition. When a bet is wrong the
+//! transaction is cancelled, nothing is written, the cancellation reason carries the pool item as
+//! it is (`ReturnValuesOnConditionCheckFailure = ALL_OLD`), and the transaction is sent again with
+//! the bets that item implies. The bets start from what this store saw of each pool before (every
+//! such field only ever grows, or for `first_seen` shrinks, so a lost bet stays lost), else from
+//! "this event is the latest": in-order events and events after which this process saw the pool
+//! take one round trip; a late event takes two.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Display;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::DisplayErrorContext;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, CancellationReason, KeysAndAttributes, Put,
+    ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+};
+use chrono::{DateTime, Utc};
+
+mod codec;
+mod expr;
+
+use codec::*;
+pub use codec::{EVENT_SK, POOL_SK, event_pk, pool_pk};
+use expr::*;
+
+use crate::domain::fold::{PoolDelta, pool_deltas, validate};
+use crate::domain::pool::{
+    Applied, PoolKey, PoolQuery, PoolRecord, PoolUpdate, Retention, counter_name, sort_newest_first,
+};
+use crate::ports::{PoolStore, StoreError};
+
+/// Index of the pools ever marked unavailable: partition `sk` (= `POOL`), sort `unavailable_until`.
+pub const INDEX_UNAVAILABLE: &str = "unavailable";
+/// Index of the pools by zone: partition `zone`, sort `last_seen`.
+pub const INDEX_BY_ZONE: &str = "by-zone";
+/// Index of the pools by instance type: partition `instance_type`, sort `last_seen`.
+pub const INDEX_BY_TYPE: &str = "by-type";
+/// A transaction holds at most 100 items: the ledger entry and this many pools.
+pub const MAX_POOLS_PER_UPDATE: usize = 99;
+
+/// Transactions of one event cancelled by conflicts with concurrent writers (or throttling) before
+/// giving up; each is followed by a backoff. Lost bets are bounded otherwise: each flips at least
+/// one bet from "wins" to "loses" for good (the fields only move one way), so an event on `p`
+/// pools loses at most `4 p` bets.
+const MAX_CONFLICTS: u32 = 8;
+/// Rounds of `BatchGetItem` for one chunk of ledger keys (unprocessed keys are asked again).
+const MAX_BATCH_ROUNDS: u32 = 10;
+/// Bounds of the pools this store remembers to place its bets.
+const MAX_KNOWN_POOLS: usize = 10_000;
+
+/// The pool store in one DynamoDB table.
+pub struct DynamoStore {
+    client: Client,
+    table: String,
+    retention: Retention,
+    /// What this store saw of each pool (by `pk`): bounds that only tighten, to place the bets.
+    known: Mutex<HashMap<String, Known>>,
+}
+
+impl std::fmt::Debug for DynamoStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DynamoStore")
+            .field("table", &self.table)
+            .field("retention", &self.retention)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DynamoStore {
+    pub fn new(client: Client, table: impl Into<String>) -> DynamoStore {
+        DynamoStore {
+            client,
+            table: table.into(),
+            retention: Retention::default(),
+            known: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A store on `table` with the standard AWS configuration (environment, profile, instance or
+    /// task role; `AWS_ENDPOINT_URL_DYNAMODB` or `AWS_ENDPOINT_URL` for another endpoint), and
+    /// [`DEFAULT_MAX_ATTEMPTS`](crate::adapters::aws::DEFAULT_MAX_ATTEMPTS) attempts per request
+    /// unless configured otherwise (see [`crate::adapters::aws::default_retries`]).
+    pub async fn from_env(table: impl Into<String>) -> DynamoStore {
+        DynamoStore::new(Client::new(&crate::adapters::aws::load().await), table)
+    }
+
+    /// The store with another retention (default: [`Retention::default`]).
+    pub fn with_retention(mut self, retention: Retention) -> DynamoStore {
+        self.retention = retention;
+        self
+    }
+
+    pub fn retention(&self) -> Retention {
+        self.retention
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// One pool's record (strongly consistent), whatever its expiry; `None` if absent.
+    pub async fn pool(&self, key: &PoolKey) -> Result<Option<PoolRecord>, StoreError> {
+        let pk = pool_pk(key);
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(PK, s(&pk))
+            .key(SK, s(POOL_SK))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| self.err(format_args!("reading pool {key}"), DisplayErrorContext(e)))?;
+        out.item().map(decode_pool).transpose()
+    }
+
+    fn err(&self, what: impl Display, error: impl Display) -> StoreError {
+        StoreError::Backend {
+            location: self.describe(),
+            message: format!("{what}: {error}"),
+        }
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, HashMap<String, Known>> {
+        // The map only holds hints: a panic elsewhere cannot leave it wrong, only stale.
+        self.known.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn ledger_put(&self, update: &PoolUpdate, key: &str) -> Result<TransactWriteItem, StoreError> {
+        let recorded = update.recorded_at.timestamp();
+        let expires = ceil_secs(update.recorded_at + self.retention.ledger);
+        let put = Put::builder()
+            .table_name(&self.table)
+            .item(PK, s(&event_pk(key)))
+            .item(SK, s(EVENT_SK))
+            .item(KIND, s(update.kind.as_str()))
+            .item(RECORDED_AT, n(recorded))
+            .item(EXPIRES_AT, n(expires))
+            // An expired entry (not yet deleted by the TTL) no longer counts as applied.
+            .condition_expression("attribute_not_exists(#pk) OR #exp <= :now")
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_names("#exp", EXPIRES_AT)
+            .expression_attribute_values(":now", n(recorded))
+            .build()
+            .map_err(|e| self.err("building the ledger put", e))?;
+        Ok(TransactWriteItem::builder().put(put).build())
+    }
+
+    fn pool_update(
+        &self,
+        update: &PoolUpdate,
+        delta: &PoolDelta,
+        bets: Bets,
+    ) -> Result<TransactWriteItem, StoreError> {
+        let plan = PoolWrite::new(update, delta, &self.retention);
+        let mut e = Expr::default();
+        let mut set = vec![
+            format!(
+                "{} = {}",
+                e.name(POOL),
+                e.value("pool", s(&delta.pool.to_string()))
+            ),
+            format!(
+                "{} = {}",
+                e.name(CAPACITY_TYPE),
+                e.value("ct", s(delta.pool.capacity_type.as_str()))
+            ),
+            format!(
+                "{} = {}",
+                e.name(INSTANCE_TYPE),
+                e.value("it", s(&delta.pool.instance_type))
+            ),
+            format!(
+                "{} = {}",
+                e.name(ZONE),
+                e.value("zone", s(&delta.pool.zone))
+            ),
+        ];
+        if let Some(region) = &update.region {
+            set.push(format!(
+                "{} = {}",
+                e.name(REGION),
+                e.value("region", s(region))
+            ));
+        }
+        let mut conditions = Vec::new();
+        let mut field = |e: &mut Expr,
+                         attr: &str,
+                         placeholder: &str,
+                         value: AttributeValue,
+                         win: bool,
+                         op: &str| {
+            let name = e.name(attr);
+            let value = e.value(placeholder, value);
+            conditions.push(format!(
+                "(attribute_not_exists({name}) OR {name} {op} {value})"
+            ));
+            if win {
+                set.push(format!("{name} = {value}"));
+            } else {
+                set.push(format!("{name} = if_not_exists({name}, {value})"));
+            }
+        };
+        if let Some(until) = plan.until {
+            let op = if bets.until { "<=" } else { ">=" };
+            field(&mut e, UNAVAILABLE_UNTIL, "until", n(until), bets.until, op);
+        }
+        let op = if bets.last { "<=" } else { ">" };
+        field(&mut e, LAST_SEEN, "t", n(plan.time), bets.last, op);
+        let op = if bets.first { ">=" } else { "<=" };
+        field(&mut e, FIRST_SEEN, "t", n(plan.time), bets.first, op);
+        let op = if bets.expires { "<=" } else { ">=" };
+        field(&mut e, EXPIRES_AT, "exp", n(plan.expires), bets.expires, op);
+        for (attr, placeholder, value) in [
+            (LAST_EVENT_ID, "eid", update.event_id.as_str()),
+            (LAST_REASON, "reason", update.reason.as_str()),
+            (LAST_INSTANCE_ID, "iid", delta.instance_id.as_str()),
+        ] {
+            let name = e.name(attr);
+            let value = e.value(placeholder, s(value));
+            if bets.last {
+                set.push(format!("{name} = {value}"));
+            } else {
+                set.push(format!("{name} = if_not_exists({name}, {value})"));
+            }
+        }
+        let counter = e.name(counter_name(update.kind));
+        let count = e.value("n", AttributeValue::N(delta.count.to_string()));
+        let expression = format!("SET {} ADD {counter} {count}", set.join(", "));
+        let up = Update::builder()
+            .table_name(&self.table)
+            .key(PK, s(&pool_pk(&delta.pool)))
+            .key(SK, s(POOL_SK))
+            .update_expression(expression)
+            .condition_expression(conditions.join(" AND "))
+            .set_expression_attribute_names(Some(e.names))
+            .set_expression_attribute_values(Some(e.values))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|e| {
+                self.err(
+                    format_args!("building the update of pool {}", delta.pool),
+                    e,
+                )
+            })?;
+        Ok(TransactWriteItem::builder().update(up).build())
+    }
+
+    /// What to do about one pool whose condition failed: learn the item as it is.
+    async fn observe(
+        &self,
+        delta: &PoolDelta,
+        reason: &CancellationReason,
+    ) -> Result<Known, StoreError> {
+        let pk = pool_pk(&delta.pool);
+        match reason.item() {
+            Some(item) => Known::from_item(&pk, item),
+            // A service that does not return the item on a failed condition: read it.
+            None => match self.pool_item(&pk).await? {
+                Some(item) => Known::from_item(&pk, &item),
+                None => Ok(Known::default()),
+            },
+        }
+    }
+
+    async fn pool_item(
+        &self,
+        pk: &str,
+    ) -> Result<Option<HashMap<String, AttributeValue>>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(PK, s(pk))
+            .key(SK, s(POOL_SK))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| self.err(format_args!("reading item {pk}"), DisplayErrorContext(e)))?;
+        Ok(out.item)
+    }
+
+    /// Pages through a query or scan, decoding every pool item.
+    async fn collect(&self, request: Request) -> Result<Vec<PoolRecord>, StoreError> {
+        let mut records = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            let (items, next) = match &request {
+                Request::Query {
+                    index,
+                    key_condition,
+                    filter,
+                    expr,
+                } => {
+                    let out = self
+                        .client
+                        .query()
+                        .table_name(&self.table)
+                        .index_name(*index)
+                        .key_condition_expression(key_condition)
+                        .filter_expression(filter)
+                        .set_expression_attribute_names(Some(expr.names.clone()))
+                        .set_expression_attribute_values(Some(expr.values.clone()))
+                        .scan_index_forward(false)
+                        .set_exclusive_start_key(start.take())
+                        .send()
+                        .await
+                        .map_err(|e| {
+                            self.err(
+                                format_args!("querying index {index}"),
+                                DisplayErrorContext(e),
+                            )
+                        })?;
+                    (out.items, out.last_evaluated_key)
+                }
+                Request::Scan { filter, expr } => {
+                    let out = self
+                        .client
+                        .scan()
+                        .table_name(&self.table)
+                        .filter_expression(filter)
+                        .set_expression_attribute_names(Some(expr.names.clone()))
+                        .set_expression_attribute_values(Some(expr.values.clone()))
+                        .set_exclusive_start_key(start.take())
+                        .send()
+                        .await
+                        .map_err(|e| self.err("scanning the pools", DisplayErrorContext(e)))?;
+                    (out.items, out.last_evaluated_key)
+                }
+            };
+            for item in items.unwrap_or_default() {
+                records.push(decode_pool(&item)?);
+            }
+            match next.filter(|k| !k.is_empty()) {
+                Some(key) => start = Some(key),
+                None => return Ok(records),
+            }
+        }
+    }
+}
+
+enum Request {
+    Query {
+        index: &'static str,
+        key_condition: String,
+        filter: String,
+        expr: Expr,
+    },
+    Scan {
+        filter: String,
+        expr: Expr,
+    },
+}
+
+#[async_trait]
+impl PoolStore for DynamoStore {
+    async fn applied(&self, event_ids: &[String]) -> Result<HashSet<String>, StoreError> {
+        let now = Utc::now().timestamp();
+        let mut unique: Vec<&String> = Vec::with_capacity(event_ids.len());
+        let mut seen = HashSet::new();
+        for id in event_ids {
+            if seen.insert(id) {
+                unique.push(id);
+            }
+        }
+        let mut applied = HashSet::new();
+        for chunk in unique.chunks(100) {
+            let keys = chunk
+                .iter()
+                .map(|id| {
+                    HashMap::from([
+                        (PK.to_string(), s(&event_pk(id))),
+                        (SK.to_string(), s(EVENT_SK)),
+                    ])
+                })
+                .collect();
+            let mut request = Some(
+                KeysAndAttributes::builder()
+                    .set_keys(Some(keys))
+                    .consistent_read(true)
+                    .projection_expression("#pk, #exp")
+                    .expression_attribute_names("#pk", PK)
+                    .expression_attribute_names("#exp", EXPIRES_AT)
+                    .build()
+                    .map_err(|e| self.err("building a ledger read", e))?,
+            );
+            let mut round = 0;
+            while let Some(keys) = request.take() {
+                if round == MAX_BATCH_ROUNDS {
+                    return Err(self.err(
+                        "reading the ledger",
+                        format_args!("keys still unprocessed after {MAX_BATCH_ROUNDS} rounds"),
+                    ));
+                }
+                if round > 0 {
+                    tokio::time::sleep(backoff(round)).await;
+                }
+                round += 1;
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, keys)
+                    .send()
+                    .await
+                    .map_err(|e| self.err("reading the ledger", DisplayErrorContext(e)))?;
+                let items = out
+                    .responses
+                    .and_then(|mut r| r.remove(&self.table))
+                    .unwrap_or_default();
+                for item in items {
+                    let pk = req_s("(ledger item)", &item, PK)?;
+                    let id = pk
+                        .strip_prefix("EVENT#")
+                        .ok_or_else(|| StoreError::Corrupt {
+                            key: pk.to_string(),
+                            message: "a ledger key without the EVENT# prefix".into(),
+                        })?;
+                    if req_n(pk, &item, EXPIRES_AT)? > now {
+                        applied.insert(id.to_string());
+                    }
+                }
+                request = out
+                    .unprocessed_keys
+                    .and_then(|mut u| u.remove(&self.table))
+                    .filter(|k| !k.keys().is_empty());
+            }
+        }
+        Ok(applied)
+    }
+
+    async fn apply(&self, update: &PoolUpdate) -> Result<Applied, StoreError> {
+        let id = &update.event_id;
+        let deltas = pool_deltas(update);
+        let keys = update.ledger_keys();
+        if deltas.len() + keys.len() > MAX_POOLS_PER_UPDATE + 1 {
+            return Err(self.err(
+                format_args!("applying event {id}"),
+                format_args!(
+                    "it marks {} pools with {} ledger keys, but one transaction holds at most \
+                     100 items: the ledger entries and the pools",
+                    deltas.len(),
+                    keys.len()
+                ),
+            ));
+        }
+        validate(update).map_err(|m| self.err(format_args!("applying event {id}"), m))?;
+        let pks: Vec<String> = deltas.iter().map(|d| pool_pk(&d.pool)).collect();
+        let writes: Vec<PoolWrite> = deltas
+            .iter()
+            .map(|d| PoolWrite::new(update, d, &self.retention))
+            .collect();
+        let max_lost_bets = 4 * deltas.len() + 1;
+        let (mut conflicts, mut lost_bets) = (0, 0);
+        while conflicts <= MAX_CONFLICTS && lost_bets <= max_lost_bets {
+            let bets: Vec<Bets> = {
+                let known = self.known();
+                pks.iter()
+                    .zip(&writes)
+                    .map(|(pk, w)| Known::bets(known.get(pk), w))
+                    .collect()
+            };
+            let mut items = keys
+                .iter()
+                .map(|k| self.ledger_put(update, k))
+                .collect::<Result<Vec<_>, _>>()?;
+            for (delta, bets) in deltas.iter().zip(&bets) {
+                items.push(self.pool_update(update, delta, *bets)?);
+            }
+            let result = self
+                .client
+                .transact_write_items()
+                .set_transact_items(Some(items))
+                .send()
+                .await;
+            let error = match result {
+                Ok(_) => {
+                    let mut known = self.known();
+                    if known.len() + pks.len() > MAX_KNOWN_POOLS {
+                        known.clear();
+                    }
+                    for (pk, w) in pks.iter().zip(&writes) {
+                        let k = known.get(pk).copied().unwrap_or_default().after(w);
+                        known.insert(pk.clone(), k);
+                    }
+                    return Ok(Applied::Applied);
+                }
+                Err(e) => e,
+            };
+            let reasons = match error.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
+                    c.cancellation_reasons().to_vec()
+                }
+                _ => {
+                    return Err(self.err(
+                        format_args!("applying event {id}"),
+                        DisplayErrorContext(error),
+                    ));
+                }
+            };
+            let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
+            let ledger = keys.len();
+            let mut conflict = false;
+            for (k, key) in keys.iter().enumerate() {
+                match code(k) {
+                    "ConditionalCheckFailed" => return Ok(Applied::Duplicate),
+                    "None" => {}
+                    c if retryable(c) => conflict = true,
+                    c => {
+                        return Err(self.err(
+                            format_args!("applying event {id}"),
+                            format_args!(
+                                "the ledger put of {key} was refused: {c}: {}",
+                                message(&reasons, k)
+                            ),
+                        ));
+                    }
+                }
+            }
+            let lost_before = lost_bets;
+            for (i, delta) in deltas.iter().enumerate() {
+                match code(ledger + i) {
+                    "None" => {}
+                    "ConditionalCheckFailed" => {
+                        let Some(reason) = reasons.get(ledger + i) else {
+                            continue;
+                        };
+                        lost_bets += 1;
+                        let seen = self.observe(delta, reason).await?;
+                        tracing::debug!(
+                            table = %self.table, event = %id, pool = %delta.pool,
+                            "pool changed under the bet, sending the event again"
+                        );
+                        self.known().insert(pks[i].clone(), seen);
+                    }
+                    c if retryable(c) => conflict = true,
+                    c => {
+                        return Err(self.err(
+                            format_args!("applying event {id}"),
+                            format_args!(
+                                "the update of pool {} was refused: {c}: {}",
+                                delta.pool,
+                                message(&reasons, ledger + i)
+                            ),
+                        ));
+                    }
+                }
+            }
+            if !conflict && lost_bets == lost_before {
+                return Err(self.err(
+                    format_args!("applying event {id}"),
+                    format_args!(
+                        "the transaction was cancelled without a reason to retry it: {}",
+                        DisplayErrorContext(error)
+                    ),
+                ));
+            }
+            if conflict {
+                conflicts += 1;
+                tracing::debug!(table = %self.table, event = %id, conflicts, "transaction conflict, backing off");
+                tokio::time::sleep(backoff(conflicts)).await;
+            }
+        }
+        Err(self.err(
+            format_args!("applying event {id}"),
+            format_args!(
+                "gave up after {conflicts} transactions cancelled by conflicts with concurrent \
+                 writers and {lost_bets} by pools changing under the update"
+            ),
+        ))
+    }
+
+    async fn pools(
+        &self,
+        query: &PoolQuery,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<PoolRecord>, StoreError> {
+        let mut e = Expr::default();
+        let now_value = e.value("now", n(now.timestamp()));
+        let mut filter = vec![format!("{} > {now_value}", e.name(EXPIRES_AT))];
+        let request = if let Some(instance_type) = &query.instance_type {
+            let key_condition = format!(
+                "{} = {}",
+                e.name(INSTANCE_TYPE),
+                e.value("it", s(instance_type))
+            );
+            if let Some(zone) = &query.zone {
+                filter.push(format!("{} = {}", e.name(ZONE), e.value("zone", s(zone))));
+            }
+            if !query.include_available {
+                filter.push(format!("{} > {now_value}", e.name(UNAVAILABLE_UNTIL)));
+            }
+            Request::Query {
+                index: INDEX_BY_TYPE,
+                key_condition,
+                filter: filter.join(" AND "),
+                expr: e,
+            }
+        } else if let Some(zone) = &query.zone {
+            let key_condition = format!("{} = {}", e.name(ZONE), e.value("zone", s(zone)));
+            if !query.include_available {
+                filter.push(format!("{} > {now_value}", e.name(UNAVAILABLE_UNTIL)));
+            }
+            Request::Query {
+                index: INDEX_BY_ZONE,
+                key_condition,
+                filter: filter.join(" AND "),
+                expr: e,
+            }
+        } else if !query.include_available {
+            let key_condition = format!(
+                "{} = {} AND {} > {now_value}",
+                e.name(SK),
+                e.value("pool", s(POOL_SK)),
+                e.name(UNAVAILABLE_UNTIL)
+            );
+            Request::Query {
+                index: INDEX_UNAVAILABLE,
+                key_condition,
+                filter: filter.join(" AND "),
+                expr: e,
+            }
+        } else {
+            filter.push(format!("{} = {}", e.name(SK), e.value("pool", s(POOL_SK))));
+            Request::Scan {
+                filter: filter.join(" AND "),
+                expr: e,
+            }
+        };
+        let mut records = self.collect(request).await?;
+        // Indexes are eventually consistent and the TTL deletes late: the query decides.
+        records.retain(|r| query.matches(r, now));
+        sort_newest_first(&mut records);
+        Ok(records)
+    }
+
+    fn describe(&self) -> String {
+        format!("dynamodb table {}", self.table)
+    }
+}
+
+/// Cancellation codes worth another transaction after a pause.
+fn retryable(code: &str) -> bool {
+    matches!(
+        code,
+        "TransactionConflict"
+            | "ThrottlingError"
+            | "ProvisionedThroughputExceeded"
+            | "RequestLimitExceeded"
+    )
+}
+
+fn message(reasons: &[CancellationReason], i: usize) -> &str {
+    reasons
+        .get(i)
+        .and_then(|r| r.message())
+        .unwrap_or("no message")
+}
+
+/// Exponential backoff with full jitter: up to 25 ms × 2^attempt, at most 1 s.
+fn backoff(attempt: u32) -> Duration {
+    let cap_ms = (25u64 << attempt.min(6)).min(1000);
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    Duration::from_millis(cap_ms / 2 + random % (cap_ms / 2 + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::event::EventKind;
+    use crate::domain::pool::{CapacityType, PoolMark};
+    use aws_config::BehaviorVersion;
+    use chrono::TimeZone;
+
+    fn at(secs: i64) -> DateTime<Utc> {
+        Utc.timestamp_opt(1_700_000_000 + secs, 0).unwrap()
+    }
+
+    fn write(time: i64, until: Option<i64>, expires: i64) -> PoolWrite {
+        PoolWrite {
+            time,
+            until,
+            expires,
+        }
+    }
+
+    #[test]
+    fn bets_default_to_this_event_being_the_latest() {
+        let b = Known::bets(None, &write(100, Some(200), 300));
+        assert_eq!(
+            b,
+            Bets {
+                until: true,
+                last: true,
+                first: false,
+                expires: true
+            }
+        );
+        // A count-only event does not bet on the window.
+        assert!(!Known::bets(None, &write(100, None, 300)).until);
+    }
+
+    #[test]
+    fn known_bounds_make_losing_bets_certain() {
+        let known = Known {
+            until: Some(500),
+            last_seen: Some(150),
+            first_seen: Some(120),
+            expires_at: Some(900),
+        };
+        // A late event with a shorter window, inside the known window.
+        let b = Known::bets(Some(&known), &write(100, Some(200), 300));
+        assert_eq!(
+            b,
+            Bets {
+                until: false,
+                last: false,
+                first: true,
+                expires: false
+            }
+        );
+        // Ties go to the event: `>=` on last_seen.
+        assert!(Known::bets(Some(&known), &write(150, None, 300)).last);
+        let after = known.after(&write(100, Some(200), 300));
+        assert_eq!(
+            after,
+            Known {
+                until: Some(500),
+                last_seen: Some(150),
+                first_seen: Some(100),
+                expires_at: Some(900)
+            }
+        );
+        let after = Known::default().after(&write(100, None, 300));
+        assert_eq!(after.until, None);
+        assert_eq!(after.first_seen, Some(100));
+    }
+
+    fn update(marks: usize) -> PoolUpdate {
+        PoolUpdate {
+            event_id: "e-1".into(),
+            kind: EventKind::SpotInterruption,
+            event_time: at(0) + chrono::Duration::milliseconds(700),
+            region: Some("us-east-1".into()),
+            reason: "r".into(),
+            marks: (0..marks)
+                .map(|i| PoolMark {
+                    pool: PoolKey::new(CapacityType::Spot, &format!("m{i}.large"), "us-east-1a"),
+                    instance_id: format!("i-{i}"),
+                    unavailable_until: Some(at(60) + chrono::Duration::milliseconds(1)),
+                })
+                .collect(),
+            recorded_at: at(1),
+            also_keys: Vec::new(),
+        }
+    }
+
+    fn store() -> DynamoStore {
+        let config = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+            .build();
+        DynamoStore::new(Client::from_conf(config), "t")
+    }
+
+    #[test]
+    fn times_round_outwards() {
+        let u = update(1);
+        let w = PoolWrite::new(&u, &pool_deltas(&u)[0], &Retention::default());
+        assert_eq!(w.time, at(0).timestamp(), "event times round down");
+        assert_eq!(w.until, Some(at(61).timestamp()), "windows round up");
+        assert_eq!(
+            w.expires,
+            (at(61) + Retention::default().history).timestamp()
+        );
+    }
+
+    #[test]
+    fn the_update_of_a_pool_counts_atomically_and_bets_in_its_condition() {
+        let store = store();
+        let u = update(1);
+        let delta = &pool_deltas(&u)[0];
+        let win = Known::bets(None, &PoolWrite::new(&u, delta, &store.retention));
+        let item = store.pool_update(&u, delta, win).unwrap();
+        let up = item.update().unwrap();
+        let expr = up.update_expression();
+        assert!(expr.ends_with("ADD #interruptions :n"), "{expr}");
+        assert!(expr.contains("#unavailable_until = :until"), "{expr}");
+        assert!(expr.contains("#last_event_id = :eid"), "{expr}");
+        assert!(
+            expr.contains("#first_seen = if_not_exists(#first_seen, :t)"),
+            "{expr}"
+        );
+        let cond = up.condition_expression().unwrap();
+        assert!(
+            cond.contains("(attribute_not_exists(#last_seen) OR #last_seen <= :t)"),
+            "{cond}"
+        );
+        assert!(
+            cond.contains(
+                "(attribute_not_exists(#unavailable_until) OR #unavailable_until <= :until)"
+            ),
+            "{cond}"
+        );
+        // Every placeholder is used (DynamoDB rejects unused ones) and vice versa.
+        let text = format!("{expr} {cond}");
+        for name in up.expression_attribute_names().unwrap().keys() {
+            assert!(text.contains(name.as_str()), "{name} unused");
+        }
+        for value in up.expression_attribute_values().unwrap().keys() {
+            assert!(text.contains(value.as_str()), "{value} unused");
+        }
+        assert_eq!(
+            up.return_values_on_condition_check_failure(),
+            Some(&ReturnValuesOnConditionCheckFailure::AllOld)
+        );
+
+        let lose = Bets {
+            until: false,
+            last: false,
+            first: true,
+            expires: false,
+        };
+        let item = store.pool_update(&u, delta, lose).unwrap();
+        let up = item.update().unwrap();
+        let expr = up.update_expression();
+        assert!(
+            expr.contains("#last_event_id = if_not_exists(#last_event_id, :eid)"),
+            "{expr}"
+        );
+        assert!(expr.contains("#first_seen = :t"), "{expr}");
+        let cond = up.condition_expression().unwrap();
+        assert!(
+            cond.contains("(attribute_not_exists(#last_seen) OR #last_seen > :t)"),
+            "{cond}"
+        );
+    }
+
+    #[tokio::test]
+    async fn more_pools_than_a_transaction_holds_is_an_error_naming_the_count() {
+        let err = store().apply(&update(100)).await.unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("100 pools") && msg.contains("dynamodb table t"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn numbers_and_malformed_items() {
+        assert_eq!(parse_n("12"), Some(12));
+        assert_eq!(parse_n("12.9"), Some(12));
+        assert_eq!(parse_n("1.2E1"), Some(12));
+        assert_eq!(parse_n("soon"), None);
+        let mut item: HashMap<String, AttributeValue> = [
+            ("pk", s("POOL#spot#m5.large#us-east-1a")),
+            ("sk", s("POOL")),
+            ("pool", s("spot#m5.large#us-east-1a")),
+            ("expires_at", n(100)),
+            ("first_seen", n(1)),
+            ("last_seen", n(2)),
+            ("last_event_id", s("e")),
+            ("last_reason", s("r")),
+            ("last_instance_id", s("i")),
+            ("interruptions", n(3)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let r = decode_pool(&item).unwrap();
+        assert_eq!(r.interruptions(), 3);
+        assert_eq!(r.unavailable_until, None);
+        assert_eq!(r.region, None);
+        item.insert("pool".into(), s("spot#c5.large#us-east-1a"));
+        match decode_pool(&item) {
+            Err(StoreError::Corrupt { key, message }) => {
+                assert_eq!(key, "POOL#spot#m5.large#us-east-1a");
+                assert!(message.contains("does not match"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        item.insert("pool".into(), s("spot#m5.large#us-east-1a"));
+        item.insert("interruptions".into(), n(-1));
+        assert!(matches!(
+            decode_pool(&item),
+            Err(StoreError::Corrupt { .. })
+        ));
+        item.insert("interruptions".into(), n(1));
+        item.remove("last_seen");
+        match decode_pool(&item) {
+            Err(StoreError::Corrupt { message, .. }) => assert!(message.contains("last_seen")),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! The EC2 instance directory: `DescribeInstances` through the AWS SDK, one call per batch.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use aws_sdk_ec2::Client;
+use aws_sdk_ec2::types::{Filter, Instance};
+
+use crate::adapters::snapshot::capacity_type_of;
+use crate::domain::facts::InstanceFacts;
+use crate::ports::{DirectoryError, InstanceDirectory};
+
+/// EC2 accepts at most 200 values in one filter.
+const FILTER_VALUES_MAX: usize = 200;
+
+/// Instance facts from EC2.
+#[derive(Clone, Debug)]
+pub struct Ec2Directory {
+    client: Client,
+}
+
+impl Ec2Directory {
+    pub fn new(client: Client) -> Ec2Directory {
+        Ec2Directory { client }
+    }
+
+    /// A directory on the standard AWS configuration (`AWS_ENDPOINT_URL_EC2`, region, ...).
+    pub fn from_conf(sdk: &aws_config::SdkConfig) -> Ec2Directory {
+        Ec2Directory::new(Client::new(sdk))
+    }
+}
+
+/// Reads the facts of one SDK instance.
+pub fn facts_of(instance: &Instance) -> Option<InstanceFacts> {
+    let instance_id = instance.instance_id()?.to_string();
+    Some(InstanceFacts {
+        instance_id,
+        instance_type: instance.instance_type().map(|t| t.as_str().to_string()),
+        zone: instance
+            .placement()
+            .and_then(|p| p.availability_zone())
+            .map(str::to_string),
+        capacity_type: Some(capacity_type_of(
+            instance.instance_lifecycle().map(|l| l.as_str()),
+            instance.capacity_reservation_id(),
+        )),
+        private_dns: instance
+            .private_dns_name()
+            .filter(|d| !d.is_empty())
+            .map(str::to_string),
+        state: instance
+            .state()
+            .and_then(|s| s.name())
+            .map(|n| n.as_str().to_string()),
+        state_reason: instance
+            .state_reason()
+            .and_then(|r| r.code())
+            .map(str::to_string),
+        launch_time: instance
+            .launch_time()
+            .and_then(|t| chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos())),
+        tags: instance
+            .tags()
+            .iter()
+            .filter_map(|t| {
+                Some((
+                    t.key()?.to_string(),
+                    t.value().unwrap_or_default().to_string(),
+                ))
+            })
+            .collect(),
+    })
+}
+
+#[async_trait]
+impl InstanceDirectory for Ec2Directory {
+    /// Uses the `instance-id` filter rather than `InstanceIds`, so that an instance EC2 no
+    /// longer knows is simply absent instead of failing the whole call.
+    async fn describe(
+        &self,
+        instance_ids: &[String],
+    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
+        let mut found = BTreeMap::new();
+        for chunk in instance_ids.chunks(FILTER_VALUES_MAX) {
+            let filter = Filter::builder()
+                .name("instance-id")
+                .set_values(Some(chunk.to_vec()))
+                .build();
+            for facts in self.query(vec![filter]).await? {
+                found.insert(facts.instance_id.clone(), facts);
+            }
+        }
+        Ok(found)
+    }
+}
+
+impl Ec2Directory {
+    /// Every instance answering `filters`, through all pages.
+    async fn query(&self, filters: Vec<Filter>) -> Result<Vec<InstanceFacts>, DirectoryError> {
+        let mut found = Vec::new();
+        let mut pages = self
+            .client
+            .describe_instances()
+            .set_filters(Some(filters))
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| DirectoryError {
+                service: "ec2:DescribeInstances",
+                message: aws_sdk_ec2::error::DisplayErrorContext(e).to_string(),
+            })?;
+            found.extend(
+                page.reservations()
+                    .iter()
+                    .flat_map(|r| r.instances())
+                    .filter_map(facts_of),
+            );
+        }
+        Ok(found)
+    }
+}
+
+#[async_trait]
+impl crate::ports::LeavingInstances for Ec2Directory {
+    /// One query per way an instance can name its cluster (EC2 ANDs filters, so the three tag
+    /// forms need three queries), each for the leaving states; the lifecycle is checked by the
+    /// caller, client-side (the `instance-lifecycle` filter is not served everywhere).
+    async fn leaving(&self, cluster: &str) -> Result<Vec<InstanceFacts>, DirectoryError> {
+        let states = Filter::builder()
+            .name("instance-state-name")
+            .set_values(Some(
+                ["stopping", "stopped", "shutting-down", "terminated"]
+                    .map(String::from)
+                    .to_vec(),
+            ))
+            .build();
+        let by_tag = [
+            Filter::builder()
+                .name("tag-key")
+                .values(format!(
+                    "{}{cluster}",
+                    crate::domain::facts::CLUSTER_TAG_PREFIX
+                ))
+                .build(),
+            Filter::builder()
+                .name("tag:aws:eks:cluster-name")
+                .values(cluster)
+                .build(),
+            Filter::builder()
+                .name("tag:eks:cluster-name")
+                .values(cluster)
+                .build(),
+        ];
+        let mut found: BTreeMap<String, InstanceFacts> = BTreeMap::new();
+        for tag in by_tag {
+            for facts in self.query(vec![tag, states.clone()]).await? {
+                found.insert(facts.instance_id.clone(), facts);
+            }
+        }
+        Ok(found.into_values().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_ec2::types::{
+        InstanceLifecycleType, InstanceState, InstanceStateName, InstanceType, Placement,
+        StateReason, Tag,
+    };
+
+    #[test]
+    fn sdk_instance_to_facts() {
+        let i = Instance::builder()
+            .instance_id("i-0a1b2c3d4e5f60001")
+            .instance_type(InstanceType::M5Large)
+            .placement(Placement::builder().availability_zone("us-east-1a").build())
+            .instance_lifecycle(InstanceLifecycleType::Spot)
+            .private_dns_name("ip-10-0-1-11.ec2.internal")
+            .state(
+                InstanceState::builder()
+                    .name(InstanceStateName::Stopped)
+                    .build(),
+            )
+            .state_reason(
+                StateReason::builder()
+                    .code("Server.SpotInstanceTermination")
+                    .build(),
+            )
+            .tags(Tag::builder().key("eks:cluster-name").value("demo").build())
+            .launch_time(aws_sdk_ec2::primitives::DateTime::from_secs(1_795_165_200))
+            .build();
+        let f = facts_of(&i).unwrap();
+        assert_eq!(f.pool().unwrap().to_string(), "spot#m5.large#us-east-1a");
+        assert_eq!(f.state.as_deref(), Some("stopped"));
+        assert_eq!(
+            f.state_reason.as_deref(),
+            Some("Server.SpotInstanceTermination")
+        );
+        assert_eq!(f.clusters(), vec!["demo"]);
+        assert_eq!(f.launch_time.map(|t| t.timestamp()), Some(1_795_165_200));
+        assert!(facts_of(&Instance::builder().build()).is_none());
+    }
+}

@@ -1,0 +1,483 @@
+//! The embedded pool store: one redb file (`pools.redb`) in a per-user state directory.
+//!
+//! Two tables: `ledger` (event id → (recorded_at, expires_at), both Unix milliseconds) is the
+//! idempotence ledger, and `pools` (pool key `capacity_type#instance_type#zone` → the
+//! [`PoolRecord`] as JSON). [`PoolStore::apply`] is one redb write transaction, so an event's
+//! ledger entry and all its pool updates commit together or not at all; redb serialises write
+//! transactions, so concurrent applies never lose an increment. Expired ledger entries and pools
+//! are dropped when the store is opened (and by [`EmbeddedStore::purge`]); until then they are
+//! ignored by every read.
+
+use std::collections::HashSet;
+use std::ffi::OsString;
+use std::fmt::Display;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+
+use crate::domain::fold::{fold, pool_deltas, validate};
+use crate::domain::pool::{
+    Applied, PoolKey, PoolQuery, PoolRecord, PoolUpdate, Retention, sort_newest_first,
+};
+use crate::ports::{PoolStore, StoreError};
+
+/// Event id → (recorded_at, expires_at), Unix milliseconds.
+const LEDGER: TableDefinition<&str, (i64, i64)> = TableDefinition::new("ledger");
+/// Pool key → [`PoolRecord`] as JSON.
+const POOLS: TableDefinition<&str, &str> = TableDefinition::new("pools");
+
+/// The per-user default directory of the embedded store: `$FOREWARN_STATE_DIR` if set, else
+/// `$XDG_STATE_HOME/forewarn`, else `$HOME/.local/state/forewarn`, else `./.forewarn`. Empty
+/// variables count as unset, and a relative `XDG_STATE_HOME` is ignored (as the XDG base
+/// directory specification asks).
+pub fn default_state_dir() -> PathBuf {
+    state_dir_from(|name| std::env::var_os(name))
+}
+
+fn state_dir_from(var: impl Fn(&str) -> Option<OsString>) -> PathBuf {
+    let var = |name: &str| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(dir) = var("FOREWARN_STATE_DIR") {
+        return dir;
+    }
+    if let Some(xdg) = var("XDG_STATE_HOME").filter(|p| p.is_absolute()) {
+        return xdg.join("forewarn");
+    }
+    if let Some(home) = var("HOME") {
+        return home.join(".local").join("state").join("forewarn");
+    }
+    PathBuf::from(".forewarn")
+}
+
+/// What [`EmbeddedStore::purge`] removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Purged {
+    pub events: usize,
+    pub pools: usize,
+}
+
+/// The pool store in a local redb file. Cloning gives another handle to the same database.
+#[derive(Clone)]
+pub struct EmbeddedStore {
+    db: Arc<Database>,
+    path: PathBuf,
+    retention: Retention,
+}
+
+impl std::fmt::Debug for EmbeddedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedStore")
+            .field("path", &self.path)
+            .field("retention", &self.retention)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EmbeddedStore {
+    /// The database file's name inside the store's directory.
+    pub const FILE_NAME: &'static str = "pools.redb";
+
+    /// Opens (creating when missing) the store in `dir`: the directory and `dir/pools.redb`.
+    /// Drops the expired ledger entries and pools. Fails when another process holds the file.
+    pub fn open(dir: &Path) -> Result<EmbeddedStore, StoreError> {
+        let path = dir.join(Self::FILE_NAME);
+        std::fs::create_dir_all(dir).map_err(|e| {
+            backend(
+                &path,
+                format_args!("creating the directory {}", dir.display()),
+                e,
+            )
+        })?;
+        let db = Database::create(&path).map_err(|e| backend(&path, "opening the database", e))?;
+        let txn = db
+            .begin_write()
+            .map_err(|e| backend(&path, "creating the tables", e))?;
+        {
+            txn.open_table(LEDGER)
+                .map_err(|e| backend(&path, "creating the ledger table", e))?;
+            txn.open_table(POOLS)
+                .map_err(|e| backend(&path, "creating the pools table", e))?;
+        }
+        txn.commit()
+            .map_err(|e| backend(&path, "creating the tables", e))?;
+        let store = EmbeddedStore {
+            db: Arc::new(db),
+            path,
+            retention: Retention::default(),
+        };
+        store.purge_blocking(Utc::now())?;
+        Ok(store)
+    }
+
+    /// The store with another retention (default: [`Retention::default`]).
+    pub fn with_retention(mut self, retention: Retention) -> EmbeddedStore {
+        self.retention = retention;
+        self
+    }
+
+    pub fn set_retention(&mut self, retention: Retention) {
+        self.retention = retention;
+    }
+
+    pub fn retention(&self) -> Retention {
+        self.retention
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// One pool's record, whatever its expiry (`None`: never recorded, or purged).
+    pub async fn pool(&self, key: &PoolKey) -> Result<Option<PoolRecord>, StoreError> {
+        let key = key.to_string();
+        self.blocking(move |store| {
+            let txn = store.read_txn()?;
+            let table = txn
+                .open_table(POOLS)
+                .map_err(|e| store.err("opening the pools table", e))?;
+            let value = table
+                .get(key.as_str())
+                .map_err(|e| store.err(format_args!("reading pool {key}"), e))?;
+            value.map(|v| decode(&key, v.value())).transpose()
+        })
+        .await
+    }
+
+    /// Removes the ledger entries and pools expired at `now`. Malformed pool records are left in
+    /// place (reads report them).
+    pub async fn purge(&self, now: DateTime<Utc>) -> Result<Purged, StoreError> {
+        self.blocking(move |store| store.purge_blocking(now)).await
+    }
+
+    fn purge_blocking(&self, now: DateTime<Utc>) -> Result<Purged, StoreError> {
+        let now_ms = now.timestamp_millis();
+        let mut purged = Purged::default();
+        let txn = self
+            .db
+            .begin_write()
+            .map_err(|e| self.err("starting the purge", e))?;
+        {
+            let mut ledger = txn
+                .open_table(LEDGER)
+                .map_err(|e| self.err("opening the ledger table", e))?;
+            ledger
+                .retain(|_, (_, expires)| {
+                    let keep = expires > now_ms;
+                    purged.events += usize::from(!keep);
+                    keep
+                })
+                .map_err(|e| self.err("purging the ledger", e))?;
+            let mut pools = txn
+                .open_table(POOLS)
+                .map_err(|e| self.err("opening the pools table", e))?;
+            pools
+                .retain(|key, json| {
+                    let keep = decode(key, json).map_or(true, |r| r.expires_at > now);
+                    purged.pools += usize::from(!keep);
+                    keep
+                })
+                .map_err(|e| self.err("purging the pools", e))?;
+        }
+        txn.commit()
+            .map_err(|e| self.err("committing the purge", e))?;
+        Ok(purged)
+    }
+
+    fn apply_blocking(&self, update: &PoolUpdate) -> Result<Applied, StoreError> {
+        let id = update.event_id.as_str();
+        validate(update).map_err(|m| self.err(format_args!("applying event {id}"), m))?;
+        let recorded_ms = update.recorded_at.timestamp_millis();
+        let deltas = pool_deltas(update);
+        let txn = self
+            .db
+            .begin_write()
+            .map_err(|e| self.err(format_args!("starting to apply event {id}"), e))?;
+        {
+            let mut ledger = txn
+                .open_table(LEDGER)
+                .map_err(|e| self.err("opening the ledger table", e))?;
+            for key in update.ledger_keys() {
+                let seen = ledger
+                    .get(key)
+                    .map_err(|e| self.err(format_args!("reading the ledger entry {key}"), e))?
+                    .map(|v| v.value());
+                if seen.is_some_and(|(_, expires)| expires > recorded_ms) {
+                    return Ok(Applied::Duplicate);
+                }
+            }
+            let expires = (update.recorded_at + self.retention.ledger).timestamp_millis();
+            for key in update.ledger_keys() {
+                ledger
+                    .insert(key, (recorded_ms, expires))
+                    .map_err(|e| self.err(format_args!("recording {key} (event {id})"), e))?;
+            }
+            let mut pools = txn
+                .open_table(POOLS)
+                .map_err(|e| self.err("opening the pools table", e))?;
+            for delta in &deltas {
+                let key = delta.pool.to_string();
+                let existing = pools
+                    .get(key.as_str())
+                    .map_err(|e| self.err(format_args!("reading pool {key}"), e))?
+                    .map(|v| decode(&key, v.value()))
+                    .transpose()?;
+                let record = fold(existing, update, delta, &self.retention);
+                let json = serde_json::to_string(&record)
+                    .map_err(|e| self.err(format_args!("encoding pool {key} (event {id})"), e))?;
+                pools
+                    .insert(key.as_str(), json.as_str())
+                    .map_err(|e| self.err(format_args!("writing pool {key} (event {id})"), e))?;
+            }
+        }
+        txn.commit()
+            .map_err(|e| self.err(format_args!("committing event {id}"), e))?;
+        Ok(Applied::Applied)
+    }
+
+    fn read_txn(&self) -> Result<redb::ReadTransaction, StoreError> {
+        self.db
+            .begin_read()
+            .map_err(|e| self.err("starting a read", e))
+    }
+
+    /// Runs blocking redb work off the async executor.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&EmbeddedStore) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || work(&store))
+            .await
+            .map_err(|e| self.err("running a database task", e))?
+    }
+
+    fn err(&self, what: impl Display, error: impl Display) -> StoreError {
+        backend(&self.path, what, error)
+    }
+}
+
+fn backend(path: &Path, what: impl Display, error: impl Display) -> StoreError {
+    StoreError::Backend {
+        location: path.display().to_string(),
+        message: format!("{what}: {error}"),
+    }
+}
+
+fn decode(key: &str, json: &str) -> Result<PoolRecord, StoreError> {
+    let corrupt = |message: String| StoreError::Corrupt {
+        key: key.to_string(),
+        message,
+    };
+    let record: PoolRecord =
+        serde_json::from_str(json).map_err(|e| corrupt(format!("not a pool record: {e}")))?;
+    if record.pool.to_string() != key {
+        return Err(corrupt(format!(
+            "holds the record of pool {} instead",
+            record.pool
+        )));
+    }
+    Ok(record)
+}
+
+#[async_trait]
+impl PoolStore for EmbeddedStore {
+    async fn applied(&self, event_ids: &[String]) -> Result<HashSet<String>, StoreError> {
+        let ids = event_ids.to_vec();
+        let now_ms = Utc::now().timestamp_millis();
+        self.blocking(move |store| {
+            let txn = store.read_txn()?;
+            let ledger = txn
+                .open_table(LEDGER)
+                .map_err(|e| store.err("opening the ledger table", e))?;
+            let mut applied = HashSet::new();
+            for id in ids {
+                let entry = ledger
+                    .get(id.as_str())
+                    .map_err(|e| store.err(format_args!("reading the ledger entry of {id}"), e))?;
+                if entry.is_some_and(|v| v.value().1 > now_ms) {
+                    applied.insert(id);
+                }
+            }
+            Ok(applied)
+        })
+        .await
+    }
+
+    async fn apply(&self, update: &PoolUpdate) -> Result<Applied, StoreError> {
+        let update = update.clone();
+        self.blocking(move |store| store.apply_blocking(&update))
+            .await
+    }
+
+    async fn pools(
+        &self,
+        query: &PoolQuery,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<PoolRecord>, StoreError> {
+        let query = query.clone();
+        self.blocking(move |store| {
+            let txn = store.read_txn()?;
+            let table = txn
+                .open_table(POOLS)
+                .map_err(|e| store.err("opening the pools table", e))?;
+            let mut records = Vec::new();
+            for entry in table
+                .iter()
+                .map_err(|e| store.err("listing the pools", e))?
+            {
+                let (key, json) = entry.map_err(|e| store.err("listing the pools", e))?;
+                let record = decode(key.value(), json.value())?;
+                if query.matches(&record, now) {
+                    records.push(record);
+                }
+            }
+            sort_newest_first(&mut records);
+            Ok(records)
+        })
+        .await
+    }
+
+    fn describe(&self) -> String {
+        format!("embedded store at {}", self.path.display())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::event::EventKind;
+    use crate::domain::pool::{CapacityType, PoolMark};
+    use chrono::{Duration, TimeZone};
+
+    fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |name| {
+            vars.iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| OsString::from(v))
+        }
+    }
+
+    #[test]
+    fn state_dir_precedence() {
+        let all = [
+            ("FOREWARN_STATE_DIR", "/explicit"),
+            ("XDG_STATE_HOME", "/xdg"),
+            ("HOME", "/home/u"),
+        ];
+        assert_eq!(state_dir_from(env(&all)), PathBuf::from("/explicit"));
+        assert_eq!(
+            state_dir_from(env(&all[1..])),
+            PathBuf::from("/xdg/forewarn")
+        );
+        assert_eq!(
+            state_dir_from(env(&[("XDG_STATE_HOME", "relative"), ("HOME", "/home/u")])),
+            PathBuf::from("/home/u/.local/state/forewarn")
+        );
+        assert_eq!(
+            state_dir_from(env(&[("FOREWARN_STATE_DIR", ""), ("HOME", "/home/u")])),
+            PathBuf::from("/home/u/.local/state/forewarn")
+        );
+        assert_eq!(state_dir_from(env(&[])), PathBuf::from(".forewarn"));
+    }
+
+    fn update(id: &str, recorded_at: DateTime<Utc>) -> PoolUpdate {
+        PoolUpdate {
+            event_id: id.into(),
+            kind: EventKind::SpotInterruption,
+            event_time: recorded_at,
+            region: None,
+            reason: "r".into(),
+            marks: vec![PoolMark {
+                pool: PoolKey::new(CapacityType::Spot, "m5.large", "us-east-1a"),
+                instance_id: "i-1".into(),
+                unavailable_until: Some(recorded_at + Duration::minutes(10)),
+            }],
+            recorded_at,
+            also_keys: Vec::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn expired_ledger_entries_do_not_count_and_are_purged() {
+        let dir = tempfile::tempdir().unwrap();
+        let retention = Retention {
+            ledger: Duration::hours(1),
+            history: Duration::days(1),
+        };
+        let store = EmbeddedStore::open(dir.path())
+            .unwrap()
+            .with_retention(retention);
+        let long_ago = Utc::now() - Duration::days(3);
+        assert_eq!(
+            store.apply(&update("e1", long_ago)).await.unwrap(),
+            Applied::Applied
+        );
+        assert!(store.applied(&["e1".into()]).await.unwrap().is_empty());
+        // Redelivered after the ledger forgot it: applied again.
+        let later = long_ago + Duration::hours(2);
+        assert_eq!(
+            store.apply(&update("e1", later)).await.unwrap(),
+            Applied::Applied
+        );
+        let purged = store.purge(Utc::now()).await.unwrap();
+        assert_eq!(
+            purged,
+            Purged {
+                events: 1,
+                pools: 1
+            }
+        );
+        let key = PoolKey::new(CapacityType::Spot, "m5.large", "us-east-1a");
+        assert!(store.pool(&key).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn reopening_keeps_the_data_and_a_corrupt_record_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = Utc.timestamp_opt(Utc::now().timestamp(), 0).unwrap();
+        {
+            let store = EmbeddedStore::open(dir.path()).unwrap();
+            store.apply(&update("e1", now)).await.unwrap();
+        }
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        assert_eq!(store.path(), dir.path().join("pools.redb"));
+        assert!(store.describe().contains("pools.redb"));
+        assert_eq!(
+            store.apply(&update("e1", now)).await.unwrap(),
+            Applied::Duplicate
+        );
+        assert_eq!(
+            store.pools(&PoolQuery::default(), now).await.unwrap().len(),
+            1
+        );
+        {
+            let txn = store.db.begin_write().unwrap();
+            txn.open_table(POOLS)
+                .unwrap()
+                .insert("spot#c5.large#us-east-1a", "{not json")
+                .unwrap();
+            txn.commit().unwrap();
+        }
+        match store.pools(&PoolQuery::default(), now).await {
+            Err(StoreError::Corrupt { key, .. }) => assert_eq!(key, "spot#c5.large#us-east-1a"),
+            other => panic!("expected a corrupt record error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_second_open_of_the_same_file_fails_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let _first = EmbeddedStore::open(dir.path()).unwrap();
+        match EmbeddedStore::open(dir.path()) {
+            Err(e) => assert!(e.to_string().contains("pools.redb"), "{e}"),
+            Ok(_) => panic!("opened the same database twice"),
+        }
+    }
+}

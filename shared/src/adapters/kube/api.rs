@@ -1,0 +1,337 @@
+//! API call errors and the small retry every call gets for "try again" answers.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// The name forewarn uses as field manager, Event reporting controller and RBAC group.
+pub const FIELD_MANAGER: &str = "forewarn";
+
+/// One Kubernetes API call that failed: what was asked, of which object, and the answer.
+#[derive(Debug, thiserror::Error)]
+#[error("{verb} {object}: {}", describe(.source))]
+pub struct ApiError {
+    /// `get`, `list`, `patch`, `delete`, `evict`, `create`.
+    pub verb: &'static str,
+    /// The object, as `node/<name>`, `pod/<ns>/<name>`, `nodeclaim/<name>`, ...
+    pub object: String,
+    /// The HTTP status of the API's answer (`None` for transport failures and timeouts).
+    pub status: Option<u16>,
+    #[source]
+    pub source: ::kube::Error,
+}
+
+impl ApiError {
+    pub(crate) fn new(
+        verb: &'static str,
+        object: impl Into<String>,
+        source: ::kube::Error,
+    ) -> Self {
+        ApiError {
+            verb,
+            object: object.into(),
+            status: status_code(&source),
+            source,
+        }
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        self.status == Some(404)
+    }
+
+    pub fn is_conflict(&self) -> bool {
+        self.status == Some(409)
+    }
+
+    /// The API's `Status` message, or the error text.
+    pub fn message(&self) -> String {
+        match &self.source {
+            ::kube::Error::Api(status) => status.message.clone(),
+            other => other.to_string(),
+        }
+    }
+}
+
+fn describe(e: &::kube::Error) -> String {
+    match e {
+        ::kube::Error::Api(s) => {
+            let reason = if s.reason.is_empty() { "" } else { &s.reason };
+            format!("{} {reason}: {}", s.code, s.message)
+        }
+        other => other.to_string(),
+    }
+}
+
+pub(crate) fn status_code(e: &::kube::Error) -> Option<u16> {
+    match e {
+        ::kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+/// Answers that say "try again": API priority and fairness (429), unavailable (503), gateway
+/// timeout (504). kube's own retry layer is off for forewarn's clients (it would retry eviction
+/// refusals for minutes), so calls retry these themselves, briefly.
+pub(crate) fn is_retryable(status: Option<u16>) -> bool {
+    matches!(status, Some(429 | 503 | 504))
+}
+
+/// How many times a call is tried when the answer says "try again".
+pub(crate) const CALL_ATTEMPTS: u32 = 3;
+const CALL_BACKOFF: Duration = Duration::from_millis(200);
+
+/// Runs `call` until it succeeds, fails for good, or was tried [`CALL_ATTEMPTS`] times on
+/// retryable answers.
+pub(crate) async fn with_retry<T, F, Fut>(
+    verb: &'static str,
+    object: &str,
+    mut call: F,
+) -> Result<T, ApiError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, ::kube::Error>>,
+{
+    let mut attempt = 1;
+    loop {
+        throttle().await;
+        match call().await {
+            Ok(v) => return Ok(v),
+            Err(e) => {
+                let status = status_code(&e);
+                if attempt >= CALL_ATTEMPTS || !is_retryable(status) {
+                    return Err(ApiError::new(verb, object, e));
+                }
+                let backoff = jittered(CALL_BACKOFF * 2u32.pow(attempt - 1));
+                let delay = match retry_after(&e) {
+                    Some(after) => {
+                        // The server said when: every call of the process waits that long.
+                        pause_all(after);
+                        after.max(backoff)
+                    }
+                    None => backoff,
+                };
+                tracing::debug!(verb, object, ?status, attempt, ?delay, "retrying API call");
+                tokio::time::sleep(delay).await;
+                attempt += 1;
+            }
+        }
+    }
+}
+
+/// The `Retry-After` of a "try again" answer: the API server puts it in the `Status` details
+/// (`retryAfterSeconds`, as well as in the header) of its 429s and of some 503s.
+pub(crate) fn retry_after(e: &::kube::Error) -> Option<Duration> {
+    match e {
+        ::kube::Error::Api(s) if is_retryable(Some(s.code)) => s
+            .details
+            .as_ref()
+            .map(|d| d.retry_after_seconds)
+            .filter(|secs| *secs > 0)
+            .map(|secs| Duration::from_secs(u64::from(secs).min(MAX_RETRY_AFTER_SECS))),
+        _ => None,
+    }
+}
+
+/// A `Retry-After` longer than this is cut to it (a drain has minutes, not hours).
+const MAX_RETRY_AFTER_SECS: u64 = 30;
+
+/// A client-side token bucket, like client-go's `QPS`/`Burst`: requests go out at `qps` on
+/// average, up to `burst` at once after a quiet spell. Reservations: each request takes a
+/// token now (the count may go below zero) and waits until its token would have been there,
+/// so waiting requests go out in the order they asked, spaced `1/qps` apart. A `Retry-After`
+/// pauses every request until it has passed.
+#[derive(Debug)]
+pub(crate) struct RateLimiter {
+    qps: f64,
+    burst: f64,
+    state: Mutex<Bucket>,
+}
+
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+    paused_until: Option<Instant>,
+}
+
+impl RateLimiter {
+    /// `qps` > 0 and finite, `burst` ≥ 1 (callers validate; out-of-range values are clamped).
+    pub(crate) fn new(qps: f64, burst: u32, now: Instant) -> RateLimiter {
+        let qps = if qps.is_finite() && qps > 0.0 {
+            qps
+        } else {
+            1.0
+        };
+        let burst = f64::from(burst.max(1));
+        RateLimiter {
+            qps,
+            burst,
+            state: Mutex::new(Bucket {
+                tokens: burst,
+                at: now,
+                paused_until: None,
+            }),
+        }
+    }
+
+    /// Takes a token at `now`; the answer is how long to wait before sending.
+    pub(crate) fn reserve(&self, now: Instant) -> Duration {
+        let mut b = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let elapsed = now.saturating_duration_since(b.at).as_secs_f64();
+        b.tokens = (b.tokens + elapsed * self.qps).min(self.burst) - 1.0;
+        b.at = b.at.max(now);
+        let wait = if b.tokens < 0.0 {
+            Duration::from_secs_f64(-b.tokens / self.qps)
+        } else {
+            Duration::ZERO
+        };
+        let paused = b
+            .paused_until
+            .map_or(Duration::ZERO, |until| until.saturating_duration_since(now));
+        wait.max(paused)
+    }
+
+    /// No request goes out before `until`.
+    pub(crate) fn pause_until(&self, until: Instant) {
+        let mut b = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        b.paused_until = Some(b.paused_until.map_or(until, |p| p.max(until)));
+    }
+}
+
+/// The process's limiter: every call of every client shares it (one Lambda execution
+/// environment talks to one API server). `None`: no client-side limit.
+static LIMITER: RwLock<Option<Arc<RateLimiter>>> = RwLock::new(None);
+
+/// Sets (or with `None` removes) the process's client-side rate limit.
+pub(crate) fn set_rate_limit(limit: Option<(f64, u32)>) {
+    let limiter = limit.map(|(qps, burst)| Arc::new(RateLimiter::new(qps, burst, Instant::now())));
+    *LIMITER.write().unwrap_or_else(|p| p.into_inner()) = limiter;
+}
+
+fn limiter() -> Option<Arc<RateLimiter>> {
+    LIMITER.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// Waits for the process's rate limit (if any) before a request goes out. Every request to the
+/// API server calls it once per attempt.
+pub(crate) async fn throttle() {
+    if let Some(limiter) = limiter() {
+        let wait = limiter.reserve(Instant::now());
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+/// A `Retry-After` seen by one call holds back every call of the process (when limited).
+fn pause_all(after: Duration) {
+    if let Some(limiter) = limiter() {
+        limiter.pause_until(Instant::now() + after);
+    }
+}
+
+/// "Equal jitter": half the delay, plus a random part of the other half.
+pub(crate) fn jittered(delay: Duration) -> Duration {
+    let half = delay / 2;
+    let nanos = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
+    if nanos == 0 {
+        return delay;
+    }
+    half + Duration::from_nanos(rand::random_range(0..=nanos))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_within_the_delay() {
+        for _ in 0..100 {
+            let d = jittered(Duration::from_millis(100));
+            assert!(d >= Duration::from_millis(50) && d <= Duration::from_millis(100));
+        }
+        assert_eq!(jittered(Duration::ZERO), Duration::ZERO);
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn the_bucket_lets_a_burst_through_then_spaces_requests_by_the_rate() {
+        let t0 = Instant::now();
+        let limiter = RateLimiter::new(100.0, 3, t0);
+        // The burst goes at once.
+        for _ in 0..3 {
+            assert_eq!(limiter.reserve(t0), Duration::ZERO);
+        }
+        // Then one every 10 ms, queued in order.
+        let waits: Vec<u128> = (0..3).map(|_| limiter.reserve(t0).as_millis()).collect();
+        assert_eq!(waits, vec![10, 20, 30]);
+        // 100 ms later the debt (3 tokens) is paid and 7 more came back, capped at the burst.
+        let later = t0 + ms(100);
+        for _ in 0..3 {
+            assert_eq!(limiter.reserve(later), Duration::ZERO);
+        }
+        assert_eq!(limiter.reserve(later).as_millis(), 10);
+    }
+
+    #[test]
+    fn a_pause_holds_every_request_until_it_ends() {
+        let t0 = Instant::now();
+        let limiter = RateLimiter::new(1000.0, 10, t0);
+        limiter.pause_until(t0 + ms(1000));
+        // An earlier pause does not shorten a later one.
+        limiter.pause_until(t0 + ms(500));
+        assert_eq!(limiter.reserve(t0), ms(1000));
+        assert_eq!(limiter.reserve(t0 + ms(400)), ms(600));
+        assert_eq!(limiter.reserve(t0 + ms(1000)), Duration::ZERO);
+    }
+
+    #[test]
+    fn bad_settings_are_clamped_not_panicked_on() {
+        let t0 = Instant::now();
+        let limiter = RateLimiter::new(f64::NAN, 0, t0);
+        assert_eq!(limiter.reserve(t0), Duration::ZERO);
+        assert_eq!(limiter.reserve(t0), Duration::from_secs(1));
+    }
+
+    fn details(retry_after_seconds: u32) -> ::kube::core::response::StatusDetails {
+        serde_json::from_value(serde_json::json!({ "retryAfterSeconds": retry_after_seconds }))
+            .unwrap()
+    }
+
+    #[test]
+    fn retry_after_comes_from_the_status_details_of_retryable_answers() {
+        let mut status =
+            ::kube::core::Status::failure("slow down", "TooManyRequests").with_code(429);
+        status.details = Some(details(2));
+        let e = ::kube::Error::Api(Box::new(status.clone()));
+        assert_eq!(retry_after(&e), Some(Duration::from_secs(2)));
+        status.details = Some(details(3600));
+        let long = ::kube::Error::Api(Box::new(status.clone()));
+        assert_eq!(
+            retry_after(&long),
+            Some(Duration::from_secs(MAX_RETRY_AFTER_SECS))
+        );
+        // Not for answers that are not "try again", nor without the detail.
+        let conflict = ::kube::Error::Api(Box::new(status.clone().with_code(409)));
+        assert_eq!(retry_after(&conflict), None);
+        status.details = None;
+        assert_eq!(retry_after(&::kube::Error::Api(Box::new(status))), None);
+    }
+
+    #[test]
+    fn errors_name_the_object_and_the_status() {
+        let status =
+            ::kube::core::Status::failure("nodes \"n1\" not found", "NotFound").with_code(404);
+        let e = ApiError::new("get", "node/n1", ::kube::Error::Api(Box::new(status)));
+        assert!(e.is_not_found());
+        assert_eq!(
+            e.to_string(),
+            "get node/n1: 404 NotFound: nodes \"n1\" not found"
+        );
+    }
+}

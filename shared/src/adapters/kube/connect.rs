@@ -1,0 +1,491 @@
+//! The connection to the API server: kubeconfig inference, or EKS with an IAM token.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use ::kube::config::{
+    Cluster, Context, KubeConfigOptions, Kubeconfig, KubeconfigError, NamedAuthInfo, NamedCluster,
+    NamedContext,
+};
+use aws_config::SdkConfig;
+use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
+use tokio::sync::Mutex;
+
+use super::eks::{TOKEN_CACHE_LIFETIME, TokenError, eks_token};
+use crate::adapters::aws::aws_error_text;
+
+/// Selects the EKS connection: the cluster's name.
+pub const ENV_EKS_CLUSTER: &str = "FOREWARN_EKS_CLUSTER";
+/// The API server endpoint (`https://...eks.amazonaws.com`); with [`ENV_CLUSTER_CA`], spares
+/// the EKS `DescribeCluster` call.
+pub const ENV_CLUSTER_ENDPOINT: &str = "FOREWARN_CLUSTER_ENDPOINT";
+/// The cluster's certificate authority: base64 of the PEM, as EKS and kubeconfig files give it.
+pub const ENV_CLUSTER_CA: &str = "FOREWARN_CLUSTER_CA";
+
+/// Client-side rate limit of the process's Kubernetes API calls: requests per second on
+/// average (like client-go's `QPS`). Unset or `0`: no limit.
+pub const ENV_KUBE_QPS: &str = "FOREWARN_KUBE_QPS";
+/// Requests that may go at once after a quiet spell (client-go's `Burst`); default: the QPS
+/// rounded up.
+pub const ENV_KUBE_BURST: &str = "FOREWARN_KUBE_BURST";
+
+/// Timeouts of forewarn's clients: a call that hangs fails (and the event comes back) well
+/// within a Lambda invocation.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How forewarn reaches the API server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterAccess {
+    /// kube's standard inference: `$KUBECONFIG` or `~/.kube/config`, else in-cluster.
+    Kubeconfig,
+    /// EKS, authenticated with an IAM token (the Lambda case).
+    Eks(EksAccess),
+}
+
+/// An EKS cluster, and what is known of its endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EksAccess {
+    pub cluster: String,
+    /// The API server URL; from `DescribeCluster` when not set.
+    pub endpoint: Option<String>,
+    /// Base64 of the CA's PEM; from `DescribeCluster` when not set.
+    pub ca_base64: Option<String>,
+    /// The region the token is signed for (and `DescribeCluster` asked in); the AWS
+    /// configuration's when not set.
+    pub region: Option<String>,
+}
+
+impl ClusterAccess {
+    /// Reads [`ENV_EKS_CLUSTER`], [`ENV_CLUSTER_ENDPOINT`] and [`ENV_CLUSTER_CA`].
+    pub fn from_env() -> ClusterAccess {
+        ClusterAccess::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// As [`ClusterAccess::from_env`], through `lookup`.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> ClusterAccess {
+        let get = |name: &str| {
+            lookup(name)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        match get(ENV_EKS_CLUSTER) {
+            None => ClusterAccess::Kubeconfig,
+            Some(cluster) => ClusterAccess::Eks(EksAccess {
+                cluster,
+                endpoint: get(ENV_CLUSTER_ENDPOINT),
+                ca_base64: get(ENV_CLUSTER_CA),
+                region: None,
+            }),
+        }
+    }
+}
+
+/// A connection that could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("no Kubernetes configuration found (KUBECONFIG, ~/.kube/config, in-cluster): {0}")]
+    Infer(#[from] ::kube::config::InferConfigError),
+    #[error("EKS cluster {cluster}: bad endpoint or certificate authority: {source}")]
+    Endpoint {
+        cluster: String,
+        #[source]
+        source: KubeconfigError,
+    },
+    #[error("building the Kubernetes client: {0}")]
+    Client(#[source] ::kube::Error),
+    #[error("EKS cluster {cluster}: no AWS region configured (AWS_REGION)")]
+    NoRegion { cluster: String },
+    #[error("EKS cluster {cluster}: no AWS credentials provider configured")]
+    NoCredentials { cluster: String },
+    #[error("EKS cluster {cluster}: AWS credentials: {message}")]
+    Credentials { cluster: String, message: String },
+    #[error(transparent)]
+    Token(#[from] TokenError),
+    #[error("EKS DescribeCluster {cluster}: {message}")]
+    DescribeCluster { cluster: String, message: String },
+    #[error("{variable}={value:?}: {message}")]
+    RateLimit {
+        variable: &'static str,
+        value: String,
+        message: &'static str,
+    },
+}
+
+/// The client-side rate limit [`ENV_KUBE_QPS`] and [`ENV_KUBE_BURST`] set, read through
+/// `lookup`: `None` when no QPS is set (or it is 0).
+pub fn rate_limit_from_lookup(
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<Option<(f64, u32)>, ConnectError> {
+    let get = |name: &str| {
+        lookup(name)
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    };
+    let Some(qps_text) = get(ENV_KUBE_QPS) else {
+        return Ok(None);
+    };
+    let qps = qps_text
+        .parse::<f64>()
+        .ok()
+        .filter(|q| q.is_finite() && *q >= 0.0 && *q <= 1e6)
+        .ok_or(ConnectError::RateLimit {
+            variable: ENV_KUBE_QPS,
+            value: qps_text.clone(),
+            message: "not a number of requests per second (0 to 1000000; 0: no limit)",
+        })?;
+    if qps == 0.0 {
+        return Ok(None);
+    }
+    let burst = match get(ENV_KUBE_BURST) {
+        None => qps.ceil().max(1.0) as u32,
+        Some(v) => v
+            .parse::<u32>()
+            .ok()
+            .filter(|b| *b >= 1)
+            .ok_or(ConnectError::RateLimit {
+                variable: ENV_KUBE_BURST,
+                value: v.clone(),
+                message: "not a positive whole number of requests",
+            })?,
+    };
+    Ok(Some((qps, burst)))
+}
+
+/// A source of `kube::Client`s: one fixed client, or (EKS) a client whose token is made anew
+/// when the cached one is about to expire. Cheap to clone.
+#[derive(Clone)]
+pub struct ClusterClient {
+    inner: Arc<Inner>,
+}
+
+enum Inner {
+    Fixed(::kube::Client),
+    Eks(Box<EksClients>),
+}
+
+struct EksClients {
+    base: ::kube::Config,
+    cluster: String,
+    region: String,
+    credentials: SharedCredentialsProvider,
+    lifetime: Duration,
+    cached: Mutex<Option<(::kube::Client, Instant)>>,
+}
+
+impl std::fmt::Debug for ClusterClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &*self.inner {
+            Inner::Fixed(_) => f.write_str("ClusterClient::Fixed"),
+            Inner::Eks(e) => f
+                .debug_struct("ClusterClient::Eks")
+                .field("cluster", &e.cluster)
+                .field("region", &e.region)
+                .field("endpoint", &e.base.cluster_url.to_string())
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+impl ClusterClient {
+    /// Always this client (kubeconfig, in-cluster, tests).
+    pub fn new(client: ::kube::Client) -> ClusterClient {
+        ClusterClient {
+            inner: Arc::new(Inner::Fixed(client)),
+        }
+    }
+
+    /// Sets the client-side rate limit of every Kubernetes API call of this process, whatever
+    /// client makes it: `qps` requests per second on average, `burst` at once (as
+    /// [`ENV_KUBE_QPS`] and [`ENV_KUBE_BURST`] do for [`connect`] and [`connect_eks`]). A 429
+    /// with `Retry-After` then also holds back every call of the process until it has passed.
+    pub fn set_rate_limit(qps: f64, burst: u32) {
+        super::api::set_rate_limit(Some((qps, burst)));
+    }
+
+    /// Removes the process's client-side rate limit.
+    pub fn clear_rate_limit() {
+        super::api::set_rate_limit(None);
+    }
+
+    /// A client built from `config` as it is.
+    pub fn from_config(config: ::kube::Config) -> Result<ClusterClient, ConnectError> {
+        Ok(ClusterClient::new(
+            ::kube::Client::try_from(config).map_err(ConnectError::Client)?,
+        ))
+    }
+
+    /// EKS: clients for `base` (endpoint and CA, no credentials) carrying a token for
+    /// `cluster` signed in `region` with `credentials`, each token used for `lifetime` at most
+    /// ([`TOKEN_CACHE_LIFETIME`] in production) and never past the credentials' expiry.
+    pub fn eks(
+        base: ::kube::Config,
+        cluster: impl Into<String>,
+        region: impl Into<String>,
+        credentials: SharedCredentialsProvider,
+        lifetime: Duration,
+    ) -> ClusterClient {
+        ClusterClient {
+            inner: Arc::new(Inner::Eks(Box::new(EksClients {
+                base,
+                cluster: cluster.into(),
+                region: region.into(),
+                credentials,
+                lifetime,
+                cached: Mutex::new(None),
+            }))),
+        }
+    }
+
+    /// A client to send requests with now (for EKS, with a token valid for a while yet).
+    pub async fn client(&self) -> Result<::kube::Client, ConnectError> {
+        match &*self.inner {
+            Inner::Fixed(client) => Ok(client.clone()),
+            Inner::Eks(eks) => eks.client().await,
+        }
+    }
+}
+
+impl EksClients {
+    async fn client(&self) -> Result<::kube::Client, ConnectError> {
+        let mut cached = self.cached.lock().await;
+        if let Some((client, until)) = cached.as_ref()
+            && Instant::now() < *until
+        {
+            return Ok(client.clone());
+        }
+        let credentials = self.credentials.provide_credentials().await.map_err(|e| {
+            ConnectError::Credentials {
+                cluster: self.cluster.clone(),
+                message: aws_error_text(&e),
+            }
+        })?;
+        let now = SystemTime::now();
+        let token = eks_token(&self.cluster, &self.region, &credentials, now)?;
+        // A token is good for the cache lifetime, and not past the credentials' expiry.
+        let mut lifetime = self.lifetime;
+        if let Some(expiry) = credentials.expiry() {
+            lifetime = lifetime.min(expiry.duration_since(now).unwrap_or_default());
+        }
+        let mut config = self.base.clone();
+        config.auth_info.token = Some(token.into());
+        let client = ::kube::Client::try_from(config).map_err(ConnectError::Client)?;
+        tracing::debug!(cluster = %self.cluster, ?lifetime, "made a new EKS token");
+        *cached = Some((client.clone(), Instant::now() + lifetime));
+        Ok(client)
+    }
+}
+
+/// Connects as `access` says. For EKS the AWS configuration (region, credentials) is loaded
+/// from the environment, as the SDK does. The process's client-side rate limit is set apart
+/// ([`ClusterClient::set_rate_limit`]; the wiring does it from the settings).
+#[tracing::instrument(skip_all, err)]
+pub async fn connect(access: &ClusterAccess) -> Result<ClusterClient, ConnectError> {
+    match access {
+        ClusterAccess::Kubeconfig => {
+            let mut config = ::kube::Config::infer().await?;
+            tune(&mut config);
+            ClusterClient::from_config(config)
+        }
+        ClusterAccess::Eks(eks) => connect_eks(eks, &crate::adapters::aws::load().await).await,
+    }
+}
+
+/// Connects to an EKS cluster with this AWS configuration's region and credentials.
+#[tracing::instrument(skip_all, fields(cluster = %access.cluster), err)]
+pub async fn connect_eks(
+    access: &EksAccess,
+    sdk: &SdkConfig,
+) -> Result<ClusterClient, ConnectError> {
+    let cluster = access.cluster.clone();
+    let region = access
+        .region
+        .clone()
+        .or_else(|| sdk.region().map(|r| r.to_string()))
+        .ok_or_else(|| ConnectError::NoRegion {
+            cluster: cluster.clone(),
+        })?;
+    let credentials = sdk
+        .credentials_provider()
+        .ok_or_else(|| ConnectError::NoCredentials {
+            cluster: cluster.clone(),
+        })?;
+    let (mut endpoint, mut ca) = (access.endpoint.clone(), access.ca_base64.clone());
+    if endpoint.is_none() || ca.is_none() {
+        let (found_endpoint, found_ca) = describe_cluster(&cluster, sdk).await?;
+        endpoint = endpoint.or(found_endpoint);
+        ca = ca.or(found_ca);
+    }
+    let endpoint = endpoint.ok_or_else(|| ConnectError::DescribeCluster {
+        cluster: cluster.clone(),
+        message: "the cluster has no endpoint (is it still being created?)".into(),
+    })?;
+    let base = base_config(&cluster, &endpoint, ca.as_deref()).await?;
+    Ok(ClusterClient::eks(
+        base,
+        cluster,
+        region,
+        credentials,
+        TOKEN_CACHE_LIFETIME,
+    ))
+}
+
+/// The kube configuration of an endpoint and CA (base64 PEM), without credentials, tuned.
+pub(crate) async fn base_config(
+    cluster: &str,
+    endpoint: &str,
+    ca_base64: Option<&str>,
+) -> Result<::kube::Config, ConnectError> {
+    let kubeconfig = Kubeconfig {
+        clusters: vec![NamedCluster {
+            name: cluster.to_string(),
+            cluster: Some(Cluster {
+                server: Some(endpoint.to_string()),
+                certificate_authority_data: ca_base64.map(str::to_string),
+                ..Cluster::default()
+            }),
+            ..NamedCluster::default()
+        }],
+        auth_infos: vec![NamedAuthInfo {
+            name: "forewarn".into(),
+            auth_info: Some(Default::default()),
+            ..NamedAuthInfo::default()
+        }],
+        contexts: vec![NamedContext {
+            name: cluster.to_string(),
+            context: Some(Context {
+                cluster: cluster.to_string(),
+                user: Some("forewarn".into()),
+                ..Context::default()
+            }),
+            ..NamedContext::default()
+        }],
+        current_context: Some(cluster.to_string()),
+        ..Kubeconfig::default()
+    };
+    let mut config =
+        ::kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .map_err(|source| ConnectError::Endpoint {
+                cluster: cluster.to_string(),
+                source,
+            })?;
+    tune(&mut config);
+    Ok(config)
+}
+
+/// forewarn's clients: kube's retry layer off (it retries 429s, eviction refusals included, for
+/// minutes; forewarn retries itself, within the drain deadline), bounded timeouts.
+fn tune(config: &mut ::kube::Config) {
+    config.default_retry = false;
+    config.connect_timeout = Some(
+        config
+            .connect_timeout
+            .map_or(CONNECT_TIMEOUT, |t| t.min(CONNECT_TIMEOUT)),
+    );
+    config.read_timeout = Some(
+        config
+            .read_timeout
+            .map_or(READ_TIMEOUT, |t| t.min(READ_TIMEOUT)),
+    );
+    config.write_timeout = Some(
+        config
+            .write_timeout
+            .map_or(WRITE_TIMEOUT, |t| t.min(WRITE_TIMEOUT)),
+    );
+}
+
+async fn describe_cluster(
+    cluster: &str,
+    sdk: &SdkConfig,
+) -> Result<(Option<String>, Option<String>), ConnectError> {
+    let out = aws_sdk_eks::Client::new(sdk)
+        .describe_cluster()
+        .name(cluster)
+        .send()
+        .await
+        .map_err(|e| ConnectError::DescribeCluster {
+            cluster: cluster.to_string(),
+            message: aws_error_text(&e),
+        })?;
+    let found = out.cluster();
+    Ok((
+        found.and_then(|c| c.endpoint()).map(str::to_string),
+        found
+            .and_then(|c| c.certificate_authority())
+            .and_then(|ca| ca.data())
+            .map(str::to_string),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn access_from_the_environment() {
+        let none = ClusterAccess::from_lookup(|_| None);
+        assert_eq!(none, ClusterAccess::Kubeconfig);
+        let blank = ClusterAccess::from_lookup(|n| (n == ENV_EKS_CLUSTER).then(|| " ".into()));
+        assert_eq!(blank, ClusterAccess::Kubeconfig);
+        let eks = ClusterAccess::from_lookup(|n| match n {
+            ENV_EKS_CLUSTER => Some("demo".into()),
+            ENV_CLUSTER_ENDPOINT => Some("https://x.eks.amazonaws.com".into()),
+            _ => None,
+        });
+        assert_eq!(
+            eks,
+            ClusterAccess::Eks(EksAccess {
+                cluster: "demo".into(),
+                endpoint: Some("https://x.eks.amazonaws.com".into()),
+                ca_base64: None,
+                region: None,
+            })
+        );
+    }
+
+    #[test]
+    fn rate_limit_from_the_environment() {
+        let env = |qps: Option<&str>, burst: Option<&str>| {
+            let (qps, burst) = (qps.map(str::to_string), burst.map(str::to_string));
+            rate_limit_from_lookup(move |n| match n {
+                ENV_KUBE_QPS => qps.clone(),
+                ENV_KUBE_BURST => burst.clone(),
+                _ => None,
+            })
+        };
+        assert_eq!(env(None, Some("10")).unwrap(), None);
+        assert_eq!(env(Some(" "), None).unwrap(), None);
+        assert_eq!(env(Some("0"), None).unwrap(), None);
+        assert_eq!(env(Some("2.5"), None).unwrap(), Some((2.5, 3)));
+        assert_eq!(env(Some("200"), Some("20")).unwrap(), Some((200.0, 20)));
+        for (qps, burst) in [
+            ("fast", None),
+            ("-1", None),
+            ("NaN", None),
+            ("5", Some("0")),
+        ] {
+            let e = env(Some(qps), burst).unwrap_err();
+            assert!(matches!(e, ConnectError::RateLimit { .. }), "{e}");
+            assert!(e.to_string().starts_with("FOREWARN_KUBE_"), "{e}");
+        }
+    }
+
+    #[tokio::test]
+    async fn base_config_reads_the_ca_and_turns_kube_retries_off() {
+        // A throwaway self-signed certificate (any valid PEM certificate will do).
+        let pem = include_str!("testdata/ca.pem");
+        let ca = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, pem);
+        let config = base_config("demo", "https://demo.example.com", Some(&ca))
+            .await
+            .unwrap();
+        assert_eq!(config.cluster_url.to_string(), "https://demo.example.com/");
+        assert_eq!(config.root_cert.as_ref().map(Vec::len), Some(1));
+        assert!(!config.default_retry);
+        assert_eq!(config.read_timeout, Some(READ_TIMEOUT));
+        assert!(config.auth_info.token.is_none());
+        let bad = base_config("demo", "https://demo.example.com", Some("not base64!")).await;
+        assert!(matches!(bad, Err(ConnectError::Endpoint { .. })), "{bad:?}");
+    }
+}

@@ -1,0 +1,275 @@
+//! Cordon: one JSON merge patch of the node (`application/merge-patch+json`) that sets
+//! `spec.unschedulable`, the forewarn taint and, when configured, the label excluding the node
+//! from external load balancers.
+//!
+//! Why a merge patch: the fields changed are a boolean, a map entry and `spec.taints`. The map
+//! merges the same way under JSON merge patch and strategic merge patch; `spec.taints` has no
+//! patch merge key, so both replace the whole list. Strategic merge would add nothing but
+//! server-side type knowledge, so the plain, standard RFC 7386 merge patch is sent, with the
+//! complete taint list read from the node and `metadata.resourceVersion` for optimistic
+//! concurrency: a taint added by someone else between the read and the write makes the patch a
+//! 409 Conflict, and the node is read again, instead of that taint being lost.
+
+use ::kube::Api;
+use ::kube::api::{Patch, PatchParams};
+use k8s_openapi::api::core::v1::{Node, Taint};
+use serde_json::{Value, json};
+
+use super::api::FIELD_MANAGER;
+use super::api::with_retry;
+use super::connect::ClusterClient;
+use super::error::KubeError;
+use crate::domain::config::{Config, LABEL_EXCLUDE_LB, TaintEffect};
+
+/// The state a cordon puts a node in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CordonSpec {
+    pub taint_key: String,
+    pub taint_value: String,
+    pub taint_effect: TaintEffect,
+    pub exclude_from_load_balancers: bool,
+}
+
+impl CordonSpec {
+    /// The configured taint and label, with `taint_value` (the event kind) as the taint's value.
+    pub fn new(config: &Config, taint_value: &str) -> CordonSpec {
+        CordonSpec {
+            taint_key: config.taint_key.clone(),
+            taint_value: taint_value.to_string(),
+            taint_effect: config.taint_effect,
+            exclude_from_load_balancers: config.exclude_from_load_balancers,
+        }
+    }
+
+    fn taint(&self) -> Taint {
+        Taint {
+            key: self.taint_key.clone(),
+            value: Some(self.taint_value.clone()),
+            effect: self.taint_effect.as_str().to_string(),
+            time_added: None,
+        }
+    }
+}
+
+/// What a cordon did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CordonOutcome {
+    /// Patched, after `attempts` tries (more than one when the node changed under us).
+    Cordoned { attempts: u32 },
+    /// The node already had exactly that state: nothing sent.
+    AlreadyCordoned,
+    /// Dry run: the patch that would be sent.
+    WouldCordon { patch: Value },
+    /// The node is gone (deleted while we worked): nothing to cordon.
+    NodeGone,
+}
+
+/// The node's taints with forewarn's: an existing taint with the forewarn key is replaced in
+/// place (further ones with that key dropped), every other taint is kept as it is.
+fn desired_taints(existing: &[Taint], spec: &CordonSpec) -> Vec<Taint> {
+    let mut out = Vec::with_capacity(existing.len() + 1);
+    let mut placed = false;
+    for t in existing {
+        if t.key == spec.taint_key {
+            if !placed {
+                out.push(spec.taint());
+                placed = true;
+            }
+        } else {
+            out.push(t.clone());
+        }
+    }
+    if !placed {
+        out.push(spec.taint());
+    }
+    out
+}
+
+/// The merge patch that cordons `node` as `spec` says, or `None` when the node is already in
+/// exactly that state. The patch carries the node's `resourceVersion` and its complete taint
+/// list.
+pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
+    let existing: &[Taint] = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or_default();
+    let taints = desired_taints(existing, spec);
+    let unschedulable = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false);
+    let labelled = node
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_EXCLUDE_LB))
+        .is_some_and(|v| v == "true");
+    let label_ok = !spec.exclude_from_load_balancers || labelled;
+    if unschedulable && taints.as_slice() == existing && label_ok {
+        return None;
+    }
+    let mut metadata = serde_json::Map::new();
+    if let Some(rv) = &node.metadata.resource_version {
+        metadata.insert("resourceVersion".into(), json!(rv));
+    }
+    if spec.exclude_from_load_balancers {
+        metadata.insert("labels".into(), json!({ LABEL_EXCLUDE_LB: "true" }));
+    }
+    Some(json!({
+        "metadata": metadata,
+        "spec": {"unschedulable": true, "taints": taints},
+    }))
+}
+
+/// Cordons the node `node` was read as; on a 409 Conflict reads it again and retries, at most
+/// `attempts` times in all.
+pub(crate) async fn cordon(
+    clients: &ClusterClient,
+    mut node: Node,
+    spec: &CordonSpec,
+    attempts: u32,
+    dry_run: bool,
+) -> Result<CordonOutcome, KubeError> {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let object = format!("node/{name}");
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    for attempt in 1..=attempts.max(1) {
+        let Some(patch) = cordon_patch(&node, spec) else {
+            return Ok(if attempt == 1 {
+                CordonOutcome::AlreadyCordoned
+            } else {
+                // Someone cordoned it the same way in between.
+                CordonOutcome::Cordoned { attempts: attempt }
+            });
+        };
+        if dry_run {
+            return Ok(CordonOutcome::WouldCordon { patch });
+        }
+        let nodes: Api<Node> = Api::all(clients.client().await?);
+        let merge = Patch::Merge(&patch);
+        let result = with_retry("patch", &object, || nodes.patch(&name, &params, &merge)).await;
+        match result {
+            Ok(_) => {
+                tracing::info!(node = %name, attempt, "cordoned");
+                return Ok(CordonOutcome::Cordoned { attempts: attempt });
+            }
+            Err(e) if e.is_not_found() => return Ok(CordonOutcome::NodeGone),
+            Err(e) if e.is_conflict() => {
+                tracing::info!(node = %name, attempt, "node changed while cordoning: reading it again");
+                match get_node(clients, &name).await? {
+                    Some(fresh) => node = fresh,
+                    None => return Ok(CordonOutcome::NodeGone),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(KubeError::Conflicts {
+        node: name,
+        attempts,
+    })
+}
+
+/// The node, or `None` when there is none of that name.
+pub(crate) async fn get_node(
+    clients: &ClusterClient,
+    name: &str,
+) -> Result<Option<Node>, KubeError> {
+    let nodes: Api<Node> = Api::all(clients.client().await?);
+    let object = format!("node/{name}");
+    match with_retry("get", &object, || nodes.get(name)).await {
+        Ok(node) => Ok(Some(node)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(KubeError::Api(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(value: Value) -> Node {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn spec(exclude: bool) -> CordonSpec {
+        CordonSpec {
+            taint_key: "forewarn.io/interruption".into(),
+            taint_value: "spot-interruption".into(),
+            taint_effect: TaintEffect::NoSchedule,
+            exclude_from_load_balancers: exclude,
+        }
+    }
+
+    #[test]
+    fn keeps_other_taints_and_sends_the_whole_list() {
+        let n = node(json!({
+            "metadata": {"name": "n1", "resourceVersion": "42"},
+            "spec": {"taints": [
+                {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
+                {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z"}
+            ]}
+        }));
+        let patch = cordon_patch(&n, &spec(true)).unwrap();
+        assert_eq!(
+            patch,
+            json!({
+                "metadata": {"resourceVersion": "42", "labels": {LABEL_EXCLUDE_LB: "true"}},
+                "spec": {"unschedulable": true, "taints": [
+                    {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
+                    {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z"},
+                    {"key": "forewarn.io/interruption", "value": "spot-interruption", "effect": "NoSchedule"}
+                ]}
+            })
+        );
+    }
+
+    #[test]
+    fn replaces_only_an_existing_forewarn_taint() {
+        let n = node(json!({
+            "metadata": {"name": "n1", "resourceVersion": "7"},
+            "spec": {"unschedulable": true, "taints": [
+                {"key": "forewarn.io/interruption", "value": "rebalance-recommendation", "effect": "NoSchedule"},
+                {"key": "a", "effect": "NoSchedule"},
+                {"key": "forewarn.io/interruption", "value": "x", "effect": "NoExecute"}
+            ]}
+        }));
+        let patch = cordon_patch(&n, &spec(false)).unwrap();
+        assert_eq!(
+            patch["spec"]["taints"],
+            json!([
+                {"key": "forewarn.io/interruption", "value": "spot-interruption", "effect": "NoSchedule"},
+                {"key": "a", "effect": "NoSchedule"}
+            ])
+        );
+        assert!(patch["metadata"].get("labels").is_none());
+    }
+
+    #[test]
+    fn nothing_to_send_when_already_in_that_state() {
+        let done = json!({
+            "metadata": {"name": "n1", "resourceVersion": "9", "labels": {LABEL_EXCLUDE_LB: "true"}},
+            "spec": {"unschedulable": true, "taints": [
+                {"key": "a", "effect": "NoSchedule"},
+                {"key": "forewarn.io/interruption", "value": "spot-interruption", "effect": "NoSchedule"}
+            ]}
+        });
+        assert_eq!(cordon_patch(&node(done.clone()), &spec(true)), None);
+        assert_eq!(cordon_patch(&node(done.clone()), &spec(false)), None);
+        // Any one difference makes a patch.
+        let mut v = done.clone();
+        v["spec"]["unschedulable"] = json!(false);
+        assert!(cordon_patch(&node(v), &spec(true)).is_some());
+        let mut v = done.clone();
+        v["metadata"]["labels"] = json!({});
+        assert!(cordon_patch(&node(v), &spec(true)).is_some());
+        let mut v = done;
+        v["spec"]["taints"][1]["effect"] = json!("NoExecute");
+        assert!(cordon_patch(&node(v), &spec(true)).is_some());
+    }
+}

@@ -1,0 +1,213 @@
+//! The node directory: the nodes of a batch of instances, from the API server.
+//!
+//! Most nodes on EC2 are named after the instance's private DNS name, so each instance is first
+//! looked up with a `get` of that name (in parallel, at most `parallelism` at once). When any
+//! instance is not found that way (custom node names, a name reused by a new instance), one
+//! `list` of the nodes finds the nodes whose `spec.providerID` names it, whose DNS addresses are
+//! its private DNS name, or whose name is its instance id (`i-0123...`, `i-0123....<domain>`).
+//! So a batch costs one `get` per instance and at most one `list`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ::kube::Api;
+use ::kube::api::ListParams;
+use async_trait::async_trait;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+
+use super::api::{ApiError, with_retry};
+use super::connect::ClusterClient;
+use super::node_facts::node_facts;
+use crate::domain::facts::{InstanceFacts, NodeFacts};
+use crate::ports::{DirectoryError, NodeDirectory};
+
+const SERVICE: &str = "kubernetes";
+/// Page size of the node list.
+const LIST_PAGE: u32 = 500;
+
+/// [`NodeDirectory`] over the Kubernetes API.
+#[derive(Debug, Clone)]
+pub struct KubeNodeDirectory {
+    clients: ClusterClient,
+    parallelism: usize,
+}
+
+impl KubeNodeDirectory {
+    /// At most 8 `get`s at once.
+    pub fn new(clients: ClusterClient) -> KubeNodeDirectory {
+        KubeNodeDirectory {
+            clients,
+            parallelism: 8,
+        }
+    }
+
+    pub fn with_parallelism(mut self, parallelism: usize) -> KubeNodeDirectory {
+        self.parallelism = parallelism.max(1);
+        self
+    }
+
+    async fn api(&self) -> Result<Api<Node>, DirectoryError> {
+        let client = self.clients.client().await.map_err(|e| DirectoryError {
+            service: SERVICE,
+            message: e.to_string(),
+        })?;
+        Ok(Api::all(client))
+    }
+
+    async fn list_all(&self) -> Result<Vec<Node>, DirectoryError> {
+        let nodes = self.api().await?;
+        let mut out = Vec::new();
+        let mut params = ListParams::default().limit(LIST_PAGE);
+        loop {
+            let page = with_retry("list", "nodes", || nodes.list(&params))
+                .await
+                .map_err(directory_error)?;
+            out.extend(page.items);
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(out),
+            }
+        }
+    }
+}
+
+fn directory_error(e: ApiError) -> DirectoryError {
+    DirectoryError {
+        service: SERVICE,
+        message: e.to_string(),
+    }
+}
+
+/// Whether `node` is the node of `instance` (the criteria of `facts::resolve_node`).
+fn names_instance(node: &NodeFacts, instance: &InstanceFacts) -> bool {
+    let id = instance.instance_id.as_str();
+    if let Some(provider) = node.instance_id() {
+        return provider == id;
+    }
+    let dns_match = instance
+        .private_dns
+        .as_deref()
+        .filter(|d| !d.is_empty())
+        .is_some_and(|dns| {
+            node.name.eq_ignore_ascii_case(dns)
+                || node.dns_names.iter().any(|d| d.eq_ignore_ascii_case(dns))
+        });
+    dns_match
+        || node.name == id
+        || node
+            .name
+            .strip_prefix(id)
+            .is_some_and(|rest| rest.starts_with('.'))
+}
+
+#[async_trait]
+impl NodeDirectory for KubeNodeDirectory {
+    #[tracing::instrument(skip_all, fields(instances = instances.len()), err)]
+    async fn nodes(&self, instances: &[InstanceFacts]) -> Result<Vec<NodeFacts>, DirectoryError> {
+        if instances.is_empty() {
+            return Ok(Vec::new());
+        }
+        let api = self.api().await?;
+        let names: BTreeSet<String> = instances
+            .iter()
+            .filter_map(|i| i.private_dns.as_deref())
+            .filter(|d| !d.is_empty())
+            .map(str::to_ascii_lowercase)
+            .collect();
+        let got: Vec<Result<Option<Node>, ApiError>> = futures::stream::iter(names)
+            .map(|name| {
+                let api = &api;
+                async move {
+                    let object = format!("node/{name}");
+                    with_retry("get", &object, || api.get_opt(&name)).await
+                }
+            })
+            .buffer_unordered(self.parallelism)
+            .collect()
+            .await;
+        let mut found: BTreeMap<String, NodeFacts> = BTreeMap::new();
+        for node in got {
+            if let Some(node) = node.map_err(directory_error)? {
+                let facts = node_facts(&node);
+                // A node under a reused name whose providerID names another instance is no one's.
+                if instances.iter().any(|i| names_instance(&facts, i)) {
+                    found.insert(facts.name.clone(), facts);
+                }
+            }
+        }
+        let missing: Vec<&InstanceFacts> = instances
+            .iter()
+            .filter(|i| !found.values().any(|n| names_instance(n, i)))
+            .collect();
+        if !missing.is_empty() {
+            tracing::debug!(
+                missing = missing.len(),
+                "instances not found by node name: listing the nodes"
+            );
+            for node in self.list_all().await? {
+                let facts = node_facts(&node);
+                if missing.iter().any(|i| names_instance(&facts, i)) {
+                    found.insert(facts.name.clone(), facts);
+                }
+            }
+        }
+        Ok(found.into_values().collect())
+    }
+
+    /// One paged `list` of the nodes.
+    async fn all(&self) -> Result<Vec<NodeFacts>, DirectoryError> {
+        Ok(self.list_all().await?.iter().map(node_facts).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn instance(id: &str, dns: Option<&str>) -> InstanceFacts {
+        InstanceFacts {
+            instance_id: id.into(),
+            private_dns: dns.map(str::to_string),
+            ..InstanceFacts::default()
+        }
+    }
+
+    #[test]
+    fn what_names_an_instance() {
+        let i = instance("i-0a1b2c3d4e5f60001", Some("ip-10-0-1-11.ec2.internal"));
+        let by_provider = NodeFacts {
+            name: "custom".into(),
+            provider_id: Some("aws:///us-east-1a/i-0a1b2c3d4e5f60001".into()),
+            ..NodeFacts::default()
+        };
+        assert!(names_instance(&by_provider, &i));
+        // The name matches but the provider id names another instance (a reused address).
+        let reused = NodeFacts {
+            name: "ip-10-0-1-11.ec2.internal".into(),
+            provider_id: Some("aws:///us-east-1a/i-0a1b2c3d4e5f69999".into()),
+            ..NodeFacts::default()
+        };
+        assert!(!names_instance(&reused, &i));
+        let by_dns = NodeFacts {
+            name: "IP-10-0-1-11.EC2.INTERNAL".into(),
+            ..NodeFacts::default()
+        };
+        assert!(names_instance(&by_dns, &i));
+        let by_id = NodeFacts {
+            name: "i-0a1b2c3d4e5f60001.us-west-2.compute.internal".into(),
+            ..NodeFacts::default()
+        };
+        assert!(names_instance(
+            &by_id,
+            &instance("i-0a1b2c3d4e5f60001", None)
+        ));
+        let other = NodeFacts {
+            name: "i-0a1b2c3d4e5f600012".into(),
+            ..NodeFacts::default()
+        };
+        assert!(!names_instance(
+            &other,
+            &instance("i-0a1b2c3d4e5f60001", None)
+        ));
+    }
+}

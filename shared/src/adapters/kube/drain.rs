@@ -1,0 +1,442 @@
+//! Drain: evict a node's pods through the `policy/v1` Eviction subresource, so
+//! PodDisruptionBudgets are honoured, until the plan's deadline.
+//!
+//! - Pods are listed with `fieldSelector=spec.nodeName=<node>` (one `list` of pods).
+//! - Left alone: pods owned by a DaemonSet (their controller ignores unschedulable and would put
+//!   them back), mirror pods (the kubelet's static pods, annotation `kubernetes.io/config.mirror`;
+//!   the API cannot remove them), pods that are over (`Succeeded`, `Failed`), and pods already
+//!   terminating (waited for, not evicted again).
+//! - Unlike `kubectl drain`, pods with local storage or without a controller are evicted too: the
+//!   instance is going away with them anyway.
+//! - Non-critical pods first; pods of priority class `system-cluster-critical` or
+//!   `system-node-critical` after them (when there are some, the non-critical pods get three
+//!   quarters of the time left, so a budget that never allows leaves time for the critical ones).
+//! - Evictions run in parallel, at most `parallelism` at once. A 429 (a disruption budget, or API
+//!   priority and fairness) is retried with exponential backoff and jitter until the deadline; a
+//!   pod still refused then is reported as left, with the refusal. 404: already gone. 503 and
+//!   504 are retried briefly; anything else is an error (the event comes back).
+//! - Then the evicted pods are waited for (a `list` every `poll_interval`) until they are gone
+//!   or the deadline passes; those still there are reported as terminating.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use ::kube::Api;
+use ::kube::api::{EvictParams, ListParams};
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use tokio::time::Instant;
+
+use super::api::{ApiError, CALL_ATTEMPTS, is_retryable, jittered, with_retry};
+use super::connect::ClusterClient;
+use super::error::KubeError;
+
+pub(crate) const ANNOTATION_MIRROR: &str = "kubernetes.io/config.mirror";
+const CRITICAL_CLASSES: [&str; 2] = ["system-cluster-critical", "system-node-critical"];
+
+/// How a drain paces itself.
+#[derive(Debug, Clone)]
+pub(crate) struct DrainSettings {
+    pub parallelism: usize,
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    pub poll_interval: Duration,
+}
+
+/// A pod not evicted by the deadline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftPod {
+    /// `<namespace>/<name>`.
+    pub pod: String,
+    /// The last refusal (`429 TooManyRequests: Cannot evict pod ... The disruption budget web-pdb
+    /// needs 2 healthy pods ...`).
+    pub reason: String,
+}
+
+/// A pod a drain leaves alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedPod {
+    pub pod: String,
+    /// `daemonset`, `mirror`, `succeeded`, `failed`.
+    pub why: &'static str,
+}
+
+/// What a drain did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DrainReport {
+    /// Evictions the API accepted, in the order they were accepted.
+    pub evicted: Vec<String>,
+    /// Pods gone before their eviction (404).
+    pub already_gone: Vec<String>,
+    /// Pods still refused at the deadline.
+    pub left: Vec<LeftPod>,
+    /// Evicted or terminating pods still present when the drain stopped waiting.
+    pub terminating: Vec<String>,
+    /// Pods left alone.
+    pub skipped: Vec<SkippedPod>,
+    /// Dry run: the pods that would be evicted, in order.
+    pub would_evict: Vec<String>,
+}
+
+impl DrainReport {
+    /// No pod was left on the node for want of an eviction.
+    pub fn complete(&self) -> bool {
+        self.left.is_empty()
+    }
+
+    /// `evicted 3 pods; 1 left (blocked at the deadline: web/w1); 2 still terminating`.
+    pub fn summary(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.would_evict.is_empty() || (self.evicted.is_empty() && self.left.is_empty()) {
+            if !self.would_evict.is_empty() {
+                parts.push(format!(
+                    "would evict {} ({})",
+                    pods(self.would_evict.len()),
+                    self.would_evict.join(", ")
+                ));
+            } else {
+                parts.push("no pod to evict".to_string());
+            }
+        }
+        if !self.evicted.is_empty() {
+            parts.push(format!("evicted {}", pods(self.evicted.len())));
+        }
+        if !self.already_gone.is_empty() {
+            parts.push(format!("{} already gone", pods(self.already_gone.len())));
+        }
+        if !self.left.is_empty() {
+            let names: Vec<&str> = self.left.iter().map(|l| l.pod.as_str()).collect();
+            parts.push(format!(
+                "{} left (eviction refused until the deadline: {})",
+                pods(self.left.len()),
+                names.join(", ")
+            ));
+        }
+        if !self.terminating.is_empty() {
+            parts.push(format!(
+                "{} still terminating ({})",
+                pods(self.terminating.len()),
+                self.terminating.join(", ")
+            ));
+        }
+        if !self.skipped.is_empty() {
+            parts.push(format!("{} left alone", pods(self.skipped.len())));
+        }
+        parts.join("; ")
+    }
+}
+
+fn pods(n: usize) -> String {
+    if n == 1 {
+        "1 pod".into()
+    } else {
+        format!("{n} pods")
+    }
+}
+
+/// A pod of priority class `system-cluster-critical` or `system-node-critical`.
+pub fn is_critical(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.priority_class_name.as_deref())
+        .is_some_and(|c| CRITICAL_CLASSES.contains(&c))
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Disposition {
+    Evict {
+        critical: bool,
+    },
+    Skip(&'static str),
+    /// Already terminating: waited for, not evicted again.
+    Wait,
+}
+
+fn disposition(pod: &Pod) -> Disposition {
+    let meta = &pod.metadata;
+    if meta
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(ANNOTATION_MIRROR))
+    {
+        return Disposition::Skip("mirror");
+    }
+    if meta
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|r| r.controller == Some(true) && r.kind == "DaemonSet")
+    {
+        return Disposition::Skip("daemonset");
+    }
+    match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
+        Some("Succeeded") => return Disposition::Skip("succeeded"),
+        Some("Failed") => return Disposition::Skip("failed"),
+        _ => {}
+    }
+    if meta.deletion_timestamp.is_some() {
+        return Disposition::Wait;
+    }
+    Disposition::Evict {
+        critical: is_critical(pod),
+    }
+}
+
+fn pod_key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The pods on `node`.
+pub(crate) async fn list_pods(clients: &ClusterClient, node: &str) -> Result<Vec<Pod>, KubeError> {
+    let pods: Api<Pod> = Api::all(clients.client().await?);
+    let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+    let object = format!("pods on node/{node}");
+    let list = with_retry("list", &object, || pods.list(&params)).await?;
+    Ok(list.items)
+}
+
+/// Converts a wall-clock deadline to the runtime's clock.
+fn instant_of(deadline: DateTime<Utc>) -> Instant {
+    let left = (deadline - Utc::now()).to_std().unwrap_or(Duration::ZERO);
+    Instant::now() + left
+}
+
+enum Eviction {
+    Evicted,
+    Gone,
+    Refused(String),
+}
+
+/// Evicts one pod, retrying refusals until `deadline` (at least one attempt).
+async fn evict(
+    clients: &ClusterClient,
+    namespace: &str,
+    name: &str,
+    deadline: Instant,
+    settings: &DrainSettings,
+) -> Result<Eviction, KubeError> {
+    let object = format!("pod/{namespace}/{name}");
+    let mut delay = settings.backoff_initial;
+    let mut transient = 0;
+    loop {
+        let pods: Api<Pod> = Api::namespaced(clients.client().await?, namespace);
+        super::api::throttle().await;
+        let err = match pods.evict(name, &EvictParams::default()).await {
+            Ok(_) => return Ok(Eviction::Evicted),
+            Err(e) => ApiError::new("evict", object.clone(), e),
+        };
+        let refusal = match err.status {
+            Some(404) => return Ok(Eviction::Gone),
+            Some(429) => refusal_text(&err),
+            status if is_retryable(status) => {
+                transient += 1;
+                if transient >= CALL_ATTEMPTS {
+                    return Err(err.into());
+                }
+                refusal_text(&err)
+            }
+            _ => return Err(err.into()),
+        };
+        let now = Instant::now();
+        if now >= deadline {
+            return Ok(Eviction::Refused(refusal));
+        }
+        tracing::debug!(pod = %object, reason = %refusal, ?delay, "eviction refused; retrying");
+        tokio::time::sleep(jittered(delay).min(deadline - now)).await;
+        delay = (delay * 2).min(settings.backoff_max);
+    }
+}
+
+/// The refusal, with the disruption budget's cause when the API gives one.
+fn refusal_text(err: &ApiError) -> String {
+    match &err.source {
+        ::kube::Error::Api(s) => {
+            let causes: Vec<&str> = s
+                .details
+                .iter()
+                .flat_map(|d| d.causes.iter())
+                .map(|c| c.message.as_str())
+                .filter(|m| !m.is_empty())
+                .collect();
+            let mut text = format!("{} {}: {}", s.code, s.reason, s.message);
+            if !causes.is_empty() {
+                text.push_str(" (");
+                text.push_str(&causes.join("; "));
+                text.push(')');
+            }
+            text
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Drains `node` until `deadline`.
+pub(crate) async fn drain(
+    clients: &ClusterClient,
+    node: &str,
+    deadline: DateTime<Utc>,
+    settings: &DrainSettings,
+    dry_run: bool,
+) -> Result<DrainReport, KubeError> {
+    let mut report = DrainReport::default();
+    let listed = list_pods(clients, node).await?;
+    let (mut normal, mut critical, mut waiting) = (Vec::new(), Vec::new(), BTreeSet::new());
+    for pod in &listed {
+        match disposition(pod) {
+            Disposition::Skip(why) => report.skipped.push(SkippedPod {
+                pod: pod_key(pod),
+                why,
+            }),
+            Disposition::Wait => {
+                waiting.insert(uid_key(pod));
+            }
+            Disposition::Evict { critical: false } => normal.push(pod),
+            Disposition::Evict { critical: true } => critical.push(pod),
+        }
+    }
+    if dry_run {
+        report.would_evict = normal.iter().chain(&critical).map(|p| pod_key(p)).collect();
+        return Ok(report);
+    }
+    let end = instant_of(deadline);
+    let first_end = if critical.is_empty() {
+        end
+    } else {
+        let now = Instant::now();
+        now + end.saturating_duration_since(now) * 3 / 4
+    };
+    for (phase, phase_end) in [(normal, first_end), (critical, end)] {
+        // Owned (namespace, name, uid) per pod: the futures must not borrow the stream's items.
+        let targets: Vec<(String, String, String)> = phase
+            .iter()
+            .map(|p| {
+                (
+                    p.metadata
+                        .namespace
+                        .clone()
+                        .unwrap_or_else(|| "default".into()),
+                    p.metadata.name.clone().unwrap_or_default(),
+                    p.metadata.uid.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        let results: Vec<_> = futures::stream::iter(targets)
+            .map(|(namespace, name, uid)| async move {
+                let result = evict(clients, &namespace, &name, phase_end, settings).await;
+                (format!("{namespace}/{name}"), uid, result)
+            })
+            .buffer_unordered(settings.parallelism.max(1))
+            .collect()
+            .await;
+        for (key, uid, result) in results {
+            match result? {
+                Eviction::Evicted => {
+                    report.evicted.push(key.clone());
+                    waiting.insert((uid, key));
+                }
+                Eviction::Gone => report.already_gone.push(key),
+                Eviction::Refused(reason) => report.left.push(LeftPod { pod: key, reason }),
+            }
+        }
+    }
+    if !waiting.is_empty() {
+        report.terminating = wait_gone(clients, node, waiting, end, settings.poll_interval).await?;
+    }
+    Ok(report)
+}
+
+/// (uid, namespace/name): a pod replaced by one of the same name is not the pod waited for.
+fn uid_key(pod: &Pod) -> (String, String) {
+    (pod.metadata.uid.clone().unwrap_or_default(), pod_key(pod))
+}
+
+/// Waits until none of `waiting` is on the node, or `end`; returns those still there.
+async fn wait_gone(
+    clients: &ClusterClient,
+    node: &str,
+    mut waiting: BTreeSet<(String, String)>,
+    end: Instant,
+    poll: Duration,
+) -> Result<Vec<String>, KubeError> {
+    loop {
+        let present: BTreeSet<(String, String)> = list_pods(clients, node)
+            .await?
+            .iter()
+            .map(uid_key)
+            .collect();
+        waiting.retain(|k| present.contains(k));
+        let now = Instant::now();
+        if waiting.is_empty() || now >= end {
+            return Ok(waiting.into_iter().map(|(_, key)| key).collect());
+        }
+        tokio::time::sleep(poll.min(end - now)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(v: serde_json::Value) -> Pod {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn what_a_drain_leaves_alone() {
+        let ds = pod(json!({"metadata": {"name": "ds", "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "x", "uid": "u", "controller": true}
+        ]}}));
+        assert_eq!(disposition(&ds), Disposition::Skip("daemonset"));
+        let mirror =
+            pod(json!({"metadata": {"name": "m", "annotations": {ANNOTATION_MIRROR: "abc"}}}));
+        assert_eq!(disposition(&mirror), Disposition::Skip("mirror"));
+        let done = pod(json!({"metadata": {"name": "j"}, "status": {"phase": "Succeeded"}}));
+        assert_eq!(disposition(&done), Disposition::Skip("succeeded"));
+        let failed = pod(json!({"metadata": {"name": "j"}, "status": {"phase": "Failed"}}));
+        assert_eq!(disposition(&failed), Disposition::Skip("failed"));
+        let going = pod(
+            json!({"metadata": {"name": "g", "deletionTimestamp": "2026-01-01T00:00:00Z"},
+            "status": {"phase": "Running"}}),
+        );
+        assert_eq!(disposition(&going), Disposition::Wait);
+        // A ReplicaSet's pod, and a pod that only refers to a DaemonSet without being controlled.
+        let rs = pod(json!({"metadata": {"name": "w", "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "x", "uid": "u", "controller": true},
+            {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "y", "uid": "v"}
+        ]}, "status": {"phase": "Running"}}));
+        assert_eq!(disposition(&rs), Disposition::Evict { critical: false });
+        let critical = pod(json!({"metadata": {"name": "dns"},
+            "spec": {"containers": [], "priorityClassName": "system-cluster-critical"}}));
+        assert_eq!(
+            disposition(&critical),
+            Disposition::Evict { critical: true }
+        );
+        assert!(is_critical(&critical));
+    }
+
+    #[test]
+    fn summaries() {
+        let mut r = DrainReport::default();
+        assert_eq!(r.summary(), "no pod to evict");
+        r.evicted = vec!["a/1".into(), "a/2".into()];
+        r.left = vec![LeftPod {
+            pod: "a/3".into(),
+            reason: "429".into(),
+        }];
+        r.skipped = vec![SkippedPod {
+            pod: "kube-system/ds".into(),
+            why: "daemonset",
+        }];
+        assert_eq!(
+            r.summary(),
+            "evicted 2 pods; 1 pod left (eviction refused until the deadline: a/3); 1 pod left alone"
+        );
+        assert!(!r.complete());
+    }
+}

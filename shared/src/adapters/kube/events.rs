@@ -1,0 +1,226 @@
+//! Kubernetes Events (`events.k8s.io/v1`) on the nodes forewarn acts on.
+//!
+//! kube's `Recorder` needs its `runtime` feature, so Events are created directly, with every
+//! field `ValidateEventCreate` requires of an `events.k8s.io/v1` Event (`eventTime`,
+//! `reportingController`, `reportingInstance`, `action`, `reason`, `type`, `regarding`,
+//! `note` ≤ 1 kB). They live in `default`, as Events about cluster-scoped objects must.
+//!
+//! The name is derived from (node, event id, reason), so a redelivered event records no second
+//! Event: its create answers 409 AlreadyExists, which says the Event is there. There is no read
+//! first: in a mass interruption every request counts against the API server's rate limit, and
+//! redeliveries are the rare case.
+
+use ::kube::Api;
+use ::kube::api::PostParams;
+use chrono::Utc;
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+
+use super::api::FIELD_MANAGER;
+use super::api::with_retry;
+use super::connect::ClusterClient;
+use super::error::KubeError;
+
+/// `reportingController` of forewarn's Events.
+pub const REPORTING_CONTROLLER: &str = "forewarn";
+/// The namespace of Events about nodes.
+pub(crate) const EVENT_NAMESPACE: &str = "default";
+const NOTE_LIMIT: usize = 1024;
+
+/// `Normal` or `Warning`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EventType {
+    Normal,
+    Warning,
+}
+
+impl EventType {
+    fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}
+
+/// One Event to record on a node.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeEvent<'a> {
+    pub node: &'a Node,
+    /// The id of the EventBridge event that led to it (part of the Event's name).
+    pub event_id: &'a str,
+    pub reason: &'a str,
+    pub action: &'a str,
+    pub type_: EventType,
+    pub note: String,
+}
+
+/// What became of an Event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventOutcome {
+    Created,
+    /// Recorded before (a redelivered event).
+    Exists,
+    /// Dry run.
+    WouldCreate,
+}
+
+/// The Event name for (node, event id, reason): `<node>.<16 hex digits>`, like the names
+/// client-go gives, a valid DNS subdomain of at most 253 characters.
+pub fn event_name(node: &str, event_id: &str, reason: &str) -> String {
+    // FNV-1a, 64 bits: stable across builds and platforms (unlike std's hasher).
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in [node, event_id, reason] {
+        for b in part.bytes().chain(std::iter::once(0)) {
+            hash ^= u64::from(b);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    let mut prefix: String = node
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(253 - 17)
+        .collect();
+    while prefix.ends_with(['-', '.']) {
+        prefix.pop();
+    }
+    while prefix.starts_with(['-', '.']) {
+        prefix.remove(0);
+    }
+    if prefix.is_empty() {
+        format!("forewarn.{hash:016x}")
+    } else {
+        format!("{prefix}.{hash:016x}")
+    }
+}
+
+fn truncate(mut s: String, limit: usize) -> String {
+    if s.len() > limit {
+        let mut end = limit.saturating_sub(3);
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push_str("...");
+    }
+    s
+}
+
+fn build(event: &NodeEvent<'_>, reporting_instance: &str) -> Event {
+    let node_name = event.node.metadata.name.clone().unwrap_or_default();
+    let now = Utc::now();
+    let micros = k8s_openapi::jiff::Timestamp::from_microsecond(now.timestamp_micros())
+        .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now());
+    Event {
+        metadata: ObjectMeta {
+            name: Some(event_name(&node_name, event.event_id, event.reason)),
+            namespace: Some(EVENT_NAMESPACE.into()),
+            ..ObjectMeta::default()
+        },
+        event_time: Some(MicroTime(micros)),
+        reporting_controller: Some(REPORTING_CONTROLLER.into()),
+        reporting_instance: Some(reporting_instance.chars().take(128).collect()),
+        action: Some(event.action.chars().take(128).collect()),
+        reason: Some(event.reason.chars().take(128).collect()),
+        type_: Some(event.type_.as_str().into()),
+        regarding: Some(ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node_name),
+            uid: event.node.metadata.uid.clone(),
+            ..ObjectReference::default()
+        }),
+        note: Some(truncate(event.note.clone(), NOTE_LIMIT)),
+        ..Event::default()
+    }
+}
+
+/// Records `event` unless an Event of that name exists.
+pub(crate) async fn record(
+    clients: &ClusterClient,
+    event: &NodeEvent<'_>,
+    reporting_instance: &str,
+    dry_run: bool,
+) -> Result<EventOutcome, KubeError> {
+    let body = build(event, reporting_instance);
+    let name = body.metadata.name.clone().unwrap_or_default();
+    if dry_run {
+        return Ok(EventOutcome::WouldCreate);
+    }
+    let events: Api<Event> = Api::namespaced(clients.client().await?, EVENT_NAMESPACE);
+    let object = format!("event/{EVENT_NAMESPACE}/{name}");
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PostParams::default()
+    };
+    match with_retry("create", &object, || events.create(&params, &body)).await {
+        Ok(_) => Ok(EventOutcome::Created),
+        Err(e) if e.status == Some(409) => Ok(EventOutcome::Exists),
+        Err(e) => Err(KubeError::Api(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_stable_unique_and_valid() {
+        let a = event_name("ip-10-0-1-11.ec2.internal", "ev-1", "SpotInterrupted");
+        assert_eq!(
+            a,
+            event_name("ip-10-0-1-11.ec2.internal", "ev-1", "SpotInterrupted")
+        );
+        assert!(a.starts_with("ip-10-0-1-11.ec2.internal."));
+        assert_eq!(a.len(), "ip-10-0-1-11.ec2.internal.".len() + 16);
+        assert_ne!(
+            a,
+            event_name("ip-10-0-1-11.ec2.internal", "ev-2", "SpotInterrupted")
+        );
+        assert_ne!(
+            a,
+            event_name("ip-10-0-1-11.ec2.internal", "ev-1", "Drained")
+        );
+        // The parts cannot run into each other.
+        assert_ne!(event_name("n", "ab", "c"), event_name("n", "a", "bc"));
+        let long = "a".repeat(253);
+        assert!(event_name(&long, "e", "r").len() <= 253);
+        assert!(event_name("-", "e", "r").starts_with("forewarn."));
+    }
+
+    #[test]
+    fn events_carry_the_fields_the_api_validates() {
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n1", "uid": "u-1"}
+        }))
+        .unwrap();
+        let ev = build(
+            &NodeEvent {
+                node: &node,
+                event_id: "ev",
+                reason: "SpotInterrupted",
+                action: "CordonDrain",
+                type_: EventType::Warning,
+                note: "é".repeat(2000),
+            },
+            "forewarn-lambda",
+        );
+        let v = serde_json::to_value(&ev).unwrap();
+        assert_eq!(v["metadata"]["namespace"], "default");
+        assert_eq!(v["reportingController"], "forewarn");
+        assert_eq!(v["reportingInstance"], "forewarn-lambda");
+        assert_eq!(v["regarding"]["kind"], "Node");
+        assert_eq!(v["regarding"]["uid"], "u-1");
+        assert_eq!(v["type"], "Warning");
+        assert!(v["eventTime"].as_str().unwrap().ends_with('Z'));
+        assert!(v["note"].as_str().unwrap().len() <= 1024);
+    }
+}

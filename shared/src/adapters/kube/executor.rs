@@ -1,0 +1,586 @@
+//! The executor: a plan's node actions carried out through the Kubernetes API, then the ASG
+//! lifecycle action completed.
+//!
+//! For each node action, the node is read first (one `get`): a node that is gone needs nothing
+//! (a delete of its NodeClaim or Machine still happens), and a node that is control-plane by its
+//! live labels or taints is refused without any write, whatever the plan says. Then:
+//!
+//! - an Event with the plan's reason (`SpotInterrupted`, ...) records the decision;
+//! - `cordon`: one merge patch (see [`super::cordon`]), and a `Cordoned` Event when it changed
+//!   the node;
+//! - `cordon-drain`: the cordon, then the drain (see [`super::drain`]) until the action's
+//!   deadline, and a `Drained` or `DrainIncomplete` Event. Pods left at the deadline are
+//!   reported, not an error: the instance goes anyway and retrying the event would not help;
+//! - `delete`: the NodeClaim, Machine or Node (see [`super::delete`]), and a `Deleted` Event;
+//! - the ASG lifecycle action, when the plan has one, is completed with `CONTINUE`.
+//!
+//! Every step is idempotent, so an event delivered again writes nothing new. A failed API call
+//! (other than the answers each step expects: 404, 409, 429) is an [`ExecuteError`], so the
+//! event comes back. Events are best effort: a failure to record one is logged and reported,
+//! never an error. A dry run takes the same path and reads the same objects, but sends no write;
+//! its results say what would be done.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::Utc;
+use futures::future::join_all;
+use k8s_openapi::api::core::v1::Node;
+use tracing::Instrument;
+
+use super::connect::ClusterClient;
+use super::cordon::{CordonOutcome, CordonSpec, cordon, get_node};
+use super::delete::{DeleteOutcome, delete_target};
+use super::drain::{DrainReport, DrainSettings, drain};
+use super::error::KubeError;
+use super::events::{EventOutcome, EventType, NodeEvent, record};
+use super::node_facts::node_facts;
+use crate::domain::config::{Action, Config, ConfigError};
+use crate::domain::plan::{NodeAction, Plan, Target};
+use crate::domain::report::DrainSummary;
+use crate::ports::{ActionResult, ExecuteError, Executor};
+use crate::ports::{LifecycleCompleter, LifecycleOutcome};
+
+/// How many evictions run at once.
+pub const ENV_EVICTION_PARALLELISM: &str = "FOREWARN_EVICTION_PARALLELISM";
+
+/// How the executor works.
+#[derive(Debug, Clone)]
+pub struct ExecutorSettings {
+    /// Read, decide and report, but write nothing.
+    pub dry_run: bool,
+    /// Evictions at once (default 8).
+    pub eviction_parallelism: usize,
+    /// First wait after a refused eviction (default 1 s); doubles up to `backoff_max`.
+    pub backoff_initial: Duration,
+    /// Longest wait between eviction attempts (default 10 s).
+    pub backoff_max: Duration,
+    /// How often evicted pods are checked for while waiting for them to go (default 2 s).
+    pub poll_interval: Duration,
+    /// Cordon patches tried at most this often on 409 Conflict (default 5).
+    pub conflict_attempts: u32,
+    /// `reportingInstance` of the Events: the Lambda function's name or the host name.
+    pub reporting_instance: String,
+}
+
+impl Default for ExecutorSettings {
+    fn default() -> Self {
+        ExecutorSettings {
+            dry_run: false,
+            eviction_parallelism: 8,
+            backoff_initial: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(10),
+            poll_interval: Duration::from_secs(2),
+            conflict_attempts: 5,
+            reporting_instance: default_reporting_instance(|n| std::env::var(n).ok()),
+        }
+    }
+}
+
+fn default_reporting_instance(lookup: impl Fn(&str) -> Option<String>) -> String {
+    ["AWS_LAMBDA_FUNCTION_NAME", "HOSTNAME"]
+        .iter()
+        .find_map(|n| lookup(n).filter(|v| !v.trim().is_empty()))
+        .map(|v| v.trim().chars().take(128).collect())
+        .unwrap_or_else(|| "forewarn".to_string())
+}
+
+impl ExecutorSettings {
+    /// The defaults, with [`ENV_EVICTION_PARALLELISM`] read through `lookup`.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut s = ExecutorSettings {
+            reporting_instance: default_reporting_instance(&lookup),
+            ..ExecutorSettings::default()
+        };
+        if let Some(v) = lookup(ENV_EVICTION_PARALLELISM).filter(|v| !v.trim().is_empty()) {
+            s.eviction_parallelism = v
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=100).contains(n))
+                .ok_or_else(|| ConfigError {
+                    variable: ENV_EVICTION_PARALLELISM.into(),
+                    value: v.clone(),
+                    message: format!("`{v}` is not a number of evictions from 1 to 100"),
+                })?;
+        }
+        Ok(s)
+    }
+}
+
+/// What was done for one node action.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeOutcome {
+    pub instance_id: String,
+    pub node: Option<String>,
+    pub action: Action,
+    pub dry_run: bool,
+    /// The node was not there when read: nothing to do to it.
+    pub node_gone: bool,
+    /// Why the action was refused (a control-plane node).
+    pub refused: Option<String>,
+    pub cordon: Option<CordonOutcome>,
+    /// When the node was seen cordoned (by this action or before it; not in a dry run).
+    pub cordoned_at: Option<chrono::DateTime<Utc>>,
+    pub drain: Option<DrainReport>,
+    pub delete: Option<DeleteOutcome>,
+    pub lifecycle: Option<LifecycleOutcome>,
+    /// The lifecycle hook completed after the action (`<asg>/<hook name>`).
+    pub lifecycle_hook: Option<String>,
+    /// Event reasons, with what became of each.
+    pub events: Vec<(String, EventOutcome)>,
+    /// Events that could not be recorded (best effort).
+    pub event_failures: Vec<String>,
+}
+
+impl NodeOutcome {
+    fn new(a: &NodeAction, dry_run: bool) -> NodeOutcome {
+        NodeOutcome {
+            instance_id: a.instance_id.clone(),
+            node: a.node.clone(),
+            action: a.action,
+            dry_run,
+            node_gone: false,
+            refused: None,
+            cordon: None,
+            cordoned_at: None,
+            drain: None,
+            delete: None,
+            lifecycle: None,
+            lifecycle_hook: a
+                .complete_lifecycle
+                .as_ref()
+                .map(|l| format!("{}/{}", l.asg_name, l.hook_name)),
+            events: Vec::new(),
+            event_failures: Vec::new(),
+        }
+    }
+
+    /// For people: `cordoned node/x; evicted 3 pods; completed lifecycle action asg/hook`.
+    pub fn detail(&self) -> String {
+        let node = self.node.as_deref().unwrap_or("?");
+        let mut parts: Vec<String> = Vec::new();
+        if self.dry_run {
+            parts.push("dry run".into());
+        }
+        if let Some(why) = &self.refused {
+            parts.push(format!("refused: {why}"));
+        }
+        if self.node_gone && self.delete.is_none() {
+            parts.push(format!("node/{node} is gone"));
+        }
+        match &self.cordon {
+            Some(CordonOutcome::Cordoned { .. }) => parts.push(format!("cordoned node/{node}")),
+            Some(CordonOutcome::AlreadyCordoned) => {
+                parts.push(format!("node/{node} already cordoned"))
+            }
+            Some(CordonOutcome::WouldCordon { .. }) => {
+                parts.push(format!("would cordon and taint node/{node}"))
+            }
+            Some(CordonOutcome::NodeGone) => parts.push(format!("node/{node} is gone")),
+            None => {}
+        }
+        if let Some(d) = &self.drain {
+            parts.push(d.summary());
+        }
+        if let Some(d) = &self.delete {
+            parts.push(d.summary());
+        }
+        if let (Some(l), Some(hook)) = (&self.lifecycle, &self.lifecycle_hook) {
+            parts.push(l.summary(hook));
+        }
+        let would: Vec<&str> = self
+            .events
+            .iter()
+            .filter(|(_, o)| *o == EventOutcome::WouldCreate)
+            .map(|(r, _)| r.as_str())
+            .collect();
+        if !would.is_empty() {
+            parts.push(format!("would record Events {}", would.join(", ")));
+        }
+        for f in &self.event_failures {
+            parts.push(format!("Event not recorded: {f}"));
+        }
+        if parts.is_empty() || (self.dry_run && parts.len() == 1) {
+            parts.push("nothing to do".into());
+        }
+        parts.join("; ")
+    }
+}
+
+/// [`Executor`] over the Kubernetes API (and Auto Scaling for lifecycle actions).
+pub struct KubeExecutor {
+    clients: ClusterClient,
+    config: Config,
+    settings: ExecutorSettings,
+    lifecycle: Option<Arc<dyn LifecycleCompleter>>,
+}
+
+impl std::fmt::Debug for KubeExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeExecutor")
+            .field("clients", &self.clients)
+            .field("settings", &self.settings)
+            .field("lifecycle", &self.lifecycle.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl KubeExecutor {
+    /// An executor with the default settings and no lifecycle completion.
+    pub fn new(clients: ClusterClient, config: &Config) -> KubeExecutor {
+        KubeExecutor {
+            clients,
+            config: config.clone(),
+            settings: ExecutorSettings::default(),
+            lifecycle: None,
+        }
+    }
+
+    pub fn with_settings(mut self, settings: ExecutorSettings) -> KubeExecutor {
+        self.settings = settings;
+        self
+    }
+
+    /// Completes lifecycle actions through `lifecycle` (e.g. [`AsgLifecycle`](crate::adapters::autoscaling::AsgLifecycle)).
+    pub fn with_lifecycle(mut self, lifecycle: Arc<dyn LifecycleCompleter>) -> KubeExecutor {
+        self.lifecycle = Some(lifecycle);
+        self
+    }
+
+    pub fn dry_run(mut self, dry_run: bool) -> KubeExecutor {
+        self.settings.dry_run = dry_run;
+        self
+    }
+
+    pub fn settings(&self) -> &ExecutorSettings {
+        &self.settings
+    }
+
+    /// Carries out every node action of `plan` (concurrently), with what each did. An error
+    /// from any means the event must come back (the others were still carried out).
+    pub async fn run(&self, plan: &Plan) -> Result<Vec<NodeOutcome>, ExecuteError> {
+        let runs = plan.actions.iter().map(|a| {
+            let span = tracing::info_span!(
+                "node_action",
+                event_id = %plan.event_id,
+                instance_id = %a.instance_id,
+                node = a.node.as_deref().unwrap_or(""),
+                action = %a.action,
+                dry_run = self.settings.dry_run,
+            );
+            async move {
+                self.act(plan, a).await.map_err(|e| {
+                    tracing::warn!(error = %e, "node action failed");
+                    ExecuteError {
+                        instance_id: a.instance_id.clone(),
+                        message: match &a.node {
+                            Some(n) => format!("node {n}: {e}"),
+                            None => e.to_string(),
+                        },
+                    }
+                })
+            }
+            .instrument(span)
+        });
+        join_all(runs).await.into_iter().collect()
+    }
+
+    async fn act(&self, plan: &Plan, a: &NodeAction) -> Result<NodeOutcome, KubeError> {
+        let dry_run = self.settings.dry_run;
+        let mut out = NodeOutcome::new(a, dry_run);
+        if a.action != Action::None
+            && let Some(name) = a.node.as_deref()
+        {
+            let node = get_node(&self.clients, name).await?;
+            if let Some(node) = &node
+                && node_facts(node).is_control_plane()
+            {
+                let why = format!("node/{name} is a control-plane node (live labels or taints)");
+                tracing::warn!(%why, "refusing to act");
+                out.refused = Some(why);
+                return Ok(out);
+            }
+            out.node_gone = node.is_none();
+            match (a.action, node) {
+                (Action::Cordon | Action::CordonDrain, Some(node)) => {
+                    self.cordon_drain(plan, a, node, &mut out).await?;
+                }
+                (Action::Cordon | Action::CordonDrain, None) => {}
+                (Action::Delete, node) => {
+                    self.delete(plan, a, name, node.as_ref(), &mut out).await?;
+                }
+                (Action::None, _) => {}
+            }
+        }
+        if let Some(lifecycle) = &a.complete_lifecycle {
+            out.lifecycle = Some(if dry_run {
+                LifecycleOutcome::WouldComplete
+            } else if let Some(completer) = &self.lifecycle {
+                completer.complete(&a.instance_id, lifecycle).await?
+            } else {
+                tracing::warn!("no Auto Scaling client: the lifecycle action is left to time out");
+                LifecycleOutcome::NotConfigured
+            });
+        }
+        Ok(out)
+    }
+
+    async fn cordon_drain(
+        &self,
+        plan: &Plan,
+        a: &NodeAction,
+        node: Node,
+        out: &mut NodeOutcome,
+    ) -> Result<(), KubeError> {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let action_name = if a.action == Action::Cordon {
+            "Cordon"
+        } else {
+            "CordonDrain"
+        };
+        let mut note = a.reason.clone();
+        if let Some(deadline) = a.deadline {
+            note.push_str(&format!(" (drain deadline {})", deadline.to_rfc3339()));
+        }
+        self.event(
+            plan,
+            &node,
+            &a.event_reason,
+            action_name,
+            EventType::Warning,
+            note,
+            out,
+        )
+        .await;
+        let spec = CordonSpec::new(&self.config, &a.taint_value);
+        let cordoned = cordon(
+            &self.clients,
+            node.clone(),
+            &spec,
+            self.settings.conflict_attempts,
+            self.settings.dry_run,
+        )
+        .await?;
+        let gone = cordoned == CordonOutcome::NodeGone;
+        if matches!(
+            cordoned,
+            CordonOutcome::Cordoned { .. } | CordonOutcome::AlreadyCordoned
+        ) {
+            out.cordoned_at = Some(Utc::now());
+        }
+        if matches!(cordoned, CordonOutcome::Cordoned { .. }) {
+            let note = format!(
+                "Marked unschedulable and tainted {}={}:{}",
+                spec.taint_key,
+                spec.taint_value,
+                spec.taint_effect.as_str()
+            );
+            self.event(
+                plan,
+                &node,
+                "Cordoned",
+                "Cordon",
+                EventType::Normal,
+                note,
+                out,
+            )
+            .await;
+        }
+        out.cordon = Some(cordoned);
+        if a.action != Action::CordonDrain || gone {
+            return Ok(());
+        }
+        let deadline = a
+            .deadline
+            .unwrap_or_else(|| Utc::now() + self.config.drain_timeout);
+        let settings = DrainSettings {
+            parallelism: self.settings.eviction_parallelism,
+            backoff_initial: self.settings.backoff_initial,
+            backoff_max: self.settings.backoff_max,
+            poll_interval: self.settings.poll_interval,
+        };
+        let report = drain(
+            &self.clients,
+            &name,
+            deadline,
+            &settings,
+            self.settings.dry_run,
+        )
+        .await?;
+        if !self.settings.dry_run {
+            if report.complete() {
+                let note = format!("Drained: {}", report.summary());
+                self.event(
+                    plan,
+                    &node,
+                    "Drained",
+                    "Drain",
+                    EventType::Normal,
+                    note,
+                    out,
+                )
+                .await;
+            } else {
+                let left: Vec<String> = report
+                    .left
+                    .iter()
+                    .map(|l| format!("{}: {}", l.pod, l.reason))
+                    .collect();
+                let note = format!(
+                    "Drain incomplete at the deadline: {}. Refused: {}",
+                    report.summary(),
+                    left.join("; ")
+                );
+                self.event(
+                    plan,
+                    &node,
+                    "DrainIncomplete",
+                    "Drain",
+                    EventType::Warning,
+                    note,
+                    out,
+                )
+                .await;
+            }
+        }
+        out.drain = Some(report);
+        Ok(())
+    }
+
+    async fn delete(
+        &self,
+        plan: &Plan,
+        a: &NodeAction,
+        name: &str,
+        node: Option<&Node>,
+        out: &mut NodeOutcome,
+    ) -> Result<(), KubeError> {
+        let target = a.target.clone().unwrap_or_else(|| Target::Node {
+            name: name.to_string(),
+        });
+        if let Some(node) = node {
+            let note = a.reason.clone();
+            self.event(
+                plan,
+                node,
+                &a.event_reason,
+                "Delete",
+                EventType::Warning,
+                note,
+                out,
+            )
+            .await;
+        }
+        let deleted = if node.is_none() && matches!(target, Target::Node { .. }) {
+            DeleteOutcome::AlreadyGone {
+                target: target.describe(),
+            }
+        } else {
+            delete_target(&self.clients, &target, self.settings.dry_run).await?
+        };
+        if let (Some(node), DeleteOutcome::Deleted { target }) = (node, &deleted) {
+            let note = format!("Deleted {target}");
+            self.event(
+                plan,
+                node,
+                "Deleted",
+                "Delete",
+                EventType::Normal,
+                note,
+                out,
+            )
+            .await;
+        }
+        out.delete = Some(deleted);
+        Ok(())
+    }
+
+    /// Records an Event, best effort.
+    #[allow(clippy::too_many_arguments)]
+    async fn event(
+        &self,
+        plan: &Plan,
+        node: &Node,
+        reason: &str,
+        action: &str,
+        type_: EventType,
+        note: String,
+        out: &mut NodeOutcome,
+    ) {
+        let event = NodeEvent {
+            node,
+            event_id: &plan.event_id,
+            reason,
+            action,
+            type_,
+            note,
+        };
+        match record(
+            &self.clients,
+            &event,
+            &self.settings.reporting_instance,
+            self.settings.dry_run,
+        )
+        .await
+        {
+            Ok(outcome) => out.events.push((reason.to_string(), outcome)),
+            Err(e) => {
+                tracing::warn!(reason, error = %e, "could not record the Event");
+                out.event_failures.push(format!("{reason}: {e}"));
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Executor for KubeExecutor {
+    async fn execute(&self, plan: &Plan) -> Result<Vec<ActionResult>, ExecuteError> {
+        let outcomes = self.run(plan).await?;
+        Ok(outcomes
+            .iter()
+            .map(|o| ActionResult {
+                instance_id: o.instance_id.clone(),
+                detail: o.detail(),
+                cordoned_at: o.cordoned_at,
+                drain: o
+                    .drain
+                    .as_ref()
+                    .filter(|_| !o.dry_run)
+                    .map(|d| DrainSummary {
+                        evicted: d.evicted.len(),
+                        left: d.left.len(),
+                        complete: d.complete(),
+                    }),
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_from_the_environment() {
+        let s = ExecutorSettings::from_lookup(|n| match n {
+            ENV_EVICTION_PARALLELISM => Some("3".into()),
+            "AWS_LAMBDA_FUNCTION_NAME" => Some("forewarn-handler".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(s.eviction_parallelism, 3);
+        assert_eq!(s.reporting_instance, "forewarn-handler");
+        let e =
+            ExecutorSettings::from_lookup(|n| (n == ENV_EVICTION_PARALLELISM).then(|| "0".into()))
+                .unwrap_err();
+        assert_eq!(e.variable, ENV_EVICTION_PARALLELISM);
+        assert_eq!(
+            ExecutorSettings::from_lookup(|_| None)
+                .unwrap()
+                .reporting_instance,
+            "forewarn"
+        );
+    }
+}

@@ -1,0 +1,45 @@
+//! The Kubernetes adapter: the connection to the API server, the [`NodeDirectory`] that finds
+//! the nodes of a batch of instances, and the [`Executor`] that carries out a plan's node actions
+//! (cordon, drain, delete, Kubernetes Events) and completes ASG lifecycle actions.
+//!
+//! - [`connect`]: kubeconfig inference locally; on EKS an IAM authentication token
+//!   ([`eks_token`]) refreshed before it expires ([`ClusterClient`]).
+//! - [`KubeNodeDirectory`]: one `get` per instance by private DNS name, at most one `list`.
+//! - [`KubeExecutor`]: each action idempotent; a dry run takes the same path without writing.
+//!
+//! Every request the adapter sends, and so every RBAC rule it needs, is listed in
+//! `infra/k8s/rbac.yaml` (the integration tests check the two agree).
+//!
+//! [`NodeDirectory`]: crate::ports::NodeDirectory
+//! [`Executor`]: crate::ports::Executor
+
+mod api;
+mod connect;
+mod cordon;
+mod delete;
+mod directory;
+mod drain;
+mod eks;
+mod error;
+mod events;
+mod executor;
+mod node_facts;
+
+pub use api::{ApiError, FIELD_MANAGER};
+pub use connect::{
+    ClusterAccess, ClusterClient, ConnectError, ENV_CLUSTER_CA, ENV_CLUSTER_ENDPOINT,
+    ENV_EKS_CLUSTER, ENV_KUBE_BURST, ENV_KUBE_QPS, EksAccess, connect, connect_eks,
+    rate_limit_from_lookup,
+};
+pub use cordon::{CordonOutcome, CordonSpec, cordon_patch};
+pub use delete::DeleteOutcome;
+pub use directory::KubeNodeDirectory;
+pub use drain::{DrainReport, LeftPod, SkippedPod, is_critical};
+pub use eks::{
+    CLUSTER_ID_HEADER, PRESIGN_EXPIRES, TOKEN_CACHE_LIFETIME, TOKEN_PREFIX, TokenError, eks_token,
+    presigned_url, sts_host, url_from_token,
+};
+pub use error::KubeError;
+pub use events::{EventOutcome, REPORTING_CONTROLLER, event_name};
+pub use executor::{ENV_EVICTION_PARALLELISM, ExecutorSettings, KubeExecutor, NodeOutcome};
+pub use node_facts::node_facts;

@@ -1,0 +1,130 @@
+//! A Kubernetes `Node` object read into the [`NodeFacts`] the decision core decides on.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Node;
+
+use crate::domain::facts::{
+    ANNOTATION_CAPI_MACHINE, ANNOTATION_CAPI_NAMESPACE, CAPI_GROUP, KARPENTER_GROUP, NodeFacts,
+    Owner, Taint,
+};
+
+/// Reads the facts from a Node object.
+pub fn node_facts(node: &Node) -> NodeFacts {
+    let meta = &node.metadata;
+    let spec = node.spec.as_ref();
+    let labels: BTreeMap<String, String> = meta.labels.clone().unwrap_or_default();
+    let annotations: BTreeMap<String, String> = meta.annotations.clone().unwrap_or_default();
+    let owner = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .find_map(|r| {
+            let group = r.api_version.split('/').next().unwrap_or_default();
+            match (group, r.kind.as_str()) {
+                (KARPENTER_GROUP, "NodeClaim") => Some(Owner::NodeClaim {
+                    name: r.name.clone(),
+                }),
+                (CAPI_GROUP, "Machine") => Some(Owner::Machine {
+                    namespace: annotations
+                        .get(ANNOTATION_CAPI_NAMESPACE)
+                        .cloned()
+                        .unwrap_or_else(|| "default".into()),
+                    name: r.name.clone(),
+                }),
+                _ => None,
+            }
+        })
+        .or_else(|| {
+            annotations
+                .get(ANNOTATION_CAPI_MACHINE)
+                .filter(|m| !m.is_empty())
+                .map(|name| Owner::Machine {
+                    namespace: annotations
+                        .get(ANNOTATION_CAPI_NAMESPACE)
+                        .cloned()
+                        .unwrap_or_else(|| "default".into()),
+                    name: name.clone(),
+                })
+        });
+    let taints = spec
+        .and_then(|s| s.taints.as_ref())
+        .map(|ts| {
+            ts.iter()
+                .map(|t| Taint {
+                    key: t.key.clone(),
+                    value: t.value.clone(),
+                    effect: t.effect.clone(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let dns_names = node
+        .status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .map(|addrs| {
+            addrs
+                .iter()
+                .filter(|a| {
+                    a.type_ == "InternalDNS" || a.type_ == "Hostname" || a.type_ == "ExternalDNS"
+                })
+                .map(|a| a.address.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    NodeFacts {
+        name: meta.name.clone().unwrap_or_default(),
+        provider_id: spec.and_then(|s| s.provider_id.clone()),
+        labels,
+        annotations,
+        taints,
+        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        owner,
+        dns_names,
+        resource_version: meta.resource_version.clone(),
+    }
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owners_from_node_objects() {
+        let karpenter: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n1", "ownerReferences": [
+                {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": "default-abc", "uid": "u"}
+            ]},
+            "spec": {"providerID": "aws:///us-east-1a/i-0a1b2c3d4e5f60001",
+                     "taints": [{"key": "a", "effect": "NoSchedule"}], "unschedulable": true}
+        }))
+        .unwrap();
+        let f = node_facts(&karpenter);
+        assert_eq!(
+            f.owner,
+            Some(Owner::NodeClaim {
+                name: "default-abc".into()
+            })
+        );
+        assert_eq!(f.instance_id(), Some("i-0a1b2c3d4e5f60001"));
+        assert!(f.unschedulable && f.has_taint("a"));
+        let capi: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n2", "annotations": {
+                "cluster.x-k8s.io/machine": "m-1", "cluster.x-k8s.io/cluster-namespace": "capi"
+            }}
+        }))
+        .unwrap();
+        assert_eq!(
+            node_facts(&capi).owner,
+            Some(Owner::Machine {
+                namespace: "capi".into(),
+                name: "m-1".into()
+            })
+        );
+        let cp: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n3", "labels": {"node-role.kubernetes.io/control-plane": ""}}
+        }))
+        .unwrap();
+        assert!(node_facts(&cp).is_control_plane());
+    }
+}

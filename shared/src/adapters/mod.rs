@@ -1,0 +1,11 @@
+//! The implementations of the [ports](crate::ports): AWS through the official SDKs, the
+//! Kubernetes API through kube, the embedded store, captured state, the webhook.
+
+pub mod autoscaling;
+pub mod aws;
+pub mod dynamo;
+pub mod ec2;
+pub mod embedded;
+pub mod kube;
+pub mod snapshot;
+pub mod webhook;

@@ -1,0 +1,305 @@
+//! Captured state: the JSON `aws ec2 describe-instances` prints and the JSON
+//! `kubectl get nodes,pods -A -o json` prints, read into facts for offline planning.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::kube::node_facts;
+use crate::domain::facts::{InstanceFacts, NodeFacts};
+use crate::domain::pool::CapacityType;
+use crate::ports::{DirectoryError, InstanceDirectory, NodeDirectory};
+
+/// A captured-state file that could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct SnapshotError {
+    pub path: String,
+    pub message: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct DescribeInstances {
+    #[serde(default)]
+    reservations: Vec<Reservation>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct Reservation {
+    #[serde(default)]
+    instances: Vec<Ec2Instance>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct Ec2Instance {
+    instance_id: String,
+    instance_type: Option<String>,
+    placement: Option<Placement>,
+    private_dns_name: Option<String>,
+    instance_lifecycle: Option<String>,
+    capacity_reservation_id: Option<String>,
+    state: Option<Ec2State>,
+    state_reason: Option<StateReason>,
+    launch_time: Option<String>,
+    #[serde(default)]
+    tags: Vec<Ec2Tag>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct Placement {
+    availability_zone: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct Ec2State {
+    name: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct StateReason {
+    code: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct Ec2Tag {
+    key: String,
+    #[serde(default)]
+    value: String,
+}
+
+/// The capacity type EC2's fields imply: `InstanceLifecycle` spot → spot, capacity-block or a
+/// capacity reservation → reserved, otherwise on-demand.
+pub fn capacity_type_of(
+    lifecycle: Option<&str>,
+    capacity_reservation_id: Option<&str>,
+) -> CapacityType {
+    match lifecycle {
+        Some("spot") => CapacityType::Spot,
+        Some("capacity-block") => CapacityType::Reserved,
+        _ if capacity_reservation_id.is_some_and(|id| !id.is_empty()) => CapacityType::Reserved,
+        _ => CapacityType::OnDemand,
+    }
+}
+
+/// Reads the output of `aws ec2 describe-instances --output json`.
+pub fn instances_from_describe(
+    label: &str,
+    input: &[u8],
+) -> Result<BTreeMap<String, InstanceFacts>, SnapshotError> {
+    let parsed: DescribeInstances = serde_json::from_slice(input).map_err(|e| SnapshotError {
+        path: label.to_string(),
+        message: format!("not the JSON `aws ec2 describe-instances` prints: {e}"),
+    })?;
+    Ok(parsed
+        .reservations
+        .into_iter()
+        .flat_map(|r| r.instances)
+        .map(|i| {
+            let facts = InstanceFacts {
+                capacity_type: Some(capacity_type_of(
+                    i.instance_lifecycle.as_deref(),
+                    i.capacity_reservation_id.as_deref(),
+                )),
+                instance_type: i.instance_type,
+                zone: i.placement.and_then(|p| p.availability_zone),
+                private_dns: i.private_dns_name.filter(|d| !d.is_empty()),
+                state: i.state.and_then(|s| s.name),
+                state_reason: i.state_reason.and_then(|s| s.code),
+                launch_time: i
+                    .launch_time
+                    .as_deref()
+                    .and_then(crate::domain::event::parse_time),
+                tags: i.tags.into_iter().map(|t| (t.key, t.value)).collect(),
+                instance_id: i.instance_id,
+            };
+            (facts.instance_id.clone(), facts)
+        })
+        .collect())
+}
+
+/// What `kubectl get nodes,pods -A -o json` captured.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterState {
+    pub nodes: Vec<NodeFacts>,
+    pub pods: Vec<Pod>,
+}
+
+impl ClusterState {
+    /// The pods bound to a node.
+    pub fn pods_on<'a>(&'a self, node: &'a str) -> impl Iterator<Item = &'a Pod> + 'a {
+        self.pods.iter().filter(move |p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .is_some_and(|n| n == node)
+        })
+    }
+}
+
+/// Reads the output of `kubectl get nodes,pods -A -o json` (a `List`); a single Node or a
+/// `NodeList`/`PodList` is accepted too. Items of other kinds are skipped.
+pub fn cluster_state_from_kubectl(
+    label: &str,
+    input: &[u8],
+) -> Result<ClusterState, SnapshotError> {
+    let err = |message: String| SnapshotError {
+        path: label.to_string(),
+        message,
+    };
+    let value: Value =
+        serde_json::from_slice(input).map_err(|e| err(format!("not valid JSON: {e}")))?;
+    let items: Vec<Value> = match value.get("items") {
+        Some(Value::Array(items)) => items.clone(),
+        Some(_) => return Err(err("`items` is not an array".into())),
+        None if value.get("kind").is_some() => vec![value.clone()],
+        None => {
+            return Err(err(
+                "not the JSON `kubectl get nodes,pods -A -o json` prints".into(),
+            ));
+        }
+    };
+    let list_kind = value
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let mut state = ClusterState::default();
+    for (i, item) in items.into_iter().enumerate() {
+        let kind = item
+            .get("kind")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .unwrap_or_else(|| list_kind.trim_end_matches("List").to_string());
+        match kind.as_str() {
+            "Node" => {
+                let node: Node = serde_json::from_value(item)
+                    .map_err(|e| err(format!("items[{i}] is not a valid Node: {e}")))?;
+                state.nodes.push(node_facts(&node));
+            }
+            "Pod" => {
+                let pod: Pod = serde_json::from_value(item)
+                    .map_err(|e| err(format!("items[{i}] is not a valid Pod: {e}")))?;
+                state.pods.push(pod);
+            }
+            _ => {}
+        }
+    }
+    Ok(state)
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, SnapshotError> {
+    std::fs::read(path).map_err(|e| SnapshotError {
+        path: path.display().to_string(),
+        message: format!("cannot read: {e}"),
+    })
+}
+
+/// Loads a `describe-instances` capture.
+pub fn load_instances(path: &Path) -> Result<BTreeMap<String, InstanceFacts>, SnapshotError> {
+    instances_from_describe(&path.display().to_string(), &read(path)?)
+}
+
+/// Loads a `kubectl get nodes,pods -A -o json` capture.
+pub fn load_cluster_state(path: &Path) -> Result<ClusterState, SnapshotError> {
+    cluster_state_from_kubectl(&path.display().to_string(), &read(path)?)
+}
+
+/// An instance directory over a capture (instances it does not hold are unknown).
+#[derive(Debug, Clone, Default)]
+pub struct SnapshotInstances(pub BTreeMap<String, InstanceFacts>);
+
+#[async_trait]
+impl InstanceDirectory for SnapshotInstances {
+    async fn describe(
+        &self,
+        instance_ids: &[String],
+    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
+        Ok(instance_ids
+            .iter()
+            .filter_map(|id| self.0.get(id).map(|f| (id.clone(), f.clone())))
+            .collect())
+    }
+}
+
+#[async_trait]
+impl NodeDirectory for ClusterState {
+    async fn nodes(&self, _instances: &[InstanceFacts]) -> Result<Vec<NodeFacts>, DirectoryError> {
+        Ok(self.nodes.clone())
+    }
+
+    async fn all(&self) -> Result<Vec<NodeFacts>, DirectoryError> {
+        Ok(self.nodes.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn describe_instances_capture() {
+        let json = br#"{"Reservations":[{"Instances":[
+            {"InstanceId":"i-0a1b2c3d4e5f60001","InstanceType":"m5.large","InstanceLifecycle":"spot",
+             "Placement":{"AvailabilityZone":"us-east-1a"},"PrivateDnsName":"ip-10-0-1-11.ec2.internal",
+             "State":{"Code":16,"Name":"running"},"LaunchTime":"2026-11-20T09:00:00+00:00",
+             "Tags":[{"Key":"kubernetes.io/cluster/demo","Value":"owned"}]},
+            {"InstanceId":"i-0a1b2c3d4e5f6000a","InstanceType":"g5.xlarge","CapacityReservationId":"cr-1",
+             "Placement":{"AvailabilityZone":"us-east-1c"},"PrivateDnsName":""},
+            {"InstanceId":"i-0a1b2c3d4e5f60005","InstanceType":"m5.xlarge",
+             "StateReason":{"Code":"Server.SpotInstanceTermination","Message":"x"}}
+        ]}]}"#;
+        let m = instances_from_describe("x.json", json).unwrap();
+        let a = &m["i-0a1b2c3d4e5f60001"];
+        assert_eq!(a.pool().unwrap().to_string(), "spot#m5.large#us-east-1a");
+        assert_eq!(a.clusters(), vec!["demo"]);
+        assert_eq!(a.state.as_deref(), Some("running"));
+        assert_eq!(a.launch_time.map(|t| t.timestamp()), Some(1_795_165_200));
+        let b = &m["i-0a1b2c3d4e5f6000a"];
+        assert_eq!(b.capacity_type, Some(CapacityType::Reserved));
+        assert_eq!(b.private_dns, None);
+        let c = &m["i-0a1b2c3d4e5f60005"];
+        assert_eq!(c.capacity_type, Some(CapacityType::OnDemand));
+        assert_eq!(
+            c.state_reason.as_deref(),
+            Some("Server.SpotInstanceTermination")
+        );
+        assert_eq!(c.pool(), None, "no zone, no pool");
+    }
+
+    #[test]
+    fn bad_captures_name_the_file() {
+        let e = instances_from_describe("x.json", b"{\"Reservations\": 3}").unwrap_err();
+        assert!(e.to_string().starts_with("x.json: not the JSON"), "{e}");
+        let e = cluster_state_from_kubectl("k.json", b"[]").unwrap_err();
+        assert!(e.to_string().starts_with("k.json:"), "{e}");
+        let e = cluster_state_from_kubectl(
+            "k.json",
+            br#"{"kind":"List","items":[{"kind":"Node","spec":{"taints":7}}]}"#,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("items[0] is not a valid Node"), "{e}");
+    }
+
+    #[test]
+    fn kubectl_list() {
+        let json = br#"{"apiVersion":"v1","kind":"List","items":[
+            {"apiVersion":"v1","kind":"Node","metadata":{"name":"n1"},"spec":{"providerID":"aws:///us-east-1a/i-0a1b2c3d4e5f60001"}},
+            {"apiVersion":"v1","kind":"Pod","metadata":{"name":"p1","namespace":"a"},"spec":{"nodeName":"n1","containers":[]}},
+            {"apiVersion":"v1","kind":"Service","metadata":{"name":"s"}}
+        ]}"#;
+        let s = cluster_state_from_kubectl("k.json", json).unwrap();
+        assert_eq!(s.nodes.len(), 1);
+        assert_eq!(s.pods_on("n1").count(), 1);
+        assert_eq!(s.pods_on("n2").count(), 0);
+    }
+}

@@ -1,0 +1,10 @@
+//! The application: the pipeline that takes records through facts, plans, actions and the pool
+//! store; the Lambda handler and the sweeper built on it; telemetry; the settings read from the
+//! environment and the wiring that builds the services from them.
+
+pub mod handler;
+pub mod pipeline;
+pub mod settings;
+pub mod sweeper;
+pub mod telemetry;
+pub mod wiring;

@@ -1,0 +1,657 @@
+//! The pipeline: decoded records → facts (one lookup per batch) → plans → actions and pool
+//! updates → one report per record.
+//!
+//! Order matters for at-least-once delivery: node actions run before the pool update that also
+//! records the event id, so an event whose actions failed is not marked applied and comes back.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use futures::StreamExt;
+use tracing::Instrument;
+
+use chrono::{DateTime, Utc};
+
+use crate::domain::config::{Config, Mode};
+use crate::domain::event::{Event, EventKind, Record};
+use crate::domain::facts::InstanceFacts;
+use crate::domain::plan::{Facts, plan};
+use crate::domain::pool::Applied;
+use crate::domain::report::{Outcome, Report};
+use crate::ports::{Executor, InstanceDirectory, NodeDirectory, PoolStore};
+
+/// Wiring for one run of the pipeline.
+pub struct Pipeline<'a> {
+    pub config: &'a Config,
+    /// What the run may change. In [`Mode::Plan`] the executor is never called; in
+    /// [`Mode::DryRun`] it is (it only reads), and events are `planned` either way. The store is
+    /// written as it is given (the wiring hands a read-only one to a dry run).
+    pub mode: Mode,
+    pub store: &'a dyn PoolStore,
+    pub instances: &'a dyn InstanceDirectory,
+    pub nodes: &'a dyn NodeDirectory,
+    /// `None`: no live cluster — plans are made and pools recorded, nothing is acted on.
+    pub executor: Option<&'a dyn Executor>,
+}
+
+impl Pipeline<'_> {
+    /// Processes a batch of records with the default [`Limits`]; see [`Pipeline::process_with`].
+    pub async fn process(&self, records: &[Record], now: DateTime<Utc>) -> Vec<Report> {
+        self.process_with(records, now, Limits::default()).await
+    }
+
+    /// Processes a batch of records: one instance lookup, one node lookup and one ledger read for
+    /// the whole batch, then the events — concurrently up to `limits.concurrency`, except that
+    /// events sharing an instance run one after the other in event-time order. A record whose
+    /// event id already came earlier in the batch is a duplicate of it. Work not finished by
+    /// `limits.deadline` is reported failed (it goes back to the queue; every action is
+    /// idempotent, so a half-done event is simply done again). Returns one report per record,
+    /// in order.
+    pub async fn process_with(
+        &self,
+        records: &[Record],
+        now: DateTime<Utc>,
+        limits: Limits,
+    ) -> Vec<Report> {
+        let wanted: Vec<&Event> = records
+            .iter()
+            .filter_map(|r| r.event.as_ref().ok())
+            .filter(|e| e.kind != EventKind::Unsupported)
+            .collect();
+        let ids: Vec<String> = wanted
+            .iter()
+            .flat_map(|e| e.instance_ids.iter().cloned())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let event_ids: Vec<String> = wanted
+            .iter()
+            .map(|e| e.id.clone())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+
+        let lookups = async {
+            if wanted.is_empty() {
+                return Ok((Default::default(), Vec::new(), HashSet::new()));
+            }
+            let instances = if ids.is_empty() {
+                Default::default()
+            } else {
+                self.instances
+                    .describe(&ids)
+                    .await
+                    .map_err(|e| e.to_string())?
+            };
+            let known: Vec<InstanceFacts> = instances.values().cloned().collect();
+            let nodes = self.nodes.nodes(&known).await.map_err(|e| e.to_string())?;
+            let applied = self
+                .store
+                .applied(&event_ids)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>((instances, nodes, applied))
+        };
+        let looked_up = match limits.deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, lookups)
+                .await
+                .unwrap_or_else(|_| Err(OUT_OF_TIME.to_string())),
+            None => lookups.await,
+        };
+        let (instances, nodes, applied) = match looked_up {
+            Ok(found) => found,
+            Err(message) => {
+                return records
+                    .iter()
+                    .map(|r| match &r.event {
+                        Err(e) => Report::new(r).failed(e.to_string()),
+                        Ok(e) if e.kind == EventKind::Unsupported => ignored(r, e, self.config),
+                        Ok(_) => Report::new(r).failed(message.clone()),
+                    })
+                    .collect();
+            }
+        };
+        let facts = Facts {
+            instances: &instances,
+            nodes: &nodes,
+        };
+
+        // The first record of each event id does the work; later ones follow its outcome.
+        let mut first_of: HashMap<&str, usize> = HashMap::new();
+        let mut repeats: Vec<(usize, usize)> = Vec::new();
+        let mut lanes = Lanes::default();
+        for (i, record) in records.iter().enumerate() {
+            if let Ok(event) = &record.event {
+                match first_of.get(event.id.as_str()) {
+                    Some(&first) => repeats.push((i, first)),
+                    None => {
+                        first_of.insert(&event.id, i);
+                        lanes.add(i, &event.instance_ids);
+                    }
+                }
+            }
+        }
+        let applied = &applied;
+        let done: Vec<(usize, Report)> = futures::stream::iter(lanes.into_lanes(records))
+            .map(|lane| async move {
+                let mut out = Vec::with_capacity(lane.len());
+                for i in lane {
+                    let record = &records[i];
+                    let Ok(event) = &record.event else { continue };
+                    let work = self
+                        .handle(record, event, facts, applied, now)
+                        .instrument(event_span(event));
+                    let report = match limits.deadline {
+                        Some(deadline) if tokio::time::Instant::now() >= deadline => {
+                            Report::new(record).failed(format!("not started: {OUT_OF_TIME}"))
+                        }
+                        Some(deadline) => tokio::time::timeout_at(deadline, work)
+                            .await
+                            .unwrap_or_else(|_| {
+                                Report::new(record).failed(format!("not finished: {OUT_OF_TIME}"))
+                            }),
+                        None => work.await,
+                    };
+                    out.push((i, report));
+                }
+                out
+            })
+            .buffer_unordered(limits.concurrency.max(1))
+            .flat_map(futures::stream::iter)
+            .collect()
+            .await;
+
+        let mut reports: Vec<Option<Report>> = vec![None; records.len()];
+        for (i, report) in done {
+            reports[i] = Some(report);
+        }
+        for (i, first) in repeats {
+            let first_report = reports[first].clone();
+            let record = &records[i];
+            let report = match first_report {
+                Some(f) if f.outcome == Outcome::Failed => Report::new(record)
+                    .failed(format!("same event id as {}, which failed", f.origin)),
+                Some(f) => {
+                    let mut r = f.clone();
+                    r.origin = record.origin.to_string();
+                    r.message_id = record.origin.message_id.clone();
+                    if f.outcome != Outcome::Ignored {
+                        r.outcome = Outcome::Duplicate;
+                        r.reason = Some(format!("same event id as {}", f.origin));
+                    }
+                    r
+                }
+                None => Report::new(record).failed("internal: first record not processed".into()),
+            };
+            reports[i] = Some(report);
+        }
+        records
+            .iter()
+            .zip(reports)
+            .map(|(record, report)| {
+                report.unwrap_or_else(|| match &record.event {
+                    Err(e) => Report::new(record).failed(e.to_string()),
+                    Ok(_) => Report::new(record).failed("internal: record not processed".into()),
+                })
+            })
+            .collect()
+    }
+
+    async fn handle(
+        &self,
+        record: &Record,
+        event: &Event,
+        facts: Facts<'_>,
+        applied: &HashSet<String>,
+        now: DateTime<Utc>,
+    ) -> Report {
+        let plan = plan(event, facts, self.config);
+        let span = tracing::Span::current();
+        let nodes: Vec<&str> = plan
+            .actions
+            .iter()
+            .filter_map(|a| a.node.as_deref())
+            .collect();
+        span.record("node", nodes.join(","));
+        let pools: Vec<String> = plan.pools.iter().map(|m| m.pool.to_string()).collect();
+        span.record("pool", pools.join(","));
+        tracing::debug!(summary = %plan.summary, "planned");
+        let mut report = Report::new(record).with_plan(&plan);
+        if let Some(why) = &plan.ignored {
+            report.outcome = Outcome::Ignored;
+            report.reason = Some(why.clone());
+            return report;
+        }
+        if applied.contains(&event.id) {
+            report.outcome = Outcome::Duplicate;
+            report.reason = Some("event id already applied".into());
+            return report;
+        }
+        let mut outcome = Outcome::Planned;
+        let executor = self.executor.filter(|_| self.mode.runs_actions());
+        if let Some(executor) = executor.filter(|_| plan.has_node_work()) {
+            match executor.execute(&plan).await {
+                Ok(results) => {
+                    for result in results {
+                        if let Some(a) = report
+                            .actions
+                            .iter_mut()
+                            .find(|a| a.instance_id == result.instance_id)
+                        {
+                            a.result = Some(result.detail);
+                            a.cordoned_at = result.cordoned_at;
+                            a.drain = result.drain;
+                        }
+                    }
+                    if self.mode.writes_cluster() {
+                        outcome = Outcome::Acted;
+                    }
+                }
+                Err(e) => return report.failed(e.to_string()),
+            }
+        } else if executor.is_some() && self.mode.writes_cluster() {
+            outcome = Outcome::Acted;
+        }
+        match self.store.apply(&plan.pool_update(now)).await {
+            Ok(Applied::Applied) => report.outcome = outcome,
+            Ok(Applied::Duplicate) => {
+                report.outcome = Outcome::Duplicate;
+                report.reason = Some(if plan.also_keys.is_empty() {
+                    "event id already applied".into()
+                } else {
+                    "already applied: this event id, or the same interruption of this run of \
+                     the instance under another id (a repeated warning, or the sweeper's finding)"
+                        .into()
+                });
+            }
+            Err(e) => return report.failed(e.to_string()),
+        }
+        report
+    }
+}
+
+/// The span every log line of one event's work carries (the executor's lines among them).
+fn event_span(event: &Event) -> tracing::Span {
+    tracing::info_span!(
+        "event",
+        event_id = %event.id,
+        kind = event.kind.as_str(),
+        instance = %event.instance_ids.join(","),
+        node = tracing::field::Empty,
+        pool = tracing::field::Empty,
+    )
+}
+
+const OUT_OF_TIME: &str = "the time left for this batch ran out; the event goes back to the queue";
+
+/// How a batch is processed.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Events (of distinct instances) handled at once.
+    pub concurrency: usize,
+    /// When the batch must be over (a Lambda's deadline minus a margin).
+    pub deadline: Option<tokio::time::Instant>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            concurrency: 8,
+            deadline: None,
+        }
+    }
+}
+
+/// Groups record indexes so that events sharing an instance land in one lane.
+#[derive(Default)]
+struct Lanes {
+    /// Union-find parent of each member index.
+    parent: HashMap<usize, usize>,
+    owner_of_instance: HashMap<String, usize>,
+    order: Vec<usize>,
+}
+
+impl Lanes {
+    fn find(&mut self, i: usize) -> usize {
+        let p = self.parent[&i];
+        if p == i {
+            return i;
+        }
+        let root = self.find(p);
+        self.parent.insert(i, root);
+        root
+    }
+
+    fn add(&mut self, i: usize, instance_ids: &[String]) {
+        self.parent.insert(i, i);
+        self.order.push(i);
+        for id in instance_ids {
+            match self.owner_of_instance.get(id).copied() {
+                Some(other) => {
+                    let (a, b) = (self.find(other), self.find(i));
+                    if a != b {
+                        self.parent.insert(b, a);
+                    }
+                }
+                None => {
+                    self.owner_of_instance.insert(id.clone(), i);
+                }
+            }
+        }
+    }
+
+    /// The lanes, each in event-time order (record order among equal times).
+    fn into_lanes(mut self, records: &[Record]) -> Vec<Vec<usize>> {
+        let mut lanes: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for i in self.order.clone() {
+            let root = self.find(i);
+            lanes.entry(root).or_default().push(i);
+        }
+        lanes
+            .into_values()
+            .map(|mut lane| {
+                lane.sort_by_key(|&i| (records[i].event.as_ref().map(|e| e.time).ok(), i));
+                lane
+            })
+            .collect()
+    }
+}
+
+fn ignored(record: &Record, event: &Event, config: &Config) -> Report {
+    let empty = Default::default();
+    let plan = plan(
+        event,
+        Facts {
+            instances: &empty,
+            nodes: &[],
+        },
+        config,
+    );
+    let mut report = Report::new(record).with_plan(&plan);
+    report.outcome = Outcome::Ignored;
+    report.reason = plan.ignored;
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+    use std::time::Duration as StdDuration;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::adapters::embedded::EmbeddedStore;
+    use crate::adapters::snapshot::SnapshotInstances;
+    use crate::domain::event::decode_value;
+    use crate::domain::facts::{InstanceFacts, NodeFacts};
+    use crate::domain::plan::Plan;
+    use crate::domain::pool::CapacityType;
+    use crate::ports::DirectoryError;
+    use crate::ports::{ActionResult, ExecuteError};
+    use async_trait::async_trait;
+
+    const A: &str = "i-0a1b2c3d4e5f60001";
+    const B: &str = "i-0a1b2c3d4e5f60002";
+
+    fn ev(id: &str, detail_type: &str, instance: &str, time: &str) -> serde_json::Value {
+        json!({"id": id, "source": "aws.ec2", "detail-type": detail_type, "time": time,
+               "region": "us-east-1", "detail": {"instance-id": instance, "instance-action": "terminate"}})
+    }
+
+    fn spot(id: &str, instance: &str, time: &str) -> serde_json::Value {
+        ev(id, crate::domain::event::DT_SPOT, instance, time)
+    }
+
+    fn world() -> (SnapshotInstances, crate::adapters::snapshot::ClusterState) {
+        let mut instances = BTreeMap::new();
+        let mut nodes = Vec::new();
+        for id in [A, B] {
+            instances.insert(
+                id.to_string(),
+                InstanceFacts {
+                    instance_id: id.into(),
+                    instance_type: Some("m5.large".into()),
+                    zone: Some("us-east-1a".into()),
+                    capacity_type: Some(CapacityType::Spot),
+                    ..InstanceFacts::default()
+                },
+            );
+            nodes.push(NodeFacts {
+                name: format!("node-{id}"),
+                provider_id: Some(format!("aws:///us-east-1a/{id}")),
+                ..NodeFacts::default()
+            });
+        }
+        (
+            SnapshotInstances(instances),
+            crate::adapters::snapshot::ClusterState {
+                nodes,
+                pods: vec![],
+            },
+        )
+    }
+
+    /// Records the order of calls; fails or sleeps for chosen event ids.
+    #[derive(Default)]
+    struct Recorder {
+        calls: Mutex<Vec<String>>,
+        fail: Vec<String>,
+        sleep: Option<StdDuration>,
+    }
+
+    #[async_trait]
+    impl Executor for Recorder {
+        async fn execute(&self, plan: &Plan) -> Result<Vec<ActionResult>, ExecuteError> {
+            self.calls.lock().unwrap().push(plan.event_id.clone());
+            if let Some(d) = self.sleep {
+                tokio::time::sleep(d).await;
+            }
+            if self.fail.contains(&plan.event_id) {
+                return Err(ExecuteError {
+                    instance_id: plan.instance_ids[0].clone(),
+                    message: "API answered 500".into(),
+                });
+            }
+            Ok(vec![ActionResult {
+                instance_id: plan.instance_ids[0].clone(),
+                detail: "done".into(),
+                ..ActionResult::default()
+            }])
+        }
+    }
+
+    fn records(batch: serde_json::Value) -> Vec<Record> {
+        decode_value("batch", batch).unwrap()
+    }
+
+    async fn run(
+        store: &EmbeddedStore,
+        exec: &Recorder,
+        batch: serde_json::Value,
+        limits: Limits,
+    ) -> Vec<Report> {
+        let (instances, nodes) = world();
+        let config = Config::default();
+        let p = Pipeline {
+            mode: Mode::Act,
+            config: &config,
+            store,
+            instances: &instances,
+            nodes: &nodes,
+            executor: Some(exec),
+        };
+        p.process_with(&records(batch), Utc::now(), limits).await
+    }
+
+    #[tokio::test]
+    async fn duplicates_in_a_batch_act_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let exec = Recorder::default();
+        let batch = json!([
+            spot("e1", A, "2026-11-20T10:00:00Z"),
+            spot("e1", A, "2026-11-20T10:00:00Z")
+        ]);
+        let reports = run(&store, &exec, batch.clone(), Limits::default()).await;
+        assert_eq!(reports[0].outcome, Outcome::Acted);
+        assert_eq!(reports[0].actions[0].result.as_deref(), Some("done"));
+        assert_eq!(reports[1].outcome, Outcome::Duplicate);
+        assert_eq!(exec.calls.lock().unwrap().len(), 1);
+        // and across batches
+        let again = run(&store, &exec, batch, Limits::default()).await;
+        assert!(again.iter().all(|r| r.outcome == Outcome::Duplicate));
+        assert_eq!(exec.calls.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_failed_action_is_not_recorded_and_comes_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let exec = Recorder {
+            fail: vec!["e1".into()],
+            ..Recorder::default()
+        };
+        let batch = json!([
+            spot("e1", A, "2026-11-20T10:00:00Z"),
+            spot("e1", A, "2026-11-20T10:00:00Z"),
+            spot("e2", B, "2026-11-20T10:00:00Z")
+        ]);
+        let reports = run(&store, &exec, batch.clone(), Limits::default()).await;
+        assert_eq!(reports[0].outcome, Outcome::Failed);
+        assert!(
+            reports[0]
+                .reason
+                .as_deref()
+                .unwrap()
+                .contains("API answered 500")
+        );
+        assert_eq!(
+            reports[1].outcome,
+            Outcome::Failed,
+            "its twin must come back too"
+        );
+        assert_eq!(reports[2].outcome, Outcome::Acted);
+        let applied = store.applied(&["e1".into(), "e2".into()]).await.unwrap();
+        assert_eq!(applied, HashSet::from(["e2".to_string()]));
+        // redelivered after the fault: it is applied now
+        let ok = Recorder::default();
+        let reports = run(&store, &ok, batch, Limits::default()).await;
+        assert_eq!(reports[0].outcome, Outcome::Acted);
+        assert_eq!(reports[2].outcome, Outcome::Duplicate);
+    }
+
+    #[tokio::test]
+    async fn events_of_one_instance_run_in_event_time_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let exec = Recorder::default();
+        let batch = json!([
+            spot("late", A, "2026-11-20T10:00:09Z"),
+            ev(
+                "early",
+                crate::domain::event::DT_REBALANCE,
+                A,
+                "2026-11-20T10:00:01Z"
+            ),
+        ]);
+        let reports = run(&store, &exec, batch, Limits::default()).await;
+        assert!(
+            reports.iter().all(|r| r.outcome == Outcome::Acted),
+            "{reports:#?}"
+        );
+        assert_eq!(*exec.calls.lock().unwrap(), vec!["early", "late"]);
+    }
+
+    #[tokio::test]
+    async fn work_past_the_deadline_is_failed_and_not_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let exec = Recorder {
+            sleep: Some(StdDuration::from_millis(300)),
+            ..Recorder::default()
+        };
+        let batch = json!([
+            spot("s1", A, "2026-11-20T10:00:00Z"),
+            spot("s2", A, "2026-11-20T10:00:01Z")
+        ]);
+        let limits = Limits {
+            concurrency: 4,
+            deadline: Some(tokio::time::Instant::now() + StdDuration::from_millis(100)),
+        };
+        let reports = run(&store, &exec, batch, limits).await;
+        assert_eq!(reports[0].outcome, Outcome::Failed);
+        assert!(
+            reports[0]
+                .reason
+                .as_deref()
+                .unwrap()
+                .starts_with("not finished")
+        );
+        assert_eq!(reports[1].outcome, Outcome::Failed);
+        assert!(
+            reports[1]
+                .reason
+                .as_deref()
+                .unwrap()
+                .starts_with("not started")
+        );
+        assert!(
+            store
+                .applied(&["s1".into(), "s2".into()])
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    struct Broken;
+
+    #[async_trait]
+    impl InstanceDirectory for Broken {
+        async fn describe(
+            &self,
+            _ids: &[String],
+        ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
+            Err(DirectoryError {
+                service: "ec2:DescribeInstances",
+                message: "throttled".into(),
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_lookup_fails_the_events_but_not_the_unsupported() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let (_, nodes) = world();
+        let config = Config::default();
+        let p = Pipeline {
+            mode: Mode::Act,
+            config: &config,
+            store: &store,
+            instances: &Broken,
+            nodes: &nodes,
+            executor: None,
+        };
+        let batch = json!({"Records": [
+            {"messageId": "m1", "body": spot("e1", A, "2026-11-20T10:00:00Z").to_string()},
+            {"messageId": "m2", "body": "{\"hello\": 1}"},
+            {"messageId": "m3", "body": "nope"},
+        ]});
+        let reports = p.process(&records(batch), Utc::now()).await;
+        let outcomes: Vec<Outcome> = reports.iter().map(|r| r.outcome).collect();
+        assert_eq!(
+            outcomes,
+            vec![Outcome::Failed, Outcome::Ignored, Outcome::Failed]
+        );
+        assert!(
+            reports[0]
+                .reason
+                .as_deref()
+                .unwrap()
+                .contains("ec2:DescribeInstances: throttled")
+        );
+        assert_eq!(reports[0].message_id.as_deref(), Some("m1"));
+    }
+}

@@ -1,0 +1,347 @@
+//! Every `FOREWARN_*` variable, read in one place into one [`Settings`] value: what the Lambda
+//! functions and the `forewarn` command are wired from (see [`crate::app::wiring`]). Reading is
+//! pure — a `lookup` function stands for the environment — and every bad value is a
+//! [`ConfigError`] naming the variable, its value and what is wrong with it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::adapters::kube::{
+    ClusterAccess, ENV_CLUSTER_CA, ENV_CLUSTER_ENDPOINT, ENV_EKS_CLUSTER, ENV_EVICTION_PARALLELISM,
+    ENV_KUBE_BURST, ENV_KUBE_QPS, ExecutorSettings, rate_limit_from_lookup,
+};
+use crate::adapters::webhook::{ENV_TEMPLATE, ENV_URL, WebhookConfig};
+use crate::domain::config::{Config, ConfigError, Mode, VARIABLES as CONFIG_VARIABLES};
+
+pub const ENV_DRY_RUN: &str = "FOREWARN_DRY_RUN";
+pub const ENV_TABLE: &str = "FOREWARN_TABLE";
+pub const ENV_STATE_DIR: &str = "FOREWARN_STATE_DIR";
+pub const ENV_INSTANCES_FILE: &str = "FOREWARN_INSTANCES_FILE";
+pub const ENV_CLUSTER_STATE_FILE: &str = "FOREWARN_CLUSTER_STATE_FILE";
+pub const ENV_CONCURRENCY: &str = "FOREWARN_CONCURRENCY";
+pub const ENV_SAFETY_MARGIN: &str = "FOREWARN_SAFETY_MARGIN";
+pub const ENV_LOG: &str = "FOREWARN_LOG";
+
+/// Every variable the settings read besides the decision core's ([`CONFIG_VARIABLES`]); a
+/// test checks the README's configuration tables name exactly these.
+pub const VARIABLES: &[&str] = &[
+    ENV_WEBHOOK_URL,
+    ENV_WEBHOOK_TEMPLATE,
+    ENV_STATE_DIR,
+    ENV_TABLE,
+    ENV_EKS_CLUSTER,
+    ENV_CLUSTER_ENDPOINT,
+    ENV_CLUSTER_CA,
+    ENV_EVICTION_PARALLELISM,
+    ENV_KUBE_QPS,
+    ENV_KUBE_BURST,
+    ENV_LOG,
+    ENV_DRY_RUN,
+    ENV_INSTANCES_FILE,
+    ENV_CLUSTER_STATE_FILE,
+    ENV_CONCURRENCY,
+    ENV_SAFETY_MARGIN,
+];
+const ENV_WEBHOOK_URL: &str = ENV_URL;
+const ENV_WEBHOOK_TEMPLATE: &str = ENV_TEMPLATE;
+
+/// Where pools are recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreChoice {
+    /// The DynamoDB pool table of this name (`FOREWARN_TABLE`).
+    Dynamo { table: String },
+    /// The embedded store in this folder (`FOREWARN_STATE_DIR`, else the per-user default).
+    Embedded { dir: Option<PathBuf> },
+}
+
+/// Where facts about instances come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InstanceChoice {
+    /// Captured `aws ec2 describe-instances` output (`FOREWARN_INSTANCES_FILE`).
+    File(PathBuf),
+    /// EC2 `DescribeInstances` (the functions' default).
+    Ec2,
+    /// None at all: no pool is known (`forewarn replay` without `--instances` or `--ec2`).
+    None,
+}
+
+/// Where nodes come from and actions go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterChoice {
+    /// Captured `kubectl get nodes,pods -A -o json` output: plans against it, never an action.
+    Snapshot(PathBuf),
+    /// A live cluster, reached as `ClusterAccess` says.
+    Live(ClusterAccess),
+    /// No cluster at all: plans without nodes.
+    None,
+}
+
+/// Everything the functions and the command are configured by.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The decision core's configuration.
+    pub config: Config,
+    /// What a run may change: plan, dry run or act.
+    pub mode: Mode,
+    pub store: StoreChoice,
+    pub instances: InstanceChoice,
+    pub cluster: ClusterChoice,
+    /// How the Kubernetes executor works (evictions at once, the Events' reporting instance).
+    pub executor: ExecutorSettings,
+    /// The client-side Kubernetes API rate limit: (requests per second, burst).
+    pub kube_rate_limit: Option<(f64, u32)>,
+    /// Where to post a message per action, if anywhere.
+    pub webhook: Option<WebhookConfig>,
+    /// Events handled at once within a batch.
+    pub concurrency: usize,
+    /// Work stops this long before the Lambda's deadline, so the answer still gets out.
+    pub safety_margin: Duration,
+    /// The log filter (`FOREWARN_LOG`), when set.
+    pub log_filter: Option<String>,
+}
+
+impl Settings {
+    /// The settings of the process environment.
+    pub fn from_env() -> Result<Settings, ConfigError> {
+        Settings::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// The settings `lookup` gives (a variable that is unset or blank counts as unset):
+    ///
+    /// - the decision core's variables, through [`Config::from_lookup`];
+    /// - `FOREWARN_DRY_RUN=true`: [`Mode::DryRun`], else [`Mode::Act`];
+    /// - `FOREWARN_TABLE`: the DynamoDB table, else the embedded store (`FOREWARN_STATE_DIR`);
+    /// - `FOREWARN_INSTANCES_FILE`: captured instances, else EC2;
+    /// - `FOREWARN_CLUSTER_STATE_FILE`: captured cluster state; else `FOREWARN_EKS_CLUSTER`
+    ///   (with `FOREWARN_CLUSTER_ENDPOINT`, `FOREWARN_CLUSTER_CA`); else kubeconfig inference
+    ///   when `KUBECONFIG` is set or the process runs in a pod (`KUBERNETES_SERVICE_HOST`);
+    ///   else no cluster;
+    /// - `FOREWARN_EVICTION_PARALLELISM`, `FOREWARN_KUBE_QPS`, `FOREWARN_KUBE_BURST`,
+    ///   `FOREWARN_WEBHOOK_URL`, `FOREWARN_WEBHOOK_TEMPLATE`, `FOREWARN_CONCURRENCY`,
+    ///   `FOREWARN_SAFETY_MARGIN`, `FOREWARN_LOG`.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Settings, ConfigError> {
+        let get = |name: &str| {
+            lookup(name)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        let bad = |variable: &str, value: &str, message: &str| ConfigError {
+            variable: variable.into(),
+            value: value.into(),
+            message: message.into(),
+        };
+        let config = Config::from_lookup(&lookup)?;
+        let mode = match get(ENV_DRY_RUN).as_deref() {
+            None | Some("false") | Some("0") => Mode::Act,
+            Some("true") | Some("1") => Mode::DryRun,
+            Some(other) => return Err(bad(ENV_DRY_RUN, other, "not a boolean (true or false)")),
+        };
+        let store = match get(ENV_TABLE) {
+            Some(table) => StoreChoice::Dynamo { table },
+            None => StoreChoice::Embedded {
+                dir: get(ENV_STATE_DIR).map(PathBuf::from),
+            },
+        };
+        let cluster = if let Some(path) = get(ENV_CLUSTER_STATE_FILE) {
+            ClusterChoice::Snapshot(PathBuf::from(path))
+        } else {
+            let access = ClusterAccess::from_lookup(&lookup);
+            let in_reach = matches!(access, ClusterAccess::Eks(_))
+                || get("KUBECONFIG").is_some()
+                || get("KUBERNETES_SERVICE_HOST").is_some();
+            if in_reach {
+                ClusterChoice::Live(access)
+            } else {
+                ClusterChoice::None
+            }
+        };
+        let kube_rate_limit = rate_limit_from_lookup(&lookup).map_err(|e| match e {
+            crate::adapters::kube::ConnectError::RateLimit {
+                variable,
+                value,
+                message,
+            } => bad(variable, &value, message),
+            other => bad(ENV_KUBE_QPS, "", &other.to_string()),
+        })?;
+        let concurrency = match get(ENV_CONCURRENCY) {
+            None => 8,
+            Some(v) => v
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| bad(ENV_CONCURRENCY, &v, "not a positive whole number"))?,
+        };
+        let safety_margin = match get(ENV_SAFETY_MARGIN) {
+            None => Duration::from_secs(3),
+            Some(v) => crate::domain::config::parse_duration(&v)
+                .ok()
+                .and_then(|d| d.to_std().ok())
+                .ok_or_else(|| bad(ENV_SAFETY_MARGIN, &v, "not a duration (e.g. 3s)"))?,
+        };
+        Ok(Settings {
+            config,
+            mode,
+            store,
+            instances: match get(ENV_INSTANCES_FILE) {
+                Some(path) => InstanceChoice::File(PathBuf::from(path)),
+                None => InstanceChoice::Ec2,
+            },
+            cluster,
+            executor: ExecutorSettings::from_lookup(&lookup)?,
+            kube_rate_limit,
+            webhook: WebhookConfig::from_lookup(&lookup)?,
+            concurrency,
+            safety_margin,
+            log_filter: get(ENV_LOG),
+        })
+    }
+
+    /// Every `FOREWARN_*` variable the settings read (`FOREWARN_ACTION_<KIND>` as that prefix).
+    pub fn variables() -> Vec<&'static str> {
+        CONFIG_VARIABLES.iter().chain(VARIABLES).copied().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    fn settings(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+        let vars: BTreeMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Settings::from_lookup(|name| vars.get(name).cloned())
+    }
+
+    #[test]
+    fn defaults() {
+        let s = settings(&[]).unwrap();
+        assert_eq!(s.config, Config::default());
+        assert_eq!(s.mode, Mode::Act);
+        assert_eq!(s.store, StoreChoice::Embedded { dir: None });
+        assert_eq!(s.cluster, ClusterChoice::None);
+        assert_eq!(s.instances, InstanceChoice::Ec2);
+        assert_eq!(s.kube_rate_limit, None);
+        assert_eq!(s.webhook, None);
+        assert_eq!(s.concurrency, 8);
+        assert_eq!(s.safety_margin, Duration::from_secs(3));
+        assert_eq!(s.executor.eviction_parallelism, 8);
+        assert_eq!(s.log_filter, None);
+    }
+
+    #[test]
+    fn every_variable_read() {
+        let s = settings(&[
+            ("FOREWARN_CLUSTER_NAME", "demo"),
+            ("FOREWARN_DRY_RUN", "true"),
+            ("FOREWARN_TABLE", " pools "),
+            ("FOREWARN_STATE_DIR", "/ignored/with/a/table"),
+            ("FOREWARN_INSTANCES_FILE", "i.json"),
+            ("FOREWARN_EKS_CLUSTER", "demo"),
+            ("FOREWARN_CLUSTER_ENDPOINT", "https://x.example.com"),
+            ("FOREWARN_EVICTION_PARALLELISM", "3"),
+            ("FOREWARN_KUBE_QPS", "50"),
+            ("FOREWARN_KUBE_BURST", "10"),
+            ("FOREWARN_WEBHOOK_URL", "https://hooks.example.com/x"),
+            ("FOREWARN_CONCURRENCY", "2"),
+            ("FOREWARN_SAFETY_MARGIN", "5s"),
+            ("FOREWARN_LOG", "debug"),
+        ])
+        .unwrap();
+        assert_eq!(s.config.cluster_name.as_deref(), Some("demo"));
+        assert_eq!(s.mode, Mode::DryRun);
+        assert_eq!(
+            s.store,
+            StoreChoice::Dynamo {
+                table: "pools".into()
+            }
+        );
+        assert_eq!(s.instances, InstanceChoice::File(PathBuf::from("i.json")));
+        match &s.cluster {
+            ClusterChoice::Live(ClusterAccess::Eks(eks)) => {
+                assert_eq!(eks.cluster, "demo");
+                assert_eq!(eks.endpoint.as_deref(), Some("https://x.example.com"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(s.executor.eviction_parallelism, 3);
+        assert_eq!(s.kube_rate_limit, Some((50.0, 10)));
+        assert_eq!(
+            s.webhook.map(|w| w.url).as_deref(),
+            Some("https://hooks.example.com/x")
+        );
+        assert_eq!(s.concurrency, 2);
+        assert_eq!(s.safety_margin, Duration::from_secs(5));
+        assert_eq!(s.log_filter.as_deref(), Some("debug"));
+    }
+
+    #[test]
+    fn where_the_cluster_comes_from() {
+        let snapshot = settings(&[
+            ("FOREWARN_CLUSTER_STATE_FILE", "c.json"),
+            ("FOREWARN_EKS_CLUSTER", "demo"),
+        ])
+        .unwrap();
+        assert_eq!(
+            snapshot.cluster,
+            ClusterChoice::Snapshot(PathBuf::from("c.json"))
+        );
+        let kubeconfig = settings(&[("KUBECONFIG", "/k")]).unwrap();
+        assert_eq!(
+            kubeconfig.cluster,
+            ClusterChoice::Live(ClusterAccess::Kubeconfig)
+        );
+        let in_a_pod = settings(&[("KUBERNETES_SERVICE_HOST", "10.0.0.1")]).unwrap();
+        assert_eq!(
+            in_a_pod.cluster,
+            ClusterChoice::Live(ClusterAccess::Kubeconfig)
+        );
+        let blank = settings(&[("KUBECONFIG", " "), ("FOREWARN_CLUSTER_STATE_FILE", "")]).unwrap();
+        assert_eq!(blank.cluster, ClusterChoice::None);
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        for (name, value) in [
+            ("FOREWARN_DRY_RUN", "maybe"),
+            ("FOREWARN_CONCURRENCY", "0"),
+            ("FOREWARN_CONCURRENCY", "many"),
+            ("FOREWARN_SAFETY_MARGIN", "soon"),
+            ("FOREWARN_EVICTION_PARALLELISM", "1000"),
+            ("FOREWARN_KUBE_QPS", "fast"),
+            ("FOREWARN_WEBHOOK_URL", "ftp://x"),
+            ("FOREWARN_POOL_TTL", "forever"),
+        ] {
+            let err = settings(&[(name, value)]).unwrap_err();
+            assert_eq!(err.variable, name, "{err}");
+            assert_eq!(err.value, value, "{err}");
+            assert!(err.to_string().contains(name), "{err}");
+        }
+    }
+
+    /// The README's configuration tables document exactly the variables the settings read.
+    #[test]
+    fn the_readme_documents_every_variable() {
+        let readme = include_str!("../../../README.md");
+        let start = readme
+            .find("## Configuration")
+            .expect("README has a Configuration section");
+        let section = &readme[start..];
+        let end = section[3..].find("\n## ").map_or(section.len(), |i| i + 3);
+        // The first cell of each row of a variable: one or more `FOREWARN_...` names.
+        let documented: BTreeSet<String> = section[..end]
+            .lines()
+            .filter(|l| l.starts_with("| `FOREWARN_"))
+            .filter_map(|l| l.split('|').nth(1))
+            .flat_map(|cell| cell.split('`').skip(1).step_by(2))
+            .map(|v| v.split('<').next().unwrap_or(v).to_string())
+            .collect();
+        let read: BTreeSet<String> = Settings::variables()
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        assert_eq!(documented, read);
+    }
+}

@@ -1,0 +1,105 @@
+//! The pool sweeper: reconciles what EventBridge missed (its delivery is best effort). It reads
+//! this cluster's leaving instances and nodes, turns them into synthetic events
+//! ([`findings`]) and puts them through the handler's pipeline.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use crate::adapters::snapshot::{ClusterState, SnapshotInstances};
+use crate::app::handler::Handler;
+use crate::app::pipeline::{Limits, Pipeline};
+use crate::app::telemetry::observe;
+use crate::domain::event::{Origin, Record};
+use crate::domain::report::Report;
+use crate::domain::sweep::findings;
+use crate::ports::{DirectoryError, LeavingInstances};
+
+/// A sweep that could not look.
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    #[error("the sweeper needs FOREWARN_CLUSTER_NAME: it looks for this cluster's instances")]
+    NoCluster,
+    #[error(transparent)]
+    Lookup(#[from] DirectoryError),
+}
+
+/// The sweeper: the handler's wiring plus where to find leaving instances.
+pub struct Sweeper {
+    pub handler: Handler,
+    pub leaving: Arc<dyn LeavingInstances>,
+    /// The region synthetic events carry.
+    pub region: Option<String>,
+}
+
+impl Sweeper {
+    /// One sweep: one EC2 query per cluster tag form for leaving instances, one node list, one
+    /// DescribeInstances for the nodes' instances, then the findings through the pipeline (on
+    /// what was just read: no second lookup).
+    pub async fn sweep(
+        &self,
+        now: DateTime<Utc>,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Vec<Report>, SweepError> {
+        let h = &self.handler;
+        let cluster = h
+            .config
+            .cluster_name
+            .as_deref()
+            .ok_or(SweepError::NoCluster)?;
+        let leaving = self.leaving.leaving(cluster).await?;
+        let nodes = h.nodes.all().await?;
+        let ids: Vec<String> = nodes
+            .iter()
+            .filter_map(|n| n.instance_id().map(str::to_string))
+            .collect();
+        let node_instances = if ids.is_empty() {
+            BTreeMap::new()
+        } else {
+            h.instances.describe(&ids).await?
+        };
+        let events = findings(
+            &leaving,
+            &nodes,
+            &node_instances,
+            now,
+            self.region.as_deref(),
+        );
+        tracing::info!(
+            leaving = leaving.len(),
+            nodes = nodes.len(),
+            findings = events.len(),
+            "sweep looked"
+        );
+        let mut known = node_instances;
+        known.extend(leaving.into_iter().map(|i| (i.instance_id.clone(), i)));
+        let instances = SnapshotInstances(known);
+        let state = ClusterState {
+            nodes,
+            pods: Vec::new(),
+        };
+        let records: Vec<Record> = events
+            .into_iter()
+            .map(|e| Record {
+                origin: Origin::bare(format!("sweep {}", e.instance_ids.join(","))),
+                event: Ok(e),
+            })
+            .collect();
+        let pipeline = Pipeline {
+            config: &h.config,
+            mode: h.mode,
+            store: h.store.as_ref(),
+            instances: &instances,
+            nodes: &state,
+            executor: h.executor.as_deref(),
+        };
+        let limits = Limits {
+            concurrency: h.concurrency,
+            deadline,
+        };
+        let reports = pipeline.process_with(&records, now, limits).await;
+        observe(&reports);
+        Ok(reports)
+    }
+}

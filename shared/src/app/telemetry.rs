@@ -1,0 +1,402 @@
+//! Telemetry in one place: JSON logs through `tracing-subscriber` for the Lambda functions.
+
+use chrono::Utc;
+use tracing_subscriber::EnvFilter;
+
+use crate::domain::report::{Outcome, Report};
+use tracing_subscriber::util::SubscriberInitExt;
+
+/// JSON logs on stdout (CloudWatch Logs reads them as structured fields), filtered by `log`
+/// (the settings' `FOREWARN_LOG`), else `RUST_LOG`, else `info`. Safe to call twice: the second
+/// call is a no-op.
+pub fn init_json(log: Option<&str>) {
+    // try_init also routes the `log` records of dependencies (rustls, hyper-rustls) to tracing
+    let _ = json_subscriber(filter(log, "info"), std::io::stdout).try_init();
+}
+
+/// Plain-text logs on stderr (the `forewarn` command), filtered by `log`, else `RUST_LOG`,
+/// else `warn`.
+pub fn init_text(log: Option<&str>) {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter(log, "warn"))
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// The filter `log` names (`tracing` env-filter syntax), else `RUST_LOG`'s, else `default`. A
+/// filter that does not parse falls back the same way, with a line on stderr.
+fn filter(log: Option<&str>, default: &str) -> EnvFilter {
+    if let Some(log) = log {
+        match EnvFilter::try_new(log) {
+            Ok(filter) => return filter,
+            Err(e) => {
+                eprintln!("FOREWARN_LOG={log:?} is not a log filter ({e}); using the default")
+            }
+        }
+    }
+    EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default))
+}
+
+/// The subscriber of [`init_json`], writing to `writer`: one JSON object per line, the event's
+/// fields flattened, its innermost span as `span` and all its spans as `spans`.
+pub fn json_subscriber<W>(
+    filter: EnvFilter,
+    writer: W,
+) -> impl tracing::Subscriber + Send + Sync + 'static
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(filter)
+        .with_current_span(true)
+        .with_span_list(true)
+        .flatten_event(true)
+        .with_target(false)
+        .without_time()
+        .with_writer(writer)
+        .finish()
+}
+
+/// Logs each record and, running as a Lambda function (or under cargo-lambda's emulator), writes
+/// its EMF metric documents; the tests and the command line get the logs only.
+pub fn observe(reports: &[Report]) {
+    let done = Utc::now();
+    let metrics = std::env::var_os("AWS_LAMBDA_FUNCTION_NAME").is_some();
+    for report in reports {
+        log_report(report);
+        if metrics {
+            for doc in emf_documents(report, done) {
+                // EMF documents are log lines of their own, on stdout.
+                println!("{doc}");
+            }
+        }
+    }
+}
+
+/// One log line per record, with the fields that identify it.
+fn log_report(report: &Report) {
+    let kind = report.kind.map(|k| k.as_str()).unwrap_or("undecodable");
+    let event_id = report.event_id.as_deref().unwrap_or("");
+    let instances = report.instance_ids.join(",");
+    let nodes = report
+        .actions
+        .iter()
+        .filter_map(|a| a.node.as_deref())
+        .collect::<Vec<_>>()
+        .join(",");
+    let pools = report
+        .pools
+        .iter()
+        .map(|p| format!("{}#{}#{}", p.capacity_type, p.instance_type, p.zone))
+        .collect::<Vec<_>>()
+        .join(",");
+    let actions = report
+        .actions
+        .iter()
+        .map(|a| a.action.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
+    let reason = report.reason.as_deref().unwrap_or("");
+    if report.outcome == Outcome::Failed {
+        tracing::warn!(
+            event_id,
+            kind,
+            instances,
+            nodes,
+            pools,
+            actions,
+            outcome = report.outcome.as_str(),
+            message_id = report.message_id.as_deref().unwrap_or(""),
+            reason,
+            "event failed"
+        );
+    } else {
+        tracing::info!(
+            event_id,
+            kind,
+            instances,
+            nodes,
+            pools,
+            actions,
+            outcome = report.outcome.as_str(),
+            reason,
+            "event handled"
+        );
+    }
+}
+
+/// CloudWatch Embedded Metric Format: the metric documents one handled record emits, as JSON
+/// lines for stdout (CloudWatch Logs turns them into metrics in namespace `forewarn`).
+///
+/// - `EventsReceived` (Count) by `Kind`, and by `Kind`, `Outcome`;
+/// - `Actions` (Count) by `Kind`, `Action`, `Result` (`done`, `planned`, `failed`) for every
+///   node action other than `none`;
+/// - `PoolsMarked` (Count) by `CapacityType`, `InstanceType`, `Zone` (interruptions per pool);
+/// - `Evictions` (Count) by `Kind`: evictions the API accepted, and `EvictionsRefused` (Count)
+///   by `Kind`: pods still refused at the drain's deadline (a disruption budget);
+/// - `Drains` (Count) by `Kind`, `Result` (`complete`, `incomplete`): drains that ended;
+/// - `EventToActionLatency` (Milliseconds) by `Kind`, and by `CapacityType`, `InstanceType`,
+///   `Zone`: from the event's time to the node's cordon (for a `delete`, which cordons
+///   nothing, to `now`, the end of the batch), for events acted on. It includes the wait in
+///   the queue.
+pub fn emf_documents(
+    report: &crate::domain::report::Report,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Vec<serde_json::Value> {
+    use crate::domain::report::Outcome;
+    use serde_json::json;
+
+    let timestamp = now.timestamp_millis();
+    let kind = report.kind.map(|k| k.as_str()).unwrap_or("undecodable");
+    let doc = |dimensions: &[&[&str]], metrics: serde_json::Value, fields: serde_json::Value| {
+        let mut d = json!({
+            "_aws": {
+                "Timestamp": timestamp,
+                "CloudWatchMetrics": [{
+                    "Namespace": NAMESPACE,
+                    "Dimensions": dimensions,
+                    "Metrics": metrics,
+                }]
+            }
+        });
+        if let (Some(d), Some(fields)) = (d.as_object_mut(), fields.as_object()) {
+            d.extend(fields.clone());
+        }
+        d
+    };
+    let mut docs = vec![
+        doc(
+            &[&["Kind"]],
+            json!([{"Name": "EventsReceived", "Unit": "Count"}]),
+            json!({"Kind": kind, "EventsReceived": 1}),
+        ),
+        doc(
+            &[&["Kind", "Outcome"]],
+            json!([{"Name": "EventsReceived", "Unit": "Count"}]),
+            json!({"Kind": kind, "Outcome": report.outcome.as_str(), "EventsReceived": 1}),
+        ),
+    ];
+    let result = match report.outcome {
+        Outcome::Acted => Some("done"),
+        Outcome::Planned => Some("planned"),
+        Outcome::Failed => Some("failed"),
+        Outcome::Ignored | Outcome::Duplicate => None,
+    };
+    let acting = report
+        .actions
+        .iter()
+        .filter(|a| a.action != crate::domain::config::Action::None);
+    if let Some(result) = result {
+        for action in acting.clone() {
+            docs.push(doc(
+                &[&["Kind", "Action", "Result"]],
+                json!([{"Name": "Actions", "Unit": "Count"}]),
+                json!({"Kind": kind, "Action": action.action.as_str(), "Result": result, "Actions": 1,
+                       "InstanceId": action.instance_id, "Node": action.node}),
+            ));
+        }
+    }
+    if matches!(report.outcome, Outcome::Acted | Outcome::Planned) {
+        for pool in report
+            .pools
+            .iter()
+            .filter(|p| p.unavailable_until.is_some())
+        {
+            docs.push(doc(
+                &[&["CapacityType", "InstanceType", "Zone"]],
+                json!([{"Name": "PoolsMarked", "Unit": "Count"}]),
+                json!({"CapacityType": pool.capacity_type, "InstanceType": pool.instance_type,
+                       "Zone": pool.zone, "PoolsMarked": 1}),
+            ));
+        }
+    }
+    if report.outcome != Outcome::Acted {
+        return docs;
+    }
+    for action in acting.clone() {
+        if let Some(drain) = action.drain {
+            let drain_result = if drain.complete {
+                "complete"
+            } else {
+                "incomplete"
+            };
+            docs.push(doc(
+                &[&["Kind"]],
+                json!([{"Name": "Evictions", "Unit": "Count"},
+                       {"Name": "EvictionsRefused", "Unit": "Count"}]),
+                json!({"Kind": kind, "Evictions": drain.evicted, "EvictionsRefused": drain.left,
+                       "InstanceId": action.instance_id, "Node": action.node}),
+            ));
+            docs.push(doc(
+                &[&["Kind", "Result"]],
+                json!([{"Name": "Drains", "Unit": "Count"}]),
+                json!({"Kind": kind, "Result": drain_result, "Drains": 1,
+                       "InstanceId": action.instance_id, "Node": action.node}),
+            ));
+        }
+    }
+    if let Some(time) = report.time {
+        // the first node cordoned for this event; a delete (nothing cordoned) ends with the batch
+        let acted_at = acting.filter_map(|a| a.cordoned_at).min().unwrap_or(now);
+        let latency = (acted_at - time).num_milliseconds().max(0);
+        let mut fields = json!({"Kind": kind, "EventToActionLatency": latency,
+                                "EventId": report.event_id});
+        let mut dimensions: Vec<&[&str]> = vec![&["Kind"]];
+        // one pool per event in practice: its dimensions let latency be seen per pool
+        if let (Some(pool), Some(f)) = (report.pools.first(), fields.as_object_mut()) {
+            f.insert("CapacityType".into(), json!(pool.capacity_type));
+            f.insert("InstanceType".into(), json!(pool.instance_type));
+            f.insert("Zone".into(), json!(pool.zone));
+            dimensions.push(&["CapacityType", "InstanceType", "Zone"]);
+        }
+        docs.push(doc(
+            &dimensions,
+            json!([{"Name": "EventToActionLatency", "Unit": "Milliseconds"}]),
+            fields,
+        ));
+    }
+    docs
+}
+
+/// The CloudWatch namespace of forewarn's metrics.
+pub const NAMESPACE: &str = "forewarn";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::config::Action;
+    use crate::domain::event::EventKind;
+    use crate::domain::report::{ActionReport, DrainSummary, Outcome, PoolReport, Report};
+
+    fn report(outcome: Outcome) -> Report {
+        Report {
+            event_id: Some("e1".into()),
+            kind: Some(EventKind::SpotInterruption),
+            summary: None,
+            origin: "sqs".into(),
+            message_id: Some("m1".into()),
+            time: crate::domain::event::parse_time("2026-11-20T10:00:00Z"),
+            instance_ids: vec!["i-0a1b2c3d4e5f60001".into()],
+            outcome,
+            pools: vec![PoolReport {
+                capacity_type: "spot".into(),
+                instance_type: "m5.large".into(),
+                zone: "us-east-1a".into(),
+                unavailable_until: crate::domain::event::parse_time("2026-11-20T11:00:00Z"),
+            }],
+            actions: vec![ActionReport {
+                instance_id: "i-0a1b2c3d4e5f60001".into(),
+                node: Some("n1".into()),
+                action: Action::CordonDrain,
+                target: None,
+                deadline: None,
+                reason: String::new(),
+                complete_lifecycle: None,
+                result: Some("cordoned".into()),
+                cordoned_at: crate::domain::event::parse_time("2026-11-20T10:00:04Z"),
+                drain: Some(DrainSummary {
+                    evicted: 3,
+                    left: 1,
+                    complete: false,
+                }),
+            }],
+            reason: None,
+        }
+    }
+
+    fn metric_names(docs: &[serde_json::Value]) -> Vec<String> {
+        docs.iter()
+            .map(|d| {
+                d["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_acted_event_emits_every_metric_with_its_dimensions() {
+        let now = crate::domain::event::parse_time("2026-11-20T10:00:07Z").unwrap();
+        let docs = emf_documents(&report(Outcome::Acted), now);
+        assert_eq!(
+            metric_names(&docs),
+            [
+                "EventsReceived",
+                "EventsReceived",
+                "Actions",
+                "PoolsMarked",
+                "Evictions",
+                "Drains",
+                "EventToActionLatency"
+            ]
+        );
+        for d in &docs {
+            assert_eq!(d["_aws"]["Timestamp"], now.timestamp_millis());
+            assert_eq!(d["_aws"]["CloudWatchMetrics"][0]["Namespace"], "forewarn");
+            // every dimension named has a value in the document (else CloudWatch drops it)
+            for set in d["_aws"]["CloudWatchMetrics"][0]["Dimensions"]
+                .as_array()
+                .unwrap()
+            {
+                for dim in set.as_array().unwrap() {
+                    assert!(d[dim.as_str().unwrap()].is_string(), "{dim} missing in {d}");
+                }
+            }
+            // every metric named has a value in the document
+            for m in d["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+                .as_array()
+                .unwrap()
+            {
+                assert!(d[m["Name"].as_str().unwrap()].is_number(), "{m} in {d}");
+            }
+        }
+        assert_eq!(docs[1]["Outcome"], "acted");
+        assert_eq!(docs[2]["Action"], "cordon-drain");
+        assert_eq!(docs[2]["Result"], "done");
+        assert_eq!(docs[3]["InstanceType"], "m5.large");
+        assert_eq!(docs[4]["Evictions"], 3);
+        assert_eq!(docs[4]["EvictionsRefused"], 1);
+        assert_eq!(docs[5]["Result"], "incomplete");
+        // to the cordon, not to the end of the batch
+        assert_eq!(docs[6]["EventToActionLatency"], 4000);
+        assert_eq!(
+            docs[6]["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+            serde_json::json!([["Kind"], ["CapacityType", "InstanceType", "Zone"]])
+        );
+    }
+
+    #[test]
+    fn a_delete_is_timed_to_the_end_of_the_batch() {
+        let mut r = report(Outcome::Acted);
+        r.actions[0].action = Action::Delete;
+        r.actions[0].cordoned_at = None;
+        r.actions[0].drain = None;
+        let now = crate::domain::event::parse_time("2026-11-20T10:00:09Z").unwrap();
+        let docs = emf_documents(&r, now);
+        assert_eq!(
+            metric_names(&docs),
+            [
+                "EventsReceived",
+                "EventsReceived",
+                "Actions",
+                "PoolsMarked",
+                "EventToActionLatency"
+            ]
+        );
+        assert_eq!(docs[4]["EventToActionLatency"], 9000);
+    }
+
+    #[test]
+    fn duplicates_count_as_received_only() {
+        let docs = emf_documents(&report(Outcome::Duplicate), chrono::Utc::now());
+        assert_eq!(metric_names(&docs), ["EventsReceived", "EventsReceived"]);
+        let failed = emf_documents(&report(Outcome::Failed), chrono::Utc::now());
+        assert_eq!(
+            metric_names(&failed),
+            ["EventsReceived", "EventsReceived", "Actions"]
+        );
+        assert_eq!(failed[2]["Result"], "failed");
+    }
+}

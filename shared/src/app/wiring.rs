@@ -1,0 +1,217 @@
+//! The one place that builds forewarn's services from its [`Settings`]: both Lambda functions
+//! (once per cold start) and the `forewarn` command call [`services`]. The AWS SDK
+//! configuration is loaded at most once per call, with one retry policy for every client
+//! ([`crate::adapters::aws::load`]), and only when a service needs AWS.
+
+use std::sync::Arc;
+
+use crate::adapters::autoscaling::AsgLifecycle;
+use crate::adapters::aws;
+use crate::adapters::dynamo::DynamoStore;
+use crate::adapters::ec2::Ec2Directory;
+use crate::adapters::embedded::{EmbeddedStore, default_state_dir};
+use crate::adapters::kube::{
+    ClusterAccess, ClusterClient, KubeExecutor, KubeNodeDirectory, connect, connect_eks,
+};
+use crate::adapters::snapshot::{SnapshotInstances, load_cluster_state, load_instances};
+use crate::adapters::webhook::{Webhook, warm_up};
+use crate::app::handler::Handler;
+use crate::app::settings::{ClusterChoice, InstanceChoice, Settings, StoreChoice};
+use crate::app::sweeper::Sweeper;
+use crate::domain::config::{Config, ConfigError, Mode};
+use crate::ports::{
+    Executor, InstanceDirectory, LeavingInstances, NoInstances, NoNodes, NodeDirectory, Notifier,
+    PoolStore, ReadOnlyStore, StoreError,
+};
+
+/// The services could not be set up (a cold start fails loudly rather than drop events).
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Snapshot(#[from] crate::adapters::snapshot::SnapshotError),
+    #[error("connecting to the cluster: {0}")]
+    Cluster(String),
+    #[error("setting up the webhook: {0}")]
+    Webhook(String),
+}
+
+/// Everything a run talks through, built from [`Settings`].
+pub struct Services {
+    pub config: Config,
+    pub mode: Mode,
+    pub store: Arc<dyn PoolStore>,
+    pub instances: Arc<dyn InstanceDirectory>,
+    pub nodes: Arc<dyn NodeDirectory>,
+    /// `None`: no live cluster (captured state, or none at all): nothing is acted on.
+    pub executor: Option<Arc<dyn Executor>>,
+    pub notifier: Option<Arc<dyn Notifier>>,
+    /// EC2, for the sweeper's leaving instances (`None` when no AWS configuration was needed).
+    pub leaving: Option<Arc<dyn LeavingInstances>>,
+    /// The AWS region, when an AWS configuration was loaded.
+    pub region: Option<String>,
+}
+
+/// Builds the services `settings` describe:
+///
+/// - the pool store (DynamoDB or embedded), read only in [`Mode::DryRun`];
+/// - the instance directory: a capture, EC2, or none;
+/// - the nodes and the executor: a captured cluster (never acted on), a live cluster (the
+///   executor writes only in [`Mode::Act`]; in [`Mode::Plan`] there is none), or none;
+/// - the webhook notifier, when configured;
+/// - the process's client-side Kubernetes rate limit.
+pub async fn services(settings: &Settings) -> Result<Services, SetupError> {
+    let needs_aws = matches!(settings.store, StoreChoice::Dynamo { .. })
+        || settings.instances == InstanceChoice::Ec2
+        || matches!(settings.cluster, ClusterChoice::Live(_));
+    let sdk = if needs_aws {
+        Some(aws::load().await)
+    } else {
+        None
+    };
+    let store = store(&settings.store, settings.mode, sdk.as_ref()).await?;
+    let instances: Arc<dyn InstanceDirectory> = match (&settings.instances, &sdk) {
+        (InstanceChoice::File(path), _) => Arc::new(SnapshotInstances(load_instances(path)?)),
+        (InstanceChoice::Ec2, Some(sdk)) => Arc::new(Ec2Directory::from_conf(sdk)),
+        _ => Arc::new(NoInstances),
+    };
+    let (nodes, executor): (Arc<dyn NodeDirectory>, Option<Arc<dyn Executor>>) =
+        match (&settings.cluster, &sdk) {
+            (ClusterChoice::Snapshot(path), _) => (Arc::new(load_cluster_state(path)?), None),
+            (ClusterChoice::Live(access), Some(sdk)) => {
+                match settings.kube_rate_limit {
+                    Some((qps, burst)) => ClusterClient::set_rate_limit(qps, burst),
+                    None => ClusterClient::clear_rate_limit(),
+                }
+                let clients = match access {
+                    ClusterAccess::Eks(eks) => connect_eks(eks, sdk).await,
+                    ClusterAccess::Kubeconfig => connect(access).await,
+                }
+                .map_err(|e| SetupError::Cluster(e.to_string()))?;
+                let executor: Option<Arc<dyn Executor>> = if settings.mode.runs_actions() {
+                    Some(Arc::new(
+                        KubeExecutor::new(clients.clone(), &settings.config)
+                            .with_settings(settings.executor.clone())
+                            .with_lifecycle(Arc::new(AsgLifecycle::new(sdk)))
+                            .dry_run(!settings.mode.writes_cluster()),
+                    ))
+                } else {
+                    None
+                };
+                (Arc::new(KubeNodeDirectory::new(clients)), executor)
+            }
+            _ => (Arc::new(NoNodes), None),
+        };
+    let notifier: Option<Arc<dyn Notifier>> = match &settings.webhook {
+        Some(config) => {
+            warm_up().map_err(SetupError::Webhook)?;
+            Some(Arc::new(Webhook::new(
+                config.clone(),
+                settings.config.cluster_name.clone(),
+            )))
+        }
+        None => None,
+    };
+    Ok(Services {
+        config: settings.config.clone(),
+        mode: settings.mode,
+        store,
+        instances,
+        nodes,
+        executor,
+        notifier,
+        leaving: sdk
+            .as_ref()
+            .map(|sdk| Arc::new(Ec2Directory::from_conf(sdk)) as Arc<dyn LeavingInstances>),
+        region: sdk.as_ref().and_then(|s| s.region()).map(|r| r.to_string()),
+    })
+}
+
+/// The pool store `choice` names, read only in [`Mode::DryRun`]. `sdk` is the AWS
+/// configuration for DynamoDB (loaded here when not given).
+pub async fn store(
+    choice: &StoreChoice,
+    mode: Mode,
+    sdk: Option<&aws_config::SdkConfig>,
+) -> Result<Arc<dyn PoolStore>, SetupError> {
+    let store: Arc<dyn PoolStore> = match choice {
+        StoreChoice::Dynamo { table } => {
+            let client = match sdk {
+                Some(sdk) => aws_sdk_dynamodb::Client::new(sdk),
+                None => aws_sdk_dynamodb::Client::new(&aws::load().await),
+            };
+            Arc::new(DynamoStore::new(client, table.clone()))
+        }
+        StoreChoice::Embedded { dir } => {
+            let dir = dir.clone().unwrap_or_else(default_state_dir);
+            Arc::new(EmbeddedStore::open(&dir)?)
+        }
+    };
+    Ok(if mode.writes_store() {
+        store
+    } else {
+        Arc::new(ReadOnlyStore(store))
+    })
+}
+
+impl Handler {
+    /// The interruption handler of the process environment: [`Settings::from_env`] through
+    /// [`services`], once per cold start.
+    pub async fn from_env() -> Result<Handler, SetupError> {
+        Handler::from_settings(&Settings::from_env()?).await
+    }
+
+    /// The handler `settings` describe.
+    pub async fn from_settings(settings: &Settings) -> Result<Handler, SetupError> {
+        if settings.cluster == ClusterChoice::None {
+            tracing::warn!(
+                "no cluster configured (FOREWARN_EKS_CLUSTER, KUBECONFIG, FOREWARN_CLUSTER_STATE_FILE): planning without nodes"
+            );
+        }
+        let services = services(settings).await?;
+        Ok(Handler::new(services, settings))
+    }
+
+    fn new(services: Services, settings: &Settings) -> Handler {
+        Handler {
+            config: services.config,
+            mode: services.mode,
+            store: services.store,
+            instances: services.instances,
+            nodes: services.nodes,
+            executor: services.executor,
+            notifier: services.notifier,
+            concurrency: settings.concurrency,
+            safety_margin: settings.safety_margin,
+        }
+    }
+}
+
+impl Sweeper {
+    /// The sweeper of the process environment (see [`Sweeper::from_settings`]).
+    pub async fn from_env() -> Result<Sweeper, SetupError> {
+        Sweeper::from_settings(&Settings::from_env()?).await
+    }
+
+    /// The sweeper `settings` describe: the handler's services with EC2 for the leaving
+    /// instances; `FOREWARN_CLUSTER_NAME` is required (checked when it sweeps).
+    pub async fn from_settings(settings: &Settings) -> Result<Sweeper, SetupError> {
+        if settings.cluster == ClusterChoice::None {
+            tracing::warn!("no cluster configured: sweeping without nodes");
+        }
+        let mut services = services(settings).await?;
+        let leaving = match services.leaving.take() {
+            Some(leaving) => leaving,
+            None => Arc::new(Ec2Directory::from_conf(&aws::load().await)),
+        };
+        let region = services.region.take();
+        Ok(Sweeper {
+            handler: Handler::new(services, settings),
+            leaving,
+            region,
+        })
+    }
+}

@@ -1,0 +1,266 @@
+//! What is known about instances and nodes: the facts the decision core decides on.
+//!
+//! Facts come from adapters (EC2 `DescribeInstances`, the Kubernetes API, or captured state
+//! files), which convert what they read into these types.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::pool::CapacityType;
+
+/// Tag keys that name the cluster an instance belongs to.
+pub const CLUSTER_TAG_PREFIX: &str = "kubernetes.io/cluster/";
+pub const EKS_CLUSTER_TAGS: [&str; 2] = ["aws:eks:cluster-name", "eks:cluster-name"];
+
+/// What EC2 says about one instance.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct InstanceFacts {
+    pub instance_id: String,
+    pub instance_type: Option<String>,
+    pub zone: Option<String>,
+    pub capacity_type: Option<CapacityType>,
+    pub private_dns: Option<String>,
+    /// The instance state name (`running`, `stopped`, ...).
+    pub state: Option<String>,
+    /// EC2's state reason code (`Server.SpotInstanceTermination`, ...), when there is one.
+    pub state_reason: Option<String>,
+    /// When the instance last started (it changes at every start).
+    pub launch_time: Option<chrono::DateTime<chrono::Utc>>,
+    pub tags: BTreeMap<String, String>,
+}
+
+impl InstanceFacts {
+    /// The clusters the instance's tags name (`kubernetes.io/cluster/<name>`,
+    /// `aws:eks:cluster-name`, `eks:cluster-name`), deduplicated.
+    pub fn clusters(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = Vec::new();
+        for (key, value) in &self.tags {
+            let name = if let Some(name) = key.strip_prefix(CLUSTER_TAG_PREFIX) {
+                Some(name)
+            } else if EKS_CLUSTER_TAGS.contains(&key.as_str()) {
+                Some(value.as_str())
+            } else {
+                None
+            };
+            if let Some(name) = name.filter(|n| !n.is_empty())
+                && !names.contains(&name)
+            {
+                names.push(name);
+            }
+        }
+        names
+    }
+
+    /// The pool the instance lives in, when type and zone are known.
+    pub fn pool(&self) -> Option<crate::domain::pool::PoolKey> {
+        Some(crate::domain::pool::PoolKey::new(
+            self.capacity_type?,
+            self.instance_type.as_deref()?,
+            self.zone.as_deref()?,
+        ))
+    }
+}
+
+/// Who owns a node: deleting the owner lets its controller drain and replace it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Owner {
+    /// A Karpenter `karpenter.sh/v1` NodeClaim (cluster-scoped).
+    NodeClaim { name: String },
+    /// A Cluster API `cluster.x-k8s.io` Machine (namespaced).
+    Machine { namespace: String, name: String },
+}
+
+impl Owner {
+    pub fn describe(&self) -> String {
+        match self {
+            Owner::NodeClaim { name } => format!("nodeclaim/{name}"),
+            Owner::Machine { namespace, name } => format!("machine/{namespace}/{name}"),
+        }
+    }
+}
+
+/// A node taint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Taint {
+    pub key: String,
+    pub value: Option<String>,
+    pub effect: String,
+}
+
+/// What the Kubernetes API says about one node.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct NodeFacts {
+    pub name: String,
+    pub provider_id: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub unschedulable: bool,
+    pub owner: Option<Owner>,
+    /// DNS names and hostnames from `status.addresses`.
+    pub dns_names: Vec<String>,
+    pub resource_version: Option<String>,
+}
+
+pub const LABEL_CONTROL_PLANE: &str = "node-role.kubernetes.io/control-plane";
+pub const LABEL_MASTER: &str = "node-role.kubernetes.io/master";
+pub const ANNOTATION_CAPI_MACHINE: &str = "cluster.x-k8s.io/machine";
+pub const ANNOTATION_CAPI_NAMESPACE: &str = "cluster.x-k8s.io/cluster-namespace";
+pub const KARPENTER_GROUP: &str = "karpenter.sh";
+pub const CAPI_GROUP: &str = "cluster.x-k8s.io";
+
+impl NodeFacts {
+    /// The EC2 instance id in `spec.providerID` (`aws:///<zone>/<instance-id>`).
+    pub fn instance_id(&self) -> Option<&str> {
+        instance_id_from_provider_id(self.provider_id.as_deref()?)
+    }
+
+    /// A control-plane node: forewarn never touches one.
+    pub fn is_control_plane(&self) -> bool {
+        self.labels.contains_key(LABEL_CONTROL_PLANE)
+            || self.labels.contains_key(LABEL_MASTER)
+            || self
+                .taints
+                .iter()
+                .any(|t| t.key == LABEL_CONTROL_PLANE || t.key == LABEL_MASTER)
+    }
+
+    pub fn has_taint(&self, key: &str) -> bool {
+        self.taints.iter().any(|t| t.key == key)
+    }
+}
+
+/// The instance id of an AWS provider id (`aws:///us-east-1a/i-0123...`, also the older
+/// `aws://us-east-1a/i-...` and fargate-free forms); `None` when it names no instance.
+pub fn instance_id_from_provider_id(provider_id: &str) -> Option<&str> {
+    let rest = provider_id.strip_prefix("aws://")?;
+    let last = rest.rsplit('/').next()?;
+    crate::domain::event::is_instance_id(last).then_some(last)
+}
+
+/// Finds the node of an instance: by `spec.providerID`, else by the instance's private DNS name
+/// (node name or a DNS address of the node), else by an instance-id hostname
+/// (`i-0123...` or `i-0123....<domain>`).
+pub fn resolve_node<'a>(
+    instance_id: &str,
+    instance: Option<&InstanceFacts>,
+    nodes: &'a [NodeFacts],
+) -> Option<&'a NodeFacts> {
+    if let Some(node) = nodes.iter().find(|n| n.instance_id() == Some(instance_id)) {
+        return Some(node);
+    }
+    // Fallbacks only for nodes whose providerID names no other instance.
+    let candidates = || {
+        nodes
+            .iter()
+            .filter(|n| n.instance_id().is_none_or(|id| id == instance_id))
+    };
+    if let Some(dns) = instance
+        .and_then(|i| i.private_dns.as_deref())
+        .filter(|d| !d.is_empty())
+        && let Some(node) = candidates().find(|n| {
+            n.name.eq_ignore_ascii_case(dns)
+                || n.dns_names.iter().any(|d| d.eq_ignore_ascii_case(dns))
+        })
+    {
+        return Some(node);
+    }
+    candidates().find(|n| {
+        n.name == instance_id
+            || n.name
+                .strip_prefix(instance_id)
+                .is_some_and(|rest| rest.starts_with('.'))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, provider: Option<&str>) -> NodeFacts {
+        NodeFacts {
+            name: name.into(),
+            provider_id: provider.map(str::to_string),
+            ..NodeFacts::default()
+        }
+    }
+
+    #[test]
+    fn provider_ids() {
+        assert_eq!(
+            instance_id_from_provider_id("aws:///us-east-1a/i-0a1b2c3d4e5f60001"),
+            Some("i-0a1b2c3d4e5f60001")
+        );
+        assert_eq!(
+            instance_id_from_provider_id("aws://us-east-1a/i-0a1b2c3d4e5f60001"),
+            Some("i-0a1b2c3d4e5f60001")
+        );
+        assert_eq!(
+            instance_id_from_provider_id("aws:///us-east-1a/fargate-ip-10-0-0-1"),
+            None
+        );
+        assert_eq!(
+            instance_id_from_provider_id("gce://p/z/i-0a1b2c3d4e5f60001"),
+            None
+        );
+    }
+
+    #[test]
+    fn resolution_order() {
+        let id = "i-0a1b2c3d4e5f60001";
+        let inst = InstanceFacts {
+            instance_id: id.into(),
+            private_dns: Some("ip-10-0-1-11.ec2.internal".into()),
+            ..InstanceFacts::default()
+        };
+        // provider id wins over a DNS match
+        let nodes = vec![
+            node(
+                "ip-10-0-1-11.ec2.internal",
+                Some("aws:///us-east-1a/i-0a1b2c3d4e5f69999"),
+            ),
+            node("custom-name", Some("aws:///us-east-1a/i-0a1b2c3d4e5f60001")),
+        ];
+        assert_eq!(
+            resolve_node(id, Some(&inst), &nodes).unwrap().name,
+            "custom-name"
+        );
+        // DNS name when there is no provider id; a node naming another instance is not taken
+        let nodes = vec![
+            node(
+                "ip-10-0-1-11.ec2.internal",
+                Some("aws:///us-east-1a/i-0a1b2c3d4e5f69999"),
+            ),
+            node("IP-10-0-1-11.EC2.INTERNAL", None),
+        ];
+        assert_eq!(
+            resolve_node(id, Some(&inst), &nodes).unwrap().name,
+            "IP-10-0-1-11.EC2.INTERNAL"
+        );
+        // a DNS address of the node
+        let mut n = node("custom", None);
+        n.dns_names = vec!["ip-10-0-1-11.ec2.internal".into()];
+        assert_eq!(resolve_node(id, Some(&inst), &[n]).unwrap().name, "custom");
+        // instance-id hostnames
+        let nodes = vec![node("i-0a1b2c3d4e5f60001.ec2.internal", None)];
+        assert!(resolve_node(id, None, &nodes).is_some());
+        let nodes = vec![node("i-0a1b2c3d4e5f600011", None)];
+        assert!(resolve_node(id, None, &nodes).is_none());
+        assert!(resolve_node(id, None, &[]).is_none());
+    }
+
+    #[test]
+    fn cluster_tags() {
+        let mut i = InstanceFacts::default();
+        i.tags
+            .insert("kubernetes.io/cluster/demo".into(), "owned".into());
+        i.tags.insert("eks:cluster-name".into(), "demo".into());
+        i.tags.insert("aws:eks:cluster-name".into(), "other".into());
+        i.tags.insert("Name".into(), "x".into());
+        let mut c = i.clusters();
+        c.sort();
+        assert_eq!(c, vec!["demo", "other"]);
+    }
+}

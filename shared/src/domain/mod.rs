@@ -1,0 +1,12 @@
+//! The pure core: what events say, what is known and configured, what to do, and what the pool
+//! table holds. Nothing here does I/O or imports from outside `domain/` (a test in
+//! `shared/tests/architecture.rs` checks it).
+
+pub mod config;
+pub mod event;
+pub mod facts;
+pub mod fold;
+pub mod plan;
+pub mod pool;
+pub mod report;
+pub mod sweep;

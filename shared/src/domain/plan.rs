@@ -1,0 +1,732 @@
+//! The decision core: event + facts + configuration → a plan. Pure: no I/O, no clock.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::domain::config::{Action, Config};
+use crate::domain::event::{
+    Detail, Event, EventKind, InstanceAction, InstanceState, LifecycleAction,
+};
+use crate::domain::facts::{InstanceFacts, NodeFacts, Owner, resolve_node};
+use crate::domain::pool::{CapacityType, PoolKey, PoolMark, PoolUpdate};
+
+/// What is known when deciding.
+#[derive(Debug, Clone, Copy)]
+pub struct Facts<'a> {
+    /// Instances by id (those EC2 or a captured state knows).
+    pub instances: &'a BTreeMap<String, InstanceFacts>,
+    /// Candidate nodes of this cluster.
+    pub nodes: &'a [NodeFacts],
+}
+
+/// The object a `delete` removes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Target {
+    Node { name: String },
+    NodeClaim { name: String },
+    Machine { namespace: String, name: String },
+}
+
+impl Target {
+    pub fn describe(&self) -> String {
+        match self {
+            Target::Node { name } => format!("node/{name}"),
+            Target::NodeClaim { name } => format!("nodeclaim/{name}"),
+            Target::Machine { namespace, name } => format!("machine/{namespace}/{name}"),
+        }
+    }
+}
+
+/// What to do for one instance of the event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeAction {
+    pub instance_id: String,
+    /// The node, when one was found.
+    pub node: Option<String>,
+    pub action: Action,
+    /// For `delete`: the object to delete.
+    pub target: Option<Target>,
+    /// Why this action (or why none).
+    pub reason: String,
+    /// The reason of the Kubernetes Event recorded on the node (`SpotInterrupted`, ...).
+    pub event_reason: String,
+    /// The value of the forewarn taint when cordoning: the event kind.
+    pub taint_value: String,
+    /// When a drain must be over.
+    pub deadline: Option<DateTime<Utc>>,
+    /// The ASG lifecycle action to complete once the node is handled.
+    pub complete_lifecycle: Option<LifecycleAction>,
+}
+
+/// The plan for one event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    pub event_id: String,
+    pub kind: EventKind,
+    pub time: DateTime<Utc>,
+    pub region: Option<String>,
+    pub instance_ids: Vec<String>,
+    /// Set when the event is ignored as a whole (unsupported kind, a state not acted on).
+    pub ignored: Option<String>,
+    /// Pools to record.
+    pub pools: Vec<PoolMark>,
+    /// One entry per instance of the event.
+    pub actions: Vec<NodeAction>,
+    /// What the event is, for people (`spot-interruption (terminate)`).
+    pub summary: String,
+    /// Further idempotence keys the pool update records (see [`PoolUpdate::also_keys`]).
+    pub also_keys: Vec<String>,
+}
+
+impl Plan {
+    /// Whether any node action changes the cluster.
+    pub fn has_node_work(&self) -> bool {
+        self.actions
+            .iter()
+            .any(|a| a.action != Action::None || a.complete_lifecycle.is_some())
+    }
+
+    /// The pool store update of this plan (the ledger entry even when no pool is known).
+    pub fn pool_update(&self, recorded_at: DateTime<Utc>) -> PoolUpdate {
+        PoolUpdate {
+            event_id: self.event_id.clone(),
+            kind: self.kind,
+            event_time: self.time,
+            region: self.region.clone(),
+            reason: self.summary.clone(),
+            marks: self.pools.clone(),
+            recorded_at,
+            also_keys: self.also_keys.clone(),
+        }
+    }
+}
+
+/// Decides what to do about `event`.
+pub fn plan(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
+    let mut plan = Plan {
+        event_id: event.id.clone(),
+        kind: event.kind,
+        time: event.time,
+        region: event.region.clone(),
+        instance_ids: event.instance_ids.clone(),
+        ignored: None,
+        pools: Vec::new(),
+        actions: Vec::new(),
+        summary: summary(event),
+        also_keys: crate::domain::sweep::sweep_keys_of(event, facts.instances)
+            .into_iter()
+            .filter(|k| *k != event.id)
+            .collect(),
+    };
+    match &event.detail {
+        Detail::Unsupported { why } => {
+            plan.ignored = Some(why.clone());
+            return plan;
+        }
+        Detail::StateChange { state } if !state.is_leaving() => {
+            plan.ignored = Some(format!(
+                "instance state `{}` is not acted on (only stopping, stopped, shutting-down, terminated)",
+                state.as_str()
+            ));
+            return plan;
+        }
+        _ => {}
+    }
+    for instance_id in &event.instance_ids {
+        let instance = facts.instances.get(instance_id);
+        if let Some(mark) = pool_mark(event, instance_id, instance, config)
+            && !plan.pools.iter().any(|m| m.pool == mark.pool)
+        {
+            plan.pools.push(mark);
+        }
+        plan.actions.push(node_action(
+            event,
+            instance_id,
+            instance,
+            facts.nodes,
+            config,
+        ));
+    }
+    plan
+}
+
+fn summary(event: &Event) -> String {
+    match &event.detail {
+        Detail::Spot { action } => format!("spot-interruption ({})", action_name(*action)),
+        Detail::CapacityReservation { action, .. } => {
+            format!(
+                "capacity-reservation-interruption ({})",
+                action_name(*action)
+            )
+        }
+        Detail::StateChange { state } => format!("state-change ({})", state.as_str()),
+        Detail::Scheduled {
+            event_type_code, ..
+        } if !event_type_code.is_empty() => format!("scheduled-change ({event_type_code})"),
+        Detail::AsgTermination(l) => format!("asg-termination ({})", l.asg_name),
+        _ => event.kind.to_string(),
+    }
+}
+
+fn action_name(a: InstanceAction) -> &'static str {
+    match a {
+        InstanceAction::Terminate => "terminate",
+        InstanceAction::Stop => "stop",
+        InstanceAction::Hibernate => "hibernate",
+    }
+}
+
+fn pool_mark(
+    event: &Event,
+    instance_id: &str,
+    instance: Option<&InstanceFacts>,
+    config: &Config,
+) -> Option<PoolMark> {
+    let instance = instance?;
+    let capacity_type = match event.kind {
+        // The event itself says what capacity the instance ran on.
+        EventKind::SpotInterruption => CapacityType::Spot,
+        EventKind::CapacityReservationInterruption => CapacityType::Reserved,
+        _ => instance.capacity_type?,
+    };
+    let pool = PoolKey::new(
+        capacity_type,
+        instance.instance_type.as_deref()?,
+        instance.zone.as_deref()?,
+    );
+    let unavailable_until = config
+        .unavailable_kinds
+        .contains(&event.kind)
+        .then(|| event.time + config.pool_ttl);
+    Some(PoolMark {
+        pool,
+        instance_id: instance_id.to_string(),
+        unavailable_until,
+    })
+}
+
+fn event_reason(event: &Event) -> &'static str {
+    match &event.detail {
+        Detail::Spot { .. } => "SpotInterrupted",
+        Detail::Rebalance => "RebalanceRecommendation",
+        Detail::StateChange {
+            state: InstanceState::Stopping | InstanceState::Stopped,
+        } => "InstanceStopping",
+        Detail::StateChange { .. } => "InstanceTerminating",
+        Detail::Scheduled { .. } => "ScheduledChange",
+        Detail::AsgTermination(_) => "AutoScalingTermination",
+        Detail::CapacityReservation { .. } => "CapacityReservationInterrupted",
+        Detail::Unsupported { .. } => "Unsupported",
+    }
+}
+
+/// When a drain for this event must be over.
+pub fn drain_deadline(event: &Event, config: &Config) -> DateTime<Utc> {
+    let notice_end = |end: Option<DateTime<Utc>>| {
+        end.unwrap_or(event.time + config.interruption_notice) - config.deadline_margin
+    };
+    match &event.detail {
+        Detail::Spot { .. } => notice_end(None),
+        Detail::CapacityReservation {
+            termination_time, ..
+        } => notice_end(*termination_time),
+        Detail::Scheduled {
+            start_time: Some(start),
+            ..
+        } => *start - config.deadline_margin,
+        _ => event.time + config.drain_timeout,
+    }
+}
+
+fn node_action(
+    event: &Event,
+    instance_id: &str,
+    instance: Option<&InstanceFacts>,
+    nodes: &[NodeFacts],
+    config: &Config,
+) -> NodeAction {
+    let mut out = NodeAction {
+        instance_id: instance_id.to_string(),
+        node: None,
+        action: Action::None,
+        target: None,
+        reason: String::new(),
+        event_reason: event_reason(event).to_string(),
+        taint_value: event.kind.to_string(),
+        deadline: None,
+        complete_lifecycle: None,
+    };
+    // Safety first: another cluster's instance is never touched, nor its lifecycle action.
+    if let (Some(ours), Some(instance)) = (config.cluster_name.as_deref(), instance) {
+        let clusters = instance.clusters();
+        if !clusters.is_empty() && !clusters.contains(&ours) {
+            out.reason = format!(
+                "instance belongs to cluster {} (this is {ours})",
+                clusters.join(", ")
+            );
+            return out;
+        }
+    }
+    let Some(node) = resolve_node(instance_id, instance, nodes) else {
+        out.reason = "no node of this cluster runs on the instance".into();
+        out.complete_lifecycle = lifecycle(event, config);
+        return out;
+    };
+    out.node = Some(node.name.clone());
+    if node.is_control_plane() {
+        out.reason = "control-plane node: never touched".into();
+        return out;
+    }
+    out.complete_lifecycle = lifecycle(event, config);
+    let mut action = config.action(event.kind);
+    if action != Action::None
+        && node.owner.is_some()
+        && config.delete_owned_on.contains(&event.kind)
+    {
+        action = Action::Delete;
+    }
+    match action {
+        Action::None => {
+            out.reason = format!("{} is configured to do nothing", event.kind);
+        }
+        Action::Cordon if node.unschedulable && node.has_taint(&config.taint_key) => {
+            out.reason = "already cordoned by forewarn".into();
+        }
+        Action::Cordon => {
+            out.action = Action::Cordon;
+            out.reason = format!("{}: keep new pods off the node", summary(event));
+        }
+        Action::CordonDrain => {
+            out.action = Action::CordonDrain;
+            out.deadline = Some(drain_deadline(event, config));
+            out.reason = format!("{}: move pods off before the instance goes", summary(event));
+        }
+        Action::Delete => {
+            out.action = Action::Delete;
+            let target = match &node.owner {
+                Some(Owner::NodeClaim { name }) => Target::NodeClaim { name: name.clone() },
+                Some(Owner::Machine { namespace, name }) => Target::Machine {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                },
+                None => Target::Node {
+                    name: node.name.clone(),
+                },
+            };
+            out.reason = match &node.owner {
+                Some(owner) => format!(
+                    "{}: delete {} so its controller drains and replaces the node",
+                    summary(event),
+                    owner.describe()
+                ),
+                None => format!("{}: the instance is going away", summary(event)),
+            };
+            out.target = Some(target);
+        }
+    }
+    out
+}
+
+fn lifecycle(event: &Event, config: &Config) -> Option<LifecycleAction> {
+    match &event.detail {
+        Detail::AsgTermination(l) if config.complete_lifecycle_action => Some(l.clone()),
+        _ => None,
+    }
+}
+
+/// The deadline that matters to the whole plan (the earliest drain deadline), if any.
+pub fn earliest_deadline(plan: &Plan) -> Option<DateTime<Utc>> {
+    plan.actions.iter().filter_map(|a| a.deadline).min()
+}
+
+/// How long until `deadline` at `now`, never negative.
+pub fn time_left(deadline: DateTime<Utc>, now: DateTime<Utc>) -> Duration {
+    (deadline - now).max(Duration::zero())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::event::{SOURCE_EC2, parse_time};
+    use crate::domain::facts::Taint;
+
+    const CLUSTER: &str = "demo";
+    const ID: &str = "i-0a1b2c3d4e5f60001";
+
+    fn t0() -> DateTime<Utc> {
+        parse_time("2026-11-20T10:00:00Z").unwrap()
+    }
+
+    fn event(kind: EventKind) -> Event {
+        let detail = match kind {
+            EventKind::SpotInterruption => Detail::Spot {
+                action: InstanceAction::Terminate,
+            },
+            EventKind::RebalanceRecommendation => Detail::Rebalance,
+            EventKind::StateChange => Detail::StateChange {
+                state: InstanceState::Terminated,
+            },
+            EventKind::ScheduledChange => Detail::Scheduled {
+                event_type_code: "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED".into(),
+                event_arn: None,
+                start_time: Some(t0() + Duration::hours(2)),
+                end_time: None,
+            },
+            EventKind::AsgTermination => Detail::AsgTermination(LifecycleAction {
+                hook_name: "hook".into(),
+                asg_name: "asg".into(),
+                token: "tok".into(),
+                transition: "autoscaling:EC2_INSTANCE_TERMINATING".into(),
+            }),
+            EventKind::CapacityReservationInterruption => Detail::CapacityReservation {
+                action: InstanceAction::Terminate,
+                termination_time: Some(t0() + Duration::seconds(120)),
+                az_id: None,
+            },
+            EventKind::Unsupported => Detail::Unsupported { why: "x".into() },
+        };
+        Event {
+            id: format!("ev-{kind}"),
+            kind,
+            source: SOURCE_EC2.into(),
+            detail_type: String::new(),
+            time: t0(),
+            region: Some("us-east-1".into()),
+            account: None,
+            instance_ids: if kind == EventKind::Unsupported {
+                vec![]
+            } else {
+                vec![ID.into()]
+            },
+            detail,
+        }
+    }
+
+    fn instance(cluster_tag: &str) -> InstanceFacts {
+        InstanceFacts {
+            instance_id: ID.into(),
+            instance_type: Some("m5.large".into()),
+            zone: Some("us-east-1a".into()),
+            capacity_type: Some(CapacityType::Spot),
+            private_dns: Some("ip-10-0-1-11.ec2.internal".into()),
+            tags: BTreeMap::from([(
+                format!("kubernetes.io/cluster/{cluster_tag}"),
+                "owned".into(),
+            )]),
+            ..InstanceFacts::default()
+        }
+    }
+
+    /// The node situations of the table.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Situation {
+        Plain,
+        Karpenter,
+        Capi,
+        ControlPlane,
+        OtherCluster,
+        AlreadyCordoned,
+        NotFound,
+    }
+
+    const SITUATIONS: [Situation; 7] = [
+        Situation::Plain,
+        Situation::Karpenter,
+        Situation::Capi,
+        Situation::ControlPlane,
+        Situation::OtherCluster,
+        Situation::AlreadyCordoned,
+        Situation::NotFound,
+    ];
+
+    fn world(s: Situation) -> (BTreeMap<String, InstanceFacts>, Vec<NodeFacts>) {
+        let inst = instance(if s == Situation::OtherCluster {
+            "other"
+        } else {
+            CLUSTER
+        });
+        let mut node = NodeFacts {
+            name: "ip-10-0-1-11.ec2.internal".into(),
+            provider_id: Some(format!("aws:///us-east-1a/{ID}")),
+            ..NodeFacts::default()
+        };
+        match s {
+            Situation::Karpenter => {
+                node.owner = Some(Owner::NodeClaim {
+                    name: "nc-1".into(),
+                })
+            }
+            Situation::Capi => {
+                node.owner = Some(Owner::Machine {
+                    namespace: "capi".into(),
+                    name: "m-1".into(),
+                })
+            }
+            Situation::ControlPlane => {
+                node.labels.insert(
+                    "node-role.kubernetes.io/control-plane".into(),
+                    String::new(),
+                );
+            }
+            Situation::AlreadyCordoned => {
+                node.unschedulable = true;
+                node.taints.push(Taint {
+                    key: crate::domain::config::TAINT_KEY.into(),
+                    value: Some("rebalance-recommendation".into()),
+                    effect: "NoSchedule".into(),
+                });
+            }
+            _ => {}
+        }
+        let nodes = if s == Situation::NotFound {
+            vec![]
+        } else {
+            vec![node]
+        };
+        (BTreeMap::from([(ID.to_string(), inst)]), nodes)
+    }
+
+    fn config() -> Config {
+        Config {
+            cluster_name: Some(CLUSTER.into()),
+            ..Config::default()
+        }
+    }
+
+    /// Expected (action, delete target) for each kind × situation, with default configuration.
+    fn expected(kind: EventKind, s: Situation) -> (Action, Option<Target>) {
+        use Situation::*;
+        let node = || {
+            Some(Target::Node {
+                name: "ip-10-0-1-11.ec2.internal".into(),
+            })
+        };
+        let nodeclaim = || {
+            Some(Target::NodeClaim {
+                name: "nc-1".into(),
+            })
+        };
+        let machine = || {
+            Some(Target::Machine {
+                namespace: "capi".into(),
+                name: "m-1".into(),
+            })
+        };
+        match (kind, s) {
+            (_, ControlPlane | OtherCluster | NotFound) => (Action::None, None),
+            (EventKind::Unsupported, _) => (Action::None, None),
+            (EventKind::SpotInterruption, Karpenter) => (Action::Delete, nodeclaim()),
+            (EventKind::SpotInterruption, Capi) => (Action::Delete, machine()),
+            (EventKind::SpotInterruption, _) => (Action::CordonDrain, None),
+            (EventKind::RebalanceRecommendation, AlreadyCordoned) => (Action::None, None),
+            (EventKind::RebalanceRecommendation, _) => (Action::Cordon, None),
+            (EventKind::StateChange, Karpenter) => (Action::Delete, nodeclaim()),
+            (EventKind::StateChange, Capi) => (Action::Delete, machine()),
+            (EventKind::StateChange, _) => (Action::Delete, node()),
+            (
+                EventKind::ScheduledChange
+                | EventKind::AsgTermination
+                | EventKind::CapacityReservationInterruption,
+                _,
+            ) => (Action::CordonDrain, None),
+        }
+    }
+
+    #[test]
+    fn every_kind_by_every_node_situation() {
+        for kind in EventKind::ALL {
+            for s in SITUATIONS {
+                let (instances, nodes) = world(s);
+                let facts = Facts {
+                    instances: &instances,
+                    nodes: &nodes,
+                };
+                let p = plan(&event(kind), facts, &config());
+                let ctx = format!("{kind} × {s:?}: {p:#?}");
+                if kind == EventKind::Unsupported {
+                    assert!(p.ignored.is_some(), "{ctx}");
+                    assert!(p.actions.is_empty() && p.pools.is_empty(), "{ctx}");
+                    continue;
+                }
+                assert_eq!(p.ignored, None, "{ctx}");
+                assert_eq!(p.actions.len(), 1, "{ctx}");
+                let a = &p.actions[0];
+                let (action, target) = expected(kind, s);
+                assert_eq!(a.action, action, "{ctx}");
+                assert_eq!(a.target, target, "{ctx}");
+                assert!(!a.reason.is_empty(), "{ctx}");
+                assert_eq!(
+                    a.node.is_some(),
+                    !matches!(s, Situation::NotFound | Situation::OtherCluster),
+                    "{ctx}"
+                );
+                assert_eq!(a.deadline.is_some(), action == Action::CordonDrain, "{ctx}");
+                // pools are recorded whatever the node situation, even for other clusters
+                assert_eq!(p.pools.len(), 1, "{ctx}");
+                let marks = config().unavailable_kinds.contains(&kind);
+                assert_eq!(p.pools[0].unavailable_until.is_some(), marks, "{ctx}");
+                // lifecycle completion only for ASG events, never for unsafe nodes
+                let completes = kind == EventKind::AsgTermination
+                    && !matches!(s, Situation::ControlPlane | Situation::OtherCluster);
+                assert_eq!(a.complete_lifecycle.is_some(), completes, "{ctx}");
+            }
+        }
+    }
+
+    #[test]
+    fn pools_keys_and_windows() {
+        let (instances, nodes) = world(Situation::Plain);
+        let facts = Facts {
+            instances: &instances,
+            nodes: &nodes,
+        };
+        let p = plan(&event(EventKind::SpotInterruption), facts, &config());
+        assert_eq!(p.pools[0].pool.to_string(), "spot#m5.large#us-east-1a");
+        assert_eq!(
+            p.pools[0].unavailable_until,
+            Some(t0() + Duration::hours(1))
+        );
+        let p = plan(
+            &event(EventKind::CapacityReservationInterruption),
+            facts,
+            &config(),
+        );
+        assert_eq!(p.pools[0].pool.to_string(), "reserved#m5.large#us-east-1a");
+        let mut c = config();
+        c.pool_ttl = Duration::minutes(10);
+        let p = plan(&event(EventKind::SpotInterruption), facts, &c);
+        assert_eq!(
+            p.pools[0].unavailable_until,
+            Some(t0() + Duration::minutes(10))
+        );
+    }
+
+    #[test]
+    fn without_facts_no_pool_and_no_node() {
+        let instances = BTreeMap::new();
+        let facts = Facts {
+            instances: &instances,
+            nodes: &[],
+        };
+        let p = plan(&event(EventKind::SpotInterruption), facts, &config());
+        assert!(p.pools.is_empty());
+        assert_eq!(p.actions[0].action, Action::None);
+        assert_eq!(p.actions[0].node, None);
+    }
+
+    #[test]
+    fn deadlines_by_kind() {
+        let c = config();
+        let spot = event(EventKind::SpotInterruption);
+        assert_eq!(drain_deadline(&spot, &c), t0() + Duration::seconds(105));
+        let health = event(EventKind::ScheduledChange);
+        assert_eq!(
+            drain_deadline(&health, &c),
+            t0() + Duration::hours(2) - Duration::seconds(15)
+        );
+        let asg = event(EventKind::AsgTermination);
+        assert_eq!(drain_deadline(&asg, &c), t0() + Duration::minutes(5));
+        let cr = event(EventKind::CapacityReservationInterruption);
+        assert_eq!(drain_deadline(&cr, &c), t0() + Duration::seconds(105));
+    }
+
+    #[test]
+    fn state_changes_not_leaving_are_ignored() {
+        let (instances, nodes) = world(Situation::Plain);
+        let facts = Facts {
+            instances: &instances,
+            nodes: &nodes,
+        };
+        for state in ["pending", "running"] {
+            let mut e = event(EventKind::StateChange);
+            e.detail = Detail::StateChange {
+                state: serde_json::from_value(serde_json::json!(state)).unwrap(),
+            };
+            let p = plan(&e, facts, &config());
+            assert!(p.ignored.as_deref().unwrap().contains(state));
+            assert!(p.actions.is_empty() && p.pools.is_empty());
+        }
+        let mut e = event(EventKind::StateChange);
+        e.detail = Detail::StateChange {
+            state: InstanceState::Stopping,
+        };
+        let p = plan(&e, facts, &config());
+        assert_eq!(p.actions[0].event_reason, "InstanceStopping");
+        assert_eq!(p.actions[0].action, Action::Delete);
+    }
+
+    #[test]
+    fn configured_actions_and_owned_deletes() {
+        let (instances, nodes) = world(Situation::Karpenter);
+        let facts = Facts {
+            instances: &instances,
+            nodes: &nodes,
+        };
+        let mut c = config();
+        c.delete_owned_on.clear();
+        c.actions
+            .insert(EventKind::RebalanceRecommendation, Action::CordonDrain);
+        let p = plan(&event(EventKind::SpotInterruption), facts, &c);
+        assert_eq!(p.actions[0].action, Action::CordonDrain);
+        let p = plan(&event(EventKind::RebalanceRecommendation), facts, &c);
+        assert_eq!(p.actions[0].action, Action::CordonDrain);
+        c.actions.insert(EventKind::SpotInterruption, Action::None);
+        c.delete_owned_on.insert(EventKind::SpotInterruption);
+        let p = plan(&event(EventKind::SpotInterruption), facts, &c);
+        assert_eq!(
+            p.actions[0].action,
+            Action::None,
+            "none stays none even when owned"
+        );
+    }
+
+    #[test]
+    fn no_cluster_name_means_no_tag_check() {
+        let (instances, nodes) = world(Situation::OtherCluster);
+        let facts = Facts {
+            instances: &instances,
+            nodes: &nodes,
+        };
+        let p = plan(
+            &event(EventKind::SpotInterruption),
+            facts,
+            &Config::default(),
+        );
+        assert_eq!(p.actions[0].action, Action::CordonDrain);
+    }
+
+    #[test]
+    fn instance_tagged_for_several_clusters_including_ours_is_ours() {
+        let (mut instances, nodes) = world(Situation::Plain);
+        instances
+            .get_mut(ID)
+            .unwrap()
+            .tags
+            .insert("aws:eks:cluster-name".into(), "other".into());
+        let facts = Facts {
+            instances: &instances,
+            nodes: &nodes,
+        };
+        let p = plan(&event(EventKind::SpotInterruption), facts, &config());
+        assert_eq!(p.actions[0].action, Action::CordonDrain);
+    }
+
+    #[test]
+    fn asg_completion_when_node_is_gone() {
+        let (instances, nodes) = world(Situation::NotFound);
+        let facts = Facts {
+            instances: &instances,
+            nodes: &nodes,
+        };
+        let p = plan(&event(EventKind::AsgTermination), facts, &config());
+        assert!(p.actions[0].complete_lifecycle.is_some());
+        assert!(p.has_node_work());
+        let mut c = config();
+        c.complete_lifecycle_action = false;
+        let p = plan(&event(EventKind::AsgTermination), facts, &c);
+        assert!(!p.has_node_work());
+    }
+}

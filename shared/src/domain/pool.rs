@@ -1,0 +1,312 @@
+//! Capacity pools and the pool store port.
+//!
+//! A capacity pool is (capacity type, instance type, zone). Events mark pools as unavailable for
+//! a while and count what happened to them. The store applies each event at most once (the event
+//! id is the idempotence key) and never loses a concurrent increment.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::domain::event::EventKind;
+
+/// How an instance is paid for, as Karpenter names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CapacityType {
+    Spot,
+    OnDemand,
+    /// Capacity reservations (ODCRs, interruptible reservations, capacity blocks).
+    Reserved,
+}
+
+impl CapacityType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CapacityType::Spot => "spot",
+            CapacityType::OnDemand => "on-demand",
+            CapacityType::Reserved => "reserved",
+        }
+    }
+}
+
+impl fmt::Display for CapacityType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for CapacityType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "spot" => Ok(CapacityType::Spot),
+            "on-demand" => Ok(CapacityType::OnDemand),
+            "reserved" => Ok(CapacityType::Reserved),
+            other => Err(format!(
+                "`{other}` is not a capacity type (spot, on-demand, reserved)"
+            )),
+        }
+    }
+}
+
+/// A capacity pool. Its string form `capacity_type#instance_type#zone` is the store key.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct PoolKey {
+    pub capacity_type: CapacityType,
+    pub instance_type: String,
+    pub zone: String,
+}
+
+impl PoolKey {
+    pub fn new(capacity_type: CapacityType, instance_type: &str, zone: &str) -> PoolKey {
+        PoolKey {
+            capacity_type,
+            instance_type: instance_type.to_string(),
+            zone: zone.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for PoolKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}#{}#{}",
+            self.capacity_type, self.instance_type, self.zone
+        )
+    }
+}
+
+impl FromStr for PoolKey {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut parts = s.split('#');
+        match (parts.next(), parts.next(), parts.next(), parts.next()) {
+            (Some(ct), Some(it), Some(z), None) if !it.is_empty() && !z.is_empty() => {
+                Ok(PoolKey::new(ct.parse()?, it, z))
+            }
+            _ => Err(format!(
+                "`{s}` is not a pool key (capacity_type#instance_type#zone)"
+            )),
+        }
+    }
+}
+
+/// What one event does to one pool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolMark {
+    pub pool: PoolKey,
+    /// The instance of the event that lives in this pool.
+    pub instance_id: String,
+    /// Until when the pool is unavailable; `None` when the event only counts (does not mark).
+    pub unavailable_until: Option<DateTime<Utc>>,
+}
+
+/// One event's worth of pool updates, applied at most once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolUpdate {
+    pub event_id: String,
+    pub kind: EventKind,
+    /// The event's own time.
+    pub event_time: DateTime<Utc>,
+    pub region: Option<String>,
+    /// Human-readable reason, e.g. `spot-interruption (terminate)`.
+    pub reason: String,
+    pub marks: Vec<PoolMark>,
+    /// When the store applies it (the caller's clock, so tests are deterministic).
+    pub recorded_at: DateTime<Utc>,
+    /// Further idempotence keys recorded in the ledger with the event id, in the same atomic
+    /// write: the update is a duplicate when the event id or any of these was applied before.
+    /// The sweeper's per-instance keys (`sweep:<kind>:<instance>`), so that a sweep after a
+    /// handled event, or a handled event after a sweep, counts once.
+    #[serde(default)]
+    pub also_keys: Vec<String>,
+}
+
+impl PoolUpdate {
+    /// The event id and the further keys, without repeats.
+    pub fn ledger_keys(&self) -> Vec<&str> {
+        let mut keys: Vec<&str> = vec![self.event_id.as_str()];
+        for k in &self.also_keys {
+            if !keys.contains(&k.as_str()) {
+                keys.push(k);
+            }
+        }
+        keys
+    }
+}
+
+/// The result of applying an update.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Applied {
+    /// First time this event id was applied.
+    Applied,
+    /// The event id was applied before; nothing changed.
+    Duplicate,
+}
+
+/// The per-kind counter names of a pool record.
+pub fn counter_name(kind: EventKind) -> &'static str {
+    match kind {
+        EventKind::SpotInterruption => "interruptions",
+        EventKind::RebalanceRecommendation => "rebalances",
+        EventKind::StateChange => "state_changes",
+        EventKind::ScheduledChange => "scheduled_changes",
+        EventKind::AsgTermination => "asg_terminations",
+        EventKind::CapacityReservationInterruption => "reservation_interruptions",
+        EventKind::Unsupported => "unsupported",
+    }
+}
+
+/// A pool as the store knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolRecord {
+    pub pool: PoolKey,
+    pub region: Option<String>,
+    /// Latest of the unavailability windows recorded (never shortened by a late event).
+    pub unavailable_until: Option<DateTime<Utc>>,
+    /// When the store may forget the pool (the table's TTL attribute).
+    pub expires_at: DateTime<Utc>,
+    /// Per-kind counters, keyed by [`counter_name`].
+    pub counters: BTreeMap<String, u64>,
+    pub first_seen: DateTime<Utc>,
+    pub last_seen: DateTime<Utc>,
+    pub last_event_id: String,
+    pub last_reason: String,
+    pub last_instance_id: String,
+}
+
+impl PoolRecord {
+    /// Spot interruptions counted for this pool.
+    pub fn interruptions(&self) -> u64 {
+        self.counter(EventKind::SpotInterruption)
+    }
+
+    pub fn counter(&self, kind: EventKind) -> u64 {
+        self.counters
+            .get(counter_name(kind))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Whether the pool is unavailable at `now`.
+    pub fn is_unavailable(&self, now: DateTime<Utc>) -> bool {
+        self.unavailable_until.is_some_and(|until| until > now)
+    }
+}
+
+/// A query over the pools.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PoolQuery {
+    /// Also pools whose unavailability has ended (still within their retention).
+    pub include_available: bool,
+    pub zone: Option<String>,
+    pub instance_type: Option<String>,
+}
+
+impl PoolQuery {
+    /// Whether a record answers the query at `now`. Every store filters with this, so that
+    /// records past their TTL (which DynamoDB deletes lazily) are never shown.
+    pub fn matches(&self, record: &PoolRecord, now: DateTime<Utc>) -> bool {
+        record.expires_at > now
+            && (self.include_available || record.is_unavailable(now))
+            && self.zone.as_ref().is_none_or(|z| *z == record.pool.zone)
+            && self
+                .instance_type
+                .as_ref()
+                .is_none_or(|t| *t == record.pool.instance_type)
+    }
+}
+
+/// Sorts records newest first (by `last_seen`, then by key for a stable order).
+pub fn sort_newest_first(records: &mut [PoolRecord]) {
+    records.sort_by(|a, b| b.last_seen.cmp(&a.last_seen).then(a.pool.cmp(&b.pool)));
+}
+
+/// How long the store keeps what it records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// How long an applied event id is remembered (the idempotence window). SQS keeps a message
+    /// at most 14 days, so a redelivery can come that late.
+    pub ledger: chrono::Duration,
+    /// How long a pool's history is kept after its last event or the end of its window.
+    pub history: chrono::Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            ledger: chrono::Duration::days(14),
+            history: chrono::Duration::days(30),
+        }
+    }
+}
+
+impl Retention {
+    /// The TTL of a pool record after `update` touched it.
+    pub fn pool_expiry(
+        &self,
+        last_seen: DateTime<Utc>,
+        unavailable_until: Option<DateTime<Utc>>,
+    ) -> DateTime<Utc> {
+        unavailable_until.map_or(last_seen, |u| u.max(last_seen)) + self.history
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_key_round_trips() {
+        let k = PoolKey::new(CapacityType::Spot, "m5.large", "us-east-1a");
+        assert_eq!(k.to_string(), "spot#m5.large#us-east-1a");
+        assert_eq!("spot#m5.large#us-east-1a".parse::<PoolKey>().unwrap(), k);
+        assert!("spot#m5.large".parse::<PoolKey>().is_err());
+        assert!("cheap#m5.large#us-east-1a".parse::<PoolKey>().is_err());
+        assert!("spot#a#b#c".parse::<PoolKey>().is_err());
+    }
+
+    #[test]
+    fn query_filters_expired_and_available() {
+        let now = Utc::now();
+        let mut r = PoolRecord {
+            pool: PoolKey::new(CapacityType::Spot, "m5.large", "us-east-1a"),
+            region: None,
+            unavailable_until: Some(now + chrono::Duration::minutes(5)),
+            expires_at: now + chrono::Duration::days(1),
+            counters: BTreeMap::new(),
+            first_seen: now,
+            last_seen: now,
+            last_event_id: "e".into(),
+            last_reason: "r".into(),
+            last_instance_id: "i".into(),
+        };
+        let q = PoolQuery::default();
+        assert!(q.matches(&r, now));
+        r.unavailable_until = Some(now - chrono::Duration::seconds(1));
+        assert!(!q.matches(&r, now));
+        let all = PoolQuery {
+            include_available: true,
+            ..PoolQuery::default()
+        };
+        assert!(all.matches(&r, now));
+        r.expires_at = now;
+        assert!(
+            !all.matches(&r, now),
+            "past its TTL, even if not yet deleted"
+        );
+        let by_zone = PoolQuery {
+            include_available: true,
+            zone: Some("us-east-1b".into()),
+            ..PoolQuery::default()
+        };
+        r.expires_at = now + chrono::Duration::days(1);
+        assert!(!by_zone.matches(&r, now));
+    }
+}

@@ -1,0 +1,294 @@
+//! The pool sweeper's pure part: sweep keys and findings. The sweeper itself (what it reads,
+//! how it runs) is `crate::app::sweeper`; it reconciles what EventBridge missed (its delivery
+//! is best effort).
+//!
+//! It finds this cluster's spot instances that EC2 stopped or terminated for a spot interruption
+//! (state reason `Server.SpotInstanceTermination`), and nodes whose instance is gone or leaving
+//! (stopping, stopped, shutting down, terminated, or unknown to EC2), and turns each finding
+//! into a synthetic event that goes through the same pipeline as the handler's.
+//!
+//! A finding's id is a sweep key, `sweep:<kind>:<instance>@<launch time>`: stable for one run of
+//! the instance (its launch time changes each time it starts), so a second sweep is a duplicate,
+//! while a restarted instance's next interruption is a new finding. The handler records the same
+//! key with the event it applies, so a sweep after a handled event changes nothing either.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+
+use crate::domain::event::{Detail, Event, EventKind, InstanceAction, InstanceState};
+use crate::domain::facts::{InstanceFacts, NodeFacts};
+use crate::domain::pool::CapacityType;
+
+/// EC2's state reason for an instance a spot interruption stopped or terminated.
+pub const SPOT_TERMINATION_REASON: &str = "Server.SpotInstanceTermination";
+
+/// The ledger key of `kind` for one run of an instance: `sweep:<kind>:<id>@<launch epoch
+/// seconds>`, or without the launch time when it is not known.
+pub fn sweep_key(kind: EventKind, instance_id: &str, launch_time: Option<DateTime<Utc>>) -> String {
+    match launch_time {
+        Some(t) => format!("sweep:{kind}:{instance_id}@{}", t.timestamp()),
+        None => format!("sweep:{kind}:{instance_id}"),
+    }
+}
+
+/// The sweep keys an applied event also records, so that a later sweep of the same run of the
+/// instance is a duplicate of it: spot interruptions and leaving state changes, one key per
+/// instance, with its launch time from `instances`.
+pub fn sweep_keys_of(event: &Event, instances: &BTreeMap<String, InstanceFacts>) -> Vec<String> {
+    let kind = match &event.detail {
+        Detail::Spot { .. } => EventKind::SpotInterruption,
+        Detail::StateChange { state } if state.is_leaving() => EventKind::StateChange,
+        _ => return Vec::new(),
+    };
+    event
+        .instance_ids
+        .iter()
+        .map(|id| sweep_key(kind, id, instances.get(id).and_then(|i| i.launch_time)))
+        .collect()
+}
+
+/// The instance is leaving or gone: stopping, stopped, shutting down or terminated.
+fn leaving_state(state: Option<&str>) -> Option<InstanceState> {
+    Some(match state? {
+        "stopping" => InstanceState::Stopping,
+        "stopped" => InstanceState::Stopped,
+        "shutting-down" => InstanceState::ShuttingDown,
+        "terminated" => InstanceState::Terminated,
+        _ => return None,
+    })
+}
+
+fn synthetic(
+    kind: EventKind,
+    instance: (&str, Option<DateTime<Utc>>),
+    detail: Detail,
+    now: DateTime<Utc>,
+    region: Option<&str>,
+) -> Event {
+    let (source, detail_type) = kind.source_and_detail_type().unwrap_or_default();
+    Event {
+        id: sweep_key(kind, instance.0, instance.1),
+        kind,
+        source: source.to_string(),
+        detail_type: detail_type.to_string(),
+        time: now,
+        region: region.map(str::to_string),
+        account: None,
+        instance_ids: vec![instance.0.to_string()],
+        detail,
+    }
+}
+
+/// Turns what EC2 and the cluster say into synthetic events (pure).
+///
+/// - a spot instance of the cluster stopped or terminated by a spot interruption →
+///   `spot-interruption` (stop when stopping or stopped, terminate otherwise);
+/// - a node whose instance EC2 no longer knows, or knows as leaving → `state-change`
+///   (terminated when unknown, else its state).
+pub fn findings(
+    leaving: &[InstanceFacts],
+    nodes: &[NodeFacts],
+    node_instances: &BTreeMap<String, InstanceFacts>,
+    now: DateTime<Utc>,
+    region: Option<&str>,
+) -> Vec<Event> {
+    let mut events = Vec::new();
+    for i in leaving {
+        let spot = i.capacity_type == Some(CapacityType::Spot);
+        let Some(state) = leaving_state(i.state.as_deref()) else {
+            continue;
+        };
+        if spot && i.state_reason.as_deref() == Some(SPOT_TERMINATION_REASON) {
+            let action = match state {
+                InstanceState::Stopping | InstanceState::Stopped => InstanceAction::Stop,
+                _ => InstanceAction::Terminate,
+            };
+            events.push(synthetic(
+                EventKind::SpotInterruption,
+                (&i.instance_id, i.launch_time),
+                Detail::Spot { action },
+                now,
+                region,
+            ));
+        }
+    }
+    for node in nodes {
+        let Some(id) = node.instance_id() else {
+            continue;
+        };
+        let (state, launch_time) = match node_instances.get(id) {
+            None => (InstanceState::Terminated, None),
+            Some(i) => match leaving_state(i.state.as_deref()) {
+                Some(state) => (state, i.launch_time),
+                None => continue,
+            },
+        };
+        events.push(synthetic(
+            EventKind::StateChange,
+            (id, launch_time),
+            Detail::StateChange { state },
+            now,
+            region,
+        ));
+    }
+    events
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launched() -> DateTime<Utc> {
+        crate::domain::event::parse_time("2026-11-20T09:00:00Z").unwrap()
+    }
+
+    fn instance(id: &str, state: &str, reason: Option<&str>, ct: CapacityType) -> InstanceFacts {
+        InstanceFacts {
+            instance_id: id.into(),
+            state: Some(state.into()),
+            state_reason: reason.map(str::to_string),
+            capacity_type: Some(ct),
+            launch_time: Some(launched()),
+            ..InstanceFacts::default()
+        }
+    }
+
+    fn node(name: &str, id: &str) -> NodeFacts {
+        NodeFacts {
+            name: name.into(),
+            provider_id: Some(format!("aws:///us-east-1a/{id}")),
+            ..NodeFacts::default()
+        }
+    }
+
+    const SPOT: Option<&str> = Some(SPOT_TERMINATION_REASON);
+    const AT: i64 = 1_795_165_200; // 2026-11-20T09:00:00Z
+
+    #[test]
+    fn spot_interruptions_and_orphaned_nodes() {
+        let leaving = vec![
+            instance("i-00000001", "terminated", SPOT, CapacityType::Spot),
+            instance("i-00000002", "stopped", SPOT, CapacityType::Spot),
+            instance(
+                "i-00000003",
+                "terminated",
+                Some("Client.UserInitiatedShutdown"),
+                CapacityType::Spot,
+            ),
+            instance("i-00000004", "terminated", SPOT, CapacityType::OnDemand),
+            instance("i-0000000a", "running", SPOT, CapacityType::Spot),
+        ];
+        let nodes = vec![
+            node("gone", "i-00000005"),
+            node("stopping", "i-00000006"),
+            node("fine", "i-00000007"),
+            NodeFacts {
+                name: "fargate".into(),
+                ..NodeFacts::default()
+            },
+        ];
+        let known = BTreeMap::from([
+            (
+                "i-00000006".to_string(),
+                instance("i-00000006", "stopping", None, CapacityType::OnDemand),
+            ),
+            (
+                "i-00000007".to_string(),
+                instance("i-00000007", "running", None, CapacityType::OnDemand),
+            ),
+        ]);
+        let events = findings(&leaving, &nodes, &known, Utc::now(), Some("us-east-1"));
+        let ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
+        let want = [
+            format!("sweep:spot-interruption:i-00000001@{AT}"),
+            format!("sweep:spot-interruption:i-00000002@{AT}"),
+            "sweep:state-change:i-00000005".to_string(),
+            format!("sweep:state-change:i-00000006@{AT}"),
+        ];
+        assert_eq!(
+            ids, want,
+            "user terminations, on-demand and running instances are no spot findings"
+        );
+        assert_eq!(
+            events[0].detail,
+            Detail::Spot {
+                action: InstanceAction::Terminate
+            }
+        );
+        assert_eq!(
+            events[1].detail,
+            Detail::Spot {
+                action: InstanceAction::Stop
+            }
+        );
+        assert_eq!(
+            events[2].detail,
+            Detail::StateChange {
+                state: InstanceState::Terminated
+            }
+        );
+        assert_eq!(
+            events[3].detail,
+            Detail::StateChange {
+                state: InstanceState::Stopping
+            }
+        );
+        assert_eq!(events[0].source, "aws.ec2");
+        assert_eq!(events[0].region.as_deref(), Some("us-east-1"));
+    }
+
+    #[test]
+    fn handled_events_carry_the_sweep_key_of_the_instance_run() {
+        let i = instance("i-00000001", "stopped", SPOT, CapacityType::Spot);
+        let facts = BTreeMap::from([(i.instance_id.clone(), i.clone())]);
+        let found = findings(
+            std::slice::from_ref(&i),
+            &[],
+            &BTreeMap::new(),
+            Utc::now(),
+            None,
+        );
+        // The real warning carries the key the sweep's finding has as id.
+        let mut warning = found[0].clone();
+        warning.id = "eventbridge-id".into();
+        warning.detail = Detail::Spot {
+            action: InstanceAction::Hibernate,
+        };
+        assert_eq!(sweep_keys_of(&warning, &facts), vec![found[0].id.clone()]);
+        // After a restart the launch time differs: a new key, a new interruption.
+        let mut restarted = i.clone();
+        restarted.launch_time = Some(launched() + chrono::Duration::days(1));
+        let later = BTreeMap::from([(i.instance_id.clone(), restarted)]);
+        assert_ne!(
+            sweep_keys_of(&warning, &later),
+            sweep_keys_of(&warning, &facts)
+        );
+        // Unknown instance: the key without launch time.
+        assert_eq!(
+            sweep_keys_of(&warning, &BTreeMap::new()),
+            vec!["sweep:spot-interruption:i-00000001"]
+        );
+        // Kinds with no sweep counterpart carry none.
+        for detail in [
+            Detail::StateChange {
+                state: InstanceState::Running,
+            },
+            Detail::Rebalance,
+        ] {
+            warning.detail = detail;
+            assert!(
+                sweep_keys_of(&warning, &facts).is_empty(),
+                "{:?}",
+                warning.detail
+            );
+        }
+        warning.detail = Detail::StateChange {
+            state: InstanceState::Stopped,
+        };
+        assert_eq!(
+            sweep_keys_of(&warning, &facts),
+            vec![format!("sweep:state-change:i-00000001@{AT}")]
+        );
+    }
+}

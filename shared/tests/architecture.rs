@@ -1,0 +1,487 @@
+//! The crate's layering, checked from its source files:
+//!
+//! - no import cycle between files anywhere in `src/` (an import is any `crate::` or `super::`
+//!   path in code, a `use` or inline, tests included: doc comments do not count);
+//! - a file of `domain/` imports nothing outside `domain/` and no I/O crate (AWS SDK, kube,
+//!   k8s-openapi, redb, tokio, hyper, Lambda runtime) nor `std::fs`, `std::net`, `std::env`,
+//!   `std::process`, `std::io`;
+//! - `ports.rs` imports only `domain/`.
+//!
+//! See `docs/architecture.md`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Crates a file of `domain/` must not use.
+const IO_CRATES: &[&str] = &[
+    "aws_config",
+    "aws_sdk_dynamodb",
+    "aws_sdk_ec2",
+    "aws_sdk_eks",
+    "aws_sdk_autoscaling",
+    "aws_sigv4",
+    "aws_credential_types",
+    "kube",
+    "k8s_openapi",
+    "redb",
+    "tokio",
+    "hyper",
+    "hyper_util",
+    "hyper_rustls",
+    "http_body_util",
+    "lambda_runtime",
+    "futures",
+    "async_trait",
+];
+/// Modules of `std` a file of `domain/` must not use.
+const IO_STD: &[&str] = &["fs", "net", "env", "process", "io"];
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The module path of a file: `src/a/b.rs` and `src/a/b/mod.rs` are `[a, b]`, `lib.rs` is `[]`.
+fn module_of(file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src()).unwrap();
+    let mut parts: Vec<String> = rel
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    let last = parts.pop().unwrap();
+    match last.as_str() {
+        "mod.rs" | "lib.rs" => {}
+        name => parts.push(name.trim_end_matches(".rs").to_string()),
+    }
+    parts
+}
+
+/// Code without comments (line and block) and without string literals' contents.
+fn code_of(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let bytes: Vec<char> = text.chars().collect();
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        let next = bytes.get(i + 1).copied();
+        if c == '/' && next == Some('/') {
+            while i < bytes.len() && bytes[i] != '\n' {
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            i += 2;
+            while i + 1 < bytes.len() && !(bytes[i] == '*' && bytes[i + 1] == '/') {
+                i += 1;
+            }
+            i += 2;
+        } else if c == 'r' && matches!(next, Some('"') | Some('#')) && !prev_ident(&bytes, i) {
+            // raw string r"..." or r#"..."#
+            let mut j = i + 1;
+            let mut hashes = 0;
+            while bytes.get(j) == Some(&'#') {
+                hashes += 1;
+                j += 1;
+            }
+            if bytes.get(j) != Some(&'"') {
+                out.push(c);
+                i += 1;
+                continue;
+            }
+            j += 1;
+            loop {
+                if j >= bytes.len() {
+                    break;
+                }
+                if bytes[j] == '"' && (1..=hashes).all(|k| bytes.get(j + k) == Some(&'#')) {
+                    j += 1 + hashes;
+                    break;
+                }
+                j += 1;
+            }
+            out.push_str("\"\"");
+            i = j;
+        } else if c == '"' {
+            i += 1;
+            while i < bytes.len() && bytes[i] != '"' {
+                if bytes[i] == '\\' {
+                    i += 1;
+                }
+                i += 1;
+            }
+            i += 1;
+            out.push_str("\"\"");
+        } else if c == '\'' && next.is_some() && bytes.get(i + 2) == Some(&'\'') {
+            out.push_str("' '");
+            i += 3;
+        } else if c == '\'' && next == Some('\\') {
+            while i < bytes.len() && !(bytes[i] == '\'' && bytes[i - 1] != '\\' && i > 0) {
+                i += 1;
+            }
+            i += 1;
+            out.push_str("' '");
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
+fn prev_ident(chars: &[char], i: usize) -> bool {
+    i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_')
+}
+
+/// Expands a `use` tree (`a::{b, c::{d, e}}`) into its paths.
+fn expand(tree: &str) -> Vec<String> {
+    let tree = tree.trim();
+    let Some(open) = tree.find('{') else {
+        let path = tree.split(" as ").next().unwrap().trim();
+        return vec![path.to_string()];
+    };
+    let prefix = &tree[..open];
+    let inner = &tree[open + 1..tree.rfind('}').unwrap()];
+    let mut items = Vec::new();
+    let (mut depth, mut start) = (0, 0);
+    for (i, c) in inner.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&inner[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&inner[start..]);
+    items
+        .into_iter()
+        .filter(|i| !i.trim().is_empty())
+        .flat_map(|item| {
+            expand(item)
+                .into_iter()
+                .map(|p| {
+                    if p == "self" {
+                        prefix.trim_end_matches("::").to_string()
+                    } else {
+                        format!("{prefix}{p}")
+                    }
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// One path found in a file's code, and whether it stood at the top level (not indented, so a
+/// `super::` there is the parent module; indented, it is inside an inline `mod`).
+struct Found {
+    path: String,
+    top_level: bool,
+}
+
+/// Every path of the code: the paths of its `use` trees, and inline `crate::`, `super::`, and
+/// `name::` paths.
+fn paths_of(code: &str) -> Vec<Found> {
+    let mut found = Vec::new();
+    // `use` trees (possibly spanning lines)
+    let mut rest = code;
+    while let Some(at) = find_word(rest, "use ") {
+        let line_start = rest[..at].rfind('\n').map_or(0, |i| i + 1);
+        let before = &rest[line_start..at];
+        let top_level = !before.starts_with(char::is_whitespace);
+        let end = rest[at..].find(';').map_or(rest.len(), |i| at + i);
+        for path in expand(&rest[at + 4..end]) {
+            found.push(Found {
+                path: path.replace(char::is_whitespace, ""),
+                top_level,
+            });
+        }
+        rest = &rest[end..];
+    }
+    // inline paths
+    for line in code.lines() {
+        let top_level = !line.starts_with(char::is_whitespace);
+        let chars: Vec<char> = line.chars().collect();
+        let mut i = 0;
+        while i < chars.len() {
+            if (chars[i].is_alphabetic() || chars[i] == '_')
+                && (i == 0 || !(chars[i - 1].is_alphanumeric() || chars[i - 1] == '_'))
+                && !(i >= 2 && chars[i - 1] == ':' && chars[i - 2] == ':')
+            {
+                let start = i;
+                while i < chars.len()
+                    && (chars[i].is_alphanumeric()
+                        || chars[i] == '_'
+                        || (chars[i] == ':' && chars.get(i + 1) == Some(&':')))
+                {
+                    i += if chars[i] == ':' { 2 } else { 1 };
+                }
+                let path: String = chars[start..i].iter().collect();
+                if path.contains("::") {
+                    found.push(Found {
+                        path: path.trim_end_matches("::").to_string(),
+                        top_level,
+                    });
+                }
+            } else {
+                i += 1;
+            }
+        }
+    }
+    found
+}
+
+fn find_word(text: &str, word: &str) -> Option<usize> {
+    let mut from = 0;
+    while let Some(i) = text[from..].find(word) {
+        let at = from + i;
+        let ok_before = at == 0
+            || !text[..at]
+                .chars()
+                .next_back()
+                .is_some_and(|c| c.is_alphanumeric() || c == '_');
+        if ok_before {
+            return Some(at);
+        }
+        from = at + word.len();
+    }
+    None
+}
+
+/// The file that defines the longest prefix of `module` (a path from the crate root).
+fn file_of(module: &[String], files: &BTreeMap<Vec<String>, PathBuf>) -> Option<PathBuf> {
+    (0..=module.len())
+        .rev()
+        .find_map(|n| files.get(&module[..n]).cloned())
+}
+
+struct Crate {
+    files: BTreeMap<Vec<String>, PathBuf>,
+    /// file → files it imports, with the paths that import them.
+    edges: BTreeMap<PathBuf, BTreeMap<PathBuf, Vec<String>>>,
+    /// file → every path of its code (for the domain rules).
+    paths: BTreeMap<PathBuf, Vec<String>>,
+}
+
+fn read_crate() -> Crate {
+    let mut list = Vec::new();
+    rust_files(&src(), &mut list);
+    let files: BTreeMap<Vec<String>, PathBuf> =
+        list.iter().map(|f| (module_of(f), f.clone())).collect();
+    let mut edges = BTreeMap::new();
+    let mut paths = BTreeMap::new();
+    for file in &list {
+        let code = code_of(&std::fs::read_to_string(file).unwrap());
+        let own = module_of(file);
+        let mut out: BTreeMap<PathBuf, Vec<String>> = BTreeMap::new();
+        let mut all = Vec::new();
+        for found in paths_of(&code) {
+            let segments: Vec<&str> = found.path.split("::").collect();
+            let target: Option<Vec<String>> = match segments[0] {
+                "crate" => Some(segments[1..].iter().map(|s| s.to_string()).collect()),
+                "super" if found.top_level => {
+                    let mut m = own.clone();
+                    let mut rest = &segments[..];
+                    while rest.first() == Some(&"super") {
+                        m.pop();
+                        rest = &rest[1..];
+                    }
+                    m.extend(rest.iter().map(|s| s.to_string()));
+                    Some(m)
+                }
+                "self" if found.top_level => {
+                    let mut m = own.clone();
+                    m.extend(segments[1..].iter().map(|s| s.to_string()));
+                    Some(m)
+                }
+                _ => None,
+            };
+            all.push(match &target {
+                Some(m) => format!("crate::{}", m.join("::")),
+                None => found.path.clone(),
+            });
+            if let Some(m) = target
+                && let Some(to) = file_of(&m, &files)
+                && &to != file
+            {
+                out.entry(to).or_default().push(found.path.clone());
+            }
+        }
+        edges.insert(file.clone(), out);
+        paths.insert(file.clone(), all);
+    }
+    Crate {
+        files,
+        edges,
+        paths,
+    }
+}
+
+fn rel(p: &Path) -> String {
+    p.strip_prefix(src()).unwrap().display().to_string()
+}
+
+/// Strongly connected components with more than one file (Tarjan).
+fn cycles(edges: &BTreeMap<PathBuf, BTreeMap<PathBuf, Vec<String>>>) -> Vec<Vec<PathBuf>> {
+    struct State<'a> {
+        edges: &'a BTreeMap<PathBuf, BTreeMap<PathBuf, Vec<String>>>,
+        index: BTreeMap<&'a PathBuf, usize>,
+        low: BTreeMap<&'a PathBuf, usize>,
+        stack: Vec<&'a PathBuf>,
+        on_stack: BTreeSet<&'a PathBuf>,
+        next: usize,
+        out: Vec<Vec<PathBuf>>,
+    }
+    fn visit<'a>(s: &mut State<'a>, v: &'a PathBuf) {
+        s.index.insert(v, s.next);
+        s.low.insert(v, s.next);
+        s.next += 1;
+        s.stack.push(v);
+        s.on_stack.insert(v);
+        for w in s.edges[v].keys() {
+            let w = s.edges.get_key_value(w).map(|(k, _)| k).unwrap();
+            if !s.index.contains_key(w) {
+                visit(s, w);
+                let lw = s.low[w];
+                let lv = s.low.get_mut(v).unwrap();
+                *lv = (*lv).min(lw);
+            } else if s.on_stack.contains(w) {
+                let iw = s.index[w];
+                let lv = s.low.get_mut(v).unwrap();
+                *lv = (*lv).min(iw);
+            }
+        }
+        if s.low[v] == s.index[v] {
+            let mut component = Vec::new();
+            loop {
+                let w = s.stack.pop().unwrap();
+                s.on_stack.remove(w);
+                component.push(w.clone());
+                if w == v {
+                    break;
+                }
+            }
+            if component.len() > 1 {
+                s.out.push(component);
+            }
+        }
+    }
+    let mut s = State {
+        edges,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        next: 0,
+        out: Vec::new(),
+    };
+    for v in edges.keys() {
+        if !s.index.contains_key(v) {
+            visit(&mut s, v);
+        }
+    }
+    s.out
+}
+
+#[test]
+fn no_import_cycle_between_files() {
+    let krate = read_crate();
+    assert!(krate.files.len() > 30, "read {} files", krate.files.len());
+    let found = cycles(&krate.edges);
+    let text: Vec<String> = found
+        .iter()
+        .map(|c| {
+            let names: Vec<String> = c.iter().map(|f| rel(f)).collect();
+            let detail: Vec<String> = c
+                .iter()
+                .flat_map(|from| {
+                    krate.edges[from]
+                        .iter()
+                        .filter(|(to, _)| c.contains(to))
+                        .map(move |(to, via)| format!("{} -> {} ({})", rel(from), rel(to), via[0]))
+                })
+                .collect();
+            format!("{}: {}", names.join(", "), detail.join("; "))
+        })
+        .collect();
+    assert!(text.is_empty(), "import cycles:\n{}", text.join("\n"));
+}
+
+#[test]
+fn the_domain_is_pure() {
+    let krate = read_crate();
+    let mut wrong = Vec::new();
+    for (file, paths) in &krate.paths {
+        let name = rel(file);
+        let domain = name.starts_with("domain/");
+        let ports = name == "ports.rs";
+        if !domain && !ports {
+            continue;
+        }
+        for path in paths {
+            let first = path.split("::").next().unwrap();
+            let second = path.split("::").nth(1).unwrap_or("");
+            let bad = (first == "crate" && second != "domain")
+                || (domain && IO_CRATES.contains(&first))
+                || (domain && first == "std" && IO_STD.contains(&second));
+            if bad {
+                wrong.push(format!("{name}: {path}"));
+            }
+        }
+    }
+    wrong.sort();
+    wrong.dedup();
+    assert!(
+        wrong.is_empty(),
+        "domain/ and ports.rs may import only domain/ (and domain/ no I/O crate):\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// The checker itself finds what it must: a cycle, an outside import, an I/O crate.
+#[test]
+fn the_checker_sees_cycles_and_outside_imports() {
+    let code = code_of(
+        "use crate::a::{b::{C, D}, e};\n// use crate::not::this;\nfn f() { let s = \"crate::x::y\"; super::g(); }\n    use super::*;\nuse tokio::time;\n",
+    );
+    let paths: Vec<(String, bool)> = paths_of(&code)
+        .into_iter()
+        .map(|f| (f.path, f.top_level))
+        .collect();
+    assert!(
+        paths.contains(&("crate::a::b::C".into(), true)),
+        "{paths:?}"
+    );
+    assert!(paths.contains(&("crate::a::e".into(), true)), "{paths:?}");
+    assert!(paths.contains(&("tokio::time".into(), true)), "{paths:?}");
+    assert!(paths.contains(&("super::*".into(), false)), "{paths:?}");
+    assert!(
+        !paths
+            .iter()
+            .any(|(p, _)| p.contains("not") || p.contains("x::y"))
+    );
+
+    let a = PathBuf::from("a.rs");
+    let b = PathBuf::from("b.rs");
+    let c = PathBuf::from("c.rs");
+    let mut edges: BTreeMap<PathBuf, BTreeMap<PathBuf, Vec<String>>> = BTreeMap::new();
+    edges.insert(a.clone(), BTreeMap::from([(b.clone(), vec!["x".into()])]));
+    edges.insert(b.clone(), BTreeMap::from([(c.clone(), vec!["x".into()])]));
+    edges.insert(c.clone(), BTreeMap::new());
+    assert!(cycles(&edges).is_empty());
+    edges
+        .get_mut(&c)
+        .unwrap()
+        .insert(a.clone(), vec!["x".into()]);
+    assert_eq!(cycles(&edges).len(), 1);
+}
