@@ -164,11 +164,11 @@ pub async fn run(args: ReplayArgs, mut settings: Settings) -> anyhow::Result<Exi
         }
         TextOrJson::Text => {
             let writes = if settings.mode.writes_store() {
-                services.store.describe()
+                services.store.location()
             } else {
                 format!(
                     "{} (read only: add --execute to write)",
-                    services.store.describe()
+                    services.store.location()
                 )
             };
             text::replay(&mut out, &reports, &writes, Utc::now())?;

@@ -97,7 +97,7 @@ pub trait PoolStore: Send + Sync {
     ) -> Result<Vec<PoolRecord>, StoreError>;
 
     /// A short description for messages (`dynamodb table T`, `embedded store at P`).
-    fn describe(&self) -> String;
+    fn location(&self) -> String;
 }
 
 /// A view of a store that reads but never writes: `apply` answers what it would have done.
@@ -132,8 +132,8 @@ where
         self.0.pools(query, now).await
     }
 
-    fn describe(&self) -> String {
-        self.0.describe()
+    fn location(&self) -> String {
+        self.0.location()
     }
 }
 

@@ -72,14 +72,14 @@ async fn apply(store: &dyn PoolStore, update: &PoolUpdate) -> Applied {
     store
         .apply(update)
         .await
-        .unwrap_or_else(|e| panic!("{}: applying {}: {e}", store.describe(), update.event_id))
+        .unwrap_or_else(|e| panic!("{}: applying {}: {e}", store.location(), update.event_id))
 }
 
 async fn pools(store: &dyn PoolStore, query: &PoolQuery, at: DateTime<Utc>) -> Vec<PoolRecord> {
     store
         .pools(query, at)
         .await
-        .unwrap_or_else(|e| panic!("{}: querying {query:?}: {e}", store.describe()))
+        .unwrap_or_else(|e| panic!("{}: querying {query:?}: {e}", store.location()))
 }
 
 /// The one record of `key` (among every pool, at `at`).
@@ -93,7 +93,7 @@ async fn record(store: &dyn PoolStore, key: &PoolKey, at: DateTime<Utc>) -> Pool
         Ok([r]) => r,
         Err(found) => panic!(
             "{}: expected one record of {key}, found {found:?}",
-            store.describe()
+            store.location()
         ),
     }
 }

@@ -22,7 +22,7 @@ use forewarn::domain::event::{
     SOURCE_EC2,
 };
 use forewarn::domain::facts::InstanceFacts;
-use forewarn::domain::plan::{Facts, Plan, Target, plan};
+use forewarn::domain::plan::{Facts, Plan, Target, decide};
 use forewarn::ports::Executor;
 use forewarn::ports::NodeDirectory;
 use forewarn::ports::{LifecycleCompleter, LifecycleError, LifecycleOutcome};
@@ -193,7 +193,7 @@ impl World {
             .nodes(&known)
             .await
             .unwrap();
-        plan(
+        decide(
             event,
             Facts {
                 instances: &instances,

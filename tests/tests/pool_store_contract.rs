@@ -124,7 +124,7 @@ fn dynamodb_items_are_readable() {
     moto::runtime().block_on(async {
         let (client, table) = table().await;
         let store = DynamoStore::new(client.clone(), &table);
-        assert_eq!(store.describe(), format!("dynamodb table {table}"));
+        assert_eq!(store.location(), format!("dynamodb table {table}"));
         let t = now();
         let key = spot("m5.large", "us-east-1a");
         let until = t + Duration::minutes(10);

@@ -340,7 +340,7 @@ impl PoolStore for EmbeddedStore {
         .await
     }
 
-    fn describe(&self) -> String {
+    fn location(&self) -> String {
         format!("embedded store at {}", self.path.display())
     }
 }
@@ -448,7 +448,7 @@ mod tests {
         }
         let store = EmbeddedStore::open(dir.path()).unwrap();
         assert_eq!(store.path(), dir.path().join("pools.redb"));
-        assert!(store.describe().contains("pools.redb"));
+        assert!(store.location().contains("pools.redb"));
         assert_eq!(
             store.apply(&update("e1", now)).await.unwrap(),
             Applied::Duplicate

@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use crate::domain::config::{Config, Mode};
 use crate::domain::event::{Event, EventKind, Record};
 use crate::domain::facts::InstanceFacts;
-use crate::domain::plan::{Facts, plan};
+use crate::domain::plan::{Facts, decide};
 use crate::domain::pool::Applied;
 use crate::domain::report::{Outcome, Report};
 use crate::ports::{Executor, InstanceDirectory, NodeDirectory, PoolStore};
@@ -52,11 +52,50 @@ impl Pipeline<'_> {
         now: DateTime<Utc>,
         limits: Limits,
     ) -> Vec<Report> {
+        let looked_up = match limits.deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, self.look_up(records))
+                .await
+                .unwrap_or_else(|_| Err(OUT_OF_TIME.to_string())),
+            None => self.look_up(records).await,
+        };
+        let (instances, nodes, applied) = match looked_up {
+            Ok(found) => found,
+            Err(message) => return self.none_looked_up(records, &message),
+        };
+        let facts = Facts {
+            instances: &instances,
+            nodes: &nodes,
+        };
+        let (lanes, repeats) = schedule(records);
+        let done = self.run(records, lanes, facts, &applied, now, limits).await;
+        let mut reports: Vec<Option<Report>> = vec![None; records.len()];
+        for (i, report) in done {
+            reports[i] = Some(report);
+        }
+        follow_firsts(records, &mut reports, repeats);
+        records
+            .iter()
+            .zip(reports)
+            .map(|(record, report)| {
+                report.unwrap_or_else(|| match &record.event {
+                    Err(e) => Report::new(record).failed(e.to_string()),
+                    Ok(_) => Report::new(record).failed("internal: record not processed".into()),
+                })
+            })
+            .collect()
+    }
+
+    /// The batch's lookups: one instance lookup, one node lookup and one ledger read for every
+    /// supported event of `records`.
+    async fn look_up(&self, records: &[Record]) -> Result<LookedUp, String> {
         let wanted: Vec<&Event> = records
             .iter()
             .filter_map(|r| r.event.as_ref().ok())
             .filter(|e| e.kind != EventKind::Unsupported)
             .collect();
+        if wanted.is_empty() {
+            return Ok((Default::default(), Vec::new(), HashSet::new()));
+        }
         let ids: Vec<String> = wanted
             .iter()
             .flat_map(|e| e.instance_ids.iter().cloned())
@@ -69,69 +108,49 @@ impl Pipeline<'_> {
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
-
-        let lookups = async {
-            if wanted.is_empty() {
-                return Ok((Default::default(), Vec::new(), HashSet::new()));
-            }
-            let instances = if ids.is_empty() {
-                Default::default()
-            } else {
-                self.instances
-                    .describe(&ids)
-                    .await
-                    .map_err(|e| e.to_string())?
-            };
-            let known: Vec<InstanceFacts> = instances.values().cloned().collect();
-            let nodes = self.nodes.nodes(&known).await.map_err(|e| e.to_string())?;
-            let applied = self
-                .store
-                .applied(&event_ids)
+        let instances = if ids.is_empty() {
+            Default::default()
+        } else {
+            self.instances
+                .describe(&ids)
                 .await
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>((instances, nodes, applied))
+                .map_err(|e| e.to_string())?
         };
-        let looked_up = match limits.deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline, lookups)
-                .await
-                .unwrap_or_else(|_| Err(OUT_OF_TIME.to_string())),
-            None => lookups.await,
-        };
-        let (instances, nodes, applied) = match looked_up {
-            Ok(found) => found,
-            Err(message) => {
-                return records
-                    .iter()
-                    .map(|r| match &r.event {
-                        Err(e) => Report::new(r).failed(e.to_string()),
-                        Ok(e) if e.kind == EventKind::Unsupported => ignored(r, e, self.config),
-                        Ok(_) => Report::new(r).failed(message.clone()),
-                    })
-                    .collect();
-            }
-        };
-        let facts = Facts {
-            instances: &instances,
-            nodes: &nodes,
-        };
+        let known: Vec<InstanceFacts> = instances.values().cloned().collect();
+        let nodes = self.nodes.nodes(&known).await.map_err(|e| e.to_string())?;
+        let applied = self
+            .store
+            .applied(&event_ids)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok((instances, nodes, applied))
+    }
 
-        // The first record of each event id does the work; later ones follow its outcome.
-        let mut first_of: HashMap<&str, usize> = HashMap::new();
-        let mut repeats: Vec<(usize, usize)> = Vec::new();
-        let mut lanes = Lanes::default();
-        for (i, record) in records.iter().enumerate() {
-            if let Ok(event) = &record.event {
-                match first_of.get(event.id.as_str()) {
-                    Some(&first) => repeats.push((i, first)),
-                    None => {
-                        first_of.insert(&event.id, i);
-                        lanes.add(i, &event.instance_ids);
-                    }
-                }
-            }
-        }
-        let applied = &applied;
-        let done: Vec<(usize, Report)> = futures::stream::iter(lanes.into_lanes(records))
+    /// The reports of a batch whose lookups failed: every supported event failed with
+    /// `message` (it comes back), undecodable records failed, unsupported ones ignored.
+    fn none_looked_up(&self, records: &[Record], message: &str) -> Vec<Report> {
+        records
+            .iter()
+            .map(|r| match &r.event {
+                Err(e) => Report::new(r).failed(e.to_string()),
+                Ok(e) if e.kind == EventKind::Unsupported => ignored(r, e, self.config),
+                Ok(_) => Report::new(r).failed(message.to_string()),
+            })
+            .collect()
+    }
+
+    /// Runs the lanes concurrently (up to `limits.concurrency`), each lane's events one after
+    /// the other, each event within the deadline.
+    async fn run(
+        &self,
+        records: &[Record],
+        lanes: Vec<Vec<usize>>,
+        facts: Facts<'_>,
+        applied: &HashSet<String>,
+        now: DateTime<Utc>,
+        limits: Limits,
+    ) -> Vec<(usize, Report)> {
+        futures::stream::iter(lanes)
             .map(|lane| async move {
                 let mut out = Vec::with_capacity(lane.len());
                 for i in lane {
@@ -158,42 +177,7 @@ impl Pipeline<'_> {
             .buffer_unordered(limits.concurrency.max(1))
             .flat_map(futures::stream::iter)
             .collect()
-            .await;
-
-        let mut reports: Vec<Option<Report>> = vec![None; records.len()];
-        for (i, report) in done {
-            reports[i] = Some(report);
-        }
-        for (i, first) in repeats {
-            let first_report = reports[first].clone();
-            let record = &records[i];
-            let report = match first_report {
-                Some(f) if f.outcome == Outcome::Failed => Report::new(record)
-                    .failed(format!("same event id as {}, which failed", f.origin)),
-                Some(f) => {
-                    let mut r = f.clone();
-                    r.origin = record.origin.to_string();
-                    r.message_id = record.origin.message_id.clone();
-                    if f.outcome != Outcome::Ignored {
-                        r.outcome = Outcome::Duplicate;
-                        r.reason = Some(format!("same event id as {}", f.origin));
-                    }
-                    r
-                }
-                None => Report::new(record).failed("internal: first record not processed".into()),
-            };
-            reports[i] = Some(report);
-        }
-        records
-            .iter()
-            .zip(reports)
-            .map(|(record, report)| {
-                report.unwrap_or_else(|| match &record.event {
-                    Err(e) => Report::new(record).failed(e.to_string()),
-                    Ok(_) => Report::new(record).failed("internal: record not processed".into()),
-                })
-            })
-            .collect()
+            .await
     }
 
     async fn handle(
@@ -204,7 +188,7 @@ impl Pipeline<'_> {
         applied: &HashSet<String>,
         now: DateTime<Utc>,
     ) -> Report {
-        let plan = plan(event, facts, self.config);
+        let plan = decide(event, facts, self.config);
         let span = tracing::Span::current();
         let nodes: Vec<&str> = plan
             .actions
@@ -266,6 +250,59 @@ impl Pipeline<'_> {
             Err(e) => return report.failed(e.to_string()),
         }
         report
+    }
+}
+
+/// What the batch's lookups found: instance facts, candidate nodes, event ids applied before.
+type LookedUp = (
+    BTreeMap<String, InstanceFacts>,
+    Vec<crate::domain::facts::NodeFacts>,
+    HashSet<String>,
+);
+
+/// The first record of each event id does the work, in lanes of events that share an
+/// instance; later records of an id are `(record, first record)` repeats.
+fn schedule(records: &[Record]) -> (Vec<Vec<usize>>, Vec<(usize, usize)>) {
+    let mut first_of: HashMap<&str, usize> = HashMap::new();
+    let mut repeats: Vec<(usize, usize)> = Vec::new();
+    let mut lanes = Lanes::default();
+    for (i, record) in records.iter().enumerate() {
+        if let Ok(event) = &record.event {
+            match first_of.get(event.id.as_str()) {
+                Some(&first) => repeats.push((i, first)),
+                None => {
+                    first_of.insert(&event.id, i);
+                    lanes.add(i, &event.instance_ids);
+                }
+            }
+        }
+    }
+    (lanes.into_lanes(records), repeats)
+}
+
+/// A repeated event id follows its first record: failed when it failed, else a duplicate of it
+/// (an ignored event stays ignored).
+fn follow_firsts(records: &[Record], reports: &mut [Option<Report>], repeats: Vec<(usize, usize)>) {
+    for (i, first) in repeats {
+        let first_report = reports[first].clone();
+        let record = &records[i];
+        let report = match first_report {
+            Some(f) if f.outcome == Outcome::Failed => {
+                Report::new(record).failed(format!("same event id as {}, which failed", f.origin))
+            }
+            Some(f) => {
+                let mut r = f.clone();
+                r.origin = record.origin.to_string();
+                r.message_id = record.origin.message_id.clone();
+                if f.outcome != Outcome::Ignored {
+                    r.outcome = Outcome::Duplicate;
+                    r.reason = Some(format!("same event id as {}", f.origin));
+                }
+                r
+            }
+            None => Report::new(record).failed("internal: first record not processed".into()),
+        };
+        reports[i] = Some(report);
     }
 }
 
@@ -358,7 +395,7 @@ impl Lanes {
 
 fn ignored(record: &Record, event: &Event, config: &Config) -> Report {
     let empty = Default::default();
-    let plan = plan(
+    let plan = decide(
         event,
         Facts {
             instances: &empty,

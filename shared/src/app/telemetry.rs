@@ -1,9 +1,11 @@
 //! Telemetry in one place: JSON logs through `tracing-subscriber` for the Lambda functions.
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
 use tracing_subscriber::EnvFilter;
 
-use crate::domain::report::{Outcome, Report};
+use crate::domain::config::Action;
+use crate::domain::report::{ActionReport, Outcome, Report};
 use tracing_subscriber::util::SubscriberInitExt;
 
 /// JSON logs on stdout (CloudWatch Logs reads them as structured fields), filtered by `log`
@@ -140,19 +142,40 @@ fn log_report(report: &Report) {
 ///   `Zone`: from the event's time to the node's cordon (for a `delete`, which cordons
 ///   nothing, to `now`, the end of the batch), for events acted on. It includes the wait in
 ///   the queue.
-pub fn emf_documents(
-    report: &crate::domain::report::Report,
-    now: chrono::DateTime<chrono::Utc>,
-) -> Vec<serde_json::Value> {
-    use crate::domain::report::Outcome;
-    use serde_json::json;
+pub fn emf_documents(report: &Report, now: DateTime<Utc>) -> Vec<Value> {
+    let emf = Emf {
+        timestamp: now.timestamp_millis(),
+        kind: report.kind.map(|k| k.as_str()).unwrap_or("undecodable"),
+    };
+    let mut docs = emf.received(report);
+    docs.extend(emf.actions(report));
+    if matches!(report.outcome, Outcome::Acted | Outcome::Planned) {
+        docs.extend(emf.pools_marked(report));
+    }
+    if report.outcome == Outcome::Acted {
+        docs.extend(emf.drains(report));
+        docs.extend(emf.latency(report, now));
+    }
+    docs
+}
 
-    let timestamp = now.timestamp_millis();
-    let kind = report.kind.map(|k| k.as_str()).unwrap_or("undecodable");
-    let doc = |dimensions: &[&[&str]], metrics: serde_json::Value, fields: serde_json::Value| {
+/// The node actions of a report other than `none`.
+fn acting(report: &Report) -> impl Iterator<Item = &ActionReport> + Clone {
+    report.actions.iter().filter(|a| a.action != Action::None)
+}
+
+/// The metric documents of one record: its time and kind.
+struct Emf<'a> {
+    timestamp: i64,
+    kind: &'a str,
+}
+
+impl Emf<'_> {
+    /// One EMF document: the metrics' definitions and the fields that carry their values.
+    fn doc(&self, dimensions: &[&[&str]], metrics: Value, fields: Value) -> Value {
         let mut d = json!({
             "_aws": {
-                "Timestamp": timestamp,
+                "Timestamp": self.timestamp,
                 "CloudWatchMetrics": [{
                     "Namespace": NAMESPACE,
                     "Dimensions": dimensions,
@@ -164,83 +187,100 @@ pub fn emf_documents(
             d.extend(fields.clone());
         }
         d
-    };
-    let mut docs = vec![
-        doc(
-            &[&["Kind"]],
-            json!([{"Name": "EventsReceived", "Unit": "Count"}]),
-            json!({"Kind": kind, "EventsReceived": 1}),
-        ),
-        doc(
-            &[&["Kind", "Outcome"]],
-            json!([{"Name": "EventsReceived", "Unit": "Count"}]),
-            json!({"Kind": kind, "Outcome": report.outcome.as_str(), "EventsReceived": 1}),
-        ),
-    ];
-    let result = match report.outcome {
-        Outcome::Acted => Some("done"),
-        Outcome::Planned => Some("planned"),
-        Outcome::Failed => Some("failed"),
-        Outcome::Ignored | Outcome::Duplicate => None,
-    };
-    let acting = report
-        .actions
-        .iter()
-        .filter(|a| a.action != crate::domain::config::Action::None);
-    if let Some(result) = result {
-        for action in acting.clone() {
-            docs.push(doc(
-                &[&["Kind", "Action", "Result"]],
-                json!([{"Name": "Actions", "Unit": "Count"}]),
-                json!({"Kind": kind, "Action": action.action.as_str(), "Result": result, "Actions": 1,
-                       "InstanceId": action.instance_id, "Node": action.node}),
-            ));
-        }
     }
-    if matches!(report.outcome, Outcome::Acted | Outcome::Planned) {
-        for pool in report
+
+    /// `EventsReceived` by kind, and by kind and outcome.
+    fn received(&self, report: &Report) -> Vec<Value> {
+        let kind = self.kind;
+        vec![
+            self.doc(
+                &[&["Kind"]],
+                json!([{"Name": "EventsReceived", "Unit": "Count"}]),
+                json!({"Kind": kind, "EventsReceived": 1}),
+            ),
+            self.doc(
+                &[&["Kind", "Outcome"]],
+                json!([{"Name": "EventsReceived", "Unit": "Count"}]),
+                json!({"Kind": kind, "Outcome": report.outcome.as_str(), "EventsReceived": 1}),
+            ),
+        ]
+    }
+
+    /// `Actions` by kind, action and result, for acted, planned and failed records.
+    fn actions(&self, report: &Report) -> Vec<Value> {
+        let result = match report.outcome {
+            Outcome::Acted => "done",
+            Outcome::Planned => "planned",
+            Outcome::Failed => "failed",
+            Outcome::Ignored | Outcome::Duplicate => return Vec::new(),
+        };
+        acting(report)
+            .map(|action| {
+                self.doc(
+                    &[&["Kind", "Action", "Result"]],
+                    json!([{"Name": "Actions", "Unit": "Count"}]),
+                    json!({"Kind": self.kind, "Action": action.action.as_str(), "Result": result,
+                           "Actions": 1, "InstanceId": action.instance_id, "Node": action.node}),
+                )
+            })
+            .collect()
+    }
+
+    /// `PoolsMarked` per pool marked unavailable.
+    fn pools_marked(&self, report: &Report) -> Vec<Value> {
+        report
             .pools
             .iter()
             .filter(|p| p.unavailable_until.is_some())
-        {
-            docs.push(doc(
-                &[&["CapacityType", "InstanceType", "Zone"]],
-                json!([{"Name": "PoolsMarked", "Unit": "Count"}]),
-                json!({"CapacityType": pool.capacity_type, "InstanceType": pool.instance_type,
-                       "Zone": pool.zone, "PoolsMarked": 1}),
-            ));
-        }
+            .map(|pool| {
+                self.doc(
+                    &[&["CapacityType", "InstanceType", "Zone"]],
+                    json!([{"Name": "PoolsMarked", "Unit": "Count"}]),
+                    json!({"CapacityType": pool.capacity_type, "InstanceType": pool.instance_type,
+                           "Zone": pool.zone, "PoolsMarked": 1}),
+                )
+            })
+            .collect()
     }
-    if report.outcome != Outcome::Acted {
-        return docs;
-    }
-    for action in acting.clone() {
-        if let Some(drain) = action.drain {
+
+    /// `Evictions`, `EvictionsRefused` and `Drains` per drain that ran.
+    fn drains(&self, report: &Report) -> Vec<Value> {
+        let kind = self.kind;
+        let mut docs = Vec::new();
+        for action in acting(report) {
+            let Some(drain) = action.drain else { continue };
             let drain_result = if drain.complete {
                 "complete"
             } else {
                 "incomplete"
             };
-            docs.push(doc(
+            docs.push(self.doc(
                 &[&["Kind"]],
                 json!([{"Name": "Evictions", "Unit": "Count"},
                        {"Name": "EvictionsRefused", "Unit": "Count"}]),
                 json!({"Kind": kind, "Evictions": drain.evicted, "EvictionsRefused": drain.left,
                        "InstanceId": action.instance_id, "Node": action.node}),
             ));
-            docs.push(doc(
+            docs.push(self.doc(
                 &[&["Kind", "Result"]],
                 json!([{"Name": "Drains", "Unit": "Count"}]),
                 json!({"Kind": kind, "Result": drain_result, "Drains": 1,
                        "InstanceId": action.instance_id, "Node": action.node}),
             ));
         }
+        docs
     }
-    if let Some(time) = report.time {
-        // the first node cordoned for this event; a delete (nothing cordoned) ends with the batch
-        let acted_at = acting.filter_map(|a| a.cordoned_at).min().unwrap_or(now);
+
+    /// `EventToActionLatency`: from the event's time to the first node cordoned for it (a
+    /// delete, which cordons nothing, ends with the batch: `now`), by kind and by pool.
+    fn latency(&self, report: &Report, now: DateTime<Utc>) -> Option<Value> {
+        let time = report.time?;
+        let acted_at = acting(report)
+            .filter_map(|a| a.cordoned_at)
+            .min()
+            .unwrap_or(now);
         let latency = (acted_at - time).num_milliseconds().max(0);
-        let mut fields = json!({"Kind": kind, "EventToActionLatency": latency,
+        let mut fields = json!({"Kind": self.kind, "EventToActionLatency": latency,
                                 "EventId": report.event_id});
         let mut dimensions: Vec<&[&str]> = vec![&["Kind"]];
         // one pool per event in practice: its dimensions let latency be seen per pool
@@ -250,13 +290,12 @@ pub fn emf_documents(
             f.insert("Zone".into(), json!(pool.zone));
             dimensions.push(&["CapacityType", "InstanceType", "Zone"]);
         }
-        docs.push(doc(
+        Some(self.doc(
             &dimensions,
             json!([{"Name": "EventToActionLatency", "Unit": "Milliseconds"}]),
             fields,
-        ));
+        ))
     }
-    docs
 }
 
 /// The CloudWatch namespace of forewarn's metrics.

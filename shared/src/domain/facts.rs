@@ -72,11 +72,12 @@ pub enum Owner {
     Machine { namespace: String, name: String },
 }
 
-impl Owner {
-    pub fn describe(&self) -> String {
+/// `nodeclaim/N` or `machine/NS/N`.
+impl std::fmt::Display for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Owner::NodeClaim { name } => format!("nodeclaim/{name}"),
-            Owner::Machine { namespace, name } => format!("machine/{namespace}/{name}"),
+            Owner::NodeClaim { name } => write!(f, "nodeclaim/{name}"),
+            Owner::Machine { namespace, name } => write!(f, "machine/{namespace}/{name}"),
         }
     }
 }

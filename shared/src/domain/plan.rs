@@ -30,12 +30,13 @@ pub enum Target {
     Machine { namespace: String, name: String },
 }
 
-impl Target {
-    pub fn describe(&self) -> String {
+/// What a delete removes: `node/N`, `nodeclaim/N` or `machine/NS/N`.
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Target::Node { name } => format!("node/{name}"),
-            Target::NodeClaim { name } => format!("nodeclaim/{name}"),
-            Target::Machine { namespace, name } => format!("machine/{namespace}/{name}"),
+            Target::Node { name } => write!(f, "node/{name}"),
+            Target::NodeClaim { name } => write!(f, "nodeclaim/{name}"),
+            Target::Machine { namespace, name } => write!(f, "machine/{namespace}/{name}"),
         }
     }
 }
@@ -105,7 +106,7 @@ impl Plan {
 }
 
 /// Decides what to do about `event`.
-pub fn plan(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
+pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
     let mut plan = Plan {
         event_id: event.id.clone(),
         kind: event.kind,
@@ -320,7 +321,7 @@ fn node_action(
                 Some(owner) => format!(
                     "{}: delete {} so its controller drains and replaces the node",
                     summary(event),
-                    owner.describe()
+                    owner.to_string()
                 ),
                 None => format!("{}: the instance is going away", summary(event)),
             };
@@ -544,7 +545,7 @@ mod tests {
                     instances: &instances,
                     nodes: &nodes,
                 };
-                let p = plan(&event(kind), facts, &config());
+                let p = decide(&event(kind), facts, &config());
                 let ctx = format!("{kind} × {s:?}: {p:#?}");
                 if kind == EventKind::Unsupported {
                     assert!(p.ignored.is_some(), "{ctx}");
@@ -583,13 +584,13 @@ mod tests {
             instances: &instances,
             nodes: &nodes,
         };
-        let p = plan(&event(EventKind::SpotInterruption), facts, &config());
+        let p = decide(&event(EventKind::SpotInterruption), facts, &config());
         assert_eq!(p.pools[0].pool.to_string(), "spot#m5.large#us-east-1a");
         assert_eq!(
             p.pools[0].unavailable_until,
             Some(t0() + Duration::hours(1))
         );
-        let p = plan(
+        let p = decide(
             &event(EventKind::CapacityReservationInterruption),
             facts,
             &config(),
@@ -597,7 +598,7 @@ mod tests {
         assert_eq!(p.pools[0].pool.to_string(), "reserved#m5.large#us-east-1a");
         let mut c = config();
         c.pool_ttl = Duration::minutes(10);
-        let p = plan(&event(EventKind::SpotInterruption), facts, &c);
+        let p = decide(&event(EventKind::SpotInterruption), facts, &c);
         assert_eq!(
             p.pools[0].unavailable_until,
             Some(t0() + Duration::minutes(10))
@@ -611,7 +612,7 @@ mod tests {
             instances: &instances,
             nodes: &[],
         };
-        let p = plan(&event(EventKind::SpotInterruption), facts, &config());
+        let p = decide(&event(EventKind::SpotInterruption), facts, &config());
         assert!(p.pools.is_empty());
         assert_eq!(p.actions[0].action, Action::None);
         assert_eq!(p.actions[0].node, None);
@@ -645,7 +646,7 @@ mod tests {
             e.detail = Detail::StateChange {
                 state: serde_json::from_value(serde_json::json!(state)).unwrap(),
             };
-            let p = plan(&e, facts, &config());
+            let p = decide(&e, facts, &config());
             assert!(p.ignored.as_deref().unwrap().contains(state));
             assert!(p.actions.is_empty() && p.pools.is_empty());
         }
@@ -653,7 +654,7 @@ mod tests {
         e.detail = Detail::StateChange {
             state: InstanceState::Stopping,
         };
-        let p = plan(&e, facts, &config());
+        let p = decide(&e, facts, &config());
         assert_eq!(p.actions[0].event_reason, "InstanceStopping");
         assert_eq!(p.actions[0].action, Action::Delete);
     }
@@ -669,13 +670,13 @@ mod tests {
         c.delete_owned_on.clear();
         c.actions
             .insert(EventKind::RebalanceRecommendation, Action::CordonDrain);
-        let p = plan(&event(EventKind::SpotInterruption), facts, &c);
+        let p = decide(&event(EventKind::SpotInterruption), facts, &c);
         assert_eq!(p.actions[0].action, Action::CordonDrain);
-        let p = plan(&event(EventKind::RebalanceRecommendation), facts, &c);
+        let p = decide(&event(EventKind::RebalanceRecommendation), facts, &c);
         assert_eq!(p.actions[0].action, Action::CordonDrain);
         c.actions.insert(EventKind::SpotInterruption, Action::None);
         c.delete_owned_on.insert(EventKind::SpotInterruption);
-        let p = plan(&event(EventKind::SpotInterruption), facts, &c);
+        let p = decide(&event(EventKind::SpotInterruption), facts, &c);
         assert_eq!(
             p.actions[0].action,
             Action::None,
@@ -690,7 +691,7 @@ mod tests {
             instances: &instances,
             nodes: &nodes,
         };
-        let p = plan(
+        let p = decide(
             &event(EventKind::SpotInterruption),
             facts,
             &Config::default(),
@@ -710,7 +711,7 @@ mod tests {
             instances: &instances,
             nodes: &nodes,
         };
-        let p = plan(&event(EventKind::SpotInterruption), facts, &config());
+        let p = decide(&event(EventKind::SpotInterruption), facts, &config());
         assert_eq!(p.actions[0].action, Action::CordonDrain);
     }
 
@@ -721,12 +722,12 @@ mod tests {
             instances: &instances,
             nodes: &nodes,
         };
-        let p = plan(&event(EventKind::AsgTermination), facts, &config());
+        let p = decide(&event(EventKind::AsgTermination), facts, &config());
         assert!(p.actions[0].complete_lifecycle.is_some());
         assert!(p.has_node_work());
         let mut c = config();
         c.complete_lifecycle_action = false;
-        let p = plan(&event(EventKind::AsgTermination), facts, &c);
+        let p = decide(&event(EventKind::AsgTermination), facts, &c);
         assert!(!p.has_node_work());
     }
 }

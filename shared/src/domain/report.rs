@@ -137,7 +137,7 @@ impl Report {
                 instance_id: a.instance_id.clone(),
                 node: a.node.clone(),
                 action: a.action,
-                target: a.target.as_ref().map(Target::describe),
+                target: a.target.as_ref().map(Target::to_string),
                 deadline: a.deadline,
                 reason: a.reason.clone(),
                 complete_lifecycle: a

@@ -148,7 +148,7 @@ impl DynamoStore {
 
     fn err(&self, what: impl Display, error: impl Display) -> StoreError {
         StoreError::Backend {
-            location: self.describe(),
+            location: self.location(),
             message: format!("{what}: {error}"),
         }
     }
@@ -464,18 +464,7 @@ impl PoolStore for DynamoStore {
         let id = &update.event_id;
         let deltas = pool_deltas(update);
         let keys = update.ledger_keys();
-        if deltas.len() + keys.len() > MAX_POOLS_PER_UPDATE + 1 {
-            return Err(self.err(
-                format_args!("applying event {id}"),
-                format_args!(
-                    "it marks {} pools with {} ledger keys, but one transaction holds at most \
-                     100 items: the ledger entries and the pools",
-                    deltas.len(),
-                    keys.len()
-                ),
-            ));
-        }
-        validate(update).map_err(|m| self.err(format_args!("applying event {id}"), m))?;
+        self.check_update(update, &deltas, &keys)?;
         let pks: Vec<String> = deltas.iter().map(|d| pool_pk(&d.pool)).collect();
         let writes: Vec<PoolWrite> = deltas
             .iter()
@@ -484,20 +473,7 @@ impl PoolStore for DynamoStore {
         let max_lost_bets = 4 * deltas.len() + 1;
         let (mut conflicts, mut lost_bets) = (0, 0);
         while conflicts <= MAX_CONFLICTS && lost_bets <= max_lost_bets {
-            let bets: Vec<Bets> = {
-                let known = self.known();
-                pks.iter()
-                    .zip(&writes)
-                    .map(|(pk, w)| Known::bets(known.get(pk), w))
-                    .collect()
-            };
-            let mut items = keys
-                .iter()
-                .map(|k| self.ledger_put(update, k))
-                .collect::<Result<Vec<_>, _>>()?;
-            for (delta, bets) in deltas.iter().zip(&bets) {
-                items.push(self.pool_update(update, delta, *bets)?);
-            }
+            let items = self.transaction(update, &keys, &deltas, &pks, &writes)?;
             let result = self
                 .client
                 .transact_write_items()
@@ -506,14 +482,7 @@ impl PoolStore for DynamoStore {
                 .await;
             let error = match result {
                 Ok(_) => {
-                    let mut known = self.known();
-                    if known.len() + pks.len() > MAX_KNOWN_POOLS {
-                        known.clear();
-                    }
-                    for (pk, w) in pks.iter().zip(&writes) {
-                        let k = known.get(pk).copied().unwrap_or_default().after(w);
-                        known.insert(pk.clone(), k);
-                    }
+                    self.remember(&pks, &writes);
                     return Ok(Applied::Applied);
                 }
                 Err(e) => e,
@@ -529,67 +498,19 @@ impl PoolStore for DynamoStore {
                     ));
                 }
             };
-            let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
-            let ledger = keys.len();
-            let mut conflict = false;
-            for (k, key) in keys.iter().enumerate() {
-                match code(k) {
-                    "ConditionalCheckFailed" => return Ok(Applied::Duplicate),
-                    "None" => {}
-                    c if retryable(c) => conflict = true,
-                    c => {
-                        return Err(self.err(
-                            format_args!("applying event {id}"),
-                            format_args!(
-                                "the ledger put of {key} was refused: {c}: {}",
-                                message(&reasons, k)
-                            ),
-                        ));
+            match self
+                .cancelled(id, &keys, &deltas, &pks, &reasons, &error)
+                .await?
+            {
+                Cancelled::Duplicate => return Ok(Applied::Duplicate),
+                Cancelled::Again { conflict, lost } => {
+                    lost_bets += lost;
+                    if conflict {
+                        conflicts += 1;
+                        tracing::debug!(table = %self.table, event = %id, conflicts, "transaction conflict, backing off");
+                        tokio::time::sleep(backoff(conflicts)).await;
                     }
                 }
-            }
-            let lost_before = lost_bets;
-            for (i, delta) in deltas.iter().enumerate() {
-                match code(ledger + i) {
-                    "None" => {}
-                    "ConditionalCheckFailed" => {
-                        let Some(reason) = reasons.get(ledger + i) else {
-                            continue;
-                        };
-                        lost_bets += 1;
-                        let seen = self.observe(delta, reason).await?;
-                        tracing::debug!(
-                            table = %self.table, event = %id, pool = %delta.pool,
-                            "pool changed under the bet, sending the event again"
-                        );
-                        self.known().insert(pks[i].clone(), seen);
-                    }
-                    c if retryable(c) => conflict = true,
-                    c => {
-                        return Err(self.err(
-                            format_args!("applying event {id}"),
-                            format_args!(
-                                "the update of pool {} was refused: {c}: {}",
-                                delta.pool,
-                                message(&reasons, ledger + i)
-                            ),
-                        ));
-                    }
-                }
-            }
-            if !conflict && lost_bets == lost_before {
-                return Err(self.err(
-                    format_args!("applying event {id}"),
-                    format_args!(
-                        "the transaction was cancelled without a reason to retry it: {}",
-                        DisplayErrorContext(error)
-                    ),
-                ));
-            }
-            if conflict {
-                conflicts += 1;
-                tracing::debug!(table = %self.table, event = %id, conflicts, "transaction conflict, backing off");
-                tokio::time::sleep(backoff(conflicts)).await;
             }
         }
         Err(self.err(
@@ -665,8 +586,153 @@ impl PoolStore for DynamoStore {
         Ok(records)
     }
 
-    fn describe(&self) -> String {
+    fn location(&self) -> String {
         format!("dynamodb table {}", self.table)
+    }
+}
+
+/// What a cancelled transaction of [`DynamoStore::apply`] says to do next.
+enum Cancelled {
+    /// A ledger key was there already: the event was applied before.
+    Duplicate,
+    /// Send it again: after a backoff when a writer conflicted, at once when only bets were
+    /// lost (`lost` of them, each now corrected from the pool's current item).
+    Again { conflict: bool, lost: usize },
+}
+
+impl DynamoStore {
+    /// One transaction holds at most 100 items, and the update must be well formed.
+    fn check_update(
+        &self,
+        update: &PoolUpdate,
+        deltas: &[PoolDelta],
+        keys: &[&str],
+    ) -> Result<(), StoreError> {
+        let id = &update.event_id;
+        if deltas.len() + keys.len() > MAX_POOLS_PER_UPDATE + 1 {
+            return Err(self.err(
+                format_args!("applying event {id}"),
+                format_args!(
+                    "it marks {} pools with {} ledger keys, but one transaction holds at most \
+                     100 items: the ledger entries and the pools",
+                    deltas.len(),
+                    keys.len()
+                ),
+            ));
+        }
+        validate(update).map_err(|m| self.err(format_args!("applying event {id}"), m))
+    }
+
+    /// The items of one attempt: the ledger entries, then each pool's update with this store's
+    /// bets on which of its fields the event's values win.
+    fn transaction(
+        &self,
+        update: &PoolUpdate,
+        keys: &[&str],
+        deltas: &[PoolDelta],
+        pks: &[String],
+        writes: &[PoolWrite],
+    ) -> Result<Vec<TransactWriteItem>, StoreError> {
+        let bets: Vec<Bets> = {
+            let known = self.known();
+            pks.iter()
+                .zip(writes)
+                .map(|(pk, w)| Known::bets(known.get(pk), w))
+                .collect()
+        };
+        let mut items = keys
+            .iter()
+            .map(|k| self.ledger_put(update, k))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (delta, bets) in deltas.iter().zip(&bets) {
+            items.push(self.pool_update(update, delta, *bets)?);
+        }
+        Ok(items)
+    }
+
+    /// Remembers what an applied transaction wrote, to place the next bets.
+    fn remember(&self, pks: &[String], writes: &[PoolWrite]) {
+        let mut known = self.known();
+        if known.len() + pks.len() > MAX_KNOWN_POOLS {
+            known.clear();
+        }
+        for (pk, w) in pks.iter().zip(writes) {
+            let k = known.get(pk).copied().unwrap_or_default().after(w);
+            known.insert(pk.clone(), k);
+        }
+    }
+
+    /// Reads the cancellation reasons of one attempt, item by item (the ledger entries first,
+    /// then the pools): a ledger key already there is a duplicate; a pool whose condition
+    /// failed lost a bet (what is known of it is read again); a conflict or throttling is
+    /// retried; anything else is an error, and so is a cancellation with no reason to retry.
+    async fn cancelled(
+        &self,
+        id: &str,
+        keys: &[&str],
+        deltas: &[PoolDelta],
+        pks: &[String],
+        reasons: &[CancellationReason],
+        error: &(dyn std::error::Error + Send + Sync + 'static),
+    ) -> Result<Cancelled, StoreError> {
+        let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
+        let ledger = keys.len();
+        let mut conflict = false;
+        for (k, key) in keys.iter().enumerate() {
+            match code(k) {
+                "ConditionalCheckFailed" => return Ok(Cancelled::Duplicate),
+                "None" => {}
+                c if retryable(c) => conflict = true,
+                c => {
+                    return Err(self.err(
+                        format_args!("applying event {id}"),
+                        format_args!(
+                            "the ledger put of {key} was refused: {c}: {}",
+                            message(reasons, k)
+                        ),
+                    ));
+                }
+            }
+        }
+        let mut lost = 0;
+        for (i, delta) in deltas.iter().enumerate() {
+            match code(ledger + i) {
+                "None" => {}
+                "ConditionalCheckFailed" => {
+                    let Some(reason) = reasons.get(ledger + i) else {
+                        continue;
+                    };
+                    lost += 1;
+                    let seen = self.observe(delta, reason).await?;
+                    tracing::debug!(
+                        table = %self.table, event = %id, pool = %delta.pool,
+                        "pool changed under the bet, sending the event again"
+                    );
+                    self.known().insert(pks[i].clone(), seen);
+                }
+                c if retryable(c) => conflict = true,
+                c => {
+                    return Err(self.err(
+                        format_args!("applying event {id}"),
+                        format_args!(
+                            "the update of pool {} was refused: {c}: {}",
+                            delta.pool,
+                            message(reasons, ledger + i)
+                        ),
+                    ));
+                }
+            }
+        }
+        if !conflict && lost == 0 {
+            return Err(self.err(
+                format_args!("applying event {id}"),
+                format_args!(
+                    "the transaction was cancelled without a reason to retry it: {}",
+                    DisplayErrorContext(error)
+                ),
+            ));
+        }
+        Ok(Cancelled::Again { conflict, lost })
     }
 }
 

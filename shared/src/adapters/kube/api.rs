@@ -11,7 +11,7 @@ pub const FIELD_MANAGER: &str = "forewarn";
 
 /// One Kubernetes API call that failed: what was asked, of which object, and the answer.
 #[derive(Debug, thiserror::Error)]
-#[error("{verb} {object}: {}", describe(.source))]
+#[error("{verb} {object}: {}", error_text(.source))]
 pub struct ApiError {
     /// `get`, `list`, `patch`, `delete`, `evict`, `create`.
     pub verb: &'static str,
@@ -54,7 +54,7 @@ impl ApiError {
     }
 }
 
-fn describe(e: &::kube::Error) -> String {
+fn error_text(e: &::kube::Error) -> String {
     match e {
         ::kube::Error::Api(s) => {
             let reason = if s.reason.is_empty() { "" } else { &s.reason };

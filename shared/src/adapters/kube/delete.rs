@@ -59,7 +59,7 @@ pub(crate) async fn delete_target(
     target: &Target,
     dry_run: bool,
 ) -> Result<DeleteOutcome, KubeError> {
-    let described = target.describe();
+    let described = target.to_string();
     let client = clients.client().await?;
     let api: Api<DynamicObject> = match target {
         Target::Node { .. } => Api::all_with(

@@ -334,7 +334,16 @@ impl KubeExecutor {
         node: Node,
         out: &mut NodeOutcome,
     ) -> Result<(), KubeError> {
-        let name = node.metadata.name.clone().unwrap_or_default();
+        self.announce(plan, a, &node, out).await;
+        let gone = self.cordon_node(plan, a, &node, out).await?;
+        if a.action != Action::CordonDrain || gone {
+            return Ok(());
+        }
+        self.drain_node(plan, a, &node, out).await
+    }
+
+    /// The Event that says what forewarn is about to do and why (with the drain's deadline).
+    async fn announce(&self, plan: &Plan, a: &NodeAction, node: &Node, out: &mut NodeOutcome) {
         let action_name = if a.action == Action::Cordon {
             "Cordon"
         } else {
@@ -346,7 +355,7 @@ impl KubeExecutor {
         }
         self.event(
             plan,
-            &node,
+            node,
             &a.event_reason,
             action_name,
             EventType::Warning,
@@ -354,6 +363,17 @@ impl KubeExecutor {
             out,
         )
         .await;
+    }
+
+    /// Cordons and taints the node, with a `Cordoned` Event when that changed it. True when the
+    /// node was gone.
+    async fn cordon_node(
+        &self,
+        plan: &Plan,
+        a: &NodeAction,
+        node: &Node,
+        out: &mut NodeOutcome,
+    ) -> Result<bool, KubeError> {
         let spec = CordonSpec::new(&self.config, &a.taint_value);
         let cordoned = cordon(
             &self.clients,
@@ -379,7 +399,7 @@ impl KubeExecutor {
             );
             self.event(
                 plan,
-                &node,
+                node,
                 "Cordoned",
                 "Cordon",
                 EventType::Normal,
@@ -389,9 +409,19 @@ impl KubeExecutor {
             .await;
         }
         out.cordon = Some(cordoned);
-        if a.action != Action::CordonDrain || gone {
-            return Ok(());
-        }
+        Ok(gone)
+    }
+
+    /// Drains the node until the action's deadline, then records a `Drained` or
+    /// `DrainIncomplete` Event (not in a dry run).
+    async fn drain_node(
+        &self,
+        plan: &Plan,
+        a: &NodeAction,
+        node: &Node,
+        out: &mut NodeOutcome,
+    ) -> Result<(), KubeError> {
+        let name = node.metadata.name.clone().unwrap_or_default();
         let deadline = a
             .deadline
             .unwrap_or_else(|| Utc::now() + self.config.drain_timeout);
@@ -412,16 +442,8 @@ impl KubeExecutor {
         if !self.settings.dry_run {
             if report.complete() {
                 let note = format!("Drained: {}", report.summary());
-                self.event(
-                    plan,
-                    &node,
-                    "Drained",
-                    "Drain",
-                    EventType::Normal,
-                    note,
-                    out,
-                )
-                .await;
+                self.event(plan, node, "Drained", "Drain", EventType::Normal, note, out)
+                    .await;
             } else {
                 let left: Vec<String> = report
                     .left
@@ -435,7 +457,7 @@ impl KubeExecutor {
                 );
                 self.event(
                     plan,
-                    &node,
+                    node,
                     "DrainIncomplete",
                     "Drain",
                     EventType::Warning,
@@ -475,7 +497,7 @@ impl KubeExecutor {
         }
         let deleted = if node.is_none() && matches!(target, Target::Node { .. }) {
             DeleteOutcome::AlreadyGone {
-                target: target.describe(),
+                target: target.to_string(),
             }
         } else {
             delete_target(&self.clients, &target, self.settings.dry_run).await?
