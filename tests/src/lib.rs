@@ -4,6 +4,5 @@
 pub mod contract;
 pub mod ec2;
 pub mod moto;
-pub mod objects;
 pub mod proxy;
 pub mod sqs;

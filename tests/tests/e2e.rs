@@ -20,12 +20,12 @@ use forewarn::adapters::ec2::Ec2Directory;
 use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
 use forewarn::app::handler::Handler;
 use forewarn::domain::config::Config;
+use forewarn::domain::fixtures::{app_pod as pod, ec2_node};
 use forewarn::domain::pool::PoolQuery;
 use forewarn::domain::report::Outcome;
 use forewarn::ports::PoolStore;
 use forewarn_tests::ec2::{Launch, Launched, any_image, launch};
 use forewarn_tests::moto::{deploy_stack, runtime, shared, unique_name, workspace_root};
-use forewarn_tests::objects::{self, pod};
 use forewarn_tests::sqs::{drain, peek_bodies};
 use kube_fake::KubeFake;
 use serde_json::{Value, json};
@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 /// The node of `l` (tainted `dedicated=batch`, which forewarn must keep), with `extra`'s fields
 /// merged in (`metadata` key by key).
 fn node(l: &Launched, extra: Value) -> Value {
-    let mut n = objects::node(&l.dns, &l.id, &l.zone);
+    let mut n = ec2_node(&l.dns, &l.id, &l.zone);
     n["spec"]["taints"] = json!([{"key": "dedicated", "value": "batch", "effect": "NoSchedule"}]);
     if let (Some(n), Some(extra)) = (n.as_object_mut(), extra.as_object()) {
         for (k, v) in extra {

@@ -23,12 +23,12 @@ use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
 use forewarn::app::handler::Handler;
 use forewarn::domain::config::Config;
 use forewarn::domain::event::{DT_REBALANCE, DT_SPOT, DT_STATE_CHANGE, EventKind};
+use forewarn::domain::fixtures::{app_pod, ec2_node};
 use forewarn::domain::pool::{PoolQuery, PoolRecord};
 use forewarn::domain::report::{Outcome, Report, Tally};
 use forewarn::ports::PoolStore;
 use forewarn_tests::ec2::{Launch, Launched as Instance, any_image, launch};
 use forewarn_tests::moto::{create_pool_table, runtime, shared, unique_name};
-use forewarn_tests::objects;
 use forewarn_tests::proxy::{AwsFault, AwsProxy, FaultKind};
 use forewarn_tests::sqs::{Drained, drain_within};
 use kube_fake::{Fault, KubeFake, Method};
@@ -128,7 +128,7 @@ impl World {
             let i = launch(&ec2, &image, &what).await.unwrap();
             fake.insert(node(&i));
             for p in 0..2 {
-                fake.insert(objects::pod(&format!("app-{n}-{p}"), &i.dns, "ReplicaSet"));
+                fake.insert(app_pod(&format!("app-{n}-{p}"), &i.dns, "ReplicaSet"));
             }
             instances.push(i);
         }
@@ -417,7 +417,7 @@ async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> String {
 }
 
 fn node(i: &Instance) -> Value {
-    objects::node(&i.dns, &i.id, &i.zone)
+    ec2_node(&i.dns, &i.id, &i.zone)
 }
 
 /// An event as EventBridge delivers it to SQS.

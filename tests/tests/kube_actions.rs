@@ -17,11 +17,9 @@ use forewarn::adapters::kube::{
     KubeNodeDirectory, NodeOutcome, REPORTING_CONTROLLER, event_name,
 };
 use forewarn::domain::config::{Action, Config, LABEL_EXCLUDE_LB};
-use forewarn::domain::event::{
-    Detail, Event, EventKind, InstanceAction, InstanceState, LifecycleAction, SOURCE_ASG,
-    SOURCE_EC2,
-};
+use forewarn::domain::event::{Detail, Event, EventKind, LifecycleAction};
 use forewarn::domain::facts::InstanceFacts;
+use forewarn::domain::fixtures::{self, node_object, pdb_object, pod_object};
 use forewarn::domain::plan::{Facts, Plan, Target, decide};
 use forewarn::ports::Executor;
 use forewarn::ports::NodeDirectory;
@@ -38,65 +36,27 @@ const TAINT: &str = "forewarn.io/interruption";
 // ---------------------------------------------------------------------------------------------
 // The world
 
+/// A node of this world: as a kubelet on EC2 registers it, with its InternalIP and Hostname
+/// addresses, an instance-type label and a `dedicated=batch` taint (which forewarn must keep).
 fn node(name: &str, instance_id: &str) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {"kubernetes.io/hostname": name, "node.kubernetes.io/instance-type": "m5.large"},
-        },
-        "spec": {
-            "providerID": format!("aws:///us-east-1a/{instance_id}"),
-            "taints": [{"key": "dedicated", "value": "batch", "effect": "NoSchedule"}],
-        },
-        "status": {
-            "conditions": [{"type": "Ready", "status": "True"}],
-            "addresses": [
-                {"type": "InternalIP", "address": "10.0.1.11"},
-                {"type": "InternalDNS", "address": name},
-                {"type": "Hostname", "address": name},
-            ],
-        },
-    })
+    node_object(name, instance_id)
+        .kubelet()
+        .label("node.kubernetes.io/instance-type", "m5.large")
+        .taint("dedicated", "batch", "NoSchedule")
+        .ready()
+        .address("InternalIP", "10.0.1.11")
+        .address("Hostname", name)
+        .build()
 }
 
-/// A running, ready pod of a ReplicaSet, labelled `app=<app>`.
-fn pod(ns: &str, name: &str, node: &str, app: &str) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": ns,
-            "labels": {"app": app},
-            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": format!("{app}-rs"),
-                                 "uid": format!("uid-{app}-rs"), "controller": true}],
-        },
-        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]},
-        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
-    })
-}
-
-fn pdb(ns: &str, name: &str, app: &str, min_available: i64) -> Value {
-    json!({
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": app}}},
-    })
-}
-
+/// A running instance of this world's cluster, named by its private DNS name `dns`.
 fn instance(id: &str, dns: &str) -> InstanceFacts {
-    InstanceFacts {
-        instance_id: id.into(),
-        instance_type: Some("m5.large".into()),
-        zone: Some("us-east-1a".into()),
-        private_dns: Some(dns.into()),
-        state: Some("running".into()),
-        tags: BTreeMap::from([("kubernetes.io/cluster/demo".into(), "owned".into())]),
-        ..InstanceFacts::default()
-    }
+    fixtures::instance(id)
+        .typed("m5.large", "us-east-1a")
+        .dns(dns)
+        .state("running")
+        .cluster("demo")
+        .build()
 }
 
 fn config() -> Config {
@@ -106,43 +66,19 @@ fn config() -> Config {
     }
 }
 
+/// An event of `kind` about this world's instance, happening now.
 fn event(kind: EventKind, id: &str) -> Event {
-    let (source, detail) = match kind {
-        EventKind::SpotInterruption => (
-            SOURCE_EC2,
-            Detail::Spot {
-                action: InstanceAction::Terminate,
-            },
-        ),
-        EventKind::StateChange => (
-            SOURCE_EC2,
-            Detail::StateChange {
-                state: InstanceState::Terminated,
-            },
-        ),
-        EventKind::RebalanceRecommendation => (SOURCE_EC2, Detail::Rebalance),
-        EventKind::AsgTermination => (
-            SOURCE_ASG,
-            Detail::AsgTermination(LifecycleAction {
-                hook_name: "forewarn-drain".into(),
-                asg_name: "eks-demo-ng-1".into(),
-                token: "168c6c3d-d370-48df-af77-8b8852e0806c".into(),
-                transition: "autoscaling:EC2_INSTANCE_TERMINATING".into(),
-            }),
-        ),
-        other => panic!("no test event for {other}"),
-    };
-    Event {
-        id: id.into(),
-        kind,
-        source: source.into(),
-        detail_type: String::new(),
-        time: Utc::now(),
-        region: Some("us-east-1".into()),
-        account: Some("123456789012".into()),
-        instance_ids: vec![ID.into()],
-        detail,
+    let event = fixtures::event(kind, id, ID)
+        .time(Utc::now())
+        .account("123456789012");
+    match kind {
+        EventKind::AsgTermination => event.detail(Detail::AsgTermination(fixtures::lifecycle(
+            "eks-demo-ng-1",
+            "forewarn-drain",
+        ))),
+        _ => event,
     }
+    .build()
 }
 
 /// Retries and polls fast, so the tests are.
@@ -303,23 +239,43 @@ fn eviction_path(ns: &str, name: &str) -> String {
 /// The pods of the plain node: two web pods, a critical DNS pod, and the ones a drain leaves:
 /// a DaemonSet pod, a mirror pod, a finished Job pod. A web pod on the other node.
 fn seed_pods(w: &World) {
-    w.fake.insert(pod("default", "web-1", NODE, "web"));
-    w.fake.insert(pod("default", "web-2", NODE, "web"));
-    w.fake.insert(pod("default", "web-3", OTHER_NODE, "web"));
-    w.fake.insert(pdb("default", "web-pdb", "web", 1));
-    let mut dns = pod("kube-system", "coredns-1", NODE, "dns");
+    w.fake
+        .insert(pod_object("default", "web-1", NODE, "web", "ReplicaSet"));
+    w.fake
+        .insert(pod_object("default", "web-2", NODE, "web", "ReplicaSet"));
+    w.fake.insert(pod_object(
+        "default",
+        "web-3",
+        OTHER_NODE,
+        "web",
+        "ReplicaSet",
+    ));
+    w.fake.insert(pdb_object("default", "web-pdb", "web", 1));
+    let mut dns = pod_object("kube-system", "coredns-1", NODE, "dns", "ReplicaSet");
     dns["spec"]["priorityClassName"] = json!("system-cluster-critical");
     w.fake.insert(dns);
-    let mut ds = pod("kube-system", "aws-node-abc", NODE, "aws-node");
+    let mut ds = pod_object(
+        "kube-system",
+        "aws-node-abc",
+        NODE,
+        "aws-node",
+        "ReplicaSet",
+    );
     ds["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "DaemonSet",
         "name": "aws-node", "uid": "uid-ds", "controller": true}]);
     w.fake.insert(ds);
-    let mut mirror = pod("kube-system", "kube-proxy-node", NODE, "kube-proxy");
+    let mut mirror = pod_object(
+        "kube-system",
+        "kube-proxy-node",
+        NODE,
+        "kube-proxy",
+        "ReplicaSet",
+    );
     mirror["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "Node",
         "name": NODE, "uid": "uid-node", "controller": true}]);
     mirror["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "0123abcd"});
     w.fake.insert(mirror);
-    let mut done = pod("batch", "job-1", NODE, "job");
+    let mut done = pod_object("batch", "job-1", NODE, "job", "ReplicaSet");
     done["status"]["phase"] = json!("Succeeded");
     w.fake.insert(done);
 }
@@ -491,14 +447,21 @@ async fn a_second_identical_plan_writes_nothing() {
 #[tokio::test]
 async fn a_budget_blocked_pod_is_evicted_once_a_replacement_is_ready() {
     let w = World::plain().await;
-    w.fake.insert(pod("default", "web-1", NODE, "web"));
-    w.fake.insert(pod("default", "web-2", OTHER_NODE, "web"));
-    w.fake.insert(pdb("default", "web-pdb", "web", 2));
+    w.fake
+        .insert(pod_object("default", "web-1", NODE, "web", "ReplicaSet"));
+    w.fake.insert(pod_object(
+        "default",
+        "web-2",
+        OTHER_NODE,
+        "web",
+        "ReplicaSet",
+    ));
+    w.fake.insert(pdb_object("default", "web-pdb", "web", 2));
     let plan = w.plan(&event(EventKind::SpotInterruption, "ev-pdb")).await;
     w.fake.clear_requests();
 
     // The replacement becomes ready on another node while the drain retries.
-    let replacement = pod("default", "web-3", OTHER_NODE, "web");
+    let replacement = pod_object("default", "web-3", OTHER_NODE, "web", "ReplicaSet");
     let fake_handle = &w.fake;
     let (out, ()) = tokio::join!(w.run(&plan), async move {
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -531,11 +494,20 @@ async fn a_pod_still_blocked_at_the_deadline_is_reported_as_left() {
     // Deadline: the event time + 3 s notice - 1 s margin.
     w.config.interruption_notice = chrono::Duration::seconds(3);
     w.config.deadline_margin = chrono::Duration::seconds(1);
-    w.fake.insert(pod("default", "web-1", NODE, "web"));
-    w.fake.insert(pod("default", "web-2", NODE, "web"));
-    w.fake.insert(pod("default", "api-1", NODE, "api"));
-    w.fake.insert(pod("default", "web-9", OTHER_NODE, "web"));
-    w.fake.insert(pdb("default", "web-pdb", "web", 3));
+    w.fake
+        .insert(pod_object("default", "web-1", NODE, "web", "ReplicaSet"));
+    w.fake
+        .insert(pod_object("default", "web-2", NODE, "web", "ReplicaSet"));
+    w.fake
+        .insert(pod_object("default", "api-1", NODE, "api", "ReplicaSet"));
+    w.fake.insert(pod_object(
+        "default",
+        "web-9",
+        OTHER_NODE,
+        "web",
+        "ReplicaSet",
+    ));
+    w.fake.insert(pdb_object("default", "web-pdb", "web", 3));
     let plan = w
         .plan(&event(EventKind::SpotInterruption, "ev-deadline"))
         .await;
@@ -809,7 +781,8 @@ async fn a_dry_run_writes_nothing_and_says_what_it_would_do() {
 #[tokio::test]
 async fn a_failing_api_is_an_error_so_the_event_comes_back() {
     let w = World::plain().await;
-    w.fake.insert(pod("default", "web-1", NODE, "web"));
+    w.fake
+        .insert(pod_object("default", "web-1", NODE, "web", "ReplicaSet"));
     let plan = w.plan(&event(EventKind::SpotInterruption, "ev-500")).await;
     w.fake
         .inject(Fault::new(500).path_contains("/eviction").times(100));
@@ -868,7 +841,8 @@ async fn a_karpenter_node_has_its_nodeclaim_deleted() {
         "kind": "NodeClaim", "name": "default-abc12", "uid": "uid-nc", "blockOwnerDeletion": true}]);
     w.fake.insert(n);
     w.fake.insert(nodeclaim("default-abc12"));
-    w.fake.insert(pod("default", "web-1", NODE, "web"));
+    w.fake
+        .insert(pod_object("default", "web-1", NODE, "web", "ReplicaSet"));
     let plan = w
         .plan(&event(EventKind::SpotInterruption, "ev-karpenter"))
         .await;
@@ -1046,7 +1020,8 @@ impl LifecycleCompleter for RecordingLifecycle {
 #[tokio::test]
 async fn the_lifecycle_action_is_completed_after_the_drain_and_not_after_a_failure() {
     let w = World::plain().await;
-    w.fake.insert(pod("default", "web-1", NODE, "web"));
+    w.fake
+        .insert(pod_object("default", "web-1", NODE, "web", "ReplicaSet"));
     let plan = w.plan(&event(EventKind::AsgTermination, "ev-asg")).await;
     assert!(plan.actions[0].complete_lifecycle.is_some());
     let lifecycle = Arc::new(RecordingLifecycle::default());
@@ -1167,7 +1142,8 @@ impl forewarn::ports::InstanceDirectory for Instances {
 #[tokio::test]
 async fn the_pipeline_acts_through_the_adapter_once_per_event() {
     let w = World::plain().await;
-    w.fake.insert(pod("default", "web-1", NODE, "web"));
+    w.fake
+        .insert(pod_object("default", "web-1", NODE, "web", "ReplicaSet"));
     let dir = tempfile::tempdir().unwrap();
     let store = forewarn::adapters::embedded::EmbeddedStore::open(dir.path()).unwrap();
     let instances = Instances(BTreeMap::from([(ID.to_string(), instance(ID, NODE))]));
@@ -1233,8 +1209,10 @@ async fn the_handler_tells_the_webhook_and_counts_evictions() {
     );
     let url = format!("{}/hooks/forewarn", serve(app).await);
     let mut w = World::plain().await;
-    w.fake.insert(pod("default", "web-1", NODE, "web"));
-    w.fake.insert(pod("default", "web-2", NODE, "web"));
+    w.fake
+        .insert(pod_object("default", "web-1", NODE, "web", "ReplicaSet"));
+    w.fake
+        .insert(pod_object("default", "web-2", NODE, "web", "ReplicaSet"));
     let template = r#"{"text": "{{action}} {{node}}: {{result}}", "event": "{{event_id}}", "pool": "{{pool}}", "cluster": "{{cluster}}"}"#;
     let settings = forewarn::app::settings::Settings::from_lookup(|n| match n {
         "FOREWARN_CLUSTER_NAME" => Some("demo".into()),

@@ -15,25 +15,14 @@ use forewarn::app::handler::Handler;
 use forewarn::app::sweeper::Sweeper;
 use forewarn::domain::config::Config;
 use forewarn::domain::event::EventKind;
+use forewarn::domain::fixtures::node_object;
 use forewarn::domain::pool::PoolQuery;
 use forewarn::domain::report::Outcome;
 use forewarn::ports::PoolStore;
 use forewarn_tests::ec2::{Launch, any_image, launch};
 use forewarn_tests::moto::{create_pool_table, runtime, shared, unique_name};
 use kube_fake::KubeFake;
-use serde_json::{Value, json};
-
-fn node(name: &str, id: &str, owner: Option<&str>) -> Value {
-    let mut n = json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name},
-        "spec": {"providerID": format!("aws:///us-east-1a/{id}")}
-    });
-    if let Some(claim) = owner {
-        n["metadata"]["ownerReferences"] = json!([{"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": claim, "uid": "u"}]);
-    }
-    n
-}
+use serde_json::json;
 
 #[test]
 fn sweeps_orphaned_nodes_once_and_never_after_a_handled_event() {
@@ -60,11 +49,11 @@ fn sweeps_orphaned_nodes_once_and_never_after_a_handled_event() {
         let unknown = "i-0000000000000dead";
 
         let fake = KubeFake::start().await;
-        fake.insert(node(&gone_dns, &gone, None));
-        fake.insert(node(&running_dns, &running, None));
-        fake.insert(node("ghost", unknown, None));
+        fake.insert(node_object(&gone_dns, &gone).build());
+        fake.insert(node_object(&running_dns, &running).build());
+        fake.insert(node_object("ghost", unknown).build());
         // Karpenter's finalizer keeps the node of the handled instance after its NodeClaim goes.
-        fake.insert(node(&handled_dns, &handled, Some("claim-h")));
+        fake.insert(node_object(&handled_dns, &handled).nodeclaim("claim-h").build());
         fake.insert(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
             "metadata": {"name": "claim-h", "finalizers": ["karpenter.sh/termination"]}, "spec": {}}));
 

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use crate::e2e::{CLUSTER, kube_counts, sqs_batch};
 use crate::stats::{mib_of_kb, proc_status_kb, rate_bound, ratio, secs};
-use forewarn_tests::objects::{node, pod};
+use forewarn::domain::fixtures::{app_pod as pod, ec2_node as node};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Settings {

@@ -422,6 +422,7 @@ mod tests {
     use crate::adapters::snapshot::SnapshotInstances;
     use crate::domain::event::decode_value;
     use crate::domain::facts::{InstanceFacts, NodeFacts};
+    use crate::domain::fixtures::{event_json, spot_json as spot};
     use crate::domain::plan::Plan;
     use crate::domain::pool::CapacityType;
     use crate::ports::DirectoryError;
@@ -430,15 +431,6 @@ mod tests {
 
     const A: &str = "i-0a1b2c3d4e5f60001";
     const B: &str = "i-0a1b2c3d4e5f60002";
-
-    fn ev(id: &str, detail_type: &str, instance: &str, time: &str) -> serde_json::Value {
-        json!({"id": id, "source": "aws.ec2", "detail-type": detail_type, "time": time,
-               "region": "us-east-1", "detail": {"instance-id": instance, "instance-action": "terminate"}})
-    }
-
-    fn spot(id: &str, instance: &str, time: &str) -> serde_json::Value {
-        ev(id, crate::domain::event::DT_SPOT, instance, time)
-    }
 
     fn world() -> (SnapshotInstances, crate::adapters::snapshot::ClusterState) {
         let mut instances = BTreeMap::new();
@@ -585,11 +577,12 @@ mod tests {
         let exec = Recorder::default();
         let batch = json!([
             spot("late", A, "2026-11-20T10:00:09Z"),
-            ev(
-                "early",
+            event_json(
                 crate::domain::event::DT_REBALANCE,
+                "early",
                 A,
-                "2026-11-20T10:00:01Z"
+                "2026-11-20T10:00:01Z",
+                json!({"instance-action": "terminate"})
             ),
         ]);
         let reports = run(&store, &exec, batch, Limits::default()).await;

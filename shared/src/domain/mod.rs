@@ -5,6 +5,8 @@
 pub mod config;
 pub mod event;
 pub mod facts;
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
 pub mod fold;
 pub mod plan;
 pub mod pool;

@@ -321,7 +321,7 @@ fn node_action(
                 Some(owner) => format!(
                     "{}: delete {} so its controller drains and replaces the node",
                     summary(event),
-                    owner.to_string()
+                    owner
                 ),
                 None => format!("{}: the instance is going away", summary(event)),
             };
@@ -353,6 +353,7 @@ mod tests {
     use super::*;
     use crate::domain::event::{SOURCE_EC2, parse_time};
     use crate::domain::facts::Taint;
+    use crate::domain::fixtures;
 
     const CLUSTER: &str = "demo";
     const ID: &str = "i-0a1b2c3d4e5f60001";
@@ -362,63 +363,18 @@ mod tests {
     }
 
     fn event(kind: EventKind) -> Event {
-        let detail = match kind {
-            EventKind::SpotInterruption => Detail::Spot {
-                action: InstanceAction::Terminate,
-            },
-            EventKind::RebalanceRecommendation => Detail::Rebalance,
-            EventKind::StateChange => Detail::StateChange {
-                state: InstanceState::Terminated,
-            },
-            EventKind::ScheduledChange => Detail::Scheduled {
-                event_type_code: "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED".into(),
-                event_arn: None,
-                start_time: Some(t0() + Duration::hours(2)),
-                end_time: None,
-            },
-            EventKind::AsgTermination => Detail::AsgTermination(LifecycleAction {
-                hook_name: "hook".into(),
-                asg_name: "asg".into(),
-                token: "tok".into(),
-                transition: "autoscaling:EC2_INSTANCE_TERMINATING".into(),
-            }),
-            EventKind::CapacityReservationInterruption => Detail::CapacityReservation {
-                action: InstanceAction::Terminate,
-                termination_time: Some(t0() + Duration::seconds(120)),
-                az_id: None,
-            },
-            EventKind::Unsupported => Detail::Unsupported { why: "x".into() },
-        };
-        Event {
-            id: format!("ev-{kind}"),
-            kind,
-            source: SOURCE_EC2.into(),
-            detail_type: String::new(),
-            time: t0(),
-            region: Some("us-east-1".into()),
-            account: None,
-            instance_ids: if kind == EventKind::Unsupported {
-                vec![]
-            } else {
-                vec![ID.into()]
-            },
-            detail,
-        }
+        fixtures::event(kind, &format!("ev-{kind}"), ID)
+            .source(SOURCE_EC2)
+            .build()
     }
 
     fn instance(cluster_tag: &str) -> InstanceFacts {
-        InstanceFacts {
-            instance_id: ID.into(),
-            instance_type: Some("m5.large".into()),
-            zone: Some("us-east-1a".into()),
-            capacity_type: Some(CapacityType::Spot),
-            private_dns: Some("ip-10-0-1-11.ec2.internal".into()),
-            tags: BTreeMap::from([(
-                format!("kubernetes.io/cluster/{cluster_tag}"),
-                "owned".into(),
-            )]),
-            ..InstanceFacts::default()
-        }
+        fixtures::instance(ID)
+            .typed("m5.large", "us-east-1a")
+            .capacity(CapacityType::Spot)
+            .dns("ip-10-0-1-11.ec2.internal")
+            .cluster(cluster_tag)
+            .build()
     }
 
     /// The node situations of the table.

@@ -138,28 +138,20 @@ pub fn findings(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::fixtures::{self, node_facts as node};
 
     fn launched() -> DateTime<Utc> {
         crate::domain::event::parse_time("2026-11-20T09:00:00Z").unwrap()
     }
 
+    /// An instance launched at 09:00, in `state` for `reason`.
     fn instance(id: &str, state: &str, reason: Option<&str>, ct: CapacityType) -> InstanceFacts {
-        InstanceFacts {
-            instance_id: id.into(),
-            state: Some(state.into()),
-            state_reason: reason.map(str::to_string),
-            capacity_type: Some(ct),
-            launch_time: Some(launched()),
-            ..InstanceFacts::default()
-        }
-    }
-
-    fn node(name: &str, id: &str) -> NodeFacts {
-        NodeFacts {
-            name: name.into(),
-            provider_id: Some(format!("aws:///us-east-1a/{id}")),
-            ..NodeFacts::default()
-        }
+        fixtures::instance(id)
+            .state(state)
+            .state_reason(reason)
+            .capacity(ct)
+            .launched(launched())
+            .build()
     }
 
     const SPOT: Option<&str> = Some(SPOT_TERMINATION_REASON);

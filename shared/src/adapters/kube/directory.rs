@@ -163,13 +163,15 @@ impl NodeDirectory for KubeNodeDirectory {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::fixtures;
 
     fn instance(id: &str, dns: Option<&str>) -> InstanceFacts {
-        InstanceFacts {
-            instance_id: id.into(),
-            private_dns: dns.map(str::to_string),
-            ..InstanceFacts::default()
+        let i = fixtures::instance(id);
+        match dns {
+            Some(dns) => i.dns(dns),
+            None => i,
         }
+        .build()
     }
 
     #[test]
