@@ -25,7 +25,9 @@ enum Command {
     ///
     /// PATH is a file or a folder (every *.json directly in it, in name order). Each file holds a
     /// bare EventBridge event, an SQS event as Lambda receives it, or a JSON array of events.
-    /// Without --execute nothing but the embedded pool store changes: a live cluster (--kube)
+    /// Without --execute and without --kube or --table, the pools are recorded in the embedded
+    /// store and nothing else changes; with --kube or --table and without --execute, nothing is
+    /// written at all (a dry run): a live cluster (--kube)
     /// and a DynamoDB table (--table) are only read.
     Replay(replay::ReplayArgs),
     /// List capacity pools recorded as unavailable, newest first.
