@@ -239,3 +239,22 @@ pub trait Notifier: Send + Sync {
     /// Sends what `reports` are worth telling, all before `deadline`; failures are counted.
     async fn notify(&self, reports: &[Report], deadline: Option<tokio::time::Instant>) -> Delivery;
 }
+
+/// A message to come back after `delay` rather than after the queue's visibility timeout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Redeliver {
+    /// The queue's ARN (`eventSourceARN` of the record).
+    pub queue_arn: String,
+    pub receipt_handle: String,
+    /// The message id, for messages.
+    pub message_id: String,
+    pub delay: std::time::Duration,
+}
+
+/// Changes when failed messages come back (SQS `ChangeMessageVisibilityBatch`). When it fails,
+/// the messages still come back, after the queue's visibility timeout: nothing is lost.
+#[async_trait]
+pub trait Redelivery: Send + Sync {
+    /// Sets the visibility of each message; answers how many were changed, or why none was.
+    async fn redeliver(&self, messages: &[Redeliver]) -> Result<usize, String>;
+}

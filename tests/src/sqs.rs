@@ -1,11 +1,16 @@
-//! The event source mapping, played by the tests: receive a batch from SQS, hand it to the
-//! handler as the `SqsEvent` Lambda would build, delete only the messages that are not in
-//! `batchItemFailures`. A failed message is made visible again at once (the tests stand in for
-//! the visibility timeout running out), so redrive to the DLQ happens within the test.
+//! The event source mapping, played by the tests as Lambda plays it: receive a batch from SQS,
+//! hand it to the handler as the `SqsEvent` Lambda would build, delete only the messages that are
+//! not in `batchItemFailures`, and leave the failed ones alone: each stays invisible until its
+//! visibility ends — the queue's visibility timeout, unless the handler changed it — and is then
+//! received again (and moved to the DLQ by the queue's redrive policy after `maxReceiveCount`).
+//! The poller waits for messages in flight, up to its patience: a message that only the queue's
+//! visibility timeout (900 s in the stack) would bring back is not seen again by a test.
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_sqs::Client;
-use aws_sdk_sqs::types::MessageSystemAttributeName;
+use std::time::{Duration, Instant};
+
+use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 use forewarn::app::handler::Handler;
 use forewarn::domain::report::Report;
 
@@ -64,6 +69,9 @@ pub async fn drain(
     .await
 }
 
+/// How long a drain waits for messages in flight (received, failed, not yet visible again).
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
 /// [`drain`], each batch given `budget` (when set) as the Lambda's time left: the handler's
 /// deadline is the moment the batch was received plus `budget`.
 pub async fn drain_within(
@@ -73,11 +81,37 @@ pub async fn drain_within(
     handler: &Handler,
     batch_size: i32,
     max_batches: usize,
-    budget: Option<std::time::Duration>,
+    budget: Option<Duration>,
 ) -> anyhow::Result<Drained> {
+    drain_patiently(
+        sqs,
+        queue_url,
+        queue_arn,
+        handler,
+        batch_size,
+        max_batches,
+        budget,
+        PATIENCE,
+    )
+    .await
+}
+
+/// [`drain_within`], waiting at most `patience` in all for messages in flight to come back: the
+/// drain ends when nothing is visible and nothing is in flight, or when `patience` has passed.
+#[allow(clippy::too_many_arguments)]
+pub async fn drain_patiently(
+    sqs: &Client,
+    queue_url: &str,
+    queue_arn: &str,
+    handler: &Handler,
+    batch_size: i32,
+    max_batches: usize,
+    budget: Option<Duration>,
+    patience: Duration,
+) -> anyhow::Result<Drained> {
+    let started = Instant::now();
     let mut drained = Drained::default();
-    let mut empty = 0;
-    while drained.batches < max_batches && empty < 2 {
+    while drained.batches < max_batches {
         let received = sqs
             .receive_message()
             .queue_url(queue_url)
@@ -88,10 +122,12 @@ pub async fn drain_within(
             .await?;
         let messages = received.messages();
         if messages.is_empty() {
-            empty += 1;
+            if in_flight(sqs, queue_url).await? == 0 || started.elapsed() >= patience {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
             continue;
         }
-        empty = 0;
         drained.batches += 1;
         let mut event = SqsEvent::default();
         event.records = messages
@@ -108,12 +144,7 @@ pub async fn drain_within(
         for m in messages {
             let handle = m.receipt_handle().unwrap_or_default();
             if failed.contains(&m.message_id().unwrap_or_default()) {
-                sqs.change_message_visibility()
-                    .queue_url(queue_url)
-                    .receipt_handle(handle)
-                    .visibility_timeout(0)
-                    .send()
-                    .await?;
+                // Left alone, as the event source mapping does.
                 drained.returned += 1;
             } else {
                 sqs.delete_message()
@@ -127,6 +158,21 @@ pub async fn drain_within(
         drained.reports.extend(reports);
     }
     Ok(drained)
+}
+
+/// Messages received and not yet deleted or visible again.
+pub async fn in_flight(sqs: &Client, queue_url: &str) -> anyhow::Result<usize> {
+    let attributes = sqs
+        .get_queue_attributes()
+        .queue_url(queue_url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await?;
+    Ok(attributes
+        .attributes()
+        .and_then(|a| a.get(&QueueAttributeName::ApproximateNumberOfMessagesNotVisible))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0))
 }
 
 /// The bodies of every message now in a queue (received with visibility 0 so they stay).

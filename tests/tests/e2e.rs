@@ -120,6 +120,7 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
         let handler = Handler {
             mode: forewarn::domain::config::Mode::Act,
             notifier: None,
+            redelivery: None,
             config: config.clone(),
             store: store.clone(),
             instances: Arc::new(Ec2Directory::from_conf(&sdk)),

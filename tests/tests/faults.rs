@@ -20,6 +20,7 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use forewarn::adapters::dynamo::DynamoStore;
 use forewarn::adapters::ec2::Ec2Directory;
 use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::adapters::sqs::SqsRedelivery;
 use forewarn::app::handler::Handler;
 use forewarn::domain::config::Config;
 use forewarn::domain::event::{DT_REBALANCE, DT_SPOT, DT_STATE_CHANGE, EventKind};
@@ -30,12 +31,15 @@ use forewarn::ports::PoolStore;
 use forewarn_tests::ec2::{Launch, Launched as Instance, any_image, launch};
 use forewarn_tests::moto::{create_pool_table, runtime, shared, unique_name};
 use forewarn_tests::proxy::{AwsFault, AwsProxy, FaultKind};
-use forewarn_tests::sqs::{Drained, drain_within};
+use forewarn_tests::sqs::{Drained, drain_patiently, drain_within, in_flight};
 use kube_fake::{Fault, KubeFake, Method};
 use serde_json::{Value, json};
 
 /// Receives before a message goes to the DLQ.
 const MAX_RECEIVES: usize = 3;
+/// The event queue's visibility timeout, as the stack sets it for the default function timeout:
+/// a failed message that the handler does not bring back sooner is not seen again by a test.
+const VISIBILITY_TIMEOUT: &str = "900";
 const BATCH: i32 = 10;
 
 /// One test's world: its table, queues, instances, cluster and handler.
@@ -60,6 +64,8 @@ struct Options {
     concurrency: usize,
     /// The Kubernetes client's read timeout.
     kube_read_timeout: Duration,
+    /// The handler shortens the visibility of the messages it reports failed (as deployed).
+    redelivery: bool,
 }
 
 impl Default for Options {
@@ -68,6 +74,7 @@ impl Default for Options {
             types: vec![InstanceType::M5Large, InstanceType::C5Large],
             concurrency: 4,
             kube_read_timeout: Duration::from_secs(15),
+            redelivery: true,
         }
     }
 }
@@ -111,6 +118,7 @@ impl World {
             .create_queue()
             .queue_name(format!("{cluster}-events"))
             .attributes(QueueAttributeName::RedrivePolicy, redrive.to_string())
+            .attributes(QueueAttributeName::VisibilityTimeout, VISIBILITY_TIMEOUT)
             .send()
             .await
             .unwrap()
@@ -147,6 +155,10 @@ impl World {
         let handler = Handler {
             mode: forewarn::domain::config::Mode::Act,
             notifier: None,
+            redelivery: options.redelivery.then(|| {
+                Arc::new(SqsRedelivery::new(aws_sdk_sqs::Client::new(&sdk)))
+                    as Arc<dyn forewarn::ports::Redelivery>
+            }),
             config: config.clone(),
             store: store.clone(),
             instances: Arc::new(Ec2Directory::from_conf(&through_proxy)),
@@ -508,6 +520,45 @@ fn kubernetes_500_fails_the_event_and_redelivery_applies_it_once() {
         world
             .assert_all_applied_once(&drained.reports, &bodies)
             .await;
+    });
+}
+
+/// The harness is honest: without the handler shortening it, a failed message waits out the
+/// queue's 900 s visibility timeout, so a test would not see it again — the scenario above
+/// passes because the handler brings it back within seconds.
+#[test]
+fn without_the_handler_shortening_it_a_failed_message_waits_out_the_visibility_timeout() {
+    runtime().block_on(async {
+        let world = World::new(Options {
+            types: vec![InstanceType::M5Large],
+            redelivery: false,
+            ..Options::default()
+        })
+        .await;
+        let bodies = spot_warnings(&world).await;
+        world.fake.inject(
+            Fault::new(500)
+                .method(Method::PATCH)
+                .path_contains("/api/v1/nodes/")
+                .times(1),
+        );
+        let drained = drain_patiently(
+            &world.sqs,
+            &world.queue_url,
+            &world.queue_arn,
+            &world.handler,
+            BATCH,
+            200,
+            None,
+            Duration::from_secs(8),
+        )
+        .await
+        .expect("draining the queue");
+        assert_eq!(drained.returned, 1, "{:#?}", drained.reports);
+        assert_eq!(drained.batches, 1, "never received again");
+        assert_eq!(count(&drained.reports, Outcome::Acted), 0);
+        assert!(!world.ledger().await.contains(&bodies[0].id));
+        assert_eq!(in_flight(&world.sqs, &world.queue_url).await.unwrap(), 1);
     });
 }
 

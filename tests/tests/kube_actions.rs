@@ -1230,6 +1230,7 @@ async fn the_handler_tells_the_webhook_and_counts_evictions() {
     let handler = forewarn::app::handler::Handler {
         mode: forewarn::domain::config::Mode::Act,
         notifier: Some(Arc::new(webhook)),
+        redelivery: None,
         config: w.config.clone(),
         store: Arc::new(forewarn::adapters::embedded::EmbeddedStore::open(dir.path()).unwrap()),
         instances: Arc::new(Instances(BTreeMap::from([

@@ -67,6 +67,7 @@ fn sweeps_orphaned_nodes_once_and_never_after_a_handled_event() {
         let handler = Handler {
             mode: forewarn::domain::config::Mode::Act,
             notifier: None,
+            redelivery: None,
             config: config.clone(),
             store: store.clone(),
             instances: ec2_dir.clone(),

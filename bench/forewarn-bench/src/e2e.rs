@@ -166,6 +166,7 @@ pub async fn report(runs: usize) -> anyhow::Result<String> {
     let handler = Handler {
         mode: forewarn::domain::config::Mode::Act,
         notifier: None,
+        redelivery: None,
         config: config.clone(),
         store: Arc::new(DynamoStore::new(
             aws_sdk_dynamodb::Client::new(&sdk),

@@ -116,6 +116,7 @@ pub async fn report(s: &Settings) -> anyhow::Result<String> {
     let handler = Arc::new(Handler {
         mode: forewarn::domain::config::Mode::Act,
         notifier: None,
+        redelivery: None,
         config: config.clone(),
         store: Arc::new(EmbeddedStore::open(dir.path())?),
         instances: Arc::new(SnapshotInstances(instances)),

@@ -8,4 +8,5 @@ pub mod ec2;
 pub mod embedded;
 pub mod kube;
 pub mod snapshot;
+pub mod sqs;
 pub mod webhook;

@@ -13,9 +13,12 @@ use serde_json::Value;
 use crate::app::pipeline::{Limits, Pipeline};
 use crate::app::telemetry::observe;
 use crate::domain::config::{Config, Mode};
-use crate::domain::event::{self, Record};
+use crate::domain::event::{self, EventKind, Record};
 use crate::domain::report::{Outcome, Report, Tally};
-use crate::ports::{Executor, InstanceDirectory, NodeDirectory, Notifier, PoolStore};
+use crate::domain::retry::{Failed, RetryPolicy};
+use crate::ports::{
+    Executor, InstanceDirectory, NodeDirectory, Notifier, PoolStore, Redeliver, Redelivery,
+};
 
 /// A payload the handler could not take at all.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +46,9 @@ pub struct Handler {
     pub executor: Option<Arc<dyn Executor>>,
     /// Tells people what was done (the webhook), when configured.
     pub notifier: Option<Arc<dyn Notifier>>,
+    /// Brings failed SQS messages back sooner than the queue's visibility timeout (see
+    /// [`crate::domain::retry`]); `None`: they come back when it ends.
+    pub redelivery: Option<Arc<dyn Redelivery>>,
     /// Events handled at once within a batch.
     pub concurrency: usize,
     /// Work stops this long before the Lambda's deadline, so the answer still gets out.
@@ -110,6 +116,10 @@ impl Handler {
         }
         let records = event::decode_sqs_event("sqs", &batch.records);
         let reports = self.process(&records, Utc::now(), deadline).await;
+        if let Some(redelivery) = &self.redelivery {
+            self.retry_soon(redelivery.as_ref(), batch, &reports, deadline)
+                .await;
+        }
         let mut response = SqsBatchResponse::default();
         for report in reports.iter().filter(|r| r.outcome == Outcome::Failed) {
             let mut failure = BatchItemFailure::default();
@@ -127,6 +137,70 @@ impl Handler {
             "batch handled"
         );
         Ok((response, reports))
+    }
+
+    /// Shortens the visibility of every message reported failed, by the [`RetryPolicy`]. Best
+    /// effort, within the invocation's deadline (the safety margin is there for the answer and
+    /// this call) and at most 10 s: a message whose visibility could not be changed still comes
+    /// back, after the queue's visibility timeout.
+    async fn retry_soon(
+        &self,
+        redelivery: &dyn Redelivery,
+        batch: &SqsEvent,
+        reports: &[Report],
+        deadline: Option<tokio::time::Instant>,
+    ) {
+        let now = Utc::now();
+        let policy = RetryPolicy::default();
+        let messages: Vec<Redeliver> = reports
+            .iter()
+            .filter(|r| r.outcome == Outcome::Failed)
+            .filter_map(|report| {
+                let id = report.message_id.as_deref()?;
+                let record = batch
+                    .records
+                    .iter()
+                    .find(|m| m.message_id.as_deref() == Some(id))?;
+                let receives = record
+                    .attributes
+                    .get("ApproximateReceiveCount")
+                    .and_then(|n| n.parse::<u32>().ok())
+                    .unwrap_or(1);
+                let failed = match (report.kind, report.time) {
+                    (Some(kind), Some(time)) => Failed::Event {
+                        window_end: window_end(&self.config, kind, time, report),
+                    },
+                    _ => Failed::Undecodable,
+                };
+                Some(Redeliver {
+                    queue_arn: record.event_source_arn.clone()?,
+                    receipt_handle: record.receipt_handle.clone()?,
+                    message_id: id.to_string(),
+                    delay: policy.delay(failed, receives, now),
+                })
+            })
+            .collect();
+        if messages.is_empty() {
+            return;
+        }
+        let limit = deadline
+            .map(|d| d.saturating_duration_since(tokio::time::Instant::now()))
+            .unwrap_or(Duration::MAX)
+            .clamp(Duration::from_millis(500), Duration::from_secs(10));
+        match tokio::time::timeout(limit, redelivery.redeliver(&messages)).await {
+            Ok(Ok(changed)) => tracing::info!(
+                failed = messages.len(),
+                changed,
+                "failed messages come back soon"
+            ),
+            Ok(Err(e)) => tracing::warn!(
+                error = %e,
+                "failed messages keep the queue's visibility timeout"
+            ),
+            Err(_) => tracing::warn!(
+                "changing the failed messages' visibility timed out: they keep the queue's visibility timeout"
+            ),
+        }
     }
 
     /// Handles whatever Lambda passed: an SQS batch or a bare EventBridge event.
@@ -161,6 +235,26 @@ impl Handler {
         let response =
             serde_json::to_value(&reports).map_err(|e| HandlerError::Payload(e.to_string()))?;
         Ok(Invocation { response, reports })
+    }
+}
+
+/// When the work of a failed event stops being worth doing soon: its earliest drain deadline;
+/// else, for a spot or reservation warning, when the instance goes less the margin; else the
+/// event time plus the drain timeout.
+fn window_end(
+    config: &Config,
+    kind: EventKind,
+    time: DateTime<Utc>,
+    report: &Report,
+) -> DateTime<Utc> {
+    if let Some(deadline) = report.actions.iter().filter_map(|a| a.deadline).min() {
+        return deadline;
+    }
+    match kind {
+        EventKind::SpotInterruption | EventKind::CapacityReservationInterruption => {
+            time + config.interruption_notice - config.deadline_margin
+        }
+        _ => time + config.drain_timeout,
     }
 }
 
@@ -200,6 +294,7 @@ mod tests {
             nodes: Arc::new(NoNodes),
             executor: None,
             notifier: None,
+            redelivery: None,
             mode: Mode::Act,
             concurrency: 4,
             safety_margin: Duration::from_secs(1),
@@ -274,5 +369,83 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("detail.instance-id"), "{err}");
         assert!(h.invoke(json!([1]), None).await.is_err());
+    }
+
+    /// Records what it is asked to redeliver.
+    #[derive(Default)]
+    struct Recorder(std::sync::Mutex<Vec<Redeliver>>);
+
+    #[async_trait::async_trait]
+    impl Redelivery for Recorder {
+        async fn redeliver(&self, messages: &[Redeliver]) -> Result<usize, String> {
+            self.0.lock().unwrap().extend(messages.iter().cloned());
+            Ok(messages.len())
+        }
+    }
+
+    /// A store whose reads fail: every supported event of a batch fails its lookups.
+    struct Unreachable;
+
+    #[async_trait::async_trait]
+    impl PoolStore for Unreachable {
+        async fn applied(
+            &self,
+            _: &[String],
+        ) -> Result<std::collections::HashSet<String>, crate::ports::StoreError> {
+            Err(crate::ports::StoreError::Backend {
+                location: "test".into(),
+                message: "unreachable".into(),
+            })
+        }
+        async fn apply(
+            &self,
+            _: &crate::domain::pool::PoolUpdate,
+        ) -> Result<crate::domain::pool::Applied, crate::ports::StoreError> {
+            unreachable!("lookups fail first")
+        }
+        async fn pools(
+            &self,
+            _: &crate::domain::pool::PoolQuery,
+            _: DateTime<Utc>,
+        ) -> Result<Vec<crate::domain::pool::PoolRecord>, crate::ports::StoreError> {
+            Ok(Vec::new())
+        }
+        fn location(&self) -> String {
+            "test".into()
+        }
+    }
+
+    #[tokio::test]
+    async fn failed_messages_are_brought_back_by_the_retry_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let recorder = Arc::new(Recorder::default());
+        let mut h = handler(dir.path());
+        h.redelivery = Some(recorder.clone());
+        h.store = Arc::new(Unreachable);
+        let arn = "arn:aws:sqs:us-east-1:123456789012:events";
+        let message = |id: &str, body: String, receives: &str| {
+            json!({"messageId": id, "receiptHandle": format!("rh-{id}"), "body": body,
+                   "eventSourceARN": arn, "attributes": {"ApproximateReceiveCount": receives}})
+        };
+        let payload = json!({"Records": [
+            message("junk", "{oops".into(), "1"),
+            message("late", spot("e-late"), "2"),
+            message("other", "{\"detail-type\": \"Something\"}".into(), "1"),
+        ]});
+        let inv = h.invoke(payload, None).await.unwrap();
+        assert_eq!(
+            inv.response,
+            json!({"batchItemFailures": [{"itemIdentifier": "junk"}, {"itemIdentifier": "late"}]})
+        );
+        let asked = recorder.0.lock().unwrap().clone();
+        let by_id: std::collections::BTreeMap<&str, &Redeliver> =
+            asked.iter().map(|m| (m.message_id.as_str(), m)).collect();
+        assert_eq!(by_id.len(), 2, "{asked:?}");
+        // a record that cannot be decoded comes back at once, to reach the DLQ
+        assert_eq!(by_id["junk"].delay, Duration::ZERO);
+        assert_eq!(by_id["junk"].receipt_handle, "rh-junk");
+        assert_eq!(by_id["junk"].queue_arn, arn);
+        // a warning whose window is over (2026-11-20) comes back slowly
+        assert_eq!(by_id["late"].delay, RetryPolicy::default().after_window);
     }
 }

@@ -14,6 +14,7 @@ use crate::adapters::kube::{
     ClusterAccess, ClusterClient, KubeExecutor, KubeNodeDirectory, connect, connect_eks,
 };
 use crate::adapters::snapshot::{SnapshotInstances, load_cluster_state, load_instances};
+use crate::adapters::sqs::SqsRedelivery;
 use crate::adapters::webhook::{Webhook, warm_up};
 use crate::app::handler::Handler;
 use crate::app::settings::{ClusterChoice, InstanceChoice, Settings, StoreChoice};
@@ -21,7 +22,7 @@ use crate::app::sweeper::Sweeper;
 use crate::domain::config::{Config, ConfigError, Mode};
 use crate::ports::{
     Executor, InstanceDirectory, LeavingInstances, NoInstances, NoNodes, NodeDirectory, Notifier,
-    PoolStore, ReadOnlyStore, StoreError,
+    PoolStore, ReadOnlyStore, Redelivery, StoreError,
 };
 
 /// The services could not be set up (a cold start fails loudly rather than drop events).
@@ -49,6 +50,8 @@ pub struct Services {
     /// `None`: no live cluster (captured state, or none at all): nothing is acted on.
     pub executor: Option<Arc<dyn Executor>>,
     pub notifier: Option<Arc<dyn Notifier>>,
+    /// SQS, to bring failed messages back soon (`None` when no AWS configuration was needed).
+    pub redelivery: Option<Arc<dyn Redelivery>>,
     /// EC2, for the sweeper's leaving instances (`None` when no AWS configuration was needed).
     pub leaving: Option<Arc<dyn LeavingInstances>>,
     /// The AWS region, when an AWS configuration was loaded.
@@ -123,6 +126,9 @@ pub async fn services(settings: &Settings) -> Result<Services, SetupError> {
         nodes,
         executor,
         notifier,
+        redelivery: sdk
+            .as_ref()
+            .map(|sdk| Arc::new(SqsRedelivery::from_conf(sdk)) as Arc<dyn Redelivery>),
         leaving: sdk
             .as_ref()
             .map(|sdk| Arc::new(Ec2Directory::from_conf(sdk)) as Arc<dyn LeavingInstances>),
@@ -184,6 +190,7 @@ impl Handler {
             nodes: services.nodes,
             executor: services.executor,
             notifier: services.notifier,
+            redelivery: services.redelivery,
             concurrency: settings.concurrency,
             safety_margin: settings.safety_margin,
         }

@@ -11,4 +11,5 @@ pub mod fold;
 pub mod plan;
 pub mod pool;
 pub mod report;
+pub mod retry;
 pub mod sweep;

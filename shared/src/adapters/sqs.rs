@@ -1,0 +1,134 @@
+//! SQS, for the one thing the handler does to its queue itself: bringing failed messages back
+//! sooner than the queue's visibility timeout (`ChangeMessageVisibilityBatch`, at most ten
+//! entries a call). The queue is named by the records' `eventSourceARN`; its URL is derived from
+//! the ARN, so no `GetQueueUrl` call or permission is needed.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use aws_sdk_sqs::Client;
+use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry;
+
+use super::aws::aws_error_text;
+use crate::domain::retry::MAX_VISIBILITY;
+use crate::ports::{Redeliver, Redelivery};
+
+/// [`Redelivery`] through the AWS SDK.
+#[derive(Debug, Clone)]
+pub struct SqsRedelivery {
+    client: Client,
+}
+
+impl SqsRedelivery {
+    pub fn new(client: Client) -> SqsRedelivery {
+        SqsRedelivery { client }
+    }
+
+    pub fn from_conf(sdk: &aws_config::SdkConfig) -> SqsRedelivery {
+        SqsRedelivery::new(Client::new(sdk))
+    }
+}
+
+/// The URL of the queue of `arn` (`arn:aws:sqs:us-east-1:123456789012:q` →
+/// `https://sqs.us-east-1.amazonaws.com/123456789012/q`); `None` when it is not an SQS ARN.
+pub fn queue_url(arn: &str) -> Option<String> {
+    let parts: Vec<&str> = arn.split(':').collect();
+    let [_, partition, "sqs", region, account, name] = parts.as_slice() else {
+        return None;
+    };
+    if region.is_empty() || account.is_empty() || name.is_empty() {
+        return None;
+    }
+    let domain = match *partition {
+        "aws-cn" => "amazonaws.com.cn",
+        _ => "amazonaws.com",
+    };
+    Some(format!("https://sqs.{region}.{domain}/{account}/{name}"))
+}
+
+#[async_trait]
+impl Redelivery for SqsRedelivery {
+    async fn redeliver(&self, messages: &[Redeliver]) -> Result<usize, String> {
+        let mut by_queue: BTreeMap<&str, Vec<&Redeliver>> = BTreeMap::new();
+        for m in messages {
+            by_queue.entry(m.queue_arn.as_str()).or_default().push(m);
+        }
+        let mut changed = 0;
+        let mut problems = Vec::new();
+        for (arn, messages) in by_queue {
+            let Some(url) = queue_url(arn) else {
+                problems.push(format!("{arn:?} is not an SQS queue ARN"));
+                continue;
+            };
+            for chunk in messages.chunks(10) {
+                let entries: Vec<ChangeMessageVisibilityBatchRequestEntry> = chunk
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, m)| {
+                        let seconds = m.delay.min(MAX_VISIBILITY).as_secs();
+                        ChangeMessageVisibilityBatchRequestEntry::builder()
+                            .id(format!("m{i}"))
+                            .receipt_handle(&m.receipt_handle)
+                            .visibility_timeout(i32::try_from(seconds).unwrap_or(i32::MAX))
+                            .build()
+                            .ok()
+                    })
+                    .collect();
+                match self
+                    .client
+                    .change_message_visibility_batch()
+                    .queue_url(&url)
+                    .set_entries(Some(entries))
+                    .send()
+                    .await
+                {
+                    Ok(out) => {
+                        changed += out.successful().len();
+                        for f in out.failed() {
+                            problems.push(format!(
+                                "{url}: entry {}: {}: {}",
+                                f.id(),
+                                f.code(),
+                                f.message().unwrap_or_default()
+                            ));
+                        }
+                    }
+                    Err(e) => problems.push(format!("{url}: {}", aws_error_text(&e))),
+                }
+            }
+        }
+        if problems.is_empty() || changed > 0 {
+            for p in &problems {
+                tracing::warn!(problem = %p, "a failed message keeps the queue's visibility timeout");
+            }
+            Ok(changed)
+        } else {
+            Err(problems.join("; "))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_urls_from_arns() {
+        assert_eq!(
+            queue_url("arn:aws:sqs:us-east-1:123456789012:forewarn-events").as_deref(),
+            Some("https://sqs.us-east-1.amazonaws.com/123456789012/forewarn-events")
+        );
+        assert_eq!(
+            queue_url("arn:aws-cn:sqs:cn-north-1:123456789012:q").as_deref(),
+            Some("https://sqs.cn-north-1.amazonaws.com.cn/123456789012/q")
+        );
+        for bad in [
+            "",
+            "arn:aws:sns:us-east-1:1:t",
+            "arn:aws:sqs:us-east-1::q",
+            "q",
+        ] {
+            assert_eq!(queue_url(bad), None, "{bad}");
+        }
+    }
+}
