@@ -83,8 +83,22 @@ pub(crate) const CALL_ATTEMPTS: u32 = 3;
 const CALL_BACKOFF: Duration = Duration::from_millis(200);
 
 /// Runs `call` until it succeeds, fails for good, or was tried [`CALL_ATTEMPTS`] times on
-/// retryable answers.
+/// retryable answers, in [`Lane::First`].
 pub(crate) async fn with_retry<T, F, Fut>(
+    verb: &'static str,
+    object: &str,
+    call: F,
+) -> Result<T, ApiError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, ::kube::Error>>,
+{
+    with_retry_in(Lane::First, verb, object, call).await
+}
+
+/// [`with_retry`] in `lane`.
+pub(crate) async fn with_retry_in<T, F, Fut>(
+    lane: Lane,
     verb: &'static str,
     object: &str,
     mut call: F,
@@ -95,7 +109,7 @@ where
 {
     let mut attempt = 1;
     loop {
-        throttle().await;
+        throttle(lane).await;
         match call().await {
             Ok(v) => return Ok(v),
             Err(e) => {
@@ -137,16 +151,29 @@ pub(crate) fn retry_after(e: &::kube::Error) -> Option<Duration> {
 /// A `Retry-After` longer than this is cut to it (a drain has minutes, not hours).
 const MAX_RETRY_AFTER_SECS: u64 = 30;
 
+/// The two lanes of the client-side rate limit. Under a limit, what a warning needs first —
+/// node reads, cordons and taints, deletes, Events — goes before the drains' evictions and pod
+/// lists: in a mass interruption every node is cordoned without queueing behind other nodes'
+/// evictions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lane {
+    First,
+    Later,
+}
+
 /// A client-side token bucket, like client-go's `QPS`/`Burst`: requests go out at `qps` on
 /// average, up to `burst` at once after a quiet spell. Reservations: each request takes a
 /// token now (the count may go below zero) and waits until its token would have been there,
 /// so waiting requests go out in the order they asked, spaced `1/qps` apart. A `Retry-After`
-/// pauses every request until it has passed.
+/// pauses every request until it has passed. Requests of [`Lane::Later`] reserve one at a time
+/// (each waits for the one before it to go out), so a [`Lane::First`] request waits behind at
+/// most one of them.
 #[derive(Debug)]
 pub(crate) struct RateLimiter {
     qps: f64,
     burst: f64,
     state: Mutex<Bucket>,
+    later: tokio::sync::Mutex<()>,
 }
 
 #[derive(Debug)]
@@ -173,6 +200,19 @@ impl RateLimiter {
                 at: now,
                 paused_until: None,
             }),
+            later: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Waits until a request of `lane` may go out.
+    pub(crate) async fn wait(&self, lane: Lane) {
+        let _turn = match lane {
+            Lane::First => None,
+            Lane::Later => Some(self.later.lock().await),
+        };
+        let wait = self.reserve(Instant::now());
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
         }
     }
 
@@ -214,14 +254,11 @@ fn limiter() -> Option<Arc<RateLimiter>> {
     LIMITER.read().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
-/// Waits for the process's rate limit (if any) before a request goes out. Every request to the
-/// API server calls it once per attempt.
-pub(crate) async fn throttle() {
+/// Waits for the process's rate limit (if any) before a request of `lane` goes out. Every
+/// request to the API server calls it once per attempt.
+pub(crate) async fn throttle(lane: Lane) {
     if let Some(limiter) = limiter() {
-        let wait = limiter.reserve(Instant::now());
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
-        }
+        limiter.wait(lane).await;
     }
 }
 
@@ -276,6 +313,40 @@ mod tests {
             assert_eq!(limiter.reserve(later), Duration::ZERO);
         }
         assert_eq!(limiter.reserve(later).as_millis(), 10);
+    }
+
+    /// Twenty evictions queue for a 10/s limit; a cordon asked after them goes out behind at
+    /// most one of them, not behind all twenty.
+    #[tokio::test(start_paused = true)]
+    async fn the_first_lane_goes_before_the_later_lane() {
+        let limiter = Arc::new(RateLimiter::new(10.0, 1, Instant::now()));
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for i in 0..20 {
+            let (limiter, order) = (limiter.clone(), order.clone());
+            tasks.push(tokio::spawn(async move {
+                limiter.wait(Lane::Later).await;
+                order.lock().unwrap().push(format!("evict-{i}"));
+            }));
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(ms(50)).await;
+        let (l, o) = (limiter.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            l.wait(Lane::First).await;
+            o.lock().unwrap().push("cordon".to_string());
+        }));
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let order = order.lock().unwrap().clone();
+        assert_eq!(order.len(), 21);
+        let at = order.iter().position(|o| o == "cordon").unwrap();
+        assert!(at <= 2, "the cordon went out {at}th: {order:?}");
+        // the later lane still keeps its own order
+        let evictions: Vec<&String> = order.iter().filter(|o| *o != "cordon").collect();
+        let expected: Vec<String> = (0..20).map(|i| format!("evict-{i}")).collect();
+        assert_eq!(evictions, expected.iter().collect::<Vec<_>>());
     }
 
     #[test]

@@ -28,7 +28,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use tokio::time::Instant;
 
-use super::api::{ApiError, CALL_ATTEMPTS, is_retryable, jittered, with_retry};
+use super::api::{ApiError, CALL_ATTEMPTS, Lane, is_retryable, jittered, with_retry_in};
 use super::connect::ClusterClient;
 use super::error::KubeError;
 
@@ -196,7 +196,7 @@ pub(crate) async fn list_pods(clients: &ClusterClient, node: &str) -> Result<Vec
     let pods: Api<Pod> = Api::all(clients.client().await?);
     let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
     let object = format!("pods on node/{node}");
-    let list = with_retry("list", &object, || pods.list(&params)).await?;
+    let list = with_retry_in(Lane::Later, "list", &object, || pods.list(&params)).await?;
     Ok(list.items)
 }
 
@@ -225,7 +225,7 @@ async fn evict(
     let mut transient = 0;
     loop {
         let pods: Api<Pod> = Api::namespaced(clients.client().await?, namespace);
-        super::api::throttle().await;
+        super::api::throttle(Lane::Later).await;
         let err = match pods.evict(name, &EvictParams::default()).await {
             Ok(_) => return Ok(Eviction::Evicted),
             Err(e) => ApiError::new("evict", object.clone(), e),
