@@ -8,7 +8,6 @@ use anyhow::Context;
 use chrono::Utc;
 use clap::Args;
 use forewarn::adapters::kube::ClusterAccess;
-use forewarn::app::pipeline::Pipeline;
 use forewarn::app::settings::{ClusterChoice, InstanceChoice, Settings};
 use forewarn::app::wiring;
 use forewarn::domain::config::Mode;
@@ -144,15 +143,8 @@ pub async fn run(args: ReplayArgs, mut settings: Settings) -> anyhow::Result<Exi
     let services = wiring::services(&settings).await?;
 
     let records = read_records(&args.paths);
-    let pipeline = Pipeline {
-        config: &services.config,
-        mode: services.mode,
-        store: services.store.as_ref(),
-        instances: services.instances.as_ref(),
-        nodes: services.nodes.as_ref(),
-        executor: services.executor.as_deref(),
-    };
-    let reports = pipeline.process(&records, Utc::now()).await;
+    let handler = &services.handler;
+    let reports = handler.run(&records, Utc::now(), None).await;
 
     let mut out = std::io::stdout().lock();
     match args.output {
@@ -164,11 +156,11 @@ pub async fn run(args: ReplayArgs, mut settings: Settings) -> anyhow::Result<Exi
         }
         TextOrJson::Text => {
             let writes = if settings.mode.writes_store() {
-                services.store.location()
+                handler.store.location()
             } else {
                 format!(
                     "{} (read only: add --execute to write)",
-                    services.store.location()
+                    handler.store.location()
                 )
             };
             text::replay(&mut out, &reports, &writes, Utc::now())?;

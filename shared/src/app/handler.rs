@@ -71,7 +71,9 @@ impl Handler {
         }
     }
 
-    async fn process(
+    /// Takes decoded records through the pipeline as one batch, within `deadline` less the
+    /// safety margin (what `forewarn replay` runs, with its own output).
+    pub async fn run(
         &self,
         records: &[Record],
         now: DateTime<Utc>,
@@ -85,8 +87,21 @@ impl Handler {
             nodes: self.nodes.as_ref(),
             executor: self.executor.as_deref(),
         };
+        pipeline
+            .process_with(records, now, self.limits(deadline))
+            .await
+    }
+
+    /// [`Handler::run`], then each report logged (with its metrics when running as a Lambda
+    /// function) and told to the notifier.
+    async fn process(
+        &self,
+        records: &[Record],
+        now: DateTime<Utc>,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Vec<Report> {
+        let reports = self.run(records, now, deadline).await;
         let limits = self.limits(deadline);
-        let reports = pipeline.process_with(records, now, limits).await;
         observe(&reports);
         if let Some(notifier) = &self.notifier {
             let delivery = notifier.notify(&reports, limits.deadline).await;

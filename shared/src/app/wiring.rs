@@ -19,7 +19,7 @@ use crate::adapters::webhook::{Webhook, warm_up};
 use crate::app::handler::Handler;
 use crate::app::settings::{ClusterChoice, InstanceChoice, Settings, StoreChoice};
 use crate::app::sweeper::Sweeper;
-use crate::domain::config::{Config, ConfigError, Mode};
+use crate::domain::config::{ConfigError, Mode};
 use crate::ports::{
     Executor, InstanceDirectory, LeavingInstances, NoInstances, NoNodes, NodeDirectory, Notifier,
     PoolStore, ReadOnlyStore, Redelivery, StoreError,
@@ -40,18 +40,10 @@ pub enum SetupError {
     Webhook(String),
 }
 
-/// Everything a run talks through, built from [`Settings`].
+/// Everything a run talks through, built from [`Settings`]: the handler (store, directories,
+/// executor, notifier, redelivery) and what the sweeper needs besides.
 pub struct Services {
-    pub config: Config,
-    pub mode: Mode,
-    pub store: Arc<dyn PoolStore>,
-    pub instances: Arc<dyn InstanceDirectory>,
-    pub nodes: Arc<dyn NodeDirectory>,
-    /// `None`: no live cluster (captured state, or none at all): nothing is acted on.
-    pub executor: Option<Arc<dyn Executor>>,
-    pub notifier: Option<Arc<dyn Notifier>>,
-    /// SQS, to bring failed messages back soon (`None` when no AWS configuration was needed).
-    pub redelivery: Option<Arc<dyn Redelivery>>,
+    pub handler: Handler,
     /// EC2, for the sweeper's leaving instances (`None` when no AWS configuration was needed).
     pub leaving: Option<Arc<dyn LeavingInstances>>,
     /// The AWS region, when an AWS configuration was loaded.
@@ -118,7 +110,7 @@ pub async fn services(settings: &Settings) -> Result<Services, SetupError> {
         }
         None => None,
     };
-    Ok(Services {
+    let handler = Handler {
         config: settings.config.clone(),
         mode: settings.mode,
         store,
@@ -129,6 +121,11 @@ pub async fn services(settings: &Settings) -> Result<Services, SetupError> {
         redelivery: sdk
             .as_ref()
             .map(|sdk| Arc::new(SqsRedelivery::from_conf(sdk)) as Arc<dyn Redelivery>),
+        concurrency: settings.concurrency,
+        safety_margin: settings.safety_margin,
+    };
+    Ok(Services {
+        handler,
         leaving: sdk
             .as_ref()
             .map(|sdk| Arc::new(Ec2Directory::from_conf(sdk)) as Arc<dyn LeavingInstances>),
@@ -177,23 +174,7 @@ impl Handler {
                 "no cluster configured (FOREWARN_EKS_CLUSTER, KUBECONFIG, FOREWARN_CLUSTER_STATE_FILE): planning without nodes"
             );
         }
-        let services = services(settings).await?;
-        Ok(Handler::new(services, settings))
-    }
-
-    fn new(services: Services, settings: &Settings) -> Handler {
-        Handler {
-            config: services.config,
-            mode: services.mode,
-            store: services.store,
-            instances: services.instances,
-            nodes: services.nodes,
-            executor: services.executor,
-            notifier: services.notifier,
-            redelivery: services.redelivery,
-            concurrency: settings.concurrency,
-            safety_margin: settings.safety_margin,
-        }
+        Ok(services(settings).await?.handler)
     }
 }
 
@@ -209,16 +190,15 @@ impl Sweeper {
         if settings.cluster == ClusterChoice::None {
             tracing::warn!("no cluster configured: sweeping without nodes");
         }
-        let mut services = services(settings).await?;
-        let leaving = match services.leaving.take() {
+        let services = services(settings).await?;
+        let leaving = match services.leaving {
             Some(leaving) => leaving,
             None => Arc::new(Ec2Directory::from_conf(&aws::load().await)),
         };
-        let region = services.region.take();
         Ok(Sweeper {
-            handler: Handler::new(services, settings),
+            handler: services.handler,
             leaving,
-            region,
+            region: services.region,
         })
     }
 }
