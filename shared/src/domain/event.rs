@@ -502,117 +502,13 @@ pub fn parse_event(origin: &Origin, v: &Value) -> Result<Event, DecodeError> {
             ),
         ));
     }
-    let source = f
-        .opt_str(v, "source", "source")?
-        .unwrap_or_default()
-        .to_string();
-    let detail_type = f
-        .opt_str(v, "detail-type", "detail-type")?
-        .unwrap_or_default()
-        .to_string();
-    let kind = classify(&source, &detail_type);
-    let id = match (f.opt_str(v, "id", "id")?, kind) {
-        (Some(id), _) if !id.trim().is_empty() => id.to_string(),
-        (_, EventKind::Unsupported) => synthetic_id(v),
-        (Some(_), _) => return Err(f.err("id", "must not be empty")),
-        (None, _) => return Err(f.err("id", "missing")),
-    };
-    let time = match f.time(v, "time", "time")? {
-        Some(t) => t,
-        None if kind == EventKind::Unsupported => DateTime::<Utc>::UNIX_EPOCH,
-        None => return Err(f.err("time", "missing")),
-    };
+    let (source, detail_type, kind) = envelope_kind(&f, v)?;
+    let id = event_id(&f, v, kind)?;
+    let time = event_time(&f, v, kind)?;
     let region = f.opt_str(v, "region", "region")?.map(str::to_string);
     let account = f.opt_str(v, "account", "account")?.map(str::to_string);
-    let empty = Value::Object(Default::default());
-    let detail = match v.get("detail") {
-        Some(d @ Value::Object(_)) => d,
-        None | Some(Value::Null) if kind == EventKind::Unsupported => &empty,
-        None => return Err(f.err("detail", "missing")),
-        Some(other) => {
-            return Err(f.err(
-                "detail",
-                format!("expected an object, found {}", json_type(other)),
-            ));
-        }
-    };
-
-    let (kind, instance_ids, detail) = match kind {
-        EventKind::SpotInterruption => {
-            let id = f.instance_id(detail, "instance-id", "detail.instance-id")?;
-            let action = instance_action(&f, detail)?;
-            (kind, vec![id], Detail::Spot { action })
-        }
-        EventKind::RebalanceRecommendation => {
-            let id = f.instance_id(detail, "instance-id", "detail.instance-id")?;
-            (kind, vec![id], Detail::Rebalance)
-        }
-        EventKind::StateChange => {
-            let id = f.instance_id(detail, "instance-id", "detail.instance-id")?;
-            let state = InstanceState::parse(f.req_str(detail, "state", "detail.state")?);
-            (kind, vec![id], Detail::StateChange { state })
-        }
-        EventKind::CapacityReservationInterruption => {
-            let id = f.instance_id(detail, "instance-id", "detail.instance-id")?;
-            let action = instance_action(&f, detail)?;
-            let termination_time = f.time(
-                detail,
-                "instance-termination-time",
-                "detail.instance-termination-time",
-            )?;
-            let az_id = f
-                .opt_str(detail, "azId", "detail.azId")?
-                .map(str::to_string);
-            (
-                kind,
-                vec![id],
-                Detail::CapacityReservation {
-                    action,
-                    termination_time,
-                    az_id,
-                },
-            )
-        }
-        EventKind::AsgTermination => {
-            let id = f.instance_id(detail, "EC2InstanceId", "detail.EC2InstanceId")?;
-            let lifecycle = LifecycleAction {
-                hook_name: f
-                    .req_str(detail, "LifecycleHookName", "detail.LifecycleHookName")?
-                    .to_string(),
-                asg_name: f
-                    .req_str(
-                        detail,
-                        "AutoScalingGroupName",
-                        "detail.AutoScalingGroupName",
-                    )?
-                    .to_string(),
-                token: f
-                    .req_str(
-                        detail,
-                        "LifecycleActionToken",
-                        "detail.LifecycleActionToken",
-                    )?
-                    .to_string(),
-                transition: f
-                    .opt_str(detail, "LifecycleTransition", "detail.LifecycleTransition")?
-                    .unwrap_or("autoscaling:EC2_INSTANCE_TERMINATING")
-                    .to_string(),
-            };
-            (kind, vec![id], Detail::AsgTermination(lifecycle))
-        }
-        EventKind::ScheduledChange => parse_health(&f, detail)?,
-        EventKind::Unsupported => (
-            kind,
-            Vec::new(),
-            Detail::Unsupported {
-                why: if source.is_empty() && detail_type.is_empty() {
-                    "not an EventBridge event (no source or detail-type)".to_string()
-                } else {
-                    format!("source `{source}`, detail-type `{detail_type}` is not handled")
-                },
-            },
-        ),
-    };
+    let detail = detail_object(&f, v, kind)?;
+    let (kind, instance_ids, detail) = parse_detail(&f, kind, detail, &source, &detail_type)?;
     Ok(Event {
         id,
         kind,
@@ -624,6 +520,160 @@ pub fn parse_event(origin: &Origin, v: &Value) -> Result<Event, DecodeError> {
         instance_ids,
         detail,
     })
+}
+
+/// The envelope's `source` and `detail-type` (empty when absent) and the kind they name.
+fn envelope_kind(f: &Fields<'_>, v: &Value) -> Result<(String, String, EventKind), DecodeError> {
+    let source = f
+        .opt_str(v, "source", "source")?
+        .unwrap_or_default()
+        .to_string();
+    let detail_type = f
+        .opt_str(v, "detail-type", "detail-type")?
+        .unwrap_or_default()
+        .to_string();
+    let kind = classify(&source, &detail_type);
+    Ok((source, detail_type, kind))
+}
+
+/// The event id; an unsupported event without one gets a stable synthetic id.
+fn event_id(f: &Fields<'_>, v: &Value, kind: EventKind) -> Result<String, DecodeError> {
+    match (f.opt_str(v, "id", "id")?, kind) {
+        (Some(id), _) if !id.trim().is_empty() => Ok(id.to_string()),
+        (_, EventKind::Unsupported) => Ok(synthetic_id(v)),
+        (Some(_), _) => Err(f.err("id", "must not be empty")),
+        (None, _) => Err(f.err("id", "missing")),
+    }
+}
+
+/// The event time; an unsupported event without one is dated at the epoch.
+fn event_time(f: &Fields<'_>, v: &Value, kind: EventKind) -> Result<DateTime<Utc>, DecodeError> {
+    match f.time(v, "time", "time")? {
+        Some(t) => Ok(t),
+        None if kind == EventKind::Unsupported => Ok(DateTime::<Utc>::UNIX_EPOCH),
+        None => Err(f.err("time", "missing")),
+    }
+}
+
+/// No `detail` at all (only acceptable for an unsupported event).
+static NO_DETAIL: Value = Value::Null;
+
+/// The `detail` object; an unsupported event may have none.
+fn detail_object<'v>(
+    f: &Fields<'_>,
+    v: &'v Value,
+    kind: EventKind,
+) -> Result<&'v Value, DecodeError> {
+    match v.get("detail") {
+        Some(d @ Value::Object(_)) => Ok(d),
+        None | Some(Value::Null) if kind == EventKind::Unsupported => Ok(&NO_DETAIL),
+        None => Err(f.err("detail", "missing")),
+        Some(other) => Err(f.err(
+            "detail",
+            format!("expected an object, found {}", json_type(other)),
+        )),
+    }
+}
+
+/// The kind-specific part: the instances the event is about and its [`Detail`].
+fn parse_detail(
+    f: &Fields<'_>,
+    kind: EventKind,
+    detail: &Value,
+    source: &str,
+    detail_type: &str,
+) -> Result<(EventKind, Vec<String>, Detail), DecodeError> {
+    Ok(match kind {
+        EventKind::SpotInterruption => {
+            let id = f.instance_id(detail, "instance-id", "detail.instance-id")?;
+            let action = instance_action(f, detail)?;
+            (kind, vec![id], Detail::Spot { action })
+        }
+        EventKind::RebalanceRecommendation => {
+            let id = f.instance_id(detail, "instance-id", "detail.instance-id")?;
+            (kind, vec![id], Detail::Rebalance)
+        }
+        EventKind::StateChange => {
+            let id = f.instance_id(detail, "instance-id", "detail.instance-id")?;
+            let state = InstanceState::parse(f.req_str(detail, "state", "detail.state")?);
+            (kind, vec![id], Detail::StateChange { state })
+        }
+        EventKind::CapacityReservationInterruption => parse_reservation(f, detail)?,
+        EventKind::AsgTermination => parse_lifecycle_detail(f, detail)?,
+        EventKind::ScheduledChange => parse_health(f, detail)?,
+        EventKind::Unsupported => (
+            kind,
+            Vec::new(),
+            Detail::Unsupported {
+                why: if source.is_empty() && detail_type.is_empty() {
+                    "not an EventBridge event (no source or detail-type)".to_string()
+                } else {
+                    format!("source `{source}`, detail-type `{detail_type}` is not handled")
+                },
+            },
+        ),
+    })
+}
+
+fn parse_reservation(
+    f: &Fields<'_>,
+    detail: &Value,
+) -> Result<(EventKind, Vec<String>, Detail), DecodeError> {
+    let id = f.instance_id(detail, "instance-id", "detail.instance-id")?;
+    let action = instance_action(f, detail)?;
+    let termination_time = f.time(
+        detail,
+        "instance-termination-time",
+        "detail.instance-termination-time",
+    )?;
+    let az_id = f
+        .opt_str(detail, "azId", "detail.azId")?
+        .map(str::to_string);
+    Ok((
+        EventKind::CapacityReservationInterruption,
+        vec![id],
+        Detail::CapacityReservation {
+            action,
+            termination_time,
+            az_id,
+        },
+    ))
+}
+
+/// The `detail` of an EventBridge `EC2 Instance-terminate Lifecycle Action`.
+fn parse_lifecycle_detail(
+    f: &Fields<'_>,
+    detail: &Value,
+) -> Result<(EventKind, Vec<String>, Detail), DecodeError> {
+    let id = f.instance_id(detail, "EC2InstanceId", "detail.EC2InstanceId")?;
+    let lifecycle = LifecycleAction {
+        hook_name: f
+            .req_str(detail, "LifecycleHookName", "detail.LifecycleHookName")?
+            .to_string(),
+        asg_name: f
+            .req_str(
+                detail,
+                "AutoScalingGroupName",
+                "detail.AutoScalingGroupName",
+            )?
+            .to_string(),
+        token: f
+            .req_str(
+                detail,
+                "LifecycleActionToken",
+                "detail.LifecycleActionToken",
+            )?
+            .to_string(),
+        transition: f
+            .opt_str(detail, "LifecycleTransition", "detail.LifecycleTransition")?
+            .unwrap_or("autoscaling:EC2_INSTANCE_TERMINATING")
+            .to_string(),
+    };
+    Ok((
+        EventKind::AsgTermination,
+        vec![id],
+        Detail::AsgTermination(lifecycle),
+    ))
 }
 
 fn classify(source: &str, detail_type: &str) -> EventKind {
