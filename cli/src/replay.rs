@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use clap::Args;
 use forewarn::adapters::kube::ClusterAccess;
 use forewarn::app::settings::{ClusterChoice, InstanceChoice, Settings};
@@ -76,7 +76,9 @@ fn expand(paths: &[PathBuf]) -> Vec<Result<PathBuf, (PathBuf, String)>> {
 }
 
 /// Reads and decodes every input; an unreadable or undecodable file becomes one failed record.
-pub fn read_records(paths: &[PathBuf]) -> Vec<Record> {
+/// Reads the records of `paths`; `received` dates an event whose `time` is empty (after an SQS
+/// message's `SentTimestamp`).
+pub fn read_records(paths: &[PathBuf], received: DateTime<Utc>) -> Vec<Record> {
     let failed = |path: &Path, message: String| Record {
         origin: Origin::bare(path.display().to_string()),
         event: Err(DecodeError {
@@ -96,7 +98,7 @@ pub fn read_records(paths: &[PathBuf]) -> Vec<Record> {
         };
         let label = path.display().to_string();
         match std::fs::read(&path) {
-            Ok(bytes) => match event::decode(&label, &bytes) {
+            Ok(bytes) => match event::decode(&label, &bytes, received) {
                 Ok(decoded) => records.extend(decoded),
                 Err(e) => records.push(Record {
                     origin: e.origin.clone(),
@@ -142,7 +144,7 @@ pub async fn run(args: ReplayArgs, mut settings: Settings) -> anyhow::Result<Exi
     settings.webhook = None;
     let services = wiring::services(&settings).await?;
 
-    let records = read_records(&args.paths);
+    let records = read_records(&args.paths, Utc::now());
     let handler = &services.handler;
     let reports = handler.run(&records, Utc::now(), None).await;
 

@@ -61,8 +61,8 @@ fn replay_of_the_samples_plans_every_event() {
     );
     assert_eq!(
         lines.len(),
-        21,
-        "18 files, the SQS batch holds 3 records and the array 2"
+        27,
+        "22 files, the SQS batches hold 3, 3 and 1 records and the array 2"
     );
     for line in &lines {
         for key in [
@@ -184,6 +184,42 @@ fn replay_of_the_samples_plans_every_event() {
             &[("cordon-drain", None)],
             &["spot#m5.large#us-east-1b"],
         ),
+        (
+            "Records[0] (messageId 9b2f4d6e-1c3a-4e5b-8f7d-0a2c4e6f8b10)",
+            "planned",
+            &[("cordon-drain", None)],
+            &["on-demand#m5.large#us-east-1b"],
+        ),
+        (
+            "Records[1] (messageId 4e6a8c0d-3b5f-4d7e-9a1c-2e4f6a8b0c21)",
+            "ignored",
+            &[],
+            &[],
+        ),
+        (
+            "Records[2] (messageId c1e3a5f7-9b2d-4f6a-8c0e-3d5b7f9a1c32)",
+            "ignored",
+            &[],
+            &[],
+        ),
+        (
+            "20-asg-test-notification-eventbridge.json",
+            "ignored",
+            &[],
+            &[],
+        ),
+        (
+            "21-health-scheduled-change-aws-dates.json",
+            "planned",
+            &[("cordon-drain", None)],
+            &["reserved#g5.xlarge#us-east-1c"],
+        ),
+        (
+            "Records[0] (messageId 2a4c6e8f-0b1d-4f3a-9c5e-7b9d1f3a5c94)",
+            "planned",
+            &[("cordon", None)],
+            &["spot#m5.large#us-east-1a"],
+        ),
     ];
     for (origin, outcome, actions, pools) in expect {
         let line = by_origin(&lines, origin);
@@ -225,6 +261,73 @@ fn replay_of_the_samples_plans_every_event() {
     assert_eq!(
         asg["actions"][0]["complete_lifecycle"],
         "eks-demo-ng-1/forewarn-drain"
+    );
+    // A lifecycle hook's own notification, straight to the queue: planned like 09, its id from
+    // its token.
+    let hook = by_origin(
+        &lines,
+        "Records[0] (messageId 9b2f4d6e-1c3a-4e5b-8f7d-0a2c4e6f8b10)",
+    );
+    assert_eq!(hook["kind"], "asg-termination");
+    assert_eq!(
+        hook["event_id"],
+        "lifecycle-action:3f2a6b1c-9d4e-4c7a-8b5f-0e1d2c3b4a59"
+    );
+    assert_eq!(
+        hook["instance_ids"],
+        serde_json::json!(["i-0a1b2c3d4e5f60009"])
+    );
+    assert_eq!(
+        hook["actions"][0]["complete_lifecycle"],
+        "eks-demo-ng-1/forewarn-drain"
+    );
+    assert_eq!(hook["time"], "2026-11-20T10:01:20.187Z");
+    let launching = by_origin(
+        &lines,
+        "Records[1] (messageId 4e6a8c0d-3b5f-4d7e-9a1c-2e4f6a8b0c21)",
+    );
+    assert!(
+        launching["reason"]
+            .as_str()
+            .unwrap()
+            .contains("autoscaling:EC2_INSTANCE_LAUNCHING"),
+        "{launching}"
+    );
+    for origin in [
+        "Records[2] (messageId c1e3a5f7-9b2d-4f6a-8c0e-3d5b7f9a1c32)",
+        "20-asg-test-notification-eventbridge.json",
+    ] {
+        let test = by_origin(&lines, origin);
+        assert!(
+            test["reason"]
+                .as_str()
+                .unwrap()
+                .contains("test notification"),
+            "{test}"
+        );
+        assert_eq!(test["instance_ids"], serde_json::json!([]), "{test}");
+    }
+    // Health's dates as AWS writes them: the weekday of `Sat, 3 Dec 2026` is wrong (a Thursday),
+    // a single-digit day, fractional seconds; the empty endTime is absent; the padded entity is
+    // trimmed.
+    let health = by_origin(&lines, "21-health-scheduled-change-aws-dates.json");
+    assert_eq!(
+        health["instance_ids"],
+        serde_json::json!(["i-0a1b2c3d4e5f6000a"])
+    );
+    assert_eq!(
+        health["actions"][0]["deadline"], "2026-12-03T05:59:45.500Z",
+        "start time - 15 s"
+    );
+    // An empty time: the SQS message's SentTimestamp (1795168900123 ms).
+    let empty_time = by_origin(
+        &lines,
+        "Records[0] (messageId 2a4c6e8f-0b1d-4f3a-9c5e-7b9d1f3a5c94)",
+    );
+    assert_eq!(empty_time["time"], "2026-11-20T10:01:40.123Z");
+    assert_eq!(
+        empty_time["instance_ids"],
+        serde_json::json!(["i-0a1b2c3d4e5f60001"])
     );
     let spot = by_origin(&lines, "02-spot-interruption-plain.json");
     assert_eq!(
@@ -296,13 +399,46 @@ fn malformed_input_is_reported_and_the_rest_still_processed() {
         stderr.contains("sqs-bad-record.json: Records[1]"),
         "{stderr}"
     );
+    // Strict where no fallback exists: the id of a hook notification is its token, a made-up
+    // instance id is no instance id, a template's placeholders are no times.
+    assert!(
+        stderr.contains(
+            "events/malformed/hook-missing-token.json: field `LifecycleActionToken`: missing"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("events/malformed/hook-made-up-instance-id.json: field `EC2InstanceId`: `i-123e4567e89b12d3` is not an EC2 instance id"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("events/malformed/health-template-placeholders.json: field `detail.startTime`: `{{start_time}}` is not an RFC 3339 or RFC 1123 time"),
+        "{stderr}"
+    );
     let failed = lines.iter().filter(|l| l["outcome"] == "failed").count();
-    assert_eq!(failed, 5);
+    assert_eq!(failed, 8, "5, and the 3 strict cases of issue 15");
     let planned: Vec<&Value> = lines.iter().filter(|l| l["outcome"] == "planned").collect();
     assert_eq!(
         planned.len(),
         2,
         "the good SQS record and the rebalance file still go through"
+    );
+}
+
+#[test]
+fn a_redelivered_hook_notification_is_a_duplicate() {
+    let state = tempfile::tempdir().unwrap();
+    let mut args = WITH_STATE.to_vec();
+    args.push("events/19-asg-hook-notification-sqs.json");
+    let (first, lines) = replay_json(state.path(), &args);
+    assert!(first.status.success());
+    assert_eq!(lines[0]["outcome"], "planned", "{}", lines[0]);
+    let (second, lines) = replay_json(state.path(), &args);
+    assert!(second.status.success());
+    assert_eq!(lines[0]["outcome"], "duplicate", "{}", lines[0]);
+    assert_eq!(
+        lines[0]["event_id"],
+        "lifecycle-action:3f2a6b1c-9d4e-4c7a-8b5f-0e1d2c3b4a59"
     );
 }
 
@@ -337,7 +473,7 @@ fn text_output_and_pools_table() {
         "{text}"
     );
     assert!(
-        text.contains("21 records: 17 planned, 0 acted, 3 ignored, 1 duplicate, 0 failed"),
+        text.contains("27 records: 20 planned, 0 acted, 6 ignored, 1 duplicate, 0 failed"),
         "{text}"
     );
 

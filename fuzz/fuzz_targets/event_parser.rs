@@ -1,27 +1,39 @@
 //! Fuzzes forewarn's event parser through every public entry point and envelope.
 //!
 //! One input is fed, as it is, to:
-//! - `decode` (bytes: a bare EventBridge event, an SQS batch or a JSON array),
+//! - `decode` (bytes: a bare EventBridge event or Auto Scaling notification, an SQS batch or a
+//!   JSON array),
 //! - `decode_value` on the same bytes parsed by serde_json,
 //! - `decode_sqs_body` and `decode_sqs_event` with the input (when UTF-8) as an SQS body,
 //! - `decode_value` of an SQS batch (JSON) carrying it as a body,
-//! - `parse_event` of real events with one field replaced by the input string,
+//! - `parse_event` of real events (an Auto Scaling lifecycle hook's own notification included)
+//!   with one field replaced by the input string,
 //! - `parse_time`, `is_instance_id` and `EventKind::from_name`,
 //!
 //! and checks what must hold besides "no panic": every record's error names the record's own
 //! origin, envelopes number their records, a decoded event is well formed (its kind matches its
 //! source, detail-type and detail; actionable kinds name valid, distinct instance ids), the same
 //! event decodes alike bare and as an SQS body, decoding is deterministic, and a decoded event
-//! survives a serde JSON round trip unchanged.
+//! survives a serde JSON round trip unchanged. Every entry point gets the same fixed time of
+//! receipt (the fallback of an empty `time`), so decoding stays deterministic; an SQS message's
+//! `SentTimestamp` is that fallback when it is a time.
 #![no_main]
 
 use aws_lambda_events::event::sqs::SqsMessage;
 use forewarn::domain::event::{self, DecodeError, Detail, Event, EventKind, Origin, Record, decode, decode_sqs_body, decode_sqs_event, decode_value, is_instance_id, parse_event, parse_time};
+use chrono::{DateTime, Utc};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};
 use std::sync::OnceLock;
 
 const SOURCE: &str = "fuzz.json";
+
+/// When every input is received (epoch milliseconds): 2026-11-20T10:05:00Z.
+const RECEIVED_MS: i64 = 1_795_168_500_000;
+
+fn received() -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(RECEIVED_MS).expect("a time")
+}
 
 /// The real events whose string fields the input replaces, with the paths of those fields.
 static TEMPLATES: OnceLock<Vec<(Value, Vec<Vec<PathStep>>)>> = OnceLock::new();
@@ -34,9 +46,9 @@ fuzz_target!(|data: &[u8]| {
 });
 
 fn check_bytes(data: &[u8]) {
-    let decoded = decode(SOURCE, data);
+    let decoded = decode(SOURCE, data, received());
     // Deterministic (synthetic ids included).
-    assert_eq!(results(&decoded), results(&decode(SOURCE, data)));
+    assert_eq!(results(&decoded), results(&decode(SOURCE, data, received())));
     match serde_json::from_slice::<Value>(data) {
         Err(_) => {
             let err = decoded
@@ -46,7 +58,7 @@ fn check_bytes(data: &[u8]) {
             assert!(err.message.starts_with("not valid JSON"), "{err}");
         }
         Ok(value) => {
-            let via_value = decode_value(SOURCE, value.clone());
+            let via_value = decode_value(SOURCE, value.clone(), received());
             assert_eq!(results(&decoded), results(&via_value));
             check_envelope(&value, &decoded);
         }
@@ -72,7 +84,7 @@ fn check_envelope(value: &Value, decoded: &Result<Vec<Record>, DecodeError>) {
                 // An array item decodes as the same event would bare.
                 assert_eq!(
                     without_origin(&r.event),
-                    without_origin(&parse_event(&Origin::bare(SOURCE), &items[i]))
+                    without_origin(&parse_event(&Origin::bare(SOURCE), &items[i], received()))
                 );
             }
         }
@@ -177,17 +189,25 @@ fn check_str(s: &str) {
 
     // The input as the body of one SQS message, through every SQS path.
     let origin = sqs_origin();
-    let body = decode_sqs_body(&origin, Some(s));
+    let body = decode_sqs_body(&origin, Some(s), received());
     match serde_json::from_str::<Value>(s) {
         Err(_) => {
             let err = body.as_ref().expect_err("a body that is not JSON");
             assert_eq!(err.field.as_deref(), Some("body"));
         }
         Ok(v) => {
+            // A lifecycle hook's own notification (no EventBridge envelope) that decodes to an
+            // asg-termination takes its id from its token: a redelivery is a duplicate.
+            if let Ok(e) = &body
+                && let Detail::AsgTermination(l) = &e.detail
+                && v.get("source").is_none()
+            {
+                assert_eq!(e.id, format!("lifecycle-action:{}", l.token));
+            }
             // The same JSON decodes alike bare and in a body.
             assert_eq!(
                 without_origin(&body),
-                without_origin(&parse_event(&Origin::bare(SOURCE), &v))
+                without_origin(&parse_event(&Origin::bare(SOURCE), &v, received()))
             );
         }
     }
@@ -199,7 +219,7 @@ fn check_str(s: &str) {
     msg.body = Some(s.to_string());
     let mut missing = SqsMessage::default();
     missing.message_id = Some("m-1".into());
-    let lambda = decode_sqs_event(SOURCE, &[msg, missing]);
+    let lambda = decode_sqs_event(SOURCE, &[msg, missing], received());
     assert_eq!(lambda.len(), 2);
     assert_eq!(lambda[0].origin, origin);
     assert_eq!(lambda[0].event, body);
@@ -215,7 +235,7 @@ fn check_str(s: &str) {
         {"messageId": "m-1", "body": Value::Null},
         {"messageId": s},
     ]});
-    let from_json = decode_value(SOURCE, batch).expect("a batch is an envelope");
+    let from_json = decode_value(SOURCE, batch, received()).expect("a batch is an envelope");
     assert_eq!(from_json.len(), 3);
     assert_eq!(from_json[0].event, body);
     assert_eq!(from_json[1].event, lambda[1].event);
@@ -224,6 +244,25 @@ fn check_str(s: &str) {
     for r in &from_json {
         check_record(r);
     }
+
+    // The input as the `SentTimestamp` of a message whose event has an empty `time`: the event
+    // is dated by it when it is epoch milliseconds of a year up to 9999, else by the receipt.
+    let empty_time = json!({"id": "e-1", "source": event::SOURCE_EC2, "detail-type": event::DT_SPOT,
+        "time": "", "detail": {"instance-id": "i-0a1b2c3d4e5f60001"}})
+    .to_string();
+    let mut msg = SqsMessage::default();
+    msg.message_id = Some("m-0".into());
+    msg.body = Some(empty_time);
+    msg.attributes.insert("SentTimestamp".into(), s.to_string());
+    let dated = decode_sqs_event(SOURCE, &[msg], received());
+    let time = dated[0].event.as_ref().expect("a spot warning with an empty time decodes").time;
+    let sent = s
+        .trim()
+        .parse::<i64>()
+        .ok()
+        .and_then(DateTime::from_timestamp_millis)
+        .filter(|t| (0..=9999).contains(&chrono::Datelike::year(t)));
+    assert_eq!(time, sent.unwrap_or_else(received));
 
     // The input in each string field of real events: the parser's field paths.
     // One template per input (by its length) keeps an execution cheap; the fuzzer reaches the
@@ -241,7 +280,7 @@ fn check_str(s: &str) {
     for path in fields {
         let mut v = template.clone();
         set(&mut v, path, Value::String(s.to_string()));
-        let r = parse_event(&Origin::bare(SOURCE), &v);
+        let r = parse_event(&Origin::bare(SOURCE), &v, received());
         match &r {
             Ok(e) => check_event(e),
             Err(err) => {
@@ -256,7 +295,7 @@ fn sqs_origin() -> Origin {
     // The origin decode_sqs_event gives its first message.
     let mut m = SqsMessage::default();
     m.message_id = Some("m-0".into());
-    decode_sqs_event(SOURCE, &[m]).remove(0).origin
+    decode_sqs_event(SOURCE, &[m], received()).remove(0).origin
 }
 
 fn results(
@@ -313,6 +352,24 @@ fn templates() -> Vec<Value> {
                    "endTime": "2026-11-21T11:30:00Z",
                    "affectedEntities": [{"entityValue": "i-0a1b2c3d4e5f60002"},
                                         {"entityValue": "i-0a1b2c3d4e5f60003"}]}),
+        ),
+        // A lifecycle hook's own notification, sent straight to the queue.
+        json!({"Origin": "AutoScalingGroup", "LifecycleHookName": "h", "Destination": "EC2",
+               "AccountId": "123456789012", "RequestId": "r-1",
+               "LifecycleTransition": event::ASG_TERMINATING, "AutoScalingGroupName": "g",
+               "Service": event::ASG_SERVICE, "Time": "2026-11-20T10:00:00.123Z",
+               "EC2InstanceId": "i-0a1b2c3d4e5f60001", "LifecycleActionToken": "t",
+               "NotificationMetadata": "{}",
+               "AutoScalingGroupARN": "arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:u:autoScalingGroupName/g"}),
+        // Its test notification, and the EventBridge form of one.
+        json!({"AccountId": "123456789012", "RequestId": "r-2", "AutoScalingGroupName": "g",
+               "Service": event::ASG_SERVICE, "Event": event::ASG_TEST_NOTIFICATION,
+               "Time": "2026-11-20T10:00:00Z"}),
+        head(
+            event::DT_ASG_TERMINATE,
+            event::SOURCE_ASG,
+            json!({"AutoScalingGroupName": "g", "Event": event::ASG_TEST_NOTIFICATION,
+                   "Service": event::ASG_SERVICE, "Time": "2026-11-20T10:00:00Z"}),
         ),
     ]
 }

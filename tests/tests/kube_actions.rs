@@ -1163,7 +1163,8 @@ async fn the_pipeline_acts_through_the_adapter_once_per_event() {
         "region": "us-east-1", "resources": [],
         "detail": {"instance-id": ID, "instance-action": "terminate"}
     });
-    let records = forewarn::domain::event::decode("test", raw.to_string().as_bytes()).unwrap();
+    let records =
+        forewarn::domain::event::decode("test", raw.to_string().as_bytes(), Utc::now()).unwrap();
 
     let reports = pipeline.process(&records, Utc::now()).await;
 

@@ -129,8 +129,9 @@ impl Handler {
         {
             return Err(HandlerError::NoMessageId { index });
         }
-        let records = event::decode_sqs_event("sqs", &batch.records);
-        let reports = self.process(&records, Utc::now(), deadline).await;
+        let now = Utc::now();
+        let records = event::decode_sqs_event("sqs", &batch.records, now);
+        let reports = self.process(&records, now, deadline).await;
         if let Some(redelivery) = &self.redelivery {
             self.retry_soon(redelivery.as_ref(), batch, &reports, deadline)
                 .await;
@@ -235,9 +236,10 @@ impl Handler {
         if !payload.is_object() {
             return Err(HandlerError::Payload("expected a JSON object".to_string()));
         }
-        let records = event::decode_value("eventbridge", payload)
+        let now = Utc::now();
+        let records = event::decode_value("eventbridge", payload, now)
             .map_err(|e| HandlerError::Payload(e.to_string()))?;
-        let reports = self.process(&records, Utc::now(), deadline).await;
+        let reports = self.process(&records, now, deadline).await;
         if let Some(failed) = reports.iter().find(|r| r.outcome == Outcome::Failed) {
             return Err(HandlerError::EventFailed {
                 origin: failed
@@ -355,6 +357,88 @@ mod tests {
             json!({"batchItemFailures": [{"itemIdentifier": "bad"}]})
         );
         assert_eq!(inv.reports[2].outcome, Outcome::Ignored);
+    }
+
+    fn hook_notification(event: &str, token: Option<&str>) -> String {
+        let mut v = json!({
+            "Origin": "AutoScalingGroup", "LifecycleHookName": "forewarn-drain",
+            "Destination": "EC2", "AccountId": "123456789012", "RequestId": "5e1f0c3a",
+            "AutoScalingGroupName": "eks-demo-ng-1", "Service": "AWS Auto Scaling",
+            "Time": "2026-11-20T10:01:20.187Z", "EC2InstanceId": "i-0a1b2c3d4e5f60009",
+        });
+        if event == crate::domain::event::ASG_TEST_NOTIFICATION {
+            v["Event"] = json!(event);
+        } else {
+            v["LifecycleTransition"] = json!(event);
+        }
+        if let Some(token) = token {
+            v["LifecycleActionToken"] = json!(token);
+        }
+        v.to_string()
+    }
+
+    #[tokio::test]
+    async fn partial_batch_response_on_hook_notifications_test_notifications_and_warnings() {
+        use crate::domain::event::{ASG_TERMINATING, ASG_TEST_NOTIFICATION, EventKind};
+        let dir = tempfile::tempdir().unwrap();
+        let h = handler(dir.path());
+        let eventbridge_test = json!({
+            "version": "0", "id": "d3f5a7c9", "source": "aws.autoscaling",
+            "detail-type": crate::domain::event::DT_ASG_TERMINATE,
+            "time": "2026-11-20T10:01:32Z",
+            "detail": {"AutoScalingGroupName": "eks-demo-ng-1", "Event": ASG_TEST_NOTIFICATION}
+        })
+        .to_string();
+        let payload = json!({"Records": [
+            {"messageId": "hook", "body": hook_notification(ASG_TERMINATING, Some("tok-1")),
+             "attributes": {"SentTimestamp": "1795168880214"}},
+            {"messageId": "test", "body": hook_notification(ASG_TEST_NOTIFICATION, None)},
+            {"messageId": "eb-test", "body": eventbridge_test},
+            {"messageId": "warning", "body": spot("e1")},
+            {"messageId": "launch", "body": hook_notification("autoscaling:EC2_INSTANCE_LAUNCHING", Some("tok-2"))},
+            {"messageId": "no-token", "body": hook_notification(ASG_TERMINATING, None)},
+        ]});
+        let inv = h.invoke(payload.clone(), None).await.unwrap();
+        assert_eq!(
+            inv.response,
+            json!({"batchItemFailures": [{"itemIdentifier": "no-token"}]}),
+            "only the hook notification without a token comes back"
+        );
+        let outcomes: Vec<(Option<&str>, Outcome)> = inv
+            .reports
+            .iter()
+            .map(|r| (r.message_id.as_deref(), r.outcome))
+            .collect();
+        assert_eq!(
+            outcomes,
+            vec![
+                (Some("hook"), Outcome::Planned),
+                (Some("test"), Outcome::Ignored),
+                (Some("eb-test"), Outcome::Ignored),
+                (Some("warning"), Outcome::Planned),
+                (Some("launch"), Outcome::Ignored),
+                (Some("no-token"), Outcome::Failed),
+            ]
+        );
+        let hook = &inv.reports[0];
+        assert_eq!(hook.kind, Some(EventKind::AsgTermination));
+        assert_eq!(hook.event_id.as_deref(), Some("lifecycle-action:tok-1"));
+        for r in &inv.reports[1..3] {
+            let reason = r.reason.as_deref().unwrap_or_default();
+            assert!(reason.contains("test notification"), "{reason}");
+        }
+        let launch = inv.reports[4].reason.as_deref().unwrap_or_default();
+        assert!(launch.contains("EC2_INSTANCE_LAUNCHING"), "{launch}");
+        let failed = inv.reports[5].reason.as_deref().unwrap_or_default();
+        assert!(
+            failed.contains("field `LifecycleActionToken`: missing"),
+            "{failed}"
+        );
+        assert!(failed.contains("messageId no-token"), "{failed}");
+
+        // Delivered again: the hook notification is a duplicate (its id is its token's).
+        let again = h.invoke(payload, None).await.unwrap();
+        assert_eq!(again.reports[0].outcome, Outcome::Duplicate);
     }
 
     #[tokio::test]

@@ -491,7 +491,7 @@ mod tests {
     }
 
     fn records(batch: serde_json::Value) -> Vec<Record> {
-        decode_value("batch", batch).unwrap()
+        decode_value("batch", batch, chrono::Utc::now()).unwrap()
     }
 
     async fn run(

@@ -7,7 +7,7 @@
 use std::fmt;
 
 use aws_lambda_events::event::sqs::SqsMessage;
-use chrono::{DateTime, Datelike, Utc};
+use chrono::{DateTime, Datelike, Timelike, Utc, Weekday};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -83,6 +83,12 @@ pub const DT_STATE_CHANGE: &str = "EC2 Instance State-change Notification";
 pub const DT_HEALTH: &str = "AWS Health Event";
 pub const DT_ASG_TERMINATE: &str = "EC2 Instance-terminate Lifecycle Action";
 pub const DT_RESERVATION: &str = "EC2 Capacity Reservation Instance Interruption Warning";
+/// The `Service` of an Auto Scaling notification sent straight to a queue.
+pub const ASG_SERVICE: &str = "AWS Auto Scaling";
+/// The lifecycle transition forewarn acts on.
+pub const ASG_TERMINATING: &str = "autoscaling:EC2_INSTANCE_TERMINATING";
+/// What Auto Scaling sends when a hook or notification is created.
+pub const ASG_TEST_NOTIFICATION: &str = "autoscaling:TEST_NOTIFICATION";
 
 /// What a spot (or capacity reservation) interruption will do to the instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -297,24 +303,36 @@ pub struct Record {
 
 /// Decodes an input (any of the three envelopes). An `Err` means the input as a whole could not
 /// be read (not JSON, or no envelope recognised); otherwise each record carries its own result.
-pub fn decode(source: &str, input: &[u8]) -> Result<Vec<Record>, DecodeError> {
+///
+/// `received` is when the input was received: the time of an event whose `time` is empty (an
+/// SQS message's `SentTimestamp` comes first). The caller passes it in, so that decoding stays
+/// pure and deterministic.
+pub fn decode(
+    source: &str,
+    input: &[u8],
+    received: DateTime<Utc>,
+) -> Result<Vec<Record>, DecodeError> {
     let value: Value = serde_json::from_slice(input).map_err(|e| DecodeError {
         origin: Origin::bare(source),
         field: None,
         message: format!("not valid JSON: {e}"),
     })?;
-    decode_value(source, value)
+    decode_value(source, value, received)
 }
 
 /// Decodes an already-parsed input; see [`decode`].
-pub fn decode_value(source: &str, value: Value) -> Result<Vec<Record>, DecodeError> {
+pub fn decode_value(
+    source: &str,
+    value: Value,
+    received: DateTime<Utc>,
+) -> Result<Vec<Record>, DecodeError> {
     match value {
         Value::Array(items) => Ok(items
             .into_iter()
             .enumerate()
             .map(|(i, item)| {
                 let origin = Origin::array(source, i);
-                let event = parse_event(&origin, &item);
+                let event = parse_event(&origin, &item, received);
                 Record { origin, event }
             })
             .collect()),
@@ -332,12 +350,12 @@ pub fn decode_value(source: &str, value: Value) -> Result<Vec<Record>, DecodeErr
             Ok(records
                 .iter()
                 .enumerate()
-                .map(|(i, raw)| decode_sqs_record(source, i, raw))
+                .map(|(i, raw)| decode_sqs_record(source, i, raw, received))
                 .collect())
         }
         Value::Object(_) => {
             let origin = Origin::bare(source);
-            let event = parse_event(&origin, &value);
+            let event = parse_event(&origin, &value, received);
             Ok(vec![Record { origin, event }])
         }
         other => Err(DecodeError {
@@ -351,7 +369,7 @@ pub fn decode_value(source: &str, value: Value) -> Result<Vec<Record>, DecodeErr
     }
 }
 
-fn decode_sqs_record(source: &str, index: usize, raw: &Value) -> Record {
+fn decode_sqs_record(source: &str, index: usize, raw: &Value, received: DateTime<Utc>) -> Record {
     let message_id = raw
         .get("messageId")
         .and_then(Value::as_str)
@@ -363,12 +381,17 @@ fn decode_sqs_record(source: &str, index: usize, raw: &Value) -> Record {
             field: None,
             message: format!("not an SQS message: {e}"),
         })
-        .and_then(|msg| decode_sqs_body(&origin, msg.body.as_deref()));
+        .and_then(|msg| decode_sqs_body(&origin, msg.body.as_deref(), sent_at(&msg, received)));
     Record { origin, event }
 }
 
-/// Decodes the body of one SQS message (the EventBridge event JSON as a string).
-pub fn decode_sqs_body(origin: &Origin, body: Option<&str>) -> Result<Event, DecodeError> {
+/// Decodes the body of one SQS message (the EventBridge event JSON as a string, or an Auto
+/// Scaling notification). `sent` is the time of an event whose `time` is empty.
+pub fn decode_sqs_body(
+    origin: &Origin,
+    body: Option<&str>,
+    sent: DateTime<Utc>,
+) -> Result<Event, DecodeError> {
     let err = |message: String| DecodeError {
         origin: origin.clone(),
         field: Some("body".into()),
@@ -377,20 +400,36 @@ pub fn decode_sqs_body(origin: &Origin, body: Option<&str>) -> Result<Event, Dec
     let body = body.ok_or_else(|| err("missing".into()))?;
     let value: Value =
         serde_json::from_str(body).map_err(|e| err(format!("not valid JSON: {e}")))?;
-    parse_event(origin, &value)
+    parse_event(origin, &value, sent)
 }
 
-/// Decodes the records of a Lambda `SqsEvent`, keeping each message's id.
-pub fn decode_sqs_event(source: &str, messages: &[SqsMessage]) -> Vec<Record> {
+/// Decodes the records of a Lambda `SqsEvent`, keeping each message's id. An event whose `time`
+/// is empty is dated by its message's `SentTimestamp`, or else `received`.
+pub fn decode_sqs_event(
+    source: &str,
+    messages: &[SqsMessage],
+    received: DateTime<Utc>,
+) -> Vec<Record> {
     messages
         .iter()
         .enumerate()
         .map(|(i, msg)| {
             let origin = Origin::sqs(source, i, msg.message_id.clone());
-            let event = decode_sqs_body(&origin, msg.body.as_deref());
+            let event = decode_sqs_body(&origin, msg.body.as_deref(), sent_at(msg, received));
             Record { origin, event }
         })
         .collect()
+}
+
+/// When SQS received a message (its `SentTimestamp` attribute, epoch milliseconds), or else
+/// `received` (also when the attribute is not a time).
+fn sent_at(msg: &SqsMessage, received: DateTime<Utc>) -> DateTime<Utc> {
+    msg.attributes
+        .get("SentTimestamp")
+        .and_then(|ms| ms.trim().parse::<i64>().ok())
+        .and_then(DateTime::from_timestamp_millis)
+        .filter(|t| (0..=9999).contains(&t.year()))
+        .unwrap_or(received)
 }
 
 fn json_type(v: &Value) -> &'static str {
@@ -443,8 +482,9 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// An instance id; surrounding whitespace is trimmed.
     fn instance_id(&self, v: &Value, key: &str, path: &str) -> Result<String, DecodeError> {
-        let id = self.req_str(v, key, path)?;
+        let id = self.req_str(v, key, path)?.trim();
         if is_instance_id(id) {
             Ok(id.to_string())
         } else {
@@ -461,6 +501,19 @@ impl<'a> Fields<'a> {
             Some(s) => parse_time(s).map(Some).ok_or_else(|| {
                 self.err(path, format!("`{s}` is not an RFC 3339 or RFC 1123 time"))
             }),
+        }
+    }
+
+    /// An optional time where an empty string means absent (there is a fallback).
+    fn time_or_empty(
+        &self,
+        v: &Value,
+        key: &str,
+        path: &str,
+    ) -> Result<Option<DateTime<Utc>>, DecodeError> {
+        match self.opt_str(v, key, path)? {
+            Some(s) if s.trim().is_empty() => Ok(None),
+            _ => self.time(v, key, path),
         }
     }
 }
@@ -480,18 +533,72 @@ pub fn is_instance_id(s: &str) -> bool {
 ///
 /// Only years 0 to 9999 (in UTC) are times: the RFC 2822 parser takes years of any length, and
 /// a time near chrono's limits would overflow (and panic) when a deadline is added to it.
+///
+/// RFC 1123 dates are also taken as AWS writes them in its own examples: a weekday that does not
+/// match the date (the date is authoritative, the weekday redundant), single-digit days and
+/// fractional seconds (`Thu, 3 Dec 2026 06:00:00.500 GMT`).
 pub fn parse_time(s: &str) -> Option<DateTime<Utc>> {
     let s = s.trim();
     DateTime::parse_from_rfc3339(s)
         .or_else(|_| DateTime::parse_from_rfc2822(s))
         .ok()
         .map(|t| t.with_timezone(&Utc))
+        .or_else(|| parse_rfc1123_as_aws_writes_it(s))
         .filter(|t| (0..=9999).contains(&t.year()))
+}
+
+/// RFC 1123 with a weekday that may not match the date, and fractional seconds.
+fn parse_rfc1123_as_aws_writes_it(s: &str) -> Option<DateTime<Utc>> {
+    let (weekday, rest) = match s.split_once(',') {
+        Some((w, rest)) => (Some(w.trim().parse::<Weekday>().ok()?), rest),
+        None => (None, s),
+    };
+    // day month year time zone
+    let mut parts: Vec<&str> = rest.split_ascii_whitespace().collect();
+    if parts.len() != 5 {
+        return None;
+    }
+    let mut nanos = 0;
+    if let Some((hms, fraction)) = parts[3].split_once('.') {
+        if fraction.is_empty()
+            || fraction.len() > 9
+            || !fraction.bytes().all(|b| b.is_ascii_digit())
+        {
+            return None;
+        }
+        let digits = u32::try_from(fraction.len()).ok()?;
+        nanos = fraction.parse::<u32>().ok()? * 10u32.pow(9 - digits);
+        parts[3] = hms;
+    }
+    let t = DateTime::parse_from_rfc2822(&parts.join(" "))
+        .ok()?
+        .with_timezone(&Utc)
+        .with_nanosecond(nanos)?;
+    if let Some(weekday) = weekday
+        && weekday != t.weekday()
+    {
+        tracing::debug!(
+            time = s,
+            weekday = %weekday,
+            date_weekday = %t.weekday(),
+            "RFC 1123 time whose weekday does not match its date: the date is taken"
+        );
+    }
+    Some(t)
 }
 
 /// Parses one EventBridge event. Valid JSON of an unknown source or detail-type is an
 /// `unsupported` event, not an error.
-pub fn parse_event(origin: &Origin, v: &Value) -> Result<Event, DecodeError> {
+///
+/// The body of an SQS message may also be an Auto Scaling lifecycle hook's own notification (the
+/// hook's notification target is the queue): see [`parse_autoscaling_notification`].
+///
+/// `received` dates an event whose `time` is empty (see [`decode`]).
+pub fn parse_event(
+    origin: &Origin,
+    v: &Value,
+    received: DateTime<Utc>,
+) -> Result<Event, DecodeError> {
     let f = Fields { origin };
     if !v.is_object() {
         return Err(f.err(
@@ -502,6 +609,31 @@ pub fn parse_event(origin: &Origin, v: &Value) -> Result<Event, DecodeError> {
             ),
         ));
     }
+    if is_autoscaling_notification(v) {
+        return parse_autoscaling_notification(&f, v, received);
+    }
+    let (source, detail_type, kind) = envelope_kind(&f, v)?;
+    let id = event_id(&f, v, kind)?;
+    let time = event_time(&f, v, "time", kind, received)?;
+    let region = f.opt_str(v, "region", "region")?.map(str::to_string);
+    let account = f.opt_str(v, "account", "account")?.map(str::to_string);
+    let detail = detail_object(&f, v, kind)?;
+    let (kind, instance_ids, detail) = parse_detail(&f, kind, detail, &source, &detail_type)?;
+    Ok(Event {
+        id,
+        kind,
+        source,
+        detail_type,
+        time,
+        region,
+        account,
+        instance_ids,
+        detail,
+    })
+}
+
+/// The envelope's `source` and `detail-type` (empty when absent) and the kind they name.
+fn envelope_kind(f: &Fields<'_>, v: &Value) -> Result<(String, String, EventKind), DecodeError> {
     let source = f
         .opt_str(v, "source", "source")?
         .unwrap_or_default()
@@ -511,36 +643,70 @@ pub fn parse_event(origin: &Origin, v: &Value) -> Result<Event, DecodeError> {
         .unwrap_or_default()
         .to_string();
     let kind = classify(&source, &detail_type);
-    let id = match (f.opt_str(v, "id", "id")?, kind) {
-        (Some(id), _) if !id.trim().is_empty() => id.to_string(),
-        (_, EventKind::Unsupported) => synthetic_id(v),
-        (Some(_), _) => return Err(f.err("id", "must not be empty")),
-        (None, _) => return Err(f.err("id", "missing")),
-    };
-    let time = match f.time(v, "time", "time")? {
-        Some(t) => t,
-        None if kind == EventKind::Unsupported => DateTime::<Utc>::UNIX_EPOCH,
-        None => return Err(f.err("time", "missing")),
-    };
-    let region = f.opt_str(v, "region", "region")?.map(str::to_string);
-    let account = f.opt_str(v, "account", "account")?.map(str::to_string);
-    let empty = Value::Object(Default::default());
-    let detail = match v.get("detail") {
-        Some(d @ Value::Object(_)) => d,
-        None | Some(Value::Null) if kind == EventKind::Unsupported => &empty,
-        None => return Err(f.err("detail", "missing")),
-        Some(other) => {
-            return Err(f.err(
-                "detail",
-                format!("expected an object, found {}", json_type(other)),
-            ));
-        }
-    };
+    Ok((source, detail_type, kind))
+}
 
-    let (kind, instance_ids, detail) = match kind {
+/// The event id; an unsupported event without one gets a stable synthetic id.
+fn event_id(f: &Fields<'_>, v: &Value, kind: EventKind) -> Result<String, DecodeError> {
+    match (f.opt_str(v, "id", "id")?, kind) {
+        (Some(id), _) if !id.trim().is_empty() => Ok(id.to_string()),
+        (_, EventKind::Unsupported) => Ok(synthetic_id(v)),
+        (Some(_), _) => Err(f.err("id", "must not be empty")),
+        (None, _) => Err(f.err("id", "missing")),
+    }
+}
+
+/// The event time (field `key`). An empty one falls back to `received`; an unsupported event
+/// without one is dated at the epoch.
+fn event_time(
+    f: &Fields<'_>,
+    v: &Value,
+    key: &str,
+    kind: EventKind,
+    received: DateTime<Utc>,
+) -> Result<DateTime<Utc>, DecodeError> {
+    if f.opt_str(v, key, key)?.is_some_and(|s| s.trim().is_empty()) {
+        return Ok(received);
+    }
+    match f.time(v, key, key)? {
+        Some(t) => Ok(t),
+        None if kind == EventKind::Unsupported => Ok(DateTime::<Utc>::UNIX_EPOCH),
+        None => Err(f.err(key, "missing")),
+    }
+}
+
+/// No `detail` at all (only acceptable for an unsupported event).
+static NO_DETAIL: Value = Value::Null;
+
+/// The `detail` object; an unsupported event may have none.
+fn detail_object<'v>(
+    f: &Fields<'_>,
+    v: &'v Value,
+    kind: EventKind,
+) -> Result<&'v Value, DecodeError> {
+    match v.get("detail") {
+        Some(d @ Value::Object(_)) => Ok(d),
+        None | Some(Value::Null) if kind == EventKind::Unsupported => Ok(&NO_DETAIL),
+        None => Err(f.err("detail", "missing")),
+        Some(other) => Err(f.err(
+            "detail",
+            format!("expected an object, found {}", json_type(other)),
+        )),
+    }
+}
+
+/// The kind-specific part: the instances the event is about and its [`Detail`].
+fn parse_detail(
+    f: &Fields<'_>,
+    kind: EventKind,
+    detail: &Value,
+    source: &str,
+    detail_type: &str,
+) -> Result<(EventKind, Vec<String>, Detail), DecodeError> {
+    Ok(match kind {
         EventKind::SpotInterruption => {
             let id = f.instance_id(detail, "instance-id", "detail.instance-id")?;
-            let action = instance_action(&f, detail)?;
+            let action = instance_action(f, detail)?;
             (kind, vec![id], Detail::Spot { action })
         }
         EventKind::RebalanceRecommendation => {
@@ -552,55 +718,16 @@ pub fn parse_event(origin: &Origin, v: &Value) -> Result<Event, DecodeError> {
             let state = InstanceState::parse(f.req_str(detail, "state", "detail.state")?);
             (kind, vec![id], Detail::StateChange { state })
         }
-        EventKind::CapacityReservationInterruption => {
-            let id = f.instance_id(detail, "instance-id", "detail.instance-id")?;
-            let action = instance_action(&f, detail)?;
-            let termination_time = f.time(
-                detail,
-                "instance-termination-time",
-                "detail.instance-termination-time",
-            )?;
-            let az_id = f
-                .opt_str(detail, "azId", "detail.azId")?
-                .map(str::to_string);
-            (
-                kind,
-                vec![id],
-                Detail::CapacityReservation {
-                    action,
-                    termination_time,
-                    az_id,
-                },
-            )
-        }
-        EventKind::AsgTermination => {
-            let id = f.instance_id(detail, "EC2InstanceId", "detail.EC2InstanceId")?;
-            let lifecycle = LifecycleAction {
-                hook_name: f
-                    .req_str(detail, "LifecycleHookName", "detail.LifecycleHookName")?
-                    .to_string(),
-                asg_name: f
-                    .req_str(
-                        detail,
-                        "AutoScalingGroupName",
-                        "detail.AutoScalingGroupName",
-                    )?
-                    .to_string(),
-                token: f
-                    .req_str(
-                        detail,
-                        "LifecycleActionToken",
-                        "detail.LifecycleActionToken",
-                    )?
-                    .to_string(),
-                transition: f
-                    .opt_str(detail, "LifecycleTransition", "detail.LifecycleTransition")?
-                    .unwrap_or("autoscaling:EC2_INSTANCE_TERMINATING")
-                    .to_string(),
-            };
-            (kind, vec![id], Detail::AsgTermination(lifecycle))
-        }
-        EventKind::ScheduledChange => parse_health(&f, detail)?,
+        EventKind::CapacityReservationInterruption => parse_reservation(f, detail)?,
+        EventKind::AsgTermination => match autoscaling_test_notification(f, detail, "detail.")? {
+            Some(why) => (
+                EventKind::Unsupported,
+                Vec::new(),
+                Detail::Unsupported { why },
+            ),
+            None => parse_lifecycle_detail(f, detail)?,
+        },
+        EventKind::ScheduledChange => parse_health(f, detail)?,
         EventKind::Unsupported => (
             kind,
             Vec::new(),
@@ -612,17 +739,166 @@ pub fn parse_event(origin: &Origin, v: &Value) -> Result<Event, DecodeError> {
                 },
             },
         ),
+    })
+}
+
+fn parse_reservation(
+    f: &Fields<'_>,
+    detail: &Value,
+) -> Result<(EventKind, Vec<String>, Detail), DecodeError> {
+    let id = f.instance_id(detail, "instance-id", "detail.instance-id")?;
+    let action = instance_action(f, detail)?;
+    let termination_time = f.time(
+        detail,
+        "instance-termination-time",
+        "detail.instance-termination-time",
+    )?;
+    let az_id = f
+        .opt_str(detail, "azId", "detail.azId")?
+        .map(str::to_string);
+    Ok((
+        EventKind::CapacityReservationInterruption,
+        vec![id],
+        Detail::CapacityReservation {
+            action,
+            termination_time,
+            az_id,
+        },
+    ))
+}
+
+/// The `detail` of an EventBridge `EC2 Instance-terminate Lifecycle Action`.
+fn parse_lifecycle_detail(
+    f: &Fields<'_>,
+    detail: &Value,
+) -> Result<(EventKind, Vec<String>, Detail), DecodeError> {
+    let (id, lifecycle) = lifecycle_action(f, detail, "detail.")?;
+    Ok((
+        EventKind::AsgTermination,
+        vec![id],
+        Detail::AsgTermination(lifecycle),
+    ))
+}
+
+/// The instance and the lifecycle action of a lifecycle hook's notification (the `detail` of an
+/// EventBridge event, paths under `prefix`, or a notification sent straight to a queue).
+fn lifecycle_action(
+    f: &Fields<'_>,
+    v: &Value,
+    prefix: &str,
+) -> Result<(String, LifecycleAction), DecodeError> {
+    let path = |key: &str| format!("{prefix}{key}");
+    let id = f.instance_id(v, "EC2InstanceId", &path("EC2InstanceId"))?;
+    let lifecycle = LifecycleAction {
+        hook_name: f
+            .req_str(v, "LifecycleHookName", &path("LifecycleHookName"))?
+            .to_string(),
+        asg_name: f
+            .req_str(v, "AutoScalingGroupName", &path("AutoScalingGroupName"))?
+            .to_string(),
+        token: f
+            .req_str(v, "LifecycleActionToken", &path("LifecycleActionToken"))?
+            .to_string(),
+        transition: f
+            .opt_str(v, "LifecycleTransition", &path("LifecycleTransition"))?
+            .unwrap_or(ASG_TERMINATING)
+            .to_string(),
     };
+    Ok((id, lifecycle))
+}
+
+/// Why an Auto Scaling notification (fields under `prefix`) is a test notification to ignore,
+/// when it is one (`Event` or `LifecycleTransition` is `autoscaling:TEST_NOTIFICATION`).
+fn autoscaling_test_notification(
+    f: &Fields<'_>,
+    v: &Value,
+    prefix: &str,
+) -> Result<Option<String>, DecodeError> {
+    let event = f.opt_str(v, "Event", &format!("{prefix}Event"))?;
+    let transition = f.opt_str(
+        v,
+        "LifecycleTransition",
+        &format!("{prefix}LifecycleTransition"),
+    )?;
+    Ok(
+        (event == Some(ASG_TEST_NOTIFICATION) || transition == Some(ASG_TEST_NOTIFICATION)).then(
+            || {
+                format!(
+                    "Auto Scaling test notification ({ASG_TEST_NOTIFICATION}), sent when a lifecycle hook or notification is created: nothing to do"
+                )
+            },
+        ),
+    )
+}
+
+/// An Auto Scaling notification sent straight to the queue (a lifecycle hook whose notification
+/// target is the queue): no `source` or `detail-type`, and the `Service` of Auto Scaling or the
+/// fields of a lifecycle action or a test notification at the top level.
+fn is_autoscaling_notification(v: &Value) -> bool {
+    v.get("source").is_none()
+        && v.get("detail-type").is_none()
+        && (v.get("Service").and_then(Value::as_str) == Some(ASG_SERVICE)
+            || ["LifecycleTransition", "LifecycleActionToken", "Event"]
+                .iter()
+                .any(|k| v.get(*k).is_some()))
+}
+
+/// Parses a lifecycle hook's own notification. A terminating transition is an `asg-termination`
+/// whose id is derived from the `LifecycleActionToken` (so a redelivery is a duplicate); a test
+/// notification, a launching transition (or any other) is unsupported, ignored with the reason.
+/// It takes the EventBridge kind's `source` and `detail-type`, so that it is planned alike.
+fn parse_autoscaling_notification(
+    f: &Fields<'_>,
+    v: &Value,
+    received: DateTime<Utc>,
+) -> Result<Event, DecodeError> {
+    let account = f.opt_str(v, "AccountId", "AccountId")?.map(str::to_string);
+    let region = f
+        .opt_str(v, "AutoScalingGroupARN", "AutoScalingGroupARN")?
+        .and_then(|arn| arn.split(':').nth(3))
+        .filter(|r| !r.is_empty())
+        .map(str::to_string);
+    let transition = f.opt_str(v, "LifecycleTransition", "LifecycleTransition")?;
+    let why = match (autoscaling_test_notification(f, v, "")?, transition) {
+        (Some(why), _) => Some(why),
+        (None, Some(ASG_TERMINATING)) => None,
+        (None, Some(other)) => Some(format!(
+            "Auto Scaling lifecycle transition `{other}`: only {ASG_TERMINATING} is handled"
+        )),
+        (None, None) => Some(format!(
+            "Auto Scaling notification `{}` is not a lifecycle action",
+            f.opt_str(v, "Event", "Event")?.unwrap_or_default()
+        )),
+    };
+    if let Some(why) = why {
+        return Ok(Event {
+            id: synthetic_id(v),
+            kind: EventKind::Unsupported,
+            source: SOURCE_ASG.to_string(),
+            detail_type: transition
+                .or(f.opt_str(v, "Event", "Event")?)
+                .unwrap_or_default()
+                .to_string(),
+            time: event_time(f, v, "Time", EventKind::Unsupported, received)?,
+            region,
+            account,
+            instance_ids: Vec::new(),
+            detail: Detail::Unsupported { why },
+        });
+    }
+    let token = f.req_str(v, "LifecycleActionToken", "LifecycleActionToken")?;
+    let time = event_time(f, v, "Time", EventKind::AsgTermination, received)?;
+    let (instance, lifecycle) = lifecycle_action(f, v, "")?;
     Ok(Event {
-        id,
-        kind,
-        source,
-        detail_type,
+        id: format!("lifecycle-action:{token}"),
+        kind: EventKind::AsgTermination,
+        source: SOURCE_ASG.to_string(),
+        detail_type: DT_ASG_TERMINATE.to_string(),
         time,
         region,
         account,
-        instance_ids,
-        detail,
+        instance_ids: vec![instance],
+        detail: Detail::AsgTermination(lifecycle),
     })
 }
 
@@ -676,8 +952,9 @@ fn parse_health(
     let event_arn = f
         .opt_str(detail, "eventArn", "detail.eventArn")?
         .map(str::to_string);
-    let start_time = f.time(detail, "startTime", "detail.startTime")?;
-    let end_time = f.time(detail, "endTime", "detail.endTime")?;
+    // Empty is absent: the drain deadline then falls back as for events that give none.
+    let start_time = f.time_or_empty(detail, "startTime", "detail.startTime")?;
+    let end_time = f.time_or_empty(detail, "endTime", "detail.endTime")?;
     let mut ids: Vec<String> = Vec::new();
     match detail.get("affectedEntities") {
         None | Some(Value::Null) => {}
@@ -690,7 +967,7 @@ fn parse_health(
                         format!("expected an object, found {}", json_type(entity)),
                     ));
                 }
-                if let Some(value) = f.opt_str(entity, "entityValue", &path)?
+                if let Some(value) = f.opt_str(entity, "entityValue", &path)?.map(str::trim)
                     && is_instance_id(value)
                     && !ids.iter().any(|x| x == value)
                 {
@@ -746,8 +1023,13 @@ mod tests {
         })
     }
 
+    /// When the test inputs were received.
+    fn received() -> DateTime<Utc> {
+        parse_time("2026-11-20T10:05:00Z").unwrap()
+    }
+
     fn one(v: Value) -> Result<Event, DecodeError> {
-        let mut records = decode_value("t.json", v).unwrap();
+        let mut records = decode_value("t.json", v, received()).unwrap();
         assert_eq!(records.len(), 1);
         records.remove(0).event
     }
@@ -875,7 +1157,7 @@ mod tests {
             {"messageId": "m1", "body": good},
             {"messageId": "m2", "body": "{not json"},
         ]});
-        let records = decode_value("batch.json", v).unwrap();
+        let records = decode_value("batch.json", v, received()).unwrap();
         assert!(records[0].event.is_ok());
         let err = records[1].event.as_ref().unwrap_err();
         assert_eq!(err.to_string().split(':').next(), Some("batch.json"));
@@ -889,7 +1171,7 @@ mod tests {
     #[test]
     fn array_envelope() {
         let v = json!([spot("a", json!("i-0a1b2c3d4e5f60001")), 7]);
-        let records = decode_value("arr.json", v).unwrap();
+        let records = decode_value("arr.json", v, received()).unwrap();
         assert!(records[0].event.is_ok());
         assert!(
             records[1]
@@ -903,12 +1185,12 @@ mod tests {
 
     #[test]
     fn not_json_is_an_input_error() {
-        let err = decode("x.json", b"{\"id\": ").unwrap_err();
+        let err = decode("x.json", b"{\"id\": ", received()).unwrap_err();
         assert!(
             err.to_string().starts_with("x.json: not valid JSON"),
             "{err}"
         );
-        let err = decode("y.json", b"42").unwrap_err();
+        let err = decode("y.json", b"42", received()).unwrap_err();
         assert!(err.message.contains("found a number"));
     }
 
@@ -935,6 +1217,218 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    fn hook_notification(transition: &str) -> Value {
+        json!({
+            "Origin": "AutoScalingGroup", "LifecycleHookName": "forewarn-drain",
+            "Destination": "EC2", "AccountId": "123456789012",
+            "RequestId": "5e1f0c3a-7b2d-4e9f-a6c8-1d3b5f7e9a20",
+            "LifecycleTransition": transition, "AutoScalingGroupName": "eks-demo-ng-1",
+            "Service": "AWS Auto Scaling", "Time": "2026-11-20T10:01:20.187Z",
+            "EC2InstanceId": "i-0a1b2c3d4e5f60009",
+            "LifecycleActionToken": "3f2a6b1c-9d4e-4c7a-8b5f-0e1d2c3b4a59",
+            "NotificationMetadata": "{\"cluster\":\"demo\"}"
+        })
+    }
+
+    #[test]
+    fn lifecycle_hook_notification_sent_straight_to_the_queue() {
+        let e = one(hook_notification(ASG_TERMINATING)).unwrap();
+        assert_eq!(e.kind, EventKind::AsgTermination);
+        assert_eq!(
+            e.id,
+            "lifecycle-action:3f2a6b1c-9d4e-4c7a-8b5f-0e1d2c3b4a59"
+        );
+        assert_eq!(
+            (e.source.as_str(), e.detail_type.as_str()),
+            (SOURCE_ASG, DT_ASG_TERMINATE)
+        );
+        assert_eq!(e.instance_ids, vec!["i-0a1b2c3d4e5f60009"]);
+        assert_eq!(e.account.as_deref(), Some("123456789012"));
+        assert_eq!(e.time, parse_time("2026-11-20T10:01:20.187Z").unwrap());
+        assert_eq!(
+            e.detail,
+            Detail::AsgTermination(LifecycleAction {
+                hook_name: "forewarn-drain".into(),
+                asg_name: "eks-demo-ng-1".into(),
+                token: "3f2a6b1c-9d4e-4c7a-8b5f-0e1d2c3b4a59".into(),
+                transition: ASG_TERMINATING.into(),
+            })
+        );
+        // A redelivery (in another SQS message) is the same event: same id.
+        let body = hook_notification(ASG_TERMINATING).to_string();
+        let batch = json!({"Records": [{"messageId": "m1", "body": body}, {"messageId": "m2", "body": body}]});
+        let records = decode_value("b.json", batch, received()).unwrap();
+        assert_eq!(records[0].event.as_ref().unwrap().id, e.id);
+        assert_eq!(records[1].event.as_ref().unwrap().id, e.id);
+    }
+
+    #[test]
+    fn launching_hook_notification_is_ignored() {
+        let e = one(hook_notification("autoscaling:EC2_INSTANCE_LAUNCHING")).unwrap();
+        assert_eq!(e.kind, EventKind::Unsupported);
+        assert!(e.instance_ids.is_empty());
+        match e.detail {
+            Detail::Unsupported { why } => {
+                assert!(why.contains("autoscaling:EC2_INSTANCE_LAUNCHING"), "{why}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn test_notifications_are_ignored_directly_and_in_eventbridge() {
+        let direct = json!({
+            "AccountId": "123456789012", "RequestId": "0d6c8e4a-2f1b-4a3c-b5d7-9e1f3a5c7e02",
+            "AutoScalingGroupARN": "arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:2a132d18-cbf4-4df4-a4ec-541cd001f118:autoScalingGroupName/eks-demo-ng-1",
+            "AutoScalingGroupName": "eks-demo-ng-1", "Service": "AWS Auto Scaling",
+            "Event": "autoscaling:TEST_NOTIFICATION", "Time": "2026-11-20T10:01:28.015Z"
+        });
+        let eventbridge = json!({
+            "version": "0", "id": "d3f5a7c9", "detail-type": DT_ASG_TERMINATE,
+            "source": "aws.autoscaling", "time": "2026-11-20T10:01:32Z", "region": "us-east-1",
+            "detail": {"AccountId": "123456789012", "AutoScalingGroupName": "eks-demo-ng-1",
+                       "Event": "autoscaling:TEST_NOTIFICATION", "Service": "AWS Auto Scaling",
+                       "Time": "2026-11-20T10:01:31.877Z"}
+        });
+        for (v, id) in [(direct, None), (eventbridge, Some("d3f5a7c9"))] {
+            let e = one(v).unwrap();
+            assert_eq!(e.kind, EventKind::Unsupported);
+            assert!(e.instance_ids.is_empty());
+            if let Some(id) = id {
+                assert_eq!(e.id, id);
+            } else {
+                assert_eq!(
+                    e.region.as_deref(),
+                    Some("us-east-1"),
+                    "from the group's ARN"
+                );
+            }
+            match e.detail {
+                Detail::Unsupported { why } => assert!(why.contains("test notification"), "{why}"),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn lifecycle_notifications_stay_strict() {
+        let mut v = hook_notification(ASG_TERMINATING);
+        v.as_object_mut().unwrap().remove("LifecycleActionToken");
+        let err = one(v).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("LifecycleActionToken"));
+        assert_eq!(
+            err.to_string(),
+            "t.json: field `LifecycleActionToken`: missing"
+        );
+        let mut v = hook_notification(ASG_TERMINATING);
+        v["EC2InstanceId"] = json!("i-123e4567e89b12d3");
+        let err = one(v).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("EC2InstanceId"));
+        assert!(err.message.contains("not an EC2 instance id"), "{err}");
+        let mut v = hook_notification(ASG_TERMINATING);
+        v["Time"] = json!("{{time}}");
+        assert_eq!(one(v).unwrap_err().field.as_deref(), Some("Time"));
+        // The EventBridge form without an instance that is no test notification is an error.
+        let v = json!({
+            "id": "a1", "source": "aws.autoscaling", "detail-type": DT_ASG_TERMINATE,
+            "time": "2026-11-20T10:00:00Z",
+            "detail": {"LifecycleActionToken": "tok", "AutoScalingGroupName": "asg",
+                       "LifecycleHookName": "hook"}
+        });
+        assert_eq!(
+            one(v).unwrap_err().field.as_deref(),
+            Some("detail.EC2InstanceId")
+        );
+    }
+
+    #[test]
+    fn rfc1123_as_aws_writes_it() {
+        // 5 June 2016 was a Sunday: the weekday of AWS Health's own example is wrong.
+        assert_eq!(
+            parse_time("Sat, 05 Jun 2016 15:10:09 GMT"),
+            parse_time("2016-06-05T15:10:09Z")
+        );
+        assert_eq!(
+            parse_time("Thu, 3 Dec 2026 06:00:00 GMT"),
+            parse_time("2026-12-03T06:00:00Z")
+        );
+        assert_eq!(
+            parse_time("Sat, 3 Dec 2026 06:00:00.5 GMT"),
+            parse_time("2026-12-03T06:00:00.500Z")
+        );
+        assert_eq!(
+            parse_time("3 Dec 2026 06:00:00.123456789 +0100"),
+            parse_time("2026-12-03T05:00:00.123456789Z")
+        );
+        for bad in [
+            "Xyz, 3 Dec 2026 06:00:00 GMT",
+            "Thu, 3 Dec 2026 06:00:00. GMT",
+            "Thu, 3 Dec 2026 06:00:00.1234567890 GMT",
+            "Thu, 3 Dec 2026 06:00:00.12a GMT",
+            "Thu, 32 Dec 2026 06:00:00 GMT",
+            "Sat, 21 Nov 20263 10:30:00.5 GMT",
+            "{{start_time}}",
+            "",
+        ] {
+            assert_eq!(parse_time(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn empty_time_falls_back_to_sent_timestamp_or_receipt() {
+        let mut v = spot("e1", json!("i-0a1b2c3d4e5f60001"));
+        v["time"] = json!("");
+        assert_eq!(one(v.clone()).unwrap().time, received());
+        let batch = json!({"Records": [
+            {"messageId": "m1", "body": v.to_string(), "attributes": {"SentTimestamp": "1795168900123"}},
+            {"messageId": "m2", "body": v.to_string(), "attributes": {"SentTimestamp": "soon"}},
+        ]});
+        let records = decode_value("b.json", batch, received()).unwrap();
+        assert_eq!(
+            records[0].event.as_ref().unwrap().time,
+            DateTime::from_timestamp_millis(1_795_168_900_123).unwrap()
+        );
+        assert_eq!(records[1].event.as_ref().unwrap().time, received());
+        let msg: SqsMessage = serde_json::from_value(json!({
+            "messageId": "m1", "body": v.to_string(), "attributes": {"SentTimestamp": "1795168900123"}
+        }))
+        .unwrap();
+        let lambda = decode_sqs_event("sqs", &[msg], received());
+        assert_eq!(lambda[0].event, records[0].event);
+        // A missing time is still an error.
+        v.as_object_mut().unwrap().remove("time");
+        assert_eq!(one(v).unwrap_err().field.as_deref(), Some("time"));
+    }
+
+    #[test]
+    fn empty_health_times_are_absent_and_instance_ids_trimmed() {
+        let v = json!({
+            "id": "h1", "source": "aws.health", "detail-type": "AWS Health Event",
+            "time": "2026-11-20T10:00:00Z",
+            "detail": {
+                "service": "EC2", "eventTypeCategory": "scheduledChange",
+                "eventTypeCode": "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+                "startTime": " ", "endTime": "",
+                "affectedEntities": [{"entityValue": " i-0a1b2c3d4e5f60002\n"}]
+            }
+        });
+        let e = one(v).unwrap();
+        assert_eq!(e.instance_ids, vec!["i-0a1b2c3d4e5f60002"]);
+        assert_eq!(e.deadline_hint(), None);
+        let e = one(spot("e1", json!("  i-0a1b2c3d4e5f60001 "))).unwrap();
+        assert_eq!(e.instance_ids, vec!["i-0a1b2c3d4e5f60001"]);
+        // Whitespace alone is no instance id, and a made-up one stays an error.
+        assert_eq!(
+            one(spot("e1", json!("  "))).unwrap_err().message,
+            "must not be empty"
+        );
+        assert!(one(spot("e1", json!("i-instance1"))).is_err());
+        // An empty id is still an error.
+        let mut v = spot("e1", json!("i-0a1b2c3d4e5f60001"));
+        v["id"] = json!("");
+        assert_eq!(one(v).unwrap_err().field.as_deref(), Some("id"));
     }
 
     #[test]
@@ -995,14 +1489,14 @@ mod tests {
 
             #[test]
             fn never_panics_on_bytes(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
-                let _ = decode("p.json", &bytes);
+                let _ = decode("p.json", &bytes, received());
             }
 
             #[test]
             fn never_panics_on_json(v in arb_json()) {
-                let _ = decode_value("p.json", v.clone());
+                let _ = decode_value("p.json", v.clone(), received());
                 // also as the body of an SQS record
-                let _ = decode_value("p.json", json!({"Records": [{"messageId": "m", "body": v.to_string()}]}));
+                let _ = decode_value("p.json", json!({"Records": [{"messageId": "m", "body": v.to_string()}]}), received());
             }
 
             #[test]
@@ -1012,7 +1506,7 @@ mod tests {
             ) {
                 let mut v = spot("e", json!("i-0a1b2c3d4e5f60001"));
                 v[field] = replacement;
-                let _ = decode_value("p.json", v);
+                let _ = decode_value("p.json", v, received());
             }
         }
     }
