@@ -9,3 +9,4 @@ pub mod embedded;
 pub mod kube;
 pub mod snapshot;
 pub mod webhook;
+pub mod workloads;

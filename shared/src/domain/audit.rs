@@ -347,9 +347,7 @@ impl FromStr for Level {
             "info" => Ok(Level::Info),
             "warning" => Ok(Level::Warning),
             "error" => Ok(Level::Error),
-            other => Err(format!(
-                "`{other}` is not a level (error, warning, info)"
-            )),
+            other => Err(format!("`{other}` is not a level (error, warning, info)")),
         }
     }
 }
@@ -533,7 +531,11 @@ fn expected_pods(view: &ClusterView, budget: &Budget) -> i64 {
     view.workloads
         .iter()
         .filter(|w| w.namespace == budget.namespace)
-        .filter(|w| w.pods.iter().any(|p| budget.selects(&w.namespace, &p.labels)))
+        .filter(|w| {
+            w.pods
+                .iter()
+                .any(|p| budget.selects(&w.namespace, &p.labels))
+        })
         .map(|w| i64::from(w.replicas.max(0)))
         .sum()
 }
@@ -684,10 +686,7 @@ pub fn audit(view: &ClusterView, config: &Config, hot: &BTreeMap<PoolKey, HotPoo
             } else if zones.len() == 1
                 && let Some(Some(zone)) = zones.first()
             {
-                found.push((
-                    Code::OneZone,
-                    format!("all {n} replicas in zone {zone}"),
-                ));
+                found.push((Code::OneZone, format!("all {n} replicas in zone {zone}")));
             }
         }
 
@@ -770,12 +769,8 @@ pub fn audit(view: &ClusterView, config: &Config, hot: &BTreeMap<PoolKey, HotPoo
                 .as_ref()
                 .and_then(|c| view.priority_classes.get(c).copied())
                 .or(p.pod.priority)?;
-            (value >= CRITICAL_PRIORITY).then(|| {
-                (
-                    p.pod.priority_class.clone().unwrap_or_default(),
-                    value,
-                )
-            })
+            (value >= CRITICAL_PRIORITY)
+                .then(|| (p.pod.priority_class.clone().unwrap_or_default(), value))
         });
         if let Some((class, value)) = critical {
             let class = if class.is_empty() {
@@ -1059,7 +1054,11 @@ mod tests {
             (&[], false),
         ];
         for (l, spot) in cases {
-            assert_eq!(AuditNode::from_labels("n", &labels(l)).is_spot(), *spot, "{l:?}");
+            assert_eq!(
+                AuditNode::from_labels("n", &labels(l)).is_spot(),
+                *spot,
+                "{l:?}"
+            );
         }
         let n = spot_node("n", "m5.large", "us-east-1a");
         assert_eq!(n.pool().unwrap().to_string(), "spot#m5.large#us-east-1a");
@@ -1070,7 +1069,10 @@ mod tests {
                 ("failure-domain.beta.kubernetes.io/zone", "us-east-1b"),
             ]),
         );
-        assert_eq!(beta.pool().unwrap().to_string(), "on-demand#m5.large#us-east-1b");
+        assert_eq!(
+            beta.pool().unwrap().to_string(),
+            "on-demand#m5.large#us-east-1b"
+        );
     }
 
     #[test]
@@ -1132,7 +1134,10 @@ mod tests {
             selector: Some(Selector::default()),
             ..budget("empty", None, Some(IntOrPercent::Int(1)))
         };
-        assert!(!b.selects("shop", &labels(&[("app", "web")])), "empty selects nothing");
+        assert!(
+            !b.selects("shop", &labels(&[("app", "web")])),
+            "empty selects nothing"
+        );
         assert!(!budget("x", None, None).selects("other", &labels(&[("app", "web")])));
     }
 
@@ -1171,45 +1176,101 @@ mod tests {
             budget("all", Some(Int(1)), None),
         ];
         let cases: Vec<(&str, ClusterView, Vec<&str>)> = vec![
-            ("spread and budgeted", view(deployment(&["a1", "b1"]), ok_budget()), vec![]),
+            (
+                "spread and budgeted",
+                view(deployment(&["a1", "b1"]), ok_budget()),
+                vec![],
+            ),
             ("not on spot", view(deployment(&["od"]), vec![]), vec![]),
             ("pending pods", view(deployment(&[]), vec![]), vec![]),
-            ("no budget", view(deployment(&["a1", "b1"]), vec![]), vec!["no-pdb"]),
+            (
+                "no budget",
+                view(deployment(&["a1", "b1"]), vec![]),
+                vec!["no-pdb"],
+            ),
             (
                 "maxUnavailable 0",
-                view(deployment(&["a1", "b1"]), vec![budget("web", None, Some(Int(0)))]),
+                view(
+                    deployment(&["a1", "b1"]),
+                    vec![budget("web", None, Some(Int(0)))],
+                ),
                 vec!["pdb-blocks-eviction"],
             ),
             (
                 "minAvailable = replicas",
-                view(deployment(&["a1", "b1"]), vec![budget("web", Some(Int(2)), None)]),
+                view(
+                    deployment(&["a1", "b1"]),
+                    vec![budget("web", Some(Int(2)), None)],
+                ),
                 vec!["pdb-blocks-eviction"],
             ),
             (
                 "minAvailable 100%",
-                view(deployment(&["a1", "b1"]), vec![budget("web", Some(Percent(100)), None)]),
+                view(
+                    deployment(&["a1", "b1"]),
+                    vec![budget("web", Some(Percent(100)), None)],
+                ),
                 vec!["pdb-blocks-eviction"],
             ),
             (
                 "minAvailable below replicas",
-                view(deployment(&["a1", "b1"]), vec![budget("web", Some(Int(1)), None)]),
+                view(
+                    deployment(&["a1", "b1"]),
+                    vec![budget("web", Some(Int(1)), None)],
+                ),
                 vec![],
             ),
-            ("two budgets", view(deployment(&["a1", "b1"]), overlap), vec!["pdb-overlap"]),
-            ("one replica", view(deployment(&["a1"]), ok_budget()), vec!["single-replica"]),
-            ("one node", view(deployment(&["a1", "a1"]), ok_budget()), vec!["one-node"]),
-            ("one pool", view(deployment(&["a1", "a2"]), ok_budget()), vec!["one-pool"]),
-            ("one zone", view(deployment(&["a1", "a3"]), ok_budget()), vec!["one-zone"]),
+            (
+                "two budgets",
+                view(deployment(&["a1", "b1"]), overlap),
+                vec!["pdb-overlap"],
+            ),
+            (
+                "one replica",
+                view(deployment(&["a1"]), ok_budget()),
+                vec!["single-replica"],
+            ),
+            (
+                "one node",
+                view(deployment(&["a1", "a1"]), ok_budget()),
+                vec!["one-node"],
+            ),
+            (
+                "one pool",
+                view(deployment(&["a1", "a2"]), ok_budget()),
+                vec!["one-pool"],
+            ),
+            (
+                "one zone",
+                view(deployment(&["a1", "a3"]), ok_budget()),
+                vec!["one-zone"],
+            ),
             (
                 "one spot pool and on-demand",
                 view(deployment(&["a1", "od"]), ok_budget()),
                 vec!["one-zone"],
             ),
             ("grace 105", view(with_grace(105), ok_budget()), vec![]),
-            ("grace 106", view(with_grace(106), ok_budget()), vec!["grace-too-long"]),
-            ("emptyDir", view(with_empty_dir, ok_budget()), vec!["local-storage"]),
-            ("critical class", view(critical, ok_budget()), vec!["critical-on-spot"]),
-            ("critical value", view(critical_by_value, ok_budget()), vec!["critical-on-spot"]),
+            (
+                "grace 106",
+                view(with_grace(106), ok_budget()),
+                vec!["grace-too-long"],
+            ),
+            (
+                "emptyDir",
+                view(with_empty_dir, ok_budget()),
+                vec!["local-storage"],
+            ),
+            (
+                "critical class",
+                view(critical, ok_budget()),
+                vec!["critical-on-spot"],
+            ),
+            (
+                "critical value",
+                view(critical_by_value, ok_budget()),
+                vec!["critical-on-spot"],
+            ),
             ("bare pod", view(bare, vec![]), vec!["no-controller"]),
         ];
         for (name, v, want) in cases {
@@ -1293,7 +1354,10 @@ mod tests {
 
     #[test]
     fn suggested_budgets_and_their_yaml() {
-        let mut v = view(deployment(&["a1", "b1", "a2", "a3", "b1", "a1", "a2", "a3"]), vec![]);
+        let mut v = view(
+            deployment(&["a1", "b1", "a2", "a3", "b1", "a1", "a2", "a3"]),
+            vec![],
+        );
         v.budgets.push(Budget {
             name: "web".into(),
             selector: Some(Selector {
@@ -1302,11 +1366,16 @@ mod tests {
             }),
             ..budget("web", None, None)
         });
-        v.workloads[0].selector.as_mut().unwrap().match_expressions.push(Requirement {
-            key: "tier".into(),
-            operator: Operator::NotIn,
-            values: vec!["a\"b".into()],
-        });
+        v.workloads[0]
+            .selector
+            .as_mut()
+            .unwrap()
+            .match_expressions
+            .push(Requirement {
+                key: "tier".into(),
+                operator: Operator::NotIn,
+                values: vec!["a\"b".into()],
+            });
         v.workloads.push(Workload {
             name: "od-only".into(),
             ..deployment(&["od"])
