@@ -1,4 +1,5 @@
-//! `forewarn`: replay interruption events offline or against live endpoints, query the pool table.
+//! `forewarn`: replay interruption events offline or against live endpoints, query the pool table,
+//! audit the cluster's spot readiness.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -6,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use forewarn::app::settings::{Settings, StoreChoice};
 
+mod audit;
 mod pools;
 mod replay;
 mod stores;
@@ -32,6 +34,13 @@ enum Command {
     Replay(replay::ReplayArgs),
     /// List capacity pools recorded as unavailable, newest first.
     Pools(pools::PoolsArgs),
+    /// Will an interruption hurt? A spot-readiness report with the fixes to apply.
+    ///
+    /// Reads the workloads (Deployments, StatefulSets, ReplicaSets, bare pods), their
+    /// PodDisruptionBudgets, PriorityClasses and nodes, live (--kube) or from a capture
+    /// (--cluster-state), and the pool history (--table or the embedded store). Exit code: 0,
+    /// 2 when a finding at or above --fail-on exists, 1 for errors.
+    Audit(audit::AuditArgs),
 }
 
 /// Where pools are recorded.
@@ -68,7 +77,18 @@ pub enum TextOrJson {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Usage errors exit with 1 (2 is `audit --fail-on`'s); help and version with 0.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     let settings = match Settings::from_env() {
         Ok(settings) => settings,
         Err(e) => {
@@ -91,6 +111,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Replay(args) => replay::run(args, settings).await,
             Command::Pools(args) => pools::run(args).await,
+            Command::Audit(args) => audit::run(args, settings).await,
         }
     });
     match result {

@@ -542,3 +542,266 @@ fn bad_configuration_is_a_clear_error() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("FOREWARN_POOL_TTL=\"an hour\""), "{stderr}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// forewarn audit
+
+const AUDIT: [&str; 3] = ["audit", "--cluster-state", "events/state/audit.json"];
+
+fn audit(state: &Path, extra: &[&str]) -> Output {
+    let mut args = AUDIT.to_vec();
+    args.extend_from_slice(extra);
+    forewarn(state, &args)
+}
+
+/// (workload, code) of every finding line, and the summary line.
+fn audit_json(out: &Output) -> (Vec<(String, String)>, Value) {
+    let mut lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect();
+    let summary = lines.pop().expect("a summary line");
+    assert_eq!(summary["summary"], true, "{summary}");
+    let findings = lines
+        .iter()
+        .map(|l| {
+            assert!(l["message"].as_str().is_some_and(|m| !m.is_empty()), "{l}");
+            assert!(["error", "warning", "info"].contains(&l["level"].as_str().unwrap()));
+            (
+                l["workload"].as_str().unwrap().to_string(),
+                l["code"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    (findings, summary)
+}
+
+#[test]
+fn audit_of_the_sample_finds_what_would_hurt() {
+    let state = tempfile::tempdir().unwrap();
+    let out = audit(state.path(), &["--output", "json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (findings, summary) = audit_json(&out);
+    let has = |w: &str, c: &str| findings.iter().any(|(fw, fc)| fw == w && fc == c);
+    for (w, c) in [
+        ("shop/Deployment/cart", "pdb-blocks-eviction"),
+        ("shop/Deployment/cart", "one-pool"),
+        ("shop/Deployment/checkout", "single-replica"),
+        ("shop/Deployment/checkout", "no-pdb"),
+        ("shop/Deployment/checkout", "grace-too-long"),
+        ("shop/Deployment/search", "pdb-overlap"),
+        ("shop/StatefulSet/redis", "one-node"),
+        ("shop/StatefulSet/redis", "local-storage"),
+        ("ml/ReplicaSet/batch-worker", "no-pdb"),
+        ("ml/ReplicaSet/batch-worker", "one-zone"),
+        ("kube-system/Deployment/metrics-server", "critical-on-spot"),
+        ("shop/Pod/debug-aaaaa", "no-controller"),
+    ] {
+        assert!(has(w, c), "no {c} for {w}: {findings:?}");
+    }
+    assert!(
+        !findings.iter().any(|(w, _)| w == "shop/Deployment/web"),
+        "web is spread and budgeted: {findings:?}"
+    );
+    assert!(
+        !findings
+            .iter()
+            .any(|(w, _)| w.contains("coredns") || w.contains("aws-node")),
+        "on-demand workloads and DaemonSets are not reported: {findings:?}"
+    );
+    assert_eq!(summary["workloads"], 9);
+    assert_eq!(summary["checked"], 8);
+    assert_eq!(summary["findings"]["error"], 5);
+    assert_eq!(summary["spot_replicas"], 15);
+    assert_eq!(summary["surviving_replicas"], 7);
+    assert_eq!(summary["budgets_to_add"], 4);
+
+    let text = audit(state.path(), &[]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("shop/Deployment/cart\n  error    pdb-blocks-eviction"),
+        "{text}"
+    );
+    assert!(
+        text.contains("7 of 15 spot-hosted replicas (47%) would survive"),
+        "{text}"
+    );
+}
+
+#[test]
+fn audit_fail_on_sets_the_exit_code() {
+    let state = tempfile::tempdir().unwrap();
+    for (level, code) in [("error", 2), ("warning", 2), ("info", 2)] {
+        let out = audit(state.path(), &["--output", "json", "--fail-on", level]);
+        assert_eq!(out.status.code(), Some(code), "--fail-on {level}");
+    }
+    // Only the clean workload: nothing at any level.
+    let dir = tempfile::tempdir().unwrap();
+    let sample: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("events/state/audit.json")).unwrap(),
+    )
+    .unwrap();
+    let items: Vec<&Value> = sample["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| {
+            let name = i["metadata"]["name"].as_str().unwrap();
+            i["kind"] == "Node" || name.starts_with("web")
+        })
+        .collect();
+    let clean = dir.path().join("clean.json");
+    std::fs::write(
+        &clean,
+        serde_json::to_string(&serde_json::json!({"kind": "List", "items": items})).unwrap(),
+    )
+    .unwrap();
+    let clean = clean.to_str().unwrap();
+    let out = forewarn(
+        state.path(),
+        &["audit", "--cluster-state", clean, "--fail-on", "info"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
+fn audit_bad_input_exits_1_naming_what_is_wrong() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.json");
+    std::fs::write(
+        &bad,
+        r#"{"kind":"List","items":[{"apiVersion":"policy/v1","kind":"PodDisruptionBudget",
+            "metadata":{"name":"b","namespace":"shop"},"spec":{"minAvailable":"most"}}]}"#,
+    )
+    .unwrap();
+    let bad = bad.to_str().unwrap().to_string();
+    let cases: Vec<(Vec<&str>, String)> = vec![
+        (
+            vec!["audit", "--cluster-state", &bad],
+            format!("{bad}: poddisruptionbudget/shop/b: spec.minAvailable: `most`"),
+        ),
+        (
+            vec!["audit", "--cluster-state", "events/state/nope.json"],
+            "events/state/nope.json: cannot read".into(),
+        ),
+        (
+            vec![
+                "audit",
+                "--cluster-state",
+                "events/02-spot-interruption-plain.json",
+            ],
+            "not the JSON `kubectl get deploy".into(),
+        ),
+        (vec!["audit"], "--kube".into()),
+        (
+            vec![
+                "audit",
+                "--cluster-state",
+                "events/state/audit.json",
+                "--fail-on",
+                "bad",
+            ],
+            "invalid value 'bad'".into(),
+        ),
+    ];
+    for (args, want) in cases {
+        let out = forewarn(state.path(), &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(&want), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn audit_sees_pools_the_table_saw_interrupted() {
+    let state = tempfile::tempdir().unwrap();
+    let mut args = WITH_STATE.to_vec();
+    args.push("events/02-spot-interruption-plain.json");
+    let (out, _) = replay_json(state.path(), &args);
+    assert!(out.status.success());
+    // The sample event is dated: a window wide enough to keep it recent.
+    let out = audit(state.path(), &["--output", "json", "--hot-days", "3650"]);
+    let (findings, summary) = audit_json(&out);
+    let hot: Vec<&str> = findings
+        .iter()
+        .filter(|(_, c)| c == "hot-pool")
+        .map(|(w, _)| w.as_str())
+        .collect();
+    assert_eq!(
+        hot,
+        [
+            "ml/ReplicaSet/batch-worker",
+            "shop/Deployment/checkout",
+            "shop/Deployment/web"
+        ],
+        "the replicas on spot#c5.xlarge#us-east-1b"
+    );
+    assert_eq!(summary["findings"]["warning"], 11);
+}
+
+#[test]
+fn audit_yaml_and_fix_give_the_budgets_to_add() {
+    let state = tempfile::tempdir().unwrap();
+    let out = audit(state.path(), &["--output", "yaml"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let docs: Vec<&Value> = docs.iter().filter(|d| !d.is_null()).collect();
+    let names: Vec<String> = docs
+        .iter()
+        .map(|d| {
+            assert_eq!(d["apiVersion"], "policy/v1");
+            assert_eq!(d["kind"], "PodDisruptionBudget");
+            assert!(d["spec"]["maxUnavailable"].as_i64().unwrap() >= 1);
+            format!(
+                "{}/{}",
+                d["metadata"]["namespace"].as_str().unwrap(),
+                d["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "kube-system/metrics-server",
+            "ml/batch-worker",
+            "shop/checkout",
+            "shop/redis"
+        ]
+    );
+    assert_eq!(docs[3]["spec"]["selector"]["matchLabels"]["app"], "redis");
+
+    let fix = tempfile::tempdir().unwrap();
+    let dir = fix.path().join("pdbs");
+    let out = audit(state.path(), &["--fix", dir.to_str().unwrap()]);
+    assert!(out.status.success());
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        [
+            "kube-system.metrics-server.yaml",
+            "ml.batch-worker.yaml",
+            "shop.checkout.yaml",
+            "shop.redis.yaml"
+        ]
+    );
+    let one: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(dir.join("shop.redis.yaml")).unwrap())
+            .unwrap();
+    assert_eq!(*docs[3], one);
+}

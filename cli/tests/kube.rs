@@ -132,3 +132,188 @@ async fn replay_plans_from_the_live_cluster_and_acts_only_with_execute() {
         "the DaemonSet pod, the finished Job pod and the mirror pod stay"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// forewarn audit --kube
+
+/// (group, resource, verb) of a request (lists and creates only: what the audit and this test
+/// send).
+fn rbac_need(r: &kube_fake::RecordedRequest) -> (String, String, String) {
+    let segments: Vec<&str> = r.path.trim_matches('/').split('/').collect();
+    let (group, rest) = match segments.as_slice() {
+        ["api", _v, rest @ ..] => (String::new(), rest),
+        ["apis", group, _v, rest @ ..] => (group.to_string(), rest),
+        _ => panic!("not a resource path: {}", r.path),
+    };
+    let rest = match rest {
+        ["namespaces", _ns, rest @ ..] if !rest.is_empty() => rest,
+        other => other,
+    };
+    let (resource, verb) = match (rest, r.method.as_str()) {
+        ([resource], "GET") => (resource.to_string(), "list"),
+        ([resource, _name], "GET") => (resource.to_string(), "get"),
+        _ => (rest.join("/"), r.method.as_str()),
+    };
+    (group, resource, verb.to_string())
+}
+
+/// What infra/k8s/audit-rbac.yaml grants.
+fn audit_rbac() -> std::collections::BTreeSet<(String, String, String)> {
+    let text = std::fs::read_to_string(workspace_root().join("infra/k8s/audit-rbac.yaml")).unwrap();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let role = docs.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
+    let binding = docs
+        .iter()
+        .find(|d| d["kind"] == "ClusterRoleBinding")
+        .unwrap();
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect()
+    };
+    let mut granted = std::collections::BTreeSet::new();
+    for rule in role["rules"].as_array().unwrap() {
+        for g in strings(&rule["apiGroups"]) {
+            for res in strings(&rule["resources"]) {
+                for verb in strings(&rule["verbs"]) {
+                    assert_ne!(verb, "*");
+                    granted.insert((g.clone(), res.clone(), verb));
+                }
+            }
+        }
+    }
+    granted
+}
+
+async fn run_audit(kubeconfig: &Path, args: Vec<&'static str>) -> Output {
+    let kubeconfig = kubeconfig.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let state = tempfile::tempdir().unwrap();
+        forewarn(&kubeconfig, state.path(), &args)
+    })
+    .await
+    .unwrap()
+}
+
+fn kubeconfig_for(fake: &KubeFake, dir: &Path) -> std::path::PathBuf {
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\n\
+             users:\n- name: u\n  user: {{}}\ncontexts:\n- name: c\n  context:\n    cluster: fake\n    user: u\n\
+             current-context: c\n",
+            fake.url()
+        ),
+    )
+    .unwrap();
+    kubeconfig
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn audit_reads_the_live_cluster_within_its_rbac_and_its_budgets_are_valid() {
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use kube::Api;
+    use kube::api::{EvictParams, PostParams};
+
+    let fake = KubeFake::start().await;
+    let captured: Value = serde_json::from_str(
+        &std::fs::read_to_string(workspace_root().join("events/state/audit.json")).unwrap(),
+    )
+    .unwrap();
+    for item in captured["items"].as_array().unwrap() {
+        let mut item = item.clone();
+        if let Some(meta) = item["metadata"].as_object_mut() {
+            meta.remove("resourceVersion");
+        }
+        fake.insert(item);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = kubeconfig_for(&fake, dir.path());
+
+    // The live read finds what the capture holds, and only reads.
+    let live = run_audit(&kubeconfig, vec!["audit", "--kube", "--output", "json"]).await;
+    assert!(
+        live.status.success(),
+        "{}",
+        String::from_utf8_lossy(&live.stderr)
+    );
+    let snapshot = tokio::task::spawn_blocking(move || {
+        let state = tempfile::tempdir().unwrap();
+        Command::new(env!("CARGO_BIN_EXE_forewarn"))
+            .current_dir(workspace_root())
+            .env("FOREWARN_STATE_DIR", state.path())
+            .env_remove("FOREWARN_TABLE")
+            .args([
+                "audit",
+                "--cluster-state",
+                "events/state/audit.json",
+                "--output",
+                "json",
+            ])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&live.stdout),
+        String::from_utf8_lossy(&snapshot.stdout)
+    );
+    assert!(
+        fake.writes().is_empty(),
+        "the audit wrote: {:?}",
+        fake.writes()
+    );
+    let used: std::collections::BTreeSet<_> = fake.requests().iter().map(rbac_need).collect();
+    let granted = audit_rbac();
+    assert_eq!(
+        used, granted,
+        "infra/k8s/audit-rbac.yaml grants exactly what the audit lists"
+    );
+
+    // Every budget it suggests is accepted, and then allows one eviction of its workload's pods.
+    let yaml = run_audit(&kubeconfig, vec!["audit", "--kube", "--output", "yaml"]).await;
+    assert!(yaml.status.success());
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(&String::from_utf8(yaml.stdout).unwrap()).unwrap();
+    let docs: Vec<Value> = docs.into_iter().filter(|d| !d.is_null()).collect();
+    assert_eq!(docs.len(), 4);
+    let client = fake.client();
+    for doc in docs {
+        let pdb: PodDisruptionBudget = serde_json::from_value(doc.clone()).unwrap();
+        let ns = pdb.metadata.namespace.clone().unwrap();
+        let name = pdb.metadata.name.clone().unwrap();
+        Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns)
+            .create(&PostParams::default(), &pdb)
+            .await
+            .unwrap_or_else(|e| panic!("{ns}/{name} refused: {e}"));
+        let stored = fake
+            .get("policy/v1", "PodDisruptionBudget", Some(&ns), &name)
+            .unwrap();
+        assert!(
+            stored["status"]["disruptionsAllowed"].as_i64().unwrap() >= 1,
+            "{ns}/{name}: {}",
+            stored["status"]
+        );
+        let app = doc["spec"]["selector"]["matchLabels"]["app"]
+            .as_str()
+            .unwrap();
+        let pod = fake
+            .list("v1", "Pod")
+            .into_iter()
+            .find(|p| {
+                p["metadata"]["namespace"] == ns.as_str() && p["metadata"]["labels"]["app"] == app
+            })
+            .unwrap_or_else(|| panic!("no pod of {ns}/{name}"));
+        let pod_name = pod["metadata"]["name"].as_str().unwrap().to_string();
+        Api::<Pod>::namespaced(client.clone(), &ns)
+            .evict(&pod_name, &EvictParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("{ns}/{name}: evicting {pod_name}: {e}"));
+    }
+}

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 
 use chrono::{DateTime, Utc};
 
+use crate::domain::audit::ClusterView;
 use crate::domain::event::LifecycleAction;
 use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::plan::Plan;
@@ -41,6 +42,13 @@ pub trait NodeDirectory: Send + Sync {
 
     /// Every node of the cluster (the sweeper looks for nodes whose instance is gone).
     async fn all(&self) -> Result<Vec<NodeFacts>, DirectoryError>;
+}
+
+/// Where the cluster's workloads come from (`forewarn audit`): the Kubernetes API, or a capture.
+#[async_trait]
+pub trait WorkloadSource: Send + Sync {
+    /// The workloads with their pods, the budgets, the nodes and the priority classes.
+    async fn workloads(&self) -> Result<ClusterView, DirectoryError>;
 }
 
 /// No instance facts at all (replay without `--instances`).

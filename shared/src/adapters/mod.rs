@@ -10,3 +10,4 @@ pub mod kube;
 pub mod snapshot;
 pub mod sqs;
 pub mod webhook;
+pub mod workloads;

@@ -1,5 +1,7 @@
 //! Captured state: the JSON `aws ec2 describe-instances` prints and the JSON
-//! `kubectl get nodes,pods -A -o json` prints, read into facts for offline planning.
+//! `kubectl get nodes,pods -A -o json` prints, read into facts for offline planning; and the
+//! JSON `kubectl get deploy,sts,rs,pods,pdb,priorityclasses,nodes -A -o json` prints, read into
+//! the audit's view of the workloads.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -10,9 +12,11 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::kube::node_facts;
+use super::workloads::{RawWorkloads, view};
+use crate::domain::audit::ClusterView;
 use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::pool::CapacityType;
-use crate::ports::{DirectoryError, InstanceDirectory, NodeDirectory};
+use crate::ports::{DirectoryError, InstanceDirectory, NodeDirectory, WorkloadSource};
 
 /// A captured-state file that could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -197,6 +201,100 @@ pub fn cluster_state_from_kubectl(
     Ok(state)
 }
 
+/// The items of a `kubectl get -o json` capture with their kinds (a `List`, a typed list, or a
+/// single object).
+fn kubectl_items(
+    label: &str,
+    input: &[u8],
+    what: &str,
+) -> Result<Vec<(String, Value)>, SnapshotError> {
+    let err = |message: String| SnapshotError {
+        path: label.to_string(),
+        message,
+    };
+    let value: Value =
+        serde_json::from_slice(input).map_err(|e| err(format!("not valid JSON: {e}")))?;
+    let items: Vec<Value> = match value.get("items") {
+        Some(Value::Array(items)) => items.clone(),
+        Some(_) => return Err(err("`items` is not an array".into())),
+        None if value.get("kind").is_some() => vec![value.clone()],
+        None => return Err(err(format!("not the JSON `{what}` prints"))),
+    };
+    let list_kind = value
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    Ok(items
+        .into_iter()
+        .map(|item| {
+            let kind = item
+                .get("kind")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| list_kind.trim_end_matches("List").to_string());
+            (kind, item)
+        })
+        .collect())
+}
+
+/// The command whose output [`workloads_from_kubectl`] reads.
+pub const AUDIT_CAPTURE: &str =
+    "kubectl get deploy,sts,rs,pods,pdb,priorityclasses,nodes -A -o json";
+
+/// Reads the output of [`AUDIT_CAPTURE`] (PriorityClasses are optional). Items of other kinds
+/// (DaemonSets, Services, ...) are skipped.
+pub fn workloads_from_kubectl(label: &str, input: &[u8]) -> Result<RawWorkloads, SnapshotError> {
+    fn parse<T: serde::de::DeserializeOwned>(
+        label: &str,
+        i: usize,
+        kind: &str,
+        item: Value,
+    ) -> Result<T, SnapshotError> {
+        serde_json::from_value(item).map_err(|e| SnapshotError {
+            path: label.to_string(),
+            message: format!("items[{i}] is not a valid {kind}: {e}"),
+        })
+    }
+    let mut raw = RawWorkloads::default();
+    for (i, (kind, item)) in kubectl_items(label, input, AUDIT_CAPTURE)?
+        .into_iter()
+        .enumerate()
+    {
+        match kind.as_str() {
+            "Deployment" => raw.deployments.push(parse(label, i, &kind, item)?),
+            "StatefulSet" => raw.stateful_sets.push(parse(label, i, &kind, item)?),
+            "ReplicaSet" => raw.replica_sets.push(parse(label, i, &kind, item)?),
+            "Pod" => raw.pods.push(parse(label, i, &kind, item)?),
+            "PodDisruptionBudget" => raw.budgets.push(parse(label, i, &kind, item)?),
+            "PriorityClass" => raw.priority_classes.push(parse(label, i, &kind, item)?),
+            "Node" => raw.nodes.push(parse(label, i, &kind, item)?),
+            _ => {}
+        }
+    }
+    Ok(raw)
+}
+
+/// Loads an [`AUDIT_CAPTURE`] capture into the audit's view.
+pub fn load_workloads(path: &Path) -> Result<ClusterView, SnapshotError> {
+    let label = path.display().to_string();
+    let raw = workloads_from_kubectl(&label, &read(path)?)?;
+    view(&raw).map_err(|e| SnapshotError {
+        path: label,
+        message: e.to_string(),
+    })
+}
+
+/// A [`WorkloadSource`] over a capture.
+#[derive(Debug, Clone, Default)]
+pub struct SnapshotWorkloads(pub ClusterView);
+
+#[async_trait]
+impl WorkloadSource for SnapshotWorkloads {
+    async fn workloads(&self) -> Result<ClusterView, DirectoryError> {
+        Ok(self.0.clone())
+    }
+}
+
 fn read(path: &Path) -> Result<Vec<u8>, SnapshotError> {
     std::fs::read(path).map_err(|e| SnapshotError {
         path: path.display().to_string(),
@@ -288,6 +386,42 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.message.contains("items[0] is not a valid Node"), "{e}");
+    }
+
+    #[test]
+    fn audit_capture() {
+        let json = br#"{"apiVersion":"v1","kind":"List","items":[
+            {"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"a"},
+             "spec":{"replicas":2,"selector":{"matchLabels":{"app":"web"}},"template":{}}},
+            {"apiVersion":"apps/v1","kind":"DaemonSet","metadata":{"name":"ds","namespace":"a"}},
+            {"apiVersion":"policy/v1","kind":"PodDisruptionBudget","metadata":{"name":"web","namespace":"a"},
+             "spec":{"maxUnavailable":1,"selector":{"matchLabels":{"app":"web"}}}},
+            {"apiVersion":"scheduling.k8s.io/v1","kind":"PriorityClass","metadata":{"name":"high"},"value":1000}
+        ]}"#;
+        let raw = workloads_from_kubectl("a.json", json).unwrap();
+        assert_eq!(
+            (
+                raw.deployments.len(),
+                raw.budgets.len(),
+                raw.priority_classes.len()
+            ),
+            (1, 1, 1)
+        );
+        let e = workloads_from_kubectl(
+            "a.json",
+            br#"{"kind":"List","items":[{"kind":"StatefulSet","spec":{"replicas":"x"}}]}"#,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("a.json: items[0] is not a valid StatefulSet"),
+            "{e}"
+        );
+        let e = workloads_from_kubectl("a.json", b"{}").unwrap_err();
+        assert!(
+            e.to_string().contains("not the JSON `kubectl get deploy"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -11,9 +11,12 @@ use crate::adapters::dynamo::DynamoStore;
 use crate::adapters::ec2::Ec2Directory;
 use crate::adapters::embedded::{EmbeddedStore, default_state_dir};
 use crate::adapters::kube::{
-    ClusterAccess, ClusterClient, KubeExecutor, KubeNodeDirectory, connect, connect_eks,
+    ClusterAccess, ClusterClient, KubeExecutor, KubeNodeDirectory, KubeWorkloads, connect,
+    connect_eks,
 };
-use crate::adapters::snapshot::{SnapshotInstances, load_cluster_state, load_instances};
+use crate::adapters::snapshot::{
+    SnapshotInstances, SnapshotWorkloads, load_cluster_state, load_instances, load_workloads,
+};
 use crate::adapters::sqs::SqsRedelivery;
 use crate::adapters::webhook::{Webhook, warm_up};
 use crate::app::handler::Handler;
@@ -22,7 +25,7 @@ use crate::app::sweeper::Sweeper;
 use crate::domain::config::{ConfigError, Mode};
 use crate::ports::{
     Executor, InstanceDirectory, LeavingInstances, NoInstances, NoNodes, NodeDirectory, Notifier,
-    PoolStore, ReadOnlyStore, Redelivery, StoreError,
+    PoolStore, ReadOnlyStore, Redelivery, StoreError, WorkloadSource,
 };
 
 /// The services could not be set up (a cold start fails loudly rather than drop events).
@@ -157,6 +160,28 @@ pub async fn store(
         store
     } else {
         Arc::new(ReadOnlyStore(store))
+    })
+}
+
+/// Where `forewarn audit` reads the workloads: a capture, or the live cluster (read only).
+pub async fn workload_source(
+    choice: &ClusterChoice,
+) -> Result<Arc<dyn WorkloadSource>, SetupError> {
+    Ok(match choice {
+        ClusterChoice::Snapshot(path) => Arc::new(SnapshotWorkloads(load_workloads(path)?)),
+        ClusterChoice::Live(access) => {
+            let clients = match access {
+                ClusterAccess::Eks(eks) => connect_eks(eks, &aws::load().await).await,
+                ClusterAccess::Kubeconfig => connect(access).await,
+            }
+            .map_err(|e| SetupError::Cluster(e.to_string()))?;
+            Arc::new(KubeWorkloads::new(clients))
+        }
+        ClusterChoice::None => {
+            return Err(SetupError::Cluster(
+                "no cluster to read: give a live cluster or a captured state".into(),
+            ));
+        }
     })
 }
 

@@ -173,6 +173,7 @@ mod tests {
                 "events.k8s.io",
                 "policy",
                 "apps",
+                "scheduling.k8s.io",
                 "karpenter.sh",
                 "cluster.x-k8s.io"
             ]

@@ -12,7 +12,8 @@
 //!   [`builtin_resources`]; add rows with [`KubeFakeBuilder::resource`]): core/v1
 //!   `nodes`, `pods` (also listed across namespaces at `/api/v1/pods`), `events`;
 //!   `events.k8s.io/v1` `events`; `policy/v1` `poddisruptionbudgets`; `apps/v1`
-//!   `daemonsets`, `replicasets`, `statefulsets`; custom resources
+//!   `daemonsets`, `deployments`, `replicasets`, `statefulsets`; `scheduling.k8s.io/v1`
+//!   `priorityclasses` (cluster-scoped); custom resources
 //!   `karpenter.sh/v1` `nodeclaims` (cluster-scoped) and `cluster.x-k8s.io/v1beta1`
 //!   `machines` (namespaced). `/status` subresources, `pods/eviction`, `/version`
 //!   and the legacy discovery documents (`/api`, `/api/v1`, `/apis`,

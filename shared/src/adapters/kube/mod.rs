@@ -5,6 +5,7 @@
 //! - [`connect`]: kubeconfig inference locally; on EKS an IAM authentication token
 //!   ([`eks_token`]) refreshed before it expires ([`ClusterClient`]).
 //! - [`KubeNodeDirectory`]: one `get` per instance by private DNS name, at most one `list`.
+//! - [`KubeWorkloads`]: the audit's read-only view of the workloads (one `list` per kind).
 //! - [`KubeExecutor`]: each action idempotent; a dry run takes the same path without writing.
 //!
 //! Every request the adapter sends, and so every RBAC rule it needs, is listed in
@@ -24,6 +25,7 @@ mod error;
 mod events;
 mod executor;
 mod node_facts;
+mod workloads;
 
 pub use api::{ApiError, FIELD_MANAGER};
 pub use connect::{
@@ -43,3 +45,4 @@ pub use error::KubeError;
 pub use events::{EventOutcome, REPORTING_CONTROLLER, event_name};
 pub use executor::{ENV_EVICTION_PARALLELISM, ExecutorSettings, KubeExecutor, NodeOutcome};
 pub use node_facts::node_facts;
+pub use workloads::KubeWorkloads;

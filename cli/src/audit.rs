@@ -1,0 +1,247 @@
+//! `forewarn audit`: will an interruption hurt? The spot-readiness report, with the
+//! PodDisruptionBudgets to add.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use chrono::{Duration, Utc};
+use clap::{Args, ValueEnum};
+use forewarn::adapters::kube::ClusterAccess;
+use forewarn::app::settings::{ClusterChoice, Settings};
+use forewarn::app::wiring;
+use forewarn::domain::audit::{
+    self, AuditReport, Level, SuggestedBudget, budget_yaml, budgets_yaml, hot_pools,
+    suggested_budgets,
+};
+use forewarn::domain::pool::PoolQuery;
+use serde_json::json;
+
+use crate::{StoreArgs, stores};
+
+/// The exit code when a finding at or above `--fail-on` exists.
+pub const EXIT_FINDINGS: u8 = 2;
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuditOutput {
+    /// Findings by workload, then the summary.
+    Text,
+    /// One JSON object per finding per line, then one summary object (`"summary": true`).
+    Json,
+    /// The PodDisruptionBudgets to add, as multi-document YAML for `kubectl apply -f -`.
+    Yaml,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailOn {
+    Error,
+    Warning,
+    Info,
+}
+
+impl FailOn {
+    fn level(self) -> Level {
+        match self {
+            FailOn::Error => Level::Error,
+            FailOn::Warning => Level::Warning,
+            FailOn::Info => Level::Info,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct AuditArgs {
+    /// Read the live cluster (KUBECONFIG / ~/.kube/config, or FOREWARN_EKS_CLUSTER), read only:
+    /// the permissions are in infra/k8s/audit-rbac.yaml.
+    #[arg(
+        long,
+        conflicts_with = "cluster_state",
+        required_unless_present = "cluster_state"
+    )]
+    kube: bool,
+    /// What `kubectl get deploy,sts,rs,pods,pdb,priorityclasses,nodes -A -o json` printed.
+    #[arg(long, value_name = "FILE")]
+    cluster_state: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "text")]
+    output: AuditOutput,
+    /// Also write each PodDisruptionBudget to add to DIR/<namespace>.<name>.yaml.
+    #[arg(long, value_name = "DIR")]
+    fix: Option<PathBuf>,
+    /// Exit with 2 when a finding of this level or worse exists.
+    #[arg(long, value_enum, value_name = "LEVEL")]
+    fail_on: Option<FailOn>,
+    /// Pools interrupted within this many days count as hot.
+    #[arg(long, value_name = "DAYS", default_value_t = 7, value_parser = clap::value_parser!(u32).range(1..=3650))]
+    hot_days: u32,
+    #[command(flatten)]
+    store: StoreArgs,
+}
+
+pub async fn run(args: AuditArgs, settings: Settings) -> anyhow::Result<ExitCode> {
+    let choice = match (&args.cluster_state, args.kube) {
+        (Some(path), _) => ClusterChoice::Snapshot(path.clone()),
+        (None, _) => ClusterChoice::Live(ClusterAccess::from_env()),
+    };
+    let source = wiring::workload_source(&choice).await?;
+    let view = source
+        .workloads()
+        .await
+        .context("reading the cluster's workloads")?;
+    let store = stores::open(&args.store).await?;
+    let now = Utc::now();
+    let query = PoolQuery {
+        include_available: true,
+        zone: None,
+        instance_type: None,
+    };
+    let records = store
+        .pools(&query, now)
+        .await
+        .with_context(|| format!("reading the pool history from {}", store.location()))?;
+    let hot = hot_pools(&records, now, Duration::days(i64::from(args.hot_days)));
+    let report = audit::audit(&view, &settings.config, &hot);
+    let budgets = suggested_budgets(&view);
+
+    if let Some(dir) = &args.fix {
+        write_fixes(dir, &budgets)?;
+    }
+    let mut out = std::io::stdout().lock();
+    match args.output {
+        AuditOutput::Text => text(&mut out, &report, &budgets, args.fix.is_some())?,
+        AuditOutput::Json => {
+            for f in &report.findings {
+                serde_json::to_writer(&mut out, f)?;
+                writeln!(out)?;
+            }
+            let s = &report.summary;
+            let summary = SummaryJson {
+                summary: true,
+                workloads: s.workloads,
+                checked: s.checked,
+                findings: json!({"error": s.errors, "warning": s.warnings, "info": s.infos}),
+                spot_replicas: s.spot_replicas,
+                surviving_replicas: s.surviving_replicas,
+                survival: (s.survival() * 1000.0).round() / 1000.0,
+                budgets_to_add: budgets.len(),
+            };
+            serde_json::to_writer(&mut out, &summary)?;
+            writeln!(out)?;
+        }
+        AuditOutput::Yaml => {
+            let s = &report.summary;
+            writeln!(
+                out,
+                "# forewarn audit: {} of {} workloads on spot, {} errors, {} warnings, {} infos; \
+                 {} PodDisruptionBudgets to add",
+                s.checked,
+                s.workloads,
+                s.errors,
+                s.warnings,
+                s.infos,
+                budgets.len()
+            )?;
+            write!(out, "{}", budgets_yaml(&budgets))?;
+        }
+    }
+    out.flush()?;
+    let failed = args
+        .fail_on
+        .is_some_and(|fail_on| report.worst().is_some_and(|w| w >= fail_on.level()));
+    Ok(if failed {
+        ExitCode::from(EXIT_FINDINGS)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The last line of `--output json`.
+#[derive(serde::Serialize)]
+struct SummaryJson {
+    summary: bool,
+    /// Workloads read.
+    workloads: usize,
+    /// Those with pods on spot capacity.
+    checked: usize,
+    findings: serde_json::Value,
+    spot_replicas: usize,
+    surviving_replicas: usize,
+    /// `surviving_replicas / spot_replicas`, rounded to 3 decimals.
+    survival: f64,
+    budgets_to_add: usize,
+}
+
+/// The file a budget is written to.
+fn fix_file(b: &SuggestedBudget) -> String {
+    format!("{}.{}.yaml", b.namespace, b.name)
+}
+
+fn write_fixes(dir: &std::path::Path, budgets: &[SuggestedBudget]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("--fix {}: cannot create the folder", dir.display()))?;
+    for b in budgets {
+        let path = dir.join(fix_file(b));
+        std::fs::write(&path, budget_yaml(b))
+            .with_context(|| format!("--fix: cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn text(
+    out: &mut impl Write,
+    report: &AuditReport,
+    budgets: &[SuggestedBudget],
+    fixed: bool,
+) -> std::io::Result<()> {
+    let mut current: Option<&str> = None;
+    for f in &report.findings {
+        if current != Some(f.workload.as_str()) {
+            if current.is_some() {
+                writeln!(out)?;
+            }
+            writeln!(out, "{}", f.workload)?;
+            current = Some(&f.workload);
+        }
+        writeln!(
+            out,
+            "  {:<7}  {:<19}  {}",
+            f.level.as_str(),
+            f.code.as_str(),
+            f.message
+        )?;
+    }
+    if current.is_some() {
+        writeln!(out)?;
+    }
+    let s = &report.summary;
+    writeln!(
+        out,
+        "{} workloads, {} with pods on spot capacity: {} errors, {} warnings, {} infos",
+        s.workloads, s.checked, s.errors, s.warnings, s.infos
+    )?;
+    writeln!(
+        out,
+        "{} of {} spot-hosted replicas ({:.0}%) would survive the interruption of their pool",
+        s.surviving_replicas,
+        s.spot_replicas,
+        s.survival() * 100.0
+    )?;
+    if !budgets.is_empty() {
+        let how = if fixed {
+            "written by --fix"
+        } else {
+            "see --output yaml or --fix DIR"
+        };
+        writeln!(
+            out,
+            "{} PodDisruptionBudgets to add ({how}): {}",
+            budgets.len(),
+            budgets
+                .iter()
+                .map(|b| format!("{}/{}", b.namespace, b.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,85 @@
+//! The audit's view of the live cluster: one `list` (paged) of each kind it reads —
+//! Deployments, StatefulSets, ReplicaSets, Pods, PodDisruptionBudgets (all namespaces),
+//! PriorityClasses and Nodes. Read only: `infra/k8s/audit-rbac.yaml` grants exactly these lists.
+
+use std::fmt::Debug;
+
+use ::kube::api::ListParams;
+use ::kube::{Api, Resource};
+use async_trait::async_trait;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use serde::de::DeserializeOwned;
+
+use super::api::with_retry;
+use super::connect::ClusterClient;
+use crate::adapters::workloads::{RawWorkloads, view};
+use crate::domain::audit::ClusterView;
+use crate::ports::{DirectoryError, WorkloadSource};
+
+const SERVICE: &str = "kubernetes";
+const LIST_PAGE: u32 = 500;
+
+/// [`WorkloadSource`] over the Kubernetes API.
+#[derive(Debug, Clone)]
+pub struct KubeWorkloads {
+    clients: ClusterClient,
+}
+
+impl KubeWorkloads {
+    pub fn new(clients: ClusterClient) -> KubeWorkloads {
+        KubeWorkloads { clients }
+    }
+}
+
+fn error(message: String) -> DirectoryError {
+    DirectoryError {
+        service: SERVICE,
+        message,
+    }
+}
+
+/// Every object of a kind, in every namespace, page by page.
+async fn list_all<K>(client: &::kube::Client, what: &str) -> Result<Vec<K>, DirectoryError>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::all(client.clone());
+    let mut out = Vec::new();
+    let mut params = ListParams::default().limit(LIST_PAGE);
+    loop {
+        let page = with_retry("list", what, || api.list(&params))
+            .await
+            .map_err(|e| error(e.to_string()))?;
+        out.extend(page.items);
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(out),
+        }
+    }
+}
+
+#[async_trait]
+impl WorkloadSource for KubeWorkloads {
+    #[tracing::instrument(skip_all, err)]
+    async fn workloads(&self) -> Result<ClusterView, DirectoryError> {
+        let client = self
+            .clients
+            .client()
+            .await
+            .map_err(|e| error(e.to_string()))?;
+        let raw = RawWorkloads {
+            deployments: list_all::<Deployment>(&client, "deployments").await?,
+            stateful_sets: list_all::<StatefulSet>(&client, "statefulsets").await?,
+            replica_sets: list_all::<ReplicaSet>(&client, "replicasets").await?,
+            pods: list_all::<Pod>(&client, "pods").await?,
+            budgets: list_all::<PodDisruptionBudget>(&client, "poddisruptionbudgets").await?,
+            priority_classes: list_all::<PriorityClass>(&client, "priorityclasses").await?,
+            nodes: list_all::<Node>(&client, "nodes").await?,
+        };
+        view(&raw).map_err(|e| error(e.to_string()))
+    }
+}

@@ -1,0 +1,365 @@
+//! Kubernetes objects (k8s-openapi types, read live or from a capture) converted into the
+//! audit's [`ClusterView`]: pods grouped under their controllers (a ReplicaSet owned by a
+//! Deployment under the Deployment; DaemonSet, Job and mirror pods left out), budgets with
+//! their selectors and numbers, nodes' spot-ness and pools, priority classes.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::domain::audit::{
+    AuditNode, AuditPod, Budget, ClusterView, IntOrPercent, Requirement, Selector, Workload,
+    WorkloadKind,
+};
+
+/// An object the audit cannot read: which one, and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{object}: {message}")]
+pub struct WorkloadError {
+    /// `poddisruptionbudget/<ns>/<name>`, `deployment/<ns>/<name>`, ...
+    pub object: String,
+    pub message: String,
+}
+
+/// The objects the audit reads, as the API serves them.
+#[derive(Debug, Clone, Default)]
+pub struct RawWorkloads {
+    pub deployments: Vec<Deployment>,
+    pub stateful_sets: Vec<StatefulSet>,
+    pub replica_sets: Vec<ReplicaSet>,
+    pub pods: Vec<Pod>,
+    pub budgets: Vec<PodDisruptionBudget>,
+    pub priority_classes: Vec<PriorityClass>,
+    pub nodes: Vec<Node>,
+}
+
+fn ns_name(meta: &ObjectMeta) -> (String, String) {
+    (
+        meta.namespace.clone().unwrap_or_else(|| "default".into()),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))
+}
+
+/// A `metav1.LabelSelector` into the domain's, checking its operators.
+pub fn selector(s: &LabelSelector, object: &str) -> Result<Selector, WorkloadError> {
+    let mut out = Selector {
+        match_labels: s.match_labels.clone().unwrap_or_default(),
+        match_expressions: Vec::new(),
+    };
+    for (i, e) in s.match_expressions.iter().flatten().enumerate() {
+        let operator = e
+            .operator
+            .parse()
+            .map_err(|message: String| WorkloadError {
+                object: object.to_string(),
+                message: format!("selector.matchExpressions[{i}]: {message}"),
+            })?;
+        out.match_expressions.push(Requirement {
+            key: e.key.clone(),
+            operator,
+            values: e.values.clone().unwrap_or_default(),
+        });
+    }
+    Ok(out)
+}
+
+fn int_or_percent(
+    v: &IntOrString,
+    object: &str,
+    field: &str,
+) -> Result<IntOrPercent, WorkloadError> {
+    let err = |message: String| WorkloadError {
+        object: object.to_string(),
+        message: format!("spec.{field}: {message}"),
+    };
+    match v {
+        IntOrString::Int(n) if *n >= 0 => Ok(IntOrPercent::Int(*n)),
+        IntOrString::Int(n) => Err(err(format!("{n} is negative"))),
+        IntOrString::String(s) => IntOrPercent::parse(s).map_err(err),
+    }
+}
+
+/// A PodDisruptionBudget into the domain's.
+pub fn budget(pdb: &PodDisruptionBudget) -> Result<Budget, WorkloadError> {
+    let (namespace, name) = ns_name(&pdb.metadata);
+    let object = format!("poddisruptionbudget/{namespace}/{name}");
+    let spec = pdb.spec.as_ref();
+    let selector = spec
+        .and_then(|s| s.selector.as_ref())
+        .map(|s| selector(s, &object))
+        .transpose()?;
+    let min_available = spec
+        .and_then(|s| s.min_available.as_ref())
+        .map(|v| int_or_percent(v, &object, "minAvailable"))
+        .transpose()?;
+    let max_unavailable = spec
+        .and_then(|s| s.max_unavailable.as_ref())
+        .map(|v| int_or_percent(v, &object, "maxUnavailable"))
+        .transpose()?;
+    Ok(Budget {
+        namespace,
+        name,
+        selector,
+        min_available,
+        max_unavailable,
+    })
+}
+
+fn audit_pod(pod: &Pod) -> AuditPod {
+    let spec = pod.spec.as_ref();
+    AuditPod {
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        labels: pod.metadata.labels.clone().unwrap_or_default(),
+        node: spec
+            .and_then(|s| s.node_name.clone())
+            .filter(|n| !n.is_empty()),
+        grace_seconds: spec.and_then(|s| s.termination_grace_period_seconds),
+        empty_dirs: spec
+            .and_then(|s| s.volumes.as_ref())
+            .into_iter()
+            .flatten()
+            .filter(|v| v.empty_dir.is_some())
+            .map(|v| v.name.clone())
+            .collect(),
+        priority_class: spec
+            .and_then(|s| s.priority_class_name.clone())
+            .filter(|c| !c.is_empty()),
+        priority: spec.and_then(|s| s.priority),
+    }
+}
+
+/// A controller known by kind, namespace and name.
+type Key = (WorkloadKind, String, String);
+
+/// Builds the view. Pods that have finished (`Succeeded`, `Failed`) or are being deleted are
+/// left out; so are DaemonSet pods and pods of other controllers (Jobs, mirror pods).
+pub fn view(raw: &RawWorkloads) -> Result<ClusterView, WorkloadError> {
+    let mut workloads: BTreeMap<Key, Workload> = BTreeMap::new();
+    let mut add = |kind: WorkloadKind,
+                   meta: &ObjectMeta,
+                   replicas: Option<i32>,
+                   sel: &LabelSelector|
+     -> Result<(), WorkloadError> {
+        let (namespace, name) = ns_name(meta);
+        let object = format!("{}/{namespace}/{name}", kind.to_string().to_lowercase());
+        let selector = selector(sel, &object)?;
+        workloads.insert(
+            (kind, namespace.clone(), name.clone()),
+            Workload {
+                namespace,
+                kind,
+                name,
+                replicas: replicas.unwrap_or(1),
+                selector: Some(selector),
+                pods: Vec::new(),
+            },
+        );
+        Ok(())
+    };
+    for d in &raw.deployments {
+        let spec = d.spec.as_ref();
+        add(
+            WorkloadKind::Deployment,
+            &d.metadata,
+            spec.and_then(|s| s.replicas),
+            &spec.map(|s| s.selector.clone()).unwrap_or_default(),
+        )?;
+    }
+    for s in &raw.stateful_sets {
+        let spec = s.spec.as_ref();
+        add(
+            WorkloadKind::StatefulSet,
+            &s.metadata,
+            spec.and_then(|s| s.replicas),
+            &spec.map(|s| s.selector.clone()).unwrap_or_default(),
+        )?;
+    }
+    // ReplicaSet name → its Deployment's name, for those a Deployment owns.
+    let mut rs_owner: BTreeMap<(String, String), String> = BTreeMap::new();
+    for rs in &raw.replica_sets {
+        let (namespace, name) = ns_name(&rs.metadata);
+        if let Some(owner) = controller_of(&rs.metadata).filter(|o| o.kind == "Deployment") {
+            rs_owner.insert((namespace, name), owner.name.clone());
+            continue;
+        }
+        let spec = rs.spec.as_ref();
+        add(
+            WorkloadKind::ReplicaSet,
+            &rs.metadata,
+            spec.and_then(|s| s.replicas),
+            &spec.map(|s| s.selector.clone()).unwrap_or_default(),
+        )?;
+    }
+    let mut bare: Vec<Workload> = Vec::new();
+    for pod in &raw.pods {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if matches!(phase, Some("Succeeded" | "Failed"))
+            || pod.metadata.deletion_timestamp.is_some()
+        {
+            continue;
+        }
+        let (namespace, name) = ns_name(&pod.metadata);
+        let facts = audit_pod(pod);
+        let key = match controller_of(&pod.metadata) {
+            None => {
+                bare.push(Workload {
+                    namespace,
+                    kind: WorkloadKind::Pod,
+                    name,
+                    replicas: 1,
+                    selector: None,
+                    pods: vec![facts],
+                });
+                continue;
+            }
+            Some(o) if o.kind == "ReplicaSet" => {
+                match rs_owner.get(&(namespace.clone(), o.name.clone())) {
+                    Some(deployment) => (WorkloadKind::Deployment, namespace, deployment.clone()),
+                    None => (WorkloadKind::ReplicaSet, namespace, o.name.clone()),
+                }
+            }
+            Some(o) if o.kind == "StatefulSet" => {
+                (WorkloadKind::StatefulSet, namespace, o.name.clone())
+            }
+            // DaemonSets, Jobs, nodes (mirror pods), other controllers.
+            Some(_) => continue,
+        };
+        // A controller not read (not in the capture): replicas = its pods, selector unknown.
+        let w = workloads.entry(key.clone()).or_insert_with(|| Workload {
+            namespace: key.1.clone(),
+            kind: key.0,
+            name: key.2.clone(),
+            replicas: 0,
+            selector: None,
+            pods: Vec::new(),
+        });
+        if w.selector.is_none() {
+            w.replicas += 1;
+        }
+        w.pods.push(facts);
+    }
+    let mut view = ClusterView {
+        workloads: workloads.into_values().collect(),
+        ..ClusterView::default()
+    };
+    view.workloads.extend(bare);
+    view.workloads
+        .sort_by(|a, b| (&a.namespace, a.kind, &a.name).cmp(&(&b.namespace, b.kind, &b.name)));
+    for pdb in &raw.budgets {
+        view.budgets.push(budget(pdb)?);
+    }
+    for node in &raw.nodes {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        view.nodes
+            .insert(name.clone(), AuditNode::from_labels(&name, &labels));
+    }
+    for pc in &raw.priority_classes {
+        if let Some(name) = &pc.metadata.name {
+            view.priority_classes.insert(name.clone(), pc.value);
+        }
+    }
+    Ok(view)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn from<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn pods_are_grouped_under_their_controllers() {
+        let owner = |kind: &str, name: &str| json!([{"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": "u", "controller": true}]);
+        let pod = |name: &str, owners: serde_json::Value, phase: &str| -> Pod {
+            from(
+                json!({"metadata": {"name": name, "namespace": "shop", "ownerReferences": owners,
+                "labels": {"app": "web"}},
+                "spec": {"nodeName": "n1", "containers": [], "terminationGracePeriodSeconds": 200,
+                    "volumes": [{"name": "cache", "emptyDir": {}}, {"name": "cfg", "configMap": {"name": "c"}}]},
+                "status": {"phase": phase}}),
+            )
+        };
+        let raw = RawWorkloads {
+            deployments: vec![from(
+                json!({"metadata": {"name": "web", "namespace": "shop"},
+                "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}}, "template": {}}}),
+            )],
+            replica_sets: vec![
+                from(json!({"metadata": {"name": "web-1", "namespace": "shop",
+                    "ownerReferences": owner("Deployment", "web")},
+                    "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}}}})),
+                from(json!({"metadata": {"name": "lone", "namespace": "shop"},
+                    "spec": {"selector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]}}})),
+            ],
+            pods: vec![
+                pod("web-1-a", owner("ReplicaSet", "web-1"), "Running"),
+                pod("web-1-b", owner("ReplicaSet", "web-1"), "Running"),
+                pod("web-1-done", owner("ReplicaSet", "web-1"), "Succeeded"),
+                pod("ds-a", owner("DaemonSet", "ds"), "Running"),
+                pod("gone-a", owner("ReplicaSet", "gone-9"), "Running"),
+                pod("solo", json!([]), "Running"),
+            ],
+            ..RawWorkloads::default()
+        };
+        let v = view(&raw).unwrap();
+        let ids: Vec<(String, usize, i32)> = v
+            .workloads
+            .iter()
+            .map(|w| (w.id(), w.pods.len(), w.replicas))
+            .collect();
+        assert_eq!(
+            ids,
+            vec![
+                ("shop/Deployment/web".to_string(), 2, 3),
+                ("shop/ReplicaSet/gone-9".to_string(), 1, 1),
+                ("shop/ReplicaSet/lone".to_string(), 0, 1),
+                ("shop/Pod/solo".to_string(), 1, 1),
+            ]
+        );
+        let p = &v.workloads[0].pods[0];
+        assert_eq!(p.grace_seconds, Some(200));
+        assert_eq!(p.empty_dirs, vec!["cache".to_string()]);
+        assert!(v.workloads[1].selector.is_none());
+    }
+
+    #[test]
+    fn bad_objects_are_named() {
+        let raw = RawWorkloads {
+            budgets: vec![from(json!({"metadata": {"name": "b", "namespace": "shop"},
+                "spec": {"maxUnavailable": "lots"}}))],
+            ..RawWorkloads::default()
+        };
+        let e = view(&raw).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "poddisruptionbudget/shop/b: spec.maxUnavailable: `lots` is neither an integer nor a percentage"
+        );
+        let raw = RawWorkloads {
+            deployments: vec![from(json!({"metadata": {"name": "d", "namespace": "x"},
+                "spec": {"selector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}, "template": {}}}))],
+            ..RawWorkloads::default()
+        };
+        let e = view(&raw).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("deployment/x/d: selector.matchExpressions[0]: `Near`"),
+            "{e}"
+        );
+    }
+}
