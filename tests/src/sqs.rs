@@ -70,7 +70,7 @@ pub async fn drain(
 }
 
 /// How long a drain waits for messages in flight (received, failed, not yet visible again).
-pub const PATIENCE: Duration = Duration::from_secs(60);
+pub const PATIENCE: Duration = Duration::from_secs(120);
 
 /// [`drain`], each batch given `budget` (when set) as the Lambda's time left: the handler's
 /// deadline is the moment the batch was received plus `budget`.

@@ -18,6 +18,7 @@ use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 use forewarn::adapters::dynamo::DynamoStore;
 use forewarn::adapters::ec2::Ec2Directory;
 use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::adapters::sqs::SqsRedelivery;
 use forewarn::app::handler::Handler;
 use forewarn::domain::config::Config;
 use forewarn::domain::fixtures::{app_pod as pod, ec2_node};
@@ -120,7 +121,7 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
         let handler = Handler {
             mode: forewarn::domain::config::Mode::Act,
             notifier: None,
-            redelivery: None,
+            redelivery: Some(Arc::new(SqsRedelivery::new(aws_sdk_sqs::Client::new(&sdk)))),
             config: config.clone(),
             store: store.clone(),
             instances: Arc::new(Ec2Directory::from_conf(&sdk)),
