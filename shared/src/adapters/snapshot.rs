@@ -161,29 +161,9 @@ pub fn cluster_state_from_kubectl(
         path: label.to_string(),
         message,
     };
-    let value: Value =
-        serde_json::from_slice(input).map_err(|e| err(format!("not valid JSON: {e}")))?;
-    let items: Vec<Value> = match value.get("items") {
-        Some(Value::Array(items)) => items.clone(),
-        Some(_) => return Err(err("`items` is not an array".into())),
-        None if value.get("kind").is_some() => vec![value.clone()],
-        None => {
-            return Err(err(
-                "not the JSON `kubectl get nodes,pods -A -o json` prints".into(),
-            ));
-        }
-    };
-    let list_kind = value
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
     let mut state = ClusterState::default();
-    for (i, item) in items.into_iter().enumerate() {
-        let kind = item
-            .get("kind")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .unwrap_or_else(|| list_kind.trim_end_matches("List").to_string());
+    let items = kubectl_items(label, input, "kubectl get nodes,pods -A -o json")?;
+    for (i, (kind, item)) in items.into_iter().enumerate() {
         match kind.as_str() {
             "Node" => {
                 let node: Node = serde_json::from_value(item)
