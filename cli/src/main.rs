@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use forewarn::app::settings::{Settings, StoreChoice};
 
 mod pools;
+mod priorities;
 mod replay;
 mod stores;
 mod text;
@@ -30,6 +31,13 @@ enum Command {
     Replay(replay::ReplayArgs),
     /// List capacity pools recorded as unavailable, newest first.
     Pools(pools::PoolsArgs),
+    /// Write the Cluster Autoscaler's priority expander from base priorities and the pool table.
+    ///
+    /// Node groups (Auto Scaling groups tagged for the Cluster Autoscaler and this cluster) whose
+    /// pools are unavailable are moved below the lowest base priority until their pools' windows
+    /// end. Prints the ConfigMap it would write; with --kube compares it with the cluster's, and
+    /// with --execute writes it.
+    Priorities(priorities::PrioritiesArgs),
 }
 
 /// Where pools are recorded.
@@ -89,6 +97,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Replay(args) => replay::run(args, settings).await,
             Command::Pools(args) => pools::run(args).await,
+            Command::Priorities(args) => priorities::run(args, settings).await,
         }
     });
     match result {

@@ -8,5 +8,6 @@ pub mod facts;
 pub mod fold;
 pub mod plan;
 pub mod pool;
+pub mod priorities;
 pub mod report;
 pub mod sweep;

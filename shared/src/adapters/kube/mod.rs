@@ -24,6 +24,7 @@ mod error;
 mod events;
 mod executor;
 mod node_facts;
+mod priorities;
 
 pub use api::{ApiError, FIELD_MANAGER};
 pub use connect::{
@@ -43,3 +44,4 @@ pub use error::KubeError;
 pub use events::{EventOutcome, REPORTING_CONTROLLER, event_name};
 pub use executor::{ENV_EVICTION_PARALLELISM, ExecutorSettings, KubeExecutor, NodeOutcome};
 pub use node_facts::node_facts;
+pub use priorities::KubeExpander;
