@@ -321,7 +321,7 @@ fn node_action(
                 Some(owner) => format!(
                     "{}: delete {} so its controller drains and replaces the node",
                     summary(event),
-                    owner.to_string()
+                    owner
                 ),
                 None => format!("{}: the instance is going away", summary(event)),
             };
