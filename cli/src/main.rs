@@ -9,6 +9,7 @@ use forewarn::app::settings::{Settings, StoreChoice};
 
 mod audit;
 mod pools;
+mod priorities;
 mod replay;
 mod stores;
 mod text;
@@ -41,6 +42,13 @@ enum Command {
     /// (--cluster-state), and the pool history (--table or the embedded store). Exit code: 0,
     /// 2 when a finding at or above --fail-on exists, 1 for errors.
     Audit(audit::AuditArgs),
+    /// Write the Cluster Autoscaler's priority expander from base priorities and the pool table.
+    ///
+    /// Node groups (Auto Scaling groups tagged for the Cluster Autoscaler and this cluster) whose
+    /// pools are unavailable are moved below the lowest base priority until their pools' windows
+    /// end. Prints the ConfigMap it would write; with --kube compares it with the cluster's, and
+    /// with --execute writes it.
+    Priorities(priorities::PrioritiesArgs),
 }
 
 /// Where pools are recorded.
@@ -112,6 +120,7 @@ fn main() -> ExitCode {
             Command::Replay(args) => replay::run(args, settings).await,
             Command::Pools(args) => pools::run(args).await,
             Command::Audit(args) => audit::run(args, settings).await,
+            Command::Priorities(args) => priorities::run(args, settings).await,
         }
     });
     match result {

@@ -14,6 +14,7 @@ use crate::domain::event::LifecycleAction;
 use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::plan::Plan;
 use crate::domain::pool::{Applied, PoolQuery, PoolRecord, PoolUpdate};
+use crate::domain::priorities::{AsgDescription, ExpanderConfig};
 use crate::domain::report::{DrainSummary, Report};
 
 /// A lookup that failed (EC2, the Kubernetes API).
@@ -265,4 +266,53 @@ pub struct Redeliver {
 pub trait Redelivery: Send + Sync {
     /// Sets the visibility of each message; answers how many were changed, or why none was.
     async fn redeliver(&self, messages: &[Redeliver]) -> Result<usize, String>;
+}
+
+/// Where node groups come from: Auto Scaling `DescribeAutoScalingGroups`, or a capture.
+#[async_trait]
+pub trait NodeGroupSource: Send + Sync {
+    /// Every Auto Scaling group it knows (the caller picks this cluster's), with the instance
+    /// type and market type of their launch templates resolved where it can.
+    async fn describe(&self) -> Result<Vec<AsgDescription>, DirectoryError>;
+}
+
+/// The expander ConfigMap as read, with its resourceVersion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredExpander {
+    pub config: ExpanderConfig,
+    pub resource_version: String,
+}
+
+/// A read or write of the expander's ConfigMaps that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExpanderError {
+    /// Someone else wrote it since it was read (HTTP 409): read again.
+    #[error("{verb} configmap/{object}: conflict (changed since it was read)")]
+    Conflict { verb: &'static str, object: String },
+    #[error("{verb} configmap/{object}: {message}")]
+    Api {
+        verb: &'static str,
+        object: String,
+        message: String,
+    },
+}
+
+/// The Cluster Autoscaler's priority expander ConfigMap and the user's base priorities.
+#[async_trait]
+pub trait ExpanderStore: Send + Sync {
+    /// The base priorities' text (`forewarn-priority-base`, key `priorities`), when there is one.
+    async fn base(&self) -> Result<Option<String>, ExpanderError>;
+
+    /// The expander ConfigMap, when there is one.
+    async fn current(&self) -> Result<Option<StoredExpander>, ExpanderError>;
+
+    /// Creates the expander ConfigMap.
+    async fn create(&self, config: &ExpanderConfig) -> Result<(), ExpanderError>;
+
+    /// Replaces the expander ConfigMap read at `resource_version`.
+    async fn replace(
+        &self,
+        config: &ExpanderConfig,
+        resource_version: &str,
+    ) -> Result<(), ExpanderError>;
 }

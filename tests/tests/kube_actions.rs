@@ -1304,8 +1304,11 @@ async fn the_handler_tells_the_webhook_and_counts_evictions() {
 // ---------------------------------------------------------------------------------------------
 // RBAC
 
-/// The (group, resource, verb) an API request needs.
-fn rbac_need(r: &RecordedRequest) -> (String, String, String) {
+/// What an API request needs: (group, resource, verb, the object's name when the path has one).
+type Need = (String, String, String, Option<String>);
+
+/// What an API request needs.
+fn rbac_need(r: &RecordedRequest) -> Need {
     let segments: Vec<&str> = r.path.trim_matches('/').split('/').collect();
     let (group, rest) = match segments.as_slice() {
         ["api", _version, rest @ ..] => (String::new(), rest),
@@ -1316,13 +1319,13 @@ fn rbac_need(r: &RecordedRequest) -> (String, String, String) {
         ["namespaces", _ns, rest @ ..] if !rest.is_empty() => rest,
         other => other,
     };
-    let (resource, named) = match rest {
-        [resource] => (resource.to_string(), false),
-        [resource, _name] => (resource.to_string(), true),
-        [resource, _name, sub] => (format!("{resource}/{sub}"), true),
+    let (resource, name) = match rest {
+        [resource] => (resource.to_string(), None),
+        [resource, name] => (resource.to_string(), Some(name.to_string())),
+        [resource, name, sub] => (format!("{resource}/{sub}"), Some(name.to_string())),
         _ => panic!("not a resource path: {}", r.path),
     };
-    let verb = match (r.method.as_str(), named) {
+    let verb = match (r.method.as_str(), name.is_some()) {
         ("GET", true) => "get",
         ("GET", false) => "list",
         ("POST", _) => "create",
@@ -1331,25 +1334,16 @@ fn rbac_need(r: &RecordedRequest) -> (String, String, String) {
         ("DELETE", true) => "delete",
         (m, _) => panic!("unexpected {m} {}", r.path),
     };
-    (group, resource, verb.to_string())
+    (group, resource, verb.to_string(), name)
 }
 
-/// (group, resource, verb) the ClusterRole in infra/k8s/rbac.yaml grants.
-fn rbac_granted() -> BTreeSet<(String, String, String)> {
+/// What the roles in infra/k8s/rbac.yaml grant: (group, resource, verb, resource name or
+/// `None` for any), from the ClusterRole and the kube-system Role, each bound to the group
+/// `forewarn`.
+fn rbac_granted() -> BTreeSet<Need> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra/k8s/rbac.yaml");
     let text = std::fs::read_to_string(&path).unwrap();
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
-    let role = docs
-        .iter()
-        .find(|d| d["kind"] == "ClusterRole")
-        .expect("a ClusterRole");
-    let binding = docs
-        .iter()
-        .find(|d| d["kind"] == "ClusterRoleBinding")
-        .expect("a ClusterRoleBinding");
-    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
-    assert_eq!(binding["subjects"][0]["kind"], "Group");
-    assert_eq!(binding["subjects"][0]["name"], "forewarn");
     let strings = |v: &Value| -> Vec<String> {
         v.as_array()
             .unwrap()
@@ -1358,13 +1352,39 @@ fn rbac_granted() -> BTreeSet<(String, String, String)> {
             .collect()
     };
     let mut granted = BTreeSet::new();
-    for rule in role["rules"].as_array().unwrap() {
-        assert!(rule.get("resourceNames").is_none());
-        for g in strings(&rule["apiGroups"]) {
-            for res in strings(&rule["resources"]) {
-                for verb in strings(&rule["verbs"]) {
-                    assert_ne!(verb, "*");
-                    granted.insert((g.clone(), res.clone(), verb));
+    for (role_kind, binding_kind) in [
+        ("ClusterRole", "ClusterRoleBinding"),
+        ("Role", "RoleBinding"),
+    ] {
+        let role = docs
+            .iter()
+            .find(|d| d["kind"] == role_kind)
+            .unwrap_or_else(|| panic!("a {role_kind}"));
+        let binding = docs
+            .iter()
+            .find(|d| d["kind"] == binding_kind)
+            .unwrap_or_else(|| panic!("a {binding_kind}"));
+        assert_eq!(binding["roleRef"]["kind"], role_kind);
+        assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+        assert_eq!(
+            binding["metadata"]["namespace"],
+            role["metadata"]["namespace"]
+        );
+        assert_eq!(binding["subjects"][0]["kind"], "Group");
+        assert_eq!(binding["subjects"][0]["name"], "forewarn");
+        for rule in role["rules"].as_array().unwrap() {
+            let names: Vec<Option<String>> = match rule.get("resourceNames") {
+                Some(n) => strings(n).into_iter().map(Some).collect(),
+                None => vec![None],
+            };
+            for g in strings(&rule["apiGroups"]) {
+                for res in strings(&rule["resources"]) {
+                    for verb in strings(&rule["verbs"]) {
+                        assert_ne!(verb, "*");
+                        for name in &names {
+                            granted.insert((g.clone(), res.clone(), verb.clone(), name.clone()));
+                        }
+                    }
                 }
             }
         }
@@ -1423,11 +1443,58 @@ async fn rbac_grants_exactly_what_the_adapter_uses() {
         collect(&w.fake);
     }
 
+    // The priority expander: created, read, updated; the base read.
+    {
+        let w = World::plain().await;
+        priorities_round(&w.fake, w.clients.clone()).await;
+        collect(&w.fake);
+    }
+
     let granted = rbac_granted();
-    let missing: Vec<_> = used.difference(&granted).collect();
+    let grants = |g: &Need, u: &Need| {
+        g.0 == u.0 && g.1 == u.1 && g.2 == u.2 && (g.3.is_none() || g.3 == u.3)
+    };
+    let missing: Vec<_> = used
+        .iter()
+        .filter(|u| !granted.iter().any(|g| grants(g, u)))
+        .collect();
     assert!(missing.is_empty(), "used but not granted: {missing:?}");
-    let unused: Vec<_> = granted.difference(&used).collect();
+    let unused: Vec<_> = granted
+        .iter()
+        .filter(|g| !used.iter().any(|u| grants(g, u)))
+        .collect();
     assert!(unused.is_empty(), "granted but never used: {unused:?}");
+}
+
+/// One create and one update of the expander ConfigMap through [`KubeExpander`], the base read
+/// from its ConfigMap.
+async fn priorities_round(fake: &KubeFake, clients: ClusterClient) {
+    use forewarn::adapters::kube::KubeExpander;
+    use forewarn::domain::priorities::{BasePriorities, Demotion, ExpanderConfig, demote};
+    use forewarn::ports::ExpanderStore;
+
+    fake.insert(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "forewarn-priority-base", "namespace": "kube-system"},
+        "data": {"priorities": "10: ['.*']"}}));
+    let expander = KubeExpander::new(clients);
+    let base_text = expander.base().await.unwrap().unwrap();
+    let base = BasePriorities::parse(&base_text, "cm").unwrap();
+    let (map, demotion) = demote(&base, &[], &[]);
+    let config = ExpanderConfig::new(&map, &demotion);
+    assert!(expander.current().await.unwrap().is_none());
+    expander.create(&config).await.unwrap();
+    let current = expander.current().await.unwrap().unwrap();
+    let changed = ExpanderConfig::new(
+        &map,
+        &Demotion {
+            priority: Some(1),
+            ..demotion
+        },
+    );
+    expander
+        .replace(&changed, &current.resource_version)
+        .await
+        .unwrap();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -91,6 +91,7 @@ fn sweeps_orphaned_nodes_once_and_never_after_a_handled_event() {
             handler,
             leaving: ec2_dir,
             region: Some("us-east-1".into()),
+            priorities: None,
         };
         let writes_before = fake.writes().len();
         let reports = sweeper.sweep(chrono::Utc::now(), None).await.unwrap();

@@ -1,7 +1,9 @@
 //! The pool sweeper Lambda, run on a schedule: finds what EventBridge missed and applies the
 //! same plan path (see `forewarn::domain::sweep`). The answer counts the outcomes; any failed finding
 //! fails the invocation so that it shows in the function's error metric (the next scheduled
-//! sweep retries it: findings are stable per instance).
+//! sweep retries it: findings are stable per instance). Then it updates the Cluster Autoscaler's
+//! priority expander from the pool table (see `forewarn::app::priorities`); a failure there fails
+//! the invocation too, after the sweep's work is done.
 
 use std::sync::Arc;
 
@@ -23,6 +25,7 @@ async fn main() -> Result<(), Error> {
             let deadline = deadline_from_epoch_ms(event.context.deadline)
                 .checked_sub(sweeper.handler.safety_margin);
             let reports = sweeper.sweep(chrono::Utc::now(), deadline).await?;
+            let priorities = sweeper.update_priorities(chrono::Utc::now()).await?;
             let tally = Tally::of(&reports);
             if let Some(failed) = reports.iter().find(|r| r.outcome == Outcome::Failed) {
                 return Err(Error::from(format!(
@@ -33,7 +36,12 @@ async fn main() -> Result<(), Error> {
                     failed.reason.as_deref().unwrap_or("failed")
                 )));
             }
-            Ok::<Value, Error>(json!({ "findings": reports.len(), "outcomes": tally }))
+            let priorities = priorities.map(|p| {
+                json!({ "change": p.change, "hot": p.hot.iter().map(|h| &h.group).collect::<Vec<_>>() })
+            });
+            Ok::<Value, Error>(
+                json!({ "findings": reports.len(), "outcomes": tally, "priorities": priorities }),
+            )
         }
     }))
     .await

@@ -1,5 +1,7 @@
-//! Completing the ASG lifecycle action once the node is handled, so the instance terminates
-//! without waiting for the hook's heartbeat timeout.
+//! Auto Scaling: completing the ASG lifecycle action once the node is handled, so the instance
+//! terminates without waiting for the hook's heartbeat timeout; and the node groups
+//! ([`AsgNodeGroups`]): `DescribeAutoScalingGroups`, with EC2 `DescribeLaunchTemplateVersions` for
+//! a launch template's instance type and market type.
 
 use async_trait::async_trait;
 use aws_config::SdkConfig;
@@ -7,7 +9,10 @@ use aws_sdk_autoscaling::error::ProvideErrorMetadata;
 
 use super::aws::aws_error_text;
 use crate::domain::event::LifecycleAction;
-use crate::ports::{LifecycleCompleter, LifecycleError, LifecycleOutcome};
+use crate::domain::priorities::AsgDescription;
+use crate::ports::{
+    DirectoryError, LifecycleCompleter, LifecycleError, LifecycleOutcome, NodeGroupSource,
+};
 
 /// `autoscaling:CompleteLifecycleAction` through the AWS SDK.
 #[derive(Debug, Clone)]
@@ -74,6 +79,154 @@ impl LifecycleCompleter for AsgLifecycle {
                 },
             }),
         }
+    }
+}
+
+/// The node groups through the AWS SDK: `autoscaling:DescribeAutoScalingGroups` (every page),
+/// and `ec2:DescribeLaunchTemplateVersions` once per launch template version whose instance type
+/// or market type the group does not say.
+#[derive(Debug, Clone)]
+pub struct AsgNodeGroups {
+    autoscaling: aws_sdk_autoscaling::Client,
+    ec2: aws_sdk_ec2::Client,
+}
+
+impl AsgNodeGroups {
+    pub fn new(sdk: &SdkConfig) -> AsgNodeGroups {
+        AsgNodeGroups {
+            autoscaling: aws_sdk_autoscaling::Client::new(sdk),
+            ec2: aws_sdk_ec2::Client::new(sdk),
+        }
+    }
+}
+
+/// A launch template version: (id or name, version).
+type TemplateRef = (Option<String>, Option<String>, String);
+
+fn template_ref(
+    spec: Option<&aws_sdk_autoscaling::types::LaunchTemplateSpecification>,
+) -> Option<TemplateRef> {
+    let spec = spec?;
+    Some((
+        spec.launch_template_id().map(str::to_string),
+        spec.launch_template_name().map(str::to_string),
+        spec.version().unwrap_or("$Default").to_string(),
+    ))
+}
+
+fn lookup_error(service: &'static str, e: impl std::error::Error + 'static) -> DirectoryError {
+    DirectoryError {
+        service,
+        message: aws_error_text(&e),
+    }
+}
+
+impl AsgNodeGroups {
+    /// (instance type, spot) of a launch template version.
+    async fn template(
+        &self,
+        (id, name, version): &TemplateRef,
+    ) -> Result<(Option<String>, Option<bool>), DirectoryError> {
+        let out = self
+            .ec2
+            .describe_launch_template_versions()
+            .set_launch_template_id(id.clone())
+            .set_launch_template_name(if id.is_some() { None } else { name.clone() })
+            .versions(version)
+            .send()
+            .await
+            .map_err(|e| lookup_error("ec2 DescribeLaunchTemplateVersions", e))?;
+        let data = out
+            .launch_template_versions()
+            .first()
+            .and_then(|v| v.launch_template_data());
+        Ok((
+            data.and_then(|d| d.instance_type())
+                .map(|t| t.as_str().to_string()),
+            Some(
+                data.and_then(|d| d.instance_market_options())
+                    .and_then(|m| m.market_type())
+                    .is_some_and(|m| m.as_str() == "spot"),
+            ),
+        ))
+    }
+}
+
+#[async_trait]
+impl NodeGroupSource for AsgNodeGroups {
+    async fn describe(&self) -> Result<Vec<AsgDescription>, DirectoryError> {
+        let mut groups = Vec::new();
+        let mut templates: std::collections::BTreeMap<TemplateRef, (Option<String>, Option<bool>)> =
+            std::collections::BTreeMap::new();
+        let mut token: Option<String> = None;
+        loop {
+            let out = self
+                .autoscaling
+                .describe_auto_scaling_groups()
+                .set_next_token(token.take())
+                .send()
+                .await
+                .map_err(|e| lookup_error("autoscaling DescribeAutoScalingGroups", e))?;
+            for g in out.auto_scaling_groups() {
+                let mixed = g.mixed_instances_policy();
+                let lt = mixed
+                    .and_then(|m| m.launch_template())
+                    .and_then(|l| l.launch_template_specification())
+                    .or(g.launch_template());
+                let mut desc = AsgDescription {
+                    name: g.auto_scaling_group_name().unwrap_or_default().to_string(),
+                    tags: g
+                        .tags()
+                        .iter()
+                        .filter_map(|t| {
+                            Some((t.key()?.to_string(), t.value().unwrap_or("").to_string()))
+                        })
+                        .collect(),
+                    zones: g.availability_zones().to_vec(),
+                    override_types: mixed
+                        .and_then(|m| m.launch_template())
+                        .map(|l| {
+                            l.overrides()
+                                .iter()
+                                .filter_map(|o| o.instance_type().map(str::to_string))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    on_demand_percentage: mixed
+                        .and_then(|m| m.instances_distribution())
+                        .and_then(|d| d.on_demand_percentage_above_base_capacity()),
+                    mixed: mixed.is_some(),
+                    ..AsgDescription::default()
+                };
+                if (desc.override_types.is_empty() || !desc.mixed)
+                    && let Some(r) = template_ref(lt)
+                {
+                    let resolved = match templates.get(&r) {
+                        Some(known) => known.clone(),
+                        None => {
+                            let found = self.template(&r).await?;
+                            templates.insert(r, found.clone());
+                            found
+                        }
+                    };
+                    desc.template_instance_type = resolved.0;
+                    desc.template_spot = resolved.1;
+                }
+                if desc.template_instance_type.is_none() && desc.override_types.is_empty() {
+                    // A launch configuration, or a template without a type: what runs.
+                    desc.template_instance_type = g
+                        .instances()
+                        .iter()
+                        .find_map(|i| i.instance_type().map(str::to_string));
+                }
+                groups.push(desc);
+            }
+            match out.next_token() {
+                Some(t) if !t.is_empty() => token = Some(t.to_string()),
+                _ => break,
+            }
+        }
+        Ok(groups)
     }
 }
 

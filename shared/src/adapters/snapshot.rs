@@ -16,7 +16,10 @@ use super::workloads::{RawWorkloads, view};
 use crate::domain::audit::ClusterView;
 use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::pool::CapacityType;
-use crate::ports::{DirectoryError, InstanceDirectory, NodeDirectory, WorkloadSource};
+use crate::domain::priorities::AsgDescription;
+use crate::ports::{
+    DirectoryError, InstanceDirectory, NodeDirectory, NodeGroupSource, WorkloadSource,
+};
 
 /// A captured-state file that could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -292,6 +295,114 @@ pub fn load_cluster_state(path: &Path) -> Result<ClusterState, SnapshotError> {
     cluster_state_from_kubectl(&path.display().to_string(), &read(path)?)
 }
 
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct DescribeGroups {
+    auto_scaling_groups: Vec<CapturedGroup>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct CapturedGroup {
+    auto_scaling_group_name: String,
+    #[serde(default)]
+    availability_zones: Vec<String>,
+    #[serde(default)]
+    tags: Vec<Ec2Tag>,
+    mixed_instances_policy: Option<CapturedMixed>,
+    #[serde(default)]
+    instances: Vec<CapturedGroupInstance>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct CapturedMixed {
+    launch_template: Option<CapturedMixedTemplate>,
+    instances_distribution: Option<CapturedDistribution>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct CapturedMixedTemplate {
+    #[serde(default)]
+    overrides: Vec<CapturedOverride>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct CapturedOverride {
+    instance_type: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct CapturedDistribution {
+    on_demand_percentage_above_base_capacity: Option<i32>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct CapturedGroupInstance {
+    instance_type: Option<String>,
+}
+
+/// The groups of an `aws autoscaling describe-auto-scaling-groups` capture. A capture does not
+/// hold launch templates: a group without instance type overrides takes the type of its
+/// instances, and counts as spot only through a mixed instances policy.
+pub fn groups_from_describe(
+    label: &str,
+    input: &[u8],
+) -> Result<Vec<AsgDescription>, SnapshotError> {
+    let parsed: DescribeGroups = serde_json::from_slice(input).map_err(|e| SnapshotError {
+        path: label.to_string(),
+        message: format!("not the JSON `aws autoscaling describe-auto-scaling-groups` prints: {e}"),
+    })?;
+    Ok(parsed
+        .auto_scaling_groups
+        .into_iter()
+        .map(|g| AsgDescription {
+            name: g.auto_scaling_group_name,
+            tags: g.tags.into_iter().map(|t| (t.key, t.value)).collect(),
+            zones: g.availability_zones,
+            template_instance_type: g.instances.into_iter().find_map(|i| i.instance_type),
+            template_spot: None,
+            override_types: g
+                .mixed_instances_policy
+                .as_ref()
+                .and_then(|m| m.launch_template.as_ref())
+                .map(|l| {
+                    l.overrides
+                        .iter()
+                        .filter_map(|o| o.instance_type.clone())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            on_demand_percentage: g
+                .mixed_instances_policy
+                .as_ref()
+                .and_then(|m| m.instances_distribution.as_ref())
+                .and_then(|d| d.on_demand_percentage_above_base_capacity),
+            mixed: g.mixed_instances_policy.is_some(),
+        })
+        .collect())
+}
+
+/// Loads a `describe-auto-scaling-groups` capture.
+pub fn load_groups(path: &Path) -> Result<SnapshotGroups, SnapshotError> {
+    groups_from_describe(&path.display().to_string(), &read(path)?).map(SnapshotGroups)
+}
+
+/// Node groups from a capture.
+#[derive(Debug, Clone, Default)]
+pub struct SnapshotGroups(pub Vec<AsgDescription>);
+
+#[async_trait]
+impl NodeGroupSource for SnapshotGroups {
+    async fn describe(&self) -> Result<Vec<AsgDescription>, DirectoryError> {
+        Ok(self.0.clone())
+    }
+}
+
 /// An instance directory over a capture (instances it does not hold are unknown).
 #[derive(Debug, Clone, Default)]
 pub struct SnapshotInstances(pub BTreeMap<String, InstanceFacts>);
@@ -415,5 +526,31 @@ mod tests {
         assert_eq!(s.nodes.len(), 1);
         assert_eq!(s.pods_on("n1").count(), 1);
         assert_eq!(s.pods_on("n2").count(), 0);
+    }
+
+    #[test]
+    fn describe_auto_scaling_groups_capture() {
+        use crate::domain::priorities::node_group;
+        let bytes = include_bytes!("../../../events/state/asgs.json");
+        let groups = groups_from_describe("asgs.json", bytes).unwrap();
+        let demo: Vec<_> = groups
+            .iter()
+            .filter_map(|g| node_group(g, "demo"))
+            .collect();
+        assert_eq!(demo.len(), 3);
+        let general = &demo[0];
+        assert_eq!(general.name, "demo-spot-general");
+        assert_eq!(general.capacity_type, CapacityType::Spot);
+        assert_eq!(general.instance_types, vec!["m5.large", "m5a.large"]);
+        assert_eq!(general.zones, vec!["us-east-1a", "us-east-1b"]);
+        let od = demo.iter().find(|g| g.name == "demo-on-demand").unwrap();
+        assert_eq!(od.capacity_type, CapacityType::OnDemand);
+        assert_eq!(od.instance_types, vec!["m5.large"], "from its instances");
+        let e = groups_from_describe("i.json", br#"{"Reservations": []}"#).unwrap_err();
+        assert!(e.to_string().contains("i.json"), "{e}");
+        assert!(
+            e.to_string().contains("describe-auto-scaling-groups"),
+            "{e}"
+        );
     }
 }

@@ -11,7 +11,9 @@ use crate::adapters::kube::{
     ENV_KUBE_BURST, ENV_KUBE_QPS, ExecutorSettings, rate_limit_from_lookup,
 };
 use crate::adapters::webhook::{ENV_TEMPLATE, ENV_URL, WebhookConfig};
+use crate::app::priorities::PrioritySettings;
 use crate::domain::config::{Config, ConfigError, Mode, VARIABLES as CONFIG_VARIABLES};
+use crate::domain::priorities::HotShare;
 
 pub const ENV_DRY_RUN: &str = "FOREWARN_DRY_RUN";
 pub const ENV_TABLE: &str = "FOREWARN_TABLE";
@@ -21,6 +23,9 @@ pub const ENV_CLUSTER_STATE_FILE: &str = "FOREWARN_CLUSTER_STATE_FILE";
 pub const ENV_CONCURRENCY: &str = "FOREWARN_CONCURRENCY";
 pub const ENV_SAFETY_MARGIN: &str = "FOREWARN_SAFETY_MARGIN";
 pub const ENV_LOG: &str = "FOREWARN_LOG";
+pub const ENV_PRIORITIES: &str = "FOREWARN_PRIORITIES";
+pub const ENV_PRIORITY_HOT_SHARE: &str = "FOREWARN_PRIORITY_HOT_SHARE";
+pub const ENV_PRIORITY_TAKE_OVER: &str = "FOREWARN_PRIORITY_TAKE_OVER";
 
 /// Every variable the settings read besides the decision core's ([`CONFIG_VARIABLES`]); a
 /// test checks the README's configuration tables name exactly these.
@@ -41,6 +46,9 @@ pub const VARIABLES: &[&str] = &[
     ENV_CLUSTER_STATE_FILE,
     ENV_CONCURRENCY,
     ENV_SAFETY_MARGIN,
+    ENV_PRIORITIES,
+    ENV_PRIORITY_HOT_SHARE,
+    ENV_PRIORITY_TAKE_OVER,
 ];
 const ENV_WEBHOOK_URL: &str = ENV_URL;
 const ENV_WEBHOOK_TEMPLATE: &str = ENV_TEMPLATE;
@@ -98,6 +106,11 @@ pub struct Settings {
     pub safety_margin: Duration,
     /// The log filter (`FOREWARN_LOG`), when set.
     pub log_filter: Option<String>,
+    /// The sweeper updates the priority expander (`FOREWARN_PRIORITIES`, default true; it
+    /// needs a live cluster and does nothing without base priorities).
+    pub priorities_enabled: bool,
+    /// `FOREWARN_PRIORITY_HOT_SHARE`, `FOREWARN_PRIORITY_TAKE_OVER`.
+    pub priorities: PrioritySettings,
 }
 
 impl Settings {
@@ -118,7 +131,8 @@ impl Settings {
     ///   else no cluster;
     /// - `FOREWARN_EVICTION_PARALLELISM`, `FOREWARN_KUBE_QPS`, `FOREWARN_KUBE_BURST`,
     ///   `FOREWARN_WEBHOOK_URL`, `FOREWARN_WEBHOOK_TEMPLATE`, `FOREWARN_CONCURRENCY`,
-    ///   `FOREWARN_SAFETY_MARGIN`, `FOREWARN_LOG`.
+    ///   `FOREWARN_SAFETY_MARGIN`, `FOREWARN_LOG`;
+    /// - `FOREWARN_PRIORITIES`, `FOREWARN_PRIORITY_HOT_SHARE`, `FOREWARN_PRIORITY_TAKE_OVER`.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Settings, ConfigError> {
         let get = |name: &str| {
             lookup(name)
@@ -178,7 +192,24 @@ impl Settings {
                 .and_then(|d| d.to_std().ok())
                 .ok_or_else(|| bad(ENV_SAFETY_MARGIN, &v, "not a duration (e.g. 3s)"))?,
         };
+        let boolean = |variable: &str, default: bool| match get(variable).as_deref() {
+            None => Ok(default),
+            Some("true") | Some("1") => Ok(true),
+            Some("false") | Some("0") => Ok(false),
+            Some(other) => Err(bad(variable, other, "not a boolean (true or false)")),
+        };
+        let priorities_enabled = boolean(ENV_PRIORITIES, true)?;
+        let take_over = boolean(ENV_PRIORITY_TAKE_OVER, false)?;
+        let hot_share = match get(ENV_PRIORITY_HOT_SHARE) {
+            None => HotShare::ALL,
+            Some(v) => HotShare::parse(&v).map_err(|m| bad(ENV_PRIORITY_HOT_SHARE, &v, &m))?,
+        };
         Ok(Settings {
+            priorities_enabled,
+            priorities: PrioritySettings {
+                hot_share,
+                take_over,
+            },
             config,
             mode,
             store,
@@ -229,6 +260,8 @@ mod tests {
         assert_eq!(s.safety_margin, Duration::from_secs(3));
         assert_eq!(s.executor.eviction_parallelism, 8);
         assert_eq!(s.log_filter, None);
+        assert!(s.priorities_enabled);
+        assert_eq!(s.priorities, PrioritySettings::default());
     }
 
     #[test]
@@ -248,6 +281,9 @@ mod tests {
             ("FOREWARN_CONCURRENCY", "2"),
             ("FOREWARN_SAFETY_MARGIN", "5s"),
             ("FOREWARN_LOG", "debug"),
+            ("FOREWARN_PRIORITIES", "false"),
+            ("FOREWARN_PRIORITY_HOT_SHARE", "50%"),
+            ("FOREWARN_PRIORITY_TAKE_OVER", "true"),
         ])
         .unwrap();
         assert_eq!(s.config.cluster_name.as_deref(), Some("demo"));
@@ -275,6 +311,9 @@ mod tests {
         assert_eq!(s.concurrency, 2);
         assert_eq!(s.safety_margin, Duration::from_secs(5));
         assert_eq!(s.log_filter.as_deref(), Some("debug"));
+        assert!(!s.priorities_enabled);
+        assert_eq!(s.priorities.hot_share, HotShare::parse("0.5").unwrap());
+        assert!(s.priorities.take_over);
     }
 
     #[test]
@@ -313,6 +352,9 @@ mod tests {
             ("FOREWARN_KUBE_QPS", "fast"),
             ("FOREWARN_WEBHOOK_URL", "ftp://x"),
             ("FOREWARN_POOL_TTL", "forever"),
+            ("FOREWARN_PRIORITY_HOT_SHARE", "0"),
+            ("FOREWARN_PRIORITY_TAKE_OVER", "yes"),
+            ("FOREWARN_PRIORITIES", "on"),
         ] {
             let err = settings(&[(name, value)]).unwrap_err();
             assert_eq!(err.variable, name, "{err}");

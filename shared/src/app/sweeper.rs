@@ -10,11 +10,14 @@ use chrono::{DateTime, Utc};
 use crate::adapters::snapshot::{ClusterState, SnapshotInstances};
 use crate::app::handler::Handler;
 use crate::app::pipeline::{Limits, Pipeline};
+use crate::app::priorities::{
+    BaseSource, Priorities, PriorityOutcome, PriorityRunError, PrioritySettings,
+};
 use crate::app::telemetry::observe;
 use crate::domain::event::{Origin, Record};
 use crate::domain::report::Report;
 use crate::domain::sweep::findings;
-use crate::ports::{DirectoryError, LeavingInstances};
+use crate::ports::{DirectoryError, ExpanderStore, LeavingInstances, NodeGroupSource};
 
 /// A sweep that could not look.
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +26,8 @@ pub enum SweepError {
     NoCluster,
     #[error(transparent)]
     Lookup(#[from] DirectoryError),
+    #[error("priorities: {0}")]
+    Priorities(#[from] PriorityRunError),
 }
 
 /// The sweeper: the handler's wiring plus where to find leaving instances.
@@ -31,9 +36,47 @@ pub struct Sweeper {
     pub leaving: Arc<dyn LeavingInstances>,
     /// The region synthetic events carry.
     pub region: Option<String>,
+    /// Where the priority expander's node groups and ConfigMaps are (`None`: left alone).
+    pub priorities: Option<SweepPriorities>,
+}
+
+/// What the sweeper updates the priority expander through.
+pub struct SweepPriorities {
+    pub groups: Arc<dyn NodeGroupSource>,
+    pub expander: Arc<dyn ExpanderStore>,
+    pub settings: PrioritySettings,
 }
 
 impl Sweeper {
+    /// Updates the priority expander from the pool table (written only in [`Mode::Act`]);
+    /// `None` when the sweeper has no priorities configured.
+    ///
+    /// [`Mode::Act`]: crate::domain::config::Mode::Act
+    pub async fn update_priorities(
+        &self,
+        now: DateTime<Utc>,
+    ) -> Result<Option<PriorityOutcome>, SweepError> {
+        let Some(p) = &self.priorities else {
+            return Ok(None);
+        };
+        let h = &self.handler;
+        let cluster = h
+            .config
+            .cluster_name
+            .as_deref()
+            .ok_or(SweepError::NoCluster)?;
+        let run = Priorities {
+            cluster,
+            groups: p.groups.as_ref(),
+            store: h.store.as_ref(),
+            expander: Some(p.expander.as_ref()),
+            base: BaseSource::ConfigMap,
+            settings: p.settings,
+            write: h.mode.writes_cluster(),
+        };
+        Ok(Some(run.run(now).await?))
+    }
+
     /// One sweep: one EC2 query per cluster tag form for leaving instances, one node list, one
     /// DescribeInstances for the nodes' instances, then the findings through the pipeline (on
     /// what was just read: no second lookup).

@@ -5,27 +5,29 @@
 
 use std::sync::Arc;
 
-use crate::adapters::autoscaling::AsgLifecycle;
+use crate::adapters::autoscaling::{AsgLifecycle, AsgNodeGroups};
 use crate::adapters::aws;
 use crate::adapters::dynamo::DynamoStore;
 use crate::adapters::ec2::Ec2Directory;
 use crate::adapters::embedded::{EmbeddedStore, default_state_dir};
 use crate::adapters::kube::{
-    ClusterAccess, ClusterClient, KubeExecutor, KubeNodeDirectory, KubeWorkloads, connect,
-    connect_eks,
+    ClusterAccess, ClusterClient, KubeExecutor, KubeExpander, KubeNodeDirectory, KubeWorkloads,
+    connect, connect_eks,
 };
 use crate::adapters::snapshot::{
-    SnapshotInstances, SnapshotWorkloads, load_cluster_state, load_instances, load_workloads,
+    SnapshotInstances, SnapshotWorkloads, load_cluster_state, load_groups, load_instances,
+    load_workloads,
 };
 use crate::adapters::sqs::SqsRedelivery;
 use crate::adapters::webhook::{Webhook, warm_up};
 use crate::app::handler::Handler;
 use crate::app::settings::{ClusterChoice, InstanceChoice, Settings, StoreChoice};
-use crate::app::sweeper::Sweeper;
+use crate::app::sweeper::{SweepPriorities, Sweeper};
 use crate::domain::config::{ConfigError, Mode};
 use crate::ports::{
-    Executor, InstanceDirectory, LeavingInstances, NoInstances, NoNodes, NodeDirectory, Notifier,
-    PoolStore, ReadOnlyStore, Redelivery, StoreError, WorkloadSource,
+    Executor, ExpanderStore, InstanceDirectory, LeavingInstances, NoInstances, NoNodes,
+    NodeDirectory, NodeGroupSource, Notifier, PoolStore, ReadOnlyStore, Redelivery, StoreError,
+    WorkloadSource,
 };
 
 /// The services could not be set up (a cold start fails loudly rather than drop events).
@@ -51,6 +53,10 @@ pub struct Services {
     pub leaving: Option<Arc<dyn LeavingInstances>>,
     /// The AWS region, when an AWS configuration was loaded.
     pub region: Option<String>,
+    /// Auto Scaling, for the node groups (`None` when no AWS configuration was needed).
+    pub node_groups: Option<Arc<dyn NodeGroupSource>>,
+    /// The priority expander's ConfigMaps of the live cluster (`None` without one).
+    pub expander: Option<Arc<dyn ExpanderStore>>,
 }
 
 /// Builds the services `settings` describe:
@@ -76,6 +82,7 @@ pub async fn services(settings: &Settings) -> Result<Services, SetupError> {
         (InstanceChoice::Ec2, Some(sdk)) => Arc::new(Ec2Directory::from_conf(sdk)),
         _ => Arc::new(NoInstances),
     };
+    let mut expander: Option<Arc<dyn ExpanderStore>> = None;
     let (nodes, executor): (Arc<dyn NodeDirectory>, Option<Arc<dyn Executor>>) =
         match (&settings.cluster, &sdk) {
             (ClusterChoice::Snapshot(path), _) => (Arc::new(load_cluster_state(path)?), None),
@@ -99,6 +106,7 @@ pub async fn services(settings: &Settings) -> Result<Services, SetupError> {
                 } else {
                     None
                 };
+                expander = Some(Arc::new(KubeExpander::new(clients.clone())));
                 (Arc::new(KubeNodeDirectory::new(clients)), executor)
             }
             _ => (Arc::new(NoNodes), None),
@@ -133,6 +141,10 @@ pub async fn services(settings: &Settings) -> Result<Services, SetupError> {
             .as_ref()
             .map(|sdk| Arc::new(Ec2Directory::from_conf(sdk)) as Arc<dyn LeavingInstances>),
         region: sdk.as_ref().and_then(|s| s.region()).map(|r| r.to_string()),
+        node_groups: sdk
+            .as_ref()
+            .map(|sdk| Arc::new(AsgNodeGroups::new(sdk)) as Arc<dyn NodeGroupSource>),
+        expander,
     })
 }
 
@@ -185,6 +197,30 @@ pub async fn workload_source(
     })
 }
 
+/// Where node groups come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupsChoice {
+    /// A capture of `aws autoscaling describe-auto-scaling-groups --output json`.
+    File(std::path::PathBuf),
+    /// Auto Scaling (and EC2 for launch templates) through the standard AWS configuration.
+    AutoScaling,
+}
+
+/// The node group source `choice` names; `sdk` is the AWS configuration for Auto Scaling
+/// (loaded here when not given).
+pub async fn node_groups(
+    choice: &GroupsChoice,
+    sdk: Option<&aws_config::SdkConfig>,
+) -> Result<Arc<dyn NodeGroupSource>, SetupError> {
+    Ok(match choice {
+        GroupsChoice::File(path) => Arc::new(load_groups(path)?),
+        GroupsChoice::AutoScaling => match sdk {
+            Some(sdk) => Arc::new(AsgNodeGroups::new(sdk)),
+            None => Arc::new(AsgNodeGroups::new(&aws::load().await)),
+        },
+    })
+}
+
 impl Handler {
     /// The interruption handler of the process environment: [`Settings::from_env`] through
     /// [`services`], once per cold start.
@@ -210,20 +246,40 @@ impl Sweeper {
     }
 
     /// The sweeper `settings` describe: the handler's services with EC2 for the leaving
-    /// instances; `FOREWARN_CLUSTER_NAME` is required (checked when it sweeps).
+    /// instances, and with a live cluster (unless `FOREWARN_PRIORITIES=false`) Auto Scaling and
+    /// the expander ConfigMap for the priorities; `FOREWARN_CLUSTER_NAME` is required (checked
+    /// when it sweeps).
     pub async fn from_settings(settings: &Settings) -> Result<Sweeper, SetupError> {
         if settings.cluster == ClusterChoice::None {
             tracing::warn!("no cluster configured: sweeping without nodes");
         }
-        let services = services(settings).await?;
+        let mut services = services(settings).await?;
         let leaving = match services.leaving {
             Some(leaving) => leaving,
             None => Arc::new(Ec2Directory::from_conf(&aws::load().await)),
         };
+        let region = services.region.take();
+        let priorities = match (
+            settings.priorities_enabled,
+            services.node_groups.take(),
+            services.expander.take(),
+        ) {
+            (true, Some(groups), Some(expander)) => Some(SweepPriorities {
+                groups,
+                expander,
+                settings: settings.priorities,
+            }),
+            (true, _, _) => {
+                tracing::info!("no live cluster: the sweeper leaves the priority expander alone");
+                None
+            }
+            (false, _, _) => None,
+        };
         Ok(Sweeper {
             handler: services.handler,
             leaving,
-            region: services.region,
+            region,
+            priorities,
         })
     }
 }

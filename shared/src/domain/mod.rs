@@ -11,6 +11,7 @@ pub mod fixtures;
 pub mod fold;
 pub mod plan;
 pub mod pool;
+pub mod priorities;
 pub mod report;
 pub mod retry;
 pub mod sweep;

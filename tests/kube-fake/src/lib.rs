@@ -10,7 +10,7 @@
 //!
 //! * **Paths and kinds** of the real server, from a table ([`ResourceDef`],
 //!   [`builtin_resources`]; add rows with [`KubeFakeBuilder::resource`]): core/v1
-//!   `nodes`, `pods` (also listed across namespaces at `/api/v1/pods`), `events`;
+//!   `nodes`, `pods` (also listed across namespaces at `/api/v1/pods`), `events`, `configmaps`;
 //!   `events.k8s.io/v1` `events`; `policy/v1` `poddisruptionbudgets`; `apps/v1`
 //!   `daemonsets`, `deployments`, `replicasets`, `statefulsets`; `scheduling.k8s.io/v1`
 //!   `priorityclasses` (cluster-scoped); custom resources

@@ -25,6 +25,7 @@ mod error;
 mod events;
 mod executor;
 mod node_facts;
+mod priorities;
 mod workloads;
 
 pub use api::{ApiError, FIELD_MANAGER};
@@ -45,4 +46,5 @@ pub use error::KubeError;
 pub use events::{EventOutcome, REPORTING_CONTROLLER, event_name};
 pub use executor::{ENV_EVICTION_PARALLELISM, ExecutorSettings, KubeExecutor, NodeOutcome};
 pub use node_facts::node_facts;
+pub use priorities::KubeExpander;
 pub use workloads::KubeWorkloads;

@@ -1,0 +1,152 @@
+//! `forewarn priorities`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use chrono::Utc;
+use clap::{ArgGroup, Args, ValueEnum};
+use forewarn::adapters::kube::ClusterAccess;
+use forewarn::app::priorities::{BaseSource, Change, Priorities};
+use forewarn::app::settings::{ClusterChoice, InstanceChoice, Settings};
+use forewarn::app::wiring::{self, GroupsChoice};
+use forewarn::domain::config::Mode;
+use forewarn::domain::priorities::HotShare;
+
+use crate::StoreArgs;
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum YamlOrJson {
+    Yaml,
+    Json,
+}
+
+#[derive(Args, Debug)]
+#[command(group(ArgGroup::new("source").required(true).args(["groups", "asg"])))]
+pub struct PrioritiesArgs {
+    /// What `aws autoscaling describe-auto-scaling-groups --output json` printed.
+    #[arg(long, value_name = "FILE")]
+    groups: Option<PathBuf>,
+    /// Ask Auto Scaling (DescribeAutoScalingGroups, and EC2 DescribeLaunchTemplateVersions)
+    /// through the standard AWS configuration.
+    #[arg(long)]
+    asg: bool,
+    /// A file holding the base priorities (the expander's `priorities` YAML). Without it: the
+    /// ConfigMap kube-system/forewarn-priority-base (key `priorities`), with --kube.
+    #[arg(long, value_name = "FILE")]
+    base: Option<PathBuf>,
+    /// The cluster whose node groups count (overrides FOREWARN_CLUSTER_NAME).
+    #[arg(long, value_name = "NAME")]
+    cluster_name: Option<String>,
+    /// The share of a group's pools that must be unavailable for it to be demoted, e.g. 0.5
+    /// or 50% (overrides FOREWARN_PRIORITY_HOT_SHARE) [default: 1, every pool].
+    #[arg(long, value_name = "SHARE")]
+    hot_share: Option<String>,
+    /// What to print on standard output: the ConfigMap it would write, as YAML or JSON.
+    #[arg(long, value_enum, default_value = "yaml")]
+    output: YamlOrJson,
+    /// Compare with (and, with --execute, write to) the live cluster's
+    /// kube-system/cluster-autoscaler-priority-expander.
+    #[arg(long)]
+    kube: bool,
+    /// Write the ConfigMap when it differs.
+    #[arg(long, requires = "kube")]
+    execute: bool,
+    /// Overwrite an expander ConfigMap forewarn did not create.
+    #[arg(long)]
+    take_over: bool,
+    #[command(flatten)]
+    store: StoreArgs,
+}
+
+pub async fn run(args: PrioritiesArgs, mut settings: Settings) -> anyhow::Result<ExitCode> {
+    let cluster = args
+        .cluster_name
+        .clone()
+        .or(settings.config.cluster_name.clone())
+        .context("which cluster? give --cluster-name or FOREWARN_CLUSTER_NAME")?;
+    let mut priority_settings = settings.priorities;
+    if let Some(share) = &args.hot_share {
+        priority_settings.hot_share =
+            HotShare::parse(share).map_err(|m| anyhow::anyhow!("--hot-share: {m}"))?;
+    }
+    priority_settings.take_over |= args.take_over;
+    let base = match &args.base {
+        Some(path) => BaseSource::Text {
+            text: std::fs::read_to_string(path)
+                .with_context(|| format!("reading the base priorities {}", path.display()))?,
+            name: format!("file {}", path.display()),
+        },
+        None if args.kube => BaseSource::ConfigMap,
+        None => anyhow::bail!(
+            "where are the base priorities? give --base FILE, or --kube to read the ConfigMap kube-system/forewarn-priority-base"
+        ),
+    };
+    // Read only, the store always; the cluster unless --execute.
+    settings.mode = Mode::DryRun;
+    settings.store = args.store.choice();
+    settings.instances = InstanceChoice::None;
+    settings.cluster = if args.kube {
+        ClusterChoice::Live(ClusterAccess::from_env())
+    } else {
+        ClusterChoice::None
+    };
+    settings.webhook = None;
+    let services = wiring::services(&settings).await?;
+    let choice = match &args.groups {
+        Some(path) => GroupsChoice::File(path.clone()),
+        None => GroupsChoice::AutoScaling,
+    };
+    let groups = match (&choice, services.node_groups.clone()) {
+        (GroupsChoice::AutoScaling, Some(asg)) => asg,
+        _ => wiring::node_groups(&choice, None).await?,
+    };
+    let run = Priorities {
+        cluster: &cluster,
+        groups: groups.as_ref(),
+        store: services.handler.store.as_ref(),
+        expander: services.expander.as_deref(),
+        base,
+        settings: priority_settings,
+        write: args.execute,
+    };
+    let outcome = run.run(Utc::now()).await?;
+
+    let mut out = std::io::stdout().lock();
+    if let Some(desired) = &outcome.desired {
+        match args.output {
+            YamlOrJson::Yaml => write!(out, "{}", desired.yaml())?,
+            YamlOrJson::Json => {
+                serde_json::to_writer_pretty(&mut out, &desired.document())?;
+                writeln!(out)?;
+            }
+        }
+    }
+    out.flush().context("writing the output")?;
+    for h in &outcome.hot {
+        eprintln!(
+            "forewarn: {} is hot: {} of {} pools unavailable ({}) until {}",
+            h.group,
+            h.pools.len(),
+            h.of,
+            h.pools.join(", "),
+            h.until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        );
+    }
+    let said = match outcome.change {
+        Change::NoBase => "no base priorities: nothing to do",
+        Change::NotCompared => "not compared with a cluster (add --kube)",
+        Change::Unchanged => "the expander ConfigMap is up to date",
+        Change::Created => "created the expander ConfigMap",
+        Change::Updated => "updated the expander ConfigMap",
+        Change::WouldCreate => "would create the expander ConfigMap (add --execute)",
+        Change::WouldUpdate => "would update the expander ConfigMap (add --execute)",
+    };
+    eprintln!(
+        "forewarn: {} node groups of cluster {cluster}, {} hot; {said}",
+        outcome.groups.len(),
+        outcome.hot.len()
+    );
+    Ok(ExitCode::SUCCESS)
+}

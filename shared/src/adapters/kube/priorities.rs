@@ -1,0 +1,158 @@
+//! The Cluster Autoscaler's priority expander ConfigMap and the user's base priorities, both in
+//! `kube-system`: get of each by name, create and replace (with the resourceVersion read, so that
+//! a concurrent writer is a conflict, not a lost update) of the expander's.
+
+use std::collections::BTreeMap;
+
+use ::kube::Api;
+use ::kube::api::{ObjectMeta, PostParams};
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::ConfigMap;
+
+use super::api::{ApiError, FIELD_MANAGER, with_retry};
+use super::connect::ClusterClient;
+use crate::domain::priorities::{
+    BASE_CONFIGMAP, DATA_KEY, EXPANDER_CONFIGMAP, ExpanderConfig, NAMESPACE,
+};
+use crate::ports::{ExpanderError, ExpanderStore, StoredExpander};
+
+/// The expander's ConfigMaps through the Kubernetes API.
+#[derive(Clone)]
+pub struct KubeExpander {
+    clients: ClusterClient,
+}
+
+impl KubeExpander {
+    pub fn new(clients: ClusterClient) -> KubeExpander {
+        KubeExpander { clients }
+    }
+
+    async fn api(&self, verb: &'static str, name: &str) -> Result<Api<ConfigMap>, ExpanderError> {
+        let client = self
+            .clients
+            .client()
+            .await
+            .map_err(|e| ExpanderError::Api {
+                verb,
+                object: format!("{NAMESPACE}/{name}"),
+                message: e.to_string(),
+            })?;
+        Ok(Api::namespaced(client, NAMESPACE))
+    }
+}
+
+fn api_error(e: ApiError) -> ExpanderError {
+    if e.is_conflict() {
+        ExpanderError::Conflict {
+            verb: e.verb,
+            object: e.object,
+        }
+    } else {
+        ExpanderError::Api {
+            verb: e.verb,
+            message: e.message(),
+            object: e.object,
+        }
+    }
+}
+
+fn object(name: &str) -> String {
+    format!("{NAMESPACE}/{name}")
+}
+
+fn config_map(config: &ExpanderConfig, resource_version: Option<&str>) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(EXPANDER_CONFIGMAP.to_string()),
+            namespace: Some(NAMESPACE.to_string()),
+            labels: Some(config.labels.clone()),
+            annotations: Some(config.annotations.clone()),
+            resource_version: resource_version.map(str::to_string),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([(
+            DATA_KEY.to_string(),
+            config.priorities.clone(),
+        )])),
+        ..ConfigMap::default()
+    }
+}
+
+fn params() -> PostParams {
+    PostParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PostParams::default()
+    }
+}
+
+#[async_trait]
+impl ExpanderStore for KubeExpander {
+    async fn base(&self) -> Result<Option<String>, ExpanderError> {
+        let api = self.api("get", BASE_CONFIGMAP).await?;
+        let cm = with_retry("get", &object(BASE_CONFIGMAP), || {
+            api.get_opt(BASE_CONFIGMAP)
+        })
+        .await
+        .map_err(api_error)?;
+        Ok(cm.map(|cm| {
+            cm.data
+                .and_then(|mut d| d.remove(DATA_KEY))
+                .unwrap_or_default()
+        }))
+    }
+
+    async fn current(&self) -> Result<Option<StoredExpander>, ExpanderError> {
+        let api = self.api("get", EXPANDER_CONFIGMAP).await?;
+        let cm = with_retry("get", &object(EXPANDER_CONFIGMAP), || {
+            api.get_opt(EXPANDER_CONFIGMAP)
+        })
+        .await
+        .map_err(api_error)?;
+        Ok(cm.map(|cm| StoredExpander {
+            resource_version: cm.metadata.resource_version.unwrap_or_default(),
+            config: ExpanderConfig {
+                priorities: cm
+                    .data
+                    .and_then(|mut d| d.remove(DATA_KEY))
+                    .unwrap_or_default(),
+                labels: cm.metadata.labels.unwrap_or_default(),
+                annotations: cm.metadata.annotations.unwrap_or_default(),
+            },
+        }))
+    }
+
+    async fn create(&self, config: &ExpanderConfig) -> Result<(), ExpanderError> {
+        let api = self.api("create", EXPANDER_CONFIGMAP).await?;
+        let cm = config_map(config, None);
+        let params = params();
+        match with_retry("create", &object(EXPANDER_CONFIGMAP), || {
+            api.create(&params, &cm)
+        })
+        .await
+        {
+            Ok(_) => Ok(()),
+            // Created by someone else meanwhile: read again, as for a conflict.
+            Err(e) if e.status == Some(409) => Err(ExpanderError::Conflict {
+                verb: "create",
+                object: e.object,
+            }),
+            Err(e) => Err(api_error(e)),
+        }
+    }
+
+    async fn replace(
+        &self,
+        config: &ExpanderConfig,
+        resource_version: &str,
+    ) -> Result<(), ExpanderError> {
+        let api = self.api("update", EXPANDER_CONFIGMAP).await?;
+        let cm = config_map(config, Some(resource_version));
+        let params = params();
+        with_retry("update", &object(EXPANDER_CONFIGMAP), || {
+            api.replace(EXPANDER_CONFIGMAP, &params, &cm)
+        })
+        .await
+        .map(|_| ())
+        .map_err(api_error)
+    }
+}

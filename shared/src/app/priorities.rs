@@ -1,0 +1,214 @@
+//! Priorities from pools: the Cluster Autoscaler's priority expander ConfigMap written from the
+//! user's base priorities, with the node groups whose pools are being reclaimed moved below the
+//! lowest base priority until their pools' windows end (see [`crate::domain::priorities`]). Run
+//! by the pool sweeper on its schedule and by `forewarn priorities`.
+
+use chrono::{DateTime, Utc};
+
+use crate::domain::pool::PoolQuery;
+use crate::domain::priorities::{
+    ANNOTATION, BASE_CONFIGMAP, BasePriorities, EXPANDER_CONFIGMAP, ExpanderConfig, HotGroup,
+    HotShare, MANAGED_BY_LABEL, NAMESPACE, NodeGroup, PriorityError, demote, hot_groups,
+    node_group,
+};
+use crate::ports::{
+    DirectoryError, ExpanderError, ExpanderStore, NodeGroupSource, PoolStore, StoreError,
+};
+
+/// How often a write is tried again after a conflict (someone wrote in between).
+pub const WRITE_ATTEMPTS: u32 = 4;
+
+/// How the priorities are computed and written.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct PrioritySettings {
+    /// The share of a group's pools that must be unavailable for it to be demoted.
+    pub hot_share: HotShare,
+    /// Overwrite an expander ConfigMap forewarn did not create.
+    pub take_over: bool,
+}
+
+/// Where the base priorities come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BaseSource {
+    /// Text holding the expander's `priorities` YAML; `name` says where it came from.
+    Text { text: String, name: String },
+    /// The ConfigMap `kube-system/forewarn-priority-base`, key `priorities`.
+    ConfigMap,
+}
+
+/// One run's inputs.
+pub struct Priorities<'a> {
+    pub cluster: &'a str,
+    pub groups: &'a dyn NodeGroupSource,
+    pub store: &'a dyn PoolStore,
+    /// The cluster's ConfigMaps; `None`: compute and show only.
+    pub expander: Option<&'a dyn ExpanderStore>,
+    pub base: BaseSource,
+    pub settings: PrioritySettings,
+    /// Write the ConfigMap (else say what would change).
+    pub write: bool,
+}
+
+/// What became of the expander ConfigMap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Change {
+    /// No base priorities: nothing computed, nothing written.
+    NoBase,
+    /// No cluster to compare with: computed only.
+    NotCompared,
+    Unchanged,
+    Created,
+    Updated,
+    WouldCreate,
+    WouldUpdate,
+}
+
+/// What a run found and did.
+#[derive(Debug, Clone)]
+pub struct PriorityOutcome {
+    /// This cluster's node groups.
+    pub groups: Vec<NodeGroup>,
+    pub hot: Vec<HotGroup>,
+    /// What forewarn wants the ConfigMap to hold (`None` without base priorities).
+    pub desired: Option<ExpanderConfig>,
+    pub change: Change,
+}
+
+/// A run that could not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum PriorityRunError {
+    #[error("reading the node groups: {0}")]
+    Groups(DirectoryError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Base(#[from] PriorityError),
+    #[error(transparent)]
+    Expander(#[from] ExpanderError),
+    #[error(
+        "configmap {NAMESPACE}/{EXPANDER_CONFIGMAP} exists and was not created by forewarn (no label {MANAGED_BY_LABEL}=forewarn): not overwriting it; take it over with --take-over (the sweeper: FOREWARN_PRIORITY_TAKE_OVER=true)"
+    )]
+    NotOurs,
+    #[error(
+        "configmap {NAMESPACE}/{EXPANDER_CONFIGMAP}: still conflicting after {WRITE_ATTEMPTS} attempts (it keeps changing)"
+    )]
+    Conflicts,
+}
+
+impl Priorities<'_> {
+    /// Reads the base, the groups and the unavailable pools at `now`, computes the priorities
+    /// and writes them when they differ from the ConfigMap's (re-reading it after a conflict).
+    pub async fn run(&self, now: DateTime<Utc>) -> Result<PriorityOutcome, PriorityRunError> {
+        let (text, name) = match &self.base {
+            BaseSource::Text { text, name } => (Some(text.clone()), name.clone()),
+            BaseSource::ConfigMap => {
+                let name = format!("configmap {NAMESPACE}/{BASE_CONFIGMAP}");
+                match self.expander {
+                    Some(e) => (e.base().await?, name),
+                    None => (None, name),
+                }
+            }
+        };
+        let base = match text {
+            Some(text) => BasePriorities::parse(&text, &name)?,
+            None => BasePriorities::parse("", &name)?,
+        };
+        if base.is_empty() {
+            tracing::info!(
+                source = %name,
+                "no base priorities: the priority expander is left alone"
+            );
+            return Ok(PriorityOutcome {
+                groups: Vec::new(),
+                hot: Vec::new(),
+                desired: None,
+                change: Change::NoBase,
+            });
+        }
+        let groups: Vec<NodeGroup> = self
+            .groups
+            .describe()
+            .await
+            .map_err(PriorityRunError::Groups)?
+            .iter()
+            .filter_map(|asg| node_group(asg, self.cluster))
+            .collect();
+        for g in groups.iter().filter(|g| g.instance_types.is_empty()) {
+            tracing::warn!(group = %g.name, "node group without a known instance type: never demoted");
+        }
+        let records = self.store.pools(&PoolQuery::default(), now).await?;
+        let hot = hot_groups(&groups, &records, self.settings.hot_share, now);
+        let (map, demotion) = demote(&base, &groups, &hot);
+        for g in &demotion.unranked {
+            tracing::info!(group = %g, "hot node group without a base priority: left alone");
+        }
+        let desired = ExpanderConfig::new(&map, &demotion);
+        let change = match self.expander {
+            None => Change::NotCompared,
+            Some(expander) => self.reconcile(expander, &desired).await?,
+        };
+        tracing::info!(
+            groups = groups.len(),
+            hot = hot.len(),
+            demoted = demotion.groups.len(),
+            ?change,
+            "priorities"
+        );
+        Ok(PriorityOutcome {
+            groups,
+            hot,
+            desired: Some(desired),
+            change,
+        })
+    }
+
+    async fn reconcile(
+        &self,
+        expander: &dyn ExpanderStore,
+        desired: &ExpanderConfig,
+    ) -> Result<Change, PriorityRunError> {
+        for _ in 0..WRITE_ATTEMPTS {
+            let result = match expander.current().await? {
+                None if !self.write => return Ok(Change::WouldCreate),
+                None => expander.create(desired).await.map(|()| Change::Created),
+                Some(current) => {
+                    if !current.config.owned() && !self.settings.take_over {
+                        return Err(PriorityRunError::NotOurs);
+                    }
+                    if !desired.differs_from(&current.config) {
+                        return Ok(Change::Unchanged);
+                    }
+                    if !self.write {
+                        return Ok(Change::WouldUpdate);
+                    }
+                    // Keep the labels and annotations of others; ours win.
+                    let mut merged = desired.clone();
+                    for (k, v) in &current.config.labels {
+                        merged.labels.entry(k.clone()).or_insert_with(|| v.clone());
+                    }
+                    for (k, v) in &current.config.annotations {
+                        if k != ANNOTATION {
+                            merged
+                                .annotations
+                                .entry(k.clone())
+                                .or_insert_with(|| v.clone());
+                        }
+                    }
+                    expander
+                        .replace(&merged, &current.resource_version)
+                        .await
+                        .map(|()| Change::Updated)
+                }
+            };
+            match result {
+                Ok(change) => return Ok(change),
+                Err(ExpanderError::Conflict { .. }) => {
+                    tracing::info!("the expander ConfigMap changed meanwhile: reading it again");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(PriorityRunError::Conflicts)
+    }
+}

@@ -1,0 +1,684 @@
+//! The Cluster Autoscaler's priority expander, fed from the pool table.
+//!
+//! The expander reads the ConfigMap `cluster-autoscaler-priority-expander` (`kube-system`), data
+//! key `priorities`: a YAML map from an integer priority to a list of regular expressions of node
+//! group names. For a node group, the highest priority with an expression matching its name (an
+//! unanchored match, as Go's `regexp.MatchString`) is its priority.
+//!
+//! forewarn reads the user's *base* priorities (same format, never written), finds this
+//! cluster's node groups ([`node_group`]), computes which are *hot* (enough of their pools are
+//! marked unavailable: [`hot_groups`]) and writes priorities ([`demote`]) under which every group
+//! keeps its base priority but the hot ones, which go below the lowest base priority. Pure: the
+//! adapters read and write; this module decides.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use chrono::{DateTime, Utc};
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+
+use crate::domain::pool::{CapacityType, PoolKey, PoolRecord};
+
+/// The expander's ConfigMap.
+pub const EXPANDER_CONFIGMAP: &str = "cluster-autoscaler-priority-expander";
+/// The user's base priorities (same format), read only.
+pub const BASE_CONFIGMAP: &str = "forewarn-priority-base";
+/// Where both live.
+pub const NAMESPACE: &str = "kube-system";
+/// The data key of both.
+pub const DATA_KEY: &str = "priorities";
+/// The label forewarn puts on the ConfigMap it owns.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY: &str = "forewarn";
+/// The annotation saying what forewarn changed and why (JSON, see [`Demotion`]).
+pub const ANNOTATION: &str = "forewarn.io/demoted";
+
+/// Priorities as the expander reads them: priority → regular expressions.
+pub type PriorityMap = BTreeMap<i64, Vec<String>>;
+
+/// Base priorities that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PriorityError {
+    #[error(
+        "priorities from {source_name}: not the expander's format (a map of integer priority to a list of regular expressions): {message}"
+    )]
+    Yaml {
+        source_name: String,
+        message: String,
+    },
+    #[error(
+        "priorities from {source_name}: priority {priority}: `{expression}` is not a regular expression: {message}"
+    )]
+    Regex {
+        source_name: String,
+        priority: i64,
+        expression: String,
+        message: String,
+    },
+}
+
+/// Base priorities, parsed and compiled.
+#[derive(Debug, Clone)]
+pub struct BasePriorities {
+    tiers: BTreeMap<i64, Vec<(String, Regex)>>,
+}
+
+impl BasePriorities {
+    /// Parses the expander's `priorities` YAML; `source_name` names where it came from in errors.
+    /// An empty document is no priorities at all.
+    pub fn parse(text: &str, source_name: &str) -> Result<BasePriorities, PriorityError> {
+        let map: PriorityMap = if text.trim().is_empty() {
+            PriorityMap::new()
+        } else {
+            serde_saphyr::from_str::<Option<PriorityMap>>(text)
+                .map_err(|e| PriorityError::Yaml {
+                    source_name: source_name.to_string(),
+                    message: e.to_string(),
+                })?
+                .unwrap_or_default()
+        };
+        let mut tiers = BTreeMap::new();
+        for (priority, expressions) in map {
+            let mut compiled = Vec::new();
+            for expression in expressions {
+                let re = Regex::new(&expression).map_err(|e| PriorityError::Regex {
+                    source_name: source_name.to_string(),
+                    priority,
+                    expression: expression.clone(),
+                    message: e.to_string(),
+                })?;
+                compiled.push((expression, re));
+            }
+            tiers.insert(priority, compiled);
+        }
+        Ok(BasePriorities { tiers })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tiers.values().all(Vec::is_empty)
+    }
+
+    /// The lowest priority of the base.
+    pub fn lowest(&self) -> Option<i64> {
+        self.tiers
+            .iter()
+            .find(|(_, exprs)| !exprs.is_empty())
+            .map(|(p, _)| *p)
+    }
+
+    /// The priority the expander gives `group`: the highest with a matching expression.
+    pub fn priority_of(&self, group: &str) -> Option<i64> {
+        self.tiers
+            .iter()
+            .rev()
+            .find(|(_, exprs)| exprs.iter().any(|(_, re)| re.is_match(group)))
+            .map(|(p, _)| *p)
+    }
+
+    /// The base as the expander's map.
+    pub fn as_map(&self) -> PriorityMap {
+        self.tiers
+            .iter()
+            .filter(|(_, e)| !e.is_empty())
+            .map(|(p, e)| (*p, e.iter().map(|(s, _)| s.clone()).collect()))
+            .collect()
+    }
+}
+
+/// The priority the expander gives `group` under `map` (expressions that do not compile match
+/// nothing, as the expander skips them).
+pub fn priority_under(map: &PriorityMap, group: &str) -> Option<i64> {
+    map.iter()
+        .rev()
+        .find(|(_, exprs)| {
+            exprs
+                .iter()
+                .any(|e| Regex::new(e).is_ok_and(|re| re.is_match(group)))
+        })
+        .map(|(p, _)| *p)
+}
+
+/// A node group of the Cluster Autoscaler (an Auto Scaling group).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeGroup {
+    pub name: String,
+    pub capacity_type: CapacityType,
+    pub instance_types: Vec<String>,
+    pub zones: Vec<String>,
+}
+
+impl NodeGroup {
+    /// Its pools: every instance type in every zone.
+    pub fn pools(&self) -> Vec<PoolKey> {
+        let mut pools = Vec::new();
+        for t in &self.instance_types {
+            for z in &self.zones {
+                pools.push(PoolKey::new(self.capacity_type, t, z));
+            }
+        }
+        pools.sort();
+        pools.dedup();
+        pools
+    }
+}
+
+/// What an Auto Scaling group says of itself, as both the SDK and a capture give it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AsgDescription {
+    pub name: String,
+    pub tags: BTreeMap<String, String>,
+    pub zones: Vec<String>,
+    /// The launch template's (or launch configuration's) instance type, when known.
+    pub template_instance_type: Option<String>,
+    /// Whether the launch template asks for spot (`InstanceMarketOptions.MarketType = spot`),
+    /// when known.
+    pub template_spot: Option<bool>,
+    /// The mixed instances policy's instance type overrides.
+    pub override_types: Vec<String>,
+    /// The mixed instances policy's `OnDemandPercentageAboveBaseCapacity`, when there is one
+    /// (AWS's default is 100).
+    pub on_demand_percentage: Option<i32>,
+    /// Whether there is a mixed instances policy at all.
+    pub mixed: bool,
+}
+
+/// The tag every Cluster Autoscaler node group carries for auto-discovery.
+pub const TAG_ENABLED: &str = "k8s.io/cluster-autoscaler/enabled";
+
+/// The node group `asg` is for `cluster`, or `None` when it is not tagged
+/// `k8s.io/cluster-autoscaler/enabled` and `k8s.io/cluster-autoscaler/<cluster>`.
+pub fn node_group(asg: &AsgDescription, cluster: &str) -> Option<NodeGroup> {
+    let cluster_tag = format!("k8s.io/cluster-autoscaler/{cluster}");
+    if !asg.tags.contains_key(TAG_ENABLED) || !asg.tags.contains_key(&cluster_tag) {
+        return None;
+    }
+    let spot = if asg.mixed {
+        asg.on_demand_percentage.unwrap_or(100) == 0
+    } else {
+        asg.template_spot.unwrap_or(false)
+    };
+    let mut instance_types: Vec<String> = if asg.override_types.is_empty() {
+        asg.template_instance_type.iter().cloned().collect()
+    } else {
+        asg.override_types.clone()
+    };
+    instance_types.sort();
+    instance_types.dedup();
+    let mut zones = asg.zones.clone();
+    zones.sort();
+    zones.dedup();
+    Some(NodeGroup {
+        name: asg.name.clone(),
+        capacity_type: if spot {
+            CapacityType::Spot
+        } else {
+            CapacityType::OnDemand
+        },
+        instance_types,
+        zones,
+    })
+}
+
+/// The share of a group's pools that must be unavailable for it to be hot, in (0, 1].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HotShare(f64);
+
+impl HotShare {
+    /// Every pool (the default).
+    pub const ALL: HotShare = HotShare(1.0);
+
+    /// `share` as a fraction (`0.5`) or a percentage (`50%`).
+    pub fn parse(text: &str) -> Result<HotShare, String> {
+        let t = text.trim();
+        let value = match t.strip_suffix('%') {
+            Some(p) => p.trim().parse::<f64>().map(|v| v / 100.0),
+            None => t.parse::<f64>(),
+        }
+        .map_err(|_| format!("`{t}` is not a share (e.g. 1, 0.5 or 50%)"))?;
+        if value > 0.0 && value <= 1.0 {
+            Ok(HotShare(value))
+        } else {
+            Err(format!(
+                "`{t}` is not a share in (0, 1] (e.g. 1, 0.5 or 50%)"
+            ))
+        }
+    }
+
+    pub fn value(self) -> f64 {
+        self.0
+    }
+
+    /// How many of `total` pools must be unavailable.
+    pub fn needed(self, total: usize) -> usize {
+        ((self.0 * total as f64) - 1e-9).ceil().max(1.0) as usize
+    }
+}
+
+impl Default for HotShare {
+    fn default() -> Self {
+        HotShare::ALL
+    }
+}
+
+/// A group enough of whose pools are unavailable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HotGroup {
+    pub group: String,
+    /// Its unavailable pools (`capacity#type#zone`).
+    pub pools: Vec<String>,
+    /// How many pools it has.
+    pub of: usize,
+    /// Until when it stays hot, unless further pools are marked.
+    pub until: DateTime<Utc>,
+}
+
+/// The hot groups among `groups` at `now`, by name.
+pub fn hot_groups(
+    groups: &[NodeGroup],
+    records: &[PoolRecord],
+    share: HotShare,
+    now: DateTime<Utc>,
+) -> Vec<HotGroup> {
+    let until: BTreeMap<&PoolKey, DateTime<Utc>> = records
+        .iter()
+        .filter(|r| r.is_unavailable(now))
+        .filter_map(|r| r.unavailable_until.map(|u| (&r.pool, u)))
+        .collect();
+    let mut hot = Vec::new();
+    for g in groups {
+        let pools = g.pools();
+        if pools.is_empty() {
+            continue;
+        }
+        let mut down: Vec<(DateTime<Utc>, String)> = pools
+            .iter()
+            .filter_map(|p| until.get(p).map(|u| (*u, p.to_string())))
+            .collect();
+        let needed = share.needed(pools.len());
+        if down.len() < needed {
+            continue;
+        }
+        down.sort();
+        // It stays hot until so many windows have ended that fewer than `needed` remain.
+        let ends = down[down.len() - needed].0;
+        let mut names: Vec<String> = down.into_iter().map(|(_, p)| p).collect();
+        names.sort();
+        hot.push(HotGroup {
+            group: g.name.clone(),
+            pools: names,
+            of: pools.len(),
+            until: ends,
+        });
+    }
+    hot.sort_by(|a, b| a.group.cmp(&b.group));
+    hot
+}
+
+/// `^name$` with the name's metacharacters escaped.
+pub fn exact(name: &str) -> String {
+    format!("^{}$", regex::escape(name))
+}
+
+/// What forewarn wrote and why: the annotation's JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Demotion {
+    /// The priority the demoted groups were given.
+    pub priority: Option<i64>,
+    pub groups: Vec<HotGroup>,
+    /// Hot groups the base gives no priority: left alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unranked: Vec<String>,
+}
+
+/// The priorities to write: the base with every hot group that has a base priority moved below
+/// the lowest base priority. Expressions matching no hot group stay as they are; those matching
+/// one are replaced by the exact names of the known groups they match that are not hot, so that
+/// every other group keeps its priority under the expander's rule. With no hot group: the base.
+pub fn demote(
+    base: &BasePriorities,
+    groups: &[NodeGroup],
+    hot: &[HotGroup],
+) -> (PriorityMap, Demotion) {
+    let hot_names: BTreeSet<&str> = hot
+        .iter()
+        .map(|h| h.group.as_str())
+        .filter(|g| base.priority_of(g).is_some())
+        .collect();
+    let unranked: Vec<String> = hot
+        .iter()
+        .filter(|h| !hot_names.contains(h.group.as_str()))
+        .map(|h| h.group.clone())
+        .collect();
+    let (Some(lowest), false) = (base.lowest(), hot_names.is_empty()) else {
+        return (
+            base.as_map(),
+            Demotion {
+                priority: None,
+                groups: Vec::new(),
+                unranked,
+            },
+        );
+    };
+    let mut out = PriorityMap::new();
+    for (priority, exprs) in &base.tiers {
+        let mut kept: Vec<String> = Vec::new();
+        for (text, re) in exprs {
+            if hot_names.iter().any(|h| re.is_match(h)) {
+                for g in groups {
+                    if !hot_names.contains(g.name.as_str()) && re.is_match(&g.name) {
+                        kept.push(exact(&g.name));
+                    }
+                }
+            } else {
+                kept.push(text.clone());
+            }
+        }
+        let mut seen = BTreeSet::new();
+        kept.retain(|e| seen.insert(e.clone()));
+        if !kept.is_empty() {
+            out.insert(*priority, kept);
+        }
+    }
+    let demoted = lowest.saturating_sub(1);
+    out.insert(demoted, hot_names.iter().map(|h| exact(h)).collect());
+    let groups = hot
+        .iter()
+        .filter(|h| hot_names.contains(h.group.as_str()))
+        .cloned()
+        .collect();
+    (
+        out,
+        Demotion {
+            priority: Some(demoted),
+            groups,
+            unranked,
+        },
+    )
+}
+
+/// YAML single-quoted scalar.
+fn quoted(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// The `priorities` text: highest priority first, one expression a line.
+pub fn render(map: &PriorityMap) -> String {
+    let mut out = String::new();
+    for (priority, exprs) in map.iter().rev() {
+        let _ = writeln!(out, "{priority}:");
+        for e in exprs {
+            let _ = writeln!(out, "  - {}", quoted(e));
+        }
+    }
+    out
+}
+
+/// The expander ConfigMap's content as forewarn manages it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExpanderConfig {
+    /// `data.priorities`.
+    pub priorities: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl ExpanderConfig {
+    /// What forewarn writes for `map` and `demotion`.
+    pub fn new(map: &PriorityMap, demotion: &Demotion) -> ExpanderConfig {
+        let mut labels = BTreeMap::new();
+        labels.insert(MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string());
+        let mut annotations = BTreeMap::new();
+        annotations.insert(
+            ANNOTATION.to_string(),
+            serde_json::to_string(demotion).unwrap_or_default(),
+        );
+        ExpanderConfig {
+            priorities: render(map),
+            labels,
+            annotations,
+        }
+    }
+
+    /// Whether forewarn created it (its label).
+    pub fn owned(&self) -> bool {
+        self.labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY)
+    }
+
+    /// Whether writing `self` over `current` would change anything forewarn manages.
+    pub fn differs_from(&self, current: &ExpanderConfig) -> bool {
+        self.priorities != current.priorities
+            || self
+                .labels
+                .iter()
+                .chain(&self.annotations)
+                .any(|(k, v)| current.labels.get(k).or(current.annotations.get(k)) != Some(v))
+    }
+
+    /// The complete `v1` ConfigMap document, as JSON.
+    pub fn document(&self) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": EXPANDER_CONFIGMAP,
+                "namespace": NAMESPACE,
+                "labels": self.labels,
+                "annotations": self.annotations,
+            },
+            "data": { DATA_KEY: self.priorities },
+        })
+    }
+
+    /// The complete `v1` ConfigMap document, as YAML.
+    pub fn yaml(&self) -> String {
+        let mut out = String::new();
+        out.push_str("apiVersion: v1\nkind: ConfigMap\nmetadata:\n");
+        let _ = writeln!(
+            out,
+            "  name: {EXPANDER_CONFIGMAP}\n  namespace: {NAMESPACE}"
+        );
+        for (title, map) in [("labels", &self.labels), ("annotations", &self.annotations)] {
+            if !map.is_empty() {
+                let _ = writeln!(out, "  {title}:");
+                for (k, v) in map {
+                    let _ = writeln!(out, "    {}: {}", quoted(k), quoted(v));
+                }
+            }
+        }
+        out.push_str("data:\n  priorities: |\n");
+        for line in self.priorities.lines() {
+            let _ = writeln!(out, "    {line}");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Duration;
+
+    fn group(name: &str, ct: CapacityType, types: &[&str], zones: &[&str]) -> NodeGroup {
+        NodeGroup {
+            name: name.into(),
+            capacity_type: ct,
+            instance_types: types.iter().map(|s| s.to_string()).collect(),
+            zones: zones.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    fn record(pool: &str, until: DateTime<Utc>, now: DateTime<Utc>) -> PoolRecord {
+        PoolRecord {
+            pool: pool.parse().unwrap(),
+            region: None,
+            unavailable_until: Some(until),
+            expires_at: now + Duration::days(30),
+            counters: BTreeMap::new(),
+            first_seen: now,
+            last_seen: now,
+            last_event_id: "e".into(),
+            last_reason: "r".into(),
+            last_instance_id: "i".into(),
+        }
+    }
+
+    fn groups() -> Vec<NodeGroup> {
+        use CapacityType::*;
+        vec![
+            group("spot-a", Spot, &["m5.large", "m5a.large"], &["us-east-1a"]),
+            group("spot-b", Spot, &["m5.large"], &["us-east-1b"]),
+            group("on-demand-1", OnDemand, &["m5.large"], &["us-east-1a"]),
+            group("gpu-spot", Spot, &["g5.xlarge"], &["us-east-1a"]),
+        ]
+    }
+
+    const BASE: &str = "50:\n  - '.*spot.*'\n10: ['.*on-demand.*']\n";
+
+    #[test]
+    fn parses_the_expander_format_and_names_the_source_of_errors() {
+        let b = BasePriorities::parse(BASE, "file b.yaml").unwrap();
+        assert_eq!(b.lowest(), Some(10));
+        assert_eq!(b.priority_of("spot-a"), Some(50));
+        assert_eq!(b.priority_of("x-on-demand"), Some(10));
+        assert_eq!(b.priority_of("other"), None);
+        assert!(BasePriorities::parse("", "x").unwrap().is_empty());
+        let e = BasePriorities::parse("high: [a]", "file b.yaml").unwrap_err();
+        assert!(e.to_string().contains("file b.yaml"), "{e}");
+        let e = BasePriorities::parse("5: ['(']", "cm").unwrap_err();
+        assert!(matches!(e, PriorityError::Regex { priority: 5, .. }), "{e}");
+        assert!(BasePriorities::parse("5: a", "cm").is_err());
+    }
+
+    #[test]
+    fn capacity_type_and_types_from_the_asg() {
+        let mut tags = BTreeMap::new();
+        tags.insert(TAG_ENABLED.to_string(), "true".to_string());
+        tags.insert("k8s.io/cluster-autoscaler/demo".to_string(), "owned".into());
+        let mixed = AsgDescription {
+            name: "g".into(),
+            tags: tags.clone(),
+            zones: vec!["b".into(), "a".into()],
+            override_types: vec!["m5.large".into(), "c5.large".into()],
+            on_demand_percentage: Some(0),
+            mixed: true,
+            ..AsgDescription::default()
+        };
+        let g = node_group(&mixed, "demo").unwrap();
+        assert_eq!(g.capacity_type, CapacityType::Spot);
+        assert_eq!(g.instance_types, vec!["c5.large", "m5.large"]);
+        assert_eq!(g.zones, vec!["a", "b"]);
+        assert_eq!(g.pools().len(), 4);
+        assert!(node_group(&mixed, "other").is_none());
+        let od = AsgDescription {
+            on_demand_percentage: None,
+            ..mixed.clone()
+        };
+        assert_eq!(
+            node_group(&od, "demo").unwrap().capacity_type,
+            CapacityType::OnDemand
+        );
+        let lt = AsgDescription {
+            name: "lt".into(),
+            tags,
+            zones: vec!["a".into()],
+            template_instance_type: Some("m5.large".into()),
+            template_spot: Some(true),
+            ..AsgDescription::default()
+        };
+        let g = node_group(&lt, "demo").unwrap();
+        assert_eq!(g.capacity_type, CapacityType::Spot);
+        assert_eq!(g.instance_types, vec!["m5.large"]);
+    }
+
+    #[test]
+    fn hot_share_thresholds() {
+        assert_eq!(HotShare::ALL.needed(4), 4);
+        assert_eq!(HotShare::parse("50%").unwrap().needed(4), 2);
+        assert_eq!(HotShare::parse("0.5").unwrap().needed(3), 2);
+        assert_eq!(HotShare::parse("0.01").unwrap().needed(3), 1);
+        assert!(HotShare::parse("0").is_err());
+        assert!(HotShare::parse("1.5").is_err());
+        assert!(HotShare::parse("most").is_err());
+    }
+
+    #[test]
+    fn hot_when_enough_pools_are_down_until_the_deciding_window_ends() {
+        let now = Utc::now();
+        let (t1, t2) = (now + Duration::minutes(10), now + Duration::minutes(20));
+        let records = vec![
+            record("spot#m5.large#us-east-1a", t2, now),
+            record("spot#m5a.large#us-east-1a", t1, now),
+            record("on-demand#g5.xlarge#us-east-1a", t2, now),
+            record("spot#m5.large#us-east-1b", now - Duration::minutes(1), now),
+        ];
+        let hot = hot_groups(&groups(), &records, HotShare::ALL, now);
+        assert_eq!(hot.len(), 1);
+        assert_eq!(hot[0].group, "spot-a");
+        assert_eq!(hot[0].until, t1);
+        assert_eq!(hot[0].of, 2);
+        let half = hot_groups(&groups(), &records, HotShare::parse("50%").unwrap(), now);
+        assert_eq!(half[0].until, t2, "hot while one of two pools is down");
+        // on-demand group: only on-demand pools count
+        assert!(!half.iter().any(|h| h.group == "on-demand-1"));
+        assert!(hot_groups(&groups(), &records, HotShare::ALL, t1).is_empty());
+    }
+
+    #[test]
+    fn demotion_keeps_every_other_group_at_its_base_priority() {
+        let base = BasePriorities::parse(BASE, "base").unwrap();
+        let now = Utc::now();
+        let hot = vec![HotGroup {
+            group: "spot-a".into(),
+            pools: vec![],
+            of: 2,
+            until: now,
+        }];
+        let gs = groups();
+        let (map, demotion) = demote(&base, &gs, &hot);
+        assert_eq!(demotion.priority, Some(9));
+        assert_eq!(map[&9], vec!["^spot\\-a$"]);
+        assert_eq!(map[&10], vec![".*on-demand.*"]);
+        assert_eq!(map[&50], vec!["^spot\\-b$", "^gpu\\-spot$"]);
+        for g in &gs {
+            let want = if g.name == "spot-a" {
+                Some(9)
+            } else {
+                base.priority_of(&g.name)
+            };
+            assert_eq!(priority_under(&map, &g.name), want, "{}", g.name);
+        }
+        // Nothing hot: the base itself.
+        let (map, d) = demote(&base, &gs, &[]);
+        assert_eq!(map, base.as_map());
+        assert_eq!(d.priority, None);
+        // A hot group without a base priority is left alone.
+        let stray = vec![HotGroup {
+            group: "stray".into(),
+            ..hot[0].clone()
+        }];
+        let (map, d) = demote(&base, &gs, &stray);
+        assert_eq!(map, base.as_map());
+        assert_eq!(d.unranked, vec!["stray"]);
+    }
+
+    #[test]
+    fn rendering_round_trips_and_documents_are_complete() {
+        let base = BasePriorities::parse(BASE, "base").unwrap();
+        let hot = vec![HotGroup {
+            group: "spot-b".into(),
+            pools: vec!["spot#m5.large#us-east-1b".into()],
+            of: 1,
+            until: Utc::now(),
+        }];
+        let (map, demotion) = demote(&base, &groups(), &hot);
+        let text = render(&map);
+        let back = BasePriorities::parse(&text, "rendered").unwrap();
+        assert_eq!(back.as_map(), map);
+        let cfg = ExpanderConfig::new(&map, &demotion);
+        assert!(cfg.owned());
+        assert!(!cfg.differs_from(&cfg));
+        let doc: serde_json::Value = serde_saphyr::from_str(&cfg.yaml()).unwrap();
+        assert_eq!(doc, cfg.document());
+    }
+}
