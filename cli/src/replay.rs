@@ -79,13 +79,15 @@ fn expand(paths: &[PathBuf]) -> Vec<Result<PathBuf, (PathBuf, String)>> {
 /// Reads the records of `paths`; `received` dates an event whose `time` is empty (after an SQS
 /// message's `SentTimestamp`).
 pub fn read_records(paths: &[PathBuf], received: DateTime<Utc>) -> Vec<Record> {
-    let failed = |path: &Path, message: String| Record {
-        origin: Origin::bare(path.display().to_string()),
-        event: Err(DecodeError {
-            origin: Origin::bare(path.display().to_string()),
-            field: None,
-            message,
-        }),
+    let failed = |path: &Path, message: String| {
+        Record::new(
+            Origin::bare(path.display().to_string()),
+            Err(DecodeError {
+                origin: Origin::bare(path.display().to_string()),
+                field: None,
+                message,
+            }),
+        )
     };
     let mut records = Vec::new();
     for entry in expand(paths) {
@@ -100,10 +102,7 @@ pub fn read_records(paths: &[PathBuf], received: DateTime<Utc>) -> Vec<Record> {
         match std::fs::read(&path) {
             Ok(bytes) => match event::decode(&label, &bytes, received) {
                 Ok(decoded) => records.extend(decoded),
-                Err(e) => records.push(Record {
-                    origin: e.origin.clone(),
-                    event: Err(e),
-                }),
+                Err(e) => records.push(Record::new(e.origin.clone(), Err(e))),
             },
             Err(e) => records.push(failed(&path, format!("cannot read: {e}"))),
         }

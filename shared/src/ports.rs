@@ -156,6 +156,28 @@ pub struct ActionResult {
     pub cordoned_at: Option<DateTime<Utc>>,
     /// What the drain did.
     pub drain: Option<DrainSummary>,
+    /// The drain must be continued by a later pass (see [`Pass`]).
+    pub pending: bool,
+    /// When the lifecycle action was kept alive in this pass (`RecordLifecycleActionHeartbeat`).
+    pub heartbeat_at: Option<DateTime<Utc>>,
+}
+
+/// Which pass over an event's node actions a call to [`Executor::execute`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    /// All in one call: the drain waits for its pods until they are gone or the deadline passes,
+    /// then the lifecycle action is completed (a replay: no queue to continue on).
+    Whole,
+    /// The first pass of a drain that does not wait: cordon, evictions sent, Events; what must
+    /// wait is reported `pending`. `heartbeat`: keep a pending lifecycle action alive.
+    First { heartbeat: bool },
+    /// A later pass: what is still on the node is evicted or waited for; when nothing is left
+    /// (or the deadline has passed) the drain ends and the lifecycle action is completed.
+    Later {
+        /// When the first pass ran.
+        started_at: DateTime<Utc>,
+        heartbeat: bool,
+    },
 }
 
 /// An action that could not be carried out; the event goes back to the queue.
@@ -169,9 +191,29 @@ pub struct ExecuteError {
 /// Carries out a plan's node actions (the Kubernetes API, the ASG lifecycle action).
 #[async_trait]
 pub trait Executor: Send + Sync {
-    /// Carries out every action of `plan`, idempotently. An `Err` means the event must be
-    /// retried (nothing is recorded as applied).
-    async fn execute(&self, plan: &Plan) -> Result<Vec<ActionResult>, ExecuteError>;
+    /// Cordons and taints the nodes of `plan`'s cordon actions, and nothing else: the pass the
+    /// pipeline runs over a whole batch before any eviction. Idempotent; the default does
+    /// nothing (the cordon then happens in [`Executor::execute`]).
+    async fn cordon(&self, _plan: &Plan) -> Result<Vec<ActionResult>, ExecuteError> {
+        Ok(Vec::new())
+    }
+
+    /// Carries out every action of `plan` for `pass`, idempotently. An `Err` means the event
+    /// must be retried (nothing is recorded as applied).
+    async fn execute(&self, plan: &Plan, pass: Pass) -> Result<Vec<ActionResult>, ExecuteError>;
+}
+
+/// Queues a later pass of an event's drain: a new message on the queue the event came from,
+/// delivered after `delay` (SQS `SendMessage` with `DelaySeconds`).
+#[async_trait]
+pub trait Continuer: Send + Sync {
+    /// Sends `body` to the queue of `queue_arn`, to be delivered after `delay`.
+    async fn continue_later(
+        &self,
+        queue_arn: &str,
+        body: &str,
+        delay: std::time::Duration,
+    ) -> Result<(), String>;
 }
 
 /// Where a sweep looks for instances that are gone.
@@ -233,6 +275,15 @@ pub trait LifecycleCompleter: Send + Sync {
         instance_id: &str,
         action: &LifecycleAction,
     ) -> Result<LifecycleOutcome, LifecycleError>;
+
+    /// Keeps `action` of `instance_id` alive (`RecordLifecycleActionHeartbeat`): its timeout
+    /// starts again, so a drain that takes long is not cut short. False when no such action is
+    /// pending any more (completed, or timed out).
+    async fn heartbeat(
+        &self,
+        instance_id: &str,
+        action: &LifecycleAction,
+    ) -> Result<bool, LifecycleError>;
 }
 
 /// What one round of notifications did.

@@ -15,7 +15,7 @@ use forewarn::domain::facts::{InstanceFacts, NodeFacts};
 use forewarn::domain::plan::Plan;
 use forewarn::domain::pool::CapacityType;
 use forewarn::domain::report::Outcome;
-use forewarn::ports::{ActionResult, ExecuteError, Executor};
+use forewarn::ports::{ActionResult, ExecuteError, Executor, Pass};
 
 const ID: &str = "i-0a1b2c3d4e5f60001";
 
@@ -45,7 +45,7 @@ struct Logging;
 
 #[async_trait]
 impl Executor for Logging {
-    async fn execute(&self, plan: &Plan) -> Result<Vec<ActionResult>, ExecuteError> {
+    async fn execute(&self, plan: &Plan, _pass: Pass) -> Result<Vec<ActionResult>, ExecuteError> {
         tracing::info!("executing");
         Ok(vec![ActionResult {
             instance_id: plan.instance_ids[0].clone(),
@@ -84,6 +84,7 @@ fn every_log_line_of_an_events_work_carries_the_event_span() {
     let store = EmbeddedStore::open(dir.path()).unwrap();
     let config = Config::default();
     let pipeline = Pipeline {
+        continuer: None,
         mode: forewarn::domain::config::Mode::Act,
         config: &config,
         store: &store,

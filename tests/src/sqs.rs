@@ -3,8 +3,9 @@
 //! not in `batchItemFailures`, and leave the failed ones alone: each stays invisible until its
 //! visibility ends — the queue's visibility timeout, unless the handler changed it — and is then
 //! received again (and moved to the DLQ by the queue's redrive policy after `maxReceiveCount`).
-//! The poller waits for messages in flight, up to its patience: a message that only the queue's
-//! visibility timeout (900 s in the stack) would bring back is not seen again by a test.
+//! The poller waits for messages in flight and for delayed ones (a drain's continuations), up to
+//! its patience: a message that only the queue's visibility timeout (900 s in the stack) would
+//! bring back is not seen again by a test.
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_sqs::Client;
@@ -160,19 +161,27 @@ pub async fn drain_patiently(
     Ok(drained)
 }
 
-/// Messages received and not yet deleted or visible again.
+/// Messages received and not yet deleted or visible again, and messages sent with a delay not
+/// yet over (a drain's continuations).
 pub async fn in_flight(sqs: &Client, queue_url: &str) -> anyhow::Result<usize> {
     let attributes = sqs
         .get_queue_attributes()
         .queue_url(queue_url)
         .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
         .send()
         .await?;
-    Ok(attributes
-        .attributes()
-        .and_then(|a| a.get(&QueueAttributeName::ApproximateNumberOfMessagesNotVisible))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0))
+    let count = |name: QueueAttributeName| {
+        attributes
+            .attributes()
+            .and_then(|a| a.get(&name))
+            .and_then(|n| n.parse::<usize>().ok())
+            .unwrap_or(0)
+    };
+    Ok(
+        count(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+            + count(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
+    )
 }
 
 /// The bodies of every message now in a queue (received with visibility 0 so they stay).

@@ -19,7 +19,7 @@ use forewarn::adapters::dynamo::DynamoStore;
 use forewarn::adapters::ec2::Ec2Directory;
 use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
 use forewarn::adapters::sqs::SqsRedelivery;
-use forewarn::app::handler::Handler;
+use forewarn::app::handler::{DrainPasses, Handler};
 use forewarn::domain::config::Config;
 use forewarn::domain::fixtures::{app_pod as pod, ec2_node};
 use forewarn::domain::pool::PoolQuery;
@@ -118,10 +118,14 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
         };
         let clients = ClusterClient::new(fake.client());
         let store = Arc::new(DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), table.clone()));
+        // Drains continue through the queue, as deployed; evicted pods take 2 s to go.
+        fake.set_eviction_grace(Duration::from_secs(2));
+        let queue = Arc::new(SqsRedelivery::new(aws_sdk_sqs::Client::new(&sdk)));
         let handler = Handler {
             mode: forewarn::domain::config::Mode::Act,
             notifier: None,
-            redelivery: Some(Arc::new(SqsRedelivery::new(aws_sdk_sqs::Client::new(&sdk)))),
+            redelivery: Some(queue.clone()),
+            drain_passes: Some(DrainPasses { continuer: queue.clone(), interval: Duration::from_secs(1) }),
             config: config.clone(),
             store: store.clone(),
             instances: Arc::new(Ec2Directory::from_conf(&sdk)),

@@ -21,7 +21,7 @@ use forewarn::adapters::dynamo::DynamoStore;
 use forewarn::adapters::ec2::Ec2Directory;
 use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
 use forewarn::adapters::sqs::SqsRedelivery;
-use forewarn::app::handler::Handler;
+use forewarn::app::handler::{DrainPasses, Handler};
 use forewarn::domain::config::Config;
 use forewarn::domain::event::{DT_REBALANCE, DT_SPOT, DT_STATE_CHANGE, EventKind};
 use forewarn::domain::fixtures::{app_pod, ec2_node};
@@ -130,6 +130,8 @@ impl World {
         let ec2 = aws_sdk_ec2::Client::new(&sdk);
         let image = any_image(&ec2).await.unwrap();
         let fake = KubeFake::start().await;
+        // Evicted pods take a second to go, as real ones take their grace period.
+        fake.set_eviction_grace(Duration::from_secs(1));
         let mut instances = Vec::new();
         for (n, instance_type) in options.types.iter().enumerate() {
             let what = Launch::spot(&cluster).instance_type(instance_type.clone());
@@ -158,6 +160,11 @@ impl World {
             redelivery: options.redelivery.then(|| {
                 Arc::new(SqsRedelivery::new(aws_sdk_sqs::Client::new(&sdk)))
                     as Arc<dyn forewarn::ports::Redelivery>
+            }),
+            // Drains continue through the queue, as deployed.
+            drain_passes: Some(DrainPasses {
+                continuer: Arc::new(SqsRedelivery::new(aws_sdk_sqs::Client::new(&sdk))),
+                interval: Duration::from_secs(1),
             }),
             config: config.clone(),
             store: store.clone(),

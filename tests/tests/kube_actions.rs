@@ -21,8 +21,8 @@ use forewarn::domain::event::{Detail, Event, EventKind, LifecycleAction};
 use forewarn::domain::facts::InstanceFacts;
 use forewarn::domain::fixtures::{self, node_object, pdb_object, pod_object};
 use forewarn::domain::plan::{Facts, Plan, Target, decide};
-use forewarn::ports::Executor;
 use forewarn::ports::NodeDirectory;
+use forewarn::ports::{Executor, Pass};
 use forewarn::ports::{LifecycleCompleter, LifecycleError, LifecycleOutcome};
 use kube_fake::{Fault, KubeFake, Method, RecordedRequest};
 use serde_json::{Value, json};
@@ -140,7 +140,7 @@ impl World {
     }
 
     async fn run(&self, plan: &Plan) -> NodeOutcome {
-        let mut outcomes = self.executor().run(plan).await.unwrap();
+        let mut outcomes = self.executor().run(plan, Pass::Whole).await.unwrap();
         assert_eq!(outcomes.len(), 1);
         outcomes.remove(0)
     }
@@ -613,7 +613,7 @@ async fn a_node_that_keeps_conflicting_is_an_error() {
             .times(100),
     );
 
-    let err = w.executor().execute(&plan).await.unwrap_err();
+    let err = w.executor().execute(&plan, Pass::Whole).await.unwrap_err();
 
     assert_eq!(err.instance_id, ID);
     assert!(err.message.contains(NODE), "{err}");
@@ -680,7 +680,7 @@ async fn a_node_that_is_gone_is_success() {
     w.fake.remove("v1", "Node", None, NODE);
     w.fake.clear_requests();
 
-    let results = w.executor().execute(&plan).await.unwrap();
+    let results = w.executor().execute(&plan, Pass::Whole).await.unwrap();
 
     assert!(
         results[0].detail.contains("is gone"),
@@ -730,7 +730,7 @@ async fn a_dry_run_writes_nothing_and_says_what_it_would_do() {
     w.fake.clear_requests();
     let executor = w.executor().dry_run(true);
 
-    let out = executor.run(&plan).await.unwrap().remove(0);
+    let out = executor.run(&plan, Pass::Whole).await.unwrap().remove(0);
 
     assert_eq!(w.fake.writes(), vec![]);
     let Some(CordonOutcome::WouldCordon { patch }) = &out.cordon else {
@@ -767,7 +767,7 @@ async fn a_dry_run_writes_nothing_and_says_what_it_would_do() {
         .plan(&event(EventKind::SpotInterruption, "ev-dry-2"))
         .await;
     w.fake.clear_requests();
-    let out = executor.run(&plan).await.unwrap().remove(0);
+    let out = executor.run(&plan, Pass::Whole).await.unwrap().remove(0);
     assert_eq!(
         out.delete,
         Some(DeleteOutcome::WouldDelete {
@@ -787,7 +787,7 @@ async fn a_failing_api_is_an_error_so_the_event_comes_back() {
     w.fake
         .inject(Fault::new(500).path_contains("/eviction").times(100));
 
-    let err = w.executor().execute(&plan).await.unwrap_err();
+    let err = w.executor().execute(&plan, Pass::Whole).await.unwrap_err();
 
     assert_eq!(err.instance_id, ID);
     assert!(
@@ -1000,6 +1000,7 @@ async fn a_terminated_plain_instance_has_its_node_deleted() {
 #[derive(Default)]
 struct RecordingLifecycle {
     calls: Mutex<Vec<(String, String)>>,
+    heartbeats: Mutex<Vec<(String, String)>>,
 }
 
 #[async_trait]
@@ -1014,6 +1015,18 @@ impl LifecycleCompleter for RecordingLifecycle {
             .unwrap()
             .push((instance_id.to_string(), action.token.clone()));
         Ok(LifecycleOutcome::Completed)
+    }
+
+    async fn heartbeat(
+        &self,
+        instance_id: &str,
+        action: &LifecycleAction,
+    ) -> Result<bool, LifecycleError> {
+        self.heartbeats
+            .lock()
+            .unwrap()
+            .push((instance_id.to_string(), action.token.clone()));
+        Ok(true)
     }
 }
 
@@ -1030,11 +1043,11 @@ async fn the_lifecycle_action_is_completed_after_the_drain_and_not_after_a_failu
     // The API fails: the event comes back, the instance is not let go.
     w.fake
         .inject(Fault::new(500).path_contains("/eviction").times(100));
-    assert!(executor.execute(&plan).await.is_err());
+    assert!(executor.execute(&plan, Pass::Whole).await.is_err());
     assert!(lifecycle.calls.lock().unwrap().is_empty());
 
     w.fake.clear_faults();
-    let results = executor.execute(&plan).await.unwrap();
+    let results = executor.execute(&plan, Pass::Whole).await.unwrap();
     assert_eq!(
         *lifecycle.calls.lock().unwrap(),
         vec![(
@@ -1057,7 +1070,7 @@ async fn the_lifecycle_action_is_completed_after_the_drain_and_not_after_a_failu
     let out = w
         .executor()
         .dry_run(true)
-        .run(&plan)
+        .run(&plan, Pass::Whole)
         .await
         .unwrap()
         .remove(0);
@@ -1150,6 +1163,7 @@ async fn the_pipeline_acts_through_the_adapter_once_per_event() {
     let directory = KubeNodeDirectory::new(w.clients.clone());
     let executor = w.executor();
     let pipeline = forewarn::app::pipeline::Pipeline {
+        continuer: None,
         mode: forewarn::domain::config::Mode::Act,
         config: &w.config,
         store: &store,
@@ -1232,6 +1246,7 @@ async fn the_handler_tells_the_webhook_and_counts_evictions() {
         mode: forewarn::domain::config::Mode::Act,
         notifier: Some(Arc::new(webhook)),
         redelivery: None,
+        drain_passes: None,
         config: w.config.clone(),
         store: Arc::new(forewarn::adapters::embedded::EmbeddedStore::open(dir.path()).unwrap()),
         instances: Arc::new(Instances(BTreeMap::from([
@@ -1262,7 +1277,8 @@ async fn the_handler_tells_the_webhook_and_counts_evictions() {
         Some(forewarn::domain::report::DrainSummary {
             evicted: 2,
             left: 0,
-            complete: true
+            complete: true,
+            pending: false,
         })
     );
     let cordoned_at = action.cordoned_at.expect("the cordon's time");
@@ -1751,3 +1767,400 @@ const COMPLETED: &str = concat!(
     "<ResponseMetadata><RequestId>r-1</RequestId></ResponseMetadata>",
     "</CompleteLifecycleActionResponse>"
 );
+
+// ---------------------------------------------------------------------------------------------
+// Drains that do not wait, and cordons first
+
+fn critical(mut pod: Value) -> Value {
+    pod["spec"]["priorityClassName"] = json!("system-cluster-critical");
+    pod
+}
+
+fn terminating(w: &World, name: &str) -> bool {
+    w.pod("default", name)
+        .is_some_and(|p| p["metadata"]["deletionTimestamp"].is_string())
+}
+
+fn evictions(w: &World) -> usize {
+    w.fake
+        .requests()
+        .iter()
+        .filter(|r| r.method == Method::POST && r.path.ends_with("/eviction"))
+        .count()
+}
+
+#[tokio::test]
+async fn a_first_pass_evicts_and_returns_and_a_later_pass_ends_the_drain_once_the_pods_are_gone() {
+    let w = World::plain().await;
+    w.fake.set_eviction_grace(Duration::from_millis(700));
+    for name in ["web-1", "web-2"] {
+        w.fake
+            .insert(pod_object("default", name, NODE, "web", "ReplicaSet"));
+    }
+    let plan = w.plan(&event(EventKind::AsgTermination, "ev-passes")).await;
+    let lifecycle = Arc::new(RecordingLifecycle::default());
+    let executor = w.executor().with_lifecycle(lifecycle.clone());
+    let started = Utc::now();
+
+    let first = executor
+        .run(&plan, Pass::First { heartbeat: true })
+        .await
+        .unwrap()
+        .remove(0);
+    let drain = first.drain.clone().unwrap();
+    assert!(drain.pending, "{drain:?}");
+    assert_eq!(drain.evicted.len(), 2);
+    assert!(terminating(&w, "web-1") && terminating(&w, "web-2"));
+    assert!(
+        lifecycle.calls.lock().unwrap().is_empty(),
+        "the lifecycle action is not completed while the drain goes on"
+    );
+    assert_eq!(lifecycle.heartbeats.lock().unwrap().len(), 1);
+    assert!(first.heartbeat_at.is_some());
+    assert!(w.events().contains_key("Cordoned"));
+    assert!(!w.events().contains_key("Drained"));
+
+    // While the pods terminate: nothing evicted again, still pending, no heartbeat not due.
+    let later = Pass::Later {
+        started_at: started,
+        heartbeat: false,
+    };
+    let second = executor.run(&plan, later).await.unwrap().remove(0);
+    let drain = second.drain.clone().unwrap();
+    assert!(drain.pending && drain.evicted.is_empty(), "{drain:?}");
+    assert_eq!(drain.terminating.len(), 2);
+    assert_eq!(evictions(&w), 2);
+    assert_eq!(lifecycle.heartbeats.lock().unwrap().len(), 1);
+
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let last = executor.run(&plan, later).await.unwrap().remove(0);
+    let drain = last.drain.clone().unwrap();
+    assert!(!drain.pending && drain.complete(), "{drain:?}");
+    assert_eq!(lifecycle.calls.lock().unwrap().len(), 1);
+    assert!(w.events().contains_key("Drained"));
+
+    // A duplicated continuation after the end: no eviction, the same one Drained Event.
+    let again = executor.run(&plan, later).await.unwrap().remove(0);
+    assert!(!again.drain.unwrap().pending);
+    assert_eq!(evictions(&w), 2);
+    let drained = w
+        .fake
+        .list("events.k8s.io/v1", "Event")
+        .into_iter()
+        .filter(|e| e["reason"] == "Drained")
+        .count();
+    assert_eq!(drained, 1);
+}
+
+#[tokio::test]
+async fn critical_pods_are_evicted_in_a_later_pass_once_the_others_are_gone() {
+    let w = World::plain().await;
+    w.fake.set_eviction_grace(Duration::from_millis(300));
+    w.fake
+        .insert(pod_object("default", "web-1", NODE, "web", "ReplicaSet"));
+    w.fake.insert(critical(pod_object(
+        "default",
+        "dns-1",
+        NODE,
+        "dns",
+        "ReplicaSet",
+    )));
+    let plan = w
+        .plan(&event(EventKind::SpotInterruption, "ev-critical"))
+        .await;
+    let executor = w.executor();
+    let started = Utc::now();
+    let first = executor
+        .run(&plan, Pass::First { heartbeat: false })
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(first.drain.unwrap().evicted, vec!["default/web-1"]);
+    assert!(!terminating(&w, "dns-1"));
+
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let later = Pass::Later {
+        started_at: started,
+        heartbeat: false,
+    };
+    let second = executor.run(&plan, later).await.unwrap().remove(0);
+    let drain = second.drain.unwrap();
+    assert_eq!(drain.evicted, vec!["default/dns-1"]);
+    assert!(drain.pending);
+
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let third = executor.run(&plan, later).await.unwrap().remove(0);
+    assert!(third.drain.unwrap().complete());
+    assert!(w.pod("default", "dns-1").is_none());
+}
+
+#[tokio::test]
+async fn a_refused_eviction_is_tried_again_in_later_passes_until_the_deadline() {
+    let w = World::plain().await;
+    w.fake
+        .insert(pod_object("default", "db-1", NODE, "db", "ReplicaSet"));
+    w.fake.insert(pdb_object("default", "db", "db", 1));
+    let mut plan = w
+        .plan(&event(EventKind::SpotInterruption, "ev-budget"))
+        .await;
+    let executor = w.executor().with_settings(ExecutorSettings {
+        pass_budget: Duration::from_millis(100),
+        ..fast()
+    });
+    let started = Utc::now();
+    let first = executor
+        .run(&plan, Pass::First { heartbeat: false })
+        .await
+        .unwrap()
+        .remove(0);
+    let drain = first.drain.unwrap();
+    assert!(drain.pending, "{drain:?}");
+    assert_eq!(drain.left.len(), 1);
+    assert!(drain.left[0].reason.contains("429"), "{drain:?}");
+    assert!(!w.events().contains_key("DrainIncomplete"));
+
+    // The deadline has passed: the drain ends, incomplete, and says what was left.
+    plan.actions[0].deadline = Some(Utc::now() - chrono::Duration::seconds(1));
+    let later = Pass::Later {
+        started_at: started,
+        heartbeat: false,
+    };
+    let last = executor.run(&plan, later).await.unwrap().remove(0);
+    let drain = last.drain.unwrap();
+    assert!(!drain.pending && !drain.complete(), "{drain:?}");
+    assert!(drain.left[0].reason.contains("deadline"), "{drain:?}");
+    assert!(w.events().contains_key("DrainIncomplete"));
+    assert!(w.pod("default", "db-1").is_some());
+}
+
+/// A queue that records the continuations it is given (or refuses them).
+#[derive(Default)]
+struct Continuations {
+    sent: Mutex<Vec<(String, String, Duration)>>,
+    refuse: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait]
+impl forewarn::ports::Continuer for Continuations {
+    async fn continue_later(
+        &self,
+        queue_arn: &str,
+        body: &str,
+        delay: Duration,
+    ) -> Result<(), String> {
+        if self.refuse.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err("SendMessage: throttled".into());
+        }
+        self.sent
+            .lock()
+            .unwrap()
+            .push((queue_arn.to_string(), body.to_string(), delay));
+        Ok(())
+    }
+}
+
+const QUEUE_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:forewarn-events";
+
+/// The SQS batch Lambda would pass for messages with these bodies.
+fn sqs_batch(bodies: &[String]) -> Vec<forewarn::domain::event::Record> {
+    let records: Vec<Value> = bodies
+        .iter()
+        .enumerate()
+        .map(|(i, body)| {
+            json!({"messageId": format!("m-{i}"), "receiptHandle": format!("r-{i}"), "body": body,
+                   "attributes": {"ApproximateReceiveCount": "1"},
+                   "eventSource": "aws:sqs", "eventSourceARN": QUEUE_ARN, "awsRegion": "us-east-1"})
+        })
+        .collect();
+    let input = json!({ "Records": records }).to_string();
+    forewarn::domain::event::decode("sqs", input.as_bytes(), Utc::now()).unwrap()
+}
+
+fn spot_body(id: &str, instance_id: &str) -> String {
+    json!({
+        "version": "0", "id": id, "detail-type": "EC2 Spot Instance Interruption Warning",
+        "source": "aws.ec2", "account": "123456789012", "time": Utc::now().to_rfc3339(),
+        "region": "us-east-1", "resources": [],
+        "detail": {"instance-id": instance_id, "instance-action": "terminate"}
+    })
+    .to_string()
+}
+
+#[tokio::test]
+async fn through_the_pipeline_a_drain_continues_in_queued_passes_and_the_event_is_recorded_once() {
+    use forewarn::app::pipeline::{Continue, Pipeline};
+    use forewarn::domain::report::Outcome;
+    let w = World::plain().await;
+    w.fake.set_eviction_grace(Duration::from_millis(500));
+    w.fake
+        .insert(pod_object("default", "web-1", NODE, "web", "ReplicaSet"));
+    let dir = tempfile::tempdir().unwrap();
+    let store = forewarn::adapters::embedded::EmbeddedStore::open(dir.path()).unwrap();
+    let instances = Instances(BTreeMap::from([(ID.to_string(), instance(ID, NODE))]));
+    let directory = KubeNodeDirectory::new(w.clients.clone());
+    let executor = w.executor();
+    let queue = Continuations::default();
+    let pipeline = Pipeline {
+        continuer: Some(Continue {
+            continuer: &queue,
+            after: Duration::from_secs(1),
+            heartbeat_every: chrono::Duration::seconds(30),
+        }),
+        mode: forewarn::domain::config::Mode::Act,
+        config: &w.config,
+        store: &store,
+        instances: &instances,
+        nodes: &directory,
+        executor: Some(&executor),
+    };
+    let original = spot_body("ev-queued", ID);
+
+    // The queue refuses the continuation: the event fails (it comes back) and is not recorded.
+    queue
+        .refuse
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let reports = pipeline
+        .process(&sqs_batch(std::slice::from_ref(&original)), Utc::now())
+        .await;
+    assert_eq!(reports[0].outcome, Outcome::Failed, "{reports:?}");
+    assert!(
+        reports[0]
+            .reason
+            .as_deref()
+            .unwrap()
+            .contains("continuation")
+    );
+    use forewarn::ports::PoolStore;
+    assert!(
+        store
+            .applied(&["ev-queued".into()])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // Delivered again: evicted, recorded, continuation queued.
+    queue
+        .refuse
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let reports = pipeline
+        .process(&sqs_batch(std::slice::from_ref(&original)), Utc::now())
+        .await;
+    assert_eq!(reports[0].outcome, Outcome::Acted, "{reports:?}");
+    assert!(reports[0].actions[0].drain.unwrap().pending);
+    assert!(reports[0].actions[0].cordoned_at.is_some());
+    assert_eq!(store.applied(&["ev-queued".into()]).await.unwrap().len(), 1);
+    let (arn, body, delay) = queue.sent.lock().unwrap().pop().unwrap();
+    assert_eq!((arn.as_str(), delay), (QUEUE_ARN, Duration::from_secs(1)));
+
+    // The original again (at least once): a duplicate, no second chain.
+    let reports = pipeline
+        .process(&sqs_batch(std::slice::from_ref(&original)), Utc::now())
+        .await;
+    assert_eq!(reports[0].outcome, Outcome::Duplicate);
+    assert!(queue.sent.lock().unwrap().is_empty());
+
+    // The continuation while the pod terminates: pass 1, pending, the next one queued.
+    let reports = pipeline.process(&sqs_batch(&[body]), Utc::now()).await;
+    assert_eq!(reports[0].pass, Some(1), "{reports:?}");
+    assert_eq!(reports[0].outcome, Outcome::Acted);
+    assert!(reports[0].actions[0].drain.unwrap().pending);
+    let (_, body, _) = queue.sent.lock().unwrap().pop().unwrap();
+
+    // After the grace period: pass 2 ends the drain; nothing more is queued, nothing recorded
+    // twice.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let reports = pipeline
+        .process(&sqs_batch(std::slice::from_ref(&body)), Utc::now())
+        .await;
+    assert_eq!(reports[0].pass, Some(2));
+    let drain = reports[0].actions[0].drain.unwrap();
+    assert!(!drain.pending && drain.complete, "{reports:?}");
+    assert!(queue.sent.lock().unwrap().is_empty());
+    assert!(w.pod("default", "web-1").is_none());
+    assert!(w.events().contains_key("Drained"));
+    let pools = store.pools(&Default::default(), Utc::now()).await.unwrap();
+    assert_eq!(pools[0].interruptions(), 1, "{pools:?}");
+}
+
+#[tokio::test]
+async fn every_node_of_a_batch_is_cordoned_before_any_eviction() {
+    use forewarn::app::pipeline::{Limits, Pipeline};
+    let w = World::plain().await;
+    let ids = [
+        "i-0a1b2c3d4e5f60001",
+        "i-0a1b2c3d4e5f60002",
+        "i-0a1b2c3d4e5f60003",
+    ];
+    let names = [
+        "ip-10-0-1-11.ec2.internal",
+        "ip-10-0-1-21.ec2.internal",
+        "ip-10-0-1-31.ec2.internal",
+    ];
+    for (id, name) in ids.iter().zip(names).skip(1) {
+        w.fake.insert(node(name, id));
+    }
+    for name in names {
+        w.fake.insert(pod_object(
+            "default",
+            &format!("web-{name}"),
+            name,
+            "web",
+            "ReplicaSet",
+        ));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = forewarn::adapters::embedded::EmbeddedStore::open(dir.path()).unwrap();
+    let instances = Instances(
+        ids.iter()
+            .zip(names)
+            .map(|(id, name)| (id.to_string(), instance(id, name)))
+            .collect(),
+    );
+    let directory = KubeNodeDirectory::new(w.clients.clone());
+    let executor = w.executor();
+    let pipeline = Pipeline {
+        continuer: None,
+        mode: forewarn::domain::config::Mode::Act,
+        config: &w.config,
+        store: &store,
+        instances: &instances,
+        nodes: &directory,
+        executor: Some(&executor),
+    };
+    let bodies: Vec<String> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| spot_body(&format!("ev-batch-{i}"), id))
+        .collect();
+    w.fake.clear_requests();
+    // One event at a time: without the cordon pass, the last node would be cordoned after the
+    // first ones' evictions.
+    let limits = Limits {
+        concurrency: 1,
+        deadline: None,
+    };
+    let reports = pipeline
+        .process_with(&sqs_batch(&bodies), Utc::now(), limits)
+        .await;
+    assert!(
+        reports
+            .iter()
+            .all(|r| r.outcome == forewarn::domain::report::Outcome::Acted),
+        "{reports:?}"
+    );
+    let log = w.fake.requests();
+    let last_cordon = log
+        .iter()
+        .rposition(|r| r.method == Method::PATCH && r.path.starts_with("/api/v1/nodes/"))
+        .unwrap();
+    let first_eviction = log
+        .iter()
+        .position(|r| r.path.ends_with("/eviction"))
+        .unwrap();
+    assert!(last_cordon < first_eviction, "{log:#?}");
+    for name in names {
+        let node = w.node(name).unwrap();
+        assert_eq!(node["spec"]["unschedulable"], true);
+    }
+}

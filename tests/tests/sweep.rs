@@ -68,6 +68,7 @@ fn sweeps_orphaned_nodes_once_and_never_after_a_handled_event() {
             mode: forewarn::domain::config::Mode::Act,
             notifier: None,
             redelivery: None,
+            drain_passes: None,
             config: config.clone(),
             store: store.clone(),
             instances: ec2_dir.clone(),

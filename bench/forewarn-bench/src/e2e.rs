@@ -167,6 +167,7 @@ pub async fn report(runs: usize) -> anyhow::Result<String> {
         mode: forewarn::domain::config::Mode::Act,
         notifier: None,
         redelivery: None,
+        drain_passes: None,
         config: config.clone(),
         store: Arc::new(DynamoStore::new(
             aws_sdk_dynamodb::Client::new(&sdk),

@@ -117,6 +117,7 @@ pub async fn report(s: &Settings) -> anyhow::Result<String> {
         mode: forewarn::domain::config::Mode::Act,
         notifier: None,
         redelivery: None,
+        drain_passes: None,
         config: config.clone(),
         store: Arc::new(EmbeddedStore::open(dir.path())?),
         instances: Arc::new(SnapshotInstances(instances)),

@@ -68,17 +68,54 @@ impl LifecycleCompleter for AsgLifecycle {
                 tracing::info!(%message, "no active lifecycle action: completed before or timed out");
                 Ok(LifecycleOutcome::AlreadyCompleted { message })
             }
-            Err(e) => Err(LifecycleError {
-                asg: action.asg_name.clone(),
-                hook: action.hook_name.clone(),
-                instance_id: instance_id.to_string(),
-                code: e.code().map(str::to_string),
-                message: match e.message() {
-                    Some(m) => m.to_string(),
-                    None => aws_error_text(&e),
-                },
-            }),
+            Err(e) => Err(lifecycle_error(instance_id, action, &e)),
         }
+    }
+
+    #[tracing::instrument(skip_all, fields(instance_id, asg = %action.asg_name, hook = %action.hook_name))]
+    async fn heartbeat(
+        &self,
+        instance_id: &str,
+        action: &LifecycleAction,
+    ) -> Result<bool, LifecycleError> {
+        let mut request = self
+            .client
+            .record_lifecycle_action_heartbeat()
+            .auto_scaling_group_name(&action.asg_name)
+            .lifecycle_hook_name(&action.hook_name)
+            .instance_id(instance_id);
+        if !action.token.is_empty() {
+            request = request.lifecycle_action_token(&action.token);
+        }
+        match request.send().await {
+            Ok(_) => {
+                tracing::debug!("kept the lifecycle action alive");
+                Ok(true)
+            }
+            Err(e) if is_no_active_action(e.code(), e.message()) => Ok(false),
+            Err(e) => Err(lifecycle_error(instance_id, action, &e)),
+        }
+    }
+}
+
+fn lifecycle_error<E, R>(
+    instance_id: &str,
+    action: &LifecycleAction,
+    e: &aws_sdk_autoscaling::error::SdkError<E, R>,
+) -> LifecycleError
+where
+    E: aws_sdk_autoscaling::error::ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug + 'static,
+{
+    LifecycleError {
+        asg: action.asg_name.clone(),
+        hook: action.hook_name.clone(),
+        instance_id: instance_id.to_string(),
+        code: e.code().map(str::to_string),
+        message: match e.message() {
+            Some(m) => m.to_string(),
+            None => aws_error_text(e),
+        },
     }
 }
 

@@ -1,6 +1,7 @@
-//! SQS, for the one thing the handler does to its queue itself: bringing failed messages back
+//! SQS, for the two things the handler does to its queue itself: bringing failed messages back
 //! sooner than the queue's visibility timeout (`ChangeMessageVisibilityBatch`, at most ten
-//! entries a call). The queue is named by the records' `eventSourceARN`; its URL is derived from
+//! entries a call), and queueing the continuation of a drain (`SendMessage` with
+//! `DelaySeconds`). The queue is named by the records' `eventSourceARN`; its URL is derived from
 //! the ARN, so no `GetQueueUrl` call or permission is needed.
 
 use std::collections::BTreeMap;
@@ -11,7 +12,7 @@ use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry;
 
 use super::aws::aws_error_text;
 use crate::domain::retry::MAX_VISIBILITY;
-use crate::ports::{Redeliver, Redelivery};
+use crate::ports::{Continuer, Redeliver, Redelivery};
 
 /// [`Redelivery`] through the AWS SDK.
 #[derive(Debug, Clone)]
@@ -44,6 +45,29 @@ pub fn queue_url(arn: &str) -> Option<String> {
         _ => "amazonaws.com",
     };
     Some(format!("https://sqs.{region}.{domain}/{account}/{name}"))
+}
+
+#[async_trait]
+impl Continuer for SqsRedelivery {
+    async fn continue_later(
+        &self,
+        queue_arn: &str,
+        body: &str,
+        delay: std::time::Duration,
+    ) -> Result<(), String> {
+        let url =
+            queue_url(queue_arn).ok_or_else(|| format!("{queue_arn:?} is not an SQS queue ARN"))?;
+        let seconds = delay.min(std::time::Duration::from_secs(900)).as_secs();
+        self.client
+            .send_message()
+            .queue_url(url)
+            .message_body(body)
+            .delay_seconds(i32::try_from(seconds).unwrap_or(900))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| aws_error_text(&e))
+    }
 }
 
 #[async_trait]

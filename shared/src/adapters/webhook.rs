@@ -434,8 +434,10 @@ mod tests {
                 result: Some("cordoned node/ip-10-0-0-1".into()),
                 cordoned_at: None,
                 drain: None,
+                heartbeat_at: None,
             }],
             reason: Some("API answered 500".into()),
+            pass: None,
         }
     }
 

@@ -10,14 +10,15 @@ use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use crate::app::pipeline::{Limits, Pipeline};
+use crate::app::pipeline::{Continue, Limits, Pipeline};
 use crate::app::telemetry::observe;
 use crate::domain::config::{Config, Mode};
 use crate::domain::event::{self, EventKind, Record};
 use crate::domain::report::{Outcome, Report, Tally};
 use crate::domain::retry::{Failed, RetryPolicy};
 use crate::ports::{
-    Executor, InstanceDirectory, NodeDirectory, Notifier, PoolStore, Redeliver, Redelivery,
+    Continuer, Executor, InstanceDirectory, NodeDirectory, Notifier, PoolStore, Redeliver,
+    Redelivery,
 };
 
 /// A payload the handler could not take at all.
@@ -49,11 +50,24 @@ pub struct Handler {
     /// Brings failed SQS messages back sooner than the queue's visibility timeout (see
     /// [`crate::domain::retry`]); `None`: they come back when it ends.
     pub redelivery: Option<Arc<dyn Redelivery>>,
+    /// How drains are continued in later passes; `None`: a drain waits in its one pass.
+    pub drain_passes: Option<DrainPasses>,
     /// Events handled at once within a batch.
     pub concurrency: usize,
     /// Work stops this long before the Lambda's deadline, so the answer still gets out.
     pub safety_margin: Duration,
 }
+
+/// Drains that do not wait: a pass's continuation is queued through `continuer`, to come back
+/// after `interval` (see [`crate::domain::continuation`]).
+#[derive(Clone)]
+pub struct DrainPasses {
+    pub continuer: Arc<dyn Continuer>,
+    pub interval: Duration,
+}
+
+/// A pending lifecycle action is kept alive at most this often.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(30);
 
 /// What one invocation did.
 #[derive(Debug, Clone)]
@@ -86,6 +100,12 @@ impl Handler {
             instances: self.instances.as_ref(),
             nodes: self.nodes.as_ref(),
             executor: self.executor.as_deref(),
+            continuer: self.drain_passes.as_ref().map(|d| Continue {
+                continuer: d.continuer.as_ref(),
+                after: d.interval,
+                heartbeat_every: chrono::Duration::from_std(HEARTBEAT_EVERY)
+                    .unwrap_or_else(|_| chrono::Duration::seconds(30)),
+            }),
         };
         pipeline
             .process_with(records, now, self.limits(deadline))
@@ -312,6 +332,7 @@ mod tests {
             executor: None,
             notifier: None,
             redelivery: None,
+            drain_passes: None,
             mode: Mode::Act,
             concurrency: 4,
             safety_margin: Duration::from_secs(1),

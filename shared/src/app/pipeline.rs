@@ -2,7 +2,16 @@
 //! updates → one report per record.
 //!
 //! Order matters for at-least-once delivery: node actions run before the pool update that also
-//! records the event id, so an event whose actions failed is not marked applied and comes back.
+//! records the event id, so an event whose actions failed is not marked applied and comes back;
+//! and a drain's continuation is queued before that update, so an event is never recorded with
+//! the rest of its drain dropped.
+//!
+//! Cordons first: before any event's work, one pass over the batch cordons and taints every node
+//! its events will act on ([`Executor::cordon`]); evictions start only after it.
+//!
+//! Drains that do not block: with a [`Continue`], an event's first pass cordons, evicts and
+//! returns; what must wait is continued by a later delivery (see
+//! [`crate::domain::continuation`]). Without one (a replay), the drain waits, as one whole pass.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -12,12 +21,15 @@ use tracing::Instrument;
 use chrono::{DateTime, Utc};
 
 use crate::domain::config::{Config, Mode};
+use crate::domain::continuation::Continuation;
 use crate::domain::event::{Event, EventKind, Record};
 use crate::domain::facts::InstanceFacts;
 use crate::domain::plan::{Facts, decide};
 use crate::domain::pool::Applied;
 use crate::domain::report::{Outcome, Report};
-use crate::ports::{Executor, InstanceDirectory, NodeDirectory, PoolStore};
+use crate::ports::{
+    ActionResult, Continuer, Executor, InstanceDirectory, NodeDirectory, Pass, PoolStore,
+};
 
 /// Wiring for one run of the pipeline.
 pub struct Pipeline<'a> {
@@ -31,6 +43,18 @@ pub struct Pipeline<'a> {
     pub nodes: &'a dyn NodeDirectory,
     /// `None`: no live cluster — plans are made and pools recorded, nothing is acted on.
     pub executor: Option<&'a dyn Executor>,
+    /// Where drains are continued; `None`: every drain waits in its one pass.
+    pub continuer: Option<Continue<'a>>,
+}
+
+/// How drains are continued.
+#[derive(Clone, Copy)]
+pub struct Continue<'a> {
+    pub continuer: &'a dyn Continuer,
+    /// The delay between two passes.
+    pub after: std::time::Duration,
+    /// The least time between two heartbeats of a lifecycle action.
+    pub heartbeat_every: chrono::Duration,
 }
 
 impl Pipeline<'_> {
@@ -67,7 +91,18 @@ impl Pipeline<'_> {
             nodes: &nodes,
         };
         let (lanes, repeats) = schedule(records);
-        let done = self.run(records, lanes, facts, &applied, now, limits).await;
+        let cordoned = match limits.deadline {
+            Some(deadline) => tokio::time::timeout_at(
+                deadline,
+                self.cordon_first(records, &lanes, facts, &applied),
+            )
+            .await
+            .unwrap_or_default(),
+            None => self.cordon_first(records, &lanes, facts, &applied).await,
+        };
+        let done = self
+            .run(records, lanes, facts, &applied, &cordoned, now, limits)
+            .await;
         let mut reports: Vec<Option<Report>> = vec![None; records.len()];
         for (i, report) in done {
             reports[i] = Some(report);
@@ -139,14 +174,62 @@ impl Pipeline<'_> {
             .collect()
     }
 
+    /// The batch's cordon pass: every node the batch's new events act on is cordoned and
+    /// tainted, all at once, before any eviction. Best effort: a failure here is met again (and
+    /// reported) in the event's own pass. Returns the results by record index.
+    async fn cordon_first(
+        &self,
+        records: &[Record],
+        lanes: &[Vec<usize>],
+        facts: Facts<'_>,
+        applied: &HashSet<String>,
+    ) -> HashMap<usize, Vec<ActionResult>> {
+        let Some(executor) = self.executor.filter(|_| self.mode.runs_actions()) else {
+            return HashMap::new();
+        };
+        let plans: Vec<(usize, crate::domain::plan::Plan)> = lanes
+            .iter()
+            .flatten()
+            .filter_map(|&i| {
+                let record = &records[i];
+                let event = record.event.as_ref().ok()?;
+                if record.continuation.is_some() || applied.contains(&event.id) {
+                    return None;
+                }
+                let plan = decide(event, facts, self.config);
+                (plan.ignored.is_none() && plan.has_node_work()).then_some((i, plan))
+            })
+            .collect();
+        if plans.is_empty() {
+            return HashMap::new();
+        }
+        let width = plans.len();
+        futures::stream::iter(plans)
+            .map(|(i, plan)| async move {
+                match executor.cordon(&plan).await {
+                    Ok(results) => Some((i, results)),
+                    Err(e) => {
+                        tracing::warn!(event_id = %plan.event_id, error = %e, "cordon pass failed; the event's own pass tries again");
+                        None
+                    }
+                }
+            })
+            .buffer_unordered(width)
+            .filter_map(|x| async move { x })
+            .collect()
+            .await
+    }
+
     /// Runs the lanes concurrently (up to `limits.concurrency`), each lane's events one after
     /// the other, each event within the deadline.
+    #[allow(clippy::too_many_arguments)]
     async fn run(
         &self,
         records: &[Record],
         lanes: Vec<Vec<usize>>,
         facts: Facts<'_>,
         applied: &HashSet<String>,
+        cordoned: &HashMap<usize, Vec<ActionResult>>,
         now: DateTime<Utc>,
         limits: Limits,
     ) -> Vec<(usize, Report)> {
@@ -157,7 +240,7 @@ impl Pipeline<'_> {
                     let record = &records[i];
                     let Ok(event) = &record.event else { continue };
                     let work = self
-                        .handle(record, event, facts, applied, now)
+                        .handle(record, event, facts, applied, cordoned.get(&i), now)
                         .instrument(event_span(event));
                     let report = match limits.deadline {
                         Some(deadline) if tokio::time::Instant::now() >= deadline => {
@@ -186,6 +269,7 @@ impl Pipeline<'_> {
         event: &Event,
         facts: Facts<'_>,
         applied: &HashSet<String>,
+        cordoned: Option<&Vec<ActionResult>>,
         now: DateTime<Utc>,
     ) -> Report {
         let plan = decide(event, facts, self.config);
@@ -205,6 +289,11 @@ impl Pipeline<'_> {
             report.reason = Some(why.clone());
             return report;
         }
+        if let Some(continuation) = &record.continuation {
+            return self
+                .continue_drain(record, &plan, continuation, report)
+                .await;
+        }
         if applied.contains(&event.id) {
             report.outcome = Outcome::Duplicate;
             report.reason = Some("event id already applied".into());
@@ -213,17 +302,21 @@ impl Pipeline<'_> {
         let mut outcome = Outcome::Planned;
         let executor = self.executor.filter(|_| self.mode.runs_actions());
         if let Some(executor) = executor.filter(|_| plan.has_node_work()) {
-            match executor.execute(&plan).await {
+            // Only a record from a queue can be continued (a replay's drain waits).
+            let from_queue = record.origin.queue_arn.is_some() && record.body.is_some();
+            let pass = match self.continuer {
+                Some(_) if from_queue && self.mode.writes_cluster() => {
+                    Pass::First { heartbeat: true }
+                }
+                _ => Pass::Whole,
+            };
+            match executor.execute(&plan, pass).await {
                 Ok(results) => {
-                    for result in results {
-                        if let Some(a) = report
-                            .actions
-                            .iter_mut()
-                            .find(|a| a.instance_id == result.instance_id)
-                        {
-                            a.result = Some(result.detail);
-                            a.cordoned_at = result.cordoned_at;
-                            a.drain = result.drain;
+                    let pending = merge(&mut report, results, cordoned);
+                    if let (true, Some(c)) = (pending, &self.continuer) {
+                        let next = Continuation::first(now, event.time, heartbeat_of(&report));
+                        if let Err(e) = self.send(c, record, &next).await {
+                            return report.failed(e);
                         }
                     }
                     if self.mode.writes_cluster() {
@@ -251,6 +344,98 @@ impl Pipeline<'_> {
         }
         report
     }
+}
+
+impl Pipeline<'_> {
+    /// A later pass of a drain: the event was recorded by its first pass, so the ledger is not
+    /// asked and the pools are not written again; the node's actions run for [`Pass::Later`],
+    /// and while the drain is pending the next continuation is queued.
+    async fn continue_drain(
+        &self,
+        record: &Record,
+        plan: &crate::domain::plan::Plan,
+        continuation: &Continuation,
+        mut report: Report,
+    ) -> Report {
+        let executor = self.executor.filter(|_| self.mode.writes_cluster());
+        let (Some(executor), Some(c)) = (executor, &self.continuer) else {
+            report.outcome = Outcome::Ignored;
+            report.reason =
+                Some("a drain's continuation, and this run does not act on a cluster".to_string());
+            return report;
+        };
+        let heartbeat = match (&continuation.heartbeat_at, c.heartbeat_every) {
+            (Some(at), every) => Utc::now() - *at >= every,
+            (None, _) => true,
+        };
+        let pass = Pass::Later {
+            started_at: continuation.started_at,
+            heartbeat,
+        };
+        if plan.has_node_work() {
+            match executor.execute(plan, pass).await {
+                Ok(results) => {
+                    if merge(&mut report, results, None) {
+                        let next = continuation.next(heartbeat_of(&report));
+                        if let Err(e) = self.send(c, record, &next).await {
+                            return report.failed(e);
+                        }
+                    }
+                }
+                Err(e) => return report.failed(e.to_string()),
+            }
+        }
+        report.outcome = Outcome::Acted;
+        report
+    }
+
+    /// Queues `next` on the record's queue.
+    async fn send(
+        &self,
+        c: &Continue<'_>,
+        record: &Record,
+        next: &Continuation,
+    ) -> Result<(), String> {
+        let (Some(queue), Some(body)) = (&record.origin.queue_arn, &record.body) else {
+            return Err("the drain must continue, but the record came from no queue".into());
+        };
+        c.continuer
+            .continue_later(queue, &next.body(body), c.after)
+            .await
+            .map_err(|e| format!("queueing the drain's continuation: {e}"))
+    }
+}
+
+/// Puts the executor's `results` (and the cordon pass's time) in `report`; true when a drain is
+/// pending.
+fn merge(
+    report: &mut Report,
+    results: Vec<ActionResult>,
+    cordoned: Option<&Vec<ActionResult>>,
+) -> bool {
+    let mut pending = false;
+    for result in results {
+        pending |= result.pending;
+        if let Some(a) = report
+            .actions
+            .iter_mut()
+            .find(|a| a.instance_id == result.instance_id)
+        {
+            let first = cordoned
+                .and_then(|c| c.iter().find(|c| c.instance_id == result.instance_id))
+                .and_then(|c| c.cordoned_at);
+            a.result = Some(result.detail);
+            a.cordoned_at = first.or(result.cordoned_at);
+            a.drain = result.drain;
+            a.heartbeat_at = result.heartbeat_at;
+        }
+    }
+    pending
+}
+
+/// The latest heartbeat of a report's actions.
+fn heartbeat_of(report: &Report) -> Option<DateTime<Utc>> {
+    report.actions.iter().filter_map(|a| a.heartbeat_at).max()
 }
 
 /// What the batch's lookups found: instance facts, candidate nodes, event ids applied before.
@@ -471,7 +656,11 @@ mod tests {
 
     #[async_trait]
     impl Executor for Recorder {
-        async fn execute(&self, plan: &Plan) -> Result<Vec<ActionResult>, ExecuteError> {
+        async fn execute(
+            &self,
+            plan: &Plan,
+            _pass: Pass,
+        ) -> Result<Vec<ActionResult>, ExecuteError> {
             self.calls.lock().unwrap().push(plan.event_id.clone());
             if let Some(d) = self.sleep {
                 tokio::time::sleep(d).await;
@@ -503,6 +692,7 @@ mod tests {
         let (instances, nodes) = world();
         let config = Config::default();
         let p = Pipeline {
+            continuer: None,
             mode: Mode::Act,
             config: &config,
             store,
@@ -657,6 +847,7 @@ mod tests {
         let (_, nodes) = world();
         let config = Config::default();
         let p = Pipeline {
+            continuer: None,
             mode: Mode::Act,
             config: &config,
             store: &store,

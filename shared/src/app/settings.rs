@@ -26,6 +26,7 @@ pub const ENV_LOG: &str = "FOREWARN_LOG";
 pub const ENV_PRIORITIES: &str = "FOREWARN_PRIORITIES";
 pub const ENV_PRIORITY_HOT_SHARE: &str = "FOREWARN_PRIORITY_HOT_SHARE";
 pub const ENV_PRIORITY_TAKE_OVER: &str = "FOREWARN_PRIORITY_TAKE_OVER";
+pub const ENV_DRAIN_PASS_INTERVAL: &str = "FOREWARN_DRAIN_PASS_INTERVAL";
 
 /// Every variable the settings read besides the decision core's ([`CONFIG_VARIABLES`]); a
 /// test checks the README's configuration tables name exactly these.
@@ -49,6 +50,7 @@ pub const VARIABLES: &[&str] = &[
     ENV_PRIORITIES,
     ENV_PRIORITY_HOT_SHARE,
     ENV_PRIORITY_TAKE_OVER,
+    ENV_DRAIN_PASS_INTERVAL,
 ];
 const ENV_WEBHOOK_URL: &str = ENV_URL;
 const ENV_WEBHOOK_TEMPLATE: &str = ENV_TEMPLATE;
@@ -111,6 +113,10 @@ pub struct Settings {
     pub priorities_enabled: bool,
     /// `FOREWARN_PRIORITY_HOT_SHARE`, `FOREWARN_PRIORITY_TAKE_OVER`.
     pub priorities: PrioritySettings,
+    /// The delay between two passes of a drain that does not wait
+    /// (`FOREWARN_DRAIN_PASS_INTERVAL`, default 5 s); `None` (`off`): the handler's drains wait
+    /// for their pods in one pass, as a replay does.
+    pub drain_pass_interval: Option<Duration>,
 }
 
 impl Settings {
@@ -131,7 +137,7 @@ impl Settings {
     ///   else no cluster;
     /// - `FOREWARN_EVICTION_PARALLELISM`, `FOREWARN_KUBE_QPS`, `FOREWARN_KUBE_BURST`,
     ///   `FOREWARN_WEBHOOK_URL`, `FOREWARN_WEBHOOK_TEMPLATE`, `FOREWARN_CONCURRENCY`,
-    ///   `FOREWARN_SAFETY_MARGIN`, `FOREWARN_LOG`;
+    ///   `FOREWARN_SAFETY_MARGIN`, `FOREWARN_LOG`, `FOREWARN_DRAIN_PASS_INTERVAL`;
     /// - `FOREWARN_PRIORITIES`, `FOREWARN_PRIORITY_HOT_SHARE`, `FOREWARN_PRIORITY_TAKE_OVER`.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Settings, ConfigError> {
         let get = |name: &str| {
@@ -198,6 +204,23 @@ impl Settings {
             Some("false") | Some("0") => Ok(false),
             Some(other) => Err(bad(variable, other, "not a boolean (true or false)")),
         };
+        let drain_pass_interval = match get(ENV_DRAIN_PASS_INTERVAL).as_deref() {
+            None => Some(Duration::from_secs(5)),
+            Some("off") => None,
+            Some(v) => Some(
+                crate::domain::config::parse_duration(v)
+                    .ok()
+                    .and_then(|d| d.to_std().ok())
+                    .filter(|d| (Duration::from_secs(1)..=Duration::from_secs(900)).contains(d))
+                    .ok_or_else(|| {
+                        bad(
+                            ENV_DRAIN_PASS_INTERVAL,
+                            v,
+                            "not a duration from 1s to 900s (SQS's longest message delay), or off",
+                        )
+                    })?,
+            ),
+        };
         let priorities_enabled = boolean(ENV_PRIORITIES, true)?;
         let take_over = boolean(ENV_PRIORITY_TAKE_OVER, false)?;
         let hot_share = match get(ENV_PRIORITY_HOT_SHARE) {
@@ -224,6 +247,7 @@ impl Settings {
             concurrency,
             safety_margin,
             log_filter: get(ENV_LOG),
+            drain_pass_interval,
         })
     }
 
@@ -258,6 +282,7 @@ mod tests {
         assert_eq!(s.webhook, None);
         assert_eq!(s.concurrency, 8);
         assert_eq!(s.safety_margin, Duration::from_secs(3));
+        assert_eq!(s.drain_pass_interval, Some(Duration::from_secs(5)));
         assert_eq!(s.executor.eviction_parallelism, 8);
         assert_eq!(s.log_filter, None);
         assert!(s.priorities_enabled);
@@ -342,6 +367,14 @@ mod tests {
     }
 
     #[test]
+    fn drain_passes_can_be_spaced_or_turned_off() {
+        let s = settings(&[("FOREWARN_DRAIN_PASS_INTERVAL", "2s")]).unwrap();
+        assert_eq!(s.drain_pass_interval, Some(Duration::from_secs(2)));
+        let off = settings(&[("FOREWARN_DRAIN_PASS_INTERVAL", "off")]).unwrap();
+        assert_eq!(off.drain_pass_interval, None);
+    }
+
+    #[test]
     fn bad_values_name_the_variable() {
         for (name, value) in [
             ("FOREWARN_DRY_RUN", "maybe"),
@@ -355,6 +388,8 @@ mod tests {
             ("FOREWARN_PRIORITY_HOT_SHARE", "0"),
             ("FOREWARN_PRIORITY_TAKE_OVER", "yes"),
             ("FOREWARN_PRIORITIES", "on"),
+            ("FOREWARN_DRAIN_PASS_INTERVAL", "0s"),
+            ("FOREWARN_DRAIN_PASS_INTERVAL", "20m"),
         ] {
             let err = settings(&[(name, value)]).unwrap_err();
             assert_eq!(err.variable, name, "{err}");

@@ -124,9 +124,11 @@ impl Sweeper {
         };
         let records: Vec<Record> = events
             .into_iter()
-            .map(|e| Record {
-                origin: Origin::bare(format!("sweep {}", e.instance_ids.join(","))),
-                event: Ok(e),
+            .map(|e| {
+                Record::new(
+                    Origin::bare(format!("sweep {}", e.instance_ids.join(","))),
+                    Ok(e),
+                )
             })
             .collect();
         let pipeline = Pipeline {
@@ -136,6 +138,7 @@ impl Sweeper {
             instances: &instances,
             nodes: &state,
             executor: h.executor.as_deref(),
+            continuer: None,
         };
         let limits = Limits {
             concurrency: h.concurrency,

@@ -338,9 +338,12 @@ mod tests {
                     evicted: 3,
                     left: 1,
                     complete: false,
+                    pending: false,
                 }),
+                heartbeat_at: None,
             }],
             reason: None,
+            pass: None,
         }
     }
 

@@ -20,7 +20,7 @@ use crate::adapters::snapshot::{
 };
 use crate::adapters::sqs::SqsRedelivery;
 use crate::adapters::webhook::{Webhook, warm_up};
-use crate::app::handler::Handler;
+use crate::app::handler::{DrainPasses, Handler};
 use crate::app::settings::{ClusterChoice, InstanceChoice, Settings, StoreChoice};
 use crate::app::sweeper::{SweepPriorities, Sweeper};
 use crate::domain::config::{ConfigError, Mode};
@@ -121,6 +121,9 @@ pub async fn services(settings: &Settings) -> Result<Services, SetupError> {
         }
         None => None,
     };
+    let sqs = sdk
+        .as_ref()
+        .map(|sdk| Arc::new(SqsRedelivery::from_conf(sdk)));
     let handler = Handler {
         config: settings.config.clone(),
         mode: settings.mode,
@@ -129,9 +132,14 @@ pub async fn services(settings: &Settings) -> Result<Services, SetupError> {
         nodes,
         executor,
         notifier,
-        redelivery: sdk
-            .as_ref()
-            .map(|sdk| Arc::new(SqsRedelivery::from_conf(sdk)) as Arc<dyn Redelivery>),
+        redelivery: sqs.clone().map(|q| q as Arc<dyn Redelivery>),
+        drain_passes: match (&sqs, settings.drain_pass_interval) {
+            (Some(q), Some(interval)) => Some(DrainPasses {
+                continuer: q.clone(),
+                interval,
+            }),
+            _ => None,
+        },
         concurrency: settings.concurrency,
         safety_margin: settings.safety_margin,
     };

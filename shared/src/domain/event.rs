@@ -11,6 +11,8 @@ use chrono::{DateTime, Datelike, Timelike, Utc, Weekday};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::continuation::{self, Continuation, Unwrapped};
+
 /// The kinds of event forewarn knows, by their stable names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -225,6 +227,10 @@ pub struct Origin {
     /// `None` for a bare event; the index in `Records` or in the array otherwise.
     pub index: Option<usize>,
     pub message_id: Option<String>,
+    /// The SQS queue's ARN (`eventSourceARN`), when the record came from one: where a
+    /// continuation of its drain is sent.
+    #[serde(skip)]
+    pub queue_arn: Option<String>,
     #[serde(skip)]
     envelope: EnvelopeKind,
 }
@@ -244,6 +250,7 @@ impl Origin {
             source: source.into(),
             index: None,
             message_id: None,
+            queue_arn: None,
             envelope: EnvelopeKind::Bare,
         }
     }
@@ -253,6 +260,7 @@ impl Origin {
             source: source.to_string(),
             index: Some(index),
             message_id,
+            queue_arn: None,
             envelope: EnvelopeKind::Sqs,
         }
     }
@@ -262,6 +270,7 @@ impl Origin {
             source: source.to_string(),
             index: Some(index),
             message_id: None,
+            queue_arn: None,
             envelope: EnvelopeKind::Array,
         }
     }
@@ -299,6 +308,22 @@ pub struct DecodeError {
 pub struct Record {
     pub origin: Origin,
     pub event: Result<Event, DecodeError>,
+    /// A later pass of the event's drain (see [`crate::domain::continuation`]).
+    pub continuation: Option<Continuation>,
+    /// The SQS message body the event came in (what a continuation carries).
+    pub body: Option<String>,
+}
+
+impl Record {
+    /// A record of `event` from `origin`, not a continuation.
+    pub fn new(origin: Origin, event: Result<Event, DecodeError>) -> Record {
+        Record {
+            origin,
+            event,
+            continuation: None,
+            body: None,
+        }
+    }
 }
 
 /// Decodes an input (any of the three envelopes). An `Err` means the input as a whole could not
@@ -333,7 +358,7 @@ pub fn decode_value(
             .map(|(i, item)| {
                 let origin = Origin::array(source, i);
                 let event = parse_event(&origin, &item, received);
-                Record { origin, event }
+                Record::new(origin, event)
             })
             .collect()),
         Value::Object(ref map) if map.contains_key("Records") => {
@@ -356,7 +381,7 @@ pub fn decode_value(
         Value::Object(_) => {
             let origin = Origin::bare(source);
             let event = parse_event(&origin, &value, received);
-            Ok(vec![Record { origin, event }])
+            Ok(vec![Record::new(origin, event)])
         }
         other => Err(DecodeError {
             origin: Origin::bare(source),
@@ -375,14 +400,50 @@ fn decode_sqs_record(source: &str, index: usize, raw: &Value, received: DateTime
         .and_then(Value::as_str)
         .map(str::to_string);
     let origin = Origin::sqs(source, index, message_id);
-    let event = serde_json::from_value::<SqsMessage>(raw.clone())
-        .map_err(|e| DecodeError {
-            origin: origin.clone(),
-            field: None,
-            message: format!("not an SQS message: {e}"),
-        })
-        .and_then(|msg| decode_sqs_body(&origin, msg.body.as_deref(), sent_at(&msg, received)));
-    Record { origin, event }
+    match serde_json::from_value::<SqsMessage>(raw.clone()) {
+        Ok(msg) => decode_sqs_message(origin, &msg, received),
+        Err(e) => Record::new(
+            origin.clone(),
+            Err(DecodeError {
+                origin,
+                field: None,
+                message: format!("not an SQS message: {e}"),
+            }),
+        ),
+    }
+}
+
+/// Decodes one SQS message of a batch: its body (see [`decode_sqs_body`]), or the original body
+/// a continuation message carries, with the continuation's progress.
+fn decode_sqs_message(mut origin: Origin, msg: &SqsMessage, received: DateTime<Utc>) -> Record {
+    origin.queue_arn = msg.event_source_arn.clone();
+    let sent = sent_at(msg, received);
+    let body = msg.body.as_deref();
+    let unwrapped = body
+        .and_then(|b| serde_json::from_str::<Value>(b).ok())
+        .and_then(|v| continuation::unwrap(&v));
+    match unwrapped {
+        None => Record {
+            event: decode_sqs_body(&origin, body, sent),
+            origin,
+            continuation: None,
+            body: body.map(str::to_string),
+        },
+        Some(Err((field, message))) => Record::new(
+            origin.clone(),
+            Err(DecodeError {
+                origin,
+                field: Some(format!("body.{field}")),
+                message,
+            }),
+        ),
+        Some(Ok(Unwrapped { continuation, body })) => Record {
+            event: decode_sqs_body(&origin, Some(&body), continuation.sent_at),
+            origin,
+            continuation: Some(continuation),
+            body: Some(body),
+        },
+    }
 }
 
 /// Decodes the body of one SQS message (the EventBridge event JSON as a string, or an Auto
@@ -414,9 +475,11 @@ pub fn decode_sqs_event(
         .iter()
         .enumerate()
         .map(|(i, msg)| {
-            let origin = Origin::sqs(source, i, msg.message_id.clone());
-            let event = decode_sqs_body(&origin, msg.body.as_deref(), sent_at(msg, received));
-            Record { origin, event }
+            decode_sqs_message(
+                Origin::sqs(source, i, msg.message_id.clone()),
+                msg,
+                received,
+            )
         })
         .collect()
 }

@@ -4,6 +4,7 @@
 
 pub mod audit;
 pub mod config;
+pub mod continuation;
 pub mod event;
 pub mod facts;
 #[cfg(any(test, feature = "fixtures"))]

@@ -66,6 +66,9 @@ pub struct ActionReport {
     /// What the drain did (`cordon-drain` only).
     #[serde(default)]
     pub drain: Option<DrainSummary>,
+    /// When the lifecycle action was kept alive during a pending drain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat_at: Option<DateTime<Utc>>,
 }
 
 /// What a drain did, in numbers.
@@ -75,8 +78,11 @@ pub struct DrainSummary {
     pub evicted: usize,
     /// Pods whose eviction was still refused at the deadline (a disruption budget).
     pub left: usize,
-    /// No pod was left for want of an eviction.
+    /// No pod was left for want of an eviction (and the drain is over).
     pub complete: bool,
+    /// The drain goes on in a later pass (a continuation).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pending: bool,
 }
 
 /// One line of `forewarn replay --output json`, and the handler's log of each record.
@@ -96,6 +102,9 @@ pub struct Report {
     pub actions: Vec<ActionReport>,
     /// Why it was ignored or failed.
     pub reason: Option<String>,
+    /// Which later pass of the event's drain this is (a continuation); absent for the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pass: Option<u32>,
 }
 
 impl Report {
@@ -114,6 +123,7 @@ impl Report {
             pools: Vec::new(),
             actions: Vec::new(),
             reason: None,
+            pass: record.continuation.as_ref().map(|c| c.pass),
         }
     }
 
@@ -147,6 +157,7 @@ impl Report {
                 result: None,
                 cordoned_at: None,
                 drain: None,
+                heartbeat_at: None,
             })
             .collect();
         self

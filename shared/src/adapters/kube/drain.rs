@@ -42,6 +42,8 @@ pub(crate) struct DrainSettings {
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
     pub poll_interval: Duration,
+    /// How long one pass of a drain that does not wait retries a refused eviction.
+    pub pass_budget: Duration,
 }
 
 /// A pod not evicted by the deadline.
@@ -77,12 +79,15 @@ pub struct DrainReport {
     pub skipped: Vec<SkippedPod>,
     /// Dry run: the pods that would be evicted, in order.
     pub would_evict: Vec<String>,
+    /// A pass of a drain that does not wait ([`drain_step`]) left work for a later pass: pods
+    /// evicted or terminating and not yet gone, refused evictions, critical pods not yet due.
+    pub pending: bool,
 }
 
 impl DrainReport {
-    /// No pod was left on the node for want of an eviction.
+    /// No pod was left on the node for want of an eviction (and none is pending).
     pub fn complete(&self) -> bool {
-        self.left.is_empty()
+        self.left.is_empty() && !self.pending
     }
 
     /// `evicted 3 pods; 1 left (blocked at the deadline: web/w1); 2 still terminating`.
@@ -107,8 +112,13 @@ impl DrainReport {
         }
         if !self.left.is_empty() {
             let names: Vec<&str> = self.left.iter().map(|l| l.pod.as_str()).collect();
+            let until = if self.pending {
+                "eviction refused for now"
+            } else {
+                "eviction refused until the deadline"
+            };
             parts.push(format!(
-                "{} left (eviction refused until the deadline: {})",
+                "{} left ({until}: {})",
                 pods(self.left.len()),
                 names.join(", ")
             ));
@@ -122,6 +132,9 @@ impl DrainReport {
         }
         if !self.skipped.is_empty() {
             parts.push(format!("{} left alone", pods(self.skipped.len())));
+        }
+        if self.pending {
+            parts.push("continued in a later pass".into());
         }
         parts.join("; ")
     }
@@ -348,6 +361,107 @@ pub(crate) async fn drain(
         report.terminating = wait_gone(clients, node, waiting, end, settings.poll_interval).await?;
     }
     Ok(report)
+}
+
+/// One pass of a drain that does not wait (see [`crate::domain::continuation`]): lists the pods
+/// on `node`, evicts those not yet terminating — non-critical ones first; critical ones once no
+/// other evictable pod is left on the node, or in the last quarter of the time from `started_at`
+/// to `deadline` — retrying a refusal for at most `settings.pass_budget`, and returns. The report
+/// is `pending` while anything is left to evict or to wait for and the deadline has not passed;
+/// past the deadline nothing more is evicted and what is still there is reported (`left`,
+/// `terminating`), as the blocking drain does.
+pub(crate) async fn drain_step(
+    clients: &ClusterClient,
+    node: &str,
+    started_at: DateTime<Utc>,
+    deadline: DateTime<Utc>,
+    settings: &DrainSettings,
+    dry_run: bool,
+) -> Result<DrainReport, KubeError> {
+    let mut report = DrainReport::default();
+    let listed = list_pods(clients, node).await?;
+    let (mut normal, mut critical, mut terminating) = (Vec::new(), Vec::new(), Vec::new());
+    for pod in &listed {
+        match disposition(pod) {
+            Disposition::Skip(why) => report.skipped.push(SkippedPod {
+                pod: pod_key(pod),
+                why,
+            }),
+            Disposition::Wait => terminating.push(pod_key(pod)),
+            Disposition::Evict { critical: false } => normal.push(pod),
+            Disposition::Evict { critical: true } => critical.push(pod),
+        }
+    }
+    if dry_run {
+        report.would_evict = normal.iter().chain(&critical).map(|p| pod_key(p)).collect();
+        return Ok(report);
+    }
+    let now = Utc::now();
+    if now >= deadline {
+        let refusal = "not evicted: the drain's deadline has passed".to_string();
+        report.left = normal
+            .iter()
+            .chain(&critical)
+            .map(|p| LeftPod {
+                pod: pod_key(p),
+                reason: refusal.clone(),
+            })
+            .collect();
+        report.terminating = terminating;
+        return Ok(report);
+    }
+    let critical_due = (normal.is_empty()
+        && terminating.iter().all(|t| is_critical_key(&listed, t)))
+        || now >= started_at + (deadline - started_at) * 3 / 4;
+    let mut due: Vec<&Pod> = normal;
+    let deferred = if critical_due {
+        due.extend(critical);
+        0
+    } else {
+        critical.len()
+    };
+    let pass_end = Instant::now()
+        + settings
+            .pass_budget
+            .min((deadline - now).to_std().unwrap_or_default());
+    let targets: Vec<(String, String)> = due
+        .iter()
+        .map(|p| {
+            (
+                p.metadata
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| "default".into()),
+                p.metadata.name.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let results: Vec<_> = futures::stream::iter(targets)
+        .map(|(namespace, name)| async move {
+            let result = evict(clients, &namespace, &name, pass_end, settings).await;
+            (format!("{namespace}/{name}"), result)
+        })
+        .buffer_unordered(settings.parallelism.max(1))
+        .collect()
+        .await;
+    for (key, result) in results {
+        match result? {
+            Eviction::Evicted => report.evicted.push(key),
+            Eviction::Gone => report.already_gone.push(key),
+            Eviction::Refused(reason) => report.left.push(LeftPod { pod: key, reason }),
+        }
+    }
+    report.terminating = terminating;
+    report.pending = deferred > 0
+        || !report.evicted.is_empty()
+        || !report.left.is_empty()
+        || !report.terminating.is_empty();
+    Ok(report)
+}
+
+/// Whether the pod `key` (`namespace/name`) of `pods` is critical.
+fn is_critical_key(pods: &[Pod], key: &str) -> bool {
+    pods.iter().any(|p| pod_key(p) == key && is_critical(p))
 }
 
 /// (uid, namespace/name): a pod replaced by one of the same name is not the pod waited for.

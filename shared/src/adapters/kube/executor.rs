@@ -32,14 +32,14 @@ use tracing::Instrument;
 use super::connect::ClusterClient;
 use super::cordon::{CordonOutcome, CordonSpec, cordon, get_node};
 use super::delete::{DeleteOutcome, delete_target};
-use super::drain::{DrainReport, DrainSettings, drain};
+use super::drain::{DrainReport, DrainSettings, drain, drain_step};
 use super::error::KubeError;
 use super::events::{EventOutcome, EventType, NodeEvent, record};
 use super::node_facts::node_facts;
 use crate::domain::config::{Action, Config, ConfigError};
 use crate::domain::plan::{NodeAction, Plan, Target};
 use crate::domain::report::DrainSummary;
-use crate::ports::{ActionResult, ExecuteError, Executor};
+use crate::ports::{ActionResult, ExecuteError, Executor, Pass};
 use crate::ports::{LifecycleCompleter, LifecycleOutcome};
 
 /// How many evictions run at once.
@@ -58,6 +58,8 @@ pub struct ExecutorSettings {
     pub backoff_max: Duration,
     /// How often evicted pods are checked for while waiting for them to go (default 2 s).
     pub poll_interval: Duration,
+    /// How long one pass of a drain that does not wait retries a refused eviction (default 2 s).
+    pub pass_budget: Duration,
     /// Cordon patches tried at most this often on 409 Conflict (default 5).
     pub conflict_attempts: u32,
     /// `reportingInstance` of the Events: the Lambda function's name or the host name.
@@ -72,6 +74,7 @@ impl Default for ExecutorSettings {
             backoff_initial: Duration::from_secs(1),
             backoff_max: Duration::from_secs(10),
             poll_interval: Duration::from_secs(2),
+            pass_budget: Duration::from_secs(2),
             conflict_attempts: 5,
             reporting_instance: default_reporting_instance(|n| std::env::var(n).ok()),
         }
@@ -121,6 +124,9 @@ pub struct NodeOutcome {
     /// Why the action was refused (a control-plane node).
     pub refused: Option<String>,
     pub cordon: Option<CordonOutcome>,
+    /// The node was found cordoned with forewarn's taint in an event's first pass: the batch's
+    /// cordon pass (or an earlier delivery) did it for this event.
+    pub cordoned_before: bool,
     /// When the node was seen cordoned (by this action or before it; not in a dry run).
     pub cordoned_at: Option<chrono::DateTime<Utc>>,
     pub drain: Option<DrainReport>,
@@ -128,6 +134,8 @@ pub struct NodeOutcome {
     pub lifecycle: Option<LifecycleOutcome>,
     /// The lifecycle hook completed after the action (`<asg>/<hook name>`).
     pub lifecycle_hook: Option<String>,
+    /// When the lifecycle action was kept alive (a drain still pending).
+    pub heartbeat_at: Option<chrono::DateTime<Utc>>,
     /// Event reasons, with what became of each.
     pub events: Vec<(String, EventOutcome)>,
     /// Events that could not be recorded (best effort).
@@ -144,6 +152,7 @@ impl NodeOutcome {
             node_gone: false,
             refused: None,
             cordon: None,
+            cordoned_before: false,
             cordoned_at: None,
             drain: None,
             delete: None,
@@ -152,6 +161,7 @@ impl NodeOutcome {
                 .complete_lifecycle
                 .as_ref()
                 .map(|l| format!("{}/{}", l.asg_name, l.hook_name)),
+            heartbeat_at: None,
             events: Vec::new(),
             event_failures: Vec::new(),
         }
@@ -172,6 +182,9 @@ impl NodeOutcome {
         }
         match &self.cordon {
             Some(CordonOutcome::Cordoned { .. }) => parts.push(format!("cordoned node/{node}")),
+            Some(CordonOutcome::AlreadyCordoned) if self.cordoned_before => {
+                parts.push(format!("cordoned node/{node}"))
+            }
             Some(CordonOutcome::AlreadyCordoned) => {
                 parts.push(format!("node/{node} already cordoned"))
             }
@@ -258,9 +271,9 @@ impl KubeExecutor {
         &self.settings
     }
 
-    /// Carries out every node action of `plan` (concurrently), with what each did. An error
-    /// from any means the event must come back (the others were still carried out).
-    pub async fn run(&self, plan: &Plan) -> Result<Vec<NodeOutcome>, ExecuteError> {
+    /// Carries out every node action of `plan` (concurrently) for `pass`, with what each did. An
+    /// error from any means the event must come back (the others were still carried out).
+    pub async fn run(&self, plan: &Plan, pass: Pass) -> Result<Vec<NodeOutcome>, ExecuteError> {
         let runs = plan.actions.iter().map(|a| {
             let span = tracing::info_span!(
                 "node_action",
@@ -271,7 +284,7 @@ impl KubeExecutor {
                 dry_run = self.settings.dry_run,
             );
             async move {
-                self.act(plan, a).await.map_err(|e| {
+                self.act(plan, a, pass).await.map_err(|e| {
                     tracing::warn!(error = %e, "node action failed");
                     ExecuteError {
                         instance_id: a.instance_id.clone(),
@@ -287,7 +300,51 @@ impl KubeExecutor {
         join_all(runs).await.into_iter().collect()
     }
 
-    async fn act(&self, plan: &Plan, a: &NodeAction) -> Result<NodeOutcome, KubeError> {
+    /// Cordons and taints the nodes of `plan`'s cordon actions (a `get` and at most one patch
+    /// each, nothing else: no Event, no eviction). Control-plane nodes and gone nodes are left to
+    /// [`KubeExecutor::run`], which refuses or reports them.
+    pub async fn cordon_only(&self, plan: &Plan) -> Result<Vec<NodeOutcome>, ExecuteError> {
+        let runs = plan
+            .actions
+            .iter()
+            .filter(|a| matches!(a.action, Action::Cordon | Action::CordonDrain))
+            .map(|a| async move {
+                let mut out = NodeOutcome::new(a, self.settings.dry_run);
+                let Some(name) = a.node.as_deref() else {
+                    return Ok(out);
+                };
+                let fail = |e: KubeError| ExecuteError {
+                    instance_id: a.instance_id.clone(),
+                    message: format!("node {name}: {e}"),
+                };
+                match get_node(&self.clients, name).await.map_err(fail)? {
+                    Some(node) if !node_facts(&node).is_control_plane() => {
+                        let spec = CordonSpec::new(&self.config, &a.taint_value);
+                        let cordoned = cordon(
+                            &self.clients,
+                            node,
+                            &spec,
+                            self.settings.conflict_attempts,
+                            self.settings.dry_run,
+                        )
+                        .await
+                        .map_err(fail)?;
+                        if matches!(
+                            cordoned,
+                            CordonOutcome::Cordoned { .. } | CordonOutcome::AlreadyCordoned
+                        ) {
+                            out.cordoned_at = Some(Utc::now());
+                        }
+                        out.cordon = Some(cordoned);
+                    }
+                    _ => {}
+                }
+                Ok(out)
+            });
+        join_all(runs).await.into_iter().collect()
+    }
+
+    async fn act(&self, plan: &Plan, a: &NodeAction, pass: Pass) -> Result<NodeOutcome, KubeError> {
         let dry_run = self.settings.dry_run;
         let mut out = NodeOutcome::new(a, dry_run);
         if a.action != Action::None
@@ -305,7 +362,7 @@ impl KubeExecutor {
             out.node_gone = node.is_none();
             match (a.action, node) {
                 (Action::Cordon | Action::CordonDrain, Some(node)) => {
-                    self.cordon_drain(plan, a, node, &mut out).await?;
+                    self.cordon_drain(plan, a, node, pass, &mut out).await?;
                 }
                 (Action::Cordon | Action::CordonDrain, None) => {}
                 (Action::Delete, node) => {
@@ -314,7 +371,18 @@ impl KubeExecutor {
                 (Action::None, _) => {}
             }
         }
-        if let Some(lifecycle) = &a.complete_lifecycle {
+        let pending = out.drain.as_ref().is_some_and(|d| d.pending);
+        if let (Some(lifecycle), true) = (&a.complete_lifecycle, pending) {
+            let heartbeat = match pass {
+                Pass::First { heartbeat } | Pass::Later { heartbeat, .. } => heartbeat,
+                Pass::Whole => false,
+            };
+            if heartbeat && let Some(completer) = &self.lifecycle {
+                if completer.heartbeat(&a.instance_id, lifecycle).await? {
+                    out.heartbeat_at = Some(Utc::now());
+                }
+            }
+        } else if let Some(lifecycle) = &a.complete_lifecycle {
             out.lifecycle = Some(if dry_run {
                 LifecycleOutcome::WouldComplete
             } else if let Some(completer) = &self.lifecycle {
@@ -332,14 +400,20 @@ impl KubeExecutor {
         plan: &Plan,
         a: &NodeAction,
         node: Node,
+        pass: Pass,
         out: &mut NodeOutcome,
     ) -> Result<(), KubeError> {
-        self.announce(plan, a, &node, out).await;
-        let gone = self.cordon_node(plan, a, &node, out).await?;
+        let later = matches!(pass, Pass::Later { .. });
+        if !later {
+            self.announce(plan, a, &node, out).await;
+        }
+        // A first pass follows the batch's cordon pass: the node may already be cordoned by it,
+        // and the Event is recorded here (one per event and reason, so never twice).
+        let gone = self.cordon_node(plan, a, &node, !later, out).await?;
         if a.action != Action::CordonDrain || gone {
             return Ok(());
         }
-        self.drain_node(plan, a, &node, out).await
+        self.drain_node(plan, a, &node, pass, out).await
     }
 
     /// The Event that says what forewarn is about to do and why (with the drain's deadline).
@@ -365,13 +439,15 @@ impl KubeExecutor {
         .await;
     }
 
-    /// Cordons and taints the node, with a `Cordoned` Event when that changed it. True when the
-    /// node was gone.
+    /// Cordons and taints the node, with a `Cordoned` Event when that changed it (or, with
+    /// `already_ours`, when it was found cordoned with forewarn's taint). True when the node was
+    /// gone.
     async fn cordon_node(
         &self,
         plan: &Plan,
         a: &NodeAction,
         node: &Node,
+        already_ours: bool,
         out: &mut NodeOutcome,
     ) -> Result<bool, KubeError> {
         let spec = CordonSpec::new(&self.config, &a.taint_value);
@@ -390,7 +466,8 @@ impl KubeExecutor {
         ) {
             out.cordoned_at = Some(Utc::now());
         }
-        if matches!(cordoned, CordonOutcome::Cordoned { .. }) {
+        out.cordoned_before = already_ours && cordoned == CordonOutcome::AlreadyCordoned;
+        if matches!(cordoned, CordonOutcome::Cordoned { .. }) || out.cordoned_before {
             let note = format!(
                 "Marked unschedulable and tainted {}={}:{}",
                 spec.taint_key,
@@ -412,13 +489,15 @@ impl KubeExecutor {
         Ok(gone)
     }
 
-    /// Drains the node until the action's deadline, then records a `Drained` or
-    /// `DrainIncomplete` Event (not in a dry run).
+    /// Drains the node: until the action's deadline ([`Pass::Whole`]), or one pass that does not
+    /// wait. When the drain ends, records a `Drained` or `DrainIncomplete` Event (not in a dry
+    /// run).
     async fn drain_node(
         &self,
         plan: &Plan,
         a: &NodeAction,
         node: &Node,
+        pass: Pass,
         out: &mut NodeOutcome,
     ) -> Result<(), KubeError> {
         let name = node.metadata.name.clone().unwrap_or_default();
@@ -430,16 +509,28 @@ impl KubeExecutor {
             backoff_initial: self.settings.backoff_initial,
             backoff_max: self.settings.backoff_max,
             poll_interval: self.settings.poll_interval,
+            pass_budget: self.settings.pass_budget,
         };
-        let report = drain(
-            &self.clients,
-            &name,
-            deadline,
-            &settings,
-            self.settings.dry_run,
-        )
-        .await?;
-        if !self.settings.dry_run {
+        let dry_run = self.settings.dry_run;
+        let report = match pass {
+            Pass::Whole => drain(&self.clients, &name, deadline, &settings, dry_run).await?,
+            Pass::First { .. } => {
+                let now = Utc::now();
+                drain_step(&self.clients, &name, now, deadline, &settings, dry_run).await?
+            }
+            Pass::Later { started_at, .. } => {
+                drain_step(
+                    &self.clients,
+                    &name,
+                    started_at,
+                    deadline,
+                    &settings,
+                    dry_run,
+                )
+                .await?
+            }
+        };
+        if !dry_run && !report.pending {
             if report.complete() {
                 let note = format!("Drained: {}", report.summary());
                 self.event(plan, node, "Drained", "Drain", EventType::Normal, note, out)
@@ -558,9 +649,18 @@ impl KubeExecutor {
 
 #[async_trait]
 impl Executor for KubeExecutor {
-    async fn execute(&self, plan: &Plan) -> Result<Vec<ActionResult>, ExecuteError> {
-        let outcomes = self.run(plan).await?;
-        Ok(outcomes
+    async fn cordon(&self, plan: &Plan) -> Result<Vec<ActionResult>, ExecuteError> {
+        Ok(results(&self.cordon_only(plan).await?))
+    }
+
+    async fn execute(&self, plan: &Plan, pass: Pass) -> Result<Vec<ActionResult>, ExecuteError> {
+        Ok(results(&self.run(plan, pass).await?))
+    }
+}
+
+fn results(outcomes: &[NodeOutcome]) -> Vec<ActionResult> {
+    {
+        outcomes
             .iter()
             .map(|o| ActionResult {
                 instance_id: o.instance_id.clone(),
@@ -574,9 +674,12 @@ impl Executor for KubeExecutor {
                         evicted: d.evicted.len(),
                         left: d.left.len(),
                         complete: d.complete(),
+                        pending: d.pending,
                     }),
+                pending: o.drain.as_ref().is_some_and(|d| d.pending),
+                heartbeat_at: o.heartbeat_at,
             })
-            .collect())
+            .collect()
     }
 }
 
