@@ -158,6 +158,9 @@ pub struct ActionResult {
     pub drain: Option<DrainSummary>,
     /// The drain must be continued by a later pass (see [`Pass`]).
     pub pending: bool,
+    /// When pending only for pods that are terminating: when the last of them is due to be
+    /// gone (their `deletionTimestamp`), so the next pass need not come sooner.
+    pub wait_until: Option<DateTime<Utc>>,
     /// When the lifecycle action was kept alive in this pass (`RecordLifecycleActionHeartbeat`).
     pub heartbeat_at: Option<DateTime<Utc>>,
 }
@@ -168,14 +171,20 @@ pub enum Pass {
     /// All in one call: the drain waits for its pods until they are gone or the deadline passes,
     /// then the lifecycle action is completed (a replay: no queue to continue on).
     Whole,
-    /// The first pass of a drain that does not wait: cordon, evictions sent, Events; what must
-    /// wait is reported `pending`. `heartbeat`: keep a pending lifecycle action alive.
-    First { heartbeat: bool },
-    /// A later pass: what is still on the node is evicted or waited for; when nothing is left
-    /// (or the deadline has passed) the drain ends and the lifecycle action is completed.
-    Later {
-        /// When the first pass ran.
+    /// The first delivery of an event whose drain does not wait: the node is cordoned and
+    /// tainted, and nothing else is done to it (its drain is reported `pending`), so that a mass
+    /// interruption's first deliveries are short and every node is cordoned early. Actions
+    /// without a drain are carried out whole.
+    Cordon,
+    /// A pass of the drain: what is on the node is evicted (critical pods once the others are
+    /// gone) or waited for; when nothing is left (or the deadline has passed) the drain ends and
+    /// the lifecycle action is completed.
+    Drain {
+        /// When the event's first delivery ran.
         started_at: DateTime<Utc>,
+        /// The first drain pass: records the Events of the decision and the cordon.
+        announce: bool,
+        /// Keep a pending lifecycle action alive (`RecordLifecycleActionHeartbeat`).
         heartbeat: bool,
     },
 }

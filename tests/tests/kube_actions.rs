@@ -1803,7 +1803,14 @@ async fn a_first_pass_evicts_and_returns_and_a_later_pass_ends_the_drain_once_th
     let started = Utc::now();
 
     let first = executor
-        .run(&plan, Pass::First { heartbeat: true })
+        .run(
+            &plan,
+            Pass::Drain {
+                started_at: Utc::now(),
+                announce: true,
+                heartbeat: true,
+            },
+        )
         .await
         .unwrap()
         .remove(0);
@@ -1821,8 +1828,9 @@ async fn a_first_pass_evicts_and_returns_and_a_later_pass_ends_the_drain_once_th
     assert!(!w.events().contains_key("Drained"));
 
     // While the pods terminate: nothing evicted again, still pending, no heartbeat not due.
-    let later = Pass::Later {
+    let later = Pass::Drain {
         started_at: started,
+        announce: false,
         heartbeat: false,
     };
     let second = executor.run(&plan, later).await.unwrap().remove(0);
@@ -1871,7 +1879,14 @@ async fn critical_pods_are_evicted_in_a_later_pass_once_the_others_are_gone() {
     let executor = w.executor();
     let started = Utc::now();
     let first = executor
-        .run(&plan, Pass::First { heartbeat: false })
+        .run(
+            &plan,
+            Pass::Drain {
+                started_at: Utc::now(),
+                announce: true,
+                heartbeat: false,
+            },
+        )
         .await
         .unwrap()
         .remove(0);
@@ -1879,8 +1894,9 @@ async fn critical_pods_are_evicted_in_a_later_pass_once_the_others_are_gone() {
     assert!(!terminating(&w, "dns-1"));
 
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let later = Pass::Later {
+    let later = Pass::Drain {
         started_at: started,
+        announce: false,
         heartbeat: false,
     };
     let second = executor.run(&plan, later).await.unwrap().remove(0);
@@ -1909,7 +1925,14 @@ async fn a_refused_eviction_is_tried_again_in_later_passes_until_the_deadline() 
     });
     let started = Utc::now();
     let first = executor
-        .run(&plan, Pass::First { heartbeat: false })
+        .run(
+            &plan,
+            Pass::Drain {
+                started_at: Utc::now(),
+                announce: true,
+                heartbeat: false,
+            },
+        )
         .await
         .unwrap()
         .remove(0);
@@ -1921,8 +1944,9 @@ async fn a_refused_eviction_is_tried_again_in_later_passes_until_the_deadline() 
 
     // The deadline has passed: the drain ends, incomplete, and says what was left.
     plan.actions[0].deadline = Some(Utc::now() - chrono::Duration::seconds(1));
-    let later = Pass::Later {
+    let later = Pass::Drain {
         started_at: started,
+        announce: false,
         heartbeat: false,
     };
     let last = executor.run(&plan, later).await.unwrap().remove(0);
@@ -1991,7 +2015,7 @@ async fn through_the_pipeline_a_drain_continues_in_queued_passes_and_the_event_i
     use forewarn::app::pipeline::{Continue, Pipeline};
     use forewarn::domain::report::Outcome;
     let w = World::plain().await;
-    w.fake.set_eviction_grace(Duration::from_millis(500));
+    w.fake.set_eviction_grace(Duration::from_secs(3));
     w.fake
         .insert(pod_object("default", "web-1", NODE, "web", "ReplicaSet"));
     let dir = tempfile::tempdir().unwrap();
@@ -2039,7 +2063,7 @@ async fn through_the_pipeline_a_drain_continues_in_queued_passes_and_the_event_i
             .is_empty()
     );
 
-    // Delivered again: evicted, recorded, continuation queued.
+    // Delivered again: cordoned (nothing else), recorded, the drain's first pass queued at once.
     queue
         .refuse
         .store(false, std::sync::atomic::Ordering::SeqCst);
@@ -2047,11 +2071,15 @@ async fn through_the_pipeline_a_drain_continues_in_queued_passes_and_the_event_i
         .process(&sqs_batch(std::slice::from_ref(&original)), Utc::now())
         .await;
     assert_eq!(reports[0].outcome, Outcome::Acted, "{reports:?}");
-    assert!(reports[0].actions[0].drain.unwrap().pending);
+    let result = reports[0].actions[0].result.clone().unwrap();
+    assert!(result.contains("drain in the next pass"), "{result}");
     assert!(reports[0].actions[0].cordoned_at.is_some());
+    assert_eq!(w.node(NODE).unwrap()["spec"]["unschedulable"], true);
+    assert!(!terminating(&w, "web-1"), "the cordon pass evicts nothing");
+    assert_eq!(evictions(&w), 0);
     assert_eq!(store.applied(&["ev-queued".into()]).await.unwrap().len(), 1);
     let (arn, body, delay) = queue.sent.lock().unwrap().pop().unwrap();
-    assert_eq!((arn.as_str(), delay), (QUEUE_ARN, Duration::from_secs(1)));
+    assert_eq!((arn.as_str(), delay), (QUEUE_ARN, Duration::ZERO));
 
     // The original again (at least once): a duplicate, no second chain.
     let reports = pipeline
@@ -2060,20 +2088,33 @@ async fn through_the_pipeline_a_drain_continues_in_queued_passes_and_the_event_i
     assert_eq!(reports[0].outcome, Outcome::Duplicate);
     assert!(queue.sent.lock().unwrap().is_empty());
 
-    // The continuation while the pod terminates: pass 1, pending, the next one queued.
+    // Pass 1: the Events, the evictions; the next pass after the interval.
     let reports = pipeline.process(&sqs_batch(&[body]), Utc::now()).await;
     assert_eq!(reports[0].pass, Some(1), "{reports:?}");
     assert_eq!(reports[0].outcome, Outcome::Acted);
     assert!(reports[0].actions[0].drain.unwrap().pending);
-    let (_, body, _) = queue.sent.lock().unwrap().pop().unwrap();
+    assert!(terminating(&w, "web-1"));
+    assert!(w.events().contains_key("Cordoned"));
+    let (_, body, delay) = queue.sent.lock().unwrap().pop().unwrap();
+    assert_eq!(delay, Duration::from_secs(1));
 
-    // After the grace period: pass 2 ends the drain; nothing more is queued, nothing recorded
+    // Pass 2 while the pod terminates: the next pass when it is due to be gone, not sooner.
+    let reports = pipeline.process(&sqs_batch(&[body]), Utc::now()).await;
+    assert_eq!(reports[0].pass, Some(2));
+    assert!(reports[0].actions[0].drain.unwrap().pending);
+    let (_, body, delay) = queue.sent.lock().unwrap().pop().unwrap();
+    assert!(
+        delay > Duration::from_secs(1) && delay <= Duration::from_secs(3),
+        "{delay:?}"
+    );
+
+    // After the grace period: pass 3 ends the drain; nothing more is queued, nothing recorded
     // twice.
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    tokio::time::sleep(Duration::from_millis(3200)).await;
     let reports = pipeline
         .process(&sqs_batch(std::slice::from_ref(&body)), Utc::now())
         .await;
-    assert_eq!(reports[0].pass, Some(2));
+    assert_eq!(reports[0].pass, Some(3));
     let drain = reports[0].actions[0].drain.unwrap();
     assert!(!drain.pending && drain.complete, "{reports:?}");
     assert!(queue.sent.lock().unwrap().is_empty());

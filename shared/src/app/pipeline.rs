@@ -100,9 +100,15 @@ impl Pipeline<'_> {
             .unwrap_or_default(),
             None => self.cordon_first(records, &lanes, facts, &applied).await,
         };
-        let done = self
-            .run(records, lanes, facts, &applied, &cordoned, now, limits)
+        // New events first (their cordons), then the drain passes of earlier ones (evictions).
+        let (new, later) = by_phase(records, lanes);
+        let mut done = self
+            .run(records, new, facts, &applied, &cordoned, now, limits)
             .await;
+        done.extend(
+            self.run(records, later, facts, &applied, &cordoned, now, limits)
+                .await,
+        );
         let mut reports: Vec<Option<Report>> = vec![None; records.len()];
         for (i, report) in done {
             reports[i] = Some(report);
@@ -193,7 +199,14 @@ impl Pipeline<'_> {
             .filter_map(|&i| {
                 let record = &records[i];
                 let event = record.event.as_ref().ok()?;
-                if record.continuation.is_some() || applied.contains(&event.id) {
+                let cordon_pass_of_its_own = self.continuer.is_some()
+                    && self.mode.writes_cluster()
+                    && record.origin.queue_arn.is_some()
+                    && record.body.is_some();
+                if record.continuation.is_some()
+                    || applied.contains(&event.id)
+                    || cordon_pass_of_its_own
+                {
                     return None;
                 }
                 let plan = decide(event, facts, self.config);
@@ -305,17 +318,18 @@ impl Pipeline<'_> {
             // Only a record from a queue can be continued (a replay's drain waits).
             let from_queue = record.origin.queue_arn.is_some() && record.body.is_some();
             let pass = match self.continuer {
-                Some(_) if from_queue && self.mode.writes_cluster() => {
-                    Pass::First { heartbeat: true }
-                }
+                Some(_) if from_queue && self.mode.writes_cluster() => Pass::Cordon,
                 _ => Pass::Whole,
             };
             match executor.execute(&plan, pass).await {
                 Ok(results) => {
-                    let pending = merge(&mut report, results, cordoned);
+                    let pending = merge(&mut report, &results, cordoned);
                     if let (true, Some(c)) = (pending, &self.continuer) {
-                        let next = Continuation::first(now, event.time, heartbeat_of(&report));
-                        if let Err(e) = self.send(c, record, &next).await {
+                        // The drain's first pass follows at once (behind the warnings already
+                        // queued: their cordons come first).
+                        let next = Continuation::first(now, event.time, None);
+                        let after = std::time::Duration::ZERO;
+                        if let Err(e) = self.send(c, record, &next, after).await {
                             return report.failed(e);
                         }
                     }
@@ -368,16 +382,18 @@ impl Pipeline<'_> {
             (Some(at), every) => Utc::now() - *at >= every,
             (None, _) => true,
         };
-        let pass = Pass::Later {
+        let pass = Pass::Drain {
             started_at: continuation.started_at,
+            announce: continuation.pass == 1,
             heartbeat,
         };
         if plan.has_node_work() {
             match executor.execute(plan, pass).await {
                 Ok(results) => {
-                    if merge(&mut report, results, None) {
+                    if merge(&mut report, &results, None) {
                         let next = continuation.next(heartbeat_of(&report));
-                        if let Err(e) = self.send(c, record, &next).await {
+                        let after = next_pass_after(&results, c.after, Utc::now());
+                        if let Err(e) = self.send(c, record, &next, after).await {
                             return report.failed(e);
                         }
                     }
@@ -389,32 +405,58 @@ impl Pipeline<'_> {
         report
     }
 
-    /// Queues `next` on the record's queue.
+    /// Queues `next` on the record's queue, to come back after `after`.
     async fn send(
         &self,
         c: &Continue<'_>,
         record: &Record,
         next: &Continuation,
+        after: std::time::Duration,
     ) -> Result<(), String> {
         let (Some(queue), Some(body)) = (&record.origin.queue_arn, &record.body) else {
             return Err("the drain must continue, but the record came from no queue".into());
         };
         c.continuer
-            .continue_later(queue, &next.body(body), c.after)
+            .continue_later(queue, &next.body(body), after)
             .await
             .map_err(|e| format!("queueing the drain's continuation: {e}"))
     }
+}
+
+/// When the next pass of a drain is due: after `interval` while something can be done (an
+/// eviction refused or just sent, a critical pod not yet due); when the drain only waits for
+/// terminating pods, when the last of them is due to be gone (and not sooner than `interval`);
+/// at most SQS's longest delay, 900 s.
+fn next_pass_after(
+    results: &[ActionResult],
+    interval: std::time::Duration,
+    now: DateTime<Utc>,
+) -> std::time::Duration {
+    let pending: Vec<&ActionResult> = results.iter().filter(|r| r.pending).collect();
+    let wait = match pending
+        .iter()
+        .map(|r| r.wait_until)
+        .collect::<Option<Vec<_>>>()
+    {
+        Some(untils) => untils
+            .into_iter()
+            .min()
+            .and_then(|t| (t - now).to_std().ok())
+            .unwrap_or_default(),
+        None => std::time::Duration::ZERO,
+    };
+    wait.max(interval).min(std::time::Duration::from_secs(900))
 }
 
 /// Puts the executor's `results` (and the cordon pass's time) in `report`; true when a drain is
 /// pending.
 fn merge(
     report: &mut Report,
-    results: Vec<ActionResult>,
+    results: &[ActionResult],
     cordoned: Option<&Vec<ActionResult>>,
 ) -> bool {
     let mut pending = false;
-    for result in results {
+    for result in results.iter().cloned() {
         pending |= result.pending;
         if let Some(a) = report
             .actions
@@ -463,6 +505,25 @@ fn schedule(records: &[Record]) -> (Vec<Vec<usize>>, Vec<(usize, usize)>) {
         }
     }
     (lanes.into_lanes(records), repeats)
+}
+
+/// The lanes split in two phases: new events, then continuations (a lane keeps its order in
+/// each).
+fn by_phase(records: &[Record], lanes: Vec<Vec<usize>>) -> (Vec<Vec<usize>>, Vec<Vec<usize>>) {
+    let mut new = Vec::new();
+    let mut later = Vec::new();
+    for lane in lanes {
+        let (c, n): (Vec<usize>, Vec<usize>) = lane
+            .into_iter()
+            .partition(|&i| records[i].continuation.is_some());
+        if !n.is_empty() {
+            new.push(n);
+        }
+        if !c.is_empty() {
+            later.push(c);
+        }
+    }
+    (new, later)
 }
 
 /// A repeated event id follows its first record: failed when it failed, else a duplicate of it

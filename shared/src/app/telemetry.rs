@@ -137,7 +137,10 @@ fn log_report(report: &Report) {
 /// - `PoolsMarked` (Count) by `CapacityType`, `InstanceType`, `Zone` (interruptions per pool);
 /// - `Evictions` (Count) by `Kind`: evictions the API accepted, and `EvictionsRefused` (Count)
 ///   by `Kind`: pods still refused at the drain's deadline (a disruption budget);
-/// - `Drains` (Count) by `Kind`, `Result` (`complete`, `incomplete`): drains that ended;
+/// - `Drains` (Count) by `Kind`, `Result` (`complete`, `incomplete`): drains that ended (a drain
+///   that does not wait ends in a later pass; each pass counts the evictions it sent);
+/// - `DrainPasses` (Count) by `Kind`, `Outcome`: later passes of drains (continuations), which
+///   count no event, action or pool again;
 /// - `EventToActionLatency` (Milliseconds) by `Kind`, and by `CapacityType`, `InstanceType`,
 ///   `Zone`: from the event's time to the node's cordon (for a `delete`, which cordons
 ///   nothing, to `now`, the end of the batch), for events acted on. It includes the wait in
@@ -147,6 +150,19 @@ pub fn emf_documents(report: &Report, now: DateTime<Utc>) -> Vec<Value> {
         timestamp: now.timestamp_millis(),
         kind: report.kind.map(|k| k.as_str()).unwrap_or("undecodable"),
     };
+    if report.pass.is_some() {
+        // A later pass of a drain: the event was counted (and its pools) by its first pass.
+        let mut docs = vec![emf.doc(
+            &[&["Kind", "Outcome"]],
+            json!([{"Name": "DrainPasses", "Unit": "Count"}]),
+            json!({"Kind": emf.kind, "Outcome": report.outcome.as_str(), "DrainPasses": 1,
+                   "EventId": report.event_id, "Pass": report.pass}),
+        )];
+        if report.outcome == Outcome::Acted {
+            docs.extend(emf.drains(report));
+        }
+        return docs;
+    }
     let mut docs = emf.received(report);
     docs.extend(emf.actions(report));
     if matches!(report.outcome, Outcome::Acted | Outcome::Planned) {
@@ -243,12 +259,21 @@ impl Emf<'_> {
             .collect()
     }
 
-    /// `Evictions`, `EvictionsRefused` and `Drains` per drain that ran.
+    /// `Evictions` per drain pass that ran; `EvictionsRefused` and `Drains` per drain that ended.
     fn drains(&self, report: &Report) -> Vec<Value> {
         let kind = self.kind;
         let mut docs = Vec::new();
         for action in acting(report) {
             let Some(drain) = action.drain else { continue };
+            if drain.pending {
+                docs.push(self.doc(
+                    &[&["Kind"]],
+                    json!([{"Name": "Evictions", "Unit": "Count"}]),
+                    json!({"Kind": kind, "Evictions": drain.evicted,
+                           "InstanceId": action.instance_id, "Node": action.node}),
+                ));
+                continue;
+            }
             let drain_result = if drain.complete {
                 "complete"
             } else {
@@ -440,5 +465,32 @@ mod tests {
             ["EventsReceived", "EventsReceived", "Actions"]
         );
         assert_eq!(failed[2]["Result"], "failed");
+    }
+
+    #[test]
+    fn later_passes_count_passes_and_evictions_not_events() {
+        let now = chrono::Utc::now();
+        let mut first = report(Outcome::Acted);
+        let drain = first.actions[0].drain.as_mut().unwrap();
+        drain.pending = true;
+        drain.left = 0;
+        let docs = emf_documents(&first, now);
+        let names = metric_names(&docs);
+        assert!(names.iter().any(|n| n == "EventsReceived"), "{names:?}");
+        assert!(
+            !names.iter().any(|n| n == "Drains"),
+            "the drain has not ended"
+        );
+
+        let mut later = report(Outcome::Acted);
+        later.pass = Some(2);
+        let docs = emf_documents(&later, now);
+        assert_eq!(metric_names(&docs), ["DrainPasses", "Evictions", "Drains"]);
+        assert_eq!(docs[0]["Pass"], 2);
+        later.actions[0].drain.as_mut().unwrap().pending = true;
+        assert_eq!(
+            metric_names(&emf_documents(&later, now)),
+            ["DrainPasses", "Evictions"]
+        );
     }
 }

@@ -82,6 +82,9 @@ pub struct DrainReport {
     /// A pass of a drain that does not wait ([`drain_step`]) left work for a later pass: pods
     /// evicted or terminating and not yet gone, refused evictions, critical pods not yet due.
     pub pending: bool,
+    /// When the drain is pending only for terminating pods: when the last of them is due to be
+    /// gone (the latest `deletionTimestamp`).
+    pub wait_until: Option<DateTime<Utc>>,
 }
 
 impl DrainReport {
@@ -381,13 +384,22 @@ pub(crate) async fn drain_step(
     let mut report = DrainReport::default();
     let listed = list_pods(clients, node).await?;
     let (mut normal, mut critical, mut terminating) = (Vec::new(), Vec::new(), Vec::new());
+    let mut due_gone: Option<DateTime<Utc>> = None;
     for pod in &listed {
         match disposition(pod) {
             Disposition::Skip(why) => report.skipped.push(SkippedPod {
                 pod: pod_key(pod),
                 why,
             }),
-            Disposition::Wait => terminating.push(pod_key(pod)),
+            Disposition::Wait => {
+                terminating.push(pod_key(pod));
+                let at = pod
+                    .metadata
+                    .deletion_timestamp
+                    .as_ref()
+                    .and_then(|t| DateTime::from_timestamp_micros(t.0.as_microsecond()));
+                due_gone = due_gone.max(at);
+            }
             Disposition::Evict { critical: false } => normal.push(pod),
             Disposition::Evict { critical: true } => critical.push(pod),
         }
@@ -452,10 +464,11 @@ pub(crate) async fn drain_step(
         }
     }
     report.terminating = terminating;
-    report.pending = deferred > 0
-        || !report.evicted.is_empty()
-        || !report.left.is_empty()
-        || !report.terminating.is_empty();
+    let acted = deferred > 0 || !report.evicted.is_empty() || !report.left.is_empty();
+    report.pending = acted || !report.terminating.is_empty();
+    if report.pending && !acted {
+        report.wait_until = due_gone.map(|t| t.min(deadline));
+    }
     Ok(report)
 }
 

@@ -134,6 +134,8 @@ pub struct NodeOutcome {
     pub lifecycle: Option<LifecycleOutcome>,
     /// The lifecycle hook completed after the action (`<asg>/<hook name>`).
     pub lifecycle_hook: Option<String>,
+    /// The cordon pass ([`Pass::Cordon`]) left the drain to the drain passes.
+    pub drain_pending: bool,
     /// When the lifecycle action was kept alive (a drain still pending).
     pub heartbeat_at: Option<chrono::DateTime<Utc>>,
     /// Event reasons, with what became of each.
@@ -161,10 +163,16 @@ impl NodeOutcome {
                 .complete_lifecycle
                 .as_ref()
                 .map(|l| format!("{}/{}", l.asg_name, l.hook_name)),
+            drain_pending: false,
             heartbeat_at: None,
             events: Vec::new(),
             event_failures: Vec::new(),
         }
+    }
+
+    /// The drain goes on in a later pass.
+    pub fn pending(&self) -> bool {
+        self.drain_pending || self.drain.as_ref().is_some_and(|d| d.pending)
     }
 
     /// For people: `cordoned node/x; evicted 3 pods; completed lifecycle action asg/hook`.
@@ -196,6 +204,8 @@ impl NodeOutcome {
         }
         if let Some(d) = &self.drain {
             parts.push(d.summary());
+        } else if self.drain_pending {
+            parts.push("drain in the next pass".into());
         }
         if let Some(d) = &self.delete {
             parts.push(d.summary());
@@ -361,6 +371,23 @@ impl KubeExecutor {
             }
             out.node_gone = node.is_none();
             match (a.action, node) {
+                (Action::CordonDrain, Some(node)) if pass == Pass::Cordon => {
+                    // The cordon only; the Events and the drain follow in the drain passes.
+                    let spec = CordonSpec::new(&self.config, &a.taint_value);
+                    let cordoned = cordon(
+                        &self.clients,
+                        node,
+                        &spec,
+                        self.settings.conflict_attempts,
+                        dry_run,
+                    )
+                    .await?;
+                    if cordoned != CordonOutcome::NodeGone {
+                        out.cordoned_at = Some(Utc::now());
+                        out.drain_pending = !dry_run;
+                    }
+                    out.cordon = Some(cordoned);
+                }
                 (Action::Cordon | Action::CordonDrain, Some(node)) => {
                     self.cordon_drain(plan, a, node, pass, &mut out).await?;
                 }
@@ -371,11 +398,11 @@ impl KubeExecutor {
                 (Action::None, _) => {}
             }
         }
-        let pending = out.drain.as_ref().is_some_and(|d| d.pending);
+        let pending = out.pending();
         if let (Some(lifecycle), true) = (&a.complete_lifecycle, pending) {
             let heartbeat = match pass {
-                Pass::First { heartbeat } | Pass::Later { heartbeat, .. } => heartbeat,
-                Pass::Whole => false,
+                Pass::Drain { heartbeat, .. } => heartbeat,
+                Pass::Whole | Pass::Cordon => false,
             };
             if heartbeat && let Some(completer) = &self.lifecycle {
                 if completer.heartbeat(&a.instance_id, lifecycle).await? {
@@ -403,13 +430,17 @@ impl KubeExecutor {
         pass: Pass,
         out: &mut NodeOutcome,
     ) -> Result<(), KubeError> {
-        let later = matches!(pass, Pass::Later { .. });
-        if !later {
+        let announce = match pass {
+            Pass::Drain { announce, .. } => announce,
+            Pass::Whole | Pass::Cordon => true,
+        };
+        if announce {
             self.announce(plan, a, &node, out).await;
         }
-        // A first pass follows the batch's cordon pass: the node may already be cordoned by it,
-        // and the Event is recorded here (one per event and reason, so never twice).
-        let gone = self.cordon_node(plan, a, &node, !later, out).await?;
+        // The node may already be cordoned for this event (by the batch's cordon pass or the
+        // event's cordon pass): the Event is recorded with the announcement (one per event and
+        // reason, so never twice).
+        let gone = self.cordon_node(plan, a, &node, announce, out).await?;
         if a.action != Action::CordonDrain || gone {
             return Ok(());
         }
@@ -513,12 +544,10 @@ impl KubeExecutor {
         };
         let dry_run = self.settings.dry_run;
         let report = match pass {
-            Pass::Whole => drain(&self.clients, &name, deadline, &settings, dry_run).await?,
-            Pass::First { .. } => {
-                let now = Utc::now();
-                drain_step(&self.clients, &name, now, deadline, &settings, dry_run).await?
+            Pass::Whole | Pass::Cordon => {
+                drain(&self.clients, &name, deadline, &settings, dry_run).await?
             }
-            Pass::Later { started_at, .. } => {
+            Pass::Drain { started_at, .. } => {
                 drain_step(
                     &self.clients,
                     &name,
@@ -676,7 +705,8 @@ fn results(outcomes: &[NodeOutcome]) -> Vec<ActionResult> {
                         complete: d.complete(),
                         pending: d.pending,
                     }),
-                pending: o.drain.as_ref().is_some_and(|d| d.pending),
+                pending: o.pending(),
+                wait_until: o.drain.as_ref().and_then(|d| d.wait_until),
                 heartbeat_at: o.heartbeat_at,
             })
             .collect()
