@@ -383,12 +383,26 @@ impl World {
     async fn assert_applied_once(&self, reports: &[Report], applied: &[&Body]) {
         let ledger = self.ledger().await;
         for body in applied {
+            let ours = |r: &&Report| {
+                r.event_id.as_deref() == Some(&body.id) && r.outcome == Outcome::Acted
+            };
+            // First deliveries; the drain's later passes are continuations (`pass` set).
             let acted = reports
                 .iter()
-                .filter(|r| r.event_id.as_deref() == Some(&body.id) && r.outcome == Outcome::Acted)
+                .filter(ours)
+                .filter(|r| r.pass.is_none())
                 .count();
             assert_eq!(acted, 1, "event {} acted once: {reports:#?}", body.id);
             assert!(ledger.contains(&body.id), "{} in the ledger", body.id);
+            // Its drain ended: the last pass left nothing pending.
+            let last = reports.iter().filter(ours).last().unwrap();
+            let pending = last.actions.iter().any(|a| {
+                a.drain.is_some_and(|d| d.pending)
+                    || a.result
+                        .as_deref()
+                        .is_some_and(|r| r.contains("drain in the next pass"))
+            });
+            assert!(!pending, "event {}'s drain ended: {last:#?}", body.id);
         }
         for (node, n) in self.cordons() {
             assert_eq!(n, 1, "node {node} cordoned once: {:#?}", self.fake.writes());
@@ -477,8 +491,17 @@ fn texts(bodies: &[&Body]) -> Vec<String> {
     bodies.iter().map(|b| b.text.clone()).collect()
 }
 
+/// Reports of first deliveries (a drain's later passes are continuations, `pass` set).
+fn first_deliveries(reports: &[Report]) -> usize {
+    reports.iter().filter(|r| r.pass.is_none()).count()
+}
+
+/// First deliveries of `outcome` (a drain's later passes are continuations, `pass` set).
 fn count(reports: &[Report], outcome: Outcome) -> usize {
-    reports.iter().filter(|r| r.outcome == outcome).count()
+    reports
+        .iter()
+        .filter(|r| r.pass.is_none() && r.outcome == outcome)
+        .count()
 }
 
 /// A spot warning for each instance; afterwards every instance's pool counted it once and every
@@ -592,7 +615,11 @@ fn kubernetes_429_is_retried_or_returned_and_applied_once() {
         // Each call is tried three times, honouring Retry-After; evictions retry until the
         // drain deadline: every 429 is absorbed.
         assert_eq!(drained.returned, 0, "{:#?}", drained.reports);
-        assert_eq!(drained.batches, 1);
+        assert_eq!(
+            first_deliveries(&drained.reports),
+            bodies.len(),
+            "each delivered once"
+        );
         world
             .assert_all_applied_once(&drained.reports, &bodies)
             .await;
@@ -788,11 +815,15 @@ fn ec2_throttling_is_absorbed_by_retries() {
             .inject(AwsFault::service("ec2", FaultKind::Throttle, 2));
         let drained = world.drain(BATCH, None).await;
         assert_eq!(drained.returned, 0, "{:#?}", drained.reports);
-        assert_eq!(drained.batches, 1);
+        assert_eq!(
+            first_deliveries(&drained.reports),
+            bodies.len(),
+            "each delivered once"
+        );
         assert_eq!(
             describe_calls(&world),
-            (1, 2),
-            "one DescribeInstances per batch"
+            (drained.batches, 2),
+            "one DescribeInstances per batch (the drains' passes are batches too)"
         );
         assert!(
             world
@@ -939,19 +970,24 @@ fn the_same_event_ten_times_is_applied_once() {
         let once = spot(&world.instances[0]);
         world.send(&vec![once.text.clone(); 10]).await;
         let together = world.drain(BATCH, None).await;
-        assert_eq!(together.batches, 1);
+        assert_eq!(first_deliveries(&together.reports), 10);
         assert_eq!(count(&together.reports, Outcome::Acted), 1);
         assert_eq!(count(&together.reports, Outcome::Duplicate), 9);
-        assert_eq!(together.deleted, 10);
+        assert_eq!(together.deleted, together.reports.len());
 
         // Across ten batches.
         let again = spot(&world.instances[1]);
         world.send(&vec![again.text.clone(); 10]).await;
         let apart = world.drain(1, None).await;
-        assert_eq!(apart.batches, 10);
+        let passes = apart.reports.len() - first_deliveries(&apart.reports);
+        assert_eq!(
+            apart.batches,
+            10 + passes,
+            "a batch each, and the drain's passes"
+        );
         assert_eq!(count(&apart.reports, Outcome::Acted), 1);
         assert_eq!(count(&apart.reports, Outcome::Duplicate), 9);
-        assert_eq!(apart.deleted, 10);
+        assert_eq!(apart.deleted, 10 + passes);
 
         let mut reports = together.reports.clone();
         reports.extend(apart.reports.clone());
@@ -1000,7 +1036,7 @@ fn warning_rebalance_and_state_change_in_every_order_end_the_same() {
             world.send(&texts(&bodies)).await;
             let drained = world.drain(BATCH, None).await;
             assert_eq!(drained.returned, 0, "{:#?}", drained.reports);
-            reports.extend(drained.reports);
+            reports.extend(drained.reports.into_iter().filter(|r| r.pass.is_none()));
         }
         assert_eq!(reports.len(), 18);
 

@@ -1,29 +1,42 @@
-//! A mass interruption: spot warnings for every node of a large cluster, arriving as SQS
-//! batches handled by concurrent invocations (as Lambda scales out), against the Kubernetes
-//! fake with latency and a request-rate limit. Time until every node is cordoned and until
-//! every drain ends, next to the bound the rate limit sets; peak memory.
+//! A mass interruption as a user meets it: spot warnings for every node of a large cluster, all
+//! at once, through an SQS queue consumed by the stack's default 10 concurrent invocations
+//! (`MaximumConcurrency`), against the Kubernetes fake with latency, a request-rate limit,
+//! pods that take their grace period (30 s) to go once evicted, and a share of pods behind
+//! PodDisruptionBudgets that allow one disruption at a time.
+//!
+//! The queue is played in process as the event source mapping sees SQS: batches of up to 10
+//! visible messages; a message reported failed stays invisible for the visibility timeout
+//! (900 s) unless the handler changed it; messages sent with a delay (a drain's continuations)
+//! become visible when it ends. Per node it records when it was cordoned and when the eviction
+//! of its last evictable pod was accepted, relative to the warning (all warnings at t = 0), and
+//! the share of nodes fully handled before the instance goes (t = 120 s); plus the Lambda time
+//! (the sum of the invocations' durations) per 1,000 warnings. Run twice when asked: drains
+//! that do not wait (continuations, as deployed) and the blocking drain (`off`), the baseline.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::bail;
+use async_trait::async_trait;
 use forewarn::adapters::embedded::EmbeddedStore;
 use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
 use forewarn::adapters::snapshot::SnapshotInstances;
-use forewarn::app::handler::Handler;
+use forewarn::app::handler::{DrainPasses, Handler};
 use forewarn::domain::config::Config;
 use forewarn::domain::facts::InstanceFacts;
 use forewarn::domain::pool::CapacityType;
 use forewarn::domain::report::Outcome;
+use forewarn::ports::{Continuer, Redeliver, Redelivery};
 use futures::StreamExt;
 use kube_fake::KubeFake;
+use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::e2e::{CLUSTER, kube_counts, sqs_batch};
-use crate::stats::{mib_of_kb, proc_status_kb, rate_bound, ratio, secs};
-use forewarn::domain::fixtures::{app_pod as pod, ec2_node as node};
+use crate::e2e::{CLUSTER, kube_counts};
+use crate::stats::{mib_of_kb, percentile, proc_status_kb, rate_bound, ratio, secs};
+use forewarn::domain::fixtures::{ec2_node as node, pod_object};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Settings {
@@ -33,12 +46,28 @@ pub struct Settings {
     /// Evictable (ReplicaSet) pods per node.
     #[arg(long, default_value_t = 2)]
     pub pods_per_node: usize,
-    /// Messages per SQS batch.
+    /// Messages per SQS batch (the event source mapping's batch size).
     #[arg(long, default_value_t = 10)]
     pub batch: usize,
-    /// Invocations in flight at once (Lambda's scale-out).
+    /// Invocations in flight at once (the event source mapping's MaximumConcurrency).
     #[arg(long, default_value_t = 10)]
     pub invocations: usize,
+    /// How long an evicted pod takes to go (its terminationGracePeriodSeconds), in seconds.
+    #[arg(long, default_value_t = 30)]
+    pub grace_seconds: u64,
+    /// Share of nodes whose second pod belongs to a pair of pods on two nodes behind a
+    /// PodDisruptionBudget with maxUnavailable 1.
+    #[arg(long, default_value_t = 0.2)]
+    pub pdb_share: f64,
+    /// The drains: `continue` (as deployed), `block` (the old blocking drain) or `both`.
+    #[arg(long, default_value = "both")]
+    pub drains: String,
+    /// Delay between two passes of a drain that does not wait (FOREWARN_DRAIN_PASS_INTERVAL).
+    #[arg(long, default_value_t = 5)]
+    pub pass_interval_seconds: u64,
+    /// Stop taking messages this long after the warnings (the instances are long gone by then).
+    #[arg(long, default_value_t = 240)]
+    pub cutoff_seconds: u64,
     /// The fake's latency per request, in milliseconds.
     #[arg(long, default_value_t = 5)]
     pub latency_ms: u64,
@@ -68,24 +97,385 @@ fn node_name(n: usize) -> String {
 }
 
 const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
+const QUEUE_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:forewarn";
+/// The stack's visibility timeout: what a failed message waits unless the handler changes it.
+const VISIBILITY_TIMEOUT: Duration = Duration::from_secs(900);
+/// The stack's function timeout: each invocation's deadline.
+const FUNCTION_TIMEOUT: Duration = Duration::from_secs(150);
+/// How long an instance lives after its spot warning.
+const WINDOW: Duration = Duration::from_secs(120);
 
-/// The least Kubernetes requests one node's warning needs (see the end-to-end table): find
-/// the node, cordon, list its pods, one eviction per pod, one look that they are gone, three
-/// Events (interrupted, cordoned, drained).
+/// The least Kubernetes requests one node's warning needs: find the node, cordon, list its
+/// pods, one eviction per pod, one look that they are gone, three Events (interrupted,
+/// cordoned, drained).
 pub fn least_requests_per_node(pods: usize) -> u64 {
     7 + pods as u64
 }
 
+/// Whether node `n`'s second pod is in a budgeted pair (pairs are nodes 2k and 2k+1).
+fn budgeted(n: usize, share: f64) -> bool {
+    let pair = n / 2;
+    ((pair as f64 + 0.5) * share).floor() != ((pair as f64 - 0.5) * share).floor() || (share >= 1.0)
+}
+
+struct Message {
+    id: u64,
+    body: String,
+    visible_at: Instant,
+    receives: u32,
+}
+
+/// SQS as the event source mapping sees it (see the module's documentation).
+#[derive(Default)]
+struct Queue {
+    state: Mutex<QueueState>,
+}
+
+#[derive(Default)]
+struct QueueState {
+    waiting: VecDeque<Message>,
+    in_flight: HashMap<u64, Message>,
+    /// Visibility set by the handler for messages in flight.
+    changed: HashMap<u64, Duration>,
+    next: u64,
+}
+
+impl Queue {
+    fn send(&self, body: String, delay: Duration) {
+        let mut s = self.state.lock().unwrap();
+        s.next += 1;
+        let id = s.next;
+        s.waiting.push_back(Message {
+            id,
+            body,
+            visible_at: Instant::now() + delay,
+            receives: 0,
+        });
+    }
+
+    /// Up to `max` visible messages, oldest first.
+    fn receive(&self, max: usize) -> Vec<(u64, String, u32)> {
+        let now = Instant::now();
+        let mut s = self.state.lock().unwrap();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < s.waiting.len() && out.len() < max {
+            if s.waiting[i].visible_at <= now {
+                let mut m = s.waiting.remove(i).unwrap();
+                m.receives += 1;
+                out.push((m.id, m.body.clone(), m.receives));
+                s.in_flight.insert(m.id, m);
+            } else {
+                i += 1;
+            }
+        }
+        out
+    }
+
+    /// Deletes the handled messages; the failed ones come back after their visibility.
+    fn settle(&self, ids: &[u64], failed: &[u64]) {
+        let now = Instant::now();
+        let mut s = self.state.lock().unwrap();
+        for id in ids {
+            let Some(mut m) = s.in_flight.remove(id) else {
+                continue;
+            };
+            if failed.contains(id) {
+                let visibility = s.changed.remove(id).unwrap_or(VISIBILITY_TIMEOUT);
+                m.visible_at = now + visibility;
+                s.waiting.push_back(m);
+            }
+        }
+    }
+
+    /// Nothing visible, in flight or delayed before `until`.
+    fn idle_until(&self, until: Instant) -> bool {
+        let s = self.state.lock().unwrap();
+        s.in_flight.is_empty() && s.waiting.iter().all(|m| m.visible_at > until)
+    }
+}
+
+#[async_trait]
+impl Continuer for Queue {
+    async fn continue_later(
+        &self,
+        _queue_arn: &str,
+        body: &str,
+        delay: Duration,
+    ) -> Result<(), String> {
+        self.send(body.to_string(), delay);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Redelivery for Queue {
+    async fn redeliver(&self, messages: &[Redeliver]) -> Result<usize, String> {
+        let mut s = self.state.lock().unwrap();
+        for m in messages {
+            if let Ok(id) = m.message_id.trim_start_matches("m-").parse::<u64>() {
+                s.changed.insert(id, m.delay);
+            }
+        }
+        Ok(messages.len())
+    }
+}
+
+/// The SQS event Lambda would pass for `messages`.
+fn sqs_event(messages: &[(u64, String, u32)]) -> Value {
+    let records: Vec<Value> = messages
+        .iter()
+        .map(|(id, body, receives)| {
+            json!({
+                "messageId": format!("m-{id}"), "receiptHandle": format!("rh-{id}"), "body": body,
+                "attributes": {"ApproximateReceiveCount": receives.to_string()},
+                "messageAttributes": {}, "eventSource": "aws:sqs",
+                "eventSourceARN": QUEUE_ARN, "awsRegion": "us-east-1"
+            })
+        })
+        .collect();
+    json!({ "Records": records })
+}
+
+fn warning(n: usize, id: &str, time: &str) -> String {
+    json!({
+        "version": "0", "id": format!("mass-{n}-{id}"),
+        "detail-type": "EC2 Spot Instance Interruption Warning", "source": "aws.ec2",
+        "account": "123456789012", "time": time, "region": "us-east-1",
+        "resources": [format!("arn:aws:ec2:us-east-1:123456789012:instance/{id}")],
+        "detail": {"instance-id": id, "instance-action": "terminate"}
+    })
+    .to_string()
+}
+
+/// What one run measured.
+struct Run {
+    /// Per node: when it was seen cordoned, when its last evictable pod's eviction was seen
+    /// accepted (terminating or gone).
+    cordoned: Vec<Option<Duration>>,
+    evicted: Vec<Option<Duration>>,
+    invocations: usize,
+    lambda_time: Duration,
+    outcomes: BTreeMap<String, usize>,
+    passes: usize,
+    requests: u64,
+    rate_limited: u64,
+    by_kind: BTreeMap<String, usize>,
+    peak_kb: u64,
+}
+
 pub async fn report(s: &Settings) -> anyhow::Result<String> {
+    let modes: Vec<bool> = match s.drains.as_str() {
+        "continue" => vec![true],
+        "block" => vec![false],
+        "both" => vec![true, false],
+        other => bail!("--drains {other}: expected continue, block or both"),
+    };
+    let pdb_pairs = (0..s.nodes / 2)
+        .filter(|&k| budgeted(2 * k, s.pdb_share))
+        .count();
+    let client = if s.client_qps > 0.0 {
+        format!("{} requests/s, burst {}", s.client_qps, s.client_burst)
+    } else {
+        "none".into()
+    };
+    let cordon_bound = rate_bound(2 * s.nodes as u64, s.server_rps, u64::from(s.server_burst));
+    let mut out = format!(
+        "### Mass interruption: {} spot warnings at once, batches of {}, {} invocations at once\n\n\
+         The fake: {} ms latency per request, {} requests/s with a burst of {} (429 + `Retry-After: 1` above it); \
+         evicted pods take {} s to go (their grace period). {} pods to evict ({} per node); {} pairs of pods on two nodes \
+         behind a PodDisruptionBudget with `maxUnavailable: 1` ({} pods). Client-side limit: {}. \
+         Each warning at t = 0; its instance goes at t = 120 s. The queue: failed messages invisible for 900 s unless \
+         the handler changes that; continuations delayed as sent.\n\n\
+         | measure | continuation drains (as deployed) | blocking drain (baseline) | bound |\n|---|---|---|---|\n",
+        s.nodes,
+        s.batch,
+        s.invocations,
+        s.latency_ms,
+        s.server_rps,
+        s.server_burst,
+        s.grace_seconds,
+        s.nodes * s.pods_per_node,
+        s.pods_per_node,
+        pdb_pairs,
+        pdb_pairs * 2,
+        client,
+    );
+    let mut runs: Vec<Option<Run>> = vec![None, None];
+    for continuing in modes {
+        let run = one_run(s, continuing).await?;
+        runs[usize::from(!continuing)] = Some(run);
+    }
+    let cell = |f: &dyn Fn(&Run) -> String, i: usize| {
+        runs[i].as_ref().map(f).unwrap_or_else(|| "not run".into())
+    };
+    let row = |out: &mut String, name: &str, f: &dyn Fn(&Run) -> String, bound: &str| {
+        out.push_str(&format!(
+            "| {name} | {} | {} | {bound} |\n",
+            cell(f, 0),
+            cell(f, 1)
+        ));
+    };
+    let n = s.nodes;
+    let last = |v: &[Option<Duration>]| -> Option<Duration> {
+        if v.iter().all(Option::is_some) {
+            v.iter().flatten().max().copied()
+        } else {
+            None
+        }
+    };
+    let within =
+        |v: &[Option<Duration>]| v.iter().filter(|t| t.is_some_and(|t| t <= WINDOW)).count();
+    row(
+        &mut out,
+        "every node cordoned",
+        &|r| match last(&r.cordoned) {
+            Some(t) => format!("{} ({})", secs(t), ratio(t, cordon_bound)),
+            None => format!("{} of {n} only", r.cordoned.iter().flatten().count()),
+        },
+        &format!(
+            "{} (2 requests per node at the server's rate) × 1.2 = {}",
+            secs(cordon_bound),
+            secs(cordon_bound.mul_f64(1.2))
+        ),
+    );
+    let p = |v: &[Option<Duration>], q: f64| {
+        let all: Vec<Duration> = v.iter().flatten().copied().collect();
+        percentile(&all, q).map(secs).unwrap_or_else(|| "-".into())
+    };
+    row(
+        &mut out,
+        "node cordoned, p50 / p99",
+        &|r| format!("{} / {}", p(&r.cordoned, 50.0), p(&r.cordoned, 99.0)),
+        "",
+    );
+    row(
+        &mut out,
+        "every evictable pod's eviction accepted",
+        &|r| match last(&r.evicted) {
+            Some(t) => secs(t),
+            None => format!("{} of {n} nodes only", r.evicted.iter().flatten().count()),
+        },
+        "120 s (the instance goes)",
+    );
+    row(
+        &mut out,
+        "node's last eviction accepted, p50 / p99",
+        &|r| format!("{} / {}", p(&r.evicted, 50.0), p(&r.evicted, 99.0)),
+        "",
+    );
+    row(
+        &mut out,
+        "nodes fully handled (cordoned, every eviction accepted) by 120 s",
+        &|r| {
+            let both = r
+                .cordoned
+                .iter()
+                .zip(&r.evicted)
+                .filter(|(c, e)| c.is_some_and(|c| c <= WINDOW) && e.is_some_and(|e| e <= WINDOW))
+                .count();
+            format!(
+                "{both} of {n} ({:.1} %)",
+                100.0 * both as f64 / n.max(1) as f64
+            )
+        },
+        "100 %",
+    );
+    row(
+        &mut out,
+        "nodes cordoned by 120 s",
+        &|r| format!("{} of {n}", within(&r.cordoned)),
+        "",
+    );
+    row(
+        &mut out,
+        "Lambda time (sum of invocation durations) per 1,000 warnings",
+        &|r| secs(r.lambda_time.mul_f64(1000.0 / n.max(1) as f64)),
+        "continuations ≤ 1/10 of the blocking drain's",
+    );
+    row(
+        &mut out,
+        "invocations (of which drain passes: messages)",
+        &|r| format!("{} ({})", r.invocations, r.passes),
+        "",
+    );
+    row(
+        &mut out,
+        "Kubernetes requests (429 by the server's limit)",
+        &|r| format!("{} ({})", r.requests, r.rate_limited),
+        &format!(
+            "{} at least ({} per node)",
+            least_requests_per_node(s.pods_per_node) * n as u64,
+            least_requests_per_node(s.pods_per_node)
+        ),
+    );
+    row(
+        &mut out,
+        "peak memory of the bench process",
+        &|r| mib_of_kb(r.peak_kb),
+        "",
+    );
+    if let (Some(c), Some(b)) = (&runs[0], &runs[1]) {
+        let share = c.lambda_time.as_secs_f64() / b.lambda_time.as_secs_f64().max(1e-9);
+        out.push_str(&format!(
+            "\nLambda time of continuation drains: {:.3} of the blocking drain's ({}).\n",
+            share,
+            if share <= 0.1 {
+                "within the 1/10 goal"
+            } else {
+                "above the 1/10 goal"
+            }
+        ));
+    }
+    for (i, name) in [(0, "continuation drains"), (1, "blocking drain")] {
+        if let Some(r) = &runs[i] {
+            out.push_str(&format!(
+                "\n{name}: outcomes {}; requests by kind: {}.\n",
+                r.outcomes
+                    .iter()
+                    .map(|(k, v)| format!("{k} {v}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                r.by_kind
+                    .iter()
+                    .map(|(k, v)| format!("`{k}` {v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    }
+    Ok(out)
+}
+
+async fn one_run(s: &Settings, continuing: bool) -> anyhow::Result<Run> {
     let fake = Arc::new(KubeFake::start().await);
     let mut instances = BTreeMap::new();
     let ids: Vec<String> = (0..s.nodes).map(instance_id).collect();
+    let names: Vec<String> = (0..s.nodes).map(node_name).collect();
     for (n, id) in ids.iter().enumerate() {
         let zone = ZONES[n % ZONES.len()];
-        let name = node_name(n);
-        fake.insert(node(&name, id, zone));
+        let name = &names[n];
+        fake.insert(node(name, id, zone));
         for p in 0..s.pods_per_node {
-            fake.insert(pod(&format!("w{n}-{p}"), &name, "ReplicaSet"));
+            let app = if p == 1 && budgeted(n, s.pdb_share) {
+                format!("pair-{}", n / 2)
+            } else {
+                format!("w{n}-{p}")
+            };
+            fake.insert(pod_object(
+                "shop",
+                &format!("w{n}-{p}"),
+                name,
+                &app,
+                "ReplicaSet",
+            ));
+        }
+        if s.pods_per_node > 1 && n % 2 == 0 && budgeted(n, s.pdb_share) {
+            fake.insert(json!({
+                "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": format!("pair-{}", n / 2), "namespace": "shop"},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": format!("pair-{}", n / 2)}}},
+            }));
         }
         instances.insert(
             id.clone(),
@@ -94,7 +484,7 @@ pub async fn report(s: &Settings) -> anyhow::Result<String> {
                 instance_type: Some(["m5.large", "c5.large", "r5.large"][n % 3].to_string()),
                 zone: Some(zone.to_string()),
                 capacity_type: Some(CapacityType::Spot),
-                private_dns: Some(name),
+                private_dns: Some(name.clone()),
                 state: Some("running".into()),
                 state_reason: None,
                 launch_time: Some(chrono::Utc::now() - chrono::Duration::hours(3)),
@@ -105,6 +495,7 @@ pub async fn report(s: &Settings) -> anyhow::Result<String> {
             },
         );
     }
+    fake.set_eviction_grace(Duration::from_secs(s.grace_seconds));
     let dir = tempfile::Builder::new()
         .prefix("forewarn-bench-mass-")
         .tempdir()?;
@@ -112,12 +503,16 @@ pub async fn report(s: &Settings) -> anyhow::Result<String> {
         cluster_name: Some(CLUSTER.to_string()),
         ..Config::default()
     };
+    let queue = Arc::new(Queue::default());
     let clients = ClusterClient::new(fake.client());
     let handler = Arc::new(Handler {
         mode: forewarn::domain::config::Mode::Act,
         notifier: None,
-        redelivery: None,
-        drain_passes: None,
+        redelivery: Some(queue.clone()),
+        drain_passes: continuing.then(|| DrainPasses {
+            continuer: queue.clone(),
+            interval: Duration::from_secs(s.pass_interval_seconds),
+        }),
         config: config.clone(),
         store: Arc::new(EmbeddedStore::open(dir.path())?),
         instances: Arc::new(SnapshotInstances(instances)),
@@ -126,14 +521,6 @@ pub async fn report(s: &Settings) -> anyhow::Result<String> {
         concurrency: s.batch,
         safety_margin: Duration::from_secs(3),
     });
-    let batches: Vec<serde_json::Value> = ids
-        .chunks(s.batch.max(1))
-        .enumerate()
-        .map(|(b, chunk)| {
-            let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
-            sqs_batch(&refs, &format!("mass{b}"))
-        })
-        .collect();
 
     fake.set_latency(Duration::from_millis(s.latency_ms));
     fake.set_rate_limit(s.server_rps, s.server_burst);
@@ -143,150 +530,152 @@ pub async fn report(s: &Settings) -> anyhow::Result<String> {
         ClusterClient::clear_rate_limit();
     }
     fake.clear_requests();
-    let rss_before = proc_status_kb(None, "VmRSS").unwrap_or_default();
 
-    // Watches the nodes: the moment the last one is cordoned (resolution: the poll period).
-    const POLL: Duration = Duration::from_millis(25);
-    let done = Arc::new(AtomicBool::new(false));
+    // Every warning at t = 0.
+    let time = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    for (n, id) in ids.iter().enumerate() {
+        queue.send(warning(n, id, &time), Duration::ZERO);
+    }
     let start = Instant::now();
+    let cutoff = start + Duration::from_secs(s.cutoff_seconds);
+
+    // Watches the cluster: when each node is first seen cordoned, and when none of its
+    // evictable pods is left running (each eviction accepted: terminating or gone).
+    const POLL: Duration = Duration::from_millis(100);
+    let done = Arc::new(AtomicBool::new(false));
     let watcher = tokio::spawn({
-        let fake_nodes = Arc::clone(&fake);
+        let fake = Arc::clone(&fake);
         let done = Arc::clone(&done);
+        let index: HashMap<String, usize> = names
+            .iter()
+            .enumerate()
+            .map(|(n, name)| (name.clone(), n))
+            .collect();
         let total = s.nodes;
         async move {
+            let mut cordoned: Vec<Option<Duration>> = vec![None; total];
+            let mut evicted: Vec<Option<Duration>> = vec![None; total];
             loop {
-                let cordoned = fake_nodes
-                    .list("v1", "Node")
-                    .iter()
-                    .filter(|n| n["spec"]["unschedulable"] == serde_json::Value::Bool(true))
-                    .count();
-                if cordoned >= total {
-                    return Some(start.elapsed());
+                let t = start.elapsed();
+                for node in fake.list("v1", "Node") {
+                    if node["spec"]["unschedulable"] == Value::Bool(true)
+                        && let Some(&n) =
+                            node["metadata"]["name"].as_str().and_then(|m| index.get(m))
+                    {
+                        cordoned[n].get_or_insert(t);
+                    }
                 }
-                if done.load(Ordering::Relaxed) {
-                    return None;
+                let mut running = vec![false; total];
+                for pod in fake.list("v1", "Pod") {
+                    if pod["metadata"]["deletionTimestamp"].is_null()
+                        && let Some(&n) =
+                            pod["spec"]["nodeName"].as_str().and_then(|m| index.get(m))
+                    {
+                        running[n] = true;
+                    }
+                }
+                for (n, r) in running.iter().enumerate() {
+                    if !r {
+                        evicted[n].get_or_insert(t);
+                    }
+                }
+                let finished =
+                    cordoned.iter().all(Option::is_some) && evicted.iter().all(Option::is_some);
+                if finished || done.load(Ordering::Relaxed) {
+                    return (cordoned, evicted);
                 }
                 tokio::time::sleep(POLL).await;
             }
         }
     });
-    let results: Vec<_> = futures::stream::iter(batches)
-        .map(|batch| {
-            let handler = Arc::clone(&handler);
-            async move {
-                let deadline = Instant::now() + Duration::from_secs(150);
-                handler.invoke(batch, Some(deadline)).await
+
+    // The event source mapping: `invocations` pollers, each taking a batch and invoking.
+    let totals = Arc::new(Mutex::new((
+        0usize,
+        Duration::ZERO,
+        BTreeMap::<String, usize>::new(),
+        0usize,
+    )));
+    let pollers = (0..s.invocations.max(1)).map(|_| {
+        let queue = Arc::clone(&queue);
+        let handler = Arc::clone(&handler);
+        let totals = Arc::clone(&totals);
+        let batch = s.batch;
+        async move {
+            loop {
+                if Instant::now() >= cutoff {
+                    return Ok::<(), anyhow::Error>(());
+                }
+                let messages = queue.receive(batch);
+                if messages.is_empty() {
+                    if queue.idle_until(cutoff) {
+                        return Ok(());
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+                let began = Instant::now();
+                let invocation = handler
+                    .invoke(sqs_event(&messages), Some(began + FUNCTION_TIMEOUT))
+                    .await
+                    .map_err(|e| anyhow::anyhow!("an invocation failed: {e}"))?;
+                let took = began.elapsed();
+                let failed: Vec<u64> = invocation.response["batchItemFailures"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|f| f["itemIdentifier"].as_str())
+                    .filter_map(|id| id.trim_start_matches("m-").parse().ok())
+                    .collect();
+                let ids: Vec<u64> = messages.iter().map(|m| m.0).collect();
+                queue.settle(&ids, &failed);
+                let mut t = totals.lock().unwrap();
+                t.0 += 1;
+                t.1 += took;
+                for r in &invocation.reports {
+                    if r.pass.is_some() {
+                        t.3 += 1;
+                    } else {
+                        *t.2.entry(format!("{:?}", r.outcome)).or_insert(0) += 1;
+                    }
+                }
             }
-        })
+        }
+    });
+    let results: Vec<anyhow::Result<()>> = futures::stream::iter(pollers)
         .buffer_unordered(s.invocations.max(1))
         .collect()
         .await;
-    let drained = start.elapsed();
-    done.store(true, Ordering::Relaxed);
-    let cordoned = watcher.await?;
-    let peak = proc_status_kb(None, "VmHWM").unwrap_or_default();
-    ClusterClient::clear_rate_limit();
-
-    let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
-    for r in &results {
-        match r {
-            Ok(inv) => {
-                for rep in &inv.reports {
-                    *outcomes.entry(format!("{:?}", rep.outcome)).or_insert(0) += 1;
-                }
-            }
-            Err(e) => bail!("an invocation failed: {e}"),
-        }
+    for r in results {
+        r?;
     }
-    let acted = outcomes
+    // Let the watcher see the last pods' evictions (and the cordons) before stopping it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    done.store(true, Ordering::Relaxed);
+    let (cordoned, evicted) = watcher.await?;
+    ClusterClient::clear_rate_limit();
+    let counters = fake.counters();
+    let (invocations, lambda_time, outcomes, passes) = totals.lock().unwrap().clone();
+    if outcomes
         .get(&format!("{:?}", Outcome::Acted))
         .copied()
-        .unwrap_or(0);
-    let counters = fake.counters();
-    let by_kind = kube_counts(&fake.requests());
-    let least = least_requests_per_node(s.pods_per_node) * s.nodes as u64;
-    let drain_bound = rate_bound(least, s.server_rps, u64::from(s.server_burst));
-    let cordon_bound = rate_bound(2 * s.nodes as u64, s.server_rps, u64::from(s.server_burst));
-    let actual_bound = rate_bound(
-        counters.requests - counters.rate_limited,
-        s.server_rps,
-        u64::from(s.server_burst),
-    );
-    let client = if s.client_qps > 0.0 {
-        format!("{} requests/s, burst {}", s.client_qps, s.client_burst)
-    } else {
-        "none".into()
-    };
-    let mut out = format!(
-        "### Mass interruption: {} spot warnings in batches of {}, {} invocations at once, client-side limit {}\n\n\
-         The fake: {} ms latency per request, {} requests/s with a burst of {} (429 + `Retry-After: 1` above it). \
-         Client-side limit (`FOREWARN_KUBE_QPS`/`FOREWARN_KUBE_BURST`, one bucket for the process): {}. {} pods to evict ({} per node).\n\n\
-         | measure | time | bound set by the rate limit | × bound |\n|---|---|---|---|\n",
-        s.nodes,
-        s.batch,
-        s.invocations,
-        client,
-        s.latency_ms,
-        s.server_rps,
-        s.server_burst,
-        client,
-        s.nodes * s.pods_per_node,
-        s.pods_per_node,
-    );
-    match cordoned {
-        Some(c) => out.push_str(&format!(
-            "| every node cordoned | {} | {} (2 requests per node: find, patch) | {} |\n",
-            secs(c),
-            secs(cordon_bound),
-            ratio(c, cordon_bound)
-        )),
-        None => out.push_str("| every node cordoned | not all were | | |\n"),
+        .unwrap_or(0)
+        == 0
+    {
+        bail!("no warning was acted on: {outcomes:?}");
     }
-    out.push_str(&format!(
-        "| every drain ended | {} | {} ({} requests per node at least: {} in all) | {} |\n",
-        secs(drained),
-        secs(drain_bound),
-        least_requests_per_node(s.pods_per_node),
-        least,
-        ratio(drained, drain_bound)
-    ));
-    out.push_str(&format!(
-        "| every drain ended, against the requests actually made | {} | {} ({} requests answered without a rate-limit 429) | {} |\n",
-        secs(drained),
-        secs(actual_bound),
-        counters.requests - counters.rate_limited,
-        ratio(drained, actual_bound)
-    ));
-    out.push_str(&format!(
-        "\nOutcomes: {}. Requests to the fake: {} in all, {} answered 429 by its rate limit.\n\n\
-         Requests by kind: {}.\n\n\
-         Memory of the bench process (the handler, {} invocations at once and the Kubernetes fake with {} nodes and {} pods in it): \
-         resident before the warnings {}, peak (VmHWM) {}.\n",
-        outcomes
-            .iter()
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect::<Vec<_>>()
-            .join(", "),
-        counters.requests,
-        counters.rate_limited,
-        by_kind
-            .iter()
-            .map(|(k, v)| format!("`{k}` {v}"))
-            .collect::<Vec<_>>()
-            .join(", "),
-        s.invocations,
-        s.nodes,
-        s.nodes * s.pods_per_node,
-        mib_of_kb(rss_before),
-        mib_of_kb(peak),
-    ));
-    if acted != s.nodes {
-        out.push_str(&format!(
-            "\n**Only {acted} of {} warnings were acted on.**\n",
-            s.nodes
-        ));
-    }
-    Ok(out)
+    Ok(Run {
+        cordoned,
+        evicted,
+        invocations,
+        lambda_time,
+        outcomes,
+        passes,
+        requests: counters.requests,
+        rate_limited: counters.rate_limited,
+        by_kind: kube_counts(&fake.requests()),
+        peak_kb: proc_status_kb(None, "VmHWM").unwrap_or_default(),
+    })
 }
 
 #[cfg(test)]
@@ -299,5 +688,50 @@ mod tests {
         assert_eq!(instance_id(1).len(), 19);
         assert_eq!(node_name(258), "ip-10-0-1-2.ec2.internal");
         assert_eq!(least_requests_per_node(2), 9);
+    }
+
+    #[test]
+    fn the_budgeted_share_is_the_share_asked_for() {
+        for share in [0.0, 0.2, 0.5, 1.0] {
+            let pairs = (0..1000).filter(|&k| budgeted(2 * k, share)).count();
+            assert!(
+                (pairs as f64 - 1000.0 * share).abs() <= 1.0,
+                "{share}: {pairs}"
+            );
+        }
+        assert_eq!(budgeted(4, 0.3), budgeted(5, 0.3), "both nodes of a pair");
+    }
+
+    #[tokio::test]
+    async fn the_queue_keeps_failed_messages_invisible_unless_changed_and_delays_sends() {
+        let q = Queue::default();
+        q.send("a".into(), Duration::ZERO);
+        q.send("b".into(), Duration::from_secs(60));
+        let got = q.receive(10);
+        assert_eq!(got.len(), 1);
+        assert!(q.receive(10).is_empty(), "b is delayed");
+        q.settle(&[got[0].0], &[got[0].0]);
+        assert!(
+            q.receive(10).is_empty(),
+            "a failed: invisible for the visibility timeout"
+        );
+        assert!(!q.idle_until(Instant::now() + Duration::from_secs(1000)));
+        let q = Queue::default();
+        q.send("c".into(), Duration::ZERO);
+        let got = q.receive(10);
+        q.redeliver(&[Redeliver {
+            queue_arn: QUEUE_ARN.into(),
+            receipt_handle: String::new(),
+            message_id: format!("m-{}", got[0].0),
+            delay: Duration::ZERO,
+        }])
+        .await
+        .unwrap();
+        q.settle(&[got[0].0], &[got[0].0]);
+        assert_eq!(
+            q.receive(10).len(),
+            1,
+            "the handler brought it back at once"
+        );
     }
 }
