@@ -39,12 +39,10 @@ trap 'rm -f "$results"' EXIT
   "$bench" cold-start --runs "$runs"
   echo "bench: one event end to end" >&2
   "$bench" e2e --runs 10
-  echo "bench: mass interruption, 10 invocations at once" >&2
-  "$bench" mass
-  echo "bench: mass interruption, 100 invocations at once" >&2
-  "$bench" mass --invocations 100
-  echo "bench: mass interruption without the client-side limit" >&2
-  "$bench" mass --client-qps 0
+  echo "bench: mass interruption, 1,000 nodes: continuation drains and the blocking baseline" >&2
+  "$bench" mass --nodes 1000
+  echo "bench: mass interruption, 5,000 nodes: continuation drains" >&2
+  "$bench" mass --nodes 5000 --drains continue --cutoff-seconds 600
 } | tee "$results"
 
 marker='<!-- results: everything below is written by scripts/bench.sh -->'

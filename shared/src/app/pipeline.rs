@@ -129,8 +129,10 @@ impl Pipeline<'_> {
     /// The batch's lookups: one instance lookup, one node lookup and one ledger read for every
     /// supported event of `records`.
     async fn look_up(&self, records: &[Record]) -> Result<LookedUp, String> {
+        // A drain's later passes carry their plan: nothing to look up for them.
         let wanted: Vec<&Event> = records
             .iter()
+            .filter(|r| r.continuation.is_none())
             .filter_map(|r| r.event.as_ref().ok())
             .filter(|e| e.kind != EventKind::Unsupported)
             .collect();
@@ -285,7 +287,10 @@ impl Pipeline<'_> {
         cordoned: Option<&Vec<ActionResult>>,
         now: DateTime<Utc>,
     ) -> Report {
-        let plan = decide(event, facts, self.config);
+        let plan = match &record.continuation {
+            Some(c) => c.plan.clone(),
+            None => decide(event, facts, self.config),
+        };
         let span = tracing::Span::current();
         let nodes: Vec<&str> = plan
             .actions
@@ -327,7 +332,7 @@ impl Pipeline<'_> {
                     if let (true, Some(c)) = (pending, &self.continuer) {
                         // The drain's first pass follows at once (behind the warnings already
                         // queued: their cordons come first).
-                        let next = Continuation::first(now, event.time, None);
+                        let next = Continuation::first(now, event.time, plan.clone());
                         let after = std::time::Duration::ZERO;
                         if let Err(e) = self.send(c, record, &next, after).await {
                             return report.failed(e);

@@ -26,6 +26,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::plan::Plan;
+
 /// The key of a continuation message's body.
 pub const CONTINUATION_KEY: &str = "forewarnContinuation";
 
@@ -44,21 +46,21 @@ pub struct Continuation {
     pub heartbeat_at: Option<DateTime<Utc>>,
     /// When the original message was sent (dates an event whose `time` is empty).
     pub sent_at: DateTime<Utc>,
+    /// The plan of the first delivery: later passes act on it, without looking the instance
+    /// and the node up again.
+    pub plan: Plan,
 }
 
 impl Continuation {
     /// The first continuation of an event whose first pass ran at `started_at`.
-    pub fn first(
-        started_at: DateTime<Utc>,
-        sent_at: DateTime<Utc>,
-        heartbeat_at: Option<DateTime<Utc>>,
-    ) -> Continuation {
+    pub fn first(started_at: DateTime<Utc>, sent_at: DateTime<Utc>, plan: Plan) -> Continuation {
         Continuation {
             version: 1,
             pass: 1,
             started_at,
-            heartbeat_at,
+            heartbeat_at: None,
             sent_at,
+            plan,
         }
     }
 
@@ -128,10 +130,23 @@ mod tests {
         Utc.timestamp_opt(1_795_000_000 + s, 0).unwrap()
     }
 
+    fn plan() -> Plan {
+        serde_json::from_value(serde_json::json!({
+            "event_id": "e1", "kind": "spot-interruption", "time": "2026-11-20T10:00:00Z",
+            "region": null, "instance_ids": ["i-1"], "ignored": null, "pools": [],
+            "actions": [{"instance_id": "i-1", "node": "n1", "action": "cordon-drain",
+                         "target": null, "reason": "r", "event_reason": "SpotInterrupted",
+                         "taint_value": "spot-interruption",
+                         "deadline": "2026-11-20T10:01:45Z", "complete_lifecycle": null}],
+            "summary": "spot-interruption", "also_keys": []
+        }))
+        .unwrap()
+    }
+
     #[test]
     fn a_continuation_round_trips_with_the_original_body() {
         let original = r#"{"id":"e1","detail":{"instance-id":"i-1"}}"#;
-        let c = Continuation::first(at(0), at(-1), None);
+        let c = Continuation::first(at(0), at(-1), plan());
         let body = c.body(original);
         let value: Value = serde_json::from_str(&body).unwrap();
         let back = unwrap(&value).unwrap().unwrap();
@@ -154,7 +169,8 @@ mod tests {
         assert_eq!(missing.0, "forewarnContinuation.body");
         let wrong = unwrap(
             &serde_json::json!({CONTINUATION_KEY: {"version": 2, "pass": 1,
-            "startedAt": "2026-11-20T10:00:00Z", "sentAt": "2026-11-20T10:00:00Z", "body": "{}"}}),
+            "startedAt": "2026-11-20T10:00:00Z", "sentAt": "2026-11-20T10:00:00Z", "body": "{}",
+            "plan": serde_json::to_value(plan()).unwrap()}}),
         )
         .unwrap()
         .unwrap_err();

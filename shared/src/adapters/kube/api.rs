@@ -254,9 +254,25 @@ fn limiter() -> Option<Arc<RateLimiter>> {
     LIMITER.read().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
+tokio::task_local! {
+    /// Set by [`in_later_lane`]: every request of the future goes in [`Lane::Later`].
+    static LATER_LANE: ();
+}
+
+/// Runs `work` with every request it makes in [`Lane::Later`]: a drain's later passes, whose
+/// node reads and Events must not go before other nodes' cordons.
+pub(crate) async fn in_later_lane<F: std::future::Future>(work: F) -> F::Output {
+    LATER_LANE.scope((), work).await
+}
+
 /// Waits for the process's rate limit (if any) before a request of `lane` goes out. Every
 /// request to the API server calls it once per attempt.
 pub(crate) async fn throttle(lane: Lane) {
+    let lane = if LATER_LANE.try_with(|_| ()).is_ok() {
+        Lane::Later
+    } else {
+        lane
+    };
     if let Some(limiter) = limiter() {
         limiter.wait(lane).await;
     }

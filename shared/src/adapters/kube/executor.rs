@@ -29,6 +29,7 @@ use futures::future::join_all;
 use k8s_openapi::api::core::v1::Node;
 use tracing::Instrument;
 
+use super::api::in_later_lane;
 use super::connect::ClusterClient;
 use super::cordon::{CordonOutcome, CordonSpec, cordon, get_node};
 use super::delete::{DeleteOutcome, delete_target};
@@ -58,7 +59,8 @@ pub struct ExecutorSettings {
     pub backoff_max: Duration,
     /// How often evicted pods are checked for while waiting for them to go (default 2 s).
     pub poll_interval: Duration,
-    /// How long one pass of a drain that does not wait retries a refused eviction (default 2 s).
+    /// How long one pass of a drain that does not wait retries a refused eviction (default
+    /// 0.5 s: a refusal is tried again in the next pass anyway).
     pub pass_budget: Duration,
     /// Cordon patches tried at most this often on 409 Conflict (default 5).
     pub conflict_attempts: u32,
@@ -74,7 +76,7 @@ impl Default for ExecutorSettings {
             backoff_initial: Duration::from_secs(1),
             backoff_max: Duration::from_secs(10),
             poll_interval: Duration::from_secs(2),
-            pass_budget: Duration::from_secs(2),
+            pass_budget: Duration::from_millis(500),
             conflict_attempts: 5,
             reporting_instance: default_reporting_instance(|n| std::env::var(n).ok()),
         }
@@ -294,7 +296,13 @@ impl KubeExecutor {
                 dry_run = self.settings.dry_run,
             );
             async move {
-                self.act(plan, a, pass).await.map_err(|e| {
+                let work = self.act(plan, a, pass);
+                let done = if matches!(pass, Pass::Drain { .. }) {
+                    in_later_lane(work).await
+                } else {
+                    work.await
+                };
+                done.map_err(|e| {
                     tracing::warn!(error = %e, "node action failed");
                     ExecuteError {
                         instance_id: a.instance_id.clone(),
@@ -357,7 +365,22 @@ impl KubeExecutor {
     async fn act(&self, plan: &Plan, a: &NodeAction, pass: Pass) -> Result<NodeOutcome, KubeError> {
         let dry_run = self.settings.dry_run;
         let mut out = NodeOutcome::new(a, dry_run);
-        if a.action != Action::None
+        let quiet_pass = matches!(
+            pass,
+            Pass::Drain {
+                announce: false,
+                ..
+            }
+        );
+        if a.action == Action::CordonDrain
+            && quiet_pass
+            && let Some(name) = a.node.as_deref()
+        {
+            // A later drain pass: the node was read, refused if control-plane, and cordoned by
+            // the earlier passes; its pods are listed without reading it again (the node is read
+            // once more for the Event when the drain ends).
+            self.drain_pass(plan, a, name, pass, &mut out).await?;
+        } else if a.action != Action::None
             && let Some(name) = a.node.as_deref()
         {
             let node = get_node(&self.clients, name).await?;
@@ -520,6 +543,51 @@ impl KubeExecutor {
         Ok(gone)
     }
 
+    /// A later pass of a drain that does not wait, without a read of the node; when the drain
+    /// ends, the node is read for its Event.
+    async fn drain_pass(
+        &self,
+        plan: &Plan,
+        a: &NodeAction,
+        name: &str,
+        pass: Pass,
+        out: &mut NodeOutcome,
+    ) -> Result<(), KubeError> {
+        let Pass::Drain { started_at, .. } = pass else {
+            return Ok(());
+        };
+        let deadline = a
+            .deadline
+            .unwrap_or_else(|| started_at + self.config.drain_timeout);
+        let report = drain_step(
+            &self.clients,
+            name,
+            started_at,
+            deadline,
+            &self.drain_settings(),
+            self.settings.dry_run,
+        )
+        .await?;
+        if !report.pending && !self.settings.dry_run {
+            match get_node(&self.clients, name).await? {
+                Some(node) => self.drain_ended(plan, &node, &report, out).await,
+                None => out.node_gone = true,
+            }
+        }
+        out.drain = Some(report);
+        Ok(())
+    }
+
+    fn drain_settings(&self) -> DrainSettings {
+        DrainSettings {
+            parallelism: self.settings.eviction_parallelism,
+            backoff_initial: self.settings.backoff_initial,
+            backoff_max: self.settings.backoff_max,
+            poll_interval: self.settings.poll_interval,
+            pass_budget: self.settings.pass_budget,
+        }
+    }
+
     /// Drains the node: until the action's deadline ([`Pass::Whole`]), or one pass that does not
     /// wait. When the drain ends, records a `Drained` or `DrainIncomplete` Event (not in a dry
     /// run).
@@ -535,13 +603,7 @@ impl KubeExecutor {
         let deadline = a
             .deadline
             .unwrap_or_else(|| Utc::now() + self.config.drain_timeout);
-        let settings = DrainSettings {
-            parallelism: self.settings.eviction_parallelism,
-            backoff_initial: self.settings.backoff_initial,
-            backoff_max: self.settings.backoff_max,
-            poll_interval: self.settings.poll_interval,
-            pass_budget: self.settings.pass_budget,
-        };
+        let settings = self.drain_settings();
         let dry_run = self.settings.dry_run;
         let report = match pass {
             Pass::Whole | Pass::Cordon => {
@@ -560,35 +622,46 @@ impl KubeExecutor {
             }
         };
         if !dry_run && !report.pending {
-            if report.complete() {
-                let note = format!("Drained: {}", report.summary());
-                self.event(plan, node, "Drained", "Drain", EventType::Normal, note, out)
-                    .await;
-            } else {
-                let left: Vec<String> = report
-                    .left
-                    .iter()
-                    .map(|l| format!("{}: {}", l.pod, l.reason))
-                    .collect();
-                let note = format!(
-                    "Drain incomplete at the deadline: {}. Refused: {}",
-                    report.summary(),
-                    left.join("; ")
-                );
-                self.event(
-                    plan,
-                    node,
-                    "DrainIncomplete",
-                    "Drain",
-                    EventType::Warning,
-                    note,
-                    out,
-                )
-                .await;
-            }
+            self.drain_ended(plan, node, &report, out).await;
         }
         out.drain = Some(report);
         Ok(())
+    }
+
+    /// The `Drained` or `DrainIncomplete` Event of a drain that ended.
+    async fn drain_ended(
+        &self,
+        plan: &Plan,
+        node: &Node,
+        report: &DrainReport,
+        out: &mut NodeOutcome,
+    ) {
+        if report.complete() {
+            let note = format!("Drained: {}", report.summary());
+            self.event(plan, node, "Drained", "Drain", EventType::Normal, note, out)
+                .await;
+        } else {
+            let left: Vec<String> = report
+                .left
+                .iter()
+                .map(|l| format!("{}: {}", l.pod, l.reason))
+                .collect();
+            let note = format!(
+                "Drain incomplete at the deadline: {}. Refused: {}",
+                report.summary(),
+                left.join("; ")
+            );
+            self.event(
+                plan,
+                node,
+                "DrainIncomplete",
+                "Drain",
+                EventType::Warning,
+                note,
+                out,
+            )
+            .await;
+        }
     }
 
     async fn delete(
