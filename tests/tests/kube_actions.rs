@@ -2067,10 +2067,24 @@ async fn through_the_pipeline_a_drain_continues_in_queued_passes_and_the_event_i
     queue
         .refuse
         .store(false, std::sync::atomic::Ordering::SeqCst);
+    w.fake.clear_requests();
     let reports = pipeline
         .process(&sqs_batch(std::slice::from_ref(&original)), Utc::now())
         .await;
     assert_eq!(reports[0].outcome, Outcome::Acted, "{reports:?}");
+    // One request: the directory's read of the node, which the cordon pass uses (the node was
+    // cordoned by the failed delivery: no patch).
+    let sent: Vec<(String, String)> = w
+        .fake
+        .requests()
+        .iter()
+        .map(|r| (r.method.to_string(), r.path.clone()))
+        .collect();
+    assert_eq!(
+        sent,
+        [("GET".to_string(), format!("/api/v1/nodes/{NODE}"))],
+        "{sent:?}"
+    );
     let result = reports[0].actions[0].result.clone().unwrap();
     assert!(result.contains("drain in the next pass"), "{result}");
     assert!(reports[0].actions[0].cordoned_at.is_some());

@@ -158,7 +158,15 @@ pub fn rate_limit_from_lookup(
 #[derive(Clone)]
 pub struct ClusterClient {
     inner: Arc<Inner>,
+    /// Nodes the node directory has just read, for the cordon pass to use instead of reading
+    /// them again (see [`ClusterClient::take_recent_node`]).
+    recent: Arc<std::sync::Mutex<RecentNodes>>,
 }
+
+type RecentNodes = std::collections::HashMap<String, (Instant, k8s_openapi::api::core::v1::Node)>;
+
+/// How long a node read by the directory may stand in for a fresh read.
+const RECENT_NODE: Duration = Duration::from_secs(10);
 
 enum Inner {
     Fixed(::kube::Client),
@@ -189,10 +197,32 @@ impl std::fmt::Debug for ClusterClient {
 }
 
 impl ClusterClient {
+    /// Keeps `node`, just read, for [`ClusterClient::take_recent_node`]; entries older than
+    /// a few seconds are dropped.
+    pub(crate) fn remember_node(&self, node: &k8s_openapi::api::core::v1::Node) {
+        let Some(name) = node.metadata.name.clone() else {
+            return;
+        };
+        let now = Instant::now();
+        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        recent.retain(|_, (at, _)| now.duration_since(*at) < RECENT_NODE);
+        recent.insert(name, (now, node.clone()));
+    }
+
+    /// The node `name` as the directory read it a few seconds ago at most, taken (used once).
+    /// A write based on it carries its `resourceVersion`, so a change since answers 409 and the
+    /// node is read again.
+    pub(crate) fn take_recent_node(&self, name: &str) -> Option<k8s_openapi::api::core::v1::Node> {
+        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        let (at, node) = recent.remove(name)?;
+        (at.elapsed() < RECENT_NODE).then_some(node)
+    }
+
     /// Always this client (kubeconfig, in-cluster, tests).
     pub fn new(client: ::kube::Client) -> ClusterClient {
         ClusterClient {
             inner: Arc::new(Inner::Fixed(client)),
+            recent: Arc::default(),
         }
     }
 
@@ -227,6 +257,7 @@ impl ClusterClient {
         lifetime: Duration,
     ) -> ClusterClient {
         ClusterClient {
+            recent: Arc::default(),
             inner: Arc::new(Inner::Eks(Box::new(EksClients {
                 base,
                 cluster: cluster.into(),

@@ -128,6 +128,7 @@ impl NodeDirectory for KubeNodeDirectory {
         let mut found: BTreeMap<String, NodeFacts> = BTreeMap::new();
         for node in got {
             if let Some(node) = node.map_err(directory_error)? {
+                self.clients.remember_node(&node);
                 let facts = node_facts(&node);
                 // A node under a reused name whose providerID names another instance is no one's.
                 if instances.iter().any(|i| names_instance(&facts, i)) {

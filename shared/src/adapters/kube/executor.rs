@@ -383,7 +383,15 @@ impl KubeExecutor {
         } else if a.action != Action::None
             && let Some(name) = a.node.as_deref()
         {
-            let node = get_node(&self.clients, name).await?;
+            // The cordon pass of a mass interruption: the directory has just read the node.
+            let recent = match (pass, a.action) {
+                (Pass::Cordon, Action::CordonDrain) => self.clients.take_recent_node(name),
+                _ => None,
+            };
+            let node = match recent {
+                Some(node) => Some(node),
+                None => get_node(&self.clients, name).await?,
+            };
             if let Some(node) = &node
                 && node_facts(node).is_control_plane()
             {
