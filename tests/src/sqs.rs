@@ -123,7 +123,8 @@ pub async fn drain_patiently(
             .await?;
         let messages = received.messages();
         if messages.is_empty() {
-            if in_flight(sqs, queue_url).await? == 0 || started.elapsed() >= patience {
+            // Visible ones count too: one may have become visible since the receive.
+            if left(sqs, queue_url).await? == 0 || started.elapsed() >= patience {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
@@ -182,6 +183,22 @@ pub async fn in_flight(sqs: &Client, queue_url: &str) -> anyhow::Result<usize> {
         count(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
             + count(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
     )
+}
+
+/// Every message of the queue: visible, in flight or delayed.
+pub async fn left(sqs: &Client, queue_url: &str) -> anyhow::Result<usize> {
+    let attributes = sqs
+        .get_queue_attributes()
+        .queue_url(queue_url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .send()
+        .await?;
+    let visible = attributes
+        .attributes()
+        .and_then(|a| a.get(&QueueAttributeName::ApproximateNumberOfMessages))
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or(0);
+    Ok(visible + in_flight(sqs, queue_url).await?)
 }
 
 /// The bodies of every message now in a queue (received with visibility 0 so they stay).
