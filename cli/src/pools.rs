@@ -10,6 +10,22 @@ use serde::Serialize;
 
 use crate::{StoreArgs, stores, text};
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn periods() {
+        assert_eq!(parse_since("7d").unwrap(), chrono::Duration::days(7));
+        assert_eq!(parse_since("2w").unwrap(), chrono::Duration::days(14));
+        assert_eq!(parse_since("30m").unwrap(), chrono::Duration::minutes(30));
+        for bad in ["", "0d", "-1d", "xw", "soon", "99999w"] {
+            let e = parse_since(bad).unwrap_err();
+            assert!(e.contains("--since"), "{e}");
+        }
+    }
+}
+
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TableOrJson {
     Table,
@@ -29,6 +45,18 @@ pub struct PoolsArgs {
     /// Only this instance type.
     #[arg(long, value_name = "TYPE")]
     instance_type: Option<String>,
+    /// Statistics from the table's history instead: per pool the events by kind, the time since
+    /// the last one and the share of the period it was unavailable; per zone and instance type.
+    #[arg(long)]
+    stats: bool,
+    /// The period of --stats, back from now: 30m, 12h, 7d, 2w.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "7d",
+        requires = "stats"
+    )]
+    since: String,
     #[command(flatten)]
     store: StoreArgs,
 }
@@ -73,7 +101,52 @@ impl<'a> From<&'a PoolRecord> for PoolJson<'a> {
     }
 }
 
+/// `30m`, `12h`, `7d`, `2w` (and what `FOREWARN_*` durations accept).
+pub fn parse_since(text: &str) -> Result<chrono::Duration, String> {
+    let t = text.trim();
+    let parsed = match t.strip_suffix('w').map(str::parse::<i64>) {
+        Some(Ok(weeks)) if weeks > 0 => chrono::Duration::try_weeks(weeks),
+        Some(_) => None,
+        None => forewarn::domain::config::parse_duration(t).ok(),
+    };
+    parsed
+        .filter(|d| *d > chrono::Duration::zero() && *d <= chrono::Duration::days(3650))
+        .ok_or_else(|| {
+            format!("--since {text}: not a period back from now (e.g. 30m, 12h, 7d, 2w)")
+        })
+}
+
 pub async fn run(args: PoolsArgs) -> anyhow::Result<ExitCode> {
+    if args.stats {
+        let since = match parse_since(&args.since) {
+            Ok(d) => d,
+            Err(message) => {
+                eprintln!("forewarn pools: {message}");
+                return Ok(ExitCode::from(1));
+            }
+        };
+        let store = stores::open(&args.store).await?;
+        let now = Utc::now();
+        let entries = store.history(now - since, now).await?;
+        let mut stats = forewarn::domain::stats::stats(&entries, now - since, now);
+        if let Some(zone) = &args.zone {
+            stats.pools.retain(|p| &p.zone == zone);
+            stats.zones.retain(|g| &g.name == zone);
+        }
+        if let Some(t) = &args.instance_type {
+            stats.pools.retain(|p| &p.instance_type == t);
+            stats.instance_types.retain(|g| &g.name == t);
+        }
+        let mut out = std::io::stdout().lock();
+        match args.output {
+            TableOrJson::Json => {
+                serde_json::to_writer_pretty(&mut out, &stats)?;
+                writeln!(out)?;
+            }
+            TableOrJson::Table => text::stats(&mut out, &stats)?,
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let store = stores::open(&args.store).await?;
     let query = PoolQuery {
         include_available: args.all,

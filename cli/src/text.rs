@@ -144,8 +144,17 @@ pub fn pools(out: &mut impl Write, records: &[PoolRecord], now: DateTime<Utc>) -
             ]
         })
         .collect();
+    table(out, &header, &rows)
+}
+
+/// Columns padded to their widest cell, two spaces apart.
+fn table<const N: usize>(
+    out: &mut impl Write,
+    header: &[&str; N],
+    rows: &[[String; N]],
+) -> io::Result<()> {
     let mut widths = header.map(str::len);
-    for row in &rows {
+    for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
@@ -161,8 +170,89 @@ pub fn pools(out: &mut impl Write, records: &[PoolRecord], now: DateTime<Utc>) -
             .to_string()
     };
     writeln!(out, "{}", line(header.to_vec()))?;
-    for row in &rows {
+    for row in rows {
         writeln!(out, "{}", line(row.iter().map(String::as_str).collect()))?;
+    }
+    Ok(())
+}
+
+/// `forewarn pools --stats`: per pool, then per zone and per instance type.
+pub fn stats(out: &mut impl Write, stats: &forewarn::domain::stats::Stats) -> io::Result<()> {
+    let now = stats.now;
+    writeln!(
+        out,
+        "pool statistics from {} to {}",
+        absolute(stats.since),
+        absolute(now)
+    )?;
+    if stats.pools.is_empty() {
+        return writeln!(out, "no pool events in the period");
+    }
+    let events = |e: &std::collections::BTreeMap<String, u64>| {
+        let parts: Vec<String> = e.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        if parts.is_empty() {
+            "-".to_string()
+        } else {
+            parts.join(", ")
+        }
+    };
+    let share = |s: f64| format!("{:.1} %", 100.0 * s);
+    let last = |t: Option<DateTime<Utc>>| t.map_or("-".to_string(), |t| relative(t, now));
+    writeln!(out)?;
+    let rows: Vec<[String; 5]> = stats
+        .pools
+        .iter()
+        .map(|p| {
+            [
+                p.pool.clone(),
+                p.interruptions.to_string(),
+                events(&p.events),
+                last(p.last_event),
+                share(p.unavailable_share),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &[
+            "POOL",
+            "INTERRUPTIONS",
+            "EVENTS",
+            "LAST EVENT",
+            "UNAVAILABLE",
+        ],
+        &rows,
+    )?;
+    for (title, groups) in [
+        ("ZONE", &stats.zones),
+        ("INSTANCE TYPE", &stats.instance_types),
+    ] {
+        writeln!(out)?;
+        let rows: Vec<[String; 6]> = groups
+            .iter()
+            .map(|g| {
+                [
+                    g.name.clone(),
+                    g.pools.to_string(),
+                    g.interruptions.to_string(),
+                    events(&g.events),
+                    last(g.last_event),
+                    share(g.unavailable_share),
+                ]
+            })
+            .collect();
+        table(
+            out,
+            &[
+                title,
+                "POOLS",
+                "INTERRUPTIONS",
+                "EVENTS",
+                "LAST EVENT",
+                "UNAVAILABLE (MEAN)",
+            ],
+            &rows,
+        )?;
     }
     Ok(())
 }

@@ -805,3 +805,62 @@ fn audit_yaml_and_fix_give_the_budgets_to_add() {
             .unwrap();
     assert_eq!(*docs[3], one);
 }
+
+#[test]
+fn pool_statistics_come_from_the_history_the_replays_wrote() {
+    let state = tempfile::tempdir().unwrap();
+    let mut args = WITH_STATE.to_vec();
+    args.extend(["--execute", "events/"]);
+    let (first, _) = replay_json(state.path(), &args);
+    assert!(first.status.success());
+    let stats = |s: &Path| {
+        let out = forewarn(
+            s,
+            &["pools", "--stats", "--since", "3650d", "--output", "json"],
+        );
+        assert!(out.status.success(), "{out:?}");
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let before = stats(state.path());
+    let pools = before["pools"].as_array().unwrap();
+    let hot = pools
+        .iter()
+        .find(|p| p["pool"] == "spot#m5.large#us-east-1a")
+        .unwrap_or_else(|| panic!("{before:#}"));
+    assert_eq!(hot["interruptions"], 3, "01, 03 and the SQS spot warning");
+    assert_eq!(hot["events"]["spot-interruption"], 3, "{hot}");
+    let share = hot["unavailable_share"].as_f64().unwrap();
+    assert!(
+        share > 0.0 && share < 0.01,
+        "an hour or so in ten years: {share}"
+    );
+    assert!(hot["seconds_since_last"].as_i64().unwrap() > 0);
+    assert!(pools[0]["interruptions"].as_u64() >= pools.last().unwrap()["interruptions"].as_u64());
+    let zone = before["zones"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|z| z["name"] == "us-east-1a")
+        .unwrap();
+    assert!(zone["interruptions"].as_u64().unwrap() >= 3, "{zone}");
+    assert!(!before["instance_types"].as_array().unwrap().is_empty());
+
+    // Replaying again adds nothing: the history is written with the event, once.
+    let (second, _) = replay_json(state.path(), &args);
+    assert!(second.status.success());
+    assert_eq!(stats(state.path())["pools"], before["pools"]);
+
+    let table = forewarn(state.path(), &["pools", "--stats", "--since", "3650d"]);
+    let text = String::from_utf8(table.stdout).unwrap();
+    for header in ["POOL", "ZONE", "INSTANCE TYPE", "UNAVAILABLE"] {
+        assert!(text.contains(header), "{text}");
+    }
+    // The default period (7 days) is measured back from now.
+    let recent = forewarn(state.path(), &["pools", "--stats", "--output", "json"]);
+    assert!(recent.status.success());
+
+    let bad = forewarn(state.path(), &["pools", "--stats", "--since", "soon"]);
+    assert_eq!(bad.status.code(), Some(1));
+    let stderr = String::from_utf8(bad.stderr).unwrap();
+    assert!(stderr.contains("--since soon"), "{stderr}");
+}

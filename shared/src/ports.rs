@@ -16,6 +16,7 @@ use crate::domain::plan::Plan;
 use crate::domain::pool::{Applied, PoolQuery, PoolRecord, PoolUpdate};
 use crate::domain::priorities::{AsgDescription, ExpanderConfig};
 use crate::domain::report::{DrainSummary, Report};
+use crate::domain::stats::HistoryEntry;
 
 /// A lookup that failed (EC2, the Kubernetes API).
 #[derive(Debug, thiserror::Error)]
@@ -105,6 +106,14 @@ pub trait PoolStore: Send + Sync {
         now: DateTime<Utc>,
     ) -> Result<Vec<PoolRecord>, StoreError>;
 
+    /// The history entries that matter for `[since, now]` (see
+    /// [`HistoryEntry::in_period`]): what `forewarn pools --stats` reads.
+    async fn history(
+        &self,
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<HistoryEntry>, StoreError>;
+
     /// A short description for messages (`dynamodb table T`, `embedded store at P`).
     fn location(&self) -> String;
 }
@@ -139,6 +148,14 @@ where
         now: DateTime<Utc>,
     ) -> Result<Vec<PoolRecord>, StoreError> {
         self.0.pools(query, now).await
+    }
+
+    async fn history(
+        &self,
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<HistoryEntry>, StoreError> {
+        self.0.history(since, now).await
     }
 
     fn location(&self) -> String {

@@ -595,3 +595,85 @@ pub async fn also_keys_make_other_ids_duplicates(s: Subject) {
         counted
     );
 }
+
+/// The history behind `forewarn pools --stats`: one entry per mark of an applied event, none
+/// for a duplicate, kept until its expiry, filtered to the period asked.
+pub async fn history_keeps_one_entry_per_applied_mark(s: Subject) {
+    let store = &*s.store;
+    let t = now();
+    let hot = spot("m5.large", "us-east-1a");
+    let other = spot("c5.large", "us-east-1b");
+    let first = event(
+        "e-h1",
+        t - Duration::hours(2),
+        vec![
+            mark(&hot, "i-1", Some(t - Duration::hours(1))),
+            mark(&other, "i-2", None),
+        ],
+    );
+    assert_eq!(apply(store, &first).await, Applied::Applied);
+    assert_eq!(apply(&*s.other, &first).await, Applied::Duplicate);
+    let mut rebalance = event(
+        "e-h2",
+        t - Duration::minutes(10),
+        vec![mark(&hot, "i-3", None)],
+    );
+    rebalance.kind = EventKind::RebalanceRecommendation;
+    assert_eq!(apply(store, &rebalance).await, Applied::Applied);
+    // Long ago: outside the period, and its window too.
+    let old = event(
+        "e-h0",
+        t - Duration::days(20),
+        vec![mark(
+            &hot,
+            "i-0",
+            Some(t - Duration::days(20) + Duration::hours(1)),
+        )],
+    );
+    assert_eq!(apply(store, &old).await, Applied::Applied);
+
+    let mut entries = store
+        .history(t - Duration::days(7), t)
+        .await
+        .expect("reading the history");
+    entries.sort_by(|a, b| (a.at, &a.instance_id).cmp(&(b.at, &b.instance_id)));
+    let seen: Vec<(&str, &str, EventKind)> = entries
+        .iter()
+        .map(|e| (e.event_id.as_str(), e.instance_id.as_str(), e.kind))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("e-h1", "i-1", EventKind::SpotInterruption),
+            ("e-h1", "i-2", EventKind::SpotInterruption),
+            ("e-h2", "i-3", EventKind::RebalanceRecommendation),
+        ]
+    );
+    assert_eq!(entries[0].pool, hot);
+    assert_eq!(entries[0].at, t - Duration::hours(2));
+    assert_eq!(entries[0].unavailable_until, Some(t - Duration::hours(1)));
+    assert_eq!(
+        entries[0].expires_at,
+        t - Duration::hours(1) + Retention::default().history
+    );
+    assert_eq!(entries[1].unavailable_until, None);
+    // The other store sees the same history; a longer period brings the old one in.
+    assert_eq!(
+        s.other
+            .history(t - Duration::days(30), t)
+            .await
+            .unwrap()
+            .len(),
+        4
+    );
+    // After their expiry, entries are gone from every read.
+    let later = t - Duration::hours(1) + Retention::default().history + Duration::seconds(1);
+    let left = store
+        .history(later - Duration::days(60), later)
+        .await
+        .unwrap();
+    assert!(
+        left.iter().all(|e| e.event_id == "e-h2"),
+        "only the rebalance, recorded later, is left: {left:?}"
+    );
+}

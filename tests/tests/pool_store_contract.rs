@@ -82,6 +82,7 @@ contract_cases!(
     applied_reports_exactly_the_applied_ids,
     also_keys_make_other_ids_duplicates,
     multi_pool_event_is_atomic,
+    history_keeps_one_entry_per_applied_mark,
 );
 
 // ---- DynamoDB only ------------------------------------------------------------------------

@@ -18,6 +18,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
+use crate::domain::stats::HistoryEntry;
+
 use crate::domain::fold::{fold, pool_deltas, validate};
 use crate::domain::pool::{
     Applied, PoolKey, PoolQuery, PoolRecord, PoolUpdate, Retention, sort_newest_first,
@@ -28,6 +30,9 @@ use crate::ports::{PoolStore, StoreError};
 const LEDGER: TableDefinition<&str, (i64, i64)> = TableDefinition::new("ledger");
 /// Pool key → [`PoolRecord`] as JSON.
 const POOLS: TableDefinition<&str, &str> = TableDefinition::new("pools");
+/// The history (`forewarn pools --stats`): `<pool>#<event time, ms>#<event id>#<instance id>`
+/// → the entry as JSON.
+const HISTORY: TableDefinition<&str, &str> = TableDefinition::new("history");
 
 /// The per-user default directory of the embedded store: `$FOREWARN_STATE_DIR` if set, else
 /// `$XDG_STATE_HOME/forewarn`, else `$HOME/.local/state/forewarn`, else `./.forewarn`. Empty
@@ -180,6 +185,14 @@ impl EmbeddedStore {
                     keep
                 })
                 .map_err(|e| self.err("purging the pools", e))?;
+            let mut history = txn
+                .open_table(HISTORY)
+                .map_err(|e| self.err("opening the history table", e))?;
+            history
+                .retain(|_, json| {
+                    serde_json::from_str::<HistoryEntry>(json).map_or(true, |e| e.expires_at > now)
+                })
+                .map_err(|e| self.err("purging the history", e))?;
         }
         txn.commit()
             .map_err(|e| self.err("committing the purge", e))?;
@@ -230,6 +243,23 @@ impl EmbeddedStore {
                 pools
                     .insert(key.as_str(), json.as_str())
                     .map_err(|e| self.err(format_args!("writing pool {key} (event {id})"), e))?;
+            }
+            let mut history = txn
+                .open_table(HISTORY)
+                .map_err(|e| self.err("opening the history table", e))?;
+            for entry in HistoryEntry::of(update, &self.retention) {
+                let key = format!(
+                    "{}#{:013}#{}#{}",
+                    entry.pool,
+                    entry.at.timestamp_millis().max(0),
+                    entry.event_id,
+                    entry.instance_id
+                );
+                let json = serde_json::to_string(&entry)
+                    .map_err(|e| self.err(format_args!("encoding history {key}"), e))?;
+                history
+                    .insert(key.as_str(), json.as_str())
+                    .map_err(|e| self.err(format_args!("writing history {key}"), e))?;
             }
         }
         txn.commit()
@@ -310,6 +340,39 @@ impl PoolStore for EmbeddedStore {
         let update = update.clone();
         self.blocking(move |store| store.apply_blocking(&update))
             .await
+    }
+
+    async fn history(
+        &self,
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<HistoryEntry>, StoreError> {
+        self.blocking(move |store| {
+            let txn = store.read_txn()?;
+            let table = match txn.open_table(HISTORY) {
+                Ok(table) => table,
+                // A store written before the history existed.
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+                Err(e) => return Err(store.err("opening the history table", e)),
+            };
+            let mut entries = Vec::new();
+            for item in table
+                .iter()
+                .map_err(|e| store.err("listing the history", e))?
+            {
+                let (key, json) = item.map_err(|e| store.err("listing the history", e))?;
+                let entry: HistoryEntry =
+                    serde_json::from_str(json.value()).map_err(|e| StoreError::Corrupt {
+                        key: key.value().to_string(),
+                        message: e.to_string(),
+                    })?;
+                if entry.in_period(since, now) {
+                    entries.push(entry);
+                }
+            }
+            Ok(entries)
+        })
+        .await
     }
 
     async fn pools(

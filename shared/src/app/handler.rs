@@ -530,6 +530,13 @@ mod tests {
         ) -> Result<Vec<crate::domain::pool::PoolRecord>, crate::ports::StoreError> {
             Ok(Vec::new())
         }
+        async fn history(
+            &self,
+            _: DateTime<Utc>,
+            _: DateTime<Utc>,
+        ) -> Result<Vec<crate::domain::stats::HistoryEntry>, crate::ports::StoreError> {
+            Ok(Vec::new())
+        }
         fn location(&self) -> String {
             "test".into()
         }

@@ -15,4 +15,5 @@ pub mod pool;
 pub mod priorities;
 pub mod report;
 pub mod retry;
+pub mod stats;
 pub mod sweep;

@@ -33,6 +33,71 @@ pub(super) const LAST_INSTANCE_ID: &str = "last_instance_id";
 pub(super) const KIND: &str = "kind";
 pub(super) const RECORDED_AT: &str = "recorded_at";
 
+/// The prefix of the `sk` of history items (`HIST#<event time>#<event id>#<instance id>`).
+pub const HISTORY_SK_PREFIX: &str = "HIST#";
+pub(super) const AT: &str = "at";
+pub(super) const UNTIL: &str = "until";
+pub(super) const EVENT_ID: &str = "event_id";
+pub(super) const INSTANCE_ID: &str = "instance_id";
+
+/// The `sk` of a history item: sorts by event time within its pool.
+pub fn history_sk(entry: &crate::domain::stats::HistoryEntry) -> String {
+    format!(
+        "{HISTORY_SK_PREFIX}{:011}#{}#{}",
+        entry.at.timestamp().max(0),
+        entry.event_id,
+        entry.instance_id
+    )
+}
+
+/// A history item read back.
+pub fn decode_history(
+    item: &HashMap<String, AttributeValue>,
+) -> Result<crate::domain::stats::HistoryEntry, StoreError> {
+    let key = item
+        .get(SK)
+        .and_then(|v| v.as_s().ok())
+        .cloned()
+        .unwrap_or_default();
+    let corrupt = |message: String| StoreError::Corrupt {
+        key: key.clone(),
+        message,
+    };
+    let text = |name: &str| {
+        item.get(name)
+            .and_then(|v| v.as_s().ok())
+            .cloned()
+            .ok_or_else(|| corrupt(format!("`{name}` is missing or not a string")))
+    };
+    let time = |name: &str| -> Result<Option<DateTime<Utc>>, StoreError> {
+        match item.get(name) {
+            None => Ok(None),
+            Some(v) => v
+                .as_n()
+                .ok()
+                .and_then(|n| n.parse::<i64>().ok())
+                .and_then(|t| DateTime::from_timestamp(t, 0))
+                .map(Some)
+                .ok_or_else(|| corrupt(format!("`{name}` is not a time in epoch seconds"))),
+        }
+    };
+    let pool: PoolKey = text(POOL)?
+        .parse()
+        .map_err(|e| corrupt(format!("`{POOL}`: {e}")))?;
+    let kind: EventKind = serde_json::from_value(serde_json::Value::String(text(KIND)?))
+        .map_err(|e| corrupt(format!("`{KIND}`: {e}")))?;
+    Ok(crate::domain::stats::HistoryEntry {
+        pool,
+        kind,
+        event_id: text(EVENT_ID)?,
+        instance_id: text(INSTANCE_ID)?,
+        at: time(AT)?.ok_or_else(|| corrupt(format!("`{AT}` is missing")))?,
+        unavailable_until: time(UNTIL)?,
+        expires_at: time(EXPIRES_AT)?
+            .ok_or_else(|| corrupt(format!("`{EXPIRES_AT}` is missing")))?,
+    })
+}
+
 /// The `pk` of a pool's item.
 pub fn pool_pk(pool: &PoolKey) -> String {
     format!("POOL#{pool}")

@@ -55,6 +55,7 @@ use crate::domain::fold::{PoolDelta, pool_deltas, validate};
 use crate::domain::pool::{
     Applied, PoolKey, PoolQuery, PoolRecord, PoolUpdate, Retention, counter_name, sort_newest_first,
 };
+use crate::domain::stats::HistoryEntry;
 use crate::ports::{PoolStore, StoreError};
 
 /// Index of the pools ever marked unavailable: partition `sk` (= `POOL`), sort `unavailable_until`.
@@ -522,6 +523,51 @@ impl PoolStore for DynamoStore {
         ))
     }
 
+    /// A `Scan` of the history items (every page) whose event or window touches the period and
+    /// that have not expired: an operator's report, not a hot path.
+    async fn history(
+        &self,
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<HistoryEntry>, StoreError> {
+        let mut e = Expr::default();
+        let filter = format!(
+            "begins_with({sk}, {prefix}) AND {exp} > {now} AND {at} <= {now} AND ({at} >= {since} OR {until} > {since})",
+            sk = e.name(SK),
+            prefix = e.value("hist", s(HISTORY_SK_PREFIX)),
+            exp = e.name(EXPIRES_AT),
+            now = e.value("now", n(now.timestamp())),
+            at = e.name(AT),
+            until = e.name(UNTIL),
+            since = e.value("since", n(since.timestamp())),
+        );
+        let mut entries = Vec::new();
+        let mut start = None;
+        loop {
+            let out = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .filter_expression(&filter)
+                .set_expression_attribute_names(Some(e.names.clone()))
+                .set_expression_attribute_values(Some(e.values.clone()))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|err| self.err("scanning the history", DisplayErrorContext(err)))?;
+            for item in out.items.unwrap_or_default() {
+                let entry = decode_history(&item)?;
+                if entry.in_period(since, now) {
+                    entries.push(entry);
+                }
+            }
+            match out.last_evaluated_key.filter(|k| !k.is_empty()) {
+                Some(key) => start = Some(key),
+                None => return Ok(entries),
+            }
+        }
+    }
+
     async fn pools(
         &self,
         query: &PoolQuery,
@@ -609,13 +655,14 @@ impl DynamoStore {
         keys: &[&str],
     ) -> Result<(), StoreError> {
         let id = &update.event_id;
-        if deltas.len() + keys.len() > MAX_POOLS_PER_UPDATE + 1 {
+        if deltas.len() + keys.len() + update.marks.len() > MAX_POOLS_PER_UPDATE + 1 {
             return Err(self.err(
                 format_args!("applying event {id}"),
                 format_args!(
-                    "it marks {} pools with {} ledger keys, but one transaction holds at most \
-                     100 items: the ledger entries and the pools",
+                    "it marks {} pools ({} marks) with {} ledger keys, but one transaction holds \
+                     at most 100 items: the ledger entries, the pools and their history entries",
                     deltas.len(),
+                    update.marks.len(),
                     keys.len()
                 ),
             ));
@@ -647,7 +694,32 @@ impl DynamoStore {
         for (delta, bets) in deltas.iter().zip(&bets) {
             items.push(self.pool_update(update, delta, *bets)?);
         }
+        // Last, so the cancellation reasons of the items above keep their places.
+        for entry in HistoryEntry::of(update, &self.retention) {
+            items.push(self.history_put(&entry)?);
+        }
         Ok(items)
+    }
+
+    /// The history item of `entry` (no index holds it: it has none of their sort keys).
+    fn history_put(&self, entry: &HistoryEntry) -> Result<TransactWriteItem, StoreError> {
+        let mut put = Put::builder()
+            .table_name(&self.table)
+            .item(PK, s(&pool_pk(&entry.pool)))
+            .item(SK, s(&history_sk(entry)))
+            .item(POOL, s(&entry.pool.to_string()))
+            .item(KIND, s(entry.kind.as_str()))
+            .item(EVENT_ID, s(&entry.event_id))
+            .item(INSTANCE_ID, s(&entry.instance_id))
+            .item(AT, n(entry.at.timestamp()))
+            .item(EXPIRES_AT, n(ceil_secs(entry.expires_at)));
+        if let Some(until) = entry.unavailable_until {
+            put = put.item(UNTIL, n(ceil_secs(until)));
+        }
+        let put = put
+            .build()
+            .map_err(|e| self.err("building a history put", e))?;
+        Ok(TransactWriteItem::builder().put(put).build())
     }
 
     /// Remembers what an applied transaction wrote, to place the next bets.
