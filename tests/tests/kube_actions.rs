@@ -1781,6 +1781,7 @@ fn terminating(w: &World, name: &str) -> bool {
         .is_some_and(|p| p["metadata"]["deletionTimestamp"].is_string())
 }
 
+/// Eviction requests sent, accepted or not.
 fn evictions(w: &World) -> usize {
     w.fake
         .requests()
@@ -1942,7 +1943,9 @@ async fn a_refused_eviction_is_tried_again_in_later_passes_until_the_deadline() 
     assert!(drain.left[0].reason.contains("429"), "{drain:?}");
     assert!(!w.events().contains_key("DrainIncomplete"));
 
-    // The deadline has passed: the drain ends, incomplete, and says what was left.
+    // The deadline has passed: one last attempt (still refused), then the drain ends,
+    // incomplete, and says what was left and why.
+    let before = evictions(&w);
     plan.actions[0].deadline = Some(Utc::now() - chrono::Duration::seconds(1));
     let later = Pass::Drain {
         started_at: started,
@@ -1952,7 +1955,8 @@ async fn a_refused_eviction_is_tried_again_in_later_passes_until_the_deadline() 
     let last = executor.run(&plan, later).await.unwrap().remove(0);
     let drain = last.drain.unwrap();
     assert!(!drain.pending && !drain.complete(), "{drain:?}");
-    assert!(drain.left[0].reason.contains("deadline"), "{drain:?}");
+    assert!(drain.left[0].reason.contains("429"), "{drain:?}");
+    assert_eq!(evictions(&w), before + 1, "one attempt past the deadline");
     assert!(w.events().contains_key("DrainIncomplete"));
     assert!(w.pod("default", "db-1").is_some());
 }

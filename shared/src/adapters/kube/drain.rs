@@ -291,6 +291,79 @@ fn refusal_text(err: &ApiError) -> String {
     }
 }
 
+/// The pods of a node, sorted for a drain: the skipped ones are put in the report.
+struct Sorted<'a> {
+    normal: Vec<&'a Pod>,
+    critical: Vec<&'a Pod>,
+    /// Already terminating: waited for, not evicted again.
+    terminating: Vec<&'a Pod>,
+}
+
+fn sort_pods<'a>(listed: &'a [Pod], report: &mut DrainReport) -> Sorted<'a> {
+    let mut sorted = Sorted {
+        normal: Vec::new(),
+        critical: Vec::new(),
+        terminating: Vec::new(),
+    };
+    for pod in listed {
+        match disposition(pod) {
+            Disposition::Skip(why) => report.skipped.push(SkippedPod {
+                pod: pod_key(pod),
+                why,
+            }),
+            Disposition::Wait => sorted.terminating.push(pod),
+            Disposition::Evict { critical: false } => sorted.normal.push(pod),
+            Disposition::Evict { critical: true } => sorted.critical.push(pod),
+        }
+    }
+    sorted
+}
+
+/// Evicts `pods` (at most `settings.parallelism` at once, each retried until `end`) and puts
+/// what became of each in `report`; answers the (uid, `namespace/name`) of those evicted.
+async fn evict_all(
+    clients: &ClusterClient,
+    pods: &[&Pod],
+    end: Instant,
+    settings: &DrainSettings,
+    report: &mut DrainReport,
+) -> Result<Vec<(String, String)>, KubeError> {
+    // Owned (namespace, name, uid) per pod: the futures must not borrow the pods.
+    let targets: Vec<(String, String, String)> = pods
+        .iter()
+        .map(|p| {
+            (
+                p.metadata
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| "default".into()),
+                p.metadata.name.clone().unwrap_or_default(),
+                p.metadata.uid.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let results: Vec<_> = futures::stream::iter(targets)
+        .map(|(namespace, name, uid)| async move {
+            let result = evict(clients, &namespace, &name, end, settings).await;
+            (format!("{namespace}/{name}"), uid, result)
+        })
+        .buffer_unordered(settings.parallelism.max(1))
+        .collect()
+        .await;
+    let mut evicted = Vec::new();
+    for (key, uid, result) in results {
+        match result? {
+            Eviction::Evicted => {
+                report.evicted.push(key.clone());
+                evicted.push((uid, key));
+            }
+            Eviction::Gone => report.already_gone.push(key),
+            Eviction::Refused(reason) => report.left.push(LeftPod { pod: key, reason }),
+        }
+    }
+    Ok(evicted)
+}
+
 /// Drains `node` until `deadline`.
 pub(crate) async fn drain(
     clients: &ClusterClient,
@@ -301,20 +374,12 @@ pub(crate) async fn drain(
 ) -> Result<DrainReport, KubeError> {
     let mut report = DrainReport::default();
     let listed = list_pods(clients, node).await?;
-    let (mut normal, mut critical, mut waiting) = (Vec::new(), Vec::new(), BTreeSet::new());
-    for pod in &listed {
-        match disposition(pod) {
-            Disposition::Skip(why) => report.skipped.push(SkippedPod {
-                pod: pod_key(pod),
-                why,
-            }),
-            Disposition::Wait => {
-                waiting.insert(uid_key(pod));
-            }
-            Disposition::Evict { critical: false } => normal.push(pod),
-            Disposition::Evict { critical: true } => critical.push(pod),
-        }
-    }
+    let Sorted {
+        normal,
+        critical,
+        terminating,
+    } = sort_pods(&listed, &mut report);
+    let mut waiting: BTreeSet<(String, String)> = terminating.iter().map(|p| uid_key(p)).collect();
     if dry_run {
         report.would_evict = normal.iter().chain(&critical).map(|p| pod_key(p)).collect();
         return Ok(report);
@@ -327,38 +392,7 @@ pub(crate) async fn drain(
         now + end.saturating_duration_since(now) * 3 / 4
     };
     for (phase, phase_end) in [(normal, first_end), (critical, end)] {
-        // Owned (namespace, name, uid) per pod: the futures must not borrow the stream's items.
-        let targets: Vec<(String, String, String)> = phase
-            .iter()
-            .map(|p| {
-                (
-                    p.metadata
-                        .namespace
-                        .clone()
-                        .unwrap_or_else(|| "default".into()),
-                    p.metadata.name.clone().unwrap_or_default(),
-                    p.metadata.uid.clone().unwrap_or_default(),
-                )
-            })
-            .collect();
-        let results: Vec<_> = futures::stream::iter(targets)
-            .map(|(namespace, name, uid)| async move {
-                let result = evict(clients, &namespace, &name, phase_end, settings).await;
-                (format!("{namespace}/{name}"), uid, result)
-            })
-            .buffer_unordered(settings.parallelism.max(1))
-            .collect()
-            .await;
-        for (key, uid, result) in results {
-            match result? {
-                Eviction::Evicted => {
-                    report.evicted.push(key.clone());
-                    waiting.insert((uid, key));
-                }
-                Eviction::Gone => report.already_gone.push(key),
-                Eviction::Refused(reason) => report.left.push(LeftPod { pod: key, reason }),
-            }
-        }
+        waiting.extend(evict_all(clients, &phase, phase_end, settings, &mut report).await?);
     }
     if !waiting.is_empty() {
         report.terminating = wait_gone(clients, node, waiting, end, settings.poll_interval).await?;
@@ -371,8 +405,8 @@ pub(crate) async fn drain(
 /// other evictable pod is left on the node, or in the last quarter of the time from `started_at`
 /// to `deadline` — retrying a refusal for at most `settings.pass_budget`, and returns. The report
 /// is `pending` while anything is left to evict or to wait for and the deadline has not passed;
-/// past the deadline nothing more is evicted and what is still there is reported (`left`,
-/// `terminating`), as the blocking drain does.
+/// past the deadline every pod still to evict gets one attempt and the drain ends, reporting what
+/// is still there (`left`, `terminating`), as the blocking drain does.
 pub(crate) async fn drain_step(
     clients: &ClusterClient,
     node: &str,
@@ -383,47 +417,32 @@ pub(crate) async fn drain_step(
 ) -> Result<DrainReport, KubeError> {
     let mut report = DrainReport::default();
     let listed = list_pods(clients, node).await?;
-    let (mut normal, mut critical, mut terminating) = (Vec::new(), Vec::new(), Vec::new());
-    let mut due_gone: Option<DateTime<Utc>> = None;
-    for pod in &listed {
-        match disposition(pod) {
-            Disposition::Skip(why) => report.skipped.push(SkippedPod {
-                pod: pod_key(pod),
-                why,
-            }),
-            Disposition::Wait => {
-                terminating.push(pod_key(pod));
-                let at = pod
-                    .metadata
-                    .deletion_timestamp
-                    .as_ref()
-                    .and_then(|t| DateTime::from_timestamp_micros(t.0.as_microsecond()));
-                due_gone = due_gone.max(at);
-            }
-            Disposition::Evict { critical: false } => normal.push(pod),
-            Disposition::Evict { critical: true } => critical.push(pod),
-        }
-    }
+    let Sorted {
+        normal,
+        critical,
+        terminating,
+    } = sort_pods(&listed, &mut report);
+    let due_gone = terminating
+        .iter()
+        .filter_map(|p| p.metadata.deletion_timestamp.as_ref())
+        .filter_map(|t| DateTime::from_timestamp_micros(t.0.as_microsecond()))
+        .max();
+    let critical_terminating = terminating.iter().all(|p| is_critical(p));
+    let terminating: Vec<String> = terminating.iter().map(|p| pod_key(p)).collect();
     if dry_run {
         report.would_evict = normal.iter().chain(&critical).map(|p| pod_key(p)).collect();
         return Ok(report);
     }
     let now = Utc::now();
     if now >= deadline {
-        let refusal = "not evicted: the drain's deadline has passed".to_string();
-        report.left = normal
-            .iter()
-            .chain(&critical)
-            .map(|p| LeftPod {
-                pod: pod_key(p),
-                reason: refusal.clone(),
-            })
-            .collect();
+        // The last pass: one attempt for every pod still to evict (as the blocking drain makes
+        // at least one), then the drain ends with what is left.
+        let all: Vec<&Pod> = normal.iter().chain(&critical).copied().collect();
+        evict_all(clients, &all, Instant::now(), settings, &mut report).await?;
         report.terminating = terminating;
         return Ok(report);
     }
-    let critical_due = (normal.is_empty()
-        && terminating.iter().all(|t| is_critical_key(&listed, t)))
+    let critical_due = (normal.is_empty() && critical_terminating)
         || now >= started_at + (deadline - started_at) * 3 / 4;
     let mut due: Vec<&Pod> = normal;
     let deferred = if critical_due {
@@ -436,33 +455,7 @@ pub(crate) async fn drain_step(
         + settings
             .pass_budget
             .min((deadline - now).to_std().unwrap_or_default());
-    let targets: Vec<(String, String)> = due
-        .iter()
-        .map(|p| {
-            (
-                p.metadata
-                    .namespace
-                    .clone()
-                    .unwrap_or_else(|| "default".into()),
-                p.metadata.name.clone().unwrap_or_default(),
-            )
-        })
-        .collect();
-    let results: Vec<_> = futures::stream::iter(targets)
-        .map(|(namespace, name)| async move {
-            let result = evict(clients, &namespace, &name, pass_end, settings).await;
-            (format!("{namespace}/{name}"), result)
-        })
-        .buffer_unordered(settings.parallelism.max(1))
-        .collect()
-        .await;
-    for (key, result) in results {
-        match result? {
-            Eviction::Evicted => report.evicted.push(key),
-            Eviction::Gone => report.already_gone.push(key),
-            Eviction::Refused(reason) => report.left.push(LeftPod { pod: key, reason }),
-        }
-    }
+    evict_all(clients, &due, pass_end, settings, &mut report).await?;
     report.terminating = terminating;
     let acted = deferred > 0 || !report.evicted.is_empty() || !report.left.is_empty();
     report.pending = acted || !report.terminating.is_empty();
@@ -470,11 +463,6 @@ pub(crate) async fn drain_step(
         report.wait_until = due_gone.map(|t| t.min(deadline));
     }
     Ok(report)
-}
-
-/// Whether the pod `key` (`namespace/name`) of `pods` is critical.
-fn is_critical_key(pods: &[Pod], key: &str) -> bool {
-    pods.iter().any(|p| pod_key(p) == key && is_critical(p))
 }
 
 /// (uid, namespace/name): a pod replaced by one of the same name is not the pod waited for.
