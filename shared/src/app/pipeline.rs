@@ -288,7 +288,15 @@ impl Pipeline<'_> {
         now: DateTime<Utc>,
     ) -> Report {
         let plan = match &record.continuation {
-            Some(c) => c.plan.clone(),
+            Some(c) => match serde_json::from_value::<crate::domain::plan::Plan>(c.plan.clone()) {
+                Ok(plan) => plan,
+                Err(e) => {
+                    return Report::new(record).failed(format!(
+                        "{}: field `body.forewarnContinuation.plan`: not a plan: {e}",
+                        record.origin
+                    ));
+                }
+            },
             None => decide(event, facts, self.config),
         };
         let span = tracing::Span::current();
@@ -332,7 +340,8 @@ impl Pipeline<'_> {
                     if let (true, Some(c)) = (pending, &self.continuer) {
                         // The drain's first pass follows at once (behind the warnings already
                         // queued: their cordons come first).
-                        let next = Continuation::first(now, event.time, plan.clone());
+                        let plan = serde_json::to_value(&plan).unwrap_or_default();
+                        let next = Continuation::first(now, event.time, plan);
                         let after = std::time::Duration::ZERO;
                         if let Err(e) = self.send(c, record, &next, after).await {
                             return report.failed(e);

@@ -26,8 +26,6 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::plan::Plan;
-
 /// The key of a continuation message's body.
 pub const CONTINUATION_KEY: &str = "forewarnContinuation";
 
@@ -46,14 +44,15 @@ pub struct Continuation {
     pub heartbeat_at: Option<DateTime<Utc>>,
     /// When the original message was sent (dates an event whose `time` is empty).
     pub sent_at: DateTime<Utc>,
-    /// The plan of the first delivery: later passes act on it, without looking the instance
-    /// and the node up again.
-    pub plan: Plan,
+    /// The plan of the first delivery (a [`crate::domain::plan::Plan`] as JSON, kept as such so
+    /// that the event model, which decodes continuations, does not depend on the decision): later
+    /// passes act on it, without looking the instance and the node up again.
+    pub plan: Value,
 }
 
 impl Continuation {
     /// The first continuation of an event whose first pass ran at `started_at`.
-    pub fn first(started_at: DateTime<Utc>, sent_at: DateTime<Utc>, plan: Plan) -> Continuation {
+    pub fn first(started_at: DateTime<Utc>, sent_at: DateTime<Utc>, plan: Value) -> Continuation {
         Continuation {
             version: 1,
             pass: 1,
@@ -130,8 +129,8 @@ mod tests {
         Utc.timestamp_opt(1_795_000_000 + s, 0).unwrap()
     }
 
-    fn plan() -> Plan {
-        serde_json::from_value(serde_json::json!({
+    fn plan() -> Value {
+        serde_json::json!({
             "event_id": "e1", "kind": "spot-interruption", "time": "2026-11-20T10:00:00Z",
             "region": null, "instance_ids": ["i-1"], "ignored": null, "pools": [],
             "actions": [{"instance_id": "i-1", "node": "n1", "action": "cordon-drain",
@@ -139,8 +138,7 @@ mod tests {
                          "taint_value": "spot-interruption",
                          "deadline": "2026-11-20T10:01:45Z", "complete_lifecycle": null}],
             "summary": "spot-interruption", "also_keys": []
-        }))
-        .unwrap()
+        })
     }
 
     #[test]
@@ -170,7 +168,7 @@ mod tests {
         let wrong = unwrap(
             &serde_json::json!({CONTINUATION_KEY: {"version": 2, "pass": 1,
             "startedAt": "2026-11-20T10:00:00Z", "sentAt": "2026-11-20T10:00:00Z", "body": "{}",
-            "plan": serde_json::to_value(plan()).unwrap()}}),
+            "plan": plan()}}),
         )
         .unwrap()
         .unwrap_err();
