@@ -63,8 +63,21 @@ fn pool_items(scan: &Value) -> Vec<(String, Value)> {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|i| i["pk"]["S"].as_str().unwrap().starts_with("POOL#"))
+        .filter(|i| i["pk"]["S"].as_str().unwrap().starts_with("POOL#") && i["sk"]["S"] == "POOL")
         .map(|i| (i["pool"]["S"].as_str().unwrap().to_string(), i.clone()))
+        .collect();
+    items.sort_by(|a, b| a.0.cmp(&b.0));
+    items
+}
+
+/// The history items (`sk` `HIST#...`), by `sk`.
+fn history_items(scan: &Value) -> Vec<(String, Value)> {
+    let mut items: Vec<(String, Value)> = scan["Items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["sk"]["S"].as_str().unwrap().starts_with("HIST#"))
+        .map(|i| (i["sk"]["S"].as_str().unwrap().to_string(), i.clone()))
         .collect();
     items.sort_by(|a, b| a.0.cmp(&b.0));
     items
@@ -133,6 +146,25 @@ fn replay_execute_records_one_item_per_pool_and_again_changes_nothing() {
     // third rebalance
     assert_eq!(hot["rebalances"]["N"], "3");
     assert!(hot.get("unavailable_until").is_some());
+    // The history: one item per pool mark, in no index (none of their key attributes).
+    let history = history_items(&scan);
+    let hot_history = history
+        .iter()
+        .filter(|(_, i)| i["pool"]["S"] == "spot#m5.large#us-east-1a")
+        .count();
+    assert!(
+        hot_history >= 6,
+        "3 interruptions and 3 rebalances at least: {history:#?}"
+    );
+    for (sk, item) in &history {
+        for attr in ["unavailable_until", "zone", "instance_type", "last_seen"] {
+            assert!(
+                item.get(attr).is_none(),
+                "{sk}: {attr} would put it in an index"
+            );
+        }
+        assert!(item.get("expires_at").is_some(), "{sk}: no TTL");
+    }
 
     // Again: every event a duplicate, every item as it was.
     let again = forewarn(&endpoint, state.path(), &args);
@@ -149,6 +181,11 @@ fn replay_execute_records_one_item_per_pool_and_again_changes_nothing() {
         pool_items(&rescan),
         pools,
         "replaying again changed an item"
+    );
+    assert_eq!(
+        history_items(&rescan),
+        history,
+        "replaying again added history"
     );
 
     // `forewarn pools` shows the same pools from either store.

@@ -162,14 +162,13 @@ pub async fn drain_patiently(
     Ok(drained)
 }
 
-/// Messages received and not yet deleted or visible again, and messages sent with a delay not
-/// yet over (a drain's continuations).
-pub async fn in_flight(sqs: &Client, queue_url: &str) -> anyhow::Result<usize> {
+/// The queue's approximate counts: (visible, in flight, delayed). One call asking for every
+/// attribute, so no count is missed.
+async fn counts(sqs: &Client, queue_url: &str) -> anyhow::Result<(usize, usize, usize)> {
     let attributes = sqs
         .get_queue_attributes()
         .queue_url(queue_url)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
+        .attribute_names(QueueAttributeName::All)
         .send()
         .await?;
     let count = |name: QueueAttributeName| {
@@ -179,26 +178,24 @@ pub async fn in_flight(sqs: &Client, queue_url: &str) -> anyhow::Result<usize> {
             .and_then(|n| n.parse::<usize>().ok())
             .unwrap_or(0)
     };
-    Ok(
-        count(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-            + count(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
-    )
+    Ok((
+        count(QueueAttributeName::ApproximateNumberOfMessages),
+        count(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+        count(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
+    ))
+}
+
+/// Messages received and not yet deleted or visible again, and messages sent with a delay not
+/// yet over (a drain's continuations).
+pub async fn in_flight(sqs: &Client, queue_url: &str) -> anyhow::Result<usize> {
+    let (_, in_flight, delayed) = counts(sqs, queue_url).await?;
+    Ok(in_flight + delayed)
 }
 
 /// Every message of the queue: visible, in flight or delayed.
 pub async fn left(sqs: &Client, queue_url: &str) -> anyhow::Result<usize> {
-    let attributes = sqs
-        .get_queue_attributes()
-        .queue_url(queue_url)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-        .send()
-        .await?;
-    let visible = attributes
-        .attributes()
-        .and_then(|a| a.get(&QueueAttributeName::ApproximateNumberOfMessages))
-        .and_then(|n| n.parse::<usize>().ok())
-        .unwrap_or(0);
-    Ok(visible + in_flight(sqs, queue_url).await?)
+    let (visible, in_flight, delayed) = counts(sqs, queue_url).await?;
+    Ok(visible + in_flight + delayed)
 }
 
 /// The bodies of every message now in a queue (received with visibility 0 so they stay).
