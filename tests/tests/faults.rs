@@ -395,7 +395,7 @@ impl World {
             assert_eq!(acted, 1, "event {} acted once: {reports:#?}", body.id);
             assert!(ledger.contains(&body.id), "{} in the ledger", body.id);
             // Its drain ended: the last pass left nothing pending.
-            let last = reports.iter().filter(ours).last().unwrap();
+            let last = reports.iter().rev().find(ours).unwrap();
             let pending = last.actions.iter().any(|a| {
                 a.drain.is_some_and(|d| d.pending)
                     || a.result

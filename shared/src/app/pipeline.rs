@@ -203,7 +203,7 @@ impl Pipeline<'_> {
                 let event = record.event.as_ref().ok()?;
                 let cordon_pass_of_its_own = self.continuer.is_some()
                     && self.mode.writes_cluster()
-                    && record.origin.queue_arn.is_some()
+                    && record.queue_arn.is_some()
                     && record.body.is_some();
                 if record.continuation.is_some()
                     || applied.contains(&event.id)
@@ -329,7 +329,7 @@ impl Pipeline<'_> {
         let executor = self.executor.filter(|_| self.mode.runs_actions());
         if let Some(executor) = executor.filter(|_| plan.has_node_work()) {
             // Only a record from a queue can be continued (a replay's drain waits).
-            let from_queue = record.origin.queue_arn.is_some() && record.body.is_some();
+            let from_queue = record.queue_arn.is_some() && record.body.is_some();
             let pass = match self.continuer {
                 Some(_) if from_queue && self.mode.writes_cluster() => Pass::Cordon,
                 _ => Pass::Whole,
@@ -427,7 +427,7 @@ impl Pipeline<'_> {
         next: &Continuation,
         after: std::time::Duration,
     ) -> Result<(), String> {
-        let (Some(queue), Some(body)) = (&record.origin.queue_arn, &record.body) else {
+        let (Some(queue), Some(body)) = (&record.queue_arn, &record.body) else {
             return Err("the drain must continue, but the record came from no queue".into());
         };
         c.continuer
@@ -504,15 +504,21 @@ type LookedUp = (
 /// The first record of each event id does the work, in lanes of events that share an
 /// instance; later records of an id are `(record, first record)` repeats.
 fn schedule(records: &[Record]) -> (Vec<Vec<usize>>, Vec<(usize, usize)>) {
-    let mut first_of: HashMap<&str, usize> = HashMap::new();
+    // A drain's pass is a repeat only of the same pass (a duplicated continuation), never of the
+    // event's first delivery or of another pass.
+    let mut first_of: HashMap<(&str, Option<u32>), usize> = HashMap::new();
     let mut repeats: Vec<(usize, usize)> = Vec::new();
     let mut lanes = Lanes::default();
     for (i, record) in records.iter().enumerate() {
         if let Ok(event) = &record.event {
-            match first_of.get(event.id.as_str()) {
+            let key = (
+                event.id.as_str(),
+                record.continuation.as_ref().map(|c| c.pass),
+            );
+            match first_of.get(&key) {
                 Some(&first) => repeats.push((i, first)),
                 None => {
-                    first_of.insert(&event.id, i);
+                    first_of.insert(key, i);
                     lanes.add(i, &event.instance_ids);
                 }
             }

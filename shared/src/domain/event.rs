@@ -227,10 +227,6 @@ pub struct Origin {
     /// `None` for a bare event; the index in `Records` or in the array otherwise.
     pub index: Option<usize>,
     pub message_id: Option<String>,
-    /// The SQS queue's ARN (`eventSourceARN`), when the record came from one: where a
-    /// continuation of its drain is sent.
-    #[serde(skip)]
-    pub queue_arn: Option<String>,
     #[serde(skip)]
     envelope: EnvelopeKind,
 }
@@ -250,7 +246,6 @@ impl Origin {
             source: source.into(),
             index: None,
             message_id: None,
-            queue_arn: None,
             envelope: EnvelopeKind::Bare,
         }
     }
@@ -260,7 +255,6 @@ impl Origin {
             source: source.to_string(),
             index: Some(index),
             message_id,
-            queue_arn: None,
             envelope: EnvelopeKind::Sqs,
         }
     }
@@ -270,7 +264,6 @@ impl Origin {
             source: source.to_string(),
             index: Some(index),
             message_id: None,
-            queue_arn: None,
             envelope: EnvelopeKind::Array,
         }
     }
@@ -312,6 +305,9 @@ pub struct Record {
     pub continuation: Option<Continuation>,
     /// The SQS message body the event came in (what a continuation carries).
     pub body: Option<String>,
+    /// The SQS queue's ARN (`eventSourceARN`), when the record came from one: where a
+    /// continuation of its drain is sent.
+    pub queue_arn: Option<String>,
 }
 
 impl Record {
@@ -322,6 +318,7 @@ impl Record {
             event,
             continuation: None,
             body: None,
+            queue_arn: None,
         }
     }
 }
@@ -415,8 +412,15 @@ fn decode_sqs_record(source: &str, index: usize, raw: &Value, received: DateTime
 
 /// Decodes one SQS message of a batch: its body (see [`decode_sqs_body`]), or the original body
 /// a continuation message carries, with the continuation's progress.
-fn decode_sqs_message(mut origin: Origin, msg: &SqsMessage, received: DateTime<Utc>) -> Record {
-    origin.queue_arn = msg.event_source_arn.clone();
+fn decode_sqs_message(origin: Origin, msg: &SqsMessage, received: DateTime<Utc>) -> Record {
+    let record = decode_sqs_message_body(origin, msg, received);
+    Record {
+        queue_arn: msg.event_source_arn.clone(),
+        ..record
+    }
+}
+
+fn decode_sqs_message_body(origin: Origin, msg: &SqsMessage, received: DateTime<Utc>) -> Record {
     let sent = sent_at(msg, received);
     let body = msg.body.as_deref();
     let unwrapped = body
@@ -428,6 +432,7 @@ fn decode_sqs_message(mut origin: Origin, msg: &SqsMessage, received: DateTime<U
             origin,
             continuation: None,
             body: body.map(str::to_string),
+            queue_arn: None,
         },
         Some(Err((field, message))) => Record::new(
             origin.clone(),
@@ -442,6 +447,7 @@ fn decode_sqs_message(mut origin: Origin, msg: &SqsMessage, received: DateTime<U
             origin,
             continuation: Some(continuation),
             body: Some(body),
+            queue_arn: None,
         },
     }
 }

@@ -435,10 +435,11 @@ impl KubeExecutor {
                 Pass::Drain { heartbeat, .. } => heartbeat,
                 Pass::Whole | Pass::Cordon => false,
             };
-            if heartbeat && let Some(completer) = &self.lifecycle {
-                if completer.heartbeat(&a.instance_id, lifecycle).await? {
-                    out.heartbeat_at = Some(Utc::now());
-                }
+            if heartbeat
+                && let Some(completer) = &self.lifecycle
+                && completer.heartbeat(&a.instance_id, lifecycle).await?
+            {
+                out.heartbeat_at = Some(Utc::now());
             }
         } else if let Some(lifecycle) = &a.complete_lifecycle {
             out.lifecycle = Some(if dry_run {
