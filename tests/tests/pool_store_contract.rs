@@ -278,19 +278,19 @@ fn dynamodb_rejects_more_pools_than_a_transaction_holds() {
             .expect_err("150 pools do not fit in one transaction");
         let msg = err.to_string();
         assert!(msg.contains("150 pools") && msg.contains(&table), "{msg}");
-        // 99 pools do.
-        let marks = (0..99)
+        // 49 pools do (each with its history item: 1 + 49 + 49 items).
+        let marks = (0..49)
             .map(|i| mark(&spot(&format!("m{i}.large"), "us-east-1a"), "i-1", None))
             .collect();
         assert_eq!(
-            store.apply(&event("e-99", t, marks)).await.unwrap(),
+            store.apply(&event("e-49", t, marks)).await.unwrap(),
             Applied::Applied
         );
         let all = PoolQuery {
             include_available: true,
             ..PoolQuery::default()
         };
-        assert_eq!(store.pools(&all, t).await.unwrap().len(), 99);
+        assert_eq!(store.pools(&all, t).await.unwrap().len(), 49);
     });
 }
 

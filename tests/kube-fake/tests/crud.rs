@@ -486,7 +486,8 @@ async fn unknown_paths_and_verbs_answer_statuses() {
     let fake = KubeFake::start().await;
     let client = fake.client();
 
-    let request = axum::http::Request::get("/api/v1/configmaps")
+    // A kind the fake does not serve (ConfigMaps it does, for the priority expander).
+    let request = axum::http::Request::get("/api/v1/secrets")
         .body(Vec::new())
         .unwrap();
     let status = api_status(client.request_text(request).await);

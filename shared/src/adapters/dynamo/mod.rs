@@ -64,8 +64,9 @@ pub const INDEX_UNAVAILABLE: &str = "unavailable";
 pub const INDEX_BY_ZONE: &str = "by-zone";
 /// Index of the pools by instance type: partition `instance_type`, sort `last_seen`.
 pub const INDEX_BY_TYPE: &str = "by-type";
-/// A transaction holds at most 100 items: the ledger entry and this many pools.
-pub const MAX_POOLS_PER_UPDATE: usize = 99;
+/// A transaction holds at most 100 items: the ledger entry and this many pools, each with its
+/// history item (a pool marked twice by one event takes one pool item and two history items).
+pub const MAX_POOLS_PER_UPDATE: usize = 49;
 
 /// Transactions of one event cancelled by conflicts with concurrent writers (or throttling) before
 /// giving up; each is followed by a backoff. Lost bets are bounded otherwise: each flips at least
@@ -655,7 +656,7 @@ impl DynamoStore {
         keys: &[&str],
     ) -> Result<(), StoreError> {
         let id = &update.event_id;
-        if deltas.len() + keys.len() + update.marks.len() > MAX_POOLS_PER_UPDATE + 1 {
+        if deltas.len() + keys.len() + update.marks.len() > 100 {
             return Err(self.err(
                 format_args!("applying event {id}"),
                 format_args!(
