@@ -139,8 +139,10 @@ pub async fn run(args: ReplayArgs, mut settings: Settings) -> anyhow::Result<Exi
         (None, true) => ClusterChoice::Live(ClusterAccess::from_env()),
         (None, false) => ClusterChoice::None,
     };
-    // Replay reports what it did itself: no webhook.
+    // Replay reports what it did itself: no webhook. Its drains wait in one pass: a replayed SQS
+    // record names a queue, but a replay never sends anything to it.
     settings.webhook = None;
+    settings.drain_pass_interval = None;
     let services = wiring::services(&settings).await?;
 
     let records = read_records(&args.paths, Utc::now());
