@@ -769,30 +769,29 @@ impl Executor for KubeExecutor {
     }
 }
 
+/// What the executor reports to the pipeline of each node's outcome.
 fn results(outcomes: &[NodeOutcome]) -> Vec<ActionResult> {
-    {
-        outcomes
-            .iter()
-            .map(|o| ActionResult {
-                instance_id: o.instance_id.clone(),
-                detail: o.detail(),
-                cordoned_at: o.cordoned_at,
-                drain: o
-                    .drain
-                    .as_ref()
-                    .filter(|_| !o.dry_run)
-                    .map(|d| DrainSummary {
-                        evicted: d.evicted.len(),
-                        left: d.left.len(),
-                        complete: d.complete(),
-                        pending: d.pending,
-                    }),
-                pending: o.pending(),
-                wait_until: o.drain.as_ref().and_then(|d| d.wait_until),
-                heartbeat_at: o.heartbeat_at,
-            })
-            .collect()
-    }
+    outcomes
+        .iter()
+        .map(|o| ActionResult {
+            instance_id: o.instance_id.clone(),
+            detail: o.detail(),
+            cordoned_at: o.cordoned_at,
+            drain: o
+                .drain
+                .as_ref()
+                .filter(|_| !o.dry_run)
+                .map(|d| DrainSummary {
+                    evicted: d.evicted.len(),
+                    left: d.left.len(),
+                    complete: d.complete(),
+                    pending: d.pending,
+                }),
+            pending: o.pending(),
+            wait_until: o.drain.as_ref().and_then(|d| d.wait_until),
+            heartbeat_at: o.heartbeat_at,
+        })
+        .collect()
 }
 
 #[cfg(test)]
