@@ -256,12 +256,24 @@ struct Run {
     evicted: Vec<Option<Duration>>,
     invocations: usize,
     lambda_time: Duration,
+    /// The part of `lambda_time` spent by invocations that carried only drain passes.
+    pass_time: Duration,
     outcomes: BTreeMap<String, usize>,
     passes: usize,
     requests: u64,
     rate_limited: u64,
     by_kind: BTreeMap<String, usize>,
     peak_kb: u64,
+}
+
+/// What the event source mapping's pollers add up.
+#[derive(Debug, Clone, Default)]
+struct Totals {
+    invocations: usize,
+    lambda_time: Duration,
+    pass_time: Duration,
+    outcomes: BTreeMap<String, usize>,
+    passes: usize,
 }
 
 pub async fn report(s: &Settings) -> anyhow::Result<String> {
@@ -392,6 +404,12 @@ pub async fn report(s: &Settings) -> anyhow::Result<String> {
         "Lambda time (sum of invocation durations) per 1,000 warnings",
         &|r| secs(r.lambda_time.mul_f64(1000.0 / n.max(1) as f64)),
         "continuations ≤ 1/10 of the blocking drain's",
+    );
+    row(
+        &mut out,
+        "of which invocations carrying only drain passes",
+        &|r| secs(r.pass_time.mul_f64(1000.0 / n.max(1) as f64)),
+        "",
     );
     row(
         &mut out,
@@ -591,12 +609,7 @@ async fn one_run(s: &Settings, continuing: bool) -> anyhow::Result<Run> {
     });
 
     // The event source mapping: `invocations` pollers, each taking a batch and invoking.
-    let totals = Arc::new(Mutex::new((
-        0usize,
-        Duration::ZERO,
-        BTreeMap::<String, usize>::new(),
-        0usize,
-    )));
+    let totals = Arc::new(Mutex::new(Totals::default()));
     let pollers = (0..s.invocations.max(1)).map(|_| {
         let queue = Arc::clone(&queue);
         let handler = Arc::clone(&handler);
@@ -631,13 +644,16 @@ async fn one_run(s: &Settings, continuing: bool) -> anyhow::Result<Run> {
                 let ids: Vec<u64> = messages.iter().map(|m| m.0).collect();
                 queue.settle(&ids, &failed);
                 let mut t = totals.lock().unwrap();
-                t.0 += 1;
-                t.1 += took;
+                t.invocations += 1;
+                t.lambda_time += took;
+                if invocation.reports.iter().all(|r| r.pass.is_some()) {
+                    t.pass_time += took;
+                }
                 for r in &invocation.reports {
                     if r.pass.is_some() {
-                        t.3 += 1;
+                        t.passes += 1;
                     } else {
-                        *t.2.entry(format!("{:?}", r.outcome)).or_insert(0) += 1;
+                        *t.outcomes.entry(format!("{:?}", r.outcome)).or_insert(0) += 1;
                     }
                 }
             }
@@ -656,7 +672,13 @@ async fn one_run(s: &Settings, continuing: bool) -> anyhow::Result<Run> {
     let (cordoned, evicted) = watcher.await?;
     ClusterClient::clear_rate_limit();
     let counters = fake.counters();
-    let (invocations, lambda_time, outcomes, passes) = totals.lock().unwrap().clone();
+    let Totals {
+        invocations,
+        lambda_time,
+        pass_time,
+        outcomes,
+        passes,
+    } = totals.lock().unwrap().clone();
     if outcomes
         .get(&format!("{:?}", Outcome::Acted))
         .copied()
@@ -670,6 +692,7 @@ async fn one_run(s: &Settings, continuing: bool) -> anyhow::Result<Run> {
         evicted,
         invocations,
         lambda_time,
+        pass_time,
         outcomes,
         passes,
         requests: counters.requests,
