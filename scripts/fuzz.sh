@@ -4,9 +4,10 @@
 #   bash scripts/fuzz.sh            # 30 s (what scripts/test.sh runs)
 #   bash scripts/fuzz.sh 1800       # a longer run; the corpus it grows is kept in fuzz/corpus/
 #
-# Installs cargo-fuzz (pinned) into .tools/ when missing. cargo fuzz needs nightly -Z flags: the
-# stable toolchain accepts them with RUSTC_BOOTSTRAP=1. The sanitizer is FOREWARN_FUZZ_SANITIZER
-# (default `none`: the parser is safe Rust, and a clean build is much faster; `address` works too).
+# Uses an installed cargo-fuzz of the pinned version, or installs it into .tools/ when missing.
+# cargo fuzz needs nightly -Z flags: the stable toolchain accepts them with RUSTC_BOOTSTRAP=1.
+# The sanitizer is FOREWARN_FUZZ_SANITIZER (default `none`: the parser is safe Rust, and a clean
+# build is much faster; `address` works too).
 # Seeds are events/*.json and events/malformed/*, copied into the (git-ignored) corpus directory.
 # A crash, panic or failed invariant fails the run and its input is left in fuzz/artifacts/.
 set -euo pipefail
@@ -16,8 +17,14 @@ cd "$root"
 
 cargo_fuzz_version="0.13.1"
 tools="$root/.tools"
-if ! "$tools/bin/cargo-fuzz" --version 2>/dev/null | grep -q "$cargo_fuzz_version"; then
-    cargo install cargo-fuzz --version "$cargo_fuzz_version" --locked --root "$tools"
+# An installed cargo-fuzz of the pinned version (on PATH, or in .tools from an earlier run) is
+# used as it is; otherwise it is built into .tools.
+cargo_fuzz="$(command -v cargo-fuzz || true)"
+if [ -z "$cargo_fuzz" ] || ! "$cargo_fuzz" --version 2>/dev/null | grep -q "$cargo_fuzz_version"; then
+    cargo_fuzz="$tools/bin/cargo-fuzz"
+    if ! "$cargo_fuzz" --version 2>/dev/null | grep -q "$cargo_fuzz_version"; then
+        cargo install cargo-fuzz --version "$cargo_fuzz_version" --locked --root "$tools"
+    fi
 fi
 export RUSTC_BOOTSTRAP=1
 sanitizer="${FOREWARN_FUZZ_SANITIZER:-none}"
@@ -27,16 +34,16 @@ artifacts="fuzz/artifacts/$target"
 mkdir -p "$corpus" "$artifacts"
 cp events/*.json events/malformed/* "$corpus/"
 
-"$tools/bin/cargo-fuzz" build --fuzz-dir fuzz --sanitizer "$sanitizer" "$target"
+"$cargo_fuzz" build --fuzz-dir fuzz --sanitizer "$sanitizer" "$target"
 before="$(find "$artifacts" -type f | sort)"
 status=0
-"$tools/bin/cargo-fuzz" run --fuzz-dir fuzz --sanitizer "$sanitizer" "$target" "$corpus" -- \
+"$cargo_fuzz" run --fuzz-dir fuzz --sanitizer "$sanitizer" "$target" "$corpus" -- \
     -max_total_time="$seconds" -max_len=8192 -dict=fuzz/event_parser.dict \
     -artifact_prefix="$artifacts/" -print_final_stats=1 || status=$?
 if [ "$status" -ne 0 ]; then
     echo "fuzz: $target failed (exit $status); new artifacts:" >&2
     comm -13 <(echo "$before") <(find "$artifacts" -type f | sort) >&2
-    echo "reproduce: RUSTC_BOOTSTRAP=1 $tools/bin/cargo-fuzz run --fuzz-dir fuzz --sanitizer $sanitizer $target <artifact>" >&2
+    echo "reproduce: RUSTC_BOOTSTRAP=1 $cargo_fuzz run --fuzz-dir fuzz --sanitizer $sanitizer $target <artifact>" >&2
     exit "$status"
 fi
 echo "fuzz: $target ran ${seconds}s without a failure"

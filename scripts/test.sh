@@ -1,15 +1,92 @@
 #!/usr/bin/env bash
-# The whole test suite: installs the pinned tools (moto server, cfn-lint, awscli, cargo-lambda)
-# into .venv when missing, builds the Lambda functions as docs/deploy.md does (x86_64 here: the
-# aarch64 standard library cannot be fetched on these machines), then runs every test of the
-# workspace — among them the deploy of those builds to moto's Lambda. Before the tests, a 30 s
-# fuzz run of the event parser (scripts/fuzz.sh: installs cargo-fuzz into .tools when missing;
-# it runs first so that cargo test's summary stays the closing lines).
-set -euo pipefail
+# The whole test suite, in stages, each timed:
+#
+#   tools    the pinned tools of requirements.txt (moto server, cfn-lint, awscli, cargo-lambda)
+#            into .venv, when missing or out of date;
+#   build    every test of the workspace, built (nothing run yet);
+#   lambda   both Lambda functions built by cargo-lambda for x86_64 in the dev profile, which is
+#            what the deploy test (tests/tests/lambda_deploy.rs) uploads to moto's Lambda. The
+#            release build is docs/deploy.md's and scripts/bench.sh's. This machine cannot fetch
+#            the aarch64 standard library: arm64 is configured and documented, not built here;
+#   fuzz     a 30 s libFuzzer run of the event parser (scripts/fuzz.sh; an installed cargo-fuzz
+#            0.13.1 is used when there is one, else it is installed into .tools);
+#   test     every test of the workspace (cargo test --no-fail-fast: every binary runs).
+#
+# The tests and the Lambda build share one target triple (CARGO_BUILD_TARGET below), so the
+# dependencies they have in common are built once. A failed stage does not stop the later ones
+# (but a failed build of the tests does stop the test stage). At the end: each stage's time, then
+# one line for the whole run, `N passed, N failed` (tests passed and failed; a failed stage that
+# is not a test counts as one failure), and the exit status is 1 if anything failed.
+set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-bash scripts/venv.sh
+export CARGO_BUILD_TARGET=x86_64-unknown-linux-gnu
 export PATH="$root/.venv/bin:$PATH"
-cargo lambda build --release --x86-64 -p interruption-handler -p pool-sweeper
-bash scripts/fuzz.sh 30
-cargo test --workspace --locked
+log="$(mktemp -t forewarn-test.XXXXXX)"
+trap 'rm -f "$log"' EXIT
+
+names=()
+secs=()
+states=()
+stage_failures=0
+start_all=$SECONDS
+
+# stage NAME COMMAND...: runs COMMAND, records its time and whether it passed.
+stage() {
+    local name="$1" began=$SECONDS status=0
+    shift
+    echo "==> $name: $*" >&2
+    "$@" || status=$?
+    names+=("$name")
+    secs+=($((SECONDS - began)))
+    if [ "$status" -eq 0 ]; then
+        states+=("ok")
+    else
+        states+=("failed (exit $status)")
+        stage_failures=$((stage_failures + 1))
+    fi
+    return "$status"
+}
+
+tests() {
+    cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log"
+}
+
+stage tools bash scripts/venv.sh
+tools_ok=$?
+stage build cargo test --workspace --locked --no-run
+build_ok=$?
+stage lambda cargo lambda build --x86-64 --compiler cargo -p interruption-handler -p pool-sweeper
+stage fuzz bash scripts/fuzz.sh 30
+if [ "$tools_ok" -eq 0 ] && [ "$build_ok" -eq 0 ]; then
+    stage test tests
+    tests_ok=$?
+else
+    echo "==> test: not run (the tools or the build failed)" >&2
+    names+=("test")
+    secs+=(0)
+    states+=("not run")
+    stage_failures=$((stage_failures + 1))
+    tests_ok=1
+fi
+
+# Tests passed and failed, over every test binary and doctest run.
+read -r passed failed < <(
+    grep -E '^test result: ' "$log" 2>/dev/null |
+        sed -E 's/.* ([0-9]+) passed; ([0-9]+) failed.*/\1 \2/' |
+        awk '{p += $1; f += $2} END {print p + 0, f + 0}'
+)
+# A failed test stage whose failures are all counted above is not counted again.
+if [ "$tests_ok" -ne 0 ] && [ "$failed" -gt 0 ]; then
+    stage_failures=$((stage_failures - 1))
+fi
+
+echo
+echo "Stage times (seconds):"
+for i in "${!names[@]}"; do
+    printf '  %-8s %6s  %s\n' "${names[$i]}" "${secs[$i]}" "${states[$i]}"
+done
+printf '  %-8s %6s\n' "total" "$((SECONDS - start_all))"
+total_failed=$((failed + stage_failures))
+echo "$passed passed, $total_failed failed"
+[ "$total_failed" -eq 0 ]

@@ -2,9 +2,10 @@
 //! --endpoint-url` of both functions with the roles and environment from the stack's outputs,
 //! then the stack again with `FunctionsDeployed=true`, which wires the event source mapping.
 //!
-//! The functions must have been built with `cargo lambda build --release --x86-64` (the README's
-//! test command, scripts/test.sh, does it first; this machine cannot fetch the aarch64 standard
-//! library, so the arm64 build is configured and documented but not run here). moto's Lambda
+//! The functions must have been built with `cargo lambda build --x86-64` (the README's test
+//! command, scripts/test.sh, does it first, in the dev profile: the deploy does not depend on the
+//! profile, and the release build is docs/deploy.md's; this machine cannot fetch the aarch64
+//! standard library, so the arm64 build is configured and documented but not run here). moto's Lambda
 //! cannot invoke without Docker, so invocation is tested in-process (e2e.rs).
 
 use std::path::PathBuf;
@@ -21,7 +22,7 @@ fn bootstrap(binary: &str) -> PathBuf {
         .join("bootstrap");
     assert!(
         path.is_file(),
-        "{} is missing: build the functions first with `cargo lambda build --release --x86-64 \
+        "{} is missing: build the functions first with `cargo lambda build --x86-64 \
          -p interruption-handler -p pool-sweeper` (scripts/test.sh does)",
         path.display()
     );
