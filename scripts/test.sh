@@ -12,8 +12,9 @@
 #            0.13.1 is used when there is one, else it is installed into .tools);
 #   test     every test of the workspace (cargo test --no-fail-fast: every binary runs).
 #
-# The tests and the Lambda build share one target triple (CARGO_BUILD_TARGET below), so the
-# dependencies they have in common are built once. A failed stage does not stop the later ones
+# The tests and the Lambda build share one target triple (CARGO_BUILD_TARGET below) and, through
+# the functions' `unify-test-features` feature (tests/unify-features), one set of dependency
+# features: the functions' build reuses every dependency the tests' build made. A failed stage does not stop the later ones
 # (but a failed build of the tests does stop the test stage). At the end: each stage's time, then
 # one line for the whole run, `N passed, N failed` (tests passed and failed; a failed stage that
 # is not a test counts as one failure), and the exit status is 1 if anything failed.
@@ -56,7 +57,8 @@ stage tools bash scripts/venv.sh
 tools_ok=$?
 stage build cargo test --workspace --locked --no-run
 build_ok=$?
-stage lambda cargo lambda build --x86-64 --compiler cargo -p interruption-handler -p pool-sweeper
+stage lambda cargo lambda build --x86-64 --compiler cargo -p interruption-handler -p pool-sweeper \
+    --features interruption-handler/unify-test-features,pool-sweeper/unify-test-features
 stage fuzz bash scripts/fuzz.sh 30
 if [ "$tools_ok" -eq 0 ] && [ "$build_ok" -eq 0 ]; then
     stage test tests

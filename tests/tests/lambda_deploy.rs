@@ -215,3 +215,63 @@ fn cargo_lambda_deploy_to_moto_then_wire_the_stack() {
         assert_eq!(m["ScalingConfig"]["MaximumConcurrency"], 10, "{m}");
     });
 }
+
+/// The features scripts/test.sh builds the functions with: the tests' own (tests/unify-features).
+const UNIFY: &str = "interruption-handler/unify-test-features,pool-sweeper/unify-test-features";
+
+/// `cargo tree -e features` for `args` on this machine's target: one `<crate> v<version>
+/// [(path)] <features>` line per crate and feature set.
+fn resolved_features(args: &[&str]) -> std::collections::BTreeSet<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["tree", "--locked", "--target", "x86_64-unknown-linux-gnu"])
+        .args(["-f", "{p} {f}", "--prefix", "none"])
+        .args(args)
+        .current_dir(workspace_root())
+        .output()
+        .expect("cargo tree runs");
+    assert!(
+        out.status.success(),
+        "cargo tree {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim_end_matches(" (*)").trim_end().to_string())
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+/// The test command builds the functions after the tests and must not build their dependencies
+/// a second time: every crate of the functions' build must come with a feature set the tests'
+/// build has (else cargo builds it again, and everything above it).
+#[test]
+fn the_lambda_build_resolves_the_features_of_the_tests() {
+    let tests = resolved_features(&["--workspace", "-e", "normal,build,dev"]);
+    let lambda = resolved_features(&[
+        "-p",
+        "interruption-handler",
+        "-p",
+        "pool-sweeper",
+        "--features",
+        UNIFY,
+        "-e",
+        "normal,build",
+    ]);
+    let functions = ["interruption-handler v", "pool-sweeper v"];
+    let differ: Vec<&String> = lambda
+        .iter()
+        .filter(|l| !functions.iter().any(|f| l.starts_with(f)))
+        .filter(|l| !tests.contains(*l))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "the functions' build resolves these differently from the tests' build; add the tests' \
+         features to tests/unify-features/Cargo.toml: {differ:#?}"
+    );
+    let script = std::fs::read_to_string(workspace_root().join("scripts/test.sh")).unwrap();
+    assert!(
+        script.contains(&format!("--features {UNIFY}")),
+        "scripts/test.sh builds the functions with --features {UNIFY}"
+    );
+}
