@@ -5,8 +5,8 @@
 //! The functions must have been built with `cargo lambda build --x86-64` (the README's test
 //! command, scripts/test.sh, does it first, in the dev profile: the deploy does not depend on the
 //! profile, and the release build is docs/deploy.md's; this machine cannot fetch the aarch64
-//! standard library, so the arm64 build is configured and documented but not run here). moto's Lambda
-//! cannot invoke without Docker, so invocation is tested in-process (e2e.rs).
+//! standard library, so the arm64 build is configured and documented but not run here). moto's
+//! Lambda cannot invoke without Docker, so invocation is tested in-process (e2e.rs).
 
 use std::path::PathBuf;
 use std::process::Command;
