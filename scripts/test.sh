@@ -16,8 +16,9 @@
 # the functions' `unify-test-features` feature (tests/unify-features), one set of dependency
 # features: the functions' build reuses every dependency the tests' build made. A failed stage
 # does not stop the later ones (but a failed build of the tests does stop the test stage). At the
-# end: each stage's time, then one line for the whole run, `N passed, N failed` (tests passed and failed; a failed stage that
-# is not a test counts as one failure), and the exit status is 1 if anything failed.
+# end: each stage's time, then one line for the whole run, `N passed, N failed` (tests passed
+# and failed; a failed stage that is not a test counts as one failure), and the exit status is 1
+# if anything failed.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
