@@ -25,6 +25,7 @@ use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
 use forewarn::adapters::snapshot::SnapshotInstances;
 use forewarn::app::handler::{DrainPasses, Handler};
 use forewarn::domain::config::Config;
+use forewarn::domain::continuation::delay_seconds;
 use forewarn::domain::facts::InstanceFacts;
 use forewarn::domain::pool::CapacityType;
 use forewarn::domain::report::Outcome;
@@ -141,7 +142,10 @@ struct QueueState {
 }
 
 impl Queue {
+    /// Queues `body`, visible after `delay` in whole seconds, as SQS takes it (`DelaySeconds`,
+    /// rounded up as the handler's SQS client does).
     fn send(&self, body: String, delay: Duration) {
+        let delay = Duration::from_secs(delay_seconds(delay).into());
         let mut s = self.state.lock().unwrap();
         s.next += 1;
         let id = s.next;
@@ -214,7 +218,9 @@ impl Redelivery for Queue {
         let mut s = self.state.lock().unwrap();
         for m in messages {
             if let Ok(id) = m.message_id.trim_start_matches("m-").parse::<u64>() {
-                s.changed.insert(id, m.delay);
+                // A visibility timeout is whole seconds (the handler's SQS client drops a
+                // fraction).
+                s.changed.insert(id, Duration::from_secs(m.delay.as_secs()));
             }
         }
         Ok(messages.len())
@@ -298,7 +304,7 @@ pub async fn report(s: &Settings) -> anyhow::Result<String> {
          evicted pods take {} s to go (their grace period). {} pods to evict ({} per node); {} pairs of pods on two nodes \
          behind a PodDisruptionBudget with `maxUnavailable: 1` ({} pods). Client-side limit: {}. \
          Each warning at t = 0; its instance goes at t = 120 s. The queue: failed messages invisible for 900 s unless \
-         the handler changes that; continuations delayed as sent.\n\n\
+         the handler changes that; continuations delayed as sent, in whole seconds as SQS takes them.\n\n\
          | measure | continuation drains (as deployed) | blocking drain (baseline) | bound |\n|---|---|---|---|\n",
         s.nodes,
         s.batch,
@@ -731,9 +737,13 @@ mod tests {
         let q = Queue::default();
         q.send("a".into(), Duration::ZERO);
         q.send("b".into(), Duration::from_secs(60));
+        q.send("c".into(), Duration::from_millis(1));
         let got = q.receive(10);
         assert_eq!(got.len(), 1);
-        assert!(q.receive(10).is_empty(), "b is delayed");
+        assert!(
+            q.receive(10).is_empty(),
+            "b is delayed; c too, by a whole second"
+        );
         q.settle(&[got[0].0], &[got[0].0]);
         assert!(
             q.receive(10).is_empty(),

@@ -57,7 +57,7 @@ impl Continuer for SqsRedelivery {
     ) -> Result<(), String> {
         let url =
             queue_url(queue_arn).ok_or_else(|| format!("{queue_arn:?} is not an SQS queue ARN"))?;
-        let seconds = delay.min(std::time::Duration::from_secs(900)).as_secs();
+        let seconds = crate::domain::continuation::delay_seconds(delay);
         self.client
             .send_message()
             .queue_url(url)

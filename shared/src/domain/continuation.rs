@@ -82,6 +82,14 @@ impl Continuation {
     }
 }
 
+/// The `DelaySeconds` a continuation is sent with: SQS delays are whole seconds from 0 to 900,
+/// and a fraction is rounded up (a pass timed to when terminating pods are due to be gone must
+/// not come before they are).
+pub fn delay_seconds(delay: std::time::Duration) -> u32 {
+    let whole = delay.as_secs() + u64::from(delay.subsec_nanos() > 0);
+    u32::try_from(whole.min(900)).unwrap_or(900)
+}
+
 /// A continuation message taken apart.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unwrapped {
@@ -139,6 +147,16 @@ mod tests {
                          "deadline": "2026-11-20T10:01:45Z", "complete_lifecycle": null}],
             "summary": "spot-interruption", "also_keys": []
         })
+    }
+
+    #[test]
+    fn delays_are_whole_seconds_rounded_up_and_at_most_900() {
+        let ms = std::time::Duration::from_millis;
+        assert_eq!(delay_seconds(ms(0)), 0);
+        assert_eq!(delay_seconds(ms(1)), 1);
+        assert_eq!(delay_seconds(ms(1000)), 1);
+        assert_eq!(delay_seconds(ms(29_300)), 30);
+        assert_eq!(delay_seconds(ms(5_000_000)), 900);
     }
 
     #[test]
