@@ -21,7 +21,7 @@ use std::time::Duration;
 use anyhow::bail;
 use async_trait::async_trait;
 use forewarn::adapters::embedded::EmbeddedStore;
-use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory, OwnRateLimit};
 use forewarn::adapters::snapshot::SnapshotInstances;
 use forewarn::app::handler::{DrainPasses, Handler};
 use forewarn::domain::config::Config;
@@ -82,6 +82,26 @@ pub struct Settings {
     pub client_qps: f64,
     #[arg(long, default_value_t = 20)]
     pub client_burst: u32,
+    /// How the client-side limit is held: `per-environment` (as in Lambda, where each
+    /// execution environment is a process with its own limiter: each poller gets the limit
+    /// divided by `--invocations`, rate and burst) or `shared` (one limiter for every
+    /// invocation, as if they were one process).
+    #[arg(long, default_value = "per-environment")]
+    pub client_limit: String,
+}
+
+impl Settings {
+    /// The limit of each execution environment when they have their own: the client-side limit
+    /// divided among the pollers.
+    fn environment_limit(&self) -> Option<(f64, u32)> {
+        let n = self.invocations.max(1);
+        (self.client_qps > 0.0 && self.client_limit == "per-environment").then(|| {
+            (
+                self.client_qps / n as f64,
+                (self.client_burst / n as u32).max(1),
+            )
+        })
+    }
 }
 
 fn instance_id(n: usize) -> String {
@@ -292,10 +312,22 @@ pub async fn report(s: &Settings) -> anyhow::Result<String> {
     let pdb_pairs = (0..s.nodes / 2)
         .filter(|&k| budgeted(2 * k, s.pdb_share))
         .count();
-    let client = if s.client_qps > 0.0 {
-        format!("{} requests/s, burst {}", s.client_qps, s.client_burst)
-    } else {
-        "none".into()
+    let client = match (s.client_qps > 0.0, s.client_limit.as_str()) {
+        (false, _) => "none".into(),
+        (true, "shared") => format!(
+            "{} requests/s, burst {}, one limiter for every invocation",
+            s.client_qps, s.client_burst
+        ),
+        (true, "per-environment") => {
+            let (qps, burst) = s.environment_limit().unwrap_or_default();
+            format!(
+                "{qps} requests/s, burst {burst}, in each of the {} execution environments \
+                 (`FOREWARN_KUBE_QPS` = the server's {} / the function's concurrency): each \
+                 poller has a limiter of its own, kept from one invocation to the next",
+                s.invocations, s.client_qps
+            )
+        }
+        (true, other) => bail!("--client-limit {other}: expected per-environment or shared"),
     };
     let cordon_bound = rate_bound(2 * s.nodes as u64, s.server_rps, u64::from(s.server_burst));
     let mut out = format!(
@@ -548,7 +580,7 @@ async fn one_run(s: &Settings, continuing: bool) -> anyhow::Result<Run> {
 
     fake.set_latency(Duration::from_millis(s.latency_ms));
     fake.set_rate_limit(s.server_rps, s.server_burst);
-    if s.client_qps > 0.0 {
+    if s.client_qps > 0.0 && s.environment_limit().is_none() {
         ClusterClient::set_rate_limit(s.client_qps, s.client_burst);
     } else {
         ClusterClient::clear_rate_limit();
@@ -621,6 +653,10 @@ async fn one_run(s: &Settings, continuing: bool) -> anyhow::Result<Run> {
         let handler = Arc::clone(&handler);
         let totals = Arc::clone(&totals);
         let batch = s.batch;
+        // The execution environment's own limiter, if each has one.
+        let own = s
+            .environment_limit()
+            .map(|(qps, burst)| OwnRateLimit::new(qps, burst));
         async move {
             loop {
                 if Instant::now() >= cutoff {
@@ -635,10 +671,12 @@ async fn one_run(s: &Settings, continuing: bool) -> anyhow::Result<Run> {
                     continue;
                 }
                 let began = Instant::now();
-                let invocation = handler
-                    .invoke(sqs_event(&messages), Some(began + FUNCTION_TIMEOUT))
-                    .await
-                    .map_err(|e| anyhow::anyhow!("an invocation failed: {e}"))?;
+                let invoke = handler.invoke(sqs_event(&messages), Some(began + FUNCTION_TIMEOUT));
+                let invocation = match &own {
+                    Some(own) => own.scope(invoke).await,
+                    None => invoke.await,
+                }
+                .map_err(|e| anyhow::anyhow!("an invocation failed: {e}"))?;
                 let took = began.elapsed();
                 let failed: Vec<u64> = invocation.response["batchItemFailures"]
                     .as_array()

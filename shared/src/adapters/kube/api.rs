@@ -251,7 +251,36 @@ pub(crate) fn set_rate_limit(limit: Option<(f64, u32)>) {
 }
 
 fn limiter() -> Option<Arc<RateLimiter>> {
+    if let Ok(own) = OWN_LIMITER.try_with(Arc::clone) {
+        return Some(own);
+    }
     LIMITER.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+tokio::task_local! {
+    /// Set by [`with_own_limiter`]: the limiter of this work instead of the process's.
+    static OWN_LIMITER: Arc<RateLimiter>;
+}
+
+/// A rate limit of its own, for work that stands for another process: a benchmark that plays
+/// several Lambda execution environments in one process gives each of them one, as each
+/// environment has its own limiter in Lambda. Its state (tokens, a `Retry-After` pause) lasts
+/// from one [`OwnRateLimit::scope`] to the next.
+#[derive(Debug, Clone)]
+pub struct OwnRateLimit(Arc<RateLimiter>);
+
+impl OwnRateLimit {
+    /// `qps` requests per second on average, `burst` at once (as
+    /// [`super::ClusterClient::set_rate_limit`]).
+    pub fn new(qps: f64, burst: u32) -> OwnRateLimit {
+        OwnRateLimit(Arc::new(RateLimiter::new(qps, burst, Instant::now())))
+    }
+
+    /// Runs `work` with every Kubernetes request it makes (in this task) under this limit
+    /// instead of the process's.
+    pub async fn scope<F: std::future::Future>(&self, work: F) -> F::Output {
+        OWN_LIMITER.scope(Arc::clone(&self.0), work).await
+    }
 }
 
 tokio::task_local! {
@@ -363,6 +392,30 @@ mod tests {
         let evictions: Vec<&String> = order.iter().filter(|o| *o != "cordon").collect();
         let expected: Vec<String> = (0..20).map(|i| format!("evict-{i}")).collect();
         assert_eq!(evictions, expected.iter().collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn work_with_a_limit_of_its_own_uses_it_and_keeps_its_state_between_scopes() {
+        let own = OwnRateLimit::new(1.0, 1);
+        let other = OwnRateLimit::new(1.0, 1);
+        let is = |l: &OwnRateLimit| limiter().is_some_and(|x| Arc::ptr_eq(&x, &l.0));
+        assert!(own.scope(async { is(&own) }).await);
+        assert!(!own.scope(async { is(&other) }).await);
+        assert!(!is(&own), "outside the scope: the process's limit (if any)");
+        // The one token is taken in one scope; the next scope of the same limit has none left.
+        let first = own
+            .scope(async { limiter().unwrap().reserve(Instant::now()) })
+            .await;
+        let second = own
+            .scope(async { limiter().unwrap().reserve(Instant::now()) })
+            .await;
+        assert_eq!(first, Duration::ZERO);
+        assert!(second > ms(900), "{second:?}");
+        // Another environment's limit is untouched.
+        let third = other
+            .scope(async { limiter().unwrap().reserve(Instant::now()) })
+            .await;
+        assert_eq!(third, Duration::ZERO);
     }
 
     #[test]

@@ -28,7 +28,7 @@ mod node_facts;
 mod priorities;
 mod workloads;
 
-pub use api::{ApiError, FIELD_MANAGER};
+pub use api::{ApiError, FIELD_MANAGER, OwnRateLimit};
 pub use connect::{
     ClusterAccess, ClusterClient, ConnectError, ENV_CLUSTER_CA, ENV_CLUSTER_ENDPOINT,
     ENV_EKS_CLUSTER, ENV_KUBE_BURST, ENV_KUBE_QPS, EksAccess, connect, connect_eks,
