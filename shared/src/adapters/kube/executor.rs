@@ -59,8 +59,11 @@ pub struct ExecutorSettings {
     pub backoff_max: Duration,
     /// How often evicted pods are checked for while waiting for them to go (default 2 s).
     pub poll_interval: Duration,
-    /// How long one pass of a drain that does not wait retries a refused eviction (default
-    /// 0.5 s: a refusal is tried again in the next pass anyway).
+    /// How long one pass of a drain that does not wait retries a refused eviction (default 0:
+    /// one attempt per pass; a refusal is tried again in the next pass, seconds later, without
+    /// holding the invocation meanwhile — half a second of retries held every invocation whose
+    /// batch had a pod behind a budget, about half the Lambda time of a mass interruption when
+    /// the API server is not the bottleneck).
     pub pass_budget: Duration,
     /// Cordon patches tried at most this often on 409 Conflict (default 5).
     pub conflict_attempts: u32,
@@ -76,7 +79,7 @@ impl Default for ExecutorSettings {
             backoff_initial: Duration::from_secs(1),
             backoff_max: Duration::from_secs(10),
             poll_interval: Duration::from_secs(2),
-            pass_budget: Duration::from_millis(500),
+            pass_budget: Duration::ZERO,
             conflict_attempts: 5,
             reporting_instance: default_reporting_instance(|n| std::env::var(n).ok()),
         }
