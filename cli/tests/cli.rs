@@ -5,13 +5,21 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+mod samples;
+use samples::Samples;
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 fn forewarn(state: &Path, args: &[&str]) -> Output {
+    forewarn_in(&root(), state, args)
+}
+
+/// `forewarn` run in `dir`, whose `events/` the relative paths name.
+fn forewarn_in(dir: &Path, state: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_forewarn"))
-        .current_dir(root())
+        .current_dir(dir)
         .env("FOREWARN_STATE_DIR", state)
         .env_remove("FOREWARN_TABLE")
         .env_remove("FOREWARN_CLUSTER_NAME")
@@ -30,9 +38,13 @@ const WITH_STATE: [&str; 6] = [
 ];
 
 fn replay_json(state: &Path, extra: &[&str]) -> (Output, Vec<Value>) {
+    replay_json_in(&root(), state, extra)
+}
+
+fn replay_json_in(dir: &Path, state: &Path, extra: &[&str]) -> (Output, Vec<Value>) {
     let mut args = vec!["replay", "--output", "json"];
     args.extend_from_slice(extra);
-    let out = forewarn(state, &args);
+    let out = forewarn_in(dir, state, &args);
     let lines = String::from_utf8(out.stdout.clone())
         .unwrap()
         .lines()
@@ -50,10 +62,22 @@ fn by_origin<'a>(lines: &'a [Value], origin: &str) -> &'a Value {
 
 #[test]
 fn replay_of_the_samples_plans_every_event() {
+    plans_every_event(&root(), |t| t.to_string());
+}
+
+/// The samples moved to the present are planned as they are, their times moved alike.
+#[test]
+fn the_samples_moved_to_now_plan_the_same() {
+    let samples = Samples::near_now();
+    plans_every_event(samples.dir(), |t| samples.at(t));
+}
+
+/// Replays the samples in `dir`/events, whose times are those of `events/` as `at` gives them.
+fn plans_every_event(dir: &Path, at: impl Fn(&str) -> String) {
     let state = tempfile::tempdir().unwrap();
     let mut args = WITH_STATE.to_vec();
     args.push("events/");
-    let (out, lines) = replay_json(state.path(), &args);
+    let (out, lines) = replay_json_in(dir, state.path(), &args);
     assert!(
         out.status.success(),
         "{}",
@@ -281,7 +305,7 @@ fn replay_of_the_samples_plans_every_event() {
         hook["actions"][0]["complete_lifecycle"],
         "eks-demo-ng-1/forewarn-drain"
     );
-    assert_eq!(hook["time"], "2026-11-20T10:01:20.187Z");
+    assert_eq!(hook["time"], at("2026-11-20T10:01:20.187Z"));
     let launching = by_origin(
         &lines,
         "Records[1] (messageId 4e6a8c0d-3b5f-4d7e-9a1c-2e4f6a8b0c21)",
@@ -316,40 +340,46 @@ fn replay_of_the_samples_plans_every_event() {
         serde_json::json!(["i-0a1b2c3d4e5f6000a"])
     );
     assert_eq!(
-        health["actions"][0]["deadline"], "2026-12-03T05:59:45.500Z",
+        health["actions"][0]["deadline"],
+        at("2026-12-03T05:59:45.500Z"),
         "start time - 15 s"
     );
-    // An empty time: the SQS message's SentTimestamp (1795168900123 ms).
+    // An empty time: the SQS message's SentTimestamp (1795168900123 ms in the samples).
     let empty_time = by_origin(
         &lines,
         "Records[0] (messageId 2a4c6e8f-0b1d-4f3a-9c5e-7b9d1f3a5c94)",
     );
-    assert_eq!(empty_time["time"], "2026-11-20T10:01:40.123Z");
+    assert_eq!(empty_time["time"], at("2026-11-20T10:01:40.123Z"));
     assert_eq!(
         empty_time["instance_ids"],
         serde_json::json!(["i-0a1b2c3d4e5f60001"])
     );
     let spot = by_origin(&lines, "02-spot-interruption-plain.json");
     assert_eq!(
-        spot["actions"][0]["deadline"], "2026-11-20T10:01:49Z",
+        spot["actions"][0]["deadline"],
+        at("2026-11-20T10:01:49Z"),
         "event time + 120 s - 15 s"
     );
     assert_eq!(
-        spot["pools"][0]["unavailable_until"], "2026-11-20T11:00:04Z",
+        spot["pools"][0]["unavailable_until"],
+        at("2026-11-20T11:00:04Z"),
         "event time + 1 h"
     );
 }
 
 #[test]
 fn replaying_again_is_duplicate_and_changes_nothing() {
+    // The store is read as of now: the samples moved to the present, their records not expired.
+    let samples = Samples::near_now();
     let state = tempfile::tempdir().unwrap();
     let mut args = WITH_STATE.to_vec();
     args.push("events/");
-    let (first, _) = replay_json(state.path(), &args);
+    let (first, _) = replay_json_in(samples.dir(), state.path(), &args);
     assert!(first.status.success());
-    let pools = |s: &Path| forewarn(s, &["pools", "--all", "--output", "json"]).stdout;
+    let pools =
+        |s: &Path| forewarn_in(samples.dir(), s, &["pools", "--all", "--output", "json"]).stdout;
     let before = pools(state.path());
-    let (second, lines) = replay_json(state.path(), &args);
+    let (second, lines) = replay_json_in(samples.dir(), state.path(), &args);
     assert!(second.status.success());
     for line in &lines {
         let outcome = line["outcome"].as_str().unwrap();
@@ -455,6 +485,9 @@ fn without_captured_state_nothing_is_known() {
 
 #[test]
 fn text_output_and_pools_table() {
+    // The store is read as of now: the samples moved to the present, their records not expired.
+    let samples = Samples::near_now();
+    let forewarn = |state: &Path, args: &[&str]| forewarn_in(samples.dir(), state, args);
     let state = tempfile::tempdir().unwrap();
     let mut args = vec!["replay"];
     args.extend_from_slice(&WITH_STATE);
@@ -520,7 +553,7 @@ fn text_output_and_pools_table() {
         .unwrap();
     assert_eq!(hot["interruptions"], 3, "01, 03 and the SQS spot warning");
 
-    // The sample events are in the past: their windows are over, so the default view is empty.
+    // The sample events are days old: their windows are over, so the default view is empty.
     let current = forewarn(state.path(), &["pools", "--output", "json"]);
     assert_eq!(
         serde_json::from_slice::<Value>(&current.stdout).unwrap(),
@@ -725,13 +758,17 @@ fn audit_bad_input_exits_1_naming_what_is_wrong() {
 
 #[test]
 fn audit_sees_pools_the_table_saw_interrupted() {
+    // The store is read as of now: the samples moved to the present, their records not expired.
+    let samples = Samples::near_now();
     let state = tempfile::tempdir().unwrap();
     let mut args = WITH_STATE.to_vec();
     args.push("events/02-spot-interruption-plain.json");
-    let (out, _) = replay_json(state.path(), &args);
+    let (out, _) = replay_json_in(samples.dir(), state.path(), &args);
     assert!(out.status.success());
-    // The sample event is dated: a window wide enough to keep it recent.
-    let out = audit(state.path(), &["--output", "json", "--hot-days", "3650"]);
+    // The moved sample is 1 to 8 days old: a window wide enough to keep it recent.
+    let mut args = AUDIT.to_vec();
+    args.extend(["--output", "json", "--hot-days", "14"]);
+    let out = forewarn_in(samples.dir(), state.path(), &args);
     let (findings, summary) = audit_json(&out);
     let hot: Vec<&str> = findings
         .iter()
@@ -808,6 +845,10 @@ fn audit_yaml_and_fix_give_the_budgets_to_add() {
 
 #[test]
 fn pool_statistics_come_from_the_history_the_replays_wrote() {
+    // The history is read as of now: the samples moved to the present, their history not expired.
+    let samples = Samples::near_now();
+    let forewarn = |state: &Path, args: &[&str]| forewarn_in(samples.dir(), state, args);
+    let replay_json = |state: &Path, args: &[&str]| replay_json_in(samples.dir(), state, args);
     let state = tempfile::tempdir().unwrap();
     let mut args = WITH_STATE.to_vec();
     args.extend(["--execute", "events/"]);
@@ -863,4 +904,135 @@ fn pool_statistics_come_from_the_history_the_replays_wrote() {
     assert_eq!(bad.status.code(), Some(1));
     let stderr = String::from_utf8(bad.stderr).unwrap();
     assert!(stderr.contains("--since soon"), "{stderr}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The samples moved in time (tests/samples), for the tests that read the store as of now
+
+/// The files under `dir`, relative to it.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(
+                files_under(&path)
+                    .into_iter()
+                    .map(|f| path.strip_prefix(dir).unwrap().join(f)),
+            );
+        } else {
+            files.push(path.strip_prefix(dir).unwrap().to_path_buf());
+        }
+    }
+    files.sort();
+    files
+}
+
+#[test]
+fn moved_samples_differ_from_the_samples_in_their_dates_only() {
+    use chrono::{Datelike, Duration, NaiveDate, Weekday};
+
+    // Far enough that no date of 2026 is left (the earliest is 2026-10-30).
+    let samples = Samples::moved_by_weeks(10);
+    let offset = samples.offset();
+    let events = root().join("events");
+    let files = files_under(&events);
+    assert_eq!(files, files_under(&samples.dir().join("events")));
+    assert!(files.len() > 30, "{files:?}");
+    for file in &files {
+        let original = std::fs::read(events.join(file)).unwrap();
+        let moved = std::fs::read(samples.dir().join("events").join(file)).unwrap();
+        let text = String::from_utf8(moved.clone()).unwrap();
+        if file.extension().is_some_and(|x| x == "json" || x == "yaml") {
+            assert!(
+                !text.contains("2026"),
+                "{}: a date not moved",
+                file.display()
+            );
+        }
+        // Moving back gives the sample byte for byte: nothing else was touched.
+        assert_eq!(
+            String::from_utf8(samples::move_dates(&moved, -offset)).unwrap(),
+            String::from_utf8(original).unwrap(),
+            "{}",
+            file.display()
+        );
+    }
+    let read =
+        |file: &str| std::fs::read_to_string(samples.dir().join("events").join(file)).unwrap();
+    let day = |y, m, d| NaiveDate::from_ymd_opt(y, m, d).unwrap() + offset;
+
+    // RFC 1123 with its right weekday keeps it; the text's dates move alike.
+    let rfc1123 = read("08-health-scheduled-change-rfc1123.json");
+    let start = day(2026, 11, 21);
+    assert_eq!(start.weekday(), Weekday::Sat);
+    let want = start.format("\"Sat, %-d %b %Y 10:30:00 GMT\"").to_string();
+    assert!(rfc1123.contains(&want), "{want} not in {rfc1123}");
+    let want = start.format("after %Y-%m-%d 10:30:00 UTC").to_string();
+    assert!(rfc1123.contains(&want), "{want} not in {rfc1123}");
+    assert!(
+        rfc1123.contains(&format!("\"{}\"", samples.at("2026-11-20T10:00:28Z"))),
+        "{rfc1123}"
+    );
+
+    // Sample 21's wrong weekday (3 December 2026 is a Thursday) stays as wrong.
+    let aws_dates = read("21-health-scheduled-change-aws-dates.json");
+    let start = day(2026, 12, 3);
+    assert_eq!(start.weekday(), Weekday::Thu);
+    let want = start
+        .format("\"Sat, %-d %b %Y 06:00:00.500 GMT\"")
+        .to_string();
+    assert!(aws_dates.contains(&want), "{want} not in {aws_dates}");
+
+    // Epoch milliseconds: SQS's SentTimestamp.
+    let sqs = read("22-sqs-empty-time.json");
+    let sent = 1_795_168_900_123 + offset.num_milliseconds();
+    assert!(
+        sqs.contains(&format!("\"SentTimestamp\": \"{sent}\"")),
+        "{sent} not in {sqs}"
+    );
+    // Inside an SQS body, a JSON string.
+    let batch = read("17-sqs-batch.json");
+    let time = samples.at("2026-11-20T10:01:08Z");
+    assert!(
+        batch.contains(&format!("\\\"time\\\":\\\"{time}\\\"")),
+        "{batch}"
+    );
+    assert_eq!(
+        samples.at("2026-11-20T10:01:20.187Z"),
+        (chrono::DateTime::parse_from_rfc3339("2026-11-20T10:01:20.187Z").unwrap()
+            + Duration::weeks(10))
+        .to_utc()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    );
+}
+
+#[test]
+fn the_samples_are_moved_to_between_one_and_eight_days_ago() {
+    use chrono::{DateTime, Duration};
+    let t = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().to_utc();
+    assert_eq!(
+        samples::weeks_to(t("2026-11-23T10:34:00Z")),
+        0,
+        "as they are, three days after them"
+    );
+    for now in [
+        "2026-11-21T09:59:59Z",
+        "2026-11-21T10:00:00Z",
+        "2026-11-23T10:34:00Z",
+        "2026-11-28T09:59:59Z",
+        "2026-11-28T10:00:00Z",
+        "2026-12-25T00:00:00Z",
+        "2027-03-01T00:00:00Z",
+        "2031-07-04T23:59:59.999Z",
+        "2026-01-01T00:00:00Z",
+    ] {
+        let now = t(now);
+        let start = t(samples::SAMPLES_AT) + Duration::weeks(samples::weeks_to(now));
+        let age = now - start;
+        assert!(
+            age >= Duration::days(1) && age < Duration::days(8),
+            "{now}: the samples would start at {start}"
+        );
+    }
 }

@@ -7,9 +7,13 @@ use std::process::{Command, Output};
 use forewarn_tests::moto::{create_pool_table, runtime, shared, unique_name, workspace_root};
 use serde_json::Value;
 
-fn forewarn(endpoint: &str, state: &Path, args: &[&str]) -> Output {
+mod samples;
+use samples::Samples;
+
+/// `forewarn` run in `dir`, whose `events/` the relative paths name.
+fn forewarn(dir: &Path, endpoint: &str, state: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_forewarn"))
-        .current_dir(workspace_root())
+        .current_dir(dir)
         .env("AWS_ENDPOINT_URL", endpoint)
         .env("AWS_ACCESS_KEY_ID", "testing")
         .env("AWS_SECRET_ACCESS_KEY", "testing")
@@ -85,6 +89,9 @@ fn history_items(scan: &Value) -> Vec<(String, Value)> {
 
 #[test]
 fn replay_execute_records_one_item_per_pool_and_again_changes_nothing() {
+    // The stores are read as of now: the samples moved to the present, their records not expired.
+    let samples = Samples::near_now();
+    let dir = samples.dir();
     let endpoint = shared().endpoint();
     let table = runtime()
         .block_on(create_pool_table(
@@ -98,7 +105,7 @@ fn replay_execute_records_one_item_per_pool_and_again_changes_nothing() {
 
     // Without --execute a table is only read.
     let dry: Vec<&str> = args.iter().copied().filter(|a| *a != "--execute").collect();
-    let out = forewarn(&endpoint, state.path(), &dry);
+    let out = forewarn(dir, &endpoint, state.path(), &dry);
     assert!(
         out.status.success(),
         "{}",
@@ -111,7 +118,7 @@ fn replay_execute_records_one_item_per_pool_and_again_changes_nothing() {
             .is_empty()
     );
 
-    let out = forewarn(&endpoint, state.path(), &args);
+    let out = forewarn(dir, &endpoint, state.path(), &args);
     assert!(
         out.status.success(),
         "{}",
@@ -167,7 +174,7 @@ fn replay_execute_records_one_item_per_pool_and_again_changes_nothing() {
     }
 
     // Again: every event a duplicate, every item as it was.
-    let again = forewarn(&endpoint, state.path(), &args);
+    let again = forewarn(dir, &endpoint, state.path(), &args);
     assert!(again.status.success());
     for line in String::from_utf8(again.stdout).unwrap().lines() {
         let line: Value = serde_json::from_str(line).unwrap();
@@ -193,16 +200,18 @@ fn replay_execute_records_one_item_per_pool_and_again_changes_nothing() {
     let mut local: Vec<&str> = REPLAY[..7].to_vec();
     local.push("events/");
     assert!(
-        forewarn(&endpoint, embedded.path(), &local)
+        forewarn(dir, &endpoint, embedded.path(), &local)
             .status
             .success()
     );
     let from_table = forewarn(
+        dir,
         &endpoint,
         state.path(),
         &["pools", "--all", "--output", "json", "--table", &table],
     );
     let from_embedded = forewarn(
+        dir,
         &endpoint,
         embedded.path(),
         &["pools", "--all", "--output", "json"],

@@ -6,16 +6,24 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+mod samples;
+use samples::Samples;
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 fn forewarn(state: &Path, args: &[&str]) -> Output {
+    forewarn_in(&root(), state, args)
+}
+
+/// `forewarn` run in `dir`, whose `events/` the relative paths name.
+fn forewarn_in(dir: &Path, state: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_forewarn"))
-        .current_dir(root())
+        .current_dir(dir)
         .env("FOREWARN_STATE_DIR", state)
-        // The samples are from 2026-11-20: windows long enough to be open now.
-        .env("FOREWARN_POOL_TTL", "100000h")
+        // The replayed samples are moved to 1 to 8 days ago: windows long enough to be open now.
+        .env("FOREWARN_POOL_TTL", "240h")
         .env_remove("FOREWARN_TABLE")
         .env_remove("FOREWARN_CLUSTER_NAME")
         .env_remove("FOREWARN_PRIORITY_HOT_SHARE")
@@ -41,9 +49,12 @@ fn priorities(state: &Path, extra: &[&str]) -> Output {
     forewarn(state, &args)
 }
 
+/// A store with the samples replayed, moved to the present (the store is read as of now).
 fn replayed() -> tempfile::TempDir {
+    let samples = Samples::near_now();
     let state = tempfile::tempdir().unwrap();
-    let out = forewarn(
+    let out = forewarn_in(
+        samples.dir(),
         state.path(),
         &[
             "replay",
