@@ -258,7 +258,7 @@ fn limiter() -> Option<Arc<RateLimiter>> {
 }
 
 tokio::task_local! {
-    /// Set by [`with_own_limiter`]: the limiter of this work instead of the process's.
+    /// Set by [`OwnRateLimit::scope`]: the limiter of this work instead of the process's.
     static OWN_LIMITER: Arc<RateLimiter>;
 }
 
