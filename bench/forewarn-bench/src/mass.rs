@@ -29,6 +29,7 @@ use forewarn::domain::continuation::delay_seconds;
 use forewarn::domain::facts::InstanceFacts;
 use forewarn::domain::pool::CapacityType;
 use forewarn::domain::report::Outcome;
+use forewarn::domain::retry::visibility_seconds;
 use forewarn::ports::{Continuer, Redeliver, Redelivery};
 use futures::StreamExt;
 use kube_fake::KubeFake;
@@ -238,9 +239,9 @@ impl Redelivery for Queue {
         let mut s = self.state.lock().unwrap();
         for m in messages {
             if let Ok(id) = m.message_id.trim_start_matches("m-").parse::<u64>() {
-                // A visibility timeout is whole seconds (the handler's SQS client drops a
-                // fraction).
-                s.changed.insert(id, Duration::from_secs(m.delay.as_secs()));
+                // A visibility timeout is whole seconds, as the handler's SQS client sends it.
+                s.changed
+                    .insert(id, Duration::from_secs(visibility_seconds(m.delay).into()));
             }
         }
         Ok(messages.len())

@@ -11,7 +11,7 @@ use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry;
 
 use super::aws::aws_error_text;
-use crate::domain::retry::MAX_VISIBILITY;
+use crate::domain::retry::visibility_seconds;
 use crate::ports::{Continuer, Redeliver, Redelivery};
 
 /// [`Redelivery`] through the AWS SDK.
@@ -89,7 +89,7 @@ impl Redelivery for SqsRedelivery {
                     .iter()
                     .enumerate()
                     .filter_map(|(i, m)| {
-                        let seconds = m.delay.min(MAX_VISIBILITY).as_secs();
+                        let seconds = visibility_seconds(m.delay);
                         ChangeMessageVisibilityBatchRequestEntry::builder()
                             .id(format!("m{i}"))
                             .receipt_handle(&m.receipt_handle)

@@ -73,9 +73,24 @@ impl RetryPolicy {
 /// SQS's limit on a message's visibility timeout: 12 hours.
 pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600);
 
+/// The `VisibilityTimeout` a message brought back after `delay` is given: SQS takes whole
+/// seconds up to [`MAX_VISIBILITY`]; a fraction is dropped.
+pub fn visibility_seconds(delay: Duration) -> u32 {
+    u32::try_from(delay.min(MAX_VISIBILITY).as_secs()).unwrap_or(u32::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn visibility_timeouts_are_whole_seconds_truncated_and_at_most_12_hours() {
+        let ms = Duration::from_millis;
+        assert_eq!(visibility_seconds(ms(0)), 0);
+        assert_eq!(visibility_seconds(ms(2_900)), 2);
+        assert_eq!(visibility_seconds(ms(15_000)), 15);
+        assert_eq!(visibility_seconds(Duration::from_secs(100_000)), 43_200);
+    }
 
     fn at(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
