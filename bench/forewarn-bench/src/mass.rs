@@ -83,12 +83,19 @@ pub struct Settings {
     pub client_qps: f64,
     #[arg(long, default_value_t = 20)]
     pub client_burst: u32,
-    /// How the client-side limit is held: `per-environment` (as in Lambda, where each
-    /// execution environment is a process with its own limiter: each poller gets the limit
-    /// divided by `--invocations`, rate and burst) or `shared` (one limiter for every
-    /// invocation, as if they were one process).
-    #[arg(long, default_value = "per-environment")]
-    pub client_limit: String,
+    /// How the client-side limit is held.
+    #[arg(long, value_enum, default_value_t = ClientLimit::PerEnvironment)]
+    pub client_limit: ClientLimit,
+}
+
+/// How the bench holds the client-side limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ClientLimit {
+    /// As in Lambda, where each execution environment is a process with its own limiter: each
+    /// poller gets the limit divided by `--invocations`, rate and burst.
+    PerEnvironment,
+    /// One limiter for every invocation, as if they were one process.
+    Shared,
 }
 
 impl Settings {
@@ -96,7 +103,7 @@ impl Settings {
     /// divided among the pollers.
     fn environment_limit(&self) -> Option<(f64, u32)> {
         let n = self.invocations.max(1);
-        (self.client_qps > 0.0 && self.client_limit == "per-environment").then(|| {
+        (self.client_qps > 0.0 && self.client_limit == ClientLimit::PerEnvironment).then(|| {
             (
                 self.client_qps / n as f64,
                 (self.client_burst / n as u32).max(1),
@@ -313,22 +320,18 @@ pub async fn report(s: &Settings) -> anyhow::Result<String> {
     let pdb_pairs = (0..s.nodes / 2)
         .filter(|&k| budgeted(2 * k, s.pdb_share))
         .count();
-    let client = match (s.client_qps > 0.0, s.client_limit.as_str()) {
+    let client = match (s.client_qps > 0.0, s.environment_limit()) {
         (false, _) => "none".into(),
-        (true, "shared") => format!(
+        (true, None) => format!(
             "{} requests/s, burst {}, one limiter for every invocation",
             s.client_qps, s.client_burst
         ),
-        (true, "per-environment") => {
-            let (qps, burst) = s.environment_limit().unwrap_or_default();
-            format!(
-                "{qps} requests/s, burst {burst}, in each of the {} execution environments \
-                 (`FOREWARN_KUBE_QPS` = the server's {} / the function's concurrency): each \
-                 poller has a limiter of its own, kept from one invocation to the next",
-                s.invocations, s.client_qps
-            )
-        }
-        (true, other) => bail!("--client-limit {other}: expected per-environment or shared"),
+        (true, Some((qps, burst))) => format!(
+            "{qps} requests/s, burst {burst}, in each of the {} execution environments \
+             (`FOREWARN_KUBE_QPS` = the server's {} / the function's concurrency): each poller \
+             has a limiter of its own, kept from one invocation to the next",
+            s.invocations, s.client_qps
+        ),
     };
     let cordon_bound = rate_bound(2 * s.nodes as u64, s.server_rps, u64::from(s.server_burst));
     let mut out = format!(
