@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::domain::audit::ClusterView;
+use crate::domain::continuation::ContinuationKey;
 use crate::domain::event::LifecycleAction;
 use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::plan::Plan;
@@ -17,6 +18,30 @@ use crate::domain::pool::{Applied, PoolQuery, PoolRecord, PoolUpdate};
 use crate::domain::priorities::{AsgDescription, ExpanderConfig};
 use crate::domain::report::{DrainSummary, Report};
 use crate::domain::stats::HistoryEntry;
+
+tokio::task_local! {
+    /// Set by [`within_deadline`]: when the work under way must be over.
+    static WORK_DEADLINE: tokio::time::Instant;
+}
+
+/// Runs `work` with `deadline` as the time it must be over (a Lambda invocation's deadline less
+/// its margin): adapters retry transient failures inside the work until then, instead of giving
+/// up after a few attempts (see [`work_deadline`]). `None`: no deadline is known (a replay), and
+/// adapters keep their few attempts.
+pub async fn within_deadline<F: std::future::Future>(
+    deadline: Option<tokio::time::Instant>,
+    work: F,
+) -> F::Output {
+    match deadline {
+        Some(deadline) => WORK_DEADLINE.scope(deadline, work).await,
+        None => work.await,
+    }
+}
+
+/// The deadline of the work under way in this task, when [`within_deadline`] set one.
+pub fn work_deadline() -> Option<tokio::time::Instant> {
+    WORK_DEADLINE.try_with(|d| *d).ok()
+}
 
 /// A lookup that failed (EC2, the Kubernetes API).
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +139,11 @@ pub trait PoolStore: Send + Sync {
         now: DateTime<Utc>,
     ) -> Result<Vec<HistoryEntry>, StoreError>;
 
+    /// The key drain continuations are signed with (see [`crate::domain::continuation`]): 32
+    /// random bytes kept in the store, created by the first caller with a conditional write (so
+    /// that concurrent first callers agree on one key), read once and cached by the store.
+    async fn continuation_key(&self) -> Result<ContinuationKey, StoreError>;
+
     /// A short description for messages (`dynamodb table T`, `embedded store at P`).
     fn location(&self) -> String;
 }
@@ -156,6 +186,15 @@ where
         now: DateTime<Utc>,
     ) -> Result<Vec<HistoryEntry>, StoreError> {
         self.0.history(since, now).await
+    }
+
+    /// A read-only view signs nothing (a dry run never sends a continuation), so it never creates
+    /// the key either.
+    async fn continuation_key(&self) -> Result<ContinuationKey, StoreError> {
+        Err(StoreError::Backend {
+            location: self.0.location(),
+            message: "a read-only view of the store has no continuation key".into(),
+        })
     }
 
     fn location(&self) -> String {

@@ -18,6 +18,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
+use crate::domain::continuation::ContinuationKey;
 use crate::domain::stats::HistoryEntry;
 
 use crate::domain::fold::{fold, pool_deltas, validate};
@@ -33,6 +34,9 @@ const POOLS: TableDefinition<&str, &str> = TableDefinition::new("pools");
 /// The history (`forewarn pools --stats`): `<pool>#<event time, ms>#<event id>#<instance id>`
 /// → the entry as JSON.
 const HISTORY: TableDefinition<&str, &str> = TableDefinition::new("history");
+/// Secrets by name: the continuation key (`continuation`, 32 bytes).
+const SECRETS: TableDefinition<&str, &[u8]> = TableDefinition::new("secrets");
+const CONTINUATION_SECRET: &str = "continuation";
 
 /// The per-user default directory of the embedded store: `$FOREWARN_STATE_DIR` if set, else
 /// `$XDG_STATE_HOME/forewarn`, else `$HOME/.local/state/forewarn`, else `./.forewarn`. Empty
@@ -399,6 +403,49 @@ impl PoolStore for EmbeddedStore {
             }
             sort_newest_first(&mut records);
             Ok(records)
+        })
+        .await
+    }
+
+    async fn continuation_key(&self) -> Result<ContinuationKey, StoreError> {
+        self.blocking(move |store| {
+            // One write transaction reads the key or creates it: redb serialises them, so two
+            // callers cannot create two keys.
+            let txn = store
+                .db
+                .begin_write()
+                .map_err(|e| store.err("starting a write transaction", e))?;
+            let key = {
+                let mut table = txn
+                    .open_table(SECRETS)
+                    .map_err(|e| store.err("opening the secrets table", e))?;
+                let stored = table
+                    .get(CONTINUATION_SECRET)
+                    .map_err(|e| store.err("reading the continuation key", e))?
+                    .map(|v| v.value().to_vec());
+                match stored {
+                    Some(bytes) => {
+                        ContinuationKey::from_slice(&bytes).ok_or_else(|| StoreError::Corrupt {
+                            key: format!("secrets/{CONTINUATION_SECRET}"),
+                            message: format!(
+                                "{} bytes instead of {}",
+                                bytes.len(),
+                                ContinuationKey::LEN
+                            ),
+                        })?
+                    }
+                    None => {
+                        let key = ContinuationKey::new(rand::random());
+                        table
+                            .insert(CONTINUATION_SECRET, key.bytes().as_slice())
+                            .map_err(|e| store.err("writing the continuation key", e))?;
+                        key
+                    }
+                }
+            };
+            txn.commit()
+                .map_err(|e| store.err("committing the continuation key", e))?;
+            Ok(key)
         })
         .await
     }

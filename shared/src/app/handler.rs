@@ -537,6 +537,12 @@ mod tests {
         ) -> Result<Vec<crate::domain::stats::HistoryEntry>, crate::ports::StoreError> {
             Ok(Vec::new())
         }
+        async fn continuation_key(
+            &self,
+        ) -> Result<crate::domain::continuation::ContinuationKey, crate::ports::StoreError>
+        {
+            unreachable!("lookups fail first")
+        }
         fn location(&self) -> String {
             "test".into()
         }

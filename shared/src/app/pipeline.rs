@@ -76,6 +76,16 @@ impl Pipeline<'_> {
         now: DateTime<Utc>,
         limits: Limits,
     ) -> Vec<Report> {
+        // Transient failures are retried inside the batch while its time allows.
+        crate::ports::within_deadline(limits.deadline, self.process_in(records, now, limits)).await
+    }
+
+    async fn process_in(
+        &self,
+        records: &[Record],
+        now: DateTime<Utc>,
+        limits: Limits,
+    ) -> Vec<Report> {
         let looked_up = match limits.deadline {
             Some(deadline) => tokio::time::timeout_at(deadline, self.look_up(records))
                 .await
@@ -288,14 +298,9 @@ impl Pipeline<'_> {
         now: DateTime<Utc>,
     ) -> Report {
         let plan = match &record.continuation {
-            Some(c) => match serde_json::from_value::<crate::domain::plan::Plan>(c.plan.clone()) {
+            Some(c) => match self.verified_plan(record, event, c, now).await {
                 Ok(plan) => plan,
-                Err(e) => {
-                    return Report::new(record).failed(format!(
-                        "{}: field `body.forewarnContinuation.plan`: not a plan: {e}",
-                        record.origin
-                    ));
-                }
+                Err(report) => return report,
             },
             None => decide(event, facts, self.config),
         };
@@ -375,9 +380,74 @@ impl Pipeline<'_> {
 }
 
 impl Pipeline<'_> {
+    /// The plan a continuation carries, once it is shown to be forewarn's own and still this
+    /// event's: signed with the store's continuation key, its plan's event id and instances the
+    /// event's, and its chain not past the drain's deadline by more than a pass interval. A
+    /// continuation that fails any of these is refused (ignored, with the reason in its report
+    /// and a log line); one whose key cannot be read fails (it comes back).
+    async fn verified_plan(
+        &self,
+        record: &Record,
+        event: &Event,
+        continuation: &Continuation,
+        now: DateTime<Utc>,
+    ) -> Result<crate::domain::plan::Plan, Report> {
+        let refuse = |why: String| {
+            tracing::warn!(origin = %record.origin, %why, "refusing a continuation");
+            let mut report = Report::new(record);
+            report.outcome = Outcome::Ignored;
+            report.reason = Some(format!("refused: {why}"));
+            report
+        };
+        let body = record.body.as_deref().unwrap_or_default();
+        let key = self.store.continuation_key().await.map_err(|e| {
+            Report::new(record).failed(format!("reading the continuation key: {e}"))
+        })?;
+        continuation.verify(&key, body).map_err(refuse)?;
+        let plan: crate::domain::plan::Plan = serde_json::from_value(continuation.plan.clone())
+            .map_err(|e| {
+                refuse(format!(
+                    "{}: field `body.forewarnContinuation.plan`: not a plan: {e}",
+                    record.origin
+                ))
+            })?;
+        if plan.event_id != event.id {
+            return Err(refuse(format!(
+                "the plan is event {}'s, not this event's ({})",
+                plan.event_id, event.id
+            )));
+        }
+        if let Some(other) = plan
+            .actions
+            .iter()
+            .map(|a| &a.instance_id)
+            .chain(&plan.instance_ids)
+            .find(|id| !event.instance_ids.contains(id))
+        {
+            return Err(refuse(format!(
+                "the plan names instance {other}, which the event does not"
+            )));
+        }
+        let deadline = crate::domain::plan::earliest_deadline(&plan)
+            .unwrap_or(continuation.started_at + self.config.drain_timeout);
+        let grace = self
+            .continuer
+            .map(|c| c.after)
+            .and_then(|after| chrono::Duration::from_std(after).ok())
+            .unwrap_or_default();
+        if now > deadline + grace {
+            return Err(refuse(format!(
+                "the drain's deadline {} is past by more than a pass interval: the chain ends",
+                deadline.to_rfc3339()
+            )));
+        }
+        Ok(plan)
+    }
+
     /// A later pass of a drain: the event was recorded by its first pass, so the ledger is not
-    /// asked and the pools are not written again; the node's actions run for [`Pass::Later`],
-    /// and while the drain is pending the next continuation is queued.
+    /// asked and the pools are not written again; the node's actions run for [`Pass::Drain`]
+    /// (the executor verifies the node live before anything), and while the drain is pending
+    /// the next continuation is queued.
     async fn continue_drain(
         &self,
         record: &Record,
@@ -430,8 +500,13 @@ impl Pipeline<'_> {
         let (Some(queue), Some(body)) = (&record.queue_arn, &record.body) else {
             return Err("the drain must continue, but the record came from no queue".into());
         };
+        let key = self
+            .store
+            .continuation_key()
+            .await
+            .map_err(|e| format!("reading the continuation key: {e}"))?;
         c.continuer
-            .continue_later(queue, &next.body(body), after)
+            .continue_later(queue, &next.body(&key, body), after)
             .await
             .map_err(|e| format!("queueing the drain's continuation: {e}"))
     }

@@ -120,6 +120,9 @@ pub struct Config {
     pub drain_timeout: Duration,
     /// Complete the ASG lifecycle action after the drain.
     pub complete_lifecycle_action: bool,
+    /// The lifecycle hooks forewarn answers (by hook name); `None`: any hook of this cluster's
+    /// instances.
+    pub lifecycle_hooks: Option<BTreeSet<String>>,
 }
 
 /// The variables [`Config::from_lookup`] reads (`FOREWARN_ACTION_` stands for one per kind).
@@ -136,6 +139,7 @@ pub const VARIABLES: &[&str] = &[
     "FOREWARN_DEADLINE_MARGIN",
     "FOREWARN_DRAIN_TIMEOUT",
     "FOREWARN_COMPLETE_LIFECYCLE_ACTION",
+    "FOREWARN_LIFECYCLE_HOOKS",
 ];
 
 /// What a run may change: the one switch behind "dry run", wherever it is set
@@ -202,6 +206,7 @@ impl Default for Config {
             deadline_margin: Duration::seconds(15),
             drain_timeout: Duration::minutes(5),
             complete_lifecycle_action: true,
+            lifecycle_hooks: None,
         }
     }
 }
@@ -283,6 +288,25 @@ impl Config {
             "FOREWARN_COMPLETE_LIFECYCLE_ACTION",
             &mut config.complete_lifecycle_action,
         )?;
+        if let Some(v) = get("FOREWARN_LIFECYCLE_HOOKS") {
+            let hooks: BTreeSet<String> = v
+                .split(',')
+                .map(str::trim)
+                .filter(|h| !h.is_empty())
+                .map(str::to_string)
+                .collect();
+            if let Some(bad_name) = hooks.iter().find(|h| !is_hook_name(h)) {
+                return Err(bad(
+                    "FOREWARN_LIFECYCLE_HOOKS",
+                    &v,
+                    format!(
+                        "`{bad_name}` is not a lifecycle hook name (1 to 255 letters, digits, \
+                         '-', '_' or '/')"
+                    ),
+                ));
+            }
+            config.lifecycle_hooks = (!hooks.is_empty()).then_some(hooks);
+        }
         Ok(config)
     }
 
@@ -290,6 +314,14 @@ impl Config {
     pub fn action(&self, kind: EventKind) -> Action {
         self.actions.get(&kind).copied().unwrap_or(Action::None)
     }
+}
+
+/// An Auto Scaling lifecycle hook name: 1 to 255 of `[A-Za-z0-9-_/]`.
+fn is_hook_name(name: &str) -> bool {
+    (1..=255).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '/'))
 }
 
 /// Parses `90`, `90s`, `15m`, `1h`, `1h30m`, `2d`.
@@ -348,6 +380,22 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn lifecycle_hooks_are_a_list_of_names() {
+        let config = |v: &str| {
+            let v = v.to_string();
+            Config::from_lookup(move |n| (n == "FOREWARN_LIFECYCLE_HOOKS").then(|| v.clone()))
+        };
+        assert_eq!(config("").unwrap().lifecycle_hooks, None);
+        assert_eq!(
+            config(" forewarn-drain, other ,").unwrap().lifecycle_hooks,
+            Some(["forewarn-drain".to_string(), "other".to_string()].into())
+        );
+        let e = config("ok,bad name").unwrap_err();
+        assert_eq!(e.variable, "FOREWARN_LIFECYCLE_HOOKS");
+        assert!(e.message.contains("`bad name`"), "{}", e.message);
     }
 
     #[test]

@@ -15,6 +15,17 @@
 //! pass comes back through the ordinary retry path (and ends in the dead-letter queue like any
 //! other message).
 //!
+//! **Authenticated.** A continuation carries a plan that later passes act on, so a forged one
+//! would be obeyed: every continuation is signed with HMAC-SHA256 ([`ContinuationKey`]) over the
+//! whole message (progress, plan and original body), and a pass whose signature does not verify
+//! is refused. The key is 32 random bytes kept in the pool table (created on first use, read once
+//! per cold start): forging a continuation takes both read access to the table and
+//! `sqs:SendMessage` on the queue, which the stack's queue policy leaves to the handler's role
+//! alone (docs/security.md). A signature proves only that forewarn wrote the message, not that it
+//! is still true: a redriven or duplicated continuation is genuine but may be stale, so every pass
+//! also verifies live what it acts on (the executor) and ends a chain past its deadline (the
+//! pipeline).
+//!
 //! Idempotence: the first pass records the event (ledger and pools) only after its continuation
 //! is queued, so an event is never recorded with its drain dropped; a continuation pass re-reads
 //! the node and its pods and repeats nothing that is done (evicting a terminating pod is not
@@ -23,17 +34,62 @@
 //! node state and ends with it.
 
 use chrono::{DateTime, Utc};
+use hmac::{Hmac, KeyInit, Mac};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use sha2::Sha256;
 
 /// The key of a continuation message's body.
 pub const CONTINUATION_KEY: &str = "forewarnContinuation";
+
+/// The format of continuations this version writes and reads (2: signed; 1 was unsigned and is
+/// refused).
+pub const VERSION: u32 = 2;
+
+/// How far a continuation's times may lie from the time it is received: further is malformed.
+pub const SANE_YEARS: i64 = 10;
+
+/// The secret continuations are signed with: 32 bytes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ContinuationKey([u8; 32]);
+
+impl ContinuationKey {
+    /// The length of a key, in bytes.
+    pub const LEN: usize = 32;
+
+    pub fn new(bytes: [u8; 32]) -> ContinuationKey {
+        ContinuationKey(bytes)
+    }
+
+    /// A key from stored bytes; `None` unless there are exactly [`ContinuationKey::LEN`].
+    pub fn from_slice(bytes: &[u8]) -> Option<ContinuationKey> {
+        Some(ContinuationKey(bytes.try_into().ok()?))
+    }
+
+    pub fn bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    fn hmac(&self, data: &str) -> Hmac<Sha256> {
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0)
+            .expect("HMAC takes a key of any length");
+        mac.update(data.as_bytes());
+        mac
+    }
+}
+
+/// Never prints the key.
+impl std::fmt::Debug for ContinuationKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ContinuationKey(..)")
+    }
+}
 
 /// The progress a continuation message carries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Continuation {
-    /// The format of this object (1).
+    /// The format of this object ([`VERSION`]).
     pub version: u32,
     /// Which pass this message asks for: 1 for the first continuation.
     pub pass: u32,
@@ -46,20 +102,24 @@ pub struct Continuation {
     pub sent_at: DateTime<Utc>,
     /// The plan of the first delivery (a [`crate::domain::plan::Plan`] as JSON, kept as such so
     /// that the event model, which decodes continuations, does not depend on the decision): later
-    /// passes act on it, without looking the instance and the node up again.
+    /// passes act on it, after verifying live that it still holds (see the module doc).
     pub plan: Value,
+    /// HMAC-SHA256 of the rest of the message, in hex (see [`Continuation::signing_input`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
 }
 
 impl Continuation {
     /// The first continuation of an event whose first pass ran at `started_at`.
     pub fn first(started_at: DateTime<Utc>, sent_at: DateTime<Utc>, plan: Value) -> Continuation {
         Continuation {
-            version: 1,
+            version: VERSION,
             pass: 1,
             started_at,
             heartbeat_at: None,
             sent_at,
             plan,
+            mac: None,
         }
     }
 
@@ -68,17 +128,52 @@ impl Continuation {
         Continuation {
             pass: self.pass.saturating_add(1),
             heartbeat_at: heartbeat_at.or(self.heartbeat_at),
+            mac: None,
             ..self.clone()
         }
     }
 
-    /// The message body: `{"forewarnContinuation": {..., "body": <original body>}}`.
-    pub fn body(&self, original_body: &str) -> String {
-        let mut state = serde_json::to_value(self).unwrap_or(Value::Null);
+    /// The state object of the message, without its signature: every field, and the original
+    /// body under `body`.
+    fn unsigned_state(&self, original_body: &str) -> Value {
+        let unsigned = Continuation {
+            mac: None,
+            ..self.clone()
+        };
+        let mut state = serde_json::to_value(&unsigned).unwrap_or(Value::Null);
         if let Value::Object(map) = &mut state {
             map.insert("body".into(), Value::String(original_body.to_string()));
         }
+        state
+    }
+
+    /// What the signature covers: the state object without `mac`, as compact JSON. A decoded
+    /// continuation gives the same text as the one that was signed (its fields are all known,
+    /// and JSON maps serialize in one order), so nothing in the message escapes the signature.
+    pub fn signing_input(&self, original_body: &str) -> String {
+        self.unsigned_state(original_body).to_string()
+    }
+
+    /// The message body, signed with `key`:
+    /// `{"forewarnContinuation": {..., "body": <original body>, "mac": <hex>}}`.
+    pub fn body(&self, key: &ContinuationKey, original_body: &str) -> String {
+        let mut state = self.unsigned_state(original_body);
+        let mac = key.hmac(&state.to_string()).finalize().into_bytes();
+        if let Value::Object(map) = &mut state {
+            map.insert("mac".into(), Value::String(hex::encode(mac)));
+        }
         serde_json::json!({ CONTINUATION_KEY: state }).to_string()
+    }
+
+    /// Whether the message was signed with `key` (constant-time), or why not.
+    pub fn verify(&self, key: &ContinuationKey, original_body: &str) -> Result<(), String> {
+        let Some(mac) = &self.mac else {
+            return Err("the continuation is not signed".into());
+        };
+        let mac = hex::decode(mac).map_err(|_| "the signature is not hex".to_string())?;
+        key.hmac(&self.signing_input(original_body))
+            .verify_slice(&mac)
+            .map_err(|_| "the signature does not match: not written by this forewarn".to_string())
     }
 }
 
@@ -90,6 +185,12 @@ pub fn delay_seconds(delay: std::time::Duration) -> u32 {
     u32::try_from(whole.min(900)).unwrap_or(900)
 }
 
+/// Whether `time` lies within [`SANE_YEARS`] of `now` (date arithmetic on it cannot overflow).
+fn sane(time: DateTime<Utc>, now: DateTime<Utc>) -> bool {
+    let years = chrono::Duration::days(366 * SANE_YEARS);
+    (time - now).abs() <= years
+}
+
 /// A continuation message taken apart.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unwrapped {
@@ -98,9 +199,11 @@ pub struct Unwrapped {
     pub body: String,
 }
 
-/// When `value` is a continuation message's body: its progress and the original body, or what is
-/// wrong with it (field and message); `None` when it is not a continuation at all.
-pub fn unwrap(value: &Value) -> Option<Result<Unwrapped, (String, String)>> {
+/// When `value` is a continuation message's body received at `now`: its progress and the
+/// original body, or what is wrong with it (field and message); `None` when it is not a
+/// continuation at all. Its signature is not checked here (that needs the key: the pipeline
+/// does it), but its times are: each within [`SANE_YEARS`] of `now`.
+pub fn unwrap(value: &Value, now: DateTime<Utc>) -> Option<Result<Unwrapped, (String, String)>> {
     let state = value.as_object()?.get(CONTINUATION_KEY)?;
     let field = |f: &str| format!("{CONTINUATION_KEY}.{f}");
     Some((|| {
@@ -118,11 +221,33 @@ pub fn unwrap(value: &Value) -> Option<Result<Unwrapped, (String, String)>> {
         };
         let continuation: Continuation = serde_json::from_value(Value::Object(map))
             .map_err(|e| (CONTINUATION_KEY.to_string(), e.to_string()))?;
-        if continuation.version != 1 {
+        if continuation.version != VERSION {
             return Err((
                 field("version"),
-                format!("version {} is not known (1 is)", continuation.version),
+                format!(
+                    "version {} is not known ({VERSION} is; continuations of version 1 were not \
+                     signed and are refused)",
+                    continuation.version
+                ),
             ));
+        }
+        let times = [
+            ("startedAt", Some(continuation.started_at)),
+            ("sentAt", Some(continuation.sent_at)),
+            ("heartbeatAt", continuation.heartbeat_at),
+        ];
+        for (name, time) in times {
+            if let Some(time) = time
+                && !sane(time, now)
+            {
+                return Err((
+                    field(name),
+                    format!(
+                        "{} is more than {SANE_YEARS} years from now",
+                        time.to_rfc3339()
+                    ),
+                ));
+            }
         }
         Ok(Unwrapped { continuation, body })
     })())
@@ -159,24 +284,118 @@ mod tests {
         assert_eq!(delay_seconds(ms(5_000_000)), 900);
     }
 
+    fn key(byte: u8) -> ContinuationKey {
+        ContinuationKey::new([byte; 32])
+    }
+
     #[test]
-    fn a_continuation_round_trips_with_the_original_body() {
+    fn a_continuation_round_trips_with_the_original_body_and_its_signature() {
         let original = r#"{"id":"e1","detail":{"instance-id":"i-1"}}"#;
         let c = Continuation::first(at(0), at(-1), plan());
-        let body = c.body(original);
+        let body = c.body(&key(7), original);
         let value: Value = serde_json::from_str(&body).unwrap();
-        let back = unwrap(&value).unwrap().unwrap();
+        let back = unwrap(&value, at(5)).unwrap().unwrap();
         assert_eq!(back.body, original);
-        assert_eq!(back.continuation, c);
+        assert_eq!(back.continuation.verify(&key(7), &back.body), Ok(()));
+        assert!(back.continuation.mac.is_some());
+        assert_eq!(
+            Continuation {
+                mac: None,
+                ..back.continuation.clone()
+            },
+            c
+        );
         let next = back.continuation.next(Some(at(30)));
         assert_eq!(next.pass, 2);
         assert_eq!(next.started_at, at(0));
         assert_eq!(next.heartbeat_at, Some(at(30)));
+        assert_eq!(next.mac, None, "a new pass is signed anew");
         assert_eq!(next.next(None).heartbeat_at, Some(at(30)));
     }
 
     #[test]
+    fn forged_or_altered_continuations_do_not_verify() {
+        let original = r#"{"id":"e1","detail":{"instance-id":"i-1"}}"#;
+        let c = Continuation::first(at(0), at(-1), plan());
+        let signed: Value = serde_json::from_str(&c.body(&key(7), original)).unwrap();
+        let decode = |v: &Value| unwrap(v, at(5)).unwrap().unwrap();
+        // Another key: another forewarn, or a guess.
+        let back = decode(&signed);
+        assert!(back.continuation.verify(&key(8), &back.body).is_err());
+        // The node swapped in the plan, the body swapped, the pass or the start moved.
+        let edits: [(&str, Value); 4] = [
+            ("plan", {
+                let mut p = plan();
+                p["actions"][0]["node"] = "n2".into();
+                p
+            }),
+            (
+                "body",
+                r#"{"id":"e1","detail":{"instance-id":"i-2"}}"#.into(),
+            ),
+            ("pass", 9.into()),
+            ("startedAt", "2030-01-01T00:00:00Z".into()),
+        ];
+        for (field, value) in edits {
+            let mut forged = signed.clone();
+            forged[CONTINUATION_KEY][field] = value;
+            let back = decode(&forged);
+            let why = back.continuation.verify(&key(7), &back.body).unwrap_err();
+            assert!(why.contains("does not match"), "{field}: {why}");
+        }
+        // Unsigned, or a signature that is not even hex.
+        let mut unsigned = signed.clone();
+        unsigned[CONTINUATION_KEY]
+            .as_object_mut()
+            .unwrap()
+            .remove("mac");
+        let back = decode(&unsigned);
+        assert!(
+            back.continuation
+                .verify(&key(7), &back.body)
+                .unwrap_err()
+                .contains("not signed")
+        );
+        let mut garbage = signed.clone();
+        garbage[CONTINUATION_KEY]["mac"] = "zz".into();
+        let back = decode(&garbage);
+        assert!(back.continuation.verify(&key(7), &back.body).is_err());
+    }
+
+    #[test]
+    fn keys_come_from_exactly_32_bytes_and_never_print() {
+        assert!(ContinuationKey::from_slice(&[1; 31]).is_none());
+        assert!(ContinuationKey::from_slice(&[1; 33]).is_none());
+        let k = ContinuationKey::from_slice(&[1; 32]).unwrap();
+        assert_eq!(k.bytes(), &[1; 32]);
+        assert_eq!(format!("{k:?}"), "ContinuationKey(..)");
+    }
+
+    #[test]
+    fn times_far_from_now_are_malformed() {
+        let state = |started: &str| {
+            serde_json::json!({CONTINUATION_KEY: {"version": VERSION, "pass": 1,
+                "startedAt": started, "sentAt": "2026-11-20T10:00:00Z", "body": "{}",
+                "plan": plan()}})
+        };
+        let now = chrono::DateTime::parse_from_rfc3339("2026-11-20T10:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert!(unwrap(&state("2026-11-20T09:59:00Z"), now).unwrap().is_ok());
+        for far in [
+            "+262142-01-01T00:00:00Z",
+            "2040-01-01T00:00:00Z",
+            "1990-01-01T00:00:00Z",
+        ] {
+            let e = unwrap(&state(far), now).unwrap().unwrap_err();
+            assert_eq!(e.0, "forewarnContinuation.startedAt", "{far}");
+            assert!(e.1.contains("10 years"), "{e:?}");
+        }
+    }
+
+    #[test]
     fn other_bodies_are_not_continuations_and_bad_ones_say_why() {
+        let unwrap = |v: &Value| unwrap(v, at(0));
         assert!(unwrap(&serde_json::json!({"id": "e1"})).is_none());
         assert!(unwrap(&serde_json::json!([1])).is_none());
         let missing = unwrap(&serde_json::json!({CONTINUATION_KEY: {"version": 1}}))
@@ -184,7 +403,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(missing.0, "forewarnContinuation.body");
         let wrong = unwrap(
-            &serde_json::json!({CONTINUATION_KEY: {"version": 2, "pass": 1,
+            &serde_json::json!({CONTINUATION_KEY: {"version": 1, "pass": 1,
             "startedAt": "2026-11-20T10:00:00Z", "sentAt": "2026-11-20T10:00:00Z", "body": "{}",
             "plan": plan()}}),
         )

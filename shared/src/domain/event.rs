@@ -425,7 +425,7 @@ fn decode_sqs_message_body(origin: Origin, msg: &SqsMessage, received: DateTime<
     let body = msg.body.as_deref();
     let unwrapped = body
         .and_then(|b| serde_json::from_str::<Value>(b).ok())
-        .and_then(|v| continuation::unwrap(&v));
+        .and_then(|v| continuation::unwrap(&v, received));
     match unwrapped {
         None => Record {
             event: decode_sqs_body(&origin, body, sent),

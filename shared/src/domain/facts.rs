@@ -131,6 +131,31 @@ impl NodeFacts {
     pub fn has_taint(&self, key: &str) -> bool {
         self.taints.iter().any(|t| t.key == key)
     }
+
+    /// Whether an action for instance `instance_id` may touch this node, as read live just
+    /// before acting: it is not control-plane, and its `spec.providerID` names that instance (a
+    /// node whose name was reused by a new instance, or a plan naming another node, is refused).
+    /// Otherwise why not.
+    pub fn verify_runs(&self, instance_id: &str) -> Result<(), String> {
+        if self.is_control_plane() {
+            return Err(format!(
+                "node/{} is a control-plane node (live labels or taints)",
+                self.name
+            ));
+        }
+        match self.instance_id() {
+            Some(id) if id == instance_id => Ok(()),
+            Some(other) => Err(format!(
+                "node/{} runs instance {other} (spec.providerID), not the event's {instance_id}",
+                self.name
+            )),
+            None => Err(format!(
+                "node/{} has no spec.providerID naming an EC2 instance: it cannot be verified \
+                 to run {instance_id}",
+                self.name
+            )),
+        }
+    }
 }
 
 /// The instance id of an AWS provider id (`aws:///us-east-1a/i-0123...`, also the older

@@ -271,9 +271,30 @@ fn node_action(
             return out;
         }
     }
+    // Stale: an event dated before the instance's current launch is about an earlier run of it
+    // (a late `stopped` state change or stop warning for an instance started again since).
+    if let Some(launched) = instance.and_then(|i| i.launch_time)
+        && event.time < launched
+    {
+        out.reason = format!(
+            "stale: the event ({}) is older than the instance's current launch ({}): it is \
+             about an earlier run of the instance",
+            event.time.to_rfc3339(),
+            launched.to_rfc3339()
+        );
+        return out;
+    }
     let Some(node) = resolve_node(instance_id, instance, nodes) else {
         out.reason = "no node of this cluster runs on the instance".into();
-        out.complete_lifecycle = lifecycle(event, config);
+        // Positive membership only: the instance must be tagged for this cluster.
+        let tagged = match (config.cluster_name.as_deref(), instance) {
+            (Some(ours), Some(instance)) => instance.clusters().contains(&ours),
+            _ => false,
+        };
+        match lifecycle(event, config, tagged) {
+            Ok(action) => out.complete_lifecycle = action,
+            Err(why) => out.reason = format!("{}; {why}", out.reason),
+        }
         return out;
     };
     out.node = Some(node.name.clone());
@@ -281,13 +302,32 @@ fn node_action(
         out.reason = "control-plane node: never touched".into();
         return out;
     }
-    out.complete_lifecycle = lifecycle(event, config);
+    // Its node is one of this cluster's: that is membership enough.
+    let lifecycle_refused = match lifecycle(event, config, true) {
+        Ok(action) => {
+            out.complete_lifecycle = action;
+            None
+        }
+        Err(why) => Some(why),
+    };
     let mut action = config.action(event.kind);
     if action != Action::None
         && node.owner.is_some()
         && config.delete_owned_on.contains(&event.kind)
     {
         action = Action::Delete;
+    }
+    let stopping = matches!(
+        &event.detail,
+        Detail::StateChange {
+            state: InstanceState::Stopping | InstanceState::ShuttingDown
+        }
+    );
+    if action == Action::Delete && stopping {
+        // Its containers may still run: deleting the Node now would let a StatefulSet start a
+        // second copy of a pod while the first still runs. Drain it; the Node is deleted once EC2
+        // says `stopped` or `terminated`.
+        action = Action::CordonDrain;
     }
     match action {
         Action::None => {
@@ -303,7 +343,15 @@ fn node_action(
         Action::CordonDrain => {
             out.action = Action::CordonDrain;
             out.deadline = Some(drain_deadline(event, config));
-            out.reason = format!("{}: move pods off before the instance goes", summary(event));
+            out.reason = if stopping {
+                format!(
+                    "{}: move pods off while it shuts down; the node is deleted once EC2 says \
+                     stopped or terminated",
+                    summary(event)
+                )
+            } else {
+                format!("{}: move pods off before the instance goes", summary(event))
+            };
         }
         Action::Delete => {
             out.action = Action::Delete;
@@ -328,14 +376,42 @@ fn node_action(
             out.target = Some(target);
         }
     }
+    if let Some(why) = lifecycle_refused {
+        out.reason = format!("{}; {why}", out.reason);
+    }
     out
 }
 
-fn lifecycle(event: &Event, config: &Config) -> Option<LifecycleAction> {
-    match &event.detail {
-        Detail::AsgTermination(l) if config.complete_lifecycle_action => Some(l.clone()),
-        _ => None,
+/// The lifecycle action to complete once the node is handled: only a hook of an instance of
+/// this cluster (`member`: tagged for it, or running one of its nodes), and, when
+/// `FOREWARN_LIFECYCLE_HOOKS` names hooks, one of those. Completing another group's hook would
+/// cut short whatever else waits on it. `Err`: why it is left alone.
+fn lifecycle(
+    event: &Event,
+    config: &Config,
+    member: bool,
+) -> Result<Option<LifecycleAction>, String> {
+    let Detail::AsgTermination(l) = &event.detail else {
+        return Ok(None);
+    };
+    if !config.complete_lifecycle_action {
+        return Ok(None);
     }
+    if let Some(hooks) = &config.lifecycle_hooks
+        && !hooks.contains(&l.hook_name)
+    {
+        return Err(format!(
+            "lifecycle hook {}/{} left to its owner: not one of FOREWARN_LIFECYCLE_HOOKS",
+            l.asg_name, l.hook_name
+        ));
+    }
+    if !member {
+        return Err(format!(
+            "lifecycle action {}/{} left alone: the instance is not tagged for this cluster",
+            l.asg_name, l.hook_name
+        ));
+    }
+    Ok(Some(l.clone()))
 }
 
 /// The deadline that matters to the whole plan (the earliest drain deadline), if any.
@@ -606,13 +682,146 @@ mod tests {
             assert!(p.ignored.as_deref().unwrap().contains(state));
             assert!(p.actions.is_empty() && p.pools.is_empty());
         }
-        let mut e = event(EventKind::StateChange);
-        e.detail = Detail::StateChange {
-            state: InstanceState::Stopping,
+        // Stopping or shutting down: its containers may still run, so the node is drained, not
+        // deleted; deleted once EC2 says stopped or terminated.
+        for (state, reason) in [
+            (InstanceState::Stopping, "InstanceStopping"),
+            (InstanceState::ShuttingDown, "InstanceTerminating"),
+        ] {
+            let mut e = event(EventKind::StateChange);
+            e.detail = Detail::StateChange { state };
+            let p = decide(&e, facts, &config());
+            assert_eq!(p.actions[0].event_reason, reason);
+            assert_eq!(p.actions[0].action, Action::CordonDrain);
+            assert_eq!(p.actions[0].deadline, Some(t0() + Duration::minutes(5)));
+            assert!(
+                p.actions[0]
+                    .reason
+                    .contains("deleted once EC2 says stopped")
+            );
+        }
+        for state in [InstanceState::Stopped, InstanceState::Terminated] {
+            let mut e = event(EventKind::StateChange);
+            e.detail = Detail::StateChange { state };
+            let p = decide(&e, facts, &config());
+            assert_eq!(p.actions[0].action, Action::Delete);
+        }
+    }
+
+    #[test]
+    fn an_event_older_than_the_instances_launch_is_stale() {
+        let (mut instances, nodes) = world(Situation::Plain);
+        // Launched before the event: acted on.
+        instances.get_mut(ID).unwrap().launch_time = Some(t0() - Duration::hours(1));
+        let spot = event(EventKind::SpotInterruption);
+        assert_eq!(
+            decide_with(&instances, &nodes, &spot).actions[0].action,
+            Action::CordonDrain
+        );
+        // Started again after it (a late stop warning, a late `stopped`): nothing is done.
+        instances.get_mut(ID).unwrap().launch_time = Some(t0() + Duration::seconds(1));
+        for kind in [EventKind::SpotInterruption, EventKind::StateChange] {
+            let mut e = event(kind);
+            if kind == EventKind::StateChange {
+                e.detail = Detail::StateChange {
+                    state: InstanceState::Stopped,
+                };
+            }
+            let p = decide_with(&instances, &nodes, &e);
+            assert_eq!(p.actions[0].action, Action::None, "{kind}");
+            assert!(p.actions[0].reason.starts_with("stale:"), "{kind}");
+            assert_eq!(p.actions[0].complete_lifecycle, None);
+        }
+    }
+
+    /// The plan of an event against these instances and nodes, with the test configuration.
+    fn decide_with(
+        instances: &BTreeMap<String, InstanceFacts>,
+        nodes: &[NodeFacts],
+        e: &Event,
+    ) -> Plan {
+        decide(e, Facts { instances, nodes }, &config())
+    }
+
+    fn asg_termination(hook: &str) -> Event {
+        let mut e = event(EventKind::AsgTermination);
+        e.detail = Detail::AsgTermination(LifecycleAction {
+            hook_name: hook.into(),
+            asg_name: "eks-demo-ng".into(),
+            token: "tok".into(),
+            transition: "autoscaling:EC2_INSTANCE_TERMINATING".into(),
+        });
+        e
+    }
+
+    #[test]
+    fn lifecycle_actions_only_with_positive_membership_and_the_named_hooks() {
+        let e = asg_termination("drain");
+        // No node, and the instance is not tagged for this cluster (not tagged at all): left.
+        let mut untagged = fixtures::instance(ID)
+            .typed("m5.large", "us-east-1a")
+            .build();
+        untagged.tags.clear();
+        let instances = BTreeMap::from([(ID.to_string(), untagged)]);
+        let facts = Facts {
+            instances: &instances,
+            nodes: &[],
         };
-        let p = decide(&e, facts, &config());
-        assert_eq!(p.actions[0].event_reason, "InstanceStopping");
-        assert_eq!(p.actions[0].action, Action::Delete);
+        let a = &decide(&e, facts, &config()).actions[0];
+        assert_eq!(a.complete_lifecycle, None);
+        assert!(
+            a.reason.contains("not tagged for this cluster"),
+            "{}",
+            a.reason
+        );
+        // Not even known to EC2: left too.
+        let empty = BTreeMap::new();
+        let unknown = Facts {
+            instances: &empty,
+            nodes: &[],
+        };
+        assert_eq!(
+            decide(&e, unknown, &config()).actions[0].complete_lifecycle,
+            None
+        );
+        // Tagged for this cluster, no node: completed.
+        let (instances, _) = world(Situation::NotFound);
+        let tagged = Facts {
+            instances: &instances,
+            nodes: &[],
+        };
+        assert!(
+            decide(&e, tagged, &config()).actions[0]
+                .complete_lifecycle
+                .is_some()
+        );
+        // Its node found: completed, unless the hook is not one forewarn answers.
+        let (instances, nodes) = world(Situation::Plain);
+        let found = Facts {
+            instances: &instances,
+            nodes: &nodes,
+        };
+        assert!(
+            decide(&e, found, &config()).actions[0]
+                .complete_lifecycle
+                .is_some()
+        );
+        let mut only = config();
+        only.lifecycle_hooks = Some(["forewarn-drain".to_string()].into());
+        let a = &decide(&e, found, &only).actions[0];
+        assert_eq!(a.complete_lifecycle, None);
+        assert_eq!(a.action, Action::CordonDrain, "the node is still drained");
+        assert!(
+            a.reason.contains("FOREWARN_LIFECYCLE_HOOKS"),
+            "{}",
+            a.reason
+        );
+        let ours = asg_termination("forewarn-drain");
+        assert!(
+            decide(&ours, found, &only).actions[0]
+                .complete_lifecycle
+                .is_some()
+        );
     }
 
     #[test]

@@ -33,6 +33,13 @@ pub(super) const LAST_INSTANCE_ID: &str = "last_instance_id";
 pub(super) const KIND: &str = "kind";
 pub(super) const RECORDED_AT: &str = "recorded_at";
 
+/// The `pk` of the continuation key item (see [`crate::domain::continuation`]).
+pub const CONTINUATION_KEY_PK: &str = "KEY#continuation";
+/// The `sk` of secret items.
+pub const SECRET_SK: &str = "KEY";
+/// The attribute holding a secret's bytes.
+pub(super) const SECRET: &str = "secret";
+
 /// The prefix of the `sk` of history items (`HIST#<event time>#<event id>#<instance id>`).
 pub const HISTORY_SK_PREFIX: &str = "HIST#";
 pub(super) const AT: &str = "at";

@@ -78,9 +78,23 @@ pub(crate) fn is_retryable(status: Option<u16>) -> bool {
     matches!(status, Some(429 | 503 | 504))
 }
 
-/// How many times a call is tried when the answer says "try again".
+/// Failures that may pass by themselves: every "try again" answer, 500 and 502, and no answer
+/// at all (a refused or reset connection, a timeout) — what an API server restarting or being
+/// upgraded (an EKS control-plane upgrade) gives for some seconds.
+pub(crate) fn is_transient(e: &::kube::Error) -> bool {
+    match status_code(e) {
+        Some(code) => is_retryable(Some(code)) || matches!(code, 500 | 502),
+        None => true,
+    }
+}
+
+/// How many times a call is tried when the answer says "try again" and no work deadline is
+/// set (see [`with_retry_in`]).
 pub(crate) const CALL_ATTEMPTS: u32 = 3;
 const CALL_BACKOFF: Duration = Duration::from_millis(200);
+/// The longest wait between two attempts of a call retried until the work's deadline: a call
+/// goes through at most this long after the API server is back.
+const MAX_CALL_BACKOFF: Duration = Duration::from_secs(2);
 
 /// Runs `call` until it succeeds, fails for good, or was tried [`CALL_ATTEMPTS`] times on
 /// retryable answers, in [`Lane::First`].
@@ -96,7 +110,12 @@ where
     with_retry_in(Lane::First, verb, object, call).await
 }
 
-/// [`with_retry`] in `lane`.
+/// [`with_retry`] in `lane`. Within work that has a deadline ([`crate::ports::within_deadline`]:
+/// a Lambda invocation), a transient failure ([`is_transient`]) is retried with backoff (200 ms
+/// doubling, at most [`MAX_CALL_BACKOFF`], jittered) for as long as the deadline allows, so
+/// that an API server outage of tens of seconds is ridden out inside the invocation instead of
+/// spending the message's receives; without one, a "try again" answer is tried
+/// [`CALL_ATTEMPTS`] times.
 pub(crate) async fn with_retry_in<T, F, Fut>(
     lane: Lane,
     verb: &'static str,
@@ -107,17 +126,16 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, ::kube::Error>>,
 {
-    let mut attempt = 1;
+    let until = crate::ports::work_deadline();
+    let mut attempt: u32 = 1;
     loop {
         throttle(lane).await;
         match call().await {
             Ok(v) => return Ok(v),
             Err(e) => {
                 let status = status_code(&e);
-                if attempt >= CALL_ATTEMPTS || !is_retryable(status) {
-                    return Err(ApiError::new(verb, object, e));
-                }
-                let backoff = jittered(CALL_BACKOFF * 2u32.pow(attempt - 1));
+                let backoff =
+                    jittered((CALL_BACKOFF * 2u32.pow((attempt - 1).min(4))).min(MAX_CALL_BACKOFF));
                 let delay = match retry_after(&e) {
                     Some(after) => {
                         // The server said when: every call of the process waits that long.
@@ -126,9 +144,16 @@ where
                     }
                     None => backoff,
                 };
+                let again = match until {
+                    Some(until) => is_transient(&e) && Instant::now() + delay < until,
+                    None => attempt < CALL_ATTEMPTS && is_retryable(status),
+                };
+                if !again {
+                    return Err(ApiError::new(verb, object, e));
+                }
                 tracing::debug!(verb, object, ?status, attempt, ?delay, "retrying API call");
                 tokio::time::sleep(delay).await;
-                attempt += 1;
+                attempt = attempt.saturating_add(1);
             }
         }
     }

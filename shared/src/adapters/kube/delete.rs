@@ -5,6 +5,11 @@
 //! The object is read first: when it is gone, or already being deleted (`deletionTimestamp`,
 //! finalizers at work), nothing is sent, so a redelivered event writes nothing. A 404 on the
 //! delete itself is success too.
+//!
+//! What is read is verified before anything is deleted (see [`verify_target`]): the target must
+//! be the event's instance's — a NodeClaim or Machine whose provider id names the instance (or,
+//! lacking one, whose node is the live node just verified), a Node whose provider id names it —
+//! and never control-plane. Otherwise the delete is refused, with the reason.
 
 use ::kube::Api;
 use ::kube::api::{ApiResource, DeleteParams, DynamicObject};
@@ -13,6 +18,7 @@ use ::kube::core::GroupVersionKind;
 use super::api::with_retry;
 use super::connect::ClusterClient;
 use super::error::KubeError;
+use crate::domain::facts::{LABEL_CONTROL_PLANE, LABEL_MASTER, instance_id_from_provider_id};
 use crate::domain::plan::Target;
 
 /// What a delete did.
@@ -26,6 +32,9 @@ pub enum DeleteOutcome {
     AlreadyDeleting { target: String },
     /// Dry run.
     WouldDelete { target: String },
+    /// Not deleted: the object read does not belong to the event's instance, or is
+    /// control-plane.
+    Refused { target: String, why: String },
 }
 
 impl DeleteOutcome {
@@ -35,6 +44,7 @@ impl DeleteOutcome {
             DeleteOutcome::AlreadyGone { target } => format!("{target} already gone"),
             DeleteOutcome::AlreadyDeleting { target } => format!("{target} already being deleted"),
             DeleteOutcome::WouldDelete { target } => format!("would delete {target}"),
+            DeleteOutcome::Refused { target, why } => format!("refused to delete {target}: {why}"),
         }
     }
 }
@@ -53,10 +63,77 @@ pub(crate) fn machine_resource() -> ApiResource {
     )
 }
 
-/// Deletes `target` unless it is gone or going.
+/// The label of a Cluster API control-plane Machine.
+const LABEL_CAPI_CONTROL_PLANE: &str = "cluster.x-k8s.io/control-plane";
+
+/// Whether `object`, the delete's target as just read, belongs to instance `instance_id`, whose
+/// live node (already verified to run it) is `node` when there is one; otherwise why not.
+///
+/// - its provider id (NodeClaim `status.providerID`, Machine `spec.providerID`, Node
+///   `spec.providerID`) names the instance — one naming another instance is refused whatever
+///   else matches;
+/// - lacking one, a NodeClaim whose `status.nodeName`, or a Machine whose `status.nodeRef.name`,
+///   is the live node;
+/// - never a control-plane Machine (label `cluster.x-k8s.io/control-plane`) or Node.
+pub(crate) fn verify_target(
+    target: &Target,
+    object: &DynamicObject,
+    instance_id: &str,
+    node: Option<&str>,
+) -> Result<(), String> {
+    let data = &object.data;
+    let labels = object.metadata.labels.as_ref();
+    let has_label = |key: &str| labels.is_some_and(|l| l.contains_key(key));
+    let (provider_id, node_name) = match target {
+        Target::NodeClaim { .. } => (
+            data.pointer("/status/providerID"),
+            data.pointer("/status/nodeName"),
+        ),
+        Target::Machine { .. } => {
+            if has_label(LABEL_CAPI_CONTROL_PLANE) {
+                return Err(format!(
+                    "{target} is a control-plane Machine (label {LABEL_CAPI_CONTROL_PLANE})"
+                ));
+            }
+            (
+                data.pointer("/spec/providerID"),
+                data.pointer("/status/nodeRef/name"),
+            )
+        }
+        Target::Node { .. } => {
+            if has_label(LABEL_CONTROL_PLANE) || has_label(LABEL_MASTER) {
+                return Err(format!("{target} is a control-plane node"));
+            }
+            (data.pointer("/spec/providerID"), None)
+        }
+    };
+    let named = provider_id
+        .and_then(|v| v.as_str())
+        .and_then(instance_id_from_provider_id);
+    match (named, node_name.and_then(|v| v.as_str())) {
+        (Some(id), _) if id == instance_id => Ok(()),
+        (Some(other), _) => Err(format!(
+            "{target} is instance {other}'s (provider id), not the event's {instance_id}"
+        )),
+        (None, Some(name)) if node == Some(name) => Ok(()),
+        (None, Some(name)) => Err(format!(
+            "{target} is node/{name}'s, not the event's instance {instance_id}'s{}",
+            node.map(|n| format!(" (node/{n})")).unwrap_or_default()
+        )),
+        (None, None) => Err(format!(
+            "{target} names neither a provider id nor a node: it cannot be verified to be \
+             instance {instance_id}'s"
+        )),
+    }
+}
+
+/// Deletes `target` unless it is gone or going, or is not instance `instance_id`'s (whose live,
+/// verified node is `node`, when there is one): see [`verify_target`].
 pub(crate) async fn delete_target(
     clients: &ClusterClient,
     target: &Target,
+    instance_id: &str,
+    node: Option<&str>,
     dry_run: bool,
 ) -> Result<DeleteOutcome, KubeError> {
     let described = target.to_string();
@@ -80,6 +157,13 @@ pub(crate) async fn delete_target(
     };
     if existing.metadata.deletion_timestamp.is_some() {
         return Ok(DeleteOutcome::AlreadyDeleting { target: described });
+    }
+    if let Err(why) = verify_target(target, &existing, instance_id, node) {
+        tracing::warn!(target = %described, %why, "refusing to delete");
+        return Ok(DeleteOutcome::Refused {
+            target: described,
+            why,
+        });
     }
     if dry_run {
         return Ok(DeleteOutcome::WouldDelete { target: described });
@@ -105,5 +189,88 @@ pub(crate) async fn delete_target(
         // The uid precondition failed: the object of that name is a new one.
         Err(e) if e.is_conflict() => Ok(DeleteOutcome::AlreadyGone { target: described }),
         Err(e) => Err(KubeError::Api(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const ID: &str = "i-0a1b2c3d4e5f60001";
+
+    fn object(value: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn claim() -> Target {
+        Target::NodeClaim { name: "nc".into() }
+    }
+
+    fn machine() -> Target {
+        Target::Machine {
+            namespace: "capi".into(),
+            name: "m".into(),
+        }
+    }
+
+    #[test]
+    fn a_nodeclaim_is_verified_by_its_provider_id_then_its_node() {
+        let by_id = object(json!({"metadata": {"name": "nc"},
+            "status": {"providerID": format!("aws:///us-east-1a/{ID}"), "nodeName": "other"}}));
+        assert_eq!(verify_target(&claim(), &by_id, ID, Some("n1")), Ok(()));
+        let other = object(json!({"metadata": {"name": "nc"},
+            "status": {"providerID": "aws:///us-east-1a/i-0a1b2c3d4e5f69999", "nodeName": "n1"}}));
+        let why = verify_target(&claim(), &other, ID, Some("n1")).unwrap_err();
+        assert!(why.contains("i-0a1b2c3d4e5f69999"), "{why}");
+        let by_node = object(json!({"metadata": {"name": "nc"}, "status": {"nodeName": "n1"}}));
+        assert_eq!(verify_target(&claim(), &by_node, ID, Some("n1")), Ok(()));
+        assert!(verify_target(&claim(), &by_node, ID, Some("n2")).is_err());
+        assert!(
+            verify_target(&claim(), &by_node, ID, None).is_err(),
+            "no live node: only the provider id can vouch for it"
+        );
+        let bare = object(json!({"metadata": {"name": "nc"}}));
+        assert!(verify_target(&claim(), &bare, ID, Some("n1")).is_err());
+    }
+
+    #[test]
+    fn a_machine_is_verified_and_never_control_plane() {
+        let ok = object(json!({"metadata": {"name": "m", "namespace": "capi"},
+            "spec": {"providerID": format!("aws:///us-east-1a/{ID}")}}));
+        assert_eq!(verify_target(&machine(), &ok, ID, None), Ok(()));
+        let by_ref = object(json!({"metadata": {"name": "m", "namespace": "capi"},
+            "status": {"nodeRef": {"kind": "Node", "name": "n1"}}}));
+        assert_eq!(verify_target(&machine(), &by_ref, ID, Some("n1")), Ok(()));
+        let cp = object(json!({"metadata": {"name": "m", "namespace": "capi",
+            "labels": {"cluster.x-k8s.io/control-plane": ""}},
+            "spec": {"providerID": format!("aws:///us-east-1a/{ID}")}}));
+        let why = verify_target(&machine(), &cp, ID, Some("n1")).unwrap_err();
+        assert!(why.contains("control-plane"), "{why}");
+    }
+
+    #[test]
+    fn a_node_target_is_its_instance_and_not_control_plane() {
+        let node = |labels: serde_json::Value, provider: &str| {
+            object(json!({"metadata": {"name": "n1", "labels": labels},
+                "spec": {"providerID": provider}}))
+        };
+        let target = Target::Node { name: "n1".into() };
+        let mine = format!("aws:///us-east-1a/{ID}");
+        assert_eq!(
+            verify_target(&target, &node(json!({}), &mine), ID, Some("n1")),
+            Ok(())
+        );
+        assert!(
+            verify_target(
+                &target,
+                &node(json!({}), "aws:///us-east-1a/i-0a1b2c3d4e5f69999"),
+                ID,
+                Some("n1")
+            )
+            .is_err()
+        );
+        let cp = node(json!({"node-role.kubernetes.io/control-plane": ""}), &mine);
+        assert!(verify_target(&target, &cp, ID, Some("n1")).is_err());
     }
 }

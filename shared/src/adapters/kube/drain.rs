@@ -11,10 +11,12 @@
 //! - Non-critical pods first; pods of priority class `system-cluster-critical` or
 //!   `system-node-critical` after them (when there are some, the non-critical pods get three
 //!   quarters of the time left, so a budget that never allows leaves time for the critical ones).
-//! - Evictions run in parallel, at most `parallelism` at once. A 429 (a disruption budget, or API
-//!   priority and fairness) is retried with exponential backoff and jitter until the deadline; a
-//!   pod still refused then is reported as left, with the refusal. 404: already gone. 503 and
-//!   504 are retried briefly; anything else is an error (the event comes back).
+//! - Evictions run in parallel, at most `parallelism` at once. 404: already gone. Any other
+//!   answer is that pod's refusal, never the event's failure — 429 (a disruption budget, or API
+//!   priority and fairness), 500 (several budgets select the pod), 409, 503/504 and transport
+//!   errors — retried with exponential backoff and jitter until the deadline (a drain that does
+//!   not wait: in its next pass); a pod still refused then is reported as left, with the last
+//!   answer.
 //! - Then the evicted pods are waited for (a `list` every `poll_interval`) until they are gone
 //!   or the deadline passes; those still there are reported as terminating.
 
@@ -28,7 +30,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use tokio::time::Instant;
 
-use super::api::{ApiError, CALL_ATTEMPTS, Lane, is_retryable, jittered, with_retry_in};
+use super::api::{ApiError, Lane, jittered, with_retry_in};
 use super::connect::ClusterClient;
 use super::error::KubeError;
 
@@ -229,6 +231,12 @@ enum Eviction {
 }
 
 /// Evicts one pod, retrying refusals until `deadline` (at least one attempt).
+///
+/// Every answer but success and 404 is this pod's refusal, never the event's failure: 429 (a
+/// disruption budget, or API priority and fairness), 500 (the pod is selected by several
+/// budgets), 409 (a conflict), 503/504 and transport errors (an API server in trouble). It is
+/// retried until `deadline`, then reported as left with the last answer; a drain that does not
+/// wait tries it again in its next pass.
 async fn evict(
     clients: &ClusterClient,
     namespace: &str,
@@ -238,7 +246,6 @@ async fn evict(
 ) -> Result<Eviction, KubeError> {
     let object = format!("pod/{namespace}/{name}");
     let mut delay = settings.backoff_initial;
-    let mut transient = 0;
     loop {
         let pods: Api<Pod> = Api::namespaced(clients.client().await?, namespace);
         super::api::throttle(Lane::Later).await;
@@ -246,18 +253,10 @@ async fn evict(
             Ok(_) => return Ok(Eviction::Evicted),
             Err(e) => ApiError::new("evict", object.clone(), e),
         };
-        let refusal = match err.status {
-            Some(404) => return Ok(Eviction::Gone),
-            Some(429) => refusal_text(&err),
-            status if is_retryable(status) => {
-                transient += 1;
-                if transient >= CALL_ATTEMPTS {
-                    return Err(err.into());
-                }
-                refusal_text(&err)
-            }
-            _ => return Err(err.into()),
-        };
+        if err.status == Some(404) {
+            return Ok(Eviction::Gone);
+        }
+        let refusal = refusal_text(&err);
         let now = Instant::now();
         if now >= deadline {
             return Ok(Eviction::Refused(refusal));

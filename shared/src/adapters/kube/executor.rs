@@ -1,9 +1,14 @@
 //! The executor: a plan's node actions carried out through the Kubernetes API, then the ASG
 //! lifecycle action completed.
 //!
-//! For each node action, the node is read first (one `get`): a node that is gone needs nothing
-//! (a delete of its NodeClaim or Machine still happens), and a node that is control-plane by its
-//! live labels or taints is refused without any write, whatever the plan says. Then:
+//! Every pass reads what it acts on and verifies it before any write, whatever the plan says (a
+//! plan may come from a continuation message: see [`crate::domain::continuation`]). The node is
+//! read first (one `get`): a node that is gone needs nothing (a drain's chain ends; a delete of
+//! its NodeClaim or Machine still happens, verified on the NodeClaim or Machine itself); a node
+//! that is control-plane by its live labels or taints, whose `spec.providerID` does not name the
+//! action's instance, or — in a drain pass — that no longer carries forewarn's taint, is refused
+//! without any write, with the reason in the outcome and a log line. A delete's target is read
+//! and verified to be the instance's too (see [`super::delete::verify_target`]). Then:
 //!
 //! - an Event with the plan's reason (`SpotInterrupted`, ...) records the decision;
 //! - `cordon`: one merge patch (see [`super::cordon`]), and a `Cordoned` Event when it changed
@@ -126,7 +131,8 @@ pub struct NodeOutcome {
     pub dry_run: bool,
     /// The node was not there when read: nothing to do to it.
     pub node_gone: bool,
-    /// Why the action was refused (a control-plane node).
+    /// Why the action was refused: the node, as read live, failed verification (see
+    /// [`KubeExecutor::run`]'s module doc).
     pub refused: Option<String>,
     pub cordon: Option<CordonOutcome>,
     /// The node was found cordoned with forewarn's taint in an event's first pass: the batch's
@@ -339,7 +345,9 @@ impl KubeExecutor {
                     message: format!("node {name}: {e}"),
                 };
                 match get_node(&self.clients, name).await.map_err(fail)? {
-                    Some(node) if !node_facts(&node).is_control_plane() => {
+                    // A node that fails verification is left to the event's own pass, which
+                    // refuses it with the reason.
+                    Some(node) if node_facts(&node).verify_runs(&a.instance_id).is_ok() => {
                         let spec = CordonSpec::new(&self.config, &a.taint_value);
                         let cordoned = cordon(
                             &self.clients,
@@ -368,25 +376,11 @@ impl KubeExecutor {
     async fn act(&self, plan: &Plan, a: &NodeAction, pass: Pass) -> Result<NodeOutcome, KubeError> {
         let dry_run = self.settings.dry_run;
         let mut out = NodeOutcome::new(a, dry_run);
-        let quiet_pass = matches!(
-            pass,
-            Pass::Drain {
-                announce: false,
-                ..
-            }
-        );
-        if a.action == Action::CordonDrain
-            && quiet_pass
+        if a.action != Action::None
             && let Some(name) = a.node.as_deref()
         {
-            // A later drain pass: the node was read, refused if control-plane, and cordoned by
-            // the earlier passes; its pods are listed without reading it again (the node is read
-            // once more for the Event when the drain ends).
-            self.drain_pass(plan, a, name, pass, &mut out).await?;
-        } else if a.action != Action::None
-            && let Some(name) = a.node.as_deref()
-        {
-            // The cordon pass of a mass interruption: the directory has just read the node.
+            // Every pass reads what it acts on and verifies it first; the cordon pass of a mass
+            // interruption uses the node the directory has just read.
             let recent = match (pass, a.action) {
                 (Pass::Cordon, Action::CordonDrain) => self.clients.take_recent_node(name),
                 _ => None,
@@ -396,14 +390,20 @@ impl KubeExecutor {
                 None => get_node(&self.clients, name).await?,
             };
             if let Some(node) = &node
-                && node_facts(node).is_control_plane()
+                && let Err(why) = self.verify(a, node, pass)
             {
-                let why = format!("node/{name} is a control-plane node (live labels or taints)");
                 tracing::warn!(%why, "refusing to act");
                 out.refused = Some(why);
                 return Ok(out);
             }
             out.node_gone = node.is_none();
+            let later_pass = matches!(
+                pass,
+                Pass::Drain {
+                    announce: false,
+                    ..
+                }
+            );
             match (a.action, node) {
                 (Action::CordonDrain, Some(node)) if pass == Pass::Cordon => {
                     // The cordon only; the Events and the drain follow in the drain passes.
@@ -422,9 +422,16 @@ impl KubeExecutor {
                     }
                     out.cordon = Some(cordoned);
                 }
+                (Action::CordonDrain, Some(node)) if later_pass => {
+                    // A later drain pass: the node was cordoned by the earlier passes, and its
+                    // taint was just seen; what is on it is evicted or waited for.
+                    self.drain_pass(plan, a, &node, pass, &mut out).await?;
+                }
                 (Action::Cordon | Action::CordonDrain, Some(node)) => {
                     self.cordon_drain(plan, a, node, pass, &mut out).await?;
                 }
+                // The node is gone (deleted between passes, or never there): nothing is left to
+                // do to it, and a drain's chain ends here.
                 (Action::Cordon | Action::CordonDrain, None) => {}
                 (Action::Delete, node) => {
                     self.delete(plan, a, name, node.as_ref(), &mut out).await?;
@@ -455,6 +462,22 @@ impl KubeExecutor {
             });
         }
         Ok(out)
+    }
+
+    /// Whether `a` may act on `node` as just read for `pass`: the node runs the action's
+    /// instance (its `spec.providerID`) and is not control-plane; in a drain pass, forewarn's
+    /// taint is still on it (an operator who removed it ends the drain). Otherwise why not.
+    fn verify(&self, a: &NodeAction, node: &Node, pass: Pass) -> Result<(), String> {
+        let facts = node_facts(node);
+        facts.verify_runs(&a.instance_id)?;
+        if matches!(pass, Pass::Drain { .. }) && !facts.has_taint(&self.config.taint_key) {
+            return Err(format!(
+                "forewarn's taint {} is no longer on node/{} (removed by someone else): the \
+                 drain ends",
+                self.config.taint_key, facts.name
+            ));
+        }
+        Ok(())
     }
 
     async fn cordon_drain(
@@ -555,19 +578,20 @@ impl KubeExecutor {
         Ok(gone)
     }
 
-    /// A later pass of a drain that does not wait, without a read of the node; when the drain
-    /// ends, the node is read for its Event.
+    /// A later pass of a drain that does not wait, on the node the pass has just read and
+    /// verified; when the drain ends, its Event.
     async fn drain_pass(
         &self,
         plan: &Plan,
         a: &NodeAction,
-        name: &str,
+        node: &Node,
         pass: Pass,
         out: &mut NodeOutcome,
     ) -> Result<(), KubeError> {
         let Pass::Drain { started_at, .. } = pass else {
             return Ok(());
         };
+        let name = node.metadata.name.as_deref().unwrap_or_default();
         let deadline = a
             .deadline
             .unwrap_or_else(|| started_at + self.config.drain_timeout);
@@ -581,10 +605,7 @@ impl KubeExecutor {
         )
         .await?;
         if !report.pending && !self.settings.dry_run {
-            match get_node(&self.clients, name).await? {
-                Some(node) => self.drain_ended(plan, &node, &report, out).await,
-                None => out.node_gone = true,
-            }
+            self.drain_ended(plan, node, &report, out).await;
         }
         out.drain = Some(report);
         Ok(())
@@ -687,7 +708,23 @@ impl KubeExecutor {
         let target = a.target.clone().unwrap_or_else(|| Target::Node {
             name: name.to_string(),
         });
-        if let Some(node) = node {
+        let deleted = if node.is_none() && matches!(target, Target::Node { .. }) {
+            DeleteOutcome::AlreadyGone {
+                target: target.to_string(),
+            }
+        } else {
+            delete_target(
+                &self.clients,
+                &target,
+                &a.instance_id,
+                node.map(|_| name),
+                self.settings.dry_run,
+            )
+            .await?
+        };
+        if let Some(node) = node
+            && !matches!(deleted, DeleteOutcome::Refused { .. })
+        {
             let note = a.reason.clone();
             self.event(
                 plan,
@@ -700,13 +737,6 @@ impl KubeExecutor {
             )
             .await;
         }
-        let deleted = if node.is_none() && matches!(target, Target::Node { .. }) {
-            DeleteOutcome::AlreadyGone {
-                target: target.to_string(),
-            }
-        } else {
-            delete_target(&self.clients, &target, self.settings.dry_run).await?
-        };
         if let (Some(node), DeleteOutcome::Deleted { target }) = (node, &deleted) {
             let note = format!("Deleted {target}");
             self.event(
