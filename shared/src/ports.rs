@@ -219,6 +219,9 @@ pub struct ActionResult {
     pub wait_until: Option<DateTime<Utc>>,
     /// When the lifecycle action was kept alive in this pass (`RecordLifecycleActionHeartbeat`).
     pub heartbeat_at: Option<DateTime<Utc>>,
+    /// Why the action was refused: what it would act on failed its live verification (another
+    /// instance's node or NodeClaim, a control-plane node, forewarn's taint removed).
+    pub refused: Option<String>,
 }
 
 /// Which pass over an event's node actions a call to [`Executor::execute`] is.

@@ -5,6 +5,14 @@
 //! running out mid-batch, malformed and oversized messages, one event delivered ten times, and
 //! the three events of one instance in every order.
 //!
+//! Then what a platform team's review sends: forged continuations (another node, another event
+//! id, another key, a drain never started), a stale continuation after the node's name was
+//! reused, a continuation after its node was deleted, a 30 s API server outage at a warning with
+//! the stack's `MaxReceiveCount`, SQS itself failing (a continuation that cannot be queued, a
+//! visibility that cannot be changed), evictions answered 500 and 409, the lifecycle hook of
+//! another team's group, a state change older than the instance's launch, and a far-future time
+//! beside a good record.
+//!
 //! After each: every event was applied exactly once (the pool table's ledger holds its id, its
 //! pool counted it once, the cluster saw one cordon per node and no pod evicted twice) or its
 //! message is back on the queue or in the DLQ; and the run's counts (reports, deleted and
@@ -17,14 +25,17 @@ use std::time::Duration;
 use aws_config::retry::RetryConfig;
 use aws_sdk_ec2::types::InstanceType;
 use aws_sdk_sqs::types::QueueAttributeName;
+use forewarn::adapters::autoscaling::AsgLifecycle;
 use forewarn::adapters::dynamo::DynamoStore;
 use forewarn::adapters::ec2::Ec2Directory;
 use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
 use forewarn::adapters::sqs::SqsRedelivery;
 use forewarn::app::handler::{DrainPasses, Handler};
 use forewarn::domain::config::Config;
-use forewarn::domain::event::{DT_REBALANCE, DT_SPOT, DT_STATE_CHANGE, EventKind};
+use forewarn::domain::continuation::{Continuation, ContinuationKey};
+use forewarn::domain::event::{DT_REBALANCE, DT_SPOT, DT_STATE_CHANGE, EventKind, decode};
 use forewarn::domain::fixtures::{app_pod, ec2_node};
+use forewarn::domain::plan::{Facts, decide};
 use forewarn::domain::pool::{PoolQuery, PoolRecord};
 use forewarn::domain::report::{Outcome, Report, Tally};
 use forewarn::ports::PoolStore;
@@ -66,6 +77,8 @@ struct Options {
     kube_read_timeout: Duration,
     /// The handler shortens the visibility of the messages it reports failed (as deployed).
     redelivery: bool,
+    /// Receives before a message goes to the DLQ.
+    max_receives: usize,
 }
 
 impl Default for Options {
@@ -75,6 +88,7 @@ impl Default for Options {
             concurrency: 4,
             kube_read_timeout: Duration::from_secs(15),
             redelivery: true,
+            max_receives: MAX_RECEIVES,
         }
     }
 }
@@ -113,7 +127,8 @@ impl World {
             .unwrap()
             .to_string();
         let dlq_arn = queue_arn(&sqs, &dlq_url).await;
-        let redrive = json!({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": MAX_RECEIVES});
+        let redrive =
+            json!({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": options.max_receives});
         let queue_url = sqs
             .create_queue()
             .queue_name(format!("{cluster}-events"))
@@ -157,20 +172,26 @@ impl World {
         let handler = Handler {
             mode: forewarn::domain::config::Mode::Act,
             notifier: None,
+            // The handler's SQS calls go through the proxy too, so that they can fail.
             redelivery: options.redelivery.then(|| {
-                Arc::new(SqsRedelivery::new(aws_sdk_sqs::Client::new(&sdk)))
+                Arc::new(SqsRedelivery::new(aws_sdk_sqs::Client::new(&through_proxy)))
                     as Arc<dyn forewarn::ports::Redelivery>
             }),
             // Drains continue through the queue, as deployed.
             drain_passes: Some(DrainPasses {
-                continuer: Arc::new(SqsRedelivery::new(aws_sdk_sqs::Client::new(&sdk))),
+                continuer: Arc::new(SqsRedelivery::new(aws_sdk_sqs::Client::new(&through_proxy))),
                 interval: Duration::from_secs(1),
             }),
             config: config.clone(),
             store: store.clone(),
             instances: Arc::new(Ec2Directory::from_conf(&through_proxy)),
             nodes: Arc::new(KubeNodeDirectory::new(clients.clone())),
-            executor: Some(Arc::new(KubeExecutor::new(clients, &config))),
+            // Lifecycle actions are completed in moto's Auto Scaling, through the proxy (which
+            // records every call).
+            executor: Some(Arc::new(
+                KubeExecutor::new(clients, &config)
+                    .with_lifecycle(Arc::new(AsgLifecycle::new(&through_proxy))),
+            )),
             concurrency: options.concurrency,
             safety_margin: Duration::ZERO,
         };
@@ -461,8 +482,10 @@ struct Body {
 
 fn event(detail_type: &str, instance: &str, detail: Value, minute: i64) -> Body {
     let id = format!("{}-{}", unique_name("ev"), detail_type.len());
-    // Recent: a spot warning's drain deadline is two minutes after its time.
-    let time = chrono::Utc::now() + chrono::Duration::seconds(10 * (minute - 3));
+    // Now, seconds apart in `minute`'s order: after the instances' launch (an event older than
+    // the instance's launch is stale and ignored), and a spot warning's drain deadline is two
+    // minutes after its time.
+    let time = chrono::Utc::now() + chrono::Duration::seconds(minute);
     let mut detail = detail;
     detail["instance-id"] = json!(instance);
     let text = json!({
@@ -652,7 +675,7 @@ fn kubernetes_429_beyond_the_call_retries_returns_the_event_and_redelivery_appli
 }
 
 #[test]
-fn kubernetes_timeout_returns_the_event_and_redelivery_applies_it_once() {
+fn kubernetes_timeout_is_retried_inside_the_invocation_and_applied_once() {
     runtime().block_on(async {
         let world = World::new(Options {
             kube_read_timeout: Duration::from_secs(3),
@@ -665,14 +688,10 @@ fn kubernetes_timeout_returns_the_event_and_redelivery_applies_it_once() {
         let drained = world.drain(BATCH, Some(Duration::from_secs(20))).await;
         assert_eq!(world.fake.counters().hung, 1);
         // The hung request is the lookup of the first node, which every event of the batch
-        // needs: a timeout is not retried, the whole batch comes back once, and the next
-        // receive applies it.
-        assert_eq!(drained.returned, bodies.len(), "{:#?}", drained.reports);
-        assert!(
-            drained.reports[..bodies.len()]
-                .iter()
-                .all(|r| r.outcome == Outcome::Failed)
-        );
+        // needs: it times out after 3 s and, the invocation having time left, is tried again at
+        // once. Nothing comes back to the queue.
+        assert_eq!(drained.returned, 0, "{:#?}", drained.reports);
+        assert_eq!(first_deliveries(&drained.reports), bodies.len());
         world
             .assert_all_applied_once(&drained.reports, &bodies)
             .await;
@@ -691,10 +710,9 @@ fn kubernetes_timeout_of_an_eviction_applies_the_event_once() {
         world.fake.hang("/eviction", 1);
         let drained = world.drain(BATCH, Some(Duration::from_secs(20))).await;
         assert_eq!(world.fake.counters().hung, 1);
-        // The node was cordoned and one pod evicted when the other's eviction timed out: the
-        // event fails once; on redelivery the node is already cordoned and the pod left is
-        // evicted, the one gone is not evicted again.
-        assert_eq!(drained.returned, 1, "{:#?}", drained.reports);
+        // One pod's eviction timed out: that pod's refusal, not the event's failure. The next
+        // pass of the drain evicts it; the pod evicted before is not evicted again.
+        assert_eq!(drained.returned, 0, "{:#?}", drained.reports);
         world
             .assert_all_applied_once(&drained.reports, &bodies)
             .await;
@@ -1076,9 +1094,10 @@ fn warning_rebalance_and_state_change_in_every_order_end_the_same() {
             finals.iter().all(|f| *f == finals[0]),
             "the same end in every order: {finals:?}\n{reports:#?}"
         );
-        // Each kind counted once, the pool unavailable (the warning), the node deleted (the
-        // instance is shutting down).
-        assert_eq!(finals[0], (1, 1, 1, true, false));
+        // Each kind counted once, the pool unavailable (the warning), the node drained and kept:
+        // the instance is shutting down, its containers may still run, and the Node is deleted
+        // only once EC2 says terminated.
+        assert_eq!(finals[0], (1, 1, 1, true, true));
         // A rebalance cordons with its taint; a spot warning after it changes the taint: one
         // write per node and reason at most.
         for ((node, reason), n) in world.cordons_by_reason() {
@@ -1087,5 +1106,461 @@ fn warning_rebalance_and_state_change_in_every_order_end_the_same() {
         for (pod, n) in world.evictions() {
             assert_eq!(n, 1, "pod {pod} evicted once");
         }
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Trust nothing that arrives: forged, stale and replayed messages, faults of SQS itself, an API
+// server outage at a warning, poison pills. Each checks that nothing legitimate is lost and
+// nothing illegitimate is done.
+
+/// A continuation of `body`'s drain as forewarn writes it: the plan decided from the live
+/// instance and node, `edit`ed (a forger's change), signed with `key` (the table's key when
+/// `None`: a forger who could read the table).
+async fn continuation(
+    world: &World,
+    body: &Body,
+    edit: impl FnOnce(&mut Value),
+    key: Option<ContinuationKey>,
+) -> String {
+    let now = chrono::Utc::now();
+    let records = decode("test", body.text.as_bytes(), now).unwrap();
+    let event = records[0].event.clone().unwrap();
+    let instances = world
+        .handler
+        .instances
+        .describe(&event.instance_ids)
+        .await
+        .unwrap();
+    let known: Vec<_> = instances.values().cloned().collect();
+    let nodes = world.handler.nodes.nodes(&known).await.unwrap();
+    let facts = Facts {
+        instances: &instances,
+        nodes: &nodes,
+    };
+    let mut plan = serde_json::to_value(decide(&event, facts, &world.handler.config)).unwrap();
+    edit(&mut plan);
+    let key = match key {
+        Some(key) => key,
+        None => world.store.continuation_key().await.unwrap(),
+    };
+    Continuation::first(now, now, plan).body(&key, &body.text)
+}
+
+/// Reports refused, with their reasons.
+fn refusals(reports: &[Report]) -> Vec<String> {
+    reports
+        .iter()
+        .filter_map(|r| r.reason.clone())
+        .filter(|r| r.starts_with("refused: ") || r.contains("; refused: "))
+        .collect()
+}
+
+/// The accepted writes to the cluster about `node` (cordons, its pods' evictions are counted
+/// apart by [`World::evictions`]).
+fn writes_to_node(world: &World, node: &str) -> usize {
+    world
+        .fake
+        .writes()
+        .iter()
+        .filter(|w| (200..300).contains(&w.status) && w.path.ends_with(&format!("/nodes/{node}")))
+        .count()
+}
+
+#[test]
+fn forged_continuations_are_refused_and_touch_nothing() {
+    runtime().block_on(async {
+        let world = World::new(Options::default()).await;
+        let (a, b) = (&world.instances[0], &world.instances[1]);
+        let warning = spot(a);
+        let b_warning = spot(b);
+        let b_node = b.dns.clone();
+        let b_id = b.id.clone();
+        let forged = vec![
+            // A's drain with the node and instance swapped for B's, signed by a forger who holds
+            // the key: the plan names an instance the event does not.
+            continuation(
+                &world,
+                &warning,
+                |plan| {
+                    plan["actions"][0]["node"] = json!(b_node);
+                    plan["actions"][0]["instance_id"] = json!(b_id);
+                    plan["instance_ids"] = json!([b_id]);
+                },
+                None,
+            )
+            .await,
+            // A's drain under another event id.
+            continuation(
+                &world,
+                &warning,
+                |plan| plan["event_id"] = json!("someone-elses"),
+                None,
+            )
+            .await,
+            // A drain of B that forewarn never started (B was never cordoned): signed and
+            // consistent, but the node does not carry forewarn's taint.
+            continuation(&world, &b_warning, |_| {}, None).await,
+            // A's drain signed with another key.
+            continuation(
+                &world,
+                &warning,
+                |_| {},
+                Some(ContinuationKey::new([7; 32])),
+            )
+            .await,
+        ];
+        world.send(&forged).await;
+        let drained = world.drain(BATCH, None).await;
+        assert_eq!(drained.returned, 0, "{:#?}", drained.reports);
+        let refused = refusals(&drained.reports);
+        assert_eq!(refused.len(), 4, "{:#?}", drained.reports);
+        assert!(
+            refused[0].contains(&format!("names instance {}", b.id)),
+            "{refused:?}"
+        );
+        assert!(refused[1].contains("someone-elses"), "{refused:?}");
+        assert!(refused[2].contains("taint"), "{refused:?}");
+        assert!(
+            refused[3].contains("signature does not match"),
+            "{refused:?}"
+        );
+        // Nothing was done to either node or their pods, nothing went to the DLQ.
+        assert!(world.cordons().is_empty(), "{:#?}", world.fake.writes());
+        assert!(world.evictions().is_empty());
+        assert_eq!(
+            writes_to_node(&world, &b.dns) + writes_to_node(&world, &a.dns),
+            0
+        );
+        assert!(world.take_all(&world.dlq_url).await.is_empty());
+    });
+}
+
+#[test]
+fn a_stale_continuation_after_the_node_name_was_reused_is_refused() {
+    runtime().block_on(async {
+        let world = World::new(Options {
+            types: vec![InstanceType::M5Large],
+            ..Options::default()
+        })
+        .await;
+        let a = &world.instances[0];
+        let bodies = spot_warnings(&world).await;
+        // A continuation of the drain, as it was queued during it (a DLQ redrive or a late
+        // duplicate brings back exactly this).
+        let stale = continuation(&world, &bodies[0], |_| {}, None).await;
+        let drained = world.drain(BATCH, None).await;
+        world
+            .assert_all_applied_once(&drained.reports, &bodies)
+            .await;
+        // The instance is gone; a new one registers under the same name (the same private IP),
+        // cordoned by forewarn for a rebalance recommendation, with a pod of its own.
+        world.fake.remove("v1", "Node", None, &a.dns);
+        let mut reused = ec2_node(&a.dns, "i-0ffffffffffff0001", &a.zone);
+        reused["spec"]["unschedulable"] = json!(true);
+        reused["spec"]["taints"] = json!([{"key": "forewarn.io/interruption",
+            "value": "rebalance-recommendation", "effect": "NoSchedule"}]);
+        world.fake.insert(reused);
+        world.fake.insert(app_pod("newcomer", &a.dns, "ReplicaSet"));
+        world.fake.clear_requests();
+
+        world.send(&[stale]).await;
+        let again = world.drain(BATCH, None).await;
+        assert_eq!(again.returned, 0);
+        let refused = refusals(&again.reports);
+        assert_eq!(refused.len(), 1, "{:#?}", again.reports);
+        assert!(refused[0].contains("i-0ffffffffffff0001"), "{refused:?}");
+        assert!(
+            world
+                .fake
+                .writes()
+                .iter()
+                .all(|w| !(200..300).contains(&w.status)),
+            "nothing written: {:#?}",
+            world.fake.writes()
+        );
+        assert!(
+            world
+                .fake
+                .get("v1", "Pod", Some("default"), "newcomer")
+                .is_some()
+        );
+        assert!(world.take_all(&world.dlq_url).await.is_empty());
+    });
+}
+
+#[test]
+fn a_continuation_redelivered_after_its_node_was_deleted_ends_cleanly() {
+    runtime().block_on(async {
+        let world = World::new(Options {
+            types: vec![InstanceType::M5Large],
+            ..Options::default()
+        })
+        .await;
+        let a = &world.instances[0];
+        let bodies = spot_warnings(&world).await;
+        let late = continuation(&world, &bodies[0], |_| {}, None).await;
+        let drained = world.drain(BATCH, None).await;
+        world
+            .assert_all_applied_once(&drained.reports, &bodies)
+            .await;
+        // The instance went and its node was deleted; the continuation comes back.
+        world.fake.remove("v1", "Node", None, &a.dns);
+        world.send(&[late]).await;
+        let again = world.drain(BATCH, None).await;
+        assert_eq!(again.returned, 0, "{:#?}", again.reports);
+        assert_eq!(again.reports.len(), 1, "one pass, no further continuation");
+        let report = &again.reports[0];
+        assert_eq!(report.outcome, Outcome::Acted, "{report:#?}");
+        let result = report.actions[0].result.as_deref().unwrap_or_default();
+        assert!(result.contains("is gone"), "{result}");
+        assert!(world.take_all(&world.dlq_url).await.is_empty());
+    });
+}
+
+#[test]
+fn a_30_second_api_outage_at_a_warning_is_ridden_out_inside_the_invocation() {
+    runtime().block_on(async {
+        // The stack's defaults: MaxReceiveCount 15, a 150 s function timeout.
+        let world = World::new(Options {
+            max_receives: 15,
+            ..Options::default()
+        })
+        .await;
+        // Every request fails, as when the API server restarts (an EKS control-plane upgrade).
+        world
+            .fake
+            .inject(Fault::new(503).path_contains("/").times(usize::MAX));
+        let bodies = spot_warnings(&world).await;
+        let sent = chrono::Utc::now();
+        let outage = async {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            world.fake.clear_faults();
+            chrono::Utc::now()
+        };
+        let (drained, back) =
+            tokio::join!(world.drain(BATCH, Some(Duration::from_secs(150))), outage);
+        assert_eq!(drained.returned, 0, "{:#?}", drained.reports);
+        world
+            .assert_all_applied_once(&drained.reports, &bodies)
+            .await;
+        // Each node cordoned right after the outage, each eviction accepted before the
+        // instance goes (two minutes after the warning).
+        for w in world.fake.writes() {
+            if !(200..300).contains(&w.status) {
+                continue;
+            }
+            if w.path.starts_with("/api/v1/nodes/") {
+                let after = (w.at - back).num_milliseconds();
+                assert!(after < 5_000, "cordoned {after} ms after the outage");
+            }
+            if w.path.ends_with("/eviction") {
+                let since = (w.at - sent).num_seconds();
+                assert!(since < 120, "an eviction {since} s after the warning");
+            }
+        }
+        assert!(world.take_all(&world.dlq_url).await.is_empty());
+    });
+}
+
+#[test]
+fn a_continuation_that_cannot_be_queued_returns_its_event_and_nothing_is_lost() {
+    runtime().block_on(async {
+        let world = World::new(Options {
+            types: vec![InstanceType::M5Large],
+            ..Options::default()
+        })
+        .await;
+        let bodies = spot_warnings(&world).await;
+        // Every attempt of the first SendMessage (the SDK tries 4 times).
+        world.proxy.inject(AwsFault::operation(
+            "sqs",
+            "SendMessage",
+            FaultKind::Status(500),
+            4,
+        ));
+        let drained = world.drain(BATCH, None).await;
+        assert!(drained.returned >= 1, "{:#?}", drained.reports);
+        assert!(
+            drained.reports[0]
+                .reason
+                .as_deref()
+                .unwrap_or_default()
+                .contains("queueing the drain's continuation"),
+            "{:#?}",
+            drained.reports[0]
+        );
+        world
+            .assert_all_applied_once(&drained.reports, &bodies)
+            .await;
+    });
+}
+
+#[test]
+fn a_failed_visibility_change_leaves_the_message_to_its_visibility_timeout() {
+    runtime().block_on(async {
+        let world = World::new(Options {
+            types: vec![InstanceType::M5Large],
+            ..Options::default()
+        })
+        .await;
+        let bodies = spot_warnings(&world).await;
+        world.fake.inject(
+            Fault::new(500)
+                .method(Method::PATCH)
+                .path_contains("/api/v1/nodes/")
+                .times(1),
+        );
+        world.proxy.inject(AwsFault::operation(
+            "sqs",
+            "ChangeMessageVisibilityBatch",
+            FaultKind::Unreachable,
+            4,
+        ));
+        let drained = drain_patiently(
+            &world.sqs,
+            &world.queue_url,
+            &world.queue_arn,
+            &world.handler,
+            BATCH,
+            200,
+            None,
+            Duration::from_secs(8),
+        )
+        .await
+        .expect("draining the queue");
+        // The event failed; its message could not be brought back sooner, so it waits out the
+        // visibility timeout: still on the queue (in flight), not dropped, not in the DLQ.
+        assert_eq!(drained.returned, 1, "{:#?}", drained.reports);
+        assert_eq!(in_flight(&world.sqs, &world.queue_url).await.unwrap(), 1);
+        assert!(!world.ledger().await.contains(&bodies[0].id));
+        assert!(world.take_all(&world.dlq_url).await.is_empty());
+    });
+}
+
+#[test]
+fn eviction_500_and_409_are_retried_in_later_passes_not_returned() {
+    runtime().block_on(async {
+        let world = World::new(Options::default()).await;
+        let bodies = spot_warnings(&world).await;
+        world
+            .fake
+            .inject(Fault::new(500).path_contains("/eviction").times(2));
+        world
+            .fake
+            .inject(Fault::new(409).path_contains("/eviction").times(1));
+        let drained = world.drain(BATCH, None).await;
+        assert_eq!(world.fake.counters().faults_injected, 3);
+        assert_eq!(drained.returned, 0, "{:#?}", drained.reports);
+        world
+            .assert_all_applied_once(&drained.reports, &bodies)
+            .await;
+    });
+}
+
+#[test]
+fn a_lifecycle_hook_of_an_untagged_group_is_left_to_its_owner() {
+    runtime().block_on(async {
+        let world = World::new(Options {
+            types: vec![InstanceType::M5Large],
+            ..Options::default()
+        })
+        .await;
+        // An instance of another team's group: no cluster tag, no node.
+        let ec2 = aws_sdk_ec2::Client::new(&world.sdk);
+        let image = any_image(&ec2).await.unwrap();
+        let theirs = launch(&ec2, &image, &Launch::spot("x").tag("team", "batch"))
+            .await
+            .unwrap();
+        let id = unique_name("ev-hook");
+        let hook = json!({
+            "version": "0", "id": id, "detail-type": "EC2 Instance-terminate Lifecycle Action",
+            "source": "aws.autoscaling", "account": "123456789012",
+            "time": (chrono::Utc::now() + chrono::Duration::seconds(1)).to_rfc3339(),
+            "region": "us-east-1", "resources": [],
+            "detail": {"LifecycleActionToken": "87654321-4321-4321-4321-210987654321",
+                "AutoScalingGroupName": "their-group", "LifecycleHookName": "their-hook",
+                "EC2InstanceId": theirs.id,
+                "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING"}
+        });
+        world.send(&[hook.to_string()]).await;
+        let drained = world.drain(BATCH, None).await;
+        assert_eq!(drained.returned, 0, "{:#?}", drained.reports);
+        let action = &drained.reports[0].actions[0];
+        assert_eq!(action.complete_lifecycle, None, "{action:#?}");
+        assert!(
+            action.reason.contains("not tagged for this cluster"),
+            "{action:#?}"
+        );
+        let completions = world
+            .proxy
+            .calls()
+            .iter()
+            .filter(|c| c.service == "autoscaling")
+            .count();
+        assert_eq!(completions, 0, "no Auto Scaling call at all");
+        assert!(world.cordons().is_empty());
+        assert!(world.take_all(&world.dlq_url).await.is_empty());
+    });
+}
+
+#[test]
+fn a_state_change_older_than_the_instances_launch_does_nothing() {
+    runtime().block_on(async {
+        let world = World::new(Options {
+            types: vec![InstanceType::M5Large],
+            ..Options::default()
+        })
+        .await;
+        let a = &world.instances[0];
+        // A `stopped` from before the instance's current launch (it was started again since).
+        let mut stale = state_change(a, "stopped");
+        let mut value: Value = serde_json::from_str(&stale.text).unwrap();
+        value["time"] = json!((chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339());
+        stale.text = value.to_string();
+        world.send(&[stale.text.clone()]).await;
+        let drained = world.drain(BATCH, None).await;
+        assert_eq!(drained.returned, 0, "{:#?}", drained.reports);
+        let action = &drained.reports[0].actions[0];
+        assert_eq!(action.action.as_str(), "none", "{action:#?}");
+        assert!(action.reason.starts_with("stale:"), "{action:#?}");
+        assert!(
+            world.fake.get("v1", "Node", None, &a.dns).is_some(),
+            "not deleted"
+        );
+        assert!(world.fake.writes().is_empty(), "{:#?}", world.fake.writes());
+        assert!(world.take_all(&world.dlq_url).await.is_empty());
+    });
+}
+
+#[test]
+fn a_far_future_time_fails_its_record_alone() {
+    runtime().block_on(async {
+        let world = World::new(Options::default()).await;
+        let (a, b) = (&world.instances[0], &world.instances[1]);
+        let good = spot(a);
+        let mut poison = spot(b);
+        let mut value: Value = serde_json::from_str(&poison.text).unwrap();
+        value["time"] = json!("2999-01-01T00:00:00Z");
+        poison.text = value.to_string();
+        world.send(&texts(&[&good, &poison])).await;
+        let drained = world.drain(BATCH, None).await;
+        // The poison fails alone, at once, every time, and ends in the DLQ; the good one is
+        // applied once; B's node is never touched.
+        let failed: Vec<&Report> = drained
+            .reports
+            .iter()
+            .filter(|r| r.outcome == Outcome::Failed)
+            .collect();
+        assert_eq!(failed.len(), MAX_RECEIVES, "{:#?}", drained.reports);
+        assert!(
+            failed
+                .iter()
+                .all(|r| r.reason.as_deref().unwrap_or_default().contains("time")),
+            "{failed:#?}"
+        );
+        world.assert_applied_once(&drained.reports, &[&good]).await;
+        assert_eq!(writes_to_node(&world, &b.dns), 0);
+        assert_eq!(world.take_all(&world.dlq_url).await, vec![poison.text]);
     });
 }

@@ -342,6 +342,9 @@ impl Pipeline<'_> {
             match executor.execute(&plan, pass).await {
                 Ok(results) => {
                     let pending = merge(&mut report, &results, cordoned);
+                    if let Some(why) = refusals(&results) {
+                        report.reason = Some(why);
+                    }
                     if let (true, Some(c)) = (pending, &self.continuer) {
                         // The drain's first pass follows at once (behind the warnings already
                         // queued: their cordons come first).
@@ -474,6 +477,14 @@ impl Pipeline<'_> {
         if plan.has_node_work() {
             match executor.execute(plan, pass).await {
                 Ok(results) => {
+                    if let Some(why) = refusals(&results) {
+                        report.reason = Some(why);
+                        if results.iter().all(|r| r.refused.is_some()) {
+                            merge(&mut report, &results, None);
+                            report.outcome = Outcome::Ignored;
+                            return report;
+                        }
+                    }
                     if merge(&mut report, &results, None) {
                         let next = continuation.next(heartbeat_of(&report));
                         let after = next_pass_after(&results, c.after, Utc::now());
@@ -564,6 +575,15 @@ fn merge(
     pending
 }
 
+/// The executor's refusals among `results` (its live verification), as one reason.
+fn refusals(results: &[ActionResult]) -> Option<String> {
+    let whys: Vec<&str> = results
+        .iter()
+        .filter_map(|r| r.refused.as_deref())
+        .collect();
+    (!whys.is_empty()).then(|| format!("refused: {}", whys.join("; ")))
+}
+
 /// The latest heartbeat of a report's actions.
 fn heartbeat_of(report: &Report) -> Option<DateTime<Utc>> {
     report.actions.iter().filter_map(|a| a.heartbeat_at).max()
@@ -579,16 +599,22 @@ type LookedUp = (
 /// The first record of each event id does the work, in lanes of events that share an
 /// instance; later records of an id are `(record, first record)` repeats.
 fn schedule(records: &[Record]) -> (Vec<Vec<usize>>, Vec<(usize, usize)>) {
-    // A drain's pass is a repeat only of the same pass (a duplicated continuation), never of the
-    // event's first delivery or of another pass.
-    let mut first_of: HashMap<(&str, Option<u32>), usize> = HashMap::new();
+    // A drain's pass is a repeat only of the same message (a duplicated continuation: the same
+    // pass with the same signature), never of the event's first delivery, of another pass, or of
+    // a message that only claims to be the same pass (a forged one must not make the genuine one
+    // a repeat of its refusal).
+    type Key<'r> = (&'r str, Option<(u32, Option<&'r str>)>);
+    let mut first_of: HashMap<Key<'_>, usize> = HashMap::new();
     let mut repeats: Vec<(usize, usize)> = Vec::new();
     let mut lanes = Lanes::default();
     for (i, record) in records.iter().enumerate() {
         if let Ok(event) = &record.event {
             let key = (
                 event.id.as_str(),
-                record.continuation.as_ref().map(|c| c.pass),
+                record
+                    .continuation
+                    .as_ref()
+                    .map(|c| (c.pass, c.mac.as_deref())),
             );
             match first_of.get(&key) {
                 Some(&first) => repeats.push((i, first)),

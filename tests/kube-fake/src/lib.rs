@@ -128,6 +128,8 @@ pub struct RecordedRequest {
     pub body: Option<Value>,
     /// The HTTP status answered; 0 for a request held by [`KubeFake::hang`].
     pub status: u16,
+    /// When it was answered (for a held request: when it was held).
+    pub at: chrono::DateTime<chrono::Utc>,
 }
 
 impl RecordedRequest {

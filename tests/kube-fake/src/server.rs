@@ -524,6 +524,7 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
         content_type: content_type.clone(),
         body: recorded_body.clone(),
         status,
+        at: chrono::Utc::now(),
     };
 
     let (latency, hang) = {

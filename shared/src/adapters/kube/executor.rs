@@ -823,6 +823,10 @@ fn results(outcomes: &[NodeOutcome]) -> Vec<ActionResult> {
             pending: o.pending(),
             wait_until: o.drain.as_ref().and_then(|d| d.wait_until),
             heartbeat_at: o.heartbeat_at,
+            refused: o.refused.clone().or_else(|| match &o.delete {
+                Some(DeleteOutcome::Refused { why, .. }) => Some(why.clone()),
+                _ => None,
+            }),
         })
         .collect()
 }
