@@ -1282,7 +1282,7 @@ fn a_stale_continuation_after_the_node_name_was_reused_is_refused() {
         assert!(
             world
                 .fake
-                .get("v1", "Pod", Some("default"), "newcomer")
+                .get("v1", "Pod", Some("shop"), "newcomer")
                 .is_some()
         );
         assert!(world.take_all(&world.dlq_url).await.is_empty());
