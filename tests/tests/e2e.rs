@@ -106,7 +106,8 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
         fake.insert(pod("web-2", &spot.dns, "ReplicaSet"));
         fake.insert(pod("agent", &spot.dns, "DaemonSet"));
         fake.insert(node(&karpenter, json!({"metadata": {"ownerReferences": [{"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": "default-abc12", "uid": "nc-uid"}]}})));
-        fake.insert(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "default-abc12", "uid": "nc-uid"}, "spec": {}}));
+        fake.insert(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "default-abc12", "uid": "nc-uid"}, "spec": {},
+            "status": {"providerID": format!("aws:///{}/{}", karpenter.zone, karpenter.id), "nodeName": karpenter.dns}}));
         fake.insert(node(&rebalance, json!({})));
         fake.insert(node(&stopping, json!({})));
         fake.insert(node(&retiring, json!({})));
@@ -171,7 +172,7 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
         assert!(!passes.is_empty(), "{:#?}", first.reports);
         assert!(passes.iter().all(|r| r.outcome == Outcome::Acted), "{passes:#?}");
         let ended = passes.iter().filter(|r| r.actions.iter().any(|a| a.drain.is_some_and(|d| !d.pending && d.complete))).count();
-        assert_eq!(ended, 2, "the spot warning's and the retirement's drains ended: {passes:#?}");
+        assert_eq!(ended, 3, "the spot warning's, the retirement's and the stopping instance's drains ended: {passes:#?}");
         let failures = first.reports.iter().filter(|r| r.outcome == Outcome::Failed).count();
         assert_eq!(failures, 5, "the malformed message is tried maxReceiveCount (5) times");
         assert!(first.reports.iter().filter(|r| r.outcome == Outcome::Failed).all(|r| r.reason.as_deref().unwrap().contains("detail.instance-id")));
@@ -205,7 +206,9 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
         assert_eq!(pods, vec!["agent".to_string()], "evictable pods evicted, the DaemonSet pod left");
         assert!(fake.get("karpenter.sh/v1", "NodeClaim", None, "default-abc12").is_none(), "the NodeClaim is deleted");
         assert_eq!(fake.get("v1", "Node", None, &rebalance.dns).unwrap()["spec"]["unschedulable"], true);
-        assert!(fake.get("v1", "Node", None, &stopping.dns).is_none(), "the stopping instance's node is deleted");
+        // Stopping: its containers may still run, so its node is drained and kept; it is deleted
+        // once EC2 says stopped.
+        assert_eq!(fake.get("v1", "Node", None, &stopping.dns).unwrap()["spec"]["unschedulable"], true, "the stopping instance's node is cordoned, not deleted");
         assert_eq!(fake.get("v1", "Node", None, &retiring.dns).unwrap()["spec"]["unschedulable"], true);
         assert!(!fake.events().is_empty(), "Kubernetes Events recorded");
 
