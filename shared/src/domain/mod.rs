@@ -17,3 +17,4 @@ pub mod report;
 pub mod retry;
 pub mod stats;
 pub mod sweep;
+pub mod time;
