@@ -64,9 +64,10 @@ pub const INDEX_UNAVAILABLE: &str = "unavailable";
 pub const INDEX_BY_ZONE: &str = "by-zone";
 /// Index of the pools by instance type: partition `instance_type`, sort `last_seen`.
 pub const INDEX_BY_TYPE: &str = "by-type";
-/// A transaction holds at most 100 items: the ledger entry and this many pools, each with its
+/// A transaction holds at most 100 items: the ledger entries and this many pools, each with its
 /// history item (a pool marked twice by one event takes one pool item and two history items).
-pub const MAX_POOLS_PER_UPDATE: usize = 49;
+/// A domain limit: plans record no more ([`crate::domain::plan::decide`]).
+pub use crate::domain::pool::MAX_POOLS_PER_UPDATE;
 
 /// Transactions of one event cancelled by conflicts with concurrent writers (or throttling) before
 /// giving up; each is followed by a backoff. Lost bets are bounded otherwise: each flips at least
