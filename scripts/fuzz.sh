@@ -8,7 +8,8 @@
 # cargo fuzz needs nightly -Z flags: the stable toolchain accepts them with RUSTC_BOOTSTRAP=1.
 # The sanitizer is FOREWARN_FUZZ_SANITIZER (default `none`: the parser is safe Rust, and a clean
 # build is much faster; `address` works too).
-# Seeds are events/*.json and events/malformed/*, copied into the (git-ignored) corpus directory.
+# Seeds are events/*.json, events/malformed/* and fuzz/seeds/* (drain continuations, extreme
+# times), copied into the (git-ignored) corpus directory.
 # A crash, panic or failed invariant fails the run and its input is left in fuzz/artifacts/.
 set -euo pipefail
 seconds="${1:-30}"
@@ -32,7 +33,7 @@ target=event_parser
 corpus="fuzz/corpus/$target"
 artifacts="fuzz/artifacts/$target"
 mkdir -p "$corpus" "$artifacts"
-cp events/*.json events/malformed/* "$corpus/"
+cp events/*.json events/malformed/* fuzz/seeds/* "$corpus/"
 
 "$cargo_fuzz" build --fuzz-dir fuzz --sanitizer "$sanitizer" "$target"
 before="$(find "$artifacts" -type f | sort)"

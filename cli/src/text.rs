@@ -66,6 +66,9 @@ pub fn replay(
         ) && let Some(reason) = &r.reason
         {
             writeln!(out, "            {}: {reason}", r.outcome.as_str())?;
+        } else if let Some(reason) = &r.reason {
+            // Planned or acted, with a note (pools not recorded).
+            writeln!(out, "            note: {reason}")?;
         }
         for p in &r.pools {
             let window = match p.unavailable_until {

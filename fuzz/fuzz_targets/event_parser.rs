@@ -9,19 +9,35 @@
 //! - `parse_event` of real events (an Auto Scaling lifecycle hook's own notification included)
 //!   with one field replaced by the input string,
 //! - `parse_time`, `is_instance_id` and `EventKind::from_name`,
+//! - SQS messages whose bodies are drain continuations (`{"forewarnContinuation": {...}}`): the
+//!   input as the whole continuation object, merged into a valid one (so fields the format may
+//!   gain, such as a `mac`, are reached too), as each of its fields, and as the original body it
+//!   carries,
+//! - extreme times: the input, and the number it reads as (seconds or milliseconds anywhere in
+//!   chrono's range, or beyond), as every time of real events and continuations,
 //!
 //! and checks what must hold besides "no panic": every record's error names the record's own
 //! origin, envelopes number their records, a decoded event is well formed (its kind matches its
 //! source, detail-type and detail; actionable kinds name valid, distinct instance ids), the same
 //! event decodes alike bare and as an SQS body, decoding is deterministic, and a decoded event
-//! survives a serde JSON round trip unchanged. Every entry point gets the same fixed time of
-//! receipt (the fallback of an empty `time`), so decoding stays deterministic; an SQS message's
-//! `SentTimestamp` is that fallback when it is a time.
+//! survives a serde JSON round trip unchanged, every time it holds (and a continuation's) is
+//! within 10 years of the time of receipt, and the decision's date arithmetic on it (drain
+//! deadlines, pool windows, with the longest durations the configuration takes) does not
+//! overflow. Every entry point gets the same fixed time of receipt (the fallback of an empty
+//! `time`, and the *now* times are checked against), so decoding stays deterministic; an SQS
+//! message's `SentTimestamp` is that fallback when it is a time within 10 years of it.
 #![no_main]
 
 use aws_lambda_events::event::sqs::SqsMessage;
-use forewarn::domain::event::{self, DecodeError, Detail, Event, EventKind, Origin, Record, decode, decode_sqs_body, decode_sqs_event, decode_value, is_instance_id, parse_event, parse_time};
 use chrono::{DateTime, Utc};
+use forewarn::domain::config::Config;
+use forewarn::domain::continuation::{CONTINUATION_KEY, Continuation};
+use forewarn::domain::event::{
+    self, DecodeError, Detail, Event, EventKind, Origin, Record, decode, decode_sqs_body,
+    decode_sqs_event, decode_value, is_instance_id, parse_event, parse_time,
+};
+use forewarn::domain::plan::{drain_deadline, time_left};
+use forewarn::domain::time::{sane_span, within_sane_range};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};
 use std::sync::OnceLock;
@@ -48,7 +64,10 @@ fuzz_target!(|data: &[u8]| {
 fn check_bytes(data: &[u8]) {
     let decoded = decode(SOURCE, data, received());
     // Deterministic (synthetic ids included).
-    assert_eq!(results(&decoded), results(&decode(SOURCE, data, received())));
+    assert_eq!(
+        results(&decoded),
+        results(&decode(SOURCE, data, received()))
+    );
     match serde_json::from_slice::<Value>(data) {
         Err(_) => {
             let err = decoded
@@ -122,6 +141,20 @@ fn check_envelope(value: &Value, decoded: &Result<Vec<Record>, DecodeError>) {
 fn check_record(r: &Record) {
     assert_eq!(r.origin.source, SOURCE);
     let _ = r.origin.to_string();
+    if let (Some(c), Ok(_)) = (&r.continuation, &r.event) {
+        // A later pass adds intervals to these: each is within the sane range.
+        for t in [Some(c.started_at), Some(c.sent_at), c.heartbeat_at]
+            .into_iter()
+            .flatten()
+        {
+            assert!(
+                within_sane_range(t, received()).is_ok(),
+                "continuation time {t}"
+            );
+        }
+        let next = c.next(Some(received()));
+        assert_eq!(next.started_at, c.started_at);
+    }
     match &r.event {
         Ok(e) => check_event(e),
         Err(err) => {
@@ -168,11 +201,165 @@ fn check_event(e: &Event) {
         assert_eq!(e.instance_ids.len(), 1, "one instance per {:?}", e.kind);
     }
     let _ = e.deadline_hint();
+    check_times(e);
     assert_eq!(EventKind::from_name(e.kind.as_str()), Some(e.kind));
     // A decoded event is stored and reported as JSON: it must come back the same.
     let json = serde_json::to_string(e).expect("an event serializes");
     let back: Event = serde_json::from_str(&json).expect("a serialized event deserializes");
     assert_eq!(&back, e, "serde round trip of {json}");
+}
+
+/// Every time of a decoded event is within 10 years of its receipt (an unsupported event without
+/// one is dated at the epoch), and the decision's date arithmetic on them cannot overflow.
+fn check_times(e: &Event) {
+    let mut times = vec![e.time];
+    match &e.detail {
+        Detail::Scheduled {
+            start_time,
+            end_time,
+            ..
+        } => times.extend(start_time.iter().chain(end_time)),
+        Detail::CapacityReservation {
+            termination_time, ..
+        } => times.extend(termination_time.iter()),
+        _ => {}
+    }
+    for t in times {
+        if !(e.kind == EventKind::Unsupported && t == DateTime::<Utc>::UNIX_EPOCH) {
+            assert!(within_sane_range(t, received()).is_ok(), "{t} in {e:?}");
+        }
+    }
+    for config in configs() {
+        let deadline = drain_deadline(e, config);
+        let _ = time_left(deadline, received());
+        let _ = e.time + config.pool_ttl;
+    }
+}
+
+/// The default configuration, and one with every duration as long as it may be (10 years) and
+/// the margin too.
+fn configs() -> &'static [Config] {
+    static CONFIGS: OnceLock<Vec<Config>> = OnceLock::new();
+    CONFIGS.get_or_init(|| {
+        let longest = Config {
+            pool_ttl: sane_span(),
+            interruption_notice: sane_span(),
+            deadline_margin: sane_span(),
+            drain_timeout: sane_span(),
+            ..Config::default()
+        };
+        vec![Config::default(), longest]
+    })
+}
+
+/// Times of every size from the number `s` reads as, if any: seconds and milliseconds since the
+/// epoch (anywhere in chrono's range), in RFC 3339 and RFC 1123, and years of any size.
+fn extreme_times(s: &str) -> Vec<String> {
+    let Ok(n) = s.trim().parse::<i64>() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for t in [
+        DateTime::from_timestamp(n, 0),
+        DateTime::from_timestamp_millis(n),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        out.push(t.to_rfc3339());
+        out.push(t.format("%a, %d %b %Y %H:%M:%S GMT").to_string());
+    }
+    out.push(format!("{n}-01-01T00:00:00Z"));
+    out.push(format!("{:+07}-12-31T23:59:59.999999999Z", n % 1_000_000));
+    out.push(format!("Fri, 31 Dec {n} 23:59:59 GMT"));
+    out
+}
+
+/// A valid continuation message's state (without the original body), as JSON.
+fn continuation_state() -> Value {
+    let mut state = serde_json::to_value(Continuation::first(received(), received(), json!({})))
+        .expect("a continuation serializes");
+    state["heartbeatAt"] = json!(received().to_rfc3339());
+    state
+}
+
+/// The input in drain continuations, each the body of an SQS message, decoded through
+/// `decode_value` (a JSON batch) and `decode_sqs_event` (Lambda's messages).
+fn check_continuations(s: &str, parsed: Option<&Value>) {
+    let original = json!({"id": "e-1", "source": event::SOURCE_EC2, "detail-type": event::DT_SPOT,
+        "time": "2026-11-20T10:00:00Z", "detail": {"instance-id": "i-0a1b2c3d4e5f60001"}})
+    .to_string();
+    let valid = || {
+        let mut state = continuation_state();
+        state["body"] = json!(original);
+        state
+    };
+    let mut bodies: Vec<Value> = Vec::new();
+    // The input as the original body a continuation carries.
+    let mut carried = valid();
+    carried["body"] = json!(s);
+    bodies.push(json!({ CONTINUATION_KEY: carried }));
+    // The input as each field.
+    let fields: Vec<String> = valid()
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    let field = &fields[s.len() % fields.len()];
+    let mut one = valid();
+    one[field.as_str()] = json!(s);
+    bodies.push(json!({ CONTINUATION_KEY: one }));
+    if let Some(v) = parsed {
+        // The input as the whole continuation object, and merged into a valid one (a field the
+        // format may gain, e.g. `mac`, and any value of the known ones).
+        bodies.push(json!({ CONTINUATION_KEY: v }));
+        let mut merged = valid();
+        if let (Some(m), Value::Object(extra)) = (merged.as_object_mut(), v) {
+            for (k, x) in extra {
+                m.insert(k.clone(), x.clone());
+            }
+        }
+        bodies.push(json!({ CONTINUATION_KEY: merged }));
+        bodies.push(json!({ CONTINUATION_KEY: {"mac": v, "body": original} }));
+    }
+    // Extreme times in each time field.
+    for t in extreme_times(s) {
+        for key in ["startedAt", "sentAt", "heartbeatAt"] {
+            let mut c = valid();
+            c[key] = json!(t);
+            bodies.push(json!({ CONTINUATION_KEY: c }));
+        }
+    }
+    let batch: Vec<Value> = bodies
+        .iter()
+        .enumerate()
+        .map(|(i, b)| json!({"messageId": format!("c-{i}"), "body": b.to_string()}))
+        .collect();
+    let records = decode_value(SOURCE, json!({ "Records": batch }), received())
+        .expect("a batch is an envelope");
+    assert_eq!(records.len(), bodies.len());
+    let messages: Vec<SqsMessage> = bodies
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let mut m = SqsMessage::default();
+            m.message_id = Some(format!("c-{i}"));
+            m.body = Some(b.to_string());
+            m
+        })
+        .collect();
+    let lambda = decode_sqs_event(SOURCE, &messages, received());
+    for (from_json, from_lambda) in records.iter().zip(&lambda) {
+        check_record(from_json);
+        check_record(from_lambda);
+        assert_eq!(from_json.event, from_lambda.event);
+        assert_eq!(from_json.continuation, from_lambda.continuation);
+        if from_json.event.is_ok() && from_json.continuation.is_some() {
+            assert!(
+                from_json.body.is_some(),
+                "a continuation carries its original body"
+            );
+        }
+    }
 }
 
 fn check_str(s: &str) {
@@ -186,6 +373,15 @@ fn check_str(s: &str) {
     if let Some(k) = EventKind::from_name(s) {
         assert_eq!(k.as_str(), s);
     }
+
+    let parsed = serde_json::from_str::<Value>(s).ok();
+    check_continuations(s, parsed.as_ref());
+    // A continuation's body is taken apart by the SQS paths only (decode_sqs_body decodes the
+    // event it is handed, which a continuation is not).
+    let continuation = parsed
+        .as_ref()
+        .and_then(forewarn::domain::continuation::unwrap)
+        .is_some();
 
     // The input as the body of one SQS message, through every SQS path.
     let origin = sqs_origin();
@@ -222,7 +418,9 @@ fn check_str(s: &str) {
     let lambda = decode_sqs_event(SOURCE, &[msg, missing], received());
     assert_eq!(lambda.len(), 2);
     assert_eq!(lambda[0].origin, origin);
-    assert_eq!(lambda[0].event, body);
+    if !continuation {
+        assert_eq!(lambda[0].event, body);
+    }
     assert_eq!(
         lambda[1].event.as_ref().map_err(|e| e.field.as_deref()),
         Err(Some("body"))
@@ -237,7 +435,11 @@ fn check_str(s: &str) {
     ]});
     let from_json = decode_value(SOURCE, batch, received()).expect("a batch is an envelope");
     assert_eq!(from_json.len(), 3);
-    assert_eq!(from_json[0].event, body);
+    if !continuation {
+        assert_eq!(from_json[0].event, body);
+    } else {
+        assert_eq!(from_json[0].event, lambda[0].event);
+    }
     assert_eq!(from_json[1].event, lambda[1].event);
     assert_eq!(from_json[2].origin.message_id.as_deref(), Some(s));
     assert!(from_json[2].event.is_err());
@@ -246,22 +448,28 @@ fn check_str(s: &str) {
     }
 
     // The input as the `SentTimestamp` of a message whose event has an empty `time`: the event
-    // is dated by it when it is epoch milliseconds of a year up to 9999, else by the receipt.
-    let empty_time = json!({"id": "e-1", "source": event::SOURCE_EC2, "detail-type": event::DT_SPOT,
+    // is dated by it when it is epoch milliseconds within 10 years of the receipt, else by the
+    // receipt.
+    let empty_time =
+        json!({"id": "e-1", "source": event::SOURCE_EC2, "detail-type": event::DT_SPOT,
         "time": "", "detail": {"instance-id": "i-0a1b2c3d4e5f60001"}})
-    .to_string();
+        .to_string();
     let mut msg = SqsMessage::default();
     msg.message_id = Some("m-0".into());
     msg.body = Some(empty_time);
     msg.attributes.insert("SentTimestamp".into(), s.to_string());
     let dated = decode_sqs_event(SOURCE, &[msg], received());
-    let time = dated[0].event.as_ref().expect("a spot warning with an empty time decodes").time;
+    let time = dated[0]
+        .event
+        .as_ref()
+        .expect("a spot warning with an empty time decodes")
+        .time;
     let sent = s
         .trim()
         .parse::<i64>()
         .ok()
         .and_then(DateTime::from_timestamp_millis)
-        .filter(|t| (0..=9999).contains(&chrono::Datelike::year(t)));
+        .filter(|t| within_sane_range(*t, received()).is_ok());
     assert_eq!(time, sent.unwrap_or_else(received));
 
     // The input in each string field of real events: the parser's field paths.
@@ -277,9 +485,15 @@ fn check_str(s: &str) {
             .collect()
     });
     let (template, fields) = &templates[s.len() % templates.len()];
-    for path in fields {
+    // The input, and the extreme times it reads as, in each string field (every time field).
+    let mut values = vec![s.to_string()];
+    values.extend(extreme_times(s));
+    for (path, value) in fields
+        .iter()
+        .flat_map(|p| values.iter().map(move |v| (p, v)))
+    {
         let mut v = template.clone();
-        set(&mut v, path, Value::String(s.to_string()));
+        set(&mut v, path, Value::String(value.clone()));
         let r = parse_event(&Origin::bare(SOURCE), &v, received());
         match &r {
             Ok(e) => check_event(e),

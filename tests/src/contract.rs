@@ -677,3 +677,49 @@ pub async fn history_keeps_one_entry_per_applied_mark(s: Subject) {
         "only the rebalance, recorded later, is left: {left:?}"
     );
 }
+
+/// One update records at most `MAX_POOLS_PER_UPDATE` (49) pools, with two ledger keys (a spot
+/// warning's event id and sweep key): that fits one DynamoDB transaction exactly (2 + 49 pool
+/// updates + 49 history items = 100). One more pool is refused, naming the count, and nothing is
+/// written (the decision never hands a store more: `plan::decide`).
+pub async fn updates_of_more_pools_than_the_limit_are_refused_whole(s: Subject) {
+    use forewarn::domain::pool::MAX_POOLS_PER_UPDATE;
+    let store = &*s.store;
+    let t = now();
+    let marks = |n: usize| -> Vec<PoolMark> {
+        (0..n)
+            .map(|i| {
+                let key = spot(&format!("m{i}.large"), "us-east-1a");
+                mark(&key, &format!("i-{i}"), Some(t + Duration::minutes(10)))
+            })
+            .collect()
+    };
+    let mut over = event("e-over", t, marks(MAX_POOLS_PER_UPDATE + 1));
+    over.also_keys = vec!["sweep:spot-interruption:i-0".into()];
+    let err = store
+        .apply(&over)
+        .await
+        .expect_err("one pool more than the limit")
+        .to_string();
+    assert!(err.contains("50 pools"), "{}: {err}", store.location());
+    assert!(pools(store, &all(), t).await.is_empty(), "nothing written");
+    let ids = [
+        "e-over".to_string(),
+        "sweep:spot-interruption:i-0".to_string(),
+    ];
+    assert!(store.applied(&ids).await.unwrap().is_empty());
+
+    let mut full = event("e-full", t, marks(MAX_POOLS_PER_UPDATE));
+    full.also_keys = vec!["sweep:spot-interruption:i-0".into()];
+    assert_eq!(apply(store, &full).await, Applied::Applied);
+    assert_eq!(pools(store, &all(), t).await.len(), MAX_POOLS_PER_UPDATE);
+    assert_eq!(store.applied(&ids).await.unwrap().len(), 1);
+    // Sent again (the same transaction, the same request token): a duplicate, nothing changed.
+    assert_eq!(apply(&*s.other, &full).await, Applied::Duplicate);
+    assert_eq!(
+        record(store, &spot("m0.large", "us-east-1a"), t)
+            .await
+            .interruptions(),
+        1
+    );
+}

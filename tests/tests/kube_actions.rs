@@ -1240,6 +1240,8 @@ async fn the_handler_tells_the_webhook_and_counts_evictions() {
     let settings = forewarn::app::settings::Settings::from_lookup(|n| match n {
         "FOREWARN_CLUSTER_NAME" => Some("demo".into()),
         "FOREWARN_WEBHOOK_URL" => Some(url.clone()),
+        // The test's receiver is plain HTTP on loopback.
+        "FOREWARN_WEBHOOK_ALLOW_HTTP" => Some("true".into()),
         "FOREWARN_WEBHOOK_TEMPLATE" => Some(template.into()),
         _ => None,
     })

@@ -83,6 +83,7 @@ contract_cases!(
     also_keys_make_other_ids_duplicates,
     multi_pool_event_is_atomic,
     history_keeps_one_entry_per_applied_mark,
+    updates_of_more_pools_than_the_limit_are_refused_whole,
 );
 
 // ---- DynamoDB only ------------------------------------------------------------------------

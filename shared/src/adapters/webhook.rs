@@ -1,7 +1,11 @@
 //! The optional webhook: one JSON message per node action, from a template, posted to a URL
 //! (a Slack incoming webhook by default; any service that takes a JSON body).
 //!
-//! - `FOREWARN_WEBHOOK_URL`: where to post (`http://` or `https://`); unset, nothing is sent.
+//! - `FOREWARN_WEBHOOK_URL`: where to post (`https://`); unset, nothing is sent. The URL is a
+//!   secret (a Slack incoming webhook's path is its only credential): it is never logged, nor put
+//!   in an error or a `Debug` form; only its host is ([`WebhookConfig::host`], [`redacted`]).
+//! - `FOREWARN_WEBHOOK_ALLOW_HTTP`: `true` allows an `http://` URL (default `false`: the secret
+//!   URL and every message would cross the network in clear text).
 //! - `FOREWARN_WEBHOOK_TEMPLATE`: the JSON body, with `{{field}}` placeholders inside its
 //!   strings (default [`DEFAULT_TEMPLATE`], Slack's `{"text": ...}`). A value is put in
 //!   JSON-escaped, so the body stays valid JSON whatever an event holds. The fields are
@@ -25,6 +29,8 @@ use crate::ports::{Delivery, Notifier};
 pub const ENV_URL: &str = "FOREWARN_WEBHOOK_URL";
 /// The environment variable with the template.
 pub const ENV_TEMPLATE: &str = "FOREWARN_WEBHOOK_TEMPLATE";
+/// The environment variable that allows an `http://` URL.
+pub const ENV_ALLOW_HTTP: &str = "FOREWARN_WEBHOOK_ALLOW_HTTP";
 
 /// Slack's incoming-webhook body: one line of text per action.
 pub const DEFAULT_TEMPLATE: &str = r#"{"text": "forewarn {{outcome}}: {{action}} node {{node}} ({{instance_id}}, {{pool}}) on {{summary}} event {{event_id}}. {{result}}"}"#;
@@ -71,39 +77,113 @@ pub const FIELDS: &[(&str, &str)] = &[
     ),
 ];
 
-/// A checked webhook configuration.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A checked webhook configuration. Its `Debug` form shows the URL's host only.
+#[derive(Clone, PartialEq, Eq)]
 pub struct WebhookConfig {
+    /// A secret: log [`WebhookConfig::host`] instead.
     pub url: String,
     pub template: Template,
 }
 
+impl fmt::Debug for WebhookConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WebhookConfig")
+            .field("url", &redacted(&self.url))
+            .field("template", &self.template)
+            .finish()
+    }
+}
+
+/// The host of `url` (no user, port, path or query): what may be logged of a webhook URL.
+/// Empty when there is none.
+pub fn host_of(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    match host_port.strip_prefix('[') {
+        // An IPv6 literal: `[::1]:8080`.
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host_port.split(':').next().unwrap_or_default(),
+    }
+}
+
+/// What may be shown of a webhook URL: `https://hooks.slack.com/…` (its scheme and host).
+pub fn redacted(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, _)) if scheme.bytes().all(|b| b.is_ascii_alphanumeric()) => {
+            format!("{scheme}://{}/…", host_of(url))
+        }
+        _ => "(not shown: a webhook URL is a secret)".to_string(),
+    }
+}
+
 impl WebhookConfig {
-    /// The webhook of `FOREWARN_WEBHOOK_URL` / `FOREWARN_WEBHOOK_TEMPLATE`, if a URL is set.
+    /// The webhook of `FOREWARN_WEBHOOK_URL` / `FOREWARN_WEBHOOK_TEMPLATE` /
+    /// `FOREWARN_WEBHOOK_ALLOW_HTTP`, if a URL is set. An error shows the URL redacted.
     pub fn from_lookup(
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<Option<WebhookConfig>, ConfigError> {
-        let Some(url) = lookup(ENV_URL).filter(|v| !v.trim().is_empty()) else {
-            return Ok(None);
-        };
-        let url = url.trim().to_string();
         let bad = |variable: &str, value: &str, message: String| ConfigError {
             variable: variable.into(),
             value: value.into(),
             message,
         };
-        let rest = url
-            .strip_prefix("https://")
-            .or_else(|| url.strip_prefix("http://"))
-            .ok_or_else(|| bad(ENV_URL, &url, "not an http:// or https:// URL".into()))?;
-        if rest.is_empty() || rest.starts_with('/') || url.chars().any(char::is_whitespace) {
-            return Err(bad(ENV_URL, &url, "the URL has no host".into()));
+        let allow_http = match lookup(ENV_ALLOW_HTTP).as_deref().map(str::trim) {
+            None | Some("") | Some("false") | Some("0") => false,
+            Some("true") | Some("1") => true,
+            Some(other) => {
+                return Err(bad(
+                    ENV_ALLOW_HTTP,
+                    other,
+                    "not a boolean (true or false)".into(),
+                ));
+            }
+        };
+        let Some(url) = lookup(ENV_URL).filter(|v| !v.trim().is_empty()) else {
+            return Ok(None);
+        };
+        let url = url.trim().to_string();
+        let bad_url = |message: String| bad(ENV_URL, &redacted(&url), message);
+        let (https, rest) = match (url.strip_prefix("https://"), url.strip_prefix("http://")) {
+            (Some(rest), _) => (true, rest),
+            (None, Some(rest)) => (false, rest),
+            (None, None) => return Err(bad_url("not an https:// URL".into())),
+        };
+        if rest.is_empty() || rest.starts_with('/') || host_of(&url).is_empty() {
+            return Err(bad_url("the URL has no host".into()));
+        }
+        if url.parse::<hyper::Uri>().is_err() || url.chars().any(char::is_whitespace) {
+            return Err(bad_url("not a valid URL".into()));
+        }
+        if !https && !allow_http {
+            return Err(bad_url(format!(
+                "an http:// URL sends the URL (a secret) and every message in clear text: use \
+                 https://, or set {ENV_ALLOW_HTTP}=true to allow it"
+            )));
         }
         let template = match lookup(ENV_TEMPLATE).filter(|v| !v.trim().is_empty()) {
             Some(t) => Template::parse(&t).map_err(|m| bad(ENV_TEMPLATE, &t, m))?,
             None => Template::parse(DEFAULT_TEMPLATE).expect("the default template is valid"),
         };
         Ok(Some(WebhookConfig { url, template }))
+    }
+
+    /// The URL's host: what logs and errors say of the webhook.
+    pub fn host(&self) -> &str {
+        host_of(&self.url)
+    }
+
+    /// `error` with the URL, and its path and query, cut out (an answer may echo the request).
+    fn scrub(&self, error: &str) -> String {
+        let mut out = error.replace(&self.url, &redacted(&self.url));
+        let rest = self.url.split_once("://").map_or("", |(_, r)| r);
+        if let Some(i) = rest.find(['/', '?', '#']) {
+            let path = &rest[i..];
+            if path.len() > 1 {
+                out = out.replace(path, "/…");
+            }
+        }
+        out
     }
 
     /// The bodies to post for `reports`: one per action worth telling.
@@ -337,12 +417,14 @@ mod post {
                 match tokio::time::timeout(limit, post(&config.url, body)).await {
                     Ok(Ok(())) => true,
                     Ok(Err(e)) => {
-                        tracing::warn!(url = %config.url, error = %e, "webhook failed");
+                        // Never the URL: it is a secret.
+                        tracing::warn!(host = %config.host(), error = %config.scrub(&e),
+                            "webhook failed");
                         false
                     }
                     Err(_) => {
-                        tracing::warn!(url = %config.url, timeout_ms = limit.as_millis() as u64,
-                            "webhook timed out");
+                        tracing::warn!(host = %config.host(),
+                            timeout_ms = limit.as_millis() as u64, "webhook timed out");
                         false
                     }
                 }
@@ -491,7 +573,7 @@ mod tests {
             .map(|(f, _)| format!("\"{f}\": \"{{{{{f}}}}}\""))
             .collect();
         let template = format!("{{{}}}", all.join(", "));
-        let w = WebhookConfig::from_lookup(lookup("http://127.0.0.1:9/hook", Some(&template)))
+        let w = WebhookConfig::from_lookup(lookup("https://127.0.0.1:9/hook", Some(&template)))
             .unwrap()
             .unwrap();
         let m = w.messages(&[report(Outcome::Failed, Action::Cordon)], Some("demo"));
@@ -516,5 +598,190 @@ mod tests {
         let m = w.messages(&reports, None);
         assert_eq!(m.len(), 1);
         assert!(m[0]["text"].as_str().unwrap().contains("planned: delete"));
+    }
+
+    const SECRET_URL: &str = "https://hooks.example.com/services/T000/B000/XXXXsecret?token=abc";
+
+    fn shows_no_secret(shown: &str) {
+        for secret in ["services", "T000", "XXXXsecret", "token", "abc"] {
+            assert!(!shown.contains(secret), "`{secret}` in {shown}");
+        }
+    }
+
+    #[test]
+    fn http_only_when_explicitly_allowed() {
+        let url = "http://hooks.example.com/services/T000/B000/XXXXsecret?token=abc";
+        let e = WebhookConfig::from_lookup(lookup(url, None)).unwrap_err();
+        assert_eq!(e.variable, ENV_URL);
+        assert!(
+            e.message.contains("FOREWARN_WEBHOOK_ALLOW_HTTP=true"),
+            "{e}"
+        );
+        assert_eq!(e.value, "http://hooks.example.com/…");
+        shows_no_secret(&e.to_string());
+        let allowing = |allow: &'static str| {
+            move |n: &str| match n {
+                ENV_URL => Some(url.to_string()),
+                ENV_ALLOW_HTTP => Some(allow.to_string()),
+                _ => None,
+            }
+        };
+        let w = WebhookConfig::from_lookup(allowing("true"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(w.url, url);
+        assert!(WebhookConfig::from_lookup(allowing("false")).is_err());
+        let e = WebhookConfig::from_lookup(allowing("yes please")).unwrap_err();
+        assert_eq!(e.variable, ENV_ALLOW_HTTP);
+        // https needs no permission.
+        assert!(WebhookConfig::from_lookup(lookup(SECRET_URL, None)).is_ok());
+    }
+
+    #[test]
+    fn the_url_is_never_shown_only_its_host() {
+        assert_eq!(host_of(SECRET_URL), "hooks.example.com");
+        assert_eq!(host_of("https://user:pw@h.example:8443/x"), "h.example");
+        assert_eq!(host_of("http://[::1]:8080/x?y"), "::1");
+        assert_eq!(redacted(SECRET_URL), "https://hooks.example.com/…");
+        // Errors, whatever is wrong with the URL, show its host at most.
+        for url in [
+            "ftp://hooks.example.com/services/T000/B000/XXXXsecret?token=abc",
+            "https://hooks.example.com/services/T000/B000/XXXX secret?token=abc",
+            "hooks.example.com/services/T000/B000/XXXXsecret?token=abc",
+            "https://user:XXXXsecret@/services?token=abc",
+        ] {
+            let e = WebhookConfig::from_lookup(lookup(url, None)).unwrap_err();
+            assert_eq!(e.variable, ENV_URL, "{url}");
+            shows_no_secret(&e.to_string());
+            shows_no_secret(&format!("{e:?}"));
+        }
+        let w = WebhookConfig::from_lookup(lookup(SECRET_URL, None))
+            .unwrap()
+            .unwrap();
+        assert_eq!(w.host(), "hooks.example.com");
+        let debug = format!("{w:?}");
+        assert!(debug.contains("hooks.example.com"), "{debug}");
+        shows_no_secret(&debug);
+        // An answer that echoes the request is cut.
+        assert_eq!(
+            w.scrub("answered 404: no route for POST /services/T000/B000/XXXXsecret?token=abc"),
+            "answered 404: no route for POST /…"
+        );
+        assert_eq!(
+            w.scrub(&format!("posting to {SECRET_URL} failed")),
+            "posting to https://hooks.example.com/… failed"
+        );
+    }
+
+    /// A writer that keeps what the log wrote.
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A server on a loopback port that answers one request 404, echoing the request line.
+    fn echoing_404() -> u16 {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let Ok((mut stream, _)) = listener.accept() else {
+                return;
+            };
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            // The head, then the body its content-length announces.
+            while let Ok(n) = stream.read(&mut buf) {
+                request.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&request).to_string();
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let length = text
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().to_string())
+                        })
+                        .and_then(|v| v.parse::<usize>().ok())
+                        .unwrap_or(0);
+                    if request.len() >= end + 4 + length {
+                        break;
+                    }
+                }
+                if n == 0 {
+                    break;
+                }
+            }
+            let text = String::from_utf8_lossy(&request).to_string();
+            let body = format!("Cannot {}", text.lines().next().unwrap_or_default());
+            let answer = format!(
+                "HTTP/1.1 404 Not Found\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(answer.as_bytes());
+        });
+        port
+    }
+
+    #[tokio::test]
+    async fn a_failure_is_logged_with_the_host_and_without_the_path_or_query() {
+        let captured = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer({
+                let c = captured.clone();
+                move || c.clone()
+            })
+            .with_ansi(false)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let urls = [
+            // Answered 404 with the request line (the path and query) in the body.
+            format!(
+                "http://127.0.0.1:{}/services/T000/B000/XXXXsecret?token=abc",
+                echoing_404()
+            ),
+            // Refused.
+            format!("http://127.0.0.1:{closed}/services/T000/B000/XXXXsecret?token=abc"),
+        ];
+        for url in urls {
+            let config = WebhookConfig::from_lookup(|n| match n {
+                ENV_URL => Some(url.clone()),
+                ENV_ALLOW_HTTP => Some("true".into()),
+                _ => None,
+            })
+            .unwrap()
+            .unwrap();
+            let delivery = deliver(
+                &config,
+                &[report(Outcome::Acted, Action::Cordon)],
+                None,
+                None,
+            )
+            .await;
+            assert_eq!((delivery.sent, delivery.failed), (0, 1), "{url}");
+        }
+        let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("webhook failed"))
+            .collect();
+        assert_eq!(lines.len(), 2, "{log}");
+        assert!(lines[0].contains("answered 404"), "{log}");
+        for line in lines {
+            assert!(line.contains("host=127.0.0.1"), "{line}");
+            shows_no_secret(line);
+        }
     }
 }

@@ -10,7 +10,7 @@ use crate::adapters::kube::{
     ClusterAccess, ENV_CLUSTER_CA, ENV_CLUSTER_ENDPOINT, ENV_EKS_CLUSTER, ENV_EVICTION_PARALLELISM,
     ENV_KUBE_BURST, ENV_KUBE_QPS, ExecutorSettings, rate_limit_from_lookup,
 };
-use crate::adapters::webhook::{ENV_TEMPLATE, ENV_URL, WebhookConfig};
+use crate::adapters::webhook::{ENV_ALLOW_HTTP, ENV_TEMPLATE, ENV_URL, WebhookConfig};
 use crate::app::priorities::PrioritySettings;
 use crate::domain::config::{Config, ConfigError, Mode, VARIABLES as CONFIG_VARIABLES};
 use crate::domain::priorities::HotShare;
@@ -33,6 +33,7 @@ pub const ENV_DRAIN_PASS_INTERVAL: &str = "FOREWARN_DRAIN_PASS_INTERVAL";
 pub const VARIABLES: &[&str] = &[
     ENV_WEBHOOK_URL,
     ENV_WEBHOOK_TEMPLATE,
+    ENV_WEBHOOK_ALLOW_HTTP,
     ENV_STATE_DIR,
     ENV_TABLE,
     ENV_EKS_CLUSTER,
@@ -54,6 +55,7 @@ pub const VARIABLES: &[&str] = &[
 ];
 const ENV_WEBHOOK_URL: &str = ENV_URL;
 const ENV_WEBHOOK_TEMPLATE: &str = ENV_TEMPLATE;
+const ENV_WEBHOOK_ALLOW_HTTP: &str = ENV_ALLOW_HTTP;
 
 /// Where pools are recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,7 +138,8 @@ impl Settings {
     ///   when `KUBECONFIG` is set or the process runs in a pod (`KUBERNETES_SERVICE_HOST`);
     ///   else no cluster;
     /// - `FOREWARN_EVICTION_PARALLELISM`, `FOREWARN_KUBE_QPS`, `FOREWARN_KUBE_BURST`,
-    ///   `FOREWARN_WEBHOOK_URL`, `FOREWARN_WEBHOOK_TEMPLATE`, `FOREWARN_CONCURRENCY`,
+    ///   `FOREWARN_WEBHOOK_URL`, `FOREWARN_WEBHOOK_TEMPLATE`, `FOREWARN_WEBHOOK_ALLOW_HTTP`,
+    ///   `FOREWARN_CONCURRENCY`,
     ///   `FOREWARN_SAFETY_MARGIN`, `FOREWARN_LOG`, `FOREWARN_DRAIN_PASS_INTERVAL`;
     /// - `FOREWARN_PRIORITIES`, `FOREWARN_PRIORITY_HOT_SHARE`, `FOREWARN_PRIORITY_TAKE_OVER`.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Settings, ConfigError> {
@@ -302,7 +305,8 @@ mod tests {
             ("FOREWARN_EVICTION_PARALLELISM", "3"),
             ("FOREWARN_KUBE_QPS", "50"),
             ("FOREWARN_KUBE_BURST", "10"),
-            ("FOREWARN_WEBHOOK_URL", "https://hooks.example.com/x"),
+            ("FOREWARN_WEBHOOK_URL", "http://hooks.example.com/x"),
+            ("FOREWARN_WEBHOOK_ALLOW_HTTP", "true"),
             ("FOREWARN_CONCURRENCY", "2"),
             ("FOREWARN_SAFETY_MARGIN", "5s"),
             ("FOREWARN_LOG", "debug"),
@@ -331,7 +335,7 @@ mod tests {
         assert_eq!(s.kube_rate_limit, Some((50.0, 10)));
         assert_eq!(
             s.webhook.map(|w| w.url).as_deref(),
-            Some("https://hooks.example.com/x")
+            Some("http://hooks.example.com/x")
         );
         assert_eq!(s.concurrency, 2);
         assert_eq!(s.safety_margin, Duration::from_secs(5));
@@ -383,7 +387,7 @@ mod tests {
             ("FOREWARN_SAFETY_MARGIN", "soon"),
             ("FOREWARN_EVICTION_PARALLELISM", "1000"),
             ("FOREWARN_KUBE_QPS", "fast"),
-            ("FOREWARN_WEBHOOK_URL", "ftp://x"),
+            ("FOREWARN_WEBHOOK_ALLOW_HTTP", "maybe"),
             ("FOREWARN_POOL_TTL", "forever"),
             ("FOREWARN_PRIORITY_HOT_SHARE", "0"),
             ("FOREWARN_PRIORITY_TAKE_OVER", "yes"),
@@ -396,6 +400,27 @@ mod tests {
             assert_eq!(err.value, value, "{err}");
             assert!(err.to_string().contains(name), "{err}");
         }
+    }
+
+    /// The webhook URL is a secret: an error about it, and the settings' `Debug` form, show its
+    /// host at most.
+    #[test]
+    fn the_webhook_url_is_never_shown() {
+        for url in [
+            "ftp://hooks.example.com/services/XXXXsecret",
+            "http://hooks.example.com/services/XXXXsecret",
+        ] {
+            let err = settings(&[("FOREWARN_WEBHOOK_URL", url)]).unwrap_err();
+            assert_eq!(err.variable, "FOREWARN_WEBHOOK_URL");
+            assert!(!err.to_string().contains("XXXXsecret"), "{err}");
+            assert!(err.to_string().contains("hooks.example.com"), "{err}");
+        }
+        let s = settings(&[(
+            "FOREWARN_WEBHOOK_URL",
+            "https://hooks.example.com/services/XXXXsecret",
+        )])
+        .unwrap();
+        assert!(!format!("{s:?}").contains("XXXXsecret"));
     }
 
     /// The README's configuration tables document exactly the variables the settings read.

@@ -324,41 +324,58 @@ fn is_hook_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '/'))
 }
 
-/// Parses `90`, `90s`, `15m`, `1h`, `1h30m`, `2d`.
+/// Parses `90`, `90s`, `15m`, `1h`, `1h30m`, `2d`: at most 10 years
+/// ([`crate::domain::time::SANE_YEARS`]), so that a time plus a configured duration cannot
+/// overflow. An error names the value.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let err = || format!("`{s}` is not a duration (e.g. 90s, 15m, 1h, 1h30m)");
     if s.is_empty() {
         return Err(err());
     }
-    if let Ok(secs) = s.parse::<i64>() {
-        return (secs >= 0).then(|| Duration::seconds(secs)).ok_or_else(err);
-    }
-    let mut total: i64 = 0;
-    let mut number = String::new();
-    for c in s.chars() {
-        if c.is_ascii_digit() {
-            number.push(c);
-            continue;
+    let total: i64 = if let Ok(secs) = s.parse::<i64>() {
+        secs
+    } else {
+        let mut total: i64 = 0;
+        let mut number = String::new();
+        for c in s.chars() {
+            if c.is_ascii_digit() {
+                number.push(c);
+                continue;
+            }
+            let n: i64 = number.parse().map_err(|_| err())?;
+            number.clear();
+            let unit = match c {
+                's' => 1,
+                'm' => 60,
+                'h' => 3600,
+                'd' => 86400,
+                _ => return Err(err()),
+            };
+            total = n
+                .checked_mul(unit)
+                .and_then(|x| total.checked_add(x))
+                .ok_or_else(|| too_long(s))?;
         }
-        let n: i64 = number.parse().map_err(|_| err())?;
-        number.clear();
-        let unit = match c {
-            's' => 1,
-            'm' => 60,
-            'h' => 3600,
-            'd' => 86400,
-            _ => return Err(err()),
-        };
-        total = n
-            .checked_mul(unit)
-            .and_then(|x| total.checked_add(x))
-            .ok_or_else(err)?;
-    }
-    if !number.is_empty() {
+        if !number.is_empty() {
+            return Err(err());
+        }
+        total
+    };
+    if total < 0 {
         return Err(err());
     }
-    Duration::try_seconds(total).ok_or_else(err)
+    // `try_seconds` refuses what a `Duration` cannot hold (more than i64::MAX milliseconds),
+    // where `Duration::seconds` would panic.
+    let d = Duration::try_seconds(total).ok_or_else(|| too_long(s))?;
+    crate::domain::time::sane_duration(d).map_err(|_| too_long(s))
+}
+
+fn too_long(s: &str) -> String {
+    format!(
+        "`{s}` is longer than {} years, the longest duration taken",
+        crate::domain::time::SANE_YEARS
+    )
 }
 
 fn parse_bool(s: &str) -> Result<bool, String> {
@@ -458,6 +475,56 @@ mod tests {
         assert_eq!(parse_duration("2d").unwrap(), Duration::days(2));
         for bad in ["", "m", "1x", "-5", "1h30", "99999999999999999999d"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_duration("3650d").unwrap(), Duration::days(3650));
+    }
+
+    #[test]
+    fn huge_durations_are_errors_naming_the_value_not_panics() {
+        // Found in review: a whole number of seconds past i64::MAX / 1000 panicked.
+        for huge in [
+            "9223372036854775807",
+            "9223372036854776",
+            "9223372036854775807s",
+            "106751991167301d",
+            "3654d",
+            "315619201",
+            "1d9223372036854775807s",
+        ] {
+            let e = parse_duration(huge).unwrap_err();
+            assert_eq!(
+                e,
+                format!("`{huge}` is longer than 10 years, the longest duration taken")
+            );
+        }
+        let e = from(&[("FOREWARN_DRAIN_TIMEOUT", "9223372036854775807")]).unwrap_err();
+        assert_eq!(e.variable, "FOREWARN_DRAIN_TIMEOUT");
+        assert!(
+            e.to_string()
+                .contains("`9223372036854775807` is longer than 10 years"),
+            "{e}"
+        );
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn parse_duration_never_panics_and_stays_sane(
+                s in prop_oneof![
+                    "[0-9]{0,22}",
+                    "([0-9]{0,20}[smhd]){0,4}",
+                    any::<i64>().prop_map(|n| n.to_string()),
+                    ".{0,24}",
+                ]
+            ) {
+                if let Ok(d) = parse_duration(&s) {
+                    prop_assert!(d >= Duration::zero());
+                    prop_assert!(d <= crate::domain::time::sane_span());
+                }
+            }
         }
     }
 }

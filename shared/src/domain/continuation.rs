@@ -39,15 +39,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::Sha256;
 
+use super::time::within_sane_range;
+
 /// The key of a continuation message's body.
 pub const CONTINUATION_KEY: &str = "forewarnContinuation";
 
 /// The format of continuations this version writes and reads (2: signed; 1 was unsigned and is
 /// refused).
 pub const VERSION: u32 = 2;
-
-/// How far a continuation's times may lie from the time it is received: further is malformed.
-pub const SANE_YEARS: i64 = 10;
 
 /// The secret continuations are signed with: 32 bytes.
 #[derive(Clone, PartialEq, Eq)]
@@ -185,12 +184,6 @@ pub fn delay_seconds(delay: std::time::Duration) -> u32 {
     u32::try_from(whole.min(900)).unwrap_or(900)
 }
 
-/// Whether `time` lies within [`SANE_YEARS`] of `now` (date arithmetic on it cannot overflow).
-fn sane(time: DateTime<Utc>, now: DateTime<Utc>) -> bool {
-    let years = chrono::Duration::days(366 * SANE_YEARS);
-    (time - now).abs() <= years
-}
-
 /// A continuation message taken apart.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unwrapped {
@@ -202,7 +195,8 @@ pub struct Unwrapped {
 /// When `value` is a continuation message's body received at `now`: its progress and the
 /// original body, or what is wrong with it (field and message); `None` when it is not a
 /// continuation at all. Its signature is not checked here (that needs the key: the pipeline
-/// does it), but its times are: each within [`SANE_YEARS`] of `now`.
+/// does it), but its times are: each within the sane range of `now`
+/// ([`crate::domain::time::within_sane_range`]; a later pass adds intervals to them).
 pub fn unwrap(value: &Value, now: DateTime<Utc>) -> Option<Result<Unwrapped, (String, String)>> {
     let state = value.as_object()?.get(CONTINUATION_KEY)?;
     let field = |f: &str| format!("{CONTINUATION_KEY}.{f}");
@@ -237,16 +231,8 @@ pub fn unwrap(value: &Value, now: DateTime<Utc>) -> Option<Result<Unwrapped, (St
             ("heartbeatAt", continuation.heartbeat_at),
         ];
         for (name, time) in times {
-            if let Some(time) = time
-                && !sane(time, now)
-            {
-                return Err((
-                    field(name),
-                    format!(
-                        "{} is more than {SANE_YEARS} years from now",
-                        time.to_rfc3339()
-                    ),
-                ));
+            if let Some(time) = time {
+                within_sane_range(time, now).map_err(|m| (field(name), m))?;
             }
         }
         Ok(Unwrapped { continuation, body })

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::continuation::{self, Continuation, Unwrapped};
+use super::time::within_sane_range;
 
 /// The kinds of event forewarn knows, by their stable names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -327,8 +328,10 @@ impl Record {
 /// be read (not JSON, or no envelope recognised); otherwise each record carries its own result.
 ///
 /// `received` is when the input was received: the time of an event whose `time` is empty (an
-/// SQS message's `SentTimestamp` comes first). The caller passes it in, so that decoding stays
-/// pure and deterministic.
+/// SQS message's `SentTimestamp` comes first), and the *now* every time in the input is checked
+/// against: a time more than 10 years from it, either way, is malformed (see
+/// [`crate::domain::time`]). The caller passes it in, so that decoding stays pure and
+/// deterministic.
 pub fn decode(
     source: &str,
     input: &[u8],
@@ -422,13 +425,16 @@ fn decode_sqs_message(origin: Origin, msg: &SqsMessage, received: DateTime<Utc>)
 
 fn decode_sqs_message_body(origin: Origin, msg: &SqsMessage, received: DateTime<Utc>) -> Record {
     let sent = sent_at(msg, received);
+    // Times are checked against when the message was received (`received`), whatever dates an
+    // event whose `time` is empty.
+    let now = received;
     let body = msg.body.as_deref();
     let unwrapped = body
         .and_then(|b| serde_json::from_str::<Value>(b).ok())
         .and_then(|v| continuation::unwrap(&v, received));
     match unwrapped {
         None => Record {
-            event: decode_sqs_body(&origin, body, sent),
+            event: decode_body(&origin, body, sent, now),
             origin,
             continuation: None,
             body: body.map(str::to_string),
@@ -442,8 +448,9 @@ fn decode_sqs_message_body(origin: Origin, msg: &SqsMessage, received: DateTime<
                 message,
             }),
         ),
+        // Its times were checked by `continuation::unwrap`.
         Some(Ok(Unwrapped { continuation, body })) => Record {
-            event: decode_sqs_body(&origin, Some(&body), continuation.sent_at),
+            event: decode_body(&origin, Some(&body), continuation.sent_at, now),
             origin,
             continuation: Some(continuation),
             body: Some(body),
@@ -453,11 +460,22 @@ fn decode_sqs_message_body(origin: Origin, msg: &SqsMessage, received: DateTime<
 }
 
 /// Decodes the body of one SQS message (the EventBridge event JSON as a string, or an Auto
-/// Scaling notification). `sent` is the time of an event whose `time` is empty.
+/// Scaling notification). `sent` is the time of an event whose `time` is empty, and the *now*
+/// its times are checked against (see [`decode`]).
 pub fn decode_sqs_body(
     origin: &Origin,
     body: Option<&str>,
     sent: DateTime<Utc>,
+) -> Result<Event, DecodeError> {
+    decode_body(origin, body, sent, sent)
+}
+
+/// [`decode_sqs_body`] with a `now` of its own.
+fn decode_body(
+    origin: &Origin,
+    body: Option<&str>,
+    sent: DateTime<Utc>,
+    now: DateTime<Utc>,
 ) -> Result<Event, DecodeError> {
     let err = |message: String| DecodeError {
         origin: origin.clone(),
@@ -467,7 +485,7 @@ pub fn decode_sqs_body(
     let body = body.ok_or_else(|| err("missing".into()))?;
     let value: Value =
         serde_json::from_str(body).map_err(|e| err(format!("not valid JSON: {e}")))?;
-    parse_event(origin, &value, sent)
+    parse_event_at(origin, &value, sent, now)
 }
 
 /// Decodes the records of a Lambda `SqsEvent`, keeping each message's id. An event whose `time`
@@ -491,13 +509,13 @@ pub fn decode_sqs_event(
 }
 
 /// When SQS received a message (its `SentTimestamp` attribute, epoch milliseconds), or else
-/// `received` (also when the attribute is not a time).
+/// `received` (also when the attribute is not a time, or not one within 10 years of `received`).
 fn sent_at(msg: &SqsMessage, received: DateTime<Utc>) -> DateTime<Utc> {
     msg.attributes
         .get("SentTimestamp")
         .and_then(|ms| ms.trim().parse::<i64>().ok())
         .and_then(DateTime::from_timestamp_millis)
-        .filter(|t| (0..=9999).contains(&t.year()))
+        .and_then(|t| within_sane_range(t, received).ok())
         .unwrap_or(received)
 }
 
@@ -515,6 +533,8 @@ fn json_type(v: &Value) -> &'static str {
 /// Field access with errors that name the field.
 struct Fields<'a> {
     origin: &'a Origin,
+    /// What times are checked against (see [`within_sane_range`]).
+    now: DateTime<Utc>,
 }
 
 impl<'a> Fields<'a> {
@@ -564,12 +584,18 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// An optional time, within 10 years of now.
     fn time(&self, v: &Value, key: &str, path: &str) -> Result<Option<DateTime<Utc>>, DecodeError> {
         match self.opt_str(v, key, path)? {
             None => Ok(None),
-            Some(s) => parse_time(s).map(Some).ok_or_else(|| {
-                self.err(path, format!("`{s}` is not an RFC 3339 or RFC 1123 time"))
-            }),
+            Some(s) => {
+                let t = parse_time(s).ok_or_else(|| {
+                    self.err(path, format!("`{s}` is not an RFC 3339 or RFC 1123 time"))
+                })?;
+                within_sane_range(t, self.now)
+                    .map(Some)
+                    .map_err(|m| self.err(path, m))
+            }
         }
     }
 
@@ -662,13 +688,24 @@ fn parse_rfc1123_as_aws_writes_it(s: &str) -> Option<DateTime<Utc>> {
 /// The body of an SQS message may also be an Auto Scaling lifecycle hook's own notification (the
 /// hook's notification target is the queue): see [`parse_autoscaling_notification`].
 ///
-/// `received` dates an event whose `time` is empty (see [`decode`]).
+/// `received` dates an event whose `time` is empty, and is the *now* its times are checked
+/// against (see [`decode`]).
 pub fn parse_event(
     origin: &Origin,
     v: &Value,
     received: DateTime<Utc>,
 ) -> Result<Event, DecodeError> {
-    let f = Fields { origin };
+    parse_event_at(origin, v, received, received)
+}
+
+/// [`parse_event`] with a `now` of its own.
+fn parse_event_at(
+    origin: &Origin,
+    v: &Value,
+    received: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<Event, DecodeError> {
+    let f = Fields { origin, now };
     if !v.is_object() {
         return Err(f.err(
             "$",
@@ -725,8 +762,8 @@ fn event_id(f: &Fields<'_>, v: &Value, kind: EventKind) -> Result<String, Decode
     }
 }
 
-/// The event time (field `key`). An empty one falls back to `received`; an unsupported event
-/// without one is dated at the epoch.
+/// The event time (field `key`). An empty one falls back to `received` (which must be within
+/// 10 years of now too); an unsupported event without one is dated at the epoch.
 fn event_time(
     f: &Fields<'_>,
     v: &Value,
@@ -735,7 +772,8 @@ fn event_time(
     received: DateTime<Utc>,
 ) -> Result<DateTime<Utc>, DecodeError> {
     if f.opt_str(v, key, key)?.is_some_and(|s| s.trim().is_empty()) {
-        return Ok(received);
+        return within_sane_range(received, f.now)
+            .map_err(|m| f.err(key, format!("empty, and the time it falls back to, {m}")));
     }
     match f.time(v, key, key)? {
         Some(t) => Ok(t),
@@ -1507,6 +1545,201 @@ mod tests {
         assert!(!is_instance_id("i-0A1B2C3D4E5F60001"));
         assert!(!is_instance_id("i-123"));
         assert!(!is_instance_id("vol-0a1b2c3d4e5f60001"));
+    }
+
+    /// A Health scheduled change and a capacity reservation warning: the events with times in
+    /// their detail.
+    fn health() -> Value {
+        json!({
+            "id": "h1", "source": "aws.health", "detail-type": DT_HEALTH,
+            "time": "2026-11-20T10:00:00Z",
+            "detail": {
+                "service": "EC2", "eventTypeCategory": "scheduledChange",
+                "eventTypeCode": "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+                "startTime": "Sat, 21 Nov 2026 10:30:00 GMT", "endTime": "2026-11-21T11:30:00Z",
+                "affectedEntities": [{"entityValue": "i-0a1b2c3d4e5f60002"}]
+            }
+        })
+    }
+
+    fn reservation() -> Value {
+        json!({
+            "id": "r1", "source": "aws.ec2", "detail-type": DT_RESERVATION,
+            "time": "2026-11-20T10:00:00Z",
+            "detail": {"instance-id": "i-0a1b2c3d4e5f60001", "instance-action": "terminate",
+                       "instance-termination-time": "2026-11-20T10:02:00Z"}
+        })
+    }
+
+    /// Every time field of every kind, as (event, JSON path, field the error names).
+    fn time_fields() -> Vec<(Value, Vec<&'static str>, &'static str)> {
+        vec![
+            (
+                spot("e1", json!("i-0a1b2c3d4e5f60001")),
+                vec!["time"],
+                "time",
+            ),
+            (health(), vec!["detail", "startTime"], "detail.startTime"),
+            (health(), vec!["detail", "endTime"], "detail.endTime"),
+            (health(), vec!["time"], "time"),
+            (
+                reservation(),
+                vec!["detail", "instance-termination-time"],
+                "detail.instance-termination-time",
+            ),
+            (hook_notification(ASG_TERMINATING), vec!["Time"], "Time"),
+            (
+                hook_notification("autoscaling:EC2_INSTANCE_LAUNCHING"),
+                vec!["Time"],
+                "Time",
+            ),
+        ]
+    }
+
+    fn set_path(v: &mut Value, path: &[&str], new: Value) {
+        let mut at = v;
+        for key in path {
+            at = &mut at[*key];
+        }
+        *at = new;
+    }
+
+    #[test]
+    fn times_more_than_ten_years_from_now_are_malformed_naming_the_field() {
+        // Found in review: a time up to the year +262142 was taken, and date arithmetic on it
+        // (a deadline, a window) panicked later.
+        let far = [
+            (
+                "2999-01-01T00:00:00Z",
+                "2999-01-01T00:00:00Z is more than 10 years from now",
+            ),
+            (
+                "Tue, 01 Jan 2999 00:00:00 GMT",
+                "2999-01-01T00:00:00Z is more than 10 years from now",
+            ),
+            (
+                "9999-12-31T23:59:59.5Z",
+                "9999-12-31T23:59:59.500Z is more than 10 years from now",
+            ),
+            (
+                "2036-11-24T10:05:00Z",
+                "2036-11-24T10:05:00Z is more than 10 years from now",
+            ),
+            (
+                "1970-01-01T00:00:00Z",
+                "1970-01-01T00:00:00Z is more than 10 years ago",
+            ),
+            (
+                "0000-01-01T00:00:00Z",
+                "0000-01-01T00:00:00Z is more than 10 years ago",
+            ),
+            (
+                "2016-11-17T10:05:00+00:00",
+                "2016-11-17T10:05:00Z is more than 10 years ago",
+            ),
+        ];
+        for (event, path, field) in time_fields() {
+            for (time, message) in far {
+                let mut v = event.clone();
+                set_path(&mut v, &path, json!(time));
+                let err = one(v).unwrap_err();
+                assert_eq!(err.field.as_deref(), Some(field), "{time}: {err}");
+                assert_eq!(err.message, message, "{field}");
+            }
+            // Within ten years, either way, it is a time.
+            for time in [
+                "2036-11-19T10:05:00Z",
+                "2016-11-21T10:05:00Z",
+                "2026-11-20T10:05:00Z",
+            ] {
+                let mut v = event.clone();
+                set_path(&mut v, &path, json!(time));
+                assert!(one(v).is_ok(), "{field} = {time}");
+            }
+        }
+        let mut v = spot("e1", json!("i-0a1b2c3d4e5f60001"));
+        v["time"] = json!("2999-01-01T00:00:00Z");
+        assert_eq!(
+            one(v).unwrap_err().to_string(),
+            "t.json: field `time`: 2999-01-01T00:00:00Z is more than 10 years from now"
+        );
+    }
+
+    #[test]
+    fn a_far_time_fails_its_record_alone() {
+        let mut far = spot("e2", json!("i-0a1b2c3d4e5f60002"));
+        far["time"] = json!("+262142-01-01T00:00:00Z");
+        let mut rfc2822 = spot("e3", json!("i-0a1b2c3d4e5f60003"));
+        rfc2822["time"] = json!("Fri, 31 Dec 262142 23:59:59 GMT");
+        let batch = json!({"Records": [
+            {"messageId": "m1", "body": spot("e1", json!("i-0a1b2c3d4e5f60001")).to_string()},
+            {"messageId": "m2", "body": far.to_string()},
+            {"messageId": "m3", "body": rfc2822.to_string()},
+        ]});
+        let records = decode_value("b.json", batch, received()).unwrap();
+        assert!(records[0].event.is_ok());
+        for r in &records[1..] {
+            assert_eq!(r.event.as_ref().unwrap_err().field.as_deref(), Some("time"));
+        }
+    }
+
+    #[test]
+    fn a_sent_timestamp_far_from_now_is_not_the_time() {
+        let mut v = spot("e1", json!("i-0a1b2c3d4e5f60001"));
+        v["time"] = json!("");
+        for sent in ["32503680000000", "-62135596800000", "8210266876799999", "0"] {
+            let batch = json!({"Records": [
+                {"messageId": "m1", "body": v.to_string(), "attributes": {"SentTimestamp": sent}},
+            ]});
+            let records = decode_value("b.json", batch, received()).unwrap();
+            assert_eq!(
+                records[0].event.as_ref().unwrap().time,
+                received(),
+                "{sent}"
+            );
+        }
+    }
+
+    #[test]
+    fn continuation_times_far_from_now_are_malformed() {
+        use crate::domain::continuation::{Continuation, ContinuationKey};
+        let body = spot("e1", json!("i-0a1b2c3d4e5f60001")).to_string();
+        let key = ContinuationKey::new([1; 32]);
+        let record = |c: &Continuation| {
+            let batch = json!({"Records": [{"messageId": "m1", "body": c.body(&key, &body)}]});
+            decode_value("b.json", batch, received()).unwrap().remove(0)
+        };
+        let ok = Continuation::first(received(), received(), json!({}));
+        let r = record(&ok);
+        assert!(r.event.is_ok() && r.continuation.is_some());
+        let far = parse_time("2999-01-01T00:00:00Z").unwrap();
+        let cases = [
+            (Continuation::first(far, received(), json!({})), "startedAt"),
+            (Continuation::first(received(), far, json!({})), "sentAt"),
+            (ok.next(Some(far)), "heartbeatAt"),
+        ];
+        for (c, field) in cases {
+            let err = record(&c).event.unwrap_err();
+            assert_eq!(
+                err.field,
+                Some(format!("body.forewarnContinuation.{field}")),
+                "{err}"
+            );
+            assert_eq!(
+                err.message,
+                "2999-01-01T00:00:00Z is more than 10 years from now"
+            );
+        }
+        // chrono's own limits, written as a sender could write them.
+        for t in ["+262142-12-31T23:59:59Z", "-262143-01-01T00:00:00Z"] {
+            let body = json!({"forewarnContinuation": {
+                "version": 2, "pass": 1, "startedAt": t, "sentAt": t, "plan": {}, "body": body
+            }})
+            .to_string();
+            let batch = json!({"Records": [{"messageId": "m1", "body": body}]});
+            let r = decode_value("b.json", batch, received()).unwrap().remove(0);
+            assert!(r.event.is_err(), "{t}");
+        }
     }
 
     mod props {

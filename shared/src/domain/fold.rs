@@ -21,7 +21,9 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::pool::{PoolKey, PoolRecord, PoolUpdate, Retention, counter_name};
+use crate::domain::pool::{
+    MAX_POOLS_PER_UPDATE, PoolKey, PoolRecord, PoolUpdate, Retention, counter_name,
+};
 
 /// What one event does to one pool: the event's marks on that pool, merged.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,11 +58,18 @@ pub fn pool_deltas(update: &PoolUpdate) -> Vec<PoolDelta> {
     deltas
 }
 
-/// Checks what every store needs of an update: an event id, and pool keys that round-trip
-/// through their string form (no empty part, no `#` inside one).
+/// Checks what every store needs of an update: an event id, at most [`MAX_POOLS_PER_UPDATE`]
+/// marks, and pool keys that round-trip through their string form (no empty part, no `#` inside
+/// one).
 pub fn validate(update: &PoolUpdate) -> Result<(), String> {
     if update.event_id.is_empty() {
         return Err("the event id is empty".into());
+    }
+    if update.marks.len() > MAX_POOLS_PER_UPDATE {
+        return Err(format!(
+            "it marks {} pools, and one update records at most {MAX_POOLS_PER_UPDATE}",
+            update.marks.len()
+        ));
     }
     for mark in &update.marks {
         let pool = &mark.pool;

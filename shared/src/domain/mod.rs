@@ -15,5 +15,8 @@ pub mod pool;
 pub mod priorities;
 pub mod report;
 pub mod retry;
+#[cfg(test)]
+mod robustness;
 pub mod stats;
 pub mod sweep;
+pub mod time;

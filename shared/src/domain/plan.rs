@@ -74,6 +74,10 @@ pub struct Plan {
     pub ignored: Option<String>,
     /// Pools to record.
     pub pools: Vec<PoolMark>,
+    /// The pools of the event past [`crate::domain::pool::MAX_POOLS_PER_UPDATE`], not recorded,
+    /// and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pools_not_recorded: Option<String>,
     /// One entry per instance of the event.
     pub actions: Vec<NodeAction>,
     /// What the event is, for people (`spot-interruption (terminate)`).
@@ -115,6 +119,7 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
         instance_ids: event.instance_ids.clone(),
         ignored: None,
         pools: Vec::new(),
+        pools_not_recorded: None,
         actions: Vec::new(),
         summary: summary(event),
         also_keys: crate::domain::sweep::sweep_keys_of(event, facts.instances)
@@ -149,6 +154,24 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
             instance,
             facts.nodes,
             config,
+        ));
+    }
+    // One update records at most so many pools (the first, in the event's order); the node
+    // actions matter more, and all go on.
+    let max = crate::domain::pool::MAX_POOLS_PER_UPDATE;
+    if plan.pools.len() > max {
+        let left: Vec<String> = plan.pools[max..]
+            .iter()
+            .map(|m| m.pool.to_string())
+            .collect();
+        plan.pools.truncate(max);
+        plan.pools_not_recorded = Some(format!(
+            "{} of the event's {} pools not recorded: one event records at most {max} (a \
+             DynamoDB transaction holds 100 items), the first in the event's order; the node \
+             actions are all planned. Not recorded: {}",
+            left.len(),
+            max + left.len(),
+            left.join(", ")
         ));
     }
     plan

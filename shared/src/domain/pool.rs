@@ -96,6 +96,14 @@ impl FromStr for PoolKey {
     }
 }
 
+/// The most pools one event's update records. The DynamoDB store writes an update in one
+/// transaction, which holds at most 100 items: the ledger entries (the event id, and for a
+/// single-instance spot warning or state change its sweep key: at most 2), one update per pool
+/// and one history item per pool (`2 + 2 × 49 = 100`). [`crate::domain::plan::decide`] records
+/// the first this many pools of an event and says which it left out; every store refuses an
+/// update that marks more ([`crate::domain::fold::validate`]).
+pub const MAX_POOLS_PER_UPDATE: usize = 49;
+
 /// What one event does to one pool.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolMark {

@@ -100,7 +100,8 @@ pub struct Report {
     pub outcome: Outcome,
     pub pools: Vec<PoolReport>,
     pub actions: Vec<ActionReport>,
-    /// Why it was ignored or failed.
+    /// Why it was ignored, duplicate or failed; for an event planned or acted on, the pools it
+    /// did not record (past [`crate::domain::pool::MAX_POOLS_PER_UPDATE`]), if any.
     pub reason: Option<String>,
     /// Which later pass of the event's drain this is (a continuation); absent for the first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -127,9 +128,11 @@ impl Report {
         }
     }
 
-    /// The report with what `plan` decided (no result yet).
+    /// The report with what `plan` decided (no result yet); its reason says which pools it
+    /// does not record, if any.
     pub fn with_plan(mut self, plan: &Plan) -> Report {
         self.summary = Some(plan.summary.clone());
+        self.reason = plan.pools_not_recorded.clone();
         self.pools = plan
             .pools
             .iter()
@@ -194,5 +197,125 @@ impl Tally {
             } += 1;
         }
         t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::domain::config::Config;
+    use crate::domain::event::{Event, Origin};
+    use crate::domain::fixtures::{event, instance, node_facts, t0};
+    use crate::domain::fold::validate;
+    use crate::domain::plan::{Facts, decide};
+    use crate::domain::pool::{CapacityType, MAX_POOLS_PER_UPDATE};
+
+    /// A Health event about `n` instances, each in a pool of its own (instance type `m<i>.large`)
+    /// but the last two, which share the first's pool, with each instance's node.
+    fn health_of(
+        n: usize,
+    ) -> (
+        Event,
+        BTreeMap<String, crate::domain::facts::InstanceFacts>,
+        Vec<crate::domain::facts::NodeFacts>,
+    ) {
+        let ids: Vec<String> = (0..n).map(|i| format!("i-0a1b2c3d4e5f{i:05x}")).collect();
+        let mut e = event(EventKind::ScheduledChange, "h-many", &ids[0]).build();
+        e.instance_ids = ids.clone();
+        let instances = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| {
+                let pool = if i + 2 >= n { 0 } else { i };
+                let facts = instance(id)
+                    .typed(&format!("m{pool}.large"), "us-east-1a")
+                    .capacity(CapacityType::OnDemand)
+                    .build();
+                (id.clone(), facts)
+            })
+            .collect();
+        let nodes = ids
+            .iter()
+            .map(|id| node_facts(&format!("n-{id}"), id))
+            .collect();
+        (e, instances, nodes)
+    }
+
+    #[test]
+    fn an_event_of_more_pools_than_one_update_records_keeps_every_node_action() {
+        let (e, instances, nodes) = health_of(62);
+        let facts = Facts {
+            instances: &instances,
+            nodes: &nodes,
+        };
+        let plan = decide(&e, facts, &Config::default());
+        // Every instance gets its node action.
+        assert_eq!(plan.actions.len(), 62);
+        assert!(plan.actions.iter().all(|a| a.action == Action::CordonDrain));
+        // The first 49 pools in event order are recorded; 60 pools in all, 11 left out.
+        assert_eq!(plan.pools.len(), MAX_POOLS_PER_UPDATE);
+        let recorded: Vec<String> = plan
+            .pools
+            .iter()
+            .map(|m| m.pool.instance_type.clone())
+            .collect();
+        let expected: Vec<String> = (0..49).map(|i| format!("m{i}.large")).collect();
+        assert_eq!(recorded, expected);
+        let why = plan.pools_not_recorded.as_deref().expect("a reason");
+        assert!(
+            why.starts_with(
+                "11 of the event's 60 pools not recorded: one event records at most 49"
+            ),
+            "{why}"
+        );
+        assert!(
+            why.contains("on-demand#m49.large#us-east-1a")
+                && why.contains("on-demand#m59.large#us-east-1a"),
+            "{why}"
+        );
+        assert!(!why.contains("m48.large"), "{why}");
+        // The store is never given more than it takes.
+        assert_eq!(validate(&plan.pool_update(t0())), Ok(()));
+        // The report says so.
+        let record = Record::new(Origin::bare("h.json"), Ok(e.clone()));
+        let report = Report::new(&record).with_plan(&plan);
+        assert_eq!(report.reason.as_deref(), Some(why));
+        assert_eq!(report.pools.len(), MAX_POOLS_PER_UPDATE);
+        // The plan travels in continuations as JSON; one without the field still reads.
+        let json = serde_json::to_value(&plan).unwrap();
+        assert_eq!(serde_json::from_value::<Plan>(json.clone()).unwrap(), plan);
+        let mut old = json;
+        old.as_object_mut().unwrap().remove("pools_not_recorded");
+        let old: Plan = serde_json::from_value(old).unwrap();
+        assert_eq!(old.pools_not_recorded, None);
+    }
+
+    #[test]
+    fn up_to_the_limit_every_pool_is_recorded_without_a_note() {
+        // 51 instances, 49 pools (the last two share the first's).
+        let (e, instances, nodes) = health_of(51);
+        let plan = decide(
+            &e,
+            Facts {
+                instances: &instances,
+                nodes: &nodes,
+            },
+            &Config::default(),
+        );
+        assert_eq!(plan.pools.len(), 49);
+        assert_eq!(plan.pools_not_recorded, None);
+        let serialized = serde_json::to_value(&plan).unwrap();
+        assert!(serialized.get("pools_not_recorded").is_none());
+        let record = Record::new(Origin::bare("h.json"), Ok(e));
+        assert_eq!(Report::new(&record).with_plan(&plan).reason, None);
+        // One mark more is refused by every store.
+        let mut update = plan.pool_update(t0());
+        let mut extra = update.marks[0].clone();
+        extra.pool.instance_type = "x1.large".into();
+        update.marks.push(extra);
+        let err = validate(&update).unwrap_err();
+        assert_eq!(err, "it marks 50 pools, and one update records at most 49");
     }
 }

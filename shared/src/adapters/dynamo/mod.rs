@@ -27,6 +27,14 @@
 //! such field only ever grows, or for `first_seen` shrinks, so a lost bet stays lost), else from
 //! "this event is the latest": in-order events and events after which this process saw the pool
 //! take one round trip; a late event takes two.
+//!
+//! Every transaction carries a `ClientRequestToken` ([`request_token`]), derived from the event
+//! id and the transaction's content: when the SDK retries a transaction that had in fact
+//! committed (its answer lost to a timeout), DynamoDB answers the retry as the success it was,
+//! where without a token the ledger's condition would fail and read back as a duplicate. A
+//! transaction sent again unchanged (after `TransactionInProgressException` or a conflict) keeps
+//! its token; one changed after a lost bet gets another, as DynamoDB refuses a token reused with
+//! other parameters within 10 minutes (`IdempotentParameterMismatch`).
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Display;
@@ -43,6 +51,7 @@ use aws_sdk_dynamodb::types::{
     ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
 use chrono::{DateTime, Utc};
+use sha2::{Digest, Sha256};
 
 mod codec;
 mod expr;
@@ -65,9 +74,10 @@ pub const INDEX_UNAVAILABLE: &str = "unavailable";
 pub const INDEX_BY_ZONE: &str = "by-zone";
 /// Index of the pools by instance type: partition `instance_type`, sort `last_seen`.
 pub const INDEX_BY_TYPE: &str = "by-type";
-/// A transaction holds at most 100 items: the ledger entry and this many pools, each with its
+/// A transaction holds at most 100 items: the ledger entries and this many pools, each with its
 /// history item (a pool marked twice by one event takes one pool item and two history items).
-pub const MAX_POOLS_PER_UPDATE: usize = 49;
+/// A domain limit: plans record no more ([`crate::domain::plan::decide`]).
+pub use crate::domain::pool::MAX_POOLS_PER_UPDATE;
 
 /// Transactions of one event cancelled by conflicts with concurrent writers (or throttling) before
 /// giving up; each is followed by a backoff. Lost bets are bounded otherwise: each flips at least
@@ -559,10 +569,12 @@ impl PoolStore for DynamoStore {
         let (mut conflicts, mut lost_bets) = (0, 0);
         while conflicts <= MAX_CONFLICTS && lost_bets <= max_lost_bets {
             let items = self.transaction(update, &keys, &deltas, &pks, &writes)?;
+            let token = request_token(id, &items);
             let result = self
                 .client
                 .transact_write_items()
                 .set_transact_items(Some(items))
+                .client_request_token(token)
                 .send()
                 .await;
             let error = match result {
@@ -575,6 +587,14 @@ impl PoolStore for DynamoStore {
             let reasons = match error.as_service_error() {
                 Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
                     c.cancellation_reasons().to_vec()
+                }
+                // The same transaction (same token) is still being applied: an SDK retry overtook
+                // it. Sent again unchanged after a pause, it is answered as that one ended.
+                Some(TransactWriteItemsError::TransactionInProgressException(_)) => {
+                    conflicts += 1;
+                    tracing::debug!(table = %self.table, event = %id, conflicts, "transaction in progress, backing off");
+                    tokio::time::sleep(backoff(conflicts)).await;
+                    continue;
                 }
                 _ => {
                     return Err(self.err(
@@ -899,6 +919,60 @@ impl DynamoStore {
     }
 }
 
+/// The `ClientRequestToken` of a transaction of event `event_id` (at most 36 characters, as
+/// DynamoDB takes): `fw-` and 128 bits of the SHA-256 of the event id and the items in a
+/// canonical form (every map in key order). The same transaction gets the same token, another
+/// transaction (other bets, another event, another `recorded_at`) another one.
+pub fn request_token(event_id: &str, items: &[TransactWriteItem]) -> String {
+    let mut canonical = String::new();
+    canonical.push_str(&format!("{event_id:?}\n"));
+    for item in items {
+        canonical.push_str(&canonical_item(item));
+        canonical.push('\n');
+    }
+    let digest = Sha256::digest(canonical.as_bytes());
+    let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    format!("fw-{hex}")
+}
+
+/// One item of a transaction as text, with its maps sorted (a `HashMap`'s order is random).
+fn canonical_item(item: &TransactWriteItem) -> String {
+    fn map<V: std::fmt::Debug>(m: Option<&HashMap<String, V>>) -> String {
+        let mut entries: Vec<String> = m
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| format!("{k:?}:{v:?}"))
+            .collect();
+        entries.sort();
+        format!("{{{}}}", entries.join(","))
+    }
+    if let Some(p) = item.put() {
+        format!(
+            "put {:?} {} {:?} {} {} {:?}",
+            p.table_name(),
+            map(Some(p.item())),
+            p.condition_expression(),
+            map(p.expression_attribute_names()),
+            map(p.expression_attribute_values()),
+            p.return_values_on_condition_check_failure(),
+        )
+    } else if let Some(u) = item.update() {
+        format!(
+            "update {:?} {} {:?} {:?} {} {} {:?}",
+            u.table_name(),
+            map(Some(u.key())),
+            u.update_expression(),
+            u.condition_expression(),
+            map(u.expression_attribute_names()),
+            map(u.expression_attribute_values()),
+            u.return_values_on_condition_check_failure(),
+        )
+    } else {
+        // This store writes puts and updates only; anything else in its plain form.
+        format!("{item:?}")
+    }
+}
+
 /// Cancellation codes worth another transaction after a pause.
 fn retryable(code: &str) -> bool {
     matches!(
@@ -1106,6 +1180,57 @@ mod tests {
             msg.contains("100 pools") && msg.contains("dynamodb table t"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn the_request_token_is_the_same_for_the_same_transaction_only() {
+        let store = store();
+        let u = update(3);
+        let keys = u.ledger_keys();
+        let deltas = pool_deltas(&u);
+        let pks: Vec<String> = deltas.iter().map(|d| pool_pk(&d.pool)).collect();
+        let writes: Vec<PoolWrite> = deltas
+            .iter()
+            .map(|d| PoolWrite::new(&u, d, &store.retention))
+            .collect();
+        let items = |store: &DynamoStore| {
+            store
+                .transaction(&u, &keys, &deltas, &pks, &writes)
+                .unwrap()
+        };
+        let token = request_token(&u.event_id, &items(&store));
+        // DynamoDB takes 1 to 36 characters.
+        assert_eq!(token.len(), 35, "{token}");
+        assert!(token.starts_with("fw-") && token[3..].bytes().all(|b| b.is_ascii_hexdigit()));
+        // The same transaction built again (every map a new `HashMap`, in another order): the
+        // same token, as for the SDK's retry of a request whose answer was lost.
+        for _ in 0..5 {
+            assert_eq!(request_token(&u.event_id, &items(&store)), token);
+        }
+        // Another event id: another token.
+        assert_ne!(request_token("e-2", &items(&store)), token);
+        // The transaction sent again after a lost bet (another condition): another token.
+        store.known().insert(
+            pks[0].clone(),
+            Known {
+                until: Some(i64::MAX),
+                last_seen: Some(i64::MAX),
+                first_seen: Some(0),
+                expires_at: Some(i64::MAX),
+            },
+        );
+        let changed = items(&store);
+        assert_ne!(request_token(&u.event_id, &changed), token);
+        // The same event recorded at another time (a redelivery): another token.
+        let mut later = u.clone();
+        later.recorded_at = at(2);
+        let later_items = DynamoStore::new(store.client.clone(), "t")
+            .transaction(&later, &keys, &deltas, &pks, &writes)
+            .unwrap();
+        assert_ne!(request_token(&u.event_id, &later_items), token);
+        // Another table: another token.
+        let other = DynamoStore::new(store.client.clone(), "t2");
+        assert_ne!(request_token(&u.event_id, &items(&other)), token);
     }
 
     #[test]

@@ -1,0 +1,105 @@
+//! The sane range of times and durations that arrive as input.
+//!
+//! chrono represents years up to ±262,143, and adding a duration to a time near those limits
+//! panics. A time that arrives in a message (an event's `time`, a Health `startTime`, a
+//! continuation's `startedAt`, ...) or a duration in the configuration is therefore taken only
+//! within a sane range: a time at most [`SANE_YEARS`] years before or after *now* (the time of
+//! receipt the caller passes in, never the clock read here), a duration of at most
+//! [`SANE_YEARS`] years. Anything else is malformed input.
+//!
+//! Why that is enough: every date computed from input is such a time plus or minus a few such
+//! durations (a deadline is an event time plus a notice minus a margin, a window an event time
+//! plus a TTL, an expiry a window plus a retention), so it stays within some tens of years of
+//! now, far inside chrono's range: no `DateTime + Duration` of the domain can overflow.
+
+use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
+
+/// How far from now (either way) a time, and how long a duration, may be.
+pub const SANE_YEARS: i64 = 10;
+
+/// [`SANE_YEARS`] as a duration: 3,653 days, so that ten calendar years always fit.
+pub fn sane_span() -> TimeDelta {
+    TimeDelta::days(SANE_YEARS * 366 - 7)
+}
+
+/// `t` when it is at most [`SANE_YEARS`] years from `now` (either way); otherwise why not, e.g.
+/// ``2999-01-01T00:00:00Z is more than 10 years from now``. The caller names the field.
+pub fn within_sane_range(t: DateTime<Utc>, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
+    // The difference of two times never overflows: chrono's whole range is ±262,143 years, and a
+    // `TimeDelta` holds ±292 million years.
+    let offset = t.signed_duration_since(now);
+    if offset > sane_span() {
+        Err(format!(
+            "{} is more than {SANE_YEARS} years from now",
+            show(t)
+        ))
+    } else if offset < -sane_span() {
+        Err(format!("{} is more than {SANE_YEARS} years ago", show(t)))
+    } else {
+        Ok(t)
+    }
+}
+
+/// `d` when it is not negative and at most [`SANE_YEARS`] years; otherwise why not.
+pub fn sane_duration(d: TimeDelta) -> Result<TimeDelta, String> {
+    if d < TimeDelta::zero() {
+        Err("a duration must not be negative".into())
+    } else if d > sane_span() {
+        Err(format!("more than {SANE_YEARS} years"))
+    } else {
+        Ok(d)
+    }
+}
+
+/// RFC 3339 in UTC with `Z` (whole seconds when there is no fraction).
+fn show(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 20, 10, 0, 0).unwrap()
+    }
+
+    #[test]
+    fn ten_years_either_way_are_times() {
+        let at = |y, m, d| Utc.with_ymd_and_hms(y, m, d, 10, 0, 0).unwrap();
+        for t in [now(), at(2036, 11, 20), at(2016, 11, 20), at(2026, 1, 1)] {
+            assert_eq!(within_sane_range(t, now()), Ok(t));
+        }
+        assert_eq!(
+            within_sane_range(Utc.with_ymd_and_hms(2999, 1, 1, 0, 0, 0).unwrap(), now()),
+            Err("2999-01-01T00:00:00Z is more than 10 years from now".into())
+        );
+        assert_eq!(
+            within_sane_range(at(2016, 11, 17), now()),
+            Err("2016-11-17T10:00:00Z is more than 10 years ago".into())
+        );
+        assert!(within_sane_range(at(2036, 11, 24), now()).is_err());
+    }
+
+    #[test]
+    fn chronos_limits_are_refused_without_panicking() {
+        for t in [DateTime::<Utc>::MAX_UTC, DateTime::<Utc>::MIN_UTC] {
+            let e = within_sane_range(t, now()).unwrap_err();
+            assert!(e.contains("more than 10 years"), "{e}");
+            // Whatever now is.
+            assert!(
+                within_sane_range(t, DateTime::<Utc>::MIN_UTC).is_ok()
+                    == (t == DateTime::<Utc>::MIN_UTC)
+            );
+        }
+    }
+
+    #[test]
+    fn durations_up_to_ten_years() {
+        assert!(sane_duration(TimeDelta::zero()).is_ok());
+        assert!(sane_duration(TimeDelta::days(3650)).is_ok());
+        assert!(sane_duration(TimeDelta::days(3654)).is_err());
+        assert!(sane_duration(TimeDelta::seconds(-1)).is_err());
+    }
+}
