@@ -110,6 +110,8 @@ pub async fn run(args: PrioritiesArgs, mut settings: Settings) -> anyhow::Result
         base,
         settings: priority_settings,
         write: args.execute,
+        // Run with a person's credentials: may create the ConfigMap (the sweeper may not).
+        create: true,
     };
     let outcome = run.run(Utc::now()).await?;
 
@@ -142,6 +144,9 @@ pub async fn run(args: PrioritiesArgs, mut settings: Settings) -> anyhow::Result
         Change::Updated => "updated the expander ConfigMap",
         Change::WouldCreate => "would create the expander ConfigMap (add --execute)",
         Change::WouldUpdate => "would update the expander ConfigMap (add --execute)",
+        Change::Missing => {
+            "the expander ConfigMap is missing: create it with `kubectl create -f infra/k8s/priority-expander.yaml`"
+        }
     };
     eprintln!(
         "forewarn: {} node groups of cluster {cluster}, {} hot; {said}",

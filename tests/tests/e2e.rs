@@ -157,7 +157,21 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
         assert_eq!(put.failed_entry_count(), 0, "{put:?}");
 
         let sqs = aws_sdk_sqs::Client::new(&sdk);
-        let first = drain(&sqs, &queue_url, &queue_arn, &handler, 10, 40).await.unwrap();
+        // The stack's default MaxReceiveCount, as the queue's redrive policy holds it.
+        let attributes = sqs
+            .get_queue_attributes()
+            .queue_url(&queue_url)
+            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy)
+            .send()
+            .await
+            .unwrap();
+        let redrive: Value = serde_json::from_str(&attributes.attributes().unwrap()[&aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy]).unwrap();
+        let max_receives: usize = match &redrive["maxReceiveCount"] {
+            Value::String(n) => n.parse().unwrap(),
+            n => n.as_u64().unwrap().try_into().unwrap(),
+        };
+        assert_eq!(max_receives, 15, "the stack's default: {redrive}");
+        let first = drain(&sqs, &queue_url, &queue_arn, &handler, 10, 60).await.unwrap();
         // First deliveries (later passes of the drains are continuations: `pass` is set).
         let by_kind = |kind: &str, outcome: Outcome| {
             first.reports.iter().filter(|r| r.pass.is_none() && r.kind.map(|k| k.as_str()) == Some(kind) && r.outcome == outcome).count()
@@ -174,7 +188,7 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
         let ended = passes.iter().filter(|r| r.actions.iter().any(|a| a.drain.is_some_and(|d| !d.pending && d.complete))).count();
         assert_eq!(ended, 3, "the spot warning's, the retirement's and the stopping instance's drains ended: {passes:#?}");
         let failures = first.reports.iter().filter(|r| r.outcome == Outcome::Failed).count();
-        assert_eq!(failures, 5, "the malformed message is tried maxReceiveCount (5) times");
+        assert_eq!(failures, max_receives, "the malformed message is tried maxReceiveCount times");
         assert!(first.reports.iter().filter(|r| r.outcome == Outcome::Failed).all(|r| r.reason.as_deref().unwrap().contains("detail.instance-id")));
 
         // The malformed message ended in the DLQ; nothing is left in the queue.

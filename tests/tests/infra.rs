@@ -1,9 +1,16 @@
-//! The templates in infra/: cfn-lint finds nothing (no error, no warning), and the stack's pool
-//! table is the pool-table template's, so the two cannot drift.
+//! The templates in infra/: cfn-lint finds nothing (no error, no warning), the stack's pool
+//! table is the pool-table template's, so the two cannot drift, and the stack's defaults and
+//! policies do what docs/deploy.md and docs/security.md say of them: the template is resolved for
+//! a set of parameters (`Deployment`, intrinsic functions as CloudFormation resolves them) and
+//! its queue policies are evaluated as IAM evaluates them (`Send::verdict`: statements, ANDed
+//! conditions, ORed values, absent keys) for every kind of sender; the stack with every option
+//! set is deployed to moto. (moto's CloudFormation does not apply queue policies, so they are
+//! checked on the resolved template.)
 
 use std::process::Command;
 
 use forewarn_tests::moto::workspace_root;
+use serde_json::{Value, json};
 
 #[test]
 fn cfn_lint_is_clean() {
@@ -67,4 +74,749 @@ fn the_stack_pool_table_is_the_pool_table_template() {
             .any(|l| l.contains("AttributeName: expires_at"))
     );
     assert_eq!(pool_table("infra/forewarn.yaml"), alone);
+}
+
+/// `infra/forewarn.yaml` as JSON, its intrinsic functions in their long form
+/// (`{"Fn::GetAtt": ["Queue", "Arn"]}`), read by cfn-lint's own template decoder (the venv's
+/// Python), so that the short forms (`!GetAtt`, `!If`, ...) need no YAML support here.
+fn stack_template() -> Value {
+    let root = workspace_root();
+    let python = root.join(".venv/bin/python");
+    assert!(
+        python.is_file(),
+        "{} is missing: run scripts/test.sh (it installs requirements.txt into .venv)",
+        python.display()
+    );
+    let out = Command::new(&python)
+        .arg("-c")
+        .arg(
+            "import json, sys, cfnlint.decode as d\n\
+             t, m = d.decode(sys.argv[1])\n\
+             assert not m, m\n\
+             json.dump(t, sys.stdout, default=str)",
+        )
+        .arg(root.join("infra/forewarn.yaml"))
+        .output()
+        .expect("run the venv's python");
+    assert!(
+        out.status.success(),
+        "decoding the template failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the decoded template is JSON")
+}
+
+/// A number of the template, written as a YAML number or string.
+fn number(v: &Value) -> u64 {
+    match v {
+        Value::String(s) => s.parse().unwrap(),
+        v => v.as_u64().unwrap_or_else(|| panic!("not a number: {v}")),
+    }
+}
+
+/// The stack's default `MaxReceiveCount` keeps a spot warning that fails at every attempt on the
+/// queue past its window, with the delays the handler gives failed messages
+/// (`forewarn::domain::retry`), and the former default of 5 did not.
+#[test]
+fn max_receive_count_outlasts_a_spot_warning_window() {
+    use forewarn::domain::config::Config;
+    use forewarn::domain::retry::{Failed, RetryPolicy};
+
+    let t = stack_template();
+    let max = number(&t["Parameters"]["MaxReceiveCount"]["Default"]);
+    assert_eq!(max, 15);
+    assert_eq!(
+        t["Resources"]["EventQueue"]["Properties"]["RedrivePolicy"]["maxReceiveCount"],
+        json!({"Ref": "MaxReceiveCount"})
+    );
+    let config = Config::default();
+    let start = chrono::DateTime::parse_from_rfc3339("2026-11-20T10:00:00Z")
+        .unwrap()
+        .to_utc();
+    let window_end = start + config.interruption_notice - config.deadline_margin;
+    assert_eq!((window_end - start).num_seconds(), 105);
+    let policy = RetryPolicy::default();
+    // When each receive of a message that fails every time happens, from the first at the event.
+    let receives = |count: u64| {
+        let mut at = vec![start];
+        for n in 1..count {
+            let now = *at.last().unwrap();
+            let delay = policy.delay(Failed::Event { window_end }, n as u32, now);
+            at.push(now + chrono::Duration::from_std(delay).unwrap());
+        }
+        at
+    };
+    let stack = receives(max);
+    let inside = stack.iter().filter(|t| **t < window_end).count();
+    assert_eq!(inside, 10, "{stack:?}");
+    assert!(
+        *stack.last().unwrap() > window_end,
+        "the last receive comes after the window: {stack:?}"
+    );
+    let old = receives(5);
+    assert!(
+        *old.last().unwrap() + chrono::Duration::seconds(60) < window_end,
+        "with 5 receives, a warning reached the DLQ early in its window: {old:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The template's resources as one deployment resolves them
+
+/// The account and region intrinsic functions resolve to.
+const ACCOUNT: &str = "123456789012";
+const REGION: &str = "us-east-1";
+
+/// The template with parameter values (the defaults, but for `overrides`): resolves intrinsic
+/// functions the way CloudFormation does, for the ones the stack uses. A resource's `Arn` is
+/// `arn:aws:test:::<logical id>`, its `Ref` `ref:<logical id>`.
+struct Deployment {
+    template: Value,
+    params: std::collections::BTreeMap<String, String>,
+}
+
+impl Deployment {
+    fn new(overrides: &[(&str, &str)]) -> Deployment {
+        let template = stack_template();
+        let mut params: std::collections::BTreeMap<String, String> = template["Parameters"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter_map(|(k, p)| {
+                let v = match p.get("Default")? {
+                    Value::String(s) => s.clone(),
+                    v => v.to_string(),
+                };
+                Some((k.clone(), v))
+            })
+            .collect();
+        for (k, v) in overrides {
+            assert!(template["Parameters"].get(*k).is_some(), "no parameter {k}");
+            params.insert(k.to_string(), v.to_string());
+        }
+        params.entry("ClusterName".into()).or_insert("demo".into());
+        Deployment { template, params }
+    }
+
+    fn arn(resource: &str) -> String {
+        format!("arn:aws:test:::{resource}")
+    }
+
+    fn reference(&self, name: &str) -> Option<Value> {
+        Some(json!(match name {
+            "AWS::NoValue" => return None,
+            "AWS::Partition" => "aws".to_string(),
+            "AWS::Region" => REGION.to_string(),
+            "AWS::AccountId" => ACCOUNT.to_string(),
+            _ => match self.params.get(name) {
+                Some(v) => v.clone(),
+                None => {
+                    assert!(
+                        self.template["Resources"].get(name).is_some(),
+                        "Ref to nothing: {name}"
+                    );
+                    format!("ref:{name}")
+                }
+            },
+        }))
+    }
+
+    fn attribute(&self, resource: &str, attribute: &str) -> String {
+        assert!(
+            self.template["Resources"].get(resource).is_some(),
+            "GetAtt of nothing: {resource}"
+        );
+        match attribute {
+            "Arn" => Deployment::arn(resource),
+            _ => format!("{resource}.{attribute}"),
+        }
+    }
+
+    fn condition(&self, name: &str) -> bool {
+        self.truth(&self.template["Conditions"][name])
+    }
+
+    fn truth(&self, v: &Value) -> bool {
+        let (f, args) = v.as_object().and_then(|o| o.iter().next()).unwrap();
+        match f.as_str() {
+            "Fn::Equals" => self.resolve(&args[0]) == self.resolve(&args[1]),
+            "Fn::Not" => !self.truth(&args[0]),
+            "Fn::And" => args.as_array().unwrap().iter().all(|a| self.truth(a)),
+            "Fn::Or" => args.as_array().unwrap().iter().any(|a| self.truth(a)),
+            "Condition" => self.condition(args.as_str().unwrap()),
+            other => panic!("condition function {other}"),
+        }
+    }
+
+    fn sub(&self, text: &str, vars: &serde_json::Map<String, Value>) -> String {
+        let mut out = String::new();
+        let mut rest = text;
+        while let Some(i) = rest.find("${") {
+            out.push_str(&rest[..i]);
+            let end = rest[i..].find('}').unwrap() + i;
+            let name = &rest[i + 2..end];
+            if let Some(literal) = name.strip_prefix('!') {
+                out.push_str(&format!("${{{literal}}}"));
+            } else if let Some(v) = vars.get(name) {
+                out.push_str(self.resolve(v).unwrap().as_str().unwrap());
+            } else if let Some((resource, attribute)) = name.split_once('.') {
+                out.push_str(&self.attribute(resource, attribute));
+            } else {
+                out.push_str(self.reference(name).unwrap().as_str().unwrap());
+            }
+            rest = &rest[end + 1..];
+        }
+        out.push_str(rest);
+        out
+    }
+
+    /// `v` resolved; `None`: `AWS::NoValue` (dropped from the list or map holding it).
+    fn resolve(&self, v: &Value) -> Option<Value> {
+        match v {
+            Value::Array(items) => Some(Value::Array(
+                items.iter().filter_map(|i| self.resolve(i)).collect(),
+            )),
+            Value::Object(o)
+                if o.len() == 1 && o.keys().next().unwrap().starts_with("Fn::")
+                    || o.contains_key("Ref") && o.len() == 1 =>
+            {
+                let (f, args) = o.iter().next().unwrap();
+                match f.as_str() {
+                    "Ref" => self.reference(args.as_str().unwrap()),
+                    "Fn::GetAtt" => Some(json!(
+                        self.attribute(args[0].as_str().unwrap(), args[1].as_str().unwrap())
+                    )),
+                    "Fn::If" => {
+                        let branch = if self.condition(args[0].as_str().unwrap()) {
+                            1
+                        } else {
+                            2
+                        };
+                        self.resolve(&args[branch])
+                    }
+                    "Fn::Sub" => Some(json!(match args {
+                        Value::String(text) => self.sub(text, &serde_json::Map::new()),
+                        _ => self.sub(args[0].as_str().unwrap(), args[1].as_object().unwrap()),
+                    })),
+                    "Fn::Split" => {
+                        let text = self.resolve(&args[1]).unwrap();
+                        Some(json!(
+                            text.as_str()
+                                .unwrap()
+                                .split(args[0].as_str().unwrap())
+                                .collect::<Vec<_>>()
+                        ))
+                    }
+                    "Fn::Join" => {
+                        let items = self.resolve(&args[1]).unwrap();
+                        let items: Vec<&str> = items
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .map(|i| i.as_str().unwrap())
+                            .collect();
+                        Some(json!(items.join(args[0].as_str().unwrap())))
+                    }
+                    other => panic!("intrinsic function {other} is not resolved here"),
+                }
+            }
+            Value::Object(o) => Some(Value::Object(
+                o.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), self.resolve(v)?)))
+                    .collect(),
+            )),
+            other => Some(other.clone()),
+        }
+    }
+
+    /// A resource's properties, resolved.
+    fn properties(&self, resource: &str) -> Value {
+        let r = &self.template["Resources"][resource];
+        assert!(r.is_object(), "no resource {resource}");
+        self.resolve(&r["Properties"]).unwrap()
+    }
+
+    /// An output's value, resolved.
+    fn output(&self, name: &str) -> String {
+        let v = self
+            .resolve(&self.template["Outputs"][name]["Value"])
+            .unwrap();
+        v.as_str().unwrap().to_string()
+    }
+}
+
+/// What a queue policy is asked: a `sqs:SendMessage` over TLS (unless `insecure`), with the
+/// request context keys the policy reads; `None` keys are absent from the request.
+#[derive(Debug, Clone, Copy, Default)]
+struct Send<'a> {
+    /// `aws:PrincipalArn`: an IAM role's ARN (for a role session, the role's, not the session's).
+    principal_arn: Option<&'a str>,
+    /// The service principal sending on a resource's behalf (`events.amazonaws.com`).
+    service: Option<&'a str>,
+    /// `aws:SourceArn`: the resource a service sends for (an EventBridge rule).
+    source_arn: Option<&'a str>,
+    insecure: bool,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    /// An explicit Deny: nothing else counts.
+    Denied,
+    /// An Allow of the queue policy (what a service principal needs).
+    Allowed,
+    /// Neither: the principal's own IAM policy decides (same account).
+    UpToIam,
+}
+
+impl Send<'_> {
+    fn key(&self, key: &str) -> Option<String> {
+        match key {
+            "aws:PrincipalArn" => self.principal_arn.map(str::to_string),
+            "aws:SourceArn" => self.source_arn.map(str::to_string),
+            "aws:SecureTransport" => Some((!self.insecure).to_string()),
+            other => panic!("condition key {other} is not modelled"),
+        }
+    }
+
+    /// One condition operator on one key, as IAM evaluates it: the values are ORed; a key absent
+    /// from the request fails a positive operator and passes a negated one, and passes any
+    /// `...IfExists` operator.
+    fn holds(&self, operator: &str, key: &str, values: &Value) -> bool {
+        let values: Vec<&str> = match values {
+            Value::Array(v) => v.iter().map(|v| v.as_str().unwrap()).collect(),
+            v => vec![v.as_str().unwrap()],
+        };
+        let (operator, if_exists) = match operator.strip_suffix("IfExists") {
+            Some(base) => (base, true),
+            None => (operator, false),
+        };
+        let Some(actual) = self.key(key) else {
+            return if_exists || operator.contains("Not");
+        };
+        match operator {
+            "ArnEquals" | "StringEquals" | "Bool" => values.contains(&actual.as_str()),
+            "ArnNotEquals" | "StringNotEquals" => !values.contains(&actual.as_str()),
+            other => panic!("condition operator {other} is not modelled"),
+        }
+    }
+
+    fn matches(&self, statement: &Value, queue_arn: &str) -> bool {
+        let principal = match &statement["Principal"] {
+            Value::String(p) => p == "*",
+            p => p["Service"].as_str() == self.service && self.service.is_some(),
+        };
+        let action = match &statement["Action"] {
+            Value::String(a) => a == "sqs:SendMessage" || a == "sqs:*",
+            other => panic!("action {other}"),
+        };
+        let conditions = statement["Condition"].as_object().into_iter().flatten();
+        principal
+            && action
+            && statement["Resource"] == queue_arn
+            && conditions.into_iter().all(|(op, keys)| {
+                keys.as_object()
+                    .unwrap()
+                    .iter()
+                    .all(|(key, values)| self.holds(op, key, values))
+            })
+    }
+
+    fn verdict(&self, policy: &Value, queue_arn: &str) -> Verdict {
+        let statements = policy["Statement"].as_array().unwrap();
+        let effect = |e: &str| {
+            statements
+                .iter()
+                .any(|s| s["Effect"] == e && self.matches(s, queue_arn))
+        };
+        if effect("Deny") {
+            Verdict::Denied
+        } else if effect("Allow") {
+            Verdict::Allowed
+        } else {
+            Verdict::UpToIam
+        }
+    }
+}
+
+const RULES: [&str; 6] = [
+    "SpotInterruptionRule",
+    "RebalanceRecommendationRule",
+    "StateChangeRule",
+    "CapacityReservationInterruptionRule",
+    "HealthScheduledChangeRule",
+    "AsgTerminateLifecycleRule",
+];
+const EVENTS: &str = "events.amazonaws.com";
+const HOOK_ROLE: &str = "arn:aws:iam::123456789012:role/asg-hook-notifications";
+const REDRIVE_ROLE: &str = "arn:aws:iam::123456789012:role/ops/dlq-redrive";
+const ADMIN_ROLE: &str = "arn:aws:iam::123456789012:role/Admin";
+
+/// The event queue takes messages from the stack's rules, the handler's role and, only when
+/// the stack names them, the hook notification and redrive roles; from nobody else, whatever
+/// their IAM policies allow.
+#[test]
+fn only_forewarn_may_send_to_the_event_queue() {
+    for (overrides, extra) in [
+        (vec![], false),
+        (
+            vec![
+                ("HookNotificationRoleArn", HOOK_ROLE),
+                ("RedriveRoleArn", REDRIVE_ROLE),
+            ],
+            true,
+        ),
+    ] {
+        let d = Deployment::new(&overrides);
+        let props = d.properties("EventQueuePolicy");
+        assert_eq!(props["Queues"], json!(["ref:EventQueue"]));
+        let policy = &props["PolicyDocument"];
+        let queue = Deployment::arn("EventQueue");
+        let send = |s: Send| s.verdict(policy, &queue);
+        for rule in RULES {
+            let rule = Deployment::arn(rule);
+            let delivery = Send {
+                service: Some(EVENTS),
+                source_arn: Some(&rule),
+                ..Send::default()
+            };
+            assert_eq!(send(delivery), Verdict::Allowed, "{rule}");
+            let insecure = Send {
+                insecure: true,
+                ..delivery
+            };
+            assert_eq!(send(insecure), Verdict::Denied, "{rule} without TLS");
+        }
+        let handler = Deployment::arn("HandlerRole");
+        let role = |arn| Send {
+            principal_arn: Some(arn),
+            ..Send::default()
+        };
+        assert_eq!(
+            send(role(&handler)),
+            Verdict::UpToIam,
+            "the handler's continuations"
+        );
+        assert_eq!(
+            send(Send {
+                insecure: true,
+                ..role(&handler)
+            }),
+            Verdict::Denied
+        );
+        let sweeper = Deployment::arn("SweeperRole");
+        assert_eq!(send(role(&sweeper)), Verdict::Denied);
+        assert_eq!(
+            send(role(ADMIN_ROLE)),
+            Verdict::Denied,
+            "an administrator of the account"
+        );
+        let optional = if extra {
+            Verdict::UpToIam
+        } else {
+            Verdict::Denied
+        };
+        assert_eq!(
+            send(role(HOOK_ROLE)),
+            optional,
+            "hook notifications: {overrides:?}"
+        );
+        assert_eq!(
+            send(role(REDRIVE_ROLE)),
+            optional,
+            "DLQ redrive: {overrides:?}"
+        );
+        // Another rule (or topic) of the account sending here, through its service principal.
+        for (service, source) in [
+            (
+                EVENTS,
+                "arn:aws:events:us-east-1:123456789012:rule/someone-elses",
+            ),
+            (
+                "sns.amazonaws.com",
+                "arn:aws:sns:us-east-1:123456789012:topic",
+            ),
+        ] {
+            let other = Send {
+                service: Some(service),
+                source_arn: Some(source),
+                ..Send::default()
+            };
+            assert_eq!(send(other), Verdict::Denied, "{source}");
+        }
+        // A role of the account that also claims to come from one of the rules: impossible in
+        // AWS (services set aws:SourceArn), but the Deny would let it through, as it must let
+        // the rules through.
+        let mixed = Send {
+            principal_arn: Some(ADMIN_ROLE),
+            source_arn: Some(&Deployment::arn("SpotInterruptionRule")),
+            ..Send::default()
+        };
+        assert_eq!(send(mixed), Verdict::UpToIam);
+    }
+}
+
+/// The dead-letter queue takes only what the rules could not deliver (and SQS's own move from
+/// the event queue): not even the handler may send there.
+#[test]
+fn only_the_rules_may_send_to_the_dead_letter_queue() {
+    let d = Deployment::new(&[("HookNotificationRoleArn", HOOK_ROLE)]);
+    let props = d.properties("DeadLetterQueuePolicy");
+    assert_eq!(props["Queues"], json!(["ref:DeadLetterQueue"]));
+    let policy = &props["PolicyDocument"];
+    let dlq = Deployment::arn("DeadLetterQueue");
+    let send = |s: Send| s.verdict(policy, &dlq);
+    for rule in RULES {
+        let rule = Deployment::arn(rule);
+        let delivery = Send {
+            service: Some(EVENTS),
+            source_arn: Some(&rule),
+            ..Send::default()
+        };
+        assert_eq!(send(delivery), Verdict::Allowed, "{rule}");
+    }
+    let event_queue = Deployment::arn("EventQueue");
+    let redrive = Send {
+        service: Some("sqs.amazonaws.com"),
+        source_arn: Some(&event_queue),
+        ..Send::default()
+    };
+    assert_ne!(send(redrive), Verdict::Denied, "SQS's move to the DLQ");
+    for principal in [
+        Deployment::arn("HandlerRole"),
+        Deployment::arn("SweeperRole"),
+        ADMIN_ROLE.to_string(),
+        HOOK_ROLE.to_string(),
+    ] {
+        let s = Send {
+            principal_arn: Some(&principal),
+            ..Send::default()
+        };
+        assert_eq!(send(s), Verdict::Denied, "{principal}");
+    }
+}
+
+/// The handler completes and heartbeats lifecycle actions only on groups named with the prefix
+/// and tagged for this cluster (either tag form), and nothing else grants those actions.
+#[test]
+fn lifecycle_actions_are_limited_to_the_clusters_tagged_groups() {
+    let d = Deployment::new(&[
+        ("ClusterName", "demo"),
+        ("AutoScalingGroupNamePrefix", "eks-"),
+    ]);
+    let role = d.properties("HandlerRole");
+    let policies = role["Policies"].as_array().unwrap();
+    let lifecycle = policies
+        .iter()
+        .find(|p| p["PolicyName"] == "forewarn-handler-lifecycle")
+        .expect("the lifecycle policy");
+    let document: Value =
+        serde_json::from_str(lifecycle["PolicyDocument"].as_str().unwrap()).unwrap();
+    let actions = json!([
+        "autoscaling:CompleteLifecycleAction",
+        "autoscaling:RecordLifecycleActionHeartbeat"
+    ]);
+    let groups =
+        "arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:*:autoScalingGroupName/eks-*";
+    let statements = document["Statement"].as_array().unwrap();
+    let conditions: Vec<&Value> = statements
+        .iter()
+        .map(|s| {
+            assert_eq!(s["Effect"], "Allow");
+            assert_eq!(s["Action"], actions);
+            assert_eq!(s["Resource"], groups);
+            &s["Condition"]
+        })
+        .collect();
+    assert_eq!(
+        conditions,
+        vec![
+            &json!({"StringEquals": {"aws:ResourceTag/eks:cluster-name": "demo"}}),
+            &json!({"StringEquals": {"aws:ResourceTag/kubernetes.io/cluster/demo": ["owned", "shared"]}}),
+        ]
+    );
+    // No other statement of either role names an Auto Scaling write.
+    for (resource, skip) in [
+        ("HandlerRole", Some("forewarn-handler-lifecycle")),
+        ("SweeperRole", None),
+    ] {
+        for p in d.properties(resource)["Policies"].as_array().unwrap() {
+            if p["PolicyName"].as_str() == skip {
+                continue;
+            }
+            let text = p["PolicyDocument"].to_string();
+            assert!(
+                !text.contains("LifecycleAction"),
+                "{resource}/{}: {text}",
+                p["PolicyName"]
+            );
+        }
+    }
+}
+
+/// `LifecycleHookNames` narrows the Auto Scaling rule to those hooks and reaches the handler
+/// as `FOREWARN_LIFECYCLE_HOOKS`, in both forms of its environment; unset, the rule takes every
+/// hook and the variable is absent (cargo lambda refuses an empty value).
+#[test]
+fn lifecycle_hook_names_narrow_the_rule_and_reach_the_handler() {
+    let env_file = |d: &Deployment| -> Vec<(String, String)> {
+        d.output("HandlerEnvFile")
+            .lines()
+            .map(|l| {
+                let (k, v) = l
+                    .split_once('=')
+                    .unwrap_or_else(|| panic!("not KEY=VALUE: {l}"));
+                assert!(!v.is_empty(), "{l}");
+                (k.to_string(), v.to_string())
+            })
+            .collect()
+    };
+    // cargo lambda deploy --env-var splits at every comma, then at the first '='.
+    let env_vars = |d: &Deployment| -> Vec<Option<(String, String)>> {
+        d.output("HandlerEnvVars")
+            .split(',')
+            .map(|p| {
+                p.split_once('=')
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+            })
+            .collect()
+    };
+    let d = Deployment::new(&[]);
+    let pattern = &d.properties("AsgTerminateLifecycleRule")["EventPattern"];
+    assert_eq!(
+        pattern,
+        &json!({"source": ["aws.autoscaling"], "detail-type": ["EC2 Instance-terminate Lifecycle Action"]})
+    );
+    assert!(
+        env_file(&d)
+            .iter()
+            .all(|(k, _)| k != "FOREWARN_LIFECYCLE_HOOKS")
+    );
+    assert_eq!(env_file(&d).len(), 3);
+    assert!(env_vars(&d).iter().all(|kv| {
+        kv.as_ref()
+            .is_some_and(|(k, v)| !v.is_empty() && k != "FOREWARN_LIFECYCLE_HOOKS")
+    }));
+
+    let d = Deployment::new(&[("LifecycleHookNames", "drain-a,drain-b")]);
+    let pattern = &d.properties("AsgTerminateLifecycleRule")["EventPattern"];
+    assert_eq!(
+        pattern["detail"],
+        json!({"LifecycleHookName": ["drain-a", "drain-b"]})
+    );
+    assert_eq!(pattern["source"], json!(["aws.autoscaling"]));
+    assert!(env_file(&d).contains(&("FOREWARN_LIFECYCLE_HOOKS".into(), "drain-a,drain-b".into())));
+    assert!(
+        env_vars(&d).contains(&None),
+        "two names do not survive --env-var: the env file is the form for them"
+    );
+    let d = Deployment::new(&[("LifecycleHookNames", "drain-a")]);
+    assert!(env_vars(&d).contains(&Some(("FOREWARN_LIFECYCLE_HOOKS".into(), "drain-a".into()))));
+    // The sweeper answers no hook.
+    assert!(!d.output("SweeperEnvVars").contains("LIFECYCLE"));
+}
+
+/// Each function's role joins a Kubernetes group of its own, and the defaults are the groups
+/// infra/k8s/rbac.yaml binds: the node actions to both, the expander's ConfigMaps to the sweeper.
+#[test]
+fn each_role_joins_the_group_rbac_binds_for_it() {
+    let d = Deployment::new(&[]);
+    let handler = d.properties("HandlerAccessEntry");
+    let sweeper = d.properties("SweeperAccessEntry");
+    assert_eq!(handler["PrincipalArn"], Deployment::arn("HandlerRole"));
+    assert_eq!(handler["KubernetesGroups"], json!(["forewarn-handler"]));
+    assert_eq!(sweeper["PrincipalArn"], Deployment::arn("SweeperRole"));
+    assert_eq!(sweeper["KubernetesGroups"], json!(["forewarn-sweeper"]));
+    for p in ["HandlerKubernetesGroup", "SweeperKubernetesGroup"] {
+        let pattern = d.template["Parameters"][p]["AllowedPattern"]
+            .as_str()
+            .unwrap();
+        assert!(pattern.starts_with("^(?!system:)"), "{p}: {pattern}");
+    }
+    assert!(handler.get("AccessPolicies").is_none() && sweeper.get("AccessPolicies").is_none());
+
+    let text = std::fs::read_to_string(workspace_root().join("infra/k8s/rbac.yaml")).unwrap();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let subjects = |kind: &str, name: &str| -> Vec<String> {
+        let b = docs
+            .iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{kind} {name}"));
+        b["subjects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(
+        subjects("ClusterRoleBinding", "forewarn"),
+        ["forewarn-handler", "forewarn-sweeper"]
+    );
+    assert_eq!(
+        subjects("RoleBinding", "forewarn-priorities"),
+        ["forewarn-sweeper"]
+    );
+}
+
+/// The stack with every option set deploys (moto's CloudFormation resolves the conditions,
+/// `Fn::Split` and `Fn::Sub` as written), and what it made says what the options asked.
+#[test]
+fn the_stack_deploys_with_hook_names_and_extra_senders() {
+    use forewarn_tests::moto::{deploy_stack, runtime, shared, unique_name};
+
+    runtime().block_on(async {
+        let sdk = shared().sdk_config();
+        let cluster = unique_name("infra");
+        let template =
+            std::fs::read_to_string(workspace_root().join("infra/forewarn.yaml")).unwrap();
+        let outputs = deploy_stack(
+            &sdk,
+            &cluster,
+            &template,
+            &[
+                ("ClusterName", &cluster),
+                ("FunctionsDeployed", "false"),
+                ("CreateAccessEntry", "false"),
+                ("LifecycleHookNames", "drain-a,drain-b"),
+                ("HookNotificationRoleArn", HOOK_ROLE),
+                ("RedriveRoleArn", REDRIVE_ROLE),
+            ],
+        )
+        .await
+        .expect("the stack deploys to moto");
+        let table = &outputs["TableName"];
+        assert_eq!(
+            outputs["HandlerEnvFile"],
+            format!(
+                "FOREWARN_CLUSTER_NAME={cluster}\nFOREWARN_EKS_CLUSTER={cluster}\n\
+                 FOREWARN_TABLE={table}\nFOREWARN_LIFECYCLE_HOOKS=drain-a,drain-b\n"
+            )
+        );
+        assert!(outputs["HandlerEnvVars"].ends_with(",FOREWARN_LIFECYCLE_HOOKS=drain-a,drain-b"));
+        assert_eq!(outputs["HandlerKubernetesGroup"], "forewarn-handler");
+        assert_eq!(outputs["SweeperKubernetesGroup"], "forewarn-sweeper");
+
+        let events = aws_sdk_eventbridge::Client::new(&sdk);
+        let rules = events
+            .list_rules()
+            .name_prefix(&cluster)
+            .send()
+            .await
+            .expect("ListRules");
+        let asg = rules
+            .rules()
+            .iter()
+            .find(|r| {
+                r.name()
+                    .is_some_and(|n| n.contains("AsgTerminateLifecycleRule"))
+            })
+            .expect("the Auto Scaling rule");
+        let pattern: Value = serde_json::from_str(asg.event_pattern().unwrap()).unwrap();
+        assert_eq!(
+            pattern,
+            json!({"source": ["aws.autoscaling"],
+                   "detail-type": ["EC2 Instance-terminate Lifecycle Action"],
+                   "detail": {"LifecycleHookName": ["drain-a", "drain-b"]}})
+        );
+    });
 }

@@ -1,6 +1,8 @@
-//! The deploy workflow of docs/deploy.md against moto: the stack, `cargo lambda deploy
-//! --endpoint-url` of both functions with the roles and environment from the stack's outputs,
-//! then the stack again with `FunctionsDeployed=true`, which wires the event source mapping.
+//! The deploy workflow of docs/deploy.md against moto: the stack (with two lifecycle hook names,
+//! which `--env-var` could not carry), `cargo lambda deploy --endpoint-url` of both functions with
+//! the roles and environment from the stack's outputs (the handler's through `--env-file` from
+//! `HandlerEnvFile`, the sweeper's through `--env-var` from `SweeperEnvVars`), then the stack
+//! again with `FunctionsDeployed=true`, which wires the event source mapping.
 //!
 //! The functions must have been built with `cargo lambda build --x86-64` (the README's test
 //! command, scripts/test.sh, does it first, in the dev profile: the deploy does not depend on the
@@ -74,6 +76,7 @@ fn cargo_lambda_deploy_to_moto_then_wire_the_stack() {
             ("ClusterName", cluster.as_str()),
             ("FunctionArchitecture", "x86_64"),
             ("CreateAccessEntry", "false"),
+            ("LifecycleHookNames", "drain-a,drain-b"),
         ];
         let outputs = deploy_stack(&sdk, &cluster, &template, &params)
             .await
@@ -86,29 +89,35 @@ fn cargo_lambda_deploy_to_moto_then_wire_the_stack() {
         ] {
             let name = &outputs[&format!("{prefix}FunctionName")];
             let role = &outputs[&format!("{prefix}RoleArn")];
-            let env = &outputs[&format!("{prefix}EnvVars")];
             let timeout = &outputs["FunctionTimeout"];
-            run(
-                "cargo",
-                &[
-                    "lambda",
-                    "deploy",
-                    name,
-                    "--binary-name",
-                    binary,
-                    "--iam-role",
-                    role,
-                    "--timeout",
-                    timeout,
-                    "--env-var",
-                    env,
-                    "--endpoint-url",
-                    &endpoint,
-                    "--region",
-                    "us-east-1",
-                ],
+            // docs/deploy.md: `out HandlerEnvFile > handler.env` and `--env-file handler.env`;
+            // `--env-var "$SWEEPER_ENV"`.
+            let env_dir = tempfile::tempdir().unwrap();
+            let env_file = env_dir.path().join(format!("{binary}.env"));
+            let env = match prefix {
+                "Handler" => {
+                    std::fs::write(&env_file, &outputs["HandlerEnvFile"]).unwrap();
+                    ["--env-file", env_file.to_str().unwrap()]
+                }
+                _ => ["--env-var", outputs["SweeperEnvVars"].as_str()],
+            };
+            let mut args = vec![
+                "lambda",
+                "deploy",
+                name,
+                "--binary-name",
+                binary,
+                "--iam-role",
+                role,
+                "--timeout",
+                timeout,
+                "--endpoint-url",
                 &endpoint,
-            );
+                "--region",
+                "us-east-1",
+            ];
+            args.extend(env);
+            run("cargo", &args, &endpoint);
             let conf: Value = serde_json::from_str(&run(
                 "aws",
                 &[
@@ -136,6 +145,13 @@ fn cargo_lambda_deploy_to_moto_then_wire_the_stack() {
                 "{conf}"
             );
             assert_eq!(vars["FOREWARN_EKS_CLUSTER"], cluster.as_str(), "{conf}");
+            match prefix {
+                "Handler" => assert_eq!(
+                    vars["FOREWARN_LIFECYCLE_HOOKS"], "drain-a,drain-b",
+                    "{conf}"
+                ),
+                _ => assert!(vars.get("FOREWARN_LIFECYCLE_HOOKS").is_none(), "{conf}"),
+            }
         }
 
         // Step 4: the stack again, now that the functions exist.

@@ -3,7 +3,9 @@
 //! on-demand group, another cluster's group), pools marked unavailable by interruption events
 //! through the pool store, the ConfigMap written to the Kubernetes fake (created, left alone
 //! when nothing changes, rewritten after a conflicting write, restored when the windows end),
-//! and a ConfigMap forewarn did not create left alone unless taken over.
+//! and a ConfigMap forewarn did not create left alone unless taken over. The sweeper never creates
+//! the ConfigMap: it reports it missing until it is created from infra/k8s/priority-expander.yaml,
+//! then keeps it up to date.
 
 use std::sync::Arc;
 
@@ -241,6 +243,8 @@ fn prio<'a>(
             take_over: false,
         },
         write,
+        // `forewarn priorities --kube --execute`: a person's credentials may create it.
+        create: true,
     }
 }
 
@@ -370,5 +374,107 @@ fn hot_spot_groups_are_demoted_until_their_pools_return() {
         let writes = fake.writes().len();
         assert_eq!(run!(&expander, "1", true).run(now).await.unwrap().change, Change::NoBase);
         assert_eq!(fake.writes().len(), writes);
+    });
+}
+
+/// No instances are leaving: the sweeper here only updates the priorities.
+struct NoneLeaving;
+
+#[async_trait::async_trait]
+impl forewarn::ports::LeavingInstances for NoneLeaving {
+    async fn leaving(
+        &self,
+        _cluster: &str,
+    ) -> Result<Vec<forewarn::domain::facts::InstanceFacts>, forewarn::ports::DirectoryError> {
+        Ok(Vec::new())
+    }
+}
+
+#[test]
+fn the_sweeper_never_creates_the_expander_configmap() {
+    use forewarn::app::handler::Handler;
+    use forewarn::app::sweeper::{SweepPriorities, Sweeper};
+    use forewarn::domain::config::{Config, Mode};
+    use forewarn::ports::{NoInstances, NoNodes};
+
+    runtime().block_on(async {
+        let sdk = shared().sdk_config();
+        let cluster = unique_name("prio-sweep");
+        let [mixed, single, od, _other] = groups(&sdk, &cluster).await;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+        let now = Utc::now();
+        store
+            .apply(&interruption(
+                "ev-1",
+                &[("m5.xlarge", "us-east-1a")],
+                now + Duration::minutes(10),
+            ))
+            .await
+            .unwrap();
+        let fake = Arc::new(KubeFake::start().await);
+        fake.insert(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "forewarn-priority-base", "namespace": "kube-system"},
+            "data": {"priorities": BASE}}));
+        let sweeper = Sweeper {
+            handler: Handler {
+                config: Config {
+                    cluster_name: Some(cluster.clone()),
+                    ..Config::default()
+                },
+                mode: Mode::Act,
+                store,
+                instances: Arc::new(NoInstances),
+                nodes: Arc::new(NoNodes),
+                executor: None,
+                notifier: None,
+                redelivery: None,
+                drain_passes: None,
+                concurrency: 1,
+                safety_margin: std::time::Duration::from_secs(1),
+            },
+            leaving: Arc::new(NoneLeaving),
+            region: Some("us-east-1".into()),
+            priorities: Some(SweepPriorities {
+                groups: Arc::new(AsgNodeGroups::new(&sdk)),
+                expander: Arc::new(KubeExpander::new(ClusterClient::new(fake.client()))),
+                settings: PrioritySettings::default(),
+            }),
+        };
+
+        // Missing: said so, nothing written (its group may not create ConfigMaps).
+        let out = sweeper.update_priorities(now).await.unwrap().unwrap();
+        assert_eq!(out.change, Change::Missing);
+        assert_eq!(out.hot.len(), 1, "the priorities are computed all the same");
+        assert!(fake.writes().is_empty(), "{:?}", fake.writes());
+
+        // `kubectl create -f infra/k8s/priority-expander.yaml`: the sweeper keeps it up to date.
+        let path = forewarn_tests::moto::workspace_root().join("infra/k8s/priority-expander.yaml");
+        let manifest: serde_json::Value =
+            serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert_eq!(
+            manifest["metadata"]["labels"]["app.kubernetes.io/managed-by"], "forewarn",
+            "the manifest's ConfigMap is forewarn's to update"
+        );
+        fake.insert(manifest);
+        let out = sweeper.update_priorities(now).await.unwrap().unwrap();
+        assert_eq!(out.change, Change::Updated);
+        let (text, meta) = expander_priorities(&fake);
+        let written = BasePriorities::parse(&text, "written").unwrap().as_map();
+        assert_eq!(
+            priority_under(&written, &single),
+            Some(9),
+            "demoted: {text}"
+        );
+        assert_eq!(priority_under(&written, &mixed), Some(50));
+        assert_eq!(priority_under(&written, &od), Some(10));
+        assert_eq!(meta["labels"]["app.kubernetes.io/managed-by"], "forewarn");
+        let out = sweeper.update_priorities(now).await.unwrap().unwrap();
+        assert_eq!(out.change, Change::Unchanged);
+        assert!(
+            !fake.requests().iter().any(|r| r.method.as_str() == "POST"),
+            "the sweeper never creates: {:?}",
+            fake.requests()
+        );
     });
 }

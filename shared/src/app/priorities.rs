@@ -18,6 +18,10 @@ use crate::ports::{
 /// How often a write is tried again after a conflict (someone wrote in between).
 pub const WRITE_ATTEMPTS: u32 = 4;
 
+/// The manifest the expander ConfigMap is created from when forewarn may not create it (the
+/// sweeper: its Kubernetes group has no `create` on ConfigMaps).
+pub const EXPANDER_MANIFEST: &str = "infra/k8s/priority-expander.yaml";
+
 /// How the priorities are computed and written.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct PrioritySettings {
@@ -47,6 +51,10 @@ pub struct Priorities<'a> {
     pub settings: PrioritySettings,
     /// Write the ConfigMap (else say what would change).
     pub write: bool,
+    /// Create the ConfigMap when there is none: the `forewarn priorities` command, run with a
+    /// person's credentials. The sweeper does not (its Kubernetes group may not create
+    /// ConfigMaps: a create cannot be limited by name): it reports [`Change::Missing`].
+    pub create: bool,
 }
 
 /// What became of the expander ConfigMap.
@@ -62,6 +70,9 @@ pub enum Change {
     Updated,
     WouldCreate,
     WouldUpdate,
+    /// There is no expander ConfigMap and this run may not create it: it must be created from
+    /// [`EXPANDER_MANIFEST`].
+    Missing,
 }
 
 /// What a run found and did.
@@ -170,6 +181,16 @@ impl Priorities<'_> {
     ) -> Result<Change, PriorityRunError> {
         for _ in 0..WRITE_ATTEMPTS {
             let result = match expander.current().await? {
+                None if !self.create => {
+                    tracing::warn!(
+                        configmap = %format!("{NAMESPACE}/{EXPANDER_CONFIGMAP}"),
+                        manifest = EXPANDER_MANIFEST,
+                        "the priority expander ConfigMap does not exist and is not created here \
+                         (forewarn's Kubernetes groups may not create ConfigMaps): create it once \
+                         with `kubectl create -f {EXPANDER_MANIFEST}`"
+                    );
+                    return Ok(Change::Missing);
+                }
                 None if !self.write => return Ok(Change::WouldCreate),
                 None => expander.create(desired).await.map(|()| Change::Created),
                 Some(current) => {

@@ -49,7 +49,10 @@ pub struct SweepPriorities {
 
 impl Sweeper {
     /// Updates the priority expander from the pool table (written only in [`Mode::Act`]);
-    /// `None` when the sweeper has no priorities configured.
+    /// `None` when the sweeper has no priorities configured. It never creates the expander
+    /// ConfigMap: when there is none, it logs a warning and answers [`Change::Missing`].
+    ///
+    /// [`Change::Missing`]: crate::app::priorities::Change::Missing
     ///
     /// [`Mode::Act`]: crate::domain::config::Mode::Act
     pub async fn update_priorities(
@@ -73,6 +76,9 @@ impl Sweeper {
             base: BaseSource::ConfigMap,
             settings: p.settings,
             write: h.mode.writes_cluster(),
+            // The sweeper's Kubernetes group may not create ConfigMaps: a missing expander
+            // ConfigMap is reported (`Change::Missing`), to be created from its manifest.
+            create: false,
         };
         Ok(Some(run.run(now).await?))
     }

@@ -1,6 +1,9 @@
 //! The Cluster Autoscaler's priority expander ConfigMap and the user's base priorities, both in
 //! `kube-system`: get of each by name, create and replace (with the resourceVersion read, so that
-//! a concurrent writer is a conflict, not a lost update) of the expander's.
+//! a concurrent writer is a conflict, not a lost update) of the expander's. Only `forewarn
+//! priorities --kube --execute`, run with a person's credentials, creates: forewarn's own
+//! Kubernetes groups may not create ConfigMaps (infra/k8s/rbac.yaml), so the sweeper never calls
+//! [`KubeExpander::create`](crate::ports::ExpanderStore::create).
 
 use std::collections::BTreeMap;
 
