@@ -723,3 +723,28 @@ pub async fn updates_of_more_pools_than_the_limit_are_refused_whole(s: Subject) 
         1
     );
 }
+
+/// The continuation key: 32 bytes, created by the first caller, the same for every caller after
+/// it — among concurrent first callers too (several cold starts at once), and in another
+/// process — and invisible to the pools and the history.
+pub async fn the_continuation_key_is_created_once_and_shared(s: Subject) {
+    let (a, b) = tokio::join!(s.store.continuation_key(), s.other.continuation_key());
+    let (a, b) = (a.expect("a key"), b.expect("a key"));
+    assert_eq!(a, b, "concurrent first callers agree on one key");
+    assert_eq!(s.store.continuation_key().await.unwrap(), a);
+    assert_eq!(s.other.continuation_key().await.unwrap(), a);
+    assert_ne!(a.bytes(), &[0u8; 32], "random bytes");
+    let everything = PoolQuery {
+        include_available: true,
+        ..PoolQuery::default()
+    };
+    assert!(s.store.pools(&everything, now()).await.unwrap().is_empty());
+    let t = now();
+    assert!(
+        s.store
+            .history(t - Duration::days(30), t)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}

@@ -84,6 +84,7 @@ contract_cases!(
     multi_pool_event_is_atomic,
     history_keeps_one_entry_per_applied_mark,
     updates_of_more_pools_than_the_limit_are_refused_whole,
+    the_continuation_key_is_created_once_and_shared,
 );
 
 // ---- DynamoDB only ------------------------------------------------------------------------
