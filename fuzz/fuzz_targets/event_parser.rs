@@ -380,7 +380,7 @@ fn check_str(s: &str) {
     // event it is handed, which a continuation is not).
     let continuation = parsed
         .as_ref()
-        .and_then(forewarn::domain::continuation::unwrap)
+        .and_then(|v| forewarn::domain::continuation::unwrap(v, received()))
         .is_some();
 
     // The input as the body of one SQS message, through every SQS path.

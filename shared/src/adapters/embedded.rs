@@ -73,6 +73,8 @@ pub struct EmbeddedStore {
     db: Arc<Database>,
     path: PathBuf,
     retention: Retention,
+    /// The continuation key, once read (shared by the clones: one read per process).
+    key: Arc<tokio::sync::OnceCell<ContinuationKey>>,
 }
 
 impl std::fmt::Debug for EmbeddedStore {
@@ -115,6 +117,7 @@ impl EmbeddedStore {
             db: Arc::new(db),
             path,
             retention: Retention::default(),
+            key: Arc::default(),
         };
         store.purge_blocking(Utc::now())?;
         Ok(store)
@@ -408,6 +411,20 @@ impl PoolStore for EmbeddedStore {
     }
 
     async fn continuation_key(&self) -> Result<ContinuationKey, StoreError> {
+        self.key
+            .get_or_try_init(|| self.load_continuation_key())
+            .await
+            .cloned()
+    }
+
+    fn location(&self) -> String {
+        format!("embedded store at {}", self.path.display())
+    }
+}
+
+impl EmbeddedStore {
+    /// Reads the continuation key, or creates it.
+    async fn load_continuation_key(&self) -> Result<ContinuationKey, StoreError> {
         self.blocking(move |store| {
             // One write transaction reads the key or creates it: redb serialises them, so two
             // callers cannot create two keys.
@@ -448,10 +465,6 @@ impl PoolStore for EmbeddedStore {
             Ok(key)
         })
         .await
-    }
-
-    fn location(&self) -> String {
-        format!("embedded store at {}", self.path.display())
     }
 }
 
