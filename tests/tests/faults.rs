@@ -210,6 +210,15 @@ impl World {
         }
     }
 
+    /// A world of one spot instance, the other options as by default.
+    async fn one() -> World {
+        World::new(Options {
+            types: vec![InstanceType::M5Large],
+            ..Options::default()
+        })
+        .await
+    }
+
     async fn send(&self, bodies: &[String]) {
         for body in bodies {
             self.sqs
@@ -1147,6 +1156,19 @@ async fn continuation(
     Continuation::first(now, now, plan).body(&key, &body.text)
 }
 
+/// The first instance's spot warning handled to the end of its drain, applied once; and a
+/// continuation of that drain as it was queued during it: what a DLQ redrive or a late duplicate
+/// brings back afterwards.
+async fn drained_with_a_continuation(world: &World) -> String {
+    let bodies = spot_warnings(world).await;
+    let queued = continuation(world, &bodies[0], |_| {}, None).await;
+    let drained = world.drain(BATCH, None).await;
+    world
+        .assert_all_applied_once(&drained.reports, &bodies)
+        .await;
+    queued
+}
+
 /// Reports refused, with their reasons.
 fn refusals(reports: &[Report]) -> Vec<String> {
     reports
@@ -1239,20 +1261,9 @@ fn forged_continuations_are_refused_and_touch_nothing() {
 #[test]
 fn a_stale_continuation_after_the_node_name_was_reused_is_refused() {
     runtime().block_on(async {
-        let world = World::new(Options {
-            types: vec![InstanceType::M5Large],
-            ..Options::default()
-        })
-        .await;
+        let world = World::one().await;
         let a = &world.instances[0];
-        let bodies = spot_warnings(&world).await;
-        // A continuation of the drain, as it was queued during it (a DLQ redrive or a late
-        // duplicate brings back exactly this).
-        let stale = continuation(&world, &bodies[0], |_| {}, None).await;
-        let drained = world.drain(BATCH, None).await;
-        world
-            .assert_all_applied_once(&drained.reports, &bodies)
-            .await;
+        let stale = drained_with_a_continuation(&world).await;
         // The instance is gone; a new one registers under the same name (the same private IP),
         // cordoned by forewarn for a rebalance recommendation, with a pod of its own.
         world.fake.remove("v1", "Node", None, &a.dns);
@@ -1292,18 +1303,9 @@ fn a_stale_continuation_after_the_node_name_was_reused_is_refused() {
 #[test]
 fn a_continuation_redelivered_after_its_node_was_deleted_ends_cleanly() {
     runtime().block_on(async {
-        let world = World::new(Options {
-            types: vec![InstanceType::M5Large],
-            ..Options::default()
-        })
-        .await;
+        let world = World::one().await;
         let a = &world.instances[0];
-        let bodies = spot_warnings(&world).await;
-        let late = continuation(&world, &bodies[0], |_| {}, None).await;
-        let drained = world.drain(BATCH, None).await;
-        world
-            .assert_all_applied_once(&drained.reports, &bodies)
-            .await;
+        let late = drained_with_a_continuation(&world).await;
         // The instance went and its node was deleted; the continuation comes back.
         world.fake.remove("v1", "Node", None, &a.dns);
         world.send(&[late]).await;
@@ -1366,11 +1368,7 @@ fn a_30_second_api_outage_at_a_warning_is_ridden_out_inside_the_invocation() {
 #[test]
 fn a_continuation_that_cannot_be_queued_returns_its_event_and_nothing_is_lost() {
     runtime().block_on(async {
-        let world = World::new(Options {
-            types: vec![InstanceType::M5Large],
-            ..Options::default()
-        })
-        .await;
+        let world = World::one().await;
         let bodies = spot_warnings(&world).await;
         // Every attempt of the first SendMessage (the SDK tries 4 times).
         world.proxy.inject(AwsFault::operation(
@@ -1399,11 +1397,7 @@ fn a_continuation_that_cannot_be_queued_returns_its_event_and_nothing_is_lost() 
 #[test]
 fn a_failed_visibility_change_leaves_the_message_to_its_visibility_timeout() {
     runtime().block_on(async {
-        let world = World::new(Options {
-            types: vec![InstanceType::M5Large],
-            ..Options::default()
-        })
-        .await;
+        let world = World::one().await;
         let bodies = spot_warnings(&world).await;
         world.fake.inject(
             Fault::new(500)
@@ -1461,11 +1455,7 @@ fn eviction_500_and_409_are_retried_in_later_passes_not_returned() {
 #[test]
 fn a_lifecycle_hook_of_an_untagged_group_is_left_to_its_owner() {
     runtime().block_on(async {
-        let world = World::new(Options {
-            types: vec![InstanceType::M5Large],
-            ..Options::default()
-        })
-        .await;
+        let world = World::one().await;
         // An instance of another team's group: no cluster tag, no node.
         let ec2 = aws_sdk_ec2::Client::new(&world.sdk);
         let image = any_image(&ec2).await.unwrap();
@@ -1507,11 +1497,7 @@ fn a_lifecycle_hook_of_an_untagged_group_is_left_to_its_owner() {
 #[test]
 fn a_state_change_older_than_the_instances_launch_does_nothing() {
     runtime().block_on(async {
-        let world = World::new(Options {
-            types: vec![InstanceType::M5Large],
-            ..Options::default()
-        })
-        .await;
+        let world = World::one().await;
         let a = &world.instances[0];
         // A `stopped` from before the instance's current launch (it was started again since).
         let mut stale = state_change(a, "stopped");

@@ -343,7 +343,11 @@ impl Pipeline<'_> {
                 Ok(results) => {
                     let pending = merge(&mut report, &results, cordoned);
                     if let Some(why) = refusals(&results) {
-                        report.reason = Some(why);
+                        // Beside what the plan already says (pools left unrecorded).
+                        report.reason = Some(match report.reason.take() {
+                            Some(note) => format!("{why}; {note}"),
+                            None => why,
+                        });
                     }
                     if let (true, Some(c)) = (pending, &self.continuer) {
                         // The drain's first pass follows at once (behind the warnings already
