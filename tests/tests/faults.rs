@@ -258,6 +258,23 @@ impl World {
         drained
     }
 
+    /// Drains the queue, waiting at most `patience` in all for messages in flight to come back
+    /// (a message left to the queue's 900 s visibility timeout is then still in flight).
+    async fn drain_briefly(&self, patience: Duration) -> Drained {
+        drain_patiently(
+            &self.sqs,
+            &self.queue_url,
+            &self.queue_arn,
+            &self.handler,
+            BATCH,
+            200,
+            None,
+            patience,
+        )
+        .await
+        .expect("draining the queue")
+    }
+
     /// Every body in a queue, taking them out (the DLQ after a scenario).
     async fn take_all(&self, url: &str) -> Vec<String> {
         let mut bodies = Vec::new();
@@ -604,18 +621,7 @@ fn without_the_handler_shortening_it_a_failed_message_waits_out_the_visibility_t
                 .path_contains("/api/v1/nodes/")
                 .times(1),
         );
-        let drained = drain_patiently(
-            &world.sqs,
-            &world.queue_url,
-            &world.queue_arn,
-            &world.handler,
-            BATCH,
-            200,
-            None,
-            Duration::from_secs(8),
-        )
-        .await
-        .expect("draining the queue");
+        let drained = world.drain_briefly(Duration::from_secs(8)).await;
         assert_eq!(drained.returned, 1, "{:#?}", drained.reports);
         assert_eq!(drained.batches, 1, "never received again");
         assert_eq!(count(&drained.reports, Outcome::Acted), 0);
@@ -1411,18 +1417,7 @@ fn a_failed_visibility_change_leaves_the_message_to_its_visibility_timeout() {
             FaultKind::Unreachable,
             4,
         ));
-        let drained = drain_patiently(
-            &world.sqs,
-            &world.queue_url,
-            &world.queue_arn,
-            &world.handler,
-            BATCH,
-            200,
-            None,
-            Duration::from_secs(8),
-        )
-        .await
-        .expect("draining the queue");
+        let drained = world.drain_briefly(Duration::from_secs(8)).await;
         // The event failed; its message could not be brought back sooner, so it waits out the
         // visibility timeout: still on the queue (in flight), not dropped, not in the DLQ.
         assert_eq!(drained.returned, 1, "{:#?}", drained.reports);
