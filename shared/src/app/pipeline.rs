@@ -443,10 +443,24 @@ impl Pipeline<'_> {
             .and_then(|after| chrono::Duration::from_std(after).ok())
             .unwrap_or_default();
         if now > deadline + grace {
-            return Err(refuse(format!(
+            let why = format!(
                 "the drain's deadline {} is past by more than a pass interval: the chain ends",
                 deadline.to_rfc3339()
-            )));
+            );
+            if !plan.actions.iter().any(|a| a.complete_lifecycle.is_some()) {
+                return Err(refuse(why));
+            }
+            // The drain is over whatever happens now, so what waits on it is let go: no node is
+            // touched, and the lifecycle action is completed (left alone, it would hold the
+            // instance until the hook's timeout; a stale copy of a completed one is answered
+            // "already completed").
+            tracing::warn!(origin = %record.origin, %why, "ending a late continuation; completing its lifecycle action");
+            let mut plan = plan;
+            for a in &mut plan.actions {
+                a.action = crate::domain::config::Action::None;
+                a.reason = format!("refused: {why}; its lifecycle action is completed");
+            }
+            return Ok(plan);
         }
         Ok(plan)
     }
@@ -836,6 +850,7 @@ mod tests {
     #[derive(Default)]
     struct Recorder {
         calls: Mutex<Vec<String>>,
+        plans: Mutex<Vec<Plan>>,
         fail: Vec<String>,
         sleep: Option<StdDuration>,
     }
@@ -848,6 +863,7 @@ mod tests {
             _pass: Pass,
         ) -> Result<Vec<ActionResult>, ExecuteError> {
             self.calls.lock().unwrap().push(plan.event_id.clone());
+            self.plans.lock().unwrap().push(plan.clone());
             if let Some(d) = self.sleep {
                 tokio::time::sleep(d).await;
             }
@@ -1060,5 +1076,95 @@ mod tests {
                 .contains("ec2:DescribeInstances: throttled")
         );
         assert_eq!(reports[0].message_id.as_deref(), Some("m1"));
+    }
+
+    /// Queues nothing, counts what it is asked to queue.
+    #[derive(Default)]
+    struct Queue(Mutex<usize>);
+
+    #[async_trait]
+    impl Continuer for Queue {
+        async fn continue_later(
+            &self,
+            _queue_arn: &str,
+            _body: &str,
+            _delay: std::time::Duration,
+        ) -> Result<(), String> {
+            *self.0.lock().unwrap() += 1;
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_late_continuation_touches_no_node_and_lets_its_lifecycle_action_go() {
+        use crate::domain::config::Action;
+        use crate::domain::continuation::Continuation;
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let key = store.continuation_key().await.unwrap();
+        let (instances, nodes) = world();
+        let config = Config::default();
+        let now = Utc::now();
+        // A drain whose deadline passed a minute ago (its passes came late), with and without a
+        // lifecycle action waiting on it.
+        let continuation = |id: &str, lifecycle: bool| {
+            let time = (now - chrono::Duration::minutes(3)).to_rfc3339();
+            let body = spot(id, A, &time).to_string();
+            let event = decode_value("b", serde_json::from_str(&body).unwrap(), now)
+                .unwrap()
+                .remove(0)
+                .event
+                .unwrap();
+            let facts = Facts {
+                instances: &instances.0,
+                nodes: &nodes.nodes,
+            };
+            let mut plan = decide(&event, facts, &config);
+            assert_eq!(plan.actions[0].action, Action::CordonDrain);
+            plan.actions[0].deadline = Some(now - chrono::Duration::minutes(1));
+            if lifecycle {
+                plan.actions[0].complete_lifecycle =
+                    Some(crate::domain::fixtures::lifecycle("asg", "hook"));
+            }
+            let plan = serde_json::to_value(&plan).unwrap();
+            let started = now - chrono::Duration::minutes(3);
+            json!({"messageId": id, "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:q",
+                   "body": Continuation::first(started, started, plan).body(&key, &body)})
+        };
+        let exec = Recorder::default();
+        let queue = Queue::default();
+        let p = Pipeline {
+            continuer: Some(Continue {
+                continuer: &queue,
+                after: StdDuration::from_secs(5),
+                heartbeat_every: chrono::Duration::seconds(30),
+            }),
+            mode: Mode::Act,
+            config: &config,
+            store: &store,
+            instances: &instances,
+            nodes: &nodes,
+            executor: Some(&exec),
+        };
+        let batch =
+            json!({"Records": [continuation("late-hook", true), continuation("late", false)]});
+        let reports = p.process(&records(batch), now).await;
+        // With a lifecycle action: the executor is asked for it alone, no node action.
+        let plans = exec.plans.lock().unwrap().clone();
+        assert_eq!(plans.len(), 1, "{reports:#?}");
+        assert_eq!(plans[0].event_id, "late-hook");
+        assert_eq!(plans[0].actions[0].action, Action::None);
+        assert!(plans[0].actions[0].complete_lifecycle.is_some());
+        assert_eq!(reports[0].outcome, Outcome::Acted);
+        assert!(
+            reports[0].actions[0].reason.contains("deadline"),
+            "{reports:#?}"
+        );
+        // Without one: refused, nothing asked of the executor.
+        assert_eq!(reports[1].outcome, Outcome::Ignored);
+        let why = reports[1].reason.as_deref().unwrap();
+        assert!(why.starts_with("refused: the drain's deadline"), "{why}");
+        // Neither chain goes on.
+        assert_eq!(*queue.0.lock().unwrap(), 0);
     }
 }
