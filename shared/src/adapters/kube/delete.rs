@@ -18,7 +18,10 @@ use ::kube::core::GroupVersionKind;
 use super::api::with_retry;
 use super::connect::ClusterClient;
 use super::error::KubeError;
-use crate::domain::facts::{LABEL_CONTROL_PLANE, LABEL_MASTER, instance_id_from_provider_id};
+use k8s_openapi::api::core::v1::Node;
+
+use super::node_facts::node_facts;
+use crate::domain::facts::instance_id_from_provider_id;
 use crate::domain::plan::Target;
 
 /// What a delete did.
@@ -74,7 +77,8 @@ const LABEL_CAPI_CONTROL_PLANE: &str = "cluster.x-k8s.io/control-plane";
 ///   else matches;
 /// - lacking one, a NodeClaim whose `status.nodeName`, or a Machine whose `status.nodeRef.name`,
 ///   is the live node;
-/// - never a control-plane Machine (label `cluster.x-k8s.io/control-plane`) or Node.
+/// - never a control-plane Machine (label `cluster.x-k8s.io/control-plane`) or Node (a Node
+///   target is checked as every pass checks its node: `NodeFacts::verify_runs`).
 pub(crate) fn verify_target(
     target: &Target,
     object: &DynamicObject,
@@ -100,11 +104,13 @@ pub(crate) fn verify_target(
                 data.pointer("/status/nodeRef/name"),
             )
         }
+        // A Node: the check every pass makes of its node (control-plane, provider id).
         Target::Node { .. } => {
-            if has_label(LABEL_CONTROL_PLANE) || has_label(LABEL_MASTER) {
-                return Err(format!("{target} is a control-plane node"));
-            }
-            (data.pointer("/spec/providerID"), None)
+            let node: Node = object
+                .clone()
+                .try_parse()
+                .map_err(|e| format!("{target} could not be read as a Node: {e}"))?;
+            return node_facts(&node).verify_runs(instance_id);
         }
     };
     let named = provider_id
