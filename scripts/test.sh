@@ -8,6 +8,9 @@
 #            what the deploy test (tests/tests/lambda_deploy.rs) uploads to moto's Lambda. The
 #            release build is docs/deploy.md's and scripts/bench.sh's. This machine cannot fetch
 #            the aarch64 standard library: arm64 is configured and documented, not built here;
+#   lint     `cargo fmt --all --check` and `cargo clippy --workspace --all-targets --locked -- -D
+#            warnings` (the lints of `[workspace.lints]` in Cargo.toml among them): a formatting
+#            difference or a clippy warning fails the stage;
 #   fuzz     a 30 s libFuzzer run of the event parser (scripts/fuzz.sh; an installed cargo-fuzz
 #            0.13.1 is used when there is one, else it is installed into .tools);
 #   test     every test of the workspace (cargo test --no-fail-fast: every binary runs).
@@ -60,6 +63,10 @@ stage build cargo test --workspace --locked --no-run
 build_ok=$?
 stage lambda cargo lambda build --x86-64 --compiler cargo -p interruption-handler -p pool-sweeper \
     --features interruption-handler/unify-test-features,pool-sweeper/unify-test-features
+lint() {
+    cargo fmt --all --check && cargo clippy --workspace --all-targets --locked -- -D warnings
+}
+stage lint lint
 stage fuzz bash scripts/fuzz.sh 30
 if [ "$tools_ok" -eq 0 ] && [ "$build_ok" -eq 0 ]; then
     stage test tests
