@@ -96,7 +96,19 @@ fn demotes_the_group_whose_share_of_pools_is_down() {
     assert_eq!(doc["metadata"]["namespace"], "kube-system");
     assert_eq!(
         doc["data"]["priorities"],
-        "50:\n  - '^demo\\-spot\\-compute$'\n10:\n  - '.*on-demand.*'\n9:\n  - '^demo\\-spot\\-general$'\n"
+        "50:\n- ^demo\\-spot\\-compute$\n10:\n- .*on-demand.*\n9:\n- ^demo\\-spot\\-general$\n"
+    );
+    // The expander's format: a map of integer priority to a list of regular expressions.
+    let map: std::collections::BTreeMap<i64, Vec<String>> =
+        serde_saphyr::from_str(doc["data"]["priorities"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        map,
+        [
+            (50, vec![r"^demo\-spot\-compute$".to_string()]),
+            (10, vec![".*on-demand.*".to_string()]),
+            (9, vec![r"^demo\-spot\-general$".to_string()]),
+        ]
+        .into()
     );
     let why: Value = serde_json::from_str(
         doc["metadata"]["annotations"]["forewarn.io/demoted"]
@@ -120,9 +132,7 @@ fn demotes_the_group_whose_share_of_pools_is_down() {
         "{yaml}"
     );
     assert!(
-        yaml.contains(
-            "  priorities: |\n    50:\n      - '.*spot.*'\n    10:\n      - '.*on-demand.*'\n"
-        ),
+        yaml.contains("  priorities: |\n    50:\n    - .*spot.*\n    10:\n    - .*on-demand.*\n"),
         "{yaml}"
     );
 }

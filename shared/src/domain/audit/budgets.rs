@@ -1,6 +1,8 @@
 //! The budgets to add ([`suggested_budgets`]), rendered as YAML ([`budgets_yaml`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
 
 use crate::domain::audit::model::{AuditNode, ClusterView, Selector};
 use crate::domain::audit::rules::plural;
@@ -66,60 +68,80 @@ pub fn suggested_budgets(view: &ClusterView) -> Vec<SuggestedBudget> {
     out
 }
 
-/// A YAML double-quoted scalar (JSON string syntax is valid YAML).
-pub(super) fn quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\u{:04x}", c as u32));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+/// A `policy/v1` PodDisruptionBudget, as `kubectl apply -f` reads it.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PdbDocument<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    metadata: PdbMetadata<'a>,
+    spec: PdbSpec<'a>,
+}
+
+#[derive(Serialize)]
+struct PdbMetadata<'a> {
+    name: &'a str,
+    namespace: &'a str,
+    labels: BTreeMap<&'static str, &'static str>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PdbSpec<'a> {
+    max_unavailable: i32,
+    selector: SelectorDocument<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SelectorDocument<'a> {
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    match_labels: &'a BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    match_expressions: Vec<RequirementDocument<'a>>,
+}
+
+#[derive(Serialize)]
+struct RequirementDocument<'a> {
+    key: &'a str,
+    operator: &'static str,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    values: &'a [String],
 }
 
 /// One budget as a YAML document (no `---`), ready for `kubectl apply -f`.
 pub fn budget_yaml(b: &SuggestedBudget) -> String {
-    let mut y = String::new();
-    y.push_str(&format!(
-        "# {}: {}, no PodDisruptionBudget selects them\n",
+    let document = PdbDocument {
+        api_version: "policy/v1",
+        kind: "PodDisruptionBudget",
+        metadata: PdbMetadata {
+            name: &b.name,
+            namespace: &b.namespace,
+            labels: BTreeMap::from([("app.kubernetes.io/managed-by", "forewarn")]),
+        },
+        spec: PdbSpec {
+            max_unavailable: b.max_unavailable,
+            selector: SelectorDocument {
+                match_labels: &b.selector.match_labels,
+                match_expressions: b
+                    .selector
+                    .match_expressions
+                    .iter()
+                    .map(|r| RequirementDocument {
+                        key: &r.key,
+                        operator: r.operator.as_str(),
+                        values: &r.values,
+                    })
+                    .collect(),
+            },
+        },
+    };
+    format!(
+        "# {}: {}, no PodDisruptionBudget selects them\n{}",
         b.workload.replace('\n', " "),
-        plural(b.replicas.max(0) as usize, "replica")
-    ));
-    y.push_str("apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n");
-    y.push_str(&format!("  name: {}\n", quote(&b.name)));
-    y.push_str(&format!("  namespace: {}\n", quote(&b.namespace)));
-    y.push_str("  labels:\n    app.kubernetes.io/managed-by: \"forewarn\"\n");
-    y.push_str("spec:\n");
-    y.push_str(&format!("  maxUnavailable: {}\n", b.max_unavailable));
-    y.push_str("  selector:\n");
-    if !b.selector.match_labels.is_empty() {
-        y.push_str("    matchLabels:\n");
-        for (k, v) in &b.selector.match_labels {
-            y.push_str(&format!("      {}: {}\n", quote(k), quote(v)));
-        }
-    }
-    if !b.selector.match_expressions.is_empty() {
-        y.push_str("    matchExpressions:\n");
-        for r in &b.selector.match_expressions {
-            y.push_str(&format!("      - key: {}\n", quote(&r.key)));
-            y.push_str(&format!("        operator: {}\n", r.operator.as_str()));
-            if !r.values.is_empty() {
-                let values: Vec<String> = r.values.iter().map(|v| quote(v)).collect();
-                y.push_str(&format!("        values: [{}]\n", values.join(", ")));
-            }
-        }
-    }
-    y
+        plural(b.replicas.max(0) as usize, "replica"),
+        serde_saphyr::to_string(&document).expect("a budget is plain strings and numbers")
+    )
 }
 
 /// Every budget as one multi-document YAML stream.
