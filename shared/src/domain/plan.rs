@@ -22,23 +22,17 @@ pub struct Facts<'a> {
 }
 
 /// The object a `delete` removes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Displayed as what a delete removes: `node/N`, `nodeclaim/N` or `machine/NS/N`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, strum::Display)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Target {
+    #[strum(to_string = "node/{name}")]
     Node { name: String },
+    #[strum(to_string = "nodeclaim/{name}")]
     NodeClaim { name: String },
+    #[strum(to_string = "machine/{namespace}/{name}")]
     Machine { namespace: String, name: String },
-}
-
-/// What a delete removes: `node/N`, `nodeclaim/N` or `machine/NS/N`.
-impl std::fmt::Display for Target {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Target::Node { name } => write!(f, "node/{name}"),
-            Target::NodeClaim { name } => write!(f, "nodeclaim/{name}"),
-            Target::Machine { namespace, name } => write!(f, "machine/{namespace}/{name}"),
-        }
-    }
 }
 
 /// What to do for one instance of the event.

@@ -12,10 +12,26 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::event::EventKind;
+use crate::domain::names::parse_name;
 
 /// How an instance is paid for, as Karpenter names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::Display,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum CapacityType {
     Spot,
     OnDemand,
@@ -25,31 +41,14 @@ pub enum CapacityType {
 
 impl CapacityType {
     pub fn as_str(self) -> &'static str {
-        match self {
-            CapacityType::Spot => "spot",
-            CapacityType::OnDemand => "on-demand",
-            CapacityType::Reserved => "reserved",
-        }
-    }
-}
-
-impl fmt::Display for CapacityType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        self.into()
     }
 }
 
 impl FromStr for CapacityType {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "spot" => Ok(CapacityType::Spot),
-            "on-demand" => Ok(CapacityType::OnDemand),
-            "reserved" => Ok(CapacityType::Reserved),
-            other => Err(format!(
-                "`{other}` is not a capacity type (spot, on-demand, reserved)"
-            )),
-        }
+        parse_name(s, "a capacity type")
     }
 }
 

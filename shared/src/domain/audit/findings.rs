@@ -2,17 +2,31 @@
 //! pool table saw interrupted.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::str::FromStr;
 
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
 
+use crate::domain::names::parse_name;
 use crate::domain::pool::{PoolKey, PoolRecord};
 
 /// How bad a finding is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    strum::IntoStaticStr,
+    strum::Display,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum Level {
     Info,
     Warning,
@@ -21,35 +35,33 @@ pub enum Level {
 
 impl Level {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Level::Info => "info",
-            Level::Warning => "warning",
-            Level::Error => "error",
-        }
-    }
-}
-
-impl fmt::Display for Level {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        self.into()
     }
 }
 
 impl FromStr for Level {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "info" => Ok(Level::Info),
-            "warning" => Ok(Level::Warning),
-            "error" => Ok(Level::Error),
-            other => Err(format!("`{other}` is not a level (error, warning, info)")),
-        }
+        parse_name(s, "a level")
     }
 }
 
 /// The finding codes, stable: scripts match on them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    strum::IntoStaticStr,
+    strum::Display,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum Code {
     /// No budget selects the workload's pods: a drain evicts them all at once.
     NoPdb,
@@ -75,20 +87,7 @@ pub enum Code {
 
 impl Code {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Code::NoPdb => "no-pdb",
-            Code::PdbBlocksEviction => "pdb-blocks-eviction",
-            Code::PdbOverlap => "pdb-overlap",
-            Code::SingleReplica => "single-replica",
-            Code::OneNode => "one-node",
-            Code::OnePool => "one-pool",
-            Code::OneZone => "one-zone",
-            Code::GraceTooLong => "grace-too-long",
-            Code::HotPool => "hot-pool",
-            Code::LocalStorage => "local-storage",
-            Code::NoController => "no-controller",
-            Code::CriticalOnSpot => "critical-on-spot",
-        }
+        self.into()
     }
 
     /// The level of a finding with this code.
@@ -105,12 +104,6 @@ impl Code {
             | Code::CriticalOnSpot => Level::Warning,
             Code::OneZone | Code::LocalStorage => Level::Info,
         }
-    }
-}
-
-impl fmt::Display for Code {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

@@ -7,6 +7,7 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
+use crate::domain::names::parse_name;
 use crate::domain::pool::{CapacityType, PoolKey};
 
 /// Node labels that say how a node's capacity is paid for, with the values meaning spot.
@@ -37,24 +38,13 @@ pub const CRITICAL_PRIORITY: i32 = 1_000_000_000;
 pub const DEFAULT_GRACE_SECONDS: i64 = 30;
 
 /// How a workload is run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, strum::Display)]
 pub enum WorkloadKind {
     Deployment,
     StatefulSet,
     ReplicaSet,
     /// A bare pod: no controller recreates it.
     Pod,
-}
-
-impl fmt::Display for WorkloadKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            WorkloadKind::Deployment => "Deployment",
-            WorkloadKind::StatefulSet => "StatefulSet",
-            WorkloadKind::ReplicaSet => "ReplicaSet",
-            WorkloadKind::Pod => "Pod",
-        })
-    }
 }
 
 /// A node as the audit sees it.
@@ -140,7 +130,7 @@ impl Workload {
 }
 
 /// A label selector operator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
 pub enum Operator {
     In,
     NotIn,
@@ -150,27 +140,14 @@ pub enum Operator {
 
 impl Operator {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Operator::In => "In",
-            Operator::NotIn => "NotIn",
-            Operator::Exists => "Exists",
-            Operator::DoesNotExist => "DoesNotExist",
-        }
+        self.into()
     }
 }
 
 impl FromStr for Operator {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "In" => Ok(Operator::In),
-            "NotIn" => Ok(Operator::NotIn),
-            "Exists" => Ok(Operator::Exists),
-            "DoesNotExist" => Ok(Operator::DoesNotExist),
-            other => Err(format!(
-                "`{other}` is not a selector operator (In, NotIn, Exists, DoesNotExist)"
-            )),
-        }
+        parse_name(s, "a selector operator")
     }
 }
 
