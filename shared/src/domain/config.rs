@@ -1,31 +1,17 @@
 //! Configuration, read from environment variables (documented in the README).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::str::FromStr;
 
 use chrono::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::event::EventKind;
-use crate::domain::names::parse_name;
+use crate::domain::names::string_forms;
 
 /// What to do with the node of an affected instance.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Serialize,
-    Deserialize,
-    strum::IntoStaticStr,
-    strum::Display,
-    strum::VariantArray,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(strum::IntoStaticStr, strum::Display, strum::VariantArray)]
 #[strum(serialize_all = "kebab-case")]
 pub enum Action {
     None,
@@ -35,18 +21,7 @@ pub enum Action {
     Delete,
 }
 
-impl Action {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
-
-impl FromStr for Action {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        parse_name(s.trim(), "an action")
-    }
-}
+string_forms!(Action, "an action", trim);
 
 /// The taint effect forewarn puts on cordoned nodes.
 #[derive(
@@ -66,18 +41,7 @@ pub enum TaintEffect {
     NoExecute,
 }
 
-impl TaintEffect {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
-
-impl FromStr for TaintEffect {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        parse_name(s.trim(), "a taint effect")
-    }
-}
+string_forms!(TaintEffect, "a taint effect", trim);
 
 /// A bad configuration value: which variable, what value, what was wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

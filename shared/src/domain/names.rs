@@ -19,6 +19,27 @@ where
         })
 }
 
+/// Gives `$ty`, an enum deriving `strum::IntoStaticStr` and `strum::VariantArray`, an `as_str`
+/// (its `strum` name) and a `FromStr` through [`parse_name`] that calls it `$what` in its errors;
+/// with `trim`, the input is trimmed first.
+macro_rules! string_forms {
+    ($ty:ty, $what:literal $(, $trim:ident)?) => {
+        impl $ty {
+            pub fn as_str(self) -> &'static str {
+                self.into()
+            }
+        }
+
+        impl std::str::FromStr for $ty {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                $crate::domain::names::parse_name(s $(.$trim())?, $what)
+            }
+        }
+    };
+}
+pub(crate) use string_forms;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,25 +12,12 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::event::EventKind;
-use crate::domain::names::parse_name;
+use crate::domain::names::string_forms;
 
 /// How an instance is paid for, as Karpenter names it.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Serialize,
-    Deserialize,
-    strum::IntoStaticStr,
-    strum::Display,
-    strum::VariantArray,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(strum::IntoStaticStr, strum::Display, strum::VariantArray)]
 #[strum(serialize_all = "kebab-case")]
 pub enum CapacityType {
     Spot,
@@ -39,18 +26,7 @@ pub enum CapacityType {
     Reserved,
 }
 
-impl CapacityType {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
-
-impl FromStr for CapacityType {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        parse_name(s, "a capacity type")
-    }
-}
+string_forms!(CapacityType, "a capacity type");
 
 /// A capacity pool. Its string form `capacity_type#instance_type#zone` is the store key.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

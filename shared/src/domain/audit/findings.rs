@@ -2,30 +2,17 @@
 //! pool table saw interrupted.
 
 use std::collections::BTreeMap;
-use std::str::FromStr;
 
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
 
-use crate::domain::names::parse_name;
+use crate::domain::names::string_forms;
 use crate::domain::pool::{PoolKey, PoolRecord};
 
 /// How bad a finding is.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Serialize,
-    strum::IntoStaticStr,
-    strum::Display,
-    strum::VariantArray,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
+#[derive(strum::IntoStaticStr, strum::Display, strum::VariantArray)]
 #[strum(serialize_all = "lowercase")]
 pub enum Level {
     Info,
@@ -33,34 +20,12 @@ pub enum Level {
     Error,
 }
 
-impl Level {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
-
-impl FromStr for Level {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        parse_name(s, "a level")
-    }
-}
+string_forms!(Level, "a level");
 
 /// The finding codes, stable: scripts match on them.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Serialize,
-    strum::IntoStaticStr,
-    strum::Display,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(strum::IntoStaticStr, strum::Display)]
 #[strum(serialize_all = "kebab-case")]
 pub enum Code {
     /// No budget selects the workload's pods: a drain evicts them all at once.

@@ -3,11 +3,10 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::str::FromStr;
 
 use serde::Serialize;
 
-use crate::domain::names::parse_name;
+use crate::domain::names::string_forms;
 use crate::domain::pool::{CapacityType, PoolKey};
 
 /// Node labels that say how a node's capacity is paid for, with the values meaning spot.
@@ -138,18 +137,7 @@ pub enum Operator {
     DoesNotExist,
 }
 
-impl Operator {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
-
-impl FromStr for Operator {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        parse_name(s, "a selector operator")
-    }
-}
+string_forms!(Operator, "a selector operator");
 
 /// One `matchExpressions` requirement.
 #[derive(Debug, Clone, PartialEq, Eq)]
