@@ -1,17 +1,15 @@
 //! `forewarn priorities` in replay: the samples' events through the embedded store, the node
 //! groups from `events/state/asgs.json`, the base from `events/state/priorities-base.yaml`.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Output;
 
 use serde_json::Value;
 
 mod samples;
+mod support;
 use samples::Samples;
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use support::{Forewarn, root};
 
 fn forewarn(state: &Path, args: &[&str]) -> Output {
     forewarn_in(&root(), state, args)
@@ -19,18 +17,13 @@ fn forewarn(state: &Path, args: &[&str]) -> Output {
 
 /// `forewarn` run in `dir`, whose `events/` the relative paths name.
 fn forewarn_in(dir: &Path, state: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_forewarn"))
-        .current_dir(dir)
-        .env("FOREWARN_STATE_DIR", state)
+    Forewarn::new(state)
+        .dir(dir)
         // The replayed samples are moved to 1 to 8 days ago: windows long enough to be open now.
         .env("FOREWARN_POOL_TTL", "240h")
-        .env_remove("FOREWARN_TABLE")
-        .env_remove("FOREWARN_CLUSTER_NAME")
         .env_remove("FOREWARN_PRIORITY_HOT_SHARE")
         .env_remove("KUBECONFIG")
-        .args(args)
-        .output()
-        .expect("run forewarn")
+        .run(args)
 }
 
 const PRIORITIES: [&str; 7] = [
