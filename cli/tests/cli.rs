@@ -1,32 +1,14 @@
 //! The `forewarn` binary on the samples of `events/`: what a user sees.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
 mod samples;
+mod support;
 use samples::Samples;
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn forewarn(state: &Path, args: &[&str]) -> Output {
-    forewarn_in(&root(), state, args)
-}
-
-/// `forewarn` run in `dir`, whose `events/` the relative paths name.
-fn forewarn_in(dir: &Path, state: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_forewarn"))
-        .current_dir(dir)
-        .env("FOREWARN_STATE_DIR", state)
-        .env_remove("FOREWARN_TABLE")
-        .env_remove("FOREWARN_CLUSTER_NAME")
-        .args(args)
-        .output()
-        .expect("run forewarn")
-}
+use support::{Forewarn, forewarn, forewarn_in, root};
 
 const WITH_STATE: [&str; 6] = [
     "--instances",
@@ -565,13 +547,9 @@ fn text_output_and_pools_table() {
 #[test]
 fn bad_configuration_is_a_clear_error() {
     let state = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_forewarn"))
-        .current_dir(root())
-        .env("FOREWARN_STATE_DIR", state.path())
+    let out = Forewarn::new(state.path())
         .env("FOREWARN_POOL_TTL", "an hour")
-        .args(["replay", "events/01-spot-interruption-karpenter.json"])
-        .output()
-        .unwrap();
+        .run(&["replay", "events/01-spot-interruption-karpenter.json"]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("FOREWARN_POOL_TTL=\"an hour\""), "{stderr}");

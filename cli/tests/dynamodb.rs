@@ -8,21 +8,17 @@ use forewarn_tests::moto::{create_pool_table, runtime, shared, unique_name, work
 use serde_json::Value;
 
 mod samples;
+mod support;
 use samples::Samples;
+use support::Forewarn;
 
-/// `forewarn` run in `dir`, whose `events/` the relative paths name.
+/// `forewarn` run in `dir`, whose `events/` the relative paths name, on the AWS at `endpoint`.
 fn forewarn(dir: &Path, endpoint: &str, state: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_forewarn"))
-        .current_dir(dir)
+    Forewarn::new(state)
+        .dir(dir)
+        .aws_testing()
         .env("AWS_ENDPOINT_URL", endpoint)
-        .env("AWS_ACCESS_KEY_ID", "testing")
-        .env("AWS_SECRET_ACCESS_KEY", "testing")
-        .env("AWS_REGION", "us-east-1")
-        .env("FOREWARN_STATE_DIR", state)
-        .env_remove("FOREWARN_TABLE")
-        .args(args)
-        .output()
-        .expect("run forewarn")
+        .run(args)
 }
 
 fn aws(endpoint: &str, args: &[&str]) -> Value {

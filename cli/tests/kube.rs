@@ -3,25 +3,21 @@
 //! written; with --execute the node is cordoned and drained.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-use forewarn_tests::moto::workspace_root;
 use kube_fake::KubeFake;
 use serde_json::Value;
 
+mod support;
+use support::{Forewarn, root};
+
+/// `forewarn` on the cluster of `kubeconfig`.
 fn forewarn(kubeconfig: &Path, state: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_forewarn"))
-        .current_dir(workspace_root())
+    Forewarn::new(state)
         .env("KUBECONFIG", kubeconfig)
-        .env("FOREWARN_STATE_DIR", state)
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ACCESS_KEY_ID", "testing")
-        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .aws_testing()
         .env_remove("FOREWARN_EKS_CLUSTER")
-        .env_remove("FOREWARN_TABLE")
-        .args(args)
-        .output()
-        .expect("run forewarn")
+        .run(args)
 }
 
 fn lines(out: &Output) -> Vec<Value> {
@@ -53,7 +49,7 @@ async fn replay(kubeconfig: &Path, args: Vec<&'static str>) -> Value {
 async fn replay_plans_from_the_live_cluster_and_acts_only_with_execute() {
     let fake = KubeFake::start().await;
     let captured: Value = serde_json::from_str(
-        &std::fs::read_to_string(workspace_root().join("events/state/cluster.json")).unwrap(),
+        &std::fs::read_to_string(root().join("events/state/cluster.json")).unwrap(),
     )
     .unwrap();
     for item in captured["items"].as_array().unwrap() {
@@ -159,7 +155,7 @@ fn rbac_need(r: &kube_fake::RecordedRequest) -> (String, String, String) {
 
 /// What infra/k8s/audit-rbac.yaml grants.
 fn audit_rbac() -> std::collections::BTreeSet<(String, String, String)> {
-    let text = std::fs::read_to_string(workspace_root().join("infra/k8s/audit-rbac.yaml")).unwrap();
+    let text = std::fs::read_to_string(root().join("infra/k8s/audit-rbac.yaml")).unwrap();
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
     let role = docs.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
     let binding = docs
@@ -222,7 +218,7 @@ async fn audit_reads_the_live_cluster_within_its_rbac_and_its_budgets_are_valid(
 
     let fake = KubeFake::start().await;
     let captured: Value = serde_json::from_str(
-        &std::fs::read_to_string(workspace_root().join("events/state/audit.json")).unwrap(),
+        &std::fs::read_to_string(root().join("events/state/audit.json")).unwrap(),
     )
     .unwrap();
     for item in captured["items"].as_array().unwrap() {
@@ -244,19 +240,13 @@ async fn audit_reads_the_live_cluster_within_its_rbac_and_its_budgets_are_valid(
     );
     let snapshot = tokio::task::spawn_blocking(move || {
         let state = tempfile::tempdir().unwrap();
-        Command::new(env!("CARGO_BIN_EXE_forewarn"))
-            .current_dir(workspace_root())
-            .env("FOREWARN_STATE_DIR", state.path())
-            .env_remove("FOREWARN_TABLE")
-            .args([
-                "audit",
-                "--cluster-state",
-                "events/state/audit.json",
-                "--output",
-                "json",
-            ])
-            .output()
-            .unwrap()
+        Forewarn::new(state.path()).run(&[
+            "audit",
+            "--cluster-state",
+            "events/state/audit.json",
+            "--output",
+            "json",
+        ])
     })
     .await
     .unwrap();

@@ -1,17 +1,15 @@
 //! `forewarn priorities` in replay: the samples' events through the embedded store, the node
 //! groups from `events/state/asgs.json`, the base from `events/state/priorities-base.yaml`.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Output;
 
 use serde_json::Value;
 
 mod samples;
+mod support;
 use samples::Samples;
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use support::{Forewarn, root};
 
 fn forewarn(state: &Path, args: &[&str]) -> Output {
     forewarn_in(&root(), state, args)
@@ -19,18 +17,13 @@ fn forewarn(state: &Path, args: &[&str]) -> Output {
 
 /// `forewarn` run in `dir`, whose `events/` the relative paths name.
 fn forewarn_in(dir: &Path, state: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_forewarn"))
-        .current_dir(dir)
-        .env("FOREWARN_STATE_DIR", state)
+    Forewarn::new(state)
+        .dir(dir)
         // The replayed samples are moved to 1 to 8 days ago: windows long enough to be open now.
         .env("FOREWARN_POOL_TTL", "240h")
-        .env_remove("FOREWARN_TABLE")
-        .env_remove("FOREWARN_CLUSTER_NAME")
         .env_remove("FOREWARN_PRIORITY_HOT_SHARE")
         .env_remove("KUBECONFIG")
-        .args(args)
-        .output()
-        .expect("run forewarn")
+        .run(args)
 }
 
 const PRIORITIES: [&str; 7] = [
@@ -96,7 +89,19 @@ fn demotes_the_group_whose_share_of_pools_is_down() {
     assert_eq!(doc["metadata"]["namespace"], "kube-system");
     assert_eq!(
         doc["data"]["priorities"],
-        "50:\n  - '^demo\\-spot\\-compute$'\n10:\n  - '.*on-demand.*'\n9:\n  - '^demo\\-spot\\-general$'\n"
+        "50:\n- ^demo\\-spot\\-compute$\n10:\n- .*on-demand.*\n9:\n- ^demo\\-spot\\-general$\n"
+    );
+    // The expander's format: a map of integer priority to a list of regular expressions.
+    let map: std::collections::BTreeMap<i64, Vec<String>> =
+        serde_saphyr::from_str(doc["data"]["priorities"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        map,
+        [
+            (50, vec![r"^demo\-spot\-compute$".to_string()]),
+            (10, vec![".*on-demand.*".to_string()]),
+            (9, vec![r"^demo\-spot\-general$".to_string()]),
+        ]
+        .into()
     );
     let why: Value = serde_json::from_str(
         doc["metadata"]["annotations"]["forewarn.io/demoted"]
@@ -120,9 +125,7 @@ fn demotes_the_group_whose_share_of_pools_is_down() {
         "{yaml}"
     );
     assert!(
-        yaml.contains(
-            "  priorities: |\n    50:\n      - '.*spot.*'\n    10:\n      - '.*on-demand.*'\n"
-        ),
+        yaml.contains("  priorities: |\n    50:\n    - .*spot.*\n    10:\n    - .*on-demand.*\n"),
         "{yaml}"
     );
 }

@@ -146,6 +146,38 @@ type Key = (WorkloadKind, String, String);
 /// Builds the view. Pods that have finished (`Succeeded`, `Failed`) or are being deleted are
 /// left out; so are DaemonSet pods and pods of other controllers (Jobs, mirror pods).
 pub fn view(raw: &RawWorkloads) -> Result<ClusterView, WorkloadError> {
+    let (mut workloads, rs_owner) = controllers(raw)?;
+    let bare = add_pods(raw, &mut workloads, &rs_owner);
+    let mut view = ClusterView {
+        workloads: workloads.into_values().collect(),
+        ..ClusterView::default()
+    };
+    view.workloads.extend(bare);
+    view.workloads
+        .sort_by(|a, b| (&a.namespace, a.kind, &a.name).cmp(&(&b.namespace, b.kind, &b.name)));
+    for pdb in &raw.budgets {
+        view.budgets.push(budget(pdb)?);
+    }
+    for node in &raw.nodes {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        view.nodes
+            .insert(name.clone(), AuditNode::from_labels(&name, &labels));
+    }
+    for pc in &raw.priority_classes {
+        if let Some(name) = &pc.metadata.name {
+            view.priority_classes.insert(name.clone(), pc.value);
+        }
+    }
+    Ok(view)
+}
+
+/// ReplicaSet (namespace, name) → its Deployment's name, for those a Deployment owns.
+type RsOwners = BTreeMap<(String, String), String>;
+
+/// The controllers read (Deployments, StatefulSets, ReplicaSets no Deployment owns), without
+/// their pods, and the ReplicaSets a Deployment owns.
+fn controllers(raw: &RawWorkloads) -> Result<(BTreeMap<Key, Workload>, RsOwners), WorkloadError> {
     let mut workloads: BTreeMap<Key, Workload> = BTreeMap::new();
     let mut add = |kind: WorkloadKind,
                    meta: &ObjectMeta,
@@ -186,8 +218,7 @@ pub fn view(raw: &RawWorkloads) -> Result<ClusterView, WorkloadError> {
             &spec.map(|s| s.selector.clone()).unwrap_or_default(),
         )?;
     }
-    // ReplicaSet name → its Deployment's name, for those a Deployment owns.
-    let mut rs_owner: BTreeMap<(String, String), String> = BTreeMap::new();
+    let mut rs_owner = RsOwners::new();
     for rs in &raw.replica_sets {
         let (namespace, name) = ns_name(&rs.metadata);
         if let Some(owner) = controller_of(&rs.metadata).filter(|o| o.kind == "Deployment") {
@@ -202,6 +233,16 @@ pub fn view(raw: &RawWorkloads) -> Result<ClusterView, WorkloadError> {
             &spec.map(|s| s.selector.clone()).unwrap_or_default(),
         )?;
     }
+    Ok((workloads, rs_owner))
+}
+
+/// Adds every running pod to its workload (a controller not read is added, with its pods as its
+/// replicas); returns the bare pods, each a workload of its own.
+fn add_pods(
+    raw: &RawWorkloads,
+    workloads: &mut BTreeMap<Key, Workload>,
+    rs_owner: &RsOwners,
+) -> Vec<Workload> {
     let mut bare: Vec<Workload> = Vec::new();
     for pod in &raw.pods {
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
@@ -250,28 +291,7 @@ pub fn view(raw: &RawWorkloads) -> Result<ClusterView, WorkloadError> {
         }
         w.pods.push(facts);
     }
-    let mut view = ClusterView {
-        workloads: workloads.into_values().collect(),
-        ..ClusterView::default()
-    };
-    view.workloads.extend(bare);
-    view.workloads
-        .sort_by(|a, b| (&a.namespace, a.kind, &a.name).cmp(&(&b.namespace, b.kind, &b.name)));
-    for pdb in &raw.budgets {
-        view.budgets.push(budget(pdb)?);
-    }
-    for node in &raw.nodes {
-        let name = node.metadata.name.clone().unwrap_or_default();
-        let labels = node.metadata.labels.clone().unwrap_or_default();
-        view.nodes
-            .insert(name.clone(), AuditNode::from_labels(&name, &labels));
-    }
-    for pc in &raw.priority_classes {
-        if let Some(name) = &pc.metadata.name {
-            view.priority_classes.insert(name.clone(), pc.value);
-        }
-    }
-    Ok(view)
+    bare
 }
 
 #[cfg(test)]

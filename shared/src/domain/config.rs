@@ -1,17 +1,18 @@
 //! Configuration, read from environment variables (documented in the README).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
-use std::str::FromStr;
 
 use chrono::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::event::EventKind;
+use crate::domain::names::string_forms;
 
 /// What to do with the node of an affected instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(strum::IntoStaticStr, strum::Display, strum::VariantArray)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Action {
     None,
     Cordon,
@@ -20,69 +21,27 @@ pub enum Action {
     Delete,
 }
 
-impl Action {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Action::None => "none",
-            Action::Cordon => "cordon",
-            Action::CordonDrain => "cordon-drain",
-            Action::Delete => "delete",
-        }
-    }
-}
-
-impl fmt::Display for Action {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Action {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim() {
-            "none" => Ok(Action::None),
-            "cordon" => Ok(Action::Cordon),
-            "cordon-drain" => Ok(Action::CordonDrain),
-            "delete" => Ok(Action::Delete),
-            other => Err(format!(
-                "`{other}` is not an action (none, cordon, cordon-drain, delete)"
-            )),
-        }
-    }
-}
+string_forms!(Action, "an action", trim);
 
 /// The taint effect forewarn puts on cordoned nodes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 pub enum TaintEffect {
     NoSchedule,
     PreferNoSchedule,
     NoExecute,
 }
 
-impl TaintEffect {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TaintEffect::NoSchedule => "NoSchedule",
-            TaintEffect::PreferNoSchedule => "PreferNoSchedule",
-            TaintEffect::NoExecute => "NoExecute",
-        }
-    }
-}
-
-impl FromStr for TaintEffect {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim() {
-            "NoSchedule" => Ok(TaintEffect::NoSchedule),
-            "PreferNoSchedule" => Ok(TaintEffect::PreferNoSchedule),
-            "NoExecute" => Ok(TaintEffect::NoExecute),
-            other => Err(format!(
-                "`{other}` is not a taint effect (NoSchedule, PreferNoSchedule, NoExecute)"
-            )),
-        }
-    }
-}
+string_forms!(TaintEffect, "a taint effect", trim);
 
 /// A bad configuration value: which variable, what value, what was wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -63,23 +63,17 @@ impl InstanceFacts {
 }
 
 /// Who owns a node: deleting the owner lets its controller drain and replace it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Displayed as `nodeclaim/N` or `machine/NS/N`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, strum::Display)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Owner {
     /// A Karpenter `karpenter.sh/v1` NodeClaim (cluster-scoped).
+    #[strum(to_string = "nodeclaim/{name}")]
     NodeClaim { name: String },
     /// A Cluster API `cluster.x-k8s.io` Machine (namespaced).
+    #[strum(to_string = "machine/{namespace}/{name}")]
     Machine { namespace: String, name: String },
-}
-
-/// `nodeclaim/N` or `machine/NS/N`.
-impl std::fmt::Display for Owner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Owner::NodeClaim { name } => write!(f, "nodeclaim/{name}"),
-            Owner::Machine { namespace, name } => write!(f, "machine/{namespace}/{name}"),
-        }
-    }
 }
 
 /// A node taint.

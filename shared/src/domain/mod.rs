@@ -10,6 +10,7 @@ pub mod facts;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod fold;
+pub mod names;
 pub mod plan;
 pub mod pool;
 pub mod priorities;

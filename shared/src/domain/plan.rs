@@ -22,23 +22,17 @@ pub struct Facts<'a> {
 }
 
 /// The object a `delete` removes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Displayed as what a delete removes: `node/N`, `nodeclaim/N` or `machine/NS/N`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, strum::Display)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Target {
+    #[strum(to_string = "node/{name}")]
     Node { name: String },
+    #[strum(to_string = "nodeclaim/{name}")]
     NodeClaim { name: String },
+    #[strum(to_string = "machine/{namespace}/{name}")]
     Machine { namespace: String, name: String },
-}
-
-/// What a delete removes: `node/N`, `nodeclaim/N` or `machine/NS/N`.
-impl std::fmt::Display for Target {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Target::Node { name } => write!(f, "node/{name}"),
-            Target::NodeClaim { name } => write!(f, "nodeclaim/{name}"),
-            Target::Machine { namespace, name } => write!(f, "machine/{namespace}/{name}"),
-        }
-    }
 }
 
 /// What to do for one instance of the event.
@@ -283,41 +277,12 @@ fn node_action(
         deadline: None,
         complete_lifecycle: None,
     };
-    // Safety first: another cluster's instance is never touched, nor its lifecycle action.
-    if let (Some(ours), Some(instance)) = (config.cluster_name.as_deref(), instance) {
-        let clusters = instance.clusters();
-        if !clusters.is_empty() && !clusters.contains(&ours) {
-            out.reason = format!(
-                "instance belongs to cluster {} (this is {ours})",
-                clusters.join(", ")
-            );
-            return out;
-        }
-    }
-    // Stale: an event dated before the instance's current launch is about an earlier run of it
-    // (a late `stopped` state change or stop warning for an instance started again since).
-    if let Some(launched) = instance.and_then(|i| i.launch_time)
-        && event.time < launched
-    {
-        out.reason = format!(
-            "stale: the event ({}) is older than the instance's current launch ({}): it is \
-             about an earlier run of the instance",
-            event.time.to_rfc3339(),
-            launched.to_rfc3339()
-        );
+    if let Some(why) = refusal(event, instance, config) {
+        out.reason = why;
         return out;
     }
     let Some(node) = resolve_node(instance_id, instance, nodes) else {
-        out.reason = "no node of this cluster runs on the instance".into();
-        // Positive membership only: the instance must be tagged for this cluster.
-        let tagged = match (config.cluster_name.as_deref(), instance) {
-            (Some(ours), Some(instance)) => instance.clusters().contains(&ours),
-            _ => false,
-        };
-        match lifecycle(event, config, tagged) {
-            Ok(action) => out.complete_lifecycle = action,
-            Err(why) => out.reason = format!("{}; {why}", out.reason),
-        }
+        no_node(&mut out, event, instance, config);
         return out;
     };
     out.node = Some(node.name.clone());
@@ -333,6 +298,58 @@ fn node_action(
         }
         Err(why) => Some(why),
     };
+    let (action, stopping) = chosen_action(event, node, config);
+    act(&mut out, action, stopping, event, node, config);
+    if let Some(why) = lifecycle_refused {
+        out.reason = format!("{}; {why}", out.reason);
+    }
+    out
+}
+
+/// Why the event must not touch this instance at all, if it must not: the instance is another
+/// cluster's, or the event is about an earlier run of it.
+fn refusal(event: &Event, instance: Option<&InstanceFacts>, config: &Config) -> Option<String> {
+    // Safety first: another cluster's instance is never touched, nor its lifecycle action.
+    if let (Some(ours), Some(instance)) = (config.cluster_name.as_deref(), instance) {
+        let clusters = instance.clusters();
+        if !clusters.is_empty() && !clusters.contains(&ours) {
+            return Some(format!(
+                "instance belongs to cluster {} (this is {ours})",
+                clusters.join(", ")
+            ));
+        }
+    }
+    // Stale: an event dated before the instance's current launch is about an earlier run of it
+    // (a late `stopped` state change or stop warning for an instance started again since).
+    if let Some(launched) = instance.and_then(|i| i.launch_time)
+        && event.time < launched
+    {
+        return Some(format!(
+            "stale: the event ({}) is older than the instance's current launch ({}): it is \
+             about an earlier run of the instance",
+            event.time.to_rfc3339(),
+            launched.to_rfc3339()
+        ));
+    }
+    None
+}
+
+/// No node of this cluster runs on the instance: only its lifecycle action may be completed.
+fn no_node(out: &mut NodeAction, event: &Event, instance: Option<&InstanceFacts>, config: &Config) {
+    out.reason = "no node of this cluster runs on the instance".into();
+    // Positive membership only: the instance must be tagged for this cluster.
+    let tagged = match (config.cluster_name.as_deref(), instance) {
+        (Some(ours), Some(instance)) => instance.clusters().contains(&ours),
+        _ => false,
+    };
+    match lifecycle(event, config, tagged) {
+        Ok(action) => out.complete_lifecycle = action,
+        Err(why) => out.reason = format!("{}; {why}", out.reason),
+    }
+}
+
+/// The action configured for the event on this node, and whether the instance is stopping.
+fn chosen_action(event: &Event, node: &NodeFacts, config: &Config) -> (Action, bool) {
     let mut action = config.action(event.kind);
     if action != Action::None
         && node.owner.is_some()
@@ -352,6 +369,18 @@ fn node_action(
         // says `stopped` or `terminated`.
         action = Action::CordonDrain;
     }
+    (action, stopping)
+}
+
+/// Sets the action, its target, deadline and reason.
+fn act(
+    out: &mut NodeAction,
+    action: Action,
+    stopping: bool,
+    event: &Event,
+    node: &NodeFacts,
+    config: &Config,
+) {
     match action {
         Action::None => {
             out.reason = format!("{} is configured to do nothing", event.kind);
@@ -399,10 +428,6 @@ fn node_action(
             out.target = Some(target);
         }
     }
-    if let Some(why) = lifecycle_refused {
-        out.reason = format!("{}; {why}", out.reason);
-    }
-    out
 }
 
 /// The lifecycle action to complete once the node is handled: only a hook of an instance of

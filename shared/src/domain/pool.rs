@@ -12,10 +12,13 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::event::EventKind;
+use crate::domain::names::string_forms;
 
 /// How an instance is paid for, as Karpenter names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(strum::IntoStaticStr, strum::Display, strum::VariantArray)]
+#[strum(serialize_all = "kebab-case")]
 pub enum CapacityType {
     Spot,
     OnDemand,
@@ -23,35 +26,7 @@ pub enum CapacityType {
     Reserved,
 }
 
-impl CapacityType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CapacityType::Spot => "spot",
-            CapacityType::OnDemand => "on-demand",
-            CapacityType::Reserved => "reserved",
-        }
-    }
-}
-
-impl fmt::Display for CapacityType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for CapacityType {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "spot" => Ok(CapacityType::Spot),
-            "on-demand" => Ok(CapacityType::OnDemand),
-            "reserved" => Ok(CapacityType::Reserved),
-            other => Err(format!(
-                "`{other}` is not a capacity type (spot, on-demand, reserved)"
-            )),
-        }
-    }
-}
+string_forms!(CapacityType, "a capacity type");
 
 /// A capacity pool. Its string form `capacity_type#instance_type#zone` is the store key.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -12,7 +12,6 @@
 //! adapters read and write; this module decides.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
 use regex::Regex;
@@ -397,21 +396,21 @@ pub fn demote(
     )
 }
 
-/// YAML single-quoted scalar.
-fn quoted(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
+/// A priority map in the expander's order of reading: highest priority first.
+struct HighestFirst<'a>(&'a PriorityMap);
+
+impl Serialize for HighestFirst<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().rev())
+    }
 }
 
-/// The `priorities` text: highest priority first, one expression a line.
+/// The `priorities` text: a YAML map of priority to its list of expressions, highest first.
 pub fn render(map: &PriorityMap) -> String {
-    let mut out = String::new();
-    for (priority, exprs) in map.iter().rev() {
-        let _ = writeln!(out, "{priority}:");
-        for e in exprs {
-            let _ = writeln!(out, "  - {}", quoted(e));
-        }
+    if map.is_empty() {
+        return String::new();
     }
-    out
+    serde_saphyr::to_string(&HighestFirst(map)).expect("priorities are numbers and strings")
 }
 
 /// The expander ConfigMap's content as forewarn manages it.
@@ -457,41 +456,45 @@ impl ExpanderConfig {
 
     /// The complete `v1` ConfigMap document, as JSON.
     pub fn document(&self) -> serde_json::Value {
-        serde_json::json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": EXPANDER_CONFIGMAP,
-                "namespace": NAMESPACE,
-                "labels": self.labels,
-                "annotations": self.annotations,
-            },
-            "data": { DATA_KEY: self.priorities },
-        })
+        serde_json::to_value(self.manifest()).expect("a ConfigMap is plain strings")
     }
 
     /// The complete `v1` ConfigMap document, as YAML.
     pub fn yaml(&self) -> String {
-        let mut out = String::new();
-        out.push_str("apiVersion: v1\nkind: ConfigMap\nmetadata:\n");
-        let _ = writeln!(
-            out,
-            "  name: {EXPANDER_CONFIGMAP}\n  namespace: {NAMESPACE}"
-        );
-        for (title, map) in [("labels", &self.labels), ("annotations", &self.annotations)] {
-            if !map.is_empty() {
-                let _ = writeln!(out, "  {title}:");
-                for (k, v) in map {
-                    let _ = writeln!(out, "    {}: {}", quoted(k), quoted(v));
-                }
-            }
-        }
-        out.push_str("data:\n  priorities: |\n");
-        for line in self.priorities.lines() {
-            let _ = writeln!(out, "    {line}");
-        }
-        out
+        serde_saphyr::to_string(&self.manifest()).expect("a ConfigMap is plain strings")
     }
+
+    fn manifest(&self) -> ConfigMapManifest<'_> {
+        ConfigMapManifest {
+            api_version: "v1",
+            kind: "ConfigMap",
+            metadata: ConfigMapMetadata {
+                name: EXPANDER_CONFIGMAP,
+                namespace: NAMESPACE,
+                labels: &self.labels,
+                annotations: &self.annotations,
+            },
+            data: BTreeMap::from([(DATA_KEY, self.priorities.as_str())]),
+        }
+    }
+}
+
+/// The expander ConfigMap as a manifest, in the usual order of its fields.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ConfigMapManifest<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    metadata: ConfigMapMetadata<'a>,
+    data: BTreeMap<&'static str, &'a str>,
+}
+
+#[derive(Serialize)]
+struct ConfigMapMetadata<'a> {
+    name: &'static str,
+    namespace: &'static str,
+    labels: &'a BTreeMap<String, String>,
+    annotations: &'a BTreeMap<String, String>,
 }
 
 #[cfg(test)]
@@ -680,5 +683,25 @@ mod tests {
         assert!(!cfg.differs_from(&cfg));
         let doc: serde_json::Value = serde_saphyr::from_str(&cfg.yaml()).unwrap();
         assert_eq!(doc, cfg.document());
+        assert!(cfg.yaml().starts_with("apiVersion: v1\nkind: ConfigMap\n"));
+        // Expressions YAML would read otherwise, a long one and a negative priority.
+        let odd: PriorityMap = [
+            (
+                -5,
+                vec!["&a".to_string(), "# x".into(), "a: b".into(), "it's".into()],
+            ),
+            (
+                7,
+                vec![format!("^{}$", "long-group-name-".repeat(8)), "yes".into()],
+            ),
+            (10, vec!["[a-z]+\\-\"q\"".into()]),
+        ]
+        .into_iter()
+        .collect();
+        let text = render(&odd);
+        assert!(text.starts_with("10:\n"), "highest first: {text}");
+        let back = BasePriorities::parse(&text, "rendered").unwrap();
+        assert_eq!(back.as_map(), odd, "{text}");
+        assert_eq!(render(&PriorityMap::new()), "");
     }
 }

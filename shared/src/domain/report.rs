@@ -9,8 +9,9 @@ use super::event::{EventKind, Record};
 use super::plan::{Plan, Target};
 
 /// What became of one record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum Outcome {
     /// Decided (and pools recorded) but nothing done to the cluster: a dry run.
     Planned,
@@ -26,13 +27,7 @@ pub enum Outcome {
 
 impl Outcome {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Planned => "planned",
-            Outcome::Acted => "acted",
-            Outcome::Ignored => "ignored",
-            Outcome::Duplicate => "duplicate",
-            Outcome::Failed => "failed",
-        }
+        self.into()
     }
 }
 

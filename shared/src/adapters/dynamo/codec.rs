@@ -238,3 +238,55 @@ pub(super) fn decode_pool(
         last_instance_id: req_s(key, item, LAST_INSTANCE_ID)?.to_string(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_and_malformed_items() {
+        assert_eq!(parse_n("12"), Some(12));
+        assert_eq!(parse_n("12.9"), Some(12));
+        assert_eq!(parse_n("1.2E1"), Some(12));
+        assert_eq!(parse_n("soon"), None);
+        let mut item: HashMap<String, AttributeValue> = [
+            ("pk", s("POOL#spot#m5.large#us-east-1a")),
+            ("sk", s("POOL")),
+            ("pool", s("spot#m5.large#us-east-1a")),
+            ("expires_at", n(100)),
+            ("first_seen", n(1)),
+            ("last_seen", n(2)),
+            ("last_event_id", s("e")),
+            ("last_reason", s("r")),
+            ("last_instance_id", s("i")),
+            ("interruptions", n(3)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let r = decode_pool(&item).unwrap();
+        assert_eq!(r.interruptions(), 3);
+        assert_eq!(r.unavailable_until, None);
+        assert_eq!(r.region, None);
+        item.insert("pool".into(), s("spot#c5.large#us-east-1a"));
+        match decode_pool(&item) {
+            Err(StoreError::Corrupt { key, message }) => {
+                assert_eq!(key, "POOL#spot#m5.large#us-east-1a");
+                assert!(message.contains("does not match"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        item.insert("pool".into(), s("spot#m5.large#us-east-1a"));
+        item.insert("interruptions".into(), n(-1));
+        assert!(matches!(
+            decode_pool(&item),
+            Err(StoreError::Corrupt { .. })
+        ));
+        item.insert("interruptions".into(), n(1));
+        item.remove("last_seen");
+        match decode_pool(&item) {
+            Err(StoreError::Corrupt { message, .. }) => assert!(message.contains("last_seen")),
+            other => panic!("{other:?}"),
+        }
+    }
+}

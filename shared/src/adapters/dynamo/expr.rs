@@ -109,3 +109,82 @@ impl Known {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapters::dynamo::testing::{at, update};
+    use crate::domain::fold::pool_deltas;
+
+    fn write(time: i64, until: Option<i64>, expires: i64) -> PoolWrite {
+        PoolWrite {
+            time,
+            until,
+            expires,
+        }
+    }
+
+    #[test]
+    fn bets_default_to_this_event_being_the_latest() {
+        let b = Known::bets(None, &write(100, Some(200), 300));
+        assert_eq!(
+            b,
+            Bets {
+                until: true,
+                last: true,
+                first: false,
+                expires: true
+            }
+        );
+        // A count-only event does not bet on the window.
+        assert!(!Known::bets(None, &write(100, None, 300)).until);
+    }
+
+    #[test]
+    fn known_bounds_make_losing_bets_certain() {
+        let known = Known {
+            until: Some(500),
+            last_seen: Some(150),
+            first_seen: Some(120),
+            expires_at: Some(900),
+        };
+        // A late event with a shorter window, inside the known window.
+        let b = Known::bets(Some(&known), &write(100, Some(200), 300));
+        assert_eq!(
+            b,
+            Bets {
+                until: false,
+                last: false,
+                first: true,
+                expires: false
+            }
+        );
+        // Ties go to the event: `>=` on last_seen.
+        assert!(Known::bets(Some(&known), &write(150, None, 300)).last);
+        let after = known.after(&write(100, Some(200), 300));
+        assert_eq!(
+            after,
+            Known {
+                until: Some(500),
+                last_seen: Some(150),
+                first_seen: Some(100),
+                expires_at: Some(900)
+            }
+        );
+        let after = Known::default().after(&write(100, None, 300));
+        assert_eq!(after.until, None);
+        assert_eq!(after.first_seen, Some(100));
+    }
+
+    #[test]
+    fn times_round_outwards() {
+        let u = update(1);
+        let w = PoolWrite::new(&u, &pool_deltas(&u)[0], &Retention::default());
+        assert_eq!(w.time, at(0).timestamp(), "event times round down");
+        assert_eq!(w.until, Some(at(61).timestamp()), "windows round up");
+        assert_eq!(
+            w.expires,
+            (at(61) + Retention::default().history).timestamp()
+        );
+    }
+}

@@ -29,7 +29,7 @@ pub(crate) const EVENT_NAMESPACE: &str = "default";
 const NOTE_LIMIT: usize = 1024;
 
 /// `Normal` or `Warning`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
 pub(crate) enum EventType {
     Normal,
     Warning,
@@ -37,10 +37,7 @@ pub(crate) enum EventType {
 
 impl EventType {
     fn as_str(self) -> &'static str {
-        match self {
-            EventType::Normal => "Normal",
-            EventType::Warning => "Warning",
-        }
+        self.into()
     }
 }
 

@@ -1,0 +1,72 @@
+//! The one way the tests run the `forewarn` binary: in the workspace root (whose `events/` the
+//! relative paths name) or another folder, with the embedded store in a folder of the test's,
+//! and none of the caller's `FOREWARN_TABLE` and `FOREWARN_CLUSTER_NAME`; each test adds the
+//! environment it needs.
+
+// Each test binary that includes this module uses a part of it.
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A `forewarn` command to run.
+pub struct Forewarn {
+    command: Command,
+}
+
+impl Forewarn {
+    /// `forewarn` in the workspace root, its embedded store in `state`.
+    pub fn new(state: &Path) -> Forewarn {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_forewarn"));
+        command
+            .current_dir(root())
+            .env("FOREWARN_STATE_DIR", state)
+            .env_remove("FOREWARN_TABLE")
+            .env_remove("FOREWARN_CLUSTER_NAME");
+        Forewarn { command }
+    }
+
+    /// Run in `dir` (whose `events/` the relative paths name) instead.
+    pub fn dir(mut self, dir: &Path) -> Forewarn {
+        self.command.current_dir(dir);
+        self
+    }
+
+    pub fn env(mut self, key: &str, value: impl AsRef<OsStr>) -> Forewarn {
+        self.command.env(key, value);
+        self
+    }
+
+    pub fn env_remove(mut self, key: &str) -> Forewarn {
+        self.command.env_remove(key);
+        self
+    }
+
+    /// Test credentials for AWS, in `us-east-1`.
+    pub fn aws_testing(self) -> Forewarn {
+        self.env("AWS_REGION", "us-east-1")
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+    }
+
+    /// Runs it with `args` and waits for it to end.
+    pub fn run(mut self, args: &[&str]) -> Output {
+        self.command.args(args).output().expect("run forewarn")
+    }
+}
+
+/// `forewarn` with `args` in the workspace root, its embedded store in `state`.
+pub fn forewarn(state: &Path, args: &[&str]) -> Output {
+    Forewarn::new(state).run(args)
+}
+
+/// `forewarn` with `args` in `dir`, whose `events/` the relative paths name.
+pub fn forewarn_in(dir: &Path, state: &Path, args: &[&str]) -> Output {
+    Forewarn::new(state).dir(dir).run(args)
+}

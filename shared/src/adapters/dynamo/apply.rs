@@ -1,0 +1,496 @@
+//! [`PoolStore::apply`](crate::ports::PoolStore::apply): one transaction of the ledger entries,
+//! the pools' updates with their bets and the history items, sent again until its bets hold.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::error::DisplayErrorContext;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, CancellationReason, Put, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem, Update,
+};
+
+use super::codec::*;
+use super::expr::*;
+use super::token::request_token;
+use super::{DynamoStore, MAX_CONFLICTS, MAX_KNOWN_POOLS, backoff};
+use crate::domain::fold::{PoolDelta, pool_deltas, validate};
+use crate::domain::pool::{Applied, PoolUpdate, counter_name};
+use crate::domain::stats::HistoryEntry;
+use crate::ports::StoreError;
+
+impl DynamoStore {
+    /// Applies one event's update (see the module's documentation).
+    pub(super) async fn transact(&self, update: &PoolUpdate) -> Result<Applied, StoreError> {
+        let id = &update.event_id;
+        let deltas = pool_deltas(update);
+        let keys = update.ledger_keys();
+        self.check_update(update, &deltas, &keys)?;
+        let pks: Vec<String> = deltas.iter().map(|d| pool_pk(&d.pool)).collect();
+        let writes: Vec<PoolWrite> = deltas
+            .iter()
+            .map(|d| PoolWrite::new(update, d, &self.retention))
+            .collect();
+        let max_lost_bets = 4 * deltas.len() + 1;
+        let (mut conflicts, mut lost_bets) = (0, 0);
+        while conflicts <= MAX_CONFLICTS && lost_bets <= max_lost_bets {
+            let items = self.transaction(update, &keys, &deltas, &pks, &writes)?;
+            let token = request_token(id, &items);
+            let result = self
+                .client
+                .transact_write_items()
+                .set_transact_items(Some(items))
+                .client_request_token(token)
+                .send()
+                .await;
+            let error = match result {
+                Ok(_) => {
+                    self.remember(&pks, &writes);
+                    return Ok(Applied::Applied);
+                }
+                Err(e) => e,
+            };
+            let reasons = match error.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
+                    c.cancellation_reasons().to_vec()
+                }
+                // The same transaction (same token) is still being applied: an SDK retry overtook
+                // it. Sent again unchanged after a pause, it is answered as that one ended.
+                Some(TransactWriteItemsError::TransactionInProgressException(_)) => {
+                    conflicts += 1;
+                    tracing::debug!(table = %self.table, event = %id, conflicts, "transaction in progress, backing off");
+                    tokio::time::sleep(backoff(conflicts)).await;
+                    continue;
+                }
+                _ => {
+                    return Err(self.err(
+                        format_args!("applying event {id}"),
+                        DisplayErrorContext(error),
+                    ));
+                }
+            };
+            match self
+                .cancelled(id, &keys, &deltas, &pks, &reasons, &error)
+                .await?
+            {
+                Cancelled::Duplicate => return Ok(Applied::Duplicate),
+                Cancelled::Again { conflict, lost } => {
+                    lost_bets += lost;
+                    if conflict {
+                        conflicts += 1;
+                        tracing::debug!(table = %self.table, event = %id, conflicts, "transaction conflict, backing off");
+                        tokio::time::sleep(backoff(conflicts)).await;
+                    }
+                }
+            }
+        }
+        Err(self.err(
+            format_args!("applying event {id}"),
+            format_args!(
+                "gave up after {conflicts} transactions cancelled by conflicts with concurrent \
+                 writers and {lost_bets} by pools changing under the update"
+            ),
+        ))
+    }
+
+    fn pool_update(
+        &self,
+        update: &PoolUpdate,
+        delta: &PoolDelta,
+        bets: Bets,
+    ) -> Result<TransactWriteItem, StoreError> {
+        let plan = PoolWrite::new(update, delta, &self.retention);
+        let mut e = Expr::default();
+        let mut set = vec![
+            format!(
+                "{} = {}",
+                e.name(POOL),
+                e.value("pool", s(&delta.pool.to_string()))
+            ),
+            format!(
+                "{} = {}",
+                e.name(CAPACITY_TYPE),
+                e.value("ct", s(delta.pool.capacity_type.as_str()))
+            ),
+            format!(
+                "{} = {}",
+                e.name(INSTANCE_TYPE),
+                e.value("it", s(&delta.pool.instance_type))
+            ),
+            format!(
+                "{} = {}",
+                e.name(ZONE),
+                e.value("zone", s(&delta.pool.zone))
+            ),
+        ];
+        if let Some(region) = &update.region {
+            set.push(format!(
+                "{} = {}",
+                e.name(REGION),
+                e.value("region", s(region))
+            ));
+        }
+        let mut conditions = Vec::new();
+        let mut field = |e: &mut Expr,
+                         attr: &str,
+                         placeholder: &str,
+                         value: AttributeValue,
+                         win: bool,
+                         op: &str| {
+            let name = e.name(attr);
+            let value = e.value(placeholder, value);
+            conditions.push(format!(
+                "(attribute_not_exists({name}) OR {name} {op} {value})"
+            ));
+            if win {
+                set.push(format!("{name} = {value}"));
+            } else {
+                set.push(format!("{name} = if_not_exists({name}, {value})"));
+            }
+        };
+        if let Some(until) = plan.until {
+            let op = if bets.until { "<=" } else { ">=" };
+            field(&mut e, UNAVAILABLE_UNTIL, "until", n(until), bets.until, op);
+        }
+        let op = if bets.last { "<=" } else { ">" };
+        field(&mut e, LAST_SEEN, "t", n(plan.time), bets.last, op);
+        let op = if bets.first { ">=" } else { "<=" };
+        field(&mut e, FIRST_SEEN, "t", n(plan.time), bets.first, op);
+        let op = if bets.expires { "<=" } else { ">=" };
+        field(&mut e, EXPIRES_AT, "exp", n(plan.expires), bets.expires, op);
+        for (attr, placeholder, value) in [
+            (LAST_EVENT_ID, "eid", update.event_id.as_str()),
+            (LAST_REASON, "reason", update.reason.as_str()),
+            (LAST_INSTANCE_ID, "iid", delta.instance_id.as_str()),
+        ] {
+            let name = e.name(attr);
+            let value = e.value(placeholder, s(value));
+            if bets.last {
+                set.push(format!("{name} = {value}"));
+            } else {
+                set.push(format!("{name} = if_not_exists({name}, {value})"));
+            }
+        }
+        let counter = e.name(counter_name(update.kind));
+        let count = e.value("n", AttributeValue::N(delta.count.to_string()));
+        let expression = format!("SET {} ADD {counter} {count}", set.join(", "));
+        let up = Update::builder()
+            .table_name(&self.table)
+            .key(PK, s(&pool_pk(&delta.pool)))
+            .key(SK, s(POOL_SK))
+            .update_expression(expression)
+            .condition_expression(conditions.join(" AND "))
+            .set_expression_attribute_names(Some(e.names))
+            .set_expression_attribute_values(Some(e.values))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|e| {
+                self.err(
+                    format_args!("building the update of pool {}", delta.pool),
+                    e,
+                )
+            })?;
+        Ok(TransactWriteItem::builder().update(up).build())
+    }
+
+    /// What to do about one pool whose condition failed: learn the item as it is.
+    async fn observe(
+        &self,
+        delta: &PoolDelta,
+        reason: &CancellationReason,
+    ) -> Result<Known, StoreError> {
+        let pk = pool_pk(&delta.pool);
+        match reason.item() {
+            Some(item) => Known::from_item(&pk, item),
+            // A service that does not return the item on a failed condition: read it.
+            None => match self.pool_item(&pk).await? {
+                Some(item) => Known::from_item(&pk, &item),
+                None => Ok(Known::default()),
+            },
+        }
+    }
+
+    async fn pool_item(
+        &self,
+        pk: &str,
+    ) -> Result<Option<HashMap<String, AttributeValue>>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(PK, s(pk))
+            .key(SK, s(POOL_SK))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| self.err(format_args!("reading item {pk}"), DisplayErrorContext(e)))?;
+        Ok(out.item)
+    }
+}
+
+/// What a cancelled transaction of [`DynamoStore::apply`] says to do next.
+enum Cancelled {
+    /// A ledger key was there already: the event was applied before.
+    Duplicate,
+    /// Send it again: after a backoff when a writer conflicted, at once when only bets were
+    /// lost (`lost` of them, each now corrected from the pool's current item).
+    Again { conflict: bool, lost: usize },
+}
+
+impl DynamoStore {
+    /// One transaction holds at most 100 items, and the update must be well formed.
+    fn check_update(
+        &self,
+        update: &PoolUpdate,
+        deltas: &[PoolDelta],
+        keys: &[&str],
+    ) -> Result<(), StoreError> {
+        let id = &update.event_id;
+        if deltas.len() + keys.len() + update.marks.len() > 100 {
+            return Err(self.err(
+                format_args!("applying event {id}"),
+                format_args!(
+                    "it marks {} pools ({} marks) with {} ledger keys, but one transaction holds \
+                     at most 100 items: the ledger entries, the pools and their history entries",
+                    deltas.len(),
+                    update.marks.len(),
+                    keys.len()
+                ),
+            ));
+        }
+        validate(update).map_err(|m| self.err(format_args!("applying event {id}"), m))
+    }
+
+    /// The items of one attempt: the ledger entries, then each pool's update with this store's
+    /// bets on which of its fields the event's values win.
+    pub(super) fn transaction(
+        &self,
+        update: &PoolUpdate,
+        keys: &[&str],
+        deltas: &[PoolDelta],
+        pks: &[String],
+        writes: &[PoolWrite],
+    ) -> Result<Vec<TransactWriteItem>, StoreError> {
+        let bets: Vec<Bets> = {
+            let known = self.known();
+            pks.iter()
+                .zip(writes)
+                .map(|(pk, w)| Known::bets(known.get(pk), w))
+                .collect()
+        };
+        let mut items = keys
+            .iter()
+            .map(|k| self.ledger_put(update, k))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (delta, bets) in deltas.iter().zip(&bets) {
+            items.push(self.pool_update(update, delta, *bets)?);
+        }
+        // Last, so the cancellation reasons of the items above keep their places.
+        for entry in HistoryEntry::of(update, &self.retention) {
+            items.push(self.history_put(&entry)?);
+        }
+        Ok(items)
+    }
+
+    /// The history item of `entry` (no index holds it: it has none of their sort keys).
+    fn history_put(&self, entry: &HistoryEntry) -> Result<TransactWriteItem, StoreError> {
+        let mut put = Put::builder()
+            .table_name(&self.table)
+            .item(PK, s(&pool_pk(&entry.pool)))
+            .item(SK, s(&history_sk(entry)))
+            .item(POOL, s(&entry.pool.to_string()))
+            .item(KIND, s(entry.kind.as_str()))
+            .item(EVENT_ID, s(&entry.event_id))
+            .item(INSTANCE_ID, s(&entry.instance_id))
+            .item(AT, n(entry.at.timestamp()))
+            .item(EXPIRES_AT, n(ceil_secs(entry.expires_at)));
+        if let Some(until) = entry.unavailable_until {
+            put = put.item(UNTIL, n(ceil_secs(until)));
+        }
+        let put = put
+            .build()
+            .map_err(|e| self.err("building a history put", e))?;
+        Ok(TransactWriteItem::builder().put(put).build())
+    }
+
+    /// Remembers what an applied transaction wrote, to place the next bets.
+    fn remember(&self, pks: &[String], writes: &[PoolWrite]) {
+        let mut known = self.known();
+        if known.len() + pks.len() > MAX_KNOWN_POOLS {
+            known.clear();
+        }
+        for (pk, w) in pks.iter().zip(writes) {
+            let k = known.get(pk).copied().unwrap_or_default().after(w);
+            known.insert(pk.clone(), k);
+        }
+    }
+
+    /// Reads the cancellation reasons of one attempt, item by item (the ledger entries first,
+    /// then the pools): a ledger key already there is a duplicate; a pool whose condition
+    /// failed lost a bet (what is known of it is read again); a conflict or throttling is
+    /// retried; anything else is an error, and so is a cancellation with no reason to retry.
+    async fn cancelled(
+        &self,
+        id: &str,
+        keys: &[&str],
+        deltas: &[PoolDelta],
+        pks: &[String],
+        reasons: &[CancellationReason],
+        error: &(dyn std::error::Error + Send + Sync + 'static),
+    ) -> Result<Cancelled, StoreError> {
+        let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
+        let ledger = keys.len();
+        let mut conflict = false;
+        for (k, key) in keys.iter().enumerate() {
+            match code(k) {
+                "ConditionalCheckFailed" => return Ok(Cancelled::Duplicate),
+                "None" => {}
+                c if retryable(c) => conflict = true,
+                c => {
+                    return Err(self.err(
+                        format_args!("applying event {id}"),
+                        format_args!(
+                            "the ledger put of {key} was refused: {c}: {}",
+                            message(reasons, k)
+                        ),
+                    ));
+                }
+            }
+        }
+        let mut lost = 0;
+        for (i, delta) in deltas.iter().enumerate() {
+            match code(ledger + i) {
+                "None" => {}
+                "ConditionalCheckFailed" => {
+                    let Some(reason) = reasons.get(ledger + i) else {
+                        continue;
+                    };
+                    lost += 1;
+                    let seen = self.observe(delta, reason).await?;
+                    tracing::debug!(
+                        table = %self.table, event = %id, pool = %delta.pool,
+                        "pool changed under the bet, sending the event again"
+                    );
+                    self.known().insert(pks[i].clone(), seen);
+                }
+                c if retryable(c) => conflict = true,
+                c => {
+                    return Err(self.err(
+                        format_args!("applying event {id}"),
+                        format_args!(
+                            "the update of pool {} was refused: {c}: {}",
+                            delta.pool,
+                            message(reasons, ledger + i)
+                        ),
+                    ));
+                }
+            }
+        }
+        if !conflict && lost == 0 {
+            return Err(self.err(
+                format_args!("applying event {id}"),
+                format_args!(
+                    "the transaction was cancelled without a reason to retry it: {}",
+                    DisplayErrorContext(error)
+                ),
+            ));
+        }
+        Ok(Cancelled::Again { conflict, lost })
+    }
+}
+
+/// Cancellation codes worth another transaction after a pause.
+fn retryable(code: &str) -> bool {
+    matches!(
+        code,
+        "TransactionConflict"
+            | "ThrottlingError"
+            | "ProvisionedThroughputExceeded"
+            | "RequestLimitExceeded"
+    )
+}
+
+fn message(reasons: &[CancellationReason], i: usize) -> &str {
+    reasons
+        .get(i)
+        .and_then(|r| r.message())
+        .unwrap_or("no message")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapters::dynamo::testing::{store, update};
+    use crate::ports::PoolStore;
+
+    #[test]
+    fn the_update_of_a_pool_counts_atomically_and_bets_in_its_condition() {
+        let store = store();
+        let u = update(1);
+        let delta = &pool_deltas(&u)[0];
+        let win = Known::bets(None, &PoolWrite::new(&u, delta, &store.retention));
+        let item = store.pool_update(&u, delta, win).unwrap();
+        let up = item.update().unwrap();
+        let expr = up.update_expression();
+        assert!(expr.ends_with("ADD #interruptions :n"), "{expr}");
+        assert!(expr.contains("#unavailable_until = :until"), "{expr}");
+        assert!(expr.contains("#last_event_id = :eid"), "{expr}");
+        assert!(
+            expr.contains("#first_seen = if_not_exists(#first_seen, :t)"),
+            "{expr}"
+        );
+        let cond = up.condition_expression().unwrap();
+        assert!(
+            cond.contains("(attribute_not_exists(#last_seen) OR #last_seen <= :t)"),
+            "{cond}"
+        );
+        assert!(
+            cond.contains(
+                "(attribute_not_exists(#unavailable_until) OR #unavailable_until <= :until)"
+            ),
+            "{cond}"
+        );
+        // Every placeholder is used (DynamoDB rejects unused ones) and vice versa.
+        let text = format!("{expr} {cond}");
+        for name in up.expression_attribute_names().unwrap().keys() {
+            assert!(text.contains(name.as_str()), "{name} unused");
+        }
+        for value in up.expression_attribute_values().unwrap().keys() {
+            assert!(text.contains(value.as_str()), "{value} unused");
+        }
+        assert_eq!(
+            up.return_values_on_condition_check_failure(),
+            Some(&ReturnValuesOnConditionCheckFailure::AllOld)
+        );
+
+        let lose = Bets {
+            until: false,
+            last: false,
+            first: true,
+            expires: false,
+        };
+        let item = store.pool_update(&u, delta, lose).unwrap();
+        let up = item.update().unwrap();
+        let expr = up.update_expression();
+        assert!(
+            expr.contains("#last_event_id = if_not_exists(#last_event_id, :eid)"),
+            "{expr}"
+        );
+        assert!(expr.contains("#first_seen = :t"), "{expr}");
+        let cond = up.condition_expression().unwrap();
+        assert!(
+            cond.contains("(attribute_not_exists(#last_seen) OR #last_seen > :t)"),
+            "{cond}"
+        );
+    }
+
+    #[tokio::test]
+    async fn more_pools_than_a_transaction_holds_is_an_error_naming_the_count() {
+        let err = store().apply(&update(100)).await.unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("100 pools") && msg.contains("dynamodb table t"),
+            "{msg}"
+        );
+    }
+}

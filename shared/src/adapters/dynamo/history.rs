@@ -1,0 +1,57 @@
+//! The history items of a period: an operator's report.
+
+use aws_sdk_dynamodb::error::DisplayErrorContext;
+use chrono::{DateTime, Utc};
+
+use super::DynamoStore;
+use super::codec::*;
+use super::expr::Expr;
+use crate::domain::stats::HistoryEntry;
+use crate::ports::StoreError;
+
+impl DynamoStore {
+    /// A `Scan` of the history items (every page) whose event or window touches the period and
+    /// that have not expired: an operator's report, not a hot path.
+    pub(super) async fn scan_history(
+        &self,
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<HistoryEntry>, StoreError> {
+        let mut e = Expr::default();
+        let filter = format!(
+            "begins_with({sk}, {prefix}) AND {exp} > {now} AND {at} <= {now} AND ({at} >= {since} OR {until} > {since})",
+            sk = e.name(SK),
+            prefix = e.value("hist", s(HISTORY_SK_PREFIX)),
+            exp = e.name(EXPIRES_AT),
+            now = e.value("now", n(now.timestamp())),
+            at = e.name(AT),
+            until = e.name(UNTIL),
+            since = e.value("since", n(since.timestamp())),
+        );
+        let mut entries = Vec::new();
+        let mut start = None;
+        loop {
+            let out = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .filter_expression(&filter)
+                .set_expression_attribute_names(Some(e.names.clone()))
+                .set_expression_attribute_values(Some(e.values.clone()))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|err| self.err("scanning the history", DisplayErrorContext(err)))?;
+            for item in out.items.unwrap_or_default() {
+                let entry = decode_history(&item)?;
+                if entry.in_period(since, now) {
+                    entries.push(entry);
+                }
+            }
+            match out.last_evaluated_key.filter(|k| !k.is_empty()) {
+                Some(key) => start = Some(key),
+                None => return Ok(entries),
+            }
+        }
+    }
+}

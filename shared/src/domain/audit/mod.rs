@@ -1,0 +1,27 @@
+//! The spot-readiness audit: will an interruption hurt?
+//!
+//! A small model of the cluster's workloads ([`ClusterView`]: workloads and their pods, the
+//! PodDisruptionBudgets, the nodes' spot-ness and pools, the priority classes), the rules that
+//! find what would hurt when a spot node goes ([`audit`]), the summary, and the budgets to add
+//! ([`suggested_budgets`], rendered as YAML by [`budgets_yaml`]). Pure: the adapters build the
+//! view from the Kubernetes API or from `kubectl` captures.
+//!
+//! One file a part: the model ([`model`]), the findings and their summary ([`findings`]), the
+//! rules ([`rules`]) and the suggested budgets with their YAML ([`budgets`]).
+
+mod budgets;
+mod findings;
+mod model;
+mod rules;
+#[cfg(test)]
+mod tests;
+
+pub use budgets::{
+    SuggestedBudget, budget_yaml, budgets_yaml, suggested_budgets, suggested_max_unavailable,
+};
+pub use findings::{AuditReport, Code, Finding, HotPool, Level, Summary, hot_pools};
+pub use model::{
+    AuditNode, AuditPod, Budget, CRITICAL_PRIORITY, ClusterView, DEFAULT_GRACE_SECONDS,
+    IntOrPercent, Operator, Requirement, SPOT_LABELS, Selector, Workload, WorkloadKind,
+};
+pub use rules::audit;

@@ -1,0 +1,274 @@
+//! The audit's model of the cluster: workloads and their pods, label selectors, the
+//! PodDisruptionBudgets, the nodes' spot-ness and pools ([`ClusterView`]).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::domain::names::string_forms;
+use crate::domain::pool::{CapacityType, PoolKey};
+
+/// Node labels that say how a node's capacity is paid for, with the values meaning spot.
+pub const SPOT_LABELS: &[(&str, &str)] = &[
+    ("eks.amazonaws.com/capacityType", "SPOT"),
+    ("karpenter.sh/capacity-type", "spot"),
+    ("node.kubernetes.io/lifecycle", "spot"),
+    ("lifecycle", "Ec2Spot"),
+    ("node-lifecycle", "spot"),
+];
+
+/// Label keys naming the instance type, first found wins.
+const INSTANCE_TYPE_LABELS: &[&str] = &[
+    "node.kubernetes.io/instance-type",
+    "beta.kubernetes.io/instance-type",
+];
+
+/// Label keys naming the zone, first found wins.
+const ZONE_LABELS: &[&str] = &[
+    "topology.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/zone",
+];
+
+/// A priority at or above this is a `system-*` class (`system-cluster-critical` is 2e9).
+pub const CRITICAL_PRIORITY: i32 = 1_000_000_000;
+
+/// The grace period Kubernetes gives a pod that does not set one.
+pub const DEFAULT_GRACE_SECONDS: i64 = 30;
+
+/// How a workload is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, strum::Display)]
+pub enum WorkloadKind {
+    Deployment,
+    StatefulSet,
+    ReplicaSet,
+    /// A bare pod: no controller recreates it.
+    Pod,
+}
+
+/// A node as the audit sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditNode {
+    pub name: String,
+    pub capacity_type: CapacityType,
+    pub instance_type: Option<String>,
+    pub zone: Option<String>,
+}
+
+impl AuditNode {
+    /// Reads spot-ness, instance type and zone from a node's labels. Only the spot labels
+    /// ([`SPOT_LABELS`]) make a node interruptible; anything else counts as on-demand.
+    pub fn from_labels(name: &str, labels: &BTreeMap<String, String>) -> AuditNode {
+        let spot = SPOT_LABELS
+            .iter()
+            .any(|(k, v)| labels.get(*k).is_some_and(|l| l.eq_ignore_ascii_case(v)));
+        let first = |keys: &[&str]| {
+            keys.iter()
+                .find_map(|k| labels.get(*k).filter(|v| !v.is_empty()).cloned())
+        };
+        AuditNode {
+            name: name.to_string(),
+            capacity_type: if spot {
+                CapacityType::Spot
+            } else {
+                CapacityType::OnDemand
+            },
+            instance_type: first(INSTANCE_TYPE_LABELS),
+            zone: first(ZONE_LABELS),
+        }
+    }
+
+    pub fn is_spot(&self) -> bool {
+        self.capacity_type == CapacityType::Spot
+    }
+
+    /// The node's pool, when its instance type and zone are known.
+    pub fn pool(&self) -> Option<PoolKey> {
+        Some(PoolKey::new(
+            self.capacity_type,
+            self.instance_type.as_deref()?,
+            self.zone.as_deref()?,
+        ))
+    }
+}
+
+/// One pod of a workload.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditPod {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    /// The node it is bound to (none while pending).
+    pub node: Option<String>,
+    /// `terminationGracePeriodSeconds` ([`DEFAULT_GRACE_SECONDS`] when unset).
+    pub grace_seconds: Option<i64>,
+    /// The names of its `emptyDir` volumes.
+    pub empty_dirs: Vec<String>,
+    pub priority_class: Option<String>,
+    /// `spec.priority`, as admission set it.
+    pub priority: Option<i32>,
+}
+
+/// A workload: a controller and its pods (or a bare pod).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workload {
+    pub namespace: String,
+    pub kind: WorkloadKind,
+    pub name: String,
+    /// The desired replicas (`spec.replicas`, 1 when unset; 1 for a bare pod).
+    pub replicas: i32,
+    /// The controller's pod selector; `None` for a bare pod or a controller not seen.
+    pub selector: Option<Selector>,
+    pub pods: Vec<AuditPod>,
+}
+
+impl Workload {
+    /// `namespace/Kind/name`.
+    pub fn id(&self) -> String {
+        format!("{}/{}/{}", self.namespace, self.kind, self.name)
+    }
+}
+
+/// A label selector operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
+pub enum Operator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+}
+
+string_forms!(Operator, "a selector operator");
+
+/// One `matchExpressions` requirement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requirement {
+    pub key: String,
+    pub operator: Operator,
+    pub values: Vec<String>,
+}
+
+/// A `metav1.LabelSelector`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selector {
+    pub match_labels: BTreeMap<String, String>,
+    pub match_expressions: Vec<Requirement>,
+}
+
+impl Selector {
+    pub fn is_empty(&self) -> bool {
+        self.match_labels.is_empty() && self.match_expressions.is_empty()
+    }
+
+    /// Whether the labels match every term.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.match_labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|r| {
+                let value = labels.get(&r.key);
+                match r.operator {
+                    Operator::In => value.is_some_and(|v| r.values.contains(v)),
+                    Operator::NotIn => value.is_none_or(|v| !r.values.contains(v)),
+                    Operator::Exists => value.is_some(),
+                    Operator::DoesNotExist => value.is_none(),
+                }
+            })
+    }
+}
+
+/// An int-or-percent field of a budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntOrPercent {
+    Int(i32),
+    Percent(i32),
+}
+
+impl IntOrPercent {
+    /// Parses the string form (`"50%"`, `"2"`) of an int-or-string.
+    pub fn parse(s: &str) -> Result<IntOrPercent, String> {
+        let t = s.trim();
+        let bad = || format!("`{s}` is neither an integer nor a percentage");
+        match t.strip_suffix('%') {
+            Some(p) => p
+                .parse::<i32>()
+                .ok()
+                .filter(|p| *p >= 0)
+                .map(IntOrPercent::Percent)
+                .ok_or_else(bad),
+            None => t.parse::<i32>().map(IntOrPercent::Int).map_err(|_| bad()),
+        }
+    }
+
+    /// `GetScaledValueFromIntOrPercent(v, total, roundUp=true)`.
+    pub fn scaled(self, total: i64) -> i64 {
+        match self {
+            IntOrPercent::Int(n) => i64::from(n),
+            IntOrPercent::Percent(p) => (i64::from(p) * total + 99) / 100,
+        }
+    }
+}
+
+impl fmt::Display for IntOrPercent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IntOrPercent::Int(n) => write!(f, "{n}"),
+            IntOrPercent::Percent(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
+/// A PodDisruptionBudget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Budget {
+    pub namespace: String,
+    pub name: String,
+    /// `None` (or empty) selects nothing, as in `policy/v1`.
+    pub selector: Option<Selector>,
+    pub min_available: Option<IntOrPercent>,
+    pub max_unavailable: Option<IntOrPercent>,
+}
+
+impl Budget {
+    /// Whether it selects a pod of `namespace` with these labels.
+    pub fn selects(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
+        self.namespace == namespace
+            && self
+                .selector
+                .as_ref()
+                .is_some_and(|s| !s.is_empty() && s.matches(labels))
+    }
+
+    /// The evictions it allows when all `expected` pods are healthy (the disruption
+    /// controller's arithmetic: `maxUnavailable` wins over `minAvailable`; neither allows
+    /// everything).
+    pub fn allowed_when_healthy(&self, expected: i64) -> i64 {
+        if expected <= 0 {
+            return 0;
+        }
+        let desired = match (self.max_unavailable, self.min_available) {
+            (Some(mu), _) => (expected - mu.scaled(expected)).max(0),
+            (None, Some(ma)) => ma.scaled(expected),
+            (None, None) => 0,
+        };
+        (expected - desired).max(0)
+    }
+
+    /// The spec for people (`maxUnavailable: 0`).
+    pub fn describe(&self) -> String {
+        match (self.max_unavailable, self.min_available) {
+            (Some(mu), _) => format!("maxUnavailable: {mu}"),
+            (None, Some(ma)) => format!("minAvailable: {ma}"),
+            (None, None) => "no minAvailable nor maxUnavailable".into(),
+        }
+    }
+}
+
+/// What the audit reads: the cluster's workloads, budgets, nodes and priority classes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterView {
+    pub workloads: Vec<Workload>,
+    pub budgets: Vec<Budget>,
+    pub nodes: BTreeMap<String, AuditNode>,
+    /// PriorityClass name → value.
+    pub priority_classes: BTreeMap<String, i32>,
+}

@@ -1,0 +1,65 @@
+//! The string forms of the domain's enums are derived (`strum`); this parses one back, with an
+//! error that lists the names accepted.
+
+use strum::VariantArray;
+
+/// The variant of `T` named `s` (its `strum` name), or "`s` is not `what` (the names)".
+pub fn parse_name<T>(s: &str, what: &str) -> Result<T, String>
+where
+    T: VariantArray + Copy + Into<&'static str>,
+{
+    let name = |v: &T| -> &'static str { (*v).into() };
+    T::VARIANTS
+        .iter()
+        .find(|v| name(v) == s)
+        .copied()
+        .ok_or_else(|| {
+            let names: Vec<&str> = T::VARIANTS.iter().map(name).collect();
+            format!("`{s}` is not {what} ({})", names.join(", "))
+        })
+}
+
+/// Gives `$ty`, an enum deriving `strum::IntoStaticStr` and `strum::VariantArray`, an `as_str`
+/// (its `strum` name) and a `FromStr` through [`parse_name`] that calls it `$what` in its errors;
+/// with `trim`, the input is trimmed first.
+macro_rules! string_forms {
+    ($ty:ty, $what:literal $(, $trim:ident)?) => {
+        impl $ty {
+            pub fn as_str(self) -> &'static str {
+                self.into()
+            }
+        }
+
+        impl std::str::FromStr for $ty {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                $crate::domain::names::parse_name(s $(.$trim())?, $what)
+            }
+        }
+    };
+}
+pub(crate) use string_forms;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
+    #[strum(serialize_all = "kebab-case")]
+    enum Kind {
+        Spot,
+        OnDemand,
+    }
+
+    #[test]
+    fn parses_a_name_or_lists_the_names() {
+        assert_eq!(
+            parse_name::<Kind>("on-demand", "a kind"),
+            Ok(Kind::OnDemand)
+        );
+        assert_eq!(
+            parse_name::<Kind>("Spot", "a kind"),
+            Err("`Spot` is not a kind (spot, on-demand)".to_string())
+        );
+    }
+}
