@@ -11,7 +11,8 @@ use forewarn::adapters::kube::ClusterAccess;
 use forewarn::app::settings::{ClusterChoice, InstanceChoice, Settings};
 use forewarn::app::wiring;
 use forewarn::domain::config::Mode;
-use forewarn::domain::event::{self, DecodeError, Origin, Record};
+use forewarn::domain::event::{DecodeError, Origin};
+use forewarn::domain::inbound::{self, Record};
 use forewarn::domain::report::{Outcome, Tally};
 
 use crate::{StoreArgs, TextOrJson, text};
@@ -100,7 +101,7 @@ pub fn read_records(paths: &[PathBuf], received: DateTime<Utc>) -> Vec<Record> {
         };
         let label = path.display().to_string();
         match std::fs::read(&path) {
-            Ok(bytes) => match event::decode(&label, &bytes, received) {
+            Ok(bytes) => match inbound::decode(&label, &bytes, received) {
                 Ok(decoded) => records.extend(decoded),
                 Err(e) => records.push(Record::new(e.origin.clone(), Err(e))),
             },

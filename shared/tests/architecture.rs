@@ -3,8 +3,8 @@
 //! - no import cycle between files anywhere in `src/` (an import is any `crate::` or `super::`
 //!   path in code, a `use` or inline, tests included: doc comments do not count);
 //! - a file of `domain/` imports nothing outside `domain/` and no I/O crate (AWS SDK, kube,
-//!   k8s-openapi, redb, tokio, hyper, Lambda runtime) nor `std::fs`, `std::net`, `std::env`,
-//!   `std::process`, `std::io`;
+//!   k8s-openapi, redb, tokio, hyper, Lambda runtime and events) nor `std::fs`, `std::net`,
+//!   `std::env`, `std::process`, `std::io`;
 //! - `ports.rs` imports only `domain/`.
 //!
 //! See `docs/architecture.md`.
@@ -30,6 +30,7 @@ const IO_CRATES: &[&str] = &[
     "hyper_rustls",
     "http_body_util",
     "lambda_runtime",
+    "aws_lambda_events",
     "futures",
     "async_trait",
 ];

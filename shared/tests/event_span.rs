@@ -95,7 +95,8 @@ fn every_log_line_of_an_events_work_carries_the_event_span() {
     let event = serde_json::json!({"id": "e-span", "source": "aws.ec2",
         "detail-type": "EC2 Spot Instance Interruption Warning", "time": "2026-11-20T10:00:00Z",
         "region": "us-east-1", "detail": {"instance-id": ID, "instance-action": "terminate"}});
-    let records = forewarn::domain::event::decode_value("test", event, chrono::Utc::now()).unwrap();
+    let records =
+        forewarn::domain::inbound::decode_value("test", event, chrono::Utc::now()).unwrap();
 
     let reports = tracing::subscriber::with_default(subscriber, || {
         tokio::runtime::Builder::new_current_thread()

@@ -32,9 +32,10 @@ use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
 use forewarn::adapters::sqs::SqsRedelivery;
 use forewarn::app::handler::{DrainPasses, Handler};
 use forewarn::domain::config::Config;
-use forewarn::domain::continuation::{Continuation, ContinuationKey};
-use forewarn::domain::event::{DT_REBALANCE, DT_SPOT, DT_STATE_CHANGE, EventKind, decode};
+use forewarn::domain::event::{DT_REBALANCE, DT_SPOT, DT_STATE_CHANGE, EventKind};
 use forewarn::domain::fixtures::{app_pod, ec2_node};
+use forewarn::domain::inbound::continuation::{Continuation, ContinuationKey};
+use forewarn::domain::inbound::decode;
 use forewarn::domain::plan::{Facts, decide};
 use forewarn::domain::pool::{PoolQuery, PoolRecord};
 use forewarn::domain::report::{Outcome, Report, Tally};
@@ -1155,6 +1156,7 @@ async fn continuation(
     };
     let mut plan = serde_json::to_value(decide(&event, facts, &world.handler.config)).unwrap();
     edit(&mut plan);
+    let plan = serde_json::from_value(plan).expect("an edited plan is still a plan");
     let key = match key {
         Some(key) => key,
         None => world.store.continuation_key().await.unwrap(),

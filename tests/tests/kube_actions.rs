@@ -1186,7 +1186,7 @@ async fn the_pipeline_acts_through_the_adapter_once_per_event() {
         "detail": {"instance-id": ID, "instance-action": "terminate"}
     });
     let records =
-        forewarn::domain::event::decode("test", raw.to_string().as_bytes(), Utc::now()).unwrap();
+        forewarn::domain::inbound::decode("test", raw.to_string().as_bytes(), Utc::now()).unwrap();
 
     let reports = pipeline.process(&records, Utc::now()).await;
 
@@ -2206,7 +2206,7 @@ impl forewarn::ports::Continuer for Continuations {
 const QUEUE_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:forewarn-events";
 
 /// The SQS batch Lambda would pass for messages with these bodies.
-fn sqs_batch(bodies: &[String]) -> Vec<forewarn::domain::event::Record> {
+fn sqs_batch(bodies: &[String]) -> Vec<forewarn::domain::inbound::Record> {
     let records: Vec<Value> = bodies
         .iter()
         .enumerate()
@@ -2217,7 +2217,7 @@ fn sqs_batch(bodies: &[String]) -> Vec<forewarn::domain::event::Record> {
         })
         .collect();
     let input = json!({ "Records": records }).to_string();
-    forewarn::domain::event::decode("sqs", input.as_bytes(), Utc::now()).unwrap()
+    forewarn::domain::inbound::decode("sqs", input.as_bytes(), Utc::now()).unwrap()
 }
 
 fn spot_body(id: &str, instance_id: &str) -> String {

@@ -25,8 +25,8 @@ use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory, O
 use forewarn::adapters::snapshot::SnapshotInstances;
 use forewarn::app::handler::{DrainPasses, Handler};
 use forewarn::domain::config::Config;
-use forewarn::domain::continuation::delay_seconds;
 use forewarn::domain::facts::InstanceFacts;
+use forewarn::domain::inbound::continuation::delay_seconds;
 use forewarn::domain::pool::CapacityType;
 use forewarn::domain::report::Outcome;
 use forewarn::domain::retry::visibility_seconds;

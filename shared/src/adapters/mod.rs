@@ -1,5 +1,5 @@
 //! The implementations of the [ports](crate::ports): AWS through the official SDKs, the
-//! Kubernetes API through kube, the embedded store, captured state, the webhook.
+//! Kubernetes API through kube, the embedded store, captured state, the webhook; Lambda's SQS event.
 
 pub mod autoscaling;
 pub mod aws;
@@ -7,6 +7,7 @@ pub mod dynamo;
 pub mod ec2;
 pub mod embedded;
 pub mod kube;
+pub mod lambda_event;
 pub mod snapshot;
 pub mod sqs;
 pub mod webhook;

@@ -10,10 +10,12 @@ use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use crate::adapters::lambda_event;
 use crate::app::pipeline::{Continue, Limits, Pipeline};
 use crate::app::telemetry::observe;
 use crate::domain::config::{Config, Mode};
-use crate::domain::event::{self, EventKind, Record};
+use crate::domain::event::EventKind;
+use crate::domain::inbound::{self, Record};
 use crate::domain::report::{Outcome, Report, Tally};
 use crate::domain::retry::{Failed, RetryPolicy};
 use crate::ports::{
@@ -150,7 +152,7 @@ impl Handler {
             return Err(HandlerError::NoMessageId { index });
         }
         let now = Utc::now();
-        let records = event::decode_sqs_event("sqs", &batch.records, now);
+        let records = inbound::decode_sqs_messages("sqs", &lambda_event::messages(batch), now);
         let reports = self.process(&records, now, deadline).await;
         if let Some(redelivery) = &self.redelivery {
             self.retry_soon(redelivery.as_ref(), batch, &reports, deadline)
@@ -257,7 +259,7 @@ impl Handler {
             return Err(HandlerError::Payload("expected a JSON object".to_string()));
         }
         let now = Utc::now();
-        let records = event::decode_value("eventbridge", payload, now)
+        let records = inbound::decode_value("eventbridge", payload, now)
             .map_err(|e| HandlerError::Payload(e.to_string()))?;
         let reports = self.process(&records, now, deadline).await;
         if let Some(failed) = reports.iter().find(|r| r.outcome == Outcome::Failed) {
@@ -387,7 +389,7 @@ mod tests {
             "AutoScalingGroupName": "eks-demo-ng-1", "Service": "AWS Auto Scaling",
             "Time": "2026-11-20T10:01:20.187Z", "EC2InstanceId": "i-0a1b2c3d4e5f60009",
         });
-        if event == crate::domain::event::ASG_TEST_NOTIFICATION {
+        if event == crate::domain::event::autoscaling::ASG_TEST_NOTIFICATION {
             v["Event"] = json!(event);
         } else {
             v["LifecycleTransition"] = json!(event);
@@ -400,7 +402,8 @@ mod tests {
 
     #[tokio::test]
     async fn partial_batch_response_on_hook_notifications_test_notifications_and_warnings() {
-        use crate::domain::event::{ASG_TERMINATING, ASG_TEST_NOTIFICATION, EventKind};
+        use crate::domain::event::EventKind;
+        use crate::domain::event::autoscaling::{ASG_TERMINATING, ASG_TEST_NOTIFICATION};
         let dir = tempfile::tempdir().unwrap();
         let h = handler(dir.path());
         let eventbridge_test = json!({

@@ -22,8 +22,9 @@ use chrono::{DateTime, Utc};
 
 use crate::domain::config::{Config, Mode};
 use crate::domain::continuation::Continuation;
-use crate::domain::event::{Event, EventKind, Record};
+use crate::domain::event::{Event, EventKind};
 use crate::domain::facts::InstanceFacts;
+use crate::domain::inbound::Record;
 use crate::domain::plan::{Facts, decide};
 use crate::domain::pool::Applied;
 use crate::domain::report::{Outcome, Report};
@@ -352,8 +353,7 @@ impl Pipeline<'_> {
                     if let (true, Some(c)) = (pending, &self.continuer) {
                         // The drain's first pass follows at once (behind the warnings already
                         // queued: their cordons come first).
-                        let plan = serde_json::to_value(&plan).unwrap_or_default();
-                        let next = Continuation::first(now, event.time, plan);
+                        let next = Continuation::first(now, event.time, plan.clone());
                         let after = std::time::Duration::ZERO;
                         if let Err(e) = self.send(c, record, &next, after).await {
                             return report.failed(e);
@@ -410,14 +410,10 @@ impl Pipeline<'_> {
         let key = self.store.continuation_key().await.map_err(|e| {
             Report::new(record).failed(format!("reading the continuation key: {e}"))
         })?;
-        continuation.verify(&key, body).map_err(refuse)?;
-        let plan: crate::domain::plan::Plan = serde_json::from_value(continuation.plan.clone())
-            .map_err(|e| {
-                refuse(format!(
-                    "{}: field `body.forewarnContinuation.plan`: not a plan: {e}",
-                    record.origin
-                ))
-            })?;
+        continuation
+            .verify(&key, body)
+            .map_err(|e| refuse(e.to_string()))?;
+        let plan = continuation.plan.clone();
         if plan.event_id != event.id {
             return Err(refuse(format!(
                 "the plan is event {}'s, not this event's ({})",
@@ -805,9 +801,9 @@ mod tests {
     use super::*;
     use crate::adapters::embedded::EmbeddedStore;
     use crate::adapters::snapshot::SnapshotInstances;
-    use crate::domain::event::decode_value;
     use crate::domain::facts::{InstanceFacts, NodeFacts};
     use crate::domain::fixtures::{event_json, spot_json as spot};
+    use crate::domain::inbound::decode_value;
     use crate::domain::plan::Plan;
     use crate::domain::pool::CapacityType;
     use crate::ports::DirectoryError;
@@ -1126,7 +1122,6 @@ mod tests {
                 plan.actions[0].complete_lifecycle =
                     Some(crate::domain::fixtures::lifecycle("asg", "hook"));
             }
-            let plan = serde_json::to_value(&plan).unwrap();
             let started = now - chrono::Duration::minutes(3);
             json!({"messageId": id, "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:q",
                    "body": Continuation::first(started, started, plan).body(&key, &body)})

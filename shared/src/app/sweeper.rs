@@ -14,7 +14,8 @@ use crate::app::priorities::{
     BaseSource, Priorities, PriorityOutcome, PriorityRunError, PrioritySettings,
 };
 use crate::app::telemetry::observe;
-use crate::domain::event::{Origin, Record};
+use crate::domain::event::Origin;
+use crate::domain::inbound::Record;
 use crate::domain::report::Report;
 use crate::domain::sweep::findings;
 use crate::ports::{DirectoryError, ExpanderStore, LeavingInstances, NodeGroupSource};

@@ -4,12 +4,12 @@
 
 pub mod audit;
 pub mod config;
-pub mod continuation;
 pub mod event;
 pub mod facts;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod fold;
+pub mod inbound;
 pub mod names;
 pub mod plan;
 pub mod pool;
@@ -21,3 +21,7 @@ mod robustness;
 pub mod stats;
 pub mod sweep;
 pub mod time;
+
+/// A drain's continuation message: it arrives, and is decoded, with the other messages
+/// ([`inbound`]); `domain::continuation` names it too, as the stores and ports know it.
+pub use inbound::continuation;

@@ -5,7 +5,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::config::Action;
-use super::event::{EventKind, Record};
+use super::event::EventKind;
+use super::inbound::Record;
 use super::plan::{Plan, Target};
 
 /// What became of one record.

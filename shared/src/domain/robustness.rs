@@ -11,11 +11,11 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use crate::domain::config::{Config, parse_duration};
-use crate::domain::continuation::Continuation;
-use crate::domain::event::{
-    ASG_TERMINATING, DT_HEALTH, DT_RESERVATION, DT_SPOT, Detail, EventKind, decode_value,
-};
+use crate::domain::event::autoscaling::ASG_TERMINATING;
+use crate::domain::event::{DT_HEALTH, DT_RESERVATION, DT_SPOT, Detail, EventKind};
 use crate::domain::fixtures::{instance, node_facts};
+use crate::domain::inbound::continuation::Continuation;
+use crate::domain::inbound::decode_value;
 use crate::domain::plan::{Facts, decide, drain_deadline, earliest_deadline, time_left};
 use crate::domain::pool::{CapacityType, Retention};
 use crate::domain::stats::HistoryEntry;
@@ -180,8 +180,14 @@ proptest! {
         which in 0usize..3,
         time in arb_time(),
     ) {
-        let body = time_fields().swap_remove(0).0.to_string();
-        let mut state = serde_json::to_value(Continuation::first(received(), received(), json!({})))
+        let event = time_fields().swap_remove(0).0;
+        let body = event.to_string();
+        let Ok(event) = decode_value("p.json", event, received()).unwrap().remove(0).event else {
+            panic!("the first time field's event decodes");
+        };
+        let facts = Facts { instances: &Default::default(), nodes: &[] };
+        let plan = decide(&event, facts, &Config::default());
+        let mut state = serde_json::to_value(Continuation::first(received(), received(), plan))
             .unwrap();
         state["heartbeatAt"] = json!(received());
         state["body"] = json!(body);

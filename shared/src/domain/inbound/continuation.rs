@@ -39,7 +39,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::Sha256;
 
-use super::time::within_sane_range;
+use crate::domain::plan::Plan;
+use crate::domain::time::within_sane_range;
 
 /// The key of a continuation message's body.
 pub const CONTINUATION_KEY: &str = "forewarnContinuation";
@@ -99,10 +100,11 @@ pub struct Continuation {
     pub heartbeat_at: Option<DateTime<Utc>>,
     /// When the original message was sent (dates an event whose `time` is empty).
     pub sent_at: DateTime<Utc>,
-    /// The plan of the first delivery (a [`crate::domain::plan::Plan`] as JSON, kept as such so
-    /// that the event model, which decodes continuations, does not depend on the decision): later
-    /// passes act on it, after verifying live that it still holds (see the module doc).
-    pub plan: Value,
+    /// The plan of the first delivery: later passes act on it, after verifying live that it
+    /// still holds (see the module doc). It is signed as it serializes: a decoded plan serializes
+    /// to the JSON that was signed (its fields are all known, and JSON maps serialize in one
+    /// order).
+    pub plan: Plan,
     /// HMAC-SHA256 of the rest of the message, in hex (see [`Continuation::signing_input`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mac: Option<String>,
@@ -110,7 +112,7 @@ pub struct Continuation {
 
 impl Continuation {
     /// The first continuation of an event whose first pass ran at `started_at`.
-    pub fn first(started_at: DateTime<Utc>, sent_at: DateTime<Utc>, plan: Value) -> Continuation {
+    pub fn first(started_at: DateTime<Utc>, sent_at: DateTime<Utc>, plan: Plan) -> Continuation {
         Continuation {
             version: VERSION,
             pass: 1,
@@ -165,14 +167,43 @@ impl Continuation {
     }
 
     /// Whether the message was signed with `key` (constant-time), or why not.
-    pub fn verify(&self, key: &ContinuationKey, original_body: &str) -> Result<(), String> {
+    pub fn verify(&self, key: &ContinuationKey, original_body: &str) -> Result<(), Unverified> {
         let Some(mac) = &self.mac else {
-            return Err("the continuation is not signed".into());
+            return Err(Unverified::NotSigned);
         };
-        let mac = hex::decode(mac).map_err(|_| "the signature is not hex".to_string())?;
+        let mac = hex::decode(mac).map_err(|_| Unverified::NotHex)?;
         key.hmac(&self.signing_input(original_body))
             .verify_slice(&mac)
-            .map_err(|_| "the signature does not match: not written by this forewarn".to_string())
+            .map_err(|_| Unverified::Mismatch)
+    }
+}
+
+/// Why a continuation's signature does not verify.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Unverified {
+    #[error("the continuation is not signed")]
+    NotSigned,
+    #[error("the signature is not hex")]
+    NotHex,
+    #[error("the signature does not match: not written by this forewarn")]
+    Mismatch,
+}
+
+/// What is wrong with a continuation message: the field (its path under the message body) and
+/// the message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("field `{field}`: {message}")]
+pub struct Malformed {
+    pub field: String,
+    pub message: String,
+}
+
+impl Malformed {
+    fn new(field: impl Into<String>, message: impl Into<String>) -> Malformed {
+        Malformed {
+            field: field.into(),
+            message: message.into(),
+        }
     }
 }
 
@@ -192,51 +223,56 @@ pub struct Unwrapped {
     pub body: String,
 }
 
-/// When `value` is a continuation message's body received at `now`: its progress and the
-/// original body, or what is wrong with it (field and message); `None` when it is not a
-/// continuation at all. Its signature is not checked here (that needs the key: the pipeline
-/// does it), but its times are: each within the sane range of `now`
+/// When `value` is a continuation message's body received at `now`: its progress, its plan and
+/// the original body, or what is wrong with it; `None` when it is not a continuation at all. Its
+/// signature is not checked here (that needs the key: the pipeline does it), but its plan must
+/// be a plan and its times are checked: each within the sane range of `now`
 /// ([`crate::domain::time::within_sane_range`]; a later pass adds intervals to them).
-pub fn unwrap(value: &Value, now: DateTime<Utc>) -> Option<Result<Unwrapped, (String, String)>> {
+pub fn unwrap(value: &Value, now: DateTime<Utc>) -> Option<Result<Unwrapped, Malformed>> {
     let state = value.as_object()?.get(CONTINUATION_KEY)?;
+    Some(unwrap_state(state, now))
+}
+
+fn unwrap_state(state: &Value, now: DateTime<Utc>) -> Result<Unwrapped, Malformed> {
     let field = |f: &str| format!("{CONTINUATION_KEY}.{f}");
-    Some((|| {
-        let Value::Object(map) = state else {
-            return Err((
-                CONTINUATION_KEY.to_string(),
-                "expected an object".to_string(),
-            ));
-        };
-        let mut map = map.clone();
-        let body = match map.remove("body") {
-            Some(Value::String(body)) => body,
-            Some(_) => return Err((field("body"), "expected a string".into())),
-            None => return Err((field("body"), "missing".into())),
-        };
-        let continuation: Continuation = serde_json::from_value(Value::Object(map))
-            .map_err(|e| (CONTINUATION_KEY.to_string(), e.to_string()))?;
-        if continuation.version != VERSION {
-            return Err((
-                field("version"),
-                format!(
-                    "version {} is not known ({VERSION} is; continuations of version 1 were not \
-                     signed and are refused)",
-                    continuation.version
-                ),
-            ));
-        }
-        let times = [
-            ("startedAt", Some(continuation.started_at)),
-            ("sentAt", Some(continuation.sent_at)),
-            ("heartbeatAt", continuation.heartbeat_at),
-        ];
-        for (name, time) in times {
-            if let Some(time) = time {
-                within_sane_range(time, now).map_err(|m| (field(name), m))?;
+    let Value::Object(map) = state else {
+        return Err(Malformed::new(CONTINUATION_KEY, "expected an object"));
+    };
+    let mut map = map.clone();
+    let body = match map.remove("body") {
+        Some(Value::String(body)) => body,
+        Some(_) => return Err(Malformed::new(field("body"), "expected a string")),
+        None => return Err(Malformed::new(field("body"), "missing")),
+    };
+    let continuation: Continuation =
+        serde_json::from_value(Value::Object(map.clone())).map_err(|e| {
+            // A plan that is not a plan is named as such; any other error names the object.
+            match map.get("plan").map(Plan::deserialize) {
+                Some(Err(plan)) => Malformed::new(field("plan"), format!("not a plan: {plan}")),
+                _ => Malformed::new(CONTINUATION_KEY, e.to_string()),
             }
+        })?;
+    if continuation.version != VERSION {
+        return Err(Malformed::new(
+            field("version"),
+            format!(
+                "version {} is not known ({VERSION} is; continuations of version 1 were not \
+                 signed and are refused)",
+                continuation.version
+            ),
+        ));
+    }
+    let times = [
+        ("startedAt", Some(continuation.started_at)),
+        ("sentAt", Some(continuation.sent_at)),
+        ("heartbeatAt", continuation.heartbeat_at),
+    ];
+    for (name, time) in times {
+        if let Some(time) = time {
+            within_sane_range(time, now).map_err(|m| Malformed::new(field(name), m))?;
         }
-        Ok(Unwrapped { continuation, body })
-    })())
+    }
+    Ok(Unwrapped { continuation, body })
 }
 
 #[cfg(test)]
@@ -248,7 +284,11 @@ mod tests {
         Utc.timestamp_opt(1_795_000_000 + s, 0).unwrap()
     }
 
-    fn plan() -> Value {
+    fn plan() -> Plan {
+        serde_json::from_value(plan_json()).unwrap()
+    }
+
+    fn plan_json() -> Value {
         serde_json::json!({
             "event_id": "e1", "kind": "spot-interruption", "time": "2026-11-20T10:00:00Z",
             "region": null, "instance_ids": ["i-1"], "ignored": null, "pools": [],
@@ -311,7 +351,7 @@ mod tests {
         // The node swapped in the plan, the body swapped, the pass or the start moved.
         let edits: [(&str, Value); 4] = [
             ("plan", {
-                let mut p = plan();
+                let mut p = plan_json();
                 p["actions"][0]["node"] = "n2".into();
                 p
             }),
@@ -327,7 +367,7 @@ mod tests {
             forged[CONTINUATION_KEY][field] = value;
             let back = decode(&forged);
             let why = back.continuation.verify(&key(7), &back.body).unwrap_err();
-            assert!(why.contains("does not match"), "{field}: {why}");
+            assert_eq!(why, Unverified::Mismatch, "{field}");
         }
         // Unsigned, or a signature that is not even hex.
         let mut unsigned = signed.clone();
@@ -336,11 +376,9 @@ mod tests {
             .unwrap()
             .remove("mac");
         let back = decode(&unsigned);
-        assert!(
-            back.continuation
-                .verify(&key(7), &back.body)
-                .unwrap_err()
-                .contains("not signed")
+        assert_eq!(
+            back.continuation.verify(&key(7), &back.body),
+            Err(Unverified::NotSigned)
         );
         let mut garbage = signed.clone();
         garbage[CONTINUATION_KEY]["mac"] = "zz".into();
@@ -374,8 +412,8 @@ mod tests {
             "1990-01-01T00:00:00Z",
         ] {
             let e = unwrap(&state(far), now).unwrap().unwrap_err();
-            assert_eq!(e.0, "forewarnContinuation.startedAt", "{far}");
-            assert!(e.1.contains("10 years"), "{e:?}");
+            assert_eq!(e.field, "forewarnContinuation.startedAt", "{far}");
+            assert!(e.message.contains("10 years"), "{e:?}");
         }
     }
 
@@ -387,7 +425,7 @@ mod tests {
         let missing = unwrap(&serde_json::json!({CONTINUATION_KEY: {"version": 1}}))
             .unwrap()
             .unwrap_err();
-        assert_eq!(missing.0, "forewarnContinuation.body");
+        assert_eq!(missing.field, "forewarnContinuation.body");
         let wrong = unwrap(
             &serde_json::json!({CONTINUATION_KEY: {"version": 1, "pass": 1,
             "startedAt": "2026-11-20T10:00:00Z", "sentAt": "2026-11-20T10:00:00Z", "body": "{}",
@@ -395,10 +433,10 @@ mod tests {
         )
         .unwrap()
         .unwrap_err();
-        assert_eq!(wrong.0, "forewarnContinuation.version");
+        assert_eq!(wrong.field, "forewarnContinuation.version");
         let not_object = unwrap(&serde_json::json!({CONTINUATION_KEY: 3}))
             .unwrap()
             .unwrap_err();
-        assert!(not_object.1.contains("object"));
+        assert!(not_object.message.contains("object"));
     }
 }

@@ -1,0 +1,223 @@
+//! Auto Scaling (source `aws.autoscaling`): the lifecycle actions of a terminate lifecycle hook,
+//! as EventBridge delivers them and as the hook sends them straight to a queue (its notification
+//! target), and the test notifications Auto Scaling sends when a hook or notification is created
+//! (ignored).
+//!
+//! An `EC2 Instance-terminate Lifecycle Action` through EventBridge
+//! (`events/09-asg-terminate-lifecycle.json`):
+//!
+//! ```json
+//! {
+//!   "version": "0",
+//!   "id": "f7516ee2-8526-462b-a740-ab81c24bf0e6",
+//!   "detail-type": "EC2 Instance-terminate Lifecycle Action",
+//!   "source": "aws.autoscaling",
+//!   "account": "123456789012",
+//!   "time": "2026-11-20T10:00:32Z",
+//!   "region": "us-east-1",
+//!   "resources": [
+//!     "arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:2a132d18-cbf4-4df4-a4ec-541cd001f118:autoScalingGroupName/eks-demo-ng-1"
+//!   ],
+//!   "detail": {
+//!     "Origin": "AutoScalingGroup",
+//!     "Destination": "EC2",
+//!     "LifecycleActionToken": "168c6c3d-d370-48df-af77-8b8852e0806c",
+//!     "AutoScalingGroupName": "eks-demo-ng-1",
+//!     "LifecycleHookName": "forewarn-drain",
+//!     "EC2InstanceId": "i-0a1b2c3d4e5f60009",
+//!     "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING",
+//!     "NotificationMetadata": "{\"cluster\":\"demo\"}"
+//!   }
+//! }
+//! ```
+//!
+//! The same lifecycle action sent by the hook straight to the queue, as an SQS message's body
+//! (`events/19-asg-hook-notification-sqs.json`): no envelope, the fields at the top level.
+//!
+//! ```json
+//! {
+//!   "Origin": "AutoScalingGroup",
+//!   "LifecycleHookName": "forewarn-drain",
+//!   "Destination": "EC2",
+//!   "AccountId": "123456789012",
+//!   "RequestId": "5e1f0c3a-7b2d-4e9f-a6c8-1d3b5f7e9a20",
+//!   "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING",
+//!   "AutoScalingGroupName": "eks-demo-ng-1",
+//!   "Service": "AWS Auto Scaling",
+//!   "Time": "2026-11-20T10:01:20.187Z",
+//!   "EC2InstanceId": "i-0a1b2c3d4e5f60009",
+//!   "LifecycleActionToken": "3f2a6b1c-9d4e-4c7a-8b5f-0e1d2c3b4a59",
+//!   "NotificationMetadata": "{\"cluster\":\"demo\"}"
+//! }
+//! ```
+//!
+//! A test notification (the same fields in an EventBridge `detail`:
+//! `events/20-asg-test-notification-eventbridge.json`):
+//!
+//! ```json
+//! {
+//!   "AccountId": "123456789012",
+//!   "RequestId": "0d6c8e4a-2f1b-4a3c-b5d7-9e1f3a5c7e02",
+//!   "AutoScalingGroupARN": "arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:2a132d18-cbf4-4df4-a4ec-541cd001f118:autoScalingGroupName/eks-demo-ng-1",
+//!   "AutoScalingGroupName": "eks-demo-ng-1",
+//!   "Service": "AWS Auto Scaling",
+//!   "Event": "autoscaling:TEST_NOTIFICATION",
+//!   "Time": "2026-11-20T10:01:28.015Z"
+//! }
+//! ```
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use super::fields::{Fields, Parsed};
+use super::{
+    DT_ASG_TERMINATE, DecodeError, Detail, Event, EventKind, LifecycleAction, SOURCE_ASG,
+    synthetic_id,
+};
+
+/// The `Service` of an Auto Scaling notification sent straight to a queue.
+pub const ASG_SERVICE: &str = "AWS Auto Scaling";
+/// The lifecycle transition forewarn acts on.
+pub const ASG_TERMINATING: &str = "autoscaling:EC2_INSTANCE_TERMINATING";
+/// What Auto Scaling sends when a hook or notification is created.
+pub const ASG_TEST_NOTIFICATION: &str = "autoscaling:TEST_NOTIFICATION";
+
+/// The `detail` of an EventBridge `EC2 Instance-terminate Lifecycle Action`: a lifecycle action,
+/// or a test notification (unsupported, with the reason).
+pub(crate) fn lifecycle_detail(f: &Fields<'_>, detail: &Value) -> Result<Parsed, DecodeError> {
+    if let Some(why) = test_notification(f, detail, "detail.")? {
+        return Ok((
+            EventKind::Unsupported,
+            Vec::new(),
+            Detail::Unsupported { why },
+        ));
+    }
+    let (id, lifecycle) = lifecycle_action(f, detail, "detail.")?;
+    Ok((
+        EventKind::AsgTermination,
+        vec![id],
+        Detail::AsgTermination(lifecycle),
+    ))
+}
+
+/// The instance and the lifecycle action of a lifecycle hook's notification (the `detail` of an
+/// EventBridge event, paths under `prefix`, or a notification sent straight to a queue).
+fn lifecycle_action(
+    f: &Fields<'_>,
+    v: &Value,
+    prefix: &str,
+) -> Result<(String, LifecycleAction), DecodeError> {
+    let path = |key: &str| format!("{prefix}{key}");
+    let id = f.instance_id(v, "EC2InstanceId", &path("EC2InstanceId"))?;
+    let lifecycle = LifecycleAction {
+        hook_name: f
+            .req_str(v, "LifecycleHookName", &path("LifecycleHookName"))?
+            .to_string(),
+        asg_name: f
+            .req_str(v, "AutoScalingGroupName", &path("AutoScalingGroupName"))?
+            .to_string(),
+        token: f
+            .req_str(v, "LifecycleActionToken", &path("LifecycleActionToken"))?
+            .to_string(),
+        transition: f
+            .opt_str(v, "LifecycleTransition", &path("LifecycleTransition"))?
+            .unwrap_or(ASG_TERMINATING)
+            .to_string(),
+    };
+    Ok((id, lifecycle))
+}
+
+/// Why an Auto Scaling notification (fields under `prefix`) is a test notification to ignore,
+/// when it is one (`Event` or `LifecycleTransition` is `autoscaling:TEST_NOTIFICATION`).
+fn test_notification(
+    f: &Fields<'_>,
+    v: &Value,
+    prefix: &str,
+) -> Result<Option<String>, DecodeError> {
+    let event = f.opt_str(v, "Event", &format!("{prefix}Event"))?;
+    let transition = f.opt_str(
+        v,
+        "LifecycleTransition",
+        &format!("{prefix}LifecycleTransition"),
+    )?;
+    Ok(
+        (event == Some(ASG_TEST_NOTIFICATION) || transition == Some(ASG_TEST_NOTIFICATION)).then(
+            || {
+                format!(
+                    "Auto Scaling test notification ({ASG_TEST_NOTIFICATION}), sent when a lifecycle hook or notification is created: nothing to do"
+                )
+            },
+        ),
+    )
+}
+
+/// An Auto Scaling notification sent straight to the queue (a lifecycle hook whose notification
+/// target is the queue): no `source` or `detail-type`, and the `Service` of Auto Scaling or the
+/// fields of a lifecycle action or a test notification at the top level.
+pub(crate) fn is_notification(v: &Value) -> bool {
+    v.get("source").is_none()
+        && v.get("detail-type").is_none()
+        && (v.get("Service").and_then(Value::as_str) == Some(ASG_SERVICE)
+            || ["LifecycleTransition", "LifecycleActionToken", "Event"]
+                .iter()
+                .any(|k| v.get(*k).is_some()))
+}
+
+/// Parses a lifecycle hook's own notification. A terminating transition is an `asg-termination`
+/// whose id is derived from the `LifecycleActionToken` (so a redelivery is a duplicate); a test
+/// notification, a launching transition (or any other) is unsupported, ignored with the reason.
+/// It takes the EventBridge kind's `source` and `detail-type`, so that it is planned alike.
+pub(crate) fn notification(
+    f: &Fields<'_>,
+    v: &Value,
+    received: DateTime<Utc>,
+) -> Result<Event, DecodeError> {
+    let account = f.opt_str(v, "AccountId", "AccountId")?.map(str::to_string);
+    let region = f
+        .opt_str(v, "AutoScalingGroupARN", "AutoScalingGroupARN")?
+        .and_then(|arn| arn.split(':').nth(3))
+        .filter(|r| !r.is_empty())
+        .map(str::to_string);
+    let transition = f.opt_str(v, "LifecycleTransition", "LifecycleTransition")?;
+    let why = match (test_notification(f, v, "")?, transition) {
+        (Some(why), _) => Some(why),
+        (None, Some(ASG_TERMINATING)) => None,
+        (None, Some(other)) => Some(format!(
+            "Auto Scaling lifecycle transition `{other}`: only {ASG_TERMINATING} is handled"
+        )),
+        (None, None) => Some(format!(
+            "Auto Scaling notification `{}` is not a lifecycle action",
+            f.opt_str(v, "Event", "Event")?.unwrap_or_default()
+        )),
+    };
+    if let Some(why) = why {
+        return Ok(Event {
+            id: synthetic_id(v),
+            kind: EventKind::Unsupported,
+            source: SOURCE_ASG.to_string(),
+            detail_type: transition
+                .or(f.opt_str(v, "Event", "Event")?)
+                .unwrap_or_default()
+                .to_string(),
+            time: f.event_time(v, "Time", EventKind::Unsupported, received)?,
+            region,
+            account,
+            instance_ids: Vec::new(),
+            detail: Detail::Unsupported { why },
+        });
+    }
+    let token = f.req_str(v, "LifecycleActionToken", "LifecycleActionToken")?;
+    let time = f.event_time(v, "Time", EventKind::AsgTermination, received)?;
+    let (instance, lifecycle) = lifecycle_action(f, v, "")?;
+    Ok(Event {
+        id: format!("lifecycle-action:{token}"),
+        kind: EventKind::AsgTermination,
+        source: SOURCE_ASG.to_string(),
+        detail_type: DT_ASG_TERMINATE.to_string(),
+        time,
+        region,
+        account,
+        instance_ids: vec![instance],
+        detail: Detail::AsgTermination(lifecycle),
+    })
+}

@@ -1,0 +1,125 @@
+//! The `detail` of AWS Health events (source `aws.health`): EC2 scheduled changes (instance
+//! retirement, maintenance) name the instances they affect; forewarn takes the EC2
+//! `scheduledChange` events and leaves the others unsupported.
+//!
+//! A scheduled retirement (`events/08-health-scheduled-change-rfc1123.json`, description
+//! shortened): AWS Health writes its times in RFC 1123 (see [`super::parse_time`]).
+//!
+//! ```json
+//! {
+//!   "version": "0",
+//!   "id": "a9a1a080-da21-4329-beda-4a08db8572fd",
+//!   "detail-type": "AWS Health Event",
+//!   "source": "aws.health",
+//!   "account": "123456789012",
+//!   "time": "2026-11-20T10:00:28Z",
+//!   "region": "us-east-1",
+//!   "resources": ["i-0a1b2c3d4e5f60008"],
+//!   "detail": {
+//!     "eventArn": "arn:aws:health:us-east-1::event/EC2/AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED/AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED_aad6ca80-231d-4d2a-b80b-291a3a02d4ba",
+//!     "service": "EC2",
+//!     "eventTypeCode": "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+//!     "eventTypeCategory": "scheduledChange",
+//!     "eventScopeCode": "ACCOUNT_SPECIFIC",
+//!     "communicationId": "46b72ec447e385691eec425576996e30662da3e9-1",
+//!     "startTime": "Sat, 21 Nov 2026 10:30:00 GMT",
+//!     "endTime": "Sat, 21 Nov 2026 12:30:00 GMT",
+//!     "lastUpdatedTime": "Fri, 20 Nov 2026 10:00:25 GMT",
+//!     "statusCode": "upcoming",
+//!     "eventRegion": "us-east-1",
+//!     "eventDescription": [{"language": "en_US", "latestDescription": "EC2 has detected degradation of the underlying hardware hosting your Amazon EC2 instance ..."}],
+//!     "affectedEntities": [
+//!       {
+//!         "entityValue": "i-0a1b2c3d4e5f60008",
+//!         "lastUpdatedTime": "Fri, 20 Nov 2026 10:00:25 GMT",
+//!         "status": "PENDING",
+//!         "tags": {"eks:cluster-name": "demo", "eks:nodegroup-name": "ng-general"}
+//!       }
+//!     ],
+//!     "affectedAccount": "123456789012",
+//!     "page": "1",
+//!     "totalPages": "1"
+//!   }
+//! }
+//! ```
+
+use serde_json::Value;
+
+use super::fields::{Fields, Parsed, json_type};
+use super::{DecodeError, Detail, EventKind, is_instance_id};
+
+/// An `AWS Health Event`: an EC2 scheduled change names its instances in
+/// `affectedEntities[].entityValue` (other entities, and repeats, are left out); any other
+/// service or category is unsupported.
+pub(crate) fn scheduled_change(f: &Fields<'_>, detail: &Value) -> Result<Parsed, DecodeError> {
+    let service = f
+        .opt_str(detail, "service", "detail.service")?
+        .unwrap_or_default();
+    let category = f
+        .opt_str(detail, "eventTypeCategory", "detail.eventTypeCategory")?
+        .unwrap_or_default();
+    if service != "EC2" || category != "scheduledChange" {
+        return Ok((
+            EventKind::Unsupported,
+            Vec::new(),
+            Detail::Unsupported {
+                why: format!(
+                    "AWS Health event for service `{service}`, category `{category}`: only EC2 scheduledChange events are handled"
+                ),
+            },
+        ));
+    }
+    let event_type_code = f
+        .opt_str(detail, "eventTypeCode", "detail.eventTypeCode")?
+        .unwrap_or_default()
+        .to_string();
+    let event_arn = f
+        .opt_str(detail, "eventArn", "detail.eventArn")?
+        .map(str::to_string);
+    // Empty is absent: the drain deadline then falls back as for events that give none.
+    let start_time = f.time_or_empty(detail, "startTime", "detail.startTime")?;
+    let end_time = f.time_or_empty(detail, "endTime", "detail.endTime")?;
+    let mut ids: Vec<String> = Vec::new();
+    match detail.get("affectedEntities") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(entities)) => {
+            for (i, entity) in entities.iter().enumerate() {
+                let path = format!("detail.affectedEntities[{i}].entityValue");
+                if !entity.is_object() {
+                    return Err(f.err(
+                        &format!("detail.affectedEntities[{i}]"),
+                        format!("expected an object, found {}", json_type(entity)),
+                    ));
+                }
+                if let Some(value) = f.opt_str(entity, "entityValue", &path)?.map(str::trim)
+                    && is_instance_id(value)
+                    && !ids.iter().any(|x| x == value)
+                {
+                    ids.push(value.to_string());
+                }
+            }
+        }
+        Some(other) => {
+            return Err(f.err(
+                "detail.affectedEntities",
+                format!("expected an array, found {}", json_type(other)),
+            ));
+        }
+    }
+    if ids.is_empty() {
+        return Err(f.err(
+            "detail.affectedEntities",
+            "no entityValue is an EC2 instance id",
+        ));
+    }
+    Ok((
+        EventKind::ScheduledChange,
+        ids,
+        Detail::Scheduled {
+            event_type_code,
+            event_arn,
+            start_time,
+            end_time,
+        },
+    ))
+}

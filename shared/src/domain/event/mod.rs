@@ -1,0 +1,483 @@
+//! The event model: typed EventBridge events for every kind forewarn handles, and the errors of
+//! decoding them.
+//!
+//! This module is the model only: what an event is (its [`EventKind`], its [`Detail`], its
+//! instances and times), where a record came from ([`Origin`]) and what was wrong with one
+//! ([`DecodeError`]), plus the dates and ids every source uses ([`parse_time`],
+//! [`is_instance_id`]). Each source's `detail` is read in a file of its own, with a real sample
+//! event at its top: [`ec2`] (spot warnings, rebalance recommendations, state changes, capacity
+//! reservation warnings), [`health`] (AWS Health scheduled changes) and [`autoscaling`]
+//! (lifecycle actions, and the notifications a lifecycle hook sends straight to a queue). How a
+//! message becomes records (the EventBridge envelope, SQS messages, a drain's continuations) is
+//! [`crate::domain::inbound`]'s.
+//!
+//! Decoding never panics and never fails a whole input for one bad record: each record decodes to
+//! its own `Result`, and an error names the record and the field that was wrong.
+
+use std::fmt;
+
+use chrono::{DateTime, Datelike, Timelike, Utc, Weekday};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub mod autoscaling;
+pub mod ec2;
+pub(crate) mod fields;
+pub mod health;
+
+/// The kinds of event forewarn knows, by their stable names (`spot-interruption`, ...: serde,
+/// [`fmt::Display`], [`std::str::FromStr`], `&'static str` and [`AsRef<str>`] agree).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::Display,
+    strum::EnumString,
+    strum::AsRefStr,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum EventKind {
+    SpotInterruption,
+    RebalanceRecommendation,
+    StateChange,
+    ScheduledChange,
+    AsgTermination,
+    CapacityReservationInterruption,
+    Unsupported,
+}
+
+impl EventKind {
+    /// Every kind, in a stable order.
+    pub const ALL: [EventKind; 7] = [
+        EventKind::SpotInterruption,
+        EventKind::RebalanceRecommendation,
+        EventKind::StateChange,
+        EventKind::ScheduledChange,
+        EventKind::AsgTermination,
+        EventKind::CapacityReservationInterruption,
+        EventKind::Unsupported,
+    ];
+
+    /// The stable name (`spot-interruption`, ...).
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// Parses a stable name.
+    pub fn from_name(name: &str) -> Option<EventKind> {
+        name.parse().ok()
+    }
+
+    /// The EventBridge `source` and `detail-type` of a supported kind.
+    pub fn source_and_detail_type(self) -> Option<(&'static str, &'static str)> {
+        Some(match self {
+            EventKind::SpotInterruption => (SOURCE_EC2, DT_SPOT),
+            EventKind::RebalanceRecommendation => (SOURCE_EC2, DT_REBALANCE),
+            EventKind::StateChange => (SOURCE_EC2, DT_STATE_CHANGE),
+            EventKind::ScheduledChange => (SOURCE_HEALTH, DT_HEALTH),
+            EventKind::AsgTermination => (SOURCE_ASG, DT_ASG_TERMINATE),
+            EventKind::CapacityReservationInterruption => (SOURCE_EC2, DT_RESERVATION),
+            EventKind::Unsupported => return None,
+        })
+    }
+
+    /// The kind an EventBridge `source` and `detail-type` name; unsupported when none does.
+    pub fn classify(source: &str, detail_type: &str) -> EventKind {
+        EventKind::ALL
+            .into_iter()
+            .find(|k| k.source_and_detail_type() == Some((source, detail_type)))
+            .unwrap_or(EventKind::Unsupported)
+    }
+}
+
+pub const SOURCE_EC2: &str = "aws.ec2";
+pub const SOURCE_HEALTH: &str = "aws.health";
+pub const SOURCE_ASG: &str = "aws.autoscaling";
+pub const DT_SPOT: &str = "EC2 Spot Instance Interruption Warning";
+pub const DT_REBALANCE: &str = "EC2 Instance Rebalance Recommendation";
+pub const DT_STATE_CHANGE: &str = "EC2 Instance State-change Notification";
+pub const DT_HEALTH: &str = "AWS Health Event";
+pub const DT_ASG_TERMINATE: &str = "EC2 Instance-terminate Lifecycle Action";
+pub const DT_RESERVATION: &str = "EC2 Capacity Reservation Instance Interruption Warning";
+
+/// What a spot (or capacity reservation) interruption will do to the instance.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::Display,
+    strum::EnumString,
+    strum::AsRefStr,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum InstanceAction {
+    Terminate,
+    Stop,
+    Hibernate,
+}
+
+/// EC2 instance states as the state-change notification names them; a state of another name is
+/// kept as it is written ([`InstanceState::Other`]).
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::EnumString,
+    strum::AsRefStr,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum InstanceState {
+    Pending,
+    Running,
+    Stopping,
+    Stopped,
+    ShuttingDown,
+    Terminated,
+    #[serde(untagged)]
+    #[strum(default, transparent)]
+    Other(String),
+}
+
+impl InstanceState {
+    /// The state's name, as the notification writes it.
+    pub fn as_str(&self) -> &str {
+        self.as_ref()
+    }
+
+    /// States in which the instance is going away (the ones forewarn acts on).
+    pub fn is_leaving(&self) -> bool {
+        matches!(
+            self,
+            InstanceState::Stopping
+                | InstanceState::Stopped
+                | InstanceState::ShuttingDown
+                | InstanceState::Terminated
+        )
+    }
+}
+
+/// The ASG lifecycle action to complete once the node is drained.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LifecycleAction {
+    pub hook_name: String,
+    pub asg_name: String,
+    pub token: String,
+    pub transition: String,
+}
+
+/// The kind-specific part of an event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum Detail {
+    Spot {
+        action: InstanceAction,
+    },
+    Rebalance,
+    StateChange {
+        state: InstanceState,
+    },
+    Scheduled {
+        event_type_code: String,
+        event_arn: Option<String>,
+        start_time: Option<DateTime<Utc>>,
+        end_time: Option<DateTime<Utc>>,
+    },
+    AsgTermination(LifecycleAction),
+    CapacityReservation {
+        action: InstanceAction,
+        termination_time: Option<DateTime<Utc>>,
+        az_id: Option<String>,
+    },
+    /// Valid JSON forewarn does not handle; `why` says what it was.
+    Unsupported {
+        why: String,
+    },
+}
+
+/// One decoded event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// The EventBridge event id; the idempotence key.
+    pub id: String,
+    pub kind: EventKind,
+    pub source: String,
+    pub detail_type: String,
+    pub time: DateTime<Utc>,
+    pub region: Option<String>,
+    pub account: Option<String>,
+    /// The EC2 instances the event is about (in event order, no duplicates).
+    pub instance_ids: Vec<String>,
+    pub detail: Detail,
+}
+
+impl Event {
+    /// When the instance is expected to go away, from what the event says.
+    pub fn deadline_hint(&self) -> Option<DateTime<Utc>> {
+        match &self.detail {
+            Detail::Scheduled { start_time, .. } => *start_time,
+            Detail::CapacityReservation {
+                termination_time, ..
+            } => *termination_time,
+            _ => None,
+        }
+    }
+}
+
+/// Where a record came from inside an input: the file (or other label), its position in the
+/// envelope and the SQS message id when there is one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    pub source: String,
+    /// `None` for a bare event; the index in `Records` or in the array otherwise.
+    pub index: Option<usize>,
+    pub message_id: Option<String>,
+    #[serde(skip)]
+    envelope: EnvelopeKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum EnvelopeKind {
+    #[default]
+    Bare,
+    Sqs,
+    Array,
+}
+
+impl Origin {
+    /// The origin of a bare event read from `source`.
+    pub fn bare(source: impl Into<String>) -> Origin {
+        Origin {
+            source: source.into(),
+            index: None,
+            message_id: None,
+            envelope: EnvelopeKind::Bare,
+        }
+    }
+
+    /// The origin of the record at `index` of an SQS batch read from `source`.
+    pub fn sqs(source: &str, index: usize, message_id: Option<String>) -> Origin {
+        Origin {
+            source: source.to_string(),
+            index: Some(index),
+            message_id,
+            envelope: EnvelopeKind::Sqs,
+        }
+    }
+
+    /// The origin of the item at `index` of a JSON array read from `source`.
+    pub fn array(source: &str, index: usize) -> Origin {
+        Origin {
+            source: source.to_string(),
+            index: Some(index),
+            message_id: None,
+            envelope: EnvelopeKind::Array,
+        }
+    }
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.source)?;
+        match (self.envelope, self.index) {
+            (EnvelopeKind::Sqs, Some(i)) => {
+                write!(f, ": Records[{i}]")?;
+                if let Some(id) = &self.message_id {
+                    write!(f, " (messageId {id})")?;
+                }
+                Ok(())
+            }
+            (_, Some(i)) => write!(f, ": [{i}]"),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A record that could not be decoded: where, which field, and what was wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{origin}: {}{message}", field.as_deref().map(|f| format!("field `{f}`: ")).unwrap_or_default())]
+pub struct DecodeError {
+    pub origin: Origin,
+    /// The JSON path of the offending field, when one field is to blame.
+    pub field: Option<String>,
+    pub message: String,
+}
+
+/// `i-` followed by 8 or 17 lowercase hex digits.
+pub fn is_instance_id(s: &str) -> bool {
+    s.strip_prefix("i-").is_some_and(|hex| {
+        (hex.len() == 8 || hex.len() == 17)
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+/// Parses the time forms AWS events use: RFC 3339 ("2026-06-05T15:10:09Z") and RFC 1123 as AWS
+/// Health writes it ("Sat, 05 Jun 2026 15:10:09 GMT").
+///
+/// Only years 0 to 9999 (in UTC) are times: the RFC 2822 parser takes years of any length, and
+/// a time near chrono's limits would overflow (and panic) when a deadline is added to it.
+///
+/// RFC 1123 dates are also taken as AWS writes them in its own examples: a weekday that does not
+/// match the date (the date is authoritative, the weekday redundant), single-digit days and
+/// fractional seconds (`Thu, 3 Dec 2026 06:00:00.500 GMT`).
+pub fn parse_time(s: &str) -> Option<DateTime<Utc>> {
+    let s = s.trim();
+    DateTime::parse_from_rfc3339(s)
+        .or_else(|_| DateTime::parse_from_rfc2822(s))
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+        .or_else(|| parse_rfc1123_as_aws_writes_it(s))
+        .filter(|t| (0..=9999).contains(&t.year()))
+}
+
+/// RFC 1123 with a weekday that may not match the date, and fractional seconds.
+fn parse_rfc1123_as_aws_writes_it(s: &str) -> Option<DateTime<Utc>> {
+    let (weekday, rest) = match s.split_once(',') {
+        Some((w, rest)) => (Some(w.trim().parse::<Weekday>().ok()?), rest),
+        None => (None, s),
+    };
+    // day month year time zone
+    let mut parts: Vec<&str> = rest.split_ascii_whitespace().collect();
+    if parts.len() != 5 {
+        return None;
+    }
+    let mut nanos = 0;
+    if let Some((hms, fraction)) = parts[3].split_once('.') {
+        if fraction.is_empty()
+            || fraction.len() > 9
+            || !fraction.bytes().all(|b| b.is_ascii_digit())
+        {
+            return None;
+        }
+        let digits = u32::try_from(fraction.len()).ok()?;
+        nanos = fraction.parse::<u32>().ok()? * 10u32.pow(9 - digits);
+        parts[3] = hms;
+    }
+    let t = DateTime::parse_from_rfc2822(&parts.join(" "))
+        .ok()?
+        .with_timezone(&Utc)
+        .with_nanosecond(nanos)?;
+    if let Some(weekday) = weekday
+        && weekday != t.weekday()
+    {
+        tracing::debug!(
+            time = s,
+            weekday = %weekday,
+            date_weekday = %t.weekday(),
+            "RFC 1123 time whose weekday does not match its date: the date is taken"
+        );
+    }
+    Some(t)
+}
+
+/// A stable id for an unsupported event that carries none (FNV-1a of its canonical JSON).
+pub(crate) fn synthetic_id(v: &Value) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in v.to_string().bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("unidentified-{hash:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn health_times_in_rfc1123_and_rfc3339() {
+        let t1 = parse_time("Sat, 21 Nov 2026 10:30:00 GMT").unwrap();
+        let t2 = parse_time("2026-11-21T10:30:00Z").unwrap();
+        assert_eq!(t1, t2);
+        assert!(parse_time("yesterday").is_none());
+    }
+
+    #[test]
+    fn rfc1123_as_aws_writes_it() {
+        // 5 June 2016 was a Sunday: the weekday of AWS Health's own example is wrong.
+        assert_eq!(
+            parse_time("Sat, 05 Jun 2016 15:10:09 GMT"),
+            parse_time("2016-06-05T15:10:09Z")
+        );
+        assert_eq!(
+            parse_time("Thu, 3 Dec 2026 06:00:00 GMT"),
+            parse_time("2026-12-03T06:00:00Z")
+        );
+        assert_eq!(
+            parse_time("Sat, 3 Dec 2026 06:00:00.5 GMT"),
+            parse_time("2026-12-03T06:00:00.500Z")
+        );
+        assert_eq!(
+            parse_time("3 Dec 2026 06:00:00.123456789 +0100"),
+            parse_time("2026-12-03T05:00:00.123456789Z")
+        );
+        for bad in [
+            "Xyz, 3 Dec 2026 06:00:00 GMT",
+            "Thu, 3 Dec 2026 06:00:00. GMT",
+            "Thu, 3 Dec 2026 06:00:00.1234567890 GMT",
+            "Thu, 3 Dec 2026 06:00:00.12a GMT",
+            "Thu, 32 Dec 2026 06:00:00 GMT",
+            "Sat, 21 Nov 20263 10:30:00.5 GMT",
+            "{{start_time}}",
+            "",
+        ] {
+            assert_eq!(parse_time(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn instance_ids() {
+        assert!(is_instance_id("i-0a1b2c3d4e5f60001"));
+        assert!(is_instance_id("i-12345678"));
+        assert!(!is_instance_id("i-0A1B2C3D4E5F60001"));
+        assert!(!is_instance_id("i-123"));
+        assert!(!is_instance_id("vol-0a1b2c3d4e5f60001"));
+    }
+
+    #[test]
+    fn kinds_keep_their_names() {
+        let names: Vec<&str> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "spot-interruption",
+                "rebalance-recommendation",
+                "state-change",
+                "scheduled-change",
+                "asg-termination",
+                "capacity-reservation-interruption",
+                "unsupported",
+            ]
+        );
+        for kind in EventKind::ALL {
+            assert_eq!(kind.to_string(), kind.as_str());
+            assert_eq!(EventKind::from_name(kind.as_str()), Some(kind));
+            assert_eq!(
+                serde_json::to_value(kind).unwrap(),
+                Value::String(kind.as_str().into())
+            );
+        }
+        assert_eq!(EventKind::from_name("Spot-Interruption"), None);
+    }
+}

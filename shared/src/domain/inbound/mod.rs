@@ -1,0 +1,103 @@
+//! One way in: every message forewarn receives becomes [`Record`]s here, from plain fields (a
+//! body's text, an SQS message's id, attributes and queue), whatever carried it.
+//!
+//! - [`decode`] and [`decode_value`]: an input as a whole, in any of three envelopes — a bare
+//!   EventBridge event (or a lifecycle hook's own notification), a Lambda SQS batch
+//!   (`{"Records": [...]}`) or a JSON array of events;
+//! - [`sqs`]: one SQS message ([`SqsMessage`], the fields forewarn reads; Lambda's own types are
+//!   converted to it at the edge, `adapters::lambda_event`) and its body;
+//! - [`eventbridge`]: the EventBridge envelope, whose `detail` the event model's file of each
+//!   source reads ([`crate::domain::event`]);
+//! - [`continuation`]: a drain's continuation message, its signature and its typed plan.
+//!
+//! Decoding is pure and deterministic: the time of receipt is passed in.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use crate::domain::event::fields::json_type;
+use crate::domain::event::{DecodeError, Origin};
+
+pub mod continuation;
+pub mod eventbridge;
+pub mod record;
+pub mod sqs;
+
+pub use eventbridge::parse_event;
+pub use record::Record;
+pub use sqs::{SqsMessage, decode_sqs_body, decode_sqs_messages};
+
+use sqs::decode_json_message;
+
+/// Decodes an input (any of the three envelopes). An `Err` means the input as a whole could not
+/// be read (not JSON, or no envelope recognised); otherwise each record carries its own result.
+///
+/// `received` is when the input was received: the time of an event whose `time` is empty (an
+/// SQS message's `SentTimestamp` comes first), and the *now* every time in the input is checked
+/// against: a time more than 10 years from it, either way, is malformed (see
+/// [`crate::domain::time`]). The caller passes it in, so that decoding stays pure and
+/// deterministic.
+pub fn decode(
+    source: &str,
+    input: &[u8],
+    received: DateTime<Utc>,
+) -> Result<Vec<Record>, DecodeError> {
+    let value: Value = serde_json::from_slice(input).map_err(|e| DecodeError {
+        origin: Origin::bare(source),
+        field: None,
+        message: format!("not valid JSON: {e}"),
+    })?;
+    decode_value(source, value, received)
+}
+
+/// Decodes an already-parsed input; see [`decode`].
+pub fn decode_value(
+    source: &str,
+    value: Value,
+    received: DateTime<Utc>,
+) -> Result<Vec<Record>, DecodeError> {
+    match value {
+        Value::Array(items) => Ok(items
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| {
+                let origin = Origin::array(source, i);
+                let event = parse_event(&origin, &item, received);
+                Record::new(origin, event)
+            })
+            .collect()),
+        Value::Object(ref map) if map.contains_key("Records") => {
+            let records = match map.get("Records") {
+                Some(Value::Array(records)) => records,
+                _ => {
+                    return Err(DecodeError {
+                        origin: Origin::bare(source),
+                        field: Some("Records".into()),
+                        message: "expected an array of SQS messages".into(),
+                    });
+                }
+            };
+            Ok(records
+                .iter()
+                .enumerate()
+                .map(|(i, raw)| decode_json_message(source, i, raw, received))
+                .collect())
+        }
+        Value::Object(_) => {
+            let origin = Origin::bare(source);
+            let event = parse_event(&origin, &value, received);
+            Ok(vec![Record::new(origin, event)])
+        }
+        other => Err(DecodeError {
+            origin: Origin::bare(source),
+            field: None,
+            message: format!(
+                "expected an EventBridge event, an SQS event or an array of events, found {}",
+                json_type(&other)
+            ),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests;

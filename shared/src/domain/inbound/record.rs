@@ -1,0 +1,31 @@
+//! One record of an input: where it came from and what it decoded to.
+
+use crate::domain::event::{DecodeError, Event, Origin};
+use crate::domain::inbound::continuation::Continuation;
+
+/// One record of an input: where it came from and what it decoded to.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub origin: Origin,
+    pub event: Result<Event, DecodeError>,
+    /// A later pass of the event's drain (see [`crate::domain::inbound::continuation`]).
+    pub continuation: Option<Continuation>,
+    /// The SQS message body the event came in (what a continuation carries).
+    pub body: Option<String>,
+    /// The SQS queue's ARN (`eventSourceARN`), when the record came from one: where a
+    /// continuation of its drain is sent.
+    pub queue_arn: Option<String>,
+}
+
+impl Record {
+    /// A record of `event` from `origin`, not a continuation.
+    pub fn new(origin: Origin, event: Result<Event, DecodeError>) -> Record {
+        Record {
+            origin,
+            event,
+            continuation: None,
+            body: None,
+            queue_arn: None,
+        }
+    }
+}

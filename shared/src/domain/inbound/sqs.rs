@@ -1,0 +1,177 @@
+//! SQS messages: the fields forewarn reads of one ([`SqsMessage`]), and the record each becomes —
+//! the event of its body (an EventBridge event, or a lifecycle hook's own notification), or the
+//! original body and progress of a drain's continuation.
+//!
+//! A message comes as Lambda hands it over (converted at the edge, `adapters::lambda_event`) or
+//! as JSON in a file (`{"Records": [...]}`, read by [`super::decode`]).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+use super::continuation::{self, Unwrapped};
+use super::eventbridge::parse_event_at;
+use super::record::Record;
+use crate::domain::event::{DecodeError, Event, Origin};
+use crate::domain::time::within_sane_range;
+
+/// The fields of one SQS message that forewarn reads, named as Lambda's SQS event writes them
+/// (`messageId`, `body`, `attributes`, `eventSourceARN`, `receiptHandle`); other fields are left
+/// alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SqsMessage {
+    #[serde(default)]
+    pub message_id: Option<String>,
+    #[serde(default)]
+    pub receipt_handle: Option<String>,
+    #[serde(default)]
+    pub body: Option<String>,
+    /// The message's system attributes (`SentTimestamp`, `ApproximateReceiveCount`, ...); null
+    /// is none.
+    #[serde(default, deserialize_with = "null_is_empty")]
+    pub attributes: BTreeMap<String, String>,
+    /// The queue's ARN.
+    #[serde(default, rename = "eventSourceARN")]
+    pub event_source_arn: Option<String>,
+}
+
+fn null_is_empty<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+    Ok(Option::deserialize(d)?.unwrap_or_default())
+}
+
+impl SqsMessage {
+    /// When SQS received the message (its `SentTimestamp` attribute, epoch milliseconds), or else
+    /// `received` (also when the attribute is not a time, or not one within 10 years of
+    /// `received`).
+    pub fn sent_at(&self, received: DateTime<Utc>) -> DateTime<Utc> {
+        self.attributes
+            .get("SentTimestamp")
+            .and_then(|ms| ms.trim().parse::<i64>().ok())
+            .and_then(DateTime::from_timestamp_millis)
+            .and_then(|t| within_sane_range(t, received).ok())
+            .unwrap_or(received)
+    }
+}
+
+/// Decodes the messages of an SQS batch, keeping each message's id. An event whose `time` is
+/// empty is dated by its message's `SentTimestamp`, or else `received`.
+pub fn decode_sqs_messages(
+    source: &str,
+    messages: &[SqsMessage],
+    received: DateTime<Utc>,
+) -> Vec<Record> {
+    messages
+        .iter()
+        .enumerate()
+        .map(|(i, msg)| {
+            decode_message(
+                Origin::sqs(source, i, msg.message_id.clone()),
+                msg,
+                received,
+            )
+        })
+        .collect()
+}
+
+/// Decodes the message at `index` of an SQS batch read as JSON from `source`.
+pub(super) fn decode_json_message(
+    source: &str,
+    index: usize,
+    raw: &Value,
+    received: DateTime<Utc>,
+) -> Record {
+    let message_id = raw
+        .get("messageId")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let origin = Origin::sqs(source, index, message_id);
+    match SqsMessage::deserialize(raw) {
+        Ok(msg) => decode_message(origin, &msg, received),
+        Err(e) => Record::new(
+            origin.clone(),
+            Err(DecodeError {
+                origin,
+                field: None,
+                message: format!("not an SQS message: {e}"),
+            }),
+        ),
+    }
+}
+
+/// Decodes one SQS message of a batch: its body (see [`decode_sqs_body`]), or the original body
+/// a continuation message carries, with the continuation's progress.
+fn decode_message(origin: Origin, msg: &SqsMessage, received: DateTime<Utc>) -> Record {
+    let record = decode_message_body(origin, msg, received);
+    Record {
+        queue_arn: msg.event_source_arn.clone(),
+        ..record
+    }
+}
+
+fn decode_message_body(origin: Origin, msg: &SqsMessage, received: DateTime<Utc>) -> Record {
+    let sent = msg.sent_at(received);
+    // Times are checked against when the message was received (`received`), whatever dates an
+    // event whose `time` is empty.
+    let now = received;
+    let body = msg.body.as_deref();
+    let unwrapped = body
+        .and_then(|b| serde_json::from_str::<Value>(b).ok())
+        .and_then(|v| continuation::unwrap(&v, received));
+    match unwrapped {
+        None => Record {
+            event: decode_body(&origin, body, sent, now),
+            origin,
+            continuation: None,
+            body: body.map(str::to_string),
+            queue_arn: None,
+        },
+        Some(Err(malformed)) => Record::new(
+            origin.clone(),
+            Err(DecodeError {
+                origin,
+                field: Some(format!("body.{}", malformed.field)),
+                message: malformed.message,
+            }),
+        ),
+        // Its times were checked by `continuation::unwrap`.
+        Some(Ok(Unwrapped { continuation, body })) => Record {
+            event: decode_body(&origin, Some(&body), continuation.sent_at, now),
+            origin,
+            continuation: Some(continuation),
+            body: Some(body),
+            queue_arn: None,
+        },
+    }
+}
+
+/// Decodes the body of one SQS message (the EventBridge event JSON as a string, or an Auto
+/// Scaling notification). `sent` is the time of an event whose `time` is empty, and the *now*
+/// its times are checked against (see [`super::decode`]).
+pub fn decode_sqs_body(
+    origin: &Origin,
+    body: Option<&str>,
+    sent: DateTime<Utc>,
+) -> Result<Event, DecodeError> {
+    decode_body(origin, body, sent, sent)
+}
+
+/// [`decode_sqs_body`] with a `now` of its own.
+fn decode_body(
+    origin: &Origin,
+    body: Option<&str>,
+    sent: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<Event, DecodeError> {
+    let err = |message: String| DecodeError {
+        origin: origin.clone(),
+        field: Some("body".into()),
+        message,
+    };
+    let body = body.ok_or_else(|| err("missing".into()))?;
+    let value: Value =
+        serde_json::from_str(body).map_err(|e| err(format!("not valid JSON: {e}")))?;
+    parse_event_at(origin, &value, sent, now)
+}
