@@ -4,7 +4,7 @@
 //! - `decode` (bytes: a bare EventBridge event or Auto Scaling notification, an SQS batch or a
 //!   JSON array),
 //! - `decode_value` on the same bytes parsed by serde_json,
-//! - `decode_sqs_body` and `decode_sqs_event` with the input (when UTF-8) as an SQS body,
+//! - `decode_sqs_body` and `decode_sqs_messages` with the input (when UTF-8) as an SQS body,
 //! - `decode_value` of an SQS batch (JSON) carrying it as a body,
 //! - `parse_event` of real events (an Auto Scaling lifecycle hook's own notification included)
 //!   with one field replaced by the input string,
@@ -28,15 +28,17 @@
 //! message's `SentTimestamp` is that fallback when it is a time within 10 years of it.
 #![no_main]
 
-use aws_lambda_events::event::sqs::SqsMessage;
 use chrono::{DateTime, Utc};
 use forewarn::domain::config::Config;
-use forewarn::domain::continuation::{CONTINUATION_KEY, Continuation};
+use forewarn::domain::event::autoscaling::{ASG_SERVICE, ASG_TERMINATING, ASG_TEST_NOTIFICATION};
 use forewarn::domain::event::{
-    self, DecodeError, Detail, Event, EventKind, Origin, Record, decode, decode_sqs_body,
-    decode_sqs_event, decode_value, is_instance_id, parse_event, parse_time,
+    self, DecodeError, Detail, Event, EventKind, Origin, is_instance_id, parse_time,
 };
-use forewarn::domain::plan::{drain_deadline, time_left};
+use forewarn::domain::inbound::continuation::{CONTINUATION_KEY, Continuation};
+use forewarn::domain::inbound::{
+    Record, SqsMessage, decode, decode_sqs_body, decode_sqs_messages, decode_value, parse_event,
+};
+use forewarn::domain::plan::{Facts, decide, drain_deadline, time_left};
 use forewarn::domain::time::{sane_span, within_sane_range};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};
@@ -275,22 +277,34 @@ fn extreme_times(s: &str) -> Vec<String> {
     out
 }
 
-/// A valid continuation message's state (without the original body), as JSON.
-fn continuation_state() -> Value {
-    let mut state = serde_json::to_value(Continuation::first(received(), received(), json!({})))
+/// A valid continuation message's state (without the original body), as JSON: its plan is the
+/// spot warning `original`'s, decided with nothing known of its instance.
+fn continuation_state(original: &str) -> Value {
+    let event = decode(SOURCE, original.as_bytes(), received())
+        .ok()
+        .and_then(|mut records| records.pop())
+        .and_then(|r| r.event.ok())
+        .expect("the original event decodes");
+    let facts = Facts {
+        instances: &Default::default(),
+        nodes: &[],
+    };
+    let plan = decide(&event, facts, &Config::default());
+    let mut state = serde_json::to_value(Continuation::first(received(), received(), plan))
         .expect("a continuation serializes");
     state["heartbeatAt"] = json!(received().to_rfc3339());
     state
 }
 
 /// The input in drain continuations, each the body of an SQS message, decoded through
-/// `decode_value` (a JSON batch) and `decode_sqs_event` (Lambda's messages).
+/// `decode_value` (a JSON batch) and `decode_sqs_messages` (the messages as Lambda hands them
+/// over, converted).
 fn check_continuations(s: &str, parsed: Option<&Value>) {
     let original = json!({"id": "e-1", "source": event::SOURCE_EC2, "detail-type": event::DT_SPOT,
         "time": "2026-11-20T10:00:00Z", "detail": {"instance-id": "i-0a1b2c3d4e5f60001"}})
     .to_string();
     let valid = || {
-        let mut state = continuation_state();
+        let mut state = continuation_state(&original);
         state["body"] = json!(original);
         state
     };
@@ -347,7 +361,7 @@ fn check_continuations(s: &str, parsed: Option<&Value>) {
             m
         })
         .collect();
-    let lambda = decode_sqs_event(SOURCE, &messages, received());
+    let lambda = decode_sqs_messages(SOURCE, &messages, received());
     for (from_json, from_lambda) in records.iter().zip(&lambda) {
         check_record(from_json);
         check_record(from_lambda);
@@ -380,7 +394,7 @@ fn check_str(s: &str) {
     // event it is handed, which a continuation is not).
     let continuation = parsed
         .as_ref()
-        .and_then(|v| forewarn::domain::continuation::unwrap(v, received()))
+        .and_then(|v| forewarn::domain::inbound::continuation::unwrap(v, received()))
         .is_some();
 
     // The input as the body of one SQS message, through every SQS path.
@@ -415,7 +429,7 @@ fn check_str(s: &str) {
     msg.body = Some(s.to_string());
     let mut missing = SqsMessage::default();
     missing.message_id = Some("m-1".into());
-    let lambda = decode_sqs_event(SOURCE, &[msg, missing], received());
+    let lambda = decode_sqs_messages(SOURCE, &[msg, missing], received());
     assert_eq!(lambda.len(), 2);
     assert_eq!(lambda[0].origin, origin);
     if !continuation {
@@ -458,7 +472,7 @@ fn check_str(s: &str) {
     msg.message_id = Some("m-0".into());
     msg.body = Some(empty_time);
     msg.attributes.insert("SentTimestamp".into(), s.to_string());
-    let dated = decode_sqs_event(SOURCE, &[msg], received());
+    let dated = decode_sqs_messages(SOURCE, &[msg], received());
     let time = dated[0]
         .event
         .as_ref()
@@ -509,7 +523,9 @@ fn sqs_origin() -> Origin {
     // The origin decode_sqs_event gives its first message.
     let mut m = SqsMessage::default();
     m.message_id = Some("m-0".into());
-    decode_sqs_event(SOURCE, &[m], received()).remove(0).origin
+    decode_sqs_messages(SOURCE, &[m], received())
+        .remove(0)
+        .origin
 }
 
 fn results(
@@ -570,20 +586,20 @@ fn templates() -> Vec<Value> {
         // A lifecycle hook's own notification, sent straight to the queue.
         json!({"Origin": "AutoScalingGroup", "LifecycleHookName": "h", "Destination": "EC2",
                "AccountId": "123456789012", "RequestId": "r-1",
-               "LifecycleTransition": event::ASG_TERMINATING, "AutoScalingGroupName": "g",
-               "Service": event::ASG_SERVICE, "Time": "2026-11-20T10:00:00.123Z",
+               "LifecycleTransition": ASG_TERMINATING, "AutoScalingGroupName": "g",
+               "Service": ASG_SERVICE, "Time": "2026-11-20T10:00:00.123Z",
                "EC2InstanceId": "i-0a1b2c3d4e5f60001", "LifecycleActionToken": "t",
                "NotificationMetadata": "{}",
                "AutoScalingGroupARN": "arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:u:autoScalingGroupName/g"}),
         // Its test notification, and the EventBridge form of one.
         json!({"AccountId": "123456789012", "RequestId": "r-2", "AutoScalingGroupName": "g",
-               "Service": event::ASG_SERVICE, "Event": event::ASG_TEST_NOTIFICATION,
+               "Service": ASG_SERVICE, "Event": ASG_TEST_NOTIFICATION,
                "Time": "2026-11-20T10:00:00Z"}),
         head(
             event::DT_ASG_TERMINATE,
             event::SOURCE_ASG,
-            json!({"AutoScalingGroupName": "g", "Event": event::ASG_TEST_NOTIFICATION,
-                   "Service": event::ASG_SERVICE, "Time": "2026-11-20T10:00:00Z"}),
+            json!({"AutoScalingGroupName": "g", "Event": ASG_TEST_NOTIFICATION,
+                   "Service": ASG_SERVICE, "Time": "2026-11-20T10:00:00Z"}),
         ),
     ]
 }

@@ -27,23 +27,9 @@ pub mod health;
 
 /// The kinds of event forewarn knows, by their stable names (`spot-interruption`, ...: serde,
 /// [`fmt::Display`], [`std::str::FromStr`], `&'static str` and [`AsRef<str>`] agree).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Serialize,
-    Deserialize,
-    strum::IntoStaticStr,
-    strum::Display,
-    strum::EnumString,
-    strum::AsRefStr,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(strum::IntoStaticStr, strum::Display, strum::EnumString, strum::AsRefStr)]
 #[strum(serialize_all = "kebab-case")]
 pub enum EventKind {
     SpotInterruption,
@@ -110,20 +96,9 @@ pub const DT_ASG_TERMINATE: &str = "EC2 Instance-terminate Lifecycle Action";
 pub const DT_RESERVATION: &str = "EC2 Capacity Reservation Instance Interruption Warning";
 
 /// What a spot (or capacity reservation) interruption will do to the instance.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Serialize,
-    Deserialize,
-    strum::IntoStaticStr,
-    strum::Display,
-    strum::EnumString,
-    strum::AsRefStr,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(strum::IntoStaticStr, strum::Display, strum::EnumString, strum::AsRefStr)]
 #[strum(serialize_all = "kebab-case")]
 pub enum InstanceAction {
     Terminate,
@@ -133,18 +108,9 @@ pub enum InstanceAction {
 
 /// EC2 instance states as the state-change notification names them; a state of another name is
 /// kept as it is written ([`InstanceState::Other`]).
-#[derive(
-    Debug,
-    Clone,
-    PartialEq,
-    Eq,
-    Serialize,
-    Deserialize,
-    strum::Display,
-    strum::EnumString,
-    strum::AsRefStr,
-)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(strum::Display, strum::EnumString, strum::AsRefStr)]
 #[strum(serialize_all = "kebab-case")]
 pub enum InstanceState {
     Pending,
