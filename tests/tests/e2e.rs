@@ -144,12 +144,7 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
             entry("EC2 Spot Instance Interruption Warning", "aws.ec2", json!({"instance-id": karpenter.id, "instance-action": "terminate"}), &[arn(&karpenter.id)]),
             entry("EC2 Instance Rebalance Recommendation", "aws.ec2", json!({"instance-id": rebalance.id}), &[arn(&rebalance.id)]),
             entry("EC2 Instance State-change Notification", "aws.ec2", json!({"instance-id": stopping.id, "state": "stopping"}), &[arn(&stopping.id)]),
-            entry("AWS Health Event", "aws.health", json!({
-                "eventArn": "arn:aws:health:us-east-1::event/EC2/AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED/x",
-                "service": "EC2", "eventTypeCode": "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
-                "eventTypeCategory": "scheduledChange", "startTime": soon,
-                "affectedEntities": [{"entityValue": retiring.id}]
-            }), std::slice::from_ref(&retiring.id)),
+            entry("AWS Health Event", "aws.health", forewarn::domain::fixtures::health_detail(&[&retiring.id], &soon), std::slice::from_ref(&retiring.id)),
             // malformed: a spot warning without its instance id
             entry("EC2 Spot Instance Interruption Warning", "aws.ec2", json!({"instance-action": "terminate"}), &[]),
         ];
@@ -233,12 +228,11 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
             .find(|r| r.pass.is_none() && r.instance_ids == vec![spot.id.clone()])
             .unwrap();
         let writes_before = fake.writes().len();
-        let body = json!({
-            "version": "0", "id": spot_report.event_id.clone().unwrap(), "detail-type": "EC2 Spot Instance Interruption Warning",
-            "source": "aws.ec2", "account": "123456789012", "time": spot_report.time.unwrap().to_rfc3339(),
-            "region": "us-east-1", "resources": [arn(&spot.id)],
-            "detail": {"instance-id": spot.id, "instance-action": "terminate"}
-        });
+        let body = forewarn::domain::fixtures::spot_json(
+            spot_report.event_id.as_deref().unwrap(),
+            &spot.id,
+            &spot_report.time.unwrap().to_rfc3339(),
+        );
         sqs.send_message().queue_url(&queue_url).message_body(body.to_string()).send().await.unwrap();
         let again = drain(&sqs, &queue_url, &queue_arn, &handler, 10, 5).await.unwrap();
         assert_eq!(again.reports.len(), 1);

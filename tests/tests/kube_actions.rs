@@ -1179,12 +1179,7 @@ async fn the_pipeline_acts_through_the_adapter_once_per_event() {
         nodes: &directory,
         executor: Some(&executor),
     };
-    let raw = json!({
-        "version": "0", "id": "ev-pipeline", "detail-type": "EC2 Spot Instance Interruption Warning",
-        "source": "aws.ec2", "account": "123456789012", "time": Utc::now().to_rfc3339(),
-        "region": "us-east-1", "resources": [],
-        "detail": {"instance-id": ID, "instance-action": "terminate"}
-    });
+    let raw = fixtures::spot_json("ev-pipeline", ID, &Utc::now().to_rfc3339());
     let records =
         forewarn::domain::inbound::decode("test", raw.to_string().as_bytes(), Utc::now()).unwrap();
 
@@ -1268,14 +1263,8 @@ async fn the_handler_tells_the_webhook_and_counts_evictions() {
         concurrency: 4,
         safety_margin: Duration::from_secs(1),
     };
-    let spot = |id: &str, instance: &str| {
-        json!({
-            "version": "0", "id": id, "detail-type": "EC2 Spot Instance Interruption Warning",
-            "source": "aws.ec2", "account": "123456789012", "time": Utc::now().to_rfc3339(),
-            "region": "us-east-1", "resources": [],
-            "detail": {"instance-id": instance, "instance-action": "terminate"}
-        })
-    };
+    let spot =
+        |id: &str, instance: &str| fixtures::spot_json(id, instance, &Utc::now().to_rfc3339());
 
     let inv = handler.invoke(spot("ev-hook", ID), None).await.unwrap();
 
@@ -2221,13 +2210,7 @@ fn sqs_batch(bodies: &[String]) -> Vec<forewarn::domain::inbound::Record> {
 }
 
 fn spot_body(id: &str, instance_id: &str) -> String {
-    json!({
-        "version": "0", "id": id, "detail-type": "EC2 Spot Instance Interruption Warning",
-        "source": "aws.ec2", "account": "123456789012", "time": Utc::now().to_rfc3339(),
-        "region": "us-east-1", "resources": [],
-        "detail": {"instance-id": instance_id, "instance-action": "terminate"}
-    })
-    .to_string()
+    fixtures::spot_json(id, instance_id, &Utc::now().to_rfc3339()).to_string()
 }
 
 #[tokio::test]

@@ -12,7 +12,7 @@ use forewarn::adapters::ec2::Ec2Directory;
 use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
 use forewarn::app::handler::Handler;
 use forewarn::domain::config::Config;
-use forewarn::domain::fixtures::{app_pod as pod, ec2_node as node};
+use forewarn::domain::fixtures::{app_pod as pod, ec2_node as node, spot_json};
 use forewarn::domain::report::Outcome;
 use forewarn_tests::ec2::{Launch, any_image, launch};
 use forewarn_tests::moto::{MotoServer, create_pool_table};
@@ -123,13 +123,7 @@ pub fn sqs_batch(ids: &[&str], tag: &str) -> Value {
         .iter()
         .enumerate()
         .map(|(n, id)| {
-            let body = json!({
-                "version": "0", "id": format!("{tag}-{n}-{id}"),
-                "detail-type": "EC2 Spot Instance Interruption Warning", "source": "aws.ec2",
-                "account": "123456789012", "time": now, "region": "us-east-1",
-                "resources": [format!("arn:aws:ec2:us-east-1:123456789012:instance/{id}")],
-                "detail": {"instance-id": id, "instance-action": "terminate"}
-            });
+            let body = spot_json(&format!("{tag}-{n}-{id}"), id, &now);
             json!({
                 "messageId": format!("m-{tag}-{n}"),
                 "receiptHandle": format!("rh-{tag}-{n}"),

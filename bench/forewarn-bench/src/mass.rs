@@ -272,14 +272,7 @@ fn sqs_event(messages: &[(u64, String, u32)]) -> Value {
 }
 
 fn warning(n: usize, id: &str, time: &str) -> String {
-    json!({
-        "version": "0", "id": format!("mass-{n}-{id}"),
-        "detail-type": "EC2 Spot Instance Interruption Warning", "source": "aws.ec2",
-        "account": "123456789012", "time": time, "region": "us-east-1",
-        "resources": [format!("arn:aws:ec2:us-east-1:123456789012:instance/{id}")],
-        "detail": {"instance-id": id, "instance-action": "terminate"}
-    })
-    .to_string()
+    forewarn::domain::fixtures::spot_json(&format!("mass-{n}-{id}"), id, time).to_string()
 }
 
 /// What one run measured.

@@ -133,6 +133,21 @@ pub fn spot_json(id: &str, instance_id: &str, time: &str) -> Value {
     )
 }
 
+/// The `detail` of an AWS Health scheduled instance retirement of `instance_ids` starting at
+/// `start_time`, as JSON.
+pub fn health_detail(instance_ids: &[&str], start_time: &str) -> Value {
+    let entities: Vec<Value> = instance_ids
+        .iter()
+        .map(|id| json!({"entityValue": id}))
+        .collect();
+    json!({
+        "eventArn": "arn:aws:health:us-east-1::event/EC2/AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED/x",
+        "service": "EC2", "eventTypeCode": "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+        "eventTypeCategory": "scheduledChange", "startTime": start_time,
+        "affectedEntities": entities
+    })
+}
+
 /// An `aws.ec2` event of `detail_type` as EventBridge delivers it, as JSON; `detail` gets the
 /// instance id.
 pub fn event_json(

@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 
 use crate::domain::config::{Config, parse_duration};
 use crate::domain::event::autoscaling::ASG_TERMINATING;
-use crate::domain::event::{DT_HEALTH, DT_RESERVATION, DT_SPOT, Detail, EventKind};
-use crate::domain::fixtures::{instance, node_facts};
+use crate::domain::event::{DT_HEALTH, DT_RESERVATION, Detail, EventKind};
+use crate::domain::fixtures::{self, instance, node_facts};
 use crate::domain::inbound::continuation::Continuation;
 use crate::domain::inbound::decode_value;
 use crate::domain::plan::{Facts, decide, drain_deadline, earliest_deadline, time_left};
@@ -28,20 +28,15 @@ fn received() -> DateTime<Utc> {
 
 /// Every time field of every kind: (event, JSON path of the time).
 fn time_fields() -> Vec<(Value, Vec<&'static str>)> {
-    let spot = json!({
-        "id": "e1", "source": "aws.ec2", "detail-type": DT_SPOT, "time": "2026-11-20T10:00:00Z",
-        "detail": {"instance-id": "i-0a1b2c3d4e5f60001", "instance-action": "terminate"}
-    });
+    let spot = fixtures::spot_json("e1", "i-0a1b2c3d4e5f60001", "2026-11-20T10:00:00Z");
+    let mut health_detail = fixtures::health_detail(
+        &["i-0a1b2c3d4e5f60002", "i-0a1b2c3d4e5f60003"],
+        "Sat, 21 Nov 2026 10:30:00 GMT",
+    );
+    health_detail["endTime"] = json!("2026-11-21T11:30:00Z");
     let health = json!({
         "id": "h1", "source": "aws.health", "detail-type": DT_HEALTH,
-        "time": "2026-11-20T10:00:00Z",
-        "detail": {
-            "service": "EC2", "eventTypeCategory": "scheduledChange",
-            "eventTypeCode": "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
-            "startTime": "Sat, 21 Nov 2026 10:30:00 GMT", "endTime": "2026-11-21T11:30:00Z",
-            "affectedEntities": [{"entityValue": "i-0a1b2c3d4e5f60002"},
-                                 {"entityValue": "i-0a1b2c3d4e5f60003"}]
-        }
+        "time": "2026-11-20T10:00:00Z", "detail": health_detail
     });
     let reservation = json!({
         "id": "r1", "source": "aws.ec2", "detail-type": DT_RESERVATION,
