@@ -9,8 +9,8 @@
 //! Cordons first: before any event's work, one pass over the batch cordons and taints every node
 //! its events will act on ([`Executor::cordon`]); evictions start only after it.
 //!
-//! Drains that do not block: with a [`Continue`], an event's first pass cordons, evicts and
-//! returns; what must wait is continued by a later delivery (see
+//! Drains that do not block: with a [`Continue`], an event's first pass cordons and taints the
+//! node and returns; the drain is carried on by later deliveries (see
 //! [`crate::domain::continuation`]). Without one (a replay), the drain waits, as one whole pass.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};

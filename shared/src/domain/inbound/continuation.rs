@@ -1,9 +1,9 @@
 //! Continuations: the later passes of a drain that must wait.
 //!
-//! An invocation does a warning's API work (cordon and taint, evict every evictable pod, record
-//! Events) and returns; what must wait — pods still terminating, evictions refused by a
-//! disruption budget, the lifecycle action to complete after the drain, the drain's closing
-//! Event — is done by later passes. Each pass that leaves work sends a **continuation message**
+//! A warning's first delivery cordons and taints its node and returns; the drain — the Events of
+//! the decision, the evictions, the pods still terminating, evictions refused by a disruption
+//! budget, the lifecycle action to complete after the drain, the drain's closing Event — is done
+//! by later passes. Each pass that leaves work sends a **continuation message**
 //! to the queue the event came from, delayed by a few seconds (`DelaySeconds`): a new message
 //! carrying the original message body and the drain's progress ([`Continuation`]). The original
 //! message is then answered as handled, so its receive count (and the queue's `maxReceiveCount`)
