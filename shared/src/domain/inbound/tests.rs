@@ -110,17 +110,15 @@ fn health_event_keeps_only_instance_entities() {
     let v = json!({
         "id": "h1", "source": "aws.health", "detail-type": "AWS Health Event",
         "time": "2026-11-20T10:00:00Z",
-        "detail": {
-            "service": "EC2", "eventTypeCategory": "scheduledChange",
-            "eventTypeCode": "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
-            "startTime": "Sat, 21 Nov 2026 10:30:00 GMT",
-            "affectedEntities": [
-                {"entityValue": "i-0a1b2c3d4e5f60002"},
-                {"entityValue": "vol-0123456789abcdef0"},
-                {"entityValue": "i-0a1b2c3d4e5f60002"},
-                {"entityValue": "i-0a1b2c3d4e5f6000d"}
-            ]
-        }
+        "detail": crate::domain::fixtures::health_detail(
+            &[
+                "i-0a1b2c3d4e5f60002",
+                "vol-0123456789abcdef0",
+                "i-0a1b2c3d4e5f60002",
+                "i-0a1b2c3d4e5f6000d",
+            ],
+            "Sat, 21 Nov 2026 10:30:00 GMT",
+        )
     });
     let e = one(v).unwrap();
     assert_eq!(e.kind, EventKind::ScheduledChange);
@@ -373,16 +371,12 @@ fn empty_time_falls_back_to_sent_timestamp_or_receipt() {
 
 #[test]
 fn empty_health_times_are_absent_and_instance_ids_trimmed() {
-    let v = json!({
+    let mut v = json!({
         "id": "h1", "source": "aws.health", "detail-type": "AWS Health Event",
         "time": "2026-11-20T10:00:00Z",
-        "detail": {
-            "service": "EC2", "eventTypeCategory": "scheduledChange",
-            "eventTypeCode": "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
-            "startTime": " ", "endTime": "",
-            "affectedEntities": [{"entityValue": " i-0a1b2c3d4e5f60002\n"}]
-        }
+        "detail": crate::domain::fixtures::health_detail(&[" i-0a1b2c3d4e5f60002\n"], " ")
     });
+    v["detail"]["endTime"] = json!("");
     let e = one(v).unwrap();
     assert_eq!(e.instance_ids, vec!["i-0a1b2c3d4e5f60002"]);
     assert_eq!(e.deadline_hint(), None);
