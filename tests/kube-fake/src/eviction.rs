@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 
 use crate::selectors::LabelSelector;
 use crate::status::{self, ApiError};
-use crate::store::{DeleteOptions, DeleteOutcome, ObjKey, Store, meta_str, now_rfc3339};
+use crate::store::{DeleteOptions, Store, meta_str, now_rfc3339};
 
 /// The status the disruption controller would write for one budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,9 +73,6 @@ impl PdbStatus {
         })
     }
 }
-
-/// A graceful deletion the caller must finish later.
-pub(crate) type GracefulDeletion = (ObjKey, String, std::time::Duration);
 
 fn has_condition(pod: &Value, kind: &str) -> bool {
     pod.pointer("/status/conditions")
@@ -228,14 +225,14 @@ impl Store {
     }
 
     /// `POST …/pods/{name}/eviction`. On success the pod is deleted (or starts a
-    /// graceful deletion the caller must finish).
+    /// graceful deletion, which the store finishes when its time comes).
     pub(crate) fn evict(
         &mut self,
         namespace: &str,
         name: &str,
         body: &Value,
         dry_run: bool,
-    ) -> Result<Option<GracefulDeletion>, ApiError> {
+    ) -> Result<(), ApiError> {
         if !body.is_object() {
             return Err(status::bad_request("not a Eviction object"));
         }
@@ -324,16 +321,10 @@ impl Store {
         name: &str,
         options: &DeleteOptions,
         dry_run: bool,
-    ) -> Result<Option<GracefulDeletion>, ApiError> {
+    ) -> Result<(), ApiError> {
         let pods = self.pods_index();
-        Ok(
-            match self.delete(pods, Some(namespace), name, options, dry_run)? {
-                DeleteOutcome::Graceful {
-                    key, uid, after, ..
-                } => Some((key, uid, after)),
-                DeleteOutcome::Deleted(_) | DeleteOutcome::Pending(_) => None,
-            },
-        )
+        self.delete(pods, Some(namespace), name, options, dry_run)?;
+        Ok(())
     }
 }
 

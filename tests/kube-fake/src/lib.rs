@@ -446,7 +446,9 @@ impl KubeFake {
     /// Answers 429 `TooManyRequests` with `Retry-After: 1` to requests beyond
     /// `requests_per_second` (token bucket holding at most `burst` requests, full at start).
     pub fn set_rate_limit(&self, requests_per_second: f64, burst: u32) {
-        self.lock().control.rate_limit = Some(TokenBucket::new(requests_per_second, burst));
+        let mut state = self.lock();
+        let now = state.store.now();
+        state.control.rate_limit = Some(TokenBucket::new(requests_per_second, burst, now));
     }
 
     /// Removes the rate limit.
@@ -468,6 +470,16 @@ impl KubeFake {
     /// removed (default zero: at once). While it stays it counts as unhealthy.
     pub fn set_eviction_grace(&self, grace: Duration) {
         self.lock().store.pod_grace = grace;
+    }
+
+    /// Puts the fake on a clock of the test's: `now` is then what timestamps, graceful
+    /// deletions and the rate limit go by (the wall clock by default). A test that moves its
+    /// clock on sees a pod whose grace period has passed gone, without sleeping.
+    pub fn set_clock(
+        &self,
+        now: impl Fn() -> chrono::DateTime<chrono::Utc> + Send + Sync + 'static,
+    ) {
+        self.lock().store.clock = std::sync::Arc::new(now);
     }
 
     /// Request counters.

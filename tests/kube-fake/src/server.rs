@@ -1,7 +1,9 @@
 //! The HTTP side: routing, content types, fault injection and the request log.
 
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
 
 use axum::body::{Body, to_bytes};
 use axum::extract::{Request, State};
@@ -11,7 +13,6 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::discovery;
-use crate::eviction::GracefulDeletion;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::{self, ApiError};
 use crate::store::{DeleteOptions, DeleteOutcome, PatchKind, Store, Target};
@@ -44,23 +45,22 @@ pub(crate) struct TokenBucket {
     rate: f64,
     burst: f64,
     tokens: f64,
-    last: Instant,
+    last: DateTime<Utc>,
 }
 
 impl TokenBucket {
-    pub fn new(rate: f64, burst: u32) -> Self {
+    pub fn new(rate: f64, burst: u32, now: DateTime<Utc>) -> Self {
         let burst = f64::from(burst.max(1));
         Self {
             rate: rate.max(0.0),
             burst,
             tokens: burst,
-            last: Instant::now(),
+            last: now,
         }
     }
 
-    fn try_take(&mut self) -> bool {
-        let now = Instant::now();
-        let elapsed = now.duration_since(self.last).as_secs_f64();
+    fn try_take(&mut self, now: DateTime<Utc>) -> bool {
+        let elapsed = (now - self.last).to_std().unwrap_or_default().as_secs_f64();
         self.last = now;
         self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
         if self.tokens >= 1.0 {
@@ -99,7 +99,9 @@ impl Shared {
     pub fn lock(&self) -> MutexGuard<'_, FakeState> {
         // A panic while holding the lock cannot leave the store half-written in a way
         // that matters to a test double; keep serving.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.store.reap();
+        state
     }
 }
 
@@ -108,7 +110,6 @@ struct Answer {
     code: u16,
     body: Value,
     retry_after: Option<u32>,
-    graceful: Option<GracefulDeletion>,
 }
 
 impl Answer {
@@ -117,7 +118,6 @@ impl Answer {
             code,
             body,
             retry_after: None,
-            graceful: None,
         }
     }
 }
@@ -128,7 +128,6 @@ impl From<ApiError> for Answer {
             code: e.code,
             body: e.body,
             retry_after: e.retry_after,
-            graceful: None,
         }
     }
 }
@@ -372,15 +371,6 @@ fn dispatch(
                     DeleteOutcome::Deleted(body) | DeleteOutcome::Pending(body) => {
                         Answer::ok(200, body)
                     }
-                    DeleteOutcome::Graceful {
-                        body,
-                        key,
-                        uid,
-                        after,
-                    } => Answer {
-                        graceful: Some((key, uid, after)),
-                        ..Answer::ok(200, body)
-                    },
                 })
             }
             _ => Err(status::method_not_allowed()),
@@ -395,11 +385,8 @@ fn dispatch(
             Method::POST => {
                 check_body_type(store, idx, req.media)?;
                 let body = parse_json(req.body)?;
-                let graceful = store.evict(ns.unwrap_or_default(), name, &body, dry_run)?;
-                Ok(Answer {
-                    graceful,
-                    ..Answer::ok(201, status::success(Some(201), None))
-                })
+                store.evict(ns.unwrap_or_default(), name, &body, dry_run)?;
+                Ok(Answer::ok(201, status::success(Some(201), None)))
             }
             _ => Err(status::method_not_allowed()),
         },
@@ -488,15 +475,6 @@ fn render(answer: &Answer) -> Response {
     response
 }
 
-fn finish_later(shared: &Arc<Shared>, graceful: GracefulDeletion) {
-    let (key, uid, after) = graceful;
-    let shared = Arc::clone(shared);
-    tokio::spawn(async move {
-        tokio::time::sleep(after).await;
-        shared.lock().store.finish_graceful_deletion(&key, &uid);
-    });
-}
-
 /// The one handler behind every path.
 pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
@@ -517,6 +495,7 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
                 .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned())),
         )
     };
+    let arrived = shared.lock().store.now();
     let record = |status: u16| RecordedRequest {
         method: method.clone(),
         path: path.clone(),
@@ -524,7 +503,7 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
         content_type: content_type.clone(),
         body: recorded_body.clone(),
         status,
-        at: chrono::Utc::now(),
+        at: arrived,
     };
 
     let (latency, hang) = {
@@ -553,11 +532,12 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
     let answer = {
         let mut state = shared.lock();
         let state = &mut *state;
+        let now = state.store.now();
         let limited = state
             .control
             .rate_limit
             .as_mut()
-            .is_some_and(|bucket| !bucket.try_take());
+            .is_some_and(|bucket| !bucket.try_take(now));
         let answer: Answer = if limited {
             state.control.counters.rate_limited += 1;
             status::too_many_requests("Too many requests, please try again later.", 1, None).into()
@@ -582,9 +562,6 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
         answer
     };
     tracing::debug!("kube-fake: {method} {path}?{raw_query} -> {}", answer.code);
-    if let Some(graceful) = answer.graceful.clone() {
-        finish_later(&shared, graceful);
-    }
     render(&answer)
 }
 
@@ -640,11 +617,15 @@ mod tests {
     }
 
     #[test]
-    fn token_bucket_allows_a_burst_then_refuses() {
-        let mut bucket = TokenBucket::new(0.0, 2);
-        assert!(bucket.try_take());
-        assert!(bucket.try_take());
-        assert!(!bucket.try_take());
+    fn token_bucket_allows_a_burst_then_refuses_until_its_clock_moves_on() {
+        let t0: DateTime<Utc> = "2026-11-24T10:00:00Z".parse().unwrap();
+        let mut bucket = TokenBucket::new(2.0, 2, t0);
+        assert!(bucket.try_take(t0));
+        assert!(bucket.try_take(t0));
+        assert!(!bucket.try_take(t0));
+        let later = t0 + chrono::Duration::milliseconds(500);
+        assert!(bucket.try_take(later), "one token a half second at 2/s");
+        assert!(!bucket.try_take(later));
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use chrono::{SecondsFormat, Utc};
+use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Map, Value, json};
 
 use crate::patch::{self, PatchFailure};
@@ -68,17 +68,14 @@ impl DeleteOptions {
 pub(crate) enum DeleteOutcome {
     /// The object is gone; the body is the answer (object or `Status`).
     Deleted(Value),
-    /// Deletion is pending (finalizers, or a graceful pod deletion); the body is the object.
+    /// Deletion is pending (finalizers, or a graceful pod deletion, which the store finishes
+    /// once its time has come: [`Store::reap`]); the body is the object.
     Pending(Value),
-    /// A graceful pod deletion started: the caller must call
-    /// [`Store::finish_graceful_deletion`] for `key`/`uid` after `after`.
-    Graceful {
-        body: Value,
-        key: ObjKey,
-        uid: String,
-        after: Duration,
-    },
 }
+
+/// The fake's clock: what "now" is for timestamps, graceful deletions and the rate limit (the
+/// wall clock unless a test sets its own: [`crate::KubeFake::set_clock`]).
+pub type Now = std::sync::Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
 
 /// The objects, the global resourceVersion counter and per-type rules.
 pub(crate) struct Store {
@@ -88,6 +85,10 @@ pub(crate) struct Store {
     rng: u64,
     /// How long an evicted or deleted pod on a node stays with a deletionTimestamp.
     pub pod_grace: Duration,
+    /// Graceful pod deletions under way: the pod, its uid, when the kubelet's final delete
+    /// comes.
+    graceful: Vec<(ObjKey, String, DateTime<Utc>)>,
+    pub clock: Now,
 }
 
 pub(crate) fn now_rfc3339() -> String {
@@ -155,6 +156,31 @@ impl Store {
             resource_version: 1000,
             rng: seed ^ 0x9E37_79B9_7F4A_7C15,
             pod_grace: Duration::ZERO,
+            graceful: Vec::new(),
+            clock: std::sync::Arc::new(Utc::now),
+        }
+    }
+
+    /// The time now, on the fake's clock.
+    pub fn now(&self) -> DateTime<Utc> {
+        (self.clock)()
+    }
+
+    fn now_rfc3339(&self) -> String {
+        self.now().to_rfc3339_opts(SecondsFormat::Secs, true)
+    }
+
+    /// Finishes the graceful deletions whose time has come (what the kubelet's final delete
+    /// does). Runs before every request and every read of the handle, so a pod is gone for
+    /// whoever looks once its grace period has passed on the fake's clock.
+    pub fn reap(&mut self) {
+        let now = self.now();
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.graceful)
+            .into_iter()
+            .partition(|(_, _, at)| *at <= now);
+        self.graceful = later;
+        for (key, uid, _) in due {
+            self.finish_graceful_deletion(&key, &uid);
         }
     }
 
@@ -404,7 +430,7 @@ impl Store {
         let uid = self.new_uid();
         let meta = meta_mut(&mut obj);
         meta.insert("uid".into(), json!(uid));
-        meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
+        meta.insert("creationTimestamp".into(), json!(self.now_rfc3339()));
         meta.insert("generation".into(), json!(1));
         meta.remove("deletionTimestamp");
         meta.remove("deletionGracePeriodSeconds");
@@ -683,7 +709,7 @@ impl Store {
             } else {
                 self.pod_grace
             };
-            let at = Utc::now()
+            let at = self.now()
                 + chrono::Duration::from_std(grace).unwrap_or_else(|_| chrono::Duration::zero());
             let meta = meta_mut(&mut pending);
             meta.insert(
@@ -698,12 +724,7 @@ impl Store {
             }
             let body = self.present(idx, pending);
             if graceful_pod && !has_finalizers && !dry_run {
-                return Ok(DeleteOutcome::Graceful {
-                    body,
-                    key,
-                    uid,
-                    after: self.pod_grace,
-                });
+                self.graceful.push((key, uid, at));
             }
             return Ok(DeleteOutcome::Pending(body));
         }
@@ -728,7 +749,7 @@ impl Store {
     }
 
     /// The end of a graceful pod deletion: what the kubelet's final delete does.
-    pub fn finish_graceful_deletion(&mut self, key: &ObjKey, uid: &str) {
+    fn finish_graceful_deletion(&mut self, key: &ObjKey, uid: &str) {
         let Some(obj) = self.objects.get(key) else {
             return;
         };
@@ -792,7 +813,7 @@ impl Store {
         if !meta.contains_key("creationTimestamp") {
             meta.insert(
                 "creationTimestamp".into(),
-                keep("creationTimestamp", json!(now_rfc3339())),
+                keep("creationTimestamp", json!(self.now_rfc3339())),
             );
         }
         if !meta.contains_key("generation") {

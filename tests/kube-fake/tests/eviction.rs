@@ -208,17 +208,28 @@ async fn budgets_in_other_namespaces_or_selecting_other_pods_do_not_apply() {
 async fn graceful_eviction_leaves_a_terminating_pod_for_a_while() {
     let fake = KubeFake::start().await;
     fake.insert(running("web", "w1", "n1", "web"));
-    fake.set_eviction_grace(Duration::from_millis(300));
+    // The fake on a clock of the test's: the grace period passes when the test says so.
+    let t0: chrono::DateTime<chrono::Utc> = "2026-11-24T10:00:00Z".parse().unwrap();
+    let now = std::sync::Arc::new(std::sync::Mutex::new(t0));
+    let read = now.clone();
+    fake.set_clock(move || *read.lock().unwrap());
+    fake.set_eviction_grace(Duration::from_secs(30));
     let pods: Api<Pod> = Api::namespaced(fake.client(), "web");
 
     pods.evict("w1", &evict_params()).await.unwrap();
 
     let terminating = pods.get("w1").await.unwrap();
-    assert!(terminating.metadata.deletion_timestamp.is_some());
-    assert_eq!(terminating.metadata.deletion_grace_period_seconds, Some(0));
+    let deleted_at = terminating.metadata.deletion_timestamp.clone().unwrap().0;
+    assert_eq!(deleted_at.to_string(), "2026-11-24T10:00:30Z");
+    assert_eq!(terminating.metadata.deletion_grace_period_seconds, Some(30));
     // Evicting a terminating pod again is accepted.
     pods.evict("w1", &evict_params()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    *now.lock().unwrap() = t0 + chrono::Duration::seconds(29);
+    assert!(
+        pods.get("w1").await.is_ok(),
+        "still terminating 1 s before its time"
+    );
+    *now.lock().unwrap() = t0 + chrono::Duration::seconds(30);
     assert_eq!(api_status(pods.get("w1").await).code, 404);
 }
 
