@@ -3,6 +3,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
@@ -14,6 +15,9 @@ use forewarn::domain::config::Mode;
 use forewarn::domain::event::{DecodeError, Origin};
 use forewarn::domain::inbound::{self, Record};
 use forewarn::domain::report::{Outcome, Tally};
+
+use forewarn::adapters::clock::SystemClock;
+use forewarn::ports::Clock;
 
 use crate::{StoreArgs, TextOrJson, text};
 
@@ -46,6 +50,11 @@ pub struct ReplayArgs {
     /// table (with --table). Without it a live cluster and a table are only read.
     #[arg(long)]
     execute: bool,
+    /// The time the replay runs at (RFC 3339), instead of the wall clock: the samples' events
+    /// of 2026-11-20 replayed "a minute later" decide as they did then (windows, deadlines,
+    /// pool expiries). The clock runs on from it.
+    #[arg(long, value_name = "TIME")]
+    now: Option<chrono::DateTime<Utc>>,
     #[command(flatten)]
     store: StoreArgs,
 }
@@ -140,15 +149,19 @@ pub async fn run(args: ReplayArgs, mut settings: Settings) -> anyhow::Result<Exi
         (None, true) => ClusterChoice::Live(ClusterAccess::from_env()),
         (None, false) => ClusterChoice::None,
     };
-    // Replay reports what it did itself: no webhook. Its drains wait in one pass: a replayed SQS
-    // record names a queue, but a replay never sends anything to it.
+    // Replay reports what it did itself: no webhook. Its drains' passes run in process: a
+    // replayed SQS record names a queue, but a replay never sends anything to it.
     settings.webhook = None;
     settings.drain_pass_interval = None;
-    let services = wiring::services(&settings).await?;
+    let clock = match args.now {
+        Some(now) => Arc::new(SystemClock::starting_at(now)) as Arc<dyn Clock>,
+        None => SystemClock::shared(),
+    };
+    let services = wiring::services_with_clock(&settings, clock.clone()).await?;
 
-    let records = read_records(&args.paths, Utc::now());
+    let records = read_records(&args.paths, clock.now());
     let handler = &services.handler;
-    let reports = handler.run(&records, Utc::now(), None).await;
+    let reports = handler.run(&records, None).await;
 
     let mut out = std::io::stdout().lock();
     match args.output {
@@ -167,7 +180,7 @@ pub async fn run(args: ReplayArgs, mut settings: Settings) -> anyhow::Result<Exi
                     handler.store.location()
                 )
             };
-            text::replay(&mut out, &reports, &writes, Utc::now())?;
+            text::replay(&mut out, &reports, &writes, clock.now())?;
         }
     }
     out.flush().context("writing the output")?;

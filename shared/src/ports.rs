@@ -21,7 +21,7 @@ use crate::domain::stats::HistoryEntry;
 
 tokio::task_local! {
     /// Set by [`within_deadline`]: when the work under way must be over.
-    static WORK_DEADLINE: tokio::time::Instant;
+    static WORK_DEADLINE: DateTime<Utc>;
 }
 
 /// Runs `work` with `deadline` as the time it must be over (a Lambda invocation's deadline less
@@ -29,7 +29,7 @@ tokio::task_local! {
 /// up after a few attempts (see [`work_deadline`]). `None`: no deadline is known (a replay), and
 /// adapters keep their few attempts.
 pub async fn within_deadline<F: std::future::Future>(
-    deadline: Option<tokio::time::Instant>,
+    deadline: Option<DateTime<Utc>>,
     work: F,
 ) -> F::Output {
     match deadline {
@@ -39,8 +39,44 @@ pub async fn within_deadline<F: std::future::Future>(
 }
 
 /// The deadline of the work under way in this task, when [`within_deadline`] set one.
-pub fn work_deadline() -> Option<tokio::time::Instant> {
+pub fn work_deadline() -> Option<DateTime<Utc>> {
     WORK_DEADLINE.try_with(|d| *d).ok()
+}
+
+/// The one clock: "now" for every decision, and every wait. Production reads the system clock
+/// ([`crate::adapters::clock::SystemClock`]); tests use a clock they set and advance
+/// ([`crate::adapters::clock::ManualClock`]), so nothing in them sleeps for real.
+#[async_trait]
+pub trait Clock: Send + Sync + std::fmt::Debug {
+    /// The time now.
+    fn now(&self) -> DateTime<Utc>;
+
+    /// Lets `d` pass: a pause between two passes, a backoff, a poll. (A manual clock moves on
+    /// by `d` at once.)
+    async fn sleep(&self, d: std::time::Duration);
+
+    /// Resolves once `at` has come: the alarm of a deadline, raced against the work it bounds.
+    /// (A manual clock does not move on for it: it rings when something else moves the clock
+    /// past `at`.)
+    async fn alarm(&self, at: DateTime<Utc>);
+}
+
+/// `work`, unless `deadline` comes first on `clock` (then `None`; the work is dropped).
+pub async fn until<F: std::future::Future>(
+    clock: &dyn Clock,
+    deadline: DateTime<Utc>,
+    work: F,
+) -> Option<F::Output> {
+    tokio::select! {
+        biased;
+        out = work => Some(out),
+        () = clock.alarm(deadline) => None,
+    }
+}
+
+/// `d` from `from` as a `chrono` span (saturating: a span too long for `chrono` is ten years).
+pub fn span(d: std::time::Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or_else(|_| chrono::Duration::days(3650))
 }
 
 /// A lookup that failed (EC2, the Kubernetes API).
@@ -224,16 +260,16 @@ pub struct ActionResult {
     pub refused: Option<String>,
 }
 
-/// Which pass over an event's node actions a call to [`Executor::execute`] is.
+/// Which pass over an event's node actions a call to [`Executor::execute`] is. An event's work
+/// is one first pass, then — while a drain is pending — drain passes, spaced by the pass
+/// interval; the pipeline drives them (by continuation messages, or in process: see
+/// `crate::app::pipeline`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pass {
-    /// All in one call: the drain waits for its pods until they are gone or the deadline passes,
-    /// then the lifecycle action is completed (a replay: no queue to continue on).
-    Whole,
-    /// The first delivery of an event whose drain does not wait: the node is cordoned and
-    /// tainted, and nothing else is done to it (its drain is reported `pending`), so that a mass
-    /// interruption's first deliveries are short and every node is cordoned early. Actions
-    /// without a drain are carried out whole.
+    /// The event's first pass: a drain's node is cordoned and tainted, and nothing else is done
+    /// to it (its drain is reported `pending`), so that a mass interruption's first deliveries
+    /// are short and every node is cordoned early. Actions without a drain are carried out
+    /// whole. (A dry run, which has no later pass, also says what the drain would evict.)
     Cordon,
     /// A pass of the drain: what is on the node is evicted (critical pods once the others are
     /// gone) or waited for; when nothing is left (or the deadline has passed) the drain ends and
@@ -259,29 +295,32 @@ pub struct ExecuteError {
 /// Carries out a plan's node actions (the Kubernetes API, the ASG lifecycle action).
 #[async_trait]
 pub trait Executor: Send + Sync {
-    /// Cordons and taints the nodes of `plan`'s cordon actions, and nothing else: the pass the
-    /// pipeline runs over a whole batch before any eviction. Idempotent; the default does
-    /// nothing (the cordon then happens in [`Executor::execute`]).
-    async fn cordon(&self, _plan: &Plan) -> Result<Vec<ActionResult>, ExecuteError> {
-        Ok(Vec::new())
-    }
-
     /// Carries out every action of `plan` for `pass`, idempotently. An `Err` means the event
     /// must be retried (nothing is recorded as applied).
     async fn execute(&self, plan: &Plan, pass: Pass) -> Result<Vec<ActionResult>, ExecuteError>;
 }
 
-/// Queues a later pass of an event's drain: a new message on the queue the event came from,
-/// delivered after `delay` (SQS `SendMessage` with `DelaySeconds`).
+/// Where a drain's continuations go (see [`crate::domain::continuation`]): a new message on
+/// the queue the event came from, delivered after `delay` (SQS `SendMessage` with
+/// `DelaySeconds`).
 #[async_trait]
-pub trait Continuer: Send + Sync {
-    /// Sends `body` to the queue of `queue_arn`, to be delivered after `delay`.
-    async fn continue_later(
+pub trait ContinuationQueue: Send + Sync {
+    /// Sends the continuation `body` to the queue of `queue_arn`, to be delivered after `delay`.
+    async fn send(
         &self,
         queue_arn: &str,
         body: &str,
         delay: std::time::Duration,
-    ) -> Result<(), String>;
+    ) -> Result<(), QueueError>;
+}
+
+/// A message the queue did not take (`SendMessage`, `ChangeMessageVisibilityBatch`).
+#[derive(Debug, thiserror::Error)]
+#[error("{queue}: {message}")]
+pub struct QueueError {
+    /// The queue's ARN or URL.
+    pub queue: String,
+    pub message: String,
 }
 
 /// Where a sweep looks for instances that are gone.
@@ -364,8 +403,8 @@ pub struct Delivery {
 /// Tells people what was done (the webhook). Best effort: it never fails an event.
 #[async_trait]
 pub trait Notifier: Send + Sync {
-    /// Sends what `reports` are worth telling, all before `deadline`; failures are counted.
-    async fn notify(&self, reports: &[Report], deadline: Option<tokio::time::Instant>) -> Delivery;
+    /// Sends what `reports` are worth telling, all within `time_left`; failures are counted.
+    async fn notify(&self, reports: &[Report], time_left: Option<std::time::Duration>) -> Delivery;
 }
 
 /// A message to come back after `delay` rather than after the queue's visibility timeout.
@@ -384,7 +423,7 @@ pub struct Redeliver {
 #[async_trait]
 pub trait Redelivery: Send + Sync {
     /// Sets the visibility of each message; answers how many were changed, or why none was.
-    async fn redeliver(&self, messages: &[Redeliver]) -> Result<usize, String>;
+    async fn redeliver(&self, messages: &[Redeliver]) -> Result<usize, QueueError>;
 }
 
 /// Where node groups come from: Auto Scaling `DescribeAutoScalingGroups`, or a capture.

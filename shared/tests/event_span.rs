@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use chrono::Utc;
 use forewarn::adapters::embedded::EmbeddedStore;
 use forewarn::adapters::snapshot::{ClusterState, SnapshotInstances};
 use forewarn::app::pipeline::{Limits, Pipeline};
@@ -15,7 +14,7 @@ use forewarn::domain::facts::{InstanceFacts, NodeFacts};
 use forewarn::domain::plan::Plan;
 use forewarn::domain::pool::CapacityType;
 use forewarn::domain::report::Outcome;
-use forewarn::ports::{ActionResult, ExecuteError, Executor, Pass};
+use forewarn::ports::{ActionResult, Clock, ExecuteError, Executor, Pass};
 
 const ID: &str = "i-0a1b2c3d4e5f60001";
 
@@ -83,8 +82,12 @@ fn every_log_line_of_an_events_work_carries_the_event_span() {
     let dir = tempfile::tempdir().unwrap();
     let store = EmbeddedStore::open(dir.path()).unwrap();
     let config = Config::default();
+    let clock = forewarn::adapters::clock::ManualClock::at("2026-11-20T10:01:00Z".parse().unwrap());
+    let passes =
+        forewarn::app::pipeline::Passes::in_process(forewarn::app::pipeline::PASS_INTERVAL);
     let pipeline = Pipeline {
-        continuer: None,
+        passes: &passes,
+        clock: &clock,
         mode: forewarn::domain::config::Mode::Act,
         config: &config,
         store: &store,
@@ -95,15 +98,14 @@ fn every_log_line_of_an_events_work_carries_the_event_span() {
     let event = serde_json::json!({"id": "e-span", "source": "aws.ec2",
         "detail-type": "EC2 Spot Instance Interruption Warning", "time": "2026-11-20T10:00:00Z",
         "region": "us-east-1", "detail": {"instance-id": ID, "instance-action": "terminate"}});
-    let records =
-        forewarn::domain::inbound::decode_value("test", event, chrono::Utc::now()).unwrap();
+    let records = forewarn::domain::inbound::decode_value("test", event, clock.now()).unwrap();
 
     let reports = tracing::subscriber::with_default(subscriber, || {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap()
-            .block_on(pipeline.process_with(&records, Utc::now(), Limits::default()))
+            .block_on(pipeline.process_with(&records, Limits::default()))
     });
 
     assert_eq!(reports[0].outcome, Outcome::Acted);

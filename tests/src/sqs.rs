@@ -136,7 +136,7 @@ pub async fn drain_patiently(
             .iter()
             .map(|m| lambda_message(m, queue_arn))
             .collect();
-        let deadline = budget.map(|b| tokio::time::Instant::now() + b);
+        let deadline = budget.map(|b| handler.clock.now() + forewarn::ports::span(b));
         let (response, reports) = handler.handle_sqs(&event, deadline).await?;
         let failed: Vec<&str> = response
             .batch_item_failures

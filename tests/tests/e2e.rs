@@ -19,7 +19,8 @@ use forewarn::adapters::dynamo::DynamoStore;
 use forewarn::adapters::ec2::Ec2Directory;
 use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
 use forewarn::adapters::sqs::SqsRedelivery;
-use forewarn::app::handler::{DrainPasses, Handler};
+use forewarn::app::handler::Handler;
+use forewarn::app::pipeline::Passes;
 use forewarn::domain::config::Config;
 use forewarn::domain::fixtures::{app_pod as pod, ec2_node};
 use forewarn::domain::pool::PoolQuery;
@@ -123,17 +124,13 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
         fake.set_eviction_grace(Duration::from_secs(2));
         let queue = Arc::new(SqsRedelivery::new(aws_sdk_sqs::Client::new(&sdk)));
         let handler = Handler {
-            mode: forewarn::domain::config::Mode::Act,
-            notifier: None,
             redelivery: Some(queue.clone()),
-            drain_passes: Some(DrainPasses { continuer: queue.clone(), interval: Duration::from_secs(1) }),
-            config: config.clone(),
-            store: store.clone(),
+            passes: Passes { interval: Duration::from_secs(1), queue: Some(queue.clone()) },
             instances: Arc::new(Ec2Directory::from_conf(&sdk)),
             nodes: Arc::new(KubeNodeDirectory::new(clients.clone())),
             executor: Some(Arc::new(KubeExecutor::new(clients, &config))),
             concurrency: 4,
-            safety_margin: Duration::from_secs(1),
+            ..Handler::new(config.clone(), store.clone())
         };
 
         // EventBridge: the events as AWS emits them; the rules route them to the queue.

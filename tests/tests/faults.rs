@@ -30,7 +30,8 @@ use forewarn::adapters::dynamo::DynamoStore;
 use forewarn::adapters::ec2::Ec2Directory;
 use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
 use forewarn::adapters::sqs::SqsRedelivery;
-use forewarn::app::handler::{DrainPasses, Handler};
+use forewarn::app::handler::Handler;
+use forewarn::app::pipeline::Passes;
 use forewarn::domain::config::Config;
 use forewarn::domain::event::{DT_REBALANCE, DT_SPOT, DT_STATE_CHANGE, EventKind};
 use forewarn::domain::fixtures::{app_pod, ec2_node};
@@ -171,20 +172,18 @@ impl World {
             table.clone(),
         ));
         let handler = Handler {
-            mode: forewarn::domain::config::Mode::Act,
-            notifier: None,
             // The handler's SQS calls go through the proxy too, so that they can fail.
             redelivery: options.redelivery.then(|| {
                 Arc::new(SqsRedelivery::new(aws_sdk_sqs::Client::new(&through_proxy)))
                     as Arc<dyn forewarn::ports::Redelivery>
             }),
             // Drains continue through the queue, as deployed.
-            drain_passes: Some(DrainPasses {
-                continuer: Arc::new(SqsRedelivery::new(aws_sdk_sqs::Client::new(&through_proxy))),
+            passes: Passes {
                 interval: Duration::from_secs(1),
-            }),
-            config: config.clone(),
-            store: store.clone(),
+                queue: Some(Arc::new(SqsRedelivery::new(aws_sdk_sqs::Client::new(
+                    &through_proxy,
+                )))),
+            },
             instances: Arc::new(Ec2Directory::from_conf(&through_proxy)),
             nodes: Arc::new(KubeNodeDirectory::new(clients.clone())),
             // Lifecycle actions are completed in moto's Auto Scaling, through the proxy (which
@@ -195,6 +194,7 @@ impl World {
             )),
             concurrency: options.concurrency,
             safety_margin: Duration::ZERO,
+            ..Handler::new(config.clone(), store.clone())
         };
         World {
             sdk,

@@ -12,17 +12,19 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use chrono::Utc;
+use forewarn::adapters::clock::ManualClock;
 use forewarn::adapters::kube::{
     ClusterClient, CordonOutcome, DeleteOutcome, EventOutcome, ExecutorSettings, KubeExecutor,
     KubeNodeDirectory, NodeOutcome, REPORTING_CONTROLLER, event_name,
 };
+use forewarn::app::pipeline::{Passes, Pipeline};
 use forewarn::domain::config::{Action, Config, LABEL_EXCLUDE_LB};
 use forewarn::domain::event::{Detail, Event, EventKind, LifecycleAction};
 use forewarn::domain::facts::InstanceFacts;
 use forewarn::domain::fixtures::{self, node_object, pdb_object, pod_object};
 use forewarn::domain::plan::{Facts, Plan, Target, decide};
-use forewarn::ports::NodeDirectory;
-use forewarn::ports::{Executor, Pass};
+use forewarn::ports::{ActionResult, ExecuteError, Executor, Pass};
+use forewarn::ports::{Clock, NodeDirectory};
 use forewarn::ports::{LifecycleCompleter, LifecycleError, LifecycleOutcome};
 use kube_fake::{Fault, KubeFake, Method, RecordedRequest};
 use serde_json::{Value, json};
@@ -86,26 +88,138 @@ fn fast() -> ExecutorSettings {
     ExecutorSettings {
         backoff_initial: Duration::from_millis(20),
         backoff_max: Duration::from_millis(200),
-        poll_interval: Duration::from_millis(20),
         reporting_instance: "forewarn-test".into(),
         ..ExecutorSettings::default()
     }
+}
+
+/// The time between two drain passes in these tests (the fake's pods go at once, or after the
+/// grace period a test sets).
+const PASS_GAP: Duration = Duration::from_millis(100);
+
+/// An event's passes as the pipeline's in-process driver runs them: the first pass, then drain
+/// passes [`PASS_GAP`] apart until none is pending; each action's outcomes merged into one (the
+/// first cordon, every eviction and Event, the last of the rest).
+async fn passes(executor: &KubeExecutor, plan: &Plan) -> Result<Vec<NodeOutcome>, ExecuteError> {
+    let clock = executor.clock();
+    let started_at = clock.now();
+    let mut merged = executor.run(plan, Pass::Cordon).await?;
+    let mut pass = 1;
+    while merged.iter().any(|o| o.pending()) {
+        clock.sleep(PASS_GAP).await;
+        let drain = Pass::Drain {
+            started_at,
+            announce: pass == 1,
+            heartbeat: true,
+        };
+        let outcomes = executor.run(plan, drain).await?;
+        for (m, o) in merged.iter_mut().zip(outcomes) {
+            m.events.extend(o.events.clone());
+            m.event_failures.extend(o.event_failures.clone());
+            let drain = match (m.drain.take(), o.drain) {
+                (Some(before), Some(mut now)) => {
+                    let mut evicted = before.evicted;
+                    evicted.extend(now.evicted);
+                    now.evicted = evicted;
+                    let mut gone = before.already_gone;
+                    gone.extend(now.already_gone);
+                    now.already_gone = gone;
+                    Some(now)
+                }
+                (before, now) => now.or(before),
+            };
+            *m = NodeOutcome {
+                cordon: m.cordon.take().or(o.cordon),
+                cordoned_at: m.cordoned_at.or(o.cordoned_at),
+                events: std::mem::take(&mut m.events),
+                event_failures: std::mem::take(&mut m.event_failures),
+                drain,
+                ..o
+            };
+        }
+        pass += 1;
+    }
+    Ok(merged)
+}
+
+/// [`passes`] through the [`Executor`] port: the last pass's results.
+async fn execute_passes(
+    executor: &KubeExecutor,
+    plan: &Plan,
+) -> Result<Vec<ActionResult>, ExecuteError> {
+    let clock = executor.clock();
+    let started_at = clock.now();
+    let mut results = executor.execute(plan, Pass::Cordon).await?;
+    let mut pass = 1;
+    while results.iter().any(|r| r.pending) {
+        clock.sleep(PASS_GAP).await;
+        let drain = Pass::Drain {
+            started_at,
+            announce: pass == 1,
+            heartbeat: true,
+        };
+        results = executor.execute(plan, drain).await?;
+        pass += 1;
+    }
+    Ok(results)
 }
 
 struct World {
     fake: KubeFake,
     clients: ClusterClient,
     config: Config,
+    /// The one clock of the world: forewarn's adapter and the fake go by it; tests move it on
+    /// (a sleep of forewarn's moves it at once) instead of sleeping.
+    clock: ManualClock,
+    /// A drain's passes carried on in process, [`PASS_GAP`] apart.
+    in_process: Passes,
 }
 
 impl World {
     async fn new() -> World {
         let fake = KubeFake::start().await;
-        let clients = ClusterClient::new(fake.client());
+        let clock = ManualClock::at(Utc::now());
+        let fakes = clock.clone();
+        fake.set_clock(move || fakes.now());
+        let clients = ClusterClient::new(fake.client()).with_clock(clock.shared());
         World {
             fake,
             clients,
             config: config(),
+            clock,
+            in_process: Passes::in_process(PASS_GAP),
+        }
+    }
+
+    /// The handler over this world (its clock, drains carried on in process), recording in an
+    /// embedded store in `dir`; tests set the fields they need.
+    fn handler(&self, dir: &std::path::Path) -> forewarn::app::handler::Handler {
+        let store = forewarn::adapters::embedded::EmbeddedStore::open(dir).unwrap();
+        forewarn::app::handler::Handler {
+            clock: self.clock.shared(),
+            passes: self.in_process.clone(),
+            ..forewarn::app::handler::Handler::new(self.config.clone(), Arc::new(store))
+        }
+    }
+
+    /// The pipeline over this world's cluster, with drains carried on by `passes`.
+    fn pipeline<'a>(
+        &'a self,
+        store: &'a dyn forewarn::ports::PoolStore,
+        instances: &'a dyn forewarn::ports::InstanceDirectory,
+        nodes: &'a dyn NodeDirectory,
+        executor: &'a dyn Executor,
+        passes: &'a Passes,
+    ) -> Pipeline<'a> {
+        Pipeline {
+            mode: forewarn::domain::config::Mode::Act,
+            config: &self.config,
+            store,
+            instances,
+            nodes,
+            executor: Some(executor),
+            passes,
+            clock: &self.clock,
         }
     }
 
@@ -140,7 +254,7 @@ impl World {
     }
 
     async fn run(&self, plan: &Plan) -> NodeOutcome {
-        let mut outcomes = self.executor().run(plan, Pass::Whole).await.unwrap();
+        let mut outcomes = passes(&self.executor(), plan).await.unwrap();
         assert_eq!(outcomes.len(), 1);
         outcomes.remove(0)
     }
@@ -407,12 +521,16 @@ async fn spot_interruption_cordons_taints_and_drains_a_plain_node() {
         "{decision}"
     );
     assert!(decision["eventTime"].is_string());
+    // The pass that evicted left the pods terminating; the next one found them gone.
+    assert_eq!(out.drain.as_ref().unwrap().evicted.len(), 3, "{out:?}");
     assert_eq!(events["Drained"]["type"], "Normal");
     assert!(
         events["Drained"]["note"]
             .as_str()
             .unwrap()
-            .contains("evicted 3 pods")
+            .starts_with("Drained: no pod left to evict"),
+        "{}",
+        events["Drained"]
     );
     assert!(out.detail().contains("cordoned node/"), "{}", out.detail());
 }
@@ -463,8 +581,10 @@ async fn a_budget_blocked_pod_is_evicted_once_a_replacement_is_ready() {
     // The replacement becomes ready on another node while the drain retries.
     let replacement = pod_object("default", "web-3", OTHER_NODE, "web", "ReplicaSet");
     let fake_handle = &w.fake;
+    let ready_at = w.clock.now() + chrono::Duration::milliseconds(300);
+    let clock = &w.clock;
     let (out, ()) = tokio::join!(w.run(&plan), async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        clock.alarm(ready_at).await;
         fake_handle.insert(replacement);
     });
 
@@ -513,13 +633,17 @@ async fn a_pod_still_blocked_at_the_deadline_is_reported_as_left() {
         .await;
     let deadline = plan.actions[0].deadline.unwrap();
     w.fake.clear_requests();
-    let started = Instant::now();
 
     let out = w.run(&plan).await;
 
-    let took = started.elapsed();
-    assert!(Utc::now() >= deadline, "retried until the deadline");
-    assert!(took < Duration::from_secs(6), "{took:?}");
+    // Passes until the deadline, and one past it (the time is the world's clock's: nothing
+    // slept).
+    let now = w.clock.now();
+    assert!(now >= deadline, "retried until the deadline");
+    assert!(
+        now < deadline + chrono::Duration::seconds(1),
+        "{now} {deadline}"
+    );
     let drain = out.drain.clone().unwrap();
     assert_eq!(drain.evicted, vec!["default/api-1".to_string()]);
     let left: Vec<&str> = drain.left.iter().map(|l| l.pod.as_str()).collect();
@@ -613,7 +737,7 @@ async fn a_node_that_keeps_conflicting_is_an_error() {
             .times(100),
     );
 
-    let err = w.executor().execute(&plan, Pass::Whole).await.unwrap_err();
+    let err = execute_passes(&w.executor(), &plan).await.unwrap_err();
 
     assert_eq!(err.instance_id, ID);
     assert!(err.message.contains(NODE), "{err}");
@@ -680,14 +804,16 @@ async fn a_node_that_is_gone_is_success() {
     w.fake.remove("v1", "Node", None, NODE);
     w.fake.clear_requests();
 
-    let results = w.executor().execute(&plan, Pass::Whole).await.unwrap();
+    let results = execute_passes(&w.executor(), &plan).await.unwrap();
 
     assert!(
         results[0].detail.contains("is gone"),
         "{}",
         results[0].detail
     );
-    assert_eq!(w.fake.writes(), vec![]);
+    // The cordon pass went by the node the directory had just read: its one patch found no
+    // node (404), and nothing else was sent.
+    assert_eq!(written(&w.fake), vec![("PATCH".to_string(), 404)]);
     assert_accepted(&w.fake.requests());
 }
 
@@ -705,9 +831,24 @@ async fn a_control_plane_node_gets_no_write() {
 
     let out = w.run(&plan).await;
 
-    assert!(out.refused.as_deref().unwrap().contains("control-plane"));
-    assert_eq!(w.fake.writes(), vec![]);
+    // The cordon pass went by the node the directory had just read; its patch, conditional on
+    // that read's resourceVersion, was refused (409), and the node read again is verified
+    // again: refused, nothing written.
+    assert!(
+        out.refused.as_deref().unwrap().contains("control-plane"),
+        "{out:?}"
+    );
+    assert_eq!(written(&w.fake), vec![("PATCH".to_string(), 409)]);
     assert_eq!(w.node(NODE).unwrap()["spec"].get("unschedulable"), None);
+    // Read afresh (the directory's read too old to stand in), it is refused before any write.
+    w.clock.advance(Duration::from_secs(11));
+    w.fake.clear_requests();
+    let out = w.run(&plan).await;
+    assert!(
+        out.refused.as_deref().unwrap().contains("control-plane"),
+        "{out:?}"
+    );
+    assert_eq!(w.fake.writes(), vec![]);
 
     // By taint alone, too; and the decision core never plans anything for one.
     let mut tainted = node(NODE, ID);
@@ -730,7 +871,7 @@ async fn a_dry_run_writes_nothing_and_says_what_it_would_do() {
     w.fake.clear_requests();
     let executor = w.executor().dry_run(true);
 
-    let out = executor.run(&plan, Pass::Whole).await.unwrap().remove(0);
+    let out = passes(&executor, &plan).await.unwrap().remove(0);
 
     assert_eq!(w.fake.writes(), vec![]);
     let Some(CordonOutcome::WouldCordon { patch }) = &out.cordon else {
@@ -767,7 +908,7 @@ async fn a_dry_run_writes_nothing_and_says_what_it_would_do() {
         .plan(&event(EventKind::SpotInterruption, "ev-dry-2"))
         .await;
     w.fake.clear_requests();
-    let out = executor.run(&plan, Pass::Whole).await.unwrap().remove(0);
+    let out = passes(&executor, &plan).await.unwrap().remove(0);
     assert_eq!(
         out.delete,
         Some(DeleteOutcome::WouldDelete {
@@ -792,7 +933,7 @@ async fn a_failing_api_is_an_error_so_the_event_comes_back() {
             .times(100),
     );
 
-    let err = w.executor().execute(&plan, Pass::Whole).await.unwrap_err();
+    let err = execute_passes(&w.executor(), &plan).await.unwrap_err();
 
     assert_eq!(err.instance_id, ID);
     assert!(err.message.contains("list pods on node/"), "{err}");
@@ -1051,11 +1192,11 @@ async fn the_lifecycle_action_is_completed_after_the_drain_and_not_after_a_failu
             .path_contains("/api/v1/pods")
             .times(100),
     );
-    assert!(executor.execute(&plan, Pass::Whole).await.is_err());
+    assert!(execute_passes(&executor, &plan).await.is_err());
     assert!(lifecycle.calls.lock().unwrap().is_empty());
 
     w.fake.clear_faults();
-    let results = executor.execute(&plan, Pass::Whole).await.unwrap();
+    let results = execute_passes(&executor, &plan).await.unwrap();
     assert_eq!(
         *lifecycle.calls.lock().unwrap(),
         vec![(
@@ -1075,13 +1216,8 @@ async fn the_lifecycle_action_is_completed_after_the_drain_and_not_after_a_failu
     // Without an Auto Scaling client, or in a dry run, it is only reported.
     let out = w.run(&plan).await;
     assert_eq!(out.lifecycle, Some(LifecycleOutcome::NotConfigured));
-    let out = w
-        .executor()
-        .dry_run(true)
-        .run(&plan, Pass::Whole)
-        .await
-        .unwrap()
-        .remove(0);
+    let out = w.executor().dry_run(true);
+    let out = passes(&out, &plan).await.unwrap().remove(0);
     assert_eq!(out.lifecycle, Some(LifecycleOutcome::WouldComplete));
 }
 
@@ -1170,20 +1306,12 @@ async fn the_pipeline_acts_through_the_adapter_once_per_event() {
     let instances = Instances(BTreeMap::from([(ID.to_string(), instance(ID, NODE))]));
     let directory = KubeNodeDirectory::new(w.clients.clone());
     let executor = w.executor();
-    let pipeline = forewarn::app::pipeline::Pipeline {
-        continuer: None,
-        mode: forewarn::domain::config::Mode::Act,
-        config: &w.config,
-        store: &store,
-        instances: &instances,
-        nodes: &directory,
-        executor: Some(&executor),
-    };
+    let pipeline = w.pipeline(&store, &instances, &directory, &executor, &w.in_process);
     let raw = fixtures::spot_json("ev-pipeline", ID, &Utc::now().to_rfc3339());
     let records =
         forewarn::domain::inbound::decode("test", raw.to_string().as_bytes(), Utc::now()).unwrap();
 
-    let reports = pipeline.process(&records, Utc::now()).await;
+    let reports = pipeline.process(&records).await;
 
     assert_eq!(
         reports[0].outcome,
@@ -1199,7 +1327,7 @@ async fn the_pipeline_acts_through_the_adapter_once_per_event() {
 
     // The same event again: a duplicate, and not a request to the cluster beyond the lookup.
     w.fake.clear_requests();
-    let reports = pipeline.process(&records, Utc::now()).await;
+    let reports = pipeline.process(&records).await;
     assert_eq!(
         reports[0].outcome,
         forewarn::domain::report::Outcome::Duplicate
@@ -1248,12 +1376,7 @@ async fn the_handler_tells_the_webhook_and_counts_evictions() {
     );
     let dir = tempfile::tempdir().unwrap();
     let handler = forewarn::app::handler::Handler {
-        mode: forewarn::domain::config::Mode::Act,
         notifier: Some(Arc::new(webhook)),
-        redelivery: None,
-        drain_passes: None,
-        config: w.config.clone(),
-        store: Arc::new(forewarn::adapters::embedded::EmbeddedStore::open(dir.path()).unwrap()),
         instances: Arc::new(Instances(BTreeMap::from([
             (ID.to_string(), instance(ID, NODE)),
             (OTHER_ID.to_string(), instance(OTHER_ID, OTHER_NODE)),
@@ -1261,10 +1384,10 @@ async fn the_handler_tells_the_webhook_and_counts_evictions() {
         nodes: Arc::new(KubeNodeDirectory::new(w.clients.clone())),
         executor: Some(Arc::new(w.executor())),
         concurrency: 4,
-        safety_margin: Duration::from_secs(1),
+        ..w.handler(dir.path())
     };
     let spot =
-        |id: &str, instance: &str| fixtures::spot_json(id, instance, &Utc::now().to_rfc3339());
+        |id: &str, instance: &str| fixtures::spot_json(id, instance, &w.clock.now().to_rfc3339());
 
     let inv = handler.invoke(spot("ev-hook", ID), None).await.unwrap();
 
@@ -1281,7 +1404,7 @@ async fn the_handler_tells_the_webhook_and_counts_evictions() {
         })
     );
     let cordoned_at = action.cordoned_at.expect("the cordon's time");
-    assert!(report.time.unwrap() <= cordoned_at && cordoned_at <= Utc::now());
+    assert!(report.time.unwrap() <= cordoned_at && cordoned_at <= w.clock.now());
     let received_now = received.lock().unwrap().clone();
     assert_eq!(received_now.len(), 1, "{received_now:?}");
     let message = &received_now[0];
@@ -1569,12 +1692,6 @@ async fn sweeper_requests() -> Vec<RecordedRequest> {
     let dir = tempfile::tempdir().unwrap();
     let sweeper = Sweeper {
         handler: forewarn::app::handler::Handler {
-            mode: forewarn::domain::config::Mode::Act,
-            notifier: None,
-            redelivery: None,
-            drain_passes: None,
-            config: w.config.clone(),
-            store: Arc::new(forewarn::adapters::embedded::EmbeddedStore::open(dir.path()).unwrap()),
             instances: Arc::new(Instances(BTreeMap::from([(
                 ID.to_string(),
                 stopping.clone(),
@@ -1582,7 +1699,7 @@ async fn sweeper_requests() -> Vec<RecordedRequest> {
             nodes: Arc::new(KubeNodeDirectory::new(w.clients.clone())),
             executor: Some(Arc::new(w.executor())),
             concurrency: 4,
-            safety_margin: Duration::from_secs(1),
+            ..w.handler(dir.path())
         },
         leaving: Arc::new(Leaving(vec![stopping])),
         region: Some("us-east-1".into()),
@@ -1594,7 +1711,7 @@ async fn sweeper_requests() -> Vec<RecordedRequest> {
             settings: PrioritySettings::default(),
         }),
     };
-    let reports = sweeper.sweep(Utc::now(), None).await.unwrap();
+    let reports = sweeper.sweep(None).await.unwrap();
     // The stopped spot instance is found twice: as a spot interruption (drained first) and as the
     // leaving instance of a node.
     assert_eq!(reports.len(), 5, "{reports:#?}");
@@ -1623,8 +1740,7 @@ async fn sweeper_requests() -> Vec<RecordedRequest> {
     );
 
     // No expander ConfigMap: reported, not created.
-    let now = Utc::now();
-    let out = sweeper.update_priorities(now).await.unwrap().unwrap();
+    let out = sweeper.update_priorities().await.unwrap().unwrap();
     assert_eq!(out.change, Change::Missing);
     assert!(
         !w.fake
@@ -1635,9 +1751,9 @@ async fn sweeper_requests() -> Vec<RecordedRequest> {
     );
     // Created from the manifest: updated from the base priorities, then left alone.
     w.fake.insert(expander_manifest());
-    let out = sweeper.update_priorities(now).await.unwrap().unwrap();
+    let out = sweeper.update_priorities().await.unwrap().unwrap();
     assert_eq!(out.change, Change::Updated);
-    let out = sweeper.update_priorities(now).await.unwrap().unwrap();
+    let out = sweeper.update_priorities().await.unwrap().unwrap();
     assert_eq!(out.change, Change::Unchanged);
     w.fake.requests()
 }
@@ -2000,7 +2116,7 @@ async fn a_first_pass_evicts_and_returns_and_a_later_pass_ends_the_drain_once_th
     let plan = w.plan(&event(EventKind::AsgTermination, "ev-passes")).await;
     let lifecycle = Arc::new(RecordingLifecycle::default());
     let executor = w.executor().with_lifecycle(lifecycle.clone());
-    let started = Utc::now();
+    let started = w.clock.now();
 
     // The event's first delivery cordons and taints the node; the drain passes follow.
     executor.run(&plan, Pass::Cordon).await.unwrap();
@@ -2008,7 +2124,7 @@ async fn a_first_pass_evicts_and_returns_and_a_later_pass_ends_the_drain_once_th
         .run(
             &plan,
             Pass::Drain {
-                started_at: Utc::now(),
+                started_at: w.clock.now(),
                 announce: true,
                 heartbeat: true,
             },
@@ -2042,7 +2158,7 @@ async fn a_first_pass_evicts_and_returns_and_a_later_pass_ends_the_drain_once_th
     assert_eq!(evictions(&w), 2);
     assert_eq!(lifecycle.heartbeats.lock().unwrap().len(), 1);
 
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    w.clock.advance(Duration::from_millis(1200));
     let last = executor.run(&plan, later).await.unwrap().remove(0);
     let drain = last.drain.clone().unwrap();
     assert!(!drain.pending && drain.complete(), "{drain:?}");
@@ -2079,14 +2195,14 @@ async fn critical_pods_are_evicted_in_a_later_pass_once_the_others_are_gone() {
         .plan(&event(EventKind::SpotInterruption, "ev-critical"))
         .await;
     let executor = w.executor();
-    let started = Utc::now();
+    let started = w.clock.now();
     // The event's first delivery cordons and taints the node; the drain passes follow.
     executor.run(&plan, Pass::Cordon).await.unwrap();
     let first = executor
         .run(
             &plan,
             Pass::Drain {
-                started_at: Utc::now(),
+                started_at: w.clock.now(),
                 announce: true,
                 heartbeat: false,
             },
@@ -2097,7 +2213,7 @@ async fn critical_pods_are_evicted_in_a_later_pass_once_the_others_are_gone() {
     assert_eq!(first.drain.unwrap().evicted, vec!["default/web-1"]);
     assert!(!terminating(&w, "dns-1"));
 
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    w.clock.advance(Duration::from_millis(600));
     let later = Pass::Drain {
         started_at: started,
         announce: false,
@@ -2108,7 +2224,7 @@ async fn critical_pods_are_evicted_in_a_later_pass_once_the_others_are_gone() {
     assert_eq!(drain.evicted, vec!["default/dns-1"]);
     assert!(drain.pending);
 
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    w.clock.advance(Duration::from_millis(600));
     let third = executor.run(&plan, later).await.unwrap().remove(0);
     assert!(third.drain.unwrap().complete());
     assert!(w.pod("default", "dns-1").is_none());
@@ -2127,14 +2243,14 @@ async fn a_refused_eviction_is_tried_again_in_later_passes_until_the_deadline() 
         pass_budget: Duration::from_millis(100),
         ..fast()
     });
-    let started = Utc::now();
+    let started = w.clock.now();
     // The event's first delivery cordons and taints the node; the drain passes follow.
     executor.run(&plan, Pass::Cordon).await.unwrap();
     let first = executor
         .run(
             &plan,
             Pass::Drain {
-                started_at: Utc::now(),
+                started_at: w.clock.now(),
                 announce: true,
                 heartbeat: false,
             },
@@ -2151,7 +2267,7 @@ async fn a_refused_eviction_is_tried_again_in_later_passes_until_the_deadline() 
     // The deadline has passed: one last attempt (still refused), then the drain ends,
     // incomplete, and says what was left and why.
     let before = evictions(&w);
-    plan.actions[0].deadline = Some(Utc::now() - chrono::Duration::seconds(1));
+    plan.actions[0].deadline = Some(w.clock.now() - chrono::Duration::seconds(1));
     let later = Pass::Drain {
         started_at: started,
         announce: false,
@@ -2166,6 +2282,14 @@ async fn a_refused_eviction_is_tried_again_in_later_passes_until_the_deadline() 
     assert!(w.pod("default", "db-1").is_some());
 }
 
+/// The writes the fake was sent: method and answer.
+fn written(fake: &KubeFake) -> Vec<(String, u16)> {
+    fake.writes()
+        .iter()
+        .map(|r| (r.method.to_string(), r.status))
+        .collect()
+}
+
 /// A queue that records the continuations it is given (or refuses them).
 #[derive(Default)]
 struct Continuations {
@@ -2174,15 +2298,18 @@ struct Continuations {
 }
 
 #[async_trait]
-impl forewarn::ports::Continuer for Continuations {
-    async fn continue_later(
+impl forewarn::ports::ContinuationQueue for Continuations {
+    async fn send(
         &self,
         queue_arn: &str,
         body: &str,
         delay: Duration,
-    ) -> Result<(), String> {
+    ) -> Result<(), forewarn::ports::QueueError> {
         if self.refuse.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err("SendMessage: throttled".into());
+            return Err(forewarn::ports::QueueError {
+                queue: queue_arn.to_string(),
+                message: "SendMessage: throttled".into(),
+            });
         }
         self.sent
             .lock()
@@ -2215,7 +2342,6 @@ fn spot_body(id: &str, instance_id: &str) -> String {
 
 #[tokio::test]
 async fn through_the_pipeline_a_drain_continues_in_queued_passes_and_the_event_is_recorded_once() {
-    use forewarn::app::pipeline::{Continue, Pipeline};
     use forewarn::domain::report::Outcome;
     let w = World::plain().await;
     w.fake.set_eviction_grace(Duration::from_secs(3));
@@ -2226,20 +2352,12 @@ async fn through_the_pipeline_a_drain_continues_in_queued_passes_and_the_event_i
     let instances = Instances(BTreeMap::from([(ID.to_string(), instance(ID, NODE))]));
     let directory = KubeNodeDirectory::new(w.clients.clone());
     let executor = w.executor();
-    let queue = Continuations::default();
-    let pipeline = Pipeline {
-        continuer: Some(Continue {
-            continuer: &queue,
-            after: Duration::from_secs(1),
-            heartbeat_every: chrono::Duration::seconds(30),
-        }),
-        mode: forewarn::domain::config::Mode::Act,
-        config: &w.config,
-        store: &store,
-        instances: &instances,
-        nodes: &directory,
-        executor: Some(&executor),
+    let queue = Arc::new(Continuations::default());
+    let queued = Passes {
+        interval: Duration::from_secs(1),
+        queue: Some(queue.clone()),
     };
+    let pipeline = w.pipeline(&store, &instances, &directory, &executor, &queued);
     let original = spot_body("ev-queued", ID);
 
     // The queue refuses the continuation: the event fails (it comes back) and is not recorded.
@@ -2247,7 +2365,7 @@ async fn through_the_pipeline_a_drain_continues_in_queued_passes_and_the_event_i
         .refuse
         .store(true, std::sync::atomic::Ordering::SeqCst);
     let reports = pipeline
-        .process(&sqs_batch(std::slice::from_ref(&original)), Utc::now())
+        .process(&sqs_batch(std::slice::from_ref(&original)))
         .await;
     assert_eq!(reports[0].outcome, Outcome::Failed, "{reports:?}");
     assert!(
@@ -2272,7 +2390,7 @@ async fn through_the_pipeline_a_drain_continues_in_queued_passes_and_the_event_i
         .store(false, std::sync::atomic::Ordering::SeqCst);
     w.fake.clear_requests();
     let reports = pipeline
-        .process(&sqs_batch(std::slice::from_ref(&original)), Utc::now())
+        .process(&sqs_batch(std::slice::from_ref(&original)))
         .await;
     assert_eq!(reports[0].outcome, Outcome::Acted, "{reports:?}");
     // One request: the directory's read of the node, which the cordon pass uses (the node was
@@ -2300,13 +2418,13 @@ async fn through_the_pipeline_a_drain_continues_in_queued_passes_and_the_event_i
 
     // The original again (at least once): a duplicate, no second chain.
     let reports = pipeline
-        .process(&sqs_batch(std::slice::from_ref(&original)), Utc::now())
+        .process(&sqs_batch(std::slice::from_ref(&original)))
         .await;
     assert_eq!(reports[0].outcome, Outcome::Duplicate);
     assert!(queue.sent.lock().unwrap().is_empty());
 
     // Pass 1: the Events, the evictions; the next pass after the interval.
-    let reports = pipeline.process(&sqs_batch(&[body]), Utc::now()).await;
+    let reports = pipeline.process(&sqs_batch(&[body])).await;
     assert_eq!(reports[0].pass, Some(1), "{reports:?}");
     assert_eq!(reports[0].outcome, Outcome::Acted);
     assert!(reports[0].actions[0].drain.unwrap().pending);
@@ -2316,7 +2434,7 @@ async fn through_the_pipeline_a_drain_continues_in_queued_passes_and_the_event_i
     assert_eq!(delay, Duration::from_secs(1));
 
     // Pass 2 while the pod terminates: the next pass when it is due to be gone, not sooner.
-    let reports = pipeline.process(&sqs_batch(&[body]), Utc::now()).await;
+    let reports = pipeline.process(&sqs_batch(&[body])).await;
     assert_eq!(reports[0].pass, Some(2));
     assert!(reports[0].actions[0].drain.unwrap().pending);
     let (_, body, delay) = queue.sent.lock().unwrap().pop().unwrap();
@@ -2327,9 +2445,9 @@ async fn through_the_pipeline_a_drain_continues_in_queued_passes_and_the_event_i
 
     // After the grace period: pass 3 ends the drain; nothing more is queued, nothing recorded
     // twice.
-    tokio::time::sleep(Duration::from_millis(3200)).await;
+    w.clock.advance(Duration::from_millis(3200));
     let reports = pipeline
-        .process(&sqs_batch(std::slice::from_ref(&body)), Utc::now())
+        .process(&sqs_batch(std::slice::from_ref(&body)))
         .await;
     assert_eq!(reports[0].pass, Some(3));
     let drain = reports[0].actions[0].drain.unwrap();
@@ -2343,7 +2461,7 @@ async fn through_the_pipeline_a_drain_continues_in_queued_passes_and_the_event_i
 
 #[tokio::test]
 async fn every_node_of_a_batch_is_cordoned_before_any_eviction() {
-    use forewarn::app::pipeline::{Limits, Pipeline};
+    use forewarn::app::pipeline::Limits;
     let w = World::plain().await;
     let ids = [
         "i-0a1b2c3d4e5f60001",
@@ -2377,15 +2495,7 @@ async fn every_node_of_a_batch_is_cordoned_before_any_eviction() {
     );
     let directory = KubeNodeDirectory::new(w.clients.clone());
     let executor = w.executor();
-    let pipeline = Pipeline {
-        continuer: None,
-        mode: forewarn::domain::config::Mode::Act,
-        config: &w.config,
-        store: &store,
-        instances: &instances,
-        nodes: &directory,
-        executor: Some(&executor),
-    };
+    let pipeline = w.pipeline(&store, &instances, &directory, &executor, &w.in_process);
     let bodies: Vec<String> = ids
         .iter()
         .enumerate()
@@ -2398,9 +2508,7 @@ async fn every_node_of_a_batch_is_cordoned_before_any_eviction() {
         concurrency: 1,
         deadline: None,
     };
-    let reports = pipeline
-        .process_with(&sqs_batch(&bodies), Utc::now(), limits)
-        .await;
+    let reports = pipeline.process_with(&sqs_batch(&bodies), limits).await;
     assert!(
         reports
             .iter()

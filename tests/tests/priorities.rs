@@ -394,8 +394,7 @@ impl forewarn::ports::LeavingInstances for NoneLeaving {
 fn the_sweeper_never_creates_the_expander_configmap() {
     use forewarn::app::handler::Handler;
     use forewarn::app::sweeper::{SweepPriorities, Sweeper};
-    use forewarn::domain::config::{Config, Mode};
-    use forewarn::ports::{NoInstances, NoNodes};
+    use forewarn::domain::config::Config;
 
     runtime().block_on(async {
         let sdk = shared().sdk_config();
@@ -418,20 +417,14 @@ fn the_sweeper_never_creates_the_expander_configmap() {
             "data": {"priorities": BASE}}));
         let sweeper = Sweeper {
             handler: Handler {
-                config: Config {
-                    cluster_name: Some(cluster.clone()),
-                    ..Config::default()
-                },
-                mode: Mode::Act,
-                store,
-                instances: Arc::new(NoInstances),
-                nodes: Arc::new(NoNodes),
-                executor: None,
-                notifier: None,
-                redelivery: None,
-                drain_passes: None,
                 concurrency: 1,
-                safety_margin: std::time::Duration::from_secs(1),
+                ..Handler::new(
+                    Config {
+                        cluster_name: Some(cluster.clone()),
+                        ..Config::default()
+                    },
+                    store,
+                )
             },
             leaving: Arc::new(NoneLeaving),
             region: Some("us-east-1".into()),
@@ -443,7 +436,7 @@ fn the_sweeper_never_creates_the_expander_configmap() {
         };
 
         // Missing: said so, nothing written (its group may not create ConfigMaps).
-        let out = sweeper.update_priorities(now).await.unwrap().unwrap();
+        let out = sweeper.update_priorities().await.unwrap().unwrap();
         assert_eq!(out.change, Change::Missing);
         assert_eq!(out.hot.len(), 1, "the priorities are computed all the same");
         assert!(fake.writes().is_empty(), "{:?}", fake.writes());
@@ -457,7 +450,7 @@ fn the_sweeper_never_creates_the_expander_configmap() {
             "the manifest's ConfigMap is forewarn's to update"
         );
         fake.insert(manifest);
-        let out = sweeper.update_priorities(now).await.unwrap().unwrap();
+        let out = sweeper.update_priorities().await.unwrap().unwrap();
         assert_eq!(out.change, Change::Updated);
         let (text, meta) = expander_priorities(&fake);
         let written = BasePriorities::parse(&text, "written").unwrap().as_map();
@@ -469,7 +462,7 @@ fn the_sweeper_never_creates_the_expander_configmap() {
         assert_eq!(priority_under(&written, &mixed), Some(50));
         assert_eq!(priority_under(&written, &od), Some(10));
         assert_eq!(meta["labels"]["app.kubernetes.io/managed-by"], "forewarn");
-        let out = sweeper.update_priorities(now).await.unwrap().unwrap();
+        let out = sweeper.update_priorities().await.unwrap().unwrap();
         assert_eq!(out.change, Change::Unchanged);
         assert!(
             !fake.requests().iter().any(|r| r.method.as_str() == "POST"),

@@ -6,7 +6,6 @@
 //! spot-termination finding is covered by the unit tests of `forewarn::domain::sweep`.)
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use forewarn::adapters::dynamo::DynamoStore;
 use forewarn::adapters::ec2::Ec2Directory;
@@ -65,17 +64,11 @@ fn sweeps_orphaned_nodes_once_and_never_after_a_handled_event() {
         let store = Arc::new(DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), table));
         let ec2_dir = Arc::new(Ec2Directory::from_conf(&sdk));
         let handler = Handler {
-            mode: forewarn::domain::config::Mode::Act,
-            notifier: None,
-            redelivery: None,
-            drain_passes: None,
-            config: config.clone(),
-            store: store.clone(),
             instances: ec2_dir.clone(),
             nodes: Arc::new(KubeNodeDirectory::new(clients.clone())),
             executor: Some(Arc::new(KubeExecutor::new(clients, &config))),
             concurrency: 4,
-            safety_margin: Duration::from_secs(1),
+            ..Handler::new(config.clone(), store.clone())
         };
 
         // EventBridge did deliver the termination of `handled`: the handler applied it.
@@ -95,7 +88,7 @@ fn sweeps_orphaned_nodes_once_and_never_after_a_handled_event() {
             priorities: None,
         };
         let writes_before = fake.writes().len();
-        let reports = sweeper.sweep(chrono::Utc::now(), None).await.unwrap();
+        let reports = sweeper.sweep(None).await.unwrap();
         let gone_id = reports
             .iter()
             .filter_map(|r| r.event_id.as_deref())
@@ -132,7 +125,7 @@ fn sweeps_orphaned_nodes_once_and_never_after_a_handled_event() {
 
         // A second sweep changes nothing.
         let writes = fake.writes().len();
-        let again = sweeper.sweep(chrono::Utc::now(), None).await.unwrap();
+        let again = sweeper.sweep(None).await.unwrap();
         assert!(again.iter().all(|r| r.outcome == Outcome::Duplicate), "{again:#?}");
         assert_eq!(fake.writes().len(), writes);
         let pools_again = store.pools(&PoolQuery { include_available: true, ..PoolQuery::default() }, chrono::Utc::now()).await.unwrap();

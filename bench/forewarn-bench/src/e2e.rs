@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::bail;
 use forewarn::adapters::dynamo::DynamoStore;
@@ -157,21 +156,15 @@ pub async fn report(runs: usize) -> anyhow::Result<String> {
         ..Config::default()
     };
     let clients = ClusterClient::new(fake.client());
+    let store = Arc::new(DynamoStore::new(
+        aws_sdk_dynamodb::Client::new(&sdk),
+        table.clone(),
+    ));
     let handler = Handler {
-        mode: forewarn::domain::config::Mode::Act,
-        notifier: None,
-        redelivery: None,
-        drain_passes: None,
-        config: config.clone(),
-        store: Arc::new(DynamoStore::new(
-            aws_sdk_dynamodb::Client::new(&sdk),
-            table.clone(),
-        )),
         instances: Arc::new(Ec2Directory::from_conf(&sdk)),
         nodes: Arc::new(KubeNodeDirectory::new(clients.clone())),
         executor: Some(Arc::new(KubeExecutor::new(clients, &config))),
-        concurrency: 8,
-        safety_margin: Duration::from_secs(1),
+        ..Handler::new(config.clone(), store)
     };
 
     let mut walls = Vec::new();
@@ -188,7 +181,7 @@ pub async fn report(runs: usize) -> anyhow::Result<String> {
         let batch = sqs_batch(&[&l.id], &format!("e2e{run}"));
         proxy.reset();
         fake.clear_requests();
-        let deadline = Instant::now() + Duration::from_secs(120);
+        let deadline = handler.clock.now() + chrono::Duration::seconds(120);
         let start = Instant::now();
         let inv = handler.invoke(batch, Some(deadline)).await?;
         walls.push(start.elapsed());
@@ -232,7 +225,7 @@ pub async fn report(runs: usize) -> anyhow::Result<String> {
     let inv = handler
         .invoke(
             sqs_batch(&ids, "e2e-full"),
-            Some(Instant::now() + Duration::from_secs(120)),
+            Some(handler.clock.now() + chrono::Duration::seconds(120)),
         )
         .await?;
     let full_wall = start.elapsed();

@@ -11,7 +11,8 @@
 //! of its last evictable pod was accepted, relative to the warning (all warnings at t = 0), and
 //! the share of nodes fully handled before the instance goes (t = 120 s); plus the Lambda time
 //! (the sum of the invocations' durations) per 1,000 warnings. Run twice when asked: drains
-//! that do not wait (continuations, as deployed) and the blocking drain (`off`), the baseline.
+//! that do not wait (continuations, as deployed) and the drain run in process (`off`: the same
+//! passes inside the invocation), the baseline.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,14 +24,15 @@ use async_trait::async_trait;
 use forewarn::adapters::embedded::EmbeddedStore;
 use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory, OwnRateLimit};
 use forewarn::adapters::snapshot::SnapshotInstances;
-use forewarn::app::handler::{DrainPasses, Handler};
+use forewarn::app::handler::Handler;
+use forewarn::app::pipeline::Passes;
 use forewarn::domain::config::Config;
 use forewarn::domain::facts::InstanceFacts;
 use forewarn::domain::inbound::continuation::delay_seconds;
 use forewarn::domain::pool::CapacityType;
 use forewarn::domain::report::Outcome;
 use forewarn::domain::retry::visibility_seconds;
-use forewarn::ports::{Continuer, Redeliver, Redelivery};
+use forewarn::ports::{ContinuationQueue, QueueError, Redeliver, Redelivery};
 use futures::StreamExt;
 use kube_fake::KubeFake;
 use serde_json::{Value, json};
@@ -61,7 +63,7 @@ pub struct Settings {
     /// PodDisruptionBudget with maxUnavailable 1.
     #[arg(long, default_value_t = 0.2)]
     pub pdb_share: f64,
-    /// The drains: `continue` (as deployed), `block` (the old blocking drain) or `both`.
+    /// The drains: `continue` (as deployed), `block` (`off`: the passes run in process) or `both`.
     #[arg(long, default_value = "both")]
     pub drains: String,
     /// Delay between two passes of a drain that does not wait (FOREWARN_DRAIN_PASS_INTERVAL).
@@ -228,13 +230,8 @@ impl Queue {
 }
 
 #[async_trait]
-impl Continuer for Queue {
-    async fn continue_later(
-        &self,
-        _queue_arn: &str,
-        body: &str,
-        delay: Duration,
-    ) -> Result<(), String> {
+impl ContinuationQueue for Queue {
+    async fn send(&self, _queue_arn: &str, body: &str, delay: Duration) -> Result<(), QueueError> {
         self.send(body.to_string(), delay);
         Ok(())
     }
@@ -242,7 +239,7 @@ impl Continuer for Queue {
 
 #[async_trait]
 impl Redelivery for Queue {
-    async fn redeliver(&self, messages: &[Redeliver]) -> Result<usize, String> {
+    async fn redeliver(&self, messages: &[Redeliver]) -> Result<usize, QueueError> {
         let mut s = self.state.lock().unwrap();
         for m in messages {
             if let Ok(id) = m.message_id.trim_start_matches("m-").parse::<u64>() {
@@ -334,7 +331,7 @@ pub async fn report(s: &Settings) -> anyhow::Result<String> {
          behind a PodDisruptionBudget with `maxUnavailable: 1` ({} pods). Client-side limit: {}. \
          Each warning at t = 0; its instance goes at t = 120 s. The queue: failed messages invisible for 900 s unless \
          the handler changes that; continuations delayed as sent, in whole seconds as SQS takes them.\n\n\
-         | measure | continuation drains (as deployed) | blocking drain (baseline) | bound |\n|---|---|---|---|\n",
+         | measure | continuation drains (as deployed) | in-process drain (`off`, baseline) | bound |\n|---|---|---|---|\n",
         s.nodes,
         s.batch,
         s.invocations,
@@ -438,7 +435,7 @@ pub async fn report(s: &Settings) -> anyhow::Result<String> {
         &mut out,
         "Lambda time (sum of invocation durations) per 1,000 warnings",
         &|r| secs(r.lambda_time.mul_f64(1000.0 / n.max(1) as f64)),
-        "continuations ≤ 1/10 of the blocking drain's",
+        "continuations ≤ 1/10 of the in-process drain's",
     );
     row(
         &mut out,
@@ -471,7 +468,7 @@ pub async fn report(s: &Settings) -> anyhow::Result<String> {
     if let (Some(c), Some(b)) = (&runs[0], &runs[1]) {
         let share = c.lambda_time.as_secs_f64() / b.lambda_time.as_secs_f64().max(1e-9);
         out.push_str(&format!(
-            "\nLambda time of continuation drains: {:.3} of the blocking drain's ({}).\n",
+            "\nLambda time of continuation drains: {:.3} of the in-process drain's ({}).\n",
             share,
             if share <= 0.1 {
                 "within the 1/10 goal"
@@ -480,7 +477,7 @@ pub async fn report(s: &Settings) -> anyhow::Result<String> {
             }
         ));
     }
-    for (i, name) in [(0, "continuation drains"), (1, "blocking drain")] {
+    for (i, name) in [(0, "continuation drains"), (1, "in-process drain")] {
         if let Some(r) = &runs[i] {
             out.push_str(&format!(
                 "\n{name}: outcomes {}; requests by kind: {}.\n",
@@ -559,20 +556,17 @@ async fn one_run(s: &Settings, continuing: bool) -> anyhow::Result<Run> {
     let queue = Arc::new(Queue::default());
     let clients = ClusterClient::new(fake.client());
     let handler = Arc::new(Handler {
-        mode: forewarn::domain::config::Mode::Act,
-        notifier: None,
         redelivery: Some(queue.clone()),
-        drain_passes: continuing.then(|| DrainPasses {
-            continuer: queue.clone(),
+        passes: Passes {
             interval: Duration::from_secs(s.pass_interval_seconds),
-        }),
-        config: config.clone(),
-        store: Arc::new(EmbeddedStore::open(dir.path())?),
+            queue: continuing.then(|| queue.clone() as Arc<dyn ContinuationQueue>),
+        },
         instances: Arc::new(SnapshotInstances(instances)),
         nodes: Arc::new(KubeNodeDirectory::new(clients.clone())),
         executor: Some(Arc::new(KubeExecutor::new(clients, &config))),
         concurrency: s.batch,
         safety_margin: Duration::from_secs(3),
+        ..Handler::new(config.clone(), Arc::new(EmbeddedStore::open(dir.path())?))
     });
 
     fake.set_latency(Duration::from_millis(s.latency_ms));
@@ -668,7 +662,8 @@ async fn one_run(s: &Settings, continuing: bool) -> anyhow::Result<Run> {
                     continue;
                 }
                 let began = Instant::now();
-                let invoke = handler.invoke(sqs_event(&messages), Some(began + FUNCTION_TIMEOUT));
+                let deadline = handler.clock.now() + forewarn::ports::span(FUNCTION_TIMEOUT);
+                let invoke = handler.invoke(sqs_event(&messages), Some(deadline));
                 let invocation = match &own {
                     Some(own) => own.scope(invoke).await,
                     None => invoke.await,

@@ -16,7 +16,7 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let handler = Arc::clone(&handler);
         async move {
-            let deadline = deadline_from_epoch_ms(event.context.deadline);
+            let deadline = deadline_from_epoch_ms(event.context.deadline, handler.clock.now());
             let invocation = handler.invoke(event.payload, Some(deadline)).await?;
             Ok::<Value, Error>(invocation.response)
         }

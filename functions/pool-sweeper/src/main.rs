@@ -22,10 +22,11 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let sweeper = Arc::clone(&sweeper);
         async move {
-            let deadline = deadline_from_epoch_ms(event.context.deadline)
-                .checked_sub(sweeper.handler.safety_margin);
-            let reports = sweeper.sweep(chrono::Utc::now(), deadline).await?;
-            let priorities = sweeper.update_priorities(chrono::Utc::now()).await?;
+            let h = &sweeper.handler;
+            let deadline = deadline_from_epoch_ms(event.context.deadline, h.clock.now())
+                - forewarn::ports::span(h.safety_margin);
+            let reports = sweeper.sweep(Some(deadline)).await?;
+            let priorities = sweeper.update_priorities().await?;
             let tally = Tally::of(&reports);
             if let Some(failed) = reports.iter().find(|r| r.outcome == Outcome::Failed) {
                 return Err(Error::from(format!(

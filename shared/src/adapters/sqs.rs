@@ -12,7 +12,7 @@ use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry;
 
 use super::aws::aws_error_text;
 use crate::domain::retry::visibility_seconds;
-use crate::ports::{Continuer, Redeliver, Redelivery};
+use crate::ports::{ContinuationQueue, QueueError, Redeliver, Redelivery};
 
 /// [`Redelivery`] through the AWS SDK.
 #[derive(Debug, Clone)]
@@ -48,15 +48,18 @@ pub fn queue_url(arn: &str) -> Option<String> {
 }
 
 #[async_trait]
-impl Continuer for SqsRedelivery {
-    async fn continue_later(
+impl ContinuationQueue for SqsRedelivery {
+    async fn send(
         &self,
         queue_arn: &str,
         body: &str,
         delay: std::time::Duration,
-    ) -> Result<(), String> {
-        let url =
-            queue_url(queue_arn).ok_or_else(|| format!("{queue_arn:?} is not an SQS queue ARN"))?;
+    ) -> Result<(), QueueError> {
+        let error = |message: String| QueueError {
+            queue: queue_arn.to_string(),
+            message,
+        };
+        let url = queue_url(queue_arn).ok_or_else(|| error("not an SQS queue ARN".into()))?;
         let seconds = crate::domain::continuation::delay_seconds(delay);
         self.client
             .send_message()
@@ -66,13 +69,13 @@ impl Continuer for SqsRedelivery {
             .send()
             .await
             .map(|_| ())
-            .map_err(|e| aws_error_text(&e))
+            .map_err(|e| error(aws_error_text(&e)))
     }
 }
 
 #[async_trait]
 impl Redelivery for SqsRedelivery {
-    async fn redeliver(&self, messages: &[Redeliver]) -> Result<usize, String> {
+    async fn redeliver(&self, messages: &[Redeliver]) -> Result<usize, QueueError> {
         let mut by_queue: BTreeMap<&str, Vec<&Redeliver>> = BTreeMap::new();
         for m in messages {
             by_queue.entry(m.queue_arn.as_str()).or_default().push(m);
@@ -127,7 +130,16 @@ impl Redelivery for SqsRedelivery {
             }
             Ok(changed)
         } else {
-            Err(problems.join("; "))
+            let queues: Vec<&str> = messages.iter().map(|m| m.queue_arn.as_str()).collect();
+            Err(QueueError {
+                queue: queues
+                    .into_iter()
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                message: problems.join("; "),
+            })
         }
     }
 }

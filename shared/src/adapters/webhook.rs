@@ -343,8 +343,8 @@ impl Webhook {
 
 #[async_trait::async_trait]
 impl Notifier for Webhook {
-    async fn notify(&self, reports: &[Report], deadline: Option<tokio::time::Instant>) -> Delivery {
-        deliver(&self.config, reports, self.cluster.as_deref(), deadline).await
+    async fn notify(&self, reports: &[Report], time_left: Option<std::time::Duration>) -> Delivery {
+        deliver(&self.config, reports, self.cluster.as_deref(), time_left).await
     }
 }
 
@@ -394,13 +394,13 @@ mod post {
         client().map(|_| ())
     }
 
-    /// Posts the messages of `reports` to the webhook, each within 5 s and all before
-    /// `deadline`; failures are logged and counted.
+    /// Posts the messages of `reports` to the webhook, each within 5 s and within `time_left`
+    /// (the batch's); failures are logged and counted.
     pub async fn deliver(
         config: &WebhookConfig,
         reports: &[Report],
         cluster: Option<&str>,
-        deadline: Option<tokio::time::Instant>,
+        time_left: Option<Duration>,
     ) -> Delivery {
         let messages = config.messages(reports, cluster);
         if messages.is_empty() {
@@ -408,12 +408,7 @@ mod post {
         }
         let results: Vec<bool> = futures::stream::iter(messages)
             .map(|body| async move {
-                let limit = match deadline {
-                    Some(d) => {
-                        TIMEOUT.min(d.saturating_duration_since(tokio::time::Instant::now()))
-                    }
-                    None => TIMEOUT,
-                };
+                let limit = time_left.map_or(TIMEOUT, |left| TIMEOUT.min(left));
                 match tokio::time::timeout(limit, post(&config.url, body)).await {
                     Ok(Ok(())) => true,
                     Ok(Err(e)) => {

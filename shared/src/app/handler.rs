@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::adapters::lambda_event;
-use crate::app::pipeline::{Continue, Limits, Pipeline};
+use crate::app::pipeline::{Limits, Passes, Pipeline};
 use crate::app::telemetry::observe;
 use crate::domain::config::{Config, Mode};
 use crate::domain::event::EventKind;
@@ -19,8 +19,8 @@ use crate::domain::inbound::{self, Record};
 use crate::domain::report::{Outcome, Report, Tally};
 use crate::domain::retry::{Failed, RetryPolicy};
 use crate::ports::{
-    Continuer, Executor, InstanceDirectory, NodeDirectory, Notifier, PoolStore, Redeliver,
-    Redelivery,
+    Clock, Executor, InstanceDirectory, NodeDirectory, Notifier, PoolStore, Redeliver, Redelivery,
+    span, until,
 };
 
 /// A payload the handler could not take at all.
@@ -52,24 +52,15 @@ pub struct Handler {
     /// Brings failed SQS messages back sooner than the queue's visibility timeout (see
     /// [`crate::domain::retry`]); `None`: they come back when it ends.
     pub redelivery: Option<Arc<dyn Redelivery>>,
-    /// How drains are continued in later passes; `None`: a drain waits in its one pass.
-    pub drain_passes: Option<DrainPasses>,
+    /// How a drain's passes are carried on: continuation messages, or in process.
+    pub passes: Passes,
+    /// Where "now" comes from (the system clock, or a test's).
+    pub clock: Arc<dyn Clock>,
     /// Events handled at once within a batch.
     pub concurrency: usize,
     /// Work stops this long before the Lambda's deadline, so the answer still gets out.
     pub safety_margin: Duration,
 }
-
-/// Drains that do not wait: a pass's continuation is queued through `continuer`, to come back
-/// after `interval` (see [`crate::domain::continuation`]).
-#[derive(Clone)]
-pub struct DrainPasses {
-    pub continuer: Arc<dyn Continuer>,
-    pub interval: Duration,
-}
-
-/// A pending lifecycle action is kept alive at most this often.
-pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(30);
 
 /// What one invocation did.
 #[derive(Debug, Clone)]
@@ -80,21 +71,37 @@ pub struct Invocation {
 }
 
 impl Handler {
-    fn limits(&self, deadline: Option<tokio::time::Instant>) -> Limits {
+    /// A handler of `config` over `store` and nothing else: no instance facts, no nodes, no
+    /// executor (plans are made and pools recorded), no notifier, no redelivery; drains' passes
+    /// in process, 5 s apart; the system clock; 8 events at once; a 1 s safety margin. The
+    /// wiring and the tests set what they need over it (`Handler { executor, ..Handler::new(..) }`).
+    pub fn new(config: Config, store: Arc<dyn PoolStore>) -> Handler {
+        Handler {
+            config,
+            mode: Mode::Act,
+            store,
+            instances: Arc::new(crate::ports::NoInstances),
+            nodes: Arc::new(crate::ports::NoNodes),
+            executor: None,
+            notifier: None,
+            redelivery: None,
+            passes: Passes::in_process(crate::app::pipeline::PASS_INTERVAL),
+            clock: crate::adapters::clock::SystemClock::shared(),
+            concurrency: 8,
+            safety_margin: Duration::from_secs(1),
+        }
+    }
+
+    fn limits(&self, deadline: Option<DateTime<Utc>>) -> Limits {
         Limits {
             concurrency: self.concurrency,
-            deadline: deadline.map(|d| d.checked_sub(self.safety_margin).unwrap_or(d)),
+            deadline: deadline.map(|d| d - span(self.safety_margin)),
         }
     }
 
     /// Takes decoded records through the pipeline as one batch, within `deadline` less the
     /// safety margin (what `forewarn replay` runs, with its own output).
-    pub async fn run(
-        &self,
-        records: &[Record],
-        now: DateTime<Utc>,
-        deadline: Option<tokio::time::Instant>,
-    ) -> Vec<Report> {
+    pub async fn run(&self, records: &[Record], deadline: Option<DateTime<Utc>>) -> Vec<Report> {
         let pipeline = Pipeline {
             config: &self.config,
             mode: self.mode,
@@ -102,31 +109,23 @@ impl Handler {
             instances: self.instances.as_ref(),
             nodes: self.nodes.as_ref(),
             executor: self.executor.as_deref(),
-            continuer: self.drain_passes.as_ref().map(|d| Continue {
-                continuer: d.continuer.as_ref(),
-                after: d.interval,
-                heartbeat_every: chrono::Duration::from_std(HEARTBEAT_EVERY)
-                    .unwrap_or_else(|_| chrono::Duration::seconds(30)),
-            }),
+            passes: &self.passes,
+            clock: self.clock.as_ref(),
         };
-        pipeline
-            .process_with(records, now, self.limits(deadline))
-            .await
+        pipeline.process_with(records, self.limits(deadline)).await
     }
 
     /// [`Handler::run`], then each report logged (with its metrics when running as a Lambda
     /// function) and told to the notifier.
-    async fn process(
-        &self,
-        records: &[Record],
-        now: DateTime<Utc>,
-        deadline: Option<tokio::time::Instant>,
-    ) -> Vec<Report> {
-        let reports = self.run(records, now, deadline).await;
+    async fn process(&self, records: &[Record], deadline: Option<DateTime<Utc>>) -> Vec<Report> {
+        let reports = self.run(records, deadline).await;
         let limits = self.limits(deadline);
-        observe(&reports);
+        observe(&reports, self.clock.now());
         if let Some(notifier) = &self.notifier {
-            let delivery = notifier.notify(&reports, limits.deadline).await;
+            let time_left = limits
+                .deadline
+                .map(|d| (d - self.clock.now()).to_std().unwrap_or_default());
+            let delivery = notifier.notify(&reports, time_left).await;
             if delivery != Default::default() {
                 tracing::info!(
                     sent = delivery.sent,
@@ -142,7 +141,7 @@ impl Handler {
     pub async fn handle_sqs(
         &self,
         batch: &SqsEvent,
-        deadline: Option<tokio::time::Instant>,
+        deadline: Option<DateTime<Utc>>,
     ) -> Result<(SqsBatchResponse, Vec<Report>), HandlerError> {
         if let Some(index) = batch
             .records
@@ -151,9 +150,9 @@ impl Handler {
         {
             return Err(HandlerError::NoMessageId { index });
         }
-        let now = Utc::now();
+        let now = self.clock.now();
         let records = inbound::decode_sqs_messages("sqs", &lambda_event::messages(batch), now);
-        let reports = self.process(&records, now, deadline).await;
+        let reports = self.process(&records, deadline).await;
         if let Some(redelivery) = &self.redelivery {
             self.retry_soon(redelivery.as_ref(), batch, &reports, deadline)
                 .await;
@@ -186,9 +185,9 @@ impl Handler {
         redelivery: &dyn Redelivery,
         batch: &SqsEvent,
         reports: &[Report],
-        deadline: Option<tokio::time::Instant>,
+        deadline: Option<DateTime<Utc>>,
     ) {
-        let now = Utc::now();
+        let now = self.clock.now();
         let policy = RetryPolicy::default();
         let messages: Vec<Redeliver> = reports
             .iter()
@@ -222,20 +221,21 @@ impl Handler {
             return;
         }
         let limit = deadline
-            .map(|d| d.saturating_duration_since(tokio::time::Instant::now()))
+            .map(|d| (d - now).to_std().unwrap_or_default())
             .unwrap_or(Duration::MAX)
             .clamp(Duration::from_millis(500), Duration::from_secs(10));
-        match tokio::time::timeout(limit, redelivery.redeliver(&messages)).await {
-            Ok(Ok(changed)) => tracing::info!(
+        let changing = redelivery.redeliver(&messages);
+        match until(self.clock.as_ref(), now + span(limit), changing).await {
+            Some(Ok(changed)) => tracing::info!(
                 failed = messages.len(),
                 changed,
                 "failed messages come back soon"
             ),
-            Ok(Err(e)) => tracing::warn!(
+            Some(Err(e)) => tracing::warn!(
                 error = %e,
                 "failed messages keep the queue's visibility timeout"
             ),
-            Err(_) => tracing::warn!(
+            None => tracing::warn!(
                 "changing the failed messages' visibility timed out: they keep the queue's visibility timeout"
             ),
         }
@@ -245,7 +245,7 @@ impl Handler {
     pub async fn invoke(
         &self,
         payload: Value,
-        deadline: Option<tokio::time::Instant>,
+        deadline: Option<DateTime<Utc>>,
     ) -> Result<Invocation, HandlerError> {
         if payload.get("Records").is_some() {
             let batch: SqsEvent = serde_json::from_value(payload)
@@ -258,10 +258,9 @@ impl Handler {
         if !payload.is_object() {
             return Err(HandlerError::Payload("expected a JSON object".to_string()));
         }
-        let now = Utc::now();
-        let records = inbound::decode_value("eventbridge", payload, now)
+        let records = inbound::decode_value("eventbridge", payload, self.clock.now())
             .map_err(|e| HandlerError::Payload(e.to_string()))?;
-        let reports = self.process(&records, now, deadline).await;
+        let reports = self.process(&records, deadline).await;
         if let Some(failed) = reports.iter().find(|r| r.outcome == Outcome::Failed) {
             return Err(HandlerError::EventFailed {
                 origin: failed
@@ -300,44 +299,41 @@ fn window_end(
 /// Epoch milliseconds before this are not an epoch deadline (2001-09-09).
 const EPOCH_MS_FLOOR: u64 = 1_000_000_000_000;
 
-/// The deadline of a Lambda invocation (epoch milliseconds) as a tokio instant. Lambda sends an
+/// The deadline of a Lambda invocation (epoch milliseconds), received at `now`. Lambda sends an
 /// epoch time; cargo-lambda's local emulator sends the timeout itself (e.g. `600000`), which is
 /// taken as time left from now, so that a local replay is bounded the same way.
-pub fn deadline_from_epoch_ms(deadline_ms: u64) -> tokio::time::Instant {
-    let left = if deadline_ms < EPOCH_MS_FLOOR {
-        Duration::from_millis(deadline_ms)
+pub fn deadline_from_epoch_ms(deadline_ms: u64, now: DateTime<Utc>) -> DateTime<Utc> {
+    let deadline = if deadline_ms < EPOCH_MS_FLOOR {
+        now + span(Duration::from_millis(deadline_ms))
     } else {
-        let now_ms = u64::try_from(Utc::now().timestamp_millis()).unwrap_or_default();
-        Duration::from_millis(deadline_ms.saturating_sub(now_ms))
+        i64::try_from(deadline_ms)
+            .ok()
+            .and_then(DateTime::from_timestamp_millis)
+            .unwrap_or(now)
     };
     tracing::debug!(
         deadline_ms,
-        time_left_ms = left.as_millis() as u64,
+        time_left_ms = (deadline - now).num_milliseconds(),
         "invocation deadline"
     );
-    tokio::time::Instant::now() + left
+    deadline
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::adapters::embedded::EmbeddedStore;
-    use crate::ports::{NoInstances, NoNodes};
     use serde_json::json;
 
     fn handler(dir: &std::path::Path) -> Handler {
         Handler {
-            config: Config::default(),
-            store: Arc::new(EmbeddedStore::open(dir).unwrap()),
-            instances: Arc::new(NoInstances),
-            nodes: Arc::new(NoNodes),
-            executor: None,
-            notifier: None,
-            redelivery: None,
-            drain_passes: None,
-            mode: Mode::Act,
+            clock: crate::adapters::clock::ManualClock::at("2026-11-20T10:01:00Z".parse().unwrap())
+                .shared(),
             concurrency: 4,
-            safety_margin: Duration::from_secs(1),
+            ..Handler::new(
+                Config::default(),
+                Arc::new(EmbeddedStore::open(dir).unwrap()),
+            )
         }
     }
 
@@ -349,20 +345,18 @@ mod tests {
 
     #[test]
     fn deadlines_from_lambda_and_from_the_local_emulator() {
-        let now = tokio::time::Instant::now();
-        let in_a_minute = u64::try_from(Utc::now().timestamp_millis()).unwrap() + 60_000;
-        let left = deadline_from_epoch_ms(in_a_minute) - now;
-        assert!(
-            left > Duration::from_secs(58) && left <= Duration::from_secs(61),
-            "{left:?}"
+        let now: DateTime<Utc> = "2026-11-20T10:01:00Z".parse().unwrap();
+        let in_a_minute = u64::try_from(now.timestamp_millis()).unwrap() + 60_000;
+        let left = deadline_from_epoch_ms(in_a_minute, now) - now;
+        assert_eq!(left, chrono::Duration::seconds(60));
+        let past = deadline_from_epoch_ms(in_a_minute - 120_000, now) - now;
+        assert_eq!(
+            past,
+            chrono::Duration::seconds(-60),
+            "a past deadline is past"
         );
-        let past = deadline_from_epoch_ms(in_a_minute - 120_000) - now;
-        assert!(
-            past < Duration::from_secs(1),
-            "a past deadline leaves no time: {past:?}"
-        );
-        let relative = deadline_from_epoch_ms(600_000) - now;
-        assert!(relative >= Duration::from_secs(599) && relative <= Duration::from_secs(601));
+        let relative = deadline_from_epoch_ms(600_000, now) - now;
+        assert_eq!(relative, chrono::Duration::seconds(600));
     }
 
     #[tokio::test]
@@ -500,7 +494,10 @@ mod tests {
 
     #[async_trait::async_trait]
     impl Redelivery for Recorder {
-        async fn redeliver(&self, messages: &[Redeliver]) -> Result<usize, String> {
+        async fn redeliver(
+            &self,
+            messages: &[Redeliver],
+        ) -> Result<usize, crate::ports::QueueError> {
             self.0.lock().unwrap().extend(messages.iter().cloned());
             Ok(messages.len())
         }
@@ -558,6 +555,9 @@ mod tests {
         let mut h = handler(dir.path());
         h.redelivery = Some(recorder.clone());
         h.store = Arc::new(Unreachable);
+        // A day after the warnings of 2026-11-20: their windows are over.
+        h.clock = crate::adapters::clock::ManualClock::at("2026-11-21T10:00:00Z".parse().unwrap())
+            .shared();
         let arn = "arn:aws:sqs:us-east-1:123456789012:events";
         let message = |id: &str, body: String, receives: &str| {
             json!({"messageId": id, "receiptHandle": format!("rh-{id}"), "body": body,

@@ -6,14 +6,22 @@
 //! and a drain's continuation is queued before that update, so an event is never recorded with
 //! the rest of its drain dropped.
 //!
-//! Cordons first: before any event's work, one pass over the batch cordons and taints every node
-//! its events will act on ([`Executor::cordon`]); evictions start only after it.
+//! One drain model: an event's work is its first pass ([`Pass::Cordon`]: a drain's node is
+//! cordoned and tainted, nothing more), then, while its drain is pending, drain passes
+//! ([`Pass::Drain`]) spaced by [`Passes::interval`] (or until terminating pods are due to be
+//! gone). Two drivers carry the passes on, from one [`Continuation`] (when the drain started,
+//! which pass, the last heartbeat):
 //!
-//! Drains that do not block: with a [`Continue`], an event's first pass cordons and taints the
-//! node and returns; the drain is carried on by later deliveries (see
-//! [`crate::domain::continuation`]). Without one (a replay), the drain waits, as one whole pass.
+//! - continuation messages: a record from a queue, when the run has a [`ContinuationQueue`],
+//!   queues each next pass as a message (see [`crate::domain::continuation`]); every Lambda
+//!   invocation stays short;
+//! - in process: otherwise (`forewarn replay`, the sweeper, `FOREWARN_DRAIN_PASS_INTERVAL=off`)
+//!   the same passes run one after the other within the event's work, the [`Clock`] letting the
+//!   same time pass between them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use tracing::Instrument;
@@ -25,11 +33,12 @@ use crate::domain::continuation::Continuation;
 use crate::domain::event::{Event, EventKind};
 use crate::domain::facts::InstanceFacts;
 use crate::domain::inbound::Record;
-use crate::domain::plan::{Facts, decide};
+use crate::domain::plan::{Facts, Plan, decide};
 use crate::domain::pool::Applied;
 use crate::domain::report::{Outcome, Report};
 use crate::ports::{
-    ActionResult, Continuer, Executor, InstanceDirectory, NodeDirectory, Pass, PoolStore,
+    ActionResult, Clock, ContinuationQueue, Executor, InstanceDirectory, NodeDirectory, Pass,
+    PoolStore, span, until,
 };
 
 /// Wiring for one run of the pipeline.
@@ -44,24 +53,51 @@ pub struct Pipeline<'a> {
     pub nodes: &'a dyn NodeDirectory,
     /// `None`: no live cluster — plans are made and pools recorded, nothing is acted on.
     pub executor: Option<&'a dyn Executor>,
-    /// Where drains are continued; `None`: every drain waits in its one pass.
-    pub continuer: Option<Continue<'a>>,
+    /// How a drain's passes are carried on.
+    pub passes: &'a Passes,
+    /// Where "now" comes from, and how the time between passes passes.
+    pub clock: &'a dyn Clock,
 }
 
-/// How drains are continued.
-#[derive(Clone, Copy)]
-pub struct Continue<'a> {
-    pub continuer: &'a dyn Continuer,
-    /// The delay between two passes.
-    pub after: std::time::Duration,
-    /// The least time between two heartbeats of a lifecycle action.
-    pub heartbeat_every: chrono::Duration,
+/// How a drain's passes are carried on (see the module doc).
+#[derive(Clone)]
+pub struct Passes {
+    /// The least time between two passes of a drain.
+    pub interval: Duration,
+    /// Where continuations are queued; `None`: every drain's passes run in process.
+    pub queue: Option<Arc<dyn ContinuationQueue>>,
+}
+
+impl Passes {
+    /// Passes `interval` apart, run in process.
+    pub fn in_process(interval: Duration) -> Passes {
+        Passes {
+            interval,
+            queue: None,
+        }
+    }
+}
+
+/// The default time between two passes of a drain (`FOREWARN_DRAIN_PASS_INTERVAL`).
+pub const PASS_INTERVAL: Duration = Duration::from_secs(5);
+
+/// A pending lifecycle action is kept alive at most this often.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(30);
+
+/// How a drain pass ended.
+enum PassEnd {
+    /// Nothing is pending: the drain is over.
+    Done,
+    /// Every action was refused by its live verification: the drain ends.
+    Refused,
+    /// Pending: the next pass, due after the duration.
+    Next(Box<Continuation>, Duration),
 }
 
 impl Pipeline<'_> {
     /// Processes a batch of records with the default [`Limits`]; see [`Pipeline::process_with`].
-    pub async fn process(&self, records: &[Record], now: DateTime<Utc>) -> Vec<Report> {
-        self.process_with(records, now, Limits::default()).await
+    pub async fn process(&self, records: &[Record]) -> Vec<Report> {
+        self.process_with(records, Limits::default()).await
     }
 
     /// Processes a batch of records: one instance lookup, one node lookup and one ledger read for
@@ -71,26 +107,17 @@ impl Pipeline<'_> {
     /// `limits.deadline` is reported failed (it goes back to the queue; every action is
     /// idempotent, so a half-done event is simply done again). Returns one report per record,
     /// in order.
-    pub async fn process_with(
-        &self,
-        records: &[Record],
-        now: DateTime<Utc>,
-        limits: Limits,
-    ) -> Vec<Report> {
+    pub async fn process_with(&self, records: &[Record], limits: Limits) -> Vec<Report> {
         // Transient failures are retried inside the batch while its time allows.
-        crate::ports::within_deadline(limits.deadline, self.process_in(records, now, limits)).await
+        crate::ports::within_deadline(limits.deadline, self.process_in(records, limits)).await
     }
 
-    async fn process_in(
-        &self,
-        records: &[Record],
-        now: DateTime<Utc>,
-        limits: Limits,
-    ) -> Vec<Report> {
+    async fn process_in(&self, records: &[Record], limits: Limits) -> Vec<Report> {
+        let now = self.clock.now();
         let looked_up = match limits.deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline, self.look_up(records))
+            Some(deadline) => until(self.clock, deadline, self.look_up(records))
                 .await
-                .unwrap_or_else(|_| Err(OUT_OF_TIME.to_string())),
+                .unwrap_or_else(|| Err(OUT_OF_TIME.to_string())),
             None => self.look_up(records).await,
         };
         let (instances, nodes, applied) = match looked_up {
@@ -102,24 +129,13 @@ impl Pipeline<'_> {
             nodes: &nodes,
         };
         let (lanes, repeats) = schedule(records);
-        let cordoned = match limits.deadline {
-            Some(deadline) => tokio::time::timeout_at(
-                deadline,
-                self.cordon_first(records, &lanes, facts, &applied),
-            )
-            .await
-            .unwrap_or_default(),
-            None => self.cordon_first(records, &lanes, facts, &applied).await,
-        };
-        // New events first (their cordons), then the drain passes of earlier ones (evictions).
+        // New events first (their cordons), then the drain passes of earlier ones (evictions),
+        // then the drains carried on in process (their evictions, after every cordon).
         let (new, later) = by_phase(records, lanes);
-        let mut done = self
-            .run(records, new, facts, &applied, &cordoned, now, limits)
-            .await;
-        done.extend(
-            self.run(records, later, facts, &applied, &cordoned, now, limits)
-                .await,
-        );
+        let first = self.run(records, new, facts, &applied, now, limits).await;
+        let later = self.run(records, later, facts, &applied, now, limits).await;
+        let mut done = self.finish(records, later, limits).await;
+        done.extend(self.finish(records, first, limits).await);
         let mut reports: Vec<Option<Report>> = vec![None; records.len()];
         for (i, report) in done {
             reports[i] = Some(report);
@@ -136,7 +152,6 @@ impl Pipeline<'_> {
             })
             .collect()
     }
-
     /// The batch's lookups: one instance lookup, one node lookup and one ledger read for every
     /// supported event of `records`.
     async fn look_up(&self, records: &[Record]) -> Result<LookedUp, String> {
@@ -193,61 +208,8 @@ impl Pipeline<'_> {
             .collect()
     }
 
-    /// The batch's cordon pass: every node the batch's new events act on is cordoned and
-    /// tainted, all at once, before any eviction. Best effort: a failure here is met again (and
-    /// reported) in the event's own pass. Returns the results by record index.
-    async fn cordon_first(
-        &self,
-        records: &[Record],
-        lanes: &[Vec<usize>],
-        facts: Facts<'_>,
-        applied: &HashSet<String>,
-    ) -> HashMap<usize, Vec<ActionResult>> {
-        let Some(executor) = self.executor.filter(|_| self.mode.runs_actions()) else {
-            return HashMap::new();
-        };
-        let plans: Vec<(usize, crate::domain::plan::Plan)> = lanes
-            .iter()
-            .flatten()
-            .filter_map(|&i| {
-                let record = &records[i];
-                let event = record.event.as_ref().ok()?;
-                let cordon_pass_of_its_own = self.continuer.is_some()
-                    && self.mode.writes_cluster()
-                    && record.queue_arn.is_some()
-                    && record.body.is_some();
-                if record.continuation.is_some()
-                    || applied.contains(&event.id)
-                    || cordon_pass_of_its_own
-                {
-                    return None;
-                }
-                let plan = decide(event, facts, self.config);
-                (plan.ignored.is_none() && plan.has_node_work()).then_some((i, plan))
-            })
-            .collect();
-        if plans.is_empty() {
-            return HashMap::new();
-        }
-        let width = plans.len();
-        futures::stream::iter(plans)
-            .map(|(i, plan)| async move {
-                match executor.cordon(&plan).await {
-                    Ok(results) => Some((i, results)),
-                    Err(e) => {
-                        tracing::warn!(event_id = %plan.event_id, error = %e, "cordon pass failed; the event's own pass tries again");
-                        None
-                    }
-                }
-            })
-            .buffer_unordered(width)
-            .filter_map(|x| async move { x })
-            .collect()
-            .await
-    }
-
     /// Runs the lanes concurrently (up to `limits.concurrency`), each lane's events one after
-    /// the other, each event within the deadline.
+    /// the other, each event within the deadline; returns what each lane did, in its order.
     #[allow(clippy::too_many_arguments)]
     async fn run(
         &self,
@@ -255,10 +217,9 @@ impl Pipeline<'_> {
         lanes: Vec<Vec<usize>>,
         facts: Facts<'_>,
         applied: &HashSet<String>,
-        cordoned: &HashMap<usize, Vec<ActionResult>>,
         now: DateTime<Utc>,
         limits: Limits,
-    ) -> Vec<(usize, Report)> {
+    ) -> Vec<Vec<(usize, Handled<'_>)>> {
         futures::stream::iter(lanes)
             .map(|lane| async move {
                 let mut out = Vec::with_capacity(lane.len());
@@ -266,18 +227,48 @@ impl Pipeline<'_> {
                     let record = &records[i];
                     let Ok(event) = &record.event else { continue };
                     let work = self
-                        .handle(record, event, facts, applied, cordoned.get(&i), now)
+                        .handle(record, event, facts, applied, now)
                         .instrument(event_span(event));
-                    let report = match limits.deadline {
-                        Some(deadline) if tokio::time::Instant::now() >= deadline => {
-                            Report::new(record).failed(format!("not started: {OUT_OF_TIME}"))
+                    let handled = self
+                        .in_time(record, limits, work)
+                        .await
+                        .unwrap_or_else(Handled::Done);
+                    out.push((i, handled));
+                }
+                out
+            })
+            .buffer_unordered(limits.concurrency.max(1))
+            .collect()
+            .await
+    }
+
+    /// The drains that events' first passes left pending to be carried on in process, lane by
+    /// lane as their first passes ran, each then recorded (see [`Pipeline::carry_on_here`]).
+    async fn finish<'p>(
+        &'p self,
+        records: &[Record],
+        lanes: Vec<Vec<(usize, Handled<'p>)>>,
+        limits: Limits,
+    ) -> Vec<(usize, Report)> {
+        futures::stream::iter(lanes)
+            .map(|lane| async move {
+                let mut out = Vec::with_capacity(lane.len());
+                for (i, handled) in lane {
+                    let (report, rest) = match handled {
+                        Handled::Done(report) => {
+                            out.push((i, report));
+                            continue;
                         }
-                        Some(deadline) => tokio::time::timeout_at(deadline, work)
-                            .await
-                            .unwrap_or_else(|_| {
-                                Report::new(record).failed(format!("not finished: {OUT_OF_TIME}"))
-                            }),
-                        None => work.await,
+                        Handled::Pending(report, rest) => (report, rest),
+                    };
+                    let record = &records[i];
+                    let span = match &record.event {
+                        Ok(event) => event_span(event),
+                        Err(_) => tracing::Span::none(),
+                    };
+                    let work = self.carry_on_here(*rest, report).instrument(span);
+                    let report = match self.in_time(record, limits, work).await {
+                        Ok(report) | Err(report) => report,
                     };
                     out.push((i, report));
                 }
@@ -289,19 +280,37 @@ impl Pipeline<'_> {
             .await
     }
 
+    /// `work` if it ends by the deadline of `limits`; else (or when that is already past) the
+    /// record's failed report.
+    async fn in_time<T>(
+        &self,
+        record: &Record,
+        limits: Limits,
+        work: impl std::future::Future<Output = T>,
+    ) -> Result<T, Report> {
+        match limits.deadline {
+            Some(deadline) if self.clock.now() >= deadline => {
+                Err(Report::new(record).failed(format!("not started: {OUT_OF_TIME}")))
+            }
+            Some(deadline) => until(self.clock, deadline, work)
+                .await
+                .ok_or_else(|| Report::new(record).failed(format!("not finished: {OUT_OF_TIME}"))),
+            None => Ok(work.await),
+        }
+    }
+
     async fn handle(
         &self,
         record: &Record,
         event: &Event,
         facts: Facts<'_>,
         applied: &HashSet<String>,
-        cordoned: Option<&Vec<ActionResult>>,
         now: DateTime<Utc>,
-    ) -> Report {
+    ) -> Handled<'_> {
         let plan = match &record.continuation {
             Some(c) => match self.verified_plan(record, event, c, now).await {
                 Ok(plan) => plan,
-                Err(report) => return report,
+                Err(report) => return Handled::Done(report),
             },
             None => decide(event, facts, self.config),
         };
@@ -319,30 +328,25 @@ impl Pipeline<'_> {
         if let Some(why) = &plan.ignored {
             report.outcome = Outcome::Ignored;
             report.reason = Some(why.clone());
-            return report;
+            return Handled::Done(report);
         }
         if let Some(continuation) = &record.continuation {
-            return self
-                .continue_drain(record, &plan, continuation, report)
-                .await;
+            return Handled::Done(
+                self.continue_drain(record, &plan, continuation, report)
+                    .await,
+            );
         }
         if applied.contains(&event.id) {
             report.outcome = Outcome::Duplicate;
             report.reason = Some("event id already applied".into());
-            return report;
+            return Handled::Done(report);
         }
         let mut outcome = Outcome::Planned;
         let executor = self.executor.filter(|_| self.mode.runs_actions());
         if let Some(executor) = executor.filter(|_| plan.has_node_work()) {
-            // Only a record from a queue can be continued (a replay's drain waits).
-            let from_queue = record.queue_arn.is_some() && record.body.is_some();
-            let pass = match self.continuer {
-                Some(_) if from_queue && self.mode.writes_cluster() => Pass::Cordon,
-                _ => Pass::Whole,
-            };
-            match executor.execute(&plan, pass).await {
+            match executor.execute(&plan, Pass::Cordon).await {
                 Ok(results) => {
-                    let pending = merge(&mut report, &results, cordoned);
+                    let pending = merge(&mut report, &results);
                     if let Some(why) = refusals(&results) {
                         // Beside what the plan already says (pools left unrecorded).
                         report.reason = Some(match report.reason.take() {
@@ -350,24 +354,46 @@ impl Pipeline<'_> {
                             None => why,
                         });
                     }
-                    if let (true, Some(c)) = (pending, &self.continuer) {
-                        // The drain's first pass follows at once (behind the warnings already
-                        // queued: their cordons come first).
-                        let next = Continuation::first(now, event.time, plan.clone());
-                        let after = std::time::Duration::ZERO;
-                        if let Err(e) = self.send(c, record, &next, after).await {
-                            return report.failed(e);
-                        }
-                    }
                     if self.mode.writes_cluster() {
                         outcome = Outcome::Acted;
                     }
+                    if pending {
+                        // The drain's first pass follows at once: queued behind the warnings
+                        // already queued, or, in process, once the batch's first passes are
+                        // done (their cordons come first).
+                        let first = Continuation::first(now, event.time, plan.clone());
+                        let Some(queue) = self.queue_for(record) else {
+                            let rest = Rest {
+                                executor,
+                                plan,
+                                next: first,
+                                outcome,
+                                now,
+                            };
+                            return Handled::Pending(report, Box::new(rest));
+                        };
+                        if let Err(e) = self.send(queue, &first, Duration::ZERO).await {
+                            return Handled::Done(report.failed(e));
+                        }
+                    }
                 }
-                Err(e) => return report.failed(e.to_string()),
+                Err(e) => return Handled::Done(report.failed(e.to_string())),
             }
         } else if executor.is_some() && self.mode.writes_cluster() {
             outcome = Outcome::Acted;
         }
+        Handled::Done(self.record_event(&plan, report, outcome, now).await)
+    }
+
+    /// Records an event whose node work is done or carried on: its pools and its id (a
+    /// duplicate of an id or key already recorded is reported so).
+    async fn record_event(
+        &self,
+        plan: &Plan,
+        mut report: Report,
+        outcome: Outcome,
+        now: DateTime<Utc>,
+    ) -> Report {
         match self.store.apply(&plan.pool_update(now)).await {
             Ok(Applied::Applied) => report.outcome = outcome,
             Ok(Applied::Duplicate) => {
@@ -383,6 +409,24 @@ impl Pipeline<'_> {
             Err(e) => return report.failed(e.to_string()),
         }
         report
+    }
+
+    /// A drain an event's first pass left pending, carried on here pass after pass; then, if
+    /// it did not fail, the event recorded (a failed drain leaves the event unrecorded, so that
+    /// it comes back whole).
+    async fn carry_on_here(&self, rest: Rest<'_>, mut report: Report) -> Report {
+        let Rest {
+            executor,
+            plan,
+            next,
+            outcome,
+            now,
+        } = rest;
+        let passes = self.passes_here(executor, &plan, next, Duration::ZERO, &mut report);
+        if let Err(e) = passes.await {
+            return report.failed(e);
+        }
+        self.record_event(&plan, report, outcome, now).await
     }
 }
 
@@ -433,11 +477,7 @@ impl Pipeline<'_> {
         }
         let deadline = crate::domain::plan::earliest_deadline(&plan)
             .unwrap_or(continuation.started_at + self.config.drain_timeout);
-        let grace = self
-            .continuer
-            .map(|c| c.after)
-            .and_then(|after| chrono::Duration::from_std(after).ok())
-            .unwrap_or_default();
+        let grace = span(self.passes.interval);
         if now > deadline + grace {
             let why = format!(
                 "the drain's deadline {} is past by more than a pass interval: the chain ends",
@@ -461,80 +501,169 @@ impl Pipeline<'_> {
         Ok(plan)
     }
 
-    /// A later pass of a drain: the event was recorded by its first pass, so the ledger is not
-    /// asked and the pools are not written again; the node's actions run for [`Pass::Drain`]
-    /// (the executor verifies the node live before anything), and while the drain is pending
-    /// the next continuation is queued.
+    /// A later pass of a drain, from its continuation message: the event was recorded by its
+    /// first pass, so the ledger is not asked and the pools are not written again; the pass runs
+    /// (the executor verifies the node live before anything), and while the drain is pending it
+    /// is carried on.
     async fn continue_drain(
         &self,
         record: &Record,
-        plan: &crate::domain::plan::Plan,
+        plan: &Plan,
         continuation: &Continuation,
         mut report: Report,
     ) -> Report {
         let executor = self.executor.filter(|_| self.mode.writes_cluster());
-        let (Some(executor), Some(c)) = (executor, &self.continuer) else {
+        let Some(executor) = executor else {
             report.outcome = Outcome::Ignored;
             report.reason =
                 Some("a drain's continuation, and this run does not act on a cluster".to_string());
             return report;
         };
-        let heartbeat = match (&continuation.heartbeat_at, c.heartbeat_every) {
-            (Some(at), every) => Utc::now() - *at >= every,
-            (None, _) => true,
-        };
-        let pass = Pass::Drain {
-            started_at: continuation.started_at,
-            announce: continuation.pass == 1,
-            heartbeat,
-        };
         if plan.has_node_work() {
-            match executor.execute(plan, pass).await {
-                Ok(results) => {
-                    if let Some(why) = refusals(&results) {
-                        report.reason = Some(why);
-                        if results.iter().all(|r| r.refused.is_some()) {
-                            merge(&mut report, &results, None);
-                            report.outcome = Outcome::Ignored;
-                            return report;
+            match self
+                .drain_pass(executor, plan, continuation, &mut report)
+                .await
+            {
+                Ok(PassEnd::Refused) => {
+                    report.outcome = Outcome::Ignored;
+                    return report;
+                }
+                Ok(PassEnd::Done) => {}
+                Ok(PassEnd::Next(next, after)) => {
+                    let carried = match self.queue_for(record) {
+                        Some(queue) => self.send(queue, &next, after).await,
+                        None => {
+                            self.passes_here(executor, plan, *next, after, &mut report)
+                                .await
                         }
-                    }
-                    if merge(&mut report, &results, None) {
-                        let next = continuation.next(heartbeat_of(&report));
-                        let after = next_pass_after(&results, c.after, Utc::now());
-                        if let Err(e) = self.send(c, record, &next, after).await {
-                            return report.failed(e);
-                        }
+                    };
+                    if let Err(e) = carried {
+                        return report.failed(e);
                     }
                 }
-                Err(e) => return report.failed(e.to_string()),
+                Err(e) => return report.failed(e),
             }
         }
         report.outcome = Outcome::Acted;
         report
     }
 
-    /// Queues `next` on the record's queue, to come back after `after`.
+    /// One drain pass of `plan` for `continuation`, its results put in `report`.
+    async fn drain_pass(
+        &self,
+        executor: &dyn Executor,
+        plan: &Plan,
+        continuation: &Continuation,
+        report: &mut Report,
+    ) -> Result<PassEnd, String> {
+        let heartbeat = match continuation.heartbeat_at {
+            Some(at) => self.clock.now() - at >= span(HEARTBEAT_EVERY),
+            None => true,
+        };
+        let pass = Pass::Drain {
+            started_at: continuation.started_at,
+            announce: continuation.pass == 1,
+            heartbeat,
+        };
+        let results = executor
+            .execute(plan, pass)
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(why) = refusals(&results) {
+            report.reason = Some(why);
+            if results.iter().all(|r| r.refused.is_some()) {
+                merge(report, &results);
+                return Ok(PassEnd::Refused);
+            }
+        }
+        if !merge(report, &results) {
+            return Ok(PassEnd::Done);
+        }
+        let next = continuation.next(heartbeat_of(report));
+        let after = next_pass_after(&results, self.passes.interval, self.clock.now());
+        Ok(PassEnd::Next(Box::new(next), after))
+    }
+
+    /// Where a pending drain of `record` is carried on as a continuation message: the
+    /// record's queue, when the run has a [`ContinuationQueue`] and acts on the cluster; `None`:
+    /// in process.
+    fn queue_for<'r>(&self, record: &'r Record) -> Option<Queued<'_, 'r>> {
+        let queue = self
+            .passes
+            .queue
+            .as_deref()
+            .filter(|_| self.mode.writes_cluster())?;
+        Some(Queued {
+            queue,
+            arn: record.queue_arn.as_deref()?,
+            body: record.body.as_deref()?,
+        })
+    }
+
+    /// Queues `next` as a continuation message, due after `after` (the pass comes back as a
+    /// new delivery).
     async fn send(
         &self,
-        c: &Continue<'_>,
-        record: &Record,
+        to: Queued<'_, '_>,
         next: &Continuation,
-        after: std::time::Duration,
+        after: Duration,
     ) -> Result<(), String> {
-        let (Some(queue), Some(body)) = (&record.queue_arn, &record.body) else {
-            return Err("the drain must continue, but the record came from no queue".into());
-        };
         let key = self
             .store
             .continuation_key()
             .await
             .map_err(|e| format!("reading the continuation key: {e}"))?;
-        c.continuer
-            .continue_later(queue, &next.body(&key, body), after)
+        to.queue
+            .send(to.arn, &next.body(&key, to.body), after)
             .await
             .map_err(|e| format!("queueing the drain's continuation: {e}"))
     }
+
+    /// Carries a pending drain on here from `next`, due after `after`: pass after pass, the
+    /// clock letting the time between them pass, until it is over.
+    async fn passes_here(
+        &self,
+        executor: &dyn Executor,
+        plan: &Plan,
+        mut next: Continuation,
+        mut after: Duration,
+        report: &mut Report,
+    ) -> Result<(), String> {
+        loop {
+            self.clock.sleep(after).await;
+            match self.drain_pass(executor, plan, &next, report).await? {
+                PassEnd::Next(n, a) => (next, after) = (*n, a),
+                PassEnd::Done | PassEnd::Refused => return Ok(()),
+            }
+        }
+    }
+}
+
+/// Where a continuation message goes: the queue, the record's queue ARN, its body (which the
+/// continuation carries, signed).
+#[derive(Clone, Copy)]
+struct Queued<'q, 'r> {
+    queue: &'q dyn ContinuationQueue,
+    arn: &'r str,
+    body: &'r str,
+}
+
+/// What became of an event's work in its first run: done (reported), or a drain to carry on
+/// in process before the event is recorded.
+enum Handled<'e> {
+    Done(Report),
+    Pending(Report, Box<Rest<'e>>),
+}
+
+/// A drain an event's first pass left pending, to carry on in process.
+struct Rest<'e> {
+    executor: &'e dyn Executor,
+    plan: Plan,
+    next: Continuation,
+    /// The event's outcome once recorded.
+    outcome: Outcome,
+    /// When the event's work began (its pools are recorded as of then).
+    now: DateTime<Utc>,
 }
 
 /// When the next pass of a drain is due: after `interval` while something can be done (an
@@ -562,13 +691,10 @@ fn next_pass_after(
     wait.max(interval).min(std::time::Duration::from_secs(900))
 }
 
-/// Puts the executor's `results` (and the cordon pass's time) in `report`; true when a drain is
-/// pending.
-fn merge(
-    report: &mut Report,
-    results: &[ActionResult],
-    cordoned: Option<&Vec<ActionResult>>,
-) -> bool {
+/// Puts a pass's `results` in `report`, after what earlier passes of the same work put there
+/// (passes run in process report together: their details joined, their evictions added up, the
+/// first cordon kept); true when a drain is pending.
+fn merge(report: &mut Report, results: &[ActionResult]) -> bool {
     let mut pending = false;
     for result in results.iter().cloned() {
         pending |= result.pending;
@@ -577,13 +703,17 @@ fn merge(
             .iter_mut()
             .find(|a| a.instance_id == result.instance_id)
         {
-            let first = cordoned
-                .and_then(|c| c.iter().find(|c| c.instance_id == result.instance_id))
-                .and_then(|c| c.cordoned_at);
-            a.result = Some(result.detail);
-            a.cordoned_at = first.or(result.cordoned_at);
-            a.drain = result.drain;
-            a.heartbeat_at = result.heartbeat_at;
+            a.result = Some(match a.result.take() {
+                Some(before) => format!("{before}; then {}", result.detail),
+                None => result.detail,
+            });
+            a.cordoned_at = a.cordoned_at.or(result.cordoned_at);
+            let evicted_before = a.drain.as_ref().map_or(0, |d| d.evicted);
+            a.drain = result.drain.map(|mut d| {
+                d.evicted += evicted_before;
+                d
+            });
+            a.heartbeat_at = result.heartbeat_at.or(a.heartbeat_at);
         }
     }
     pending
@@ -706,8 +836,9 @@ const OUT_OF_TIME: &str = "the time left for this batch ran out; the event goes 
 pub struct Limits {
     /// Events (of distinct instances) handled at once.
     pub concurrency: usize,
-    /// When the batch must be over (a Lambda's deadline minus a margin).
-    pub deadline: Option<tokio::time::Instant>,
+    /// When the batch must be over (a Lambda's deadline minus a margin), on the pipeline's
+    /// clock.
+    pub deadline: Option<DateTime<Utc>>,
 }
 
 impl Default for Limits {
@@ -799,6 +930,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::adapters::clock::ManualClock;
     use crate::adapters::embedded::EmbeddedStore;
     use crate::adapters::snapshot::SnapshotInstances;
     use crate::domain::facts::{InstanceFacts, NodeFacts};
@@ -842,13 +974,18 @@ mod tests {
         )
     }
 
-    /// Records the order of calls; fails or sleeps for chosen event ids.
+    /// The tests' clock: the events of 2026-11-20 10:00 were received a minute later.
+    fn clock() -> ManualClock {
+        ManualClock::at("2026-11-20T10:01:00Z".parse().unwrap())
+    }
+
+    /// Records the order of calls; fails or takes time (on `clock`) for chosen event ids.
     #[derive(Default)]
     struct Recorder {
         calls: Mutex<Vec<String>>,
         plans: Mutex<Vec<Plan>>,
         fail: Vec<String>,
-        sleep: Option<StdDuration>,
+        sleep: Option<(StdDuration, ManualClock)>,
     }
 
     #[async_trait]
@@ -860,8 +997,8 @@ mod tests {
         ) -> Result<Vec<ActionResult>, ExecuteError> {
             self.calls.lock().unwrap().push(plan.event_id.clone());
             self.plans.lock().unwrap().push(plan.clone());
-            if let Some(d) = self.sleep {
-                tokio::time::sleep(d).await;
+            if let Some((d, clock)) = &self.sleep {
+                clock.sleep(*d).await;
             }
             if self.fail.contains(&plan.event_id) {
                 return Err(ExecuteError {
@@ -877,8 +1014,8 @@ mod tests {
         }
     }
 
-    fn records(batch: serde_json::Value) -> Vec<Record> {
-        decode_value("batch", batch, chrono::Utc::now()).unwrap()
+    fn records(batch: serde_json::Value, clock: &ManualClock) -> Vec<Record> {
+        decode_value("batch", batch, clock.now()).unwrap()
     }
 
     async fn run(
@@ -886,11 +1023,13 @@ mod tests {
         exec: &Recorder,
         batch: serde_json::Value,
         limits: Limits,
+        clock: &ManualClock,
     ) -> Vec<Report> {
         let (instances, nodes) = world();
         let config = Config::default();
         let p = Pipeline {
-            continuer: None,
+            passes: &Passes::in_process(PASS_INTERVAL),
+            clock,
             mode: Mode::Act,
             config: &config,
             store,
@@ -898,7 +1037,7 @@ mod tests {
             nodes: &nodes,
             executor: Some(exec),
         };
-        p.process_with(&records(batch), Utc::now(), limits).await
+        p.process_with(&records(batch, clock), limits).await
     }
 
     #[tokio::test]
@@ -910,13 +1049,13 @@ mod tests {
             spot("e1", A, "2026-11-20T10:00:00Z"),
             spot("e1", A, "2026-11-20T10:00:00Z")
         ]);
-        let reports = run(&store, &exec, batch.clone(), Limits::default()).await;
+        let reports = run(&store, &exec, batch.clone(), Limits::default(), &clock()).await;
         assert_eq!(reports[0].outcome, Outcome::Acted);
         assert_eq!(reports[0].actions[0].result.as_deref(), Some("done"));
         assert_eq!(reports[1].outcome, Outcome::Duplicate);
         assert_eq!(exec.calls.lock().unwrap().len(), 1);
         // and across batches
-        let again = run(&store, &exec, batch, Limits::default()).await;
+        let again = run(&store, &exec, batch, Limits::default(), &clock()).await;
         assert!(again.iter().all(|r| r.outcome == Outcome::Duplicate));
         assert_eq!(exec.calls.lock().unwrap().len(), 1);
     }
@@ -934,7 +1073,7 @@ mod tests {
             spot("e1", A, "2026-11-20T10:00:00Z"),
             spot("e2", B, "2026-11-20T10:00:00Z")
         ]);
-        let reports = run(&store, &exec, batch.clone(), Limits::default()).await;
+        let reports = run(&store, &exec, batch.clone(), Limits::default(), &clock()).await;
         assert_eq!(reports[0].outcome, Outcome::Failed);
         assert!(
             reports[0]
@@ -953,7 +1092,7 @@ mod tests {
         assert_eq!(applied, HashSet::from(["e2".to_string()]));
         // redelivered after the fault: it is applied now
         let ok = Recorder::default();
-        let reports = run(&store, &ok, batch, Limits::default()).await;
+        let reports = run(&store, &ok, batch, Limits::default(), &clock()).await;
         assert_eq!(reports[0].outcome, Outcome::Acted);
         assert_eq!(reports[2].outcome, Outcome::Duplicate);
     }
@@ -973,7 +1112,7 @@ mod tests {
                 json!({"instance-action": "terminate"})
             ),
         ]);
-        let reports = run(&store, &exec, batch, Limits::default()).await;
+        let reports = run(&store, &exec, batch, Limits::default(), &clock()).await;
         assert!(
             reports.iter().all(|r| r.outcome == Outcome::Acted),
             "{reports:#?}"
@@ -985,8 +1124,9 @@ mod tests {
     async fn work_past_the_deadline_is_failed_and_not_recorded() {
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(dir.path()).unwrap();
+        let clock = clock();
         let exec = Recorder {
-            sleep: Some(StdDuration::from_millis(300)),
+            sleep: Some((StdDuration::from_millis(300), clock.clone())),
             ..Recorder::default()
         };
         let batch = json!([
@@ -995,9 +1135,9 @@ mod tests {
         ]);
         let limits = Limits {
             concurrency: 4,
-            deadline: Some(tokio::time::Instant::now() + StdDuration::from_millis(100)),
+            deadline: Some(clock.now() + chrono::Duration::milliseconds(100)),
         };
-        let reports = run(&store, &exec, batch, limits).await;
+        let reports = run(&store, &exec, batch, limits, &clock).await;
         assert_eq!(reports[0].outcome, Outcome::Failed);
         assert!(
             reports[0]
@@ -1044,8 +1184,10 @@ mod tests {
         let store = EmbeddedStore::open(dir.path()).unwrap();
         let (_, nodes) = world();
         let config = Config::default();
+        let clock = clock();
         let p = Pipeline {
-            continuer: None,
+            passes: &Passes::in_process(PASS_INTERVAL),
+            clock: &clock,
             mode: Mode::Act,
             config: &config,
             store: &store,
@@ -1058,7 +1200,7 @@ mod tests {
             {"messageId": "m2", "body": "{\"hello\": 1}"},
             {"messageId": "m3", "body": "nope"},
         ]});
-        let reports = p.process(&records(batch), Utc::now()).await;
+        let reports = p.process(&records(batch, &clock)).await;
         let outcomes: Vec<Outcome> = reports.iter().map(|r| r.outcome).collect();
         assert_eq!(
             outcomes,
@@ -1079,13 +1221,13 @@ mod tests {
     struct Queue(Mutex<usize>);
 
     #[async_trait]
-    impl Continuer for Queue {
-        async fn continue_later(
+    impl ContinuationQueue for Queue {
+        async fn send(
             &self,
             _queue_arn: &str,
             _body: &str,
             _delay: std::time::Duration,
-        ) -> Result<(), String> {
+        ) -> Result<(), crate::ports::QueueError> {
             *self.0.lock().unwrap() += 1;
             Ok(())
         }
@@ -1100,7 +1242,8 @@ mod tests {
         let key = store.continuation_key().await.unwrap();
         let (instances, nodes) = world();
         let config = Config::default();
-        let now = Utc::now();
+        let clock = clock();
+        let now = clock.now();
         // A drain whose deadline passed a minute ago (its passes came late), with and without a
         // lifecycle action waiting on it.
         let continuation = |id: &str, lifecycle: bool| {
@@ -1127,13 +1270,14 @@ mod tests {
                    "body": Continuation::first(started, started, plan).body(&key, &body)})
         };
         let exec = Recorder::default();
-        let queue = Queue::default();
+        let queue = Arc::new(Queue::default());
+        let passes = Passes {
+            interval: PASS_INTERVAL,
+            queue: Some(queue.clone()),
+        };
         let p = Pipeline {
-            continuer: Some(Continue {
-                continuer: &queue,
-                after: StdDuration::from_secs(5),
-                heartbeat_every: chrono::Duration::seconds(30),
-            }),
+            passes: &passes,
+            clock: &clock,
             mode: Mode::Act,
             config: &config,
             store: &store,
@@ -1143,7 +1287,7 @@ mod tests {
         };
         let batch =
             json!({"Records": [continuation("late-hook", true), continuation("late", false)]});
-        let reports = p.process(&records(batch), now).await;
+        let reports = p.process(&records(batch, &clock)).await;
         // With a lifecycle action: the executor is asked for it alone, no node action.
         let plans = exec.plans.lock().unwrap().clone();
         assert_eq!(plans.len(), 1, "{reports:#?}");

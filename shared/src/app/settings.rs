@@ -115,9 +115,9 @@ pub struct Settings {
     pub priorities_enabled: bool,
     /// `FOREWARN_PRIORITY_HOT_SHARE`, `FOREWARN_PRIORITY_TAKE_OVER`.
     pub priorities: PrioritySettings,
-    /// The delay between two passes of a drain that does not wait
-    /// (`FOREWARN_DRAIN_PASS_INTERVAL`, default 5 s); `None` (`off`): the handler's drains wait
-    /// for their pods in one pass, as a replay does.
+    /// The delay between two passes of a drain carried on by continuation messages
+    /// (`FOREWARN_DRAIN_PASS_INTERVAL`, default 5 s); `None` (`off`): the handler carries its
+    /// drains on in process, passes 5 s apart, as a replay does.
     pub drain_pass_interval: Option<Duration>,
 }
 

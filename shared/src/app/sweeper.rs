@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 
 use crate::adapters::snapshot::{ClusterState, SnapshotInstances};
 use crate::app::handler::Handler;
-use crate::app::pipeline::{Limits, Pipeline};
+use crate::app::pipeline::{Limits, Passes, Pipeline};
 use crate::app::priorities::{
     BaseSource, Priorities, PriorityOutcome, PriorityRunError, PrioritySettings,
 };
@@ -56,10 +56,7 @@ impl Sweeper {
     /// [`Change::Missing`]: crate::app::priorities::Change::Missing
     ///
     /// [`Mode::Act`]: crate::domain::config::Mode::Act
-    pub async fn update_priorities(
-        &self,
-        now: DateTime<Utc>,
-    ) -> Result<Option<PriorityOutcome>, SweepError> {
+    pub async fn update_priorities(&self) -> Result<Option<PriorityOutcome>, SweepError> {
         let Some(p) = &self.priorities else {
             return Ok(None);
         };
@@ -81,18 +78,15 @@ impl Sweeper {
             // ConfigMap is reported (`Change::Missing`), to be created from its manifest.
             create: false,
         };
-        Ok(Some(run.run(now).await?))
+        Ok(Some(run.run(h.clock.now()).await?))
     }
 
     /// One sweep: one EC2 query per cluster tag form for leaving instances, one node list, one
     /// DescribeInstances for the nodes' instances, then the findings through the pipeline (on
     /// what was just read: no second lookup).
-    pub async fn sweep(
-        &self,
-        now: DateTime<Utc>,
-        deadline: Option<tokio::time::Instant>,
-    ) -> Result<Vec<Report>, SweepError> {
+    pub async fn sweep(&self, deadline: Option<DateTime<Utc>>) -> Result<Vec<Report>, SweepError> {
         let h = &self.handler;
+        let now = h.clock.now();
         let cluster = h
             .config
             .cluster_name
@@ -138,6 +132,8 @@ impl Sweeper {
                 )
             })
             .collect();
+        // A finding has no queue to come back on: its drain's passes run here.
+        let passes = Passes::in_process(h.passes.interval);
         let pipeline = Pipeline {
             config: &h.config,
             mode: h.mode,
@@ -145,14 +141,15 @@ impl Sweeper {
             instances: &instances,
             nodes: &state,
             executor: h.executor.as_deref(),
-            continuer: None,
+            passes: &passes,
+            clock: h.clock.as_ref(),
         };
         let limits = Limits {
             concurrency: h.concurrency,
             deadline,
         };
-        let reports = pipeline.process_with(&records, now, limits).await;
-        observe(&reports);
+        let reports = pipeline.process_with(&records, limits).await;
+        observe(&reports, h.clock.now());
         Ok(reports)
     }
 }

@@ -62,8 +62,8 @@ where
 
 /// Logs each record and, running as a Lambda function (or under cargo-lambda's emulator), writes
 /// its EMF metric documents; the tests and the command line get the logs only.
-pub fn observe(reports: &[Report]) {
-    let done = Utc::now();
+/// `done` is when the work was over (the metrics' latencies end there).
+pub fn observe(reports: &[Report], done: DateTime<Utc>) {
     let metrics = std::env::var_os("AWS_LAMBDA_FUNCTION_NAME").is_some();
     for report in reports {
         log_report(report);

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::adapters::autoscaling::{AsgLifecycle, AsgNodeGroups};
 use crate::adapters::aws;
+use crate::adapters::clock::SystemClock;
 use crate::adapters::dynamo::DynamoStore;
 use crate::adapters::ec2::Ec2Directory;
 use crate::adapters::embedded::{EmbeddedStore, default_state_dir};
@@ -20,14 +21,15 @@ use crate::adapters::snapshot::{
 };
 use crate::adapters::sqs::SqsRedelivery;
 use crate::adapters::webhook::{Webhook, warm_up};
-use crate::app::handler::{DrainPasses, Handler};
+use crate::app::handler::Handler;
+use crate::app::pipeline::{PASS_INTERVAL, Passes};
 use crate::app::settings::{ClusterChoice, InstanceChoice, Settings, StoreChoice};
 use crate::app::sweeper::{SweepPriorities, Sweeper};
 use crate::domain::config::{ConfigError, Mode};
 use crate::ports::{
-    Executor, ExpanderStore, InstanceDirectory, LeavingInstances, NoInstances, NoNodes,
-    NodeDirectory, NodeGroupSource, Notifier, PoolStore, ReadOnlyStore, Redelivery, StoreError,
-    WorkloadSource,
+    Clock, ContinuationQueue, Executor, ExpanderStore, InstanceDirectory, LeavingInstances,
+    NoInstances, NoNodes, NodeDirectory, NodeGroupSource, Notifier, PoolStore, ReadOnlyStore,
+    Redelivery, StoreError, WorkloadSource,
 };
 
 /// The services could not be set up (a cold start fails loudly rather than drop events).
@@ -67,7 +69,17 @@ pub struct Services {
 ///   executor writes only in [`Mode::Act`]; in [`Mode::Plan`] there is none), or none;
 /// - the webhook notifier, when configured;
 /// - the process's client-side Kubernetes rate limit.
+///
+/// Every service takes "now" from the system clock; see [`services_with_clock`].
 pub async fn services(settings: &Settings) -> Result<Services, SetupError> {
+    services_with_clock(settings, SystemClock::shared()).await
+}
+
+/// [`services`], with every "now" and every wait taken from `clock` (`forewarn replay --now`).
+pub async fn services_with_clock(
+    settings: &Settings,
+    clock: Arc<dyn Clock>,
+) -> Result<Services, SetupError> {
     let needs_aws = matches!(settings.store, StoreChoice::Dynamo { .. })
         || settings.instances == InstanceChoice::Ec2
         || matches!(settings.cluster, ClusterChoice::Live(_));
@@ -95,7 +107,8 @@ pub async fn services(settings: &Settings) -> Result<Services, SetupError> {
                     ClusterAccess::Eks(eks) => connect_eks(eks, sdk).await,
                     ClusterAccess::Kubeconfig => connect(access).await,
                 }
-                .map_err(|e| SetupError::Cluster(e.to_string()))?;
+                .map_err(|e| SetupError::Cluster(e.to_string()))?
+                .with_clock(clock.clone());
                 let executor: Option<Arc<dyn Executor>> = if settings.mode.runs_actions() {
                     Some(Arc::new(
                         KubeExecutor::new(clients.clone(), &settings.config)
@@ -133,13 +146,15 @@ pub async fn services(settings: &Settings) -> Result<Services, SetupError> {
         executor,
         notifier,
         redelivery: sqs.clone().map(|q| q as Arc<dyn Redelivery>),
-        drain_passes: match (&sqs, settings.drain_pass_interval) {
-            (Some(q), Some(interval)) => Some(DrainPasses {
-                continuer: q.clone(),
-                interval,
-            }),
-            _ => None,
+        passes: Passes {
+            interval: settings.drain_pass_interval.unwrap_or(PASS_INTERVAL),
+            // `off`: the passes run in process.
+            queue: match (&sqs, settings.drain_pass_interval) {
+                (Some(q), Some(_)) => Some(q.clone() as Arc<dyn ContinuationQueue>),
+                _ => None,
+            },
         },
+        clock,
         concurrency: settings.concurrency,
         safety_margin: settings.safety_margin,
     };

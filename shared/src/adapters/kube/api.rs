@@ -4,7 +4,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use tokio::time::Instant;
+use chrono::{DateTime, Utc};
+
+use crate::ports::{Clock, span};
 
 /// The name forewarn uses as field manager, Event reporting controller and RBAC group.
 pub const FIELD_MANAGER: &str = "forewarn";
@@ -99,6 +101,7 @@ const MAX_CALL_BACKOFF: Duration = Duration::from_secs(2);
 /// Runs `call` until it succeeds, fails for good, or was tried [`CALL_ATTEMPTS`] times on
 /// retryable answers, in [`Lane::First`].
 pub(crate) async fn with_retry<T, F, Fut>(
+    clock: &dyn Clock,
     verb: &'static str,
     object: &str,
     call: F,
@@ -107,7 +110,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, ::kube::Error>>,
 {
-    with_retry_in(Lane::First, verb, object, call).await
+    with_retry_in(clock, Lane::First, verb, object, call).await
 }
 
 /// [`with_retry`] in `lane`. Within work that has a deadline ([`crate::ports::within_deadline`]:
@@ -117,6 +120,7 @@ where
 /// spending the message's receives; without one, a "try again" answer is tried
 /// [`CALL_ATTEMPTS`] times.
 pub(crate) async fn with_retry_in<T, F, Fut>(
+    clock: &dyn Clock,
     lane: Lane,
     verb: &'static str,
     object: &str,
@@ -129,7 +133,7 @@ where
     let until = crate::ports::work_deadline();
     let mut attempt: u32 = 1;
     loop {
-        throttle(lane).await;
+        throttle(clock, lane).await;
         match call().await {
             Ok(v) => return Ok(v),
             Err(e) => {
@@ -139,20 +143,20 @@ where
                 let delay = match retry_after(&e) {
                     Some(after) => {
                         // The server said when: every call of the process waits that long.
-                        pause_all(after);
+                        pause_all(clock.now(), after);
                         after.max(backoff)
                     }
                     None => backoff,
                 };
                 let again = match until {
-                    Some(until) => is_transient(&e) && Instant::now() + delay < until,
+                    Some(until) => is_transient(&e) && clock.now() + span(delay) < until,
                     None => attempt < CALL_ATTEMPTS && is_retryable(status),
                 };
                 if !again {
                     return Err(ApiError::new(verb, object, e));
                 }
                 tracing::debug!(verb, object, ?status, attempt, ?delay, "retrying API call");
-                tokio::time::sleep(delay).await;
+                clock.sleep(delay).await;
                 attempt = attempt.saturating_add(1);
             }
         }
@@ -204,13 +208,14 @@ pub(crate) struct RateLimiter {
 #[derive(Debug)]
 struct Bucket {
     tokens: f64,
-    at: Instant,
-    paused_until: Option<Instant>,
+    /// When the tokens were counted (`None`: never yet; the bucket is full).
+    at: Option<DateTime<Utc>>,
+    paused_until: Option<DateTime<Utc>>,
 }
 
 impl RateLimiter {
     /// `qps` > 0 and finite, `burst` ≥ 1 (callers validate; out-of-range values are clamped).
-    pub(crate) fn new(qps: f64, burst: u32, now: Instant) -> RateLimiter {
+    pub(crate) fn new(qps: f64, burst: u32) -> RateLimiter {
         let qps = if qps.is_finite() && qps > 0.0 {
             qps
         } else {
@@ -222,7 +227,7 @@ impl RateLimiter {
             burst,
             state: Mutex::new(Bucket {
                 tokens: burst,
-                at: now,
+                at: None,
                 paused_until: None,
             }),
             later: tokio::sync::Mutex::new(()),
@@ -230,36 +235,37 @@ impl RateLimiter {
     }
 
     /// Waits until a request of `lane` may go out.
-    pub(crate) async fn wait(&self, lane: Lane) {
+    pub(crate) async fn wait(&self, clock: &dyn Clock, lane: Lane) {
         let _turn = match lane {
             Lane::First => None,
             Lane::Later => Some(self.later.lock().await),
         };
-        let wait = self.reserve(Instant::now());
+        let wait = self.reserve(clock.now());
         if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
+            clock.sleep(wait).await;
         }
     }
 
     /// Takes a token at `now`; the answer is how long to wait before sending.
-    pub(crate) fn reserve(&self, now: Instant) -> Duration {
+    pub(crate) fn reserve(&self, now: DateTime<Utc>) -> Duration {
         let mut b = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let elapsed = now.saturating_duration_since(b.at).as_secs_f64();
+        let at = b.at.unwrap_or(now);
+        let elapsed = (now - at).to_std().unwrap_or_default().as_secs_f64();
         b.tokens = (b.tokens + elapsed * self.qps).min(self.burst) - 1.0;
-        b.at = b.at.max(now);
+        b.at = Some(at.max(now));
         let wait = if b.tokens < 0.0 {
             Duration::from_secs_f64(-b.tokens / self.qps)
         } else {
             Duration::ZERO
         };
-        let paused = b
-            .paused_until
-            .map_or(Duration::ZERO, |until| until.saturating_duration_since(now));
+        let paused = b.paused_until.map_or(Duration::ZERO, |until| {
+            (until - now).to_std().unwrap_or_default()
+        });
         wait.max(paused)
     }
 
     /// No request goes out before `until`.
-    pub(crate) fn pause_until(&self, until: Instant) {
+    pub(crate) fn pause_until(&self, until: DateTime<Utc>) {
         let mut b = self.state.lock().unwrap_or_else(|p| p.into_inner());
         b.paused_until = Some(b.paused_until.map_or(until, |p| p.max(until)));
     }
@@ -271,7 +277,7 @@ static LIMITER: RwLock<Option<Arc<RateLimiter>>> = RwLock::new(None);
 
 /// Sets (or with `None` removes) the process's client-side rate limit.
 pub(crate) fn set_rate_limit(limit: Option<(f64, u32)>) {
-    let limiter = limit.map(|(qps, burst)| Arc::new(RateLimiter::new(qps, burst, Instant::now())));
+    let limiter = limit.map(|(qps, burst)| Arc::new(RateLimiter::new(qps, burst)));
     *LIMITER.write().unwrap_or_else(|p| p.into_inner()) = limiter;
 }
 
@@ -298,7 +304,7 @@ impl OwnRateLimit {
     /// `qps` requests per second on average, `burst` at once (as
     /// [`super::ClusterClient::set_rate_limit`]).
     pub fn new(qps: f64, burst: u32) -> OwnRateLimit {
-        OwnRateLimit(Arc::new(RateLimiter::new(qps, burst, Instant::now())))
+        OwnRateLimit(Arc::new(RateLimiter::new(qps, burst)))
     }
 
     /// Runs `work` with every Kubernetes request it makes (in this task) under this limit
@@ -321,21 +327,21 @@ pub(crate) async fn in_later_lane<F: std::future::Future>(work: F) -> F::Output 
 
 /// Waits for the process's rate limit (if any) before a request of `lane` goes out. Every
 /// request to the API server calls it once per attempt.
-pub(crate) async fn throttle(lane: Lane) {
+pub(crate) async fn throttle(clock: &dyn Clock, lane: Lane) {
     let lane = if LATER_LANE.try_with(|_| ()).is_ok() {
         Lane::Later
     } else {
         lane
     };
     if let Some(limiter) = limiter() {
-        limiter.wait(lane).await;
+        limiter.wait(clock, lane).await;
     }
 }
 
 /// A `Retry-After` seen by one call holds back every call of the process (when limited).
-fn pause_all(after: Duration) {
+fn pause_all(now: DateTime<Utc>, after: Duration) {
     if let Some(limiter) = limiter() {
-        limiter.pause_until(Instant::now() + after);
+        limiter.pause_until(now + span(after));
     }
 }
 
@@ -352,6 +358,7 @@ pub(crate) fn jittered(delay: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::adapters::clock::SystemClock;
 
     #[test]
     fn jitter_stays_within_the_delay() {
@@ -362,14 +369,18 @@ mod tests {
         assert_eq!(jittered(Duration::ZERO), Duration::ZERO);
     }
 
+    fn t0() -> DateTime<Utc> {
+        "2026-11-24T10:00:00Z".parse().unwrap()
+    }
+
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
     }
 
     #[test]
     fn the_bucket_lets_a_burst_through_then_spaces_requests_by_the_rate() {
-        let t0 = Instant::now();
-        let limiter = RateLimiter::new(100.0, 3, t0);
+        let t0 = t0();
+        let limiter = RateLimiter::new(100.0, 3);
         // The burst goes at once.
         for _ in 0..3 {
             assert_eq!(limiter.reserve(t0), Duration::ZERO);
@@ -378,7 +389,7 @@ mod tests {
         let waits: Vec<u128> = (0..3).map(|_| limiter.reserve(t0).as_millis()).collect();
         assert_eq!(waits, vec![10, 20, 30]);
         // 100 ms later the debt (3 tokens) is paid and 7 more came back, capped at the burst.
-        let later = t0 + ms(100);
+        let later = t0 + span(ms(100));
         for _ in 0..3 {
             assert_eq!(limiter.reserve(later), Duration::ZERO);
         }
@@ -387,23 +398,25 @@ mod tests {
 
     /// Twenty evictions queue for a 10/s limit; a cordon asked after them goes out behind at
     /// most one of them, not behind all twenty.
+    /// (On the runtime's paused clock: the waits pass at once, in the order they end.)
     #[tokio::test(start_paused = true)]
     async fn the_first_lane_goes_before_the_later_lane() {
-        let limiter = Arc::new(RateLimiter::new(10.0, 1, Instant::now()));
+        let clock = SystemClock::default();
+        let limiter = Arc::new(RateLimiter::new(10.0, 1));
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut tasks = Vec::new();
         for i in 0..20 {
             let (limiter, order) = (limiter.clone(), order.clone());
             tasks.push(tokio::spawn(async move {
-                limiter.wait(Lane::Later).await;
+                limiter.wait(&clock, Lane::Later).await;
                 order.lock().unwrap().push(format!("evict-{i}"));
             }));
             tokio::task::yield_now().await;
         }
         tokio::time::sleep(ms(50)).await;
-        let (l, o) = (limiter.clone(), order.clone());
+        let (l, o, c) = (limiter.clone(), order.clone(), clock);
         tasks.push(tokio::spawn(async move {
-            l.wait(Lane::First).await;
+            l.wait(&c, Lane::First).await;
             o.lock().unwrap().push("cordon".to_string());
         }));
         for t in tasks {
@@ -428,37 +441,33 @@ mod tests {
         assert!(!own.scope(async { is(&other) }).await);
         assert!(!is(&own), "outside the scope: the process's limit (if any)");
         // The one token is taken in one scope; the next scope of the same limit has none left.
-        let first = own
-            .scope(async { limiter().unwrap().reserve(Instant::now()) })
-            .await;
-        let second = own
-            .scope(async { limiter().unwrap().reserve(Instant::now()) })
-            .await;
+        let first = own.scope(async { limiter().unwrap().reserve(t0()) }).await;
+        let second = own.scope(async { limiter().unwrap().reserve(t0()) }).await;
         assert_eq!(first, Duration::ZERO);
         assert!(second > ms(900), "{second:?}");
         // Another environment's limit is untouched.
         let third = other
-            .scope(async { limiter().unwrap().reserve(Instant::now()) })
+            .scope(async { limiter().unwrap().reserve(t0()) })
             .await;
         assert_eq!(third, Duration::ZERO);
     }
 
     #[test]
     fn a_pause_holds_every_request_until_it_ends() {
-        let t0 = Instant::now();
-        let limiter = RateLimiter::new(1000.0, 10, t0);
-        limiter.pause_until(t0 + ms(1000));
+        let t0 = t0();
+        let limiter = RateLimiter::new(1000.0, 10);
+        limiter.pause_until(t0 + span(ms(1000)));
         // An earlier pause does not shorten a later one.
-        limiter.pause_until(t0 + ms(500));
+        limiter.pause_until(t0 + span(ms(500)));
         assert_eq!(limiter.reserve(t0), ms(1000));
-        assert_eq!(limiter.reserve(t0 + ms(400)), ms(600));
-        assert_eq!(limiter.reserve(t0 + ms(1000)), Duration::ZERO);
+        assert_eq!(limiter.reserve(t0 + span(ms(400))), ms(600));
+        assert_eq!(limiter.reserve(t0 + span(ms(1000))), Duration::ZERO);
     }
 
     #[test]
     fn bad_settings_are_clamped_not_panicked_on() {
-        let t0 = Instant::now();
-        let limiter = RateLimiter::new(f64::NAN, 0, t0);
+        let t0 = t0();
+        let limiter = RateLimiter::new(f64::NAN, 0);
         assert_eq!(limiter.reserve(t0), Duration::ZERO);
         assert_eq!(limiter.reserve(t0), Duration::from_secs(1));
     }

@@ -1,7 +1,12 @@
 //! The connection to the API server: kubeconfig inference, or EKS with an IAM token.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::adapters::clock::SystemClock;
+use crate::ports::{Clock, span};
 
 use ::kube::config::{
     Cluster, Context, KubeConfigOptions, Kubeconfig, KubeconfigError, NamedAuthInfo, NamedCluster,
@@ -161,9 +166,13 @@ pub struct ClusterClient {
     /// Nodes the node directory has just read, for the cordon pass to use instead of reading
     /// them again (see [`ClusterClient::take_recent_node`]).
     recent: Arc<std::sync::Mutex<RecentNodes>>,
+    /// The clock every wait and every "now" of the adapter comes from (the system's unless
+    /// [`ClusterClient::with_clock`] says otherwise).
+    clock: Arc<dyn Clock>,
 }
 
-type RecentNodes = std::collections::HashMap<String, (Instant, k8s_openapi::api::core::v1::Node)>;
+type RecentNodes =
+    std::collections::HashMap<String, (DateTime<Utc>, k8s_openapi::api::core::v1::Node)>;
 
 /// How long a node read by the directory may stand in for a fresh read.
 const RECENT_NODE: Duration = Duration::from_secs(10);
@@ -179,7 +188,7 @@ struct EksClients {
     region: String,
     credentials: SharedCredentialsProvider,
     lifetime: Duration,
-    cached: Mutex<Option<(::kube::Client, Instant)>>,
+    cached: Mutex<Option<(::kube::Client, DateTime<Utc>)>>,
 }
 
 impl std::fmt::Debug for ClusterClient {
@@ -203,9 +212,9 @@ impl ClusterClient {
         let Some(name) = node.metadata.name.clone() else {
             return;
         };
-        let now = Instant::now();
+        let now = self.clock.now();
         let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-        recent.retain(|_, (at, _)| now.duration_since(*at) < RECENT_NODE);
+        recent.retain(|_, (at, _)| now - *at < span(RECENT_NODE));
         recent.insert(name, (now, node.clone()));
     }
 
@@ -215,7 +224,18 @@ impl ClusterClient {
     pub(crate) fn take_recent_node(&self, name: &str) -> Option<k8s_openapi::api::core::v1::Node> {
         let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
         let (at, node) = recent.remove(name)?;
-        (at.elapsed() < RECENT_NODE).then_some(node)
+        (self.clock.now() - at < span(RECENT_NODE)).then_some(node)
+    }
+
+    /// The same clients, with every wait and "now" taken from `clock`.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> ClusterClient {
+        self.clock = clock;
+        self
+    }
+
+    /// The adapter's clock.
+    pub fn clock(&self) -> &dyn Clock {
+        self.clock.as_ref()
     }
 
     /// Always this client (kubeconfig, in-cluster, tests).
@@ -223,6 +243,7 @@ impl ClusterClient {
         ClusterClient {
             inner: Arc::new(Inner::Fixed(client)),
             recent: Arc::default(),
+            clock: SystemClock::shared(),
         }
     }
 
@@ -258,6 +279,7 @@ impl ClusterClient {
     ) -> ClusterClient {
         ClusterClient {
             recent: Arc::default(),
+            clock: SystemClock::shared(),
             inner: Arc::new(Inner::Eks(Box::new(EksClients {
                 base,
                 cluster: cluster.into(),
@@ -273,16 +295,16 @@ impl ClusterClient {
     pub async fn client(&self) -> Result<::kube::Client, ConnectError> {
         match &*self.inner {
             Inner::Fixed(client) => Ok(client.clone()),
-            Inner::Eks(eks) => eks.client().await,
+            Inner::Eks(eks) => eks.client(self.clock.now()).await,
         }
     }
 }
 
 impl EksClients {
-    async fn client(&self) -> Result<::kube::Client, ConnectError> {
+    async fn client(&self, now: DateTime<Utc>) -> Result<::kube::Client, ConnectError> {
         let mut cached = self.cached.lock().await;
         if let Some((client, until)) = cached.as_ref()
-            && Instant::now() < *until
+            && now < *until
         {
             return Ok(client.clone());
         }
@@ -292,18 +314,18 @@ impl EksClients {
                 message: aws_error_text(&e),
             }
         })?;
-        let now = SystemTime::now();
-        let token = eks_token(&self.cluster, &self.region, &credentials, now)?;
+        let signed_at = std::time::SystemTime::from(now);
+        let token = eks_token(&self.cluster, &self.region, &credentials, signed_at)?;
         // A token is good for the cache lifetime, and not past the credentials' expiry.
         let mut lifetime = self.lifetime;
         if let Some(expiry) = credentials.expiry() {
-            lifetime = lifetime.min(expiry.duration_since(now).unwrap_or_default());
+            lifetime = lifetime.min(expiry.duration_since(signed_at).unwrap_or_default());
         }
         let mut config = self.base.clone();
         config.auth_info.token = Some(token.into());
         let client = ::kube::Client::try_from(config).map_err(ConnectError::Client)?;
         tracing::debug!(cluster = %self.cluster, ?lifetime, "made a new EKS token");
-        *cached = Some((client.clone(), Instant::now() + lifetime));
+        *cached = Some((client.clone(), now + span(lifetime)));
         Ok(client)
     }
 }

@@ -62,6 +62,9 @@ pub enum CordonOutcome {
     WouldCordon { patch: Value },
     /// The node is gone (deleted while we worked): nothing to cordon.
     NodeGone,
+    /// The node changed while we worked and, read again, is no longer one to act on (another
+    /// instance's, or control-plane now): nothing was written.
+    Refused { why: String },
 }
 
 /// The node's taints with forewarn's: an existing taint with the forewarn key is replaced in
@@ -123,14 +126,16 @@ pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
     }))
 }
 
-/// Cordons the node `node` was read as; on a 409 Conflict reads it again and retries, at most
-/// `attempts` times in all.
+/// Cordons the node `node` was read as; on a 409 Conflict reads it again, verifies it again
+/// (`verify`: what was true of the node when it was first read must still be) and retries, at
+/// most `attempts` times in all.
 pub(crate) async fn cordon(
     clients: &ClusterClient,
     mut node: Node,
     spec: &CordonSpec,
     attempts: u32,
     dry_run: bool,
+    verify: &(dyn Fn(&Node) -> Result<(), String> + Sync),
 ) -> Result<CordonOutcome, KubeError> {
     let name = node.metadata.name.clone().unwrap_or_default();
     let object = format!("node/{name}");
@@ -152,7 +157,10 @@ pub(crate) async fn cordon(
         }
         let nodes: Api<Node> = Api::all(clients.client().await?);
         let merge = Patch::Merge(&patch);
-        let result = with_retry("patch", &object, || nodes.patch(&name, &params, &merge)).await;
+        let result = with_retry(clients.clock(), "patch", &object, || {
+            nodes.patch(&name, &params, &merge)
+        })
+        .await;
         match result {
             Ok(_) => {
                 tracing::info!(node = %name, attempt, "cordoned");
@@ -164,6 +172,10 @@ pub(crate) async fn cordon(
                 match get_node(clients, &name).await? {
                     Some(fresh) => node = fresh,
                     None => return Ok(CordonOutcome::NodeGone),
+                }
+                if let Err(why) = verify(&node) {
+                    tracing::warn!(node = %name, %why, "the node changed: refusing to cordon it");
+                    return Ok(CordonOutcome::Refused { why });
                 }
             }
             Err(e) => return Err(e.into()),
@@ -182,7 +194,7 @@ pub(crate) async fn get_node(
 ) -> Result<Option<Node>, KubeError> {
     let nodes: Api<Node> = Api::all(clients.client().await?);
     let object = format!("node/{name}");
-    match with_retry("get", &object, || nodes.get(name)).await {
+    match with_retry(clients.clock(), "get", &object, || nodes.get(name)).await {
         Ok(node) => Ok(Some(node)),
         Err(e) if e.is_not_found() => Ok(None),
         Err(e) => Err(KubeError::Api(e)),

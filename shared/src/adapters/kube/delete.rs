@@ -157,7 +157,7 @@ pub(crate) async fn delete_target(
     let name = match target {
         Target::Node { name } | Target::NodeClaim { name } | Target::Machine { name, .. } => name,
     };
-    let existing = with_retry("get", &described, || api.get_opt(name)).await?;
+    let existing = with_retry(clients.clock(), "get", &described, || api.get_opt(name)).await?;
     let Some(existing) = existing else {
         return Ok(DeleteOutcome::AlreadyGone { target: described });
     };
@@ -186,7 +186,11 @@ pub(crate) async fn delete_target(
             }),
         ..DeleteParams::default()
     };
-    match with_retry("delete", &described, || api.delete(name, &params)).await {
+    match with_retry(clients.clock(), "delete", &described, || {
+        api.delete(name, &params)
+    })
+    .await
+    {
         Ok(_) => {
             tracing::info!(target = %described, "deleted");
             Ok(DeleteOutcome::Deleted { target: described })

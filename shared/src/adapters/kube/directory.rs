@@ -59,9 +59,11 @@ impl KubeNodeDirectory {
         let mut out = Vec::new();
         let mut params = ListParams::default().limit(LIST_PAGE);
         loop {
-            let page = with_retry("list", "nodes", || nodes.list(&params))
-                .await
-                .map_err(directory_error)?;
+            let page = with_retry(self.clients.clock(), "list", "nodes", || {
+                nodes.list(&params)
+            })
+            .await
+            .map_err(directory_error)?;
             out.extend(page.items);
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) => params = params.continue_token(&token),
@@ -119,7 +121,7 @@ impl NodeDirectory for KubeNodeDirectory {
                 let api = &api;
                 async move {
                     let object = format!("node/{name}");
-                    with_retry("get", &object, || api.get_opt(&name)).await
+                    with_retry(self.clients.clock(), "get", &object, || api.get_opt(&name)).await
                 }
             })
             .buffer_unordered(self.parallelism)

@@ -14,25 +14,23 @@
 //! - Evictions run in parallel, at most `parallelism` at once. 404: already gone. Any other
 //!   answer is that pod's refusal, never the event's failure — 429 (a disruption budget, or API
 //!   priority and fairness), 500 (several budgets select the pod), 409, 503/504 and transport
-//!   errors — retried with exponential backoff and jitter until the deadline (a drain that does
-//!   not wait: in its next pass); a pod still refused then is reported as left, with the last
-//!   answer.
-//! - Then the evicted pods are waited for (a `list` every `poll_interval`) until they are gone
-//!   or the deadline passes; those still there are reported as terminating.
+//!   errors — tried again in the next pass (within a pass, for at most its `pass_budget`, with
+//!   exponential backoff and jitter); a pod still refused at the deadline is reported as left,
+//!   with the last answer.
+//! - A drain is a series of passes ([`drain_pass`]), each a `list` and the evictions then due,
+//!   never a wait: what is evicted or terminating is looked for again by the next pass, until
+//!   the node is empty or the deadline has passed (see `crate::app::pipeline`'s drivers).
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
+use super::api::{ApiError, Lane, jittered, with_retry_in};
+use super::connect::ClusterClient;
+use super::error::KubeError;
 use ::kube::Api;
 use ::kube::api::{EvictParams, ListParams};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use tokio::time::Instant;
-
-use super::api::{ApiError, Lane, jittered, with_retry_in};
-use super::connect::ClusterClient;
-use super::error::KubeError;
 
 pub(crate) const ANNOTATION_MIRROR: &str = "kubernetes.io/config.mirror";
 const CRITICAL_CLASSES: [&str; 2] = ["system-cluster-critical", "system-node-critical"];
@@ -43,7 +41,6 @@ pub(crate) struct DrainSettings {
     pub parallelism: usize,
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
-    pub poll_interval: Duration,
     /// How long one pass of a drain that does not wait retries a refused eviction.
     pub pass_budget: Duration,
 }
@@ -81,7 +78,7 @@ pub struct DrainReport {
     pub skipped: Vec<SkippedPod>,
     /// Dry run: the pods that would be evicted, in order.
     pub would_evict: Vec<String>,
-    /// A pass of a drain that does not wait ([`drain_step`]) left work for a later pass: pods
+    /// The pass ([`drain_pass`]) left work for a later pass: pods
     /// evicted or terminating and not yet gone, refused evictions, critical pods not yet due.
     pub pending: bool,
     /// When the drain is pending only for terminating pods: when the last of them is due to be
@@ -97,6 +94,16 @@ impl DrainReport {
 
     /// `evicted 3 pods; 1 left (blocked at the deadline: web/w1); 2 still terminating`.
     pub fn summary(&self) -> String {
+        self.summary_saying("no pod to evict")
+    }
+
+    /// The summary of a drain's later pass, after earlier passes evicted what there was (which
+    /// this pass does not count): `no pod left to evict; 3 pods left alone`.
+    pub fn later_summary(&self) -> String {
+        self.summary_saying("no pod left to evict")
+    }
+
+    fn summary_saying(&self, nothing_to_evict: &str) -> String {
         let mut parts = Vec::new();
         if !self.would_evict.is_empty() || (self.evicted.is_empty() && self.left.is_empty()) {
             if !self.would_evict.is_empty() {
@@ -106,7 +113,7 @@ impl DrainReport {
                     self.would_evict.join(", ")
                 ));
             } else {
-                parts.push("no pod to evict".to_string());
+                parts.push(nothing_to_evict.to_string());
             }
         }
         if !self.evicted.is_empty() {
@@ -214,14 +221,11 @@ pub(crate) async fn list_pods(clients: &ClusterClient, node: &str) -> Result<Vec
     let pods: Api<Pod> = Api::all(clients.client().await?);
     let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
     let object = format!("pods on node/{node}");
-    let list = with_retry_in(Lane::Later, "list", &object, || pods.list(&params)).await?;
+    let list = with_retry_in(clients.clock(), Lane::Later, "list", &object, || {
+        pods.list(&params)
+    })
+    .await?;
     Ok(list.items)
-}
-
-/// Converts a wall-clock deadline to the runtime's clock.
-fn instant_of(deadline: DateTime<Utc>) -> Instant {
-    let left = (deadline - Utc::now()).to_std().unwrap_or(Duration::ZERO);
-    Instant::now() + left
 }
 
 enum Eviction {
@@ -235,20 +239,20 @@ enum Eviction {
 /// Every answer but success and 404 is this pod's refusal, never the event's failure: 429 (a
 /// disruption budget, or API priority and fairness), 500 (the pod is selected by several
 /// budgets), 409 (a conflict), 503/504 and transport errors (an API server in trouble). It is
-/// retried until `deadline`, then reported as left with the last answer; a drain that does not
-/// wait tries it again in its next pass.
+/// retried until `deadline`, then reported as left with the last answer; the next pass tries it
+/// again.
 async fn evict(
     clients: &ClusterClient,
     namespace: &str,
     name: &str,
-    deadline: Instant,
+    deadline: DateTime<Utc>,
     settings: &DrainSettings,
 ) -> Result<Eviction, KubeError> {
     let object = format!("pod/{namespace}/{name}");
     let mut delay = settings.backoff_initial;
     loop {
         let pods: Api<Pod> = Api::namespaced(clients.client().await?, namespace);
-        super::api::throttle(Lane::Later).await;
+        super::api::throttle(clients.clock(), Lane::Later).await;
         let err = match pods.evict(name, &EvictParams::default()).await {
             Ok(_) => return Ok(Eviction::Evicted),
             Err(e) => ApiError::new("evict", object.clone(), e),
@@ -257,12 +261,14 @@ async fn evict(
             return Ok(Eviction::Gone);
         }
         let refusal = refusal_text(&err);
-        let now = Instant::now();
-        if now >= deadline {
+        let left = (deadline - clients.clock().now())
+            .to_std()
+            .unwrap_or_default();
+        if left.is_zero() {
             return Ok(Eviction::Refused(refusal));
         }
         tracing::debug!(pod = %object, reason = %refusal, ?delay, "eviction refused; retrying");
-        tokio::time::sleep(jittered(delay).min(deadline - now)).await;
+        clients.clock().sleep(jittered(delay).min(left)).await;
         delay = (delay * 2).min(settings.backoff_max);
     }
 }
@@ -323,7 +329,7 @@ fn sort_pods<'a>(listed: &'a [Pod], report: &mut DrainReport) -> Sorted<'a> {
 async fn evict_all(
     clients: &ClusterClient,
     pods: &[&Pod],
-    end: Instant,
+    end: DateTime<Utc>,
     settings: &DrainSettings,
     report: &mut DrainReport,
 ) -> Result<Vec<(String, String)>, KubeError> {
@@ -363,50 +369,13 @@ async fn evict_all(
     Ok(evicted)
 }
 
-/// Drains `node` until `deadline`.
-pub(crate) async fn drain(
-    clients: &ClusterClient,
-    node: &str,
-    deadline: DateTime<Utc>,
-    settings: &DrainSettings,
-    dry_run: bool,
-) -> Result<DrainReport, KubeError> {
-    let mut report = DrainReport::default();
-    let listed = list_pods(clients, node).await?;
-    let Sorted {
-        normal,
-        critical,
-        terminating,
-    } = sort_pods(&listed, &mut report);
-    let mut waiting: BTreeSet<(String, String)> = terminating.iter().map(|p| uid_key(p)).collect();
-    if dry_run {
-        report.would_evict = normal.iter().chain(&critical).map(|p| pod_key(p)).collect();
-        return Ok(report);
-    }
-    let end = instant_of(deadline);
-    let first_end = if critical.is_empty() {
-        end
-    } else {
-        let now = Instant::now();
-        now + end.saturating_duration_since(now) * 3 / 4
-    };
-    for (phase, phase_end) in [(normal, first_end), (critical, end)] {
-        waiting.extend(evict_all(clients, &phase, phase_end, settings, &mut report).await?);
-    }
-    if !waiting.is_empty() {
-        report.terminating = wait_gone(clients, node, waiting, end, settings.poll_interval).await?;
-    }
-    Ok(report)
-}
-
-/// One pass of a drain that does not wait (see [`crate::domain::continuation`]): lists the pods
-/// on `node`, evicts those not yet terminating — non-critical ones first; critical ones once no
+/// One pass of a drain: lists the pods on `node`, evicts those not yet terminating — non-critical ones first; critical ones once no
 /// other evictable pod is left on the node, or in the last quarter of the time from `started_at`
 /// to `deadline` — retrying a refusal for at most `settings.pass_budget`, and returns. The report
 /// is `pending` while anything is left to evict or to wait for and the deadline has not passed;
 /// past the deadline every pod still to evict gets one attempt and the drain ends, reporting what
-/// is still there (`left`, `terminating`), as the blocking drain does.
-pub(crate) async fn drain_step(
+/// is still there (`left`, `terminating`).
+pub(crate) async fn drain_pass(
     clients: &ClusterClient,
     node: &str,
     started_at: DateTime<Utc>,
@@ -432,12 +401,12 @@ pub(crate) async fn drain_step(
         report.would_evict = normal.iter().chain(&critical).map(|p| pod_key(p)).collect();
         return Ok(report);
     }
-    let now = Utc::now();
+    let now = clients.clock().now();
     if now >= deadline {
-        // The last pass: one attempt for every pod still to evict (as the blocking drain makes
-        // at least one), then the drain ends with what is left.
+        // The last pass: one attempt for every pod still to evict, then the drain ends with
+        // what is left.
         let all: Vec<&Pod> = normal.iter().chain(&critical).copied().collect();
-        evict_all(clients, &all, Instant::now(), settings, &mut report).await?;
+        evict_all(clients, &all, now, settings, &mut report).await?;
         report.terminating = terminating;
         return Ok(report);
     }
@@ -450,10 +419,7 @@ pub(crate) async fn drain_step(
     } else {
         critical.len()
     };
-    let pass_end = Instant::now()
-        + settings
-            .pass_budget
-            .min((deadline - now).to_std().unwrap_or_default());
+    let pass_end = (now + crate::ports::span(settings.pass_budget)).min(deadline);
     evict_all(clients, &due, pass_end, settings, &mut report).await?;
     report.terminating = terminating;
     let acted = deferred > 0 || !report.evicted.is_empty() || !report.left.is_empty();
@@ -462,34 +428,6 @@ pub(crate) async fn drain_step(
         report.wait_until = due_gone.map(|t| t.min(deadline));
     }
     Ok(report)
-}
-
-/// (uid, namespace/name): a pod replaced by one of the same name is not the pod waited for.
-fn uid_key(pod: &Pod) -> (String, String) {
-    (pod.metadata.uid.clone().unwrap_or_default(), pod_key(pod))
-}
-
-/// Waits until none of `waiting` is on the node, or `end`; returns those still there.
-async fn wait_gone(
-    clients: &ClusterClient,
-    node: &str,
-    mut waiting: BTreeSet<(String, String)>,
-    end: Instant,
-    poll: Duration,
-) -> Result<Vec<String>, KubeError> {
-    loop {
-        let present: BTreeSet<(String, String)> = list_pods(clients, node)
-            .await?
-            .iter()
-            .map(uid_key)
-            .collect();
-        waiting.retain(|k| present.contains(k));
-        let now = Instant::now();
-        if waiting.is_empty() || now >= end {
-            return Ok(waiting.into_iter().map(|(_, key)| key).collect());
-        }
-        tokio::time::sleep(poll.min(end - now)).await;
-    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@
 
 use ::kube::Api;
 use ::kube::api::PostParams;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -111,11 +111,11 @@ fn truncate(mut s: String, limit: usize) -> String {
     s
 }
 
-fn build(event: &NodeEvent<'_>, reporting_instance: &str) -> Event {
+fn build(event: &NodeEvent<'_>, reporting_instance: &str, now: DateTime<Utc>) -> Event {
     let node_name = event.node.metadata.name.clone().unwrap_or_default();
-    let now = Utc::now();
+    // Any time chrono holds fits (jiff's range is wider), so the fallback is never taken.
     let micros = k8s_openapi::jiff::Timestamp::from_microsecond(now.timestamp_micros())
-        .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now());
+        .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
     Event {
         metadata: ObjectMeta {
             name: Some(event_name(&node_name, event.event_id, event.reason)),
@@ -147,7 +147,7 @@ pub(crate) async fn record(
     reporting_instance: &str,
     dry_run: bool,
 ) -> Result<EventOutcome, KubeError> {
-    let body = build(event, reporting_instance);
+    let body = build(event, reporting_instance, clients.clock().now());
     let name = body.metadata.name.clone().unwrap_or_default();
     if dry_run {
         return Ok(EventOutcome::WouldCreate);
@@ -158,7 +158,11 @@ pub(crate) async fn record(
         field_manager: Some(FIELD_MANAGER.into()),
         ..PostParams::default()
     };
-    match with_retry("create", &object, || events.create(&params, &body)).await {
+    match with_retry(clients.clock(), "create", &object, || {
+        events.create(&params, &body)
+    })
+    .await
+    {
         Ok(_) => Ok(EventOutcome::Created),
         Err(e) if e.status == Some(409) => Ok(EventOutcome::Exists),
         Err(e) => Err(KubeError::Api(e)),
@@ -209,6 +213,7 @@ mod tests {
                 note: "é".repeat(2000),
             },
             "forewarn-lambda",
+            "2026-11-24T10:00:00Z".parse().unwrap(),
         );
         let v = serde_json::to_value(&ev).unwrap();
         assert_eq!(v["metadata"]["namespace"], "default");

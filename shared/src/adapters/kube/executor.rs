@@ -13,9 +13,11 @@
 //! - an Event with the plan's reason (`SpotInterrupted`, ...) records the decision;
 //! - `cordon`: one merge patch (see [`super::cordon`]), and a `Cordoned` Event when it changed
 //!   the node;
-//! - `cordon-drain`: the cordon, then the drain (see [`super::drain`]) until the action's
-//!   deadline, and a `Drained` or `DrainIncomplete` Event. Pods left at the deadline are
-//!   reported, not an error: the instance goes anyway and retrying the event would not help;
+//! - `cordon-drain`: in the first pass ([`Pass::Cordon`]) the cordon only; in the drain passes
+//!   that follow ([`Pass::Drain`]), the evictions then due (see [`super::drain`]) until the node
+//!   is empty or the action's deadline has passed, then a `Drained` or `DrainIncomplete` Event.
+//!   Pods left at the deadline are reported, not an error: the instance goes anyway and
+//!   retrying the event would not help;
 //! - `delete`: the NodeClaim, Machine or Node (see [`super::delete`]), and a `Deleted` Event;
 //! - the ASG lifecycle action, when the plan has one, is completed with `CONTINUE`.
 //!
@@ -29,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::Node;
 use tracing::Instrument;
@@ -38,14 +40,14 @@ use super::api::in_later_lane;
 use super::connect::ClusterClient;
 use super::cordon::{CordonOutcome, CordonSpec, cordon, get_node};
 use super::delete::{DeleteOutcome, delete_target};
-use super::drain::{DrainReport, DrainSettings, drain, drain_step};
+use super::drain::{DrainReport, DrainSettings, drain_pass};
 use super::error::KubeError;
 use super::events::{EventOutcome, EventType, NodeEvent, record};
 use super::node_facts::node_facts;
 use crate::domain::config::{Action, Config, ConfigError};
 use crate::domain::plan::{NodeAction, Plan, Target};
 use crate::domain::report::DrainSummary;
-use crate::ports::{ActionResult, ExecuteError, Executor, Pass};
+use crate::ports::{ActionResult, Clock, ExecuteError, Executor, Pass};
 use crate::ports::{LifecycleCompleter, LifecycleOutcome};
 
 /// How many evictions run at once.
@@ -62,9 +64,7 @@ pub struct ExecutorSettings {
     pub backoff_initial: Duration,
     /// Longest wait between eviction attempts (default 10 s).
     pub backoff_max: Duration,
-    /// How often evicted pods are checked for while waiting for them to go (default 2 s).
-    pub poll_interval: Duration,
-    /// How long one pass of a drain that does not wait retries a refused eviction (default 0:
+    /// How long one pass of a drain retries a refused eviction (default 0:
     /// one attempt per pass; a refusal is tried again in the next pass, seconds later, without
     /// holding the invocation meanwhile — half a second of retries held every invocation whose
     /// batch had a pod behind a budget, about half the Lambda time of a mass interruption when
@@ -83,7 +83,6 @@ impl Default for ExecutorSettings {
             eviction_parallelism: 8,
             backoff_initial: Duration::from_secs(1),
             backoff_max: Duration::from_secs(10),
-            poll_interval: Duration::from_secs(2),
             pass_budget: Duration::ZERO,
             conflict_attempts: 5,
             reporting_instance: default_reporting_instance(|n| std::env::var(n).ok()),
@@ -135,11 +134,11 @@ pub struct NodeOutcome {
     /// [`KubeExecutor::run`]'s module doc).
     pub refused: Option<String>,
     pub cordon: Option<CordonOutcome>,
-    /// The node was found cordoned with forewarn's taint in an event's first pass: the batch's
-    /// cordon pass (or an earlier delivery) did it for this event.
+    /// The node was found cordoned with forewarn's taint when the drain's first pass announced
+    /// it: the event's first pass (or an earlier delivery) did it for this event.
     pub cordoned_before: bool,
     /// When the node was seen cordoned (by this action or before it; not in a dry run).
-    pub cordoned_at: Option<chrono::DateTime<Utc>>,
+    pub cordoned_at: Option<DateTime<Utc>>,
     pub drain: Option<DrainReport>,
     pub delete: Option<DeleteOutcome>,
     pub lifecycle: Option<LifecycleOutcome>,
@@ -148,7 +147,7 @@ pub struct NodeOutcome {
     /// The cordon pass ([`Pass::Cordon`]) left the drain to the drain passes.
     pub drain_pending: bool,
     /// When the lifecycle action was kept alive (a drain still pending).
-    pub heartbeat_at: Option<chrono::DateTime<Utc>>,
+    pub heartbeat_at: Option<DateTime<Utc>>,
     /// Event reasons, with what became of each.
     pub events: Vec<(String, EventOutcome)>,
     /// Events that could not be recorded (best effort).
@@ -211,7 +210,8 @@ impl NodeOutcome {
                 parts.push(format!("would cordon and taint node/{node}"))
             }
             Some(CordonOutcome::NodeGone) => parts.push(format!("node/{node} is gone")),
-            None => {}
+            // Said with the refusal.
+            Some(CordonOutcome::Refused { .. }) | None => {}
         }
         if let Some(d) = &self.drain {
             parts.push(d.summary());
@@ -272,6 +272,11 @@ impl KubeExecutor {
         }
     }
 
+    /// The clock the executor goes by (its client's).
+    pub fn clock(&self) -> &dyn Clock {
+        self.clients.clock()
+    }
+
     pub fn with_settings(mut self, settings: ExecutorSettings) -> KubeExecutor {
         self.settings = settings;
         self
@@ -327,52 +332,6 @@ impl KubeExecutor {
         join_all(runs).await.into_iter().collect()
     }
 
-    /// Cordons and taints the nodes of `plan`'s cordon actions (a `get` and at most one patch
-    /// each, nothing else: no Event, no eviction). Control-plane nodes and gone nodes are left to
-    /// [`KubeExecutor::run`], which refuses or reports them.
-    pub async fn cordon_only(&self, plan: &Plan) -> Result<Vec<NodeOutcome>, ExecuteError> {
-        let runs = plan
-            .actions
-            .iter()
-            .filter(|a| matches!(a.action, Action::Cordon | Action::CordonDrain))
-            .map(|a| async move {
-                let mut out = NodeOutcome::new(a, self.settings.dry_run);
-                let Some(name) = a.node.as_deref() else {
-                    return Ok(out);
-                };
-                let fail = |e: KubeError| ExecuteError {
-                    instance_id: a.instance_id.clone(),
-                    message: format!("node {name}: {e}"),
-                };
-                match get_node(&self.clients, name).await.map_err(fail)? {
-                    // A node that fails verification is left to the event's own pass, which
-                    // refuses it with the reason.
-                    Some(node) if node_facts(&node).verify_runs(&a.instance_id).is_ok() => {
-                        let spec = CordonSpec::new(&self.config, &a.taint_value);
-                        let cordoned = cordon(
-                            &self.clients,
-                            node,
-                            &spec,
-                            self.settings.conflict_attempts,
-                            self.settings.dry_run,
-                        )
-                        .await
-                        .map_err(fail)?;
-                        if matches!(
-                            cordoned,
-                            CordonOutcome::Cordoned { .. } | CordonOutcome::AlreadyCordoned
-                        ) {
-                            out.cordoned_at = Some(Utc::now());
-                        }
-                        out.cordon = Some(cordoned);
-                    }
-                    _ => {}
-                }
-                Ok(out)
-            });
-        join_all(runs).await.into_iter().collect()
-    }
-
     async fn act(&self, plan: &Plan, a: &NodeAction, pass: Pass) -> Result<NodeOutcome, KubeError> {
         let dry_run = self.settings.dry_run;
         let mut out = NodeOutcome::new(a, dry_run);
@@ -405,22 +364,9 @@ impl KubeExecutor {
                 }
             );
             match (a.action, node) {
-                (Action::CordonDrain, Some(node)) if pass == Pass::Cordon => {
-                    // The cordon only; the Events and the drain follow in the drain passes.
-                    let spec = CordonSpec::new(&self.config, &a.taint_value);
-                    let cordoned = cordon(
-                        &self.clients,
-                        node,
-                        &spec,
-                        self.settings.conflict_attempts,
-                        dry_run,
-                    )
-                    .await?;
-                    if cordoned != CordonOutcome::NodeGone {
-                        out.cordoned_at = Some(Utc::now());
-                        out.drain_pending = !dry_run;
-                    }
-                    out.cordon = Some(cordoned);
+                // A dry run has no later pass: its first pass says all the drain would do.
+                (Action::CordonDrain, Some(node)) if pass == Pass::Cordon && !dry_run => {
+                    self.cordon_first(a, node, &mut out).await?;
                 }
                 (Action::CordonDrain, Some(node)) if later_pass => {
                     // A later drain pass: the node was cordoned by the earlier passes, and its
@@ -443,13 +389,13 @@ impl KubeExecutor {
         if let (Some(lifecycle), true) = (&a.complete_lifecycle, pending) {
             let heartbeat = match pass {
                 Pass::Drain { heartbeat, .. } => heartbeat,
-                Pass::Whole | Pass::Cordon => false,
+                Pass::Cordon => false,
             };
             if heartbeat
                 && let Some(completer) = &self.lifecycle
                 && completer.heartbeat(&a.instance_id, lifecycle).await?
             {
-                out.heartbeat_at = Some(Utc::now());
+                out.heartbeat_at = Some(self.clients.clock().now());
             }
         } else if let Some(lifecycle) = &a.complete_lifecycle {
             out.lifecycle = Some(if dry_run {
@@ -490,19 +436,18 @@ impl KubeExecutor {
     ) -> Result<(), KubeError> {
         let announce = match pass {
             Pass::Drain { announce, .. } => announce,
-            Pass::Whole | Pass::Cordon => true,
+            Pass::Cordon => true,
         };
         if announce {
             self.announce(plan, a, &node, out).await;
         }
-        // The node may already be cordoned for this event (by the batch's cordon pass or the
-        // event's cordon pass): the Event is recorded with the announcement (one per event and
-        // reason, so never twice).
+        // The node may already be cordoned for this event (by the event's first pass): the Event
+        // is recorded with the announcement (one per event and reason, so never twice).
         let gone = self.cordon_node(plan, a, &node, announce, out).await?;
         if a.action != Action::CordonDrain || gone {
             return Ok(());
         }
-        self.drain_node(plan, a, &node, pass, out).await
+        self.drain_pass(plan, a, &node, pass, out).await
     }
 
     /// The Event that says what forewarn is about to do and why (with the drain's deadline).
@@ -540,20 +485,26 @@ impl KubeExecutor {
         out: &mut NodeOutcome,
     ) -> Result<bool, KubeError> {
         let spec = CordonSpec::new(&self.config, &a.taint_value);
+        let verify = |n: &Node| self.verify(a, n, Pass::Cordon);
         let cordoned = cordon(
             &self.clients,
             node.clone(),
             &spec,
             self.settings.conflict_attempts,
             self.settings.dry_run,
+            &verify,
         )
         .await?;
+        if let CordonOutcome::Refused { why } = &cordoned {
+            out.refused = Some(why.clone());
+            return Ok(true);
+        }
         let gone = cordoned == CordonOutcome::NodeGone;
         if matches!(
             cordoned,
             CordonOutcome::Cordoned { .. } | CordonOutcome::AlreadyCordoned
         ) {
-            out.cordoned_at = Some(Utc::now());
+            out.cordoned_at = Some(self.clients.clock().now());
         }
         out.cordoned_before = already_ours && cordoned == CordonOutcome::AlreadyCordoned;
         if matches!(cordoned, CordonOutcome::Cordoned { .. }) || out.cordoned_before {
@@ -578,8 +529,38 @@ impl KubeExecutor {
         Ok(gone)
     }
 
-    /// A later pass of a drain that does not wait, on the node the pass has just read and
-    /// verified; when the drain ends, its Event.
+    /// The first pass of a `cordon-drain`: the cordon only (one patch, no Event), so that a
+    /// mass interruption's first deliveries are short and every node is cordoned early; the
+    /// Events and the evictions follow in the drain passes.
+    async fn cordon_first(
+        &self,
+        a: &NodeAction,
+        node: Node,
+        out: &mut NodeOutcome,
+    ) -> Result<(), KubeError> {
+        let spec = CordonSpec::new(&self.config, &a.taint_value);
+        let verify = |n: &Node| self.verify(a, n, Pass::Cordon);
+        let cordoned = cordon(
+            &self.clients,
+            node,
+            &spec,
+            self.settings.conflict_attempts,
+            false,
+            &verify,
+        )
+        .await?;
+        if let CordonOutcome::Refused { why } = &cordoned {
+            out.refused = Some(why.clone());
+        } else if cordoned != CordonOutcome::NodeGone {
+            out.cordoned_at = Some(self.clients.clock().now());
+            out.drain_pending = true;
+        }
+        out.cordon = Some(cordoned);
+        Ok(())
+    }
+
+    /// One pass of the drain (see [`super::drain::drain_pass`]) on the node the pass has just
+    /// read and verified; when the drain ends, its Event (not in a dry run).
     async fn drain_pass(
         &self,
         plan: &Plan,
@@ -588,89 +569,61 @@ impl KubeExecutor {
         pass: Pass,
         out: &mut NodeOutcome,
     ) -> Result<(), KubeError> {
-        let Pass::Drain { started_at, .. } = pass else {
-            return Ok(());
+        let started_at = match pass {
+            Pass::Drain { started_at, .. } => started_at,
+            Pass::Cordon => self.clients.clock().now(),
         };
         let name = node.metadata.name.as_deref().unwrap_or_default();
         let deadline = a
             .deadline
             .unwrap_or_else(|| started_at + self.config.drain_timeout);
-        let report = drain_step(
+        let settings = DrainSettings {
+            parallelism: self.settings.eviction_parallelism,
+            backoff_initial: self.settings.backoff_initial,
+            backoff_max: self.settings.backoff_max,
+            pass_budget: self.settings.pass_budget,
+        };
+        let dry_run = self.settings.dry_run;
+        let report = drain_pass(
             &self.clients,
             name,
             started_at,
             deadline,
-            &self.drain_settings(),
-            self.settings.dry_run,
+            &settings,
+            dry_run,
         )
         .await?;
-        if !report.pending && !self.settings.dry_run {
-            self.drain_ended(plan, node, &report, out).await;
+        if !report.pending && !dry_run {
+            let later = matches!(
+                pass,
+                Pass::Drain {
+                    announce: false,
+                    ..
+                }
+            );
+            self.drain_ended(plan, node, &report, later, out).await;
         }
         out.drain = Some(report);
         Ok(())
     }
 
-    fn drain_settings(&self) -> DrainSettings {
-        DrainSettings {
-            parallelism: self.settings.eviction_parallelism,
-            backoff_initial: self.settings.backoff_initial,
-            backoff_max: self.settings.backoff_max,
-            poll_interval: self.settings.poll_interval,
-            pass_budget: self.settings.pass_budget,
-        }
-    }
-
-    /// Drains the node: until the action's deadline ([`Pass::Whole`]), or one pass that does not
-    /// wait. When the drain ends, records a `Drained` or `DrainIncomplete` Event (not in a dry
-    /// run).
-    async fn drain_node(
-        &self,
-        plan: &Plan,
-        a: &NodeAction,
-        node: &Node,
-        pass: Pass,
-        out: &mut NodeOutcome,
-    ) -> Result<(), KubeError> {
-        let name = node.metadata.name.clone().unwrap_or_default();
-        let deadline = a
-            .deadline
-            .unwrap_or_else(|| Utc::now() + self.config.drain_timeout);
-        let settings = self.drain_settings();
-        let dry_run = self.settings.dry_run;
-        let report = match pass {
-            Pass::Whole | Pass::Cordon => {
-                drain(&self.clients, &name, deadline, &settings, dry_run).await?
-            }
-            Pass::Drain { started_at, .. } => {
-                drain_step(
-                    &self.clients,
-                    &name,
-                    started_at,
-                    deadline,
-                    &settings,
-                    dry_run,
-                )
-                .await?
-            }
-        };
-        if !dry_run && !report.pending {
-            self.drain_ended(plan, node, &report, out).await;
-        }
-        out.drain = Some(report);
-        Ok(())
-    }
-
-    /// The `Drained` or `DrainIncomplete` Event of a drain that ended.
+    /// The `Drained` or `DrainIncomplete` Event of a drain that ended (in a `later` pass: one
+    /// after the pass that evicted).
     async fn drain_ended(
         &self,
         plan: &Plan,
         node: &Node,
         report: &DrainReport,
+        later: bool,
         out: &mut NodeOutcome,
     ) {
         if report.complete() {
-            let note = format!("Drained: {}", report.summary());
+            let summary = if later {
+                report.later_summary()
+            } else {
+                report.summary()
+            };
+            let note = format!("Drained: {summary}");
             self.event(plan, node, "Drained", "Drain", EventType::Normal, note, out)
                 .await;
         } else {
@@ -793,10 +746,6 @@ impl KubeExecutor {
 
 #[async_trait]
 impl Executor for KubeExecutor {
-    async fn cordon(&self, plan: &Plan) -> Result<Vec<ActionResult>, ExecuteError> {
-        Ok(results(&self.cordon_only(plan).await?))
-    }
-
     async fn execute(&self, plan: &Plan, pass: Pass) -> Result<Vec<ActionResult>, ExecuteError> {
         Ok(results(&self.run(plan, pass).await?))
     }

@@ -92,7 +92,7 @@ fn params() -> PostParams {
 impl ExpanderStore for KubeExpander {
     async fn base(&self) -> Result<Option<String>, ExpanderError> {
         let api = self.api("get", BASE_CONFIGMAP).await?;
-        let cm = with_retry("get", &object(BASE_CONFIGMAP), || {
+        let cm = with_retry(self.clients.clock(), "get", &object(BASE_CONFIGMAP), || {
             api.get_opt(BASE_CONFIGMAP)
         })
         .await
@@ -106,9 +106,12 @@ impl ExpanderStore for KubeExpander {
 
     async fn current(&self) -> Result<Option<StoredExpander>, ExpanderError> {
         let api = self.api("get", EXPANDER_CONFIGMAP).await?;
-        let cm = with_retry("get", &object(EXPANDER_CONFIGMAP), || {
-            api.get_opt(EXPANDER_CONFIGMAP)
-        })
+        let cm = with_retry(
+            self.clients.clock(),
+            "get",
+            &object(EXPANDER_CONFIGMAP),
+            || api.get_opt(EXPANDER_CONFIGMAP),
+        )
         .await
         .map_err(api_error)?;
         Ok(cm.map(|cm| StoredExpander {
@@ -128,9 +131,12 @@ impl ExpanderStore for KubeExpander {
         let api = self.api("create", EXPANDER_CONFIGMAP).await?;
         let cm = config_map(config, None);
         let params = params();
-        match with_retry("create", &object(EXPANDER_CONFIGMAP), || {
-            api.create(&params, &cm)
-        })
+        match with_retry(
+            self.clients.clock(),
+            "create",
+            &object(EXPANDER_CONFIGMAP),
+            || api.create(&params, &cm),
+        )
         .await
         {
             Ok(_) => Ok(()),
@@ -151,9 +157,12 @@ impl ExpanderStore for KubeExpander {
         let api = self.api("update", EXPANDER_CONFIGMAP).await?;
         let cm = config_map(config, Some(resource_version));
         let params = params();
-        with_retry("update", &object(EXPANDER_CONFIGMAP), || {
-            api.replace(EXPANDER_CONFIGMAP, &params, &cm)
-        })
+        with_retry(
+            self.clients.clock(),
+            "update",
+            &object(EXPANDER_CONFIGMAP),
+            || api.replace(EXPANDER_CONFIGMAP, &params, &cm),
+        )
         .await
         .map(|_| ())
         .map_err(api_error)

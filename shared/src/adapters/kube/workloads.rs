@@ -42,7 +42,11 @@ fn error(message: String) -> DirectoryError {
 }
 
 /// Every object of a kind, in every namespace, page by page.
-async fn list_all<K>(client: &::kube::Client, what: &str) -> Result<Vec<K>, DirectoryError>
+async fn list_all<K>(
+    clients: &ClusterClient,
+    client: &::kube::Client,
+    what: &str,
+) -> Result<Vec<K>, DirectoryError>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
     K::DynamicType: Default,
@@ -51,7 +55,7 @@ where
     let mut out = Vec::new();
     let mut params = ListParams::default().limit(LIST_PAGE);
     loop {
-        let page = with_retry("list", what, || api.list(&params))
+        let page = with_retry(clients.clock(), "list", what, || api.list(&params))
             .await
             .map_err(|e| error(e.to_string()))?;
         out.extend(page.items);
@@ -72,13 +76,19 @@ impl WorkloadSource for KubeWorkloads {
             .await
             .map_err(|e| error(e.to_string()))?;
         let raw = RawWorkloads {
-            deployments: list_all::<Deployment>(&client, "deployments").await?,
-            stateful_sets: list_all::<StatefulSet>(&client, "statefulsets").await?,
-            replica_sets: list_all::<ReplicaSet>(&client, "replicasets").await?,
-            pods: list_all::<Pod>(&client, "pods").await?,
-            budgets: list_all::<PodDisruptionBudget>(&client, "poddisruptionbudgets").await?,
-            priority_classes: list_all::<PriorityClass>(&client, "priorityclasses").await?,
-            nodes: list_all::<Node>(&client, "nodes").await?,
+            deployments: list_all::<Deployment>(&self.clients, &client, "deployments").await?,
+            stateful_sets: list_all::<StatefulSet>(&self.clients, &client, "statefulsets").await?,
+            replica_sets: list_all::<ReplicaSet>(&self.clients, &client, "replicasets").await?,
+            pods: list_all::<Pod>(&self.clients, &client, "pods").await?,
+            budgets: list_all::<PodDisruptionBudget>(
+                &self.clients,
+                &client,
+                "poddisruptionbudgets",
+            )
+            .await?,
+            priority_classes: list_all::<PriorityClass>(&self.clients, &client, "priorityclasses")
+                .await?,
+            nodes: list_all::<Node>(&self.clients, &client, "nodes").await?,
         };
         view(&raw).map_err(|e| error(e.to_string()))
     }
