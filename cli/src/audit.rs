@@ -4,9 +4,10 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
-use chrono::{Duration, Utc};
+use chrono::Duration;
 use clap::{Args, ValueEnum};
 use forewarn::adapters::kube::ClusterAccess;
 use forewarn::app::settings::{ClusterChoice, Settings};
@@ -16,6 +17,7 @@ use forewarn::domain::audit::{
     suggested_budgets,
 };
 use forewarn::domain::pool::PoolQuery;
+use forewarn::ports::Clock;
 use serde_json::json;
 
 use crate::{StoreArgs, stores};
@@ -78,7 +80,11 @@ pub struct AuditArgs {
     store: StoreArgs,
 }
 
-pub async fn run(args: AuditArgs, settings: Settings) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    args: AuditArgs,
+    settings: Settings,
+    clock: Arc<dyn Clock>,
+) -> anyhow::Result<ExitCode> {
     let choice = match (&args.cluster_state, args.kube) {
         (Some(path), _) => ClusterChoice::Snapshot(path.clone()),
         (None, _) => ClusterChoice::Live(ClusterAccess::from_env()),
@@ -88,8 +94,8 @@ pub async fn run(args: AuditArgs, settings: Settings) -> anyhow::Result<ExitCode
         .workloads()
         .await
         .context("reading the cluster's workloads")?;
-    let store = stores::open(&args.store).await?;
-    let now = Utc::now();
+    let store = stores::open(&args.store, clock.clone()).await?;
+    let now = clock.now();
     let query = PoolQuery {
         include_available: true,
         zone: None,

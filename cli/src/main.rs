@@ -20,6 +20,20 @@ mod text;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// The time the command runs at (RFC 3339), instead of the wall clock: the samples' events
+    /// of 2026-11-20 replayed, listed or audited "a minute later" decide as they did then
+    /// (windows, deadlines, pool and ledger expiries). The clock runs on from it.
+    #[arg(long, global = true, value_name = "TIME")]
+    now: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// The command's clock: the wall clock, or one that starts at `--now`.
+fn clock(now: Option<chrono::DateTime<chrono::Utc>>) -> std::sync::Arc<dyn forewarn::ports::Clock> {
+    use forewarn::adapters::clock::SystemClock;
+    match now {
+        Some(now) => std::sync::Arc::new(SystemClock::starting_at(now)),
+        None => SystemClock::shared(),
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -115,12 +129,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let clock = clock(cli.now);
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Replay(args) => replay::run(args, settings).await,
-            Command::Pools(args) => pools::run(args).await,
-            Command::Audit(args) => audit::run(args, settings).await,
-            Command::Priorities(args) => priorities::run(args, settings).await,
+            Command::Replay(args) => replay::run(args, settings, clock).await,
+            Command::Pools(args) => pools::run(args, clock).await,
+            Command::Audit(args) => audit::run(args, settings, clock).await,
+            Command::Priorities(args) => priorities::run(args, settings, clock).await,
         }
     });
     match result {

@@ -2,10 +2,12 @@
 
 use std::io::Write;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use clap::{Args, ValueEnum};
 use forewarn::domain::pool::{PoolQuery, PoolRecord};
+use forewarn::ports::Clock;
 use serde::Serialize;
 
 use crate::{StoreArgs, stores, text};
@@ -116,7 +118,7 @@ pub fn parse_since(text: &str) -> Result<chrono::Duration, String> {
         })
 }
 
-pub async fn run(args: PoolsArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(args: PoolsArgs, clock: Arc<dyn Clock>) -> anyhow::Result<ExitCode> {
     if args.stats {
         let since = match parse_since(&args.since) {
             Ok(d) => d,
@@ -125,8 +127,8 @@ pub async fn run(args: PoolsArgs) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::from(1));
             }
         };
-        let store = stores::open(&args.store).await?;
-        let now = Utc::now();
+        let store = stores::open(&args.store, clock.clone()).await?;
+        let now = clock.now();
         let entries = store.history(now - since, now).await?;
         let mut stats = forewarn::domain::stats::stats(&entries, now - since, now);
         if let Some(zone) = &args.zone {
@@ -147,13 +149,13 @@ pub async fn run(args: PoolsArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let store = stores::open(&args.store).await?;
+    let store = stores::open(&args.store, clock.clone()).await?;
     let query = PoolQuery {
         include_available: args.all,
         zone: args.zone,
         instance_type: args.instance_type,
     };
-    let now = Utc::now();
+    let now = clock.now();
     let records = store.pools(&query, now).await?;
     let mut out = std::io::stdout().lock();
     match args.output {

@@ -3,9 +3,9 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
-use chrono::Utc;
 use clap::{ArgGroup, Args, ValueEnum};
 use forewarn::adapters::kube::ClusterAccess;
 use forewarn::app::priorities::{BaseSource, Change, Priorities};
@@ -13,6 +13,7 @@ use forewarn::app::settings::{ClusterChoice, InstanceChoice, Settings};
 use forewarn::app::wiring::{self, GroupsChoice};
 use forewarn::domain::config::Mode;
 use forewarn::domain::priorities::HotShare;
+use forewarn::ports::Clock;
 
 use crate::StoreArgs;
 
@@ -60,7 +61,11 @@ pub struct PrioritiesArgs {
     store: StoreArgs,
 }
 
-pub async fn run(args: PrioritiesArgs, mut settings: Settings) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    args: PrioritiesArgs,
+    mut settings: Settings,
+    clock: Arc<dyn Clock>,
+) -> anyhow::Result<ExitCode> {
     let cluster = args
         .cluster_name
         .clone()
@@ -93,7 +98,7 @@ pub async fn run(args: PrioritiesArgs, mut settings: Settings) -> anyhow::Result
         ClusterChoice::None
     };
     settings.webhook = None;
-    let services = wiring::services(&settings).await?;
+    let services = wiring::services_with_clock(&settings, clock.clone()).await?;
     let choice = match &args.groups {
         Some(path) => GroupsChoice::File(path.clone()),
         None => GroupsChoice::AutoScaling,
@@ -113,7 +118,7 @@ pub async fn run(args: PrioritiesArgs, mut settings: Settings) -> anyhow::Result
         // Run with a person's credentials: may create the ConfigMap (the sweeper may not).
         create: true,
     };
-    let outcome = run.run(Utc::now()).await?;
+    let outcome = run.run(clock.now()).await?;
 
     let mut out = std::io::stdout().lock();
     if let Some(desired) = &outcome.desired {

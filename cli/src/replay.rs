@@ -16,7 +16,6 @@ use forewarn::domain::event::{DecodeError, Origin};
 use forewarn::domain::inbound::{self, Record};
 use forewarn::domain::report::{Outcome, Tally};
 
-use forewarn::adapters::clock::SystemClock;
 use forewarn::ports::Clock;
 
 use crate::{StoreArgs, TextOrJson, text};
@@ -50,11 +49,6 @@ pub struct ReplayArgs {
     /// table (with --table). Without it a live cluster and a table are only read.
     #[arg(long)]
     execute: bool,
-    /// The time the replay runs at (RFC 3339), instead of the wall clock: the samples' events
-    /// of 2026-11-20 replayed "a minute later" decide as they did then (windows, deadlines,
-    /// pool expiries). The clock runs on from it.
-    #[arg(long, value_name = "TIME")]
-    now: Option<chrono::DateTime<Utc>>,
     #[command(flatten)]
     store: StoreArgs,
 }
@@ -133,7 +127,11 @@ fn mode(args: &ReplayArgs) -> Mode {
 }
 
 /// Replays `args.paths` with the process's `settings`, which the flags override.
-pub async fn run(args: ReplayArgs, mut settings: Settings) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    args: ReplayArgs,
+    mut settings: Settings,
+    clock: Arc<dyn Clock>,
+) -> anyhow::Result<ExitCode> {
     if let Some(name) = args.cluster_name.clone() {
         settings.config.cluster_name = Some(name);
     }
@@ -153,10 +151,6 @@ pub async fn run(args: ReplayArgs, mut settings: Settings) -> anyhow::Result<Exi
     // replayed SQS record names a queue, but a replay never sends anything to it.
     settings.webhook = None;
     settings.drain_pass_interval = None;
-    let clock = match args.now {
-        Some(now) => Arc::new(SystemClock::starting_at(now)) as Arc<dyn Clock>,
-        None => SystemClock::shared(),
-    };
     let services = wiring::services_with_clock(&settings, clock.clone()).await?;
 
     let records = read_records(&args.paths, clock.now());

@@ -9,6 +9,9 @@ use forewarn::ports::PoolStore;
 use crate::StoreArgs;
 
 /// The store the arguments name, for reading (`forewarn pools`).
-pub async fn open(args: &StoreArgs) -> anyhow::Result<Arc<dyn PoolStore>> {
-    Ok(wiring::store(&args.choice(), Mode::DryRun, None).await?)
+pub async fn open(
+    args: &StoreArgs,
+    clock: Arc<dyn forewarn::ports::Clock>,
+) -> anyhow::Result<Arc<dyn PoolStore>> {
+    Ok(wiring::store(&args.choice(), Mode::DryRun, None, clock).await?)
 }

@@ -1,13 +1,11 @@
 //! The `forewarn` binary on the samples of `events/`: what a user sees.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 
 use serde_json::Value;
 
-mod samples;
 mod support;
-use samples::Samples;
 use support::{Forewarn, forewarn, forewarn_in, root};
 
 const WITH_STATE: [&str; 6] = [
@@ -45,13 +43,6 @@ fn by_origin<'a>(lines: &'a [Value], origin: &str) -> &'a Value {
 #[test]
 fn replay_of_the_samples_plans_every_event() {
     plans_every_event(&root(), |t| t.to_string());
-}
-
-/// The samples moved to the present are planned as they are, their times moved alike.
-#[test]
-fn the_samples_moved_to_now_plan_the_same() {
-    let samples = Samples::near_now();
-    plans_every_event(samples.dir(), |t| samples.at(t));
 }
 
 /// Replays the samples in `dir`/events, whose times are those of `events/` as `at` gives them.
@@ -352,17 +343,15 @@ fn plans_every_event(dir: &Path, at: impl Fn(&str) -> String) {
 
 #[test]
 fn replaying_again_is_duplicate_and_changes_nothing() {
-    // The store is read as of now: the samples moved to the present, their records not expired.
-    let samples = Samples::near_now();
+    // The store is read as of the tests' now (two days after the samples): their records not expired.
     let state = tempfile::tempdir().unwrap();
     let mut args = WITH_STATE.to_vec();
     args.push("events/");
-    let (first, _) = replay_json_in(samples.dir(), state.path(), &args);
+    let (first, _) = replay_json_in(&root(), state.path(), &args);
     assert!(first.status.success());
-    let pools =
-        |s: &Path| forewarn_in(samples.dir(), s, &["pools", "--all", "--output", "json"]).stdout;
+    let pools = |s: &Path| forewarn_in(&root(), s, &["pools", "--all", "--output", "json"]).stdout;
     let before = pools(state.path());
-    let (second, lines) = replay_json_in(samples.dir(), state.path(), &args);
+    let (second, lines) = replay_json_in(&root(), state.path(), &args);
     assert!(second.status.success());
     for line in &lines {
         let outcome = line["outcome"].as_str().unwrap();
@@ -468,9 +457,8 @@ fn without_captured_state_nothing_is_known() {
 
 #[test]
 fn text_output_and_pools_table() {
-    // The store is read as of now: the samples moved to the present, their records not expired.
-    let samples = Samples::near_now();
-    let forewarn = |state: &Path, args: &[&str]| forewarn_in(samples.dir(), state, args);
+    // The store is read as of the tests' now (two days after the samples): their records not expired.
+    let forewarn = |state: &Path, args: &[&str]| forewarn_in(&root(), state, args);
     let state = tempfile::tempdir().unwrap();
     let mut args = vec!["replay"];
     args.extend_from_slice(&WITH_STATE);
@@ -737,17 +725,16 @@ fn audit_bad_input_exits_1_naming_what_is_wrong() {
 
 #[test]
 fn audit_sees_pools_the_table_saw_interrupted() {
-    // The store is read as of now: the samples moved to the present, their records not expired.
-    let samples = Samples::near_now();
+    // The store is read as of the tests' now (two days after the samples): their records not expired.
     let state = tempfile::tempdir().unwrap();
     let mut args = WITH_STATE.to_vec();
     args.push("events/02-spot-interruption-plain.json");
-    let (out, _) = replay_json_in(samples.dir(), state.path(), &args);
+    let (out, _) = replay_json_in(&root(), state.path(), &args);
     assert!(out.status.success());
-    // The moved sample is 1 to 8 days old: a window wide enough to keep it recent.
+    // The sample is two days old: a window wide enough to keep it recent.
     let mut args = AUDIT.to_vec();
     args.extend(["--output", "json", "--hot-days", "14"]);
-    let out = forewarn_in(samples.dir(), state.path(), &args);
+    let out = forewarn_in(&root(), state.path(), &args);
     let (findings, summary) = audit_json(&out);
     let hot: Vec<&str> = findings
         .iter()
@@ -824,10 +811,9 @@ fn audit_yaml_and_fix_give_the_budgets_to_add() {
 
 #[test]
 fn pool_statistics_come_from_the_history_the_replays_wrote() {
-    // The history is read as of now: the samples moved to the present, their history not expired.
-    let samples = Samples::near_now();
-    let forewarn = |state: &Path, args: &[&str]| forewarn_in(samples.dir(), state, args);
-    let replay_json = |state: &Path, args: &[&str]| replay_json_in(samples.dir(), state, args);
+    // The history is read as of the tests' now (two days after the samples): their history not expired.
+    let forewarn = |state: &Path, args: &[&str]| forewarn_in(&root(), state, args);
+    let replay_json = |state: &Path, args: &[&str]| replay_json_in(&root(), state, args);
     let state = tempfile::tempdir().unwrap();
     let mut args = WITH_STATE.to_vec();
     args.extend(["--execute", "events/"]);
@@ -896,135 +882,4 @@ fn pool_statistics_come_from_the_history_the_replays_wrote() {
     assert_eq!(bad.status.code(), Some(1));
     let stderr = String::from_utf8(bad.stderr).unwrap();
     assert!(stderr.contains("--since soon"), "{stderr}");
-}
-
-// ---------------------------------------------------------------------------------------------
-// The samples moved in time (tests/samples), for the tests that read the store as of now
-
-/// The files under `dir`, relative to it.
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            files.extend(
-                files_under(&path)
-                    .into_iter()
-                    .map(|f| path.strip_prefix(dir).unwrap().join(f)),
-            );
-        } else {
-            files.push(path.strip_prefix(dir).unwrap().to_path_buf());
-        }
-    }
-    files.sort();
-    files
-}
-
-#[test]
-fn moved_samples_differ_from_the_samples_in_their_dates_only() {
-    use chrono::{Datelike, Duration, NaiveDate, Weekday};
-
-    // Far enough that no date of 2026 is left (the earliest is 2026-10-30).
-    let samples = Samples::moved_by_weeks(10);
-    let offset = samples.offset();
-    let events = root().join("events");
-    let files = files_under(&events);
-    assert_eq!(files, files_under(&samples.dir().join("events")));
-    assert!(files.len() > 30, "{files:?}");
-    for file in &files {
-        let original = std::fs::read(events.join(file)).unwrap();
-        let moved = std::fs::read(samples.dir().join("events").join(file)).unwrap();
-        let text = String::from_utf8(moved.clone()).unwrap();
-        if file.extension().is_some_and(|x| x == "json" || x == "yaml") {
-            assert!(
-                !text.contains("2026"),
-                "{}: a date not moved",
-                file.display()
-            );
-        }
-        // Moving back gives the sample byte for byte: nothing else was touched.
-        assert_eq!(
-            String::from_utf8(samples::move_dates(&moved, -offset)).unwrap(),
-            String::from_utf8(original).unwrap(),
-            "{}",
-            file.display()
-        );
-    }
-    let read =
-        |file: &str| std::fs::read_to_string(samples.dir().join("events").join(file)).unwrap();
-    let day = |y, m, d| NaiveDate::from_ymd_opt(y, m, d).unwrap() + offset;
-
-    // RFC 1123 with its right weekday keeps it; the text's dates move alike.
-    let rfc1123 = read("08-health-scheduled-change-rfc1123.json");
-    let start = day(2026, 11, 21);
-    assert_eq!(start.weekday(), Weekday::Sat);
-    let want = start.format("\"Sat, %-d %b %Y 10:30:00 GMT\"").to_string();
-    assert!(rfc1123.contains(&want), "{want} not in {rfc1123}");
-    let want = start.format("after %Y-%m-%d 10:30:00 UTC").to_string();
-    assert!(rfc1123.contains(&want), "{want} not in {rfc1123}");
-    assert!(
-        rfc1123.contains(&format!("\"{}\"", samples.at("2026-11-20T10:00:28Z"))),
-        "{rfc1123}"
-    );
-
-    // Sample 21's wrong weekday (3 December 2026 is a Thursday) stays as wrong.
-    let aws_dates = read("21-health-scheduled-change-aws-dates.json");
-    let start = day(2026, 12, 3);
-    assert_eq!(start.weekday(), Weekday::Thu);
-    let want = start
-        .format("\"Sat, %-d %b %Y 06:00:00.500 GMT\"")
-        .to_string();
-    assert!(aws_dates.contains(&want), "{want} not in {aws_dates}");
-
-    // Epoch milliseconds: SQS's SentTimestamp.
-    let sqs = read("22-sqs-empty-time.json");
-    let sent = 1_795_168_900_123 + offset.num_milliseconds();
-    assert!(
-        sqs.contains(&format!("\"SentTimestamp\": \"{sent}\"")),
-        "{sent} not in {sqs}"
-    );
-    // Inside an SQS body, a JSON string.
-    let batch = read("17-sqs-batch.json");
-    let time = samples.at("2026-11-20T10:01:08Z");
-    assert!(
-        batch.contains(&format!("\\\"time\\\":\\\"{time}\\\"")),
-        "{batch}"
-    );
-    assert_eq!(
-        samples.at("2026-11-20T10:01:20.187Z"),
-        (chrono::DateTime::parse_from_rfc3339("2026-11-20T10:01:20.187Z").unwrap()
-            + Duration::weeks(10))
-        .to_utc()
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-    );
-}
-
-#[test]
-fn the_samples_are_moved_to_between_one_and_eight_days_ago() {
-    use chrono::{DateTime, Duration};
-    let t = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().to_utc();
-    assert_eq!(
-        samples::weeks_to(t("2026-11-23T10:34:00Z")),
-        0,
-        "as they are, three days after them"
-    );
-    for now in [
-        "2026-11-21T09:59:59Z",
-        "2026-11-21T10:00:00Z",
-        "2026-11-23T10:34:00Z",
-        "2026-11-28T09:59:59Z",
-        "2026-11-28T10:00:00Z",
-        "2026-12-25T00:00:00Z",
-        "2027-03-01T00:00:00Z",
-        "2031-07-04T23:59:59.999Z",
-        "2026-01-01T00:00:00Z",
-    ] {
-        let now = t(now);
-        let start = t(samples::SAMPLES_AT) + Duration::weeks(samples::weeks_to(now));
-        let age = now - start;
-        assert!(
-            age >= Duration::days(1) && age < Duration::days(8),
-            "{now}: the samples would start at {start}"
-        );
-    }
 }

@@ -6,9 +6,7 @@ use std::process::Output;
 
 use serde_json::Value;
 
-mod samples;
 mod support;
-use samples::Samples;
 use support::{Forewarn, root};
 
 fn forewarn(state: &Path, args: &[&str]) -> Output {
@@ -19,7 +17,7 @@ fn forewarn(state: &Path, args: &[&str]) -> Output {
 fn forewarn_in(dir: &Path, state: &Path, args: &[&str]) -> Output {
     Forewarn::new(state)
         .dir(dir)
-        // The replayed samples are moved to 1 to 8 days ago: windows long enough to be open now.
+        // The replayed samples are two days old at the tests' now: windows long enough to be open.
         .env("FOREWARN_POOL_TTL", "240h")
         .env_remove("FOREWARN_PRIORITY_HOT_SHARE")
         .env_remove("KUBECONFIG")
@@ -42,12 +40,11 @@ fn priorities(state: &Path, extra: &[&str]) -> Output {
     forewarn(state, &args)
 }
 
-/// A store with the samples replayed, moved to the present (the store is read as of now).
+/// A store with the samples replayed (the store is read as of the tests' now).
 fn replayed() -> tempfile::TempDir {
-    let samples = Samples::near_now();
     let state = tempfile::tempdir().unwrap();
     let out = forewarn_in(
-        samples.dir(),
+        &root(),
         state.path(),
         &[
             "replay",

@@ -55,11 +55,28 @@ impl Forewarn {
             .env("AWS_SECRET_ACCESS_KEY", "testing")
     }
 
-    /// Runs it with `args` and waits for it to end.
+    /// Runs it with `args` and waits for it to end. A subcommand runs at [`SAMPLES_NOW`]
+    /// (`--now`) unless `args` say when.
     pub fn run(mut self, args: &[&str]) -> Output {
-        self.command.args(args).output().expect("run forewarn")
+        match args.split_first() {
+            Some((command, rest)) if !command.starts_with('-') && !args.contains(&"--now") => {
+                self.command
+                    .arg(command)
+                    .args(["--now", SAMPLES_NOW])
+                    .args(rest);
+            }
+            _ => {
+                self.command.args(args);
+            }
+        }
+        self.command.output().expect("run forewarn")
     }
 }
+
+/// When the tests run `forewarn`: two days after the samples' events (2026-11-20/21), so that
+/// their windows (an hour or two) are over and what a replay records (kept 30 days) is there,
+/// whatever the date the tests run on.
+pub const SAMPLES_NOW: &str = "2026-11-22T10:00:00Z";
 
 /// `forewarn` with `args` in the workspace root, its embedded store in `state`.
 pub fn forewarn(state: &Path, args: &[&str]) -> Output {

@@ -21,11 +21,12 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use crate::domain::continuation::ContinuationKey;
 use crate::domain::stats::HistoryEntry;
 
+use crate::adapters::clock::SystemClock;
 use crate::domain::fold::{fold, pool_deltas, validate};
 use crate::domain::pool::{
     Applied, PoolKey, PoolQuery, PoolRecord, PoolUpdate, Retention, sort_newest_first,
 };
-use crate::ports::{PoolStore, StoreError};
+use crate::ports::{Clock, PoolStore, StoreError};
 
 /// Event id → (recorded_at, expires_at), Unix milliseconds.
 const LEDGER: TableDefinition<&str, (i64, i64)> = TableDefinition::new("ledger");
@@ -75,6 +76,8 @@ pub struct EmbeddedStore {
     retention: Retention,
     /// The continuation key, once read (shared by the clones: one read per process).
     key: Arc<tokio::sync::OnceCell<ContinuationKey>>,
+    /// What "now" is for the ledger's expiry and the purge on open.
+    clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for EmbeddedStore {
@@ -118,12 +121,19 @@ impl EmbeddedStore {
             path,
             retention: Retention::default(),
             key: Arc::default(),
+            clock: SystemClock::shared(),
         };
-        store.purge_blocking(Utc::now())?;
+        store.purge_blocking(store.clock.now())?;
         Ok(store)
     }
 
     /// The store with another retention (default: [`Retention::default`]).
+    /// The store on `clock` (the system clock by default).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> EmbeddedStore {
+        self.clock = clock;
+        self
+    }
+
     pub fn with_retention(mut self, retention: Retention) -> EmbeddedStore {
         self.retention = retention;
         self
@@ -323,7 +333,7 @@ fn decode(key: &str, json: &str) -> Result<PoolRecord, StoreError> {
 impl PoolStore for EmbeddedStore {
     async fn applied(&self, event_ids: &[String]) -> Result<HashSet<String>, StoreError> {
         let ids = event_ids.to_vec();
-        let now_ms = Utc::now().timestamp_millis();
+        let now_ms = self.clock.now().timestamp_millis();
         self.blocking(move |store| {
             let txn = store.read_txn()?;
             let ledger = txn

@@ -88,7 +88,7 @@ pub async fn services_with_clock(
     } else {
         None
     };
-    let store = store(&settings.store, settings.mode, sdk.as_ref()).await?;
+    let store = store(&settings.store, settings.mode, sdk.as_ref(), clock.clone()).await?;
     let instances: Arc<dyn InstanceDirectory> = match (&settings.instances, &sdk) {
         (InstanceChoice::File(path), _) => Arc::new(SnapshotInstances(load_instances(path)?)),
         (InstanceChoice::Ec2, Some(sdk)) => Arc::new(Ec2Directory::from_conf(sdk)),
@@ -177,6 +177,7 @@ pub async fn store(
     choice: &StoreChoice,
     mode: Mode,
     sdk: Option<&aws_config::SdkConfig>,
+    clock: Arc<dyn Clock>,
 ) -> Result<Arc<dyn PoolStore>, SetupError> {
     let store: Arc<dyn PoolStore> = match choice {
         StoreChoice::Dynamo { table } => {
@@ -184,11 +185,11 @@ pub async fn store(
                 Some(sdk) => aws_sdk_dynamodb::Client::new(sdk),
                 None => aws_sdk_dynamodb::Client::new(&aws::load().await),
             };
-            Arc::new(DynamoStore::new(client, table.clone()))
+            Arc::new(DynamoStore::new(client, table.clone()).with_clock(clock))
         }
         StoreChoice::Embedded { dir } => {
             let dir = dir.clone().unwrap_or_else(default_state_dir);
-            Arc::new(EmbeddedStore::open(&dir)?)
+            Arc::new(EmbeddedStore::open(&dir)?.with_clock(clock))
         }
     };
     Ok(if mode.writes_store() {

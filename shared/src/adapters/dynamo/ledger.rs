@@ -4,7 +4,6 @@ use std::collections::{HashMap, HashSet};
 
 use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::{KeysAndAttributes, Put, TransactWriteItem};
-use chrono::Utc;
 
 use super::codec::*;
 use super::{DynamoStore, MAX_BATCH_ROUNDS, backoff};
@@ -17,7 +16,7 @@ impl DynamoStore {
         &self,
         event_ids: &[String],
     ) -> Result<HashSet<String>, StoreError> {
-        let now = Utc::now().timestamp();
+        let now = self.clock.now().timestamp();
         let mut unique: Vec<&String> = Vec::with_capacity(event_ids.len());
         let mut seen = HashSet::new();
         for id in event_ids {

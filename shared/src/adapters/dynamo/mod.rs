@@ -96,6 +96,8 @@ pub struct DynamoStore {
     known: Mutex<HashMap<String, Known>>,
     /// The continuation key, once read (one read per process: per Lambda cold start).
     key: tokio::sync::OnceCell<ContinuationKey>,
+    /// What "now" is for the ledger's expiry.
+    clock: std::sync::Arc<dyn crate::ports::Clock>,
 }
 
 impl std::fmt::Debug for DynamoStore {
@@ -115,7 +117,14 @@ impl DynamoStore {
             retention: Retention::default(),
             known: Mutex::new(HashMap::new()),
             key: tokio::sync::OnceCell::new(),
+            clock: crate::adapters::clock::SystemClock::shared(),
         }
+    }
+
+    /// The store on `clock` (the system clock by default).
+    pub fn with_clock(mut self, clock: std::sync::Arc<dyn crate::ports::Clock>) -> DynamoStore {
+        self.clock = clock;
+        self
     }
 
     /// A store on `table` with the standard AWS configuration (environment, profile, instance or
