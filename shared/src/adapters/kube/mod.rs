@@ -25,6 +25,7 @@ mod error;
 mod events;
 mod executor;
 mod node_facts;
+mod outcome;
 mod priorities;
 mod workloads;
 

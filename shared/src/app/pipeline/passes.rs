@@ -1,0 +1,317 @@
+//! A drain's passes after the first: the continuation verified, one pass run, and the drain
+//! carried on, by a continuation message or here in process (see the parent module's doc).
+
+use super::*;
+
+/// How a drain pass ended.
+pub(super) enum PassEnd {
+    /// Nothing is pending: the drain is over.
+    Done,
+    /// Every action was refused by its live verification: the drain ends.
+    Refused,
+    /// Pending: the next pass, due after the duration.
+    Next(Box<Continuation>, Duration),
+}
+
+impl Pipeline<'_> {
+    /// The plan a continuation carries, once it is shown to be forewarn's own and still this
+    /// event's: signed with the store's continuation key, its plan's event id and instances the
+    /// event's, and its chain not past the drain's deadline by more than a pass interval. A
+    /// continuation that fails any of these is refused (ignored, with the reason in its report
+    /// and a log line); one whose key cannot be read fails (it comes back).
+    pub(super) async fn verified_plan(
+        &self,
+        record: &Record,
+        event: &Event,
+        continuation: &Continuation,
+        now: DateTime<Utc>,
+    ) -> Result<crate::domain::plan::Plan, Report> {
+        let refuse = |why: String| {
+            tracing::warn!(origin = %record.origin, %why, "refusing a continuation");
+            let mut report = Report::new(record);
+            report.outcome = Outcome::Ignored;
+            report.reason = Some(format!("refused: {why}"));
+            report
+        };
+        let body = record.body.as_deref().unwrap_or_default();
+        let key = self.store.continuation_key().await.map_err(|e| {
+            Report::new(record).failed(format!("reading the continuation key: {e}"))
+        })?;
+        continuation
+            .verify(&key, body)
+            .map_err(|e| refuse(e.to_string()))?;
+        let plan = continuation.plan.clone();
+        if plan.event_id != event.id {
+            return Err(refuse(format!(
+                "the plan is event {}'s, not this event's ({})",
+                plan.event_id, event.id
+            )));
+        }
+        if let Some(other) = plan
+            .actions
+            .iter()
+            .map(|a| &a.instance_id)
+            .chain(&plan.instance_ids)
+            .find(|id| !event.instance_ids.contains(id))
+        {
+            return Err(refuse(format!(
+                "the plan names instance {other}, which the event does not"
+            )));
+        }
+        let deadline = crate::domain::plan::earliest_deadline(&plan)
+            .unwrap_or(continuation.started_at + self.config.drain_timeout);
+        let grace = span(self.passes.interval);
+        if now > deadline + grace {
+            let why = format!(
+                "the drain's deadline {} is past by more than a pass interval: the chain ends",
+                deadline.to_rfc3339()
+            );
+            if !plan.actions.iter().any(|a| a.complete_lifecycle.is_some()) {
+                return Err(refuse(why));
+            }
+            // The drain is over whatever happens now, so what waits on it is let go: no node is
+            // touched, and the lifecycle action is completed (left alone, it would hold the
+            // instance until the hook's timeout; a stale copy of a completed one is answered
+            // "already completed").
+            tracing::warn!(origin = %record.origin, %why, "ending a late continuation; completing its lifecycle action");
+            let mut plan = plan;
+            for a in &mut plan.actions {
+                a.action = crate::domain::config::Action::None;
+                a.reason = format!("refused: {why}; its lifecycle action is completed");
+            }
+            return Ok(plan);
+        }
+        Ok(plan)
+    }
+
+    /// A later pass of a drain, from its continuation message: the event was recorded by its
+    /// first pass, so the ledger is not asked and the pools are not written again; the pass runs
+    /// (the executor verifies the node live before anything), and while the drain is pending it
+    /// is carried on.
+    pub(super) async fn continue_drain(
+        &self,
+        record: &Record,
+        plan: &Plan,
+        continuation: &Continuation,
+        mut report: Report,
+    ) -> Report {
+        let executor = self.executor.filter(|_| self.mode.writes_cluster());
+        let Some(executor) = executor else {
+            report.outcome = Outcome::Ignored;
+            report.reason =
+                Some("a drain's continuation, and this run does not act on a cluster".to_string());
+            return report;
+        };
+        if plan.has_node_work() {
+            match self
+                .drain_pass(executor, plan, continuation, &mut report)
+                .await
+            {
+                Ok(PassEnd::Refused) => {
+                    report.outcome = Outcome::Ignored;
+                    return report;
+                }
+                Ok(PassEnd::Done) => {}
+                Ok(PassEnd::Next(next, after)) => {
+                    let carried = match self.queue_for(record) {
+                        Some(queue) => self.send(queue, &next, after).await,
+                        None => {
+                            self.passes_here(executor, plan, *next, after, &mut report)
+                                .await
+                        }
+                    };
+                    if let Err(e) = carried {
+                        return report.failed(e);
+                    }
+                }
+                Err(e) => return report.failed(e),
+            }
+        }
+        report.outcome = Outcome::Acted;
+        report
+    }
+
+    /// One drain pass of `plan` for `continuation`, its results put in `report`.
+    pub(super) async fn drain_pass(
+        &self,
+        executor: &dyn Executor,
+        plan: &Plan,
+        continuation: &Continuation,
+        report: &mut Report,
+    ) -> Result<PassEnd, String> {
+        let heartbeat = match continuation.heartbeat_at {
+            Some(at) => self.clock.now() - at >= span(HEARTBEAT_EVERY),
+            None => true,
+        };
+        let pass = Pass::Drain {
+            started_at: continuation.started_at,
+            announce: continuation.pass == 1,
+            heartbeat,
+        };
+        let results = executor
+            .execute(plan, pass)
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(why) = refusals(&results) {
+            report.reason = Some(why);
+            if results.iter().all(|r| r.refused.is_some()) {
+                merge(report, &results);
+                return Ok(PassEnd::Refused);
+            }
+        }
+        if !merge(report, &results) {
+            return Ok(PassEnd::Done);
+        }
+        let next = continuation.next(heartbeat_of(report));
+        let after = next_pass_after(&results, self.passes.interval, self.clock.now());
+        Ok(PassEnd::Next(Box::new(next), after))
+    }
+
+    /// Where a pending drain of `record` is carried on as a continuation message: the
+    /// record's queue, when the run has a [`ContinuationQueue`] and acts on the cluster; `None`:
+    /// in process.
+    pub(super) fn queue_for<'r>(&self, record: &'r Record) -> Option<Queued<'_, 'r>> {
+        let queue = self
+            .passes
+            .queue
+            .as_deref()
+            .filter(|_| self.mode.writes_cluster())?;
+        Some(Queued {
+            queue,
+            arn: record.queue_arn.as_deref()?,
+            body: record.body.as_deref()?,
+        })
+    }
+
+    /// Queues `next` as a continuation message, due after `after` (the pass comes back as a
+    /// new delivery).
+    pub(super) async fn send(
+        &self,
+        to: Queued<'_, '_>,
+        next: &Continuation,
+        after: Duration,
+    ) -> Result<(), String> {
+        let key = self
+            .store
+            .continuation_key()
+            .await
+            .map_err(|e| format!("reading the continuation key: {e}"))?;
+        to.queue
+            .send(to.arn, &next.body(&key, to.body), after)
+            .await
+            .map_err(|e| format!("queueing the drain's continuation: {e}"))
+    }
+
+    /// Carries a pending drain on here from `next`, due after `after`: pass after pass, the
+    /// clock letting the time between them pass, until it is over.
+    pub(super) async fn passes_here(
+        &self,
+        executor: &dyn Executor,
+        plan: &Plan,
+        mut next: Continuation,
+        mut after: Duration,
+        report: &mut Report,
+    ) -> Result<(), String> {
+        loop {
+            self.clock.sleep(after).await;
+            match self.drain_pass(executor, plan, &next, report).await? {
+                PassEnd::Next(n, a) => (next, after) = (*n, a),
+                PassEnd::Done | PassEnd::Refused => return Ok(()),
+            }
+        }
+    }
+}
+
+/// Where a continuation message goes: the queue, the record's queue ARN, its body (which the
+/// continuation carries, signed).
+#[derive(Clone, Copy)]
+pub(super) struct Queued<'q, 'r> {
+    pub(super) queue: &'q dyn ContinuationQueue,
+    pub(super) arn: &'r str,
+    pub(super) body: &'r str,
+}
+
+/// What became of an event's work in its first run: done (reported), or a drain to carry on
+/// in process before the event is recorded.
+pub(super) enum Handled<'e> {
+    Done(Report),
+    Pending(Report, Box<Rest<'e>>),
+}
+
+/// A drain an event's first pass left pending, to carry on in process.
+pub(super) struct Rest<'e> {
+    pub(super) executor: &'e dyn Executor,
+    pub(super) plan: Plan,
+    pub(super) next: Continuation,
+    /// The event's outcome once recorded.
+    pub(super) outcome: Outcome,
+    /// When the event's work began (its pools are recorded as of then).
+    pub(super) now: DateTime<Utc>,
+}
+
+/// When the next pass of a drain is due: after `interval` while something can be done (an
+/// eviction refused or just sent, a critical pod not yet due); when the drain only waits for
+/// terminating pods, when the last of them is due to be gone (and not sooner than `interval`);
+/// at most SQS's longest delay, 900 s.
+pub(super) fn next_pass_after(
+    results: &[ActionResult],
+    interval: std::time::Duration,
+    now: DateTime<Utc>,
+) -> std::time::Duration {
+    let pending: Vec<&ActionResult> = results.iter().filter(|r| r.pending).collect();
+    let wait = match pending
+        .iter()
+        .map(|r| r.wait_until)
+        .collect::<Option<Vec<_>>>()
+    {
+        Some(untils) => untils
+            .into_iter()
+            .min()
+            .and_then(|t| (t - now).to_std().ok())
+            .unwrap_or_default(),
+        None => std::time::Duration::ZERO,
+    };
+    wait.max(interval).min(std::time::Duration::from_secs(900))
+}
+
+/// Puts a pass's `results` in `report`, after what earlier passes of the same work put there
+/// (passes run in process report together: their details joined, their evictions added up, the
+/// first cordon kept); true when a drain is pending.
+pub(super) fn merge(report: &mut Report, results: &[ActionResult]) -> bool {
+    let mut pending = false;
+    for result in results.iter().cloned() {
+        pending |= result.pending;
+        if let Some(a) = report
+            .actions
+            .iter_mut()
+            .find(|a| a.instance_id == result.instance_id)
+        {
+            a.result = Some(match a.result.take() {
+                Some(before) => format!("{before}; then {}", result.detail),
+                None => result.detail,
+            });
+            a.cordoned_at = a.cordoned_at.or(result.cordoned_at);
+            let evicted_before = a.drain.as_ref().map_or(0, |d| d.evicted);
+            a.drain = result.drain.map(|mut d| {
+                d.evicted += evicted_before;
+                d
+            });
+            a.heartbeat_at = result.heartbeat_at.or(a.heartbeat_at);
+        }
+    }
+    pending
+}
+
+/// The executor's refusals among `results` (its live verification), as one reason.
+pub(super) fn refusals(results: &[ActionResult]) -> Option<String> {
+    let whys: Vec<&str> = results
+        .iter()
+        .filter_map(|r| r.refused.as_deref())
+        .collect();
+    (!whys.is_empty()).then(|| format!("refused: {}", whys.join("; ")))
+}
+
+/// The latest heartbeat of a report's actions.
+pub(super) fn heartbeat_of(report: &Report) -> Option<DateTime<Utc>> {
+    report.actions.iter().filter_map(|a| a.heartbeat_at).max()
+}
