@@ -113,12 +113,12 @@ impl Pipeline<'_> {
         let looked_up = match limits.deadline {
             Some(deadline) => until(self.clock, deadline, self.look_up(records))
                 .await
-                .unwrap_or_else(|| Err(OUT_OF_TIME.to_string())),
+                .unwrap_or(Err(WorkError::OutOfTime)),
             None => self.look_up(records).await,
         };
         let (instances, nodes, applied) = match looked_up {
             Ok(found) => found,
-            Err(message) => return self.none_looked_up(records, &message),
+            Err(e) => return self.none_looked_up(records, &e.to_string()),
         };
         let facts = Facts {
             instances: &instances,
@@ -150,7 +150,7 @@ impl Pipeline<'_> {
     }
     /// The batch's lookups: one instance lookup, one node lookup and one ledger read for every
     /// supported event of `records`.
-    async fn look_up(&self, records: &[Record]) -> Result<LookedUp, String> {
+    async fn look_up(&self, records: &[Record]) -> Result<LookedUp, WorkError> {
         // A drain's later passes carry their plan: nothing to look up for them.
         let wanted: Vec<&Event> = records
             .iter()
@@ -176,18 +176,11 @@ impl Pipeline<'_> {
         let instances = if ids.is_empty() {
             Default::default()
         } else {
-            self.instances
-                .describe(&ids)
-                .await
-                .map_err(|e| e.to_string())?
+            self.instances.describe(&ids).await?
         };
         let known: Vec<InstanceFacts> = instances.values().cloned().collect();
-        let nodes = self.nodes.nodes(&known).await.map_err(|e| e.to_string())?;
-        let applied = self
-            .store
-            .applied(&event_ids)
-            .await
-            .map_err(|e| e.to_string())?;
+        let nodes = self.nodes.nodes(&known).await?;
+        let applied = self.store.applied(&event_ids).await?;
         Ok((instances, nodes, applied))
     }
 
@@ -369,7 +362,7 @@ impl Pipeline<'_> {
                             return Handled::Pending(report, Box::new(rest));
                         };
                         if let Err(e) = self.send(queue, &first, Duration::ZERO).await {
-                            return Handled::Done(report.failed(e));
+                            return Handled::Done(report.failed(e.to_string()));
                         }
                     }
                 }
@@ -420,7 +413,7 @@ impl Pipeline<'_> {
         } = rest;
         let passes = self.passes_here(executor, &plan, next, Duration::ZERO, &mut report);
         if let Err(e) = passes.await {
-            return report.failed(e);
+            return report.failed(e.to_string());
         }
         self.record_event(&plan, report, outcome, now).await
     }
@@ -446,6 +439,23 @@ fn event_span(event: &Event) -> tracing::Span {
 }
 
 const OUT_OF_TIME: &str = "the time left for this batch ran out; the event goes back to the queue";
+
+/// Why an event's work (or the batch's lookups) failed: the event goes back to the queue.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkError {
+    #[error(transparent)]
+    Lookup(#[from] crate::ports::DirectoryError),
+    #[error(transparent)]
+    Store(#[from] crate::ports::StoreError),
+    #[error(transparent)]
+    Execute(#[from] crate::ports::ExecuteError),
+    #[error("reading the continuation key: {0}")]
+    Key(#[source] crate::ports::StoreError),
+    #[error("queueing the drain's continuation: {0}")]
+    Queue(#[from] crate::ports::QueueError),
+    #[error("{OUT_OF_TIME}")]
+    OutOfTime,
+}
 
 /// How a batch is processed.
 #[derive(Debug, Clone, Copy)]

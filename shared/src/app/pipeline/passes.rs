@@ -121,10 +121,10 @@ impl Pipeline<'_> {
                         }
                     };
                     if let Err(e) = carried {
-                        return report.failed(e);
+                        return report.failed(e.to_string());
                     }
                 }
-                Err(e) => return report.failed(e),
+                Err(e) => return report.failed(e.to_string()),
             }
         }
         report.outcome = Outcome::Acted;
@@ -138,7 +138,7 @@ impl Pipeline<'_> {
         plan: &Plan,
         continuation: &Continuation,
         report: &mut Report,
-    ) -> Result<PassEnd, String> {
+    ) -> Result<PassEnd, WorkError> {
         let heartbeat = match continuation.heartbeat_at {
             Some(at) => self.clock.now() - at >= span(HEARTBEAT_EVERY),
             None => true,
@@ -148,10 +148,7 @@ impl Pipeline<'_> {
             announce: continuation.pass == 1,
             heartbeat,
         };
-        let results = executor
-            .execute(plan, pass)
-            .await
-            .map_err(|e| e.to_string())?;
+        let results = executor.execute(plan, pass).await?;
         if let Some(why) = refusals(&results) {
             report.reason = Some(why);
             if results.iter().all(|r| r.refused.is_some()) {
@@ -190,16 +187,16 @@ impl Pipeline<'_> {
         to: Queued<'_, '_>,
         next: &Continuation,
         after: Duration,
-    ) -> Result<(), String> {
+    ) -> Result<(), WorkError> {
         let key = self
             .store
             .continuation_key()
             .await
-            .map_err(|e| format!("reading the continuation key: {e}"))?;
+            .map_err(WorkError::Key)?;
         to.queue
             .send(to.arn, &next.body(&key, to.body), after)
             .await
-            .map_err(|e| format!("queueing the drain's continuation: {e}"))
+            .map_err(WorkError::Queue)
     }
 
     /// Carries a pending drain on here from `next`, due after `after`: pass after pass, the
@@ -211,7 +208,7 @@ impl Pipeline<'_> {
         mut next: Continuation,
         mut after: Duration,
         report: &mut Report,
-    ) -> Result<(), String> {
+    ) -> Result<(), WorkError> {
         loop {
             self.clock.sleep(after).await;
             match self.drain_pass(executor, plan, &next, report).await? {
