@@ -486,3 +486,150 @@ fn the_checker_sees_cycles_and_outside_imports() {
         .insert(a.clone(), vec!["x".into()]);
     assert_eq!(cycles(&edges).len(), 1);
 }
+
+/// docs/architecture.md's layer table names every module of `domain/`, `adapters/` and `app/`
+/// and every trait of `ports.rs`.
+#[test]
+fn the_architecture_doc_names_every_module_and_port() {
+    let doc = std::fs::read_to_string(src().join("../../docs/architecture.md")).unwrap();
+    let table: String = doc.lines().filter(|l| l.starts_with("| ")).collect();
+    let mut missing = Vec::new();
+    for layer in ["domain", "adapters", "app"] {
+        for entry in std::fs::read_dir(src().join(layer)).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+            if name == "mod" {
+                continue;
+            }
+            if !table.contains(&format!("`{name}`")) {
+                missing.push(format!("{layer}::{name}"));
+            }
+        }
+    }
+    let ports = std::fs::read_to_string(src().join("ports.rs")).unwrap();
+    for line in ports.lines() {
+        if let Some(rest) = line.strip_prefix("pub trait ") {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if !table.contains(&format!("`{name}`")) {
+                missing.push(format!("ports::{name}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "not in docs/architecture.md's table: {missing:?}"
+    );
+}
+
+/// The source without its `#[cfg(test)] mod … { … }` blocks, line by line.
+fn without_tests(text: &str) -> Vec<&str> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let starts_tests = lines[i].trim() == "#[cfg(test)]"
+            && lines
+                .get(i + 1)
+                .is_some_and(|l| l.trim_start().starts_with("mod "));
+        if !starts_tests {
+            out.push(lines[i]);
+            i += 1;
+            continue;
+        }
+        let mut depth = 0i64;
+        let mut opened = false;
+        i += 1;
+        while i < lines.len() {
+            depth += lines[i].matches('{').count() as i64 - lines[i].matches('}').count() as i64;
+            opened |= lines[i].contains('{');
+            i += 1;
+            if opened && depth <= 0 {
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// The non-test source files of `src/` (a `tests.rs` is a test module of its folder).
+fn product_files() -> Vec<(String, String)> {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    files
+        .into_iter()
+        .filter(|f| f.file_name().is_none_or(|n| n != "tests.rs"))
+        .map(|f| {
+            let rel = f.strip_prefix(src()).unwrap().display().to_string();
+            (rel, std::fs::read_to_string(&f).unwrap())
+        })
+        .collect()
+}
+
+/// The redesign's goals, measured from the source: no file over 700 lines outside its tests, no
+/// function over 100 lines, the wall clock read in at most 3 places.
+#[test]
+fn files_and_functions_stay_small_and_the_wall_clock_is_read_in_few_places() {
+    let mut big = Vec::new();
+    let mut long = Vec::new();
+    let mut clock_reads = Vec::new();
+    for (rel, text) in product_files() {
+        let lines = without_tests(&text);
+        if lines.len() > 700 {
+            big.push(format!("{rel}: {} lines", lines.len()));
+        }
+        let mut i = 0;
+        while i < lines.len() {
+            let line = lines[i];
+            let code = line.trim_start();
+            if code.starts_with("//") {
+                i += 1;
+                continue;
+            }
+            for read in ["Utc::now()", "Instant::now()", "SystemTime::now()"] {
+                if code.contains(read) {
+                    clock_reads.push(format!("{rel}: {code}"));
+                }
+            }
+            let is_fn = [
+                "fn ",
+                "pub fn ",
+                "async fn ",
+                "pub async fn ",
+                "pub(crate) fn ",
+            ]
+            .iter()
+            .chain(&[
+                "pub(crate) async fn ",
+                "pub(super) fn ",
+                "pub(super) async fn ",
+            ])
+            .any(|p| code.starts_with(p));
+            if is_fn && !code.trim_end().ends_with(';') {
+                let indent = line.len() - code.len();
+                let close = format!("{}}}", " ".repeat(indent));
+                let end = (i + 1..lines.len())
+                    .find(|&j| {
+                        lines[j].starts_with(&close)
+                            && lines[j].len() - lines[j].trim_start().len() == indent
+                    })
+                    .unwrap_or(i);
+                if end + 1 - i > 100 {
+                    long.push(format!("{rel}:{}: {} lines", i + 1, end + 1 - i));
+                }
+            }
+            i += 1;
+        }
+    }
+    assert!(
+        big.is_empty(),
+        "files over 700 lines outside their tests: {big:?}"
+    );
+    assert!(long.is_empty(), "functions over 100 lines: {long:?}");
+    assert!(
+        clock_reads.len() <= 3,
+        "the wall clock is read in: {clock_reads:#?}"
+    );
+}
