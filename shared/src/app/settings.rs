@@ -196,7 +196,7 @@ impl Settings {
         };
         let safety_margin = match get(ENV_SAFETY_MARGIN) {
             None => Duration::from_secs(3),
-            Some(v) => crate::domain::config::parse_duration(&v)
+            Some(v) => crate::domain::vars::parse_duration(&v)
                 .ok()
                 .and_then(|d| d.to_std().ok())
                 .ok_or_else(|| bad(ENV_SAFETY_MARGIN, &v, "not a duration (e.g. 3s)"))?,
@@ -211,7 +211,7 @@ impl Settings {
             None => Some(Duration::from_secs(5)),
             Some("off") => None,
             Some(v) => Some(
-                crate::domain::config::parse_duration(v)
+                crate::domain::vars::parse_duration(v)
                     .ok()
                     .and_then(|d| d.to_std().ok())
                     .filter(|d| (Duration::from_secs(1)..=Duration::from_secs(900)).contains(d))
@@ -228,7 +228,9 @@ impl Settings {
         let take_over = boolean(ENV_PRIORITY_TAKE_OVER, false)?;
         let hot_share = match get(ENV_PRIORITY_HOT_SHARE) {
             None => HotShare::ALL,
-            Some(v) => HotShare::parse(&v).map_err(|m| bad(ENV_PRIORITY_HOT_SHARE, &v, &m))?,
+            Some(v) => {
+                HotShare::parse(&v).map_err(|m| bad(ENV_PRIORITY_HOT_SHARE, &v, &m.to_string()))?
+            }
         };
         Ok(Settings {
             priorities_enabled,

@@ -39,7 +39,7 @@ use super::connect::ClusterClient;
 use super::cordon::{CordonOutcome, CordonSpec, cordon, get_node};
 use super::delete::{DeleteOutcome, delete_target};
 use super::drain::{DrainReport, DrainSettings, drain, drain_step};
-use super::error::KubeError;
+use super::error::{KubeError, Refusal};
 use super::events::{EventOutcome, EventType, NodeEvent, record};
 use super::node_facts::node_facts;
 use crate::domain::config::{Action, Config, ConfigError};
@@ -393,7 +393,7 @@ impl KubeExecutor {
                 && let Err(why) = self.verify(a, node, pass)
             {
                 tracing::warn!(%why, "refusing to act");
-                out.refused = Some(why);
+                out.refused = Some(why.to_string());
                 return Ok(out);
             }
             out.node_gone = node.is_none();
@@ -467,15 +467,14 @@ impl KubeExecutor {
     /// Whether `a` may act on `node` as just read for `pass`: the node runs the action's
     /// instance (its `spec.providerID`) and is not control-plane; in a drain pass, forewarn's
     /// taint is still on it (an operator who removed it ends the drain). Otherwise why not.
-    fn verify(&self, a: &NodeAction, node: &Node, pass: Pass) -> Result<(), String> {
+    fn verify(&self, a: &NodeAction, node: &Node, pass: Pass) -> Result<(), Refusal> {
         let facts = node_facts(node);
         facts.verify_runs(&a.instance_id)?;
         if matches!(pass, Pass::Drain { .. }) && !facts.has_taint(&self.config.taint_key) {
-            return Err(format!(
-                "forewarn's taint {} is no longer on node/{} (removed by someone else): the \
-                 drain ends",
-                self.config.taint_key, facts.name
-            ));
+            return Err(Refusal::TaintRemoved {
+                taint: self.config.taint_key.clone(),
+                node: facts.name,
+            });
         }
         Ok(())
     }
