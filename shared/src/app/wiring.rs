@@ -11,15 +11,15 @@ use crate::adapters::dynamo::DynamoStore;
 use crate::adapters::ec2::Ec2Directory;
 use crate::adapters::embedded::{EmbeddedStore, default_state_dir};
 use crate::adapters::kube::{
-    ClusterAccess, ClusterClient, KubeExecutor, KubeExpander, KubeNodeDirectory, KubeWorkloads,
-    connect, connect_eks,
+    ClusterAccess, ClusterClient, ConnectError, KubeExecutor, KubeExpander, KubeNodeDirectory,
+    KubeWorkloads, connect, connect_eks,
 };
 use crate::adapters::snapshot::{
     SnapshotInstances, SnapshotWorkloads, load_cluster_state, load_groups, load_instances,
     load_workloads,
 };
 use crate::adapters::sqs::SqsRedelivery;
-use crate::adapters::webhook::{Webhook, warm_up};
+use crate::adapters::webhook::{ClientError, Webhook, warm_up};
 use crate::app::handler::{DrainPasses, Handler};
 use crate::app::settings::{ClusterChoice, InstanceChoice, Settings, StoreChoice};
 use crate::app::sweeper::{SweepPriorities, Sweeper};
@@ -40,9 +40,13 @@ pub enum SetupError {
     #[error(transparent)]
     Snapshot(#[from] crate::adapters::snapshot::SnapshotError),
     #[error("connecting to the cluster: {0}")]
-    Cluster(String),
+    Cluster(#[source] ConnectError),
+    #[error(
+        "connecting to the cluster: no cluster to read: give a live cluster or a captured state"
+    )]
+    NoCluster,
     #[error("setting up the webhook: {0}")]
-    Webhook(String),
+    Webhook(#[source] ClientError),
 }
 
 /// Everything a run talks through, built from [`Settings`]: the handler (store, directories,
@@ -95,7 +99,7 @@ pub async fn services(settings: &Settings) -> Result<Services, SetupError> {
                     ClusterAccess::Eks(eks) => connect_eks(eks, sdk).await,
                     ClusterAccess::Kubeconfig => connect(access).await,
                 }
-                .map_err(|e| SetupError::Cluster(e.to_string()))?;
+                .map_err(SetupError::Cluster)?;
                 let executor: Option<Arc<dyn Executor>> = if settings.mode.runs_actions() {
                     Some(Arc::new(
                         KubeExecutor::new(clients.clone(), &settings.config)
@@ -194,14 +198,10 @@ pub async fn workload_source(
                 ClusterAccess::Eks(eks) => connect_eks(eks, &aws::load().await).await,
                 ClusterAccess::Kubeconfig => connect(access).await,
             }
-            .map_err(|e| SetupError::Cluster(e.to_string()))?;
+            .map_err(SetupError::Cluster)?;
             Arc::new(KubeWorkloads::new(clients))
         }
-        ClusterChoice::None => {
-            return Err(SetupError::Cluster(
-                "no cluster to read: give a live cluster or a captured state".into(),
-            ));
-        }
+        ClusterChoice::None => return Err(SetupError::NoCluster),
     })
 }
 
