@@ -109,7 +109,7 @@ pub fn parse_since(text: &str) -> Result<chrono::Duration, String> {
     let parsed = match t.strip_suffix('w').map(str::parse::<i64>) {
         Some(Ok(weeks)) if weeks > 0 => chrono::Duration::try_weeks(weeks),
         Some(_) => None,
-        None => forewarn::domain::config::parse_duration(t).ok(),
+        None => forewarn::domain::vars::parse_duration(t).ok(),
     };
     parsed
         .filter(|d| *d > chrono::Duration::zero() && *d <= chrono::Duration::days(3650))

@@ -162,7 +162,7 @@ impl WebhookConfig {
             )));
         }
         let template = match lookup(ENV_TEMPLATE).filter(|v| !v.trim().is_empty()) {
-            Some(t) => Template::parse(&t).map_err(|m| bad(ENV_TEMPLATE, &t, m))?,
+            Some(t) => Template::parse(&t).map_err(|m| bad(ENV_TEMPLATE, &t, m.to_string()))?,
             None => Template::parse(DEFAULT_TEMPLATE).expect("the default template is valid"),
         };
         Ok(Some(WebhookConfig { url, template }))
@@ -174,8 +174,8 @@ impl WebhookConfig {
     }
 
     /// `error` with the URL, and its path and query, cut out (an answer may echo the request).
-    fn scrub(&self, error: &str) -> String {
-        let mut out = error.replace(&self.url, &redacted(&self.url));
+    fn scrub(&self, error: impl fmt::Display) -> String {
+        let mut out = error.to_string().replace(&self.url, &redacted(&self.url));
         let rest = self.url.split_once("://").map_or("", |(_, r)| r);
         if let Some(i) = rest.find(['/', '?', '#']) {
             let path = &rest[i..];
@@ -219,31 +219,47 @@ enum Part {
     Field(&'static str),
 }
 
+/// What is wrong with a webhook template.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    #[error("the placeholder at byte {at} has no closing `}}}}`")]
+    Unclosed { at: usize },
+    #[error("unknown placeholder `{{{{{name}}}}}` (known: {})", known_fields())]
+    UnknownField { name: String },
+    #[error(
+        "the template is not a JSON object once filled in (placeholders go inside JSON strings, \
+         e.g. {{\"text\": \"{{{{node}}}} {{{{action}}}}\"}})"
+    )]
+    NotAnObject,
+}
+
+/// The placeholders a template may use, for messages.
+fn known_fields() -> String {
+    FIELDS
+        .iter()
+        .map(|(f, _)| *f)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 impl Template {
     /// Checks every placeholder and that the template, filled in, is a JSON object.
-    pub fn parse(text: &str) -> Result<Template, String> {
+    pub fn parse(text: &str) -> Result<Template, TemplateError> {
         let mut parts = Vec::new();
         let mut rest = text;
         while let Some(start) = rest.find("{{") {
             parts.push(Part::Text(rest[..start].to_string()));
             let after = &rest[start + 2..];
-            let end = after.find("}}").ok_or_else(|| {
-                format!(
-                    "the placeholder at byte {} has no closing `}}}}`",
-                    text.len() - rest.len() + start
-                )
+            let end = after.find("}}").ok_or(TemplateError::Unclosed {
+                at: text.len() - rest.len() + start,
             })?;
             let name = after[..end].trim();
             let field = FIELDS
                 .iter()
                 .map(|(f, _)| *f)
                 .find(|f| *f == name)
-                .ok_or_else(|| {
-                    let known: Vec<&str> = FIELDS.iter().map(|(f, _)| *f).collect();
-                    format!(
-                        "unknown placeholder `{{{{{name}}}}}` (known: {})",
-                        known.join(", ")
-                    )
+                .ok_or_else(|| TemplateError::UnknownField {
+                    name: name.to_string(),
                 })?;
             parts.push(Part::Field(field));
             rest = &after[end + 2..];
@@ -253,11 +269,7 @@ impl Template {
         // Filled with values that need escaping, it must still be a JSON object.
         let probe = template.render(&|_: &str| "\"quoted\" \\ back\nslash".to_string());
         if !probe.is_object() {
-            return Err(
-                "the template is not a JSON object once filled in (placeholders go inside \
-                 JSON strings, e.g. {\"text\": \"{{node}} {{action}}\"})"
-                    .into(),
-            );
+            return Err(TemplateError::NotAnObject);
         }
         Ok(template)
     }
@@ -327,7 +339,7 @@ fn values<'a>(
     }
 }
 
-pub use self::post::{deliver, warm_up};
+pub use self::post::{ClientError, PostError, deliver, warm_up};
 
 /// The webhook as a [`Notifier`]: its configuration and the cluster its messages name.
 pub struct Webhook {
@@ -349,7 +361,7 @@ impl Notifier for Webhook {
 }
 
 mod post {
-    use std::sync::OnceLock;
+    use std::sync::{Arc, OnceLock};
     use std::time::Duration;
 
     use futures::StreamExt;
@@ -371,14 +383,21 @@ mod post {
     type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
     /// The process's HTTP client (HTTPS through rustls and the system's roots), built once.
-    static CLIENT: OnceLock<Result<HttpClient, String>> = OnceLock::new();
+    static CLIENT: OnceLock<Result<HttpClient, ClientError>> = OnceLock::new();
 
-    fn client() -> Result<&'static HttpClient, String> {
+    /// The webhook's HTTP client could not be built.
+    #[derive(Debug, Clone, thiserror::Error)]
+    pub enum ClientError {
+        #[error("reading the system's root certificates: {0}")]
+        RootCertificates(#[source] Arc<std::io::Error>),
+    }
+
+    fn client() -> Result<&'static HttpClient, ClientError> {
         CLIENT
             .get_or_init(|| {
                 let https = hyper_rustls::HttpsConnectorBuilder::new()
                     .with_native_roots()
-                    .map_err(|e| format!("reading the system's root certificates: {e}"))?
+                    .map_err(|e| ClientError::RootCertificates(Arc::new(e)))?
                     .https_or_http()
                     .enable_http1()
                     .build();
@@ -390,7 +409,7 @@ mod post {
 
     /// Builds the HTTP client now (at cold start, not in the first invocation); an error
     /// (no root certificates) is returned so that setup fails loudly.
-    pub fn warm_up() -> Result<(), String> {
+    pub fn warm_up() -> Result<(), ClientError> {
         client().map(|_| ())
     }
 
@@ -434,7 +453,35 @@ mod post {
         }
     }
 
-    async fn post(url: &str, body: serde_json::Value) -> Result<(), String> {
+    /// A message the webhook did not take. (Its text may hold the URL: log it scrubbed.)
+    #[derive(Debug, thiserror::Error)]
+    pub enum PostError {
+        #[error("bad request: {0}")]
+        Request(#[source] hyper::http::Error),
+        #[error(transparent)]
+        Client(#[from] ClientError),
+        /// No answer: the connection failed (with its cause, which hyper's own text leaves out).
+        #[error("{source}{}", cause(.source))]
+        Send {
+            #[source]
+            source: hyper_util::client::legacy::Error,
+        },
+        /// An answer other than 2xx, with the start of its body.
+        #[error("answered {status}: {answer}")]
+        Status {
+            status: hyper::StatusCode,
+            answer: String,
+        },
+    }
+
+    /// `: <the cause>` of `e`, when it has one.
+    fn cause(e: &hyper_util::client::legacy::Error) -> String {
+        std::error::Error::source(e)
+            .map(|c| format!(": {c}"))
+            .unwrap_or_default()
+    }
+
+    async fn post(url: &str, body: serde_json::Value) -> Result<(), PostError> {
         let request = hyper::Request::post(url)
             .header("content-type", "application/json")
             .header(
@@ -442,15 +489,11 @@ mod post {
                 concat!("forewarn/", env!("CARGO_PKG_VERSION")),
             )
             .body(Full::new(Bytes::from(body.to_string())))
-            .map_err(|e| format!("bad request: {e}"))?;
-        let response =
-            client()?
-                .request(request)
-                .await
-                .map_err(|e| match std::error::Error::source(&e) {
-                    Some(cause) => format!("{e}: {cause}"),
-                    None => e.to_string(),
-                })?;
+            .map_err(PostError::Request)?;
+        let response = client()?
+            .request(request)
+            .await
+            .map_err(|source| PostError::Send { source })?;
         let status = response.status();
         // read the answer, so that the connection can be used again
         let answer = response
@@ -462,10 +505,10 @@ mod post {
         if status.is_success() {
             Ok(())
         } else {
-            Err(format!(
-                "answered {status}: {}",
-                String::from_utf8_lossy(&answer[..answer.len().min(200)])
-            ))
+            Err(PostError::Status {
+                status,
+                answer: String::from_utf8_lossy(&answer[..answer.len().min(200)]).into_owned(),
+            })
         }
     }
 }

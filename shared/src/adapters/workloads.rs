@@ -16,6 +16,7 @@ use crate::domain::audit::{
     AuditNode, AuditPod, Budget, ClusterView, IntOrPercent, Requirement, Selector, Workload,
     WorkloadKind,
 };
+use crate::domain::names::UnknownName;
 
 /// An object the audit cannot read: which one, and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -59,13 +60,10 @@ pub fn selector(s: &LabelSelector, object: &str) -> Result<Selector, WorkloadErr
         match_expressions: Vec::new(),
     };
     for (i, e) in s.match_expressions.iter().flatten().enumerate() {
-        let operator = e
-            .operator
-            .parse()
-            .map_err(|message: String| WorkloadError {
-                object: object.to_string(),
-                message: format!("selector.matchExpressions[{i}]: {message}"),
-            })?;
+        let operator = e.operator.parse().map_err(|e: UnknownName| WorkloadError {
+            object: object.to_string(),
+            message: format!("selector.matchExpressions[{i}]: {e}"),
+        })?;
         out.match_expressions.push(Requirement {
             key: e.key.clone(),
             operator,
@@ -87,7 +85,7 @@ fn int_or_percent(
     match v {
         IntOrString::Int(n) if *n >= 0 => Ok(IntOrPercent::Int(*n)),
         IntOrString::Int(n) => Err(err(format!("{n} is negative"))),
-        IntOrString::String(s) => IntOrPercent::parse(s).map_err(err),
+        IntOrString::String(s) => IntOrPercent::parse(s).map_err(|e| err(e.to_string())),
     }
 }
 

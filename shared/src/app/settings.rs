@@ -121,6 +121,50 @@ pub struct Settings {
     pub drain_pass_interval: Option<Duration>,
 }
 
+/// The value `lookup` gives `name`, trimmed; blank counts as unset.
+fn value(lookup: &impl Fn(&str) -> Option<String>, name: &str) -> Option<String> {
+    lookup(name)
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+/// Where nodes come from: captured cluster state (`FOREWARN_CLUSTER_STATE_FILE`); else a live
+/// cluster when one is in reach (EKS settings, `KUBECONFIG`, or in a pod); else none.
+fn cluster_choice(lookup: &impl Fn(&str) -> Option<String>) -> ClusterChoice {
+    if let Some(path) = value(lookup, ENV_CLUSTER_STATE_FILE) {
+        return ClusterChoice::Snapshot(PathBuf::from(path));
+    }
+    let access = ClusterAccess::from_lookup(lookup);
+    let in_reach = matches!(access, ClusterAccess::Eks(_))
+        || value(lookup, "KUBECONFIG").is_some()
+        || value(lookup, "KUBERNETES_SERVICE_HOST").is_some();
+    if in_reach {
+        ClusterChoice::Live(access)
+    } else {
+        ClusterChoice::None
+    }
+}
+
+/// `FOREWARN_DRAIN_PASS_INTERVAL`: 5 s unset, `None` for `off`, else 1 s to 900 s.
+fn drain_pass_interval(value: Option<&str>) -> Result<Option<Duration>, ConfigError> {
+    let Some(v) = value else {
+        return Ok(Some(Duration::from_secs(5)));
+    };
+    if v == "off" {
+        return Ok(None);
+    }
+    crate::domain::vars::parse_duration(v)
+        .ok()
+        .and_then(|d| d.to_std().ok())
+        .filter(|d| (Duration::from_secs(1)..=Duration::from_secs(900)).contains(d))
+        .map(Some)
+        .ok_or_else(|| ConfigError {
+            variable: ENV_DRAIN_PASS_INTERVAL.into(),
+            value: v.into(),
+            message: "not a duration from 1s to 900s (SQS's longest message delay), or off".into(),
+        })
+}
+
 impl Settings {
     /// The settings of the process environment.
     pub fn from_env() -> Result<Settings, ConfigError> {
@@ -143,11 +187,7 @@ impl Settings {
     ///   `FOREWARN_SAFETY_MARGIN`, `FOREWARN_LOG`, `FOREWARN_DRAIN_PASS_INTERVAL`;
     /// - `FOREWARN_PRIORITIES`, `FOREWARN_PRIORITY_HOT_SHARE`, `FOREWARN_PRIORITY_TAKE_OVER`.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Settings, ConfigError> {
-        let get = |name: &str| {
-            lookup(name)
-                .map(|v| v.trim().to_string())
-                .filter(|v| !v.is_empty())
-        };
+        let get = |name: &str| value(&lookup, name);
         let bad = |variable: &str, value: &str, message: &str| ConfigError {
             variable: variable.into(),
             value: value.into(),
@@ -165,19 +205,7 @@ impl Settings {
                 dir: get(ENV_STATE_DIR).map(PathBuf::from),
             },
         };
-        let cluster = if let Some(path) = get(ENV_CLUSTER_STATE_FILE) {
-            ClusterChoice::Snapshot(PathBuf::from(path))
-        } else {
-            let access = ClusterAccess::from_lookup(&lookup);
-            let in_reach = matches!(access, ClusterAccess::Eks(_))
-                || get("KUBECONFIG").is_some()
-                || get("KUBERNETES_SERVICE_HOST").is_some();
-            if in_reach {
-                ClusterChoice::Live(access)
-            } else {
-                ClusterChoice::None
-            }
-        };
+        let cluster = cluster_choice(&lookup);
         let kube_rate_limit = rate_limit_from_lookup(&lookup).map_err(|e| match e {
             crate::adapters::kube::ConnectError::RateLimit {
                 variable,
@@ -196,7 +224,7 @@ impl Settings {
         };
         let safety_margin = match get(ENV_SAFETY_MARGIN) {
             None => Duration::from_secs(3),
-            Some(v) => crate::domain::config::parse_duration(&v)
+            Some(v) => crate::domain::vars::parse_duration(&v)
                 .ok()
                 .and_then(|d| d.to_std().ok())
                 .ok_or_else(|| bad(ENV_SAFETY_MARGIN, &v, "not a duration (e.g. 3s)"))?,
@@ -207,28 +235,14 @@ impl Settings {
             Some("false") | Some("0") => Ok(false),
             Some(other) => Err(bad(variable, other, "not a boolean (true or false)")),
         };
-        let drain_pass_interval = match get(ENV_DRAIN_PASS_INTERVAL).as_deref() {
-            None => Some(Duration::from_secs(5)),
-            Some("off") => None,
-            Some(v) => Some(
-                crate::domain::config::parse_duration(v)
-                    .ok()
-                    .and_then(|d| d.to_std().ok())
-                    .filter(|d| (Duration::from_secs(1)..=Duration::from_secs(900)).contains(d))
-                    .ok_or_else(|| {
-                        bad(
-                            ENV_DRAIN_PASS_INTERVAL,
-                            v,
-                            "not a duration from 1s to 900s (SQS's longest message delay), or off",
-                        )
-                    })?,
-            ),
-        };
+        let drain_pass_interval = drain_pass_interval(get(ENV_DRAIN_PASS_INTERVAL).as_deref())?;
         let priorities_enabled = boolean(ENV_PRIORITIES, true)?;
         let take_over = boolean(ENV_PRIORITY_TAKE_OVER, false)?;
         let hot_share = match get(ENV_PRIORITY_HOT_SHARE) {
             None => HotShare::ALL,
-            Some(v) => HotShare::parse(&v).map_err(|m| bad(ENV_PRIORITY_HOT_SHARE, &v, &m))?,
+            Some(v) => {
+                HotShare::parse(&v).map_err(|m| bad(ENV_PRIORITY_HOT_SHARE, &v, &m.to_string()))?
+            }
         };
         Ok(Settings {
             priorities_enabled,

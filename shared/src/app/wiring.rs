@@ -12,15 +12,15 @@ use crate::adapters::dynamo::DynamoStore;
 use crate::adapters::ec2::Ec2Directory;
 use crate::adapters::embedded::{EmbeddedStore, default_state_dir};
 use crate::adapters::kube::{
-    ClusterAccess, ClusterClient, KubeExecutor, KubeExpander, KubeNodeDirectory, KubeWorkloads,
-    connect, connect_eks,
+    ClusterAccess, ClusterClient, ConnectError, KubeExecutor, KubeExpander, KubeNodeDirectory,
+    KubeWorkloads, connect, connect_eks,
 };
 use crate::adapters::snapshot::{
     SnapshotInstances, SnapshotWorkloads, load_cluster_state, load_groups, load_instances,
     load_workloads,
 };
 use crate::adapters::sqs::SqsRedelivery;
-use crate::adapters::webhook::{Webhook, warm_up};
+use crate::adapters::webhook::{ClientError, Webhook, warm_up};
 use crate::app::handler::Handler;
 use crate::app::pipeline::{PASS_INTERVAL, Passes};
 use crate::app::settings::{ClusterChoice, InstanceChoice, Settings, StoreChoice};
@@ -42,9 +42,13 @@ pub enum SetupError {
     #[error(transparent)]
     Snapshot(#[from] crate::adapters::snapshot::SnapshotError),
     #[error("connecting to the cluster: {0}")]
-    Cluster(String),
+    Cluster(#[source] ConnectError),
+    #[error(
+        "connecting to the cluster: no cluster to read: give a live cluster or a captured state"
+    )]
+    NoCluster,
     #[error("setting up the webhook: {0}")]
-    Webhook(String),
+    Webhook(#[source] ClientError),
 }
 
 /// Everything a run talks through, built from [`Settings`]: the handler (store, directories,
@@ -107,7 +111,7 @@ pub async fn services_with_clock(
                     ClusterAccess::Eks(eks) => connect_eks(eks, sdk).await,
                     ClusterAccess::Kubeconfig => connect(access).await,
                 }
-                .map_err(|e| SetupError::Cluster(e.to_string()))?
+                .map_err(SetupError::Cluster)?
                 .with_clock(clock.clone());
                 let executor: Option<Arc<dyn Executor>> = if settings.mode.runs_actions() {
                     Some(Arc::new(
@@ -210,14 +214,10 @@ pub async fn workload_source(
                 ClusterAccess::Eks(eks) => connect_eks(eks, &aws::load().await).await,
                 ClusterAccess::Kubeconfig => connect(access).await,
             }
-            .map_err(|e| SetupError::Cluster(e.to_string()))?;
+            .map_err(SetupError::Cluster)?;
             Arc::new(KubeWorkloads::new(clients))
         }
-        ClusterChoice::None => {
-            return Err(SetupError::Cluster(
-                "no cluster to read: give a live cluster or a captured state".into(),
-            ));
-        }
+        ClusterChoice::None => return Err(SetupError::NoCluster),
     })
 }
 

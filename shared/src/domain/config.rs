@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::event::EventKind;
 use crate::domain::names::string_forms;
+use crate::domain::vars::Vars;
 
 /// What to do with the node of an affected instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -43,14 +44,7 @@ pub enum TaintEffect {
 
 string_forms!(TaintEffect, "a taint effect", trim);
 
-/// A bad configuration value: which variable, what value, what was wrong.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("configuration {variable}={value:?}: {message}")]
-pub struct ConfigError {
-    pub variable: String,
-    pub value: String,
-    pub message: String,
-}
+pub use crate::domain::vars::ConfigError;
 
 /// forewarn's configuration. [`Config::default`] is the documented default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -172,18 +166,16 @@ impl Default for Config {
 
 impl Config {
     /// Reads the configuration through `lookup`, which stands for the environment (the
-    /// settings, `crate::app::settings`, pass the process's).
+    /// settings, `crate::app::settings`, pass the process's); see [`Vars`] for how a value is
+    /// read. `FOREWARN_DELETE_OWNED_ON` and `FOREWARN_UNAVAILABLE_KINDS` set blank name no kind.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        Config::from_vars(Vars::new(&lookup))
+    }
+
+    /// [`Config::from_lookup`], from variables already wrapped.
+    pub fn from_vars(vars: Vars) -> Result<Config, ConfigError> {
         let mut config = Config::default();
-        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
-        let bad = |variable: &str, value: &str, message: String| ConfigError {
-            variable: variable.to_string(),
-            value: value.to_string(),
-            message,
-        };
-        if let Some(v) = get("FOREWARN_CLUSTER_NAME") {
-            config.cluster_name = Some(v.trim().to_string());
-        }
+        config.cluster_name = vars.get("FOREWARN_CLUSTER_NAME");
         for kind in EventKind::ALL {
             if kind == EventKind::Unsupported {
                 continue;
@@ -192,78 +184,52 @@ impl Config {
                 "FOREWARN_ACTION_{}",
                 kind.as_str().replace('-', "_").to_uppercase()
             );
-            if let Some(v) = get(&name) {
-                let action = v.parse().map_err(|m| bad(&name, &v, m))?;
+            if let Some(action) = vars.parse(&name, str::parse::<Action>)? {
                 config.actions.insert(kind, action);
             }
         }
-        let kinds = |name: &str, v: &str| -> Result<BTreeSet<EventKind>, ConfigError> {
-            v.split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(|s| {
-                    EventKind::from_name(s)
-                        .filter(|k| *k != EventKind::Unsupported)
-                        .ok_or_else(|| bad(name, v, format!("`{s}` is not an event kind")))
-                })
-                .collect()
-        };
-        if let Some(v) = lookup("FOREWARN_DELETE_OWNED_ON") {
+        if let Some(v) = vars.get_or_blank("FOREWARN_DELETE_OWNED_ON") {
             config.delete_owned_on = kinds("FOREWARN_DELETE_OWNED_ON", &v)?;
         }
-        if let Some(v) = lookup("FOREWARN_UNAVAILABLE_KINDS") {
+        if let Some(v) = vars.get_or_blank("FOREWARN_UNAVAILABLE_KINDS") {
             config.unavailable_kinds = kinds("FOREWARN_UNAVAILABLE_KINDS", &v)?;
         }
-        let duration = |name: &str, target: &mut Duration| -> Result<(), ConfigError> {
-            if let Some(v) = get(name) {
-                *target = parse_duration(&v).map_err(|m| bad(name, &v, m))?;
+        let durations = [
+            ("FOREWARN_POOL_TTL", &mut config.pool_ttl),
+            (
+                "FOREWARN_INTERRUPTION_NOTICE",
+                &mut config.interruption_notice,
+            ),
+            ("FOREWARN_DEADLINE_MARGIN", &mut config.deadline_margin),
+            ("FOREWARN_DRAIN_TIMEOUT", &mut config.drain_timeout),
+        ];
+        for (name, target) in durations {
+            if let Some(d) = vars.duration(name)? {
+                *target = d;
             }
-            Ok(())
-        };
-        duration("FOREWARN_POOL_TTL", &mut config.pool_ttl)?;
-        duration(
-            "FOREWARN_INTERRUPTION_NOTICE",
-            &mut config.interruption_notice,
-        )?;
-        duration("FOREWARN_DEADLINE_MARGIN", &mut config.deadline_margin)?;
-        duration("FOREWARN_DRAIN_TIMEOUT", &mut config.drain_timeout)?;
-        if let Some(v) = get("FOREWARN_TAINT_KEY") {
-            config.taint_key = v.trim().to_string();
         }
-        if let Some(v) = get("FOREWARN_TAINT_EFFECT") {
-            config.taint_effect = v.parse().map_err(|m| bad("FOREWARN_TAINT_EFFECT", &v, m))?;
+        if let Some(key) = vars.get("FOREWARN_TAINT_KEY") {
+            config.taint_key = key;
         }
-        let flag = |name: &str, target: &mut bool| -> Result<(), ConfigError> {
-            if let Some(v) = get(name) {
-                *target = parse_bool(&v).map_err(|m| bad(name, &v, m))?;
+        if let Some(effect) = vars.parse("FOREWARN_TAINT_EFFECT", str::parse::<TaintEffect>)? {
+            config.taint_effect = effect;
+        }
+        let flags = [
+            (
+                "FOREWARN_EXCLUDE_FROM_LB",
+                &mut config.exclude_from_load_balancers,
+            ),
+            (
+                "FOREWARN_COMPLETE_LIFECYCLE_ACTION",
+                &mut config.complete_lifecycle_action,
+            ),
+        ];
+        for (name, target) in flags {
+            if let Some(b) = vars.boolean(name)? {
+                *target = b;
             }
-            Ok(())
-        };
-        flag(
-            "FOREWARN_EXCLUDE_FROM_LB",
-            &mut config.exclude_from_load_balancers,
-        )?;
-        flag(
-            "FOREWARN_COMPLETE_LIFECYCLE_ACTION",
-            &mut config.complete_lifecycle_action,
-        )?;
-        if let Some(v) = get("FOREWARN_LIFECYCLE_HOOKS") {
-            let hooks: BTreeSet<String> = v
-                .split(',')
-                .map(str::trim)
-                .filter(|h| !h.is_empty())
-                .map(str::to_string)
-                .collect();
-            if let Some(bad_name) = hooks.iter().find(|h| !is_hook_name(h)) {
-                return Err(bad(
-                    "FOREWARN_LIFECYCLE_HOOKS",
-                    &v,
-                    format!(
-                        "`{bad_name}` is not a lifecycle hook name (1 to 255 letters, digits, \
-                         '-', '_' or '/')"
-                    ),
-                ));
-            }
+        }
+        if let Some(hooks) = vars.parse("FOREWARN_LIFECYCLE_HOOKS", hook_names)? {
             config.lifecycle_hooks = (!hooks.is_empty()).then_some(hooks);
         }
         Ok(config)
@@ -283,65 +249,35 @@ fn is_hook_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '/'))
 }
 
-/// Parses `90`, `90s`, `15m`, `1h`, `1h30m`, `2d`: at most 10 years
-/// ([`crate::domain::time::SANE_YEARS`]), so that a time plus a configured duration cannot
-/// overflow. An error names the value.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let err = || format!("`{s}` is not a duration (e.g. 90s, 15m, 1h, 1h30m)");
-    if s.is_empty() {
-        return Err(err());
-    }
-    let total: i64 = if let Ok(secs) = s.parse::<i64>() {
-        secs
-    } else {
-        let mut total: i64 = 0;
-        let mut number = String::new();
-        for c in s.chars() {
-            if c.is_ascii_digit() {
-                number.push(c);
-                continue;
-            }
-            let n: i64 = number.parse().map_err(|_| err())?;
-            number.clear();
-            let unit = match c {
-                's' => 1,
-                'm' => 60,
-                'h' => 3600,
-                'd' => 86400,
-                _ => return Err(err()),
-            };
-            total = n
-                .checked_mul(unit)
-                .and_then(|x| total.checked_add(x))
-                .ok_or_else(|| too_long(s))?;
-        }
-        if !number.is_empty() {
-            return Err(err());
-        }
-        total
-    };
-    if total < 0 {
-        return Err(err());
-    }
-    // `try_seconds` refuses what a `Duration` cannot hold (more than i64::MAX milliseconds),
-    // where `Duration::seconds` would panic.
-    let d = Duration::try_seconds(total).ok_or_else(|| too_long(s))?;
-    crate::domain::time::sane_duration(d).map_err(|_| too_long(s))
+/// A comma-separated list of event kinds (blank: none) of variable `name`.
+fn kinds(name: &str, v: &str) -> Result<BTreeSet<EventKind>, ConfigError> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            EventKind::from_name(s)
+                .filter(|k| *k != EventKind::Unsupported)
+                .ok_or_else(|| ConfigError::new(name, v, format!("`{s}` is not an event kind")))
+        })
+        .collect()
 }
 
-fn too_long(s: &str) -> String {
-    format!(
-        "`{s}` is longer than {} years, the longest duration taken",
-        crate::domain::time::SANE_YEARS
-    )
-}
+/// A lifecycle hook name that is not one: 1 to 255 of `[A-Za-z0-9-_/]`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a lifecycle hook name (1 to 255 letters, digits, '-', '_' or '/')")]
+pub struct NotAHookName(pub String);
 
-fn parse_bool(s: &str) -> Result<bool, String> {
-    match s.trim().to_ascii_lowercase().as_str() {
-        "true" | "1" | "yes" | "on" => Ok(true),
-        "false" | "0" | "no" | "off" => Ok(false),
-        _ => Err(format!("`{s}` is not a boolean (true or false)")),
+/// A comma-separated list of lifecycle hook names.
+fn hook_names(v: &str) -> Result<BTreeSet<String>, NotAHookName> {
+    let hooks: BTreeSet<String> = v
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(str::to_string)
+        .collect();
+    match hooks.iter().find(|h| !is_hook_name(h)) {
+        Some(bad) => Err(NotAHookName(bad.clone())),
+        None => Ok(hooks),
     }
 }
 
@@ -428,34 +364,7 @@ mod tests {
     }
 
     #[test]
-    fn durations() {
-        assert_eq!(parse_duration("90").unwrap(), Duration::seconds(90));
-        assert_eq!(parse_duration("15m").unwrap(), Duration::minutes(15));
-        assert_eq!(parse_duration("2d").unwrap(), Duration::days(2));
-        for bad in ["", "m", "1x", "-5", "1h30", "99999999999999999999d"] {
-            assert!(parse_duration(bad).is_err(), "{bad}");
-        }
-        assert_eq!(parse_duration("3650d").unwrap(), Duration::days(3650));
-    }
-
-    #[test]
-    fn huge_durations_are_errors_naming_the_value_not_panics() {
-        // Found in review: a whole number of seconds past i64::MAX / 1000 panicked.
-        for huge in [
-            "9223372036854775807",
-            "9223372036854776",
-            "9223372036854775807s",
-            "106751991167301d",
-            "3654d",
-            "315619201",
-            "1d9223372036854775807s",
-        ] {
-            let e = parse_duration(huge).unwrap_err();
-            assert_eq!(
-                e,
-                format!("`{huge}` is longer than 10 years, the longest duration taken")
-            );
-        }
+    fn durations_and_booleans_take_the_one_parser_of_their_type() {
         let e = from(&[("FOREWARN_DRAIN_TIMEOUT", "9223372036854775807")]).unwrap_err();
         assert_eq!(e.variable, "FOREWARN_DRAIN_TIMEOUT");
         assert!(
@@ -463,27 +372,34 @@ mod tests {
                 .contains("`9223372036854775807` is longer than 10 years"),
             "{e}"
         );
+        let c = from(&[
+            ("FOREWARN_POOL_TTL", " 2d "),
+            ("FOREWARN_EXCLUDE_FROM_LB", "No"),
+            ("FOREWARN_COMPLETE_LIFECYCLE_ACTION", "OFF"),
+        ])
+        .unwrap();
+        assert_eq!(c.pool_ttl, Duration::days(2));
+        assert!(!c.exclude_from_load_balancers);
+        assert!(!c.complete_lifecycle_action);
+        let e = from(&[("FOREWARN_COMPLETE_LIFECYCLE_ACTION", "maybe")]).unwrap_err();
+        assert_eq!(
+            e.message,
+            "`maybe` is not a boolean (true or false, 1 or 0, yes or no, on or off)"
+        );
     }
 
-    mod props {
-        use super::*;
-        use proptest::prelude::*;
-
-        proptest! {
-            #[test]
-            fn parse_duration_never_panics_and_stays_sane(
-                s in prop_oneof![
-                    "[0-9]{0,22}",
-                    "([0-9]{0,20}[smhd]){0,4}",
-                    any::<i64>().prop_map(|n| n.to_string()),
-                    ".{0,24}",
-                ]
-            ) {
-                if let Ok(d) = parse_duration(&s) {
-                    prop_assert!(d >= Duration::zero());
-                    prop_assert!(d <= crate::domain::time::sane_span());
-                }
-            }
-        }
+    #[test]
+    fn blank_values_are_unset_but_a_blank_kind_list_is_empty() {
+        let blank = from(&[
+            ("FOREWARN_CLUSTER_NAME", " "),
+            ("FOREWARN_POOL_TTL", ""),
+            ("FOREWARN_TAINT_EFFECT", "  "),
+            ("FOREWARN_EXCLUDE_FROM_LB", ""),
+            ("FOREWARN_ACTION_SPOT_INTERRUPTION", " "),
+        ])
+        .unwrap();
+        assert_eq!(blank, Config::default());
+        let none = from(&[("FOREWARN_UNAVAILABLE_KINDS", " ")]).unwrap();
+        assert!(none.unavailable_kinds.is_empty());
     }
 }

@@ -130,26 +130,44 @@ impl NodeFacts {
     /// before acting: it is not control-plane, and its `spec.providerID` names that instance (a
     /// node whose name was reused by a new instance, or a plan naming another node, is refused).
     /// Otherwise why not.
-    pub fn verify_runs(&self, instance_id: &str) -> Result<(), String> {
+    pub fn verify_runs(&self, instance_id: &str) -> Result<(), NotItsNode> {
         if self.is_control_plane() {
-            return Err(format!(
-                "node/{} is a control-plane node (live labels or taints)",
-                self.name
-            ));
+            return Err(NotItsNode::ControlPlane {
+                node: self.name.clone(),
+            });
         }
         match self.instance_id() {
             Some(id) if id == instance_id => Ok(()),
-            Some(other) => Err(format!(
-                "node/{} runs instance {other} (spec.providerID), not the event's {instance_id}",
-                self.name
-            )),
-            None => Err(format!(
-                "node/{} has no spec.providerID naming an EC2 instance: it cannot be verified \
-                 to run {instance_id}",
-                self.name
-            )),
+            Some(other) => Err(NotItsNode::OtherInstance {
+                node: self.name.clone(),
+                runs: other.to_string(),
+                instance_id: instance_id.to_string(),
+            }),
+            None => Err(NotItsNode::Unverifiable {
+                node: self.name.clone(),
+                instance_id: instance_id.to_string(),
+            }),
         }
     }
+}
+
+/// Why a node, as read live, may not be touched by an action for an instance (see
+/// [`NodeFacts::verify_runs`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotItsNode {
+    #[error("node/{node} is a control-plane node (live labels or taints)")]
+    ControlPlane { node: String },
+    #[error("node/{node} runs instance {runs} (spec.providerID), not the event's {instance_id}")]
+    OtherInstance {
+        node: String,
+        runs: String,
+        instance_id: String,
+    },
+    #[error(
+        "node/{node} has no spec.providerID naming an EC2 instance: it cannot be verified to run \
+         {instance_id}"
+    )]
+    Unverifiable { node: String, instance_id: String },
 }
 
 /// The instance id of an AWS provider id (`aws:///us-east-1a/i-0123...`, also the older
@@ -205,6 +223,32 @@ mod tests {
             provider_id: provider.map(str::to_string),
             ..NodeFacts::default()
         }
+    }
+
+    #[test]
+    fn a_node_is_verified_by_its_provider_id_and_never_control_plane() {
+        let id = "i-0a1b2c3d4e5f60001";
+        let mine = node("n1", Some("aws:///us-east-1a/i-0a1b2c3d4e5f60001"));
+        assert_eq!(mine.verify_runs(id), Ok(()));
+        let other = node("n1", Some("aws:///us-east-1a/i-0a1b2c3d4e5f69999"));
+        assert_eq!(
+            other.verify_runs(id).unwrap_err().to_string(),
+            "node/n1 runs instance i-0a1b2c3d4e5f69999 (spec.providerID), not the event's \
+             i-0a1b2c3d4e5f60001"
+        );
+        assert_eq!(
+            node("n1", None).verify_runs(id).unwrap_err().to_string(),
+            "node/n1 has no spec.providerID naming an EC2 instance: it cannot be verified to \
+             run i-0a1b2c3d4e5f60001"
+        );
+        let mut control_plane = mine.clone();
+        control_plane
+            .labels
+            .insert(LABEL_CONTROL_PLANE.into(), String::new());
+        assert_eq!(
+            control_plane.verify_runs(id),
+            Err(NotItsNode::ControlPlane { node: "n1".into() })
+        );
     }
 
     #[test]

@@ -58,27 +58,37 @@ pub fn pool_deltas(update: &PoolUpdate) -> Vec<PoolDelta> {
     deltas
 }
 
+/// An update no store takes (see [`validate`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidUpdate {
+    #[error("the event id is empty")]
+    NoEventId,
+    #[error("it marks {marks} pools, and one update records at most {MAX_POOLS_PER_UPDATE}")]
+    TooManyPools { marks: usize },
+    #[error(
+        "pool `{0}` is not a valid pool key (instance type and zone must be non-empty and free \
+         of `#`)"
+    )]
+    BadPoolKey(PoolKey),
+}
+
 /// Checks what every store needs of an update: an event id, at most [`MAX_POOLS_PER_UPDATE`]
 /// marks, and pool keys that round-trip through their string form (no empty part, no `#` inside
 /// one).
-pub fn validate(update: &PoolUpdate) -> Result<(), String> {
+pub fn validate(update: &PoolUpdate) -> Result<(), InvalidUpdate> {
     if update.event_id.is_empty() {
-        return Err("the event id is empty".into());
+        return Err(InvalidUpdate::NoEventId);
     }
     if update.marks.len() > MAX_POOLS_PER_UPDATE {
-        return Err(format!(
-            "it marks {} pools, and one update records at most {MAX_POOLS_PER_UPDATE}",
-            update.marks.len()
-        ));
+        return Err(InvalidUpdate::TooManyPools {
+            marks: update.marks.len(),
+        });
     }
     for mark in &update.marks {
         let pool = &mark.pool;
         let bad = |part: &str| part.is_empty() || part.contains('#');
         if bad(&pool.instance_type) || bad(&pool.zone) {
-            return Err(format!(
-                "pool `{pool}` is not a valid pool key (instance type and zone must be non-empty \
-                 and free of `#`)"
-            ));
+            return Err(InvalidUpdate::BadPoolKey(pool.clone()));
         }
     }
     Ok(())

@@ -21,6 +21,7 @@ mod robustness;
 pub mod stats;
 pub mod sweep;
 pub mod time;
+pub mod vars;
 
 /// A drain's continuation message: it arrives, and is decoded, with the other messages
 /// ([`inbound`]); `domain::continuation` names it too, as the stores and ports know it.

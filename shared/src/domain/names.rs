@@ -3,8 +3,20 @@
 
 use strum::VariantArray;
 
+/// A name that is none of a type's: "`s` is not `what` (the names)".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{given}` is not {what} ({})", .names.join(", "))]
+pub struct UnknownName {
+    /// The name given.
+    pub given: String,
+    /// What it should have named (`an action`).
+    pub what: &'static str,
+    /// The names taken.
+    pub names: Vec<&'static str>,
+}
+
 /// The variant of `T` named `s` (its `strum` name), or "`s` is not `what` (the names)".
-pub fn parse_name<T>(s: &str, what: &str) -> Result<T, String>
+pub fn parse_name<T>(s: &str, what: &'static str) -> Result<T, UnknownName>
 where
     T: VariantArray + Copy + Into<&'static str>,
 {
@@ -13,9 +25,10 @@ where
         .iter()
         .find(|v| name(v) == s)
         .copied()
-        .ok_or_else(|| {
-            let names: Vec<&str> = T::VARIANTS.iter().map(name).collect();
-            format!("`{s}` is not {what} ({})", names.join(", "))
+        .ok_or_else(|| UnknownName {
+            given: s.to_string(),
+            what,
+            names: T::VARIANTS.iter().map(name).collect(),
         })
 }
 
@@ -31,7 +44,7 @@ macro_rules! string_forms {
         }
 
         impl std::str::FromStr for $ty {
-            type Err = String;
+            type Err = $crate::domain::names::UnknownName;
             fn from_str(s: &str) -> Result<Self, Self::Err> {
                 $crate::domain::names::parse_name(s $(.$trim())?, $what)
             }
@@ -58,8 +71,10 @@ mod tests {
             Ok(Kind::OnDemand)
         );
         assert_eq!(
-            parse_name::<Kind>("Spot", "a kind"),
-            Err("`Spot` is not a kind (spot, on-demand)".to_string())
+            parse_name::<Kind>("Spot", "a kind")
+                .unwrap_err()
+                .to_string(),
+            "`Spot` is not a kind (spot, on-demand)"
         );
     }
 }

@@ -430,6 +430,19 @@ fn act(
     }
 }
 
+/// Why a lifecycle action is left alone (see [`lifecycle`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LifecycleLeftAlone {
+    /// `FOREWARN_LIFECYCLE_HOOKS` names hooks, and not this one.
+    #[error("lifecycle hook {asg}/{hook} left to its owner: not one of FOREWARN_LIFECYCLE_HOOKS")]
+    NotOurHook { asg: String, hook: String },
+    /// The instance is not known to be this cluster's.
+    #[error(
+        "lifecycle action {asg}/{hook} left alone: the instance is not tagged for this cluster"
+    )]
+    NotOurInstance { asg: String, hook: String },
+}
+
 /// The lifecycle action to complete once the node is handled: only a hook of an instance of
 /// this cluster (`member`: tagged for it, or running one of its nodes), and, when
 /// `FOREWARN_LIFECYCLE_HOOKS` names hooks, one of those. Completing another group's hook would
@@ -438,7 +451,7 @@ fn lifecycle(
     event: &Event,
     config: &Config,
     member: bool,
-) -> Result<Option<LifecycleAction>, String> {
+) -> Result<Option<LifecycleAction>, LifecycleLeftAlone> {
     let Detail::AsgTermination(l) = &event.detail else {
         return Ok(None);
     };
@@ -448,16 +461,16 @@ fn lifecycle(
     if let Some(hooks) = &config.lifecycle_hooks
         && !hooks.contains(&l.hook_name)
     {
-        return Err(format!(
-            "lifecycle hook {}/{} left to its owner: not one of FOREWARN_LIFECYCLE_HOOKS",
-            l.asg_name, l.hook_name
-        ));
+        return Err(LifecycleLeftAlone::NotOurHook {
+            asg: l.asg_name.clone(),
+            hook: l.hook_name.clone(),
+        });
     }
     if !member {
-        return Err(format!(
-            "lifecycle action {}/{} left alone: the instance is not tagged for this cluster",
-            l.asg_name, l.hook_name
-        ));
+        return Err(LifecycleLeftAlone::NotOurInstance {
+            asg: l.asg_name.clone(),
+            hook: l.hook_name.clone(),
+        });
     }
     Ok(Some(l.clone()))
 }

@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::event::EventKind;
-use crate::domain::names::string_forms;
+use crate::domain::names::{UnknownName, string_forms};
 
 /// How an instance is paid for, as Karpenter names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -56,17 +56,24 @@ impl fmt::Display for PoolKey {
     }
 }
 
+/// Text that is not a pool key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadPoolKey {
+    #[error("`{0}` is not a pool key (capacity_type#instance_type#zone)")]
+    Shape(String),
+    #[error(transparent)]
+    CapacityType(#[from] UnknownName),
+}
+
 impl FromStr for PoolKey {
-    type Err = String;
+    type Err = BadPoolKey;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let mut parts = s.split('#');
         match (parts.next(), parts.next(), parts.next(), parts.next()) {
             (Some(ct), Some(it), Some(z), None) if !it.is_empty() && !z.is_empty() => {
                 Ok(PoolKey::new(ct.parse()?, it, z))
             }
-            _ => Err(format!(
-                "`{s}` is not a pool key (capacity_type#instance_type#zone)"
-            )),
+            _ => Err(BadPoolKey::Shape(s.to_string())),
         }
     }
 }
@@ -250,8 +257,17 @@ mod tests {
         let k = PoolKey::new(CapacityType::Spot, "m5.large", "us-east-1a");
         assert_eq!(k.to_string(), "spot#m5.large#us-east-1a");
         assert_eq!("spot#m5.large#us-east-1a".parse::<PoolKey>().unwrap(), k);
-        assert!("spot#m5.large".parse::<PoolKey>().is_err());
-        assert!("cheap#m5.large#us-east-1a".parse::<PoolKey>().is_err());
+        assert_eq!(
+            "spot#m5.large".parse::<PoolKey>().unwrap_err().to_string(),
+            "`spot#m5.large` is not a pool key (capacity_type#instance_type#zone)"
+        );
+        assert_eq!(
+            "cheap#m5.large#us-east-1a"
+                .parse::<PoolKey>()
+                .unwrap_err()
+                .to_string(),
+            "`cheap` is not a capacity type (spot, on-demand, reserved)"
+        );
         assert!("spot#a#b#c".parse::<PoolKey>().is_err());
     }
 

@@ -219,6 +219,15 @@ pub fn node_group(asg: &AsgDescription, cluster: &str) -> Option<NodeGroup> {
     })
 }
 
+/// Text that is not a [`HotShare`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadShare {
+    #[error("`{0}` is not a share (e.g. 1, 0.5 or 50%)")]
+    NotANumber(String),
+    #[error("`{0}` is not a share in (0, 1] (e.g. 1, 0.5 or 50%)")]
+    OutOfRange(String),
+}
+
 /// The share of a group's pools that must be unavailable for it to be hot, in (0, 1].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HotShare(f64);
@@ -228,19 +237,17 @@ impl HotShare {
     pub const ALL: HotShare = HotShare(1.0);
 
     /// `share` as a fraction (`0.5`) or a percentage (`50%`).
-    pub fn parse(text: &str) -> Result<HotShare, String> {
+    pub fn parse(text: &str) -> Result<HotShare, BadShare> {
         let t = text.trim();
         let value = match t.strip_suffix('%') {
             Some(p) => p.trim().parse::<f64>().map(|v| v / 100.0),
             None => t.parse::<f64>(),
         }
-        .map_err(|_| format!("`{t}` is not a share (e.g. 1, 0.5 or 50%)"))?;
+        .map_err(|_| BadShare::NotANumber(t.to_string()))?;
         if value > 0.0 && value <= 1.0 {
             Ok(HotShare(value))
         } else {
-            Err(format!(
-                "`{t}` is not a share in (0, 1] (e.g. 1, 0.5 or 50%)"
-            ))
+            Err(BadShare::OutOfRange(t.to_string()))
         }
     }
 
@@ -600,9 +607,12 @@ mod tests {
         assert_eq!(HotShare::parse("50%").unwrap().needed(4), 2);
         assert_eq!(HotShare::parse("0.5").unwrap().needed(3), 2);
         assert_eq!(HotShare::parse("0.01").unwrap().needed(3), 1);
-        assert!(HotShare::parse("0").is_err());
+        assert_eq!(HotShare::parse("0"), Err(BadShare::OutOfRange("0".into())));
         assert!(HotShare::parse("1.5").is_err());
-        assert!(HotShare::parse("most").is_err());
+        assert_eq!(
+            HotShare::parse(" most ").unwrap_err().to_string(),
+            "`most` is not a share (e.g. 1, 0.5 or 50%)"
+        );
     }
 
     #[test]

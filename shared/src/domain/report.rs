@@ -312,6 +312,9 @@ mod tests {
         extra.pool.instance_type = "x1.large".into();
         update.marks.push(extra);
         let err = validate(&update).unwrap_err();
-        assert_eq!(err, "it marks 50 pools, and one update records at most 49");
+        assert_eq!(
+            err.to_string(),
+            "it marks 50 pools, and one update records at most 49"
+        );
     }
 }

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use crate::domain::config::{Config, parse_duration};
+use crate::domain::config::Config;
 use crate::domain::event::autoscaling::ASG_TERMINATING;
 use crate::domain::event::{DT_HEALTH, DT_RESERVATION, Detail, EventKind};
 use crate::domain::fixtures::{self, instance, node_facts};
@@ -20,6 +20,7 @@ use crate::domain::plan::{Facts, decide, drain_deadline, earliest_deadline, time
 use crate::domain::pool::{CapacityType, Retention};
 use crate::domain::stats::HistoryEntry;
 use crate::domain::time::within_sane_range;
+use crate::domain::vars::parse_duration;
 
 /// When the inputs are received: 2026-11-20T10:05:00Z.
 fn received() -> DateTime<Utc> {

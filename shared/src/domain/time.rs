@@ -22,30 +22,48 @@ pub fn sane_span() -> TimeDelta {
     TimeDelta::days(SANE_YEARS * 366 - 7)
 }
 
+/// A time too far from now to be taken (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum OutOfRange {
+    #[error("{} is more than {SANE_YEARS} years from now", show(*.0))]
+    Ahead(DateTime<Utc>),
+    #[error("{} is more than {SANE_YEARS} years ago", show(*.0))]
+    Behind(DateTime<Utc>),
+}
+
 /// `t` when it is at most [`SANE_YEARS`] years from `now` (either way); otherwise why not, e.g.
 /// ``2999-01-01T00:00:00Z is more than 10 years from now``. The caller names the field.
-pub fn within_sane_range(t: DateTime<Utc>, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
+pub fn within_sane_range(
+    t: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<DateTime<Utc>, OutOfRange> {
     // The difference of two times never overflows: chrono's whole range is ±262,143 years, and a
     // `TimeDelta` holds ±292 million years.
     let offset = t.signed_duration_since(now);
     if offset > sane_span() {
-        Err(format!(
-            "{} is more than {SANE_YEARS} years from now",
-            show(t)
-        ))
+        Err(OutOfRange::Ahead(t))
     } else if offset < -sane_span() {
-        Err(format!("{} is more than {SANE_YEARS} years ago", show(t)))
+        Err(OutOfRange::Behind(t))
     } else {
         Ok(t)
     }
 }
 
+/// A duration outside the sane range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BadSpan {
+    #[error("a duration must not be negative")]
+    Negative,
+    #[error("more than {SANE_YEARS} years")]
+    TooLong,
+}
+
 /// `d` when it is not negative and at most [`SANE_YEARS`] years; otherwise why not.
-pub fn sane_duration(d: TimeDelta) -> Result<TimeDelta, String> {
+pub fn sane_duration(d: TimeDelta) -> Result<TimeDelta, BadSpan> {
     if d < TimeDelta::zero() {
-        Err("a duration must not be negative".into())
+        Err(BadSpan::Negative)
     } else if d > sane_span() {
-        Err(format!("more than {SANE_YEARS} years"))
+        Err(BadSpan::TooLong)
     } else {
         Ok(d)
     }
@@ -72,12 +90,16 @@ mod tests {
             assert_eq!(within_sane_range(t, now()), Ok(t));
         }
         assert_eq!(
-            within_sane_range(Utc.with_ymd_and_hms(2999, 1, 1, 0, 0, 0).unwrap(), now()),
-            Err("2999-01-01T00:00:00Z is more than 10 years from now".into())
+            within_sane_range(Utc.with_ymd_and_hms(2999, 1, 1, 0, 0, 0).unwrap(), now())
+                .unwrap_err()
+                .to_string(),
+            "2999-01-01T00:00:00Z is more than 10 years from now"
         );
         assert_eq!(
-            within_sane_range(at(2016, 11, 17), now()),
-            Err("2016-11-17T10:00:00Z is more than 10 years ago".into())
+            within_sane_range(at(2016, 11, 17), now())
+                .unwrap_err()
+                .to_string(),
+            "2016-11-17T10:00:00Z is more than 10 years ago"
         );
         assert!(within_sane_range(at(2036, 11, 24), now()).is_err());
     }
@@ -85,7 +107,7 @@ mod tests {
     #[test]
     fn chronos_limits_are_refused_without_panicking() {
         for t in [DateTime::<Utc>::MAX_UTC, DateTime::<Utc>::MIN_UTC] {
-            let e = within_sane_range(t, now()).unwrap_err();
+            let e = within_sane_range(t, now()).unwrap_err().to_string();
             assert!(e.contains("more than 10 years"), "{e}");
             // Whatever now is.
             assert!(
@@ -99,7 +121,10 @@ mod tests {
     fn durations_up_to_ten_years() {
         assert!(sane_duration(TimeDelta::zero()).is_ok());
         assert!(sane_duration(TimeDelta::days(3650)).is_ok());
-        assert!(sane_duration(TimeDelta::days(3654)).is_err());
-        assert!(sane_duration(TimeDelta::seconds(-1)).is_err());
+        assert_eq!(sane_duration(TimeDelta::days(3654)), Err(BadSpan::TooLong));
+        assert_eq!(
+            sane_duration(TimeDelta::seconds(-1)),
+            Err(BadSpan::Negative)
+        );
     }
 }

@@ -202,7 +202,7 @@ pub(super) fn decode_pool(
     };
     let pool: PoolKey = req_s(key, item, POOL)?
         .parse()
-        .map_err(|e: String| corrupt(key, e))?;
+        .map_err(|e| corrupt(key, e))?;
     if pool_pk(&pool) != key {
         return Err(corrupt(
             key,

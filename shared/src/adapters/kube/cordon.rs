@@ -135,7 +135,7 @@ pub(crate) async fn cordon(
     spec: &CordonSpec,
     attempts: u32,
     dry_run: bool,
-    verify: &(dyn Fn(&Node) -> Result<(), String> + Sync),
+    verify: &(dyn Fn(&Node) -> Result<(), super::error::Refusal> + Sync),
 ) -> Result<CordonOutcome, KubeError> {
     let name = node.metadata.name.clone().unwrap_or_default();
     let object = format!("node/{name}");
@@ -175,7 +175,9 @@ pub(crate) async fn cordon(
                 }
                 if let Err(why) = verify(&node) {
                     tracing::warn!(node = %name, %why, "the node changed: refusing to cordon it");
-                    return Ok(CordonOutcome::Refused { why });
+                    return Ok(CordonOutcome::Refused {
+                        why: why.to_string(),
+                    });
                 }
             }
             Err(e) => return Err(e.into()),

@@ -17,7 +17,7 @@ use ::kube::core::GroupVersionKind;
 
 use super::api::with_retry;
 use super::connect::ClusterClient;
-use super::error::KubeError;
+use super::error::{KubeError, Refusal};
 use k8s_openapi::api::core::v1::Node;
 
 use super::node_facts::node_facts;
@@ -84,7 +84,7 @@ pub(crate) fn verify_target(
     object: &DynamicObject,
     instance_id: &str,
     node: Option<&str>,
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
     let data = &object.data;
     let labels = object.metadata.labels.as_ref();
     let has_label = |key: &str| labels.is_some_and(|l| l.contains_key(key));
@@ -95,9 +95,10 @@ pub(crate) fn verify_target(
         ),
         Target::Machine { .. } => {
             if has_label(LABEL_CAPI_CONTROL_PLANE) {
-                return Err(format!(
-                    "{target} is a control-plane Machine (label {LABEL_CAPI_CONTROL_PLANE})"
-                ));
+                return Err(Refusal::ControlPlaneMachine {
+                    target: target.to_string(),
+                    label: LABEL_CAPI_CONTROL_PLANE,
+                });
             }
             (
                 data.pointer("/spec/providerID"),
@@ -109,8 +110,11 @@ pub(crate) fn verify_target(
             let node: Node = object
                 .clone()
                 .try_parse()
-                .map_err(|e| format!("{target} could not be read as a Node: {e}"))?;
-            return node_facts(&node).verify_runs(instance_id);
+                .map_err(|source| Refusal::NotANode {
+                    target: target.to_string(),
+                    source,
+                })?;
+            return Ok(node_facts(&node).verify_runs(instance_id)?);
         }
     };
     let named = provider_id
@@ -118,18 +122,22 @@ pub(crate) fn verify_target(
         .and_then(instance_id_from_provider_id);
     match (named, node_name.and_then(|v| v.as_str())) {
         (Some(id), _) if id == instance_id => Ok(()),
-        (Some(other), _) => Err(format!(
-            "{target} is instance {other}'s (provider id), not the event's {instance_id}"
-        )),
+        (Some(other), _) => Err(Refusal::OtherInstance {
+            target: target.to_string(),
+            other: other.to_string(),
+            instance_id: instance_id.to_string(),
+        }),
         (None, Some(name)) if node == Some(name) => Ok(()),
-        (None, Some(name)) => Err(format!(
-            "{target} is node/{name}'s, not the event's instance {instance_id}'s{}",
-            node.map(|n| format!(" (node/{n})")).unwrap_or_default()
-        )),
-        (None, None) => Err(format!(
-            "{target} names neither a provider id nor a node: it cannot be verified to be \
-             instance {instance_id}'s"
-        )),
+        (None, Some(name)) => Err(Refusal::OtherNode {
+            target: target.to_string(),
+            name: name.to_string(),
+            instance_id: instance_id.to_string(),
+            node: node.map(str::to_string),
+        }),
+        (None, None) => Err(Refusal::Unverifiable {
+            target: target.to_string(),
+            instance_id: instance_id.to_string(),
+        }),
     }
 }
 
@@ -168,7 +176,7 @@ pub(crate) async fn delete_target(
         tracing::warn!(target = %described, %why, "refusing to delete");
         return Ok(DeleteOutcome::Refused {
             target: described,
-            why,
+            why: why.to_string(),
         });
     }
     if dry_run {
@@ -205,6 +213,7 @@ pub(crate) async fn delete_target(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::facts::NotItsNode;
     use serde_json::json;
 
     const ID: &str = "i-0a1b2c3d4e5f60001";
@@ -228,35 +237,50 @@ mod tests {
     fn a_nodeclaim_is_verified_by_its_provider_id_then_its_node() {
         let by_id = object(json!({"metadata": {"name": "nc"},
             "status": {"providerID": format!("aws:///us-east-1a/{ID}"), "nodeName": "other"}}));
-        assert_eq!(verify_target(&claim(), &by_id, ID, Some("n1")), Ok(()));
+        verify_target(&claim(), &by_id, ID, Some("n1")).unwrap();
         let other = object(json!({"metadata": {"name": "nc"},
             "status": {"providerID": "aws:///us-east-1a/i-0a1b2c3d4e5f69999", "nodeName": "n1"}}));
         let why = verify_target(&claim(), &other, ID, Some("n1")).unwrap_err();
-        assert!(why.contains("i-0a1b2c3d4e5f69999"), "{why}");
+        assert_eq!(
+            why.to_string(),
+            "nodeclaim/nc is instance i-0a1b2c3d4e5f69999's (provider id), not the event's \
+             i-0a1b2c3d4e5f60001"
+        );
         let by_node = object(json!({"metadata": {"name": "nc"}, "status": {"nodeName": "n1"}}));
-        assert_eq!(verify_target(&claim(), &by_node, ID, Some("n1")), Ok(()));
-        assert!(verify_target(&claim(), &by_node, ID, Some("n2")).is_err());
+        verify_target(&claim(), &by_node, ID, Some("n1")).unwrap();
+        assert_eq!(
+            verify_target(&claim(), &by_node, ID, Some("n2"))
+                .unwrap_err()
+                .to_string(),
+            "nodeclaim/nc is node/n1's, not the event's instance i-0a1b2c3d4e5f60001's (node/n2)"
+        );
         assert!(
             verify_target(&claim(), &by_node, ID, None).is_err(),
             "no live node: only the provider id can vouch for it"
         );
         let bare = object(json!({"metadata": {"name": "nc"}}));
-        assert!(verify_target(&claim(), &bare, ID, Some("n1")).is_err());
+        assert!(matches!(
+            verify_target(&claim(), &bare, ID, Some("n1")),
+            Err(Refusal::Unverifiable { .. })
+        ));
     }
 
     #[test]
     fn a_machine_is_verified_and_never_control_plane() {
         let ok = object(json!({"metadata": {"name": "m", "namespace": "capi"},
             "spec": {"providerID": format!("aws:///us-east-1a/{ID}")}}));
-        assert_eq!(verify_target(&machine(), &ok, ID, None), Ok(()));
+        verify_target(&machine(), &ok, ID, None).unwrap();
         let by_ref = object(json!({"metadata": {"name": "m", "namespace": "capi"},
             "status": {"nodeRef": {"kind": "Node", "name": "n1"}}}));
-        assert_eq!(verify_target(&machine(), &by_ref, ID, Some("n1")), Ok(()));
+        verify_target(&machine(), &by_ref, ID, Some("n1")).unwrap();
         let cp = object(json!({"metadata": {"name": "m", "namespace": "capi",
             "labels": {"cluster.x-k8s.io/control-plane": ""}},
             "spec": {"providerID": format!("aws:///us-east-1a/{ID}")}}));
         let why = verify_target(&machine(), &cp, ID, Some("n1")).unwrap_err();
-        assert!(why.contains("control-plane"), "{why}");
+        assert_eq!(
+            why.to_string(),
+            "machine/capi/m is a control-plane Machine (label cluster.x-k8s.io/control-plane)"
+        );
     }
 
     #[test]
@@ -267,10 +291,7 @@ mod tests {
         };
         let target = Target::Node { name: "n1".into() };
         let mine = format!("aws:///us-east-1a/{ID}");
-        assert_eq!(
-            verify_target(&target, &node(json!({}), &mine), ID, Some("n1")),
-            Ok(())
-        );
+        verify_target(&target, &node(json!({}), &mine), ID, Some("n1")).unwrap();
         assert!(
             verify_target(
                 &target,
@@ -281,6 +302,9 @@ mod tests {
             .is_err()
         );
         let cp = node(json!({"node-role.kubernetes.io/control-plane": ""}), &mine);
-        assert!(verify_target(&target, &cp, ID, Some("n1")).is_err());
+        assert!(matches!(
+            verify_target(&target, &cp, ID, Some("n1")),
+            Err(Refusal::Node(NotItsNode::ControlPlane { .. }))
+        ));
     }
 }

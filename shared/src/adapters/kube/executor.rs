@@ -40,7 +40,7 @@ use super::connect::ClusterClient;
 use super::cordon::{CordonOutcome, CordonSpec, cordon, get_node};
 use super::delete::{DeleteOutcome, delete_target};
 use super::drain::{DrainReport, DrainSettings, drain_pass};
-use super::error::KubeError;
+use super::error::{KubeError, Refusal};
 use super::events::{EventType, NodeEvent, record};
 use super::node_facts::node_facts;
 pub use super::outcome::NodeOutcome;
@@ -230,7 +230,7 @@ impl KubeExecutor {
                 && let Err(why) = self.verify(a, node, pass)
             {
                 tracing::warn!(%why, "refusing to act");
-                out.refused = Some(why);
+                out.refused = Some(why.to_string());
                 return Ok(out);
             }
             out.node_gone = node.is_none();
@@ -291,15 +291,14 @@ impl KubeExecutor {
     /// Whether `a` may act on `node` as just read for `pass`: the node runs the action's
     /// instance (its `spec.providerID`) and is not control-plane; in a drain pass, forewarn's
     /// taint is still on it (an operator who removed it ends the drain). Otherwise why not.
-    fn verify(&self, a: &NodeAction, node: &Node, pass: Pass) -> Result<(), String> {
+    fn verify(&self, a: &NodeAction, node: &Node, pass: Pass) -> Result<(), Refusal> {
         let facts = node_facts(node);
         facts.verify_runs(&a.instance_id)?;
         if matches!(pass, Pass::Drain { .. }) && !facts.has_taint(&self.config.taint_key) {
-            return Err(format!(
-                "forewarn's taint {} is no longer on node/{} (removed by someone else): the \
-                 drain ends",
-                self.config.taint_key, facts.name
-            ));
+            return Err(Refusal::TaintRemoved {
+                taint: self.config.taint_key.clone(),
+                node: facts.name,
+            });
         }
         Ok(())
     }

@@ -43,7 +43,7 @@ pub use eks::{
     CLUSTER_ID_HEADER, PRESIGN_EXPIRES, TOKEN_CACHE_LIFETIME, TOKEN_PREFIX, TokenError, eks_token,
     presigned_url, sts_host, url_from_token,
 };
-pub use error::KubeError;
+pub use error::{KubeError, Refusal};
 pub use events::{EventOutcome, REPORTING_CONTROLLER, event_name};
 pub use executor::{ENV_EVICTION_PARALLELISM, ExecutorSettings, KubeExecutor, NodeOutcome};
 pub use node_facts::node_facts;

@@ -22,6 +22,7 @@ pub use budgets::{
 pub use findings::{AuditReport, Code, Finding, HotPool, Level, Summary, hot_pools};
 pub use model::{
     AuditNode, AuditPod, Budget, CRITICAL_PRIORITY, ClusterView, DEFAULT_GRACE_SECONDS,
-    IntOrPercent, Operator, Requirement, SPOT_LABELS, Selector, Workload, WorkloadKind,
+    IntOrPercent, NotIntOrPercent, Operator, Requirement, SPOT_LABELS, Selector, Workload,
+    WorkloadKind,
 };
 pub use rules::audit;

@@ -183,11 +183,16 @@ pub enum IntOrPercent {
     Percent(i32),
 }
 
+/// The string form of an int-or-string that is neither.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is neither an integer nor a percentage")]
+pub struct NotIntOrPercent(pub String);
+
 impl IntOrPercent {
     /// Parses the string form (`"50%"`, `"2"`) of an int-or-string.
-    pub fn parse(s: &str) -> Result<IntOrPercent, String> {
+    pub fn parse(s: &str) -> Result<IntOrPercent, NotIntOrPercent> {
         let t = s.trim();
-        let bad = || format!("`{s}` is neither an integer nor a percentage");
+        let bad = || NotIntOrPercent(s.to_string());
         match t.strip_suffix('%') {
             Some(p) => p
                 .parse::<i32>()

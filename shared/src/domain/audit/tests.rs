@@ -176,7 +176,10 @@ fn budget_arithmetic() {
     }
     assert_eq!(IntOrPercent::parse("25%"), Ok(Percent(25)));
     assert_eq!(IntOrPercent::parse("2"), Ok(Int(2)));
-    assert!(IntOrPercent::parse("x%").is_err());
+    assert_eq!(
+        IntOrPercent::parse("x%").unwrap_err().to_string(),
+        "`x%` is neither an integer nor a percentage"
+    );
     assert!(IntOrPercent::parse("-5%").is_err());
 }
 

@@ -102,7 +102,7 @@ impl<'a> Fields<'a> {
                 })?;
                 within_sane_range(t, self.now)
                     .map(Some)
-                    .map_err(|m| self.err(path, m))
+                    .map_err(|m| self.err(path, m.to_string()))
             }
         }
     }

@@ -269,7 +269,7 @@ fn unwrap_state(state: &Value, now: DateTime<Utc>) -> Result<Unwrapped, Malforme
     ];
     for (name, time) in times {
         if let Some(time) = time {
-            within_sane_range(time, now).map_err(|m| Malformed::new(field(name), m))?;
+            within_sane_range(time, now).map_err(|m| Malformed::new(field(name), m.to_string()))?;
         }
     }
     Ok(Unwrapped { continuation, body })
