@@ -711,7 +711,7 @@ mod tests {
             "answered 404: no route for POST /…"
         );
         assert_eq!(
-            w.scrub(&format!("posting to {SECRET_URL} failed")),
+            w.scrub(format!("posting to {SECRET_URL} failed")),
             "posting to https://hooks.example.com/… failed"
         );
     }

@@ -174,8 +174,10 @@ impl Config {
 
     /// [`Config::from_lookup`], from variables already wrapped.
     pub fn from_vars(vars: Vars) -> Result<Config, ConfigError> {
-        let mut config = Config::default();
-        config.cluster_name = vars.get("FOREWARN_CLUSTER_NAME");
+        let mut config = Config {
+            cluster_name: vars.get("FOREWARN_CLUSTER_NAME"),
+            ..Config::default()
+        };
         for kind in EventKind::ALL {
             if kind == EventKind::Unsupported {
                 continue;
