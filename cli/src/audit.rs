@@ -8,7 +8,6 @@ use std::process::ExitCode;
 use anyhow::Context;
 use chrono::{Duration, Utc};
 use clap::{Args, ValueEnum};
-use forewarn::adapters::kube::ClusterAccess;
 use forewarn::app::settings::{ClusterChoice, Settings};
 use forewarn::app::wiring;
 use forewarn::domain::audit::{
@@ -81,14 +80,14 @@ pub struct AuditArgs {
 pub async fn run(args: AuditArgs, settings: Settings) -> anyhow::Result<ExitCode> {
     let choice = match (&args.cluster_state, args.kube) {
         (Some(path), _) => ClusterChoice::Snapshot(path.clone()),
-        (None, _) => ClusterChoice::Live(ClusterAccess::from_env()),
+        (None, _) => ClusterChoice::Live(settings.cluster_access.clone()),
     };
-    let source = wiring::workload_source(&choice).await?;
+    let source = wiring::workload_source(&choice, settings.aws).await?;
     let view = source
         .workloads()
         .await
         .context("reading the cluster's workloads")?;
-    let store = stores::open(&args.store).await?;
+    let store = stores::open(&args.store, &settings).await?;
     let now = Utc::now();
     let query = PoolQuery {
         include_available: true,

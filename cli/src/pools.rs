@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use clap::{Args, ValueEnum};
+use forewarn::app::settings::Settings;
 use forewarn::domain::pool::{PoolQuery, PoolRecord};
 use serde::Serialize;
 
@@ -116,7 +117,7 @@ pub fn parse_since(text: &str) -> Result<chrono::Duration, String> {
         })
 }
 
-pub async fn run(args: PoolsArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(args: PoolsArgs, settings: Settings) -> anyhow::Result<ExitCode> {
     if args.stats {
         let since = match parse_since(&args.since) {
             Ok(d) => d,
@@ -125,7 +126,7 @@ pub async fn run(args: PoolsArgs) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::from(1));
             }
         };
-        let store = stores::open(&args.store).await?;
+        let store = stores::open(&args.store, &settings).await?;
         let now = Utc::now();
         let entries = store.history(now - since, now).await?;
         let mut stats = forewarn::domain::stats::stats(&entries, now - since, now);
@@ -147,7 +148,7 @@ pub async fn run(args: PoolsArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let store = stores::open(&args.store).await?;
+    let store = stores::open(&args.store, &settings).await?;
     let query = PoolQuery {
         include_available: args.all,
         zone: args.zone,

@@ -1,14 +1,17 @@
-//! Store selection: `--table` / FOREWARN_TABLE selects DynamoDB, otherwise the embedded store.
+//! Store selection: `--table` (else FOREWARN_TABLE) selects DynamoDB, otherwise the embedded
+//! store.
 
 use std::sync::Arc;
 
+use forewarn::app::settings::Settings;
 use forewarn::app::wiring;
 use forewarn::domain::config::Mode;
 use forewarn::ports::PoolStore;
 
 use crate::StoreArgs;
 
-/// The store the arguments name, for reading (`forewarn pools`).
-pub async fn open(args: &StoreArgs) -> anyhow::Result<Arc<dyn PoolStore>> {
-    Ok(wiring::store(&args.choice(), Mode::DryRun, None).await?)
+/// The store the arguments name (the settings filling in what they do not), for reading
+/// (`forewarn pools`, `forewarn audit`).
+pub async fn open(args: &StoreArgs, settings: &Settings) -> anyhow::Result<Arc<dyn PoolStore>> {
+    Ok(wiring::store(&args.choice(settings), Mode::DryRun, None, settings.aws).await?)
 }

@@ -7,20 +7,32 @@ use aws_config::{BehaviorVersion, SdkConfig};
 /// profile's `max_attempts` says otherwise.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 
+/// What forewarn itself makes of the AWS configuration, from the settings
+/// (`crate::app::settings`); the SDK reads the rest of the environment itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AwsSettings {
+    /// `AWS_MAX_ATTEMPTS` is set: the SDK's attempts per request are the user's, not
+    /// [`DEFAULT_MAX_ATTEMPTS`].
+    pub max_attempts_set: bool,
+}
+
 /// The standard AWS configuration (environment, profile, instance or task role;
 /// `AWS_ENDPOINT_URL[_<SERVICE>]` for other endpoints) with [`default_retries`]: what every
 /// client of the functions and the command is built from.
-pub async fn load() -> SdkConfig {
-    default_retries(aws_config::load_defaults(BehaviorVersion::latest()).await)
+pub async fn load(settings: AwsSettings) -> SdkConfig {
+    default_retries(
+        aws_config::load_defaults(BehaviorVersion::latest()).await,
+        settings,
+    )
 }
 
 /// `config` (as loaded by `aws_config`) with [`DEFAULT_MAX_ATTEMPTS`] attempts per request,
-/// unless they were configured: by `AWS_MAX_ATTEMPTS`, or by a profile's `max_attempts` other
-/// than the SDK's default of 3 (a profile saying exactly 3 cannot be told from no setting, and
-/// gets 5). The retry mode (`AWS_RETRY_MODE`, standard by default) is kept.
-pub fn default_retries(config: SdkConfig) -> SdkConfig {
-    let explicit = std::env::var_os("AWS_MAX_ATTEMPTS").is_some_and(|v| !v.is_empty());
-    with_default_attempts(config, explicit)
+/// unless they were configured: by `AWS_MAX_ATTEMPTS` (`settings` say whether it is set), or by
+/// a profile's `max_attempts` other than the SDK's default of 3 (a profile saying exactly 3
+/// cannot be told from no setting, and gets 5). The retry mode (`AWS_RETRY_MODE`, standard by
+/// default) is kept.
+pub fn default_retries(config: SdkConfig, settings: AwsSettings) -> SdkConfig {
+    with_default_attempts(config, settings.max_attempts_set)
 }
 
 fn with_default_attempts(config: SdkConfig, explicit: bool) -> SdkConfig {

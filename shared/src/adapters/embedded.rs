@@ -1,4 +1,5 @@
-//! The embedded pool store: one redb file (`pools.redb`) in a per-user state directory.
+//! The embedded pool store: one redb file (`pools.redb`) in a per-user state directory (which
+//! the settings choose: `crate::app::settings::Settings::state_dir`).
 //!
 //! Two tables: `ledger` (event id → (recorded_at, expires_at), both Unix milliseconds) is the
 //! idempotence ledger, and `pools` (pool key `capacity_type#instance_type#zone` → the
@@ -9,7 +10,6 @@
 //! ignored by every read.
 
 use std::collections::HashSet;
-use std::ffi::OsString;
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -37,28 +37,6 @@ const HISTORY: TableDefinition<&str, &str> = TableDefinition::new("history");
 /// Secrets by name: the continuation key (`continuation`, 32 bytes).
 const SECRETS: TableDefinition<&str, &[u8]> = TableDefinition::new("secrets");
 const CONTINUATION_SECRET: &str = "continuation";
-
-/// The per-user default directory of the embedded store: `$FOREWARN_STATE_DIR` if set, else
-/// `$XDG_STATE_HOME/forewarn`, else `$HOME/.local/state/forewarn`, else `./.forewarn`. Empty
-/// variables count as unset, and a relative `XDG_STATE_HOME` is ignored (as the XDG base
-/// directory specification asks).
-pub fn default_state_dir() -> PathBuf {
-    state_dir_from(|name| std::env::var_os(name))
-}
-
-fn state_dir_from(var: impl Fn(&str) -> Option<OsString>) -> PathBuf {
-    let var = |name: &str| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
-    if let Some(dir) = var("FOREWARN_STATE_DIR") {
-        return dir;
-    }
-    if let Some(xdg) = var("XDG_STATE_HOME").filter(|p| p.is_absolute()) {
-        return xdg.join("forewarn");
-    }
-    if let Some(home) = var("HOME") {
-        return home.join(".local").join("state").join("forewarn");
-    }
-    PathBuf::from(".forewarn")
-}
 
 /// What [`EmbeddedStore::purge`] removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -474,41 +452,6 @@ mod tests {
     use crate::domain::event::EventKind;
     use crate::domain::pool::{CapacityType, PoolMark};
     use chrono::{Duration, TimeZone};
-
-    fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
-        let vars: Vec<(String, String)> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |name| {
-            vars.iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| OsString::from(v))
-        }
-    }
-
-    #[test]
-    fn state_dir_precedence() {
-        let all = [
-            ("FOREWARN_STATE_DIR", "/explicit"),
-            ("XDG_STATE_HOME", "/xdg"),
-            ("HOME", "/home/u"),
-        ];
-        assert_eq!(state_dir_from(env(&all)), PathBuf::from("/explicit"));
-        assert_eq!(
-            state_dir_from(env(&all[1..])),
-            PathBuf::from("/xdg/forewarn")
-        );
-        assert_eq!(
-            state_dir_from(env(&[("XDG_STATE_HOME", "relative"), ("HOME", "/home/u")])),
-            PathBuf::from("/home/u/.local/state/forewarn")
-        );
-        assert_eq!(
-            state_dir_from(env(&[("FOREWARN_STATE_DIR", ""), ("HOME", "/home/u")])),
-            PathBuf::from("/home/u/.local/state/forewarn")
-        );
-        assert_eq!(state_dir_from(env(&[])), PathBuf::from(".forewarn"));
-    }
 
     fn update(id: &str, recorded_at: DateTime<Utc>) -> PoolUpdate {
         PoolUpdate {

@@ -6,10 +6,10 @@
 use std::sync::Arc;
 
 use crate::adapters::autoscaling::{AsgLifecycle, AsgNodeGroups};
-use crate::adapters::aws;
+use crate::adapters::aws::{self, AwsSettings};
 use crate::adapters::dynamo::DynamoStore;
 use crate::adapters::ec2::Ec2Directory;
-use crate::adapters::embedded::{EmbeddedStore, default_state_dir};
+use crate::adapters::embedded::EmbeddedStore;
 use crate::adapters::kube::{
     ClusterAccess, ClusterClient, ConnectError, KubeExecutor, KubeExpander, KubeNodeDirectory,
     KubeWorkloads, connect, connect_eks,
@@ -76,11 +76,11 @@ pub async fn services(settings: &Settings) -> Result<Services, SetupError> {
         || settings.instances == InstanceChoice::Ec2
         || matches!(settings.cluster, ClusterChoice::Live(_));
     let sdk = if needs_aws {
-        Some(aws::load().await)
+        Some(aws::load(settings.aws).await)
     } else {
         None
     };
-    let store = store(&settings.store, settings.mode, sdk.as_ref()).await?;
+    let store = store(&settings.store, settings.mode, sdk.as_ref(), settings.aws).await?;
     let instances: Arc<dyn InstanceDirectory> = match (&settings.instances, &sdk) {
         (InstanceChoice::File(path), _) => Arc::new(SnapshotInstances(load_instances(path)?)),
         (InstanceChoice::Ec2, Some(sdk)) => Arc::new(Ec2Directory::from_conf(sdk)),
@@ -97,7 +97,7 @@ pub async fn services(settings: &Settings) -> Result<Services, SetupError> {
                 }
                 let clients = match access {
                     ClusterAccess::Eks(eks) => connect_eks(eks, sdk).await,
-                    ClusterAccess::Kubeconfig => connect(access).await,
+                    ClusterAccess::Kubeconfig => connect(access, settings.aws).await,
                 }
                 .map_err(SetupError::Cluster)?;
                 let executor: Option<Arc<dyn Executor>> = if settings.mode.runs_actions() {
@@ -161,24 +161,22 @@ pub async fn services(settings: &Settings) -> Result<Services, SetupError> {
 }
 
 /// The pool store `choice` names, read only in [`Mode::DryRun`]. `sdk` is the AWS
-/// configuration for DynamoDB (loaded here when not given).
+/// configuration for DynamoDB (loaded here with `aws` when not given).
 pub async fn store(
     choice: &StoreChoice,
     mode: Mode,
     sdk: Option<&aws_config::SdkConfig>,
+    aws: AwsSettings,
 ) -> Result<Arc<dyn PoolStore>, SetupError> {
     let store: Arc<dyn PoolStore> = match choice {
         StoreChoice::Dynamo { table } => {
             let client = match sdk {
                 Some(sdk) => aws_sdk_dynamodb::Client::new(sdk),
-                None => aws_sdk_dynamodb::Client::new(&aws::load().await),
+                None => aws_sdk_dynamodb::Client::new(&aws::load(aws).await),
             };
             Arc::new(DynamoStore::new(client, table.clone()))
         }
-        StoreChoice::Embedded { dir } => {
-            let dir = dir.clone().unwrap_or_else(default_state_dir);
-            Arc::new(EmbeddedStore::open(&dir)?)
-        }
+        StoreChoice::Embedded { dir } => Arc::new(EmbeddedStore::open(dir)?),
     };
     Ok(if mode.writes_store() {
         store
@@ -187,16 +185,18 @@ pub async fn store(
     })
 }
 
-/// Where `forewarn audit` reads the workloads: a capture, or the live cluster (read only).
+/// Where `forewarn audit` reads the workloads: a capture, or the live cluster (read only; for
+/// EKS the AWS configuration is loaded with `aws`).
 pub async fn workload_source(
     choice: &ClusterChoice,
+    aws: AwsSettings,
 ) -> Result<Arc<dyn WorkloadSource>, SetupError> {
     Ok(match choice {
         ClusterChoice::Snapshot(path) => Arc::new(SnapshotWorkloads(load_workloads(path)?)),
         ClusterChoice::Live(access) => {
             let clients = match access {
-                ClusterAccess::Eks(eks) => connect_eks(eks, &aws::load().await).await,
-                ClusterAccess::Kubeconfig => connect(access).await,
+                ClusterAccess::Eks(eks) => connect_eks(eks, &aws::load(aws).await).await,
+                ClusterAccess::Kubeconfig => connect(access, aws).await,
             }
             .map_err(SetupError::Cluster)?;
             Arc::new(KubeWorkloads::new(clients))
@@ -215,16 +215,17 @@ pub enum GroupsChoice {
 }
 
 /// The node group source `choice` names; `sdk` is the AWS configuration for Auto Scaling
-/// (loaded here when not given).
+/// (loaded here with `aws` when not given).
 pub async fn node_groups(
     choice: &GroupsChoice,
     sdk: Option<&aws_config::SdkConfig>,
+    aws: AwsSettings,
 ) -> Result<Arc<dyn NodeGroupSource>, SetupError> {
     Ok(match choice {
         GroupsChoice::File(path) => Arc::new(load_groups(path)?),
         GroupsChoice::AutoScaling => match sdk {
             Some(sdk) => Arc::new(AsgNodeGroups::new(sdk)),
-            None => Arc::new(AsgNodeGroups::new(&aws::load().await)),
+            None => Arc::new(AsgNodeGroups::new(&aws::load(aws).await)),
         },
     })
 }
@@ -264,7 +265,7 @@ impl Sweeper {
         let mut services = services(settings).await?;
         let leaving = match services.leaving {
             Some(leaving) => leaving,
-            None => Arc::new(Ec2Directory::from_conf(&aws::load().await)),
+            None => Arc::new(Ec2Directory::from_conf(&aws::load(settings.aws).await)),
         };
         let region = services.region.take();
         let priorities = match (

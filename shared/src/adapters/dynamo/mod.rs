@@ -118,14 +118,6 @@ impl DynamoStore {
         }
     }
 
-    /// A store on `table` with the standard AWS configuration (environment, profile, instance or
-    /// task role; `AWS_ENDPOINT_URL_DYNAMODB` or `AWS_ENDPOINT_URL` for another endpoint), and
-    /// [`DEFAULT_MAX_ATTEMPTS`](crate::adapters::aws::DEFAULT_MAX_ATTEMPTS) attempts per request
-    /// unless configured otherwise (see [`crate::adapters::aws::default_retries`]).
-    pub async fn from_env(table: impl Into<String>) -> DynamoStore {
-        DynamoStore::new(Client::new(&crate::adapters::aws::load().await), table)
-    }
-
     /// The store with another retention (default: [`Retention::default`]).
     pub fn with_retention(mut self, retention: Retention) -> DynamoStore {
         self.retention = retention;

@@ -42,7 +42,7 @@ use super::drain::{DrainReport, DrainSettings, drain, drain_step};
 use super::error::{KubeError, Refusal};
 use super::events::{EventOutcome, EventType, NodeEvent, record};
 use super::node_facts::node_facts;
-use crate::domain::config::{Action, Config, ConfigError};
+use crate::domain::config::{Action, Config};
 use crate::domain::plan::{NodeAction, Plan, Target};
 use crate::domain::report::DrainSummary;
 use crate::ports::{ActionResult, ExecuteError, Executor, Pass};
@@ -72,7 +72,8 @@ pub struct ExecutorSettings {
     pub pass_budget: Duration,
     /// Cordon patches tried at most this often on 409 Conflict (default 5).
     pub conflict_attempts: u32,
-    /// `reportingInstance` of the Events: the Lambda function's name or the host name.
+    /// `reportingInstance` of the Events (default `forewarn`; the settings give the Lambda
+    /// function's name or the host name).
     pub reporting_instance: String,
 }
 
@@ -86,39 +87,8 @@ impl Default for ExecutorSettings {
             poll_interval: Duration::from_secs(2),
             pass_budget: Duration::ZERO,
             conflict_attempts: 5,
-            reporting_instance: default_reporting_instance(|n| std::env::var(n).ok()),
+            reporting_instance: "forewarn".to_string(),
         }
-    }
-}
-
-fn default_reporting_instance(lookup: impl Fn(&str) -> Option<String>) -> String {
-    ["AWS_LAMBDA_FUNCTION_NAME", "HOSTNAME"]
-        .iter()
-        .find_map(|n| lookup(n).filter(|v| !v.trim().is_empty()))
-        .map(|v| v.trim().chars().take(128).collect())
-        .unwrap_or_else(|| "forewarn".to_string())
-}
-
-impl ExecutorSettings {
-    /// The defaults, with [`ENV_EVICTION_PARALLELISM`] read through `lookup`.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let mut s = ExecutorSettings {
-            reporting_instance: default_reporting_instance(&lookup),
-            ..ExecutorSettings::default()
-        };
-        if let Some(v) = lookup(ENV_EVICTION_PARALLELISM).filter(|v| !v.trim().is_empty()) {
-            s.eviction_parallelism = v
-                .trim()
-                .parse::<usize>()
-                .ok()
-                .filter(|n| (1..=100).contains(n))
-                .ok_or_else(|| ConfigError {
-                    variable: ENV_EVICTION_PARALLELISM.into(),
-                    value: v.clone(),
-                    message: format!("`{v}` is not a number of evictions from 1 to 100"),
-                })?;
-        }
-        Ok(s)
     }
 }
 
@@ -828,31 +798,4 @@ fn results(outcomes: &[NodeOutcome]) -> Vec<ActionResult> {
             }),
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn settings_from_the_environment() {
-        let s = ExecutorSettings::from_lookup(|n| match n {
-            ENV_EVICTION_PARALLELISM => Some("3".into()),
-            "AWS_LAMBDA_FUNCTION_NAME" => Some("forewarn-handler".into()),
-            _ => None,
-        })
-        .unwrap();
-        assert_eq!(s.eviction_parallelism, 3);
-        assert_eq!(s.reporting_instance, "forewarn-handler");
-        let e =
-            ExecutorSettings::from_lookup(|n| (n == ENV_EVICTION_PARALLELISM).then(|| "0".into()))
-                .unwrap_err();
-        assert_eq!(e.variable, ENV_EVICTION_PARALLELISM);
-        assert_eq!(
-            ExecutorSettings::from_lookup(|_| None)
-                .unwrap()
-                .reporting_instance,
-            "forewarn"
-        );
-    }
 }
