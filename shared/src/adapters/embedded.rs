@@ -25,7 +25,7 @@ use crate::domain::fold::{fold, pool_deltas, validate};
 use crate::domain::pool::{
     Applied, PoolKey, PoolQuery, PoolRecord, PoolUpdate, Retention, sort_newest_first,
 };
-use crate::ports::{PoolStore, StoreError};
+use crate::ports::{FailureKind, PoolStore, StoreError};
 
 /// Event id → (recorded_at, expires_at), Unix milliseconds.
 const LEDGER: TableDefinition<&str, (i64, i64)> = TableDefinition::new("ledger");
@@ -186,7 +186,14 @@ impl EmbeddedStore {
 
     fn apply_blocking(&self, update: &PoolUpdate) -> Result<Applied, StoreError> {
         let id = update.event_id.as_str();
-        validate(update).map_err(|m| self.err(format_args!("applying event {id}"), m))?;
+        validate(update).map_err(|m| {
+            backend_of(
+                FailureKind::Invalid,
+                &self.path,
+                format_args!("applying event {id}"),
+                m,
+            )
+        })?;
         let recorded_ms = update.recorded_at.timestamp_millis();
         let deltas = pool_deltas(update);
         let txn = self
@@ -274,10 +281,21 @@ impl EmbeddedStore {
     }
 }
 
+/// A failure of the local database (a file, redb): nothing tells whether it passes.
 fn backend(path: &Path, what: impl Display, error: impl Display) -> StoreError {
+    backend_of(FailureKind::Unknown, path, what, error)
+}
+
+fn backend_of(
+    kind: FailureKind,
+    path: &Path,
+    what: impl Display,
+    error: impl Display,
+) -> StoreError {
     StoreError::Backend {
         location: path.display().to_string(),
         message: format!("{what}: {error}"),
+        kind,
     }
 }
 

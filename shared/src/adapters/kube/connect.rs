@@ -12,7 +12,8 @@ use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvid
 use tokio::sync::Mutex;
 
 use super::eks::{TOKEN_CACHE_LIFETIME, TokenError, eks_token};
-use crate::adapters::aws::{AwsSettings, aws_error_text};
+use crate::adapters::aws::{AwsSettings, aws_error_text, failure_kind};
+use crate::ports::FailureKind;
 
 /// Selects the EKS connection: the cluster's name.
 pub const ENV_EKS_CLUSTER: &str = "FOREWARN_EKS_CLUSTER";
@@ -79,7 +80,11 @@ pub enum ConnectError {
     #[error(transparent)]
     Token(#[from] TokenError),
     #[error("EKS DescribeCluster {cluster}: {message}")]
-    DescribeCluster { cluster: String, message: String },
+    DescribeCluster {
+        cluster: String,
+        message: String,
+        kind: FailureKind,
+    },
 }
 
 /// A source of `kube::Client`s: one fixed client, or (EKS) a client whose token is made anew
@@ -284,6 +289,8 @@ pub async fn connect_eks(
     let endpoint = endpoint.ok_or_else(|| ConnectError::DescribeCluster {
         cluster: cluster.clone(),
         message: "the cluster has no endpoint (is it still being created?)".into(),
+        // It may be: the cluster is still being created.
+        kind: FailureKind::Unavailable,
     })?;
     let base = base_config(&cluster, &endpoint, ca.as_deref()).await?;
     Ok(ClusterClient::eks(
@@ -372,6 +379,7 @@ async fn describe_cluster(
         .map_err(|e| ConnectError::DescribeCluster {
             cluster: cluster.to_string(),
             message: aws_error_text(&e),
+            kind: failure_kind(&e),
         })?;
     let found = out.cluster();
     Ok((

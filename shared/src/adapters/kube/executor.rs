@@ -289,6 +289,7 @@ impl KubeExecutor {
                             Some(n) => format!("node {n}: {e}"),
                             None => e.to_string(),
                         },
+                        kind: e.kind(),
                     }
                 })
             }
@@ -313,6 +314,7 @@ impl KubeExecutor {
                 let fail = |e: KubeError| ExecuteError {
                     instance_id: a.instance_id.clone(),
                     message: format!("node {name}: {e}"),
+                    kind: e.kind(),
                 };
                 match get_node(&self.clients, name).await.map_err(fail)? {
                     // A node that fails verification is left to the event's own pass, which

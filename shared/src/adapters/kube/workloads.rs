@@ -15,9 +15,10 @@ use serde::de::DeserializeOwned;
 
 use super::api::with_retry;
 use super::connect::ClusterClient;
+use super::error::KubeError;
 use crate::adapters::workloads::{RawWorkloads, view};
 use crate::domain::audit::ClusterView;
-use crate::ports::{DirectoryError, WorkloadSource};
+use crate::ports::{DirectoryError, FailureKind, WorkloadSource};
 
 const SERVICE: &str = "kubernetes";
 const LIST_PAGE: u32 = 500;
@@ -34,10 +35,13 @@ impl KubeWorkloads {
     }
 }
 
-fn error(message: String) -> DirectoryError {
+/// A call that failed, with its kind.
+fn error(e: impl Into<KubeError>) -> DirectoryError {
+    let e = e.into();
     DirectoryError {
         service: SERVICE,
-        message,
+        message: e.to_string(),
+        kind: e.kind(),
     }
 }
 
@@ -53,7 +57,7 @@ where
     loop {
         let page = with_retry("list", what, || api.list(&params))
             .await
-            .map_err(|e| error(e.to_string()))?;
+            .map_err(error)?;
         out.extend(page.items);
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
@@ -66,11 +70,7 @@ where
 impl WorkloadSource for KubeWorkloads {
     #[tracing::instrument(skip_all, err)]
     async fn workloads(&self) -> Result<ClusterView, DirectoryError> {
-        let client = self
-            .clients
-            .client()
-            .await
-            .map_err(|e| error(e.to_string()))?;
+        let client = self.clients.client().await.map_err(error)?;
         let raw = RawWorkloads {
             deployments: list_all::<Deployment>(&client, "deployments").await?,
             stateful_sets: list_all::<StatefulSet>(&client, "statefulsets").await?,
@@ -80,6 +80,10 @@ impl WorkloadSource for KubeWorkloads {
             priority_classes: list_all::<PriorityClass>(&client, "priorityclasses").await?,
             nodes: list_all::<Node>(&client, "nodes").await?,
         };
-        view(&raw).map_err(|e| error(e.to_string()))
+        view(&raw).map_err(|e| DirectoryError {
+            service: SERVICE,
+            message: e.to_string(),
+            kind: FailureKind::Invalid,
+        })
     }
 }
