@@ -9,7 +9,6 @@ use std::sync::Arc;
 use anyhow::Context;
 use chrono::Duration;
 use clap::{Args, ValueEnum};
-use forewarn::adapters::kube::ClusterAccess;
 use forewarn::app::settings::{ClusterChoice, Settings};
 use forewarn::app::wiring;
 use forewarn::domain::audit::{
@@ -87,14 +86,14 @@ pub async fn run(
 ) -> anyhow::Result<ExitCode> {
     let choice = match (&args.cluster_state, args.kube) {
         (Some(path), _) => ClusterChoice::Snapshot(path.clone()),
-        (None, _) => ClusterChoice::Live(ClusterAccess::from_env()),
+        (None, _) => ClusterChoice::Live(settings.cluster_access.clone()),
     };
-    let source = wiring::workload_source(&choice).await?;
+    let source = wiring::workload_source(&choice, settings.aws).await?;
     let view = source
         .workloads()
         .await
         .context("reading the cluster's workloads")?;
-    let store = stores::open(&args.store, clock.clone()).await?;
+    let store = stores::open(&args.store, &settings, clock.clone()).await?;
     let now = clock.now();
     let query = PoolQuery {
         include_available: true,

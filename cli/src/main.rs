@@ -65,28 +65,37 @@ enum Command {
     Priorities(priorities::PrioritiesArgs),
 }
 
-/// Where pools are recorded.
+/// Where pools are recorded. A flag not given takes its variable's value, through the settings
+/// (which read every variable).
 #[derive(Args, Debug, Clone)]
 pub struct StoreArgs {
     /// DynamoDB pool table (endpoint, region and credentials from the standard AWS
-    /// configuration, e.g. AWS_ENDPOINT_URL_DYNAMODB). Without it: the embedded store.
-    #[arg(long, env = "FOREWARN_TABLE", value_name = "TABLE")]
+    /// configuration, e.g. AWS_ENDPOINT_URL_DYNAMODB) [default: FOREWARN_TABLE]. Without
+    /// either: the embedded store.
+    #[arg(long, value_name = "TABLE")]
     pub table: Option<String>,
-    /// Folder of the embedded pool store [default: $XDG_STATE_HOME/forewarn or
-    /// ~/.local/state/forewarn].
-    #[arg(long, env = "FOREWARN_STATE_DIR", value_name = "DIR")]
+    /// Folder of the embedded pool store [default: FOREWARN_STATE_DIR, else
+    /// $XDG_STATE_HOME/forewarn, else ~/.local/state/forewarn].
+    #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
 }
 
 impl StoreArgs {
-    /// The store these arguments select.
-    pub fn choice(&self) -> StoreChoice {
-        match &self.table {
-            Some(table) => StoreChoice::Dynamo {
-                table: table.clone(),
-            },
+    /// The store these arguments select, the settings filling in the flags not given: the
+    /// table (`--table`, else `FOREWARN_TABLE`), else the embedded store in `--state-dir`, else
+    /// the settings' folder.
+    pub fn choice(&self, settings: &Settings) -> StoreChoice {
+        let table = self.table.clone().or_else(|| match &settings.store {
+            StoreChoice::Dynamo { table } => Some(table.clone()),
+            StoreChoice::Embedded { .. } => None,
+        });
+        match table {
+            Some(table) => StoreChoice::Dynamo { table },
             None => StoreChoice::Embedded {
-                dir: self.state_dir.clone(),
+                dir: self
+                    .state_dir
+                    .clone()
+                    .unwrap_or_else(|| settings.state_dir.clone()),
             },
         }
     }
@@ -118,7 +127,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    forewarn::app::telemetry::init_text(settings.log_filter.as_deref());
+    forewarn::app::telemetry::init_text(&settings);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -133,7 +142,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Replay(args) => replay::run(args, settings, clock).await,
-            Command::Pools(args) => pools::run(args, clock).await,
+            Command::Pools(args) => pools::run(args, settings, clock).await,
             Command::Audit(args) => audit::run(args, settings, clock).await,
             Command::Priorities(args) => priorities::run(args, settings, clock).await,
         }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use clap::{Args, ValueEnum};
+use forewarn::app::settings::Settings;
 use forewarn::domain::pool::{PoolQuery, PoolRecord};
 use forewarn::ports::Clock;
 use serde::Serialize;
@@ -118,7 +119,11 @@ pub fn parse_since(text: &str) -> Result<chrono::Duration, String> {
         })
 }
 
-pub async fn run(args: PoolsArgs, clock: Arc<dyn Clock>) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    args: PoolsArgs,
+    settings: Settings,
+    clock: Arc<dyn Clock>,
+) -> anyhow::Result<ExitCode> {
     if args.stats {
         let since = match parse_since(&args.since) {
             Ok(d) => d,
@@ -127,7 +132,7 @@ pub async fn run(args: PoolsArgs, clock: Arc<dyn Clock>) -> anyhow::Result<ExitC
                 return Ok(ExitCode::from(1));
             }
         };
-        let store = stores::open(&args.store, clock.clone()).await?;
+        let store = stores::open(&args.store, &settings, clock.clone()).await?;
         let now = clock.now();
         let entries = store.history(now - since, now).await?;
         let mut stats = forewarn::domain::stats::stats(&entries, now - since, now);
@@ -149,7 +154,7 @@ pub async fn run(args: PoolsArgs, clock: Arc<dyn Clock>) -> anyhow::Result<ExitC
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let store = stores::open(&args.store, clock.clone()).await?;
+    let store = stores::open(&args.store, &settings, clock.clone()).await?;
     let query = PoolQuery {
         include_available: args.all,
         zone: args.zone,

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{ArgGroup, Args, ValueEnum};
-use forewarn::adapters::kube::ClusterAccess;
 use forewarn::app::priorities::{BaseSource, Change, Priorities};
 use forewarn::app::settings::{ClusterChoice, InstanceChoice, Settings};
 use forewarn::app::wiring::{self, GroupsChoice};
@@ -90,10 +89,10 @@ pub async fn run(
     };
     // Read only, the store always; the cluster unless --execute.
     settings.mode = Mode::DryRun;
-    settings.store = args.store.choice();
+    settings.store = args.store.choice(&settings);
     settings.instances = InstanceChoice::None;
     settings.cluster = if args.kube {
-        ClusterChoice::Live(ClusterAccess::from_env())
+        ClusterChoice::Live(settings.cluster_access.clone())
     } else {
         ClusterChoice::None
     };
@@ -105,7 +104,7 @@ pub async fn run(
     };
     let groups = match (&choice, services.node_groups.clone()) {
         (GroupsChoice::AutoScaling, Some(asg)) => asg,
-        _ => wiring::node_groups(&choice, None).await?,
+        _ => wiring::node_groups(&choice, None, settings.aws).await?,
     };
     let run = Priorities {
         cluster: &cluster,

@@ -8,8 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use clap::Args;
-use forewarn::adapters::kube::ClusterAccess;
-use forewarn::app::settings::{ClusterChoice, InstanceChoice, Settings};
+use forewarn::app::settings::{ClusterChoice, InstanceChoice, Settings, StoreChoice};
 use forewarn::app::wiring;
 use forewarn::domain::config::Mode;
 use forewarn::domain::event::{DecodeError, Origin};
@@ -114,12 +113,12 @@ pub fn read_records(paths: &[PathBuf], received: DateTime<Utc>) -> Vec<Record> {
     records
 }
 
-/// The run's mode: `--execute` acts; a live cluster or a DynamoDB table without it is a dry run
-/// (read, never written); otherwise a plan, recorded in the embedded store.
-fn mode(args: &ReplayArgs) -> Mode {
+/// The run's mode: `--execute` acts; a live cluster or a DynamoDB table (`store`) without it is
+/// a dry run (read, never written); otherwise a plan, recorded in the embedded store.
+fn mode(args: &ReplayArgs, store: &StoreChoice) -> Mode {
     if args.execute {
         Mode::Act
-    } else if args.kube || args.store.table.is_some() {
+    } else if args.kube || matches!(store, StoreChoice::Dynamo { .. }) {
         Mode::DryRun
     } else {
         Mode::Plan
@@ -135,8 +134,8 @@ pub async fn run(
     if let Some(name) = args.cluster_name.clone() {
         settings.config.cluster_name = Some(name);
     }
-    settings.mode = mode(&args);
-    settings.store = args.store.choice();
+    settings.store = args.store.choice(&settings);
+    settings.mode = mode(&args, &settings.store);
     settings.instances = match (&args.instances, args.ec2) {
         (Some(path), _) => InstanceChoice::File(path.clone()),
         (None, true) => InstanceChoice::Ec2,
@@ -144,7 +143,7 @@ pub async fn run(
     };
     settings.cluster = match (&args.cluster_state, args.kube) {
         (Some(path), _) => ClusterChoice::Snapshot(path.clone()),
-        (None, true) => ClusterChoice::Live(ClusterAccess::from_env()),
+        (None, true) => ClusterChoice::Live(settings.cluster_access.clone()),
         (None, false) => ClusterChoice::None,
     };
     // Replay reports what it did itself: no webhook. Its drains' passes run in process: a

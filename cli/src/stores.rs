@@ -1,17 +1,28 @@
-//! Store selection: `--table` / FOREWARN_TABLE selects DynamoDB, otherwise the embedded store.
+//! Store selection: `--table` (else FOREWARN_TABLE) selects DynamoDB, otherwise the embedded
+//! store.
 
 use std::sync::Arc;
 
+use forewarn::app::settings::Settings;
 use forewarn::app::wiring;
 use forewarn::domain::config::Mode;
 use forewarn::ports::PoolStore;
 
 use crate::StoreArgs;
 
-/// The store the arguments name, for reading (`forewarn pools`).
+/// The store the arguments name (the settings filling in what they do not), for reading
+/// (`forewarn pools`, `forewarn audit`).
 pub async fn open(
     args: &StoreArgs,
+    settings: &Settings,
     clock: Arc<dyn forewarn::ports::Clock>,
 ) -> anyhow::Result<Arc<dyn PoolStore>> {
-    Ok(wiring::store(&args.choice(), Mode::DryRun, None, clock).await?)
+    Ok(wiring::store(
+        &args.choice(settings),
+        Mode::DryRun,
+        None,
+        settings.aws,
+        clock,
+    )
+    .await?)
 }

@@ -85,6 +85,79 @@ pub fn span(d: std::time::Duration) -> chrono::Duration {
 pub struct DirectoryError {
     pub service: &'static str,
     pub message: String,
+    /// What kind of failure: whether the lookup is worth trying again.
+    pub kind: FailureKind,
+}
+
+impl DirectoryError {
+    /// Trying the lookup again may succeed (see [`FailureKind::retryable`]).
+    pub fn retryable(&self) -> bool {
+        self.kind.retryable()
+    }
+}
+
+/// What kind of failure an adapter met, as it can tell from the answer (an HTTP status, an AWS
+/// error code) or its absence: what decides whether the same call, tried again, may succeed
+/// ([`FailureKind::retryable`]). The adapters set it where they build their errors.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The service asked to slow down (HTTP 429, AWS throttling codes).
+    Throttled,
+    /// The call, or the service behind it, timed out (HTTP 408, 504).
+    Timeout,
+    /// The service failed (HTTP 5xx).
+    Unavailable,
+    /// No answer: the connection could not be made, or broke.
+    Connection,
+    /// Concurrent writers kept conflicting (a transaction conflict, a node that keeps changing).
+    Contention,
+    /// The request was refused as invalid (HTTP 400, 422; a validation error), could not be
+    /// built, or what was read is malformed.
+    Invalid,
+    /// Not allowed (HTTP 401, 403; access denied, bad credentials).
+    Forbidden,
+    /// What the call names does not exist (HTTP 404, 410).
+    NotFound,
+    /// A condition of the write does not hold (HTTP 409, 412; a conditional-check failure).
+    Conflict,
+    /// Anything else: not known to pass by itself, nor known not to.
+    #[default]
+    Unknown,
+}
+
+impl FailureKind {
+    /// Whether the same call, tried again later, may succeed: true for throttling, timeouts,
+    /// 5xx, connection failures and contention, and — as every failure was retried before kinds
+    /// were known — for an unknown failure; false for validation, forbidden, not found and
+    /// conditional-check failures, which the same call meets again.
+    pub fn retryable(self) -> bool {
+        match self {
+            FailureKind::Throttled
+            | FailureKind::Timeout
+            | FailureKind::Unavailable
+            | FailureKind::Connection
+            | FailureKind::Contention
+            | FailureKind::Unknown => true,
+            FailureKind::Invalid
+            | FailureKind::Forbidden
+            | FailureKind::NotFound
+            | FailureKind::Conflict => false,
+        }
+    }
+
+    /// The kind of an answer with this HTTP status (an error status; `Unknown` otherwise).
+    pub fn of_status(status: u16) -> FailureKind {
+        match status {
+            429 => FailureKind::Throttled,
+            408 | 504 => FailureKind::Timeout,
+            500..=599 => FailureKind::Unavailable,
+            401 | 403 => FailureKind::Forbidden,
+            404 | 410 => FailureKind::NotFound,
+            409 | 412 => FailureKind::Conflict,
+            400..=499 => FailureKind::Invalid,
+            _ => FailureKind::Unknown,
+        }
+    }
 }
 
 /// Where facts about instances come from: EC2 `DescribeInstances`, or a capture.
@@ -145,9 +218,30 @@ impl NodeDirectory for NoNodes {
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("pool store at {location}: {message}")]
-    Backend { location: String, message: String },
+    Backend {
+        location: String,
+        message: String,
+        /// What kind of failure: whether the call is worth trying again.
+        kind: FailureKind,
+    },
+    /// An item that does not read as what it should be: reading it again gives the same.
     #[error("pool store: item `{key}` is malformed: {message}")]
     Corrupt { key: String, message: String },
+}
+
+impl StoreError {
+    /// The kind of failure (a malformed item is [`FailureKind::Invalid`]).
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            StoreError::Backend { kind, .. } => *kind,
+            StoreError::Corrupt { .. } => FailureKind::Invalid,
+        }
+    }
+
+    /// Trying the call again may succeed (see [`FailureKind::retryable`]).
+    pub fn retryable(&self) -> bool {
+        self.kind().retryable()
+    }
 }
 
 /// The pool store port: DynamoDB in AWS, an embedded database locally.
@@ -230,6 +324,7 @@ where
         Err(StoreError::Backend {
             location: self.0.location(),
             message: "a read-only view of the store has no continuation key".into(),
+            kind: FailureKind::Invalid,
         })
     }
 
@@ -290,6 +385,15 @@ pub enum Pass {
 pub struct ExecuteError {
     pub instance_id: String,
     pub message: String,
+    /// What kind of failure: whether the action is worth trying again.
+    pub kind: FailureKind,
+}
+
+impl ExecuteError {
+    /// Trying the action again may succeed (see [`FailureKind::retryable`]).
+    pub fn retryable(&self) -> bool {
+        self.kind.retryable()
+    }
 }
 
 /// Carries out a plan's node actions (the Kubernetes API, the ASG lifecycle action).
@@ -371,6 +475,15 @@ pub struct LifecycleError {
     /// The AWS error code (`ValidationError`, `ResourceContention`, ...), when there is one.
     pub code: Option<String>,
     pub message: String,
+    /// What kind of failure: whether the call is worth trying again.
+    pub kind: FailureKind,
+}
+
+impl LifecycleError {
+    /// Trying the call again may succeed (see [`FailureKind::retryable`]).
+    pub fn retryable(&self) -> bool {
+        self.kind.retryable()
+    }
 }
 
 /// Completes ASG lifecycle actions (a trait so the executor works without AWS).
@@ -452,7 +565,25 @@ pub enum ExpanderError {
         verb: &'static str,
         object: String,
         message: String,
+        /// What kind of failure: whether the call is worth trying again.
+        kind: FailureKind,
     },
+}
+
+impl ExpanderError {
+    /// The kind of failure (a conflict is [`FailureKind::Conflict`]: the same write fails
+    /// again; it must be read again first).
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            ExpanderError::Conflict { .. } => FailureKind::Conflict,
+            ExpanderError::Api { kind, .. } => *kind,
+        }
+    }
+
+    /// Trying the same call again may succeed (see [`FailureKind::retryable`]).
+    pub fn retryable(&self) -> bool {
+        self.kind().retryable()
+    }
 }
 
 /// The Cluster Autoscaler's priority expander ConfigMap and the user's base priorities.
@@ -473,4 +604,109 @@ pub trait ExpanderStore: Send + Sync {
         config: &ExpanderConfig,
         resource_version: &str,
     ) -> Result<(), ExpanderError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_is_worth_retrying() {
+        let retryable = [
+            FailureKind::Throttled,
+            FailureKind::Timeout,
+            FailureKind::Unavailable,
+            FailureKind::Connection,
+            FailureKind::Contention,
+            FailureKind::Unknown,
+        ];
+        let not = [
+            FailureKind::Invalid,
+            FailureKind::Forbidden,
+            FailureKind::NotFound,
+            FailureKind::Conflict,
+        ];
+        assert!(retryable.iter().all(|k| k.retryable()));
+        assert!(not.iter().all(|k| !k.retryable()));
+        assert_eq!(FailureKind::default(), FailureKind::Unknown);
+    }
+
+    #[test]
+    fn http_statuses() {
+        let kinds = [
+            (429, FailureKind::Throttled),
+            (408, FailureKind::Timeout),
+            (504, FailureKind::Timeout),
+            (500, FailureKind::Unavailable),
+            (502, FailureKind::Unavailable),
+            (503, FailureKind::Unavailable),
+            (400, FailureKind::Invalid),
+            (422, FailureKind::Invalid),
+            (401, FailureKind::Forbidden),
+            (403, FailureKind::Forbidden),
+            (404, FailureKind::NotFound),
+            (410, FailureKind::NotFound),
+            (409, FailureKind::Conflict),
+            (412, FailureKind::Conflict),
+            (200, FailureKind::Unknown),
+        ];
+        for (status, kind) in kinds {
+            assert_eq!(FailureKind::of_status(status), kind, "{status}");
+        }
+        assert!(FailureKind::of_status(503).retryable());
+        assert!(!FailureKind::of_status(400).retryable());
+    }
+
+    #[test]
+    fn each_port_error_says_whether_to_retry() {
+        let directory = |kind| DirectoryError {
+            service: "ec2:DescribeInstances",
+            message: "m".into(),
+            kind,
+        };
+        assert!(directory(FailureKind::Throttled).retryable());
+        assert!(!directory(FailureKind::Forbidden).retryable());
+        let backend = |kind| StoreError::Backend {
+            location: "dynamodb table t".into(),
+            message: "m".into(),
+            kind,
+        };
+        assert!(backend(FailureKind::Timeout).retryable());
+        assert!(!backend(FailureKind::Conflict).retryable());
+        let corrupt = StoreError::Corrupt {
+            key: "k".into(),
+            message: "m".into(),
+        };
+        assert!(!corrupt.retryable());
+        let execute = |kind| ExecuteError {
+            instance_id: "i-1".into(),
+            message: "m".into(),
+            kind,
+        };
+        assert!(execute(FailureKind::Unavailable).retryable());
+        assert!(!execute(FailureKind::NotFound).retryable());
+        let lifecycle = |kind| LifecycleError {
+            asg: "a".into(),
+            hook: "h".into(),
+            instance_id: "i-1".into(),
+            code: None,
+            message: "m".into(),
+            kind,
+        };
+        assert!(lifecycle(FailureKind::Connection).retryable());
+        assert!(!lifecycle(FailureKind::Invalid).retryable());
+        let conflict = ExpanderError::Conflict {
+            verb: "update",
+            object: "o".into(),
+        };
+        assert!(!conflict.retryable());
+        let api = |kind| ExpanderError::Api {
+            verb: "get",
+            object: "o".into(),
+            message: "m".into(),
+            kind,
+        };
+        assert!(api(FailureKind::Throttled).retryable());
+        assert!(!api(FailureKind::Forbidden).retryable());
+    }
 }

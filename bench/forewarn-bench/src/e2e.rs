@@ -145,7 +145,10 @@ pub async fn report(runs: usize) -> anyhow::Result<String> {
     let base = moto.sdk_config();
     let table = create_pool_table(&base, "forewarn-bench-pools").await?;
     let proxy = AwsProxy::start(&moto.endpoint()).await?;
-    let sdk = forewarn::adapters::aws::default_retries(proxy.sdk_config(&base));
+    let sdk = forewarn::adapters::aws::default_retries(
+        proxy.sdk_config(&base),
+        forewarn::adapters::aws::AwsSettings::default(),
+    );
     let ec2 = aws_sdk_ec2::Client::new(&base);
     let image = any_image(&ec2).await?;
     let spot = Launch::spot(CLUSTER);

@@ -11,7 +11,7 @@ use serde_json::Value;
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     let settings = Settings::from_env()?;
-    forewarn::app::telemetry::init_json(settings.log_filter.as_deref());
+    forewarn::app::telemetry::init_json(&settings);
     let handler = Arc::new(Handler::from_settings(&settings).await?);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let handler = Arc::clone(&handler);

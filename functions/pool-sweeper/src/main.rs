@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     let settings = Settings::from_env()?;
-    forewarn::app::telemetry::init_json(settings.log_filter.as_deref());
+    forewarn::app::telemetry::init_json(&settings);
     let sweeper = Arc::new(Sweeper::from_settings(&settings).await?);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let sweeper = Arc::clone(&sweeper);

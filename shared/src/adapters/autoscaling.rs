@@ -5,9 +5,10 @@
 
 use async_trait::async_trait;
 use aws_config::SdkConfig;
+use aws_sdk_autoscaling::config::http::HttpResponse;
 use aws_sdk_autoscaling::error::ProvideErrorMetadata;
 
-use super::aws::aws_error_text;
+use super::aws::{aws_error_text, failure_kind};
 use crate::domain::event::LifecycleAction;
 use crate::domain::priorities::AsgDescription;
 use crate::ports::{
@@ -98,14 +99,13 @@ impl LifecycleCompleter for AsgLifecycle {
     }
 }
 
-fn lifecycle_error<E, R>(
+fn lifecycle_error<E>(
     instance_id: &str,
     action: &LifecycleAction,
-    e: &aws_sdk_autoscaling::error::SdkError<E, R>,
+    e: &aws_sdk_autoscaling::error::SdkError<E, HttpResponse>,
 ) -> LifecycleError
 where
     E: aws_sdk_autoscaling::error::ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug + 'static,
 {
     LifecycleError {
         asg: action.asg_name.clone(),
@@ -116,6 +116,7 @@ where
             Some(m) => m.to_string(),
             None => aws_error_text(e),
         },
+        kind: failure_kind(e),
     }
 }
 
@@ -151,10 +152,17 @@ fn template_ref(
     ))
 }
 
-fn lookup_error(service: &'static str, e: impl std::error::Error + 'static) -> DirectoryError {
+fn lookup_error<E>(
+    service: &'static str,
+    e: aws_sdk_autoscaling::error::SdkError<E, HttpResponse>,
+) -> DirectoryError
+where
+    E: aws_sdk_autoscaling::error::ProvideErrorMetadata + std::error::Error + 'static,
+{
     DirectoryError {
         service,
         message: aws_error_text(&e),
+        kind: failure_kind(&e),
     }
 }
 

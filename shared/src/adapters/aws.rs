@@ -2,25 +2,41 @@
 //! with one retry policy, and the text of an SDK error.
 
 use aws_config::{BehaviorVersion, SdkConfig};
+use aws_sdk_dynamodb::config::http::HttpResponse;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+
+use crate::ports::FailureKind;
 
 /// The SDK's attempts per request (throttling, transient errors) unless `AWS_MAX_ATTEMPTS` or the
 /// profile's `max_attempts` says otherwise.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 
+/// What forewarn itself makes of the AWS configuration, from the settings
+/// (`crate::app::settings`); the SDK reads the rest of the environment itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AwsSettings {
+    /// `AWS_MAX_ATTEMPTS` is set: the SDK's attempts per request are the user's, not
+    /// [`DEFAULT_MAX_ATTEMPTS`].
+    pub max_attempts_set: bool,
+}
+
 /// The standard AWS configuration (environment, profile, instance or task role;
 /// `AWS_ENDPOINT_URL[_<SERVICE>]` for other endpoints) with [`default_retries`]: what every
 /// client of the functions and the command is built from.
-pub async fn load() -> SdkConfig {
-    default_retries(aws_config::load_defaults(BehaviorVersion::latest()).await)
+pub async fn load(settings: AwsSettings) -> SdkConfig {
+    default_retries(
+        aws_config::load_defaults(BehaviorVersion::latest()).await,
+        settings,
+    )
 }
 
 /// `config` (as loaded by `aws_config`) with [`DEFAULT_MAX_ATTEMPTS`] attempts per request,
-/// unless they were configured: by `AWS_MAX_ATTEMPTS`, or by a profile's `max_attempts` other
-/// than the SDK's default of 3 (a profile saying exactly 3 cannot be told from no setting, and
-/// gets 5). The retry mode (`AWS_RETRY_MODE`, standard by default) is kept.
-pub fn default_retries(config: SdkConfig) -> SdkConfig {
-    let explicit = std::env::var_os("AWS_MAX_ATTEMPTS").is_some_and(|v| !v.is_empty());
-    with_default_attempts(config, explicit)
+/// unless they were configured: by `AWS_MAX_ATTEMPTS` (`settings` say whether it is set), or by
+/// a profile's `max_attempts` other than the SDK's default of 3 (a profile saying exactly 3
+/// cannot be told from no setting, and gets 5). The retry mode (`AWS_RETRY_MODE`, standard by
+/// default) is kept.
+pub fn default_retries(config: SdkConfig, settings: AwsSettings) -> SdkConfig {
+    with_default_attempts(config, settings.max_attempts_set)
 }
 
 fn with_default_attempts(config: SdkConfig, explicit: bool) -> SdkConfig {
@@ -32,6 +48,87 @@ fn with_default_attempts(config: SdkConfig, explicit: bool) -> SdkConfig {
         }
         _ => config,
     }
+}
+
+/// The kind of an AWS SDK error ([`FailureKind`]): from its error code when the service
+/// answered with a known one, else from the HTTP status; a timeout, a connection that failed, a
+/// request that could not be built by what the SDK says of it. (Every service's `SdkError` is
+/// the same type: the DynamoDB crate's names serve for all.)
+pub fn failure_kind<E: ProvideErrorMetadata>(e: &SdkError<E, HttpResponse>) -> FailureKind {
+    match e {
+        SdkError::ServiceError(service) => service
+            .err()
+            .code()
+            .and_then(kind_of_code)
+            .unwrap_or_else(|| FailureKind::of_status(service.raw().status().as_u16())),
+        SdkError::TimeoutError(_) => FailureKind::Timeout,
+        SdkError::DispatchFailure(d) if d.is_timeout() => FailureKind::Timeout,
+        SdkError::DispatchFailure(d) if d.is_io() => FailureKind::Connection,
+        SdkError::DispatchFailure(d) if d.is_user() => FailureKind::Invalid,
+        SdkError::ConstructionFailure(_) => FailureKind::Invalid,
+        SdkError::ResponseError(r) => FailureKind::of_status(r.raw().status().as_u16()),
+        _ => FailureKind::Unknown,
+    }
+}
+
+/// Throttling codes: the SDK's own list (`aws_runtime`'s `THROTTLING_ERRORS`), with
+/// Auto Scaling's `ResourceContention`.
+const THROTTLING: &[&str] = &[
+    "Throttling",
+    "ThrottlingException",
+    "ThrottledException",
+    "RequestThrottledException",
+    "TooManyRequestsException",
+    "ProvisionedThroughputExceededException",
+    "TransactionInProgressException",
+    "RequestLimitExceeded",
+    "BandwidthLimitExceeded",
+    "LimitExceededException",
+    "RequestThrottled",
+    "SlowDown",
+    "PriorRequestNotComplete",
+    "EC2ThrottledException",
+    "ResourceContention",
+];
+
+/// The kind an AWS error code says, when it says one.
+pub fn kind_of_code(code: &str) -> Option<FailureKind> {
+    let kind = match code {
+        c if THROTTLING.contains(&c) => FailureKind::Throttled,
+        "RequestTimeout" | "RequestTimeoutException" => FailureKind::Timeout,
+        "InternalServerError"
+        | "InternalFailure"
+        | "InternalError"
+        | "ServiceUnavailable"
+        | "ServiceUnavailableException"
+        | "Unavailable" => FailureKind::Unavailable,
+        "TransactionConflictException" | "TransactionConflict" => FailureKind::Contention,
+        "ConditionalCheckFailedException" | "ConditionalCheckFailed" => FailureKind::Conflict,
+        "AccessDenied"
+        | "AccessDeniedException"
+        | "UnauthorizedOperation"
+        | "UnrecognizedClientException"
+        | "InvalidClientTokenId"
+        | "ExpiredToken"
+        | "ExpiredTokenException"
+        | "AuthFailure"
+        | "InvalidSignatureException"
+        | "MissingAuthenticationToken"
+        | "IncompleteSignature" => FailureKind::Forbidden,
+        "ResourceNotFoundException" | "NotFoundException" | "NotFound" => FailureKind::NotFound,
+        // EC2: `InvalidInstanceID.NotFound`, `InvalidLaunchTemplateId.NotFound`, ...
+        c if c.ends_with(".NotFound") => FailureKind::NotFound,
+        "ValidationException"
+        | "ValidationError"
+        | "InvalidParameterValue"
+        | "InvalidParameterCombination"
+        | "InvalidParameter"
+        | "MissingParameter"
+        | "SerializationException" => FailureKind::Invalid,
+        c if c.starts_with("Invalid") => FailureKind::Invalid,
+        _ => return None,
+    };
+    Some(kind)
 }
 
 /// An AWS SDK error with its causes (the SDK's `Display` alone says "service error").
@@ -63,5 +160,97 @@ mod tests {
         assert_eq!(attempts(with_default_attempts(loaded(3), false)), Some(5));
         assert_eq!(attempts(with_default_attempts(loaded(3), true)), Some(3));
         assert_eq!(attempts(with_default_attempts(loaded(7), false)), Some(7));
+    }
+
+    type GetItemSdkError =
+        SdkError<aws_sdk_dynamodb::operation::get_item::GetItemError, HttpResponse>;
+
+    /// A service error answered with `status` and, when given, `code`.
+    fn answered(status: u16, code: Option<&str>) -> GetItemSdkError {
+        let mut meta = aws_sdk_dynamodb::error::ErrorMetadata::builder();
+        if let Some(code) = code {
+            meta = meta.code(code);
+        }
+        let err = aws_sdk_dynamodb::operation::get_item::GetItemError::generic(meta.build());
+        SdkError::service_error(
+            err,
+            HttpResponse::new(status.try_into().unwrap(), "".into()),
+        )
+    }
+
+    #[test]
+    fn kinds_of_service_errors() {
+        let kinds = [
+            (400, Some("ThrottlingException"), FailureKind::Throttled),
+            (
+                400,
+                Some("ProvisionedThroughputExceededException"),
+                FailureKind::Throttled,
+            ),
+            (503, Some("RequestLimitExceeded"), FailureKind::Throttled),
+            (400, Some("ResourceContention"), FailureKind::Throttled),
+            (500, Some("InternalServerError"), FailureKind::Unavailable),
+            (
+                400,
+                Some("TransactionConflictException"),
+                FailureKind::Contention,
+            ),
+            (
+                400,
+                Some("ConditionalCheckFailedException"),
+                FailureKind::Conflict,
+            ),
+            (400, Some("ValidationException"), FailureKind::Invalid),
+            (400, Some("ValidationError"), FailureKind::Invalid),
+            (400, Some("InvalidParameterValue"), FailureKind::Invalid),
+            (
+                400,
+                Some("InvalidInstanceID.NotFound"),
+                FailureKind::NotFound,
+            ),
+            (
+                400,
+                Some("ResourceNotFoundException"),
+                FailureKind::NotFound,
+            ),
+            (403, Some("AccessDeniedException"), FailureKind::Forbidden),
+            (400, Some("UnauthorizedOperation"), FailureKind::Forbidden),
+            (400, Some("ExpiredTokenException"), FailureKind::Forbidden),
+            // An unknown code: the status decides.
+            (503, Some("SomethingNew"), FailureKind::Unavailable),
+            (400, Some("SomethingNew"), FailureKind::Invalid),
+            (429, None, FailureKind::Throttled),
+            (502, None, FailureKind::Unavailable),
+        ];
+        for (status, code, kind) in kinds {
+            assert_eq!(
+                failure_kind(&answered(status, code)),
+                kind,
+                "{status} {code:?}"
+            );
+        }
+        assert!(failure_kind(&answered(400, Some("ThrottlingException"))).retryable());
+        assert!(!failure_kind(&answered(400, Some("ValidationException"))).retryable());
+        assert!(!failure_kind(&answered(400, Some("ConditionalCheckFailedException"))).retryable());
+    }
+
+    #[test]
+    fn kinds_of_failures_without_an_answer() {
+        use aws_sdk_dynamodb::error::ConnectorError;
+        let timeout = GetItemSdkError::timeout_error("took too long");
+        assert_eq!(failure_kind(&timeout), FailureKind::Timeout);
+        let io = GetItemSdkError::dispatch_failure(ConnectorError::io("connection reset".into()));
+        assert_eq!(failure_kind(&io), FailureKind::Connection);
+        assert!(failure_kind(&io).retryable());
+        let slow = GetItemSdkError::dispatch_failure(ConnectorError::timeout("slow".into()));
+        assert_eq!(failure_kind(&slow), FailureKind::Timeout);
+        let unbuilt = GetItemSdkError::construction_failure("no table name");
+        assert_eq!(failure_kind(&unbuilt), FailureKind::Invalid);
+        assert!(!failure_kind(&unbuilt).retryable());
+        let garbled = GetItemSdkError::response_error(
+            "not JSON",
+            HttpResponse::new(500.try_into().unwrap(), "<html>".into()),
+        );
+        assert_eq!(failure_kind(&garbled), FailureKind::Unavailable);
     }
 }

@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use aws_sdk_ec2::Client;
 use aws_sdk_ec2::types::{Filter, Instance};
 
+use crate::adapters::aws::failure_kind;
 use crate::adapters::snapshot::capacity_type_of;
 use crate::domain::facts::InstanceFacts;
 use crate::ports::{DirectoryError, InstanceDirectory};
@@ -107,6 +108,7 @@ impl Ec2Directory {
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| DirectoryError {
                 service: "ec2:DescribeInstances",
+                kind: failure_kind(&e),
                 message: aws_sdk_ec2::error::DisplayErrorContext(e).to_string(),
             })?;
             found.extend(

@@ -1,4 +1,5 @@
-//! The embedded pool store: one redb file (`pools.redb`) in a per-user state directory.
+//! The embedded pool store: one redb file (`pools.redb`) in a per-user state directory (which
+//! the settings choose: `crate::app::settings::Settings::state_dir`).
 //!
 //! Two tables: `ledger` (event id → (recorded_at, expires_at), both Unix milliseconds) is the
 //! idempotence ledger, and `pools` (pool key `capacity_type#instance_type#zone` → the
@@ -9,7 +10,6 @@
 //! ignored by every read.
 
 use std::collections::HashSet;
-use std::ffi::OsString;
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -26,7 +26,7 @@ use crate::domain::fold::{fold, pool_deltas, validate};
 use crate::domain::pool::{
     Applied, PoolKey, PoolQuery, PoolRecord, PoolUpdate, Retention, sort_newest_first,
 };
-use crate::ports::{Clock, PoolStore, StoreError};
+use crate::ports::{Clock, FailureKind, PoolStore, StoreError};
 
 /// Event id → (recorded_at, expires_at), Unix milliseconds.
 const LEDGER: TableDefinition<&str, (i64, i64)> = TableDefinition::new("ledger");
@@ -38,28 +38,6 @@ const HISTORY: TableDefinition<&str, &str> = TableDefinition::new("history");
 /// Secrets by name: the continuation key (`continuation`, 32 bytes).
 const SECRETS: TableDefinition<&str, &[u8]> = TableDefinition::new("secrets");
 const CONTINUATION_SECRET: &str = "continuation";
-
-/// The per-user default directory of the embedded store: `$FOREWARN_STATE_DIR` if set, else
-/// `$XDG_STATE_HOME/forewarn`, else `$HOME/.local/state/forewarn`, else `./.forewarn`. Empty
-/// variables count as unset, and a relative `XDG_STATE_HOME` is ignored (as the XDG base
-/// directory specification asks).
-pub fn default_state_dir() -> PathBuf {
-    state_dir_from(|name| std::env::var_os(name))
-}
-
-fn state_dir_from(var: impl Fn(&str) -> Option<OsString>) -> PathBuf {
-    let var = |name: &str| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
-    if let Some(dir) = var("FOREWARN_STATE_DIR") {
-        return dir;
-    }
-    if let Some(xdg) = var("XDG_STATE_HOME").filter(|p| p.is_absolute()) {
-        return xdg.join("forewarn");
-    }
-    if let Some(home) = var("HOME") {
-        return home.join(".local").join("state").join("forewarn");
-    }
-    PathBuf::from(".forewarn")
-}
 
 /// What [`EmbeddedStore::purge`] removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -218,7 +196,14 @@ impl EmbeddedStore {
 
     fn apply_blocking(&self, update: &PoolUpdate) -> Result<Applied, StoreError> {
         let id = update.event_id.as_str();
-        validate(update).map_err(|m| self.err(format_args!("applying event {id}"), m))?;
+        validate(update).map_err(|m| {
+            backend_of(
+                FailureKind::Invalid,
+                &self.path,
+                format_args!("applying event {id}"),
+                m,
+            )
+        })?;
         let recorded_ms = update.recorded_at.timestamp_millis();
         let deltas = pool_deltas(update);
         let txn = self
@@ -306,10 +291,21 @@ impl EmbeddedStore {
     }
 }
 
+/// A failure of the local database (a file, redb): nothing tells whether it passes.
 fn backend(path: &Path, what: impl Display, error: impl Display) -> StoreError {
+    backend_of(FailureKind::Unknown, path, what, error)
+}
+
+fn backend_of(
+    kind: FailureKind,
+    path: &Path,
+    what: impl Display,
+    error: impl Display,
+) -> StoreError {
     StoreError::Backend {
         location: path.display().to_string(),
         message: format!("{what}: {error}"),
+        kind,
     }
 }
 
@@ -484,41 +480,6 @@ mod tests {
     use crate::domain::event::EventKind;
     use crate::domain::pool::{CapacityType, PoolMark};
     use chrono::{Duration, TimeZone};
-
-    fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> {
-        let vars: Vec<(String, String)> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |name| {
-            vars.iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| OsString::from(v))
-        }
-    }
-
-    #[test]
-    fn state_dir_precedence() {
-        let all = [
-            ("FOREWARN_STATE_DIR", "/explicit"),
-            ("XDG_STATE_HOME", "/xdg"),
-            ("HOME", "/home/u"),
-        ];
-        assert_eq!(state_dir_from(env(&all)), PathBuf::from("/explicit"));
-        assert_eq!(
-            state_dir_from(env(&all[1..])),
-            PathBuf::from("/xdg/forewarn")
-        );
-        assert_eq!(
-            state_dir_from(env(&[("XDG_STATE_HOME", "relative"), ("HOME", "/home/u")])),
-            PathBuf::from("/home/u/.local/state/forewarn")
-        );
-        assert_eq!(
-            state_dir_from(env(&[("FOREWARN_STATE_DIR", ""), ("HOME", "/home/u")])),
-            PathBuf::from("/home/u/.local/state/forewarn")
-        );
-        assert_eq!(state_dir_from(env(&[])), PathBuf::from(".forewarn"));
-    }
 
     fn update(id: &str, recorded_at: DateTime<Utc>) -> PoolUpdate {
         PoolUpdate {

@@ -4,8 +4,9 @@
 //! - `FOREWARN_WEBHOOK_URL`: where to post (`https://`); unset, nothing is sent. The URL is a
 //!   secret (a Slack incoming webhook's path is its only credential): it is never logged, nor put
 //!   in an error or a `Debug` form; only its host is ([`WebhookConfig::host`], [`redacted`]).
-//! - `FOREWARN_WEBHOOK_ALLOW_HTTP`: `true` allows an `http://` URL (default `false`: the secret
-//!   URL and every message would cross the network in clear text).
+//! - `FOREWARN_WEBHOOK_ALLOW_HTTP`: true (any boolean word: `true`, `yes`, `on`, `1`) allows an
+//!   `http://` URL (default false: the secret URL and every message would cross the network in
+//!   clear text).
 //! - `FOREWARN_WEBHOOK_TEMPLATE`: the JSON body, with `{{field}}` placeholders inside its
 //!   strings (default [`DEFAULT_TEMPLATE`], Slack's `{"text": ...}`). A value is put in
 //!   JSON-escaped, so the body stays valid JSON whatever an event holds. The fields are
@@ -23,6 +24,7 @@ use serde_json::Value;
 
 use crate::domain::config::{Action, ConfigError};
 use crate::domain::report::{ActionReport, Outcome, Report};
+use crate::domain::vars::Vars;
 use crate::ports::{Delivery, Notifier};
 
 /// The environment variable with the URL.
@@ -123,27 +125,16 @@ impl WebhookConfig {
     pub fn from_lookup(
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<Option<WebhookConfig>, ConfigError> {
-        let bad = |variable: &str, value: &str, message: String| ConfigError {
-            variable: variable.into(),
-            value: value.into(),
-            message,
-        };
-        let allow_http = match lookup(ENV_ALLOW_HTTP).as_deref().map(str::trim) {
-            None | Some("") | Some("false") | Some("0") => false,
-            Some("true") | Some("1") => true,
-            Some(other) => {
-                return Err(bad(
-                    ENV_ALLOW_HTTP,
-                    other,
-                    "not a boolean (true or false)".into(),
-                ));
-            }
-        };
-        let Some(url) = lookup(ENV_URL).filter(|v| !v.trim().is_empty()) else {
+        WebhookConfig::from_vars(Vars::new(&lookup))
+    }
+
+    /// [`WebhookConfig::from_lookup`], from variables already wrapped (the settings').
+    pub fn from_vars(vars: Vars) -> Result<Option<WebhookConfig>, ConfigError> {
+        let allow_http = vars.boolean(ENV_ALLOW_HTTP)?.unwrap_or(false);
+        let Some(url) = vars.get(ENV_URL) else {
             return Ok(None);
         };
-        let url = url.trim().to_string();
-        let bad_url = |message: String| bad(ENV_URL, &redacted(&url), message);
+        let bad_url = |message: String| ConfigError::new(ENV_URL, &redacted(&url), message);
         let (https, rest) = match (url.strip_prefix("https://"), url.strip_prefix("http://")) {
             (Some(rest), _) => (true, rest),
             (None, Some(rest)) => (false, rest),
@@ -161,10 +152,11 @@ impl WebhookConfig {
                  https://, or set {ENV_ALLOW_HTTP}=true to allow it"
             )));
         }
-        let template = match lookup(ENV_TEMPLATE).filter(|v| !v.trim().is_empty()) {
-            Some(t) => Template::parse(&t).map_err(|m| bad(ENV_TEMPLATE, &t, m.to_string()))?,
-            None => Template::parse(DEFAULT_TEMPLATE).expect("the default template is valid"),
-        };
+        let template = vars
+            .parse(ENV_TEMPLATE, Template::parse)?
+            .unwrap_or_else(|| {
+                Template::parse(DEFAULT_TEMPLATE).expect("the default template is valid")
+            });
         Ok(Some(WebhookConfig { url, template }))
     }
 

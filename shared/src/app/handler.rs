@@ -515,6 +515,7 @@ mod tests {
             Err(crate::ports::StoreError::Backend {
                 location: "test".into(),
                 message: "unreachable".into(),
+                kind: crate::ports::FailureKind::Connection,
             })
         }
         async fn apply(

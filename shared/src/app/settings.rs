@@ -1,19 +1,24 @@
-//! Every `FOREWARN_*` variable, read in one place into one [`Settings`] value: what the Lambda
-//! functions and the `forewarn` command are wired from (see [`crate::app::wiring`]). Reading is
-//! pure — a `lookup` function stands for the environment — and every bad value is a
-//! [`ConfigError`] naming the variable, its value and what is wrong with it.
+//! Every variable forewarn reads, read in one place into one [`Settings`] value: what the Lambda
+//! functions and the `forewarn` command are wired from (see [`crate::app::wiring`]), and what the
+//! command's flags default to. Nothing else reads the environment. Reading is pure — a `lookup`
+//! function stands for the environment — and goes through [`Vars`]: a value is trimmed and a
+//! blank one is unset, every boolean takes the same words and every duration the same forms
+//! (see [`crate::domain::vars`]); a bad value is a [`ConfigError`] naming the variable, its value
+//! and what is wrong with it.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::adapters::aws::AwsSettings;
 use crate::adapters::kube::{
     ClusterAccess, ENV_CLUSTER_CA, ENV_CLUSTER_ENDPOINT, ENV_EKS_CLUSTER, ENV_EVICTION_PARALLELISM,
-    ENV_KUBE_BURST, ENV_KUBE_QPS, ExecutorSettings, rate_limit_from_lookup,
+    ENV_KUBE_BURST, ENV_KUBE_QPS, EksAccess, ExecutorSettings,
 };
 use crate::adapters::webhook::{ENV_ALLOW_HTTP, ENV_TEMPLATE, ENV_URL, WebhookConfig};
 use crate::app::priorities::PrioritySettings;
 use crate::domain::config::{Config, ConfigError, Mode, VARIABLES as CONFIG_VARIABLES};
 use crate::domain::priorities::HotShare;
+use crate::domain::vars::{Vars, parse_std_duration};
 
 pub const ENV_DRY_RUN: &str = "FOREWARN_DRY_RUN";
 pub const ENV_TABLE: &str = "FOREWARN_TABLE";
@@ -57,13 +62,39 @@ const ENV_WEBHOOK_URL: &str = ENV_URL;
 const ENV_WEBHOOK_TEMPLATE: &str = ENV_TEMPLATE;
 const ENV_WEBHOOK_ALLOW_HTTP: &str = ENV_ALLOW_HTTP;
 
+/// Set by the Lambda runtime (and cargo-lambda's emulator): the function's name.
+pub const ENV_LAMBDA_FUNCTION_NAME: &str = "AWS_LAMBDA_FUNCTION_NAME";
+pub const ENV_HOSTNAME: &str = "HOSTNAME";
+pub const ENV_KUBECONFIG: &str = "KUBECONFIG";
+/// Set in every pod: the process runs in a cluster.
+pub const ENV_KUBERNETES_SERVICE_HOST: &str = "KUBERNETES_SERVICE_HOST";
+pub const ENV_XDG_STATE_HOME: &str = "XDG_STATE_HOME";
+pub const ENV_HOME: &str = "HOME";
+/// The AWS SDK reads it; forewarn only asks whether it is set (see [`AwsSettings`]).
+pub const ENV_AWS_MAX_ATTEMPTS: &str = "AWS_MAX_ATTEMPTS";
+/// The log filter when [`ENV_LOG`] is unset (or does not parse).
+pub const ENV_RUST_LOG: &str = "RUST_LOG";
+
+/// The variables of the platform (not `FOREWARN_*`) the settings read, each for what it says
+/// of where forewarn runs. The README names them under its configuration tables.
+pub const PLATFORM_VARIABLES: &[&str] = &[
+    ENV_LAMBDA_FUNCTION_NAME,
+    ENV_HOSTNAME,
+    ENV_KUBECONFIG,
+    ENV_KUBERNETES_SERVICE_HOST,
+    ENV_XDG_STATE_HOME,
+    ENV_HOME,
+    ENV_AWS_MAX_ATTEMPTS,
+    ENV_RUST_LOG,
+];
+
 /// Where pools are recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreChoice {
     /// The DynamoDB pool table of this name (`FOREWARN_TABLE`).
     Dynamo { table: String },
-    /// The embedded store in this folder (`FOREWARN_STATE_DIR`, else the per-user default).
-    Embedded { dir: Option<PathBuf> },
+    /// The embedded store in this folder ([`Settings::state_dir`]).
+    Embedded { dir: PathBuf },
 }
 
 /// Where facts about instances come from.
@@ -96,8 +127,16 @@ pub struct Settings {
     /// What a run may change: plan, dry run or act.
     pub mode: Mode,
     pub store: StoreChoice,
+    /// The embedded store's folder: `FOREWARN_STATE_DIR`, else `$XDG_STATE_HOME/forewarn` (an
+    /// absolute `XDG_STATE_HOME` only, as the XDG base directory specification asks), else
+    /// `$HOME/.local/state/forewarn`, else `./.forewarn`. The store's when it is embedded, and
+    /// the command's `--state-dir` when not given.
+    pub state_dir: PathBuf,
     pub instances: InstanceChoice,
     pub cluster: ClusterChoice,
+    /// How the variables say a live cluster is reached (EKS, else kubeconfig inference), whether
+    /// or not one is in reach: what the command's `--kube` connects to.
+    pub cluster_access: ClusterAccess,
     /// How the Kubernetes executor works (evictions at once, the Events' reporting instance).
     pub executor: ExecutorSettings,
     /// The client-side Kubernetes API rate limit: (requests per second, burst).
@@ -110,6 +149,8 @@ pub struct Settings {
     pub safety_margin: Duration,
     /// The log filter (`FOREWARN_LOG`), when set.
     pub log_filter: Option<String>,
+    /// `RUST_LOG`: the log filter when `FOREWARN_LOG` is unset or does not parse.
+    pub rust_log: Option<String>,
     /// The sweeper updates the priority expander (`FOREWARN_PRIORITIES`, default true; it
     /// needs a live cluster and does nothing without base priorities).
     pub priorities_enabled: bool,
@@ -119,152 +160,102 @@ pub struct Settings {
     /// (`FOREWARN_DRAIN_PASS_INTERVAL`, default 5 s); `None` (`off`): the handler carries its
     /// drains on in process, passes 5 s apart, as a replay does.
     pub drain_pass_interval: Option<Duration>,
+    /// What forewarn makes of the AWS SDK's configuration (`AWS_MAX_ATTEMPTS` set or not).
+    pub aws: AwsSettings,
+    /// `AWS_LAMBDA_FUNCTION_NAME`: the process runs as this Lambda function (or under
+    /// cargo-lambda's emulator), and writes metrics (see [`crate::app::telemetry`]).
+    pub lambda_function: Option<String>,
 }
 
-/// The value `lookup` gives `name`, trimmed; blank counts as unset.
-fn value(lookup: &impl Fn(&str) -> Option<String>, name: &str) -> Option<String> {
-    lookup(name)
-        .map(|v| v.trim().to_string())
-        .filter(|v| !v.is_empty())
-}
-
-/// Where nodes come from: captured cluster state (`FOREWARN_CLUSTER_STATE_FILE`); else a live
-/// cluster when one is in reach (EKS settings, `KUBECONFIG`, or in a pod); else none.
-fn cluster_choice(lookup: &impl Fn(&str) -> Option<String>) -> ClusterChoice {
-    if let Some(path) = value(lookup, ENV_CLUSTER_STATE_FILE) {
-        return ClusterChoice::Snapshot(PathBuf::from(path));
-    }
-    let access = ClusterAccess::from_lookup(lookup);
-    let in_reach = matches!(access, ClusterAccess::Eks(_))
-        || value(lookup, "KUBECONFIG").is_some()
-        || value(lookup, "KUBERNETES_SERVICE_HOST").is_some();
-    if in_reach {
-        ClusterChoice::Live(access)
-    } else {
-        ClusterChoice::None
-    }
-}
-
-/// `FOREWARN_DRAIN_PASS_INTERVAL`: 5 s unset, `None` for `off`, else 1 s to 900 s.
-fn drain_pass_interval(value: Option<&str>) -> Result<Option<Duration>, ConfigError> {
-    let Some(v) = value else {
-        return Ok(Some(Duration::from_secs(5)));
-    };
-    if v == "off" {
-        return Ok(None);
-    }
-    crate::domain::vars::parse_duration(v)
-        .ok()
-        .and_then(|d| d.to_std().ok())
-        .filter(|d| (Duration::from_secs(1)..=Duration::from_secs(900)).contains(d))
-        .map(Some)
-        .ok_or_else(|| ConfigError {
-            variable: ENV_DRAIN_PASS_INTERVAL.into(),
-            value: v.into(),
-            message: "not a duration from 1s to 900s (SQS's longest message delay), or off".into(),
-        })
+/// A value its variable does not take: what it should be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("not {expected}")]
+pub struct Invalid {
+    pub expected: &'static str,
 }
 
 impl Settings {
-    /// The settings of the process environment.
+    /// The settings of the process environment: the one place forewarn reads it.
     pub fn from_env() -> Result<Settings, ConfigError> {
         Settings::from_lookup(|name| std::env::var(name).ok())
     }
 
-    /// The settings `lookup` gives (a variable that is unset or blank counts as unset):
+    /// The settings `lookup` gives (see [`Vars`]: a variable that is unset or blank counts as
+    /// unset):
     ///
-    /// - the decision core's variables, through [`Config::from_lookup`];
-    /// - `FOREWARN_DRY_RUN=true`: [`Mode::DryRun`], else [`Mode::Act`];
-    /// - `FOREWARN_TABLE`: the DynamoDB table, else the embedded store (`FOREWARN_STATE_DIR`);
+    /// - the decision core's variables, through [`Config::from_vars`];
+    /// - `FOREWARN_DRY_RUN` true: [`Mode::DryRun`], else [`Mode::Act`];
+    /// - `FOREWARN_TABLE`: the DynamoDB table, else the embedded store in
+    ///   [`Settings::state_dir`] (`FOREWARN_STATE_DIR`, `XDG_STATE_HOME`, `HOME`);
     /// - `FOREWARN_INSTANCES_FILE`: captured instances, else EC2;
     /// - `FOREWARN_CLUSTER_STATE_FILE`: captured cluster state; else `FOREWARN_EKS_CLUSTER`
     ///   (with `FOREWARN_CLUSTER_ENDPOINT`, `FOREWARN_CLUSTER_CA`); else kubeconfig inference
     ///   when `KUBECONFIG` is set or the process runs in a pod (`KUBERNETES_SERVICE_HOST`);
     ///   else no cluster;
-    /// - `FOREWARN_EVICTION_PARALLELISM`, `FOREWARN_KUBE_QPS`, `FOREWARN_KUBE_BURST`,
-    ///   `FOREWARN_WEBHOOK_URL`, `FOREWARN_WEBHOOK_TEMPLATE`, `FOREWARN_WEBHOOK_ALLOW_HTTP`,
-    ///   `FOREWARN_CONCURRENCY`,
-    ///   `FOREWARN_SAFETY_MARGIN`, `FOREWARN_LOG`, `FOREWARN_DRAIN_PASS_INTERVAL`;
-    /// - `FOREWARN_PRIORITIES`, `FOREWARN_PRIORITY_HOT_SHARE`, `FOREWARN_PRIORITY_TAKE_OVER`.
+    /// - `FOREWARN_EVICTION_PARALLELISM` and the Events' reporting instance
+    ///   (`AWS_LAMBDA_FUNCTION_NAME`, else `HOSTNAME`, else `forewarn`);
+    /// - `FOREWARN_KUBE_QPS`, `FOREWARN_KUBE_BURST`, `FOREWARN_WEBHOOK_URL`,
+    ///   `FOREWARN_WEBHOOK_TEMPLATE`, `FOREWARN_WEBHOOK_ALLOW_HTTP`, `FOREWARN_CONCURRENCY`,
+    ///   `FOREWARN_SAFETY_MARGIN`, `FOREWARN_LOG` (and `RUST_LOG`),
+    ///   `FOREWARN_DRAIN_PASS_INTERVAL`;
+    /// - `FOREWARN_PRIORITIES`, `FOREWARN_PRIORITY_HOT_SHARE`, `FOREWARN_PRIORITY_TAKE_OVER`;
+    /// - `AWS_MAX_ATTEMPTS` (set or not) and `AWS_LAMBDA_FUNCTION_NAME`.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Settings, ConfigError> {
-        let get = |name: &str| value(&lookup, name);
-        let bad = |variable: &str, value: &str, message: &str| ConfigError {
-            variable: variable.into(),
-            value: value.into(),
-            message: message.into(),
-        };
-        let config = Config::from_lookup(&lookup)?;
-        let mode = match get(ENV_DRY_RUN).as_deref() {
-            None | Some("false") | Some("0") => Mode::Act,
-            Some("true") | Some("1") => Mode::DryRun,
-            Some(other) => return Err(bad(ENV_DRY_RUN, other, "not a boolean (true or false)")),
-        };
-        let store = match get(ENV_TABLE) {
-            Some(table) => StoreChoice::Dynamo { table },
-            None => StoreChoice::Embedded {
-                dir: get(ENV_STATE_DIR).map(PathBuf::from),
-            },
-        };
-        let cluster = cluster_choice(&lookup);
-        let kube_rate_limit = rate_limit_from_lookup(&lookup).map_err(|e| match e {
-            crate::adapters::kube::ConnectError::RateLimit {
-                variable,
-                value,
-                message,
-            } => bad(variable, &value, message),
-            other => bad(ENV_KUBE_QPS, "", &other.to_string()),
-        })?;
-        let concurrency = match get(ENV_CONCURRENCY) {
-            None => 8,
-            Some(v) => v
-                .parse::<usize>()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| bad(ENV_CONCURRENCY, &v, "not a positive whole number"))?,
-        };
-        let safety_margin = match get(ENV_SAFETY_MARGIN) {
-            None => Duration::from_secs(3),
-            Some(v) => crate::domain::vars::parse_duration(&v)
-                .ok()
-                .and_then(|d| d.to_std().ok())
-                .ok_or_else(|| bad(ENV_SAFETY_MARGIN, &v, "not a duration (e.g. 3s)"))?,
-        };
-        let boolean = |variable: &str, default: bool| match get(variable).as_deref() {
-            None => Ok(default),
-            Some("true") | Some("1") => Ok(true),
-            Some("false") | Some("0") => Ok(false),
-            Some(other) => Err(bad(variable, other, "not a boolean (true or false)")),
-        };
-        let drain_pass_interval = drain_pass_interval(get(ENV_DRAIN_PASS_INTERVAL).as_deref())?;
-        let priorities_enabled = boolean(ENV_PRIORITIES, true)?;
-        let take_over = boolean(ENV_PRIORITY_TAKE_OVER, false)?;
-        let hot_share = match get(ENV_PRIORITY_HOT_SHARE) {
-            None => HotShare::ALL,
-            Some(v) => {
-                HotShare::parse(&v).map_err(|m| bad(ENV_PRIORITY_HOT_SHARE, &v, &m.to_string()))?
-            }
-        };
+        Settings::from_vars(Vars::new(&lookup))
+    }
+
+    /// [`Settings::from_lookup`], from variables already wrapped.
+    pub fn from_vars(vars: Vars) -> Result<Settings, ConfigError> {
+        let cluster_access = cluster_access(vars);
+        let state_dir = state_dir(vars);
         Ok(Settings {
-            priorities_enabled,
-            priorities: PrioritySettings {
-                hot_share,
-                take_over,
+            config: Config::from_vars(vars)?,
+            mode: match vars.boolean(ENV_DRY_RUN)? {
+                Some(true) => Mode::DryRun,
+                Some(false) | None => Mode::Act,
             },
-            config,
-            mode,
-            store,
-            instances: match get(ENV_INSTANCES_FILE) {
+            store: match vars.get(ENV_TABLE) {
+                Some(table) => StoreChoice::Dynamo { table },
+                None => StoreChoice::Embedded {
+                    dir: state_dir.clone(),
+                },
+            },
+            state_dir,
+            instances: match vars.get(ENV_INSTANCES_FILE) {
                 Some(path) => InstanceChoice::File(PathBuf::from(path)),
                 None => InstanceChoice::Ec2,
             },
-            cluster,
-            executor: ExecutorSettings::from_lookup(&lookup)?,
-            kube_rate_limit,
-            webhook: WebhookConfig::from_lookup(&lookup)?,
-            concurrency,
-            safety_margin,
-            log_filter: get(ENV_LOG),
-            drain_pass_interval,
+            cluster: cluster(vars, &cluster_access),
+            cluster_access,
+            executor: executor(vars)?,
+            kube_rate_limit: kube_rate_limit(vars)?,
+            webhook: WebhookConfig::from_vars(vars)?,
+            concurrency: vars
+                .parse(ENV_CONCURRENCY, |v| {
+                    positive(v).ok_or(Invalid {
+                        expected: "a positive whole number",
+                    })
+                })?
+                .unwrap_or(8),
+            safety_margin: vars
+                .parse(ENV_SAFETY_MARGIN, parse_std_duration)?
+                .unwrap_or(Duration::from_secs(3)),
+            log_filter: vars.get(ENV_LOG),
+            rust_log: vars.get(ENV_RUST_LOG),
+            priorities_enabled: vars.boolean(ENV_PRIORITIES)?.unwrap_or(true),
+            priorities: PrioritySettings {
+                hot_share: vars
+                    .parse(ENV_PRIORITY_HOT_SHARE, HotShare::parse)?
+                    .unwrap_or(HotShare::ALL),
+                take_over: vars.boolean(ENV_PRIORITY_TAKE_OVER)?.unwrap_or(false),
+            },
+            drain_pass_interval: vars
+                .parse(ENV_DRAIN_PASS_INTERVAL, pass_interval)?
+                .unwrap_or(Some(Duration::from_secs(5))),
+            aws: AwsSettings {
+                max_attempts_set: vars.is_set(ENV_AWS_MAX_ATTEMPTS),
+            },
+            lambda_function: vars.get(ENV_LAMBDA_FUNCTION_NAME),
         })
     }
 
@@ -272,6 +263,122 @@ impl Settings {
     pub fn variables() -> Vec<&'static str> {
         CONFIG_VARIABLES.iter().chain(VARIABLES).copied().collect()
     }
+}
+
+/// A whole number above 0.
+fn positive(v: &str) -> Option<usize> {
+    v.parse::<usize>().ok().filter(|n| *n > 0)
+}
+
+/// `FOREWARN_DRAIN_PASS_INTERVAL`: a duration from 1 s to 900 s, or `off` (`None`).
+fn pass_interval(v: &str) -> Result<Option<Duration>, Invalid> {
+    if v == "off" {
+        return Ok(None);
+    }
+    parse_std_duration(v)
+        .ok()
+        .filter(|d| (Duration::from_secs(1)..=Duration::from_secs(900)).contains(d))
+        .map(Some)
+        .ok_or(Invalid {
+            expected: "a duration from 1s to 900s (SQS's longest message delay), or off",
+        })
+}
+
+/// The embedded store's folder (see [`Settings::state_dir`]).
+fn state_dir(vars: Vars) -> PathBuf {
+    if let Some(dir) = vars.get(ENV_STATE_DIR) {
+        return PathBuf::from(dir);
+    }
+    if let Some(xdg) = vars
+        .get(ENV_XDG_STATE_HOME)
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+    {
+        return xdg.join("forewarn");
+    }
+    if let Some(home) = vars.get(ENV_HOME) {
+        return PathBuf::from(home)
+            .join(".local")
+            .join("state")
+            .join("forewarn");
+    }
+    PathBuf::from(".forewarn")
+}
+
+/// How a live cluster is reached: [`ENV_EKS_CLUSTER`] (with [`ENV_CLUSTER_ENDPOINT`] and
+/// [`ENV_CLUSTER_CA`]), else kubeconfig inference.
+fn cluster_access(vars: Vars) -> ClusterAccess {
+    match vars.get(ENV_EKS_CLUSTER) {
+        None => ClusterAccess::Kubeconfig,
+        Some(cluster) => ClusterAccess::Eks(EksAccess {
+            cluster,
+            endpoint: vars.get(ENV_CLUSTER_ENDPOINT),
+            ca_base64: vars.get(ENV_CLUSTER_CA),
+            region: None,
+        }),
+    }
+}
+
+/// Where nodes come from: a capture, else a live cluster when one is in reach (EKS named, a
+/// kubeconfig named, or running in a pod), else none.
+fn cluster(vars: Vars, access: &ClusterAccess) -> ClusterChoice {
+    if let Some(path) = vars.get(ENV_CLUSTER_STATE_FILE) {
+        return ClusterChoice::Snapshot(PathBuf::from(path));
+    }
+    let in_reach = matches!(access, ClusterAccess::Eks(_))
+        || vars.is_set(ENV_KUBECONFIG)
+        || vars.is_set(ENV_KUBERNETES_SERVICE_HOST);
+    if in_reach {
+        ClusterChoice::Live(access.clone())
+    } else {
+        ClusterChoice::None
+    }
+}
+
+/// The executor's settings: its defaults, with [`ENV_EVICTION_PARALLELISM`] and the Events'
+/// reporting instance (the Lambda function's name, else the host name, else `forewarn`; at most
+/// 128 characters).
+fn executor(vars: Vars) -> Result<ExecutorSettings, ConfigError> {
+    let defaults = ExecutorSettings::default();
+    let parallelism = vars.parse(ENV_EVICTION_PARALLELISM, |v| {
+        v.parse::<usize>()
+            .ok()
+            .filter(|n| (1..=100).contains(n))
+            .ok_or(Invalid {
+                expected: "a number of evictions from 1 to 100",
+            })
+    })?;
+    let reporting_instance = [ENV_LAMBDA_FUNCTION_NAME, ENV_HOSTNAME]
+        .iter()
+        .find_map(|name| vars.get(name))
+        .map(|v| v.chars().take(128).collect());
+    Ok(ExecutorSettings {
+        eviction_parallelism: parallelism.unwrap_or(defaults.eviction_parallelism),
+        reporting_instance: reporting_instance.unwrap_or(defaults.reporting_instance.clone()),
+        ..defaults
+    })
+}
+
+/// The client-side rate limit [`ENV_KUBE_QPS`] and [`ENV_KUBE_BURST`] set: `None` when no QPS
+/// is set (or it is 0); the burst is the QPS rounded up unless set.
+fn kube_rate_limit(vars: Vars) -> Result<Option<(f64, u32)>, ConfigError> {
+    let qps = vars.parse(ENV_KUBE_QPS, |v| {
+        v.parse::<f64>()
+            .ok()
+            .filter(|q| q.is_finite() && *q >= 0.0 && *q <= 1e6)
+            .ok_or(Invalid {
+                expected: "a number of requests per second (0 to 1000000; 0: no limit)",
+            })
+    })?;
+    let Some(qps) = qps.filter(|q| *q > 0.0) else {
+        return Ok(None);
+    };
+    let burst = vars.parse(ENV_KUBE_BURST, |v| {
+        v.parse::<u32>().ok().filter(|b| *b >= 1).ok_or(Invalid {
+            expected: "a positive whole number of requests",
+        })
+    })?;
+    Ok(Some((qps, burst.unwrap_or(qps.ceil().max(1.0) as u32))))
 }
 
 #[cfg(test)]
@@ -292,8 +399,18 @@ mod tests {
         let s = settings(&[]).unwrap();
         assert_eq!(s.config, Config::default());
         assert_eq!(s.mode, Mode::Act);
-        assert_eq!(s.store, StoreChoice::Embedded { dir: None });
+        assert_eq!(
+            s.store,
+            StoreChoice::Embedded {
+                dir: PathBuf::from(".forewarn")
+            }
+        );
         assert_eq!(s.cluster, ClusterChoice::None);
+        assert_eq!(s.cluster_access, ClusterAccess::Kubeconfig);
+        assert_eq!(s.executor.reporting_instance, "forewarn");
+        assert_eq!(s.aws, AwsSettings::default());
+        assert_eq!(s.lambda_function, None);
+        assert_eq!(s.rust_log, None);
         assert_eq!(s.instances, InstanceChoice::Ec2);
         assert_eq!(s.kube_rate_limit, None);
         assert_eq!(s.webhook, None);
@@ -327,6 +444,9 @@ mod tests {
             ("FOREWARN_PRIORITIES", "false"),
             ("FOREWARN_PRIORITY_HOT_SHARE", "50%"),
             ("FOREWARN_PRIORITY_TAKE_OVER", "true"),
+            ("AWS_LAMBDA_FUNCTION_NAME", "forewarn-handler"),
+            ("AWS_MAX_ATTEMPTS", "9"),
+            ("RUST_LOG", "warn"),
         ])
         .unwrap();
         assert_eq!(s.config.cluster_name.as_deref(), Some("demo"));
@@ -357,6 +477,205 @@ mod tests {
         assert!(!s.priorities_enabled);
         assert_eq!(s.priorities.hot_share, HotShare::parse("0.5").unwrap());
         assert!(s.priorities.take_over);
+        assert_eq!(s.lambda_function.as_deref(), Some("forewarn-handler"));
+        assert_eq!(s.executor.reporting_instance, "forewarn-handler");
+        assert!(s.aws.max_attempts_set);
+        assert_eq!(s.rust_log.as_deref(), Some("warn"));
+    }
+
+    /// Every boolean takes the same words, in any case; a blank one is unset (its default).
+    #[test]
+    fn every_boolean_takes_the_same_words() {
+        let http = "http://hooks.example.com/x";
+        let read = |name: &str, value: &str| {
+            let s = if name == "FOREWARN_WEBHOOK_ALLOW_HTTP" {
+                settings(&[(name, value), ("FOREWARN_WEBHOOK_URL", http)])?
+            } else {
+                settings(&[(name, value)])?
+            };
+            Ok::<bool, ConfigError>(match name {
+                "FOREWARN_DRY_RUN" => s.mode == Mode::DryRun,
+                "FOREWARN_PRIORITIES" => s.priorities_enabled,
+                "FOREWARN_PRIORITY_TAKE_OVER" => s.priorities.take_over,
+                "FOREWARN_EXCLUDE_FROM_LB" => s.config.exclude_from_load_balancers,
+                "FOREWARN_COMPLETE_LIFECYCLE_ACTION" => s.config.complete_lifecycle_action,
+                "FOREWARN_WEBHOOK_ALLOW_HTTP" => s.webhook.is_some(),
+                other => panic!("{other}"),
+            })
+        };
+        let booleans = [
+            ("FOREWARN_DRY_RUN", false),
+            ("FOREWARN_PRIORITIES", true),
+            ("FOREWARN_PRIORITY_TAKE_OVER", false),
+            ("FOREWARN_EXCLUDE_FROM_LB", true),
+            ("FOREWARN_COMPLETE_LIFECYCLE_ACTION", true),
+        ];
+        for (name, default) in booleans {
+            for word in ["true", "1", "yes", "on", "TRUE", "Yes", " On "] {
+                assert_eq!(read(name, word), Ok(true), "{name}={word}");
+            }
+            for word in ["false", "0", "no", "off", "False", "NO", "oFF"] {
+                assert_eq!(read(name, word), Ok(false), "{name}={word}");
+            }
+            for blank in ["", "  "] {
+                assert_eq!(read(name, blank), Ok(default), "{name}={blank:?}");
+            }
+            let e = read(name, "sometimes").unwrap_err();
+            assert_eq!((e.variable.as_str(), e.value.as_str()), (name, "sometimes"));
+            assert_eq!(
+                e.message,
+                "`sometimes` is not a boolean (true or false, 1 or 0, yes or no, on or off)"
+            );
+        }
+        // An http:// webhook URL is taken only when allowed.
+        for word in ["yes", "ON", "1"] {
+            assert_eq!(
+                read("FOREWARN_WEBHOOK_ALLOW_HTTP", word),
+                Ok(true),
+                "{word}"
+            );
+        }
+        for word in ["no", "off", "", " "] {
+            let e = read("FOREWARN_WEBHOOK_ALLOW_HTTP", word).unwrap_err();
+            assert_eq!(e.variable, "FOREWARN_WEBHOOK_URL", "{word}");
+        }
+    }
+
+    /// A variable set blank is unset: every setting keeps its default (but the two lists of
+    /// event kinds, for which a blank value names no kind).
+    #[test]
+    fn blank_is_unset_everywhere() {
+        let lists = ["FOREWARN_DELETE_OWNED_ON", "FOREWARN_UNAVAILABLE_KINDS"];
+        let names: Vec<&str> = Settings::variables()
+            .into_iter()
+            .chain(PLATFORM_VARIABLES.iter().copied())
+            .filter(|v| !lists.contains(v))
+            .collect();
+        for blank in ["", " ", "\t "] {
+            let vars: Vec<(&str, &str)> = names.iter().map(|n| (*n, blank)).collect();
+            let s = settings(&vars).unwrap();
+            let d = settings(&[]).unwrap();
+            assert_eq!(s.config, d.config);
+            assert_eq!(s.mode, d.mode);
+            assert_eq!(s.store, d.store);
+            assert_eq!(s.instances, d.instances);
+            assert_eq!(s.cluster, d.cluster);
+            assert_eq!(s.cluster_access, d.cluster_access);
+            assert_eq!(s.kube_rate_limit, d.kube_rate_limit);
+            assert_eq!(s.webhook, d.webhook);
+            assert_eq!(s.concurrency, d.concurrency);
+            assert_eq!(s.safety_margin, d.safety_margin);
+            assert_eq!(s.log_filter, d.log_filter);
+            assert_eq!(s.rust_log, d.rust_log);
+            assert_eq!(s.priorities_enabled, d.priorities_enabled);
+            assert_eq!(s.priorities, d.priorities);
+            assert_eq!(s.drain_pass_interval, d.drain_pass_interval);
+            assert_eq!(s.aws, d.aws);
+            assert_eq!(s.lambda_function, d.lambda_function);
+            assert_eq!(
+                s.executor.eviction_parallelism,
+                d.executor.eviction_parallelism
+            );
+            assert_eq!(s.executor.reporting_instance, d.executor.reporting_instance);
+        }
+        let none = settings(&[(lists[0], ""), (lists[1], " ")]).unwrap();
+        assert!(none.config.delete_owned_on.is_empty());
+        assert!(none.config.unavailable_kinds.is_empty());
+    }
+
+    #[test]
+    fn state_dir_precedence() {
+        let all = [
+            ("FOREWARN_STATE_DIR", "/explicit"),
+            ("XDG_STATE_HOME", "/xdg"),
+            ("HOME", "/home/u"),
+        ];
+        let dir = |vars: &[(&str, &str)]| settings(vars).unwrap().state_dir;
+        assert_eq!(dir(&all), PathBuf::from("/explicit"));
+        assert_eq!(dir(&all[1..]), PathBuf::from("/xdg/forewarn"));
+        assert_eq!(
+            dir(&[("XDG_STATE_HOME", "relative"), ("HOME", "/home/u")]),
+            PathBuf::from("/home/u/.local/state/forewarn")
+        );
+        assert_eq!(
+            dir(&[("FOREWARN_STATE_DIR", " "), ("HOME", "/home/u")]),
+            PathBuf::from("/home/u/.local/state/forewarn")
+        );
+        assert_eq!(dir(&[]), PathBuf::from(".forewarn"));
+        // The table wins; the folder is still known (the command's --state-dir default).
+        let s = settings(&[("FOREWARN_TABLE", "pools"), ("HOME", "/home/u")]).unwrap();
+        assert_eq!(
+            s.store,
+            StoreChoice::Dynamo {
+                table: "pools".into()
+            }
+        );
+        assert_eq!(s.state_dir, PathBuf::from("/home/u/.local/state/forewarn"));
+    }
+
+    #[test]
+    fn access_from_the_environment() {
+        let access = |vars: &[(&str, &str)]| settings(vars).unwrap().cluster_access;
+        assert_eq!(access(&[]), ClusterAccess::Kubeconfig);
+        assert_eq!(
+            access(&[("FOREWARN_EKS_CLUSTER", " ")]),
+            ClusterAccess::Kubeconfig
+        );
+        assert_eq!(
+            access(&[
+                ("FOREWARN_EKS_CLUSTER", "demo"),
+                ("FOREWARN_CLUSTER_ENDPOINT", "https://x.eks.amazonaws.com"),
+            ]),
+            ClusterAccess::Eks(EksAccess {
+                cluster: "demo".into(),
+                endpoint: Some("https://x.eks.amazonaws.com".into()),
+                ca_base64: None,
+                region: None,
+            })
+        );
+    }
+
+    #[test]
+    fn rate_limit_from_the_environment() {
+        let limit = |qps: &str, burst: &str| {
+            settings(&[("FOREWARN_KUBE_QPS", qps), ("FOREWARN_KUBE_BURST", burst)])
+                .map(|s| s.kube_rate_limit)
+        };
+        assert_eq!(limit("", "10"), Ok(None));
+        assert_eq!(limit(" ", ""), Ok(None));
+        assert_eq!(limit("0", ""), Ok(None));
+        assert_eq!(limit("2.5", ""), Ok(Some((2.5, 3))));
+        assert_eq!(limit("200", "20"), Ok(Some((200.0, 20))));
+        for (qps, burst, variable) in [
+            ("fast", "", "FOREWARN_KUBE_QPS"),
+            ("-1", "", "FOREWARN_KUBE_QPS"),
+            ("NaN", "", "FOREWARN_KUBE_QPS"),
+            ("5", "0", "FOREWARN_KUBE_BURST"),
+        ] {
+            let e = limit(qps, burst).unwrap_err();
+            assert_eq!(e.variable, variable, "{e}");
+        }
+    }
+
+    #[test]
+    fn executor_settings_from_the_environment() {
+        let s = settings(&[
+            ("FOREWARN_EVICTION_PARALLELISM", "3"),
+            ("HOSTNAME", "laptop"),
+        ])
+        .unwrap();
+        assert_eq!(s.executor.eviction_parallelism, 3);
+        assert_eq!(s.executor.reporting_instance, "laptop");
+        let e = settings(&[("FOREWARN_EVICTION_PARALLELISM", "0")]).unwrap_err();
+        assert_eq!(e.variable, ENV_EVICTION_PARALLELISM);
+        assert_eq!(
+            e.to_string(),
+            "configuration FOREWARN_EVICTION_PARALLELISM=\"0\": not a number of evictions from 1 \
+             to 100"
+        );
+        let long = "f".repeat(200);
+        let s = settings(&[("AWS_LAMBDA_FUNCTION_NAME", &long), ("HOSTNAME", "h")]).unwrap();
+        assert_eq!(s.executor.reporting_instance, "f".repeat(128));
     }
 
     #[test]
@@ -404,8 +723,9 @@ mod tests {
             ("FOREWARN_WEBHOOK_ALLOW_HTTP", "maybe"),
             ("FOREWARN_POOL_TTL", "forever"),
             ("FOREWARN_PRIORITY_HOT_SHARE", "0"),
-            ("FOREWARN_PRIORITY_TAKE_OVER", "yes"),
-            ("FOREWARN_PRIORITIES", "on"),
+            ("FOREWARN_PRIORITY_TAKE_OVER", "yes please"),
+            ("FOREWARN_PRIORITIES", "sometimes"),
+            ("FOREWARN_EXCLUDE_FROM_LB", "y"),
             ("FOREWARN_DRAIN_PASS_INTERVAL", "0s"),
             ("FOREWARN_DRAIN_PASS_INTERVAL", "20m"),
         ] {
@@ -459,5 +779,9 @@ mod tests {
             .map(str::to_string)
             .collect();
         assert_eq!(documented, read);
+        // The platform's variables the settings read are named there too.
+        for name in PLATFORM_VARIABLES {
+            assert!(section[..end].contains(&format!("`{name}`")), "{name}");
+        }
     }
 }

@@ -1,34 +1,46 @@
 //! Telemetry in one place: JSON logs through `tracing-subscriber` for the Lambda functions.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use tracing_subscriber::EnvFilter;
+
+use crate::app::settings::Settings;
 
 use crate::domain::config::Action;
 use crate::domain::report::{ActionReport, Outcome, Report};
 use tracing_subscriber::util::SubscriberInitExt;
 
-/// JSON logs on stdout (CloudWatch Logs reads them as structured fields), filtered by `log`
-/// (the settings' `FOREWARN_LOG`), else `RUST_LOG`, else `info`. Safe to call twice: the second
-/// call is a no-op.
-pub fn init_json(log: Option<&str>) {
+/// Whether [`observe`] writes EMF metric documents: set by [`init_json`] from the settings (the
+/// process runs as a Lambda function, or under cargo-lambda's emulator). The tests and the
+/// command line get the logs only.
+static METRICS: AtomicBool = AtomicBool::new(false);
+
+/// JSON logs on stdout (CloudWatch Logs reads them as structured fields), filtered by the
+/// settings' `FOREWARN_LOG`, else `RUST_LOG`, else `info`; and, running as a Lambda function
+/// (`AWS_LAMBDA_FUNCTION_NAME`), the EMF metrics of [`observe`]. Safe to call twice: the second
+/// call's subscriber is a no-op.
+pub fn init_json(settings: &Settings) {
+    METRICS.store(settings.lambda_function.is_some(), Ordering::Relaxed);
     // try_init also routes the `log` records of dependencies (rustls, hyper-rustls) to tracing
-    let _ = json_subscriber(filter(log, "info"), std::io::stdout).try_init();
+    let _ = json_subscriber(filter(settings, "info"), std::io::stdout).try_init();
 }
 
-/// Plain-text logs on stderr (the `forewarn` command), filtered by `log`, else `RUST_LOG`,
-/// else `warn`.
-pub fn init_text(log: Option<&str>) {
+/// Plain-text logs on stderr (the `forewarn` command), filtered by the settings' `FOREWARN_LOG`,
+/// else `RUST_LOG`, else `warn`.
+pub fn init_text(settings: &Settings) {
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter(log, "warn"))
+        .with_env_filter(filter(settings, "warn"))
         .with_writer(std::io::stderr)
         .try_init();
 }
 
-/// The filter `log` names (`tracing` env-filter syntax), else `RUST_LOG`'s, else `default`. A
-/// filter that does not parse falls back the same way, with a line on stderr.
-fn filter(log: Option<&str>, default: &str) -> EnvFilter {
-    if let Some(log) = log {
+/// The filter the settings' `FOREWARN_LOG` names (`tracing` env-filter syntax), else their
+/// `RUST_LOG`, else `default`. A filter that does not parse falls back the same way, with a line
+/// on stderr.
+fn filter(settings: &Settings, default: &str) -> EnvFilter {
+    if let Some(log) = settings.log_filter.as_deref() {
         match EnvFilter::try_new(log) {
             Ok(filter) => return filter,
             Err(e) => {
@@ -36,7 +48,11 @@ fn filter(log: Option<&str>, default: &str) -> EnvFilter {
             }
         }
     }
-    EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default))
+    settings
+        .rust_log
+        .as_deref()
+        .and_then(|log| EnvFilter::try_new(log).ok())
+        .unwrap_or_else(|| EnvFilter::new(default))
 }
 
 /// The subscriber of [`init_json`], writing to `writer`: one JSON object per line, the event's
@@ -64,7 +80,7 @@ where
 /// its EMF metric documents; the tests and the command line get the logs only.
 /// `done` is when the work was over (the metrics' latencies end there).
 pub fn observe(reports: &[Report], done: DateTime<Utc>) {
-    let metrics = std::env::var_os("AWS_LAMBDA_FUNCTION_NAME").is_some();
+    let metrics = METRICS.load(Ordering::Relaxed);
     for report in reports {
         log_report(report);
         if metrics {

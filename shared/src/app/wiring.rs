@@ -6,11 +6,11 @@
 use std::sync::Arc;
 
 use crate::adapters::autoscaling::{AsgLifecycle, AsgNodeGroups};
-use crate::adapters::aws;
+use crate::adapters::aws::{self, AwsSettings};
 use crate::adapters::clock::SystemClock;
 use crate::adapters::dynamo::DynamoStore;
 use crate::adapters::ec2::Ec2Directory;
-use crate::adapters::embedded::{EmbeddedStore, default_state_dir};
+use crate::adapters::embedded::EmbeddedStore;
 use crate::adapters::kube::{
     ClusterAccess, ClusterClient, ConnectError, KubeExecutor, KubeExpander, KubeNodeDirectory,
     KubeWorkloads, connect, connect_eks,
@@ -88,11 +88,18 @@ pub async fn services_with_clock(
         || settings.instances == InstanceChoice::Ec2
         || matches!(settings.cluster, ClusterChoice::Live(_));
     let sdk = if needs_aws {
-        Some(aws::load().await)
+        Some(aws::load(settings.aws).await)
     } else {
         None
     };
-    let store = store(&settings.store, settings.mode, sdk.as_ref(), clock.clone()).await?;
+    let store = store(
+        &settings.store,
+        settings.mode,
+        sdk.as_ref(),
+        settings.aws,
+        clock.clone(),
+    )
+    .await?;
     let instances: Arc<dyn InstanceDirectory> = match (&settings.instances, &sdk) {
         (InstanceChoice::File(path), _) => Arc::new(SnapshotInstances(load_instances(path)?)),
         (InstanceChoice::Ec2, Some(sdk)) => Arc::new(Ec2Directory::from_conf(sdk)),
@@ -109,7 +116,7 @@ pub async fn services_with_clock(
                 }
                 let clients = match access {
                     ClusterAccess::Eks(eks) => connect_eks(eks, sdk).await,
-                    ClusterAccess::Kubeconfig => connect(access).await,
+                    ClusterAccess::Kubeconfig => connect(access, settings.aws).await,
                 }
                 .map_err(SetupError::Cluster)?
                 .with_clock(clock.clone());
@@ -176,25 +183,23 @@ pub async fn services_with_clock(
 }
 
 /// The pool store `choice` names, read only in [`Mode::DryRun`]. `sdk` is the AWS
-/// configuration for DynamoDB (loaded here when not given).
+/// configuration for DynamoDB (loaded here with `aws` when not given).
 pub async fn store(
     choice: &StoreChoice,
     mode: Mode,
     sdk: Option<&aws_config::SdkConfig>,
+    aws: AwsSettings,
     clock: Arc<dyn Clock>,
 ) -> Result<Arc<dyn PoolStore>, SetupError> {
     let store: Arc<dyn PoolStore> = match choice {
         StoreChoice::Dynamo { table } => {
             let client = match sdk {
                 Some(sdk) => aws_sdk_dynamodb::Client::new(sdk),
-                None => aws_sdk_dynamodb::Client::new(&aws::load().await),
+                None => aws_sdk_dynamodb::Client::new(&aws::load(aws).await),
             };
             Arc::new(DynamoStore::new(client, table.clone()).with_clock(clock))
         }
-        StoreChoice::Embedded { dir } => {
-            let dir = dir.clone().unwrap_or_else(default_state_dir);
-            Arc::new(EmbeddedStore::open(&dir)?.with_clock(clock))
-        }
+        StoreChoice::Embedded { dir } => Arc::new(EmbeddedStore::open(dir)?.with_clock(clock)),
     };
     Ok(if mode.writes_store() {
         store
@@ -203,16 +208,18 @@ pub async fn store(
     })
 }
 
-/// Where `forewarn audit` reads the workloads: a capture, or the live cluster (read only).
+/// Where `forewarn audit` reads the workloads: a capture, or the live cluster (read only; for
+/// EKS the AWS configuration is loaded with `aws`).
 pub async fn workload_source(
     choice: &ClusterChoice,
+    aws: AwsSettings,
 ) -> Result<Arc<dyn WorkloadSource>, SetupError> {
     Ok(match choice {
         ClusterChoice::Snapshot(path) => Arc::new(SnapshotWorkloads(load_workloads(path)?)),
         ClusterChoice::Live(access) => {
             let clients = match access {
-                ClusterAccess::Eks(eks) => connect_eks(eks, &aws::load().await).await,
-                ClusterAccess::Kubeconfig => connect(access).await,
+                ClusterAccess::Eks(eks) => connect_eks(eks, &aws::load(aws).await).await,
+                ClusterAccess::Kubeconfig => connect(access, aws).await,
             }
             .map_err(SetupError::Cluster)?;
             Arc::new(KubeWorkloads::new(clients))
@@ -231,16 +238,17 @@ pub enum GroupsChoice {
 }
 
 /// The node group source `choice` names; `sdk` is the AWS configuration for Auto Scaling
-/// (loaded here when not given).
+/// (loaded here with `aws` when not given).
 pub async fn node_groups(
     choice: &GroupsChoice,
     sdk: Option<&aws_config::SdkConfig>,
+    aws: AwsSettings,
 ) -> Result<Arc<dyn NodeGroupSource>, SetupError> {
     Ok(match choice {
         GroupsChoice::File(path) => Arc::new(load_groups(path)?),
         GroupsChoice::AutoScaling => match sdk {
             Some(sdk) => Arc::new(AsgNodeGroups::new(sdk)),
-            None => Arc::new(AsgNodeGroups::new(&aws::load().await)),
+            None => Arc::new(AsgNodeGroups::new(&aws::load(aws).await)),
         },
     })
 }
@@ -280,7 +288,7 @@ impl Sweeper {
         let mut services = services(settings).await?;
         let leaving = match services.leaving {
             Some(leaving) => leaving,
-            None => Arc::new(Ec2Directory::from_conf(&aws::load().await)),
+            None => Arc::new(Ec2Directory::from_conf(&aws::load(settings.aws).await)),
         };
         let region = services.region.take();
         let priorities = match (

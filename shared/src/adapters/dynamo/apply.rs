@@ -17,7 +17,7 @@ use super::{DynamoStore, MAX_CONFLICTS, MAX_KNOWN_POOLS, backoff};
 use crate::domain::fold::{PoolDelta, pool_deltas, validate};
 use crate::domain::pool::{Applied, PoolUpdate, counter_name};
 use crate::domain::stats::HistoryEntry;
-use crate::ports::StoreError;
+use crate::ports::{FailureKind, StoreError};
 
 impl DynamoStore {
     /// Applies one event's update (see the module's documentation).
@@ -62,12 +62,7 @@ impl DynamoStore {
                     tokio::time::sleep(backoff(conflicts)).await;
                     continue;
                 }
-                _ => {
-                    return Err(self.err(
-                        format_args!("applying event {id}"),
-                        DisplayErrorContext(error),
-                    ));
-                }
+                _ => return Err(self.sdk_err(format_args!("applying event {id}"), error)),
             };
             match self
                 .cancelled(id, &keys, &deltas, &pks, &reasons, &error)
@@ -85,6 +80,7 @@ impl DynamoStore {
             }
         }
         Err(self.err(
+            FailureKind::Contention,
             format_args!("applying event {id}"),
             format_args!(
                 "gave up after {conflicts} transactions cancelled by conflicts with concurrent \
@@ -186,6 +182,7 @@ impl DynamoStore {
             .build()
             .map_err(|e| {
                 self.err(
+                    FailureKind::Invalid,
                     format_args!("building the update of pool {}", delta.pool),
                     e,
                 )
@@ -223,7 +220,7 @@ impl DynamoStore {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| self.err(format_args!("reading item {pk}"), DisplayErrorContext(e)))?;
+            .map_err(|e| self.sdk_err(format_args!("reading item {pk}"), e))?;
         Ok(out.item)
     }
 }
@@ -248,6 +245,7 @@ impl DynamoStore {
         let id = &update.event_id;
         if deltas.len() + keys.len() + update.marks.len() > 100 {
             return Err(self.err(
+                FailureKind::Invalid,
                 format_args!("applying event {id}"),
                 format_args!(
                     "it marks {} pools ({} marks) with {} ledger keys, but one transaction holds \
@@ -258,7 +256,8 @@ impl DynamoStore {
                 ),
             ));
         }
-        validate(update).map_err(|m| self.err(format_args!("applying event {id}"), m))
+        validate(update)
+            .map_err(|m| self.err(FailureKind::Invalid, format_args!("applying event {id}"), m))
     }
 
     /// The items of one attempt: the ledger entries, then each pool's update with this store's
@@ -309,7 +308,7 @@ impl DynamoStore {
         }
         let put = put
             .build()
-            .map_err(|e| self.err("building a history put", e))?;
+            .map_err(|e| self.err(FailureKind::Invalid, "building a history put", e))?;
         Ok(TransactWriteItem::builder().put(put).build())
     }
 
@@ -348,6 +347,7 @@ impl DynamoStore {
                 c if retryable(c) => conflict = true,
                 c => {
                     return Err(self.err(
+                        refused(c),
                         format_args!("applying event {id}"),
                         format_args!(
                             "the ledger put of {key} was refused: {c}: {}",
@@ -376,6 +376,7 @@ impl DynamoStore {
                 c if retryable(c) => conflict = true,
                 c => {
                     return Err(self.err(
+                        refused(c),
                         format_args!("applying event {id}"),
                         format_args!(
                             "the update of pool {} was refused: {c}: {}",
@@ -388,6 +389,7 @@ impl DynamoStore {
         }
         if !conflict && lost == 0 {
             return Err(self.err(
+                FailureKind::Unknown,
                 format_args!("applying event {id}"),
                 format_args!(
                     "the transaction was cancelled without a reason to retry it: {}",
@@ -397,6 +399,12 @@ impl DynamoStore {
         }
         Ok(Cancelled::Again { conflict, lost })
     }
+}
+
+/// The kind of a cancellation code not worth another transaction (`ValidationError`,
+/// `ItemCollectionSizeLimitExceeded`, ...): what its code says, else invalid.
+fn refused(code: &str) -> FailureKind {
+    crate::adapters::aws::kind_of_code(code).unwrap_or(FailureKind::Invalid)
 }
 
 /// Cancellation codes worth another transaction after a pause.

@@ -1,6 +1,5 @@
 //! The history items of a period: an operator's report.
 
-use aws_sdk_dynamodb::error::DisplayErrorContext;
 use chrono::{DateTime, Utc};
 
 use super::DynamoStore;
@@ -41,7 +40,7 @@ impl DynamoStore {
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
-                .map_err(|err| self.err("scanning the history", DisplayErrorContext(err)))?;
+                .map_err(|err| self.sdk_err("scanning the history", err))?;
             for item in out.items.unwrap_or_default() {
                 let entry = decode_history(&item)?;
                 if entry.in_period(since, now) {

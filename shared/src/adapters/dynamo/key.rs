@@ -1,12 +1,11 @@
 //! The continuation key: one item of the table, created by the first process that needs it.
 
-use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::DynamoStore;
 use super::codec::*;
 use crate::domain::continuation::ContinuationKey;
-use crate::ports::StoreError;
+use crate::ports::{FailureKind, StoreError};
 
 impl DynamoStore {
     /// The continuation key item (`pk = KEY#continuation`, `sk = KEY`, the 32 bytes in `secret`),
@@ -21,7 +20,7 @@ impl DynamoStore {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| self.err("reading the continuation key", DisplayErrorContext(e)))?;
+            .map_err(|e| self.sdk_err("reading the continuation key", e))?;
         let Some(item) = out.item() else {
             return Ok(None);
         };
@@ -79,12 +78,13 @@ impl DynamoStore {
                 // Another process created it first: use that one.
                 self.read_continuation_key().await?.ok_or_else(|| {
                     self.err(
+                        FailureKind::Unknown,
                         "reading the continuation key",
                         "gone right after it was created",
                     )
                 })
             }
-            Err(e) => Err(self.err("creating the continuation key", DisplayErrorContext(e))),
+            Err(e) => Err(self.sdk_err("creating the continuation key", e)),
         }
     }
 }

@@ -2,13 +2,12 @@
 
 use std::collections::{HashMap, HashSet};
 
-use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::{KeysAndAttributes, Put, TransactWriteItem};
 
 use super::codec::*;
 use super::{DynamoStore, MAX_BATCH_ROUNDS, backoff};
 use crate::domain::pool::PoolUpdate;
-use crate::ports::StoreError;
+use crate::ports::{FailureKind, StoreError};
 
 impl DynamoStore {
     /// The event ids among `event_ids` whose ledger item is there and has not expired.
@@ -43,12 +42,13 @@ impl DynamoStore {
                     .expression_attribute_names("#pk", PK)
                     .expression_attribute_names("#exp", EXPIRES_AT)
                     .build()
-                    .map_err(|e| self.err("building a ledger read", e))?,
+                    .map_err(|e| self.err(FailureKind::Invalid, "building a ledger read", e))?,
             );
             let mut round = 0;
             while let Some(keys) = request.take() {
                 if round == MAX_BATCH_ROUNDS {
                     return Err(self.err(
+                        FailureKind::Throttled,
                         "reading the ledger",
                         format_args!("keys still unprocessed after {MAX_BATCH_ROUNDS} rounds"),
                     ));
@@ -63,7 +63,7 @@ impl DynamoStore {
                     .request_items(&self.table, keys)
                     .send()
                     .await
-                    .map_err(|e| self.err("reading the ledger", DisplayErrorContext(e)))?;
+                    .map_err(|e| self.sdk_err("reading the ledger", e))?;
                 let items = out
                     .responses
                     .and_then(|mut r| r.remove(&self.table))
@@ -109,7 +109,7 @@ impl DynamoStore {
             .expression_attribute_names("#exp", EXPIRES_AT)
             .expression_attribute_values(":now", n(recorded))
             .build()
-            .map_err(|e| self.err("building the ledger put", e))?;
+            .map_err(|e| self.err(FailureKind::Invalid, "building the ledger put", e))?;
         Ok(TransactWriteItem::builder().put(put).build())
     }
 }

@@ -44,6 +44,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::http::HttpResponse;
+use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use chrono::{DateTime, Utc};
 
 mod apply;
@@ -61,10 +63,11 @@ pub use codec::{EVENT_SK, POOL_SK, event_pk, pool_pk};
 use expr::Known;
 pub use token::request_token;
 
+use crate::adapters::aws::failure_kind;
 use crate::domain::continuation::ContinuationKey;
 use crate::domain::pool::{Applied, PoolQuery, PoolRecord, PoolUpdate, Retention};
 use crate::domain::stats::HistoryEntry;
-use crate::ports::{PoolStore, StoreError};
+use crate::ports::{FailureKind, PoolStore, StoreError};
 
 /// Index of the pools ever marked unavailable: partition `sk` (= `POOL`), sort `unavailable_until`.
 pub const INDEX_UNAVAILABLE: &str = "unavailable";
@@ -127,14 +130,6 @@ impl DynamoStore {
         self
     }
 
-    /// A store on `table` with the standard AWS configuration (environment, profile, instance or
-    /// task role; `AWS_ENDPOINT_URL_DYNAMODB` or `AWS_ENDPOINT_URL` for another endpoint), and
-    /// [`DEFAULT_MAX_ATTEMPTS`](crate::adapters::aws::DEFAULT_MAX_ATTEMPTS) attempts per request
-    /// unless configured otherwise (see [`crate::adapters::aws::default_retries`]).
-    pub async fn from_env(table: impl Into<String>) -> DynamoStore {
-        DynamoStore::new(Client::new(&crate::adapters::aws::load().await), table)
-    }
-
     /// The store with another retention (default: [`Retention::default`]).
     pub fn with_retention(mut self, retention: Retention) -> DynamoStore {
         self.retention = retention;
@@ -153,11 +148,21 @@ impl DynamoStore {
         &self.client
     }
 
-    fn err(&self, what: impl Display, error: impl Display) -> StoreError {
+    /// An error of `kind` while doing `what`.
+    fn err(&self, kind: FailureKind, what: impl Display, error: impl Display) -> StoreError {
         StoreError::Backend {
             location: self.location(),
             message: format!("{what}: {error}"),
+            kind,
         }
+    }
+
+    /// A DynamoDB call that failed while doing `what`, with the kind its answer says.
+    fn sdk_err<E>(&self, what: impl Display, error: SdkError<E, HttpResponse>) -> StoreError
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        self.err(failure_kind(&error), what, DisplayErrorContext(error))
     }
 
     fn known(&self) -> std::sync::MutexGuard<'_, HashMap<String, Known>> {

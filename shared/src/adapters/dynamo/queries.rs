@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 
-use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 
@@ -26,7 +25,7 @@ impl DynamoStore {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| self.err(format_args!("reading pool {key}"), DisplayErrorContext(e)))?;
+            .map_err(|e| self.sdk_err(format_args!("reading pool {key}"), e))?;
         out.item().map(decode_pool).transpose()
     }
 
@@ -120,12 +119,7 @@ impl DynamoStore {
                         .set_exclusive_start_key(start.take())
                         .send()
                         .await
-                        .map_err(|e| {
-                            self.err(
-                                format_args!("querying index {index}"),
-                                DisplayErrorContext(e),
-                            )
-                        })?;
+                        .map_err(|e| self.sdk_err(format_args!("querying index {index}"), e))?;
                     (out.items, out.last_evaluated_key)
                 }
                 Request::Scan { filter, expr } => {
@@ -139,7 +133,7 @@ impl DynamoStore {
                         .set_exclusive_start_key(start.take())
                         .send()
                         .await
-                        .map_err(|e| self.err("scanning the pools", DisplayErrorContext(e)))?;
+                        .map_err(|e| self.sdk_err("scanning the pools", e))?;
                     (out.items, out.last_evaluated_key)
                 }
             };

@@ -17,7 +17,8 @@ use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvid
 use tokio::sync::Mutex;
 
 use super::eks::{TOKEN_CACHE_LIFETIME, TokenError, eks_token};
-use crate::adapters::aws::aws_error_text;
+use crate::adapters::aws::{AwsSettings, aws_error_text, failure_kind};
+use crate::ports::FailureKind;
 
 /// Selects the EKS connection: the cluster's name.
 pub const ENV_EKS_CLUSTER: &str = "FOREWARN_EKS_CLUSTER";
@@ -62,31 +63,6 @@ pub struct EksAccess {
     pub region: Option<String>,
 }
 
-impl ClusterAccess {
-    /// Reads [`ENV_EKS_CLUSTER`], [`ENV_CLUSTER_ENDPOINT`] and [`ENV_CLUSTER_CA`].
-    pub fn from_env() -> ClusterAccess {
-        ClusterAccess::from_lookup(|name| std::env::var(name).ok())
-    }
-
-    /// As [`ClusterAccess::from_env`], through `lookup`.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> ClusterAccess {
-        let get = |name: &str| {
-            lookup(name)
-                .map(|v| v.trim().to_string())
-                .filter(|v| !v.is_empty())
-        };
-        match get(ENV_EKS_CLUSTER) {
-            None => ClusterAccess::Kubeconfig,
-            Some(cluster) => ClusterAccess::Eks(EksAccess {
-                cluster,
-                endpoint: get(ENV_CLUSTER_ENDPOINT),
-                ca_base64: get(ENV_CLUSTER_CA),
-                region: None,
-            }),
-        }
-    }
-}
-
 /// A connection that could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
@@ -109,53 +85,11 @@ pub enum ConnectError {
     #[error(transparent)]
     Token(#[from] TokenError),
     #[error("EKS DescribeCluster {cluster}: {message}")]
-    DescribeCluster { cluster: String, message: String },
-    #[error("{variable}={value:?}: {message}")]
-    RateLimit {
-        variable: &'static str,
-        value: String,
-        message: &'static str,
+    DescribeCluster {
+        cluster: String,
+        message: String,
+        kind: FailureKind,
     },
-}
-
-/// The client-side rate limit [`ENV_KUBE_QPS`] and [`ENV_KUBE_BURST`] set, read through
-/// `lookup`: `None` when no QPS is set (or it is 0).
-pub fn rate_limit_from_lookup(
-    lookup: impl Fn(&str) -> Option<String>,
-) -> Result<Option<(f64, u32)>, ConnectError> {
-    let get = |name: &str| {
-        lookup(name)
-            .map(|v| v.trim().to_string())
-            .filter(|v| !v.is_empty())
-    };
-    let Some(qps_text) = get(ENV_KUBE_QPS) else {
-        return Ok(None);
-    };
-    let qps = qps_text
-        .parse::<f64>()
-        .ok()
-        .filter(|q| q.is_finite() && *q >= 0.0 && *q <= 1e6)
-        .ok_or(ConnectError::RateLimit {
-            variable: ENV_KUBE_QPS,
-            value: qps_text.clone(),
-            message: "not a number of requests per second (0 to 1000000; 0: no limit)",
-        })?;
-    if qps == 0.0 {
-        return Ok(None);
-    }
-    let burst = match get(ENV_KUBE_BURST) {
-        None => qps.ceil().max(1.0) as u32,
-        Some(v) => v
-            .parse::<u32>()
-            .ok()
-            .filter(|b| *b >= 1)
-            .ok_or(ConnectError::RateLimit {
-                variable: ENV_KUBE_BURST,
-                value: v.clone(),
-                message: "not a positive whole number of requests",
-            })?,
-    };
-    Ok(Some((qps, burst)))
 }
 
 /// A source of `kube::Client`s: one fixed client, or (EKS) a client whose token is made anew
@@ -331,17 +265,21 @@ impl EksClients {
 }
 
 /// Connects as `access` says. For EKS the AWS configuration (region, credentials) is loaded
-/// from the environment, as the SDK does. The process's client-side rate limit is set apart
-/// ([`ClusterClient::set_rate_limit`]; the wiring does it from the settings).
+/// from the environment, as the SDK does, with `aws` (the settings'). The process's client-side
+/// rate limit is set apart ([`ClusterClient::set_rate_limit`]; the wiring does it from the
+/// settings).
 #[tracing::instrument(skip_all, err)]
-pub async fn connect(access: &ClusterAccess) -> Result<ClusterClient, ConnectError> {
+pub async fn connect(
+    access: &ClusterAccess,
+    aws: AwsSettings,
+) -> Result<ClusterClient, ConnectError> {
     match access {
         ClusterAccess::Kubeconfig => {
             let mut config = ::kube::Config::infer().await?;
             tune(&mut config);
             ClusterClient::from_config(config)
         }
-        ClusterAccess::Eks(eks) => connect_eks(eks, &crate::adapters::aws::load().await).await,
+        ClusterAccess::Eks(eks) => connect_eks(eks, &crate::adapters::aws::load(aws).await).await,
     }
 }
 
@@ -373,6 +311,8 @@ pub async fn connect_eks(
     let endpoint = endpoint.ok_or_else(|| ConnectError::DescribeCluster {
         cluster: cluster.clone(),
         message: "the cluster has no endpoint (is it still being created?)".into(),
+        // It may be: the cluster is still being created.
+        kind: FailureKind::Unavailable,
     })?;
     let base = base_config(&cluster, &endpoint, ca.as_deref()).await?;
     Ok(ClusterClient::eks(
@@ -461,6 +401,7 @@ async fn describe_cluster(
         .map_err(|e| ConnectError::DescribeCluster {
             cluster: cluster.to_string(),
             message: aws_error_text(&e),
+            kind: failure_kind(&e),
         })?;
     let found = out.cluster();
     Ok((
@@ -475,55 +416,6 @@ async fn describe_cluster(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn access_from_the_environment() {
-        let none = ClusterAccess::from_lookup(|_| None);
-        assert_eq!(none, ClusterAccess::Kubeconfig);
-        let blank = ClusterAccess::from_lookup(|n| (n == ENV_EKS_CLUSTER).then(|| " ".into()));
-        assert_eq!(blank, ClusterAccess::Kubeconfig);
-        let eks = ClusterAccess::from_lookup(|n| match n {
-            ENV_EKS_CLUSTER => Some("demo".into()),
-            ENV_CLUSTER_ENDPOINT => Some("https://x.eks.amazonaws.com".into()),
-            _ => None,
-        });
-        assert_eq!(
-            eks,
-            ClusterAccess::Eks(EksAccess {
-                cluster: "demo".into(),
-                endpoint: Some("https://x.eks.amazonaws.com".into()),
-                ca_base64: None,
-                region: None,
-            })
-        );
-    }
-
-    #[test]
-    fn rate_limit_from_the_environment() {
-        let env = |qps: Option<&str>, burst: Option<&str>| {
-            let (qps, burst) = (qps.map(str::to_string), burst.map(str::to_string));
-            rate_limit_from_lookup(move |n| match n {
-                ENV_KUBE_QPS => qps.clone(),
-                ENV_KUBE_BURST => burst.clone(),
-                _ => None,
-            })
-        };
-        assert_eq!(env(None, Some("10")).unwrap(), None);
-        assert_eq!(env(Some(" "), None).unwrap(), None);
-        assert_eq!(env(Some("0"), None).unwrap(), None);
-        assert_eq!(env(Some("2.5"), None).unwrap(), Some((2.5, 3)));
-        assert_eq!(env(Some("200"), Some("20")).unwrap(), Some((200.0, 20)));
-        for (qps, burst) in [
-            ("fast", None),
-            ("-1", None),
-            ("NaN", None),
-            ("5", Some("0")),
-        ] {
-            let e = env(Some(qps), burst).unwrap_err();
-            assert!(matches!(e, ConnectError::RateLimit { .. }), "{e}");
-            assert!(e.to_string().starts_with("FOREWARN_KUBE_"), "{e}");
-        }
-    }
 
     #[tokio::test]
     async fn base_config_reads_the_ca_and_turns_kube_retries_off() {

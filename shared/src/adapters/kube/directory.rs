@@ -50,6 +50,7 @@ impl KubeNodeDirectory {
         let client = self.clients.client().await.map_err(|e| DirectoryError {
             service: SERVICE,
             message: e.to_string(),
+            kind: e.kind(),
         })?;
         Ok(Api::all(client))
     }
@@ -77,6 +78,7 @@ fn directory_error(e: ApiError) -> DirectoryError {
     DirectoryError {
         service: SERVICE,
         message: e.to_string(),
+        kind: e.kind(),
     }
 }
 

@@ -3,7 +3,7 @@
 use super::api::ApiError;
 use super::connect::ConnectError;
 use crate::domain::facts::NotItsNode;
-use crate::ports::LifecycleError;
+use crate::ports::{FailureKind, LifecycleError};
 
 /// A Kubernetes action that failed.
 #[derive(Debug, thiserror::Error)]
@@ -18,6 +18,89 @@ pub enum KubeError {
     Conflicts { node: String, attempts: u32 },
     #[error(transparent)]
     Lifecycle(#[from] LifecycleError),
+}
+
+impl KubeError {
+    /// What kind of failure (see [`FailureKind`]): a node that kept changing under the cordon is
+    /// contention.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            KubeError::Api(e) => e.kind(),
+            KubeError::Connect(e) => e.kind(),
+            KubeError::Conflicts { .. } => FailureKind::Contention,
+            KubeError::Lifecycle(e) => e.kind,
+        }
+    }
+
+    /// Trying the action again may succeed (see [`FailureKind::retryable`]).
+    pub fn retryable(&self) -> bool {
+        self.kind().retryable()
+    }
+}
+
+impl ApiError {
+    /// What kind of failure: the API's answer (its HTTP status), else what became of the call
+    /// (a timeout, a connection that failed, an answer that did not read).
+    pub fn kind(&self) -> FailureKind {
+        match self.status {
+            Some(status) => FailureKind::of_status(status),
+            None => transport_kind(&self.source),
+        }
+    }
+}
+
+/// The kind of a call that got no API answer.
+fn transport_kind(e: &::kube::Error) -> FailureKind {
+    use ::kube::Error;
+    match e {
+        Error::HyperError(_) | Error::Service(_) | Error::ReadEvents(_) if timed_out(e) => {
+            FailureKind::Timeout
+        }
+        Error::HyperError(_) | Error::Service(_) | Error::ReadEvents(_) => FailureKind::Connection,
+        Error::SerdeError(_)
+        | Error::FromUtf8(_)
+        | Error::HttpError(_)
+        | Error::BuildRequest(_)
+        | Error::InferConfig(_)
+        | Error::InferKubeconfig(_)
+        | Error::Discovery(_)
+        | Error::TlsRequired
+        | Error::ProxyProtocolUnsupported { .. }
+        | Error::ProxyProtocolDisabled { .. } => FailureKind::Invalid,
+        _ => FailureKind::Unknown,
+    }
+}
+
+/// Whether a timeout is among `e`'s causes (an I/O `TimedOut`, tower's or hyper's "timed out").
+fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        let io_timeout = c
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut);
+        if io_timeout || c.to_string().to_ascii_lowercase().contains("timed out") {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
+impl ConnectError {
+    /// What kind of failure: a configuration that cannot work (no kubeconfig, a bad endpoint
+    /// or CA, no region or credentials provider) is not retried; `DescribeCluster` says its
+    /// own; fetching credentials or signing a token may pass.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            ConnectError::Infer(_)
+            | ConnectError::Endpoint { .. }
+            | ConnectError::Client(_)
+            | ConnectError::NoRegion { .. }
+            | ConnectError::NoCredentials { .. } => FailureKind::Invalid,
+            ConnectError::DescribeCluster { kind, .. } => *kind,
+            ConnectError::Credentials { .. } | ConnectError::Token(_) => FailureKind::Unknown,
+        }
+    }
 }
 
 /// Why an action was refused without any write: what it would act on, as just read, failed its
@@ -69,4 +152,76 @@ pub enum Refusal {
         #[source]
         source: ::kube::core::dynamic::ParseDynamicObjectError,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(code: u16) -> ApiError {
+        let status: ::kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "message": "m", "reason": "r", "code": code
+        }))
+        .unwrap();
+        ApiError::new("get", "node/n", ::kube::Error::Api(Box::new(status)))
+    }
+
+    #[test]
+    fn api_answers_say_whether_to_retry() {
+        for (code, kind) in [
+            (429, FailureKind::Throttled),
+            (500, FailureKind::Unavailable),
+            (503, FailureKind::Unavailable),
+            (504, FailureKind::Timeout),
+            (400, FailureKind::Invalid),
+            (403, FailureKind::Forbidden),
+            (404, FailureKind::NotFound),
+            (409, FailureKind::Conflict),
+        ] {
+            let e = KubeError::from(api(code));
+            assert_eq!(e.kind(), kind, "{code}");
+            assert_eq!(e.retryable(), kind.retryable(), "{code}");
+        }
+        assert!(KubeError::from(api(503)).retryable());
+        assert!(!KubeError::from(api(403)).retryable());
+    }
+
+    #[test]
+    fn failures_without_an_answer() {
+        let unread = ApiError::new(
+            "get",
+            "node/n",
+            ::kube::Error::SerdeError(serde_json::from_str::<u8>("x").unwrap_err()),
+        );
+        assert_eq!(unread.kind(), FailureKind::Invalid);
+        let timed_out = ApiError::new(
+            "get",
+            "node/n",
+            ::kube::Error::Service(Box::new(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "read",
+            ))),
+        );
+        assert_eq!(timed_out.kind(), FailureKind::Timeout);
+        let refused = ApiError::new(
+            "get",
+            "node/n",
+            ::kube::Error::Service(Box::new(std::io::Error::new(
+                std::io::ErrorKind::ConnectionRefused,
+                "refused",
+            ))),
+        );
+        assert_eq!(refused.kind(), FailureKind::Connection);
+        assert!(refused.kind().retryable());
+        let conflicts = KubeError::Conflicts {
+            node: "n".into(),
+            attempts: 5,
+        };
+        assert_eq!(conflicts.kind(), FailureKind::Contention);
+        assert!(conflicts.retryable());
+        let no_region = KubeError::from(ConnectError::NoRegion {
+            cluster: "demo".into(),
+        });
+        assert!(!no_region.retryable());
+    }
 }

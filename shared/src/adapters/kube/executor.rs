@@ -45,7 +45,7 @@ use super::events::{EventType, NodeEvent, record};
 use super::node_facts::node_facts;
 pub use super::outcome::NodeOutcome;
 use super::outcome::results;
-use crate::domain::config::{Action, Config, ConfigError};
+use crate::domain::config::{Action, Config};
 use crate::domain::plan::{NodeAction, Plan, Target};
 use crate::ports::{ActionResult, Clock, ExecuteError, Executor, Pass};
 use crate::ports::{LifecycleCompleter, LifecycleOutcome};
@@ -72,7 +72,8 @@ pub struct ExecutorSettings {
     pub pass_budget: Duration,
     /// Cordon patches tried at most this often on 409 Conflict (default 5).
     pub conflict_attempts: u32,
-    /// `reportingInstance` of the Events: the Lambda function's name or the host name.
+    /// `reportingInstance` of the Events (default `forewarn`; the settings give the Lambda
+    /// function's name or the host name).
     pub reporting_instance: String,
 }
 
@@ -85,39 +86,8 @@ impl Default for ExecutorSettings {
             backoff_max: Duration::from_secs(10),
             pass_budget: Duration::ZERO,
             conflict_attempts: 5,
-            reporting_instance: default_reporting_instance(|n| std::env::var(n).ok()),
+            reporting_instance: "forewarn".to_string(),
         }
-    }
-}
-
-fn default_reporting_instance(lookup: impl Fn(&str) -> Option<String>) -> String {
-    ["AWS_LAMBDA_FUNCTION_NAME", "HOSTNAME"]
-        .iter()
-        .find_map(|n| lookup(n).filter(|v| !v.trim().is_empty()))
-        .map(|v| v.trim().chars().take(128).collect())
-        .unwrap_or_else(|| "forewarn".to_string())
-}
-
-impl ExecutorSettings {
-    /// The defaults, with [`ENV_EVICTION_PARALLELISM`] read through `lookup`.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let mut s = ExecutorSettings {
-            reporting_instance: default_reporting_instance(&lookup),
-            ..ExecutorSettings::default()
-        };
-        if let Some(v) = lookup(ENV_EVICTION_PARALLELISM).filter(|v| !v.trim().is_empty()) {
-            s.eviction_parallelism = v
-                .trim()
-                .parse::<usize>()
-                .ok()
-                .filter(|n| (1..=100).contains(n))
-                .ok_or_else(|| ConfigError {
-                    variable: ENV_EVICTION_PARALLELISM.into(),
-                    value: v.clone(),
-                    message: format!("`{v}` is not a number of evictions from 1 to 100"),
-                })?;
-        }
-        Ok(s)
     }
 }
 
@@ -202,6 +172,7 @@ impl KubeExecutor {
                             Some(n) => format!("node {n}: {e}"),
                             None => e.to_string(),
                         },
+                        kind: e.kind(),
                     }
                 })
             }
@@ -625,32 +596,5 @@ impl KubeExecutor {
 impl Executor for KubeExecutor {
     async fn execute(&self, plan: &Plan, pass: Pass) -> Result<Vec<ActionResult>, ExecuteError> {
         Ok(results(&self.run(plan, pass).await?))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn settings_from_the_environment() {
-        let s = ExecutorSettings::from_lookup(|n| match n {
-            ENV_EVICTION_PARALLELISM => Some("3".into()),
-            "AWS_LAMBDA_FUNCTION_NAME" => Some("forewarn-handler".into()),
-            _ => None,
-        })
-        .unwrap();
-        assert_eq!(s.eviction_parallelism, 3);
-        assert_eq!(s.reporting_instance, "forewarn-handler");
-        let e =
-            ExecutorSettings::from_lookup(|n| (n == ENV_EVICTION_PARALLELISM).then(|| "0".into()))
-                .unwrap_err();
-        assert_eq!(e.variable, ENV_EVICTION_PARALLELISM);
-        assert_eq!(
-            ExecutorSettings::from_lookup(|_| None)
-                .unwrap()
-                .reporting_instance,
-            "forewarn"
-        );
     }
 }

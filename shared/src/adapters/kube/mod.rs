@@ -33,7 +33,6 @@ pub use api::{ApiError, FIELD_MANAGER, OwnRateLimit};
 pub use connect::{
     ClusterAccess, ClusterClient, ConnectError, ENV_CLUSTER_CA, ENV_CLUSTER_ENDPOINT,
     ENV_EKS_CLUSTER, ENV_KUBE_BURST, ENV_KUBE_QPS, EksAccess, connect, connect_eks,
-    rate_limit_from_lookup,
 };
 pub use cordon::{CordonOutcome, CordonSpec, cordon_patch};
 pub use delete::DeleteOutcome;

@@ -39,6 +39,7 @@ impl KubeExpander {
                 verb,
                 object: format!("{NAMESPACE}/{name}"),
                 message: e.to_string(),
+                kind: e.kind(),
             })?;
         Ok(Api::namespaced(client, NAMESPACE))
     }
@@ -54,6 +55,7 @@ fn api_error(e: ApiError) -> ExpanderError {
         ExpanderError::Api {
             verb: e.verb,
             message: e.message(),
+            kind: e.kind(),
             object: e.object,
         }
     }

@@ -15,9 +15,10 @@ use serde::de::DeserializeOwned;
 
 use super::api::with_retry;
 use super::connect::ClusterClient;
+use super::error::KubeError;
 use crate::adapters::workloads::{RawWorkloads, view};
 use crate::domain::audit::ClusterView;
-use crate::ports::{DirectoryError, WorkloadSource};
+use crate::ports::{DirectoryError, FailureKind, WorkloadSource};
 
 const SERVICE: &str = "kubernetes";
 const LIST_PAGE: u32 = 500;
@@ -34,10 +35,13 @@ impl KubeWorkloads {
     }
 }
 
-fn error(message: String) -> DirectoryError {
+/// A call that failed, with its kind.
+fn error(e: impl Into<KubeError>) -> DirectoryError {
+    let e = e.into();
     DirectoryError {
         service: SERVICE,
-        message,
+        message: e.to_string(),
+        kind: e.kind(),
     }
 }
 
@@ -57,7 +61,7 @@ where
     loop {
         let page = with_retry(clients.clock(), "list", what, || api.list(&params))
             .await
-            .map_err(|e| error(e.to_string()))?;
+            .map_err(error)?;
         out.extend(page.items);
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
@@ -70,11 +74,7 @@ where
 impl WorkloadSource for KubeWorkloads {
     #[tracing::instrument(skip_all, err)]
     async fn workloads(&self) -> Result<ClusterView, DirectoryError> {
-        let client = self
-            .clients
-            .client()
-            .await
-            .map_err(|e| error(e.to_string()))?;
+        let client = self.clients.client().await.map_err(error)?;
         let raw = RawWorkloads {
             deployments: list_all::<Deployment>(&self.clients, &client, "deployments").await?,
             stateful_sets: list_all::<StatefulSet>(&self.clients, &client, "statefulsets").await?,
@@ -90,6 +90,10 @@ impl WorkloadSource for KubeWorkloads {
                 .await?,
             nodes: list_all::<Node>(&self.clients, &client, "nodes").await?,
         };
-        view(&raw).map_err(|e| error(e.to_string()))
+        view(&raw).map_err(|e| DirectoryError {
+            service: SERVICE,
+            message: e.to_string(),
+            kind: FailureKind::Invalid,
+        })
     }
 }

@@ -575,6 +575,7 @@ mod tests {
                 return Err(ExecuteError {
                     instance_id: plan.instance_ids[0].clone(),
                     message: "API answered 500".into(),
+                    kind: crate::ports::FailureKind::Unavailable,
                 });
             }
             Ok(vec![ActionResult {
@@ -745,6 +746,7 @@ mod tests {
             Err(DirectoryError {
                 service: "ec2:DescribeInstances",
                 message: "throttled".into(),
+                kind: crate::ports::FailureKind::Throttled,
             })
         }
     }
