@@ -114,7 +114,10 @@ pub enum FailureKind {
     /// The request was refused as invalid (HTTP 400, 422; a validation error), could not be
     /// built, or what was read is malformed.
     Invalid,
-    /// Not allowed (HTTP 401, 403; access denied, bad credentials).
+    /// The credentials were refused as expired or missing (HTTP 401, an expired token): the
+    /// next call signs with credentials (and an EKS token) made anew.
+    Unauthenticated,
+    /// Not allowed (HTTP 403; access denied, credentials that are not valid).
     Forbidden,
     /// What the call names does not exist (HTTP 404, 410).
     NotFound,
@@ -127,7 +130,8 @@ pub enum FailureKind {
 
 impl FailureKind {
     /// Whether the same call, tried again later, may succeed: true for throttling, timeouts,
-    /// 5xx, connection failures and contention, and — as every failure was retried before kinds
+    /// 5xx, connection failures, contention and expired credentials (made anew for the next
+    /// call), and — as every failure was retried before kinds
     /// were known — for an unknown failure; false for validation, forbidden, not found and
     /// conditional-check failures, which the same call meets again.
     pub fn retryable(self) -> bool {
@@ -137,6 +141,7 @@ impl FailureKind {
             | FailureKind::Unavailable
             | FailureKind::Connection
             | FailureKind::Contention
+            | FailureKind::Unauthenticated
             | FailureKind::Unknown => true,
             FailureKind::Invalid
             | FailureKind::Forbidden
@@ -151,7 +156,8 @@ impl FailureKind {
             429 => FailureKind::Throttled,
             408 | 504 => FailureKind::Timeout,
             500..=599 => FailureKind::Unavailable,
-            401 | 403 => FailureKind::Forbidden,
+            401 => FailureKind::Unauthenticated,
+            403 => FailureKind::Forbidden,
             404 | 410 => FailureKind::NotFound,
             409 | 412 => FailureKind::Conflict,
             400..=499 => FailureKind::Invalid,
@@ -425,6 +431,14 @@ pub struct QueueError {
     /// The queue's ARN or URL.
     pub queue: String,
     pub message: String,
+    pub kind: FailureKind,
+}
+
+impl QueueError {
+    /// Trying the call again may succeed (see [`FailureKind::retryable`]).
+    pub fn retryable(&self) -> bool {
+        self.kind.retryable()
+    }
 }
 
 /// Where a sweep looks for instances that are gone.
@@ -642,7 +656,7 @@ mod tests {
             (503, FailureKind::Unavailable),
             (400, FailureKind::Invalid),
             (422, FailureKind::Invalid),
-            (401, FailureKind::Forbidden),
+            (401, FailureKind::Unauthenticated),
             (403, FailureKind::Forbidden),
             (404, FailureKind::NotFound),
             (410, FailureKind::NotFound),
@@ -655,6 +669,9 @@ mod tests {
         }
         assert!(FailureKind::of_status(503).retryable());
         assert!(!FailureKind::of_status(400).retryable());
+        assert!(!FailureKind::of_status(403).retryable());
+        // Expired credentials: the next call signs with new ones.
+        assert!(FailureKind::of_status(401).retryable());
     }
 
     #[test]

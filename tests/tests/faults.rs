@@ -631,6 +631,41 @@ fn without_the_handler_shortening_it_a_failed_message_waits_out_the_visibility_t
     });
 }
 
+/// A refusal (RBAC's 403 on the cordon) is not a fault that passes by itself: the handler
+/// returns the message and brings it back at the slow pace (300 s) from the first receive, not
+/// within seconds as it does a 500 (the scenarios above), so its receives are not spent before
+/// someone fixes the role.
+#[test]
+fn a_kubernetes_403_is_returned_and_comes_back_slowly() {
+    runtime().block_on(async {
+        let world = World::new(Options {
+            types: vec![InstanceType::M5Large],
+            ..Options::default()
+        })
+        .await;
+        let bodies = spot_warnings(&world).await;
+        world.fake.inject(
+            Fault::new(403)
+                .method(Method::PATCH)
+                .path_contains("/api/v1/nodes/")
+                .times(1),
+        );
+        // A retryable failure would come back after 2 s.
+        let drained = world.drain_briefly(Duration::from_secs(5)).await;
+        assert_eq!(drained.returned, 1, "{:#?}", drained.reports);
+        assert_eq!(drained.batches, 1, "not received again within seconds");
+        let failed: Vec<&Report> = drained
+            .reports
+            .iter()
+            .filter(|r| r.outcome == Outcome::Failed)
+            .collect();
+        assert_eq!(failed.len(), 1);
+        assert!(failed[0].permanent, "{:#?}", failed[0]);
+        assert!(!world.ledger().await.contains(&bodies[0].id));
+        assert_eq!(in_flight(&world.sqs, &world.queue_url).await.unwrap(), 1);
+    });
+}
+
 #[test]
 fn kubernetes_429_is_retried_or_returned_and_applied_once() {
     runtime().block_on(async {

@@ -2309,6 +2309,7 @@ impl forewarn::ports::ContinuationQueue for Continuations {
             return Err(forewarn::ports::QueueError {
                 queue: queue_arn.to_string(),
                 message: "SendMessage: throttled".into(),
+                kind: forewarn::ports::FailureKind::Throttled,
             });
         }
         self.sent

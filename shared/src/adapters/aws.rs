@@ -104,13 +104,13 @@ pub fn kind_of_code(code: &str) -> Option<FailureKind> {
         | "Unavailable" => FailureKind::Unavailable,
         "TransactionConflictException" | "TransactionConflict" => FailureKind::Contention,
         "ConditionalCheckFailedException" | "ConditionalCheckFailed" => FailureKind::Conflict,
+        // Temporary credentials that ran out: the SDK's provider fetches new ones.
+        "ExpiredToken" | "ExpiredTokenException" | "RequestExpired" => FailureKind::Unauthenticated,
         "AccessDenied"
         | "AccessDeniedException"
         | "UnauthorizedOperation"
         | "UnrecognizedClientException"
         | "InvalidClientTokenId"
-        | "ExpiredToken"
-        | "ExpiredTokenException"
         | "AuthFailure"
         | "InvalidSignatureException"
         | "MissingAuthenticationToken"
@@ -215,7 +215,11 @@ mod tests {
             ),
             (403, Some("AccessDeniedException"), FailureKind::Forbidden),
             (400, Some("UnauthorizedOperation"), FailureKind::Forbidden),
-            (400, Some("ExpiredTokenException"), FailureKind::Forbidden),
+            (
+                400,
+                Some("ExpiredTokenException"),
+                FailureKind::Unauthenticated,
+            ),
             // An unknown code: the status decides.
             (503, Some("SomethingNew"), FailureKind::Unavailable),
             (400, Some("SomethingNew"), FailureKind::Invalid),

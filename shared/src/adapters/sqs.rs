@@ -10,9 +10,9 @@ use async_trait::async_trait;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry;
 
-use super::aws::aws_error_text;
+use super::aws::{aws_error_text, failure_kind, kind_of_code};
 use crate::domain::retry::visibility_seconds;
-use crate::ports::{ContinuationQueue, QueueError, Redeliver, Redelivery};
+use crate::ports::{ContinuationQueue, FailureKind, QueueError, Redeliver, Redelivery};
 
 /// [`Redelivery`] through the AWS SDK.
 #[derive(Debug, Clone)]
@@ -55,11 +55,13 @@ impl ContinuationQueue for SqsRedelivery {
         body: &str,
         delay: std::time::Duration,
     ) -> Result<(), QueueError> {
-        let error = |message: String| QueueError {
+        let error = |message: String, kind| QueueError {
             queue: queue_arn.to_string(),
             message,
+            kind,
         };
-        let url = queue_url(queue_arn).ok_or_else(|| error("not an SQS queue ARN".into()))?;
+        let url = queue_url(queue_arn)
+            .ok_or_else(|| error("not an SQS queue ARN".into(), FailureKind::Invalid))?;
         let seconds = crate::domain::continuation::delay_seconds(delay);
         self.client
             .send_message()
@@ -69,7 +71,7 @@ impl ContinuationQueue for SqsRedelivery {
             .send()
             .await
             .map(|_| ())
-            .map_err(|e| error(aws_error_text(&e)))
+            .map_err(|e| error(aws_error_text(&e), failure_kind(&e)))
     }
 }
 
@@ -82,9 +84,18 @@ impl Redelivery for SqsRedelivery {
         }
         let mut changed = 0;
         let mut problems = Vec::new();
+        // The kind of the last failure, if every one was of the same kind.
+        let mut kind: Option<FailureKind> = None;
+        let mut saw = |k: FailureKind| {
+            kind = Some(match kind {
+                Some(before) if before != k => FailureKind::Unknown,
+                _ => k,
+            })
+        };
         for (arn, messages) in by_queue {
             let Some(url) = queue_url(arn) else {
                 problems.push(format!("{arn:?} is not an SQS queue ARN"));
+                saw(FailureKind::Invalid);
                 continue;
             };
             for chunk in messages.chunks(10) {
@@ -112,6 +123,7 @@ impl Redelivery for SqsRedelivery {
                     Ok(out) => {
                         changed += out.successful().len();
                         for f in out.failed() {
+                            saw(kind_of_code(f.code()).unwrap_or_default());
                             problems.push(format!(
                                 "{url}: entry {}: {}: {}",
                                 f.id(),
@@ -120,7 +132,10 @@ impl Redelivery for SqsRedelivery {
                             ));
                         }
                     }
-                    Err(e) => problems.push(format!("{url}: {}", aws_error_text(&e))),
+                    Err(e) => {
+                        saw(failure_kind(&e));
+                        problems.push(format!("{url}: {}", aws_error_text(&e)))
+                    }
                 }
             }
         }
@@ -139,6 +154,7 @@ impl Redelivery for SqsRedelivery {
                     .collect::<Vec<_>>()
                     .join(", "),
                 message: problems.join("; "),
+                kind: kind.unwrap_or_default(),
             })
         }
     }

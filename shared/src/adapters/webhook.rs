@@ -550,6 +550,7 @@ mod tests {
             }],
             reason: Some("API answered 500".into()),
             pass: None,
+            permanent: false,
         }
     }
 

@@ -204,6 +204,14 @@ impl Handler {
                     .and_then(|n| n.parse::<u32>().ok())
                     .unwrap_or(1);
                 let failed = match (report.kind, report.time) {
+                    (Some(_), Some(_)) if report.permanent => {
+                        tracing::error!(
+                            message_id = id,
+                            reason = report.reason.as_deref().unwrap_or_default(),
+                            "a refusal that trying again will meet again: the message comes back slowly"
+                        );
+                        Failed::Permanent
+                    }
                     (Some(kind), Some(time)) => Failed::Event {
                         window_end: window_end(&self.config, kind, time, report),
                     },
@@ -503,8 +511,9 @@ mod tests {
         }
     }
 
-    /// A store whose reads fail: every supported event of a batch fails its lookups.
-    struct Unreachable;
+    /// A store whose reads fail with this kind of failure: every supported event of a batch
+    /// fails its lookups.
+    struct Unreachable(crate::ports::FailureKind);
 
     #[async_trait::async_trait]
     impl PoolStore for Unreachable {
@@ -515,7 +524,7 @@ mod tests {
             Err(crate::ports::StoreError::Backend {
                 location: "test".into(),
                 message: "unreachable".into(),
-                kind: crate::ports::FailureKind::Connection,
+                kind: self.0,
             })
         }
         async fn apply(
@@ -555,7 +564,7 @@ mod tests {
         let recorder = Arc::new(Recorder::default());
         let mut h = handler(dir.path());
         h.redelivery = Some(recorder.clone());
-        h.store = Arc::new(Unreachable);
+        h.store = Arc::new(Unreachable(crate::ports::FailureKind::Connection));
         // A day after the warnings of 2026-11-20: their windows are over.
         h.clock = crate::adapters::clock::ManualClock::at("2026-11-21T10:00:00Z".parse().unwrap())
             .shared();
@@ -584,5 +593,41 @@ mod tests {
         assert_eq!(by_id["junk"].queue_arn, arn);
         // a warning whose window is over (2026-11-20) comes back slowly
         assert_eq!(by_id["late"].delay, RetryPolicy::default().after_window);
+    }
+
+    /// Inside a warning's window, a failure that may pass comes back within seconds; a refusal
+    /// that the same call meets again (access denied) comes back at the slow pace from the
+    /// first receive, and its report says so.
+    #[tokio::test]
+    async fn a_refusal_comes_back_slowly_even_inside_the_window() {
+        use crate::ports::FailureKind;
+        let arn = "arn:aws:sqs:us-east-1:123456789012:events";
+        let payload = json!({"Records": [{"messageId": "m", "receiptHandle": "rh", "body": spot("e-1"),
+            "eventSourceARN": arn, "attributes": {"ApproximateReceiveCount": "1"}}]});
+        let mut delays = Vec::new();
+        for kind in [FailureKind::Connection, FailureKind::Forbidden] {
+            let dir = tempfile::tempdir().unwrap();
+            let recorder = Arc::new(Recorder::default());
+            let mut h = handler(dir.path());
+            h.redelivery = Some(recorder.clone());
+            h.store = Arc::new(Unreachable(kind));
+            // 10 s into the warning of 2026-11-20T10:00:00Z: its window is open.
+            h.clock =
+                crate::adapters::clock::ManualClock::at("2026-11-20T10:00:10Z".parse().unwrap())
+                    .shared();
+            let inv = h.invoke(payload.clone(), None).await.unwrap();
+            assert_eq!(inv.reports[0].outcome, Outcome::Failed);
+            assert_eq!(inv.reports[0].permanent, !kind.retryable(), "{kind:?}");
+            let asked = recorder.0.lock().unwrap().clone();
+            assert_eq!(asked.len(), 1, "{asked:?}");
+            delays.push(asked[0].delay);
+        }
+        assert_eq!(
+            delays,
+            vec![
+                RetryPolicy::default().first,
+                RetryPolicy::default().after_window
+            ]
+        );
     }
 }

@@ -385,6 +385,7 @@ mod tests {
             }],
             reason: None,
             pass: None,
+            permanent: false,
         }
     }
 

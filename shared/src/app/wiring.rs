@@ -135,16 +135,7 @@ pub async fn services_with_clock(
             }
             _ => (Arc::new(NoNodes), None),
         };
-    let notifier: Option<Arc<dyn Notifier>> = match &settings.webhook {
-        Some(config) => {
-            warm_up().map_err(SetupError::Webhook)?;
-            Some(Arc::new(Webhook::new(
-                config.clone(),
-                settings.config.cluster_name.clone(),
-            )))
-        }
-        None => None,
-    };
+    let notifier = notifier(settings)?;
     let sqs = sdk
         .as_ref()
         .map(|sdk| Arc::new(SqsRedelivery::from_conf(sdk)));
@@ -179,6 +170,20 @@ pub async fn services_with_clock(
             .as_ref()
             .map(|sdk| Arc::new(AsgNodeGroups::new(sdk)) as Arc<dyn NodeGroupSource>),
         expander,
+    })
+}
+
+/// The webhook the settings name, if any (its TLS stack warmed up here, once per cold start).
+fn notifier(settings: &Settings) -> Result<Option<Arc<dyn Notifier>>, SetupError> {
+    Ok(match &settings.webhook {
+        Some(config) => {
+            warm_up().map_err(SetupError::Webhook)?;
+            Some(Arc::new(Webhook::new(
+                config.clone(),
+                settings.config.cluster_name.clone(),
+            )))
+        }
+        None => None,
     })
 }
 

@@ -102,6 +102,11 @@ pub struct Report {
     /// Which later pass of the event's drain this is (a continuation); absent for the first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pass: Option<u32>,
+    /// The failure will not pass by itself: the same call was refused (access denied, a
+    /// request refused as invalid, something missing), so the message comes back slowly (see
+    /// [`crate::domain::retry`]). Absent unless true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub permanent: bool,
 }
 
 impl Report {
@@ -121,6 +126,7 @@ impl Report {
             actions: Vec::new(),
             reason: None,
             pass: record.continuation.as_ref().map(|c| c.pass),
+            permanent: false,
         }
     }
 
@@ -162,11 +168,21 @@ impl Report {
         self
     }
 
-    /// The report marked failed, with why.
+    /// The report marked failed, with why (a failure that may pass if tried again).
     pub fn failed(mut self, reason: String) -> Report {
         self.outcome = Outcome::Failed;
         self.reason = Some(reason);
+        self.permanent = false;
         self
+    }
+
+    /// The report marked failed, with why; `retryable` false: the same call meets the same
+    /// refusal (see [`Report::permanent`]).
+    pub fn failed_as(self, reason: String, retryable: bool) -> Report {
+        Report {
+            permanent: !retryable,
+            ..self.failed(reason)
+        }
     }
 }
 

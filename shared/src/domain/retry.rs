@@ -11,6 +11,13 @@
 //!   [`RetryPolicy::max_in_window`], and never past the window's end by more than the first delay;
 //! - after the window: [`RetryPolicy::after_window`], slower retries until the queue's
 //!   `maxReceiveCount` sends the message to the dead-letter queue, as before;
+//! - a failure that will not pass by itself (the adapter's answer was a refusal: access denied,
+//!   a request refused as invalid, a missing table; see `ports::FailureKind::retryable`):
+//!   [`RetryPolicy::after_window`] from the first receive. Retrying it every few seconds would
+//!   only spend the message's receives, sending it to the dead-letter queue within minutes;
+//!   at this pace it stays in the queue for `maxReceiveCount` × 300 s (75 minutes in the
+//!   stack), long enough for someone to fix the permission or the setting and see it pass
+//!   without a redrive;
 //! - a record that could not be decoded at once: it will never decode, so it comes back at once
 //!   and reaches the dead-letter queue (and its alarm) after `maxReceiveCount` quick receives.
 
@@ -46,6 +53,8 @@ pub enum Failed {
     Undecodable,
     /// An event whose actions must be done by `window_end`.
     Event { window_end: DateTime<Utc> },
+    /// An event whose failure the same call meets again (a refusal, not a fault).
+    Permanent,
 }
 
 impl RetryPolicy {
@@ -54,6 +63,7 @@ impl RetryPolicy {
     pub fn delay(&self, failed: Failed, receive_count: u32, now: DateTime<Utc>) -> Duration {
         let window_end = match failed {
             Failed::Undecodable => return Duration::ZERO,
+            Failed::Permanent => return self.after_window,
             Failed::Event { window_end } => window_end,
         };
         if now >= window_end {
@@ -120,6 +130,18 @@ mod tests {
         let now = at("2026-11-20T10:00:00Z");
         assert_eq!(p.delay(Failed::Undecodable, 1, now), Duration::ZERO);
         assert_eq!(p.delay(Failed::Undecodable, 9, now), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_failure_that_will_not_pass_by_itself_comes_back_slowly_from_the_start() {
+        let p = RetryPolicy::default();
+        let now = at("2026-11-20T10:00:00Z");
+        for receives in [1, 2, 9] {
+            assert_eq!(
+                p.delay(Failed::Permanent, receives, now),
+                Duration::from_secs(300)
+            );
+        }
     }
 
     #[test]

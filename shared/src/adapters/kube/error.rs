@@ -174,6 +174,7 @@ mod tests {
             (503, FailureKind::Unavailable),
             (504, FailureKind::Timeout),
             (400, FailureKind::Invalid),
+            (401, FailureKind::Unauthenticated),
             (403, FailureKind::Forbidden),
             (404, FailureKind::NotFound),
             (409, FailureKind::Conflict),
@@ -184,6 +185,8 @@ mod tests {
         }
         assert!(KubeError::from(api(503)).retryable());
         assert!(!KubeError::from(api(403)).retryable());
+        // An expired token: the next client signs a new one.
+        assert!(KubeError::from(api(401)).retryable());
     }
 
     #[test]

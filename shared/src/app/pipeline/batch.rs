@@ -68,9 +68,10 @@ pub(super) fn follow_firsts(
         let first_report = reports[first].clone();
         let record = &records[i];
         let report = match first_report {
-            Some(f) if f.outcome == Outcome::Failed => {
-                Report::new(record).failed(format!("same event id as {}, which failed", f.origin))
-            }
+            Some(f) if f.outcome == Outcome::Failed => Report::new(record).failed_as(
+                format!("same event id as {}, which failed", f.origin),
+                !f.permanent,
+            ),
             Some(f) => {
                 let mut r = f.clone();
                 r.origin = record.origin.to_string();

@@ -118,7 +118,7 @@ impl Pipeline<'_> {
         };
         let (instances, nodes, applied) = match looked_up {
             Ok(found) => found,
-            Err(e) => return self.none_looked_up(records, &e.to_string()),
+            Err(e) => return self.none_looked_up(records, &e),
         };
         let facts = Facts {
             instances: &instances,
@@ -185,14 +185,14 @@ impl Pipeline<'_> {
     }
 
     /// The reports of a batch whose lookups failed: every supported event failed with
-    /// `message` (it comes back), undecodable records failed, unsupported ones ignored.
-    fn none_looked_up(&self, records: &[Record], message: &str) -> Vec<Report> {
+    /// `error` (it comes back), undecodable records failed, unsupported ones ignored.
+    fn none_looked_up(&self, records: &[Record], error: &WorkError) -> Vec<Report> {
         records
             .iter()
             .map(|r| match &r.event {
                 Err(e) => Report::new(r).failed(e.to_string()),
                 Ok(e) if e.kind == EventKind::Unsupported => ignored(r, e, self.config),
-                Ok(_) => Report::new(r).failed(message.to_string()),
+                Ok(_) => error.fail(Report::new(r)),
             })
             .collect()
     }
@@ -362,11 +362,11 @@ impl Pipeline<'_> {
                             return Handled::Pending(report, Box::new(rest));
                         };
                         if let Err(e) = self.send(queue, &first, Duration::ZERO).await {
-                            return Handled::Done(report.failed(e.to_string()));
+                            return Handled::Done(e.fail(report));
                         }
                     }
                 }
-                Err(e) => return Handled::Done(report.failed(e.to_string())),
+                Err(e) => return Handled::Done(WorkError::from(e).fail(report)),
             }
         } else if executor.is_some() && self.mode.writes_cluster() {
             outcome = Outcome::Acted;
@@ -395,7 +395,7 @@ impl Pipeline<'_> {
                         .into()
                 });
             }
-            Err(e) => return report.failed(e.to_string()),
+            Err(e) => return WorkError::from(e).fail(report),
         }
         report
     }
@@ -413,7 +413,7 @@ impl Pipeline<'_> {
         } = rest;
         let passes = self.passes_here(executor, &plan, next, Duration::ZERO, &mut report);
         if let Err(e) = passes.await {
-            return report.failed(e.to_string());
+            return e.fail(report);
         }
         self.record_event(&plan, report, outcome, now).await
     }
@@ -455,6 +455,25 @@ pub enum WorkError {
     Queue(#[from] crate::ports::QueueError),
     #[error("{OUT_OF_TIME}")]
     OutOfTime,
+}
+
+impl WorkError {
+    /// Trying the work again may succeed (see [`crate::ports::FailureKind::retryable`]): false
+    /// when a port's answer was a refusal the same call meets again.
+    pub fn retryable(&self) -> bool {
+        match self {
+            WorkError::Lookup(e) => e.retryable(),
+            WorkError::Store(e) | WorkError::Key(e) => e.retryable(),
+            WorkError::Execute(e) => e.retryable(),
+            WorkError::Queue(e) => e.retryable(),
+            WorkError::OutOfTime => true,
+        }
+    }
+
+    /// `report` failed with this error (see [`Report::failed_as`]).
+    pub fn fail(&self, report: Report) -> Report {
+        report.failed_as(self.to_string(), self.retryable())
+    }
 }
 
 /// How a batch is processed.

@@ -34,9 +34,11 @@ impl Pipeline<'_> {
             report
         };
         let body = record.body.as_deref().unwrap_or_default();
-        let key = self.store.continuation_key().await.map_err(|e| {
-            Report::new(record).failed(format!("reading the continuation key: {e}"))
-        })?;
+        let key = self
+            .store
+            .continuation_key()
+            .await
+            .map_err(|e| WorkError::Key(e).fail(Report::new(record)))?;
         continuation
             .verify(&key, body)
             .map_err(|e| refuse(e.to_string()))?;
@@ -121,10 +123,10 @@ impl Pipeline<'_> {
                         }
                     };
                     if let Err(e) = carried {
-                        return report.failed(e.to_string());
+                        return e.fail(report);
                     }
                 }
-                Err(e) => return report.failed(e.to_string()),
+                Err(e) => return e.fail(report),
             }
         }
         report.outcome = Outcome::Acted;
