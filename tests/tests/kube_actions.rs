@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::Utc;
@@ -757,28 +757,16 @@ async fn a_taint_added_between_read_and_patch_is_kept() {
         .plan(&event(EventKind::RebalanceRecommendation, "ev-race"))
         .await;
     w.fake.clear_requests();
-    w.fake.set_latency(Duration::from_millis(150));
-    let fake = &w.fake;
-    let other_writer = async move {
-        let node_path = format!("/api/v1/nodes/{NODE}");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !fake
-            .requests()
-            .iter()
-            .any(|r| r.method == Method::GET && r.path == node_path)
-        {
-            assert!(Instant::now() < deadline, "forewarn never read the node");
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        let mut changed = fake.get("v1", "Node", None, NODE).unwrap();
-        changed["spec"]["taints"]
-            .as_array_mut()
-            .unwrap()
-            .push(json!({"key": "other-controller", "effect": "NoSchedule"}));
-        fake.insert(changed);
-    };
+    let mut changed = w.fake.get("v1", "Node", None, NODE).unwrap();
+    changed["spec"]["taints"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"key": "other-controller", "effect": "NoSchedule"}));
+    // The other controller's write lands right after forewarn's read of the node.
+    w.fake
+        .after_answer(Method::GET, format!("/api/v1/nodes/{NODE}"), changed);
 
-    let (out, ()) = tokio::join!(w.run(&plan), other_writer);
+    let out = w.run(&plan).await;
 
     assert_eq!(out.cordon, Some(CordonOutcome::Cordoned { attempts: 2 }));
     let keys: Vec<String> = taints(&w.node(NODE).unwrap())

@@ -456,6 +456,17 @@ impl KubeFake {
         self.lock().control.rate_limit = None;
     }
 
+    /// Once the next `method` request to exactly `path` is answered, `obj` is stored as
+    /// [`KubeFake::insert`] stores it: another writer's change landing between a client's read
+    /// and its write, at a known point instead of a timed race.
+    pub fn after_answer<T: Serialize>(&self, method: Method, path: impl Into<String>, obj: T) {
+        let value = serde_json::to_value(obj).expect("kube-fake: after_answer: serialize");
+        self.lock()
+            .control
+            .after_answer
+            .push((method, path.into(), value));
+    }
+
     /// The next `times` requests whose path contains `path_contains` are never
     /// answered (until the fake shuts down), so client timeouts can be tested.
     pub fn hang(&self, path_contains: impl Into<String>, times: usize) {

@@ -79,6 +79,8 @@ pub(crate) struct Control {
     pub faults: Vec<Fault>,
     pub hangs: Vec<(String, usize)>,
     pub latency: Duration,
+    /// Objects stored once a request of this method to exactly this path is answered.
+    pub after_answer: Vec<(Method, String, Value)>,
     pub rate_limit: Option<TokenBucket>,
     pub counters: Counters,
 }
@@ -557,6 +559,17 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
         };
         if answer.code == 429 {
             state.control.counters.too_many_requests += 1;
+        }
+        if let Some(i) = state
+            .control
+            .after_answer
+            .iter()
+            .position(|(m, p, _)| *m == method && *p == path)
+        {
+            let (_, _, obj) = state.control.after_answer.remove(i);
+            if let Err(e) = state.store.seed(obj) {
+                tracing::error!("kube-fake: after answer: {e}");
+            }
         }
         state.control.log.push(record(answer.code));
         answer
