@@ -44,6 +44,10 @@ pub struct ReplayArgs {
     /// The cluster forewarn acts for (overrides FOREWARN_CLUSTER_NAME).
     #[arg(long, value_name = "NAME")]
     cluster_name: Option<String>,
+    /// The policy per node group (YAML; overrides FOREWARN_POLICY_FILE). A bad policy is an
+    /// error naming the field: nothing is replayed.
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
     /// Carry the plan out: act on the live cluster (with --kube) and write to the DynamoDB
     /// table (with --table). Without it a live cluster and a table are only read.
     #[arg(long)]
@@ -133,6 +137,9 @@ pub async fn run(
 ) -> anyhow::Result<ExitCode> {
     if let Some(name) = args.cluster_name.clone() {
         settings.config.cluster_name = Some(name);
+    }
+    if let Some(path) = &args.policy {
+        settings.config.policy = forewarn::app::settings::read_policy(path)?;
     }
     settings.store = args.store.choice(&settings);
     settings.mode = mode(&args, &settings.store);

@@ -18,6 +18,7 @@ use crate::domain::pool::{Applied, PoolQuery, PoolRecord, PoolUpdate};
 use crate::domain::priorities::{AsgDescription, ExpanderConfig};
 use crate::domain::report::{DrainSummary, Report};
 use crate::domain::stats::HistoryEntry;
+use crate::domain::wayback::{Undo, UndoOutcome};
 
 tokio::task_local! {
     /// Set by [`within_deadline`]: when the work under way must be over.
@@ -408,6 +409,13 @@ pub trait Executor: Send + Sync {
     /// Carries out every action of `plan` for `pass`, idempotently. An `Err` means the event
     /// must be retried (nothing is recorded as applied).
     async fn execute(&self, plan: &Plan, pass: Pass) -> Result<Vec<ActionResult>, ExecuteError>;
+
+    /// Undoes forewarn's cordon of `undo.node` (the way back, see [`crate::domain::wayback`]):
+    /// the taint, the cordon, the load-balancer label forewarn added and the record go, and an
+    /// Event says why — only when, read live, the node still runs `undo.instance_id`, is not
+    /// control-plane, and carries forewarn's taint and exactly the record `undo.record`;
+    /// otherwise it is left as it is ([`UndoOutcome::Refused`]). Idempotent.
+    async fn undo(&self, undo: &Undo) -> Result<UndoOutcome, ExecuteError>;
 }
 
 /// Where a drain's continuations go (see [`crate::domain::continuation`]): a new message on

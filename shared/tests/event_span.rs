@@ -52,6 +52,14 @@ impl Executor for Logging {
             ..ActionResult::default()
         }])
     }
+
+    async fn undo(
+        &self,
+        _: &forewarn::domain::wayback::Undo,
+    ) -> Result<forewarn::domain::wayback::UndoOutcome, ExecuteError> {
+        tracing::info!("undoing");
+        Ok(forewarn::domain::wayback::UndoOutcome::Undone)
+    }
 }
 
 #[test]

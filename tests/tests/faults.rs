@@ -1185,10 +1185,7 @@ async fn continuation(
         .unwrap();
     let known: Vec<_> = instances.values().cloned().collect();
     let nodes = world.handler.nodes.nodes(&known).await.unwrap();
-    let facts = Facts {
-        instances: &instances,
-        nodes: &nodes,
-    };
+    let facts = Facts::new(&instances, &nodes);
     let mut plan = serde_json::to_value(decide(&event, facts, &world.handler.config)).unwrap();
     edit(&mut plan);
     let plan = serde_json::from_value(plan).expect("an edited plan is still a plan");

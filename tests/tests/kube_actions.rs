@@ -243,14 +243,7 @@ impl World {
             .nodes(&known)
             .await
             .unwrap();
-        decide(
-            event,
-            Facts {
-                instances: &instances,
-                nodes: &nodes,
-            },
-            &self.config,
-        )
+        decide(event, Facts::new(&instances, &nodes), &self.config)
     }
 
     async fn run(&self, plan: &Plan) -> NodeOutcome {

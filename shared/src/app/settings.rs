@@ -6,7 +6,7 @@
 //! (see [`crate::domain::vars`]); a bad value is a [`ConfigError`] naming the variable, its value
 //! and what is wrong with it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::adapters::aws::AwsSettings;
@@ -32,6 +32,7 @@ pub const ENV_PRIORITIES: &str = "FOREWARN_PRIORITIES";
 pub const ENV_PRIORITY_HOT_SHARE: &str = "FOREWARN_PRIORITY_HOT_SHARE";
 pub const ENV_PRIORITY_TAKE_OVER: &str = "FOREWARN_PRIORITY_TAKE_OVER";
 pub const ENV_DRAIN_PASS_INTERVAL: &str = "FOREWARN_DRAIN_PASS_INTERVAL";
+pub const ENV_POLICY_FILE: &str = "FOREWARN_POLICY_FILE";
 
 /// Every variable the settings read besides the decision core's ([`CONFIG_VARIABLES`]); a
 /// test checks the README's configuration tables name exactly these.
@@ -57,6 +58,7 @@ pub const VARIABLES: &[&str] = &[
     ENV_PRIORITY_HOT_SHARE,
     ENV_PRIORITY_TAKE_OVER,
     ENV_DRAIN_PASS_INTERVAL,
+    ENV_POLICY_FILE,
 ];
 const ENV_WEBHOOK_URL: &str = ENV_URL;
 const ENV_WEBHOOK_TEMPLATE: &str = ENV_TEMPLATE;
@@ -174,6 +176,33 @@ pub struct Invalid {
     pub expected: &'static str,
 }
 
+/// A policy file that could not be used: which, and why.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyFileError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Invalid {
+        path: PathBuf,
+        source: crate::domain::policy::PolicyError,
+    },
+}
+
+/// The policy in the YAML file at `path` (`--policy`, `FOREWARN_POLICY_FILE`).
+pub fn read_policy(path: &Path) -> Result<crate::domain::policy::Policy, PolicyFileError> {
+    let text = std::fs::read_to_string(path).map_err(|source| PolicyFileError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    crate::domain::policy::Policy::parse(&text).map_err(|source| PolicyFileError::Invalid {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
 impl Settings {
     /// The settings of the process environment: the one place forewarn reads it.
     pub fn from_env() -> Result<Settings, ConfigError> {
@@ -208,8 +237,13 @@ impl Settings {
     pub fn from_vars(vars: Vars) -> Result<Settings, ConfigError> {
         let cluster_access = cluster_access(vars);
         let state_dir = state_dir(vars);
+        let mut config = Config::from_vars(vars)?;
+        if let Some(path) = vars.get(ENV_POLICY_FILE) {
+            config.policy = read_policy(Path::new(&path))
+                .map_err(|e| ConfigError::new(ENV_POLICY_FILE, &path, e))?;
+        }
         Ok(Settings {
-            config: Config::from_vars(vars)?,
+            config,
             mode: match vars.boolean(ENV_DRY_RUN)? {
                 Some(true) => Mode::DryRun,
                 Some(false) | None => Mode::Act,

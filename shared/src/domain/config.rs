@@ -20,6 +20,9 @@ pub enum Action {
     CordonDrain,
     /// Delete the owner object (NodeClaim, Machine) when there is one, else the Node.
     Delete,
+    /// Undo forewarn's cordon (the way back, see [`crate::domain::wayback`]): never configured,
+    /// only planned when the reason of a cordon is gone.
+    Uncordon,
 }
 
 string_forms!(Action, "an action", trim);
@@ -76,6 +79,10 @@ pub struct Config {
     /// The lifecycle hooks forewarn answers (by hook name); `None`: any hook of this cluster's
     /// instances.
     pub lifecycle_hooks: Option<BTreeSet<String>>,
+    /// The policy per node group (`--policy`, `FOREWARN_POLICY_FILE`, the ConfigMap
+    /// `kube-system/forewarn-policy`): a matching rule's action for a kind replaces the
+    /// default of `actions`.
+    pub policy: crate::domain::policy::Policy,
 }
 
 /// The variables [`Config::from_lookup`] reads (`FOREWARN_ACTION_` stands for one per kind).
@@ -160,6 +167,7 @@ impl Default for Config {
             drain_timeout: Duration::minutes(5),
             complete_lifecycle_action: true,
             lifecycle_hooks: None,
+            policy: crate::domain::policy::Policy::default(),
         }
     }
 }
@@ -186,7 +194,7 @@ impl Config {
                 "FOREWARN_ACTION_{}",
                 kind.as_str().replace('-', "_").to_uppercase()
             );
-            if let Some(action) = vars.parse(&name, str::parse::<Action>)? {
+            if let Some(action) = vars.parse(&name, configurable)? {
                 config.actions.insert(kind, action);
             }
         }
@@ -240,6 +248,25 @@ impl Config {
     /// The configured action for a kind.
     pub fn action(&self, kind: EventKind) -> Action {
         self.actions.get(&kind).copied().unwrap_or(Action::None)
+    }
+}
+
+/// An action a variable may not name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotConfigurable {
+    #[error(transparent)]
+    Unknown(#[from] crate::domain::names::UnknownName),
+    #[error(
+        "`uncordon` is not an action an event can be given (none, cordon, cordon-drain, delete)"
+    )]
+    Uncordon,
+}
+
+/// An action a variable may name: any but `uncordon`, which only the way back plans.
+fn configurable(text: &str) -> Result<Action, NotConfigurable> {
+    match text.parse::<Action>()? {
+        Action::Uncordon => Err(NotConfigurable::Uncordon),
+        a => Ok(a),
     }
 }
 
@@ -357,6 +384,13 @@ mod tests {
         let e = from(&[("FOREWARN_ACTION_SPOT_INTERRUPTION", "evict")]).unwrap_err();
         assert_eq!(e.variable, "FOREWARN_ACTION_SPOT_INTERRUPTION");
         assert!(e.to_string().contains("`evict` is not an action"), "{e}");
+        // Only the way back plans an uncordon.
+        let e = from(&[("FOREWARN_ACTION_REBALANCE_RECOMMENDATION", "uncordon")]).unwrap_err();
+        assert!(
+            e.message
+                .contains("`uncordon` is not an action an event can be given"),
+            "{e}"
+        );
         let e = from(&[("FOREWARN_POOL_TTL", "an hour")]).unwrap_err();
         assert_eq!(e.variable, "FOREWARN_POOL_TTL");
         let e = from(&[("FOREWARN_UNAVAILABLE_KINDS", "spot")]).unwrap_err();

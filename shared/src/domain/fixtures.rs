@@ -56,6 +56,7 @@ pub fn event(kind: EventKind, id: &str, instance_id: &str) -> EventBuilder {
                 event_arn: None,
                 start_time: Some(t0() + chrono::Duration::hours(2)),
                 end_time: None,
+                closed: Vec::new(),
             },
         ),
         EventKind::AsgTermination => (SOURCE_ASG, Detail::AsgTermination(lifecycle("asg", "hook"))),

@@ -12,6 +12,7 @@ pub mod fold;
 pub mod inbound;
 pub mod names;
 pub mod plan;
+pub mod policy;
 pub mod pool;
 pub mod priorities;
 pub mod report;
@@ -22,6 +23,7 @@ pub mod stats;
 pub mod sweep;
 pub mod time;
 pub mod vars;
+pub mod wayback;
 
 /// A drain's continuation message: it arrives, and is decoded, with the other messages
 /// ([`inbound`]); `domain::continuation` names it too, as the stores and ports know it.

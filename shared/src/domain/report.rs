@@ -258,10 +258,7 @@ mod tests {
     #[test]
     fn an_event_of_more_pools_than_one_update_records_keeps_every_node_action() {
         let (e, instances, nodes) = health_of(62);
-        let facts = Facts {
-            instances: &instances,
-            nodes: &nodes,
-        };
+        let facts = Facts::new(&instances, &nodes);
         let plan = decide(&e, facts, &Config::default());
         // Every instance gets its node action.
         assert_eq!(plan.actions.len(), 62);
@@ -308,14 +305,7 @@ mod tests {
     fn up_to_the_limit_every_pool_is_recorded_without_a_note() {
         // 51 instances, 49 pools (the last two share the first's).
         let (e, instances, nodes) = health_of(51);
-        let plan = decide(
-            &e,
-            Facts {
-                instances: &instances,
-                nodes: &nodes,
-            },
-            &Config::default(),
-        );
+        let plan = decide(&e, Facts::new(&instances, &nodes), &Config::default());
         assert_eq!(plan.pools.len(), 49);
         assert_eq!(plan.pools_not_recorded, None);
         let serialized = serde_json::to_value(&plan).unwrap();

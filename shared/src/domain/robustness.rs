@@ -157,7 +157,7 @@ proptest! {
             .map(|id| node_facts(&format!("node-{id}"), id))
             .collect();
         let _ = drain_deadline(&e, &config);
-        let plan = decide(&e, Facts { instances: &instances, nodes: &nodes }, &config);
+        let plan = decide(&e, Facts::new(&instances, &nodes), &config);
         if let Some(deadline) = earliest_deadline(&plan) {
             let _ = time_left(deadline, received());
         }
@@ -181,7 +181,8 @@ proptest! {
         let Ok(event) = decode_value("p.json", event, received()).unwrap().remove(0).event else {
             panic!("the first time field's event decodes");
         };
-        let facts = Facts { instances: &Default::default(), nodes: &[] };
+        let empty = Default::default();
+        let facts = Facts::new(&empty, &[]);
         let plan = decide(&event, facts, &Config::default());
         let mut state = serde_json::to_value(Continuation::first(received(), received(), plan))
             .unwrap();

@@ -1,6 +1,7 @@
 //! Cordon: one JSON merge patch of the node (`application/merge-patch+json`) that sets
 //! `spec.unschedulable`, the forewarn taint and, when configured, the label excluding the node
-//! from external load balancers.
+//! from external load balancers, and the annotation recording why (the way back,
+//! [`crate::domain::wayback`]); [`uncordon`] undoes all of it.
 //!
 //! Why a merge patch: the fields changed are a boolean, a map entry and `spec.taints`. The map
 //! merges the same way under JSON merge patch and strategic merge patch; `spec.taints` has no
@@ -20,6 +21,7 @@ use super::api::with_retry;
 use super::connect::ClusterClient;
 use super::error::KubeError;
 use crate::domain::config::{Config, LABEL_EXCLUDE_LB, TaintEffect};
+use crate::domain::wayback::{ANNOTATION_CORDON, CordonRecord, UndoOutcome};
 
 /// The state a cordon puts a node in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,16 +30,21 @@ pub struct CordonSpec {
     pub taint_value: String,
     pub taint_effect: TaintEffect,
     pub exclude_from_load_balancers: bool,
+    /// Why: recorded on the node (merged with a record already there, see
+    /// [`CordonRecord::after`]).
+    pub record: Option<CordonRecord>,
 }
 
 impl CordonSpec {
-    /// The configured taint and label, with `taint_value` (the event kind) as the taint's value.
-    pub fn new(config: &Config, taint_value: &str) -> CordonSpec {
+    /// The configured taint and label, with `taint_value` (the event kind) as the taint's value
+    /// and `record` as the reason.
+    pub fn new(config: &Config, taint_value: &str, record: Option<&CordonRecord>) -> CordonSpec {
         CordonSpec {
             taint_key: config.taint_key.clone(),
             taint_value: taint_value.to_string(),
             taint_effect: config.taint_effect,
             exclude_from_load_balancers: config.exclude_from_load_balancers,
+            record: record.cloned(),
         }
     }
 
@@ -110,7 +117,19 @@ pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
         .and_then(|l| l.get(LABEL_EXCLUDE_LB))
         .is_some_and(|v| v == "true");
     let label_ok = !spec.exclude_from_load_balancers || labelled;
-    if unschedulable && taints.as_slice() == existing && label_ok {
+    let empty = Default::default();
+    let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
+    let before = CordonRecord::from_annotations(annotations);
+    let record = spec.record.as_ref().map(|r| {
+        CordonRecord {
+            // The label is forewarn's to remove only if forewarn adds it.
+            excluded_from_lb: spec.exclude_from_load_balancers && !labelled,
+            ..r.clone()
+        }
+        .after(before.as_ref())
+    });
+    let record_ok = record.is_none() || record == before;
+    if unschedulable && taints.as_slice() == existing && label_ok && record_ok {
         return None;
     }
     let mut metadata = serde_json::Map::new();
@@ -119,6 +138,12 @@ pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
     }
     if spec.exclude_from_load_balancers {
         metadata.insert("labels".into(), json!({ LABEL_EXCLUDE_LB: "true" }));
+    }
+    if let Some(record) = record {
+        metadata.insert(
+            "annotations".into(),
+            json!({ ANNOTATION_CORDON: record.to_annotation() }),
+        );
     }
     Some(json!({
         "metadata": metadata,
@@ -189,6 +214,118 @@ pub(crate) async fn cordon(
     })
 }
 
+/// Why a cordon is not forewarn's to undo (any more).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotOurs {
+    #[error(
+        "node/{node} carries no {taint} taint: not forewarn's cordon (someone else's, or undone)"
+    )]
+    NoTaint { node: String, taint: String },
+    #[error("node/{node} was cordoned again since (its {ANNOTATION_CORDON} changed): a new reason")]
+    NewRecord { node: String },
+}
+
+/// The merge patch that undoes forewarn's cordon of `node` (its taint `taint_key`, the cordon,
+/// the record and — when `record` says forewarn added it — the load-balancer label), or why
+/// it must not: the node carries no taint of forewarn's (cordoned by someone else, or undone
+/// already) or another record than `record` (a new reason arrived).
+pub fn uncordon_patch(
+    node: &Node,
+    taint_key: &str,
+    record: &CordonRecord,
+) -> Result<Value, NotOurs> {
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    let existing: &[Taint] = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or_default();
+    if !existing.iter().any(|t| t.key == taint_key) {
+        return Err(NotOurs::NoTaint {
+            node: name.to_string(),
+            taint: taint_key.to_string(),
+        });
+    }
+    let empty = Default::default();
+    let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
+    if CordonRecord::from_annotations(annotations).as_ref() != Some(record) {
+        return Err(NotOurs::NewRecord {
+            node: name.to_string(),
+        });
+    }
+    let taints: Vec<&Taint> = existing.iter().filter(|t| t.key != taint_key).collect();
+    let mut metadata = serde_json::Map::new();
+    if let Some(rv) = &node.metadata.resource_version {
+        metadata.insert("resourceVersion".into(), json!(rv));
+    }
+    metadata.insert("annotations".into(), json!({ ANNOTATION_CORDON: null }));
+    if record.excluded_from_lb {
+        metadata.insert("labels".into(), json!({ LABEL_EXCLUDE_LB: null }));
+    }
+    Ok(json!({
+        "metadata": metadata,
+        "spec": {"unschedulable": false, "taints": taints},
+    }))
+}
+
+/// Undoes forewarn's cordon of the node `node` was read as (see [`uncordon_patch`]); on a 409
+/// Conflict reads it again, verifies it again (`verify`) and retries, at most `attempts` times.
+pub(crate) async fn uncordon(
+    clients: &ClusterClient,
+    mut node: Node,
+    taint_key: &str,
+    record: &CordonRecord,
+    (attempts, dry_run): (u32, bool),
+    verify: &(dyn Fn(&Node) -> Result<(), super::error::Refusal> + Sync),
+) -> Result<UndoOutcome, KubeError> {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let object = format!("node/{name}");
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    for _ in 0..attempts.max(1) {
+        if let Err(why) = verify(&node) {
+            return Ok(UndoOutcome::Refused {
+                why: why.to_string(),
+            });
+        }
+        let patch = match uncordon_patch(&node, taint_key, record) {
+            Ok(patch) => patch,
+            Err(why) => {
+                return Ok(UndoOutcome::Refused {
+                    why: why.to_string(),
+                });
+            }
+        };
+        if dry_run {
+            return Ok(UndoOutcome::WouldUndo);
+        }
+        let nodes: Api<Node> = Api::all(clients.client().await?);
+        let merge = Patch::Merge(&patch);
+        match with_retry(clients.clock(), "patch", &object, || {
+            nodes.patch(&name, &params, &merge)
+        })
+        .await
+        {
+            Ok(_) => {
+                tracing::info!(node = %name, "cordon undone");
+                return Ok(UndoOutcome::Undone);
+            }
+            Err(e) if e.is_not_found() => return Ok(UndoOutcome::NodeGone),
+            Err(e) if e.is_conflict() => match get_node(clients, &name).await? {
+                Some(fresh) => node = fresh,
+                None => return Ok(UndoOutcome::NodeGone),
+            },
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(KubeError::Conflicts {
+        node: name,
+        attempts,
+    })
+}
+
 /// The node, or `None` when there is none of that name.
 pub(crate) async fn get_node(
     clients: &ClusterClient,
@@ -217,6 +354,7 @@ mod tests {
             taint_value: "spot-interruption".into(),
             taint_effect: TaintEffect::NoSchedule,
             exclude_from_load_balancers: exclude,
+            record: None,
         }
     }
 
@@ -285,5 +423,115 @@ mod tests {
         let mut v = done;
         v["spec"]["taints"][1]["effect"] = json!("NoExecute");
         assert!(cordon_patch(&node(v), &spec(true)).is_some());
+    }
+
+    fn record(until: Option<&str>) -> CordonRecord {
+        CordonRecord {
+            kind: crate::domain::event::EventKind::RebalanceRecommendation,
+            event_id: "e-1".into(),
+            instance_id: "i-0a1b2c3d4e5f60001".into(),
+            at: "2026-11-24T10:00:00Z".parse().unwrap(),
+            until: until.map(|u| u.parse().unwrap()),
+            rule: Some("web".into()),
+            health_event: None,
+            stops: false,
+            excluded_from_lb: false,
+        }
+    }
+
+    #[test]
+    fn a_cordon_records_why_and_whether_it_added_the_label() {
+        let fresh = node(json!({"metadata": {"name": "n1", "resourceVersion": "7"}}));
+        let spec = CordonSpec {
+            record: Some(record(Some("2026-11-24T10:30:00Z"))),
+            ..spec(true)
+        };
+        let patch = cordon_patch(&fresh, &spec).unwrap();
+        let written: CordonRecord = serde_json::from_str(
+            patch["metadata"]["annotations"][ANNOTATION_CORDON]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert!(written.excluded_from_lb, "forewarn adds the label");
+        assert_eq!(written.until, record(Some("2026-11-24T10:30:00Z")).until);
+        // Someone else's label stays theirs.
+        let labelled =
+            node(json!({"metadata": {"name": "n1", "labels": {LABEL_EXCLUDE_LB: "true"}}}));
+        let patch = cordon_patch(&labelled, &spec).unwrap();
+        let written: CordonRecord = serde_json::from_str(
+            patch["metadata"]["annotations"][ANNOTATION_CORDON]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert!(!written.excluded_from_lb);
+        // Already cordoned with a record that lasts longer: nothing to send.
+        let forever = CordonRecord {
+            until: None,
+            excluded_from_lb: true,
+            ..record(None)
+        };
+        let done = node(json!({
+            "metadata": {"name": "n1", "labels": {LABEL_EXCLUDE_LB: "true"},
+                         "annotations": {ANNOTATION_CORDON: forever.to_annotation()}},
+            "spec": {"unschedulable": true, "taints": [
+                {"key": "forewarn.io/interruption", "value": "spot-interruption", "effect": "NoSchedule"}
+            ]}
+        }));
+        assert_eq!(cordon_patch(&done, &spec), None);
+    }
+
+    #[test]
+    fn an_uncordon_removes_only_what_forewarn_put() {
+        let r = CordonRecord {
+            excluded_from_lb: true,
+            ..record(Some("2026-11-24T10:30:00Z"))
+        };
+        let cordoned = json!({
+            "metadata": {"name": "n1", "resourceVersion": "12",
+                         "labels": {LABEL_EXCLUDE_LB: "true", "pool": "web"},
+                         "annotations": {ANNOTATION_CORDON: r.to_annotation(), "other": "x"}},
+            "spec": {"unschedulable": true, "taints": [
+                {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
+                {"key": "forewarn.io/interruption", "value": "rebalance-recommendation", "effect": "NoSchedule"}
+            ]}
+        });
+        let patch =
+            uncordon_patch(&node(cordoned.clone()), "forewarn.io/interruption", &r).unwrap();
+        assert_eq!(
+            patch,
+            json!({
+                "metadata": {"resourceVersion": "12", "annotations": {ANNOTATION_CORDON: null},
+                             "labels": {LABEL_EXCLUDE_LB: null}},
+                "spec": {"unschedulable": false, "taints": [
+                    {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+                ]}
+            })
+        );
+        // A label someone else put stays.
+        let theirs = CordonRecord {
+            excluded_from_lb: false,
+            ..r.clone()
+        };
+        let mut v = cordoned.clone();
+        v["metadata"]["annotations"][ANNOTATION_CORDON] = json!(theirs.to_annotation());
+        let patch = uncordon_patch(&node(v), "forewarn.io/interruption", &theirs).unwrap();
+        assert!(patch["metadata"].get("labels").is_none());
+        // Not forewarn's taint, or a new record: left alone.
+        let mut v = cordoned.clone();
+        v["spec"]["taints"] = json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]);
+        assert!(matches!(
+            uncordon_patch(&node(v), "forewarn.io/interruption", &r),
+            Err(NotOurs::NoTaint { .. })
+        ));
+        let newer = CordonRecord {
+            event_id: "e-2".into(),
+            ..r.clone()
+        };
+        assert!(matches!(
+            uncordon_patch(&node(cordoned), "forewarn.io/interruption", &newer),
+            Err(NotOurs::NewRecord { .. })
+        ));
     }
 }

@@ -37,7 +37,7 @@ use tracing::Instrument;
 
 use super::api::in_later_lane;
 use super::connect::ClusterClient;
-use super::cordon::{CordonOutcome, CordonSpec, cordon, get_node};
+use super::cordon::{CordonOutcome, CordonSpec, cordon, get_node, uncordon};
 use super::delete::{DeleteOutcome, delete_target};
 use super::drain::{DrainReport, DrainSettings, drain_pass};
 use super::error::{KubeError, Refusal};
@@ -47,6 +47,7 @@ pub use super::outcome::NodeOutcome;
 use super::outcome::results;
 use crate::domain::config::{Action, Config};
 use crate::domain::plan::{NodeAction, Plan, Target};
+use crate::domain::wayback::{Undo, UndoOutcome};
 use crate::ports::{ActionResult, Clock, ExecuteError, Executor, Pass};
 use crate::ports::{LifecycleCompleter, LifecycleOutcome};
 
@@ -231,6 +232,23 @@ impl KubeExecutor {
                 (Action::Delete, node) => {
                     self.delete(plan, a, name, node.as_ref(), &mut out).await?;
                 }
+                (Action::Uncordon, node) => {
+                    out.undo = Some(match (node, &a.record) {
+                        (None, _) => UndoOutcome::NodeGone,
+                        (Some(_), None) => UndoOutcome::Refused {
+                            why: "no cordon record to undo".into(),
+                        },
+                        (Some(node), Some(record)) => {
+                            let undo = Undo {
+                                node: name.to_string(),
+                                instance_id: a.instance_id.clone(),
+                                record: record.clone(),
+                                why: a.reason.clone(),
+                            };
+                            self.undo_cordon(node, &undo).await?
+                        }
+                    });
+                }
                 (Action::None, _) => {}
             }
         }
@@ -332,7 +350,7 @@ impl KubeExecutor {
         already_ours: bool,
         out: &mut NodeOutcome,
     ) -> Result<bool, KubeError> {
-        let spec = CordonSpec::new(&self.config, &a.taint_value);
+        let spec = CordonSpec::new(&self.config, &a.taint_value, a.record.as_ref());
         let verify = |n: &Node| self.verify(a, n, Pass::Cordon);
         let cordoned = cordon(
             &self.clients,
@@ -386,7 +404,7 @@ impl KubeExecutor {
         node: Node,
         out: &mut NodeOutcome,
     ) -> Result<(), KubeError> {
-        let spec = CordonSpec::new(&self.config, &a.taint_value);
+        let spec = CordonSpec::new(&self.config, &a.taint_value, a.record.as_ref());
         let verify = |n: &Node| self.verify(a, n, Pass::Cordon);
         let cordoned = cordon(
             &self.clients,
@@ -555,6 +573,45 @@ impl KubeExecutor {
         Ok(())
     }
 
+    /// The way back: undoes forewarn's cordon of `node` (read live) as `undo` says, with an
+    /// `Uncordoned` Event saying why (see [`Executor::undo`]).
+    async fn undo_cordon(&self, node: Node, undo: &Undo) -> Result<UndoOutcome, KubeError> {
+        let verify = |n: &Node| -> Result<(), Refusal> {
+            node_facts(n).verify_runs(&undo.instance_id)?;
+            Ok(())
+        };
+        let outcome = uncordon(
+            &self.clients,
+            node.clone(),
+            &self.config.taint_key,
+            &undo.record,
+            (self.settings.conflict_attempts, self.settings.dry_run),
+            &verify,
+        )
+        .await?;
+        if matches!(outcome, UndoOutcome::Undone | UndoOutcome::WouldUndo) {
+            let event = NodeEvent {
+                node: &node,
+                event_id: &undo.record.event_id,
+                reason: "Uncordoned",
+                action: "Uncordon",
+                type_: EventType::Normal,
+                note: format!("forewarn's cordon undone: {}", undo.why),
+            };
+            let recorded = record(
+                &self.clients,
+                &event,
+                &self.settings.reporting_instance,
+                self.settings.dry_run,
+            )
+            .await;
+            if let Err(e) = recorded {
+                tracing::warn!(error = %e, "could not record the Uncordoned Event");
+            }
+        }
+        Ok(outcome)
+    }
+
     /// Records an Event, best effort.
     #[allow(clippy::too_many_arguments)]
     async fn event(
@@ -596,5 +653,17 @@ impl KubeExecutor {
 impl Executor for KubeExecutor {
     async fn execute(&self, plan: &Plan, pass: Pass) -> Result<Vec<ActionResult>, ExecuteError> {
         Ok(results(&self.run(plan, pass).await?))
+    }
+
+    async fn undo(&self, undo: &Undo) -> Result<UndoOutcome, ExecuteError> {
+        let fail = |e: KubeError| ExecuteError {
+            instance_id: undo.instance_id.clone(),
+            message: format!("node {}: {e}", undo.node),
+            kind: e.kind(),
+        };
+        match get_node(&self.clients, &undo.node).await.map_err(fail)? {
+            None => Ok(UndoOutcome::NodeGone),
+            Some(node) => self.undo_cordon(node, undo).await.map_err(fail),
+        }
     }
 }

@@ -10,6 +10,7 @@ use super::events::EventOutcome;
 use crate::domain::config::Action;
 use crate::domain::plan::NodeAction;
 use crate::domain::report::DrainSummary;
+use crate::domain::wayback::UndoOutcome;
 use crate::ports::{ActionResult, LifecycleOutcome};
 
 /// What was done for one node action.
@@ -35,6 +36,8 @@ pub struct NodeOutcome {
     pub lifecycle: Option<LifecycleOutcome>,
     /// The lifecycle hook completed after the action (`<asg>/<hook name>`).
     pub lifecycle_hook: Option<String>,
+    /// What became of an `uncordon` (the way back).
+    pub undo: Option<UndoOutcome>,
     /// The cordon pass ([`Pass::Cordon`]) left the drain to the drain passes.
     pub drain_pending: bool,
     /// When the lifecycle action was kept alive (a drain still pending).
@@ -64,6 +67,7 @@ impl NodeOutcome {
                 .complete_lifecycle
                 .as_ref()
                 .map(|l| format!("{}/{}", l.asg_name, l.hook_name)),
+            undo: None,
             drain_pending: false,
             heartbeat_at: None,
             events: Vec::new(),
@@ -114,6 +118,17 @@ impl NodeOutcome {
         }
         if let (Some(l), Some(hook)) = (&self.lifecycle, &self.lifecycle_hook) {
             parts.push(l.summary(hook));
+        }
+        match &self.undo {
+            Some(UndoOutcome::Undone) => {
+                parts.push(format!("undid forewarn's cordon of node/{node}"))
+            }
+            Some(UndoOutcome::WouldUndo) => {
+                parts.push(format!("would undo forewarn's cordon of node/{node}"))
+            }
+            Some(UndoOutcome::NodeGone) => parts.push(format!("node/{node} is gone")),
+            Some(UndoOutcome::Refused { why }) => parts.push(format!("left cordoned: {why}")),
+            None => {}
         }
         let would: Vec<&str> = self
             .events

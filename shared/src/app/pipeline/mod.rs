@@ -116,13 +116,14 @@ impl Pipeline<'_> {
                 .unwrap_or(Err(WorkError::OutOfTime)),
             None => self.look_up(records).await,
         };
-        let (instances, nodes, applied) = match looked_up {
+        let (instances, nodes, applied, followed) = match looked_up {
             Ok(found) => found,
             Err(e) => return self.none_looked_up(records, &e),
         };
         let facts = Facts {
             instances: &instances,
             nodes: &nodes,
+            followed: &followed,
         };
         let (lanes, repeats) = schedule(records);
         // New events first (their cordons), then the drain passes of earlier ones (evictions),
@@ -159,7 +160,7 @@ impl Pipeline<'_> {
             .filter(|e| e.kind != EventKind::Unsupported)
             .collect();
         if wanted.is_empty() {
-            return Ok((Default::default(), Vec::new(), HashSet::new()));
+            return Ok(Default::default());
         }
         let ids: Vec<String> = wanted
             .iter()
@@ -181,7 +182,21 @@ impl Pipeline<'_> {
         let known: Vec<InstanceFacts> = instances.values().cloned().collect();
         let nodes = self.nodes.nodes(&known).await?;
         let applied = self.store.applied(&event_ids).await?;
-        Ok((instances, nodes, applied))
+        // `adaptive` decides from the pools' history: read once for the batch, when needed.
+        let policy = &self.config.policy;
+        let followed = if policy.uses_adaptive()
+            && wanted
+                .iter()
+                .any(|e| e.kind == EventKind::RebalanceRecommendation)
+        {
+            let now = self.clock.now();
+            let since = policy.adaptive.since(now);
+            let history = self.store.history(since, now).await?;
+            crate::domain::policy::adaptive::followed(&history, policy.adaptive.window, since, now)
+        } else {
+            BTreeMap::new()
+        };
+        Ok((instances, nodes, applied, followed))
     }
 
     /// The reports of a batch whose lookups failed: every supported event failed with
@@ -424,6 +439,7 @@ type LookedUp = (
     BTreeMap<String, InstanceFacts>,
     Vec<crate::domain::facts::NodeFacts>,
     HashSet<String>,
+    BTreeMap<crate::domain::pool::PoolKey, crate::domain::policy::Followed>,
 );
 
 /// The span every log line of one event's work carries (the executor's lines among them).
@@ -497,14 +513,7 @@ impl Default for Limits {
 
 fn ignored(record: &Record, event: &Event, config: &Config) -> Report {
     let empty = Default::default();
-    let plan = decide(
-        event,
-        Facts {
-            instances: &empty,
-            nodes: &[],
-        },
-        config,
-    );
+    let plan = decide(event, Facts::new(&empty, &[]), config);
     let mut report = Report::new(record).with_plan(&plan);
     report.outcome = Outcome::Ignored;
     report.reason = plan.ignored;
@@ -602,6 +611,17 @@ mod tests {
                 detail: "done".into(),
                 ..ActionResult::default()
             }])
+        }
+
+        async fn undo(
+            &self,
+            undo: &crate::domain::wayback::Undo,
+        ) -> Result<crate::domain::wayback::UndoOutcome, ExecuteError> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("undo {}", undo.node));
+            Ok(crate::domain::wayback::UndoOutcome::Undone)
         }
     }
 
@@ -846,10 +866,7 @@ mod tests {
                 .remove(0)
                 .event
                 .unwrap();
-            let facts = Facts {
-                instances: &instances.0,
-                nodes: &nodes.nodes,
-            };
+            let facts = Facts::new(&instances.0, &nodes.nodes);
             let mut plan = decide(&event, facts, &config);
             assert_eq!(plan.actions[0].action, Action::CordonDrain);
             plan.actions[0].deadline = Some(now - chrono::Duration::minutes(1));

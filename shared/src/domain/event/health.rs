@@ -79,7 +79,11 @@ pub(crate) fn scheduled_change(f: &Fields<'_>, detail: &Value) -> Result<Parsed,
     // Empty is absent: the drain deadline then falls back as for events that give none.
     let start_time = f.time_or_empty(detail, "startTime", "detail.startTime")?;
     let end_time = f.time_or_empty(detail, "endTime", "detail.endTime")?;
+    let status_closed = f
+        .opt_str(detail, "statusCode", "detail.statusCode")?
+        .is_some_and(|s| s.trim().eq_ignore_ascii_case("closed"));
     let mut ids: Vec<String> = Vec::new();
+    let mut closed: Vec<String> = Vec::new();
     match detail.get("affectedEntities") {
         None | Some(Value::Null) => {}
         Some(Value::Array(entities)) => {
@@ -91,11 +95,21 @@ pub(crate) fn scheduled_change(f: &Fields<'_>, detail: &Value) -> Result<Parsed,
                         format!("expected an object, found {}", json_type(entity)),
                     ));
                 }
+                let status_path = format!("detail.affectedEntities[{i}].status");
+                let over = f
+                    .opt_str(entity, "status", &status_path)?
+                    .map(str::trim)
+                    .is_some_and(|s| {
+                        s.eq_ignore_ascii_case("RESOLVED") || s.eq_ignore_ascii_case("CANCELLED")
+                    });
                 if let Some(value) = f.opt_str(entity, "entityValue", &path)?.map(str::trim)
                     && is_instance_id(value)
                     && !ids.iter().any(|x| x == value)
                 {
                     ids.push(value.to_string());
+                    if over || status_closed {
+                        closed.push(value.to_string());
+                    }
                 }
             }
         }
@@ -120,6 +134,7 @@ pub(crate) fn scheduled_change(f: &Fields<'_>, detail: &Value) -> Result<Parsed,
             event_arn,
             start_time,
             end_time,
+            closed,
         },
     ))
 }

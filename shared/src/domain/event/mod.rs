@@ -167,6 +167,11 @@ pub enum Detail {
         event_arn: Option<String>,
         start_time: Option<DateTime<Utc>>,
         end_time: Option<DateTime<Utc>>,
+        /// The instances whose scheduled change is over: every one when the update's
+        /// `statusCode` is `closed`, else those whose entity `status` is `RESOLVED` or
+        /// `CANCELLED`. Their cordon (forewarn's, for this `eventArn`) is undone.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        closed: Vec<String>,
     },
     AsgTermination(LifecycleAction),
     CapacityReservation {

@@ -36,11 +36,8 @@ fn one(v: Value) -> Result<Event, DecodeError> {
 /// A plan, for a continuation to carry: the spot warning's, with nothing known of it.
 fn a_plan() -> Plan {
     let event = one(spot("e1", json!("i-0a1b2c3d4e5f60001"))).unwrap();
-    let facts = Facts {
-        instances: &BTreeMap::new(),
-        nodes: &[],
-    };
-    decide(&event, facts, &Config::default())
+    let empty = BTreeMap::new();
+    decide(&event, Facts::new(&empty, &[]), &Config::default())
 }
 
 #[test]

@@ -10,7 +10,11 @@ use crate::domain::event::{
     Detail, Event, EventKind, InstanceAction, InstanceState, LifecycleAction,
 };
 use crate::domain::facts::{InstanceFacts, NodeFacts, Owner, resolve_node};
+use crate::domain::policy::Followed;
 use crate::domain::pool::{CapacityType, PoolKey, PoolMark, PoolUpdate};
+use crate::domain::wayback::CordonRecord;
+
+mod choice;
 
 /// What is known when deciding.
 #[derive(Debug, Clone, Copy)]
@@ -19,6 +23,26 @@ pub struct Facts<'a> {
     pub instances: &'a BTreeMap<String, InstanceFacts>,
     /// Candidate nodes of this cluster.
     pub nodes: &'a [NodeFacts],
+    /// Per pool, how many of its rebalance recommendations an interruption followed (see
+    /// [`crate::domain::policy::adaptive`]); read only when the policy has an `adaptive` rule.
+    pub followed: &'a BTreeMap<PoolKey, Followed>,
+}
+
+/// No pool history: `adaptive` does `otherwise` everywhere.
+pub static NO_HISTORY: BTreeMap<PoolKey, Followed> = BTreeMap::new();
+
+impl<'a> Facts<'a> {
+    /// What the instances and nodes say, without pool history.
+    pub fn new(
+        instances: &'a BTreeMap<String, InstanceFacts>,
+        nodes: &'a [NodeFacts],
+    ) -> Facts<'a> {
+        Facts {
+            instances,
+            nodes,
+            followed: &NO_HISTORY,
+        }
+    }
 }
 
 /// The object a `delete` removes.
@@ -54,6 +78,10 @@ pub struct NodeAction {
     pub deadline: Option<DateTime<Utc>>,
     /// The ASG lifecycle action to complete once the node is handled.
     pub complete_lifecycle: Option<LifecycleAction>,
+    /// A cordon's record, written on the node with the cordon; for `uncordon`, the record the
+    /// node must still carry (see [`crate::domain::wayback`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<CordonRecord>,
 }
 
 /// The plan for one event.
@@ -138,17 +166,13 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
     for instance_id in &event.instance_ids {
         let instance = facts.instances.get(instance_id);
         if let Some(mark) = pool_mark(event, instance_id, instance, config)
+            && !choice::closed(event, instance_id)
             && !plan.pools.iter().any(|m| m.pool == mark.pool)
         {
             plan.pools.push(mark);
         }
-        plan.actions.push(node_action(
-            event,
-            instance_id,
-            instance,
-            facts.nodes,
-            config,
-        ));
+        plan.actions
+            .push(node_action(event, instance_id, instance, facts, config));
     }
     // One update records at most so many pools (the first, in the event's order); the node
     // actions matter more, and all go on.
@@ -263,7 +287,7 @@ fn node_action(
     event: &Event,
     instance_id: &str,
     instance: Option<&InstanceFacts>,
-    nodes: &[NodeFacts],
+    facts: Facts<'_>,
     config: &Config,
 ) -> NodeAction {
     let mut out = NodeAction {
@@ -276,18 +300,23 @@ fn node_action(
         taint_value: event.kind.to_string(),
         deadline: None,
         complete_lifecycle: None,
+        record: None,
     };
     if let Some(why) = refusal(event, instance, config) {
         out.reason = why;
         return out;
     }
-    let Some(node) = resolve_node(instance_id, instance, nodes) else {
+    let Some(node) = resolve_node(instance_id, instance, facts.nodes) else {
         no_node(&mut out, event, instance, config);
         return out;
     };
     out.node = Some(node.name.clone());
     if node.is_control_plane() {
         out.reason = "control-plane node: never touched".into();
+        return out;
+    }
+    if choice::closed(event, instance_id) {
+        choice::way_back(&mut out, event, node, config);
         return out;
     }
     // Its node is one of this cluster's: that is membership enough.
@@ -298,8 +327,14 @@ fn node_action(
         }
         Err(why) => Some(why),
     };
-    let (action, stopping) = chosen_action(event, node, config);
-    act(&mut out, action, stopping, event, node, config);
+    let choice = choice::choose(event, node, instance, facts.followed, config);
+    act(&mut out, &choice, event, node, config);
+    if matches!(out.action, Action::Cordon | Action::CordonDrain) {
+        out.record = Some(choice::record(event, instance_id, &choice));
+    }
+    if let Some(why) = &choice.why {
+        out.reason = format!("{why}; {}", out.reason);
+    }
     if let Some(why) = lifecycle_refused {
         out.reason = format!("{}; {why}", out.reason);
     }
@@ -348,49 +383,36 @@ fn no_node(out: &mut NodeAction, event: &Event, instance: Option<&InstanceFacts>
     }
 }
 
-/// The action configured for the event on this node, and whether the instance is stopping.
-fn chosen_action(event: &Event, node: &NodeFacts, config: &Config) -> (Action, bool) {
-    let mut action = config.action(event.kind);
-    if action != Action::None
-        && node.owner.is_some()
-        && config.delete_owned_on.contains(&event.kind)
-    {
-        action = Action::Delete;
-    }
-    let stopping = matches!(
-        &event.detail,
-        Detail::StateChange {
-            state: InstanceState::Stopping | InstanceState::ShuttingDown
-        }
-    );
-    if action == Action::Delete && stopping {
-        // Its containers may still run: deleting the Node now would let a StatefulSet start a
-        // second copy of a pod while the first still runs. Drain it; the Node is deleted once EC2
-        // says `stopped` or `terminated`.
-        action = Action::CordonDrain;
-    }
-    (action, stopping)
-}
-
 /// Sets the action, its target, deadline and reason.
 fn act(
     out: &mut NodeAction,
-    action: Action,
-    stopping: bool,
+    choice: &choice::Choice,
     event: &Event,
     node: &NodeFacts,
     config: &Config,
 ) {
-    match action {
-        Action::None => {
+    let stopping = choice.stopping;
+    match choice.action {
+        Action::None | Action::Uncordon => {
             out.reason = format!("{} is configured to do nothing", event.kind);
         }
-        Action::Cordon if node.unschedulable && node.has_taint(&config.taint_key) => {
+        Action::Cordon
+            if node.unschedulable
+                && node.has_taint(&config.taint_key)
+                && choice::record_holds(node, event, &out.instance_id, choice) =>
+        {
             out.reason = "already cordoned by forewarn".into();
         }
         Action::Cordon => {
             out.action = Action::Cordon;
-            out.reason = format!("{}: keep new pods off the node", summary(event));
+            out.reason = match choice.until {
+                Some(until) => format!(
+                    "{}: keep new pods off the node until {}",
+                    summary(event),
+                    until.to_rfc3339()
+                ),
+                None => format!("{}: keep new pods off the node", summary(event)),
+            };
         }
         Action::CordonDrain => {
             out.action = Action::CordonDrain;
@@ -634,10 +656,7 @@ mod tests {
         for kind in EventKind::ALL {
             for s in SITUATIONS {
                 let (instances, nodes) = world(s);
-                let facts = Facts {
-                    instances: &instances,
-                    nodes: &nodes,
-                };
+                let facts = Facts::new(&instances, &nodes);
                 let p = decide(&event(kind), facts, &config());
                 let ctx = format!("{kind} × {s:?}: {p:#?}");
                 if kind == EventKind::Unsupported {
@@ -673,10 +692,7 @@ mod tests {
     #[test]
     fn pools_keys_and_windows() {
         let (instances, nodes) = world(Situation::Plain);
-        let facts = Facts {
-            instances: &instances,
-            nodes: &nodes,
-        };
+        let facts = Facts::new(&instances, &nodes);
         let p = decide(&event(EventKind::SpotInterruption), facts, &config());
         assert_eq!(p.pools[0].pool.to_string(), "spot#m5.large#us-east-1a");
         assert_eq!(
@@ -701,10 +717,7 @@ mod tests {
     #[test]
     fn without_facts_no_pool_and_no_node() {
         let instances = BTreeMap::new();
-        let facts = Facts {
-            instances: &instances,
-            nodes: &[],
-        };
+        let facts = Facts::new(&instances, &[]);
         let p = decide(&event(EventKind::SpotInterruption), facts, &config());
         assert!(p.pools.is_empty());
         assert_eq!(p.actions[0].action, Action::None);
@@ -730,10 +743,7 @@ mod tests {
     #[test]
     fn state_changes_not_leaving_are_ignored() {
         let (instances, nodes) = world(Situation::Plain);
-        let facts = Facts {
-            instances: &instances,
-            nodes: &nodes,
-        };
+        let facts = Facts::new(&instances, &nodes);
         for state in ["pending", "running"] {
             let mut e = event(EventKind::StateChange);
             e.detail = Detail::StateChange {
@@ -801,7 +811,7 @@ mod tests {
         nodes: &[NodeFacts],
         e: &Event,
     ) -> Plan {
-        decide(e, Facts { instances, nodes }, &config())
+        decide(e, Facts::new(instances, nodes), &config())
     }
 
     fn asg_termination(hook: &str) -> Event {
@@ -824,10 +834,7 @@ mod tests {
             .build();
         untagged.tags.clear();
         let instances = BTreeMap::from([(ID.to_string(), untagged)]);
-        let facts = Facts {
-            instances: &instances,
-            nodes: &[],
-        };
+        let facts = Facts::new(&instances, &[]);
         let a = &decide(&e, facts, &config()).actions[0];
         assert_eq!(a.complete_lifecycle, None);
         assert!(
@@ -837,20 +844,14 @@ mod tests {
         );
         // Not even known to EC2: left too.
         let empty = BTreeMap::new();
-        let unknown = Facts {
-            instances: &empty,
-            nodes: &[],
-        };
+        let unknown = Facts::new(&empty, &[]);
         assert_eq!(
             decide(&e, unknown, &config()).actions[0].complete_lifecycle,
             None
         );
         // Tagged for this cluster, no node: completed.
         let (instances, _) = world(Situation::NotFound);
-        let tagged = Facts {
-            instances: &instances,
-            nodes: &[],
-        };
+        let tagged = Facts::new(&instances, &[]);
         assert!(
             decide(&e, tagged, &config()).actions[0]
                 .complete_lifecycle
@@ -858,10 +859,7 @@ mod tests {
         );
         // Its node found: completed, unless the hook is not one forewarn answers.
         let (instances, nodes) = world(Situation::Plain);
-        let found = Facts {
-            instances: &instances,
-            nodes: &nodes,
-        };
+        let found = Facts::new(&instances, &nodes);
         assert!(
             decide(&e, found, &config()).actions[0]
                 .complete_lifecycle
@@ -888,10 +886,7 @@ mod tests {
     #[test]
     fn configured_actions_and_owned_deletes() {
         let (instances, nodes) = world(Situation::Karpenter);
-        let facts = Facts {
-            instances: &instances,
-            nodes: &nodes,
-        };
+        let facts = Facts::new(&instances, &nodes);
         let mut c = config();
         c.delete_owned_on.clear();
         c.actions
@@ -913,10 +908,7 @@ mod tests {
     #[test]
     fn no_cluster_name_means_no_tag_check() {
         let (instances, nodes) = world(Situation::OtherCluster);
-        let facts = Facts {
-            instances: &instances,
-            nodes: &nodes,
-        };
+        let facts = Facts::new(&instances, &nodes);
         let p = decide(
             &event(EventKind::SpotInterruption),
             facts,
@@ -933,10 +925,7 @@ mod tests {
             .unwrap()
             .tags
             .insert("aws:eks:cluster-name".into(), "other".into());
-        let facts = Facts {
-            instances: &instances,
-            nodes: &nodes,
-        };
+        let facts = Facts::new(&instances, &nodes);
         let p = decide(&event(EventKind::SpotInterruption), facts, &config());
         assert_eq!(p.actions[0].action, Action::CordonDrain);
     }
@@ -944,10 +933,7 @@ mod tests {
     #[test]
     fn asg_completion_when_node_is_gone() {
         let (instances, nodes) = world(Situation::NotFound);
-        let facts = Facts {
-            instances: &instances,
-            nodes: &nodes,
-        };
+        let facts = Facts::new(&instances, &nodes);
         let p = decide(&event(EventKind::AsgTermination), facts, &config());
         assert!(p.actions[0].complete_lifecycle.is_some());
         assert!(p.has_node_work());

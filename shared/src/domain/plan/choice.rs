@@ -1,0 +1,422 @@
+//! Which action an event takes on a node: the default of its kind (`FOREWARN_ACTION_<KIND>`),
+//! or what the policy's first rule matching the node says (an `adaptive` recommendation
+//! decided from its pool's history); the cordon record that goes with it; and the way back
+//! an AWS Health `closed` update starts.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+
+use super::{NodeAction, pool_mark};
+use crate::domain::config::{Action, Config};
+use crate::domain::event::{Detail, Event, InstanceAction, InstanceState};
+use crate::domain::facts::{InstanceFacts, NodeFacts};
+use crate::domain::policy::{Followed, PolicyAction};
+use crate::domain::pool::PoolKey;
+use crate::domain::wayback::CordonRecord;
+
+/// What an event does to one node, and why the policy chose it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Choice {
+    pub action: Action,
+    /// The instance is stopping or shutting down (not yet gone).
+    pub stopping: bool,
+    /// A `cordon-for`: when the cordon is to be undone.
+    pub until: Option<DateTime<Utc>>,
+    /// The first policy rule matching the node.
+    pub rule: Option<String>,
+    /// Why the policy chose the action (`rule web: cordon-for 30m`); `None`: the default.
+    pub why: Option<String>,
+}
+
+/// The action for `event` on `node` (of `instance`): the policy's, else the default.
+pub(super) fn choose(
+    event: &Event,
+    node: &NodeFacts,
+    instance: Option<&InstanceFacts>,
+    followed: &BTreeMap<PoolKey, Followed>,
+    config: &Config,
+) -> Choice {
+    let chosen = config.policy.choose(event.kind, &node.labels);
+    let rule = chosen.rule.map(str::to_string);
+    let (mut action, lasts, why) = match chosen.action {
+        None => (config.action(event.kind), None, None),
+        Some(PolicyAction::Adaptive) => {
+            let pool = instance
+                .and_then(|i| pool_mark(event, &i.instance_id, Some(i), config))
+                .map(|m| m.pool);
+            let (decided, why) = config.policy.adaptive.choose(pool.as_ref(), followed);
+            (node_action_of(decided), decided.lasts(), Some(why))
+        }
+        Some(a) => (node_action_of(a), a.lasts(), Some(a.to_string())),
+    };
+    let why = why.map(|w| format!("rule {}: {w}", rule.as_deref().unwrap_or_default()));
+    // A rule's action is what the user chose for these nodes; the default goes through the
+    // owner where the configuration says so.
+    if chosen.action.is_none()
+        && action != Action::None
+        && node.owner.is_some()
+        && config.delete_owned_on.contains(&event.kind)
+    {
+        action = Action::Delete;
+    }
+    let stopping = matches!(
+        &event.detail,
+        Detail::StateChange {
+            state: InstanceState::Stopping | InstanceState::ShuttingDown
+        }
+    );
+    if action == Action::Delete && stopping {
+        // Its containers may still run: deleting the Node now would let a StatefulSet start a
+        // second copy of a pod while the first still runs. Drain it; the Node is deleted once EC2
+        // says `stopped` or `terminated`.
+        action = Action::CordonDrain;
+    }
+    Choice {
+        action,
+        stopping,
+        until: lasts
+            .filter(|_| action == Action::Cordon)
+            .map(|d| event.time + d),
+        rule,
+        why,
+    }
+}
+
+/// The node action a policy action carries out (`cordon-for` is a cordon; `adaptive` is
+/// decided before it gets here).
+fn node_action_of(a: PolicyAction) -> Action {
+    match a {
+        PolicyAction::None | PolicyAction::Adaptive => Action::None,
+        PolicyAction::Cordon | PolicyAction::CordonFor(_) => Action::Cordon,
+        PolicyAction::CordonDrain => Action::CordonDrain,
+        PolicyAction::Delete => Action::Delete,
+    }
+}
+
+/// The record a cordon for `event` on `instance_id`'s node writes.
+pub(super) fn record(event: &Event, instance_id: &str, choice: &Choice) -> CordonRecord {
+    let stops_instance =
+        |a: &InstanceAction| matches!(a, InstanceAction::Stop | InstanceAction::Hibernate);
+    CordonRecord {
+        kind: event.kind,
+        event_id: event.id.clone(),
+        instance_id: instance_id.to_string(),
+        at: event.time,
+        until: choice.until,
+        rule: choice.rule.clone(),
+        health_event: match &event.detail {
+            Detail::Scheduled { event_arn, .. } => event_arn.clone(),
+            _ => None,
+        },
+        stops: match &event.detail {
+            Detail::Spot { action } | Detail::CapacityReservation { action, .. } => {
+                stops_instance(action)
+            }
+            Detail::StateChange { state } => {
+                matches!(state, InstanceState::Stopping | InstanceState::Stopped)
+            }
+            _ => false,
+        },
+        excluded_from_lb: false,
+    }
+}
+
+/// The node's cordon record already says what this cordon would write (the node stays as it
+/// is); otherwise the cordon runs again to record the new reason.
+pub(super) fn record_holds(
+    node: &NodeFacts,
+    event: &Event,
+    instance_id: &str,
+    choice: &Choice,
+) -> bool {
+    let Some(existing) = CordonRecord::of(node) else {
+        // Cordoned by forewarn before records were kept: nothing to undo it by.
+        return choice.until.is_none();
+    };
+    let new = record(event, instance_id, choice);
+    new.after(Some(&existing)) == existing
+}
+
+/// The update of an AWS Health scheduled change says it is over for this instance.
+pub(super) fn closed(event: &Event, instance_id: &str) -> bool {
+    matches!(&event.detail, Detail::Scheduled { closed, .. } if closed.iter().any(|c| c == instance_id))
+}
+
+/// A `closed` Health update cordons nothing: it undoes the cordon forewarn put on `node` for
+/// the same Health event (its `eventArn`), and leaves any other alone.
+pub(super) fn way_back(out: &mut NodeAction, event: &Event, node: &NodeFacts, config: &Config) {
+    let Detail::Scheduled { event_arn, .. } = &event.detail else {
+        return;
+    };
+    let record = CordonRecord::of(node).filter(|r| {
+        node.has_taint(&config.taint_key)
+            && r.health_event.is_some()
+            && r.health_event == *event_arn
+    });
+    match record {
+        Some(record) => {
+            out.action = Action::Uncordon;
+            out.reason = format!(
+                "AWS Health closed the scheduled change {}: undo forewarn's cordon",
+                event_arn.as_deref().unwrap_or_default()
+            );
+            out.record = Some(record);
+        }
+        None => {
+            out.reason = "AWS Health closed the scheduled change; the node carries no cordon of \
+                          forewarn's for it: nothing to undo"
+                .into();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use chrono::Duration;
+
+    use super::super::{Facts, decide};
+    use super::*;
+    use crate::domain::config::TAINT_KEY;
+    use crate::domain::event::EventKind;
+    use crate::domain::facts::{Owner, Taint};
+    use crate::domain::fixtures::{self, t0};
+    use crate::domain::policy::Policy;
+    use crate::domain::pool::CapacityType;
+
+    const ID: &str = "i-0a1b2c3d4e5f60001";
+    const POLICY: &str = "rules:\n\
+        - name: batch\n  nodes: {pool: batch}\n  actions: {rebalance-recommendation: none, spot-interruption: cordon-drain}\n\
+        - name: web\n  nodes: {pool: web}\n  actions: {rebalance-recommendation: adaptive, scheduled-change: cordon-for 6h}\n";
+
+    fn config() -> Config {
+        Config {
+            policy: Policy::parse(POLICY).unwrap(),
+            ..Config::default()
+        }
+    }
+
+    fn instances() -> BTreeMap<String, InstanceFacts> {
+        let i = fixtures::instance(ID)
+            .typed("m5.large", "us-east-1a")
+            .capacity(CapacityType::Spot)
+            .build();
+        BTreeMap::from([(ID.to_string(), i)])
+    }
+
+    fn node(pool: &str) -> NodeFacts {
+        let mut n = fixtures::node_facts("n1", ID);
+        n.labels.insert("pool".into(), pool.into());
+        n
+    }
+
+    fn plan_for(
+        kind: EventKind,
+        node: NodeFacts,
+        followed: &BTreeMap<PoolKey, Followed>,
+    ) -> NodeAction {
+        let event = fixtures::event(kind, "e-1", ID).build();
+        let instances = instances();
+        let nodes = vec![node];
+        let facts = Facts {
+            followed,
+            ..Facts::new(&instances, &nodes)
+        };
+        decide(&event, facts, &config()).actions.remove(0)
+    }
+
+    #[test]
+    fn a_rule_replaces_the_default_of_the_kinds_it_names() {
+        let none = BTreeMap::new();
+        let a = plan_for(EventKind::RebalanceRecommendation, node("batch"), &none);
+        assert_eq!(a.action, Action::None);
+        assert!(a.reason.starts_with("rule batch: none; "), "{}", a.reason);
+        // A node no rule matches keeps the default (rebalance: cordon).
+        let a = plan_for(EventKind::RebalanceRecommendation, node("other"), &none);
+        assert_eq!(a.action, Action::Cordon);
+        assert!(!a.reason.contains("rule"), "{}", a.reason);
+        // A rule's action is the user's: not turned into a delete through the owner.
+        let mut karpenter = node("batch");
+        karpenter.owner = Some(Owner::NodeClaim { name: "c".into() });
+        let a = plan_for(EventKind::SpotInterruption, karpenter.clone(), &none);
+        assert_eq!(a.action, Action::CordonDrain);
+        // Without a rule for it, the default goes through the owner as before.
+        karpenter.labels.insert("pool".into(), "other".into());
+        let a = plan_for(EventKind::SpotInterruption, karpenter, &none);
+        assert_eq!(a.action, Action::Delete);
+    }
+
+    #[test]
+    fn cordon_for_records_when_it_ends() {
+        let a = plan_for(EventKind::ScheduledChange, node("web"), &BTreeMap::new());
+        assert_eq!(a.action, Action::Cordon);
+        let record = a.record.unwrap();
+        assert_eq!(record.until, Some(t0() + Duration::hours(6)));
+        assert_eq!(record.rule.as_deref(), Some("web"));
+        assert_eq!(record.kind, EventKind::ScheduledChange);
+        assert!(
+            a.reason.starts_with("rule web: cordon-for 6h; "),
+            "{}",
+            a.reason
+        );
+    }
+
+    #[test]
+    fn adaptive_drains_where_the_pool_history_says_so() {
+        let pool = PoolKey::new(CapacityType::Spot, "m5.large", "us-east-1a");
+        let hot = BTreeMap::from([(
+            pool.clone(),
+            Followed {
+                recommendations: 8,
+                followed: 6,
+            },
+        )]);
+        let a = plan_for(EventKind::RebalanceRecommendation, node("web"), &hot);
+        assert_eq!(a.action, Action::CordonDrain);
+        assert!(
+            a.reason
+                .contains("rule web: adaptive: pool spot#m5.large#us-east-1a: 6 of 8"),
+            "{}",
+            a.reason
+        );
+        let cold = BTreeMap::from([(
+            pool,
+            Followed {
+                recommendations: 8,
+                followed: 1,
+            },
+        )]);
+        let a = plan_for(EventKind::RebalanceRecommendation, node("web"), &cold);
+        assert_eq!(a.action, Action::Cordon);
+        assert_eq!(
+            a.record.unwrap().until,
+            Some(t0() + Duration::minutes(30)),
+            "otherwise: cordon-for 30m"
+        );
+    }
+
+    #[test]
+    fn a_node_cordoned_for_longer_is_not_cordoned_again_a_shorter_one_is_extended() {
+        let mut n = node("web");
+        n.unschedulable = true;
+        n.taints.push(Taint {
+            key: TAINT_KEY.into(),
+            value: Some("scheduled-change".into()),
+            effect: "NoSchedule".into(),
+        });
+        let forever = CordonRecord {
+            kind: EventKind::SpotInterruption,
+            event_id: "e-0".into(),
+            instance_id: ID.into(),
+            at: t0(),
+            until: None,
+            rule: None,
+            health_event: None,
+            stops: false,
+            excluded_from_lb: false,
+        };
+        n.annotations.insert(
+            crate::domain::wayback::ANNOTATION_CORDON.into(),
+            forever.to_annotation(),
+        );
+        let a = plan_for(EventKind::ScheduledChange, n.clone(), &BTreeMap::new());
+        assert_eq!(a.action, Action::None);
+        assert_eq!(
+            a.reason,
+            "rule web: cordon-for 6h; already cordoned by forewarn"
+        );
+        let short = CordonRecord {
+            until: Some(t0() + Duration::minutes(5)),
+            ..forever
+        };
+        n.annotations.insert(
+            crate::domain::wayback::ANNOTATION_CORDON.into(),
+            short.to_annotation(),
+        );
+        let a = plan_for(EventKind::ScheduledChange, n, &BTreeMap::new());
+        assert_eq!(a.action, Action::Cordon, "the new reason lasts longer");
+    }
+
+    #[test]
+    fn a_closed_health_update_undoes_only_the_cordon_it_made() {
+        let arn = "arn:aws:health:us-east-1::event/EC2/RETIREMENT/x";
+        let closed = |closed: Vec<String>| {
+            fixtures::event(EventKind::ScheduledChange, "e-closed", ID)
+                .detail(Detail::Scheduled {
+                    event_type_code: "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED".into(),
+                    event_arn: Some(arn.into()),
+                    start_time: None,
+                    end_time: None,
+                    closed,
+                })
+                .build()
+        };
+        let record = CordonRecord {
+            kind: EventKind::ScheduledChange,
+            event_id: "e-upcoming".into(),
+            instance_id: ID.into(),
+            at: t0(),
+            until: None,
+            rule: None,
+            health_event: Some(arn.into()),
+            stops: false,
+            excluded_from_lb: true,
+        };
+        let mut n = node("other");
+        n.unschedulable = true;
+        n.taints.push(Taint {
+            key: TAINT_KEY.into(),
+            value: Some("scheduled-change".into()),
+            effect: "NoSchedule".into(),
+        });
+        n.annotations.insert(
+            crate::domain::wayback::ANNOTATION_CORDON.into(),
+            record.to_annotation(),
+        );
+        let instances = instances();
+        let nodes = vec![n.clone()];
+        let plan = decide(
+            &closed(vec![ID.into()]),
+            Facts::new(&instances, &nodes),
+            &config(),
+        );
+        assert_eq!(plan.actions[0].action, Action::Uncordon);
+        assert_eq!(plan.actions[0].record.as_ref(), Some(&record));
+        assert!(
+            plan.pools.is_empty(),
+            "a closed update is not counted again"
+        );
+        // Another Health event's cordon (or someone else's) is left alone.
+        let other = CordonRecord {
+            health_event: Some("arn:other".into()),
+            ..record
+        };
+        let mut n2 = n.clone();
+        n2.annotations.insert(
+            crate::domain::wayback::ANNOTATION_CORDON.into(),
+            other.to_annotation(),
+        );
+        let nodes = vec![n2];
+        let plan = decide(
+            &closed(vec![ID.into()]),
+            Facts::new(&instances, &nodes),
+            &config(),
+        );
+        assert_eq!(plan.actions[0].action, Action::None);
+        // Still open: it cordons as before (the default drains a scheduled change).
+        let nodes = vec![node("other")];
+        let plan = decide(&closed(vec![]), Facts::new(&instances, &nodes), &config());
+        assert_eq!(plan.actions[0].action, Action::CordonDrain);
+        assert_eq!(
+            plan.actions[0]
+                .record
+                .as_ref()
+                .unwrap()
+                .health_event
+                .as_deref(),
+            Some(arn)
+        );
+    }
+}

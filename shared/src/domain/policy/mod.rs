@@ -1,0 +1,266 @@
+//! Policies per node group: which action each event kind takes on the nodes a rule matches.
+//!
+//! A policy is YAML, from `--policy FILE`, `FOREWARN_POLICY_FILE` or the ConfigMap
+//! `kube-system/forewarn-policy` (key `policy.yaml`):
+//!
+//! ```yaml
+//! rules:                          # first match wins; a node no rule matches keeps the defaults
+//!   - name: batch                 # shown in reports and Events
+//!     nodes: {karpenter.sh/nodepool: batch}   # node labels, all must match; {} matches every node
+//!     actions:                    # per event kind; kinds not named keep the default
+//!       rebalance-recommendation: none
+//!       spot-interruption: cordon-drain
+//!   - name: web
+//!     nodes: {eks.amazonaws.com/nodegroup: web-spot}
+//!     actions:
+//!       rebalance-recommendation: adaptive
+//!       scheduled-change: cordon-for 6h
+//! rebalance:
+//!   adaptive:
+//!     window: 30m        # an interruption of the same instance within this time "follows" a recommendation
+//!     threshold: 0.5     # drain when at least this share of the pool's recommendations were followed
+//!     min-samples: 5     # fewer recommendations than this in the pool's history: act as `otherwise`
+//!     days: 30           # how far back the history is read
+//!     otherwise: cordon-for 30m
+//! ```
+//!
+//! [`Policy::parse`] refuses a bad policy naming the field and the value
+//! (`rules[0].actions.spot-interruption: unknown action "evaporate" (...)`).
+
+pub mod adaptive;
+mod parse;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use chrono::Duration;
+
+use crate::domain::event::EventKind;
+
+pub use adaptive::{Adaptive, Followed};
+pub use parse::PolicyError;
+
+/// What a rule says an event kind does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyAction {
+    None,
+    Cordon,
+    CordonDrain,
+    /// Delete the owner object (NodeClaim, Machine) when there is one, else the Node.
+    Delete,
+    /// A cordon undone after the duration unless another reason to keep it arrives.
+    CordonFor(Duration),
+    /// Rebalance recommendations only: drain where the pool's recommendations were mostly
+    /// followed by interruptions, else [`Adaptive::otherwise`] (see [`adaptive`]).
+    Adaptive,
+}
+
+/// A policy action that does not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadAction {
+    #[error("\"{0}\": `{1}` is not a positive duration (e.g. 30m, 6h)")]
+    Duration(String, String),
+    #[error("\"cordon-for\" needs a duration (e.g. cordon-for 30m)")]
+    NoDuration,
+    #[error(
+        "unknown action \"{0}\" (none, cordon, cordon-drain, delete, cordon-for <duration>, adaptive)"
+    )]
+    Unknown(String),
+}
+
+impl PolicyAction {
+    /// The action as written in a policy: `none`, `cordon`, `cordon-drain`, `delete`,
+    /// `cordon-for <duration>` or `adaptive`.
+    pub fn parse(text: &str) -> Result<PolicyAction, BadAction> {
+        let text = text.trim();
+        let words: Vec<&str> = text.split_whitespace().collect();
+        match words.as_slice() {
+            ["none"] => Ok(PolicyAction::None),
+            ["cordon"] => Ok(PolicyAction::Cordon),
+            ["cordon-drain"] => Ok(PolicyAction::CordonDrain),
+            ["delete"] => Ok(PolicyAction::Delete),
+            ["adaptive"] => Ok(PolicyAction::Adaptive),
+            ["cordon-for", d] => crate::domain::vars::parse_duration(d)
+                .ok()
+                .filter(|d| *d > Duration::zero())
+                .map(PolicyAction::CordonFor)
+                .ok_or_else(|| BadAction::Duration(text.to_string(), d.to_string())),
+            ["cordon-for"] => Err(BadAction::NoDuration),
+            _ => Err(BadAction::Unknown(text.to_string())),
+        }
+    }
+
+    /// How long a `cordon-for` lasts.
+    pub fn lasts(self) -> Option<Duration> {
+        match self {
+            PolicyAction::CordonFor(d) => Some(d),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for PolicyAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PolicyAction::None => f.write_str("none"),
+            PolicyAction::Cordon => f.write_str("cordon"),
+            PolicyAction::CordonDrain => f.write_str("cordon-drain"),
+            PolicyAction::Delete => f.write_str("delete"),
+            PolicyAction::Adaptive => f.write_str("adaptive"),
+            PolicyAction::CordonFor(d) => write!(f, "cordon-for {}", short(*d)),
+        }
+    }
+}
+
+/// `30m`, `6h`, `90s`, `2d`: the shortest exact form.
+pub fn short(d: Duration) -> String {
+    let s = d.num_seconds();
+    match s {
+        s if s != 0 && s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s if s != 0 && s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s != 0 && s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+/// One rule: the nodes it matches and what it says each event kind does there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub name: String,
+    /// Node labels that must all match (none: every node).
+    pub nodes: BTreeMap<String, String>,
+    pub actions: BTreeMap<EventKind, PolicyAction>,
+}
+
+impl Rule {
+    /// Every label of the rule is on the node with the same value.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.nodes.iter().all(|(k, v)| labels.get(k) == Some(v))
+    }
+}
+
+/// A policy: rules (first match wins) and the adaptive rebalance settings.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Policy {
+    pub rules: Vec<Rule>,
+    pub adaptive: Adaptive,
+}
+
+/// What the policy says of one event kind on one node.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Chosen<'a> {
+    /// The first rule matching the node, if any.
+    pub rule: Option<&'a str>,
+    /// Its action for the kind; `None`: the defaults (`FOREWARN_ACTION_<KIND>`).
+    pub action: Option<PolicyAction>,
+}
+
+impl Policy {
+    /// The rule matching a node with `labels` (the first), and what it says of `kind`.
+    pub fn choose(&self, kind: EventKind, labels: &BTreeMap<String, String>) -> Chosen<'_> {
+        match self.rules.iter().find(|r| r.matches(labels)) {
+            Some(rule) => Chosen {
+                rule: Some(&rule.name),
+                action: rule.actions.get(&kind).copied(),
+            },
+            None => Chosen {
+                rule: None,
+                action: None,
+            },
+        }
+    }
+
+    /// Some rule is `adaptive`: the pools' history is needed to decide.
+    pub fn uses_adaptive(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.actions.values().any(|a| *a == PolicyAction::Adaptive))
+    }
+
+    /// No rule: every node keeps the defaults.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn actions_read_and_print_the_same() {
+        for text in [
+            "none",
+            "cordon",
+            "cordon-drain",
+            "delete",
+            "adaptive",
+            "cordon-for 30m",
+            "cordon-for 6h",
+            "cordon-for 2d",
+            "cordon-for 90s",
+        ] {
+            assert_eq!(PolicyAction::parse(text).unwrap().to_string(), text);
+        }
+        assert_eq!(
+            PolicyAction::parse("  cordon-for   45m ").unwrap(),
+            PolicyAction::CordonFor(Duration::minutes(45))
+        );
+        let e = PolicyAction::parse("evaporate").unwrap_err().to_string();
+        assert!(e.starts_with("unknown action \"evaporate\""), "{e}");
+        assert!(PolicyAction::parse("cordon-for").is_err());
+        assert!(PolicyAction::parse("cordon-for soon").is_err());
+        assert!(PolicyAction::parse("cordon-for 0s").is_err());
+        assert!(PolicyAction::parse("uncordon").is_err());
+    }
+
+    #[test]
+    fn the_first_matching_rule_wins_and_unnamed_kinds_keep_the_defaults() {
+        let policy = Policy::parse(
+            "rules:\n\
+             - name: batch\n  nodes: {pool: batch}\n  actions: {rebalance-recommendation: none}\n\
+             - name: batch-too\n  nodes: {pool: batch}\n  actions: {spot-interruption: delete}\n\
+             - name: all\n  nodes: {}\n  actions: {spot-interruption: cordon}\n",
+        )
+        .unwrap();
+        let batch = labels(&[("pool", "batch"), ("zone", "a")]);
+        let rebalance = policy.choose(EventKind::RebalanceRecommendation, &batch);
+        assert_eq!(rebalance.rule, Some("batch"));
+        assert_eq!(rebalance.action, Some(PolicyAction::None));
+        // The first match wins even for a kind it does not name: defaults, not `batch-too`.
+        let spot = policy.choose(EventKind::SpotInterruption, &batch);
+        assert_eq!(spot.rule, Some("batch"));
+        assert_eq!(spot.action, None);
+        // `{}` matches every node.
+        let other = policy.choose(EventKind::SpotInterruption, &labels(&[("pool", "web")]));
+        assert_eq!(other.rule, Some("all"));
+        assert_eq!(other.action, Some(PolicyAction::Cordon));
+        // No rule: defaults.
+        assert_eq!(
+            Policy::default().choose(EventKind::SpotInterruption, &batch),
+            Chosen {
+                rule: None,
+                action: None
+            }
+        );
+    }
+
+    #[test]
+    fn all_of_a_rules_labels_must_match() {
+        let rule = Rule {
+            name: "r".into(),
+            nodes: labels(&[("a", "1"), ("b", "2")]),
+            actions: BTreeMap::new(),
+        };
+        assert!(rule.matches(&labels(&[("a", "1"), ("b", "2"), ("c", "3")])));
+        assert!(!rule.matches(&labels(&[("a", "1")])));
+        assert!(!rule.matches(&labels(&[("a", "1"), ("b", "3")])));
+    }
+}

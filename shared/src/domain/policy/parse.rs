@@ -1,0 +1,376 @@
+//! [`Policy::parse`]: YAML into a [`Policy`], every error naming the field and the value.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::{Adaptive, Policy, PolicyAction, Rule};
+use crate::domain::event::EventKind;
+
+/// A policy refused: where (`rules[0].actions.spot-interruption`) and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct PolicyError {
+    pub path: String,
+    pub message: String,
+}
+
+fn err(path: &str, message: impl Into<String>) -> PolicyError {
+    PolicyError {
+        path: path.to_string(),
+        message: message.into(),
+    }
+}
+
+fn type_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "nothing",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+/// The mapping at `path`, refusing keys other than `known`.
+fn mapping<'v>(
+    v: &'v Value,
+    path: &str,
+    known: &[&str],
+) -> Result<&'v serde_json::Map<String, Value>, PolicyError> {
+    let Value::Object(map) = v else {
+        return Err(err(
+            path,
+            format!("expected a mapping, found {}", type_of(v)),
+        ));
+    };
+    if let Some(k) = map.keys().find(|k| !known.contains(&k.as_str())) {
+        let at = if path.is_empty() {
+            k.clone()
+        } else {
+            format!("{path}.{k}")
+        };
+        return Err(err(
+            &at,
+            format!("unknown field (known: {})", known.join(", ")),
+        ));
+    }
+    Ok(map)
+}
+
+/// A scalar as text (label values may be written as numbers or booleans).
+fn text(v: &Value, path: &str) -> Result<String, PolicyError> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Number(n) => Ok(n.to_string()),
+        Value::Bool(b) => Ok(b.to_string()),
+        other => Err(err(
+            path,
+            format!("expected text, found {}", type_of(other)),
+        )),
+    }
+}
+
+impl Policy {
+    /// The policy `yaml` says (an empty document: no rules, the adaptive defaults).
+    pub fn parse(yaml: &str) -> Result<Policy, PolicyError> {
+        let doc: Value = serde_saphyr::from_str::<Option<Value>>(yaml)
+            .map_err(|e| err("policy", format!("not YAML: {e}")))?
+            .unwrap_or(Value::Null);
+        if doc.is_null() {
+            return Ok(Policy::default());
+        }
+        let top = mapping(&doc, "", &["rules", "rebalance"])?;
+        let adaptive = match top.get("rebalance") {
+            None | Some(Value::Null) => Adaptive::default(),
+            Some(r) => match mapping(r, "rebalance", &["adaptive"])?.get("adaptive") {
+                None | Some(Value::Null) => Adaptive::default(),
+                Some(a) => adaptive(a)?,
+            },
+        };
+        let rules = match top.get("rules") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, r)| rule(r, &format!("rules[{i}]")))
+                .collect::<Result<Vec<_>, _>>()?,
+            Some(other) => {
+                return Err(err(
+                    "rules",
+                    format!("expected a list, found {}", type_of(other)),
+                ));
+            }
+        };
+        for (i, r) in rules.iter().enumerate() {
+            if rules[..i].iter().any(|o| o.name == r.name) {
+                return Err(err(
+                    &format!("rules[{i}].name"),
+                    format!("\"{}\" names an earlier rule too", r.name),
+                ));
+            }
+        }
+        Ok(Policy { rules, adaptive })
+    }
+}
+
+fn rule(v: &Value, path: &str) -> Result<Rule, PolicyError> {
+    let map = mapping(v, path, &["name", "nodes", "actions"])?;
+    let name = match map.get("name") {
+        Some(n) => text(n, &format!("{path}.name"))?.trim().to_string(),
+        None => String::new(),
+    };
+    if name.is_empty() {
+        return Err(err(&format!("{path}.name"), "every rule needs a name"));
+    }
+    let mut nodes = BTreeMap::new();
+    match map.get("nodes") {
+        None | Some(Value::Null) => {}
+        Some(n) => {
+            let Value::Object(labels) = n else {
+                return Err(err(
+                    &format!("{path}.nodes"),
+                    format!("expected a mapping of node labels, found {}", type_of(n)),
+                ));
+            };
+            for (k, v) in labels {
+                nodes.insert(k.clone(), text(v, &format!("{path}.nodes.{k}"))?);
+            }
+        }
+    }
+    let mut actions = BTreeMap::new();
+    match map.get("actions") {
+        None | Some(Value::Null) => {}
+        Some(a) => {
+            let Value::Object(by_kind) = a else {
+                return Err(err(
+                    &format!("{path}.actions"),
+                    format!("expected a mapping of event kinds, found {}", type_of(a)),
+                ));
+            };
+            for (k, v) in by_kind {
+                let at = format!("{path}.actions.{k}");
+                let kind = k
+                    .parse::<EventKind>()
+                    .ok()
+                    .filter(|k| *k != EventKind::Unsupported)
+                    .ok_or_else(|| {
+                        let kinds: Vec<&str> = EventKind::ALL
+                            .iter()
+                            .filter(|k| **k != EventKind::Unsupported)
+                            .map(|k| k.as_str())
+                            .collect();
+                        err(
+                            &at,
+                            format!("unknown event kind (known: {})", kinds.join(", ")),
+                        )
+                    })?;
+                let action =
+                    PolicyAction::parse(&text(v, &at)?).map_err(|m| err(&at, m.to_string()))?;
+                if action == PolicyAction::Adaptive && kind != EventKind::RebalanceRecommendation {
+                    return Err(err(
+                        &at,
+                        "\"adaptive\" is for rebalance-recommendation only",
+                    ));
+                }
+                actions.insert(kind, action);
+            }
+        }
+    }
+    Ok(Rule {
+        name,
+        nodes,
+        actions,
+    })
+}
+
+fn adaptive(v: &Value) -> Result<Adaptive, PolicyError> {
+    let path = "rebalance.adaptive";
+    let map = mapping(
+        v,
+        path,
+        &["window", "threshold", "min-samples", "days", "otherwise"],
+    )?;
+    let mut a = Adaptive::default();
+    if let Some(w) = map.get("window") {
+        let at = format!("{path}.window");
+        let t = text(w, &at)?;
+        a.window = crate::domain::vars::parse_duration(&t)
+            .ok()
+            .filter(|d| *d > chrono::Duration::zero())
+            .ok_or_else(|| {
+                err(
+                    &at,
+                    format!("\"{t}\" is not a positive duration (e.g. 30m)"),
+                )
+            })?;
+    }
+    if let Some(t) = map.get("threshold") {
+        let at = format!("{path}.threshold");
+        a.threshold = t
+            .as_f64()
+            .filter(|x| (0.0..=1.0).contains(x))
+            .ok_or_else(|| err(&at, format!("{t} is not a share from 0 to 1")))?;
+    }
+    if let Some(n) = map.get("min-samples") {
+        let at = format!("{path}.min-samples");
+        a.min_samples = n
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| err(&at, format!("{n} is not a whole number from 1")))?;
+    }
+    if let Some(n) = map.get("days") {
+        let at = format!("{path}.days");
+        a.days = n
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|n| (1..=365).contains(n))
+            .ok_or_else(|| err(&at, format!("{n} is not a number of days from 1 to 365")))?;
+    }
+    if let Some(o) = map.get("otherwise") {
+        let at = format!("{path}.otherwise");
+        a.otherwise = PolicyAction::parse(&text(o, &at)?).map_err(|m| err(&at, m.to_string()))?;
+        if a.otherwise == PolicyAction::Adaptive {
+            return Err(err(&at, "\"otherwise\" cannot be adaptive itself"));
+        }
+    }
+    Ok(a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Duration;
+
+    const EXAMPLE: &str = r#"
+rules:                          # first match wins; a node no rule matches keeps the defaults
+  - name: batch                 # shown in reports and Events
+    nodes: {karpenter.sh/nodepool: batch}   # node labels, all must match; {} matches every node
+    actions:                    # per event kind; kinds not named keep the default
+      rebalance-recommendation: none
+      spot-interruption: cordon-drain
+  - name: web
+    nodes: {eks.amazonaws.com/nodegroup: web-spot}
+    actions:
+      rebalance-recommendation: adaptive
+      scheduled-change: cordon-for 6h
+rebalance:
+  adaptive:
+    window: 30m        # an interruption of the same instance within this time "follows" a recommendation
+    threshold: 0.5     # drain when at least this share of the pool's recommendations were followed
+    min-samples: 5     # fewer recommendations than this in the pool's history: act as `otherwise`
+    days: 30           # how far back the history is read
+    otherwise: cordon-for 30m
+"#;
+
+    #[test]
+    fn the_readme_example_reads() {
+        let p = Policy::parse(EXAMPLE).unwrap();
+        assert_eq!(p.rules.len(), 2);
+        assert_eq!(p.rules[0].name, "batch");
+        assert_eq!(p.rules[0].nodes["karpenter.sh/nodepool"], "batch");
+        assert_eq!(
+            p.rules[0].actions[&EventKind::RebalanceRecommendation],
+            PolicyAction::None
+        );
+        assert_eq!(
+            p.rules[1].actions[&EventKind::ScheduledChange],
+            PolicyAction::CordonFor(Duration::hours(6))
+        );
+        assert_eq!(p.adaptive, Adaptive::default());
+        assert!(p.uses_adaptive());
+        let readme = include_str!("../../../../README.md");
+        assert!(
+            readme.contains(EXAMPLE.trim()),
+            "the README's Policies section shows this example"
+        );
+    }
+
+    #[test]
+    fn empty_policies_have_no_rules() {
+        assert_eq!(Policy::parse("").unwrap(), Policy::default());
+        assert_eq!(Policy::parse("rules: []\n").unwrap(), Policy::default());
+        assert!(Policy::parse("rules:\n").unwrap().is_empty());
+    }
+
+    #[test]
+    fn bad_policies_name_the_field_and_the_value() {
+        let cases: &[(&str, &str)] = &[
+            (
+                "rules:\n- name: a\n  actions: {spot-interruption: evaporate}\n",
+                "rules[0].actions.spot-interruption: unknown action \"evaporate\"",
+            ),
+            (
+                "rules:\n- name: a\n  actions: {spot-interuption: cordon}\n",
+                "rules[0].actions.spot-interuption: unknown event kind",
+            ),
+            (
+                "rules:\n- name: a\n  actions: {spot-interruption: adaptive}\n",
+                "rules[0].actions.spot-interruption: \"adaptive\" is for rebalance-recommendation only",
+            ),
+            (
+                "rules:\n- name: a\n  actions: {scheduled-change: cordon-for soon}\n",
+                "rules[0].actions.scheduled-change: \"cordon-for soon\": `soon` is not a positive duration",
+            ),
+            (
+                "rules:\n- nodes: {}\n",
+                "rules[0].name: every rule needs a name",
+            ),
+            (
+                "rules:\n- name: a\n- name: a\n",
+                "rules[1].name: \"a\" names an earlier rule too",
+            ),
+            (
+                "rules:\n- name: a\n  node: {x: y}\n",
+                "rules[0].node: unknown field (known: name, nodes, actions)",
+            ),
+            (
+                "rules:\n- name: a\n  nodes: [x]\n",
+                "rules[0].nodes: expected a mapping of node labels, found a list",
+            ),
+            ("rules: {}\n", "rules: expected a list, found a mapping"),
+            (
+                "rule: []\n",
+                "rule: unknown field (known: rules, rebalance)",
+            ),
+            (
+                "rebalance: {adaptive: {threshold: 1.5}}\n",
+                "rebalance.adaptive.threshold: 1.5 is not a share from 0 to 1",
+            ),
+            (
+                "rebalance: {adaptive: {min-samples: 0}}\n",
+                "rebalance.adaptive.min-samples: 0 is not a whole number from 1",
+            ),
+            (
+                "rebalance: {adaptive: {days: 400}}\n",
+                "rebalance.adaptive.days: 400 is not a number of days from 1 to 365",
+            ),
+            (
+                "rebalance: {adaptive: {window: 0s}}\n",
+                "rebalance.adaptive.window: \"0s\" is not a positive duration",
+            ),
+            (
+                "rebalance: {adaptive: {otherwise: adaptive}}\n",
+                "rebalance.adaptive.otherwise: \"otherwise\" cannot be adaptive itself",
+            ),
+            (
+                "rebalance: {adaptive: {windw: 5m}}\n",
+                "rebalance.adaptive.windw: unknown field",
+            ),
+            ("rules: [\n", "policy: not YAML"),
+        ];
+        for (yaml, want) in cases {
+            let e = Policy::parse(yaml).unwrap_err().to_string();
+            assert!(e.starts_with(want), "{yaml:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn label_values_written_as_numbers_or_booleans_are_text() {
+        let p = Policy::parse("rules:\n- name: a\n  nodes: {tier: 1, spot: true}\n").unwrap();
+        assert_eq!(p.rules[0].nodes["tier"], "1");
+        assert_eq!(p.rules[0].nodes["spot"], "true");
+    }
+}
