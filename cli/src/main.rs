@@ -10,6 +10,7 @@ use forewarn::app::settings::{Settings, StoreChoice};
 mod audit;
 mod pools;
 mod priorities;
+mod reconcile;
 mod replay;
 mod stores;
 mod text;
@@ -63,6 +64,14 @@ enum Command {
     /// end. Prints the ConfigMap it would write; with --kube compares it with the cluster's, and
     /// with --execute writes it.
     Priorities(priorities::PrioritiesArgs),
+    /// The way back: undo forewarn's cordons whose reason is gone.
+    ///
+    /// Reads every node that carries forewarn's taint and its record (the annotation
+    /// forewarn.io/cordon): a `cordon-for` whose time has passed, an instance that was to stop
+    /// and runs again. A cordon is kept while its instance's pool is marked unavailable in the
+    /// pool store (--table or the embedded store). Without --execute nothing is changed: it
+    /// prints what it would undo. A node cordoned by someone else is never touched.
+    Reconcile(reconcile::ReconcileArgs),
 }
 
 /// Where pools are recorded. A flag not given takes its variable's value, through the settings
@@ -145,6 +154,7 @@ fn main() -> ExitCode {
             Command::Pools(args) => pools::run(args, settings, clock).await,
             Command::Audit(args) => audit::run(args, settings, clock).await,
             Command::Priorities(args) => priorities::run(args, settings, clock).await,
+            Command::Reconcile(args) => reconcile::run(args, settings, clock).await,
         }
     });
     match result {

@@ -883,3 +883,157 @@ fn pool_statistics_come_from_the_history_the_replays_wrote() {
     let stderr = String::from_utf8(bad.stderr).unwrap();
     assert!(stderr.contains("--since soon"), "{stderr}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Policies and the way back
+
+#[test]
+fn a_policy_chooses_per_node_group_and_the_report_names_the_rule() {
+    let state = tempfile::tempdir().unwrap();
+    let mut args = WITH_STATE.to_vec();
+    args.extend([
+        "--policy",
+        "events/policy.yaml",
+        "events/06-rebalance-recommendation.json",
+    ]);
+    let (out, lines) = replay_json(state.path(), &args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let action = &lines[0]["actions"][0];
+    assert_eq!(action["action"], "cordon", "{action}");
+    let reason = action["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("rule spot: cordon-for 30m; "),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("until 2026-11-20T10:30:20+00:00"),
+        "{reason}"
+    );
+    // Without the policy: the default, no rule.
+    let (_, lines) = replay_json(
+        tempfile::tempdir().unwrap().path(),
+        &[
+            &WITH_STATE[..],
+            &["events/06-rebalance-recommendation.json"],
+        ]
+        .concat(),
+    );
+    let reason = lines[0]["actions"][0]["reason"].as_str().unwrap();
+    assert!(!reason.contains("rule"), "{reason}");
+}
+
+#[test]
+fn a_bad_policy_is_refused_naming_the_field_and_nothing_is_done() {
+    let state = tempfile::tempdir().unwrap();
+    let policy = state.path().join("bad.yaml");
+    std::fs::write(
+        &policy,
+        "rules:\n- name: a\n  nodes: {}\n  actions: {spot-interruption: evaporate}\n",
+    )
+    .unwrap();
+    let out = forewarn(
+        state.path(),
+        &[
+            "replay",
+            "--policy",
+            policy.to_str().unwrap(),
+            "events/02-spot-interruption-plain.json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("rules[0].actions.spot-interruption: unknown action \"evaporate\""),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "nothing replayed");
+    let pools = forewarn(state.path(), &["pools", "--all", "--output", "json"]);
+    assert_eq!(String::from_utf8_lossy(&pools.stdout).trim(), "[]");
+}
+
+/// A captured cluster with three cordoned nodes: forewarn's `cordon-for` that ran out, one
+/// still running, and one cordoned by someone else (no forewarn taint).
+fn cordoned_cluster(dir: &Path) -> std::path::PathBuf {
+    let record = |event: &str, instance: &str, until: &str| {
+        serde_json::json!({"kind": "rebalance-recommendation", "event-id": event,
+            "instance-id": instance, "at": "2026-11-22T09:00:00Z", "until": until})
+        .to_string()
+    };
+    let node = |name: &str, instance: &str, taint: bool, record: Option<String>| {
+        let mut annotations = serde_json::Map::new();
+        if let Some(r) = record {
+            annotations.insert("forewarn.io/cordon".into(), r.into());
+        }
+        let taints = if taint {
+            serde_json::json!([{"key": "forewarn.io/interruption", "value": "rebalance-recommendation", "effect": "NoSchedule"}])
+        } else {
+            serde_json::json!([])
+        };
+        serde_json::json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "annotations": annotations},
+            "spec": {"providerID": format!("aws:///us-east-1a/{instance}"), "unschedulable": true, "taints": taints}})
+    };
+    let state = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
+        node("ran-out", "i-0a1b2c3d4e5f60001", true, Some(record("e-1", "i-0a1b2c3d4e5f60001", "2026-11-22T09:30:00Z"))),
+        node("still-on", "i-0a1b2c3d4e5f60002", true, Some(record("e-2", "i-0a1b2c3d4e5f60002", "2026-11-22T12:00:00Z"))),
+        node("theirs", "i-0a1b2c3d4e5f60003", false, Some(record("e-3", "i-0a1b2c3d4e5f60003", "2026-11-22T09:30:00Z"))),
+    ]});
+    let path = dir.join("cordoned.json");
+    std::fs::write(&path, state.to_string()).unwrap();
+    path
+}
+
+#[test]
+fn reconcile_says_which_cordons_lost_their_reason_and_changes_nothing_without_execute() {
+    let state = tempfile::tempdir().unwrap();
+    let cluster = cordoned_cluster(state.path());
+    // The samples' clock: 2026-11-22T10:00:00Z.
+    let out = forewarn(
+        state.path(),
+        &["reconcile", "--cluster-state", cluster.to_str().unwrap()],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    assert!(
+        stdout.starts_with("node/ran-out: would undo the cordon"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("ran until 2026-11-22T09:30:00+00:00"),
+        "{stdout}"
+    );
+    let json = forewarn(
+        state.path(),
+        &[
+            "reconcile",
+            "--cluster-state",
+            cluster.to_str().unwrap(),
+            "--output",
+            "json",
+        ],
+    );
+    let line: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(line["node"], "ran-out");
+    assert_eq!(line["event_id"], "e-1");
+    assert!(line.get("outcome").is_none(), "nothing was tried: {line}");
+    // --execute changes a live cluster: it needs --kube.
+    let out = forewarn(
+        state.path(),
+        &[
+            "reconcile",
+            "--cluster-state",
+            cluster.to_str().unwrap(),
+            "--execute",
+        ],
+    );
+    assert!(!out.status.success());
+}

@@ -2691,3 +2691,90 @@ async fn a_delete_through_a_nodeclaim_of_another_instance_is_refused() {
             .contains("refused to delete nodeclaim/nc-other")
     );
 }
+
+/// The way back against the fake: a `cordon-for` of seconds is undone after its time and not
+/// before (taint, cordon, record and the load-balancer label forewarn added all go; the other
+/// taint stays), with an `Uncordoned` Event; a node cordoned by someone else is never touched.
+#[tokio::test]
+async fn a_cordon_for_is_undone_after_its_time_and_anothers_cordon_is_kept() {
+    let mut w = World::plain().await;
+    w.config.policy = forewarn::domain::policy::Policy::parse(
+        "rules:\n- name: all\n  nodes: {}\n  actions: {rebalance-recommendation: cordon-for 30s}\n",
+    )
+    .unwrap();
+    // Someone else cordoned the other node.
+    let mut theirs = w.node(OTHER_NODE).unwrap();
+    theirs["spec"]["unschedulable"] = json!(true);
+    w.fake.insert(theirs.clone());
+    let event = fixtures::event(EventKind::RebalanceRecommendation, "ev-for", ID)
+        .time(w.clock.now())
+        .build();
+    let plan = w.plan(&event).await;
+    assert_eq!(plan.actions[0].action, Action::Cordon);
+    assert!(
+        plan.actions[0]
+            .reason
+            .starts_with("rule all: cordon-for 30s"),
+        "{}",
+        plan.actions[0].reason
+    );
+    w.run(&plan).await;
+    let cordoned = w.node(NODE).unwrap();
+    assert_eq!(cordoned["spec"]["unschedulable"], json!(true));
+    assert!(
+        cordoned["metadata"]["annotations"][forewarn::domain::wayback::ANNOTATION_CORDON]
+            .is_string()
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = forewarn::adapters::embedded::EmbeddedStore::open(dir.path()).unwrap();
+    let instances = forewarn::adapters::snapshot::SnapshotInstances(BTreeMap::from([(
+        ID.to_string(),
+        instance(ID, NODE),
+    )]));
+    let directory = KubeNodeDirectory::new(w.clients.clone());
+    let executor = w.executor();
+    let way_back = forewarn::app::wayback::WayBack {
+        nodes: &directory,
+        instances: &instances,
+        store: &store,
+        executor: Some(&executor),
+        taint_key: &w.config.taint_key,
+    };
+    // Before its time: nothing undone.
+    w.clock.advance(Duration::from_secs(29));
+    assert!(way_back.run(w.clock.now()).await.unwrap().is_empty());
+    assert_eq!(w.node(NODE).unwrap()["spec"]["unschedulable"], json!(true));
+
+    w.clock.advance(Duration::from_secs(2));
+    let undone = way_back.run(w.clock.now()).await.unwrap();
+    assert_eq!(undone.len(), 1, "{undone:?}");
+    assert_eq!(undone[0].node, NODE);
+    assert_eq!(
+        undone[0].outcome,
+        Some(forewarn::domain::wayback::UndoOutcome::Undone)
+    );
+    let back = w.node(NODE).unwrap();
+    assert_eq!(back["spec"]["unschedulable"], json!(false));
+    let taint_keys: Vec<String> = taints(&back).into_iter().map(|t| t.0).collect();
+    assert_eq!(taint_keys, vec!["dedicated"]);
+    assert!(
+        back["metadata"]["annotations"]
+            .get(forewarn::domain::wayback::ANNOTATION_CORDON)
+            .is_none()
+    );
+    assert!(back["metadata"]["labels"].get(LABEL_EXCLUDE_LB).is_none());
+    assert!(
+        w.fake
+            .events()
+            .iter()
+            .any(|e| e["reason"] == json!("Uncordoned")
+                && e["note"].as_str().unwrap_or_default().contains("ran until")),
+        "{:#?}",
+        w.fake.events()
+    );
+    // Someone else's cordon is as it was.
+    assert_eq!(w.node(OTHER_NODE).unwrap()["spec"], theirs["spec"]);
+    // Run again: nothing left to undo.
+    assert!(way_back.run(w.clock.now()).await.unwrap().is_empty());
+}

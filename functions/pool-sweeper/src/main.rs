@@ -3,7 +3,8 @@
 //! fails the invocation so that it shows in the function's error metric (the next scheduled
 //! sweep retries it: findings are stable per instance). Then it updates the Cluster Autoscaler's
 //! priority expander from the pool table (see `forewarn::app::priorities`); a failure there fails
-//! the invocation too, after the sweep's work is done.
+//! the invocation too, after the sweep's work is done. Between the two it runs the way back
+//! (`forewarn::app::wayback`): cordons whose reason is gone are undone.
 
 use std::sync::Arc;
 
@@ -26,6 +27,7 @@ async fn main() -> Result<(), Error> {
             let deadline = deadline_from_epoch_ms(event.context.deadline, h.clock.now())
                 - forewarn::ports::span(h.safety_margin);
             let reports = sweeper.sweep(Some(deadline)).await?;
+            let undone = sweeper.way_back().await?;
             let priorities = sweeper.update_priorities().await?;
             let tally = Tally::of(&reports);
             if let Some(failed) = reports.iter().find(|r| r.outcome == Outcome::Failed) {
@@ -37,11 +39,18 @@ async fn main() -> Result<(), Error> {
                     failed.reason.as_deref().unwrap_or("failed")
                 )));
             }
+            if let Some(failed) = undone.iter().find(|u| u.error.is_some()) {
+                return Err(Error::from(format!(
+                    "undoing the cordon of node/{} failed: {}",
+                    failed.node,
+                    failed.error.as_deref().unwrap_or_default()
+                )));
+            }
             let priorities = priorities.map(|p| {
                 json!({ "change": p.change, "hot": p.hot.iter().map(|h| &h.group).collect::<Vec<_>>() })
             });
             Ok::<Value, Error>(
-                json!({ "findings": reports.len(), "outcomes": tally, "priorities": priorities }),
+                json!({ "findings": reports.len(), "outcomes": tally, "way_back": undone, "priorities": priorities }),
             )
         }
     }))

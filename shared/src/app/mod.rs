@@ -8,4 +8,5 @@ pub mod priorities;
 pub mod settings;
 pub mod sweeper;
 pub mod telemetry;
+pub mod wayback;
 pub mod wiring;

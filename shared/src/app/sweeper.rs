@@ -14,6 +14,7 @@ use crate::app::priorities::{
     BaseSource, Priorities, PriorityOutcome, PriorityRunError, PrioritySettings,
 };
 use crate::app::telemetry::observe;
+use crate::app::wayback::{UndoReport, WayBack, WayBackError};
 use crate::domain::event::Origin;
 use crate::domain::inbound::Record;
 use crate::domain::report::Report;
@@ -79,6 +80,23 @@ impl Sweeper {
             create: false,
         };
         Ok(Some(run.run(h.clock.now()).await?))
+    }
+
+    /// The way back (see [`crate::app::wayback`]): undoes the cordons whose reason is gone —
+    /// through the executor in [`Mode::Act`] and a dry run, reported only otherwise.
+    ///
+    /// [`Mode::Act`]: crate::domain::config::Mode::Act
+    pub async fn way_back(&self) -> Result<Vec<UndoReport>, WayBackError> {
+        let h = &self.handler;
+        WayBack {
+            nodes: h.nodes.as_ref(),
+            instances: h.instances.as_ref(),
+            store: h.store.as_ref(),
+            executor: h.executor.as_deref(),
+            taint_key: &h.config.taint_key,
+        }
+        .run(h.clock.now())
+        .await
     }
 
     /// One sweep: one EC2 query per cluster tag form for leaving instances, one node list, one

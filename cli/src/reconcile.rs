@@ -1,0 +1,133 @@
+//! `forewarn reconcile`: the way back from the command line (see `forewarn::app::wayback`).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use forewarn::app::settings::{ClusterChoice, InstanceChoice, Settings};
+use forewarn::app::wayback::{UndoReport, WayBack};
+use forewarn::app::wiring;
+use forewarn::domain::config::Mode;
+use forewarn::domain::wayback::UndoOutcome;
+use forewarn::ports::Clock;
+
+use crate::{StoreArgs, TextOrJson};
+
+#[derive(Args, Debug)]
+pub struct ReconcileArgs {
+    /// What `kubectl get nodes -o json` printed: the nodes to look at.
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with = "kube",
+        required_unless_present = "kube"
+    )]
+    cluster_state: Option<PathBuf>,
+    /// Look at the live cluster (KUBECONFIG / ~/.kube/config, or FOREWARN_EKS_CLUSTER): each
+    /// node read again and verified just before it would be undone; read only unless --execute.
+    #[arg(long)]
+    kube: bool,
+    /// What `aws ec2 describe-instances --output json` printed: whether an instance that was
+    /// to stop runs again, and its pool.
+    #[arg(long, value_name = "FILE", conflicts_with = "ec2")]
+    instances: Option<PathBuf>,
+    /// Ask EC2 (one DescribeInstances) through the standard AWS configuration.
+    #[arg(long)]
+    ec2: bool,
+    /// Undo the cordons (needs --kube). Without it nothing is changed: what would be undone is
+    /// printed.
+    #[arg(long, requires = "kube")]
+    execute: bool,
+    /// Output: one line per node, or one JSON object per node per line.
+    #[arg(long, value_enum, default_value = "text")]
+    output: TextOrJson,
+    #[command(flatten)]
+    store: StoreArgs,
+}
+
+/// Finds the cordons whose reason is gone; with --execute undoes them. Exit code 1 when an
+/// undo failed.
+pub async fn run(
+    args: ReconcileArgs,
+    mut settings: Settings,
+    clock: Arc<dyn Clock>,
+) -> anyhow::Result<ExitCode> {
+    if args.execute && !args.kube {
+        bail!("--execute changes a live cluster: it needs --kube");
+    }
+    settings.store = args.store.choice(&settings);
+    settings.mode = match (args.execute, args.kube) {
+        (true, _) => Mode::Act,
+        (false, true) => Mode::DryRun,
+        (false, false) => Mode::Plan,
+    };
+    settings.instances = match (&args.instances, args.ec2) {
+        (Some(path), _) => InstanceChoice::File(path.clone()),
+        (None, true) => InstanceChoice::Ec2,
+        (None, false) => InstanceChoice::None,
+    };
+    settings.cluster = match (&args.cluster_state, args.kube) {
+        (Some(path), _) => ClusterChoice::Snapshot(path.clone()),
+        (None, _) => ClusterChoice::Live(settings.cluster_access.clone()),
+    };
+    settings.webhook = None;
+    let services = wiring::services_with_clock(&settings, clock.clone()).await?;
+    let h = &services.handler;
+    let reports = WayBack {
+        nodes: h.nodes.as_ref(),
+        instances: h.instances.as_ref(),
+        store: h.store.as_ref(),
+        executor: h.executor.as_deref(),
+        taint_key: &h.config.taint_key,
+    }
+    .run(clock.now())
+    .await?;
+    let mut out = std::io::stdout().lock();
+    match args.output {
+        TextOrJson::Json => {
+            for r in &reports {
+                serde_json::to_writer(&mut out, r)?;
+                writeln!(out)?;
+            }
+        }
+        TextOrJson::Text => {
+            if reports.is_empty() {
+                writeln!(out, "no cordon of forewarn's has lost its reason")?;
+            }
+            for r in &reports {
+                writeln!(out, "node/{}: {}", r.node, line(r))?;
+            }
+        }
+    }
+    out.flush().context("writing the output")?;
+    let failed: Vec<&UndoReport> = reports.iter().filter(|r| r.error.is_some()).collect();
+    for r in &failed {
+        eprintln!(
+            "forewarn: node/{}: {}",
+            r.node,
+            r.error.as_deref().unwrap_or_default()
+        );
+    }
+    Ok(if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn line(r: &UndoReport) -> String {
+    let what = match (&r.kept, &r.outcome, &r.error) {
+        (Some(kept), _, _) => kept.clone(),
+        (_, _, Some(e)) => format!("failed: {e}"),
+        (_, Some(UndoOutcome::Undone), _) => "cordon undone".into(),
+        (_, Some(UndoOutcome::WouldUndo), _) | (_, None, _) => {
+            "would undo the cordon (add --execute with --kube to undo it)".into()
+        }
+        (_, Some(UndoOutcome::NodeGone), _) => "gone".into(),
+        (_, Some(UndoOutcome::Refused { why }), _) => format!("left cordoned: {why}"),
+    };
+    format!("{what} — {} (event {})", r.why, r.event_id)
+}

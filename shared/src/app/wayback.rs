@@ -1,0 +1,141 @@
+//! The way back, as the pool sweeper and `forewarn reconcile` run it: read every node, find
+//! those whose cordon (forewarn's taint and record, see [`crate::domain::wayback`]) has lost
+//! its reason, and undo them through the executor — or, without one, say what would be undone.
+//!
+//! One node list, one `DescribeInstances` for the instances of the nodes forewarn cordoned, one
+//! read of the pools marked unavailable. A cordon whose time has passed is kept while its
+//! instance's pool is marked unavailable in the pool store: that pool being reclaimed is a
+//! reason of its own. Each undo fails alone.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use crate::domain::facts::InstanceFacts;
+use crate::domain::pool::{PoolKey, PoolQuery};
+use crate::domain::wayback::{CordonRecord, Undo, UndoOutcome, undos};
+use crate::ports::{
+    DirectoryError, Executor, InstanceDirectory, NodeDirectory, PoolStore, StoreError,
+};
+
+/// What the way back found for one node, and what became of it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UndoReport {
+    pub node: String,
+    pub instance_id: String,
+    /// The event whose cordon it is.
+    pub event_id: String,
+    /// Why the cordon goes (or, when kept, why it was a candidate).
+    pub why: String,
+    /// What the executor did; `None`: no executor (a capture), nothing was tried.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<UndoOutcome>,
+    /// Kept: its instance's pool is marked unavailable (a reason of its own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept: Option<String>,
+    /// The executor failed for this node (the others go on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The way back could not look.
+#[derive(Debug, thiserror::Error)]
+pub enum WayBackError {
+    #[error(transparent)]
+    Lookup(#[from] DirectoryError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What the way back reads and acts through.
+pub struct WayBack<'a> {
+    pub nodes: &'a dyn NodeDirectory,
+    pub instances: &'a dyn InstanceDirectory,
+    pub store: &'a dyn PoolStore,
+    /// `None`: report only.
+    pub executor: Option<&'a dyn Executor>,
+    pub taint_key: &'a str,
+}
+
+impl WayBack<'_> {
+    /// Finds the cordons to undo at `now` and undoes them (see the module doc).
+    pub async fn run(&self, now: DateTime<Utc>) -> Result<Vec<UndoReport>, WayBackError> {
+        let nodes = self.nodes.all().await?;
+        let ids: Vec<String> = nodes
+            .iter()
+            .filter(|n| n.has_taint(self.taint_key))
+            .filter_map(|n| CordonRecord::of(n).map(|r| r.instance_id))
+            .collect();
+        let instances = if ids.is_empty() {
+            BTreeMap::new()
+        } else {
+            self.instances.describe(&ids).await?
+        };
+        let candidates = undos(&nodes, self.taint_key, &instances, now);
+        if candidates.is_empty() {
+            return Ok(Vec::new());
+        }
+        let unavailable: BTreeMap<PoolKey, DateTime<Utc>> = self
+            .store
+            .pools(&PoolQuery::default(), now)
+            .await?
+            .into_iter()
+            .filter_map(|p| Some((p.pool, p.unavailable_until?)))
+            .collect();
+        let mut reports = Vec::new();
+        for undo in candidates {
+            let kept = pool_of(instances.get(&undo.instance_id))
+                .and_then(|pool| unavailable.get(&pool).map(|until| (pool, *until)))
+                .filter(|(_, until)| *until > now)
+                .map(|(pool, until)| {
+                    format!(
+                        "kept: pool {pool} is marked unavailable until {}",
+                        until.to_rfc3339()
+                    )
+                });
+            let mut report = UndoReport {
+                node: undo.node.clone(),
+                instance_id: undo.instance_id.clone(),
+                event_id: undo.record.event_id.clone(),
+                why: undo.why.clone(),
+                outcome: None,
+                kept,
+                error: None,
+            };
+            if report.kept.is_none()
+                && let Some(executor) = self.executor
+            {
+                match executor.undo(&undo).await {
+                    Ok(outcome) => report.outcome = Some(outcome),
+                    Err(e) => report.error = Some(e.to_string()),
+                }
+            }
+            log(&undo, &report);
+            reports.push(report);
+        }
+        Ok(reports)
+    }
+}
+
+fn pool_of(instance: Option<&InstanceFacts>) -> Option<PoolKey> {
+    let i = instance?;
+    Some(PoolKey::new(
+        i.capacity_type?,
+        i.instance_type.as_deref()?,
+        i.zone.as_deref()?,
+    ))
+}
+
+fn log(undo: &Undo, report: &UndoReport) {
+    tracing::info!(
+        node = %undo.node,
+        instance = %undo.instance_id,
+        event_id = %undo.record.event_id,
+        why = %undo.why,
+        outcome = ?report.outcome,
+        kept = report.kept.as_deref().unwrap_or_default(),
+        error = report.error.as_deref().unwrap_or_default(),
+        "way back"
+    );
+}
