@@ -449,6 +449,28 @@ impl QueueError {
     }
 }
 
+/// What the cluster's policy ConfigMap holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicyText {
+    /// There is no policy ConfigMap.
+    Absent,
+    /// The ConfigMap has no `policy.yaml` key.
+    NoKey,
+    /// Its `policy.yaml`.
+    Text(String),
+}
+
+/// Where the functions read the policy per node group in a cluster: the ConfigMap
+/// `kube-system/forewarn-policy` (see [`crate::app::policy`]).
+#[async_trait]
+pub trait PolicySource: Send + Sync {
+    /// The policy's YAML as the ConfigMap holds it.
+    async fn read(&self) -> Result<PolicyText, DirectoryError>;
+    /// Says, where people look (a Kubernetes Event on the ConfigMap), that the policy read was
+    /// refused and why. Best effort.
+    async fn refused(&self, message: &str);
+}
+
 /// Where a sweep looks for instances that are gone.
 #[async_trait]
 pub trait LeavingInstances: Send + Sync {

@@ -231,6 +231,17 @@ impl World {
         w
     }
 
+    /// The cluster's policy ConfigMap, read through the adapter.
+    fn policies(&self) -> Arc<forewarn::app::policy::PolicyCache> {
+        Arc::new(forewarn::app::policy::PolicyCache::new(
+            Arc::new(forewarn::adapters::kube::KubePolicy::new(
+                self.clients.clone(),
+                "forewarn-test",
+            )),
+            self.config.policy.clone(),
+        ))
+    }
+
     fn executor(&self) -> KubeExecutor {
         KubeExecutor::new(self.clients.clone(), &self.config).with_settings(fast())
     }
@@ -1680,6 +1691,7 @@ async fn sweeper_requests() -> Vec<RecordedRequest> {
             nodes: Arc::new(KubeNodeDirectory::new(w.clients.clone())),
             executor: Some(Arc::new(w.executor())),
             concurrency: 4,
+            policies: Some(w.policies()),
             ..w.handler(dir.path())
         },
         leaving: Arc::new(Leaving(vec![stopping])),
@@ -1693,6 +1705,8 @@ async fn sweeper_requests() -> Vec<RecordedRequest> {
         }),
     };
     let reports = sweeper.sweep(None).await.unwrap();
+    // The way back reads every node (nothing of forewarn's has lost its reason here).
+    assert!(sweeper.way_back().await.unwrap().is_empty());
     // The stopped spot instance is found twice: as a spot interruption (drained first) and as the
     // leaving instance of a node.
     assert_eq!(reports.len(), 5, "{reports:#?}");
@@ -1775,6 +1789,9 @@ async fn rbac_grants_exactly_what_the_adapter_uses() {
         w.run(&plan).await;
         let plan = w.plan(&event(EventKind::StateChange, "ev-rbac-2")).await;
         w.run(&plan).await;
+        // The policy ConfigMap, refused: an Event on it.
+        w.fake.insert(policy_configmap("rules: [oops"));
+        w.policies().policy(w.clock.now()).await;
         collect(&w.fake);
     }
     {
@@ -2777,4 +2794,56 @@ async fn a_cordon_for_is_undone_after_its_time_and_anothers_cordon_is_kept() {
     assert_eq!(w.node(OTHER_NODE).unwrap()["spec"], theirs["spec"]);
     // Run again: nothing left to undo.
     assert!(way_back.run(w.clock.now()).await.unwrap().is_empty());
+}
+
+fn policy_configmap(yaml: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "forewarn-policy", "namespace": "kube-system"},
+        "data": {"policy.yaml": yaml}})
+}
+
+/// The functions read the policy from the cluster's ConfigMap: a rule applies to the next
+/// event; a bad update keeps the good policy, with a Warning Event on the ConfigMap.
+#[tokio::test]
+async fn the_functions_read_the_policy_configmap_and_keep_the_good_one() {
+    let w = World::plain().await;
+    w.fake.insert(policy_configmap(
+        "rules:\n- name: quiet\n  nodes: {}\n  actions: {rebalance-recommendation: none}\n",
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let handler = forewarn::app::handler::Handler {
+        policies: Some(w.policies()),
+        ..w.handler(dir.path())
+    };
+    assert_eq!(
+        handler.config().await.policy.rules[0].name,
+        "quiet",
+        "read at start"
+    );
+    w.fake.insert(policy_configmap(
+        "rules:\n- name: quiet\n  nodes: {}\n  actions: {rebalance-recommendation: evaporate}\n",
+    ));
+    w.clock.advance(Duration::from_secs(61));
+    let config = handler.config().await;
+    assert_eq!(
+        config.policy.rules[0].name, "quiet",
+        "the good policy is kept"
+    );
+    let refused: Vec<Value> = w
+        .fake
+        .list("events.k8s.io/v1", "Event")
+        .into_iter()
+        .filter(|e| e["reason"] == json!("PolicyRefused"))
+        .collect();
+    assert_eq!(refused.len(), 1, "{refused:#?}");
+    assert_eq!(refused[0]["regarding"]["name"], json!("forewarn-policy"));
+    assert_eq!(refused[0]["metadata"]["namespace"], json!("kube-system"));
+    assert!(
+        refused[0]["note"]
+            .as_str()
+            .unwrap()
+            .contains("rules[0].actions.rebalance-recommendation: unknown action \"evaporate\""),
+        "{}",
+        refused[0]["note"]
+    );
 }

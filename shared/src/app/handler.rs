@@ -60,6 +60,9 @@ pub struct Handler {
     pub concurrency: usize,
     /// Work stops this long before the Lambda's deadline, so the answer still gets out.
     pub safety_margin: Duration,
+    /// The cluster's policy ConfigMap, read at most once a minute (see
+    /// [`crate::app::policy`]); `None`: `config.policy` as it is.
+    pub policies: Option<Arc<crate::app::policy::PolicyCache>>,
 }
 
 /// What one invocation did.
@@ -89,6 +92,18 @@ impl Handler {
             clock: crate::adapters::clock::SystemClock::shared(),
             concurrency: 8,
             safety_margin: Duration::from_secs(1),
+            policies: None,
+        }
+    }
+
+    /// The configuration to decide by now: with the cluster's policy, when it has one.
+    pub async fn config(&self) -> std::borrow::Cow<'_, Config> {
+        match &self.policies {
+            Some(cache) => std::borrow::Cow::Owned(Config {
+                policy: cache.policy(self.clock.now()).await,
+                ..self.config.clone()
+            }),
+            None => std::borrow::Cow::Borrowed(&self.config),
         }
     }
 
@@ -102,8 +117,9 @@ impl Handler {
     /// Takes decoded records through the pipeline as one batch, within `deadline` less the
     /// safety margin (what `forewarn replay` runs, with its own output).
     pub async fn run(&self, records: &[Record], deadline: Option<DateTime<Utc>>) -> Vec<Report> {
+        let config = self.config().await;
         let pipeline = Pipeline {
-            config: &self.config,
+            config: &config,
             mode: self.mode,
             store: self.store.as_ref(),
             instances: self.instances.as_ref(),

@@ -4,6 +4,7 @@
 
 pub mod handler;
 pub mod pipeline;
+pub mod policy;
 pub mod priorities;
 pub mod settings;
 pub mod sweeper;

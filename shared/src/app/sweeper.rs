@@ -152,8 +152,9 @@ impl Sweeper {
             .collect();
         // A finding has no queue to come back on: its drain's passes run here.
         let passes = Passes::in_process(h.passes.interval);
+        let config = h.config().await;
         let pipeline = Pipeline {
-            config: &h.config,
+            config: &config,
             mode: h.mode,
             store: h.store.as_ref(),
             instances: &instances,

@@ -13,7 +13,7 @@ use crate::adapters::ec2::Ec2Directory;
 use crate::adapters::embedded::EmbeddedStore;
 use crate::adapters::kube::{
     ClusterAccess, ClusterClient, ConnectError, KubeExecutor, KubeExpander, KubeNodeDirectory,
-    KubeWorkloads, connect, connect_eks,
+    KubePolicy, KubeWorkloads, connect, connect_eks,
 };
 use crate::adapters::snapshot::{
     SnapshotInstances, SnapshotWorkloads, load_cluster_state, load_groups, load_instances,
@@ -23,6 +23,7 @@ use crate::adapters::sqs::SqsRedelivery;
 use crate::adapters::webhook::{ClientError, Webhook, warm_up};
 use crate::app::handler::Handler;
 use crate::app::pipeline::{PASS_INTERVAL, Passes};
+use crate::app::policy::PolicyCache;
 use crate::app::settings::{ClusterChoice, InstanceChoice, Settings, StoreChoice};
 use crate::app::sweeper::{SweepPriorities, Sweeper};
 use crate::domain::config::{ConfigError, Mode};
@@ -106,6 +107,7 @@ pub async fn services_with_clock(
         _ => Arc::new(NoInstances),
     };
     let mut expander: Option<Arc<dyn ExpanderStore>> = None;
+    let mut policies = None;
     let (nodes, executor): (Arc<dyn NodeDirectory>, Option<Arc<dyn Executor>>) =
         match (&settings.cluster, &sdk) {
             (ClusterChoice::Snapshot(path), _) => (Arc::new(load_cluster_state(path)?), None),
@@ -131,6 +133,13 @@ pub async fn services_with_clock(
                     None
                 };
                 expander = Some(Arc::new(KubeExpander::new(clients.clone())));
+                policies = Some(Arc::new(PolicyCache::new(
+                    Arc::new(KubePolicy::new(
+                        clients.clone(),
+                        &settings.executor.reporting_instance,
+                    )),
+                    settings.config.policy.clone(),
+                )));
                 (Arc::new(KubeNodeDirectory::new(clients)), executor)
             }
             _ => (Arc::new(NoNodes), None),
@@ -159,6 +168,7 @@ pub async fn services_with_clock(
         clock,
         concurrency: settings.concurrency,
         safety_margin: settings.safety_margin,
+        policies,
     };
     Ok(Services {
         handler,

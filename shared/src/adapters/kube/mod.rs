@@ -26,6 +26,7 @@ mod events;
 mod executor;
 mod node_facts;
 mod outcome;
+mod policy;
 mod priorities;
 mod workloads;
 
@@ -46,5 +47,6 @@ pub use error::{KubeError, Refusal};
 pub use events::{EventOutcome, REPORTING_CONTROLLER, event_name};
 pub use executor::{ENV_EVICTION_PARALLELISM, ExecutorSettings, KubeExecutor, NodeOutcome};
 pub use node_facts::node_facts;
+pub use policy::{KubePolicy, POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE};
 pub use priorities::KubeExpander;
 pub use workloads::KubeWorkloads;

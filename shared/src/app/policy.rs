@@ -1,0 +1,191 @@
+//! The policy per node group the functions go by: the cluster's ConfigMap
+//! `kube-system/forewarn-policy` (key `policy.yaml`) when there is one, else the settings'
+//! (`FOREWARN_POLICY_FILE`, or none). Read at start and again at most once a minute; a policy
+//! that does not parse is refused — the last good one is kept, the error logged and a Warning
+//! Event recorded on the ConfigMap (once per refusal).
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, Utc};
+
+use crate::domain::policy::Policy;
+use crate::ports::{PolicySource, PolicyText};
+
+/// How often the ConfigMap is read at most.
+pub const REREAD: Duration = Duration::seconds(60);
+
+/// The policy, read through a [`PolicySource`] at most every [`REREAD`].
+pub struct PolicyCache {
+    source: Arc<dyn PolicySource>,
+    /// The settings' policy: what applies while there is no ConfigMap.
+    base: Policy,
+    state: tokio::sync::Mutex<State>,
+}
+
+struct State {
+    read_at: Option<DateTime<Utc>>,
+    /// What was last read (a refused text too, so that it is refused once).
+    text: Option<PolicyText>,
+    current: Policy,
+}
+
+impl PolicyCache {
+    pub fn new(source: Arc<dyn PolicySource>, base: Policy) -> PolicyCache {
+        PolicyCache {
+            source,
+            state: tokio::sync::Mutex::new(State {
+                read_at: None,
+                text: None,
+                current: base.clone(),
+            }),
+            base,
+        }
+    }
+
+    /// The policy at `now` (the ConfigMap read again when the last read is a minute old).
+    pub async fn policy(&self, now: DateTime<Utc>) -> Policy {
+        let mut s = self.state.lock().await;
+        if s.read_at.is_some_and(|t| now - t < REREAD) {
+            return s.current.clone();
+        }
+        s.read_at = Some(now);
+        let text = match self.source.read().await {
+            Ok(text) => text,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the policy ConfigMap: the last policy is kept");
+                return s.current.clone();
+            }
+        };
+        if s.text.as_ref() == Some(&text) {
+            return s.current.clone();
+        }
+        match &text {
+            PolicyText::Absent => {
+                if s.text.is_some() {
+                    tracing::info!("no policy ConfigMap: the settings' policy applies");
+                }
+                s.current = self.base.clone();
+            }
+            PolicyText::NoKey => {
+                let message = format!(
+                    "ConfigMap {}/{} has no key {}",
+                    crate::adapters::kube::POLICY_NAMESPACE,
+                    crate::adapters::kube::POLICY_CONFIGMAP,
+                    crate::adapters::kube::POLICY_KEY
+                );
+                self.refuse(&message).await;
+            }
+            PolicyText::Text(yaml) => match Policy::parse(yaml) {
+                Ok(policy) => {
+                    tracing::info!(rules = policy.rules.len(), "policy read from the ConfigMap");
+                    s.current = policy;
+                }
+                Err(e) => self.refuse(&e.to_string()).await,
+            },
+        }
+        s.text = Some(text);
+        s.current.clone()
+    }
+
+    async fn refuse(&self, message: &str) {
+        tracing::error!(error = %message, "policy refused: the last good policy is kept");
+        self.source.refused(message).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::domain::event::EventKind;
+    use crate::ports::DirectoryError;
+
+    /// A ConfigMap the test rewrites, counting reads and refusals.
+    #[derive(Default)]
+    struct Map {
+        text: Mutex<Option<String>>,
+        reads: Mutex<u32>,
+        refused: Mutex<Vec<String>>,
+    }
+
+    #[async_trait::async_trait]
+    impl PolicySource for Map {
+        async fn read(&self) -> Result<PolicyText, DirectoryError> {
+            *self.reads.lock().unwrap() += 1;
+            Ok(match self.text.lock().unwrap().clone() {
+                Some(t) => PolicyText::Text(t),
+                None => PolicyText::Absent,
+            })
+        }
+        async fn refused(&self, message: &str) {
+            self.refused.lock().unwrap().push(message.to_string());
+        }
+    }
+
+    fn at(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    const GOOD: &str =
+        "rules:\n- name: all\n  nodes: {}\n  actions: {rebalance-recommendation: none}\n";
+    const BAD: &str =
+        "rules:\n- name: all\n  nodes: {}\n  actions: {rebalance-recommendation: evaporate}\n";
+
+    fn rule_action(p: &Policy) -> Option<String> {
+        p.choose(EventKind::RebalanceRecommendation, &Default::default())
+            .action
+            .map(|a| a.to_string())
+    }
+
+    #[tokio::test]
+    async fn a_bad_update_keeps_the_good_policy_and_is_refused_once() {
+        let map = Arc::new(Map::default());
+        *map.text.lock().unwrap() = Some(GOOD.into());
+        let cache = PolicyCache::new(map.clone(), Policy::default());
+        let t0 = at("2026-11-24T10:00:00Z");
+        assert_eq!(
+            rule_action(&cache.policy(t0).await).as_deref(),
+            Some("none")
+        );
+        *map.text.lock().unwrap() = Some(BAD.into());
+        // Within the minute: not read again.
+        cache.policy(t0 + Duration::seconds(59)).await;
+        assert_eq!(*map.reads.lock().unwrap(), 1);
+        let p = cache.policy(t0 + Duration::seconds(60)).await;
+        assert_eq!(
+            rule_action(&p).as_deref(),
+            Some("none"),
+            "the good policy is kept"
+        );
+        let refused = map.refused.lock().unwrap().clone();
+        assert_eq!(refused.len(), 1);
+        assert!(
+            refused[0].starts_with(
+                "rules[0].actions.rebalance-recommendation: unknown action \"evaporate\""
+            ),
+            "{refused:?}"
+        );
+        // The same bad text read again is not refused again.
+        cache.policy(t0 + Duration::seconds(120)).await;
+        assert_eq!(map.refused.lock().unwrap().len(), 1);
+        // Fixed: applied at the next read.
+        *map.text.lock().unwrap() = Some(GOOD.replace("none", "cordon"));
+        let p = cache.policy(t0 + Duration::seconds(180)).await;
+        assert_eq!(rule_action(&p).as_deref(), Some("cordon"));
+        // Deleted: the settings' policy (none here) applies.
+        *map.text.lock().unwrap() = None;
+        let p = cache.policy(t0 + Duration::seconds(240)).await;
+        assert!(p.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_bad_policy_at_start_keeps_the_settings_policy() {
+        let map = Arc::new(Map::default());
+        *map.text.lock().unwrap() = Some(BAD.into());
+        let base = Policy::parse(GOOD).unwrap();
+        let cache = PolicyCache::new(map.clone(), base.clone());
+        assert_eq!(cache.policy(at("2026-11-24T10:00:00Z")).await, base);
+        assert_eq!(map.refused.lock().unwrap().len(), 1);
+    }
+}
