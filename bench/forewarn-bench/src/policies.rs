@@ -10,7 +10,7 @@
 //!   probability 85 % and 70 %), four cold (5 to 15 %). See [`FAMILY`].
 //! - A fixed fleet of `--nodes-per-pool` nodes per pool. An interrupted instance is replaced at
 //!   once by a new instance (a new id) on the same slot; no other churn (no scale-down, no
-//!   consolidation, no upgrades).
+//!   consolidation, no upgrades) unless `--node-lifetime-days` asks for it.
 //! - Per pool, recommendations and interruptions without a recommendation arrive as Poisson
 //!   processes (rates per day for 50 nodes, scaled with the fleet); each lands on a node of the
 //!   pool drawn uniformly. A recommendation is followed, with the pool's probability, by an
