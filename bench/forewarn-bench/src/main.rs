@@ -5,6 +5,7 @@ mod coldstart;
 mod e2e;
 mod emulator;
 mod mass;
+mod policies;
 mod stats;
 
 use std::path::PathBuf;
@@ -37,6 +38,9 @@ enum Command {
     },
     /// A mass interruption against a rate-limited Kubernetes fake.
     Mass(mass::Settings),
+    /// Rebalance policies (`cordon`, `cordon-for 30m`, `adaptive`) on a simulated month of one
+    /// pool family: capacity-hours cordoned, interruptions drained ahead (issue 25).
+    Policies(policies::Settings),
 }
 
 #[tokio::main]
@@ -46,6 +50,7 @@ async fn main() -> anyhow::Result<()> {
         Command::ColdStart { runs, lambda_dir } => cold_start(runs, &lambda_dir).await?,
         Command::E2e { runs } => e2e::report(runs).await?,
         Command::Mass(settings) => mass::report(&settings).await?,
+        Command::Policies(settings) => policies::report(&settings)?,
     };
     println!("{section}");
     Ok(())
