@@ -44,8 +44,9 @@ pub struct ReplayArgs {
     /// The cluster forewarn acts for (overrides FOREWARN_CLUSTER_NAME).
     #[arg(long, value_name = "NAME")]
     cluster_name: Option<String>,
-    /// The policy per node group (YAML; overrides FOREWARN_POLICY_FILE). A bad policy is an
-    /// error naming the field: nothing is replayed.
+    /// The policy per node group (YAML; overrides FOREWARN_POLICY_FILE and, with --kube, the
+    /// cluster's ConfigMap kube-system/forewarn-policy). A bad policy is an error naming the
+    /// field: nothing is replayed.
     #[arg(long, value_name = "FILE")]
     policy: Option<PathBuf>,
     /// Carry the plan out: act on the live cluster (with --kube) and write to the DynamoDB
@@ -157,7 +158,11 @@ pub async fn run(
     // replayed SQS record names a queue, but a replay never sends anything to it.
     settings.webhook = None;
     settings.drain_pass_interval = None;
-    let services = wiring::services_with_clock(&settings, clock.clone()).await?;
+    let mut services = wiring::services_with_clock(&settings, clock.clone()).await?;
+    if args.policy.is_some() {
+        // --policy wins over the cluster's ConfigMap.
+        services.handler.policies = None;
+    }
 
     let records = read_records(&args.paths, clock.now());
     let handler = &services.handler;

@@ -285,10 +285,8 @@ fn continuation_state(original: &str) -> Value {
         .and_then(|mut records| records.pop())
         .and_then(|r| r.event.ok())
         .expect("the original event decodes");
-    let facts = Facts {
-        instances: &Default::default(),
-        nodes: &[],
-    };
+    let empty = Default::default();
+    let facts = Facts::new(&empty, &[]);
     let plan = decide(&event, facts, &Config::default());
     let mut state = serde_json::to_value(Continuation::first(received(), received(), plan))
         .expect("a continuation serializes");

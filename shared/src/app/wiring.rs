@@ -106,44 +106,12 @@ pub async fn services_with_clock(
         (InstanceChoice::Ec2, Some(sdk)) => Arc::new(Ec2Directory::from_conf(sdk)),
         _ => Arc::new(NoInstances),
     };
-    let mut expander: Option<Arc<dyn ExpanderStore>> = None;
-    let mut policies = None;
-    let (nodes, executor): (Arc<dyn NodeDirectory>, Option<Arc<dyn Executor>>) =
-        match (&settings.cluster, &sdk) {
-            (ClusterChoice::Snapshot(path), _) => (Arc::new(load_cluster_state(path)?), None),
-            (ClusterChoice::Live(access), Some(sdk)) => {
-                match settings.kube_rate_limit {
-                    Some((qps, burst)) => ClusterClient::set_rate_limit(qps, burst),
-                    None => ClusterClient::clear_rate_limit(),
-                }
-                let clients = match access {
-                    ClusterAccess::Eks(eks) => connect_eks(eks, sdk).await,
-                    ClusterAccess::Kubeconfig => connect(access, settings.aws).await,
-                }
-                .map_err(SetupError::Cluster)?
-                .with_clock(clock.clone());
-                let executor: Option<Arc<dyn Executor>> = if settings.mode.runs_actions() {
-                    Some(Arc::new(
-                        KubeExecutor::new(clients.clone(), &settings.config)
-                            .with_settings(settings.executor.clone())
-                            .with_lifecycle(Arc::new(AsgLifecycle::new(sdk)))
-                            .dry_run(!settings.mode.writes_cluster()),
-                    ))
-                } else {
-                    None
-                };
-                expander = Some(Arc::new(KubeExpander::new(clients.clone())));
-                policies = Some(Arc::new(PolicyCache::new(
-                    Arc::new(KubePolicy::new(
-                        clients.clone(),
-                        &settings.executor.reporting_instance,
-                    )),
-                    settings.config.policy.clone(),
-                )));
-                (Arc::new(KubeNodeDirectory::new(clients)), executor)
-            }
-            _ => (Arc::new(NoNodes), None),
-        };
+    let Cluster {
+        nodes,
+        executor,
+        expander,
+        policies,
+    } = cluster(settings, sdk.as_ref(), &clock).await?;
     let notifier = notifier(settings)?;
     let sqs = sdk
         .as_ref()
@@ -180,6 +148,74 @@ pub async fn services_with_clock(
             .as_ref()
             .map(|sdk| Arc::new(AsgNodeGroups::new(sdk)) as Arc<dyn NodeGroupSource>),
         expander,
+    })
+}
+
+/// What the wiring builds over the cluster the settings name.
+struct Cluster {
+    nodes: Arc<dyn NodeDirectory>,
+    executor: Option<Arc<dyn Executor>>,
+    expander: Option<Arc<dyn ExpanderStore>>,
+    policies: Option<Arc<PolicyCache>>,
+}
+
+/// The node directory, the executor (when the mode runs actions), the expander ConfigMap and
+/// the policy ConfigMap of the settings' cluster: a capture, a live cluster (`sdk` given), or
+/// none.
+async fn cluster(
+    settings: &Settings,
+    sdk: Option<&aws_config::SdkConfig>,
+    clock: &Arc<dyn Clock>,
+) -> Result<Cluster, SetupError> {
+    let (access, sdk) = match (&settings.cluster, sdk) {
+        (ClusterChoice::Snapshot(path), _) => {
+            return Ok(Cluster {
+                nodes: Arc::new(load_cluster_state(path)?),
+                executor: None,
+                expander: None,
+                policies: None,
+            });
+        }
+        (ClusterChoice::Live(access), Some(sdk)) => (access, sdk),
+        _ => {
+            return Ok(Cluster {
+                nodes: Arc::new(NoNodes),
+                executor: None,
+                expander: None,
+                policies: None,
+            });
+        }
+    };
+    match settings.kube_rate_limit {
+        Some((qps, burst)) => ClusterClient::set_rate_limit(qps, burst),
+        None => ClusterClient::clear_rate_limit(),
+    }
+    let clients = match access {
+        ClusterAccess::Eks(eks) => connect_eks(eks, sdk).await,
+        ClusterAccess::Kubeconfig => connect(access, settings.aws).await,
+    }
+    .map_err(SetupError::Cluster)?
+    .with_clock(clock.clone());
+    let executor: Option<Arc<dyn Executor>> = settings.mode.runs_actions().then(|| {
+        Arc::new(
+            KubeExecutor::new(clients.clone(), &settings.config)
+                .with_settings(settings.executor.clone())
+                .with_lifecycle(Arc::new(AsgLifecycle::new(sdk)))
+                .dry_run(!settings.mode.writes_cluster()),
+        ) as Arc<dyn Executor>
+    });
+    let policy = KubePolicy::new(clients.clone(), &settings.executor.reporting_instance);
+    let policies = Arc::new(PolicyCache::new(
+        Arc::new(policy),
+        settings.config.policy.clone(),
+    ));
+    // Read at start (a cold start), then at most once a minute.
+    policies.policy(clock.now()).await;
+    Ok(Cluster {
+        executor,
+        expander: Some(Arc::new(KubeExpander::new(clients.clone()))),
+        policies: Some(policies),
+        nodes: Arc::new(KubeNodeDirectory::new(clients)),
     })
 }
 
