@@ -120,10 +120,14 @@ pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
     let empty = Default::default();
     let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
     let before = CordonRecord::from_annotations(annotations);
+    // A node forewarn cordoned before records were kept has a reason not known: the new record
+    // gives it no end.
+    let unrecorded = before.is_none() && existing.iter().any(|t| t.key == spec.taint_key);
     let record = spec.record.as_ref().map(|r| {
         CordonRecord {
             // The label is forewarn's to remove only if forewarn adds it.
             excluded_from_lb: spec.exclude_from_load_balancers && !labelled,
+            until: r.until.filter(|_| !unrecorded),
             ..r.clone()
         }
         .after(before.as_ref())
@@ -480,6 +484,21 @@ mod tests {
             ]}
         }));
         assert_eq!(cordon_patch(&done, &spec), None);
+        // Cordoned by forewarn before records were kept: the record it gets has no end.
+        let legacy = node(json!({
+            "metadata": {"name": "n1", "labels": {LABEL_EXCLUDE_LB: "true"}},
+            "spec": {"unschedulable": true, "taints": [
+                {"key": "forewarn.io/interruption", "value": "spot-interruption", "effect": "NoSchedule"}
+            ]}
+        }));
+        let patch = cordon_patch(&legacy, &spec).unwrap();
+        let written: CordonRecord = serde_json::from_str(
+            patch["metadata"]["annotations"][ANNOTATION_CORDON]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(written.until, None);
     }
 
     #[test]

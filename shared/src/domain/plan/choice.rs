@@ -131,8 +131,9 @@ pub(super) fn record_holds(
     choice: &Choice,
 ) -> bool {
     let Some(existing) = CordonRecord::of(node) else {
-        // Cordoned by forewarn before records were kept: nothing to undo it by.
-        return choice.until.is_none();
+        // Cordoned by forewarn before records were kept, for a reason not known: it keeps its
+        // cordon as it is (a `cordon-for` must not give it an end).
+        return true;
     };
     let new = record(event, instance_id, choice);
     new.after(Some(&existing)) == existing
@@ -337,6 +338,27 @@ mod tests {
         );
         let a = plan_for(EventKind::ScheduledChange, n, &BTreeMap::new());
         assert_eq!(a.action, Action::Cordon, "the new reason lasts longer");
+    }
+
+    #[test]
+    fn a_node_forewarn_cordoned_before_records_keeps_its_cordon_as_it_is() {
+        let mut n = node("web");
+        n.unschedulable = true;
+        n.taints.push(Taint {
+            key: TAINT_KEY.into(),
+            value: Some("spot-interruption".into()),
+            effect: "NoSchedule".into(),
+        });
+        let a = plan_for(EventKind::ScheduledChange, n, &BTreeMap::new());
+        assert_eq!(
+            a.action,
+            Action::None,
+            "a cordon-for must not give it an end"
+        );
+        assert_eq!(
+            a.reason,
+            "rule web: cordon-for 6h; already cordoned by forewarn"
+        );
     }
 
     #[test]
