@@ -111,15 +111,49 @@ fn truncate(mut s: String, limit: usize) -> String {
     s
 }
 
-fn build(event: &NodeEvent<'_>, reporting_instance: &str, now: DateTime<Utc>) -> Event {
-    let node_name = event.node.metadata.name.clone().unwrap_or_default();
+/// One Event about any object: the namespace it is recorded in and what it regards.
+#[derive(Debug, Clone)]
+pub(crate) struct ObjectEvent<'a> {
+    /// Where the Event lives: [`EVENT_NAMESPACE`] for cluster-scoped objects, else the object's.
+    pub namespace: &'a str,
+    pub regarding: ObjectReference,
+    /// What led to it (part of the Event's name, with the object's name and the reason).
+    pub event_id: &'a str,
+    pub reason: &'a str,
+    pub action: &'a str,
+    pub type_: EventType,
+    pub note: String,
+}
+
+impl<'a> From<&NodeEvent<'a>> for ObjectEvent<'a> {
+    fn from(e: &NodeEvent<'a>) -> ObjectEvent<'a> {
+        ObjectEvent {
+            namespace: EVENT_NAMESPACE,
+            regarding: ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: e.node.metadata.name.clone(),
+                uid: e.node.metadata.uid.clone(),
+                ..ObjectReference::default()
+            },
+            event_id: e.event_id,
+            reason: e.reason,
+            action: e.action,
+            type_: e.type_,
+            note: e.note.clone(),
+        }
+    }
+}
+
+fn build(event: &ObjectEvent<'_>, reporting_instance: &str, now: DateTime<Utc>) -> Event {
+    let object = event.regarding.name.clone().unwrap_or_default();
     // Any time chrono holds fits (jiff's range is wider), so the fallback is never taken.
     let micros = k8s_openapi::jiff::Timestamp::from_microsecond(now.timestamp_micros())
         .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
     Event {
         metadata: ObjectMeta {
-            name: Some(event_name(&node_name, event.event_id, event.reason)),
-            namespace: Some(EVENT_NAMESPACE.into()),
+            name: Some(event_name(&object, event.event_id, event.reason)),
+            namespace: Some(event.namespace.into()),
             ..ObjectMeta::default()
         },
         event_time: Some(MicroTime(micros)),
@@ -128,22 +162,32 @@ fn build(event: &NodeEvent<'_>, reporting_instance: &str, now: DateTime<Utc>) ->
         action: Some(event.action.chars().take(128).collect()),
         reason: Some(event.reason.chars().take(128).collect()),
         type_: Some(event.type_.as_str().into()),
-        regarding: Some(ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Node".into()),
-            name: Some(node_name),
-            uid: event.node.metadata.uid.clone(),
-            ..ObjectReference::default()
-        }),
+        regarding: Some(event.regarding.clone()),
         note: Some(truncate(event.note.clone(), NOTE_LIMIT)),
         ..Event::default()
     }
 }
 
-/// Records `event` unless an Event of that name exists.
+/// Records `event` on its node unless an Event of that name exists.
 pub(crate) async fn record(
     clients: &ClusterClient,
     event: &NodeEvent<'_>,
+    reporting_instance: &str,
+    dry_run: bool,
+) -> Result<EventOutcome, KubeError> {
+    record_about(
+        clients,
+        &ObjectEvent::from(event),
+        reporting_instance,
+        dry_run,
+    )
+    .await
+}
+
+/// Records `event` unless an Event of that name exists.
+pub(crate) async fn record_about(
+    clients: &ClusterClient,
+    event: &ObjectEvent<'_>,
     reporting_instance: &str,
     dry_run: bool,
 ) -> Result<EventOutcome, KubeError> {
@@ -152,8 +196,8 @@ pub(crate) async fn record(
     if dry_run {
         return Ok(EventOutcome::WouldCreate);
     }
-    let events: Api<Event> = Api::namespaced(clients.client().await?, EVENT_NAMESPACE);
-    let object = format!("event/{EVENT_NAMESPACE}/{name}");
+    let events: Api<Event> = Api::namespaced(clients.client().await?, event.namespace);
+    let object = format!("event/{}/{name}", event.namespace);
     let params = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..PostParams::default()
@@ -204,14 +248,14 @@ mod tests {
         }))
         .unwrap();
         let ev = build(
-            &NodeEvent {
+            &ObjectEvent::from(&NodeEvent {
                 node: &node,
                 event_id: "ev",
                 reason: "SpotInterrupted",
                 action: "CordonDrain",
                 type_: EventType::Warning,
                 note: "é".repeat(2000),
-            },
+            }),
             "forewarn-lambda",
             "2026-11-24T10:00:00Z".parse().unwrap(),
         );

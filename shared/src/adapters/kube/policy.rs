@@ -2,15 +2,12 @@
 //! Warning Event on it when its policy is refused.
 
 use ::kube::Api;
-use ::kube::api::PostParams;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
-use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 
-use super::api::{FIELD_MANAGER, with_retry};
+use super::api::with_retry;
 use super::connect::ClusterClient;
-use super::events::{REPORTING_CONTROLLER, event_name};
+use super::events::{EventType, ObjectEvent, record_about};
 use crate::ports::{DirectoryError, FailureKind, PolicySource, PolicyText};
 
 /// The policy ConfigMap's namespace, name and key.
@@ -67,57 +64,24 @@ impl PolicySource for KubePolicy {
     }
 
     async fn refused(&self, message: &str) {
-        let now = self.clients.clock().now();
-        let micros = k8s_openapi::jiff::Timestamp::from_microsecond(now.timestamp_micros())
-            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
         // One Event per refusal message: the same bad policy read again records none.
-        let event = Event {
-            metadata: ObjectMeta {
-                name: Some(event_name(POLICY_CONFIGMAP, message, "PolicyRefused")),
-                namespace: Some(POLICY_NAMESPACE.into()),
-                ..ObjectMeta::default()
-            },
-            event_time: Some(MicroTime(micros)),
-            reporting_controller: Some(REPORTING_CONTROLLER.into()),
-            reporting_instance: Some(self.reporting_instance.clone()),
-            action: Some("ReadPolicy".into()),
-            reason: Some("PolicyRefused".into()),
-            type_: Some("Warning".into()),
-            regarding: Some(ObjectReference {
+        let event = ObjectEvent {
+            namespace: POLICY_NAMESPACE,
+            regarding: ObjectReference {
                 api_version: Some("v1".into()),
                 kind: Some("ConfigMap".into()),
                 namespace: Some(POLICY_NAMESPACE.into()),
                 name: Some(POLICY_CONFIGMAP.into()),
                 ..ObjectReference::default()
-            }),
-            note: Some(
-                format!("policy refused, the last good one is kept: {message}")
-                    .chars()
-                    .take(1000)
-                    .collect(),
-            ),
-            ..Event::default()
+            },
+            event_id: message,
+            reason: "PolicyRefused",
+            action: "ReadPolicy",
+            type_: EventType::Warning,
+            note: format!("policy refused, the last good one is kept: {message}"),
         };
-        let client = match self.clients.client().await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(error = %e, "could not record the PolicyRefused Event");
-                return;
-            }
-        };
-        let events: Api<Event> = Api::namespaced(client, POLICY_NAMESPACE);
-        let params = PostParams {
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..PostParams::default()
-        };
-        let created = with_retry(self.clients.clock(), "create", "event", || {
-            events.create(&params, &event)
-        })
-        .await;
-        match created {
-            Ok(_) => {}
-            Err(e) if e.status == Some(409) => {}
-            Err(e) => tracing::warn!(error = %e, "could not record the PolicyRefused Event"),
+        if let Err(e) = record_about(&self.clients, &event, &self.reporting_instance, false).await {
+            tracing::warn!(error = %e, "could not record the PolicyRefused Event");
         }
     }
 }
