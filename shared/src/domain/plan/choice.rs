@@ -156,6 +156,16 @@ pub(super) fn way_back(out: &mut NodeAction, event: &Event, node: &NodeFacts, co
             && r.health_event == *event_arn
     });
     match record {
+        // A closed update older than the cordon it would undo is stale (a replay, or a late
+        // delivery after a newer update cordoned again).
+        Some(record) if event.time < record.at => {
+            out.reason = format!(
+                "stale: the closed update ({}) is older than the cordon it would undo ({}): left \
+                 cordoned",
+                event.time.to_rfc3339(),
+                record.at.to_rfc3339()
+            );
+        }
         Some(record) => {
             out.action = Action::Uncordon;
             out.reason = format!(
@@ -406,6 +416,16 @@ mod tests {
         );
         assert_eq!(plan.actions[0].action, Action::Uncordon);
         assert_eq!(plan.actions[0].record.as_ref(), Some(&record));
+        // A closed update older than the cordon (a replay, a late delivery) undoes nothing.
+        let mut old = closed(vec![ID.into()]);
+        old.time = t0() - Duration::hours(1);
+        let plan = decide(&old, Facts::new(&instances, &nodes), &config());
+        assert_eq!(plan.actions[0].action, Action::None);
+        assert!(
+            plan.actions[0].reason.starts_with("stale: "),
+            "{}",
+            plan.actions[0].reason
+        );
         assert!(
             plan.pools.is_empty(),
             "a closed update is not counted again"
