@@ -14,7 +14,7 @@ use crate::domain::continuation::ContinuationKey;
 use crate::domain::event::LifecycleAction;
 use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::plan::Plan;
-use crate::domain::pool::{Applied, PoolQuery, PoolRecord, PoolUpdate};
+use crate::domain::pool::{Applied, PoolKey, PoolQuery, PoolRecord, PoolUpdate};
 use crate::domain::priorities::{AsgDescription, ExpanderConfig};
 use crate::domain::report::{DrainSummary, Report};
 use crate::domain::stats::HistoryEntry;
@@ -276,6 +276,15 @@ pub trait PoolStore: Send + Sync {
         now: DateTime<Utc>,
     ) -> Result<Vec<HistoryEntry>, StoreError>;
 
+    /// The history entries of `pools` whose event time is in `[since, now]`: what `adaptive`
+    /// reads on the hot path (one query per pool, not a read of the whole history).
+    async fn history_of(
+        &self,
+        pools: &[PoolKey],
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<HistoryEntry>, StoreError>;
+
     /// The key drain continuations are signed with (see [`crate::domain::continuation`]): 32
     /// random bytes kept in the store, created by the first caller with a conditional write (so
     /// that concurrent first callers agree on one key), read once and cached by the store.
@@ -323,6 +332,15 @@ where
         now: DateTime<Utc>,
     ) -> Result<Vec<HistoryEntry>, StoreError> {
         self.0.history(since, now).await
+    }
+
+    async fn history_of(
+        &self,
+        pools: &[PoolKey],
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<HistoryEntry>, StoreError> {
+        self.0.history_of(pools, since, now).await
     }
 
     /// A read-only view signs nothing (a dry run never sends a continuation), so it never creates

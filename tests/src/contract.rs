@@ -657,6 +657,31 @@ pub async fn history_keeps_one_entry_per_applied_mark(s: Subject) {
         t - Duration::hours(1) + Retention::default().history
     );
     assert_eq!(entries[1].unavailable_until, None);
+    // One pool's history, by event time (what `adaptive` reads): only that pool's entries whose
+    // event is in the period; the old event's window overlapping it does not bring it in.
+    let mut of_hot = store
+        .history_of(&[hot.clone()], t - Duration::days(7), t)
+        .await
+        .expect("reading a pool's history");
+    of_hot.sort_by_key(|e| e.at);
+    let ids: Vec<&str> = of_hot.iter().map(|e| e.event_id.as_str()).collect();
+    assert_eq!(ids, ["e-h1", "e-h2"]);
+    assert!(of_hot.iter().all(|e| e.pool == hot));
+    assert_eq!(
+        store
+            .history_of(&[hot.clone(), other.clone()], t - Duration::days(30), t)
+            .await
+            .unwrap()
+            .len(),
+        4
+    );
+    assert!(
+        store
+            .history_of(&[], t - Duration::days(30), t)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // The other store sees the same history; a longer period brings the old one in.
     assert_eq!(
         s.other

@@ -355,6 +355,20 @@ impl PoolStore for EmbeddedStore {
             .await
     }
 
+    async fn history_of(
+        &self,
+        pools: &[crate::domain::pool::PoolKey],
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<HistoryEntry>, StoreError> {
+        Ok(self
+            .history(since, now)
+            .await?
+            .into_iter()
+            .filter(|e| pools.contains(&e.pool) && e.at >= since && e.at <= now)
+            .collect())
+    }
+
     async fn history(
         &self,
         since: DateTime<Utc>,

@@ -563,6 +563,14 @@ mod tests {
         ) -> Result<Vec<crate::domain::stats::HistoryEntry>, crate::ports::StoreError> {
             Ok(Vec::new())
         }
+        async fn history_of(
+            &self,
+            _: &[crate::domain::pool::PoolKey],
+            _: DateTime<Utc>,
+            _: DateTime<Utc>,
+        ) -> Result<Vec<crate::domain::stats::HistoryEntry>, crate::ports::StoreError> {
+            unreachable!("lookups fail first")
+        }
         async fn continuation_key(
             &self,
         ) -> Result<crate::domain::continuation::ContinuationKey, crate::ports::StoreError>

@@ -53,4 +53,64 @@ impl DynamoStore {
             }
         }
     }
+
+    /// A `Query` of one pool's history items whose event time is in `[since, now]` and that
+    /// have not expired (every page): the sort key orders them by event time.
+    pub(super) async fn query_history(
+        &self,
+        pool: &crate::domain::pool::PoolKey,
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<HistoryEntry>, StoreError> {
+        let mut e = Expr::default();
+        let key_condition = format!(
+            "{pk} = {pool} AND {sk} BETWEEN {from} AND {to}",
+            pk = e.name(PK),
+            pool = e.value("pool", s(&pool_pk(pool))),
+            sk = e.name(SK),
+            from = e.value(
+                "from",
+                s(&format!(
+                    "{HISTORY_SK_PREFIX}{:011}",
+                    since.timestamp().max(0)
+                ))
+            ),
+            // `~` sorts after every character of an event id or instance id.
+            to = e.value(
+                "to",
+                s(&format!(
+                    "{HISTORY_SK_PREFIX}{:011}~",
+                    now.timestamp().max(0)
+                ))
+            ),
+        );
+        let filter = format!(
+            "{exp} > {now}",
+            exp = e.name(EXPIRES_AT),
+            now = e.value("now", n(now.timestamp())),
+        );
+        let mut entries = Vec::new();
+        let mut start = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression(&key_condition)
+                .filter_expression(&filter)
+                .set_expression_attribute_names(Some(e.names.clone()))
+                .set_expression_attribute_values(Some(e.values.clone()))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|err| self.sdk_err("querying a pool's history", err))?;
+            for item in out.items.unwrap_or_default() {
+                entries.push(decode_history(&item)?);
+            }
+            match out.last_evaluated_key.filter(|k| !k.is_empty()) {
+                Some(key) => start = Some(key),
+                None => return Ok(entries),
+            }
+        }
+    }
 }

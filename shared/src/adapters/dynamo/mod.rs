@@ -189,6 +189,19 @@ impl PoolStore for DynamoStore {
         self.scan_history(since, now).await
     }
 
+    async fn history_of(
+        &self,
+        pools: &[crate::domain::pool::PoolKey],
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<HistoryEntry>, StoreError> {
+        let mut entries = Vec::new();
+        for pool in pools {
+            entries.extend(self.query_history(pool, since, now).await?);
+        }
+        Ok(entries)
+    }
+
     async fn pools(
         &self,
         query: &PoolQuery,

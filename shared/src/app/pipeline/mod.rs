@@ -34,7 +34,7 @@ use crate::domain::event::{Event, EventKind};
 use crate::domain::facts::InstanceFacts;
 use crate::domain::inbound::Record;
 use crate::domain::plan::{Facts, Plan, decide};
-use crate::domain::pool::Applied;
+use crate::domain::pool::{Applied, PoolKey};
 use crate::domain::report::{Outcome, Report};
 use crate::ports::{
     ActionResult, Clock, ContinuationQueue, Executor, InstanceDirectory, NodeDirectory, Pass,
@@ -191,7 +191,23 @@ impl Pipeline<'_> {
         {
             let now = self.clock.now();
             let since = policy.adaptive.since(now);
-            let history = self.store.history(since, now).await?;
+            // Only the pools of the batch's recommendations: one query each.
+            let pools: Vec<PoolKey> = wanted
+                .iter()
+                .filter(|e| e.kind == EventKind::RebalanceRecommendation)
+                .flat_map(|e| e.instance_ids.iter())
+                .filter_map(|id| instances.get(id))
+                .filter_map(|i| {
+                    Some(PoolKey::new(
+                        i.capacity_type?,
+                        i.instance_type.as_deref()?,
+                        i.zone.as_deref()?,
+                    ))
+                })
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let history = self.store.history_of(&pools, since, now).await?;
             crate::domain::policy::adaptive::followed(&history, policy.adaptive.window, since, now)
         } else {
             BTreeMap::new()
@@ -439,7 +455,7 @@ type LookedUp = (
     BTreeMap<String, InstanceFacts>,
     Vec<crate::domain::facts::NodeFacts>,
     HashSet<String>,
-    BTreeMap<crate::domain::pool::PoolKey, crate::domain::policy::Followed>,
+    BTreeMap<PoolKey, crate::domain::policy::Followed>,
 );
 
 /// The span every log line of one event's work carries (the executor's lines among them).
@@ -649,6 +665,84 @@ mod tests {
             executor: Some(exec),
         };
         p.process_with(&records(batch, clock), limits).await
+    }
+
+    /// `adaptive` on the hot path: the batch reads its recommendations' pools' history from the
+    /// store and drains where recommendations were followed by interruptions.
+    #[tokio::test]
+    async fn adaptive_reads_the_pools_history_and_drains_a_hot_pool() {
+        use crate::domain::pool::{PoolMark, PoolUpdate};
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let clock = clock();
+        let hot = PoolKey::new(CapacityType::Spot, "m5.large", "us-east-1a");
+        let update =
+            |id: String, kind: EventKind, at: DateTime<Utc>, instance: String| PoolUpdate {
+                event_id: id,
+                kind,
+                event_time: at,
+                region: None,
+                reason: kind.to_string(),
+                marks: vec![PoolMark {
+                    pool: hot.clone(),
+                    instance_id: instance,
+                    unavailable_until: None,
+                }],
+                recorded_at: at,
+                also_keys: Vec::new(),
+            };
+        let mut updates = Vec::new();
+        for n in 0..5 {
+            let at = clock.now() - chrono::Duration::days(n + 1);
+            let instance = format!("i-0a1b2c3d4e5f700{n}0");
+            updates.push(update(
+                format!("r{n}"),
+                EventKind::RebalanceRecommendation,
+                at,
+                instance.clone(),
+            ));
+            updates.push(update(
+                format!("s{n}"),
+                EventKind::SpotInterruption,
+                at + chrono::Duration::minutes(5),
+                instance,
+            ));
+        }
+        for u in &updates {
+            store.apply(u).await.unwrap();
+        }
+        let config = Config {
+            policy: crate::domain::policy::Policy::parse(
+                "rules:\n- name: all\n  nodes: {}\n  actions: {rebalance-recommendation: adaptive}\n",
+            )
+            .unwrap(),
+            ..Config::default()
+        };
+        let (instances, nodes) = world();
+        let exec = Recorder::default();
+        let p = Pipeline {
+            passes: &Passes::in_process(PASS_INTERVAL),
+            clock: &clock,
+            mode: Mode::Act,
+            config: &config,
+            store: &store,
+            instances: &instances,
+            nodes: &nodes,
+            executor: Some(&exec),
+        };
+        let rebalance = json!({"id": "rb", "source": "aws.ec2",
+            "detail-type": crate::domain::event::DT_REBALANCE, "time": "2026-11-20T10:00:00Z",
+            "detail": {"instance-id": A}});
+        let reports = p
+            .process_with(&records(rebalance, &clock), Limits::default())
+            .await;
+        let action = &reports[0].actions[0];
+        assert_eq!(action.action, crate::domain::config::Action::CordonDrain);
+        assert!(
+            action.reason.contains("5 of 5 recommendations"),
+            "{}",
+            action.reason
+        );
     }
 
     #[tokio::test]
