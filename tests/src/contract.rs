@@ -660,7 +660,7 @@ pub async fn history_keeps_one_entry_per_applied_mark(s: Subject) {
     // One pool's history, by event time (what `adaptive` reads): only that pool's entries whose
     // event is in the period; the old event's window overlapping it does not bring it in.
     let mut of_hot = store
-        .history_of(&[hot.clone()], t - Duration::days(7), t)
+        .history_of(std::slice::from_ref(&hot), t - Duration::days(7), t)
         .await
         .expect("reading a pool's history");
     of_hot.sort_by_key(|e| e.at);
