@@ -155,17 +155,25 @@ pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
     }))
 }
 
-/// Cordons the node `node` was read as; on a 409 Conflict reads it again, verifies it again
-/// (`verify`: what was true of the node when it was first read must still be) and retries, at
-/// most `attempts` times in all.
-pub(crate) async fn cordon(
+/// What one attempt of a node write does, decided from the node as just read.
+enum Step<T> {
+    /// Nothing to send: the answer.
+    Done(T),
+    /// Send this merge patch; the answer if it is accepted.
+    Patch(Value, T),
+}
+
+/// Writes the node `node` was read as by the merge patch `step` decides (from the node and the
+/// attempt, from 1); on a 409 Conflict reads it again and asks `step` again, at most `attempts`
+/// times in all. A node gone (404, or on the read again) answers `gone`. `what` names the write
+/// in the logs (`cordoned`).
+async fn write_node<T>(
     clients: &ClusterClient,
     mut node: Node,
-    spec: &CordonSpec,
-    attempts: u32,
-    dry_run: bool,
-    verify: &(dyn Fn(&Node) -> Result<(), super::error::Refusal> + Sync),
-) -> Result<CordonOutcome, KubeError> {
+    (attempts, what): (u32, &str),
+    gone: T,
+    step: impl Fn(&Node, u32) -> Step<T>,
+) -> Result<T, KubeError> {
     let name = node.metadata.name.clone().unwrap_or_default();
     let object = format!("node/{name}");
     let params = PatchParams {
@@ -173,17 +181,10 @@ pub(crate) async fn cordon(
         ..PatchParams::default()
     };
     for attempt in 1..=attempts.max(1) {
-        let Some(patch) = cordon_patch(&node, spec) else {
-            return Ok(if attempt == 1 {
-                CordonOutcome::AlreadyCordoned
-            } else {
-                // Someone cordoned it the same way in between.
-                CordonOutcome::Cordoned { attempts: attempt }
-            });
+        let (patch, done) = match step(&node, attempt) {
+            Step::Done(answer) => return Ok(answer),
+            Step::Patch(patch, done) => (patch, done),
         };
-        if dry_run {
-            return Ok(CordonOutcome::WouldCordon { patch });
-        }
         let nodes: Api<Node> = Api::all(clients.client().await?);
         let merge = Patch::Merge(&patch);
         let result = with_retry(clients.clock(), "patch", &object, || {
@@ -192,21 +193,15 @@ pub(crate) async fn cordon(
         .await;
         match result {
             Ok(_) => {
-                tracing::info!(node = %name, attempt, "cordoned");
-                return Ok(CordonOutcome::Cordoned { attempts: attempt });
+                tracing::info!(node = %name, attempt, "{what}");
+                return Ok(done);
             }
-            Err(e) if e.is_not_found() => return Ok(CordonOutcome::NodeGone),
+            Err(e) if e.is_not_found() => return Ok(gone),
             Err(e) if e.is_conflict() => {
-                tracing::info!(node = %name, attempt, "node changed while cordoning: reading it again");
+                tracing::info!(node = %name, attempt, "{what}: the node changed under the write, reading it again");
                 match get_node(clients, &name).await? {
                     Some(fresh) => node = fresh,
-                    None => return Ok(CordonOutcome::NodeGone),
-                }
-                if let Err(why) = verify(&node) {
-                    tracing::warn!(node = %name, %why, "the node changed: refusing to cordon it");
-                    return Ok(CordonOutcome::Refused {
-                        why: why.to_string(),
-                    });
+                    None => return Ok(gone),
                 }
             }
             Err(e) => return Err(e.into()),
@@ -216,6 +211,44 @@ pub(crate) async fn cordon(
         node: name,
         attempts,
     })
+}
+
+/// Cordons the node `node` was read as; on a 409 Conflict reads it again, verifies it again
+/// (`verify`: what was true of the node when it was first read must still be) and retries, at
+/// most `attempts` times in all.
+pub(crate) async fn cordon(
+    clients: &ClusterClient,
+    node: Node,
+    spec: &CordonSpec,
+    attempts: u32,
+    dry_run: bool,
+    verify: &(dyn Fn(&Node) -> Result<(), super::error::Refusal> + Sync),
+) -> Result<CordonOutcome, KubeError> {
+    let write = (attempts, "cordoned");
+    write_node(
+        clients,
+        node,
+        write,
+        CordonOutcome::NodeGone,
+        |node, attempt| {
+            if attempt > 1
+                && let Err(why) = verify(node)
+            {
+                tracing::warn!(%why, "the node changed: refusing to cordon it");
+                return Step::Done(CordonOutcome::Refused {
+                    why: why.to_string(),
+                });
+            }
+            match cordon_patch(node, spec) {
+                // Already so; on a later attempt, someone cordoned it the same way in between.
+                None if attempt == 1 => Step::Done(CordonOutcome::AlreadyCordoned),
+                None => Step::Done(CordonOutcome::Cordoned { attempts: attempt }),
+                Some(patch) if dry_run => Step::Done(CordonOutcome::WouldCordon { patch }),
+                Some(patch) => Step::Patch(patch, CordonOutcome::Cordoned { attempts: attempt }),
+            }
+        },
+    )
+    .await
 }
 
 /// Why a cordon is not forewarn's to undo (any more).
@@ -272,62 +305,30 @@ pub fn uncordon_patch(
     }))
 }
 
-/// Undoes forewarn's cordon of the node `node` was read as (see [`uncordon_patch`]); on a 409
-/// Conflict reads it again, verifies it again (`verify`) and retries, at most `attempts` times.
+/// Undoes forewarn's cordon of the node `node` was read as (see [`uncordon_patch`]), once
+/// `verify` holds of it; on a 409 Conflict reads it again, verifies it again and retries, at
+/// most `attempts` times.
 pub(crate) async fn uncordon(
     clients: &ClusterClient,
-    mut node: Node,
+    node: Node,
     taint_key: &str,
     record: &CordonRecord,
     (attempts, dry_run): (u32, bool),
     verify: &(dyn Fn(&Node) -> Result<(), super::error::Refusal> + Sync),
 ) -> Result<UndoOutcome, KubeError> {
-    let name = node.metadata.name.clone().unwrap_or_default();
-    let object = format!("node/{name}");
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..PatchParams::default()
-    };
-    for _ in 0..attempts.max(1) {
-        if let Err(why) = verify(&node) {
-            return Ok(UndoOutcome::Refused {
-                why: why.to_string(),
-            });
+    let write = (attempts, "cordon undone");
+    write_node(clients, node, write, UndoOutcome::NodeGone, |node, _| {
+        let refused = |why: String| Step::Done(UndoOutcome::Refused { why });
+        if let Err(why) = verify(node) {
+            return refused(why.to_string());
         }
-        let patch = match uncordon_patch(&node, taint_key, record) {
-            Ok(patch) => patch,
-            Err(why) => {
-                return Ok(UndoOutcome::Refused {
-                    why: why.to_string(),
-                });
-            }
-        };
-        if dry_run {
-            return Ok(UndoOutcome::WouldUndo);
+        match uncordon_patch(node, taint_key, record) {
+            Err(why) => refused(why.to_string()),
+            Ok(_) if dry_run => Step::Done(UndoOutcome::WouldUndo),
+            Ok(patch) => Step::Patch(patch, UndoOutcome::Undone),
         }
-        let nodes: Api<Node> = Api::all(clients.client().await?);
-        let merge = Patch::Merge(&patch);
-        match with_retry(clients.clock(), "patch", &object, || {
-            nodes.patch(&name, &params, &merge)
-        })
-        .await
-        {
-            Ok(_) => {
-                tracing::info!(node = %name, "cordon undone");
-                return Ok(UndoOutcome::Undone);
-            }
-            Err(e) if e.is_not_found() => return Ok(UndoOutcome::NodeGone),
-            Err(e) if e.is_conflict() => match get_node(clients, &name).await? {
-                Some(fresh) => node = fresh,
-                None => return Ok(UndoOutcome::NodeGone),
-            },
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(KubeError::Conflicts {
-        node: name,
-        attempts,
     })
+    .await
 }
 
 /// The node, or `None` when there is none of that name.
