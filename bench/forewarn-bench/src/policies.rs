@@ -24,9 +24,10 @@
 //!   record has no `until`). `cordon-for 30m` lasts 30 minutes, or until the interruption if
 //!   sooner; a later recommendation of the same instance extends it (the longer record wins, as
 //!   [`forewarn::domain::wayback::CordonRecord::after`] keeps it). `adaptive`'s `cordon-drain`
-//!   has no `until` either: the drained node stays cordoned until its instance goes or the
-//!   month ends. Its `otherwise` is `cordon-for 30m`. A what-if row, not what forewarn does,
-//!   gives a drained node back at the end of the 30-minute window when no interruption came.
+//!   lasts its 30-minute window (the record's `until`): when no interruption came by then, the
+//!   way back gives the node back. Its `otherwise` is `cordon-for 30m`. A comparison row keeps
+//!   a drained node cordoned until its instance goes or the month ends (adaptive as first
+//!   built).
 //! - "Drained ahead": a `cordon-drain` was decided for the instance before its interruption.
 //!   The drain is taken to be complete by then (the earliest interruption comes 2 minutes after
 //!   a recommendation; the end-to-end bench accepts a node's evictions in well under that when
@@ -150,12 +151,12 @@ pub const POLICIES: [&str; 4] = [
     "`cordon` (today's default)",
     "`cordon-for 30m`",
     "`adaptive` (defaults)",
-    "`adaptive`, a drained node given back after the window (what-if, not forewarn today)",
+    "`adaptive` if its drains had no end (as first built, for comparison)",
 ];
 const CORDON: usize = 0;
 const CORDON_FOR: usize = 1;
 const ADAPTIVE: usize = 2;
-const ADAPTIVE_WAY_BACK: usize = 3;
+const ADAPTIVE_NO_END: usize = 3;
 
 /// splitmix64 (Steele, Lea, Flood 2014): small, seeded, and the same on every platform and
 /// version, which a crate's generator does not promise.
@@ -449,7 +450,9 @@ pub fn simulate(family: &[PoolModel], params: Params) -> Outcome {
                     action,
                 });
                 let thirty = PolicyAction::CordonFor(Duration::minutes(30));
-                let way_back = if drained {
+                // forewarn's drain for a recommendation lasts the window (its record's `until`):
+                // no interruption by then, the way back gives the node back.
+                let lasting = if drained {
                     PolicyAction::CordonFor(a.window)
                 } else {
                     action
@@ -459,8 +462,8 @@ pub fn simulate(family: &[PoolModel], params: Params) -> Outcome {
                 for (policy, act) in [
                     (CORDON, PolicyAction::Cordon),
                     (CORDON_FOR, thirty),
-                    (ADAPTIVE, action),
-                    (ADAPTIVE_WAY_BACK, way_back),
+                    (ADAPTIVE, lasting),
+                    (ADAPTIVE_NO_END, action),
                 ] {
                     if let Some(e) = cordon_end(act, t) {
                         inst.cordons[policy].add(t, e, &mut o.cordoned_secs[policy]);
@@ -632,11 +635,12 @@ fn render(family: &[PoolModel], o: &Outcome) -> String {
          is interrupted, else until the end of the simulated month: forewarn never undoes the \
          cordon of a recommendation (its record has no `until`). `cordon-for 30m`: 30 minutes, \
          or until the interruption if sooner; a later recommendation of the instance extends \
-         it. `adaptive`: `cordon-drain` has no `until` either, so a drained node stays cordoned \
-         until its instance goes or the month ends; its `otherwise` is `cordon-for 30m`. The \
-         what-if row gives a drained node back {w} after its recommendation when no \
-         interruption came (forewarn does not do that). Capacity-hours: node-hours cordoned for \
-         recommendations, out of {fleet} node-hours of fleet.\n\n\
+         it. `adaptive`: its `cordon-drain` lasts the window ({w}, the record's `until`): when no \
+         interruption came by then, the way back gives the node back; its `otherwise` is \
+         `cordon-for 30m`. The last row, for comparison, keeps a drained node cordoned until its \
+         instance goes or the month ends (adaptive as first built, before its drains had an \
+         end). Capacity-hours: node-hours cordoned for recommendations, out of {fleet} \
+         node-hours of fleet.\n\n\
          **Drained ahead**: `adaptive` decided `cordon-drain` for the instance before its \
          interruption; the drain is taken to be complete by then (the earliest follow-up comes \
          {fmin} minutes after the recommendation). `cordon` and `cordon-for` move no pod: 0 %.\n\n",
@@ -709,7 +713,7 @@ fn render(family: &[PoolModel], o: &Outcome) -> String {
     let base = secs(CORDON);
     for (policy, name) in POLICIES.iter().enumerate() {
         let s = secs(policy);
-        let adaptive_row = policy == ADAPTIVE || policy == ADAPTIVE_WAY_BACK;
+        let adaptive_row = policy == ADAPTIVE || policy == ADAPTIVE_NO_END;
         let (all, hot, warm, any) = if adaptive_row {
             (
                 format!(
@@ -902,9 +906,9 @@ mod tests {
             for p in &o.pools {
                 let c = p.cordoned_secs;
                 assert!(c[CORDON] >= c[CORDON_FOR], "{p:?}");
-                assert!(c[CORDON] >= c[ADAPTIVE], "{p:?}");
-                assert!(c[ADAPTIVE] >= c[ADAPTIVE_WAY_BACK], "{p:?}");
-                assert!(c[ADAPTIVE_WAY_BACK] >= c[CORDON_FOR], "{p:?}");
+                assert!(c[CORDON] >= c[ADAPTIVE_NO_END], "{p:?}");
+                assert!(c[ADAPTIVE_NO_END] >= c[ADAPTIVE], "{p:?}");
+                assert!(c[ADAPTIVE] >= c[CORDON_FOR], "{p:?}");
                 assert!(p.drained_ahead <= p.followed && p.followed <= p.interruptions);
             }
         }

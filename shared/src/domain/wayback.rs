@@ -113,7 +113,7 @@ pub enum UndoOutcome {
 }
 
 /// Why the cordon `record` of a node should be undone at `now`, if its reason is gone:
-/// a `cordon-for` whose time has passed, or an instance that was to stop or hibernate and runs
+/// a cordon whose `until` has passed (a `cordon-for`, `adaptive`'s drain after its window), or an instance that was to stop or hibernate and runs
 /// again (launched after the event). `instance` is what EC2 says of the record's instance.
 pub fn why_undo(
     record: &CordonRecord,

@@ -21,7 +21,7 @@ pub(super) struct Choice {
     pub action: Action,
     /// The instance is stopping or shutting down (not yet gone).
     pub stopping: bool,
-    /// A `cordon-for`: when the cordon is to be undone.
+    /// A `cordon-for`, or `adaptive`'s drain: when the cordon is to be undone.
     pub until: Option<DateTime<Utc>>,
     /// The first policy rule matching the node.
     pub rule: Option<String>,
@@ -45,8 +45,15 @@ pub(super) fn choose(
             let pool = instance
                 .and_then(|i| pool_mark(event, &i.instance_id, Some(i), config))
                 .map(|m| m.pool);
-            let (decided, why) = config.policy.adaptive.choose(pool.as_ref(), followed);
-            (node_action_of(decided), decided.lasts(), Some(why))
+            let adaptive = &config.policy.adaptive;
+            let (decided, why) = adaptive.choose(pool.as_ref(), followed);
+            // A drain for a recommendation lasts its window: no interruption by then, the
+            // reason is gone and the way back gives the node back.
+            let lasts = match decided {
+                PolicyAction::CordonDrain => Some(adaptive.window),
+                other => other.lasts(),
+            };
+            (node_action_of(decided), lasts, Some(why))
         }
         Some(a) => (node_action_of(a), a.lasts(), Some(a.to_string())),
     };
@@ -76,7 +83,7 @@ pub(super) fn choose(
         action,
         stopping,
         until: lasts
-            .filter(|_| action == Action::Cordon)
+            .filter(|_| matches!(action, Action::Cordon | Action::CordonDrain))
             .map(|d| event.time + d),
         rule,
         why,
@@ -286,6 +293,11 @@ mod tests {
         )]);
         let a = plan_for(EventKind::RebalanceRecommendation, node("web"), &hot);
         assert_eq!(a.action, Action::CordonDrain);
+        assert_eq!(
+            a.record.as_ref().unwrap().until,
+            Some(t0() + Duration::minutes(30)),
+            "the drain lasts the window: no interruption by then, the node comes back"
+        );
         assert!(
             a.reason
                 .contains("rule web: adaptive: pool spot#m5.large#us-east-1a: 6 of 8"),
