@@ -1791,7 +1791,7 @@ async fn rbac_grants_exactly_what_the_adapter_uses() {
         w.run(&plan).await;
         // The policy ConfigMap, refused: an Event on it.
         w.fake.insert(policy_configmap("rules: [oops"));
-        w.policies().policy(w.clock.now()).await;
+        w.policies().policy(&w.clock).await;
         collect(&w.fake);
     }
     {

@@ -100,7 +100,7 @@ impl Handler {
     pub async fn config(&self) -> std::borrow::Cow<'_, Config> {
         match &self.policies {
             Some(cache) => std::borrow::Cow::Owned(Config {
-                policy: cache.policy(self.clock.now()).await,
+                policy: cache.policy(self.clock.as_ref()).await,
                 ..self.config.clone()
             }),
             None => std::borrow::Cow::Borrowed(&self.config),

@@ -9,10 +9,13 @@ use std::sync::Arc;
 use chrono::{DateTime, Duration, Utc};
 
 use crate::domain::policy::Policy;
-use crate::ports::{PolicySource, PolicyText};
+use crate::ports::{Clock, PolicySource, PolicyText, until};
 
 /// How often the ConfigMap is read at most.
 pub const REREAD: Duration = Duration::seconds(60);
+/// How long a read may take: it comes before a batch's work, so an API server that does not
+/// answer delays no cordon by more than this (the last policy is kept).
+pub const READ_BUDGET: Duration = Duration::seconds(2);
 
 /// The policy, read through a [`PolicySource`] at most every [`REREAD`].
 pub struct PolicyCache {
@@ -42,17 +45,25 @@ impl PolicyCache {
         }
     }
 
-    /// The policy at `now` (the ConfigMap read again when the last read is a minute old).
-    pub async fn policy(&self, now: DateTime<Utc>) -> Policy {
+    /// The policy now, on `clock` (the ConfigMap read again when the last read is a minute old,
+    /// for at most [`READ_BUDGET`]).
+    pub async fn policy(&self, clock: &dyn Clock) -> Policy {
+        let now = clock.now();
         let mut s = self.state.lock().await;
         if s.read_at.is_some_and(|t| now - t < REREAD) {
             return s.current.clone();
         }
         s.read_at = Some(now);
-        let text = match self.source.read().await {
-            Ok(text) => text,
-            Err(e) => {
+        let text = match until(clock, now + READ_BUDGET, self.source.read()).await {
+            Some(Ok(text)) => text,
+            Some(Err(e)) => {
                 tracing::warn!(error = %e, "could not read the policy ConfigMap: the last policy is kept");
+                return s.current.clone();
+            }
+            None => {
+                tracing::warn!(
+                    "reading the policy ConfigMap took too long: the last policy is kept"
+                );
                 return s.current.clone();
             }
         };
@@ -98,6 +109,7 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
+    use crate::adapters::clock::ManualClock;
     use crate::domain::event::EventKind;
     use crate::ports::DirectoryError;
 
@@ -143,16 +155,20 @@ mod tests {
         let map = Arc::new(Map::default());
         *map.text.lock().unwrap() = Some(GOOD.into());
         let cache = PolicyCache::new(map.clone(), Policy::default());
-        let t0 = at("2026-11-24T10:00:00Z");
+        let clock = ManualClock::at(at("2026-11-24T10:00:00Z"));
+        let after = |secs: i64| {
+            clock.set(at("2026-11-24T10:00:00Z") + Duration::seconds(secs));
+            &clock
+        };
         assert_eq!(
-            rule_action(&cache.policy(t0).await).as_deref(),
+            rule_action(&cache.policy(after(0)).await).as_deref(),
             Some("none")
         );
         *map.text.lock().unwrap() = Some(BAD.into());
         // Within the minute: not read again.
-        cache.policy(t0 + Duration::seconds(59)).await;
+        cache.policy(after(59)).await;
         assert_eq!(*map.reads.lock().unwrap(), 1);
-        let p = cache.policy(t0 + Duration::seconds(60)).await;
+        let p = cache.policy(after(60)).await;
         assert_eq!(
             rule_action(&p).as_deref(),
             Some("none"),
@@ -167,15 +183,15 @@ mod tests {
             "{refused:?}"
         );
         // The same bad text read again is not refused again.
-        cache.policy(t0 + Duration::seconds(120)).await;
+        cache.policy(after(120)).await;
         assert_eq!(map.refused.lock().unwrap().len(), 1);
         // Fixed: applied at the next read.
         *map.text.lock().unwrap() = Some(GOOD.replace("none", "cordon"));
-        let p = cache.policy(t0 + Duration::seconds(180)).await;
+        let p = cache.policy(after(180)).await;
         assert_eq!(rule_action(&p).as_deref(), Some("cordon"));
         // Deleted: the settings' policy (none here) applies.
         *map.text.lock().unwrap() = None;
-        let p = cache.policy(t0 + Duration::seconds(240)).await;
+        let p = cache.policy(after(240)).await;
         assert!(p.is_empty());
     }
 
@@ -185,7 +201,32 @@ mod tests {
         *map.text.lock().unwrap() = Some(BAD.into());
         let base = Policy::parse(GOOD).unwrap();
         let cache = PolicyCache::new(map.clone(), base.clone());
-        assert_eq!(cache.policy(at("2026-11-24T10:00:00Z")).await, base);
+        let clock = ManualClock::at(at("2026-11-24T10:00:00Z"));
+        assert_eq!(cache.policy(&clock).await, base);
         assert_eq!(map.refused.lock().unwrap().len(), 1);
+    }
+
+    /// An API server that does not answer.
+    struct Silent;
+
+    #[async_trait::async_trait]
+    impl PolicySource for Silent {
+        async fn read(&self) -> Result<PolicyText, DirectoryError> {
+            std::future::pending().await
+        }
+        async fn refused(&self, _: &str) {}
+    }
+
+    #[tokio::test]
+    async fn a_read_that_does_not_answer_keeps_the_policy_after_its_budget() {
+        let base = Policy::parse(GOOD).unwrap();
+        let cache = PolicyCache::new(Arc::new(Silent), base.clone());
+        let clock = ManualClock::at(at("2026-11-24T10:00:00Z"));
+        let time_passes = async {
+            tokio::task::yield_now().await;
+            clock.advance(std::time::Duration::from_secs(2));
+        };
+        let (policy, ()) = tokio::join!(cache.policy(&clock), time_passes);
+        assert_eq!(policy, base);
     }
 }

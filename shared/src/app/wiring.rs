@@ -210,7 +210,7 @@ async fn cluster(
         settings.config.policy.clone(),
     ));
     // Read at start (a cold start), then at most once a minute.
-    policies.policy(clock.now()).await;
+    policies.policy(clock.as_ref()).await;
     Ok(Cluster {
         executor,
         expander: Some(Arc::new(KubeExpander::new(clients.clone()))),
