@@ -373,4 +373,42 @@ rebalance:
         assert_eq!(p.rules[0].nodes["tier"], "1");
         assert_eq!(p.rules[0].nodes["spot"], "true");
     }
+
+    proptest::proptest! {
+        /// No text makes the parser panic: a policy or an error naming where.
+        #[test]
+        fn any_text_is_a_policy_or_an_error(text in "\\PC{0,200}") {
+            let _ = Policy::parse(&text);
+        }
+
+        /// Policies made of the grammar's own pieces, with any values, parse or fail naming a
+        /// field of theirs.
+        #[test]
+        fn shaped_policies_parse_or_name_their_field(
+            name in "[a-z]{0,6}",
+            label in "[a-z./-]{1,12}",
+            value in "[a-z0-9-]{0,8}",
+            kind in proptest::sample::select(vec![
+                "spot-interruption", "rebalance-recommendation", "state-change",
+                "scheduled-change", "asg-termination", "capacity-reservation-interruption",
+                "unsupported", "spot",
+            ]),
+            action in "(none|cordon|cordon-drain|delete|adaptive|cordon-for [0-9a-z]{0,4}|[a-z]{0,6})",
+            threshold in -1.0f64..2.0,
+        ) {
+            let yaml = format!(
+                "rules:\n- name: '{name}'\n  nodes: {{'{label}': '{value}'}}\n  actions: {{{kind}: '{action}'}}\nrebalance:\n  adaptive: {{threshold: {threshold}}}\n"
+            );
+            match Policy::parse(&yaml) {
+                Ok(p) => {
+                    proptest::prop_assert_eq!(p.rules.len(), 1);
+                    proptest::prop_assert!((0.0..=1.0).contains(&p.adaptive.threshold));
+                }
+                Err(e) => proptest::prop_assert!(
+                    e.path.starts_with("rules[0]") || e.path.starts_with("rebalance.adaptive"),
+                    "{e}"
+                ),
+            }
+        }
+    }
 }
