@@ -85,7 +85,9 @@ impl WayBack<'_> {
             .collect();
         let mut reports = Vec::new();
         for undo in candidates {
-            let kept = pool_of(instances.get(&undo.instance_id))
+            let kept = instances
+                .get(&undo.instance_id)
+                .and_then(InstanceFacts::pool)
                 .and_then(|pool| unavailable.get(&pool).map(|until| (pool, *until)))
                 .filter(|(_, until)| *until > now)
                 .map(|(pool, until)| {
@@ -116,15 +118,6 @@ impl WayBack<'_> {
         }
         Ok(reports)
     }
-}
-
-fn pool_of(instance: Option<&InstanceFacts>) -> Option<PoolKey> {
-    let i = instance?;
-    Some(PoolKey::new(
-        i.capacity_type?,
-        i.instance_type.as_deref()?,
-        i.zone.as_deref()?,
-    ))
 }
 
 fn log(undo: &Undo, report: &UndoReport) {

@@ -197,13 +197,7 @@ impl Pipeline<'_> {
                 .filter(|e| e.kind == EventKind::RebalanceRecommendation)
                 .flat_map(|e| e.instance_ids.iter())
                 .filter_map(|id| instances.get(id))
-                .filter_map(|i| {
-                    Some(PoolKey::new(
-                        i.capacity_type?,
-                        i.instance_type.as_deref()?,
-                        i.zone.as_deref()?,
-                    ))
-                })
+                .filter_map(InstanceFacts::pool)
                 .collect::<BTreeSet<_>>()
                 .into_iter()
                 .collect();
@@ -652,13 +646,24 @@ mod tests {
         limits: Limits,
         clock: &ManualClock,
     ) -> Vec<Report> {
+        run_with(&Config::default(), store, exec, batch, limits, clock).await
+    }
+
+    /// [`run`] with `config`.
+    async fn run_with(
+        config: &Config,
+        store: &EmbeddedStore,
+        exec: &Recorder,
+        batch: serde_json::Value,
+        limits: Limits,
+        clock: &ManualClock,
+    ) -> Vec<Report> {
         let (instances, nodes) = world();
-        let config = Config::default();
         let p = Pipeline {
             passes: &Passes::in_process(PASS_INTERVAL),
             clock,
             mode: Mode::Act,
-            config: &config,
+            config,
             store,
             instances: &instances,
             nodes: &nodes,
@@ -718,24 +723,11 @@ mod tests {
             .unwrap(),
             ..Config::default()
         };
-        let (instances, nodes) = world();
         let exec = Recorder::default();
-        let p = Pipeline {
-            passes: &Passes::in_process(PASS_INTERVAL),
-            clock: &clock,
-            mode: Mode::Act,
-            config: &config,
-            store: &store,
-            instances: &instances,
-            nodes: &nodes,
-            executor: Some(&exec),
-        };
         let rebalance = json!({"id": "rb", "source": "aws.ec2",
             "detail-type": crate::domain::event::DT_REBALANCE, "time": "2026-11-20T10:00:00Z",
             "detail": {"instance-id": A}});
-        let reports = p
-            .process_with(&records(rebalance, &clock), Limits::default())
-            .await;
+        let reports = run_with(&config, &store, &exec, rebalance, Limits::default(), &clock).await;
         let action = &reports[0].actions[0];
         assert_eq!(action.action, crate::domain::config::Action::CordonDrain);
         assert!(
