@@ -115,10 +115,7 @@ pub async fn run(
     match args.output {
         AuditOutput::Text => text(&mut out, &report, &budgets, args.fix.is_some())?,
         AuditOutput::Json => {
-            for f in &report.findings {
-                serde_json::to_writer(&mut out, f)?;
-                writeln!(out)?;
-            }
+            crate::text::json_lines(&mut out, &report.findings)?;
             let s = &report.summary;
             let summary = SummaryJson {
                 summary: true,

@@ -14,7 +14,7 @@ use forewarn::domain::config::Mode;
 use forewarn::domain::wayback::UndoOutcome;
 use forewarn::ports::Clock;
 
-use crate::{StoreArgs, TextOrJson};
+use crate::{StoreArgs, TextOrJson, text};
 
 #[derive(Args, Debug)]
 pub struct ReconcileArgs {
@@ -87,12 +87,7 @@ pub async fn run(
     .await?;
     let mut out = std::io::stdout().lock();
     match args.output {
-        TextOrJson::Json => {
-            for r in &reports {
-                serde_json::to_writer(&mut out, r)?;
-                writeln!(out)?;
-            }
-        }
+        TextOrJson::Json => text::json_lines(&mut out, &reports)?,
         TextOrJson::Text => {
             if reports.is_empty() {
                 writeln!(out, "no cordon of forewarn's has lost its reason")?;

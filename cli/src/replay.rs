@@ -170,12 +170,7 @@ pub async fn run(
 
     let mut out = std::io::stdout().lock();
     match args.output {
-        TextOrJson::Json => {
-            for report in &reports {
-                serde_json::to_writer(&mut out, report)?;
-                writeln!(out)?;
-            }
-        }
+        TextOrJson::Json => text::json_lines(&mut out, &reports)?,
         TextOrJson::Text => {
             let writes = if settings.mode.writes_store() {
                 handler.store.location()

@@ -7,6 +7,15 @@ use forewarn::domain::config::Action;
 use forewarn::domain::pool::PoolRecord;
 use forewarn::domain::report::{Outcome, Report, Tally};
 
+/// One JSON object per item, one per line (`--output json`).
+pub fn json_lines<T: serde::Serialize>(out: &mut impl Write, items: &[T]) -> io::Result<()> {
+    for item in items {
+        serde_json::to_writer(&mut *out, item)?;
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
 /// `2026-11-20 10:00:00Z`.
 pub fn absolute(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M:%SZ").to_string()
