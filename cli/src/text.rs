@@ -4,6 +4,7 @@ use std::io::{self, Write};
 
 use chrono::{DateTime, Utc};
 use forewarn::domain::config::Action;
+use forewarn::domain::event::EventKind;
 use forewarn::domain::pool::PoolRecord;
 use forewarn::domain::report::{Outcome, Report, Tally};
 
@@ -93,16 +94,28 @@ pub fn replay(
         for a in &r.actions {
             let node = a.node.as_deref().unwrap_or("no node");
             let mut line = format!("            {} → {node}: {}", a.instance_id, a.action);
-            if let Some(target) = &a.target {
-                line.push_str(&format!(" {target}"));
+            let launch = r.kind == Some(EventKind::AsgLaunch);
+            if let (true, Some(hook)) = (launch, &a.complete_lifecycle) {
+                // A launch hook changes no node: its action waits for the node to be Ready.
+                line = format!(
+                    "            {} → {node}: complete lifecycle action {hook} once the node is Ready",
+                    a.instance_id
+                );
+                if let Some(deadline) = a.deadline {
+                    line.push_str(&format!(" (looked at until {})", absolute(deadline)));
+                }
+            } else {
+                if let Some(target) = &a.target {
+                    line.push_str(&format!(" {target}"));
+                }
+                if let Some(deadline) = a.deadline {
+                    line.push_str(&format!(" by {}", absolute(deadline)));
+                }
+                if let Some(hook) = &a.complete_lifecycle {
+                    line.push_str(&format!(", then complete lifecycle action {hook}"));
+                }
             }
-            if let Some(deadline) = a.deadline {
-                line.push_str(&format!(" by {}", absolute(deadline)));
-            }
-            if let Some(hook) = &a.complete_lifecycle {
-                line.push_str(&format!(", then complete lifecycle action {hook}"));
-            }
-            if a.action == Action::None {
+            if a.action == Action::None && !(launch && a.complete_lifecycle.is_some()) {
                 line.push_str(&format!(" ({})", a.reason));
             }
             if let Some(result) = &a.result {

@@ -58,8 +58,8 @@ fn plans_every_event(dir: &Path, at: impl Fn(&str) -> String) {
     );
     assert_eq!(
         lines.len(),
-        27,
-        "22 files, the SQS batches hold 3, 3 and 1 records and the array 2"
+        28,
+        "23 files, the SQS batches hold 3, 3 and 1 records and the array 2"
     );
     for line in &lines {
         for key in [
@@ -190,8 +190,8 @@ fn plans_every_event(dir: &Path, at: impl Fn(&str) -> String) {
         ),
         (
             "Records[1] (messageId 4e6a8c0d-3b5f-4d7e-9a1c-2e4f6a8b0c21)",
-            "ignored",
-            &[],
+            "planned",
+            &[("none", None)],
             &[],
         ),
         (
@@ -217,6 +217,12 @@ fn plans_every_event(dir: &Path, at: impl Fn(&str) -> String) {
             "planned",
             &[("cordon", None)],
             &["spot#m5.large#us-east-1a"],
+        ),
+        (
+            "23-asg-launch-lifecycle.json",
+            "planned",
+            &[("none", None)],
+            &[],
         ),
     ];
     for (origin, outcome, actions, pools) in expect {
@@ -280,16 +286,31 @@ fn plans_every_event(dir: &Path, at: impl Fn(&str) -> String) {
         "eks-demo-ng-1/forewarn-drain"
     );
     assert_eq!(hook["time"], at("2026-11-20T10:01:20.187Z"));
+    // A launching hook's notification of an instance EC2 does not know: not this cluster's to
+    // answer. The launch sample's instance is tagged for the cluster and has no node yet: its
+    // hook is completed once the node (by its private DNS name) is Ready.
     let launching = by_origin(
         &lines,
         "Records[1] (messageId 4e6a8c0d-3b5f-4d7e-9a1c-2e4f6a8b0c21)",
     );
+    assert_eq!(launching["kind"], "asg-launch");
+    assert_eq!(launching["actions"][0]["complete_lifecycle"], Value::Null);
+    let reason = launching["actions"][0]["reason"].as_str().unwrap();
     assert!(
-        launching["reason"]
-            .as_str()
-            .unwrap()
-            .contains("autoscaling:EC2_INSTANCE_LAUNCHING"),
+        reason.contains("not tagged for this cluster"),
         "{launching}"
+    );
+    let launch = by_origin(&lines, "23-asg-launch-lifecycle.json");
+    assert_eq!(launch["kind"], "asg-launch");
+    assert_eq!(
+        launch["actions"][0]["complete_lifecycle"],
+        "eks-demo-ng-1/forewarn-joined"
+    );
+    assert_eq!(launch["actions"][0]["node"], "ip-10-0-2-120.ec2.internal");
+    assert_eq!(
+        launch["actions"][0]["deadline"],
+        at("2026-11-20T10:11:44Z"),
+        "event time + FOREWARN_LAUNCH_TIMEOUT"
     );
     for origin in [
         "Records[2] (messageId c1e3a5f7-9b2d-4f6a-8c0e-3d5b7f9a1c32)",
@@ -477,7 +498,15 @@ fn text_output_and_pools_table() {
         "{text}"
     );
     assert!(
-        text.contains("27 records: 20 planned, 0 acted, 6 ignored, 1 duplicate, 0 failed"),
+        text.contains("28 records: 22 planned, 0 acted, 5 ignored, 1 duplicate, 0 failed"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "i-0a1b2c3d4e5f6000c → ip-10-0-2-120.ec2.internal: complete lifecycle action \
+             eks-demo-ng-1/forewarn-joined once the node is Ready (looked at until 2026-11-20 \
+             10:11:44Z)\n"
+        ),
         "{text}"
     );
 

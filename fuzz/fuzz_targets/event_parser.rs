@@ -192,6 +192,7 @@ fn check_event(e: &Event) {
             | (Detail::StateChange { .. }, EventKind::StateChange)
             | (Detail::Scheduled { .. }, EventKind::ScheduledChange)
             | (Detail::AsgTermination(_), EventKind::AsgTermination)
+            | (Detail::AsgLaunch(_), EventKind::AsgLaunch)
             | (
                 Detail::CapacityReservation { .. },
                 EventKind::CapacityReservationInterruption

@@ -438,13 +438,14 @@ impl Send<'_> {
     }
 }
 
-const RULES: [&str; 6] = [
+const RULES: [&str; 7] = [
     "SpotInterruptionRule",
     "RebalanceRecommendationRule",
     "StateChangeRule",
     "CapacityReservationInterruptionRule",
     "HealthScheduledChangeRule",
     "AsgTerminateLifecycleRule",
+    "AsgLaunchLifecycleRule",
 ];
 const EVENTS: &str = "events.amazonaws.com";
 const HOOK_ROLE: &str = "arn:aws:iam::123456789012:role/asg-hook-notifications";
@@ -686,6 +687,11 @@ fn lifecycle_hook_names_narrow_the_rule_and_reach_the_handler() {
         pattern,
         &json!({"source": ["aws.autoscaling"], "detail-type": ["EC2 Instance-terminate Lifecycle Action"]})
     );
+    let pattern = &d.properties("AsgLaunchLifecycleRule")["EventPattern"];
+    assert_eq!(
+        pattern,
+        &json!({"source": ["aws.autoscaling"], "detail-type": ["EC2 Instance-launch Lifecycle Action"]})
+    );
     assert!(
         env_file(&d)
             .iter()
@@ -698,11 +704,14 @@ fn lifecycle_hook_names_narrow_the_rule_and_reach_the_handler() {
     }));
 
     let d = Deployment::new(&[("LifecycleHookNames", "drain-a,drain-b")]);
+    for rule in ["AsgTerminateLifecycleRule", "AsgLaunchLifecycleRule"] {
+        assert_eq!(
+            d.properties(rule)["EventPattern"]["detail"],
+            json!({"LifecycleHookName": ["drain-a", "drain-b"]}),
+            "{rule}"
+        );
+    }
     let pattern = &d.properties("AsgTerminateLifecycleRule")["EventPattern"];
-    assert_eq!(
-        pattern["detail"],
-        json!({"LifecycleHookName": ["drain-a", "drain-b"]})
-    );
     assert_eq!(pattern["source"], json!(["aws.autoscaling"]));
     assert!(env_file(&d).contains(&("FOREWARN_LIFECYCLE_HOOKS".into(), "drain-a,drain-b".into())));
     assert!(

@@ -14,8 +14,8 @@ use async_trait::async_trait;
 use chrono::Utc;
 use forewarn::adapters::clock::ManualClock;
 use forewarn::adapters::kube::{
-    ClusterClient, CordonOutcome, DeleteOutcome, EventOutcome, ExecutorSettings, KubeExecutor,
-    KubeNodeDirectory, NodeOutcome, REPORTING_CONTROLLER, event_name,
+    ClusterClient, CordonOutcome, DeleteOutcome, EventOutcome, ExecutorSettings, Joining,
+    KubeExecutor, KubeNodeDirectory, NodeOutcome, REPORTING_CONTROLLER, event_name,
 };
 use forewarn::app::pipeline::{Passes, Pipeline};
 use forewarn::domain::config::{Action, Config, LABEL_EXCLUDE_LB};
@@ -77,6 +77,10 @@ fn event(kind: EventKind, id: &str) -> Event {
         EventKind::AsgTermination => event.detail(Detail::AsgTermination(fixtures::lifecycle(
             "eks-demo-ng-1",
             "forewarn-drain",
+        ))),
+        EventKind::AsgLaunch => event.detail(Detail::AsgLaunch(fixtures::launch(
+            "eks-demo-ng-1",
+            "forewarn-joined",
         ))),
         _ => event,
     }
@@ -1211,6 +1215,131 @@ async fn the_lifecycle_action_is_completed_after_the_drain_and_not_after_a_failu
     let out = w.executor().dry_run(true);
     let out = passes(&out, &plan).await.unwrap().remove(0);
     assert_eq!(out.lifecycle, Some(LifecycleOutcome::WouldComplete));
+}
+
+/// Launch hooks: the instance has no node yet when the plan is made; the node the kubelet
+/// registers is read in every pass.
+async fn launching() -> (World, Arc<RecordingLifecycle>, KubeExecutor) {
+    let mut w = World::new().await;
+    w.fake.insert(node(OTHER_NODE, OTHER_ID));
+    // Short, so that the test's passes (100 ms apart) reach the deadline.
+    w.config.launch_timeout = chrono::Duration::seconds(3);
+    let lifecycle = Arc::new(RecordingLifecycle::default());
+    let executor = w.executor().with_lifecycle(lifecycle.clone());
+    (w, lifecycle, executor)
+}
+
+#[tokio::test]
+async fn a_launch_hook_is_completed_once_the_node_has_joined_and_is_ready() {
+    let (w, lifecycle, executor) = launching().await;
+    let plan = w.plan(&event(EventKind::AsgLaunch, "ev-launch")).await;
+    let a = &plan.actions[0];
+    assert_eq!(a.action, Action::None);
+    assert_eq!(
+        a.node.as_deref(),
+        Some(NODE),
+        "the name it will have: {a:?}"
+    );
+    assert!(a.complete_lifecycle.as_ref().unwrap().is_launch());
+
+    // The kubelet registers the node after the first look (not Ready yet), and the node
+    // becomes Ready after the third.
+    let path = format!("/api/v1/nodes/{NODE}");
+    let mut registering = node(NODE, ID);
+    registering["status"]["conditions"] =
+        json!([{"type": "Ready", "status": "False", "reason": "KubeletNotReady"}]);
+    w.fake.after_answer(Method::GET, &path, registering.clone());
+    w.fake.after_answer(Method::GET, &path, registering);
+    w.fake.after_answer(Method::GET, &path, node(NODE, ID));
+
+    let first = executor.run(&plan, Pass::Cordon).await.unwrap().remove(0);
+    assert!(first.pending(), "{first:?}");
+    assert!(
+        first.detail().contains("no node of instance"),
+        "{}",
+        first.detail()
+    );
+    assert!(lifecycle.calls.lock().unwrap().is_empty());
+    let out = passes(&executor, &plan).await.unwrap().remove(0);
+    assert!(!out.pending());
+    assert_eq!(
+        out.joining,
+        Some(Joining::Ready {
+            node: NODE.to_string()
+        })
+    );
+    assert_eq!(
+        *lifecycle.calls.lock().unwrap(),
+        vec![(
+            ID.to_string(),
+            "168c6c3d-d370-48df-af77-8b8852e0806c".to_string()
+        )]
+    );
+    assert!(
+        !lifecycle.heartbeats.lock().unwrap().is_empty(),
+        "kept alive while waiting"
+    );
+    // Only reads: a launch changes no node.
+    for method in [Method::PATCH, Method::PUT, Method::DELETE] {
+        assert!(paths(&w.fake.requests(), method).is_empty());
+    }
+    // Ready before any pass (a late event): completed in the first pass.
+    let lifecycle = Arc::new(RecordingLifecycle::default());
+    let executor = w.executor().with_lifecycle(lifecycle.clone());
+    let out = executor.run(&plan, Pass::Cordon).await.unwrap().remove(0);
+    assert!(!out.pending());
+    assert_eq!(lifecycle.calls.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_launch_hook_whose_node_never_joins_is_left_to_its_timeout() {
+    let (w, lifecycle, executor) = launching().await;
+    let plan = w.plan(&event(EventKind::AsgLaunch, "ev-launch")).await;
+    // A node of the planned name left by an earlier instance is not this instance's node.
+    w.fake.insert(node(NODE, OTHER_ID));
+    let out = passes(&executor, &plan).await.unwrap().remove(0);
+    match &out.joining {
+        Some(Joining::TimedOut { why }) => {
+            assert!(why.contains(&format!("runs instance {OTHER_ID}")), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        lifecycle.calls.lock().unwrap().is_empty(),
+        "never completed"
+    );
+    assert!(!lifecycle.heartbeats.lock().unwrap().is_empty());
+    assert!(
+        out.detail().contains("left to the hook's own timeout"),
+        "{}",
+        out.detail()
+    );
+    // A dry run of a node not Ready says so and would not complete.
+    let out = w
+        .executor()
+        .dry_run(true)
+        .run(&plan, Pass::Cordon)
+        .await
+        .unwrap()
+        .remove(0);
+    assert!(!out.pending());
+    assert_eq!(out.lifecycle, None, "{out:?}");
+}
+
+#[tokio::test]
+async fn a_launch_hook_of_a_control_plane_node_is_left_alone() {
+    let (w, lifecycle, executor) = launching().await;
+    let plan = w.plan(&event(EventKind::AsgLaunch, "ev-launch")).await;
+    let mut cp = node(NODE, ID);
+    cp["metadata"]["labels"]["node-role.kubernetes.io/control-plane"] = json!("");
+    w.fake.insert(cp);
+    let out = executor.run(&plan, Pass::Cordon).await.unwrap().remove(0);
+    assert!(
+        out.refused.as_deref().unwrap().contains("control-plane"),
+        "{out:?}"
+    );
+    assert!(!out.pending());
+    assert!(lifecycle.calls.lock().unwrap().is_empty());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -458,19 +458,20 @@ mod tests {
                 (Some("test"), Outcome::Ignored),
                 (Some("eb-test"), Outcome::Ignored),
                 (Some("warning"), Outcome::Planned),
-                (Some("launch"), Outcome::Ignored),
+                (Some("launch"), Outcome::Planned),
                 (Some("no-token"), Outcome::Failed),
             ]
         );
         let hook = &inv.reports[0];
         assert_eq!(hook.kind, Some(EventKind::AsgTermination));
         assert_eq!(hook.event_id.as_deref(), Some("lifecycle-action:tok-1"));
+        let launch = &inv.reports[4];
+        assert_eq!(launch.kind, Some(EventKind::AsgLaunch));
+        assert_eq!(launch.event_id.as_deref(), Some("lifecycle-action:tok-2"));
         for r in &inv.reports[1..3] {
             let reason = r.reason.as_deref().unwrap_or_default();
             assert!(reason.contains("test notification"), "{reason}");
         }
-        let launch = inv.reports[4].reason.as_deref().unwrap_or_default();
-        assert!(launch.contains("EC2_INSTANCE_LAUNCHING"), "{launch}");
         let failed = inv.reports[5].reason.as_deref().unwrap_or_default();
         assert!(
             failed.contains("field `LifecycleActionToken`: missing"),

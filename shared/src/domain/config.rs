@@ -74,6 +74,13 @@ pub struct Config {
     /// Drain deadline for events that give no time (rebalance, ASG lifecycle, Health without a
     /// start time): the event time plus this.
     pub drain_timeout: Duration,
+    /// How long after a launch lifecycle action forewarn checks whether the instance's node is
+    /// Ready (and keeps the hook alive meanwhile); past it, the hook is left to its own timeout
+    /// and default result.
+    pub launch_timeout: Duration,
+    /// An instance whose EC2 status check has failed for this long (since its `ImpairedSince`)
+    /// is `impaired`: the sweep's period by default, i.e. impaired at two consecutive sweeps.
+    pub impaired_after: Duration,
     /// Complete the ASG lifecycle action after the drain.
     pub complete_lifecycle_action: bool,
     /// The lifecycle hooks forewarn answers (by hook name); `None`: any hook of this cluster's
@@ -98,6 +105,8 @@ pub const VARIABLES: &[&str] = &[
     "FOREWARN_INTERRUPTION_NOTICE",
     "FOREWARN_DEADLINE_MARGIN",
     "FOREWARN_DRAIN_TIMEOUT",
+    "FOREWARN_LAUNCH_TIMEOUT",
+    "FOREWARN_IMPAIRED_AFTER",
     "FOREWARN_COMPLETE_LIFECYCLE_ACTION",
     "FOREWARN_LIFECYCLE_HOOKS",
 ];
@@ -151,6 +160,7 @@ impl Default for Config {
                     EventKind::CapacityReservationInterruption,
                     Action::CordonDrain,
                 ),
+                (EventKind::Impaired, Action::CordonDrain),
                 (EventKind::Unsupported, Action::None),
             ]),
             delete_owned_on: BTreeSet::from([EventKind::SpotInterruption]),
@@ -165,6 +175,8 @@ impl Default for Config {
             interruption_notice: Duration::seconds(120),
             deadline_margin: Duration::seconds(15),
             drain_timeout: Duration::minutes(5),
+            launch_timeout: Duration::minutes(10),
+            impaired_after: Duration::minutes(5),
             complete_lifecycle_action: true,
             lifecycle_hooks: None,
             policy: crate::domain::policy::Policy::default(),
@@ -187,7 +199,7 @@ impl Config {
             ..Config::default()
         };
         for kind in EventKind::ALL {
-            if kind == EventKind::Unsupported {
+            if !kind.configurable() {
                 continue;
             }
             let name = format!(
@@ -212,6 +224,8 @@ impl Config {
             ),
             ("FOREWARN_DEADLINE_MARGIN", &mut config.deadline_margin),
             ("FOREWARN_DRAIN_TIMEOUT", &mut config.drain_timeout),
+            ("FOREWARN_LAUNCH_TIMEOUT", &mut config.launch_timeout),
+            ("FOREWARN_IMPAIRED_AFTER", &mut config.impaired_after),
         ];
         for (name, target) in durations {
             if let Some(d) = vars.duration(name)? {
@@ -285,7 +299,7 @@ fn kinds(name: &str, v: &str) -> Result<BTreeSet<EventKind>, ConfigError> {
         .filter(|s| !s.is_empty())
         .map(|s| {
             EventKind::from_name(s)
-                .filter(|k| *k != EventKind::Unsupported)
+                .filter(|k| k.configurable())
                 .ok_or_else(|| ConfigError::new(name, v, format!("`{s}` is not an event kind")))
         })
         .collect()

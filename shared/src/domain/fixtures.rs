@@ -60,6 +60,14 @@ pub fn event(kind: EventKind, id: &str, instance_id: &str) -> EventBuilder {
             },
         ),
         EventKind::AsgTermination => (SOURCE_ASG, Detail::AsgTermination(lifecycle("asg", "hook"))),
+        EventKind::AsgLaunch => (SOURCE_ASG, Detail::AsgLaunch(launch("asg", "hook"))),
+        EventKind::Impaired => (
+            crate::domain::event::SOURCE_SWEEPER,
+            Detail::Impaired {
+                checks: "system".into(),
+                since: Some(t0() - chrono::Duration::minutes(10)),
+            },
+        ),
         EventKind::CapacityReservationInterruption => (
             SOURCE_EC2,
             Detail::CapacityReservation {
@@ -94,6 +102,14 @@ pub fn lifecycle(asg: &str, hook: &str) -> LifecycleAction {
         asg_name: asg.into(),
         token: "168c6c3d-d370-48df-af77-8b8852e0806c".into(),
         transition: "autoscaling:EC2_INSTANCE_TERMINATING".into(),
+    }
+}
+
+/// A launch lifecycle action of hook `hook` of group `asg`.
+pub fn launch(asg: &str, hook: &str) -> LifecycleAction {
+    LifecycleAction {
+        transition: crate::domain::event::autoscaling::ASG_LAUNCHING.into(),
+        ..lifecycle(asg, hook)
     }
 }
 

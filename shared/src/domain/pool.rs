@@ -148,6 +148,8 @@ pub fn counter_name(kind: EventKind) -> &'static str {
         EventKind::StateChange => "state_changes",
         EventKind::ScheduledChange => "scheduled_changes",
         EventKind::AsgTermination => "asg_terminations",
+        EventKind::AsgLaunch => "asg_launches",
+        EventKind::Impaired => "impaired",
         EventKind::CapacityReservationInterruption => "reservation_interruptions",
         EventKind::Unsupported => "unsupported",
     }

@@ -42,6 +42,7 @@ use super::delete::{DeleteOutcome, delete_target};
 use super::drain::{DrainReport, DrainSettings, drain_pass};
 use super::error::{KubeError, Refusal};
 use super::events::{EventType, NodeEvent, record};
+use super::launch::{self, Joining};
 use super::node_facts::node_facts;
 pub use super::outcome::NodeOutcome;
 use super::outcome::results;
@@ -252,7 +253,30 @@ impl KubeExecutor {
                 (Action::None, _) => {}
             }
         }
-        let pending = out.pending();
+        self.lifecycle(a, pass, &mut out).await?;
+        Ok(out)
+    }
+
+    /// The lifecycle action of `a`, once the node is handled: kept alive while the drain (or the
+    /// wait for a launching instance's node) is pending, completed when it is over.
+    async fn lifecycle(
+        &self,
+        a: &NodeAction,
+        pass: Pass,
+        out: &mut NodeOutcome,
+    ) -> Result<(), KubeError> {
+        let dry_run = self.settings.dry_run;
+        if a.complete_lifecycle.as_ref().is_some_and(|l| l.is_launch()) {
+            match launch::joined(&self.clients, a).await? {
+                Err(why) => out.refused = Some(why),
+                Ok(joining) => out.joining = Some(joining),
+            }
+            if out.refused.is_some() || matches!(out.joining, Some(Joining::TimedOut { .. })) {
+                return Ok(());
+            }
+        }
+        // A dry run has no later pass, but a node not Ready yet is no reason to complete either.
+        let pending = out.pending() || matches!(out.joining, Some(Joining::Waiting { .. }));
         if let (Some(lifecycle), true) = (&a.complete_lifecycle, pending) {
             let heartbeat = match pass {
                 Pass::Drain { heartbeat, .. } => heartbeat,
@@ -274,7 +298,7 @@ impl KubeExecutor {
                 LifecycleOutcome::NotConfigured
             });
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Whether `a` may act on `node` as just read for `pass`: the node runs the action's

@@ -24,6 +24,7 @@ mod eks;
 mod error;
 mod events;
 mod executor;
+mod launch;
 mod node_facts;
 mod outcome;
 mod policy;
@@ -46,6 +47,7 @@ pub use eks::{
 pub use error::{KubeError, Refusal};
 pub use events::{EventOutcome, REPORTING_CONTROLLER, event_name};
 pub use executor::{ENV_EVICTION_PARALLELISM, ExecutorSettings, KubeExecutor, NodeOutcome};
+pub use launch::{Joining, LAUNCH_CHECK_EVERY};
 pub use node_facts::node_facts;
 pub use policy::{KubePolicy, POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE};
 pub use priorities::KubeExpander;

@@ -7,6 +7,7 @@ use super::cordon::CordonOutcome;
 use super::delete::DeleteOutcome;
 use super::drain::DrainReport;
 use super::events::EventOutcome;
+use super::launch::Joining;
 use crate::domain::config::Action;
 use crate::domain::plan::NodeAction;
 use crate::domain::report::DrainSummary;
@@ -42,6 +43,8 @@ pub struct NodeOutcome {
     pub drain_pending: bool,
     /// When the lifecycle action was kept alive (a drain still pending).
     pub heartbeat_at: Option<DateTime<Utc>>,
+    /// Where a launching instance's node stands (a launch hook's action).
+    pub joining: Option<Joining>,
     /// Event reasons, with what became of each.
     pub events: Vec<(String, EventOutcome)>,
     /// Events that could not be recorded (best effort).
@@ -70,14 +73,18 @@ impl NodeOutcome {
             undo: None,
             drain_pending: false,
             heartbeat_at: None,
+            joining: None,
             events: Vec::new(),
             event_failures: Vec::new(),
         }
     }
 
-    /// The drain goes on in a later pass.
+    /// The drain (or the wait for a launching instance's node) goes on in a later pass; a dry
+    /// run has none.
     pub fn pending(&self) -> bool {
-        self.drain_pending || self.drain.as_ref().is_some_and(|d| d.pending)
+        self.drain_pending
+            || self.drain.as_ref().is_some_and(|d| d.pending)
+            || (!self.dry_run && matches!(self.joining, Some(Joining::Waiting { .. })))
     }
 
     /// For people: `cordoned node/x; evicted 3 pods; completed lifecycle action asg/hook`.
@@ -115,6 +122,9 @@ impl NodeOutcome {
         }
         if let Some(d) = &self.delete {
             parts.push(d.summary());
+        }
+        if let Some(j) = &self.joining {
+            parts.push(j.summary());
         }
         if let (Some(l), Some(hook)) = (&self.lifecycle, &self.lifecycle_hook) {
             parts.push(l.summary(hook));
@@ -168,7 +178,14 @@ pub(crate) fn results(outcomes: &[NodeOutcome]) -> Vec<ActionResult> {
                     pending: d.pending,
                 }),
             pending: o.pending(),
-            wait_until: o.drain.as_ref().and_then(|d| d.wait_until),
+            wait_until: o
+                .drain
+                .as_ref()
+                .and_then(|d| d.wait_until)
+                .or(match &o.joining {
+                    Some(Joining::Waiting { next_check, .. }) => Some(*next_check),
+                    _ => None,
+                }),
             heartbeat_at: o.heartbeat_at,
             refused: o.refused.clone().or_else(|| match &o.delete {
                 Some(DeleteOutcome::Refused { why, .. }) => Some(why.clone()),

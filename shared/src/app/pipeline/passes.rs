@@ -68,7 +68,13 @@ impl Pipeline<'_> {
                 "the drain's deadline {} is past by more than a pass interval: the chain ends",
                 deadline.to_rfc3339()
             );
-            if !plan.actions.iter().any(|a| a.complete_lifecycle.is_some()) {
+            // A launch hook's action is never completed late: its node did not become Ready
+            // in time, and the hook's own timeout and default result decide.
+            if !plan.actions.iter().any(|a| {
+                a.complete_lifecycle
+                    .as_ref()
+                    .is_some_and(|l| !l.is_launch())
+            }) {
                 return Err(refuse(why));
             }
             // The drain is over whatever happens now, so what waits on it is let go: no node is

@@ -1,7 +1,7 @@
-//! Auto Scaling (source `aws.autoscaling`): the lifecycle actions of a terminate lifecycle hook,
-//! as EventBridge delivers them and as the hook sends them straight to a queue (its notification
-//! target), and the test notifications Auto Scaling sends when a hook or notification is created
-//! (ignored).
+//! Auto Scaling (source `aws.autoscaling`): the lifecycle actions of terminate and launch
+//! lifecycle hooks, as EventBridge delivers them and as the hook sends them straight to a queue
+//! (its notification target), and the test notifications Auto Scaling sends when a hook or
+//! notification is created (ignored).
 //!
 //! An `EC2 Instance-terminate Lifecycle Action` through EventBridge
 //! (`events/09-asg-terminate-lifecycle.json`):
@@ -51,6 +51,11 @@
 //! }
 //! ```
 //!
+//! An `EC2 Instance-launch Lifecycle Action` (`events/23-asg-launch-lifecycle.json`) has the same
+//! `detail`, with `"LifecycleTransition": "autoscaling:EC2_INSTANCE_LAUNCHING"`; a launching
+//! hook's notification sent straight to the queue likewise. Its action is completed once the
+//! instance's node is Ready.
+//!
 //! A test notification (the same fields in an EventBridge `detail`:
 //! `events/20-asg-test-notification-eventbridge.json`):
 //!
@@ -71,20 +76,28 @@ use serde_json::Value;
 
 use super::fields::{Fields, Parsed};
 use super::{
-    DT_ASG_TERMINATE, DecodeError, Detail, Event, EventKind, LifecycleAction, SOURCE_ASG,
-    synthetic_id,
+    DT_ASG_LAUNCH, DT_ASG_TERMINATE, DecodeError, Detail, Event, EventKind, LifecycleAction,
+    SOURCE_ASG, synthetic_id,
 };
 
 /// The `Service` of an Auto Scaling notification sent straight to a queue.
 pub const ASG_SERVICE: &str = "AWS Auto Scaling";
-/// The lifecycle transition forewarn acts on.
+/// The lifecycle transition of a terminate hook: the node is drained, then the action completed.
 pub const ASG_TERMINATING: &str = "autoscaling:EC2_INSTANCE_TERMINATING";
+/// The lifecycle transition of a launch hook: the action is completed once the node is Ready.
+pub const ASG_LAUNCHING: &str = "autoscaling:EC2_INSTANCE_LAUNCHING";
 /// What Auto Scaling sends when a hook or notification is created.
 pub const ASG_TEST_NOTIFICATION: &str = "autoscaling:TEST_NOTIFICATION";
 
-/// The `detail` of an EventBridge `EC2 Instance-terminate Lifecycle Action`: a lifecycle action,
-/// or a test notification (unsupported, with the reason).
-pub(crate) fn lifecycle_detail(f: &Fields<'_>, detail: &Value) -> Result<Parsed, DecodeError> {
+/// The `detail` of an EventBridge `EC2 Instance-terminate Lifecycle Action` or `EC2
+/// Instance-launch Lifecycle Action` (`kind`): a lifecycle action, or a test notification
+/// (unsupported, with the reason). A `LifecycleTransition` that is not the detail-type's is an
+/// error: the event contradicts itself.
+pub(crate) fn lifecycle_detail(
+    f: &Fields<'_>,
+    detail: &Value,
+    kind: EventKind,
+) -> Result<Parsed, DecodeError> {
     if let Some(why) = test_notification(f, detail, "detail.")? {
         return Ok((
             EventKind::Unsupported,
@@ -92,20 +105,37 @@ pub(crate) fn lifecycle_detail(f: &Fields<'_>, detail: &Value) -> Result<Parsed,
             Detail::Unsupported { why },
         ));
     }
-    let (id, lifecycle) = lifecycle_action(f, detail, "detail.")?;
-    Ok((
-        EventKind::AsgTermination,
-        vec![id],
-        Detail::AsgTermination(lifecycle),
-    ))
+    let expected = if kind == EventKind::AsgLaunch {
+        ASG_LAUNCHING
+    } else {
+        ASG_TERMINATING
+    };
+    let (id, lifecycle) = lifecycle_action(f, detail, "detail.", expected)?;
+    if lifecycle.transition != expected {
+        return Err(f.err(
+            "detail.LifecycleTransition",
+            format!(
+                "`{}` in an event of detail-type `{}` (expected {expected})",
+                lifecycle.transition,
+                kind.source_and_detail_type().unwrap_or_default().1
+            ),
+        ));
+    }
+    let detail = match kind {
+        EventKind::AsgLaunch => Detail::AsgLaunch(lifecycle),
+        _ => Detail::AsgTermination(lifecycle),
+    };
+    Ok((kind, vec![id], detail))
 }
 
 /// The instance and the lifecycle action of a lifecycle hook's notification (the `detail` of an
-/// EventBridge event, paths under `prefix`, or a notification sent straight to a queue).
+/// EventBridge event, paths under `prefix`, or a notification sent straight to a queue); the
+/// transition is `default_transition` when the notification names none.
 fn lifecycle_action(
     f: &Fields<'_>,
     v: &Value,
     prefix: &str,
+    default_transition: &str,
 ) -> Result<(String, LifecycleAction), DecodeError> {
     let path = |key: &str| format!("{prefix}{key}");
     let id = f.instance_id(v, "EC2InstanceId", &path("EC2InstanceId"))?;
@@ -121,7 +151,7 @@ fn lifecycle_action(
             .to_string(),
         transition: f
             .opt_str(v, "LifecycleTransition", &path("LifecycleTransition"))?
-            .unwrap_or(ASG_TERMINATING)
+            .unwrap_or(default_transition)
             .to_string(),
     };
     Ok((id, lifecycle))
@@ -163,10 +193,11 @@ pub(crate) fn is_notification(v: &Value) -> bool {
                 .any(|k| v.get(*k).is_some()))
 }
 
-/// Parses a lifecycle hook's own notification. A terminating transition is an `asg-termination`
-/// whose id is derived from the `LifecycleActionToken` (so a redelivery is a duplicate); a test
-/// notification, a launching transition (or any other) is unsupported, ignored with the reason.
-/// It takes the EventBridge kind's `source` and `detail-type`, so that it is planned alike.
+/// Parses a lifecycle hook's own notification. A terminating transition is an `asg-termination`,
+/// a launching one an `asg-launch`, each with an id derived from the `LifecycleActionToken` (so
+/// a redelivery is a duplicate); a test notification (or any other transition) is unsupported,
+/// ignored with the reason. It takes the EventBridge kind's `source` and `detail-type`, so that
+/// it is planned alike.
 pub(crate) fn notification(
     f: &Fields<'_>,
     v: &Value,
@@ -181,9 +212,10 @@ pub(crate) fn notification(
     let transition = f.opt_str(v, "LifecycleTransition", "LifecycleTransition")?;
     let why = match (test_notification(f, v, "")?, transition) {
         (Some(why), _) => Some(why),
-        (None, Some(ASG_TERMINATING)) => None,
+        (None, Some(ASG_TERMINATING | ASG_LAUNCHING)) => None,
         (None, Some(other)) => Some(format!(
-            "Auto Scaling lifecycle transition `{other}`: only {ASG_TERMINATING} is handled"
+            "Auto Scaling lifecycle transition `{other}`: only {ASG_TERMINATING} and \
+             {ASG_LAUNCHING} are handled"
         )),
         (None, None) => Some(format!(
             "Auto Scaling notification `{}` is not a lifecycle action",
@@ -207,17 +239,25 @@ pub(crate) fn notification(
         });
     }
     let token = f.req_str(v, "LifecycleActionToken", "LifecycleActionToken")?;
-    let time = f.event_time(v, "Time", EventKind::AsgTermination, received)?;
-    let (instance, lifecycle) = lifecycle_action(f, v, "")?;
+    let (kind, detail_type) = if transition == Some(ASG_LAUNCHING) {
+        (EventKind::AsgLaunch, DT_ASG_LAUNCH)
+    } else {
+        (EventKind::AsgTermination, DT_ASG_TERMINATE)
+    };
+    let time = f.event_time(v, "Time", kind, received)?;
+    let (instance, lifecycle) = lifecycle_action(f, v, "", ASG_TERMINATING)?;
     Ok(Event {
         id: format!("lifecycle-action:{token}"),
-        kind: EventKind::AsgTermination,
+        kind,
         source: SOURCE_ASG.to_string(),
-        detail_type: DT_ASG_TERMINATE.to_string(),
+        detail_type: detail_type.to_string(),
         time,
         region,
         account,
         instance_ids: vec![instance],
-        detail: Detail::AsgTermination(lifecycle),
+        detail: match kind {
+            EventKind::AsgLaunch => Detail::AsgLaunch(lifecycle),
+            _ => Detail::AsgTermination(lifecycle),
+        },
     })
 }

@@ -37,21 +37,35 @@ pub enum EventKind {
     StateChange,
     ScheduledChange,
     AsgTermination,
+    /// A launch lifecycle hook's action: completed once the instance's node is Ready.
+    AsgLaunch,
     CapacityReservationInterruption,
+    /// An instance whose EC2 status check fails (found by the sweeper, never sent by AWS as an
+    /// event).
+    Impaired,
     Unsupported,
 }
 
 impl EventKind {
     /// Every kind, in a stable order.
-    pub const ALL: [EventKind; 7] = [
+    pub const ALL: [EventKind; 9] = [
         EventKind::SpotInterruption,
         EventKind::RebalanceRecommendation,
         EventKind::StateChange,
         EventKind::ScheduledChange,
         EventKind::AsgTermination,
+        EventKind::AsgLaunch,
         EventKind::CapacityReservationInterruption,
+        EventKind::Impaired,
         EventKind::Unsupported,
     ];
+
+    /// Kinds whose node action is configured (`FOREWARN_ACTION_*`, a policy's `actions`): every
+    /// kind but `asg-launch` (whose only action is completing its hook once the node is Ready)
+    /// and `unsupported`.
+    pub fn configurable(self) -> bool {
+        !matches!(self, EventKind::AsgLaunch | EventKind::Unsupported)
+    }
 
     /// The stable name (`spot-interruption`, ...).
     pub fn as_str(self) -> &'static str {
@@ -71,8 +85,10 @@ impl EventKind {
             EventKind::StateChange => (SOURCE_EC2, DT_STATE_CHANGE),
             EventKind::ScheduledChange => (SOURCE_HEALTH, DT_HEALTH),
             EventKind::AsgTermination => (SOURCE_ASG, DT_ASG_TERMINATE),
+            EventKind::AsgLaunch => (SOURCE_ASG, DT_ASG_LAUNCH),
             EventKind::CapacityReservationInterruption => (SOURCE_EC2, DT_RESERVATION),
-            EventKind::Unsupported => return None,
+            // Found by the sweeper only: no EventBridge event is classified as one.
+            EventKind::Impaired | EventKind::Unsupported => return None,
         })
     }
 
@@ -93,6 +109,9 @@ pub const DT_REBALANCE: &str = "EC2 Instance Rebalance Recommendation";
 pub const DT_STATE_CHANGE: &str = "EC2 Instance State-change Notification";
 pub const DT_HEALTH: &str = "AWS Health Event";
 pub const DT_ASG_TERMINATE: &str = "EC2 Instance-terminate Lifecycle Action";
+pub const DT_ASG_LAUNCH: &str = "EC2 Instance-launch Lifecycle Action";
+/// The `source` of the sweeper's findings that no AWS event names (`impaired`).
+pub const SOURCE_SWEEPER: &str = "forewarn.sweeper";
 pub const DT_RESERVATION: &str = "EC2 Capacity Reservation Instance Interruption Warning";
 
 /// What a spot (or capacity reservation) interruption will do to the instance.
@@ -142,13 +161,21 @@ impl InstanceState {
     }
 }
 
-/// The ASG lifecycle action to complete once the node is drained.
+/// The ASG lifecycle action to complete once the node is drained (a terminate hook) or Ready (a
+/// launch hook).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LifecycleAction {
     pub hook_name: String,
     pub asg_name: String,
     pub token: String,
     pub transition: String,
+}
+
+impl LifecycleAction {
+    /// A launch hook's action: completed once the instance's node is Ready.
+    pub fn is_launch(&self) -> bool {
+        self.transition == autoscaling::ASG_LAUNCHING
+    }
 }
 
 /// The kind-specific part of an event.
@@ -174,10 +201,17 @@ pub enum Detail {
         closed: Vec<String>,
     },
     AsgTermination(LifecycleAction),
+    AsgLaunch(LifecycleAction),
     CapacityReservation {
         action: InstanceAction,
         termination_time: Option<DateTime<Utc>>,
         az_id: Option<String>,
+    },
+    /// EC2 status checks failing (the sweeper's `DescribeInstanceStatus`): which (`system`,
+    /// `instance`, or both) and since when.
+    Impaired {
+        checks: String,
+        since: Option<DateTime<Utc>>,
     },
     /// Valid JSON forewarn does not handle; `why` says what it was.
     Unsupported {
@@ -437,7 +471,9 @@ mod tests {
                 "state-change",
                 "scheduled-change",
                 "asg-termination",
+                "asg-launch",
                 "capacity-reservation-interruption",
+                "impaired",
                 "unsupported",
             ]
         );

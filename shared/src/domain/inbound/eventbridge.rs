@@ -125,10 +125,13 @@ fn parse_detail(
         EventKind::RebalanceRecommendation => ec2::rebalance(f, detail),
         EventKind::StateChange => ec2::state_change(f, detail),
         EventKind::CapacityReservationInterruption => ec2::reservation(f, detail),
-        EventKind::AsgTermination => autoscaling::lifecycle_detail(f, detail),
+        EventKind::AsgTermination | EventKind::AsgLaunch => {
+            autoscaling::lifecycle_detail(f, detail, kind)
+        }
         EventKind::ScheduledChange => health::scheduled_change(f, detail),
-        EventKind::Unsupported => Ok((
-            kind,
+        // Never classified from an envelope (see `EventKind::source_and_detail_type`).
+        EventKind::Impaired | EventKind::Unsupported => Ok((
+            EventKind::Unsupported,
             Vec::new(),
             Detail::Unsupported {
                 why: if source.is_empty() && detail_type.is_empty() {

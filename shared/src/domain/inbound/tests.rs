@@ -7,10 +7,10 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::domain::config::Config;
-use crate::domain::event::autoscaling::ASG_TERMINATING;
+use crate::domain::event::autoscaling::{ASG_LAUNCHING, ASG_TERMINATING};
 use crate::domain::event::{
-    DT_ASG_TERMINATE, DT_HEALTH, DT_RESERVATION, DT_SPOT, DecodeError, Detail, Event, EventKind,
-    InstanceAction, LifecycleAction, SOURCE_ASG, parse_time,
+    DT_ASG_LAUNCH, DT_ASG_TERMINATE, DT_HEALTH, DT_RESERVATION, DT_SPOT, DecodeError, Detail,
+    Event, EventKind, InstanceAction, LifecycleAction, SOURCE_ASG, parse_time,
 };
 use crate::domain::plan::{Facts, Plan, decide};
 
@@ -262,16 +262,47 @@ fn lifecycle_hook_notification_sent_straight_to_the_queue() {
 }
 
 #[test]
-fn launching_hook_notification_is_ignored() {
-    let e = one(hook_notification("autoscaling:EC2_INSTANCE_LAUNCHING")).unwrap();
-    assert_eq!(e.kind, EventKind::Unsupported);
-    assert!(e.instance_ids.is_empty());
+fn launching_hook_notification_is_an_asg_launch() {
+    let e = one(hook_notification(ASG_LAUNCHING)).unwrap();
+    assert_eq!(e.kind, EventKind::AsgLaunch);
+    assert_eq!(e.detail_type, DT_ASG_LAUNCH);
+    assert_eq!(e.instance_ids, ["i-0a1b2c3d4e5f60009"]);
     match e.detail {
-        Detail::Unsupported { why } => {
-            assert!(why.contains("autoscaling:EC2_INSTANCE_LAUNCHING"), "{why}")
-        }
+        Detail::AsgLaunch(l) => assert!(l.is_launch(), "{l:?}"),
         other => panic!("{other:?}"),
     }
+    // Any other transition is still ignored, with the reason.
+    let e = one(hook_notification("autoscaling:EC2_INSTANCE_WARMED")).unwrap();
+    assert_eq!(e.kind, EventKind::Unsupported);
+    match e.detail {
+        Detail::Unsupported { why } => assert!(why.contains("EC2_INSTANCE_WARMED"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn launch_lifecycle_action_through_eventbridge() {
+    let mut v = json!({
+        "version": "0", "id": "5e0a3c1d-launch", "detail-type": DT_ASG_LAUNCH,
+        "source": "aws.autoscaling", "time": "2026-11-20T10:00:32Z", "region": "us-east-1",
+        "detail": {"Origin": "EC2", "Destination": "AutoScalingGroup",
+                   "LifecycleActionToken": "87654321-4321-4321-4321-210987654321",
+                   "AutoScalingGroupName": "eks-demo-ng-1", "LifecycleHookName": "joined",
+                   "EC2InstanceId": "i-0a1b2c3d4e5f60009",
+                   "LifecycleTransition": ASG_LAUNCHING}
+    });
+    let e = one(v.clone()).unwrap();
+    assert_eq!(e.kind, EventKind::AsgLaunch);
+    assert_eq!(e.id, "5e0a3c1d-launch");
+    assert!(matches!(&e.detail, Detail::AsgLaunch(l) if l.hook_name == "joined"));
+    // A launch event that says it is a termination contradicts itself: an error naming it.
+    v["detail"]["LifecycleTransition"] = json!(ASG_TERMINATING);
+    let err = one(v).unwrap_err().to_string();
+    assert!(err.contains("detail.LifecycleTransition"), "{err}");
+    assert!(
+        err.contains("expected autoscaling:EC2_INSTANCE_LAUNCHING"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -15,6 +15,7 @@ use crate::domain::pool::{CapacityType, PoolKey, PoolMark, PoolUpdate};
 use crate::domain::wayback::CordonRecord;
 
 mod choice;
+mod launch;
 
 /// What is known when deciding.
 #[derive(Debug, Clone, Copy)]
@@ -161,6 +162,15 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
             ));
             return plan;
         }
+        Detail::AsgLaunch(_) => {
+            // A launch is no capacity lost: no pool is marked, only the hook is answered.
+            plan.actions = event
+                .instance_ids
+                .iter()
+                .map(|id| launch::node_action(event, id, facts, config))
+                .collect();
+            return plan;
+        }
         _ => {}
     }
     for instance_id in &event.instance_ids {
@@ -209,6 +219,8 @@ fn summary(event: &Event) -> String {
             event_type_code, ..
         } if !event_type_code.is_empty() => format!("scheduled-change ({event_type_code})"),
         Detail::AsgTermination(l) => format!("asg-termination ({})", l.asg_name),
+        Detail::AsgLaunch(l) => format!("asg-launch ({})", l.asg_name),
+        Detail::Impaired { checks, .. } => format!("impaired ({checks} status check)"),
         _ => event.kind.to_string(),
     }
 }
@@ -260,6 +272,8 @@ fn event_reason(event: &Event) -> &'static str {
         Detail::StateChange { .. } => "InstanceTerminating",
         Detail::Scheduled { .. } => "ScheduledChange",
         Detail::AsgTermination(_) => "AutoScalingTermination",
+        Detail::AsgLaunch(_) => "AutoScalingLaunch",
+        Detail::Impaired { .. } => "InstanceImpaired",
         Detail::CapacityReservation { .. } => "CapacityReservationInterrupted",
         Detail::Unsupported { .. } => "Unsupported",
     }
@@ -290,18 +304,7 @@ fn node_action(
     facts: Facts<'_>,
     config: &Config,
 ) -> NodeAction {
-    let mut out = NodeAction {
-        instance_id: instance_id.to_string(),
-        node: None,
-        action: Action::None,
-        target: None,
-        reason: String::new(),
-        event_reason: event_reason(event).to_string(),
-        taint_value: event.kind.to_string(),
-        deadline: None,
-        complete_lifecycle: None,
-        record: None,
-    };
+    let mut out = no_action(event, instance_id);
     if let Some(why) = refusal(event, instance, config) {
         out.reason = why;
         return out;
@@ -341,18 +344,28 @@ fn node_action(
     out
 }
 
+/// Nothing yet for `instance_id`: no node, no action, no reason.
+fn no_action(event: &Event, instance_id: &str) -> NodeAction {
+    NodeAction {
+        instance_id: instance_id.to_string(),
+        node: None,
+        action: Action::None,
+        target: None,
+        reason: String::new(),
+        event_reason: event_reason(event).to_string(),
+        taint_value: event.kind.to_string(),
+        deadline: None,
+        complete_lifecycle: None,
+        record: None,
+    }
+}
+
 /// Why the event must not touch this instance at all, if it must not: the instance is another
 /// cluster's, or the event is about an earlier run of it.
 fn refusal(event: &Event, instance: Option<&InstanceFacts>, config: &Config) -> Option<String> {
     // Safety first: another cluster's instance is never touched, nor its lifecycle action.
-    if let (Some(ours), Some(instance)) = (config.cluster_name.as_deref(), instance) {
-        let clusters = instance.clusters();
-        if !clusters.is_empty() && !clusters.contains(&ours) {
-            return Some(format!(
-                "instance belongs to cluster {} (this is {ours})",
-                clusters.join(", ")
-            ));
-        }
+    if let Some(why) = other_cluster(instance, config) {
+        return Some(why);
     }
     // Stale: an event dated before the instance's current launch is about an earlier run of it
     // (a late `stopped` state change or stop warning for an instance started again since).
@@ -369,15 +382,31 @@ fn refusal(event: &Event, instance: Option<&InstanceFacts>, config: &Config) -> 
     None
 }
 
+/// Why the instance is another cluster's, when it is tagged for others and not for this one.
+fn other_cluster(instance: Option<&InstanceFacts>, config: &Config) -> Option<String> {
+    let (ours, instance) = (config.cluster_name.as_deref()?, instance?);
+    let clusters = instance.clusters();
+    (!clusters.is_empty() && !clusters.contains(&ours)).then(|| {
+        format!(
+            "instance belongs to cluster {} (this is {ours})",
+            clusters.join(", ")
+        )
+    })
+}
+
+/// The instance is tagged for this cluster (positive membership: an untagged one is not).
+fn tagged_for_us(instance: Option<&InstanceFacts>, config: &Config) -> bool {
+    match (config.cluster_name.as_deref(), instance) {
+        (Some(ours), Some(instance)) => instance.clusters().contains(&ours),
+        _ => false,
+    }
+}
+
 /// No node of this cluster runs on the instance: only its lifecycle action may be completed.
 fn no_node(out: &mut NodeAction, event: &Event, instance: Option<&InstanceFacts>, config: &Config) {
     out.reason = "no node of this cluster runs on the instance".into();
     // Positive membership only: the instance must be tagged for this cluster.
-    let tagged = match (config.cluster_name.as_deref(), instance) {
-        (Some(ours), Some(instance)) => instance.clusters().contains(&ours),
-        _ => false,
-    };
-    match lifecycle(event, config, tagged) {
+    match lifecycle(event, config, tagged_for_us(instance, config)) {
         Ok(action) => out.complete_lifecycle = action,
         Err(why) => out.reason = format!("{}; {why}", out.reason),
     }
@@ -474,7 +503,7 @@ fn lifecycle(
     config: &Config,
     member: bool,
 ) -> Result<Option<LifecycleAction>, LifecycleLeftAlone> {
-    let Detail::AsgTermination(l) = &event.detail else {
+    let (Detail::AsgTermination(l) | Detail::AsgLaunch(l)) = &event.detail else {
         return Ok(None);
     };
     if !config.complete_lifecycle_action {
@@ -633,7 +662,7 @@ mod tests {
         };
         match (kind, s) {
             (_, ControlPlane | OtherCluster | NotFound) => (Action::None, None),
-            (EventKind::Unsupported, _) => (Action::None, None),
+            (EventKind::Unsupported | EventKind::AsgLaunch, _) => (Action::None, None),
             (EventKind::SpotInterruption, Karpenter) => (Action::Delete, nodeclaim()),
             (EventKind::SpotInterruption, Capi) => (Action::Delete, machine()),
             (EventKind::SpotInterruption, _) => (Action::CordonDrain, None),
@@ -645,7 +674,8 @@ mod tests {
             (
                 EventKind::ScheduledChange
                 | EventKind::AsgTermination
-                | EventKind::CapacityReservationInterruption,
+                | EventKind::CapacityReservationInterruption
+                | EventKind::Impaired,
                 _,
             ) => (Action::CordonDrain, None),
         }
@@ -662,6 +692,12 @@ mod tests {
                 if kind == EventKind::Unsupported {
                     assert!(p.ignored.is_some(), "{ctx}");
                     assert!(p.actions.is_empty() && p.pools.is_empty(), "{ctx}");
+                    continue;
+                }
+                if kind == EventKind::AsgLaunch {
+                    // No node action and no pool: its cases are `launch`'s tests.
+                    assert!(p.pools.is_empty(), "{ctx}");
+                    assert_eq!(p.actions[0].action, Action::None, "{ctx}");
                     continue;
                 }
                 assert_eq!(p.ignored, None, "{ctx}");

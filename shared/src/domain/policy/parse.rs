@@ -154,11 +154,11 @@ fn rule(v: &Value, path: &str) -> Result<Rule, PolicyError> {
                 let kind = k
                     .parse::<EventKind>()
                     .ok()
-                    .filter(|k| *k != EventKind::Unsupported)
+                    .filter(|k| k.configurable())
                     .ok_or_else(|| {
                         let kinds: Vec<&str> = EventKind::ALL
                             .iter()
-                            .filter(|k| **k != EventKind::Unsupported)
+                            .filter(|k| k.configurable())
                             .map(|k| k.as_str())
                             .collect();
                         err(

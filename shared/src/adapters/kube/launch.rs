@@ -1,0 +1,175 @@
+//! A launch lifecycle hook's check (see [`crate::domain::plan`]'s `asg-launch` plans): has the
+//! instance's node joined the cluster and become Ready?
+//!
+//! The node is read by name, live, in every pass: the name planned (the node already found, or
+//! the instance's private DNS name, which EKS and Karpenter give nodes on EC2), then the
+//! instance id (nodes named after it). A node of that name counts only if its `spec.providerID`
+//! names the instance (a node object left by an earlier instance with the same address does
+//! not); a control-plane node is refused. One `get` per name and pass: no list, so a scale-up
+//! of hundreds of instances costs the API server a few requests a second.
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::Node;
+
+use super::connect::ClusterClient;
+use super::cordon::get_node;
+use super::error::KubeError;
+use super::node_facts::node_facts;
+use crate::domain::facts::NotItsNode;
+use crate::domain::plan::NodeAction;
+
+/// How often a node that has not joined yet is looked at again.
+pub const LAUNCH_CHECK_EVERY: chrono::Duration = chrono::Duration::seconds(15);
+
+/// Where a launching instance's node stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Joining {
+    /// The node runs the instance and is Ready: the lifecycle action is completed.
+    Ready { node: String },
+    /// Not yet: why, and when it is looked at again.
+    Waiting {
+        why: String,
+        next_check: DateTime<Utc>,
+    },
+    /// The deadline passed first: the hook is left to its own timeout and default result.
+    TimedOut { why: String },
+}
+
+impl Joining {
+    /// For people.
+    pub fn summary(&self) -> String {
+        match self {
+            Joining::Ready { node } => format!("node/{node} runs the instance and is Ready"),
+            Joining::Waiting { why, .. } => format!("{why}: looked at again in the next pass"),
+            Joining::TimedOut { why } => format!(
+                "{why} by the deadline: the lifecycle action is left to the hook's own timeout \
+                 and default result"
+            ),
+        }
+    }
+}
+
+/// A launch hook's action: where its instance's node stands; `Err`: why its lifecycle action is
+/// left alone (a control-plane node). Past the action's deadline a node not Ready yet is
+/// [`Joining::TimedOut`]: the action is left to the hook's timeout.
+pub(super) async fn joined(
+    clients: &ClusterClient,
+    a: &NodeAction,
+) -> Result<Result<Joining, String>, KubeError> {
+    let now = clients.clock().now();
+    Ok(Ok(match look(clients, a).await? {
+        Look::Refused(why) => {
+            tracing::warn!(%why, "refusing to complete a launch lifecycle action");
+            return Ok(Err(format!("{why}: its lifecycle action is left alone")));
+        }
+        Look::Ready(node) => Joining::Ready { node },
+        Look::NotYet(why) if a.deadline.is_some_and(|d| now > d) => {
+            tracing::warn!(%why, "a launching instance's node did not become Ready in time");
+            Joining::TimedOut { why }
+        }
+        Look::NotYet(why) => Joining::Waiting {
+            why,
+            next_check: now + LAUNCH_CHECK_EVERY,
+        },
+    }))
+}
+
+/// What a look at the node found.
+#[derive(Debug)]
+enum Look {
+    Ready(String),
+    NotYet(String),
+    /// A control-plane node: never touched, its hook left alone.
+    Refused(NotItsNode),
+}
+
+/// Looks for the node of launch action `a`: Ready, not yet, or refused.
+async fn look(clients: &ClusterClient, a: &NodeAction) -> Result<Look, KubeError> {
+    let mut names: Vec<&str> = a.node.iter().map(String::as_str).collect();
+    if !names.contains(&a.instance_id.as_str()) {
+        names.push(&a.instance_id);
+    }
+    let mut whys = Vec::new();
+    for name in &names {
+        let Some(node) = get_node(clients, name).await? else {
+            continue;
+        };
+        match node_facts(&node).verify_runs(&a.instance_id) {
+            Ok(()) => {}
+            Err(why @ NotItsNode::ControlPlane { .. }) => return Ok(Look::Refused(why)),
+            Err(why) => {
+                whys.push(why.to_string());
+                continue;
+            }
+        }
+        return Ok(match ready(&node) {
+            Ok(()) => Look::Ready((*name).to_string()),
+            Err(why) => Look::NotYet(format!("node/{name} is not Ready ({why})")),
+        });
+    }
+    let mut why = format!(
+        "no node of instance {} yet (looked for node/{})",
+        a.instance_id,
+        names.join(", node/")
+    );
+    if !whys.is_empty() {
+        why.push_str(&format!("; {}", whys.join("; ")));
+    }
+    Ok(Look::NotYet(why))
+}
+
+/// Whether the node's `Ready` condition is `True`; otherwise what it says.
+fn ready(node: &Node) -> Result<(), String> {
+    let condition = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
+    match condition {
+        Some(c) if c.status == "True" => Ok(()),
+        Some(c) => Err(format!(
+            "Ready is {}{}",
+            c.status,
+            c.reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        )),
+        None => Err("no Ready condition yet".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(conditions: serde_json::Value) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": "n"},
+            "status": {"conditions": conditions}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn ready_only_when_the_condition_is_true() {
+        assert_eq!(
+            ready(&node(json!([{"type": "Ready", "status": "True"}]))),
+            Ok(())
+        );
+        assert_eq!(
+            ready(&node(
+                json!([{"type": "Ready", "status": "False", "reason": "KubeletNotReady"}])
+            )),
+            Err("Ready is False: KubeletNotReady".into())
+        );
+        assert_eq!(
+            ready(&node(
+                json!([{"type": "MemoryPressure", "status": "False"}])
+            )),
+            Err("no Ready condition yet".into())
+        );
+        assert!(ready(&node(json!(null))).is_err());
+    }
+}
