@@ -489,11 +489,16 @@ pub trait PolicySource: Send + Sync {
     async fn refused(&self, message: &str);
 }
 
-/// Where a sweep looks for instances that are gone.
+/// Where a sweep looks for instances that are gone, and for the status checks and scheduled
+/// events of running ones.
 #[async_trait]
 pub trait LeavingInstances: Send + Sync {
     /// This cluster's instances that are stopping, stopped, shutting down or terminated.
     async fn leaving(&self, cluster: &str) -> Result<Vec<InstanceFacts>, DirectoryError>;
+
+    /// The status checks and scheduled events of the region's running instances (EC2's
+    /// `DescribeInstanceStatus`, every page); the caller keeps its cluster's.
+    async fn statuses(&self) -> Result<Vec<crate::domain::status::InstanceStatus>, DirectoryError>;
 }
 
 /// What became of a lifecycle action.

@@ -1727,6 +1727,12 @@ impl forewarn::ports::LeavingInstances for Leaving {
     ) -> Result<Vec<InstanceFacts>, forewarn::ports::DirectoryError> {
         Ok(self.0.clone())
     }
+    async fn statuses(
+        &self,
+    ) -> Result<Vec<forewarn::domain::status::InstanceStatus>, forewarn::ports::DirectoryError>
+    {
+        Ok(Vec::new())
+    }
 }
 
 /// No node groups: the priorities are the base's.

@@ -388,6 +388,12 @@ impl forewarn::ports::LeavingInstances for NoneLeaving {
     ) -> Result<Vec<forewarn::domain::facts::InstanceFacts>, forewarn::ports::DirectoryError> {
         Ok(Vec::new())
     }
+    async fn statuses(
+        &self,
+    ) -> Result<Vec<forewarn::domain::status::InstanceStatus>, forewarn::ports::DirectoryError>
+    {
+        Ok(Vec::new())
+    }
 }
 
 #[test]

@@ -132,3 +132,228 @@ fn sweeps_orphaned_nodes_once_and_never_after_a_handled_event() {
         assert_eq!(pools_again, pools);
     });
 }
+
+// ---------------------------------------------------------------------------------------------
+// Status checks and scheduled events. moto answers every running instance's checks `ok` and
+// lists no scheduled event (the sweep above goes through its DescribeInstanceStatus and finds
+// nothing there), so an impaired instance and a scheduled retirement are served by a stub EC2
+// answering DescribeInstanceStatus with a response recorded in the form EC2's Query API sends
+// (two pages: the first with a `nextToken`).
+
+/// The instances of the recorded response: impaired for 10 minutes, impaired for 1 minute (seen
+/// once), scheduled for retirement, and another cluster's (no node here).
+const IMPAIRED: &str = "i-0a1b2c3d4e5f61001";
+const JUST_IMPAIRED: &str = "i-0a1b2c3d4e5f61002";
+const RETIRING: &str = "i-0a1b2c3d4e5f61003";
+const FOREIGN: &str = "i-0a1b2c3d4e5f61004";
+
+fn recorded_statuses(now: chrono::DateTime<chrono::Utc>, page: u8) -> String {
+    let at = |minutes: i64| {
+        (now - chrono::Duration::minutes(minutes))
+            .format("%Y-%m-%dT%H:%M:%S.000Z")
+            .to_string()
+    };
+    let status = |id: &str, system: &str, since: Option<String>, events: &str| {
+        let (status, detail) = match since {
+            Some(since) => (
+                system,
+                format!("<status>failed</status><impairedSince>{since}</impairedSince>"),
+            ),
+            None => ("ok", "<status>passed</status>".to_string()),
+        };
+        format!(
+            "<item><instanceId>{id}</instanceId><availabilityZone>us-east-1a</availabilityZone>\
+             <instanceState><code>16</code><name>running</name></instanceState>\
+             <systemStatus><status>{status}</status><details><item><name>reachability</name>\
+             {detail}</item></details></systemStatus>\
+             <instanceStatus><status>ok</status><details><item><name>reachability</name>\
+             <status>passed</status></item></details></instanceStatus>\
+             <eventsSet>{events}</eventsSet></item>"
+        )
+    };
+    let retirement = "<item><instanceEventId>instance-event-0d59937288b749b32</instanceEventId>\
+        <code>instance-retirement</code>\
+        <description>The instance is running on degraded hardware</description>\
+        <notBefore>2030-01-05T00:00:00.000Z</notBefore></item>\
+        <item><instanceEventId>instance-event-0a1b2c3d4e5f60718</instanceEventId>\
+        <code>system-reboot</code><description>[Completed] scheduled reboot</description>\
+        <notBefore>2026-11-01T00:00:00.000Z</notBefore></item>";
+    let (items, next) = match page {
+        1 => (
+            status(IMPAIRED, "impaired", Some(at(10)), "")
+                + &status(JUST_IMPAIRED, "impaired", Some(at(1)), ""),
+            "<nextToken>page-2</nextToken>",
+        ),
+        _ => (
+            status(RETIRING, "ok", None, retirement)
+                + &status(FOREIGN, "impaired", Some(at(60)), ""),
+            "",
+        ),
+    };
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
+         <DescribeInstanceStatusResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\">\
+         <requestId>3be1508e-c444-4fef-89cc-0b1223c4f02f</requestId>\
+         <instanceStatusSet>{items}</instanceStatusSet>{next}</DescribeInstanceStatusResponse>"
+    )
+}
+
+/// A stub of EC2's Query API: DescribeInstanceStatus as recorded, DescribeInstances empty (no
+/// instance is leaving). Records the actions asked.
+async fn ec2_stub(
+    now: chrono::DateTime<chrono::Utc>,
+) -> (aws_sdk_ec2::Client, Arc<std::sync::Mutex<Vec<String>>>) {
+    use axum::extract::State;
+    let asked: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let app = axum::Router::new()
+        .route(
+            "/",
+            axum::routing::post(
+                move |State(asked): State<Arc<std::sync::Mutex<Vec<String>>>>, body: String| async move {
+                    asked.lock().unwrap().push(body.clone());
+                    let xml = if body.contains("Action=DescribeInstanceStatus") {
+                        recorded_statuses(now, if body.contains("NextToken=page-2") { 2 } else { 1 })
+                    } else {
+                        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><DescribeInstancesResponse \
+                         xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>r</requestId>\
+                         <reservationSet/></DescribeInstancesResponse>"
+                            .to_string()
+                    };
+                    ([("content-type", "text/xml")], xml)
+                },
+            ),
+        )
+        .with_state(asked.clone());
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let config = aws_sdk_ec2::Config::builder()
+        .behavior_version(aws_sdk_ec2::config::BehaviorVersion::latest())
+        .region(aws_sdk_ec2::config::Region::new("us-east-1"))
+        .endpoint_url(url)
+        .credentials_provider(aws_sdk_ec2::config::Credentials::new(
+            "AKID", "secret", None, None, "test",
+        ))
+        .build();
+    (aws_sdk_ec2::Client::from_conf(config), asked)
+}
+
+#[test]
+fn impaired_instances_and_scheduled_retirements_are_drained_once() {
+    use forewarn::adapters::embedded::EmbeddedStore;
+    use forewarn::adapters::snapshot::SnapshotInstances;
+    use forewarn::domain::fixtures::{self, pod_object};
+
+    runtime().block_on(async {
+        let now = chrono::Utc::now();
+        let (client, asked) = ec2_stub(now).await;
+        let fake = KubeFake::start().await;
+        let mut known = std::collections::BTreeMap::new();
+        for (n, id) in [IMPAIRED, JUST_IMPAIRED, RETIRING].into_iter().enumerate() {
+            let dns = format!("ip-10-0-9-{n}.ec2.internal");
+            fake.insert(node_object(&dns, id).kubelet().ready().build());
+            fake.insert(pod_object(
+                "shop",
+                &format!("web-{n}"),
+                &dns,
+                "web",
+                "ReplicaSet",
+            ));
+            let facts = fixtures::instance(id)
+                .typed("m5.large", "us-east-1a")
+                .dns(&dns)
+                .state("running")
+                .cluster("demo")
+                .launched(now - chrono::Duration::hours(3))
+                .build();
+            known.insert(id.to_string(), facts);
+        }
+        let config = Config {
+            cluster_name: Some("demo".into()),
+            ..Config::default()
+        };
+        let clients = ClusterClient::new(fake.client());
+        let dir = tempfile::tempdir().unwrap();
+        let handler = Handler {
+            instances: Arc::new(SnapshotInstances(known)),
+            nodes: Arc::new(KubeNodeDirectory::new(clients.clone())),
+            executor: Some(Arc::new(KubeExecutor::new(clients, &config))),
+            ..Handler::new(config, Arc::new(EmbeddedStore::open(dir.path()).unwrap()))
+        };
+        let sweeper = Sweeper {
+            handler,
+            leaving: Arc::new(Ec2Directory::new(client)),
+            region: Some("us-east-1".into()),
+            priorities: None,
+        };
+        let reports = sweeper.sweep(None).await.unwrap();
+        let mut found: Vec<(String, &str, Option<EventKind>)> = reports
+            .iter()
+            .map(|r| {
+                let id = r.event_id.clone().unwrap();
+                (
+                    id.split('@').next().unwrap().to_string(),
+                    r.outcome.as_str(),
+                    r.kind,
+                )
+            })
+            .collect();
+        found.sort();
+        assert_eq!(
+            found,
+            vec![
+                (
+                    format!("sweep:impaired:{IMPAIRED}"),
+                    "acted",
+                    Some(EventKind::Impaired)
+                ),
+                (
+                    format!("sweep:scheduled-change:{RETIRING}"),
+                    "acted",
+                    Some(EventKind::ScheduledChange)
+                ),
+            ],
+            "seen impaired once, another cluster's, a completed reboot: no finding. {reports:#?}"
+        );
+        let statuses: Vec<String> = asked
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|b| b.contains("Action=DescribeInstanceStatus"))
+            .cloned()
+            .collect();
+        assert_eq!(statuses.len(), 2, "one paged call, two pages: {statuses:?}");
+        assert!(statuses[0].contains("MaxResults=1000"), "{statuses:?}");
+        for (n, drained) in [(0, true), (1, false), (2, true)] {
+            let node = fake
+                .get("v1", "Node", None, &format!("ip-10-0-9-{n}.ec2.internal"))
+                .unwrap();
+            assert_eq!(
+                node["spec"]["unschedulable"] == json!(true),
+                drained,
+                "{node}"
+            );
+            assert_eq!(
+                fake.get("v1", "Pod", Some("shop"), &format!("web-{n}"))
+                    .is_none(),
+                drained
+            );
+        }
+        let node = fake
+            .get("v1", "Node", None, "ip-10-0-9-0.ec2.internal")
+            .unwrap();
+        let taints = node["spec"]["taints"].to_string();
+        assert!(taints.contains("\"value\":\"impaired\""), "{taints}");
+
+        // The next sweep finds the same two again: duplicates, nothing written.
+        let writes = fake.writes().len();
+        let again = sweeper.sweep(None).await.unwrap();
+        assert!(
+            again.iter().all(|r| r.outcome == Outcome::Duplicate),
+            "{again:#?}"
+        );
+        assert_eq!(fake.writes().len(), writes);
+    });
+}

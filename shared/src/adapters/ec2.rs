@@ -1,4 +1,5 @@
-//! The EC2 instance directory: `DescribeInstances` through the AWS SDK, one call per batch.
+//! The EC2 instance directory: `DescribeInstances` through the AWS SDK, one call per batch; and
+//! for the sweeper, leaving instances and `DescribeInstanceStatus`.
 
 use std::collections::BTreeMap;
 
@@ -9,6 +10,7 @@ use aws_sdk_ec2::types::{Filter, Instance};
 use crate::adapters::aws::failure_kind;
 use crate::adapters::snapshot::capacity_type_of;
 use crate::domain::facts::InstanceFacts;
+use crate::domain::status::{InstanceStatus, ScheduledEvent};
 use crate::ports::{DirectoryError, InstanceDirectory};
 
 /// EC2 accepts at most 200 values in one filter.
@@ -161,6 +163,62 @@ impl crate::ports::LeavingInstances for Ec2Directory {
         }
         Ok(found.into_values().collect())
     }
+
+    /// One paged call: `DescribeInstanceStatus` of the running instances, 1,000 a page (the
+    /// call takes no tag filter, and with `InstanceIds` it does not page).
+    async fn statuses(&self) -> Result<Vec<InstanceStatus>, DirectoryError> {
+        let mut found = Vec::new();
+        let mut pages = self
+            .client
+            .describe_instance_status()
+            .max_results(1000)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| DirectoryError {
+                service: "ec2:DescribeInstanceStatus",
+                kind: failure_kind(&e),
+                message: aws_sdk_ec2::error::DisplayErrorContext(e).to_string(),
+            })?;
+            found.extend(page.instance_statuses().iter().filter_map(status_of));
+        }
+        Ok(found)
+    }
+}
+
+/// Reads one SDK instance status: the two checks' summaries, the earliest `ImpairedSince` of
+/// their details, the scheduled events.
+pub fn status_of(s: &aws_sdk_ec2::types::InstanceStatus) -> Option<InstanceStatus> {
+    let time = |t: &aws_sdk_ec2::primitives::DateTime| {
+        chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos())
+    };
+    let summaries = [s.system_status(), s.instance_status()];
+    Some(InstanceStatus {
+        instance_id: s.instance_id()?.to_string(),
+        system: summaries[0]
+            .and_then(|x| x.status())
+            .map(|x| x.as_str().to_string()),
+        instance: summaries[1]
+            .and_then(|x| x.status())
+            .map(|x| x.as_str().to_string()),
+        impaired_since: summaries
+            .iter()
+            .flatten()
+            .flat_map(|x| x.details())
+            .filter_map(|d| d.impaired_since().and_then(time))
+            .min(),
+        events: s
+            .events()
+            .iter()
+            .map(|e| ScheduledEvent {
+                id: e.instance_event_id().map(str::to_string),
+                code: e.code().map(|c| c.as_str().to_string()).unwrap_or_default(),
+                description: e.description().unwrap_or_default().to_string(),
+                not_before: e.not_before().and_then(time),
+                not_after: e.not_after().and_then(time),
+            })
+            .collect(),
+    })
 }
 
 #[cfg(test)]

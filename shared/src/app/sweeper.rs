@@ -1,6 +1,7 @@
 //! The pool sweeper: reconciles what EventBridge missed (its delivery is best effort). It reads
 //! this cluster's leaving instances and nodes, turns them into synthetic events
-//! ([`findings`]) and puts them through the handler's pipeline.
+//! ([`findings`]) and puts them through the handler's pipeline; likewise the instances whose EC2
+//! status checks fail or whose scheduled events retire them ([`status_findings`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use crate::app::wayback::{UndoReport, WayBack, WayBackError};
 use crate::domain::event::Origin;
 use crate::domain::inbound::Record;
 use crate::domain::report::Report;
+use crate::domain::status::status_findings;
 use crate::domain::sweep::findings;
 use crate::ports::{DirectoryError, ExpanderStore, LeavingInstances, NodeGroupSource};
 
@@ -100,8 +102,9 @@ impl Sweeper {
     }
 
     /// One sweep: one EC2 query per cluster tag form for leaving instances, one node list, one
-    /// DescribeInstances for the nodes' instances, then the findings through the pipeline (on
-    /// what was just read: no second lookup).
+    /// DescribeInstances for the nodes' instances, one paged DescribeInstanceStatus (impaired
+    /// instances, scheduled retirements and stops: [`status_findings`]), then the findings
+    /// through the pipeline (on what was just read: no second lookup).
     pub async fn sweep(&self, deadline: Option<DateTime<Utc>>) -> Result<Vec<Report>, SweepError> {
         let h = &self.handler;
         let now = h.clock.now();
@@ -121,16 +124,34 @@ impl Sweeper {
         } else {
             h.instances.describe(&ids).await?
         };
-        let events = findings(
+        let config = h.config().await;
+        let mut events = findings(
             &leaving,
             &nodes,
             &node_instances,
             now,
             self.region.as_deref(),
         );
+        // Status checks and scheduled events: a failure (a stack without the grant of
+        // `ec2:DescribeInstanceStatus`) costs these findings only, not the sweep's others.
+        let statuses = match self.leaving.statuses().await {
+            Ok(statuses) => statuses,
+            Err(e) => {
+                tracing::error!(error = %e, "no status checks this sweep: impaired instances and EC2 scheduled events are not looked for");
+                Vec::new()
+            }
+        };
+        events.extend(status_findings(
+            &statuses,
+            &node_instances,
+            config.impaired_after,
+            now,
+            self.region.as_deref(),
+        ));
         tracing::info!(
             leaving = leaving.len(),
             nodes = nodes.len(),
+            statuses = statuses.len(),
             findings = events.len(),
             "sweep looked"
         );
@@ -152,7 +173,6 @@ impl Sweeper {
             .collect();
         // A finding has no queue to come back on: its drain's passes run here.
         let passes = Passes::in_process(h.passes.interval);
-        let config = h.config().await;
         let pipeline = Pipeline {
             config: &config,
             mode: h.mode,

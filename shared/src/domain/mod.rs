@@ -20,6 +20,7 @@ pub mod retry;
 #[cfg(test)]
 mod robustness;
 pub mod stats;
+pub mod status;
 pub mod sweep;
 pub mod time;
 pub mod vars;

@@ -33,17 +33,20 @@ pub fn sweep_key(kind: EventKind, instance_id: &str, launch_time: Option<DateTim
 }
 
 /// The sweep keys an applied event also records, so that a later sweep of the same run of the
-/// instance is a duplicate of it: spot interruptions and leaving state changes, one key per
-/// instance, with its launch time from `instances`.
+/// instance is a duplicate of it: spot interruptions, leaving state changes and scheduled
+/// changes (not those an update closes), one key per instance, with its launch time from
+/// `instances`.
 pub fn sweep_keys_of(event: &Event, instances: &BTreeMap<String, InstanceFacts>) -> Vec<String> {
-    let kind = match &event.detail {
-        Detail::Spot { .. } => EventKind::SpotInterruption,
-        Detail::StateChange { state } if state.is_leaving() => EventKind::StateChange,
+    let (kind, closed) = match &event.detail {
+        Detail::Spot { .. } => (EventKind::SpotInterruption, &[][..]),
+        Detail::StateChange { state } if state.is_leaving() => (EventKind::StateChange, &[][..]),
+        Detail::Scheduled { closed, .. } => (EventKind::ScheduledChange, &closed[..]),
         _ => return Vec::new(),
     };
     event
         .instance_ids
         .iter()
+        .filter(|id| !closed.contains(id))
         .map(|id| sweep_key(kind, id, instances.get(id).and_then(|i| i.launch_time)))
         .collect()
 }
@@ -59,7 +62,7 @@ fn leaving_state(state: Option<&str>) -> Option<InstanceState> {
     })
 }
 
-fn synthetic(
+pub(crate) fn synthetic(
     kind: EventKind,
     instance: (&str, Option<DateTime<Utc>>),
     detail: Detail,

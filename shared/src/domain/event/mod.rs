@@ -110,8 +110,10 @@ pub const DT_STATE_CHANGE: &str = "EC2 Instance State-change Notification";
 pub const DT_HEALTH: &str = "AWS Health Event";
 pub const DT_ASG_TERMINATE: &str = "EC2 Instance-terminate Lifecycle Action";
 pub const DT_ASG_LAUNCH: &str = "EC2 Instance-launch Lifecycle Action";
-/// The `source` of the sweeper's findings that no AWS event names (`impaired`).
+/// The `source` and `detail-type` of the sweeper's findings that no AWS event names
+/// (`impaired`).
 pub const SOURCE_SWEEPER: &str = "forewarn.sweeper";
+pub const DT_IMPAIRED: &str = "EC2 Instance Status Impaired";
 pub const DT_RESERVATION: &str = "EC2 Capacity Reservation Instance Interruption Warning";
 
 /// What a spot (or capacity reservation) interruption will do to the instance.
