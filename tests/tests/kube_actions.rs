@@ -570,6 +570,55 @@ async fn a_second_identical_plan_writes_nothing() {
     assert_accepted(&w.fake.requests());
 }
 
+/// The grace period each eviction of `pod` asked for (`deleteOptions.gracePeriodSeconds`).
+fn asked_grace(fake: &KubeFake, pod: &str) -> Vec<Option<i64>> {
+    fake.requests()
+        .iter()
+        .filter(|r| r.path == eviction_path("default", pod))
+        .map(|r| {
+            r.body
+                .as_ref()
+                .and_then(|b| b.pointer("/deleteOptions/gracePeriodSeconds"))
+                .and_then(Value::as_i64)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_pod_whose_grace_would_outlast_the_spot_notice_gets_what_is_left() {
+    let w = World::plain().await;
+    let mut slow = pod_object("default", "db-0", NODE, "db", "StatefulSet");
+    slow["spec"]["terminationGracePeriodSeconds"] = json!(600);
+    w.fake.insert(slow.clone());
+    let plan = w
+        .plan(&event(EventKind::SpotInterruption, "ev-grace"))
+        .await;
+    assert!(plan.actions[0].grace_to_deadline);
+    let deadline = plan.actions[0].deadline.unwrap();
+    let out = w.run(&plan).await;
+    let asked = asked_grace(&w.fake, "db-0");
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    let grace = asked[0].expect("a grace period is asked for");
+    assert!(
+        (100..=105).contains(&grace),
+        "{grace}: what is left of the 105 s"
+    );
+    assert!(out.drain.unwrap().complete(), "gone by the deadline");
+    assert!(w.pod("default", "db-0").is_none());
+    assert!(w.clock.now() <= deadline + chrono::Duration::seconds(1));
+
+    // A drain whose deadline is not the instance's end (an ASG termination: the hook holds the
+    // instance) leaves the pod its own grace period.
+    let w = World::plain().await;
+    w.fake.insert(slow);
+    let plan = w
+        .plan(&event(EventKind::AsgTermination, "ev-grace-asg"))
+        .await;
+    assert!(!plan.actions[0].grace_to_deadline);
+    w.run(&plan).await;
+    assert_eq!(asked_grace(&w.fake, "db-0"), vec![None]);
+}
+
 #[tokio::test]
 async fn a_budget_blocked_pod_is_evicted_once_a_replacement_is_ready() {
     let w = World::plain().await;

@@ -17,6 +17,11 @@
 //!   errors — tried again in the next pass (within a pass, for at most its `pass_budget`, with
 //!   exponential backoff and jitter); a pod still refused at the deadline is reported as left,
 //!   with the last answer.
+//! - Grace fitted to the notice: when the instance surely goes at the deadline (a spot or
+//!   capacity reservation warning, a scheduled change with a start time), an eviction whose
+//!   pod's `terminationGracePeriodSeconds` would outlast it asks for the seconds left
+//!   (`deleteOptions.gracePeriodSeconds`, at least 1), so the pod object is gone before the
+//!   instance and its StatefulSet can recreate it elsewhere.
 //! - A drain is a series of passes ([`drain_pass`]), each a `list` and the evictions then due,
 //!   never a wait: what is evicted or terminating is looked for again by the next pass, until
 //!   the node is empty or the deadline has passed (see `crate::app::pipeline`'s drivers).
@@ -27,7 +32,7 @@ use super::api::{ApiError, Lane, jittered, with_retry_in};
 use super::connect::ClusterClient;
 use super::error::KubeError;
 use ::kube::Api;
-use ::kube::api::{EvictParams, ListParams};
+use ::kube::api::{ListParams, PostParams};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -43,6 +48,21 @@ pub(crate) struct DrainSettings {
     pub backoff_max: Duration,
     /// How long one pass of a drain that does not wait retries a refused eviction.
     pub pass_budget: Duration,
+    /// When the instance goes (the drain's deadline), if it surely does then: an eviction whose
+    /// pod's `terminationGracePeriodSeconds` would outlast it asks
+    /// (`deleteOptions.gracePeriodSeconds`) for the time left, at least 1 s.
+    pub grace_until: Option<DateTime<Utc>>,
+}
+
+/// The grace period to ask for a pod whose own is `own` seconds (`None`: Kubernetes' 30), when
+/// it would outlast `until` at `now`: the whole seconds left, at least 1. `None`: its own.
+pub(crate) fn fitted_grace(
+    own: Option<i64>,
+    until: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> Option<u32> {
+    let left = (until? - now).num_seconds().max(1);
+    (own.unwrap_or(30) > left).then(|| u32::try_from(left).unwrap_or(u32::MAX))
 }
 
 /// A pod not evicted by the deadline.
@@ -243,8 +263,7 @@ enum Eviction {
 /// again.
 async fn evict(
     clients: &ClusterClient,
-    namespace: &str,
-    name: &str,
+    (namespace, name, own_grace): (&str, &str, Option<i64>),
     deadline: DateTime<Utc>,
     settings: &DrainSettings,
 ) -> Result<Eviction, KubeError> {
@@ -253,7 +272,17 @@ async fn evict(
     loop {
         let pods: Api<Pod> = Api::namespaced(clients.client().await?, namespace);
         super::api::throttle(clients.clock(), Lane::Later).await;
-        let err = match pods.evict(name, &EvictParams::default()).await {
+        let grace = fitted_grace(own_grace, settings.grace_until, clients.clock().now());
+        let body = eviction_body(namespace, name, grace);
+        let evicted = pods
+            .create_subresource::<_, serde_json::Value>(
+                "eviction",
+                name,
+                &PostParams::default(),
+                &body,
+            )
+            .await;
+        let err = match evicted {
             Ok(_) => return Ok(Eviction::Evicted),
             Err(e) => ApiError::new("evict", object.clone(), e),
         };
@@ -271,6 +300,22 @@ async fn evict(
         clients.clock().sleep(jittered(delay).min(left)).await;
         delay = (delay * 2).min(settings.backoff_max);
     }
+}
+
+/// The `policy/v1` Eviction of `namespace/name`, with `deleteOptions.gracePeriodSeconds` when
+/// `grace` is given. (Written here: kube's `Api::evict` serializes its `EvictParams` under
+/// `delete_options`, a field the API server does not read, so a grace period sent that way is
+/// silently dropped.)
+fn eviction_body(namespace: &str, name: &str, grace: Option<u32>) -> serde_json::Value {
+    let mut body = serde_json::json!({
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": namespace},
+    });
+    if let Some(grace) = grace {
+        body["deleteOptions"] = serde_json::json!({"gracePeriodSeconds": grace});
+    }
+    body
 }
 
 /// The refusal, with the disruption budget's cause when the API gives one.
@@ -333,8 +378,8 @@ async fn evict_all(
     settings: &DrainSettings,
     report: &mut DrainReport,
 ) -> Result<Vec<(String, String)>, KubeError> {
-    // Owned (namespace, name, uid) per pod: the futures must not borrow the pods.
-    let targets: Vec<(String, String, String)> = pods
+    // Owned (namespace, name, uid, grace) per pod: the futures must not borrow the pods.
+    let targets: Vec<(String, String, String, Option<i64>)> = pods
         .iter()
         .map(|p| {
             (
@@ -344,12 +389,15 @@ async fn evict_all(
                     .unwrap_or_else(|| "default".into()),
                 p.metadata.name.clone().unwrap_or_default(),
                 p.metadata.uid.clone().unwrap_or_default(),
+                p.spec
+                    .as_ref()
+                    .and_then(|s| s.termination_grace_period_seconds),
             )
         })
         .collect();
     let results: Vec<_> = futures::stream::iter(targets)
-        .map(|(namespace, name, uid)| async move {
-            let result = evict(clients, &namespace, &name, end, settings).await;
+        .map(|(namespace, name, uid, grace)| async move {
+            let result = evict(clients, (&namespace, &name, grace), end, settings).await;
             (format!("{namespace}/{name}"), uid, result)
         })
         .buffer_unordered(settings.parallelism.max(1))
@@ -434,6 +482,25 @@ pub(crate) async fn drain_pass(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn grace_is_fitted_only_when_the_pods_own_would_outlast_the_instance() {
+        let now = DateTime::parse_from_rfc3339("2026-11-20T10:00:30Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let until = Some(now + chrono::Duration::seconds(75));
+        assert_eq!(fitted_grace(Some(300), until, now), Some(75));
+        assert_eq!(fitted_grace(None, until, now), None, "30 s fits");
+        assert_eq!(fitted_grace(Some(75), until, now), None);
+        assert_eq!(fitted_grace(Some(300), None, now), None, "no known end");
+        let past = Some(now - chrono::Duration::seconds(5));
+        assert_eq!(
+            fitted_grace(None, past, now),
+            Some(1),
+            "never 0: that is a force delete"
+        );
+        assert_eq!(fitted_grace(Some(0), past, now), None);
+    }
 
     fn pod(v: serde_json::Value) -> Pod {
         serde_json::from_value(v).unwrap()

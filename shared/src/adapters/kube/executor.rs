@@ -472,6 +472,7 @@ impl KubeExecutor {
             backoff_initial: self.settings.backoff_initial,
             backoff_max: self.settings.backoff_max,
             pass_budget: self.settings.pass_budget,
+            grace_until: a.grace_to_deadline.then_some(deadline),
         };
         let dry_run = self.settings.dry_run;
         let report = drain_pass(

@@ -79,6 +79,12 @@ pub struct NodeAction {
     pub deadline: Option<DateTime<Utc>>,
     /// The ASG lifecycle action to complete once the node is handled.
     pub complete_lifecycle: Option<LifecycleAction>,
+    /// The instance goes at the drain's deadline (plus the margin): a spot or capacity
+    /// reservation warning, a scheduled change with a start time. An eviction whose pod's
+    /// `terminationGracePeriodSeconds` would outlast it asks for what is left instead, so that
+    /// the pod object is gone before the instance (and a StatefulSet can recreate it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub grace_to_deadline: bool,
     /// A cordon's record, written on the node with the cordon; for `uncordon`, the record the
     /// node must still carry (see [`crate::domain::wayback`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -356,6 +362,7 @@ fn no_action(event: &Event, instance_id: &str) -> NodeAction {
         taint_value: event.kind.to_string(),
         deadline: None,
         complete_lifecycle: None,
+        grace_to_deadline: false,
         record: None,
     }
 }
@@ -446,6 +453,15 @@ fn act(
         Action::CordonDrain => {
             out.action = Action::CordonDrain;
             out.deadline = Some(drain_deadline(event, config));
+            out.grace_to_deadline = matches!(
+                event.detail,
+                Detail::Spot { .. }
+                    | Detail::CapacityReservation { .. }
+                    | Detail::Scheduled {
+                        start_time: Some(_),
+                        ..
+                    }
+            );
             out.reason = if stopping {
                 format!(
                     "{}: move pods off while it shuts down; the node is deleted once EC2 says \
