@@ -82,6 +82,8 @@ pub async fn run(
         store: h.store.as_ref(),
         executor: h.executor.as_deref(),
         taint_key: &h.config.taint_key,
+        // Status checks (for `impaired` cordons) only from EC2 itself, with --ec2.
+        statuses: services.leaving.as_deref().filter(|_| args.ec2),
     }
     .run(clock.now())
     .await?;

@@ -2941,6 +2941,7 @@ async fn a_cordon_for_is_undone_after_its_time_and_anothers_cordon_is_kept() {
         store: &store,
         executor: Some(&executor),
         taint_key: &w.config.taint_key,
+        statuses: None,
     };
     // Before its time: nothing undone.
     w.clock.advance(Duration::from_secs(29));

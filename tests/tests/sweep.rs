@@ -147,7 +147,7 @@ const JUST_IMPAIRED: &str = "i-0a1b2c3d4e5f61002";
 const RETIRING: &str = "i-0a1b2c3d4e5f61003";
 const FOREIGN: &str = "i-0a1b2c3d4e5f61004";
 
-fn recorded_statuses(now: chrono::DateTime<chrono::Utc>, page: u8) -> String {
+fn recorded_statuses(now: chrono::DateTime<chrono::Utc>, page: u8, recovered: bool) -> String {
     let at = |minutes: i64| {
         (now - chrono::Duration::minutes(minutes))
             .format("%Y-%m-%dT%H:%M:%S.000Z")
@@ -180,7 +180,7 @@ fn recorded_statuses(now: chrono::DateTime<chrono::Utc>, page: u8) -> String {
         <notBefore>2026-11-01T00:00:00.000Z</notBefore></item>";
     let (items, next) = match page {
         1 => (
-            status(IMPAIRED, "impaired", Some(at(10)), "")
+            status(IMPAIRED, "impaired", (!recovered).then(|| at(10)), "")
                 + &status(JUST_IMPAIRED, "impaired", Some(at(1)), ""),
             "<nextToken>page-2</nextToken>",
         ),
@@ -200,8 +200,10 @@ fn recorded_statuses(now: chrono::DateTime<chrono::Utc>, page: u8) -> String {
 
 /// A stub of EC2's Query API: DescribeInstanceStatus as recorded, DescribeInstances empty (no
 /// instance is leaving). Records the actions asked.
+/// `recovered` set: the impaired instance passes its checks again.
 async fn ec2_stub(
     now: chrono::DateTime<chrono::Utc>,
+    recovered: Arc<std::sync::atomic::AtomicBool>,
 ) -> (aws_sdk_ec2::Client, Arc<std::sync::Mutex<Vec<String>>>) {
     use axum::extract::State;
     let asked: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
@@ -209,10 +211,13 @@ async fn ec2_stub(
         .route(
             "/",
             axum::routing::post(
-                move |State(asked): State<Arc<std::sync::Mutex<Vec<String>>>>, body: String| async move {
+                move |State(asked): State<Arc<std::sync::Mutex<Vec<String>>>>, body: String| {
+                    let recovered = recovered.load(std::sync::atomic::Ordering::SeqCst);
+                    async move {
                     asked.lock().unwrap().push(body.clone());
                     let xml = if body.contains("Action=DescribeInstanceStatus") {
-                        recorded_statuses(now, if body.contains("NextToken=page-2") { 2 } else { 1 })
+                        let page = if body.contains("NextToken=page-2") { 2 } else { 1 };
+                        recorded_statuses(now, page, recovered)
                     } else {
                         "<?xml version=\"1.0\" encoding=\"UTF-8\"?><DescribeInstancesResponse \
                          xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>r</requestId>\
@@ -220,6 +225,7 @@ async fn ec2_stub(
                             .to_string()
                     };
                     ([("content-type", "text/xml")], xml)
+                    }
                 },
             ),
         )
@@ -248,7 +254,8 @@ fn impaired_instances_and_scheduled_retirements_are_drained_once() {
 
     runtime().block_on(async {
         let now = chrono::Utc::now();
-        let (client, asked) = ec2_stub(now).await;
+        let recovered = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (client, asked) = ec2_stub(now, recovered.clone()).await;
         let fake = KubeFake::start().await;
         let mut known = std::collections::BTreeMap::new();
         for (n, id) in [IMPAIRED, JUST_IMPAIRED, RETIRING].into_iter().enumerate() {
@@ -355,5 +362,25 @@ fn impaired_instances_and_scheduled_retirements_are_drained_once() {
             "{again:#?}"
         );
         assert_eq!(fake.writes().len(), writes);
+
+        // The way back keeps the impaired node cordoned while its check fails, and gives it back
+        // once both checks pass; the retiring instance's cordon stays.
+        assert!(sweeper.way_back().await.unwrap().is_empty());
+        recovered.store(true, std::sync::atomic::Ordering::SeqCst);
+        let undone = sweeper.way_back().await.unwrap();
+        assert_eq!(undone.len(), 1, "{undone:#?}");
+        assert_eq!(undone[0].instance_id, IMPAIRED);
+        assert!(
+            undone[0].why.contains("passes its status checks again"),
+            "{undone:#?}"
+        );
+        let node = fake
+            .get("v1", "Node", None, "ip-10-0-9-0.ec2.internal")
+            .unwrap();
+        assert_ne!(node["spec"]["unschedulable"], json!(true), "{node}");
+        let node = fake
+            .get("v1", "Node", None, "ip-10-0-9-2.ec2.internal")
+            .unwrap();
+        assert_eq!(node["spec"]["unschedulable"], json!(true), "{node}");
     });
 }

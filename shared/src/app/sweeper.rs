@@ -96,6 +96,7 @@ impl Sweeper {
             store: h.store.as_ref(),
             executor: h.executor.as_deref(),
             taint_key: &h.config.taint_key,
+            statuses: Some(self.leaving.as_ref()),
         }
         .run(h.clock.now())
         .await

@@ -3,7 +3,9 @@
 //! its reason, and undo them through the executor — or, without one, say what would be undone.
 //!
 //! One node list, one `DescribeInstances` for the instances of the nodes forewarn cordoned, one
-//! read of the pools marked unavailable. A cordon whose time has passed is kept while its
+//! read of the pools marked unavailable, and — only when some cordon is for `impaired` — one
+//! paged `DescribeInstanceStatus`: an impaired instance that passes both checks again gets its
+//! node back. A cordon whose time has passed is kept while its
 //! instance's pool is marked unavailable in the pool store: that pool being reclaimed is a
 //! reason of its own. Each undo fails alone.
 
@@ -12,11 +14,14 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+use crate::domain::event::EventKind;
 use crate::domain::facts::InstanceFacts;
 use crate::domain::pool::{PoolKey, PoolQuery};
+use crate::domain::status::InstanceStatus;
 use crate::domain::wayback::{CordonRecord, Undo, UndoOutcome, undos};
 use crate::ports::{
-    DirectoryError, Executor, InstanceDirectory, NodeDirectory, PoolStore, StoreError,
+    DirectoryError, Executor, InstanceDirectory, LeavingInstances, NodeDirectory, PoolStore,
+    StoreError,
 };
 
 /// What the way back found for one node, and what became of it.
@@ -56,6 +61,10 @@ pub struct WayBack<'a> {
     /// `None`: report only.
     pub executor: Option<&'a dyn Executor>,
     pub taint_key: &'a str,
+    /// Where the status checks of `impaired` cordons' instances are read (one paged
+    /// `DescribeInstanceStatus`, only when there is such a cordon); `None`: not read, and those
+    /// cordons are kept.
+    pub statuses: Option<&'a dyn LeavingInstances>,
 }
 
 impl WayBack<'_> {
@@ -72,7 +81,20 @@ impl WayBack<'_> {
         } else {
             self.instances.describe(&ids).await?
         };
-        let candidates = undos(&nodes, self.taint_key, &instances, now);
+        let impaired = nodes.iter().any(|n| {
+            n.has_taint(self.taint_key)
+                && CordonRecord::of(n).is_some_and(|r| r.kind == EventKind::Impaired)
+        });
+        let statuses: BTreeMap<String, InstanceStatus> = match self.statuses {
+            Some(source) if impaired => source
+                .statuses()
+                .await?
+                .into_iter()
+                .map(|s| (s.instance_id.clone(), s))
+                .collect(),
+            _ => BTreeMap::new(),
+        };
+        let candidates = undos(&nodes, self.taint_key, &instances, &statuses, now);
         if candidates.is_empty() {
             return Ok(Vec::new());
         }

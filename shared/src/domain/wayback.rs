@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::event::EventKind;
 use crate::domain::facts::{InstanceFacts, NodeFacts};
+use crate::domain::status::InstanceStatus;
 
 /// The annotation holding a node's [`CordonRecord`] (JSON).
 pub const ANNOTATION_CORDON: &str = "forewarn.io/cordon";
@@ -146,12 +147,31 @@ pub fn why_undo(
     None
 }
 
-/// The cordons among `nodes` to undo at `now` (see [`why_undo`]): nodes with forewarn's taint
-/// `taint_key` and a record, not control-plane. `instances` is what EC2 says of their instances.
+/// Why an `impaired` cordon should be undone, if it should: its instance passes both EC2 status
+/// checks again (`status`, as the sweep just read it; unknown: kept). A cordon of another kind
+/// is never undone for this.
+pub fn why_undo_recovered(
+    record: &CordonRecord,
+    status: Option<&InstanceStatus>,
+) -> Option<String> {
+    let status = status.filter(|_| record.kind == EventKind::Impaired)?;
+    let ok = |s: &Option<String>| s.as_deref() == Some("ok");
+    (ok(&status.system) && ok(&status.instance)).then(|| {
+        format!(
+            "instance {} passes its status checks again (cordoned for {})",
+            record.instance_id, record.event_id
+        )
+    })
+}
+
+/// The cordons among `nodes` to undo at `now` (see [`why_undo`], [`why_undo_recovered`]): nodes
+/// with forewarn's taint `taint_key` and a record, not control-plane. `instances` is what EC2
+/// says of their instances, `statuses` their status checks (by instance id; empty when not read).
 pub fn undos(
     nodes: &[NodeFacts],
     taint_key: &str,
     instances: &BTreeMap<String, InstanceFacts>,
+    statuses: &BTreeMap<String, InstanceStatus>,
     now: DateTime<Utc>,
 ) -> Vec<Undo> {
     nodes
@@ -159,7 +179,8 @@ pub fn undos(
         .filter(|n| n.has_taint(taint_key) && !n.is_control_plane())
         .filter_map(|n| {
             let record = CordonRecord::of(n)?;
-            let why = why_undo(&record, instances.get(&record.instance_id), now)?;
+            let why = why_undo(&record, instances.get(&record.instance_id), now)
+                .or_else(|| why_undo_recovered(&record, statuses.get(&record.instance_id)))?;
             Some(Undo {
                 node: n.name.clone(),
                 instance_id: record.instance_id.clone(),
@@ -313,10 +334,37 @@ mod tests {
             &nodes,
             crate::domain::config::TAINT_KEY,
             &BTreeMap::new(),
+            &BTreeMap::new(),
             now,
         );
         let names: Vec<&str> = undos.iter().map(|u| u.node.as_str()).collect();
         assert_eq!(names, vec!["ours"]);
         assert_eq!(undos[0].record, r);
+    }
+
+    #[test]
+    fn an_impaired_cordon_goes_once_both_checks_pass_again() {
+        let mut r = record(None);
+        r.kind = EventKind::Impaired;
+        let status = |system: &str, instance: &str| InstanceStatus {
+            instance_id: r.instance_id.clone(),
+            system: Some(system.into()),
+            instance: Some(instance.into()),
+            ..InstanceStatus::default()
+        };
+        assert_eq!(why_undo_recovered(&r, None), None, "unknown: kept");
+        assert_eq!(
+            why_undo_recovered(&r, Some(&status("impaired", "ok"))),
+            None
+        );
+        assert_eq!(
+            why_undo_recovered(&r, Some(&status("ok", "initializing"))),
+            None
+        );
+        let why = why_undo_recovered(&r, Some(&status("ok", "ok"))).unwrap();
+        assert!(why.contains("passes its status checks again"), "{why}");
+        let spot = record(None);
+        assert_ne!(spot.kind, EventKind::Impaired);
+        assert_eq!(why_undo_recovered(&spot, Some(&status("ok", "ok"))), None);
     }
 }
