@@ -54,6 +54,14 @@ pub struct DeployArgs {
     /// --kube) only read.
     #[arg(long)]
     dry_run: bool,
+    /// One more environment variable of the handler, e.g. FOREWARN_WEBHOOK_URL=https://...
+    /// (repeatable). A deploy sets a function's whole environment (the stack's, the crate's
+    /// metadata, these): give them at every run.
+    #[arg(long, value_name = "KEY=VALUE")]
+    handler_env: Vec<String>,
+    /// One more environment variable of the sweeper (repeatable; no comma in the value).
+    #[arg(long, value_name = "KEY=VALUE")]
+    sweeper_env: Vec<String>,
     /// Do not build: deploy the bootstraps already under target/lambda.
     #[arg(long)]
     no_build: bool,
@@ -89,6 +97,9 @@ fn find_root() -> anyhow::Result<PathBuf> {
 
 struct Deploy {
     args: DeployArgs,
+    /// `--handler-env`, `--sweeper-env`, checked.
+    handler_env: Vec<String>,
+    sweeper_env: Vec<String>,
     root: PathBuf,
     template: String,
     name: String,
@@ -105,6 +116,8 @@ pub async fn run(args: DeployArgs, settings: Settings) -> anyhow::Result<ExitCod
         .with_context(|| format!("reading {}", root.join(TEMPLATE).display()))?;
     let declared = stack::declared(&template).with_context(|| format!("reading {TEMPLATE}"))?;
     let given = stack::given(&args.parameters, &declared)?;
+    let handler_env = functions::extra_env("--handler-env", &args.handler_env, true)?;
+    let sweeper_env = functions::extra_env("--sweeper-env", &args.sweeper_env, false)?;
     let objects = manifests::load(&root)?;
     let name = args
         .stack_name
@@ -142,6 +155,8 @@ pub async fn run(args: DeployArgs, settings: Settings) -> anyhow::Result<ExitCod
     let mut deploy = Deploy {
         outputs: current.map(|c| c.outputs),
         args,
+        handler_env,
+        sweeper_env,
         root,
         template,
         name,
@@ -294,23 +309,29 @@ impl Deploy {
         .map(|k| Ok((k.to_string(), self.output(k)?)))
         .collect::<anyhow::Result<_>>()?;
         let lookup = |k: &str| known.get(k).cloned().unwrap_or_else(|| format!("<{k}>"));
+        // HandlerEnvFile, then --handler-env: one KEY=VALUE a line.
+        let mut handler_vars: Vec<String> = lookup("HandlerEnvFile")
+            .lines()
+            .map(str::to_string)
+            .collect();
+        handler_vars.extend(self.handler_env.iter().cloned());
         let env_dir = tempfile::Builder::new()
             .prefix("forewarn-deploy-")
             .tempdir()
             .context("creating a folder for the handler's environment file")?;
         let env_file = env_dir.path().join("handler.env");
         if !self.dry_run() {
-            std::fs::write(&env_file, lookup("HandlerEnvFile"))
+            std::fs::write(&env_file, format!("{}\n", handler_vars.join("\n")))
                 .with_context(|| format!("writing {}", env_file.display()))?;
         }
         let env_file = env_file.display().to_string();
-        let sweeper_env = lookup("SweeperEnvVars");
+        let sweeper_vars = lookup("SweeperEnvVars");
         let endpoint = functions::endpoint_from_env();
         for f in FUNCTIONS {
             let env = match f.prefix {
                 "Handler" if self.dry_run() => Env::File("<a file holding HandlerEnvFile>"),
                 "Handler" => Env::File(&env_file),
-                _ => Env::Var(&sweeper_env),
+                _ => Env::Vars(&sweeper_vars, &self.sweeper_env),
             };
             let args = functions::deploy_args(
                 f,
@@ -322,9 +343,7 @@ impl Deploy {
             say(format!("{UNDER}{}", command_line("cargo", &args)))?;
             if self.dry_run() {
                 if f.prefix == "Handler" {
-                    let vars = lookup("HandlerEnvFile");
-                    let vars: Vec<&str> = vars.lines().collect();
-                    say(format!("{UNDER}  (HandlerEnvFile: {})", vars.join(" ")))?;
+                    say(format!("{UNDER}  (the file: {})", handler_vars.join(" ")))?;
                 }
                 say(format!("{UNDER}  would run it"))?;
                 continue;
@@ -448,8 +467,5 @@ async fn connect(settings: &Settings) -> anyhow::Result<kube::Client> {
     let cluster = forewarn::adapters::kube::connect(&settings.cluster_access, settings.aws)
         .await
         .context("connecting to the cluster")?;
-    cluster
-        .client()
-        .await
-        .context("connecting to the cluster")
+    cluster.client().await.context("connecting to the cluster")
 }

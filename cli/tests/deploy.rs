@@ -284,6 +284,10 @@ fn deploy_then_upgrade_against_moto_and_the_kubernetes_fake() {
                 "CreateAccessEntry=false",
                 "--parameter",
                 "LifecycleHookNames=drain-a,drain-b",
+                "--handler-env",
+                "FOREWARN_POOL_TTL=45m",
+                "--sweeper-env",
+                "FOREWARN_POOL_TTL=30m",
                 "--kube",
             ],
         )
@@ -321,6 +325,7 @@ fn deploy_then_upgrade_against_moto_and_the_kubernetes_fake() {
             })
             .collect();
         check_functions(&endpoint, &cluster, &outputs);
+        assert_eq!(pool_ttl(&endpoint, &outputs), ["45m", "30m"]);
         let (uuid, m) = mapping(&cfn, &stack, &endpoint).await;
         assert!(
             m["FunctionArn"]
@@ -386,6 +391,9 @@ fn deploy_then_upgrade_against_moto_and_the_kubernetes_fake() {
             "{params:?}"
         );
         check_functions(&endpoint, &cluster, &outputs);
+        // A deploy sets the whole environment: what --handler-env and --sweeper-env added is
+        // gone when they are not given again.
+        assert_eq!(pool_ttl(&endpoint, &outputs), ["", ""]);
         let (after, m) = mapping(&cfn, &stack, &endpoint).await;
         assert_eq!(after, uuid, "the upgrade replaced the event source mapping");
         assert_eq!(m["EventSourceArn"], outputs["QueueArn"].as_str(), "{m}");
@@ -456,6 +464,18 @@ fn check_functions(
             _ => assert!(vars.get("FOREWARN_LIFECYCLE_HOOKS").is_none(), "{conf}"),
         }
     }
+}
+
+/// FOREWARN_POOL_TTL of the handler and the sweeper ("" when unset).
+fn pool_ttl(endpoint: &str, outputs: &std::collections::BTreeMap<String, String>) -> Vec<String> {
+    ["HandlerFunctionName", "SweeperFunctionName"]
+        .iter()
+        .map(|k| {
+            let conf = function(endpoint, &outputs[*k]).unwrap();
+            let ttl = &conf["Environment"]["Variables"]["FOREWARN_POOL_TTL"];
+            ttl.as_str().unwrap_or_default().to_string()
+        })
+        .collect()
 }
 
 /// (apiVersion, kind, namespace, name) of every object of infra/k8s/rbac.yaml and

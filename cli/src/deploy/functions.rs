@@ -51,14 +51,52 @@ pub fn build_args(flag: &str) -> Vec<String> {
 }
 
 /// How the function's environment is given: the handler's through `--env-file` (a list of
-/// several lifecycle hook names keeps its commas), the sweeper's through `--env-var`.
+/// several lifecycle hook names keeps its commas), the sweeper's through `--env-var`, with one
+/// more `--env-var` per variable of `--sweeper-env`.
 pub enum Env<'a> {
     File(&'a str),
-    Var(&'a str),
+    Vars(&'a str, &'a [String]),
+}
+
+/// The variables the stack's outputs set: changed through the stack's parameters only.
+const FROM_THE_STACK: &[&str] = &[
+    "FOREWARN_CLUSTER_NAME",
+    "FOREWARN_EKS_CLUSTER",
+    "FOREWARN_TABLE",
+    "FOREWARN_LIFECYCLE_HOOKS",
+];
+
+/// The `KEY=VALUE` variables of `flag` (`--handler-env`, `--sweeper-env`), checked: a valid
+/// name, none the stack sets, one line, and no comma when `--env-var` carries them (cargo lambda
+/// splits it at commas).
+pub fn extra_env(flag: &str, raw: &[String], commas: bool) -> anyhow::Result<Vec<String>> {
+    for var in raw {
+        let (key, value) = var
+            .split_once('=')
+            .filter(|(k, _)| {
+                k.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                    && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            })
+            .ok_or_else(|| anyhow!("{flag} {var}: expected KEY=VALUE, KEY a variable name"))?;
+        if FROM_THE_STACK.contains(&key) {
+            bail!("{flag} {key}: the stack's outputs set it; change the stack's parameters");
+        }
+        if value.contains(['\n', '\r']) {
+            bail!("{flag} {key}: the value must be one line");
+        }
+        if !commas && value.contains(',') {
+            bail!(
+                "{flag} {key}: cargo lambda splits --env-var at commas, so a value of the \
+                 sweeper's cannot hold one"
+            );
+        }
+    }
+    Ok(raw.to_vec())
 }
 
 /// `cargo lambda deploy <name> --binary-name <binary> --iam-role <role> --timeout <t>
-/// <env> [--region <region>] [--endpoint-url <url>]`, without `cargo`.
+/// <env> [--region <region>] [--endpoint-url <url>]`, without `cargo`. cargo lambda adds the
+/// `env` of the crate's `[package.metadata.lambda.deploy]` (FOREWARN_DRY_RUN=false, ...).
 pub fn deploy_args(
     f: Function,
     output: &dyn Fn(&str) -> String,
@@ -77,11 +115,14 @@ pub fn deploy_args(
         "--timeout".to_string(),
         output("FunctionTimeout"),
     ];
-    let (flag, value) = match env {
-        Env::File(path) => ("--env-file", path),
-        Env::Var(vars) => ("--env-var", vars),
-    };
-    args.extend([flag.to_string(), value.to_string()]);
+    match env {
+        Env::File(path) => args.extend(["--env-file".to_string(), path.to_string()]),
+        Env::Vars(vars, extra) => {
+            for v in std::iter::once(vars).chain(extra.iter().map(String::as_str)) {
+                args.extend(["--env-var".to_string(), v.to_string()]);
+            }
+        }
+    }
     if let Some(region) = region {
         args.extend(["--region".to_string(), region.to_string()]);
     }
@@ -197,16 +238,38 @@ mod tests {
         let args = deploy_args(
             FUNCTIONS[1],
             &output,
-            Env::Var("A=1,B=2"),
+            Env::Vars("A=1,B=2", &["C=3".to_string()]),
             Some("eu-west-1"),
             None,
         );
         assert_eq!(
             command_line("cargo", &args),
             "cargo lambda deploy <SweeperFunctionName> --binary-name pool-sweeper --iam-role \
-             <SweeperRoleArn> --timeout <FunctionTimeout> --env-var A=1,B=2 --region eu-west-1"
+             <SweeperRoleArn> --timeout <FunctionTimeout> --env-var A=1,B=2 --env-var C=3 --region \
+             eu-west-1"
         );
         assert_eq!(quote("a b'c"), r"'a b'\''c'");
+    }
+
+    #[test]
+    fn extra_variables_are_checked() {
+        let vars = |raw: &[&str]| raw.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let ok = extra_env(
+            "--handler-env",
+            &vars(&["FOREWARN_LOG=debug", "X=a,b"]),
+            true,
+        );
+        assert_eq!(ok.unwrap().len(), 2);
+        let err = |raw: &[&str], commas| {
+            extra_env("--sweeper-env", &vars(raw), commas)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(err(&["X=a,b"], false).contains("commas"));
+        assert!(err(&["FOREWARN_TABLE=t"], true).contains("stack's outputs set it"));
+        assert!(err(&["1X=a"], true).contains("KEY=VALUE"));
+        assert!(err(&["noequals"], true).contains("KEY=VALUE"));
+        assert!(err(&["X=a\nY=b"], true).contains("one line"));
     }
 
     #[test]
