@@ -144,6 +144,12 @@ pub async fn run(args: DeployArgs, settings: Settings) -> anyhow::Result<ExitCod
             ""
         }
     ))?;
+    // The cluster first: a kubeconfig that does not work stops the command before any change.
+    let cluster = match (args.kube, args.dry_run) {
+        (false, _) => None,
+        (true, true) => Some(connect(&settings).await),
+        (true, false) => Some(Ok(connect(&settings).await?)),
+    };
     let cfn = aws_sdk_cloudformation::Client::new(&sdk);
     let current = read_stack(&cfn, &name, args.dry_run).await?;
     if let Some(current) = &current
@@ -168,7 +174,7 @@ pub async fn run(args: DeployArgs, settings: Settings) -> anyhow::Result<ExitCod
     deploy.stack().await?;
     deploy.functions().await?;
     deploy.wire().await?;
-    deploy.manifests(&settings, &objects).await?;
+    deploy.manifests(cluster, &objects).await?;
     deploy.summary()?;
     Ok(ExitCode::SUCCESS)
 }
@@ -315,21 +321,29 @@ impl Deploy {
             .map(str::to_string)
             .collect();
         handler_vars.extend(self.handler_env.iter().cloned());
-        let env_dir = tempfile::Builder::new()
-            .prefix("forewarn-deploy-")
-            .tempdir()
-            .context("creating a folder for the handler's environment file")?;
-        let env_file = env_dir.path().join("handler.env");
-        if !self.dry_run() {
-            std::fs::write(&env_file, format!("{}\n", handler_vars.join("\n")))
-                .with_context(|| format!("writing {}", env_file.display()))?;
-        }
-        let env_file = env_file.display().to_string();
+        // Removed at the end of the step.
+        let env_dir = match self.dry_run() {
+            true => None,
+            false => Some(
+                tempfile::Builder::new()
+                    .prefix("forewarn-deploy-")
+                    .tempdir()
+                    .context("creating a folder for the handler's environment file")?,
+            ),
+        };
+        let env_file = match &env_dir {
+            None => "<a file holding HandlerEnvFile>".to_string(),
+            Some(dir) => {
+                let path = dir.path().join("handler.env");
+                std::fs::write(&path, format!("{}\n", handler_vars.join("\n")))
+                    .with_context(|| format!("writing {}", path.display()))?;
+                path.display().to_string()
+            }
+        };
         let sweeper_vars = lookup("SweeperEnvVars");
         let endpoint = functions::endpoint_from_env();
         for f in FUNCTIONS {
             let env = match f.prefix {
-                "Handler" if self.dry_run() => Env::File("<a file holding HandlerEnvFile>"),
                 "Handler" => Env::File(&env_file),
                 _ => Env::Vars(&sweeper_vars, &self.sweeper_env),
             };
@@ -397,12 +411,12 @@ impl Deploy {
     /// Step 5: the manifests, applied with --kube, else listed with their kubectl commands.
     async fn manifests(
         &self,
-        settings: &Settings,
+        cluster: Option<anyhow::Result<kube::Client>>,
         objects: &[manifests::Object],
     ) -> anyhow::Result<()> {
         let files: Vec<&str> = manifests::MANIFESTS.iter().map(|(f, _)| *f).collect();
         say(format!("[5/5] kubernetes: {}", files.join(", ")))?;
-        if !self.args.kube {
+        let Some(cluster) = cluster else {
             for o in objects {
                 let what = match o.policy {
                     manifests::Policy::Apply => "to be applied",
@@ -417,8 +431,8 @@ impl Deploy {
                 say(format!("{UNDER}  {c}"))?;
             }
             return Ok(());
-        }
-        let client = match connect(settings).await {
+        };
+        let client = match cluster {
             Ok(client) => client,
             Err(e) if self.dry_run() => {
                 say(format!("{UNDER}the cluster could not be reached ({e:#})"))?;
@@ -462,10 +476,19 @@ impl Deploy {
     }
 }
 
-/// A client of the cluster the settings reach (the kubeconfig, or FOREWARN_EKS_CLUSTER).
+/// A client of the cluster the settings reach (the kubeconfig, or FOREWARN_EKS_CLUSTER), which
+/// has answered (its version).
 async fn connect(settings: &Settings) -> anyhow::Result<kube::Client> {
     let cluster = forewarn::adapters::kube::connect(&settings.cluster_access, settings.aws)
         .await
-        .context("connecting to the cluster")?;
-    cluster.client().await.context("connecting to the cluster")
+        .context("connecting to the cluster (--kube)")?;
+    let client = cluster
+        .client()
+        .await
+        .context("connecting to the cluster (--kube)")?;
+    client
+        .apiserver_version()
+        .await
+        .context("the cluster does not answer (--kube)")?;
+    Ok(client)
 }

@@ -555,6 +555,22 @@ fn refusals_and_a_dry_run_without_aws() {
         ],
         "must be one of arm64, x86_64",
     );
+    // --kube with a cluster that does not answer: stopped before the first step.
+    let kubeconfig = kubeconfig_for("http://127.0.0.1:1", state.path());
+    let out = Forewarn::new(state.path())
+        .aws_testing()
+        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+        .env("KUBECONFIG", &kubeconfig)
+        .env_remove("FOREWARN_EKS_CLUSTER")
+        .run(&["deploy", "--cluster", "demo", "--kube"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("the cluster does not answer (--kube)"),
+        "{err}"
+    );
+    assert!(!stdout(&out).contains("[1/5]"), "{}", stdout(&out));
+
     let elsewhere = tempfile::tempdir().unwrap();
     let out = run(
         elsewhere.path(),
