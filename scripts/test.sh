@@ -5,9 +5,10 @@
 #            into .venv, when missing or out of date;
 #   build    every test of the workspace, built (nothing run yet);
 #   lambda   both Lambda functions built by cargo-lambda for x86_64 in the dev profile, which is
-#            what the deploy test (tests/tests/lambda_deploy.rs) uploads to moto's Lambda. The
-#            release build is docs/deploy.md's and scripts/bench.sh's. This machine cannot fetch
-#            the aarch64 standard library: arm64 is configured and documented, not built here;
+#            what the deploy tests (tests/tests/lambda_deploy.rs, and cli/tests/deploy.rs through
+#            `forewarn deploy --no-build`) upload to moto's Lambda. The release build is
+#            docs/deploy.md's and scripts/bench.sh's. This machine cannot fetch the aarch64
+#            standard library: arm64 is configured and documented, not built here;
 #   lint     `cargo fmt --all --check` and `cargo clippy --workspace --all-targets --locked -- -D
 #            warnings` (the lints of `[workspace.lints]` in Cargo.toml among them): a formatting
 #            difference or a clippy warning fails the stage;

@@ -1,5 +1,5 @@
 //! `forewarn`: replay interruption events offline or against live endpoints, query the pool table,
-//! audit the cluster's spot readiness.
+//! audit the cluster's spot readiness, deploy forewarn.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use forewarn::app::settings::{Settings, StoreChoice};
 
 mod audit;
+mod deploy;
 mod pools;
 mod priorities;
 mod reconcile;
@@ -72,6 +73,14 @@ enum Command {
     /// pool store (--table or the embedded store). Without --execute nothing is changed: it
     /// prints what it would undo. A node cordoned by someone else is never touched.
     Reconcile(reconcile::ReconcileArgs),
+    /// Deploy forewarn: build, the stack, both functions, their wiring, the Kubernetes manifests.
+    ///
+    /// Run in the repository. Builds both functions with cargo-lambda, creates or updates the
+    /// CloudFormation stack (infra/forewarn.yaml), deploys the functions with `cargo lambda
+    /// deploy` from the stack's outputs, updates the stack with FunctionsDeployed=true, and
+    /// applies infra/k8s (--kube) or prints how to. Safe to rerun: a rerun is an upgrade.
+    /// --dry-run prints every step and changes nothing.
+    Deploy(deploy::DeployArgs),
 }
 
 /// Where pools are recorded. A flag not given takes its variable's value, through the settings
@@ -155,6 +164,7 @@ fn main() -> ExitCode {
             Command::Audit(args) => audit::run(args, settings, clock).await,
             Command::Priorities(args) => priorities::run(args, settings, clock).await,
             Command::Reconcile(args) => reconcile::run(args, settings, clock).await,
+            Command::Deploy(args) => deploy::run(args, settings).await,
         }
     });
     match result {

@@ -9,7 +9,7 @@ use kube_fake::KubeFake;
 use serde_json::Value;
 
 mod support;
-use support::{Forewarn, root};
+use support::{Forewarn, kubeconfig_for, root};
 
 /// `forewarn` on the cluster of `kubeconfig`.
 fn forewarn(kubeconfig: &Path, state: &Path, args: &[&str]) -> Output {
@@ -61,17 +61,7 @@ async fn replay_plans_from_the_live_cluster_and_acts_only_with_execute() {
         fake.insert(item);
     }
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\n\
-             users:\n- name: u\n  user: {{}}\ncontexts:\n- name: c\n  context:\n    cluster: fake\n    user: u\n\
-             current-context: c\n",
-            fake.url()
-        ),
-    )
-    .unwrap();
+    let kubeconfig = kubeconfig_for(&fake.url(), dir.path());
     let args = [
         "replay",
         "--output",
@@ -194,21 +184,6 @@ async fn run_audit(kubeconfig: &Path, args: Vec<&'static str>) -> Output {
     .unwrap()
 }
 
-fn kubeconfig_for(fake: &KubeFake, dir: &Path) -> std::path::PathBuf {
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\n\
-             users:\n- name: u\n  user: {{}}\ncontexts:\n- name: c\n  context:\n    cluster: fake\n    user: u\n\
-             current-context: c\n",
-            fake.url()
-        ),
-    )
-    .unwrap();
-    kubeconfig
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn audit_reads_the_live_cluster_within_its_rbac_and_its_budgets_are_valid() {
     use k8s_openapi::api::core::v1::Pod;
@@ -229,7 +204,7 @@ async fn audit_reads_the_live_cluster_within_its_rbac_and_its_budgets_are_valid(
         fake.insert(item);
     }
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = kubeconfig_for(&fake, dir.path());
+    let kubeconfig = kubeconfig_for(&fake.url(), dir.path());
 
     // The live read finds what the capture holds, and only reads.
     let live = run_audit(&kubeconfig, vec!["audit", "--kube", "--output", "json"]).await;

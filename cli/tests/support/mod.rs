@@ -87,3 +87,18 @@ pub fn forewarn(state: &Path, args: &[&str]) -> Output {
 pub fn forewarn_in(dir: &Path, state: &Path, args: &[&str]) -> Output {
     Forewarn::new(state).dir(dir).run(args)
 }
+
+/// A kubeconfig in `dir` whose current context is the API fake at `url` (no credentials).
+pub fn kubeconfig_for(url: &str, dir: &Path) -> PathBuf {
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {url}\n\
+             users:\n- name: u\n  user: {{}}\ncontexts:\n- name: c\n  context:\n    cluster: fake\n    user: u\n\
+             current-context: c\n"
+        ),
+    )
+    .unwrap();
+    kubeconfig
+}

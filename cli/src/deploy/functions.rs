@@ -1,0 +1,296 @@
+//! The functions' side of `forewarn deploy`: the `cargo lambda build` and `cargo lambda deploy`
+//! command lines, and running them.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, anyhow, bail};
+
+/// One Lambda function: its binary and the prefix of its stack outputs.
+#[derive(Debug, Clone, Copy)]
+pub struct Function {
+    pub binary: &'static str,
+    /// `Handler` or `Sweeper`: `<prefix>FunctionName`, `<prefix>RoleArn`.
+    pub prefix: &'static str,
+}
+
+pub const FUNCTIONS: [Function; 2] = [
+    Function {
+        binary: "interruption-handler",
+        prefix: "Handler",
+    },
+    Function {
+        binary: "pool-sweeper",
+        prefix: "Sweeper",
+    },
+];
+
+/// How many lines of a failed command's standard error its error carries.
+const STDERR_TAIL: usize = 40;
+
+/// The `cargo lambda build` flag of a `FunctionArchitecture`.
+pub fn build_flag(architecture: &str) -> anyhow::Result<&'static str> {
+    match architecture {
+        "arm64" => Ok("--arm64"),
+        "x86_64" => Ok("--x86-64"),
+        other => bail!("FunctionArchitecture {other}: expected arm64 or x86_64"),
+    }
+}
+
+/// `cargo lambda build --release <flag> -p interruption-handler -p pool-sweeper`, without
+/// `cargo`.
+pub fn build_args(flag: &str) -> Vec<String> {
+    let mut args: Vec<String> = ["lambda", "build", "--release", flag]
+        .map(String::from)
+        .to_vec();
+    for f in FUNCTIONS {
+        args.extend(["-p".to_string(), f.binary.to_string()]);
+    }
+    args
+}
+
+/// How the function's environment is given: the handler's through `--env-file` (a list of
+/// several lifecycle hook names keeps its commas), the sweeper's through `--env-var`, with one
+/// more `--env-var` per variable of `--sweeper-env`.
+pub enum Env<'a> {
+    File(&'a str),
+    Vars(&'a str, &'a [String]),
+}
+
+/// The variables the stack's outputs set: changed through the stack's parameters only.
+const FROM_THE_STACK: &[&str] = &[
+    "FOREWARN_CLUSTER_NAME",
+    "FOREWARN_EKS_CLUSTER",
+    "FOREWARN_TABLE",
+    "FOREWARN_LIFECYCLE_HOOKS",
+];
+
+/// The `KEY=VALUE` variables of `flag` (`--handler-env`, `--sweeper-env`), checked: a valid
+/// name, none the stack sets, one line, and no comma when `--env-var` carries them (cargo lambda
+/// splits it at commas).
+pub fn extra_env(flag: &str, raw: &[String], commas: bool) -> anyhow::Result<Vec<String>> {
+    for var in raw {
+        let (key, value) = var
+            .split_once('=')
+            .filter(|(k, _)| {
+                k.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                    && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            })
+            .ok_or_else(|| anyhow!("{flag} {var}: expected KEY=VALUE, KEY a variable name"))?;
+        if FROM_THE_STACK.contains(&key) {
+            bail!("{flag} {key}: the stack's outputs set it; change the stack's parameters");
+        }
+        if value.contains(['\n', '\r']) {
+            bail!("{flag} {key}: the value must be one line");
+        }
+        if !commas && value.contains(',') {
+            bail!(
+                "{flag} {key}: cargo lambda splits --env-var at commas, so a value of the \
+                 sweeper's cannot hold one"
+            );
+        }
+    }
+    Ok(raw.to_vec())
+}
+
+/// `cargo lambda deploy <name> --binary-name <binary> --iam-role <role> --timeout <t>
+/// <env> [--region <region>] [--endpoint-url <url>]`, without `cargo`. cargo lambda adds the
+/// `env` of the crate's `[package.metadata.lambda.deploy]` (FOREWARN_DRY_RUN=false, ...).
+pub fn deploy_args(
+    f: Function,
+    output: &dyn Fn(&str) -> String,
+    env: Env<'_>,
+    region: Option<&str>,
+    endpoint: Option<&str>,
+) -> Vec<String> {
+    let mut args = vec![
+        "lambda".to_string(),
+        "deploy".to_string(),
+        output(&format!("{}FunctionName", f.prefix)),
+        "--binary-name".to_string(),
+        f.binary.to_string(),
+        "--iam-role".to_string(),
+        output(&format!("{}RoleArn", f.prefix)),
+        "--timeout".to_string(),
+        output("FunctionTimeout"),
+    ];
+    match env {
+        Env::File(path) => args.extend(["--env-file".to_string(), path.to_string()]),
+        Env::Vars(vars, extra) => {
+            for v in std::iter::once(vars).chain(extra.iter().map(String::as_str)) {
+                args.extend(["--env-var".to_string(), v.to_string()]);
+            }
+        }
+    }
+    if let Some(region) = region {
+        args.extend(["--region".to_string(), region.to_string()]);
+    }
+    if let Some(endpoint) = endpoint {
+        args.extend(["--endpoint-url".to_string(), endpoint.to_string()]);
+    }
+    args
+}
+
+/// The Lambda endpoint the SDK would use instead of AWS's: `AWS_ENDPOINT_URL_LAMBDA`, else
+/// `AWS_ENDPOINT_URL` (cargo-lambda takes it as `--endpoint-url`).
+pub fn endpoint_from_env() -> Option<String> {
+    ["AWS_ENDPOINT_URL_LAMBDA", "AWS_ENDPOINT_URL"]
+        .iter()
+        .filter_map(|k| std::env::var(k).ok())
+        .find(|v| !v.is_empty())
+}
+
+/// Where cargo-lambda puts a function's bootstrap: `<target>/lambda/<binary>/bootstrap`, the
+/// target directory being `CARGO_TARGET_DIR` or `<root>/target`.
+pub fn bootstrap(root: &Path, binary: &str) -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| root.join("target"), PathBuf::from);
+    target.join("lambda").join(binary).join("bootstrap")
+}
+
+/// A command line as a shell would take it back (arguments quoted when needed).
+pub fn command_line(program: &str, args: &[String]) -> String {
+    std::iter::once(program)
+        .chain(args.iter().map(String::as_str))
+        .map(quote)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn quote(arg: &str) -> String {
+    let placeholder = arg.len() > 2 && arg.starts_with('<') && arg.ends_with('>');
+    let plain = !arg.is_empty()
+        && arg
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c));
+    if plain || placeholder {
+        // A placeholder of the dry run, e.g. <HandlerRoleArn>, is shown as it is.
+        arg.to_string()
+    } else {
+        format!("'{}'", arg.replace('\'', r"'\''"))
+    }
+}
+
+/// Runs `program args` in `dir`, its standard error echoed to ours as it comes when `echo`
+/// (a build's progress), and answers its standard output. A failure names the command and
+/// carries the end of its standard error (or of its output when that is empty).
+pub fn run(program: &str, args: &[String], dir: &Path, echo: bool) -> anyhow::Result<String> {
+    let line = command_line(program, args);
+    let mut child = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("`{line}` could not start (is {program} on PATH?)"))?;
+    let stderr = child
+        .stderr
+        .take()
+        .ok_or_else(|| anyhow!("`{line}`: no standard error pipe"))?;
+    let reader = std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        for l in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if echo {
+                let mut err = std::io::stderr().lock();
+                let _ = writeln!(err, "{l}");
+            }
+            lines.push(l);
+        }
+        lines
+    });
+    let mut stdout = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        out.read_to_string(&mut stdout)
+            .with_context(|| format!("reading the output of `{line}`"))?;
+    }
+    let status = child
+        .wait()
+        .with_context(|| format!("waiting for `{line}`"))?;
+    let stderr = reader.join().unwrap_or_default();
+    if status.success() {
+        return Ok(stdout);
+    }
+    let said: Vec<&str> = if stderr.is_empty() {
+        stdout.lines().collect()
+    } else {
+        stderr.iter().map(String::as_str).collect()
+    };
+    let tail = &said[said.len().saturating_sub(STDERR_TAIL)..];
+    bail!("`{line}` failed ({status}):\n{}", tail.join("\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_lines_of_docs_deploy_md() {
+        assert_eq!(
+            command_line("cargo", &build_args(build_flag("arm64").unwrap())),
+            "cargo lambda build --release --arm64 -p interruption-handler -p pool-sweeper"
+        );
+        assert_eq!(build_flag("x86_64").unwrap(), "--x86-64");
+        assert!(build_flag("sparc").is_err());
+        let output = |k: &str| format!("<{k}>");
+        let args = deploy_args(
+            FUNCTIONS[1],
+            &output,
+            Env::Vars("A=1,B=2", &["C=3".to_string()]),
+            Some("eu-west-1"),
+            None,
+        );
+        assert_eq!(
+            command_line("cargo", &args),
+            "cargo lambda deploy <SweeperFunctionName> --binary-name pool-sweeper --iam-role \
+             <SweeperRoleArn> --timeout <FunctionTimeout> --env-var A=1,B=2 --env-var C=3 --region \
+             eu-west-1"
+        );
+        assert_eq!(quote("a b'c"), r"'a b'\''c'");
+    }
+
+    #[test]
+    fn extra_variables_are_checked() {
+        let vars = |raw: &[&str]| raw.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let ok = extra_env(
+            "--handler-env",
+            &vars(&["FOREWARN_LOG=debug", "X=a,b"]),
+            true,
+        );
+        assert_eq!(ok.unwrap().len(), 2);
+        let err = |raw: &[&str], commas| {
+            extra_env("--sweeper-env", &vars(raw), commas)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(err(&["X=a,b"], false).contains("commas"));
+        assert!(err(&["FOREWARN_TABLE=t"], true).contains("stack's outputs set it"));
+        assert!(err(&["1X=a"], true).contains("KEY=VALUE"));
+        assert!(err(&["noequals"], true).contains("KEY=VALUE"));
+        assert!(err(&["X=a\nY=b"], true).contains("one line"));
+    }
+
+    #[test]
+    fn a_failed_command_is_named_with_its_stderr() {
+        let dir = std::env::temp_dir();
+        let args = [
+            "-c".to_string(),
+            "echo hello; echo bad >&2; exit 3".to_string(),
+        ];
+        let e = run("sh", &args, &dir, false).unwrap_err().to_string();
+        assert!(e.contains("`sh -c"), "{e}");
+        assert!(e.ends_with(":\nbad"), "{e}");
+        let ok = run(
+            "sh",
+            &["-c".to_string(), "echo hi".to_string()],
+            &dir,
+            false,
+        )
+        .unwrap();
+        assert_eq!(ok, "hi\n");
+        let missing = run("forewarn-no-such-program", &[], &dir, false).unwrap_err();
+        assert!(missing.to_string().contains("on PATH"), "{missing}");
+    }
+}

@@ -1,0 +1,371 @@
+//! The Kubernetes side of `forewarn deploy`: the manifests of `infra/k8s`, each object created
+//! or replaced (RBAC), or only created when missing (the priority expander's ConfigMap, which the
+//! sweeper owns once it exists).
+
+use std::path::Path;
+
+use anyhow::{Context, anyhow, bail};
+use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use serde_json::{Map, Value};
+
+/// What the command does with the objects of one manifest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// Created when missing, replaced when it differs (`kubectl apply`).
+    Apply,
+    /// Created when missing, never written when it exists (`kubectl create`).
+    CreateOnly,
+}
+
+/// The manifests, in the order they are applied. A new manifest is one more row (its kinds must
+/// be in [`KINDS`]).
+pub const MANIFESTS: &[(&str, Policy)] = &[
+    ("infra/k8s/rbac.yaml", Policy::Apply),
+    ("infra/k8s/priority-expander.yaml", Policy::CreateOnly),
+];
+
+/// One kind the manifests may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kind {
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    pub plural: &'static str,
+    pub namespaced: bool,
+}
+
+const fn kind(
+    group: &'static str,
+    version: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+    namespaced: bool,
+) -> Kind {
+    Kind {
+        group,
+        version,
+        kind,
+        plural,
+        namespaced,
+    }
+}
+
+const RBAC: &str = "rbac.authorization.k8s.io";
+
+/// The kinds of the manifests, with where the API serves them.
+pub const KINDS: &[Kind] = &[
+    kind(RBAC, "v1", "ClusterRole", "clusterroles", false),
+    kind(
+        RBAC,
+        "v1",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+        false,
+    ),
+    kind(RBAC, "v1", "Role", "roles", true),
+    kind(RBAC, "v1", "RoleBinding", "rolebindings", true),
+    kind("", "v1", "ConfigMap", "configmaps", true),
+    kind(
+        "scheduling.k8s.io",
+        "v1",
+        "PriorityClass",
+        "priorityclasses",
+        false,
+    ),
+];
+
+impl Kind {
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    fn resource(&self) -> ApiResource {
+        ApiResource {
+            group: self.group.to_string(),
+            version: self.version.to_string(),
+            api_version: self.api_version(),
+            kind: self.kind.to_string(),
+            plural: self.plural.to_string(),
+        }
+    }
+}
+
+/// One object of a manifest.
+#[derive(Debug, Clone)]
+pub struct Object {
+    pub file: &'static str,
+    pub policy: Policy,
+    pub kind: &'static Kind,
+    pub name: String,
+    /// The manifest's namespace (a namespaced object without one goes to the kubeconfig's).
+    pub namespace: Option<String>,
+    pub body: Value,
+}
+
+impl std::fmt::Display for Object {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {ns}/{}", self.kind.kind, self.name),
+            None => write!(f, "{} {}", self.kind.kind, self.name),
+        }
+    }
+}
+
+/// Every object of [`MANIFESTS`] under `root`, checked: a kind outside [`KINDS`], an object
+/// without a name or a file that does not parse is an error naming it.
+pub fn load(root: &Path) -> anyhow::Result<Vec<Object>> {
+    let mut objects = Vec::new();
+    for &(file, policy) in MANIFESTS {
+        let path = root.join(file);
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let docs: Vec<Value> =
+            serde_saphyr::from_multiple(&text).with_context(|| format!("parsing {file}"))?;
+        for body in docs.into_iter().filter(|d| !d.is_null()) {
+            objects.push(object(file, policy, body)?);
+        }
+    }
+    Ok(objects)
+}
+
+fn object(file: &'static str, policy: Policy, body: Value) -> anyhow::Result<Object> {
+    let text = |field: &str| body.pointer(field).and_then(Value::as_str);
+    let api_version = text("/apiVersion").unwrap_or_default();
+    let kind_name = text("/kind").unwrap_or_default();
+    let kind = KINDS
+        .iter()
+        .find(|k| k.kind == kind_name && k.api_version() == api_version)
+        .ok_or_else(|| {
+            let known: Vec<String> = KINDS
+                .iter()
+                .map(|k| format!("{} {}", k.api_version(), k.kind))
+                .collect();
+            anyhow!(
+                "{file}: kind {kind_name:?} of apiVersion {api_version:?} is not one forewarn \
+                 deploy knows (it knows {})",
+                known.join(", ")
+            )
+        })?;
+    let name = text("/metadata/name")
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| anyhow!("{file}: a {kind_name} without metadata.name"))?
+        .to_string();
+    let namespace = text("/metadata/namespace").map(str::to_string);
+    if namespace.is_some() && !kind.namespaced {
+        bail!("{file}: {kind_name} {name} is cluster-scoped but names a namespace");
+    }
+    Ok(Object {
+        file,
+        policy,
+        kind,
+        name,
+        namespace,
+        body,
+    })
+}
+
+/// What was done with an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Created,
+    Replaced,
+    Unchanged,
+    /// It exists and is left as it is ([`Policy::CreateOnly`]).
+    Kept,
+    WouldCreate,
+    WouldReplace,
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Outcome::Created => "created",
+            Outcome::Replaced => "replaced (it differed from the manifest)",
+            Outcome::Unchanged => "unchanged",
+            Outcome::Kept => "exists: left as it is (the sweeper keeps it)",
+            Outcome::WouldCreate => "would be created",
+            Outcome::WouldReplace => "would be replaced (it differs from the manifest)",
+        })
+    }
+}
+
+/// The commands that apply the manifests by hand.
+pub fn kubectl_commands() -> Vec<String> {
+    MANIFESTS
+        .iter()
+        .map(|&(file, policy)| match policy {
+            Policy::Apply => format!("kubectl apply -f {file}"),
+            Policy::CreateOnly => format!(
+                "kubectl create -f {file}   # once: when it exists, its AlreadyExists error is \
+                 expected"
+            ),
+        })
+        .collect()
+}
+
+/// Creates, replaces or keeps `object` in the cluster of `client` as its policy says; with
+/// `dry_run`, only reads it and says what would be done.
+pub async fn apply(
+    client: &kube::Client,
+    object: &Object,
+    dry_run: bool,
+) -> anyhow::Result<Outcome> {
+    let resource = object.kind.resource();
+    let api: Api<DynamicObject> = match (object.kind.namespaced, &object.namespace) {
+        (false, _) => Api::all_with(client.clone(), &resource),
+        (true, Some(ns)) => Api::namespaced_with(client.clone(), ns, &resource),
+        (true, None) => Api::default_namespaced_with(client.clone(), &resource),
+    };
+    let existing = api
+        .get_opt(&object.name)
+        .await
+        .with_context(|| format!("reading {object}"))?;
+    let params = PostParams {
+        dry_run: false,
+        field_manager: Some(forewarn::adapters::kube::FIELD_MANAGER.to_string()),
+    };
+    let Some(existing) = existing else {
+        if dry_run {
+            return Ok(Outcome::WouldCreate);
+        }
+        let desired: DynamicObject = serde_json::from_value(object.body.clone())
+            .with_context(|| format!("{}: {object} is not a Kubernetes object", object.file))?;
+        return match api.create(&params, &desired).await {
+            Ok(_) => Ok(Outcome::Created),
+            // Created meanwhile by someone else: the sweeper's from now on.
+            Err(kube::Error::Api(s)) if s.code == 409 && object.policy == Policy::CreateOnly => {
+                Ok(Outcome::Kept)
+            }
+            Err(e) => Err(e).with_context(|| format!("creating {object}")),
+        };
+    };
+    let existing = serde_json::to_value(&existing).context("reading back an object")?;
+    if object.policy == Policy::CreateOnly {
+        return Ok(Outcome::Kept);
+    }
+    if same(&object.body, &existing) {
+        return Ok(Outcome::Unchanged);
+    }
+    if dry_run {
+        return Ok(Outcome::WouldReplace);
+    }
+    let replacement: DynamicObject =
+        serde_json::from_value(replacement(&object.body, &existing))
+            .with_context(|| format!("{}: {object} is not a Kubernetes object", object.file))?;
+    api.replace(&object.name, &params, &replacement)
+        .await
+        .with_context(|| format!("replacing {object}"))?;
+    Ok(Outcome::Replaced)
+}
+
+/// Whether the cluster's object says what the manifest says: every field of the manifest
+/// besides its metadata equal, and the manifest's labels and annotations on it.
+fn same(desired: &Value, existing: &Value) -> bool {
+    let Some(fields) = desired.as_object() else {
+        return false;
+    };
+    let fields_same = fields
+        .iter()
+        .filter(|(k, _)| !["apiVersion", "kind", "metadata"].contains(&k.as_str()))
+        .all(|(k, v)| existing.get(k) == Some(v));
+    let meta_same = ["labels", "annotations"].iter().all(|m| {
+        let want = desired["metadata"][m].as_object();
+        want.is_none_or(|want| {
+            want.iter()
+                .all(|(k, v)| existing["metadata"][m].get(k) == Some(v))
+        })
+    });
+    fields_same && meta_same
+}
+
+/// The manifest's object as a replace of `existing`: its `resourceVersion` (a change since the
+/// read answers 409), and the labels and annotations of the cluster's object that the manifest
+/// does not set (other tools' are kept).
+fn replacement(desired: &Value, existing: &Value) -> Value {
+    let mut body = desired.clone();
+    let meta = &mut body["metadata"];
+    meta["resourceVersion"] = existing["metadata"]["resourceVersion"].clone();
+    for m in ["labels", "annotations"] {
+        let mut merged: Map<String, Value> = existing["metadata"][m]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        if let Some(want) = desired["metadata"][m].as_object() {
+            merged.extend(want.clone());
+        }
+        if !merged.is_empty() {
+            meta[m] = Value::Object(merged);
+        }
+    }
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_manifests_load_with_known_kinds() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let objects = load(&root).unwrap();
+        let names: Vec<String> = objects.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            names,
+            [
+                "ClusterRole forewarn",
+                "ClusterRoleBinding forewarn",
+                "Role kube-system/forewarn-priorities",
+                "RoleBinding kube-system/forewarn-priorities",
+                "Role kube-system/forewarn-policy",
+                "RoleBinding kube-system/forewarn-policy",
+                "ConfigMap kube-system/cluster-autoscaler-priority-expander",
+            ]
+        );
+        assert_eq!(objects.last().unwrap().policy, Policy::CreateOnly);
+    }
+
+    #[test]
+    fn an_unknown_kind_or_a_nameless_object_is_named() {
+        let e = object(
+            "f.yaml",
+            Policy::Apply,
+            json!({"apiVersion": "v1", "kind": "Secret"}),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("f.yaml") && e.contains("\"Secret\""), "{e}");
+        assert!(
+            e.contains("rbac.authorization.k8s.io/v1 ClusterRole"),
+            "{e}"
+        );
+        let e = object(
+            "f.yaml",
+            Policy::Apply,
+            json!({"apiVersion": "v1", "kind": "ConfigMap"}),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("without metadata.name"), "{e}");
+    }
+
+    #[test]
+    fn same_compares_what_the_manifest_sets() {
+        let desired = json!({"kind": "Role", "metadata": {"name": "r", "labels": {"a": "1"}},
+            "rules": [{"verbs": ["get"]}]});
+        let mut existing = json!({"kind": "Role", "metadata": {"name": "r",
+            "resourceVersion": "7", "uid": "u", "labels": {"a": "1", "b": "2"}},
+            "rules": [{"verbs": ["get"]}]});
+        assert!(same(&desired, &existing));
+        existing["rules"][0]["verbs"] = json!(["get", "list"]);
+        assert!(!same(&desired, &existing));
+        let body = replacement(&desired, &existing);
+        assert_eq!(body["metadata"]["resourceVersion"], "7");
+        assert_eq!(body["metadata"]["labels"], json!({"a": "1", "b": "2"}));
+        assert_eq!(body["rules"], desired["rules"]);
+    }
+}

@@ -1,0 +1,608 @@
+//! The CloudFormation side of `forewarn deploy`: the template's parameters, the stack's current
+//! state, the parameters of each pass, create-or-update and the wait for its end.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, anyhow, bail};
+use aws_sdk_cloudformation::Client;
+use aws_sdk_cloudformation::error::ProvideErrorMetadata;
+use aws_sdk_cloudformation::types::{Capability, Parameter};
+use forewarn::adapters::aws::aws_error_text;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Set by the command: `false` on a first deploy, `true` once both functions exist.
+pub const FUNCTIONS_DEPLOYED: &str = "FunctionsDeployed";
+/// Given with `--cluster`.
+pub const CLUSTER_NAME: &str = "ClusterName";
+/// Selects the build flag.
+pub const FUNCTION_ARCHITECTURE: &str = "FunctionArchitecture";
+
+/// How long a stack operation may take before the command gives up waiting (CloudFormation
+/// goes on; the next run waits for nothing and fails while it is in progress).
+const WAIT_LIMIT: Duration = Duration::from_secs(3600);
+/// The longest pause between two looks at a stack in progress.
+const POLL_MAX: Duration = Duration::from_secs(5);
+
+/// One parameter of the template: its default and allowed values.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Declared {
+    pub default: Option<String>,
+    pub allowed: Vec<String>,
+}
+
+/// The template's parameters, by name.
+pub type Template = BTreeMap<String, Declared>;
+
+#[derive(Deserialize)]
+struct Section {
+    #[serde(rename = "Parameters")]
+    parameters: BTreeMap<String, RawDeclared>,
+}
+
+#[derive(Deserialize)]
+struct RawDeclared {
+    #[serde(rename = "Default")]
+    default: Option<Value>,
+    #[serde(rename = "AllowedValues", default)]
+    allowed: Vec<Value>,
+}
+
+/// A YAML scalar as CloudFormation takes it: a string.
+fn scalar(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The `Parameters` section of a template. Only that section is parsed: the rest holds
+/// CloudFormation's short-form tags (`!Ref`, `!Sub`), which a YAML reader does not know.
+pub fn declared(template: &str) -> anyhow::Result<Template> {
+    let mut lines = template
+        .lines()
+        .skip_while(|l| l.trim_end() != "Parameters:");
+    let head = lines
+        .next()
+        .context("the template has no top-level `Parameters:` section")?;
+    let mut text = format!("{head}\n");
+    for line in lines.take_while(|l| l.is_empty() || l.starts_with([' ', '#'])) {
+        text.push_str(line);
+        text.push('\n');
+    }
+    let section: Section =
+        serde_saphyr::from_str(&text).context("reading the template's Parameters section")?;
+    Ok(section
+        .parameters
+        .into_iter()
+        .map(|(k, d)| {
+            let declared = Declared {
+                default: d.default.as_ref().map(scalar),
+                allowed: d.allowed.iter().map(scalar).collect(),
+            };
+            (k, declared)
+        })
+        .collect())
+}
+
+/// The `--parameter KEY=VALUE` arguments, checked against the template: no `FunctionsDeployed`
+/// (the command sets it), no `ClusterName` (`--cluster`), no key given twice, no key or value the
+/// template refuses.
+pub fn given(raw: &[String], template: &Template) -> anyhow::Result<Vec<(String, String)>> {
+    let mut given: Vec<(String, String)> = Vec::new();
+    for arg in raw {
+        let (key, value) = arg
+            .split_once('=')
+            .ok_or_else(|| anyhow!("--parameter {arg}: expected KEY=VALUE"))?;
+        match key {
+            FUNCTIONS_DEPLOYED => bail!(
+                "--parameter {FUNCTIONS_DEPLOYED}: forewarn deploy sets it (false on a first \
+                 deploy until both functions exist, then true); leave it out"
+            ),
+            CLUSTER_NAME => bail!("--parameter {CLUSTER_NAME}: give the cluster with --cluster"),
+            _ => {}
+        }
+        let Some(declared) = template.get(key) else {
+            let known: Vec<&str> = template
+                .keys()
+                .map(String::as_str)
+                .filter(|k| ![FUNCTIONS_DEPLOYED, CLUSTER_NAME].contains(k))
+                .collect();
+            bail!(
+                "--parameter {key}: infra/forewarn.yaml has no such parameter (it has {})",
+                known.join(", ")
+            );
+        };
+        if !declared.allowed.is_empty() && !declared.allowed.iter().any(|a| a == value) {
+            bail!(
+                "--parameter {key}={value}: must be one of {}",
+                declared.allowed.join(", ")
+            );
+        }
+        if given.iter().any(|(k, _)| k == key) {
+            bail!("--parameter {key} is given twice");
+        }
+        given.push((key.to_string(), value.to_string()));
+    }
+    Ok(given)
+}
+
+/// What DescribeStacks says of an existing stack.
+#[derive(Debug, Clone, Default)]
+pub struct Current {
+    pub status: String,
+    pub reason: Option<String>,
+    pub parameters: BTreeMap<String, String>,
+    pub outputs: BTreeMap<String, String>,
+}
+
+/// Whether the stack can be updated now; an error saying why not and what to do.
+pub fn check_updatable(name: &str, current: &Current) -> anyhow::Result<()> {
+    let status = current.status.as_str();
+    if status.ends_with("_IN_PROGRESS") {
+        bail!("stack {name} is {status}: wait until it is done, then run forewarn deploy again");
+    }
+    if matches!(
+        status,
+        "ROLLBACK_COMPLETE" | "ROLLBACK_FAILED" | "CREATE_FAILED" | "DELETE_FAILED"
+    ) {
+        bail!(
+            "stack {name} is {status} ({}): it cannot be updated; delete it \
+             (aws cloudformation delete-stack --stack-name {name}) and run forewarn deploy again",
+            current.reason.as_deref().unwrap_or("no reason given")
+        );
+    }
+    Ok(())
+}
+
+/// The stack, or `None` when it does not exist.
+pub async fn describe(cfn: &Client, name: &str) -> anyhow::Result<Option<Current>> {
+    let out = match cfn.describe_stacks().stack_name(name).send().await {
+        Ok(out) => out,
+        Err(e)
+            if e.code() == Some("ValidationError")
+                && e.message().is_some_and(|m| m.contains("does not exist")) =>
+        {
+            return Ok(None);
+        }
+        Err(e) => bail!("describing stack {name}: {}", aws_error_text(&e)),
+    };
+    let Some(stack) = out.stacks().first() else {
+        return Ok(None);
+    };
+    let pairs = |items: Vec<(Option<&str>, Option<&str>)>| {
+        items
+            .into_iter()
+            .filter_map(|(k, v)| Some((k?.to_string(), v.unwrap_or_default().to_string())))
+            .collect()
+    };
+    Ok(Some(Current {
+        status: stack
+            .stack_status()
+            .map(|s| s.as_str().to_string())
+            .unwrap_or_default(),
+        reason: stack.stack_status_reason().map(str::to_string),
+        parameters: pairs(
+            stack
+                .parameters()
+                .iter()
+                .map(|p| (p.parameter_key(), p.parameter_value()))
+                .collect(),
+        ),
+        outputs: pairs(
+            stack
+                .outputs()
+                .iter()
+                .map(|o| (o.output_key(), o.output_value()))
+                .collect(),
+        ),
+    }))
+}
+
+/// Where a parameter's value comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// `--cluster`, `--parameter`, or set by the command.
+    Given,
+    /// The existing stack's value, kept.
+    Kept,
+}
+
+/// One parameter sent to CloudFormation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Param {
+    pub key: String,
+    pub value: String,
+    pub origin: Origin,
+}
+
+/// The parameters of both passes.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Whether the stack exists (the first pass updates it).
+    pub exists: bool,
+    /// The first pass: given, else kept, else the template's default (not sent).
+    pub first: Vec<Param>,
+    /// Whether the first pass leaves `FunctionsDeployed` true (an existing stack's value).
+    pub wired: bool,
+    defaults: BTreeMap<String, String>,
+}
+
+impl Plan {
+    /// A new stack: the given parameters and `FunctionsDeployed=false`. An existing one: its
+    /// own `FunctionsDeployed` (an upgrade never removes the event source mapping), the given
+    /// parameters, and the previous value of every other parameter the template still declares
+    /// (as `aws cloudformation deploy` does), sent explicitly: moto's UsePreviousValue
+    /// only knows parameters given at creation. New parameters take their defaults.
+    pub fn new(
+        stack: &str,
+        cluster: &str,
+        given: &[(String, String)],
+        current: Option<&Current>,
+        template: &Template,
+    ) -> anyhow::Result<Plan> {
+        let defaults = template
+            .iter()
+            .filter_map(|(k, d)| Some((k.clone(), d.default.clone()?)))
+            .collect();
+        let param = |key: &str, value: &str, origin| Param {
+            key: key.to_string(),
+            value: value.to_string(),
+            origin,
+        };
+        let mut first = vec![param(CLUSTER_NAME, cluster, Origin::Given)];
+        let wired = match current {
+            None => {
+                first.push(param(FUNCTIONS_DEPLOYED, "false", Origin::Given));
+                false
+            }
+            Some(current) => {
+                if let Some(other) = current.parameters.get(CLUSTER_NAME)
+                    && other != cluster
+                {
+                    bail!(
+                        "stack {stack} is the stack of cluster {other}, not {cluster}: give \
+                         --cluster {other}, or another --stack-name"
+                    );
+                }
+                let value = current
+                    .parameters
+                    .get(FUNCTIONS_DEPLOYED)
+                    .map_or("false", String::as_str);
+                first.push(param(FUNCTIONS_DEPLOYED, value, Origin::Kept));
+                value == "true"
+            }
+        };
+        for (key, value) in given {
+            first.push(param(key, value, Origin::Given));
+        }
+        if let Some(current) = current {
+            for (key, value) in &current.parameters {
+                let known = template.contains_key(key);
+                if known && !first.iter().any(|p| &p.key == key) {
+                    first.push(param(key, value, Origin::Kept));
+                }
+            }
+        }
+        Ok(Plan {
+            exists: current.is_some(),
+            first,
+            wired,
+            defaults,
+        })
+    }
+
+    /// The value a parameter will have after the first pass.
+    pub fn value(&self, key: &str) -> Option<&str> {
+        self.first
+            .iter()
+            .find(|p| p.key == key)
+            .map(|p| p.value.as_str())
+            .or_else(|| self.defaults.get(key).map(String::as_str))
+    }
+
+    /// The second pass: the first with `FunctionsDeployed=true`.
+    pub fn second(&self) -> Vec<Param> {
+        let mut params = self.first.clone();
+        for p in &mut params {
+            if p.key == FUNCTIONS_DEPLOYED {
+                p.value = "true".into();
+                p.origin = Origin::Given;
+            }
+        }
+        params
+    }
+
+    /// `K=V K=V (kept: K=V ...; N more at their defaults)`, for the steps' lines: what is given,
+    /// and what an existing stack keeps (its values at the template's defaults only counted).
+    pub fn describe(&self, params: &[Param]) -> String {
+        let pair = |p: &Param| format!("{}={}", p.key, p.value);
+        let mut text = params
+            .iter()
+            .filter(|p| p.origin == Origin::Given)
+            .map(pair)
+            .collect::<Vec<_>>()
+            .join(" ");
+        let (at_default, kept): (Vec<&Param>, Vec<&Param>) = params
+            .iter()
+            .filter(|p| p.origin == Origin::Kept)
+            .partition(|p| {
+                self.defaults.get(&p.key) == Some(&p.value) && p.key != FUNCTIONS_DEPLOYED
+            });
+        let mut notes: Vec<String> = Vec::new();
+        if !kept.is_empty() {
+            notes.push(kept.into_iter().map(pair).collect::<Vec<_>>().join(" "));
+        }
+        if !at_default.is_empty() {
+            notes.push(format!("{} more at their defaults", at_default.len()));
+        }
+        if !notes.is_empty() {
+            text.push_str(&format!(" (kept: {})", notes.join("; ")));
+        }
+        text
+    }
+}
+
+/// What a create-or-update did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    Created,
+    Updated,
+    Unchanged,
+}
+
+impl std::fmt::Display for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Change::Created => "created",
+            Change::Updated => "updated",
+            Change::Unchanged => "unchanged (no updates are to be performed)",
+        })
+    }
+}
+
+fn sdk_params(params: &[Param]) -> Vec<Parameter> {
+    params
+        .iter()
+        .map(|p| {
+            Parameter::builder()
+                .parameter_key(&p.key)
+                .parameter_value(&p.value)
+                .build()
+        })
+        .collect()
+}
+
+/// Creates the stack (`exists` false) or updates it, and waits until it is done. "No updates are
+/// to be performed" is [`Change::Unchanged`].
+pub async fn create_or_update(
+    cfn: &Client,
+    name: &str,
+    template: &str,
+    params: &[Param],
+    exists: bool,
+) -> anyhow::Result<Change> {
+    let started = SystemTime::now();
+    if !exists {
+        cfn.create_stack()
+            .stack_name(name)
+            .template_body(template)
+            .set_parameters(Some(sdk_params(params)))
+            .capabilities(Capability::CapabilityNamedIam)
+            .send()
+            .await
+            .map_err(|e| anyhow!("CreateStack {name}: {}", aws_error_text(&e)))?;
+        wait(cfn, name, "CREATE_COMPLETE", started).await?;
+        return Ok(Change::Created);
+    }
+    let sent = cfn
+        .update_stack()
+        .stack_name(name)
+        .template_body(template)
+        .set_parameters(Some(sdk_params(params)))
+        .capabilities(Capability::CapabilityNamedIam)
+        .send()
+        .await;
+    match sent {
+        Ok(_) => {}
+        Err(e)
+            if e.message()
+                .is_some_and(|m| m.contains("No updates are to be performed")) =>
+        {
+            return Ok(Change::Unchanged);
+        }
+        Err(e) => bail!("UpdateStack {name}: {}", aws_error_text(&e)),
+    }
+    wait(cfn, name, "UPDATE_COMPLETE", started).await?;
+    Ok(Change::Updated)
+}
+
+/// Waits until the stack's operation ends: `Ok` when it ends in `done`, else an error naming the
+/// status, its reason and the first failed resources of this operation.
+async fn wait(cfn: &Client, name: &str, done: &str, started: SystemTime) -> anyhow::Result<()> {
+    let deadline = Instant::now() + WAIT_LIMIT;
+    let mut pause = Duration::from_millis(250);
+    loop {
+        let current = describe(cfn, name)
+            .await?
+            .ok_or_else(|| anyhow!("stack {name} is gone"))?;
+        let status = current.status.as_str();
+        if status == done {
+            return Ok(());
+        }
+        if !status.ends_with("_IN_PROGRESS") && !status.is_empty() {
+            let reason = current.reason.as_deref().unwrap_or("no reason given");
+            let failures = failed_resources(cfn, name, started).await;
+            bail!("stack {name} ended {status} (expected {done}): {reason}{failures}");
+        }
+        if Instant::now() > deadline {
+            bail!("stack {name} is still {status} after {WAIT_LIMIT:?}: look at its events");
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(POLL_MAX);
+    }
+}
+
+/// `; <resource> <status>: <reason>` for the failed resources of the operation begun at
+/// `started`, oldest first (at most three); empty when none can be read.
+async fn failed_resources(cfn: &Client, name: &str, started: SystemTime) -> String {
+    let Ok(events) = cfn.describe_stack_events().stack_name(name).send().await else {
+        return String::new();
+    };
+    let since = started
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+        - 60;
+    let mut failed: Vec<String> = events
+        .stack_events()
+        .iter()
+        .filter(|e| e.timestamp().is_some_and(|t| t.secs() >= since))
+        .filter(|e| {
+            e.resource_status()
+                .is_some_and(|s| s.as_str().ends_with("_FAILED"))
+        })
+        .filter_map(|e| {
+            Some(format!(
+                "{} {}: {}",
+                e.logical_resource_id()?,
+                e.resource_status()?.as_str(),
+                e.resource_status_reason().unwrap_or("no reason given")
+            ))
+        })
+        .collect();
+    failed.reverse();
+    failed.truncate(3);
+    failed.iter().map(|f| format!("; {f}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn template() -> Template {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../infra/forewarn.yaml");
+        declared(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_template_declares_its_parameters_with_defaults() {
+        let t = template();
+        assert_eq!(
+            t[FUNCTION_ARCHITECTURE].default.as_deref(),
+            Some("arm64"),
+            "{t:?}"
+        );
+        assert_eq!(t[FUNCTION_ARCHITECTURE].allowed, ["arm64", "x86_64"]);
+        assert_eq!(t["BatchSize"].default.as_deref(), Some("10"));
+        assert_eq!(t[FUNCTIONS_DEPLOYED].default.as_deref(), Some("false"));
+        assert!(t.contains_key(CLUSTER_NAME) && t[CLUSTER_NAME].default.is_none());
+        assert!(
+            t.contains_key("QueueAgeAlarmThreshold"),
+            "the last one: {t:?}"
+        );
+    }
+
+    #[test]
+    fn given_parameters_are_checked() {
+        let t = template();
+        let ok = given(
+            &strings(&["FunctionArchitecture=x86_64", "SweepSchedule=rate(1 hour)"]),
+            &t,
+        )
+        .unwrap();
+        assert_eq!(ok[1], ("SweepSchedule".into(), "rate(1 hour)".into()));
+        let err = |args: &[&str]| given(&strings(args), &t).unwrap_err().to_string();
+        assert!(err(&["FunctionsDeployed=true"]).contains("forewarn deploy sets it"));
+        assert!(err(&["ClusterName=x"]).contains("--cluster"));
+        assert!(err(&["Nope=1"]).contains("no such parameter"));
+        assert!(err(&["Nope=1"]).contains("FunctionArchitecture"));
+        assert!(err(&["FunctionArchitecture=sparc"]).contains("arm64, x86_64"));
+        assert!(err(&["BatchSize"]).contains("KEY=VALUE"));
+        assert!(err(&["BatchSize=1", "BatchSize=2"]).contains("twice"));
+    }
+
+    #[test]
+    fn an_existing_stack_keeps_its_values_and_its_wiring() {
+        let t = template();
+        let current = Current {
+            status: "UPDATE_COMPLETE".into(),
+            parameters: [
+                (CLUSTER_NAME, "demo"),
+                (FUNCTIONS_DEPLOYED, "true"),
+                (FUNCTION_ARCHITECTURE, "x86_64"),
+                ("BatchSize", "5"),
+                ("KubernetesGroup", "forewarn"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+            ..Current::default()
+        };
+        let given = vec![("BatchSize".to_string(), "7".to_string())];
+        let plan = Plan::new("s", "demo", &given, Some(&current), &t).unwrap();
+        assert!(plan.exists && plan.wired);
+        assert_eq!(plan.value(FUNCTION_ARCHITECTURE), Some("x86_64"));
+        assert_eq!(plan.value("BatchSize"), Some("7"));
+        assert_eq!(plan.value("SweepSchedule"), Some("rate(5 minutes)"));
+        assert!(
+            !plan.first.iter().any(|p| p.key == "KubernetesGroup"),
+            "a parameter the template no longer declares is dropped: {:?}",
+            plan.first
+        );
+        assert_eq!(
+            plan.describe(&plan.first),
+            "ClusterName=demo BatchSize=7 (kept: FunctionsDeployed=true FunctionArchitecture=x86_64)"
+        );
+        let mut at_defaults = current.clone();
+        at_defaults
+            .parameters
+            .insert("SweepSchedule".into(), "rate(5 minutes)".into());
+        at_defaults
+            .parameters
+            .insert("MaxReceiveCount".into(), "15".into());
+        let plan = Plan::new("s", "demo", &[], Some(&at_defaults), &t).unwrap();
+        assert_eq!(
+            plan.describe(&plan.first),
+            "ClusterName=demo (kept: FunctionsDeployed=true BatchSize=5 FunctionArchitecture=x86_64; \
+             2 more at their defaults)"
+        );
+        let other = Plan::new("s", "prod", &[], Some(&current), &t).unwrap_err();
+        assert!(
+            other.to_string().contains("cluster demo, not prod"),
+            "{other}"
+        );
+    }
+
+    #[test]
+    fn a_new_stack_starts_unwired_and_the_second_pass_wires_it() {
+        let plan = Plan::new("s", "demo", &[], None, &template()).unwrap();
+        assert!(!plan.exists && !plan.wired);
+        assert_eq!(plan.value(FUNCTIONS_DEPLOYED), Some("false"));
+        assert_eq!(plan.value(FUNCTION_ARCHITECTURE), Some("arm64"));
+        let second = plan.second();
+        assert!(
+            second
+                .iter()
+                .any(|p| p.key == FUNCTIONS_DEPLOYED && p.value == "true")
+        );
+        assert_eq!(second.len(), plan.first.len());
+    }
+
+    #[test]
+    fn busy_or_failed_stacks_are_not_updated() {
+        let at = |status: &str| Current {
+            status: status.into(),
+            ..Current::default()
+        };
+        assert!(check_updatable("s", &at("UPDATE_ROLLBACK_COMPLETE")).is_ok());
+        let busy = check_updatable("s", &at("UPDATE_IN_PROGRESS")).unwrap_err();
+        assert!(busy.to_string().contains("wait until it is done"), "{busy}");
+        let failed = check_updatable("s", &at("ROLLBACK_COMPLETE")).unwrap_err();
+        assert!(failed.to_string().contains("delete-stack"), "{failed}");
+    }
+}

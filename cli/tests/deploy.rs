@@ -1,0 +1,603 @@
+//! `forewarn deploy` end to end: against moto (its endpoint through AWS_ENDPOINT_URL, as the SDK
+//! and `cargo lambda deploy --endpoint-url` take it) and the Kubernetes API fake (through a
+//! kubeconfig). A dry run changes nothing; a first run creates the stack, both functions, the
+//! event source mapping and the manifests' objects; a second run (an upgrade, without the
+//! parameters: the stack keeps them) leaves the mapping and the priority expander's ConfigMap as
+//! they are and puts back an RBAC object that drifted.
+//!
+//! The functions must have been built with `cargo lambda build --x86-64` (scripts/test.sh does
+//! it first); the runs use `--no-build`: the release build for arm64 cannot run on these
+//! machines.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use aws_sdk_cloudformation::Client;
+use forewarn_tests::moto::{runtime, shared, unique_name};
+use kube_fake::{KubeFake, ResourceDef, StatusOnCreate};
+use serde_json::{Value, json};
+
+mod support;
+use support::{Forewarn, kubeconfig_for, root};
+
+fn bootstrap(binary: &str) -> PathBuf {
+    let path = root().join("target/lambda").join(binary).join("bootstrap");
+    assert!(
+        path.is_file(),
+        "{} is missing: build the functions first with `cargo lambda build --x86-64 \
+         -p interruption-handler -p pool-sweeper` (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
+/// The venv's tools (cargo-lambda, the AWS CLI) first on PATH.
+fn path_with_venv() -> String {
+    format!(
+        "{}:{}",
+        root().join(".venv/bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// A row of the fake for an RBAC kind, which it does not serve by default.
+fn rbac(kind: &'static str, plural: &'static str, namespaced: bool) -> ResourceDef {
+    ResourceDef {
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        kind,
+        plural,
+        singular: "",
+        namespaced,
+        short_names: &[],
+        custom: false,
+        status_subresource: false,
+        status_on_create: StatusOnCreate::Keep,
+        delete_returns_object: false,
+        create_on_update: true,
+        field_labels: None,
+        list_merge: &[],
+    }
+}
+
+async fn fake() -> KubeFake {
+    KubeFake::builder()
+        .resource(rbac("ClusterRole", "clusterroles", false))
+        .resource(rbac("ClusterRoleBinding", "clusterrolebindings", false))
+        .resource(rbac("Role", "roles", true))
+        .resource(rbac("RoleBinding", "rolebindings", true))
+        .start()
+        .await
+}
+
+/// `forewarn <args>` in the workspace root against moto at `endpoint` and the cluster of
+/// `kubeconfig`, off the runtime (which serves the fake).
+async fn forewarn(endpoint: &str, kubeconfig: &Path, args: &[&str]) -> Output {
+    let (endpoint, kubeconfig) = (endpoint.to_string(), kubeconfig.to_path_buf());
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let state = tempfile::tempdir().unwrap();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Forewarn::new(state.path())
+            .aws_testing()
+            .env("AWS_ENDPOINT_URL", &endpoint)
+            .env_remove("AWS_ENDPOINT_URL_LAMBDA")
+            .env_remove("AWS_ENDPOINT_URL_CLOUDFORMATION")
+            .env_remove("AWS_PROFILE")
+            .env("KUBECONFIG", &kubeconfig)
+            .env_remove("FOREWARN_EKS_CLUSTER")
+            .env("PATH", path_with_venv())
+            .run(&args)
+    })
+    .await
+    .unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn succeeded(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "forewarn deploy failed:\n{}\n{}",
+        stdout(out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout(out)
+}
+
+/// The venv's `aws` against moto; `None` when it fails.
+fn aws(endpoint: &str, args: &[&str]) -> Option<Value> {
+    let out = Command::new("aws")
+        .args(args)
+        .args(["--output", "json"])
+        .env("PATH", path_with_venv())
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .env("AWS_ENDPOINT_URL", endpoint)
+        .output()
+        .expect("run the venv's aws (scripts/test.sh installs it)");
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).unwrap())
+}
+
+async fn stack_parameters(cfn: &Client, name: &str) -> std::collections::BTreeMap<String, String> {
+    let d = cfn.describe_stacks().stack_name(name).send().await.unwrap();
+    let stack = &d.stacks()[0];
+    assert_eq!(
+        stack.stack_status().map(|s| s.as_str()),
+        Some("UPDATE_COMPLETE")
+    );
+    stack
+        .parameters()
+        .iter()
+        .map(|p| {
+            (
+                p.parameter_key().unwrap().to_string(),
+                p.parameter_value().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The event source mapping of the stack (moto's list-event-source-mappings does not show it
+/// reliably and its DescribeStackResource answers 500: its physical id from
+/// ListStackResources, as tests/tests/lambda_deploy.rs does) and what Lambda says of it.
+async fn mapping(cfn: &Client, stack: &str, endpoint: &str) -> (String, Value) {
+    let resources = cfn
+        .list_stack_resources()
+        .stack_name(stack)
+        .send()
+        .await
+        .unwrap();
+    let uuid = resources
+        .stack_resource_summaries()
+        .iter()
+        .find(|r| r.logical_resource_id() == Some("HandlerEventSourceMapping"))
+        .and_then(|r| r.physical_resource_id())
+        .expect("the stack has the event source mapping")
+        .to_string();
+    let m = aws(
+        endpoint,
+        &["lambda", "get-event-source-mapping", "--uuid", &uuid],
+    )
+    .expect("the mapping exists in Lambda");
+    (uuid, m)
+}
+
+fn function(endpoint: &str, name: &str) -> Option<Value> {
+    aws(
+        endpoint,
+        &[
+            "lambda",
+            "get-function-configuration",
+            "--function-name",
+            name,
+        ],
+    )
+}
+
+const EXPANDER: &str = "cluster-autoscaler-priority-expander";
+
+#[test]
+fn a_dry_run_prints_every_step_and_changes_nothing() {
+    let server = shared();
+    let endpoint = server.endpoint();
+    runtime().block_on(async {
+        let fake = fake().await;
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = kubeconfig_for(&fake.url(), dir.path());
+        let cluster = unique_name("dry");
+        let stack = format!("forewarn-{cluster}");
+        let out = forewarn(
+            &endpoint,
+            &kubeconfig,
+            &[
+                "deploy",
+                "--cluster",
+                &cluster,
+                "--dry-run",
+                "--parameter",
+                "FunctionArchitecture=x86_64",
+                "--parameter",
+                "CreateAccessEntry=false",
+                "--kube",
+            ],
+        )
+        .await;
+        let text = succeeded(&out);
+        for line in [
+            format!("stack {stack}: does not exist yet"),
+            "[1/5] build (x86_64): cargo lambda build --release --x86-64 -p interruption-handler \
+             -p pool-sweeper"
+                .to_string(),
+            format!(
+                "[2/5] stack {stack}: create with ClusterName={cluster} FunctionsDeployed=false \
+                 FunctionArchitecture=x86_64 CreateAccessEntry=false"
+            ),
+            format!(
+                "cargo lambda deploy <HandlerFunctionName> --binary-name interruption-handler \
+                 --iam-role <HandlerRoleArn> --timeout <FunctionTimeout> --env-file <a file \
+                 holding HandlerEnvFile> --region us-east-1 --endpoint-url {endpoint}"
+            ),
+            format!(
+                "cargo lambda deploy <SweeperFunctionName> --binary-name pool-sweeper --iam-role \
+                 <SweeperRoleArn> --timeout <FunctionTimeout> --env-var <SweeperEnvVars> \
+                 --region us-east-1 --endpoint-url {endpoint}"
+            ),
+            format!(
+                "would update it with ClusterName={cluster} FunctionsDeployed=true \
+                 FunctionArchitecture=x86_64 CreateAccessEntry=false"
+            ),
+            "ClusterRole forewarn: would be created".to_string(),
+            "RoleBinding kube-system/forewarn-policy: would be created".to_string(),
+            format!("ConfigMap kube-system/{EXPANDER}: would be created"),
+            "dry run: nothing was changed".to_string(),
+        ] {
+            assert!(text.contains(&line), "missing {line:?} in:\n{text}");
+        }
+        for step in ["[3/5]", "[4/5]", "[5/5]"] {
+            assert!(text.contains(step), "{step} in:\n{text}");
+        }
+
+        let cfn = Client::new(&server.sdk_config());
+        let described = cfn.describe_stacks().stack_name(&stack).send().await;
+        assert!(described.is_err(), "a dry run created {stack}");
+        assert!(function(&endpoint, &format!("{stack}-handler")).is_none());
+        assert!(
+            fake.writes().is_empty(),
+            "a dry run wrote: {:?}",
+            fake.writes()
+        );
+    });
+}
+
+#[test]
+fn deploy_then_upgrade_against_moto_and_the_kubernetes_fake() {
+    bootstrap("interruption-handler");
+    bootstrap("pool-sweeper");
+    let server = shared();
+    let endpoint = server.endpoint();
+    runtime().block_on(async {
+        let fake = fake().await;
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = kubeconfig_for(&fake.url(), dir.path());
+        let cluster = unique_name("deploy");
+        let stack = format!("forewarn-{cluster}");
+        let cfn = Client::new(&server.sdk_config());
+
+        // The first deploy.
+        let out = forewarn(
+            &endpoint,
+            &kubeconfig,
+            &[
+                "deploy",
+                "--cluster",
+                &cluster,
+                "--no-build",
+                "--parameter",
+                "FunctionArchitecture=x86_64",
+                "--parameter",
+                "CreateAccessEntry=false",
+                "--parameter",
+                "LifecycleHookNames=drain-a,drain-b",
+                "--handler-env",
+                "FOREWARN_POOL_TTL=45m",
+                "--sweeper-env",
+                "FOREWARN_POOL_TTL=30m",
+                "--kube",
+            ],
+        )
+        .await;
+        let text = succeeded(&out);
+        for line in [
+            format!("[2/5] stack {stack}: create with"),
+            "      created\n".to_string(),
+            format!("  deployed {stack}-handler"),
+            format!("  deployed {stack}-sweeper"),
+            "      updated\n".to_string(),
+            "ClusterRole forewarn: created".to_string(),
+            format!("ConfigMap kube-system/{EXPANDER}: created"),
+            format!("  HandlerFunctionName: {stack}-handler"),
+            "deployed\n".to_string(),
+        ] {
+            assert!(text.contains(&line), "missing {line:?} in:\n{text}");
+        }
+        let params = stack_parameters(&cfn, &stack).await;
+        assert_eq!(params["FunctionsDeployed"], "true", "{params:?}");
+        let d = cfn
+            .describe_stacks()
+            .stack_name(&stack)
+            .send()
+            .await
+            .unwrap();
+        let outputs: std::collections::BTreeMap<String, String> = d.stacks()[0]
+            .outputs()
+            .iter()
+            .map(|o| {
+                (
+                    o.output_key().unwrap().to_string(),
+                    o.output_value().unwrap().to_string(),
+                )
+            })
+            .collect();
+        check_functions(&endpoint, &cluster, &outputs);
+        assert_eq!(pool_ttl(&endpoint, &outputs), ["45m", "30m"]);
+        let (uuid, m) = mapping(&cfn, &stack, &endpoint).await;
+        assert!(
+            m["FunctionArn"]
+                .as_str()
+                .unwrap()
+                .ends_with(&format!(":function:{stack}-handler")),
+            "{m}"
+        );
+        assert_eq!(m["EventSourceArn"], outputs["QueueArn"].as_str(), "{m}");
+        let manifests = manifest_objects();
+        for (api_version, kind, namespace, name) in &manifests {
+            let o = fake.get(api_version, kind, namespace.as_deref(), name);
+            assert!(o.is_some(), "{kind} {name} is missing in the fake");
+        }
+        let role = fake.get(
+            "rbac.authorization.k8s.io/v1",
+            "ClusterRole",
+            None,
+            "forewarn",
+        );
+        let role = role.unwrap();
+        assert_eq!(role["rules"].as_array().unwrap().len(), 6, "{role}");
+
+        // Between the runs: the sweeper writes the expander, someone edits the ClusterRole.
+        let mut expander = fake
+            .get("v1", "ConfigMap", Some("kube-system"), EXPANDER)
+            .unwrap();
+        expander["data"]["priorities"] = json!("10:\n  - .*spot.*\n0:\n  - .*");
+        fake.insert(expander);
+        let mut drifted = role.clone();
+        drifted["rules"].as_array_mut().unwrap().truncate(1);
+        fake.insert(drifted);
+        fake.clear_requests();
+
+        // The upgrade: no parameters, the stack keeps them.
+        let out = forewarn(
+            &endpoint,
+            &kubeconfig,
+            &["deploy", "--cluster", &cluster, "--no-build", "--kube"],
+        )
+        .await;
+        let text = succeeded(&out);
+        for line in [
+            format!("stack {stack}: exists (UPDATE_COMPLETE)"),
+            "[1/5] build (x86_64)".to_string(),
+            format!("[2/5] stack {stack}: update with ClusterName={cluster} (kept: "),
+            "FunctionsDeployed=true".to_string(),
+            "CreateAccessEntry=false".to_string(),
+            "LifecycleHookNames=drain-a,drain-b".to_string(),
+            "already wired".to_string(),
+            "ClusterRole forewarn: replaced".to_string(),
+            "ClusterRoleBinding forewarn: unchanged".to_string(),
+            format!("ConfigMap kube-system/{EXPANDER}: exists: left as it is"),
+        ] {
+            assert!(text.contains(&line), "missing {line:?} in:\n{text}");
+        }
+        let params = stack_parameters(&cfn, &stack).await;
+        assert_eq!(params["FunctionsDeployed"], "true", "{params:?}");
+        assert_eq!(params["FunctionArchitecture"], "x86_64", "{params:?}");
+        assert_eq!(params["CreateAccessEntry"], "false", "{params:?}");
+        assert_eq!(
+            params["LifecycleHookNames"], "drain-a,drain-b",
+            "{params:?}"
+        );
+        check_functions(&endpoint, &cluster, &outputs);
+        // A deploy sets the whole environment: what --handler-env and --sweeper-env added is
+        // gone when they are not given again.
+        assert_eq!(pool_ttl(&endpoint, &outputs), ["", ""]);
+        let (after, m) = mapping(&cfn, &stack, &endpoint).await;
+        assert_eq!(after, uuid, "the upgrade replaced the event source mapping");
+        assert_eq!(m["EventSourceArn"], outputs["QueueArn"].as_str(), "{m}");
+        let expander = fake
+            .get("v1", "ConfigMap", Some("kube-system"), EXPANDER)
+            .unwrap();
+        assert_eq!(
+            expander["data"]["priorities"], "10:\n  - .*spot.*\n0:\n  - .*",
+            "the upgrade overwrote the sweeper's expander"
+        );
+        let role = fake
+            .get(
+                "rbac.authorization.k8s.io/v1",
+                "ClusterRole",
+                None,
+                "forewarn",
+            )
+            .unwrap();
+        assert_eq!(role["rules"].as_array().unwrap().len(), 6, "{role}");
+        let writes: Vec<String> = fake
+            .writes()
+            .iter()
+            .map(|w| format!("{} {}", w.method, w.path))
+            .collect();
+        assert_eq!(
+            writes,
+            ["PUT /apis/rbac.authorization.k8s.io/v1/clusterroles/forewarn"],
+            "the upgrade writes only what drifted"
+        );
+    });
+}
+
+/// Both functions as the stack's outputs say: role, timeout, environment.
+fn check_functions(
+    endpoint: &str,
+    cluster: &str,
+    outputs: &std::collections::BTreeMap<String, String>,
+) {
+    for prefix in ["Handler", "Sweeper"] {
+        let name = &outputs[&format!("{prefix}FunctionName")];
+        let conf = function(endpoint, name).unwrap_or_else(|| panic!("{name} is not deployed"));
+        assert_eq!(conf["Runtime"], "provided.al2023", "{conf}");
+        assert_eq!(
+            conf["Role"],
+            outputs[&format!("{prefix}RoleArn")].as_str(),
+            "{conf}"
+        );
+        assert_eq!(
+            conf["Timeout"].to_string(),
+            outputs["FunctionTimeout"],
+            "{conf}"
+        );
+        assert_eq!(conf["Architectures"][0], "x86_64", "{conf}");
+        let vars = &conf["Environment"]["Variables"];
+        assert_eq!(vars["FOREWARN_CLUSTER_NAME"], cluster, "{conf}");
+        assert_eq!(vars["FOREWARN_EKS_CLUSTER"], cluster, "{conf}");
+        assert_eq!(
+            vars["FOREWARN_TABLE"],
+            outputs["TableName"].as_str(),
+            "{conf}"
+        );
+        match prefix {
+            // Through --env-file: the list keeps its comma.
+            "Handler" => assert_eq!(
+                vars["FOREWARN_LIFECYCLE_HOOKS"], "drain-a,drain-b",
+                "{conf}"
+            ),
+            _ => assert!(vars.get("FOREWARN_LIFECYCLE_HOOKS").is_none(), "{conf}"),
+        }
+    }
+}
+
+/// FOREWARN_POOL_TTL of the handler and the sweeper ("" when unset).
+fn pool_ttl(endpoint: &str, outputs: &std::collections::BTreeMap<String, String>) -> Vec<String> {
+    ["HandlerFunctionName", "SweeperFunctionName"]
+        .iter()
+        .map(|k| {
+            let conf = function(endpoint, &outputs[*k]).unwrap();
+            let ttl = &conf["Environment"]["Variables"]["FOREWARN_POOL_TTL"];
+            ttl.as_str().unwrap_or_default().to_string()
+        })
+        .collect()
+}
+
+/// (apiVersion, kind, namespace, name) of every object of infra/k8s/rbac.yaml and
+/// infra/k8s/priority-expander.yaml.
+fn manifest_objects() -> Vec<(String, String, Option<String>, String)> {
+    let mut objects = Vec::new();
+    for file in ["infra/k8s/rbac.yaml", "infra/k8s/priority-expander.yaml"] {
+        let text = std::fs::read_to_string(root().join(file)).unwrap();
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+        for d in docs.iter().filter(|d| !d.is_null()) {
+            let s = |p: &str| d.pointer(p).and_then(Value::as_str).map(str::to_string);
+            objects.push((
+                s("/apiVersion").unwrap(),
+                s("/kind").unwrap(),
+                s("/metadata/namespace"),
+                s("/metadata/name").unwrap(),
+            ));
+        }
+    }
+    assert_eq!(objects.len(), 7, "{objects:?}");
+    objects
+}
+
+/// Without AWS: bad parameters and a folder outside the repository are refused before anything
+/// is read; a dry run that cannot reach AWS still prints every step, and the kubectl commands.
+#[test]
+fn refusals_and_a_dry_run_without_aws() {
+    let state = tempfile::tempdir().unwrap();
+    let run = |dir: &Path, args: &[&str]| {
+        Forewarn::new(state.path())
+            .dir(dir)
+            .aws_testing()
+            .env("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+            .env("AWS_MAX_ATTEMPTS", "1")
+            .env_remove("AWS_PROFILE")
+            .env("PATH", path_with_venv())
+            .run(args)
+    };
+    let refused = |args: &[&str], says: &str| {
+        let out = run(&root(), args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}: nothing is done");
+    };
+    refused(
+        &[
+            "deploy",
+            "--cluster",
+            "demo",
+            "--parameter",
+            "FunctionsDeployed=true",
+        ],
+        "forewarn deploy sets it",
+    );
+    refused(
+        &[
+            "deploy",
+            "--cluster",
+            "demo",
+            "--parameter",
+            "ClusterName=x",
+        ],
+        "give the cluster with --cluster",
+    );
+    refused(
+        &["deploy", "--cluster", "demo", "--parameter", "Colour=blue"],
+        "has no such parameter",
+    );
+    refused(
+        &[
+            "deploy",
+            "--cluster",
+            "demo",
+            "--parameter",
+            "FunctionArchitecture=sparc",
+        ],
+        "must be one of arm64, x86_64",
+    );
+    // --kube with a cluster that does not answer: stopped before the first step.
+    let kubeconfig = kubeconfig_for("http://127.0.0.1:1", state.path());
+    let out = Forewarn::new(state.path())
+        .aws_testing()
+        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+        .env("KUBECONFIG", &kubeconfig)
+        .env_remove("FOREWARN_EKS_CLUSTER")
+        .run(&["deploy", "--cluster", "demo", "--kube"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("the cluster does not answer (--kube)"),
+        "{err}"
+    );
+    assert!(!stdout(&out).contains("[1/5]"), "{}", stdout(&out));
+
+    let elsewhere = tempfile::tempdir().unwrap();
+    let out = run(
+        elsewhere.path(),
+        &["deploy", "--cluster", "demo", "--dry-run"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("infra/forewarn.yaml not found"),
+        "{err}"
+    );
+
+    let out = run(&root(), &["deploy", "--cluster", "demo", "--dry-run"]);
+    let text = succeeded(&out);
+    for line in [
+        "stack forewarn-demo: could not be read (",
+        "[1/5] build (arm64): cargo lambda build --release --arm64 -p interruption-handler -p \
+         pool-sweeper",
+        "[2/5] stack forewarn-demo: create with ClusterName=demo FunctionsDeployed=false",
+        "--endpoint-url http://127.0.0.1:1",
+        "[4/5] wiring",
+        "ClusterRole forewarn (infra/k8s/rbac.yaml): to be applied",
+        "not applied (no --kube)",
+        "kubectl apply -f infra/k8s/rbac.yaml",
+        "kubectl create -f infra/k8s/priority-expander.yaml",
+        "outputs of stack forewarn-demo: known once it exists",
+        "dry run: nothing was changed",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+}
