@@ -434,6 +434,11 @@ pub trait Executor: Send + Sync {
     /// control-plane, and carries forewarn's taint and exactly the record `undo.record`;
     /// otherwise it is left as it is ([`UndoOutcome::Refused`]). Idempotent.
     async fn undo(&self, undo: &Undo) -> Result<UndoOutcome, ExecuteError>;
+
+    /// Deletes the placeholders (see [`crate::domain::surge`]) that expired before `now`: the
+    /// sweeper's clean-up of what a drain could not delete itself. Answers their
+    /// `namespace/name` (in a dry run, those it would delete).
+    async fn clean_placeholders(&self, now: DateTime<Utc>) -> Result<Vec<String>, ExecuteError>;
 }
 
 /// Where a drain's continuations go (see [`crate::domain::continuation`]): a new message on

@@ -60,6 +60,13 @@ impl Executor for Logging {
         tracing::info!("undoing");
         Ok(forewarn::domain::wayback::UndoOutcome::Undone)
     }
+
+    async fn clean_placeholders(
+        &self,
+        _: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<String>, ExecuteError> {
+        Ok(Vec::new())
+    }
 }
 
 #[test]

@@ -829,3 +829,63 @@ fn the_stack_deploys_with_hook_names_and_extra_senders() {
         );
     });
 }
+
+/// `infra/k8s/placeholders.yaml`: the placeholders' PriorityClass is above the Cluster
+/// Autoscaler's expendable cutoff (-10) and below every real pod, never preempts; the admission
+/// policy binds both of forewarn's groups (with Deny) and names what a placeholder is, with the
+/// very label, class and image the code uses. (The CEL runs only in a real API server; the
+/// placeholder the code builds is checked against the same rules in kube_actions.rs.)
+#[test]
+fn the_placeholder_policy_allows_forewarns_groups_placeholders_only() {
+    use forewarn::domain::surge::{LABEL_PLACEHOLDER, PLACEHOLDER_IMAGE, PRIORITY_CLASS};
+    let text =
+        std::fs::read_to_string(workspace_root().join("infra/k8s/placeholders.yaml")).unwrap();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let of = |kind: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind)
+            .unwrap_or_else(|| panic!("{kind}"))
+            .clone()
+    };
+    let class = of("PriorityClass");
+    assert_eq!(class["metadata"]["name"], PRIORITY_CLASS);
+    let value = class["value"].as_i64().unwrap();
+    assert!((-10..0).contains(&value), "{value}");
+    assert_eq!(class["preemptionPolicy"], "Never");
+    assert_eq!(class["globalDefault"], false);
+
+    let policy = of("ValidatingAdmissionPolicy");
+    let spec = &policy["spec"];
+    assert_eq!(spec["failurePolicy"], "Fail");
+    let rule = &spec["matchConstraints"]["resourceRules"][0];
+    assert_eq!(rule["resources"], json!(["pods"]));
+    assert_eq!(rule["operations"], json!(["CREATE", "DELETE"]));
+    let condition = spec["matchConditions"][0]["expression"].as_str().unwrap();
+    for group in ["forewarn-handler", "forewarn-sweeper"] {
+        assert!(condition.contains(&format!("'{group}'")), "{condition}");
+    }
+    let rules: Vec<&str> = spec["validations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["expression"].as_str().unwrap())
+        .collect();
+    assert_eq!(rules.len(), 2);
+    assert!(rules[0].contains(&format!(
+        "oldObject.metadata.labels['{LABEL_PLACEHOLDER}'] == 'true'"
+    )));
+    for needle in [
+        format!("object.metadata.labels['{LABEL_PLACEHOLDER}'] == 'true'"),
+        format!("object.spec.priorityClassName == '{PRIORITY_CLASS}'"),
+        format!("c.image == '{PLACEHOLDER_IMAGE}'"),
+        "!has(object.spec.nodeName)".to_string(),
+        "!object.spec.automountServiceAccountToken".to_string(),
+        "!has(c.securityContext)".to_string(),
+        "!has(object.spec.volumes)".to_string(),
+    ] {
+        assert!(rules[1].contains(&needle), "{needle} in {}", rules[1]);
+    }
+    let binding = of("ValidatingAdmissionPolicyBinding");
+    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+}

@@ -61,9 +61,12 @@ fn instance(id: &str, dns: &str) -> InstanceFacts {
         .build()
 }
 
+/// This world's configuration: drains without surge (the eviction mechanics these tests check;
+/// surge, on by default for spot and reservation warnings, has tests of its own below).
 fn config() -> Config {
     Config {
         cluster_name: Some("demo".into()),
+        surge_kinds: BTreeSet::new(),
         ..Config::default()
     }
 }
@@ -568,6 +571,263 @@ async fn a_second_identical_plan_writes_nothing() {
         again.events
     );
     assert_accepted(&w.fake.requests());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Surge: placeholders first, evictions when there is room
+
+/// A world whose spot drains surge (the default), with a ReplicaSet pod, a bare pod and a
+/// DaemonSet pod on the node.
+async fn surging() -> World {
+    let mut w = World::plain().await;
+    w.config.surge_kinds = Config::default().surge_kinds;
+    let mut web = pod_object("default", "web-1", NODE, "web", "ReplicaSet");
+    web["spec"]["containers"][0]["resources"] =
+        json!({"requests": {"cpu": "500m", "memory": "256Mi"}});
+    web["spec"]["nodeSelector"] = json!({"pool": "general"});
+    w.fake.insert(web);
+    let mut bare = pod_object("default", "bare-1", NODE, "bare", "ReplicaSet");
+    bare["metadata"]["ownerReferences"] = json!([]);
+    w.fake.insert(bare);
+    w.fake.insert(pod_object(
+        "kube-system",
+        "aws-node-1",
+        NODE,
+        "aws-node",
+        "DaemonSet",
+    ));
+    w
+}
+
+/// The placeholders in the fake, by the pod they hold room for.
+fn placeholders(w: &World) -> BTreeMap<String, Value> {
+    w.fake
+        .list("v1", "Pod")
+        .into_iter()
+        .filter(|p| p["metadata"]["labels"]["forewarn.io/placeholder"] == "true")
+        .map(|p| {
+            (
+                p["metadata"]["annotations"]["forewarn.io/pod"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+                p,
+            )
+        })
+        .collect()
+}
+
+/// `ph` passes the rules of `infra/k8s/placeholders.yaml`'s admission policy (the CEL checked
+/// here by hand: the fake has no admission): what forewarn creates, the policy admits.
+fn assert_admissible(ph: &Value) {
+    let spec = &ph["spec"];
+    assert_eq!(ph["metadata"]["labels"]["forewarn.io/placeholder"], "true");
+    assert_eq!(spec["priorityClassName"], "forewarn-placeholder");
+    assert_eq!(spec["automountServiceAccountToken"], false);
+    for absent in [
+        "nodeName",
+        "initContainers",
+        "ephemeralContainers",
+        "volumes",
+        "hostNetwork",
+        "hostPID",
+        "hostIPC",
+    ] {
+        assert!(spec.get(absent).is_none(), "{absent} in {ph}");
+    }
+    let containers = spec["containers"].as_array().unwrap();
+    assert_eq!(containers.len(), 1);
+    let c = &containers[0];
+    assert_eq!(c["image"], "registry.k8s.io/pause:3.10");
+    for absent in [
+        "command",
+        "args",
+        "env",
+        "envFrom",
+        "volumeMounts",
+        "volumeDevices",
+        "ports",
+        "securityContext",
+    ] {
+        assert!(c.get(absent).is_none(), "{absent} in {ph}");
+    }
+}
+
+/// Drain passes (after the cordon pass) until none is pending, each after the pass gap or at
+/// the time the drain asked to be looked at again; `between` runs before each pass.
+async fn surge_passes(
+    w: &World,
+    executor: &KubeExecutor,
+    plan: &Plan,
+    mut between: impl FnMut(&World, usize),
+) -> Vec<NodeOutcome> {
+    let started_at = w.clock.now();
+    let mut outcomes = executor.run(plan, Pass::Cordon).await.unwrap();
+    let mut pass = 1;
+    while outcomes[0].pending() {
+        let wait = outcomes[0]
+            .drain
+            .as_ref()
+            .and_then(|d| d.wait_until)
+            .and_then(|t| (t - w.clock.now()).to_std().ok())
+            .unwrap_or_default()
+            .max(PASS_GAP);
+        w.clock.sleep(wait).await;
+        between(w, pass);
+        let drain = Pass::Drain {
+            started_at,
+            announce: pass == 1,
+            heartbeat: true,
+        };
+        outcomes = executor.run(plan, drain).await.unwrap();
+        pass += 1;
+        assert!(pass < 200, "the drain does not end");
+    }
+    outcomes
+}
+
+#[tokio::test]
+async fn surge_holds_a_pod_until_its_placeholder_runs_then_evicts_it() {
+    let w = surging().await;
+    let plan = w
+        .plan(&event(EventKind::SpotInterruption, "ev-surge"))
+        .await;
+    assert!(plan.actions[0].surge);
+    let executor = w.executor();
+    let mut evicted_at = None;
+    let out = surge_passes(&w, &executor, &plan, |w, pass| {
+        let phs = placeholders(w);
+        if pass == 2 {
+            // After the first drain pass: the bare pod is evicted as without surge, the
+            // ReplicaSet's pod waits for its placeholder, which the scheduler binds elsewhere.
+            assert!(
+                w.pod("default", "bare-1").is_none(),
+                "a bare pod goes at once"
+            );
+            assert!(w.pod("default", "web-1").is_some(), "web-1 waits for room");
+            assert!(w.pod("kube-system", "aws-node-1").is_some());
+            assert_eq!(phs.keys().collect::<Vec<_>>(), ["default/web-1"]);
+            let mut ph = phs["default/web-1"].clone();
+            assert_admissible(&ph);
+            let spec = &ph["spec"];
+            assert_eq!(spec["priorityClassName"], "forewarn-placeholder");
+            assert_eq!(spec["nodeSelector"], json!({"pool": "general"}));
+            assert_eq!(
+                spec["containers"][0]["resources"]["requests"],
+                json!({"cpu": "500m", "memory": "268435456"})
+            );
+            assert_eq!(
+                spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+                    ["nodeSelectorTerms"][0]["matchFields"][0]["values"],
+                json!([NODE])
+            );
+            assert_eq!(
+                ph["metadata"]["annotations"]["forewarn.io/event"],
+                "ev-surge"
+            );
+            ph["spec"]["nodeName"] = json!(OTHER_NODE);
+            ph["status"] = json!({"phase": "Running"});
+            w.fake.insert(ph);
+        }
+        if evicted_at.is_none() && w.pod("default", "web-1").is_none() {
+            evicted_at = Some(w.clock.now());
+        }
+    })
+    .await;
+    let drain = out[0].drain.clone().unwrap();
+    assert!(drain.complete(), "{drain:?}");
+    assert!(w.pod("default", "web-1").is_none());
+    let latest = plan.actions[0].deadline.unwrap() - chrono::Duration::seconds(40);
+    assert!(
+        evicted_at.unwrap() < latest - chrono::Duration::seconds(20),
+        "evicted once there was room ({:?}), long before its latest safe time ({latest})",
+        evicted_at
+    );
+    assert!(placeholders(&w).is_empty(), "its placeholder goes with it");
+}
+
+#[tokio::test]
+async fn without_room_a_pod_is_evicted_at_its_latest_safe_time_and_no_placeholder_is_left() {
+    let w = surging().await;
+    let plan = w
+        .plan(&event(EventKind::SpotInterruption, "ev-surge-late"))
+        .await;
+    let deadline = plan.actions[0].deadline.unwrap();
+    let executor = w.executor();
+    let mut evicted_at = None;
+    let out = surge_passes(&w, &executor, &plan, |w, pass| {
+        if evicted_at.is_none() && w.pod("default", "web-1").is_none() {
+            evicted_at = Some(w.clock.now());
+        }
+        if evicted_at.is_none() && pass > 1 {
+            assert_eq!(placeholders(w).len(), 1, "held while web-1 waits");
+        }
+    })
+    .await;
+    assert!(out[0].drain.as_ref().unwrap().complete(), "{:?}", out[0]);
+    // Its latest safe time: the deadline less its 30 s grace less the 10 s margin; the passes
+    // look again at most every 10 s while it waits.
+    let latest = deadline - chrono::Duration::seconds(40);
+    let at = evicted_at.unwrap();
+    assert!(
+        at >= latest && at <= latest + chrono::Duration::seconds(11),
+        "evicted at {at}, latest safe {latest}"
+    );
+    assert!(
+        at + chrono::Duration::seconds(30) <= deadline,
+        "gone by the deadline"
+    );
+    assert!(placeholders(&w).is_empty(), "no leftover");
+    let passes = w
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| {
+            r.method == Method::GET && r.path == "/api/v1/pods" && r.query.contains("fieldSelector")
+        })
+        .count();
+    assert!(
+        passes <= 12,
+        "waiting costs a look every 10 s, not every pass gap: {passes}"
+    );
+}
+
+#[tokio::test]
+async fn the_sweeper_deletes_placeholders_that_outlived_their_drain() {
+    let w = surging().await;
+    let plan = w
+        .plan(&event(EventKind::SpotInterruption, "ev-surge-left"))
+        .await;
+    let executor = w.executor();
+    // The first drain pass creates the placeholder; then the drain's chain is lost.
+    executor.run(&plan, Pass::Cordon).await.unwrap();
+    let drain = Pass::Drain {
+        started_at: w.clock.now(),
+        announce: true,
+        heartbeat: false,
+    };
+    executor.run(&plan, drain).await.unwrap();
+    assert_eq!(placeholders(&w).len(), 1);
+    // Someone else's pod with the label but not expired, and one expired: only forewarn's
+    // expired placeholders go.
+    assert!(
+        executor
+            .clean_placeholders(w.clock.now())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let later = plan.actions[0].deadline.unwrap() + chrono::Duration::seconds(1);
+    let dry = w.executor().dry_run(true);
+    assert_eq!(dry.clean_placeholders(later).await.unwrap().len(), 1);
+    assert_eq!(placeholders(&w).len(), 1, "a dry run deletes nothing");
+    let gone = executor.clean_placeholders(later).await.unwrap();
+    assert_eq!(gone.len(), 1, "{gone:?}");
+    assert!(
+        gone[0].starts_with("default/forewarn-placeholder-"),
+        "{gone:?}"
+    );
+    assert!(placeholders(&w).is_empty());
 }
 
 /// The grace period each eviction of `pod` asked for (`deleteOptions.gracePeriodSeconds`).
@@ -1535,6 +1795,8 @@ async fn the_handler_tells_the_webhook_and_counts_evictions() {
         "FOREWARN_WEBHOOK_URL" => Some(url.clone()),
         // The test's receiver is plain HTTP on loopback.
         "FOREWARN_WEBHOOK_ALLOW_HTTP" => Some("true".into()),
+        // Evictions at once (this test counts them in one message): no surge.
+        "FOREWARN_SURGE" => Some(String::new()),
         "FOREWARN_WEBHOOK_TEMPLATE" => Some(template.into()),
         _ => None,
     })
@@ -1814,7 +2076,9 @@ async fn sweeper_requests() -> Vec<RecordedRequest> {
     use forewarn::domain::pool::CapacityType;
     use forewarn::domain::sweep::SPOT_TERMINATION_REASON;
 
-    let w = World::new().await;
+    let mut w = World::new().await;
+    // Spot drains surge, as by default: placeholders are created, listed and deleted.
+    w.config.surge_kinds = Config::default().surge_kinds;
     // Stopped by a spot interruption: drained.
     w.fake.insert(node(NODE, ID));
     w.fake
@@ -1891,6 +2155,8 @@ async fn sweeper_requests() -> Vec<RecordedRequest> {
     let reports = sweeper.sweep(None).await.unwrap();
     // The way back reads every node (nothing of forewarn's has lost its reason here).
     assert!(sweeper.way_back().await.unwrap().is_empty());
+    // The clean-up lists every placeholder (none is left: the drain deleted its own).
+    assert!(sweeper.clean_placeholders().await.unwrap().is_empty());
     // The stopped spot instance is found twice: as a spot interruption (drained first) and as the
     // leaving instance of a node.
     assert_eq!(reports.len(), 5, "{reports:#?}");
@@ -2001,6 +2267,15 @@ async fn rbac_grants_exactly_what_the_adapter_uses() {
             .plan(&event(EventKind::SpotInterruption, "ev-rbac-4"))
             .await;
         w.run(&plan).await;
+        collect(&w.fake);
+    }
+    {
+        // Surge: placeholders listed, created, and deleted once their pod is gone.
+        let w = surging().await;
+        let plan = w
+            .plan(&event(EventKind::SpotInterruption, "ev-rbac-5"))
+            .await;
+        surge_passes(&w, &w.executor(), &plan, |_, _| {}).await;
         collect(&w.fake);
     }
     assert_exactly(HANDLER_GROUP, &handler, &granted);

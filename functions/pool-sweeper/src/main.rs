@@ -4,7 +4,8 @@
 //! sweep retries it: findings are stable per instance). Then it updates the Cluster Autoscaler's
 //! priority expander from the pool table (see `forewarn::app::priorities`); a failure there fails
 //! the invocation too, after the sweep's work is done. Between the two it runs the way back
-//! (`forewarn::app::wayback`): cordons whose reason is gone are undone.
+//! (`forewarn::app::wayback`): cordons whose reason is gone are undone; and the placeholders
+//! that outlived their drain are deleted.
 
 use std::sync::Arc;
 
@@ -28,6 +29,7 @@ async fn main() -> Result<(), Error> {
                 - forewarn::ports::span(h.safety_margin);
             let reports = sweeper.sweep(Some(deadline)).await?;
             let undone = sweeper.way_back().await?;
+            let placeholders = sweeper.clean_placeholders().await?;
             let priorities = sweeper.update_priorities().await?;
             let tally = Tally::of(&reports);
             if let Some(failed) = reports.iter().find(|r| r.outcome == Outcome::Failed) {
@@ -50,7 +52,8 @@ async fn main() -> Result<(), Error> {
                 json!({ "change": p.change, "hot": p.hot.iter().map(|h| &h.group).collect::<Vec<_>>() })
             });
             Ok::<Value, Error>(
-                json!({ "findings": reports.len(), "outcomes": tally, "way_back": undone, "priorities": priorities }),
+                json!({ "findings": reports.len(), "outcomes": tally, "way_back": undone,
+                        "placeholders_deleted": placeholders, "priorities": priorities }),
             )
         }
     }))

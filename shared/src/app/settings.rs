@@ -575,11 +575,15 @@ mod tests {
         }
     }
 
-    /// A variable set blank is unset: every setting keeps its default (but the two lists of
+    /// A variable set blank is unset: every setting keeps its default (but the three lists of
     /// event kinds, for which a blank value names no kind).
     #[test]
     fn blank_is_unset_everywhere() {
-        let lists = ["FOREWARN_DELETE_OWNED_ON", "FOREWARN_UNAVAILABLE_KINDS"];
+        let lists = [
+            "FOREWARN_DELETE_OWNED_ON",
+            "FOREWARN_UNAVAILABLE_KINDS",
+            "FOREWARN_SURGE",
+        ];
         let names: Vec<&str> = Settings::variables()
             .into_iter()
             .chain(PLATFORM_VARIABLES.iter().copied())

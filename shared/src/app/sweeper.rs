@@ -102,6 +102,19 @@ impl Sweeper {
         .await
     }
 
+    /// Deletes the placeholders that outlived their drain (see [`crate::domain::surge`]): a
+    /// placeholder never outlives its event by more than one sweep. Nothing without an executor
+    /// (a capture); only reported in a dry run.
+    pub async fn clean_placeholders(&self) -> Result<Vec<String>, crate::ports::ExecuteError> {
+        let h = &self.handler;
+        match h.executor.as_deref() {
+            Some(executor) if h.mode.runs_actions() => {
+                executor.clean_placeholders(h.clock.now()).await
+            }
+            _ => Ok(Vec::new()),
+        }
+    }
+
     /// One sweep: one EC2 query per cluster tag form for leaving instances, one node list, one
     /// DescribeInstances for the nodes' instances, one paged DescribeInstanceStatus (impaired
     /// instances, scheduled retirements and stops: [`status_findings`]), then the findings

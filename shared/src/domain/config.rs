@@ -61,6 +61,9 @@ pub struct Config {
     pub delete_owned_on: BTreeSet<EventKind>,
     /// Kinds that mark their pool unavailable (every kind counts in the pool's history).
     pub unavailable_kinds: BTreeSet<EventKind>,
+    /// Kinds whose drains create placeholders first and evict a pod once there is room for it
+    /// (or at its latest safe time): see [`crate::domain::surge`].
+    pub surge_kinds: BTreeSet<EventKind>,
     /// How long a pool stays unavailable after an event.
     pub pool_ttl: Duration,
     pub taint_key: String,
@@ -98,6 +101,7 @@ pub const VARIABLES: &[&str] = &[
     "FOREWARN_ACTION_",
     "FOREWARN_DELETE_OWNED_ON",
     "FOREWARN_UNAVAILABLE_KINDS",
+    "FOREWARN_SURGE",
     "FOREWARN_POOL_TTL",
     "FOREWARN_TAINT_KEY",
     "FOREWARN_TAINT_EFFECT",
@@ -168,6 +172,10 @@ impl Default for Config {
                 EventKind::SpotInterruption,
                 EventKind::CapacityReservationInterruption,
             ]),
+            surge_kinds: BTreeSet::from([
+                EventKind::SpotInterruption,
+                EventKind::CapacityReservationInterruption,
+            ]),
             pool_ttl: Duration::hours(1),
             taint_key: TAINT_KEY.to_string(),
             taint_effect: TaintEffect::NoSchedule,
@@ -187,7 +195,8 @@ impl Default for Config {
 impl Config {
     /// Reads the configuration through `lookup`, which stands for the environment (the
     /// settings, `crate::app::settings`, pass the process's); see [`Vars`] for how a value is
-    /// read. `FOREWARN_DELETE_OWNED_ON` and `FOREWARN_UNAVAILABLE_KINDS` set blank name no kind.
+    /// read. `FOREWARN_DELETE_OWNED_ON`, `FOREWARN_UNAVAILABLE_KINDS` and `FOREWARN_SURGE` set
+    /// blank name no kind.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         Config::from_vars(Vars::new(&lookup))
     }
@@ -215,6 +224,9 @@ impl Config {
         }
         if let Some(v) = vars.get_or_blank("FOREWARN_UNAVAILABLE_KINDS") {
             config.unavailable_kinds = kinds("FOREWARN_UNAVAILABLE_KINDS", &v)?;
+        }
+        if let Some(v) = vars.get_or_blank("FOREWARN_SURGE") {
+            config.surge_kinds = kinds("FOREWARN_SURGE", &v)?;
         }
         let durations = [
             ("FOREWARN_POOL_TTL", &mut config.pool_ttl),

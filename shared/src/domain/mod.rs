@@ -21,6 +21,7 @@ pub mod retry;
 mod robustness;
 pub mod stats;
 pub mod status;
+pub mod surge;
 pub mod sweep;
 pub mod time;
 pub mod vars;

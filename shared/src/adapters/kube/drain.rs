@@ -31,6 +31,7 @@ use std::time::Duration;
 use super::api::{ApiError, Lane, jittered, with_retry_in};
 use super::connect::ClusterClient;
 use super::error::KubeError;
+use super::surge::{self, SurgeSettings, surge_pass};
 use ::kube::Api;
 use ::kube::api::{ListParams, PostParams};
 use chrono::{DateTime, Utc};
@@ -52,6 +53,9 @@ pub(crate) struct DrainSettings {
     /// pod's `terminationGracePeriodSeconds` would outlast it asks
     /// (`deleteOptions.gracePeriodSeconds`) for the time left, at least 1 s.
     pub grace_until: Option<DateTime<Utc>>,
+    /// Placeholders first, and each pod evicted once there is room for it or at its latest safe
+    /// time (see [`super::surge`]).
+    pub surge: Option<SurgeSettings>,
 }
 
 /// The grace period to ask for a pod whose own is `own` seconds (`None`: Kubernetes' 30), when
@@ -102,8 +106,14 @@ pub struct DrainReport {
     /// evicted or terminating and not yet gone, refused evictions, critical pods not yet due.
     pub pending: bool,
     /// When the drain is pending only for terminating pods: when the last of them is due to be
-    /// gone (the latest `deletionTimestamp`).
+    /// gone (the latest `deletionTimestamp`); or, pods waiting for room, when to look again.
     pub wait_until: Option<DateTime<Utc>>,
+    /// Pods not evicted yet: they wait for room (their placeholder to run) or their latest safe
+    /// time.
+    pub waiting: Vec<String>,
+    /// Placeholders created, and deleted (their pod gone, or the drain over), in this pass.
+    pub placeholders_created: usize,
+    pub placeholders_deleted: usize,
 }
 
 impl DrainReport {
@@ -164,6 +174,25 @@ impl DrainReport {
         }
         if !self.skipped.is_empty() {
             parts.push(format!("{} left alone", pods(self.skipped.len())));
+        }
+        if !self.waiting.is_empty() {
+            parts.push(format!(
+                "{} waiting for room elsewhere ({})",
+                pods(self.waiting.len()),
+                self.waiting.join(", ")
+            ));
+        }
+        if self.placeholders_created > 0 {
+            parts.push(format!(
+                "{} placeholders created",
+                self.placeholders_created
+            ));
+        }
+        if self.placeholders_deleted > 0 {
+            parts.push(format!(
+                "{} placeholders deleted",
+                self.placeholders_deleted
+            ));
         }
         if self.pending {
             parts.push("continued in a later pass".into());
@@ -450,23 +479,52 @@ pub(crate) async fn drain_pass(
         return Ok(report);
     }
     let now = clients.clock().now();
+    let evictable: Vec<&Pod> = normal.iter().chain(&critical).copied().collect();
+    let surge = match &settings.surge {
+        Some(surge) if now < deadline => {
+            Some(surge_pass(clients, node, surge, &listed, &evictable).await?)
+        }
+        _ => None,
+    };
     if now >= deadline {
         // The last pass: one attempt for every pod still to evict, then the drain ends with
-        // what is left.
-        let all: Vec<&Pod> = normal.iter().chain(&critical).copied().collect();
-        evict_all(clients, &all, now, settings, &mut report).await?;
+        // what is left (and so do its placeholders).
+        evict_all(clients, &evictable, now, settings, &mut report).await?;
         report.terminating = terminating;
+        if settings.surge.is_some() {
+            for ph in surge::of_node(clients, node).await? {
+                surge::delete(clients, &ph).await?;
+                report.placeholders_deleted += 1;
+            }
+        }
         return Ok(report);
     }
     let critical_due = (normal.is_empty() && critical_terminating)
         || now >= started_at + (deadline - started_at) * 3 / 4;
     let mut due: Vec<&Pod> = normal;
-    let deferred = if critical_due {
+    let mut deferred = if critical_due {
         due.extend(critical);
         0
     } else {
         critical.len()
     };
+    if let Some(surge) = &surge {
+        // Pods that wait for room are not evicted in this pass.
+        due.retain(|p| {
+            let waits = p
+                .metadata
+                .uid
+                .as_deref()
+                .is_some_and(|uid| surge.waiting.contains(uid));
+            if waits {
+                report.waiting.push(pod_key(p));
+            }
+            !waits
+        });
+        deferred += report.waiting.len();
+        report.placeholders_created = surge.created;
+        report.placeholders_deleted = surge.deleted;
+    }
     let pass_end = (now + crate::ports::span(settings.pass_budget)).min(deadline);
     evict_all(clients, &due, pass_end, settings, &mut report).await?;
     report.terminating = terminating;
@@ -474,6 +532,23 @@ pub(crate) async fn drain_pass(
     report.pending = acted || !report.terminating.is_empty();
     if report.pending && !acted {
         report.wait_until = due_gone.map(|t| t.min(deadline));
+    } else if let Some(next) = surge.as_ref().and_then(|s| s.next)
+        && report.evicted.is_empty()
+        && report.left.is_empty()
+        && deferred == report.waiting.len()
+    {
+        // Only waiting for room: the next look when a pod's latest safe time comes or its
+        // placeholder may run, not sooner.
+        report.wait_until = Some(next.min(deadline));
+    }
+    if !report.pending
+        && let Some(surge) = surge
+    {
+        // The drain is over: its placeholders go.
+        for ph in &surge.listed {
+            surge::delete(clients, ph).await?;
+            report.placeholders_deleted += 1;
+        }
     }
     Ok(report)
 }

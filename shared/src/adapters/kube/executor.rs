@@ -42,15 +42,17 @@ use super::delete::{DeleteOutcome, delete_target};
 use super::drain::{DrainReport, DrainSettings, drain_pass};
 use super::error::{KubeError, Refusal};
 use super::events::{EventType, NodeEvent, record};
-use super::launch::{self, Joining};
 use super::node_facts::node_facts;
 pub use super::outcome::NodeOutcome;
 use super::outcome::results;
+use super::surge::SurgeSettings;
+
+mod lifecycle;
 use crate::domain::config::{Action, Config};
 use crate::domain::plan::{NodeAction, Plan, Target};
 use crate::domain::wayback::{Undo, UndoOutcome};
+use crate::ports::LifecycleCompleter;
 use crate::ports::{ActionResult, Clock, ExecuteError, Executor, Pass};
-use crate::ports::{LifecycleCompleter, LifecycleOutcome};
 
 /// How many evictions run at once.
 pub const ENV_EVICTION_PARALLELISM: &str = "FOREWARN_EVICTION_PARALLELISM";
@@ -257,50 +259,6 @@ impl KubeExecutor {
         Ok(out)
     }
 
-    /// The lifecycle action of `a`, once the node is handled: kept alive while the drain (or the
-    /// wait for a launching instance's node) is pending, completed when it is over.
-    async fn lifecycle(
-        &self,
-        a: &NodeAction,
-        pass: Pass,
-        out: &mut NodeOutcome,
-    ) -> Result<(), KubeError> {
-        let dry_run = self.settings.dry_run;
-        if a.complete_lifecycle.as_ref().is_some_and(|l| l.is_launch()) {
-            match launch::joined(&self.clients, a).await? {
-                Err(why) => out.refused = Some(why),
-                Ok(joining) => out.joining = Some(joining),
-            }
-            if out.refused.is_some() || matches!(out.joining, Some(Joining::TimedOut { .. })) {
-                return Ok(());
-            }
-        }
-        // A dry run has no later pass, but a node not Ready yet is no reason to complete either.
-        let pending = out.pending() || matches!(out.joining, Some(Joining::Waiting { .. }));
-        if let (Some(lifecycle), true) = (&a.complete_lifecycle, pending) {
-            let heartbeat = match pass {
-                Pass::Drain { heartbeat, .. } => heartbeat,
-                Pass::Cordon => false,
-            };
-            if heartbeat
-                && let Some(completer) = &self.lifecycle
-                && completer.heartbeat(&a.instance_id, lifecycle).await?
-            {
-                out.heartbeat_at = Some(self.clients.clock().now());
-            }
-        } else if let Some(lifecycle) = &a.complete_lifecycle {
-            out.lifecycle = Some(if dry_run {
-                LifecycleOutcome::WouldComplete
-            } else if let Some(completer) = &self.lifecycle {
-                completer.complete(&a.instance_id, lifecycle).await?
-            } else {
-                tracing::warn!("no Auto Scaling client: the lifecycle action is left to time out");
-                LifecycleOutcome::NotConfigured
-            });
-        }
-        Ok(())
-    }
-
     /// Whether `a` may act on `node` as just read for `pass`: the node runs the action's
     /// instance (its `spec.providerID`) and is not control-plane; in a drain pass, forewarn's
     /// taint is still on it (an operator who removed it ends the drain). Otherwise why not.
@@ -473,6 +431,10 @@ impl KubeExecutor {
             backoff_max: self.settings.backoff_max,
             pass_budget: self.settings.pass_budget,
             grace_until: a.grace_to_deadline.then_some(deadline),
+            surge: a.surge.then(|| SurgeSettings {
+                event_id: plan.event_id.clone(),
+                deadline,
+            }),
         };
         let dry_run = self.settings.dry_run;
         let report = drain_pass(
@@ -690,5 +652,18 @@ impl Executor for KubeExecutor {
             None => Ok(UndoOutcome::NodeGone),
             Some(node) => self.undo_cordon(node, undo).await.map_err(fail),
         }
+    }
+
+    async fn clean_placeholders(
+        &self,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<String>, ExecuteError> {
+        super::surge::delete_expired(&self.clients, now, self.settings.dry_run)
+            .await
+            .map_err(|e| ExecuteError {
+                instance_id: String::new(),
+                message: format!("placeholders: {e}"),
+                kind: e.kind(),
+            })
     }
 }

@@ -29,6 +29,7 @@ mod node_facts;
 mod outcome;
 mod policy;
 mod priorities;
+mod surge;
 mod workloads;
 
 pub use api::{ApiError, FIELD_MANAGER, OwnRateLimit};

@@ -633,6 +633,13 @@ mod tests {
                 .push(format!("undo {}", undo.node));
             Ok(crate::domain::wayback::UndoOutcome::Undone)
         }
+
+        async fn clean_placeholders(
+            &self,
+            _now: DateTime<Utc>,
+        ) -> Result<Vec<String>, ExecuteError> {
+            Ok(Vec::new())
+        }
     }
 
     fn records(batch: serde_json::Value, clock: &ManualClock) -> Vec<Record> {

@@ -85,6 +85,10 @@ pub struct NodeAction {
     /// the pod object is gone before the instance (and a StatefulSet can recreate it).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub grace_to_deadline: bool,
+    /// The drain creates placeholders first and evicts a pod once there is room for it, or at
+    /// its latest safe time (`FOREWARN_SURGE`; see [`crate::domain::surge`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub surge: bool,
     /// A cordon's record, written on the node with the cordon; for `uncordon`, the record the
     /// node must still carry (see [`crate::domain::wayback`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -363,6 +367,7 @@ fn no_action(event: &Event, instance_id: &str) -> NodeAction {
         deadline: None,
         complete_lifecycle: None,
         grace_to_deadline: false,
+        surge: false,
         record: None,
     }
 }
@@ -462,6 +467,7 @@ fn act(
                         ..
                     }
             );
+            out.surge = config.surge_kinds.contains(&event.kind);
             out.reason = if stopping {
                 format!(
                     "{}: move pods off while it shuts down; the node is deleted once EC2 says \
