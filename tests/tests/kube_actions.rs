@@ -793,6 +793,35 @@ async fn without_room_a_pod_is_evicted_at_its_latest_safe_time_and_no_placeholde
 }
 
 #[tokio::test]
+async fn a_refused_placeholder_leaves_its_pod_drained_as_without_surge() {
+    let w = surging().await;
+    let plan = w
+        .plan(&event(EventKind::SpotInterruption, "ev-surge-quota"))
+        .await;
+    // A ResourceQuota (or an admission policy) refuses the placeholder: 403.
+    w.fake.inject(
+        Fault::new(403)
+            .method(Method::POST)
+            .path_contains("/api/v1/namespaces/default/pods")
+            .times(1),
+    );
+    let executor = w.executor();
+    executor.run(&plan, Pass::Cordon).await.unwrap();
+    let drain = Pass::Drain {
+        started_at: w.clock.now(),
+        announce: true,
+        heartbeat: false,
+    };
+    let out = executor.run(&plan, drain).await.unwrap().remove(0);
+    assert!(
+        w.pod("default", "web-1").is_none(),
+        "evicted at once: {out:?}"
+    );
+    assert!(placeholders(&w).is_empty());
+    assert!(out.drain.unwrap().waiting.is_empty());
+}
+
+#[tokio::test]
 async fn the_sweeper_deletes_placeholders_that_outlived_their_drain() {
     let w = surging().await;
     let plan = w

@@ -135,8 +135,11 @@ pub(crate) async fn surge_pass(
         if let Due::Later(latest) = due(now, latest, state) {
             if state == Placeholder::Missing {
                 let ph = placeholder_for(pod, node, settings);
-                if create(clients, &ph).await? {
-                    pass.created += 1;
+                match create(clients, &ph).await? {
+                    Created::New => pass.created += 1,
+                    Created::Exists => {}
+                    // No room can be asked for this pod: waiting would gain nothing.
+                    Created::Refused => continue,
                 }
                 by_pod.insert(uid.to_string(), ph);
             }
@@ -360,8 +363,17 @@ async fn list(clients: &ClusterClient, selector: &str, what: &str) -> Result<Vec
     Ok(list.items)
 }
 
-/// Creates `ph`; `false` when it exists already.
-async fn create(clients: &ClusterClient, ph: &Pod) -> Result<bool, KubeError> {
+/// What became of a placeholder's create.
+enum Created {
+    New,
+    Exists,
+    /// The API refused it (a namespace's ResourceQuota or LimitRange, an admission policy:
+    /// 400, 403, 422); logged. Its pod is drained as without surge.
+    Refused,
+}
+
+/// Creates `ph`.
+async fn create(clients: &ClusterClient, ph: &Pod) -> Result<Created, KubeError> {
     let ns = ph.metadata.namespace.as_deref().unwrap_or("default");
     let pods: Api<Pod> = Api::namespaced(clients.client().await?, ns);
     let object = format!(
@@ -374,8 +386,12 @@ async fn create(clients: &ClusterClient, ph: &Pod) -> Result<bool, KubeError> {
     })
     .await
     {
-        Ok(_) => Ok(true),
-        Err(e) if e.status == Some(409) => Ok(false),
+        Ok(_) => Ok(Created::New),
+        Err(e) if e.status == Some(409) => Ok(Created::Exists),
+        Err(e) if matches!(e.status, Some(400 | 403 | 422)) => {
+            tracing::warn!(error = %e, "placeholder refused: its pod is evicted without waiting for room");
+            Ok(Created::Refused)
+        }
         Err(e) => Err(KubeError::Api(e)),
     }
 }
