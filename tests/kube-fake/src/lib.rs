@@ -89,10 +89,13 @@
 
 mod discovery;
 mod eviction;
+mod filters;
 mod patch;
+mod quantity;
 mod resources;
 mod selectors;
 mod server;
+mod sim;
 mod status;
 mod store;
 mod validation;
@@ -108,8 +111,12 @@ use tokio::task::JoinHandle;
 
 pub use axum::http::Method;
 pub use resources::{FieldLabel, ListMerge, ResourceDef, StatusOnCreate, builtin_resources};
+pub use sim::settings::{AutoscalerSettings, NodeGroup, SchedulerSettings};
+pub use sim::timeline::{LaunchedNode, PodTimeline};
 
 use server::{Control, FakeState, Shared, TokenBucket};
+use sim::Sim;
+use sim::settings::SimSettings;
 use store::Store;
 
 /// One request the fake received.
@@ -202,12 +209,14 @@ pub struct Counters {
 #[derive(Debug, Clone)]
 pub struct KubeFakeBuilder {
     resources: Vec<ResourceDef>,
+    sim: SimSettings,
 }
 
 impl Default for KubeFakeBuilder {
     fn default() -> Self {
         Self {
             resources: builtin_resources(),
+            sim: SimSettings::default(),
         }
     }
 }
@@ -222,6 +231,30 @@ impl KubeFakeBuilder {
         self
     }
 
+    /// Turns on the scheduler model (with priority preemption unless the settings say
+    /// otherwise; see the crate docs): pending pods are bound to nodes with room and started.
+    pub fn scheduler(mut self, settings: SchedulerSettings) -> Self {
+        self.sim.scheduler = Some(settings);
+        self
+    }
+
+    /// Turns on the ReplicaSet model: a pod of a stored ReplicaSet that starts terminating or
+    /// goes is replaced at once from the ReplicaSet's template.
+    pub fn replicasets(mut self) -> Self {
+        self.sim.replicasets = true;
+        self
+    }
+
+    /// Turns on the Cluster Autoscaler model, and the scheduler model with its default
+    /// settings unless [`KubeFakeBuilder::scheduler`] set it.
+    pub fn autoscaler(mut self, settings: AutoscalerSettings) -> Self {
+        self.sim.autoscaler = Some(settings);
+        self.sim
+            .scheduler
+            .get_or_insert_with(SchedulerSettings::default);
+        self
+    }
+
     /// Binds `127.0.0.1:0` and serves from a task on the current tokio runtime.
     ///
     /// # Panics
@@ -233,10 +266,16 @@ impl KubeFakeBuilder {
             .expect("kube-fake: bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("kube-fake: local address");
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let mut store = Store::new(self.resources);
+        let sim = self
+            .sim
+            .enabled()
+            .then(|| Sim::new(self.sim.clone(), &mut store));
         let shared = Arc::new(Shared {
             state: Mutex::new(FakeState {
-                store: Store::new(self.resources),
+                store,
                 control: Control::default(),
+                sim,
             }),
             shutdown: shutdown_rx.clone(),
             server_address: addr.to_string(),
@@ -491,6 +530,34 @@ impl KubeFake {
         now: impl Fn() -> chrono::DateTime<chrono::Utc> + Send + Sync + 'static,
     ) {
         self.lock().store.clock = std::sync::Arc::new(now);
+    }
+
+    /// Brings the simulation (when the builder turned it on) to the fake's current time, as
+    /// every request and every look through this handle also does: what fell due meanwhile
+    /// (graceful deletions, pods starting, nodes launching) happens at its own time, in order,
+    /// and the scheduler, the ReplicaSet and the autoscaler models react. Without the
+    /// simulation it finishes the graceful deletions due.
+    pub fn settle(&self) {
+        drop(self.lock());
+    }
+
+    /// Every pod the simulation has seen (one entry per uid, in the order first seen): when it
+    /// ran and when it stopped serving. Empty without the simulation.
+    pub fn pod_timeline(&self) -> Vec<PodTimeline> {
+        self.lock()
+            .sim
+            .as_ref()
+            .map(Sim::pod_timeline)
+            .unwrap_or_default()
+    }
+
+    /// The nodes the autoscaler model launched (or is launching), in order.
+    pub fn launched_nodes(&self) -> Vec<LaunchedNode> {
+        self.lock()
+            .sim
+            .as_ref()
+            .map(Sim::launched_nodes)
+            .unwrap_or_default()
     }
 
     /// Request counters.
