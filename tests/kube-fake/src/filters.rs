@@ -2,6 +2,7 @@
 //! `TaintToleration` and `NodeAffinity` (nodeSelector and required node affinity), with their
 //! real failure reasons. The resource filter (`NodeResourcesFit`) is in `scheduler`.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde_json::Value;
@@ -249,15 +250,15 @@ impl Placement {
     }
 
     /// The three filters in the scheduler's order; the failing one's reason.
-    pub fn check(&self, node: &NodeShape<'_>) -> Result<(), String> {
+    pub fn check(&self, node: &NodeShape<'_>) -> Result<(), Cow<'static, str>> {
         if node.unschedulable && !self.tolerates_unschedulable() {
-            return Err(UNSCHEDULABLE.into());
+            return Err(Cow::Borrowed(UNSCHEDULABLE));
         }
         if let Some(taint) = self.untolerated(node.taints) {
-            return Err(taint.reason());
+            return Err(Cow::Owned(taint.reason()));
         }
         if !self.matches_node(node.name, node.labels) {
-            return Err(AFFINITY.into());
+            return Err(Cow::Borrowed(AFFINITY));
         }
         Ok(())
     }

@@ -294,6 +294,15 @@ pub(crate) struct Usage {
     /// The sum of the requests of the pods that count.
     pub requested: Resources,
     pub pods: BTreeSet<PodKey>,
+    /// How many of them have each priority.
+    pub priorities: BTreeMap<i32, usize>,
+}
+
+impl Usage {
+    /// The lowest priority of a pod here.
+    pub fn lowest_priority(&self) -> Option<i32> {
+        self.priorities.keys().next().copied()
+    }
 }
 
 /// The index.
@@ -310,6 +319,8 @@ pub(crate) struct Cluster {
     pub active_by_owner: HashMap<(String, String, String), i64>,
     pub classes: Classes,
     pub seq: u64,
+    /// How many bound pods (that count) have each priority, over all nodes.
+    pub bound_priorities: BTreeMap<i32, usize>,
 }
 
 impl Cluster {
@@ -331,6 +342,14 @@ impl Cluster {
         {
             usage.requested.sub(&entry.requests);
             usage.pods.remove(key);
+            for counts in [&mut usage.priorities, &mut self.bound_priorities] {
+                if let Some(n) = counts.get_mut(&entry.priority) {
+                    *n -= 1;
+                    if *n == 0 {
+                        counts.remove(&entry.priority);
+                    }
+                }
+            }
             if usage.pods.is_empty() {
                 self.usage.remove(node);
             }
@@ -366,6 +385,8 @@ impl Cluster {
             let usage = self.usage.entry(node.clone()).or_default();
             usage.requested.add(&entry.requests);
             usage.pods.insert(key.clone());
+            *usage.priorities.entry(entry.priority).or_insert(0) += 1;
+            *self.bound_priorities.entry(entry.priority).or_insert(0) += 1;
         }
         if entry.pending() {
             self.pending.insert(key.clone());
@@ -385,6 +406,11 @@ impl Cluster {
                 .or_insert(0) += 1;
         }
         self.pods.insert(key, entry);
+    }
+
+    /// The lowest priority of a bound pod.
+    pub fn lowest_bound_priority(&self) -> Option<i32> {
+        self.bound_priorities.keys().next().copied()
     }
 
     /// Active pods of a controller.

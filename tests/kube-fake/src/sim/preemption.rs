@@ -3,13 +3,14 @@
 //! PodDisruptionBudgets are ignored (the real plugin only prefers candidates that violate fewer
 //! of them, best effort), as is the victims' start time in the tie-breaks.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 use super::cluster::{PodEntry, PodKey};
-use super::scheduler::{NodeStatus, fit_error, insufficient};
+use super::scheduler::{NodeStatus, Reason, fit_error, insufficient};
 use super::{Sim, rfc3339, set_condition};
 use crate::store::Store;
 
@@ -69,19 +70,29 @@ impl Sim {
         let mut diagnosis = Vec::new();
         let mut candidates = Vec::new();
         let mut might_help = false;
+        // No bound pod of a lower priority anywhere: no node has victims.
+        let victims_somewhere = self
+            .cluster
+            .lowest_bound_priority()
+            .is_some_and(|lowest| lowest < pod.priority);
         for (name, status) in statuses {
             if !status.resolvable {
                 diagnosis.push((
                     name.clone(),
                     NodeStatus {
-                        reasons: vec![NOT_HELPFUL.into()],
+                        reasons: vec![Cow::Borrowed(NOT_HELPFUL)],
                         resolvable: false,
                     },
                 ));
                 continue;
             }
             might_help = true;
-            match self.select_victims(key, pod, name) {
+            let found = if victims_somewhere {
+                self.select_victims(key, pod, name)
+            } else {
+                Err(vec![Cow::Borrowed(NO_VICTIMS)])
+            };
+            match found {
                 Ok(candidate) => candidates.push(candidate),
                 Err(reasons) => diagnosis.push((
                     name.clone(),
@@ -137,12 +148,18 @@ impl Sim {
         key: &PodKey,
         pod: &PodEntry,
         node: &str,
-    ) -> Result<Candidate, Vec<String>> {
+    ) -> Result<Candidate, Vec<Reason>> {
         let (Some(entry), Some(usage)) =
             (self.cluster.nodes.get(node), self.cluster.usage.get(node))
         else {
-            return Err(vec![NO_VICTIMS.into()]);
+            return Err(vec![Cow::Borrowed(NO_VICTIMS)]);
         };
+        if usage
+            .lowest_priority()
+            .is_none_or(|lowest| lowest >= pod.priority)
+        {
+            return Err(vec![Cow::Borrowed(NO_VICTIMS)]);
+        }
         let mut potential: Vec<(&PodKey, &PodEntry)> = usage
             .pods
             .iter()
@@ -150,7 +167,7 @@ impl Sim {
             .filter(|(_, p)| p.priority < pod.priority)
             .collect();
         if potential.is_empty() {
-            return Err(vec![NO_VICTIMS.into()]);
+            return Err(vec![Cow::Borrowed(NO_VICTIMS)]);
         }
         let (used, mut count) = self.cluster.used_for(node, key, pod.priority);
         let mut used = used.into_owned();

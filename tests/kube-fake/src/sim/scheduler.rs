@@ -3,6 +3,7 @@
 //! `NodeResourcesFit` with their real reasons and the real `FitError` message, a
 //! least-allocated score, binding, and the kubelet starting the pod after the start delay.
 
+use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
@@ -19,11 +20,14 @@ use crate::store::Store;
 /// Why one node was filtered out.
 #[derive(Debug, Clone)]
 pub(super) struct NodeStatus {
-    pub reasons: Vec<String>,
+    pub reasons: Vec<Reason>,
     /// `Unschedulable` (preemption may help: resources) rather than
     /// `UnschedulableAndUnresolvable` (cordon, taints, affinity).
     pub resolvable: bool,
 }
+
+/// A filter's reason (most are constants).
+pub(super) type Reason = Cow<'static, str>;
 
 /// `NodeResourcesFit`'s reasons: the pod count, then each resource that lacks room.
 pub(super) fn insufficient(
@@ -31,26 +35,30 @@ pub(super) fn insufficient(
     allocatable: &Resources,
     used: &Resources,
     pods: i64,
-) -> Vec<String> {
+) -> Vec<Reason> {
     let mut reasons = Vec::new();
     if pods + 1 > allocatable.pods {
-        reasons.push("Too many pods".to_string());
+        reasons.push(Cow::Borrowed("Too many pods"));
     }
     if req.is_empty_request() {
         return reasons;
     }
-    for (name, want) in [
-        ("cpu", req.cpu),
-        ("memory", req.memory),
-        ("ephemeral-storage", req.ephemeral_storage),
+    for (name, want, reason) in [
+        ("cpu", req.cpu, "Insufficient cpu"),
+        ("memory", req.memory, "Insufficient memory"),
+        (
+            "ephemeral-storage",
+            req.ephemeral_storage,
+            "Insufficient ephemeral-storage",
+        ),
     ] {
         if want > 0 && want > allocatable.get(name).saturating_sub(used.get(name)) {
-            reasons.push(format!("Insufficient {name}"));
+            reasons.push(Cow::Borrowed(reason));
         }
     }
     for (name, want) in &req.scalar {
         if *want > 0 && *want > allocatable.get(name).saturating_sub(used.get(name)) {
-            reasons.push(format!("Insufficient {name}"));
+            reasons.push(Cow::Owned(format!("Insufficient {name}")));
         }
     }
     reasons
@@ -75,7 +83,7 @@ pub(super) fn fit_error(total: usize, statuses: &[(String, NodeStatus)]) -> Stri
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for (_, status) in statuses {
         for reason in &status.reasons {
-            *counts.entry(reason.as_str()).or_insert(0) += 1;
+            *counts.entry(reason.as_ref()).or_insert(0) += 1;
         }
     }
     let mut parts: Vec<String> = counts.iter().map(|(r, n)| format!("{n} {r}")).collect();
@@ -226,7 +234,7 @@ impl Sim {
         if let Some(p) = self.cluster.pods.get_mut(key) {
             p.failed = true;
         }
-        self.autoscale_dirty = true;
+        self.waiting_for_a_node(key);
     }
 
     /// A retry on the nodes with new room found none: preemption there may now help; the
