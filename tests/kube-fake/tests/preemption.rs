@@ -305,3 +305,26 @@ async fn a_replicaset_at_its_replicas_replaces_nothing_more() {
     assert!(names.contains(&"full-2".to_string()));
     assert!(names.iter().any(|n| n.starts_with("unsized-")));
 }
+
+#[tokio::test]
+async fn deleting_a_node_deletes_its_pods_and_their_replicasets_replace_them() {
+    let fake = fake_with_replicasets().await;
+    fake.set_eviction_grace(Duration::from_secs(30));
+    fake.insert(sized_node("gone", "4", "8Gi"));
+    fake.insert(sized_node("left", "4", "8Gi"));
+    let rs = fake.insert(replicaset("web-7d4", Some(1)));
+    fake.insert(owned(running_with("web-7d4-aaaaa", "gone", "1", 0), &rs));
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(fake.client());
+
+    nodes.delete("gone", &Default::default()).await.unwrap();
+
+    let pods: Api<Pod> = Api::namespaced(fake.client(), "web");
+    let all = pods.list(&Default::default()).await.unwrap().items;
+    assert_eq!(
+        all.len(),
+        1,
+        "the orphan went at once, its replacement came"
+    );
+    assert_ne!(all[0].metadata.name.as_deref(), Some("web-7d4-aaaaa"));
+    assert_eq!(node_of(&all[0]), Some("left"));
+}

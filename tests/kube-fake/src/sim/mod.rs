@@ -164,6 +164,12 @@ impl Sim {
         }
     }
 
+    /// The fake was put on another clock: the simulation goes on from that clock's time (what
+    /// is scheduled keeps its time).
+    pub fn clock_changed(&mut self) {
+        self.time = None;
+    }
+
     pub fn pod_timeline(&self) -> Vec<PodTimeline> {
         self.timeline.entries()
     }
