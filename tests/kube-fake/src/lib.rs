@@ -70,6 +70,89 @@
 //!   [`KubeFake::set_rate_limit`] (429 with `Retry-After: 1`, like API priority
 //!   and fairness), [`KubeFake::hang`]; [`KubeFake::counters`] counts them.
 //!
+//! # Cluster simulation (opt-in)
+//!
+//! Off unless the builder turns it on ([`KubeFakeBuilder::scheduler`],
+//! [`KubeFakeBuilder::replicasets`], [`KubeFakeBuilder::autoscaler`]); off, the fake
+//! behaves exactly as without it. On, it runs on the fake's clock
+//! ([`KubeFake::set_clock`]), deterministically and without sleeping: before every request
+//! is answered and every look through the handle ([`KubeFake::settle`] looks without
+//! anything else), what fell due since (graceful deletions finishing, pods starting, nodes
+//! launching) happens in time order, each at its own time, and the models react to every
+//! write at once. It keeps an index of the pods and nodes updated from the writes (per-node
+//! allocated requests and priorities, the pending pods), so a cluster of 1,000 nodes and
+//! 10,000 pods stays cheap (`tests/scale.rs`).
+//!
+//! * **Scheduler** ([`SchedulerSettings`]): binds pending pods (no `spec.nodeName`, not
+//!   terminating, `schedulerName` unset or `default-scheduler`, no scheduling gates), highest
+//!   priority first, then in arrival order. Filters, in kube-scheduler's order, with its
+//!   reasons: `NodeUnschedulable` (a cordoned node takes only pods tolerating
+//!   `node.kubernetes.io/unschedulable:NoSchedule`), `TaintToleration` (`NoSchedule` and
+//!   `NoExecute` taints; `Equal`/`Exists`, empty key or effect matching all; a node that is not
+//!   Ready carries the lifecycle controller's `node.kubernetes.io/not-ready`, or for `Unknown`
+//!   `unreachable`, `NoSchedule` taint, so it takes only pods tolerating that), `NodeAffinity`
+//!   (`nodeSelector`; required node affinity: ORed terms, ANDed `matchExpressions` with
+//!   `In`/`NotIn`/`Exists`/`DoesNotExist`/`Gt`/`Lt`, `matchFields` on `metadata.name`),
+//!   `NodeResourcesFit` (`status.allocatable`, else `capacity`, against the requests of the
+//!   bound pods that are not `Succeeded`/`Failed`, terminating ones included: pod count, cpu,
+//!   memory, ephemeral storage, any extended resource; a pod's requests are its containers'
+//!   sum against its largest init container, restartable sidecars counted along, plus
+//!   `overhead`, a limit standing for a missing request as API defaulting does; quantities in
+//!   every suffix and exponent form). Binding sets `spec.nodeName` and `PodScheduled=True`; the
+//!   pod is `Running` and `Ready` (start time, pod IP, container statuses) after
+//!   [`SchedulerSettings::start_delay`]. A pod that fits nowhere gets `PodScheduled=False`,
+//!   `Unschedulable`, with the real `FitError` text (`0/3 nodes are available: 1 node(s) were
+//!   unschedulable, 2 Insufficient cpu.`, reasons counted and sorted as strings), followed as
+//!   on a real cluster by the preemption part (`preemption: 0/3 nodes are available: 3 No
+//!   preemption victims found for incoming pod..`, double stop included), or `no nodes
+//!   available to schedule pods`. Pods are retried when room appears on a node (it changed, a
+//!   pod left it, a nomination to it was dropped), on those nodes only.
+//! * **Preemption**: priority from `spec.priority`, else from `spec.priorityClassName` (stored
+//!   `scheduling.k8s.io/v1` PriorityClasses, `system-node-critical` and
+//!   `system-cluster-critical` built in), else the `globalDefault` class, else 0; the policy
+//!   from `spec.preemptionPolicy`, else the class. A pod that fits nowhere and whose policy is
+//!   not `Never` picks, among the nodes where only resources failed, the one where deleting
+//!   pods of strictly lower priority makes it fit (all removed, then the most important given
+//!   back while it still fits), by the real order: lowest highest-priority victim, lowest sum
+//!   of priorities, fewest victims (then the node's name). Victims get `DisruptionTarget`
+//!   (`PreemptionByScheduler`) and a graceful delete with their `terminationGracePeriodSeconds`
+//!   (the eviction grace, [`KubeFake::set_eviction_grace`], when they state none); the pod gets
+//!   `status.nominatedNodeName`, the room there is kept for it against pods of its priority or
+//!   lower, and it binds once the victims are gone (`not eligible due to a terminating pod on
+//!   the nominated node.` meanwhile, as `not eligible due to preemptionPolicy=Never.` for
+//!   `Never` pods). Lower-priority pods nominated to that node lose their nomination.
+//! * **Pod garbage collection** (with the scheduler): deleting a Node deletes its pods at once.
+//! * **ReplicaSets**: a pod whose controller is a stored `apps/v1` ReplicaSet (uid matching,
+//!   not being deleted) that starts terminating, turns `Succeeded`/`Failed` or is deleted is
+//!   replaced at once (the controller does not count terminating pods): `<rs>-<5 chars>`, the
+//!   template's labels, annotations and spec, an ownerReference to the ReplicaSet, `Pending`,
+//!   unbound. A ReplicaSet stating `spec.replicas` that still has that many active pods gets
+//!   none.
+//! * **Autoscaler** ([`AutoscalerSettings`], [`NodeGroup`]), scale-up only: a pod the scheduler
+//!   found no node for, not nominated to one, at or above the expendable cutoff (default -10,
+//!   as `--expendable-pods-priority-cutoff`), is counted first-fit into the nodes already
+//!   launching, else into a new node of the first group (in the order given) whose template
+//!   takes it by the same filters and whose `max_size` allows; a pod no template could take
+//!   triggers nothing. A new node joins Ready [`AutoscalerSettings::launch_delay`] later
+//!   (default 60 s), named `<group>-<n>`, with `spec.providerID`
+//!   `aws:///<zone>/i-<17 hex digits>`, the template's labels and taints, `kubernetes.io/os`,
+//!   `kubernetes.io/arch` and `kubernetes.io/hostname`, its allocatable as capacity.
+//! * **For benchmarks**: [`KubeFake::pod_timeline`] (per pod: owner, node, first seen, running,
+//!   stopped serving) and [`KubeFake::launched_nodes`] (group, name, instance, decided, Ready).
+//!
+//! Approximated: scores are `LeastAllocated` on cpu and memory only (ties by node name, not at
+//! random), over every node (no `percentageOfNodesToScore`); a pod retried after room appeared
+//! looks at those nodes only and keeps its condition's message unless preemption there now
+//! nominates; PodDisruptionBudgets and start times play no part in choosing victims (the real
+//! plugin only prefers, best effort, candidates violating fewer budgets); no Events are
+//! written; priority is read when the pod is (and again when a class changes), not fixed at
+//! creation, and an unknown class means 0 rather than a refused create; the kubelet model only
+//! starts the pods the scheduler model bound (seeded pods keep the status given); the
+//! autoscaler keeps its launching nodes and counts newly waiting pods into them instead of
+//! simulating from scratch every 10 s, ignores DaemonSet pods on new nodes, picks a group by
+//! order (a priority expander) and never scales down; PodGC deletes orphans at once instead of
+//! after 40 s.
+//!
 //! # Knowingly not implemented
 //!
 //! * watch (`?watch=true` answers 405), `deletecollection` (405), server-side
@@ -82,6 +165,13 @@
 //! * The disruption controller is emulated, not run: for percentage budgets a pod
 //!   whose controller is not stored counts as one expected pod (see `eviction`).
 //! * Garbage collection: deleting an owner does not delete its dependents.
+//! * Without the simulation, no controller, scheduler or kubelet runs. With it, still none of:
+//!   inter-pod affinity and anti-affinity, topology spread constraints, host ports, volumes,
+//!   preferred node affinity and `PreferNoSchedule` in scoring, taint-based eviction
+//!   (`NoExecute` taints do not evict running pods), Deployments, StatefulSets, DaemonSets and
+//!   Jobs (no pods created for them), a ReplicaSet scaled up or down (only leaving pods are
+//!   replaced), pod status updates beyond starting (no readiness changes, no restarts), the
+//!   `pods/binding` subresource.
 //! * The `kube` client from [`KubeFake::client`] has kube's default retry layer
 //!   **off** (`Config::default_retry = false`), so tests see every 429/503 the fake
 //!   sends. kube 5's `Config::new` turns it on, and then it retries 429, 503 and
@@ -89,10 +179,13 @@
 
 mod discovery;
 mod eviction;
+mod filters;
 mod patch;
+mod quantity;
 mod resources;
 mod selectors;
 mod server;
+mod sim;
 mod status;
 mod store;
 mod validation;
@@ -108,8 +201,12 @@ use tokio::task::JoinHandle;
 
 pub use axum::http::Method;
 pub use resources::{FieldLabel, ListMerge, ResourceDef, StatusOnCreate, builtin_resources};
+pub use sim::settings::{AutoscalerSettings, NodeGroup, SchedulerSettings};
+pub use sim::timeline::{LaunchedNode, PodTimeline};
 
 use server::{Control, FakeState, Shared, TokenBucket};
+use sim::Sim;
+use sim::settings::SimSettings;
 use store::Store;
 
 /// One request the fake received.
@@ -202,12 +299,14 @@ pub struct Counters {
 #[derive(Debug, Clone)]
 pub struct KubeFakeBuilder {
     resources: Vec<ResourceDef>,
+    sim: SimSettings,
 }
 
 impl Default for KubeFakeBuilder {
     fn default() -> Self {
         Self {
             resources: builtin_resources(),
+            sim: SimSettings::default(),
         }
     }
 }
@@ -222,6 +321,30 @@ impl KubeFakeBuilder {
         self
     }
 
+    /// Turns on the scheduler model (with priority preemption unless the settings say
+    /// otherwise; see the crate docs): pending pods are bound to nodes with room and started.
+    pub fn scheduler(mut self, settings: SchedulerSettings) -> Self {
+        self.sim.scheduler = Some(settings);
+        self
+    }
+
+    /// Turns on the ReplicaSet model: a pod of a stored ReplicaSet that starts terminating or
+    /// goes is replaced at once from the ReplicaSet's template.
+    pub fn replicasets(mut self) -> Self {
+        self.sim.replicasets = true;
+        self
+    }
+
+    /// Turns on the Cluster Autoscaler model, and the scheduler model with its default
+    /// settings unless [`KubeFakeBuilder::scheduler`] set it.
+    pub fn autoscaler(mut self, settings: AutoscalerSettings) -> Self {
+        self.sim.autoscaler = Some(settings);
+        self.sim
+            .scheduler
+            .get_or_insert_with(SchedulerSettings::default);
+        self
+    }
+
     /// Binds `127.0.0.1:0` and serves from a task on the current tokio runtime.
     ///
     /// # Panics
@@ -233,10 +356,16 @@ impl KubeFakeBuilder {
             .expect("kube-fake: bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("kube-fake: local address");
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let mut store = Store::new(self.resources);
+        let sim = self
+            .sim
+            .enabled()
+            .then(|| Sim::new(self.sim.clone(), &mut store));
         let shared = Arc::new(Shared {
             state: Mutex::new(FakeState {
-                store: Store::new(self.resources),
+                store,
                 control: Control::default(),
+                sim,
             }),
             shutdown: shutdown_rx.clone(),
             server_address: addr.to_string(),
@@ -479,6 +608,8 @@ impl KubeFake {
     /// How long an evicted pod, or a pod on a node deleted without
     /// `gracePeriodSeconds: 0`, stays with a `deletionTimestamp` before it is
     /// removed (default zero: at once). While it stays it counts as unhealthy.
+    /// The scheduler model's preemption victims take their own
+    /// `terminationGracePeriodSeconds`, and this one when they state none.
     pub fn set_eviction_grace(&self, grace: Duration) {
         self.lock().store.pod_grace = grace;
     }
@@ -490,7 +621,39 @@ impl KubeFake {
         &self,
         now: impl Fn() -> chrono::DateTime<chrono::Utc> + Send + Sync + 'static,
     ) {
-        self.lock().store.clock = std::sync::Arc::new(now);
+        let mut state = self.lock();
+        state.store.clock = std::sync::Arc::new(now);
+        if let Some(sim) = state.sim.as_mut() {
+            sim.clock_changed();
+        }
+    }
+
+    /// Brings the simulation (when the builder turned it on) to the fake's current time, as
+    /// every request and every look through this handle also does: what fell due meanwhile
+    /// (graceful deletions, pods starting, nodes launching) happens at its own time, in order,
+    /// and the scheduler, the ReplicaSet and the autoscaler models react. Without the
+    /// simulation it finishes the graceful deletions due.
+    pub fn settle(&self) {
+        drop(self.lock());
+    }
+
+    /// Every pod the simulation has seen (one entry per uid, in the order first seen): when it
+    /// ran and when it stopped serving. Empty without the simulation.
+    pub fn pod_timeline(&self) -> Vec<PodTimeline> {
+        self.lock()
+            .sim
+            .as_ref()
+            .map(Sim::pod_timeline)
+            .unwrap_or_default()
+    }
+
+    /// The nodes the autoscaler model launched (or is launching), in order.
+    pub fn launched_nodes(&self) -> Vec<LaunchedNode> {
+        self.lock()
+            .sim
+            .as_ref()
+            .map(Sim::launched_nodes)
+            .unwrap_or_default()
     }
 
     /// Request counters.

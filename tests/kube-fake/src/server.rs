@@ -14,6 +14,7 @@ use tokio::sync::watch;
 
 use crate::discovery;
 use crate::selectors::{FieldSelector, LabelSelector};
+use crate::sim::Sim;
 use crate::status::{self, ApiError};
 use crate::store::{DeleteOptions, DeleteOutcome, PatchKind, Store, Target};
 use crate::{Counters, Fault, RecordedRequest};
@@ -88,6 +89,8 @@ pub(crate) struct Control {
 pub(crate) struct FakeState {
     pub store: Store,
     pub control: Control,
+    /// The cluster simulation, when the builder turned it on.
+    pub sim: Option<Sim>,
 }
 
 /// What the server task and the [`crate::KubeFake`] handle share.
@@ -102,7 +105,11 @@ impl Shared {
         // A panic while holding the lock cannot leave the store half-written in a way
         // that matters to a test double; keep serving.
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.store.reap();
+        let FakeState { store, sim, .. } = &mut *state;
+        match sim {
+            Some(sim) => sim.advance(store),
+            None => store.reap(),
+        }
         state
     }
 }

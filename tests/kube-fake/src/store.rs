@@ -89,6 +89,12 @@ pub(crate) struct Store {
     /// comes.
     graceful: Vec<(ObjKey, String, DateTime<Utc>)>,
     pub clock: Now,
+    /// While the simulation advances, the time it has got to: what `now` is for its writes.
+    frozen: Option<DateTime<Utc>>,
+    /// The kinds whose writes are logged for the simulation (by index; empty: none are).
+    tracked: Vec<bool>,
+    /// The objects of tracked kinds written since the simulation last looked.
+    changes: Vec<ObjKey>,
 }
 
 pub(crate) fn now_rfc3339() -> String {
@@ -158,12 +164,127 @@ impl Store {
             pod_grace: Duration::ZERO,
             graceful: Vec::new(),
             clock: std::sync::Arc::new(Utc::now),
+            frozen: None,
+            tracked: Vec::new(),
+            changes: Vec::new(),
         }
     }
 
-    /// The time now, on the fake's clock.
+    /// The time now, on the fake's clock (or the simulation's time while it advances).
     pub fn now(&self) -> DateTime<Utc> {
-        (self.clock)()
+        self.frozen.unwrap_or_else(|| (self.clock)())
+    }
+
+    /// Makes `now` this time (`None`: the clock again), for the simulation's writes.
+    pub(crate) fn freeze(&mut self, at: Option<DateTime<Utc>>) {
+        self.frozen = at;
+    }
+
+    /// Logs writes to these kinds from now on, for [`Store::take_changes`].
+    pub(crate) fn track(&mut self, kinds: &[usize]) {
+        self.tracked = vec![false; self.resources.len()];
+        for &k in kinds {
+            self.tracked[k] = true;
+        }
+    }
+
+    /// The tracked objects written since the last call, each once, in key order.
+    pub(crate) fn take_changes(&mut self) -> Vec<ObjKey> {
+        let mut keys = std::mem::take(&mut self.changes);
+        keys.sort_unstable();
+        keys.dedup();
+        keys
+    }
+
+    pub(crate) fn has_changes(&self) -> bool {
+        !self.changes.is_empty()
+    }
+
+    fn touched(&mut self, key: &ObjKey) {
+        if self.tracked.get(key.0).copied().unwrap_or(false) {
+            self.changes.push(key.clone());
+        }
+    }
+
+    /// Stores an object (every write goes through here or [`Store::take`]).
+    fn put(&mut self, key: ObjKey, obj: Value) {
+        self.touched(&key);
+        self.objects.insert(key, obj);
+    }
+
+    fn take(&mut self, key: &ObjKey) -> Option<Value> {
+        let removed = self.objects.remove(key);
+        if removed.is_some() {
+            self.touched(key);
+        }
+        removed
+    }
+
+    /// The stored object, unpresented.
+    pub(crate) fn object(&self, key: &ObjKey) -> Option<&Value> {
+        self.objects.get(key)
+    }
+
+    /// A write by one of the fake's own controllers (scheduler, kubelet, ...): bumps the
+    /// resourceVersion and stores `obj` as it is.
+    pub(crate) fn write(&mut self, key: ObjKey, mut obj: Value) {
+        let rv = self.bump();
+        meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv));
+        self.put(key, obj);
+    }
+
+    /// The key of an object of type `idx`.
+    pub(crate) fn key_of(&self, idx: usize, namespace: Option<&str>, name: &str) -> ObjKey {
+        self.key(idx, namespace, name)
+    }
+
+    /// Deletes a pod the way a plain `DELETE` without options does when its grace period is
+    /// `grace`: at once when zero, else it terminates until then (finalizers hold it as usual).
+    pub(crate) fn delete_pod_gracefully(&mut self, key: &ObjKey, grace: Duration) {
+        let Some(current) = self.objects.get(key).cloned() else {
+            return;
+        };
+        if meta_str(&current, "deletionTimestamp").is_some() {
+            return;
+        }
+        let has_finalizers = current
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| !f.is_empty());
+        if grace.is_zero() && !has_finalizers {
+            self.take(key);
+            self.bump();
+            return;
+        }
+        let uid = meta_str(&current, "uid").unwrap_or_default().to_string();
+        let at = self.mark_deleting(key, current, grace);
+        if !has_finalizers {
+            self.graceful.push((key.clone(), uid, at));
+        }
+    }
+
+    /// Sets `deletionTimestamp` (now + grace) and `deletionGracePeriodSeconds`, and stores it.
+    fn mark_deleting(&mut self, key: &ObjKey, mut obj: Value, grace: Duration) -> DateTime<Utc> {
+        let at = self.now()
+            + chrono::Duration::from_std(grace).unwrap_or_else(|_| chrono::Duration::zero());
+        let meta = meta_mut(&mut obj);
+        meta.insert(
+            "deletionTimestamp".into(),
+            json!(at.to_rfc3339_opts(SecondsFormat::Secs, true)),
+        );
+        meta.insert("deletionGracePeriodSeconds".into(), json!(grace.as_secs()));
+        self.write(key.clone(), obj);
+        at
+    }
+
+    /// When the next graceful pod deletion is due.
+    pub(crate) fn next_graceful(&self) -> Option<DateTime<Utc>> {
+        self.graceful.iter().map(|(_, _, at)| *at).min()
+    }
+
+    /// A random-looking number, for names and ids.
+    pub(crate) fn next_random_u64(&mut self) -> u64 {
+        self.next_random()
     }
 
     fn now_rfc3339(&self) -> String {
@@ -174,7 +295,11 @@ impl Store {
     /// does). Runs before every request and every read of the handle, so a pod is gone for
     /// whoever looks once its grace period has passed on the fake's clock.
     pub fn reap(&mut self) {
-        let now = self.now();
+        self.reap_until(self.now());
+    }
+
+    /// Finishes the graceful deletions due at `now` or before, in the order they were started.
+    pub(crate) fn reap_until(&mut self, now: DateTime<Utc>) {
         let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.graceful)
             .into_iter()
             .partition(|(_, _, at)| *at <= now);
@@ -230,7 +355,7 @@ impl Store {
     }
 
     /// The 5-character suffix `generateName` gets (same alphabet as the real server).
-    fn name_suffix(&mut self) -> String {
+    pub(crate) fn name_suffix(&mut self) -> String {
         const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
         let mut n = self.next_random();
         (0..5)
@@ -268,9 +393,11 @@ impl Store {
         idx: usize,
         namespace: Option<&str>,
     ) -> impl Iterator<Item = &Value> {
+        let start = (idx, String::new(), String::new());
+        let end = (idx + 1, String::new(), String::new());
         self.objects
-            .iter()
-            .filter(move |((i, ns, _), _)| *i == idx && namespace.is_none_or(|want| want == ns))
+            .range(start..end)
+            .filter(move |((_, ns, _), _)| namespace.is_none_or(|want| want == ns))
             .map(|(_, v)| v)
     }
 
@@ -440,7 +567,7 @@ impl Store {
         }
         let rv = self.bump();
         meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv));
-        self.objects.insert(key, obj.clone());
+        self.put(key, obj.clone());
         Ok(self.present(idx, obj))
     }
 
@@ -631,9 +758,9 @@ impl Store {
                 .and_then(Value::as_array)
                 .is_none_or(Vec::is_empty);
         if finalized {
-            self.objects.remove(key);
+            self.take(key);
         } else {
-            self.objects.insert(key.clone(), merged.clone());
+            self.put(key.clone(), merged.clone());
         }
         Ok(self.present(idx, merged))
     }
@@ -718,9 +845,8 @@ impl Store {
             );
             meta.insert("deletionGracePeriodSeconds".into(), json!(grace.as_secs()));
             if !dry_run {
-                let rv = self.bump();
-                meta_mut(&mut pending).insert("resourceVersion".into(), json!(rv));
-                self.objects.insert(key.clone(), pending.clone());
+                self.write(key.clone(), pending.clone());
+                pending = self.objects.get(&key).cloned().unwrap_or(pending);
             }
             let body = self.present(idx, pending);
             if graceful_pod && !has_finalizers && !dry_run {
@@ -730,7 +856,7 @@ impl Store {
         }
 
         if !dry_run {
-            self.objects.remove(&key);
+            self.take(&key);
             self.bump();
         }
         let body = if res.delete_returns_object {
@@ -760,7 +886,7 @@ impl Store {
             .and_then(Value::as_array)
             .is_some_and(|f| !f.is_empty());
         if same && pending && !has_finalizers {
-            self.objects.remove(key);
+            self.take(key);
             self.bump();
         }
     }
@@ -821,14 +947,14 @@ impl Store {
         }
         meta.insert("resourceVersion".into(), json!(rv));
         normalize_meta(&mut obj);
-        self.objects.insert(key, obj.clone());
+        self.put(key, obj.clone());
         Ok(self.present(idx, obj))
     }
 
     /// Removes an object without any API semantics.
     pub fn remove(&mut self, idx: usize, namespace: Option<&str>, name: &str) -> Option<Value> {
         let key = self.key(idx, namespace, name);
-        let removed = self.objects.remove(&key);
+        let removed = self.take(&key);
         if removed.is_some() {
             self.bump();
         }

@@ -1,6 +1,8 @@
 //! Builders shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod sim;
+
 use kube::core::Status;
 use serde_json::{Value, json};
 
