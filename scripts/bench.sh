@@ -2,9 +2,9 @@
 # The benchmarks of docs/benchmarks.md in one run: builds the two Lambda functions and the
 # empty lambda_runtime function (the cold-start floor) in release with cargo lambda, as zips
 # and as bootstraps, builds forewarn-bench (dev profile unless BENCH_PROFILE says), runs its
-# three benchmarks (cold start, one event end to end, mass interruption) and writes their
+# benchmarks (cold start, one event end to end, mass interruption, capacity lost) and writes their
 # tables to stdout and to the results part of docs/benchmarks.md (everything after its results
-# marker is replaced).
+# marker is replaced). The capacity benchmark also draws docs/capacity-surge.svg.
 #
 #   scripts/bench.sh                  # the run docs/benchmarks.md holds
 #   BENCH_RUNS=5 BENCH_OUT=/tmp/b.md scripts/bench.sh   # fewer cold starts, somewhere else
@@ -43,6 +43,8 @@ trap 'rm -f "$results"' EXIT
   "$bench" mass --nodes 1000
   echo "bench: mass interruption, 5,000 nodes: continuation drains" >&2
   "$bench" mass --nodes 5000 --drains continue --cutoff-seconds 600
+  echo "bench: capacity lost, 1,000 nodes: surge and evictions at once" >&2
+  "$bench" capacity --nodes 1000 --svg docs/capacity-surge.svg
 } | tee "$results"
 
 marker='<!-- results: everything below is written by scripts/bench.sh -->'

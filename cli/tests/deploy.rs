@@ -44,14 +44,6 @@ fn path_with_venv() -> String {
 fn rbac(kind: &'static str, plural: &'static str, namespaced: bool) -> ResourceDef {
     ResourceDef {
         group: "rbac.authorization.k8s.io",
-        ..admission(kind, plural, namespaced)
-    }
-}
-
-/// A row of the fake for an admission kind (the placeholders' policy and its binding).
-fn admission(kind: &'static str, plural: &'static str, namespaced: bool) -> ResourceDef {
-    ResourceDef {
-        group: "admissionregistration.k8s.io",
         version: "v1",
         kind,
         plural,
@@ -74,16 +66,6 @@ async fn fake() -> KubeFake {
         .resource(rbac("ClusterRoleBinding", "clusterrolebindings", false))
         .resource(rbac("Role", "roles", true))
         .resource(rbac("RoleBinding", "rolebindings", true))
-        .resource(admission(
-            "ValidatingAdmissionPolicy",
-            "validatingadmissionpolicies",
-            false,
-        ))
-        .resource(admission(
-            "ValidatingAdmissionPolicyBinding",
-            "validatingadmissionpolicybindings",
-            false,
-        ))
         .start()
         .await
 }
@@ -500,11 +482,7 @@ fn pool_ttl(endpoint: &str, outputs: &std::collections::BTreeMap<String, String>
 /// infra/k8s/priority-expander.yaml.
 fn manifest_objects() -> Vec<(String, String, Option<String>, String)> {
     let mut objects = Vec::new();
-    for file in [
-        "infra/k8s/placeholders.yaml",
-        "infra/k8s/rbac.yaml",
-        "infra/k8s/priority-expander.yaml",
-    ] {
+    for file in ["infra/k8s/rbac.yaml", "infra/k8s/priority-expander.yaml"] {
         let text = std::fs::read_to_string(root().join(file)).unwrap();
         let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
         for d in docs.iter().filter(|d| !d.is_null()) {
@@ -517,7 +495,7 @@ fn manifest_objects() -> Vec<(String, String, Option<String>, String)> {
             ));
         }
     }
-    assert_eq!(objects.len(), 10, "{objects:?}");
+    assert_eq!(objects.len(), 7, "{objects:?}");
     objects
 }
 

@@ -162,9 +162,6 @@ impl World {
 
         let config = Config {
             cluster_name: Some(cluster.clone()),
-            // Evictions at once: these scenarios fault the drain's requests against the real
-            // clock; surge's placeholders have their own tests (kube_actions.rs).
-            surge_kinds: std::collections::BTreeSet::new(),
             ..Config::default()
         };
         let mut kube_config = fake.config();

@@ -888,4 +888,30 @@ fn the_placeholder_policy_allows_forewarns_groups_placeholders_only() {
     let binding = of("ValidatingAdmissionPolicyBinding");
     assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
     assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+    // The grant the policy narrows: pods create and delete only, to both groups.
+    let role = of("ClusterRole");
+    assert_eq!(
+        role["rules"],
+        json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]}])
+    );
+    let bound = of("ClusterRoleBinding");
+    assert_eq!(bound["roleRef"]["name"], role["metadata"]["name"]);
+    let groups: Vec<&str> = bound["subjects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(groups, ["forewarn-handler", "forewarn-sweeper"]);
+    // rbac.yaml grants no pod write: without placeholders.yaml, no pod can be created.
+    let rbac = std::fs::read_to_string(workspace_root().join("infra/k8s/rbac.yaml")).unwrap();
+    let rbac: Vec<Value> = serde_saphyr::from_multiple(&rbac).unwrap();
+    for rule in rbac
+        .iter()
+        .flat_map(|d| d["rules"].as_array().cloned().unwrap_or_default())
+    {
+        if rule["resources"] == json!(["pods"]) {
+            assert_eq!(rule["verbs"], json!(["list"]), "{rule}");
+        }
+    }
 }

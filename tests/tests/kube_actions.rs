@@ -61,8 +61,8 @@ fn instance(id: &str, dns: &str) -> InstanceFacts {
         .build()
 }
 
-/// This world's configuration: drains without surge (the eviction mechanics these tests check;
-/// surge, on by default for spot and reservation warnings, has tests of its own below).
+/// This world's configuration: drains without surge (the default; surge has tests of its own
+/// below).
 fn config() -> Config {
     Config {
         cluster_name: Some("demo".into()),
@@ -580,11 +580,11 @@ async fn a_second_identical_plan_writes_nothing() {
 // ---------------------------------------------------------------------------------------------
 // Surge: placeholders first, evictions when there is room
 
-/// A world whose spot drains surge (the default), with a ReplicaSet pod, a bare pod and a
-/// DaemonSet pod on the node.
+/// A world whose spot drains surge (`FOREWARN_SURGE=spot-interruption,...`), with a ReplicaSet
+/// pod, a bare pod and a DaemonSet pod on the node.
 async fn surging() -> World {
     let mut w = World::plain().await;
-    w.config.surge_kinds = Config::default().surge_kinds;
+    w.config.surge_kinds = forewarn::domain::surge::SURGE_KINDS.into();
     let mut web = pod_object("default", "web-1", NODE, "web", "ReplicaSet");
     web["spec"]["containers"][0]["resources"] =
         json!({"requests": {"cpu": "500m", "memory": "256Mi"}});
@@ -820,10 +820,21 @@ async fn capacity_lost(surge: bool) -> (Vec<i64>, chrono::DateTime<Utc>, chrono:
         .await;
     let mut w = World::on(fake);
     if surge {
-        w.config.surge_kinds = Config::default().surge_kinds;
+        w.config.surge_kinds = forewarn::domain::surge::SURGE_KINDS.into();
     }
     w.fake.insert(sized(NODE, ID, "1"));
     w.fake.insert(sized(OTHER_NODE, OTHER_ID, "500m"));
+    // The placeholders' PriorityClass, from the manifest `forewarn deploy` applies.
+    let manifest = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra/k8s/placeholders.yaml"),
+    )
+    .unwrap();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&manifest).unwrap();
+    w.fake.insert(
+        docs.into_iter()
+            .find(|d| d["kind"] == "PriorityClass")
+            .unwrap(),
+    );
     let template = json!({
         "metadata": {"labels": {"app": "web"}},
         "spec": {"nodeSelector": {"pool": "general"},
@@ -1941,7 +1952,7 @@ async fn the_handler_tells_the_webhook_and_counts_evictions() {
         "FOREWARN_WEBHOOK_URL" => Some(url.clone()),
         // The test's receiver is plain HTTP on loopback.
         "FOREWARN_WEBHOOK_ALLOW_HTTP" => Some("true".into()),
-        // Evictions at once (this test counts them in one message): no surge.
+        // Evictions at once (this test counts them in one message): no surge, blank as set.
         "FOREWARN_SURGE" => Some(String::new()),
         "FOREWARN_WEBHOOK_TEMPLATE" => Some(template.into()),
         _ => None,
@@ -2071,9 +2082,16 @@ fn grants(grant: &Need, need: &Need) -> bool {
 /// grants are limited to its namespace). Every subject is a group, every role is bound, and no
 /// rule has a wildcard.
 fn rbac_granted() -> BTreeMap<String, BTreeSet<Need>> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra/k8s/rbac.yaml");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    // rbac.yaml, and placeholders.yaml's grant, applied with FOREWARN_SURGE (the scenarios
+    // below surge).
+    let mut docs: Vec<Value> = Vec::new();
+    for file in ["rbac.yaml", "placeholders.yaml"] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../infra/k8s")
+            .join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        docs.extend(serde_saphyr::from_multiple::<Value>(&text).unwrap());
+    }
     let strings = |v: &Value| -> Vec<String> {
         v.as_array()
             .unwrap()
@@ -2223,8 +2241,8 @@ async fn sweeper_requests() -> Vec<RecordedRequest> {
     use forewarn::domain::sweep::SPOT_TERMINATION_REASON;
 
     let mut w = World::new().await;
-    // Spot drains surge, as by default: placeholders are created, listed and deleted.
-    w.config.surge_kinds = Config::default().surge_kinds;
+    // Spot drains surge (FOREWARN_SURGE): placeholders are created, listed and deleted.
+    w.config.surge_kinds = forewarn::domain::surge::SURGE_KINDS.into();
     // Stopped by a spot interruption: drained.
     w.fake.insert(node(NODE, ID));
     w.fake

@@ -156,9 +156,6 @@ pub async fn report(runs: usize) -> anyhow::Result<String> {
     let fake = KubeFake::start().await;
     let config = Config {
         cluster_name: Some(CLUSTER.to_string()),
-        // Evictions at once, as this benchmark measures them (surge's placeholders wait for
-        // the room an autoscaler brings, which this fake does not model yet).
-        surge_kinds: std::collections::BTreeSet::new(),
         ..Config::default()
     };
     let clients = ClusterClient::new(fake.client());

@@ -1,6 +1,7 @@
 //! `forewarn-bench`: the benchmarks of docs/benchmarks.md. Each subcommand prints a markdown
 //! section; `scripts/bench.sh` builds the functions and runs them all.
 
+mod capacity;
 mod coldstart;
 mod e2e;
 mod emulator;
@@ -38,6 +39,9 @@ enum Command {
     },
     /// A mass interruption against a rate-limited Kubernetes fake.
     Mass(mass::Settings),
+    /// The capacity a mass interruption costs its workloads, with surge and evicting at once,
+    /// on the fake's cluster simulation (scheduler, ReplicaSets, an autoscaler) (issue 27).
+    Capacity(capacity::CapacitySettings),
     /// Rebalance policies (`cordon`, `cordon-for 30m`, `adaptive`) on a simulated month of one
     /// pool family: capacity-hours cordoned, interruptions drained ahead (issue 25).
     Policies(policies::Settings),
@@ -50,6 +54,7 @@ async fn main() -> anyhow::Result<()> {
         Command::ColdStart { runs, lambda_dir } => cold_start(runs, &lambda_dir).await?,
         Command::E2e { runs } => e2e::report(runs).await?,
         Command::Mass(settings) => mass::report(&settings).await?,
+        Command::Capacity(settings) => capacity::report(&settings).await?,
         Command::Policies(settings) => policies::report(&settings)?,
     };
     println!("{section}");

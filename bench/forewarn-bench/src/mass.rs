@@ -273,11 +273,11 @@ fn warning(n: usize, id: &str, time: &str) -> String {
 }
 
 /// What one run measured.
-struct Run {
+pub(crate) struct Run {
     /// Per node: when it was seen cordoned, when its last evictable pod's eviction was seen
     /// accepted (terminating or gone).
-    cordoned: Vec<Option<Duration>>,
-    evicted: Vec<Option<Duration>>,
+    pub(crate) cordoned: Vec<Option<Duration>>,
+    pub(crate) evicted: Vec<Option<Duration>>,
     invocations: usize,
     lambda_time: Duration,
     /// The part of `lambda_time` spent by invocations that carried only drain passes.
@@ -288,7 +288,27 @@ struct Run {
     rate_limited: u64,
     by_kind: BTreeMap<String, usize>,
     peak_kb: u64,
+    /// With the cluster simulation: every pod's life, and when the warnings were sent.
+    pub(crate) timeline: Vec<kube_fake::PodTimeline>,
+    pub(crate) warned_at: chrono::DateTime<chrono::Utc>,
 }
+
+/// How one run is made.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RunMode {
+    /// Drains continue by continuation messages (as deployed), else in process.
+    pub continuing: bool,
+    /// Placeholders first (`FOREWARN_SURGE`'s default kinds), else evictions at once.
+    pub surge: bool,
+    /// The fake's cluster simulation (scheduler, ReplicaSets, an autoscaler whose nodes are
+    /// Ready this long after a pod finds no room), with requests on every pod.
+    pub launch_delay: Option<Duration>,
+}
+
+/// Each pod's cpu request and each node's allocatable cpu in the simulated cluster: the doomed
+/// nodes are full; the autoscaler's nodes take 8 pods.
+const POD_CPU: &str = "500m";
+const GROUP: &str = "general";
 
 /// What the event source mapping's pollers add up.
 #[derive(Debug, Clone, Default)]
@@ -347,7 +367,12 @@ pub async fn report(s: &Settings) -> anyhow::Result<String> {
     );
     let mut runs: Vec<Option<Run>> = vec![None, None];
     for continuing in modes {
-        let run = one_run(s, continuing).await?;
+        let mode = RunMode {
+            continuing,
+            surge: false,
+            launch_delay: None,
+        };
+        let run = one_run(s, mode).await?;
         runs[usize::from(!continuing)] = Some(run);
     }
     let cell = |f: &dyn Fn(&Run) -> String, i: usize| {
@@ -497,28 +522,51 @@ pub async fn report(s: &Settings) -> anyhow::Result<String> {
     Ok(out)
 }
 
-async fn one_run(s: &Settings, continuing: bool) -> anyhow::Result<Run> {
-    let fake = Arc::new(KubeFake::start().await);
+pub(crate) async fn one_run(s: &Settings, mode: RunMode) -> anyhow::Result<Run> {
+    let continuing = mode.continuing;
+    let fake = Arc::new(match mode.launch_delay {
+        None => KubeFake::start().await,
+        Some(launch_delay) => {
+            KubeFake::builder()
+                .replicasets()
+                .autoscaler(kube_fake::AutoscalerSettings {
+                    launch_delay,
+                    ..kube_fake::AutoscalerSettings::default()
+                        .group(kube_fake::NodeGroup::new(GROUP).label("pool", GROUP))
+                })
+                .start()
+                .await
+        }
+    });
+    let simulated = mode.launch_delay.is_some();
+    // Per app, how many of its pods there are (its ReplicaSet's replicas).
+    let mut apps: BTreeMap<String, usize> = BTreeMap::new();
     let mut instances = BTreeMap::new();
     let ids: Vec<String> = (0..s.nodes).map(instance_id).collect();
     let names: Vec<String> = (0..s.nodes).map(node_name).collect();
     for (n, id) in ids.iter().enumerate() {
         let zone = ZONES[n % ZONES.len()];
         let name = &names[n];
-        fake.insert(node(name, id, zone));
+        let mut doomed = node(name, id, zone);
+        if simulated {
+            // Full: its pods' requests take all of it.
+            doomed["metadata"]["labels"]["pool"] = json!(GROUP);
+            doomed["status"]["allocatable"] = json!({"cpu": format!("{}m", 500 * s.pods_per_node), "memory": "16Gi", "pods": "110"});
+        }
+        fake.insert(doomed);
         for p in 0..s.pods_per_node {
             let app = if p == 1 && budgeted(n, s.pdb_share) {
                 format!("pair-{}", n / 2)
             } else {
                 format!("w{n}-{p}")
             };
-            fake.insert(pod_object(
-                "shop",
-                &format!("w{n}-{p}"),
-                name,
-                &app,
-                "ReplicaSet",
-            ));
+            let mut pod = pod_object("shop", &format!("w{n}-{p}"), name, &app, "ReplicaSet");
+            if simulated {
+                pod["spec"]["nodeSelector"] = json!({"pool": GROUP});
+                pod["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": POD_CPU}});
+            }
+            fake.insert(pod);
+            *apps.entry(app).or_insert(0) += 1;
         }
         if s.pods_per_node > 1 && n % 2 == 0 && budgeted(n, s.pdb_share) {
             fake.insert(json!({
@@ -545,15 +593,37 @@ async fn one_run(s: &Settings, continuing: bool) -> anyhow::Result<Run> {
             },
         );
     }
+    if simulated {
+        // The placeholders' PriorityClass, as infra/k8s/placeholders.yaml makes it (without it
+        // a placeholder's priority would be 0, and no replacement would preempt it).
+        fake.insert(
+            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": forewarn::domain::surge::PRIORITY_CLASS},
+            "value": -1, "preemptionPolicy": "Never", "globalDefault": false}),
+        );
+        // The ReplicaSets that recreate an evicted pod at once (as `pod_object` names them).
+        for (app, replicas) in &apps {
+            fake.insert(json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "metadata": {"name": format!("{app}-rs"), "namespace": "shop", "uid": format!("uid-{app}-rs")},
+                "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": app}},
+                    "template": {"metadata": {"labels": {"app": app}},
+                        "spec": {"nodeSelector": {"pool": GROUP},
+                            "terminationGracePeriodSeconds": s.grace_seconds,
+                            "containers": [{"name": "main", "image": "app",
+                                "resources": {"requests": {"cpu": POD_CPU}}}]}}}}));
+        }
+    }
     fake.set_eviction_grace(Duration::from_secs(s.grace_seconds));
     let dir = tempfile::Builder::new()
         .prefix("forewarn-bench-mass-")
         .tempdir()?;
     let config = Config {
         cluster_name: Some(CLUSTER.to_string()),
-        // Evictions at once, as this benchmark measures them (surge's placeholders wait for
-        // the room an autoscaler brings, which this fake does not model yet).
-        surge_kinds: std::collections::BTreeSet::new(),
+        surge_kinds: if mode.surge {
+            forewarn::domain::surge::SURGE_KINDS.into()
+        } else {
+            std::collections::BTreeSet::new()
+        },
         ..Config::default()
     };
     let queue = Arc::new(Queue::default());
@@ -582,7 +652,8 @@ async fn one_run(s: &Settings, continuing: bool) -> anyhow::Result<Run> {
     fake.clear_requests();
 
     // Every warning at t = 0.
-    let time = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let warned_at = chrono::Utc::now();
+    let time = warned_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     for (n, id) in ids.iter().enumerate() {
         queue.send(warning(n, id, &time), Duration::ZERO);
     }
@@ -738,6 +809,8 @@ async fn one_run(s: &Settings, continuing: bool) -> anyhow::Result<Run> {
         rate_limited: counters.rate_limited,
         by_kind: kube_counts(&fake.requests()),
         peak_kb: proc_status_kb(None, "VmHWM").unwrap_or_default(),
+        timeline: fake.pod_timeline(),
+        warned_at,
     })
 }
 

@@ -20,8 +20,6 @@ pub enum Policy {
 /// The manifests, in the order they are applied. A new manifest is one more row (its kinds must
 /// be in [`KINDS`]).
 pub const MANIFESTS: &[(&str, Policy)] = &[
-    // The admission policy first: RBAC's pod create and delete are bounded by it.
-    ("infra/k8s/placeholders.yaml", Policy::Apply),
     ("infra/k8s/rbac.yaml", Policy::Apply),
     ("infra/k8s/priority-expander.yaml", Policy::CreateOnly),
 ];
@@ -74,23 +72,7 @@ pub const KINDS: &[Kind] = &[
         "priorityclasses",
         false,
     ),
-    kind(
-        ADMISSION,
-        "v1",
-        "ValidatingAdmissionPolicy",
-        "validatingadmissionpolicies",
-        false,
-    ),
-    kind(
-        ADMISSION,
-        "v1",
-        "ValidatingAdmissionPolicyBinding",
-        "validatingadmissionpolicybindings",
-        false,
-    ),
 ];
-
-const ADMISSION: &str = "admissionregistration.k8s.io";
 
 impl Kind {
     pub fn api_version(&self) -> String {
@@ -335,9 +317,6 @@ mod tests {
         assert_eq!(
             names,
             [
-                "PriorityClass forewarn-placeholder",
-                "ValidatingAdmissionPolicy forewarn-placeholders-only",
-                "ValidatingAdmissionPolicyBinding forewarn-placeholders-only",
                 "ClusterRole forewarn",
                 "ClusterRoleBinding forewarn",
                 "Role kube-system/forewarn-priorities",

@@ -1,7 +1,8 @@
 //! Replacement capacity before eviction ("surge"), its pure part: when a pod of a doomed node
 //! must be evicted at the latest, and whether it is due now.
 //!
-//! On a spot or capacity reservation warning (the kinds of `FOREWARN_SURGE`), the drain first
+//! On a warning of a kind of `FOREWARN_SURGE` (e.g. spot and capacity reservation warnings;
+//! none by default for now), the drain first
 //! creates one pending *placeholder* pod per evictable pod that a controller owns: the same
 //! requests, node selector, affinity and tolerations, kept off the doomed node, of the
 //! PriorityClass `forewarn-placeholder` (priority -1, `preemptionPolicy: Never`). The
@@ -33,6 +34,11 @@ pub const ANNOTATION_EVENT: &str = "forewarn.io/event";
 pub const ANNOTATION_EXPIRES: &str = "forewarn.io/expires";
 /// The PriorityClass of placeholders (shipped in `infra/k8s/placeholder-priority.yaml`).
 pub const PRIORITY_CLASS: &str = "forewarn-placeholder";
+/// The kinds `FOREWARN_SURGE` is meant for: warnings whose instance goes at a known time.
+pub const SURGE_KINDS: [crate::domain::event::EventKind; 2] = [
+    crate::domain::event::EventKind::SpotInterruption,
+    crate::domain::event::EventKind::CapacityReservationInterruption,
+];
 /// The image of a placeholder's one container: it only holds the room.
 pub const PLACEHOLDER_IMAGE: &str = "registry.k8s.io/pause:3.10";
 

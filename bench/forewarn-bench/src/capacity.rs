@@ -1,0 +1,232 @@
+//! The capacity a mass interruption costs its workloads, with surge (placeholders first, each
+//! pod evicted once there is room for it) and with evictions at once: the mass interruption of
+//! [`crate::mass`], continuation drains as deployed, on the Kubernetes fake's cluster
+//! simulation — its scheduler binding pods where they fit, ReplicaSets recreating an evicted
+//! pod at once, priority preemption, and an autoscaler whose nodes are Ready a launch time
+//! (60 s) after a pod finds no room. Every pod requests 500m; the doomed nodes are full, and
+//! every one is interrupted, so each replacement needs a node the autoscaler brings.
+//!
+//! **Capacity lost**, per workload (ReplicaSet): the pod-seconds between each of its pods
+//! stopping to serve (its eviction accepted: deletion started; or its instance gone at 120 s)
+//! and its replacement Running (or the end of the run). Plus the share of nodes fully handled
+//! (cordoned, every eviction accepted) before the instance goes, which surge must keep.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use plotters::prelude::*;
+
+use crate::mass::{self, Run, RunMode};
+use crate::stats::percentile;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct CapacitySettings {
+    #[command(flatten)]
+    pub mass: mass::Settings,
+    /// The autoscaler's launch time: from a pod finding no room to its node Ready, in seconds.
+    #[arg(long, default_value_t = 60)]
+    pub launch_seconds: u64,
+    /// Write the figure (serving pods over time, both runs) to this SVG file.
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
+}
+
+/// When an instance goes after its warning.
+const GONE: i64 = 120;
+
+/// One run's figures.
+struct Loss {
+    /// Per workload, pod-seconds lost.
+    per_workload: Vec<f64>,
+    /// Serving pods of the workloads, per second from the warnings.
+    serving: Vec<(i64, usize)>,
+    handled: usize,
+    last_eviction_p99: String,
+}
+
+pub async fn report(s: &CapacitySettings) -> anyhow::Result<String> {
+    let launch = Duration::from_secs(s.launch_seconds);
+    let mut losses = Vec::new();
+    for surge in [false, true] {
+        let mode = RunMode {
+            continuing: true,
+            surge,
+            launch_delay: Some(launch),
+        };
+        let run = mass::one_run(&s.mass, mode).await?;
+        losses.push(loss(&run, s.mass.cutoff_seconds));
+    }
+    let (at_once, surge) = (&losses[0], &losses[1]);
+    let total = |l: &Loss| l.per_workload.iter().sum::<f64>();
+    let p = |l: &Loss, q: f64| {
+        let d: Vec<Duration> = l
+            .per_workload
+            .iter()
+            .map(|s| Duration::from_secs_f64(s.max(0.0)))
+            .collect();
+        percentile(&d, q).map_or("-".into(), |d| format!("{:.1} s", d.as_secs_f64()))
+    };
+    let n = s.mass.nodes;
+    let share = total(surge) / total(at_once).max(1e-9);
+    let mut out = format!(
+        "### Capacity lost: {n} spot warnings at once, {} pods per node, a {} s launch time\n\n\
+         `forewarn-bench capacity --nodes {n}`: the mass interruption above (continuation \
+         drains, the stack's defaults, the same rate limits), on the fake's cluster \
+         simulation (scheduler, ReplicaSets recreating an evicted pod at once, preemption, an \
+         autoscaler whose nodes are Ready {} s after a pod finds no room). Every pod requests \
+         500m; every node is interrupted, so each replacement needs a new node.\n\n\
+         | measure | evict at once | surge | goal |\n|---|---|---|---|\n",
+        s.mass.pods_per_node, s.launch_seconds, s.launch_seconds
+    );
+    out.push_str(&format!(
+        "| capacity lost (pod-seconds, all workloads) | {:.0} | {:.0} ({:.3}×) | surge ≤ 0.2× |\n",
+        total(at_once),
+        total(surge),
+        share
+    ));
+    out.push_str(&format!(
+        "| per workload, p50 / p99 | {} / {} | {} / {} |  |\n",
+        p(at_once, 50.0),
+        p(at_once, 99.0),
+        p(surge, 50.0),
+        p(surge, 99.0)
+    ));
+    out.push_str(&format!(
+        "| nodes fully handled (cordoned, every eviction accepted) by 120 s | {} of {n} | {} of {n} | every node |\n",
+        at_once.handled, surge.handled
+    ));
+    out.push_str(&format!(
+        "| node's last eviction accepted, p99 | {} | {} | before 120 s |\n",
+        at_once.last_eviction_p99, surge.last_eviction_p99
+    ));
+    out.push_str(&format!(
+        "\nSurge loses {:.3} of what evicting at once loses ({}).\n",
+        share,
+        if share <= 0.2 && surge.handled == n {
+            "within the goal"
+        } else {
+            "not within the goal"
+        }
+    ));
+    if let Some(path) = &s.svg {
+        draw(path, at_once, surge, n * s.mass.pods_per_node)?;
+        out.push_str(&format!(
+            "\n![Serving pods over time, surge against evict-at-once]({})\n",
+            path.file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        ));
+    }
+    Ok(out)
+}
+
+/// The loss of one run (see the module doc).
+fn loss(run: &Run, cutoff_seconds: u64) -> Loss {
+    let t0 = run.warned_at;
+    let gone = t0 + chrono::Duration::seconds(GONE);
+    let end = t0 + chrono::Duration::seconds(i64::try_from(cutoff_seconds).unwrap_or(i64::MAX));
+    // Per workload: when each original pod stopped serving, and when each replacement ran.
+    let mut stopped: BTreeMap<&str, Vec<DateTime<Utc>>> = BTreeMap::new();
+    let mut started: BTreeMap<&str, Vec<DateTime<Utc>>> = BTreeMap::new();
+    // The lives of the workloads' pods, as (from, to).
+    let mut lives = Vec::new();
+    for t in &run.timeline {
+        let Some(owner) = t.owner.as_deref().filter(|o| o.starts_with("ReplicaSet/")) else {
+            continue;
+        };
+        if t.created_at <= t0 {
+            let stop = t.stopped_at.unwrap_or(gone).min(gone);
+            stopped.entry(owner).or_default().push(stop);
+            lives.push((t.running_at.unwrap_or(t.created_at).min(t0), stop));
+        } else {
+            let run_at = t.running_at.unwrap_or(end).min(end);
+            started.entry(owner).or_default().push(run_at);
+            lives.push((run_at, t.stopped_at.unwrap_or(end)));
+        }
+    }
+    let per_workload = stopped
+        .iter_mut()
+        .map(|(owner, stops)| {
+            stops.sort();
+            let mut runs = started.get(owner).cloned().unwrap_or_default();
+            runs.sort();
+            stops
+                .iter()
+                .enumerate()
+                .map(|(i, stop)| {
+                    let ran = runs.get(i).copied().unwrap_or(end);
+                    (ran - *stop).num_milliseconds().max(0) as f64 / 1000.0
+                })
+                .sum()
+        })
+        .collect();
+    let serving = (0..=(end - t0).num_seconds())
+        .map(|s| {
+            let at = t0 + chrono::Duration::seconds(s);
+            (s, lives.iter().filter(|(a, b)| *a <= at && at < *b).count())
+        })
+        .collect();
+    let window = Duration::from_secs(GONE as u64);
+    let handled = run
+        .cordoned
+        .iter()
+        .zip(&run.evicted)
+        .filter(|(c, e)| c.is_some_and(|c| c <= window) && e.is_some_and(|e| e <= window))
+        .count();
+    let evicted: Vec<Duration> = run.evicted.iter().flatten().copied().collect();
+    Loss {
+        per_workload,
+        serving,
+        handled,
+        last_eviction_p99: percentile(&evicted, 99.0).map_or("-".into(), crate::stats::secs),
+    }
+}
+
+/// The figure: serving pods over time, both runs, the instances' end marked.
+fn draw(path: &PathBuf, at_once: &Loss, surge: &Loss, pods: usize) -> anyhow::Result<()> {
+    let err = |e: &dyn std::fmt::Display| anyhow::anyhow!("drawing {}: {e}", path.display());
+    let root = SVGBackend::new(path, (800, 400)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let end = at_once.serving.last().map_or(GONE, |(s, _)| *s);
+    let mut chart = ChartBuilder::on(&root)
+        .margin(20)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .caption(
+            "Pods serving after the warnings (t = 0 s)",
+            ("sans-serif", 18),
+        )
+        .build_cartesian_2d(0i64..end, 0usize..(pods + pods / 10))
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds after the warnings")
+        .y_desc("pods serving")
+        .draw()
+        .map_err(|e| err(&e))?;
+    for (loss, name, color) in [(at_once, "evict at once", &RED), (surge, "surge", &BLUE)] {
+        chart
+            .draw_series(LineSeries::new(loss.serving.iter().copied(), color))
+            .map_err(|e| err(&e))?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+    }
+    chart
+        .draw_series(LineSeries::new(
+            [(GONE, 0), (GONE, pods + pods / 10)],
+            &BLACK,
+        ))
+        .map_err(|e| err(&e))?
+        .label("the instances go (120 s)")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK));
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}
