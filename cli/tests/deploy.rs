@@ -9,7 +9,7 @@
 //! it first); the runs use `--no-build`: the release build for arm64 cannot run on these
 //! machines.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use aws_sdk_cloudformation::Client;
@@ -19,17 +19,6 @@ use serde_json::{Value, json};
 
 mod support;
 use support::{Forewarn, kubeconfig_for, root};
-
-fn bootstrap(binary: &str) -> PathBuf {
-    let path = root().join("target/lambda").join(binary).join("bootstrap");
-    assert!(
-        path.is_file(),
-        "{} is missing: build the functions first with `cargo lambda build --x86-64 \
-         -p interruption-handler -p pool-sweeper` (scripts/test.sh does)",
-        path.display()
-    );
-    path
-}
 
 /// The venv's tools (cargo-lambda, the AWS CLI) first on PATH.
 fn path_with_venv() -> String {
@@ -257,8 +246,8 @@ fn a_dry_run_prints_every_step_and_changes_nothing() {
 
 #[test]
 fn deploy_then_upgrade_against_moto_and_the_kubernetes_fake() {
-    bootstrap("interruption-handler");
-    bootstrap("pool-sweeper");
+    forewarn_tests::moto::lambda_bootstrap("interruption-handler");
+    forewarn_tests::moto::lambda_bootstrap("pool-sweeper");
     let server = shared();
     let endpoint = server.endpoint();
     runtime().block_on(async {

@@ -69,6 +69,22 @@ pub fn workspace_root() -> PathBuf {
     manifest.parent().unwrap_or(manifest).to_path_buf()
 }
 
+/// The bootstrap `cargo lambda build` made of `binary` (under `target/lambda`); fails the test,
+/// saying how to build it, when it is missing.
+pub fn lambda_bootstrap(binary: &str) -> PathBuf {
+    let path = workspace_root()
+        .join("target/lambda")
+        .join(binary)
+        .join("bootstrap");
+    assert!(
+        path.is_file(),
+        "{} is missing: build the functions first with `cargo lambda build --x86-64 \
+         -p interruption-handler -p pool-sweeper` (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
 /// Where `moto_server` is: `$FOREWARN_MOTO_SERVER`, else `<workspace>/.venv/bin/moto_server`,
 /// else the first `moto_server` on `PATH`.
 pub fn find_moto_server() -> Option<PathBuf> {

@@ -10,26 +10,11 @@
 //! standard library, so the arm64 build is configured and documented but not run here). moto's
 //! Lambda cannot invoke without Docker, so invocation is tested in-process (e2e.rs).
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use aws_sdk_cloudformation::types::{Parameter, StackStatus};
 use forewarn_tests::moto::{deploy_stack, runtime, shared, unique_name, workspace_root};
 use serde_json::Value;
-
-fn bootstrap(binary: &str) -> PathBuf {
-    let path = workspace_root()
-        .join("target/lambda")
-        .join(binary)
-        .join("bootstrap");
-    assert!(
-        path.is_file(),
-        "{} is missing: build the functions first with `cargo lambda build --x86-64 \
-         -p interruption-handler -p pool-sweeper` (scripts/test.sh does)",
-        path.display()
-    );
-    path
-}
 
 /// Runs a command of the venv's tools against moto; answers stdout.
 fn run(program: &str, args: &[&str], endpoint: &str) -> String {
@@ -63,8 +48,8 @@ fn run(program: &str, args: &[&str], endpoint: &str) -> String {
 
 #[test]
 fn cargo_lambda_deploy_to_moto_then_wire_the_stack() {
-    bootstrap("interruption-handler");
-    bootstrap("pool-sweeper");
+    forewarn_tests::moto::lambda_bootstrap("interruption-handler");
+    forewarn_tests::moto::lambda_bootstrap("pool-sweeper");
     let server = shared();
     let endpoint = server.endpoint();
     runtime().block_on(async {

@@ -168,13 +168,7 @@ fn loss(run: &Run, cutoff_seconds: u64) -> Loss {
             (s, lives.iter().filter(|(a, b)| *a <= at && at < *b).count())
         })
         .collect();
-    let window = Duration::from_secs(GONE as u64);
-    let handled = run
-        .cordoned
-        .iter()
-        .zip(&run.evicted)
-        .filter(|(c, e)| c.is_some_and(|c| c <= window) && e.is_some_and(|e| e <= window))
-        .count();
+    let handled = run.handled_by(Duration::from_secs(GONE as u64));
     let evicted: Vec<Duration> = run.evicted.iter().flatten().copied().collect();
     Loss {
         per_workload,

@@ -293,6 +293,17 @@ pub(crate) struct Run {
     pub(crate) warned_at: chrono::DateTime<chrono::Utc>,
 }
 
+impl Run {
+    /// The nodes fully handled (cordoned, every eviction accepted) by `window` after the warnings.
+    pub(crate) fn handled_by(&self, window: Duration) -> usize {
+        self.cordoned
+            .iter()
+            .zip(&self.evicted)
+            .filter(|(c, e)| c.is_some_and(|c| c <= window) && e.is_some_and(|e| e <= window))
+            .count()
+    }
+}
+
 /// How one run is made.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RunMode {
@@ -437,12 +448,7 @@ pub async fn report(s: &Settings) -> anyhow::Result<String> {
         &mut out,
         "nodes fully handled (cordoned, every eviction accepted) by 120 s",
         &|r| {
-            let both = r
-                .cordoned
-                .iter()
-                .zip(&r.evicted)
-                .filter(|(c, e)| c.is_some_and(|c| c <= WINDOW) && e.is_some_and(|e| e <= WINDOW))
-                .count();
+            let both = r.handled_by(WINDOW);
             format!(
                 "{both} of {n} ({:.1} %)",
                 100.0 * both as f64 / n.max(1) as f64

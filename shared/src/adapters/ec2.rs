@@ -33,6 +33,21 @@ impl Ec2Directory {
     }
 }
 
+/// A page of `service` that EC2 did not give.
+fn page_error<E>(
+    service: &'static str,
+    e: aws_sdk_ec2::error::SdkError<E, aws_sdk_ec2::config::http::HttpResponse>,
+) -> DirectoryError
+where
+    E: aws_sdk_ec2::error::ProvideErrorMetadata + std::error::Error + 'static,
+{
+    DirectoryError {
+        service,
+        kind: failure_kind(&e),
+        message: aws_sdk_ec2::error::DisplayErrorContext(e).to_string(),
+    }
+}
+
 /// Reads the facts of one SDK instance.
 pub fn facts_of(instance: &Instance) -> Option<InstanceFacts> {
     let instance_id = instance.instance_id()?.to_string();
@@ -108,11 +123,7 @@ impl Ec2Directory {
             .into_paginator()
             .send();
         while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| DirectoryError {
-                service: "ec2:DescribeInstances",
-                kind: failure_kind(&e),
-                message: aws_sdk_ec2::error::DisplayErrorContext(e).to_string(),
-            })?;
+            let page = page.map_err(|e| page_error("ec2:DescribeInstances", e))?;
             found.extend(
                 page.reservations()
                     .iter()
@@ -175,11 +186,7 @@ impl crate::ports::LeavingInstances for Ec2Directory {
             .into_paginator()
             .send();
         while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| DirectoryError {
-                service: "ec2:DescribeInstanceStatus",
-                kind: failure_kind(&e),
-                message: aws_sdk_ec2::error::DisplayErrorContext(e).to_string(),
-            })?;
+            let page = page.map_err(|e| page_error("ec2:DescribeInstanceStatus", e))?;
             found.extend(page.instance_statuses().iter().filter_map(status_of));
         }
         Ok(found)
