@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use forewarn::app::settings::{Settings, StoreChoice};
+use forewarn::app::settings::{InstanceChoice, Settings, StoreChoice};
 
 mod audit;
 mod deploy;
@@ -96,6 +96,16 @@ pub struct StoreArgs {
     /// $XDG_STATE_HOME/forewarn, else ~/.local/state/forewarn].
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+}
+
+/// Where instance facts come from, by `--instances FILE` and `--ec2` (a file wins; neither:
+/// none), for the commands that take both.
+pub fn instance_choice(file: &Option<PathBuf>, ec2: bool) -> InstanceChoice {
+    match (file, ec2) {
+        (Some(path), _) => InstanceChoice::File(path.clone()),
+        (None, true) => InstanceChoice::Ec2,
+        (None, false) => InstanceChoice::None,
+    }
 }
 
 impl StoreArgs {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use forewarn::app::settings::{ClusterChoice, InstanceChoice, Settings};
+use forewarn::app::settings::{ClusterChoice, Settings};
 use forewarn::app::wayback::{UndoReport, WayBack};
 use forewarn::app::wiring;
 use forewarn::domain::config::Mode;
@@ -64,11 +64,7 @@ pub async fn run(
         (false, true) => Mode::DryRun,
         (false, false) => Mode::Plan,
     };
-    settings.instances = match (&args.instances, args.ec2) {
-        (Some(path), _) => InstanceChoice::File(path.clone()),
-        (None, true) => InstanceChoice::Ec2,
-        (None, false) => InstanceChoice::None,
-    };
+    settings.instances = crate::instance_choice(&args.instances, args.ec2);
     settings.cluster = match (&args.cluster_state, args.kube) {
         (Some(path), _) => ClusterChoice::Snapshot(path.clone()),
         (None, _) => ClusterChoice::Live(settings.cluster_access.clone()),

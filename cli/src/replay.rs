@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use clap::Args;
-use forewarn::app::settings::{ClusterChoice, InstanceChoice, Settings, StoreChoice};
+use forewarn::app::settings::{ClusterChoice, Settings, StoreChoice};
 use forewarn::app::wiring;
 use forewarn::domain::config::Mode;
 use forewarn::domain::event::{DecodeError, Origin};
@@ -144,11 +144,7 @@ pub async fn run(
     }
     settings.store = args.store.choice(&settings);
     settings.mode = mode(&args, &settings.store);
-    settings.instances = match (&args.instances, args.ec2) {
-        (Some(path), _) => InstanceChoice::File(path.clone()),
-        (None, true) => InstanceChoice::Ec2,
-        (None, false) => InstanceChoice::None,
-    };
+    settings.instances = crate::instance_choice(&args.instances, args.ec2);
     settings.cluster = match (&args.cluster_state, args.kube) {
         (Some(path), _) => ClusterChoice::Snapshot(path.clone()),
         (None, true) => ClusterChoice::Live(settings.cluster_access.clone()),
