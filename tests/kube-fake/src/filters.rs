@@ -99,16 +99,7 @@ impl Requirement {
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string(),
-            values: v
-                .get("values")
-                .and_then(Value::as_array)
-                .map(|vs| {
-                    vs.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_string)
-                        .collect()
-                })
-                .unwrap_or_default(),
+            values: crate::selectors::string_list(v.get("values")),
         }
     }
 
@@ -185,15 +176,7 @@ pub(crate) struct Placement {
 
 impl Placement {
     pub fn from_spec(spec: &Value) -> Self {
-        let node_selector = spec
-            .get("nodeSelector")
-            .and_then(Value::as_object)
-            .map(|m| {
-                m.iter()
-                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let node_selector = crate::selectors::string_map(spec.get("nodeSelector"));
         let required = spec
             .pointer("/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution")
             .filter(|r| !r.is_null())

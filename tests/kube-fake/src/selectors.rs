@@ -232,16 +232,7 @@ impl LabelSelector {
                     .and_then(Value::as_str)
                     .ok_or("matchExpressions entry without key")?
                     .to_string();
-                let values: Vec<String> = e
-                    .get("values")
-                    .and_then(Value::as_array)
-                    .map(|vs| {
-                        vs.iter()
-                            .filter_map(Value::as_str)
-                            .map(str::to_string)
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                let values = string_list(e.get("values"));
                 let op = match e.get("operator").and_then(Value::as_str) {
                     Some("In") => Op::In,
                     Some("NotIn") => Op::NotIn,
@@ -381,6 +372,30 @@ impl FieldSelector {
             (have == t.value) != t.negate
         })
     }
+}
+
+/// The strings of a JSON array (other items skipped); empty when it is not one.
+pub(crate) fn string_list(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|vs| {
+            vs.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The entries of a JSON object of strings (a value that is not a string reads as ""); empty
+/// when it is not one.
+pub(crate) fn string_map<C: FromIterator<(String, String)> + Default>(v: Option<&Value>) -> C {
+    v.and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

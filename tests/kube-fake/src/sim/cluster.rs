@@ -236,15 +236,7 @@ pub(crate) struct NodeEntry {
 
 impl NodeEntry {
     pub fn parse(obj: &Value) -> Self {
-        let labels = obj
-            .pointer("/metadata/labels")
-            .and_then(Value::as_object)
-            .map(|m| {
-                m.iter()
-                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let labels = crate::selectors::string_map(obj.pointer("/metadata/labels"));
         let mut taints: Vec<Taint> = obj
             .pointer("/spec/taints")
             .and_then(Value::as_array)
