@@ -17,7 +17,7 @@ use forewarn::domain::event::EventKind;
 use forewarn::domain::fixtures::node_object;
 use forewarn::domain::pool::PoolQuery;
 use forewarn::domain::report::Outcome;
-use forewarn::ports::PoolStore;
+use forewarn::ports::{Clock, PoolStore};
 use forewarn_tests::ec2::{Launch, any_image, launch};
 use forewarn_tests::moto::{create_pool_table, runtime, shared, unique_name};
 use kube_fake::KubeFake;
@@ -257,6 +257,11 @@ fn impaired_instances_and_scheduled_retirements_are_drained_once() {
         let recovered = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (client, asked) = ec2_stub(now, recovered.clone()).await;
         let fake = KubeFake::start().await;
+        // One manual clock for the sweeper, its drains' passes and the fake: the passes' waits
+        // move it on instead of sleeping.
+        let clock = forewarn::adapters::clock::ManualClock::at(now);
+        let fakes = clock.clone();
+        fake.set_clock(move || fakes.now());
         let mut known = std::collections::BTreeMap::new();
         for (n, id) in [IMPAIRED, JUST_IMPAIRED, RETIRING].into_iter().enumerate() {
             let dns = format!("ip-10-0-9-{n}.ec2.internal");
@@ -281,9 +286,10 @@ fn impaired_instances_and_scheduled_retirements_are_drained_once() {
             cluster_name: Some("demo".into()),
             ..Config::default()
         };
-        let clients = ClusterClient::new(fake.client());
+        let clients = ClusterClient::new(fake.client()).with_clock(clock.shared());
         let dir = tempfile::tempdir().unwrap();
         let handler = Handler {
+            clock: clock.shared(),
             instances: Arc::new(SnapshotInstances(known)),
             nodes: Arc::new(KubeNodeDirectory::new(clients.clone())),
             executor: Some(Arc::new(KubeExecutor::new(clients, &config))),
