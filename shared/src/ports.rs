@@ -373,6 +373,9 @@ pub struct ActionResult {
     /// When pending only for pods that are terminating: when the last of them is due to be
     /// gone (their `deletionTimestamp`), so the next pass need not come sooner.
     pub wait_until: Option<DateTime<Utc>>,
+    /// When pending only for room (surge: every pod left waits for its placeholder to run):
+    /// until when at the latest, and how many placeholders hold room.
+    pub room: Option<crate::domain::surge::RoomWait>,
     /// When the lifecycle action was kept alive in this pass (`RecordLifecycleActionHeartbeat`).
     pub heartbeat_at: Option<DateTime<Utc>>,
     /// Why the action was refused: what it would act on failed its live verification (another
@@ -439,6 +442,17 @@ pub trait Executor: Send + Sync {
     /// sweeper's clean-up of what a drain could not delete itself. Answers their
     /// `namespace/name` (in a dry run, those it would delete).
     async fn clean_placeholders(&self, now: DateTime<Utc>) -> Result<Vec<String>, ExecuteError>;
+
+    /// The placeholders of `nodes` (see [`crate::domain::surge`]) as one look sees them: for
+    /// every node asked, how many there are and how many run elsewhere. One request for a whole
+    /// batch's drains that wait for room. An executor that cannot look answers nothing, and
+    /// those drains make full passes.
+    async fn room(
+        &self,
+        _nodes: &[String],
+    ) -> Result<BTreeMap<String, crate::domain::surge::RoomSeen>, ExecuteError> {
+        Ok(BTreeMap::new())
+    }
 }
 
 /// Where a drain's continuations go (see [`crate::domain::continuation`]): a new message on

@@ -3081,6 +3081,142 @@ async fn through_the_pipeline_a_drain_continues_in_queued_passes_and_the_event_i
     assert_eq!(pools[0].interruptions(), 1, "{pools:?}");
 }
 
+/// The continuations `queue` was given since last asked, their bodies and delays.
+fn take_sent(queue: &Continuations) -> Vec<(String, Duration)> {
+    std::mem::take(&mut *queue.sent.lock().unwrap())
+        .into_iter()
+        .map(|(_, body, delay)| (body, delay))
+        .collect()
+}
+
+/// What the fake was asked: method and path with its query.
+fn asked(w: &World) -> Vec<String> {
+    w.fake
+        .requests()
+        .iter()
+        .map(|r| format!("{} {}?{}", r.method, r.path, r.query))
+        .collect()
+}
+
+#[tokio::test]
+async fn drains_waiting_for_room_look_at_their_placeholders_alone_in_one_list_a_batch() {
+    use forewarn::domain::report::Outcome;
+    let mut w = World::plain().await;
+    w.config.surge_kinds = forewarn::domain::surge::SURGE_KINDS.into();
+    w.fake.set_eviction_grace(Duration::from_secs(30));
+    w.fake
+        .insert(pod_object("default", "web-1", NODE, "web", "ReplicaSet"));
+    w.fake.insert(pod_object(
+        "default",
+        "api-1",
+        OTHER_NODE,
+        "api",
+        "ReplicaSet",
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let store = forewarn::adapters::embedded::EmbeddedStore::open(dir.path()).unwrap();
+    let instances = Instances(BTreeMap::from([
+        (ID.to_string(), instance(ID, NODE)),
+        (OTHER_ID.to_string(), instance(OTHER_ID, OTHER_NODE)),
+    ]));
+    let directory = KubeNodeDirectory::new(w.clients.clone());
+    let executor = w.executor();
+    let queue = Arc::new(Continuations::default());
+    let queued = Passes {
+        interval: Duration::from_secs(1),
+        queue: Some(queue.clone()),
+    };
+    let pipeline = w.pipeline(&store, &instances, &directory, &executor, &queued);
+    let batch = |sent: Vec<(String, Duration)>| {
+        let bodies: Vec<String> = sent.into_iter().map(|(b, _)| b).collect();
+        sqs_batch(&bodies)
+    };
+
+    // Both warnings in one batch: cordons. Then the drains' first passes: a placeholder for
+    // each pod, nothing evicted (no room anywhere), the next look in 10 s, waiting for room.
+    let reports = pipeline
+        .process(&sqs_batch(&[
+            spot_body("ev-a", ID),
+            spot_body("ev-b", OTHER_ID),
+        ]))
+        .await;
+    assert!(
+        reports.iter().all(|r| r.outcome == Outcome::Acted),
+        "{reports:?}"
+    );
+    let reports = pipeline.process(&batch(take_sent(&queue))).await;
+    assert!(
+        reports.iter().all(|r| r.outcome == Outcome::Acted),
+        "{reports:?}"
+    );
+    assert_eq!(placeholders(&w).len(), 2);
+    assert_eq!(evictions(&w), 0);
+    let sent = take_sent(&queue);
+    assert_eq!(sent.len(), 2);
+    for (body, delay) in &sent {
+        assert_eq!(*delay, Duration::from_secs(10));
+        assert!(body.contains(r#""room":{"#), "{body}");
+    }
+
+    // 10 s later, still no room: the batch makes one request, a list of both nodes'
+    // placeholders; no node, no pod is read; both looks queued again.
+    w.clock.advance(Duration::from_secs(10));
+    w.fake.clear_requests();
+    let reports = pipeline.process(&batch(sent)).await;
+    assert!(
+        reports.iter().all(|r| r.outcome == Outcome::Acted),
+        "{reports:?}"
+    );
+    let result = reports[0].actions[0].result.clone().unwrap();
+    assert!(
+        result.starts_with("waiting for room: 1 placeholders"),
+        "{result}"
+    );
+    let requests = asked(&w);
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert!(
+        requests[0].starts_with("GET /api/v1/pods?")
+            && requests[0].contains("forewarn.io%2Fplaceholder-node+in+%28"),
+        "{requests:?}"
+    );
+    let sent = take_sent(&queue);
+    assert_eq!(sent.len(), 2);
+    assert!(sent.iter().all(|(_, d)| *d == Duration::from_secs(10)));
+
+    // web-1's placeholder runs elsewhere, api-1's was preempted: both drains make a full pass;
+    // web-1 is evicted (there is room), api-1's placeholder is made again and api-1 waits.
+    let mut ph = placeholders(&w).remove("default/web-1").unwrap();
+    ph["spec"]["nodeName"] = json!("ip-10-0-9-9.ec2.internal");
+    ph["status"] = json!({"phase": "Running"});
+    w.fake.insert(ph);
+    let gone = placeholders(&w).remove("default/api-1").unwrap();
+    w.fake.remove(
+        "v1",
+        "Pod",
+        Some("default"),
+        gone["metadata"]["name"].as_str().unwrap(),
+    );
+    w.clock.advance(Duration::from_secs(10));
+    w.fake.clear_requests();
+    let reports = pipeline.process(&batch(sent)).await;
+    assert!(
+        reports.iter().all(|r| r.outcome == Outcome::Acted),
+        "{reports:?}"
+    );
+    assert!(terminating(&w, "web-1"), "evicted once there was room");
+    assert!(!terminating(&w, "api-1"), "api-1 still waits for room");
+    assert!(placeholders(&w).contains_key("default/api-1"), "made again");
+    let requests = asked(&w);
+    for node in [NODE, OTHER_NODE] {
+        assert!(
+            requests
+                .iter()
+                .any(|r| r == &format!("GET /api/v1/nodes/{node}?")),
+            "a full pass reads its node first: {requests:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn every_node_of_a_batch_is_cordoned_before_any_eviction() {
     use forewarn::app::pipeline::Limits;

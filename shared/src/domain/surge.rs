@@ -19,6 +19,7 @@
 //! early, never late.
 
 use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
 
 /// The label every placeholder carries (`"true"`): what the RBAC admission policy lets forewarn
 /// create and delete, and what the sweeper cleans up.
@@ -87,6 +88,62 @@ pub fn due(now: DateTime<Utc>, latest: DateTime<Utc>, placeholder: Placeholder) 
         Placeholder::Running => Due::Now("its placeholder runs: there is room"),
         _ if now >= latest => Due::Now("its latest safe time came"),
         _ => Due::Later(latest),
+    }
+}
+
+/// A drain that only waits for room: the earliest latest safe time of its waiting pods, and how
+/// many placeholders hold room for them. A drain pass that ends so says it in its result; the
+/// pipeline carries it in the drain's (signed) continuation, so that the next pass can first
+/// look at the placeholders alone — one list for a whole batch — and make no other request
+/// while nothing is due ([`RoomWait::still_waiting`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RoomWait {
+    /// A pod must be evicted at the latest then: the next pass is a full one.
+    pub until: DateTime<Utc>,
+    /// The placeholders holding room for the waiting pods.
+    pub placeholders: u32,
+}
+
+/// A node's placeholders as one list saw them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RoomSeen {
+    /// Placeholders made for the node's pods.
+    pub placeholders: u32,
+    /// Of them, those Running on another node: room for their pods.
+    pub running: u32,
+}
+
+impl RoomSeen {
+    /// Two nodes' placeholders together.
+    pub fn and(self, other: RoomSeen) -> RoomSeen {
+        RoomSeen {
+            placeholders: self.placeholders.saturating_add(other.placeholders),
+            running: self.running.saturating_add(other.running),
+        }
+    }
+}
+
+impl RoomWait {
+    /// The waits of two nodes of one plan: the earlier time, the placeholders added up.
+    pub fn and(self, other: RoomWait) -> RoomWait {
+        RoomWait {
+            until: self.until.min(other.until),
+            placeholders: self.placeholders.saturating_add(other.placeholders),
+        }
+    }
+
+    /// Whether a drain that waited so still only waits at `now`, its placeholders `seen`: no
+    /// pod's latest safe time has come, every placeholder is still there (one preempted or
+    /// deleted is made again by a full pass), and none runs (its pod is due). Then the pass
+    /// can be skipped: nothing would be evicted.
+    pub fn still_waiting(&self, seen: RoomSeen, now: DateTime<Utc>) -> bool {
+        now < self.until && seen.running == 0 && seen.placeholders >= self.placeholders
+    }
+
+    /// When to look again: every [`CHECK_EVERY`], and at the latest safe time.
+    pub fn next_look(&self, now: DateTime<Utc>) -> DateTime<Utc> {
+        self.until.min(now + CHECK_EVERY)
     }
 }
 
@@ -159,6 +216,51 @@ mod tests {
             due(latest, latest, Placeholder::Pending),
             Due::Now(_)
         ));
+    }
+
+    #[test]
+    fn a_pass_is_skipped_only_while_every_placeholder_waits_and_nothing_is_due() {
+        let wait = RoomWait {
+            until: t("2026-11-20T10:01:05Z"),
+            placeholders: 2,
+        };
+        let now = t("2026-11-20T10:00:30Z");
+        let seen = |placeholders, running| RoomSeen {
+            placeholders,
+            running,
+        };
+        assert!(wait.still_waiting(seen(2, 0), now));
+        assert!(
+            !wait.still_waiting(seen(2, 1), now),
+            "one runs: its pod is due"
+        );
+        assert!(
+            !wait.still_waiting(seen(1, 0), now),
+            "one is gone (preempted): a full pass makes it again"
+        );
+        assert!(
+            !wait.still_waiting(seen(2, 0), wait.until),
+            "the latest safe time"
+        );
+        assert_eq!(wait.next_look(now), t("2026-11-20T10:00:40Z"));
+        assert_eq!(wait.next_look(t("2026-11-20T10:01:00Z")), wait.until);
+        let other = RoomWait {
+            until: t("2026-11-20T10:00:50Z"),
+            placeholders: 1,
+        };
+        assert_eq!(
+            wait.and(other),
+            RoomWait {
+                until: other.until,
+                placeholders: 3
+            }
+        );
+        assert_eq!(seen(1, 0).and(seen(2, 1)), seen(3, 1));
+        let json = serde_json::to_value(wait).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"until": "2026-11-20T10:01:05Z", "placeholders": 2})
+        );
     }
 
     #[test]

@@ -32,6 +32,7 @@ use super::api::{ApiError, Lane, jittered, with_retry_in};
 use super::connect::ClusterClient;
 use super::error::KubeError;
 use super::surge::{self, SurgeSettings, surge_pass};
+use crate::domain::surge::RoomWait;
 use ::kube::Api;
 use ::kube::api::{ListParams, PostParams};
 use chrono::{DateTime, Utc};
@@ -111,6 +112,9 @@ pub struct DrainReport {
     /// Pods not evicted yet: they wait for room (their placeholder to run) or their latest safe
     /// time.
     pub waiting: Vec<String>,
+    /// The drain only waits for room (every pod left waits for its placeholder): until when at
+    /// the latest, and how many placeholders hold it.
+    pub room: Option<RoomWait>,
     /// Placeholders created, and deleted (their pod gone, or the drain over), in this pass.
     pub placeholders_created: usize,
     pub placeholders_deleted: usize,
@@ -537,9 +541,9 @@ pub(crate) async fn drain_pass(
         && report.left.is_empty()
         && deferred == report.waiting.len()
     {
-        // Only waiting for room: the next look when a pod's latest safe time comes or its
-        // placeholder may run, not sooner.
+        // Only waiting for room: look again when a placeholder may run or a pod is due.
         report.wait_until = Some(next.min(deadline));
+        report.room = surge.as_ref().and_then(|s| s.room(deadline));
     }
     if !report.pending
         && let Some(surge) = surge

@@ -434,6 +434,7 @@ impl KubeExecutor {
             surge: a.surge.then(|| SurgeSettings {
                 event_id: plan.event_id.clone(),
                 deadline,
+                first: matches!(pass, Pass::Drain { announce: true, .. }),
             }),
         };
         let dry_run = self.settings.dry_run;
@@ -652,6 +653,20 @@ impl Executor for KubeExecutor {
             None => Ok(UndoOutcome::NodeGone),
             Some(node) => self.undo_cordon(node, undo).await.map_err(fail),
         }
+    }
+
+    async fn room(
+        &self,
+        nodes: &[String],
+    ) -> Result<std::collections::BTreeMap<String, crate::domain::surge::RoomSeen>, ExecuteError>
+    {
+        in_later_lane(super::surge::room_of(&self.clients, nodes))
+            .await
+            .map_err(|e| ExecuteError {
+                instance_id: String::new(),
+                message: format!("placeholders of {} nodes: {e}", nodes.len()),
+                kind: e.kind(),
+            })
     }
 
     async fn clean_placeholders(

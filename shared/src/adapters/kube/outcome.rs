@@ -186,6 +186,7 @@ pub(crate) fn results(outcomes: &[NodeOutcome]) -> Vec<ActionResult> {
                     Some(Joining::Waiting { next_check, .. }) => Some(*next_check),
                     _ => None,
                 }),
+            room: o.drain.as_ref().and_then(|d| d.room),
             heartbeat_at: o.heartbeat_at,
             refused: o.refused.clone().or_else(|| match &o.delete {
                 Some(DeleteOutcome::Refused { why, .. }) => Some(why.clone()),

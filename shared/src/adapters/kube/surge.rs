@@ -33,7 +33,7 @@ use super::error::KubeError;
 use crate::domain::surge::{
     ANNOTATION_EVENT, ANNOTATION_EXPIRES, ANNOTATION_NODE, ANNOTATION_POD, ANNOTATION_POD_UID,
     CHECK_EVERY, Due, LABEL_PLACEHOLDER, LABEL_PLACEHOLDER_NODE, PLACEHOLDER_IMAGE, PRIORITY_CLASS,
-    Placeholder, due, latest_safe, node_label_value, placeholder_name,
+    Placeholder, RoomSeen, RoomWait, due, latest_safe, node_label_value, placeholder_name,
 };
 
 /// A drain's surge: for which event, until when.
@@ -41,6 +41,9 @@ use crate::domain::surge::{
 pub(crate) struct SurgeSettings {
     pub event_id: String,
     pub deadline: DateTime<Utc>,
+    /// The drain's first pass: no placeholder was made yet, so none is listed (a duplicate
+    /// chain's create answers 409, and the next pass lists them).
+    pub first: bool,
 }
 
 /// What a drain pass's surge decided.
@@ -50,11 +53,26 @@ pub(crate) struct SurgePass {
     pub waiting: BTreeSet<String>,
     /// When to look again: the earliest latest safe time, or sooner to see placeholders run.
     pub next: Option<DateTime<Utc>>,
+    /// The earliest latest safe time of the waiting pods.
+    pub evict_by: Option<DateTime<Utc>>,
+    /// The placeholders holding room for the waiting pods.
+    pub holding: u32,
     pub created: usize,
     /// Placeholders deleted: their pod is gone.
     pub deleted: usize,
     /// The node's placeholders as listed (to delete when the drain ends).
     pub listed: Vec<Pod>,
+}
+
+impl SurgePass {
+    /// What the drain waits for when it waits only for room: the earliest latest safe time of
+    /// the waiting pods (at most `deadline`), and the placeholders holding room for them.
+    pub(crate) fn room(&self, deadline: DateTime<Utc>) -> Option<RoomWait> {
+        Some(RoomWait {
+            until: self.evict_by?.min(deadline),
+            placeholders: self.holding,
+        })
+    }
 }
 
 /// The controller of `pod` (kind, name), unless it has none or it is a DaemonSet.
@@ -96,7 +114,12 @@ pub(crate) async fn surge_pass(
     let now = clients.clock().now();
     let mut pass = SurgePass::default();
     let mut by_pod: BTreeMap<String, Pod> = BTreeMap::new();
-    for ph in of_node(clients, node).await? {
+    let existing = if settings.first {
+        Vec::new()
+    } else {
+        of_node(clients, node).await?
+    };
+    for ph in existing {
         let uid = annotation(&ph, ANNOTATION_POD_UID)
             .unwrap_or_default()
             .to_string();
@@ -144,6 +167,8 @@ pub(crate) async fn surge_pass(
                 by_pod.insert(uid.to_string(), ph);
             }
             pass.waiting.insert(uid.to_string());
+            pass.holding += 1;
+            pass.evict_by = Some(pass.evict_by.map_or(latest, |e| e.min(latest)));
             let next = latest.min(now + CHECK_EVERY);
             pass.next = Some(pass.next.map_or(next, |n| n.min(next)));
         }
@@ -353,6 +378,38 @@ pub(crate) async fn of_node(clients: &ClusterClient, node: &str) -> Result<Vec<P
         .collect())
 }
 
+/// The placeholders of `nodes` as one list sees them (one request, by label, whatever the
+/// number of nodes): per node asked, how many and how many run elsewhere (`RoomSeen`; zero for
+/// a node with none).
+pub(crate) async fn room_of(
+    clients: &ClusterClient,
+    nodes: &[String],
+) -> Result<BTreeMap<String, RoomSeen>, KubeError> {
+    let mut seen: BTreeMap<String, RoomSeen> = nodes
+        .iter()
+        .map(|n| (n.clone(), RoomSeen::default()))
+        .collect();
+    if nodes.is_empty() {
+        return Ok(seen);
+    }
+    let values: BTreeSet<String> = nodes.iter().map(|n| node_label_value(n)).collect();
+    let selector = format!(
+        "{LABEL_PLACEHOLDER}=true,{LABEL_PLACEHOLDER_NODE} in ({})",
+        values.into_iter().collect::<Vec<_>>().join(",")
+    );
+    let what = format!("placeholders of {} nodes", nodes.len());
+    for ph in list(clients, &selector, &what).await? {
+        let Some(node) = annotation(&ph, ANNOTATION_NODE) else {
+            continue;
+        };
+        if let Some(s) = seen.get_mut(node) {
+            s.placeholders += 1;
+            s.running += u32::from(running_elsewhere(&ph, node));
+        }
+    }
+    Ok(seen)
+}
+
 async fn list(clients: &ClusterClient, selector: &str, what: &str) -> Result<Vec<Pod>, KubeError> {
     let pods: Api<Pod> = Api::all(clients.client().await?);
     let params = ListParams::default().labels(selector);
@@ -467,6 +524,7 @@ mod tests {
             deadline: DateTime::parse_from_rfc3339("2026-11-20T10:01:45Z")
                 .unwrap()
                 .with_timezone(&Utc),
+            first: false,
         }
     }
 

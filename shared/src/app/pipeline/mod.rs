@@ -36,6 +36,7 @@ use crate::domain::inbound::Record;
 use crate::domain::plan::{Facts, Plan, decide};
 use crate::domain::pool::{Applied, PoolKey};
 use crate::domain::report::{Outcome, Report};
+use crate::domain::surge::RoomSeen;
 use crate::ports::{
     ActionResult, Clock, ContinuationQueue, Executor, InstanceDirectory, NodeDirectory, Pass,
     PoolStore, span, until,
@@ -129,8 +130,15 @@ impl Pipeline<'_> {
         // New events first (their cordons), then the drain passes of earlier ones (evictions),
         // then the drains carried on in process (their evictions, after every cordon).
         let (new, later) = by_phase(records, lanes);
-        let first = self.run(records, new, facts, &applied, now, limits).await;
-        let later = self.run(records, later, facts, &applied, now, limits).await;
+        let nothing_seen = BTreeMap::new();
+        let first = self
+            .run(records, new, facts, &applied, &nothing_seen, now, limits)
+            .await;
+        // One look at the placeholders of every drain of the batch that waits for room.
+        let room = self.room(records, limits).await;
+        let later = self
+            .run(records, later, facts, &applied, &room, now, limits)
+            .await;
         let mut done = self.finish(records, later, limits).await;
         done.extend(self.finish(records, first, limits).await);
         let mut reports: Vec<Option<Report>> = vec![None; records.len()];
@@ -231,6 +239,7 @@ impl Pipeline<'_> {
         lanes: Vec<Vec<usize>>,
         facts: Facts<'_>,
         applied: &HashSet<String>,
+        room: &BTreeMap<String, RoomSeen>,
         now: DateTime<Utc>,
         limits: Limits,
     ) -> Vec<Vec<(usize, Handled<'_>)>> {
@@ -241,7 +250,7 @@ impl Pipeline<'_> {
                     let record = &records[i];
                     let Ok(event) = &record.event else { continue };
                     let work = self
-                        .handle(record, event, facts, applied, now)
+                        .handle(record, event, facts, (applied, room), now)
                         .instrument(event_span(event));
                     let handled = self
                         .in_time(record, limits, work)
@@ -318,7 +327,7 @@ impl Pipeline<'_> {
         record: &Record,
         event: &Event,
         facts: Facts<'_>,
-        applied: &HashSet<String>,
+        (applied, room): (&HashSet<String>, &BTreeMap<String, RoomSeen>),
         now: DateTime<Utc>,
     ) -> Handled<'_> {
         let plan = match &record.continuation {
@@ -346,7 +355,7 @@ impl Pipeline<'_> {
         }
         if let Some(continuation) = &record.continuation {
             return Handled::Done(
-                self.continue_drain(record, &plan, continuation, report)
+                self.continue_drain(record, &plan, continuation, room, report)
                     .await,
             );
         }

@@ -2,6 +2,7 @@
 //! carried on, by a continuation message or here in process (see the parent module's doc).
 
 use super::*;
+use crate::domain::surge::RoomWait;
 
 /// How a drain pass ended.
 pub(super) enum PassEnd {
@@ -101,6 +102,7 @@ impl Pipeline<'_> {
         record: &Record,
         plan: &Plan,
         continuation: &Continuation,
+        room: &BTreeMap<String, RoomSeen>,
         mut report: Report,
     ) -> Report {
         let executor = self.executor.filter(|_| self.mode.writes_cluster());
@@ -110,6 +112,32 @@ impl Pipeline<'_> {
                 Some("a drain's continuation, and this run does not act on a cluster".to_string());
             return report;
         };
+        if let (Some((wait, seen)), Some(queue)) = (
+            self.still_waiting(plan, continuation, room),
+            self.queue_for(record),
+        ) {
+            // Nothing is due: no other request, the next look queued.
+            let now = self.clock.now();
+            let detail = format!(
+                "waiting for room: {} placeholders, none running yet (looked at them alone); \
+                 evicted when one runs, at the latest at {}",
+                seen.placeholders,
+                wait.until.to_rfc3339()
+            );
+            for a in &mut report.actions {
+                a.result = Some(detail.clone());
+            }
+            let after = (wait.next_look(now) - now)
+                .to_std()
+                .unwrap_or_default()
+                .max(self.passes.interval)
+                .min(Duration::from_secs(900));
+            if let Err(e) = self.send(queue, &continuation.next(None), after).await {
+                return e.fail(report);
+            }
+            report.outcome = Outcome::Acted;
+            return report;
+        }
         if plan.has_node_work() {
             match self
                 .drain_pass(executor, plan, continuation, &mut report)
@@ -167,9 +195,74 @@ impl Pipeline<'_> {
         if !merge(report, &results) {
             return Ok(PassEnd::Done);
         }
-        let next = continuation.next(heartbeat_of(report));
+        let mut next = continuation.next(heartbeat_of(report));
+        next.room = room_wait(&results);
         let after = next_pass_after(&results, self.passes.interval, self.clock.now());
         Ok(PassEnd::Next(Box::new(next), after))
+    }
+
+    /// The wait of a drain that only waited for room when its continuation was sent, and its
+    /// placeholders as the batch's look saw them, when it still only waits (see
+    /// [`RoomWait::still_waiting`]) and no lifecycle heartbeat is due: then the pass is skipped.
+    /// `None` (a full pass) when any of its nodes was not looked at.
+    pub(super) fn still_waiting(
+        &self,
+        plan: &Plan,
+        continuation: &Continuation,
+        room: &BTreeMap<String, RoomSeen>,
+    ) -> Option<(RoomWait, RoomSeen)> {
+        let wait = continuation.room?;
+        let now = self.clock.now();
+        let heartbeat_due = plan.actions.iter().any(|a| a.complete_lifecycle.is_some())
+            && continuation
+                .heartbeat_at
+                .is_none_or(|at| now - at >= span(HEARTBEAT_EVERY));
+        if heartbeat_due {
+            return None;
+        }
+        let mut seen = RoomSeen::default();
+        for node in room_nodes(plan) {
+            seen = seen.and(*room.get(node)?);
+        }
+        wait.still_waiting(seen, now).then_some((wait, seen))
+    }
+
+    /// The placeholders of the batch's drains that waited for room when their continuations
+    /// were sent, and still may (before their latest safe time), in one look for the whole
+    /// batch. A look that fails or runs out of time costs those drains a full pass each, never
+    /// the batch.
+    pub(super) async fn room(
+        &self,
+        records: &[Record],
+        limits: Limits,
+    ) -> BTreeMap<String, RoomSeen> {
+        let Some(executor) = self.executor.filter(|_| self.mode.writes_cluster()) else {
+            return BTreeMap::new();
+        };
+        let now = self.clock.now();
+        let nodes: BTreeSet<String> = records
+            .iter()
+            .filter_map(|r| r.continuation.as_ref())
+            .filter(|c| c.room.is_some_and(|w| now < w.until))
+            .flat_map(|c| room_nodes(&c.plan).map(str::to_string))
+            .collect();
+        if nodes.is_empty() {
+            return BTreeMap::new();
+        }
+        let nodes: Vec<String> = nodes.into_iter().collect();
+        let look = executor.room(&nodes);
+        let seen = match limits.deadline {
+            Some(deadline) => until(self.clock, deadline, look).await,
+            None => Some(look.await),
+        };
+        match seen {
+            Some(Ok(seen)) => seen,
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "could not look at the placeholders: drains waiting for room make full passes");
+                BTreeMap::new()
+            }
+            None => BTreeMap::new(),
+        }
     }
 
     /// Where a pending drain of `record` is carried on as a continuation message: the
@@ -277,6 +370,25 @@ pub(super) fn next_pass_after(
         None => std::time::Duration::ZERO,
     };
     wait.max(interval).min(std::time::Duration::from_secs(900))
+}
+
+/// The nodes of `plan` whose drains surge (see [`crate::domain::surge`]).
+fn room_nodes(plan: &Plan) -> impl Iterator<Item = &str> {
+    plan.actions
+        .iter()
+        .filter(|a| a.surge)
+        .filter_map(|a| a.node.as_deref())
+}
+
+/// The wait of a pass whose pending actions all wait only for room (see [`RoomWait`]); `None`
+/// when any pending action waits for anything else.
+pub(super) fn room_wait(results: &[ActionResult]) -> Option<RoomWait> {
+    results
+        .iter()
+        .filter(|r| r.pending)
+        .map(|r| r.room)
+        .reduce(|a, b| Some(a?.and(b?)))
+        .flatten()
 }
 
 /// Puts a pass's `results` in `report`, after what earlier passes of the same work put there

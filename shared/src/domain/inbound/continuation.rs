@@ -40,6 +40,7 @@ use serde_json::Value;
 use sha2::Sha256;
 
 use crate::domain::plan::Plan;
+use crate::domain::surge::RoomWait;
 use crate::domain::time::within_sane_range;
 
 /// The key of a continuation message's body.
@@ -100,6 +101,10 @@ pub struct Continuation {
     pub heartbeat_at: Option<DateTime<Utc>>,
     /// When the original message was sent (dates an event whose `time` is empty).
     pub sent_at: DateTime<Utc>,
+    /// The drain only waited for room when this was sent (see [`RoomWait`]): while its
+    /// placeholders still wait and nothing is due, the pass needs no other request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub room: Option<RoomWait>,
     /// The plan of the first delivery: later passes act on it, after verifying live that it
     /// still holds (see the module doc). It is signed as it serializes: a decoded plan serializes
     /// to the JSON that was signed (its fields are all known, and JSON maps serialize in one
@@ -119,6 +124,7 @@ impl Continuation {
             started_at,
             heartbeat_at: None,
             sent_at,
+            room: None,
             plan,
             mac: None,
         }
@@ -266,6 +272,7 @@ fn unwrap_state(state: &Value, now: DateTime<Utc>) -> Result<Unwrapped, Malforme
         ("startedAt", Some(continuation.started_at)),
         ("sentAt", Some(continuation.sent_at)),
         ("heartbeatAt", continuation.heartbeat_at),
+        ("room.until", continuation.room.map(|r| r.until)),
     ];
     for (name, time) in times {
         if let Some(time) = time {
