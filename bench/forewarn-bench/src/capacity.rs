@@ -16,9 +16,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use plotters::prelude::*;
+use plotters::style::{BLUE, RED};
 
 use crate::mass::{self, Run, RunMode};
+use crate::plot::{self, Chart, Line};
 use crate::stats::percentile;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -43,7 +44,12 @@ struct Loss {
     /// Serving pods of the workloads, per second from the warnings.
     serving: Vec<(i64, usize)>,
     handled: usize,
+    /// Nodes not fully handled by 120 s that have a pod behind a budget.
+    unhandled_budgeted: usize,
     last_eviction_p99: String,
+    /// Requests (429s), and by kind.
+    requests: String,
+    by_kind: String,
 }
 
 pub async fn report(s: &CapacitySettings) -> anyhow::Result<String> {
@@ -56,7 +62,7 @@ pub async fn report(s: &CapacitySettings) -> anyhow::Result<String> {
             launch_delay: Some(launch),
         };
         let run = mass::one_run(&s.mass, mode).await?;
-        losses.push(loss(&run, s.mass.cutoff_seconds));
+        losses.push(loss(&run, &s.mass));
     }
     let (at_once, surge) = (&losses[0], &losses[1]);
     let total = |l: &Loss| l.per_workload.iter().sum::<f64>();
@@ -102,6 +108,17 @@ pub async fn report(s: &CapacitySettings) -> anyhow::Result<String> {
         at_once.last_eviction_p99, surge.last_eviction_p99
     ));
     out.push_str(&format!(
+        "| nodes not fully handled by 120 s (of them, with a pod behind a budget) | {} ({}) | {} ({}) |  |\n",
+        n - at_once.handled,
+        at_once.unhandled_budgeted,
+        n - surge.handled,
+        surge.unhandled_budgeted
+    ));
+    out.push_str(&format!(
+        "| Kubernetes requests (429 by the server's limit) | {} | {} |  |\n",
+        at_once.requests, surge.requests
+    ));
+    out.push_str(&format!(
         "\nSurge loses {:.3} of what evicting at once loses ({}).\n",
         share,
         if share <= 0.2 && surge.handled == n {
@@ -110,6 +127,9 @@ pub async fn report(s: &CapacitySettings) -> anyhow::Result<String> {
             "not within the goal"
         }
     ));
+    for (name, l) in [("evict at once", at_once), ("surge", surge)] {
+        out.push_str(&format!("\n{name}: requests by kind: {}.\n", l.by_kind));
+    }
     if let Some(path) = &s.svg {
         draw(path, at_once, surge, n * s.mass.pods_per_node)?;
         out.push_str(&format!(
@@ -123,7 +143,8 @@ pub async fn report(s: &CapacitySettings) -> anyhow::Result<String> {
 }
 
 /// The loss of one run (see the module doc).
-fn loss(run: &Run, cutoff_seconds: u64) -> Loss {
+fn loss(run: &Run, settings: &mass::Settings) -> Loss {
+    let cutoff_seconds = settings.cutoff_seconds;
     let t0 = run.warned_at;
     let gone = t0 + chrono::Duration::seconds(GONE);
     let end = t0 + chrono::Duration::seconds(i64::try_from(cutoff_seconds).unwrap_or(i64::MAX));
@@ -170,57 +191,58 @@ fn loss(run: &Run, cutoff_seconds: u64) -> Loss {
         .collect();
     let handled = run.handled_by(Duration::from_secs(GONE as u64));
     let evicted: Vec<Duration> = run.evicted.iter().flatten().copied().collect();
+    let window = Duration::from_secs(GONE as u64);
+    let unhandled_budgeted = (0..run.cordoned.len())
+        .filter(|&i| {
+            let done = |t: &Option<Duration>| t.is_some_and(|t| t <= window);
+            !(done(&run.cordoned[i]) && done(&run.evicted[i]))
+        })
+        .filter(|&i| settings.pods_per_node > 1 && mass::budgeted(i, settings.pdb_share))
+        .count();
     Loss {
         per_workload,
         serving,
         handled,
+        unhandled_budgeted,
+        requests: format!("{} ({})", run.requests, run.rate_limited),
+        by_kind: run
+            .by_kind
+            .iter()
+            .map(|(k, v)| format!("`{k}` {v}"))
+            .collect::<Vec<_>>()
+            .join(", "),
         last_eviction_p99: percentile(&evicted, 99.0).map_or("-".into(), crate::stats::secs),
     }
 }
 
 /// The figure: serving pods over time, both runs, the instances' end marked.
 fn draw(path: &PathBuf, at_once: &Loss, surge: &Loss, pods: usize) -> anyhow::Result<()> {
-    let err = |e: &dyn std::fmt::Display| anyhow::anyhow!("drawing {}: {e}", path.display());
-    let root = SVGBackend::new(path, (800, 400)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let points = |l: &Loss| -> Vec<(f64, f64)> {
+        l.serving
+            .iter()
+            .map(|(s, n)| (*s as f64, *n as f64))
+            .collect()
+    };
     let end = at_once.serving.last().map_or(GONE, |(s, _)| *s);
-    let mut chart = ChartBuilder::on(&root)
-        .margin(20)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .caption(
-            "Pods serving after the warnings (t = 0 s)",
-            ("sans-serif", 18),
-        )
-        .build_cartesian_2d(0i64..end, 0usize..(pods + pods / 10))
-        .map_err(|e| err(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc("seconds after the warnings")
-        .y_desc("pods serving")
-        .draw()
-        .map_err(|e| err(&e))?;
-    for (loss, name, color) in [(at_once, "evict at once", &RED), (surge, "surge", &BLUE)] {
-        chart
-            .draw_series(LineSeries::new(loss.serving.iter().copied(), color))
-            .map_err(|e| err(&e))?
-            .label(name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-    }
-    chart
-        .draw_series(LineSeries::new(
-            [(GONE, 0), (GONE, pods + pods / 10)],
-            &BLACK,
-        ))
-        .map_err(|e| err(&e))?
-        .label("the instances go (120 s)")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK));
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(&e))?;
-    root.present().map_err(|e| err(&e))?;
-    Ok(())
+    let chart = Chart {
+        caption: "Pods serving after the warnings (t = 0 s)",
+        x_desc: "seconds after the warnings",
+        y_desc: "pods serving",
+        x_max: end as f64,
+        y_max: (pods + pods / 10) as f64,
+        mark: Some((GONE as f64, "the instances go (120 s)")),
+        lines: vec![
+            Line {
+                name: "evict at once",
+                color: RED,
+                points: points(at_once),
+            },
+            Line {
+                name: "surge",
+                color: BLUE,
+                points: points(surge),
+            },
+        ],
+    };
+    plot::draw(path, &chart)
 }

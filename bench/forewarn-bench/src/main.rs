@@ -6,6 +6,7 @@ mod coldstart;
 mod e2e;
 mod emulator;
 mod mass;
+mod plot;
 mod policies;
 mod stats;
 
@@ -38,7 +39,7 @@ enum Command {
         runs: usize,
     },
     /// A mass interruption against a rate-limited Kubernetes fake.
-    Mass(mass::Settings),
+    Mass(mass::MassArgs),
     /// The capacity a mass interruption costs its workloads, with surge and evicting at once,
     /// on the fake's cluster simulation (scheduler, ReplicaSets, an autoscaler) (issue 27).
     Capacity(capacity::CapacitySettings),
@@ -53,7 +54,7 @@ async fn main() -> anyhow::Result<()> {
     let section = match cli.command {
         Command::ColdStart { runs, lambda_dir } => cold_start(runs, &lambda_dir).await?,
         Command::E2e { runs } => e2e::report(runs).await?,
-        Command::Mass(settings) => mass::report(&settings).await?,
+        Command::Mass(args) => mass::report(&args.settings, args.svg.as_deref()).await?,
         Command::Capacity(settings) => capacity::report(&settings).await?,
         Command::Policies(settings) => policies::report(&settings)?,
     };

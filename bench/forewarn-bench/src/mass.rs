@@ -90,6 +90,17 @@ pub struct Settings {
     pub client_limit: ClientLimit,
 }
 
+/// The mass benchmark's command line: its settings, and where to draw its figure.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MassArgs {
+    #[command(flatten)]
+    pub settings: Settings,
+    /// Write the figure (per node, when it was cordoned and when its last eviction was
+    /// accepted, both runs, against the 120 s window) to this SVG file.
+    #[arg(long)]
+    pub svg: Option<std::path::PathBuf>,
+}
+
 /// How the bench holds the client-side limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ClientLimit {
@@ -144,7 +155,7 @@ pub fn least_requests_per_node(pods: usize) -> u64 {
 }
 
 /// Whether node `n`'s second pod is in a budgeted pair (pairs are nodes 2k and 2k+1).
-fn budgeted(n: usize, share: f64) -> bool {
+pub(crate) fn budgeted(n: usize, share: f64) -> bool {
     let pair = n / 2;
     ((pair as f64 + 0.5) * share).floor() != ((pair as f64 - 0.5) * share).floor() || (share >= 1.0)
 }
@@ -284,9 +295,9 @@ pub(crate) struct Run {
     pass_time: Duration,
     outcomes: BTreeMap<String, usize>,
     passes: usize,
-    requests: u64,
-    rate_limited: u64,
-    by_kind: BTreeMap<String, usize>,
+    pub(crate) requests: u64,
+    pub(crate) rate_limited: u64,
+    pub(crate) by_kind: BTreeMap<String, usize>,
     peak_kb: u64,
     /// With the cluster simulation: every pod's life, and when the warnings were sent.
     pub(crate) timeline: Vec<kube_fake::PodTimeline>,
@@ -331,7 +342,7 @@ struct Totals {
     passes: usize,
 }
 
-pub async fn report(s: &Settings) -> anyhow::Result<String> {
+pub async fn report(s: &Settings, svg: Option<&std::path::Path>) -> anyhow::Result<String> {
     let modes: Vec<bool> = match s.drains.as_str() {
         "continue" => vec![true],
         "block" => vec![false],
@@ -508,6 +519,16 @@ pub async fn report(s: &Settings) -> anyhow::Result<String> {
             }
         ));
     }
+    if let Some(path) = svg {
+        draw(path, &runs, s)?;
+        out.push_str(&format!(
+            "\n![Nodes cordoned and fully drained over time, continuation drains against the \
+             in-process drain]({})\n",
+            path.file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        ));
+    }
     for (i, name) in [(0, "continuation drains"), (1, "in-process drain")] {
         if let Some(r) = &runs[i] {
             out.push_str(&format!(
@@ -526,6 +547,62 @@ pub async fn report(s: &Settings) -> anyhow::Result<String> {
         }
     }
     Ok(out)
+}
+
+/// The figure: per run, how many nodes were cordoned, and how many had their last eviction
+/// accepted, by each second after the warnings (each node's times, sorted), against the 120 s
+/// window.
+fn draw(path: &std::path::Path, runs: &[Option<Run>], s: &Settings) -> anyhow::Result<()> {
+    use crate::plot::{Chart, Line, cumulative};
+    use plotters::style::RGBColor;
+    let end = s.cutoff_seconds as f64;
+    let times = |v: &[Option<Duration>]| -> Vec<f64> {
+        v.iter().flatten().map(Duration::as_secs_f64).collect()
+    };
+    let styles = [
+        (
+            "continuation drains",
+            RGBColor(120, 160, 230),
+            RGBColor(20, 60, 200),
+        ),
+        (
+            "in-process drain",
+            RGBColor(240, 170, 120),
+            RGBColor(200, 30, 30),
+        ),
+    ];
+    let names: Vec<[String; 2]> = styles
+        .iter()
+        .map(|(run, _, _)| [format!("{run}: cordoned"), format!("{run}: fully drained")])
+        .collect();
+    let mut lines = Vec::new();
+    for ((run, (_, light, dark)), [cordoned, drained]) in runs.iter().zip(styles).zip(&names) {
+        let Some(run) = run else { continue };
+        lines.push(Line {
+            name: cordoned,
+            color: light,
+            points: cumulative(&times(&run.cordoned), end),
+        });
+        lines.push(Line {
+            name: drained,
+            color: dark,
+            points: cumulative(&times(&run.evicted), end),
+        });
+    }
+    let caption = format!(
+        "{} spot warnings at t = 0: nodes cordoned and fully drained",
+        s.nodes
+    );
+    let chart = Chart {
+        caption: &caption,
+        x_desc: "seconds after the warnings",
+        y_desc: "nodes",
+        x_max: end,
+        y_max: s.nodes as f64 * 1.05,
+        mark: Some((WINDOW.as_secs_f64(), "the instances go (120 s)")),
+        lines,
+    };
+    crate::plot::draw(path, &chart)
 }
 
 pub(crate) async fn one_run(s: &Settings, mode: RunMode) -> anyhow::Result<Run> {
