@@ -39,14 +39,13 @@ use super::api::in_later_lane;
 use super::connect::ClusterClient;
 use super::cordon::{CordonOutcome, CordonSpec, cordon, get_node, uncordon};
 use super::delete::{DeleteOutcome, delete_target};
-use super::drain::{DrainReport, DrainSettings, drain_pass};
 use super::error::{KubeError, Refusal};
 use super::events::{EventType, NodeEvent, record};
 use super::node_facts::node_facts;
 pub use super::outcome::NodeOutcome;
 use super::outcome::results;
-use super::surge::SurgeSettings;
 
+mod drain;
 mod lifecycle;
 use crate::domain::config::{Action, Config};
 use crate::domain::plan::{NodeAction, Plan, Target};
@@ -93,6 +92,14 @@ impl Default for ExecutorSettings {
             reporting_instance: "forewarn".to_string(),
         }
     }
+}
+
+/// What cordoning a node came to (see [`KubeExecutor::cordon_node`]).
+struct Cordoning {
+    /// The node is gone, or the cordon was refused: nothing more is done to it.
+    gone: bool,
+    /// The note of the `Cordoned` Event to record.
+    note: Option<String>,
 }
 
 /// [`Executor`] over the Kubernetes API (and Auto Scaling for lifecycle actions).
@@ -286,16 +293,35 @@ impl KubeExecutor {
             Pass::Drain { announce, .. } => announce,
             Pass::Cordon => true,
         };
+        // The node may already be cordoned for this event (by the event's first pass): the Event
+        // is recorded with the announcement (one per event and reason, so never twice).
+        let cordoning = self.cordon_node(a, &node, announce, out).await?;
+        // The evictions (and placeholders) first, the Events of the decision after them: in a
+        // mass interruption every request before a node's evictions delays them.
+        let drained = if a.action == Action::CordonDrain && !cordoning.gone {
+            Some(self.drain_only(plan, a, &node, pass).await?)
+        } else {
+            None
+        };
         if announce {
             self.announce(plan, a, &node, out).await;
         }
-        // The node may already be cordoned for this event (by the event's first pass): the Event
-        // is recorded with the announcement (one per event and reason, so never twice).
-        let gone = self.cordon_node(plan, a, &node, announce, out).await?;
-        if a.action != Action::CordonDrain || gone {
-            return Ok(());
+        if let Some(note) = cordoning.note {
+            self.event(
+                plan,
+                &node,
+                "Cordoned",
+                "Cordon",
+                EventType::Normal,
+                note,
+                out,
+            )
+            .await;
         }
-        self.drain_pass(plan, a, &node, pass, out).await
+        if let Some(report) = drained {
+            self.drain_over(plan, &node, pass, report, out).await;
+        }
+        Ok(())
     }
 
     /// The Event that says what forewarn is about to do and why (with the drain's deadline).
@@ -321,17 +347,16 @@ impl KubeExecutor {
         .await;
     }
 
-    /// Cordons and taints the node, with a `Cordoned` Event when that changed it (or, with
-    /// `already_ours`, when it was found cordoned with forewarn's taint). True when the node was
-    /// gone.
+    /// Cordons and taints the node; says whether it was gone (or the cordon refused), and the
+    /// note of the `Cordoned` Event to record when the cordon changed it (or, with
+    /// `already_ours`, when it was found cordoned with forewarn's taint).
     async fn cordon_node(
         &self,
-        plan: &Plan,
         a: &NodeAction,
         node: &Node,
         already_ours: bool,
         out: &mut NodeOutcome,
-    ) -> Result<bool, KubeError> {
+    ) -> Result<Cordoning, KubeError> {
         let spec = CordonSpec::new(&self.config, &a.taint_value, a.record.as_ref());
         let verify = |n: &Node| self.verify(a, n, Pass::Cordon);
         let cordoned = cordon(
@@ -345,7 +370,10 @@ impl KubeExecutor {
         .await?;
         if let CordonOutcome::Refused { why } = &cordoned {
             out.refused = Some(why.clone());
-            return Ok(true);
+            return Ok(Cordoning {
+                gone: true,
+                note: None,
+            });
         }
         let gone = cordoned == CordonOutcome::NodeGone;
         if matches!(
@@ -355,26 +383,17 @@ impl KubeExecutor {
             out.cordoned_at = Some(self.clients.clock().now());
         }
         out.cordoned_before = already_ours && cordoned == CordonOutcome::AlreadyCordoned;
-        if matches!(cordoned, CordonOutcome::Cordoned { .. }) || out.cordoned_before {
-            let note = format!(
-                "Marked unschedulable and tainted {}={}:{}",
-                spec.taint_key,
-                spec.taint_value,
-                spec.taint_effect.as_str()
-            );
-            self.event(
-                plan,
-                node,
-                "Cordoned",
-                "Cordon",
-                EventType::Normal,
-                note,
-                out,
-            )
-            .await;
-        }
+        let note = (matches!(cordoned, CordonOutcome::Cordoned { .. }) || out.cordoned_before)
+            .then(|| {
+                format!(
+                    "Marked unschedulable and tainted {}={}:{}",
+                    spec.taint_key,
+                    spec.taint_value,
+                    spec.taint_effect.as_str()
+                )
+            });
         out.cordon = Some(cordoned);
-        Ok(gone)
+        Ok(Cordoning { gone, note })
     }
 
     /// The first pass of a `cordon-drain`: the cordon only (one patch, no Event), so that a
@@ -405,103 +424,6 @@ impl KubeExecutor {
         }
         out.cordon = Some(cordoned);
         Ok(())
-    }
-
-    /// One pass of the drain (see [`super::drain::drain_pass`]) on the node the pass has just
-    /// read and verified; when the drain ends, its Event (not in a dry run).
-    async fn drain_pass(
-        &self,
-        plan: &Plan,
-        a: &NodeAction,
-        node: &Node,
-        pass: Pass,
-        out: &mut NodeOutcome,
-    ) -> Result<(), KubeError> {
-        let started_at = match pass {
-            Pass::Drain { started_at, .. } => started_at,
-            Pass::Cordon => self.clients.clock().now(),
-        };
-        let name = node.metadata.name.as_deref().unwrap_or_default();
-        let deadline = a
-            .deadline
-            .unwrap_or_else(|| started_at + self.config.drain_timeout);
-        let settings = DrainSettings {
-            parallelism: self.settings.eviction_parallelism,
-            backoff_initial: self.settings.backoff_initial,
-            backoff_max: self.settings.backoff_max,
-            pass_budget: self.settings.pass_budget,
-            grace_until: a.grace_to_deadline.then_some(deadline),
-            surge: a.surge.then(|| SurgeSettings {
-                event_id: plan.event_id.clone(),
-                deadline,
-                first: matches!(pass, Pass::Drain { announce: true, .. }),
-            }),
-        };
-        let dry_run = self.settings.dry_run;
-        let report = drain_pass(
-            &self.clients,
-            name,
-            started_at,
-            deadline,
-            &settings,
-            dry_run,
-        )
-        .await?;
-        if !report.pending && !dry_run {
-            let later = matches!(
-                pass,
-                Pass::Drain {
-                    announce: false,
-                    ..
-                }
-            );
-            self.drain_ended(plan, node, &report, later, out).await;
-        }
-        out.drain = Some(report);
-        Ok(())
-    }
-
-    /// The `Drained` or `DrainIncomplete` Event of a drain that ended (in a `later` pass: one
-    /// after the pass that evicted).
-    async fn drain_ended(
-        &self,
-        plan: &Plan,
-        node: &Node,
-        report: &DrainReport,
-        later: bool,
-        out: &mut NodeOutcome,
-    ) {
-        if report.complete() {
-            let summary = if later {
-                report.later_summary()
-            } else {
-                report.summary()
-            };
-            let note = format!("Drained: {summary}");
-            self.event(plan, node, "Drained", "Drain", EventType::Normal, note, out)
-                .await;
-        } else {
-            let left: Vec<String> = report
-                .left
-                .iter()
-                .map(|l| format!("{}: {}", l.pod, l.reason))
-                .collect();
-            let note = format!(
-                "Drain incomplete at the deadline: {}. Refused: {}",
-                report.summary(),
-                left.join("; ")
-            );
-            self.event(
-                plan,
-                node,
-                "DrainIncomplete",
-                "Drain",
-                EventType::Warning,
-                note,
-                out,
-            )
-            .await;
-        }
     }
 
     async fn delete(

@@ -114,7 +114,28 @@ pub(crate) async fn surge_pass(
     let now = clients.clock().now();
     let mut pass = SurgePass::default();
     let mut by_pod: BTreeMap<String, Pod> = BTreeMap::new();
-    let existing = if settings.first {
+    let rounds = earlier_rounds(to_evict);
+    let latest_of = |pod: &Pod, uid: &str| {
+        let grace = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds);
+        latest_safe(
+            settings.deadline,
+            grace,
+            rounds.get(uid).copied().unwrap_or(0),
+        )
+    };
+    let surging: Vec<(&Pod, &str)> = to_evict
+        .iter()
+        .filter(|pod| controller(pod).is_some() && !is_placeholder(pod))
+        .filter_map(|pod| Some((*pod, pod.metadata.uid.as_deref()?)))
+        .collect();
+    // Every pod is due by its time: what its placeholder does changes nothing now (the next
+    // pass lists them, and deletes those whose pod is gone).
+    let all_due =
+        !surging.is_empty() && surging.iter().all(|(pod, uid)| now >= latest_of(pod, uid));
+    let existing = if settings.first || all_due {
         Vec::new()
     } else {
         of_node(clients, node).await?
@@ -133,23 +154,8 @@ pub(crate) async fn surge_pass(
             pass.deleted += 1;
         }
     }
-    let rounds = earlier_rounds(to_evict);
-    for pod in to_evict {
-        let Some(uid) = pod.metadata.uid.as_deref() else {
-            continue;
-        };
-        if controller(pod).is_none() || is_placeholder(pod) {
-            continue;
-        }
-        let grace = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.termination_grace_period_seconds);
-        let latest = latest_safe(
-            settings.deadline,
-            grace,
-            rounds.get(uid).copied().unwrap_or(0),
-        );
+    for (pod, uid) in surging {
+        let latest = latest_of(pod, uid);
         let state = match by_pod.get(uid) {
             Some(ph) if running_elsewhere(ph, node) => Placeholder::Running,
             Some(_) => Placeholder::Pending,
