@@ -796,6 +796,49 @@ async fn without_room_a_pod_is_evicted_at_its_latest_safe_time_and_no_placeholde
     );
 }
 
+#[tokio::test]
+async fn a_pod_whose_budget_lets_its_pods_go_in_rounds_is_due_a_round_earlier() {
+    let w = surging().await;
+    // web-1's budget lets one of its two pods go at a time; the other is on another node.
+    w.fake.insert(pod_object(
+        "default",
+        "web-2",
+        OTHER_NODE,
+        "web",
+        "ReplicaSet",
+    ));
+    w.fake.insert(pdb_object("default", "web-pdb", "web", 1));
+    let plan = w
+        .plan(&event(EventKind::SpotInterruption, "ev-surge-budget"))
+        .await;
+    let deadline = plan.actions[0].deadline.unwrap();
+    let executor = w.executor();
+    let mut evicted_at = None;
+    surge_passes(&w, &executor, &plan, |w, _| {
+        if evicted_at.is_none() && w.pod("default", "web-1").is_none() {
+            evicted_at = Some(w.clock.now());
+        }
+    })
+    .await;
+    // Its grace (30 s), one round of its budget (15 s) and the margin (10 s) before the deadline.
+    let latest = deadline - chrono::Duration::seconds(55);
+    let at = evicted_at.unwrap();
+    assert!(
+        at >= latest && at <= latest + chrono::Duration::seconds(11),
+        "evicted at {at}, latest safe {latest}"
+    );
+    let budgets_listed = w
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/poddisruptionbudgets"))
+        .count();
+    assert_eq!(
+        budgets_listed, 1,
+        "read once, when the placeholders are made"
+    );
+}
+
 /// A node of `cpu` allocatable cpus in pool `general`, Ready, running instance `id`.
 fn sized(name: &str, id: &str, cpu: &str) -> Value {
     let mut n = node(name, id);

@@ -12,11 +12,14 @@
 //! ([`latest_safe`]): the drain's deadline, less its grace period, less the time the earlier
 //! rounds of its budget need, less a margin for the passes' cadence.
 //!
-//! The budget's rounds are estimated without reading PodDisruptionBudgets (a read per pass
-//! would cost the API server what the drain needs): the pods of one controller on the node are
-//! taken to share a budget that lets one go at a time, so the k-th of them (in name order)
-//! needs k earlier rounds of [`ROUND`] each. A budget that allows more only makes the drain
-//! early, never late.
+//! The budget's rounds are estimated from one read of the budgets, when the placeholders are
+//! made (a read per pass would cost the API server what the drain needs): the pods of one
+//! controller on the node are taken to share a budget that lets one go at a time, so the k-th
+//! of them (in name order) needs k earlier rounds of [`ROUND`] each; and a pod that a budget
+//! selects which cannot let all of its pods go at once needs at least one (its budget's other
+//! pods may be on other doomed nodes, and one of them goes first: the pod that waits for it
+//! must not wait past its own latest time). The time so given is kept on the placeholder
+//! ([`ANNOTATION_EVICT_BY`]). A budget that allows more only makes the drain early, never late.
 
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
@@ -33,6 +36,9 @@ pub const ANNOTATION_POD: &str = "forewarn.io/pod";
 pub const ANNOTATION_POD_UID: &str = "forewarn.io/pod-uid";
 pub const ANNOTATION_EVENT: &str = "forewarn.io/event";
 pub const ANNOTATION_EXPIRES: &str = "forewarn.io/expires";
+/// The latest safe time its pod was given when the placeholder was made (with the rounds of
+/// its budget, which later passes do not read again).
+pub const ANNOTATION_EVICT_BY: &str = "forewarn.io/evict-by";
 /// The PriorityClass of placeholders (shipped in `infra/k8s/placeholder-priority.yaml`).
 pub const PRIORITY_CLASS: &str = "forewarn-placeholder";
 /// The kinds `FOREWARN_SURGE` is meant for: warnings whose instance goes at a known time.

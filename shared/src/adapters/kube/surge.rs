@@ -24,16 +24,19 @@ use k8s_openapi::api::core::v1::{
     Affinity, Container, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
     Pod, PodSpec, ResourceRequirements,
 };
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::api::{ApiError, Lane, with_retry_in};
 use super::connect::ClusterClient;
 use super::error::KubeError;
+use crate::domain::audit::Budget;
 use crate::domain::surge::{
-    ANNOTATION_EVENT, ANNOTATION_EXPIRES, ANNOTATION_NODE, ANNOTATION_POD, ANNOTATION_POD_UID,
-    CHECK_EVERY, Due, LABEL_PLACEHOLDER, LABEL_PLACEHOLDER_NODE, PLACEHOLDER_IMAGE, PRIORITY_CLASS,
-    Placeholder, RoomSeen, RoomWait, due, latest_safe, node_label_value, placeholder_name,
+    ANNOTATION_EVENT, ANNOTATION_EVICT_BY, ANNOTATION_EXPIRES, ANNOTATION_NODE, ANNOTATION_POD,
+    ANNOTATION_POD_UID, CHECK_EVERY, Due, LABEL_PLACEHOLDER, LABEL_PLACEHOLDER_NODE,
+    PLACEHOLDER_IMAGE, PRIORITY_CLASS, Placeholder, RoomSeen, RoomWait, due, latest_safe,
+    node_label_value, placeholder_name,
 };
 
 /// A drain's surge: for which event, until when.
@@ -114,7 +117,18 @@ pub(crate) async fn surge_pass(
     let now = clients.clock().now();
     let mut pass = SurgePass::default();
     let mut by_pod: BTreeMap<String, Pod> = BTreeMap::new();
-    let rounds = earlier_rounds(to_evict);
+    let surging: Vec<(&Pod, &str)> = to_evict
+        .iter()
+        .filter(|pod| controller(pod).is_some() && !is_placeholder(pod))
+        .filter_map(|pod| Some((*pod, pod.metadata.uid.as_deref()?)))
+        .collect();
+    let mut rounds = earlier_rounds(to_evict);
+    if settings.first {
+        for (uid, r) in budget_rounds(clients, &surging).await? {
+            let e = rounds.entry(uid).or_default();
+            *e = (*e).max(r);
+        }
+    }
     let latest_of = |pod: &Pod, uid: &str| {
         let grace = pod
             .spec
@@ -126,11 +140,6 @@ pub(crate) async fn surge_pass(
             rounds.get(uid).copied().unwrap_or(0),
         )
     };
-    let surging: Vec<(&Pod, &str)> = to_evict
-        .iter()
-        .filter(|pod| controller(pod).is_some() && !is_placeholder(pod))
-        .filter_map(|pod| Some((*pod, pod.metadata.uid.as_deref()?)))
-        .collect();
     // Every pod is due by its time: what its placeholder does changes nothing now (the next
     // pass lists them, and deletes those whose pod is gone).
     let all_due =
@@ -155,7 +164,14 @@ pub(crate) async fn surge_pass(
         }
     }
     for (pod, uid) in surging {
-        let latest = latest_of(pod, uid);
+        // The time given when the placeholder was made, if earlier (its budget's rounds).
+        let given = by_pod
+            .get(uid)
+            .and_then(|ph| annotation(ph, ANNOTATION_EVICT_BY))
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.with_timezone(&Utc));
+        let own = latest_of(pod, uid);
+        let latest = given.map_or(own, |g| g.min(own));
         let state = match by_pod.get(uid) {
             Some(ph) if running_elsewhere(ph, node) => Placeholder::Running,
             Some(_) => Placeholder::Pending,
@@ -163,7 +179,7 @@ pub(crate) async fn surge_pass(
         };
         if let Due::Later(latest) = due(now, latest, state) {
             if state == Placeholder::Missing {
-                let ph = placeholder_for(pod, node, settings);
+                let ph = placeholder_for(pod, node, settings, latest);
                 match create(clients, &ph).await? {
                     Created::New => pass.created += 1,
                     Created::Exists => {}
@@ -188,6 +204,57 @@ fn running_elsewhere(ph: &Pod, node: &str) -> bool {
     let on = ph.spec.as_ref().and_then(|s| s.node_name.as_deref());
     let phase = ph.status.as_ref().and_then(|s| s.phase.as_deref());
     phase == Some("Running") && on.is_some_and(|n| n != node)
+}
+
+/// Per pod uid of `pods` (a drain's surging pods), one earlier round when a budget selects it
+/// that cannot let all of its pods go at once (see [`crate::domain::surge`]). One list of
+/// budgets per namespace; a list the API refuses (an RBAC without the grant) counts no round,
+/// and is logged.
+async fn budget_rounds(
+    clients: &ClusterClient,
+    pods: &[(&Pod, &str)],
+) -> Result<BTreeMap<String, usize>, KubeError> {
+    let namespaces: BTreeSet<&str> = pods
+        .iter()
+        .map(|(p, _)| p.metadata.namespace.as_deref().unwrap_or("default"))
+        .collect();
+    let mut budgets = Vec::new();
+    for ns in namespaces {
+        let api: Api<PodDisruptionBudget> = Api::namespaced(clients.client().await?, ns);
+        let what = format!("poddisruptionbudgets in {ns}");
+        let params = ListParams::default();
+        match with_retry_in(clients.clock(), Lane::Later, "list", &what, || {
+            api.list(&params)
+        })
+        .await
+        {
+            Ok(list) => budgets.extend(list.items),
+            Err(e) if matches!(e.status, Some(401 | 403 | 404)) => {
+                tracing::warn!(error = %e, "budgets not read: placeholders wait without their rounds");
+            }
+            Err(e) => return Err(KubeError::Api(e)),
+        }
+    }
+    let serial: Vec<Budget> = budgets
+        .iter()
+        .filter_map(|pdb| {
+            let expected = pdb
+                .status
+                .as_ref()
+                .map_or(0, |s| i64::from(s.expected_pods));
+            let budget = crate::adapters::workloads::budget(pdb).ok()?;
+            (budget.allowed_when_healthy(expected) < expected).then_some(budget)
+        })
+        .collect();
+    Ok(pods
+        .iter()
+        .filter(|(pod, _)| {
+            let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+            let labels = pod.metadata.labels.clone().unwrap_or_default();
+            serial.iter().any(|b| b.selects(ns, &labels))
+        })
+        .map(|(_, uid)| (uid.to_string(), 1))
+        .collect())
 }
 
 /// Per pod uid, how many pods of the same controller come before it on the node (name order):
@@ -217,7 +284,12 @@ fn earlier_rounds(pods: &[&Pod]) -> BTreeMap<String, usize> {
 }
 
 /// The placeholder of `pod`, a pod of doomed node `node` (see the module doc).
-pub(crate) fn placeholder_for(pod: &Pod, node: &str, settings: &SurgeSettings) -> Pod {
+pub(crate) fn placeholder_for(
+    pod: &Pod,
+    node: &str,
+    settings: &SurgeSettings,
+    evict_by: DateTime<Utc>,
+) -> Pod {
     let spec = pod.spec.clone().unwrap_or_default();
     let namespace = pod.metadata.namespace.clone();
     let pod_name = pod.metadata.name.clone().unwrap_or_default();
@@ -238,6 +310,7 @@ pub(crate) fn placeholder_for(pod: &Pod, node: &str, settings: &SurgeSettings) -
             ANNOTATION_EXPIRES.to_string(),
             settings.deadline.to_rfc3339(),
         ),
+        (ANNOTATION_EVICT_BY.to_string(), evict_by.to_rfc3339()),
     ]);
     let requests = effective_requests(&spec);
     Pod {
@@ -575,7 +648,8 @@ mod tests {
                 ]
             }
         }));
-        let ph = placeholder_for(&web, "doomed", &settings());
+        let evict_by = settings().deadline - chrono::Duration::seconds(40);
+        let ph = placeholder_for(&web, "doomed", &settings(), evict_by);
         let v = serde_json::to_value(&ph).unwrap();
         assert_eq!(v["metadata"]["name"], "forewarn-placeholder-u-1");
         assert_eq!(v["metadata"]["namespace"], "shop");
@@ -585,6 +659,10 @@ mod tests {
         assert_eq!(
             v["metadata"]["annotations"][ANNOTATION_EXPIRES],
             "2026-11-20T10:01:45+00:00"
+        );
+        assert_eq!(
+            v["metadata"]["annotations"][ANNOTATION_EVICT_BY],
+            "2026-11-20T10:01:05+00:00"
         );
         let spec = &v["spec"];
         assert_eq!(spec["priorityClassName"], PRIORITY_CLASS);
@@ -609,7 +687,8 @@ mod tests {
         // Without an affinity of its own: one term keeping it off the node.
         let bare =
             pod(json!({"metadata": {"name": "x", "uid": "u-2"}, "spec": {"containers": []}}));
-        let v = serde_json::to_value(placeholder_for(&bare, "doomed", &settings())).unwrap();
+        let v =
+            serde_json::to_value(placeholder_for(&bare, "doomed", &settings(), evict_by)).unwrap();
         assert_eq!(
             v["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
                 ["nodeSelectorTerms"],
