@@ -49,6 +49,8 @@ struct Loss {
     last_eviction_p99: String,
     /// Requests (429s), and by kind.
     requests: String,
+    /// The warnings' outcomes, and the passes that did not act, by reason.
+    outcomes: String,
     by_kind: String,
 }
 
@@ -128,7 +130,10 @@ pub async fn report(s: &CapacitySettings) -> anyhow::Result<String> {
         }
     ));
     for (name, l) in [("evict at once", at_once), ("surge", surge)] {
-        out.push_str(&format!("\n{name}: requests by kind: {}.\n", l.by_kind));
+        out.push_str(&format!(
+            "\n{name}: outcomes {}; requests by kind: {}.\n",
+            l.outcomes, l.by_kind
+        ));
     }
     if let Some(path) = &s.svg {
         draw(path, at_once, surge, n * s.mass.pods_per_node)?;
@@ -205,6 +210,12 @@ fn loss(run: &Run, settings: &mass::Settings) -> Loss {
         handled,
         unhandled_budgeted,
         requests: format!("{} ({})", run.requests, run.rate_limited),
+        outcomes: run
+            .outcomes
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", "),
         by_kind: run
             .by_kind
             .iter()

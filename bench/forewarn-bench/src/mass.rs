@@ -293,7 +293,7 @@ pub(crate) struct Run {
     lambda_time: Duration,
     /// The part of `lambda_time` spent by invocations that carried only drain passes.
     pass_time: Duration,
-    outcomes: BTreeMap<String, usize>,
+    pub(crate) outcomes: BTreeMap<String, usize>,
     passes: usize,
     pub(crate) requests: u64,
     pub(crate) rate_limited: u64,
@@ -845,6 +845,18 @@ pub(crate) async fn one_run(s: &Settings, mode: RunMode) -> anyhow::Result<Run> 
                 for r in &invocation.reports {
                     if r.pass.is_some() {
                         t.passes += 1;
+                        // A pass that did not act (failed, refused) is counted by its reason.
+                        if r.outcome != Outcome::Acted {
+                            let why: String = r
+                                .reason
+                                .as_deref()
+                                .unwrap_or_default()
+                                .chars()
+                                .take(100)
+                                .collect();
+                            let key = format!("pass {:?} ({why})", r.outcome);
+                            *t.outcomes.entry(key).or_insert(0) += 1;
+                        }
                     } else {
                         *t.outcomes.entry(format!("{:?}", r.outcome)).or_insert(0) += 1;
                     }

@@ -108,6 +108,8 @@ pub struct KubeExecutor {
     config: Config,
     settings: ExecutorSettings,
     lifecycle: Option<Arc<dyn LifecycleCompleter>>,
+    /// The budgets surge drains last listed, shared by them.
+    budgets: Arc<super::surge::BudgetCache>,
 }
 
 impl std::fmt::Debug for KubeExecutor {
@@ -128,6 +130,7 @@ impl KubeExecutor {
             config: config.clone(),
             settings: ExecutorSettings::default(),
             lifecycle: None,
+            budgets: Arc::default(),
         }
     }
 

@@ -44,6 +44,8 @@ use crate::domain::surge::{
 pub(crate) struct SurgeSettings {
     pub event_id: String,
     pub deadline: DateTime<Utc>,
+    /// The budgets as last listed (the executor's, shared by its drains).
+    pub budgets: std::sync::Arc<BudgetCache>,
     /// The drain's first pass: no placeholder was made yet, so none is listed (a duplicate
     /// chain's create answers 409, and the next pass lists them).
     pub first: bool,
@@ -124,7 +126,7 @@ pub(crate) async fn surge_pass(
         .collect();
     let mut rounds = earlier_rounds(to_evict);
     if settings.first {
-        for (uid, r) in budget_rounds(clients, &surging).await? {
+        for (uid, r) in budget_rounds(clients, &settings.budgets, &surging).await? {
             let e = rounds.entry(uid).or_default();
             *e = (*e).max(r);
         }
@@ -206,46 +208,68 @@ fn running_elsewhere(ph: &Pod, node: &str) -> bool {
     phase == Some("Running") && on.is_some_and(|n| n != node)
 }
 
+/// How long a namespace's budgets, once listed, are taken as they were: a budget's selector and
+/// size change rarely, and a list per drain would cost the API server a request per node.
+const BUDGETS_KEPT: chrono::Duration = chrono::Duration::seconds(60);
+
+/// The budgets that let their pods go only in rounds, per namespace, as last listed and when
+/// (kept [`BUDGETS_KEPT`] by the executor's clock; one list at a time).
+#[derive(Debug, Default)]
+pub(crate) struct BudgetCache(tokio::sync::Mutex<BTreeMap<String, (DateTime<Utc>, Vec<Budget>)>>);
+
 /// Per pod uid of `pods` (a drain's surging pods), one earlier round when a budget selects it
 /// that cannot let all of its pods go at once (see [`crate::domain::surge`]). One list of
-/// budgets per namespace; a list the API refuses (an RBAC without the grant) counts no round,
-/// and is logged.
+/// budgets per namespace, kept a minute; a list the API refuses (an RBAC without the grant)
+/// counts no round, and is logged.
 async fn budget_rounds(
     clients: &ClusterClient,
+    cache: &BudgetCache,
     pods: &[(&Pod, &str)],
 ) -> Result<BTreeMap<String, usize>, KubeError> {
     let namespaces: BTreeSet<&str> = pods
         .iter()
         .map(|(p, _)| p.metadata.namespace.as_deref().unwrap_or("default"))
         .collect();
-    let mut budgets = Vec::new();
+    let mut serial: Vec<Budget> = Vec::new();
+    let mut kept = cache.0.lock().await;
     for ns in namespaces {
+        let now = clients.clock().now();
+        if let Some((at, budgets)) = kept.get(ns)
+            && now - *at < BUDGETS_KEPT
+        {
+            serial.extend(budgets.iter().cloned());
+            continue;
+        }
         let api: Api<PodDisruptionBudget> = Api::namespaced(clients.client().await?, ns);
         let what = format!("poddisruptionbudgets in {ns}");
         let params = ListParams::default();
-        match with_retry_in(clients.clock(), Lane::Later, "list", &what, || {
+        let listed = match with_retry_in(clients.clock(), Lane::Later, "list", &what, || {
             api.list(&params)
         })
         .await
         {
-            Ok(list) => budgets.extend(list.items),
+            Ok(list) => list.items,
             Err(e) if matches!(e.status, Some(401 | 403 | 404)) => {
                 tracing::warn!(error = %e, "budgets not read: placeholders wait without their rounds");
+                Vec::new()
             }
             Err(e) => return Err(KubeError::Api(e)),
-        }
+        };
+        let budgets: Vec<Budget> = listed
+            .iter()
+            .filter_map(|pdb| {
+                let expected = pdb
+                    .status
+                    .as_ref()
+                    .map_or(0, |s| i64::from(s.expected_pods));
+                let budget = crate::adapters::workloads::budget(pdb).ok()?;
+                (budget.allowed_when_healthy(expected) < expected).then_some(budget)
+            })
+            .collect();
+        serial.extend(budgets.iter().cloned());
+        kept.insert(ns.to_string(), (now, budgets));
     }
-    let serial: Vec<Budget> = budgets
-        .iter()
-        .filter_map(|pdb| {
-            let expected = pdb
-                .status
-                .as_ref()
-                .map_or(0, |s| i64::from(s.expected_pods));
-            let budget = crate::adapters::workloads::budget(pdb).ok()?;
-            (budget.allowed_when_healthy(expected) < expected).then_some(budget)
-        })
-        .collect();
+    drop(kept);
     Ok(pods
         .iter()
         .filter(|(pod, _)| {
@@ -604,6 +628,7 @@ mod tests {
                 .unwrap()
                 .with_timezone(&Utc),
             first: false,
+            budgets: Default::default(),
         }
     }
 

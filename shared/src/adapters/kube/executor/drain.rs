@@ -54,6 +54,7 @@ impl KubeExecutor {
                 event_id: plan.event_id.clone(),
                 deadline,
                 first: matches!(pass, Pass::Drain { announce: true, .. }),
+                budgets: self.budgets.clone(),
             }),
         };
         drain_pass(
