@@ -4,7 +4,8 @@
 # and as bootstraps, builds forewarn-bench (dev profile unless BENCH_PROFILE says), runs its
 # benchmarks (cold start, one event end to end, mass interruption, capacity lost) and writes their
 # tables to stdout and to the results part of docs/benchmarks.md (everything after its results
-# marker is replaced). The capacity benchmark also draws docs/capacity-surge.svg.
+# marker is replaced). The 1,000-node mass interruption also draws docs/mass-drains.svg, the
+# capacity benchmark docs/capacity-surge.svg.
 #
 #   scripts/bench.sh                  # the run docs/benchmarks.md holds
 #   BENCH_RUNS=5 BENCH_OUT=/tmp/b.md scripts/bench.sh   # fewer cold starts, somewhere else
@@ -40,7 +41,7 @@ trap 'rm -f "$results"' EXIT
   echo "bench: one event end to end" >&2
   "$bench" e2e --runs 10
   echo "bench: mass interruption, 1,000 nodes: continuation drains and the blocking baseline" >&2
-  "$bench" mass --nodes 1000
+  "$bench" mass --nodes 1000 --svg docs/mass-drains.svg
   echo "bench: mass interruption, 5,000 nodes: continuation drains" >&2
   "$bench" mass --nodes 5000 --drains continue --cutoff-seconds 600
   echo "bench: capacity lost, 1,000 nodes: surge and evictions at once" >&2

@@ -188,7 +188,8 @@ fn loss(run: &Run, settings: &mass::Settings) -> Loss {
                 .sum()
         })
         .collect();
-    let serving = (0..=(end - t0).num_seconds())
+    // Each second until the end of the run (at its end every life is cut: not counted).
+    let serving = (0..(end - t0).num_seconds())
         .map(|s| {
             let at = t0 + chrono::Duration::seconds(s);
             (s, lives.iter().filter(|(a, b)| *a <= at && at < *b).count())

@@ -40,6 +40,8 @@ pub(crate) fn draw(path: &Path, chart: &Chart<'_>) -> anyhow::Result<()> {
     c.configure_mesh()
         .x_desc(chart.x_desc)
         .y_desc(chart.y_desc)
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .draw()
         .map_err(|e| err(&e))?;
     for line in &chart.lines {

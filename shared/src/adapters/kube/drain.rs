@@ -32,7 +32,7 @@ use super::api::{ApiError, Lane, jittered, with_retry_in};
 use super::connect::ClusterClient;
 use super::error::KubeError;
 use super::surge::{self, SurgeSettings, surge_pass};
-use crate::domain::surge::RoomWait;
+use crate::domain::surge::{CHECK_EVERY, RoomWait};
 use ::kube::Api;
 use ::kube::api::{ListParams, PostParams};
 use chrono::{DateTime, Utc};
@@ -534,17 +534,13 @@ pub(crate) async fn drain_pass(
     report.terminating = terminating;
     let acted = deferred > 0 || !report.evicted.is_empty() || !report.left.is_empty();
     report.pending = acted || !report.terminating.is_empty();
-    if report.pending && !acted {
-        report.wait_until = due_gone.map(|t| t.min(deadline));
-    } else if let Some(next) = surge.as_ref().and_then(|s| s.next)
-        && report.evicted.is_empty()
-        && report.left.is_empty()
-        && deferred == report.waiting.len()
-    {
-        // Only waiting for room: look again when a placeholder may run or a pod is due.
-        report.wait_until = Some(next.min(deadline));
-        report.room = surge.as_ref().and_then(|s| s.room(deadline));
-    }
+    next_look(
+        &mut report,
+        surge.as_ref(),
+        (acted, deferred),
+        due_gone,
+        (now, deadline),
+    );
     if !report.pending
         && let Some(surge) = surge
     {
@@ -555,6 +551,38 @@ pub(crate) async fn drain_pass(
         }
     }
     Ok(report)
+}
+
+/// When a pending pass's drain looks again (`report.wait_until`, and `report.room` when it only
+/// waits for room), from what the pass did (`acted`: evicted, refused or deferred anything;
+/// `deferred` pods): the last terminating pod's time when it only waits for them; with surge,
+/// when a placeholder may run or a pod is due if it only waits for room, and no sooner than
+/// [`CHECK_EVERY`] if its evictions were all refused (a budget waiting for a replacement, which
+/// waits for room); otherwise `None` (the pass interval).
+fn next_look(
+    report: &mut DrainReport,
+    surge: Option<&surge::SurgePass>,
+    (acted, deferred): (bool, usize),
+    due_gone: Option<DateTime<Utc>>,
+    (now, deadline): (DateTime<Utc>, DateTime<Utc>),
+) {
+    let only_refused = report.evicted.is_empty() && !report.left.is_empty();
+    if report.pending && !acted {
+        report.wait_until = due_gone.map(|t| t.min(deadline));
+    } else if let Some(next) = surge.and_then(|s| s.next)
+        && report.evicted.is_empty()
+        && report.left.is_empty()
+        && deferred == report.waiting.len()
+    {
+        // Only waiting for room: look again when a placeholder may run or a pod is due.
+        report.wait_until = Some(next.min(deadline));
+        report.room = surge.and_then(|s| s.room(deadline));
+    } else if let Some(surge) = surge
+        && only_refused
+    {
+        let next = surge.next.unwrap_or(now + CHECK_EVERY);
+        report.wait_until = Some(next.min(now + CHECK_EVERY).min(deadline));
+    }
 }
 
 #[cfg(test)]
@@ -583,6 +611,36 @@ mod tests {
 
     fn pod(v: serde_json::Value) -> Pod {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_surge_drain_whose_evictions_were_all_refused_looks_again_after_the_check_interval() {
+        let now = DateTime::parse_from_rfc3339("2026-11-20T10:00:30Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let deadline = now + chrono::Duration::seconds(75);
+        let refused = || DrainReport {
+            pending: true,
+            left: vec![LeftPod {
+                pod: "shop/b".into(),
+                reason: "429 TooManyRequests".into(),
+            }],
+            ..DrainReport::default()
+        };
+        let surge = surge::SurgePass::default();
+        let mut report = refused();
+        next_look(&mut report, Some(&surge), (true, 0), None, (now, deadline));
+        assert_eq!(report.wait_until, Some(now + CHECK_EVERY));
+        assert_eq!(report.room, None);
+        // Without surge: the pass interval.
+        let mut report = refused();
+        next_look(&mut report, None, (true, 0), None, (now, deadline));
+        assert_eq!(report.wait_until, None);
+        // Something was evicted too: the pass interval.
+        let mut report = refused();
+        report.evicted.push("shop/a".into());
+        next_look(&mut report, Some(&surge), (true, 0), None, (now, deadline));
+        assert_eq!(report.wait_until, None);
     }
 
     #[test]
