@@ -888,11 +888,15 @@ fn the_placeholder_policy_allows_forewarns_groups_placeholders_only() {
     let binding = of("ValidatingAdmissionPolicyBinding");
     assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
     assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
-    // The grant the policy narrows: pods create and delete only, to both groups.
+    // The grant the policy narrows: pods create and delete only, to both groups; and a read of
+    // the budgets (a drain's rounds).
     let role = of("ClusterRole");
     assert_eq!(
         role["rules"],
-        json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]}])
+        json!([
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]},
+            {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["list"]}
+        ])
     );
     let bound = of("ClusterRoleBinding");
     assert_eq!(bound["roleRef"]["name"], role["metadata"]["name"]);

@@ -228,7 +228,7 @@ fn loss(run: &Run, settings: &mass::Settings) -> Loss {
 }
 
 /// The figure: serving pods over time, both runs, the instances' end marked.
-fn draw(path: &PathBuf, at_once: &Loss, surge: &Loss, pods: usize) -> anyhow::Result<()> {
+fn draw(path: &std::path::Path, at_once: &Loss, surge: &Loss, pods: usize) -> anyhow::Result<()> {
     let points = |l: &Loss| -> Vec<(f64, f64)> {
         l.serving
             .iter()

@@ -172,9 +172,10 @@ impl Default for Config {
                 EventKind::SpotInterruption,
                 EventKind::CapacityReservationInterruption,
             ]),
-            // None by default until the capacity benchmark meets its goal at scale (see
-            // docs/benchmarks.md, *Replacement capacity*): at 1,000 nodes, surge's extra
-            // requests leave more nodes not fully drained before their instances go.
+            // None by default until `forewarn deploy` applies infra/k8s/placeholders.yaml (the
+            // grant placeholders need; without it every create is refused and each pod evicted
+            // at once): the capacity benchmark meets its goals at 1,000 nodes (docs/benchmarks.md,
+            // *Replacement capacity*).
             surge_kinds: BTreeSet::new(),
             pool_ttl: Duration::hours(1),
             taint_key: TAINT_KEY.to_string(),

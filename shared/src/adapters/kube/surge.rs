@@ -215,7 +215,10 @@ const BUDGETS_KEPT: chrono::Duration = chrono::Duration::seconds(60);
 /// The budgets that let their pods go only in rounds, per namespace, as last listed and when
 /// (kept [`BUDGETS_KEPT`] by the executor's clock; one list at a time).
 #[derive(Debug, Default)]
-pub(crate) struct BudgetCache(tokio::sync::Mutex<BTreeMap<String, (DateTime<Utc>, Vec<Budget>)>>);
+pub(crate) struct BudgetCache(tokio::sync::Mutex<KeptBudgets>);
+
+/// Per namespace: when its budgets were listed, and the ones that let their pods go in rounds.
+type KeptBudgets = BTreeMap<String, (DateTime<Utc>, Vec<Budget>)>;
 
 /// Per pod uid of `pods` (a drain's surging pods), one earlier round when a budget selects it
 /// that cannot let all of its pods go at once (see [`crate::domain::surge`]). One list of
