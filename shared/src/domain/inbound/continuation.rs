@@ -425,6 +425,48 @@ mod tests {
     }
 
     #[test]
+    fn a_wait_for_room_round_trips_and_a_bad_one_is_named() {
+        let now = chrono::DateTime::parse_from_rfc3339("2026-11-20T10:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let state = |room: Value| {
+            serde_json::json!({CONTINUATION_KEY: {"version": VERSION, "pass": 2,
+                "startedAt": "2026-11-20T10:00:00Z", "sentAt": "2026-11-20T10:00:00Z",
+                "room": room, "body": "{}", "plan": plan()}})
+        };
+        let ok = unwrap(
+            &state(serde_json::json!({"until": "2026-11-20T10:01:05Z", "placeholders": 2})),
+            now,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            ok.continuation.room,
+            Some(RoomWait {
+                until: now + chrono::Duration::seconds(65),
+                placeholders: 2
+            })
+        );
+        let next = ok.continuation.next(None);
+        assert_eq!(next.room, ok.continuation.room, "carried to the next pass");
+        let far = unwrap(
+            &state(serde_json::json!({"until": "2040-01-01T00:00:00Z", "placeholders": 2})),
+            now,
+        )
+        .unwrap()
+        .unwrap_err();
+        assert_eq!(far.field, "forewarnContinuation.room.until");
+        let unknown = unwrap(
+            &state(serde_json::json!({"until": "2026-11-20T10:01:05Z", "placeholders": 2,
+                "evictNow": true})),
+            now,
+        )
+        .unwrap()
+        .unwrap_err();
+        assert!(unknown.message.contains("evictNow"), "{unknown:?}");
+    }
+
+    #[test]
     fn other_bodies_are_not_continuations_and_bad_ones_say_why() {
         let unwrap = |v: &Value| unwrap(v, at(0));
         assert!(unwrap(&serde_json::json!({"id": "e1"})).is_none());
