@@ -457,8 +457,10 @@ mod tests {
         .unwrap_err();
         assert_eq!(far.field, "forewarnContinuation.room.until");
         let unknown = unwrap(
-            &state(serde_json::json!({"until": "2026-11-20T10:01:05Z", "placeholders": 2,
-                "evictNow": true})),
+            &state(
+                serde_json::json!({"until": "2026-11-20T10:01:05Z", "placeholders": 2,
+                "evictNow": true}),
+            ),
             now,
         )
         .unwrap()
