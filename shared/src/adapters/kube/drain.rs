@@ -566,7 +566,6 @@ fn next_look(
     due_gone: Option<DateTime<Utc>>,
     (now, deadline): (DateTime<Utc>, DateTime<Utc>),
 ) {
-    let only_refused = report.evicted.is_empty() && !report.left.is_empty();
     if report.pending && !acted {
         report.wait_until = due_gone.map(|t| t.min(deadline));
     } else if let Some(next) = surge.and_then(|s| s.next)
@@ -578,10 +577,12 @@ fn next_look(
         report.wait_until = Some(next.min(deadline));
         report.room = surge.and_then(|s| s.room(deadline));
     } else if let Some(surge) = surge
-        && only_refused
+        && report.evicted.is_empty()
+        && !report.left.is_empty()
     {
-        let next = surge.next.unwrap_or(now + CHECK_EVERY);
-        report.wait_until = Some(next.min(now + CHECK_EVERY).min(deadline));
+        // Every eviction refused: a pod waiting for room still looks at its own time (`next`
+        // is at most CHECK_EVERY away).
+        report.wait_until = Some(surge.next.unwrap_or(now + CHECK_EVERY).min(deadline));
     }
 }
 

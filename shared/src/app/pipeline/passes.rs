@@ -127,11 +127,8 @@ impl Pipeline<'_> {
             for a in &mut report.actions {
                 a.result = Some(detail.clone());
             }
-            let after = (wait.next_look(now) - now)
-                .to_std()
-                .unwrap_or_default()
-                .max(self.passes.interval)
-                .min(Duration::from_secs(900));
+            let wait = (wait.next_look(now) - now).to_std().unwrap_or_default();
+            let after = pass_delay(wait, self.passes.interval);
             if let Err(e) = self.send(queue, &continuation.next(None), after).await {
                 return e.fail(report);
             }
@@ -369,6 +366,12 @@ pub(super) fn next_pass_after(
             .unwrap_or_default(),
         None => std::time::Duration::ZERO,
     };
+    pass_delay(wait, interval)
+}
+
+/// The delay of a drain's next pass that waits `wait`: not sooner than the pass `interval`, at
+/// most SQS's longest delay, 900 s.
+fn pass_delay(wait: std::time::Duration, interval: std::time::Duration) -> std::time::Duration {
     wait.max(interval).min(std::time::Duration::from_secs(900))
 }
 
