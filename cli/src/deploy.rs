@@ -411,10 +411,10 @@ impl Deploy {
     /// Step 5: the manifests, applied with --kube, else listed with their kubectl commands.
     async fn manifests(
         &self,
-        cluster: Option<anyhow::Result<kube::Client>>,
+        cluster: Option<anyhow::Result<Cluster>>,
         objects: &[manifests::Object],
     ) -> anyhow::Result<()> {
-        let files: Vec<&str> = manifests::MANIFESTS.iter().map(|(f, _)| *f).collect();
+        let files: Vec<&str> = manifests::MANIFESTS.iter().map(|m| m.0).collect();
         say(format!("[5/5] kubernetes: {}", files.join(", ")))?;
         let Some(cluster) = cluster else {
             for o in objects {
@@ -432,8 +432,8 @@ impl Deploy {
             }
             return Ok(());
         };
-        let client = match cluster {
-            Ok(client) => client,
+        let Cluster { client, version } = match cluster {
+            Ok(cluster) => cluster,
             Err(e) if self.dry_run() => {
                 say(format!("{UNDER}the cluster could not be reached ({e:#})"))?;
                 for o in objects {
@@ -443,12 +443,26 @@ impl Deploy {
             }
             Err(e) => return Err(e),
         };
+        let mut skipped = false;
         for o in objects {
+            if let Some(why) = o.skipped_on(version) {
+                say(format!("{UNDER}{o}: {why}"))?;
+                skipped = true;
+                continue;
+            }
             match manifests::apply(&client, o, self.dry_run()).await {
                 Ok(outcome) => say(format!("{UNDER}{o}: {outcome}"))?,
                 Err(e) if self.dry_run() => say(format!("{UNDER}{o}: could not be read ({e:#})"))?,
                 Err(e) => return Err(e),
             }
+        }
+        if skipped {
+            say(format!(
+                "{UNDER}without placeholders.yaml, surge (FOREWARN_SURGE: spot and \
+                 capacity-reservation warnings by default) has no grant: each placeholder is \
+                 refused and its pod evicted at once, as without surge; --handler-env \
+                 FOREWARN_SURGE= --sweeper-env FOREWARN_SURGE= stops it trying"
+            ))?;
         }
         Ok(())
     }
@@ -478,7 +492,7 @@ impl Deploy {
 
 /// A client of the cluster the settings reach (the kubeconfig, or FOREWARN_EKS_CLUSTER), which
 /// has answered (its version).
-async fn connect(settings: &Settings) -> anyhow::Result<kube::Client> {
+async fn connect(settings: &Settings) -> anyhow::Result<Cluster> {
     let cluster = forewarn::adapters::kube::connect(&settings.cluster_access, settings.aws)
         .await
         .context("connecting to the cluster (--kube)")?;
@@ -486,9 +500,18 @@ async fn connect(settings: &Settings) -> anyhow::Result<kube::Client> {
         .client()
         .await
         .context("connecting to the cluster (--kube)")?;
-    client
+    let info = client
         .apiserver_version()
         .await
         .context("the cluster does not answer (--kube)")?;
-    Ok(client)
+    Ok(Cluster {
+        version: manifests::version_of(&info.major, &info.minor),
+        client,
+    })
+}
+
+/// The cluster `--kube` reaches, and its (major, minor) version when `/version` gave numbers.
+struct Cluster {
+    client: kube::Client,
+    version: Option<(u32, u32)>,
 }

@@ -33,6 +33,15 @@ fn path_with_venv() -> String {
 fn rbac(kind: &'static str, plural: &'static str, namespaced: bool) -> ResourceDef {
     ResourceDef {
         group: "rbac.authorization.k8s.io",
+        ..admission(kind, plural, namespaced)
+    }
+}
+
+/// A row of the fake for an admission kind (ValidatingAdmissionPolicy and its binding, served
+/// from Kubernetes 1.30; the fake stores them, it does not enforce them).
+fn admission(kind: &'static str, plural: &'static str, namespaced: bool) -> ResourceDef {
+    ResourceDef {
+        group: "admissionregistration.k8s.io",
         version: "v1",
         kind,
         plural,
@@ -49,14 +58,30 @@ fn rbac(kind: &'static str, plural: &'static str, namespaced: bool) -> ResourceD
     }
 }
 
-async fn fake() -> KubeFake {
+/// The fake serving what the manifests hold, at Kubernetes `minor` (1.x).
+async fn fake_at(minor: u32) -> KubeFake {
     KubeFake::builder()
+        .version(1, minor)
         .resource(rbac("ClusterRole", "clusterroles", false))
         .resource(rbac("ClusterRoleBinding", "clusterrolebindings", false))
         .resource(rbac("Role", "roles", true))
         .resource(rbac("RoleBinding", "rolebindings", true))
+        .resource(admission(
+            "ValidatingAdmissionPolicy",
+            "validatingadmissionpolicies",
+            false,
+        ))
+        .resource(admission(
+            "ValidatingAdmissionPolicyBinding",
+            "validatingadmissionpolicybindings",
+            false,
+        ))
         .start()
         .await
+}
+
+async fn fake() -> KubeFake {
+    fake_at(33).await
 }
 
 /// `forewarn <args>` in the workspace root against moto at `endpoint` and the cluster of
@@ -289,6 +314,10 @@ fn deploy_then_upgrade_against_moto_and_the_kubernetes_fake() {
             format!("  deployed {stack}-sweeper"),
             "      updated\n".to_string(),
             "ClusterRole forewarn: created".to_string(),
+            "PriorityClass forewarn-placeholder: created".to_string(),
+            "ValidatingAdmissionPolicy forewarn-placeholders-only: created".to_string(),
+            "ValidatingAdmissionPolicyBinding forewarn-placeholders-only: created".to_string(),
+            "ClusterRole forewarn-placeholders: created".to_string(),
             format!("ConfigMap kube-system/{EXPANDER}: created"),
             format!("  HandlerFunctionName: {stack}-handler"),
             "deployed\n".to_string(),
@@ -329,6 +358,24 @@ fn deploy_then_upgrade_against_moto_and_the_kubernetes_fake() {
             let o = fake.get(api_version, kind, namespace.as_deref(), name);
             assert!(o.is_some(), "{kind} {name} is missing in the fake");
         }
+        // The pod grant only once the policy that narrows it to placeholders is bound.
+        let created: Vec<String> = fake
+            .writes()
+            .iter()
+            .filter(|w| w.method == "POST")
+            .map(|w| w.path.clone())
+            .collect();
+        let last = |plural: &str| {
+            created
+                .iter()
+                .rposition(|p| p.ends_with(plural))
+                .unwrap_or_else(|| panic!("no create of {plural} in {created:?}"))
+        };
+        // The last ClusterRole created is placeholders.yaml's (rbac.yaml's comes first).
+        assert!(
+            last("/validatingadmissionpolicybindings") < last("/clusterroles"),
+            "{created:?}"
+        );
         let role = fake.get(
             "rbac.authorization.k8s.io/v1",
             "ClusterRole",
@@ -467,11 +514,15 @@ fn pool_ttl(endpoint: &str, outputs: &std::collections::BTreeMap<String, String>
         .collect()
 }
 
-/// (apiVersion, kind, namespace, name) of every object of infra/k8s/rbac.yaml and
-/// infra/k8s/priority-expander.yaml.
+/// (apiVersion, kind, namespace, name) of every object of infra/k8s/rbac.yaml,
+/// infra/k8s/placeholders.yaml and infra/k8s/priority-expander.yaml.
 fn manifest_objects() -> Vec<(String, String, Option<String>, String)> {
     let mut objects = Vec::new();
-    for file in ["infra/k8s/rbac.yaml", "infra/k8s/priority-expander.yaml"] {
+    for file in [
+        "infra/k8s/rbac.yaml",
+        "infra/k8s/placeholders.yaml",
+        "infra/k8s/priority-expander.yaml",
+    ] {
         let text = std::fs::read_to_string(root().join(file)).unwrap();
         let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
         for d in docs.iter().filter(|d| !d.is_null()) {
@@ -484,8 +535,48 @@ fn manifest_objects() -> Vec<(String, String, Option<String>, String)> {
             ));
         }
     }
-    assert_eq!(objects.len(), 7, "{objects:?}");
+    assert_eq!(objects.len(), 12, "{objects:?}");
     objects
+}
+
+/// A cluster older than 1.30 serves no ValidatingAdmissionPolicy: the placeholders' grant would
+/// be pod create and delete unnarrowed, so none of placeholders.yaml is applied, and the run
+/// says what that means for surge.
+#[test]
+fn a_cluster_before_1_30_gets_no_placeholder_grant() {
+    let server = shared();
+    let endpoint = server.endpoint();
+    runtime().block_on(async {
+        let fake = fake_at(29).await;
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = kubeconfig_for(&fake.url(), dir.path());
+        let cluster = unique_name("old");
+        let out = forewarn(
+            &endpoint,
+            &kubeconfig,
+            &["deploy", "--cluster", &cluster, "--dry-run", "--kube"],
+        )
+        .await;
+        let text = succeeded(&out);
+        let skipped = "skipped: infra/k8s/placeholders.yaml needs Kubernetes 1.30 or later, the \
+                       cluster is 1.29";
+        for line in [
+            "ClusterRole forewarn: would be created".to_string(),
+            format!("ValidatingAdmissionPolicy forewarn-placeholders-only: {skipped}"),
+            format!("ClusterRole forewarn-placeholders: {skipped}"),
+            format!("PriorityClass forewarn-placeholder: {skipped}"),
+            "without placeholders.yaml, surge".to_string(),
+            format!("ConfigMap kube-system/{EXPANDER}: would be created"),
+        ] {
+            assert!(text.contains(&line), "missing {line:?} in:\n{text}");
+        }
+        let read: Vec<String> = fake.requests().iter().map(|r| r.path.clone()).collect();
+        assert!(
+            !read.iter().any(|p| p.contains("placeholder")),
+            "a skipped object is not even read: {read:?}"
+        );
+        assert!(fake.writes().is_empty(), "a dry run writes nothing");
+    });
 }
 
 /// Without AWS: bad parameters and a folder outside the repository are refused before anything

@@ -114,8 +114,12 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
         fake.insert(node(&retiring, json!({})));
         fake.insert(pod("cart-1", &retiring.dns, "ReplicaSet"));
 
+        // Pods evicted at once: this fake has no scheduler, so placeholders would never run and
+        // each pod would wait for its latest safe time, in real seconds. Surge through the
+        // pipeline is tested in kube_actions, on the fake's scheduler and autoscaler models.
         let config = Config {
             cluster_name: Some(cluster.clone()),
+            surge_kinds: Default::default(),
             ..Config::default()
         };
         let clients = ClusterClient::new(fake.client());

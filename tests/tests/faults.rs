@@ -160,8 +160,12 @@ impl World {
             instances.push(i);
         }
 
+        // Pods evicted at once: this fake has no scheduler, so placeholders would never run and
+        // each pod would wait for its latest safe time, in real seconds. Surge through the
+        // pipeline is tested in kube_actions, on the fake's scheduler and autoscaler models.
         let config = Config {
             cluster_name: Some(cluster.clone()),
+            surge_kinds: Default::default(),
             ..Config::default()
         };
         let mut kube_config = fake.config();

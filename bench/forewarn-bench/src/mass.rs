@@ -298,6 +298,8 @@ pub(crate) struct Run {
     pub(crate) requests: u64,
     pub(crate) rate_limited: u64,
     pub(crate) by_kind: BTreeMap<String, usize>,
+    /// What the API server answered in each 10 s of the window, by kind (429s apart).
+    spending: Vec<BTreeMap<String, usize>>,
     peak_kb: u64,
     /// With the cluster simulation: every pod's life, and when the warnings were sent.
     pub(crate) timeline: Vec<kube_fake::PodTimeline>,
@@ -529,6 +531,12 @@ pub async fn report(s: &Settings, svg: Option<&std::path::Path>) -> anyhow::Resu
                 .unwrap_or_default()
         ));
     }
+    if let Some(r) = &runs[0] {
+        out.push_str(&format!(
+            "\nWhat the API server answered, {SPENT_EVERY} s at a time (continuation drains):\n\n{}",
+            spending_table(r, s)
+        ));
+    }
     for (i, name) in [(0, "continuation drains"), (1, "in-process drain")] {
         if let Some(r) = &runs[i] {
             out.push_str(&format!(
@@ -547,6 +555,80 @@ pub async fn report(s: &Settings, svg: Option<&std::path::Path>) -> anyhow::Resu
         }
     }
     Ok(out)
+}
+
+/// The width of a column of [`spending`].
+const SPENT_EVERY: u64 = 10;
+
+/// Per [`SPENT_EVERY`] seconds from `from` until `window` after it: the requests answered, by
+/// kind, a 429 counted as `429` whatever it answered.
+fn spending(
+    requests: &[kube_fake::RecordedRequest],
+    from: chrono::DateTime<chrono::Utc>,
+    window: Duration,
+) -> Vec<BTreeMap<String, usize>> {
+    let columns = window.as_secs().div_ceil(SPENT_EVERY) as usize;
+    let mut out = vec![BTreeMap::new(); columns];
+    for r in requests {
+        let Ok(t) = (r.at - from).to_std() else {
+            continue;
+        };
+        let Some(column) = out.get_mut((t.as_secs() / SPENT_EVERY) as usize) else {
+            continue;
+        };
+        let label = if r.status == 429 {
+            "429".to_string()
+        } else {
+            crate::e2e::kube_label(r.method.as_str(), &r.path)
+        };
+        *column.entry(label).or_insert(0) += 1;
+    }
+    out
+}
+
+/// The table of a run's [`spending`]: a row per kind, a column per 10 s, the server's most in
+/// the last row.
+fn spending_table(run: &Run, s: &Settings) -> String {
+    let kinds: std::collections::BTreeSet<&String> =
+        run.spending.iter().flat_map(BTreeMap::keys).collect();
+    let mut out = String::from("| requests answered | ");
+    let heads: Vec<String> = (0..run.spending.len() as u64)
+        .map(|c| format!("{}–{} s", c * SPENT_EVERY, (c + 1) * SPENT_EVERY))
+        .collect();
+    out.push_str(&heads.join(" | "));
+    out.push_str(" |\n|---|");
+    out.push_str(&"---:|".repeat(heads.len()));
+    out.push('\n');
+    for kind in kinds {
+        let cells: Vec<String> = run
+            .spending
+            .iter()
+            .map(|c| c.get(kind).copied().unwrap_or(0).to_string())
+            .collect();
+        out.push_str(&format!("| `{kind}` | {} |\n", cells.join(" | ")));
+    }
+    let totals: Vec<String> = run
+        .spending
+        .iter()
+        .map(|c| c.values().sum::<usize>().to_string())
+        .collect();
+    out.push_str(&format!("| all | {} |\n", totals.join(" | ")));
+    // The rate, and its burst once, at the start.
+    let most: Vec<String> = (0..heads.len())
+        .map(|c| {
+            let burst = if c == 0 {
+                f64::from(s.server_burst)
+            } else {
+                0.0
+            };
+            format!("{:.0}", s.server_rps * SPENT_EVERY as f64 + burst)
+        })
+        .collect();
+    out.push_str(&format!(
+        "| the most the server's rate allows | {} |\n",
+        most.join(" | ")
+    ));
+    out
 }
 
 /// The figure: per run, how many nodes were cordoned, and how many had their last eviction
@@ -903,6 +985,7 @@ pub(crate) async fn one_run(s: &Settings, mode: RunMode) -> anyhow::Result<Run> 
         requests: counters.requests,
         rate_limited: counters.rate_limited,
         by_kind: kube_counts(&fake.requests()),
+        spending: spending(&fake.requests(), warned_at, WINDOW),
         peak_kb: proc_status_kb(None, "VmHWM").unwrap_or_default(),
         timeline: fake.pod_timeline(),
         warned_at,

@@ -17,11 +17,22 @@ pub enum Policy {
     CreateOnly,
 }
 
+/// One manifest: its file, what is done with its objects, and the oldest Kubernetes (major,
+/// minor) that may have it (`None`: any).
+pub type Manifest = (&'static str, Policy, Option<(u32, u32)>);
+
 /// The manifests, in the order they are applied. A new manifest is one more row (its kinds must
 /// be in [`KINDS`]).
-pub const MANIFESTS: &[(&str, Policy)] = &[
-    ("infra/k8s/rbac.yaml", Policy::Apply),
-    ("infra/k8s/priority-expander.yaml", Policy::CreateOnly),
+///
+/// `placeholders.yaml` (surge: the placeholders' PriorityClass, the admission policy that
+/// narrows forewarn's pod writes to placeholders, then that grant) needs 1.30, where
+/// ValidatingAdmissionPolicy is served: on an older cluster the grant would be pod create and
+/// delete unnarrowed, so the file is skipped whole. Its objects come in the file's order, the
+/// policy and its binding before the grant.
+pub const MANIFESTS: &[Manifest] = &[
+    ("infra/k8s/rbac.yaml", Policy::Apply, None),
+    ("infra/k8s/placeholders.yaml", Policy::Apply, Some((1, 30))),
+    ("infra/k8s/priority-expander.yaml", Policy::CreateOnly, None),
 ];
 
 /// One kind the manifests may hold.
@@ -51,6 +62,7 @@ const fn kind(
 }
 
 const RBAC: &str = "rbac.authorization.k8s.io";
+const ADMISSION: &str = "admissionregistration.k8s.io";
 
 /// The kinds of the manifests, with where the API serves them.
 pub const KINDS: &[Kind] = &[
@@ -70,6 +82,20 @@ pub const KINDS: &[Kind] = &[
         "v1",
         "PriorityClass",
         "priorityclasses",
+        false,
+    ),
+    kind(
+        ADMISSION,
+        "v1",
+        "ValidatingAdmissionPolicy",
+        "validatingadmissionpolicies",
+        false,
+    ),
+    kind(
+        ADMISSION,
+        "v1",
+        "ValidatingAdmissionPolicyBinding",
+        "validatingadmissionpolicybindings",
         false,
     ),
 ];
@@ -104,6 +130,8 @@ pub struct Object {
     /// The manifest's namespace (a namespaced object without one goes to the kubeconfig's).
     pub namespace: Option<String>,
     pub body: Value,
+    /// The oldest Kubernetes (major, minor) that may have it (its manifest's).
+    pub needs: Option<(u32, u32)>,
 }
 
 impl std::fmt::Display for Object {
@@ -119,14 +147,17 @@ impl std::fmt::Display for Object {
 /// without a name or a file that does not parse is an error naming it.
 pub fn load(root: &Path) -> anyhow::Result<Vec<Object>> {
     let mut objects = Vec::new();
-    for &(file, policy) in MANIFESTS {
+    for &(file, policy, needs) in MANIFESTS {
         let path = root.join(file);
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("reading {}", path.display()))?;
         let docs: Vec<Value> =
             serde_saphyr::from_multiple(&text).with_context(|| format!("parsing {file}"))?;
         for body in docs.into_iter().filter(|d| !d.is_null()) {
-            objects.push(object(file, policy, body)?);
+            objects.push(Object {
+                needs,
+                ..object(file, policy, body)?
+            });
         }
     }
     Ok(objects)
@@ -165,7 +196,39 @@ fn object(file: &'static str, policy: Policy, body: Value) -> anyhow::Result<Obj
         name,
         namespace,
         body,
+        needs: None,
     })
+}
+
+/// The (major, minor) of a `/version` answer's `major` and `minor`: "1" and "30", or a
+/// provider's "30+" (EKS, GKE); `None` when either is not a number.
+pub fn version_of(major: &str, minor: &str) -> Option<(u32, u32)> {
+    let number = |s: &str| -> Option<u32> {
+        let digits: String = s.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    };
+    Some((number(major)?, number(minor)?))
+}
+
+impl Object {
+    /// Why the cluster (at `version`, when known) must not have it: older than its manifest
+    /// needs, or of a version that could not be read (a grant that needs a newer API is not
+    /// applied on a guess).
+    pub fn skipped_on(&self, version: Option<(u32, u32)>) -> Option<String> {
+        let (major, minor) = self.needs?;
+        match version {
+            Some(v) if v >= (major, minor) => None,
+            Some((m, n)) => Some(format!(
+                "skipped: {} needs Kubernetes {major}.{minor} or later, the cluster is {m}.{n}",
+                self.file
+            )),
+            None => Some(format!(
+                "skipped: {} needs Kubernetes {major}.{minor} or later, and the cluster's \
+                 version could not be read",
+                self.file
+            )),
+        }
+    }
 }
 
 /// What was done with an object.
@@ -197,9 +260,12 @@ impl std::fmt::Display for Outcome {
 pub fn kubectl_commands() -> Vec<String> {
     MANIFESTS
         .iter()
-        .map(|&(file, policy)| match policy {
-            Policy::Apply => format!("kubectl apply -f {file}"),
-            Policy::CreateOnly => format!(
+        .map(|&(file, policy, needs)| match (policy, needs) {
+            (Policy::Apply, Some((major, minor))) => {
+                format!("kubectl apply -f {file}   # only on Kubernetes {major}.{minor} or later")
+            }
+            (Policy::Apply, None) => format!("kubectl apply -f {file}"),
+            (Policy::CreateOnly, _) => format!(
                 "kubectl create -f {file}   # once: when it exists, its AlreadyExists error is \
                  expected"
             ),
@@ -323,10 +389,46 @@ mod tests {
                 "RoleBinding kube-system/forewarn-priorities",
                 "Role kube-system/forewarn-policy",
                 "RoleBinding kube-system/forewarn-policy",
+                "PriorityClass forewarn-placeholder",
+                "ValidatingAdmissionPolicy forewarn-placeholders-only",
+                "ValidatingAdmissionPolicyBinding forewarn-placeholders-only",
+                "ClusterRole forewarn-placeholders",
+                "ClusterRoleBinding forewarn-placeholders",
                 "ConfigMap kube-system/cluster-autoscaler-priority-expander",
             ]
         );
         assert_eq!(objects.last().unwrap().policy, Policy::CreateOnly);
+        let needs: Vec<Option<(u32, u32)>> = objects.iter().map(|o| o.needs).collect();
+        assert_eq!(needs[5], None, "rbac.yaml: any version");
+        assert!(
+            needs[6..11].iter().all(|n| *n == Some((1, 30))),
+            "{needs:?}"
+        );
+    }
+
+    #[test]
+    fn the_placeholders_grant_is_skipped_below_1_30_or_on_an_unread_version() {
+        assert_eq!(version_of("1", "33"), Some((1, 33)));
+        assert_eq!(version_of("1", "29+"), Some((1, 29)));
+        assert_eq!(version_of("1", ""), None);
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let objects = load(&root).unwrap();
+        let grant = objects
+            .iter()
+            .find(|o| o.to_string() == "ClusterRole forewarn-placeholders")
+            .unwrap();
+        assert_eq!(grant.skipped_on(Some((1, 30))), None);
+        assert_eq!(grant.skipped_on(Some((2, 0))), None);
+        let why = grant.skipped_on(Some((1, 29))).unwrap();
+        assert!(
+            why.contains("needs Kubernetes 1.30") && why.contains("is 1.29"),
+            "{why}"
+        );
+        let why = grant.skipped_on(None).unwrap();
+        assert!(why.contains("could not be read"), "{why}");
+        let rbac = &objects[0];
+        assert_eq!(rbac.skipped_on(Some((1, 20))), None);
+        assert_eq!(rbac.skipped_on(None), None);
     }
 
     #[test]

@@ -172,11 +172,12 @@ impl Default for Config {
                 EventKind::SpotInterruption,
                 EventKind::CapacityReservationInterruption,
             ]),
-            // None by default until `forewarn deploy` applies infra/k8s/placeholders.yaml (the
-            // grant placeholders need; without it every create is refused and each pod evicted
-            // at once): the capacity benchmark meets its goals at 1,000 nodes (docs/benchmarks.md,
-            // *Replacement capacity*).
-            surge_kinds: BTreeSet::new(),
+            // The warnings whose instance goes at a known time (issue 27): the capacity
+            // benchmark meets its goals at 1,000 nodes (docs/benchmarks.md, *Replacement
+            // capacity*). The grant is infra/k8s/placeholders.yaml, which `forewarn deploy`
+            // applies on Kubernetes 1.30 and later; without it every placeholder is refused and
+            // its pod evicted at once, as without surge.
+            surge_kinds: BTreeSet::from(crate::domain::surge::SURGE_KINDS),
             pool_ttl: Duration::hours(1),
             taint_key: TAINT_KEY.to_string(),
             taint_effect: TaintEffect::NoSchedule,

@@ -39,7 +39,7 @@ pub const ANNOTATION_EXPIRES: &str = "forewarn.io/expires";
 /// The latest safe time its pod was given when the placeholder was made (with the rounds of
 /// its budget, which later passes do not read again).
 pub const ANNOTATION_EVICT_BY: &str = "forewarn.io/evict-by";
-/// The PriorityClass of placeholders (shipped in `infra/k8s/placeholder-priority.yaml`).
+/// The PriorityClass of placeholders (shipped in `infra/k8s/placeholders.yaml`).
 pub const PRIORITY_CLASS: &str = "forewarn-placeholder";
 /// The kinds `FOREWARN_SURGE` is meant for: warnings whose instance goes at a known time.
 pub const SURGE_KINDS: [crate::domain::event::EventKind; 2] = [

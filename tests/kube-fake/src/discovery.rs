@@ -7,16 +7,16 @@ use crate::resources::ResourceDef;
 /// The verbs the fake serves on every resource (no watch, no deletecollection).
 const VERBS: &[&str] = &["create", "delete", "get", "list", "patch", "update"];
 
-/// `GET /version`.
-pub(crate) fn version() -> Value {
+/// `GET /version`, of a server at `(major, minor)` (1.33 unless the builder said otherwise).
+pub(crate) fn version((major, minor): (u32, u32)) -> Value {
     json!({
-        "major": "1",
-        "minor": "33",
-        "emulationMajor": "1",
-        "emulationMinor": "33",
-        "minCompatibilityMajor": "1",
-        "minCompatibilityMinor": "32",
-        "gitVersion": "v1.33.0",
+        "major": major.to_string(),
+        "minor": minor.to_string(),
+        "emulationMajor": major.to_string(),
+        "emulationMinor": minor.to_string(),
+        "minCompatibilityMajor": major.to_string(),
+        "minCompatibilityMinor": minor.saturating_sub(1).to_string(),
+        "gitVersion": format!("v{major}.{minor}.0"),
         "gitCommit": "60a317eadfcb839692a5551a4f23d4e7d7e9f1f5",
         "gitTreeState": "clean",
         "buildDate": "2025-04-23T13:00:00Z",

@@ -300,6 +300,7 @@ pub struct Counters {
 pub struct KubeFakeBuilder {
     resources: Vec<ResourceDef>,
     sim: SimSettings,
+    version: (u32, u32),
 }
 
 impl Default for KubeFakeBuilder {
@@ -307,11 +308,19 @@ impl Default for KubeFakeBuilder {
         Self {
             resources: builtin_resources(),
             sim: SimSettings::default(),
+            version: (1, 33),
         }
     }
 }
 
 impl KubeFakeBuilder {
+    /// The version `/version` answers (1.33 by default). Only that answer changes: the kinds
+    /// served are the builder's, whatever the version.
+    pub fn version(mut self, major: u32, minor: u32) -> Self {
+        self.version = (major, minor);
+        self
+    }
+
     /// Serves one more kind, or replaces the row with the same group, version and plural.
     pub fn resource(mut self, def: ResourceDef) -> Self {
         self.resources.retain(|r| {
@@ -369,6 +378,7 @@ impl KubeFakeBuilder {
             }),
             shutdown: shutdown_rx.clone(),
             server_address: addr.to_string(),
+            version: self.version,
         });
         let app = axum::Router::new()
             .fallback(server::handle)

@@ -98,6 +98,8 @@ pub(crate) struct Shared {
     pub state: Mutex<FakeState>,
     pub shutdown: watch::Receiver<bool>,
     pub server_address: String,
+    /// The (major, minor) `/version` answers.
+    pub version: (u32, u32),
 }
 
 impl Shared {
@@ -298,13 +300,13 @@ struct Incoming<'a> {
 
 fn dispatch(
     store: &mut Store,
-    server_address: &str,
+    (server_address, version): (&str, (u32, u32)),
     req: &Incoming<'_>,
 ) -> Result<Answer, ApiError> {
     let found = route(store, req.path)?;
     let is_get = *req.method == Method::GET;
     let r = match found {
-        Route::Version if is_get => return Ok(Answer::ok(200, discovery::version())),
+        Route::Version if is_get => return Ok(Answer::ok(200, discovery::version(version))),
         Route::ApiVersions if is_get => {
             return Ok(Answer::ok(200, discovery::api_versions(server_address)));
         }
@@ -561,8 +563,12 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
                 media: media.as_deref(),
                 body: &bytes,
             };
-            dispatch(&mut state.store, &shared.server_address, &incoming)
-                .unwrap_or_else(Answer::from)
+            dispatch(
+                &mut state.store,
+                (&shared.server_address, shared.version),
+                &incoming,
+            )
+            .unwrap_or_else(Answer::from)
         };
         if answer.code == 429 {
             state.control.counters.too_many_requests += 1;
