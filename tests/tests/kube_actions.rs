@@ -117,6 +117,7 @@ async fn passes(executor: &KubeExecutor, plan: &Plan) -> Result<Vec<NodeOutcome>
         let drain = Pass::Drain {
             started_at,
             announce: pass == 1,
+            owed: pass == 2,
             heartbeat: true,
         };
         let outcomes = executor.run(plan, drain).await?;
@@ -163,6 +164,7 @@ async fn execute_passes(
         let drain = Pass::Drain {
             started_at,
             announce: pass == 1,
+            owed: pass == 2,
             heartbeat: true,
         };
         results = executor.execute(plan, drain).await?;
@@ -681,6 +683,7 @@ async fn surge_passes(
         let drain = Pass::Drain {
             started_at,
             announce: pass == 1,
+            owed: pass == 2,
             heartbeat: true,
         };
         outcomes = executor.run(plan, drain).await.unwrap();
@@ -981,6 +984,7 @@ async fn a_refused_placeholder_leaves_its_pod_drained_as_without_surge() {
     let drain = Pass::Drain {
         started_at: w.clock.now(),
         announce: true,
+        owed: false,
         heartbeat: false,
     };
     let out = executor.run(&plan, drain).await.unwrap().remove(0);
@@ -1004,6 +1008,7 @@ async fn the_sweeper_deletes_placeholders_that_outlived_their_drain() {
     let drain = Pass::Drain {
         started_at: w.clock.now(),
         announce: true,
+        owed: false,
         heartbeat: false,
     };
     executor.run(&plan, drain).await.unwrap();
@@ -2790,6 +2795,7 @@ async fn a_first_pass_evicts_and_returns_and_a_later_pass_ends_the_drain_once_th
             Pass::Drain {
                 started_at: w.clock.now(),
                 announce: true,
+                owed: false,
                 heartbeat: true,
             },
         )
@@ -2806,21 +2812,37 @@ async fn a_first_pass_evicts_and_returns_and_a_later_pass_ends_the_drain_once_th
     );
     assert_eq!(lifecycle.heartbeats.lock().unwrap().len(), 1);
     assert!(first.heartbeat_at.is_some());
-    assert!(w.events().contains_key("Cordoned"));
-    assert!(!w.events().contains_key("Drained"));
+    // The drain goes on: its first pass leaves the Events of the decision to the next one
+    // (nothing between the node's read and its evictions but its pods' list).
+    assert!(w.events().is_empty(), "{:?}", w.events());
 
-    // While the pods terminate: nothing evicted again, still pending, no heartbeat not due.
+    // While the pods terminate: nothing evicted again, still pending, no heartbeat not due; the
+    // Events the first pass left are recorded.
     let later = Pass::Drain {
         started_at: started,
         announce: false,
+        owed: false,
         heartbeat: false,
     };
-    let second = executor.run(&plan, later).await.unwrap().remove(0);
+    let owed = Pass::Drain {
+        started_at: started,
+        announce: false,
+        owed: true,
+        heartbeat: false,
+    };
+    let second = executor.run(&plan, owed).await.unwrap().remove(0);
     let drain = second.drain.clone().unwrap();
     assert!(drain.pending && drain.evicted.is_empty(), "{drain:?}");
     assert_eq!(drain.terminating.len(), 2);
     assert_eq!(evictions(&w), 2);
     assert_eq!(lifecycle.heartbeats.lock().unwrap().len(), 1);
+    let events = w.events();
+    assert!(events.contains_key("Cordoned"), "{events:?}");
+    assert!(
+        events.contains_key(&plan.actions[0].event_reason),
+        "{events:?}"
+    );
+    assert!(!events.contains_key("Drained"));
 
     w.clock.advance(Duration::from_millis(1200));
     let last = executor.run(&plan, later).await.unwrap().remove(0);
@@ -2868,6 +2890,7 @@ async fn critical_pods_are_evicted_in_a_later_pass_once_the_others_are_gone() {
             Pass::Drain {
                 started_at: w.clock.now(),
                 announce: true,
+                owed: false,
                 heartbeat: false,
             },
         )
@@ -2881,6 +2904,7 @@ async fn critical_pods_are_evicted_in_a_later_pass_once_the_others_are_gone() {
     let later = Pass::Drain {
         started_at: started,
         announce: false,
+        owed: false,
         heartbeat: false,
     };
     let second = executor.run(&plan, later).await.unwrap().remove(0);
@@ -2916,6 +2940,7 @@ async fn a_refused_eviction_is_tried_again_in_later_passes_until_the_deadline() 
             Pass::Drain {
                 started_at: w.clock.now(),
                 announce: true,
+                owed: false,
                 heartbeat: false,
             },
         )
@@ -2935,6 +2960,7 @@ async fn a_refused_eviction_is_tried_again_in_later_passes_until_the_deadline() 
     let later = Pass::Drain {
         started_at: started,
         announce: false,
+        owed: false,
         heartbeat: false,
     };
     let last = executor.run(&plan, later).await.unwrap().remove(0);
@@ -3088,20 +3114,28 @@ async fn through_the_pipeline_a_drain_continues_in_queued_passes_and_the_event_i
     assert_eq!(reports[0].outcome, Outcome::Duplicate);
     assert!(queue.sent.lock().unwrap().is_empty());
 
-    // Pass 1: the Events, the evictions; the next pass after the interval.
+    // Pass 1: the evictions (the Events of the decision are left to the next pass, the drain
+    // going on); the next pass after the interval.
     let reports = pipeline.process(&sqs_batch(&[body])).await;
     assert_eq!(reports[0].pass, Some(1), "{reports:?}");
     assert_eq!(reports[0].outcome, Outcome::Acted);
     assert!(reports[0].actions[0].drain.unwrap().pending);
     assert!(terminating(&w, "web-1"));
-    assert!(w.events().contains_key("Cordoned"));
+    assert!(w.events().is_empty(), "{:?}", w.events());
     let (_, body, delay) = queue.sent.lock().unwrap().pop().unwrap();
     assert_eq!(delay, Duration::from_secs(1));
 
-    // Pass 2 while the pod terminates: the next pass when it is due to be gone, not sooner.
+    // Pass 2 while the pod terminates: the Events of the decision; the next pass when the pod
+    // is due to be gone, not sooner.
     let reports = pipeline.process(&sqs_batch(&[body])).await;
     assert_eq!(reports[0].pass, Some(2));
     assert!(reports[0].actions[0].drain.unwrap().pending);
+    assert!(w.events().contains_key("Cordoned"));
+    assert!(
+        w.events().contains_key("SpotInterrupted"),
+        "{:?}",
+        w.events()
+    );
     let (_, body, delay) = queue.sent.lock().unwrap().pop().unwrap();
     assert!(
         delay > Duration::from_secs(1) && delay <= Duration::from_secs(3),
@@ -3200,6 +3234,32 @@ async fn drains_waiting_for_room_look_at_their_placeholders_alone_in_one_list_a_
         assert_eq!(*delay, Duration::from_secs(10));
         assert!(body.contains(r#""room":{"#), "{body}");
     }
+    assert!(
+        w.events().is_empty(),
+        "the first passes leave their Events to the next"
+    );
+
+    // 10 s later, still no room: the passes after the first are full passes, which record the
+    // Events the first passes left; nothing is evicted.
+    w.clock.advance(Duration::from_secs(10));
+    w.fake.clear_requests();
+    let reports = pipeline.process(&batch(sent)).await;
+    assert!(
+        reports.iter().all(|r| r.outcome == Outcome::Acted),
+        "{reports:?}"
+    );
+    assert!(asked(&w).contains(&format!("GET /api/v1/nodes/{NODE}?")));
+    assert_eq!(
+        w.fake
+            .list("events.k8s.io/v1", "Event")
+            .iter()
+            .filter(|e| e["reason"] == "Cordoned")
+            .count(),
+        2
+    );
+    assert_eq!(evictions(&w), 0);
+    let sent = take_sent(&queue);
+    assert_eq!(sent.len(), 2);
 
     // 10 s later, still no room: the batch makes one request, a list of both nodes'
     // placeholders; no node, no pod is read; both looks queued again.
@@ -3340,6 +3400,7 @@ fn drain_pass(announce: bool) -> Pass {
     Pass::Drain {
         started_at: Utc::now(),
         announce,
+        owed: false,
         heartbeat: false,
     }
 }

@@ -561,7 +561,7 @@ pub async fn report(s: &Settings, svg: Option<&std::path::Path>) -> anyhow::Resu
 const SPENT_EVERY: u64 = 10;
 
 /// Per [`SPENT_EVERY`] seconds from `from` until `window` after it: the requests answered, by
-/// kind, a 429 counted as `429` whatever it answered.
+/// kind, the 429s of each kind apart (an eviction's: its budget's refusal or the rate limit).
 fn spending(
     requests: &[kube_fake::RecordedRequest],
     from: chrono::DateTime<chrono::Utc>,
@@ -576,10 +576,11 @@ fn spending(
         let Some(column) = out.get_mut((t.as_secs() / SPENT_EVERY) as usize) else {
             continue;
         };
+        let kind = crate::e2e::kube_label(r.method.as_str(), &r.path);
         let label = if r.status == 429 {
-            "429".to_string()
+            format!("{kind}, answered 429")
         } else {
-            crate::e2e::kube_label(r.method.as_str(), &r.path)
+            kind
         };
         *column.entry(label).or_insert(0) += 1;
     }

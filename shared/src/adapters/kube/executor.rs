@@ -173,7 +173,7 @@ impl KubeExecutor {
             );
             async move {
                 let work = self.act(plan, a, pass);
-                let done = if matches!(pass, Pass::Drain { .. }) {
+                let done = if pass != Pass::Cordon {
                     in_later_lane(work).await
                 } else {
                     work.await
@@ -198,6 +198,10 @@ impl KubeExecutor {
     async fn act(&self, plan: &Plan, a: &NodeAction, pass: Pass) -> Result<NodeOutcome, KubeError> {
         let dry_run = self.settings.dry_run;
         let mut out = NodeOutcome::new(a, dry_run);
+        if pass == Pass::Announce && (a.action != Action::CordonDrain || a.node.is_none()) {
+            // Only a drain's node has Events left to it.
+            return Ok(out);
+        }
         if a.action != Action::None
             && let Some(name) = a.node.as_deref()
         {
@@ -219,6 +223,27 @@ impl KubeExecutor {
                 return Ok(out);
             }
             out.node_gone = node.is_none();
+            if pass == Pass::Announce {
+                // The Events a drain's first pass left to a pass that came too late to drain:
+                // nothing else, not even the lifecycle action.
+                if let Some(node) = &node
+                    && a.action == Action::CordonDrain
+                {
+                    self.announce(plan, a, node, &mut out).await;
+                    let note = self.cordoned_note(a);
+                    self.event(
+                        plan,
+                        node,
+                        "Cordoned",
+                        "Cordon",
+                        EventType::Normal,
+                        note,
+                        &mut out,
+                    )
+                    .await;
+                }
+                return Ok(out);
+            }
             let later_pass = matches!(
                 pass,
                 Pass::Drain {
@@ -294,7 +319,7 @@ impl KubeExecutor {
     ) -> Result<(), KubeError> {
         let announce = match pass {
             Pass::Drain { announce, .. } => announce,
-            Pass::Cordon => true,
+            Pass::Cordon | Pass::Announce => true,
         };
         // The node may already be cordoned for this event (by the event's first pass): the Event
         // is recorded with the announcement (one per event and reason, so never twice).
@@ -306,10 +331,13 @@ impl KubeExecutor {
         } else {
             None
         };
-        if announce {
+        // A drain that goes on leaves the Events of the decision to its next pass (`owed`): in
+        // a mass interruption every request here delays the next node's evictions.
+        let ends_here = drained.as_ref().is_none_or(|d| !d.pending);
+        if announce && ends_here {
             self.announce(plan, a, &node, out).await;
         }
-        if let Some(note) = cordoning.note {
+        if let Some(note) = cordoning.note.filter(|_| ends_here) {
             self.event(
                 plan,
                 &node,
@@ -387,16 +415,20 @@ impl KubeExecutor {
         }
         out.cordoned_before = already_ours && cordoned == CordonOutcome::AlreadyCordoned;
         let note = (matches!(cordoned, CordonOutcome::Cordoned { .. }) || out.cordoned_before)
-            .then(|| {
-                format!(
-                    "Marked unschedulable and tainted {}={}:{}",
-                    spec.taint_key,
-                    spec.taint_value,
-                    spec.taint_effect.as_str()
-                )
-            });
+            .then(|| self.cordoned_note(a));
         out.cordon = Some(cordoned);
         Ok(Cordoning { gone, note })
+    }
+
+    /// The note of the `Cordoned` Event of `a`'s cordon.
+    fn cordoned_note(&self, a: &NodeAction) -> String {
+        let spec = CordonSpec::new(&self.config, &a.taint_value, a.record.as_ref());
+        format!(
+            "Marked unschedulable and tainted {}={}:{}",
+            spec.taint_key,
+            spec.taint_value,
+            spec.taint_effect.as_str()
+        )
     }
 
     /// The first pass of a `cordon-drain`: the cordon only (one patch, no Event), so that a

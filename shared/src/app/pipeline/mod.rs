@@ -602,6 +602,8 @@ mod tests {
     struct Recorder {
         calls: Mutex<Vec<String>>,
         plans: Mutex<Vec<Plan>>,
+        /// Per call, the event id and the pass.
+        passes: Mutex<Vec<(String, Pass)>>,
         fail: Vec<String>,
         sleep: Option<(StdDuration, ManualClock)>,
     }
@@ -611,9 +613,13 @@ mod tests {
         async fn execute(
             &self,
             plan: &Plan,
-            _pass: Pass,
+            pass: Pass,
         ) -> Result<Vec<ActionResult>, ExecuteError> {
             self.calls.lock().unwrap().push(plan.event_id.clone());
+            self.passes
+                .lock()
+                .unwrap()
+                .push((plan.event_id.clone(), pass));
             self.plans.lock().unwrap().push(plan.clone());
             if let Some((d, clock)) = &self.sleep {
                 clock.sleep(*d).await;
@@ -1016,5 +1022,95 @@ mod tests {
         assert!(why.starts_with("refused: the drain's deadline"), "{why}");
         // Neither chain goes on.
         assert_eq!(*queue.0.lock().unwrap(), 0);
+    }
+
+    /// A spot drain's passes are taken until its instance goes (the deadline is the notice's
+    /// end less the margin): an eviction then still starts the pod's replacement. Later, a pass
+    /// is refused; the second pass, which owes the Events its first pass left, records them
+    /// alone (`Pass::Announce`); a later one does nothing.
+    #[tokio::test]
+    async fn late_passes_drain_until_the_instance_goes_then_only_record_the_events_left() {
+        use crate::domain::continuation::Continuation;
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let key = store.continuation_key().await.unwrap();
+        let (instances, nodes) = world();
+        let config = Config::default();
+        let clock = clock();
+        let now = clock.now();
+        // (id, how long ago its deadline passed, its pass number)
+        let continuation = |id: &str, past: i64, pass: u32| {
+            let time = (now - chrono::Duration::minutes(3)).to_rfc3339();
+            let body = spot(id, A, &time).to_string();
+            let event = decode_value("b", serde_json::from_str(&body).unwrap(), now)
+                .unwrap()
+                .remove(0)
+                .event
+                .unwrap();
+            let facts = Facts::new(&instances.0, &nodes.nodes);
+            let mut plan = decide(&event, facts, &config);
+            assert!(plan.actions[0].grace_to_deadline);
+            plan.actions[0].deadline = Some(now - chrono::Duration::seconds(past));
+            let started = now - chrono::Duration::minutes(3);
+            let mut c = Continuation::first(started, started, plan);
+            while c.pass < pass {
+                c = c.next(None);
+            }
+            json!({"messageId": id, "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:q",
+                   "body": c.body(&key, &body)})
+        };
+        let exec = Recorder::default();
+        let queue = Arc::new(Queue::default());
+        let passes = Passes {
+            interval: PASS_INTERVAL,
+            queue: Some(queue.clone()),
+        };
+        let p = Pipeline {
+            passes: &passes,
+            clock: &clock,
+            mode: Mode::Act,
+            config: &config,
+            store: &store,
+            instances: &instances,
+            nodes: &nodes,
+            executor: Some(&exec),
+        };
+        // 10 s past the deadline: more than a pass interval (5 s), within the margin (15 s).
+        let batch = json!({"Records": [
+            continuation("within", 10, 1),
+            continuation("late-second", 20, 2),
+            continuation("late-third", 20, 3),
+        ]});
+        let reports = p.process(&records(batch, &clock)).await;
+        let asked = exec.passes.lock().unwrap().clone();
+        assert_eq!(asked.len(), 2, "{asked:?}");
+        assert!(
+            asked.iter().any(|(id, pass)| id == "within"
+                && matches!(
+                    pass,
+                    Pass::Drain {
+                        announce: true,
+                        owed: false,
+                        ..
+                    }
+                )),
+            "{asked:?}"
+        );
+        assert!(
+            asked.contains(&("late-second".to_string(), Pass::Announce)),
+            "{asked:?}"
+        );
+        assert_eq!(reports[0].outcome, Outcome::Acted, "{reports:#?}");
+        for r in &reports[1..] {
+            assert_eq!(r.outcome, Outcome::Ignored, "{r:#?}");
+            let why = r.reason.as_deref().unwrap();
+            assert!(why.contains("the instance's notice has ended"), "{why}");
+        }
+        let why = reports[1].reason.as_deref().unwrap();
+        assert!(
+            why.contains("Events of the decision, left to this pass, are recorded"),
+            "{why}"
+        );
+        assert!(!reports[2].reason.as_deref().unwrap().contains("Events"));
     }
 }

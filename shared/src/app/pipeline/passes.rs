@@ -63,12 +63,28 @@ impl Pipeline<'_> {
         }
         let deadline = crate::domain::plan::earliest_deadline(&plan)
             .unwrap_or(continuation.started_at + self.config.drain_timeout);
-        let grace = span(self.passes.interval);
-        if now > deadline + grace {
-            let why = format!(
-                "the drain's deadline {} is past by more than a pass interval: the chain ends",
-                deadline.to_rfc3339()
+        // A pass interval after the deadline, or until the instance goes when its notice says
+        // when (the deadline is then the notice's end less the margin): an eviction before the
+        // instance goes still starts its pod's replacement at once.
+        let notice_end = plan
+            .actions
+            .iter()
+            .any(|a| a.grace_to_deadline)
+            .then(|| deadline + self.config.deadline_margin);
+        let last = (deadline + span(self.passes.interval)).max(notice_end.unwrap_or(deadline));
+        if now > last {
+            let mut why = format!(
+                "the drain's deadline {} is past by more than a pass interval{}: the chain ends",
+                deadline.to_rfc3339(),
+                if notice_end.is_some() {
+                    ", and the instance's notice has ended"
+                } else {
+                    ""
+                }
             );
+            if continuation.owes_decision_events() {
+                why.push_str(&self.announce_late(&plan).await);
+            }
             // A launch hook's action is never completed late: its node did not become Ready
             // in time, and the hook's own timeout and default result decide.
             if !plan.actions.iter().any(|a| {
@@ -91,6 +107,22 @@ impl Pipeline<'_> {
             return Ok(plan);
         }
         Ok(plan)
+    }
+
+    /// The Events of the decision that the first pass of a drain left to a pass that came too
+    /// late (see [`Pass::Announce`]): recorded alone; what became of them, for the refusal's
+    /// reason.
+    async fn announce_late(&self, plan: &Plan) -> String {
+        let Some(executor) = self.executor.filter(|_| self.mode.writes_cluster()) else {
+            return String::new();
+        };
+        match executor.execute(plan, Pass::Announce).await {
+            Ok(_) => " (the Events of the decision, left to this pass, are recorded)".into(),
+            Err(e) => {
+                tracing::warn!(error = %e, "the Events of a late drain could not be recorded");
+                format!(" (the Events of the decision could not be recorded: {e})")
+            }
+        }
     }
 
     /// A later pass of a drain, from its continuation message: the event was recorded by its
@@ -179,6 +211,7 @@ impl Pipeline<'_> {
         let pass = Pass::Drain {
             started_at: continuation.started_at,
             announce: continuation.pass == 1,
+            owed: continuation.owes_decision_events(),
             heartbeat,
         };
         let results = executor.execute(plan, pass).await?;
@@ -209,6 +242,10 @@ impl Pipeline<'_> {
         room: &BTreeMap<String, RoomSeen>,
     ) -> Option<(RoomWait, RoomSeen)> {
         let wait = continuation.room?;
+        if continuation.owes_decision_events() {
+            // Its Events are due, so it is a full pass.
+            return None;
+        }
         let now = self.clock.now();
         let heartbeat_due = plan.actions.iter().any(|a| a.complete_lifecycle.is_some())
             && continuation

@@ -131,6 +131,13 @@ impl Continuation {
     }
 
     /// The continuation after this one.
+    /// Whether this pass records the Events of the decision that the drain's first pass left
+    /// to it: the first pass records them only when the drain ends in it, so any second pass
+    /// follows a first that left them.
+    pub fn owes_decision_events(&self) -> bool {
+        self.pass == 2
+    }
+
     pub fn next(&self, heartbeat_at: Option<DateTime<Utc>>) -> Continuation {
         Continuation {
             pass: self.pass.saturating_add(1),

@@ -24,6 +24,21 @@ impl KubeExecutor {
         out: &mut NodeOutcome,
     ) -> Result<(), KubeError> {
         let report = self.drain_only(plan, a, node, pass).await?;
+        if matches!(pass, Pass::Drain { owed: true, .. }) {
+            // The Events the first pass left to this one, after this pass's evictions.
+            self.announce(plan, a, node, out).await;
+            let note = self.cordoned_note(a);
+            self.event(
+                plan,
+                node,
+                "Cordoned",
+                "Cordon",
+                EventType::Normal,
+                note,
+                out,
+            )
+            .await;
+        }
         self.drain_over(plan, node, pass, report, out).await;
         Ok(())
     }
@@ -38,7 +53,7 @@ impl KubeExecutor {
     ) -> Result<DrainReport, KubeError> {
         let started_at = match pass {
             Pass::Drain { started_at, .. } => started_at,
-            Pass::Cordon => self.clients.clock().now(),
+            Pass::Cordon | Pass::Announce => self.clients.clock().now(),
         };
         let name = node.metadata.name.as_deref().unwrap_or_default();
         let deadline = a

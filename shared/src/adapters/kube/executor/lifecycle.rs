@@ -32,7 +32,7 @@ impl KubeExecutor {
         if let (Some(lifecycle), true) = (&a.complete_lifecycle, pending) {
             let heartbeat = match pass {
                 Pass::Drain { heartbeat, .. } => heartbeat,
-                Pass::Cordon => false,
+                Pass::Cordon | Pass::Announce => false,
             };
             if heartbeat
                 && let Some(completer) = &self.lifecycle
