@@ -3392,6 +3392,49 @@ async fn every_node_of_a_batch_is_cordoned_before_any_eviction() {
     }
 }
 
+/// A spot drain whose first pass comes after its deadline (a mass interruption's later nodes):
+/// what is on the node is evicted at once, and the pass records no Event; the drain stays
+/// pending until the instance's end, when its next pass (refused as late) records the Events
+/// of the decision alone.
+#[tokio::test]
+async fn a_first_pass_after_the_deadline_evicts_at_once_and_leaves_its_events_to_the_instances_end()
+{
+    let w = World::plain().await;
+    w.fake.set_eviction_grace(Duration::from_secs(30));
+    w.fake
+        .insert(pod_object("default", "web-1", NODE, "web", "ReplicaSet"));
+    let mut plan = w.plan(&event(EventKind::SpotInterruption, "ev-late")).await;
+    assert!(plan.actions[0].grace_to_deadline);
+    let deadline = w.clock.now() - chrono::Duration::seconds(2);
+    plan.actions[0].deadline = Some(deadline);
+    let executor = w.executor();
+    executor.run(&plan, Pass::Cordon).await.unwrap();
+    let first = executor
+        .run(&plan, drain_pass(true))
+        .await
+        .unwrap()
+        .remove(0);
+    assert!(terminating(&w, "web-1"), "evicted at once");
+    let drain = first.drain.clone().unwrap();
+    assert!(drain.pending, "{drain:?}");
+    assert_eq!(
+        drain.wait_until,
+        Some(deadline + chrono::Duration::seconds(16)),
+        "the instance's end (the deadline and its 15 s margin), and a second"
+    );
+    assert!(w.events().is_empty(), "{:?}", w.events());
+    // That next pass, refused as late, records them alone.
+    executor.run(&plan, Pass::Announce).await.unwrap();
+    let events = w.events();
+    assert!(events.contains_key("Cordoned"), "{events:?}");
+    assert!(
+        events.contains_key(&plan.actions[0].event_reason),
+        "{events:?}"
+    );
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(evictions(&w), 1);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Every pass verifies live what it acts on
 

@@ -15,7 +15,6 @@
 //! passes inside the invocation), the baseline.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -557,6 +556,57 @@ pub async fn report(s: &Settings, svg: Option<&std::path::Path>) -> anyhow::Resu
     Ok(out)
 }
 
+/// Per node, from the fake's log of requests (nothing polls the fake while the run goes on, so
+/// the measure takes no CPU from it): when its cordon was answered (its first patch accepted),
+/// and when the last of its evictable pods' evictions was (each pod's first accepted; `None`
+/// while one has none), after `from`.
+#[allow(clippy::type_complexity)]
+fn handled(
+    requests: &[kube_fake::RecordedRequest],
+    from: chrono::DateTime<chrono::Utc>,
+    names: &[String],
+    pods_per_node: usize,
+) -> (Vec<Option<Duration>>, Vec<Option<Duration>>) {
+    let index: HashMap<&str, usize> = names
+        .iter()
+        .enumerate()
+        .map(|(n, name)| (name.as_str(), n))
+        .collect();
+    let mut cordoned: Vec<Option<Duration>> = vec![None; names.len()];
+    let mut pods: Vec<Vec<Option<Duration>>> = vec![vec![None; pods_per_node]; names.len()];
+    for r in requests.iter().filter(|r| (200..300).contains(&r.status)) {
+        let at = (r.at - from).to_std().unwrap_or_default();
+        if r.method == "PATCH"
+            && let Some(&n) = r
+                .path
+                .strip_prefix("/api/v1/nodes/")
+                .and_then(|name| index.get(name))
+        {
+            cordoned[n].get_or_insert(at);
+        }
+        // `/api/v1/namespaces/shop/pods/w{n}-{p}/eviction`, as the run names its pods.
+        if r.method == "POST"
+            && let Some((n, p)) = r
+                .path
+                .strip_prefix("/api/v1/namespaces/shop/pods/w")
+                .and_then(|rest| rest.strip_suffix("/eviction"))
+                .and_then(|np| np.split_once('-'))
+            && let (Ok(n), Ok(p)) = (n.parse::<usize>(), p.parse::<usize>())
+            && let Some(slot) = pods.get_mut(n).and_then(|v| v.get_mut(p))
+        {
+            slot.get_or_insert(at);
+        }
+    }
+    let evicted = pods
+        .into_iter()
+        .map(|v| {
+            v.into_iter()
+                .try_fold(Duration::ZERO, |m, t| Some(m.max(t?)))
+        })
+        .collect();
+    (cordoned, evicted)
+}
+
 /// The width of a column of [`spending`].
 const SPENT_EVERY: u64 = 10;
 
@@ -826,57 +876,6 @@ pub(crate) async fn one_run(s: &Settings, mode: RunMode) -> anyhow::Result<Run> 
     let start = Instant::now();
     let cutoff = start + Duration::from_secs(s.cutoff_seconds);
 
-    // Watches the cluster: when each node is first seen cordoned, and when none of its
-    // evictable pods is left running (each eviction accepted: terminating or gone). Every 100 ms
-    // per 1,000 nodes: listing the fake's objects takes CPU from the handler and the fake.
-    let poll = Duration::from_millis(100 * (s.nodes as u64).div_ceil(1000).max(1));
-    let done = Arc::new(AtomicBool::new(false));
-    let watcher = tokio::spawn({
-        let fake = Arc::clone(&fake);
-        let done = Arc::clone(&done);
-        let index: HashMap<String, usize> = names
-            .iter()
-            .enumerate()
-            .map(|(n, name)| (name.clone(), n))
-            .collect();
-        let total = s.nodes;
-        async move {
-            let mut cordoned: Vec<Option<Duration>> = vec![None; total];
-            let mut evicted: Vec<Option<Duration>> = vec![None; total];
-            loop {
-                let t = start.elapsed();
-                for node in fake.list("v1", "Node") {
-                    if node["spec"]["unschedulable"] == Value::Bool(true)
-                        && let Some(&n) =
-                            node["metadata"]["name"].as_str().and_then(|m| index.get(m))
-                    {
-                        cordoned[n].get_or_insert(t);
-                    }
-                }
-                let mut running = vec![false; total];
-                for pod in fake.list("v1", "Pod") {
-                    if pod["metadata"]["deletionTimestamp"].is_null()
-                        && let Some(&n) =
-                            pod["spec"]["nodeName"].as_str().and_then(|m| index.get(m))
-                    {
-                        running[n] = true;
-                    }
-                }
-                for (n, r) in running.iter().enumerate() {
-                    if !r {
-                        evicted[n].get_or_insert(t);
-                    }
-                }
-                let finished =
-                    cordoned.iter().all(Option::is_some) && evicted.iter().all(Option::is_some);
-                if finished || done.load(Ordering::Relaxed) {
-                    return (cordoned, evicted);
-                }
-                tokio::time::sleep(poll).await;
-            }
-        }
-    });
-
     // The event source mapping: `invocations` pollers, each taking a batch and invoking.
     let totals = Arc::new(Mutex::new(Totals::default()));
     let pollers = (0..s.invocations.max(1)).map(|_| {
@@ -954,10 +953,8 @@ pub(crate) async fn one_run(s: &Settings, mode: RunMode) -> anyhow::Result<Run> 
     for r in results {
         r?;
     }
-    // Let the watcher see the last pods' evictions (and the cordons) before stopping it.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    done.store(true, Ordering::Relaxed);
-    let (cordoned, evicted) = watcher.await?;
+    let requests = fake.requests();
+    let (cordoned, evicted) = handled(&requests, warned_at, &names, s.pods_per_node);
     ClusterClient::clear_rate_limit();
     let counters = fake.counters();
     let Totals {
@@ -985,8 +982,8 @@ pub(crate) async fn one_run(s: &Settings, mode: RunMode) -> anyhow::Result<Run> 
         passes,
         requests: counters.requests,
         rate_limited: counters.rate_limited,
-        by_kind: kube_counts(&fake.requests()),
-        spending: spending(&fake.requests(), warned_at, WINDOW),
+        by_kind: kube_counts(&requests),
+        spending: spending(&requests, warned_at, WINDOW),
         peak_kb: proc_status_kb(None, "VmHWM").unwrap_or_default(),
         timeline: fake.pod_timeline(),
         warned_at,
@@ -996,6 +993,64 @@ pub(crate) async fn one_run(s: &Settings, mode: RunMode) -> anyhow::Result<Run> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn answered(method: &str, path: &str, status: u16, ms: i64) -> kube_fake::RecordedRequest {
+        kube_fake::RecordedRequest {
+            method: method.parse().unwrap(),
+            path: path.into(),
+            query: String::new(),
+            content_type: None,
+            body: None,
+            status,
+            at: chrono::DateTime::UNIX_EPOCH + chrono::Duration::milliseconds(ms),
+        }
+    }
+
+    #[test]
+    fn a_node_is_handled_when_its_cordon_and_every_pods_first_eviction_were_accepted() {
+        let names = vec![node_name(0), node_name(1)];
+        let cordon = |n: usize| format!("/api/v1/nodes/{}", names[n]);
+        let evict = |n: usize, p: usize| format!("/api/v1/namespaces/shop/pods/w{n}-{p}/eviction");
+        let log = [
+            answered("GET", &cordon(0), 200, 100),
+            answered("PATCH", &cordon(0), 200, 200),
+            answered("PATCH", &cordon(0), 200, 900),
+            answered("PATCH", &cordon(1), 429, 300),
+            answered("PATCH", &cordon(1), 200, 1300),
+            answered("POST", &evict(0, 0), 201, 400),
+            answered("POST", &evict(0, 1), 429, 500),
+            answered("POST", &evict(0, 1), 201, 2500),
+            answered("POST", &evict(0, 1), 201, 3000),
+            answered("POST", &evict(1, 0), 201, 1400),
+        ];
+        let (cordoned, evicted) = handled(&log, chrono::DateTime::UNIX_EPOCH, &names, 2);
+        let ms = Duration::from_millis;
+        assert_eq!(cordoned, [Some(ms(200)), Some(ms(1300))]);
+        // Node 0: its second pod's first accepted eviction; node 1's second pod has none.
+        assert_eq!(evicted, [Some(ms(2500)), None]);
+    }
+
+    #[test]
+    fn the_spending_counts_each_kind_per_10_s_and_429s_apart() {
+        let log = [
+            answered("GET", "/api/v1/nodes/a", 200, 1_000),
+            answered("GET", "/api/v1/nodes/a", 429, 2_000),
+            answered("PATCH", "/api/v1/nodes/a", 200, 12_000),
+            answered("PATCH", "/api/v1/nodes/a", 200, 130_000),
+        ];
+        let spent = spending(&log, chrono::DateTime::UNIX_EPOCH, WINDOW);
+        assert_eq!(spent.len(), 12);
+        assert_eq!(spent[0]["GET nodes/{name}"], 1);
+        assert_eq!(spent[0]["GET nodes/{name}, answered 429"], 1);
+        assert_eq!(spent[1]["PATCH nodes/{name}"], 1);
+        assert_eq!(
+            spent
+                .iter()
+                .map(|c| c.values().sum::<usize>())
+                .sum::<usize>(),
+            3
+        );
+    }
 
     #[test]
     fn names_and_ids_are_unique_and_well_formed() {

@@ -326,11 +326,14 @@ impl KubeExecutor {
         let cordoning = self.cordon_node(a, &node, announce, out).await?;
         // The evictions (and placeholders) first, the Events of the decision after them: in a
         // mass interruption every request before a node's evictions delays them.
-        let drained = if a.action == Action::CordonDrain && !cordoning.gone {
+        let mut drained = if a.action == Action::CordonDrain && !cordoning.gone {
             Some(self.drain_only(plan, a, &node, pass).await?)
         } else {
             None
         };
+        if let Some(report) = &mut drained {
+            self.leave_late_events(a, pass, report);
+        }
         // A drain that goes on leaves the Events of the decision to its next pass (`owed`): in
         // a mass interruption every request here delays the next node's evictions.
         let ends_here = drained.as_ref().is_none_or(|d| !d.pending);
@@ -418,6 +421,31 @@ impl KubeExecutor {
             .then(|| self.cordoned_note(a));
         out.cordon = Some(cordoned);
         Ok(Cordoning { gone, note })
+    }
+
+    /// A first drain pass that came after the drain's deadline evicted what was left at once,
+    /// and so ended the drain; when the notice says when the instance goes, its Events (of the
+    /// decision, and the drain's end) would come before the instance goes, in a mass
+    /// interruption ahead of other nodes' evictions. Then the drain stays pending until the
+    /// instance's end: its next pass, refused as late, records the Events of the decision alone
+    /// (`Pass::Announce`); the drain's end gets no Event.
+    fn leave_late_events(
+        &self,
+        a: &NodeAction,
+        pass: Pass,
+        report: &mut super::drain::DrainReport,
+    ) {
+        let first = matches!(pass, Pass::Drain { announce: true, .. });
+        let now = self.clients.clock().now();
+        if let (true, false, true, Some(deadline)) =
+            (first, report.pending, a.grace_to_deadline, a.deadline)
+            && now >= deadline
+            && !self.settings.dry_run
+        {
+            report.pending = true;
+            report.wait_until =
+                Some(deadline + self.config.deadline_margin + chrono::Duration::seconds(1));
+        }
     }
 
     /// The note of the `Cordoned` Event of `a`'s cordon.

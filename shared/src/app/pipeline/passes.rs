@@ -117,7 +117,10 @@ impl Pipeline<'_> {
             return String::new();
         };
         match executor.execute(plan, Pass::Announce).await {
-            Ok(_) => " (the Events of the decision, left to this pass, are recorded)".into(),
+            Ok(results) => match results.iter().find_map(|r| r.refused.as_deref()) {
+                Some(why) => format!(" (the Events of the decision were not recorded: {why})"),
+                None => " (the Events of the decision, left to this pass, are recorded)".into(),
+            },
             Err(e) => {
                 tracing::warn!(error = %e, "the Events of a late drain could not be recorded");
                 format!(" (the Events of the decision could not be recorded: {e})")
