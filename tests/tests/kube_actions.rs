@@ -3435,6 +3435,46 @@ async fn a_first_pass_after_the_deadline_evicts_at_once_and_leaves_its_events_to
     assert_eq!(evictions(&w), 1);
 }
 
+/// An eviction answered 429 with `Retry-After` (the API server's rate limit, not a budget) is
+/// tried again after it in the same pass, even a pass with no time for retries (the default):
+/// the node is not left to a later pass for a second's wait. A budget's 429 (no `Retry-After`)
+/// is left to the next pass as before (`a_refused_eviction_is_tried_again_in_later_passes_until_the_deadline`).
+#[tokio::test]
+async fn a_rate_limited_eviction_is_tried_again_after_its_retry_after_in_the_same_pass() {
+    let w = World::plain().await;
+    w.fake.set_eviction_grace(Duration::from_secs(30));
+    w.fake
+        .insert(pod_object("default", "web-1", NODE, "web", "ReplicaSet"));
+    let plan = w.plan(&event(EventKind::SpotInterruption, "ev-apf")).await;
+    let executor = w.executor();
+    assert_eq!(executor.settings().pass_budget, Duration::ZERO);
+    executor.run(&plan, Pass::Cordon).await.unwrap();
+    w.fake.clear_requests();
+    w.fake
+        .inject(Fault::new(429).path_contains("/eviction").times(1));
+    let before = w.clock.now();
+    let first = executor
+        .run(&plan, drain_pass(true))
+        .await
+        .unwrap()
+        .remove(0);
+    let drain = first.drain.unwrap();
+    assert_eq!(drain.evicted, ["default/web-1"], "{drain:?}");
+    assert!(drain.left.is_empty(), "{drain:?}");
+    let attempts: Vec<u16> = w
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.path == eviction_path("default", "web-1"))
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(attempts, [429, 201]);
+    assert!(
+        w.clock.now() - before >= chrono::Duration::seconds(1),
+        "waited its Retry-After"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Every pass verifies live what it acts on
 

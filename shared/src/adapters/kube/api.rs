@@ -339,7 +339,7 @@ pub(crate) async fn throttle(clock: &dyn Clock, lane: Lane) {
 }
 
 /// A `Retry-After` seen by one call holds back every call of the process (when limited).
-fn pause_all(now: DateTime<Utc>, after: Duration) {
+pub(crate) fn pause_all(now: DateTime<Utc>, after: Duration) {
     if let Some(limiter) = limiter() {
         limiter.pause_until(now + span(after));
     }

@@ -287,6 +287,10 @@ enum Eviction {
     Refused(String),
 }
 
+/// How many times one eviction waits out the API server's `Retry-After` beyond its pass's
+/// retries.
+const RATE_LIMIT_RETRIES: u32 = 2;
+
 /// Evicts one pod, retrying refusals until `deadline` (at least one attempt).
 ///
 /// Every answer but success and 404 is this pod's refusal, never the event's failure: 429 (a
@@ -302,6 +306,7 @@ async fn evict(
 ) -> Result<Eviction, KubeError> {
     let object = format!("pod/{namespace}/{name}");
     let mut delay = settings.backoff_initial;
+    let mut told = 0;
     loop {
         let pods: Api<Pod> = Api::namespaced(clients.client().await?, namespace);
         super::api::throttle(clients.clock(), Lane::Later).await;
@@ -317,7 +322,24 @@ async fn evict(
             .await;
         let err = match evicted {
             Ok(_) => return Ok(Eviction::Evicted),
-            Err(e) => ApiError::new("evict", object.clone(), e),
+            Err(e) => {
+                // A 429 with `Retry-After` is the API server's rate limit (priority and
+                // fairness), not the pod's refusal (a budget's 429 says no time): the server
+                // said when, so the eviction is tried again then, even in a pass with no time
+                // for retries — else the node waits for a later pass for nothing.
+                let now = clients.clock().now();
+                if let Some(after) = super::api::retry_after(&e)
+                    && told < RATE_LIMIT_RETRIES
+                    && crate::ports::work_deadline()
+                        .is_none_or(|u| now + crate::ports::span(after) < u)
+                {
+                    told += 1;
+                    super::api::pause_all(now, after);
+                    clients.clock().sleep(after).await;
+                    continue;
+                }
+                ApiError::new("evict", object.clone(), e)
+            }
         };
         if err.status == Some(404) {
             return Ok(Eviction::Gone);
