@@ -400,20 +400,16 @@ pub enum Pass {
     Drain {
         /// When the event's first delivery ran.
         started_at: DateTime<Utc>,
-        /// The first drain pass. It records the Events of the decision (the interruption, the
-        /// cordon) only when the drain ends in it; otherwise the next pass does (`owed`), so that
-        /// in a mass interruption no request comes between a node's cordon and its evictions
-        /// but the node's read and its pods' list.
+        /// The first drain pass: it records the Events of the decision (the interruption, the
+        /// cordon) only when the drain ends in it, else the next pass does (`owed`).
         announce: bool,
-        /// The pass after a first pass that left the Events of the decision to it: it records
-        /// them, after its own work.
+        /// The pass after a first pass that left it the Events of the decision.
         owed: bool,
         /// Keep a pending lifecycle action alive (`RecordLifecycleActionHeartbeat`).
         heartbeat: bool,
     },
-    /// The Events of the decision that a drain's first pass left to the next, recorded alone
-    /// (the node read and verified first, nothing else done to it): for a drain whose next
-    /// pass comes after its instance is gone, which does nothing else.
+    /// The Events of the decision a drain's first pass left to the next, recorded alone (the
+    /// node read and verified first) by that pass when it comes after the instance is gone.
     Announce,
 }
 

@@ -366,7 +366,11 @@ impl FieldSelector {
             let equal = match at(obj, t.pointer) {
                 None | Some(Value::Null) => t.default == t.value,
                 Some(Value::String(s)) => *s == t.value,
-                Some(other) => other.to_string() == t.value,
+                Some(other) => {
+                    // A bool or number as its JSON text ("true", "3").
+                    let text = other.to_string();
+                    text == t.value
+                }
             };
             equal != t.negate
         })

@@ -229,18 +229,9 @@ impl KubeExecutor {
                 if let Some(node) = &node
                     && a.action == Action::CordonDrain
                 {
-                    self.announce(plan, a, node, &mut out).await;
-                    let note = self.cordoned_note(a);
-                    self.event(
-                        plan,
-                        node,
-                        "Cordoned",
-                        "Cordon",
-                        EventType::Normal,
-                        note,
-                        &mut out,
-                    )
-                    .await;
+                    let note = Some(self.cordoned_note(a));
+                    self.decision_events(plan, a, node, (true, note), &mut out)
+                        .await;
                 }
                 return Ok(out);
             }
@@ -336,26 +327,34 @@ impl KubeExecutor {
         }
         // A drain that goes on leaves the Events of the decision to its next pass (`owed`): in
         // a mass interruption every request here delays the next node's evictions.
-        let ends_here = drained.as_ref().is_none_or(|d| !d.pending);
-        if announce && ends_here {
-            self.announce(plan, a, &node, out).await;
-        }
-        if let Some(note) = cordoning.note.filter(|_| ends_here) {
-            self.event(
-                plan,
-                &node,
-                "Cordoned",
-                "Cordon",
-                EventType::Normal,
-                note,
-                out,
-            )
-            .await;
+        if drained.as_ref().is_none_or(|d| !d.pending) {
+            self.decision_events(plan, a, &node, (announce, cordoning.note), out)
+                .await;
         }
         if let Some(report) = drained {
             self.drain_over(plan, &node, pass, report, out).await;
         }
         Ok(())
+    }
+
+    /// The Events of the decision: with `announce`, what forewarn does and why (see
+    /// [`Self::announce`]); with a note, `Cordoned`.
+    async fn decision_events(
+        &self,
+        plan: &Plan,
+        a: &NodeAction,
+        node: &Node,
+        (announce, cordoned): (bool, Option<String>),
+        out: &mut NodeOutcome,
+    ) {
+        if announce {
+            self.announce(plan, a, node, out).await;
+        }
+        if let Some(note) = cordoned {
+            let normal = EventType::Normal;
+            self.event(plan, node, "Cordoned", "Cordon", normal, note, out)
+                .await;
+        }
     }
 
     /// The Event that says what forewarn is about to do and why (with the drain's deadline).

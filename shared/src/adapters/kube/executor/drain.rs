@@ -26,18 +26,8 @@ impl KubeExecutor {
         let report = self.drain_only(plan, a, node, pass).await?;
         if matches!(pass, Pass::Drain { owed: true, .. }) {
             // The Events the first pass left to this one, after this pass's evictions.
-            self.announce(plan, a, node, out).await;
-            let note = self.cordoned_note(a);
-            self.event(
-                plan,
-                node,
-                "Cordoned",
-                "Cordon",
-                EventType::Normal,
-                note,
-                out,
-            )
-            .await;
+            let note = Some(self.cordoned_note(a));
+            self.decision_events(plan, a, node, (true, note), out).await;
         }
         self.drain_over(plan, node, pass, report, out).await;
         Ok(())
