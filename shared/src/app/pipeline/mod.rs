@@ -953,38 +953,78 @@ mod tests {
         }
     }
 
+    /// A signed continuation message of a spot warning for instance `A`, sent three minutes
+    /// before `now`, with the default plan: `shape` changes the plan and says the pass.
+    fn late_continuation(
+        key: &crate::domain::continuation::ContinuationKey,
+        id: &str,
+        now: DateTime<Utc>,
+        shape: impl FnOnce(&mut Plan) -> u32,
+    ) -> serde_json::Value {
+        use crate::domain::continuation::Continuation;
+        let (instances, nodes) = world();
+        let time = (now - chrono::Duration::minutes(3)).to_rfc3339();
+        let body = spot(id, A, &time).to_string();
+        let event = decode_value("b", serde_json::from_str(&body).unwrap(), now)
+            .unwrap()
+            .remove(0)
+            .event
+            .unwrap();
+        let facts = Facts::new(&instances.0, &nodes.nodes);
+        let mut plan = decide(&event, facts, &Config::default());
+        let pass = shape(&mut plan);
+        let started = now - chrono::Duration::minutes(3);
+        let mut c = Continuation::first(started, started, plan);
+        while c.pass < pass {
+            c = c.next(None);
+        }
+        json!({"messageId": id, "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:q",
+               "body": c.body(key, &body)})
+    }
+
+    /// A pipeline acting with `exec`, its drains carried on by `passes`.
+    fn queued<'a>(
+        passes: &'a Passes,
+        clock: &'a ManualClock,
+        config: &'a Config,
+        store: &'a EmbeddedStore,
+        (instances, nodes): &'a (SnapshotInstances, crate::adapters::snapshot::ClusterState),
+        exec: &'a Recorder,
+    ) -> Pipeline<'a> {
+        Pipeline {
+            passes,
+            clock,
+            mode: Mode::Act,
+            config,
+            store,
+            instances,
+            nodes,
+            executor: Some(exec),
+        }
+    }
+
     #[tokio::test]
     async fn a_late_continuation_touches_no_node_and_lets_its_lifecycle_action_go() {
         use crate::domain::config::Action;
-        use crate::domain::continuation::Continuation;
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(dir.path()).unwrap();
         let key = store.continuation_key().await.unwrap();
-        let (instances, nodes) = world();
+        let world = world();
         let config = Config::default();
         let clock = clock();
         let now = clock.now();
         // A drain whose deadline passed a minute ago (its passes came late), with and without a
         // lifecycle action waiting on it.
         let continuation = |id: &str, lifecycle: bool| {
-            let time = (now - chrono::Duration::minutes(3)).to_rfc3339();
-            let body = spot(id, A, &time).to_string();
-            let event = decode_value("b", serde_json::from_str(&body).unwrap(), now)
-                .unwrap()
-                .remove(0)
-                .event
-                .unwrap();
-            let facts = Facts::new(&instances.0, &nodes.nodes);
-            let mut plan = decide(&event, facts, &config);
-            assert_eq!(plan.actions[0].action, Action::CordonDrain);
-            plan.actions[0].deadline = Some(now - chrono::Duration::minutes(1));
-            if lifecycle {
-                plan.actions[0].complete_lifecycle =
-                    Some(crate::domain::fixtures::lifecycle("asg", "hook"));
-            }
-            let started = now - chrono::Duration::minutes(3);
-            json!({"messageId": id, "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:q",
-                   "body": Continuation::first(started, started, plan).body(&key, &body)})
+            late_continuation(&key, id, now, |plan| {
+                assert_eq!(plan.actions[0].action, Action::CordonDrain);
+                plan.actions[0].deadline = Some(now - chrono::Duration::minutes(1));
+                if lifecycle {
+                    plan.actions[0].complete_lifecycle =
+                        Some(crate::domain::fixtures::lifecycle("asg", "hook"));
+                }
+                1
+            })
         };
         let exec = Recorder::default();
         let queue = Arc::new(Queue::default());
@@ -992,16 +1032,7 @@ mod tests {
             interval: PASS_INTERVAL,
             queue: Some(queue.clone()),
         };
-        let p = Pipeline {
-            passes: &passes,
-            clock: &clock,
-            mode: Mode::Act,
-            config: &config,
-            store: &store,
-            instances: &instances,
-            nodes: &nodes,
-            executor: Some(&exec),
-        };
+        let p = queued(&passes, &clock, &config, &store, &world, &exec);
         let batch =
             json!({"Records": [continuation("late-hook", true), continuation("late", false)]});
         let reports = p.process(&records(batch, &clock)).await;
@@ -1030,34 +1061,20 @@ mod tests {
     /// alone (`Pass::Announce`); a later one does nothing.
     #[tokio::test]
     async fn late_passes_drain_until_the_instance_goes_then_only_record_the_events_left() {
-        use crate::domain::continuation::Continuation;
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(dir.path()).unwrap();
         let key = store.continuation_key().await.unwrap();
-        let (instances, nodes) = world();
+        let world = world();
         let config = Config::default();
         let clock = clock();
         let now = clock.now();
         // (id, how long ago its deadline passed, its pass number)
         let continuation = |id: &str, past: i64, pass: u32| {
-            let time = (now - chrono::Duration::minutes(3)).to_rfc3339();
-            let body = spot(id, A, &time).to_string();
-            let event = decode_value("b", serde_json::from_str(&body).unwrap(), now)
-                .unwrap()
-                .remove(0)
-                .event
-                .unwrap();
-            let facts = Facts::new(&instances.0, &nodes.nodes);
-            let mut plan = decide(&event, facts, &config);
-            assert!(plan.actions[0].grace_to_deadline);
-            plan.actions[0].deadline = Some(now - chrono::Duration::seconds(past));
-            let started = now - chrono::Duration::minutes(3);
-            let mut c = Continuation::first(started, started, plan);
-            while c.pass < pass {
-                c = c.next(None);
-            }
-            json!({"messageId": id, "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:q",
-                   "body": c.body(&key, &body)})
+            late_continuation(&key, id, now, |plan| {
+                assert!(plan.actions[0].grace_to_deadline);
+                plan.actions[0].deadline = Some(now - chrono::Duration::seconds(past));
+                pass
+            })
         };
         let exec = Recorder::default();
         let queue = Arc::new(Queue::default());
@@ -1065,16 +1082,7 @@ mod tests {
             interval: PASS_INTERVAL,
             queue: Some(queue.clone()),
         };
-        let p = Pipeline {
-            passes: &passes,
-            clock: &clock,
-            mode: Mode::Act,
-            config: &config,
-            store: &store,
-            instances: &instances,
-            nodes: &nodes,
-            executor: Some(&exec),
-        };
+        let p = queued(&passes, &clock, &config, &store, &world, &exec);
         // 10 s past the deadline: more than a pass interval (5 s), within the margin (15 s).
         let batch = json!({"Records": [
             continuation("within", 10, 1),
