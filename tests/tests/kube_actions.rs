@@ -799,10 +799,11 @@ async fn without_room_a_pod_is_evicted_at_its_latest_safe_time_and_no_placeholde
     );
 }
 
-#[tokio::test]
-async fn a_pod_whose_budget_lets_its_pods_go_in_rounds_is_due_a_round_earlier() {
+/// web-1's budget lets one of its two pods go at a time (the other is on another node), the
+/// budget list answered `list_answer` (`None`: as it is); web-1 drained with surge. Answers how
+/// long before the drain's deadline web-1 was evicted, and how many times budgets were listed.
+async fn evicted_before_deadline(list_answer: Option<u16>) -> (chrono::Duration, usize) {
     let w = surging().await;
-    // web-1's budget lets one of its two pods go at a time; the other is on another node.
     w.fake.insert(pod_object(
         "default",
         "web-2",
@@ -811,6 +812,13 @@ async fn a_pod_whose_budget_lets_its_pods_go_in_rounds_is_due_a_round_earlier() 
         "ReplicaSet",
     ));
     w.fake.insert(pdb_object("default", "web-pdb", "web", 1));
+    if let Some(status) = list_answer {
+        w.fake.inject(
+            Fault::new(status)
+                .method(Method::GET)
+                .path_contains("/poddisruptionbudgets"),
+        );
+    }
     let plan = w
         .plan(&event(EventKind::SpotInterruption, "ev-surge-budget"))
         .await;
@@ -823,23 +831,38 @@ async fn a_pod_whose_budget_lets_its_pods_go_in_rounds_is_due_a_round_earlier() 
         }
     })
     .await;
-    // Its grace (30 s), one round of its budget (15 s) and the margin (10 s) before the deadline.
-    let latest = deadline - chrono::Duration::seconds(55);
-    let at = evicted_at.unwrap();
-    assert!(
-        at >= latest && at <= latest + chrono::Duration::seconds(11),
-        "evicted at {at}, latest safe {latest}"
-    );
     let budgets_listed = w
         .fake
         .requests()
         .iter()
         .filter(|r| r.path.ends_with("/poddisruptionbudgets"))
         .count();
-    assert_eq!(
-        budgets_listed, 1,
-        "read once, when the placeholders are made"
+    (deadline - evicted_at.unwrap(), budgets_listed)
+}
+
+#[tokio::test]
+async fn a_pod_whose_budget_lets_its_pods_go_in_rounds_is_due_a_round_earlier() {
+    let (before, listed) = evicted_before_deadline(None).await;
+    // Its grace (30 s), one round of its budget (15 s) and the margin (10 s) before the deadline.
+    assert!(
+        before <= chrono::Duration::seconds(55) && before >= chrono::Duration::seconds(44),
+        "evicted {before} before the deadline"
     );
+    assert_eq!(listed, 1, "read once, when the placeholders are made");
+}
+
+#[tokio::test]
+async fn a_budget_list_that_fails_costs_the_rounds_not_the_drain() {
+    // The API server answers the list 500: the surge pass goes on (placeholders made, the pod
+    // held) without the budget's round, instead of failing the pass and leaving every pod
+    // where it is until the message comes back.
+    let (before, listed) = evicted_before_deadline(Some(500)).await;
+    // Its grace (30 s) and the margin (10 s): no round.
+    assert!(
+        before <= chrono::Duration::seconds(40) && before >= chrono::Duration::seconds(29),
+        "evicted {before} before the deadline"
+    );
+    assert_eq!(listed, 1, "tried once in the first pass");
 }
 
 /// A node of `cpu` allocatable cpus in pool `general`, Ready, running instance `id`.
@@ -969,10 +992,15 @@ async fn with_surge_a_warning_costs_seconds_of_capacity_not_the_autoscalers_minu
 #[tokio::test]
 async fn a_refused_placeholder_leaves_its_pod_drained_as_without_surge() {
     let w = surging().await;
+    // A second pod of a controller in the same namespace.
+    let mut api = pod_object("default", "api-1", NODE, "api", "ReplicaSet");
+    api["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "250m"}});
+    w.fake.insert(api);
     let plan = w
         .plan(&event(EventKind::SpotInterruption, "ev-surge-quota"))
         .await;
-    // A ResourceQuota (or an admission policy) refuses the placeholder: 403.
+    // A ResourceQuota, a Pod Security level or an RBAC without the grant refuses the first
+    // placeholder: 403.
     w.fake.inject(
         Fault::new(403)
             .method(Method::POST)
@@ -988,12 +1016,39 @@ async fn a_refused_placeholder_leaves_its_pod_drained_as_without_surge() {
         heartbeat: false,
     };
     let out = executor.run(&plan, drain).await.unwrap().remove(0);
-    assert!(
-        w.pod("default", "web-1").is_none(),
-        "evicted at once: {out:?}"
-    );
+    for pod in ["web-1", "api-1"] {
+        assert!(
+            w.pod("default", pod).is_none(),
+            "{pod} evicted at once: {out:?}"
+        );
+    }
     assert!(placeholders(&w).is_empty());
     assert!(out.drain.unwrap().waiting.is_empty());
+    // The namespace refused one: the other placeholder was not even asked for.
+    let creates = |w: &World| {
+        w.fake
+            .requests()
+            .iter()
+            .filter(|r| r.method == "POST" && r.path == "/api/v1/namespaces/default/pods")
+            .count()
+    };
+    assert_eq!(creates(&w), 1);
+    // A minute later the namespace is asked again.
+    w.fake
+        .insert(pod_object("default", "web-3", NODE, "web", "ReplicaSet"));
+    w.clock.sleep(Duration::from_secs(61)).await;
+    let again = Pass::Drain {
+        started_at: w.clock.now(),
+        announce: true,
+        owed: false,
+        heartbeat: false,
+    };
+    let plan = w
+        .plan(&event(EventKind::SpotInterruption, "ev-surge-quota-2"))
+        .await;
+    executor.run(&plan, again).await.unwrap();
+    assert_eq!(creates(&w), 2);
+    assert_eq!(placeholders(&w).len(), 1);
 }
 
 #[tokio::test]

@@ -108,8 +108,8 @@ pub struct KubeExecutor {
     config: Config,
     settings: ExecutorSettings,
     lifecycle: Option<Arc<dyn LifecycleCompleter>>,
-    /// The budgets surge drains last listed, shared by them.
-    budgets: Arc<super::surge::BudgetCache>,
+    /// What surge drains remember between passes (budgets, refused namespaces), shared by them.
+    surge_memory: Arc<super::surge::SurgeMemory>,
 }
 
 impl std::fmt::Debug for KubeExecutor {
@@ -130,7 +130,7 @@ impl KubeExecutor {
             config: config.clone(),
             settings: ExecutorSettings::default(),
             lifecycle: None,
-            budgets: Arc::default(),
+            surge_memory: Arc::default(),
         }
     }
 

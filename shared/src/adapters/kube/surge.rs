@@ -44,8 +44,8 @@ use crate::domain::surge::{
 pub(crate) struct SurgeSettings {
     pub event_id: String,
     pub deadline: DateTime<Utc>,
-    /// The budgets as last listed (the executor's, shared by its drains).
-    pub budgets: std::sync::Arc<BudgetCache>,
+    /// What the executor's surge drains remember (budgets, refused namespaces), shared by them.
+    pub memory: std::sync::Arc<SurgeMemory>,
     /// The drain's first pass: no placeholder was made yet, so none is listed (a duplicate
     /// chain's create answers 409, and the next pass lists them).
     pub first: bool,
@@ -126,7 +126,7 @@ pub(crate) async fn surge_pass(
         .collect();
     let mut rounds = earlier_rounds(to_evict);
     if settings.first {
-        for (uid, r) in budget_rounds(clients, &settings.budgets, &surging).await? {
+        for (uid, r) in budget_rounds(clients, &settings.memory, &surging).await? {
             let e = rounds.entry(uid).or_default();
             *e = (*e).max(r);
         }
@@ -182,7 +182,7 @@ pub(crate) async fn surge_pass(
         if let Due::Later(latest) = due(now, latest, state) {
             if state == Placeholder::Missing {
                 let ph = placeholder_for(pod, node, settings, latest);
-                match create(clients, &ph).await? {
+                match create(clients, &settings.memory, &ph).await? {
                     Created::New => pass.created += 1,
                     Created::Exists => {}
                     // No room can be asked for this pod: waiting would gain nothing.
@@ -212,10 +212,37 @@ fn running_elsewhere(ph: &Pod, node: &str) -> bool {
 /// size change rarely, and a list per drain would cost the API server a request per node.
 const BUDGETS_KEPT: chrono::Duration = chrono::Duration::seconds(60);
 
-/// The budgets that let their pods go only in rounds, per namespace, as last listed and when
-/// (kept [`BUDGETS_KEPT`] by the executor's clock; one list at a time).
+/// What an executor's surge drains remember from one pass to the next (one execution
+/// environment's): the budgets that let their pods go only in rounds, per namespace, as last
+/// listed and when (kept [`BUDGETS_KEPT`] by the executor's clock; one list at a time); and the
+/// namespaces where the API refused a placeholder (403), until when (see [`REFUSED_KEPT`]).
 #[derive(Debug, Default)]
-pub(crate) struct BudgetCache(tokio::sync::Mutex<KeptBudgets>);
+pub(crate) struct SurgeMemory {
+    budgets: tokio::sync::Mutex<KeptBudgets>,
+    refused: std::sync::Mutex<BTreeMap<String, DateTime<Utc>>>,
+}
+
+/// How long a namespace whose placeholder the API refused with 403 gets no other one asked
+/// for. A 403 is the cluster's word for the namespace, not for one pod: no grant to create
+/// pods (a cluster before 1.30, where `forewarn deploy` applies no placeholder grant, or an
+/// RBAC without it), a Pod Security level that a `pause` container without a security context
+/// does not meet, a ResourceQuota spent. Asking again for each pod of a mass interruption
+/// would cost the API server one request and the log one warning per pod, for nothing.
+const REFUSED_KEPT: chrono::Duration = chrono::Duration::seconds(60);
+
+impl SurgeMemory {
+    /// Whether placeholders in `namespace` were refused less than [`REFUSED_KEPT`] before `now`.
+    fn refuses(&self, namespace: &str, now: DateTime<Utc>) -> bool {
+        let refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        refused.get(namespace).is_some_and(|until| now < *until)
+    }
+
+    /// A placeholder in `namespace` was refused (403) at `now`.
+    fn refused_at(&self, namespace: &str, now: DateTime<Utc>) {
+        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        refused.insert(namespace.to_string(), now + REFUSED_KEPT);
+    }
+}
 
 /// Per namespace: when its budgets were listed, and the ones that let their pods go in rounds.
 type KeptBudgets = BTreeMap<String, (DateTime<Utc>, Vec<Budget>)>;
@@ -223,10 +250,10 @@ type KeptBudgets = BTreeMap<String, (DateTime<Utc>, Vec<Budget>)>;
 /// Per pod uid of `pods` (a drain's surging pods), one earlier round when a budget selects it
 /// that cannot let all of its pods go at once (see [`crate::domain::surge`]). One list of
 /// budgets per namespace, kept a minute; a list the API refuses (an RBAC without the grant)
-/// counts no round, and is logged.
+/// counts no round, and is logged; one that fails otherwise counts none in this pass only.
 async fn budget_rounds(
     clients: &ClusterClient,
-    cache: &BudgetCache,
+    memory: &SurgeMemory,
     pods: &[(&Pod, &str)],
 ) -> Result<BTreeMap<String, usize>, KubeError> {
     let namespaces: BTreeSet<&str> = pods
@@ -234,7 +261,7 @@ async fn budget_rounds(
         .map(|(p, _)| p.metadata.namespace.as_deref().unwrap_or("default"))
         .collect();
     let mut serial: Vec<Budget> = Vec::new();
-    let mut kept = cache.0.lock().await;
+    let mut kept = memory.budgets.lock().await;
     for ns in namespaces {
         let now = clients.clock().now();
         if let Some((at, budgets)) = kept.get(ns)
@@ -256,7 +283,12 @@ async fn budget_rounds(
                 tracing::warn!(error = %e, "budgets not read: placeholders wait without their rounds");
                 Vec::new()
             }
-            Err(e) => return Err(KubeError::Api(e)),
+            // Anything else (the API server in trouble): this pass goes on without the rounds,
+            // and the next one lists again (nothing is kept).
+            Err(e) => {
+                tracing::warn!(error = %e, "budgets not read: this pass's placeholders wait without their rounds");
+                continue;
+            }
         };
         let budgets: Vec<Budget> = listed
             .iter()
@@ -535,9 +567,21 @@ enum Created {
     Refused,
 }
 
-/// Creates `ph`.
-async fn create(clients: &ClusterClient, ph: &Pod) -> Result<Created, KubeError> {
+/// Creates `ph`, unless its namespace refused one lately (then it is [`Created::Refused`]
+/// without a request).
+async fn create(
+    clients: &ClusterClient,
+    memory: &SurgeMemory,
+    ph: &Pod,
+) -> Result<Created, KubeError> {
     let ns = ph.metadata.namespace.as_deref().unwrap_or("default");
+    if memory.refuses(ns, clients.clock().now()) {
+        tracing::debug!(
+            namespace = ns,
+            "placeholders refused here lately: not asked again"
+        );
+        return Ok(Created::Refused);
+    }
     let pods: Api<Pod> = Api::namespaced(clients.client().await?, ns);
     let object = format!(
         "pod/{ns}/{}",
@@ -551,7 +595,13 @@ async fn create(clients: &ClusterClient, ph: &Pod) -> Result<Created, KubeError>
     {
         Ok(_) => Ok(Created::New),
         Err(e) if e.status == Some(409) => Ok(Created::Exists),
-        Err(e) if matches!(e.status, Some(400 | 403 | 422)) => {
+        Err(e) if e.status == Some(403) => {
+            memory.refused_at(ns, clients.clock().now());
+            tracing::warn!(error = %e, namespace = ns,
+                "placeholder refused: its pod, and the namespace's for a minute, are evicted without waiting for room");
+            Ok(Created::Refused)
+        }
+        Err(e) if matches!(e.status, Some(400 | 422)) => {
             tracing::warn!(error = %e, "placeholder refused: its pod is evicted without waiting for room");
             Ok(Created::Refused)
         }
@@ -631,7 +681,7 @@ mod tests {
                 .unwrap()
                 .with_timezone(&Utc),
             first: false,
-            budgets: Default::default(),
+            memory: Default::default(),
         }
     }
 

@@ -59,7 +59,7 @@ impl KubeExecutor {
                 event_id: plan.event_id.clone(),
                 deadline,
                 first: matches!(pass, Pass::Drain { announce: true, .. }),
-                budgets: self.budgets.clone(),
+                memory: self.surge_memory.clone(),
             }),
         };
         drain_pass(
