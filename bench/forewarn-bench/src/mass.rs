@@ -288,6 +288,8 @@ pub(crate) struct Run {
     /// accepted (terminating or gone).
     pub(crate) cordoned: Vec<Option<Duration>>,
     pub(crate) evicted: Vec<Option<Duration>>,
+    /// Per node: when its first eviction was answered, whatever the answer.
+    tried: Vec<Option<Duration>>,
     invocations: usize,
     lambda_time: Duration,
     /// The part of `lambda_time` spent by invocations that carried only drain passes.
@@ -306,6 +308,25 @@ pub(crate) struct Run {
 }
 
 impl Run {
+    /// The nodes whose first eviction was answered by `window`; of them, those not fully
+    /// handled by then; of those, the ones with a pod behind a budget (see [`budgeted`]).
+    fn began_by(&self, window: Duration, s: &Settings) -> (usize, usize, usize) {
+        let by = |t: &Option<Duration>| t.is_some_and(|t| t <= window);
+        let began: Vec<usize> = (0..self.tried.len())
+            .filter(|&i| by(&self.tried[i]))
+            .collect();
+        let short: Vec<usize> = began
+            .iter()
+            .copied()
+            .filter(|&i| !(by(&self.cordoned[i]) && by(&self.evicted[i])))
+            .collect();
+        let budgeted = short
+            .iter()
+            .filter(|&&i| s.pods_per_node > 1 && budgeted(i, s.pdb_share))
+            .count();
+        (began.len(), short.len(), budgeted)
+    }
+
     /// The nodes fully handled (cordoned, every eviction accepted) by `window` after the warnings.
     pub(crate) fn handled_by(&self, window: Duration) -> usize {
         self.cordoned
@@ -470,6 +491,15 @@ pub async fn report(s: &Settings, svg: Option<&std::path::Path>) -> anyhow::Resu
     );
     row(
         &mut out,
+        "nodes whose drain began (an eviction answered) by 120 s; of them not fully handled (with a pod behind a budget)",
+        &|r| {
+            let (began, short, budgeted) = r.began_by(WINDOW, s);
+            format!("{began}; {short} ({budgeted})")
+        },
+        "",
+    );
+    row(
+        &mut out,
         "nodes cordoned by 120 s",
         &|r| format!("{} of {n}", within(&r.cordoned)),
         "",
@@ -557,26 +587,38 @@ pub async fn report(s: &Settings, svg: Option<&std::path::Path>) -> anyhow::Resu
 }
 
 /// Per node, from the fake's log of requests (nothing polls the fake while the run goes on, so
-/// the measure takes no CPU from it): when its cordon was answered (its first patch accepted),
-/// and when the last of its evictable pods' evictions was (each pod's first accepted; `None`
-/// while one has none), after `from`.
-#[allow(clippy::type_complexity)]
+/// the measure takes no CPU from it), after the warnings.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    /// When its cordon was answered (its first patch accepted).
+    cordoned: Vec<Option<Duration>>,
+    /// When the last of its evictable pods' evictions was (each pod's first accepted; `None`
+    /// while one has none).
+    evicted: Vec<Option<Duration>>,
+    /// When its first eviction was answered, whatever the answer (its first drain pass).
+    tried: Vec<Option<Duration>>,
+}
+
+/// What [`Seen`] the log `requests` shows, from `from`.
 fn handled(
     requests: &[kube_fake::RecordedRequest],
     from: chrono::DateTime<chrono::Utc>,
     names: &[String],
     pods_per_node: usize,
-) -> (Vec<Option<Duration>>, Vec<Option<Duration>>) {
+) -> Seen {
     let index: HashMap<&str, usize> = names
         .iter()
         .enumerate()
         .map(|(n, name)| (name.as_str(), n))
         .collect();
     let mut cordoned: Vec<Option<Duration>> = vec![None; names.len()];
+    let mut tried: Vec<Option<Duration>> = vec![None; names.len()];
     let mut pods: Vec<Vec<Option<Duration>>> = vec![vec![None; pods_per_node]; names.len()];
-    for r in requests.iter().filter(|r| (200..300).contains(&r.status)) {
+    for r in requests {
         let at = (r.at - from).to_std().unwrap_or_default();
-        if r.method == "PATCH"
+        let accepted = (200..300).contains(&r.status);
+        if accepted
+            && r.method == "PATCH"
             && let Some(&n) = r
                 .path
                 .strip_prefix("/api/v1/nodes/")
@@ -594,7 +636,10 @@ fn handled(
             && let (Ok(n), Ok(p)) = (n.parse::<usize>(), p.parse::<usize>())
             && let Some(slot) = pods.get_mut(n).and_then(|v| v.get_mut(p))
         {
-            slot.get_or_insert(at);
+            tried[n].get_or_insert(at);
+            if accepted {
+                slot.get_or_insert(at);
+            }
         }
     }
     let evicted = pods
@@ -604,7 +649,11 @@ fn handled(
                 .try_fold(Duration::ZERO, |m, t| Some(m.max(t?)))
         })
         .collect();
-    (cordoned, evicted)
+    Seen {
+        cordoned,
+        evicted,
+        tried,
+    }
 }
 
 /// The width of a column of [`spending`].
@@ -954,7 +1003,11 @@ pub(crate) async fn one_run(s: &Settings, mode: RunMode) -> anyhow::Result<Run> 
         r?;
     }
     let requests = fake.requests();
-    let (cordoned, evicted) = handled(&requests, warned_at, &names, s.pods_per_node);
+    let Seen {
+        cordoned,
+        evicted,
+        tried,
+    } = handled(&requests, warned_at, &names, s.pods_per_node);
     ClusterClient::clear_rate_limit();
     let counters = fake.counters();
     let Totals {
@@ -975,6 +1028,7 @@ pub(crate) async fn one_run(s: &Settings, mode: RunMode) -> anyhow::Result<Run> 
     Ok(Run {
         cordoned,
         evicted,
+        tried,
         invocations,
         lambda_time,
         pass_time,
@@ -1021,13 +1075,16 @@ mod tests {
             answered("POST", &evict(0, 1), 429, 500),
             answered("POST", &evict(0, 1), 201, 2500),
             answered("POST", &evict(0, 1), 201, 3000),
+            answered("POST", &evict(1, 1), 429, 1350),
             answered("POST", &evict(1, 0), 201, 1400),
         ];
-        let (cordoned, evicted) = handled(&log, chrono::DateTime::UNIX_EPOCH, &names, 2);
+        let seen = handled(&log, chrono::DateTime::UNIX_EPOCH, &names, 2);
         let ms = Duration::from_millis;
-        assert_eq!(cordoned, [Some(ms(200)), Some(ms(1300))]);
+        assert_eq!(seen.cordoned, [Some(ms(200)), Some(ms(1300))]);
         // Node 0: its second pod's first accepted eviction; node 1's second pod has none.
-        assert_eq!(evicted, [Some(ms(2500)), None]);
+        assert_eq!(seen.evicted, [Some(ms(2500)), None]);
+        // Each node's first eviction answered, a refusal included.
+        assert_eq!(seen.tried, [Some(ms(400)), Some(ms(1350))]);
     }
 
     #[test]
