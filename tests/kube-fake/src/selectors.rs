@@ -360,6 +360,14 @@ impl FieldSelector {
         Ok(Self { terms })
     }
 
+    /// The value a term requires at `pointer` (`field=value` or `field==value`), if one does.
+    pub fn equals(&self, pointer: &str) -> Option<&str> {
+        self.terms
+            .iter()
+            .find(|t| t.pointer == pointer && !t.negate)
+            .map(|t| t.value.as_str())
+    }
+
     /// Whether `obj` satisfies every term.
     pub fn matches_object(&self, obj: &Value) -> bool {
         self.terms.iter().all(|t| {

@@ -3,7 +3,7 @@
 //! Everything here is synchronous and runs under the fake's mutex; the HTTP
 //! layer only parses requests and renders answers.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -95,6 +95,20 @@ pub(crate) struct Store {
     tracked: Vec<bool>,
     /// The objects of tracked kinds written since the simulation last looked.
     changes: Vec<ObjKey>,
+    /// The pods' type (by index), if served.
+    pods: Option<usize>,
+    /// The pods bound to each node, by `spec.nodeName`: the API server's watch cache keeps this
+    /// index, so that listing one node's pods (a kubelet's list, a drain's) reads that node's
+    /// pods, not every pod of the cluster. Kept by [`Store::put`] and [`Store::take`].
+    by_node: HashMap<String, BTreeSet<ObjKey>>,
+}
+
+/// The node a pod is bound to (`spec.nodeName`), if any.
+fn node_of(obj: &Value) -> Option<&str> {
+    obj.get("spec")?
+        .get("nodeName")?
+        .as_str()
+        .filter(|n| !n.is_empty())
 }
 
 pub(crate) fn now_rfc3339() -> String {
@@ -156,7 +170,12 @@ fn namespace_mismatch() -> ApiError {
 impl Store {
     pub fn new(resources: Vec<ResourceDef>) -> Self {
         let seed = Utc::now().timestamp_nanos_opt().unwrap_or_default() as u64;
+        let pods = resources
+            .iter()
+            .position(|r| r.api_version() == "v1" && r.kind == "Pod");
         Self {
+            pods,
+            by_node: HashMap::new(),
             resources,
             objects: BTreeMap::new(),
             resource_version: 1000,
@@ -209,15 +228,41 @@ impl Store {
     /// Stores an object (every write goes through here or [`Store::take`]).
     fn put(&mut self, key: ObjKey, obj: Value) {
         self.touched(&key);
+        if Some(key.0) == self.pods {
+            self.unindex(&key);
+            if let Some(node) = node_of(&obj) {
+                self.by_node
+                    .entry(node.to_string())
+                    .or_default()
+                    .insert(key.clone());
+            }
+        }
         self.objects.insert(key, obj);
     }
 
     fn take(&mut self, key: &ObjKey) -> Option<Value> {
+        if Some(key.0) == self.pods {
+            self.unindex(key);
+        }
         let removed = self.objects.remove(key);
         if removed.is_some() {
             self.touched(key);
         }
         removed
+    }
+
+    /// Takes pod `key` out of [`Store::by_node`], under the node it is stored with.
+    fn unindex(&mut self, key: &ObjKey) {
+        let Some(node) = self.objects.get(key).and_then(node_of) else {
+            return;
+        };
+        if let Some(keys) = self.by_node.get_mut(node) {
+            keys.remove(key);
+            if keys.is_empty() {
+                let node = node.to_string();
+                self.by_node.remove(&node);
+            }
+        }
     }
 
     /// The stored object, unpresented.
@@ -425,8 +470,22 @@ impl Store {
         fields: &FieldSelector,
     ) -> Value {
         let res = &self.resources[idx];
-        let items: Vec<Value> = self
-            .objects_of(idx, namespace)
+        // One node's pods: from the index (as the API server's watch cache serves them).
+        let on_node = fields
+            .equals("/spec/nodeName")
+            .filter(|node| Some(idx) == self.pods && !node.is_empty());
+        let candidates: Box<dyn Iterator<Item = &Value>> = match on_node {
+            Some(node) => Box::new(
+                self.by_node
+                    .get(node)
+                    .into_iter()
+                    .flatten()
+                    .filter(move |(_, ns, _)| namespace.is_none_or(|want| want == ns))
+                    .filter_map(|key| self.objects.get(key)),
+            ),
+            None => Box::new(self.objects_of(idx, namespace)),
+        };
+        let items: Vec<Value> = candidates
             .filter(|o| labels.matches_object(o) && fields.matches_object(o))
             .map(|o| {
                 let mut o = self.present(idx, o.clone());
@@ -971,6 +1030,58 @@ mod tests {
         let s = Store::new(builtin_resources());
         let idx = s.find_kind("v1", "Node").unwrap();
         (s, idx)
+    }
+
+    #[test]
+    fn a_list_of_one_nodes_pods_is_served_from_the_node_index_as_writes_change_it() {
+        let mut s = Store::new(builtin_resources());
+        let pods = s.find_kind("v1", "Pod").unwrap();
+        let res = s.resources[pods].clone();
+        let pod = |name: &str, node: Option<&str>| {
+            let mut p = json!({"metadata": {"name": name, "namespace": "a"},
+                "spec": {"containers": [{"name": "c", "image": "i"}]}});
+            if let Some(node) = node {
+                p["spec"]["nodeName"] = json!(node);
+            }
+            p
+        };
+        let names = |s: &Store, selector: &str, ns: Option<&str>| -> Vec<String> {
+            let fields = FieldSelector::parse(selector, &res).unwrap();
+            s.list(pods, ns, &LabelSelector::default(), &fields)["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+                .collect()
+        };
+        for (name, node) in [("p1", Some("n1")), ("p2", Some("n2")), ("p3", None)] {
+            s.create(pods, Some("a"), pod(name, node), false).unwrap();
+        }
+        s.create(
+            pods,
+            Some("b"),
+            {
+                let mut p = pod("p4", Some("n1"));
+                p["metadata"]["namespace"] = json!("b");
+                p
+            },
+            false,
+        )
+        .unwrap();
+        assert_eq!(names(&s, "spec.nodeName=n1", None), ["p1", "p4"]);
+        assert_eq!(names(&s, "spec.nodeName==n1", Some("a")), ["p1"]);
+        // Unbound pods are not in the index: the empty name is matched by a scan.
+        assert_eq!(names(&s, "spec.nodeName=", None), ["p3"]);
+        assert_eq!(names(&s, "spec.nodeName!=n1", Some("a")), ["p2", "p3"]);
+        // A binding (the scheduler's write) and a delete move the index with them.
+        let key = s.key_of(pods, Some("a"), "p3");
+        s.write(key, pod("p3", Some("n1")));
+        assert_eq!(names(&s, "spec.nodeName=n1", Some("a")), ["p1", "p3"]);
+        s.delete(pods, Some("a"), "p1", &DeleteOptions::default(), false)
+            .unwrap();
+        assert_eq!(names(&s, "spec.nodeName=n1", Some("a")), ["p3"]);
+        assert_eq!(names(&s, "spec.nodeName=n2", None), ["p2"]);
+        assert!(names(&s, "spec.nodeName=n3", None).is_empty());
     }
 
     #[test]
