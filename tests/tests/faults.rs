@@ -187,6 +187,7 @@ impl World {
                 queue: Some(Arc::new(SqsRedelivery::new(aws_sdk_sqs::Client::new(
                     &through_proxy,
                 )))),
+                kept: Some(Arc::default()),
             },
             instances: Arc::new(Ec2Directory::from_conf(&through_proxy)),
             nodes: Arc::new(KubeNodeDirectory::new(clients.clone())),

@@ -3067,8 +3067,8 @@ impl forewarn::ports::ContinuationQueue for Continuations {
 
 const QUEUE_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:forewarn-events";
 
-/// The SQS batch Lambda would pass for messages with these bodies.
-fn sqs_batch(bodies: &[String]) -> Vec<forewarn::domain::inbound::Record> {
+/// The SQS event Lambda would pass for messages with these bodies.
+fn sqs_event(bodies: &[String]) -> Value {
     let records: Vec<Value> = bodies
         .iter()
         .enumerate()
@@ -3078,8 +3078,107 @@ fn sqs_batch(bodies: &[String]) -> Vec<forewarn::domain::inbound::Record> {
                    "eventSource": "aws:sqs", "eventSourceARN": QUEUE_ARN, "awsRegion": "us-east-1"})
         })
         .collect();
-    let input = json!({ "Records": records }).to_string();
+    json!({ "Records": records })
+}
+
+/// The records of the SQS batch Lambda would pass for messages with these bodies.
+fn sqs_batch(bodies: &[String]) -> Vec<forewarn::domain::inbound::Record> {
+    let input = sqs_event(bodies).to_string();
     forewarn::domain::inbound::decode("sqs", input.as_bytes(), Utc::now()).unwrap()
+}
+
+/// A pass that leaves a pod its disruption budget refused keeps a copy of its queued
+/// continuation in the execution environment: the environment's next invocation after the
+/// budget's wait runs it beside its own batch — before the queued pass, which in a mass
+/// interruption waits behind thousands of other messages — and the pod is evicted. The copy
+/// records no Event and queues nothing (its queued twin does both).
+#[tokio::test]
+async fn a_budget_refusal_is_tried_again_by_the_environment_before_its_queued_pass() {
+    use forewarn::domain::report::Outcome;
+    let w = World::plain().await;
+    w.fake.set_eviction_grace(Duration::from_secs(30));
+    w.fake
+        .insert(pod_object("default", "web-1", NODE, "web", "ReplicaSet"));
+    // One of two `pair` pods may be away at a time; the one on the other node is already going
+    // (another drain evicted it): the budget has no room until it is gone, 30 s from now.
+    w.fake
+        .insert(pod_object("default", "pair-1", NODE, "pair", "ReplicaSet"));
+    w.fake.insert(pod_object(
+        "default",
+        "pair-2",
+        OTHER_NODE,
+        "pair",
+        "ReplicaSet",
+    ));
+    w.fake.insert(json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "pair", "namespace": "default"},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "pair"}}},
+    }));
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(w.fake.client(), "default");
+    pods.evict("pair-2", &Default::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let queue = Arc::new(Continuations::default());
+    let handler = forewarn::app::handler::Handler {
+        instances: Arc::new(Instances(BTreeMap::from([(
+            ID.to_string(),
+            instance(ID, NODE),
+        )]))),
+        nodes: Arc::new(KubeNodeDirectory::new(w.clients.clone())),
+        executor: Some(Arc::new(w.executor())),
+        passes: Passes {
+            interval: Duration::from_secs(1),
+            queue: Some(queue.clone()),
+            kept: Some(Arc::default()),
+        },
+        ..w.handler(dir.path())
+    };
+    let next = || queue.sent.lock().unwrap().pop().map(|(_, body, _)| body);
+    let going = |w: &World, pod: &str| {
+        w.pod("default", pod)
+            .is_none_or(|p| p["metadata"].get("deletionTimestamp").is_some())
+    };
+    let warning = spot_body("ev-kept", ID);
+    handler
+        .invoke(sqs_event(std::slice::from_ref(&warning)), None)
+        .await
+        .unwrap();
+    // The first pass: web-1 evicted, pair-1 refused by its budget; the next pass is queued.
+    let first = next().expect("the first pass is queued");
+    handler.invoke(sqs_event(&[first]), None).await.unwrap();
+    assert!(going(&w, "web-1"));
+    assert!(!going(&w, "pair-1"), "refused by its budget");
+    assert!(next().is_some(), "the next pass is queued as always");
+    let events = w.events().len();
+
+    // 31 s on, pair-2 is gone. The environment's next invocation (any batch: here the
+    // warning again) runs the kept copy: pair-1 is evicted before its queued pass comes.
+    w.clock.advance(Duration::from_secs(31));
+    assert!(w.pod("default", "pair-2").is_none());
+    let out = handler
+        .invoke(sqs_event(std::slice::from_ref(&warning)), None)
+        .await
+        .unwrap();
+    assert!(going(&w, "pair-1"), "evicted by the kept copy");
+    assert_eq!(out.reports.len(), 1, "the answer is about the batch only");
+    assert_eq!(out.reports[0].outcome, Outcome::Duplicate);
+    assert_eq!(out.response["batchItemFailures"], json!([]));
+    assert!(next().is_none(), "the copy queues nothing");
+    assert_eq!(w.events().len(), events, "the copy records no Event");
+    // Kept once: a later invocation runs nothing more.
+    w.fake.clear_requests();
+    handler
+        .invoke(sqs_event(std::slice::from_ref(&warning)), None)
+        .await
+        .unwrap();
+    assert!(
+        !w.fake
+            .requests()
+            .iter()
+            .any(|r| r.path.ends_with("/eviction")),
+        "no copy is left"
+    );
 }
 
 fn spot_body(id: &str, instance_id: &str) -> String {
@@ -3102,6 +3201,7 @@ async fn through_the_pipeline_a_drain_continues_in_queued_passes_and_the_event_i
     let queued = Passes {
         interval: Duration::from_secs(1),
         queue: Some(queue.clone()),
+        kept: None,
     };
     let pipeline = w.pipeline(&store, &instances, &directory, &executor, &queued);
     let original = spot_body("ev-queued", ID);
@@ -3257,6 +3357,7 @@ async fn drains_waiting_for_room_look_at_their_placeholders_alone_in_one_list_a_
     let queued = Passes {
         interval: Duration::from_secs(1),
         queue: Some(queue.clone()),
+        kept: None,
     };
     let pipeline = w.pipeline(&store, &instances, &directory, &executor, &queued);
     let batch = |sent: Vec<(String, Duration)>| {

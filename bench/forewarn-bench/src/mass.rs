@@ -893,19 +893,27 @@ pub(crate) async fn one_run(s: &Settings, mode: RunMode) -> anyhow::Result<Run> 
     };
     let queue = Arc::new(Queue::default());
     let clients = ClusterClient::new(fake.client());
-    let handler = Arc::new(Handler {
-        redelivery: Some(queue.clone()),
-        passes: Passes {
-            interval: Duration::from_secs(s.pass_interval_seconds),
-            queue: continuing.then(|| queue.clone() as Arc<dyn ContinuationQueue>),
-        },
-        instances: Arc::new(SnapshotInstances(instances)),
-        nodes: Arc::new(KubeNodeDirectory::new(clients.clone())),
-        executor: Some(Arc::new(KubeExecutor::new(clients, &config))),
-        concurrency: s.batch,
-        safety_margin: Duration::from_secs(3),
-        ..Handler::new(config.clone(), Arc::new(EmbeddedStore::open(dir.path())?))
-    });
+    let store: Arc<dyn forewarn::ports::PoolStore> = Arc::new(EmbeddedStore::open(dir.path())?);
+    let instances: Arc<dyn forewarn::ports::InstanceDirectory> =
+        Arc::new(SnapshotInstances(instances));
+    // Each poller is an execution environment with a handler of its own, set up as a cold
+    // start sets it up: its executor (and what its surge drains remember), its kept retries.
+    let environment = || {
+        Arc::new(Handler {
+            redelivery: Some(queue.clone()),
+            passes: Passes {
+                interval: Duration::from_secs(s.pass_interval_seconds),
+                queue: continuing.then(|| queue.clone() as Arc<dyn ContinuationQueue>),
+                kept: continuing.then(Arc::default),
+            },
+            instances: instances.clone(),
+            nodes: Arc::new(KubeNodeDirectory::new(clients.clone())),
+            executor: Some(Arc::new(KubeExecutor::new(clients.clone(), &config))),
+            concurrency: s.batch,
+            safety_margin: Duration::from_secs(3),
+            ..Handler::new(config.clone(), store.clone())
+        })
+    };
 
     fake.set_latency(Duration::from_millis(s.latency_ms));
     fake.set_rate_limit(s.server_rps, s.server_burst);
@@ -929,7 +937,7 @@ pub(crate) async fn one_run(s: &Settings, mode: RunMode) -> anyhow::Result<Run> 
     let totals = Arc::new(Mutex::new(Totals::default()));
     let pollers = (0..s.invocations.max(1)).map(|_| {
         let queue = Arc::clone(&queue);
-        let handler = Arc::clone(&handler);
+        let handler = environment();
         let totals = Arc::clone(&totals);
         let batch = s.batch;
         // The execution environment's own limiter, if each has one.

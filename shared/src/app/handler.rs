@@ -167,8 +167,13 @@ impl Handler {
             return Err(HandlerError::NoMessageId { index });
         }
         let now = self.clock.now();
-        let records = inbound::decode_sqs_messages("sqs", &lambda_event::messages(batch), now);
-        let reports = self.process(&records, deadline).await;
+        let messages = lambda_event::messages(batch);
+        let mut records = inbound::decode_sqs_messages("sqs", &messages, now);
+        let own = records.len();
+        records.extend(self.kept_due(&messages, now));
+        let mut reports = self.process(&records, deadline).await;
+        // The kept copies' reports are logged; the answer is about the batch's messages.
+        reports.truncate(own);
         if let Some(redelivery) = &self.redelivery {
             self.retry_soon(redelivery.as_ref(), batch, &reports, deadline)
                 .await;
@@ -190,6 +195,31 @@ impl Handler {
             "batch handled"
         );
         Ok((response, reports))
+    }
+
+    /// The copies of continuations this environment kept that are due by `now` (see
+    /// [`crate::app::pipeline::kept`]), as records run beside the batch's `messages`; a copy
+    /// whose queued twin is among them is dropped.
+    fn kept_due(&self, messages: &[inbound::SqsMessage], now: DateTime<Utc>) -> Vec<Record> {
+        let Some(kept) = &self.passes.kept else {
+            return Vec::new();
+        };
+        let due = kept.take_due(now, |body| {
+            messages.iter().any(|m| m.body.as_deref() == Some(body))
+        });
+        let copies: Vec<inbound::SqsMessage> = due
+            .into_iter()
+            .map(|k| inbound::SqsMessage {
+                body: Some(k.body),
+                event_source_arn: Some(k.queue_arn),
+                ..Default::default()
+            })
+            .collect();
+        let mut records = inbound::decode_sqs_messages("kept", &copies, now);
+        for r in &mut records {
+            r.kept = true;
+        }
+        records
     }
 
     /// Shortens the visibility of every message reported failed, by the [`RetryPolicy`]. Best

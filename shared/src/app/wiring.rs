@@ -132,6 +132,8 @@ pub async fn services_with_clock(
                 (Some(q), Some(_)) => Some(q.clone() as Arc<dyn ContinuationQueue>),
                 _ => None,
             },
+            // With continuations queued, budget refusals are also retried from here.
+            kept: (sqs.is_some() && settings.drain_pass_interval.is_some()).then(Arc::default),
         },
         clock,
         concurrency: settings.concurrency,

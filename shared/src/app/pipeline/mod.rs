@@ -43,6 +43,7 @@ use crate::ports::{
 };
 
 mod batch;
+pub mod kept;
 mod passes;
 
 use batch::{by_phase, follow_firsts, schedule};
@@ -73,6 +74,9 @@ pub struct Passes {
     pub interval: Duration,
     /// Where continuations are queued; `None`: every drain's passes run in process.
     pub queue: Option<Arc<dyn ContinuationQueue>>,
+    /// Where the execution environment keeps copies of continuations whose pass left a pod its
+    /// budget refused, to run them itself once due (see [`kept`]); `None`: none are kept.
+    pub kept: Option<Arc<kept::KeptRetries>>,
 }
 
 impl Passes {
@@ -81,6 +85,7 @@ impl Passes {
         Passes {
             interval,
             queue: None,
+            kept: None,
         }
     }
 }
@@ -1031,6 +1036,7 @@ mod tests {
         let passes = Passes {
             interval: PASS_INTERVAL,
             queue: Some(queue.clone()),
+            kept: None,
         };
         let p = queued(&passes, &clock, &config, &store, &world, &exec);
         let batch =
@@ -1081,6 +1087,7 @@ mod tests {
         let passes = Passes {
             interval: PASS_INTERVAL,
             queue: Some(queue.clone()),
+            kept: None,
         };
         let p = queued(&passes, &clock, &config, &store, &world, &exec);
         // 10 s past the deadline: more than a pass interval (5 s), within the margin (15 s).

@@ -1,6 +1,7 @@
 //! A drain's passes after the first: the continuation verified, one pass run, and the drain
 //! carried on, by a continuation message or here in process (see the parent module's doc).
 
+use super::kept;
 use super::*;
 use crate::domain::surge::RoomWait;
 
@@ -171,18 +172,28 @@ impl Pipeline<'_> {
             return report;
         }
         if plan.has_node_work() {
-            match self
-                .drain_pass(executor, plan, continuation, &mut report)
-                .await
-            {
+            // A kept copy owes no Event: its queued twin records them (a third pass owes none).
+            let kept_copy = record.kept.then(|| Continuation {
+                pass: continuation.pass.max(3),
+                ..continuation.clone()
+            });
+            let pass = kept_copy.as_ref().unwrap_or(continuation);
+            match self.drain_pass(executor, plan, pass, &mut report).await {
                 Ok(PassEnd::Refused) => {
                     report.outcome = Outcome::Ignored;
                     return report;
                 }
                 Ok(PassEnd::Done) => {}
+                // A kept copy's drain goes on through its queued twin.
+                Ok(PassEnd::Next(..)) if record.kept => {}
                 Ok(PassEnd::Next(next, after)) => {
                     let carried = match self.queue_for(record) {
-                        Some(queue) => self.send(queue, &next, after).await,
+                        Some(queue) => {
+                            let arn = queue.arn.to_string();
+                            self.send(queue, &next, after)
+                                .await
+                                .map(|body| self.keep_if_refused(&report, body, arn))
+                        }
                         None => {
                             self.passes_here(executor, plan, *next, after, &mut report)
                                 .await
@@ -319,22 +330,44 @@ impl Pipeline<'_> {
     }
 
     /// Queues `next` as a continuation message, due after `after` (the pass comes back as a
-    /// new delivery).
+    /// new delivery); the message's body.
     pub(super) async fn send(
         &self,
         to: Queued<'_, '_>,
         next: &Continuation,
         after: Duration,
-    ) -> Result<(), WorkError> {
+    ) -> Result<String, WorkError> {
         let key = self
             .store
             .continuation_key()
             .await
             .map_err(WorkError::Key)?;
+        let body = next.body(&key, to.body);
         to.queue
-            .send(to.arn, &next.body(&key, to.body), after)
+            .send(to.arn, &body, after)
             .await
-            .map_err(WorkError::Queue)
+            .map_err(WorkError::Queue)?;
+        Ok(body)
+    }
+
+    /// Keeps a copy of a continuation just queued (`body`, to `queue_arn`), due after
+    /// [`kept::BUDGET_WAIT`], when the pass that sent it left a pod its budget refused and the
+    /// environment keeps copies (see [`kept`]).
+    fn keep_if_refused(&self, report: &Report, body: String, queue_arn: String) {
+        let refused = report
+            .actions
+            .iter()
+            .any(|a| a.drain.is_some_and(|d| d.left > 0));
+        if let Some(kept) = self.passes.kept.as_ref().filter(|_| refused) {
+            let due = self.clock.now() + span(kept::BUDGET_WAIT);
+            if !kept.keep(kept::Kept {
+                due,
+                body,
+                queue_arn,
+            }) {
+                tracing::debug!("retries kept: full; this one waits for its queued continuation");
+            }
+        }
     }
 
     /// Carries a pending drain on here from `next`, due after `after`: pass after pass, the

@@ -15,6 +15,10 @@ pub struct Record {
     /// The SQS queue's ARN (`eventSourceARN`), when the record came from one: where a
     /// continuation of its drain is sent.
     pub queue_arn: Option<String>,
+    /// A copy of a continuation that this execution environment kept and runs itself (see
+    /// `crate::app::pipeline::kept`): its pass evicts what is left, and records none of the
+    /// decision's Events, queues nothing and keeps nothing (its queued twin does).
+    pub kept: bool,
 }
 
 impl Record {
@@ -26,6 +30,7 @@ impl Record {
             continuation: None,
             body: None,
             queue_arn: None,
+            kept: false,
         }
     }
 }

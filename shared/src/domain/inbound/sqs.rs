@@ -127,6 +127,7 @@ fn decode_message_body(origin: Origin, msg: &SqsMessage, received: DateTime<Utc>
             continuation: None,
             body: body.map(str::to_string),
             queue_arn: None,
+            kept: false,
         },
         Some(Err(malformed)) => Record::new(
             origin.clone(),
@@ -143,6 +144,7 @@ fn decode_message_body(origin: Origin, msg: &SqsMessage, received: DateTime<Utc>
             continuation: Some(continuation),
             body: Some(body),
             queue_arn: None,
+            kept: false,
         },
     }
 }
