@@ -383,16 +383,13 @@ pub struct ActionResult {
     pub refused: Option<String>,
 }
 
-/// Which pass over an event's node actions a call to [`Executor::execute`] is. An event's work
-/// is one first pass, then — while a drain is pending — drain passes, spaced by the pass
-/// interval; the pipeline drives them (by continuation messages, or in process: see
-/// `crate::app::pipeline`).
+/// Which pass over an event's node actions a call to [`Executor::execute`] is: one first pass,
+/// then, while a drain is pending, drain passes the pipeline drives (`crate::app::pipeline`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pass {
-    /// The event's first pass: a drain's node is cordoned and tainted, and nothing else is done
-    /// to it (its drain is reported `pending`), so that a mass interruption's first deliveries
-    /// are short and every node is cordoned early. Actions without a drain are carried out
-    /// whole. (A dry run, which has no later pass, also says what the drain would evict.)
+    /// The event's first pass: a drain's node is cordoned and tainted, nothing more (its drain
+    /// is `pending`), so that a mass interruption's nodes are all cordoned early. Actions
+    /// without a drain are carried out whole. (A dry run also says what a drain would evict.)
     Cordon,
     /// A pass of the drain: what is on the node is evicted (critical pods once the others are
     /// gone) or waited for; when nothing is left (or the deadline has passed) the drain ends and
@@ -407,6 +404,9 @@ pub enum Pass {
         owed: bool,
         /// Keep a pending lifecycle action alive (`RecordLifecycleActionHeartbeat`).
         heartbeat: bool,
+        /// Record no Event, not even the drain's end (a copy kept by the execution environment,
+        /// whose queued twin records them).
+        quiet: bool,
     },
     /// The Events of the decision a drain's first pass left to the next, recorded alone (the
     /// node read and verified first) by that pass when it comes after the instance is gone.

@@ -119,6 +119,7 @@ async fn passes(executor: &KubeExecutor, plan: &Plan) -> Result<Vec<NodeOutcome>
             announce: pass == 1,
             owed: pass == 2,
             heartbeat: true,
+            quiet: false,
         };
         let outcomes = executor.run(plan, drain).await?;
         for (m, o) in merged.iter_mut().zip(outcomes) {
@@ -166,6 +167,7 @@ async fn execute_passes(
             announce: pass == 1,
             owed: pass == 2,
             heartbeat: true,
+            quiet: false,
         };
         results = executor.execute(plan, drain).await?;
         pass += 1;
@@ -685,6 +687,7 @@ async fn surge_passes(
             announce: pass == 1,
             owed: pass == 2,
             heartbeat: true,
+            quiet: false,
         };
         outcomes = executor.run(plan, drain).await.unwrap();
         pass += 1;
@@ -1014,6 +1017,7 @@ async fn a_refused_placeholder_leaves_its_pod_drained_as_without_surge() {
         announce: true,
         owed: false,
         heartbeat: false,
+        quiet: false,
     };
     let out = executor.run(&plan, drain).await.unwrap().remove(0);
     for pod in ["web-1", "api-1"] {
@@ -1042,6 +1046,7 @@ async fn a_refused_placeholder_leaves_its_pod_drained_as_without_surge() {
         announce: true,
         owed: false,
         heartbeat: false,
+        quiet: false,
     };
     let plan = w
         .plan(&event(EventKind::SpotInterruption, "ev-surge-quota-2"))
@@ -1065,6 +1070,7 @@ async fn the_sweeper_deletes_placeholders_that_outlived_their_drain() {
         announce: true,
         owed: false,
         heartbeat: false,
+        quiet: false,
     };
     executor.run(&plan, drain).await.unwrap();
     assert_eq!(placeholders(&w).len(), 1);
@@ -2852,6 +2858,7 @@ async fn a_first_pass_evicts_and_returns_and_a_later_pass_ends_the_drain_once_th
                 announce: true,
                 owed: false,
                 heartbeat: true,
+                quiet: false,
             },
         )
         .await
@@ -2878,12 +2885,14 @@ async fn a_first_pass_evicts_and_returns_and_a_later_pass_ends_the_drain_once_th
         announce: false,
         owed: false,
         heartbeat: false,
+        quiet: false,
     };
     let owed = Pass::Drain {
         started_at: started,
         announce: false,
         owed: true,
         heartbeat: false,
+        quiet: false,
     };
     let second = executor.run(&plan, owed).await.unwrap().remove(0);
     let drain = second.drain.clone().unwrap();
@@ -2947,6 +2956,7 @@ async fn critical_pods_are_evicted_in_a_later_pass_once_the_others_are_gone() {
                 announce: true,
                 owed: false,
                 heartbeat: false,
+                quiet: false,
             },
         )
         .await
@@ -2961,6 +2971,7 @@ async fn critical_pods_are_evicted_in_a_later_pass_once_the_others_are_gone() {
         announce: false,
         owed: false,
         heartbeat: false,
+        quiet: false,
     };
     let second = executor.run(&plan, later).await.unwrap().remove(0);
     let drain = second.drain.unwrap();
@@ -2997,6 +3008,7 @@ async fn a_refused_eviction_is_tried_again_in_later_passes_until_the_deadline() 
                 announce: true,
                 owed: false,
                 heartbeat: false,
+                quiet: false,
             },
         )
         .await
@@ -3017,6 +3029,7 @@ async fn a_refused_eviction_is_tried_again_in_later_passes_until_the_deadline() 
         announce: false,
         owed: false,
         heartbeat: false,
+        quiet: false,
     };
     let last = executor.run(&plan, later).await.unwrap().remove(0);
     let drain = last.drain.unwrap();
@@ -3085,6 +3098,39 @@ fn sqs_event(bodies: &[String]) -> Value {
 fn sqs_batch(bodies: &[String]) -> Vec<forewarn::domain::inbound::Record> {
     let input = sqs_event(bodies).to_string();
     forewarn::domain::inbound::decode("sqs", input.as_bytes(), Utc::now()).unwrap()
+}
+
+/// A quiet pass (a copy the execution environment kept) records no Event: neither the Events of
+/// the decision it would owe nor the drain's end, though it ends the drain; the queued twin,
+/// not quiet, records them.
+#[tokio::test]
+async fn a_quiet_pass_records_no_event_even_when_it_ends_the_drain() {
+    let w = World::plain().await;
+    w.fake
+        .insert(pod_object("default", "web-1", NODE, "web", "ReplicaSet"));
+    let plan = w
+        .plan(&event(EventKind::SpotInterruption, "ev-quiet"))
+        .await;
+    let executor = w.executor();
+    executor.run(&plan, Pass::Cordon).await.unwrap();
+    let drain = |quiet| Pass::Drain {
+        started_at: w.clock.now(),
+        announce: false,
+        owed: true,
+        heartbeat: false,
+        quiet,
+    };
+    // One pass evicts, the next sees the pod gone and ends the drain.
+    executor.run(&plan, drain(true)).await.unwrap();
+    let out = executor.run(&plan, drain(true)).await.unwrap().remove(0);
+    assert!(w.pod("default", "web-1").is_none(), "evicted: {out:?}");
+    assert!(!out.pending(), "the drain is over: {out:?}");
+    assert!(w.events().is_empty(), "{:?}", w.events().keys());
+    executor.run(&plan, drain(false)).await.unwrap();
+    let events = w.events();
+    for reason in ["SpotInterrupted", "Cordoned", "Drained"] {
+        assert!(events.contains_key(reason), "{reason}: {:?}", events.keys());
+    }
 }
 
 /// A pass that leaves a pod its disruption budget refused keeps a copy of its queued
@@ -3641,6 +3687,7 @@ fn drain_pass(announce: bool) -> Pass {
         announce,
         owed: false,
         heartbeat: false,
+        quiet: false,
     }
 }
 

@@ -6,12 +6,12 @@
 //! its continuation (in a mass interruption, thousands of other nodes' first passes, which
 //! would bring it after the instance is gone).
 //!
-//! A kept copy is this environment's own signed continuation, verified as any other; it evicts
-//! what is left, records none of the decision's Events, queues nothing and keeps nothing (the
-//! queued copy does all that when it comes; a second pass over a node whose pods are evicted
-//! finds nothing to evict). Like any pass, a copy that ends the drain (one that runs past the
-//! drain's deadline) records the drain's end. A copy whose queued twin is in the same batch is
-//! dropped. An environment that ends loses its copies and nothing else.
+//! A kept copy is this environment's own signed continuation, verified as any other; its pass
+//! is quiet (`Pass::Drain { quiet }`): it evicts what is left and records no Event, not even the
+//! drain's end when it ends the drain; and it queues nothing and keeps nothing. The queued copy
+//! does all that when it comes (a second pass over a node whose pods are evicted finds nothing
+//! to evict). A copy whose queued twin is in the same batch is dropped. An environment that ends
+//! loses its copies and nothing else.
 
 use std::sync::Mutex;
 use std::time::Duration;

@@ -172,13 +172,10 @@ impl Pipeline<'_> {
             return report;
         }
         if plan.has_node_work() {
-            // A kept copy owes no Event: its queued twin records them (a third pass owes none).
-            let kept_copy = record.kept.then(|| Continuation {
-                pass: continuation.pass.max(3),
-                ..continuation.clone()
-            });
-            let pass = kept_copy.as_ref().unwrap_or(continuation);
-            match self.drain_pass(executor, plan, pass, &mut report).await {
+            match self
+                .drain_pass(executor, plan, continuation, record.kept, &mut report)
+                .await
+            {
                 Ok(PassEnd::Refused) => {
                     report.outcome = Outcome::Ignored;
                     return report;
@@ -210,12 +207,14 @@ impl Pipeline<'_> {
         report
     }
 
-    /// One drain pass of `plan` for `continuation`, its results put in `report`.
+    /// One drain pass of `plan` for `continuation`, its results put in `report`; `quiet` for a
+    /// kept copy (see [`kept`]): no Event, its queued twin records them.
     pub(super) async fn drain_pass(
         &self,
         executor: &dyn Executor,
         plan: &Plan,
         continuation: &Continuation,
+        quiet: bool,
         report: &mut Report,
     ) -> Result<PassEnd, WorkError> {
         let heartbeat = match continuation.heartbeat_at {
@@ -227,6 +226,7 @@ impl Pipeline<'_> {
             announce: continuation.pass == 1,
             owed: continuation.owes_decision_events(),
             heartbeat,
+            quiet,
         };
         let results = executor.execute(plan, pass).await?;
         if let Some(why) = refusals(&results) {
@@ -382,7 +382,10 @@ impl Pipeline<'_> {
     ) -> Result<(), WorkError> {
         loop {
             self.clock.sleep(after).await;
-            match self.drain_pass(executor, plan, &next, report).await? {
+            match self
+                .drain_pass(executor, plan, &next, false, report)
+                .await?
+            {
                 PassEnd::Next(n, a) => (next, after) = (*n, a),
                 PassEnd::Done | PassEnd::Refused => return Ok(()),
             }

@@ -16,8 +16,8 @@ pub struct Record {
     /// continuation of its drain is sent.
     pub queue_arn: Option<String>,
     /// A copy of a continuation that this execution environment kept and runs itself (see
-    /// `crate::app::pipeline::kept`): its pass evicts what is left, and records none of the
-    /// decision's Events, queues nothing and keeps nothing (its queued twin does).
+    /// `crate::app::pipeline::kept`): its pass evicts what is left, and records no Event, queues
+    /// nothing and keeps nothing (its queued twin does).
     pub kept: bool,
 }
 

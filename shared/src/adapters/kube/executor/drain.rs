@@ -24,7 +24,14 @@ impl KubeExecutor {
         out: &mut NodeOutcome,
     ) -> Result<(), KubeError> {
         let report = self.drain_only(plan, a, node, pass).await?;
-        if matches!(pass, Pass::Drain { owed: true, .. }) {
+        if matches!(
+            pass,
+            Pass::Drain {
+                owed: true,
+                quiet: false,
+                ..
+            }
+        ) {
             // The Events the first pass left to this one, after this pass's evictions.
             let note = Some(self.cordoned_note(a));
             self.decision_events(plan, a, node, (true, note), out).await;
@@ -73,7 +80,8 @@ impl KubeExecutor {
         .await
     }
 
-    /// A drain pass's report put in `out`; when the drain ended, its Event (not in a dry run).
+    /// A drain pass's report put in `out`; when the drain ended, its Event (not in a dry run,
+    /// nor in a quiet pass).
     pub(super) async fn drain_over(
         &self,
         plan: &Plan,
@@ -82,7 +90,8 @@ impl KubeExecutor {
         report: DrainReport,
         out: &mut NodeOutcome,
     ) {
-        if !report.pending && !self.settings.dry_run {
+        let quiet = matches!(pass, Pass::Drain { quiet: true, .. });
+        if !report.pending && !self.settings.dry_run && !quiet {
             let later = matches!(
                 pass,
                 Pass::Drain {
