@@ -48,6 +48,8 @@
 //!   `spec.nodeName`, `status.phase`, ...), with the real per-type error message
 //!   (`field label not supported: x`, or for types without field conversions
 //!   `"x" is not a known field selector: only "metadata.name", "metadata.namespace"`).
+//!   A list of pods by `spec.nodeName=<node>` reads that node's pods from an index, as the API
+//!   server's watch cache does, instead of scanning every pod.
 //!   `limit`, `continue` and `resourceVersion` are accepted and ignored.
 //! * **Patches**: merge patch (RFC 7386), JSON patch (RFC 6902, a failing `test`
 //!   is the real 422), strategic merge patch with the real list strategies of
