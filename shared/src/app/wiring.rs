@@ -116,6 +116,11 @@ pub async fn services_with_clock(
     let sqs = sdk
         .as_ref()
         .map(|sdk| Arc::new(SqsRedelivery::from_conf(sdk)));
+    // `off`: the passes run in process.
+    let queue = match (&sqs, settings.drain_pass_interval) {
+        (Some(q), Some(_)) => Some(q.clone() as Arc<dyn ContinuationQueue>),
+        _ => None,
+    };
     let handler = Handler {
         config: settings.config.clone(),
         mode: settings.mode,
@@ -127,13 +132,9 @@ pub async fn services_with_clock(
         redelivery: sqs.clone().map(|q| q as Arc<dyn Redelivery>),
         passes: Passes {
             interval: settings.drain_pass_interval.unwrap_or(PASS_INTERVAL),
-            // `off`: the passes run in process.
-            queue: match (&sqs, settings.drain_pass_interval) {
-                (Some(q), Some(_)) => Some(q.clone() as Arc<dyn ContinuationQueue>),
-                _ => None,
-            },
             // With continuations queued, budget refusals are also retried from here.
-            kept: (sqs.is_some() && settings.drain_pass_interval.is_some()).then(Arc::default),
+            kept: queue.is_some().then(Arc::default),
+            queue,
         },
         clock,
         concurrency: settings.concurrency,
