@@ -115,8 +115,7 @@ fn scaled(v: &Value, total: i64) -> Option<i64> {
 
 impl Store {
     fn pods_index(&self) -> usize {
-        self.find_kind("v1", "Pod")
-            .expect("the resource table always serves pods")
+        self.pods.expect("the resource table always serves pods")
     }
 
     /// The pods a budget selects (a nil or empty selector selects nothing).

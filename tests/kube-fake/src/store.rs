@@ -96,7 +96,7 @@ pub(crate) struct Store {
     /// The objects of tracked kinds written since the simulation last looked.
     changes: Vec<ObjKey>,
     /// The pods' type (by index), if served.
-    pods: Option<usize>,
+    pub(crate) pods: Option<usize>,
     /// The pods bound to each node, by `spec.nodeName`: the API server's watch cache keeps this
     /// index, so that listing one node's pods (a kubelet's list, a drain's) reads that node's
     /// pods, not every pod of the cluster. Kept by [`Store::put`] and [`Store::take`].
@@ -104,7 +104,7 @@ pub(crate) struct Store {
 }
 
 /// The node a pod is bound to (`spec.nodeName`), if any.
-fn node_of(obj: &Value) -> Option<&str> {
+pub(crate) fn node_of(obj: &Value) -> Option<&str> {
     obj.get("spec")?
         .get("nodeName")?
         .as_str()
@@ -170,11 +170,8 @@ fn namespace_mismatch() -> ApiError {
 impl Store {
     pub fn new(resources: Vec<ResourceDef>) -> Self {
         let seed = Utc::now().timestamp_nanos_opt().unwrap_or_default() as u64;
-        let pods = resources
-            .iter()
-            .position(|r| r.api_version() == "v1" && r.kind == "Pod");
-        Self {
-            pods,
+        let mut store = Self {
+            pods: None,
             by_node: HashMap::new(),
             resources,
             objects: BTreeMap::new(),
@@ -186,7 +183,9 @@ impl Store {
             frozen: None,
             tracked: Vec::new(),
             changes: Vec::new(),
-        }
+        };
+        store.pods = store.find_kind("v1", "Pod");
+        store
     }
 
     /// The time now, on the fake's clock (or the simulation's time while it advances).
@@ -876,10 +875,7 @@ impl Store {
             && res.kind == "Pod"
             && !self.pod_grace.is_zero()
             && options.grace_period_seconds != Some(0)
-            && current
-                .pointer("/spec/nodeName")
-                .and_then(Value::as_str)
-                .is_some_and(|n| !n.is_empty())
+            && node_of(&current).is_some()
             && !matches!(
                 current.pointer("/status/phase").and_then(Value::as_str),
                 Some("Succeeded" | "Failed")

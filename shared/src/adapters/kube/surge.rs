@@ -283,8 +283,8 @@ async fn budget_rounds(
                 tracing::warn!(error = %e, "budgets not read: placeholders wait without their rounds");
                 Vec::new()
             }
-            // Anything else (the API server in trouble): this pass goes on without the rounds,
-            // and the next one lists again (nothing is kept).
+            // Anything else (the API server in trouble): this drain's placeholders go without
+            // the rounds; nothing is kept, so the namespace's next drain lists again.
             Err(e) => {
                 tracing::warn!(error = %e, "budgets not read: this pass's placeholders wait without their rounds");
                 continue;

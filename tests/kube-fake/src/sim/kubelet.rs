@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::cluster::PodKey;
 use super::{Sim, rfc3339, set_condition};
-use crate::store::{Store, meta_str};
+use crate::store::{Store, meta_str, node_of};
 
 impl Sim {
     /// Starts the pod if it is still the one bound then, bound, `Pending` and not terminating.
@@ -21,11 +21,7 @@ impl Sim {
         let Some(mut obj) = store.object(&okey).cloned() else {
             return;
         };
-        let node = obj
-            .pointer("/spec/nodeName")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
+        let node = node_of(&obj).unwrap_or_default().to_string();
         let phase = obj.pointer("/status/phase").and_then(Value::as_str);
         if meta_str(&obj, "uid") != Some(uid)
             || meta_str(&obj, "deletionTimestamp").is_some()
