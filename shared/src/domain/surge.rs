@@ -1,16 +1,21 @@
 //! Replacement capacity before eviction ("surge"), its pure part: when a pod of a doomed node
 //! must be evicted at the latest, and whether it is due now.
 //!
-//! On a warning of a kind of `FOREWARN_SURGE` (e.g. spot and capacity reservation warnings;
-//! none by default for now), the drain first
-//! creates one pending *placeholder* pod per evictable pod that a controller owns: the same
-//! requests, node selector, affinity and tolerations, kept off the doomed node, of the
-//! PriorityClass `forewarn-placeholder` (priority -1, `preemptionPolicy: Never`). The
-//! autoscaler sees pending pods and starts a node at once, while the real pods keep serving. A
-//! pod is evicted as soon as its placeholder is Running on another node (its replacement then
-//! preempts the placeholder and starts at once), and in any case by its latest safe time
-//! ([`latest_safe`]): the drain's deadline, less its grace period, less the time the earlier
-//! rounds of its budget need, less a margin for the passes' cadence.
+//! On a warning of a kind of `FOREWARN_SURGE` (spot and capacity reservation warnings by
+//! default), the drain first creates one pending *placeholder* pod per evictable pod that a
+//! controller owns, in forewarn's own namespace ([`NAMESPACE`]): the same requests, node
+//! selector, affinity (its pod (anti-)affinity terms naming the pod's namespace) and
+//! tolerations, kept off the doomed node and off every node forewarn cordoned
+//! ([`LABEL_CORDONED`]), owned by the doomed Node (the garbage collector removes it with the
+//! Node), of the PriorityClass `forewarn-placeholder` (priority -1, `preemptionPolicy:
+//! Never`). The autoscaler sees pending pods and starts a node at once, while the real pods
+//! keep serving. A pod is evicted as soon as its placeholder is Running on another node (its
+//! replacement then preempts the placeholder and starts at once), and in any case by its
+//! latest safe time ([`latest_safe`]): the drain's deadline, less its grace period (clamped:
+//! a pod spec may ask any int64), less the time the earlier rounds of its budget need, less a
+//! margin for the passes' cadence. Surge never holds a drain up: a placeholder the API does
+//! not create (any answer but AlreadyExists, or none within [`STEP_BUDGET`]) leaves its pod
+//! evicted at once, as without surge.
 //!
 //! The budget's rounds are estimated from one read of the budgets, when the placeholders are
 //! made (a read per pass would cost the API server what the drain needs): the pods of one
@@ -24,8 +29,12 @@
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 
-/// The label every placeholder carries (`"true"`): what the RBAC admission policy lets forewarn
-/// create and delete, and what the sweeper cleans up.
+/// The namespace of forewarn's own objects: every placeholder is created there (never in its
+/// pod's namespace), so that the grant to create and delete pods is a Role of this namespace
+/// alone, and placeholders spend no tenant's ResourceQuota.
+pub const NAMESPACE: &str = "forewarn";
+/// The label every placeholder carries (`"true"`): an index to list them by, never what makes a
+/// pod one (see [`is_placeholder`]).
 pub const LABEL_PLACEHOLDER: &str = "forewarn.io/placeholder";
 /// The label naming the doomed node a placeholder was made for ([`node_label_value`]).
 pub const LABEL_PLACEHOLDER_NODE: &str = "forewarn.io/placeholder-node";
@@ -39,6 +48,24 @@ pub const ANNOTATION_EXPIRES: &str = "forewarn.io/expires";
 /// The latest safe time its pod was given when the placeholder was made (with the rounds of
 /// its budget, which later passes do not read again).
 pub const ANNOTATION_EVICT_BY: &str = "forewarn.io/evict-by";
+/// The Cluster Autoscaler's annotation: a placeholder never keeps a node from scaling down.
+pub const ANNOTATION_SAFE_TO_EVICT: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict";
+/// Every label key a placeholder carries, and every annotation key: the admission policy of
+/// `infra/k8s/placeholders.yaml` allows these and no other.
+pub const PLACEHOLDER_LABELS: [&str; 2] = [LABEL_PLACEHOLDER, LABEL_PLACEHOLDER_NODE];
+pub const PLACEHOLDER_ANNOTATIONS: [&str; 7] = [
+    ANNOTATION_NODE,
+    ANNOTATION_POD,
+    ANNOTATION_POD_UID,
+    ANNOTATION_EVENT,
+    ANNOTATION_EXPIRES,
+    ANNOTATION_EVICT_BY,
+    ANNOTATION_SAFE_TO_EVICT,
+];
+/// The label forewarn puts on every node it cordons (removed with the cordon): placeholders'
+/// node affinity excludes such nodes, so that a placeholder never counts as room on another
+/// doomed node, whatever tolerations it copied.
+pub const LABEL_CORDONED: &str = "forewarn.io/cordoned";
 /// The PriorityClass of placeholders (shipped in `infra/k8s/placeholders.yaml`).
 pub const PRIORITY_CLASS: &str = "forewarn-placeholder";
 /// The kinds `FOREWARN_SURGE` is meant for: warnings whose instance goes at a known time.
@@ -56,17 +83,60 @@ pub const ROUND: Duration = Duration::seconds(15);
 pub const MARGIN: Duration = Duration::seconds(10);
 /// While pods wait for their placeholders, a drain looks again this often.
 pub const CHECK_EVERY: Duration = Duration::seconds(10);
+/// The time a pass's placeholder creates may take: past it, the pods whose placeholder was not
+/// made are evicted as without surge. Surge never holds a drain up longer, whatever the API
+/// server or an admission webhook does.
+pub const STEP_BUDGET: Duration = Duration::seconds(2);
+/// At most this many pods of one node get a placeholder (in the order they are listed); the
+/// others are evicted as without surge. A node holds far fewer pods (110 by default); a bound
+/// keeps a node with absurdly many from costing the pass a request each.
+pub const MAX_PODS: usize = 250;
 
-/// The latest time a pod whose grace period is `grace_seconds` (Kubernetes' 30 when unset), with
-/// `earlier_rounds` of its budget before it, is evicted for its drain to end by `deadline`.
+/// The longest grace period a pod's spec is taken to ask: a spec may hold any int64 (the API
+/// server checks only that it is not negative), and no notice forewarn acts on is longer, so a
+/// pod asking more is due at once either way.
+pub fn max_grace() -> Duration {
+    crate::domain::time::sane_span()
+}
+
+/// The latest time a pod whose grace period is `grace_seconds` (Kubernetes' 30 when unset;
+/// clamped to 0..=[`max_grace`]), with `earlier_rounds` of its budget before it (at most
+/// [`MAX_PODS`]), is evicted for its drain to end by `deadline`. Checked: whatever the spec
+/// says, the answer is a time (chrono's earliest when the arithmetic would leave its range:
+/// the pod is due now).
 pub fn latest_safe(
     deadline: DateTime<Utc>,
     grace_seconds: Option<i64>,
     earlier_rounds: usize,
 ) -> DateTime<Utc> {
-    let grace = Duration::seconds(grace_seconds.unwrap_or(30).max(0));
-    let rounds = i32::try_from(earlier_rounds).unwrap_or(i32::MAX);
-    deadline - grace - ROUND * rounds - MARGIN
+    let grace = Duration::try_seconds(grace_seconds.unwrap_or(30).max(0))
+        .unwrap_or(Duration::MAX)
+        .min(max_grace());
+    let rounds = i32::try_from(earlier_rounds.min(MAX_PODS)).unwrap_or(0);
+    ROUND
+        .checked_mul(rounds)
+        .and_then(|r| r.checked_add(&grace))
+        .and_then(|d| d.checked_add(&MARGIN))
+        .and_then(|d| deadline.checked_sub_signed(d))
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
+/// Whether a pod is one of forewarn's placeholders, from its namespace, name and PriorityClass
+/// and the pod uid it carries ([`ANNOTATION_POD_UID`]): in forewarn's namespace, named
+/// [`placeholder_name`] of that uid, of the PriorityClass [`PRIORITY_CLASS`], all together.
+/// Never by a label: a tenant's pod labelled as a placeholder is not one, and forewarn never
+/// deletes it. (Only forewarn's groups may create pods in its namespace, and the admission
+/// policy lets them create placeholders only.)
+pub fn is_placeholder(
+    namespace: Option<&str>,
+    name: Option<&str>,
+    priority_class: Option<&str>,
+    pod_uid: Option<&str>,
+) -> bool {
+    namespace == Some(NAMESPACE)
+        && priority_class == Some(PRIORITY_CLASS)
+        && pod_uid
+            .is_some_and(|uid| !uid.is_empty() && name == Some(placeholder_name(uid).as_str()))
 }
 
 /// Where a pod's placeholder stands.
@@ -200,6 +270,88 @@ mod tests {
             latest_safe(deadline, Some(-5), 0),
             t("2026-11-20T10:01:35Z")
         );
+    }
+
+    #[test]
+    fn an_absurd_grace_or_count_makes_the_pod_due_at_once() {
+        let deadline = t("2026-11-20T10:01:45Z");
+        let now = t("2026-11-20T09:59:45Z");
+        // What the API server takes: any int64 at or above 0 (and a negative one by mistake).
+        for grace in [9_000_000_000_000, i64::MAX, i64::MIN, 86_400 * 365 * 20] {
+            let latest = latest_safe(deadline, Some(grace), usize::MAX);
+            assert!(latest < now, "grace {grace}: {latest}");
+            assert_eq!(
+                due(now, latest, Placeholder::Pending),
+                Due::Now("its latest safe time came")
+            );
+        }
+        // Clamped, not wrapped: the longest grace taken is the longest notice.
+        assert_eq!(
+            latest_safe(deadline, Some(i64::MAX), 0),
+            deadline - max_grace() - MARGIN
+        );
+        assert_eq!(
+            latest_safe(deadline, None, usize::MAX),
+            deadline - Duration::seconds(30) - ROUND * MAX_PODS as i32 - MARGIN
+        );
+        // At the edge of chrono's range: the earliest time, never a panic.
+        assert_eq!(
+            latest_safe(DateTime::<Utc>::MIN_UTC, Some(30), 1),
+            DateTime::<Utc>::MIN_UTC
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn latest_safe_never_panics_and_is_never_after_the_deadline(
+            secs in proptest::num::i64::ANY,
+            grace in proptest::option::of(proptest::num::i64::ANY),
+            rounds in proptest::num::usize::ANY,
+        ) {
+            let deadline = DateTime::<Utc>::from_timestamp(
+                secs.clamp(DateTime::<Utc>::MIN_UTC.timestamp(), DateTime::<Utc>::MAX_UTC.timestamp()),
+                0,
+            )
+            .unwrap();
+            let latest = latest_safe(deadline, grace, rounds);
+            proptest::prop_assert!(latest <= deadline);
+        }
+    }
+
+    #[test]
+    fn a_placeholder_is_known_by_namespace_name_and_class_together_never_by_label() {
+        let name = placeholder_name("u-1");
+        let ok = |ns, name: &str, class, uid| is_placeholder(ns, Some(name), class, uid);
+        assert!(ok(
+            Some(NAMESPACE),
+            &name,
+            Some(PRIORITY_CLASS),
+            Some("u-1")
+        ));
+        // A tenant's pod with forewarn's name, class and annotations, in its own namespace.
+        assert!(!ok(Some("shop"), &name, Some(PRIORITY_CLASS), Some("u-1")));
+        assert!(!ok(None, &name, Some(PRIORITY_CLASS), Some("u-1")));
+        assert!(!ok(Some(NAMESPACE), &name, Some("default"), Some("u-1")));
+        assert!(!ok(Some(NAMESPACE), &name, None, Some("u-1")));
+        assert!(!ok(
+            Some(NAMESPACE),
+            &name,
+            Some(PRIORITY_CLASS),
+            Some("u-2")
+        ));
+        assert!(!ok(
+            Some(NAMESPACE),
+            "web-1",
+            Some(PRIORITY_CLASS),
+            Some("u-1")
+        ));
+        assert!(!ok(
+            Some(NAMESPACE),
+            "forewarn-placeholder-",
+            Some(PRIORITY_CLASS),
+            Some("")
+        ));
+        assert!(!ok(Some(NAMESPACE), &name, Some(PRIORITY_CLASS), None));
     }
 
     #[test]

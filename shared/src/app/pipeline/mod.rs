@@ -309,22 +309,26 @@ impl Pipeline<'_> {
     }
 
     /// `work` if it ends by the deadline of `limits`; else (or when that is already past) the
-    /// record's failed report.
+    /// record's failed report. A panic in `work` fails this record alone (logged with its
+    /// message id): the batch's other records are answered as they went.
     async fn in_time<T>(
         &self,
         record: &Record,
         limits: Limits,
         work: impl std::future::Future<Output = T>,
     ) -> Result<T, Report> {
-        match limits.deadline {
+        use futures::FutureExt;
+        let work = std::panic::AssertUnwindSafe(work).catch_unwind();
+        let done = match limits.deadline {
             Some(deadline) if self.clock.now() >= deadline => {
-                Err(Report::new(record).failed(format!("not started: {OUT_OF_TIME}")))
+                return Err(Report::new(record).failed(format!("not started: {OUT_OF_TIME}")));
             }
-            Some(deadline) => until(self.clock, deadline, work)
-                .await
-                .ok_or_else(|| Report::new(record).failed(format!("not finished: {OUT_OF_TIME}"))),
-            None => Ok(work.await),
-        }
+            Some(deadline) => until(self.clock, deadline, work).await.ok_or_else(|| {
+                Report::new(record).failed(format!("not finished: {OUT_OF_TIME}"))
+            })?,
+            None => work.await,
+        };
+        done.map_err(|panic| panicked(record, panic.as_ref()))
     }
 
     async fn handle(
@@ -465,6 +469,24 @@ type LookedUp = (
     HashSet<String>,
     BTreeMap<PoolKey, crate::domain::policy::Followed>,
 );
+
+/// The failed report of a record whose work panicked (a bug: nothing that arrives should make
+/// forewarn panic), logged with its message id. It comes back from the queue as any failure,
+/// and ends in the dead-letter queue if it panics every time.
+fn panicked(record: &Record, panic: &(dyn std::any::Any + Send)) -> Report {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into());
+    tracing::error!(
+        origin = %record.origin,
+        message_id = record.origin.message_id.as_deref().unwrap_or_default(),
+        panic = %what,
+        "a record's work panicked: this record fails, the batch's others are answered"
+    );
+    Report::new(record).failed(format!("internal error (panicked): {what}"))
+}
 
 /// The span every log line of one event's work carries (the executor's lines among them).
 fn event_span(event: &Event) -> tracing::Span {
@@ -610,6 +632,8 @@ mod tests {
         /// Per call, the event id and the pass.
         passes: Mutex<Vec<(String, Pass)>>,
         fail: Vec<String>,
+        /// Event ids whose execution panics (a bug, or an input the code did not expect).
+        panic: Vec<String>,
         sleep: Option<(StdDuration, ManualClock)>,
     }
 
@@ -629,6 +653,10 @@ mod tests {
             if let Some((d, clock)) = &self.sleep {
                 clock.sleep(*d).await;
             }
+            assert!(
+                !self.panic.contains(&plan.event_id),
+                "attempt to subtract with overflow"
+            );
             if self.fail.contains(&plan.event_id) {
                 return Err(ExecuteError {
                     instance_id: plan.instance_ids[0].clone(),
@@ -782,6 +810,40 @@ mod tests {
         let again = run(&store, &exec, batch, Limits::default(), &clock()).await;
         assert!(again.iter().all(|r| r.outcome == Outcome::Duplicate));
         assert_eq!(exec.calls.lock().unwrap().len(), 1);
+    }
+
+    /// A panic in one record's work (here the executor's) fails that record alone: the batch's
+    /// other events are acted on and answered, within a deadline or without one.
+    #[tokio::test]
+    async fn a_panic_fails_its_record_alone() {
+        for deadline in [None, Some(clock().now() + chrono::Duration::seconds(60))] {
+            let dir = tempfile::tempdir().unwrap();
+            let store = EmbeddedStore::open(dir.path()).unwrap();
+            let exec = Recorder {
+                panic: vec!["e1".into()],
+                ..Recorder::default()
+            };
+            let batch = json!([
+                spot("e1", A, "2026-11-20T10:00:00Z"),
+                spot("e2", B, "2026-11-20T10:00:00Z")
+            ]);
+            let limits = Limits {
+                deadline,
+                ..Limits::default()
+            };
+            let reports = run(&store, &exec, batch, limits, &clock()).await;
+            assert_eq!(reports[0].outcome, Outcome::Failed);
+            let why = reports[0].reason.as_deref().unwrap();
+            assert!(
+                why.contains("panicked") && why.contains("overflow"),
+                "{why}"
+            );
+            assert!(!reports[0].permanent, "it comes back (and ends in the DLQ)");
+            assert_eq!(reports[1].outcome, Outcome::Acted, "{:?}", reports[1]);
+            // The panicked event is not recorded: it comes back whole.
+            let applied = store.applied(&["e1".into(), "e2".into()]).await.unwrap();
+            assert_eq!(applied, HashSet::from(["e2".to_string()]));
+        }
     }
 
     #[tokio::test]
