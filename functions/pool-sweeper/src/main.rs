@@ -12,9 +12,8 @@ use std::sync::Arc;
 use forewarn::app::handler::deadline_from_epoch_ms;
 use forewarn::app::settings::Settings;
 use forewarn::app::sweeper::Sweeper;
-use forewarn::domain::report::{Outcome, Tally};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -27,34 +26,16 @@ async fn main() -> Result<(), Error> {
             let h = &sweeper.handler;
             let deadline = deadline_from_epoch_ms(event.context.deadline, h.clock.now())
                 - forewarn::ports::span(h.safety_margin);
-            let reports = sweeper.sweep(Some(deadline)).await?;
-            let undone = sweeper.way_back().await?;
-            let placeholders = sweeper.clean_placeholders().await?;
-            let priorities = sweeper.update_priorities().await?;
-            let tally = Tally::of(&reports);
-            if let Some(failed) = reports.iter().find(|r| r.outcome == Outcome::Failed) {
-                return Err(Error::from(format!(
-                    "{} of {} findings failed; first: {}: {}",
-                    tally.failed,
-                    reports.len(),
-                    failed.origin,
-                    failed.reason.as_deref().unwrap_or("failed")
-                )));
+            // Every step runs whatever became of the others; the invocation fails after them
+            // when one did, so that it shows in the function's error metric.
+            let run = sweeper.run(Some(deadline)).await;
+            match run.failures().as_slice() {
+                [] => Ok::<Value, Error>(run.answer()),
+                failures => {
+                    tracing::error!(answer = %run.answer(), "sweep run failed");
+                    Err(Error::from(failures.join("; ")))
+                }
             }
-            if let Some(failed) = undone.iter().find(|u| u.error.is_some()) {
-                return Err(Error::from(format!(
-                    "undoing the cordon of node/{} failed: {}",
-                    failed.node,
-                    failed.error.as_deref().unwrap_or_default()
-                )));
-            }
-            let priorities = priorities.map(|p| {
-                json!({ "change": p.change, "hot": p.hot.iter().map(|h| &h.group).collect::<Vec<_>>() })
-            });
-            Ok::<Value, Error>(
-                json!({ "findings": reports.len(), "outcomes": tally, "way_back": undone,
-                        "placeholders_deleted": placeholders, "priorities": priorities }),
-            )
         }
     }))
     .await

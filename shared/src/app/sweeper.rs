@@ -34,6 +34,83 @@ pub enum SweepError {
     Priorities(#[from] PriorityRunError),
 }
 
+/// What one run of the sweeper did ([`Sweeper::run`]), step by step.
+pub struct SweepRun {
+    pub findings: Result<Vec<Report>, SweepError>,
+    pub way_back: Result<Vec<UndoReport>, WayBackError>,
+    pub placeholders: Result<Vec<String>, crate::ports::ExecuteError>,
+    pub priorities: Result<Option<PriorityOutcome>, SweepError>,
+}
+
+impl SweepRun {
+    /// Every step that failed, in one sentence each (a failed finding, a cordon that was not
+    /// undone, placeholders not deleted, the priorities not updated): the run fails when any
+    /// did, after every step ran.
+    pub fn failures(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        match &self.findings {
+            Err(e) => out.push(format!("sweep: {e}")),
+            Ok(reports) => {
+                let failed: Vec<&Report> = reports
+                    .iter()
+                    .filter(|r| r.outcome == crate::domain::report::Outcome::Failed)
+                    .collect();
+                if let Some(first) = failed.first() {
+                    out.push(format!(
+                        "{} of {} findings failed; first: {}: {}",
+                        failed.len(),
+                        reports.len(),
+                        first.origin,
+                        first.reason.as_deref().unwrap_or("failed")
+                    ));
+                }
+            }
+        }
+        match &self.way_back {
+            Err(e) => out.push(format!("way back: {e}")),
+            Ok(undone) => out.extend(undone.iter().filter_map(|u| {
+                let e = u.error.as_deref()?;
+                Some(format!("undoing the cordon of node/{} failed: {e}", u.node))
+            })),
+        }
+        if let Err(e) = &self.placeholders {
+            out.push(format!("placeholders: {e}"));
+        }
+        if let Err(e) = &self.priorities {
+            out.push(e.to_string());
+        }
+        out
+    }
+
+    /// The run's answer: what each step did (a failed step: its error).
+    pub fn answer(&self) -> serde_json::Value {
+        use serde_json::json;
+        let err = |e: &dyn std::fmt::Display| json!({ "error": e.to_string() });
+        let findings = match &self.findings {
+            Ok(reports) => json!({ "count": reports.len(),
+                                   "outcomes": crate::domain::report::Tally::of(reports) }),
+            Err(e) => err(e),
+        };
+        let way_back = match &self.way_back {
+            Ok(undone) => json!(undone),
+            Err(e) => err(e),
+        };
+        let placeholders = match &self.placeholders {
+            Ok(gone) => json!(gone),
+            Err(e) => err(e),
+        };
+        let priorities = match &self.priorities {
+            Ok(p) => json!(p.as_ref().map(|p| json!({
+                "change": p.change,
+                "hot": p.hot.iter().map(|h| &h.group).collect::<Vec<_>>()
+            }))),
+            Err(e) => err(e),
+        };
+        json!({ "findings": findings, "way_back": way_back,
+                "placeholders_deleted": placeholders, "priorities": priorities })
+    }
+}
+
 /// The sweeper: the handler's wiring plus where to find leaving instances.
 pub struct Sweeper {
     pub handler: Handler,
@@ -112,6 +189,18 @@ impl Sweeper {
                 executor.clean_placeholders(h.clock.now()).await
             }
             _ => Ok(Vec::new()),
+        }
+    }
+
+    /// One scheduled run: the sweep, the way back, the clean-up of placeholders left by drains
+    /// and the priority expander's update — each step runs whatever became of the others (a
+    /// sweep that cannot look still lets the way back and the clean-up run).
+    pub async fn run(&self, deadline: Option<DateTime<Utc>>) -> SweepRun {
+        SweepRun {
+            findings: self.sweep(deadline).await,
+            way_back: self.way_back().await,
+            placeholders: self.clean_placeholders().await,
+            priorities: self.update_priorities().await,
         }
     }
 
