@@ -833,11 +833,14 @@ fn the_stack_deploys_with_hook_names_and_extra_senders() {
 /// `infra/k8s/placeholders.yaml`: the placeholders' PriorityClass is above the Cluster
 /// Autoscaler's expendable cutoff (-10) and below every real pod, never preempts; the admission
 /// policy binds both of forewarn's groups (with Deny) and names what a placeholder is, with the
-/// very label, class and image the code uses. (The CEL runs only in a real API server; the
-/// placeholder the code builds is checked against the same rules in kube_actions.rs.)
+/// very namespace, label and annotation keys, class and image the code uses; the pod grant is a
+/// Role of forewarn's namespace alone. (The CEL runs only in a real API server; the placeholder
+/// the code builds is checked against the same rules in kube_actions.rs.)
 #[test]
 fn the_placeholder_policy_allows_forewarns_groups_placeholders_only() {
-    use forewarn::domain::surge::{LABEL_PLACEHOLDER, PLACEHOLDER_IMAGE, PRIORITY_CLASS};
+    use forewarn::domain::surge::{
+        NAMESPACE, PLACEHOLDER_ANNOTATIONS, PLACEHOLDER_IMAGE, PLACEHOLDER_LABELS, PRIORITY_CLASS,
+    };
     let text =
         std::fs::read_to_string(workspace_root().join("infra/k8s/placeholders.yaml")).unwrap();
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
@@ -860,6 +863,11 @@ fn the_placeholder_policy_allows_forewarns_groups_placeholders_only() {
     let rule = &spec["matchConstraints"]["resourceRules"][0];
     assert_eq!(rule["resources"], json!(["pods"]));
     assert_eq!(rule["operations"], json!(["CREATE", "DELETE"]));
+    assert!(
+        rule.get("namespaceSelector").is_none()
+            && spec["matchConstraints"].get("namespaceSelector").is_none(),
+        "the policy holds in every namespace"
+    );
     let condition = spec["matchConditions"][0]["expression"].as_str().unwrap();
     for group in ["forewarn-handler", "forewarn-sweeper"] {
         assert!(condition.contains(&format!("'{group}'")), "{condition}");
@@ -871,42 +879,83 @@ fn the_placeholder_policy_allows_forewarns_groups_placeholders_only() {
         .map(|v| v["expression"].as_str().unwrap())
         .collect();
     assert_eq!(rules.len(), 2);
-    assert!(rules[0].contains(&format!(
-        "oldObject.metadata.labels['{LABEL_PLACEHOLDER}'] == 'true'"
-    )));
+    // Both operations: forewarn's namespace, the exact name, the class.
     for needle in [
-        format!("object.metadata.labels['{LABEL_PLACEHOLDER}'] == 'true'"),
-        format!("object.spec.priorityClassName == '{PRIORITY_CLASS}'"),
+        format!("variables.pod.metadata.namespace == '{NAMESPACE}'"),
+        "variables.pod.metadata.name == 'forewarn-placeholder-' + variables.pod.metadata.annotations['forewarn.io/pod-uid']".to_string(),
+        format!("variables.pod.spec.priorityClassName == '{PRIORITY_CLASS}'"),
+    ] {
+        assert!(rules[0].contains(&needle), "{needle} in {}", rules[0]);
+    }
+    // A create: exactly the code's label and annotation keys, and nothing that runs.
+    let quoted = |keys: &[&str]| {
+        keys.iter()
+            .map(|k| format!("'{k}'"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for needle in [
+        format!(
+            "object.metadata.labels.all(k, k in [{}])",
+            quoted(&PLACEHOLDER_LABELS)
+        ),
+        format!(
+            "object.metadata.annotations.all(k, k in [{}])",
+            quoted(&PLACEHOLDER_ANNOTATIONS)
+        ),
+        "o.apiVersion == 'v1' && o.kind == 'Node'".to_string(),
         format!("c.image == '{PLACEHOLDER_IMAGE}'"),
         "!has(object.spec.nodeName)".to_string(),
+        "!has(object.spec.serviceAccountName)".to_string(),
         "!object.spec.automountServiceAccountToken".to_string(),
         "!has(c.securityContext)".to_string(),
+        "!has(c.livenessProbe)".to_string(),
+        "!has(c.readinessProbe)".to_string(),
+        "!has(c.startupProbe)".to_string(),
+        "!has(c.lifecycle)".to_string(),
         "!has(object.spec.volumes)".to_string(),
+        "!has(object.metadata.finalizers)".to_string(),
     ] {
         assert!(rules[1].contains(&needle), "{needle} in {}", rules[1]);
     }
     let binding = of("ValidatingAdmissionPolicyBinding");
     assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
     assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
-    // The grant the policy narrows: pods create and delete only, to both groups; and a read of
-    // the budgets (a drain's rounds).
-    let role = of("ClusterRole");
+    // The grant the policy narrows: pods create, delete and list, in forewarn's namespace only,
+    // to both groups.
+    let role = of("Role");
+    assert_eq!(role["metadata"]["namespace"], NAMESPACE);
     assert_eq!(
         role["rules"],
-        json!([
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]},
-            {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["list"]}
-        ])
+        json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete", "list"]}])
+    );
+    let bound = of("RoleBinding");
+    assert_eq!(bound["metadata"]["namespace"], NAMESPACE);
+    assert_eq!(bound["roleRef"]["name"], role["metadata"]["name"]);
+    let groups = |binding: &Value| -> Vec<String> {
+        binding["subjects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(groups(&bound), ["forewarn-handler", "forewarn-sweeper"]);
+    // And a read of the budgets (a drain's rounds), cluster-wide: a read only.
+    let budgets = of("ClusterRole");
+    assert_eq!(
+        budgets["rules"],
+        json!([{"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["list"]}])
     );
     let bound = of("ClusterRoleBinding");
-    assert_eq!(bound["roleRef"]["name"], role["metadata"]["name"]);
-    let groups: Vec<&str> = bound["subjects"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(groups, ["forewarn-handler", "forewarn-sweeper"]);
+    assert_eq!(bound["roleRef"]["name"], budgets["metadata"]["name"]);
+    assert_eq!(groups(&bound), ["forewarn-handler", "forewarn-sweeper"]);
+    // No ClusterRole of this file grants any pod write.
+    for doc in docs.iter().filter(|d| d["kind"] == "ClusterRole") {
+        for rule in doc["rules"].as_array().unwrap() {
+            assert_ne!(rule["resources"], json!(["pods"]), "{doc}");
+        }
+    }
     // rbac.yaml grants no pod write: without placeholders.yaml, no pod can be created.
     let rbac = std::fs::read_to_string(workspace_root().join("infra/k8s/rbac.yaml")).unwrap();
     let rbac: Vec<Value> = serde_saphyr::from_multiple(&rbac).unwrap();

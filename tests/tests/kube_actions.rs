@@ -628,11 +628,33 @@ fn placeholders(w: &World) -> BTreeMap<String, Value> {
 /// `ph` passes the rules of `infra/k8s/placeholders.yaml`'s admission policy (the CEL checked
 /// here by hand: the fake has no admission): what forewarn creates, the policy admits.
 fn assert_admissible(ph: &Value) {
+    use forewarn::domain::surge::{PLACEHOLDER_ANNOTATIONS, PLACEHOLDER_LABELS};
+    let meta = &ph["metadata"];
+    assert_eq!(meta["namespace"], "forewarn");
+    let uid = meta["annotations"]["forewarn.io/pod-uid"].as_str().unwrap();
+    assert_eq!(meta["name"], format!("forewarn-placeholder-{uid}"));
+    for key in meta["labels"].as_object().unwrap().keys() {
+        assert!(PLACEHOLDER_LABELS.contains(&key.as_str()), "label {key}");
+    }
+    for key in meta["annotations"].as_object().unwrap().keys() {
+        assert!(
+            PLACEHOLDER_ANNOTATIONS.contains(&key.as_str()),
+            "annotation {key}"
+        );
+    }
+    for owner in meta["ownerReferences"].as_array().into_iter().flatten() {
+        assert_eq!(
+            (&owner["apiVersion"], &owner["kind"]),
+            (&json!("v1"), &json!("Node"))
+        );
+    }
+    assert!(meta.get("finalizers").is_none());
     let spec = &ph["spec"];
-    assert_eq!(ph["metadata"]["labels"]["forewarn.io/placeholder"], "true");
+    assert_eq!(meta["labels"]["forewarn.io/placeholder"], "true");
     assert_eq!(spec["priorityClassName"], "forewarn-placeholder");
     assert_eq!(spec["automountServiceAccountToken"], false);
     for absent in [
+        "serviceAccountName",
         "nodeName",
         "initContainers",
         "ephemeralContainers",
@@ -655,6 +677,10 @@ fn assert_admissible(ph: &Value) {
         "volumeMounts",
         "volumeDevices",
         "ports",
+        "livenessProbe",
+        "readinessProbe",
+        "startupProbe",
+        "lifecycle",
         "securityContext",
     ] {
         assert!(c.get(absent).is_none(), "{absent} in {ph}");
@@ -719,6 +745,16 @@ async fn surge_holds_a_pod_until_its_placeholder_runs_then_evicts_it() {
             assert_eq!(phs.keys().collect::<Vec<_>>(), ["default/web-1"]);
             let mut ph = phs["default/web-1"].clone();
             assert_admissible(&ph);
+            // In forewarn's namespace, owned by the doomed Node, never keeping a node up.
+            let node_uid = w.fake.get("v1", "Node", None, NODE).unwrap()["metadata"]["uid"].clone();
+            assert_eq!(
+                ph["metadata"]["ownerReferences"],
+                json!([{"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node_uid}])
+            );
+            assert_eq!(
+                ph["metadata"]["annotations"]["cluster-autoscaler.kubernetes.io/safe-to-evict"],
+                "true"
+            );
             let spec = &ph["spec"];
             assert_eq!(spec["priorityClassName"], "forewarn-placeholder");
             assert_eq!(spec["nodeSelector"], json!({"pool": "general"}));
@@ -992,26 +1028,8 @@ async fn with_surge_a_warning_costs_seconds_of_capacity_not_the_autoscalers_minu
     assert!(at_once_last < surge_last);
 }
 
-#[tokio::test]
-async fn a_refused_placeholder_leaves_its_pod_drained_as_without_surge() {
-    let w = surging().await;
-    // A second pod of a controller in the same namespace.
-    let mut api = pod_object("default", "api-1", NODE, "api", "ReplicaSet");
-    api["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "250m"}});
-    w.fake.insert(api);
-    let plan = w
-        .plan(&event(EventKind::SpotInterruption, "ev-surge-quota"))
-        .await;
-    // A ResourceQuota, a Pod Security level or an RBAC without the grant refuses the first
-    // placeholder: 403.
-    w.fake.inject(
-        Fault::new(403)
-            .method(Method::POST)
-            .path_contains("/api/v1/namespaces/default/pods")
-            .times(1),
-    );
-    let executor = w.executor();
-    executor.run(&plan, Pass::Cordon).await.unwrap();
+/// A first drain pass (after its cordon) of `plan`, now.
+async fn first_drain_pass(w: &World, executor: &KubeExecutor, plan: &Plan) -> NodeOutcome {
     let drain = Pass::Drain {
         started_at: w.clock.now(),
         announce: true,
@@ -1019,41 +1037,131 @@ async fn a_refused_placeholder_leaves_its_pod_drained_as_without_surge() {
         heartbeat: false,
         quiet: false,
     };
-    let out = executor.run(&plan, drain).await.unwrap().remove(0);
+    executor.run(plan, drain).await.unwrap().remove(0)
+}
+
+/// The placeholder creates the fake was asked for.
+fn creates(w: &World) -> usize {
+    w.fake
+        .requests()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path == "/api/v1/namespaces/forewarn/pods")
+        .count()
+}
+
+/// A placeholder create that fails for any reason but AlreadyExists — `status`: a refusal (a
+/// Pod Security level, an admission policy: 403, 422), an admission webhook that is down (500)
+/// — leaves its pod evicted at once, as without surge; its namespace's pods get no placeholder
+/// asked for a minute, then are asked again.
+async fn a_failed_placeholder_leaves_its_pod_drained_as_without_surge(status: u16) {
+    let w = surging().await;
+    // A second pod of a controller in the same namespace.
+    let mut api = pod_object("default", "api-1", NODE, "api", "ReplicaSet");
+    api["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "250m"}});
+    w.fake.insert(api);
+    let plan = w
+        .plan(&event(EventKind::SpotInterruption, "ev-surge-refused"))
+        .await;
+    w.fake.inject(
+        Fault::new(status)
+            .method(Method::POST)
+            .path_contains("/api/v1/namespaces/forewarn/pods")
+            .times(usize::MAX),
+    );
+    let executor = w.executor();
+    executor.run(&plan, Pass::Cordon).await.unwrap();
+    let out = first_drain_pass(&w, &executor, &plan).await;
     for pod in ["web-1", "api-1"] {
         assert!(
             w.pod("default", pod).is_none(),
-            "{pod} evicted at once: {out:?}"
+            "{status}: {pod} evicted at once: {out:?}"
         );
     }
     assert!(placeholders(&w).is_empty());
     assert!(out.drain.unwrap().waiting.is_empty());
-    // The namespace refused one: the other placeholder was not even asked for.
-    let creates = |w: &World| {
-        w.fake
-            .requests()
-            .iter()
-            .filter(|r| r.method == "POST" && r.path == "/api/v1/namespaces/default/pods")
-            .count()
-    };
-    assert_eq!(creates(&w), 1);
-    // A minute later the namespace is asked again.
+    // Asked once each (at once, with the drain's parallelism), never retried.
+    assert_eq!(creates(&w), 2, "{status}");
+    // Within the minute, another drain's pod of the namespace is not asked for.
     w.fake
         .insert(pod_object("default", "web-3", NODE, "web", "ReplicaSet"));
-    w.clock.sleep(Duration::from_secs(61)).await;
-    let again = Pass::Drain {
-        started_at: w.clock.now(),
-        announce: true,
-        owed: false,
-        heartbeat: false,
-        quiet: false,
-    };
+    w.clock.sleep(Duration::from_secs(30)).await;
     let plan = w
-        .plan(&event(EventKind::SpotInterruption, "ev-surge-quota-2"))
+        .plan(&event(EventKind::SpotInterruption, "ev-surge-refused-2"))
         .await;
-    executor.run(&plan, again).await.unwrap();
-    assert_eq!(creates(&w), 2);
-    assert_eq!(placeholders(&w).len(), 1);
+    first_drain_pass(&w, &executor, &plan).await;
+    assert!(w.pod("default", "web-3").is_none(), "evicted at once");
+    assert_eq!(
+        creates(&w),
+        2,
+        "{status}: not asked again within the minute"
+    );
+    // A minute after the failure the namespace is asked again.
+    w.fake
+        .insert(pod_object("default", "web-4", NODE, "web", "ReplicaSet"));
+    w.clock.sleep(Duration::from_secs(31)).await;
+    let plan = w
+        .plan(&event(EventKind::SpotInterruption, "ev-surge-refused-3"))
+        .await;
+    first_drain_pass(&w, &executor, &plan).await;
+    assert_eq!(creates(&w), 3, "{status}");
+}
+
+#[tokio::test]
+async fn a_refused_placeholder_leaves_its_pod_drained_as_without_surge() {
+    a_failed_placeholder_leaves_its_pod_drained_as_without_surge(403).await;
+}
+
+#[tokio::test]
+async fn a_placeholder_webhook_that_is_down_leaves_its_pod_drained_as_without_surge() {
+    a_failed_placeholder_leaves_its_pod_drained_as_without_surge(500).await;
+}
+
+/// A placeholder create that is never answered (an admission webhook that hangs) holds the
+/// pass no longer than the step's budget (2 s): its pod is then evicted as without surge.
+#[tokio::test]
+async fn a_placeholder_create_that_hangs_costs_the_pass_its_budget_not_the_drain() {
+    let w = surging().await;
+    let plan = w
+        .plan(&event(EventKind::SpotInterruption, "ev-surge-hang"))
+        .await;
+    w.executor().run(&plan, Pass::Cordon).await.unwrap();
+    w.fake.hang("/api/v1/namespaces/forewarn/pods", 1);
+    let started = w.clock.now();
+    let pass = {
+        let executor = w.executor();
+        let plan = plan.clone();
+        let clock = w.clock.clone();
+        tokio::spawn(async move {
+            let drain = Pass::Drain {
+                started_at: clock.now(),
+                announce: true,
+                owed: false,
+                heartbeat: false,
+                quiet: false,
+            };
+            executor.run(&plan, drain).await.unwrap().remove(0)
+        })
+    };
+    // Once the create is in (and hangs), the clock moves past the step's budget.
+    for _ in 0..500 {
+        if creates(&w) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(creates(&w), 1, "the placeholder was asked for");
+    assert!(!pass.is_finished(), "the create hangs");
+    w.clock.advance(Duration::from_millis(2_001));
+    let out = tokio::time::timeout(Duration::from_secs(30), pass)
+        .await
+        .expect("the pass ends once its budget is spent")
+        .unwrap();
+    assert!(
+        w.pod("default", "web-1").is_none(),
+        "web-1 evicted as without surge: {out:?}"
+    );
+    assert!(out.drain.unwrap().waiting.is_empty());
+    assert!(w.clock.now() - started < chrono::Duration::seconds(3));
 }
 
 #[tokio::test]
@@ -1074,8 +1182,18 @@ async fn the_sweeper_deletes_placeholders_that_outlived_their_drain() {
     };
     executor.run(&plan, drain).await.unwrap();
     assert_eq!(placeholders(&w).len(), 1);
-    // Someone else's pod with the label but not expired, and one expired: only forewarn's
-    // expired placeholders go.
+    // A tenant's pod dressed as a placeholder (forewarn's labels, name, class and annotations,
+    // expired) in its own namespace: not forewarn's, never deleted.
+    let mut forged = placeholders(&w).into_values().next().unwrap();
+    forged["metadata"]["namespace"] = json!("default");
+    forged["metadata"]["annotations"]["forewarn.io/pod"] = json!("default/forged");
+    forged["metadata"].as_object_mut().unwrap().remove("uid");
+    forged["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    w.fake.insert(forged);
+    // Not expired yet: nothing goes.
     assert!(
         executor
             .clean_placeholders(w.clock.now())
@@ -1086,14 +1204,20 @@ async fn the_sweeper_deletes_placeholders_that_outlived_their_drain() {
     let later = plan.actions[0].deadline.unwrap() + chrono::Duration::seconds(1);
     let dry = w.executor().dry_run(true);
     assert_eq!(dry.clean_placeholders(later).await.unwrap().len(), 1);
-    assert_eq!(placeholders(&w).len(), 1, "a dry run deletes nothing");
+    assert_eq!(placeholders(&w).len(), 2, "a dry run deletes nothing");
     let gone = executor.clean_placeholders(later).await.unwrap();
     assert_eq!(gone.len(), 1, "{gone:?}");
     assert!(
-        gone[0].starts_with("default/forewarn-placeholder-"),
+        gone[0].starts_with("forewarn/forewarn-placeholder-"),
         "{gone:?}"
     );
-    assert!(placeholders(&w).is_empty());
+    // Only the tenant's look-alike is left: forewarn never deletes it.
+    let left = placeholders(&w);
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(
+        left.values().next().unwrap()["metadata"]["namespace"],
+        "default"
+    );
 }
 
 /// The grace period each eviction of `pod` asked for (`deleteOptions.gracePeriodSeconds`).
@@ -3480,7 +3604,7 @@ async fn drains_waiting_for_room_look_at_their_placeholders_alone_in_one_list_a_
     let requests = asked(&w);
     assert_eq!(requests.len(), 1, "{requests:?}");
     assert!(
-        requests[0].starts_with("GET /api/v1/pods?")
+        requests[0].starts_with("GET /api/v1/namespaces/forewarn/pods?")
             && requests[0].contains("forewarn.io%2Fplaceholder-node+in+%28"),
         "{requests:?}"
     );
@@ -3498,7 +3622,7 @@ async fn drains_waiting_for_room_look_at_their_placeholders_alone_in_one_list_a_
     w.fake.remove(
         "v1",
         "Pod",
-        Some("default"),
+        Some("forewarn"),
         gone["metadata"]["name"].as_str().unwrap(),
     );
     w.clock.advance(Duration::from_secs(10));

@@ -163,6 +163,19 @@ where
     }
 }
 
+/// One attempt of `call` in `lane` (after the lane's rate limit), never retried: for a call
+/// whose failure is itself the answer (a placeholder's create: its pod is evicted at once).
+pub(crate) async fn once_in<T>(
+    clock: &dyn Clock,
+    lane: Lane,
+    verb: &'static str,
+    object: &str,
+    call: impl Future<Output = Result<T, ::kube::Error>>,
+) -> Result<T, ApiError> {
+    throttle(clock, lane).await;
+    call.await.map_err(|e| ApiError::new(verb, object, e))
+}
+
 /// The `Retry-After` of a "try again" answer: the API server puts it in the `Status` details
 /// (`retryAfterSeconds`, as well as in the header) of its 429s and of some 503s.
 pub(crate) fn retry_after(e: &::kube::Error) -> Option<Duration> {

@@ -508,7 +508,7 @@ pub(crate) async fn drain_pass(
     let evictable: Vec<&Pod> = normal.iter().chain(&critical).copied().collect();
     let surge = match &settings.surge {
         Some(surge) if now < deadline => {
-            Some(surge_pass(clients, node, surge, &listed, &evictable).await?)
+            Some(surge_pass(clients, node, surge, &listed, &evictable).await)
         }
         _ => None,
     };
@@ -518,15 +518,16 @@ pub(crate) async fn drain_pass(
         evict_all(clients, &evictable, now, settings, &mut report).await?;
         report.terminating = terminating;
         if settings.surge.is_some() {
-            for ph in surge::of_node(clients, node).await? {
-                surge::delete(clients, &ph).await?;
-                report.placeholders_deleted += 1;
-            }
+            report.placeholders_deleted += surge::delete_of_node(clients, node).await;
         }
         return Ok(report);
     }
-    let critical_due = (normal.is_empty() && critical_terminating)
-        || now >= started_at + (deadline - started_at) * 3 / 4;
+    // Checked: both times come from a message (verified, but a time is never trusted to add).
+    let last_quarter = (deadline - started_at)
+        .checked_mul(3)
+        .and_then(|d| started_at.checked_add_signed(d / 4));
+    let critical_due =
+        (normal.is_empty() && critical_terminating) || last_quarter.is_none_or(|t| now >= t);
     let mut due: Vec<&Pod> = normal;
     let mut deferred = if critical_due {
         due.extend(critical);
@@ -568,8 +569,7 @@ pub(crate) async fn drain_pass(
     {
         // The drain is over: its placeholders go.
         for ph in &surge.listed {
-            surge::delete(clients, ph).await?;
-            report.placeholders_deleted += 1;
+            report.placeholders_deleted += usize::from(surge::delete_logged(clients, ph).await);
         }
     }
     Ok(report)

@@ -18,6 +18,14 @@ pub enum KubeError {
     Conflicts { node: String, attempts: u32 },
     #[error(transparent)]
     Lifecycle(#[from] LifecycleError),
+    /// Work over many objects, each tried: some failed (the first of them named).
+    #[error("{failed} of {tried} failed; the first: {first}")]
+    Partly {
+        failed: usize,
+        tried: usize,
+        #[source]
+        first: Box<KubeError>,
+    },
 }
 
 impl KubeError {
@@ -29,6 +37,7 @@ impl KubeError {
             KubeError::Connect(e) => e.kind(),
             KubeError::Conflicts { .. } => FailureKind::Contention,
             KubeError::Lifecycle(e) => e.kind,
+            KubeError::Partly { first, .. } => first.kind(),
         }
     }
 

@@ -65,6 +65,8 @@ impl KubeExecutor {
             surge: a.surge.then(|| SurgeSettings {
                 event_id: plan.event_id.clone(),
                 deadline,
+                node_uid: node.metadata.uid.clone(),
+                parallelism: self.settings.eviction_parallelism,
                 first: matches!(pass, Pass::Drain { announce: true, .. }),
                 memory: self.surge_memory.clone(),
             }),
