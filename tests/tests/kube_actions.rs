@@ -1220,6 +1220,83 @@ async fn the_sweeper_deletes_placeholders_that_outlived_their_drain() {
     );
 }
 
+/// EC2 does not answer: the sweep cannot look.
+struct LeavingDown;
+
+#[async_trait]
+impl forewarn::ports::LeavingInstances for LeavingDown {
+    async fn leaving(
+        &self,
+        _cluster: &str,
+    ) -> Result<Vec<InstanceFacts>, forewarn::ports::DirectoryError> {
+        Err(forewarn::ports::DirectoryError {
+            service: "ec2",
+            message: "DescribeInstances: 503 Service Unavailable".into(),
+            kind: forewarn::ports::FailureKind::Unavailable,
+        })
+    }
+    async fn statuses(
+        &self,
+    ) -> Result<Vec<forewarn::domain::status::InstanceStatus>, forewarn::ports::DirectoryError>
+    {
+        Ok(Vec::new())
+    }
+}
+
+/// A sweeper run whose sweep cannot look (EC2 down) still cleans up the placeholders drains
+/// left, and a delete that fails does not stop the others: the run reports both failures after
+/// every step ran.
+#[tokio::test]
+async fn the_sweepers_clean_up_runs_whatever_else_failed_and_every_delete_is_tried() {
+    let w = surging().await;
+    // A second controller's pod: two placeholders.
+    w.fake
+        .insert(pod_object("default", "api-1", NODE, "api", "ReplicaSet"));
+    let plan = w
+        .plan(&event(EventKind::SpotInterruption, "ev-surge-sweep"))
+        .await;
+    let executor = w.executor();
+    executor.run(&plan, Pass::Cordon).await.unwrap();
+    first_drain_pass(&w, &executor, &plan).await;
+    let made = placeholders(&w);
+    assert_eq!(made.len(), 2, "{made:?}");
+    // The drain's chain is lost; later, the first delete is answered 500.
+    let later = plan.actions[0].deadline.unwrap() + chrono::Duration::seconds(1);
+    w.clock
+        .sleep((later - w.clock.now()).to_std().unwrap())
+        .await;
+    w.fake.inject(
+        Fault::new(500)
+            .method(Method::DELETE)
+            .path_contains("/api/v1/namespaces/forewarn/pods/"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let sweeper = forewarn::app::sweeper::Sweeper {
+        handler: forewarn::app::handler::Handler {
+            executor: Some(Arc::new(w.executor())),
+            ..w.handler(dir.path())
+        },
+        leaving: Arc::new(LeavingDown),
+        region: Some("us-east-1".into()),
+        priorities: None,
+    };
+    let run = sweeper.run(None).await;
+    assert!(run.findings.is_err(), "EC2 is down: the sweep cannot look");
+    let failures = run.failures();
+    assert!(failures[0].contains("503"), "{failures:?}");
+    assert!(
+        failures
+            .iter()
+            .any(|f| f.contains("placeholders: 1 of 2 failed")),
+        "{failures:?}"
+    );
+    assert_eq!(placeholders(&w).len(), 1, "the other delete went through");
+    // The next run deletes what is left.
+    let again = sweeper.run(None).await;
+    assert_eq!(again.placeholders.unwrap().len(), 1);
+    assert!(placeholders(&w).is_empty());
+}
+
 /// The grace period each eviction of `pod` asked for (`deleteOptions.gracePeriodSeconds`).
 fn asked_grace(fake: &KubeFake, pod: &str) -> Vec<Option<i64>> {
     fake.requests()
