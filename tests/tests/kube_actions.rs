@@ -1028,6 +1028,179 @@ async fn with_surge_a_warning_costs_seconds_of_capacity_not_the_autoscalers_minu
     assert!(at_once_last < surge_last);
 }
 
+/// `infra/k8s/placeholders.yaml`'s PriorityClass, admission policy and binding stored in `w`'s
+/// fake, which enforces the policy (its CEL evaluated), and `w`'s clients impersonating
+/// `group`: what forewarn's code sends, the API server admits or denies as it would.
+fn as_forewarn_under_the_policy(w: &mut World, group: &str) {
+    let manifest = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra/k8s/placeholders.yaml"),
+    )
+    .unwrap();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&manifest).unwrap();
+    for doc in docs.into_iter().filter(|d| {
+        [
+            "PriorityClass",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        ]
+        .contains(&d["kind"].as_str().unwrap_or_default())
+    }) {
+        w.fake.insert(doc);
+    }
+    let mut config = w.fake.config();
+    config.auth_info.impersonate = Some(format!("arn:aws:sts::123456789012:assumed-role/{group}"));
+    config.auth_info.impersonate_groups = Some(vec![group.to_string()]);
+    w.clients =
+        ClusterClient::new(kube::Client::try_from(config).unwrap()).with_clock(w.clock.shared());
+}
+
+/// The placeholders forewarn makes pass `infra/k8s/placeholders.yaml`'s admission policy, its
+/// CEL evaluated by the fake as the API server does; anything else forewarn's groups would
+/// create or delete — a pod of another namespace, another name, an extra label or annotation,
+/// a probe, a lifecycle hook, a service account, a delete of a tenant's pod — is denied.
+#[tokio::test]
+async fn placeholders_pass_the_admission_policy_and_nothing_else_forewarns_groups_send_does() {
+    let fake = KubeFake::builder().admission_policies().start().await;
+    let mut w = World::on(fake);
+    w.fake.insert(node(NODE, ID));
+    w.fake.insert(node(OTHER_NODE, OTHER_ID));
+    w.config.surge_kinds = forewarn::domain::surge::SURGE_KINDS.into();
+    let mut web = pod_object("default", "web-1", NODE, "web", "ReplicaSet");
+    web["spec"]["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}]}});
+    web["spec"]["tolerations"] = json!([{"operator": "Exists"}]);
+    w.fake.insert(web);
+    for group in ["forewarn-handler", "forewarn-sweeper"] {
+        as_forewarn_under_the_policy(&mut w, group);
+        let plan = w
+            .plan(&event(
+                EventKind::SpotInterruption,
+                &format!("ev-admit-{group}"),
+            ))
+            .await;
+        let executor = w.executor();
+        executor.run(&plan, Pass::Cordon).await.unwrap();
+        let out = first_drain_pass(&w, &executor, &plan).await;
+        let drain = out.drain.unwrap();
+        assert_eq!(
+            drain.placeholders_created, 1,
+            "{group}: admitted: {drain:?}"
+        );
+        assert_eq!(drain.waiting, ["default/web-1"]);
+        // Deleted by the sweeper once expired: admitted too.
+        let later = plan.actions[0].deadline.unwrap() + chrono::Duration::seconds(1);
+        assert_eq!(executor.clean_placeholders(later).await.unwrap().len(), 1);
+        assert!(placeholders(&w).is_empty());
+    }
+    // What the policy denies forewarn's groups, however it is sent.
+    let executor = w.executor();
+    let plan = w
+        .plan(&event(EventKind::SpotInterruption, "ev-admit-shape"))
+        .await;
+    executor.run(&plan, Pass::Cordon).await.unwrap();
+    first_drain_pass(&w, &executor, &plan).await;
+    let good = placeholders(&w).remove("default/web-1").unwrap();
+    let client = w.clients.client().await.unwrap();
+    let pods = |ns: &str| -> kube::Api<kube::core::DynamicObject> {
+        kube::Api::namespaced_with(
+            client.clone(),
+            ns,
+            &kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
+        )
+    };
+    let variant = |change: &dyn Fn(&mut Value)| {
+        let mut v = good.clone();
+        for field in ["uid", "resourceVersion", "creationTimestamp", "generation"] {
+            v["metadata"].as_object_mut().unwrap().remove(field);
+        }
+        v.as_object_mut().unwrap().remove("status");
+        let uid = "u-shape";
+        v["metadata"]["name"] = json!(format!("forewarn-placeholder-{uid}"));
+        v["metadata"]["annotations"]["forewarn.io/pod-uid"] = json!(uid);
+        change(&mut v);
+        v
+    };
+    let denied: Vec<(&str, Value)> = vec![
+        (
+            "another namespace",
+            variant(&|v| v["metadata"]["namespace"] = json!("default")),
+        ),
+        (
+            "another name",
+            variant(&|v| v["metadata"]["name"] = json!("forewarn-placeholder-x")),
+        ),
+        (
+            "an extra label",
+            variant(&|v| v["metadata"]["labels"]["app"] = json!("web")),
+        ),
+        (
+            "an extra annotation",
+            variant(&|v| v["metadata"]["annotations"]["x"] = json!("y")),
+        ),
+        (
+            "a probe",
+            variant(&|v| {
+                v["spec"]["containers"][0]["livenessProbe"] =
+                    json!({"exec": {"command": ["sh", "-c", "curl evil"]}})
+            }),
+        ),
+        (
+            "a lifecycle hook",
+            variant(&|v| {
+                v["spec"]["containers"][0]["lifecycle"] =
+                    json!({"postStart": {"exec": {"command": ["sh"]}}})
+            }),
+        ),
+        (
+            "a service account",
+            variant(&|v| v["spec"]["serviceAccountName"] = json!("admin")),
+        ),
+        (
+            "another image",
+            variant(&|v| v["spec"]["containers"][0]["image"] = json!("busybox")),
+        ),
+        (
+            "another class",
+            variant(&|v| v["spec"]["priorityClassName"] = json!("system-node-critical")),
+        ),
+        (
+            "an owner other than a Node",
+            variant(&|v| {
+                v["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "x", "uid": "y"}])
+            }),
+        ),
+    ];
+    for (what, body) in denied {
+        let ns = body["metadata"]["namespace"].as_str().unwrap().to_string();
+        let obj: kube::core::DynamicObject = serde_json::from_value(body).unwrap();
+        match pods(&ns)
+            .create(&kube::api::PostParams::default(), &obj)
+            .await
+        {
+            Err(kube::Error::Api(s)) => assert!(
+                [403, 422].contains(&s.code) && s.message.contains("forewarn-placeholders-only"),
+                "{what}: {s:?}"
+            ),
+            other => panic!("{what}: admitted: {other:?}"),
+        }
+    }
+    let admitted = variant(&|_| {});
+    let obj: kube::core::DynamicObject = serde_json::from_value(admitted).unwrap();
+    pods("forewarn")
+        .create(&kube::api::PostParams::default(), &obj)
+        .await
+        .expect("the placeholder's own shape, under another uid, is admitted");
+    // A tenant's pod cannot be deleted by forewarn's groups.
+    match pods("default")
+        .delete("web-1", &kube::api::DeleteParams::default())
+        .await
+    {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 422, "{s:?}"),
+        other => panic!("a tenant's pod deleted: {other:?}"),
+    }
+    assert!(w.pod("default", "web-1").is_some());
+}
+
 /// A first drain pass (after its cordon) of `plan`, now.
 async fn first_drain_pass(w: &World, executor: &KubeExecutor, plan: &Plan) -> NodeOutcome {
     let drain = Pass::Drain {

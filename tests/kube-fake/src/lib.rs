@@ -179,6 +179,7 @@
 //!   sends. kube 5's `Config::new` turns it on, and then it retries 429, 503 and
 //!   504 up to 15 times, honouring `Retry-After` — including eviction refusals.
 
+mod admission;
 mod discovery;
 mod eviction;
 mod filters;
@@ -303,6 +304,7 @@ pub struct KubeFakeBuilder {
     resources: Vec<ResourceDef>,
     sim: SimSettings,
     version: (u32, u32),
+    admission: bool,
 }
 
 impl Default for KubeFakeBuilder {
@@ -311,6 +313,7 @@ impl Default for KubeFakeBuilder {
             resources: builtin_resources(),
             sim: SimSettings::default(),
             version: (1, 33),
+            admission: true,
         }
     }
 }
@@ -320,6 +323,42 @@ impl KubeFakeBuilder {
     /// served are the builder's, whatever the version.
     pub fn version(mut self, major: u32, minor: u32) -> Self {
         self.version = (major, minor);
+        self
+    }
+
+    /// Serves `admissionregistration.k8s.io/v1` ValidatingAdmissionPolicies and their bindings
+    /// (served from Kubernetes 1.30), enforced unless [`KubeFakeBuilder::admission`] says not.
+    pub fn admission_policies(self) -> Self {
+        let def = |kind, plural| ResourceDef {
+            group: "admissionregistration.k8s.io",
+            version: "v1",
+            kind,
+            plural,
+            singular: "",
+            namespaced: false,
+            short_names: &[],
+            custom: false,
+            status_subresource: false,
+            status_on_create: StatusOnCreate::Keep,
+            delete_returns_object: false,
+            create_on_update: true,
+            field_labels: None,
+            list_merge: &[],
+        };
+        self.resource(def(
+            "ValidatingAdmissionPolicy",
+            "validatingadmissionpolicies",
+        ))
+        .resource(def(
+            "ValidatingAdmissionPolicyBinding",
+            "validatingadmissionpolicybindings",
+        ))
+    }
+
+    /// Whether stored ValidatingAdmissionPolicies are enforced (by default they are, see
+    /// the `admission` module); `false`: a cluster that stores them and enforces none.
+    pub fn admission(mut self, enforced: bool) -> Self {
+        self.admission = enforced;
         self
     }
 
@@ -381,6 +420,7 @@ impl KubeFakeBuilder {
             shutdown: shutdown_rx.clone(),
             server_address: addr.to_string(),
             version: self.version,
+            admission: self.admission,
         });
         let app = axum::Router::new()
             .fallback(server::handle)

@@ -12,6 +12,7 @@ use axum::response::Response;
 use serde_json::Value;
 use tokio::sync::watch;
 
+use crate::admission::{self, Review, UserInfo};
 use crate::discovery;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::sim::Sim;
@@ -100,6 +101,8 @@ pub(crate) struct Shared {
     pub server_address: String,
     /// The (major, minor) `/version` answers.
     pub version: (u32, u32),
+    /// Whether ValidatingAdmissionPolicies are enforced.
+    pub admission: bool,
 }
 
 impl Shared {
@@ -296,6 +299,8 @@ struct Incoming<'a> {
     query: &'a Query,
     media: Option<&'a str>,
     body: &'a [u8],
+    /// Who sent it (for admission), when admission is enforced.
+    user: Option<&'a UserInfo>,
 }
 
 fn dispatch(
@@ -352,7 +357,24 @@ fn dispatch(
             }
             Method::POST if ns.is_some() || !store.resources[idx].namespaced => {
                 check_body_type(store, idx, req.media)?;
-                let body = parse_json(req.body)?;
+                let mut body = parse_json(req.body)?;
+                if let Some(user) = req.user {
+                    if let (Some(ns), Some(meta)) = (ns, body.get_mut("metadata")) {
+                        meta.as_object_mut()
+                            .map(|m| m.entry("namespace").or_insert_with(|| ns.into()));
+                    }
+                    let name = crate::store::meta_str(&body, "name").unwrap_or_default();
+                    let review = Review {
+                        operation: "CREATE",
+                        idx,
+                        namespace: ns,
+                        name,
+                        object: Some(&body),
+                        old_object: None,
+                        user,
+                    };
+                    admission::admit(store, &review)?;
+                }
                 Ok(Answer::ok(201, store.create(idx, ns, body, dry_run)?))
             }
             _ => Err(status::method_not_allowed()),
@@ -378,6 +400,21 @@ fn dispatch(
                     .get("gracePeriodSeconds")
                     .and_then(|g| g.parse().ok());
                 let options = DeleteOptions::from_body(body.as_ref(), grace);
+                if let Some(user) = req.user
+                    && admission::any_applies(store, "DELETE", idx)
+                    && let Some(old) = store.get(idx, ns, name)
+                {
+                    let review = Review {
+                        operation: "DELETE",
+                        idx,
+                        namespace: ns,
+                        name,
+                        object: None,
+                        old_object: Some(&old),
+                        user,
+                    };
+                    admission::admit(store, &review)?;
+                }
                 Ok(match store.delete(idx, ns, name, &options, dry_run)? {
                     DeleteOutcome::Deleted(body) | DeleteOutcome::Pending(body) => {
                         Answer::ok(200, body)
@@ -414,6 +451,36 @@ fn object_verb(
     target: Target,
     dry_run: bool,
 ) -> Result<Answer, ApiError> {
+    if let Some(user) = req.user
+        && target == Target::Main
+        && matches!(*req.method, Method::PUT | Method::PATCH)
+        && admission::any_applies(store, "UPDATE", idx)
+        && let Some(old) = store.get(idx, ns, name)
+    {
+        // What the write would store, computed as a dry run, then admitted or denied.
+        let new = match *req.method {
+            Method::PUT => {
+                check_body_type(store, idx, req.media)?;
+                store
+                    .replace(idx, ns, name, parse_json(req.body)?, target, true)?
+                    .1
+            }
+            _ => {
+                let kind = patch_kind(store, idx, req.media)?;
+                store.patch(idx, ns, name, kind, &parse_json(req.body)?, target, true)?
+            }
+        };
+        let review = Review {
+            operation: "UPDATE",
+            idx,
+            namespace: ns,
+            name,
+            object: Some(&new),
+            old_object: Some(&old),
+            user,
+        };
+        admission::admit(store, &review)?;
+    }
     match *req.method {
         Method::PUT => {
             check_body_type(store, idx, req.media)?;
@@ -489,6 +556,7 @@ fn render(answer: &Answer) -> Response {
 /// The one handler behind every path.
 pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
+    let user = UserInfo::from_headers(&parts.headers);
     let method = parts.method;
     let path = parts.uri.path().to_string();
     let raw_query = parts.uri.query().unwrap_or_default().to_string();
@@ -562,6 +630,7 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
                 query: &query,
                 media: media.as_deref(),
                 body: &bytes,
+                user: shared.admission.then_some(&user),
             };
             dispatch(
                 &mut state.store,

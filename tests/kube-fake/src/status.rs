@@ -302,6 +302,11 @@ pub(crate) fn for_code(code: u16, server_message: &str) -> ApiError {
     failure(code, reason, message, Some(json!({})))
 }
 
+/// A `Status` of `code` with `reason` and `message` as given (an admission denial).
+pub(crate) fn for_reason(code: u16, reason: &str, message: String) -> ApiError {
+    failure(code, reason, message, Some(json!({})))
+}
+
 /// `{"kind":"Status",...,"status":"Success"}` as a successful delete or eviction answers.
 pub(crate) fn success(code: Option<u16>, details: Option<Value>) -> Value {
     let mut body = Map::new();
