@@ -58,10 +58,23 @@ fn admission(kind: &'static str, plural: &'static str, namespaced: bool) -> Reso
     }
 }
 
+/// A row of the fake for Namespaces, which it does not serve by default: cluster-scoped, with
+/// a status the server sets (`Active`) on create, as the API server's namespace registry does.
+fn namespaces() -> ResourceDef {
+    ResourceDef {
+        group: "",
+        status_subresource: true,
+        status_on_create: StatusOnCreate::Replace(|| json!({"phase": "Active"})),
+        create_on_update: false,
+        ..admission("Namespace", "namespaces", false)
+    }
+}
+
 /// The fake serving what the manifests hold, at Kubernetes `minor` (1.x).
 async fn fake_at(minor: u32) -> KubeFake {
     KubeFake::builder()
         .version(1, minor)
+        .resource(namespaces())
         .resource(rbac("ClusterRole", "clusterroles", false))
         .resource(rbac("ClusterRoleBinding", "clusterrolebindings", false))
         .resource(rbac("Role", "roles", true))
@@ -247,7 +260,8 @@ fn a_dry_run_prints_every_step_and_changes_nothing() {
                  FunctionArchitecture=x86_64 CreateAccessEntry=false"
             ),
             "ClusterRole forewarn: would be created".to_string(),
-            "RoleBinding kube-system/forewarn-policy: would be created".to_string(),
+            "Namespace forewarn: would be created".to_string(),
+            "RoleBinding forewarn/forewarn-policy: would be created".to_string(),
             format!("ConfigMap kube-system/{EXPANDER}: would be created"),
             "dry run: nothing was changed".to_string(),
         ] {
@@ -313,7 +327,9 @@ fn deploy_then_upgrade_against_moto_and_the_kubernetes_fake() {
             format!("  deployed {stack}-handler"),
             format!("  deployed {stack}-sweeper"),
             "      updated\n".to_string(),
+            "Namespace forewarn: created".to_string(),
             "ClusterRole forewarn: created".to_string(),
+            "Role forewarn/forewarn-policy: created".to_string(),
             "PriorityClass forewarn-placeholder: created".to_string(),
             "ValidatingAdmissionPolicy forewarn-placeholders-only: created".to_string(),
             "ValidatingAdmissionPolicyBinding forewarn-placeholders-only: created".to_string(),
@@ -371,6 +387,12 @@ fn deploy_then_upgrade_against_moto_and_the_kubernetes_fake() {
                 .rposition(|p| p.ends_with(plural))
                 .unwrap_or_else(|| panic!("no create of {plural} in {created:?}"))
         };
+        // forewarn's namespace before anything else, so before anything in it.
+        assert!(created[0].ends_with("/api/v1/namespaces"), "{created:?}");
+        assert!(
+            created.iter().any(|p| p.contains("/namespaces/forewarn/")),
+            "{created:?}"
+        );
         // The last ClusterRole created is placeholders.yaml's (rbac.yaml's comes first).
         assert!(
             last("/validatingadmissionpolicybindings") < last("/clusterroles"),
@@ -535,7 +557,7 @@ fn manifest_objects() -> Vec<(String, String, Option<String>, String)> {
             ));
         }
     }
-    assert_eq!(objects.len(), 12, "{objects:?}");
+    assert_eq!(objects.len(), 13, "{objects:?}");
     objects
 }
 
