@@ -601,8 +601,10 @@ fn a_cluster_before_1_30_gets_no_placeholder_grant() {
     });
 }
 
-/// Without AWS: bad parameters and a folder outside the repository are refused before anything
-/// is read; a dry run that cannot reach AWS still prints every step, and the kubectl commands.
+/// Without AWS: bad parameters and a `--root` that is not the repository are refused before
+/// anything is read, and the repository is never looked for from the working directory; no
+/// variable's value is printed; a dry run that cannot reach AWS still prints every step, and the
+/// kubectl commands.
 #[test]
 fn refusals_and_a_dry_run_without_aws() {
     let state = tempfile::tempdir().unwrap();
@@ -673,16 +675,98 @@ fn refusals_and_a_dry_run_without_aws() {
     );
     assert!(!stdout(&out).contains("[1/5]"), "{}", stdout(&out));
 
+    // The repository is --root, or the checkout the command was built from: never one found
+    // from the working directory, even one that looks like forewarn's.
     let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(elsewhere.path().join("infra/k8s")).unwrap();
+    std::fs::write(
+        elsewhere.path().join("infra/forewarn.yaml"),
+        "planted: true\n",
+    )
+    .unwrap();
+    let inside = elsewhere.path().join("infra/k8s");
+    let out = run(&inside, &["deploy", "--cluster", "demo", "--dry-run"]);
+    let text = succeeded(&out);
+    assert!(text.contains("[5/5] kubernetes"), "{text}");
+    let empty = tempfile::tempdir().unwrap();
     let out = run(
-        elsewhere.path(),
-        &["deploy", "--cluster", "demo", "--dry-run"],
+        &root(),
+        &[
+            "deploy",
+            "--cluster",
+            "demo",
+            "--dry-run",
+            "--root",
+            empty.path().to_str().unwrap(),
+        ],
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        !out.status.success() && err.contains("infra/forewarn.yaml not found"),
+        !out.status.success()
+            && err.contains("infra/forewarn.yaml not found in")
+            && err.contains("(--root)"),
         "{err}"
     );
+    let out = run(
+        elsewhere.path(),
+        &[
+            "deploy",
+            "--cluster",
+            "demo",
+            "--dry-run",
+            "--root",
+            root().to_str().unwrap(),
+        ],
+    );
+    succeeded(&out);
+
+    // Values of the functions' variables are never printed: a dry run and an error name them.
+    let secret = "https://hooks.example.com/services/T000/B000/XXXXSECRET";
+    let out = run(
+        &root(),
+        &[
+            "deploy",
+            "--cluster",
+            "demo",
+            "--dry-run",
+            "--handler-env",
+            &format!("FOREWARN_WEBHOOK_URL={secret}"),
+            "--sweeper-env",
+            &format!("FOREWARN_WEBHOOK_URL={secret}"),
+        ],
+    );
+    let text = succeeded(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !text.contains("XXXXSECRET") && !err.contains("XXXXSECRET"),
+        "{text}\n{err}"
+    );
+    assert!(
+        text.contains("FOREWARN_WEBHOOK_URL=(hidden)") && text.contains("FOREWARN_WEBHOOK_URL"),
+        "{text}"
+    );
+    assert!(
+        text.contains("(the file sets: <HandlerEnvFile> FOREWARN_WEBHOOK_URL)"),
+        "{text}"
+    );
+    let out = run(
+        &root(),
+        &[
+            "deploy",
+            "--cluster",
+            "demo",
+            "--dry-run",
+            "--handler-env",
+            secret,
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--handler-env (its 1st use): expected KEY=VALUE"),
+        "{err}"
+    );
+    assert!(!err.contains("XXXXSECRET"), "{err}");
 
     let out = run(&root(), &["deploy", "--cluster", "demo", "--dry-run"]);
     let text = succeeded(&out);

@@ -3227,6 +3227,129 @@ async fn a_budget_refusal_is_tried_again_by_the_environment_before_its_queued_pa
     );
 }
 
+/// A node of 737 pods with 253-character names (the longest a pod name may be), every eviction
+/// refused by its budget: each continuation of its drain stays within SQS's 256 KiB and does not
+/// grow with the pods or the passes (it carries no pod: the plan is per instance).
+#[tokio::test]
+async fn a_continuation_of_a_node_of_737_long_named_pods_fits_in_an_sqs_message() {
+    use forewarn::domain::inbound::continuation::MAX_MESSAGE_BYTES;
+    let w = World::plain().await;
+    for i in 0..737 {
+        // 63 + 1 + 63 + 1 + 63 + 1 + 61 = 253 characters, a valid DNS subdomain.
+        let name = format!(
+            "p{i:04}{}.{}.{}.{}",
+            "a".repeat(58),
+            "b".repeat(63),
+            "c".repeat(63),
+            "d".repeat(61)
+        );
+        assert_eq!(name.len(), 253);
+        w.fake
+            .insert(pod_object("default", &name, NODE, "held", "ReplicaSet"));
+    }
+    w.fake.insert(json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "held", "namespace": "default"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "held"}}},
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let queue = Arc::new(Continuations::default());
+    let handler = forewarn::app::handler::Handler {
+        instances: Arc::new(Instances(BTreeMap::from([(
+            ID.to_string(),
+            instance(ID, NODE),
+        )]))),
+        nodes: Arc::new(KubeNodeDirectory::new(w.clients.clone())),
+        executor: Some(Arc::new(w.executor())),
+        passes: Passes {
+            interval: Duration::from_secs(1),
+            queue: Some(queue.clone()),
+            kept: None,
+        },
+        ..w.handler(dir.path())
+    };
+    let next = || queue.sent.lock().unwrap().pop().map(|(_, body, _)| body);
+    let out = handler
+        .invoke(sqs_event(&[spot_body("ev-737", ID)]), None)
+        .await
+        .unwrap();
+    assert_eq!(out.response["batchItemFailures"], json!([]));
+    let mut sizes = Vec::new();
+    let mut body = next().expect("the first pass queues the drain");
+    for _ in 0..2 {
+        sizes.push(body.len());
+        let out = handler.invoke(sqs_event(&[body]), None).await.unwrap();
+        assert_eq!(
+            out.response["batchItemFailures"],
+            json!([]),
+            "{:#?}",
+            out.reports
+        );
+        body = next().expect("the refused pods keep the drain going");
+    }
+    sizes.push(body.len());
+    assert!(
+        w.fake
+            .requests()
+            .iter()
+            .filter(|r| r.path.ends_with("/eviction"))
+            .count()
+            >= 737,
+        "every pod was tried"
+    );
+    for size in &sizes {
+        assert!(*size <= MAX_MESSAGE_BYTES, "{sizes:?}");
+    }
+    // The passes' counters change a few digits, nothing per pod.
+    assert!(
+        sizes.iter().max().unwrap() - sizes.iter().min().unwrap() < 100,
+        "{sizes:?}"
+    );
+    assert!(sizes[0] < 16 * 1024, "{sizes:?}");
+}
+
+/// A continuation SQS would not take (an event near SQS's limit whose body, quoted inside the
+/// continuation, escapes past it) is never sent: the event fails, saying how large it would be.
+#[tokio::test]
+async fn an_oversized_continuation_is_not_sent_and_its_event_fails_saying_why() {
+    let w = World::plain().await;
+    w.fake
+        .insert(pod_object("default", "web-1", NODE, "web", "ReplicaSet"));
+    let dir = tempfile::tempdir().unwrap();
+    let queue = Arc::new(Continuations::default());
+    let handler = forewarn::app::handler::Handler {
+        instances: Arc::new(Instances(BTreeMap::from([(
+            ID.to_string(),
+            instance(ID, NODE),
+        )]))),
+        nodes: Arc::new(KubeNodeDirectory::new(w.clients.clone())),
+        executor: Some(Arc::new(w.executor())),
+        passes: Passes {
+            interval: Duration::from_secs(1),
+            queue: Some(queue.clone()),
+            kept: None,
+        },
+        ..w.handler(dir.path())
+    };
+    // A spot warning of 200 KB (SQS takes it) whose detail holds quotes: escaped once more in
+    // the continuation, they double.
+    let mut warning: Value = serde_json::from_str(&spot_body("ev-big", ID)).unwrap();
+    warning["detail"]["note"] = json!("\"".repeat(100_000));
+    let warning = warning.to_string();
+    assert!(warning.len() < 256 * 1024);
+    let out = handler.invoke(sqs_event(&[warning]), None).await.unwrap();
+    assert_eq!(
+        out.response["batchItemFailures"],
+        json!([{"itemIdentifier": "m-0"}])
+    );
+    let reason = out.reports[0].reason.clone().unwrap_or_default();
+    assert!(
+        reason.contains("more than the 262144 an SQS message holds: it is not sent"),
+        "{reason}"
+    );
+    assert!(queue.sent.lock().unwrap().is_empty(), "nothing was sent");
+}
+
 fn spot_body(id: &str, instance_id: &str) -> String {
     fixtures::spot_json(id, instance_id, &Utc::now().to_rfc3339()).to_string()
 }
