@@ -70,6 +70,10 @@ pub struct DeployArgs {
     /// them.
     #[arg(long)]
     kube: bool,
+    /// The forewarn repository to deploy from (its infra/, the functions' crates) [default: the
+    /// checkout this command was built from]. Never looked for from the current directory.
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
 }
 
 /// One line on standard output, flushed (the steps' lines and the builds' progress interleave).
@@ -80,19 +84,30 @@ fn say(text: impl Display) -> anyhow::Result<()> {
         .context("writing the output")
 }
 
-/// The folder holding `infra/forewarn.yaml`: the current directory or the nearest above it.
-fn find_root() -> anyhow::Result<PathBuf> {
-    let cwd = std::env::current_dir().context("reading the current directory")?;
-    cwd.ancestors()
-        .find(|dir| dir.join(TEMPLATE).is_file())
-        .map(Path::to_path_buf)
-        .ok_or_else(|| {
-            anyhow!(
-                "{TEMPLATE} not found in {} or any folder above it: run forewarn deploy in the \
-                 forewarn repository",
-                cwd.display()
-            )
-        })
+/// The checkout this command was built from (its crate's folder's parent, fixed at build time).
+fn own_checkout() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The repository to deploy from: `--root` when given, else [`own_checkout`] — never a folder
+/// found from the current directory (whoever controls the working directory would choose the
+/// template, the manifests and the functions deployed). It must hold `infra/forewarn.yaml`.
+fn find_root(given: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let (root, whence) = match given {
+        Some(dir) => (dir.to_path_buf(), "--root"),
+        None => (
+            own_checkout(),
+            "the checkout forewarn was built from (give --root to deploy from another)",
+        ),
+    };
+    if !root.join(TEMPLATE).is_file() {
+        bail!(
+            "{TEMPLATE} not found in {} ({whence}): give --root, the forewarn repository to \
+             deploy from",
+            root.display()
+        );
+    }
+    Ok(root)
 }
 
 struct Deploy {
@@ -111,7 +126,7 @@ struct Deploy {
 }
 
 pub async fn run(args: DeployArgs, settings: Settings) -> anyhow::Result<ExitCode> {
-    let root = find_root()?;
+    let root = find_root(args.root.as_deref())?;
     let template = std::fs::read_to_string(root.join(TEMPLATE))
         .with_context(|| format!("reading {}", root.join(TEMPLATE).display()))?;
     let declared = stack::declared(&template).with_context(|| format!("reading {TEMPLATE}"))?;
@@ -357,7 +372,11 @@ impl Deploy {
             say(format!("{UNDER}{}", command_line("cargo", &args)))?;
             if self.dry_run() {
                 if f.prefix == "Handler" {
-                    say(format!("{UNDER}  (the file: {})", handler_vars.join(" ")))?;
+                    // Names only: a value may be a secret (a webhook URL).
+                    say(format!(
+                        "{UNDER}  (the file sets: {})",
+                        functions::names_of(&handler_vars).join(" ")
+                    ))?;
                 }
                 say(format!("{UNDER}  would run it"))?;
                 continue;

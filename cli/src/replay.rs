@@ -45,7 +45,7 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "NAME")]
     cluster_name: Option<String>,
     /// The policy per node group (YAML; overrides FOREWARN_POLICY_FILE and, with --kube, the
-    /// cluster's ConfigMap kube-system/forewarn-policy). A bad policy is an error naming the
+    /// cluster's ConfigMap forewarn/forewarn-policy). A bad policy is an error naming the
     /// field: nothing is replayed.
     #[arg(long, value_name = "FILE")]
     policy: Option<PathBuf>,

@@ -58,10 +58,23 @@ fn admission(kind: &'static str, plural: &'static str, namespaced: bool) -> Reso
     }
 }
 
+/// A row of the fake for Namespaces, which it does not serve by default: cluster-scoped, with
+/// a status the server sets (`Active`) on create, as the API server's namespace registry does.
+fn namespaces() -> ResourceDef {
+    ResourceDef {
+        group: "",
+        status_subresource: true,
+        status_on_create: StatusOnCreate::Replace(|| json!({"phase": "Active"})),
+        create_on_update: false,
+        ..admission("Namespace", "namespaces", false)
+    }
+}
+
 /// The fake serving what the manifests hold, at Kubernetes `minor` (1.x).
 async fn fake_at(minor: u32) -> KubeFake {
     KubeFake::builder()
         .version(1, minor)
+        .resource(namespaces())
         .resource(rbac("ClusterRole", "clusterroles", false))
         .resource(rbac("ClusterRoleBinding", "clusterrolebindings", false))
         .resource(rbac("Role", "roles", true))
@@ -247,7 +260,8 @@ fn a_dry_run_prints_every_step_and_changes_nothing() {
                  FunctionArchitecture=x86_64 CreateAccessEntry=false"
             ),
             "ClusterRole forewarn: would be created".to_string(),
-            "RoleBinding kube-system/forewarn-policy: would be created".to_string(),
+            "Namespace forewarn: would be created".to_string(),
+            "RoleBinding forewarn/forewarn-policy: would be created".to_string(),
             format!("ConfigMap kube-system/{EXPANDER}: would be created"),
             "dry run: nothing was changed".to_string(),
         ] {
@@ -313,7 +327,9 @@ fn deploy_then_upgrade_against_moto_and_the_kubernetes_fake() {
             format!("  deployed {stack}-handler"),
             format!("  deployed {stack}-sweeper"),
             "      updated\n".to_string(),
+            "Namespace forewarn: created".to_string(),
             "ClusterRole forewarn: created".to_string(),
+            "Role forewarn/forewarn-policy: created".to_string(),
             "PriorityClass forewarn-placeholder: created".to_string(),
             "ValidatingAdmissionPolicy forewarn-placeholders-only: created".to_string(),
             "ValidatingAdmissionPolicyBinding forewarn-placeholders-only: created".to_string(),
@@ -371,6 +387,12 @@ fn deploy_then_upgrade_against_moto_and_the_kubernetes_fake() {
                 .rposition(|p| p.ends_with(plural))
                 .unwrap_or_else(|| panic!("no create of {plural} in {created:?}"))
         };
+        // forewarn's namespace before anything else, so before anything in it.
+        assert!(created[0].ends_with("/api/v1/namespaces"), "{created:?}");
+        assert!(
+            created.iter().any(|p| p.contains("/namespaces/forewarn/")),
+            "{created:?}"
+        );
         // The last ClusterRole created is placeholders.yaml's (rbac.yaml's comes first).
         assert!(
             last("/validatingadmissionpolicybindings") < last("/clusterroles"),
@@ -535,7 +557,7 @@ fn manifest_objects() -> Vec<(String, String, Option<String>, String)> {
             ));
         }
     }
-    assert_eq!(objects.len(), 12, "{objects:?}");
+    assert_eq!(objects.len(), 13, "{objects:?}");
     objects
 }
 
@@ -579,8 +601,10 @@ fn a_cluster_before_1_30_gets_no_placeholder_grant() {
     });
 }
 
-/// Without AWS: bad parameters and a folder outside the repository are refused before anything
-/// is read; a dry run that cannot reach AWS still prints every step, and the kubectl commands.
+/// Without AWS: bad parameters and a `--root` that is not the repository are refused before
+/// anything is read, and the repository is never looked for from the working directory; no
+/// variable's value is printed; a dry run that cannot reach AWS still prints every step, and the
+/// kubectl commands.
 #[test]
 fn refusals_and_a_dry_run_without_aws() {
     let state = tempfile::tempdir().unwrap();
@@ -651,16 +675,98 @@ fn refusals_and_a_dry_run_without_aws() {
     );
     assert!(!stdout(&out).contains("[1/5]"), "{}", stdout(&out));
 
+    // The repository is --root, or the checkout the command was built from: never one found
+    // from the working directory, even one that looks like forewarn's.
     let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(elsewhere.path().join("infra/k8s")).unwrap();
+    std::fs::write(
+        elsewhere.path().join("infra/forewarn.yaml"),
+        "planted: true\n",
+    )
+    .unwrap();
+    let inside = elsewhere.path().join("infra/k8s");
+    let out = run(&inside, &["deploy", "--cluster", "demo", "--dry-run"]);
+    let text = succeeded(&out);
+    assert!(text.contains("[5/5] kubernetes"), "{text}");
+    let empty = tempfile::tempdir().unwrap();
     let out = run(
-        elsewhere.path(),
-        &["deploy", "--cluster", "demo", "--dry-run"],
+        &root(),
+        &[
+            "deploy",
+            "--cluster",
+            "demo",
+            "--dry-run",
+            "--root",
+            empty.path().to_str().unwrap(),
+        ],
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        !out.status.success() && err.contains("infra/forewarn.yaml not found"),
+        !out.status.success()
+            && err.contains("infra/forewarn.yaml not found in")
+            && err.contains("(--root)"),
         "{err}"
     );
+    let out = run(
+        elsewhere.path(),
+        &[
+            "deploy",
+            "--cluster",
+            "demo",
+            "--dry-run",
+            "--root",
+            root().to_str().unwrap(),
+        ],
+    );
+    succeeded(&out);
+
+    // Values of the functions' variables are never printed: a dry run and an error name them.
+    let secret = "https://hooks.example.com/services/T000/B000/XXXXSECRET";
+    let out = run(
+        &root(),
+        &[
+            "deploy",
+            "--cluster",
+            "demo",
+            "--dry-run",
+            "--handler-env",
+            &format!("FOREWARN_WEBHOOK_URL={secret}"),
+            "--sweeper-env",
+            &format!("FOREWARN_WEBHOOK_URL={secret}"),
+        ],
+    );
+    let text = succeeded(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !text.contains("XXXXSECRET") && !err.contains("XXXXSECRET"),
+        "{text}\n{err}"
+    );
+    assert!(
+        text.contains("FOREWARN_WEBHOOK_URL=(hidden)") && text.contains("FOREWARN_WEBHOOK_URL"),
+        "{text}"
+    );
+    assert!(
+        text.contains("(the file sets: <HandlerEnvFile> FOREWARN_WEBHOOK_URL)"),
+        "{text}"
+    );
+    let out = run(
+        &root(),
+        &[
+            "deploy",
+            "--cluster",
+            "demo",
+            "--dry-run",
+            "--handler-env",
+            secret,
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--handler-env (its 1st use): expected KEY=VALUE"),
+        "{err}"
+    );
+    assert!(!err.contains("XXXXSECRET"), "{err}");
 
     let out = run(&root(), &["deploy", "--cluster", "demo", "--dry-run"]);
     let text = succeeded(&out);

@@ -504,13 +504,14 @@ pub enum PolicyText {
 }
 
 /// Where the functions read the policy per node group in a cluster: the ConfigMap
-/// `kube-system/forewarn-policy` (see [`crate::app::policy`]).
+/// `forewarn/forewarn-policy` (see [`crate::app::policy`]).
 #[async_trait]
 pub trait PolicySource: Send + Sync {
     /// The policy's YAML as the ConfigMap holds it.
     async fn read(&self) -> Result<PolicyText, DirectoryError>;
-    /// Says, where people look (a Kubernetes Event on the ConfigMap), that the policy read was
-    /// refused and why. Best effort.
+    /// Says, where people look (a Kubernetes Event on the ConfigMap), that the policy read, or
+    /// a rule of it, was refused: `message` says what, why and what applies instead. Best
+    /// effort.
     async fn refused(&self, message: &str);
 }
 

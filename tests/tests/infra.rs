@@ -697,7 +697,7 @@ fn lifecycle_hook_names_narrow_the_rule_and_reach_the_handler() {
             .iter()
             .all(|(k, _)| k != "FOREWARN_LIFECYCLE_HOOKS")
     );
-    assert_eq!(env_file(&d).len(), 3);
+    assert_eq!(env_file(&d).len(), 4);
     assert!(env_vars(&d).iter().all(|kv| {
         kv.as_ref()
             .is_some_and(|(k, v)| !v.is_empty() && k != "FOREWARN_LIFECYCLE_HOOKS")
@@ -722,6 +722,44 @@ fn lifecycle_hook_names_narrow_the_rule_and_reach_the_handler() {
     assert!(env_vars(&d).contains(&Some(("FOREWARN_LIFECYCLE_HOOKS".into(), "drain-a".into()))));
     // The sweeper answers no hook.
     assert!(!d.output("SweeperEnvVars").contains("LIFECYCLE"));
+}
+
+/// `PolicyAllow` reaches both functions as `FOREWARN_POLICY_ALLOW`, in every form of their
+/// environment (the sweeper's `--env-var` too: the names are separated by spaces, which cargo
+/// lambda does not split at); its default is the settings' default, every action but `delete`
+/// and `none`.
+#[test]
+fn the_policy_allowance_reaches_both_functions() {
+    use forewarn::domain::policy::PolicyAllow;
+    let allowed = |d: &Deployment| -> Vec<String> {
+        let file = d.output("HandlerEnvFile");
+        let vars = [d.output("HandlerEnvVars"), d.output("SweeperEnvVars")];
+        std::iter::once(file.lines().map(str::to_string).collect::<Vec<_>>())
+            .chain(
+                vars.iter()
+                    .map(|v| v.split(',').map(str::to_string).collect()),
+            )
+            .map(|pairs| {
+                pairs
+                    .iter()
+                    .find_map(|p| p.strip_prefix("FOREWARN_POLICY_ALLOW="))
+                    .unwrap_or_else(|| panic!("no FOREWARN_POLICY_ALLOW in {pairs:?}"))
+                    .to_string()
+            })
+            .collect()
+    };
+    let d = Deployment::new(&[]);
+    for value in allowed(&d) {
+        assert_eq!(PolicyAllow::parse(&value).unwrap(), PolicyAllow::default());
+    }
+    let d = Deployment::new(&[("PolicyAllow", "cordon delete")]);
+    for value in allowed(&d) {
+        assert_eq!(value, "cordon delete");
+        assert_eq!(
+            PolicyAllow::parse(&value).unwrap(),
+            PolicyAllow::parse("cordon,delete").unwrap()
+        );
+    }
 }
 
 /// Each function's role joins a Kubernetes group of its own, and the defaults are the groups
@@ -798,7 +836,8 @@ fn the_stack_deploys_with_hook_names_and_extra_senders() {
             outputs["HandlerEnvFile"],
             format!(
                 "FOREWARN_CLUSTER_NAME={cluster}\nFOREWARN_EKS_CLUSTER={cluster}\n\
-                 FOREWARN_TABLE={table}\nFOREWARN_LIFECYCLE_HOOKS=drain-a,drain-b\n"
+                 FOREWARN_TABLE={table}\nFOREWARN_POLICY_ALLOW=cordon cordon-drain cordon-for \
+                 adaptive\nFOREWARN_LIFECYCLE_HOOKS=drain-a,drain-b\n"
             )
         );
         assert!(outputs["HandlerEnvVars"].ends_with(",FOREWARN_LIFECYCLE_HOOKS=drain-a,drain-b"));

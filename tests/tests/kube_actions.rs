@@ -2887,7 +2887,7 @@ async fn rbac_grants_exactly_what_the_adapter_uses() {
         let plan = w.plan(&event(EventKind::StateChange, "ev-rbac-2")).await;
         w.run(&plan).await;
         // The policy ConfigMap, refused: an Event on it.
-        w.fake.insert(policy_configmap("rules: [oops"));
+        w.fake.insert(policy_configmap("forewarn", "rules: [oops"));
         w.policies().policy(&w.clock).await;
         collect(&w.fake);
     }
@@ -3599,6 +3599,129 @@ async fn a_budget_refusal_is_tried_again_by_the_environment_before_its_queued_pa
             .any(|r| r.path.ends_with("/eviction")),
         "no copy is left"
     );
+}
+
+/// A node of 737 pods with 253-character names (the longest a pod name may be), every eviction
+/// refused by its budget: each continuation of its drain stays within SQS's 256 KiB and does not
+/// grow with the pods or the passes (it carries no pod: the plan is per instance).
+#[tokio::test]
+async fn a_continuation_of_a_node_of_737_long_named_pods_fits_in_an_sqs_message() {
+    use forewarn::domain::inbound::continuation::MAX_MESSAGE_BYTES;
+    let w = World::plain().await;
+    for i in 0..737 {
+        // 63 + 1 + 63 + 1 + 63 + 1 + 61 = 253 characters, a valid DNS subdomain.
+        let name = format!(
+            "p{i:04}{}.{}.{}.{}",
+            "a".repeat(58),
+            "b".repeat(63),
+            "c".repeat(63),
+            "d".repeat(61)
+        );
+        assert_eq!(name.len(), 253);
+        w.fake
+            .insert(pod_object("default", &name, NODE, "held", "ReplicaSet"));
+    }
+    w.fake.insert(json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "held", "namespace": "default"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "held"}}},
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let queue = Arc::new(Continuations::default());
+    let handler = forewarn::app::handler::Handler {
+        instances: Arc::new(Instances(BTreeMap::from([(
+            ID.to_string(),
+            instance(ID, NODE),
+        )]))),
+        nodes: Arc::new(KubeNodeDirectory::new(w.clients.clone())),
+        executor: Some(Arc::new(w.executor())),
+        passes: Passes {
+            interval: Duration::from_secs(1),
+            queue: Some(queue.clone()),
+            kept: None,
+        },
+        ..w.handler(dir.path())
+    };
+    let next = || queue.sent.lock().unwrap().pop().map(|(_, body, _)| body);
+    let out = handler
+        .invoke(sqs_event(&[spot_body("ev-737", ID)]), None)
+        .await
+        .unwrap();
+    assert_eq!(out.response["batchItemFailures"], json!([]));
+    let mut sizes = Vec::new();
+    let mut body = next().expect("the first pass queues the drain");
+    for _ in 0..2 {
+        sizes.push(body.len());
+        let out = handler.invoke(sqs_event(&[body]), None).await.unwrap();
+        assert_eq!(
+            out.response["batchItemFailures"],
+            json!([]),
+            "{:#?}",
+            out.reports
+        );
+        body = next().expect("the refused pods keep the drain going");
+    }
+    sizes.push(body.len());
+    assert!(
+        w.fake
+            .requests()
+            .iter()
+            .filter(|r| r.path.ends_with("/eviction"))
+            .count()
+            >= 737,
+        "every pod was tried"
+    );
+    for size in &sizes {
+        assert!(*size <= MAX_MESSAGE_BYTES, "{sizes:?}");
+    }
+    // The passes' counters change a few digits, nothing per pod.
+    assert!(
+        sizes.iter().max().unwrap() - sizes.iter().min().unwrap() < 100,
+        "{sizes:?}"
+    );
+    assert!(sizes[0] < 16 * 1024, "{sizes:?}");
+}
+
+/// A continuation SQS would not take (an event near SQS's limit whose body, quoted inside the
+/// continuation, escapes past it) is never sent: the event fails, saying how large it would be.
+#[tokio::test]
+async fn an_oversized_continuation_is_not_sent_and_its_event_fails_saying_why() {
+    let w = World::plain().await;
+    w.fake
+        .insert(pod_object("default", "web-1", NODE, "web", "ReplicaSet"));
+    let dir = tempfile::tempdir().unwrap();
+    let queue = Arc::new(Continuations::default());
+    let handler = forewarn::app::handler::Handler {
+        instances: Arc::new(Instances(BTreeMap::from([(
+            ID.to_string(),
+            instance(ID, NODE),
+        )]))),
+        nodes: Arc::new(KubeNodeDirectory::new(w.clients.clone())),
+        executor: Some(Arc::new(w.executor())),
+        passes: Passes {
+            interval: Duration::from_secs(1),
+            queue: Some(queue.clone()),
+            kept: None,
+        },
+        ..w.handler(dir.path())
+    };
+    // A spot warning of 200 KB (SQS takes it) whose detail holds quotes: escaped once more in
+    // the continuation, they double.
+    let mut warning: Value = serde_json::from_str(&spot_body("ev-big", ID)).unwrap();
+    warning["detail"]["note"] = json!("\"".repeat(100_000));
+    let warning = warning.to_string();
+    assert!(warning.len() < 256 * 1024);
+    let out = handler.invoke(sqs_event(&[warning]), None).await.unwrap();
+    assert_eq!(
+        out.response["batchItemFailures"],
+        json!([{"itemIdentifier": "m-0"}])
+    );
+    let reason = out.reports[0].reason.clone().unwrap_or_default();
+    assert!(
+        reason.contains("more than the 262144 an SQS message holds: it is not sent"),
+        "{reason}"
+    );
+    assert!(queue.sent.lock().unwrap().is_empty(), "nothing was sent");
 }
 
 fn spot_body(id: &str, instance_id: &str) -> String {
@@ -4320,31 +4443,53 @@ async fn a_cordon_for_is_undone_after_its_time_and_anothers_cordon_is_kept() {
     assert!(way_back.run(w.clock.now()).await.unwrap().is_empty());
 }
 
-fn policy_configmap(yaml: &str) -> Value {
+fn policy_configmap(namespace: &str, yaml: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "forewarn-policy", "namespace": "kube-system"},
+        "metadata": {"name": "forewarn-policy", "namespace": namespace},
         "data": {"policy.yaml": yaml}})
 }
 
-/// The functions read the policy from the cluster's ConfigMap: a rule applies to the next
-/// event; a bad update keeps the good policy, with a Warning Event on the ConfigMap.
+/// The PolicyRefused Events recorded so far.
+fn policy_refusals(w: &World) -> Vec<Value> {
+    w.fake
+        .list("events.k8s.io/v1", "Event")
+        .into_iter()
+        .filter(|e| e["reason"] == json!("PolicyRefused"))
+        .collect()
+}
+
+/// The functions read the policy from the ConfigMap in forewarn's namespace (never
+/// kube-system's): a rule applies to the next event; a bad update keeps the good policy, with a
+/// Warning Event on the ConfigMap.
 #[tokio::test]
 async fn the_functions_read_the_policy_configmap_and_keep_the_good_one() {
     let w = World::plain().await;
+    // Whoever writes ConfigMaps in kube-system: not read.
     w.fake.insert(policy_configmap(
-        "rules:\n- name: quiet\n  nodes: {}\n  actions: {rebalance-recommendation: none}\n",
+        "kube-system",
+        "rules:\n- name: planted\n  nodes: {}\n  actions: {rebalance-recommendation: cordon-drain}\n",
     ));
     let dir = tempfile::tempdir().unwrap();
     let handler = forewarn::app::handler::Handler {
         policies: Some(w.policies()),
         ..w.handler(dir.path())
     };
+    assert!(
+        handler.config().await.policy.is_empty(),
+        "kube-system's ConfigMap is not forewarn's policy"
+    );
+    w.fake.insert(policy_configmap(
+        "forewarn",
+        "rules:\n- name: quiet\n  nodes: {}\n  actions: {rebalance-recommendation: cordon}\n",
+    ));
+    w.clock.advance(Duration::from_secs(61));
     assert_eq!(
         handler.config().await.policy.rules[0].name,
         "quiet",
-        "read at start"
+        "read from forewarn's namespace"
     );
     w.fake.insert(policy_configmap(
+        "forewarn",
         "rules:\n- name: quiet\n  nodes: {}\n  actions: {rebalance-recommendation: evaporate}\n",
     ));
     w.clock.advance(Duration::from_secs(61));
@@ -4353,21 +4498,93 @@ async fn the_functions_read_the_policy_configmap_and_keep_the_good_one() {
         config.policy.rules[0].name, "quiet",
         "the good policy is kept"
     );
-    let refused: Vec<Value> = w
-        .fake
-        .list("events.k8s.io/v1", "Event")
-        .into_iter()
-        .filter(|e| e["reason"] == json!("PolicyRefused"))
-        .collect();
+    let refused = policy_refusals(&w);
     assert_eq!(refused.len(), 1, "{refused:#?}");
     assert_eq!(refused[0]["regarding"]["name"], json!("forewarn-policy"));
-    assert_eq!(refused[0]["metadata"]["namespace"], json!("kube-system"));
+    assert_eq!(refused[0]["regarding"]["namespace"], json!("forewarn"));
+    assert_eq!(refused[0]["metadata"]["namespace"], json!("forewarn"));
     assert!(
-        refused[0]["note"]
-            .as_str()
-            .unwrap()
-            .contains("rules[0].actions.rebalance-recommendation: unknown action \"evaporate\""),
+        refused[0]["note"].as_str().unwrap().contains(
+            "the last good one is kept: rules[0].actions.rebalance-recommendation: unknown \
+             action \"evaporate\""
+        ),
         "{}",
         refused[0]["note"]
+    );
+    assert!(
+        w.fake
+            .requests()
+            .iter()
+            .all(|r| !r.path.contains("/namespaces/kube-system/")),
+        "kube-system is never read for the policy"
+    );
+}
+
+/// A ConfigMap writer asks more than the deployment allows (FOREWARN_POLICY_ALLOW, default every
+/// action but `delete` and `none`): that rule is refused naming its field, with a PolicyRefused
+/// Event, and its nodes keep the defaults — the node is cordoned as the defaults say, never
+/// deleted — while the policy's other rules apply.
+#[tokio::test]
+async fn a_configmap_rule_asking_delete_is_refused_and_its_nodes_keep_the_defaults() {
+    let w = World::plain().await;
+    w.fake.insert(policy_configmap(
+        "forewarn",
+        "rules:\n\
+         - name: others\n  nodes: {pool: elsewhere}\n  actions: {rebalance-recommendation: cordon-for 1h}\n\
+         - name: everything\n  nodes: {}\n  actions: {rebalance-recommendation: delete, spot-interruption: none}\n",
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let handler = forewarn::app::handler::Handler {
+        policies: Some(w.policies()),
+        ..w.handler(dir.path())
+    };
+    let config = handler.config().await;
+    // One refusal for the rule (naming its first field asking too much).
+    let refused = policy_refusals(&w);
+    assert_eq!(refused.len(), 1, "{refused:#?}");
+    let note = refused[0]["note"].as_str().unwrap();
+    assert!(
+        note.starts_with("rules[1].actions.spot-interruption: rule \"everything\" asks \"none\"")
+            && note.contains("its nodes keep the defaults"),
+        "{note}"
+    );
+    assert_eq!(refused[0]["type"], json!("Warning"));
+    // The other rule as written; the refused rule's nodes: the defaults, for every kind.
+    let elsewhere = BTreeMap::from([("pool".to_string(), "elsewhere".to_string())]);
+    assert_eq!(
+        config
+            .policy
+            .choose(EventKind::RebalanceRecommendation, &elsewhere)
+            .action
+            .map(|a| a.to_string())
+            .as_deref(),
+        Some("cordon-for 1h")
+    );
+    for kind in [
+        EventKind::RebalanceRecommendation,
+        EventKind::SpotInterruption,
+    ] {
+        assert_eq!(
+            config.policy.choose(kind, &BTreeMap::new()).action,
+            None,
+            "{kind:?}"
+        );
+    }
+    // The plans of the node under the policy read: the defaults' actions, never a delete.
+    let mut w = w;
+    w.config.policy = config.policy.clone();
+    let defaults = forewarn::domain::config::Config::default();
+    for kind in [
+        EventKind::RebalanceRecommendation,
+        EventKind::SpotInterruption,
+    ] {
+        let plan = w.plan(&event(kind, &format!("ev-policy-{kind:?}"))).await;
+        assert_eq!(plan.actions[0].action, defaults.action(kind), "{kind:?}");
+        assert_ne!(plan.actions[0].action, Action::Delete);
+    }
+    // The `none` it asked on spot warnings is refused too: the node is drained.
+    assert_eq!(
+        defaults.action(EventKind::SpotInterruption),
+        Action::CordonDrain
     );
 }

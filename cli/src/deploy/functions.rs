@@ -63,21 +63,31 @@ const FROM_THE_STACK: &[&str] = &[
     "FOREWARN_CLUSTER_NAME",
     "FOREWARN_EKS_CLUSTER",
     "FOREWARN_TABLE",
+    "FOREWARN_POLICY_ALLOW",
     "FOREWARN_LIFECYCLE_HOOKS",
 ];
 
 /// The `KEY=VALUE` variables of `flag` (`--handler-env`, `--sweeper-env`), checked: a valid
 /// name, none the stack sets, one line, and no comma when `--env-var` carries them (cargo lambda
 /// splits it at commas).
+///
+/// An error names the variable, never its value (a webhook URL is a secret); an argument that
+/// is not `KEY=VALUE` is named by its place, not its text, which may be a value given alone.
 pub fn extra_env(flag: &str, raw: &[String], commas: bool) -> anyhow::Result<Vec<String>> {
-    for var in raw {
+    for (i, var) in raw.iter().enumerate() {
         let (key, value) = var
             .split_once('=')
             .filter(|(k, _)| {
                 k.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
                     && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
             })
-            .ok_or_else(|| anyhow!("{flag} {var}: expected KEY=VALUE, KEY a variable name"))?;
+            .ok_or_else(|| {
+                anyhow!(
+                    "{flag} (its {} use): expected KEY=VALUE, KEY a variable name (the argument \
+                     is not shown: it may hold a secret)",
+                    ordinal(i + 1)
+                )
+            })?;
         if FROM_THE_STACK.contains(&key) {
             bail!("{flag} {key}: the stack's outputs set it; change the stack's parameters");
         }
@@ -150,17 +160,68 @@ pub fn bootstrap(root: &Path, binary: &str) -> PathBuf {
     target.join("lambda").join(binary).join("bootstrap")
 }
 
-/// A command line as a shell would take it back (arguments quoted when needed).
+/// `1st`, `2nd`, `3rd`, `4th`...
+fn ordinal(n: usize) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
+/// What a hidden value is shown as.
+pub const HIDDEN: &str = "(hidden)";
+
+/// A command line as a shell would take it back (arguments quoted when needed), except that the
+/// values of the variables of every `--env-var` are left out (`KEY=(hidden)`): what the command
+/// prints of a command — a step's line, a dry run, a failure — names a function's variables,
+/// never their values (a webhook URL is a secret). The command itself is run with them.
 pub fn command_line(program: &str, args: &[String]) -> String {
-    std::iter::once(program)
-        .chain(args.iter().map(String::as_str))
-        .map(quote)
+    let mut hide = false;
+    std::iter::once(quote(program))
+        .chain(args.iter().map(|arg| {
+            let shown = if hide { hide_values(arg) } else { quote(arg) };
+            hide = arg == "--env-var";
+            shown
+        }))
         .collect::<Vec<_>>()
         .join(" ")
 }
 
+/// `A=1,B=2` as `A=(hidden),B=(hidden)`; a dry run's placeholder (`<SweeperEnvVars>`) as it is.
+pub fn hide_values(vars: &str) -> String {
+    if is_placeholder(vars) {
+        return vars.to_string();
+    }
+    vars.split(',')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, _)) if !is_placeholder(k) => format!("{}={HIDDEN}", quote(k)),
+            _ => HIDDEN.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The names of `KEY=VALUE` lines, for a dry run (`<HandlerEnvFile>` as it is).
+pub fn names_of(vars: &[String]) -> Vec<String> {
+    vars.iter()
+        .map(|v| match v.split_once('=') {
+            Some((k, _)) => k.to_string(),
+            None if is_placeholder(v) => v.clone(),
+            None => HIDDEN.to_string(),
+        })
+        .collect()
+}
+
+fn is_placeholder(arg: &str) -> bool {
+    arg.len() > 2 && arg.starts_with('<') && arg.ends_with('>')
+}
+
 fn quote(arg: &str) -> String {
-    let placeholder = arg.len() > 2 && arg.starts_with('<') && arg.ends_with('>');
+    let placeholder = is_placeholder(arg);
     let plain = !arg.is_empty()
         && arg
             .chars()
@@ -245,9 +306,11 @@ mod tests {
         assert_eq!(
             command_line("cargo", &args),
             "cargo lambda deploy <SweeperFunctionName> --binary-name pool-sweeper --iam-role \
-             <SweeperRoleArn> --timeout <FunctionTimeout> --env-var A=1,B=2 --env-var C=3 --region \
-             eu-west-1"
+             <SweeperRoleArn> --timeout <FunctionTimeout> --env-var A=(hidden),B=(hidden) \
+             --env-var C=(hidden) --region eu-west-1"
         );
+        // The command run has them.
+        assert!(args.contains(&"A=1,B=2".to_string()) && args.contains(&"C=3".to_string()));
         assert_eq!(quote("a b'c"), r"'a b'\''c'");
     }
 
@@ -269,6 +332,29 @@ mod tests {
         assert!(err(&["FOREWARN_TABLE=t"], true).contains("stack's outputs set it"));
         assert!(err(&["1X=a"], true).contains("KEY=VALUE"));
         assert!(err(&["noequals"], true).contains("KEY=VALUE"));
+        // Never the value: a secret given without its name, or with a bad one.
+        for raw in [
+            "https://hooks.example.com/services/SECRET",
+            "HOOK URL=https://hooks.example.com/services/SECRET",
+        ] {
+            let e = err(&["FOREWARN_LOG=debug", raw], true);
+            assert!(
+                !e.contains("SECRET") && !e.contains("hooks.example.com"),
+                "{e}"
+            );
+            assert!(
+                e.starts_with("--sweeper-env (its 2nd use): expected KEY=VALUE"),
+                "{e}"
+            );
+        }
+        let e = err(
+            &["FOREWARN_WEBHOOK_URL=https://h.example.com/SECRET\nX=1"],
+            true,
+        );
+        assert!(
+            e.contains("FOREWARN_WEBHOOK_URL") && !e.contains("SECRET"),
+            "{e}"
+        );
         assert!(err(&["X=a\nY=b"], true).contains("one line"));
     }
 
@@ -292,5 +378,33 @@ mod tests {
         assert_eq!(ok, "hi\n");
         let missing = run("forewarn-no-such-program", &[], &dir, false).unwrap_err();
         assert!(missing.to_string().contains("on PATH"), "{missing}");
+    }
+
+    /// A failed `cargo lambda deploy` is named with its command line, its variables' values
+    /// left out; the command ran with them.
+    #[test]
+    fn a_failure_names_the_variables_not_their_values() {
+        let dir = std::env::temp_dir();
+        let args: Vec<String> = [
+            "-c",
+            "case \"$2\" in *=https://*) exit 3;; esac; exit 9",
+            "sh",
+            "--env-var",
+            "FOREWARN_WEBHOOK_URL=https://h.example.com/SECRET",
+        ]
+        .map(String::from)
+        .to_vec();
+        let e = run("sh", &args, &dir, false).unwrap_err().to_string();
+        assert!(e.contains("exit status: 3"), "the value was passed: {e}");
+        assert!(e.contains("--env-var FOREWARN_WEBHOOK_URL=(hidden)"), "{e}");
+        assert!(!e.contains("SECRET"), "{e}");
+        assert_eq!(hide_values("<SweeperEnvVars>"), "<SweeperEnvVars>");
+        assert_eq!(hide_values("A=1,novalue"), "A=(hidden),(hidden)");
+        let vars = [
+            "A=1".to_string(),
+            "<HandlerEnvFile>".to_string(),
+            "x".to_string(),
+        ];
+        assert_eq!(names_of(&vars), ["A", "<HandlerEnvFile>", "(hidden)"]);
     }
 }

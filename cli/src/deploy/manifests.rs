@@ -66,6 +66,7 @@ const ADMISSION: &str = "admissionregistration.k8s.io";
 
 /// The kinds of the manifests, with where the API serves them.
 pub const KINDS: &[Kind] = &[
+    kind("", "v1", "Namespace", "namespaces", false),
     kind(RBAC, "v1", "ClusterRole", "clusterroles", false),
     kind(
         RBAC,
@@ -383,12 +384,13 @@ mod tests {
         assert_eq!(
             names,
             [
+                "Namespace forewarn",
                 "ClusterRole forewarn",
                 "ClusterRoleBinding forewarn",
                 "Role kube-system/forewarn-priorities",
                 "RoleBinding kube-system/forewarn-priorities",
-                "Role kube-system/forewarn-policy",
-                "RoleBinding kube-system/forewarn-policy",
+                "Role forewarn/forewarn-policy",
+                "RoleBinding forewarn/forewarn-policy",
                 "PriorityClass forewarn-placeholder",
                 "ValidatingAdmissionPolicy forewarn-placeholders-only",
                 "ValidatingAdmissionPolicyBinding forewarn-placeholders-only",
@@ -399,11 +401,16 @@ mod tests {
         );
         assert_eq!(objects.last().unwrap().policy, Policy::CreateOnly);
         let needs: Vec<Option<(u32, u32)>> = objects.iter().map(|o| o.needs).collect();
-        assert_eq!(needs[5], None, "rbac.yaml: any version");
+        assert_eq!(needs[6], None, "rbac.yaml: any version");
         assert!(
-            needs[6..11].iter().all(|n| *n == Some((1, 30))),
+            needs[7..12].iter().all(|n| *n == Some((1, 30))),
             "{needs:?}"
         );
+        // forewarn's namespace first: everything in it comes after it.
+        assert_eq!(objects[0].kind.kind, "Namespace");
+        let labels = &objects[0].body["metadata"]["labels"];
+        assert_eq!(labels["pod-security.kubernetes.io/enforce"], "restricted");
+        assert_eq!(labels["app.kubernetes.io/name"], "forewarn");
     }
 
     #[test]

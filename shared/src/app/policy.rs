@@ -1,14 +1,20 @@
 //! The policy per node group the functions go by: the cluster's ConfigMap
-//! `kube-system/forewarn-policy` (key `policy.yaml`) when there is one, else the settings'
+//! `forewarn/forewarn-policy` (key `policy.yaml`) when there is one, else the settings'
 //! (`FOREWARN_POLICY_FILE`, or none). Read at start and again at most once a minute; a policy
 //! that does not parse is refused — the last good one is kept, the error logged and a Warning
 //! Event recorded on the ConfigMap (once per refusal).
+//!
+//! What the ConfigMap may ask is the deployment's to say (`FOREWARN_POLICY_ALLOW`, see
+//! [`crate::domain::policy::allow`]): a rule asking an action it does not allow is refused —
+//! logged with its field, a `PolicyRefused` Warning Event on the ConfigMap — and its nodes keep
+//! the defaults, while the policy's other rules apply. The settings' policy (the file the
+//! deployment sets) is not limited.
 
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 
-use crate::domain::policy::Policy;
+use crate::domain::policy::{Policy, PolicyAllow};
 use crate::ports::{Clock, PolicySource, PolicyText, until};
 
 /// How often the ConfigMap is read at most.
@@ -22,6 +28,8 @@ pub struct PolicyCache {
     source: Arc<dyn PolicySource>,
     /// The settings' policy: what applies while there is no ConfigMap.
     base: Policy,
+    /// What the ConfigMap's rules may ask.
+    allow: PolicyAllow,
     state: tokio::sync::Mutex<State>,
 }
 
@@ -33,9 +41,12 @@ struct State {
 }
 
 impl PolicyCache {
+    /// The policy of `source`, `base` while there is none; its rules may ask what
+    /// [`PolicyAllow::default`] allows (see [`PolicyCache::with_allow`]).
     pub fn new(source: Arc<dyn PolicySource>, base: Policy) -> PolicyCache {
         PolicyCache {
             source,
+            allow: PolicyAllow::default(),
             state: tokio::sync::Mutex::new(State {
                 read_at: None,
                 text: None,
@@ -43,6 +54,11 @@ impl PolicyCache {
             }),
             base,
         }
+    }
+
+    /// The same, the ConfigMap's rules limited to what `allow` allows.
+    pub fn with_allow(self, allow: PolicyAllow) -> PolicyCache {
+        PolicyCache { allow, ..self }
     }
 
     /// The policy now, on `clock` (the ConfigMap read again when the last read is a minute old,
@@ -88,7 +104,16 @@ impl PolicyCache {
             }
             PolicyText::Text(yaml) => match Policy::parse(yaml) {
                 Ok(policy) => {
-                    tracing::info!(rules = policy.rules.len(), "policy read from the ConfigMap");
+                    let (policy, refused) = policy.limited(&self.allow);
+                    tracing::info!(
+                        rules = policy.rules.len(),
+                        refused = refused.len(),
+                        "policy read from the ConfigMap"
+                    );
+                    for e in &refused {
+                        tracing::error!(field = %e.path, error = %e, "policy rule refused: its nodes keep the defaults");
+                        self.source.refused(&e.to_string()).await;
+                    }
                     s.current = policy;
                 }
                 Err(e) => self.refuse(&e.to_string()).await,
@@ -100,7 +125,11 @@ impl PolicyCache {
 
     async fn refuse(&self, message: &str) {
         tracing::error!(error = %message, "policy refused: the last good policy is kept");
-        self.source.refused(message).await;
+        self.source
+            .refused(&format!(
+                "policy refused, the last good one is kept: {message}"
+            ))
+            .await;
     }
 }
 
@@ -140,7 +169,7 @@ mod tests {
     }
 
     const GOOD: &str =
-        "rules:\n- name: all\n  nodes: {}\n  actions: {rebalance-recommendation: none}\n";
+        "rules:\n- name: all\n  nodes: {}\n  actions: {rebalance-recommendation: cordon}\n";
     const BAD: &str =
         "rules:\n- name: all\n  nodes: {}\n  actions: {rebalance-recommendation: evaporate}\n";
 
@@ -162,7 +191,7 @@ mod tests {
         };
         assert_eq!(
             rule_action(&cache.policy(after(0)).await).as_deref(),
-            Some("none")
+            Some("cordon")
         );
         *map.text.lock().unwrap() = Some(BAD.into());
         // Within the minute: not read again.
@@ -171,14 +200,15 @@ mod tests {
         let p = cache.policy(after(60)).await;
         assert_eq!(
             rule_action(&p).as_deref(),
-            Some("none"),
+            Some("cordon"),
             "the good policy is kept"
         );
         let refused = map.refused.lock().unwrap().clone();
         assert_eq!(refused.len(), 1);
         assert!(
             refused[0].starts_with(
-                "rules[0].actions.rebalance-recommendation: unknown action \"evaporate\""
+                "policy refused, the last good one is kept: \
+                 rules[0].actions.rebalance-recommendation: unknown action \"evaporate\""
             ),
             "{refused:?}"
         );
@@ -186,9 +216,9 @@ mod tests {
         cache.policy(after(120)).await;
         assert_eq!(map.refused.lock().unwrap().len(), 1);
         // Fixed: applied at the next read.
-        *map.text.lock().unwrap() = Some(GOOD.replace("none", "cordon"));
+        *map.text.lock().unwrap() = Some(GOOD.replace("cordon", "cordon-for 1h"));
         let p = cache.policy(after(180)).await;
-        assert_eq!(rule_action(&p).as_deref(), Some("cordon"));
+        assert_eq!(rule_action(&p).as_deref(), Some("cordon-for 1h"));
         // Deleted: the settings' policy (none here) applies.
         *map.text.lock().unwrap() = None;
         let p = cache.policy(after(240)).await;
@@ -203,6 +233,53 @@ mod tests {
         let cache = PolicyCache::new(map.clone(), base.clone());
         let clock = ManualClock::at(at("2026-11-24T10:00:00Z"));
         assert_eq!(cache.policy(&clock).await, base);
+        assert_eq!(map.refused.lock().unwrap().len(), 1);
+    }
+
+    /// A rule asking what the deployment does not allow is refused, naming its field, once; its
+    /// nodes keep the defaults while the other rules apply; allowed, the same text applies whole.
+    #[tokio::test]
+    async fn a_rule_asking_more_than_the_deployment_allows_is_refused_alone() {
+        let yaml = "rules:\n\
+            - name: web\n  nodes: {pool: web}\n  actions: {spot-interruption: cordon}\n\
+            - name: greedy\n  nodes: {pool: batch}\n  actions: {spot-interruption: cordon, rebalance-recommendation: delete}\n";
+        let map = Arc::new(Map::default());
+        *map.text.lock().unwrap() = Some(yaml.into());
+        let cache = PolicyCache::new(map.clone(), Policy::default());
+        let clock = ManualClock::at(at("2026-11-24T10:00:00Z"));
+        let p = cache.policy(&clock).await;
+        let of = |pool: &str, kind| {
+            let labels = [("pool".to_string(), pool.to_string())].into();
+            p.choose(kind, &labels).action.map(|a| a.to_string())
+        };
+        assert_eq!(
+            of("web", EventKind::SpotInterruption).as_deref(),
+            Some("cordon")
+        );
+        assert_eq!(of("batch", EventKind::SpotInterruption), None);
+        assert_eq!(of("batch", EventKind::RebalanceRecommendation), None);
+        let refused = map.refused.lock().unwrap().clone();
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert!(
+            refused[0].starts_with(
+                "rules[1].actions.rebalance-recommendation: rule \"greedy\" asks \"delete\""
+            ),
+            "{refused:?}"
+        );
+        // Read again unchanged: not refused again.
+        clock.advance(std::time::Duration::from_secs(60));
+        cache.policy(&clock).await;
+        assert_eq!(map.refused.lock().unwrap().len(), 1);
+
+        // A deployment that allows `delete`: the same text applies whole.
+        let cache = PolicyCache::new(map.clone(), Policy::default())
+            .with_allow(PolicyAllow::parse("cordon delete").unwrap());
+        let p = cache.policy(&clock).await;
+        let labels = [("pool".to_string(), "batch".to_string())].into();
+        assert_eq!(
+            p.choose(EventKind::RebalanceRecommendation, &labels).action,
+            Some(crate::domain::policy::PolicyAction::Delete)
+        );
         assert_eq!(map.refused.lock().unwrap().len(), 1);
     }
 

@@ -17,6 +17,7 @@ use crate::adapters::kube::{
 use crate::adapters::webhook::{ENV_ALLOW_HTTP, ENV_TEMPLATE, ENV_URL, WebhookConfig};
 use crate::app::priorities::PrioritySettings;
 use crate::domain::config::{Config, ConfigError, Mode, VARIABLES as CONFIG_VARIABLES};
+use crate::domain::policy::PolicyAllow;
 use crate::domain::priorities::HotShare;
 use crate::domain::vars::{Vars, parse_std_duration};
 
@@ -33,6 +34,7 @@ pub const ENV_PRIORITY_HOT_SHARE: &str = "FOREWARN_PRIORITY_HOT_SHARE";
 pub const ENV_PRIORITY_TAKE_OVER: &str = "FOREWARN_PRIORITY_TAKE_OVER";
 pub const ENV_DRAIN_PASS_INTERVAL: &str = "FOREWARN_DRAIN_PASS_INTERVAL";
 pub const ENV_POLICY_FILE: &str = "FOREWARN_POLICY_FILE";
+pub const ENV_POLICY_ALLOW: &str = "FOREWARN_POLICY_ALLOW";
 
 /// Every variable the settings read besides the decision core's ([`CONFIG_VARIABLES`]); a
 /// test checks the README's configuration tables name exactly these.
@@ -59,6 +61,7 @@ pub const VARIABLES: &[&str] = &[
     ENV_PRIORITY_TAKE_OVER,
     ENV_DRAIN_PASS_INTERVAL,
     ENV_POLICY_FILE,
+    ENV_POLICY_ALLOW,
 ];
 const ENV_WEBHOOK_URL: &str = ENV_URL;
 const ENV_WEBHOOK_TEMPLATE: &str = ENV_TEMPLATE;
@@ -162,6 +165,10 @@ pub struct Settings {
     /// (`FOREWARN_DRAIN_PASS_INTERVAL`, default 5 s); `None` (`off`): the handler carries its
     /// drains on in process, passes 5 s apart, as a replay does.
     pub drain_pass_interval: Option<Duration>,
+    /// What the cluster's policy ConfigMap may ask (`FOREWARN_POLICY_ALLOW`: action names
+    /// separated by commas or spaces, or `all`; default every action but `delete` and `none`).
+    /// The policy file (`FOREWARN_POLICY_FILE`) is not limited.
+    pub policy_allow: PolicyAllow,
     /// What forewarn makes of the AWS SDK's configuration (`AWS_MAX_ATTEMPTS` set or not).
     pub aws: AwsSettings,
     /// `AWS_LAMBDA_FUNCTION_NAME`: the process runs as this Lambda function (or under
@@ -226,7 +233,7 @@ impl Settings {
     /// - `FOREWARN_KUBE_QPS`, `FOREWARN_KUBE_BURST`, `FOREWARN_WEBHOOK_URL`,
     ///   `FOREWARN_WEBHOOK_TEMPLATE`, `FOREWARN_WEBHOOK_ALLOW_HTTP`, `FOREWARN_CONCURRENCY`,
     ///   `FOREWARN_SAFETY_MARGIN`, `FOREWARN_LOG` (and `RUST_LOG`),
-    ///   `FOREWARN_DRAIN_PASS_INTERVAL`;
+    ///   `FOREWARN_DRAIN_PASS_INTERVAL`, `FOREWARN_POLICY_ALLOW`;
     /// - `FOREWARN_PRIORITIES`, `FOREWARN_PRIORITY_HOT_SHARE`, `FOREWARN_PRIORITY_TAKE_OVER`;
     /// - `AWS_MAX_ATTEMPTS` (set or not) and `AWS_LAMBDA_FUNCTION_NAME`.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Settings, ConfigError> {
@@ -286,6 +293,9 @@ impl Settings {
             drain_pass_interval: vars
                 .parse(ENV_DRAIN_PASS_INTERVAL, pass_interval)?
                 .unwrap_or(Some(Duration::from_secs(5))),
+            policy_allow: vars
+                .parse(ENV_POLICY_ALLOW, PolicyAllow::parse)?
+                .unwrap_or_default(),
             aws: AwsSettings {
                 max_attempts_set: vars.is_set(ENV_AWS_MAX_ATTEMPTS),
             },
@@ -455,6 +465,7 @@ mod tests {
         assert_eq!(s.log_filter, None);
         assert!(s.priorities_enabled);
         assert_eq!(s.priorities, PrioritySettings::default());
+        assert_eq!(s.policy_allow, PolicyAllow::default());
     }
 
     #[test]
@@ -478,6 +489,7 @@ mod tests {
             ("FOREWARN_PRIORITIES", "false"),
             ("FOREWARN_PRIORITY_HOT_SHARE", "50%"),
             ("FOREWARN_PRIORITY_TAKE_OVER", "true"),
+            ("FOREWARN_POLICY_ALLOW", "cordon delete"),
             ("AWS_LAMBDA_FUNCTION_NAME", "forewarn-handler"),
             ("AWS_MAX_ATTEMPTS", "9"),
             ("RUST_LOG", "warn"),
@@ -511,6 +523,7 @@ mod tests {
         assert!(!s.priorities_enabled);
         assert_eq!(s.priorities.hot_share, HotShare::parse("0.5").unwrap());
         assert!(s.priorities.take_over);
+        assert_eq!(s.policy_allow, PolicyAllow::parse("cordon,delete").unwrap());
         assert_eq!(s.lambda_function.as_deref(), Some("forewarn-handler"));
         assert_eq!(s.executor.reporting_instance, "forewarn-handler");
         assert!(s.aws.max_attempts_set);
@@ -766,6 +779,7 @@ mod tests {
             ("FOREWARN_EXCLUDE_FROM_LB", "y"),
             ("FOREWARN_DRAIN_PASS_INTERVAL", "0s"),
             ("FOREWARN_DRAIN_PASS_INTERVAL", "20m"),
+            ("FOREWARN_POLICY_ALLOW", "cordon,evaporate"),
         ] {
             let err = settings(&[(name, value)]).unwrap_err();
             assert_eq!(err.variable, name, "{err}");

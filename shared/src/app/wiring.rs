@@ -208,10 +208,10 @@ async fn cluster(
         ) as Arc<dyn Executor>
     });
     let policy = KubePolicy::new(clients.clone(), &settings.executor.reporting_instance);
-    let policies = Arc::new(PolicyCache::new(
-        Arc::new(policy),
-        settings.config.policy.clone(),
-    ));
+    let policies = Arc::new(
+        PolicyCache::new(Arc::new(policy), settings.config.policy.clone())
+            .with_allow(settings.policy_allow.clone()),
+    );
     // Read at start (a cold start), then at most once a minute.
     policies.policy(clock.as_ref()).await;
     Ok(Cluster {

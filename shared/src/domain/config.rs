@@ -90,7 +90,7 @@ pub struct Config {
     /// instances.
     pub lifecycle_hooks: Option<BTreeSet<String>>,
     /// The policy per node group (`--policy`, `FOREWARN_POLICY_FILE`, the ConfigMap
-    /// `kube-system/forewarn-policy`): a matching rule's action for a kind replaces the
+    /// `forewarn/forewarn-policy`): a matching rule's action for a kind replaces the
     /// default of `actions`.
     pub policy: crate::domain::policy::Policy,
 }

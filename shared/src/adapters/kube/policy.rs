@@ -1,5 +1,9 @@
-//! The policy ConfigMap `kube-system/forewarn-policy` (key `policy.yaml`): read by name, and a
-//! Warning Event on it when its policy is refused.
+//! The policy ConfigMap `forewarn/forewarn-policy` (key `policy.yaml`): read by name, and a
+//! Warning Event on it when its policy, or a rule of it, is refused.
+//!
+//! It lives in forewarn's own namespace, not kube-system: whoever may write ConfigMaps in
+//! kube-system (the Cluster Autoscaler's role may) does not thereby steer forewarn. Nothing else
+//! of forewarn's reads kube-system for it.
 
 use ::kube::Api;
 use async_trait::async_trait;
@@ -10,8 +14,8 @@ use super::connect::ClusterClient;
 use super::events::{EventType, ObjectEvent, record_about};
 use crate::ports::{DirectoryError, FailureKind, PolicySource, PolicyText};
 
-/// The policy ConfigMap's namespace, name and key.
-pub const POLICY_NAMESPACE: &str = "kube-system";
+/// The policy ConfigMap's namespace (forewarn's own, `infra/k8s/rbac.yaml`), name and key.
+pub const POLICY_NAMESPACE: &str = "forewarn";
 pub const POLICY_CONFIGMAP: &str = "forewarn-policy";
 pub const POLICY_KEY: &str = "policy.yaml";
 
@@ -64,6 +68,7 @@ impl PolicySource for KubePolicy {
     }
 
     async fn refused(&self, message: &str) {
+        // The message says what was refused and what applies instead (crate::app::policy).
         // One Event per refusal message: the same bad policy read again records none.
         let event = ObjectEvent {
             namespace: POLICY_NAMESPACE,
@@ -78,7 +83,7 @@ impl PolicySource for KubePolicy {
             reason: "PolicyRefused",
             action: "ReadPolicy",
             type_: EventType::Warning,
-            note: format!("policy refused, the last good one is kept: {message}"),
+            note: message.to_string(),
         };
         if let Err(e) = record_about(&self.clients, &event, &self.reporting_instance, false).await {
             tracing::warn!(error = %e, "could not record the PolicyRefused Event");

@@ -23,8 +23,11 @@ use chrono::{DateTime, Utc};
 /// refused, it goes within its grace).
 pub const BUDGET_WAIT: Duration = Duration::from_secs(30);
 
-/// At most this many copies are kept (beyond, a refusal waits for its queued continuation).
-pub const KEPT_MAX: usize = 1_000;
+/// At most this many bytes of copies are kept — the sum of their bodies' lengths, each at most
+/// a continuation's (SQS's 256 KiB) — whatever their number (beyond, a refusal waits for its
+/// queued continuation). 4 MiB: a few thousand ordinary continuations, and a small share of an
+/// execution environment's memory however large each is.
+pub const KEPT_MAX_BYTES: usize = 4 * 1024 * 1024;
 
 /// A continuation message body and its queue's ARN, due at a time.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,27 +37,46 @@ pub struct Kept {
     pub queue_arn: String,
 }
 
+impl Kept {
+    /// What it weighs against [`KEPT_MAX_BYTES`]: its body's and queue ARN's lengths.
+    fn bytes(&self) -> usize {
+        self.body.len().saturating_add(self.queue_arn.len())
+    }
+}
+
 /// The copies one execution environment keeps (see the module doc).
 #[derive(Debug, Default)]
-pub struct KeptRetries(Mutex<Vec<Kept>>);
+pub struct KeptRetries(Mutex<Copies>);
+
+#[derive(Debug, Default)]
+struct Copies {
+    all: Vec<Kept>,
+    /// The sum of their [`Kept::bytes`].
+    bytes: usize,
+}
 
 impl KeptRetries {
-    /// Keeps `kept`, unless [`KEPT_MAX`] are kept already; whether it was.
+    /// Keeps `kept`, unless it would bring the copies kept past [`KEPT_MAX_BYTES`]; whether it
+    /// was.
     pub fn keep(&self, kept: Kept) -> bool {
-        let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if all.len() >= KEPT_MAX {
+        let mut copies = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let bytes = copies.bytes.saturating_add(kept.bytes());
+        if bytes > KEPT_MAX_BYTES {
             return false;
         }
-        all.push(kept);
+        copies.bytes = bytes;
+        copies.all.push(kept);
         true
     }
 
     /// Takes out the copies due by `now`, earliest first; those for which `queued` says their
     /// twin is in the batch are dropped.
     pub fn take_due(&self, now: DateTime<Utc>, queued: impl Fn(&str) -> bool) -> Vec<Kept> {
-        let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let (mut due, later): (Vec<Kept>, Vec<Kept>) = all.drain(..).partition(|k| k.due <= now);
-        *all = later;
+        let mut copies = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut due, later): (Vec<Kept>, Vec<Kept>) =
+            copies.all.drain(..).partition(|k| k.due <= now);
+        copies.bytes = later.iter().map(Kept::bytes).sum();
+        copies.all = later;
         due.retain(|k| !queued(&k.body));
         due.sort_by_key(|k| k.due);
         due
@@ -62,7 +84,12 @@ impl KeptRetries {
 
     /// How many copies are kept.
     pub fn len(&self) -> usize {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).all.len()
+    }
+
+    /// How many bytes the copies kept weigh (see [`KEPT_MAX_BYTES`]).
+    pub fn bytes(&self) -> usize {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).bytes
     }
 
     /// Whether none is kept.
@@ -102,13 +129,36 @@ mod tests {
         assert!(k.is_empty());
     }
 
+    /// The bound is on bytes, not count: many small copies are kept (more than the old 1,000),
+    /// large ones until their bodies fill [`KEPT_MAX_BYTES`], and what is taken out makes room.
     #[test]
-    fn no_more_than_the_most_are_kept() {
+    fn copies_are_bounded_in_bytes_not_count() {
         let k = KeptRetries::default();
-        for i in 0..KEPT_MAX {
-            assert!(k.keep(kept(i as i64, "x")));
+        let small = kept(0, "x");
+        let weight = small.bytes();
+        for _ in 0..2_000 {
+            assert!(k.keep(small.clone()), "small copies are kept past a count");
         }
-        assert!(!k.keep(kept(0, "one too many")));
-        assert_eq!(k.len(), KEPT_MAX);
+        assert_eq!(k.bytes(), 2_000 * weight);
+        assert!(k.take_due(at(0), |_| false).len() == 2_000 && k.bytes() == 0);
+
+        // Continuations of SQS's largest size: as many as the bytes hold, then none.
+        let big = "b".repeat(256 * 1024 - "arn:q".len());
+        let fit = KEPT_MAX_BYTES / (256 * 1024);
+        for i in 0..fit {
+            assert!(k.keep(kept(i as i64, &big)), "{i}");
+        }
+        assert!(!k.keep(kept(99, &big)), "past the bound");
+        assert!(k.bytes() <= KEPT_MAX_BYTES);
+        assert_eq!(k.len(), fit);
+        // A small one may still fit in what is left, never past the bound.
+        let left = KEPT_MAX_BYTES - k.bytes();
+        assert_eq!(k.keep(kept(99, "s")), weight <= left);
+        assert!(k.bytes() <= KEPT_MAX_BYTES);
+        // Taking the due ones out makes room again.
+        let taken = k.take_due(at(0), |_| false);
+        assert_eq!(taken.len(), 1);
+        assert!(k.keep(kept(100, &big)));
+        assert!(k.bytes() <= KEPT_MAX_BYTES);
     }
 }

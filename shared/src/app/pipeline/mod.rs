@@ -515,6 +515,8 @@ pub enum WorkError {
     Key(#[source] crate::ports::StoreError),
     #[error("queueing the drain's continuation: {0}")]
     Queue(#[from] crate::ports::QueueError),
+    #[error("queueing the drain's continuation: {0}")]
+    TooLarge(crate::domain::inbound::continuation::TooLarge),
     #[error("{OUT_OF_TIME}")]
     OutOfTime,
 }
@@ -528,6 +530,8 @@ impl WorkError {
             WorkError::Store(e) | WorkError::Key(e) => e.retryable(),
             WorkError::Execute(e) => e.retryable(),
             WorkError::Queue(e) => e.retryable(),
+            // The same event makes the same continuation.
+            WorkError::TooLarge(_) => false,
             WorkError::OutOfTime => true,
         }
     }

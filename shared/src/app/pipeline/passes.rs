@@ -342,7 +342,10 @@ impl Pipeline<'_> {
             .continuation_key()
             .await
             .map_err(WorkError::Key)?;
-        let body = next.body(&key, to.body);
+        // Never an oversized message: SQS would refuse it, after the node was cordoned; the
+        // event fails saying why instead.
+        let body = crate::domain::inbound::continuation::within_sqs_limit(next.body(&key, to.body))
+            .map_err(WorkError::TooLarge)?;
         to.queue
             .send(to.arn, &body, after)
             .await

@@ -228,6 +228,30 @@ pub fn delay_seconds(delay: std::time::Duration) -> u32 {
     u32::try_from(whole.min(900)).unwrap_or(900)
 }
 
+/// The largest message body SQS takes: 256 KiB.
+pub const MAX_MESSAGE_BYTES: usize = 262_144;
+
+/// A continuation too large for SQS: never sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the drain's continuation would be {bytes} bytes, more than the {MAX_MESSAGE_BYTES} an SQS \
+     message holds: it is not sent"
+)]
+pub struct TooLarge {
+    pub bytes: usize,
+}
+
+/// `body` when SQS takes it ([`MAX_MESSAGE_BYTES`]), else how large it is. What a continuation
+/// carries does not grow with the node's pods (its plan is per instance, its wait for room a
+/// count), but its original body and its plan's instances are the event's: an event near SQS's
+/// limit whose body escapes to more (quotes) would not fit, and is failed, not sent.
+pub fn within_sqs_limit(body: String) -> Result<String, TooLarge> {
+    match body.len() {
+        bytes if bytes > MAX_MESSAGE_BYTES => Err(TooLarge { bytes }),
+        _ => Ok(body),
+    }
+}
+
 /// A continuation message taken apart.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unwrapped {
@@ -496,5 +520,17 @@ mod tests {
             .unwrap()
             .unwrap_err();
         assert!(not_object.message.contains("object"));
+    }
+
+    #[test]
+    fn a_body_past_sqs_limit_is_refused_naming_its_size() {
+        let fits = "x".repeat(MAX_MESSAGE_BYTES);
+        assert_eq!(within_sqs_limit(fits.clone()).unwrap(), fits);
+        let e = within_sqs_limit("x".repeat(MAX_MESSAGE_BYTES + 1)).unwrap_err();
+        assert_eq!(e.bytes, MAX_MESSAGE_BYTES + 1);
+        assert!(
+            e.to_string().contains("262145 bytes, more than the 262144"),
+            "{e}"
+        );
     }
 }

@@ -1,7 +1,8 @@
 //! Policies per node group: which action each event kind takes on the nodes a rule matches.
 //!
 //! A policy is YAML, from `--policy FILE`, `FOREWARN_POLICY_FILE` or the ConfigMap
-//! `kube-system/forewarn-policy` (key `policy.yaml`):
+//! `forewarn/forewarn-policy` (key `policy.yaml`; what it may ask is limited by the deployment:
+//! see [`allow`]):
 //!
 //! ```yaml
 //! rules:                          # first match wins; a node no rule matches keeps the defaults
@@ -28,6 +29,7 @@
 //! (`rules[0].actions.spot-interruption: unknown action "evaporate" (...)`).
 
 pub mod adaptive;
+pub mod allow;
 mod parse;
 
 use std::collections::BTreeMap;
@@ -38,6 +40,7 @@ use chrono::Duration;
 use crate::domain::event::EventKind;
 
 pub use adaptive::{Adaptive, Followed};
+pub use allow::{ACTION_NAMES, BadAllow, PolicyAllow};
 pub use parse::PolicyError;
 
 /// What a rule says an event kind does.
@@ -90,6 +93,18 @@ impl PolicyAction {
         }
     }
 
+    /// The action's name, its duration left out: `cordon-for` for every `cordon-for`.
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyAction::None => "none",
+            PolicyAction::Cordon => "cordon",
+            PolicyAction::CordonDrain => "cordon-drain",
+            PolicyAction::Delete => "delete",
+            PolicyAction::CordonFor(_) => "cordon-for",
+            PolicyAction::Adaptive => "adaptive",
+        }
+    }
+
     /// How long a `cordon-for` lasts.
     pub fn lasts(self) -> Option<Duration> {
         match self {
@@ -102,12 +117,8 @@ impl PolicyAction {
 impl fmt::Display for PolicyAction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PolicyAction::None => f.write_str("none"),
-            PolicyAction::Cordon => f.write_str("cordon"),
-            PolicyAction::CordonDrain => f.write_str("cordon-drain"),
-            PolicyAction::Delete => f.write_str("delete"),
-            PolicyAction::Adaptive => f.write_str("adaptive"),
             PolicyAction::CordonFor(d) => write!(f, "cordon-for {}", short(*d)),
+            other => f.write_str(other.name()),
         }
     }
 }
