@@ -463,11 +463,26 @@ impl Deploy {
             Err(e) => return Err(e),
         };
         let mut skipped = false;
+        let mut checked = false;
         for o in objects {
             if let Some(why) = o.skipped_on(version) {
                 say(format!("{UNDER}{o}: {why}"))?;
                 skipped = true;
                 continue;
+            }
+            if manifests::is_placeholder_grant(o) && !checked && !self.dry_run() {
+                // The policy and its binding were applied: the grant only once it holds, for
+                // both of forewarn's groups.
+                for key in ["HandlerKubernetesGroup", "SweeperKubernetesGroup"] {
+                    let group = self.plan.value(key).unwrap_or_default();
+                    manifests::check_placeholder_policy(&client, group, 5).await?;
+                    say(format!(
+                        "{UNDER}{}: enforced for {group} (a pod that is not a placeholder is \
+                         refused)",
+                        manifests::PLACEHOLDER_POLICY
+                    ))?;
+                }
+                checked = true;
             }
             match manifests::apply(&client, o, self.dry_run()).await {
                 Ok(outcome) => say(format!("{UNDER}{o}: {outcome}"))?,

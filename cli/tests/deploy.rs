@@ -333,7 +333,10 @@ fn deploy_then_upgrade_against_moto_and_the_kubernetes_fake() {
             "PriorityClass forewarn-placeholder: created".to_string(),
             "ValidatingAdmissionPolicy forewarn-placeholders-only: created".to_string(),
             "ValidatingAdmissionPolicyBinding forewarn-placeholders-only: created".to_string(),
-            "ClusterRole forewarn-placeholders: created".to_string(),
+            "forewarn-placeholders-only: enforced for forewarn-handler".to_string(),
+            "forewarn-placeholders-only: enforced for forewarn-sweeper".to_string(),
+            "Role forewarn/forewarn-placeholders: created".to_string(),
+            "ClusterRole forewarn-placeholder-budgets: created".to_string(),
             format!("ConfigMap kube-system/{EXPANDER}: created"),
             format!("  HandlerFunctionName: {stack}-handler"),
             "deployed\n".to_string(),
@@ -393,10 +396,20 @@ fn deploy_then_upgrade_against_moto_and_the_kubernetes_fake() {
             created.iter().any(|p| p.contains("/namespaces/forewarn/")),
             "{created:?}"
         );
-        // The last ClusterRole created is placeholders.yaml's (rbac.yaml's comes first).
+        // The pod grant (the last Role created: placeholders.yaml's, rbac.yaml's comes first)
+        // only after the binding, and after the check that the policy is enforced (a dry-run
+        // create of a pod that is not a placeholder, refused).
+        let check = created
+            .iter()
+            .position(|p| p == "/api/v1/namespaces/forewarn/pods")
+            .unwrap_or_else(|| panic!("no check in {created:?}"));
         assert!(
-            last("/validatingadmissionpolicybindings") < last("/clusterroles"),
+            last("/validatingadmissionpolicybindings") < check && check < last("/roles"),
             "{created:?}"
+        );
+        assert!(
+            fake.list("v1", "Pod").is_empty(),
+            "the check stored nothing"
         );
         let role = fake.get(
             "rbac.authorization.k8s.io/v1",
@@ -585,7 +598,8 @@ fn a_cluster_before_1_30_gets_no_placeholder_grant() {
         for line in [
             "ClusterRole forewarn: would be created".to_string(),
             format!("ValidatingAdmissionPolicy forewarn-placeholders-only: {skipped}"),
-            format!("ClusterRole forewarn-placeholders: {skipped}"),
+            format!("Role forewarn/forewarn-placeholders: {skipped}"),
+            format!("ClusterRole forewarn-placeholder-budgets: {skipped}"),
             format!("PriorityClass forewarn-placeholder: {skipped}"),
             "without placeholders.yaml, surge".to_string(),
             format!("ConfigMap kube-system/{EXPANDER}: would be created"),

@@ -329,6 +329,71 @@ pub async fn apply(
     Ok(Outcome::Replaced)
 }
 
+/// The name of the admission policy of `infra/k8s/placeholders.yaml`.
+pub const PLACEHOLDER_POLICY: &str = "forewarn-placeholders-only";
+
+/// Whether this object grants pod writes for placeholders (the Role of `placeholders.yaml` and
+/// its binding): applied only once the placeholder policy is known to be enforced.
+pub fn is_placeholder_grant(object: &Object) -> bool {
+    object.file.ends_with("placeholders.yaml") && matches!(object.kind.kind, "Role" | "RoleBinding")
+}
+
+/// Checks that the API server enforces the placeholder policy for `group` before forewarn's
+/// groups are granted pod writes: a server-side dry-run create, as `group` (impersonated, with
+/// `system:masters` so that no RBAC refusal hides what admission says), of a pod in forewarn's
+/// namespace that is not a placeholder must be denied by [`PLACEHOLDER_POLICY`]. A policy's
+/// binding takes effect within about a second of its creation: tried `attempts` times (at least
+/// once), a second apart. Anything else — the pod admitted (a cluster that stores the policy and does not
+/// enforce it), another refusal, an identity that may not impersonate — is an error, and the
+/// grant is not applied.
+pub async fn check_placeholder_policy(
+    client: &kube::Client,
+    group: &str,
+    attempts: u32,
+) -> anyhow::Result<()> {
+    let probe = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "forewarn-enforcement-check", "namespace": forewarn::domain::config::NAMESPACE},
+        "spec": {"containers": [{"name": "check", "image": "busybox", "command": ["true"]}]}
+    });
+    let path = format!(
+        "/api/v1/namespaces/{}/pods?dryRun=All",
+        forewarn::domain::config::NAMESPACE
+    );
+    let mut last = String::new();
+    for attempt in 0..attempts.max(1) {
+        if attempt > 0 {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+        let request = http::Request::post(&path)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header("Impersonate-User", "forewarn-deploy-check")
+            .header("Impersonate-Group", group)
+            .header("Impersonate-Group", "system:masters")
+            .body(serde_json::to_vec(&probe)?)?;
+        match client.request::<Value>(request).await {
+            Ok(_) => {
+                last = format!(
+                    "a dry-run create of a pod that is not a placeholder, as {group}, was admitted"
+                );
+            }
+            Err(kube::Error::Api(s))
+                if s.message
+                    .contains(&format!("ValidatingAdmissionPolicy '{PLACEHOLDER_POLICY}'")) =>
+            {
+                return Ok(());
+            }
+            Err(e) => last = format!("the check's dry-run create, as {group}, failed: {e}"),
+        }
+    }
+    bail!(
+        "the admission policy {PLACEHOLDER_POLICY} is not enforced ({last}): the placeholders' \
+         pod grant was not applied (without the policy it would let {group} create any pod in \
+         namespace {}; docs/security.md)",
+        forewarn::domain::config::NAMESPACE
+    )
+}
+
 /// Whether the cluster's object says what the manifest says: every field of the manifest
 /// besides its metadata equal, and the manifest's labels and annotations on it.
 fn same(desired: &Value, existing: &Value) -> bool {
@@ -394,8 +459,10 @@ mod tests {
                 "PriorityClass forewarn-placeholder",
                 "ValidatingAdmissionPolicy forewarn-placeholders-only",
                 "ValidatingAdmissionPolicyBinding forewarn-placeholders-only",
-                "ClusterRole forewarn-placeholders",
-                "ClusterRoleBinding forewarn-placeholders",
+                "Role forewarn/forewarn-placeholders",
+                "RoleBinding forewarn/forewarn-placeholders",
+                "ClusterRole forewarn-placeholder-budgets",
+                "ClusterRoleBinding forewarn-placeholder-budgets",
                 "ConfigMap kube-system/cluster-autoscaler-priority-expander",
             ]
         );
@@ -403,7 +470,7 @@ mod tests {
         let needs: Vec<Option<(u32, u32)>> = objects.iter().map(|o| o.needs).collect();
         assert_eq!(needs[6], None, "rbac.yaml: any version");
         assert!(
-            needs[7..12].iter().all(|n| *n == Some((1, 30))),
+            needs[7..14].iter().all(|n| *n == Some((1, 30))),
             "{needs:?}"
         );
         // forewarn's namespace first: everything in it comes after it.
@@ -411,6 +478,52 @@ mod tests {
         let labels = &objects[0].body["metadata"]["labels"];
         assert_eq!(labels["pod-security.kubernetes.io/enforce"], "restricted");
         assert_eq!(labels["app.kubernetes.io/name"], "forewarn");
+    }
+
+    /// The check runs against the fake's admission (the policy's CEL evaluated): enforced, it
+    /// passes; stored but not enforced, or not applied, it fails and says so.
+    #[tokio::test]
+    async fn the_placeholder_policy_is_checked_before_the_grant() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let policy: Vec<Value> = load(&root)
+            .unwrap()
+            .into_iter()
+            .filter(|o| o.file.ends_with("placeholders.yaml"))
+            .filter(|o| o.kind.group == ADMISSION)
+            .map(|o| o.body)
+            .collect();
+        assert_eq!(policy.len(), 2, "the policy and its binding");
+        for (enforced, applied) in [(true, true), (false, true), (true, false)] {
+            let fake = kube_fake::KubeFake::builder()
+                .admission_policies()
+                .admission(enforced)
+                .start()
+                .await;
+            if applied {
+                for body in &policy {
+                    fake.insert(body.clone());
+                }
+            }
+            let checked = check_placeholder_policy(&fake.client(), "forewarn-handler", 1).await;
+            if enforced && applied {
+                checked.unwrap();
+                // The probe was a dry run: nothing stored.
+                assert!(fake.list("v1", "Pod").is_empty());
+            } else {
+                let e = checked.unwrap_err().to_string();
+                assert!(
+                    e.contains("forewarn-placeholders-only is not enforced")
+                        && e.contains("was admitted")
+                        && e.contains("grant was not applied"),
+                    "{e}"
+                );
+            }
+            // The policy matches the group it names, not another.
+            if enforced && applied {
+                let other = check_placeholder_policy(&fake.client(), "someone-else", 1).await;
+                assert!(other.is_err());
+            }
+        }
     }
 
     #[test]
@@ -422,8 +535,9 @@ mod tests {
         let objects = load(&root).unwrap();
         let grant = objects
             .iter()
-            .find(|o| o.to_string() == "ClusterRole forewarn-placeholders")
+            .find(|o| o.to_string() == "Role forewarn/forewarn-placeholders")
             .unwrap();
+        assert!(is_placeholder_grant(grant));
         assert_eq!(grant.skipped_on(Some((1, 30))), None);
         assert_eq!(grant.skipped_on(Some((2, 0))), None);
         let why = grant.skipped_on(Some((1, 29))).unwrap();

@@ -15,7 +15,7 @@ use super::events::{EventType, ObjectEvent, record_about};
 use crate::ports::{DirectoryError, FailureKind, PolicySource, PolicyText};
 
 /// The policy ConfigMap's namespace (forewarn's own, `infra/k8s/rbac.yaml`), name and key.
-pub const POLICY_NAMESPACE: &str = "forewarn";
+pub const POLICY_NAMESPACE: &str = crate::domain::config::NAMESPACE;
 pub const POLICY_CONFIGMAP: &str = "forewarn-policy";
 pub const POLICY_KEY: &str = "policy.yaml";
 
