@@ -36,14 +36,28 @@ impl Pipeline<'_> {
             report
         };
         let body = record.body.as_deref().unwrap_or_default();
-        let key = self
+        let keys = self
             .store
-            .continuation_key()
+            .continuation_keys()
             .await
             .map_err(|e| WorkError::Key(e).fail(Report::new(record)))?;
-        continuation
-            .verify(&key, body)
-            .map_err(|e| refuse(e.to_string()))?;
+        match continuation.verify(&keys, body) {
+            // Signed by a key this process does not know (a rotation since it read them): the
+            // keys are read again, once, before the message is refused.
+            Err(unknown @ crate::domain::continuation::Unverified::UnknownKey { .. }) => {
+                let keys = self
+                    .store
+                    .reread_continuation_keys()
+                    .await
+                    .map_err(|e| WorkError::Key(e).fail(Report::new(record)))?;
+                match keys {
+                    Some(keys) => continuation.verify(&keys, body),
+                    None => Err(unknown),
+                }
+            }
+            verified => verified,
+        }
+        .map_err(|e| refuse(e.to_string()))?;
         let plan = continuation.plan.clone();
         if plan.event_id != event.id {
             return Err(refuse(format!(
@@ -337,12 +351,12 @@ impl Pipeline<'_> {
         next: &Continuation,
         after: Duration,
     ) -> Result<String, WorkError> {
-        let key = self
+        let keys = self
             .store
-            .continuation_key()
+            .continuation_keys()
             .await
             .map_err(WorkError::Key)?;
-        let body = next.body(&key, to.body);
+        let body = next.body(&keys.current, to.body);
         to.queue
             .send(to.arn, &body, after)
             .await
