@@ -9,6 +9,7 @@ use forewarn::app::settings::{InstanceChoice, Settings, StoreChoice};
 
 mod audit;
 mod deploy;
+mod key;
 mod pools;
 mod priorities;
 mod reconcile;
@@ -73,6 +74,8 @@ enum Command {
     /// pool store (--table or the embedded store). Without --execute nothing is changed: it
     /// prints what it would undo. A node cordoned by someone else is never touched.
     Reconcile(reconcile::ReconcileArgs),
+    /// The continuation key drains and cordon records are signed with: `forewarn key rotate`.
+    Key(key::KeyArgs),
     /// Deploy forewarn: build, the stack, both functions, their wiring, the Kubernetes manifests.
     ///
     /// Run in the repository. Builds both functions with cargo-lambda, creates or updates the
@@ -174,6 +177,7 @@ fn main() -> ExitCode {
             Command::Audit(args) => audit::run(args, settings, clock).await,
             Command::Priorities(args) => priorities::run(args, settings, clock).await,
             Command::Reconcile(args) => reconcile::run(args, settings, clock).await,
+            Command::Key(args) => key::run(args, settings, clock).await,
             Command::Deploy(args) => deploy::run(args, settings).await,
         }
     });

@@ -122,5 +122,9 @@ fn line(r: &UndoReport) -> String {
         (_, Some(UndoOutcome::NodeGone), _) => "gone".into(),
         (_, Some(UndoOutcome::Refused { why }), _) => format!("left cordoned: {why}"),
     };
+    if r.event_id.is_empty() {
+        // A record that does not verify names no event forewarn knows.
+        return format!("{what} — {}", r.why);
+    }
     format!("{what} — {} (event {})", r.why, r.event_id)
 }

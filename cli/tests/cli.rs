@@ -984,13 +984,28 @@ fn a_bad_policy_is_refused_naming_the_field_and_nothing_is_done() {
     assert_eq!(String::from_utf8_lossy(&pools.stdout).trim(), "[]");
 }
 
-/// A captured cluster with three cordoned nodes: forewarn's `cordon-for` that ran out, one
-/// still running, and one cordoned by someone else (no forewarn taint).
+/// A captured cluster with four cordoned nodes: forewarn's `cordon-for` that ran out, one
+/// still running, one cordoned by someone else (no forewarn taint), and one whose record ran out
+/// but was not signed by forewarn (its kubelet wrote it). forewarn's records are signed with the
+/// key of the embedded store in `dir`.
 fn cordoned_cluster(dir: &Path) -> std::path::PathBuf {
-    let record = |event: &str, instance: &str, until: &str| {
+    let keys = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(forewarn::ports::PoolStore::continuation_keys(
+            &forewarn::adapters::embedded::EmbeddedStore::open(dir).unwrap(),
+        ))
+        .unwrap();
+    let unsigned = |event: &str, instance: &str, until: &str| {
         serde_json::json!({"kind": "rebalance-recommendation", "event-id": event,
             "instance-id": instance, "at": "2026-11-22T09:00:00Z", "until": until})
-        .to_string()
+    };
+    let record = |event: &str, instance: &str, until: &str| {
+        serde_json::from_value::<forewarn::domain::wayback::CordonRecord>(unsigned(
+            event, instance, until,
+        ))
+        .unwrap()
+        .signed(&keys.current)
+        .to_annotation()
     };
     let node = |name: &str, instance: &str, taint: bool, record: Option<String>| {
         let mut annotations = serde_json::Map::new();
@@ -1010,6 +1025,7 @@ fn cordoned_cluster(dir: &Path) -> std::path::PathBuf {
         node("ran-out", "i-0a1b2c3d4e5f60001", true, Some(record("e-1", "i-0a1b2c3d4e5f60001", "2026-11-22T09:30:00Z"))),
         node("still-on", "i-0a1b2c3d4e5f60002", true, Some(record("e-2", "i-0a1b2c3d4e5f60002", "2026-11-22T12:00:00Z"))),
         node("theirs", "i-0a1b2c3d4e5f60003", false, Some(record("e-3", "i-0a1b2c3d4e5f60003", "2026-11-22T09:30:00Z"))),
+        node("forged", "i-0a1b2c3d4e5f60004", true, Some(unsigned("e-4", "i-0a1b2c3d4e5f60004", "2026-11-22T09:30:00Z").to_string())),
     ]});
     let path = dir.join("cordoned.json");
     std::fs::write(&path, state.to_string()).unwrap();
@@ -1031,7 +1047,19 @@ fn reconcile_says_which_cordons_lost_their_reason_and_changes_nothing_without_ex
         String::from_utf8_lossy(&out.stderr)
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    assert_eq!(stdout.lines().count(), 2, "{stdout}");
+    // A record forewarn did not sign is never acted on, and is reported.
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("node/forged: left cordoned: refused")
+                && l.contains("not one forewarn signed")),
+        "{stdout}"
+    );
+    let stdout = stdout
+        .lines()
+        .find(|l| l.starts_with("node/ran-out"))
+        .unwrap_or_default();
     assert!(
         stdout.starts_with("node/ran-out: would undo the cordon"),
         "{stdout}"
@@ -1050,7 +1078,12 @@ fn reconcile_says_which_cordons_lost_their_reason_and_changes_nothing_without_ex
             "json",
         ],
     );
-    let line: Value = serde_json::from_slice(&json.stdout).unwrap();
+    let lines: Vec<Value> = String::from_utf8_lossy(&json.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let line = lines.iter().find(|l| l["node"] == "ran-out").unwrap();
     assert_eq!(line["node"], "ran-out");
     assert_eq!(line["event_id"], "e-1");
     assert!(line.get("outcome").is_none(), "nothing was tried: {line}");
@@ -1065,4 +1098,44 @@ fn reconcile_says_which_cordons_lost_their_reason_and_changes_nothing_without_ex
         ],
     );
     assert!(!out.status.success());
+}
+
+/// `forewarn key rotate`: nothing changes without --execute (it says which key would become
+/// which); with it, a new current key of the next id, the current one still accepted.
+#[test]
+fn key_rotate_changes_the_key_only_with_execute() {
+    let state = tempfile::tempdir().unwrap();
+    let text = |out: &Output| {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let dry = text(&forewarn(state.path(), &["key", "rotate"]));
+    assert!(
+        dry.ends_with("no continuation key yet; --execute creates key 1"),
+        "{dry}"
+    );
+    let dry = text(&forewarn(state.path(), &["key", "rotate"]));
+    assert!(
+        dry.contains("no continuation key yet"),
+        "a dry run created none: {dry}"
+    );
+    let first = text(&forewarn(state.path(), &["key", "rotate", "--execute"]));
+    assert!(first.ends_with("key 1 is current"), "{first}");
+    let second = text(&forewarn(state.path(), &["key", "rotate", "--execute"]));
+    assert!(
+        second.ends_with("key 2 is current, key 1 still accepted"),
+        "{second}"
+    );
+    let dry = text(&forewarn(state.path(), &["key", "rotate"]));
+    assert!(
+        dry.ends_with(
+            "the current key is 2 (key 1 is also accepted); --execute makes key 3 current, keeps \
+             key 2 accepted and no longer accepts key 1"
+        ),
+        "{dry}"
+    );
 }

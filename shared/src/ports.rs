@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::domain::audit::ClusterView;
-use crate::domain::continuation::ContinuationKey;
+use crate::domain::continuation::KeyRing;
 use crate::domain::event::LifecycleAction;
 use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::plan::Plan;
@@ -251,6 +251,10 @@ impl StoreError {
     }
 }
 
+/// How long a store answers [`PoolStore::continuation_keys`] from what it read: a rotation
+/// reaches every process (a warm Lambda environment) within this.
+pub const KEY_CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// The pool store port: DynamoDB in AWS, an embedded database locally.
 #[async_trait]
 pub trait PoolStore: Send + Sync {
@@ -285,10 +289,32 @@ pub trait PoolStore: Send + Sync {
         now: DateTime<Utc>,
     ) -> Result<Vec<HistoryEntry>, StoreError>;
 
-    /// The key drain continuations are signed with (see [`crate::domain::continuation`]): 32
-    /// random bytes kept in the store, created by the first caller with a conditional write (so
-    /// that concurrent first callers agree on one key), read once and cached by the store.
-    async fn continuation_key(&self) -> Result<ContinuationKey, StoreError>;
+    /// The keys drain continuations and cordon records are signed with (see
+    /// [`crate::domain::continuation`]): the current key (32 random bytes and its id), which
+    /// signs, and the one before the last rotation, kept in the store. Created (id 1) by the
+    /// first caller when there is none, with a conditional write (so that concurrent first
+    /// callers agree on one key); read once and cached by the store for at most
+    /// [`KEY_CACHE_TTL`] (a rotation reaches every process within it).
+    async fn continuation_keys(&self) -> Result<KeyRing, StoreError>;
+
+    /// The keys as stored now (a strongly consistent read), never created: `None` when there are
+    /// none. The cache [`PoolStore::continuation_keys`] answers from is replaced: what a
+    /// signature by a key id this process does not know asks for, once, before refusing it.
+    async fn reread_continuation_keys(&self) -> Result<Option<KeyRing>, StoreError> {
+        self.continuation_keys().await.map(Some)
+    }
+
+    /// Rotates the keys: a new current key of the next id, the current one kept as the previous
+    /// (so what it signed still verifies), the previous one dropped. With no key yet, creates
+    /// the first. A write conditioned on the keys read: a concurrent rotation makes it fail
+    /// ([`FailureKind::Conflict`]) rather than lose a key.
+    async fn rotate_continuation_key(&self) -> Result<KeyRing, StoreError> {
+        Err(StoreError::Backend {
+            location: self.location(),
+            message: "this store cannot rotate its continuation key".into(),
+            kind: FailureKind::Invalid,
+        })
+    }
 
     /// A short description for messages (`dynamodb table T`, `embedded store at P`).
     fn location(&self) -> String;
@@ -343,12 +369,28 @@ where
         self.0.history_of(pools, since, now).await
     }
 
-    /// A read-only view signs nothing (a dry run never sends a continuation), so it never creates
-    /// the key either.
-    async fn continuation_key(&self) -> Result<ContinuationKey, StoreError> {
+    /// A read-only view reads the keys (a dry run verifies cordon records) but never creates
+    /// them: with none stored, it has none.
+    async fn continuation_keys(&self) -> Result<KeyRing, StoreError> {
+        self.0
+            .reread_continuation_keys()
+            .await?
+            .ok_or_else(|| StoreError::Backend {
+                location: self.0.location(),
+                message: "no continuation key is stored yet (a read-only view never creates one)"
+                    .into(),
+                kind: FailureKind::NotFound,
+            })
+    }
+
+    async fn reread_continuation_keys(&self) -> Result<Option<KeyRing>, StoreError> {
+        self.0.reread_continuation_keys().await
+    }
+
+    async fn rotate_continuation_key(&self) -> Result<KeyRing, StoreError> {
         Err(StoreError::Backend {
             location: self.0.location(),
-            message: "a read-only view of the store has no continuation key".into(),
+            message: "a read-only view of the store rotates nothing".into(),
             kind: FailureKind::Invalid,
         })
     }

@@ -749,15 +749,65 @@ pub async fn updates_of_more_pools_than_the_limit_are_refused_whole(s: Subject) 
     );
 }
 
+/// The continuation key rotates: a new current key of the next id, the current one kept as the
+/// previous, the one before dropped; another process that read the keys before sees the
+/// rotation when it reads them again; a read-only view reads the keys but never creates them.
+pub async fn the_continuation_key_rotates_keeping_the_previous_one(s: Subject) {
+    use forewarn::ports::{FailureKind, ReadOnlyStore};
+    let read_only = ReadOnlyStore(s.store.clone());
+    let none = read_only.continuation_keys().await.unwrap_err();
+    assert_eq!(none.kind(), FailureKind::NotFound, "{none}");
+    assert_eq!(
+        s.store.reread_continuation_keys().await.unwrap(),
+        None,
+        "never created by a read"
+    );
+    assert!(read_only.rotate_continuation_key().await.is_err());
+    let first = s.store.continuation_keys().await.unwrap();
+    assert_eq!(read_only.continuation_keys().await.unwrap(), first);
+    let once = s.store.rotate_continuation_key().await.unwrap();
+    assert_eq!(once.current.id(), 2);
+    assert_ne!(once.current.bytes(), first.current.bytes());
+    assert_eq!(once.previous.as_ref(), Some(&first.current));
+    assert_eq!(
+        s.store.continuation_keys().await.unwrap(),
+        once,
+        "the rotator's cache"
+    );
+    assert_eq!(
+        s.other.reread_continuation_keys().await.unwrap(),
+        Some(once.clone())
+    );
+    assert_eq!(
+        s.other.continuation_keys().await.unwrap(),
+        once,
+        "read again: cached"
+    );
+    let twice = s.other.rotate_continuation_key().await.unwrap();
+    assert_eq!(twice.current.id(), 3);
+    assert_eq!(twice.previous.as_ref(), Some(&once.current));
+    assert!(
+        twice.get(1).is_none(),
+        "the key two rotations old is dropped"
+    );
+    assert_eq!(
+        s.store.reread_continuation_keys().await.unwrap(),
+        Some(twice)
+    );
+}
+
 /// The continuation key: 32 bytes, created by the first caller, the same for every caller after
 /// it — among concurrent first callers too (several cold starts at once), and in another
 /// process — and invisible to the pools and the history.
 pub async fn the_continuation_key_is_created_once_and_shared(s: Subject) {
-    let (a, b) = tokio::join!(s.store.continuation_key(), s.other.continuation_key());
+    let (a, b) = tokio::join!(s.store.continuation_keys(), s.other.continuation_keys());
     let (a, b) = (a.expect("a key"), b.expect("a key"));
     assert_eq!(a, b, "concurrent first callers agree on one key");
-    assert_eq!(s.store.continuation_key().await.unwrap(), a);
-    assert_eq!(s.other.continuation_key().await.unwrap(), a);
+    assert_eq!(s.store.continuation_keys().await.unwrap(), a);
+    assert_eq!(s.other.continuation_keys().await.unwrap(), a);
+    assert_eq!(a.current.id(), 1, "the first key");
+    assert_eq!(a.previous, None);
+    let a = a.current;
     assert_ne!(a.bytes(), &[0u8; 32], "random bytes");
     let everything = PoolQuery {
         include_available: true,

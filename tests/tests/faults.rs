@@ -195,7 +195,8 @@ impl World {
             // records every call).
             executor: Some(Arc::new(
                 KubeExecutor::new(clients, &config)
-                    .with_lifecycle(Arc::new(AsgLifecycle::new(&through_proxy))),
+                    .with_lifecycle(Arc::new(AsgLifecycle::new(&through_proxy)))
+                    .with_keys(store.clone()),
             )),
             concurrency: options.concurrency,
             safety_margin: Duration::ZERO,
@@ -1196,7 +1197,7 @@ async fn continuation(
     let plan = serde_json::from_value(plan).expect("an edited plan is still a plan");
     let key = match key {
         Some(key) => key,
-        None => world.store.continuation_key().await.unwrap(),
+        None => world.store.continuation_keys().await.unwrap().current,
     };
     Continuation::first(now, now, plan).body(&key, &body.text)
 }
@@ -1232,6 +1233,92 @@ fn writes_to_node(world: &World, node: &str) -> usize {
         .iter()
         .filter(|w| (200..300).contains(&w.status) && w.path.ends_with(&format!("/nodes/{node}")))
         .count()
+}
+
+/// `forewarn key rotate` in the middle of a drain loses nothing: the drain's first pass queues
+/// its continuation signed with key 1, the key is rotated by another process (the CLI), and the
+/// drain goes on to its end with what key 1 signed, applied once. A continuation signed with a
+/// key newer than the handler read (3, after a second rotation) is verified after one read of
+/// the keys again; one signed with key 1, two rotations old, is refused and touches nothing.
+#[test]
+fn a_key_rotation_in_the_middle_of_a_drain_loses_nothing() {
+    runtime().block_on(async {
+        let world = World::one().await;
+        let a = &world.instances[0];
+        let warning = spot(a);
+        let first = world.store.continuation_keys().await.unwrap();
+        assert_eq!(first.current.id(), 1);
+        // What a late duplicate of this drain would bring back, signed with key 1.
+        let old = continuation(&world, &warning, |_| {}, None).await;
+        world.send(std::slice::from_ref(&warning.text)).await;
+        // The first pass only: cordoned, its continuation queued (signed with key 1).
+        let started = drain_within(
+            &world.sqs,
+            &world.queue_url,
+            &world.queue_arn,
+            &world.handler,
+            BATCH,
+            1,
+            None,
+        )
+        .await
+        .unwrap();
+        assert_eq!(started.reports.len(), 1, "{started:#?}");
+        assert_eq!(world.cordons().len(), 1);
+        assert!(
+            world.evictions().is_empty(),
+            "the drain goes on in its continuations"
+        );
+        // Another process (`forewarn key rotate --execute`) rotates the key.
+        let rotator = DynamoStore::new(aws_sdk_dynamodb::Client::new(&world.sdk), &world.table);
+        let once = rotator.rotate_continuation_key().await.unwrap();
+        assert_eq!(
+            (once.current.id(), once.previous.as_ref().map(|k| k.id())),
+            (2, Some(1))
+        );
+        let drained = world.drain(BATCH, None).await;
+        assert!(
+            refusals(&drained.reports).is_empty(),
+            "{:#?}",
+            drained.reports
+        );
+        assert_eq!(drained.returned, 0, "{:#?}", drained.reports);
+        assert_eq!(
+            world.evictions().len(),
+            2,
+            "both pods evicted: the drain went on"
+        );
+        let reports: Vec<Report> = started.reports.into_iter().chain(drained.reports).collect();
+        world
+            .assert_all_applied_once(&reports, std::slice::from_ref(&warning))
+            .await;
+
+        // A second rotation: key 3 signs, key 2 is kept, key 1 is no longer accepted.
+        let twice = rotator.rotate_continuation_key().await.unwrap();
+        let newer = continuation(&world, &warning, |_| {}, Some(twice.current.clone())).await;
+        world.send(&[newer]).await;
+        let drained = world.drain(BATCH, None).await;
+        assert!(
+            refusals(&drained.reports).is_empty(),
+            "a key newer than the handler's is read again: {:#?}",
+            drained.reports
+        );
+        let writes = world.fake.writes().len();
+        world.send(&[old]).await;
+        let drained = world.drain(BATCH, None).await;
+        let refused = refusals(&drained.reports);
+        assert_eq!(refused.len(), 1, "{:#?}", drained.reports);
+        assert!(
+            refused[0].contains("signed with key 1, which is not accepted"),
+            "{refused:?}"
+        );
+        assert_eq!(drained.returned, 0);
+        assert_eq!(
+            world.fake.writes().len(),
+            writes,
+            "the refused pass wrote nothing"
+        );
+    })
 }
 
 #[test]

@@ -2777,6 +2777,9 @@ async fn sweeper_requests() -> Vec<RecordedRequest> {
         "data": {"priorities": "10: ['.*']"}}));
 
     let dir = tempfile::tempdir().unwrap();
+    let handler = w.handler(dir.path());
+    // Records signed with the store's keys, as the wiring builds it.
+    let executor = w.executor().with_keys(handler.store.clone());
     let sweeper = Sweeper {
         handler: forewarn::app::handler::Handler {
             instances: Arc::new(Instances(BTreeMap::from([(
@@ -2784,10 +2787,10 @@ async fn sweeper_requests() -> Vec<RecordedRequest> {
                 stopping.clone(),
             )]))),
             nodes: Arc::new(KubeNodeDirectory::new(w.clients.clone())),
-            executor: Some(Arc::new(w.executor())),
+            executor: Some(Arc::new(executor)),
             concurrency: 4,
             policies: Some(w.policies()),
-            ..w.handler(dir.path())
+            ..handler
         },
         leaving: Arc::new(Leaving(vec![stopping])),
         region: Some("us-east-1".into()),
@@ -4381,7 +4384,10 @@ async fn a_cordon_for_is_undone_after_its_time_and_anothers_cordon_is_kept() {
         "{}",
         plan.actions[0].reason
     );
-    w.run(&plan).await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(forewarn::adapters::embedded::EmbeddedStore::open(dir.path()).unwrap());
+    let executor = w.executor().with_keys(store.clone());
+    passes(&executor, &plan).await.unwrap();
     let cordoned = w.node(NODE).unwrap();
     assert_eq!(cordoned["spec"]["unschedulable"], json!(true));
     assert!(
@@ -4389,18 +4395,15 @@ async fn a_cordon_for_is_undone_after_its_time_and_anothers_cordon_is_kept() {
             .is_string()
     );
 
-    let dir = tempfile::tempdir().unwrap();
-    let store = forewarn::adapters::embedded::EmbeddedStore::open(dir.path()).unwrap();
     let instances = forewarn::adapters::snapshot::SnapshotInstances(BTreeMap::from([(
         ID.to_string(),
         instance(ID, NODE),
     )]));
     let directory = KubeNodeDirectory::new(w.clients.clone());
-    let executor = w.executor();
     let way_back = forewarn::app::wayback::WayBack {
         nodes: &directory,
         instances: &instances,
-        store: &store,
+        store: store.as_ref(),
         executor: Some(&executor),
         taint_key: &w.config.taint_key,
         statuses: None,
@@ -4441,6 +4444,96 @@ async fn a_cordon_for_is_undone_after_its_time_and_anothers_cordon_is_kept() {
     assert_eq!(w.node(OTHER_NODE).unwrap()["spec"], theirs["spec"]);
     // Run again: nothing left to undo.
     assert!(way_back.run(w.clock.now()).await.unwrap().is_empty());
+}
+
+/// The way back undoes only what forewarn did: a node an operator cordoned before forewarn's
+/// cordon-for stays cordoned when forewarn's goes (its taint and record removed); a record the
+/// node's kubelet rewrote (a shorter cordon) does not verify, is reported refused and leaves
+/// the node as it is.
+#[tokio::test]
+async fn an_operators_cordon_survives_the_way_back_and_a_rewritten_record_is_refused() {
+    use forewarn::domain::wayback::{ANNOTATION_CORDON, UndoOutcome};
+    let mut w = World::plain().await;
+    w.config.policy = forewarn::domain::policy::Policy::parse(
+        "rules:\n- name: all\n  nodes: {}\n  actions: {rebalance-recommendation: cordon-for 30s}\n",
+    )
+    .unwrap();
+    let mut operators = w.node(NODE).unwrap();
+    operators["spec"]["unschedulable"] = json!(true);
+    w.fake.insert(operators);
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(forewarn::adapters::embedded::EmbeddedStore::open(dir.path()).unwrap());
+    let executor = w.executor().with_keys(store.clone());
+    let cordon = |id: &str| {
+        fixtures::event(EventKind::RebalanceRecommendation, id, ID)
+            .time(w.clock.now())
+            .build()
+    };
+    let plan = w.plan(&cordon("ev-1")).await;
+    passes(&executor, &plan).await.unwrap();
+    let instances = forewarn::adapters::snapshot::SnapshotInstances(BTreeMap::from([(
+        ID.to_string(),
+        instance(ID, NODE),
+    )]));
+    let directory = KubeNodeDirectory::new(w.clients.clone());
+    let way_back = forewarn::app::wayback::WayBack {
+        nodes: &directory,
+        instances: &instances,
+        store: store.as_ref(),
+        executor: Some(&executor),
+        taint_key: &w.config.taint_key,
+        statuses: None,
+    };
+    w.clock.advance(Duration::from_secs(31));
+    let undone = way_back.run(w.clock.now()).await.unwrap();
+    assert_eq!(undone.len(), 1, "{undone:?}");
+    assert_eq!(undone[0].outcome, Some(UndoOutcome::Undone));
+    let back = w.node(NODE).unwrap();
+    assert_eq!(
+        back["spec"]["unschedulable"],
+        json!(true),
+        "the operator's cordon stays"
+    );
+    assert!(taints(&back).iter().all(|t| t.0 != w.config.taint_key));
+    assert!(
+        back["metadata"]["annotations"]
+            .get(ANNOTATION_CORDON)
+            .is_none()
+    );
+
+    // Cordoned again by forewarn (the node schedulable now), for 30 s; the kubelet moves the
+    // record's end to the past.
+    let mut schedulable = w.node(NODE).unwrap();
+    schedulable["spec"]["unschedulable"] = json!(false);
+    w.fake.insert(schedulable);
+    let plan = w.plan(&cordon("ev-2")).await;
+    passes(&executor, &plan).await.unwrap();
+    let mut node = w.node(NODE).unwrap();
+    let mut record: Value = serde_json::from_str(
+        node["metadata"]["annotations"][ANNOTATION_CORDON]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    record["until"] = json!((w.clock.now() - chrono::Duration::seconds(1)).to_rfc3339());
+    node["metadata"]["annotations"][ANNOTATION_CORDON] = json!(record.to_string());
+    w.fake.insert(node.clone());
+    let reports = way_back.run(w.clock.now()).await.unwrap();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert!(
+        matches!(&reports[0].outcome, Some(UndoOutcome::Refused { why }) if why.contains("does not verify")),
+        "{reports:?}"
+    );
+    assert!(
+        reports[0].why.contains("not one forewarn signed"),
+        "{reports:?}"
+    );
+    let after = w.node(NODE).unwrap();
+    assert_eq!(after["spec"], node["spec"], "left as it was");
+    assert_eq!(
+        after["metadata"]["annotations"],
+        node["metadata"]["annotations"]
+    );
 }
 
 fn policy_configmap(namespace: &str, yaml: &str) -> Value {

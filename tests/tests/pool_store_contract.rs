@@ -85,6 +85,7 @@ contract_cases!(
     history_keeps_one_entry_per_applied_mark,
     updates_of_more_pools_than_the_limit_are_refused_whole,
     the_continuation_key_is_created_once_and_shared,
+    the_continuation_key_rotates_keeping_the_previous_one,
 );
 
 // ---- DynamoDB only ------------------------------------------------------------------------

@@ -288,12 +288,17 @@ fn impaired_instances_and_scheduled_retirements_are_drained_once() {
         };
         let clients = ClusterClient::new(fake.client()).with_clock(clock.shared());
         let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn forewarn::ports::PoolStore> =
+            Arc::new(EmbeddedStore::open(dir.path()).unwrap());
         let handler = Handler {
             clock: clock.shared(),
             instances: Arc::new(SnapshotInstances(known)),
             nodes: Arc::new(KubeNodeDirectory::new(clients.clone())),
-            executor: Some(Arc::new(KubeExecutor::new(clients, &config))),
-            ..Handler::new(config, Arc::new(EmbeddedStore::open(dir.path()).unwrap()))
+            // Cordon records signed with the store's keys, as the wiring builds it.
+            executor: Some(Arc::new(
+                KubeExecutor::new(clients, &config).with_keys(store.clone()),
+            )),
+            ..Handler::new(config, store)
         };
         let sweeper = Sweeper {
             handler,

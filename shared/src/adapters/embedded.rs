@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
-use crate::domain::continuation::ContinuationKey;
+use crate::domain::continuation::{ContinuationKey, KeyId, KeyRing};
 use crate::domain::stats::HistoryEntry;
 
 use crate::adapters::clock::SystemClock;
@@ -52,8 +52,9 @@ pub struct EmbeddedStore {
     db: Arc<Database>,
     path: PathBuf,
     retention: Retention,
-    /// The continuation key, once read (shared by the clones: one read per process).
-    key: Arc<tokio::sync::OnceCell<ContinuationKey>>,
+    /// The continuation keys, once read (shared by the clones; see
+    /// [`crate::ports::KEY_CACHE_TTL`]).
+    keys: Arc<crate::adapters::key_cache::KeyCache>,
     /// What "now" is for the ledger's expiry and the purge on open.
     clock: Arc<dyn Clock>,
 }
@@ -98,7 +99,7 @@ impl EmbeddedStore {
             db: Arc::new(db),
             path,
             retention: Retention::default(),
-            key: Arc::default(),
+            keys: Arc::default(),
             clock: SystemClock::shared(),
         };
         store.purge_blocking(store.clock.now())?;
@@ -430,11 +431,36 @@ impl PoolStore for EmbeddedStore {
         .await
     }
 
-    async fn continuation_key(&self) -> Result<ContinuationKey, StoreError> {
-        self.key
-            .get_or_try_init(|| self.load_continuation_key())
-            .await
-            .cloned()
+    async fn continuation_keys(&self) -> Result<KeyRing, StoreError> {
+        let now = self.clock.now();
+        if let Some(keys) = self.keys.fresh(now) {
+            return Ok(keys);
+        }
+        let keys = self
+            .keys_op(KeyOp::LoadOrCreate)
+            .await?
+            .ok_or_else(|| self.err("reading the continuation key", "none after it was created"))?;
+        self.keys.put(&keys, now);
+        Ok(keys)
+    }
+
+    async fn reread_continuation_keys(&self) -> Result<Option<KeyRing>, StoreError> {
+        let now = self.clock.now();
+        let keys = self.keys_op(KeyOp::Read).await?;
+        if let Some(keys) = &keys {
+            self.keys.put(keys, now);
+        }
+        Ok(keys)
+    }
+
+    async fn rotate_continuation_key(&self) -> Result<KeyRing, StoreError> {
+        let now = self.clock.now();
+        let keys = self
+            .keys_op(KeyOp::Rotate)
+            .await?
+            .ok_or_else(|| self.err("rotating the continuation key", "no key after it"))?;
+        self.keys.put(&keys, now);
+        Ok(keys)
     }
 
     fn location(&self) -> String {
@@ -442,17 +468,56 @@ impl PoolStore for EmbeddedStore {
     }
 }
 
+/// What [`EmbeddedStore::keys_op`] does with the continuation keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyOp {
+    /// Read them; `None` when there are none.
+    Read,
+    /// Read them, or create the first.
+    LoadOrCreate,
+    /// Rotate them (create the first when there are none).
+    Rotate,
+}
+
+/// The stored value of the keys: the current key's id (8 bytes, big-endian) and bytes, then the
+/// previous key's, if any. A value of 32 bytes alone is a key stored before keys had ids (id 0).
+fn encode_keys(keys: &KeyRing) -> Vec<u8> {
+    let mut out = Vec::with_capacity(2 * (8 + ContinuationKey::LEN));
+    for key in std::iter::once(&keys.current).chain(&keys.previous) {
+        out.extend_from_slice(&key.id().to_be_bytes());
+        out.extend_from_slice(key.bytes());
+    }
+    out
+}
+
+fn decode_keys(bytes: &[u8]) -> Option<KeyRing> {
+    const ONE: usize = 8 + ContinuationKey::LEN;
+    let key = |b: &[u8]| {
+        let id = KeyId::from_be_bytes(b.get(..8)?.try_into().ok()?);
+        ContinuationKey::from_slice(id, b.get(8..)?)
+    };
+    match bytes.len() {
+        ContinuationKey::LEN => Some(KeyRing::of(ContinuationKey::from_slice(0, bytes)?)),
+        ONE => Some(KeyRing::of(key(bytes)?)),
+        n if n == 2 * ONE => Some(KeyRing {
+            current: key(&bytes[..ONE])?,
+            previous: Some(key(&bytes[ONE..])?),
+        }),
+        _ => None,
+    }
+}
+
 impl EmbeddedStore {
-    /// Reads the continuation key, or creates it.
-    async fn load_continuation_key(&self) -> Result<ContinuationKey, StoreError> {
+    /// Reads, creates or rotates the continuation keys (see [`KeyOp`]) in one write
+    /// transaction: redb serialises them, so two callers cannot create two keys, nor two
+    /// rotations lose one.
+    async fn keys_op(&self, op: KeyOp) -> Result<Option<KeyRing>, StoreError> {
         self.blocking(move |store| {
-            // One write transaction reads the key or creates it: redb serialises them, so two
-            // callers cannot create two keys.
             let txn = store
                 .db
                 .begin_write()
                 .map_err(|e| store.err("starting a write transaction", e))?;
-            let key = {
+            let keys = {
                 let mut table = txn
                     .open_table(SECRETS)
                     .map_err(|e| store.err("opening the secrets table", e))?;
@@ -460,29 +525,38 @@ impl EmbeddedStore {
                     .get(CONTINUATION_SECRET)
                     .map_err(|e| store.err("reading the continuation key", e))?
                     .map(|v| v.value().to_vec());
-                match stored {
-                    Some(bytes) => {
-                        ContinuationKey::from_slice(&bytes).ok_or_else(|| StoreError::Corrupt {
+                let stored = stored
+                    .map(|bytes| {
+                        decode_keys(&bytes).ok_or_else(|| StoreError::Corrupt {
                             key: format!("secrets/{CONTINUATION_SECRET}"),
                             message: format!(
-                                "{} bytes instead of {}",
+                                "{} bytes: not one or two keys of {} bytes with their ids",
                                 bytes.len(),
                                 ContinuationKey::LEN
                             ),
+                        })
+                    })
+                    .transpose()?;
+                let new = match (op, stored) {
+                    (KeyOp::Read, stored) => return Ok(stored),
+                    (KeyOp::LoadOrCreate, Some(stored)) => return Ok(Some(stored)),
+                    (KeyOp::LoadOrCreate | KeyOp::Rotate, None) => {
+                        KeyRing::of(ContinuationKey::new(rand::random()))
+                    }
+                    (KeyOp::Rotate, Some(stored)) => {
+                        stored.rotated(rand::random()).ok_or_else(|| {
+                            store.err("rotating the continuation key", "its id cannot grow")
                         })?
                     }
-                    None => {
-                        let key = ContinuationKey::new(rand::random());
-                        table
-                            .insert(CONTINUATION_SECRET, key.bytes().as_slice())
-                            .map_err(|e| store.err("writing the continuation key", e))?;
-                        key
-                    }
-                }
+                };
+                table
+                    .insert(CONTINUATION_SECRET, encode_keys(&new).as_slice())
+                    .map_err(|e| store.err("writing the continuation key", e))?;
+                new
             };
             txn.commit()
                 .map_err(|e| store.err("committing the continuation key", e))?;
-            Ok(key)
+            Ok(Some(keys))
         })
         .await
     }

@@ -7,6 +7,7 @@ pub mod clock;
 pub mod dynamo;
 pub mod ec2;
 pub mod embedded;
+mod key_cache;
 pub mod kube;
 pub mod lambda_event;
 pub mod snapshot;

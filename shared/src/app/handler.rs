@@ -602,10 +602,9 @@ mod tests {
         ) -> Result<Vec<crate::domain::stats::HistoryEntry>, crate::ports::StoreError> {
             unreachable!("lookups fail first")
         }
-        async fn continuation_key(
+        async fn continuation_keys(
             &self,
-        ) -> Result<crate::domain::continuation::ContinuationKey, crate::ports::StoreError>
-        {
+        ) -> Result<crate::domain::continuation::KeyRing, crate::ports::StoreError> {
             unreachable!("lookups fail first")
         }
         fn location(&self) -> String {

@@ -8,17 +8,23 @@
 //! node back. A cordon whose time has passed is kept while its
 //! instance's pool is marked unavailable in the pool store: that pool being reclaimed is a
 //! reason of its own. Each undo fails alone.
+//!
+//! A record that does not verify with the continuation keys (the node's kubelet may rewrite its
+//! annotations) is never acted on: the node is reported, refused, with the reason, and left as
+//! it is.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::domain::event::EventKind;
-use crate::domain::facts::InstanceFacts;
+use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::pool::{PoolKey, PoolQuery};
 use crate::domain::status::InstanceStatus;
-use crate::domain::wayback::{CordonRecord, Undo, UndoOutcome, undos};
+use crate::domain::wayback::{
+    ANNOTATION_CORDON, CordonRecord, Undo, UndoOutcome, drop_unverified, undos,
+};
 use crate::ports::{
     DirectoryError, Executor, InstanceDirectory, LeavingInstances, NodeDirectory, PoolStore,
     StoreError,
@@ -70,7 +76,8 @@ pub struct WayBack<'a> {
 impl WayBack<'_> {
     /// Finds the cordons to undo at `now` and undoes them (see the module doc).
     pub async fn run(&self, now: DateTime<Utc>) -> Result<Vec<UndoReport>, WayBackError> {
-        let nodes = self.nodes.all().await?;
+        let mut nodes = self.nodes.all().await?;
+        let refused = self.refuse_unverified(&mut nodes).await;
         let ids: Vec<String> = nodes
             .iter()
             .filter(|n| n.has_taint(self.taint_key))
@@ -96,7 +103,7 @@ impl WayBack<'_> {
         };
         let candidates = undos(&nodes, self.taint_key, &instances, &statuses, now);
         if candidates.is_empty() {
-            return Ok(Vec::new());
+            return Ok(refused);
         }
         let unavailable: BTreeMap<PoolKey, DateTime<Utc>> = self
             .store
@@ -105,7 +112,7 @@ impl WayBack<'_> {
             .into_iter()
             .filter_map(|p| Some((p.pool, p.unavailable_until?)))
             .collect();
-        let mut reports = Vec::new();
+        let mut reports = refused;
         for undo in candidates {
             let kept = instances
                 .get(&undo.instance_id)
@@ -139,6 +146,49 @@ impl WayBack<'_> {
             reports.push(report);
         }
         Ok(reports)
+    }
+}
+
+impl WayBack<'_> {
+    /// Removes from `nodes` the cordon records that do not verify; a refusal for each node with
+    /// forewarn's taint that had one (the nodes the way back would look at), logged.
+    async fn refuse_unverified(&self, nodes: &mut [NodeFacts]) -> Vec<UndoReport> {
+        if !nodes
+            .iter()
+            .any(|n| n.annotations.contains_key(ANNOTATION_CORDON))
+        {
+            return Vec::new();
+        }
+        let keys = match self.store.continuation_keys().await {
+            Ok(keys) => Some(keys),
+            Err(e) => {
+                tracing::warn!(error = %e, "the continuation keys cannot be read: no cordon record verifies");
+                None
+            }
+        };
+        let tainted: BTreeSet<String> = nodes
+            .iter()
+            .filter(|n| n.has_taint(self.taint_key))
+            .map(|n| n.name.clone())
+            .collect();
+        let mut reports = Vec::new();
+        for (node, why) in drop_unverified(nodes, keys.as_ref()) {
+            tracing::warn!(%node, %why, "way back: refusing a cordon record");
+            if tainted.contains(&node) {
+                reports.push(UndoReport {
+                    node,
+                    instance_id: String::new(),
+                    event_id: String::new(),
+                    why,
+                    outcome: Some(UndoOutcome::Refused {
+                        why: "refused: its cordon record does not verify".into(),
+                    }),
+                    kept: None,
+                    error: None,
+                });
+            }
+        }
+        reports
     }
 }
 

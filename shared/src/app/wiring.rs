@@ -111,7 +111,7 @@ pub async fn services_with_clock(
         executor,
         expander,
         policies,
-    } = cluster(settings, sdk.as_ref(), &clock).await?;
+    } = cluster(settings, sdk.as_ref(), &clock, &store).await?;
     let notifier = notifier(settings)?;
     let sqs = sdk
         .as_ref()
@@ -169,6 +169,7 @@ async fn cluster(
     settings: &Settings,
     sdk: Option<&aws_config::SdkConfig>,
     clock: &Arc<dyn Clock>,
+    store: &Arc<dyn PoolStore>,
 ) -> Result<Cluster, SetupError> {
     let (access, sdk) = match (&settings.cluster, sdk) {
         (ClusterChoice::Snapshot(path), _) => {
@@ -204,6 +205,7 @@ async fn cluster(
             KubeExecutor::new(clients.clone(), &settings.config)
                 .with_settings(settings.executor.clone())
                 .with_lifecycle(Arc::new(AsgLifecycle::new(sdk)))
+                .with_keys(store.clone())
                 .dry_run(!settings.mode.writes_cluster()),
         ) as Arc<dyn Executor>
     });

@@ -8,12 +8,21 @@
 //! gone ([`why_undo`]); an AWS Health update with `statusCode` `closed` undoes the cordons it
 //! made as it arrives. A node without forewarn's taint (cordoned by someone else) is never
 //! touched, and a node whose record changed since it was read (a new reason) is left cordoned.
+//!
+//! **Signed.** A node's kubelet may rewrite its own Node's annotations (not its taints or
+//! `spec.unschedulable`), so the record is signed with the continuation key
+//! ([`crate::domain::continuation::KeyRing`], its id in `key-id`, HMAC-SHA256 in `mac`): a
+//! record that does not verify ([`read`]) is never acted on — never undone, never merged into a
+//! new cordon, never used to decide — and is reported. The record also says whether the node
+//! was already unschedulable before forewarn's first cordon (`already-unschedulable`): the way
+//! back then leaves it so (an operator's cordon survives).
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::domain::continuation::{ContinuationKey, KeyId, KeyRing, Unverified};
 use crate::domain::event::EventKind;
 use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::status::InstanceStatus;
@@ -48,31 +57,136 @@ pub struct CordonRecord {
     /// there before), so undoing the cordon removes it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub excluded_from_lb: bool,
+    /// The node was already unschedulable (`spec.unschedulable`) when forewarn first cordoned it
+    /// (an operator's cordon, or one of unknown origin): undoing forewarn's cordon leaves it so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub already_unschedulable: bool,
+    /// The id of the key the record is signed with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<KeyId>,
+    /// HMAC-SHA256 of the record without it, in hex (see [`CordonRecord::signing_input`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+}
+
+/// What a node's [`ANNOTATION_CORDON`] reads as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordRead {
+    /// No annotation.
+    Absent,
+    /// A record signed by an accepted key.
+    Verified(CordonRecord),
+    /// An annotation that is not a record forewarn signed: never acted on; why, for the report.
+    Unverified(String),
+}
+
+/// Reads the record in `annotations` and verifies its signature with `keys` (`None`: the keys
+/// could not be read, and no record verifies).
+pub fn read(annotations: &BTreeMap<String, String>, keys: Option<&KeyRing>) -> RecordRead {
+    let Some(value) = annotations.get(ANNOTATION_CORDON) else {
+        return RecordRead::Absent;
+    };
+    let record: CordonRecord = match serde_json::from_str(value) {
+        Ok(record) => record,
+        Err(e) => {
+            return RecordRead::Unverified(format!(
+                "its {ANNOTATION_CORDON} annotation is not a cordon record: {e}"
+            ));
+        }
+    };
+    let Some(keys) = keys else {
+        return RecordRead::Unverified(format!(
+            "its {ANNOTATION_CORDON} record cannot be verified: the continuation key could not be \
+             read"
+        ));
+    };
+    match record.verify(keys) {
+        Ok(()) => RecordRead::Verified(record),
+        Err(why) => RecordRead::Unverified(format!(
+            "its {ANNOTATION_CORDON} record is not one forewarn signed ({why}): not acted on"
+        )),
+    }
+}
+
+/// Removes from `nodes` every [`ANNOTATION_CORDON`] that does not verify with `keys`, so that
+/// nothing decides from it; the nodes whose record was removed, and why.
+pub fn drop_unverified(nodes: &mut [NodeFacts], keys: Option<&KeyRing>) -> Vec<(String, String)> {
+    let mut dropped = Vec::new();
+    for node in nodes {
+        if let RecordRead::Unverified(why) = read(&node.annotations, keys) {
+            node.annotations.remove(ANNOTATION_CORDON);
+            dropped.push((node.name.clone(), why));
+        }
+    }
+    dropped
 }
 
 impl CordonRecord {
-    /// The record of `node`, if it has one that reads.
+    /// The record of `node` as the pipeline looked it up: its records were verified there and
+    /// those that do not verify removed ([`drop_unverified`]), so only a verified record is
+    /// found. Anything reading a node elsewhere uses [`read`].
     pub fn of(node: &NodeFacts) -> Option<CordonRecord> {
-        CordonRecord::from_annotations(&node.annotations)
+        match read_unverified(&node.annotations) {
+            Some(Ok(record)) => Some(record),
+            _ => None,
+        }
     }
 
-    /// The record in `annotations`, if there is one that reads.
-    pub fn from_annotations(annotations: &BTreeMap<String, String>) -> Option<CordonRecord> {
-        serde_json::from_str(annotations.get(ANNOTATION_CORDON)?).ok()
-    }
-
-    /// The annotation's value.
+    /// The annotation's value (signed when the record is: see [`CordonRecord::signed`]).
     pub fn to_annotation(&self) -> String {
         serde_json::to_string(self).expect("a cordon record is plain strings and times")
+    }
+
+    /// What the signature covers: the record without `mac`, as compact JSON (its fields in
+    /// their declared order; a decoded record gives the same text as the one that was signed).
+    pub fn signing_input(&self) -> String {
+        CordonRecord {
+            mac: None,
+            ..self.clone()
+        }
+        .to_annotation()
+    }
+
+    /// The record signed with `key` (its id in `key-id`).
+    pub fn signed(&self, key: &ContinuationKey) -> CordonRecord {
+        let unsigned = CordonRecord {
+            key_id: Some(key.id()),
+            mac: None,
+            ..self.clone()
+        };
+        CordonRecord {
+            mac: Some(key.sign(&unsigned.signing_input())),
+            ..unsigned
+        }
+    }
+
+    /// The record without its signature: what two records are compared on.
+    pub fn unsigned(&self) -> CordonRecord {
+        CordonRecord {
+            key_id: None,
+            mac: None,
+            ..self.clone()
+        }
+    }
+
+    /// Whether the record is signed by a key of `keys`, or why not.
+    pub fn verify(&self, keys: &KeyRing) -> Result<(), Unverified> {
+        let mac = self.mac.as_deref().ok_or(Unverified::NotSigned)?;
+        keys.verify(self.key_id.unwrap_or(0), &self.signing_input(), mac)
     }
 
     /// What a node cordoned for `earlier` keeps when `self`, a new reason, arrives: the reason
     /// that lasts longer (no `until` outlasts any), whole, so that a `cordon-for` never cuts
     /// short a cordon that had no end; the load-balancer label stays forewarn's to remove if
     /// either cordon added it.
+    /// The merged record is unsigned (the caller signs what it writes).
     pub fn after(&self, earlier: Option<&CordonRecord>) -> CordonRecord {
         let Some(earlier) = earlier else {
-            return self.clone();
+            return CordonRecord {
+                key_id: None,
+                mac: None,
+                ..self.clone()
+            };
         };
         let longer = match (self.until, earlier.until) {
             (None, _) => self,
@@ -82,9 +196,23 @@ impl CordonRecord {
         };
         CordonRecord {
             excluded_from_lb: self.excluded_from_lb || earlier.excluded_from_lb,
+            // Whether the node was unschedulable before forewarn: the first cordon knew.
+            already_unschedulable: earlier.already_unschedulable,
+            key_id: None,
+            mac: None,
             ..longer.clone()
         }
     }
+}
+
+/// The record in `annotations` as written, unverified: only to compare with one that was
+/// verified, never to decide from.
+pub fn read_unverified(
+    annotations: &BTreeMap<String, String>,
+) -> Option<Result<CordonRecord, String>> {
+    annotations
+        .get(ANNOTATION_CORDON)
+        .map(|v| serde_json::from_str(v).map_err(|e| e.to_string()))
 }
 
 /// A cordon to undo: the node, the record it must still carry, and why.
@@ -195,6 +323,7 @@ pub fn undos(
 mod tests {
     use super::*;
     use crate::domain::facts::Taint;
+    use serde_json::Value;
 
     fn at(s: &str) -> DateTime<Utc> {
         s.parse().unwrap()
@@ -211,6 +340,9 @@ mod tests {
             health_event: None,
             stops: false,
             excluded_from_lb: true,
+            already_unschedulable: false,
+            key_id: None,
+            mac: None,
         }
     }
 
@@ -366,5 +498,176 @@ mod tests {
         let spot = record(None);
         assert_ne!(spot.kind, EventKind::Impaired);
         assert_eq!(why_undo_recovered(&spot, Some(&status("ok", "ok"))), None);
+    }
+
+    fn keys(byte: u8) -> KeyRing {
+        KeyRing::of(ContinuationKey::new([byte; 32]))
+    }
+
+    fn annotated(value: String) -> BTreeMap<String, String> {
+        BTreeMap::from([(ANNOTATION_CORDON.to_string(), value)])
+    }
+
+    #[test]
+    fn only_a_record_forewarn_signed_is_read_as_one() {
+        let ring = keys(7);
+        let r = record(Some("2026-11-24T10:30:00Z"));
+        let signed = r.signed(&ring.current);
+        assert_eq!(signed.key_id, Some(1));
+        assert_eq!(
+            read(&annotated(signed.to_annotation()), Some(&ring)),
+            RecordRead::Verified(signed.clone())
+        );
+        assert_eq!(read(&BTreeMap::new(), Some(&ring)), RecordRead::Absent);
+        // What a kubelet could write: the end moved, the operator's cordon claimed as
+        // forewarn's, another key, no signature, not a record; or no key to verify with.
+        let mut later: Value = serde_json::from_str(&signed.to_annotation()).unwrap();
+        later["until"] = "2026-11-24T10:00:01Z".into();
+        let mut claimed: Value = serde_json::from_str(&signed.to_annotation()).unwrap();
+        claimed["already-unschedulable"] = true.into();
+        let forged = [
+            later.to_string(),
+            claimed.to_string(),
+            r.signed(&keys(8).current).to_annotation(),
+            r.to_annotation(),
+            "{not json".to_string(),
+        ];
+        for value in forged {
+            let got = read(&annotated(value.clone()), Some(&ring));
+            assert!(
+                matches!(&got, RecordRead::Unverified(why) if why.contains(ANNOTATION_CORDON)),
+                "{value}: {got:?}"
+            );
+        }
+        assert!(matches!(
+            read(&annotated(signed.to_annotation()), None),
+            RecordRead::Unverified(_)
+        ));
+        // Signed before a rotation: still read after it, not after a second.
+        let once = ring.rotated([9; 32]).unwrap();
+        let twice = once.rotated([10; 32]).unwrap();
+        assert!(matches!(
+            read(&annotated(signed.to_annotation()), Some(&once)),
+            RecordRead::Verified(_)
+        ));
+        assert!(matches!(
+            read(&annotated(signed.to_annotation()), Some(&twice)),
+            RecordRead::Unverified(_)
+        ));
+        // What the pipeline and the way back decide from: the records that verify, only.
+        let mut nodes = vec![
+            node("ours", true, Some(&signed)),
+            node("forged", true, Some(&r)),
+        ];
+        let dropped = drop_unverified(&mut nodes, Some(&ring));
+        assert_eq!(dropped.len(), 1);
+        assert_eq!(dropped[0].0, "forged");
+        assert_eq!(CordonRecord::of(&nodes[0]), Some(signed));
+        assert_eq!(CordonRecord::of(&nodes[1]), None);
+        let undone = undos(
+            &nodes,
+            crate::domain::config::TAINT_KEY,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            at("2026-11-24T11:00:00Z"),
+        );
+        let names: Vec<&str> = undone.iter().map(|u| u.node.as_str()).collect();
+        assert_eq!(names, vec!["ours"]);
+    }
+
+    #[test]
+    fn whether_the_node_was_unschedulable_before_is_the_first_records() {
+        let operators = CordonRecord {
+            already_unschedulable: true,
+            until: Some(at("2026-11-24T10:30:00Z")),
+            ..record(None)
+        }
+        .signed(&keys(1).current);
+        let longer = CordonRecord {
+            event_id: "e-2".into(),
+            until: None,
+            already_unschedulable: false,
+            ..record(None)
+        };
+        let merged = longer.after(Some(&operators));
+        assert_eq!(merged.event_id, "e-2");
+        assert!(merged.already_unschedulable, "the earliest record knew");
+        assert_eq!(
+            merged.mac, None,
+            "a merged record is signed anew by its writer"
+        );
+        let first = longer.after(None);
+        assert!(!first.already_unschedulable);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 512, ..Default::default() })]
+
+        /// Whatever a node's annotations hold — any text, or a record of any fields and times,
+        /// signed or not — the way back (parsing, verification, `why_undo`) never panics, and
+        /// only a record signed by an accepted key is ever a candidate.
+        #[test]
+        fn arbitrary_node_annotations_through_the_way_back_never_panic(
+            text in ".{0,200}",
+            kind in proptest::sample::select(vec![
+                "spot-interruption", "rebalance-recommendation", "impaired", "x", "",
+            ]),
+            at_s in proptest::prelude::any::<i64>(),
+            until_s in proptest::option::of(proptest::prelude::any::<i64>()),
+            now_s in -100_000_000_000i64..100_000_000_000i64,
+            launched_s in proptest::option::of(-100_000_000_000i64..100_000_000_000i64),
+            flags in proptest::prelude::any::<(bool, bool, bool)>(),
+            key_id in proptest::option::of(proptest::prelude::any::<u64>()),
+            mac in proptest::option::of("[0-9a-f]{0,70}"),
+            sign in proptest::prelude::any::<bool>(),
+        ) {
+            let time = |s: i64| serde_json::json!(
+                DateTime::from_timestamp(s.clamp(-8_000_000_000_000, 8_000_000_000_000), 0)
+                    .map(|t| t.to_rfc3339())
+                    .unwrap_or_else(|| s.to_string())
+            );
+            let mut value = serde_json::json!({
+                "kind": kind, "event-id": "e", "instance-id": "i-1", "at": time(at_s),
+                "stops": flags.0, "excluded-from-lb": flags.1, "already-unschedulable": flags.2,
+            });
+            if let Some(u) = until_s { value["until"] = time(u); }
+            if let Some(k) = key_id { value["key-id"] = k.into(); }
+            if let Some(m) = &mac { value["mac"] = m.clone().into(); }
+            let ring = keys(3);
+            let now = DateTime::from_timestamp(now_s, 0).unwrap();
+            let instance = InstanceFacts {
+                instance_id: "i-1".into(),
+                state: Some("running".into()),
+                launch_time: launched_s.and_then(|s| DateTime::from_timestamp(s, 0)),
+                ..InstanceFacts::default()
+            };
+            let mut candidates = vec![text.clone(), value.to_string()];
+            if sign && let Ok(r) = serde_json::from_value::<CordonRecord>(value.clone()) {
+                candidates.push(r.signed(&ring.current).to_annotation());
+            }
+            for annotation in candidates {
+                let mut n = node("n", true, None);
+                n.annotations.insert(ANNOTATION_CORDON.into(), annotation.clone());
+                let verified = matches!(
+                    read(&n.annotations, Some(&ring)),
+                    RecordRead::Verified(_)
+                );
+                if let RecordRead::Verified(r) = read(&n.annotations, Some(&ring)) {
+                    let _ = why_undo(&r, Some(&instance), now);
+                    let _ = why_undo_recovered(&r, None);
+                }
+                let mut nodes = vec![n];
+                drop_unverified(&mut nodes, Some(&ring));
+                let instances = BTreeMap::from([("i-1".to_string(), instance.clone())]);
+                let found = undos(
+                    &nodes,
+                    crate::domain::config::TAINT_KEY,
+                    &instances,
+                    &BTreeMap::new(),
+                    now,
+                );
+                proptest::prop_assert!(verified || found.is_empty(), "{annotation}");
+            }
+        }
     }
 }

@@ -37,8 +37,13 @@ pub(super) const RECORDED_AT: &str = "recorded_at";
 pub const CONTINUATION_KEY_PK: &str = "KEY#continuation";
 /// The `sk` of secret items.
 pub const SECRET_SK: &str = "KEY";
-/// The attribute holding a secret's bytes.
-pub(super) const SECRET: &str = "secret";
+/// The attribute holding a secret's bytes (the current continuation key).
+pub const SECRET: &str = "secret";
+/// The current key's id (absent: 0, a key stored before keys had ids).
+pub(super) const KEY_ID: &str = "key_id";
+/// The key before the last rotation, and its id.
+pub const PREVIOUS_SECRET: &str = "previous_secret";
+pub(super) const PREVIOUS_KEY_ID: &str = "previous_key_id";
 
 /// The prefix of the `sk` of history items (`HIST#<event time>#<event id>#<instance id>`).
 pub const HISTORY_SK_PREFIX: &str = "HIST#";
@@ -46,6 +51,33 @@ pub(super) const AT: &str = "at";
 pub(super) const UNTIL: &str = "until";
 pub(super) const EVENT_ID: &str = "event_id";
 pub(super) const INSTANCE_ID: &str = "instance_id";
+
+/// The attributes a `Scan` of pool items reads (and names: the stack's table resource policy
+/// refuses, to anyone but forewarn's roles, a `Scan` that does not name its attributes or that
+/// names the continuation key's, docs/security.md).
+pub fn pool_attributes() -> Vec<&'static str> {
+    let mut names = vec![
+        PK,
+        SK,
+        POOL,
+        REGION,
+        UNAVAILABLE_UNTIL,
+        EXPIRES_AT,
+        FIRST_SEEN,
+        LAST_SEEN,
+        LAST_EVENT_ID,
+        LAST_REASON,
+        LAST_INSTANCE_ID,
+    ];
+    names.extend(EventKind::ALL.into_iter().map(counter_name));
+    names.dedup();
+    names
+}
+
+/// The attributes a `Scan` of history items reads (see [`pool_attributes`]).
+pub fn history_attributes() -> Vec<&'static str> {
+    vec![SK, POOL, KIND, EVENT_ID, INSTANCE_ID, AT, UNTIL, EXPIRES_AT]
+}
 
 /// The `sk` of a history item: sorts by event time within its pool.
 pub fn history_sk(entry: &crate::domain::stats::HistoryEntry) -> String {

@@ -27,6 +27,8 @@ impl DynamoStore {
             until = e.name(UNTIL),
             since = e.value("since", n(since.timestamp())),
         );
+        // The attributes named (see `pool_attributes`).
+        let projection = e.projection(&history_attributes());
         let mut entries = Vec::new();
         let mut start = None;
         loop {
@@ -34,6 +36,8 @@ impl DynamoStore {
                 .client
                 .scan()
                 .table_name(&self.table)
+                .select(aws_sdk_dynamodb::types::Select::SpecificAttributes)
+                .projection_expression(&projection)
                 .filter_expression(&filter)
                 .set_expression_attribute_names(Some(e.names.clone()))
                 .set_expression_attribute_values(Some(e.values.clone()))

@@ -1,16 +1,23 @@
-//! The continuation key: one item of the table, created by the first process that needs it.
+//! The continuation keys: one item of the table (`pk = KEY#continuation`, `sk = KEY`), created by
+//! the first process that needs it, rotated by `forewarn key rotate`. The current key's bytes
+//! are in `secret` and its id in `key_id` (absent: 0, an item written before keys had ids); the
+//! key before the last rotation in `previous_secret` and `previous_key_id`. The item has none of
+//! the indexes' key attributes, so no index holds it; the stack's table resource policy lets
+//! only forewarn's roles read it (docs/security.md).
 
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::DynamoStore;
 use super::codec::*;
-use crate::domain::continuation::ContinuationKey;
+use crate::domain::continuation::{ContinuationKey, KeyId, KeyRing};
 use crate::ports::{FailureKind, StoreError};
 
 impl DynamoStore {
-    /// The continuation key item (`pk = KEY#continuation`, `sk = KEY`, the 32 bytes in `secret`),
-    /// strongly consistent; `None` when there is none yet.
-    async fn read_continuation_key(&self) -> Result<Option<ContinuationKey>, StoreError> {
+    /// The keys as stored, strongly consistent; `None` when there are none yet.
+    pub(super) async fn read_continuation_keys(&self) -> Result<Option<KeyRing>, StoreError> {
         let out = self
             .client
             .get_item()
@@ -21,62 +28,24 @@ impl DynamoStore {
             .send()
             .await
             .map_err(|e| self.sdk_err("reading the continuation key", e))?;
-        let Some(item) = out.item() else {
-            return Ok(None);
-        };
-        let corrupt = |message: String| StoreError::Corrupt {
-            key: CONTINUATION_KEY_PK.to_string(),
-            message,
-        };
-        let bytes = item
-            .get(SECRET)
-            .and_then(|v| v.as_b().ok())
-            .ok_or_else(|| corrupt(format!("no binary attribute `{SECRET}`")))?;
-        ContinuationKey::from_slice(bytes.as_ref())
-            .map(Some)
-            .ok_or_else(|| {
-                corrupt(format!(
-                    "{} bytes instead of {}",
-                    bytes.as_ref().len(),
-                    ContinuationKey::LEN
-                ))
-            })
+        out.item().map(decode_keys).transpose()
     }
 
-    /// Reads the continuation key, or creates it: a put conditioned on there being none, so that
+    /// Reads the keys, or creates the first: a put conditioned on there being none, so that
     /// concurrent first callers (several cold starts at once) end up with the same key.
-    pub(super) async fn load_continuation_key(&self) -> Result<ContinuationKey, StoreError> {
-        if let Some(key) = self.read_continuation_key().await? {
-            return Ok(key);
+    pub(super) async fn load_continuation_keys(&self) -> Result<KeyRing, StoreError> {
+        if let Some(keys) = self.read_continuation_keys().await? {
+            return Ok(keys);
         }
-        let key = ContinuationKey::new(rand::random());
-        let put = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .item(PK, s(CONTINUATION_KEY_PK))
-            .item(SK, s(SECRET_SK))
-            .item(
-                SECRET,
-                AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(
-                    key.bytes().to_vec(),
-                )),
-            )
-            .condition_expression("attribute_not_exists(#pk)")
-            .expression_attribute_names("#pk", PK)
-            .send()
-            .await;
-        match put {
-            Ok(_) => {
+        let keys = KeyRing::of(ContinuationKey::new(rand::random()));
+        match self.write_keys(&keys, None).await {
+            Ok(()) => {
                 tracing::info!(table = %self.table, "created the continuation key");
-                Ok(key)
+                Ok(keys)
             }
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                // Another process created it first: use that one.
-                self.read_continuation_key().await?.ok_or_else(|| {
+            // Another process created it first: use that one.
+            Err(e) if e.kind() == FailureKind::Conflict => {
+                self.read_continuation_keys().await?.ok_or_else(|| {
                     self.err(
                         FailureKind::Unknown,
                         "reading the continuation key",
@@ -84,7 +53,128 @@ impl DynamoStore {
                     )
                 })
             }
-            Err(e) => Err(self.sdk_err("creating the continuation key", e)),
+            Err(e) => Err(e),
         }
     }
+
+    /// Rotates the keys (see [`crate::ports::PoolStore::rotate_continuation_key`]).
+    pub(super) async fn rotate_keys(&self) -> Result<KeyRing, StoreError> {
+        let Some(before) = self.read_continuation_keys().await? else {
+            return self.load_continuation_keys().await;
+        };
+        let after = before.rotated(rand::random()).ok_or_else(|| {
+            self.err(
+                FailureKind::Invalid,
+                "rotating the continuation key",
+                "its id cannot grow any more",
+            )
+        })?;
+        self.write_keys(&after, Some(&before)).await.map_err(|e| {
+            if e.kind() == FailureKind::Conflict {
+                self.err(
+                    FailureKind::Conflict,
+                    "rotating the continuation key",
+                    "the key changed while it was rotated (another rotation?): nothing was \
+                     written; read it again and rotate again if still wanted",
+                )
+            } else {
+                e
+            }
+        })?;
+        tracing::info!(table = %self.table, key_id = after.current.id(), "rotated the continuation key");
+        Ok(after)
+    }
+
+    /// Writes `keys` as the item, on condition that the item is `before` (its current key's
+    /// bytes), or that there is none. A failed condition is [`FailureKind::Conflict`].
+    async fn write_keys(&self, keys: &KeyRing, before: Option<&KeyRing>) -> Result<(), StoreError> {
+        let blob = |k: &ContinuationKey| AttributeValue::B(Blob::new(k.bytes().to_vec()));
+        let mut item = HashMap::from([
+            (PK.to_string(), s(CONTINUATION_KEY_PK)),
+            (SK.to_string(), s(SECRET_SK)),
+            (SECRET.to_string(), blob(&keys.current)),
+            (KEY_ID.to_string(), id_value(keys.current.id())),
+        ]);
+        if let Some(previous) = &keys.previous {
+            item.insert(PREVIOUS_SECRET.to_string(), blob(previous));
+            item.insert(PREVIOUS_KEY_ID.to_string(), id_value(previous.id()));
+        }
+        let put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .expression_attribute_names("#pk", PK);
+        let put = match before {
+            None => put.condition_expression("attribute_not_exists(#pk)"),
+            Some(before) => put
+                .expression_attribute_names("#secret", SECRET)
+                .expression_attribute_values(":secret", blob(&before.current))
+                .condition_expression("attribute_exists(#pk) AND #secret = :secret"),
+        };
+        match put.send().await {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Err(self.err(
+                    FailureKind::Conflict,
+                    "writing the continuation key",
+                    "the key item changed in between",
+                ))
+            }
+            Err(e) => Err(self.sdk_err("writing the continuation key", e)),
+        }
+    }
+}
+
+fn id_value(id: KeyId) -> AttributeValue {
+    AttributeValue::N(id.to_string())
+}
+
+/// The keys of the key item, or what is wrong with it.
+fn decode_keys(item: &HashMap<String, AttributeValue>) -> Result<KeyRing, StoreError> {
+    let corrupt = |message: String| StoreError::Corrupt {
+        key: CONTINUATION_KEY_PK.to_string(),
+        message,
+    };
+    let id = |name: &str| -> Result<Option<KeyId>, StoreError> {
+        item.get(name)
+            .map(|v| {
+                v.as_n()
+                    .ok()
+                    .and_then(|n| n.parse::<KeyId>().ok())
+                    .ok_or_else(|| corrupt(format!("`{name}` is not a key id")))
+            })
+            .transpose()
+    };
+    let key = |name: &str, id: KeyId| -> Result<Option<ContinuationKey>, StoreError> {
+        item.get(name)
+            .map(|v| {
+                let bytes = v
+                    .as_b()
+                    .map_err(|_| corrupt(format!("`{name}` is not binary")))?;
+                ContinuationKey::from_slice(id, bytes.as_ref()).ok_or_else(|| {
+                    corrupt(format!(
+                        "`{name}` has {} bytes instead of {}",
+                        bytes.as_ref().len(),
+                        ContinuationKey::LEN
+                    ))
+                })
+            })
+            .transpose()
+    };
+    let current = key(SECRET, id(KEY_ID)?.unwrap_or(0))?
+        .ok_or_else(|| corrupt(format!("no binary attribute `{SECRET}`")))?;
+    let previous = match (item.contains_key(PREVIOUS_SECRET), id(PREVIOUS_KEY_ID)?) {
+        (false, _) => None,
+        (true, Some(id)) => key(PREVIOUS_SECRET, id)?,
+        (true, None) => {
+            return Err(corrupt(format!(
+                "`{PREVIOUS_SECRET}` without `{PREVIOUS_KEY_ID}`"
+            )));
+        }
+    };
+    Ok(KeyRing { current, previous })
 }

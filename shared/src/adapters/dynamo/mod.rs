@@ -59,12 +59,15 @@ mod queries;
 mod testing;
 mod token;
 
-pub use codec::{EVENT_SK, POOL_SK, event_pk, pool_pk};
+pub use codec::{
+    CONTINUATION_KEY_PK, EVENT_SK, POOL_SK, PREVIOUS_SECRET, SECRET, event_pk, history_attributes,
+    pool_attributes, pool_pk,
+};
 use expr::Known;
 pub use token::request_token;
 
 use crate::adapters::aws::failure_kind;
-use crate::domain::continuation::ContinuationKey;
+use crate::domain::continuation::KeyRing;
 use crate::domain::pool::{Applied, PoolQuery, PoolRecord, PoolUpdate, Retention};
 use crate::domain::stats::HistoryEntry;
 use crate::ports::{FailureKind, PoolStore, StoreError};
@@ -97,8 +100,8 @@ pub struct DynamoStore {
     retention: Retention,
     /// What this store saw of each pool (by `pk`): bounds that only tighten, to place the bets.
     known: Mutex<HashMap<String, Known>>,
-    /// The continuation key, once read (one read per process: per Lambda cold start).
-    key: tokio::sync::OnceCell<ContinuationKey>,
+    /// The continuation keys, once read (see [`crate::ports::KEY_CACHE_TTL`]).
+    keys: crate::adapters::key_cache::KeyCache,
     /// What "now" is for the ledger's expiry.
     clock: std::sync::Arc<dyn crate::ports::Clock>,
 }
@@ -119,7 +122,7 @@ impl DynamoStore {
             table: table.into(),
             retention: Retention::default(),
             known: Mutex::new(HashMap::new()),
-            key: tokio::sync::OnceCell::new(),
+            keys: Default::default(),
             clock: crate::adapters::clock::SystemClock::shared(),
         }
     }
@@ -210,11 +213,30 @@ impl PoolStore for DynamoStore {
         self.query_pools(query, now).await
     }
 
-    async fn continuation_key(&self) -> Result<ContinuationKey, StoreError> {
-        self.key
-            .get_or_try_init(|| self.load_continuation_key())
-            .await
-            .cloned()
+    async fn continuation_keys(&self) -> Result<KeyRing, StoreError> {
+        let now = self.clock.now();
+        if let Some(keys) = self.keys.fresh(now) {
+            return Ok(keys);
+        }
+        let keys = self.load_continuation_keys().await?;
+        self.keys.put(&keys, now);
+        Ok(keys)
+    }
+
+    async fn reread_continuation_keys(&self) -> Result<Option<KeyRing>, StoreError> {
+        let now = self.clock.now();
+        let keys = self.read_continuation_keys().await?;
+        if let Some(keys) = &keys {
+            self.keys.put(keys, now);
+        }
+        Ok(keys)
+    }
+
+    async fn rotate_continuation_key(&self) -> Result<KeyRing, StoreError> {
+        let now = self.clock.now();
+        let keys = self.rotate_keys().await?;
+        self.keys.put(&keys, now);
+        Ok(keys)
     }
 
     fn location(&self) -> String {

@@ -123,10 +123,14 @@ impl DynamoStore {
                     (out.items, out.last_evaluated_key)
                 }
                 Request::Scan { filter, expr } => {
+                    let mut expr = expr.clone();
+                    let projection = expr.projection(&pool_attributes());
                     let out = self
                         .client
                         .scan()
                         .table_name(&self.table)
+                        .select(aws_sdk_dynamodb::types::Select::SpecificAttributes)
+                        .projection_expression(projection)
                         .filter_expression(filter)
                         .set_expression_attribute_names(Some(expr.names.clone()))
                         .set_expression_attribute_values(Some(expr.values.clone()))

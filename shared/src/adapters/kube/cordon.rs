@@ -21,7 +21,10 @@ use super::api::with_retry;
 use super::connect::ClusterClient;
 use super::error::KubeError;
 use crate::domain::config::{Config, LABEL_EXCLUDE_LB, TaintEffect};
-use crate::domain::wayback::{ANNOTATION_CORDON, CordonRecord, UndoOutcome};
+use crate::domain::continuation::KeyRing;
+use crate::domain::wayback::{
+    ANNOTATION_CORDON, CordonRecord, RecordRead, UndoOutcome, read, read_unverified,
+};
 
 /// The state a cordon puts a node in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,18 +36,27 @@ pub struct CordonSpec {
     /// Why: recorded on the node (merged with a record already there, see
     /// [`CordonRecord::after`]).
     pub record: Option<CordonRecord>,
+    /// The keys the record is signed with (the current one) and a record already there is
+    /// verified with (see [`RecordKeys`]).
+    pub keys: RecordKeys,
 }
 
 impl CordonSpec {
     /// The configured taint and label, with `taint_value` (the event kind) as the taint's value
     /// and `record` as the reason.
-    pub fn new(config: &Config, taint_value: &str, record: Option<&CordonRecord>) -> CordonSpec {
+    pub fn new(
+        config: &Config,
+        taint_value: &str,
+        record: Option<&CordonRecord>,
+        keys: RecordKeys,
+    ) -> CordonSpec {
         CordonSpec {
             taint_key: config.taint_key.clone(),
             taint_value: taint_value.to_string(),
             taint_effect: config.taint_effect,
             exclude_from_load_balancers: config.exclude_from_load_balancers,
             record: record.cloned(),
+            keys,
         }
     }
 
@@ -56,6 +68,22 @@ impl CordonSpec {
             time_added: None,
         }
     }
+}
+
+/// How a cordon treats records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordKeys {
+    /// Signs the record with the current key; a record already there counts only if it
+    /// verifies.
+    Signed(KeyRing),
+    /// The keys could not be read (a dry run on a store without one, a failed read): the record
+    /// is written unsigned (never acted on, replaced by the next cordon) and none already there
+    /// counts.
+    Unreadable,
+    /// An executor given no key source (tests, tools without a store): records unsigned, and a
+    /// record already there taken as written. The way back verifies with the store's keys
+    /// whatever the executor does, so such records are never undone.
+    Unsigned,
 }
 
 /// What a cordon did.
@@ -119,23 +147,50 @@ pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
     let label_ok = !spec.exclude_from_load_balancers || labelled;
     let empty = Default::default();
     let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
-    let before = CordonRecord::from_annotations(annotations);
-    // A node forewarn cordoned before records were kept has a reason not known: the new record
-    // gives it no end.
+    // Only a record forewarn signed counts: one that does not verify (the node's kubelet may
+    // write its annotations) is treated as no record, and replaced.
+    let read = match &spec.keys {
+        RecordKeys::Signed(keys) => read(annotations, Some(keys)),
+        RecordKeys::Unreadable => read(annotations, None),
+        RecordKeys::Unsigned => match read_unverified(annotations) {
+            Some(Ok(record)) => RecordRead::Verified(record),
+            Some(Err(why)) => RecordRead::Unverified(why),
+            None => RecordRead::Absent,
+        },
+    };
+    let before = match read {
+        RecordRead::Verified(record) => Some(record),
+        RecordRead::Absent => None,
+        RecordRead::Unverified(why) => {
+            let node = node.metadata.name.as_deref().unwrap_or_default();
+            tracing::warn!(%node, %why, "a cordon record that does not verify is replaced");
+            None
+        }
+    };
+    // A node forewarn cordoned before records were kept (or whose record does not verify) has a
+    // reason not known: the new record gives it no end.
     let unrecorded = before.is_none() && existing.iter().any(|t| t.key == spec.taint_key);
     let record = spec.record.as_ref().map(|r| {
         CordonRecord {
             // The label is forewarn's to remove only if forewarn adds it.
             excluded_from_lb: spec.exclude_from_load_balancers && !labelled,
             until: r.until.filter(|_| !unrecorded),
+            // Whether the node was unschedulable before forewarn's first cordon: a record
+            // already there knew ([`CordonRecord::after`] keeps it); else the node as read.
+            already_unschedulable: unschedulable,
             ..r.clone()
         }
         .after(before.as_ref())
     });
-    let record_ok = record.is_none() || record == before;
+    let record_ok =
+        record.is_none() || record.as_ref() == before.as_ref().map(|b| b.unsigned()).as_ref();
     if unschedulable && taints.as_slice() == existing && label_ok && record_ok {
         return None;
     }
+    let record = record.map(|r| match &spec.keys {
+        RecordKeys::Signed(keys) => r.signed(&keys.current),
+        RecordKeys::Unreadable | RecordKeys::Unsigned => r,
+    });
     let mut metadata = serde_json::Map::new();
     if let Some(rv) = &node.metadata.resource_version {
         metadata.insert("resourceVersion".into(), json!(rv));
@@ -262,8 +317,8 @@ pub enum NotOurs {
     NewRecord { node: String },
 }
 
-/// The merge patch that undoes forewarn's cordon of `node` (its taint `taint_key`, the cordon,
-/// the record and — when `record` says forewarn added it — the load-balancer label), or why
+/// The merge patch that undoes forewarn's cordon of `node` (its taint `taint_key`, the cordon
+/// unless the record says the node was unschedulable before forewarn, the record and — when `record` says forewarn added it — the load-balancer label), or why
 /// it must not: the node carries no taint of forewarn's (cordoned by someone else, or undone
 /// already) or another record than `record` (a new reason arrived).
 pub fn uncordon_patch(
@@ -285,7 +340,8 @@ pub fn uncordon_patch(
     }
     let empty = Default::default();
     let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
-    if CordonRecord::from_annotations(annotations).as_ref() != Some(record) {
+    // Exactly the record read and verified, signature included.
+    if read_unverified(annotations).and_then(Result::ok).as_ref() != Some(record) {
         return Err(NotOurs::NewRecord {
             node: name.to_string(),
         });
@@ -299,9 +355,15 @@ pub fn uncordon_patch(
     if record.excluded_from_lb {
         metadata.insert("labels".into(), json!({ LABEL_EXCLUDE_LB: null }));
     }
+    let mut spec = serde_json::Map::new();
+    // A node that was unschedulable before forewarn (an operator's cordon) stays so.
+    if !record.already_unschedulable {
+        spec.insert("unschedulable".into(), json!(false));
+    }
+    spec.insert("taints".into(), json!(taints));
     Ok(json!({
         "metadata": metadata,
-        "spec": {"unschedulable": false, "taints": taints},
+        "spec": spec,
     }))
 }
 
@@ -360,6 +422,7 @@ mod tests {
             taint_effect: TaintEffect::NoSchedule,
             exclude_from_load_balancers: exclude,
             record: None,
+            keys: RecordKeys::Unsigned,
         }
     }
 
@@ -441,6 +504,9 @@ mod tests {
             health_event: None,
             stops: false,
             excluded_from_lb: false,
+            already_unschedulable: false,
+            key_id: None,
+            mac: None,
         }
     }
 
@@ -477,9 +543,13 @@ mod tests {
             excluded_from_lb: true,
             ..record(None)
         };
+        let spec = CordonSpec {
+            keys: RecordKeys::Signed(ring()),
+            ..spec
+        };
         let done = node(json!({
             "metadata": {"name": "n1", "labels": {LABEL_EXCLUDE_LB: "true"},
-                         "annotations": {ANNOTATION_CORDON: forever.to_annotation()}},
+                         "annotations": {ANNOTATION_CORDON: forever.signed(&ring().current).to_annotation()}},
             "spec": {"unschedulable": true, "taints": [
                 {"key": "forewarn.io/interruption", "value": "spot-interruption", "effect": "NoSchedule"}
             ]}
@@ -553,5 +623,97 @@ mod tests {
             uncordon_patch(&node(cordoned), "forewarn.io/interruption", &newer),
             Err(NotOurs::NewRecord { .. })
         ));
+    }
+
+    fn ring() -> KeyRing {
+        KeyRing::of(crate::domain::continuation::ContinuationKey::new([5; 32]))
+    }
+
+    /// The record a patch writes.
+    fn written(patch: &Value) -> CordonRecord {
+        serde_json::from_str(
+            patch["metadata"]["annotations"][ANNOTATION_CORDON]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn an_operators_cordon_is_recorded_and_survives_the_way_back() {
+        let spec = CordonSpec {
+            record: Some(record(Some("2026-11-24T10:30:00Z"))),
+            keys: RecordKeys::Signed(ring()),
+            ..spec(false)
+        };
+        // Cordoned by an operator before forewarn came: recorded, and signed.
+        let operators = node(json!({
+            "metadata": {"name": "n1", "resourceVersion": "3"},
+            "spec": {"unschedulable": true}
+        }));
+        let r = written(&cordon_patch(&operators, &spec).unwrap());
+        assert!(r.already_unschedulable);
+        assert_eq!(r.key_id, Some(1));
+        assert!(r.verify(&ring()).is_ok());
+        let fresh = node(json!({"metadata": {"name": "n1"}}));
+        assert!(!written(&cordon_patch(&fresh, &spec).unwrap()).already_unschedulable);
+        // The way back removes forewarn's taint and record, and leaves the operator's cordon.
+        let cordoned = |r: &CordonRecord| {
+            node(json!({
+                "metadata": {"name": "n1", "resourceVersion": "4",
+                             "annotations": {ANNOTATION_CORDON: r.to_annotation()}},
+                "spec": {"unschedulable": true, "taints": [
+                    {"key": "forewarn.io/interruption", "value": "rebalance-recommendation", "effect": "NoSchedule"}
+                ]}
+            }))
+        };
+        let patch = uncordon_patch(&cordoned(&r), "forewarn.io/interruption", &r).unwrap();
+        assert_eq!(
+            patch,
+            json!({
+                "metadata": {"resourceVersion": "4", "annotations": {ANNOTATION_CORDON: null}},
+                "spec": {"taints": []}
+            })
+        );
+        let ours = CordonRecord {
+            already_unschedulable: false,
+            ..r.clone()
+        }
+        .signed(&ring().current);
+        let patch = uncordon_patch(&cordoned(&ours), "forewarn.io/interruption", &ours).unwrap();
+        assert_eq!(patch["spec"]["unschedulable"], json!(false));
+    }
+
+    #[test]
+    fn a_record_that_does_not_verify_is_never_merged() {
+        let spec = CordonSpec {
+            record: Some(record(Some("2026-11-24T10:30:00Z"))),
+            keys: RecordKeys::Signed(ring()),
+            ..spec(false)
+        };
+        // An operator's cordon, and a record the kubelet wrote claiming the node was
+        // schedulable before forewarn: ignored, the node as read decides.
+        let forged = CordonRecord {
+            already_unschedulable: false,
+            ..record(None)
+        };
+        let claimed = node(json!({
+            "metadata": {"name": "n1",
+                         "annotations": {ANNOTATION_CORDON: forged.to_annotation()}},
+            "spec": {"unschedulable": true}
+        }));
+        let r = written(&cordon_patch(&claimed, &spec).unwrap());
+        assert!(r.already_unschedulable);
+        assert_eq!(r.until, record(Some("2026-11-24T10:30:00Z")).until);
+        // Signed by the key, the same record is merged (a new reason keeps the first's fact).
+        let genuine = node(json!({
+            "metadata": {"name": "n1",
+                         "annotations": {ANNOTATION_CORDON: forged.signed(&ring().current).to_annotation()}},
+            "spec": {"unschedulable": true, "taints": [
+                {"key": "forewarn.io/interruption", "value": "rebalance-recommendation", "effect": "NoSchedule"}
+            ]}
+        }));
+        let r = written(&cordon_patch(&genuine, &spec).unwrap());
+        assert!(!r.already_unschedulable);
     }
 }

@@ -37,7 +37,7 @@ use tracing::Instrument;
 
 use super::api::in_later_lane;
 use super::connect::ClusterClient;
-use super::cordon::{CordonOutcome, CordonSpec, cordon, get_node, uncordon};
+use super::cordon::{CordonOutcome, CordonSpec, RecordKeys, cordon, get_node, uncordon};
 use super::delete::{DeleteOutcome, delete_target};
 use super::error::{KubeError, Refusal};
 use super::events::{EventType, NodeEvent, record};
@@ -110,6 +110,9 @@ pub struct KubeExecutor {
     lifecycle: Option<Arc<dyn LifecycleCompleter>>,
     /// What surge drains remember between passes (budgets, refused namespaces), shared by them.
     surge_memory: Arc<super::surge::SurgeMemory>,
+    /// Where the keys cordon records are signed and verified with are read (the pool store);
+    /// `None`: records are written unsigned, and none already on a node verifies.
+    keys: Option<Arc<dyn crate::ports::PoolStore>>,
 }
 
 impl std::fmt::Debug for KubeExecutor {
@@ -131,6 +134,30 @@ impl KubeExecutor {
             settings: ExecutorSettings::default(),
             lifecycle: None,
             surge_memory: Arc::default(),
+            keys: None,
+        }
+    }
+
+    /// Signs cordon records, and verifies those already on nodes, with the continuation keys of
+    /// `store` (see [`crate::domain::wayback`]).
+    pub fn with_keys(mut self, store: Arc<dyn crate::ports::PoolStore>) -> KubeExecutor {
+        self.keys = Some(store);
+        self
+    }
+
+    /// How cordons treat records (see [`RecordKeys`]): signed with the store's keys; when they
+    /// cannot be read (logged), the cordon still goes on, its record unsigned (never acted on,
+    /// replaced by the next cordon).
+    async fn record_keys(&self) -> RecordKeys {
+        let Some(store) = self.keys.as_ref() else {
+            return RecordKeys::Unsigned;
+        };
+        match store.continuation_keys().await {
+            Ok(keys) => RecordKeys::Signed(keys),
+            Err(e) => {
+                tracing::warn!(error = %e, "the continuation keys cannot be read: the cordon record is written unsigned");
+                RecordKeys::Unreadable
+            }
         }
     }
 
@@ -390,7 +417,8 @@ impl KubeExecutor {
         already_ours: bool,
         out: &mut NodeOutcome,
     ) -> Result<Cordoning, KubeError> {
-        let spec = CordonSpec::new(&self.config, &a.taint_value, a.record.as_ref());
+        let keys = self.record_keys().await;
+        let spec = CordonSpec::new(&self.config, &a.taint_value, a.record.as_ref(), keys);
         let verify = |n: &Node| self.verify(a, n, Pass::Cordon);
         let cordoned = cordon(
             &self.clients,
@@ -449,7 +477,12 @@ impl KubeExecutor {
 
     /// The note of the `Cordoned` Event of `a`'s cordon.
     fn cordoned_note(&self, a: &NodeAction) -> String {
-        let spec = CordonSpec::new(&self.config, &a.taint_value, a.record.as_ref());
+        let spec = CordonSpec::new(
+            &self.config,
+            &a.taint_value,
+            a.record.as_ref(),
+            RecordKeys::Unsigned,
+        );
         format!(
             "Marked unschedulable and tainted {}={}:{}",
             spec.taint_key,
@@ -467,7 +500,8 @@ impl KubeExecutor {
         node: Node,
         out: &mut NodeOutcome,
     ) -> Result<(), KubeError> {
-        let spec = CordonSpec::new(&self.config, &a.taint_value, a.record.as_ref());
+        let keys = self.record_keys().await;
+        let spec = CordonSpec::new(&self.config, &a.taint_value, a.record.as_ref(), keys);
         let verify = |n: &Node| self.verify(a, n, Pass::Cordon);
         let cordoned = cordon(
             &self.clients,

@@ -37,7 +37,7 @@ pub use connect::{
     ClusterAccess, ClusterClient, ConnectError, ENV_CLUSTER_CA, ENV_CLUSTER_ENDPOINT,
     ENV_EKS_CLUSTER, ENV_KUBE_BURST, ENV_KUBE_QPS, EksAccess, connect, connect_eks,
 };
-pub use cordon::{CordonOutcome, CordonSpec, cordon_patch};
+pub use cordon::{CordonOutcome, CordonSpec, RecordKeys, cordon_patch};
 pub use delete::DeleteOutcome;
 pub use directory::KubeNodeDirectory;
 pub use drain::{DrainReport, LeftPod, SkippedPod, is_critical};

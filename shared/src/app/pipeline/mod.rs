@@ -193,7 +193,8 @@ impl Pipeline<'_> {
             self.instances.describe(&ids).await?
         };
         let known: Vec<InstanceFacts> = instances.values().cloned().collect();
-        let nodes = self.nodes.nodes(&known).await?;
+        let mut nodes = self.nodes.nodes(&known).await?;
+        self.drop_unverified_records(&mut nodes).await;
         let applied = self.store.applied(&event_ids).await?;
         // `adaptive` decides from the pools' history: read once for the batch, when needed.
         let policy = &self.config.policy;
@@ -220,6 +221,29 @@ impl Pipeline<'_> {
             BTreeMap::new()
         };
         Ok((instances, nodes, applied, followed))
+    }
+
+    /// Removes the cordon records of `nodes` that do not verify with the continuation keys (a
+    /// node's kubelet may write its own annotations), each logged: nothing is decided from them
+    /// (see [`crate::domain::wayback`]). The keys are read only when a node carries a record.
+    async fn drop_unverified_records(&self, nodes: &mut [crate::domain::facts::NodeFacts]) {
+        let recorded = nodes.iter().any(|n| {
+            n.annotations
+                .contains_key(crate::domain::wayback::ANNOTATION_CORDON)
+        });
+        if !recorded {
+            return;
+        }
+        let keys = match self.store.continuation_keys().await {
+            Ok(keys) => Some(keys),
+            Err(e) => {
+                tracing::warn!(error = %e, "the continuation keys cannot be read: no cordon record verifies");
+                None
+            }
+        };
+        for (node, why) in crate::domain::wayback::drop_unverified(nodes, keys.as_ref()) {
+            tracing::warn!(%node, %why, "refusing a cordon record");
+        }
     }
 
     /// The reports of a batch whose lookups failed: every supported event failed with
@@ -1079,7 +1103,7 @@ mod tests {
         use crate::domain::config::Action;
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(dir.path()).unwrap();
-        let key = store.continuation_key().await.unwrap();
+        let key = store.continuation_keys().await.unwrap().current;
         let world = world();
         let config = Config::default();
         let clock = clock();
@@ -1135,7 +1159,7 @@ mod tests {
     async fn late_passes_drain_until_the_instance_goes_then_only_record_the_events_left() {
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(dir.path()).unwrap();
-        let key = store.continuation_key().await.unwrap();
+        let key = store.continuation_keys().await.unwrap().current;
         let world = world();
         let config = Config::default();
         let clock = clock();

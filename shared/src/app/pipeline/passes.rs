@@ -36,14 +36,28 @@ impl Pipeline<'_> {
             report
         };
         let body = record.body.as_deref().unwrap_or_default();
-        let key = self
+        let keys = self
             .store
-            .continuation_key()
+            .continuation_keys()
             .await
             .map_err(|e| WorkError::Key(e).fail(Report::new(record)))?;
-        continuation
-            .verify(&key, body)
-            .map_err(|e| refuse(e.to_string()))?;
+        match continuation.verify(&keys, body) {
+            // Signed by a key this process does not know (a rotation since it read them): the
+            // keys are read again, once, before the message is refused.
+            Err(unknown @ crate::domain::continuation::Unverified::UnknownKey { .. }) => {
+                let keys = self
+                    .store
+                    .reread_continuation_keys()
+                    .await
+                    .map_err(|e| WorkError::Key(e).fail(Report::new(record)))?;
+                match keys {
+                    Some(keys) => continuation.verify(&keys, body),
+                    None => Err(unknown),
+                }
+            }
+            verified => verified,
+        }
+        .map_err(|e| refuse(e.to_string()))?;
         let plan = continuation.plan.clone();
         if plan.event_id != event.id {
             return Err(refuse(format!(
@@ -337,15 +351,16 @@ impl Pipeline<'_> {
         next: &Continuation,
         after: Duration,
     ) -> Result<String, WorkError> {
-        let key = self
+        let keys = self
             .store
-            .continuation_key()
+            .continuation_keys()
             .await
             .map_err(WorkError::Key)?;
         // Never an oversized message: SQS would refuse it, after the node was cordoned; the
         // event fails saying why instead.
-        let body = crate::domain::inbound::continuation::within_sqs_limit(next.body(&key, to.body))
-            .map_err(WorkError::TooLarge)?;
+        let body =
+            crate::domain::inbound::continuation::within_sqs_limit(next.body(&keys.current, to.body))
+                .map_err(WorkError::TooLarge)?;
         to.queue
             .send(to.arn, &body, after)
             .await

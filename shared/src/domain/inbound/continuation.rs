@@ -50,39 +50,116 @@ pub const CONTINUATION_KEY: &str = "forewarnContinuation";
 /// refused).
 pub const VERSION: u32 = 2;
 
-/// The secret continuations are signed with: 32 bytes.
+/// The id of a continuation key: its generation. The first key a store creates is 1, and each
+/// rotation makes the next one; a key stored before keys had ids (and a continuation signed
+/// without a `keyId`) is 0.
+pub type KeyId = u64;
+
+/// The secret continuations (and cordon records, [`crate::domain::wayback`]) are signed with:
+/// 32 bytes, and the id every signature names.
 #[derive(Clone, PartialEq, Eq)]
-pub struct ContinuationKey([u8; 32]);
+pub struct ContinuationKey {
+    id: KeyId,
+    bytes: [u8; 32],
+}
 
 impl ContinuationKey {
     /// The length of a key, in bytes.
     pub const LEN: usize = 32;
 
+    /// A first key (id 1).
     pub fn new(bytes: [u8; 32]) -> ContinuationKey {
-        ContinuationKey(bytes)
+        ContinuationKey::with_id(1, bytes)
+    }
+
+    pub fn with_id(id: KeyId, bytes: [u8; 32]) -> ContinuationKey {
+        ContinuationKey { id, bytes }
     }
 
     /// A key from stored bytes; `None` unless there are exactly [`ContinuationKey::LEN`].
-    pub fn from_slice(bytes: &[u8]) -> Option<ContinuationKey> {
-        Some(ContinuationKey(bytes.try_into().ok()?))
+    pub fn from_slice(id: KeyId, bytes: &[u8]) -> Option<ContinuationKey> {
+        Some(ContinuationKey::with_id(id, bytes.try_into().ok()?))
+    }
+
+    pub fn id(&self) -> KeyId {
+        self.id
     }
 
     pub fn bytes(&self) -> &[u8; 32] {
-        &self.0
+        &self.bytes
+    }
+
+    /// HMAC-SHA256 of `data`, in hex.
+    pub fn sign(&self, data: &str) -> String {
+        hex::encode(self.hmac(data).finalize().into_bytes())
+    }
+
+    /// Whether `mac` (hex) is this key's HMAC-SHA256 of `data` (constant-time).
+    pub fn verifies(&self, data: &str, mac: &str) -> Result<(), Unverified> {
+        let mac = hex::decode(mac).map_err(|_| Unverified::NotHex)?;
+        self.hmac(data)
+            .verify_slice(&mac)
+            .map_err(|_| Unverified::Mismatch)
     }
 
     fn hmac(&self, data: &str) -> Hmac<Sha256> {
-        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0)
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.bytes)
             .expect("HMAC takes a key of any length");
         mac.update(data.as_bytes());
         mac
     }
 }
 
-/// Never prints the key.
+/// Never prints the key, only its id.
 impl std::fmt::Debug for ContinuationKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ContinuationKey(..)")
+        write!(f, "ContinuationKey(id {}, ..)", self.id)
+    }
+}
+
+/// The keys a signature is accepted from: the current one, which signs, and the one before the
+/// last rotation, so that what was signed just before a rotation (a drain in flight, a cordon
+/// record) still verifies after it. A key two rotations old is not kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRing {
+    pub current: ContinuationKey,
+    pub previous: Option<ContinuationKey>,
+}
+
+impl KeyRing {
+    /// A ring of one key (no rotation yet).
+    pub fn of(current: ContinuationKey) -> KeyRing {
+        KeyRing {
+            current,
+            previous: None,
+        }
+    }
+
+    /// The accepted key of id `id`, if it is one.
+    pub fn get(&self, id: KeyId) -> Option<&ContinuationKey> {
+        std::iter::once(&self.current)
+            .chain(&self.previous)
+            .find(|k| k.id == id)
+    }
+
+    /// The ring after a rotation to `bytes`: a new current key of the next id, the current one
+    /// kept as the previous; the previous one is dropped. `None` when ids are exhausted.
+    pub fn rotated(&self, bytes: [u8; 32]) -> Option<KeyRing> {
+        Some(KeyRing {
+            current: ContinuationKey::with_id(self.current.id.checked_add(1)?, bytes),
+            previous: Some(self.current.clone()),
+        })
+    }
+
+    /// Verifies `mac` of `data`, signed by key `id`: [`Unverified::UnknownKey`] when `id` is
+    /// not one of this ring's (a newer key this ring was read before, or one too old).
+    pub fn verify(&self, id: KeyId, data: &str, mac: &str) -> Result<(), Unverified> {
+        self.get(id)
+            .ok_or(Unverified::UnknownKey {
+                id,
+                current: self.current.id,
+            })?
+            .verifies(data, mac)
     }
 }
 
@@ -110,6 +187,10 @@ pub struct Continuation {
     /// to the JSON that was signed (its fields are all known, and JSON maps serialize in one
     /// order).
     pub plan: Plan,
+    /// The id of the key the message is signed with ([`KeyId`]); absent: 0, a key stored before
+    /// keys had ids. Signed with the rest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<KeyId>,
     /// HMAC-SHA256 of the rest of the message, in hex (see [`Continuation::signing_input`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mac: Option<String>,
@@ -126,6 +207,7 @@ impl Continuation {
             sent_at,
             room: None,
             plan,
+            key_id: None,
             mac: None,
         }
     }
@@ -142,6 +224,7 @@ impl Continuation {
         Continuation {
             pass: self.pass.saturating_add(1),
             heartbeat_at: heartbeat_at.or(self.heartbeat_at),
+            key_id: None,
             mac: None,
             ..self.clone()
         }
@@ -168,26 +251,35 @@ impl Continuation {
         self.unsigned_state(original_body).to_string()
     }
 
-    /// The message body, signed with `key`:
-    /// `{"forewarnContinuation": {..., "body": <original body>, "mac": <hex>}}`.
+    /// The message body, signed with `key` (its id in `keyId`):
+    /// `{"forewarnContinuation": {..., "keyId": <id>, "body": <original body>, "mac": <hex>}}`.
     pub fn body(&self, key: &ContinuationKey, original_body: &str) -> String {
-        let mut state = self.unsigned_state(original_body);
-        let mac = key.hmac(&state.to_string()).finalize().into_bytes();
+        let signed = Continuation {
+            key_id: Some(key.id()),
+            mac: None,
+            ..self.clone()
+        };
+        let mut state = signed.unsigned_state(original_body);
+        let mac = key.sign(&state.to_string());
         if let Value::Object(map) = &mut state {
-            map.insert("mac".into(), Value::String(hex::encode(mac)));
+            map.insert("mac".into(), Value::String(mac));
         }
         serde_json::json!({ CONTINUATION_KEY: state }).to_string()
     }
 
-    /// Whether the message was signed with `key` (constant-time), or why not.
-    pub fn verify(&self, key: &ContinuationKey, original_body: &str) -> Result<(), Unverified> {
+    /// The id of the key the message says it is signed with (0 when it names none).
+    pub fn signed_by(&self) -> KeyId {
+        self.key_id.unwrap_or(0)
+    }
+
+    /// Whether the message was signed with a key of `keys` (constant-time), or why not: an id
+    /// that is not the ring's is [`Unverified::UnknownKey`] (the caller may read the keys again,
+    /// once, and retry).
+    pub fn verify(&self, keys: &KeyRing, original_body: &str) -> Result<(), Unverified> {
         let Some(mac) = &self.mac else {
             return Err(Unverified::NotSigned);
         };
-        let mac = hex::decode(mac).map_err(|_| Unverified::NotHex)?;
-        key.hmac(&self.signing_input(original_body))
-            .verify_slice(&mac)
-            .map_err(|_| Unverified::Mismatch)
+        keys.verify(self.signed_by(), &self.signing_input(original_body), mac)
     }
 }
 
@@ -200,6 +292,11 @@ pub enum Unverified {
     NotHex,
     #[error("the signature does not match: not written by this forewarn")]
     Mismatch,
+    #[error(
+        "signed with key {id}, which is not accepted (the current key is {current}; only it and \
+         the one before the last rotation are)"
+    )]
+    UnknownKey { id: KeyId, current: KeyId },
 }
 
 /// What is wrong with a continuation message: the field (its path under the message body) and
@@ -352,6 +449,10 @@ mod tests {
         ContinuationKey::new([byte; 32])
     }
 
+    fn ring(byte: u8) -> KeyRing {
+        KeyRing::of(key(byte))
+    }
+
     #[test]
     fn a_continuation_round_trips_with_the_original_body_and_its_signature() {
         let original = r#"{"id":"e1","detail":{"instance-id":"i-1"}}"#;
@@ -360,10 +461,11 @@ mod tests {
         let value: Value = serde_json::from_str(&body).unwrap();
         let back = unwrap(&value, at(5)).unwrap().unwrap();
         assert_eq!(back.body, original);
-        assert_eq!(back.continuation.verify(&key(7), &back.body), Ok(()));
+        assert_eq!(back.continuation.verify(&ring(7), &back.body), Ok(()));
         assert!(back.continuation.mac.is_some());
         assert_eq!(
             Continuation {
+                key_id: None,
                 mac: None,
                 ..back.continuation.clone()
             },
@@ -385,7 +487,7 @@ mod tests {
         let decode = |v: &Value| unwrap(v, at(5)).unwrap().unwrap();
         // Another key: another forewarn, or a guess.
         let back = decode(&signed);
-        assert!(back.continuation.verify(&key(8), &back.body).is_err());
+        assert!(back.continuation.verify(&ring(8), &back.body).is_err());
         // The node swapped in the plan, the body swapped, the pass or the start moved.
         let edits: [(&str, Value); 4] = [
             ("plan", {
@@ -404,7 +506,7 @@ mod tests {
             let mut forged = signed.clone();
             forged[CONTINUATION_KEY][field] = value;
             let back = decode(&forged);
-            let why = back.continuation.verify(&key(7), &back.body).unwrap_err();
+            let why = back.continuation.verify(&ring(7), &back.body).unwrap_err();
             assert_eq!(why, Unverified::Mismatch, "{field}");
         }
         // Unsigned, or a signature that is not even hex.
@@ -415,22 +517,87 @@ mod tests {
             .remove("mac");
         let back = decode(&unsigned);
         assert_eq!(
-            back.continuation.verify(&key(7), &back.body),
+            back.continuation.verify(&ring(7), &back.body),
             Err(Unverified::NotSigned)
         );
         let mut garbage = signed.clone();
         garbage[CONTINUATION_KEY]["mac"] = "zz".into();
         let back = decode(&garbage);
-        assert!(back.continuation.verify(&key(7), &back.body).is_err());
+        assert!(back.continuation.verify(&ring(7), &back.body).is_err());
     }
 
     #[test]
     fn keys_come_from_exactly_32_bytes_and_never_print() {
-        assert!(ContinuationKey::from_slice(&[1; 31]).is_none());
-        assert!(ContinuationKey::from_slice(&[1; 33]).is_none());
-        let k = ContinuationKey::from_slice(&[1; 32]).unwrap();
+        assert!(ContinuationKey::from_slice(3, &[1; 31]).is_none());
+        assert!(ContinuationKey::from_slice(3, &[1; 33]).is_none());
+        let k = ContinuationKey::from_slice(3, &[1; 32]).unwrap();
         assert_eq!(k.bytes(), &[1; 32]);
-        assert_eq!(format!("{k:?}"), "ContinuationKey(..)");
+        assert_eq!(k.id(), 3);
+        assert_eq!(format!("{k:?}"), "ContinuationKey(id 3, ..)");
+    }
+
+    #[test]
+    fn the_current_and_the_previous_key_verify_an_older_one_does_not() {
+        let original = r#"{"id":"e1","detail":{"instance-id":"i-1"}}"#;
+        let c = Continuation::first(at(0), at(-1), plan());
+        let first = ring(7);
+        let decode = |body: &str| {
+            let v: Value = serde_json::from_str(body).unwrap();
+            unwrap(&v, at(5)).unwrap().unwrap()
+        };
+        let signed = decode(&c.body(&first.current, original));
+        assert_eq!(
+            signed.continuation.key_id,
+            Some(1),
+            "the key id is in the message"
+        );
+        let once = first.rotated([8; 32]).unwrap();
+        assert_eq!(once.current.id(), 2);
+        let twice = once.rotated([9; 32]).unwrap();
+        // Signed by the key before the rotation: still accepted after it, not after a second.
+        assert_eq!(signed.continuation.verify(&first, &signed.body), Ok(()));
+        assert_eq!(signed.continuation.verify(&once, &signed.body), Ok(()));
+        assert_eq!(
+            signed.continuation.verify(&twice, &signed.body),
+            Err(Unverified::UnknownKey { id: 1, current: 3 })
+        );
+        // Signed by a key newer than the ring: unknown to it (the caller reads the keys again).
+        let newer = decode(&c.body(&twice.current, original));
+        assert_eq!(
+            newer.continuation.verify(&first, &newer.body),
+            Err(Unverified::UnknownKey { id: 3, current: 1 })
+        );
+        assert_eq!(newer.continuation.verify(&twice, &newer.body), Ok(()));
+        // The id is signed: naming the other accepted key does not verify.
+        let mut moved: Value = serde_json::from_str(&c.body(&once.current, original)).unwrap();
+        moved[CONTINUATION_KEY]["keyId"] = 1.into();
+        let moved = unwrap(&moved, at(5)).unwrap().unwrap();
+        assert_eq!(
+            moved.continuation.verify(&once, &moved.body),
+            Err(Unverified::Mismatch)
+        );
+        // A message of a key stored before ids (no keyId) is key 0's.
+        let legacy = KeyRing::of(ContinuationKey::with_id(0, [7; 32]));
+        let mut old: Value = serde_json::from_str(&c.body(&legacy.current, original)).unwrap();
+        old[CONTINUATION_KEY]
+            .as_object_mut()
+            .unwrap()
+            .remove("keyId");
+        let state = old[CONTINUATION_KEY].clone();
+        let mut unsigned = state.as_object().unwrap().clone();
+        unsigned.remove("mac");
+        old[CONTINUATION_KEY]["mac"] = legacy
+            .current
+            .sign(&Value::Object(unsigned).to_string())
+            .into();
+        let old = unwrap(&old, at(5)).unwrap().unwrap();
+        assert_eq!(old.continuation.signed_by(), 0);
+        assert_eq!(old.continuation.verify(&legacy, &old.body), Ok(()));
+        assert_eq!(
+            old.continuation
+                .verify(&legacy.rotated([1; 32]).unwrap(), &old.body),
+            Ok(())
+        );
     }
 
     #[test]

@@ -126,6 +126,9 @@ pub(super) fn record(event: &Event, instance_id: &str, choice: &Choice) -> Cordo
             _ => false,
         },
         excluded_from_lb: false,
+        already_unschedulable: false,
+        key_id: None,
+        mac: None,
     }
 }
 
@@ -143,7 +146,7 @@ pub(super) fn record_holds(
         return true;
     };
     let new = record(event, instance_id, choice);
-    new.after(Some(&existing)) == existing
+    new.after(Some(&existing)) == existing.unsigned()
 }
 
 /// The update of an AWS Health scheduled change says it is over for this instance.
@@ -339,6 +342,9 @@ mod tests {
             health_event: None,
             stops: false,
             excluded_from_lb: false,
+            already_unschedulable: false,
+            key_id: None,
+            mac: None,
         };
         n.annotations.insert(
             crate::domain::wayback::ANNOTATION_CORDON.into(),
@@ -407,6 +413,9 @@ mod tests {
             health_event: Some(arn.into()),
             stops: false,
             excluded_from_lb: true,
+            already_unschedulable: false,
+            key_id: None,
+            mac: None,
         };
         let mut n = node("other");
         n.unschedulable = true;
