@@ -1201,6 +1201,59 @@ async fn placeholders_pass_the_admission_policy_and_nothing_else_forewarns_group
     assert!(w.pod("default", "web-1").is_some());
 }
 
+/// A placeholder never counts as room on another doomed node: a pod that tolerates every taint
+/// (the cordon's included) has its placeholder kept off a node forewarn cordoned — the fake's
+/// scheduler honours the placeholder's required node affinity — so it stays pending, and the
+/// pod is not evicted for room that is going away too.
+#[tokio::test]
+async fn a_placeholder_never_lands_on_another_node_forewarn_cordoned() {
+    let fake = KubeFake::builder()
+        .scheduler(kube_fake::SchedulerSettings::default())
+        .start()
+        .await;
+    let mut w = World::on(fake);
+    w.config.surge_kinds = forewarn::domain::surge::SURGE_KINDS.into();
+    w.fake.insert(sized(NODE, ID, "1"));
+    w.fake.insert(sized(OTHER_NODE, OTHER_ID, "4"));
+    let mut web = pod_object("default", "web-1", NODE, "web", "ReplicaSet");
+    web["spec"]["nodeSelector"] = json!({"pool": "general"});
+    web["spec"]["tolerations"] = json!([{"operator": "Exists"}]);
+    web["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "500m"}});
+    w.fake.insert(web);
+    let executor = w.executor();
+    // The other node's instance is warned first: forewarn cordons it (and labels it).
+    let instances = BTreeMap::from([(OTHER_ID.to_string(), instance(OTHER_ID, OTHER_NODE))]);
+    let known: Vec<InstanceFacts> = instances.values().cloned().collect();
+    let nodes = KubeNodeDirectory::new(w.clients.clone())
+        .nodes(&known)
+        .await
+        .unwrap();
+    let warning = fixtures::event(EventKind::SpotInterruption, "ev-other", OTHER_ID)
+        .time(w.clock.now())
+        .build();
+    let other = decide(&warning, Facts::new(&instances, &nodes), &w.config);
+    executor.run(&other, Pass::Cordon).await.unwrap();
+    let labels = w.node(OTHER_NODE).unwrap()["metadata"]["labels"].clone();
+    assert_eq!(labels["forewarn.io/cordoned"], "true", "{labels}");
+    // Then this node: its placeholder finds no room but on the other doomed node.
+    let plan = w.plan(&event(EventKind::SpotInterruption, "ev-this")).await;
+    executor.run(&plan, Pass::Cordon).await.unwrap();
+    let out = first_drain_pass(&w, &executor, &plan).await;
+    assert_eq!(out.drain.unwrap().waiting, ["default/web-1"]);
+    w.clock.advance(Duration::from_secs(5));
+    w.fake.settle();
+    let ph = placeholders(&w).remove("default/web-1").unwrap();
+    assert!(
+        ph["spec"]["nodeName"].is_null(),
+        "not bound to a doomed node: {ph}"
+    );
+    let plan_again = first_drain_pass(&w, &executor, &plan).await;
+    assert!(
+        w.pod("default", "web-1").is_some(),
+        "still serving, its room not there yet: {plan_again:?}"
+    );
+}
+
 /// A first drain pass (after its cordon) of `plan`, now.
 async fn first_drain_pass(w: &World, executor: &KubeExecutor, plan: &Plan) -> NodeOutcome {
     let drain = Pass::Drain {

@@ -22,6 +22,7 @@ use super::connect::ClusterClient;
 use super::error::KubeError;
 use crate::domain::config::{Config, LABEL_EXCLUDE_LB, TaintEffect};
 use crate::domain::continuation::KeyRing;
+use crate::domain::surge::LABEL_CORDONED;
 use crate::domain::wayback::{
     ANNOTATION_CORDON, CordonRecord, RecordRead, UndoOutcome, read, read_unverified,
 };
@@ -144,7 +145,12 @@ pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
         .as_ref()
         .and_then(|l| l.get(LABEL_EXCLUDE_LB))
         .is_some_and(|v| v == "true");
-    let label_ok = !spec.exclude_from_load_balancers || labelled;
+    let marked = node
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(LABEL_CORDONED));
+    let label_ok = (!spec.exclude_from_load_balancers || labelled) && marked;
     let empty = Default::default();
     let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
     // Only a record forewarn signed counts: one that does not verify (the node's kubelet may
@@ -195,9 +201,12 @@ pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
     if let Some(rv) = &node.metadata.resource_version {
         metadata.insert("resourceVersion".into(), json!(rv));
     }
+    // Every node forewarn cordons carries its label: placeholders never count it as room.
+    let mut labels = serde_json::Map::from_iter([(LABEL_CORDONED.to_string(), json!("true"))]);
     if spec.exclude_from_load_balancers {
-        metadata.insert("labels".into(), json!({ LABEL_EXCLUDE_LB: "true" }));
+        labels.insert(LABEL_EXCLUDE_LB.into(), json!("true"));
     }
+    metadata.insert("labels".into(), Value::Object(labels));
     if let Some(record) = record {
         metadata.insert(
             "annotations".into(),
@@ -352,9 +361,11 @@ pub fn uncordon_patch(
         metadata.insert("resourceVersion".into(), json!(rv));
     }
     metadata.insert("annotations".into(), json!({ ANNOTATION_CORDON: null }));
+    let mut labels = serde_json::Map::from_iter([(LABEL_CORDONED.to_string(), Value::Null)]);
     if record.excluded_from_lb {
-        metadata.insert("labels".into(), json!({ LABEL_EXCLUDE_LB: null }));
+        labels.insert(LABEL_EXCLUDE_LB.into(), Value::Null);
     }
+    metadata.insert("labels".into(), Value::Object(labels));
     let mut spec = serde_json::Map::new();
     // A node that was unschedulable before forewarn (an operator's cordon) stays so.
     if !record.already_unschedulable {
@@ -439,7 +450,8 @@ mod tests {
         assert_eq!(
             patch,
             json!({
-                "metadata": {"resourceVersion": "42", "labels": {LABEL_EXCLUDE_LB: "true"}},
+                "metadata": {"resourceVersion": "42",
+                             "labels": {LABEL_EXCLUDE_LB: "true", LABEL_CORDONED: "true"}},
                 "spec": {"unschedulable": true, "taints": [
                     {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
                     {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": "2026-01-01T00:00:00Z"},
@@ -467,13 +479,18 @@ mod tests {
                 {"key": "a", "effect": "NoSchedule"}
             ])
         );
-        assert!(patch["metadata"].get("labels").is_none());
+        assert_eq!(
+            patch["metadata"]["labels"],
+            json!({LABEL_CORDONED: "true"}),
+            "forewarn's own label only"
+        );
     }
 
     #[test]
     fn nothing_to_send_when_already_in_that_state() {
         let done = json!({
-            "metadata": {"name": "n1", "resourceVersion": "9", "labels": {LABEL_EXCLUDE_LB: "true"}},
+            "metadata": {"name": "n1", "resourceVersion": "9",
+                         "labels": {LABEL_EXCLUDE_LB: "true", LABEL_CORDONED: "true"}},
             "spec": {"unschedulable": true, "taints": [
                 {"key": "a", "effect": "NoSchedule"},
                 {"key": "forewarn.io/interruption", "value": "spot-interruption", "effect": "NoSchedule"}
@@ -488,6 +505,11 @@ mod tests {
         let mut v = done.clone();
         v["metadata"]["labels"] = json!({});
         assert!(cordon_patch(&node(v), &spec(true)).is_some());
+        // A node cordoned without forewarn's label (by an older forewarn) gets it.
+        let mut v = done.clone();
+        v["metadata"]["labels"] = json!({LABEL_EXCLUDE_LB: "true"});
+        let patch = cordon_patch(&node(v), &spec(false)).unwrap();
+        assert_eq!(patch["metadata"]["labels"], json!({LABEL_CORDONED: "true"}));
         let mut v = done;
         v["spec"]["taints"][1]["effect"] = json!("NoExecute");
         assert!(cordon_patch(&node(v), &spec(true)).is_some());
@@ -548,7 +570,7 @@ mod tests {
             ..spec
         };
         let done = node(json!({
-            "metadata": {"name": "n1", "labels": {LABEL_EXCLUDE_LB: "true"},
+            "metadata": {"name": "n1", "labels": {LABEL_EXCLUDE_LB: "true", LABEL_CORDONED: "true"},
                          "annotations": {ANNOTATION_CORDON: forever.signed(&ring().current).to_annotation()}},
             "spec": {"unschedulable": true, "taints": [
                 {"key": "forewarn.io/interruption", "value": "spot-interruption", "effect": "NoSchedule"}
@@ -593,7 +615,7 @@ mod tests {
             patch,
             json!({
                 "metadata": {"resourceVersion": "12", "annotations": {ANNOTATION_CORDON: null},
-                             "labels": {LABEL_EXCLUDE_LB: null}},
+                             "labels": {LABEL_EXCLUDE_LB: null, LABEL_CORDONED: null}},
                 "spec": {"unschedulable": false, "taints": [
                     {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
                 ]}
@@ -607,7 +629,7 @@ mod tests {
         let mut v = cordoned.clone();
         v["metadata"]["annotations"][ANNOTATION_CORDON] = json!(theirs.to_annotation());
         let patch = uncordon_patch(&node(v), "forewarn.io/interruption", &theirs).unwrap();
-        assert!(patch["metadata"].get("labels").is_none());
+        assert_eq!(patch["metadata"]["labels"], json!({LABEL_CORDONED: null}));
         // Not forewarn's taint, or a new record: left alone.
         let mut v = cordoned.clone();
         v["spec"]["taints"] = json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]);
@@ -671,7 +693,8 @@ mod tests {
         assert_eq!(
             patch,
             json!({
-                "metadata": {"resourceVersion": "4", "annotations": {ANNOTATION_CORDON: null}},
+                "metadata": {"resourceVersion": "4", "annotations": {ANNOTATION_CORDON: null},
+                             "labels": {LABEL_CORDONED: null}},
                 "spec": {"taints": []}
             })
         );

@@ -358,9 +358,10 @@ impl Pipeline<'_> {
             .map_err(WorkError::Key)?;
         // Never an oversized message: SQS would refuse it, after the node was cordoned; the
         // event fails saying why instead.
-        let body =
-            crate::domain::inbound::continuation::within_sqs_limit(next.body(&keys.current, to.body))
-                .map_err(WorkError::TooLarge)?;
+        let body = crate::domain::inbound::continuation::within_sqs_limit(
+            next.body(&keys.current, to.body),
+        )
+        .map_err(WorkError::TooLarge)?;
         to.queue
             .send(to.arn, &body, after)
             .await
