@@ -173,6 +173,15 @@ pub async fn run(args: DeployArgs, settings: Settings) -> anyhow::Result<ExitCod
         stack::check_updatable(&name, current)?;
     }
     let plan = Plan::new(&name, &args.cluster, &given, current.as_ref(), &declared)?;
+    // The manifests name the stack's groups (given, kept, or the defaults they are written with).
+    let groups: Vec<(String, String)> = manifests::GROUP_PARAMETERS
+        .iter()
+        .map(|(param, default)| {
+            let name = plan.value(param).unwrap_or(default);
+            (default.to_string(), name.to_string())
+        })
+        .collect();
+    let objects = manifests::with_groups(objects, &groups);
     let mut deploy = Deploy {
         outputs: current.map(|c| c.outputs),
         args,
@@ -491,6 +500,11 @@ impl Deploy {
             }
         }
         if skipped {
+            say(format!(
+                "{UNDER}without node-writes.yaml, forewarn's groups may patch any field of a \
+                 Node that RBAC lets them (rbac.yaml): the admission policy that narrows it needs \
+                 Kubernetes 1.30"
+            ))?;
             say(format!(
                 "{UNDER}without placeholders.yaml, surge (FOREWARN_SURGE: spot and \
                  capacity-reservation warnings by default) has no grant: each placeholder is \

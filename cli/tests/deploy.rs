@@ -331,6 +331,8 @@ fn deploy_then_upgrade_against_moto_and_the_kubernetes_fake() {
             "ClusterRole forewarn: created".to_string(),
             "Role forewarn/forewarn-policy: created".to_string(),
             "PriorityClass forewarn-placeholder: created".to_string(),
+            "ValidatingAdmissionPolicy forewarn-node-writes: created".to_string(),
+            "ValidatingAdmissionPolicyBinding forewarn-node-writes: created".to_string(),
             "ValidatingAdmissionPolicy forewarn-placeholders-only: created".to_string(),
             "ValidatingAdmissionPolicyBinding forewarn-placeholders-only: created".to_string(),
             "forewarn-placeholders-only: enforced for forewarn-handler".to_string(),
@@ -550,11 +552,12 @@ fn pool_ttl(endpoint: &str, outputs: &std::collections::BTreeMap<String, String>
 }
 
 /// (apiVersion, kind, namespace, name) of every object of infra/k8s/rbac.yaml,
-/// infra/k8s/placeholders.yaml and infra/k8s/priority-expander.yaml.
+/// infra/k8s/node-writes.yaml, infra/k8s/placeholders.yaml and infra/k8s/priority-expander.yaml.
 fn manifest_objects() -> Vec<(String, String, Option<String>, String)> {
     let mut objects = Vec::new();
     for file in [
         "infra/k8s/rbac.yaml",
+        "infra/k8s/node-writes.yaml",
         "infra/k8s/placeholders.yaml",
         "infra/k8s/priority-expander.yaml",
     ] {
@@ -570,7 +573,7 @@ fn manifest_objects() -> Vec<(String, String, Option<String>, String)> {
             ));
         }
     }
-    assert_eq!(objects.len(), 13, "{objects:?}");
+    assert_eq!(objects.len(), 15, "{objects:?}");
     objects
 }
 
@@ -600,6 +603,10 @@ fn a_cluster_before_1_30_gets_no_placeholder_grant() {
             format!("ValidatingAdmissionPolicy forewarn-placeholders-only: {skipped}"),
             format!("Role forewarn/forewarn-placeholders: {skipped}"),
             format!("ClusterRole forewarn-placeholder-budgets: {skipped}"),
+            "ValidatingAdmissionPolicy forewarn-node-writes: skipped: infra/k8s/node-writes.yaml \
+             needs Kubernetes 1.30 or later, the cluster is 1.29"
+                .to_string(),
+            "without node-writes.yaml, forewarn's groups may patch any field of a Node".to_string(),
             format!("PriorityClass forewarn-placeholder: {skipped}"),
             "without placeholders.yaml, surge".to_string(),
             format!("ConfigMap kube-system/{EXPANDER}: would be created"),
@@ -608,7 +615,9 @@ fn a_cluster_before_1_30_gets_no_placeholder_grant() {
         }
         let read: Vec<String> = fake.requests().iter().map(|r| r.path.clone()).collect();
         assert!(
-            !read.iter().any(|p| p.contains("placeholder")),
+            !read
+                .iter()
+                .any(|p| p.contains("placeholder") || p.contains("node-writes")),
             "a skipped object is not even read: {read:?}"
         );
         assert!(fake.writes().is_empty(), "a dry run writes nothing");

@@ -1223,3 +1223,232 @@ fn only_forewarns_roles_read_the_continuation_key() {
         );
     }
 }
+
+/// The ValidatingAdmissionPolicy of `infra/k8s/node-writes.yaml`, its CEL evaluated: `variables`
+/// first, then each validation, on `object` and `oldObject` as JSON (what the API server hands
+/// CEL) and a request of `groups`. `None`: the policy does not match the request (not one of
+/// forewarn's groups); else whether every validation holds.
+fn node_write_admitted(old: &Value, new: &Value, groups: &[&str]) -> Option<bool> {
+    let text =
+        std::fs::read_to_string(workspace_root().join("infra/k8s/node-writes.yaml")).unwrap();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let spec = &docs[0]["spec"];
+    let eval = |expression: &str, variables: &Value| -> Value {
+        let program =
+            cel::Program::compile(expression).unwrap_or_else(|e| panic!("{expression}: {e:?}"));
+        let mut context = cel::Context::default();
+        context
+            .add_variable("object", new)
+            .and_then(|()| context.add_variable("oldObject", old))
+            .and_then(|()| {
+                context.add_variable(
+                    "request",
+                    json!({"operation": "UPDATE", "userInfo": {"groups": groups}}),
+                )
+            })
+            .and_then(|()| context.add_variable("variables", variables))
+            .unwrap();
+        let value = program
+            .execute(&context)
+            .unwrap_or_else(|e| panic!("{expression}: {e:?}"));
+        value
+            .json()
+            .unwrap_or_else(|e| panic!("{expression}: {e:?}"))
+    };
+    let matched = spec["matchConditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|c| eval(c["expression"].as_str().unwrap(), &json!({})) == json!(true));
+    if !matched {
+        return None;
+    }
+    let mut variables = serde_json::Map::new();
+    for v in spec["variables"].as_array().unwrap() {
+        let value = eval(
+            v["expression"].as_str().unwrap(),
+            &Value::Object(variables.clone()),
+        );
+        variables.insert(v["name"].as_str().unwrap().to_string(), value);
+    }
+    let variables = Value::Object(variables);
+    Some(spec["validations"].as_array().unwrap().iter().all(|v| {
+        match eval(v["expression"].as_str().unwrap(), &variables) {
+            Value::Bool(b) => b,
+            other => panic!("{}: not a boolean: {other}", v["expression"]),
+        }
+    }))
+}
+
+/// `infra/k8s/node-writes.yaml`: the policy matches Node updates by forewarn's two groups (the
+/// stack's defaults, which `forewarn deploy` replaces by the stack's own), fails closed, is bound
+/// with Deny; and its CEL, evaluated on old and new Nodes, admits what forewarn's cordon, its
+/// record, the load-balancer label and the way back write — through the very keys the code
+/// uses — and refuses any other change of labels, annotations, taints or spec. (A CEL
+/// interpreter, not the API server, evaluates it here.)
+#[test]
+fn the_node_write_policy_lets_forewarn_change_only_its_cordon() {
+    use forewarn::domain::config::{LABEL_EXCLUDE_LB, TAINT_KEY};
+    use forewarn::domain::wayback::ANNOTATION_CORDON;
+    let text =
+        std::fs::read_to_string(workspace_root().join("infra/k8s/node-writes.yaml")).unwrap();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    assert_eq!(docs.len(), 2);
+    let (policy, binding) = (&docs[0], &docs[1]);
+    assert_eq!(policy["kind"], "ValidatingAdmissionPolicy");
+    assert_eq!(policy["spec"]["failurePolicy"], "Fail");
+    assert_eq!(
+        policy["spec"]["matchConstraints"]["resourceRules"],
+        json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+                "resources": ["nodes"]}])
+    );
+    assert_eq!(binding["kind"], "ValidatingAdmissionPolicyBinding");
+    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+    assert!(
+        text.contains(&format!("'{TAINT_KEY}'")),
+        "forewarn's taint key"
+    );
+    assert!(text.contains(&format!("'{LABEL_EXCLUDE_LB}'")));
+    assert!(ANNOTATION_CORDON.starts_with("forewarn.io/"));
+
+    let node = json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": "n1",
+            "node-restriction.kubernetes.io/pool": "a"},
+            "annotations": {"node.alpha.kubernetes.io/ttl": "0"}},
+        "spec": {"providerID": "aws:///us-east-1a/i-1", "podCIDR": "10.0.0.0/24",
+            "taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]},
+    });
+    let handler = ["forewarn-handler", "system:authenticated"];
+    let sweeper = ["forewarn-sweeper", "system:authenticated"];
+    let with = |edit: &dyn Fn(&mut Value)| {
+        let mut n = node.clone();
+        edit(&mut n);
+        n
+    };
+    // What forewarn writes: the cordon with its taint (after the others), record and label.
+    let cordoned = with(&|n| {
+        n["spec"]["unschedulable"] = json!(true);
+        n["spec"]["taints"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"key": TAINT_KEY, "value": "spot-interruption", "effect": "NoSchedule"}));
+        n["metadata"]["labels"][LABEL_EXCLUDE_LB] = json!("true");
+        n["metadata"]["labels"]["forewarn.io/cordoned"] = json!("true");
+        n["metadata"]["annotations"][ANNOTATION_CORDON] = json!("{\"reason\":\"spot\"}");
+    });
+    assert_eq!(node_write_admitted(&node, &cordoned, &handler), Some(true));
+    assert_eq!(node_write_admitted(&node, &cordoned, &sweeper), Some(true));
+    // The way back: the cordon undone.
+    assert_eq!(node_write_admitted(&cordoned, &node, &sweeper), Some(true));
+    // A node without labels, annotations or taints at all.
+    let bare = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n2"},
+        "spec": {}});
+    let bare_cordoned = json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "n2", "annotations": {ANNOTATION_CORDON: "{}"}},
+        "spec": {"unschedulable": true,
+            "taints": [{"key": TAINT_KEY, "value": "x", "effect": "NoSchedule"}]}});
+    assert_eq!(
+        node_write_admitted(&bare, &bare_cordoned, &handler),
+        Some(true)
+    );
+
+    // Anything else, from forewarn's groups: refused.
+    let refused: Vec<(&str, Value)> = vec![
+        (
+            "another label set",
+            with(&|n| {
+                n["metadata"]["labels"]["node-restriction.kubernetes.io/pool"] = json!("b");
+            }),
+        ),
+        (
+            "a label added",
+            with(&|n| {
+                n["metadata"]["labels"]["node-role.kubernetes.io/control-plane"] = json!("");
+            }),
+        ),
+        (
+            "a label removed",
+            with(&|n| {
+                n["metadata"]["labels"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("kubernetes.io/hostname");
+            }),
+        ),
+        (
+            "another annotation",
+            with(&|n| {
+                n["metadata"]["annotations"]["cluster-autoscaler.kubernetes.io/scale-down-disabled"] =
+                    json!("true");
+            }),
+        ),
+        (
+            "an annotation removed",
+            with(&|n| {
+                n["metadata"]["annotations"] = json!({});
+            }),
+        ),
+        (
+            "another taint removed",
+            with(&|n| {
+                n["spec"]["taints"] = json!([]);
+            }),
+        ),
+        (
+            "another taint added",
+            with(&|n| {
+                n["spec"]["taints"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!({"key": "evil", "effect": "NoExecute"}));
+            }),
+        ),
+        (
+            "the provider id",
+            with(&|n| {
+                n["spec"]["providerID"] = json!("aws:///us-east-1a/i-2");
+            }),
+        ),
+        (
+            "the pod CIDR",
+            with(&|n| {
+                n["spec"].as_object_mut().unwrap().remove("podCIDR");
+            }),
+        ),
+        (
+            "a finalizer",
+            with(&|n| {
+                n["metadata"]["finalizers"] = json!(["example.com/hold"]);
+            }),
+        ),
+        (
+            "an owner",
+            with(&|n| {
+                n["metadata"]["ownerReferences"] =
+                    json!([{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u"}]);
+            }),
+        ),
+    ];
+    for (what, new) in &refused {
+        assert_eq!(
+            node_write_admitted(&node, new, &handler),
+            Some(false),
+            "{what}"
+        );
+        // Along with a cordon, too.
+        let mut both = new.clone();
+        both["spec"]["unschedulable"] = json!(true);
+        assert_eq!(
+            node_write_admitted(&node, &both, &sweeper),
+            Some(false),
+            "{what}"
+        );
+    }
+    // Other principals are not this policy's to judge.
+    assert_eq!(
+        node_write_admitted(&node, &refused[0].1, &["system:nodes", "ops"]),
+        None
+    );
+}

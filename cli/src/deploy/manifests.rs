@@ -24,13 +24,17 @@ pub type Manifest = (&'static str, Policy, Option<(u32, u32)>);
 /// The manifests, in the order they are applied. A new manifest is one more row (its kinds must
 /// be in [`KINDS`]).
 ///
-/// `placeholders.yaml` (surge: the placeholders' PriorityClass, the admission policy that
-/// narrows forewarn's pod writes to placeholders, then that grant) needs 1.30, where
-/// ValidatingAdmissionPolicy is served: on an older cluster the grant would be pod create and
-/// delete unnarrowed, so the file is skipped whole. Its objects come in the file's order, the
-/// policy and its binding before the grant.
+/// `rbac.yaml` comes first, and its first object is forewarn's namespace, so that it exists
+/// before anything in it. `node-writes.yaml` (the admission policy that narrows forewarn's Node
+/// writes to the cordon, its taint, the load-balancer label and its own labels and annotations)
+/// and `placeholders.yaml` (surge: the placeholders' PriorityClass, the admission policy that
+/// narrows forewarn's pod writes to placeholders, then that grant) need 1.30, where
+/// ValidatingAdmissionPolicy is served: on an older cluster they are skipped whole (the pod
+/// grant would be unnarrowed; the Node patch of rbac.yaml stays as RBAC grants it). Their objects
+/// come in the files' order, each policy before its binding and the binding before the grant.
 pub const MANIFESTS: &[Manifest] = &[
     ("infra/k8s/rbac.yaml", Policy::Apply, None),
+    ("infra/k8s/node-writes.yaml", Policy::Apply, Some((1, 30))),
     ("infra/k8s/placeholders.yaml", Policy::Apply, Some((1, 30))),
     ("infra/k8s/priority-expander.yaml", Policy::CreateOnly, None),
 ];
@@ -199,6 +203,44 @@ fn object(file: &'static str, policy: Policy, body: Value) -> anyhow::Result<Obj
         body,
         needs: None,
     })
+}
+
+/// The stack's parameters naming forewarn's Kubernetes groups, and the names the manifests are
+/// written with (their defaults).
+pub const GROUP_PARAMETERS: [(&str, &str); 2] = [
+    ("HandlerKubernetesGroup", "forewarn-handler"),
+    ("SweeperKubernetesGroup", "forewarn-sweeper"),
+];
+
+/// The objects with the deployment's group names instead of the defaults they are written with:
+/// `groups` maps a default (`forewarn-handler`) to the stack's name for it. A binding's `Group`
+/// subject of that name is renamed, and so is the name quoted (`'forewarn-handler'`) in an
+/// admission policy's CEL `expression`; nothing else is touched.
+pub fn with_groups(mut objects: Vec<Object>, groups: &[(String, String)]) -> Vec<Object> {
+    for (from, to) in groups.iter().filter(|(from, to)| from != to) {
+        for o in &mut objects {
+            rename_group(&mut o.body, from, to);
+        }
+    }
+    objects
+}
+
+fn rename_group(v: &mut Value, from: &str, to: &str) {
+    match v {
+        Value::Object(map) => {
+            if map.get("kind").and_then(Value::as_str) == Some("Group")
+                && map.get("name").and_then(Value::as_str) == Some(from)
+            {
+                map.insert("name".into(), Value::String(to.to_string()));
+            }
+            if let Some(Value::String(cel)) = map.get_mut("expression") {
+                *cel = cel.replace(&format!("'{from}'"), &format!("'{to}'"));
+            }
+            map.values_mut().for_each(|v| rename_group(v, from, to));
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| rename_group(v, from, to)),
+        _ => {}
+    }
 }
 
 /// The (major, minor) of a `/version` answer's `major` and `minor`: "1" and "30", or a
@@ -456,6 +498,8 @@ mod tests {
                 "RoleBinding kube-system/forewarn-priorities",
                 "Role forewarn/forewarn-policy",
                 "RoleBinding forewarn/forewarn-policy",
+                "ValidatingAdmissionPolicy forewarn-node-writes",
+                "ValidatingAdmissionPolicyBinding forewarn-node-writes",
                 "PriorityClass forewarn-placeholder",
                 "ValidatingAdmissionPolicy forewarn-placeholders-only",
                 "ValidatingAdmissionPolicyBinding forewarn-placeholders-only",
@@ -524,6 +568,57 @@ mod tests {
                 assert!(other.is_err());
             }
         }
+    }
+
+    /// The stack's group names replace the defaults in the bindings' subjects and the admission
+    /// policies' CEL, and nowhere else; the defaults leave the manifests as written.
+    #[test]
+    fn the_deployments_group_names_replace_the_defaults() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let objects = load(&root).unwrap();
+        let same = with_groups(
+            objects.clone(),
+            &GROUP_PARAMETERS.map(|(_, d)| (d.to_string(), d.to_string())),
+        );
+        assert!(objects.iter().zip(&same).all(|(a, b)| a.body == b.body));
+        let groups = [
+            ("forewarn-handler".to_string(), "ops:handler".to_string()),
+            ("forewarn-sweeper".to_string(), "ops:sweeper".to_string()),
+        ];
+        let renamed = with_groups(objects.clone(), &groups);
+        let text =
+            serde_json::to_string(&renamed.iter().map(|o| &o.body).collect::<Vec<_>>()).unwrap();
+        assert!(!text.contains("forewarn-handler") && !text.contains("forewarn-sweeper"));
+        let of = |name: &str| {
+            renamed
+                .iter()
+                .find(|o| o.to_string() == name)
+                .unwrap_or_else(|| panic!("{name}"))
+                .body
+                .clone()
+        };
+        let binding = of("ClusterRoleBinding forewarn");
+        assert_eq!(
+            binding["subjects"],
+            json!([
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "ops:handler"},
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "ops:sweeper"}
+            ])
+        );
+        let policy = of("ValidatingAdmissionPolicy forewarn-node-writes");
+        assert_eq!(
+            policy["spec"]["matchConditions"][0]["expression"],
+            "request.userInfo.groups.exists(g, g == 'ops:handler' || g == 'ops:sweeper')"
+        );
+        // Nothing but the groups changed.
+        let back = with_groups(
+            renamed,
+            &[
+                ("ops:handler".to_string(), "forewarn-handler".to_string()),
+                ("ops:sweeper".to_string(), "forewarn-sweeper".to_string()),
+            ],
+        );
+        assert!(objects.iter().zip(&back).all(|(a, b)| a.body == b.body));
     }
 
     #[test]
