@@ -753,7 +753,8 @@ pub async fn updates_of_more_pools_than_the_limit_are_refused_whole(s: Subject) 
 /// previous, the one before dropped; another process that read the keys before sees the
 /// rotation when it reads them again; a read-only view reads the keys but never creates them.
 pub async fn the_continuation_key_rotates_keeping_the_previous_one(s: Subject) {
-    use forewarn::ports::{FailureKind, ReadOnlyStore};
+    use forewarn::adapters::read_only::ReadOnlyStore;
+    use forewarn::ports::FailureKind;
     let read_only = ReadOnlyStore(s.store.clone());
     let none = read_only.continuation_keys().await.unwrap_err();
     assert_eq!(none.kind(), FailureKind::NotFound, "{none}");

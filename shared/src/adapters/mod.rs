@@ -10,6 +10,7 @@ pub mod embedded;
 mod key_cache;
 pub mod kube;
 pub mod lambda_event;
+pub mod read_only;
 pub mod snapshot;
 pub mod sqs;
 pub mod webhook;

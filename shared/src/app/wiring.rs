@@ -15,6 +15,7 @@ use crate::adapters::kube::{
     ClusterAccess, ClusterClient, ConnectError, KubeExecutor, KubeExpander, KubeNodeDirectory,
     KubePolicy, KubeWorkloads, connect, connect_eks,
 };
+use crate::adapters::read_only::ReadOnlyStore;
 use crate::adapters::snapshot::{
     SnapshotInstances, SnapshotWorkloads, load_cluster_state, load_groups, load_instances,
     load_workloads,
@@ -29,8 +30,8 @@ use crate::app::sweeper::{SweepPriorities, Sweeper};
 use crate::domain::config::{ConfigError, Mode};
 use crate::ports::{
     Clock, ContinuationQueue, Executor, ExpanderStore, InstanceDirectory, LeavingInstances,
-    NoInstances, NoNodes, NodeDirectory, NodeGroupSource, Notifier, PoolStore, ReadOnlyStore,
-    Redelivery, StoreError, WorkloadSource,
+    NoInstances, NoNodes, NodeDirectory, NodeGroupSource, Notifier, PoolStore, Redelivery,
+    StoreError, WorkloadSource,
 };
 
 /// The services could not be set up (a cold start fails loudly rather than drop events).

@@ -110,8 +110,7 @@ pub struct KubeExecutor {
     lifecycle: Option<Arc<dyn LifecycleCompleter>>,
     /// What surge drains remember between passes (budgets, refused namespaces), shared by them.
     surge_memory: Arc<super::surge::SurgeMemory>,
-    /// Where the keys cordon records are signed and verified with are read (the pool store);
-    /// `None`: records are written unsigned, and none already on a node verifies.
+    /// Where cordon records' keys are read (the pool store); `None`: see [`RecordKeys::Unsigned`].
     keys: Option<Arc<dyn crate::ports::PoolStore>>,
 }
 
@@ -138,16 +137,14 @@ impl KubeExecutor {
         }
     }
 
-    /// Signs cordon records, and verifies those already on nodes, with the continuation keys of
-    /// `store` (see [`crate::domain::wayback`]).
+    /// Signs cordon records, and verifies those on nodes, with `store`'s continuation keys.
     pub fn with_keys(mut self, store: Arc<dyn crate::ports::PoolStore>) -> KubeExecutor {
         self.keys = Some(store);
         self
     }
 
-    /// How cordons treat records (see [`RecordKeys`]): signed with the store's keys; when they
-    /// cannot be read (logged), the cordon still goes on, its record unsigned (never acted on,
-    /// replaced by the next cordon).
+    /// How cordons treat records (see [`RecordKeys`]); keys that cannot be read are logged and
+    /// the cordon still goes on, its record unsigned (never acted on, replaced by the next one).
     async fn record_keys(&self) -> RecordKeys {
         let Some(store) = self.keys.as_ref() else {
             return RecordKeys::Unsigned;

@@ -36,28 +36,9 @@ impl Pipeline<'_> {
             report
         };
         let body = record.body.as_deref().unwrap_or_default();
-        let keys = self
-            .store
-            .continuation_keys()
-            .await
-            .map_err(|e| WorkError::Key(e).fail(Report::new(record)))?;
-        match continuation.verify(&keys, body) {
-            // Signed by a key this process does not know (a rotation since it read them): the
-            // keys are read again, once, before the message is refused.
-            Err(unknown @ crate::domain::continuation::Unverified::UnknownKey { .. }) => {
-                let keys = self
-                    .store
-                    .reread_continuation_keys()
-                    .await
-                    .map_err(|e| WorkError::Key(e).fail(Report::new(record)))?;
-                match keys {
-                    Some(keys) => continuation.verify(&keys, body),
-                    None => Err(unknown),
-                }
-            }
-            verified => verified,
-        }
-        .map_err(|e| refuse(e.to_string()))?;
+        self.verify_signature(record, continuation, body)
+            .await?
+            .map_err(|e| refuse(e.to_string()))?;
         let plan = continuation.plan.clone();
         if plan.event_id != event.id {
             return Err(refuse(format!(
@@ -122,6 +103,31 @@ impl Pipeline<'_> {
             return Ok(plan);
         }
         Ok(plan)
+    }
+
+    /// Whether `continuation` is signed by an accepted key: one this process does not know (a
+    /// rotation since it read the keys) makes it read them again, once, before refusing. A
+    /// failure to read the keys fails the record (it comes back).
+    async fn verify_signature(
+        &self,
+        record: &Record,
+        continuation: &Continuation,
+        body: &str,
+    ) -> Result<Result<(), crate::domain::continuation::Unverified>, Report> {
+        let failed = |e| WorkError::Key(e).fail(Report::new(record));
+        let keys = self.store.continuation_keys().await.map_err(failed)?;
+        Ok(match continuation.verify(&keys, body) {
+            Err(unknown @ crate::domain::continuation::Unverified::UnknownKey { .. }) => match self
+                .store
+                .reread_continuation_keys()
+                .await
+                .map_err(failed)?
+            {
+                Some(keys) => continuation.verify(&keys, body),
+                None => Err(unknown),
+            },
+            verified => verified,
+        })
     }
 
     /// The Events of the decision that the first pass of a drain left to a pass that came too

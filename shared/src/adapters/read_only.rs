@@ -1,0 +1,92 @@
+//! A view of a pool store that reads but never writes (a dry run's): `apply` answers what it
+//! would have done, the continuation keys are read but never created, nothing is rotated.
+
+use std::collections::HashSet;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::domain::continuation::KeyRing;
+use crate::domain::pool::{Applied, PoolKey, PoolQuery, PoolRecord, PoolUpdate};
+use crate::domain::stats::HistoryEntry;
+use crate::ports::{FailureKind, PoolStore, StoreError};
+
+/// A view of a store that reads but never writes: `apply` answers what it would have done.
+pub struct ReadOnlyStore<S>(pub S);
+
+#[async_trait]
+impl<S> PoolStore for ReadOnlyStore<S>
+where
+    S: std::ops::Deref<Target = dyn PoolStore> + Send + Sync,
+{
+    async fn applied(&self, event_ids: &[String]) -> Result<HashSet<String>, StoreError> {
+        self.0.applied(event_ids).await
+    }
+
+    async fn apply(&self, update: &PoolUpdate) -> Result<Applied, StoreError> {
+        let seen = self
+            .0
+            .applied(std::slice::from_ref(&update.event_id))
+            .await?;
+        Ok(if seen.contains(&update.event_id) {
+            Applied::Duplicate
+        } else {
+            Applied::Applied
+        })
+    }
+
+    async fn pools(
+        &self,
+        query: &PoolQuery,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<PoolRecord>, StoreError> {
+        self.0.pools(query, now).await
+    }
+
+    async fn history(
+        &self,
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<HistoryEntry>, StoreError> {
+        self.0.history(since, now).await
+    }
+
+    async fn history_of(
+        &self,
+        pools: &[PoolKey],
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<HistoryEntry>, StoreError> {
+        self.0.history_of(pools, since, now).await
+    }
+
+    /// A read-only view reads the keys (a dry run verifies cordon records) but never creates
+    /// them: with none stored, it has none.
+    async fn continuation_keys(&self) -> Result<KeyRing, StoreError> {
+        self.0
+            .reread_continuation_keys()
+            .await?
+            .ok_or_else(|| StoreError::Backend {
+                location: self.0.location(),
+                message: "no continuation key is stored yet (a read-only view never creates one)"
+                    .into(),
+                kind: FailureKind::NotFound,
+            })
+    }
+
+    async fn reread_continuation_keys(&self) -> Result<Option<KeyRing>, StoreError> {
+        self.0.reread_continuation_keys().await
+    }
+
+    async fn rotate_continuation_key(&self) -> Result<KeyRing, StoreError> {
+        Err(StoreError::Backend {
+            location: self.0.location(),
+            message: "a read-only view of the store rotates nothing".into(),
+            kind: FailureKind::Invalid,
+        })
+    }
+
+    fn location(&self) -> String {
+        self.0.location()
+    }
+}
