@@ -147,10 +147,8 @@ impl Mode {
     }
 }
 
-/// The namespace of forewarn's own objects in a cluster (created by `infra/k8s/rbac.yaml`):
-/// the policy ConfigMap and the placeholders; nothing forewarn reads there can be written by a
-/// tenant or by what writes kube-system.
-pub const NAMESPACE: &str = "forewarn";
+/// The namespace of forewarn's own objects (defined beside the placeholders it holds).
+pub use crate::domain::surge::NAMESPACE;
 pub const TAINT_KEY: &str = "forewarn.io/interruption";
 pub const LABEL_EXCLUDE_LB: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
 

@@ -29,10 +29,12 @@
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 
-/// Every placeholder is created in forewarn's namespace (never in its pod's), so that the grant
-/// to create and delete pods is a Role of that namespace alone, and placeholders spend no
-/// tenant's ResourceQuota.
-pub use crate::domain::config::NAMESPACE;
+/// The namespace of forewarn's own objects in a cluster (created by `infra/k8s/rbac.yaml`): the
+/// policy ConfigMap and the placeholders; nothing forewarn reads there can be written by a tenant
+/// or by what writes kube-system. Every placeholder is created there (never in its pod's
+/// namespace), so that the grant to create and delete pods is a Role of that namespace alone,
+/// and placeholders spend no tenant's ResourceQuota.
+pub const NAMESPACE: &str = "forewarn";
 /// The label every placeholder carries (`"true"`): an index to list them by, never what makes a
 /// pod one (see [`is_placeholder`]).
 pub const LABEL_PLACEHOLDER: &str = "forewarn.io/placeholder";

@@ -613,6 +613,23 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    proptest::proptest! {
+        /// Any grace a pod spec holds (an int64), any end: the grace asked is a whole number
+        /// of seconds, at least 1, never more than the pod's own — never a panic.
+        #[test]
+        fn any_grace_is_fitted_without_panicking(
+            own in proptest::option::of(proptest::num::i64::ANY),
+            left in proptest::num::i64::ANY,
+        ) {
+            let now = DateTime::parse_from_rfc3339("2026-11-20T10:00:00Z").unwrap().with_timezone(&Utc);
+            let until = now.checked_add_signed(chrono::Duration::seconds(left.clamp(-1_000_000_000, 1_000_000_000)));
+            if let Some(asked) = fitted_grace(own, until, now) {
+                proptest::prop_assert!(asked >= 1);
+                proptest::prop_assert!(i64::from(asked) < own.unwrap_or(30));
+            }
+        }
+    }
+
     #[test]
     fn grace_is_fitted_only_when_the_pods_own_would_outlast_the_instance() {
         let now = DateTime::parse_from_rfc3339("2026-11-20T10:00:30Z")

@@ -27,9 +27,11 @@ mod executor;
 mod launch;
 mod node_facts;
 mod outcome;
+mod placeholder;
 mod policy;
 mod priorities;
 mod surge;
+mod surge_memory;
 mod workloads;
 
 pub use api::{ApiError, FIELD_MANAGER, OwnRateLimit};

@@ -30,24 +30,18 @@ use ::kube::Api;
 use ::kube::api::{DeleteParams, ListParams, PostParams};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{
-    Affinity, Container, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
-    Pod, PodAffinityTerm, PodSpec, ResourceRequirements,
-};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::api::core::v1::Pod;
 
 use super::api::{ApiError, Lane, once_in, with_retry_in};
 use super::connect::ClusterClient;
 use super::error::KubeError;
-use crate::domain::audit::Budget;
+use super::placeholder::{Doomed, placeholder_for};
+pub(crate) use super::surge_memory::SurgeMemory;
+use super::surge_memory::{budget_rounds, controller, earlier_rounds};
 use crate::domain::surge::{
-    ANNOTATION_EVENT, ANNOTATION_EVICT_BY, ANNOTATION_EXPIRES, ANNOTATION_NODE, ANNOTATION_POD,
-    ANNOTATION_POD_UID, ANNOTATION_SAFE_TO_EVICT, CHECK_EVERY, Due, LABEL_CORDONED,
-    LABEL_PLACEHOLDER, LABEL_PLACEHOLDER_NODE, MAX_PODS, NAMESPACE, PLACEHOLDER_IMAGE,
-    PRIORITY_CLASS, Placeholder, RoomSeen, RoomWait, STEP_BUDGET, due, latest_safe,
-    node_label_value, placeholder_name,
+    ANNOTATION_EVICT_BY, ANNOTATION_EXPIRES, ANNOTATION_NODE, ANNOTATION_POD_UID, CHECK_EVERY, Due,
+    LABEL_PLACEHOLDER, LABEL_PLACEHOLDER_NODE, MAX_PODS, NAMESPACE, Placeholder, RoomSeen,
+    RoomWait, STEP_BUDGET, due, latest_safe, node_label_value,
 };
 
 /// A drain's surge: for which event and node, until when.
@@ -104,16 +98,6 @@ impl SurgePass {
     }
 }
 
-/// The controller of `pod` (kind, name), unless it has none or it is a DaemonSet.
-fn controller(pod: &Pod) -> Option<(&str, &str)> {
-    pod.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true) && r.kind != "DaemonSet")
-        .map(|r| (r.kind.as_str(), r.name.as_str()))
-}
-
 /// Whether `pod` is one of forewarn's placeholders (see
 /// [`crate::domain::surge::is_placeholder`]: namespace, name and class together).
 pub(crate) fn is_placeholder(pod: &Pod) -> bool {
@@ -163,7 +147,6 @@ pub(crate) async fn surge_pass(
     let now = clients.clock().now();
     // The whole step's requests (budgets, list, deletes, creates) end by then.
     let end = now + STEP_BUDGET;
-    let clock = clients.clock();
     let mut pass = SurgePass::default();
     let mut by_pod: BTreeMap<String, Pod> = BTreeMap::new();
     let surging: Vec<(&Pod, &str)> = to_evict
@@ -172,18 +155,7 @@ pub(crate) async fn surge_pass(
         .filter_map(|pod| Some((*pod, pod.metadata.uid.as_deref()?)))
         .take(MAX_PODS)
         .collect();
-    let mut rounds = earlier_rounds(to_evict);
-    if settings.first {
-        let budgets = crate::ports::until(
-            clock,
-            end,
-            budget_rounds(clients, &settings.memory, &surging),
-        );
-        for (uid, r) in budgets.await.unwrap_or_default() {
-            let e = rounds.entry(uid).or_default();
-            *e = (*e).max(r);
-        }
-    }
+    let rounds = rounds_of(clients, settings, (to_evict, &surging), end).await;
     let latest_of = |pod: &Pod, uid: &str| {
         let grace = pod
             .spec
@@ -199,42 +171,8 @@ pub(crate) async fn surge_pass(
     // pass lists them, and deletes those whose pod is gone).
     let all_due =
         !surging.is_empty() && surging.iter().all(|(pod, uid)| now >= latest_of(pod, uid));
-    let existing = if settings.first || all_due {
-        Vec::new()
-    } else {
-        // Not listed (a failure, or no answer within the budget): which placeholders run is
-        // not known in this pass; each is asked for again (one there answers AlreadyExists,
-        // and its pod waits on).
-        match crate::ports::until(clock, end, of_node(clients, node)).await {
-            Some(Ok(found)) => found,
-            Some(Err(e)) => {
-                tracing::warn!(error = %e, node, "placeholders not listed: this pass makes them again");
-                Vec::new()
-            }
-            None => {
-                tracing::warn!(
-                    node,
-                    "placeholders not listed within the step's budget: this pass makes them again"
-                );
-                Vec::new()
-            }
-        }
-    };
-    for ph in existing {
-        let uid = annotation(&ph, ANNOTATION_POD_UID)
-            .unwrap_or_default()
-            .to_string();
-        let present = listed
-            .iter()
-            .any(|p| p.metadata.uid.as_deref() == Some(uid.as_str()));
-        if present {
-            by_pod.insert(uid, ph);
-        } else if crate::ports::until(clock, end, delete_logged(clients, &ph))
-            .await
-            .unwrap_or(false)
-        {
-            pass.deleted += 1;
-        }
+    if !settings.first && !all_due {
+        by_pod = kept_placeholders(clients, node, listed, end, &mut pass).await;
     }
     let mut making: Vec<Making> = Vec::new();
     for (pod, uid) in surging {
@@ -271,7 +209,16 @@ pub(crate) async fn surge_pass(
             uid: uid.to_string(),
             namespace: namespace.to_string(),
             latest,
-            placeholder: placeholder_for(pod, node, settings, latest),
+            placeholder: placeholder_for(
+                pod,
+                &Doomed {
+                    name: node,
+                    uid: settings.node_uid.as_deref(),
+                },
+                &settings.event_id,
+                settings.deadline,
+                latest,
+            ),
         });
     }
     for (made, created) in create_all(clients, settings, making, end).await {
@@ -288,359 +235,78 @@ pub(crate) async fn surge_pass(
     pass
 }
 
+/// Per pod uid, the earlier rounds of its budget: its controller's pods before it on the node,
+/// and, in a drain's first pass, one when a budget (listed by `end`) selects it that cannot let
+/// all of its pods go at once.
+async fn rounds_of(
+    clients: &ClusterClient,
+    settings: &SurgeSettings,
+    (to_evict, surging): (&[&Pod], &[(&Pod, &str)]),
+    end: DateTime<Utc>,
+) -> BTreeMap<String, usize> {
+    let mut rounds = earlier_rounds(to_evict);
+    if settings.first {
+        let budgets = budget_rounds(clients, &settings.memory, surging);
+        let budgets = crate::ports::until(clients.clock(), end, budgets).await;
+        for (uid, r) in budgets.unwrap_or_default() {
+            let e = rounds.entry(uid).or_default();
+            *e = (*e).max(r);
+        }
+    }
+    rounds
+}
+
+/// The node's placeholders whose pod is still there, by pod uid; those whose pod is gone are
+/// deleted (counted in `pass`). Not listed (a failure, or no answer by `end`): none — which
+/// placeholders run is not known in this pass, and each is asked for again (one there answers
+/// AlreadyExists, and its pod waits on).
+async fn kept_placeholders(
+    clients: &ClusterClient,
+    node: &str,
+    listed: &[Pod],
+    end: DateTime<Utc>,
+    pass: &mut SurgePass,
+) -> BTreeMap<String, Pod> {
+    let clock = clients.clock();
+    let existing = match crate::ports::until(clock, end, of_node(clients, node)).await {
+        Some(Ok(found)) => found,
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, node, "placeholders not listed: this pass makes them again");
+            Vec::new()
+        }
+        None => {
+            tracing::warn!(
+                node,
+                "placeholders not listed within the step's budget: this pass makes them again"
+            );
+            Vec::new()
+        }
+    };
+    let mut by_pod = BTreeMap::new();
+    for ph in existing {
+        let uid = annotation(&ph, ANNOTATION_POD_UID)
+            .unwrap_or_default()
+            .to_string();
+        let present = listed
+            .iter()
+            .any(|p| p.metadata.uid.as_deref() == Some(uid.as_str()));
+        if present {
+            by_pod.insert(uid, ph);
+        } else if crate::ports::until(clock, end, delete_logged(clients, &ph))
+            .await
+            .unwrap_or(false)
+        {
+            pass.deleted += 1;
+        }
+    }
+    by_pod
+}
+
 /// The placeholder runs on another node than the doomed one.
 fn running_elsewhere(ph: &Pod, node: &str) -> bool {
     let on = ph.spec.as_ref().and_then(|s| s.node_name.as_deref());
     let phase = ph.status.as_ref().and_then(|s| s.phase.as_deref());
     phase == Some("Running") && on.is_some_and(|n| n != node)
-}
-
-/// How long a namespace's budgets, once listed, are taken as they were: a budget's selector and
-/// size change rarely, and a list per drain would cost the API server a request per node.
-const BUDGETS_KEPT: chrono::Duration = chrono::Duration::seconds(60);
-
-/// What an executor's surge drains remember from one pass to the next (one execution
-/// environment's): the budgets that let their pods go only in rounds, per namespace, as last
-/// listed and when (kept [`BUDGETS_KEPT`] by the executor's clock; one list at a time); and the
-/// namespaces whose pods' placeholders the API did not make, until when (see [`REFUSED_KEPT`]).
-#[derive(Debug, Default)]
-pub(crate) struct SurgeMemory {
-    budgets: tokio::sync::Mutex<KeptBudgets>,
-    refused: std::sync::Mutex<BTreeMap<String, DateTime<Utc>>>,
-}
-
-/// How long the pods of a namespace whose placeholder the API did not make (any answer but
-/// AlreadyExists) get no other one asked for. The cause is seldom one pod's: no grant to create
-/// pods in forewarn's namespace (a cluster before 1.30, where `forewarn deploy` applies no
-/// placeholder grant), a Pod Security level or admission policy that refuses what the
-/// namespace's pods copy into their placeholders, an admission webhook that is down. Asking
-/// again for each pod of a mass interruption would cost the API server one request and the log
-/// one warning per pod, for nothing. (A create that got no answer within the step's budget is
-/// not remembered: the wait may be this environment's own rate limit.)
-const REFUSED_KEPT: chrono::Duration = chrono::Duration::seconds(60);
-
-impl SurgeMemory {
-    /// Whether placeholders in `namespace` were refused less than [`REFUSED_KEPT`] before `now`.
-    fn refuses(&self, namespace: &str, now: DateTime<Utc>) -> bool {
-        let refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
-        refused.get(namespace).is_some_and(|until| now < *until)
-    }
-
-    /// A placeholder for a pod of `namespace` was not made at `now`.
-    fn refused_at(&self, namespace: &str, now: DateTime<Utc>) {
-        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
-        refused.insert(namespace.to_string(), now + REFUSED_KEPT);
-    }
-}
-
-/// Per namespace: when its budgets were listed, and the ones that let their pods go in rounds.
-type KeptBudgets = BTreeMap<String, (DateTime<Utc>, Vec<Budget>)>;
-
-/// Per pod uid of `pods` (a drain's surging pods), one earlier round when a budget selects it
-/// that cannot let all of its pods go at once (see [`crate::domain::surge`]). One list of
-/// budgets per namespace, kept a minute; a list the API refuses (an RBAC without the grant)
-/// counts no round, and is logged; one that fails otherwise counts none in this pass only.
-async fn budget_rounds(
-    clients: &ClusterClient,
-    memory: &SurgeMemory,
-    pods: &[(&Pod, &str)],
-) -> BTreeMap<String, usize> {
-    let namespaces: BTreeSet<&str> = pods
-        .iter()
-        .map(|(p, _)| p.metadata.namespace.as_deref().unwrap_or("default"))
-        .collect();
-    let mut serial: Vec<Budget> = Vec::new();
-    let mut kept = memory.budgets.lock().await;
-    for ns in namespaces {
-        let now = clients.clock().now();
-        if let Some((at, budgets)) = kept.get(ns)
-            && now - *at < BUDGETS_KEPT
-        {
-            serial.extend(budgets.iter().cloned());
-            continue;
-        }
-        let client = match clients.client().await {
-            Ok(client) => client,
-            Err(e) => {
-                tracing::warn!(error = %e, "budgets not read: this pass's placeholders wait without their rounds");
-                break;
-            }
-        };
-        let api: Api<PodDisruptionBudget> = Api::namespaced(client, ns);
-        let what = format!("poddisruptionbudgets in {ns}");
-        let params = ListParams::default();
-        let listed = match with_retry_in(clients.clock(), Lane::Later, "list", &what, || {
-            api.list(&params)
-        })
-        .await
-        {
-            Ok(list) => list.items,
-            Err(e) if matches!(e.status, Some(401 | 403 | 404)) => {
-                tracing::warn!(error = %e, "budgets not read: placeholders wait without their rounds");
-                Vec::new()
-            }
-            // Anything else (the API server in trouble): this drain's placeholders go without
-            // the rounds; nothing is kept, so the namespace's next drain lists again.
-            Err(e) => {
-                tracing::warn!(error = %e, "budgets not read: this pass's placeholders wait without their rounds");
-                continue;
-            }
-        };
-        let budgets: Vec<Budget> = listed
-            .iter()
-            .filter_map(|pdb| {
-                let expected = pdb
-                    .status
-                    .as_ref()
-                    .map_or(0, |s| i64::from(s.expected_pods));
-                let budget = crate::adapters::workloads::budget(pdb).ok()?;
-                (budget.allowed_when_healthy(expected) < expected).then_some(budget)
-            })
-            .collect();
-        serial.extend(budgets.iter().cloned());
-        kept.insert(ns.to_string(), (now, budgets));
-    }
-    drop(kept);
-    pods.iter()
-        .filter(|(pod, _)| {
-            let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-            let labels = pod.metadata.labels.clone().unwrap_or_default();
-            serial.iter().any(|b| b.selects(ns, &labels))
-        })
-        .map(|(_, uid)| (uid.to_string(), 1))
-        .collect()
-}
-
-/// Per pod uid, how many pods of the same controller come before it on the node (name order):
-/// the rounds of a budget that lets one go at a time (see [`crate::domain::surge`]).
-fn earlier_rounds(pods: &[&Pod]) -> BTreeMap<String, usize> {
-    // (namespace, controller kind, controller name) → (pod name, uid) of its pods here.
-    type Owner = (String, String, String);
-    let mut by_owner: BTreeMap<Owner, Vec<(&str, &str)>> = BTreeMap::new();
-    for pod in pods {
-        let (Some((kind, name)), Some(uid)) = (controller(pod), pod.metadata.uid.as_deref()) else {
-            continue;
-        };
-        let ns = pod.metadata.namespace.clone().unwrap_or_default();
-        by_owner
-            .entry((ns, kind.to_string(), name.to_string()))
-            .or_default()
-            .push((pod.metadata.name.as_deref().unwrap_or_default(), uid));
-    }
-    let mut out = BTreeMap::new();
-    for mut group in by_owner.into_values() {
-        group.sort();
-        for (k, (_, uid)) in group.into_iter().enumerate() {
-            out.insert(uid.to_string(), k);
-        }
-    }
-    out
-}
-
-/// The placeholder of `pod`, a pod of doomed node `node` (see the module doc).
-pub(crate) fn placeholder_for(
-    pod: &Pod,
-    node: &str,
-    settings: &SurgeSettings,
-    evict_by: DateTime<Utc>,
-) -> Pod {
-    let spec = pod.spec.clone().unwrap_or_default();
-    let pod_ns = pod_namespace(pod).to_string();
-    let pod_name = pod.metadata.name.clone().unwrap_or_default();
-    let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let labels = BTreeMap::from([
-        (LABEL_PLACEHOLDER.to_string(), "true".to_string()),
-        (LABEL_PLACEHOLDER_NODE.to_string(), node_label_value(node)),
-    ]);
-    let annotations = BTreeMap::from([
-        (ANNOTATION_NODE.to_string(), node.to_string()),
-        (ANNOTATION_POD.to_string(), format!("{pod_ns}/{pod_name}")),
-        (ANNOTATION_POD_UID.to_string(), uid.clone()),
-        (ANNOTATION_EVENT.to_string(), settings.event_id.clone()),
-        (
-            ANNOTATION_EXPIRES.to_string(),
-            settings.deadline.to_rfc3339(),
-        ),
-        (ANNOTATION_EVICT_BY.to_string(), evict_by.to_rfc3339()),
-        (ANNOTATION_SAFE_TO_EVICT.to_string(), "true".to_string()),
-    ]);
-    let owner = settings.node_uid.as_ref().map(|node_uid| OwnerReference {
-        api_version: "v1".into(),
-        kind: "Node".into(),
-        name: node.to_string(),
-        uid: node_uid.clone(),
-        ..OwnerReference::default()
-    });
-    let requests = effective_requests(&spec);
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(placeholder_name(&uid)),
-            namespace: Some(NAMESPACE.into()),
-            labels: Some(labels),
-            annotations: Some(annotations),
-            owner_references: owner.map(|o| vec![o]),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PodSpec {
-            containers: vec![Container {
-                name: "placeholder".into(),
-                image: Some(PLACEHOLDER_IMAGE.into()),
-                resources: (!requests.is_empty()).then(|| ResourceRequirements {
-                    requests: Some(requests),
-                    ..ResourceRequirements::default()
-                }),
-                ..Container::default()
-            }],
-            node_selector: spec.node_selector.clone(),
-            affinity: Some(off_node(spec.affinity.clone(), node, &pod_ns)),
-            tolerations: spec.tolerations.clone(),
-            priority_class_name: Some(PRIORITY_CLASS.into()),
-            termination_grace_period_seconds: Some(0),
-            automount_service_account_token: Some(false),
-            ..PodSpec::default()
-        }),
-        status: None,
-    }
-}
-
-/// `affinity` (of a pod of namespace `pod_ns`) for its placeholder: with required terms that
-/// keep it off `node` and off every node forewarn cordoned (added to every required term: the
-/// terms are ORed; a toleration of the cordon copied from the pod cannot let it land on a
-/// doomed node), and its pod (anti-)affinity terms that meant the pod's own namespace (no
-/// `namespaces`, no `namespaceSelector`) naming it, so that the scheduler reads them in
-/// forewarn's namespace as it reads the pod's.
-fn off_node(affinity: Option<Affinity>, node: &str, pod_ns: &str) -> Affinity {
-    let not_here = NodeSelectorRequirement {
-        key: "metadata.name".into(),
-        operator: "NotIn".into(),
-        values: Some(vec![node.to_string()]),
-    };
-    let not_cordoned = NodeSelectorRequirement {
-        key: LABEL_CORDONED.into(),
-        operator: "DoesNotExist".into(),
-        values: None,
-    };
-    let mut affinity = affinity.unwrap_or_default();
-    let node_affinity = affinity
-        .node_affinity
-        .get_or_insert_with(NodeAffinity::default);
-    let required = node_affinity
-        .required_during_scheduling_ignored_during_execution
-        .get_or_insert_with(|| NodeSelector {
-            node_selector_terms: Vec::new(),
-        });
-    if required.node_selector_terms.is_empty() {
-        required
-            .node_selector_terms
-            .push(NodeSelectorTerm::default());
-    }
-    for term in &mut required.node_selector_terms {
-        term.match_fields
-            .get_or_insert_with(Vec::new)
-            .push(not_here.clone());
-        term.match_expressions
-            .get_or_insert_with(Vec::new)
-            .push(not_cordoned.clone());
-    }
-    let own_namespace = |term: &mut PodAffinityTerm| {
-        if term.namespaces.as_ref().is_none_or(Vec::is_empty) && term.namespace_selector.is_none() {
-            term.namespaces = Some(vec![pod_ns.to_string()]);
-        }
-    };
-    if let Some(a) = affinity.pod_affinity.as_mut() {
-        a.required_during_scheduling_ignored_during_execution
-            .iter_mut()
-            .flatten()
-            .for_each(own_namespace);
-        a.preferred_during_scheduling_ignored_during_execution
-            .iter_mut()
-            .flatten()
-            .for_each(|w| own_namespace(&mut w.pod_affinity_term));
-    }
-    if let Some(a) = affinity.pod_anti_affinity.as_mut() {
-        a.required_during_scheduling_ignored_during_execution
-            .iter_mut()
-            .flatten()
-            .for_each(own_namespace);
-        a.preferred_during_scheduling_ignored_during_execution
-            .iter_mut()
-            .flatten()
-            .for_each(|w| own_namespace(&mut w.pod_affinity_term));
-    }
-    affinity
-}
-
-/// What a pod requests, per resource: the larger of its containers' sum and its largest init
-/// container's request (as the scheduler counts it); a sum past what a quantity can say stays
-/// at the largest (never an overflow).
-fn effective_requests(spec: &PodSpec) -> BTreeMap<String, Quantity> {
-    let mut sum: BTreeMap<String, i128> = BTreeMap::new();
-    for c in &spec.containers {
-        for (name, q) in c.resources.iter().flat_map(|r| r.requests.iter().flatten()) {
-            if let Some(milli) = milli(&q.0) {
-                let e = sum.entry(name.clone()).or_default();
-                *e = e.saturating_add(milli);
-            }
-        }
-    }
-    for c in spec.init_containers.iter().flatten() {
-        for (name, q) in c.resources.iter().flat_map(|r| r.requests.iter().flatten()) {
-            if let Some(milli) = milli(&q.0) {
-                let e = sum.entry(name.clone()).or_default();
-                *e = (*e).max(milli);
-            }
-        }
-    }
-    sum.into_iter()
-        .map(|(name, milli)| {
-            let q = if milli % 1000 == 0 {
-                format!("{}", milli / 1000)
-            } else {
-                format!("{milli}m")
-            };
-            (name, Quantity(q))
-        })
-        .collect()
-}
-
-/// A quantity (`100m`, `0.5`, `2`, `128Mi`, `1G`, `1e3`) in thousandths of its unit, rounded
-/// up; `None` when it is not one.
-pub(crate) fn milli(q: &str) -> Option<i128> {
-    let q = q.trim();
-    let split = q
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
-        .unwrap_or(q.len());
-    let (number, suffix) = q.split_at(split);
-    let factor: f64 = match suffix {
-        "" => 1.0,
-        "n" => 1e-9,
-        "u" => 1e-6,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024.0,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        s if s.starts_with(['e', 'E']) => 10f64.powi(s[1..].parse().ok()?),
-        _ => return None,
-    };
-    let value: f64 = number.parse().ok()?;
-    let exact = value * factor * 1000.0;
-    // Round what binary floating point makes a hair above a whole number (0.1 × 1000).
-    let nearest = exact.round();
-    let milli = if (exact - nearest).abs() <= 1e-6 * nearest.abs().max(1.0) {
-        nearest
-    } else {
-        exact.ceil()
-    };
-    (0.0..1e36).contains(&milli).then_some(milli as i128)
 }
 
 /// The placeholders made for `node`'s pods (one list in forewarn's namespace, by label; only
@@ -901,178 +567,10 @@ mod tests {
         serde_json::from_value(v).unwrap()
     }
 
-    fn settings() -> SurgeSettings {
-        SurgeSettings {
-            event_id: "ev-1".into(),
-            deadline: DateTime::parse_from_rfc3339("2026-11-20T10:01:45Z")
-                .unwrap()
-                .with_timezone(&Utc),
-            node_uid: Some("node-uid-1".into()),
-            parallelism: 4,
-            first: false,
-            memory: Default::default(),
-        }
-    }
-
-    #[test]
-    fn quantities_in_thousandths() {
-        assert_eq!(milli("100m"), Some(100));
-        assert_eq!(milli("2"), Some(2000));
-        assert_eq!(milli("0.5"), Some(500));
-        assert_eq!(milli("0.1"), Some(100));
-        assert_eq!(milli("1u"), Some(1), "rounded up to a thousandth");
-        assert_eq!(milli("128Mi"), Some(128 * 1024 * 1024 * 1000));
-        assert_eq!(milli("1G"), Some(1_000_000_000_000));
-        assert_eq!(milli("1e3"), Some(1_000_000));
-        assert_eq!(milli("1.5k"), Some(1_500_000));
-        assert_eq!(milli("1E"), Some(1_000_000_000_000_000_000_000));
-        assert_eq!(milli("2E-3"), Some(2));
-        assert_eq!(milli("lots"), None);
-        assert_eq!(milli("1Xi"), None);
-        assert_eq!(milli("-1"), None);
-    }
-
-    #[test]
-    fn a_placeholder_asks_what_its_pod_asks_off_the_doomed_node() {
-        let web = pod(json!({
-            "metadata": {"name": "web-1", "namespace": "shop", "uid": "u-1",
-                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                    "name": "web-rs", "uid": "r", "controller": true}]},
-            "spec": {
-                "nodeName": "doomed",
-                "nodeSelector": {"pool": "general"},
-                "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "web",
-                    "effect": "NoSchedule"}],
-                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
-                    {"nodeSelectorTerms": [
-                        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
-                        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}
-                    ]}},
-                    "podAntiAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": [
-                            {"labelSelector": {"matchLabels": {"app": "web"}},
-                             "topologyKey": "kubernetes.io/hostname"},
-                            {"labelSelector": {"matchLabels": {"app": "db"}},
-                             "topologyKey": "kubernetes.io/hostname", "namespaces": ["data"]}
-                        ],
-                        "preferredDuringSchedulingIgnoredDuringExecution": [
-                            {"weight": 10, "podAffinityTerm": {
-                                "labelSelector": {"matchLabels": {"app": "cache"}},
-                                "topologyKey": "topology.kubernetes.io/zone",
-                                "namespaceSelector": {}}}
-                        ]
-                    },
-                    "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                        {"labelSelector": {"matchLabels": {"app": "redis"}},
-                         "topologyKey": "kubernetes.io/hostname"}
-                    ]}},
-                "initContainers": [{"name": "init", "resources": {"requests": {"cpu": "1"}}}],
-                "containers": [
-                    {"name": "a", "resources": {"requests": {"cpu": "250m", "memory": "64Mi"}}},
-                    {"name": "b", "resources": {"requests": {"cpu": "500m", "memory": "64Mi"}}}
-                ]
-            }
-        }));
-        let evict_by = settings().deadline - chrono::Duration::seconds(40);
-        let ph = placeholder_for(&web, "doomed", &settings(), evict_by);
-        let v = serde_json::to_value(&ph).unwrap();
-        assert_eq!(v["metadata"]["name"], "forewarn-placeholder-u-1");
-        assert_eq!(
-            v["metadata"]["namespace"], NAMESPACE,
-            "never the pod's namespace"
-        );
-        assert!(is_placeholder(&ph));
-        assert_eq!(
-            v["metadata"]["ownerReferences"],
-            json!([{"apiVersion": "v1", "kind": "Node", "name": "doomed", "uid": "node-uid-1"}]),
-            "the garbage collector removes it with its node"
-        );
-        assert_eq!(
-            v["metadata"]["annotations"][ANNOTATION_SAFE_TO_EVICT],
-            "true"
-        );
-        let labels: Vec<&String> = v["metadata"]["labels"]
-            .as_object()
-            .unwrap()
-            .keys()
-            .collect();
-        assert_eq!(labels, crate::domain::surge::PLACEHOLDER_LABELS);
-        let annotations: BTreeSet<&str> = v["metadata"]["annotations"]
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
-        assert_eq!(
-            annotations,
-            BTreeSet::from(crate::domain::surge::PLACEHOLDER_ANNOTATIONS)
-        );
-        assert_eq!(v["metadata"]["labels"][LABEL_PLACEHOLDER], "true");
-        assert_eq!(v["metadata"]["labels"][LABEL_PLACEHOLDER_NODE], "doomed");
-        assert_eq!(v["metadata"]["annotations"][ANNOTATION_POD], "shop/web-1");
-        assert_eq!(
-            v["metadata"]["annotations"][ANNOTATION_EXPIRES],
-            "2026-11-20T10:01:45+00:00"
-        );
-        assert_eq!(
-            v["metadata"]["annotations"][ANNOTATION_EVICT_BY],
-            "2026-11-20T10:01:05+00:00"
-        );
-        let spec = &v["spec"];
-        assert_eq!(spec["priorityClassName"], PRIORITY_CLASS);
-        assert_eq!(spec["terminationGracePeriodSeconds"], 0);
-        assert_eq!(spec["nodeSelector"], json!({"pool": "general"}));
-        assert_eq!(spec["tolerations"][0]["key"], "dedicated");
-        assert_eq!(
-            spec["containers"][0]["resources"]["requests"],
-            json!({"cpu": "1", "memory": "134217728"}),
-            "the init container's cpu is the larger"
-        );
-        let terms = &spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-            ["nodeSelectorTerms"];
-        assert_eq!(terms.as_array().unwrap().len(), 2);
-        for term in terms.as_array().unwrap() {
-            assert_eq!(
-                term["matchFields"],
-                json!([{"key": "metadata.name", "operator": "NotIn", "values": ["doomed"]}])
-            );
-            let exprs = term["matchExpressions"].as_array().unwrap();
-            assert_eq!(exprs.len(), 2, "its own and forewarn's");
-            assert_eq!(
-                exprs[1],
-                json!({"key": LABEL_CORDONED, "operator": "DoesNotExist"}),
-                "never on a node forewarn cordoned, whatever it tolerates"
-            );
-        }
-        // Pod (anti-)affinity that meant the pod's own namespace names it; a term naming its
-        // namespaces or selecting them is kept as it is.
-        let anti = &spec["affinity"]["podAntiAffinity"];
-        let required = &anti["requiredDuringSchedulingIgnoredDuringExecution"];
-        assert_eq!(required[0]["namespaces"], json!(["shop"]));
-        assert_eq!(required[1]["namespaces"], json!(["data"]));
-        let preferred = &anti["preferredDuringSchedulingIgnoredDuringExecution"][0];
-        assert!(preferred["podAffinityTerm"].get("namespaces").is_none());
-        assert_eq!(
-            spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["namespaces"],
-            json!(["shop"])
-        );
-        // Without an affinity of its own: one term keeping it off the node.
-        let bare =
-            pod(json!({"metadata": {"name": "x", "uid": "u-2"}, "spec": {"containers": []}}));
-        let v =
-            serde_json::to_value(placeholder_for(&bare, "doomed", &settings(), evict_by)).unwrap();
-        assert_eq!(
-            v["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-                ["nodeSelectorTerms"],
-            json!([{"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["doomed"]}],
-                    "matchExpressions": [{"key": LABEL_CORDONED, "operator": "DoesNotExist"}]}])
-        );
-    }
-
     mod arbitrary {
         //! Whatever a tenant writes in a pod spec (the API server checks little: a grace period
         //! is any int64 at or above 0, a quantity any string that parses, affinities and
-        //! tolerations as they come), planning its surge and drain does not panic.
+        //! tolerations as they come), planning its surge does not panic.
         use super::*;
         use proptest::prelude::*;
 
@@ -1205,7 +703,7 @@ mod tests {
         proptest! {
             #![proptest_config(ProptestConfig::with_cases(300))]
             #[test]
-            fn any_pod_spec_plans_its_surge_and_drain_without_panicking(
+            fn any_pod_spec_plans_its_surge_without_panicking(
                 pods in proptest::collection::vec(any_pod(), 0..10),
                 secs in proptest::num::i64::ANY,
                 now_before in 0i64..100_000,
@@ -1218,7 +716,6 @@ mod tests {
                 let now = deadline
                     .checked_sub_signed(chrono::Duration::seconds(now_before))
                     .unwrap_or(deadline);
-                let settings = SurgeSettings { deadline, ..settings() };
                 let refs: Vec<&Pod> = pods.iter().collect();
                 let rounds = earlier_rounds(&refs);
                 for pod in &pods {
@@ -1227,8 +724,8 @@ mod tests {
                     let latest = latest_safe(deadline, grace, rounds.get(&uid).copied().unwrap_or(0));
                     prop_assert!(latest <= deadline);
                     let _ = due(now, latest, Placeholder::Pending);
-                    let _ = crate::adapters::kube::drain::fitted_grace(grace, Some(deadline), now);
-                    let ph = placeholder_for(pod, "doomed", &settings, latest);
+                    let doomed = Doomed { name: "doomed", uid: Some("node-uid-1") };
+                    let ph = placeholder_for(pod, &doomed, "ev-1", deadline, latest);
                     prop_assert_eq!(ph.metadata.namespace.as_deref(), Some(NAMESPACE));
                     prop_assert_eq!(is_placeholder(&ph), !uid.is_empty());
                     let v = serde_json::to_value(&ph).unwrap();
@@ -1241,21 +738,5 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn rounds_count_the_pods_of_one_controller_before_each() {
-        let p = |name: &str, owner: &str| {
-            pod(
-                json!({"metadata": {"name": name, "namespace": "ns", "uid": format!("u-{name}"),
-                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                    "name": owner, "uid": "r", "controller": true}]}}),
-            )
-        };
-        let (a, b, c) = (p("web-b", "web"), p("web-a", "web"), p("db-0", "db"));
-        let rounds = earlier_rounds(&[&a, &b, &c]);
-        assert_eq!(rounds["u-web-a"], 0);
-        assert_eq!(rounds["u-web-b"], 1);
-        assert_eq!(rounds["u-db-0"], 0);
     }
 }

@@ -1,0 +1,424 @@
+//! A placeholder made from a pod of a doomed node (see [`crate::domain::surge`] and
+//! [`super::surge`]): the pod's requests, node selector, affinity and tolerations, in forewarn's
+//! namespace, owned by the doomed Node, kept off it and off every node forewarn cordoned.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::{
+    Affinity, Container, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    Pod, PodAffinityTerm, PodSpec, ResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+use crate::domain::surge::{
+    ANNOTATION_EVENT, ANNOTATION_EVICT_BY, ANNOTATION_EXPIRES, ANNOTATION_NODE, ANNOTATION_POD,
+    ANNOTATION_POD_UID, ANNOTATION_SAFE_TO_EVICT, LABEL_CORDONED, LABEL_PLACEHOLDER,
+    LABEL_PLACEHOLDER_NODE, NAMESPACE, PLACEHOLDER_IMAGE, PRIORITY_CLASS, node_label_value,
+    placeholder_name,
+};
+
+/// The doomed node a placeholder is made for: its name, and its uid (read in this pass), the
+/// placeholder's owner.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Doomed<'a> {
+    pub name: &'a str,
+    pub uid: Option<&'a str>,
+}
+
+/// The placeholder of `pod`, a pod of doomed node `node` (see the module doc).
+pub(crate) fn placeholder_for(
+    pod: &Pod,
+    node: &Doomed<'_>,
+    event_id: &str,
+    deadline: DateTime<Utc>,
+    evict_by: DateTime<Utc>,
+) -> Pod {
+    let Doomed {
+        name: node,
+        uid: node_uid,
+    } = *node;
+    let spec = pod.spec.clone().unwrap_or_default();
+    let pod_ns = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let labels = BTreeMap::from([
+        (LABEL_PLACEHOLDER.to_string(), "true".to_string()),
+        (LABEL_PLACEHOLDER_NODE.to_string(), node_label_value(node)),
+    ]);
+    let annotations = BTreeMap::from([
+        (ANNOTATION_NODE.to_string(), node.to_string()),
+        (ANNOTATION_POD.to_string(), format!("{pod_ns}/{pod_name}")),
+        (ANNOTATION_POD_UID.to_string(), uid.clone()),
+        (ANNOTATION_EVENT.to_string(), event_id.to_string()),
+        (ANNOTATION_EXPIRES.to_string(), deadline.to_rfc3339()),
+        (ANNOTATION_EVICT_BY.to_string(), evict_by.to_rfc3339()),
+        (ANNOTATION_SAFE_TO_EVICT.to_string(), "true".to_string()),
+    ]);
+    let owner = node_uid.map(|node_uid| OwnerReference {
+        api_version: "v1".into(),
+        kind: "Node".into(),
+        name: node.to_string(),
+        uid: node_uid.to_string(),
+        ..OwnerReference::default()
+    });
+    let requests = effective_requests(&spec);
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(placeholder_name(&uid)),
+            namespace: Some(NAMESPACE.into()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            owner_references: owner.map(|o| vec![o]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "placeholder".into(),
+                image: Some(PLACEHOLDER_IMAGE.into()),
+                resources: (!requests.is_empty()).then(|| ResourceRequirements {
+                    requests: Some(requests),
+                    ..ResourceRequirements::default()
+                }),
+                ..Container::default()
+            }],
+            node_selector: spec.node_selector.clone(),
+            affinity: Some(off_node(spec.affinity.clone(), node, &pod_ns)),
+            tolerations: spec.tolerations.clone(),
+            priority_class_name: Some(PRIORITY_CLASS.into()),
+            termination_grace_period_seconds: Some(0),
+            automount_service_account_token: Some(false),
+            ..PodSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// `affinity` (of a pod of namespace `pod_ns`) for its placeholder: with required terms that
+/// keep it off `node` and off every node forewarn cordoned (added to every required term: the
+/// terms are ORed; a toleration of the cordon copied from the pod cannot let it land on a
+/// doomed node), and its pod (anti-)affinity terms that meant the pod's own namespace (no
+/// `namespaces`, no `namespaceSelector`) naming it, so that the scheduler reads them in
+/// forewarn's namespace as it reads the pod's.
+fn off_node(affinity: Option<Affinity>, node: &str, pod_ns: &str) -> Affinity {
+    let not_here = NodeSelectorRequirement {
+        key: "metadata.name".into(),
+        operator: "NotIn".into(),
+        values: Some(vec![node.to_string()]),
+    };
+    let not_cordoned = NodeSelectorRequirement {
+        key: LABEL_CORDONED.into(),
+        operator: "DoesNotExist".into(),
+        values: None,
+    };
+    let mut affinity = affinity.unwrap_or_default();
+    let node_affinity = affinity
+        .node_affinity
+        .get_or_insert_with(NodeAffinity::default);
+    let required = node_affinity
+        .required_during_scheduling_ignored_during_execution
+        .get_or_insert_with(|| NodeSelector {
+            node_selector_terms: Vec::new(),
+        });
+    if required.node_selector_terms.is_empty() {
+        required
+            .node_selector_terms
+            .push(NodeSelectorTerm::default());
+    }
+    for term in &mut required.node_selector_terms {
+        term.match_fields
+            .get_or_insert_with(Vec::new)
+            .push(not_here.clone());
+        term.match_expressions
+            .get_or_insert_with(Vec::new)
+            .push(not_cordoned.clone());
+    }
+    let own_namespace = |term: &mut PodAffinityTerm| {
+        if term.namespaces.as_ref().is_none_or(Vec::is_empty) && term.namespace_selector.is_none() {
+            term.namespaces = Some(vec![pod_ns.to_string()]);
+        }
+    };
+    if let Some(a) = affinity.pod_affinity.as_mut() {
+        a.required_during_scheduling_ignored_during_execution
+            .iter_mut()
+            .flatten()
+            .for_each(own_namespace);
+        a.preferred_during_scheduling_ignored_during_execution
+            .iter_mut()
+            .flatten()
+            .for_each(|w| own_namespace(&mut w.pod_affinity_term));
+    }
+    if let Some(a) = affinity.pod_anti_affinity.as_mut() {
+        a.required_during_scheduling_ignored_during_execution
+            .iter_mut()
+            .flatten()
+            .for_each(own_namespace);
+        a.preferred_during_scheduling_ignored_during_execution
+            .iter_mut()
+            .flatten()
+            .for_each(|w| own_namespace(&mut w.pod_affinity_term));
+    }
+    affinity
+}
+
+/// What a pod requests, per resource: the larger of its containers' sum and its largest init
+/// container's request (as the scheduler counts it); a sum past what a quantity can say stays
+/// at the largest (never an overflow).
+fn effective_requests(spec: &PodSpec) -> BTreeMap<String, Quantity> {
+    let mut sum: BTreeMap<String, i128> = BTreeMap::new();
+    for c in &spec.containers {
+        for (name, q) in c.resources.iter().flat_map(|r| r.requests.iter().flatten()) {
+            if let Some(milli) = milli(&q.0) {
+                let e = sum.entry(name.clone()).or_default();
+                *e = e.saturating_add(milli);
+            }
+        }
+    }
+    for c in spec.init_containers.iter().flatten() {
+        for (name, q) in c.resources.iter().flat_map(|r| r.requests.iter().flatten()) {
+            if let Some(milli) = milli(&q.0) {
+                let e = sum.entry(name.clone()).or_default();
+                *e = (*e).max(milli);
+            }
+        }
+    }
+    sum.into_iter()
+        .map(|(name, milli)| {
+            let q = if milli % 1000 == 0 {
+                format!("{}", milli / 1000)
+            } else {
+                format!("{milli}m")
+            };
+            (name, Quantity(q))
+        })
+        .collect()
+}
+
+/// A quantity (`100m`, `0.5`, `2`, `128Mi`, `1G`, `1e3`) in thousandths of its unit, rounded
+/// up; `None` when it is not one.
+pub(crate) fn milli(q: &str) -> Option<i128> {
+    let q = q.trim();
+    let split = q
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
+        .unwrap_or(q.len());
+    let (number, suffix) = q.split_at(split);
+    let factor: f64 = match suffix {
+        "" => 1.0,
+        "n" => 1e-9,
+        "u" => 1e-6,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        "Ki" => 1024.0,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        s if s.starts_with(['e', 'E']) => 10f64.powi(s[1..].parse().ok()?),
+        _ => return None,
+    };
+    let value: f64 = number.parse().ok()?;
+    let exact = value * factor * 1000.0;
+    // Round what binary floating point makes a hair above a whole number (0.1 × 1000).
+    let nearest = exact.round();
+    let milli = if (exact - nearest).abs() <= 1e-6 * nearest.abs().max(1.0) {
+        nearest
+    } else {
+        exact.ceil()
+    };
+    (0.0..1e36).contains(&milli).then_some(milli as i128)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use serde_json::json;
+
+    fn pod(v: serde_json::Value) -> Pod {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn deadline() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-11-20T10:01:45Z")
+            .unwrap()
+            .with_timezone(&Utc)
+    }
+
+    const DOOMED: Doomed<'static> = Doomed {
+        name: "doomed",
+        uid: Some("node-uid-1"),
+    };
+
+    #[test]
+    fn quantities_in_thousandths() {
+        assert_eq!(milli("100m"), Some(100));
+        assert_eq!(milli("2"), Some(2000));
+        assert_eq!(milli("0.5"), Some(500));
+        assert_eq!(milli("0.1"), Some(100));
+        assert_eq!(milli("1u"), Some(1), "rounded up to a thousandth");
+        assert_eq!(milli("128Mi"), Some(128 * 1024 * 1024 * 1000));
+        assert_eq!(milli("1G"), Some(1_000_000_000_000));
+        assert_eq!(milli("1e3"), Some(1_000_000));
+        assert_eq!(milli("1.5k"), Some(1_500_000));
+        assert_eq!(milli("1E"), Some(1_000_000_000_000_000_000_000));
+        assert_eq!(milli("2E-3"), Some(2));
+        assert_eq!(milli("lots"), None);
+        assert_eq!(milli("1Xi"), None);
+        assert_eq!(milli("-1"), None);
+    }
+
+    #[test]
+    fn a_placeholder_asks_what_its_pod_asks_off_the_doomed_node() {
+        let web = pod(json!({
+            "metadata": {"name": "web-1", "namespace": "shop", "uid": "u-1",
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                    "name": "web-rs", "uid": "r", "controller": true}]},
+            "spec": {
+                "nodeName": "doomed",
+                "nodeSelector": {"pool": "general"},
+                "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "web",
+                    "effect": "NoSchedule"}],
+                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                    {"nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+                        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}
+                    ]}},
+                    "podAntiAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [
+                            {"labelSelector": {"matchLabels": {"app": "web"}},
+                             "topologyKey": "kubernetes.io/hostname"},
+                            {"labelSelector": {"matchLabels": {"app": "db"}},
+                             "topologyKey": "kubernetes.io/hostname", "namespaces": ["data"]}
+                        ],
+                        "preferredDuringSchedulingIgnoredDuringExecution": [
+                            {"weight": 10, "podAffinityTerm": {
+                                "labelSelector": {"matchLabels": {"app": "cache"}},
+                                "topologyKey": "topology.kubernetes.io/zone",
+                                "namespaceSelector": {}}}
+                        ]
+                    },
+                    "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"labelSelector": {"matchLabels": {"app": "redis"}},
+                         "topologyKey": "kubernetes.io/hostname"}
+                    ]}},
+                "initContainers": [{"name": "init", "resources": {"requests": {"cpu": "1"}}}],
+                "containers": [
+                    {"name": "a", "resources": {"requests": {"cpu": "250m", "memory": "64Mi"}}},
+                    {"name": "b", "resources": {"requests": {"cpu": "500m", "memory": "64Mi"}}}
+                ]
+            }
+        }));
+        let evict_by = deadline() - chrono::Duration::seconds(40);
+        let ph = placeholder_for(&web, &DOOMED, "ev-1", deadline(), evict_by);
+        let v = serde_json::to_value(&ph).unwrap();
+        assert_eq!(v["metadata"]["name"], "forewarn-placeholder-u-1");
+        assert_eq!(
+            v["metadata"]["namespace"], NAMESPACE,
+            "never the pod's namespace"
+        );
+        assert!(super::super::surge::is_placeholder(&ph));
+        assert_eq!(
+            v["metadata"]["ownerReferences"],
+            json!([{"apiVersion": "v1", "kind": "Node", "name": "doomed", "uid": "node-uid-1"}]),
+            "the garbage collector removes it with its node"
+        );
+        assert_eq!(
+            v["metadata"]["annotations"][ANNOTATION_SAFE_TO_EVICT],
+            "true"
+        );
+        let labels: Vec<&String> = v["metadata"]["labels"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect();
+        assert_eq!(labels, crate::domain::surge::PLACEHOLDER_LABELS);
+        let annotations: BTreeSet<&str> = v["metadata"]["annotations"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            annotations,
+            BTreeSet::from(crate::domain::surge::PLACEHOLDER_ANNOTATIONS)
+        );
+        assert_eq!(v["metadata"]["labels"][LABEL_PLACEHOLDER], "true");
+        assert_eq!(v["metadata"]["labels"][LABEL_PLACEHOLDER_NODE], "doomed");
+        assert_eq!(v["metadata"]["annotations"][ANNOTATION_POD], "shop/web-1");
+        assert_eq!(
+            v["metadata"]["annotations"][ANNOTATION_EXPIRES],
+            "2026-11-20T10:01:45+00:00"
+        );
+        assert_eq!(
+            v["metadata"]["annotations"][ANNOTATION_EVICT_BY],
+            "2026-11-20T10:01:05+00:00"
+        );
+        let spec = &v["spec"];
+        assert_eq!(spec["priorityClassName"], PRIORITY_CLASS);
+        assert_eq!(spec["terminationGracePeriodSeconds"], 0);
+        assert_eq!(spec["nodeSelector"], json!({"pool": "general"}));
+        assert_eq!(spec["tolerations"][0]["key"], "dedicated");
+        assert_eq!(
+            spec["containers"][0]["resources"]["requests"],
+            json!({"cpu": "1", "memory": "134217728"}),
+            "the init container's cpu is the larger"
+        );
+        let terms = &spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"];
+        assert_eq!(terms.as_array().unwrap().len(), 2);
+        for term in terms.as_array().unwrap() {
+            assert_eq!(
+                term["matchFields"],
+                json!([{"key": "metadata.name", "operator": "NotIn", "values": ["doomed"]}])
+            );
+            let exprs = term["matchExpressions"].as_array().unwrap();
+            assert_eq!(exprs.len(), 2, "its own and forewarn's");
+            assert_eq!(
+                exprs[1],
+                json!({"key": LABEL_CORDONED, "operator": "DoesNotExist"}),
+                "never on a node forewarn cordoned, whatever it tolerates"
+            );
+        }
+        // Pod (anti-)affinity that meant the pod's own namespace names it; a term naming its
+        // namespaces or selecting them is kept as it is.
+        let anti = &spec["affinity"]["podAntiAffinity"];
+        let required = &anti["requiredDuringSchedulingIgnoredDuringExecution"];
+        assert_eq!(required[0]["namespaces"], json!(["shop"]));
+        assert_eq!(required[1]["namespaces"], json!(["data"]));
+        let preferred = &anti["preferredDuringSchedulingIgnoredDuringExecution"][0];
+        assert!(preferred["podAffinityTerm"].get("namespaces").is_none());
+        assert_eq!(
+            spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["namespaces"],
+            json!(["shop"])
+        );
+        // Without an affinity of its own: one term keeping it off the node.
+        let bare =
+            pod(json!({"metadata": {"name": "x", "uid": "u-2"}, "spec": {"containers": []}}));
+        let v = serde_json::to_value(placeholder_for(
+            &bare,
+            &DOOMED,
+            "ev-1",
+            deadline(),
+            evict_by,
+        ))
+        .unwrap();
+        assert_eq!(
+            v["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+                ["nodeSelectorTerms"],
+            json!([{"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["doomed"]}],
+                    "matchExpressions": [{"key": LABEL_CORDONED, "operator": "DoesNotExist"}]}])
+        );
+    }
+}
