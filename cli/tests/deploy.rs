@@ -528,6 +528,11 @@ fn check_functions(
             outputs["TableName"].as_str(),
             "{conf}"
         );
+        // Through --env-file (quoted there) and --env-var alike: the stack's PolicyAllow.
+        assert_eq!(
+            vars["FOREWARN_POLICY_ALLOW"], "cordon cordon-drain cordon-for adaptive",
+            "{conf}"
+        );
         match prefix {
             // Through --env-file: the list keeps its comma.
             "Handler" => assert_eq!(

@@ -471,9 +471,8 @@ pub enum PolicyText {
 pub trait PolicySource: Send + Sync {
     /// The policy's YAML as the ConfigMap holds it.
     async fn read(&self) -> Result<PolicyText, DirectoryError>;
-    /// Says, where people look (a Kubernetes Event on the ConfigMap), that the policy read, or
-    /// a rule of it, was refused: `message` says what, why and what applies instead. Best
-    /// effort.
+    /// Says, where people look (an Event on the ConfigMap), that the policy or a rule of it was
+    /// refused: `message` says what, why and what applies instead. Best effort.
     async fn refused(&self, message: &str);
 }
 

@@ -751,6 +751,8 @@ fn the_policy_allowance_reaches_both_functions() {
                     .iter()
                     .find_map(|p| p.strip_prefix("FOREWARN_POLICY_ALLOW="))
                     .unwrap_or_else(|| panic!("no FOREWARN_POLICY_ALLOW in {pairs:?}"))
+                    // The environment file quotes it (it holds spaces): dotenv takes the quotes off.
+                    .trim_matches('"')
                     .to_string()
             })
             .collect()
@@ -843,8 +845,8 @@ fn the_stack_deploys_with_hook_names_and_extra_senders() {
             outputs["HandlerEnvFile"],
             format!(
                 "FOREWARN_CLUSTER_NAME={cluster}\nFOREWARN_EKS_CLUSTER={cluster}\n\
-                 FOREWARN_TABLE={table}\nFOREWARN_POLICY_ALLOW=cordon cordon-drain cordon-for \
-                 adaptive\nFOREWARN_LIFECYCLE_HOOKS=drain-a,drain-b\n"
+                 FOREWARN_TABLE={table}\nFOREWARN_POLICY_ALLOW=\"cordon cordon-drain cordon-for \
+                 adaptive\"\nFOREWARN_LIFECYCLE_HOOKS=drain-a,drain-b\n"
             )
         );
         assert!(outputs["HandlerEnvVars"].ends_with(",FOREWARN_LIFECYCLE_HOOKS=drain-a,drain-b"));

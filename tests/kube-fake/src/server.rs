@@ -224,6 +224,14 @@ fn route(store: &Store, path: &str) -> Result<Route, ApiError> {
     };
     let (namespace, plural, tail) = match rest {
         [] => return Ok(Route::ResourceList(group.into(), version.into())),
+        // The core group's Namespaces themselves (served when a Namespace row is):
+        // `/api/v1/namespaces`, `/api/v1/namespaces/<name>`, `/api/v1/namespaces/<name>/status`.
+        ["namespaces", tail @ ..]
+            if group.is_empty()
+                && (tail.len() <= 1 || (tail.len() == 2 && tail[1] == "status")) =>
+        {
+            (None, "namespaces", tail)
+        }
         ["namespaces", ns, plural, tail @ ..] => (Some(*ns), *plural, tail),
         [plural, tail @ ..] if *plural != "namespaces" => (None, *plural, tail),
         _ => return Err(status::path_not_found()),
@@ -709,6 +717,57 @@ mod tests {
         ] {
             assert!(route(&store, bad).is_err(), "{bad}");
         }
+    }
+
+    /// With a Namespace row served, the Namespaces are reached as on the real server; the
+    /// namespaced paths are as before.
+    #[test]
+    fn namespaces_are_reached_at_their_own_paths() {
+        let mut resources = builtin_resources();
+        resources.push(crate::resources::ResourceDef {
+            group: "",
+            ..crate::resources::ResourceDef::custom(
+                "",
+                "v1",
+                "Namespace",
+                "namespaces",
+                "namespace",
+                false,
+            )
+        });
+        let store = Store::new(resources);
+        let check = |path: &str| match route(&store, path) {
+            Ok(Route::Resource(r)) => {
+                Some((store.resources[r.idx].kind, r.namespace, r.name, r.sub))
+            }
+            Ok(_) => None,
+            Err(e) => panic!("{path}: {}", e.body),
+        };
+        assert_eq!(
+            check("/api/v1/namespaces"),
+            Some(("Namespace", None, None, None))
+        );
+        assert_eq!(
+            check("/api/v1/namespaces/forewarn"),
+            Some(("Namespace", None, Some("forewarn".into()), None))
+        );
+        assert_eq!(
+            check("/api/v1/namespaces/forewarn/status"),
+            Some((
+                "Namespace",
+                None,
+                Some("forewarn".into()),
+                Some("status".into())
+            ))
+        );
+        assert_eq!(
+            check("/api/v1/namespaces/forewarn/pods"),
+            Some(("Pod", Some("forewarn".into()), None, None))
+        );
+        assert_eq!(
+            check("/api/v1/namespaces/forewarn/configmaps/c"),
+            Some(("ConfigMap", Some("forewarn".into()), Some("c".into()), None))
+        );
     }
 
     #[test]
