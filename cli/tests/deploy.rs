@@ -33,15 +33,15 @@ fn path_with_venv() -> String {
 fn rbac(kind: &'static str, plural: &'static str, namespaced: bool) -> ResourceDef {
     ResourceDef {
         group: "rbac.authorization.k8s.io",
-        ..admission(kind, plural, namespaced)
+        ..row(kind, plural, namespaced)
     }
 }
 
-/// A row of the fake for an admission kind (ValidatingAdmissionPolicy and its binding, served
-/// from Kubernetes 1.30; the fake stores them, it does not enforce them).
-fn admission(kind: &'static str, plural: &'static str, namespaced: bool) -> ResourceDef {
+/// A row of the fake for a core kind it does not serve by default (`group` set over it for
+/// another).
+fn row(kind: &'static str, plural: &'static str, namespaced: bool) -> ResourceDef {
     ResourceDef {
-        group: "admissionregistration.k8s.io",
+        group: "",
         version: "v1",
         kind,
         plural,
@@ -66,7 +66,7 @@ fn namespaces() -> ResourceDef {
         status_subresource: true,
         status_on_create: StatusOnCreate::Replace(|| json!({"phase": "Active"})),
         create_on_update: false,
-        ..admission("Namespace", "namespaces", false)
+        ..row("Namespace", "namespaces", false)
     }
 }
 
@@ -79,16 +79,7 @@ async fn fake_at(minor: u32) -> KubeFake {
         .resource(rbac("ClusterRoleBinding", "clusterrolebindings", false))
         .resource(rbac("Role", "roles", true))
         .resource(rbac("RoleBinding", "rolebindings", true))
-        .resource(admission(
-            "ValidatingAdmissionPolicy",
-            "validatingadmissionpolicies",
-            false,
-        ))
-        .resource(admission(
-            "ValidatingAdmissionPolicyBinding",
-            "validatingadmissionpolicybindings",
-            false,
-        ))
+        .admission_policies()
         .start()
         .await
 }

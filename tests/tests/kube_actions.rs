@@ -217,6 +217,31 @@ impl World {
         }
     }
 
+    /// The handler over this world (see [`World::handler`]) for the instance `ID` on `NODE`,
+    /// its drains' passes queued on `queue` 1 s apart; `kept`: with the environment's kept
+    /// copies of budget-refused passes.
+    fn queued_handler(
+        &self,
+        dir: &std::path::Path,
+        queue: &Arc<Continuations>,
+        kept: bool,
+    ) -> forewarn::app::handler::Handler {
+        forewarn::app::handler::Handler {
+            instances: Arc::new(Instances(BTreeMap::from([(
+                ID.to_string(),
+                instance(ID, NODE),
+            )]))),
+            nodes: Arc::new(KubeNodeDirectory::new(self.clients.clone())),
+            executor: Some(Arc::new(self.executor())),
+            passes: Passes {
+                interval: Duration::from_secs(1),
+                queue: Some(queue.clone()),
+                kept: kept.then(Arc::default),
+            },
+            ..self.handler(dir)
+        }
+    }
+
     /// The pipeline over this world's cluster, with drains carried on by `passes`.
     fn pipeline<'a>(
         &'a self,
@@ -3596,20 +3621,7 @@ async fn a_budget_refusal_is_tried_again_by_the_environment_before_its_queued_pa
     pods.evict("pair-2", &Default::default()).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let queue = Arc::new(Continuations::default());
-    let handler = forewarn::app::handler::Handler {
-        instances: Arc::new(Instances(BTreeMap::from([(
-            ID.to_string(),
-            instance(ID, NODE),
-        )]))),
-        nodes: Arc::new(KubeNodeDirectory::new(w.clients.clone())),
-        executor: Some(Arc::new(w.executor())),
-        passes: Passes {
-            interval: Duration::from_secs(1),
-            queue: Some(queue.clone()),
-            kept: Some(Arc::default()),
-        },
-        ..w.handler(dir.path())
-    };
+    let handler = w.queued_handler(dir.path(), &queue, true);
     let next = || queue.sent.lock().unwrap().pop().map(|(_, body, _)| body);
     let going = |w: &World, pod: &str| {
         w.pod("default", pod)
@@ -3684,20 +3696,7 @@ async fn a_continuation_of_a_node_of_737_long_named_pods_fits_in_an_sqs_message(
     }));
     let dir = tempfile::tempdir().unwrap();
     let queue = Arc::new(Continuations::default());
-    let handler = forewarn::app::handler::Handler {
-        instances: Arc::new(Instances(BTreeMap::from([(
-            ID.to_string(),
-            instance(ID, NODE),
-        )]))),
-        nodes: Arc::new(KubeNodeDirectory::new(w.clients.clone())),
-        executor: Some(Arc::new(w.executor())),
-        passes: Passes {
-            interval: Duration::from_secs(1),
-            queue: Some(queue.clone()),
-            kept: None,
-        },
-        ..w.handler(dir.path())
-    };
+    let handler = w.queued_handler(dir.path(), &queue, false);
     let next = || queue.sent.lock().unwrap().pop().map(|(_, body, _)| body);
     let out = handler
         .invoke(sqs_event(&[spot_body("ev-737", ID)]), None)
@@ -3747,20 +3746,7 @@ async fn an_oversized_continuation_is_not_sent_and_its_event_fails_saying_why() 
         .insert(pod_object("default", "web-1", NODE, "web", "ReplicaSet"));
     let dir = tempfile::tempdir().unwrap();
     let queue = Arc::new(Continuations::default());
-    let handler = forewarn::app::handler::Handler {
-        instances: Arc::new(Instances(BTreeMap::from([(
-            ID.to_string(),
-            instance(ID, NODE),
-        )]))),
-        nodes: Arc::new(KubeNodeDirectory::new(w.clients.clone())),
-        executor: Some(Arc::new(w.executor())),
-        passes: Passes {
-            interval: Duration::from_secs(1),
-            queue: Some(queue.clone()),
-            kept: None,
-        },
-        ..w.handler(dir.path())
-    };
+    let handler = w.queued_handler(dir.path(), &queue, false);
     // A spot warning of 200 KB (SQS takes it) whose detail holds quotes: escaped once more in
     // the continuation, they double.
     let mut warning: Value = serde_json::from_str(&spot_body("ev-big", ID)).unwrap();

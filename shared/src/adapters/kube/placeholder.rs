@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{
     Affinity, Container, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
-    Pod, PodAffinityTerm, PodSpec, ResourceRequirements,
+    Pod, PodAffinityTerm, PodSpec, ResourceRequirements, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -138,32 +138,46 @@ fn off_node(affinity: Option<Affinity>, node: &str, pod_ns: &str) -> Affinity {
             .get_or_insert_with(Vec::new)
             .push(not_cordoned.clone());
     }
-    let own_namespace = |term: &mut PodAffinityTerm| {
+    if let Some(a) = affinity.pod_affinity.as_mut() {
+        own_namespace(
+            a.required_during_scheduling_ignored_during_execution
+                .as_mut(),
+            a.preferred_during_scheduling_ignored_during_execution
+                .as_mut(),
+            pod_ns,
+        );
+    }
+    if let Some(a) = affinity.pod_anti_affinity.as_mut() {
+        own_namespace(
+            a.required_during_scheduling_ignored_during_execution
+                .as_mut(),
+            a.preferred_during_scheduling_ignored_during_execution
+                .as_mut(),
+            pod_ns,
+        );
+    }
+    affinity
+}
+
+/// Pod (anti-)affinity terms (`required`, `preferred`) that meant their pod's own namespace (no
+/// `namespaces`, no `namespaceSelector`) name it, `pod_ns`: a placeholder in forewarn's
+/// namespace then selects what its pod's terms selected.
+fn own_namespace(
+    required: Option<&mut Vec<PodAffinityTerm>>,
+    preferred: Option<&mut Vec<WeightedPodAffinityTerm>>,
+    pod_ns: &str,
+) {
+    let terms = required.into_iter().flatten().chain(
+        preferred
+            .into_iter()
+            .flatten()
+            .map(|w| &mut w.pod_affinity_term),
+    );
+    for term in terms {
         if term.namespaces.as_ref().is_none_or(Vec::is_empty) && term.namespace_selector.is_none() {
             term.namespaces = Some(vec![pod_ns.to_string()]);
         }
-    };
-    if let Some(a) = affinity.pod_affinity.as_mut() {
-        a.required_during_scheduling_ignored_during_execution
-            .iter_mut()
-            .flatten()
-            .for_each(own_namespace);
-        a.preferred_during_scheduling_ignored_during_execution
-            .iter_mut()
-            .flatten()
-            .for_each(|w| own_namespace(&mut w.pod_affinity_term));
     }
-    if let Some(a) = affinity.pod_anti_affinity.as_mut() {
-        a.required_during_scheduling_ignored_during_execution
-            .iter_mut()
-            .flatten()
-            .for_each(own_namespace);
-        a.preferred_during_scheduling_ignored_during_execution
-            .iter_mut()
-            .flatten()
-            .for_each(|w| own_namespace(&mut w.pod_affinity_term));
-    }
-    affinity
 }
 
 /// What a pod requests, per resource: the larger of its containers' sum and its largest init
