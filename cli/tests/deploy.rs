@@ -569,7 +569,7 @@ fn manifest_objects() -> Vec<(String, String, Option<String>, String)> {
             ));
         }
     }
-    assert_eq!(objects.len(), 15, "{objects:?}");
+    assert_eq!(objects.len(), 17, "{objects:?}");
     objects
 }
 

@@ -1057,8 +1057,16 @@ async fn with_surge_a_warning_costs_seconds_of_capacity_not_the_autoscalers_minu
 /// fake, which enforces the policy (its CEL evaluated), and `w`'s clients impersonating
 /// `group`: what forewarn's code sends, the API server admits or denies as it would.
 fn as_forewarn_under_the_policy(w: &mut World, group: &str) {
+    as_forewarn_under(w, "placeholders.yaml", group);
+}
+
+/// `infra/k8s/<file>`'s PriorityClasses, admission policies and bindings stored in `w`'s fake,
+/// which enforces the policies, and `w`'s clients impersonating `group`.
+fn as_forewarn_under(w: &mut World, file: &str, group: &str) {
     let manifest = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra/k8s/placeholders.yaml"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../infra/k8s")
+            .join(file),
     )
     .unwrap();
     let docs: Vec<Value> = serde_saphyr::from_multiple(&manifest).unwrap();
@@ -1277,6 +1285,74 @@ async fn a_placeholder_never_lands_on_another_node_forewarn_cordoned() {
         w.pod("default", "web-1").is_some(),
         "still serving, its room not there yet: {plan_again:?}"
     );
+}
+
+/// `infra/k8s/node-writes.yaml`'s policy, enforced by the fake (its CEL evaluated), admits what
+/// forewarn's cordon and its way back write on a Node, as either group, and denies any other
+/// change forewarn's groups could send: another label, another taint removed, the provider id.
+#[tokio::test]
+async fn forewarns_node_writes_pass_the_node_policy_and_nothing_else_does() {
+    let fake = KubeFake::builder().admission_policies().start().await;
+    let mut w = World::on(fake);
+    w.fake.insert(node(NODE, ID));
+    let mut n = w.node(NODE).unwrap();
+    n["spec"]["taints"] = json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]);
+    w.fake.insert(n);
+    for group in ["forewarn-handler", "forewarn-sweeper"] {
+        as_forewarn_under(&mut w, "node-writes.yaml", group);
+        let plan = w
+            .plan(&event(
+                EventKind::SpotInterruption,
+                &format!("ev-nodes-{group}"),
+            ))
+            .await;
+        let out = w
+            .executor()
+            .run(&plan, Pass::Cordon)
+            .await
+            .unwrap()
+            .remove(0);
+        assert!(out.cordon.is_some(), "{group}: {out:?}");
+        let cordoned = w.node(NODE).unwrap();
+        assert_eq!(cordoned["spec"]["unschedulable"], true, "{group}: admitted");
+        assert_eq!(
+            cordoned["metadata"]["labels"]["forewarn.io/cordoned"],
+            "true"
+        );
+        let mut back = cordoned.clone();
+        back["spec"]["unschedulable"] = json!(false);
+        back["spec"]["taints"] =
+            json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]);
+        back["metadata"]["labels"]
+            .as_object_mut()
+            .unwrap()
+            .remove("forewarn.io/cordoned");
+        w.fake.insert(back);
+    }
+    let client = w.clients.client().await.unwrap();
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client);
+    let params = kube::api::PatchParams::default();
+    for (what, patch) in [
+        (
+            "another label",
+            json!({"metadata": {"labels": {"node-restriction.kubernetes.io/pool": "x"}}}),
+        ),
+        ("another taint removed", json!({"spec": {"taints": []}})),
+        (
+            "the provider id",
+            json!({"spec": {"providerID": "aws:///us-east-1a/i-0fffffffffffffff0"}}),
+        ),
+    ] {
+        match nodes
+            .patch(NODE, &params, &kube::api::Patch::Merge(&patch))
+            .await
+        {
+            Err(kube::Error::Api(s)) => {
+                assert!(s.message.contains("forewarn-node-writes"), "{what}: {s:?}")
+            }
+            other => panic!("{what}: admitted: {other:?}"),
+        }
+    }
 }
 
 /// A first drain pass (after its cordon) of `plan`, now.
