@@ -9,9 +9,11 @@
 #            `forewarn deploy --no-build`) upload to moto's Lambda. The release build is
 #            docs/deploy.md's and scripts/bench.sh's. This machine cannot fetch the aarch64
 #            standard library: arm64 is configured and documented, not built here;
-#   lint     `cargo fmt --all --check` and `cargo clippy --workspace --all-targets --locked -- -D
-#            warnings` (the lints of `[workspace.lints]` in Cargo.toml among them): a formatting
-#            difference or a clippy warning fails the stage;
+#   lint     `cargo fmt --check` and `cargo clippy --all-targets --locked -- -D warnings`, over the
+#            workspace and over fuzz/ (a workspace of its own): the lints of `[workspace.lints]`
+#            in Cargo.toml among them, with clippy's size limits of clippy.toml (a function of
+#            more than 100 lines or 6 arguments); a formatting difference or a clippy warning
+#            fails the stage;
 #   fuzz     a 30 s libFuzzer run of the event parser (scripts/fuzz.sh; an installed cargo-fuzz
 #            0.13.1 is used when there is one, else it is installed into .tools);
 #   test     every test of the workspace (cargo test --no-fail-fast: every binary runs).
@@ -65,7 +67,10 @@ build_ok=$?
 stage lambda cargo lambda build --x86-64 --compiler cargo -p interruption-handler -p pool-sweeper \
     --features interruption-handler/unify-test-features,pool-sweeper/unify-test-features
 lint() {
-    cargo fmt --all --check && cargo clippy --workspace --all-targets --locked -- -D warnings
+    cargo fmt --all --check &&
+        cargo fmt --manifest-path fuzz/Cargo.toml --check &&
+        cargo clippy --workspace --all-targets --locked -- -D warnings &&
+        cargo clippy --manifest-path fuzz/Cargo.toml --all-targets --locked -- -D warnings
 }
 stage lint lint
 stage fuzz bash scripts/fuzz.sh 30

@@ -353,12 +353,7 @@ fn check_continuations(s: &str, parsed: Option<&Value>) {
     let messages: Vec<SqsMessage> = bodies
         .iter()
         .enumerate()
-        .map(|(i, b)| {
-            let mut m = SqsMessage::default();
-            m.message_id = Some(format!("c-{i}"));
-            m.body = Some(b.to_string());
-            m
-        })
+        .map(|(i, b)| message(&format!("c-{i}"), Some(b.to_string())))
         .collect();
     let lambda = decode_sqs_messages(SOURCE, &messages, received());
     for (from_json, from_lambda) in records.iter().zip(&lambda) {
@@ -423,16 +418,30 @@ fn check_str(s: &str) {
     if let Ok(e) = &body {
         check_event(e);
     }
-    let mut msg = SqsMessage::default();
-    msg.message_id = Some("m-0".into());
-    msg.body = Some(s.to_string());
-    let mut missing = SqsMessage::default();
-    missing.message_id = Some("m-1".into());
+    check_batches(s, &body, &origin, continuation);
+    check_sent_timestamp(s);
+    check_template_fields(s);
+}
+
+/// An SQS message with `id` and `body`.
+fn message(id: &str, body: Option<String>) -> SqsMessage {
+    SqsMessage {
+        message_id: Some(id.into()),
+        body,
+        ..SqsMessage::default()
+    }
+}
+
+/// The input as the body of a message beside one without a body, through the Lambda runtime's
+/// messages and a JSON batch alike; and as a message id.
+fn check_batches(s: &str, body: &Result<Event, DecodeError>, origin: &Origin, continuation: bool) {
+    let msg = message("m-0", Some(s.to_string()));
+    let missing = message("m-1", None);
     let lambda = decode_sqs_messages(SOURCE, &[msg, missing], received());
     assert_eq!(lambda.len(), 2);
-    assert_eq!(lambda[0].origin, origin);
+    assert_eq!(&lambda[0].origin, origin);
     if !continuation {
-        assert_eq!(lambda[0].event, body);
+        assert_eq!(&lambda[0].event, body);
     }
     assert_eq!(
         lambda[1].event.as_ref().map_err(|e| e.field.as_deref()),
@@ -449,7 +458,7 @@ fn check_str(s: &str) {
     let from_json = decode_value(SOURCE, batch, received()).expect("a batch is an envelope");
     assert_eq!(from_json.len(), 3);
     if !continuation {
-        assert_eq!(from_json[0].event, body);
+        assert_eq!(&from_json[0].event, body);
     } else {
         assert_eq!(from_json[0].event, lambda[0].event);
     }
@@ -459,7 +468,10 @@ fn check_str(s: &str) {
     for r in &from_json {
         check_record(r);
     }
+}
 
+/// The input as the `SentTimestamp` of a message: see below.
+fn check_sent_timestamp(s: &str) {
     // The input as the `SentTimestamp` of a message whose event has an empty `time`: the event
     // is dated by it when it is epoch milliseconds within 10 years of the receipt, else by the
     // receipt.
@@ -467,9 +479,7 @@ fn check_str(s: &str) {
         json!({"id": "e-1", "source": event::SOURCE_EC2, "detail-type": event::DT_SPOT,
         "time": "", "detail": {"instance-id": "i-0a1b2c3d4e5f60001"}})
         .to_string();
-    let mut msg = SqsMessage::default();
-    msg.message_id = Some("m-0".into());
-    msg.body = Some(empty_time);
+    let mut msg = message("m-0", Some(empty_time));
     msg.attributes.insert("SentTimestamp".into(), s.to_string());
     let dated = decode_sqs_messages(SOURCE, &[msg], received());
     let time = dated[0]
@@ -484,7 +494,10 @@ fn check_str(s: &str) {
         .and_then(DateTime::from_timestamp_millis)
         .filter(|t| within_sane_range(*t, received()).is_ok());
     assert_eq!(time, sent.unwrap_or_else(received));
+}
 
+/// The input in every string field of a real event.
+fn check_template_fields(s: &str) {
     // The input in each string field of real events: the parser's field paths.
     // One template per input (by its length) keeps an execution cheap; the fuzzer reaches the
     // others by growing or shrinking the input.
@@ -520,9 +533,7 @@ fn check_str(s: &str) {
 
 fn sqs_origin() -> Origin {
     // The origin decode_sqs_event gives its first message.
-    let mut m = SqsMessage::default();
-    m.message_id = Some("m-0".into());
-    decode_sqs_messages(SOURCE, &[m], received())
+    decode_sqs_messages(SOURCE, &[message("m-0", None)], received())
         .remove(0)
         .origin
 }

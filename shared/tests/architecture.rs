@@ -568,24 +568,16 @@ fn product_files() -> Vec<(String, String)> {
         .collect()
 }
 
-/// The redesign's goals, measured from the source: no file over 700 lines outside its tests, no
-/// function over 100 lines, the wall clock read in at most 3 places.
+/// The wall clock is read in at most 3 places: everything else asks the `Clock` port. (The sizes
+/// of functions and their argument lists are clippy's `too_many_lines` and `too_many_arguments`,
+/// set in clippy.toml.)
 #[test]
-fn files_and_functions_stay_small_and_the_wall_clock_is_read_in_few_places() {
-    let mut big = Vec::new();
-    let mut long = Vec::new();
+fn the_wall_clock_is_read_in_few_places() {
     let mut clock_reads = Vec::new();
     for (rel, text) in product_files() {
-        let lines = without_tests(&text);
-        if lines.len() > 700 {
-            big.push(format!("{rel}: {} lines", lines.len()));
-        }
-        let mut i = 0;
-        while i < lines.len() {
-            let line = lines[i];
+        for line in without_tests(&text) {
             let code = line.trim_start();
             if code.starts_with("//") {
-                i += 1;
                 continue;
             }
             for read in ["Utc::now()", "Instant::now()", "SystemTime::now()"] {
@@ -593,41 +585,8 @@ fn files_and_functions_stay_small_and_the_wall_clock_is_read_in_few_places() {
                     clock_reads.push(format!("{rel}: {code}"));
                 }
             }
-            let is_fn = [
-                "fn ",
-                "pub fn ",
-                "async fn ",
-                "pub async fn ",
-                "pub(crate) fn ",
-            ]
-            .iter()
-            .chain(&[
-                "pub(crate) async fn ",
-                "pub(super) fn ",
-                "pub(super) async fn ",
-            ])
-            .any(|p| code.starts_with(p));
-            if is_fn && !code.trim_end().ends_with(';') {
-                let indent = line.len() - code.len();
-                let close = format!("{}}}", " ".repeat(indent));
-                let end = (i + 1..lines.len())
-                    .find(|&j| {
-                        lines[j].starts_with(&close)
-                            && lines[j].len() - lines[j].trim_start().len() == indent
-                    })
-                    .unwrap_or(i);
-                if end + 1 - i > 100 {
-                    long.push(format!("{rel}:{}: {} lines", i + 1, end + 1 - i));
-                }
-            }
-            i += 1;
         }
     }
-    assert!(
-        big.is_empty(),
-        "files over 700 lines outside their tests: {big:?}"
-    );
-    assert!(long.is_empty(), "functions over 100 lines: {long:?}");
     assert!(
         clock_reads.len() <= 3,
         "the wall clock is read in: {clock_reads:#?}"
