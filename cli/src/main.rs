@@ -13,6 +13,8 @@ mod key;
 mod pools;
 mod priorities;
 mod reconcile;
+#[cfg(test)]
+mod reference;
 mod replay;
 mod stores;
 mod text;

@@ -6,6 +6,7 @@ pub mod handler;
 pub mod pipeline;
 pub mod policy;
 pub mod priorities;
+pub mod reference;
 pub mod settings;
 pub mod sweeper;
 pub mod telemetry;

@@ -37,7 +37,7 @@ pub const ENV_POLICY_FILE: &str = "FOREWARN_POLICY_FILE";
 pub const ENV_POLICY_ALLOW: &str = "FOREWARN_POLICY_ALLOW";
 
 /// Every variable the settings read besides the decision core's ([`CONFIG_VARIABLES`]); a
-/// test checks the README's configuration tables name exactly these.
+/// test checks the configuration reference ([`crate::app::reference`]) describes exactly these.
 pub const VARIABLES: &[&str] = &[
     ENV_WEBHOOK_URL,
     ENV_WEBHOOK_TEMPLATE,
@@ -81,7 +81,7 @@ pub const ENV_AWS_MAX_ATTEMPTS: &str = "AWS_MAX_ATTEMPTS";
 pub const ENV_RUST_LOG: &str = "RUST_LOG";
 
 /// The variables of the platform (not `FOREWARN_*`) the settings read, each for what it says
-/// of where forewarn runs. The README names them under its configuration tables.
+/// of where forewarn runs. The configuration reference ([`crate::app::reference`]) says what.
 pub const PLATFORM_VARIABLES: &[&str] = &[
     ENV_LAMBDA_FUNCTION_NAME,
     ENV_HOSTNAME,
@@ -428,7 +428,7 @@ fn kube_rate_limit(vars: Vars) -> Result<Option<(f64, u32)>, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::{BTreeMap, BTreeSet};
+    use std::collections::BTreeMap;
 
     fn settings(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
         let vars: BTreeMap<String, String> = vars
@@ -807,33 +807,5 @@ mod tests {
         )])
         .unwrap();
         assert!(!format!("{s:?}").contains("XXXXsecret"));
-    }
-
-    /// The README's configuration tables document exactly the variables the settings read.
-    #[test]
-    fn the_readme_documents_every_variable() {
-        let readme = include_str!("../../../README.md");
-        let start = readme
-            .find("## Configuration")
-            .expect("README has a Configuration section");
-        let section = &readme[start..];
-        let end = section[3..].find("\n## ").map_or(section.len(), |i| i + 3);
-        // The first cell of each row of a variable: one or more `FOREWARN_...` names.
-        let documented: BTreeSet<String> = section[..end]
-            .lines()
-            .filter(|l| l.starts_with("| `FOREWARN_"))
-            .filter_map(|l| l.split('|').nth(1))
-            .flat_map(|cell| cell.split('`').skip(1).step_by(2))
-            .map(|v| v.split('<').next().unwrap_or(v).to_string())
-            .collect();
-        let read: BTreeSet<String> = Settings::variables()
-            .into_iter()
-            .map(str::to_string)
-            .collect();
-        assert_eq!(documented, read);
-        // The platform's variables the settings read are named there too.
-        for name in PLATFORM_VARIABLES {
-            assert!(section[..end].contains(&format!("`{name}`")), "{name}");
-        }
     }
 }

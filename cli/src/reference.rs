@@ -1,0 +1,34 @@
+//! The command-line reference, `docs/reference/cli.md`: made from the command's clap definition
+//! by `clap-markdown`, so that the page says what `forewarn --help` says. The test fails when the
+//! page is not the one the code makes: `FOREWARN_BLESS=1 cargo test -p forewarn-cli --bin
+//! forewarn reference` writes it anew.
+
+use clap::CommandFactory;
+
+/// The page `docs/reference/cli.md`.
+fn cli_page() -> String {
+    let options = clap_markdown::MarkdownOptions::new()
+        .title("Command-line reference".to_string())
+        .show_footer(false);
+    let help = clap_markdown::help_markdown_command_custom(&super::Cli::command(), &options);
+    format!(
+        "<!-- Generated from the clap definition of the `forewarn` command (cli/src/): run\n     \
+         `FOREWARN_BLESS=1 cargo test -p forewarn-cli --bin forewarn reference` to write this \
+         page. -->\n\n{help}"
+    )
+}
+
+#[test]
+fn the_cli_page_is_current() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/reference/cli.md");
+    let page = cli_page();
+    if std::env::var_os("FOREWARN_BLESS").is_some() {
+        std::fs::write(path, &page).unwrap();
+    }
+    let on_disk = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        on_disk == page,
+        "{path} differs from the command's clap definition: run `FOREWARN_BLESS=1 cargo test \
+         -p forewarn-cli --bin forewarn reference` and commit it"
+    );
+}

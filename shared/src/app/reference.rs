@@ -1,0 +1,486 @@
+//! The configuration reference: every variable [`crate::app::settings`] reads, its default and
+//! what it means, in one table, and the page of the docs site made from it
+//! (`docs/reference/configuration.md`). Tests fail when the table and the settings disagree (a
+//! variable read but not described, or described but not read; a default that is not what an
+//! unset variable gives) and when the page is not the one this module makes:
+//! `FOREWARN_BLESS=1 cargo test -p forewarn-shared --lib reference` writes it anew.
+
+use std::fmt::Write;
+
+/// Who reads a variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readers {
+    /// The Lambda functions and the `forewarn` command alike.
+    All,
+    /// The Lambda functions (the command has flags for these).
+    Functions,
+}
+
+/// One variable of the reference.
+#[derive(Debug, Clone, Copy)]
+pub struct Variable {
+    /// Its name (`FOREWARN_ACTION_<KIND>` stands for one variable per event kind).
+    pub name: &'static str,
+    /// Its default, as the page shows it.
+    pub default: &'static str,
+    /// The value that is the same as leaving it unset, when there is one such value: a test
+    /// sets it and expects the settings of an empty environment.
+    pub default_value: Option<&'static str>,
+    /// What it does.
+    pub meaning: &'static str,
+    pub readers: Readers,
+}
+
+const fn var(
+    name: &'static str,
+    default: &'static str,
+    default_value: Option<&'static str>,
+    meaning: &'static str,
+) -> Variable {
+    Variable {
+        name,
+        default,
+        default_value,
+        meaning,
+        readers: Readers::All,
+    }
+}
+
+const fn function_var(
+    name: &'static str,
+    default: &'static str,
+    default_value: Option<&'static str>,
+    meaning: &'static str,
+) -> Variable {
+    Variable {
+        readers: Readers::Functions,
+        ..var(name, default, default_value, meaning)
+    }
+}
+
+/// Every `FOREWARN_*` variable, in the order the page shows them.
+pub const VARIABLES: &[Variable] = &[
+    var(
+        "FOREWARN_CLUSTER_NAME",
+        "unset",
+        None,
+        "the cluster forewarn acts for; an instance whose tags (`kubernetes.io/cluster/<name>`, \
+         `aws:eks:cluster-name`, `eks:cluster-name`) name only other clusters is never touched. \
+         Unset: no tag check",
+    ),
+    var(
+        "FOREWARN_ACTION_<KIND>",
+        "see [event kinds](../concepts/events.md)",
+        None,
+        "`none`, `cordon`, `cordon-drain` or `delete`; KIND in upper snake case, e.g. \
+         `FOREWARN_ACTION_REBALANCE_RECOMMENDATION=cordon-drain`",
+    ),
+    var(
+        "FOREWARN_DELETE_OWNED_ON",
+        "`spot-interruption`",
+        Some("spot-interruption"),
+        "kinds (comma-separated) for which a node owned by a Karpenter NodeClaim or a Cluster \
+         API Machine is deleted through its owner",
+    ),
+    var(
+        "FOREWARN_UNAVAILABLE_KINDS",
+        "`spot-interruption,capacity-reservation-interruption`",
+        Some("spot-interruption,capacity-reservation-interruption"),
+        "kinds that mark their pool unavailable; every kind counts in the pool's history",
+    ),
+    var(
+        "FOREWARN_SURGE",
+        "`spot-interruption,capacity-reservation-interruption`",
+        Some("spot-interruption,capacity-reservation-interruption"),
+        "kinds whose drains create placeholder pods first and evict each pod once its \
+         placeholder runs elsewhere (there is room), or at its latest safe time; blank: none, \
+         every pod evicted at once. Needs `infra/k8s/placeholders.yaml` (Kubernetes 1.30 or \
+         later), which `forewarn deploy --kube` applies: see \
+         [replacement capacity](../concepts/replacement-capacity.md)",
+    ),
+    var(
+        "FOREWARN_POOL_TTL",
+        "`1h`",
+        Some("1h"),
+        "how long a pool stays unavailable after an event (`90s`, `15m`, `1h30m`)",
+    ),
+    var(
+        "FOREWARN_TAINT_KEY",
+        "`forewarn.io/interruption`",
+        Some("forewarn.io/interruption"),
+        "the taint put on cordoned nodes; its value is the event kind",
+    ),
+    var(
+        "FOREWARN_TAINT_EFFECT",
+        "`NoSchedule`",
+        Some("NoSchedule"),
+        "`NoSchedule`, `PreferNoSchedule` or `NoExecute`",
+    ),
+    var(
+        "FOREWARN_EXCLUDE_FROM_LB",
+        "`true`",
+        Some("true"),
+        "label cordoned nodes `node.kubernetes.io/exclude-from-external-load-balancers`",
+    ),
+    var(
+        "FOREWARN_INTERRUPTION_NOTICE",
+        "`120s`",
+        Some("120s"),
+        "the warning a spot or reservation interruption gives",
+    ),
+    var(
+        "FOREWARN_DEADLINE_MARGIN",
+        "`15s`",
+        Some("15s"),
+        "drains end this long before the instance goes",
+    ),
+    var(
+        "FOREWARN_DRAIN_TIMEOUT",
+        "`5m`",
+        Some("5m"),
+        "drain deadline after the event time for events that give none",
+    ),
+    var(
+        "FOREWARN_LAUNCH_TIMEOUT",
+        "`10m`",
+        Some("10m"),
+        "how long after a launch lifecycle action forewarn checks whether the instance's node is \
+         Ready (keeping the hook alive with heartbeats); past it the hook is left to its own \
+         timeout and default result",
+    ),
+    var(
+        "FOREWARN_IMPAIRED_AFTER",
+        "`5m`",
+        Some("5m"),
+        "the sweeper plans `impaired` for an instance whose EC2 status check has failed for this \
+         long (its `ImpairedSince`): with the default `rate(5 minutes)` sweep, one seen impaired \
+         at two consecutive sweeps",
+    ),
+    var(
+        "FOREWARN_COMPLETE_LIFECYCLE_ACTION",
+        "`true`",
+        Some("true"),
+        "complete the ASG lifecycle action after the drain — only for an instance tagged for \
+         this cluster or running one of its nodes",
+    ),
+    var(
+        "FOREWARN_LIFECYCLE_HOOKS",
+        "any hook",
+        None,
+        "comma-separated lifecycle hook names forewarn answers (completes and heartbeats); \
+         unset: any hook of this cluster's instances. Others are left to their owners",
+    ),
+    var(
+        "FOREWARN_WEBHOOK_URL",
+        "unset",
+        None,
+        "post one JSON message per node action to this `https://` URL (a Slack incoming webhook, \
+         ...); see [telemetry](telemetry.md#webhook). The URL is a secret: logs and errors show \
+         its host only",
+    ),
+    var(
+        "FOREWARN_WEBHOOK_TEMPLATE",
+        "Slack `{\"text\": ...}`",
+        None,
+        "the message: a JSON object with `{{field}}` placeholders in its strings",
+    ),
+    var(
+        "FOREWARN_WEBHOOK_ALLOW_HTTP",
+        "`false`",
+        Some("false"),
+        "`true` allows an `http://` webhook URL (the URL and the messages then cross the network \
+         in clear text); without it an `http://` URL is a configuration error",
+    ),
+    var(
+        "FOREWARN_STATE_DIR",
+        "`$XDG_STATE_HOME/forewarn`, else `~/.local/state/forewarn`",
+        None,
+        "the embedded pool store's folder",
+    ),
+    var(
+        "FOREWARN_TABLE",
+        "unset",
+        None,
+        "the DynamoDB pool table (selects the DynamoDB store)",
+    ),
+    var(
+        "FOREWARN_EKS_CLUSTER",
+        "unset",
+        None,
+        "connect to this EKS cluster with an IAM token (the Lambda case); otherwise kubeconfig \
+         inference",
+    ),
+    var(
+        "FOREWARN_CLUSTER_ENDPOINT",
+        "unset",
+        None,
+        "the EKS API endpoint; unset: from `eks:DescribeCluster`",
+    ),
+    var(
+        "FOREWARN_CLUSTER_CA",
+        "unset",
+        None,
+        "the EKS API's CA (base64 PEM); unset: from `eks:DescribeCluster`",
+    ),
+    var(
+        "FOREWARN_EVICTION_PARALLELISM",
+        "`8`",
+        Some("8"),
+        "evictions in flight at once per drain (1–100)",
+    ),
+    var(
+        "FOREWARN_KUBE_QPS",
+        "unset (no limit)",
+        None,
+        "client-side rate limit of the Kubernetes API calls of one process, in requests per \
+         second, like client-go's QPS. Each Lambda execution environment is a process with its \
+         own limit: set it to the API server's share for forewarn divided by the function's \
+         concurrency (e.g. `20` for 200 requests/s and 10 invocations at once); a 429's \
+         `Retry-After` then holds back every call until it has passed. Two lanes: node reads, \
+         cordons, deletes and Events go before the drains' evictions and pod lists, so a mass \
+         interruption's cordons do not queue behind evictions",
+    ),
+    var(
+        "FOREWARN_KUBE_BURST",
+        "the QPS rounded up",
+        None,
+        "the burst of that rate limit, like client-go's Burst (e.g. `2`)",
+    ),
+    var(
+        "FOREWARN_DRAIN_PASS_INTERVAL",
+        "`5s`",
+        Some("5s"),
+        "the delay between two passes of a drain that does not wait (1 s to 900 s, or `off`). \
+         The handler's first pass over a warning cordons and taints the node and returns; the \
+         drain — evictions, pods still terminating, evictions a budget refused, the lifecycle \
+         action — is carried on by messages it queues (`sqs:SendMessage`): the first at once, \
+         the next ones with this delay, until the node is empty or the drain's deadline passes. \
+         `off`: the same passes run inside the invocation, 5 s apart, after every event of the \
+         batch has had its first pass, as `forewarn replay` does",
+    ),
+    var(
+        "FOREWARN_POLICY_ALLOW",
+        "every action but `delete` and `none`",
+        None,
+        "the actions a rule of the policy ConfigMap may ask: names separated by commas or spaces \
+         (`none`, `cordon`, `cordon-drain`, `delete`, `cordon-for`, `adaptive`), or `all`; a \
+         rule asking another is refused and its nodes keep the defaults (see \
+         [policies](../concepts/policies.md)). Not applied to `FOREWARN_POLICY_FILE`",
+    ),
+    var(
+        "FOREWARN_POLICY_FILE",
+        "unset",
+        None,
+        "a policy per node group (YAML, see [policies](../concepts/policies.md)): a matching \
+         rule's action for a kind replaces `FOREWARN_ACTION_<KIND>` on that node. A file that \
+         cannot be read or a policy that does not parse stops the function at its start, naming \
+         the field",
+    ),
+    var(
+        "FOREWARN_LOG",
+        "`warn` (command), `info` (functions)",
+        None,
+        "log filter (`tracing` env-filter syntax); unset: `RUST_LOG`, else the default",
+    ),
+    var(
+        "FOREWARN_PRIORITY_HOT_SHARE",
+        "`1` (every pool)",
+        Some("1"),
+        "the share of a node group's pools (type × zone) that must be unavailable for it to be \
+         demoted in the priority expander: `0.5`, `50%`, ... in (0, 1] (`forewarn priorities \
+         --hot-share` wins)",
+    ),
+    var(
+        "FOREWARN_PRIORITY_TAKE_OVER",
+        "`false`",
+        Some("false"),
+        "overwrite a `cluster-autoscaler-priority-expander` ConfigMap forewarn did not create \
+         (`forewarn priorities --take-over`)",
+    ),
+    function_var(
+        "FOREWARN_DRY_RUN",
+        "`false` (`true` under `cargo lambda watch`)",
+        None,
+        "plan and report, write nothing: no cluster action, no table write",
+    ),
+    function_var(
+        "FOREWARN_INSTANCES_FILE",
+        "unset",
+        None,
+        "plan against a `describe-instances` capture instead of EC2",
+    ),
+    function_var(
+        "FOREWARN_CLUSTER_STATE_FILE",
+        "unset",
+        None,
+        "plan against a `kubectl get nodes,pods -A -o json` capture instead of the cluster \
+         (never acts)",
+    ),
+    function_var(
+        "FOREWARN_CONCURRENCY",
+        "`8`",
+        Some("8"),
+        "events of distinct instances handled at once in a batch (events of one instance run in \
+         event-time order)",
+    ),
+    function_var(
+        "FOREWARN_SAFETY_MARGIN",
+        "`3s`",
+        Some("3s"),
+        "work stops this long before the Lambda's deadline; what is not done is reported failed \
+         and comes back",
+    ),
+    function_var(
+        "FOREWARN_PRIORITIES",
+        "`true`",
+        Some("true"),
+        "the pool sweeper updates the Cluster Autoscaler's priority expander after each sweep \
+         (with a live cluster; nothing without base priorities)",
+    ),
+];
+
+/// The platform's variables forewarn reads, and what it makes of each.
+pub const PLATFORM: &[(&str, &str)] = &[
+    (
+        "AWS_LAMBDA_FUNCTION_NAME",
+        "set, forewarn runs as a Lambda function: it writes EMF metrics, and names the Kubernetes \
+         Events' reporting instance after the function",
+    ),
+    ("HOSTNAME", "the Events' reporting instance otherwise"),
+    (
+        "KUBECONFIG",
+        "a cluster is in reach without `FOREWARN_EKS_CLUSTER` (kubeconfig inference)",
+    ),
+    (
+        "KUBERNETES_SERVICE_HOST",
+        "a cluster is in reach without `FOREWARN_EKS_CLUSTER` (in a pod)",
+    ),
+    (
+        "XDG_STATE_HOME",
+        "the default `FOREWARN_STATE_DIR` (an absolute path only)",
+    ),
+    ("HOME", "the default `FOREWARN_STATE_DIR` otherwise"),
+    (
+        "AWS_MAX_ATTEMPTS",
+        "set, the AWS SDK's attempts per request are left as it says; otherwise 5",
+    ),
+    ("RUST_LOG", "the log filter when `FOREWARN_LOG` is unset"),
+];
+
+const HEADER: &str = "\
+# Configuration
+
+<!-- Generated from shared/src/app/reference.rs: edit the table there, then run
+     `FOREWARN_BLESS=1 cargo test -p forewarn-shared --lib reference` to write this page. -->
+
+forewarn is configured by environment variables: the stack sets them on the Lambda functions
+(see [deploy](../how-to/deploy.md)), and the `forewarn` command reads the same ones, its flags
+winning where given. Every variable is read in one place, `shared/src/app/settings.rs`.
+";
+
+const VALUES: &str = "\
+## Values
+
+A variable set blank (empty, or spaces) counts as unset, and takes its default — except
+`FOREWARN_DELETE_OWNED_ON`, `FOREWARN_UNAVAILABLE_KINDS` and `FOREWARN_SURGE`, where a blank
+value names no kind. Every boolean variable takes the same words, in any case: `true`, `1`,
+`yes`, `on` and `false`, `0`, `no`, `off`. A duration (`90`, `90s`, `15m`, `1h30m`, `2d`) is at
+most 10 years. A bad value stops the function or the command with a message naming the variable
+and the value (the webhook URL's host only: the URL is a secret).
+";
+
+/// The page `docs/reference/configuration.md`.
+pub fn configuration_page() -> String {
+    let mut page = String::from(HEADER);
+    for (title, readers) in [
+        ("## Variables", Readers::All),
+        (
+            "## Variables of the Lambda functions\n\nThe command has flags for these.",
+            Readers::Functions,
+        ),
+    ] {
+        page.push('\n');
+        page.push_str(title);
+        page.push_str("\n\n| variable | default | meaning |\n|---|---|---|\n");
+        for v in VARIABLES.iter().filter(|v| v.readers == readers) {
+            let _ = writeln!(page, "| `{}` | {} | {} |", v.name, v.default, v.meaning);
+        }
+    }
+    page.push('\n');
+    page.push_str(VALUES);
+    page.push_str(
+        "\n## The platform's variables\n\nforewarn reads these too; the AWS SDK and kube read \
+         the rest of their own (`AWS_REGION`, `AWS_PROFILE`, `AWS_ENDPOINT_URL`, ...).\n\n\
+         | variable | what forewarn makes of it |\n|---|---|\n",
+    );
+    for (name, meaning) in PLATFORM {
+        let _ = writeln!(page, "| `{name}` | {meaning} |");
+    }
+    page
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use super::*;
+    use crate::app::settings::{PLATFORM_VARIABLES, Settings};
+
+    fn settings(vars: &[(&str, &str)]) -> String {
+        let vars: BTreeMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let settings = Settings::from_lookup(|name| vars.get(name).cloned())
+            .unwrap_or_else(|e| panic!("{vars:?}: {e}"));
+        format!("{settings:?}")
+    }
+
+    /// The table names exactly the variables the settings read.
+    #[test]
+    fn the_reference_names_every_variable_read() {
+        let described: BTreeSet<&str> = VARIABLES
+            .iter()
+            .map(|v| v.name.split('<').next().unwrap_or(v.name))
+            .collect();
+        let read: BTreeSet<&str> = Settings::variables().into_iter().collect();
+        assert_eq!(described, read);
+        let platform: BTreeSet<&str> = PLATFORM.iter().map(|(n, _)| *n).collect();
+        assert_eq!(platform, PLATFORM_VARIABLES.iter().copied().collect());
+    }
+
+    /// Each default the page states as a value is what an unset variable gives.
+    #[test]
+    fn every_stated_default_is_the_default() {
+        let unset = settings(&[]);
+        for v in VARIABLES {
+            if let Some(value) = v.default_value {
+                assert_eq!(
+                    settings(&[(v.name, value)]),
+                    unset,
+                    "{} is documented to default to {value}",
+                    v.name
+                );
+            }
+        }
+    }
+
+    /// docs/reference/configuration.md is the page this module makes.
+    #[test]
+    fn the_configuration_page_is_current() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/reference/configuration.md"
+        );
+        let page = configuration_page();
+        if std::env::var_os("FOREWARN_BLESS").is_some() {
+            std::fs::write(path, &page).unwrap();
+        }
+        let on_disk = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            on_disk == page,
+            "{path} differs from the reference in shared/src/app/reference.rs: run \
+             `FOREWARN_BLESS=1 cargo test -p forewarn-shared --lib reference` and commit it"
+        );
+    }
+}
