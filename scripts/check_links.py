@@ -6,6 +6,8 @@
    Markdown file it points to (GitHub's heading slugs) or, with no path, of the file itself.
 2. Page lengths: no page under docs/ and not CONTRIBUTING.md over 400 lines, README.md not over
    250.
+3. The architecture diagram: the ```mermaid block of README.md and that of docs/index.md (the
+   site's home) are the same, so that the two drawings cannot drift apart.
 
 Usage: check_links.py [ROOT]. Prints one line per problem and exits 1 when there is any.
 Needs nothing but the standard library, and no network.
@@ -120,8 +122,23 @@ def check_lengths():
     return problems
 
 
+def mermaid(name):
+    with open(os.path.join(ROOT, name), encoding="utf-8") as f:
+        m = re.search(r"^```mermaid\n(.*?)^```", f.read(), re.M | re.S)
+    return m.group(1) if m else None
+
+
+def check_diagram():
+    readme, home = mermaid("README.md"), mermaid(os.path.join("docs", "index.md"))
+    if readme is None or home is None:
+        return ["README.md and docs/index.md must each hold the architecture diagram (a ```mermaid block)"]
+    if readme != home:
+        return ["the ```mermaid diagrams of README.md and docs/index.md differ: change both alike"]
+    return []
+
+
 def main():
-    problems = []
+    problems = check_diagram()
     for name in OUTSIDE:
         if os.path.exists(os.path.join(ROOT, name)):
             problems += check_links(name)
@@ -133,7 +150,7 @@ def main():
     if problems:
         print(f"docs: {len(problems)} problem(s)", file=sys.stderr)
         return 1
-    print("docs: the links of " + ", ".join(OUTSIDE) + " resolve; every page is within its length")
+    print("docs: the links of " + ", ".join(OUTSIDE) + " resolve; every page is within its length; the diagrams agree")
     return 0
 
 

@@ -6,7 +6,8 @@
 #      (mkdocs.yml's `validation:`, every warning an error under --strict);
 #   2. checks the relative links and #anchors of README.md and CONTRIBUTING.md, which live
 #      outside docs/ where MkDocs does not look (scripts/check_links.py, GitHub's heading slugs);
-#   3. fails when a page under docs/ or CONTRIBUTING.md is over 400 lines, or README.md over 250.
+#   3. fails when a page under docs/ or CONTRIBUTING.md is over 400 lines, or README.md over 250,
+#      and when the architecture diagrams (```mermaid) of README.md and docs/index.md differ.
 # MkDocs comes from .venv (scripts/venv.sh installs the pinned requirements.txt), else from PATH.
 #
 #   scripts/docs.sh                     # the check
