@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite, in stages, each timed:
 #
-#   tools    the pinned tools of requirements.txt (moto server, cfn-lint, awscli, cargo-lambda)
-#            into .venv, when missing or out of date;
+#   tools    the pinned tools of requirements.txt (moto server, cfn-lint, awscli, cargo-lambda,
+#            MkDocs with its theme and plugin) into .venv, when missing or out of date;
+#   docs     the documentation, checked offline in seconds (scripts/docs.sh): the site of
+#            mkdocs.yml built from docs/ with `mkdocs build --strict` into a temporary directory
+#            (a broken link or anchor fails it), the relative links and anchors of README.md and
+#            CONTRIBUTING.md, and the pages' lengths (docs/ and CONTRIBUTING.md at most 400
+#            lines, README.md 250);
 #   build    every test of the workspace, built (nothing run yet);
 #   lambda   both Lambda functions built by cargo-lambda for x86_64 in the dev profile, which is
 #            what the deploy tests (tests/tests/lambda_deploy.rs, and cli/tests/deploy.rs through
@@ -62,6 +67,7 @@ tests() {
 
 stage tools bash scripts/venv.sh
 tools_ok=$?
+stage docs bash scripts/docs.sh
 stage build cargo test --workspace --locked --no-run
 build_ok=$?
 stage lambda cargo lambda build --x86-64 --compiler cargo -p interruption-handler -p pool-sweeper \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates .venv with the pinned tools of requirements.txt, unless it is already there and current.
-# Sourced by scripts/test.sh; run it directly to get the tools (moto_server, cfn-lint, aws,
+# Sourced by scripts/test.sh; run it directly to get the tools (moto_server, cfn-lint, aws, mkdocs,
 # cargo-lambda) for your own use: `scripts/venv.sh && export PATH="$PWD/.venv/bin:$PATH"`.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
