@@ -4,7 +4,7 @@
 //! `HandlerEnvFile`, the sweeper's through `--env-var` from `SweeperEnvVars`), then the stack
 //! again with `FunctionsDeployed=true`, which wires the event source mapping.
 //!
-//! The functions must have been built with `cargo lambda build --x86-64` (the README's test
+//! The functions must have been built with `cargo lambda build --x86-64` (the test
 //! command, scripts/test.sh, does it first, in the dev profile: the deploy does not depend on the
 //! profile, and the release build is docs/deploy.md's; this machine cannot fetch the aarch64
 //! standard library, so the arm64 build is configured and documented but not run here). moto's

@@ -96,7 +96,7 @@ pub const VARIABLES: &[Variable] = &[
          placeholder runs elsewhere (there is room), or at its latest safe time; blank: none, \
          every pod evicted at once. Needs `infra/k8s/placeholders.yaml` (Kubernetes 1.30 or \
          later), which `forewarn deploy --kube` applies: see \
-         [replacement capacity](../concepts/replacement-capacity.md)",
+         [replacement capacity](../concepts/surge.md)",
     ),
     var(
         "FOREWARN_POOL_TTL",
@@ -175,7 +175,7 @@ pub const VARIABLES: &[Variable] = &[
         "unset",
         None,
         "post one JSON message per node action to this `https://` URL (a Slack incoming webhook, \
-         ...); see [telemetry](telemetry.md#webhook). The URL is a secret: logs and errors show \
+         ...); see [telemetry](../telemetry.md#webhook). The URL is a secret: logs and errors show \
          its host only",
     ),
     var(
@@ -374,7 +374,7 @@ const HEADER: &str = "\
      `FOREWARN_BLESS=1 cargo test -p forewarn-shared --lib reference` to write this page. -->
 
 forewarn is configured by environment variables: the stack sets them on the Lambda functions
-(see [deploy](../how-to/deploy.md)), and the `forewarn` command reads the same ones, its flags
+(see [deploy](../deploy.md)), and the `forewarn` command reads the same ones, its flags
 winning where given. Every variable is read in one place, `shared/src/app/settings.rs`.
 ";
 

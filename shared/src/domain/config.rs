@@ -1,4 +1,4 @@
-//! Configuration, read from environment variables (documented in the README).
+//! Configuration, read from environment variables (documented in docs/reference/configuration.md, made from `crate::app::reference`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -175,7 +175,7 @@ impl Default for Config {
                 EventKind::CapacityReservationInterruption,
             ]),
             // The warnings whose instance goes at a known time (issue 27): the capacity
-            // benchmark meets its goals at 1,000 nodes (docs/benchmarks.md, *Replacement
+            // benchmark meets its goals at 1,000 nodes (docs/benchmarks/capacity.md, *Replacement
             // capacity*). The grant is infra/k8s/placeholders.yaml, which `forewarn deploy`
             // applies on Kubernetes 1.30 and later; without it every placeholder is refused and
             // its pod evicted at once, as without surge.

@@ -266,7 +266,7 @@ rebalance:
 "#;
 
     #[test]
-    fn the_readme_example_reads() {
+    fn the_documented_example_reads() {
         let p = Policy::parse(EXAMPLE).unwrap();
         assert_eq!(p.rules.len(), 2);
         assert_eq!(p.rules[0].name, "batch");
@@ -281,10 +281,10 @@ rebalance:
         );
         assert_eq!(p.adaptive, Adaptive::default());
         assert!(p.uses_adaptive());
-        let readme = include_str!("../../../../README.md");
+        let page = include_str!("../../../../docs/concepts/policies.md");
         assert!(
-            readme.contains(EXAMPLE.trim()),
-            "the README's Policies section shows this example"
+            page.contains(EXAMPLE.trim()),
+            "docs/concepts/policies.md shows this example"
         );
     }
 
