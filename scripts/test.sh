@@ -23,7 +23,8 @@
 #            0.13.1 is used when there is one, else it is installed into .tools);
 #   test     every test of the workspace (cargo test --no-fail-fast: every binary runs).
 #
-# The tests and the Lambda build share one target triple (CARGO_BUILD_TARGET below) and, through
+# The tools and docs stages run in the background while the build stage runs (their times
+# overlap it; the total is the wall clock). The tests and the Lambda build share one target triple (CARGO_BUILD_TARGET below) and, through
 # the functions' `unify-test-features` feature (tests/unify-features), one set of dependency
 # features: the functions' build reuses every dependency the tests' build made. A failed stage
 # does not stop the later ones (but a failed build of the tests does stop the test stage). At the
@@ -36,7 +37,7 @@ cd "$root"
 export CARGO_BUILD_TARGET=x86_64-unknown-linux-gnu
 export PATH="$root/.venv/bin:$PATH"
 log="$(mktemp -t forewarn-test.XXXXXX)"
-trap 'rm -f "$log"' EXIT
+trap 'rm -rf "$log" "${bg_dir:-}"' EXIT
 
 names=()
 secs=()
@@ -65,11 +66,43 @@ tests() {
     cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log"
 }
 
-stage tools bash scripts/venv.sh
-tools_ok=$?
-stage docs bash scripts/docs.sh
+# bg_stage NAME COMMAND...: runs COMMAND in the background's sequence, its output kept in a file;
+# join_stage NAME shows that output and records the stage as `stage` does.
+bg_dir="$(mktemp -d -t forewarn-bg.XXXXXX)"
+bg_stage() {
+    local name="$1" began=$SECONDS status=0
+    shift
+    "$@" >"$bg_dir/$name.out" 2>&1 || status=$?
+    echo "$((SECONDS - began)) $status" >"$bg_dir/$name.result"
+}
+join_stage() {
+    local name="$1" took=0 status=1
+    echo "==> $name (ran beside the build):" >&2
+    cat "$bg_dir/$name.out" >&2 2>/dev/null
+    read -r took status <"$bg_dir/$name.result" 2>/dev/null
+    names+=("$name")
+    secs+=("$took")
+    if [ "$status" -eq 0 ]; then
+        states+=("ok")
+    else
+        states+=("failed (exit $status)")
+        stage_failures=$((stage_failures + 1))
+    fi
+    return "$status"
+}
+
+# The tools (mostly downloads) and the docs check (seconds) run while the tests build.
+(
+    bg_stage tools bash scripts/venv.sh
+    bg_stage docs bash scripts/docs.sh
+) &
+background=$!
 stage build cargo test --workspace --locked --no-run
 build_ok=$?
+wait "$background"
+join_stage tools
+tools_ok=$?
+join_stage docs
 stage lambda cargo lambda build --x86-64 --compiler cargo -p interruption-handler -p pool-sweeper \
     --features interruption-handler/unify-test-features,pool-sweeper/unify-test-features
 lint() {
