@@ -45,21 +45,26 @@ states=()
 stage_failures=0
 start_all=$SECONDS
 
+# record NAME SECONDS STATUS: a stage's line of the summary; a failure is counted.
+record() {
+    names+=("$1")
+    secs+=("$2")
+    if [ "$3" -eq 0 ]; then
+        states+=("ok")
+    else
+        states+=("failed (exit $3)")
+        stage_failures=$((stage_failures + 1))
+    fi
+    return "$3"
+}
+
 # stage NAME COMMAND...: runs COMMAND, records its time and whether it passed.
 stage() {
     local name="$1" began=$SECONDS status=0
     shift
     echo "==> $name: $*" >&2
     "$@" || status=$?
-    names+=("$name")
-    secs+=($((SECONDS - began)))
-    if [ "$status" -eq 0 ]; then
-        states+=("ok")
-    else
-        states+=("failed (exit $status)")
-        stage_failures=$((stage_failures + 1))
-    fi
-    return "$status"
+    record "$name" $((SECONDS - began)) "$status"
 }
 
 tests() {
@@ -80,15 +85,7 @@ join_stage() {
     echo "==> $name (ran beside the build):" >&2
     cat "$bg_dir/$name.out" >&2 2>/dev/null
     read -r took status <"$bg_dir/$name.result" 2>/dev/null
-    names+=("$name")
-    secs+=("$took")
-    if [ "$status" -eq 0 ]; then
-        states+=("ok")
-    else
-        states+=("failed (exit $status)")
-        stage_failures=$((stage_failures + 1))
-    fi
-    return "$status"
+    record "$name" "$took" "$status"
 }
 
 # The tools (mostly downloads) and the docs check (seconds) run while the tests build.

@@ -21,14 +21,8 @@ fn cli_page() -> String {
 #[test]
 fn the_cli_page_is_current() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/reference/cli.md");
-    let page = cli_page();
-    if std::env::var_os("FOREWARN_BLESS").is_some() {
-        std::fs::write(path, &page).unwrap();
+    let bless = "cargo test -p forewarn-cli --bin forewarn reference";
+    if let Err(e) = forewarn::app::reference::check_generated_page(path, &cli_page(), bless) {
+        panic!("{e}");
     }
-    let on_disk = std::fs::read_to_string(path).unwrap_or_default();
-    assert!(
-        on_disk == page,
-        "{path} differs from the command's clap definition: run `FOREWARN_BLESS=1 cargo test \
-         -p forewarn-cli --bin forewarn reference` and commit it"
-    );
 }

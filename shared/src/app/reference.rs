@@ -46,15 +46,13 @@ const fn var(
     }
 }
 
-const fn function_var(
-    name: &'static str,
-    default: &'static str,
-    default_value: Option<&'static str>,
-    meaning: &'static str,
-) -> Variable {
-    Variable {
-        readers: Readers::Functions,
-        ..var(name, default, default_value, meaning)
+impl Variable {
+    /// The same variable, read by the Lambda functions only.
+    const fn functions_only(self) -> Variable {
+        Variable {
+            readers: Readers::Functions,
+            ..self
+        }
     }
 }
 
@@ -297,46 +295,52 @@ pub const VARIABLES: &[Variable] = &[
         "overwrite a `cluster-autoscaler-priority-expander` ConfigMap forewarn did not create \
          (`forewarn priorities --take-over`)",
     ),
-    function_var(
+    var(
         "FOREWARN_DRY_RUN",
         "`false` (`true` under `cargo lambda watch`)",
         None,
         "plan and report, write nothing: no cluster action, no table write",
-    ),
-    function_var(
+    )
+    .functions_only(),
+    var(
         "FOREWARN_INSTANCES_FILE",
         "unset",
         None,
         "plan against a `describe-instances` capture instead of EC2",
-    ),
-    function_var(
+    )
+    .functions_only(),
+    var(
         "FOREWARN_CLUSTER_STATE_FILE",
         "unset",
         None,
         "plan against a `kubectl get nodes,pods -A -o json` capture instead of the cluster \
          (never acts)",
-    ),
-    function_var(
+    )
+    .functions_only(),
+    var(
         "FOREWARN_CONCURRENCY",
         "`8`",
         Some("8"),
         "events of distinct instances handled at once in a batch (events of one instance run in \
          event-time order)",
-    ),
-    function_var(
+    )
+    .functions_only(),
+    var(
         "FOREWARN_SAFETY_MARGIN",
         "`3s`",
         Some("3s"),
         "work stops this long before the Lambda's deadline; what is not done is reported failed \
          and comes back",
-    ),
-    function_var(
+    )
+    .functions_only(),
+    var(
         "FOREWARN_PRIORITIES",
         "`true`",
         Some("true"),
         "the pool sweeper updates the Cluster Autoscaler's priority expander after each sweep \
          (with a live cluster; nothing without base priorities)",
-    ),
+    )
+    .functions_only(),
 ];
 
 /// The platform's variables forewarn reads, and what it makes of each.
@@ -419,6 +423,41 @@ pub fn configuration_page() -> String {
     page
 }
 
+/// A generated page that is not what the code makes of it.
+#[derive(Debug, thiserror::Error)]
+pub enum PageError {
+    #[error("cannot write {path}")]
+    Write {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "{path} is not what the code makes of it: run `FOREWARN_BLESS=1 {bless}` and commit it"
+    )]
+    Stale { path: String, bless: String },
+}
+
+/// Whether the generated page at `path` is `page`; with `FOREWARN_BLESS` set, writes it first.
+/// The tests of generated pages (this one's and the command line's) call it; the error says
+/// how to make the page current (`bless`: the command that writes it).
+pub fn check_generated_page(path: &str, page: &str, bless: &str) -> Result<(), PageError> {
+    if std::env::var_os("FOREWARN_BLESS").is_some() {
+        std::fs::write(path, page).map_err(|source| PageError::Write {
+            path: path.to_string(),
+            source,
+        })?;
+    }
+    if std::fs::read_to_string(path).is_ok_and(|on_disk| on_disk == page) {
+        Ok(())
+    } else {
+        Err(PageError::Stale {
+            path: path.to_string(),
+            bless: bless.to_string(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::{BTreeMap, BTreeSet};
@@ -472,15 +511,9 @@ mod tests {
             env!("CARGO_MANIFEST_DIR"),
             "/../docs/reference/configuration.md"
         );
-        let page = configuration_page();
-        if std::env::var_os("FOREWARN_BLESS").is_some() {
-            std::fs::write(path, &page).unwrap();
+        let bless = "cargo test -p forewarn-shared --lib reference";
+        if let Err(e) = check_generated_page(path, &configuration_page(), bless) {
+            panic!("{e}");
         }
-        let on_disk = std::fs::read_to_string(path).unwrap_or_default();
-        assert!(
-            on_disk == page,
-            "{path} differs from the reference in shared/src/app/reference.rs: run \
-             `FOREWARN_BLESS=1 cargo test -p forewarn-shared --lib reference` and commit it"
-        );
     }
 }
