@@ -86,17 +86,7 @@ fn a_key_rotation_in_the_middle_of_a_drain_loses_nothing() {
         let old = continuation(&world, &warning, |_| {}, None).await;
         world.send(std::slice::from_ref(&warning.text)).await;
         // The first pass only: cordoned, its continuation queued (signed with key 1).
-        let started = drain_within(
-            &world.sqs,
-            &world.queue_url,
-            &world.queue_arn,
-            &world.handler,
-            BATCH,
-            1,
-            None,
-        )
-        .await
-        .unwrap();
+        let started = drain_within(world.mapping(), BATCH, 1, None).await.unwrap();
         assert_eq!(started.reports.len(), 1, "{started:#?}");
         assert_eq!(world.cordons().len(), 1);
         assert!(

@@ -38,17 +38,9 @@ fn lambda_time_running_out_mid_batch_returns_the_rest_applied_once_later() {
         // takes two after the batch's lookup, so four events one at a time cannot finish within
         // 1.5 s.
         world.fake.set_latency(Duration::from_millis(600));
-        let cut = drain_within(
-            &world.sqs,
-            &world.queue_url,
-            &world.queue_arn,
-            &world.handler,
-            BATCH,
-            1,
-            Some(Duration::from_millis(1500)),
-        )
-        .await
-        .unwrap();
+        let cut = drain_within(world.mapping(), BATCH, 1, Some(Duration::from_millis(1500)))
+            .await
+            .unwrap();
         assert_eq!(cut.batches, 1);
         assert_eq!(cut.reports.len(), bodies.len());
         assert!(cut.returned >= 1, "{:#?}", cut.reports);

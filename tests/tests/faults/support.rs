@@ -26,7 +26,7 @@ use forewarn::ports::PoolStore;
 use forewarn_tests::ec2::{Launch, Launched as Instance, any_image, launch};
 use forewarn_tests::moto::{create_pool_table, shared, unique_name};
 use forewarn_tests::proxy::AwsProxy;
-use forewarn_tests::sqs::{Drained, drain_patiently, drain_within};
+use forewarn_tests::sqs::{Drained, Mapping, drain_patiently, drain_within};
 use kube_fake::{KubeFake, Method};
 use serde_json::{Value, json};
 
@@ -223,17 +223,9 @@ impl World {
     /// Drains the queue (each batch given `budget` when set) and checks that the run's counts
     /// account for every message received.
     pub(crate) async fn drain(&self, batch: i32, budget: Option<Duration>) -> Drained {
-        let drained = drain_within(
-            &self.sqs,
-            &self.queue_url,
-            &self.queue_arn,
-            &self.handler,
-            batch,
-            200,
-            budget,
-        )
-        .await
-        .expect("draining the queue");
+        let drained = drain_within(self.mapping(), batch, 200, budget)
+            .await
+            .expect("draining the queue");
         let tally = Tally::of(&drained.reports);
         assert_eq!(
             drained.deleted + drained.returned,
@@ -250,18 +242,19 @@ impl World {
     /// Drains the queue, waiting at most `patience` in all for messages in flight to come back
     /// (a message left to the queue's 900 s visibility timeout is then still in flight).
     pub(crate) async fn drain_briefly(&self, patience: Duration) -> Drained {
-        drain_patiently(
-            &self.sqs,
-            &self.queue_url,
-            &self.queue_arn,
-            &self.handler,
-            BATCH,
-            200,
-            None,
-            patience,
-        )
-        .await
-        .expect("draining the queue")
+        drain_patiently(self.mapping(), BATCH, 200, None, patience)
+            .await
+            .expect("draining the queue")
+    }
+
+    /// The event queue and this world's handler, as the event source mapping joins them.
+    pub(crate) fn mapping(&self) -> Mapping<'_> {
+        Mapping {
+            sqs: &self.sqs,
+            queue_url: &self.queue_url,
+            queue_arn: &self.queue_arn,
+            handler: &self.handler,
+        }
     }
 
     /// Every body in a queue, taking them out (the DLQ after a scenario).

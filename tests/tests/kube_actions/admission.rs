@@ -58,38 +58,8 @@ fn as_forewarn_under(w: &mut World, file: &str, group: &str) {
 /// a probe, a lifecycle hook, a service account, a delete of a tenant's pod — is denied.
 #[tokio::test]
 async fn placeholders_pass_the_admission_policy_and_nothing_else_forewarns_groups_send_does() {
-    let fake = KubeFake::builder().admission_policies().start().await;
-    let mut w = World::on(fake);
-    w.fake.insert(node(NODE, ID));
-    w.fake.insert(node(OTHER_NODE, OTHER_ID));
-    w.config.surge_kinds = forewarn::domain::surge::SURGE_KINDS.into();
-    let mut web = pod_object("default", "web-1", NODE, "web", "ReplicaSet");
-    web["spec"]["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}]}});
-    web["spec"]["tolerations"] = json!([{"operator": "Exists"}]);
-    w.fake.insert(web);
-    for group in ["forewarn-handler", "forewarn-sweeper"] {
-        as_forewarn_under_the_policy(&mut w, group);
-        let plan = w
-            .plan(&event(
-                EventKind::SpotInterruption,
-                &format!("ev-admit-{group}"),
-            ))
-            .await;
-        let executor = w.executor();
-        executor.run(&plan, Pass::Cordon).await.unwrap();
-        let out = first_drain_pass(&w, &executor, &plan).await;
-        let drain = out.drain.unwrap();
-        assert_eq!(
-            drain.placeholders_created, 1,
-            "{group}: admitted: {drain:?}"
-        );
-        assert_eq!(drain.waiting, ["default/web-1"]);
-        // Deleted by the sweeper once expired: admitted too.
-        let later = plan.actions[0].deadline.unwrap() + chrono::Duration::seconds(1);
-        assert_eq!(executor.clean_placeholders(later).await.unwrap().len(), 1);
-        assert!(placeholders(&w).is_empty());
-    }
+    let mut w = admission_world().await;
+    assert_placeholders_admitted_for_each_group(&mut w).await;
     // What the policy denies forewarn's groups, however it is sent.
     let executor = w.executor();
     let plan = w
@@ -118,6 +88,84 @@ async fn placeholders_pass_the_admission_policy_and_nothing_else_forewarns_group
         change(&mut v);
         v
     };
+    let denied = denied_shapes(variant);
+    for (what, body) in denied {
+        let ns = body["metadata"]["namespace"].as_str().unwrap().to_string();
+        let obj: kube::core::DynamicObject = serde_json::from_value(body).unwrap();
+        match pods(&ns)
+            .create(&kube::api::PostParams::default(), &obj)
+            .await
+        {
+            Err(kube::Error::Api(s)) => assert!(
+                [403, 422].contains(&s.code) && s.message.contains("forewarn-placeholders-only"),
+                "{what}: {s:?}"
+            ),
+            other => panic!("{what}: admitted: {other:?}"),
+        }
+    }
+    let admitted = variant(&|_| {});
+    let obj: kube::core::DynamicObject = serde_json::from_value(admitted).unwrap();
+    pods("forewarn")
+        .create(&kube::api::PostParams::default(), &obj)
+        .await
+        .expect("the placeholder's own shape, under another uid, is admitted");
+    // A tenant's pod cannot be deleted by forewarn's groups.
+    match pods("default")
+        .delete("web-1", &kube::api::DeleteParams::default())
+        .await
+    {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 422, "{s:?}"),
+        other => panic!("a tenant's pod deleted: {other:?}"),
+    }
+    assert!(w.pod("default", "web-1").is_some());
+}
+
+/// A world whose fake enforces the admission policies stored in it, spot drains surging, with a
+/// web pod (anti-affine, tolerating every taint) on the node.
+async fn admission_world() -> World {
+    let fake = KubeFake::builder().admission_policies().start().await;
+    let mut w = World::on(fake);
+    w.fake.insert(node(NODE, ID));
+    w.fake.insert(node(OTHER_NODE, OTHER_ID));
+    w.config.surge_kinds = forewarn::domain::surge::SURGE_KINDS.into();
+    let mut web = pod_object("default", "web-1", NODE, "web", "ReplicaSet");
+    web["spec"]["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}]}});
+    web["spec"]["tolerations"] = json!([{"operator": "Exists"}]);
+    w.fake.insert(web);
+    w
+}
+
+/// As each of forewarn's groups, under the placeholders' policy: the drain's placeholder is
+/// admitted, and so is its delete by the sweeper once expired.
+async fn assert_placeholders_admitted_for_each_group(w: &mut World) {
+    for group in ["forewarn-handler", "forewarn-sweeper"] {
+        as_forewarn_under_the_policy(w, group);
+        let plan = w
+            .plan(&event(
+                EventKind::SpotInterruption,
+                &format!("ev-admit-{group}"),
+            ))
+            .await;
+        let executor = w.executor();
+        executor.run(&plan, Pass::Cordon).await.unwrap();
+        let out = first_drain_pass(w, &executor, &plan).await;
+        let drain = out.drain.unwrap();
+        assert_eq!(
+            drain.placeholders_created, 1,
+            "{group}: admitted: {drain:?}"
+        );
+        assert_eq!(drain.waiting, ["default/web-1"]);
+        // Deleted by the sweeper once expired: admitted too.
+        let later = plan.actions[0].deadline.unwrap() + chrono::Duration::seconds(1);
+        assert_eq!(executor.clean_placeholders(later).await.unwrap().len(), 1);
+        assert!(placeholders(w).is_empty());
+    }
+}
+
+/// The placeholder's shape changed as the policy denies forewarn's groups, each `variant` of the
+/// good one (under another uid), with what was changed.
+fn denied_shapes(variant: impl Fn(&dyn Fn(&mut Value)) -> Value) -> Vec<(&'static str, Value)> {
     let denied: Vec<(&str, Value)> = vec![
         (
             "another namespace",
@@ -168,35 +216,7 @@ async fn placeholders_pass_the_admission_policy_and_nothing_else_forewarns_group
             }),
         ),
     ];
-    for (what, body) in denied {
-        let ns = body["metadata"]["namespace"].as_str().unwrap().to_string();
-        let obj: kube::core::DynamicObject = serde_json::from_value(body).unwrap();
-        match pods(&ns)
-            .create(&kube::api::PostParams::default(), &obj)
-            .await
-        {
-            Err(kube::Error::Api(s)) => assert!(
-                [403, 422].contains(&s.code) && s.message.contains("forewarn-placeholders-only"),
-                "{what}: {s:?}"
-            ),
-            other => panic!("{what}: admitted: {other:?}"),
-        }
-    }
-    let admitted = variant(&|_| {});
-    let obj: kube::core::DynamicObject = serde_json::from_value(admitted).unwrap();
-    pods("forewarn")
-        .create(&kube::api::PostParams::default(), &obj)
-        .await
-        .expect("the placeholder's own shape, under another uid, is admitted");
-    // A tenant's pod cannot be deleted by forewarn's groups.
-    match pods("default")
-        .delete("web-1", &kube::api::DeleteParams::default())
-        .await
-    {
-        Err(kube::Error::Api(s)) => assert_eq!(s.code, 422, "{s:?}"),
-        other => panic!("a tenant's pod deleted: {other:?}"),
-    }
-    assert!(w.pod("default", "web-1").is_some());
+    denied
 }
 
 /// A placeholder never counts as room on another doomed node: a pod that tolerates every taint

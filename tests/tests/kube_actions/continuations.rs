@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use forewarn::adapters::kube::KubeNodeDirectory;
-use forewarn::app::pipeline::Passes;
+use forewarn::app::pipeline::{Passes, Pipeline};
 use forewarn::domain::event::EventKind;
 use forewarn::domain::fixtures::{self, pod_object};
 use forewarn::ports::{Clock, Pass};
@@ -341,13 +341,29 @@ async fn through_the_pipeline_a_drain_continues_in_queued_passes_and_the_event_i
     assert_eq!(reports[0].outcome, Outcome::Duplicate);
     assert!(queue.sent.lock().unwrap().is_empty());
 
+    assert_queued_passes_drain_and_record_once(&w, &pipeline, &queue, &store, body).await;
+}
+
+/// The queued passes of the drain `body` continues, to its end: pass 1 evicts (the Events of the
+/// decision left to the next), pass 2 records them while the pod terminates and comes back when
+/// it is due to be gone, pass 3 ends the drain; nothing is queued after it, nothing recorded
+/// twice, the pool counts one interruption.
+async fn assert_queued_passes_drain_and_record_once(
+    w: &World,
+    pipeline: &Pipeline<'_>,
+    queue: &Continuations,
+    store: &forewarn::adapters::embedded::EmbeddedStore,
+    body: String,
+) {
+    use forewarn::domain::report::Outcome;
+    use forewarn::ports::PoolStore;
     // Pass 1: the evictions (the Events of the decision are left to the next pass, the drain
     // going on); the next pass after the interval.
     let reports = pipeline.process(&sqs_batch(&[body])).await;
     assert_eq!(reports[0].pass, Some(1), "{reports:?}");
     assert_eq!(reports[0].outcome, Outcome::Acted);
     assert!(reports[0].actions[0].drain.unwrap().pending);
-    assert!(terminating(&w, "web-1"));
+    assert!(terminating(w, "web-1"));
     assert!(w.events().is_empty(), "{:?}", w.events());
     let (_, body, delay) = queue.sent.lock().unwrap().pop().unwrap();
     assert_eq!(delay, Duration::from_secs(1));
@@ -393,6 +409,12 @@ fn take_sent(queue: &Continuations) -> Vec<(String, Duration)> {
         .collect()
 }
 
+/// The records of the SQS batch of the continuations `sent`.
+fn batch(sent: Vec<(String, Duration)>) -> Vec<forewarn::domain::inbound::Record> {
+    let bodies: Vec<String> = sent.into_iter().map(|(b, _)| b).collect();
+    sqs_batch(&bodies)
+}
+
 /// What the fake was asked: method and path with its query.
 pub(crate) fn asked(w: &World) -> Vec<String> {
     w.fake
@@ -432,10 +454,6 @@ async fn drains_waiting_for_room_look_at_their_placeholders_alone_in_one_list_a_
         kept: None,
     };
     let pipeline = w.pipeline(&store, &instances, &directory, &executor, &queued);
-    let batch = |sent: Vec<(String, Duration)>| {
-        let bodies: Vec<String> = sent.into_iter().map(|(b, _)| b).collect();
-        sqs_batch(&bodies)
-    };
 
     // Both warnings in one batch: cordons. Then the drains' first passes: a placeholder for
     // each pod, nothing evicted (no room anywhere), the next look in 10 s, waiting for room.
@@ -489,6 +507,23 @@ async fn drains_waiting_for_room_look_at_their_placeholders_alone_in_one_list_a_
     let sent = take_sent(&queue);
     assert_eq!(sent.len(), 2);
 
+    let sent =
+        assert_waiting_drains_list_their_placeholders_in_one_request(&w, &pipeline, &queue, sent)
+            .await;
+
+    assert_room_evicts_and_a_preempted_placeholder_is_made_again(&w, &pipeline, sent).await;
+}
+
+/// Drains still waiting for room (the continuations `sent`, 10 s on): the batch makes one
+/// request, a list of both nodes' placeholders; no node, no pod is read; both looks are queued
+/// again, and returned.
+async fn assert_waiting_drains_list_their_placeholders_in_one_request(
+    w: &World,
+    pipeline: &Pipeline<'_>,
+    queue: &Continuations,
+    sent: Vec<(String, Duration)>,
+) -> Vec<(String, Duration)> {
+    use forewarn::domain::report::Outcome;
     // 10 s later, still no room: the batch makes one request, a list of both nodes'
     // placeholders; no node, no pod is read; both looks queued again.
     w.clock.advance(Duration::from_secs(10));
@@ -503,24 +538,35 @@ async fn drains_waiting_for_room_look_at_their_placeholders_alone_in_one_list_a_
         result.starts_with("waiting for room: 1 placeholders"),
         "{result}"
     );
-    let requests = asked(&w);
+    let requests = asked(w);
     assert_eq!(requests.len(), 1, "{requests:?}");
     assert!(
         requests[0].starts_with("GET /api/v1/namespaces/forewarn/pods?")
             && requests[0].contains("forewarn.io%2Fplaceholder-node+in+%28"),
         "{requests:?}"
     );
-    let sent = take_sent(&queue);
+    let sent = take_sent(queue);
     assert_eq!(sent.len(), 2);
     assert!(sent.iter().all(|(_, d)| *d == Duration::from_secs(10)));
+    sent
+}
 
+/// web-1's placeholder runs elsewhere, api-1's was preempted: with the continuations `sent`, both
+/// drains make a full pass (each reads its node first); web-1 is evicted, api-1's placeholder is
+/// made again and api-1 waits.
+async fn assert_room_evicts_and_a_preempted_placeholder_is_made_again(
+    w: &World,
+    pipeline: &Pipeline<'_>,
+    sent: Vec<(String, Duration)>,
+) {
+    use forewarn::domain::report::Outcome;
     // web-1's placeholder runs elsewhere, api-1's was preempted: both drains make a full pass;
     // web-1 is evicted (there is room), api-1's placeholder is made again and api-1 waits.
-    let mut ph = placeholders(&w).remove("default/web-1").unwrap();
+    let mut ph = placeholders(w).remove("default/web-1").unwrap();
     ph["spec"]["nodeName"] = json!("ip-10-0-9-9.ec2.internal");
     ph["status"] = json!({"phase": "Running"});
     w.fake.insert(ph);
-    let gone = placeholders(&w).remove("default/api-1").unwrap();
+    let gone = placeholders(w).remove("default/api-1").unwrap();
     w.fake.remove(
         "v1",
         "Pod",
@@ -534,10 +580,10 @@ async fn drains_waiting_for_room_look_at_their_placeholders_alone_in_one_list_a_
         reports.iter().all(|r| r.outcome == Outcome::Acted),
         "{reports:?}"
     );
-    assert!(terminating(&w, "web-1"), "evicted once there was room");
-    assert!(!terminating(&w, "api-1"), "api-1 still waits for room");
-    assert!(placeholders(&w).contains_key("default/api-1"), "made again");
-    let requests = asked(&w);
+    assert!(terminating(w, "web-1"), "evicted once there was room");
+    assert!(!terminating(w, "api-1"), "api-1 still waits for room");
+    assert!(placeholders(w).contains_key("default/api-1"), "made again");
+    let requests = asked(w);
     for node in [NODE, OTHER_NODE] {
         assert!(
             requests

@@ -6,13 +6,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use forewarn::adapters::kube::{
-    CordonOutcome, DeleteOutcome, EventOutcome, REPORTING_CONTROLLER, event_name,
+    CordonOutcome, DeleteOutcome, EventOutcome, NodeOutcome, REPORTING_CONTROLLER, event_name,
 };
 use forewarn::domain::config::{Action, LABEL_EXCLUDE_LB};
 use forewarn::domain::event::EventKind;
 use forewarn::domain::fixtures::pod_object;
 use kube_fake::{Fault, Method};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::delete::nodeclaim;
 use crate::support::{
@@ -31,6 +31,15 @@ async fn spot_interruption_cordons_taints_and_drains_a_plain_node() {
 
     let out = w.run(&plan).await;
 
+    let n = assert_cordoned_and_tainted(&w, &out);
+    assert_drained_but_what_a_drain_leaves(&w, &out);
+    assert_one_patch_and_critical_pods_last(&w);
+    assert_events_of_decision_cordon_and_drain(&w, &n, &out);
+}
+
+/// The node is cordoned and tainted, its other taint kept and the load-balancer label added; the
+/// node as it is now.
+fn assert_cordoned_and_tainted(w: &World, out: &NodeOutcome) -> Value {
     assert_eq!(out.cordon, Some(CordonOutcome::Cordoned { attempts: 1 }));
     let n = w.node(NODE).unwrap();
     assert_eq!(n["spec"]["unschedulable"], true);
@@ -48,7 +57,12 @@ async fn spot_interruption_cordons_taints_and_drains_a_plain_node() {
     );
     assert_eq!(n["metadata"]["labels"][LABEL_EXCLUDE_LB], "true");
     assert_eq!(n["metadata"]["labels"]["kubernetes.io/hostname"], NODE);
+    n
+}
 
+/// Every pod but the ones a drain leaves (DaemonSet, mirror, finished) evicted; the other node's
+/// pod left alone.
+fn assert_drained_but_what_a_drain_leaves(w: &World, out: &NodeOutcome) {
     let drain = out.drain.clone().unwrap();
     let evicted: BTreeSet<&str> = drain.evicted.iter().map(String::as_str).collect();
     assert_eq!(
@@ -87,7 +101,11 @@ async fn spot_interruption_cordons_taints_and_drains_a_plain_node() {
     ] {
         assert!(w.pod(ns, name).is_some(), "{ns}/{name} left alone");
     }
+}
 
+/// The requests: one patch (the full taint list, the resourceVersion read), the critical pod
+/// evicted after the others, the pods listed by node.
+fn assert_one_patch_and_critical_pods_last(w: &World) {
     let requests = w.fake.requests();
     assert_accepted(&requests);
     // One patch; the critical pod evicted after the others; the pods listed by node.
@@ -119,7 +137,10 @@ async fn spot_interruption_cordons_taints_and_drains_a_plain_node() {
         .unwrap();
     assert!(patch["metadata"]["resourceVersion"].is_string(), "{patch}");
     assert_eq!(patch["spec"]["taints"].as_array().unwrap().len(), 2);
+}
 
+/// The Events of the decision, the cordon and the drain, on the node `n`.
+fn assert_events_of_decision_cordon_and_drain(w: &World, n: &Value, out: &NodeOutcome) {
     // Events: the decision, the cordon, the drain.
     let events = w.events();
     assert_eq!(

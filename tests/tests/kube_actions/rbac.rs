@@ -244,38 +244,7 @@ async fn sweeper_requests() -> Vec<RecordedRequest> {
         .launched(Utc::now() - chrono::Duration::hours(1))
         .cluster("demo")
         .build();
-    // Gone from EC2: deleted, each through its owner.
-    let gone = |n: u32| {
-        (
-            format!("ip-10-0-7-{n}.ec2.internal"),
-            format!("i-0a1b2c3d4e5f7000{n}"),
-        )
-    };
-    let (plain, plain_id) = gone(1);
-    w.fake.insert(node(&plain, &plain_id));
-    let (karpenter, karpenter_id) = gone(2);
-    w.fake.insert(
-        node_object(&karpenter, &karpenter_id)
-            .nodeclaim("nc-s")
-            .kubelet()
-            .build(),
-    );
-    w.fake.insert(json!({
-        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-        "metadata": {"name": "nc-s"},
-        "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-                 "requirements": []},
-        "status": {"providerID": format!("aws:///us-east-1a/{karpenter_id}"), "nodeName": karpenter},
-    }));
-    let (capi, capi_id) = gone(3);
-    let mut n = node(&capi, &capi_id);
-    n["metadata"]["annotations"] = json!({"cluster.x-k8s.io/machine": "m-s",
-        "cluster.x-k8s.io/cluster-namespace": "default"});
-    w.fake.insert(n);
-    let mut m = machine("default", "m-s", false);
-    m["spec"]["providerID"] = json!(format!("aws:///us-east-1a/{capi_id}"));
-    m["status"] = json!({"nodeRef": {"kind": "Node", "name": capi}});
-    w.fake.insert(m);
+    let plain = seed_nodes_gone_from_ec2(&w);
     w.fake
         .insert(json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "forewarn-priority-base", "namespace": "kube-system"},
@@ -356,6 +325,45 @@ async fn sweeper_requests() -> Vec<RecordedRequest> {
     let out = sweeper.update_priorities().await.unwrap().unwrap();
     assert_eq!(out.change, Change::Unchanged);
     w.fake.requests()
+}
+
+/// Nodes of instances EC2 no longer knows, for the sweep to delete, each through its owner: a
+/// plain node, a Karpenter node (its NodeClaim) and a Cluster API node (its Machine). Answers the
+/// plain node's name.
+fn seed_nodes_gone_from_ec2(w: &World) -> String {
+    // Gone from EC2: deleted, each through its owner.
+    let gone = |n: u32| {
+        (
+            format!("ip-10-0-7-{n}.ec2.internal"),
+            format!("i-0a1b2c3d4e5f7000{n}"),
+        )
+    };
+    let (plain, plain_id) = gone(1);
+    w.fake.insert(node(&plain, &plain_id));
+    let (karpenter, karpenter_id) = gone(2);
+    w.fake.insert(
+        node_object(&karpenter, &karpenter_id)
+            .nodeclaim("nc-s")
+            .kubelet()
+            .build(),
+    );
+    w.fake.insert(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": "nc-s"},
+        "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                 "requirements": []},
+        "status": {"providerID": format!("aws:///us-east-1a/{karpenter_id}"), "nodeName": karpenter},
+    }));
+    let (capi, capi_id) = gone(3);
+    let mut n = node(&capi, &capi_id);
+    n["metadata"]["annotations"] = json!({"cluster.x-k8s.io/machine": "m-s",
+        "cluster.x-k8s.io/cluster-namespace": "default"});
+    w.fake.insert(n);
+    let mut m = machine("default", "m-s", false);
+    m["spec"]["providerID"] = json!(format!("aws:///us-east-1a/{capi_id}"));
+    m["status"] = json!({"nodeRef": {"kind": "Node", "name": capi}});
+    w.fake.insert(m);
+    plain
 }
 
 #[tokio::test]
