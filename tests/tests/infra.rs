@@ -883,7 +883,7 @@ fn the_stack_deploys_with_hook_names_and_extra_senders() {
 /// policy binds both of forewarn's groups (with Deny) and names what a placeholder is, with the
 /// very namespace, label and annotation keys, class and image the code uses; the pod grant is a
 /// Role of forewarn's namespace alone. (The CEL runs only in a real API server; the placeholder
-/// the code builds is checked against the same rules in kube_actions.rs.)
+/// the code builds is checked against the same rules in kube_actions/surge.rs and admission.rs.)
 #[test]
 fn the_placeholder_policy_allows_forewarns_groups_placeholders_only() {
     use forewarn::domain::surge::{NAMESPACE, PRIORITY_CLASS};
