@@ -48,6 +48,16 @@ pub fn lambda_message(m: &aws_sdk_sqs::types::Message, queue_arn: &str) -> SqsMe
     out
 }
 
+/// A queue and the handler its messages go to, as an event source mapping joins them: the
+/// queue's URL and ARN (received from and deleted through `sqs`) and the handler.
+#[derive(Clone, Copy)]
+pub struct Mapping<'a> {
+    pub sqs: &'a Client,
+    pub queue_url: &'a str,
+    pub queue_arn: &'a str,
+    pub handler: &'a Handler,
+}
+
 /// Receives and handles batches until the queue answers empty twice in a row or `max_batches`
 /// were handled.
 pub async fn drain(
@@ -58,16 +68,13 @@ pub async fn drain(
     batch_size: i32,
     max_batches: usize,
 ) -> anyhow::Result<Drained> {
-    drain_within(
+    let mapping = Mapping {
         sqs,
         queue_url,
         queue_arn,
         handler,
-        batch_size,
-        max_batches,
-        None,
-    )
-    .await
+    };
+    drain_within(mapping, batch_size, max_batches, None).await
 }
 
 /// How long a drain waits for messages in flight (received, failed, not yet visible again).
@@ -76,40 +83,29 @@ pub const PATIENCE: Duration = Duration::from_secs(120);
 /// [`drain`], each batch given `budget` (when set) as the Lambda's time left: the handler's
 /// deadline is the moment the batch was received plus `budget`.
 pub async fn drain_within(
-    sqs: &Client,
-    queue_url: &str,
-    queue_arn: &str,
-    handler: &Handler,
+    mapping: Mapping<'_>,
     batch_size: i32,
     max_batches: usize,
     budget: Option<Duration>,
 ) -> anyhow::Result<Drained> {
-    drain_patiently(
-        sqs,
-        queue_url,
-        queue_arn,
-        handler,
-        batch_size,
-        max_batches,
-        budget,
-        PATIENCE,
-    )
-    .await
+    drain_patiently(mapping, batch_size, max_batches, budget, PATIENCE).await
 }
 
 /// [`drain_within`], waiting at most `patience` in all for messages in flight to come back: the
 /// drain ends when nothing is visible and nothing is in flight, or when `patience` has passed.
-#[allow(clippy::too_many_arguments)]
 pub async fn drain_patiently(
-    sqs: &Client,
-    queue_url: &str,
-    queue_arn: &str,
-    handler: &Handler,
+    mapping: Mapping<'_>,
     batch_size: i32,
     max_batches: usize,
     budget: Option<Duration>,
     patience: Duration,
 ) -> anyhow::Result<Drained> {
+    let Mapping {
+        sqs,
+        queue_url,
+        queue_arn,
+        handler,
+    } = mapping;
     let started = Instant::now();
     let mut drained = Drained::default();
     while drained.batches < max_batches {

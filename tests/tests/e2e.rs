@@ -72,6 +72,16 @@ fn arn(id: &str) -> String {
     format!("arn:aws:ec2:us-east-1:123456789012:instance/{id}")
 }
 
+/// The instances the events are about: two spot instances warned (one of them Karpenter's),
+/// one recommended a rebalance, one stopping, one scheduled for retirement.
+struct Fleet {
+    spot: Launched,
+    karpenter: Launched,
+    rebalance: Launched,
+    stopping: Launched,
+    retiring: Launched,
+}
+
 #[test]
 fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
     runtime().block_on(async {
@@ -92,27 +102,12 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
         let dlq_url = outputs["DeadLetterQueueUrl"].clone();
 
         // EC2: the instances the events are about.
-        let ec2 = aws_sdk_ec2::Client::new(&sdk);
-        let image = any_image(&ec2).await.unwrap();
-        let spot = launch(&ec2, &image, &Launch::spot(&cluster)).await.unwrap();
-        let karpenter = launch(&ec2, &image, &Launch::spot(&cluster)).await.unwrap();
-        let rebalance = launch(&ec2, &image, &Launch::spot(&cluster).instance_type(InstanceType::C5Large).zone("us-east-1b")).await.unwrap();
-        let stopping = launch(&ec2, &image, &Launch::spot(&cluster).instance_type(InstanceType::T3Large).zone("us-east-1c").on_demand()).await.unwrap();
-        let retiring = launch(&ec2, &image, &Launch::spot(&cluster).instance_type(InstanceType::M5Xlarge).on_demand()).await.unwrap();
+        let fleet = launch_fleet(&sdk, &cluster).await;
+        let Fleet { spot, .. } = &fleet;
 
         // The cluster.
         let fake = KubeFake::start().await;
-        fake.insert(node(&spot, json!({})));
-        fake.insert(pod("web-1", &spot.dns, "ReplicaSet"));
-        fake.insert(pod("web-2", &spot.dns, "ReplicaSet"));
-        fake.insert(pod("agent", &spot.dns, "DaemonSet"));
-        fake.insert(node(&karpenter, json!({"metadata": {"ownerReferences": [{"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": "default-abc12", "uid": "nc-uid"}]}})));
-        fake.insert(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "default-abc12", "uid": "nc-uid"}, "spec": {},
-            "status": {"providerID": format!("aws:///{}/{}", karpenter.zone, karpenter.id), "nodeName": karpenter.dns}}));
-        fake.insert(node(&rebalance, json!({})));
-        fake.insert(node(&stopping, json!({})));
-        fake.insert(node(&retiring, json!({})));
-        fake.insert(pod("cart-1", &retiring.dns, "ReplicaSet"));
+        seed_cluster(&fake, &fleet);
 
         // Pods evicted at once: this fake has no scheduler, so placeholders would never run and
         // each pod would wait for its latest safe time, in real seconds. Surge through the
@@ -138,34 +133,11 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
         };
 
         // EventBridge: the events as AWS emits them; the rules route them to the queue.
-        let events = aws_sdk_eventbridge::Client::new(&sdk);
-        let soon = (chrono::Utc::now() + chrono::Duration::hours(2)).to_rfc3339();
-        let entries = vec![
-            entry("EC2 Spot Instance Interruption Warning", "aws.ec2", json!({"instance-id": spot.id, "instance-action": "terminate"}), &[arn(&spot.id)]),
-            entry("EC2 Spot Instance Interruption Warning", "aws.ec2", json!({"instance-id": karpenter.id, "instance-action": "terminate"}), &[arn(&karpenter.id)]),
-            entry("EC2 Instance Rebalance Recommendation", "aws.ec2", json!({"instance-id": rebalance.id}), &[arn(&rebalance.id)]),
-            entry("EC2 Instance State-change Notification", "aws.ec2", json!({"instance-id": stopping.id, "state": "stopping"}), &[arn(&stopping.id)]),
-            entry("AWS Health Event", "aws.health", forewarn::domain::fixtures::health_detail(&[&retiring.id], &soon), std::slice::from_ref(&retiring.id)),
-            // malformed: a spot warning without its instance id
-            entry("EC2 Spot Instance Interruption Warning", "aws.ec2", json!({"instance-action": "terminate"}), &[]),
-        ];
-        let put = events.put_events().set_entries(Some(entries)).send().await.expect("PutEvents");
-        assert_eq!(put.failed_entry_count(), 0, "{put:?}");
+        put_events(&sdk, &fleet).await;
 
         let sqs = aws_sdk_sqs::Client::new(&sdk);
         // The stack's default MaxReceiveCount, as the queue's redrive policy holds it.
-        let attributes = sqs
-            .get_queue_attributes()
-            .queue_url(&queue_url)
-            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy)
-            .send()
-            .await
-            .unwrap();
-        let redrive: Value = serde_json::from_str(&attributes.attributes().unwrap()[&aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy]).unwrap();
-        let max_receives: usize = match &redrive["maxReceiveCount"] {
-            Value::String(n) => n.parse().unwrap(),
-            n => n.as_u64().unwrap().try_into().unwrap(),
-        };
+        let (max_receives, redrive) = redrive_max_receives(&sqs, &queue_url).await;
         assert_eq!(max_receives, 15, "the stack's default: {redrive}");
         let first = drain(&sqs, &queue_url, &queue_arn, &handler, 10, 60).await.unwrap();
         // First deliveries (later passes of the drains are continuations: `pass` is set).
@@ -208,19 +180,7 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
         assert_eq!(unavailable.len(), 1, "only the spot pool is unavailable");
 
         // The cluster.
-        let spot_node = fake.get("v1", "Node", None, &spot.dns).unwrap();
-        assert_eq!(spot_node["spec"]["unschedulable"], true);
-        let taints: Vec<&str> = spot_node["spec"]["taints"].as_array().unwrap().iter().map(|t| t["key"].as_str().unwrap()).collect();
-        assert!(taints.contains(&"forewarn.io/interruption") && taints.contains(&"dedicated"), "{taints:?}");
-        let pods: Vec<String> = fake.list("v1", "Pod").iter().map(|p| p["metadata"]["name"].as_str().unwrap().to_string()).collect();
-        assert_eq!(pods, vec!["agent".to_string()], "evictable pods evicted, the DaemonSet pod left");
-        assert!(fake.get("karpenter.sh/v1", "NodeClaim", None, "default-abc12").is_none(), "the NodeClaim is deleted");
-        assert_eq!(fake.get("v1", "Node", None, &rebalance.dns).unwrap()["spec"]["unschedulable"], true);
-        // Stopping: its containers may still run, so its node is drained and kept; it is deleted
-        // once EC2 says stopped.
-        assert_eq!(fake.get("v1", "Node", None, &stopping.dns).unwrap()["spec"]["unschedulable"], true, "the stopping instance's node is cordoned, not deleted");
-        assert_eq!(fake.get("v1", "Node", None, &retiring.dns).unwrap()["spec"]["unschedulable"], true);
-        assert!(!fake.events().is_empty(), "Kubernetes Events recorded");
+        assert_cluster_acted_on(&fake, &fleet);
 
         // At-least-once delivery: the spot warning again, as SQS redelivers it. Nothing changes.
         let spot_report = first
@@ -242,4 +202,205 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
         let after = store.pools(&PoolQuery { include_available: true, ..PoolQuery::default() }, now).await.unwrap();
         assert_eq!(after, pools, "a duplicate changes no counter");
     });
+}
+
+/// Launches the instances the events are about, in moto's EC2.
+async fn launch_fleet(sdk: &aws_config::SdkConfig, cluster: &str) -> Fleet {
+    let ec2 = aws_sdk_ec2::Client::new(sdk);
+    let image = any_image(&ec2).await.unwrap();
+    let spot = launch(&ec2, &image, &Launch::spot(cluster)).await.unwrap();
+    let karpenter = launch(&ec2, &image, &Launch::spot(cluster)).await.unwrap();
+    let rebalance = launch(
+        &ec2,
+        &image,
+        &Launch::spot(cluster)
+            .instance_type(InstanceType::C5Large)
+            .zone("us-east-1b"),
+    )
+    .await
+    .unwrap();
+    let stopping = launch(
+        &ec2,
+        &image,
+        &Launch::spot(cluster)
+            .instance_type(InstanceType::T3Large)
+            .zone("us-east-1c")
+            .on_demand(),
+    )
+    .await
+    .unwrap();
+    let retiring = launch(
+        &ec2,
+        &image,
+        &Launch::spot(cluster)
+            .instance_type(InstanceType::M5Xlarge)
+            .on_demand(),
+    )
+    .await
+    .unwrap();
+    Fleet {
+        spot,
+        karpenter,
+        rebalance,
+        stopping,
+        retiring,
+    }
+}
+
+/// The fleet's nodes and pods: the spot node with two web pods and a DaemonSet pod, Karpenter's
+/// node and its NodeClaim, the other nodes, a pod on the retiring one.
+fn seed_cluster(fake: &KubeFake, fleet: &Fleet) {
+    let Fleet {
+        spot,
+        karpenter,
+        rebalance,
+        stopping,
+        retiring,
+    } = fleet;
+    fake.insert(node(spot, json!({})));
+    fake.insert(pod("web-1", &spot.dns, "ReplicaSet"));
+    fake.insert(pod("web-2", &spot.dns, "ReplicaSet"));
+    fake.insert(pod("agent", &spot.dns, "DaemonSet"));
+    fake.insert(node(karpenter, json!({"metadata": {"ownerReferences": [{"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": "default-abc12", "uid": "nc-uid"}]}})));
+    fake.insert(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "default-abc12", "uid": "nc-uid"}, "spec": {},
+            "status": {"providerID": format!("aws:///{}/{}", karpenter.zone, karpenter.id), "nodeName": karpenter.dns}}));
+    fake.insert(node(rebalance, json!({})));
+    fake.insert(node(stopping, json!({})));
+    fake.insert(node(retiring, json!({})));
+    fake.insert(pod("cart-1", &retiring.dns, "ReplicaSet"));
+}
+
+/// The events about the fleet as AWS emits them (and a malformed one), put on EventBridge,
+/// whose rules route them to the queue.
+async fn put_events(sdk: &aws_config::SdkConfig, fleet: &Fleet) {
+    let Fleet {
+        spot,
+        karpenter,
+        rebalance,
+        stopping,
+        retiring,
+    } = fleet;
+    let events = aws_sdk_eventbridge::Client::new(sdk);
+    let soon = (chrono::Utc::now() + chrono::Duration::hours(2)).to_rfc3339();
+    let entries = vec![
+        entry(
+            "EC2 Spot Instance Interruption Warning",
+            "aws.ec2",
+            json!({"instance-id": spot.id, "instance-action": "terminate"}),
+            &[arn(&spot.id)],
+        ),
+        entry(
+            "EC2 Spot Instance Interruption Warning",
+            "aws.ec2",
+            json!({"instance-id": karpenter.id, "instance-action": "terminate"}),
+            &[arn(&karpenter.id)],
+        ),
+        entry(
+            "EC2 Instance Rebalance Recommendation",
+            "aws.ec2",
+            json!({"instance-id": rebalance.id}),
+            &[arn(&rebalance.id)],
+        ),
+        entry(
+            "EC2 Instance State-change Notification",
+            "aws.ec2",
+            json!({"instance-id": stopping.id, "state": "stopping"}),
+            &[arn(&stopping.id)],
+        ),
+        entry(
+            "AWS Health Event",
+            "aws.health",
+            forewarn::domain::fixtures::health_detail(&[&retiring.id], &soon),
+            std::slice::from_ref(&retiring.id),
+        ),
+        // malformed: a spot warning without its instance id
+        entry(
+            "EC2 Spot Instance Interruption Warning",
+            "aws.ec2",
+            json!({"instance-action": "terminate"}),
+            &[],
+        ),
+    ];
+    let put = events
+        .put_events()
+        .set_entries(Some(entries))
+        .send()
+        .await
+        .expect("PutEvents");
+    assert_eq!(put.failed_entry_count(), 0, "{put:?}");
+}
+
+/// The queue's MaxReceiveCount, as its redrive policy holds it; and the policy.
+async fn redrive_max_receives(sqs: &aws_sdk_sqs::Client, queue_url: &str) -> (usize, Value) {
+    let attributes = sqs
+        .get_queue_attributes()
+        .queue_url(queue_url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy)
+        .send()
+        .await
+        .unwrap();
+    let redrive: Value = serde_json::from_str(
+        &attributes.attributes().unwrap()[&aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy],
+    )
+    .unwrap();
+    let max_receives: usize = match &redrive["maxReceiveCount"] {
+        Value::String(n) => n.parse().unwrap(),
+        n => n.as_u64().unwrap().try_into().unwrap(),
+    };
+    (max_receives, redrive)
+}
+
+/// The cluster after the events: the spot node cordoned and tainted (its other taint kept), its
+/// evictable pods evicted, the NodeClaim deleted, the other nodes cordoned, Events recorded.
+fn assert_cluster_acted_on(fake: &KubeFake, fleet: &Fleet) {
+    let Fleet {
+        spot,
+        rebalance,
+        stopping,
+        retiring,
+        ..
+    } = fleet;
+    let spot_node = fake.get("v1", "Node", None, &spot.dns).unwrap();
+    assert_eq!(spot_node["spec"]["unschedulable"], true);
+    let taints: Vec<&str> = spot_node["spec"]["taints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["key"].as_str().unwrap())
+        .collect();
+    assert!(
+        taints.contains(&"forewarn.io/interruption") && taints.contains(&"dedicated"),
+        "{taints:?}"
+    );
+    let pods: Vec<String> = fake
+        .list("v1", "Pod")
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        pods,
+        vec!["agent".to_string()],
+        "evictable pods evicted, the DaemonSet pod left"
+    );
+    assert!(
+        fake.get("karpenter.sh/v1", "NodeClaim", None, "default-abc12")
+            .is_none(),
+        "the NodeClaim is deleted"
+    );
+    assert_eq!(
+        fake.get("v1", "Node", None, &rebalance.dns).unwrap()["spec"]["unschedulable"],
+        true
+    );
+    // Stopping: its containers may still run, so its node is drained and kept; it is deleted
+    // once EC2 says stopped.
+    assert_eq!(
+        fake.get("v1", "Node", None, &stopping.dns).unwrap()["spec"]["unschedulable"],
+        true,
+        "the stopping instance's node is cordoned, not deleted"
+    );
+    assert_eq!(
+        fake.get("v1", "Node", None, &retiring.dns).unwrap()["spec"]["unschedulable"],
+        true
+    );
+    assert!(!fake.events().is_empty(), "Kubernetes Events recorded");
 }

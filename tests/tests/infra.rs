@@ -883,12 +883,10 @@ fn the_stack_deploys_with_hook_names_and_extra_senders() {
 /// policy binds both of forewarn's groups (with Deny) and names what a placeholder is, with the
 /// very namespace, label and annotation keys, class and image the code uses; the pod grant is a
 /// Role of forewarn's namespace alone. (The CEL runs only in a real API server; the placeholder
-/// the code builds is checked against the same rules in kube_actions.rs.)
+/// the code builds is checked against the same rules in kube_actions/surge.rs and admission.rs.)
 #[test]
 fn the_placeholder_policy_allows_forewarns_groups_placeholders_only() {
-    use forewarn::domain::surge::{
-        NAMESPACE, PLACEHOLDER_ANNOTATIONS, PLACEHOLDER_IMAGE, PLACEHOLDER_LABELS, PRIORITY_CLASS,
-    };
+    use forewarn::domain::surge::{NAMESPACE, PRIORITY_CLASS};
     let text =
         std::fs::read_to_string(workspace_root().join("infra/k8s/placeholders.yaml")).unwrap();
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
@@ -906,6 +904,65 @@ fn the_placeholder_policy_allows_forewarns_groups_placeholders_only() {
     assert_eq!(class["globalDefault"], false);
 
     let policy = of("ValidatingAdmissionPolicy");
+    assert_the_policy_names_what_a_placeholder_is(&policy);
+    let binding = of("ValidatingAdmissionPolicyBinding");
+    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+    // The grant the policy narrows: pods create, delete and list, in forewarn's namespace only,
+    // to both groups.
+    let role = of("Role");
+    assert_eq!(role["metadata"]["namespace"], NAMESPACE);
+    assert_eq!(
+        role["rules"],
+        json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete", "list"]}])
+    );
+    let bound = of("RoleBinding");
+    assert_eq!(bound["metadata"]["namespace"], NAMESPACE);
+    assert_eq!(bound["roleRef"]["name"], role["metadata"]["name"]);
+    let groups = |binding: &Value| -> Vec<String> {
+        binding["subjects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(groups(&bound), ["forewarn-handler", "forewarn-sweeper"]);
+    // And a read of the budgets (a drain's rounds), cluster-wide: a read only.
+    let budgets = of("ClusterRole");
+    assert_eq!(
+        budgets["rules"],
+        json!([{"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["list"]}])
+    );
+    let bound = of("ClusterRoleBinding");
+    assert_eq!(bound["roleRef"]["name"], budgets["metadata"]["name"]);
+    assert_eq!(groups(&bound), ["forewarn-handler", "forewarn-sweeper"]);
+    // No ClusterRole of this file grants any pod write.
+    for doc in docs.iter().filter(|d| d["kind"] == "ClusterRole") {
+        for rule in doc["rules"].as_array().unwrap() {
+            assert_ne!(rule["resources"], json!(["pods"]), "{doc}");
+        }
+    }
+    // rbac.yaml grants no pod write: without placeholders.yaml, no pod can be created.
+    let rbac = std::fs::read_to_string(workspace_root().join("infra/k8s/rbac.yaml")).unwrap();
+    let rbac: Vec<Value> = serde_saphyr::from_multiple(&rbac).unwrap();
+    for rule in rbac
+        .iter()
+        .flat_map(|d| d["rules"].as_array().cloned().unwrap_or_default())
+    {
+        if rule["resources"] == json!(["pods"]) {
+            assert_eq!(rule["verbs"], json!(["list"]), "{rule}");
+        }
+    }
+}
+
+/// The placeholders' admission policy: fails closed, matches pod creates and deletes in every
+/// namespace by forewarn's two groups, and its two validations name what a placeholder is (for
+/// both operations, and for a create) with the code's own namespace, name, keys, class and image.
+fn assert_the_policy_names_what_a_placeholder_is(policy: &Value) {
+    use forewarn::domain::surge::{
+        NAMESPACE, PLACEHOLDER_ANNOTATIONS, PLACEHOLDER_IMAGE, PLACEHOLDER_LABELS, PRIORITY_CLASS,
+    };
     let spec = &policy["spec"];
     assert_eq!(spec["failurePolicy"], "Fail");
     let rule = &spec["matchConstraints"]["resourceRules"][0];
@@ -965,55 +1022,6 @@ fn the_placeholder_policy_allows_forewarns_groups_placeholders_only() {
         "!has(object.metadata.finalizers)".to_string(),
     ] {
         assert!(rules[1].contains(&needle), "{needle} in {}", rules[1]);
-    }
-    let binding = of("ValidatingAdmissionPolicyBinding");
-    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
-    assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
-    // The grant the policy narrows: pods create, delete and list, in forewarn's namespace only,
-    // to both groups.
-    let role = of("Role");
-    assert_eq!(role["metadata"]["namespace"], NAMESPACE);
-    assert_eq!(
-        role["rules"],
-        json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete", "list"]}])
-    );
-    let bound = of("RoleBinding");
-    assert_eq!(bound["metadata"]["namespace"], NAMESPACE);
-    assert_eq!(bound["roleRef"]["name"], role["metadata"]["name"]);
-    let groups = |binding: &Value| -> Vec<String> {
-        binding["subjects"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s["name"].as_str().unwrap().to_string())
-            .collect()
-    };
-    assert_eq!(groups(&bound), ["forewarn-handler", "forewarn-sweeper"]);
-    // And a read of the budgets (a drain's rounds), cluster-wide: a read only.
-    let budgets = of("ClusterRole");
-    assert_eq!(
-        budgets["rules"],
-        json!([{"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["list"]}])
-    );
-    let bound = of("ClusterRoleBinding");
-    assert_eq!(bound["roleRef"]["name"], budgets["metadata"]["name"]);
-    assert_eq!(groups(&bound), ["forewarn-handler", "forewarn-sweeper"]);
-    // No ClusterRole of this file grants any pod write.
-    for doc in docs.iter().filter(|d| d["kind"] == "ClusterRole") {
-        for rule in doc["rules"].as_array().unwrap() {
-            assert_ne!(rule["resources"], json!(["pods"]), "{doc}");
-        }
-    }
-    // rbac.yaml grants no pod write: without placeholders.yaml, no pod can be created.
-    let rbac = std::fs::read_to_string(workspace_root().join("infra/k8s/rbac.yaml")).unwrap();
-    let rbac: Vec<Value> = serde_saphyr::from_multiple(&rbac).unwrap();
-    for rule in rbac
-        .iter()
-        .flat_map(|d| d["rules"].as_array().cloned().unwrap_or_default())
-    {
-        if rule["resources"] == json!(["pods"]) {
-            assert_eq!(rule["verbs"], json!(["list"]), "{rule}");
-        }
     }
 }
 
@@ -1198,6 +1206,13 @@ fn only_forewarns_roles_read_the_continuation_key() {
             assert!(!pool.denied(policy), "{pool:?}");
         }
     }
+    assert_no_index_holds_the_key_item();
+}
+
+/// No index of the pool table holds the continuation key's item: each has a key attribute the
+/// item does not have.
+fn assert_no_index_holds_the_key_item() {
+    use forewarn::adapters::dynamo::{PREVIOUS_SECRET, SECRET};
     // No index holds the key's item: each has a key attribute the item does not have.
     let d = Deployment::new(&[]);
     let key_item = [
@@ -1357,6 +1372,32 @@ fn the_node_write_policy_lets_forewarn_change_only_its_cordon() {
     );
 
     // Anything else, from forewarn's groups: refused.
+    let refused = refused_node_writes(with);
+    for (what, new) in &refused {
+        assert_eq!(
+            node_write_admitted(&node, new, &handler),
+            Some(false),
+            "{what}"
+        );
+        // Along with a cordon, too.
+        let mut both = new.clone();
+        both["spec"]["unschedulable"] = json!(true);
+        assert_eq!(
+            node_write_admitted(&node, &both, &sweeper),
+            Some(false),
+            "{what}"
+        );
+    }
+    // Other principals are not this policy's to judge.
+    assert_eq!(
+        node_write_admitted(&node, &refused[0].1, &["system:nodes", "ops"]),
+        None
+    );
+}
+
+/// The node changes the policy refuses forewarn's groups, each made by `with` on a plain node,
+/// with what was changed.
+fn refused_node_writes(with: impl Fn(&dyn Fn(&mut Value)) -> Value) -> Vec<(&'static str, Value)> {
     let refused: Vec<(&str, Value)> = vec![
         (
             "another label set",
@@ -1433,24 +1474,5 @@ fn the_node_write_policy_lets_forewarn_change_only_its_cordon() {
             }),
         ),
     ];
-    for (what, new) in &refused {
-        assert_eq!(
-            node_write_admitted(&node, new, &handler),
-            Some(false),
-            "{what}"
-        );
-        // Along with a cordon, too.
-        let mut both = new.clone();
-        both["spec"]["unschedulable"] = json!(true);
-        assert_eq!(
-            node_write_admitted(&node, &both, &sweeper),
-            Some(false),
-            "{what}"
-        );
-    }
-    // Other principals are not this policy's to judge.
-    assert_eq!(
-        node_write_admitted(&node, &refused[0].1, &["system:nodes", "ops"]),
-        None
-    );
+    refused
 }

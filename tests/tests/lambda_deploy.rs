@@ -141,80 +141,102 @@ fn cargo_lambda_deploy_to_moto_then_wire_the_stack() {
 
         // Step 4: the stack again, now that the functions exist.
         let cfn = aws_sdk_cloudformation::Client::new(&sdk);
-        let mut update = cfn
-            .update_stack()
-            .stack_name(&cluster)
-            .template_body(&template);
-        for (k, v) in params.iter().chain([("FunctionsDeployed", "true")].iter()) {
-            update = update.parameters(
-                Parameter::builder()
-                    .parameter_key(*k)
-                    .parameter_value(*v)
-                    .build(),
-            );
-        }
-        update.send().await.expect("UpdateStack");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        loop {
-            let d = cfn
-                .describe_stacks()
-                .stack_name(&cluster)
-                .send()
-                .await
-                .unwrap();
-            match d.stacks()[0].stack_status() {
-                Some(StackStatus::UpdateComplete) => break,
-                Some(StackStatus::UpdateInProgress) | None => {}
-                other => panic!("stack update ended {other:?}"),
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "stack update did not finish"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        }
+        update_stack_with_functions_deployed(&cfn, &cluster, &template, &params).await;
         // The mapping the stack created (moto's list-event-source-mappings does not show it
         // reliably, and its DescribeStackResource answers 500: list the stack's resources and get
         // the mapping by its physical id).
-        let resources = cfn
-            .list_stack_resources()
-            .stack_name(&cluster)
+        assert_the_event_source_mapping(&cfn, &cluster, &outputs, &endpoint).await;
+    });
+}
+
+/// Step 4 of docs/deploy.md: the stack updated with `FunctionsDeployed=true` (its other
+/// parameters as they were), waited for until the update is complete.
+async fn update_stack_with_functions_deployed(
+    cfn: &aws_sdk_cloudformation::Client,
+    cluster: &str,
+    template: &str,
+    params: &[(&str, &str)],
+) {
+    let mut update = cfn
+        .update_stack()
+        .stack_name(cluster)
+        .template_body(template);
+    for (k, v) in params.iter().chain([("FunctionsDeployed", "true")].iter()) {
+        update = update.parameters(
+            Parameter::builder()
+                .parameter_key(*k)
+                .parameter_value(*v)
+                .build(),
+        );
+    }
+    update.send().await.expect("UpdateStack");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let d = cfn
+            .describe_stacks()
+            .stack_name(cluster)
             .send()
             .await
-            .expect("ListStackResources");
-        let uuid = resources
-            .stack_resource_summaries()
-            .iter()
-            .find(|r| r.logical_resource_id() == Some("HandlerEventSourceMapping"))
-            .and_then(|r| r.physical_resource_id())
-            .expect("the stack has the event source mapping now")
-            .to_string();
-        let m: Value = serde_json::from_str(&run(
-            "aws",
-            &[
-                "lambda",
-                "get-event-source-mapping",
-                "--uuid",
-                &uuid,
-                "--output",
-                "json",
-            ],
-            &endpoint,
-        ))
-        .unwrap();
-        let handler_arn = format!(":function:{}", outputs["HandlerFunctionName"]);
+            .unwrap();
+        match d.stacks()[0].stack_status() {
+            Some(StackStatus::UpdateComplete) => break,
+            Some(StackStatus::UpdateInProgress) | None => {}
+            other => panic!("stack update ended {other:?}"),
+        }
         assert!(
-            m["FunctionArn"].as_str().unwrap().ends_with(&handler_arn),
-            "{m}"
+            std::time::Instant::now() < deadline,
+            "stack update did not finish"
         );
-        assert_eq!(m["EventSourceArn"], outputs["QueueArn"].as_str(), "{m}");
-        assert_eq!(
-            m["FunctionResponseTypes"][0], "ReportBatchItemFailures",
-            "{m}"
-        );
-        assert_eq!(m["BatchSize"], 10, "{m}");
-        assert_eq!(m["ScalingConfig"]["MaximumConcurrency"], 10, "{m}");
-    });
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// The event source mapping the updated stack created: the handler's, from the queue, reporting
+/// batch item failures, in batches of 10 and at most 10 at a time.
+async fn assert_the_event_source_mapping(
+    cfn: &aws_sdk_cloudformation::Client,
+    cluster: &str,
+    outputs: &std::collections::HashMap<String, String>,
+    endpoint: &str,
+) {
+    let resources = cfn
+        .list_stack_resources()
+        .stack_name(cluster)
+        .send()
+        .await
+        .expect("ListStackResources");
+    let uuid = resources
+        .stack_resource_summaries()
+        .iter()
+        .find(|r| r.logical_resource_id() == Some("HandlerEventSourceMapping"))
+        .and_then(|r| r.physical_resource_id())
+        .expect("the stack has the event source mapping now")
+        .to_string();
+    let m: Value = serde_json::from_str(&run(
+        "aws",
+        &[
+            "lambda",
+            "get-event-source-mapping",
+            "--uuid",
+            &uuid,
+            "--output",
+            "json",
+        ],
+        endpoint,
+    ))
+    .unwrap();
+    let handler_arn = format!(":function:{}", outputs["HandlerFunctionName"]);
+    assert!(
+        m["FunctionArn"].as_str().unwrap().ends_with(&handler_arn),
+        "{m}"
+    );
+    assert_eq!(m["EventSourceArn"], outputs["QueueArn"].as_str(), "{m}");
+    assert_eq!(
+        m["FunctionResponseTypes"][0], "ReportBatchItemFailures",
+        "{m}"
+    );
+    assert_eq!(m["BatchSize"], 10, "{m}");
+    assert_eq!(m["ScalingConfig"]["MaximumConcurrency"], 10, "{m}");
 }
 
 /// The features scripts/test.sh builds the functions with: the tests' own (tests/unify-features).

@@ -255,20 +255,7 @@ fn hot_spot_groups_are_demoted_until_their_pools_return() {
         let cluster = unique_name("prio");
         let [mixed, single, od, other] = groups(&sdk, &cluster).await;
         let source = AsgNodeGroups::new(&sdk);
-        let described = source.describe().await.unwrap();
-        let mine: Vec<_> = described
-            .iter()
-            .filter_map(|d| forewarn::domain::priorities::node_group(d, &cluster))
-            .collect();
-        assert_eq!(mine.len(), 3, "{mine:?}");
-        let find = |n: &str| mine.iter().find(|g| g.name == n).unwrap();
-        assert_eq!(find(&mixed).capacity_type, CapacityType::Spot);
-        assert_eq!(find(&mixed).instance_types, vec!["m5.large", "m5a.large"]);
-        assert_eq!(find(&mixed).zones, vec!["us-east-1a", "us-east-1b"]);
-        assert_eq!(find(&single).capacity_type, CapacityType::Spot, "from the template");
-        assert_eq!(find(&single).instance_types, vec!["m5.xlarge"]);
-        assert_eq!(find(&od).capacity_type, CapacityType::OnDemand);
-        assert_eq!(find(&od).instance_types, vec!["c5.large"]);
+        assert_this_clusters_groups_described(&source, &cluster, &mixed, &single, &od).await;
 
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(dir.path()).unwrap();
@@ -375,6 +362,35 @@ fn hot_spot_groups_are_demoted_until_their_pools_return() {
         assert_eq!(run!(&expander, "1", true).run(now).await.unwrap().change, Change::NoBase);
         assert_eq!(fake.writes().len(), writes);
     });
+}
+
+/// The groups `source` describes, read as node groups: this cluster's three, with their
+/// capacity types (the single-type group's from its launch template), instance types and zones.
+async fn assert_this_clusters_groups_described(
+    source: &AsgNodeGroups,
+    cluster: &str,
+    mixed: &str,
+    single: &str,
+    od: &str,
+) {
+    let described = source.describe().await.unwrap();
+    let mine: Vec<_> = described
+        .iter()
+        .filter_map(|d| forewarn::domain::priorities::node_group(d, cluster))
+        .collect();
+    assert_eq!(mine.len(), 3, "{mine:?}");
+    let find = |n: &str| mine.iter().find(|g| g.name == n).unwrap();
+    assert_eq!(find(mixed).capacity_type, CapacityType::Spot);
+    assert_eq!(find(mixed).instance_types, vec!["m5.large", "m5a.large"]);
+    assert_eq!(find(mixed).zones, vec!["us-east-1a", "us-east-1b"]);
+    assert_eq!(
+        find(single).capacity_type,
+        CapacityType::Spot,
+        "from the template"
+    );
+    assert_eq!(find(single).instance_types, vec!["m5.xlarge"]);
+    assert_eq!(find(od).capacity_type, CapacityType::OnDemand);
+    assert_eq!(find(od).instance_types, vec!["c5.large"]);
 }
 
 /// No instances are leaving: the sweeper here only updates the priorities.

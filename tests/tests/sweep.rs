@@ -250,7 +250,6 @@ async fn ec2_stub(
 fn impaired_instances_and_scheduled_retirements_are_drained_once() {
     use forewarn::adapters::embedded::EmbeddedStore;
     use forewarn::adapters::snapshot::SnapshotInstances;
-    use forewarn::domain::fixtures::{self, pod_object};
 
     runtime().block_on(async {
         let now = chrono::Utc::now();
@@ -262,26 +261,7 @@ fn impaired_instances_and_scheduled_retirements_are_drained_once() {
         let clock = forewarn::adapters::clock::ManualClock::at(now);
         let fakes = clock.clone();
         fake.set_clock(move || fakes.now());
-        let mut known = std::collections::BTreeMap::new();
-        for (n, id) in [IMPAIRED, JUST_IMPAIRED, RETIRING].into_iter().enumerate() {
-            let dns = format!("ip-10-0-9-{n}.ec2.internal");
-            fake.insert(node_object(&dns, id).kubelet().ready().build());
-            fake.insert(pod_object(
-                "shop",
-                &format!("web-{n}"),
-                &dns,
-                "web",
-                "ReplicaSet",
-            ));
-            let facts = fixtures::instance(id)
-                .typed("m5.large", "us-east-1a")
-                .dns(&dns)
-                .state("running")
-                .cluster("demo")
-                .launched(now - chrono::Duration::hours(3))
-                .build();
-            known.insert(id.to_string(), facts);
-        }
+        let known = seed_instances_and_nodes(&fake, now);
         let config = Config {
             cluster_name: Some("demo".into()),
             ..Config::default()
@@ -307,34 +287,7 @@ fn impaired_instances_and_scheduled_retirements_are_drained_once() {
             priorities: None,
         };
         let reports = sweeper.sweep(None).await.unwrap();
-        let mut found: Vec<(String, &str, Option<EventKind>)> = reports
-            .iter()
-            .map(|r| {
-                let id = r.event_id.clone().unwrap();
-                (
-                    id.split('@').next().unwrap().to_string(),
-                    r.outcome.as_str(),
-                    r.kind,
-                )
-            })
-            .collect();
-        found.sort();
-        assert_eq!(
-            found,
-            vec![
-                (
-                    format!("sweep:impaired:{IMPAIRED}"),
-                    "acted",
-                    Some(EventKind::Impaired)
-                ),
-                (
-                    format!("sweep:scheduled-change:{RETIRING}"),
-                    "acted",
-                    Some(EventKind::ScheduledChange)
-                ),
-            ],
-            "seen impaired once, another cluster's, a completed reboot: no finding. {reports:#?}"
-        );
+        assert_found_impaired_and_retiring_once(&reports);
         let statuses: Vec<String> = asked
             .lock()
             .unwrap()
@@ -344,26 +297,7 @@ fn impaired_instances_and_scheduled_retirements_are_drained_once() {
             .collect();
         assert_eq!(statuses.len(), 2, "one paged call, two pages: {statuses:?}");
         assert!(statuses[0].contains("MaxResults=1000"), "{statuses:?}");
-        for (n, drained) in [(0, true), (1, false), (2, true)] {
-            let node = fake
-                .get("v1", "Node", None, &format!("ip-10-0-9-{n}.ec2.internal"))
-                .unwrap();
-            assert_eq!(
-                node["spec"]["unschedulable"] == json!(true),
-                drained,
-                "{node}"
-            );
-            assert_eq!(
-                fake.get("v1", "Pod", Some("shop"), &format!("web-{n}"))
-                    .is_none(),
-                drained
-            );
-        }
-        let node = fake
-            .get("v1", "Node", None, "ip-10-0-9-0.ec2.internal")
-            .unwrap();
-        let taints = node["spec"]["taints"].to_string();
-        assert!(taints.contains("\"value\":\"impaired\""), "{taints}");
+        assert_impaired_and_retiring_drained(&fake);
 
         // The next sweep finds the same two again: duplicates, nothing written.
         let writes = fake.writes().len();
@@ -394,4 +328,92 @@ fn impaired_instances_and_scheduled_retirements_are_drained_once() {
             .unwrap();
         assert_eq!(node["spec"]["unschedulable"], json!(true), "{node}");
     });
+}
+
+/// The nodes of the impaired, just impaired and retiring instances, each with a `shop` pod, in
+/// `fake`; and the instances as the directory knows them, launched three hours before `now`.
+fn seed_instances_and_nodes(
+    fake: &KubeFake,
+    now: chrono::DateTime<chrono::Utc>,
+) -> std::collections::BTreeMap<String, forewarn::domain::facts::InstanceFacts> {
+    use forewarn::domain::fixtures::{self, pod_object};
+    let mut known = std::collections::BTreeMap::new();
+    for (n, id) in [IMPAIRED, JUST_IMPAIRED, RETIRING].into_iter().enumerate() {
+        let dns = format!("ip-10-0-9-{n}.ec2.internal");
+        fake.insert(node_object(&dns, id).kubelet().ready().build());
+        fake.insert(pod_object(
+            "shop",
+            &format!("web-{n}"),
+            &dns,
+            "web",
+            "ReplicaSet",
+        ));
+        let facts = fixtures::instance(id)
+            .typed("m5.large", "us-east-1a")
+            .dns(&dns)
+            .state("running")
+            .cluster("demo")
+            .launched(now - chrono::Duration::hours(3))
+            .build();
+        known.insert(id.to_string(), facts);
+    }
+    known
+}
+
+/// The sweep's findings: the impaired instance and the retiring one, once each (not the one
+/// impaired too recently, another cluster's, nor a completed reboot).
+fn assert_found_impaired_and_retiring_once(reports: &[forewarn::domain::report::Report]) {
+    let mut found: Vec<(String, &str, Option<EventKind>)> = reports
+        .iter()
+        .map(|r| {
+            let id = r.event_id.clone().unwrap();
+            (
+                id.split('@').next().unwrap().to_string(),
+                r.outcome.as_str(),
+                r.kind,
+            )
+        })
+        .collect();
+    found.sort();
+    assert_eq!(
+        found,
+        vec![
+            (
+                format!("sweep:impaired:{IMPAIRED}"),
+                "acted",
+                Some(EventKind::Impaired)
+            ),
+            (
+                format!("sweep:scheduled-change:{RETIRING}"),
+                "acted",
+                Some(EventKind::ScheduledChange)
+            ),
+        ],
+        "seen impaired once, another cluster's, a completed reboot: no finding. {reports:#?}"
+    );
+}
+
+/// The impaired and the retiring instances' nodes cordoned and their pods evicted, the impaired
+/// one's taint saying why; the just-impaired one's left alone.
+fn assert_impaired_and_retiring_drained(fake: &KubeFake) {
+    for (n, drained) in [(0, true), (1, false), (2, true)] {
+        let node = fake
+            .get("v1", "Node", None, &format!("ip-10-0-9-{n}.ec2.internal"))
+            .unwrap();
+        assert_eq!(
+            node["spec"]["unschedulable"] == json!(true),
+            drained,
+            "{node}"
+        );
+        assert_eq!(
+            fake.get("v1", "Pod", Some("shop"), &format!("web-{n}"))
+                .is_none(),
+            drained
+        );
+    }
+    let node = fake
+        .get("v1", "Node", None, "ip-10-0-9-0.ec2.internal")
+        .unwrap();
+    let taints = node["spec"]["taints"].to_string();
+    assert!(taints.contains("\"value\":\"impaired\""), "{taints}");
 }

@@ -247,6 +247,17 @@ fn pod_pending_status() -> Value {
 
 /// The kinds served by default.
 pub fn builtin_resources() -> Vec<ResourceDef> {
+    [
+        core_resources(),
+        event_and_budget_resources(),
+        apps_resources(),
+        scheduling_and_custom_resources(),
+    ]
+    .concat()
+}
+
+/// The core group's kinds: Node, Pod, Event, ConfigMap.
+fn core_resources() -> Vec<ResourceDef> {
     vec![
         ResourceDef {
             group: "",
@@ -312,6 +323,12 @@ pub fn builtin_resources() -> Vec<ResourceDef> {
             field_labels: None,
             list_merge: &[],
         },
+    ]
+}
+
+/// `events.k8s.io`'s Event and `policy`'s PodDisruptionBudget.
+fn event_and_budget_resources() -> Vec<ResourceDef> {
+    vec![
         ResourceDef {
             group: "events.k8s.io",
             version: "v1",
@@ -344,6 +361,12 @@ pub fn builtin_resources() -> Vec<ResourceDef> {
             field_labels: None,
             list_merge: CONDITIONS_LIST_MERGE,
         },
+    ]
+}
+
+/// The `apps` group's workloads: DaemonSet, ReplicaSet, StatefulSet, Deployment.
+fn apps_resources() -> Vec<ResourceDef> {
+    vec![
         ResourceDef {
             group: "apps",
             version: "v1",
@@ -408,6 +431,13 @@ pub fn builtin_resources() -> Vec<ResourceDef> {
             field_labels: None,
             list_merge: WORKLOAD_LIST_MERGE,
         },
+    ]
+}
+
+/// `scheduling.k8s.io`'s PriorityClass, and the custom kinds forewarn deletes: Karpenter's
+/// NodeClaim, Cluster API's Machine.
+fn scheduling_and_custom_resources() -> Vec<ResourceDef> {
+    vec![
         ResourceDef {
             group: "scheduling.k8s.io",
             version: "v1",

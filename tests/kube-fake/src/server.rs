@@ -17,7 +17,7 @@ use crate::discovery;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::sim::Sim;
 use crate::status::{self, ApiError};
-use crate::store::{DeleteOptions, DeleteOutcome, PatchKind, Store, Target};
+use crate::store::{DeleteOptions, DeleteOutcome, ObjectRef, PatchKind, Store, Target};
 use crate::{Counters, Fault, RecordedRequest};
 
 /// Largest request body the fake reads.
@@ -345,96 +345,26 @@ fn dispatch(
     let idx = r.idx;
     let method = req.method.clone();
     match (r.name.as_deref(), r.sub.as_deref()) {
-        (None, _) => match method {
-            Method::GET => {
-                if req
-                    .query
-                    .get("watch")
-                    .is_some_and(|w| w == "true" || w == "1")
-                {
-                    return Err(status::method_not_allowed());
-                }
-                let labels = LabelSelector::parse(req.query.get("labelSelector").unwrap_or(""))
-                    .map_err(status::bad_request)?;
-                let fields = FieldSelector::parse(
-                    req.query.get("fieldSelector").unwrap_or(""),
-                    &store.resources[idx],
-                )
-                .map_err(status::bad_request)?;
-                Ok(Answer::ok(200, store.list(idx, ns, &labels, &fields)))
-            }
-            Method::POST if ns.is_some() || !store.resources[idx].namespaced => {
-                check_body_type(store, idx, req.media)?;
-                let mut body = parse_json(req.body)?;
-                if let Some(user) = req.user {
-                    if let (Some(ns), Some(meta)) = (ns, body.get_mut("metadata")) {
-                        meta.as_object_mut()
-                            .map(|m| m.entry("namespace").or_insert_with(|| ns.into()));
-                    }
-                    let name = crate::store::meta_str(&body, "name").unwrap_or_default();
-                    let review = Review {
-                        operation: "CREATE",
-                        idx,
-                        namespace: ns,
-                        name,
-                        object: Some(&body),
-                        old_object: None,
-                        user,
-                    };
-                    admission::admit(store, &review)?;
-                }
-                Ok(Answer::ok(201, store.create(idx, ns, body, dry_run)?))
-            }
-            _ => Err(status::method_not_allowed()),
-        },
+        (None, _) => collection_verb(store, req, idx, ns, dry_run),
         (Some(name), None) => match method {
-            Method::GET | Method::PUT | Method::PATCH => {
-                object_verb(store, req, idx, ns, name, Target::Main, dry_run)
-            }
-            Method::DELETE => {
-                let body = if req.body.is_empty() {
-                    None
-                } else {
-                    Some(parse_json(req.body)?)
-                };
-                let dry_run = dry_run
-                    || body
-                        .as_ref()
-                        .and_then(|b| b.get("dryRun"))
-                        .and_then(Value::as_array)
-                        .is_some_and(|d| d.iter().any(|v| v == "All"));
-                let grace = req
-                    .query
-                    .get("gracePeriodSeconds")
-                    .and_then(|g| g.parse().ok());
-                let options = DeleteOptions::from_body(body.as_ref(), grace);
-                if let Some(user) = req.user
-                    && admission::any_applies(store, "DELETE", idx)
-                    && let Some(old) = store.get(idx, ns, name)
-                {
-                    let review = Review {
-                        operation: "DELETE",
-                        idx,
-                        namespace: ns,
-                        name,
-                        object: None,
-                        old_object: Some(&old),
-                        user,
-                    };
-                    admission::admit(store, &review)?;
-                }
-                Ok(match store.delete(idx, ns, name, &options, dry_run)? {
-                    DeleteOutcome::Deleted(body) | DeleteOutcome::Pending(body) => {
-                        Answer::ok(200, body)
-                    }
-                })
-            }
+            Method::GET | Method::PUT | Method::PATCH => object_verb(
+                store,
+                req,
+                ObjectRef::new(idx, ns, name),
+                Target::Main,
+                dry_run,
+            ),
+            Method::DELETE => delete_object(store, req, ObjectRef::new(idx, ns, name), dry_run),
             _ => Err(status::method_not_allowed()),
         },
         (Some(name), Some("status")) => match method {
-            Method::GET | Method::PUT | Method::PATCH => {
-                object_verb(store, req, idx, ns, name, Target::Status, dry_run)
-            }
+            Method::GET | Method::PUT | Method::PATCH => object_verb(
+                store,
+                req,
+                ObjectRef::new(idx, ns, name),
+                Target::Status,
+                dry_run,
+            ),
             _ => Err(status::method_not_allowed()),
         },
         (Some(name), Some(_eviction)) => match method {
@@ -449,16 +379,120 @@ fn dispatch(
     }
 }
 
-/// GET, PUT or PATCH of one object, or of its `/status` subresource (`target`).
-fn object_verb(
+/// GET (a list) or POST (a create) of a collection.
+fn collection_verb(
     store: &mut Store,
     req: &Incoming<'_>,
     idx: usize,
     ns: Option<&str>,
-    name: &str,
+    dry_run: bool,
+) -> Result<Answer, ApiError> {
+    match req.method.clone() {
+        Method::GET => {
+            if req
+                .query
+                .get("watch")
+                .is_some_and(|w| w == "true" || w == "1")
+            {
+                return Err(status::method_not_allowed());
+            }
+            let labels = LabelSelector::parse(req.query.get("labelSelector").unwrap_or(""))
+                .map_err(status::bad_request)?;
+            let fields = FieldSelector::parse(
+                req.query.get("fieldSelector").unwrap_or(""),
+                &store.resources[idx],
+            )
+            .map_err(status::bad_request)?;
+            Ok(Answer::ok(200, store.list(idx, ns, &labels, &fields)))
+        }
+        Method::POST if ns.is_some() || !store.resources[idx].namespaced => {
+            check_body_type(store, idx, req.media)?;
+            let mut body = parse_json(req.body)?;
+            if let Some(user) = req.user {
+                if let (Some(ns), Some(meta)) = (ns, body.get_mut("metadata")) {
+                    meta.as_object_mut()
+                        .map(|m| m.entry("namespace").or_insert_with(|| ns.into()));
+                }
+                let name = crate::store::meta_str(&body, "name").unwrap_or_default();
+                let review = Review {
+                    operation: "CREATE",
+                    idx,
+                    namespace: ns,
+                    name,
+                    object: Some(&body),
+                    old_object: None,
+                    user,
+                };
+                admission::admit(store, &review)?;
+            }
+            Ok(Answer::ok(201, store.create(idx, ns, body, dry_run)?))
+        }
+        _ => Err(status::method_not_allowed()),
+    }
+}
+
+/// DELETE of one object (its grace period from the query or the body's options), admitted
+/// first when admission is enforced.
+fn delete_object(
+    store: &mut Store,
+    req: &Incoming<'_>,
+    object: ObjectRef<'_>,
+    dry_run: bool,
+) -> Result<Answer, ApiError> {
+    let ObjectRef {
+        idx,
+        namespace: ns,
+        name,
+    } = object;
+    let body = if req.body.is_empty() {
+        None
+    } else {
+        Some(parse_json(req.body)?)
+    };
+    let dry_run = dry_run
+        || body
+            .as_ref()
+            .and_then(|b| b.get("dryRun"))
+            .and_then(Value::as_array)
+            .is_some_and(|d| d.iter().any(|v| v == "All"));
+    let grace = req
+        .query
+        .get("gracePeriodSeconds")
+        .and_then(|g| g.parse().ok());
+    let options = DeleteOptions::from_body(body.as_ref(), grace);
+    if let Some(user) = req.user
+        && admission::any_applies(store, "DELETE", idx)
+        && let Some(old) = store.get(idx, ns, name)
+    {
+        let review = Review {
+            operation: "DELETE",
+            idx,
+            namespace: ns,
+            name,
+            object: None,
+            old_object: Some(&old),
+            user,
+        };
+        admission::admit(store, &review)?;
+    }
+    Ok(match store.delete(idx, ns, name, &options, dry_run)? {
+        DeleteOutcome::Deleted(body) | DeleteOutcome::Pending(body) => Answer::ok(200, body),
+    })
+}
+
+/// GET, PUT or PATCH of one object, or of its `/status` subresource (`target`).
+fn object_verb(
+    store: &mut Store,
+    req: &Incoming<'_>,
+    object: ObjectRef<'_>,
     target: Target,
     dry_run: bool,
 ) -> Result<Answer, ApiError> {
+    let ObjectRef {
+        idx,
+        namespace: ns,
+        name,
+    } = object;
     if let Some(user) = req.user
         && target == Target::Main
         && matches!(*req.method, Method::PUT | Method::PATCH)
@@ -470,12 +504,12 @@ fn object_verb(
             Method::PUT => {
                 check_body_type(store, idx, req.media)?;
                 store
-                    .replace(idx, ns, name, parse_json(req.body)?, target, true)?
+                    .replace(object, parse_json(req.body)?, target, true)?
                     .1
             }
             _ => {
                 let kind = patch_kind(store, idx, req.media)?;
-                store.patch(idx, ns, name, kind, &parse_json(req.body)?, target, true)?
+                store.patch(object, kind, &parse_json(req.body)?, target, true)?
             }
         };
         let review = Review {
@@ -493,7 +527,7 @@ fn object_verb(
         Method::PUT => {
             check_body_type(store, idx, req.media)?;
             let body = parse_json(req.body)?;
-            let (code, obj) = store.replace(idx, ns, name, body, target, dry_run)?;
+            let (code, obj) = store.replace(object, body, target, dry_run)?;
             Ok(Answer::ok(code, obj))
         }
         Method::PATCH => {
@@ -501,7 +535,7 @@ fn object_verb(
             let patch = parse_json(req.body)?;
             Ok(Answer::ok(
                 200,
-                store.patch(idx, ns, name, kind, &patch, target, dry_run)?,
+                store.patch(object, kind, &patch, target, dry_run)?,
             ))
         }
         _ => Ok(Answer::ok(200, store.get_or_404(idx, ns, name)?)),
@@ -616,56 +650,66 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
 
     let query = Query::parse(&raw_query);
     let media = media_type(content_type.as_deref());
-    let answer = {
-        let mut state = shared.lock();
-        let state = &mut *state;
-        let now = state.store.now();
-        let limited = state
-            .control
-            .rate_limit
-            .as_mut()
-            .is_some_and(|bucket| !bucket.try_take(now));
-        let answer: Answer = if limited {
-            state.control.counters.rate_limited += 1;
-            status::too_many_requests("Too many requests, please try again later.", 1, None).into()
-        } else if let Some(code) = take_fault(&mut state.control, &method, &path) {
-            state.control.counters.faults_injected += 1;
-            status::for_code(code, "fault injected by kube-fake").into()
-        } else {
-            let incoming = Incoming {
-                method: &method,
-                path: &path,
-                query: &query,
-                media: media.as_deref(),
-                body: &bytes,
-                user: shared.admission.then_some(&user),
-            };
-            dispatch(
-                &mut state.store,
-                (&shared.server_address, shared.version),
-                &incoming,
-            )
-            .unwrap_or_else(Answer::from)
-        };
-        if answer.code == 429 {
-            state.control.counters.too_many_requests += 1;
-        }
-        if let Some(i) = state
-            .control
-            .after_answer
-            .iter()
-            .position(|(m, p, _)| *m == method && *p == path)
-        {
-            let (_, _, obj) = state.control.after_answer.remove(i);
-            if let Err(e) = state.store.seed(obj) {
-                tracing::error!("kube-fake: after answer: {e}");
-            }
-        }
-        state.control.log.push(record(answer.code));
-        answer
+    let incoming = Incoming {
+        method: &method,
+        path: &path,
+        query: &query,
+        media: media.as_deref(),
+        body: &bytes,
+        user: shared.admission.then_some(&user),
     };
+    let answer = answer_and_record(&shared, &incoming, &record);
     tracing::debug!("kube-fake: {method} {path}?{raw_query} -> {}", answer.code);
     render(&answer)
+}
+
+/// The answer to `incoming`, under one lock of the fake: 429 when the rate limit is spent, a
+/// fault injected, or what the store answers; then the write asked to follow this answer is
+/// applied and the request is logged (`record`).
+fn answer_and_record(
+    shared: &Shared,
+    incoming: &Incoming<'_>,
+    record: &impl Fn(u16) -> RecordedRequest,
+) -> Answer {
+    let (method, path) = (incoming.method, incoming.path);
+    let mut state = shared.lock();
+    let state = &mut *state;
+    let now = state.store.now();
+    let limited = state
+        .control
+        .rate_limit
+        .as_mut()
+        .is_some_and(|bucket| !bucket.try_take(now));
+    let answer: Answer = if limited {
+        state.control.counters.rate_limited += 1;
+        status::too_many_requests("Too many requests, please try again later.", 1, None).into()
+    } else if let Some(code) = take_fault(&mut state.control, method, path) {
+        state.control.counters.faults_injected += 1;
+        status::for_code(code, "fault injected by kube-fake").into()
+    } else {
+        dispatch(
+            &mut state.store,
+            (&shared.server_address, shared.version),
+            incoming,
+        )
+        .unwrap_or_else(Answer::from)
+    };
+    if answer.code == 429 {
+        state.control.counters.too_many_requests += 1;
+    }
+    if let Some(i) = state
+        .control
+        .after_answer
+        .iter()
+        .position(|(m, p, _)| m == method && p == path)
+    {
+        let (_, _, obj) = state.control.after_answer.remove(i);
+        if let Err(e) = state.store.seed(obj) {
+            tracing::error!("kube-fake: after answer: {e}");
+        }
+    }
+    state.control.log.push(record(answer.code));
+    answer
 }
 
 #[cfg(test)]

@@ -19,6 +19,35 @@ use crate::validation;
 /// cluster-scoped), name. Ordered like the real server lists: namespace, then name.
 pub(crate) type ObjKey = (usize, String, String);
 
+/// One object a request is about: its kind (the index of its resource), namespace and name.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ObjectRef<'a> {
+    pub idx: usize,
+    pub namespace: Option<&'a str>,
+    pub name: &'a str,
+}
+
+impl<'a> ObjectRef<'a> {
+    pub fn new(idx: usize, namespace: Option<&'a str>, name: &'a str) -> Self {
+        ObjectRef {
+            idx,
+            namespace,
+            name,
+        }
+    }
+}
+
+/// An update of an existing object: the object as it is, as it would be written (by a PUT, or
+/// a PATCH applied to it), and how the write goes.
+struct Update {
+    old: Value,
+    new: Value,
+    target: Target,
+    /// A PUT of a custom resource must name the resourceVersion it replaces.
+    require_resource_version: bool,
+    dry_run: bool,
+}
+
 /// Which part of an object a write addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Target {
@@ -632,13 +661,16 @@ impl Store {
     /// PUT of an object or of its `/status`. Answers the HTTP code and the object.
     pub fn replace(
         &mut self,
-        idx: usize,
-        namespace: Option<&str>,
-        name: &str,
+        object: ObjectRef<'_>,
         body: Value,
         target: Target,
         dry_run: bool,
     ) -> Result<(u16, Value), ApiError> {
+        let ObjectRef {
+            idx,
+            namespace,
+            name,
+        } = object;
         let res = self.resources[idx].clone();
         let key = self.key(idx, namespace, name);
         let Some(old) = self.objects.get(&key).cloned() else {
@@ -661,22 +693,30 @@ impl Store {
                 res.kind
             )));
         }
-        self.update_existing(idx, &key, old, body, target, true, dry_run)
-            .map(|o| (200, o))
+        let update = Update {
+            old,
+            new: body,
+            target,
+            require_resource_version: true,
+            dry_run,
+        };
+        self.update_existing(idx, &key, update).map(|o| (200, o))
     }
 
     /// PATCH of an object or of its `/status`.
-    #[allow(clippy::too_many_arguments)]
     pub fn patch(
         &mut self,
-        idx: usize,
-        namespace: Option<&str>,
-        name: &str,
+        object: ObjectRef<'_>,
         kind: PatchKind,
         patch: &Value,
         target: Target,
         dry_run: bool,
     ) -> Result<Value, ApiError> {
+        let ObjectRef {
+            idx,
+            namespace,
+            name,
+        } = object;
         let res = self.resources[idx].clone();
         let key = self.key(idx, namespace, name);
         let old = self
@@ -696,42 +736,37 @@ impl Store {
                 status::unprocessable()
             }
         })?;
-        self.update_existing(idx, &key, old, patched, target, false, dry_run)
+        let update = Update {
+            old,
+            new: patched,
+            target,
+            require_resource_version: false,
+            dry_run,
+        };
+        self.update_existing(idx, &key, update)
     }
 
-    /// The shared tail of PUT and PATCH.
-    #[allow(clippy::too_many_arguments)]
-    fn update_existing(
-        &mut self,
-        idx: usize,
-        key: &ObjKey,
-        old: Value,
-        mut new: Value,
-        target: Target,
+    /// The preconditions of an update: the resourceVersion sent, if any, is the object's (and a
+    /// PUT of a custom resource sends one when `require_resource_version`); the uid sent, if
+    /// any, is the object's.
+    fn check_preconditions(
+        res: &ResourceDef,
+        name: &str,
+        old: &Value,
+        new: &Value,
         require_resource_version: bool,
-        dry_run: bool,
-    ) -> Result<Value, ApiError> {
-        let res = self.resources[idx].clone();
-        let name = key.2.as_str();
-        let namespace = res.namespaced.then_some(key.1.as_str());
-        Self::check_type(&res, &mut new)?;
-        let body_name = meta_str(&new, "name").unwrap_or_default();
-        if body_name != name {
-            return Err(name_mismatch(body_name, name));
-        }
-        Self::settle_namespace(&res, &mut new, namespace)?;
-
-        let old_rv = meta_str(&old, "resourceVersion")
+    ) -> Result<(), ApiError> {
+        let old_rv = meta_str(old, "resourceVersion")
             .unwrap_or_default()
             .to_string();
-        let sent_rv = meta_str(&new, "resourceVersion").filter(|rv| !rv.is_empty());
+        let sent_rv = meta_str(new, "resourceVersion").filter(|rv| !rv.is_empty());
         match sent_rv {
             Some(rv) if rv != old_rv => {
-                return Err(status::conflict(&res, name, status::MODIFIED));
+                return Err(status::conflict(res, name, status::MODIFIED));
             }
             None if require_resource_version && res.custom => {
                 return Err(status::invalid(
-                    &res,
+                    res,
                     name,
                     &[FieldError::invalid(
                         "metadata.resourceVersion",
@@ -742,19 +777,46 @@ impl Store {
             }
             _ => {}
         }
-        let old_uid = meta_str(&old, "uid").unwrap_or_default().to_string();
-        if let Some(uid) = meta_str(&new, "uid")
+        let old_uid = meta_str(old, "uid").unwrap_or_default().to_string();
+        if let Some(uid) = meta_str(new, "uid")
             && !uid.is_empty()
             && uid != old_uid
         {
             return Err(status::conflict(
-                &res,
+                res,
                 name,
                 &format!(
                     "Precondition failed: UID in precondition: {uid}, UID in object meta: {old_uid}"
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// The shared tail of PUT and PATCH.
+    fn update_existing(
+        &mut self,
+        idx: usize,
+        key: &ObjKey,
+        update: Update,
+    ) -> Result<Value, ApiError> {
+        let Update {
+            old,
+            mut new,
+            target,
+            require_resource_version,
+            dry_run,
+        } = update;
+        let res = self.resources[idx].clone();
+        let name = key.2.as_str();
+        let namespace = res.namespaced.then_some(key.1.as_str());
+        Self::check_type(&res, &mut new)?;
+        let body_name = meta_str(&new, "name").unwrap_or_default();
+        if body_name != name {
+            return Err(name_mismatch(body_name, name));
+        }
+        Self::settle_namespace(&res, &mut new, namespace)?;
+        Self::check_preconditions(&res, name, &old, &new, require_resource_version)?;
 
         let mut merged = match target {
             Target::Main => {
@@ -1092,9 +1154,7 @@ mod tests {
         assert!(a["metadata"]["uid"].as_str().unwrap().len() == 36);
         let patched = s
             .patch(
-                nodes,
-                None,
-                "a",
+                ObjectRef::new(nodes, None, "a"),
                 PatchKind::Merge,
                 &json!({"spec": {"unschedulable": true}}),
                 Target::Main,
@@ -1117,9 +1177,7 @@ mod tests {
             .unwrap();
         let again = s
             .patch(
-                nodes,
-                None,
-                "a",
+                ObjectRef::new(nodes, None, "a"),
                 PatchKind::Merge,
                 &json!({"metadata": {"labels": {}}}),
                 Target::Main,
@@ -1142,9 +1200,7 @@ mod tests {
         .unwrap();
         let out = s
             .patch(
-                nodes,
-                None,
-                "a",
+                ObjectRef::new(nodes, None, "a"),
                 PatchKind::Merge,
                 &json!({"spec": {"unschedulable": true}, "status": {"phase": "Gone"}}),
                 Target::Main,
@@ -1155,9 +1211,7 @@ mod tests {
         assert_eq!(out["spec"]["unschedulable"], true);
         let out = s
             .patch(
-                nodes,
-                None,
-                "a",
+                ObjectRef::new(nodes, None, "a"),
                 PatchKind::Merge,
                 &json!({"spec": {"unschedulable": false}, "status": {"phase": "Gone"}}),
                 Target::Status,
@@ -1184,9 +1238,7 @@ mod tests {
         assert!(body["metadata"]["deletionTimestamp"].is_string());
         assert!(s.get(claims, None, "c").is_some());
         s.patch(
-            claims,
-            None,
-            "c",
+            ObjectRef::new(claims, None, "c"),
             PatchKind::Merge,
             &json!({"metadata": {"finalizers": null}}),
             Target::Main,

@@ -109,6 +109,16 @@ pub(crate) fn validate(res: &ResourceDef, obj: &Value) -> Vec<FieldError> {
 
 /// `ValidateEventCreate`: `strict` for events.k8s.io/v1.
 fn validate_event(obj: &Value, strict: bool) -> Vec<FieldError> {
+    let mut errs = legacy_event_errors(obj, strict);
+    if strict {
+        errs.extend(strict_event_errors(obj, is_set(obj, "/eventTime")));
+    }
+    errs
+}
+
+/// `legacyValidateEvent`, and the namespace's name: the rules of both wire formats (`strict`:
+/// events.k8s.io/v1's field names).
+fn legacy_event_errors(obj: &Value, strict: bool) -> Vec<FieldError> {
     // Field pointers of the internal fields, for each wire format.
     let (involved_ns, reporting_controller, message) = if strict {
         ("/regarding/namespace", "/reportingController", "/note")
@@ -146,57 +156,7 @@ fn validate_event(obj: &Value, strict: bool) -> Vec<FieldError> {
                 "does not match event.namespace",
             ));
         }
-        let controller = str_at(obj, reporting_controller);
-        if controller.is_empty() {
-            errs.push(FieldError::required("reportingController", ""));
-        }
-        for msg in qualified_name_errors(controller) {
-            errs.push(FieldError::invalid(
-                "reportingController",
-                &FieldError::quote(controller),
-                msg,
-            ));
-        }
-        let instance = str_at(obj, "/reportingInstance");
-        if instance.is_empty() {
-            errs.push(FieldError::required("reportingInstance", ""));
-        }
-        if instance.len() > 128 {
-            errs.push(FieldError::invalid(
-                "reportingInstance",
-                "\"\"",
-                "can have at most 128 characters",
-            ));
-        }
-        let action = str_at(obj, "/action");
-        if action.is_empty() {
-            errs.push(FieldError::required("action", ""));
-        }
-        if action.len() > 128 {
-            errs.push(FieldError::invalid(
-                "action",
-                "\"\"",
-                "can have at most 128 characters",
-            ));
-        }
-        let reason = str_at(obj, "/reason");
-        if reason.is_empty() {
-            errs.push(FieldError::required("reason", ""));
-        }
-        if reason.len() > 128 {
-            errs.push(FieldError::invalid(
-                "reason",
-                "\"\"",
-                "can have at most 128 characters",
-            ));
-        }
-        if str_at(obj, message).len() > 1024 {
-            errs.push(FieldError::invalid(
-                "message",
-                "\"\"",
-                "can have at most 1024 characters",
-            ));
-        }
+        errs.extend(reporting_errors(obj, reporting_controller, message));
     }
     if !namespace.is_empty() && !is_dns1123_subdomain(namespace) {
         errs.push(FieldError::invalid(
@@ -205,10 +165,71 @@ fn validate_event(obj: &Value, strict: bool) -> Vec<FieldError> {
             DNS1123_SUBDOMAIN_MSG,
         ));
     }
-    if !strict {
-        return errs;
-    }
+    errs
+}
 
+/// The fields of an Event with an `eventTime`: who reported it (`reporting_controller`: the
+/// pointer of the controller's field in this wire format), its action and reason, and the
+/// length of its message (at `message`).
+fn reporting_errors(obj: &Value, reporting_controller: &str, message: &str) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let controller = str_at(obj, reporting_controller);
+    if controller.is_empty() {
+        errs.push(FieldError::required("reportingController", ""));
+    }
+    for msg in qualified_name_errors(controller) {
+        errs.push(FieldError::invalid(
+            "reportingController",
+            &FieldError::quote(controller),
+            msg,
+        ));
+    }
+    let instance = str_at(obj, "/reportingInstance");
+    if instance.is_empty() {
+        errs.push(FieldError::required("reportingInstance", ""));
+    }
+    if instance.len() > 128 {
+        errs.push(FieldError::invalid(
+            "reportingInstance",
+            "\"\"",
+            "can have at most 128 characters",
+        ));
+    }
+    let action = str_at(obj, "/action");
+    if action.is_empty() {
+        errs.push(FieldError::required("action", ""));
+    }
+    if action.len() > 128 {
+        errs.push(FieldError::invalid(
+            "action",
+            "\"\"",
+            "can have at most 128 characters",
+        ));
+    }
+    let reason = str_at(obj, "/reason");
+    if reason.is_empty() {
+        errs.push(FieldError::required("reason", ""));
+    }
+    if reason.len() > 128 {
+        errs.push(FieldError::invalid(
+            "reason",
+            "\"\"",
+            "can have at most 128 characters",
+        ));
+    }
+    if str_at(obj, message).len() > 1024 {
+        errs.push(FieldError::invalid(
+            "message",
+            "\"\"",
+            "can have at most 1024 characters",
+        ));
+    }
+    errs
+}
+
+/// The strict rules of events.k8s.io/v1 (`has_event_time`: the Event has an `eventTime`).
+fn strict_event_errors(obj: &Value, has_event_time: bool) -> Vec<FieldError> {
+    let mut errs = Vec::new();
     // The strict rules of events.k8s.io/v1.
     if let Some(series) = obj.get("series").filter(|s| !s.is_null()) {
         if series.get("count").and_then(Value::as_i64).unwrap_or(0) < 2 {

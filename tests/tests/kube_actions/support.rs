@@ -1,0 +1,521 @@
+//! The world the tests act in: a Kubernetes fake with a plain node of instance `ID` (and an
+//! unrelated one beside it), forewarn's clients on it, one manual clock; the plans made and
+//! carried out through the adapter; and the checks every test ends with (the request log).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::Utc;
+use forewarn::adapters::clock::ManualClock;
+use forewarn::adapters::kube::{
+    ClusterClient, ExecutorSettings, KubeExecutor, KubeNodeDirectory, NodeOutcome,
+};
+use forewarn::app::pipeline::{Passes, Pipeline};
+use forewarn::domain::config::Config;
+use forewarn::domain::event::{Detail, Event, EventKind};
+use forewarn::domain::facts::InstanceFacts;
+use forewarn::domain::fixtures::{self, node_object, pdb_object, pod_object};
+use forewarn::domain::plan::{Facts, Plan, decide};
+use forewarn::ports::{ActionResult, Clock, ExecuteError, Executor, NodeDirectory, Pass};
+use kube_fake::{KubeFake, Method, RecordedRequest};
+use serde_json::{Value, json};
+
+pub(crate) const NODE: &str = "ip-10-0-1-11.ec2.internal";
+pub(crate) const ID: &str = "i-0a1b2c3d4e5f60001";
+pub(crate) const OTHER_NODE: &str = "ip-10-0-1-12.ec2.internal";
+pub(crate) const OTHER_ID: &str = "i-0a1b2c3d4e5f69999";
+pub(crate) const TAINT: &str = "forewarn.io/interruption";
+
+/// A node of this world: as a kubelet on EC2 registers it, with its InternalIP and Hostname
+/// addresses, an instance-type label and a `dedicated=batch` taint (which forewarn must keep).
+pub(crate) fn node(name: &str, instance_id: &str) -> Value {
+    node_object(name, instance_id)
+        .kubelet()
+        .label("node.kubernetes.io/instance-type", "m5.large")
+        .taint("dedicated", "batch", "NoSchedule")
+        .ready()
+        .address("InternalIP", "10.0.1.11")
+        .address("Hostname", name)
+        .build()
+}
+
+/// A running instance of this world's cluster, named by its private DNS name `dns`.
+pub(crate) fn instance(id: &str, dns: &str) -> InstanceFacts {
+    fixtures::instance(id)
+        .typed("m5.large", "us-east-1a")
+        .dns(dns)
+        .state("running")
+        .cluster("demo")
+        .build()
+}
+
+/// This world's configuration: drains without surge (the default; surge has tests of its own,
+/// in `surge`).
+pub(crate) fn config() -> Config {
+    Config {
+        cluster_name: Some("demo".into()),
+        surge_kinds: BTreeSet::new(),
+        ..Config::default()
+    }
+}
+
+/// An event of `kind` about this world's instance, happening now.
+pub(crate) fn event(kind: EventKind, id: &str) -> Event {
+    let event = fixtures::event(kind, id, ID)
+        .time(Utc::now())
+        .account("123456789012");
+    match kind {
+        EventKind::AsgTermination => event.detail(Detail::AsgTermination(fixtures::lifecycle(
+            "eks-demo-ng-1",
+            "forewarn-drain",
+        ))),
+        EventKind::AsgLaunch => event.detail(Detail::AsgLaunch(fixtures::launch(
+            "eks-demo-ng-1",
+            "forewarn-joined",
+        ))),
+        _ => event,
+    }
+    .build()
+}
+
+/// Retries and polls fast, so the tests are.
+pub(crate) fn fast() -> ExecutorSettings {
+    ExecutorSettings {
+        backoff_initial: Duration::from_millis(20),
+        backoff_max: Duration::from_millis(200),
+        reporting_instance: "forewarn-test".into(),
+        ..ExecutorSettings::default()
+    }
+}
+
+/// The time between two drain passes in these tests (the fake's pods go at once, or after the
+/// grace period a test sets).
+pub(crate) const PASS_GAP: Duration = Duration::from_millis(100);
+
+/// An event's passes as the pipeline's in-process driver runs them: the first pass, then drain
+/// passes [`PASS_GAP`] apart until none is pending; each action's outcomes merged into one (the
+/// first cordon, every eviction and Event, the last of the rest).
+pub(crate) async fn passes(
+    executor: &KubeExecutor,
+    plan: &Plan,
+) -> Result<Vec<NodeOutcome>, ExecuteError> {
+    let clock = executor.clock();
+    let started_at = clock.now();
+    let mut merged = executor.run(plan, Pass::Cordon).await?;
+    let mut pass = 1;
+    while merged.iter().any(|o| o.pending()) {
+        clock.sleep(PASS_GAP).await;
+        let drain = Pass::Drain {
+            started_at,
+            announce: pass == 1,
+            owed: pass == 2,
+            heartbeat: true,
+            quiet: false,
+        };
+        let outcomes = executor.run(plan, drain).await?;
+        for (m, o) in merged.iter_mut().zip(outcomes) {
+            m.events.extend(o.events.clone());
+            m.event_failures.extend(o.event_failures.clone());
+            let drain = match (m.drain.take(), o.drain) {
+                (Some(before), Some(mut now)) => {
+                    let mut evicted = before.evicted;
+                    evicted.extend(now.evicted);
+                    now.evicted = evicted;
+                    let mut gone = before.already_gone;
+                    gone.extend(now.already_gone);
+                    now.already_gone = gone;
+                    Some(now)
+                }
+                (before, now) => now.or(before),
+            };
+            *m = NodeOutcome {
+                cordon: m.cordon.take().or(o.cordon),
+                cordoned_at: m.cordoned_at.or(o.cordoned_at),
+                events: std::mem::take(&mut m.events),
+                event_failures: std::mem::take(&mut m.event_failures),
+                drain,
+                ..o
+            };
+        }
+        pass += 1;
+    }
+    Ok(merged)
+}
+
+/// [`passes`] through the [`Executor`] port: the last pass's results.
+pub(crate) async fn execute_passes(
+    executor: &KubeExecutor,
+    plan: &Plan,
+) -> Result<Vec<ActionResult>, ExecuteError> {
+    let clock = executor.clock();
+    let started_at = clock.now();
+    let mut results = executor.execute(plan, Pass::Cordon).await?;
+    let mut pass = 1;
+    while results.iter().any(|r| r.pending) {
+        clock.sleep(PASS_GAP).await;
+        let drain = Pass::Drain {
+            started_at,
+            announce: pass == 1,
+            owed: pass == 2,
+            heartbeat: true,
+            quiet: false,
+        };
+        results = executor.execute(plan, drain).await?;
+        pass += 1;
+    }
+    Ok(results)
+}
+
+pub(crate) struct World {
+    pub(crate) fake: KubeFake,
+    pub(crate) clients: ClusterClient,
+    pub(crate) config: Config,
+    /// The one clock of the world: forewarn's adapter and the fake go by it; tests move it on
+    /// (a sleep of forewarn's moves it at once) instead of sleeping.
+    pub(crate) clock: ManualClock,
+    /// A drain's passes carried on in process, [`PASS_GAP`] apart.
+    pub(crate) in_process: Passes,
+}
+
+impl World {
+    pub(crate) async fn new() -> World {
+        World::on(KubeFake::start().await)
+    }
+
+    /// A world on `fake` (a fake built with the cluster simulation, say).
+    pub(crate) fn on(fake: KubeFake) -> World {
+        let clock = ManualClock::at(Utc::now());
+        let fakes = clock.clone();
+        fake.set_clock(move || fakes.now());
+        let clients = ClusterClient::new(fake.client()).with_clock(clock.shared());
+        World {
+            fake,
+            clients,
+            config: config(),
+            clock,
+            in_process: Passes::in_process(PASS_GAP),
+        }
+    }
+
+    /// The handler over this world (its clock, drains carried on in process), recording in an
+    /// embedded store in `dir`; tests set the fields they need.
+    pub(crate) fn handler(&self, dir: &std::path::Path) -> forewarn::app::handler::Handler {
+        let store = forewarn::adapters::embedded::EmbeddedStore::open(dir).unwrap();
+        forewarn::app::handler::Handler {
+            clock: self.clock.shared(),
+            passes: self.in_process.clone(),
+            ..forewarn::app::handler::Handler::new(self.config.clone(), Arc::new(store))
+        }
+    }
+
+    /// The handler over this world (see [`World::handler`]) for the instance `ID` on `NODE`,
+    /// its drains' passes queued on `queue` 1 s apart; `kept`: with the environment's kept
+    /// copies of budget-refused passes.
+    pub(crate) fn queued_handler(
+        &self,
+        dir: &std::path::Path,
+        queue: &Arc<Continuations>,
+        kept: bool,
+    ) -> forewarn::app::handler::Handler {
+        forewarn::app::handler::Handler {
+            instances: Arc::new(Instances(BTreeMap::from([(
+                ID.to_string(),
+                instance(ID, NODE),
+            )]))),
+            nodes: Arc::new(KubeNodeDirectory::new(self.clients.clone())),
+            executor: Some(Arc::new(self.executor())),
+            passes: Passes {
+                interval: Duration::from_secs(1),
+                queue: Some(queue.clone()),
+                kept: kept.then(Arc::default),
+            },
+            ..self.handler(dir)
+        }
+    }
+
+    /// The pipeline over this world's cluster, with drains carried on by `passes`.
+    pub(crate) fn pipeline<'a>(
+        &'a self,
+        store: &'a dyn forewarn::ports::PoolStore,
+        instances: &'a dyn forewarn::ports::InstanceDirectory,
+        nodes: &'a dyn NodeDirectory,
+        executor: &'a dyn Executor,
+        passes: &'a Passes,
+    ) -> Pipeline<'a> {
+        Pipeline {
+            mode: forewarn::domain::config::Mode::Act,
+            config: &self.config,
+            store,
+            instances,
+            nodes,
+            executor: Some(executor),
+            passes,
+            clock: &self.clock,
+        }
+    }
+
+    /// A plain node with the instance `ID`, an unrelated node beside it.
+    pub(crate) async fn plain() -> World {
+        let w = World::new().await;
+        w.fake.insert(node(NODE, ID));
+        w.fake.insert(node(OTHER_NODE, OTHER_ID));
+        w
+    }
+
+    /// The cluster's policy ConfigMap, read through the adapter.
+    pub(crate) fn policies(&self) -> Arc<forewarn::app::policy::PolicyCache> {
+        Arc::new(forewarn::app::policy::PolicyCache::new(
+            Arc::new(forewarn::adapters::kube::KubePolicy::new(
+                self.clients.clone(),
+                "forewarn-test",
+            )),
+            self.config.policy.clone(),
+        ))
+    }
+
+    pub(crate) fn executor(&self) -> KubeExecutor {
+        KubeExecutor::new(self.clients.clone(), &self.config).with_settings(fast())
+    }
+
+    /// The plan for `event`, from node facts read through the adapter's directory.
+    pub(crate) async fn plan(&self, event: &Event) -> Plan {
+        let instances = BTreeMap::from([(ID.to_string(), instance(ID, NODE))]);
+        let known: Vec<InstanceFacts> = instances.values().cloned().collect();
+        let nodes = KubeNodeDirectory::new(self.clients.clone())
+            .nodes(&known)
+            .await
+            .unwrap();
+        decide(event, Facts::new(&instances, &nodes), &self.config)
+    }
+
+    pub(crate) async fn run(&self, plan: &Plan) -> NodeOutcome {
+        let mut outcomes = passes(&self.executor(), plan).await.unwrap();
+        assert_eq!(outcomes.len(), 1);
+        outcomes.remove(0)
+    }
+
+    pub(crate) fn node(&self, name: &str) -> Option<Value> {
+        self.fake.get("v1", "Node", None, name)
+    }
+
+    pub(crate) fn pod(&self, ns: &str, name: &str) -> Option<Value> {
+        self.fake.get("v1", "Pod", Some(ns), name)
+    }
+
+    /// forewarn's Events, by reason.
+    pub(crate) fn events(&self) -> BTreeMap<String, Value> {
+        self.fake
+            .list("events.k8s.io/v1", "Event")
+            .into_iter()
+            .map(|e| (e["reason"].as_str().unwrap_or_default().to_string(), e))
+            .collect()
+    }
+}
+
+/// Every answer is one the adapter expects, every body of the right type.
+pub(crate) fn assert_accepted(requests: &[RecordedRequest]) {
+    for r in requests {
+        assert!(
+            r.status < 400 || matches!(r.status, 404 | 409 | 429),
+            "{} {}?{} answered {}: {:?}",
+            r.method,
+            r.path,
+            r.query,
+            r.status,
+            r.body
+        );
+        if r.method == Method::PATCH {
+            assert_eq!(
+                r.content_type.as_deref(),
+                Some("application/merge-patch+json"),
+                "{}",
+                r.path
+            );
+        }
+        if r.method == Method::POST {
+            assert_eq!(
+                r.content_type.as_deref(),
+                Some("application/json"),
+                "{}",
+                r.path
+            );
+        }
+    }
+}
+
+/// A plan carried out again writes nothing: its only writes are the creates of the Events it
+/// recorded the first time, each answered 409 AlreadyExists (there is no read before them).
+pub(crate) fn assert_nothing_written_again(fake: &KubeFake) {
+    for write in fake.writes() {
+        assert!(
+            write.method == Method::POST && write.path.contains("/events") && write.status == 409,
+            "{write:?}"
+        );
+    }
+}
+
+pub(crate) fn paths(requests: &[RecordedRequest], method: Method) -> Vec<String> {
+    requests
+        .iter()
+        .filter(|r| r.method == method)
+        .map(|r| r.path.clone())
+        .collect()
+}
+
+pub(crate) fn taints(node: &Value) -> Vec<(String, String, String)> {
+    node["spec"]["taints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|t| {
+            (
+                t["key"].as_str().unwrap_or_default().to_string(),
+                t["value"].as_str().unwrap_or_default().to_string(),
+                t["effect"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+pub(crate) fn eviction_path(ns: &str, name: &str) -> String {
+    format!("/api/v1/namespaces/{ns}/pods/{name}/eviction")
+}
+
+/// The pods of the plain node: two web pods, a critical DNS pod, and the ones a drain leaves:
+/// a DaemonSet pod, a mirror pod, a finished Job pod. A web pod on the other node.
+pub(crate) fn seed_pods(w: &World) {
+    w.fake
+        .insert(pod_object("default", "web-1", NODE, "web", "ReplicaSet"));
+    w.fake
+        .insert(pod_object("default", "web-2", NODE, "web", "ReplicaSet"));
+    w.fake.insert(pod_object(
+        "default",
+        "web-3",
+        OTHER_NODE,
+        "web",
+        "ReplicaSet",
+    ));
+    w.fake.insert(pdb_object("default", "web-pdb", "web", 1));
+    let mut dns = pod_object("kube-system", "coredns-1", NODE, "dns", "ReplicaSet");
+    dns["spec"]["priorityClassName"] = json!("system-cluster-critical");
+    w.fake.insert(dns);
+    let mut ds = pod_object(
+        "kube-system",
+        "aws-node-abc",
+        NODE,
+        "aws-node",
+        "ReplicaSet",
+    );
+    ds["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "DaemonSet",
+        "name": "aws-node", "uid": "uid-ds", "controller": true}]);
+    w.fake.insert(ds);
+    let mut mirror = pod_object(
+        "kube-system",
+        "kube-proxy-node",
+        NODE,
+        "kube-proxy",
+        "ReplicaSet",
+    );
+    mirror["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "Node",
+        "name": NODE, "uid": "uid-node", "controller": true}]);
+    mirror["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "0123abcd"});
+    w.fake.insert(mirror);
+    let mut done = pod_object("batch", "job-1", NODE, "job", "ReplicaSet");
+    done["status"]["phase"] = json!("Succeeded");
+    w.fake.insert(done);
+}
+
+pub(crate) struct Instances(pub(crate) BTreeMap<String, InstanceFacts>);
+
+#[async_trait]
+impl forewarn::ports::InstanceDirectory for Instances {
+    async fn describe(
+        &self,
+        ids: &[String],
+    ) -> Result<BTreeMap<String, InstanceFacts>, forewarn::ports::DirectoryError> {
+        Ok(self
+            .0
+            .iter()
+            .filter(|(k, _)| ids.contains(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+}
+
+/// Serves `app` on a loopback port; returns its URL.
+pub(crate) async fn serve(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    format!("http://{addr}")
+}
+
+pub(crate) fn terminating(w: &World, name: &str) -> bool {
+    w.pod("default", name)
+        .is_some_and(|p| p["metadata"]["deletionTimestamp"].is_string())
+}
+
+/// Eviction requests sent, accepted or not.
+pub(crate) fn evictions(w: &World) -> usize {
+    w.fake
+        .requests()
+        .iter()
+        .filter(|r| r.method == Method::POST && r.path.ends_with("/eviction"))
+        .count()
+}
+
+/// The writes the fake was sent: method and answer.
+pub(crate) fn written(fake: &KubeFake) -> Vec<(String, u16)> {
+    fake.writes()
+        .iter()
+        .map(|r| (r.method.to_string(), r.status))
+        .collect()
+}
+
+/// A queue that records the continuations it is given (or refuses them).
+#[derive(Default)]
+pub(crate) struct Continuations {
+    pub(crate) sent: Mutex<Vec<(String, String, Duration)>>,
+    pub(crate) refuse: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait]
+impl forewarn::ports::ContinuationQueue for Continuations {
+    async fn send(
+        &self,
+        queue_arn: &str,
+        body: &str,
+        delay: Duration,
+    ) -> Result<(), forewarn::ports::QueueError> {
+        if self.refuse.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(forewarn::ports::QueueError {
+                queue: queue_arn.to_string(),
+                message: "SendMessage: throttled".into(),
+                kind: forewarn::ports::FailureKind::Throttled,
+            });
+        }
+        self.sent
+            .lock()
+            .unwrap()
+            .push((queue_arn.to_string(), body.to_string(), delay));
+        Ok(())
+    }
+}
+
+/// A drain pass for the plan, as a continuation asks for it.
+pub(crate) fn drain_pass(announce: bool) -> Pass {
+    Pass::Drain {
+        started_at: Utc::now(),
+        announce,
+        owed: false,
+        heartbeat: false,
+        quiet: false,
+    }
+}
