@@ -359,20 +359,57 @@ pub enum Pass {
     Drain {
         /// When the event's first delivery ran.
         started_at: DateTime<Utc>,
-        /// The first drain pass: it records the Events of the decision (the interruption, the
-        /// cordon) only when the drain ends in it, else the next pass does (`owed`).
-        announce: bool,
-        /// The pass after a first pass that left it the Events of the decision.
-        owed: bool,
-        /// Keep a pending lifecycle action alive (`RecordLifecycleActionHeartbeat`).
+        /// What this pass is to the drain: which Events it records.
+        role: DrainRole,
+        /// Keep a pending lifecycle action alive (`RecordLifecycleActionHeartbeat`): due when
+        /// the last heartbeat is old enough, whatever the pass's role.
         heartbeat: bool,
-        /// Record no Event, not even the drain's end (a copy kept by the execution environment,
-        /// whose queued twin records them).
-        quiet: bool,
     },
     /// The Events of the decision a drain's first pass left to the next, recorded alone (the
     /// node read and verified first) by that pass when it comes after the instance is gone.
     Announce,
+}
+
+impl Pass {
+    /// Whether this is a drain's first drain pass ([`DrainRole::First`]).
+    pub fn is_first_drain(self) -> bool {
+        matches!(
+            self,
+            Pass::Drain {
+                role: DrainRole::First,
+                ..
+            }
+        )
+    }
+}
+
+/// What a drain pass ([`Pass::Drain`]) is to its drain: which of the Events of the drain it
+/// records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrainRole {
+    /// The first drain pass: it records the Events of the decision (the interruption, the
+    /// cordon) only when the drain ends in it, else the next pass does ([`DrainRole::Owed`]).
+    First,
+    /// The pass after a first pass that left it the Events of the decision: it records them,
+    /// after its evictions.
+    Owed,
+    /// Any other pass of a drain that goes on: it evicts, and records the drain's end.
+    Later,
+    /// A copy of a pass kept by the execution environment (see `crate::app::pipeline::kept`,
+    /// never a first pass): it evicts what is left and records no Event, not even the drain's
+    /// end — its queued twin records them.
+    Quiet,
+}
+
+impl DrainRole {
+    /// The role of a drain's `pass`-th pass (counted from 1) as queued, not kept.
+    pub fn of_pass(pass: u32) -> DrainRole {
+        match pass {
+            1 => DrainRole::First,
+            2 => DrainRole::Owed,
+            _ => DrainRole::Later,
+        }
+    }
 }
 
 /// An action that could not be carried out; the event goes back to the queue.

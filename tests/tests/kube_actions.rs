@@ -23,7 +23,7 @@ use forewarn::domain::event::{Detail, Event, EventKind, LifecycleAction};
 use forewarn::domain::facts::InstanceFacts;
 use forewarn::domain::fixtures::{self, node_object, pdb_object, pod_object};
 use forewarn::domain::plan::{Facts, Plan, Target, decide};
-use forewarn::ports::{ActionResult, ExecuteError, Executor, Pass};
+use forewarn::ports::{ActionResult, DrainRole, ExecuteError, Executor, Pass};
 use forewarn::ports::{Clock, NodeDirectory};
 use forewarn::ports::{LifecycleCompleter, LifecycleError, LifecycleOutcome};
 use kube_fake::{Fault, KubeFake, Method, RecordedRequest};
@@ -116,10 +116,8 @@ async fn passes(executor: &KubeExecutor, plan: &Plan) -> Result<Vec<NodeOutcome>
         clock.sleep(PASS_GAP).await;
         let drain = Pass::Drain {
             started_at,
-            announce: pass == 1,
-            owed: pass == 2,
+            role: DrainRole::of_pass(pass),
             heartbeat: true,
-            quiet: false,
         };
         let outcomes = executor.run(plan, drain).await?;
         for (m, o) in merged.iter_mut().zip(outcomes) {
@@ -164,10 +162,8 @@ async fn execute_passes(
         clock.sleep(PASS_GAP).await;
         let drain = Pass::Drain {
             started_at,
-            announce: pass == 1,
-            owed: pass == 2,
+            role: DrainRole::of_pass(pass),
             heartbeat: true,
-            quiet: false,
         };
         results = executor.execute(plan, drain).await?;
         pass += 1;
@@ -735,10 +731,8 @@ async fn surge_passes(
         between(w, pass);
         let drain = Pass::Drain {
             started_at,
-            announce: pass == 1,
-            owed: pass == 2,
+            role: DrainRole::of_pass(u32::try_from(pass).unwrap()),
             heartbeat: true,
-            quiet: false,
         };
         outcomes = executor.run(plan, drain).await.unwrap();
         pass += 1;
@@ -1359,10 +1353,8 @@ async fn forewarns_node_writes_pass_the_node_policy_and_nothing_else_does() {
 async fn first_drain_pass(w: &World, executor: &KubeExecutor, plan: &Plan) -> NodeOutcome {
     let drain = Pass::Drain {
         started_at: w.clock.now(),
-        announce: true,
-        owed: false,
+        role: DrainRole::First,
         heartbeat: false,
-        quiet: false,
     };
     executor.run(plan, drain).await.unwrap().remove(0)
 }
@@ -1461,10 +1453,8 @@ async fn a_placeholder_create_that_hangs_costs_the_pass_its_budget_not_the_drain
         tokio::spawn(async move {
             let drain = Pass::Drain {
                 started_at: clock.now(),
-                announce: true,
-                owed: false,
+                role: DrainRole::First,
                 heartbeat: false,
-                quiet: false,
             };
             executor.run(&plan, drain).await.unwrap().remove(0)
         })
@@ -1502,10 +1492,8 @@ async fn the_sweeper_deletes_placeholders_that_outlived_their_drain() {
     executor.run(&plan, Pass::Cordon).await.unwrap();
     let drain = Pass::Drain {
         started_at: w.clock.now(),
-        announce: true,
-        owed: false,
+        role: DrainRole::First,
         heartbeat: false,
-        quiet: false,
     };
     executor.run(&plan, drain).await.unwrap();
     assert_eq!(placeholders(&w).len(), 1);
@@ -3386,10 +3374,8 @@ async fn a_first_pass_evicts_and_returns_and_a_later_pass_ends_the_drain_once_th
             &plan,
             Pass::Drain {
                 started_at: w.clock.now(),
-                announce: true,
-                owed: false,
+                role: DrainRole::First,
                 heartbeat: true,
-                quiet: false,
             },
         )
         .await
@@ -3413,17 +3399,13 @@ async fn a_first_pass_evicts_and_returns_and_a_later_pass_ends_the_drain_once_th
     // Events the first pass left are recorded.
     let later = Pass::Drain {
         started_at: started,
-        announce: false,
-        owed: false,
+        role: DrainRole::Later,
         heartbeat: false,
-        quiet: false,
     };
     let owed = Pass::Drain {
         started_at: started,
-        announce: false,
-        owed: true,
+        role: DrainRole::Owed,
         heartbeat: false,
-        quiet: false,
     };
     let second = executor.run(&plan, owed).await.unwrap().remove(0);
     let drain = second.drain.clone().unwrap();
@@ -3484,10 +3466,8 @@ async fn critical_pods_are_evicted_in_a_later_pass_once_the_others_are_gone() {
             &plan,
             Pass::Drain {
                 started_at: w.clock.now(),
-                announce: true,
-                owed: false,
+                role: DrainRole::First,
                 heartbeat: false,
-                quiet: false,
             },
         )
         .await
@@ -3499,10 +3479,8 @@ async fn critical_pods_are_evicted_in_a_later_pass_once_the_others_are_gone() {
     w.clock.advance(Duration::from_millis(600));
     let later = Pass::Drain {
         started_at: started,
-        announce: false,
-        owed: false,
+        role: DrainRole::Later,
         heartbeat: false,
-        quiet: false,
     };
     let second = executor.run(&plan, later).await.unwrap().remove(0);
     let drain = second.drain.unwrap();
@@ -3536,10 +3514,8 @@ async fn a_refused_eviction_is_tried_again_in_later_passes_until_the_deadline() 
             &plan,
             Pass::Drain {
                 started_at: w.clock.now(),
-                announce: true,
-                owed: false,
+                role: DrainRole::First,
                 heartbeat: false,
-                quiet: false,
             },
         )
         .await
@@ -3557,10 +3533,8 @@ async fn a_refused_eviction_is_tried_again_in_later_passes_until_the_deadline() 
     plan.actions[0].deadline = Some(w.clock.now() - chrono::Duration::seconds(1));
     let later = Pass::Drain {
         started_at: started,
-        announce: false,
-        owed: false,
+        role: DrainRole::Later,
         heartbeat: false,
-        quiet: false,
     };
     let last = executor.run(&plan, later).await.unwrap().remove(0);
     let drain = last.drain.unwrap();
@@ -3644,20 +3618,22 @@ async fn a_quiet_pass_records_no_event_even_when_it_ends_the_drain() {
         .await;
     let executor = w.executor();
     executor.run(&plan, Pass::Cordon).await.unwrap();
-    let drain = |quiet| Pass::Drain {
+    let drain = |role| Pass::Drain {
         started_at: w.clock.now(),
-        announce: false,
-        owed: true,
+        role,
         heartbeat: false,
-        quiet,
     };
     // One pass evicts, the next sees the pod gone and ends the drain.
-    executor.run(&plan, drain(true)).await.unwrap();
-    let out = executor.run(&plan, drain(true)).await.unwrap().remove(0);
+    executor.run(&plan, drain(DrainRole::Quiet)).await.unwrap();
+    let out = executor
+        .run(&plan, drain(DrainRole::Quiet))
+        .await
+        .unwrap()
+        .remove(0);
     assert!(w.pod("default", "web-1").is_none(), "evicted: {out:?}");
     assert!(!out.pending(), "the drain is over: {out:?}");
     assert!(w.events().is_empty(), "{:?}", w.events().keys());
-    executor.run(&plan, drain(false)).await.unwrap();
+    executor.run(&plan, drain(DrainRole::Owed)).await.unwrap();
     let events = w.events();
     for reason in ["SpotInterrupted", "Cordoned", "Drained"] {
         assert!(events.contains_key(reason), "{reason}: {:?}", events.keys());
@@ -4299,10 +4275,12 @@ async fn a_rate_limited_eviction_is_tried_again_after_its_retry_after_in_the_sam
 fn drain_pass(announce: bool) -> Pass {
     Pass::Drain {
         started_at: Utc::now(),
-        announce,
-        owed: false,
+        role: if announce {
+            DrainRole::First
+        } else {
+            DrainRole::Later
+        },
         heartbeat: false,
-        quiet: false,
     }
 }
 
