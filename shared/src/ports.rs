@@ -412,17 +412,41 @@ impl DrainRole {
     }
 }
 
-/// An action that could not be carried out; the event goes back to the queue.
+/// Any error, boxed: the source an error of a port keeps of what the adapter met.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// An action that could not be carried out; the event goes back to the queue. Says
+/// `{instance_id}: {doing}: {source}` (without `doing` when there is none).
 #[derive(Debug, thiserror::Error)]
-#[error("{instance_id}: {message}")]
+#[error("{instance_id}: {}{source}", doing.as_deref().map(|d| format!("{d}: ")).unwrap_or_default())]
 pub struct ExecuteError {
+    /// The instance whose action failed (empty for a call about no one instance).
     pub instance_id: String,
-    pub message: String,
+    /// What the action was doing when it failed (`node N`), when it says more than the instance.
+    pub doing: Option<String>,
     /// What kind of failure: whether the action is worth trying again.
     pub kind: FailureKind,
+    /// The adapter's error.
+    #[source]
+    pub source: BoxError,
 }
 
 impl ExecuteError {
+    /// `source`, met by the action of `instance_id` while `doing` it; its kind is `kind`.
+    pub fn new(
+        instance_id: impl Into<String>,
+        doing: Option<String>,
+        kind: FailureKind,
+        source: impl Into<BoxError>,
+    ) -> ExecuteError {
+        ExecuteError {
+            instance_id: instance_id.into(),
+            doing,
+            kind,
+            source: source.into(),
+        }
+    }
+
     /// Trying the action again may succeed (see [`FailureKind::retryable`]).
     pub fn retryable(&self) -> bool {
         self.kind.retryable()
@@ -772,11 +796,7 @@ mod tests {
             message: "m".into(),
         };
         assert!(!corrupt.retryable());
-        let execute = |kind| ExecuteError {
-            instance_id: "i-1".into(),
-            message: "m".into(),
-            kind,
-        };
+        let execute = |kind| ExecuteError::new("i-1", None, kind, "m");
         assert!(execute(FailureKind::Unavailable).retryable());
         assert!(!execute(FailureKind::NotFound).retryable());
         let lifecycle = |kind| LifecycleError {

@@ -160,7 +160,7 @@ pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
         RecordKeys::Unreadable => read(annotations, None),
         RecordKeys::Unsigned => match read_unverified(annotations) {
             Some(Ok(record)) => RecordRead::Verified(record),
-            Some(Err(why)) => RecordRead::Unverified(why),
+            Some(Err(why)) => RecordRead::Unverified(why.to_string()),
             None => RecordRead::Absent,
         },
     };

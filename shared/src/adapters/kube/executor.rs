@@ -267,14 +267,8 @@ impl KubeExecutor {
                 };
                 done.map_err(|e| {
                     tracing::warn!(error = %e, "node action failed");
-                    ExecuteError {
-                        instance_id: a.instance_id.clone(),
-                        message: match &a.node {
-                            Some(n) => format!("node {n}: {e}"),
-                            None => e.to_string(),
-                        },
-                        kind: e.kind(),
-                    }
+                    let doing = a.node.as_ref().map(|n| format!("node {n}"));
+                    ExecuteError::new(a.instance_id.clone(), doing, e.kind(), e)
                 })
             }
             .instrument(span)
@@ -493,10 +487,9 @@ impl Executor for KubeExecutor {
     }
 
     async fn undo(&self, undo: &Undo) -> Result<UndoOutcome, ExecuteError> {
-        let fail = |e: KubeError| ExecuteError {
-            instance_id: undo.instance_id.clone(),
-            message: format!("node {}: {e}", undo.node),
-            kind: e.kind(),
+        let fail = |e: KubeError| {
+            let doing = Some(format!("node {}", undo.node));
+            ExecuteError::new(undo.instance_id.clone(), doing, e.kind(), e)
         };
         match get_node(&self.clients, &undo.node).await.map_err(fail)? {
             None => Ok(UndoOutcome::NodeGone),
@@ -511,10 +504,9 @@ impl Executor for KubeExecutor {
     {
         in_later_lane(super::surge::room_of(&self.clients, nodes))
             .await
-            .map_err(|e| ExecuteError {
-                instance_id: String::new(),
-                message: format!("placeholders of {} nodes: {e}", nodes.len()),
-                kind: e.kind(),
+            .map_err(|e| {
+                let doing = Some(format!("placeholders of {} nodes", nodes.len()));
+                ExecuteError::new(String::new(), doing, e.kind(), e)
             })
     }
 
@@ -522,13 +514,9 @@ impl Executor for KubeExecutor {
         &self,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<Vec<String>, ExecuteError> {
-        self.placeholders()
-            .clean(now)
-            .await
-            .map_err(|e| ExecuteError {
-                instance_id: String::new(),
-                message: format!("placeholders: {e}"),
-                kind: e.kind(),
-            })
+        self.placeholders().clean(now).await.map_err(|e| {
+            let doing = Some("placeholders".to_string());
+            ExecuteError::new(String::new(), doing, e.kind(), e)
+        })
     }
 }

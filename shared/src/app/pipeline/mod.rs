@@ -698,11 +698,12 @@ mod tests {
                 "attempt to subtract with overflow"
             );
             if self.fail.contains(&plan.event_id) {
-                return Err(ExecuteError {
-                    instance_id: plan.instance_ids[0].clone(),
-                    message: "API answered 500".into(),
-                    kind: crate::ports::FailureKind::Unavailable,
-                });
+                return Err(ExecuteError::new(
+                    plan.instance_ids[0].clone(),
+                    None,
+                    crate::ports::FailureKind::Unavailable,
+                    "API answered 500",
+                ));
             }
             Ok(vec![ActionResult {
                 instance_id: plan.instance_ids[0].clone(),
