@@ -80,17 +80,36 @@ pub fn span(d: std::time::Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).unwrap_or_else(|_| chrono::Duration::days(3650))
 }
 
-/// A lookup that failed (EC2, the Kubernetes API).
+/// A lookup that failed (EC2, the Kubernetes API). Says `{service}: {doing}: {source}`
+/// (without `doing` when there is none).
 #[derive(Debug, thiserror::Error)]
-#[error("{service}: {message}")]
+#[error("{service}: {}{source}", doing.as_deref().map(|d| format!("{d}: ")).unwrap_or_default())]
 pub struct DirectoryError {
     pub service: &'static str,
-    pub message: String,
+    /// What the lookup was reading (`configmap/N/M`), when the service does not say it.
+    pub doing: Option<String>,
     /// What kind of failure: whether the lookup is worth trying again.
     pub kind: FailureKind,
+    /// The adapter's error.
+    #[source]
+    pub source: BoxError,
 }
 
 impl DirectoryError {
+    /// `source`, met by a lookup of `service`; its kind is `kind`.
+    pub fn new(
+        service: &'static str,
+        kind: FailureKind,
+        source: impl Into<BoxError>,
+    ) -> DirectoryError {
+        DirectoryError {
+            service,
+            doing: None,
+            kind,
+            source: source.into(),
+        }
+    }
+
     /// Trying the lookup again may succeed (see [`FailureKind::retryable`]).
     pub fn retryable(&self) -> bool {
         self.kind.retryable()
@@ -224,12 +243,18 @@ impl NodeDirectory for NoNodes {
 /// Errors of a pool store.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("pool store at {location}: {message}")]
+    /// Says `pool store at {location}: {message}: {source}` (without the source when there is
+    /// none).
+    #[error("pool store at {location}: {message}{}", source.as_ref().map(|s| format!(": {s}")).unwrap_or_default())]
     Backend {
         location: String,
+        /// What failed (`applying event E`), and why when there is no `source` to say it.
         message: String,
         /// What kind of failure: whether the call is worth trying again.
         kind: FailureKind,
+        /// The backend's error, when there is one.
+        #[source]
+        source: Option<BoxError>,
     },
     /// An item that does not read as what it should be: reading it again gives the same.
     #[error("pool store: item `{key}` is malformed: {message}")]
@@ -313,6 +338,7 @@ pub trait PoolStore: Send + Sync {
             location: self.location(),
             message: "this store cannot rotate its continuation key".into(),
             kind: FailureKind::Invalid,
+            source: None,
         })
     }
 
@@ -416,9 +442,9 @@ impl DrainRole {
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// An action that could not be carried out; the event goes back to the queue. Says
-/// `{instance_id}: {doing}: {source}` (without `doing` when there is none).
+/// `{instance_id}: {message}` (see [`ExecuteError::message`]).
 #[derive(Debug, thiserror::Error)]
-#[error("{instance_id}: {}{source}", doing.as_deref().map(|d| format!("{d}: ")).unwrap_or_default())]
+#[error("{instance_id}: {}", self.message())]
 pub struct ExecuteError {
     /// The instance whose action failed (empty for a call about no one instance).
     pub instance_id: String,
@@ -432,6 +458,14 @@ pub struct ExecuteError {
 }
 
 impl ExecuteError {
+    /// What failed, for people: `{doing}: {source}` (the source alone without `doing`).
+    pub fn message(&self) -> String {
+        match &self.doing {
+            Some(doing) => format!("{doing}: {}", self.source),
+            None => self.source.to_string(),
+        }
+    }
+
     /// `source`, met by the action of `instance_id` while `doing` it; its kind is `kind`.
     pub fn new(
         instance_id: impl Into<String>,
@@ -504,8 +538,12 @@ pub trait ContinuationQueue: Send + Sync {
 pub struct QueueError {
     /// The queue's ARN or URL.
     pub queue: String,
+    /// What went wrong (the SDK error's text with its sources', or what the queue answered).
     pub message: String,
     pub kind: FailureKind,
+    /// The SDK's error, when there is one.
+    #[source]
+    pub source: Option<BoxError>,
 }
 
 impl QueueError {
@@ -589,9 +627,13 @@ pub struct LifecycleError {
     pub instance_id: String,
     /// The AWS error code (`ValidationError`, `ResourceContention`, ...), when there is one.
     pub code: Option<String>,
+    /// What the service said (its message, else the error's text).
     pub message: String,
     /// What kind of failure: whether the call is worth trying again.
     pub kind: FailureKind,
+    /// The SDK's error, when there is one (shared: the error is cloned).
+    #[source]
+    pub source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
 impl LifecycleError {
@@ -679,9 +721,13 @@ pub enum ExpanderError {
     Api {
         verb: &'static str,
         object: String,
+        /// What the API server (or the client) said.
         message: String,
         /// What kind of failure: whether the call is worth trying again.
         kind: FailureKind,
+        /// The client's error.
+        #[source]
+        source: Option<BoxError>,
     },
 }
 
@@ -777,17 +823,14 @@ mod tests {
 
     #[test]
     fn each_port_error_says_whether_to_retry() {
-        let directory = |kind| DirectoryError {
-            service: "ec2:DescribeInstances",
-            message: "m".into(),
-            kind,
-        };
+        let directory = |kind| DirectoryError::new("ec2:DescribeInstances", kind, "m");
         assert!(directory(FailureKind::Throttled).retryable());
         assert!(!directory(FailureKind::Forbidden).retryable());
         let backend = |kind| StoreError::Backend {
             location: "dynamodb table t".into(),
             message: "m".into(),
             kind,
+            source: None,
         };
         assert!(backend(FailureKind::Timeout).retryable());
         assert!(!backend(FailureKind::Conflict).retryable());
@@ -806,6 +849,7 @@ mod tests {
             code: None,
             message: "m".into(),
             kind,
+            source: None,
         };
         assert!(lifecycle(FailureKind::Connection).retryable());
         assert!(!lifecycle(FailureKind::Invalid).retryable());
@@ -819,6 +863,7 @@ mod tests {
             object: "o".into(),
             message: "m".into(),
             kind,
+            source: None,
         };
         assert!(api(FailureKind::Throttled).retryable());
         assert!(!api(FailureKind::Forbidden).retryable());

@@ -1544,11 +1544,11 @@ impl forewarn::ports::LeavingInstances for LeavingDown {
         &self,
         _cluster: &str,
     ) -> Result<Vec<InstanceFacts>, forewarn::ports::DirectoryError> {
-        Err(forewarn::ports::DirectoryError {
-            service: "ec2",
-            message: "DescribeInstances: 503 Service Unavailable".into(),
-            kind: forewarn::ports::FailureKind::Unavailable,
-        })
+        Err(forewarn::ports::DirectoryError::new(
+            "ec2",
+            forewarn::ports::FailureKind::Unavailable,
+            "DescribeInstances: 503 Service Unavailable",
+        ))
     }
     async fn statuses(
         &self,
@@ -1839,9 +1839,9 @@ async fn a_node_that_keeps_conflicting_is_an_error() {
     let err = execute_passes(&w.executor(), &plan).await.unwrap_err();
 
     assert_eq!(err.instance_id, ID);
-    assert!(err.message.contains(NODE), "{err}");
+    assert!(err.message().contains(NODE), "{err}");
     assert!(
-        err.message.contains("conflicting after 5 attempts"),
+        err.message().contains("conflicting after 5 attempts"),
         "{err}"
     );
 }
@@ -2023,8 +2023,8 @@ async fn a_failing_api_is_an_error_so_the_event_comes_back() {
     let err = execute_passes(&w.executor(), &plan).await.unwrap_err();
 
     assert_eq!(err.instance_id, ID);
-    assert!(err.message.contains("list pods on node/"), "{err}");
-    assert!(err.message.contains(": 500"), "{err}");
+    assert!(err.message().contains("list pods on node/"), "{err}");
+    assert!(err.message().contains(": 500"), "{err}");
 
     // A 503 that clears up is retried in place.
     w.fake.clear_faults();
@@ -3573,6 +3573,7 @@ impl forewarn::ports::ContinuationQueue for Continuations {
                 queue: queue_arn.to_string(),
                 message: "SendMessage: throttled".into(),
                 kind: forewarn::ports::FailureKind::Throttled,
+                source: None,
             });
         }
         self.sent

@@ -192,7 +192,7 @@ impl DynamoStore {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(|e| {
-                self.err(
+                self.err_from(
                     FailureKind::Invalid,
                     format_args!("building the update of pool {}", delta.pool),
                     e,
@@ -267,8 +267,9 @@ impl DynamoStore {
                 ),
             ));
         }
-        validate(update)
-            .map_err(|m| self.err(FailureKind::Invalid, format_args!("applying event {id}"), m))
+        validate(update).map_err(|m| {
+            self.err_from(FailureKind::Invalid, format_args!("applying event {id}"), m)
+        })
     }
 
     /// The items of one attempt: the ledger entries, then each pool's update with this store's
@@ -319,7 +320,7 @@ impl DynamoStore {
         }
         let put = put
             .build()
-            .map_err(|e| self.err(FailureKind::Invalid, "building a history put", e))?;
+            .map_err(|e| self.err_from(FailureKind::Invalid, "building a history put", e))?;
         Ok(TransactWriteItem::builder().put(put).build())
     }
 

@@ -998,11 +998,11 @@ mod tests {
             &self,
             _ids: &[String],
         ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
-            Err(DirectoryError {
-                service: "ec2:DescribeInstances",
-                message: "throttled".into(),
-                kind: crate::ports::FailureKind::Throttled,
-            })
+            Err(DirectoryError::new(
+                "ec2:DescribeInstances",
+                crate::ports::FailureKind::Throttled,
+                "throttled",
+            ))
         }
     }
 
