@@ -14,6 +14,7 @@ use crate::domain::continuation::KeyRing;
 use crate::domain::event::LifecycleAction;
 use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::plan::Plan;
+pub use crate::domain::plan::pass::{DrainRole, Pass};
 use crate::domain::pool::{Applied, PoolKey, PoolQuery, PoolRecord, PoolUpdate};
 use crate::domain::priorities::{AsgDescription, ExpanderConfig};
 use crate::domain::report::{DrainSummary, Report};
@@ -80,8 +81,7 @@ pub fn span(d: std::time::Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).unwrap_or_else(|_| chrono::Duration::days(3650))
 }
 
-/// A lookup that failed (EC2, the Kubernetes API). Says `{service}: {doing}: {source}`
-/// (without `doing` when there is none).
+/// A lookup that failed (EC2, the Kubernetes API): `{service}: [{doing}: ]{source}`.
 #[derive(Debug, thiserror::Error)]
 #[error("{service}: {}{source}", doing.as_deref().map(|d| format!("{d}: ")).unwrap_or_default())]
 pub struct DirectoryError {
@@ -243,8 +243,7 @@ impl NodeDirectory for NoNodes {
 /// Errors of a pool store.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// Says `pool store at {location}: {message}: {source}` (without the source when there is
-    /// none).
+    /// `pool store at {location}: {message}[: {source}]`.
     #[error("pool store at {location}: {message}{}", source.as_ref().map(|s| format!(": {s}")).unwrap_or_default())]
     Backend {
         location: String,
@@ -371,78 +370,10 @@ pub struct ActionResult {
     pub refused: Option<String>,
 }
 
-/// Which pass over an event's node actions a call to [`Executor::execute`] is: one first pass,
-/// then, while a drain is pending, drain passes the pipeline drives (`crate::app::pipeline`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pass {
-    /// The event's first pass: a drain's node is cordoned and tainted, nothing more (its drain
-    /// is `pending`), so that a mass interruption's nodes are all cordoned early. Actions
-    /// without a drain are carried out whole. (A dry run also says what a drain would evict.)
-    Cordon,
-    /// A pass of the drain: what is on the node is evicted (critical pods once the others are
-    /// gone) or waited for; when nothing is left (or the deadline has passed) the drain ends and
-    /// the lifecycle action is completed.
-    Drain {
-        /// When the event's first delivery ran.
-        started_at: DateTime<Utc>,
-        /// What this pass is to the drain: which Events it records.
-        role: DrainRole,
-        /// Keep a pending lifecycle action alive (`RecordLifecycleActionHeartbeat`): due when
-        /// the last heartbeat is old enough, whatever the pass's role.
-        heartbeat: bool,
-    },
-    /// The Events of the decision a drain's first pass left to the next, recorded alone (the
-    /// node read and verified first) by that pass when it comes after the instance is gone.
-    Announce,
-}
-
-impl Pass {
-    /// Whether this is a drain's first drain pass ([`DrainRole::First`]).
-    pub fn is_first_drain(self) -> bool {
-        matches!(
-            self,
-            Pass::Drain {
-                role: DrainRole::First,
-                ..
-            }
-        )
-    }
-}
-
-/// What a drain pass ([`Pass::Drain`]) is to its drain: which of the Events of the drain it
-/// records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DrainRole {
-    /// The first drain pass: it records the Events of the decision (the interruption, the
-    /// cordon) only when the drain ends in it, else the next pass does ([`DrainRole::Owed`]).
-    First,
-    /// The pass after a first pass that left it the Events of the decision: it records them,
-    /// after its evictions.
-    Owed,
-    /// Any other pass of a drain that goes on: it evicts, and records the drain's end.
-    Later,
-    /// A copy of a pass kept by the execution environment (see `crate::app::pipeline::kept`,
-    /// never a first pass): it evicts what is left and records no Event, not even the drain's
-    /// end — its queued twin records them.
-    Quiet,
-}
-
-impl DrainRole {
-    /// The role of a drain's `pass`-th pass (counted from 1) as queued, not kept.
-    pub fn of_pass(pass: u32) -> DrainRole {
-        match pass {
-            1 => DrainRole::First,
-            2 => DrainRole::Owed,
-            _ => DrainRole::Later,
-        }
-    }
-}
-
 /// Any error, boxed: the source an error of a port keeps of what the adapter met.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// An action that could not be carried out; the event goes back to the queue. Says
-/// `{instance_id}: {message}` (see [`ExecuteError::message`]).
+/// An action that could not be carried out (the event goes back to the queue).
 #[derive(Debug, thiserror::Error)]
 #[error("{instance_id}: {}", self.message())]
 pub struct ExecuteError {
