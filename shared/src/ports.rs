@@ -702,6 +702,38 @@ pub trait ExpanderStore: Send + Sync {
 mod tests {
     use super::*;
 
+    /// An error of a port says what it said before it kept its source, and keeps it.
+    #[test]
+    fn errors_keep_their_source_and_their_text() {
+        use std::error::Error;
+        let reset = || std::io::Error::other("connection reset");
+        let e = ExecuteError::new(
+            "i-1",
+            Some("node n".into()),
+            FailureKind::Connection,
+            reset(),
+        );
+        assert_eq!(e.to_string(), "i-1: node n: connection reset");
+        assert_eq!(e.message(), "node n: connection reset");
+        assert_eq!(e.source().unwrap().to_string(), "connection reset");
+        let e = ExecuteError::new("i-1", None, FailureKind::Connection, reset());
+        assert_eq!(e.to_string(), "i-1: connection reset");
+        let d = DirectoryError::new("ec2:DescribeInstances", FailureKind::Connection, reset());
+        assert_eq!(d.to_string(), "ec2:DescribeInstances: connection reset");
+        assert!(d.source().is_some());
+        let s = StoreError::Backend {
+            location: "t".into(),
+            message: "reading pool p".into(),
+            kind: FailureKind::Connection,
+            source: Some(Box::new(reset())),
+        };
+        assert_eq!(
+            s.to_string(),
+            "pool store at t: reading pool p: connection reset"
+        );
+        assert!(s.source().is_some());
+    }
+
     #[test]
     fn what_is_worth_retrying() {
         let retryable = [
