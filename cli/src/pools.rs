@@ -23,7 +23,7 @@ mod tests {
         assert_eq!(parse_since("2w").unwrap(), chrono::Duration::days(14));
         assert_eq!(parse_since("30m").unwrap(), chrono::Duration::minutes(30));
         for bad in ["", "0d", "-1d", "xw", "soon", "99999w"] {
-            let e = parse_since(bad).unwrap_err();
+            let e = parse_since(bad).unwrap_err().to_string();
             assert!(e.contains("--since"), "{e}");
         }
     }
@@ -104,8 +104,16 @@ impl<'a> From<&'a PoolRecord> for PoolJson<'a> {
     }
 }
 
+/// A `--since` that is not a period back from now.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--since {given}: not a period back from now (e.g. 30m, 12h, 7d, 2w)")]
+pub struct NotAPeriod {
+    /// The text given.
+    pub given: String,
+}
+
 /// `30m`, `12h`, `7d`, `2w` (and what `FOREWARN_*` durations accept).
-pub fn parse_since(text: &str) -> Result<chrono::Duration, String> {
+pub fn parse_since(text: &str) -> Result<chrono::Duration, NotAPeriod> {
     let t = text.trim();
     let parsed = match t.strip_suffix('w').map(str::parse::<i64>) {
         Some(Ok(weeks)) if weeks > 0 => chrono::Duration::try_weeks(weeks),
@@ -114,8 +122,8 @@ pub fn parse_since(text: &str) -> Result<chrono::Duration, String> {
     };
     parsed
         .filter(|d| *d > chrono::Duration::zero() && *d <= chrono::Duration::days(3650))
-        .ok_or_else(|| {
-            format!("--since {text}: not a period back from now (e.g. 30m, 12h, 7d, 2w)")
+        .ok_or_else(|| NotAPeriod {
+            given: text.to_string(),
         })
 }
 

@@ -74,159 +74,168 @@ fn plans_every_event(dir: &Path, at: impl Fn(&str) -> String) {
             assert!(line.get(key).is_some(), "{key} missing in {line}");
         }
     }
-    // (origin suffix, outcome, [(action, target)], pool keys)
-    type Expected<'a> = (
-        &'a str,
-        &'a str,
-        &'a [(&'a str, Option<&'a str>)],
-        &'a [&'a str],
-    );
-    let expect: &[Expected<'_>] = &[
-        (
-            "01-spot-interruption-karpenter.json",
-            "planned",
-            &[("delete", Some("nodeclaim/default-x7k2p"))],
-            &["spot#m5.large#us-east-1a"],
-        ),
-        (
-            "02-spot-interruption-plain.json",
-            "planned",
-            &[("cordon-drain", None)],
-            &["spot#c5.xlarge#us-east-1b"],
-        ),
-        (
-            "03-spot-interruption-capi-stop.json",
-            "planned",
-            &[("delete", Some("machine/default/demo-md-0-abcde"))],
-            &["spot#m5.large#us-east-1a"],
-        ),
-        (
-            "04-spot-interruption-other-cluster.json",
-            "planned",
-            &[("none", None)],
-            &["spot#r5.large#us-east-1c"],
-        ),
-        (
-            "05-state-change-stopping-control-plane.json",
-            "planned",
-            &[("none", None)],
-            &["on-demand#m5.xlarge#us-east-1a"],
-        ),
-        (
-            "06-rebalance-recommendation.json",
-            "planned",
-            &[("cordon", None)],
-            &["spot#m5.large#us-east-1b"],
-        ),
-        (
-            "07-state-change-terminated.json",
-            "planned",
-            &[("delete", Some("node/i-0a1b2c3d4e5f60007.ec2.internal"))],
-            &["on-demand#t3.large#us-east-1c"],
-        ),
-        (
-            "08-health-scheduled-change-rfc1123.json",
-            "planned",
-            &[("cordon-drain", None)],
-            &["on-demand#m5.2xlarge#us-east-1a"],
-        ),
-        (
-            "09-asg-terminate-lifecycle.json",
-            "planned",
-            &[("cordon-drain", None)],
-            &["on-demand#m5.large#us-east-1b"],
-        ),
-        (
-            "10-capacity-reservation-interruption.json",
-            "planned",
-            &[("cordon-drain", None)],
-            &["reserved#g5.xlarge#us-east-1c"],
-        ),
-        (
-            "11-rebalance-already-cordoned.json",
-            "planned",
-            &[("none", None)],
-            &["spot#m5.large#us-east-1a"],
-        ),
-        (
-            "12-spot-interruption-no-node.json",
-            "planned",
-            &[("none", None)],
-            &["spot#c5.large#us-east-1b"],
-        ),
-        ("13-state-change-running-ignored.json", "ignored", &[], &[]),
-        ("14-health-non-ec2-ignored.json", "ignored", &[], &[]),
-        (
-            "15-health-scheduled-change-rfc3339.json",
-            "planned",
-            &[("cordon-drain", None), ("cordon-drain", None)],
-            &["spot#c5.xlarge#us-east-1b", "spot#m5.large#us-east-1a"],
-        ),
-        ("16-unsupported-ami-state-change.json", "ignored", &[], &[]),
-        (
-            "Records[2] (messageId 6036e51d-cc4b-4892-857b-93410de6bcda)",
-            "duplicate",
-            &[("delete", Some("nodeclaim/default-x7k2p"))],
-            &["spot#m5.large#us-east-1a"],
-        ),
-        (
-            "18-array-of-events.json: [0]",
-            "planned",
-            // Shutting down: drained, not deleted (its containers may still run).
-            &[("cordon-drain", None)],
-            &["spot#m5.large#us-east-1a"],
-        ),
-        (
-            "18-array-of-events.json: [1]",
-            "planned",
-            &[("cordon-drain", None)],
-            &["spot#m5.large#us-east-1b"],
-        ),
-        (
-            "Records[0] (messageId 9b2f4d6e-1c3a-4e5b-8f7d-0a2c4e6f8b10)",
-            "planned",
-            &[("cordon-drain", None)],
-            &["on-demand#m5.large#us-east-1b"],
-        ),
-        (
-            "Records[1] (messageId 4e6a8c0d-3b5f-4d7e-9a1c-2e4f6a8b0c21)",
-            "planned",
-            &[("none", None)],
-            &[],
-        ),
-        (
-            "Records[2] (messageId c1e3a5f7-9b2d-4f6a-8c0e-3d5b7f9a1c32)",
-            "ignored",
-            &[],
-            &[],
-        ),
-        (
-            "20-asg-test-notification-eventbridge.json",
-            "ignored",
-            &[],
-            &[],
-        ),
-        (
-            "21-health-scheduled-change-aws-dates.json",
-            "planned",
-            &[("cordon-drain", None)],
-            &["reserved#g5.xlarge#us-east-1c"],
-        ),
-        (
-            "Records[0] (messageId 2a4c6e8f-0b1d-4f3a-9c5e-7b9d1f3a5c94)",
-            "planned",
-            &[("cordon", None)],
-            &["spot#m5.large#us-east-1a"],
-        ),
-        (
-            "23-asg-launch-lifecycle.json",
-            "planned",
-            &[("none", None)],
-            &[],
-        ),
-    ];
-    for (origin, outcome, actions, pools) in expect {
-        let line = by_origin(&lines, origin);
+    plans_as_expected(&lines);
+    lifecycle_and_tests_as_expected(&lines, &at);
+    dates_as_expected(&lines, &at);
+}
+
+type Expected = (
+    &'static str,
+    &'static str,
+    &'static [(&'static str, Option<&'static str>)],
+    &'static [&'static str],
+);
+
+/// What the replay of each sample plans: (origin suffix, outcome, [(action, target)], pool keys).
+const EXPECTED: &[Expected] = &[
+    (
+        "01-spot-interruption-karpenter.json",
+        "planned",
+        &[("delete", Some("nodeclaim/default-x7k2p"))],
+        &["spot#m5.large#us-east-1a"],
+    ),
+    (
+        "02-spot-interruption-plain.json",
+        "planned",
+        &[("cordon-drain", None)],
+        &["spot#c5.xlarge#us-east-1b"],
+    ),
+    (
+        "03-spot-interruption-capi-stop.json",
+        "planned",
+        &[("delete", Some("machine/default/demo-md-0-abcde"))],
+        &["spot#m5.large#us-east-1a"],
+    ),
+    (
+        "04-spot-interruption-other-cluster.json",
+        "planned",
+        &[("none", None)],
+        &["spot#r5.large#us-east-1c"],
+    ),
+    (
+        "05-state-change-stopping-control-plane.json",
+        "planned",
+        &[("none", None)],
+        &["on-demand#m5.xlarge#us-east-1a"],
+    ),
+    (
+        "06-rebalance-recommendation.json",
+        "planned",
+        &[("cordon", None)],
+        &["spot#m5.large#us-east-1b"],
+    ),
+    (
+        "07-state-change-terminated.json",
+        "planned",
+        &[("delete", Some("node/i-0a1b2c3d4e5f60007.ec2.internal"))],
+        &["on-demand#t3.large#us-east-1c"],
+    ),
+    (
+        "08-health-scheduled-change-rfc1123.json",
+        "planned",
+        &[("cordon-drain", None)],
+        &["on-demand#m5.2xlarge#us-east-1a"],
+    ),
+    (
+        "09-asg-terminate-lifecycle.json",
+        "planned",
+        &[("cordon-drain", None)],
+        &["on-demand#m5.large#us-east-1b"],
+    ),
+    (
+        "10-capacity-reservation-interruption.json",
+        "planned",
+        &[("cordon-drain", None)],
+        &["reserved#g5.xlarge#us-east-1c"],
+    ),
+    (
+        "11-rebalance-already-cordoned.json",
+        "planned",
+        &[("none", None)],
+        &["spot#m5.large#us-east-1a"],
+    ),
+    (
+        "12-spot-interruption-no-node.json",
+        "planned",
+        &[("none", None)],
+        &["spot#c5.large#us-east-1b"],
+    ),
+    ("13-state-change-running-ignored.json", "ignored", &[], &[]),
+    ("14-health-non-ec2-ignored.json", "ignored", &[], &[]),
+    (
+        "15-health-scheduled-change-rfc3339.json",
+        "planned",
+        &[("cordon-drain", None), ("cordon-drain", None)],
+        &["spot#c5.xlarge#us-east-1b", "spot#m5.large#us-east-1a"],
+    ),
+    ("16-unsupported-ami-state-change.json", "ignored", &[], &[]),
+    (
+        "Records[2] (messageId 6036e51d-cc4b-4892-857b-93410de6bcda)",
+        "duplicate",
+        &[("delete", Some("nodeclaim/default-x7k2p"))],
+        &["spot#m5.large#us-east-1a"],
+    ),
+    (
+        "18-array-of-events.json: [0]",
+        "planned",
+        // Shutting down: drained, not deleted (its containers may still run).
+        &[("cordon-drain", None)],
+        &["spot#m5.large#us-east-1a"],
+    ),
+    (
+        "18-array-of-events.json: [1]",
+        "planned",
+        &[("cordon-drain", None)],
+        &["spot#m5.large#us-east-1b"],
+    ),
+    (
+        "Records[0] (messageId 9b2f4d6e-1c3a-4e5b-8f7d-0a2c4e6f8b10)",
+        "planned",
+        &[("cordon-drain", None)],
+        &["on-demand#m5.large#us-east-1b"],
+    ),
+    (
+        "Records[1] (messageId 4e6a8c0d-3b5f-4d7e-9a1c-2e4f6a8b0c21)",
+        "planned",
+        &[("none", None)],
+        &[],
+    ),
+    (
+        "Records[2] (messageId c1e3a5f7-9b2d-4f6a-8c0e-3d5b7f9a1c32)",
+        "ignored",
+        &[],
+        &[],
+    ),
+    (
+        "20-asg-test-notification-eventbridge.json",
+        "ignored",
+        &[],
+        &[],
+    ),
+    (
+        "21-health-scheduled-change-aws-dates.json",
+        "planned",
+        &[("cordon-drain", None)],
+        &["reserved#g5.xlarge#us-east-1c"],
+    ),
+    (
+        "Records[0] (messageId 2a4c6e8f-0b1d-4f3a-9c5e-7b9d1f3a5c94)",
+        "planned",
+        &[("cordon", None)],
+        &["spot#m5.large#us-east-1a"],
+    ),
+    (
+        "23-asg-launch-lifecycle.json",
+        "planned",
+        &[("none", None)],
+        &[],
+    ),
+];
+
+/// Every sample's line has the outcome, actions and pools [`EXPECTED`] says.
+fn plans_as_expected(lines: &[Value]) {
+    for (origin, outcome, actions, pools) in EXPECTED {
+        let line = by_origin(lines, origin);
         assert_eq!(line["outcome"], *outcome, "{origin}: {line}");
         let got: Vec<(String, Option<String>)> = line["actions"]
             .as_array()
@@ -259,9 +268,13 @@ fn plans_every_event(dir: &Path, at: impl Fn(&str) -> String) {
             .collect();
         assert_eq!(got_pools, *pools, "{origin}");
     }
-    let ignored = by_origin(&lines, "13-state-change-running-ignored.json");
+}
+
+/// Lifecycle hooks' and test notifications' lines (and an ignored one's reason).
+fn lifecycle_and_tests_as_expected(lines: &[Value], at: &impl Fn(&str) -> String) {
+    let ignored = by_origin(lines, "13-state-change-running-ignored.json");
     assert!(ignored["reason"].as_str().unwrap().contains("running"));
-    let asg = by_origin(&lines, "09-asg-terminate-lifecycle.json");
+    let asg = by_origin(lines, "09-asg-terminate-lifecycle.json");
     assert_eq!(
         asg["actions"][0]["complete_lifecycle"],
         "eks-demo-ng-1/forewarn-drain"
@@ -269,7 +282,7 @@ fn plans_every_event(dir: &Path, at: impl Fn(&str) -> String) {
     // A lifecycle hook's own notification, straight to the queue: planned like 09, its id from
     // its token.
     let hook = by_origin(
-        &lines,
+        lines,
         "Records[0] (messageId 9b2f4d6e-1c3a-4e5b-8f7d-0a2c4e6f8b10)",
     );
     assert_eq!(hook["kind"], "asg-termination");
@@ -290,7 +303,7 @@ fn plans_every_event(dir: &Path, at: impl Fn(&str) -> String) {
     // answer. The launch sample's instance is tagged for the cluster and has no node yet: its
     // hook is completed once the node (by its private DNS name) is Ready.
     let launching = by_origin(
-        &lines,
+        lines,
         "Records[1] (messageId 4e6a8c0d-3b5f-4d7e-9a1c-2e4f6a8b0c21)",
     );
     assert_eq!(launching["kind"], "asg-launch");
@@ -300,7 +313,7 @@ fn plans_every_event(dir: &Path, at: impl Fn(&str) -> String) {
         reason.contains("not tagged for this cluster"),
         "{launching}"
     );
-    let launch = by_origin(&lines, "23-asg-launch-lifecycle.json");
+    let launch = by_origin(lines, "23-asg-launch-lifecycle.json");
     assert_eq!(launch["kind"], "asg-launch");
     assert_eq!(
         launch["actions"][0]["complete_lifecycle"],
@@ -316,7 +329,7 @@ fn plans_every_event(dir: &Path, at: impl Fn(&str) -> String) {
         "Records[2] (messageId c1e3a5f7-9b2d-4f6a-8c0e-3d5b7f9a1c32)",
         "20-asg-test-notification-eventbridge.json",
     ] {
-        let test = by_origin(&lines, origin);
+        let test = by_origin(lines, origin);
         assert!(
             test["reason"]
                 .as_str()
@@ -326,10 +339,14 @@ fn plans_every_event(dir: &Path, at: impl Fn(&str) -> String) {
         );
         assert_eq!(test["instance_ids"], serde_json::json!([]), "{test}");
     }
+}
+
+/// Deadlines and times as the samples' dates give them.
+fn dates_as_expected(lines: &[Value], at: &impl Fn(&str) -> String) {
     // Health's dates as AWS writes them: the weekday of `Sat, 3 Dec 2026` is wrong (a Thursday),
     // a single-digit day, fractional seconds; the empty endTime is absent; the padded entity is
     // trimmed.
-    let health = by_origin(&lines, "21-health-scheduled-change-aws-dates.json");
+    let health = by_origin(lines, "21-health-scheduled-change-aws-dates.json");
     assert_eq!(
         health["instance_ids"],
         serde_json::json!(["i-0a1b2c3d4e5f6000a"])
@@ -341,7 +358,7 @@ fn plans_every_event(dir: &Path, at: impl Fn(&str) -> String) {
     );
     // An empty time: the SQS message's SentTimestamp (1795168900123 ms in the samples).
     let empty_time = by_origin(
-        &lines,
+        lines,
         "Records[0] (messageId 2a4c6e8f-0b1d-4f3a-9c5e-7b9d1f3a5c94)",
     );
     assert_eq!(empty_time["time"], at("2026-11-20T10:01:40.123Z"));
@@ -349,7 +366,7 @@ fn plans_every_event(dir: &Path, at: impl Fn(&str) -> String) {
         empty_time["instance_ids"],
         serde_json::json!(["i-0a1b2c3d4e5f60001"])
     );
-    let spot = by_origin(&lines, "02-spot-interruption-plain.json");
+    let spot = by_origin(lines, "02-spot-interruption-plain.json");
     assert_eq!(
         spot["actions"][0]["deadline"],
         at("2026-11-20T10:01:49Z"),

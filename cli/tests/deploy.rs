@@ -288,131 +288,16 @@ fn deploy_then_upgrade_against_moto_and_the_kubernetes_fake() {
         let stack = format!("forewarn-{cluster}");
         let cfn = Client::new(&server.sdk_config());
 
-        // The first deploy.
-        let out = forewarn(
-            &endpoint,
-            &kubeconfig,
-            &[
-                "deploy",
-                "--cluster",
-                &cluster,
-                "--no-build",
-                "--parameter",
-                "FunctionArchitecture=x86_64",
-                "--parameter",
-                "CreateAccessEntry=false",
-                "--parameter",
-                "LifecycleHookNames=drain-a,drain-b",
-                "--handler-env",
-                "FOREWARN_POOL_TTL=45m",
-                "--sweeper-env",
-                "FOREWARN_POOL_TTL=30m",
-                "--kube",
-            ],
-        )
-        .await;
-        let text = succeeded(&out);
-        for line in [
-            format!("[2/5] stack {stack}: create with"),
-            "      created\n".to_string(),
-            format!("  deployed {stack}-handler"),
-            format!("  deployed {stack}-sweeper"),
-            "      updated\n".to_string(),
-            "Namespace forewarn: created".to_string(),
-            "ClusterRole forewarn: created".to_string(),
-            "Role forewarn/forewarn-policy: created".to_string(),
-            "PriorityClass forewarn-placeholder: created".to_string(),
-            "ValidatingAdmissionPolicy forewarn-node-writes: created".to_string(),
-            "ValidatingAdmissionPolicyBinding forewarn-node-writes: created".to_string(),
-            "ValidatingAdmissionPolicy forewarn-placeholders-only: created".to_string(),
-            "ValidatingAdmissionPolicyBinding forewarn-placeholders-only: created".to_string(),
-            "forewarn-placeholders-only: enforced for forewarn-handler".to_string(),
-            "forewarn-placeholders-only: enforced for forewarn-sweeper".to_string(),
-            "Role forewarn/forewarn-placeholders: created".to_string(),
-            "ClusterRole forewarn-placeholder-budgets: created".to_string(),
-            format!("ConfigMap kube-system/{EXPANDER}: created"),
-            format!("  HandlerFunctionName: {stack}-handler"),
-            "deployed\n".to_string(),
-        ] {
-            assert!(text.contains(&line), "missing {line:?} in:\n{text}");
-        }
-        let params = stack_parameters(&cfn, &stack).await;
-        assert_eq!(params["FunctionsDeployed"], "true", "{params:?}");
-        let d = cfn
-            .describe_stacks()
-            .stack_name(&stack)
-            .send()
-            .await
-            .unwrap();
-        let outputs: std::collections::BTreeMap<String, String> = d.stacks()[0]
-            .outputs()
-            .iter()
-            .map(|o| {
-                (
-                    o.output_key().unwrap().to_string(),
-                    o.output_value().unwrap().to_string(),
-                )
-            })
-            .collect();
-        check_functions(&endpoint, &cluster, &outputs);
-        assert_eq!(pool_ttl(&endpoint, &outputs), ["45m", "30m"]);
-        let (uuid, m) = mapping(&cfn, &stack, &endpoint).await;
-        assert!(
-            m["FunctionArn"]
-                .as_str()
-                .unwrap()
-                .ends_with(&format!(":function:{stack}-handler")),
-            "{m}"
-        );
-        assert_eq!(m["EventSourceArn"], outputs["QueueArn"].as_str(), "{m}");
-        let manifests = manifest_objects();
-        for (api_version, kind, namespace, name) in &manifests {
-            let o = fake.get(api_version, kind, namespace.as_deref(), name);
-            assert!(o.is_some(), "{kind} {name} is missing in the fake");
-        }
-        // The pod grant only once the policy that narrows it to placeholders is bound.
-        let created: Vec<String> = fake
-            .writes()
-            .iter()
-            .filter(|w| w.method == "POST")
-            .map(|w| w.path.clone())
-            .collect();
-        let last = |plural: &str| {
-            created
-                .iter()
-                .rposition(|p| p.ends_with(plural))
-                .unwrap_or_else(|| panic!("no create of {plural} in {created:?}"))
+        let d = Deploying {
+            endpoint: &endpoint,
+            kubeconfig: &kubeconfig,
+            cluster: &cluster,
+            stack: &stack,
+            cfn: &cfn,
+            fake: &fake,
         };
-        // forewarn's namespace before anything else, so before anything in it.
-        assert!(created[0].ends_with("/api/v1/namespaces"), "{created:?}");
-        assert!(
-            created.iter().any(|p| p.contains("/namespaces/forewarn/")),
-            "{created:?}"
-        );
-        // The pod grant (the last Role created: placeholders.yaml's, rbac.yaml's comes first)
-        // only after the binding, and after the check that the policy is enforced (a dry-run
-        // create of a pod that is not a placeholder, refused).
-        let check = created
-            .iter()
-            .position(|p| p == "/api/v1/namespaces/forewarn/pods")
-            .unwrap_or_else(|| panic!("no check in {created:?}"));
-        assert!(
-            last("/validatingadmissionpolicybindings") < check && check < last("/roles"),
-            "{created:?}"
-        );
-        assert!(
-            fake.list("v1", "Pod").is_empty(),
-            "the check stored nothing"
-        );
-        let role = fake.get(
-            "rbac.authorization.k8s.io/v1",
-            "ClusterRole",
-            None,
-            "forewarn",
-        );
-        let role = role.unwrap();
-        assert_eq!(role["rules"].as_array().unwrap().len(), 6, "{role}");
-
+        let (outputs, uuid) = first_deploy(&d).await;
+        let role = created_in_order(&fake);
         // Between the runs: the sweeper writes the expander, someone edits the ClusterRole.
         let mut expander = fake
             .get("v1", "ConfigMap", Some("kube-system"), EXPANDER)
@@ -424,73 +309,245 @@ fn deploy_then_upgrade_against_moto_and_the_kubernetes_fake() {
         fake.insert(drifted);
         fake.clear_requests();
 
-        // The upgrade: no parameters, the stack keeps them.
-        let out = forewarn(
-            &endpoint,
-            &kubeconfig,
-            &["deploy", "--cluster", &cluster, "--no-build", "--kube"],
-        )
-        .await;
-        let text = succeeded(&out);
-        for line in [
-            format!("stack {stack}: exists (UPDATE_COMPLETE)"),
-            "[1/5] build (x86_64)".to_string(),
-            format!("[2/5] stack {stack}: update with ClusterName={cluster} (kept: "),
-            "FunctionsDeployed=true".to_string(),
-            "CreateAccessEntry=false".to_string(),
-            "LifecycleHookNames=drain-a,drain-b".to_string(),
-            "already wired".to_string(),
-            "ClusterRole forewarn: replaced".to_string(),
-            "ClusterRoleBinding forewarn: unchanged".to_string(),
-            format!("ConfigMap kube-system/{EXPANDER}: exists: left as it is"),
-        ] {
-            assert!(text.contains(&line), "missing {line:?} in:\n{text}");
-        }
-        let params = stack_parameters(&cfn, &stack).await;
-        assert_eq!(params["FunctionsDeployed"], "true", "{params:?}");
-        assert_eq!(params["FunctionArchitecture"], "x86_64", "{params:?}");
-        assert_eq!(params["CreateAccessEntry"], "false", "{params:?}");
-        assert_eq!(
-            params["LifecycleHookNames"], "drain-a,drain-b",
-            "{params:?}"
-        );
-        check_functions(&endpoint, &cluster, &outputs);
-        // A deploy sets the whole environment: what --handler-env and --sweeper-env added is
-        // gone when they are not given again.
-        assert_eq!(pool_ttl(&endpoint, &outputs), ["", ""]);
-        let (after, m) = mapping(&cfn, &stack, &endpoint).await;
-        assert_eq!(after, uuid, "the upgrade replaced the event source mapping");
-        assert_eq!(m["EventSourceArn"], outputs["QueueArn"].as_str(), "{m}");
-        let expander = fake
-            .get("v1", "ConfigMap", Some("kube-system"), EXPANDER)
-            .unwrap();
-        assert_eq!(
-            expander["data"]["priorities"], "10:\n  - .*spot.*\n0:\n  - .*",
-            "the upgrade overwrote the sweeper's expander"
-        );
-        let role = fake
-            .get(
-                "rbac.authorization.k8s.io/v1",
-                "ClusterRole",
-                None,
-                "forewarn",
-            )
-            .unwrap();
-        assert_eq!(role["rules"].as_array().unwrap().len(), 6, "{role}");
-        // The placeholder policy's check runs again, as dry runs that store nothing.
-        let writes: Vec<String> = fake
-            .writes()
-            .iter()
-            .filter(|w| !w.query.contains("dryRun=All"))
-            .map(|w| format!("{} {}", w.method, w.path))
-            .collect();
-        assert_eq!(
-            writes,
-            ["PUT /apis/rbac.authorization.k8s.io/v1/clusterroles/forewarn"],
-            "the upgrade writes only what drifted"
-        );
-        assert!(text.contains("forewarn-placeholders-only: enforced for forewarn-handler"));
+        upgrade(&d, &outputs, &uuid).await;
     });
+}
+
+/// What a deploy test deploys with, and where.
+struct Deploying<'a> {
+    endpoint: &'a str,
+    kubeconfig: &'a Path,
+    cluster: &'a str,
+    stack: &'a str,
+    cfn: &'a Client,
+    fake: &'a KubeFake,
+}
+
+/// The first deploy, with parameters and environments: what it says, the stack's parameters
+/// and outputs, the functions, the event source mapping. The outputs, and the mapping's uuid.
+async fn first_deploy(d: &Deploying<'_>) -> (std::collections::BTreeMap<String, String>, String) {
+    let Deploying {
+        endpoint,
+        kubeconfig,
+        cluster,
+        stack,
+        cfn,
+        ..
+    } = *d;
+    // The first deploy.
+    let out = forewarn(
+        endpoint,
+        kubeconfig,
+        &[
+            "deploy",
+            "--cluster",
+            cluster,
+            "--no-build",
+            "--parameter",
+            "FunctionArchitecture=x86_64",
+            "--parameter",
+            "CreateAccessEntry=false",
+            "--parameter",
+            "LifecycleHookNames=drain-a,drain-b",
+            "--handler-env",
+            "FOREWARN_POOL_TTL=45m",
+            "--sweeper-env",
+            "FOREWARN_POOL_TTL=30m",
+            "--kube",
+        ],
+    )
+    .await;
+    let text = succeeded(&out);
+    for line in [
+        format!("[2/5] stack {stack}: create with"),
+        "      created\n".to_string(),
+        format!("  deployed {stack}-handler"),
+        format!("  deployed {stack}-sweeper"),
+        "      updated\n".to_string(),
+        "Namespace forewarn: created".to_string(),
+        "ClusterRole forewarn: created".to_string(),
+        "Role forewarn/forewarn-policy: created".to_string(),
+        "PriorityClass forewarn-placeholder: created".to_string(),
+        "ValidatingAdmissionPolicy forewarn-node-writes: created".to_string(),
+        "ValidatingAdmissionPolicyBinding forewarn-node-writes: created".to_string(),
+        "ValidatingAdmissionPolicy forewarn-placeholders-only: created".to_string(),
+        "ValidatingAdmissionPolicyBinding forewarn-placeholders-only: created".to_string(),
+        "forewarn-placeholders-only: enforced for forewarn-handler".to_string(),
+        "forewarn-placeholders-only: enforced for forewarn-sweeper".to_string(),
+        "Role forewarn/forewarn-placeholders: created".to_string(),
+        "ClusterRole forewarn-placeholder-budgets: created".to_string(),
+        format!("ConfigMap kube-system/{EXPANDER}: created"),
+        format!("  HandlerFunctionName: {stack}-handler"),
+        "deployed\n".to_string(),
+    ] {
+        assert!(text.contains(&line), "missing {line:?} in:\n{text}");
+    }
+    let params = stack_parameters(cfn, stack).await;
+    assert_eq!(params["FunctionsDeployed"], "true", "{params:?}");
+    let described = cfn
+        .describe_stacks()
+        .stack_name(stack)
+        .send()
+        .await
+        .unwrap();
+    let outputs: std::collections::BTreeMap<String, String> = described.stacks()[0]
+        .outputs()
+        .iter()
+        .map(|o| {
+            (
+                o.output_key().unwrap().to_string(),
+                o.output_value().unwrap().to_string(),
+            )
+        })
+        .collect();
+    check_functions(endpoint, cluster, &outputs);
+    assert_eq!(pool_ttl(endpoint, &outputs), ["45m", "30m"]);
+    let (uuid, m) = mapping(cfn, stack, endpoint).await;
+    assert!(
+        m["FunctionArn"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!(":function:{stack}-handler")),
+        "{m}"
+    );
+    assert_eq!(m["EventSourceArn"], outputs["QueueArn"].as_str(), "{m}");
+    (outputs, uuid)
+}
+
+/// Every manifest's object is in the fake, created in order (the namespace first, the pod
+/// grant after the binding and its check); forewarn's ClusterRole as created.
+fn created_in_order(fake: &KubeFake) -> Value {
+    let manifests = manifest_objects();
+    for (api_version, kind, namespace, name) in &manifests {
+        let o = fake.get(api_version, kind, namespace.as_deref(), name);
+        assert!(o.is_some(), "{kind} {name} is missing in the fake");
+    }
+    // The pod grant only once the policy that narrows it to placeholders is bound.
+    let created: Vec<String> = fake
+        .writes()
+        .iter()
+        .filter(|w| w.method == "POST")
+        .map(|w| w.path.clone())
+        .collect();
+    let last = |plural: &str| {
+        created
+            .iter()
+            .rposition(|p| p.ends_with(plural))
+            .unwrap_or_else(|| panic!("no create of {plural} in {created:?}"))
+    };
+    // forewarn's namespace before anything else, so before anything in it.
+    assert!(created[0].ends_with("/api/v1/namespaces"), "{created:?}");
+    assert!(
+        created.iter().any(|p| p.contains("/namespaces/forewarn/")),
+        "{created:?}"
+    );
+    // The pod grant (the last Role created: placeholders.yaml's, rbac.yaml's comes first)
+    // only after the binding, and after the check that the policy is enforced (a dry-run
+    // create of a pod that is not a placeholder, refused).
+    let check = created
+        .iter()
+        .position(|p| p == "/api/v1/namespaces/forewarn/pods")
+        .unwrap_or_else(|| panic!("no check in {created:?}"));
+    assert!(
+        last("/validatingadmissionpolicybindings") < check && check < last("/roles"),
+        "{created:?}"
+    );
+    assert!(
+        fake.list("v1", "Pod").is_empty(),
+        "the check stored nothing"
+    );
+    let role = fake.get(
+        "rbac.authorization.k8s.io/v1",
+        "ClusterRole",
+        None,
+        "forewarn",
+    );
+    let role = role.unwrap();
+    assert_eq!(role["rules"].as_array().unwrap().len(), 6, "{role}");
+    role
+}
+
+/// The upgrade, without parameters: the stack keeps them, the mapping stays, the expander is
+/// left as the sweeper wrote it, only what drifted is written.
+async fn upgrade(
+    d: &Deploying<'_>,
+    outputs: &std::collections::BTreeMap<String, String>,
+    uuid: &str,
+) {
+    let Deploying {
+        endpoint,
+        kubeconfig,
+        cluster,
+        stack,
+        cfn,
+        fake,
+    } = *d;
+    // The upgrade: no parameters, the stack keeps them.
+    let out = forewarn(
+        endpoint,
+        kubeconfig,
+        &["deploy", "--cluster", cluster, "--no-build", "--kube"],
+    )
+    .await;
+    let text = succeeded(&out);
+    for line in [
+        format!("stack {stack}: exists (UPDATE_COMPLETE)"),
+        "[1/5] build (x86_64)".to_string(),
+        format!("[2/5] stack {stack}: update with ClusterName={cluster} (kept: "),
+        "FunctionsDeployed=true".to_string(),
+        "CreateAccessEntry=false".to_string(),
+        "LifecycleHookNames=drain-a,drain-b".to_string(),
+        "already wired".to_string(),
+        "ClusterRole forewarn: replaced".to_string(),
+        "ClusterRoleBinding forewarn: unchanged".to_string(),
+        format!("ConfigMap kube-system/{EXPANDER}: exists: left as it is"),
+    ] {
+        assert!(text.contains(&line), "missing {line:?} in:\n{text}");
+    }
+    let params = stack_parameters(cfn, stack).await;
+    assert_eq!(params["FunctionsDeployed"], "true", "{params:?}");
+    assert_eq!(params["FunctionArchitecture"], "x86_64", "{params:?}");
+    assert_eq!(params["CreateAccessEntry"], "false", "{params:?}");
+    assert_eq!(
+        params["LifecycleHookNames"], "drain-a,drain-b",
+        "{params:?}"
+    );
+    check_functions(endpoint, cluster, outputs);
+    // A deploy sets the whole environment: what --handler-env and --sweeper-env added is
+    // gone when they are not given again.
+    assert_eq!(pool_ttl(endpoint, outputs), ["", ""]);
+    let (after, m) = mapping(cfn, stack, endpoint).await;
+    assert_eq!(after, uuid, "the upgrade replaced the event source mapping");
+    assert_eq!(m["EventSourceArn"], outputs["QueueArn"].as_str(), "{m}");
+    let expander = fake
+        .get("v1", "ConfigMap", Some("kube-system"), EXPANDER)
+        .unwrap();
+    assert_eq!(
+        expander["data"]["priorities"], "10:\n  - .*spot.*\n0:\n  - .*",
+        "the upgrade overwrote the sweeper's expander"
+    );
+    let role = fake
+        .get(
+            "rbac.authorization.k8s.io/v1",
+            "ClusterRole",
+            None,
+            "forewarn",
+        )
+        .unwrap();
+    assert_eq!(role["rules"].as_array().unwrap().len(), 6, "{role}");
+    // The placeholder policy's check runs again, as dry runs that store nothing.
+    let writes: Vec<String> = fake
+        .writes()
+        .iter()
+        .filter(|w| !w.query.contains("dryRun=All"))
+        .map(|w| format!("{} {}", w.method, w.path))
+        .collect();
+    assert_eq!(
+        writes,
+        ["PUT /apis/rbac.authorization.k8s.io/v1/clusterroles/forewarn"],
+        "the upgrade writes only what drifted"
+    );
+    assert!(text.contains("forewarn-placeholders-only: enforced for forewarn-handler"));
 }
 
 /// Both functions as the stack's outputs say: role, timeout, environment.
@@ -630,7 +687,7 @@ fn a_cluster_before_1_30_gets_no_placeholder_grant() {
 #[test]
 fn refusals_and_a_dry_run_without_aws() {
     let state = tempfile::tempdir().unwrap();
-    let run = |dir: &Path, args: &[&str]| {
+    let run = |dir: &Path, args: &[&str]| -> Output {
         Forewarn::new(state.path())
             .dir(dir)
             .aws_testing()
@@ -640,6 +697,15 @@ fn refusals_and_a_dry_run_without_aws() {
             .env("PATH", path_with_venv())
             .run(args)
     };
+    parameters_refused(&run);
+    an_unanswering_cluster_stops_everything(state.path());
+    the_root_is_never_found_from_the_working_directory(&run);
+    values_are_never_printed(&run);
+    a_dry_run_says_every_step(&run);
+}
+
+/// Parameters forewarn sets, or that do not exist or hold a bad value, are refused.
+fn parameters_refused(run: &dyn Fn(&Path, &[&str]) -> Output) {
     let refused = |args: &[&str], says: &str| {
         let out = run(&root(), args);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -681,9 +747,12 @@ fn refusals_and_a_dry_run_without_aws() {
         ],
         "must be one of arm64, x86_64",
     );
-    // --kube with a cluster that does not answer: stopped before the first step.
-    let kubeconfig = kubeconfig_for("http://127.0.0.1:1", state.path());
-    let out = Forewarn::new(state.path())
+}
+
+/// `--kube` with a cluster that does not answer: stopped before the first step.
+fn an_unanswering_cluster_stops_everything(state: &Path) {
+    let kubeconfig = kubeconfig_for("http://127.0.0.1:1", state);
+    let out = Forewarn::new(state)
         .aws_testing()
         .env("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
         .env("KUBECONFIG", &kubeconfig)
@@ -696,9 +765,11 @@ fn refusals_and_a_dry_run_without_aws() {
         "{err}"
     );
     assert!(!stdout(&out).contains("[1/5]"), "{}", stdout(&out));
+}
 
-    // The repository is --root, or the checkout the command was built from: never one found
-    // from the working directory, even one that looks like forewarn's.
+/// The repository is --root, or the checkout the command was built from: never one found
+/// from the working directory, even one that looks like forewarn's.
+fn the_root_is_never_found_from_the_working_directory(run: &dyn Fn(&Path, &[&str]) -> Output) {
     let elsewhere = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(elsewhere.path().join("infra/k8s")).unwrap();
     std::fs::write(
@@ -741,8 +812,10 @@ fn refusals_and_a_dry_run_without_aws() {
         ],
     );
     succeeded(&out);
+}
 
-    // Values of the functions' variables are never printed: a dry run and an error name them.
+/// Values of the functions' variables are never printed: a dry run and an error name them.
+fn values_are_never_printed(run: &dyn Fn(&Path, &[&str]) -> Output) {
     let secret = "https://hooks.example.com/services/T000/B000/XXXXSECRET";
     let out = run(
         &root(),
@@ -789,7 +862,10 @@ fn refusals_and_a_dry_run_without_aws() {
         "{err}"
     );
     assert!(!err.contains("XXXXSECRET"), "{err}");
+}
 
+/// A dry run without AWS says every step it would take.
+fn a_dry_run_says_every_step(run: &dyn Fn(&Path, &[&str]) -> Output) {
     let out = run(&root(), &["deploy", "--cluster", "demo", "--dry-run"]);
     let text = succeeded(&out);
     for line in [

@@ -81,6 +81,63 @@ fn history_items(scan: &Value) -> Vec<(String, Value)> {
     items
 }
 
+/// Items of a scan, by key.
+type Items = Vec<(String, Value)>;
+
+/// The table's items after the replay of the samples: one item per pool with every attribute,
+/// the hot pool's counts, and the history items (in no index, with a TTL). The pool items and
+/// the history items.
+fn items_as_replayed(scan: &Value) -> (Items, Items) {
+    let pools = pool_items(scan);
+    assert_eq!(pools.len(), 10, "one item per pool: {pools:#?}");
+    for (key, item) in &pools {
+        for attr in [
+            "capacity_type",
+            "instance_type",
+            "zone",
+            "region",
+            "expires_at",
+            "first_seen",
+            "last_seen",
+            "last_event_id",
+            "last_reason",
+            "last_instance_id",
+        ] {
+            assert!(item.get(attr).is_some(), "{key}: {attr} missing in {item}");
+        }
+    }
+    let hot = &pools
+        .iter()
+        .find(|(k, _)| k == "spot#m5.large#us-east-1a")
+        .unwrap()
+        .1;
+    assert_eq!(hot["interruptions"]["N"], "3");
+    // sample 22 (a rebalance recommendation in an SQS record with an empty time) is this pool's
+    // third rebalance
+    assert_eq!(hot["rebalances"]["N"], "3");
+    assert!(hot.get("unavailable_until").is_some());
+    // The history: one item per pool mark, in no index (none of their key attributes).
+    let history = history_items(scan);
+    let hot_history = history
+        .iter()
+        .filter(|(_, i)| i["pool"]["S"] == "spot#m5.large#us-east-1a")
+        .count();
+    assert!(
+        hot_history >= 6,
+        "3 interruptions and 3 rebalances at least: {history:#?}"
+    );
+    for (sk, item) in &history {
+        for attr in ["unavailable_until", "zone", "instance_type", "last_seen"] {
+            assert!(
+                item.get(attr).is_none(),
+                "{sk}: {attr} would put it in an index"
+            );
+        }
+        assert!(item.get("expires_at").is_some(), "{sk}: no TTL");
+    }
+    (pools, history)
+}
+
 #[test]
 fn replay_execute_records_one_item_per_pool_and_again_changes_nothing() {
     // The stores are read as of the tests' now (two days after the samples).
@@ -119,53 +176,7 @@ fn replay_execute_records_one_item_per_pool_and_again_changes_nothing() {
         String::from_utf8_lossy(&out.stderr)
     );
     let scan = aws(&endpoint, &["dynamodb", "scan", "--table-name", &table]);
-    let pools = pool_items(&scan);
-    assert_eq!(pools.len(), 10, "one item per pool: {pools:#?}");
-    for (key, item) in &pools {
-        for attr in [
-            "capacity_type",
-            "instance_type",
-            "zone",
-            "region",
-            "expires_at",
-            "first_seen",
-            "last_seen",
-            "last_event_id",
-            "last_reason",
-            "last_instance_id",
-        ] {
-            assert!(item.get(attr).is_some(), "{key}: {attr} missing in {item}");
-        }
-    }
-    let hot = &pools
-        .iter()
-        .find(|(k, _)| k == "spot#m5.large#us-east-1a")
-        .unwrap()
-        .1;
-    assert_eq!(hot["interruptions"]["N"], "3");
-    // sample 22 (a rebalance recommendation in an SQS record with an empty time) is this pool's
-    // third rebalance
-    assert_eq!(hot["rebalances"]["N"], "3");
-    assert!(hot.get("unavailable_until").is_some());
-    // The history: one item per pool mark, in no index (none of their key attributes).
-    let history = history_items(&scan);
-    let hot_history = history
-        .iter()
-        .filter(|(_, i)| i["pool"]["S"] == "spot#m5.large#us-east-1a")
-        .count();
-    assert!(
-        hot_history >= 6,
-        "3 interruptions and 3 rebalances at least: {history:#?}"
-    );
-    for (sk, item) in &history {
-        for attr in ["unavailable_until", "zone", "instance_type", "last_seen"] {
-            assert!(
-                item.get(attr).is_none(),
-                "{sk}: {attr} would put it in an index"
-            );
-        }
-        assert!(item.get("expires_at").is_some(), "{sk}: no TTL");
-    }
+    let (pools, history) = items_as_replayed(&scan);
 
     // Again: every event a duplicate, every item as it was.
     let again = forewarn(dir, &endpoint, state.path(), &args);

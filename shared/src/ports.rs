@@ -14,6 +14,7 @@ use crate::domain::continuation::KeyRing;
 use crate::domain::event::LifecycleAction;
 use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::plan::Plan;
+pub use crate::domain::plan::pass::{DrainRole, Pass};
 use crate::domain::pool::{Applied, PoolKey, PoolQuery, PoolRecord, PoolUpdate};
 use crate::domain::priorities::{AsgDescription, ExpanderConfig};
 use crate::domain::report::{DrainSummary, Report};
@@ -80,17 +81,35 @@ pub fn span(d: std::time::Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).unwrap_or_else(|_| chrono::Duration::days(3650))
 }
 
-/// A lookup that failed (EC2, the Kubernetes API).
+/// A lookup that failed (EC2, the Kubernetes API): `{service}: [{doing}: ]{source}`.
 #[derive(Debug, thiserror::Error)]
-#[error("{service}: {message}")]
+#[error("{service}: {}{source}", doing.as_deref().map(|d| format!("{d}: ")).unwrap_or_default())]
 pub struct DirectoryError {
     pub service: &'static str,
-    pub message: String,
+    /// What the lookup was reading (`configmap/N/M`), when the service does not say it.
+    pub doing: Option<String>,
     /// What kind of failure: whether the lookup is worth trying again.
     pub kind: FailureKind,
+    /// The adapter's error.
+    #[source]
+    pub source: BoxError,
 }
 
 impl DirectoryError {
+    /// `source`, met by a lookup of `service`; its kind is `kind`.
+    pub fn new(
+        service: &'static str,
+        kind: FailureKind,
+        source: impl Into<BoxError>,
+    ) -> DirectoryError {
+        DirectoryError {
+            service,
+            doing: None,
+            kind,
+            source: source.into(),
+        }
+    }
+
     /// Trying the lookup again may succeed (see [`FailureKind::retryable`]).
     pub fn retryable(&self) -> bool {
         self.kind.retryable()
@@ -224,12 +243,17 @@ impl NodeDirectory for NoNodes {
 /// Errors of a pool store.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("pool store at {location}: {message}")]
+    /// `pool store at {location}: {message}[: {source}]`.
+    #[error("pool store at {location}: {message}{}", source.as_ref().map(|s| format!(": {s}")).unwrap_or_default())]
     Backend {
         location: String,
+        /// What failed (`applying event E`), and why when there is no `source` to say it.
         message: String,
         /// What kind of failure: whether the call is worth trying again.
         kind: FailureKind,
+        /// The backend's error, when there is one.
+        #[source]
+        source: Option<BoxError>,
     },
     /// An item that does not read as what it should be: reading it again gives the same.
     #[error("pool store: item `{key}` is malformed: {message}")]
@@ -313,6 +337,7 @@ pub trait PoolStore: Send + Sync {
             location: self.location(),
             message: "this store cannot rotate its continuation key".into(),
             kind: FailureKind::Invalid,
+            source: None,
         })
     }
 
@@ -345,47 +370,48 @@ pub struct ActionResult {
     pub refused: Option<String>,
 }
 
-/// Which pass over an event's node actions a call to [`Executor::execute`] is: one first pass,
-/// then, while a drain is pending, drain passes the pipeline drives (`crate::app::pipeline`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pass {
-    /// The event's first pass: a drain's node is cordoned and tainted, nothing more (its drain
-    /// is `pending`), so that a mass interruption's nodes are all cordoned early. Actions
-    /// without a drain are carried out whole. (A dry run also says what a drain would evict.)
-    Cordon,
-    /// A pass of the drain: what is on the node is evicted (critical pods once the others are
-    /// gone) or waited for; when nothing is left (or the deadline has passed) the drain ends and
-    /// the lifecycle action is completed.
-    Drain {
-        /// When the event's first delivery ran.
-        started_at: DateTime<Utc>,
-        /// The first drain pass: it records the Events of the decision (the interruption, the
-        /// cordon) only when the drain ends in it, else the next pass does (`owed`).
-        announce: bool,
-        /// The pass after a first pass that left it the Events of the decision.
-        owed: bool,
-        /// Keep a pending lifecycle action alive (`RecordLifecycleActionHeartbeat`).
-        heartbeat: bool,
-        /// Record no Event, not even the drain's end (a copy kept by the execution environment,
-        /// whose queued twin records them).
-        quiet: bool,
-    },
-    /// The Events of the decision a drain's first pass left to the next, recorded alone (the
-    /// node read and verified first) by that pass when it comes after the instance is gone.
-    Announce,
-}
+/// Any error, boxed: the source an error of a port keeps of what the adapter met.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// An action that could not be carried out; the event goes back to the queue.
+/// An action that could not be carried out (the event goes back to the queue).
 #[derive(Debug, thiserror::Error)]
-#[error("{instance_id}: {message}")]
+#[error("{instance_id}: {}", self.message())]
 pub struct ExecuteError {
+    /// The instance whose action failed (empty for a call about no one instance).
     pub instance_id: String,
-    pub message: String,
+    /// What the action was doing when it failed (`node N`), when it says more than the instance.
+    pub doing: Option<String>,
     /// What kind of failure: whether the action is worth trying again.
     pub kind: FailureKind,
+    /// The adapter's error.
+    #[source]
+    pub source: BoxError,
 }
 
 impl ExecuteError {
+    /// What failed, for people: `{doing}: {source}` (the source alone without `doing`).
+    pub fn message(&self) -> String {
+        match &self.doing {
+            Some(doing) => format!("{doing}: {}", self.source),
+            None => self.source.to_string(),
+        }
+    }
+
+    /// `source`, met by the action of `instance_id` while `doing` it; its kind is `kind`.
+    pub fn new(
+        instance_id: impl Into<String>,
+        doing: Option<String>,
+        kind: FailureKind,
+        source: impl Into<BoxError>,
+    ) -> ExecuteError {
+        ExecuteError {
+            instance_id: instance_id.into(),
+            doing,
+            kind,
+            source: source.into(),
+        }
+    }
+
     /// Trying the action again may succeed (see [`FailureKind::retryable`]).
     pub fn retryable(&self) -> bool {
         self.kind.retryable()
@@ -443,8 +469,12 @@ pub trait ContinuationQueue: Send + Sync {
 pub struct QueueError {
     /// The queue's ARN or URL.
     pub queue: String,
+    /// What went wrong (the SDK error's text with its sources', or what the queue answered).
     pub message: String,
     pub kind: FailureKind,
+    /// The SDK's error, when there is one.
+    #[source]
+    pub source: Option<BoxError>,
 }
 
 impl QueueError {
@@ -528,9 +558,13 @@ pub struct LifecycleError {
     pub instance_id: String,
     /// The AWS error code (`ValidationError`, `ResourceContention`, ...), when there is one.
     pub code: Option<String>,
+    /// What the service said (its message, else the error's text).
     pub message: String,
     /// What kind of failure: whether the call is worth trying again.
     pub kind: FailureKind,
+    /// The SDK's error, when there is one (shared: the error is cloned).
+    #[source]
+    pub source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
 impl LifecycleError {
@@ -618,9 +652,13 @@ pub enum ExpanderError {
     Api {
         verb: &'static str,
         object: String,
+        /// What the API server (or the client) said.
         message: String,
         /// What kind of failure: whether the call is worth trying again.
         kind: FailureKind,
+        /// The client's error.
+        #[source]
+        source: Option<BoxError>,
     },
 }
 
@@ -663,6 +701,38 @@ pub trait ExpanderStore: Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An error of a port says what it said before it kept its source, and keeps it.
+    #[test]
+    fn errors_keep_their_source_and_their_text() {
+        use std::error::Error;
+        let reset = || std::io::Error::other("connection reset");
+        let e = ExecuteError::new(
+            "i-1",
+            Some("node n".into()),
+            FailureKind::Connection,
+            reset(),
+        );
+        assert_eq!(e.to_string(), "i-1: node n: connection reset");
+        assert_eq!(e.message(), "node n: connection reset");
+        assert_eq!(e.source().unwrap().to_string(), "connection reset");
+        let e = ExecuteError::new("i-1", None, FailureKind::Connection, reset());
+        assert_eq!(e.to_string(), "i-1: connection reset");
+        let d = DirectoryError::new("ec2:DescribeInstances", FailureKind::Connection, reset());
+        assert_eq!(d.to_string(), "ec2:DescribeInstances: connection reset");
+        assert!(d.source().is_some());
+        let s = StoreError::Backend {
+            location: "t".into(),
+            message: "reading pool p".into(),
+            kind: FailureKind::Connection,
+            source: Some(Box::new(reset())),
+        };
+        assert_eq!(
+            s.to_string(),
+            "pool store at t: reading pool p: connection reset"
+        );
+        assert!(s.source().is_some());
+    }
 
     #[test]
     fn what_is_worth_retrying() {
@@ -716,17 +786,14 @@ mod tests {
 
     #[test]
     fn each_port_error_says_whether_to_retry() {
-        let directory = |kind| DirectoryError {
-            service: "ec2:DescribeInstances",
-            message: "m".into(),
-            kind,
-        };
+        let directory = |kind| DirectoryError::new("ec2:DescribeInstances", kind, "m");
         assert!(directory(FailureKind::Throttled).retryable());
         assert!(!directory(FailureKind::Forbidden).retryable());
         let backend = |kind| StoreError::Backend {
             location: "dynamodb table t".into(),
             message: "m".into(),
             kind,
+            source: None,
         };
         assert!(backend(FailureKind::Timeout).retryable());
         assert!(!backend(FailureKind::Conflict).retryable());
@@ -735,11 +802,7 @@ mod tests {
             message: "m".into(),
         };
         assert!(!corrupt.retryable());
-        let execute = |kind| ExecuteError {
-            instance_id: "i-1".into(),
-            message: "m".into(),
-            kind,
-        };
+        let execute = |kind| ExecuteError::new("i-1", None, kind, "m");
         assert!(execute(FailureKind::Unavailable).retryable());
         assert!(!execute(FailureKind::NotFound).retryable());
         let lifecycle = |kind| LifecycleError {
@@ -749,6 +812,7 @@ mod tests {
             code: None,
             message: "m".into(),
             kind,
+            source: None,
         };
         assert!(lifecycle(FailureKind::Connection).retryable());
         assert!(!lifecycle(FailureKind::Invalid).retryable());
@@ -762,6 +826,7 @@ mod tests {
             object: "o".into(),
             message: "m".into(),
             kind,
+            source: None,
         };
         assert!(api(FailureKind::Throttled).retryable());
         assert!(!api(FailureKind::Forbidden).retryable());

@@ -138,56 +138,92 @@ pub fn sqs_batch(ids: &[&str], tag: &str) -> Value {
     json!({ "Records": records })
 }
 
-/// `runs` spot warnings, each for a fresh instance and node, one at a time; the report as a
-/// markdown section.
-pub async fn report(runs: usize) -> anyhow::Result<String> {
-    let moto = MotoServer::try_start()?;
-    let base = moto.sdk_config();
-    let table = create_pool_table(&base, "forewarn-bench-pools").await?;
-    let proxy = AwsProxy::start(&moto.endpoint()).await?;
-    let sdk = forewarn::adapters::aws::default_retries(
-        proxy.sdk_config(&base),
-        forewarn::adapters::aws::AwsSettings::default(),
-    );
-    let ec2 = aws_sdk_ec2::Client::new(&base);
-    let image = any_image(&ec2).await?;
-    let spot = Launch::spot(CLUSTER);
+/// What the runs go through: moto (EC2, DynamoDB) behind the counting proxy, the Kubernetes
+/// fake, and the handler over them.
+struct Bench {
+    handler: Handler,
+    fake: KubeFake,
+    spot: Launch,
+    image: String,
+    ec2: aws_sdk_ec2::Client,
+    proxy: AwsProxy,
+    /// Kept for the runs' length (and dropped last): moto stops when it is dropped.
+    _moto: MotoServer,
+}
 
-    let fake = KubeFake::start().await;
-    let config = Config {
-        cluster_name: Some(CLUSTER.to_string()),
-        ..Config::default()
-    };
-    let clients = ClusterClient::new(fake.client());
-    let store = Arc::new(DynamoStore::new(
-        aws_sdk_dynamodb::Client::new(&sdk),
-        table.clone(),
-    ));
-    let handler = Handler {
-        instances: Arc::new(Ec2Directory::from_conf(&sdk)),
-        nodes: Arc::new(KubeNodeDirectory::new(clients.clone())),
-        executor: Some(Arc::new(KubeExecutor::new(clients, &config))),
-        ..Handler::new(config.clone(), store)
-    };
+impl Bench {
+    async fn start() -> anyhow::Result<Bench> {
+        let moto = MotoServer::try_start()?;
+        let base = moto.sdk_config();
+        let table = create_pool_table(&base, "forewarn-bench-pools").await?;
+        let proxy = AwsProxy::start(&moto.endpoint()).await?;
+        let sdk = forewarn::adapters::aws::default_retries(
+            proxy.sdk_config(&base),
+            forewarn::adapters::aws::AwsSettings::default(),
+        );
+        let ec2 = aws_sdk_ec2::Client::new(&base);
+        let image = any_image(&ec2).await?;
+        let fake = KubeFake::start().await;
+        let config = Config {
+            cluster_name: Some(CLUSTER.to_string()),
+            ..Config::default()
+        };
+        let clients = ClusterClient::new(fake.client());
+        let store = Arc::new(DynamoStore::new(
+            aws_sdk_dynamodb::Client::new(&sdk),
+            table.clone(),
+        ));
+        let handler = Handler {
+            instances: Arc::new(Ec2Directory::from_conf(&sdk)),
+            nodes: Arc::new(KubeNodeDirectory::new(clients.clone())),
+            executor: Some(Arc::new(KubeExecutor::new(clients, &config))),
+            ..Handler::new(config.clone(), store)
+        };
+        Ok(Bench {
+            handler,
+            fake,
+            spot: Launch::spot(CLUSTER),
+            image,
+            ec2,
+            proxy,
+            _moto: moto,
+        })
+    }
+}
 
-    let mut walls = Vec::new();
-    let mut aws_seen: Option<BTreeMap<String, usize>> = None;
-    let mut ops_seen: Option<BTreeMap<String, usize>> = None;
-    let mut kube_seen: Option<BTreeMap<String, usize>> = None;
-    let mut varied = false;
+/// What the single runs saw: their wall times, and the first run's calls.
+#[derive(Default)]
+struct Singles {
+    walls: Vec<std::time::Duration>,
+    /// AWS calls per service.
+    aws: Option<BTreeMap<String, usize>>,
+    /// AWS calls per `service operation`.
+    ops: Option<BTreeMap<String, usize>>,
+    /// Kubernetes requests per [`kube_label`].
+    kube: Option<BTreeMap<String, usize>>,
+    /// The counts differed between runs.
+    varied: bool,
+}
+
+/// `runs` spot warnings, each for a fresh instance and node, one at a time.
+async fn singles(b: &Bench, runs: usize) -> anyhow::Result<Singles> {
+    let mut seen = Singles::default();
     for run in 0..runs {
-        let l = launch(&ec2, &image, &spot).await?;
-        fake.insert(node(&l.dns, &l.id, "us-east-1a"));
-        fake.insert(pod(&format!("web-{run}-a"), &l.dns, "ReplicaSet"));
-        fake.insert(pod(&format!("web-{run}-b"), &l.dns, "ReplicaSet"));
-        fake.insert(pod(&format!("agent-{run}"), &l.dns, "DaemonSet"));
+        let l = launch(&b.ec2, &b.image, &b.spot).await?;
+        b.fake.insert(node(&l.dns, &l.id, "us-east-1a"));
+        b.fake
+            .insert(pod(&format!("web-{run}-a"), &l.dns, "ReplicaSet"));
+        b.fake
+            .insert(pod(&format!("web-{run}-b"), &l.dns, "ReplicaSet"));
+        b.fake
+            .insert(pod(&format!("agent-{run}"), &l.dns, "DaemonSet"));
         let batch = sqs_batch(&[&l.id], &format!("e2e{run}"));
-        proxy.reset();
-        fake.clear_requests();
-        let deadline = handler.clock.now() + chrono::Duration::seconds(120);
+        b.proxy.reset();
+        b.fake.clear_requests();
+        let deadline = b.handler.clock.now() + chrono::Duration::seconds(120);
         let start = Instant::now();
-        let inv = handler.invoke(batch, Some(deadline)).await?;
-        walls.push(start.elapsed());
+        let inv = b.handler.invoke(batch, Some(deadline)).await?;
+        seen.walls.push(start.elapsed());
         let outcome = inv.reports.first().map(|r| r.outcome);
         if outcome != Some(Outcome::Acted) {
             bail!(
@@ -195,65 +231,114 @@ pub async fn report(runs: usize) -> anyhow::Result<String> {
                 inv.reports.first()
             );
         }
-        let aws = proxy.counts();
+        let aws = b.proxy.counts();
         let mut ops = BTreeMap::new();
-        for c in proxy.calls() {
+        for c in b.proxy.calls() {
             *ops.entry(format!("{} {}", c.service, c.operation))
                 .or_insert(0usize) += 1;
         }
-        let kube = kube_counts(&fake.requests());
-        if aws_seen.as_ref().is_some_and(|a| *a != aws)
-            || kube_seen.as_ref().is_some_and(|k| *k != kube)
+        let kube = kube_counts(&b.fake.requests());
+        if seen.aws.as_ref().is_some_and(|a| *a != aws)
+            || seen.kube.as_ref().is_some_and(|k| *k != kube)
         {
-            varied = true;
+            seen.varied = true;
         }
-        aws_seen.get_or_insert(aws);
-        ops_seen.get_or_insert(ops);
-        kube_seen.get_or_insert(kube);
+        seen.aws.get_or_insert(aws);
+        seen.ops.get_or_insert(ops);
+        seen.kube.get_or_insert(kube);
     }
-    // A full batch: ten warnings for ten instances in one SQS batch.
-    const FULL: usize = 10;
+    Ok(seen)
+}
+
+/// How many warnings the full batch holds.
+const FULL: usize = 10;
+
+/// What the full batch did.
+struct FullBatch {
+    wall: std::time::Duration,
+    acted: usize,
+    /// AWS calls per ``service `operation` ``.
+    ops: BTreeMap<String, usize>,
+    /// Kubernetes requests.
+    kube: usize,
+}
+
+/// A full batch: [`FULL`] warnings for as many instances in one SQS batch.
+async fn full_batch(b: &Bench) -> anyhow::Result<FullBatch> {
     let mut launched = Vec::new();
     for n in 0..FULL {
-        let l = launch(&ec2, &image, &spot).await?;
-        fake.insert(node(&l.dns, &l.id, "us-east-1a"));
-        fake.insert(pod(&format!("batch-{n}-a"), &l.dns, "ReplicaSet"));
-        fake.insert(pod(&format!("batch-{n}-b"), &l.dns, "ReplicaSet"));
+        let l = launch(&b.ec2, &b.image, &b.spot).await?;
+        b.fake.insert(node(&l.dns, &l.id, "us-east-1a"));
+        b.fake
+            .insert(pod(&format!("batch-{n}-a"), &l.dns, "ReplicaSet"));
+        b.fake
+            .insert(pod(&format!("batch-{n}-b"), &l.dns, "ReplicaSet"));
         launched.push(l);
     }
     let ids: Vec<&str> = launched.iter().map(|l| l.id.as_str()).collect();
-    proxy.reset();
-    fake.clear_requests();
+    b.proxy.reset();
+    b.fake.clear_requests();
     let start = Instant::now();
-    let inv = handler
+    let inv = b
+        .handler
         .invoke(
             sqs_batch(&ids, "e2e-full"),
-            Some(handler.clock.now() + chrono::Duration::seconds(120)),
+            Some(b.handler.clock.now() + chrono::Duration::seconds(120)),
         )
         .await?;
-    let full_wall = start.elapsed();
-    let full_acted = inv
+    let wall = start.elapsed();
+    let acted = inv
         .reports
         .iter()
         .filter(|r| r.outcome == Outcome::Acted)
         .count();
-    let mut full_ops = BTreeMap::new();
-    for c in proxy.calls() {
-        *full_ops
-            .entry(format!("{} `{}`", c.service, c.operation))
+    let mut ops = BTreeMap::new();
+    for c in b.proxy.calls() {
+        *ops.entry(format!("{} `{}`", c.service, c.operation))
             .or_insert(0usize) += 1;
     }
-    let full_kube: usize = fake.requests().len();
+    Ok(FullBatch {
+        wall,
+        acted,
+        ops,
+        kube: b.fake.requests().len(),
+    })
+}
 
-    let ops = ops_seen.unwrap_or_default();
-    let kube = kube_seen.unwrap_or_default();
+/// `runs` spot warnings, each for a fresh instance and node, one at a time, then a full batch;
+/// the report as a markdown section.
+pub async fn report(runs: usize) -> anyhow::Result<String> {
+    let bench = Bench::start().await?;
+    let seen = singles(&bench, runs).await?;
+    let full = full_batch(&bench).await?;
+    let mut out = singles_section(runs, seen);
+    out.push_str(&format!(
+        "\nA full batch (one SQS batch of {FULL} warnings for {FULL} instances, each node with 2 ReplicaSet pods): \
+         {} of {FULL} acted in {}; AWS calls: {}; Kubernetes requests: {} (least: {}).\n",
+        full.acted,
+        ms(full.wall),
+        full.ops
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        full.kube,
+        FULL * 9,
+    ));
+    Ok(out)
+}
+
+/// The single runs' part of the report: wall times, calls, and the least they need.
+fn singles_section(runs: usize, seen: Singles) -> String {
+    let ops = seen.ops.unwrap_or_default();
+    let kube = seen.kube.unwrap_or_default();
     let kube_total: usize = kube.values().sum();
     let mut out = format!(
         "### One event end to end ({runs} runs, one spot warning each, a node with 2 ReplicaSet pods and 1 DaemonSet pod)\n\n\
          Wall time of `Handler::invoke` on the SQS batch: median {}, p90 {}.\n\n\
          | service | call | count per event | least needed |\n|---|---|---|---|\n",
-        ms(percentile(&walls, 50.0).unwrap_or_default()),
-        ms(percentile(&walls, 90.0).unwrap_or_default()),
+        ms(percentile(&seen.walls, 50.0).unwrap_or_default()),
+        ms(percentile(&seen.walls, 90.0).unwrap_or_default()),
     );
     for (op, n) in &ops {
         let (service, call) = op.split_once(' ').unwrap_or((op, ""));
@@ -266,7 +351,7 @@ pub async fn report(runs: usize) -> anyhow::Result<String> {
     for (service, _, n, _) in MINIMUM {
         *least.entry(service).or_insert(0) += n;
     }
-    let aws_totals = aws_seen.unwrap_or_default();
+    let aws_totals = seen.aws.unwrap_or_default();
     out.push_str("\nTotals per service, next to the least the same work needs:\n\n| service | calls | least |\n|---|---|---|\n");
     for service in ["ec2", "dynamodb"] {
         out.push_str(&format!(
@@ -287,23 +372,12 @@ pub async fn report(runs: usize) -> anyhow::Result<String> {
     for (service, call, n, why) in MINIMUM {
         out.push_str(&format!("- {service} `{call}` × {n}: {why}\n"));
     }
-    if varied {
+    if seen.varied {
         out.push_str("\nThe counts differed between runs; the table shows the first run's.\n");
     } else {
         out.push_str("\nEvery run made exactly these calls.\n");
     }
-    out.push_str(&format!(
-        "\nA full batch (one SQS batch of {FULL} warnings for {FULL} instances, each node with 2 ReplicaSet pods): \
-         {full_acted} of {FULL} acted in {}; AWS calls: {}; Kubernetes requests: {full_kube} (least: {}).\n",
-        ms(full_wall),
-        full_ops
-            .iter()
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect::<Vec<_>>()
-            .join(", "),
-        FULL * 9,
-    ));
-    Ok(out)
+    out
 }
 
 #[cfg(test)]

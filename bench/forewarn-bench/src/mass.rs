@@ -23,7 +23,7 @@ use async_trait::async_trait;
 use forewarn::adapters::embedded::EmbeddedStore;
 use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory, OwnRateLimit};
 use forewarn::adapters::snapshot::SnapshotInstances;
-use forewarn::app::handler::Handler;
+use forewarn::app::handler::{Handler, Invocation};
 use forewarn::app::pipeline::Passes;
 use forewarn::domain::config::Config;
 use forewarn::domain::facts::InstanceFacts;
@@ -33,7 +33,7 @@ use forewarn::domain::report::Outcome;
 use forewarn::domain::retry::visibility_seconds;
 use forewarn::ports::{ContinuationQueue, QueueError, Redeliver, Redelivery};
 use futures::StreamExt;
-use kube_fake::KubeFake;
+use kube_fake::{KubeFake, RecordedRequest};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -364,6 +364,7 @@ struct Totals {
     passes: usize,
 }
 
+/// The mass interruption's report as a markdown section, with its chart in `svg` when given.
 pub async fn report(s: &Settings, svg: Option<&std::path::Path>) -> anyhow::Result<String> {
     let modes: Vec<bool> = match s.drains.as_str() {
         "continue" => vec![true],
@@ -371,6 +372,25 @@ pub async fn report(s: &Settings, svg: Option<&std::path::Path>) -> anyhow::Resu
         "both" => vec![true, false],
         other => bail!("--drains {other}: expected continue, block or both"),
     };
+    let mut out = header(s);
+    let mut runs: Vec<Option<Run>> = vec![None, None];
+    for continuing in modes {
+        let mode = RunMode {
+            continuing,
+            surge: false,
+            launch_delay: None,
+        };
+        let run = one_run(s, mode).await?;
+        runs[usize::from(!continuing)] = Some(run);
+    }
+    timing_rows(&mut out, s, &runs);
+    cost_rows(&mut out, s, &runs);
+    afterword(&mut out, s, &runs, svg)?;
+    Ok(out)
+}
+
+/// The report's heading, what the run is, and the head of its table.
+fn header(s: &Settings) -> String {
     let pdb_pairs = (0..s.nodes / 2)
         .filter(|&k| budgeted(2 * k, s.pdb_share))
         .count();
@@ -387,8 +407,7 @@ pub async fn report(s: &Settings, svg: Option<&std::path::Path>) -> anyhow::Resu
             s.invocations, s.client_qps
         ),
     };
-    let cordon_bound = rate_bound(2 * s.nodes as u64, s.server_rps, u64::from(s.server_burst));
-    let mut out = format!(
+    format!(
         "### Mass interruption: {} spot warnings at once, batches of {}, {} invocations at once\n\n\
          The fake: {} ms latency per request, {} requests/s with a burst of {} (429 + `Retry-After: 1` above it); \
          evicted pods take {} s to go (their grace period). {} pods to evict ({} per node); {} pairs of pods on two nodes \
@@ -408,27 +427,28 @@ pub async fn report(s: &Settings, svg: Option<&std::path::Path>) -> anyhow::Resu
         pdb_pairs,
         pdb_pairs * 2,
         client,
-    );
-    let mut runs: Vec<Option<Run>> = vec![None, None];
-    for continuing in modes {
-        let mode = RunMode {
-            continuing,
-            surge: false,
-            launch_delay: None,
-        };
-        let run = one_run(s, mode).await?;
-        runs[usize::from(!continuing)] = Some(run);
-    }
-    let cell = |f: &dyn Fn(&Run) -> String, i: usize| {
-        runs[i].as_ref().map(f).unwrap_or_else(|| "not run".into())
-    };
-    let row = |out: &mut String, name: &str, f: &dyn Fn(&Run) -> String, bound: &str| {
-        out.push_str(&format!(
-            "| {name} | {} | {} | {bound} |\n",
-            cell(f, 0),
-            cell(f, 1)
-        ));
-    };
+    )
+}
+
+/// A row of the table: `f` of each run (continuation drains, in-process drain), and the bound.
+fn row(
+    out: &mut String,
+    runs: &[Option<Run>],
+    name: &str,
+    f: &dyn Fn(&Run) -> String,
+    bound: &str,
+) {
+    let cell = |i: usize| runs[i].as_ref().map(f).unwrap_or_else(|| "not run".into());
+    out.push_str(&format!(
+        "| {name} | {} | {} | {bound} |\n",
+        cell(0),
+        cell(1)
+    ));
+}
+
+/// The table's rows of when nodes were cordoned and drained.
+fn timing_rows(out: &mut String, s: &Settings, runs: &[Option<Run>]) {
+    let cordon_bound = rate_bound(2 * s.nodes as u64, s.server_rps, u64::from(s.server_burst));
     let n = s.nodes;
     let last = |v: &[Option<Duration>]| -> Option<Duration> {
         if v.iter().all(Option::is_some) {
@@ -440,7 +460,8 @@ pub async fn report(s: &Settings, svg: Option<&std::path::Path>) -> anyhow::Resu
     let within =
         |v: &[Option<Duration>]| v.iter().filter(|t| t.is_some_and(|t| t <= WINDOW)).count();
     row(
-        &mut out,
+        out,
+        runs,
         "every node cordoned",
         &|r| match last(&r.cordoned) {
             Some(t) => format!("{} ({})", secs(t), ratio(t, cordon_bound)),
@@ -457,13 +478,15 @@ pub async fn report(s: &Settings, svg: Option<&std::path::Path>) -> anyhow::Resu
         percentile(&all, q).map(secs).unwrap_or_else(|| "-".into())
     };
     row(
-        &mut out,
+        out,
+        runs,
         "node cordoned, p50 / p99",
         &|r| format!("{} / {}", p(&r.cordoned, 50.0), p(&r.cordoned, 99.0)),
         "",
     );
     row(
-        &mut out,
+        out,
+        runs,
         "every evictable pod's eviction accepted",
         &|r| match last(&r.evicted) {
             Some(t) => secs(t),
@@ -472,13 +495,15 @@ pub async fn report(s: &Settings, svg: Option<&std::path::Path>) -> anyhow::Resu
         "120 s (the instance goes)",
     );
     row(
-        &mut out,
+        out,
+        runs,
         "node's last eviction accepted, p50 / p99",
         &|r| format!("{} / {}", p(&r.evicted, 50.0), p(&r.evicted, 99.0)),
         "",
     );
     row(
-        &mut out,
+        out,
+        runs,
         "nodes fully handled (cordoned, every eviction accepted) by 120 s",
         &|r| {
             let both = r.handled_by(WINDOW);
@@ -490,7 +515,8 @@ pub async fn report(s: &Settings, svg: Option<&std::path::Path>) -> anyhow::Resu
         "100 %",
     );
     row(
-        &mut out,
+        out,
+        runs,
         "nodes whose drain began (an eviction answered) by 120 s; of them not fully handled (with a pod behind a budget)",
         &|r| {
             let (began, short, budgeted) = r.began_by(WINDOW, s);
@@ -499,31 +525,41 @@ pub async fn report(s: &Settings, svg: Option<&std::path::Path>) -> anyhow::Resu
         "",
     );
     row(
-        &mut out,
+        out,
+        runs,
         "nodes cordoned by 120 s",
         &|r| format!("{} of {n}", within(&r.cordoned)),
         "",
     );
+}
+
+/// The table's rows of what the runs cost: Lambda time, invocations, requests, memory.
+fn cost_rows(out: &mut String, s: &Settings, runs: &[Option<Run>]) {
+    let n = s.nodes;
     row(
-        &mut out,
+        out,
+        runs,
         "Lambda time (sum of invocation durations) per 1,000 warnings",
         &|r| secs(r.lambda_time.mul_f64(1000.0 / n.max(1) as f64)),
         "continuations ≤ 1/10 of the in-process drain's",
     );
     row(
-        &mut out,
+        out,
+        runs,
         "of which invocations carrying only drain passes",
         &|r| secs(r.pass_time.mul_f64(1000.0 / n.max(1) as f64)),
         "",
     );
     row(
-        &mut out,
+        out,
+        runs,
         "invocations (of which drain passes: messages)",
         &|r| format!("{} ({})", r.invocations, r.passes),
         "",
     );
     row(
-        &mut out,
+        out,
+        runs,
         "Kubernetes requests (429 by the server's limit)",
         &|r| format!("{} ({})", r.requests, r.rate_limited),
         &format!(
@@ -533,11 +569,22 @@ pub async fn report(s: &Settings, svg: Option<&std::path::Path>) -> anyhow::Resu
         ),
     );
     row(
-        &mut out,
+        out,
+        runs,
         "peak memory of the bench process",
         &|r| mib_of_kb(r.peak_kb),
         "",
     );
+}
+
+/// What follows the table: the share of Lambda time, the chart (written to `svg`), the API
+/// server's answers over time, and each run's outcomes.
+fn afterword(
+    out: &mut String,
+    s: &Settings,
+    runs: &[Option<Run>],
+    svg: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
     if let (Some(c), Some(b)) = (&runs[0], &runs[1]) {
         let share = c.lambda_time.as_secs_f64() / b.lambda_time.as_secs_f64().max(1e-9);
         out.push_str(&format!(
@@ -551,7 +598,7 @@ pub async fn report(s: &Settings, svg: Option<&std::path::Path>) -> anyhow::Resu
         ));
     }
     if let Some(path) = svg {
-        draw(path, &runs, s)?;
+        draw(path, runs, s)?;
         out.push_str(&format!(
             "\n![Nodes cordoned and fully drained over time, continuation drains against the \
              in-process drain]({})\n",
@@ -583,7 +630,7 @@ pub async fn report(s: &Settings, svg: Option<&std::path::Path>) -> anyhow::Resu
             ));
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Per node, from the fake's log of requests (nothing polls the fake while the run goes on, so
@@ -789,108 +836,16 @@ fn draw(path: &std::path::Path, runs: &[Option<Run>], s: &Settings) -> anyhow::R
 
 pub(crate) async fn one_run(s: &Settings, mode: RunMode) -> anyhow::Result<Run> {
     let continuing = mode.continuing;
-    let fake = Arc::new(match mode.launch_delay {
-        None => KubeFake::start().await,
-        Some(launch_delay) => {
-            KubeFake::builder()
-                .replicasets()
-                .autoscaler(kube_fake::AutoscalerSettings {
-                    launch_delay,
-                    ..kube_fake::AutoscalerSettings::default()
-                        .group(kube_fake::NodeGroup::new(GROUP).label("pool", GROUP))
-                })
-                .start()
-                .await
-        }
-    });
+    let fake = Arc::new(start_fake(mode).await);
     let simulated = mode.launch_delay.is_some();
-    // Per app, how many of its pods there are (its ReplicaSet's replicas).
-    let mut apps: BTreeMap<String, usize> = BTreeMap::new();
-    let mut instances = BTreeMap::new();
     let ids: Vec<String> = (0..s.nodes).map(instance_id).collect();
     let names: Vec<String> = (0..s.nodes).map(node_name).collect();
-    for (n, id) in ids.iter().enumerate() {
-        let zone = ZONES[n % ZONES.len()];
-        let name = &names[n];
-        let mut doomed = node(name, id, zone);
-        if simulated {
-            // Full: its pods' requests take all of it.
-            doomed["metadata"]["labels"]["pool"] = json!(GROUP);
-            doomed["status"]["allocatable"] = json!({"cpu": format!("{}m", 500 * s.pods_per_node), "memory": "16Gi", "pods": "110"});
-        }
-        fake.insert(doomed);
-        for p in 0..s.pods_per_node {
-            let app = if p == 1 && budgeted(n, s.pdb_share) {
-                format!("pair-{}", n / 2)
-            } else {
-                format!("w{n}-{p}")
-            };
-            let mut pod = pod_object("shop", &format!("w{n}-{p}"), name, &app, "ReplicaSet");
-            if simulated {
-                pod["spec"]["nodeSelector"] = json!({"pool": GROUP});
-                pod["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": POD_CPU}});
-            }
-            fake.insert(pod);
-            *apps.entry(app).or_insert(0) += 1;
-        }
-        if s.pods_per_node > 1 && n % 2 == 0 && budgeted(n, s.pdb_share) {
-            fake.insert(json!({
-                "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-                "metadata": {"name": format!("pair-{}", n / 2), "namespace": "shop"},
-                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": format!("pair-{}", n / 2)}}},
-            }));
-        }
-        instances.insert(
-            id.clone(),
-            InstanceFacts {
-                instance_id: id.clone(),
-                instance_type: Some(["m5.large", "c5.large", "r5.large"][n % 3].to_string()),
-                zone: Some(zone.to_string()),
-                capacity_type: Some(CapacityType::Spot),
-                private_dns: Some(name.clone()),
-                state: Some("running".into()),
-                state_reason: None,
-                launch_time: Some(chrono::Utc::now() - chrono::Duration::hours(3)),
-                tags: BTreeMap::from([(
-                    format!("kubernetes.io/cluster/{CLUSTER}"),
-                    "owned".into(),
-                )]),
-            },
-        );
-    }
-    if simulated {
-        // The placeholders' PriorityClass, as infra/k8s/placeholders.yaml makes it (without it
-        // a placeholder's priority would be 0, and no replacement would preempt it).
-        fake.insert(
-            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-            "metadata": {"name": forewarn::domain::surge::PRIORITY_CLASS},
-            "value": -1, "preemptionPolicy": "Never", "globalDefault": false}),
-        );
-        // The ReplicaSets that recreate an evicted pod at once (as `pod_object` names them).
-        for (app, replicas) in &apps {
-            fake.insert(json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                "metadata": {"name": format!("{app}-rs"), "namespace": "shop", "uid": format!("uid-{app}-rs")},
-                "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": app}},
-                    "template": {"metadata": {"labels": {"app": app}},
-                        "spec": {"nodeSelector": {"pool": GROUP},
-                            "terminationGracePeriodSeconds": s.grace_seconds,
-                            "containers": [{"name": "main", "image": "app",
-                                "resources": {"requests": {"cpu": POD_CPU}}}]}}}}));
-        }
-    }
+    let instances = seed(&fake, s, simulated, &ids, &names);
     fake.set_eviction_grace(Duration::from_secs(s.grace_seconds));
     let dir = tempfile::Builder::new()
         .prefix("forewarn-bench-mass-")
         .tempdir()?;
-    let config = Config {
-        cluster_name: Some(CLUSTER.to_string()),
-        surge_kinds: if mode.surge {
-            forewarn::domain::surge::SURGE_KINDS.into()
-        } else {
-            std::collections::BTreeSet::new()
-        },
-        ..Config::default()
-    };
+    let config = config_of(mode);
     let queue = Arc::new(Queue::default());
     let clients = ClusterClient::new(fake.client());
     let store: Arc<dyn forewarn::ports::PoolStore> = Arc::new(EmbeddedStore::open(dir.path())?);
@@ -966,40 +921,10 @@ pub(crate) async fn one_run(s: &Settings, mode: RunMode) -> anyhow::Result<Run> 
                 }
                 .map_err(|e| anyhow::anyhow!("an invocation failed: {e}"))?;
                 let took = began.elapsed();
-                let failed: Vec<u64> = invocation.response["batchItemFailures"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|f| f["itemIdentifier"].as_str())
-                    .filter_map(|id| id.trim_start_matches("m-").parse().ok())
-                    .collect();
+                let failed = failed_ids(&invocation);
                 let ids: Vec<u64> = messages.iter().map(|m| m.0).collect();
                 queue.settle(&ids, &failed);
-                let mut t = totals.lock().unwrap();
-                t.invocations += 1;
-                t.lambda_time += took;
-                if invocation.reports.iter().all(|r| r.pass.is_some()) {
-                    t.pass_time += took;
-                }
-                for r in &invocation.reports {
-                    if r.pass.is_some() {
-                        t.passes += 1;
-                        // A pass that did not act (failed, refused) is counted by its reason.
-                        if r.outcome != Outcome::Acted {
-                            let why: String = r
-                                .reason
-                                .as_deref()
-                                .unwrap_or_default()
-                                .chars()
-                                .take(100)
-                                .collect();
-                            let key = format!("pass {:?} ({why})", r.outcome);
-                            *t.outcomes.entry(key).or_insert(0) += 1;
-                        }
-                    } else {
-                        *t.outcomes.entry(format!("{:?}", r.outcome)).or_insert(0) += 1;
-                    }
-                }
+                tally(&mut totals.lock().unwrap(), &invocation, took);
             }
         }
     });
@@ -1011,20 +936,188 @@ pub(crate) async fn one_run(s: &Settings, mode: RunMode) -> anyhow::Result<Run> 
         r?;
     }
     let requests = fake.requests();
+    let seen = handled(&requests, warned_at, &names, s.pods_per_node);
+    ClusterClient::clear_rate_limit();
+    let totals = totals.lock().unwrap().clone();
+    run_of(&fake, &requests, seen, totals, warned_at)
+}
+
+/// The Kubernetes fake of a run: with the autoscaler when `mode` simulates launches.
+async fn start_fake(mode: RunMode) -> KubeFake {
+    match mode.launch_delay {
+        None => KubeFake::start().await,
+        Some(launch_delay) => {
+            KubeFake::builder()
+                .replicasets()
+                .autoscaler(kube_fake::AutoscalerSettings {
+                    launch_delay,
+                    ..kube_fake::AutoscalerSettings::default()
+                        .group(kube_fake::NodeGroup::new(GROUP).label("pool", GROUP))
+                })
+                .start()
+                .await
+        }
+    }
+}
+
+/// forewarn's configuration in a run: surge drains when `mode` says.
+fn config_of(mode: RunMode) -> Config {
+    Config {
+        cluster_name: Some(CLUSTER.to_string()),
+        surge_kinds: if mode.surge {
+            forewarn::domain::surge::SURGE_KINDS.into()
+        } else {
+            std::collections::BTreeSet::new()
+        },
+        ..Config::default()
+    }
+}
+
+/// The messages an invocation reported failed (their ids).
+fn failed_ids(invocation: &Invocation) -> Vec<u64> {
+    invocation.response["batchItemFailures"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["itemIdentifier"].as_str())
+        .filter_map(|id| id.trim_start_matches("m-").parse().ok())
+        .collect()
+}
+
+/// Seeds the fake with the run's cluster: per node (named `names`, of instances `ids`) its pods,
+/// the budgets of the pairs, and — `simulated`, with the autoscaler — what lets the pods come
+/// back (their ReplicaSets, the placeholders' PriorityClass). The instances' facts, by id.
+fn seed(
+    fake: &KubeFake,
+    s: &Settings,
+    simulated: bool,
+    ids: &[String],
+    names: &[String],
+) -> BTreeMap<String, InstanceFacts> {
+    // Per app, how many of its pods there are (its ReplicaSet's replicas).
+    let mut apps: BTreeMap<String, usize> = BTreeMap::new();
+    let mut instances = BTreeMap::new();
+    for (n, id) in ids.iter().enumerate() {
+        let zone = ZONES[n % ZONES.len()];
+        let name = &names[n];
+        let mut doomed = node(name, id, zone);
+        if simulated {
+            // Full: its pods' requests take all of it.
+            doomed["metadata"]["labels"]["pool"] = json!(GROUP);
+            doomed["status"]["allocatable"] = json!({"cpu": format!("{}m", 500 * s.pods_per_node), "memory": "16Gi", "pods": "110"});
+        }
+        fake.insert(doomed);
+        for p in 0..s.pods_per_node {
+            let app = if p == 1 && budgeted(n, s.pdb_share) {
+                format!("pair-{}", n / 2)
+            } else {
+                format!("w{n}-{p}")
+            };
+            let mut pod = pod_object("shop", &format!("w{n}-{p}"), name, &app, "ReplicaSet");
+            if simulated {
+                pod["spec"]["nodeSelector"] = json!({"pool": GROUP});
+                pod["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": POD_CPU}});
+            }
+            fake.insert(pod);
+            *apps.entry(app).or_insert(0) += 1;
+        }
+        if s.pods_per_node > 1 && n % 2 == 0 && budgeted(n, s.pdb_share) {
+            fake.insert(json!({
+                "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": format!("pair-{}", n / 2), "namespace": "shop"},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": format!("pair-{}", n / 2)}}},
+            }));
+        }
+        instances.insert(
+            id.clone(),
+            InstanceFacts {
+                instance_id: id.clone(),
+                instance_type: Some(["m5.large", "c5.large", "r5.large"][n % 3].to_string()),
+                zone: Some(zone.to_string()),
+                capacity_type: Some(CapacityType::Spot),
+                private_dns: Some(name.clone()),
+                state: Some("running".into()),
+                state_reason: None,
+                launch_time: Some(chrono::Utc::now() - chrono::Duration::hours(3)),
+                tags: BTreeMap::from([(
+                    format!("kubernetes.io/cluster/{CLUSTER}"),
+                    "owned".into(),
+                )]),
+            },
+        );
+    }
+    if simulated {
+        // The placeholders' PriorityClass, as infra/k8s/placeholders.yaml makes it (without it
+        // a placeholder's priority would be 0, and no replacement would preempt it).
+        fake.insert(
+            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": forewarn::domain::surge::PRIORITY_CLASS},
+            "value": -1, "preemptionPolicy": "Never", "globalDefault": false}),
+        );
+        // The ReplicaSets that recreate an evicted pod at once (as `pod_object` names them).
+        for (app, replicas) in &apps {
+            fake.insert(json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "metadata": {"name": format!("{app}-rs"), "namespace": "shop", "uid": format!("uid-{app}-rs")},
+                "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": app}},
+                    "template": {"metadata": {"labels": {"app": app}},
+                        "spec": {"nodeSelector": {"pool": GROUP},
+                            "terminationGracePeriodSeconds": s.grace_seconds,
+                            "containers": [{"name": "main", "image": "app",
+                                "resources": {"requests": {"cpu": POD_CPU}}}]}}}}));
+        }
+    }
+    instances
+}
+
+/// Adds what one invocation did (taking `took`) to the totals.
+fn tally(t: &mut Totals, invocation: &Invocation, took: Duration) {
+    t.invocations += 1;
+    t.lambda_time += took;
+    if invocation.reports.iter().all(|r| r.pass.is_some()) {
+        t.pass_time += took;
+    }
+    for r in &invocation.reports {
+        if r.pass.is_some() {
+            t.passes += 1;
+            // A pass that did not act (failed, refused) is counted by its reason.
+            if r.outcome != Outcome::Acted {
+                let why: String = r
+                    .reason
+                    .as_deref()
+                    .unwrap_or_default()
+                    .chars()
+                    .take(100)
+                    .collect();
+                let key = format!("pass {:?} ({why})", r.outcome);
+                *t.outcomes.entry(key).or_insert(0) += 1;
+            }
+        } else {
+            *t.outcomes.entry(format!("{:?}", r.outcome)).or_insert(0) += 1;
+        }
+    }
+}
+
+/// The run as measured: what the fake saw (`requests`, `seen`) and the pollers' totals.
+fn run_of(
+    fake: &KubeFake,
+    requests: &[RecordedRequest],
+    seen: Seen,
+    totals: Totals,
+    warned_at: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<Run> {
+    let counters = fake.counters();
     let Seen {
         cordoned,
         evicted,
         tried,
-    } = handled(&requests, warned_at, &names, s.pods_per_node);
-    ClusterClient::clear_rate_limit();
-    let counters = fake.counters();
+    } = seen;
     let Totals {
         invocations,
         lambda_time,
         pass_time,
         outcomes,
         passes,
-    } = totals.lock().unwrap().clone();
+    } = totals;
     if outcomes
         .get(&format!("{:?}", Outcome::Acted))
         .copied()
@@ -1044,8 +1137,8 @@ pub(crate) async fn one_run(s: &Settings, mode: RunMode) -> anyhow::Result<Run> 
         passes,
         requests: counters.requests,
         rate_limited: counters.rate_limited,
-        by_kind: kube_counts(&requests),
-        spending: spending(&requests, warned_at, WINDOW),
+        by_kind: kube_counts(requests),
+        spending: spending(requests, warned_at, WINDOW),
         peak_kb: proc_status_kb(None, "VmHWM").unwrap_or_default(),
         timeline: fake.pod_timeline(),
         warned_at,

@@ -332,185 +332,255 @@ enum Happening {
 
 /// Simulates `params.days` of `family` with `params.nodes` nodes per pool.
 pub fn simulate(family: &[PoolModel], params: Params) -> Outcome {
-    let Params {
-        nodes, days, seed, ..
-    } = params;
-    assert!(nodes > 0, "a pool needs nodes");
-    // Replacements per pool per day: each node once per lifetime on average.
-    let replacements_per_day = if params.lifetime_days > 0.0 {
-        nodes as f64 / params.lifetime_days
-    } else {
-        0.0
-    };
-    let a = Adaptive::default();
-    let window = a.window.num_seconds();
-    let start: DateTime<Utc> = START.parse().expect("a time");
-    let at = |t: i64| start + Duration::seconds(t);
-    let end = i64::from(days) * DAY;
-    let scale = nodes as f64 / RATE_NODES;
-    let keys: Vec<PoolKey> = family
-        .iter()
-        .map(|p| PoolKey::new(CapacityType::Spot, p.instance_type, p.zone))
-        .collect();
-    let mut rng = SplitMix64::new(seed);
-    let mut instances: Vec<Instance> = Vec::new();
-    let mut slots: Vec<Vec<usize>> = Vec::new();
-    for pool in 0..family.len() {
-        let mut row = Vec::with_capacity(nodes);
-        for slot in 0..nodes {
-            row.push(instances.len());
-            instances.push(Instance {
-                pool,
-                slot,
-                gone: false,
-                recommendations: Vec::new(),
-                cordons: Default::default(),
-            });
-        }
-        slots.push(row);
-    }
-    let mut out = Outcome {
-        pools: vec![PoolOutcome::default(); family.len()],
-        decisions: Vec::new(),
-        params,
-        history: 0,
-        replaced: 0,
-    };
-    let mut history: Vec<HistoryEntry> = Vec::new();
-    let mut queue: BinaryHeap<Reverse<(i64, u64, Happening)>> = BinaryHeap::new();
-    let mut seq = 0u64;
-    let mut push = |queue: &mut BinaryHeap<_>, t: i64, h: Happening| {
-        if t < end {
-            seq += 1;
-            queue.push(Reverse((t, seq, h)));
-        }
-    };
-    for (i, p) in family.iter().enumerate() {
-        if let Some(w) = rng.wait(p.recommendations_per_day * scale) {
-            push(&mut queue, w, Happening::Recommendation { pool: i });
-        }
-        if let Some(w) = rng.wait(p.unwarned_per_day * scale) {
-            push(&mut queue, w, Happening::Unwarned { pool: i });
-        }
-        if let Some(w) = rng.wait(replacements_per_day) {
-            push(&mut queue, w, Happening::Replaced { pool: i });
-        }
-    }
-    let entry = |pool: &PoolKey, kind, n: usize, instance: usize, t: i64| HistoryEntry {
-        pool: pool.clone(),
-        kind,
-        event_id: format!("e-{n}"),
-        instance_id: instance_id(instance),
-        at: at(t),
-        unavailable_until: None,
-        expires_at: at(end) + Duration::days(365),
-    };
-    while let Some(Reverse((t, _, happening))) = queue.pop() {
+    let mut sim = Sim::new(family, params);
+    sim.first_happenings();
+    while let Some(Reverse((t, _, happening))) = sim.queue.pop() {
         let interrupted = match happening {
             Happening::Recommendation { pool } => {
-                let p = &family[pool];
-                if let Some(w) = rng.wait(p.recommendations_per_day * scale) {
-                    push(&mut queue, t + w, Happening::Recommendation { pool });
-                }
-                let instance = slots[pool][rng.below(nodes)];
-                if rng.chance(p.followed) {
-                    let delay = rng.between(FOLLOW_MIN_SECS, FOLLOW_MAX_SECS);
-                    push(&mut queue, t + delay, Happening::Followed { instance });
-                }
-                // adaptive decides from the history before this event, as the handler does
-                // (the batch's history is read before its events are recorded).
-                let now = at(t);
-                let counts = adaptive::followed(&history, a.window, a.since(now), now);
-                let seen = counts.get(&keys[pool]).copied().unwrap_or_default();
-                let (action, _why) = a.choose(Some(&keys[pool]), &counts);
-                history.push(entry(
-                    &keys[pool],
-                    EventKind::RebalanceRecommendation,
-                    history.len(),
-                    instance,
-                    t,
-                ));
-                let o = &mut out.pools[pool];
-                o.recommendations += 1;
-                let warm = seen.recommendations >= a.min_samples;
-                if warm {
-                    o.warm_from.get_or_insert(t);
-                } else {
-                    o.warm_up_recommendations += 1;
-                }
-                let drained = action == PolicyAction::CordonDrain;
-                if drained {
-                    o.drains += 1;
-                }
-                out.decisions.push(Decision {
-                    pool,
-                    at: t,
-                    samples: seen.recommendations,
-                    followed: seen.followed,
-                    action,
-                });
-                let thirty = PolicyAction::CordonFor(Duration::minutes(30));
-                // forewarn's drain for a recommendation lasts the window (its record's `until`):
-                // no interruption by then, the way back gives the node back.
-                let lasting = if drained {
-                    PolicyAction::CordonFor(a.window)
-                } else {
-                    action
-                };
-                let inst = &mut instances[instance];
-                inst.recommendations.push((t, drained, warm));
-                for (policy, act) in [
-                    (CORDON, PolicyAction::Cordon),
-                    (CORDON_FOR, thirty),
-                    (ADAPTIVE, lasting),
-                    (ADAPTIVE_NO_END, action),
-                ] {
-                    if let Some(e) = cordon_end(act, t) {
-                        inst.cordons[policy].add(t, e, &mut o.cordoned_secs[policy]);
-                    }
-                }
+                sim.recommendation(pool, t);
                 None
             }
-            Happening::Unwarned { pool } => {
-                let p = &family[pool];
-                if let Some(w) = rng.wait(p.unwarned_per_day * scale) {
-                    push(&mut queue, t + w, Happening::Unwarned { pool });
-                }
-                Some(slots[pool][rng.below(nodes)])
-            }
+            Happening::Unwarned { pool } => Some(sim.unwarned(pool, t)),
             Happening::Followed { instance } => Some(instance),
             Happening::Replaced { pool } => {
-                if let Some(w) = rng.wait(replacements_per_day) {
-                    push(&mut queue, t + w, Happening::Replaced { pool });
-                }
-                // Gone without an event: its cordons end, nothing enters the history.
-                let instance = slots[pool][rng.below(nodes)];
-                out.replaced += 1;
-                let o = &mut out.pools[pool];
-                for (policy, cordon) in instances[instance].cordons.iter_mut().enumerate() {
-                    cordon.close(t, &mut o.cordoned_secs[policy]);
-                }
-                replace(&mut instances, &mut slots, instance);
-                continue;
+                sim.replaced(pool, t);
+                None
             }
         };
-        let Some(instance) = interrupted else {
-            continue;
-        };
-        if instances[instance].gone {
-            // Interrupted already (by an interruption without a recommendation).
-            continue;
+        if let Some(instance) = interrupted {
+            sim.interrupted(instance, t);
         }
-        let pool = instances[instance].pool;
-        history.push(entry(
-            &keys[pool],
-            EventKind::SpotInterruption,
-            history.len(),
-            instance,
-            t,
-        ));
-        let inst = &mut instances[instance];
-        let o = &mut out.pools[pool];
+    }
+    sim.finish()
+}
+
+/// A simulation under way (see [`simulate`]): the pools, their instances and history, what
+/// the policies did so far, and what is to happen.
+struct Sim<'a> {
+    family: &'a [PoolModel],
+    /// Nodes per pool.
+    nodes: usize,
+    a: Adaptive,
+    start: DateTime<Utc>,
+    /// The end, in seconds from the start.
+    end: i64,
+    /// The family's rates scaled to `nodes`.
+    scale: f64,
+    /// Replacements per pool per day.
+    replacements_per_day: f64,
+    keys: Vec<PoolKey>,
+    rng: SplitMix64,
+    instances: Vec<Instance>,
+    /// Per pool, per slot, the instance in it.
+    slots: Vec<Vec<usize>>,
+    out: Outcome,
+    history: Vec<HistoryEntry>,
+    /// What is to happen, earliest first (ties in the order pushed).
+    queue: BinaryHeap<Reverse<(i64, u64, Happening)>>,
+    seq: u64,
+}
+
+impl<'a> Sim<'a> {
+    fn new(family: &'a [PoolModel], params: Params) -> Sim<'a> {
+        let Params {
+            nodes, days, seed, ..
+        } = params;
+        assert!(nodes > 0, "a pool needs nodes");
+        // Replacements per pool per day: each node once per lifetime on average.
+        let replacements_per_day = if params.lifetime_days > 0.0 {
+            nodes as f64 / params.lifetime_days
+        } else {
+            0.0
+        };
+        let keys: Vec<PoolKey> = family
+            .iter()
+            .map(|p| PoolKey::new(CapacityType::Spot, p.instance_type, p.zone))
+            .collect();
+        let mut instances: Vec<Instance> = Vec::new();
+        let mut slots: Vec<Vec<usize>> = Vec::new();
+        for pool in 0..family.len() {
+            let mut row = Vec::with_capacity(nodes);
+            for slot in 0..nodes {
+                row.push(instances.len());
+                instances.push(Instance {
+                    pool,
+                    slot,
+                    gone: false,
+                    recommendations: Vec::new(),
+                    cordons: Default::default(),
+                });
+            }
+            slots.push(row);
+        }
+        Sim {
+            family,
+            nodes,
+            a: Adaptive::default(),
+            start: START.parse().expect("a time"),
+            end: i64::from(days) * DAY,
+            scale: nodes as f64 / RATE_NODES,
+            replacements_per_day,
+            keys,
+            rng: SplitMix64::new(seed),
+            instances,
+            slots,
+            out: Outcome {
+                pools: vec![PoolOutcome::default(); family.len()],
+                decisions: Vec::new(),
+                params,
+                history: 0,
+                replaced: 0,
+            },
+            history: Vec::new(),
+            queue: BinaryHeap::new(),
+            seq: 0,
+        }
+    }
+
+    fn at(&self, t: i64) -> DateTime<Utc> {
+        self.start + Duration::seconds(t)
+    }
+
+    /// `h` happens at `t` (unless that is past the end).
+    fn push(&mut self, t: i64, h: Happening) {
+        if t < self.end {
+            self.seq += 1;
+            self.queue.push(Reverse((t, self.seq, h)));
+        }
+    }
+
+    /// The history entry of an event of `kind` of `instance` of `pool` at `t`.
+    fn entry(&self, pool: usize, kind: EventKind, instance: usize, t: i64) -> HistoryEntry {
+        HistoryEntry {
+            pool: self.keys[pool].clone(),
+            kind,
+            event_id: format!("e-{}", self.history.len()),
+            instance_id: instance_id(instance),
+            at: self.at(t),
+            unavailable_until: None,
+            expires_at: self.at(self.end) + Duration::days(365),
+        }
+    }
+
+    /// Each pool's first recommendation, unwarned interruption and replacement.
+    fn first_happenings(&mut self) {
+        let family = self.family;
+        for (i, p) in family.iter().enumerate() {
+            if let Some(w) = self.rng.wait(p.recommendations_per_day * self.scale) {
+                self.push(w, Happening::Recommendation { pool: i });
+            }
+            if let Some(w) = self.rng.wait(p.unwarned_per_day * self.scale) {
+                self.push(w, Happening::Unwarned { pool: i });
+            }
+            if let Some(w) = self.rng.wait(self.replacements_per_day) {
+                self.push(w, Happening::Replaced { pool: i });
+            }
+        }
+    }
+
+    /// A recommendation for an instance of `pool` at `t`: the next one, the interruption that
+    /// may follow it, what `adaptive` decides, and each policy's cordon.
+    fn recommendation(&mut self, pool: usize, t: i64) {
+        let family = self.family;
+        let p = &family[pool];
+        if let Some(w) = self.rng.wait(p.recommendations_per_day * self.scale) {
+            self.push(t + w, Happening::Recommendation { pool });
+        }
+        let instance = self.slots[pool][self.rng.below(self.nodes)];
+        if self.rng.chance(p.followed) {
+            let delay = self.rng.between(FOLLOW_MIN_SECS, FOLLOW_MAX_SECS);
+            self.push(t + delay, Happening::Followed { instance });
+        }
+        // adaptive decides from the history before this event, as the handler does
+        // (the batch's history is read before its events are recorded).
+        let a = self.a;
+        let now = self.at(t);
+        let counts = adaptive::followed(&self.history, a.window, a.since(now), now);
+        let seen = counts.get(&self.keys[pool]).copied().unwrap_or_default();
+        let (action, _why) = a.choose(Some(&self.keys[pool]), &counts);
+        let entry = self.entry(pool, EventKind::RebalanceRecommendation, instance, t);
+        self.history.push(entry);
+        let o = &mut self.out.pools[pool];
+        o.recommendations += 1;
+        let warm = seen.recommendations >= a.min_samples;
+        if warm {
+            o.warm_from.get_or_insert(t);
+        } else {
+            o.warm_up_recommendations += 1;
+        }
+        let drained = action == PolicyAction::CordonDrain;
+        if drained {
+            o.drains += 1;
+        }
+        self.out.decisions.push(Decision {
+            pool,
+            at: t,
+            samples: seen.recommendations,
+            followed: seen.followed,
+            action,
+        });
+        let thirty = PolicyAction::CordonFor(Duration::minutes(30));
+        // forewarn's drain for a recommendation lasts the window (its record's `until`):
+        // no interruption by then, the way back gives the node back.
+        let lasting = if drained {
+            PolicyAction::CordonFor(a.window)
+        } else {
+            action
+        };
+        let o = &mut self.out.pools[pool];
+        let inst = &mut self.instances[instance];
+        inst.recommendations.push((t, drained, warm));
+        for (policy, act) in [
+            (CORDON, PolicyAction::Cordon),
+            (CORDON_FOR, thirty),
+            (ADAPTIVE, lasting),
+            (ADAPTIVE_NO_END, action),
+        ] {
+            if let Some(e) = cordon_end(act, t) {
+                inst.cordons[policy].add(t, e, &mut o.cordoned_secs[policy]);
+            }
+        }
+    }
+
+    /// An interruption without a recommendation in `pool` at `t`: the next one; the instance
+    /// it interrupts.
+    fn unwarned(&mut self, pool: usize, t: i64) -> usize {
+        let family = self.family;
+        let p = &family[pool];
+        if let Some(w) = self.rng.wait(p.unwarned_per_day * self.scale) {
+            self.push(t + w, Happening::Unwarned { pool });
+        }
+        self.slots[pool][self.rng.below(self.nodes)]
+    }
+
+    /// A node of `pool` replaced at `t` without an event: the next replacement; its cordons
+    /// end, nothing enters the history.
+    fn replaced(&mut self, pool: usize, t: i64) {
+        if let Some(w) = self.rng.wait(self.replacements_per_day) {
+            self.push(t + w, Happening::Replaced { pool });
+        }
+        let instance = self.slots[pool][self.rng.below(self.nodes)];
+        self.out.replaced += 1;
+        let o = &mut self.out.pools[pool];
+        for (policy, cordon) in self.instances[instance].cordons.iter_mut().enumerate() {
+            cordon.close(t, &mut o.cordoned_secs[policy]);
+        }
+        replace(&mut self.instances, &mut self.slots, instance);
+    }
+
+    /// `instance` interrupted at `t` (unless it is gone already): its history entry, whether a
+    /// recommendation warned of it and a drain came first, its cordons' end, its replacement.
+    fn interrupted(&mut self, instance: usize, t: i64) {
+        if self.instances[instance].gone {
+            // Interrupted already (by an interruption without a recommendation).
+            return;
+        }
+        let window = self.a.window.num_seconds();
+        let pool = self.instances[instance].pool;
+        let entry = self.entry(pool, EventKind::SpotInterruption, instance, t);
+        self.history.push(entry);
+        let inst = &mut self.instances[instance];
+        let o = &mut self.out.pools[pool];
         o.interruptions += 1;
         let in_window: Vec<&(i64, bool, bool)> = inst
             .recommendations
@@ -537,15 +607,20 @@ pub fn simulate(family: &[PoolModel], params: Params) -> Outcome {
         for (policy, cordon) in inst.cordons.iter_mut().enumerate() {
             cordon.close(t, &mut o.cordoned_secs[policy]);
         }
-        replace(&mut instances, &mut slots, instance);
+        replace(&mut self.instances, &mut self.slots, instance);
     }
-    for inst in instances.iter_mut().filter(|i| !i.gone) {
-        for (policy, cordon) in inst.cordons.iter_mut().enumerate() {
-            cordon.close(end, &mut out.pools[inst.pool].cordoned_secs[policy]);
+
+    /// The outcome at the end: the cordons still open counted to the end.
+    fn finish(mut self) -> Outcome {
+        let end = self.end;
+        for inst in self.instances.iter_mut().filter(|i| !i.gone) {
+            for (policy, cordon) in inst.cordons.iter_mut().enumerate() {
+                cordon.close(end, &mut self.out.pools[inst.pool].cordoned_secs[policy]);
+            }
         }
+        self.out.history = self.history.len();
+        self.out
     }
-    out.history = history.len();
-    out
 }
 
 fn percent(part: u32, whole: u32) -> String {
@@ -586,6 +661,76 @@ pub fn report(s: &Settings) -> anyhow::Result<String> {
 }
 
 fn render(family: &[PoolModel], o: &Outcome) -> String {
+    let mut out = model_section(family, o);
+    out.push_str(&pool_table(family, o));
+    out.push_str(&policy_table(family, o));
+    out.push_str(&hours_per_pool(family, o));
+    out.push_str(&goals(family, o));
+    out
+}
+
+/// The sum of `f` over the pools (only the hot ones, or the cold ones, when `hot` says).
+fn sum(
+    family: &[PoolModel],
+    o: &Outcome,
+    f: &dyn Fn(&PoolOutcome) -> u32,
+    hot: Option<bool>,
+) -> u32 {
+    family
+        .iter()
+        .zip(&o.pools)
+        .filter(|(m, _)| hot.is_none_or(|h| m.hot == h))
+        .map(|(_, p)| f(p))
+        .sum()
+}
+
+/// Seconds the pools were cordoned for recommendations under `policy`.
+fn cordoned(o: &Outcome, policy: usize) -> i64 {
+    o.pools.iter().map(|p| p.cordoned_secs[policy]).sum()
+}
+
+/// The fleet's node-seconds over the simulated days.
+fn fleet_secs(family: &[PoolModel], o: &Outcome) -> i64 {
+    (family.len() * o.params.nodes) as i64 * i64::from(o.params.days) * DAY
+}
+
+/// Interruptions, those that followed a recommendation, and those `adaptive` drained ahead
+/// of: in all pools, in hot pools, in hot pools past the warm-up.
+struct Drained {
+    followed_all: u32,
+    followed_hot: u32,
+    drained_all: u32,
+    drained_hot: u32,
+    warm_hot: u32,
+    drained_warm_hot: u32,
+    interruptions: u32,
+    drained_any: u32,
+}
+
+/// What the pools' interruptions add up to (see [`Drained`]).
+fn drained(family: &[PoolModel], o: &Outcome) -> Drained {
+    let followed_all = sum(family, o, &|p| p.followed, None);
+    let followed_hot = sum(family, o, &|p| p.followed, Some(true));
+    let drained_all = sum(family, o, &|p| p.drained_ahead, None);
+    let drained_hot = sum(family, o, &|p| p.drained_ahead, Some(true));
+    let warm_hot = sum(family, o, &|p| p.followed_after_warm_up, Some(true));
+    let drained_warm_hot = sum(family, o, &|p| p.drained_ahead_after_warm_up, Some(true));
+    let interruptions = sum(family, o, &|p| p.interruptions, None);
+    let drained_any = sum(family, o, &|p| p.drained_ahead_any, None);
+    Drained {
+        followed_all,
+        followed_hot,
+        drained_all,
+        drained_hot,
+        warm_hot,
+        drained_warm_hot,
+        interruptions,
+        drained_any,
+    }
+}
+
+/// The report's heading and the model it simulates.
+fn model_section(family: &[PoolModel], o: &Outcome) -> String {
     let a = Adaptive::default();
     let Params {
         nodes,
@@ -594,7 +739,7 @@ fn render(family: &[PoolModel], o: &Outcome) -> String {
         lifetime_days,
     } = o.params;
     let scale = nodes as f64 / RATE_NODES;
-    let fleet_secs = (family.len() * nodes) as i64 * i64::from(days) * DAY;
+    let fleet_secs = fleet_secs(family, o);
     let churn = if lifetime_days > 0.0 {
         format!(
             "Besides, every node is replaced without an interruption after an exponential time              of mean {lifetime_days} days (scale-down, consolidation, upgrades): {} nodes were;              their cordons end there.",
@@ -603,16 +748,7 @@ fn render(family: &[PoolModel], o: &Outcome) -> String {
     } else {
         "Nothing else replaces nodes (no scale-down, no consolidation, no upgrades).".to_string()
     };
-    let sum = |f: &dyn Fn(&PoolOutcome) -> u32, hot: Option<bool>| -> u32 {
-        family
-            .iter()
-            .zip(&o.pools)
-            .filter(|(m, _)| hot.is_none_or(|h| m.hot == h))
-            .map(|(_, p)| f(p))
-            .sum()
-    };
-    let secs = |policy: usize| -> i64 { o.pools.iter().map(|p| p.cordoned_secs[policy]).sum() };
-    let mut out = format!(
+    format!(
         "### Rebalance policies: {days} days of one pool family, {n} nodes per pool (seed {seed})\n\n\
          `forewarn-bench policies --seed {seed} --days {days} --nodes-per-pool {n}{lifetime}`. A simulation, not a \
          measurement: what the figures say depends on the model below, whose every parameter is \
@@ -658,7 +794,12 @@ fn render(family: &[PoolModel], o: &Outcome) -> String {
         d = a.days,
         ow = a.otherwise,
         fleet = thousands(hours(fleet_secs)),
-    );
+    )
+}
+
+/// The table of the pools: the model's rates, and what happened in each.
+fn pool_table(family: &[PoolModel], o: &Outcome) -> String {
+    let mut out = String::new();
     out.push_str(
         "| pool | model: hot? | recommendations / day (per 50 nodes) | followed (model) | \
          interruptions without recommendation / day | recommendations | interruptions \
@@ -687,18 +828,27 @@ fn render(family: &[PoolModel], o: &Outcome) -> String {
             percent(p.drained_ahead, p.followed),
         ));
     }
-    let followed_all = sum(&|p| p.followed, None);
-    let followed_hot = sum(&|p| p.followed, Some(true));
-    let drained_all = sum(&|p| p.drained_ahead, None);
-    let drained_hot = sum(&|p| p.drained_ahead, Some(true));
-    let warm_hot = sum(&|p| p.followed_after_warm_up, Some(true));
-    let drained_warm_hot = sum(&|p| p.drained_ahead_after_warm_up, Some(true));
-    let interruptions = sum(&|p| p.interruptions, None);
-    let drained_any = sum(&|p| p.drained_ahead_any, None);
+    out
+}
+
+/// The totals, and the table of the policies: capacity cordoned, interruptions drained ahead.
+fn policy_table(family: &[PoolModel], o: &Outcome) -> String {
+    let Drained {
+        followed_all,
+        followed_hot,
+        drained_all,
+        drained_hot,
+        warm_hot,
+        drained_warm_hot,
+        interruptions,
+        drained_any,
+    } = drained(family, o);
+    let fleet_secs = fleet_secs(family, o);
+    let mut out = String::new();
     out.push_str(&format!(
         "\n{} recommendations, {} interruptions ({} following a recommendation, {} without), \
          {} history entries.\n\n",
-        sum(&|p| p.recommendations, None),
+        sum(family, o, &|p| p.recommendations, None),
         interruptions,
         followed_all,
         interruptions - followed_all,
@@ -710,9 +860,9 @@ fn render(family: &[PoolModel], o: &Outcome) -> String {
          warm-up | all interruptions drained ahead |\n\
          |---|---|---|---|---|---|---|---|\n",
     );
-    let base = secs(CORDON);
+    let base = cordoned(o, CORDON);
     for (policy, name) in POLICIES.iter().enumerate() {
-        let s = secs(policy);
+        let s = cordoned(o, policy);
         let adaptive_row = policy == ADAPTIVE || policy == ADAPTIVE_NO_END;
         let (all, hot, warm, any) = if adaptive_row {
             (
@@ -752,6 +902,12 @@ fn render(family: &[PoolModel], o: &Outcome) -> String {
             },
         ));
     }
+    out
+}
+
+/// Capacity-hours cordoned per pool and policy.
+fn hours_per_pool(family: &[PoolModel], o: &Outcome) -> String {
+    let mut out = String::new();
     out.push_str("\nCapacity-hours cordoned per pool (node-hours):\n\n| pool | model: hot? |");
     for name in POLICIES {
         out.push_str(&format!(" {name} |"));
@@ -770,7 +926,22 @@ fn render(family: &[PoolModel], o: &Outcome) -> String {
         }
         out.push('\n');
     }
-    let ratio = secs(ADAPTIVE) as f64 / base.max(1) as f64;
+    out
+}
+
+/// Whether the goals of issue 25 are met, and the warm-up.
+fn goals(family: &[PoolModel], o: &Outcome) -> String {
+    let a = Adaptive::default();
+    let Drained {
+        followed_hot,
+        drained_hot,
+        warm_hot,
+        drained_warm_hot,
+        ..
+    } = drained(family, o);
+    let base = cordoned(o, CORDON);
+    let mut out = String::new();
+    let ratio = cordoned(o, ADAPTIVE) as f64 / base.max(1) as f64;
     let hot_share = if followed_hot == 0 {
         0.0
     } else {
@@ -788,7 +959,7 @@ fn render(family: &[PoolModel], o: &Outcome) -> String {
          {} after it); the table gives, per pool, the hour of the first decision past it and \
          how many recommendations were decided before.\n",
         met(ratio <= 1.0 / 3.0),
-        thousands(hours(secs(ADAPTIVE))),
+        thousands(hours(cordoned(o, ADAPTIVE))),
         thousands(hours(base)),
         ratio,
         met(hot_share >= 0.8),

@@ -8,7 +8,7 @@ use aws_config::SdkConfig;
 use aws_sdk_autoscaling::config::http::HttpResponse;
 use aws_sdk_autoscaling::error::ProvideErrorMetadata;
 
-use super::aws::{aws_error_text, failure_kind};
+use super::aws::{AwsError, aws_error_text, failure_kind};
 use crate::domain::event::LifecycleAction;
 use crate::domain::priorities::AsgDescription;
 use crate::ports::{
@@ -69,7 +69,7 @@ impl LifecycleCompleter for AsgLifecycle {
                 tracing::info!(%message, "no active lifecycle action: completed before or timed out");
                 Ok(LifecycleOutcome::AlreadyCompleted { message })
             }
-            Err(e) => Err(lifecycle_error(instance_id, action, &e)),
+            Err(e) => Err(lifecycle_error(instance_id, action, e)),
         }
     }
 
@@ -94,7 +94,7 @@ impl LifecycleCompleter for AsgLifecycle {
                 Ok(true)
             }
             Err(e) if is_no_active_action(e.code(), e.message()) => Ok(false),
-            Err(e) => Err(lifecycle_error(instance_id, action, &e)),
+            Err(e) => Err(lifecycle_error(instance_id, action, e)),
         }
     }
 }
@@ -102,10 +102,10 @@ impl LifecycleCompleter for AsgLifecycle {
 fn lifecycle_error<E>(
     instance_id: &str,
     action: &LifecycleAction,
-    e: &aws_sdk_autoscaling::error::SdkError<E, HttpResponse>,
+    e: aws_sdk_autoscaling::error::SdkError<E, HttpResponse>,
 ) -> LifecycleError
 where
-    E: aws_sdk_autoscaling::error::ProvideErrorMetadata + std::error::Error + 'static,
+    E: aws_sdk_autoscaling::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
     LifecycleError {
         asg: action.asg_name.clone(),
@@ -114,9 +114,10 @@ where
         code: e.code().map(str::to_string),
         message: match e.message() {
             Some(m) => m.to_string(),
-            None => aws_error_text(e),
+            None => aws_error_text(&e),
         },
-        kind: failure_kind(e),
+        kind: failure_kind(&e),
+        source: Some(std::sync::Arc::new(e)),
     }
 }
 
@@ -157,13 +158,9 @@ fn lookup_error<E>(
     e: aws_sdk_autoscaling::error::SdkError<E, HttpResponse>,
 ) -> DirectoryError
 where
-    E: aws_sdk_autoscaling::error::ProvideErrorMetadata + std::error::Error + 'static,
+    E: aws_sdk_autoscaling::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
-    DirectoryError {
-        service,
-        message: aws_error_text(&e),
-        kind: failure_kind(&e),
-    }
+    DirectoryError::new(service, failure_kind(&e), AwsError::of(e))
 }
 
 impl AsgNodeGroups {

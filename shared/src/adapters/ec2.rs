@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use aws_sdk_ec2::Client;
 use aws_sdk_ec2::types::{Filter, Instance};
 
-use crate::adapters::aws::failure_kind;
+use crate::adapters::aws::{AwsError, failure_kind};
 use crate::adapters::snapshot::capacity_type_of;
 use crate::domain::facts::InstanceFacts;
 use crate::domain::status::{InstanceStatus, ScheduledEvent};
@@ -39,13 +39,10 @@ fn page_error<E>(
     e: aws_sdk_ec2::error::SdkError<E, aws_sdk_ec2::config::http::HttpResponse>,
 ) -> DirectoryError
 where
-    E: aws_sdk_ec2::error::ProvideErrorMetadata + std::error::Error + 'static,
+    E: aws_sdk_ec2::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
-    DirectoryError {
-        service,
-        kind: failure_kind(&e),
-        message: aws_sdk_ec2::error::DisplayErrorContext(e).to_string(),
-    }
+    let text = aws_sdk_ec2::error::DisplayErrorContext(&e).to_string();
+    DirectoryError::new(service, failure_kind(&e), AwsError::new(text, e))
 }
 
 /// Reads the facts of one SDK instance.

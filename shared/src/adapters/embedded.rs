@@ -26,7 +26,7 @@ use crate::domain::fold::{fold, pool_deltas, validate};
 use crate::domain::pool::{
     Applied, PoolKey, PoolQuery, PoolRecord, PoolUpdate, Retention, sort_newest_first,
 };
-use crate::ports::{Clock, FailureKind, PoolStore, StoreError};
+use crate::ports::{BoxError, Clock, FailureKind, PoolStore, StoreError};
 
 /// Event id → (recorded_at, expires_at), Unix milliseconds.
 const LEDGER: TableDefinition<&str, (i64, i64)> = TableDefinition::new("ledger");
@@ -287,26 +287,28 @@ impl EmbeddedStore {
             .map_err(|e| self.err("running a database task", e))?
     }
 
-    fn err(&self, what: impl Display, error: impl Display) -> StoreError {
+    fn err(&self, what: impl Display, error: impl Into<BoxError>) -> StoreError {
         backend(&self.path, what, error)
     }
 }
 
 /// A failure of the local database (a file, redb): nothing tells whether it passes.
-fn backend(path: &Path, what: impl Display, error: impl Display) -> StoreError {
+fn backend(path: &Path, what: impl Display, error: impl Into<BoxError>) -> StoreError {
     backend_of(FailureKind::Unknown, path, what, error)
 }
 
+/// `error`, met while doing `what` (kept as the source).
 fn backend_of(
     kind: FailureKind,
     path: &Path,
     what: impl Display,
-    error: impl Display,
+    error: impl Into<BoxError>,
 ) -> StoreError {
     StoreError::Backend {
         location: path.display().to_string(),
-        message: format!("{what}: {error}"),
+        message: what.to_string(),
         kind,
+        source: Some(error.into()),
     }
 }
 

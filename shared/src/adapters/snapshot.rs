@@ -26,7 +26,11 @@ use crate::ports::{
 #[error("{path}: {message}")]
 pub struct SnapshotError {
     pub path: String,
+    /// What is wrong with it (the underlying error's text included).
     pub message: String,
+    /// The underlying error (JSON, I/O), when there is one.
+    #[source]
+    pub source: Option<crate::ports::BoxError>,
 }
 
 #[derive(Deserialize)]
@@ -107,6 +111,7 @@ pub fn instances_from_describe(
     let parsed: DescribeInstances = serde_json::from_slice(input).map_err(|e| SnapshotError {
         path: label.to_string(),
         message: format!("not the JSON `aws ec2 describe-instances` prints: {e}"),
+        source: Some(Box::new(e)),
     })?;
     Ok(parsed
         .reservations
@@ -163,6 +168,7 @@ pub fn cluster_state_from_kubectl(
     let err = |message: String| SnapshotError {
         path: label.to_string(),
         message,
+        source: None,
     };
     let mut state = ClusterState::default();
     let items = kubectl_items(label, input, "kubectl get nodes,pods -A -o json")?;
@@ -194,6 +200,7 @@ fn kubectl_items(
     let err = |message: String| SnapshotError {
         path: label.to_string(),
         message,
+        source: None,
     };
     let value: Value =
         serde_json::from_slice(input).map_err(|e| err(format!("not valid JSON: {e}")))?;
@@ -236,6 +243,7 @@ pub fn workloads_from_kubectl(label: &str, input: &[u8]) -> Result<RawWorkloads,
         serde_json::from_value(item).map_err(|e| SnapshotError {
             path: label.to_string(),
             message: format!("items[{i}] is not a valid {kind}: {e}"),
+            source: Some(Box::new(e)),
         })
     }
     let mut raw = RawWorkloads::default();
@@ -264,6 +272,7 @@ pub fn load_workloads(path: &Path) -> Result<ClusterView, SnapshotError> {
     view(&raw).map_err(|e| SnapshotError {
         path: label,
         message: e.to_string(),
+        source: Some(Box::new(e)),
     })
 }
 
@@ -282,6 +291,7 @@ fn read(path: &Path) -> Result<Vec<u8>, SnapshotError> {
     std::fs::read(path).map_err(|e| SnapshotError {
         path: path.display().to_string(),
         message: format!("cannot read: {e}"),
+        source: Some(Box::new(e)),
     })
 }
 
@@ -356,6 +366,7 @@ pub fn groups_from_describe(
     let parsed: DescribeGroups = serde_json::from_slice(input).map_err(|e| SnapshotError {
         path: label.to_string(),
         message: format!("not the JSON `aws autoscaling describe-auto-scaling-groups` prints: {e}"),
+        source: Some(Box::new(e)),
     })?;
     Ok(parsed
         .auto_scaling_groups

@@ -55,13 +55,12 @@ impl ContinuationQueue for SqsRedelivery {
         body: &str,
         delay: std::time::Duration,
     ) -> Result<(), QueueError> {
-        let error = |message: String, kind| QueueError {
+        let url = queue_url(queue_arn).ok_or_else(|| QueueError {
             queue: queue_arn.to_string(),
-            message,
-            kind,
-        };
-        let url = queue_url(queue_arn)
-            .ok_or_else(|| error("not an SQS queue ARN".into(), FailureKind::Invalid))?;
+            message: "not an SQS queue ARN".into(),
+            kind: FailureKind::Invalid,
+            source: None,
+        })?;
         let seconds = crate::domain::continuation::delay_seconds(delay);
         self.client
             .send_message()
@@ -71,7 +70,12 @@ impl ContinuationQueue for SqsRedelivery {
             .send()
             .await
             .map(|_| ())
-            .map_err(|e| error(aws_error_text(&e), failure_kind(&e)))
+            .map_err(|e| QueueError {
+                queue: queue_arn.to_string(),
+                message: aws_error_text(&e),
+                kind: failure_kind(&e),
+                source: Some(Box::new(e)),
+            })
     }
 }
 
@@ -155,6 +159,7 @@ impl Redelivery for SqsRedelivery {
                     .join(", "),
                 message: problems.join("; "),
                 kind: kind.unwrap_or_default(),
+                source: None,
             })
         }
     }

@@ -90,7 +90,7 @@ pub struct PriorityOutcome {
 #[derive(Debug, thiserror::Error)]
 pub enum PriorityRunError {
     #[error("reading the node groups: {0}")]
-    Groups(DirectoryError),
+    Groups(#[source] DirectoryError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]

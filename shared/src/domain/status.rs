@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::event::{DT_IMPAIRED, Detail, Event, EventKind, SOURCE_SWEEPER};
 use crate::domain::facts::InstanceFacts;
-use crate::domain::sweep::synthetic;
+use crate::domain::sweep::{InstanceRun, synthetic};
 
 /// One instance's status, as `DescribeInstanceStatus` answers it.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -108,7 +108,10 @@ pub fn status_findings(
         let Some(instance) = node_instances.get(&s.instance_id) else {
             continue;
         };
-        let run = (s.instance_id.as_str(), instance.launch_time);
+        let run = InstanceRun {
+            instance_id: &s.instance_id,
+            launch_time: instance.launch_time,
+        };
         if let (Some(checks), Some(since)) = (s.failing(), s.impaired_since)
             && now - since >= impaired_after
         {

@@ -62,23 +62,33 @@ fn leaving_state(state: Option<&str>) -> Option<InstanceState> {
     })
 }
 
+/// One run of an instance: its id, and its launch time when known (a stopped and started
+/// instance runs again under the same id).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct InstanceRun<'a> {
+    pub instance_id: &'a str,
+    pub launch_time: Option<DateTime<Utc>>,
+}
+
+/// The event the sweeper makes up for what it found of `instance`'s run, keyed by that run
+/// (see [`sweep_key`]).
 pub(crate) fn synthetic(
     kind: EventKind,
-    instance: (&str, Option<DateTime<Utc>>),
+    instance: InstanceRun<'_>,
     detail: Detail,
     now: DateTime<Utc>,
     region: Option<&str>,
 ) -> Event {
     let (source, detail_type) = kind.source_and_detail_type().unwrap_or_default();
     Event {
-        id: sweep_key(kind, instance.0, instance.1),
+        id: sweep_key(kind, instance.instance_id, instance.launch_time),
         kind,
         source: source.to_string(),
         detail_type: detail_type.to_string(),
         time: now,
         region: region.map(str::to_string),
         account: None,
-        instance_ids: vec![instance.0.to_string()],
+        instance_ids: vec![instance.instance_id.to_string()],
         detail,
     }
 }
@@ -109,7 +119,10 @@ pub fn findings(
             };
             events.push(synthetic(
                 EventKind::SpotInterruption,
-                (&i.instance_id, i.launch_time),
+                InstanceRun {
+                    instance_id: &i.instance_id,
+                    launch_time: i.launch_time,
+                },
                 Detail::Spot { action },
                 now,
                 region,
@@ -129,7 +142,10 @@ pub fn findings(
         };
         events.push(synthetic(
             EventKind::StateChange,
-            (id, launch_time),
+            InstanceRun {
+                instance_id: id,
+                launch_time,
+            },
             Detail::StateChange { state },
             now,
             region,

@@ -206,13 +206,13 @@ impl CordonRecord {
 }
 
 /// The record in `annotations` as written, unverified: only to compare with one that was
-/// verified, never to decide from.
+/// verified, never to decide from. `Err`: the annotation is not a record's JSON.
 pub fn read_unverified(
     annotations: &BTreeMap<String, String>,
-) -> Option<Result<CordonRecord, String>> {
+) -> Option<Result<CordonRecord, serde_json::Error>> {
     annotations
         .get(ANNOTATION_CORDON)
-        .map(|v| serde_json::from_str(v).map_err(|e| e.to_string()))
+        .map(|v| serde_json::from_str(v))
 }
 
 /// A cordon to undo: the node, the record it must still carry, and why.

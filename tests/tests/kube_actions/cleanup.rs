@@ -12,7 +12,7 @@ use forewarn::domain::config::{Action, LABEL_EXCLUDE_LB};
 use forewarn::domain::event::EventKind;
 use forewarn::domain::facts::InstanceFacts;
 use forewarn::domain::fixtures::{self, pod_object};
-use forewarn::ports::{Clock, Executor, Pass};
+use forewarn::ports::{Clock, DrainRole, Executor, Pass};
 use kube_fake::{Fault, Method};
 use serde_json::{Value, json};
 
@@ -30,10 +30,8 @@ async fn the_sweeper_deletes_placeholders_that_outlived_their_drain() {
     executor.run(&plan, Pass::Cordon).await.unwrap();
     let drain = Pass::Drain {
         started_at: w.clock.now(),
-        announce: true,
-        owed: false,
+        role: DrainRole::First,
         heartbeat: false,
-        quiet: false,
     };
     executor.run(&plan, drain).await.unwrap();
     assert_eq!(placeholders(&w).len(), 1);
@@ -84,11 +82,11 @@ impl forewarn::ports::LeavingInstances for LeavingDown {
         &self,
         _cluster: &str,
     ) -> Result<Vec<InstanceFacts>, forewarn::ports::DirectoryError> {
-        Err(forewarn::ports::DirectoryError {
-            service: "ec2",
-            message: "DescribeInstances: 503 Service Unavailable".into(),
-            kind: forewarn::ports::FailureKind::Unavailable,
-        })
+        Err(forewarn::ports::DirectoryError::new(
+            "ec2",
+            forewarn::ports::FailureKind::Unavailable,
+            "DescribeInstances: 503 Service Unavailable",
+        ))
     }
     async fn statuses(
         &self,

@@ -11,7 +11,7 @@ use forewarn::adapters::kube::KubeNodeDirectory;
 use forewarn::app::pipeline::{Passes, Pipeline};
 use forewarn::domain::event::EventKind;
 use forewarn::domain::fixtures::{self, pod_object};
-use forewarn::ports::{Clock, Pass};
+use forewarn::ports::{Clock, DrainRole, Pass};
 use serde_json::{Value, json};
 
 use crate::support::{
@@ -55,20 +55,22 @@ async fn a_quiet_pass_records_no_event_even_when_it_ends_the_drain() {
         .await;
     let executor = w.executor();
     executor.run(&plan, Pass::Cordon).await.unwrap();
-    let drain = |quiet| Pass::Drain {
+    let drain = |role| Pass::Drain {
         started_at: w.clock.now(),
-        announce: false,
-        owed: true,
+        role,
         heartbeat: false,
-        quiet,
     };
     // One pass evicts, the next sees the pod gone and ends the drain.
-    executor.run(&plan, drain(true)).await.unwrap();
-    let out = executor.run(&plan, drain(true)).await.unwrap().remove(0);
+    executor.run(&plan, drain(DrainRole::Quiet)).await.unwrap();
+    let out = executor
+        .run(&plan, drain(DrainRole::Quiet))
+        .await
+        .unwrap()
+        .remove(0);
     assert!(w.pod("default", "web-1").is_none(), "evicted: {out:?}");
     assert!(!out.pending(), "the drain is over: {out:?}");
     assert!(w.events().is_empty(), "{:?}", w.events().keys());
-    executor.run(&plan, drain(false)).await.unwrap();
+    executor.run(&plan, drain(DrainRole::Owed)).await.unwrap();
     let events = w.events();
     for reason in ["SpotInterrupted", "Cordoned", "Drained"] {
         assert!(events.contains_key(reason), "{reason}: {:?}", events.keys());

@@ -8,7 +8,7 @@ use std::time::Duration;
 use forewarn::adapters::kube::ExecutorSettings;
 use forewarn::domain::event::EventKind;
 use forewarn::domain::fixtures::{pdb_object, pod_object};
-use forewarn::ports::{Clock, Pass};
+use forewarn::ports::{Clock, DrainRole, Pass};
 use kube_fake::{Fault, KubeFake};
 use serde_json::{Value, json};
 
@@ -208,10 +208,8 @@ async fn a_first_pass_evicts_and_returns_and_a_later_pass_ends_the_drain_once_th
             &plan,
             Pass::Drain {
                 started_at: w.clock.now(),
-                announce: true,
-                owed: false,
+                role: DrainRole::First,
                 heartbeat: true,
-                quiet: false,
             },
         )
         .await
@@ -235,17 +233,13 @@ async fn a_first_pass_evicts_and_returns_and_a_later_pass_ends_the_drain_once_th
     // Events the first pass left are recorded.
     let later = Pass::Drain {
         started_at: started,
-        announce: false,
-        owed: false,
+        role: DrainRole::Later,
         heartbeat: false,
-        quiet: false,
     };
     let owed = Pass::Drain {
         started_at: started,
-        announce: false,
-        owed: true,
+        role: DrainRole::Owed,
         heartbeat: false,
-        quiet: false,
     };
     let second = executor.run(&plan, owed).await.unwrap().remove(0);
     let drain = second.drain.clone().unwrap();
@@ -306,10 +300,8 @@ async fn critical_pods_are_evicted_in_a_later_pass_once_the_others_are_gone() {
             &plan,
             Pass::Drain {
                 started_at: w.clock.now(),
-                announce: true,
-                owed: false,
+                role: DrainRole::First,
                 heartbeat: false,
-                quiet: false,
             },
         )
         .await
@@ -321,10 +313,8 @@ async fn critical_pods_are_evicted_in_a_later_pass_once_the_others_are_gone() {
     w.clock.advance(Duration::from_millis(600));
     let later = Pass::Drain {
         started_at: started,
-        announce: false,
-        owed: false,
+        role: DrainRole::Later,
         heartbeat: false,
-        quiet: false,
     };
     let second = executor.run(&plan, later).await.unwrap().remove(0);
     let drain = second.drain.unwrap();
@@ -358,10 +348,8 @@ async fn a_refused_eviction_is_tried_again_in_later_passes_until_the_deadline() 
             &plan,
             Pass::Drain {
                 started_at: w.clock.now(),
-                announce: true,
-                owed: false,
+                role: DrainRole::First,
                 heartbeat: false,
-                quiet: false,
             },
         )
         .await
@@ -379,10 +367,8 @@ async fn a_refused_eviction_is_tried_again_in_later_passes_until_the_deadline() 
     plan.actions[0].deadline = Some(w.clock.now() - chrono::Duration::seconds(1));
     let later = Pass::Drain {
         started_at: started,
-        announce: false,
-        owed: false,
+        role: DrainRole::Later,
         heartbeat: false,
-        quiet: false,
     };
     let last = executor.run(&plan, later).await.unwrap().remove(0);
     let drain = last.drain.unwrap();

@@ -18,7 +18,9 @@ use forewarn::domain::event::{Detail, Event, EventKind};
 use forewarn::domain::facts::InstanceFacts;
 use forewarn::domain::fixtures::{self, node_object, pdb_object, pod_object};
 use forewarn::domain::plan::{Facts, Plan, decide};
-use forewarn::ports::{ActionResult, Clock, ExecuteError, Executor, NodeDirectory, Pass};
+use forewarn::ports::{
+    ActionResult, Clock, DrainRole, ExecuteError, Executor, NodeDirectory, Pass,
+};
 use kube_fake::{KubeFake, Method, RecordedRequest};
 use serde_json::{Value, json};
 
@@ -109,10 +111,8 @@ pub(crate) async fn passes(
         clock.sleep(PASS_GAP).await;
         let drain = Pass::Drain {
             started_at,
-            announce: pass == 1,
-            owed: pass == 2,
+            role: DrainRole::of_pass(pass),
             heartbeat: true,
-            quiet: false,
         };
         let outcomes = executor.run(plan, drain).await?;
         for (m, o) in merged.iter_mut().zip(outcomes) {
@@ -157,10 +157,8 @@ pub(crate) async fn execute_passes(
         clock.sleep(PASS_GAP).await;
         let drain = Pass::Drain {
             started_at,
-            announce: pass == 1,
-            owed: pass == 2,
+            role: DrainRole::of_pass(pass),
             heartbeat: true,
-            quiet: false,
         };
         results = executor.execute(plan, drain).await?;
         pass += 1;
@@ -499,6 +497,7 @@ impl forewarn::ports::ContinuationQueue for Continuations {
                 queue: queue_arn.to_string(),
                 message: "SendMessage: throttled".into(),
                 kind: forewarn::ports::FailureKind::Throttled,
+                source: None,
             });
         }
         self.sent
@@ -513,9 +512,11 @@ impl forewarn::ports::ContinuationQueue for Continuations {
 pub(crate) fn drain_pass(announce: bool) -> Pass {
     Pass::Drain {
         started_at: Utc::now(),
-        announce,
-        owed: false,
+        role: if announce {
+            DrainRole::First
+        } else {
+            DrainRole::Later
+        },
         heartbeat: false,
-        quiet: false,
     }
 }

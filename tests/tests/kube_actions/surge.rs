@@ -10,7 +10,7 @@ use forewarn::adapters::kube::{KubeExecutor, NodeOutcome};
 use forewarn::domain::event::EventKind;
 use forewarn::domain::fixtures::{pdb_object, pod_object};
 use forewarn::domain::plan::Plan;
-use forewarn::ports::{Clock, Pass};
+use forewarn::ports::{Clock, DrainRole, Pass};
 use kube_fake::{Fault, KubeFake, Method};
 use serde_json::{Value, json};
 
@@ -142,10 +142,8 @@ pub(crate) async fn surge_passes(
         between(w, pass);
         let drain = Pass::Drain {
             started_at,
-            announce: pass == 1,
-            owed: pass == 2,
+            role: DrainRole::of_pass(u32::try_from(pass).unwrap()),
             heartbeat: true,
-            quiet: false,
         };
         outcomes = executor.run(plan, drain).await.unwrap();
         pass += 1;
@@ -468,10 +466,8 @@ pub(crate) async fn first_drain_pass(
 ) -> NodeOutcome {
     let drain = Pass::Drain {
         started_at: w.clock.now(),
-        announce: true,
-        owed: false,
+        role: DrainRole::First,
         heartbeat: false,
-        quiet: false,
     };
     executor.run(plan, drain).await.unwrap().remove(0)
 }
@@ -570,10 +566,8 @@ async fn a_placeholder_create_that_hangs_costs_the_pass_its_budget_not_the_drain
         tokio::spawn(async move {
             let drain = Pass::Drain {
                 started_at: clock.now(),
-                announce: true,
-                owed: false,
+                role: DrainRole::First,
                 heartbeat: false,
-                quiet: false,
             };
             executor.run(&plan, drain).await.unwrap().remove(0)
         })

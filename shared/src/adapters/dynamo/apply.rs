@@ -19,6 +19,15 @@ use crate::domain::pool::{Applied, PoolUpdate, counter_name};
 use crate::domain::stats::HistoryEntry;
 use crate::ports::{FailureKind, StoreError};
 
+/// What one transaction of an event's update writes, in the order of its items (and of their
+/// cancellation reasons): the ledger keys, then the pools' deltas (with their partition keys).
+#[derive(Clone, Copy)]
+struct Written<'a> {
+    keys: &'a [&'a str],
+    deltas: &'a [PoolDelta],
+    pks: &'a [String],
+}
+
 impl DynamoStore {
     /// Applies one event's update (see the module's documentation).
     pub(super) async fn transact(&self, update: &PoolUpdate) -> Result<Applied, StoreError> {
@@ -64,10 +73,12 @@ impl DynamoStore {
                 }
                 _ => return Err(self.sdk_err(format_args!("applying event {id}"), error)),
             };
-            match self
-                .cancelled(id, &keys, &deltas, &pks, &reasons, &error)
-                .await?
-            {
+            let written = Written {
+                keys: &keys,
+                deltas: &deltas,
+                pks: &pks,
+            };
+            match self.cancelled(id, &written, &reasons, &error).await? {
                 Cancelled::Duplicate => return Ok(Applied::Duplicate),
                 Cancelled::Again { conflict, lost } => {
                     lost_bets += lost;
@@ -181,7 +192,7 @@ impl DynamoStore {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(|e| {
-                self.err(
+                self.err_from(
                     FailureKind::Invalid,
                     format_args!("building the update of pool {}", delta.pool),
                     e,
@@ -256,8 +267,9 @@ impl DynamoStore {
                 ),
             ));
         }
-        validate(update)
-            .map_err(|m| self.err(FailureKind::Invalid, format_args!("applying event {id}"), m))
+        validate(update).map_err(|m| {
+            self.err_from(FailureKind::Invalid, format_args!("applying event {id}"), m)
+        })
     }
 
     /// The items of one attempt: the ledger entries, then each pool's update with this store's
@@ -308,7 +320,7 @@ impl DynamoStore {
         }
         let put = put
             .build()
-            .map_err(|e| self.err(FailureKind::Invalid, "building a history put", e))?;
+            .map_err(|e| self.err_from(FailureKind::Invalid, "building a history put", e))?;
         Ok(TransactWriteItem::builder().put(put).build())
     }
 
@@ -331,12 +343,11 @@ impl DynamoStore {
     async fn cancelled(
         &self,
         id: &str,
-        keys: &[&str],
-        deltas: &[PoolDelta],
-        pks: &[String],
+        written: &Written<'_>,
         reasons: &[CancellationReason],
         error: &(dyn std::error::Error + Send + Sync + 'static),
     ) -> Result<Cancelled, StoreError> {
+        let Written { keys, deltas, pks } = *written;
         let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
         let ledger = keys.len();
         let mut conflict = false;

@@ -151,21 +151,44 @@ impl DynamoStore {
         &self.client
     }
 
-    /// An error of `kind` while doing `what`.
-    fn err(&self, kind: FailureKind, what: impl Display, error: impl Display) -> StoreError {
+    /// An error of `kind` while doing `what`, as `why` describes it (no error of a call to keep).
+    fn err(&self, kind: FailureKind, what: impl Display, why: impl Display) -> StoreError {
         StoreError::Backend {
             location: self.location(),
-            message: format!("{what}: {error}"),
+            message: format!("{what}: {why}"),
             kind,
+            source: None,
         }
     }
 
-    /// A DynamoDB call that failed while doing `what`, with the kind its answer says.
+    /// `error`, of `kind`, met while doing `what` (kept as the source).
+    fn err_from(
+        &self,
+        kind: FailureKind,
+        what: impl Display,
+        error: impl Into<crate::ports::BoxError>,
+    ) -> StoreError {
+        StoreError::Backend {
+            location: self.location(),
+            message: what.to_string(),
+            kind,
+            source: Some(error.into()),
+        }
+    }
+
+    /// A DynamoDB call that failed while doing `what`, with the kind its answer says; the
+    /// SDK's error is kept as the source.
     fn sdk_err<E>(&self, what: impl Display, error: SdkError<E, HttpResponse>) -> StoreError
     where
-        E: ProvideErrorMetadata + std::error::Error + 'static,
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
-        self.err(failure_kind(&error), what, DisplayErrorContext(error))
+        let text = DisplayErrorContext(&error).to_string();
+        StoreError::Backend {
+            location: self.location(),
+            message: what.to_string(),
+            kind: failure_kind(&error),
+            source: Some(Box::new(crate::adapters::aws::AwsError::new(text, error))),
+        }
     }
 
     fn known(&self) -> std::sync::MutexGuard<'_, HashMap<String, Known>> {

@@ -80,15 +80,24 @@ pub enum ConnectError {
     NoRegion { cluster: String },
     #[error("EKS cluster {cluster}: no AWS credentials provider configured")]
     NoCredentials { cluster: String },
-    #[error("EKS cluster {cluster}: AWS credentials: {message}")]
-    Credentials { cluster: String, message: String },
+    #[error("EKS cluster {cluster}: AWS credentials: {source}")]
+    Credentials {
+        cluster: String,
+        /// The credentials provider's error.
+        #[source]
+        source: crate::adapters::aws::AwsError,
+    },
     #[error(transparent)]
     Token(#[from] TokenError),
     #[error("EKS DescribeCluster {cluster}: {message}")]
     DescribeCluster {
         cluster: String,
+        /// What went wrong (the SDK error's text with its sources', or what the answer lacks).
         message: String,
         kind: FailureKind,
+        /// The SDK's error, when there is one.
+        #[source]
+        source: Option<crate::ports::BoxError>,
     },
 }
 
@@ -245,7 +254,7 @@ impl EksClients {
         let credentials = self.credentials.provide_credentials().await.map_err(|e| {
             ConnectError::Credentials {
                 cluster: self.cluster.clone(),
-                message: aws_error_text(&e),
+                source: crate::adapters::aws::AwsError::of(e),
             }
         })?;
         let signed_at = std::time::SystemTime::from(now);
@@ -313,6 +322,7 @@ pub async fn connect_eks(
         message: "the cluster has no endpoint (is it still being created?)".into(),
         // It may be: the cluster is still being created.
         kind: FailureKind::Unavailable,
+        source: None,
     })?;
     let base = base_config(&cluster, &endpoint, ca.as_deref()).await?;
     Ok(ClusterClient::eks(
@@ -402,6 +412,7 @@ async fn describe_cluster(
             cluster: cluster.to_string(),
             message: aws_error_text(&e),
             kind: failure_kind(&e),
+            source: Some(Box::new(e)),
         })?;
     let found = out.cluster();
     Ok((

@@ -160,7 +160,7 @@ pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
         RecordKeys::Unreadable => read(annotations, None),
         RecordKeys::Unsigned => match read_unverified(annotations) {
             Some(Ok(record)) => RecordRead::Verified(record),
-            Some(Err(why)) => RecordRead::Unverified(why),
+            Some(Err(why)) => RecordRead::Unverified(why.to_string()),
             None => RecordRead::Absent,
         },
     };
@@ -227,6 +227,15 @@ enum Step<T> {
     Patch(Value, T),
 }
 
+/// How a write of a node goes: how often it is tried, and whether it is sent at all.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NodeWrite {
+    /// Tried at most this often on 409 Conflict (the node read again in between).
+    pub attempts: u32,
+    /// Only say what would be written.
+    pub dry_run: bool,
+}
+
 /// Writes the node `node` was read as by the merge patch `step` decides (from the node and the
 /// attempt, from 1); on a 409 Conflict reads it again and asks `step` again, at most `attempts`
 /// times in all. A node gone (404, or on the read again) answers `gone`. `what` names the write
@@ -234,7 +243,8 @@ enum Step<T> {
 async fn write_node<T>(
     clients: &ClusterClient,
     mut node: Node,
-    (attempts, what): (u32, &str),
+    attempts: u32,
+    what: &str,
     gone: T,
     step: impl Fn(&Node, u32) -> Step<T>,
 ) -> Result<T, KubeError> {
@@ -279,20 +289,20 @@ async fn write_node<T>(
 
 /// Cordons the node `node` was read as; on a 409 Conflict reads it again, verifies it again
 /// (`verify`: what was true of the node when it was first read must still be) and retries, at
-/// most `attempts` times in all.
+/// most `write.attempts` times in all.
 pub(crate) async fn cordon(
     clients: &ClusterClient,
     node: Node,
     spec: &CordonSpec,
-    attempts: u32,
-    dry_run: bool,
+    write: NodeWrite,
     verify: &(dyn Fn(&Node) -> Result<(), super::error::Refusal> + Sync),
 ) -> Result<CordonOutcome, KubeError> {
-    let write = (attempts, "cordoned");
+    let NodeWrite { attempts, dry_run } = write;
     write_node(
         clients,
         node,
-        write,
+        attempts,
+        "cordoned",
         CordonOutcome::NodeGone,
         |node, attempt| {
             if attempt > 1
@@ -380,17 +390,18 @@ pub fn uncordon_patch(
 
 /// Undoes forewarn's cordon of the node `node` was read as (see [`uncordon_patch`]), once
 /// `verify` holds of it; on a 409 Conflict reads it again, verifies it again and retries, at
-/// most `attempts` times.
+/// most `write.attempts` times.
 pub(crate) async fn uncordon(
     clients: &ClusterClient,
     node: Node,
     taint_key: &str,
     record: &CordonRecord,
-    (attempts, dry_run): (u32, bool),
+    write: NodeWrite,
     verify: &(dyn Fn(&Node) -> Result<(), super::error::Refusal> + Sync),
 ) -> Result<UndoOutcome, KubeError> {
-    let write = (attempts, "cordon undone");
-    write_node(clients, node, write, UndoOutcome::NodeGone, |node, _| {
+    let NodeWrite { attempts, dry_run } = write;
+    let gone = UndoOutcome::NodeGone;
+    write_node(clients, node, attempts, "cordon undone", gone, |node, _| {
         let refused = |why: String| Step::Done(UndoOutcome::Refused { why });
         if let Err(why) = verify(node) {
             return refused(why.to_string());

@@ -47,11 +47,11 @@ impl KubeNodeDirectory {
     }
 
     async fn api(&self) -> Result<Api<Node>, DirectoryError> {
-        let client = self.clients.client().await.map_err(|e| DirectoryError {
-            service: SERVICE,
-            message: e.to_string(),
-            kind: e.kind(),
-        })?;
+        let client = self
+            .clients
+            .client()
+            .await
+            .map_err(|e| DirectoryError::new(SERVICE, e.kind(), e))?;
         Ok(Api::all(client))
     }
 
@@ -75,11 +75,7 @@ impl KubeNodeDirectory {
 }
 
 fn directory_error(e: ApiError) -> DirectoryError {
-    DirectoryError {
-        service: SERVICE,
-        message: e.to_string(),
-        kind: e.kind(),
-    }
+    DirectoryError::new(SERVICE, e.kind(), e)
 }
 
 /// Whether `node` is the node of `instance` (the criteria of `facts::resolve_node`).

@@ -557,13 +557,14 @@ pub(crate) async fn drain_pass(
     report.terminating = terminating;
     let acted = deferred > 0 || !report.evicted.is_empty() || !report.left.is_empty();
     report.pending = acted || !report.terminating.is_empty();
-    next_look(
-        &mut report,
-        surge.as_ref(),
-        (acted, deferred),
+    let done = PassDone {
+        acted,
+        deferred,
         due_gone,
-        (now, deadline),
-    );
+        now,
+        deadline,
+    };
+    next_look(&mut report, surge.as_ref(), &done);
     if !report.pending
         && let Some(surge) = surge
     {
@@ -575,19 +576,34 @@ pub(crate) async fn drain_pass(
     Ok(report)
 }
 
+/// What a drain pass did, and when: what [`next_look`] goes by.
+#[derive(Debug, Clone, Copy)]
+struct PassDone {
+    /// It evicted, refused or deferred anything.
+    acted: bool,
+    /// How many pods it deferred (critical pods not due yet, pods waiting for room).
+    deferred: usize,
+    /// When the last of the terminating pods is due to be gone (their `deletionTimestamp`).
+    due_gone: Option<DateTime<Utc>>,
+    /// When the pass looked.
+    now: DateTime<Utc>,
+    /// The drain's deadline.
+    deadline: DateTime<Utc>,
+}
+
 /// When a pending pass's drain looks again (`report.wait_until`, and `report.room` when it only
-/// waits for room), from what the pass did (`acted`: evicted, refused or deferred anything;
-/// `deferred` pods): the last terminating pod's time when it only waits for them; with surge,
+/// waits for room), from what the pass did (`done`): the last terminating pod's time when it only waits for them; with surge,
 /// when a placeholder may run or a pod is due if it only waits for room, and no sooner than
 /// [`CHECK_EVERY`] if its evictions were all refused (a budget waiting for a replacement, which
 /// waits for room); otherwise `None` (the pass interval).
-fn next_look(
-    report: &mut DrainReport,
-    surge: Option<&surge::SurgePass>,
-    (acted, deferred): (bool, usize),
-    due_gone: Option<DateTime<Utc>>,
-    (now, deadline): (DateTime<Utc>, DateTime<Utc>),
-) {
+fn next_look(report: &mut DrainReport, surge: Option<&surge::SurgePass>, done: &PassDone) {
+    let PassDone {
+        acted,
+        deferred,
+        due_gone,
+        now,
+        deadline,
+    } = *done;
     if report.pending && !acted {
         report.wait_until = due_gone.map(|t| t.min(deadline));
     } else if let Some(next) = surge.and_then(|s| s.next)
@@ -668,18 +684,26 @@ mod tests {
             ..DrainReport::default()
         };
         let surge = surge::SurgePass::default();
+        // The pass refused its evictions, deferred nothing, saw nothing terminating.
+        let refusals = PassDone {
+            acted: true,
+            deferred: 0,
+            due_gone: None,
+            now,
+            deadline,
+        };
         let mut report = refused();
-        next_look(&mut report, Some(&surge), (true, 0), None, (now, deadline));
+        next_look(&mut report, Some(&surge), &refusals);
         assert_eq!(report.wait_until, Some(now + CHECK_EVERY));
         assert_eq!(report.room, None);
         // Without surge: the pass interval.
         let mut report = refused();
-        next_look(&mut report, None, (true, 0), None, (now, deadline));
+        next_look(&mut report, None, &refusals);
         assert_eq!(report.wait_until, None);
         // Something was evicted too: the pass interval.
         let mut report = refused();
         report.evicted.push("shop/a".into());
-        next_look(&mut report, Some(&surge), (true, 0), None, (now, deadline));
+        next_look(&mut report, Some(&surge), &refusals);
         assert_eq!(report.wait_until, None);
     }
 

@@ -32,8 +32,13 @@ pub const TOKEN_CACHE_LIFETIME: Duration = Duration::from_secs(14 * 60);
 /// A token that could not be made, or read back.
 #[derive(Debug, thiserror::Error)]
 pub enum TokenError {
-    #[error("presigning the STS GetCallerIdentity URL for cluster {cluster}: {message}")]
-    Sign { cluster: String, message: String },
+    #[error("presigning the STS GetCallerIdentity URL for cluster {cluster}: {source}")]
+    Sign {
+        cluster: String,
+        /// The signer's error.
+        #[source]
+        source: crate::ports::BoxError,
+    },
     #[error("not an EKS token: {0}")]
     NotAToken(String),
 }
@@ -54,9 +59,9 @@ pub fn presigned_url(
     credentials: &Credentials,
     time: SystemTime,
 ) -> Result<String, TokenError> {
-    let fail = |message: String| TokenError::Sign {
+    let fail = |e: crate::ports::BoxError| TokenError::Sign {
         cluster: cluster.to_string(),
-        message,
+        source: e,
     };
     let base = format!(
         "https://{}/?Action=GetCallerIdentity&Version=2011-06-15",
@@ -73,7 +78,7 @@ pub fn presigned_url(
         .time(time)
         .settings(settings)
         .build()
-        .map_err(|e| fail(e.to_string()))?
+        .map_err(|e| fail(e.into()))?
         .into();
     let request = SignableRequest::new(
         "GET",
@@ -81,9 +86,9 @@ pub fn presigned_url(
         std::iter::once((CLUSTER_ID_HEADER, cluster)),
         SignableBody::Bytes(&[]),
     )
-    .map_err(|e: SigningError| fail(e.to_string()))?;
+    .map_err(|e: SigningError| fail(e.into()))?;
     let (instructions, _signature) = sign(request, &params)
-        .map_err(|e| fail(e.to_string()))?
+        .map_err(|e| fail(e.into()))?
         .into_parts();
     let (_headers, query) = instructions.into_parts();
     let mut url = base.clone();

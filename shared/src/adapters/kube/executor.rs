@@ -26,6 +26,12 @@
 //! event comes back. Events are best effort: a failure to record one is logged and reported,
 //! never an error. A dry run takes the same path and reads the same objects, but sends no write;
 //! its results say what would be done.
+//!
+//! [`KubeExecutor`] holds the clients and settings, verifies, and runs each pass's steps in
+//! order; each action is its own part, made for the call from what it needs: [`Cordoner`]
+//! (`cordon`), [`Drainer`] (`drain`), [`Deleter`] (`delete`), [`Lifecycle`] (the lifecycle
+//! action), [`Placeholders`] (surge's room and clean-up) and [`Undoer`] (the way back), with the
+//! [`Recorder`] of their Events.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,21 +43,33 @@ use tracing::Instrument;
 
 use super::api::in_later_lane;
 use super::connect::ClusterClient;
-use super::cordon::{CordonOutcome, CordonSpec, RecordKeys, cordon, get_node, uncordon};
-use super::delete::{DeleteOutcome, delete_target};
+use super::cordon::{NodeWrite, get_node};
 use super::error::{KubeError, Refusal};
-use super::events::{EventType, NodeEvent, record};
 use super::node_facts::node_facts;
 pub use super::outcome::NodeOutcome;
 use super::outcome::results;
+use super::surge::SurgeMemory;
 
+mod cordon;
+mod delete;
 mod drain;
+mod events;
 mod lifecycle;
+mod surge;
+mod undo;
+use cordon::Cordoner;
+use delete::{Deleter, Named};
+use drain::Drainer;
+use events::{Decision, Recorder};
+use lifecycle::Lifecycle;
+use surge::Placeholders;
+use undo::Undoer;
+
 use crate::domain::config::{Action, Config};
-use crate::domain::plan::{NodeAction, Plan, Target};
+use crate::domain::plan::{NodeAction, Plan};
 use crate::domain::wayback::{Undo, UndoOutcome};
-use crate::ports::LifecycleCompleter;
-use crate::ports::{ActionResult, Clock, ExecuteError, Executor, Pass};
+use crate::ports::{ActionResult, Clock, DrainRole, ExecuteError, Executor, Pass};
+use crate::ports::{LifecycleCompleter, PoolStore};
 
 /// How many evictions run at once.
 pub const ENV_EVICTION_PARALLELISM: &str = "FOREWARN_EVICTION_PARALLELISM";
@@ -94,14 +112,6 @@ impl Default for ExecutorSettings {
     }
 }
 
-/// What cordoning a node came to (see [`KubeExecutor::cordon_node`]).
-struct Cordoning {
-    /// The node is gone, or the cordon was refused: nothing more is done to it.
-    gone: bool,
-    /// The note of the `Cordoned` Event to record.
-    note: Option<String>,
-}
-
 /// [`Executor`] over the Kubernetes API (and Auto Scaling for lifecycle actions).
 pub struct KubeExecutor {
     clients: ClusterClient,
@@ -109,9 +119,10 @@ pub struct KubeExecutor {
     settings: ExecutorSettings,
     lifecycle: Option<Arc<dyn LifecycleCompleter>>,
     /// What surge drains remember between passes (budgets, refused namespaces), shared by them.
-    surge_memory: Arc<super::surge::SurgeMemory>,
-    /// Where cordon records' keys are read (the pool store); `None`: see [`RecordKeys::Unsigned`].
-    keys: Option<Arc<dyn crate::ports::PoolStore>>,
+    surge_memory: Arc<SurgeMemory>,
+    /// Where cordon records' keys are read (the pool store); `None`: see
+    /// [`super::cordon::RecordKeys::Unsigned`].
+    keys: Option<Arc<dyn PoolStore>>,
 }
 
 impl std::fmt::Debug for KubeExecutor {
@@ -138,24 +149,9 @@ impl KubeExecutor {
     }
 
     /// Signs cordon records, and verifies those on nodes, with `store`'s continuation keys.
-    pub fn with_keys(mut self, store: Arc<dyn crate::ports::PoolStore>) -> KubeExecutor {
+    pub fn with_keys(mut self, store: Arc<dyn PoolStore>) -> KubeExecutor {
         self.keys = Some(store);
         self
-    }
-
-    /// How cordons treat records (see [`RecordKeys`]); keys that cannot be read are logged and
-    /// the cordon still goes on, its record unsigned (never acted on, replaced by the next one).
-    async fn record_keys(&self) -> RecordKeys {
-        let Some(store) = self.keys.as_ref() else {
-            return RecordKeys::Unsigned;
-        };
-        match store.continuation_keys().await {
-            Ok(keys) => RecordKeys::Signed(keys),
-            Err(e) => {
-                tracing::warn!(error = %e, "the continuation keys cannot be read: the cordon record is written unsigned");
-                RecordKeys::Unreadable
-            }
-        }
     }
 
     /// The clock the executor goes by (its client's).
@@ -183,6 +179,73 @@ impl KubeExecutor {
         &self.settings
     }
 
+    /// How node writes go: tried up to the settings' conflict attempts; in a dry run, not sent.
+    fn node_write(&self) -> NodeWrite {
+        NodeWrite {
+            attempts: self.settings.conflict_attempts,
+            dry_run: self.settings.dry_run,
+        }
+    }
+
+    fn events(&self) -> Recorder<'_> {
+        Recorder {
+            clients: &self.clients,
+            reporting_instance: &self.settings.reporting_instance,
+            dry_run: self.settings.dry_run,
+        }
+    }
+
+    fn cordoner(&self) -> Cordoner<'_> {
+        Cordoner {
+            clients: &self.clients,
+            config: &self.config,
+            keys: self.keys.as_ref(),
+            write: self.node_write(),
+        }
+    }
+
+    fn drainer(&self) -> Drainer<'_> {
+        Drainer {
+            clients: &self.clients,
+            config: &self.config,
+            settings: &self.settings,
+            surge_memory: &self.surge_memory,
+            events: self.events(),
+        }
+    }
+
+    fn deleter(&self) -> Deleter<'_> {
+        Deleter {
+            clients: &self.clients,
+            dry_run: self.settings.dry_run,
+            events: self.events(),
+        }
+    }
+
+    fn lifecycle(&self) -> Lifecycle<'_> {
+        Lifecycle {
+            clients: &self.clients,
+            completer: self.lifecycle.as_ref(),
+            dry_run: self.settings.dry_run,
+        }
+    }
+
+    fn placeholders(&self) -> Placeholders<'_> {
+        Placeholders {
+            clients: &self.clients,
+            dry_run: self.settings.dry_run,
+        }
+    }
+
+    fn undoer(&self) -> Undoer<'_> {
+        Undoer {
+            clients: &self.clients,
+            taint_key: &self.config.taint_key,
+            reporting_instance: &self.settings.reporting_instance,
+            write: self.node_write(),
+        }
+    }
+
     /// Carries out every node action of `plan` (concurrently) for `pass`, with what each did. An
     /// error from any means the event must come back (the others were still carried out).
     pub async fn run(&self, plan: &Plan, pass: Pass) -> Result<Vec<NodeOutcome>, ExecuteError> {
@@ -204,14 +267,8 @@ impl KubeExecutor {
                 };
                 done.map_err(|e| {
                     tracing::warn!(error = %e, "node action failed");
-                    ExecuteError {
-                        instance_id: a.instance_id.clone(),
-                        message: match &a.node {
-                            Some(n) => format!("node {n}: {e}"),
-                            None => e.to_string(),
-                        },
-                        kind: e.kind(),
-                    }
+                    let doing = a.node.as_ref().map(|n| format!("node {n}"));
+                    ExecuteError::new(a.instance_id.clone(), doing, e.kind(), e)
                 })
             }
             .instrument(span)
@@ -220,8 +277,7 @@ impl KubeExecutor {
     }
 
     async fn act(&self, plan: &Plan, a: &NodeAction, pass: Pass) -> Result<NodeOutcome, KubeError> {
-        let dry_run = self.settings.dry_run;
-        let mut out = NodeOutcome::new(a, dry_run);
+        let mut out = NodeOutcome::new(a, self.settings.dry_run);
         if pass == Pass::Announce && (a.action != Action::CordonDrain || a.node.is_none()) {
             // Only a drain's node has Events left to it.
             return Ok(out);
@@ -253,60 +309,72 @@ impl KubeExecutor {
                 if let Some(node) = &node
                     && a.action == Action::CordonDrain
                 {
-                    let note = Some(self.cordoned_note(a));
-                    self.decision_events(plan, a, node, (true, note), &mut out)
-                        .await;
+                    self.owed_events(plan, a, node, &mut out).await;
                 }
                 return Ok(out);
             }
-            let later_pass = matches!(
-                pass,
-                Pass::Drain {
-                    announce: false,
-                    ..
-                }
-            );
-            match (a.action, node) {
-                // A dry run has no later pass: its first pass says all the drain would do.
-                (Action::CordonDrain, Some(node)) if pass == Pass::Cordon && !dry_run => {
-                    self.cordon_first(a, node, &mut out).await?;
-                }
-                (Action::CordonDrain, Some(node)) if later_pass => {
-                    // A later drain pass: the node was cordoned by the earlier passes, and its
-                    // taint was just seen; what is on it is evicted or waited for.
-                    self.drain_pass(plan, a, &node, pass, &mut out).await?;
-                }
-                (Action::Cordon | Action::CordonDrain, Some(node)) => {
-                    self.cordon_drain(plan, a, node, pass, &mut out).await?;
-                }
-                // The node is gone (deleted between passes, or never there): nothing is left to
-                // do to it, and a drain's chain ends here.
-                (Action::Cordon | Action::CordonDrain, None) => {}
-                (Action::Delete, node) => {
-                    self.delete(plan, a, name, node.as_ref(), &mut out).await?;
-                }
-                (Action::Uncordon, node) => {
-                    out.undo = Some(match (node, &a.record) {
-                        (None, _) => UndoOutcome::NodeGone,
-                        (Some(_), None) => UndoOutcome::Refused {
-                            why: "no cordon record to undo".into(),
-                        },
-                        (Some(node), Some(record)) => {
-                            let undo = Undo {
-                                node: name.to_string(),
-                                instance_id: a.instance_id.clone(),
-                                record: record.clone(),
-                                why: a.reason.clone(),
-                            };
-                            self.undo_cordon(node, &undo).await?
-                        }
-                    });
-                }
-                (Action::None, _) => {}
-            }
+            self.act_on(plan, a, ReadNode { name, node }, pass, &mut out)
+                .await?;
         }
-        self.lifecycle(a, pass, &mut out).await?;
+        self.lifecycle().step(a, pass, &mut out).await?;
         Ok(out)
+    }
+
+    /// The step of `a`'s action for `pass` on its node `read` (read and verified; `None`: gone).
+    async fn act_on(
+        &self,
+        plan: &Plan,
+        a: &NodeAction,
+        read: ReadNode<'_>,
+        pass: Pass,
+        out: &mut NodeOutcome,
+    ) -> Result<(), KubeError> {
+        let ReadNode { name, node } = read;
+        let dry_run = self.settings.dry_run;
+        let later_pass = matches!(pass, Pass::Drain { .. }) && !pass.is_first_drain();
+        match (a.action, node) {
+            // A dry run has no later pass: its first pass says all the drain would do.
+            (Action::CordonDrain, Some(node)) if pass == Pass::Cordon && !dry_run => {
+                self.cordoner().cordon_first(a, node, out).await?;
+            }
+            (Action::CordonDrain, Some(node)) if later_pass => {
+                // A later drain pass: the node was cordoned by the earlier passes, and its
+                // taint was just seen; what is on it is evicted or waited for.
+                self.drain_pass(plan, a, &node, pass, out).await?;
+            }
+            (Action::Cordon | Action::CordonDrain, Some(node)) => {
+                self.cordon_drain(plan, a, node, pass, out).await?;
+            }
+            // The node is gone (deleted between passes, or never there): nothing is left to
+            // do to it, and a drain's chain ends here.
+            (Action::Cordon | Action::CordonDrain, None) => {}
+            (Action::Delete, node) => {
+                let named = Named {
+                    name,
+                    node: node.as_ref(),
+                };
+                self.deleter().delete(plan, a, named, out).await?;
+            }
+            (Action::Uncordon, node) => {
+                out.undo = Some(match (node, &a.record) {
+                    (None, _) => UndoOutcome::NodeGone,
+                    (Some(_), None) => UndoOutcome::Refused {
+                        why: "no cordon record to undo".into(),
+                    },
+                    (Some(node), Some(record)) => {
+                        let undo = Undo {
+                            node: name.to_string(),
+                            instance_id: a.instance_id.clone(),
+                            record: record.clone(),
+                            why: a.reason.clone(),
+                        };
+                        self.undoer().undo(node, &undo).await?
+                    }
+                });
+            }
+            (Action::None, _) => {}
+        }
+        Ok(())
     }
 
     /// Whether `a` may act on `node` as just read for `pass`: the node runs the action's
@@ -324,6 +392,9 @@ impl KubeExecutor {
         Ok(())
     }
 
+    /// A `cordon`, or a `cordon-drain` in a pass that cordons and drains (its first drain pass,
+    /// a dry run): the cordon, the evictions then due, and the Events of the decision once
+    /// the drain does not go on.
     async fn cordon_drain(
         &self,
         plan: &Plan,
@@ -333,323 +404,80 @@ impl KubeExecutor {
         out: &mut NodeOutcome,
     ) -> Result<(), KubeError> {
         let announce = match pass {
-            Pass::Drain { announce, .. } => announce,
+            Pass::Drain { role, .. } => role == DrainRole::First,
             Pass::Cordon | Pass::Announce => true,
         };
         // The node may already be cordoned for this event (by the event's first pass): the Event
         // is recorded with the announcement (one per event and reason, so never twice).
-        let cordoning = self.cordon_node(a, &node, announce, out).await?;
+        let cordoning = self.cordoner().cordon_node(a, &node, announce, out).await?;
         // The evictions (and placeholders) first, the Events of the decision after them: in a
         // mass interruption every request before a node's evictions delays them.
+        let drainer = self.drainer();
         let mut drained = if a.action == Action::CordonDrain && !cordoning.gone {
-            Some(self.drain_only(plan, a, &node, pass).await?)
+            Some(drainer.evictions(plan, a, &node, pass).await?)
         } else {
             None
         };
         if let Some(report) = &mut drained {
-            self.leave_late_events(a, pass, report);
+            drainer.leave_late_events(a, pass, report);
         }
         // A drain that goes on leaves the Events of the decision to its next pass (`owed`): in
         // a mass interruption every request here delays the next node's evictions.
         if drained.as_ref().is_none_or(|d| !d.pending) {
-            self.decision_events(plan, a, &node, (announce, cordoning.note), out)
-                .await;
+            let decision = Decision {
+                announce,
+                cordoned: cordoning.note,
+            };
+            self.events().decision(plan, a, &node, decision, out).await;
         }
         if let Some(report) = drained {
-            self.drain_over(plan, &node, pass, report, out).await;
+            drainer.over(plan, &node, pass, report, out).await;
         }
         Ok(())
     }
 
-    /// The Events of the decision: with `announce`, what forewarn does and why (see
-    /// [`Self::announce`]); with a note, `Cordoned`.
-    async fn decision_events(
+    /// A later pass of the drain (see [`super::drain::drain_pass`]) on the node the pass has
+    /// just read and verified: its evictions, the Events the first pass left to it (when it is
+    /// the pass they are owed to), and when the drain ends, its Event (not in a dry run).
+    async fn drain_pass(
         &self,
         plan: &Plan,
         a: &NodeAction,
         node: &Node,
-        (announce, cordoned): (bool, Option<String>),
-        out: &mut NodeOutcome,
-    ) {
-        if announce {
-            self.announce(plan, a, node, out).await;
-        }
-        if let Some(note) = cordoned {
-            let normal = EventType::Normal;
-            self.event(plan, node, "Cordoned", "Cordon", normal, note, out)
-                .await;
-        }
-    }
-
-    /// The Event that says what forewarn is about to do and why (with the drain's deadline).
-    async fn announce(&self, plan: &Plan, a: &NodeAction, node: &Node, out: &mut NodeOutcome) {
-        let action_name = if a.action == Action::Cordon {
-            "Cordon"
-        } else {
-            "CordonDrain"
-        };
-        let mut note = a.reason.clone();
-        if let Some(deadline) = a.deadline {
-            note.push_str(&format!(" (drain deadline {})", deadline.to_rfc3339()));
-        }
-        self.event(
-            plan,
-            node,
-            &a.event_reason,
-            action_name,
-            EventType::Warning,
-            note,
-            out,
-        )
-        .await;
-    }
-
-    /// Cordons and taints the node; says whether it was gone (or the cordon refused), and the
-    /// note of the `Cordoned` Event to record when the cordon changed it (or, with
-    /// `already_ours`, when it was found cordoned with forewarn's taint).
-    async fn cordon_node(
-        &self,
-        a: &NodeAction,
-        node: &Node,
-        already_ours: bool,
-        out: &mut NodeOutcome,
-    ) -> Result<Cordoning, KubeError> {
-        let keys = self.record_keys().await;
-        let spec = CordonSpec::new(&self.config, &a.taint_value, a.record.as_ref(), keys);
-        let verify = |n: &Node| self.verify(a, n, Pass::Cordon);
-        let cordoned = cordon(
-            &self.clients,
-            node.clone(),
-            &spec,
-            self.settings.conflict_attempts,
-            self.settings.dry_run,
-            &verify,
-        )
-        .await?;
-        if let CordonOutcome::Refused { why } = &cordoned {
-            out.refused = Some(why.clone());
-            return Ok(Cordoning {
-                gone: true,
-                note: None,
-            });
-        }
-        let gone = cordoned == CordonOutcome::NodeGone;
-        if matches!(
-            cordoned,
-            CordonOutcome::Cordoned { .. } | CordonOutcome::AlreadyCordoned
-        ) {
-            out.cordoned_at = Some(self.clients.clock().now());
-        }
-        out.cordoned_before = already_ours && cordoned == CordonOutcome::AlreadyCordoned;
-        let note = (matches!(cordoned, CordonOutcome::Cordoned { .. }) || out.cordoned_before)
-            .then(|| self.cordoned_note(a));
-        out.cordon = Some(cordoned);
-        Ok(Cordoning { gone, note })
-    }
-
-    /// A first drain pass that came after the drain's deadline evicted what was left at once,
-    /// and so ended the drain; when the notice says when the instance goes, its Events (of the
-    /// decision, and the drain's end) would come before the instance goes, in a mass
-    /// interruption ahead of other nodes' evictions. Then the drain stays pending until the
-    /// instance's end: its next pass, refused as late, records the Events of the decision alone
-    /// (`Pass::Announce`); the drain's end gets no Event.
-    fn leave_late_events(
-        &self,
-        a: &NodeAction,
         pass: Pass,
-        report: &mut super::drain::DrainReport,
-    ) {
-        let first = matches!(pass, Pass::Drain { announce: true, .. });
-        let now = self.clients.clock().now();
-        if let (true, false, true, Some(deadline)) =
-            (first, report.pending, a.grace_to_deadline, a.deadline)
-            && now >= deadline
-            && !self.settings.dry_run
-        {
-            report.pending = true;
-            report.wait_until =
-                Some(deadline + self.config.deadline_margin + chrono::Duration::seconds(1));
-        }
-    }
-
-    /// The note of the `Cordoned` Event of `a`'s cordon.
-    fn cordoned_note(&self, a: &NodeAction) -> String {
-        let spec = CordonSpec::new(
-            &self.config,
-            &a.taint_value,
-            a.record.as_ref(),
-            RecordKeys::Unsigned,
-        );
-        format!(
-            "Marked unschedulable and tainted {}={}:{}",
-            spec.taint_key,
-            spec.taint_value,
-            spec.taint_effect.as_str()
-        )
-    }
-
-    /// The first pass of a `cordon-drain`: the cordon only (one patch, no Event), so that a
-    /// mass interruption's first deliveries are short and every node is cordoned early; the
-    /// Events and the evictions follow in the drain passes.
-    async fn cordon_first(
-        &self,
-        a: &NodeAction,
-        node: Node,
         out: &mut NodeOutcome,
     ) -> Result<(), KubeError> {
-        let keys = self.record_keys().await;
-        let spec = CordonSpec::new(&self.config, &a.taint_value, a.record.as_ref(), keys);
-        let verify = |n: &Node| self.verify(a, n, Pass::Cordon);
-        let cordoned = cordon(
-            &self.clients,
-            node,
-            &spec,
-            self.settings.conflict_attempts,
-            false,
-            &verify,
-        )
-        .await?;
-        if let CordonOutcome::Refused { why } = &cordoned {
-            out.refused = Some(why.clone());
-        } else if cordoned != CordonOutcome::NodeGone {
-            out.cordoned_at = Some(self.clients.clock().now());
-            out.drain_pending = true;
+        let drainer = self.drainer();
+        let report = drainer.evictions(plan, a, node, pass).await?;
+        if matches!(
+            pass,
+            Pass::Drain {
+                role: DrainRole::Owed,
+                ..
+            }
+        ) {
+            // The Events the first pass left to this one, after this pass's evictions.
+            self.owed_events(plan, a, node, out).await;
         }
-        out.cordon = Some(cordoned);
+        drainer.over(plan, node, pass, report, out).await;
         Ok(())
     }
 
-    async fn delete(
-        &self,
-        plan: &Plan,
-        a: &NodeAction,
-        name: &str,
-        node: Option<&Node>,
-        out: &mut NodeOutcome,
-    ) -> Result<(), KubeError> {
-        let target = a.target.clone().unwrap_or_else(|| Target::Node {
-            name: name.to_string(),
-        });
-        let deleted = if node.is_none() && matches!(target, Target::Node { .. }) {
-            DeleteOutcome::AlreadyGone {
-                target: target.to_string(),
-            }
-        } else {
-            delete_target(
-                &self.clients,
-                &target,
-                &a.instance_id,
-                node.map(|_| name),
-                self.settings.dry_run,
-            )
-            .await?
+    /// The Events of the decision a drain's first pass left to a later one: the announcement
+    /// and `Cordoned`.
+    async fn owed_events(&self, plan: &Plan, a: &NodeAction, node: &Node, out: &mut NodeOutcome) {
+        let decision = Decision {
+            announce: true,
+            cordoned: Some(self.cordoner().cordoned_note(a)),
         };
-        if let Some(node) = node
-            && !matches!(deleted, DeleteOutcome::Refused { .. })
-        {
-            let note = a.reason.clone();
-            self.event(
-                plan,
-                node,
-                &a.event_reason,
-                "Delete",
-                EventType::Warning,
-                note,
-                out,
-            )
-            .await;
-        }
-        if let (Some(node), DeleteOutcome::Deleted { target }) = (node, &deleted) {
-            let note = format!("Deleted {target}");
-            self.event(
-                plan,
-                node,
-                "Deleted",
-                "Delete",
-                EventType::Normal,
-                note,
-                out,
-            )
-            .await;
-        }
-        out.delete = Some(deleted);
-        Ok(())
+        self.events().decision(plan, a, node, decision, out).await;
     }
+}
 
-    /// The way back: undoes forewarn's cordon of `node` (read live) as `undo` says, with an
-    /// `Uncordoned` Event saying why (see [`Executor::undo`]).
-    async fn undo_cordon(&self, node: Node, undo: &Undo) -> Result<UndoOutcome, KubeError> {
-        let verify = |n: &Node| -> Result<(), Refusal> {
-            node_facts(n).verify_runs(&undo.instance_id)?;
-            Ok(())
-        };
-        let outcome = uncordon(
-            &self.clients,
-            node.clone(),
-            &self.config.taint_key,
-            &undo.record,
-            (self.settings.conflict_attempts, self.settings.dry_run),
-            &verify,
-        )
-        .await?;
-        if matches!(outcome, UndoOutcome::Undone | UndoOutcome::WouldUndo) {
-            let event = NodeEvent {
-                node: &node,
-                event_id: &undo.record.event_id,
-                reason: "Uncordoned",
-                action: "Uncordon",
-                type_: EventType::Normal,
-                note: format!("forewarn's cordon undone: {}", undo.why),
-            };
-            let recorded = record(
-                &self.clients,
-                &event,
-                &self.settings.reporting_instance,
-                self.settings.dry_run,
-            )
-            .await;
-            if let Err(e) = recorded {
-                tracing::warn!(error = %e, "could not record the Uncordoned Event");
-            }
-        }
-        Ok(outcome)
-    }
-
-    /// Records an Event, best effort.
-    #[allow(clippy::too_many_arguments)]
-    async fn event(
-        &self,
-        plan: &Plan,
-        node: &Node,
-        reason: &str,
-        action: &str,
-        type_: EventType,
-        note: String,
-        out: &mut NodeOutcome,
-    ) {
-        let event = NodeEvent {
-            node,
-            event_id: &plan.event_id,
-            reason,
-            action,
-            type_,
-            note,
-        };
-        match record(
-            &self.clients,
-            &event,
-            &self.settings.reporting_instance,
-            self.settings.dry_run,
-        )
-        .await
-        {
-            Ok(outcome) => out.events.push((reason.to_string(), outcome)),
-            Err(e) => {
-                tracing::warn!(reason, error = %e, "could not record the Event");
-                out.event_failures.push(format!("{reason}: {e}"));
-            }
-        }
-    }
+/// A node action's node: its name, and the node as just read and verified (`None`: gone).
+struct ReadNode<'a> {
+    name: &'a str,
+    node: Option<Node>,
 }
 
 #[async_trait]
@@ -659,14 +487,13 @@ impl Executor for KubeExecutor {
     }
 
     async fn undo(&self, undo: &Undo) -> Result<UndoOutcome, ExecuteError> {
-        let fail = |e: KubeError| ExecuteError {
-            instance_id: undo.instance_id.clone(),
-            message: format!("node {}: {e}", undo.node),
-            kind: e.kind(),
+        let fail = |e: KubeError| {
+            let doing = Some(format!("node {}", undo.node));
+            ExecuteError::new(undo.instance_id.clone(), doing, e.kind(), e)
         };
         match get_node(&self.clients, &undo.node).await.map_err(fail)? {
             None => Ok(UndoOutcome::NodeGone),
-            Some(node) => self.undo_cordon(node, undo).await.map_err(fail),
+            Some(node) => self.undoer().undo(node, undo).await.map_err(fail),
         }
     }
 
@@ -677,10 +504,9 @@ impl Executor for KubeExecutor {
     {
         in_later_lane(super::surge::room_of(&self.clients, nodes))
             .await
-            .map_err(|e| ExecuteError {
-                instance_id: String::new(),
-                message: format!("placeholders of {} nodes: {e}", nodes.len()),
-                kind: e.kind(),
+            .map_err(|e| {
+                let doing = Some(format!("placeholders of {} nodes", nodes.len()));
+                ExecuteError::new(String::new(), doing, e.kind(), e)
             })
     }
 
@@ -688,12 +514,9 @@ impl Executor for KubeExecutor {
         &self,
         now: chrono::DateTime<chrono::Utc>,
     ) -> Result<Vec<String>, ExecuteError> {
-        super::surge::delete_expired(&self.clients, now, self.settings.dry_run)
-            .await
-            .map_err(|e| ExecuteError {
-                instance_id: String::new(),
-                message: format!("placeholders: {e}"),
-                kind: e.kind(),
-            })
+        self.placeholders().clean(now).await.map_err(|e| {
+            let doing = Some("placeholders".to_string());
+            ExecuteError::new(String::new(), doing, e.kind(), e)
+        })
     }
 }

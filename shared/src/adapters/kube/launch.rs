@@ -49,18 +49,27 @@ impl Joining {
     }
 }
 
+/// Why a launch hook's lifecycle action is left alone.
+#[derive(Debug, thiserror::Error)]
+#[error("{node}: its lifecycle action is left alone")]
+pub(super) struct LeftAlone {
+    /// What the node is (a control-plane node).
+    #[source]
+    pub node: NotItsNode,
+}
+
 /// A launch hook's action: where its instance's node stands; `Err`: why its lifecycle action is
 /// left alone (a control-plane node). Past the action's deadline a node not Ready yet is
 /// [`Joining::TimedOut`]: the action is left to the hook's timeout.
 pub(super) async fn joined(
     clients: &ClusterClient,
     a: &NodeAction,
-) -> Result<Result<Joining, String>, KubeError> {
+) -> Result<Result<Joining, LeftAlone>, KubeError> {
     let now = clients.clock().now();
     Ok(Ok(match look(clients, a).await? {
         Look::Refused(why) => {
             tracing::warn!(%why, "refusing to complete a launch lifecycle action");
-            return Ok(Err(format!("{why}: its lifecycle action is left alone")));
+            return Ok(Err(LeftAlone { node: why }));
         }
         Look::Ready(node) => Joining::Ready { node },
         Look::NotYet(why) if a.deadline.is_some_and(|d| now > d) => {
@@ -118,8 +127,21 @@ async fn look(clients: &ClusterClient, a: &NodeAction) -> Result<Look, KubeError
     Ok(Look::NotYet(why))
 }
 
+/// Why a node is not Ready (yet).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum NotReady {
+    /// Its `Ready` condition says something else than `True`.
+    #[error("Ready is {status}{}", reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())]
+    Condition {
+        status: String,
+        reason: Option<String>,
+    },
+    #[error("no Ready condition yet")]
+    NoCondition,
+}
+
 /// Whether the node's `Ready` condition is `True`; otherwise what it says.
-fn ready(node: &Node) -> Result<(), String> {
+fn ready(node: &Node) -> Result<(), NotReady> {
     let condition = node
         .status
         .as_ref()
@@ -127,15 +149,11 @@ fn ready(node: &Node) -> Result<(), String> {
         .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
     match condition {
         Some(c) if c.status == "True" => Ok(()),
-        Some(c) => Err(format!(
-            "Ready is {}{}",
-            c.status,
-            c.reason
-                .as_deref()
-                .map(|r| format!(": {r}"))
-                .unwrap_or_default()
-        )),
-        None => Err("no Ready condition yet".into()),
+        Some(c) => Err(NotReady::Condition {
+            status: c.status.clone(),
+            reason: c.reason.clone(),
+        }),
+        None => Err(NotReady::NoCondition),
     }
 }
 
@@ -161,14 +179,15 @@ mod tests {
         assert_eq!(
             ready(&node(
                 json!([{"type": "Ready", "status": "False", "reason": "KubeletNotReady"}])
-            )),
+            ))
+            .map_err(|e| e.to_string()),
             Err("Ready is False: KubeletNotReady".into())
         );
         assert_eq!(
             ready(&node(
                 json!([{"type": "MemoryPressure", "status": "False"}])
             )),
-            Err("no Ready condition yet".into())
+            Err(NotReady::NoCondition)
         );
         assert!(ready(&node(json!(null))).is_err());
     }

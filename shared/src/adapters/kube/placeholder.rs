@@ -293,9 +293,9 @@ mod tests {
         assert_eq!(milli("-1"), None);
     }
 
-    #[test]
-    fn a_placeholder_asks_what_its_pod_asks_off_the_doomed_node() {
-        let web = pod(json!({
+    /// A ReplicaSet's pod on the doomed node, with constraints of every kind.
+    fn web_pod() -> Pod {
+        pod(json!({
             "metadata": {"name": "web-1", "namespace": "shop", "uid": "u-1",
                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
                     "name": "web-rs", "uid": "r", "controller": true}]},
@@ -333,16 +333,44 @@ mod tests {
                     {"name": "b", "resources": {"requests": {"cpu": "500m", "memory": "64Mi"}}}
                 ]
             }
-        }));
+        }))
+    }
+
+    #[test]
+    fn a_placeholder_asks_what_its_pod_asks_off_the_doomed_node() {
+        let web = web_pod();
         let evict_by = deadline() - chrono::Duration::seconds(40);
         let ph = placeholder_for(&web, &DOOMED, "ev-1", deadline(), evict_by);
         let v = serde_json::to_value(&ph).unwrap();
+        assert!(super::super::surge::is_placeholder(&ph));
+        metadata_is_forewarns(&v);
+        spec_is_the_pods_off_the_node(&v);
+        // Without an affinity of its own: one term keeping it off the node.
+        let bare =
+            pod(json!({"metadata": {"name": "x", "uid": "u-2"}, "spec": {"containers": []}}));
+        let v = serde_json::to_value(placeholder_for(
+            &bare,
+            &DOOMED,
+            "ev-1",
+            deadline(),
+            evict_by,
+        ))
+        .unwrap();
+        assert_eq!(
+            v["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+                ["nodeSelectorTerms"],
+            json!([{"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["doomed"]}],
+                    "matchExpressions": [{"key": LABEL_CORDONED, "operator": "DoesNotExist"}]}])
+        );
+    }
+
+    /// A placeholder's metadata: forewarn's name, namespace, owner, labels and annotations.
+    fn metadata_is_forewarns(v: &serde_json::Value) {
         assert_eq!(v["metadata"]["name"], "forewarn-placeholder-u-1");
         assert_eq!(
             v["metadata"]["namespace"], NAMESPACE,
             "never the pod's namespace"
         );
-        assert!(super::super::surge::is_placeholder(&ph));
         assert_eq!(
             v["metadata"]["ownerReferences"],
             json!([{"apiVersion": "v1", "kind": "Node", "name": "doomed", "uid": "node-uid-1"}]),
@@ -379,6 +407,11 @@ mod tests {
             v["metadata"]["annotations"][ANNOTATION_EVICT_BY],
             "2026-11-20T10:01:05+00:00"
         );
+    }
+
+    /// A placeholder's spec: the pod's requests and constraints, kept off the doomed node and
+    /// nodes forewarn cordoned.
+    fn spec_is_the_pods_off_the_node(v: &serde_json::Value) {
         let spec = &v["spec"];
         assert_eq!(spec["priorityClassName"], PRIORITY_CLASS);
         assert_eq!(spec["terminationGracePeriodSeconds"], 0);
@@ -416,23 +449,6 @@ mod tests {
         assert_eq!(
             spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["namespaces"],
             json!(["shop"])
-        );
-        // Without an affinity of its own: one term keeping it off the node.
-        let bare =
-            pod(json!({"metadata": {"name": "x", "uid": "u-2"}, "spec": {"containers": []}}));
-        let v = serde_json::to_value(placeholder_for(
-            &bare,
-            &DOOMED,
-            "ev-1",
-            deadline(),
-            evict_by,
-        ))
-        .unwrap();
-        assert_eq!(
-            v["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-                ["nodeSelectorTerms"],
-            json!([{"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["doomed"]}],
-                    "matchExpressions": [{"key": LABEL_CORDONED, "operator": "DoesNotExist"}]}])
         );
     }
 }

@@ -34,11 +34,10 @@ impl KubePolicy {
         }
     }
 
-    fn failed(&self, e: impl std::fmt::Display, kind: FailureKind) -> DirectoryError {
+    fn failed(&self, e: impl Into<crate::ports::BoxError>, kind: FailureKind) -> DirectoryError {
         DirectoryError {
-            service: "Kubernetes (the policy ConfigMap)",
-            message: format!("configmap/{POLICY_NAMESPACE}/{POLICY_CONFIGMAP}: {e}"),
-            kind,
+            doing: Some(format!("configmap/{POLICY_NAMESPACE}/{POLICY_CONFIGMAP}")),
+            ..DirectoryError::new("Kubernetes (the policy ConfigMap)", kind, e)
         }
     }
 }
@@ -46,11 +45,10 @@ impl KubePolicy {
 #[async_trait]
 impl PolicySource for KubePolicy {
     async fn read(&self) -> Result<PolicyText, DirectoryError> {
-        let client = self
-            .clients
-            .client()
-            .await
-            .map_err(|e| self.failed(&e, e.kind()))?;
+        let client = self.clients.client().await.map_err(|e| {
+            let kind = e.kind();
+            self.failed(e, kind)
+        })?;
         let maps: Api<ConfigMap> = Api::namespaced(client, POLICY_NAMESPACE);
         let object = format!("configmap/{POLICY_NAMESPACE}/{POLICY_CONFIGMAP}");
         match with_retry(self.clients.clock(), "get", &object, || {
@@ -63,7 +61,10 @@ impl PolicySource for KubePolicy {
                 None => PolicyText::NoKey,
             }),
             Err(e) if e.is_not_found() => Ok(PolicyText::Absent),
-            Err(e) => Err(self.failed(&e, e.kind())),
+            Err(e) => Err({
+                let kind = e.kind();
+                self.failed(e, kind)
+            }),
         }
     }
 

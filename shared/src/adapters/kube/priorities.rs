@@ -40,6 +40,7 @@ impl KubeExpander {
                 object: format!("{NAMESPACE}/{name}"),
                 message: e.to_string(),
                 kind: e.kind(),
+                source: Some(Box::new(e)),
             })?;
         Ok(Api::namespaced(client, NAMESPACE))
     }
@@ -56,7 +57,8 @@ fn api_error(e: ApiError) -> ExpanderError {
             verb: e.verb,
             message: e.message(),
             kind: e.kind(),
-            object: e.object,
+            object: e.object.clone(),
+            source: Some(Box::new(e)),
         }
     }
 }

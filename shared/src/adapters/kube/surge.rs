@@ -155,7 +155,7 @@ pub(crate) async fn surge_pass(
         .filter_map(|pod| Some((*pod, pod.metadata.uid.as_deref()?)))
         .take(MAX_PODS)
         .collect();
-    let rounds = rounds_of(clients, settings, (to_evict, &surging), end).await;
+    let rounds = rounds_of(clients, settings, to_evict, &surging, end).await;
     let latest_of = |pod: &Pod, uid: &str| {
         let grace = pod
             .spec
@@ -235,13 +235,14 @@ pub(crate) async fn surge_pass(
     pass
 }
 
-/// Per pod uid, the earlier rounds of its budget: its controller's pods before it on the node,
-/// and, in a drain's first pass, one when a budget (listed by `end`) selects it that cannot let
-/// all of its pods go at once.
+/// Per pod uid, the earlier rounds of its budget: its controller's pods before it on the node
+/// (among `to_evict`), and, in a drain's first pass, one when a budget (listed by `end`) selects
+/// it (among `surging`) that cannot let all of its pods go at once.
 async fn rounds_of(
     clients: &ClusterClient,
     settings: &SurgeSettings,
-    (to_evict, surging): (&[&Pod], &[(&Pod, &str)]),
+    to_evict: &[&Pod],
+    surging: &[(&Pod, &str)],
     end: DateTime<Utc>,
 ) -> BTreeMap<String, usize> {
     let mut rounds = earlier_rounds(to_evict);

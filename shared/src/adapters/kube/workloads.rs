@@ -38,11 +38,7 @@ impl KubeWorkloads {
 /// A call that failed, with its kind.
 fn error(e: impl Into<KubeError>) -> DirectoryError {
     let e = e.into();
-    DirectoryError {
-        service: SERVICE,
-        message: e.to_string(),
-        kind: e.kind(),
-    }
+    DirectoryError::new(SERVICE, e.kind(), e)
 }
 
 /// Every object of a kind, in every namespace, page by page.
@@ -90,10 +86,6 @@ impl WorkloadSource for KubeWorkloads {
                 .await?,
             nodes: list_all::<Node>(&self.clients, &client, "nodes").await?,
         };
-        view(&raw).map_err(|e| DirectoryError {
-            service: SERVICE,
-            message: e.to_string(),
-            kind: FailureKind::Invalid,
-        })
+        view(&raw).map_err(|e| DirectoryError::new(SERVICE, FailureKind::Invalid, e))
     }
 }

@@ -7,7 +7,7 @@
 //! would bring it after the instance is gone).
 //!
 //! A kept copy is this environment's own signed continuation, verified as any other; its pass
-//! is quiet (`Pass::Drain { quiet }`): it evicts what is left and records no Event, not even the
+//! is quiet (`DrainRole::Quiet`): it evicts what is left and records no Event, not even the
 //! drain's end when it ends the drain; and it queues nothing and keeps nothing. The queued copy
 //! does all that when it comes (a second pass over a node whose pods are evicted finds nothing
 //! to evict). A copy whose queued twin is in the same batch is dropped. An environment that ends

@@ -38,8 +38,8 @@ use crate::domain::pool::{Applied, PoolKey};
 use crate::domain::report::{Outcome, Report};
 use crate::domain::surge::RoomSeen;
 use crate::ports::{
-    ActionResult, Clock, ContinuationQueue, Executor, InstanceDirectory, NodeDirectory, Pass,
-    PoolStore, span, until,
+    ActionResult, Clock, ContinuationQueue, DrainRole, Executor, InstanceDirectory, NodeDirectory,
+    Pass, PoolStore, span, until,
 };
 
 mod batch;
@@ -96,6 +96,20 @@ pub const PASS_INTERVAL: Duration = Duration::from_secs(5);
 /// A pending lifecycle action is kept alive at most this often.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(30);
 
+/// What the batch's events are handled with: what the batch's lookups found, and when.
+#[derive(Clone, Copy)]
+struct Seen<'a> {
+    /// The facts decisions are made from (instances, nodes, pool history).
+    facts: Facts<'a>,
+    /// The batch's event ids already applied.
+    applied: &'a HashSet<String>,
+    /// The placeholders of the drains that wait for room, as one look saw them (nothing for
+    /// the batch's new events).
+    room: &'a BTreeMap<String, RoomSeen>,
+    /// When the batch began.
+    now: DateTime<Utc>,
+}
+
 impl Pipeline<'_> {
     /// Processes a batch of records with the default [`Limits`]; see [`Pipeline::process_with`].
     pub async fn process(&self, records: &[Record]) -> Vec<Report> {
@@ -136,14 +150,17 @@ impl Pipeline<'_> {
         // then the drains carried on in process (their evictions, after every cordon).
         let (new, later) = by_phase(records, lanes);
         let nothing_seen = BTreeMap::new();
-        let first = self
-            .run(records, new, facts, &applied, &nothing_seen, now, limits)
-            .await;
+        let mut seen = Seen {
+            facts,
+            applied: &applied,
+            room: &nothing_seen,
+            now,
+        };
+        let first = self.run(records, new, seen, limits).await;
         // One look at the placeholders of every drain of the batch that waits for room.
         let room = self.room(records, limits).await;
-        let later = self
-            .run(records, later, facts, &applied, &room, now, limits)
-            .await;
+        seen.room = &room;
+        let later = self.run(records, later, seen, limits).await;
         let mut done = self.finish(records, later, limits).await;
         done.extend(self.finish(records, first, limits).await);
         let mut reports: Vec<Option<Report>> = vec![None; records.len()];
@@ -261,15 +278,11 @@ impl Pipeline<'_> {
 
     /// Runs the lanes concurrently (up to `limits.concurrency`), each lane's events one after
     /// the other, each event within the deadline; returns what each lane did, in its order.
-    #[allow(clippy::too_many_arguments)]
     async fn run(
         &self,
         records: &[Record],
         lanes: Vec<Vec<usize>>,
-        facts: Facts<'_>,
-        applied: &HashSet<String>,
-        room: &BTreeMap<String, RoomSeen>,
-        now: DateTime<Utc>,
+        seen: Seen<'_>,
         limits: Limits,
     ) -> Vec<Vec<(usize, Handled<'_>)>> {
         futures::stream::iter(lanes)
@@ -279,7 +292,7 @@ impl Pipeline<'_> {
                     let record = &records[i];
                     let Ok(event) = &record.event else { continue };
                     let work = self
-                        .handle(record, event, facts, (applied, room), now)
+                        .handle(record, event, seen)
                         .instrument(event_span(event));
                     let handled = self
                         .in_time(record, limits, work)
@@ -355,14 +368,13 @@ impl Pipeline<'_> {
         done.map_err(|panic| panicked(record, panic.as_ref()))
     }
 
-    async fn handle(
-        &self,
-        record: &Record,
-        event: &Event,
-        facts: Facts<'_>,
-        (applied, room): (&HashSet<String>, &BTreeMap<String, RoomSeen>),
-        now: DateTime<Utc>,
-    ) -> Handled<'_> {
+    async fn handle(&self, record: &Record, event: &Event, seen: Seen<'_>) -> Handled<'_> {
+        let Seen {
+            facts,
+            applied,
+            room,
+            now,
+        } = seen;
         let plan = match &record.continuation {
             Some(c) => match self.verified_plan(record, event, c, now).await {
                 Ok(plan) => plan,
@@ -686,11 +698,12 @@ mod tests {
                 "attempt to subtract with overflow"
             );
             if self.fail.contains(&plan.event_id) {
-                return Err(ExecuteError {
-                    instance_id: plan.instance_ids[0].clone(),
-                    message: "API answered 500".into(),
-                    kind: crate::ports::FailureKind::Unavailable,
-                });
+                return Err(ExecuteError::new(
+                    plan.instance_ids[0].clone(),
+                    None,
+                    crate::ports::FailureKind::Unavailable,
+                    "API answered 500",
+                ));
             }
             Ok(vec![ActionResult {
                 instance_id: plan.instance_ids[0].clone(),
@@ -985,11 +998,11 @@ mod tests {
             &self,
             _ids: &[String],
         ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
-            Err(DirectoryError {
-                service: "ec2:DescribeInstances",
-                message: "throttled".into(),
-                kind: crate::ports::FailureKind::Throttled,
-            })
+            Err(DirectoryError::new(
+                "ec2:DescribeInstances",
+                crate::ports::FailureKind::Throttled,
+                "throttled",
+            ))
         }
     }
 
@@ -1194,8 +1207,7 @@ mod tests {
                 && matches!(
                     pass,
                     Pass::Drain {
-                        announce: true,
-                        owed: false,
+                        role: DrainRole::First,
                         ..
                     }
                 )),

@@ -241,12 +241,15 @@ impl Pipeline<'_> {
             Some(at) => self.clock.now() - at >= span(HEARTBEAT_EVERY),
             None => true,
         };
+        let role = if quiet {
+            DrainRole::Quiet
+        } else {
+            DrainRole::of_pass(continuation.pass)
+        };
         let pass = Pass::Drain {
             started_at: continuation.started_at,
-            announce: continuation.pass == 1,
-            owed: continuation.owes_decision_events(),
+            role,
             heartbeat,
-            quiet,
         };
         let results = executor.execute(plan, pass).await?;
         if let Some(why) = refusals(&results) {

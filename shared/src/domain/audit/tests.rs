@@ -215,41 +215,25 @@ fn selectors() {
     assert!(!budget("x", None, None).selects("other", &labels(&[("app", "web")])));
 }
 
+/// A small state, named, and the codes of the rules it should break.
+type Case = (&'static str, ClusterView, Vec<&'static str>);
+
 #[test]
 fn each_rule_on_small_states() {
-    use IntOrPercent::{Int, Percent};
     let none = BTreeMap::new();
-    let with_grace = |g: i64| {
-        let mut w = deployment(&["a1", "b1"]);
-        w.pods[1].grace_seconds = Some(g);
-        w
-    };
-    let with_empty_dir = {
-        let mut w = deployment(&["a1", "b1"]);
-        w.pods[0].empty_dirs = vec!["cache".into()];
-        w
-    };
-    let critical = {
-        let mut w = deployment(&["a1", "b1"]);
-        w.pods[0].priority_class = Some("system-cluster-critical".into());
-        w
-    };
-    let critical_by_value = {
-        let mut w = deployment(&["a1", "b1"]);
-        w.pods[0].priority = Some(2_000_001_000);
-        w
-    };
-    let bare = Workload {
-        kind: WorkloadKind::Pod,
-        replicas: 1,
-        selector: None,
-        ..deployment(&["a1"])
-    };
+    for (name, v, want) in budget_cases().into_iter().chain(placement_cases()) {
+        assert_eq!(codes(&v, &none), want, "{name}");
+    }
+}
+
+/// States of a deployment and its budgets.
+fn budget_cases() -> Vec<Case> {
+    use IntOrPercent::{Int, Percent};
     let overlap = vec![
         budget("web", None, Some(Int(1))),
         budget("all", Some(Int(1)), None),
     ];
-    let cases: Vec<(&str, ClusterView, Vec<&str>)> = vec![
+    vec![
         (
             "spread and budgeted",
             view(deployment(&["a1", "b1"]), ok_budget()),
@@ -299,6 +283,38 @@ fn each_rule_on_small_states() {
             view(deployment(&["a1", "b1"]), overlap),
             vec!["pdb-overlap"],
         ),
+    ]
+}
+
+/// States of where a workload's pods run and what they hold.
+fn placement_cases() -> Vec<Case> {
+    let with_grace = |g: i64| {
+        let mut w = deployment(&["a1", "b1"]);
+        w.pods[1].grace_seconds = Some(g);
+        w
+    };
+    let with_empty_dir = {
+        let mut w = deployment(&["a1", "b1"]);
+        w.pods[0].empty_dirs = vec!["cache".into()];
+        w
+    };
+    let critical = {
+        let mut w = deployment(&["a1", "b1"]);
+        w.pods[0].priority_class = Some("system-cluster-critical".into());
+        w
+    };
+    let critical_by_value = {
+        let mut w = deployment(&["a1", "b1"]);
+        w.pods[0].priority = Some(2_000_001_000);
+        w
+    };
+    let bare = Workload {
+        kind: WorkloadKind::Pod,
+        replicas: 1,
+        selector: None,
+        ..deployment(&["a1"])
+    };
+    vec![
         (
             "one replica",
             view(deployment(&["a1"]), ok_budget()),
@@ -346,10 +362,7 @@ fn each_rule_on_small_states() {
             vec!["critical-on-spot"],
         ),
         ("bare pod", view(bare, vec![]), vec!["no-controller"]),
-    ];
-    for (name, v, want) in cases {
-        assert_eq!(codes(&v, &none), want, "{name}");
-    }
+    ]
 }
 
 #[test]

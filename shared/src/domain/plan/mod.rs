@@ -16,6 +16,7 @@ use crate::domain::wayback::CordonRecord;
 
 mod choice;
 mod launch;
+pub mod pass;
 
 /// What is known when deciding.
 #[derive(Debug, Clone, Copy)]

@@ -1,47 +1,36 @@
-//! The executor's drain step for a node: one pass of its drain (see
+//! The executor's drain of a node: one pass of its drain (see
 //! [`super::super::drain::drain_pass`]), and the `Drained` or `DrainIncomplete` Event when the
 //! drain is over.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::Node;
 
+use super::super::connect::ClusterClient;
 use super::super::drain::{DrainReport, DrainSettings, drain_pass};
 use super::super::error::KubeError;
 use super::super::events::EventType;
-use super::super::surge::SurgeSettings;
-use super::{KubeExecutor, NodeOutcome};
+use super::super::surge::{SurgeMemory, SurgeSettings};
+use super::events::{Recorder, Said};
+use super::{ExecutorSettings, NodeOutcome};
+use crate::domain::config::Config;
 use crate::domain::plan::{NodeAction, Plan};
-use crate::ports::Pass;
+use crate::ports::{DrainRole, Pass};
 
-impl KubeExecutor {
-    /// One pass of the drain (see [`super::super::drain::drain_pass`]) on the node the pass has just
-    /// read and verified; when the drain ends, its Event (not in a dry run).
-    pub(super) async fn drain_pass(
-        &self,
-        plan: &Plan,
-        a: &NodeAction,
-        node: &Node,
-        pass: Pass,
-        out: &mut NodeOutcome,
-    ) -> Result<(), KubeError> {
-        let report = self.drain_only(plan, a, node, pass).await?;
-        if matches!(
-            pass,
-            Pass::Drain {
-                owed: true,
-                quiet: false,
-                ..
-            }
-        ) {
-            // The Events the first pass left to this one, after this pass's evictions.
-            let note = Some(self.cordoned_note(a));
-            self.decision_events(plan, a, node, (true, note), out).await;
-        }
-        self.drain_over(plan, node, pass, report, out).await;
-        Ok(())
-    }
+/// Drains nodes, a pass at a time.
+pub(super) struct Drainer<'a> {
+    pub clients: &'a ClusterClient,
+    pub config: &'a Config,
+    pub settings: &'a ExecutorSettings,
+    /// What surge drains remember between passes (budgets, refused namespaces), shared by them.
+    pub surge_memory: &'a Arc<SurgeMemory>,
+    /// Where the drain's end is recorded.
+    pub events: Recorder<'a>,
+}
 
+impl Drainer<'_> {
     /// The evictions of one drain pass (see [`super::super::drain::drain_pass`]).
-    pub(super) async fn drain_only(
+    pub async fn evictions(
         &self,
         plan: &Plan,
         a: &NodeAction,
@@ -67,12 +56,12 @@ impl KubeExecutor {
                 deadline,
                 node_uid: node.metadata.uid.clone(),
                 parallelism: self.settings.eviction_parallelism,
-                first: matches!(pass, Pass::Drain { announce: true, .. }),
+                first: pass.is_first_drain(),
                 memory: self.surge_memory.clone(),
             }),
         };
         drain_pass(
-            &self.clients,
+            self.clients,
             name,
             started_at,
             deadline,
@@ -82,9 +71,29 @@ impl KubeExecutor {
         .await
     }
 
+    /// A first drain pass that came after the drain's deadline evicted what was left at once,
+    /// and so ended the drain; when the notice says when the instance goes, its Events (of the
+    /// decision, and the drain's end) would come before the instance goes, in a mass
+    /// interruption ahead of other nodes' evictions. Then the drain stays pending until the
+    /// instance's end: its next pass, refused as late, records the Events of the decision alone
+    /// (`Pass::Announce`); the drain's end gets no Event.
+    pub fn leave_late_events(&self, a: &NodeAction, pass: Pass, report: &mut DrainReport) {
+        let first = pass.is_first_drain();
+        let now = self.clients.clock().now();
+        if let (true, false, true, Some(deadline)) =
+            (first, report.pending, a.grace_to_deadline, a.deadline)
+            && now >= deadline
+            && !self.settings.dry_run
+        {
+            report.pending = true;
+            report.wait_until =
+                Some(deadline + self.config.deadline_margin + chrono::Duration::seconds(1));
+        }
+    }
+
     /// A drain pass's report put in `out`; when the drain ended, its Event (not in a dry run,
     /// nor in a quiet pass).
-    pub(super) async fn drain_over(
+    pub async fn over(
         &self,
         plan: &Plan,
         node: &Node,
@@ -92,23 +101,23 @@ impl KubeExecutor {
         report: DrainReport,
         out: &mut NodeOutcome,
     ) {
-        let quiet = matches!(pass, Pass::Drain { quiet: true, .. });
+        let quiet = matches!(
+            pass,
+            Pass::Drain {
+                role: DrainRole::Quiet,
+                ..
+            }
+        );
         if !report.pending && !self.settings.dry_run && !quiet {
-            let later = matches!(
-                pass,
-                Pass::Drain {
-                    announce: false,
-                    ..
-                }
-            );
-            self.drain_ended(plan, node, &report, later, out).await;
+            let later = matches!(pass, Pass::Drain { .. }) && !pass.is_first_drain();
+            self.ended(plan, node, &report, later, out).await;
         }
         out.drain = Some(report);
     }
 
     /// The `Drained` or `DrainIncomplete` Event of a drain that ended (in a `later` pass: one
     /// after the pass that evicted).
-    async fn drain_ended(
+    async fn ended(
         &self,
         plan: &Plan,
         node: &Node,
@@ -116,36 +125,35 @@ impl KubeExecutor {
         later: bool,
         out: &mut NodeOutcome,
     ) {
-        if report.complete() {
+        let said = if report.complete() {
             let summary = if later {
                 report.later_summary()
             } else {
                 report.summary()
             };
-            let note = format!("Drained: {summary}");
-            self.event(plan, node, "Drained", "Drain", EventType::Normal, note, out)
-                .await;
+            Said {
+                reason: "Drained",
+                action: "Drain",
+                type_: EventType::Normal,
+                note: format!("Drained: {summary}"),
+            }
         } else {
             let left: Vec<String> = report
                 .left
                 .iter()
                 .map(|l| format!("{}: {}", l.pod, l.reason))
                 .collect();
-            let note = format!(
-                "Drain incomplete at the deadline: {}. Refused: {}",
-                report.summary(),
-                left.join("; ")
-            );
-            self.event(
-                plan,
-                node,
-                "DrainIncomplete",
-                "Drain",
-                EventType::Warning,
-                note,
-                out,
-            )
-            .await;
-        }
+            Said {
+                reason: "DrainIncomplete",
+                action: "Drain",
+                type_: EventType::Warning,
+                note: format!(
+                    "Drain incomplete at the deadline: {}. Refused: {}",
+                    report.summary(),
+                    left.join("; ")
+                ),
+            }
+        };
+        self.events.event(plan, node, said, out).await;
     }
 }
