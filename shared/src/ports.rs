@@ -20,28 +20,21 @@ use crate::domain::report::{DrainSummary, Report};
 use crate::domain::stats::HistoryEntry;
 use crate::domain::wayback::{Undo, UndoOutcome};
 
-tokio::task_local! {
-    /// Set by [`within_deadline`]: when the work under way must be over.
-    static WORK_DEADLINE: DateTime<Utc>;
+/// What a call through a port is part of: the work under way, and when it must be over (a
+/// Lambda invocation's deadline less its margin). Given to the adapters that retry: they retry
+/// transient failures inside the work until its deadline, instead of giving up after a few
+/// attempts. `deadline: None` (the default): no deadline is known (a replay, the command line,
+/// a test), and adapters keep their few attempts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Work {
+    pub deadline: Option<DateTime<Utc>>,
 }
 
-/// Runs `work` with `deadline` as the time it must be over (a Lambda invocation's deadline less
-/// its margin): adapters retry transient failures inside the work until then, instead of giving
-/// up after a few attempts (see [`work_deadline`]). `None`: no deadline is known (a replay), and
-/// adapters keep their few attempts.
-pub async fn within_deadline<F: std::future::Future>(
-    deadline: Option<DateTime<Utc>>,
-    work: F,
-) -> F::Output {
-    match deadline {
-        Some(deadline) => WORK_DEADLINE.scope(deadline, work).await,
-        None => work.await,
+impl Work {
+    /// Work that must be over by `deadline` (if known).
+    pub fn until(deadline: Option<DateTime<Utc>>) -> Work {
+        Work { deadline }
     }
-}
-
-/// The deadline of the work under way in this task, when [`within_deadline`] set one.
-pub fn work_deadline() -> Option<DateTime<Utc>> {
-    WORK_DEADLINE.try_with(|d| *d).ok()
 }
 
 /// The one clock: "now" for every decision, and every wait. Production reads the system clock
@@ -182,6 +175,16 @@ pub trait InstanceDirectory: Send + Sync {
 pub trait NodeDirectory: Send + Sync {
     /// Candidate nodes for these instances (it may return more; resolution picks).
     async fn nodes(&self, instances: &[InstanceFacts]) -> Result<Vec<NodeFacts>, DirectoryError>;
+
+    /// [`NodeDirectory::nodes`] as part of `work` (retrying transient failures until its
+    /// deadline, for a directory that retries; by default, the same as `nodes`).
+    async fn nodes_in(
+        &self,
+        instances: &[InstanceFacts],
+        _work: Work,
+    ) -> Result<Vec<NodeFacts>, DirectoryError> {
+        self.nodes(instances).await
+    }
 
     /// Every node of the cluster (the sweeper looks for nodes whose instance is gone).
     async fn all(&self) -> Result<Vec<NodeFacts>, DirectoryError>;
@@ -399,6 +402,17 @@ pub trait Executor: Send + Sync {
     /// must be retried (nothing is recorded as applied).
     async fn execute(&self, plan: &Plan, pass: Pass) -> Result<Vec<ActionResult>, ExecuteError>;
 
+    /// [`Executor::execute`] as part of `work`: its calls retry transient failures until the
+    /// work's deadline (by default, the same as `execute`: an executor that does not retry).
+    async fn execute_in(
+        &self,
+        plan: &Plan,
+        pass: Pass,
+        _work: Work,
+    ) -> Result<Vec<ActionResult>, ExecuteError> {
+        self.execute(plan, pass).await
+    }
+
     /// Undoes forewarn's cordon of `undo.node` (the way back, see [`crate::domain::wayback`]):
     /// the taint, the cordon, the load-balancer label forewarn added and the record go, and an
     /// Event says why — only when, read live, the node still runs `undo.instance_id`, is not
@@ -420,6 +434,16 @@ pub trait Executor: Send + Sync {
         _nodes: &[String],
     ) -> Result<BTreeMap<String, crate::domain::surge::RoomSeen>, ExecuteError> {
         Ok(BTreeMap::new())
+    }
+
+    /// [`Executor::room`] as part of `work` (see [`Executor::execute_in`]; by default, the same
+    /// as `room`).
+    async fn room_in(
+        &self,
+        nodes: &[String],
+        _work: Work,
+    ) -> Result<BTreeMap<String, crate::domain::surge::RoomSeen>, ExecuteError> {
+        self.room(nodes).await
     }
 }
 

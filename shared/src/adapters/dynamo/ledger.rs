@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use aws_sdk_dynamodb::types::{KeysAndAttributes, Put, TransactWriteItem};
 
 use super::codec::*;
-use super::{DynamoStore, MAX_BATCH_ROUNDS, backoff};
+use super::{BACKOFF, DynamoStore, MAX_BATCH_ROUNDS};
 use crate::domain::pool::PoolUpdate;
 use crate::ports::{FailureKind, StoreError};
 
@@ -45,6 +45,7 @@ impl DynamoStore {
                     .map_err(|e| self.err(FailureKind::Invalid, "building a ledger read", e))?,
             );
             let mut round = 0;
+            let mut waits = BACKOFF.delays();
             while let Some(keys) = request.take() {
                 if round == MAX_BATCH_ROUNDS {
                     return Err(self.err(
@@ -54,7 +55,7 @@ impl DynamoStore {
                     ));
                 }
                 if round > 0 {
-                    tokio::time::sleep(backoff(round)).await;
+                    self.back_off(&mut waits).await;
                 }
                 round += 1;
                 let out = self

@@ -38,7 +38,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Display;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -67,6 +66,7 @@ use expr::Known;
 pub use token::request_token;
 
 use crate::adapters::aws::failure_kind;
+use crate::adapters::backoff::Backoff;
 use crate::domain::continuation::KeyRing;
 use crate::domain::pool::{Applied, PoolQuery, PoolRecord, PoolUpdate, Retention};
 use crate::domain::stats::HistoryEntry;
@@ -244,11 +244,15 @@ impl PoolStore for DynamoStore {
     }
 }
 
-/// Exponential backoff with full jitter: up to 25 ms × 2^attempt, at most 1 s.
-fn backoff(attempt: u32) -> Duration {
-    let cap_ms = (25u64 << attempt.min(6)).min(1000);
-    let random = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
-    Duration::from_millis(cap_ms / 2 + random % (cap_ms / 2 + 1))
+/// The wait after a transaction cancelled by a conflict (or in progress), and between two
+/// rounds of a ledger read: at most 50 ms, doubling up to 1 s, equal jitter (see
+/// [`Backoff`]); the loops count their attempts themselves.
+pub(super) const BACKOFF: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+
+impl DynamoStore {
+    /// Waits the next of `waits` on the store's clock.
+    pub(super) async fn back_off(&self, waits: &mut impl Iterator<Item = Duration>) {
+        let wait = waits.next().unwrap_or(Duration::from_secs(1));
+        self.clock.sleep(wait).await;
+    }
 }

@@ -35,7 +35,7 @@ use futures::future::join_all;
 use k8s_openapi::api::core::v1::Node;
 use tracing::Instrument;
 
-use super::api::in_later_lane;
+use super::api::rate_limit::Lane;
 use super::connect::ClusterClient;
 use super::cordon::{CordonOutcome, CordonSpec, RecordKeys, cordon, get_node, uncordon};
 use super::delete::{DeleteOutcome, delete_target};
@@ -47,11 +47,12 @@ use super::outcome::results;
 
 mod drain;
 mod lifecycle;
+mod port;
 use crate::domain::config::{Action, Config};
 use crate::domain::plan::{NodeAction, Plan, Target};
 use crate::domain::wayback::{Undo, UndoOutcome};
 use crate::ports::LifecycleCompleter;
-use crate::ports::{ActionResult, Clock, ExecuteError, Executor, Pass};
+use crate::ports::{ActionResult, Clock, ExecuteError, Executor, Pass, Work};
 
 /// How many evictions run at once.
 pub const ENV_EVICTION_PARALLELISM: &str = "FOREWARN_EVICTION_PARALLELISM";
@@ -102,10 +103,13 @@ struct Cordoning {
     note: Option<String>,
 }
 
-/// [`Executor`] over the Kubernetes API (and Auto Scaling for lifecycle actions).
+/// [`Executor`] over the Kubernetes API (and Auto Scaling for lifecycle actions). Cheap to
+/// clone: each pass runs on a clone whose client carries the pass's lane and the work's
+/// deadline (see [`KubeExecutor::run_in`]).
+#[derive(Clone)]
 pub struct KubeExecutor {
     clients: ClusterClient,
-    config: Config,
+    config: Arc<Config>,
     settings: ExecutorSettings,
     lifecycle: Option<Arc<dyn LifecycleCompleter>>,
     /// What surge drains remember between passes (budgets, refused namespaces), shared by them.
@@ -129,7 +133,7 @@ impl KubeExecutor {
     pub fn new(clients: ClusterClient, config: &Config) -> KubeExecutor {
         KubeExecutor {
             clients,
-            config: config.clone(),
+            config: Arc::new(config.clone()),
             settings: ExecutorSettings::default(),
             lifecycle: None,
             surge_memory: Arc::default(),
@@ -184,8 +188,27 @@ impl KubeExecutor {
     }
 
     /// Carries out every node action of `plan` (concurrently) for `pass`, with what each did. An
-    /// error from any means the event must come back (the others were still carried out).
+    /// error from any means the event must come back (the others were still carried out). No
+    /// deadline: see [`KubeExecutor::run_in`].
     pub async fn run(&self, plan: &Plan, pass: Pass) -> Result<Vec<NodeOutcome>, ExecuteError> {
+        self.run_in(plan, pass, Work::default()).await
+    }
+
+    /// [`KubeExecutor::run`] as part of `work`: its calls retry transient failures until the
+    /// work's deadline. Every pass but the cordon runs in [`Lane::Later`] of the rate limit: a
+    /// drain's node reads and Events do not go before other nodes' cordons.
+    pub async fn run_in(
+        &self,
+        plan: &Plan,
+        pass: Pass,
+        work: Work,
+    ) -> Result<Vec<NodeOutcome>, ExecuteError> {
+        let lane = if pass == Pass::Cordon {
+            Lane::First
+        } else {
+            Lane::Later
+        };
+        let this = self.on(self.clients.in_lane(lane).within(work.deadline));
         let runs = plan.actions.iter().map(|a| {
             let span = tracing::info_span!(
                 "node_action",
@@ -193,16 +216,11 @@ impl KubeExecutor {
                 instance_id = %a.instance_id,
                 node = a.node.as_deref().unwrap_or(""),
                 action = %a.action,
-                dry_run = self.settings.dry_run,
+                dry_run = this.settings.dry_run,
             );
+            let this = &this;
             async move {
-                let work = self.act(plan, a, pass);
-                let done = if pass != Pass::Cordon {
-                    in_later_lane(work).await
-                } else {
-                    work.await
-                };
-                done.map_err(|e| {
+                this.act(plan, a, pass).await.map_err(|e| {
                     tracing::warn!(error = %e, "node action failed");
                     ExecuteError {
                         instance_id: a.instance_id.clone(),
@@ -217,6 +235,14 @@ impl KubeExecutor {
             .instrument(span)
         });
         join_all(runs).await.into_iter().collect()
+    }
+
+    /// The same executor on `clients` (the same cluster, in a lane or within a deadline).
+    fn on(&self, clients: ClusterClient) -> KubeExecutor {
+        KubeExecutor {
+            clients,
+            ..self.clone()
+        }
     }
 
     async fn act(&self, plan: &Plan, a: &NodeAction, pass: Pass) -> Result<NodeOutcome, KubeError> {
@@ -649,51 +675,5 @@ impl KubeExecutor {
                 out.event_failures.push(format!("{reason}: {e}"));
             }
         }
-    }
-}
-
-#[async_trait]
-impl Executor for KubeExecutor {
-    async fn execute(&self, plan: &Plan, pass: Pass) -> Result<Vec<ActionResult>, ExecuteError> {
-        Ok(results(&self.run(plan, pass).await?))
-    }
-
-    async fn undo(&self, undo: &Undo) -> Result<UndoOutcome, ExecuteError> {
-        let fail = |e: KubeError| ExecuteError {
-            instance_id: undo.instance_id.clone(),
-            message: format!("node {}: {e}", undo.node),
-            kind: e.kind(),
-        };
-        match get_node(&self.clients, &undo.node).await.map_err(fail)? {
-            None => Ok(UndoOutcome::NodeGone),
-            Some(node) => self.undo_cordon(node, undo).await.map_err(fail),
-        }
-    }
-
-    async fn room(
-        &self,
-        nodes: &[String],
-    ) -> Result<std::collections::BTreeMap<String, crate::domain::surge::RoomSeen>, ExecuteError>
-    {
-        in_later_lane(super::surge::room_of(&self.clients, nodes))
-            .await
-            .map_err(|e| ExecuteError {
-                instance_id: String::new(),
-                message: format!("placeholders of {} nodes: {e}", nodes.len()),
-                kind: e.kind(),
-            })
-    }
-
-    async fn clean_placeholders(
-        &self,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<String>, ExecuteError> {
-        super::surge::delete_expired(&self.clients, now, self.settings.dry_run)
-            .await
-            .map_err(|e| ExecuteError {
-                instance_id: String::new(),
-                message: format!("placeholders: {e}"),
-                kind: e.kind(),
-            })
     }
 }
