@@ -227,16 +227,32 @@ impl NodeDirectory for NoNodes {
 /// Errors of a pool store.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("pool store at {location}: {message}")]
+    #[error("pool store at {location}: {message}{}", cause_text(.source.as_deref()))]
     Backend {
         location: String,
+        /// What was being done, or what went wrong when the backend said nothing.
         message: String,
         /// What kind of failure: whether the call is worth trying again.
         kind: FailureKind,
+        /// What the backend answered, when it did (a DynamoDB error).
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
     /// An item that does not read as what it should be: reading it again gives the same.
     #[error("pool store: item `{key}` is malformed: {message}")]
     Corrupt { key: String, message: String },
+}
+
+/// `: ` and the text of `cause` and of its own causes, one after the other; nothing without one.
+fn cause_text(cause: Option<&(dyn std::error::Error + Send + Sync)>) -> String {
+    let mut text = String::new();
+    let mut next: Option<&dyn std::error::Error> = cause.map(|c| c as &dyn std::error::Error);
+    while let Some(c) = next {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        next = c.source();
+    }
+    text
 }
 
 impl StoreError {
@@ -316,6 +332,7 @@ pub trait PoolStore: Send + Sync {
             location: self.location(),
             message: "this store cannot rotate its continuation key".into(),
             kind: FailureKind::Invalid,
+            source: None,
         })
     }
 
@@ -744,6 +761,7 @@ mod tests {
             service: "ec2:DescribeInstances",
             message: "m".into(),
             kind,
+            source: None,
         };
         assert!(directory(FailureKind::Throttled).retryable());
         assert!(!directory(FailureKind::Forbidden).retryable());
@@ -751,6 +769,7 @@ mod tests {
             location: "dynamodb table t".into(),
             message: "m".into(),
             kind,
+            source: None,
         };
         assert!(backend(FailureKind::Timeout).retryable());
         assert!(!backend(FailureKind::Conflict).retryable());
@@ -763,6 +782,7 @@ mod tests {
             instance_id: "i-1".into(),
             message: "m".into(),
             kind,
+            source: None,
         };
         assert!(execute(FailureKind::Unavailable).retryable());
         assert!(!execute(FailureKind::NotFound).retryable());
@@ -773,6 +793,7 @@ mod tests {
             code: None,
             message: "m".into(),
             kind,
+            source: None,
         };
         assert!(lifecycle(FailureKind::Connection).retryable());
         assert!(!lifecycle(FailureKind::Invalid).retryable());
@@ -786,6 +807,7 @@ mod tests {
             object: "o".into(),
             message: "m".into(),
             kind,
+            source: None,
         };
         assert!(api(FailureKind::Throttled).retryable());
         assert!(!api(FailureKind::Forbidden).retryable());

@@ -307,6 +307,7 @@ fn backend_of(
         location: path.display().to_string(),
         message: format!("{what}: {error}"),
         kind,
+        source: None,
     }
 }
 

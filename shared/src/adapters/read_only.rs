@@ -71,6 +71,7 @@ where
                 message: "no continuation key is stored yet (a read-only view never creates one)"
                     .into(),
                 kind: FailureKind::NotFound,
+                source: None,
             })
     }
 
@@ -83,6 +84,7 @@ where
             location: self.0.location(),
             message: "a read-only view of the store rotates nothing".into(),
             kind: FailureKind::Invalid,
+            source: None,
         })
     }
 

@@ -576,6 +576,7 @@ mod tests {
                 location: "test".into(),
                 message: "unreachable".into(),
                 kind: self.0,
+                source: None,
             })
         }
         async fn apply(

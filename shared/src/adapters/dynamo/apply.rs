@@ -182,8 +182,7 @@ impl DynamoStore {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(|e| {
-                self.err(
-                    FailureKind::Invalid,
+                self.build_err(
                     format_args!("building the update of pool {}", delta.pool),
                     e,
                 )
@@ -309,7 +308,7 @@ impl DynamoStore {
         }
         let put = put
             .build()
-            .map_err(|e| self.err(FailureKind::Invalid, "building a history put", e))?;
+            .map_err(|e| self.build_err("building a history put", e))?;
         Ok(TransactWriteItem::builder().put(put).build())
     }
 

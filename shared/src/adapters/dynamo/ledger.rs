@@ -42,7 +42,7 @@ impl DynamoStore {
                     .expression_attribute_names("#pk", PK)
                     .expression_attribute_names("#exp", EXPIRES_AT)
                     .build()
-                    .map_err(|e| self.err(FailureKind::Invalid, "building a ledger read", e))?,
+                    .map_err(|e| self.build_err("building a ledger read", e))?,
             );
             let mut round = 0;
             let mut waits = BACKOFF.delays();
@@ -110,7 +110,7 @@ impl DynamoStore {
             .expression_attribute_names("#exp", EXPIRES_AT)
             .expression_attribute_values(":now", n(recorded))
             .build()
-            .map_err(|e| self.err(FailureKind::Invalid, "building the ledger put", e))?;
+            .map_err(|e| self.build_err("building the ledger put", e))?;
         Ok(TransactWriteItem::builder().put(put).build())
     }
 }

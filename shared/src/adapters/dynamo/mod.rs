@@ -44,7 +44,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::http::HttpResponse;
-use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::error::{BuildError, ProvideErrorMetadata, SdkError};
 use chrono::{DateTime, Utc};
 
 mod apply;
@@ -151,21 +151,39 @@ impl DynamoStore {
         &self.client
     }
 
-    /// An error of `kind` while doing `what`.
-    fn err(&self, kind: FailureKind, what: impl Display, error: impl Display) -> StoreError {
+    /// A failure of `kind` while doing `what`, said by `detail` (no error of DynamoDB's: a
+    /// request that cannot be built, an answer that does not add up).
+    fn err(&self, kind: FailureKind, what: impl Display, detail: impl Display) -> StoreError {
         StoreError::Backend {
             location: self.location(),
-            message: format!("{what}: {error}"),
+            message: format!("{what}: {detail}"),
             kind,
+            source: None,
         }
     }
 
-    /// A DynamoDB call that failed while doing `what`, with the kind its answer says.
+    /// A request that could not be built while doing `what`; the error is kept as the source.
+    fn build_err(&self, what: impl Display, error: BuildError) -> StoreError {
+        StoreError::Backend {
+            location: self.location(),
+            message: what.to_string(),
+            kind: FailureKind::Invalid,
+            source: Some(Box::new(error)),
+        }
+    }
+
+    /// A DynamoDB call that failed while doing `what`, with the kind its answer says; the
+    /// error is kept as the source.
     fn sdk_err<E>(&self, what: impl Display, error: SdkError<E, HttpResponse>) -> StoreError
     where
-        E: ProvideErrorMetadata + std::error::Error + 'static,
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
-        self.err(failure_kind(&error), what, DisplayErrorContext(error))
+        StoreError::Backend {
+            location: self.location(),
+            message: what.to_string(),
+            kind: failure_kind(&error),
+            source: Some(Box::new(error)),
+        }
     }
 
     fn known(&self) -> std::sync::MutexGuard<'_, HashMap<String, Known>> {

@@ -30,7 +30,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::Node;
 use tracing::Instrument;
@@ -43,7 +42,6 @@ use super::error::{KubeError, Refusal};
 use super::events::{EventType, NodeEvent, record};
 use super::node_facts::node_facts;
 pub use super::outcome::NodeOutcome;
-use super::outcome::results;
 
 mod drain;
 mod lifecycle;
@@ -52,7 +50,7 @@ use crate::domain::config::{Action, Config};
 use crate::domain::plan::{NodeAction, Plan, Target};
 use crate::domain::wayback::{Undo, UndoOutcome};
 use crate::ports::LifecycleCompleter;
-use crate::ports::{ActionResult, Clock, ExecuteError, Executor, Pass, Work};
+use crate::ports::{Clock, ExecuteError, Pass, Work};
 
 /// How many evictions run at once.
 pub const ENV_EVICTION_PARALLELISM: &str = "FOREWARN_EVICTION_PARALLELISM";
@@ -103,7 +101,7 @@ struct Cordoning {
     note: Option<String>,
 }
 
-/// [`Executor`] over the Kubernetes API (and Auto Scaling for lifecycle actions). Cheap to
+/// [`Executor`](crate::ports::Executor) over the Kubernetes API (and Auto Scaling for lifecycle actions). Cheap to
 /// clone: each pass runs on a clone whose client carries the pass's lane and the work's
 /// deadline (see [`KubeExecutor::run_in`]).
 #[derive(Clone)]
