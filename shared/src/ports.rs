@@ -761,7 +761,6 @@ mod tests {
             service: "ec2:DescribeInstances",
             message: "m".into(),
             kind,
-            source: None,
         };
         assert!(directory(FailureKind::Throttled).retryable());
         assert!(!directory(FailureKind::Forbidden).retryable());
@@ -782,7 +781,6 @@ mod tests {
             instance_id: "i-1".into(),
             message: "m".into(),
             kind,
-            source: None,
         };
         assert!(execute(FailureKind::Unavailable).retryable());
         assert!(!execute(FailureKind::NotFound).retryable());
@@ -793,7 +791,6 @@ mod tests {
             code: None,
             message: "m".into(),
             kind,
-            source: None,
         };
         assert!(lifecycle(FailureKind::Connection).retryable());
         assert!(!lifecycle(FailureKind::Invalid).retryable());
@@ -807,7 +804,6 @@ mod tests {
             object: "o".into(),
             message: "m".into(),
             kind,
-            source: None,
         };
         assert!(api(FailureKind::Throttled).retryable());
         assert!(!api(FailureKind::Forbidden).retryable());

@@ -21,7 +21,7 @@ use crate::adapters::snapshot::{
     load_workloads,
 };
 use crate::adapters::sqs::SqsRedelivery;
-use crate::adapters::webhook::{ClientError, Webhook, warm_up};
+use crate::adapters::webhook::{ClientError, Webhook};
 use crate::app::handler::Handler;
 use crate::app::pipeline::{PASS_INTERVAL, Passes};
 use crate::app::policy::PolicyCache;
@@ -229,11 +229,10 @@ async fn cluster(
 fn notifier(settings: &Settings) -> Result<Option<Arc<dyn Notifier>>, SetupError> {
     Ok(match &settings.webhook {
         Some(config) => {
-            warm_up().map_err(SetupError::Webhook)?;
-            Some(Arc::new(Webhook::new(
-                config.clone(),
-                settings.config.cluster_name.clone(),
-            )))
+            let webhook = Webhook::new(config.clone(), settings.config.cluster_name.clone())
+                .ready()
+                .map_err(SetupError::Webhook)?;
+            Some(Arc::new(webhook))
         }
         None => None,
     })
