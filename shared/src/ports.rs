@@ -30,13 +30,6 @@ pub struct Work {
     pub deadline: Option<DateTime<Utc>>,
 }
 
-impl Work {
-    /// Work that must be over by `deadline` (if known).
-    pub fn until(deadline: Option<DateTime<Utc>>) -> Work {
-        Work { deadline }
-    }
-}
-
 /// The one clock: "now" for every decision, and every wait. Production reads the system clock
 /// ([`crate::adapters::clock::SystemClock`]); tests use a clock they set and advance
 /// ([`crate::adapters::clock::ManualClock`]), so nothing in them sleeps for real.

@@ -114,7 +114,9 @@ impl Pipeline<'_> {
     pub async fn process_with(&self, records: &[Record], limits: Limits) -> Vec<Report> {
         // Every call of the batch through the directory and the executor is part of its work:
         // transient failures are retried inside the batch while its time allows.
-        let work = Work::until(limits.deadline);
+        let work = Work {
+            deadline: limits.deadline,
+        };
         let executor = self.executor.map(|inner| ExecutorIn { inner, work });
         let nodes = NodesIn {
             inner: self.nodes,
