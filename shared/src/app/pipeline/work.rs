@@ -81,3 +81,79 @@ impl NodeDirectory for NodesIn<'_> {
         self.inner.all().await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// Records the work each call was given.
+    #[derive(Default)]
+    struct Seen(Mutex<Vec<Work>>);
+
+    impl Seen {
+        fn saw(&self, work: Work) {
+            self.0.lock().unwrap().push(work);
+        }
+    }
+
+    #[async_trait]
+    impl Executor for Seen {
+        async fn execute(&self, _: &Plan, _: Pass) -> Result<Vec<ActionResult>, ExecuteError> {
+            self.saw(Work::default());
+            Ok(Vec::new())
+        }
+
+        async fn undo(&self, _: &Undo) -> Result<UndoOutcome, ExecuteError> {
+            Ok(UndoOutcome::NodeGone)
+        }
+
+        async fn clean_placeholders(&self, _: DateTime<Utc>) -> Result<Vec<String>, ExecuteError> {
+            Ok(Vec::new())
+        }
+
+        async fn room_in(
+            &self,
+            _: &[String],
+            work: Work,
+        ) -> Result<BTreeMap<String, RoomSeen>, ExecuteError> {
+            self.saw(work);
+            Ok(BTreeMap::new())
+        }
+    }
+
+    #[async_trait]
+    impl NodeDirectory for Seen {
+        async fn nodes(&self, _: &[InstanceFacts]) -> Result<Vec<NodeFacts>, DirectoryError> {
+            self.saw(Work::default());
+            Ok(Vec::new())
+        }
+
+        async fn nodes_in(
+            &self,
+            _: &[InstanceFacts],
+            work: Work,
+        ) -> Result<Vec<NodeFacts>, DirectoryError> {
+            self.saw(work);
+            Ok(Vec::new())
+        }
+
+        async fn all(&self) -> Result<Vec<NodeFacts>, DirectoryError> {
+            Ok(Vec::new())
+        }
+    }
+
+    #[tokio::test]
+    async fn every_call_carries_the_batchs_work() {
+        let work = Work {
+            deadline: Some("2026-11-24T10:00:00Z".parse().unwrap()),
+        };
+        let seen = Seen::default();
+        let executor = ExecutorIn { inner: &seen, work };
+        let nodes = NodesIn { inner: &seen, work };
+        executor.room(&[]).await.unwrap();
+        nodes.nodes(&[]).await.unwrap();
+        assert_eq!(*seen.0.lock().unwrap(), vec![work, work]);
+    }
+}
