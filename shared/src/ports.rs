@@ -21,28 +21,14 @@ use crate::domain::report::{DrainSummary, Report};
 use crate::domain::stats::HistoryEntry;
 use crate::domain::wayback::{Undo, UndoOutcome};
 
-tokio::task_local! {
-    /// Set by [`within_deadline`]: when the work under way must be over.
-    static WORK_DEADLINE: DateTime<Utc>;
-}
-
-/// Runs `work` with `deadline` as the time it must be over (a Lambda invocation's deadline less
-/// its margin): adapters retry transient failures inside the work until then, instead of giving
-/// up after a few attempts (see [`work_deadline`]). `None`: no deadline is known (a replay), and
-/// adapters keep their few attempts.
-pub async fn within_deadline<F: std::future::Future>(
-    deadline: Option<DateTime<Utc>>,
-    work: F,
-) -> F::Output {
-    match deadline {
-        Some(deadline) => WORK_DEADLINE.scope(deadline, work).await,
-        None => work.await,
-    }
-}
-
-/// The deadline of the work under way in this task, when [`within_deadline`] set one.
-pub fn work_deadline() -> Option<DateTime<Utc>> {
-    WORK_DEADLINE.try_with(|d| *d).ok()
+/// What a call through a port is part of: the work under way, and when it must be over (a
+/// Lambda invocation's deadline less its margin). Given to the adapters that retry: they retry
+/// transient failures inside the work until its deadline, instead of giving up after a few
+/// attempts. `deadline: None` (the default): no deadline is known (a replay, the command line,
+/// a test), and adapters keep their few attempts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Work {
+    pub deadline: Option<DateTime<Utc>>,
 }
 
 /// The one clock: "now" for every decision, and every wait. Production reads the system clock
@@ -202,6 +188,16 @@ pub trait NodeDirectory: Send + Sync {
     /// Candidate nodes for these instances (it may return more; resolution picks).
     async fn nodes(&self, instances: &[InstanceFacts]) -> Result<Vec<NodeFacts>, DirectoryError>;
 
+    /// [`NodeDirectory::nodes`] as part of `work` (retrying transient failures until its
+    /// deadline, for a directory that retries; by default, the same as `nodes`).
+    async fn nodes_in(
+        &self,
+        instances: &[InstanceFacts],
+        _work: Work,
+    ) -> Result<Vec<NodeFacts>, DirectoryError> {
+        self.nodes(instances).await
+    }
+
     /// Every node of the cluster (the sweeper looks for nodes whose instance is gone).
     async fn all(&self) -> Result<Vec<NodeFacts>, DirectoryError>;
 }
@@ -243,21 +239,32 @@ impl NodeDirectory for NoNodes {
 /// Errors of a pool store.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// `pool store at {location}: {message}[: {source}]`.
-    #[error("pool store at {location}: {message}{}", source.as_ref().map(|s| format!(": {s}")).unwrap_or_default())]
+    #[error("pool store at {location}: {message}{}", cause_text(.source.as_deref()))]
     Backend {
         location: String,
-        /// What failed (`applying event E`), and why when there is no `source` to say it.
+        /// What was being done, or what went wrong when the backend said nothing.
         message: String,
         /// What kind of failure: whether the call is worth trying again.
         kind: FailureKind,
-        /// The backend's error, when there is one.
+        /// What the backend answered, when it did (a DynamoDB error).
         #[source]
         source: Option<BoxError>,
     },
     /// An item that does not read as what it should be: reading it again gives the same.
     #[error("pool store: item `{key}` is malformed: {message}")]
     Corrupt { key: String, message: String },
+}
+
+/// `: ` and the text of `cause` and of its own causes, one after the other; nothing without one.
+fn cause_text(cause: Option<&(dyn std::error::Error + Send + Sync)>) -> String {
+    let mut text = String::new();
+    let mut next: Option<&dyn std::error::Error> = cause.map(|c| c as &dyn std::error::Error);
+    while let Some(c) = next {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        next = c.source();
+    }
+    text
 }
 
 impl StoreError {
@@ -425,6 +432,17 @@ pub trait Executor: Send + Sync {
     /// must be retried (nothing is recorded as applied).
     async fn execute(&self, plan: &Plan, pass: Pass) -> Result<Vec<ActionResult>, ExecuteError>;
 
+    /// [`Executor::execute`] as part of `work`: its calls retry transient failures until the
+    /// work's deadline (by default, the same as `execute`: an executor that does not retry).
+    async fn execute_in(
+        &self,
+        plan: &Plan,
+        pass: Pass,
+        _work: Work,
+    ) -> Result<Vec<ActionResult>, ExecuteError> {
+        self.execute(plan, pass).await
+    }
+
     /// Undoes forewarn's cordon of `undo.node` (the way back, see [`crate::domain::wayback`]):
     /// the taint, the cordon, the load-balancer label forewarn added and the record go, and an
     /// Event says why — only when, read live, the node still runs `undo.instance_id`, is not
@@ -446,6 +464,16 @@ pub trait Executor: Send + Sync {
         _nodes: &[String],
     ) -> Result<BTreeMap<String, crate::domain::surge::RoomSeen>, ExecuteError> {
         Ok(BTreeMap::new())
+    }
+
+    /// [`Executor::room`] as part of `work` (see [`Executor::execute_in`]; by default, the same
+    /// as `room`).
+    async fn room_in(
+        &self,
+        nodes: &[String],
+        _work: Work,
+    ) -> Result<BTreeMap<String, crate::domain::surge::RoomSeen>, ExecuteError> {
+        self.room(nodes).await
     }
 }
 

@@ -21,7 +21,7 @@ use std::time::Duration;
 use anyhow::bail;
 use async_trait::async_trait;
 use forewarn::adapters::embedded::EmbeddedStore;
-use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory, OwnRateLimit};
+use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
 use forewarn::adapters::snapshot::SnapshotInstances;
 use forewarn::app::handler::{Handler, Invocation};
 use forewarn::app::pipeline::Passes;
@@ -847,13 +847,21 @@ pub(crate) async fn one_run(s: &Settings, mode: RunMode) -> anyhow::Result<Run> 
         .tempdir()?;
     let config = config_of(mode);
     let queue = Arc::new(Queue::default());
-    let clients = ClusterClient::new(fake.client());
+    // One client (so one rate limit) for the process, or each execution environment a client
+    // with a limit of its own, as each environment has in Lambda.
+    let process_limit = (s.client_qps > 0.0 && s.environment_limit().is_none())
+        .then_some((s.client_qps, s.client_burst));
+    let clients = ClusterClient::new(fake.client()).with_rate_limit(process_limit);
     let store: Arc<dyn forewarn::ports::PoolStore> = Arc::new(EmbeddedStore::open(dir.path())?);
     let instances: Arc<dyn forewarn::ports::InstanceDirectory> =
         Arc::new(SnapshotInstances(instances));
     // Each poller is an execution environment with a handler of its own, set up as a cold
     // start sets it up: its executor (and what its surge drains remember), its kept retries.
     let environment = || {
+        let clients = match s.environment_limit() {
+            Some(limit) => clients.clone().with_rate_limit(Some(limit)),
+            None => clients.clone(),
+        };
         Arc::new(Handler {
             redelivery: Some(queue.clone()),
             passes: Passes {
@@ -872,11 +880,6 @@ pub(crate) async fn one_run(s: &Settings, mode: RunMode) -> anyhow::Result<Run> 
 
     fake.set_latency(Duration::from_millis(s.latency_ms));
     fake.set_rate_limit(s.server_rps, s.server_burst);
-    if s.client_qps > 0.0 && s.environment_limit().is_none() {
-        ClusterClient::set_rate_limit(s.client_qps, s.client_burst);
-    } else {
-        ClusterClient::clear_rate_limit();
-    }
     fake.clear_requests();
 
     // Every warning at t = 0.
@@ -895,10 +898,6 @@ pub(crate) async fn one_run(s: &Settings, mode: RunMode) -> anyhow::Result<Run> 
         let handler = environment();
         let totals = Arc::clone(&totals);
         let batch = s.batch;
-        // The execution environment's own limiter, if each has one.
-        let own = s
-            .environment_limit()
-            .map(|(qps, burst)| OwnRateLimit::new(qps, burst));
         async move {
             loop {
                 if Instant::now() >= cutoff {
@@ -915,11 +914,9 @@ pub(crate) async fn one_run(s: &Settings, mode: RunMode) -> anyhow::Result<Run> 
                 let began = Instant::now();
                 let deadline = handler.clock.now() + forewarn::ports::span(FUNCTION_TIMEOUT);
                 let invoke = handler.invoke(sqs_event(&messages), Some(deadline));
-                let invocation = match &own {
-                    Some(own) => own.scope(invoke).await,
-                    None => invoke.await,
-                }
-                .map_err(|e| anyhow::anyhow!("an invocation failed: {e}"))?;
+                let invocation = invoke
+                    .await
+                    .map_err(|e| anyhow::anyhow!("an invocation failed: {e}"))?;
                 let took = began.elapsed();
                 let failed = failed_ids(&invocation);
                 let ids: Vec<u64> = messages.iter().map(|m| m.0).collect();
@@ -937,7 +934,6 @@ pub(crate) async fn one_run(s: &Settings, mode: RunMode) -> anyhow::Result<Run> 
     }
     let requests = fake.requests();
     let seen = handled(&requests, warned_at, &names, s.pods_per_node);
-    ClusterClient::clear_rate_limit();
     let totals = totals.lock().unwrap().clone();
     run_of(&fake, &requests, seen, totals, warned_at)
 }

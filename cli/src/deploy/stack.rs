@@ -2,12 +2,15 @@
 //! state, the parameters of each pass, create-or-update and the wait for its end.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, anyhow, bail};
 use aws_sdk_cloudformation::Client;
+use aws_sdk_cloudformation::client::Waiters;
+use aws_sdk_cloudformation::error::DisplayErrorContext;
 use aws_sdk_cloudformation::error::ProvideErrorMetadata;
 use aws_sdk_cloudformation::types::{Capability, Parameter};
+use aws_sdk_cloudformation::waiters::stack_create_complete::WaitUntilStackCreateCompleteError;
 use forewarn::adapters::aws::aws_error_text;
 use serde::Deserialize;
 use serde_json::Value;
@@ -20,10 +23,9 @@ pub const CLUSTER_NAME: &str = "ClusterName";
 pub const FUNCTION_ARCHITECTURE: &str = "FunctionArchitecture";
 
 /// How long a stack operation may take before the command gives up waiting (CloudFormation
-/// goes on; the next run waits for nothing and fails while it is in progress).
+/// goes on; the next run waits for nothing and fails while it is in progress). The SDK's
+/// waiters look at the stack at once, then every 30 s to 2 min.
 const WAIT_LIMIT: Duration = Duration::from_secs(3600);
-/// The longest pause between two looks at a stack in progress.
-const POLL_MAX: Duration = Duration::from_secs(5);
 
 /// One parameter of the template: its default and allowed values.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -418,30 +420,47 @@ pub async fn create_or_update(
     Ok(Change::Updated)
 }
 
-/// Waits until the stack's operation ends: `Ok` when it ends in `done`, else an error naming the
-/// status, its reason and the first failed resources of this operation.
+/// Waits until the stack's operation ends (the SDK's waiter for `done`, at most
+/// [`WAIT_LIMIT`]): `Ok` when it ends in `done`, else an error naming the status, its reason and
+/// the first failed resources of this operation.
 async fn wait(cfn: &Client, name: &str, done: &str, started: SystemTime) -> anyhow::Result<()> {
-    let deadline = Instant::now() + WAIT_LIMIT;
-    let mut pause = Duration::from_millis(250);
-    loop {
-        let current = describe(cfn, name)
-            .await?
-            .ok_or_else(|| anyhow!("stack {name} is gone"))?;
-        let status = current.status.as_str();
-        if status == done {
-            return Ok(());
-        }
-        if !status.ends_with("_IN_PROGRESS") && !status.is_empty() {
-            let reason = current.reason.as_deref().unwrap_or("no reason given");
-            let failures = failed_resources(cfn, name, started).await;
-            bail!("stack {name} ended {status} (expected {done}): {reason}{failures}");
-        }
-        if Instant::now() > deadline {
-            bail!("stack {name} is still {status} after {WAIT_LIMIT:?}: look at its events");
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(POLL_MAX);
+    // Both waiters poll `DescribeStacks` and answer the same error type.
+    let waited: Result<(), WaitUntilStackCreateCompleteError> = if done == "CREATE_COMPLETE" {
+        cfn.wait_until_stack_create_complete()
+            .stack_name(name)
+            .wait(WAIT_LIMIT)
+            .await
+            .map(drop)
+    } else {
+        cfn.wait_until_stack_update_complete()
+            .stack_name(name)
+            .wait(WAIT_LIMIT)
+            .await
+            .map(drop)
+    };
+    // Whatever the waiter says (it counts some ends as success, others as failure), the
+    // stack's status now is the answer.
+    let current = describe(cfn, name)
+        .await?
+        .ok_or_else(|| anyhow!("stack {name} is gone"))?;
+    let status = current.status.as_str();
+    if status == done {
+        return Ok(());
     }
+    if status.ends_with("_IN_PROGRESS") || status.is_empty() {
+        match waited {
+            Err(WaitUntilStackCreateCompleteError::ExceededMaxWait(_)) | Ok(()) => {
+                bail!("stack {name} is still {status} after {WAIT_LIMIT:?}: look at its events")
+            }
+            Err(e) => bail!(
+                "waiting for stack {name} ({status}): {}",
+                DisplayErrorContext(&e)
+            ),
+        }
+    }
+    let reason = current.reason.as_deref().unwrap_or("no reason given");
+    let failures = failed_resources(cfn, name, started).await;
+    bail!("stack {name} ended {status} (expected {done}): {reason}{failures}");
 }
 
 /// `; <resource> <status>: <reason>` for the failed resources of the operation begun at

@@ -11,8 +11,11 @@ use serde_json::Value;
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     let settings = Settings::from_env()?;
-    forewarn::app::telemetry::init_json(&settings);
-    let handler = Arc::new(Handler::from_settings(&settings).await?);
+    let telemetry = forewarn::app::telemetry::init_json(&settings);
+    let handler = Arc::new(Handler {
+        telemetry,
+        ..Handler::from_settings(&settings).await?
+    });
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let handler = Arc::clone(&handler);
         async move {

@@ -18,8 +18,10 @@ use serde_json::Value;
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     let settings = Settings::from_env()?;
-    forewarn::app::telemetry::init_json(&settings);
-    let sweeper = Arc::new(Sweeper::from_settings(&settings).await?);
+    let telemetry = forewarn::app::telemetry::init_json(&settings);
+    let mut sweeper = Sweeper::from_settings(&settings).await?;
+    sweeper.handler.telemetry = telemetry;
+    let sweeper = Arc::new(sweeper);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let sweeper = Arc::clone(&sweeper);
         async move {

@@ -3,6 +3,7 @@
 
 pub mod autoscaling;
 pub mod aws;
+pub mod backoff;
 pub mod clock;
 pub mod dynamo;
 pub mod ec2;

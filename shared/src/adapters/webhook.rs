@@ -331,29 +331,47 @@ fn values<'a>(
     }
 }
 
-pub use self::post::{ClientError, PostError, deliver, warm_up};
+pub use self::post::{ClientError, HttpClient, PostError, deliver, http_client};
 
-/// The webhook as a [`Notifier`]: its configuration and the cluster its messages name.
+/// The webhook as a [`Notifier`]: its configuration, the cluster its messages name, and its
+/// HTTP client (or why it could not be built).
 pub struct Webhook {
     config: WebhookConfig,
     cluster: Option<String>,
+    client: Result<HttpClient, ClientError>,
 }
 
 impl Webhook {
+    /// The webhook, with its HTTP client built now (at cold start, not in the first
+    /// invocation).
     pub fn new(config: WebhookConfig, cluster: Option<String>) -> Webhook {
-        Webhook { config, cluster }
+        Webhook {
+            config,
+            cluster,
+            client: http_client(),
+        }
+    }
+
+    /// The webhook, or why its HTTP client could not be built (no root certificates), so
+    /// that setup fails loudly.
+    pub fn ready(self) -> Result<Webhook, ClientError> {
+        match &self.client {
+            Ok(_) => Ok(self),
+            Err(e) => Err(e.clone()),
+        }
     }
 }
 
 #[async_trait::async_trait]
 impl Notifier for Webhook {
     async fn notify(&self, reports: &[Report], time_left: Option<std::time::Duration>) -> Delivery {
-        deliver(&self.config, reports, self.cluster.as_deref(), time_left).await
+        let cluster = self.cluster.as_deref();
+        deliver(&self.client, &self.config, reports, cluster, time_left).await
     }
 }
 
 mod post {
-    use std::sync::{Arc, OnceLock};
+    use std::sync::Arc;
     use std::time::Duration;
 
     use futures::StreamExt;
@@ -372,10 +390,8 @@ mod post {
     /// Messages in flight at once.
     const PARALLEL: usize = 8;
 
-    type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
-
-    /// The process's HTTP client (HTTPS through rustls and the system's roots), built once.
-    static CLIENT: OnceLock<Result<HttpClient, ClientError>> = OnceLock::new();
+    /// The webhook's HTTP client (HTTPS through rustls and the system's roots); cheap to clone.
+    pub type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
     /// The webhook's HTTP client could not be built.
     #[derive(Debug, Clone, thiserror::Error)]
@@ -384,30 +400,22 @@ mod post {
         RootCertificates(#[source] Arc<std::io::Error>),
     }
 
-    fn client() -> Result<&'static HttpClient, ClientError> {
-        CLIENT
-            .get_or_init(|| {
-                let https = hyper_rustls::HttpsConnectorBuilder::new()
-                    .with_native_roots()
-                    .map_err(|e| ClientError::RootCertificates(Arc::new(e)))?
-                    .https_or_http()
-                    .enable_http1()
-                    .build();
-                Ok(Client::builder(TokioExecutor::new()).build(https))
-            })
-            .as_ref()
-            .map_err(Clone::clone)
+    /// Builds an HTTP client (once per webhook: see [`super::Webhook::new`]).
+    pub fn http_client() -> Result<HttpClient, ClientError> {
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_native_roots()
+            .map_err(|e| ClientError::RootCertificates(Arc::new(e)))?
+            .https_or_http()
+            .enable_http1()
+            .build();
+        Ok(Client::builder(TokioExecutor::new()).build(https))
     }
 
-    /// Builds the HTTP client now (at cold start, not in the first invocation); an error
-    /// (no root certificates) is returned so that setup fails loudly.
-    pub fn warm_up() -> Result<(), ClientError> {
-        client().map(|_| ())
-    }
-
-    /// Posts the messages of `reports` to the webhook, each within 5 s and within `time_left`
-    /// (the batch's); failures are logged and counted.
+    /// Posts the messages of `reports` to the webhook with `client`, each within 5 s and within
+    /// `time_left` (the batch's); failures (a client that could not be built among them) are
+    /// logged and counted.
     pub async fn deliver(
+        client: &Result<HttpClient, ClientError>,
         config: &WebhookConfig,
         reports: &[Report],
         cluster: Option<&str>,
@@ -420,7 +428,7 @@ mod post {
         let results: Vec<bool> = futures::stream::iter(messages)
             .map(|body| async move {
                 let limit = time_left.map_or(TIMEOUT, |left| TIMEOUT.min(left));
-                match tokio::time::timeout(limit, post(&config.url, body)).await {
+                match tokio::time::timeout(limit, post(client, &config.url, body)).await {
                     Ok(Ok(())) => true,
                     Ok(Err(e)) => {
                         // Never the URL: it is a secret.
@@ -473,7 +481,11 @@ mod post {
             .unwrap_or_default()
     }
 
-    async fn post(url: &str, body: serde_json::Value) -> Result<(), PostError> {
+    async fn post(
+        client: &Result<HttpClient, ClientError>,
+        url: &str,
+        body: serde_json::Value,
+    ) -> Result<(), PostError> {
         let request = hyper::Request::post(url)
             .header("content-type", "application/json")
             .header(
@@ -482,7 +494,9 @@ mod post {
             )
             .body(Full::new(Bytes::from(body.to_string())))
             .map_err(PostError::Request)?;
-        let response = client()?
+        let response = client
+            .as_ref()
+            .map_err(Clone::clone)?
             .request(request)
             .await
             .map_err(|source| PostError::Send { source })?;
@@ -795,6 +809,7 @@ mod tests {
             .unwrap()
             .unwrap();
             let delivery = deliver(
+                &http_client(),
                 &config,
                 &[report(Outcome::Acted, Action::Cordon)],
                 None,

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::adapters::lambda_event;
 use crate::app::pipeline::{Limits, Passes, Pipeline};
-use crate::app::telemetry::observe;
+use crate::app::telemetry::Telemetry;
 use crate::domain::config::{Config, Mode};
 use crate::domain::event::EventKind;
 use crate::domain::inbound::{self, Record};
@@ -63,6 +63,9 @@ pub struct Handler {
     /// The cluster's policy ConfigMap, read at most once a minute (see
     /// [`crate::app::policy`]); `None`: `config.policy` as it is.
     pub policies: Option<Arc<crate::app::policy::PolicyCache>>,
+    /// What is written of each report besides its log line (the Lambda functions' EMF
+    /// metrics); logs only by default.
+    pub telemetry: Telemetry,
 }
 
 /// What one invocation did.
@@ -93,6 +96,7 @@ impl Handler {
             concurrency: 8,
             safety_margin: Duration::from_secs(1),
             policies: None,
+            telemetry: Telemetry::default(),
         }
     }
 
@@ -136,7 +140,7 @@ impl Handler {
     async fn process(&self, records: &[Record], deadline: Option<DateTime<Utc>>) -> Vec<Report> {
         let reports = self.run(records, deadline).await;
         let limits = self.limits(deadline);
-        observe(&reports, self.clock.now());
+        self.telemetry.observe(&reports, self.clock.now());
         if let Some(notifier) = &self.notifier {
             let time_left = limits
                 .deadline

@@ -14,7 +14,6 @@ use crate::app::pipeline::{Limits, Passes, Pipeline};
 use crate::app::priorities::{
     BaseSource, Priorities, PriorityOutcome, PriorityRunError, PrioritySettings,
 };
-use crate::app::telemetry::observe;
 use crate::app::wayback::{UndoReport, WayBack, WayBackError};
 use crate::domain::event::Origin;
 use crate::domain::inbound::Record;
@@ -291,7 +290,7 @@ impl Sweeper {
             deadline,
         };
         let reports = pipeline.process_with(&records, limits).await;
-        observe(&reports, h.clock.now());
+        h.telemetry.observe(&reports, h.clock.now());
         Ok(reports)
     }
 }

@@ -1,7 +1,5 @@
 //! Telemetry in one place: JSON logs through `tracing-subscriber` for the Lambda functions.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use tracing_subscriber::EnvFilter;
@@ -12,19 +10,42 @@ use crate::domain::config::Action;
 use crate::domain::report::{ActionReport, Outcome, Report};
 use tracing_subscriber::util::SubscriberInitExt;
 
-/// Whether [`observe`] writes EMF metric documents: set by [`init_json`] from the settings (the
-/// process runs as a Lambda function, or under cargo-lambda's emulator). The tests and the
-/// command line get the logs only.
-static METRICS: AtomicBool = AtomicBool::new(false);
+/// What is written of each report besides its log line: with `metrics`, its EMF metric
+/// documents. [`init_json`] answers the one of a Lambda function (metrics when running as one,
+/// or under cargo-lambda's emulator); the handler holds it (`Handler::telemetry`), logs only
+/// by default: the tests and the command line get the logs only.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Telemetry {
+    /// [`Telemetry::observe`] writes EMF metric documents.
+    pub metrics: bool,
+}
+
+impl Telemetry {
+    /// Logs each record and, with metrics, writes its EMF metric documents. `done` is when the
+    /// work was over (the metrics' latencies end there).
+    pub fn observe(&self, reports: &[Report], done: DateTime<Utc>) {
+        for report in reports {
+            log_report(report);
+            if self.metrics {
+                for doc in emf_documents(report, done) {
+                    // EMF documents are log lines of their own, on stdout.
+                    println!("{doc}");
+                }
+            }
+        }
+    }
+}
 
 /// JSON logs on stdout (CloudWatch Logs reads them as structured fields), filtered by the
-/// settings' `FOREWARN_LOG`, else `RUST_LOG`, else `info`; and, running as a Lambda function
-/// (`AWS_LAMBDA_FUNCTION_NAME`), the EMF metrics of [`observe`]. Safe to call twice: the second
-/// call's subscriber is a no-op.
-pub fn init_json(settings: &Settings) {
-    METRICS.store(settings.lambda_function.is_some(), Ordering::Relaxed);
+/// settings' `FOREWARN_LOG`, else `RUST_LOG`, else `info`. Answers the telemetry of the
+/// process: running as a Lambda function (`AWS_LAMBDA_FUNCTION_NAME`), with the EMF metrics
+/// of [`Telemetry::observe`]. Safe to call twice: the second call's subscriber is a no-op.
+pub fn init_json(settings: &Settings) -> Telemetry {
     // try_init also routes the `log` records of dependencies (rustls, hyper-rustls) to tracing
     let _ = json_subscriber(filter(settings, "info"), std::io::stdout).try_init();
+    Telemetry {
+        metrics: settings.lambda_function.is_some(),
+    }
 }
 
 /// Plain-text logs on stderr (the `forewarn` command), filtered by the settings' `FOREWARN_LOG`,
@@ -74,22 +95,6 @@ where
         .without_time()
         .with_writer(writer)
         .finish()
-}
-
-/// Logs each record and, running as a Lambda function (or under cargo-lambda's emulator), writes
-/// its EMF metric documents; the tests and the command line get the logs only.
-/// `done` is when the work was over (the metrics' latencies end there).
-pub fn observe(reports: &[Report], done: DateTime<Utc>) {
-    let metrics = METRICS.load(Ordering::Relaxed);
-    for report in reports {
-        log_report(report);
-        if metrics {
-            for doc in emf_documents(report, done) {
-                // EMF documents are log lines of their own, on stdout.
-                println!("{doc}");
-            }
-        }
-    }
 }
 
 /// One log line per record, with the fields that identify it.

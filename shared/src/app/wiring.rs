@@ -12,8 +12,8 @@ use crate::adapters::dynamo::DynamoStore;
 use crate::adapters::ec2::Ec2Directory;
 use crate::adapters::embedded::EmbeddedStore;
 use crate::adapters::kube::{
-    ClusterAccess, ClusterClient, ConnectError, KubeExecutor, KubeExpander, KubeNodeDirectory,
-    KubePolicy, KubeWorkloads, connect, connect_eks,
+    ClusterAccess, ConnectError, KubeExecutor, KubeExpander, KubeNodeDirectory, KubePolicy,
+    KubeWorkloads, connect, connect_eks,
 };
 use crate::adapters::read_only::ReadOnlyStore;
 use crate::adapters::snapshot::{
@@ -21,7 +21,7 @@ use crate::adapters::snapshot::{
     load_workloads,
 };
 use crate::adapters::sqs::SqsRedelivery;
-use crate::adapters::webhook::{ClientError, Webhook, warm_up};
+use crate::adapters::webhook::{ClientError, Webhook};
 use crate::app::handler::Handler;
 use crate::app::pipeline::{PASS_INTERVAL, Passes};
 use crate::app::policy::PolicyCache;
@@ -141,6 +141,8 @@ pub async fn services_with_clock(
         concurrency: settings.concurrency,
         safety_margin: settings.safety_margin,
         policies,
+        // Logs only: a Lambda function's main sets its metrics (see `telemetry::init_json`).
+        telemetry: Default::default(),
     };
     Ok(Services {
         handler,
@@ -191,16 +193,14 @@ async fn cluster(
             });
         }
     };
-    match settings.kube_rate_limit {
-        Some((qps, burst)) => ClusterClient::set_rate_limit(qps, burst),
-        None => ClusterClient::clear_rate_limit(),
-    }
+    // One client, cloned into every adapter over it: one rate limit for the process.
     let clients = match access {
         ClusterAccess::Eks(eks) => connect_eks(eks, sdk).await,
         ClusterAccess::Kubeconfig => connect(access, settings.aws).await,
     }
     .map_err(SetupError::Cluster)?
-    .with_clock(clock.clone());
+    .with_clock(clock.clone())
+    .with_rate_limit(settings.kube_rate_limit);
     let executor: Option<Arc<dyn Executor>> = settings.mode.runs_actions().then(|| {
         Arc::new(
             KubeExecutor::new(clients.clone(), &settings.config)
@@ -229,11 +229,10 @@ async fn cluster(
 fn notifier(settings: &Settings) -> Result<Option<Arc<dyn Notifier>>, SetupError> {
     Ok(match &settings.webhook {
         Some(config) => {
-            warm_up().map_err(SetupError::Webhook)?;
-            Some(Arc::new(Webhook::new(
-                config.clone(),
-                settings.config.cluster_name.clone(),
-            )))
+            let webhook = Webhook::new(config.clone(), settings.config.cluster_name.clone())
+                .ready()
+                .map_err(SetupError::Webhook)?;
+            Some(Arc::new(webhook))
         }
         None => None,
     })

@@ -13,7 +13,7 @@ use aws_sdk_dynamodb::types::{
 use super::codec::*;
 use super::expr::*;
 use super::token::request_token;
-use super::{DynamoStore, MAX_CONFLICTS, MAX_KNOWN_POOLS, backoff};
+use super::{BACKOFF, DynamoStore, MAX_CONFLICTS, MAX_KNOWN_POOLS};
 use crate::domain::fold::{PoolDelta, pool_deltas, validate};
 use crate::domain::pool::{Applied, PoolUpdate, counter_name};
 use crate::domain::stats::HistoryEntry;
@@ -42,6 +42,7 @@ impl DynamoStore {
             .collect();
         let max_lost_bets = 4 * deltas.len() + 1;
         let (mut conflicts, mut lost_bets) = (0, 0);
+        let mut waits = BACKOFF.delays();
         while conflicts <= MAX_CONFLICTS && lost_bets <= max_lost_bets {
             let items = self.transaction(update, &keys, &deltas, &pks, &writes)?;
             let token = request_token(id, &items);
@@ -68,7 +69,7 @@ impl DynamoStore {
                 Some(TransactWriteItemsError::TransactionInProgressException(_)) => {
                     conflicts += 1;
                     tracing::debug!(table = %self.table, event = %id, conflicts, "transaction in progress, backing off");
-                    tokio::time::sleep(backoff(conflicts)).await;
+                    self.back_off(&mut waits).await;
                     continue;
                 }
                 _ => return Err(self.sdk_err(format_args!("applying event {id}"), error)),
@@ -85,7 +86,7 @@ impl DynamoStore {
                     if conflict {
                         conflicts += 1;
                         tracing::debug!(table = %self.table, event = %id, conflicts, "transaction conflict, backing off");
-                        tokio::time::sleep(backoff(conflicts)).await;
+                        self.back_off(&mut waits).await;
                     }
                 }
             }

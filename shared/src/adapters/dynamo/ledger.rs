@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use aws_sdk_dynamodb::types::{KeysAndAttributes, Put, TransactWriteItem};
 
 use super::codec::*;
-use super::{DynamoStore, MAX_BATCH_ROUNDS, backoff};
+use super::{BACKOFF, DynamoStore, MAX_BATCH_ROUNDS};
 use crate::domain::pool::PoolUpdate;
 use crate::ports::{FailureKind, StoreError};
 
@@ -47,6 +47,7 @@ impl DynamoStore {
                     })?,
             );
             let mut round = 0;
+            let mut waits = BACKOFF.delays();
             while let Some(keys) = request.take() {
                 if round == MAX_BATCH_ROUNDS {
                     return Err(self.err(
@@ -56,7 +57,7 @@ impl DynamoStore {
                     ));
                 }
                 if round > 0 {
-                    tokio::time::sleep(backoff(round)).await;
+                    self.back_off(&mut waits).await;
                 }
                 round += 1;
                 let out = self

@@ -38,14 +38,13 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Display;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::http::HttpResponse;
-use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use chrono::{DateTime, Utc};
 
 mod apply;
@@ -67,6 +66,7 @@ use expr::Known;
 pub use token::request_token;
 
 use crate::adapters::aws::failure_kind;
+use crate::adapters::backoff::Backoff;
 use crate::domain::continuation::KeyRing;
 use crate::domain::pool::{Applied, PoolQuery, PoolRecord, PoolUpdate, Retention};
 use crate::domain::stats::HistoryEntry;
@@ -177,17 +177,16 @@ impl DynamoStore {
     }
 
     /// A DynamoDB call that failed while doing `what`, with the kind its answer says; the
-    /// SDK's error is kept as the source.
+    /// error is kept as the source.
     fn sdk_err<E>(&self, what: impl Display, error: SdkError<E, HttpResponse>) -> StoreError
     where
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
-        let text = DisplayErrorContext(&error).to_string();
         StoreError::Backend {
             location: self.location(),
             message: what.to_string(),
             kind: failure_kind(&error),
-            source: Some(Box::new(crate::adapters::aws::AwsError::new(text, error))),
+            source: Some(Box::new(error)),
         }
     }
 
@@ -267,11 +266,15 @@ impl PoolStore for DynamoStore {
     }
 }
 
-/// Exponential backoff with full jitter: up to 25 ms × 2^attempt, at most 1 s.
-fn backoff(attempt: u32) -> Duration {
-    let cap_ms = (25u64 << attempt.min(6)).min(1000);
-    let random = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
-    Duration::from_millis(cap_ms / 2 + random % (cap_ms / 2 + 1))
+/// The wait after a transaction cancelled by a conflict (or in progress), and between two
+/// rounds of a ledger read: at most 50 ms, doubling up to 1 s, equal jitter (see
+/// [`Backoff`]); the loops count their attempts themselves.
+pub(super) const BACKOFF: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+
+impl DynamoStore {
+    /// Waits the next of `waits` on the store's clock.
+    pub(super) async fn back_off(&self, waits: &mut impl Iterator<Item = Duration>) {
+        let wait = waits.next().unwrap_or(Duration::from_secs(1));
+        self.clock.sleep(wait).await;
+    }
 }

@@ -13,11 +13,17 @@ use ::kube::config::{
     NamedContext,
 };
 use aws_config::SdkConfig;
+use aws_credential_types::provider::error::CredentialsError;
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
+use aws_sdk_eks::config::http::HttpResponse;
+use aws_sdk_eks::error::SdkError;
+use aws_sdk_eks::operation::describe_cluster::DescribeClusterError;
 use tokio::sync::Mutex;
 
+use super::api::rate_limit::{Lane, RateLimiter};
 use super::eks::{TOKEN_CACHE_LIFETIME, TokenError, eks_token};
 use crate::adapters::aws::{AwsSettings, aws_error_text, failure_kind};
+use crate::adapters::backoff::ClockSleeper;
 use crate::ports::FailureKind;
 
 /// Selects the EKS connection: the cluster's name.
@@ -80,25 +86,24 @@ pub enum ConnectError {
     NoRegion { cluster: String },
     #[error("EKS cluster {cluster}: no AWS credentials provider configured")]
     NoCredentials { cluster: String },
-    #[error("EKS cluster {cluster}: AWS credentials: {source}")]
+    #[error("EKS cluster {cluster}: AWS credentials: {}", aws_error_text(.source))]
     Credentials {
         cluster: String,
-        /// The credentials provider's error.
         #[source]
-        source: crate::adapters::aws::AwsError,
+        source: CredentialsError,
     },
     #[error(transparent)]
     Token(#[from] TokenError),
-    #[error("EKS DescribeCluster {cluster}: {message}")]
+    #[error("EKS DescribeCluster {cluster}: {}", aws_error_text(.source.as_ref()))]
     DescribeCluster {
         cluster: String,
-        /// What went wrong (the SDK error's text with its sources', or what the answer lacks).
-        message: String,
-        kind: FailureKind,
-        /// The SDK's error, when there is one.
         #[source]
-        source: Option<crate::ports::BoxError>,
+        source: Box<SdkError<DescribeClusterError, HttpResponse>>,
+        kind: FailureKind,
     },
+    /// `DescribeCluster` gave no endpoint: the cluster may still be being created.
+    #[error("EKS cluster {cluster}: the cluster has no endpoint (is it still being created?)")]
+    NoEndpoint { cluster: String },
 }
 
 /// A source of `kube::Client`s: one fixed client, or (EKS) a client whose token is made anew
@@ -112,6 +117,14 @@ pub struct ClusterClient {
     /// The clock every wait and every "now" of the adapter comes from (the system's unless
     /// [`ClusterClient::with_clock`] says otherwise).
     clock: Arc<dyn Clock>,
+    /// The client-side rate limit of every request made through this client and its clones
+    /// (see [`ClusterClient::with_rate_limit`]); `None`: no limit.
+    limiter: Option<Arc<RateLimiter>>,
+    /// The lane of the client's requests under the rate limit ([`Lane::Later`]: every request
+    /// of the work it is used for, see [`ClusterClient::in_lane`]).
+    lane: Lane,
+    /// When the work the client is used for must be over (see [`ClusterClient::within`]).
+    deadline: Option<DateTime<Utc>>,
 }
 
 type RecentNodes =
@@ -183,24 +196,77 @@ impl ClusterClient {
 
     /// Always this client (kubeconfig, in-cluster, tests).
     pub fn new(client: ::kube::Client) -> ClusterClient {
+        ClusterClient::of(Inner::Fixed(client))
+    }
+
+    fn of(inner: Inner) -> ClusterClient {
         ClusterClient {
-            inner: Arc::new(Inner::Fixed(client)),
+            inner: Arc::new(inner),
             recent: Arc::default(),
             clock: SystemClock::shared(),
+            limiter: None,
+            lane: Lane::First,
+            deadline: None,
         }
     }
 
-    /// Sets the client-side rate limit of every Kubernetes API call of this process, whatever
-    /// client makes it: `qps` requests per second on average, `burst` at once (as
-    /// [`ENV_KUBE_QPS`] and [`ENV_KUBE_BURST`] do for [`connect`] and [`connect_eks`]). A 429
-    /// with `Retry-After` then also holds back every call of the process until it has passed.
-    pub fn set_rate_limit(qps: f64, burst: u32) {
-        super::api::set_rate_limit(Some((qps, burst)));
+    /// The same clients under a client-side rate limit of their own: `qps` requests per second
+    /// on average, `burst` at once (as [`ENV_KUBE_QPS`] and [`ENV_KUBE_BURST`] say; the
+    /// wiring sets it from the settings), shared by every clone of the result — every request
+    /// the process makes when its clients are clones of one. A 429 with `Retry-After` then also
+    /// holds back every request under the limit until it has passed. `None`: no limit. (A
+    /// benchmark that plays several Lambda execution environments in one process gives each its
+    /// own client, each with a limit of its own, as each environment has in Lambda.)
+    pub fn with_rate_limit(mut self, limit: Option<(f64, u32)>) -> ClusterClient {
+        self.limiter = limit.map(|(qps, burst)| Arc::new(RateLimiter::new(qps, burst)));
+        self
     }
 
-    /// Removes the process's client-side rate limit.
-    pub fn clear_rate_limit() {
-        super::api::set_rate_limit(None);
+    /// The same clients, for work that must be over by `deadline` (a Lambda invocation's
+    /// deadline less its margin): their calls retry transient failures until then instead of
+    /// giving up after a few attempts (see [`super::api::retry::with_retry_in`]). `None`: no
+    /// deadline is known (a replay, the command line), and calls keep their few attempts.
+    pub fn within(&self, deadline: Option<DateTime<Utc>>) -> ClusterClient {
+        ClusterClient {
+            deadline,
+            ..self.clone()
+        }
+    }
+
+    /// The deadline of the work the client is used for, if it has one.
+    pub(crate) fn deadline(&self) -> Option<DateTime<Utc>> {
+        self.deadline
+    }
+
+    /// The same clients with every request in `lane` at least: [`Lane::Later`] for a drain's
+    /// later passes, whose node reads and Events must not go before other nodes' cordons.
+    pub(crate) fn in_lane(&self, lane: Lane) -> ClusterClient {
+        ClusterClient {
+            lane,
+            ..self.clone()
+        }
+    }
+
+    /// Waits for the client's rate limit (if any) before a request of `lane` goes out (in the
+    /// client's lane when that is later). Every request to the API server calls it once per
+    /// attempt.
+    pub(crate) async fn throttle(&self, lane: Lane) {
+        if let Some(limiter) = &self.limiter {
+            limiter.wait(self.clock(), self.lane.or(lane)).await;
+        }
+    }
+
+    /// A `Retry-After` seen by one request holds back every request under the client's rate
+    /// limit (when it has one) for `after`.
+    pub(crate) fn pause_all(&self, after: Duration) {
+        if let Some(limiter) = &self.limiter {
+            limiter.pause_until(self.clock.now() + span(after));
+        }
+    }
+
+    /// The retries' sleeper: the client's clock.
+    pub(crate) fn sleeper(&self) -> ClockSleeper {
+        ClockSleeper(Arc::clone(&self.clock))
     }
 
     /// A client built from `config` as it is.
@@ -220,18 +286,14 @@ impl ClusterClient {
         credentials: SharedCredentialsProvider,
         lifetime: Duration,
     ) -> ClusterClient {
-        ClusterClient {
-            recent: Arc::default(),
-            clock: SystemClock::shared(),
-            inner: Arc::new(Inner::Eks(Box::new(EksClients {
-                base,
-                cluster: cluster.into(),
-                region: region.into(),
-                credentials,
-                lifetime,
-                cached: Mutex::new(None),
-            }))),
-        }
+        ClusterClient::of(Inner::Eks(Box::new(EksClients {
+            base,
+            cluster: cluster.into(),
+            region: region.into(),
+            credentials,
+            lifetime,
+            cached: Mutex::new(None),
+        })))
     }
 
     /// A client to send requests with now (for EKS, with a token valid for a while yet).
@@ -254,7 +316,7 @@ impl EksClients {
         let credentials = self.credentials.provide_credentials().await.map_err(|e| {
             ConnectError::Credentials {
                 cluster: self.cluster.clone(),
-                source: crate::adapters::aws::AwsError::of(e),
+                source: e,
             }
         })?;
         let signed_at = std::time::SystemTime::from(now);
@@ -274,8 +336,8 @@ impl EksClients {
 }
 
 /// Connects as `access` says. For EKS the AWS configuration (region, credentials) is loaded
-/// from the environment, as the SDK does, with `aws` (the settings'). The process's client-side
-/// rate limit is set apart ([`ClusterClient::set_rate_limit`]; the wiring does it from the
+/// from the environment, as the SDK does, with `aws` (the settings'). The client-side rate
+/// limit is set apart ([`ClusterClient::with_rate_limit`]; the wiring does it from the
 /// settings).
 #[tracing::instrument(skip_all, err)]
 pub async fn connect(
@@ -317,12 +379,8 @@ pub async fn connect_eks(
         endpoint = endpoint.or(found_endpoint);
         ca = ca.or(found_ca);
     }
-    let endpoint = endpoint.ok_or_else(|| ConnectError::DescribeCluster {
+    let endpoint = endpoint.ok_or_else(|| ConnectError::NoEndpoint {
         cluster: cluster.clone(),
-        message: "the cluster has no endpoint (is it still being created?)".into(),
-        // It may be: the cluster is still being created.
-        kind: FailureKind::Unavailable,
-        source: None,
     })?;
     let base = base_config(&cluster, &endpoint, ca.as_deref()).await?;
     Ok(ClusterClient::eks(
@@ -410,9 +468,8 @@ async fn describe_cluster(
         .await
         .map_err(|e| ConnectError::DescribeCluster {
             cluster: cluster.to_string(),
-            message: aws_error_text(&e),
             kind: failure_kind(&e),
-            source: Some(Box::new(e)),
+            source: Box::new(e),
         })?;
     let found = out.cluster();
     Ok((

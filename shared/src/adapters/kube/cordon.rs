@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{Node, Taint};
 use serde_json::{Value, json};
 
 use super::api::FIELD_MANAGER;
-use super::api::with_retry;
+use super::api::retry::with_retry;
 use super::connect::ClusterClient;
 use super::error::KubeError;
 use crate::domain::config::{Config, LABEL_EXCLUDE_LB, TaintEffect};
@@ -261,7 +261,7 @@ async fn write_node<T>(
         };
         let nodes: Api<Node> = Api::all(clients.client().await?);
         let merge = Patch::Merge(&patch);
-        let result = with_retry(clients.clock(), "patch", &object, || {
+        let result = with_retry(clients, "patch", &object, || {
             nodes.patch(&name, &params, &merge)
         })
         .await;
@@ -422,7 +422,7 @@ pub(crate) async fn get_node(
 ) -> Result<Option<Node>, KubeError> {
     let nodes: Api<Node> = Api::all(clients.client().await?);
     let object = format!("node/{name}");
-    match with_retry(clients.clock(), "get", &object, || nodes.get(name)).await {
+    match with_retry(clients, "get", &object, || nodes.get(name)).await {
         Ok(node) => Ok(Some(node)),
         Err(e) if e.is_not_found() => Ok(None),
         Err(e) => Err(KubeError::Api(e)),

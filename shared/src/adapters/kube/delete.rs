@@ -15,7 +15,7 @@ use ::kube::Api;
 use ::kube::api::{ApiResource, DeleteParams, DynamicObject};
 use ::kube::core::GroupVersionKind;
 
-use super::api::with_retry;
+use super::api::retry::with_retry;
 use super::connect::ClusterClient;
 use super::error::{KubeError, Refusal};
 use k8s_openapi::api::core::v1::Node;
@@ -165,7 +165,7 @@ pub(crate) async fn delete_target(
     let name = match target {
         Target::Node { name } | Target::NodeClaim { name } | Target::Machine { name, .. } => name,
     };
-    let existing = with_retry(clients.clock(), "get", &described, || api.get_opt(name)).await?;
+    let existing = with_retry(clients, "get", &described, || api.get_opt(name)).await?;
     let Some(existing) = existing else {
         return Ok(DeleteOutcome::AlreadyGone { target: described });
     };
@@ -194,11 +194,7 @@ pub(crate) async fn delete_target(
             }),
         ..DeleteParams::default()
     };
-    match with_retry(clients.clock(), "delete", &described, || {
-        api.delete(name, &params)
-    })
-    .await
-    {
+    match with_retry(clients, "delete", &described, || api.delete(name, &params)).await {
         Ok(_) => {
             tracing::info!(target = %described, "deleted");
             Ok(DeleteOutcome::Deleted { target: described })

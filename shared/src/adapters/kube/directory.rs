@@ -15,11 +15,12 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 
-use super::api::{ApiError, with_retry};
+use super::api::retry::with_retry;
 use super::connect::ClusterClient;
+use super::error::ApiError;
 use super::node_facts::node_facts;
 use crate::domain::facts::{InstanceFacts, NodeFacts};
-use crate::ports::{DirectoryError, NodeDirectory};
+use crate::ports::{DirectoryError, NodeDirectory, Work};
 
 const SERVICE: &str = "kubernetes";
 /// Page size of the node list.
@@ -60,11 +61,9 @@ impl KubeNodeDirectory {
         let mut out = Vec::new();
         let mut params = ListParams::default().limit(LIST_PAGE);
         loop {
-            let page = with_retry(self.clients.clock(), "list", "nodes", || {
-                nodes.list(&params)
-            })
-            .await
-            .map_err(directory_error)?;
+            let page = with_retry(&self.clients, "list", "nodes", || nodes.list(&params))
+                .await
+                .map_err(directory_error)?;
             out.extend(page.items);
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) => params = params.continue_token(&token),
@@ -100,10 +99,10 @@ fn names_instance(node: &NodeFacts, instance: &InstanceFacts) -> bool {
             .is_some_and(|rest| rest.starts_with('.'))
 }
 
-#[async_trait]
-impl NodeDirectory for KubeNodeDirectory {
-    #[tracing::instrument(skip_all, fields(instances = instances.len()), err)]
-    async fn nodes(&self, instances: &[InstanceFacts]) -> Result<Vec<NodeFacts>, DirectoryError> {
+impl KubeNodeDirectory {
+    /// The nodes of `instances` (see the module's documentation).
+    #[tracing::instrument(name = "nodes", skip_all, fields(instances = instances.len()), err)]
+    async fn look_up(&self, instances: &[InstanceFacts]) -> Result<Vec<NodeFacts>, DirectoryError> {
         if instances.is_empty() {
             return Ok(Vec::new());
         }
@@ -119,7 +118,7 @@ impl NodeDirectory for KubeNodeDirectory {
                 let api = &api;
                 async move {
                     let object = format!("node/{name}");
-                    with_retry(self.clients.clock(), "get", &object, || api.get_opt(&name)).await
+                    with_retry(&self.clients, "get", &object, || api.get_opt(&name)).await
                 }
             })
             .buffer_unordered(self.parallelism)
@@ -153,6 +152,25 @@ impl NodeDirectory for KubeNodeDirectory {
             }
         }
         Ok(found.into_values().collect())
+    }
+}
+
+#[async_trait]
+impl NodeDirectory for KubeNodeDirectory {
+    async fn nodes(&self, instances: &[InstanceFacts]) -> Result<Vec<NodeFacts>, DirectoryError> {
+        self.look_up(instances).await
+    }
+
+    async fn nodes_in(
+        &self,
+        instances: &[InstanceFacts],
+        work: Work,
+    ) -> Result<Vec<NodeFacts>, DirectoryError> {
+        let directory = KubeNodeDirectory {
+            clients: self.clients.within(work.deadline),
+            ..self.clone()
+        };
+        directory.look_up(instances).await
     }
 
     /// One paged `list` of the nodes.

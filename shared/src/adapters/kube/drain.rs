@@ -28,10 +28,13 @@
 
 use std::time::Duration;
 
-use super::api::{ApiError, Lane, jittered, with_retry_in};
+use super::api::rate_limit::Lane;
+use super::api::retry::with_retry_in;
 use super::connect::ClusterClient;
 use super::error::KubeError;
+use super::error::{ApiError, retry_after};
 use super::surge::{self, SurgeSettings, surge_pass};
+use crate::adapters::backoff::Backoff;
 use crate::domain::surge::{CHECK_EVERY, RoomWait};
 use ::kube::Api;
 use ::kube::api::{ListParams, PostParams};
@@ -274,10 +277,7 @@ pub(crate) async fn list_pods(clients: &ClusterClient, node: &str) -> Result<Vec
     let pods: Api<Pod> = Api::all(clients.client().await?);
     let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
     let object = format!("pods on node/{node}");
-    let list = with_retry_in(clients.clock(), Lane::Later, "list", &object, || {
-        pods.list(&params)
-    })
-    .await?;
+    let list = with_retry_in(clients, Lane::Later, "list", &object, || pods.list(&params)).await?;
     Ok(list.items)
 }
 
@@ -305,11 +305,12 @@ async fn evict(
     settings: &DrainSettings,
 ) -> Result<Eviction, KubeError> {
     let object = format!("pod/{namespace}/{name}");
-    let mut delay = settings.backoff_initial;
+    // The waits after refusals; a `Retry-After` waited takes none of them.
+    let mut waits = Backoff::new(settings.backoff_initial, settings.backoff_max).delays();
     let mut told = 0;
     loop {
         let pods: Api<Pod> = Api::namespaced(clients.client().await?, namespace);
-        super::api::throttle(clients.clock(), Lane::Later).await;
+        clients.throttle(Lane::Later).await;
         let grace = fitted_grace(own_grace, settings.grace_until, clients.clock().now());
         let body = eviction_body(namespace, name, grace);
         let evicted = pods
@@ -328,13 +329,14 @@ async fn evict(
                 // said when, so the eviction is tried again then, even in a pass with no time
                 // for retries — else the node waits for a later pass for nothing.
                 let now = clients.clock().now();
-                if let Some(after) = super::api::retry_after(&e)
+                if let Some(after) = retry_after(&e)
                     && told < RATE_LIMIT_RETRIES
-                    && crate::ports::work_deadline()
+                    && clients
+                        .deadline()
                         .is_none_or(|u| now + crate::ports::span(after) < u)
                 {
                     told += 1;
-                    super::api::pause_all(now, after);
+                    clients.pause_all(after);
                     clients.clock().sleep(after).await;
                     continue;
                 }
@@ -351,9 +353,9 @@ async fn evict(
         if left.is_zero() {
             return Ok(Eviction::Refused(refusal));
         }
-        tracing::debug!(pod = %object, reason = %refusal, ?delay, "eviction refused; retrying");
-        clients.clock().sleep(jittered(delay).min(left)).await;
-        delay = (delay * 2).min(settings.backoff_max);
+        let wait = waits.next().unwrap_or(settings.backoff_max).min(left);
+        tracing::debug!(pod = %object, reason = %refusal, ?wait, "eviction refused; retrying");
+        clients.clock().sleep(wait).await;
     }
 }
 

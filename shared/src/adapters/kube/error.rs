@@ -1,9 +1,108 @@
-//! The Kubernetes adapter's error type.
+//! The Kubernetes adapter's errors, in one place: an API call that failed ([`ApiError`]) and
+//! what its answer says (whether to try again, a `Retry-After`), the adapter's error
+//! ([`KubeError`]), and why an action was refused without any write ([`Refusal`]).
 
-use super::api::ApiError;
+use std::time::Duration;
+
 use super::connect::ConnectError;
 use crate::domain::facts::NotItsNode;
 use crate::ports::{FailureKind, LifecycleError};
+
+/// One Kubernetes API call that failed: what was asked, of which object, and the answer.
+#[derive(Debug, thiserror::Error)]
+#[error("{verb} {object}: {}", error_text(.source))]
+pub struct ApiError {
+    /// `get`, `list`, `patch`, `delete`, `evict`, `create`.
+    pub verb: &'static str,
+    /// The object, as `node/<name>`, `pod/<ns>/<name>`, `nodeclaim/<name>`, ...
+    pub object: String,
+    /// The HTTP status of the API's answer (`None` for transport failures and timeouts).
+    pub status: Option<u16>,
+    #[source]
+    pub source: ::kube::Error,
+}
+
+impl ApiError {
+    pub(crate) fn new(
+        verb: &'static str,
+        object: impl Into<String>,
+        source: ::kube::Error,
+    ) -> Self {
+        ApiError {
+            verb,
+            object: object.into(),
+            status: status_code(&source),
+            source,
+        }
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        self.status == Some(404)
+    }
+
+    pub fn is_conflict(&self) -> bool {
+        self.status == Some(409)
+    }
+
+    /// The API's `Status` message, or the error text.
+    pub fn message(&self) -> String {
+        match &self.source {
+            ::kube::Error::Api(status) => status.message.clone(),
+            other => other.to_string(),
+        }
+    }
+}
+
+fn error_text(e: &::kube::Error) -> String {
+    match e {
+        ::kube::Error::Api(s) => {
+            let reason = if s.reason.is_empty() { "" } else { &s.reason };
+            format!("{} {reason}: {}", s.code, s.message)
+        }
+        other => other.to_string(),
+    }
+}
+
+pub(crate) fn status_code(e: &::kube::Error) -> Option<u16> {
+    match e {
+        ::kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+/// Answers that say "try again": API priority and fairness (429), unavailable (503), gateway
+/// timeout (504). kube's own retry layer is off for forewarn's clients (it would retry eviction
+/// refusals for minutes), so calls retry these themselves, briefly.
+pub(crate) fn is_retryable(status: Option<u16>) -> bool {
+    matches!(status, Some(429 | 503 | 504))
+}
+
+/// Failures that may pass by themselves: every "try again" answer, 500 and 502, and no answer
+/// at all (a refused or reset connection, a timeout) — what an API server restarting or being
+/// upgraded (an EKS control-plane upgrade) gives for some seconds.
+pub(crate) fn is_transient(e: &::kube::Error) -> bool {
+    match status_code(e) {
+        Some(code) => is_retryable(Some(code)) || matches!(code, 500 | 502),
+        None => true,
+    }
+}
+
+/// The `Retry-After` of a "try again" answer: the API server puts it in the `Status` details
+/// (`retryAfterSeconds`, as well as in the header) of its 429s and of some 503s.
+pub(crate) fn retry_after(e: &::kube::Error) -> Option<Duration> {
+    match e {
+        ::kube::Error::Api(s) if is_retryable(Some(s.code)) => s
+            .details
+            .as_ref()
+            .map(|d| d.retry_after_seconds)
+            .filter(|secs| *secs > 0)
+            .map(|secs| Duration::from_secs(u64::from(secs).min(MAX_RETRY_AFTER_SECS))),
+        _ => None,
+    }
+}
+
+/// A `Retry-After` longer than this is cut to it (a drain has minutes, not hours).
+pub(crate) const MAX_RETRY_AFTER_SECS: u64 = 30;
 
 /// A Kubernetes action that failed.
 #[derive(Debug, thiserror::Error)]
@@ -107,6 +206,8 @@ impl ConnectError {
             | ConnectError::NoRegion { .. }
             | ConnectError::NoCredentials { .. } => FailureKind::Invalid,
             ConnectError::DescribeCluster { kind, .. } => *kind,
+            // It may be: the cluster is still being created.
+            ConnectError::NoEndpoint { .. } => FailureKind::Unavailable,
             ConnectError::Credentials { .. } | ConnectError::Token(_) => FailureKind::Unknown,
         }
     }
@@ -235,5 +336,42 @@ mod tests {
             cluster: "demo".into(),
         });
         assert!(!no_region.retryable());
+    }
+
+    fn details(retry_after_seconds: u32) -> ::kube::core::response::StatusDetails {
+        serde_json::from_value(serde_json::json!({ "retryAfterSeconds": retry_after_seconds }))
+            .unwrap()
+    }
+
+    #[test]
+    fn retry_after_comes_from_the_status_details_of_retryable_answers() {
+        let mut status =
+            ::kube::core::Status::failure("slow down", "TooManyRequests").with_code(429);
+        status.details = Some(details(2));
+        let e = ::kube::Error::Api(Box::new(status.clone()));
+        assert_eq!(retry_after(&e), Some(Duration::from_secs(2)));
+        status.details = Some(details(3600));
+        let long = ::kube::Error::Api(Box::new(status.clone()));
+        assert_eq!(
+            retry_after(&long),
+            Some(Duration::from_secs(MAX_RETRY_AFTER_SECS))
+        );
+        // Not for answers that are not "try again", nor without the detail.
+        let conflict = ::kube::Error::Api(Box::new(status.clone().with_code(409)));
+        assert_eq!(retry_after(&conflict), None);
+        status.details = None;
+        assert_eq!(retry_after(&::kube::Error::Api(Box::new(status))), None);
+    }
+
+    #[test]
+    fn errors_name_the_object_and_the_status() {
+        let status =
+            ::kube::core::Status::failure("nodes \"n1\" not found", "NotFound").with_code(404);
+        let e = ApiError::new("get", "node/n1", ::kube::Error::Api(Box::new(status)));
+        assert!(e.is_not_found());
+        assert_eq!(
+            e.to_string(),
+            "get node/n1: 404 NotFound: nodes \"n1\" not found"
+        );
     }
 }

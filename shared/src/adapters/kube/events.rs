@@ -18,7 +18,7 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 
 use super::api::FIELD_MANAGER;
-use super::api::with_retry;
+use super::api::retry::with_retry;
 use super::connect::ClusterClient;
 use super::error::KubeError;
 
@@ -202,11 +202,7 @@ pub(crate) async fn record_about(
         field_manager: Some(FIELD_MANAGER.into()),
         ..PostParams::default()
     };
-    match with_retry(clients.clock(), "create", &object, || {
-        events.create(&params, &body)
-    })
-    .await
-    {
+    match with_retry(clients, "create", &object, || events.create(&params, &body)).await {
         Ok(_) => Ok(EventOutcome::Created),
         Err(e) if e.status == Some(409) => Ok(EventOutcome::Exists),
         Err(e) => Err(KubeError::Api(e)),

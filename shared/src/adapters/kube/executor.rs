@@ -41,7 +41,7 @@ use futures::future::join_all;
 use k8s_openapi::api::core::v1::Node;
 use tracing::Instrument;
 
-use super::api::in_later_lane;
+use super::api::rate_limit::Lane;
 use super::connect::ClusterClient;
 use super::cordon::{NodeWrite, get_node};
 use super::error::{KubeError, Refusal};
@@ -68,7 +68,7 @@ use undo::Undoer;
 use crate::domain::config::{Action, Config};
 use crate::domain::plan::{NodeAction, Plan};
 use crate::domain::wayback::{Undo, UndoOutcome};
-use crate::ports::{ActionResult, Clock, DrainRole, ExecuteError, Executor, Pass};
+use crate::ports::{ActionResult, Clock, DrainRole, ExecuteError, Executor, Pass, Work};
 use crate::ports::{LifecycleCompleter, PoolStore};
 
 /// How many evictions run at once.
@@ -112,10 +112,13 @@ impl Default for ExecutorSettings {
     }
 }
 
-/// [`Executor`] over the Kubernetes API (and Auto Scaling for lifecycle actions).
+/// [`Executor`] over the Kubernetes API (and Auto Scaling for lifecycle actions). Cheap to
+/// clone: each pass runs on a clone whose client carries the pass's lane and the work's
+/// deadline (see [`KubeExecutor::run_in`]).
+#[derive(Clone)]
 pub struct KubeExecutor {
     clients: ClusterClient,
-    config: Config,
+    config: Arc<Config>,
     settings: ExecutorSettings,
     lifecycle: Option<Arc<dyn LifecycleCompleter>>,
     /// What surge drains remember between passes (budgets, refused namespaces), shared by them.
@@ -140,7 +143,7 @@ impl KubeExecutor {
     pub fn new(clients: ClusterClient, config: &Config) -> KubeExecutor {
         KubeExecutor {
             clients,
-            config: config.clone(),
+            config: Arc::new(config.clone()),
             settings: ExecutorSettings::default(),
             lifecycle: None,
             surge_memory: Arc::default(),
@@ -247,8 +250,27 @@ impl KubeExecutor {
     }
 
     /// Carries out every node action of `plan` (concurrently) for `pass`, with what each did. An
-    /// error from any means the event must come back (the others were still carried out).
+    /// error from any means the event must come back (the others were still carried out). No
+    /// deadline: see [`KubeExecutor::run_in`].
     pub async fn run(&self, plan: &Plan, pass: Pass) -> Result<Vec<NodeOutcome>, ExecuteError> {
+        self.run_in(plan, pass, Work::default()).await
+    }
+
+    /// [`KubeExecutor::run`] as part of `work`: its calls retry transient failures until the
+    /// work's deadline. Every pass but the cordon runs in [`Lane::Later`] of the rate limit: a
+    /// drain's node reads and Events do not go before other nodes' cordons.
+    pub async fn run_in(
+        &self,
+        plan: &Plan,
+        pass: Pass,
+        work: Work,
+    ) -> Result<Vec<NodeOutcome>, ExecuteError> {
+        let lane = if pass == Pass::Cordon {
+            Lane::First
+        } else {
+            Lane::Later
+        };
+        let this = self.on(self.clients.in_lane(lane).within(work.deadline));
         let runs = plan.actions.iter().map(|a| {
             let span = tracing::info_span!(
                 "node_action",
@@ -256,16 +278,11 @@ impl KubeExecutor {
                 instance_id = %a.instance_id,
                 node = a.node.as_deref().unwrap_or(""),
                 action = %a.action,
-                dry_run = self.settings.dry_run,
+                dry_run = this.settings.dry_run,
             );
+            let this = &this;
             async move {
-                let work = self.act(plan, a, pass);
-                let done = if pass != Pass::Cordon {
-                    in_later_lane(work).await
-                } else {
-                    work.await
-                };
-                done.map_err(|e| {
+                this.act(plan, a, pass).await.map_err(|e| {
                     tracing::warn!(error = %e, "node action failed");
                     let doing = a.node.as_ref().map(|n| format!("node {n}"));
                     ExecuteError::new(a.instance_id.clone(), doing, e.kind(), e)
@@ -274,6 +291,14 @@ impl KubeExecutor {
             .instrument(span)
         });
         join_all(runs).await.into_iter().collect()
+    }
+
+    /// The same executor on `clients` (the same cluster, in a lane or within a deadline).
+    fn on(&self, clients: ClusterClient) -> KubeExecutor {
+        KubeExecutor {
+            clients,
+            ..self.clone()
+        }
     }
 
     async fn act(&self, plan: &Plan, a: &NodeAction, pass: Pass) -> Result<NodeOutcome, KubeError> {
@@ -486,6 +511,15 @@ impl Executor for KubeExecutor {
         Ok(results(&self.run(plan, pass).await?))
     }
 
+    async fn execute_in(
+        &self,
+        plan: &Plan,
+        pass: Pass,
+        work: Work,
+    ) -> Result<Vec<ActionResult>, ExecuteError> {
+        Ok(results(&self.run_in(plan, pass, work).await?))
+    }
+
     async fn undo(&self, undo: &Undo) -> Result<UndoOutcome, ExecuteError> {
         let fail = |e: KubeError| {
             let doing = Some(format!("node {}", undo.node));
@@ -502,12 +536,20 @@ impl Executor for KubeExecutor {
         nodes: &[String],
     ) -> Result<std::collections::BTreeMap<String, crate::domain::surge::RoomSeen>, ExecuteError>
     {
-        in_later_lane(super::surge::room_of(&self.clients, nodes))
-            .await
-            .map_err(|e| {
-                let doing = Some(format!("placeholders of {} nodes", nodes.len()));
-                ExecuteError::new(String::new(), doing, e.kind(), e)
-            })
+        self.room_in(nodes, Work::default()).await
+    }
+
+    async fn room_in(
+        &self,
+        nodes: &[String],
+        work: Work,
+    ) -> Result<std::collections::BTreeMap<String, crate::domain::surge::RoomSeen>, ExecuteError>
+    {
+        let clients = self.clients.in_lane(Lane::Later).within(work.deadline);
+        super::surge::room_of(&clients, nodes).await.map_err(|e| {
+            let doing = Some(format!("placeholders of {} nodes", nodes.len()));
+            ExecuteError::new(String::new(), doing, e.kind(), e)
+        })
     }
 
     async fn clean_placeholders(

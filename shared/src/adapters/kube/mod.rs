@@ -34,7 +34,7 @@ mod surge;
 mod surge_memory;
 mod workloads;
 
-pub use api::{ApiError, FIELD_MANAGER, OwnRateLimit};
+pub use api::FIELD_MANAGER;
 pub use connect::{
     ClusterAccess, ClusterClient, ConnectError, ENV_CLUSTER_CA, ENV_CLUSTER_ENDPOINT,
     ENV_EKS_CLUSTER, ENV_KUBE_BURST, ENV_KUBE_QPS, EksAccess, connect, connect_eks,
@@ -47,7 +47,7 @@ pub use eks::{
     CLUSTER_ID_HEADER, PRESIGN_EXPIRES, TOKEN_CACHE_LIFETIME, TOKEN_PREFIX, TokenError, eks_token,
     presigned_url, sts_host, url_from_token,
 };
-pub use error::{KubeError, Refusal};
+pub use error::{ApiError, KubeError, Refusal};
 pub use events::{EventOutcome, REPORTING_CONTROLLER, event_name};
 pub use executor::{ENV_EVICTION_PARALLELISM, ExecutorSettings, KubeExecutor, NodeOutcome};
 pub use launch::{Joining, LAUNCH_CHECK_EVERY};

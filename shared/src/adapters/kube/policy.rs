@@ -9,7 +9,7 @@ use ::kube::Api;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 
-use super::api::with_retry;
+use super::api::retry::with_retry;
 use super::connect::ClusterClient;
 use super::events::{EventType, ObjectEvent, record_about};
 use crate::ports::{DirectoryError, FailureKind, PolicySource, PolicyText};
@@ -51,11 +51,7 @@ impl PolicySource for KubePolicy {
         })?;
         let maps: Api<ConfigMap> = Api::namespaced(client, POLICY_NAMESPACE);
         let object = format!("configmap/{POLICY_NAMESPACE}/{POLICY_CONFIGMAP}");
-        match with_retry(self.clients.clock(), "get", &object, || {
-            maps.get(POLICY_CONFIGMAP)
-        })
-        .await
-        {
+        match with_retry(&self.clients, "get", &object, || maps.get(POLICY_CONFIGMAP)).await {
             Ok(map) => Ok(match map.data.and_then(|mut d| d.remove(POLICY_KEY)) {
                 Some(text) => PolicyText::Text(text),
                 None => PolicyText::NoKey,

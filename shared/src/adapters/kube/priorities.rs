@@ -12,8 +12,10 @@ use ::kube::api::{ObjectMeta, PostParams};
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::ConfigMap;
 
-use super::api::{ApiError, FIELD_MANAGER, with_retry};
+use super::api::FIELD_MANAGER;
+use super::api::retry::with_retry;
 use super::connect::ClusterClient;
+use super::error::ApiError;
 use crate::domain::priorities::{
     BASE_CONFIGMAP, DATA_KEY, EXPANDER_CONFIGMAP, ExpanderConfig, NAMESPACE,
 };
@@ -96,7 +98,7 @@ fn params() -> PostParams {
 impl ExpanderStore for KubeExpander {
     async fn base(&self) -> Result<Option<String>, ExpanderError> {
         let api = self.api("get", BASE_CONFIGMAP).await?;
-        let cm = with_retry(self.clients.clock(), "get", &object(BASE_CONFIGMAP), || {
+        let cm = with_retry(&self.clients, "get", &object(BASE_CONFIGMAP), || {
             api.get_opt(BASE_CONFIGMAP)
         })
         .await
@@ -110,12 +112,9 @@ impl ExpanderStore for KubeExpander {
 
     async fn current(&self) -> Result<Option<StoredExpander>, ExpanderError> {
         let api = self.api("get", EXPANDER_CONFIGMAP).await?;
-        let cm = with_retry(
-            self.clients.clock(),
-            "get",
-            &object(EXPANDER_CONFIGMAP),
-            || api.get_opt(EXPANDER_CONFIGMAP),
-        )
+        let cm = with_retry(&self.clients, "get", &object(EXPANDER_CONFIGMAP), || {
+            api.get_opt(EXPANDER_CONFIGMAP)
+        })
         .await
         .map_err(api_error)?;
         Ok(cm.map(|cm| StoredExpander {
@@ -135,12 +134,9 @@ impl ExpanderStore for KubeExpander {
         let api = self.api("create", EXPANDER_CONFIGMAP).await?;
         let cm = config_map(config, None);
         let params = params();
-        match with_retry(
-            self.clients.clock(),
-            "create",
-            &object(EXPANDER_CONFIGMAP),
-            || api.create(&params, &cm),
-        )
+        match with_retry(&self.clients, "create", &object(EXPANDER_CONFIGMAP), || {
+            api.create(&params, &cm)
+        })
         .await
         {
             Ok(_) => Ok(()),
@@ -161,12 +157,9 @@ impl ExpanderStore for KubeExpander {
         let api = self.api("update", EXPANDER_CONFIGMAP).await?;
         let cm = config_map(config, Some(resource_version));
         let params = params();
-        with_retry(
-            self.clients.clock(),
-            "update",
-            &object(EXPANDER_CONFIGMAP),
-            || api.replace(EXPANDER_CONFIGMAP, &params, &cm),
-        )
+        with_retry(&self.clients, "update", &object(EXPANDER_CONFIGMAP), || {
+            api.replace(EXPANDER_CONFIGMAP, &params, &cm)
+        })
         .await
         .map(|_| ())
         .map_err(api_error)

@@ -32,8 +32,10 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 
-use super::api::{ApiError, Lane, once_in, with_retry_in};
+use super::api::rate_limit::Lane;
+use super::api::retry::{once_in, with_retry_in};
 use super::connect::ClusterClient;
+use super::error::ApiError;
 use super::error::KubeError;
 use super::placeholder::{Doomed, placeholder_for};
 pub(crate) use super::surge_memory::SurgeMemory;
@@ -374,10 +376,7 @@ async fn list(
         Some(s) => ListParams::default().labels(s),
         None => ListParams::default(),
     };
-    let list = with_retry_in(clients.clock(), Lane::Later, "list", what, || {
-        pods.list(&params)
-    })
-    .await?;
+    let list = with_retry_in(clients, Lane::Later, "list", what, || pods.list(&params)).await?;
     Ok(list.items.into_iter().filter(is_placeholder).collect())
 }
 
@@ -450,7 +449,7 @@ async fn create(clients: &ClusterClient, memory: &SurgeMemory, m: &Making) -> Cr
     let pods: Api<Pod> = Api::namespaced(client, NAMESPACE);
     let params = PostParams::default();
     let answer = once_in(
-        clients.clock(),
+        clients,
         Lane::Later,
         "create",
         &object,
@@ -478,7 +477,7 @@ pub(crate) async fn delete(clients: &ClusterClient, ph: &Pod) -> Result<(), Kube
         ..DeleteParams::default()
     };
     let object = format!("pod/{NAMESPACE}/{name}");
-    match with_retry_in(clients.clock(), Lane::Later, "delete", &object, || {
+    match with_retry_in(clients, Lane::Later, "delete", &object, || {
         pods.delete(name, &params)
     })
     .await

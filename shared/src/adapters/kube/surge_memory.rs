@@ -11,7 +11,8 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
-use super::api::{Lane, with_retry_in};
+use super::api::rate_limit::Lane;
+use super::api::retry::with_retry_in;
 use super::connect::ClusterClient;
 use crate::domain::audit::Budget;
 
@@ -99,10 +100,8 @@ pub(crate) async fn budget_rounds(
         let api: Api<PodDisruptionBudget> = Api::namespaced(client, ns);
         let what = format!("poddisruptionbudgets in {ns}");
         let params = ListParams::default();
-        let listed = match with_retry_in(clients.clock(), Lane::Later, "list", &what, || {
-            api.list(&params)
-        })
-        .await
+        let listed = match with_retry_in(clients, Lane::Later, "list", &what, || api.list(&params))
+            .await
         {
             Ok(list) => list.items,
             Err(e) if matches!(e.status, Some(401 | 403 | 404)) => {

@@ -13,7 +13,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use serde::de::DeserializeOwned;
 
-use super::api::with_retry;
+use super::api::retry::with_retry;
 use super::connect::ClusterClient;
 use super::error::KubeError;
 use crate::adapters::workloads::{RawWorkloads, view};
@@ -55,7 +55,7 @@ where
     let mut out = Vec::new();
     let mut params = ListParams::default().limit(LIST_PAGE);
     loop {
-        let page = with_retry(clients.clock(), "list", what, || api.list(&params))
+        let page = with_retry(clients, "list", what, || api.list(&params))
             .await
             .map_err(error)?;
         out.extend(page.items);

@@ -39,12 +39,14 @@ use crate::domain::report::{Outcome, Report};
 use crate::domain::surge::RoomSeen;
 use crate::ports::{
     ActionResult, Clock, ContinuationQueue, DrainRole, Executor, InstanceDirectory, NodeDirectory,
-    Pass, PoolStore, span, until,
+    Pass, PoolStore, Work, span, until,
 };
+use work::{ExecutorIn, NodesIn};
 
 mod batch;
 pub mod kept;
 mod passes;
+mod work;
 
 use batch::{by_phase, follow_firsts, schedule};
 use passes::{Handled, Rest, merge, refusals};
@@ -124,8 +126,22 @@ impl Pipeline<'_> {
     /// idempotent, so a half-done event is simply done again). Returns one report per record,
     /// in order.
     pub async fn process_with(&self, records: &[Record], limits: Limits) -> Vec<Report> {
-        // Transient failures are retried inside the batch while its time allows.
-        crate::ports::within_deadline(limits.deadline, self.process_in(records, limits)).await
+        // Every call of the batch through the directory and the executor is part of its work:
+        // transient failures are retried inside the batch while its time allows.
+        let work = Work {
+            deadline: limits.deadline,
+        };
+        let executor = self.executor.map(|inner| ExecutorIn { inner, work });
+        let nodes = NodesIn {
+            inner: self.nodes,
+            work,
+        };
+        let within = Pipeline {
+            executor: executor.as_ref().map(|e| e as &dyn Executor),
+            nodes: &nodes,
+            ..*self
+        };
+        within.process_in(records, limits).await
     }
 
     async fn process_in(&self, records: &[Record], limits: Limits) -> Vec<Report> {

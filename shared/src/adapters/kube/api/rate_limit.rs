@@ -1,0 +1,212 @@
+//! The client-side rate limit: a token bucket like client-go's `QPS`/`Burst`, with two lanes.
+//! A [`super::super::ClusterClient`] owns one (shared by its clones), or none (no limit).
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::ports::Clock;
+
+/// The two lanes of the client-side rate limit. Under a limit, what a warning needs first —
+/// node reads, cordons and taints, deletes, Events — goes before the drains' evictions and pod
+/// lists: in a mass interruption every node is cordoned without queueing behind other nodes'
+/// evictions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Lane {
+    #[default]
+    First,
+    Later,
+}
+
+impl Lane {
+    /// The later of two lanes: a request asked in [`Lane::First`] by work that runs in
+    /// [`Lane::Later`] (a drain's later passes) goes in [`Lane::Later`].
+    pub(crate) fn or(self, other: Lane) -> Lane {
+        if self == Lane::Later || other == Lane::Later {
+            Lane::Later
+        } else {
+            Lane::First
+        }
+    }
+}
+
+/// A client-side token bucket, like client-go's `QPS`/`Burst`: requests go out at `qps` on
+/// average, up to `burst` at once after a quiet spell. Reservations: each request takes a
+/// token now (the count may go below zero) and waits until its token would have been there,
+/// so waiting requests go out in the order they asked, spaced `1/qps` apart. A `Retry-After`
+/// pauses every request until it has passed. Requests of [`Lane::Later`] reserve one at a time
+/// (each waits for the one before it to go out), so a [`Lane::First`] request waits behind at
+/// most one of them.
+#[derive(Debug)]
+pub(crate) struct RateLimiter {
+    qps: f64,
+    burst: f64,
+    state: Mutex<Bucket>,
+    later: tokio::sync::Mutex<()>,
+}
+
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    /// When the tokens were counted (`None`: never yet; the bucket is full).
+    at: Option<DateTime<Utc>>,
+    paused_until: Option<DateTime<Utc>>,
+}
+
+impl RateLimiter {
+    /// `qps` > 0 and finite, `burst` ≥ 1 (callers validate; out-of-range values are clamped).
+    pub(crate) fn new(qps: f64, burst: u32) -> RateLimiter {
+        let qps = if qps.is_finite() && qps > 0.0 {
+            qps
+        } else {
+            1.0
+        };
+        let burst = f64::from(burst.max(1));
+        RateLimiter {
+            qps,
+            burst,
+            state: Mutex::new(Bucket {
+                tokens: burst,
+                at: None,
+                paused_until: None,
+            }),
+            later: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Waits until a request of `lane` may go out.
+    pub(crate) async fn wait(&self, clock: &dyn Clock, lane: Lane) {
+        let _turn = match lane {
+            Lane::First => None,
+            Lane::Later => Some(self.later.lock().await),
+        };
+        let wait = self.reserve(clock.now());
+        if !wait.is_zero() {
+            clock.sleep(wait).await;
+        }
+    }
+
+    /// Takes a token at `now`; the answer is how long to wait before sending.
+    pub(crate) fn reserve(&self, now: DateTime<Utc>) -> Duration {
+        let mut b = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let at = b.at.unwrap_or(now);
+        let elapsed = (now - at).to_std().unwrap_or_default().as_secs_f64();
+        b.tokens = (b.tokens + elapsed * self.qps).min(self.burst) - 1.0;
+        b.at = Some(at.max(now));
+        let wait = if b.tokens < 0.0 {
+            Duration::from_secs_f64(-b.tokens / self.qps)
+        } else {
+            Duration::ZERO
+        };
+        let paused = b.paused_until.map_or(Duration::ZERO, |until| {
+            (until - now).to_std().unwrap_or_default()
+        });
+        wait.max(paused)
+    }
+
+    /// No request goes out before `until`.
+    pub(crate) fn pause_until(&self, until: DateTime<Utc>) {
+        let mut b = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        b.paused_until = Some(b.paused_until.map_or(until, |p| p.max(until)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::adapters::clock::SystemClock;
+    use crate::ports::span;
+
+    fn t0() -> DateTime<Utc> {
+        "2026-11-24T10:00:00Z".parse().unwrap()
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn the_bucket_lets_a_burst_through_then_spaces_requests_by_the_rate() {
+        let t0 = t0();
+        let limiter = RateLimiter::new(100.0, 3);
+        // The burst goes at once.
+        for _ in 0..3 {
+            assert_eq!(limiter.reserve(t0), Duration::ZERO);
+        }
+        // Then one every 10 ms, queued in order.
+        let waits: Vec<u128> = (0..3).map(|_| limiter.reserve(t0).as_millis()).collect();
+        assert_eq!(waits, vec![10, 20, 30]);
+        // 100 ms later the debt (3 tokens) is paid and 7 more came back, capped at the burst.
+        let later = t0 + span(ms(100));
+        for _ in 0..3 {
+            assert_eq!(limiter.reserve(later), Duration::ZERO);
+        }
+        assert_eq!(limiter.reserve(later).as_millis(), 10);
+    }
+
+    /// Twenty evictions queue for a 10/s limit; a cordon asked after them goes out behind at
+    /// most one of them, not behind all twenty.
+    /// (On the runtime's paused clock: the waits pass at once, in the order they end.)
+    #[tokio::test(start_paused = true)]
+    async fn the_first_lane_goes_before_the_later_lane() {
+        let clock = SystemClock::default();
+        let limiter = Arc::new(RateLimiter::new(10.0, 1));
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for i in 0..20 {
+            let (limiter, order) = (limiter.clone(), order.clone());
+            tasks.push(tokio::spawn(async move {
+                limiter.wait(&clock, Lane::Later).await;
+                order.lock().unwrap().push(format!("evict-{i}"));
+            }));
+            tokio::task::yield_now().await;
+        }
+        clock.sleep(ms(50)).await;
+        let (l, o, c) = (limiter.clone(), order.clone(), clock);
+        tasks.push(tokio::spawn(async move {
+            l.wait(&c, Lane::First).await;
+            o.lock().unwrap().push("cordon".to_string());
+        }));
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let order = order.lock().unwrap().clone();
+        assert_eq!(order.len(), 21);
+        let at = order.iter().position(|o| o == "cordon").unwrap();
+        assert!(at <= 2, "the cordon went out {at}th: {order:?}");
+        // the later lane still keeps its own order
+        let evictions: Vec<&String> = order.iter().filter(|o| *o != "cordon").collect();
+        let expected: Vec<String> = (0..20).map(|i| format!("evict-{i}")).collect();
+        assert_eq!(evictions, expected.iter().collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn work_in_the_later_lane_sends_every_request_there() {
+        assert_eq!(Lane::First.or(Lane::First), Lane::First);
+        assert_eq!(Lane::Later.or(Lane::First), Lane::Later);
+        assert_eq!(Lane::First.or(Lane::Later), Lane::Later);
+    }
+
+    #[test]
+    fn a_pause_holds_every_request_until_it_ends() {
+        let t0 = t0();
+        let limiter = RateLimiter::new(1000.0, 10);
+        limiter.pause_until(t0 + span(ms(1000)));
+        // An earlier pause does not shorten a later one.
+        limiter.pause_until(t0 + span(ms(500)));
+        assert_eq!(limiter.reserve(t0), ms(1000));
+        assert_eq!(limiter.reserve(t0 + span(ms(400))), ms(600));
+        assert_eq!(limiter.reserve(t0 + span(ms(1000))), Duration::ZERO);
+    }
+
+    #[test]
+    fn bad_settings_are_clamped_not_panicked_on() {
+        let t0 = t0();
+        let limiter = RateLimiter::new(f64::NAN, 0);
+        assert_eq!(limiter.reserve(t0), Duration::ZERO);
+        assert_eq!(limiter.reserve(t0), Duration::from_secs(1));
+    }
+}
