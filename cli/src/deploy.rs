@@ -123,9 +123,15 @@ struct Deploy {
     plan: Plan,
     /// The stack's outputs: the existing stack's, then those after the first pass.
     outputs: Option<BTreeMap<String, String>>,
+    /// The command's clock: every wait of the deploy's own (the placeholder policy's check).
+    clock: std::sync::Arc<dyn forewarn::ports::Clock>,
 }
 
-pub async fn run(args: DeployArgs, settings: Settings) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    args: DeployArgs,
+    settings: Settings,
+    clock: std::sync::Arc<dyn forewarn::ports::Clock>,
+) -> anyhow::Result<ExitCode> {
     let root = find_root(args.root.as_deref())?;
     let template = std::fs::read_to_string(root.join(TEMPLATE))
         .with_context(|| format!("reading {}", root.join(TEMPLATE).display()))?;
@@ -193,6 +199,7 @@ pub async fn run(args: DeployArgs, settings: Settings) -> anyhow::Result<ExitCod
         cfn,
         region,
         plan,
+        clock,
     };
     deploy.build().await?;
     deploy.stack().await?;
@@ -484,7 +491,8 @@ impl Deploy {
                 // both of forewarn's groups.
                 for key in ["HandlerKubernetesGroup", "SweeperKubernetesGroup"] {
                     let group = self.plan.value(key).unwrap_or_default();
-                    manifests::check_placeholder_policy(&client, group, 5).await?;
+                    manifests::check_placeholder_policy(&client, group, 5, self.clock.as_ref())
+                        .await?;
                     say(format!(
                         "{UNDER}{}: enforced for {group} (a pod that is not a placeholder is \
                          refused)",

@@ -180,7 +180,7 @@ fn main() -> ExitCode {
             Command::Priorities(args) => priorities::run(args, settings, clock).await,
             Command::Reconcile(args) => reconcile::run(args, settings, clock).await,
             Command::Key(args) => key::run(args, settings, clock).await,
-            Command::Deploy(args) => deploy::run(args, settings).await,
+            Command::Deploy(args) => deploy::run(args, settings, clock).await,
         }
     });
     match result {

@@ -385,13 +385,20 @@ pub fn is_placeholder_grant(object: &Object) -> bool {
 /// `system:masters` so that no RBAC refusal hides what admission says), of a pod in forewarn's
 /// namespace that is not a placeholder must be denied by [`PLACEHOLDER_POLICY`]. A policy's
 /// binding takes effect within about a second of its creation: tried `attempts` times (at least
-/// once), a second apart. Anything else — the pod admitted (a cluster that stores the policy and does not
+/// once), the waits between them the one backoff's (`CHECK_BACKOFF`) on `clock`. Anything else — the pod admitted (a cluster that stores the policy and does not
 /// enforce it), another refusal, an identity that may not impersonate — is an error, and the
 /// grant is not applied.
+/// The waits between two checks of the placeholder policy: 0.5 to 1 s, then 1 to 2 s.
+const CHECK_BACKOFF: forewarn::adapters::backoff::Backoff =
+    forewarn::adapters::backoff::Backoff::new(CHECK_BACKOFF_FIRST, CHECK_BACKOFF_MAX);
+const CHECK_BACKOFF_FIRST: std::time::Duration = std::time::Duration::from_secs(1);
+const CHECK_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(2);
+
 pub async fn check_placeholder_policy(
     client: &kube::Client,
     group: &str,
     attempts: u32,
+    clock: &dyn forewarn::ports::Clock,
 ) -> anyhow::Result<()> {
     let probe = serde_json::json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -403,9 +410,10 @@ pub async fn check_placeholder_policy(
         forewarn::domain::config::NAMESPACE
     );
     let mut last = String::new();
+    let mut waits = CHECK_BACKOFF.delays();
     for attempt in 0..attempts.max(1) {
         if attempt > 0 {
-            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            clock.sleep(waits.next().unwrap_or(CHECK_BACKOFF_MAX)).await;
         }
         let request = http::Request::post(&path)
             .header(http::header::CONTENT_TYPE, "application/json")
@@ -482,6 +490,7 @@ fn replacement(desired: &Value, existing: &Value) -> Value {
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::time::Duration;
 
     #[test]
     fn the_manifests_load_with_known_kinds() {
@@ -526,8 +535,30 @@ mod tests {
 
     /// The check runs against the fake's admission (the policy's CEL evaluated): enforced, it
     /// passes; stored but not enforced, or not applied, it fails and says so.
+    /// A policy not yet enforced is checked again, after the backoff's waits on the command's
+    /// clock (a manual one here: the test does not wait).
+    #[tokio::test]
+    async fn the_placeholder_policy_is_checked_again_after_waits_on_the_clock() {
+        let clock = forewarn::adapters::clock::ManualClock::at(chrono::Utc::now());
+        let fake = kube_fake::KubeFake::builder()
+            .admission_policies()
+            .admission(false)
+            .start()
+            .await;
+        let checked = check_placeholder_policy(&fake.client(), "forewarn-handler", 3, &clock).await;
+        assert!(checked.is_err());
+        let slept = clock.slept();
+        assert_eq!(slept.len(), 2, "{slept:?}");
+        assert!(
+            (Duration::from_millis(500)..=Duration::from_secs(1)).contains(&slept[0])
+                && (Duration::from_secs(1)..=Duration::from_secs(2)).contains(&slept[1]),
+            "{slept:?}"
+        );
+    }
+
     #[tokio::test]
     async fn the_placeholder_policy_is_checked_before_the_grant() {
+        let clock = forewarn::adapters::clock::ManualClock::at(chrono::Utc::now());
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let policy: Vec<Value> = load(&root)
             .unwrap()
@@ -548,7 +579,8 @@ mod tests {
                     fake.insert(body.clone());
                 }
             }
-            let checked = check_placeholder_policy(&fake.client(), "forewarn-handler", 1).await;
+            let checked =
+                check_placeholder_policy(&fake.client(), "forewarn-handler", 1, &clock).await;
             if enforced && applied {
                 checked.unwrap();
                 // The probe was a dry run: nothing stored.
@@ -564,7 +596,8 @@ mod tests {
             }
             // The policy matches the group it names, not another.
             if enforced && applied {
-                let other = check_placeholder_policy(&fake.client(), "someone-else", 1).await;
+                let other =
+                    check_placeholder_policy(&fake.client(), "someone-else", 1, &clock).await;
                 assert!(other.is_err());
             }
         }

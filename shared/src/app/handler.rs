@@ -26,8 +26,14 @@ use crate::ports::{
 /// A payload the handler could not take at all.
 #[derive(Debug, thiserror::Error)]
 pub enum HandlerError {
+    #[error("the payload is neither an SQS batch nor an EventBridge event: not an SQS event: {0}")]
+    NotSqs(#[source] serde_json::Error),
+    #[error("the payload is neither an SQS batch nor an EventBridge event: expected a JSON object")]
+    NotAnObject,
     #[error("the payload is neither an SQS batch nor an EventBridge event: {0}")]
-    Payload(String),
+    NotAnEvent(#[source] crate::domain::event::DecodeError),
+    #[error("the answer could not be written as JSON: {0}")]
+    Answer(#[source] serde_json::Error),
     #[error(
         "SQS message at Records[{index}] has no messageId: it could not be reported failed alone, so the whole batch fails"
     )]
@@ -306,18 +312,16 @@ impl Handler {
         deadline: Option<DateTime<Utc>>,
     ) -> Result<Invocation, HandlerError> {
         if payload.get("Records").is_some() {
-            let batch: SqsEvent = serde_json::from_value(payload)
-                .map_err(|e| HandlerError::Payload(format!("not an SQS event: {e}")))?;
+            let batch: SqsEvent = serde_json::from_value(payload).map_err(HandlerError::NotSqs)?;
             let (response, reports) = self.handle_sqs(&batch, deadline).await?;
-            let response = serde_json::to_value(&response)
-                .map_err(|e| HandlerError::Payload(e.to_string()))?;
+            let response = serde_json::to_value(&response).map_err(HandlerError::Answer)?;
             return Ok(Invocation { response, reports });
         }
         if !payload.is_object() {
-            return Err(HandlerError::Payload("expected a JSON object".to_string()));
+            return Err(HandlerError::NotAnObject);
         }
         let records = inbound::decode_value("eventbridge", payload, self.clock.now())
-            .map_err(|e| HandlerError::Payload(e.to_string()))?;
+            .map_err(HandlerError::NotAnEvent)?;
         let reports = self.process(&records, deadline).await;
         if let Some(failed) = reports.iter().find(|r| r.outcome == Outcome::Failed) {
             return Err(HandlerError::EventFailed {
@@ -328,8 +332,7 @@ impl Handler {
                 reason: failed.reason.clone().unwrap_or_default(),
             });
         }
-        let response =
-            serde_json::to_value(&reports).map_err(|e| HandlerError::Payload(e.to_string()))?;
+        let response = serde_json::to_value(&reports).map_err(HandlerError::Answer)?;
         Ok(Invocation { response, reports })
     }
 }
