@@ -11,6 +11,9 @@
 # Seeds are events/*.json, events/malformed/* and fuzz/seeds/* (drain continuations, extreme
 # times), copied into the (git-ignored) corpus directory.
 # A crash, panic or failed invariant fails the run and its input is left in fuzz/artifacts/.
+# FOREWARN_FUZZ_STEP=build only builds the target (cargo-fuzz installed first if missing);
+# FOREWARN_FUZZ_STEP=run only runs it (scripts/test.sh builds in one stage, then runs the fuzzer
+# beside the tests, on the core they leave idle).
 set -euo pipefail
 seconds="${1:-30}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,7 +38,14 @@ artifacts="fuzz/artifacts/$target"
 mkdir -p "$corpus" "$artifacts"
 cp events/*.json events/malformed/* fuzz/seeds/* "$corpus/"
 
-"$cargo_fuzz" build --fuzz-dir fuzz --sanitizer "$sanitizer" "$target"
+step="${FOREWARN_FUZZ_STEP:-all}"
+if [ "$step" != run ]; then
+    "$cargo_fuzz" build --fuzz-dir fuzz --sanitizer "$sanitizer" "$target"
+fi
+if [ "$step" = build ]; then
+    echo "fuzz: $target built"
+    exit 0
+fi
 before="$(find "$artifacts" -type f | sort)"
 status=0
 "$cargo_fuzz" run --fuzz-dir fuzz --sanitizer "$sanitizer" "$target" "$corpus" -- \

@@ -19,12 +19,13 @@
 #            in Cargo.toml among them, with clippy's size limits of clippy.toml (a function of
 #            more than 100 lines or 6 arguments); a formatting difference or a clippy warning
 #            fails the stage;
-#   fuzz     a 30 s libFuzzer run of the event parser (scripts/fuzz.sh; an installed cargo-fuzz
+#   fuzz     the event parser's fuzz target built (scripts/fuzz.sh; an installed cargo-fuzz
 #            0.13.1 is used when there is one, else it is installed into .tools);
-#   test     every test of the workspace (cargo test --no-fail-fast: every binary runs).
+#   test     every test of the workspace (cargo test --no-fail-fast: every binary runs);
+#   fuzzrun  a 30 s libFuzzer run of that target, beside the tests.
 #
-# The tools and docs stages run in the background while the build stage runs (their times
-# overlap it; the total is the wall clock). The tests and the Lambda build share one target triple (CARGO_BUILD_TARGET below) and, through
+# The tools and docs stages run in the background while the build stage runs, and the fuzz run
+# while the tests run (their times overlap; the total is the wall clock). The tests and the Lambda build share one target triple (CARGO_BUILD_TARGET below) and, through
 # the functions' `unify-test-features` feature (tests/unify-features), one set of dependency
 # features: the functions' build reuses every dependency the tests' build made. A failed stage
 # does not stop the later ones (but a failed build of the tests does stop the test stage). At the
@@ -81,8 +82,8 @@ bg_stage() {
     echo "$((SECONDS - began)) $status" >"$bg_dir/$name.result"
 }
 join_stage() {
-    local name="$1" took=0 status=1
-    echo "==> $name (ran beside the build):" >&2
+    local name="$1" beside="$2" took=0 status=1
+    echo "==> $name (ran beside $beside):" >&2
     cat "$bg_dir/$name.out" >&2 2>/dev/null
     read -r took status <"$bg_dir/$name.result" 2>/dev/null
     record "$name" "$took" "$status"
@@ -97,29 +98,39 @@ background=$!
 stage build cargo test --workspace --locked --no-run
 build_ok=$?
 wait "$background"
-join_stage tools
+join_stage tools "the build"
 tools_ok=$?
-join_stage docs
+join_stage docs "the build"
 stage lambda cargo lambda build --x86-64 --compiler cargo -p interruption-handler -p pool-sweeper \
     --features interruption-handler/unify-test-features,pool-sweeper/unify-test-features
 lint() {
     cargo fmt --all --check &&
         cargo fmt --manifest-path fuzz/Cargo.toml --check &&
         cargo clippy --workspace --all-targets --locked -- -D warnings &&
-        cargo clippy --manifest-path fuzz/Cargo.toml --all-targets --locked -- -D warnings
+        CARGO_TARGET_DIR="$root/target" cargo clippy --manifest-path fuzz/Cargo.toml \
+            --all-targets --locked --no-default-features -- -D warnings
 }
 stage lint lint
-stage fuzz bash scripts/fuzz.sh 30
+stage fuzz env FOREWARN_FUZZ_STEP=build bash scripts/fuzz.sh 30
+fuzz_ok=$?
+# The 30 s fuzz run takes one core; the tests, which wait on moto and the fakes much of the
+# time, leave it idle.
+if [ "$fuzz_ok" -eq 0 ]; then
+    (bg_stage fuzzrun env FOREWARN_FUZZ_STEP=run bash scripts/fuzz.sh 30) &
+    fuzzing=$!
+fi
 if [ "$tools_ok" -eq 0 ] && [ "$build_ok" -eq 0 ]; then
     stage test tests
     tests_ok=$?
 else
     echo "==> test: not run (the tools or the build failed)" >&2
-    names+=("test")
-    secs+=(0)
-    states+=("not run")
-    stage_failures=$((stage_failures + 1))
+    record test 0 1
+    states[${#states[@]} - 1]="not run"
     tests_ok=1
+fi
+if [ "$fuzz_ok" -eq 0 ]; then
+    wait "$fuzzing"
+    join_stage fuzzrun "the tests"
 fi
 
 # Tests passed and failed, over every test binary and doctest run.

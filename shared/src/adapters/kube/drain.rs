@@ -300,10 +300,11 @@ const RATE_LIMIT_RETRIES: u32 = 2;
 /// again.
 async fn evict(
     clients: &ClusterClient,
-    (namespace, name, own_grace): (&str, &str, Option<i64>),
+    pod: &EvictionTarget,
     deadline: DateTime<Utc>,
     settings: &DrainSettings,
 ) -> Result<Eviction, KubeError> {
+    let (namespace, name) = (pod.namespace.as_str(), pod.name.as_str());
     let object = format!("pod/{namespace}/{name}");
     // The waits after refusals; a `Retry-After` waited takes none of them.
     let mut waits = Backoff::new(settings.backoff_initial, settings.backoff_max).delays();
@@ -311,7 +312,7 @@ async fn evict(
     loop {
         let pods: Api<Pod> = Api::namespaced(clients.client().await?, namespace);
         clients.throttle(Lane::Later).await;
-        let grace = fitted_grace(own_grace, settings.grace_until, clients.clock().now());
+        let grace = fitted_grace(pod.grace, settings.grace_until, clients.clock().now());
         let body = eviction_body(namespace, name, grace);
         let evicted = pods
             .create_subresource::<_, serde_json::Value>(
@@ -426,6 +427,15 @@ fn sort_pods<'a>(listed: &'a [Pod], report: &mut DrainReport) -> Sorted<'a> {
     sorted
 }
 
+/// A pod to evict, owned (the evictions' futures must not borrow the pods).
+struct EvictionTarget {
+    namespace: String,
+    name: String,
+    uid: String,
+    /// Its own `terminationGracePeriodSeconds`.
+    grace: Option<i64>,
+}
+
 /// Evicts `pods` (at most `settings.parallelism` at once, each retried until `end`) and puts
 /// what became of each in `report`; answers the (uid, `namespace/name`) of those evicted.
 async fn evict_all(
@@ -435,27 +445,26 @@ async fn evict_all(
     settings: &DrainSettings,
     report: &mut DrainReport,
 ) -> Result<Vec<(String, String)>, KubeError> {
-    // Owned (namespace, name, uid, grace) per pod: the futures must not borrow the pods.
-    let targets: Vec<(String, String, String, Option<i64>)> = pods
+    let targets: Vec<EvictionTarget> = pods
         .iter()
-        .map(|p| {
-            (
-                p.metadata
-                    .namespace
-                    .clone()
-                    .unwrap_or_else(|| "default".into()),
-                p.metadata.name.clone().unwrap_or_default(),
-                p.metadata.uid.clone().unwrap_or_default(),
-                p.spec
-                    .as_ref()
-                    .and_then(|s| s.termination_grace_period_seconds),
-            )
+        .map(|p| EvictionTarget {
+            namespace: p
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+            name: p.metadata.name.clone().unwrap_or_default(),
+            uid: p.metadata.uid.clone().unwrap_or_default(),
+            grace: p
+                .spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds),
         })
         .collect();
     let results: Vec<_> = futures::stream::iter(targets)
-        .map(|(namespace, name, uid, grace)| async move {
-            let result = evict(clients, (&namespace, &name, grace), end, settings).await;
-            (format!("{namespace}/{name}"), uid, result)
+        .map(|pod| async move {
+            let result = evict(clients, &pod, end, settings).await;
+            (format!("{}/{}", pod.namespace, pod.name), pod.uid, result)
         })
         .buffer_unordered(settings.parallelism.max(1))
         .collect()
