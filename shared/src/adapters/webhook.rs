@@ -334,31 +334,23 @@ fn values<'a>(
 pub use self::post::{ClientError, HttpClient, PostError, deliver, http_client};
 
 /// The webhook as a [`Notifier`]: its configuration, the cluster its messages name, and its
-/// HTTP client (or why it could not be built).
+/// HTTP client.
 pub struct Webhook {
     config: WebhookConfig,
     cluster: Option<String>,
-    client: Result<HttpClient, ClientError>,
+    client: HttpClient,
 }
 
 impl Webhook {
     /// The webhook, with its HTTP client built now (at cold start, not in the first
-    /// invocation).
-    pub fn new(config: WebhookConfig, cluster: Option<String>) -> Webhook {
-        Webhook {
+    /// invocation), or why the client could not be built (no root certificates), so that setup
+    /// fails loudly.
+    pub fn new(config: WebhookConfig, cluster: Option<String>) -> Result<Webhook, ClientError> {
+        Ok(Webhook {
             config,
             cluster,
-            client: http_client(),
-        }
-    }
-
-    /// The webhook, or why its HTTP client could not be built (no root certificates), so
-    /// that setup fails loudly.
-    pub fn ready(self) -> Result<Webhook, ClientError> {
-        match &self.client {
-            Ok(_) => Ok(self),
-            Err(e) => Err(e.clone()),
-        }
+            client: http_client()?,
+        })
     }
 }
 
@@ -371,7 +363,6 @@ impl Notifier for Webhook {
 }
 
 mod post {
-    use std::sync::Arc;
     use std::time::Duration;
 
     use futures::StreamExt;
@@ -394,17 +385,17 @@ mod post {
     pub type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
     /// The webhook's HTTP client could not be built.
-    #[derive(Debug, Clone, thiserror::Error)]
+    #[derive(Debug, thiserror::Error)]
     pub enum ClientError {
         #[error("reading the system's root certificates: {0}")]
-        RootCertificates(#[source] Arc<std::io::Error>),
+        RootCertificates(#[source] std::io::Error),
     }
 
     /// Builds an HTTP client (once per webhook: see [`super::Webhook::new`]).
     pub fn http_client() -> Result<HttpClient, ClientError> {
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_native_roots()
-            .map_err(|e| ClientError::RootCertificates(Arc::new(e)))?
+            .map_err(ClientError::RootCertificates)?
             .https_or_http()
             .enable_http1()
             .build();
@@ -412,10 +403,9 @@ mod post {
     }
 
     /// Posts the messages of `reports` to the webhook with `client`, each within 5 s and within
-    /// `time_left` (the batch's); failures (a client that could not be built among them) are
-    /// logged and counted.
+    /// `time_left` (the batch's); failures are logged and counted.
     pub async fn deliver(
-        client: &Result<HttpClient, ClientError>,
+        client: &HttpClient,
         config: &WebhookConfig,
         reports: &[Report],
         cluster: Option<&str>,
@@ -458,8 +448,6 @@ mod post {
     pub enum PostError {
         #[error("bad request: {0}")]
         Request(#[source] hyper::http::Error),
-        #[error(transparent)]
-        Client(#[from] ClientError),
         /// No answer: the connection failed (with its cause, which hyper's own text leaves out).
         #[error("{source}{}", cause(.source))]
         Send {
@@ -482,7 +470,7 @@ mod post {
     }
 
     async fn post(
-        client: &Result<HttpClient, ClientError>,
+        client: &HttpClient,
         url: &str,
         body: serde_json::Value,
     ) -> Result<(), PostError> {
@@ -495,8 +483,6 @@ mod post {
             .body(Full::new(Bytes::from(body.to_string())))
             .map_err(PostError::Request)?;
         let response = client
-            .as_ref()
-            .map_err(Clone::clone)?
             .request(request)
             .await
             .map_err(|source| PostError::Send { source })?;
@@ -809,7 +795,7 @@ mod tests {
             .unwrap()
             .unwrap();
             let delivery = deliver(
-                &http_client(),
+                &http_client().unwrap(),
                 &config,
                 &[report(Outcome::Acted, Action::Cordon)],
                 None,

@@ -230,7 +230,6 @@ fn notifier(settings: &Settings) -> Result<Option<Arc<dyn Notifier>>, SetupError
     Ok(match &settings.webhook {
         Some(config) => {
             let webhook = Webhook::new(config.clone(), settings.config.cluster_name.clone())
-                .ready()
                 .map_err(SetupError::Webhook)?;
             Some(Arc::new(webhook))
         }

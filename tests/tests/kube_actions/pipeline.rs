@@ -93,7 +93,8 @@ async fn the_handler_tells_the_webhook_and_counts_evictions() {
     let webhook = forewarn::adapters::webhook::Webhook::new(
         settings.webhook.clone().unwrap(),
         settings.config.cluster_name.clone(),
-    );
+    )
+    .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let handler = forewarn::app::handler::Handler {
         notifier: Some(Arc::new(webhook)),
