@@ -172,6 +172,15 @@ impl FailureKind {
     }
 }
 
+/// The AWS account and region an event comes from: where its instances are described and its
+/// lifecycle actions completed (an organization's member accounts forward their events to one
+/// deployment). `None`: the directory's own.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Place {
+    pub account: Option<String>,
+    pub region: Option<String>,
+}
+
 /// Where facts about instances come from: EC2 `DescribeInstances`, or a capture.
 #[async_trait]
 pub trait InstanceDirectory: Send + Sync {
@@ -180,6 +189,17 @@ pub trait InstanceDirectory: Send + Sync {
         &self,
         instance_ids: &[String],
     ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError>;
+
+    /// [`InstanceDirectory::describe`] in the account and region of `place` (a directory of
+    /// one account and region, or a capture, describes them all alike).
+    async fn describe_at(
+        &self,
+        place: &Place,
+        instance_ids: &[String],
+    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
+        let _ = place;
+        self.describe(instance_ids).await
+    }
 }
 
 /// Where facts about nodes come from: the Kubernetes API, or a capture.
