@@ -19,7 +19,7 @@ use forewarn::domain::pool::PoolQuery;
 use forewarn::ports::Clock;
 use serde_json::json;
 
-use crate::{StoreArgs, stores};
+use crate::{ClusterArg, StoreArgs, stores};
 
 /// The exit code when a finding at or above `--fail-on` exists.
 pub const EXIT_FINDINGS: u8 = 2;
@@ -76,14 +76,19 @@ pub struct AuditArgs {
     #[arg(long, value_name = "DAYS", default_value_t = 7, value_parser = clap::value_parser!(u32).range(1..=3650))]
     hot_days: u32,
     #[command(flatten)]
+    cluster: ClusterArg,
+    #[command(flatten)]
     store: StoreArgs,
 }
 
 pub async fn run(
     args: AuditArgs,
-    settings: Settings,
+    mut settings: Settings,
     clock: Arc<dyn Clock>,
 ) -> anyhow::Result<ExitCode> {
+    if args.kube {
+        args.cluster.narrow(&mut settings)?;
+    }
     let choice = match (&args.cluster_state, args.kube) {
         (Some(path), _) => ClusterChoice::Snapshot(path.clone()),
         (None, _) => ClusterChoice::Live(settings.cluster_access.clone()),

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use forewarn::app::settings::{InstanceChoice, Settings, StoreChoice};
+use forewarn::app::settings::{ClusterSelection, InstanceChoice, Settings, StoreChoice};
 
 mod audit;
 mod deploy;
@@ -110,6 +110,39 @@ pub fn instance_choice(file: &Option<PathBuf>, ec2: bool) -> InstanceChoice {
         (Some(path), _) => InstanceChoice::File(path.clone()),
         (None, true) => InstanceChoice::Ec2,
         (None, false) => InstanceChoice::None,
+    }
+}
+
+/// `--cluster NAME`: which served cluster a command reads (or acts on) live.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ClusterArg {
+    /// The cluster, when the environment serves several (FOREWARN_CLUSTERS) or to pick one:
+    /// the kubeconfig context of that name when there is one, else the EKS cluster of that
+    /// name [default: the one cluster FOREWARN_CLUSTER_NAME or FOREWARN_CLUSTERS names]
+    #[arg(long, value_name = "NAME")]
+    pub cluster: Option<String>,
+}
+
+impl ClusterArg {
+    /// Narrows `settings` to the one cluster the command works on: `--cluster NAME` (reached
+    /// through the kubeconfig context of that name, else as the settings reach a named
+    /// cluster), else the lone cluster the settings serve; several served and no `--cluster`
+    /// is an error.
+    pub fn narrow(&self, settings: &mut Settings) -> anyhow::Result<()> {
+        let name = match (&self.cluster, settings.clusters.lone()) {
+            (Some(name), _) => name.clone(),
+            (None, Some(_)) => return Ok(()),
+            (None, None) => anyhow::bail!(
+                "the environment serves several clusters (FOREWARN_CLUSTERS): say which one with --cluster NAME"
+            ),
+        };
+        settings.cluster_access = if forewarn::adapters::kube::has_context(&name) {
+            forewarn::adapters::kube::ClusterAccess::Context(name.clone())
+        } else {
+            settings.access_of(&name)
+        };
+        settings.clusters = ClusterSelection::Named(vec![name]);
+        Ok(())
     }
 }
 

@@ -68,8 +68,8 @@ pub async fn run(
     let cluster = args
         .cluster_name
         .clone()
-        .or(settings.config.cluster_name.clone())
-        .context("which cluster? give --cluster-name or FOREWARN_CLUSTER_NAME")?;
+        .or_else(|| settings.clusters.lone().flatten().map(str::to_string))
+        .context("which cluster? give --cluster-name, or FOREWARN_CLUSTER_NAME")?;
     let mut priority_settings = settings.priorities;
     if let Some(share) = &args.hot_share {
         priority_settings.hot_share =
@@ -106,11 +106,12 @@ pub async fn run(
         (GroupsChoice::AutoScaling, Some(asg)) => asg,
         _ => wiring::node_groups(&choice, None, settings.aws).await?,
     };
+    let cluster_services = services.handler.fleet.cluster(None).await?;
     let run = Priorities {
         cluster: &cluster,
         groups: groups.as_ref(),
         store: services.handler.store.as_ref(),
-        expander: services.expander.as_deref(),
+        expander: cluster_services.expander.as_deref(),
         base,
         settings: priority_settings,
         write: args.execute,

@@ -14,7 +14,7 @@ use forewarn::domain::config::Mode;
 use forewarn::domain::wayback::UndoOutcome;
 use forewarn::ports::Clock;
 
-use crate::{StoreArgs, TextOrJson, text};
+use crate::{ClusterArg, StoreArgs, TextOrJson, text};
 
 #[derive(Args, Debug)]
 pub struct ReconcileArgs {
@@ -45,6 +45,8 @@ pub struct ReconcileArgs {
     #[arg(long, value_enum, default_value = "text")]
     output: TextOrJson,
     #[command(flatten)]
+    cluster: ClusterArg,
+    #[command(flatten)]
     store: StoreArgs,
 }
 
@@ -58,6 +60,7 @@ pub async fn run(
     if args.execute && !args.kube {
         bail!("--execute changes a live cluster: it needs --kube");
     }
+    args.cluster.narrow(&mut settings)?;
     settings.store = args.store.choice(&settings);
     settings.mode = match (args.execute, args.kube) {
         (true, _) => Mode::Act,
@@ -72,11 +75,12 @@ pub async fn run(
     settings.webhook = None;
     let services = wiring::services_with_clock(&settings, clock.clone()).await?;
     let h = &services.handler;
+    let cluster = h.fleet.cluster(None).await?;
     let reports = WayBack {
-        nodes: h.nodes.as_ref(),
+        nodes: cluster.nodes.as_ref(),
         instances: h.instances.as_ref(),
         store: h.store.as_ref(),
-        executor: h.executor.as_deref(),
+        executor: cluster.executor.as_deref(),
         taint_key: &h.config.taint_key,
         // Status checks (for `impaired` cordons) only from EC2 itself, with --ec2.
         statuses: services.leaving.as_deref().filter(|_| args.ec2),

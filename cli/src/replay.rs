@@ -155,9 +155,15 @@ pub async fn run(
     settings.webhook = None;
     settings.drain_pass_interval = None;
     let mut services = wiring::services_with_clock(&settings, clock.clone()).await?;
-    if args.policy.is_some() {
+    if args.policy.is_some()
+        && let Some(lone) = services.handler.fleet.lone()
+    {
         // --policy wins over the cluster's ConfigMap.
-        services.handler.policies = None;
+        let cluster = forewarn::app::fleet::Cluster {
+            policies: None,
+            ..(**lone).clone()
+        };
+        services.handler.fleet = forewarn::app::fleet::Fleet::one(cluster);
     }
 
     let records = read_records(&args.paths, clock.now());

@@ -554,6 +554,14 @@ pub trait PolicySource: Send + Sync {
     async fn refused(&self, message: &str);
 }
 
+/// The clusters there are to serve when a deployment serves every one (`FOREWARN_CLUSTERS=*`):
+/// EKS `ListClusters` of the account and region, or a kubeconfig's contexts.
+#[async_trait]
+pub trait ClusterCatalog: Send + Sync {
+    /// Every cluster's name.
+    async fn clusters(&self) -> Result<Vec<String>, DirectoryError>;
+}
+
 /// Where a sweep looks for instances that are gone, and for the status checks and scheduled
 /// events of running ones.
 #[async_trait]

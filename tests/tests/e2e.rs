@@ -126,8 +126,10 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
             redelivery: Some(queue.clone()),
             passes: Passes { interval: Duration::from_secs(1), queue: Some(queue.clone()), kept: Some(Arc::default()) },
             instances: Arc::new(Ec2Directory::from_conf(&sdk)),
-            nodes: Arc::new(KubeNodeDirectory::new(clients.clone())),
-            executor: Some(Arc::new(KubeExecutor::new(clients, &config))),
+            fleet: forewarn::app::fleet::Fleet::one(forewarn::app::fleet::Cluster {
+                executor: Some(Arc::new(KubeExecutor::new(clients.clone(), &config))),
+                ..forewarn::app::fleet::Cluster::new(None, Arc::new(KubeNodeDirectory::new(clients)))
+            }),
             concurrency: 4,
             ..Handler::new(config.clone(), store.clone())
         };

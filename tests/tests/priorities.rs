@@ -440,6 +440,12 @@ fn the_sweeper_never_creates_the_expander_configmap() {
         let sweeper = Sweeper {
             handler: Handler {
                 concurrency: 1,
+                fleet: forewarn::app::fleet::Fleet::one(forewarn::app::fleet::Cluster {
+                    expander: Some(Arc::new(KubeExpander::new(ClusterClient::new(
+                        fake.client(),
+                    )))),
+                    ..forewarn::app::fleet::Cluster::none()
+                }),
                 ..Handler::new(
                     Config {
                         cluster_name: Some(cluster.clone()),
@@ -452,10 +458,10 @@ fn the_sweeper_never_creates_the_expander_configmap() {
             region: Some("us-east-1".into()),
             priorities: Some(SweepPriorities {
                 groups: Arc::new(AsgNodeGroups::new(&sdk)),
-                expander: Arc::new(KubeExpander::new(ClusterClient::new(fake.client()))),
                 settings: PrioritySettings::default(),
             }),
         };
+        let sweeper = sweeper.cluster(None).await.unwrap();
 
         // Missing: said so, nothing written (its group may not create ConfigMaps).
         let out = sweeper.update_priorities().await.unwrap().unwrap();

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use forewarn::adapters::dynamo::DynamoStore;
 use forewarn::adapters::ec2::Ec2Directory;
 use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::app::fleet::{Cluster, Fleet};
 use forewarn::app::handler::Handler;
 use forewarn::app::sweeper::Sweeper;
 use forewarn::domain::config::Config;
@@ -65,8 +66,10 @@ fn sweeps_orphaned_nodes_once_and_never_after_a_handled_event() {
         let ec2_dir = Arc::new(Ec2Directory::from_conf(&sdk));
         let handler = Handler {
             instances: ec2_dir.clone(),
-            nodes: Arc::new(KubeNodeDirectory::new(clients.clone())),
-            executor: Some(Arc::new(KubeExecutor::new(clients, &config))),
+            fleet: Fleet::one(Cluster {
+                executor: Some(Arc::new(KubeExecutor::new(clients.clone(), &config))),
+                ..Cluster::new(None, Arc::new(KubeNodeDirectory::new(clients)))
+            }),
             concurrency: 4,
             ..Handler::new(config.clone(), store.clone())
         };
@@ -87,6 +90,7 @@ fn sweeps_orphaned_nodes_once_and_never_after_a_handled_event() {
             region: Some("us-east-1".into()),
             priorities: None,
         };
+        let sweeper = sweeper.cluster(None).await.unwrap();
         let writes_before = fake.writes().len();
         let reports = sweeper.sweep(None).await.unwrap();
         let gone_id = reports
@@ -273,11 +277,13 @@ fn impaired_instances_and_scheduled_retirements_are_drained_once() {
         let handler = Handler {
             clock: clock.shared(),
             instances: Arc::new(SnapshotInstances(known)),
-            nodes: Arc::new(KubeNodeDirectory::new(clients.clone())),
-            // Cordon records signed with the store's keys, as the wiring builds it.
-            executor: Some(Arc::new(
-                KubeExecutor::new(clients, &config).with_keys(store.clone()),
-            )),
+            fleet: Fleet::one(Cluster {
+                // Cordon records signed with the store's keys, as the wiring builds it.
+                executor: Some(Arc::new(
+                    KubeExecutor::new(clients.clone(), &config).with_keys(store.clone()),
+                )),
+                ..Cluster::new(None, Arc::new(KubeNodeDirectory::new(clients)))
+            }),
             ..Handler::new(config, store)
         };
         let sweeper = Sweeper {
@@ -286,6 +292,7 @@ fn impaired_instances_and_scheduled_retirements_are_drained_once() {
             region: Some("us-east-1".into()),
             priorities: None,
         };
+        let sweeper = sweeper.cluster(None).await.unwrap();
         let reports = sweeper.sweep(None).await.unwrap();
         assert_found_impaired_and_retiring_once(&reports);
         let statuses: Vec<String> = asked

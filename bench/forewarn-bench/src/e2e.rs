@@ -9,6 +9,7 @@ use anyhow::bail;
 use forewarn::adapters::dynamo::DynamoStore;
 use forewarn::adapters::ec2::Ec2Directory;
 use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::app::fleet::{Cluster, Fleet};
 use forewarn::app::handler::Handler;
 use forewarn::domain::config::Config;
 use forewarn::domain::fixtures::{app_pod as pod, ec2_node as node, spot_json};
@@ -175,8 +176,10 @@ impl Bench {
         ));
         let handler = Handler {
             instances: Arc::new(Ec2Directory::from_conf(&sdk)),
-            nodes: Arc::new(KubeNodeDirectory::new(clients.clone())),
-            executor: Some(Arc::new(KubeExecutor::new(clients, &config))),
+            fleet: Fleet::one(Cluster {
+                executor: Some(Arc::new(KubeExecutor::new(clients.clone(), &config))),
+                ..Cluster::new(None, Arc::new(KubeNodeDirectory::new(clients)))
+            }),
             ..Handler::new(config.clone(), store)
         };
         Ok(Bench {

@@ -23,6 +23,7 @@ use async_trait::async_trait;
 use forewarn::adapters::embedded::EmbeddedStore;
 use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
 use forewarn::adapters::snapshot::SnapshotInstances;
+use forewarn::app::fleet::{Cluster, Fleet};
 use forewarn::app::handler::{Handler, Invocation};
 use forewarn::app::pipeline::Passes;
 use forewarn::domain::config::Config;
@@ -870,8 +871,10 @@ pub(crate) async fn one_run(s: &Settings, mode: RunMode) -> anyhow::Result<Run> 
                 kept: continuing.then(Arc::default),
             },
             instances: instances.clone(),
-            nodes: Arc::new(KubeNodeDirectory::new(clients.clone())),
-            executor: Some(Arc::new(KubeExecutor::new(clients.clone(), &config))),
+            fleet: Fleet::one(Cluster {
+                executor: Some(Arc::new(KubeExecutor::new(clients.clone(), &config))),
+                ..Cluster::new(None, Arc::new(KubeNodeDirectory::new(clients.clone())))
+            }),
             concurrency: s.batch,
             safety_margin: Duration::from_secs(3),
             ..Handler::new(config.clone(), store.clone())

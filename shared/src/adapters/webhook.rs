@@ -75,7 +75,7 @@ pub const FIELDS: &[(&str, &str)] = &[
     ("zone", "the pool's availability zone"),
     (
         "cluster",
-        "the cluster forewarn acts for (`FOREWARN_CLUSTER_NAME`)",
+        "the cluster the action was in (one of `FOREWARN_CLUSTERS`), else `FOREWARN_CLUSTER_NAME`",
     ),
 ];
 
@@ -192,7 +192,10 @@ impl WebhookConfig {
                 r.actions
                     .iter()
                     .filter(|a| a.action != Action::None)
-                    .map(move |a| self.template.render(&values(r, a, cluster)))
+                    .map(move |a| {
+                        let cluster = r.cluster.as_deref().or(cluster);
+                        self.template.render(&values(r, a, cluster))
+                    })
             })
             .collect()
     }
@@ -523,6 +526,7 @@ mod tests {
         Report {
             event_id: Some("e-1".into()),
             kind: Some(crate::domain::event::EventKind::SpotInterruption),
+            cluster: None,
             summary: Some("spot-interruption (terminate)".into()),
             origin: "sqs".into(),
             message_id: Some("m".into()),
@@ -613,6 +617,11 @@ mod tests {
         assert_eq!(m[0]["result"], "failed: API answered 500");
         assert_eq!(m[0]["time"], "2026-11-20T10:00:00+00:00");
         assert_eq!(m[0]["zone"], "us-east-1a");
+        // A report handled in one of several clusters names its own.
+        let mut green = report(Outcome::Acted, Action::Cordon);
+        green.cluster = Some("green".into());
+        let m = w.messages(&[green], Some("demo"));
+        assert_eq!(m[0]["cluster"], "green");
     }
 
     #[test]

@@ -11,17 +11,23 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::adapters::lambda_event;
-use crate::app::pipeline::{Limits, Passes, Pipeline};
+use crate::adapters::snapshot::SnapshotInstances;
+use crate::app::fleet::split::{self, Destination};
+use crate::app::fleet::{Cluster, Fleet, Unreachable};
+use crate::app::pipeline::{Limits, Passes, Pipeline, describe_events};
 use crate::app::telemetry::Telemetry;
 use crate::domain::config::{Config, Mode};
+use crate::domain::event::Event;
 use crate::domain::event::EventKind;
+use crate::domain::facts::InstanceFacts;
 use crate::domain::inbound::{self, Record};
 use crate::domain::report::{Outcome, Report, Tally};
 use crate::domain::retry::{Failed, RetryPolicy};
 use crate::ports::{
-    Clock, Executor, InstanceDirectory, NodeDirectory, Notifier, PoolStore, Redeliver, Redelivery,
-    span, until,
+    Clock, DirectoryError, InstanceDirectory, Notifier, PoolStore, Redeliver, Redelivery, span,
+    until,
 };
+use std::collections::BTreeMap;
 
 /// A payload the handler could not take at all.
 #[derive(Debug, thiserror::Error)]
@@ -50,9 +56,9 @@ pub struct Handler {
     pub mode: Mode,
     pub store: Arc<dyn PoolStore>,
     pub instances: Arc<dyn InstanceDirectory>,
-    pub nodes: Arc<dyn NodeDirectory>,
-    /// `None`: no live cluster (plan and record, no cluster action).
-    pub executor: Option<Arc<dyn Executor>>,
+    /// The clusters it serves, each with its node directory, executor (`None`: plan and
+    /// record, no cluster action), policy ConfigMap and expander (see [`crate::app::fleet`]).
+    pub fleet: Fleet,
     /// Tells people what was done (the webhook), when configured.
     pub notifier: Option<Arc<dyn Notifier>>,
     /// Brings failed SQS messages back sooner than the queue's visibility timeout (see
@@ -66,9 +72,6 @@ pub struct Handler {
     pub concurrency: usize,
     /// Work stops this long before the Lambda's deadline, so the answer still gets out.
     pub safety_margin: Duration,
-    /// The cluster's policy ConfigMap, read at most once a minute (see
-    /// [`crate::app::policy`]); `None`: `config.policy` as it is.
-    pub policies: Option<Arc<crate::app::policy::PolicyCache>>,
     /// What is written of each report besides its log line (the Lambda functions' EMF
     /// metrics); logs only by default.
     pub telemetry: Telemetry,
@@ -93,28 +96,22 @@ impl Handler {
             mode: Mode::Act,
             store,
             instances: Arc::new(crate::ports::NoInstances),
-            nodes: Arc::new(crate::ports::NoNodes),
-            executor: None,
+            fleet: Fleet::one(Cluster::none()),
             notifier: None,
             redelivery: None,
             passes: Passes::in_process(crate::app::pipeline::PASS_INTERVAL),
             clock: crate::adapters::clock::SystemClock::shared(),
             concurrency: 8,
             safety_margin: Duration::from_secs(1),
-            policies: None,
             telemetry: Telemetry::default(),
         }
     }
 
-    /// The configuration to decide by now: with the cluster's policy, when it has one.
-    pub async fn config(&self) -> std::borrow::Cow<'_, Config> {
-        match &self.policies {
-            Some(cache) => std::borrow::Cow::Owned(Config {
-                policy: cache.policy(self.clock.as_ref()).await,
-                ..self.config.clone()
-            }),
-            None => std::borrow::Cow::Borrowed(&self.config),
-        }
+    /// The configuration to decide by now in the served cluster `name` (`None`: the lone
+    /// cluster): with its name and its policy ConfigMap's policy, when it has one.
+    pub async fn config_in(&self, name: Option<&str>) -> Result<Config, Unreachable> {
+        let cluster = self.fleet.cluster(name).await?;
+        Ok(cluster.config(&self.config, self.clock.as_ref()).await)
     }
 
     fn limits(&self, deadline: Option<DateTime<Utc>>) -> Limits {
@@ -125,20 +122,116 @@ impl Handler {
     }
 
     /// Takes decoded records through the pipeline as one batch, within `deadline` less the
-    /// safety margin (what `forewarn replay` runs, with its own output).
+    /// safety margin (what `forewarn replay` runs, with its own output): the batch's instances
+    /// looked up once (in each event's account and region), the records split by the served
+    /// cluster their instances belong to, and each cluster's share run on its own services,
+    /// the shares at once (see [`crate::app::fleet`]).
     pub async fn run(&self, records: &[Record], deadline: Option<DateTime<Utc>>) -> Vec<Report> {
-        let config = self.config().await;
+        let limits = self.limits(deadline);
+        let now = self.clock.now();
+        if self.fleet.is_lone()
+            && self
+                .fleet
+                .served(&self.config, now)
+                .await
+                .is_ok_and(|s| s.is_empty())
+        {
+            // One cluster named by nobody: the pipeline looks the instances up itself.
+            let share = split::Share::all(records);
+            let to = Destination::Cluster(None);
+            return self.run_share(&to, &share.records, None, limits).await;
+        }
+        let looked_up = self.look_up(records, limits).await;
+        let seen: Vec<&str> = looked_up
+            .as_ref()
+            .map(|found| found.values().flat_map(InstanceFacts::clusters).collect())
+            .unwrap_or_default();
+        let served = match self.fleet.served_seeing(&self.config, now, &seen).await {
+            Ok(served) => served,
+            Err(e) => {
+                // Nothing can be routed: every event fails as a failed lookup fails it.
+                tracing::error!(error = %e, "the served clusters could not be listed");
+                let failed = Err(e);
+                return self
+                    .run_share(&Destination::Unrouted, records, Some(&failed), limits)
+                    .await;
+            }
+        };
+        let shares = split::split(records, looked_up.as_ref().ok(), &served);
+        let looked_up = Some(looked_up);
+        let looked_up = &looked_up;
+        let runs = shares.into_iter().map(|(to, share)| async move {
+            let reports = self
+                .run_share(&to, &share.records, looked_up.as_ref(), limits)
+                .await;
+            (share, reports)
+        });
+        split::join(records, futures::future::join_all(runs).await)
+    }
+
+    /// The batch's instances, looked up once for every cluster (within the batch's time).
+    async fn look_up(
+        &self,
+        records: &[Record],
+        limits: Limits,
+    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
+        let events: Vec<&Event> = records
+            .iter()
+            .filter(|r| r.continuation.is_none())
+            .filter_map(|r| r.event.as_ref().ok())
+            .filter(|e| e.kind != EventKind::Unsupported)
+            .collect();
+        let lookup = describe_events(self.instances.as_ref(), &events);
+        match limits.deadline {
+            Some(deadline) => until(self.clock.as_ref(), deadline, lookup)
+                .await
+                .unwrap_or_else(|| Err(split::out_of_time())),
+            None => lookup.await,
+        }
+    }
+
+    /// One share of the batch through the pipeline: in its cluster, on that cluster's services
+    /// (a cluster that cannot be reached fails the share's records); elsewhere, on none.
+    async fn run_share(
+        &self,
+        to: &Destination,
+        records: &[Record],
+        looked_up: Option<&Result<BTreeMap<String, InstanceFacts>, DirectoryError>>,
+        limits: Limits,
+    ) -> Vec<Report> {
+        let cluster = match to {
+            Destination::Cluster(name) => match self.fleet.cluster(name.as_deref()).await {
+                Ok(cluster) => cluster,
+                Err(e) => return split::unreachable(records, &e),
+            },
+            Destination::Elsewhere | Destination::Unrouted => Arc::new(Cluster::none()),
+        };
+        let mut config = cluster.config(&self.config, self.clock.as_ref()).await;
+        config.unserved = *to == Destination::Elsewhere && looked_up.is_some();
+        let found;
+        let failed;
+        let instances: &dyn InstanceDirectory = match looked_up {
+            None => self.instances.as_ref(),
+            Some(Ok(map)) => {
+                found = SnapshotInstances(map.clone());
+                &found
+            }
+            Some(Err(e)) => {
+                failed = split::FailedLookup::of(e);
+                &failed
+            }
+        };
         let pipeline = Pipeline {
             config: &config,
             mode: self.mode,
             store: self.store.as_ref(),
-            instances: self.instances.as_ref(),
-            nodes: self.nodes.as_ref(),
-            executor: self.executor.as_deref(),
+            instances,
+            nodes: cluster.nodes.as_ref(),
+            executor: cluster.executor.as_deref(),
             passes: &self.passes,
             clock: self.clock.as_ref(),
         };
-        pipeline.process_with(records, self.limits(deadline)).await
+        pipeline.process_with(records, limits).await
     }
 
     /// [`Handler::run`], then each report logged (with its metrics when running as a Lambda

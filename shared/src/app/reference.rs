@@ -59,12 +59,26 @@ impl Variable {
 /// Every `FOREWARN_*` variable, in the order the page shows them.
 pub const VARIABLES: &[Variable] = &[
     var(
+        "FOREWARN_CLUSTERS",
+        "unset",
+        None,
+        "the clusters one deployment serves: names separated by commas, or `*` for every EKS \
+         cluster of the account and region (listed again every 5 minutes; with `KUBECONFIG`, \
+         every context). Each instance is handled in the cluster its tags \
+         (`kubernetes.io/cluster/<name>`, `aws:eks:cluster-name`, `eks:cluster-name`) name, on \
+         that cluster's own client; an instance of no served cluster is acknowledged and its \
+         pool recorded, nothing else. Each cluster is reached through the kubeconfig context of \
+         its name when `KUBECONFIG` is set, else through EKS. Not with `FOREWARN_CLUSTER_NAME`. \
+         See [Many clusters](../many-clusters.md)",
+    ),
+    var(
         "FOREWARN_CLUSTER_NAME",
         "unset",
         None,
-        "the cluster forewarn acts for; an instance whose tags (`kubernetes.io/cluster/<name>`, \
-         `aws:eks:cluster-name`, `eks:cluster-name`) name only other clusters is never touched. \
-         Unset: no tag check",
+        "the one cluster forewarn acts for (as `FOREWARN_CLUSTERS` with one name, reached as \
+         before: `FOREWARN_EKS_CLUSTER` or the kubeconfig's current context); an instance whose \
+         tags name only other clusters is never touched. Unset (and no `FOREWARN_CLUSTERS`): no \
+         tag check",
     ),
     var(
         "FOREWARN_ACTION_<KIND>",

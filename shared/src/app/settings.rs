@@ -35,6 +35,11 @@ pub const ENV_PRIORITY_TAKE_OVER: &str = "FOREWARN_PRIORITY_TAKE_OVER";
 pub const ENV_DRAIN_PASS_INTERVAL: &str = "FOREWARN_DRAIN_PASS_INTERVAL";
 pub const ENV_POLICY_FILE: &str = "FOREWARN_POLICY_FILE";
 pub const ENV_POLICY_ALLOW: &str = "FOREWARN_POLICY_ALLOW";
+/// The clusters one deployment serves: names separated by commas, or `*` for every EKS cluster
+/// of the account and region (every context of a given kubeconfig).
+pub const ENV_CLUSTERS: &str = "FOREWARN_CLUSTERS";
+/// The one cluster served, as before `FOREWARN_CLUSTERS` (the decision core reads it too).
+const ENV_CLUSTER_NAME: &str = "FOREWARN_CLUSTER_NAME";
 
 /// Every variable the settings read besides the decision core's ([`CONFIG_VARIABLES`]); a
 /// test checks the configuration reference ([`crate::app::reference`]) describes exactly these.
@@ -44,6 +49,7 @@ pub const VARIABLES: &[&str] = &[
     ENV_WEBHOOK_ALLOW_HTTP,
     ENV_STATE_DIR,
     ENV_TABLE,
+    ENV_CLUSTERS,
     ENV_EKS_CLUSTER,
     ENV_CLUSTER_ENDPOINT,
     ENV_CLUSTER_CA,
@@ -124,6 +130,53 @@ pub enum ClusterChoice {
     None,
 }
 
+/// Which clusters a deployment serves (`FOREWARN_CLUSTERS`, else `FOREWARN_CLUSTER_NAME`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterSelection {
+    /// One cluster, named by nobody: every instance is its (`FOREWARN_CLUSTER_NAME` unset).
+    Unnamed,
+    /// These clusters, by name (`FOREWARN_CLUSTERS=a,b`, or `FOREWARN_CLUSTER_NAME=a`).
+    Named(Vec<String>),
+    /// Every cluster of the account and region (`FOREWARN_CLUSTERS=*`): EKS `ListClusters`,
+    /// or every context of the kubeconfig given.
+    All,
+}
+
+impl ClusterSelection {
+    /// The lone cluster's name, when one cluster is served (named or not): `Some(None)` for
+    /// [`ClusterSelection::Unnamed`]; `None` when several may be.
+    pub fn lone(&self) -> Option<Option<&str>> {
+        match self {
+            ClusterSelection::Unnamed => Some(None),
+            ClusterSelection::Named(names) if names.len() == 1 => Some(Some(names[0].as_str())),
+            _ => None,
+        }
+    }
+
+    /// `FOREWARN_CLUSTERS`'s value: `*`, or names separated by commas (each trimmed; a name is
+    /// 1 to 100 letters, digits, `-`, `_` or `.`, and names no cluster twice).
+    pub fn parse(v: &str) -> Result<ClusterSelection, Invalid> {
+        const EXPECTED: &str = "`*`, or cluster names separated by commas (each 1 to 100 \
+             letters, digits, `-`, `_` or `.`, none twice)";
+        if v.trim() == "*" {
+            return Ok(ClusterSelection::All);
+        }
+        let mut names: Vec<String> = Vec::new();
+        for name in v.split(',').map(str::trim) {
+            let good = (1..=100).contains(&name.len())
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+                && !names.iter().any(|n| n == name);
+            if !good {
+                return Err(Invalid { expected: EXPECTED });
+            }
+            names.push(name.to_string());
+        }
+        Ok(ClusterSelection::Named(names))
+    }
+}
+
 /// Everything the functions and the command are configured by.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -138,10 +191,16 @@ pub struct Settings {
     /// the command's `--state-dir` when not given.
     pub state_dir: PathBuf,
     pub instances: InstanceChoice,
+    /// Which clusters are served (see [`ClusterSelection`]).
+    pub clusters: ClusterSelection,
+    /// Where the lone cluster's nodes come from; with several clusters, whether they are live.
     pub cluster: ClusterChoice,
     /// How the variables say a live cluster is reached (EKS, else kubeconfig inference), whether
-    /// or not one is in reach: what the command's `--kube` connects to.
+    /// or not one is in reach: what the command's `--kube` connects to (see
+    /// [`Settings::access_of`] for a named one of several).
     pub cluster_access: ClusterAccess,
+    /// `KUBECONFIG` is set: clusters are reached through its contexts.
+    pub kubeconfig_given: bool,
     /// How the Kubernetes executor works (evictions at once, the Events' reporting instance).
     pub executor: ExecutorSettings,
     /// The client-side Kubernetes API rate limit: (requests per second, burst).
@@ -243,6 +302,7 @@ impl Settings {
     /// [`Settings::from_lookup`], from variables already wrapped.
     pub fn from_vars(vars: Vars) -> Result<Settings, ConfigError> {
         let cluster_access = cluster_access(vars);
+        let clusters = clusters(vars)?;
         let state_dir = state_dir(vars);
         let mut config = Config::from_vars(vars)?;
         if let Some(path) = vars.get(ENV_POLICY_FILE) {
@@ -266,8 +326,10 @@ impl Settings {
                 Some(path) => InstanceChoice::File(PathBuf::from(path)),
                 None => InstanceChoice::Ec2,
             },
-            cluster: cluster(vars, &cluster_access),
+            cluster: cluster(vars, &cluster_access, &clusters),
+            clusters,
             cluster_access,
+            kubeconfig_given: vars.is_set(ENV_KUBECONFIG),
             executor: executor(vars)?,
             kube_rate_limit: kube_rate_limit(vars)?,
             webhook: WebhookConfig::from_vars(vars)?,
@@ -301,6 +363,23 @@ impl Settings {
             },
             lambda_function: vars.get(ENV_LAMBDA_FUNCTION_NAME),
         })
+    }
+
+    /// How the served cluster `name` is reached: through [`ENV_EKS_CLUSTER`]'s access when
+    /// that names it; else through the kubeconfig context of that name when a kubeconfig is
+    /// given; else through EKS (`DescribeCluster` in the AWS configuration's region, an IAM
+    /// token).
+    pub fn access_of(&self, name: &str) -> ClusterAccess {
+        match &self.cluster_access {
+            ClusterAccess::Eks(eks) if eks.cluster == name => self.cluster_access.clone(),
+            _ if self.kubeconfig_given => ClusterAccess::Context(name.to_string()),
+            _ => ClusterAccess::Eks(EksAccess {
+                cluster: name.to_string(),
+                endpoint: None,
+                ca_base64: None,
+                region: None,
+            }),
+        }
     }
 
     /// Every `FOREWARN_*` variable the settings read (`FOREWARN_ACTION_<KIND>` as that prefix).
@@ -349,6 +428,23 @@ fn state_dir(vars: Vars) -> PathBuf {
     PathBuf::from(".forewarn")
 }
 
+/// The clusters served: [`ENV_CLUSTERS`], else [`ENV_CLUSTER_NAME`] as a one-cluster list,
+/// else one unnamed cluster. Both set is an error: which one is meant cannot be told.
+fn clusters(vars: Vars) -> Result<ClusterSelection, ConfigError> {
+    let listed = vars.parse(ENV_CLUSTERS, ClusterSelection::parse)?;
+    match (listed, vars.get(ENV_CLUSTER_NAME)) {
+        (Some(_), Some(_)) => Err(ConfigError::new(
+            ENV_CLUSTERS,
+            &vars.get(ENV_CLUSTERS).unwrap_or_default(),
+            "set together with FOREWARN_CLUSTER_NAME, which it replaces: give the one cluster \
+             in FOREWARN_CLUSTERS, or several, and unset FOREWARN_CLUSTER_NAME",
+        )),
+        (Some(listed), None) => Ok(listed),
+        (None, Some(name)) => Ok(ClusterSelection::Named(vec![name])),
+        (None, None) => Ok(ClusterSelection::Unnamed),
+    }
+}
+
 /// How a live cluster is reached: [`ENV_EKS_CLUSTER`] (with [`ENV_CLUSTER_ENDPOINT`] and
 /// [`ENV_CLUSTER_CA`]), else kubeconfig inference.
 fn cluster_access(vars: Vars) -> ClusterAccess {
@@ -364,14 +460,17 @@ fn cluster_access(vars: Vars) -> ClusterAccess {
 }
 
 /// Where nodes come from: a capture, else a live cluster when one is in reach (EKS named, a
-/// kubeconfig named, or running in a pod), else none.
-fn cluster(vars: Vars, access: &ClusterAccess) -> ClusterChoice {
+/// kubeconfig named, running in a pod, or several clusters or every one served — reached
+/// through EKS when no kubeconfig is given), else none.
+fn cluster(vars: Vars, access: &ClusterAccess, clusters: &ClusterSelection) -> ClusterChoice {
     if let Some(path) = vars.get(ENV_CLUSTER_STATE_FILE) {
         return ClusterChoice::Snapshot(PathBuf::from(path));
     }
     let in_reach = matches!(access, ClusterAccess::Eks(_))
         || vars.is_set(ENV_KUBECONFIG)
-        || vars.is_set(ENV_KUBERNETES_SERVICE_HOST);
+        || vars.is_set(ENV_KUBERNETES_SERVICE_HOST)
+        || clusters.lone().is_none()
+        || vars.is_set(ENV_CLUSTERS);
     if in_reach {
         ClusterChoice::Live(access.clone())
     } else {
@@ -436,6 +535,45 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         Settings::from_lookup(|name| vars.get(name).cloned())
+    }
+
+    #[test]
+    fn the_clusters_served() {
+        assert_eq!(settings(&[]).unwrap().clusters, ClusterSelection::Unnamed);
+        let one = settings(&[("FOREWARN_CLUSTER_NAME", "demo")]).unwrap();
+        assert_eq!(one.clusters, ClusterSelection::Named(vec!["demo".into()]));
+        assert_eq!(one.clusters.lone(), Some(Some("demo")));
+        let list = settings(&[("FOREWARN_CLUSTERS", " blue, green.eu ")]).unwrap();
+        assert_eq!(
+            list.clusters,
+            ClusterSelection::Named(vec!["blue".into(), "green.eu".into()])
+        );
+        assert_eq!(list.clusters.lone(), None);
+        // Several clusters are live even with no kubeconfig: reached through EKS.
+        assert!(matches!(list.cluster, ClusterChoice::Live(_)));
+        assert_eq!(
+            list.access_of("blue"),
+            ClusterAccess::Eks(EksAccess {
+                cluster: "blue".into(),
+                endpoint: None,
+                ca_base64: None,
+                region: None,
+            })
+        );
+        let kube = settings(&[("FOREWARN_CLUSTERS", "a,b"), ("KUBECONFIG", "/k")]).unwrap();
+        assert_eq!(kube.access_of("a"), ClusterAccess::Context("a".into()));
+        let all = settings(&[("FOREWARN_CLUSTERS", "*")]).unwrap();
+        assert_eq!(all.clusters, ClusterSelection::All);
+        for bad in ["a,,b", "a,a", "a b", "x/y", &"n".repeat(101)] {
+            let e = settings(&[("FOREWARN_CLUSTERS", bad)]).unwrap_err();
+            assert_eq!(e.variable, "FOREWARN_CLUSTERS", "{bad}: {e}");
+        }
+        let both = settings(&[("FOREWARN_CLUSTERS", "a"), ("FOREWARN_CLUSTER_NAME", "a")]);
+        let e = both.unwrap_err().to_string();
+        assert!(
+            e.contains("FOREWARN_CLUSTER_NAME, which it replaces"),
+            "{e}"
+        );
     }
 
     #[test]

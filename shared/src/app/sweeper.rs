@@ -9,23 +9,27 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use crate::adapters::snapshot::{ClusterState, SnapshotInstances};
+use crate::app::fleet::{Cluster, Unreachable};
 use crate::app::handler::Handler;
 use crate::app::pipeline::{Limits, Passes, Pipeline};
 use crate::app::priorities::{
     BaseSource, Priorities, PriorityOutcome, PriorityRunError, PrioritySettings,
 };
 use crate::app::wayback::{UndoReport, WayBack, WayBackError};
+use crate::domain::config::Config;
 use crate::domain::event::Origin;
 use crate::domain::inbound::Record;
 use crate::domain::report::Report;
 use crate::domain::status::status_findings;
 use crate::domain::sweep::findings;
-use crate::ports::{DirectoryError, ExpanderStore, LeavingInstances, NodeGroupSource};
+use crate::ports::{DirectoryError, LeavingInstances, NodeGroupSource};
 
 /// A sweep that could not look.
 #[derive(Debug, thiserror::Error)]
 pub enum SweepError {
-    #[error("the sweeper needs FOREWARN_CLUSTER_NAME: it looks for this cluster's instances")]
+    #[error(
+        "the sweeper needs the cluster's name (FOREWARN_CLUSTERS or FOREWARN_CLUSTER_NAME): it looks for this cluster's instances"
+    )]
     NoCluster,
     #[error(transparent)]
     Lookup(#[from] DirectoryError),
@@ -33,12 +37,67 @@ pub enum SweepError {
     Priorities(#[from] PriorityRunError),
 }
 
-/// What one run of the sweeper did ([`Sweeper::run`]), step by step.
+/// What one run of the sweeper did in one cluster, step by step.
 pub struct SweepRun {
+    /// The cluster (`None`: the lone cluster of a deployment naming none).
+    pub cluster: Option<String>,
     pub findings: Result<Vec<Report>, SweepError>,
     pub way_back: Result<Vec<UndoReport>, WayBackError>,
     pub placeholders: Result<Vec<String>, crate::ports::ExecuteError>,
     pub priorities: Result<Option<PriorityOutcome>, SweepError>,
+}
+
+/// What one run of the sweeper did: each served cluster's [`SweepRun`], the clusters it could
+/// not reach, or why it could not tell which clusters to visit.
+pub struct SweepRuns {
+    pub runs: Vec<SweepRun>,
+    pub unreachable: Vec<Unreachable>,
+    /// The served clusters could not be listed (`*`): nothing was visited.
+    pub unlisted: Option<DirectoryError>,
+}
+
+impl SweepRuns {
+    /// Every step that failed, in every cluster (named first when the deployment names its
+    /// clusters), and every cluster not reached: the run fails when any did, after every
+    /// cluster's every step ran.
+    pub fn failures(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .unlisted
+            .iter()
+            .map(|e| format!("clusters: {e}"))
+            .collect();
+        out.extend(self.unreachable.iter().map(|e| e.to_string()));
+        for run in &self.runs {
+            out.extend(run.failures().into_iter().map(|f| match &run.cluster {
+                Some(cluster) => format!("cluster {cluster}: {f}"),
+                None => f,
+            }));
+        }
+        out
+    }
+
+    /// The run's answer: each cluster's (see [`SweepRun::answer`]), by name (`-` for a lone
+    /// cluster naming none); the clusters not reached, with why.
+    pub fn answer(&self) -> serde_json::Value {
+        use serde_json::json;
+        let clusters: serde_json::Map<String, serde_json::Value> = self
+            .runs
+            .iter()
+            .map(|run| {
+                (
+                    run.cluster.clone().unwrap_or_else(|| "-".into()),
+                    run.answer(),
+                )
+            })
+            .collect();
+        let unreachable: serde_json::Map<String, serde_json::Value> = self
+            .unreachable
+            .iter()
+            .map(|e| (e.cluster.clone(), json!(e.source.to_string())))
+            .collect();
+        json!({ "clusters": clusters, "unreachable": unreachable,
+                "unlisted": self.unlisted.as_ref().map(|e| e.to_string()) })
+    }
 }
 
 impl SweepRun {
@@ -116,40 +175,114 @@ pub struct Sweeper {
     pub leaving: Arc<dyn LeavingInstances>,
     /// The region synthetic events carry.
     pub region: Option<String>,
-    /// Where the priority expander's node groups and ConfigMaps are (`None`: left alone).
+    /// Where the priority expander's node groups are (`None`: every expander left alone);
+    /// each cluster's expander ConfigMaps are its own ([`Cluster::expander`]).
     pub priorities: Option<SweepPriorities>,
 }
 
-/// What the sweeper updates the priority expander through.
+/// Where the sweeper reads the node groups the priority expander ranks.
 pub struct SweepPriorities {
     pub groups: Arc<dyn NodeGroupSource>,
-    pub expander: Arc<dyn ExpanderStore>,
     pub settings: PrioritySettings,
 }
 
 impl Sweeper {
-    /// Updates the priority expander from the pool table (written only in [`Mode::Act`]);
-    /// `None` when the sweeper has no priorities configured. It never creates the expander
-    /// ConfigMap: when there is none, it logs a warning and answers [`Change::Missing`].
+    /// One scheduled run: every served cluster visited at once, each on its own services;
+    /// in each, the sweep, the way back, the clean-up of placeholders left by drains and the
+    /// priority expander's update — each step runs whatever became of the others (a sweep that
+    /// cannot look still lets the way back and the clean-up run), each cluster whatever became
+    /// of the others.
+    pub async fn run(&self, deadline: Option<DateTime<Utc>>) -> SweepRuns {
+        let h = &self.handler;
+        let every = match h.fleet.every(&h.config, h.clock.now()).await {
+            Ok(every) => every,
+            Err(e) => {
+                return SweepRuns {
+                    runs: Vec::new(),
+                    unreachable: Vec::new(),
+                    unlisted: Some(e),
+                };
+            }
+        };
+        let mut unreachable = Vec::new();
+        let mut visits = Vec::new();
+        for (name, reached) in every {
+            match reached {
+                Ok(cluster) => visits.push(self.in_cluster(name, cluster)),
+                Err(e) => unreachable.push(e),
+            }
+        }
+        let visits = visits.into_iter().map(|visit| async move {
+            let visit = visit.await;
+            visit.run(deadline).await
+        });
+        SweepRuns {
+            runs: futures::future::join_all(visits).await,
+            unreachable,
+            unlisted: None,
+        }
+    }
+
+    /// The sweeper's steps in the served cluster `name` (`None`: the lone cluster).
+    pub async fn cluster(&self, name: Option<&str>) -> Result<ClusterSweep<'_>, Unreachable> {
+        let h = &self.handler;
+        let cluster = h.fleet.cluster(name).await?;
+        let name = name.map(str::to_string).or_else(|| cluster.name.clone());
+        Ok(self.in_cluster(name, cluster).await)
+    }
+
+    async fn in_cluster(&self, name: Option<String>, cluster: Arc<Cluster>) -> ClusterSweep<'_> {
+        let h = &self.handler;
+        let config = cluster.config(&h.config, h.clock.as_ref()).await;
+        ClusterSweep {
+            sweeper: self,
+            name: name.or_else(|| config.cluster_name.clone()),
+            cluster,
+            config,
+        }
+    }
+}
+
+/// The sweeper in one cluster: its services and its configuration (its policy).
+pub struct ClusterSweep<'a> {
+    sweeper: &'a Sweeper,
+    /// The cluster's name (its instances carry it in their tags).
+    pub name: Option<String>,
+    pub cluster: Arc<Cluster>,
+    pub config: Config,
+}
+
+impl ClusterSweep<'_> {
+    /// Every step in this cluster (see [`Sweeper::run`]).
+    pub async fn run(&self, deadline: Option<DateTime<Utc>>) -> SweepRun {
+        SweepRun {
+            cluster: self.name.clone(),
+            findings: self.sweep(deadline).await,
+            way_back: self.way_back().await,
+            placeholders: self.clean_placeholders().await,
+            priorities: self.update_priorities().await,
+        }
+    }
+
+    /// Updates the cluster's priority expander from the pool table (written only in
+    /// [`Mode::Act`]); `None` when the sweeper has no priorities configured or the cluster no
+    /// expander. It never creates the expander ConfigMap: when there is none, it logs a warning
+    /// and answers [`Change::Missing`].
     ///
     /// [`Change::Missing`]: crate::app::priorities::Change::Missing
     ///
     /// [`Mode::Act`]: crate::domain::config::Mode::Act
     pub async fn update_priorities(&self) -> Result<Option<PriorityOutcome>, SweepError> {
-        let Some(p) = &self.priorities else {
+        let (Some(p), Some(expander)) = (&self.sweeper.priorities, &self.cluster.expander) else {
             return Ok(None);
         };
-        let h = &self.handler;
-        let cluster = h
-            .config
-            .cluster_name
-            .as_deref()
-            .ok_or(SweepError::NoCluster)?;
+        let h = &self.sweeper.handler;
+        let cluster = self.name.as_deref().ok_or(SweepError::NoCluster)?;
         let run = Priorities {
             cluster,
             groups: p.groups.as_ref(),
             store: h.store.as_ref(),
-            expander: Some(p.expander.as_ref()),
+            expander: Some(expander.as_ref()),
             base: BaseSource::ConfigMap,
             settings: p.settings,
             write: h.mode.writes_cluster(),
@@ -165,14 +298,14 @@ impl Sweeper {
     ///
     /// [`Mode::Act`]: crate::domain::config::Mode::Act
     pub async fn way_back(&self) -> Result<Vec<UndoReport>, WayBackError> {
-        let h = &self.handler;
+        let h = &self.sweeper.handler;
         WayBack {
-            nodes: h.nodes.as_ref(),
+            nodes: self.cluster.nodes.as_ref(),
             instances: h.instances.as_ref(),
             store: h.store.as_ref(),
-            executor: h.executor.as_deref(),
-            taint_key: &h.config.taint_key,
-            statuses: Some(self.leaving.as_ref()),
+            executor: self.cluster.executor.as_deref(),
+            taint_key: &self.config.taint_key,
+            statuses: Some(self.sweeper.leaving.as_ref()),
         }
         .run(h.clock.now())
         .await
@@ -182,8 +315,8 @@ impl Sweeper {
     /// placeholder never outlives its event by more than one sweep. Nothing without an executor
     /// (a capture); only reported in a dry run.
     pub async fn clean_placeholders(&self) -> Result<Vec<String>, crate::ports::ExecuteError> {
-        let h = &self.handler;
-        match h.executor.as_deref() {
+        let h = &self.sweeper.handler;
+        match self.cluster.executor.as_deref() {
             Some(executor) if h.mode.runs_actions() => {
                 executor.clean_placeholders(h.clock.now()).await
             }
@@ -191,32 +324,18 @@ impl Sweeper {
         }
     }
 
-    /// One scheduled run: the sweep, the way back, the clean-up of placeholders left by drains
-    /// and the priority expander's update — each step runs whatever became of the others (a
-    /// sweep that cannot look still lets the way back and the clean-up run).
-    pub async fn run(&self, deadline: Option<DateTime<Utc>>) -> SweepRun {
-        SweepRun {
-            findings: self.sweep(deadline).await,
-            way_back: self.way_back().await,
-            placeholders: self.clean_placeholders().await,
-            priorities: self.update_priorities().await,
-        }
-    }
-
-    /// One sweep: one EC2 query per cluster tag form for leaving instances, one node list, one
-    /// DescribeInstances for the nodes' instances, one paged DescribeInstanceStatus (impaired
-    /// instances, scheduled retirements and stops: [`status_findings`]), then the findings
-    /// through the pipeline (on what was just read: no second lookup).
+    /// One sweep of this cluster: one EC2 query per cluster tag form for leaving instances, one
+    /// node list, one DescribeInstances for the nodes' instances, one paged
+    /// DescribeInstanceStatus (impaired instances, scheduled retirements and stops:
+    /// [`status_findings`]), then the findings through the pipeline (on what was just read: no
+    /// second lookup).
     pub async fn sweep(&self, deadline: Option<DateTime<Utc>>) -> Result<Vec<Report>, SweepError> {
-        let h = &self.handler;
+        let s = self.sweeper;
+        let h = &s.handler;
         let now = h.clock.now();
-        let cluster = h
-            .config
-            .cluster_name
-            .as_deref()
-            .ok_or(SweepError::NoCluster)?;
-        let leaving = self.leaving.leaving(cluster).await?;
-        let nodes = h.nodes.all().await?;
+        let cluster = self.name.as_deref().ok_or(SweepError::NoCluster)?;
+        let leaving = s.leaving.leaving(cluster).await?;
+        let nodes = self.cluster.nodes.all().await?;
         let ids: Vec<String> = nodes
             .iter()
             .filter_map(|n| n.instance_id().map(str::to_string))
@@ -226,17 +345,11 @@ impl Sweeper {
         } else {
             h.instances.describe(&ids).await?
         };
-        let config = h.config().await;
-        let mut events = findings(
-            &leaving,
-            &nodes,
-            &node_instances,
-            now,
-            self.region.as_deref(),
-        );
+        let config = &self.config;
+        let mut events = findings(&leaving, &nodes, &node_instances, now, s.region.as_deref());
         // Status checks and scheduled events: a failure (a stack without the grant of
         // `ec2:DescribeInstanceStatus`) costs these findings only, not the sweep's others.
-        let statuses = match self.leaving.statuses().await {
+        let statuses = match s.leaving.statuses().await {
             Ok(statuses) => statuses,
             Err(e) => {
                 tracing::error!(error = %e, "no status checks this sweep: impaired instances and EC2 scheduled events are not looked for");
@@ -248,9 +361,10 @@ impl Sweeper {
             &node_instances,
             config.impaired_after,
             now,
-            self.region.as_deref(),
+            s.region.as_deref(),
         ));
         tracing::info!(
+            cluster,
             leaving = leaving.len(),
             nodes = nodes.len(),
             statuses = statuses.len(),
@@ -276,12 +390,12 @@ impl Sweeper {
         // A finding has no queue to come back on: its drain's passes run here.
         let passes = Passes::in_process(h.passes.interval);
         let pipeline = Pipeline {
-            config: &config,
+            config,
             mode: h.mode,
             store: h.store.as_ref(),
             instances: &instances,
             nodes: &state,
-            executor: h.executor.as_deref(),
+            executor: self.cluster.executor.as_deref(),
             passes: &passes,
             clock: h.clock.as_ref(),
         };

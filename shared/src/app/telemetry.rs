@@ -166,10 +166,15 @@ fn log_report(report: &Report) {
 ///   `Zone`: from the event's time to the node's cordon (for a `delete`, which cordons
 ///   nothing, to `now`, the end of the batch), for events acted on. It includes the wait in
 ///   the queue.
+///
+/// A record handled in a named cluster (a deployment serving several) is counted under each
+/// dimension set as it is and once more with `Cluster` first (`Cluster`, `Kind`, ...): the
+/// totals stay where they were, and each cluster's can be seen apart.
 pub fn emf_documents(report: &Report, now: DateTime<Utc>) -> Vec<Value> {
     let emf = Emf {
         timestamp: now.timestamp_millis(),
         kind: report.kind.map(|k| k.as_str()).unwrap_or("undecodable"),
+        cluster: report.cluster.as_deref(),
     };
     if report.pass.is_some() {
         // A later pass of a drain: the event was counted (and its pools) by its first pass.
@@ -205,23 +210,36 @@ fn acting(report: &Report) -> impl Iterator<Item = &ActionReport> + Clone {
 struct Emf<'a> {
     timestamp: i64,
     kind: &'a str,
+    /// The cluster the record was handled in, when named.
+    cluster: Option<&'a str>,
 }
 
 impl Emf<'_> {
     /// One EMF document: the metrics' definitions and the fields that carry their values.
     fn doc(&self, dimensions: &[&[&str]], metrics: Value, fields: Value) -> Value {
+        let mut sets: Vec<Vec<&str>> = dimensions.iter().map(|set| set.to_vec()).collect();
+        if self.cluster.is_some() {
+            sets.extend(dimensions.iter().map(|set| {
+                std::iter::once("Cluster")
+                    .chain(set.iter().copied())
+                    .collect::<Vec<_>>()
+            }));
+        }
         let mut d = json!({
             "_aws": {
                 "Timestamp": self.timestamp,
                 "CloudWatchMetrics": [{
                     "Namespace": NAMESPACE,
-                    "Dimensions": dimensions,
+                    "Dimensions": sets,
                     "Metrics": metrics,
                 }]
             }
         });
         if let (Some(d), Some(fields)) = (d.as_object_mut(), fields.as_object()) {
             d.extend(fields.clone());
+            if let Some(cluster) = self.cluster {
+                d.insert("Cluster".into(), json!(cluster));
+            }
         }
         d
     }
@@ -358,6 +376,7 @@ mod tests {
         Report {
             event_id: Some("e1".into()),
             kind: Some(EventKind::SpotInterruption),
+            cluster: None,
             summary: None,
             origin: "sqs".into(),
             message_id: Some("m1".into()),
@@ -487,6 +506,33 @@ mod tests {
             ["EventsReceived", "EventsReceived", "Actions"]
         );
         assert_eq!(failed[2]["Result"], "failed");
+    }
+
+    #[test]
+    fn a_named_clusters_records_are_counted_also_by_cluster() {
+        let mut r = report(Outcome::Acted);
+        let plain = emf_documents(&r, chrono::Utc::now());
+        r.cluster = Some("green".into());
+        let docs = emf_documents(&r, chrono::Utc::now());
+        assert_eq!(metric_names(&docs), metric_names(&plain));
+        for (doc, plain) in docs.iter().zip(&plain) {
+            assert_eq!(doc["Cluster"], "green");
+            let sets = doc["_aws"]["CloudWatchMetrics"][0]["Dimensions"]
+                .as_array()
+                .unwrap();
+            let before = plain["_aws"]["CloudWatchMetrics"][0]["Dimensions"]
+                .as_array()
+                .unwrap();
+            // The sets as they were, then each with the cluster first.
+            assert_eq!(sets.len(), 2 * before.len());
+            assert_eq!(&sets[..before.len()], before.as_slice());
+            for (with, without) in sets[before.len()..].iter().zip(before) {
+                let with = with.as_array().unwrap();
+                assert_eq!(with[0], "Cluster");
+                assert_eq!(&with[1..], without.as_array().unwrap().as_slice());
+            }
+        }
+        assert!(plain.iter().all(|d| d.get("Cluster").is_none()));
     }
 
     #[test]

@@ -12,8 +12,8 @@ use crate::adapters::dynamo::DynamoStore;
 use crate::adapters::ec2::Ec2Directory;
 use crate::adapters::embedded::EmbeddedStore;
 use crate::adapters::kube::{
-    ClusterAccess, ConnectError, KubeExecutor, KubeExpander, KubeNodeDirectory, KubePolicy,
-    KubeWorkloads, connect, connect_eks,
+    ClusterAccess, ConnectError, EksClusters, KubeExecutor, KubeExpander, KubeNodeDirectory,
+    KubePolicy, KubeWorkloads, KubeconfigContexts, connect, connect_eks,
 };
 use crate::adapters::read_only::ReadOnlyStore;
 use crate::adapters::snapshot::{
@@ -22,16 +22,18 @@ use crate::adapters::snapshot::{
 };
 use crate::adapters::sqs::SqsRedelivery;
 use crate::adapters::webhook::{ClientError, Webhook};
+use crate::app::fleet::{Cluster, Connector, Fleet, Unreachable};
 use crate::app::handler::Handler;
 use crate::app::pipeline::{PASS_INTERVAL, Passes};
 use crate::app::policy::PolicyCache;
-use crate::app::settings::{ClusterChoice, InstanceChoice, Settings, StoreChoice};
+use crate::app::settings::{
+    ClusterChoice, ClusterSelection, InstanceChoice, Settings, StoreChoice,
+};
 use crate::app::sweeper::{SweepPriorities, Sweeper};
 use crate::domain::config::{ConfigError, Mode};
 use crate::ports::{
-    Clock, ContinuationQueue, Executor, ExpanderStore, InstanceDirectory, LeavingInstances,
-    NoInstances, NoNodes, NodeDirectory, NodeGroupSource, Notifier, PoolStore, Redelivery,
-    StoreError, WorkloadSource,
+    Clock, ClusterCatalog, ContinuationQueue, Executor, InstanceDirectory, LeavingInstances,
+    NoInstances, NodeGroupSource, Notifier, PoolStore, Redelivery, StoreError, WorkloadSource,
 };
 
 /// The services could not be set up (a cold start fails loudly rather than drop events).
@@ -63,16 +65,15 @@ pub struct Services {
     pub region: Option<String>,
     /// Auto Scaling, for the node groups (`None` when no AWS configuration was needed).
     pub node_groups: Option<Arc<dyn NodeGroupSource>>,
-    /// The priority expander's ConfigMaps of the live cluster (`None` without one).
-    pub expander: Option<Arc<dyn ExpanderStore>>,
 }
 
 /// Builds the services `settings` describe:
 ///
 /// - the pool store (DynamoDB or embedded), read only in [`Mode::DryRun`];
 /// - the instance directory: a capture, EC2, or none;
-/// - the nodes and the executor: a captured cluster (never acted on), a live cluster (the
-///   executor writes only in [`Mode::Act`]; in [`Mode::Plan`] there is none), or none;
+/// - the clusters served ([`Fleet`]), each with its nodes and executor: a captured cluster
+///   (never acted on), live clusters (the executor writes only in [`Mode::Act`]; in
+///   [`Mode::Plan`] there is none), or none;
 /// - the webhook notifier, when configured;
 /// - the process's client-side Kubernetes rate limit.
 ///
@@ -107,12 +108,7 @@ pub async fn services_with_clock(
         (InstanceChoice::Ec2, Some(sdk)) => Arc::new(Ec2Directory::from_conf(sdk)),
         _ => Arc::new(NoInstances),
     };
-    let Cluster {
-        nodes,
-        executor,
-        expander,
-        policies,
-    } = cluster(settings, sdk.as_ref(), &clock, &store).await?;
+    let fleet = fleet(settings, sdk.as_ref(), &clock, &store).await?;
     let notifier = notifier(settings)?;
     let sqs = sdk
         .as_ref()
@@ -127,8 +123,7 @@ pub async fn services_with_clock(
         mode: settings.mode,
         store,
         instances,
-        nodes,
-        executor,
+        fleet,
         notifier,
         redelivery: sqs.clone().map(|q| q as Arc<dyn Redelivery>),
         passes: Passes {
@@ -140,7 +135,6 @@ pub async fn services_with_clock(
         clock,
         concurrency: settings.concurrency,
         safety_margin: settings.safety_margin,
-        policies,
         // Logs only: a Lambda function's main sets its metrics (see `telemetry::init_json`).
         telemetry: Default::default(),
     };
@@ -153,76 +147,129 @@ pub async fn services_with_clock(
         node_groups: sdk
             .as_ref()
             .map(|sdk| Arc::new(AsgNodeGroups::new(sdk)) as Arc<dyn NodeGroupSource>),
-        expander,
     })
 }
 
-/// What the wiring builds over the cluster the settings name.
-struct Cluster {
-    nodes: Arc<dyn NodeDirectory>,
-    executor: Option<Arc<dyn Executor>>,
-    expander: Option<Arc<dyn ExpanderStore>>,
-    policies: Option<Arc<PolicyCache>>,
-}
-
-/// The node directory, the executor (when the mode runs actions), the expander ConfigMap and
-/// the policy ConfigMap of the settings' cluster: a capture, a live cluster (`sdk` given), or
-/// none.
-async fn cluster(
+/// The clusters the settings serve: a capture (one cluster, never acted on); live clusters
+/// (`sdk` given) — one connected now (a cold start fails loudly when it cannot be), or several
+/// (`FOREWARN_CLUSTERS`), each connected when first needed (a list is tried at once, its
+/// failures logged: a cluster down at a cold start fails only its own records); or none.
+async fn fleet(
     settings: &Settings,
     sdk: Option<&aws_config::SdkConfig>,
     clock: &Arc<dyn Clock>,
     store: &Arc<dyn PoolStore>,
-) -> Result<Cluster, SetupError> {
+) -> Result<Fleet, SetupError> {
+    let lone = settings.clusters.lone();
+    let lone_name = lone.flatten().map(str::to_string);
     let (access, sdk) = match (&settings.cluster, sdk) {
         (ClusterChoice::Snapshot(path), _) => {
-            return Ok(Cluster {
-                nodes: Arc::new(load_cluster_state(path)?),
-                executor: None,
-                expander: None,
-                policies: None,
-            });
+            let state = load_cluster_state(path)?;
+            return Ok(Fleet::one(Cluster::new(lone_name, Arc::new(state))));
         }
         (ClusterChoice::Live(access), Some(sdk)) => (access, sdk),
-        _ => {
-            return Ok(Cluster {
-                nodes: Arc::new(NoNodes),
-                executor: None,
-                expander: None,
-                policies: None,
-            });
-        }
+        _ => return Ok(Fleet::one(Cluster::none())),
     };
-    // One client, cloned into every adapter over it: one rate limit for the process.
-    let clients = match access {
-        ClusterAccess::Eks(eks) => connect_eks(eks, sdk).await,
-        ClusterAccess::Kubeconfig => connect(access, settings.aws).await,
+    let live = LiveClusters {
+        settings: settings.clone(),
+        sdk: sdk.clone(),
+        clock: clock.clone(),
+        store: store.clone(),
+    };
+    if lone.is_some() {
+        let cluster = live
+            .build(lone_name, access)
+            .await
+            .map_err(SetupError::Cluster)?;
+        return Ok(Fleet::one(cluster));
     }
-    .map_err(SetupError::Cluster)?
-    .with_clock(clock.clone())
-    .with_rate_limit(settings.kube_rate_limit);
-    let executor: Option<Arc<dyn Executor>> = settings.mode.runs_actions().then(|| {
-        Arc::new(
-            KubeExecutor::new(clients.clone(), &settings.config)
-                .with_settings(settings.executor.clone())
-                .with_lifecycle(Arc::new(AsgLifecycle::new(sdk)))
-                .with_keys(store.clone())
-                .dry_run(!settings.mode.writes_cluster()),
-        ) as Arc<dyn Executor>
-    });
-    let policy = KubePolicy::new(clients.clone(), &settings.executor.reporting_instance);
-    let policies = Arc::new(
-        PolicyCache::new(Arc::new(policy), settings.config.policy.clone())
-            .with_allow(settings.policy_allow.clone()),
-    );
-    // Read at start (a cold start), then at most once a minute.
-    policies.policy(clock.as_ref()).await;
-    Ok(Cluster {
-        executor,
-        expander: Some(Arc::new(KubeExpander::new(clients.clone()))),
-        policies: Some(policies),
-        nodes: Arc::new(KubeNodeDirectory::new(clients)),
+    let connector = Arc::new(live);
+    Ok(match &settings.clusters {
+        ClusterSelection::Named(names) => {
+            let fleet = Fleet::named(names.clone(), connector);
+            let tries = names.iter().map(|n| fleet.cluster(Some(n)));
+            for failed in futures::future::join_all(tries)
+                .await
+                .into_iter()
+                .filter_map(Result::err)
+            {
+                tracing::error!(error = %failed, "a served cluster cannot be reached: its events fail until it can");
+            }
+            fleet
+        }
+        _ => {
+            let catalog: Arc<dyn ClusterCatalog> = if settings.kubeconfig_given {
+                Arc::new(KubeconfigContexts)
+            } else {
+                Arc::new(EksClusters::new(sdk))
+            };
+            Fleet::all(catalog, connector)
+        }
     })
+}
+
+/// Connects to live clusters, each with services of its own: a client with its own rate limit
+/// (and so its own retry budget), the executor, the policy ConfigMap, the expander.
+struct LiveClusters {
+    settings: Settings,
+    sdk: aws_config::SdkConfig,
+    clock: Arc<dyn Clock>,
+    store: Arc<dyn PoolStore>,
+}
+
+impl LiveClusters {
+    /// The services of the cluster `name`, reached as `access` says.
+    async fn build(
+        &self,
+        name: Option<String>,
+        access: &ClusterAccess,
+    ) -> Result<Cluster, ConnectError> {
+        let settings = &self.settings;
+        // One client, cloned into every adapter over it: one rate limit for the cluster.
+        let clients = match access {
+            ClusterAccess::Eks(eks) => connect_eks(eks, &self.sdk).await,
+            other => connect(other, settings.aws).await,
+        }?
+        .with_clock(self.clock.clone())
+        .with_rate_limit(settings.kube_rate_limit);
+        let executor: Option<Arc<dyn Executor>> = settings.mode.runs_actions().then(|| {
+            Arc::new(
+                KubeExecutor::new(clients.clone(), &settings.config)
+                    .with_settings(settings.executor.clone())
+                    .with_lifecycle(Arc::new(AsgLifecycle::new(&self.sdk)))
+                    .with_keys(self.store.clone())
+                    .dry_run(!settings.mode.writes_cluster()),
+            ) as Arc<dyn Executor>
+        });
+        let policy = KubePolicy::new(clients.clone(), &settings.executor.reporting_instance);
+        let policies = Arc::new(
+            PolicyCache::new(Arc::new(policy), settings.config.policy.clone())
+                .with_allow(settings.policy_allow.clone()),
+        );
+        // Read at start (a cold start, a cluster's first event), then at most once a minute.
+        policies.policy(self.clock.as_ref()).await;
+        Ok(Cluster {
+            name,
+            executor,
+            expander: Some(Arc::new(KubeExpander::new(clients.clone()))),
+            policies: Some(policies),
+            nodes: Arc::new(KubeNodeDirectory::new(clients)),
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Connector for LiveClusters {
+    async fn connect(&self, name: &str) -> Result<Cluster, Unreachable> {
+        let access = self.settings.access_of(name);
+        self.build(Some(name.to_string()), &access)
+            .await
+            .map_err(|e| Unreachable {
+                cluster: name.to_string(),
+                kind: e.kind(),
+                source: Box::new(e),
+            })
+    }
 }
 
 /// The webhook the settings name, if any (its TLS stack warmed up here, once per cold start).
@@ -272,11 +319,7 @@ pub async fn workload_source(
     Ok(match choice {
         ClusterChoice::Snapshot(path) => Arc::new(SnapshotWorkloads(load_workloads(path)?)),
         ClusterChoice::Live(access) => {
-            let clients = match access {
-                ClusterAccess::Eks(eks) => connect_eks(eks, &aws::load(aws).await).await,
-                ClusterAccess::Kubeconfig => connect(access, aws).await,
-            }
-            .map_err(SetupError::Cluster)?;
+            let clients = connect(access, aws).await.map_err(SetupError::Cluster)?;
             Arc::new(KubeWorkloads::new(clients))
         }
         ClusterChoice::None => return Err(SetupError::NoCluster),
@@ -346,21 +389,16 @@ impl Sweeper {
             None => Arc::new(Ec2Directory::from_conf(&aws::load(settings.aws).await)),
         };
         let region = services.region.take();
-        let priorities = match (
-            settings.priorities_enabled,
-            services.node_groups.take(),
-            services.expander.take(),
-        ) {
-            (true, Some(groups), Some(expander)) => Some(SweepPriorities {
+        let priorities = match (settings.priorities_enabled, services.node_groups.take()) {
+            (true, Some(groups)) => Some(SweepPriorities {
                 groups,
-                expander,
                 settings: settings.priorities,
             }),
-            (true, _, _) => {
+            (true, None) => {
                 tracing::info!("no live cluster: the sweeper leaves the priority expander alone");
                 None
             }
-            (false, _, _) => None,
+            (false, _) => None,
         };
         Ok(Sweeper {
             handler: services.handler,

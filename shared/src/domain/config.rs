@@ -54,6 +54,10 @@ pub use crate::domain::vars::ConfigError;
 pub struct Config {
     /// The cluster forewarn acts for; instances tagged for another cluster are never touched.
     pub cluster_name: Option<String>,
+    /// Decisions for instances that are no served cluster's (see [`crate::domain::clusters`]):
+    /// every node action is refused, pools are still recorded. Set by the handler for those
+    /// instances only, never from a variable.
+    pub unserved: bool,
     /// The node action per event kind.
     pub actions: BTreeMap<EventKind, Action>,
     /// Kinds for which a node owned by a Karpenter NodeClaim or a Cluster API Machine is
@@ -156,6 +160,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             cluster_name: None,
+            unserved: false,
             actions: BTreeMap::from([
                 (EventKind::SpotInterruption, Action::CordonDrain),
                 (EventKind::RebalanceRecommendation, Action::Cordon),

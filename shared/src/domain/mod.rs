@@ -3,6 +3,7 @@
 //! `shared/tests/architecture.rs` checks it).
 
 pub mod audit;
+pub mod clusters;
 pub mod config;
 pub mod event;
 pub mod facts;

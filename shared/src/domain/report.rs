@@ -86,6 +86,10 @@ pub struct DrainSummary {
 pub struct Report {
     pub event_id: Option<String>,
     pub kind: Option<EventKind>,
+    /// The cluster it was handled in, when the deployment names its clusters (an instance of
+    /// no served cluster: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
     /// What the event is, for people (`spot-interruption (terminate)`).
     pub summary: Option<String>,
     /// Where the record came from (`file: Records[2] (messageId m)`).
@@ -116,6 +120,7 @@ impl Report {
         Report {
             event_id: event.map(|e| e.id.clone()),
             kind: event.map(|e| e.kind),
+            cluster: None,
             summary: event.map(|e| e.kind.to_string()),
             origin: record.origin.to_string(),
             message_id: record.origin.message_id.clone(),
@@ -134,6 +139,7 @@ impl Report {
     /// does not record, if any.
     pub fn with_plan(mut self, plan: &Plan) -> Report {
         self.summary = Some(plan.summary.clone());
+        self.cluster = plan.cluster.clone();
         self.reason = plan.pools_not_recorded.clone();
         self.pools = plan
             .pools

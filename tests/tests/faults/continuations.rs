@@ -35,7 +35,8 @@ async fn continuation(
         .await
         .unwrap();
     let known: Vec<_> = instances.values().cloned().collect();
-    let nodes = world.handler.nodes.nodes(&known).await.unwrap();
+    let cluster = world.handler.fleet.cluster(None).await.unwrap();
+    let nodes = cluster.nodes.nodes(&known).await.unwrap();
     let facts = Facts::new(&instances, &nodes);
     let mut plan = serde_json::to_value(decide(&event, facts, &world.handler.config)).unwrap();
     edit(&mut plan);

@@ -15,6 +15,7 @@ use forewarn::adapters::dynamo::DynamoStore;
 use forewarn::adapters::ec2::Ec2Directory;
 use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
 use forewarn::adapters::sqs::SqsRedelivery;
+use forewarn::app::fleet::{Cluster, Fleet};
 use forewarn::app::handler::Handler;
 use forewarn::app::pipeline::Passes;
 use forewarn::domain::config::Config;
@@ -172,14 +173,16 @@ impl World {
                 kept: Some(Arc::default()),
             },
             instances: Arc::new(Ec2Directory::from_conf(&through_proxy)),
-            nodes: Arc::new(KubeNodeDirectory::new(clients.clone())),
-            // Lifecycle actions are completed in moto's Auto Scaling, through the proxy (which
-            // records every call).
-            executor: Some(Arc::new(
-                KubeExecutor::new(clients, &config)
-                    .with_lifecycle(Arc::new(AsgLifecycle::new(&through_proxy)))
-                    .with_keys(store.clone()),
-            )),
+            fleet: Fleet::one(Cluster {
+                // Lifecycle actions are completed in moto's Auto Scaling, through the proxy
+                // (which records every call).
+                executor: Some(Arc::new(
+                    KubeExecutor::new(clients.clone(), &config)
+                        .with_lifecycle(Arc::new(AsgLifecycle::new(&through_proxy)))
+                        .with_keys(store.clone()),
+                )),
+                ..Cluster::new(None, Arc::new(KubeNodeDirectory::new(clients)))
+            }),
             concurrency: options.concurrency,
             safety_margin: Duration::ZERO,
             ..Handler::new(config.clone(), store.clone())

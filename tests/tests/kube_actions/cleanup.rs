@@ -16,7 +16,7 @@ use forewarn::ports::{Clock, DrainRole, Executor, Pass};
 use kube_fake::{Fault, Method};
 use serde_json::{Value, json};
 
-use crate::support::{ID, NODE, OTHER_NODE, World, event, instance, passes, taints};
+use crate::support::{Fleet, ID, NODE, OTHER_NODE, World, event, instance, passes, taints};
 use crate::surge::{first_drain_pass, placeholders, surging};
 
 #[tokio::test]
@@ -126,7 +126,7 @@ async fn the_sweepers_clean_up_runs_whatever_else_failed_and_every_delete_is_tri
     let dir = tempfile::tempdir().unwrap();
     let sweeper = forewarn::app::sweeper::Sweeper {
         handler: forewarn::app::handler::Handler {
-            executor: Some(Arc::new(w.executor())),
+            fleet: Fleet::one(w.cluster()),
             ..w.handler(dir.path())
         },
         leaving: Arc::new(LeavingDown),
@@ -134,7 +134,10 @@ async fn the_sweepers_clean_up_runs_whatever_else_failed_and_every_delete_is_tri
         priorities: None,
     };
     let run = sweeper.run(None).await;
-    assert!(run.findings.is_err(), "EC2 is down: the sweep cannot look");
+    assert!(
+        run.runs[0].findings.is_err(),
+        "EC2 is down: the sweep cannot look"
+    );
     let failures = run.failures();
     assert!(failures[0].contains("503"), "{failures:?}");
     assert!(
@@ -146,7 +149,7 @@ async fn the_sweepers_clean_up_runs_whatever_else_failed_and_every_delete_is_tri
     assert_eq!(placeholders(&w).len(), 1, "the other delete went through");
     // The next run deletes what is left.
     let again = sweeper.run(None).await;
-    assert_eq!(again.placeholders.unwrap().len(), 1);
+    assert_eq!(again.runs[0].placeholders.as_ref().unwrap().len(), 1);
     assert!(placeholders(&w).is_empty());
 }
 

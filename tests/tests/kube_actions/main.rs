@@ -22,6 +22,7 @@
 //! - `policy`: the policy ConfigMap.
 //! - `rbac`: RBAC grants exactly what the adapter uses.
 //! - `clients`: the adapter's clients: the node directory, EKS IAM tokens.
+//! - `fleet`: one deployment serving several clusters, each instance in its own.
 
 mod admission;
 mod cleanup;
@@ -30,6 +31,7 @@ mod continuations;
 mod cordon;
 mod delete;
 mod drain;
+mod fleet;
 mod lifecycle;
 mod pipeline;
 mod policy;

@@ -12,7 +12,9 @@ use kube_fake::Method;
 use serde_json::Value;
 
 use crate::continuations::{spot_body, sqs_batch};
-use crate::support::{ID, Instances, NODE, OTHER_ID, OTHER_NODE, World, instance, node, serve};
+use crate::support::{
+    Fleet, ID, Instances, NODE, OTHER_ID, OTHER_NODE, World, instance, node, serve,
+};
 
 #[tokio::test]
 async fn the_pipeline_acts_through_the_adapter_once_per_event() {
@@ -102,8 +104,7 @@ async fn the_handler_tells_the_webhook_and_counts_evictions() {
             (ID.to_string(), instance(ID, NODE)),
             (OTHER_ID.to_string(), instance(OTHER_ID, OTHER_NODE)),
         ]))),
-        nodes: Arc::new(KubeNodeDirectory::new(w.clients.clone())),
-        executor: Some(Arc::new(w.executor())),
+        fleet: Fleet::one(w.cluster()),
         concurrency: 4,
         ..w.handler(dir.path())
     };

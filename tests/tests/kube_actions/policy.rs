@@ -8,7 +8,7 @@ use forewarn::domain::config::Action;
 use forewarn::domain::event::EventKind;
 use serde_json::{Value, json};
 
-use crate::support::{World, event};
+use crate::support::{Cluster, Fleet, World, event};
 
 pub(crate) fn policy_configmap(namespace: &str, yaml: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -38,11 +38,14 @@ async fn the_functions_read_the_policy_configmap_and_keep_the_good_one() {
     ));
     let dir = tempfile::tempdir().unwrap();
     let handler = forewarn::app::handler::Handler {
-        policies: Some(w.policies()),
+        fleet: Fleet::one(Cluster {
+            policies: Some(w.policies()),
+            ..Cluster::none()
+        }),
         ..w.handler(dir.path())
     };
     assert!(
-        handler.config().await.policy.is_empty(),
+        handler.config_in(None).await.unwrap().policy.is_empty(),
         "kube-system's ConfigMap is not forewarn's policy"
     );
     w.fake.insert(policy_configmap(
@@ -51,7 +54,7 @@ async fn the_functions_read_the_policy_configmap_and_keep_the_good_one() {
     ));
     w.clock.advance(Duration::from_secs(61));
     assert_eq!(
-        handler.config().await.policy.rules[0].name,
+        handler.config_in(None).await.unwrap().policy.rules[0].name,
         "quiet",
         "read from forewarn's namespace"
     );
@@ -60,7 +63,7 @@ async fn the_functions_read_the_policy_configmap_and_keep_the_good_one() {
         "rules:\n- name: quiet\n  nodes: {}\n  actions: {rebalance-recommendation: evaporate}\n",
     ));
     w.clock.advance(Duration::from_secs(61));
-    let config = handler.config().await;
+    let config = handler.config_in(None).await.unwrap();
     assert_eq!(
         config.policy.rules[0].name, "quiet",
         "the good policy is kept"
@@ -102,10 +105,13 @@ async fn a_configmap_rule_asking_delete_is_refused_and_its_nodes_keep_the_defaul
     ));
     let dir = tempfile::tempdir().unwrap();
     let handler = forewarn::app::handler::Handler {
-        policies: Some(w.policies()),
+        fleet: Fleet::one(Cluster {
+            policies: Some(w.policies()),
+            ..Cluster::none()
+        }),
         ..w.handler(dir.path())
     };
-    let config = handler.config().await;
+    let config = handler.config_in(None).await.unwrap();
     // One refusal for the rule (naming its first field asking too much).
     let refused = policy_refusals(&w);
     assert_eq!(refused.len(), 1, "{refused:#?}");

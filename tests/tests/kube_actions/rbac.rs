@@ -16,7 +16,9 @@ use serde_json::{Value, json};
 
 use crate::delete::{machine, nodeclaim};
 use crate::policy::policy_configmap;
-use crate::support::{ID, Instances, NODE, World, event, instance, node, seed_pods};
+use crate::support::{
+    Cluster, Fleet, ID, Instances, Leaving, NODE, World, event, instance, node, seed_pods,
+};
 use crate::surge::{surge_passes, surging};
 
 /// What an API request needs: (API group, resource, verb, namespace, the object's name when the
@@ -179,25 +181,6 @@ fn assert_exactly(group: &str, used: &BTreeSet<Need>, granted: &BTreeMap<String,
     );
 }
 
-/// This cluster's leaving instances, as EC2 would list them.
-struct Leaving(Vec<InstanceFacts>);
-
-#[async_trait]
-impl forewarn::ports::LeavingInstances for Leaving {
-    async fn leaving(
-        &self,
-        _cluster: &str,
-    ) -> Result<Vec<InstanceFacts>, forewarn::ports::DirectoryError> {
-        Ok(self.0.clone())
-    }
-    async fn statuses(
-        &self,
-    ) -> Result<Vec<forewarn::domain::status::InstanceStatus>, forewarn::ports::DirectoryError>
-    {
-        Ok(Vec::new())
-    }
-}
-
 /// No node groups: the priorities are the base's.
 struct NoGroups;
 
@@ -260,22 +243,25 @@ async fn sweeper_requests() -> Vec<RecordedRequest> {
                 ID.to_string(),
                 stopping.clone(),
             )]))),
-            nodes: Arc::new(KubeNodeDirectory::new(w.clients.clone())),
-            executor: Some(Arc::new(executor)),
+            fleet: Fleet::one(Cluster {
+                executor: Some(Arc::new(executor)),
+                policies: Some(w.policies()),
+                expander: Some(Arc::new(forewarn::adapters::kube::KubeExpander::new(
+                    w.clients.clone(),
+                ))),
+                ..w.cluster()
+            }),
             concurrency: 4,
-            policies: Some(w.policies()),
             ..handler
         },
         leaving: Arc::new(Leaving(vec![stopping])),
         region: Some("us-east-1".into()),
         priorities: Some(SweepPriorities {
             groups: Arc::new(NoGroups),
-            expander: Arc::new(forewarn::adapters::kube::KubeExpander::new(
-                w.clients.clone(),
-            )),
             settings: PrioritySettings::default(),
         }),
     };
+    let sweeper = sweeper.cluster(None).await.unwrap();
     let reports = sweeper.sweep(None).await.unwrap();
     // The way back reads every node (nothing of forewarn's has lost its reason here).
     assert!(sweeper.way_back().await.unwrap().is_empty());

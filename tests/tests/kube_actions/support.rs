@@ -12,6 +12,7 @@ use forewarn::adapters::clock::ManualClock;
 use forewarn::adapters::kube::{
     ClusterClient, ExecutorSettings, KubeExecutor, KubeNodeDirectory, NodeOutcome,
 };
+pub(crate) use forewarn::app::fleet::{Cluster, Fleet};
 use forewarn::app::pipeline::{Passes, Pipeline};
 use forewarn::domain::config::Config;
 use forewarn::domain::event::{Detail, Event, EventKind};
@@ -222,8 +223,7 @@ impl World {
                 ID.to_string(),
                 instance(ID, NODE),
             )]))),
-            nodes: Arc::new(KubeNodeDirectory::new(self.clients.clone())),
-            executor: Some(Arc::new(self.executor())),
+            fleet: Fleet::one(self.cluster()),
             passes: Passes {
                 interval: Duration::from_secs(1),
                 queue: Some(queue.clone()),
@@ -263,6 +263,14 @@ impl World {
     }
 
     /// The cluster's policy ConfigMap, read through the adapter.
+    /// This world's cluster: its nodes and the executor (no policy ConfigMap, no expander).
+    pub(crate) fn cluster(&self) -> Cluster {
+        Cluster {
+            executor: Some(Arc::new(self.executor())),
+            ..Cluster::new(None, Arc::new(KubeNodeDirectory::new(self.clients.clone())))
+        }
+    }
+
     pub(crate) fn policies(&self) -> Arc<forewarn::app::policy::PolicyCache> {
         Arc::new(forewarn::app::policy::PolicyCache::new(
             Arc::new(forewarn::adapters::kube::KubePolicy::new(
@@ -518,5 +526,24 @@ pub(crate) fn drain_pass(announce: bool) -> Pass {
             DrainRole::Later
         },
         heartbeat: false,
+    }
+}
+
+/// This cluster's leaving instances, as EC2 would list them.
+pub(crate) struct Leaving(pub(crate) Vec<InstanceFacts>);
+
+#[async_trait]
+impl forewarn::ports::LeavingInstances for Leaving {
+    async fn leaving(
+        &self,
+        _cluster: &str,
+    ) -> Result<Vec<InstanceFacts>, forewarn::ports::DirectoryError> {
+        Ok(self.0.clone())
+    }
+    async fn statuses(
+        &self,
+    ) -> Result<Vec<forewarn::domain::status::InstanceStatus>, forewarn::ports::DirectoryError>
+    {
+        Ok(Vec::new())
     }
 }

@@ -52,6 +52,9 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 pub enum ClusterAccess {
     /// kube's standard inference: `$KUBECONFIG` or `~/.kube/config`, else in-cluster.
     Kubeconfig,
+    /// The context of this name in the kubeconfig (`$KUBECONFIG` or `~/.kube/config`): one of
+    /// several clusters served, each reached through the context named after it.
+    Context(String),
     /// EKS, authenticated with an IAM token (the Lambda case).
     Eks(EksAccess),
 }
@@ -74,6 +77,12 @@ pub struct EksAccess {
 pub enum ConnectError {
     #[error("no Kubernetes configuration found (KUBECONFIG, ~/.kube/config, in-cluster): {0}")]
     Infer(#[from] ::kube::config::InferConfigError),
+    #[error("cluster {cluster}: the kubeconfig (KUBECONFIG, ~/.kube/config): {source}")]
+    Context {
+        cluster: String,
+        #[source]
+        source: KubeconfigError,
+    },
     #[error("EKS cluster {cluster}: bad endpoint or certificate authority: {source}")]
     Endpoint {
         cluster: String,
@@ -350,7 +359,83 @@ pub async fn connect(
             tune(&mut config);
             ClusterClient::from_config(config)
         }
+        ClusterAccess::Context(name) => connect_context(name).await,
         ClusterAccess::Eks(eks) => connect_eks(eks, &crate::adapters::aws::load(aws).await).await,
+    }
+}
+
+/// Connects through the kubeconfig's context `name` (the kubeconfig `KUBECONFIG` names, else
+/// `~/.kube/config`).
+pub async fn connect_context(name: &str) -> Result<ClusterClient, ConnectError> {
+    let failed = |source| ConnectError::Context {
+        cluster: name.to_string(),
+        source,
+    };
+    let kubeconfig = Kubeconfig::read().map_err(failed)?;
+    let options = KubeConfigOptions {
+        context: Some(name.to_string()),
+        ..KubeConfigOptions::default()
+    };
+    let mut config = ::kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+        .await
+        .map_err(failed)?;
+    tune(&mut config);
+    ClusterClient::from_config(config)
+}
+
+/// Whether the kubeconfig (`KUBECONFIG`, else `~/.kube/config`) has a context named `name`
+/// (false when there is no kubeconfig to read).
+pub fn has_context(name: &str) -> bool {
+    Kubeconfig::read().is_ok_and(|k| k.contexts.iter().any(|c| c.name == name))
+}
+
+/// Every context of the kubeconfig (`KUBECONFIG`, else `~/.kube/config`): the clusters of
+/// `FOREWARN_CLUSTERS=*` when a kubeconfig is given (tests, self-managed clusters).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KubeconfigContexts;
+
+#[async_trait::async_trait]
+impl crate::ports::ClusterCatalog for KubeconfigContexts {
+    async fn clusters(&self) -> Result<Vec<String>, crate::ports::DirectoryError> {
+        let kubeconfig = Kubeconfig::read().map_err(|e| {
+            crate::ports::DirectoryError::new("kubeconfig", FailureKind::Invalid, e)
+        })?;
+        Ok(kubeconfig.contexts.into_iter().map(|c| c.name).collect())
+    }
+}
+
+/// Every EKS cluster of the account and region (`ListClusters`, every page): the clusters of
+/// `FOREWARN_CLUSTERS=*`.
+#[derive(Debug, Clone)]
+pub struct EksClusters {
+    client: aws_sdk_eks::Client,
+}
+
+impl EksClusters {
+    pub fn new(sdk: &SdkConfig) -> EksClusters {
+        EksClusters {
+            client: aws_sdk_eks::Client::new(sdk),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::ports::ClusterCatalog for EksClusters {
+    async fn clusters(&self) -> Result<Vec<String>, crate::ports::DirectoryError> {
+        let mut names = Vec::new();
+        let mut pages = self.client.list_clusters().into_paginator().send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| {
+                let text = aws_error_text(&e);
+                crate::ports::DirectoryError::new(
+                    "eks",
+                    failure_kind(&e),
+                    crate::adapters::aws::AwsError::new(text, e),
+                )
+            })?;
+            names.extend(page.clusters().iter().cloned());
+        }
+        Ok(names)
     }
 }
 

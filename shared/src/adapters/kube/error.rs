@@ -201,6 +201,7 @@ impl ConnectError {
     pub fn kind(&self) -> FailureKind {
         match self {
             ConnectError::Infer(_)
+            | ConnectError::Context { .. }
             | ConnectError::Endpoint { .. }
             | ConnectError::Client(_)
             | ConnectError::NoRegion { .. }

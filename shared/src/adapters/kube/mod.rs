@@ -37,7 +37,8 @@ mod workloads;
 pub use api::FIELD_MANAGER;
 pub use connect::{
     ClusterAccess, ClusterClient, ConnectError, ENV_CLUSTER_CA, ENV_CLUSTER_ENDPOINT,
-    ENV_EKS_CLUSTER, ENV_KUBE_BURST, ENV_KUBE_QPS, EksAccess, connect, connect_eks,
+    ENV_EKS_CLUSTER, ENV_KUBE_BURST, ENV_KUBE_QPS, EksAccess, EksClusters, KubeconfigContexts,
+    connect, connect_context, connect_eks, has_context,
 };
 pub use cordon::{CordonOutcome, CordonSpec, RecordKeys, cordon_patch};
 pub use delete::DeleteOutcome;

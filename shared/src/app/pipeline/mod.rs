@@ -39,7 +39,7 @@ use crate::domain::report::{Outcome, Report};
 use crate::domain::surge::RoomSeen;
 use crate::ports::{
     ActionResult, Clock, ContinuationQueue, DrainRole, Executor, InstanceDirectory, NodeDirectory,
-    Pass, PoolStore, Work, span, until,
+    Pass, Place, PoolStore, Work, span, until,
 };
 use work::{ExecutorIn, NodesIn};
 
@@ -208,23 +208,13 @@ impl Pipeline<'_> {
         if wanted.is_empty() {
             return Ok(Default::default());
         }
-        let ids: Vec<String> = wanted
-            .iter()
-            .flat_map(|e| e.instance_ids.iter().cloned())
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
         let event_ids: Vec<String> = wanted
             .iter()
             .map(|e| e.id.clone())
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
-        let instances = if ids.is_empty() {
-            Default::default()
-        } else {
-            self.instances.describe(&ids).await?
-        };
+        let instances = describe_events(self.instances, &wanted).await?;
         let known: Vec<InstanceFacts> = instances.values().cloned().collect();
         let mut nodes = self.nodes.nodes(&known).await?;
         self.drop_unverified_records(&mut nodes).await;
@@ -512,6 +502,34 @@ impl Pipeline<'_> {
         }
         self.record_event(&plan, report, outcome, now).await
     }
+}
+
+/// The facts of the instances of `events`: one lookup per account and region the events come
+/// from (an organization's member accounts forward theirs), none when they name no instance.
+pub async fn describe_events(
+    instances: &dyn InstanceDirectory,
+    events: &[&Event],
+) -> Result<BTreeMap<String, InstanceFacts>, crate::ports::DirectoryError> {
+    let mut by_place: BTreeMap<Place, BTreeSet<String>> = BTreeMap::new();
+    for event in events.iter().filter(|e| !e.instance_ids.is_empty()) {
+        let place = Place {
+            account: event.account.clone(),
+            region: event.region.clone(),
+        };
+        by_place
+            .entry(place)
+            .or_default()
+            .extend(event.instance_ids.iter().cloned());
+    }
+    let lookups = by_place.iter().map(|(place, ids)| {
+        let ids: Vec<String> = ids.iter().cloned().collect();
+        async move { instances.describe_at(place, &ids).await }
+    });
+    let mut found = BTreeMap::new();
+    for facts in futures::future::join_all(lookups).await {
+        found.extend(facts?);
+    }
+    Ok(found)
 }
 
 /// What the batch's lookups found: instance facts, candidate nodes, event ids applied before.

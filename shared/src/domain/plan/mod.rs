@@ -118,6 +118,10 @@ pub struct Plan {
     pub summary: String,
     /// Further idempotence keys the pool update records (see [`PoolUpdate::also_keys`]).
     pub also_keys: Vec<String>,
+    /// The cluster the plan's node actions are for (`None`: a deployment naming no cluster):
+    /// a drain's continuation carries its plan, and with it where its passes run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
 }
 
 impl Plan {
@@ -160,6 +164,7 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
             .into_iter()
             .filter(|k| *k != event.id)
             .collect(),
+        cluster: config.cluster_name.clone(),
     };
     match &event.detail {
         Detail::Unsupported { why } => {
@@ -377,6 +382,9 @@ fn no_action(event: &Event, instance_id: &str) -> NodeAction {
 /// cluster's, or the event is about an earlier run of it.
 fn refusal(event: &Event, instance: Option<&InstanceFacts>, config: &Config) -> Option<String> {
     // Safety first: another cluster's instance is never touched, nor its lifecycle action.
+    if config.unserved {
+        return Some(crate::domain::clusters::refusal(instance));
+    }
     if let Some(why) = other_cluster(instance, config) {
         return Some(why);
     }

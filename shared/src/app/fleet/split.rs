@@ -1,0 +1,362 @@
+//! A batch split by cluster: which records (or which part of a record) go to which served
+//! cluster, and the reports of the parts joined back into one report per record, in order.
+//!
+//! - A first-pass event goes where its instances' home is ([`home`]); an event whose instances
+//!   live in several clusters (an AWS Health event may name several) is split into one part
+//!   per cluster, each recorded under its own idempotence key (`<event id>#<cluster>`), so
+//!   that a part done in one cluster never stands for a part left undone in another.
+//! - A drain's later pass goes to the cluster its (signed) plan names.
+//! - Undecodable and unsupported records, and instances of no served cluster, go to
+//!   [`Destination::Elsewhere`]: nothing is acted on, pools are recorded.
+//! - When the batch's instances could not be looked up, its first-pass events cannot be
+//!   routed: [`Destination::Unrouted`] fails them (they come back).
+
+use std::collections::BTreeMap;
+
+use crate::domain::clusters::{Home, home};
+use crate::domain::event::{Event, EventKind};
+use crate::domain::facts::InstanceFacts;
+use crate::domain::inbound::Record;
+use crate::domain::report::{Outcome, Report};
+use crate::ports::{DirectoryError, FailureKind, InstanceDirectory};
+
+use super::Unreachable;
+
+/// Where a share of the batch runs.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Destination {
+    /// In this served cluster (`None`: the lone cluster of a deployment naming none).
+    Cluster(Option<String>),
+    /// Nowhere: nothing to act on, or no served cluster's.
+    Elsewhere,
+    /// Not known: the instance lookup failed.
+    Unrouted,
+}
+
+/// The records of one destination, each with the position in the batch of the record it is
+/// (a part of).
+#[derive(Debug, Default)]
+pub struct Share {
+    pub records: Vec<Record>,
+    pub positions: Vec<usize>,
+}
+
+impl Share {
+    /// Every record of the batch, in order.
+    pub fn all(records: &[Record]) -> Share {
+        Share {
+            records: records.to_vec(),
+            positions: (0..records.len()).collect(),
+        }
+    }
+}
+
+/// The reports of a share whose cluster could not be reached: every record failed (it comes
+/// back, and the cluster is tried again with the next batch).
+pub fn unreachable(records: &[Record], error: &Unreachable) -> Vec<Report> {
+    records
+        .iter()
+        .map(|r| {
+            let mut report = Report::new(r).failed_as(error.to_string(), error.kind.retryable());
+            report.cluster = Some(error.cluster.clone());
+            report
+        })
+        .collect()
+}
+
+/// The batch's instance lookup ran out of the batch's time.
+pub fn out_of_time() -> DirectoryError {
+    DirectoryError::new(
+        "ec2",
+        FailureKind::Timeout,
+        "the time left for this batch ran out; the event goes back to the queue",
+    )
+}
+
+/// An instance directory answering what the batch's lookup met: the share's events fail as a
+/// failed lookup fails them in the pipeline.
+pub struct FailedLookup {
+    service: &'static str,
+    kind: FailureKind,
+    message: String,
+}
+
+impl FailedLookup {
+    pub fn of(error: &DirectoryError) -> FailedLookup {
+        FailedLookup {
+            service: error.service,
+            kind: error.kind,
+            message: error.source.to_string(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl InstanceDirectory for FailedLookup {
+    async fn describe(
+        &self,
+        _instance_ids: &[String],
+    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
+        Err(DirectoryError::new(
+            self.service,
+            self.kind,
+            self.message.clone(),
+        ))
+    }
+}
+
+/// The batch's `records` by destination. `instances`: what the lookup found (`None`: it
+/// failed); `served`: the served clusters' names (empty: one cluster, named by nobody).
+pub fn split(
+    records: &[Record],
+    instances: Option<&BTreeMap<String, InstanceFacts>>,
+    served: &[String],
+) -> BTreeMap<Destination, Share> {
+    let mut shares: BTreeMap<Destination, Share> = BTreeMap::new();
+    let mut put = |to: Destination, record: Record, position: usize| {
+        let share = shares.entry(to).or_default();
+        share.records.push(record);
+        share.positions.push(position);
+    };
+    for (position, record) in records.iter().enumerate() {
+        let event = match &record.event {
+            Ok(event) if event.kind != EventKind::Unsupported => event,
+            _ => {
+                put(Destination::Elsewhere, record.clone(), position);
+                continue;
+            }
+        };
+        if let Some(c) = &record.continuation {
+            let to = if served.is_empty() {
+                Destination::Cluster(None)
+            } else {
+                Destination::Cluster(c.plan.cluster.clone())
+            };
+            put(to, record.clone(), position);
+            continue;
+        }
+        let Some(instances) = instances else {
+            put(Destination::Unrouted, record.clone(), position);
+            continue;
+        };
+        let homes = homes(event, instances, served);
+        match homes.as_slice() {
+            [] => put(Destination::Elsewhere, record.clone(), position),
+            [(one, _)] => put(to(one), record.clone(), position),
+            several => {
+                for (home, ids) in several {
+                    put(to(home), part(record, event, home, ids), position);
+                }
+            }
+        }
+    }
+    shares
+}
+
+fn to(home: &Home) -> Destination {
+    match home {
+        Home::Served(name) => Destination::Cluster(name.clone()),
+        Home::Elsewhere => Destination::Elsewhere,
+    }
+}
+
+/// The event's instances by home, in the order of their first instance.
+fn homes(
+    event: &Event,
+    instances: &BTreeMap<String, InstanceFacts>,
+    served: &[String],
+) -> Vec<(Home, Vec<String>)> {
+    let mut out: Vec<(Home, Vec<String>)> = Vec::new();
+    for id in &event.instance_ids {
+        let h = home(instances.get(id), served);
+        match out.iter_mut().find(|(known, _)| *known == h) {
+            Some((_, ids)) => ids.push(id.clone()),
+            None => out.push((h, vec![id.clone()])),
+        }
+    }
+    out
+}
+
+/// The part of `record` about `ids`, the instances of `home`: its own idempotence key.
+fn part(record: &Record, event: &Event, home: &Home, ids: &[String]) -> Record {
+    let suffix = match home {
+        Home::Served(Some(name)) => name.as_str(),
+        Home::Served(None) => "cluster",
+        Home::Elsewhere => "elsewhere",
+    };
+    let mut part = record.clone();
+    part.event = Ok(Event {
+        id: format!("{}#{suffix}", event.id),
+        instance_ids: ids.to_vec(),
+        ..event.clone()
+    });
+    part
+}
+
+/// One report per record of the batch (`count`), in order, from each share's reports (one per
+/// share record, in the share's order); the parts of a split record joined ([`join_parts`]).
+pub fn join(records: &[Record], shares: Vec<(Share, Vec<Report>)>) -> Vec<Report> {
+    let mut parts: Vec<Vec<Report>> = vec![Vec::new(); records.len()];
+    for (share, reports) in shares {
+        for (position, report) in share.positions.into_iter().zip(reports) {
+            if let Some(slot) = parts.get_mut(position) {
+                slot.push(report);
+            }
+        }
+    }
+    records
+        .iter()
+        .zip(parts)
+        .map(|(record, parts)| join_parts(record, parts))
+        .collect()
+}
+
+/// The report of `record` from its parts' reports: one part, as it is; several, their pools
+/// and actions together, the worst outcome (failed, then acted, planned, duplicate, ignored),
+/// each part's reason under its cluster.
+pub fn join_parts(record: &Record, mut parts: Vec<Report>) -> Report {
+    if parts.len() <= 1 {
+        return parts.pop().unwrap_or_else(|| {
+            Report::new(record).failed("internal: record not processed".into())
+        });
+    }
+    let rank = |o: Outcome| match o {
+        Outcome::Failed => 4,
+        Outcome::Acted => 3,
+        Outcome::Planned => 2,
+        Outcome::Duplicate => 1,
+        Outcome::Ignored => 0,
+    };
+    let mut joined = Report::new(record);
+    joined.outcome = parts
+        .iter()
+        .map(|p| p.outcome)
+        .max_by_key(|o| rank(*o))
+        .unwrap_or(Outcome::Failed);
+    joined.summary = parts[0].summary.clone();
+    joined.permanent = parts
+        .iter()
+        .filter(|p| p.outcome == Outcome::Failed)
+        .all(|p| p.permanent);
+    let reasons: Vec<String> = parts
+        .iter()
+        .filter_map(|p| {
+            let reason = p.reason.as_deref()?;
+            Some(match &p.cluster {
+                Some(cluster) => format!("cluster {cluster}: {reason}"),
+                None => reason.to_string(),
+            })
+        })
+        .collect();
+    joined.reason = (!reasons.is_empty()).then(|| reasons.join("; "));
+    for part in parts {
+        joined.pools.extend(part.pools);
+        joined.actions.extend(part.actions);
+    }
+    joined
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::fixtures;
+    use crate::domain::inbound::decode_value;
+
+    const I1: &str = "i-0a1b2c3d4e5f60001";
+    const I2: &str = "i-0a1b2c3d4e5f60002";
+    const I3: &str = "i-0a1b2c3d4e5f60003";
+
+    fn instance(id: &str, cluster: &str) -> (String, InstanceFacts) {
+        (
+            id.to_string(),
+            fixtures::instance(id).cluster(cluster).build(),
+        )
+    }
+
+    fn spot(id: &str, instance: &str) -> Record {
+        let event = fixtures::spot_json(id, instance, "2026-11-26T10:00:00Z");
+        decode_value("test", event, chrono::Utc::now())
+            .unwrap()
+            .remove(0)
+    }
+
+    fn health(id: &str, instances: &[&str]) -> Record {
+        let mut event = fixtures::event_json(
+            "AWS Health Event",
+            id,
+            instances[0],
+            "2026-11-26T10:00:00Z",
+            fixtures::health_detail(instances, "Thu, 26 Nov 2026 12:00:00 GMT"),
+        );
+        event["source"] = serde_json::json!("aws.health");
+        decode_value("test", event, chrono::Utc::now())
+            .unwrap()
+            .remove(0)
+    }
+
+    fn served() -> Vec<String> {
+        vec!["blue".into(), "green".into()]
+    }
+
+    #[test]
+    fn records_go_to_their_instances_cluster() {
+        let instances = BTreeMap::from([
+            instance(I1, "blue"),
+            instance(I2, "green"),
+            instance(I3, "red"),
+        ]);
+        let records = vec![spot("a", I1), spot("b", I2), spot("c", I3)];
+        let shares = split(&records, Some(&instances), &served());
+        let blue = &shares[&Destination::Cluster(Some("blue".into()))];
+        assert_eq!(blue.positions, [0]);
+        assert_eq!(
+            shares[&Destination::Cluster(Some("green".into()))].positions,
+            [1]
+        );
+        assert_eq!(shares[&Destination::Elsewhere].positions, [2]);
+        // Nothing to route without the lookup.
+        let shares = split(&records, None, &served());
+        assert_eq!(shares[&Destination::Unrouted].positions, [0, 1, 2]);
+        // One cluster named by nobody: everything is its.
+        let shares = split(&records, Some(&instances), &[]);
+        assert_eq!(shares[&Destination::Cluster(None)].positions, [0, 1, 2]);
+    }
+
+    #[test]
+    fn an_event_of_two_clusters_is_split_and_joined_back() {
+        let instances = BTreeMap::from([instance(I1, "blue"), instance(I2, "green")]);
+        let records = vec![health("h", &[I1, I2])];
+        let shares = split(&records, Some(&instances), &served());
+        let blue = &shares[&Destination::Cluster(Some("blue".into()))];
+        let event = blue.records[0].event.as_ref().unwrap();
+        assert_eq!(event.id, "h#blue");
+        assert_eq!(event.instance_ids, [I1]);
+        let green = &shares[&Destination::Cluster(Some("green".into()))];
+        assert_eq!(green.records[0].event.as_ref().unwrap().id, "h#green");
+
+        let mut acted = Report::new(&blue.records[0]);
+        acted.outcome = Outcome::Acted;
+        acted.cluster = Some("blue".into());
+        let mut failed = Report::new(&green.records[0]).failed("API answered 503".into());
+        failed.cluster = Some("green".into());
+        let reports = join(
+            &records,
+            shares
+                .into_values()
+                .zip([vec![acted], vec![failed]])
+                .collect(),
+        );
+        assert_eq!(reports.len(), 1);
+        assert_eq!(reports[0].event_id.as_deref(), Some("h"));
+        assert_eq!(
+            reports[0].outcome,
+            Outcome::Failed,
+            "the part left undone comes back"
+        );
+        assert_eq!(
+            reports[0].reason.as_deref(),
+            Some("cluster green: API answered 503")
+        );
+        assert!(!reports[0].permanent);
+    }
+}

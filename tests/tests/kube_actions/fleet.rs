@@ -1,0 +1,333 @@
+//! One deployment serving several clusters (issue 38): each instance handled in the cluster its
+//! tags name, on that cluster's own client; the same node name in two clusters never confused;
+//! an instance of no served cluster acknowledged with its pool recorded and nothing done; one
+//! cluster down failing only its own records, while the other's are answered; the sweeper
+//! visiting each cluster.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use forewarn::adapters::clock::ManualClock;
+use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::app::fleet::{Connector, Unreachable};
+use forewarn::app::handler::Handler;
+use forewarn::domain::config::Config;
+use forewarn::domain::facts::InstanceFacts;
+use forewarn::domain::fixtures;
+use forewarn::domain::pool::PoolQuery;
+use forewarn::domain::report::Outcome;
+use forewarn::ports::{Clock, PoolStore};
+use kube_fake::{Fault, KubeFake};
+
+use crate::support::{Cluster, Fleet, Instances, config, node};
+
+/// The node name both clusters use: their VPCs reuse the same private addresses.
+const SHARED_NAME: &str = "ip-10-0-1-11.ec2.internal";
+const BLUE_ID: &str = "i-0b1e0000000000001";
+const GREEN_ID: &str = "i-06ee0000000000002";
+const RED_ID: &str = "i-0ed00000000000003";
+
+/// Two API servers, blue and green, each with a node of the same name on its own instance; the
+/// clients of a deployment serving both (each cluster its own client), on one clock.
+struct Two {
+    blue: KubeFake,
+    green: KubeFake,
+    clock: ManualClock,
+}
+
+impl Two {
+    async fn start() -> Two {
+        let clock = ManualClock::at(chrono::Utc::now());
+        let two = Two {
+            blue: KubeFake::start().await,
+            green: KubeFake::start().await,
+            clock,
+        };
+        for (fake, id) in [(&two.blue, BLUE_ID), (&two.green, GREEN_ID)] {
+            let c = two.clock.clone();
+            fake.set_clock(move || c.now());
+            fake.insert(node(SHARED_NAME, id));
+        }
+        two
+    }
+
+    fn fake(&self, name: &str) -> Option<&KubeFake> {
+        match name {
+            "blue" => Some(&self.blue),
+            "green" => Some(&self.green),
+            _ => None,
+        }
+    }
+
+    /// The instances: each cluster's on the shared node name, and one of cluster red.
+    fn instances() -> Instances {
+        let on = |id: &str, cluster: &str| {
+            fixtures::instance(id)
+                .typed("m5.large", "us-east-1a")
+                .capacity(forewarn::domain::pool::CapacityType::Spot)
+                .dns(SHARED_NAME)
+                .state("running")
+                .cluster(cluster)
+                .build()
+        };
+        let all: BTreeMap<String, InstanceFacts> = [
+            (BLUE_ID, on(BLUE_ID, "blue")),
+            (GREEN_ID, on(GREEN_ID, "green")),
+            (RED_ID, on(RED_ID, "red")),
+        ]
+        .into_iter()
+        .map(|(id, facts)| (id.to_string(), facts))
+        .collect();
+        Instances(all)
+    }
+}
+
+/// Connects each served cluster to its own fake, as the wiring connects each to its own API
+/// server: a client (and rate limit) of its own.
+struct ToFakes {
+    clients: BTreeMap<String, ClusterClient>,
+    config: Config,
+}
+
+#[async_trait]
+impl Connector for ToFakes {
+    async fn connect(&self, name: &str) -> Result<forewarn::app::fleet::Cluster, Unreachable> {
+        let clients = self.clients.get(name).ok_or_else(|| Unreachable {
+            cluster: name.into(),
+            kind: forewarn::ports::FailureKind::Invalid,
+            source: "no such cluster".into(),
+        })?;
+        Ok(Cluster {
+            executor: Some(Arc::new(KubeExecutor::new(clients.clone(), &self.config))),
+            ..Cluster::new(
+                Some(name.into()),
+                Arc::new(KubeNodeDirectory::new(clients.clone())),
+            )
+        })
+    }
+}
+
+fn handler(two: &Two, dir: &std::path::Path) -> Handler {
+    let base = Config {
+        cluster_name: None,
+        ..config()
+    };
+    let clients = ["blue", "green"]
+        .into_iter()
+        .map(|name| {
+            let fake = two.fake(name).unwrap();
+            let c = ClusterClient::new(fake.client()).with_clock(two.clock.shared());
+            (name.to_string(), c)
+        })
+        .collect();
+    let connector = ToFakes {
+        clients,
+        config: base.clone(),
+    };
+    let store = forewarn::adapters::embedded::EmbeddedStore::open(dir).unwrap();
+    Handler {
+        instances: Arc::new(Two::instances()),
+        fleet: Fleet::named(vec!["blue".into(), "green".into()], Arc::new(connector)),
+        clock: two.clock.shared(),
+        passes: forewarn::app::pipeline::Passes::in_process(Duration::from_secs(5)),
+        concurrency: 4,
+        ..Handler::new(base, Arc::new(store))
+    }
+}
+
+fn rebalance(id: &str, instance: &str, clock: &ManualClock) -> serde_json::Value {
+    fixtures::event_json(
+        "EC2 Instance Rebalance Recommendation",
+        id,
+        instance,
+        &clock.now().to_rfc3339(),
+        serde_json::json!({}),
+    )
+}
+
+fn unschedulable(fake: &KubeFake) -> bool {
+    fake.get("v1", "Node", None, SHARED_NAME).unwrap()["spec"]["unschedulable"] == true
+}
+
+fn batch(events: &[serde_json::Value]) -> serde_json::Value {
+    let records: Vec<serde_json::Value> = events
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            serde_json::json!({"messageId": format!("m{i}"), "body": e.to_string(),
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:forewarn",
+                "attributes": {"ApproximateReceiveCount": "1"}})
+        })
+        .collect();
+    serde_json::json!({ "Records": records })
+}
+
+/// The same node name in both clusters: a warning for green's instance cordons green's node
+/// and never blue's (and blue's API server is not even asked); a warning for red's instance
+/// (a cluster not served) is acknowledged, its pool recorded, and neither cluster touched.
+#[tokio::test]
+async fn each_instance_is_handled_in_its_own_cluster_only() {
+    let two = Two::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let handler = handler(&two, dir.path());
+    let payload = batch(&[
+        rebalance("ev-green", GREEN_ID, &two.clock),
+        rebalance("ev-red", RED_ID, &two.clock),
+    ]);
+    let inv = handler.invoke(payload, None).await.unwrap();
+
+    let green = &inv.reports[0];
+    assert_eq!(green.outcome, Outcome::Acted, "{green:#?}");
+    assert_eq!(green.cluster.as_deref(), Some("green"));
+    assert!(unschedulable(&two.green), "green's node is cordoned");
+    assert!(
+        !unschedulable(&two.blue),
+        "blue's node of the same name is not"
+    );
+    assert!(
+        two.blue.writes().is_empty(),
+        "nothing was written to blue: {:?}",
+        two.blue.writes()
+    );
+
+    let red = &inv.reports[1];
+    assert_eq!(red.outcome, Outcome::Planned, "acknowledged: {red:#?}");
+    assert!(
+        red.actions[0]
+            .reason
+            .contains("instance of cluster red, not exactly one cluster this deployment serves"),
+        "{red:#?}"
+    );
+    assert_eq!(
+        red.actions[0].action,
+        forewarn::domain::config::Action::None
+    );
+    assert_eq!(inv.response["batchItemFailures"], serde_json::json!([]));
+    let pools = handler
+        .store
+        .pools(
+            &PoolQuery {
+                include_available: true,
+                ..PoolQuery::default()
+            },
+            two.clock.now(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(pools.len(), 1, "one pool, m5.large in us-east-1a");
+    assert_eq!(
+        pools[0].counter(forewarn::domain::event::EventKind::RebalanceRecommendation),
+        2,
+        "both recommendations counted, the unserved one too"
+    );
+    // Red's instance never reached either API server.
+    for fake in [&two.blue, &two.green] {
+        assert!(
+            fake.requests().iter().all(|r| !r.path.contains(RED_ID)),
+            "{:?}",
+            fake.requests()
+        );
+    }
+}
+
+/// Blue's API server fails every request: blue's record fails (it comes back from the queue)
+/// while green's, in the same batch, is cordoned and answered; the batch's answer names only
+/// blue's message.
+#[tokio::test]
+async fn one_cluster_down_fails_only_its_own_records() {
+    let two = Two::start().await;
+    two.blue.inject(Fault::new(503).times(10_000));
+    let dir = tempfile::tempdir().unwrap();
+    let handler = handler(&two, dir.path());
+    let payload = batch(&[
+        rebalance("ev-blue", BLUE_ID, &two.clock),
+        rebalance("ev-green", GREEN_ID, &two.clock),
+    ]);
+    let deadline = two.clock.now() + chrono::Duration::seconds(60);
+    let inv = handler.invoke(payload, Some(deadline)).await.unwrap();
+
+    assert_eq!(
+        inv.reports[0].outcome,
+        Outcome::Failed,
+        "{:#?}",
+        inv.reports
+    );
+    assert_eq!(
+        inv.reports[0].cluster, None,
+        "never planned: blue's nodes could not be read"
+    );
+    assert_eq!(inv.reports[1].outcome, Outcome::Acted, "{:#?}", inv.reports);
+    assert!(unschedulable(&two.green));
+    assert_eq!(
+        inv.response["batchItemFailures"],
+        serde_json::json!([{"itemIdentifier": "m0"}])
+    );
+}
+
+/// A served cluster that cannot be connected to at all fails its own records (retryable: it is
+/// tried again with the next batch) and no other's.
+#[tokio::test]
+async fn a_cluster_that_cannot_be_reached_fails_only_its_own_records() {
+    let two = Two::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut handler = handler(&two, dir.path());
+    // "blue" is served but unknown to the connector: it cannot be reached.
+    let green = ClusterClient::new(two.green.client()).with_clock(two.clock.shared());
+    let connector = ToFakes {
+        clients: BTreeMap::from([("green".to_string(), green)]),
+        config: handler.config.clone(),
+    };
+    handler.fleet = Fleet::named(vec!["blue".into(), "green".into()], Arc::new(connector));
+    let payload = batch(&[
+        rebalance("ev-blue", BLUE_ID, &two.clock),
+        rebalance("ev-green", GREEN_ID, &two.clock),
+    ]);
+    let inv = handler.invoke(payload, None).await.unwrap();
+    let blue = &inv.reports[0];
+    assert_eq!(blue.outcome, Outcome::Failed);
+    assert_eq!(
+        blue.reason.as_deref(),
+        Some("cluster blue: no such cluster")
+    );
+    assert_eq!(blue.cluster.as_deref(), Some("blue"));
+    assert_eq!(inv.reports[1].outcome, Outcome::Acted);
+}
+
+/// The sweeper visits each served cluster: a node whose instance EC2 no longer knows is found
+/// in its own cluster only.
+#[tokio::test]
+async fn the_sweeper_visits_each_cluster() {
+    use forewarn::app::sweeper::Sweeper;
+    let two = Two::start().await;
+    // Green's node runs on an instance EC2 no longer knows (it is gone).
+    two.green
+        .insert(node("ip-10-0-9-9.ec2.internal", "i-09000000000000009"));
+    let dir = tempfile::tempdir().unwrap();
+    let sweeper = Sweeper {
+        handler: handler(&two, dir.path()),
+        leaving: Arc::new(crate::support::Leaving(Vec::new())),
+        region: Some("us-east-1".into()),
+        priorities: None,
+    };
+    let runs = sweeper.run(None).await;
+    assert!(runs.failures().is_empty(), "{:?}", runs.failures());
+    let clusters: Vec<Option<&str>> = runs.runs.iter().map(|r| r.cluster.as_deref()).collect();
+    assert_eq!(clusters, [Some("blue"), Some("green")]);
+    let found = |i: usize| runs.runs[i].findings.as_ref().unwrap().len();
+    assert_eq!(found(0), 0, "blue's node runs");
+    assert_eq!(found(1), 1, "green's gone instance");
+    assert!(
+        two.green
+            .get("v1", "Node", None, "ip-10-0-9-9.ec2.internal")
+            .is_none(),
+        "deleted in green"
+    );
+    assert!(two.blue.get("v1", "Node", None, SHARED_NAME).is_some());
+    let answer = runs.answer();
+    assert!(
+        answer["clusters"]["green"]["findings"]["count"] == 1,
+        "{answer}"
+    );
+}
