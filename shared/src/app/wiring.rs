@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use crate::adapters::accounts::Accounts;
 use crate::adapters::autoscaling::{AsgLifecycle, AsgNodeGroups};
 use crate::adapters::aws::{self, AwsSettings};
 use crate::adapters::clock::SystemClock;
@@ -104,7 +105,9 @@ pub async fn services_with_clock(
     .await?;
     let instances: Arc<dyn InstanceDirectory> = match (&settings.instances, &sdk) {
         (InstanceChoice::File(path), _) => Arc::new(SnapshotInstances(load_instances(path)?)),
-        (InstanceChoice::Ec2, Some(sdk)) => Arc::new(Ec2Directory::from_conf(sdk)),
+        (InstanceChoice::Ec2, Some(sdk)) => {
+            Arc::new(Ec2Directory::from_conf(sdk).with_accounts(accounts(settings, sdk)))
+        }
         _ => Arc::new(NoInstances),
     };
     let Cluster {
@@ -205,7 +208,9 @@ async fn cluster(
         Arc::new(
             KubeExecutor::new(clients.clone(), &settings.config)
                 .with_settings(settings.executor.clone())
-                .with_lifecycle(Arc::new(AsgLifecycle::new(sdk)))
+                .with_lifecycle(Arc::new(
+                    AsgLifecycle::new(sdk).with_accounts(accounts(settings, sdk)),
+                ))
                 .with_keys(store.clone())
                 .dry_run(!settings.mode.writes_cluster()),
         ) as Arc<dyn Executor>
@@ -223,6 +228,12 @@ async fn cluster(
         policies: Some(policies),
         nodes: Arc::new(KubeNodeDirectory::new(clients)),
     })
+}
+
+/// The accounts events come from, over `sdk` (`FOREWARN_ACCOUNT_ID`, `FOREWARN_MEMBER_ROLE`): EC2
+/// and Auto Scaling calls in each event's account and region.
+fn accounts(settings: &Settings, sdk: &aws_config::SdkConfig) -> Accounts {
+    Accounts::new(sdk, settings.accounts.clone())
 }
 
 /// The webhook the settings name, if any (its TLS stack warmed up here, once per cold start).
