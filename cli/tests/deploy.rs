@@ -572,7 +572,7 @@ fn check_functions(
         );
         assert_eq!(conf["Architectures"][0], "x86_64", "{conf}");
         let vars = &conf["Environment"]["Variables"];
-        assert_eq!(vars["FOREWARN_CLUSTER_NAME"], cluster, "{conf}");
+        assert_eq!(vars["FOREWARN_CLUSTERS"], cluster, "{conf}");
         assert_eq!(vars["FOREWARN_EKS_CLUSTER"], cluster, "{conf}");
         assert_eq!(
             vars["FOREWARN_TABLE"],

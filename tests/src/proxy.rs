@@ -29,6 +29,10 @@ pub struct AwsCall {
     pub status: u16,
     /// Whether an injected fault answered instead of moto.
     pub faulted: bool,
+    /// The access key id and the region the request was signed with (from the SigV4
+    /// credential scope; empty without one): whose credentials made it, and where.
+    pub access_key: String,
+    pub region: String,
 }
 
 /// What an injected fault does to a matching request.
@@ -44,6 +48,9 @@ pub enum FaultKind {
     Hang(Duration),
     /// This status with a small JSON body naming an internal error.
     Status(u16),
+    /// This status with this XML body: an answer of an operation moto does not serve (Auto
+    /// Scaling's `CompleteLifecycleAction`), the request recorded all the same.
+    Answer(u16, String),
 }
 
 /// A fault for requests to `service` (and `operation` when given), used `times` times.
@@ -235,7 +242,9 @@ async fn serve(mut client: TcpStream, upstream: &str, state: &Mutex<State>) -> a
     let Some(request) = read_message(&mut client, &mut buffer, true).await? else {
         return Ok(());
     };
-    let service = service_of(request.header("authorization").unwrap_or_default());
+    let authorization = request.header("authorization").unwrap_or_default();
+    let service = service_of(authorization);
+    let (access_key, region) = signer_of(authorization);
     let operation = operation_of(request.header("x-amz-target"), &request.body);
     let fault = {
         let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
@@ -258,6 +267,8 @@ async fn serve(mut client: TcpStream, upstream: &str, state: &Mutex<State>) -> a
                 operation: operation.clone(),
                 status,
                 faulted,
+                access_key: access_key.clone(),
+                region: region.clone(),
             });
     };
     let response = match fault {
@@ -280,6 +291,10 @@ async fn serve(mut client: TcpStream, upstream: &str, state: &Mutex<State>) -> a
             let body =
                 format!(r#"{{"__type":"InternalFailure","message":"injected status {status}"}}"#);
             canned(status, "application/x-amz-json-1.0", body)
+        }
+        Some(FaultKind::Answer(status, body)) => {
+            record(status, true);
+            canned(status, "text/xml", body)
         }
         None => {
             let answer = forward(&request, upstream).await;
@@ -313,6 +328,7 @@ async fn forward(request: &Message, upstream: &str) -> anyhow::Result<Message> {
 
 fn canned(status: u16, content_type: &str, body: String) -> Vec<u8> {
     let reason = match status {
+        200 => "OK",
         400 => "Bad Request",
         429 => "Too Many Requests",
         500 => "Internal Server Error",
@@ -363,6 +379,21 @@ pub fn service_of(authorization: &str) -> String {
             (parts.len() >= 5).then(|| parts[parts.len() - 2].to_ascii_lowercase())
         })
         .unwrap_or_else(|| "unknown".to_string())
+}
+
+/// The access key id and the region of a SigV4 `Authorization` header's credential scope
+/// (`AKID/date/region/service/aws4_request`); empty strings without one.
+pub fn signer_of(authorization: &str) -> (String, String) {
+    let scope = authorization
+        .split("Credential=")
+        .nth(1)
+        .and_then(|scope| scope.split([',', ' ']).next())
+        .unwrap_or_default();
+    let parts: Vec<&str> = scope.split('/').collect();
+    match parts.as_slice() {
+        [key, _date, region, _service, _request] => (key.to_string(), region.to_string()),
+        _ => (String::new(), String::new()),
+    }
 }
 
 /// The operation named by `X-Amz-Target` (`Prefix.Operation`) or the form body's `Action=`.
@@ -497,6 +528,20 @@ mod tests {
         assert_eq!(service_of(auth), "ec2");
         assert_eq!(service_of(""), "unknown");
         assert_eq!(service_of("Bearer token"), "unknown");
+    }
+
+    #[test]
+    fn signer_comes_from_the_credential_scope() {
+        let auth = "AWS4-HMAC-SHA256 Credential=ASIAEXAMPLE/20261121/eu-west-1/autoscaling/aws4_request, SignedHeaders=host, Signature=abc";
+        assert_eq!(
+            signer_of(auth),
+            ("ASIAEXAMPLE".to_string(), "eu-west-1".to_string())
+        );
+        assert_eq!(signer_of(""), (String::new(), String::new()));
+        assert_eq!(
+            signer_of("Credential=a/b/c"),
+            (String::new(), String::new())
+        );
     }
 
     #[test]

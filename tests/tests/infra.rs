@@ -32,7 +32,7 @@ fn cfn_lint_is_clean() {
         .map(|p| p.display().to_string())
         .collect();
     templates.sort();
-    assert_eq!(templates.len(), 2, "{templates:?}");
+    assert_eq!(templates.len(), 3, "{templates:?}");
     let out = Command::new(&cfn_lint)
         .args(&templates)
         .output()
@@ -83,10 +83,15 @@ fn the_stack_pool_table_is_the_pool_table_template() {
     assert_eq!(pool_table("infra/forewarn.yaml"), alone);
 }
 
-/// `infra/forewarn.yaml` as JSON, its intrinsic functions in their long form
-/// (`{"Fn::GetAtt": ["Queue", "Arn"]}`), read by cfn-lint's own template decoder (the venv's
-/// Python), so that the short forms (`!GetAtt`, `!If`, ...) need no YAML support here.
+/// `infra/forewarn.yaml` as JSON (see [`template`]).
 fn stack_template() -> Value {
+    template("infra/forewarn.yaml")
+}
+
+/// The template at `path` (under the workspace) as JSON, its intrinsic functions in their long
+/// form (`{"Fn::GetAtt": ["Queue", "Arn"]}`), read by cfn-lint's own template decoder (the
+/// venv's Python), so that the short forms (`!GetAtt`, `!If`, ...) need no YAML support here.
+fn template(path: &str) -> Value {
     let root = workspace_root();
     let python = root.join(".venv/bin/python");
     assert!(
@@ -102,7 +107,7 @@ fn stack_template() -> Value {
              assert not m, m\n\
              json.dump(t, sys.stdout, default=str)",
         )
-        .arg(root.join("infra/forewarn.yaml"))
+        .arg(root.join(path))
         .output()
         .expect("run the venv's python");
     assert!(
@@ -183,8 +188,18 @@ struct Deployment {
 }
 
 impl Deployment {
+    /// `infra/forewarn.yaml` for cluster `demo` unless `overrides` name another.
     fn new(overrides: &[(&str, &str)]) -> Deployment {
-        let template = stack_template();
+        let mut d = Deployment::of("infra/forewarn.yaml", overrides);
+        d.params
+            .entry("ClusterName".into())
+            .or_insert("demo".into());
+        d
+    }
+
+    /// The template at `path` with its defaults but for `overrides`.
+    fn of(path: &str, overrides: &[(&str, &str)]) -> Deployment {
+        let template = template(path);
         let mut params: std::collections::BTreeMap<String, String> = template["Parameters"]
             .as_object()
             .unwrap()
@@ -201,7 +216,6 @@ impl Deployment {
             assert!(template["Parameters"].get(*k).is_some(), "no parameter {k}");
             params.insert(k.to_string(), v.to_string());
         }
-        params.entry("ClusterName".into()).or_insert("demo".into());
         Deployment { template, params }
     }
 
@@ -216,6 +230,10 @@ impl Deployment {
             "AWS::Region" => REGION.to_string(),
             "AWS::AccountId" => ACCOUNT.to_string(),
             _ => match self.params.get(name) {
+                // A list parameter is a list: its value split at commas, as CloudFormation does.
+                Some(v) if self.template["Parameters"][name]["Type"] == "CommaDelimitedList" => {
+                    return Some(json!(v.split(',').collect::<Vec<_>>()));
+                }
                 Some(v) => v.clone(),
                 None => {
                     assert!(
@@ -603,45 +621,208 @@ fn only_the_rules_may_send_to_the_dead_letter_queue() {
     }
 }
 
-/// The handler completes and heartbeats lifecycle actions only on groups named with the prefix
-/// and tagged for this cluster (either tag form), and nothing else grants those actions.
+/// Whether `pattern` (an IAM ARN or action pattern: `*` any run of characters, `?` one) matches
+/// `text`.
+fn glob(pattern: &str, text: &str) -> bool {
+    match pattern.split_once('*') {
+        None => {
+            pattern.len() == text.len()
+                && pattern
+                    .chars()
+                    .zip(text.chars())
+                    .all(|(p, t)| p == '?' || p == t)
+        }
+        Some((head, rest)) => {
+            text.len() >= head.len()
+                && glob(head, &text[..head.len()])
+                && (head.len()..=text.len()).any(|i| glob(rest, &text[i..]))
+        }
+    }
+}
+
+/// The strings of a policy element: one, or a list.
+fn strings(v: &Value) -> Vec<&str> {
+    match v {
+        Value::Array(items) => items.iter().map(|i| i.as_str().unwrap()).collect(),
+        Value::String(s) => vec![s.as_str()],
+        other => panic!("not a string or a list: {other}"),
+    }
+}
+
+/// A request to an identity policy: an action on a resource, with the resource's tags.
+struct Request<'a> {
+    action: &'a str,
+    resource: &'a str,
+    tags: &'a [(&'a str, &'a str)],
+}
+
+impl Request<'_> {
+    fn key(&self, key: &str) -> Option<&str> {
+        let tag = key
+            .strip_prefix("aws:ResourceTag/")
+            .unwrap_or_else(|| panic!("condition key {key} is not modelled"));
+        self.tags.iter().find(|(k, _)| *k == tag).map(|(_, v)| *v)
+    }
+
+    /// One statement's Action, Resource (or NotResource) and Condition hold for the request.
+    fn matches(&self, statement: &Value) -> bool {
+        let action = strings(&statement["Action"])
+            .iter()
+            .any(|a| glob(a, self.action));
+        let resource = match (statement.get("Resource"), statement.get("NotResource")) {
+            (Some(r), None) => strings(r).iter().any(|r| glob(r, self.resource)),
+            (None, Some(r)) => !strings(r).iter().any(|r| glob(r, self.resource)),
+            other => panic!("Resource or NotResource: {other:?}"),
+        };
+        let conditions = statement["Condition"].as_object().into_iter().flatten();
+        action
+            && resource
+            && conditions.into_iter().all(|(op, keys)| {
+                keys.as_object().unwrap().iter().all(|(key, values)| {
+                    let actual = self.key(key);
+                    match op.as_str() {
+                        "StringEquals" => actual.is_some_and(|a| strings(values).contains(&a)),
+                        "Null" => (actual.is_none()).to_string() == values.as_str().unwrap(),
+                        other => panic!("condition operator {other} is not modelled"),
+                    }
+                })
+            })
+    }
+
+    /// As IAM evaluates an identity policy alone: allowed when a statement allows it and none
+    /// denies it.
+    fn allowed_by(&self, document: &Value) -> bool {
+        let statements = document["Statement"].as_array().unwrap();
+        let effect = |e: &str| {
+            statements
+                .iter()
+                .any(|s| s["Effect"] == e && self.matches(s))
+        };
+        effect("Allow") && !effect("Deny")
+    }
+}
+
+/// A role's inline policy of this name, parsed when it is a JSON string.
+fn inline_policy(role: &Value, name: &str) -> Value {
+    let policy = role["Policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["PolicyName"] == name)
+        .unwrap_or_else(|| panic!("no policy {name}"));
+    match &policy["PolicyDocument"] {
+        Value::String(text) => serde_json::from_str(text)
+            .unwrap_or_else(|e| panic!("{name} is not JSON ({e}):\n{text}")),
+        document => document.clone(),
+    }
+}
+
+/// A group of this account and region named `name`.
+fn group(name: &str) -> String {
+    format!(
+        "arn:aws:autoscaling:{REGION}:{ACCOUNT}:autoScalingGroup:6d2c4a8e:autoScalingGroupName/{name}"
+    )
+}
+
+const LIFECYCLE_ACTIONS: [&str; 2] = [
+    "autoscaling:CompleteLifecycleAction",
+    "autoscaling:RecordLifecycleActionHeartbeat",
+];
+
+/// Whether the lifecycle `policy` lets both lifecycle actions through on `resource` tagged
+/// `tags` (and asserts the two actions agree).
+fn lifecycle_allowed(policy: &Value, resource: &str, tags: &[(&str, &str)]) -> bool {
+    let [complete, heartbeat] = LIFECYCLE_ACTIONS.map(|action| {
+        Request {
+            action,
+            resource,
+            tags,
+        }
+        .allowed_by(policy)
+    });
+    assert_eq!(complete, heartbeat, "{resource} {tags:?}");
+    complete
+}
+
+/// The handler completes and heartbeats lifecycle actions only on groups of this account and
+/// region named with the prefix and tagged for a cluster served (either tag form); a list of
+/// clusters is each of them, `*` any group tagged `eks:cluster-name`. Nothing else grants those
+/// actions.
 #[test]
 fn lifecycle_actions_are_limited_to_the_clusters_tagged_groups() {
+    let managed = |c: &'static str| [("eks:cluster-name", c)];
+    for (clusters, served, other) in [("", vec!["demo"], "prod"), ("a,b", vec!["a", "b"], "demo")] {
+        let d = Deployment::new(&[
+            ("ClusterName", "demo"),
+            ("ClusterNames", clusters),
+            ("AutoScalingGroupNamePrefix", "eks-"),
+        ]);
+        let policy = inline_policy(&d.properties("HandlerRole"), "forewarn-handler-lifecycle");
+        for cluster in &served {
+            let owned = format!("kubernetes.io/cluster/{cluster}");
+            for tags in [
+                &[("eks:cluster-name", *cluster)][..],
+                &[(owned.as_str(), "owned")],
+                &[(owned.as_str(), "shared"), ("team", "x")],
+            ] {
+                assert!(
+                    lifecycle_allowed(&policy, &group("eks-ng"), tags),
+                    "{clusters} {tags:?}"
+                );
+                // Not without the prefix, nor in another region or account.
+                assert!(!lifecycle_allowed(&policy, &group("ng"), tags));
+                for elsewhere in [
+                    group("eks-ng").replace(REGION, "eu-west-1"),
+                    group("eks-ng").replace(ACCOUNT, "999999999999"),
+                ] {
+                    assert!(!lifecycle_allowed(&policy, &elsewhere, tags), "{elsewhere}");
+                }
+            }
+            let other_action = Request {
+                action: "autoscaling:DeleteAutoScalingGroup",
+                resource: &group("eks-ng"),
+                tags: &[("eks:cluster-name", cluster)],
+            };
+            assert!(!other_action.allowed_by(&policy));
+        }
+        let foreign = format!("kubernetes.io/cluster/{other}");
+        let served_key = format!("kubernetes.io/cluster/{}", served[0]);
+        for tags in [
+            &managed(other)[..],
+            &[(foreign.as_str(), "owned")],
+            &[(served_key.as_str(), "other")],
+            &[("aws:eks:cluster-name", served[0])],
+            &[],
+        ] {
+            assert!(
+                !lifecycle_allowed(&policy, &group("eks-ng"), tags),
+                "{clusters} {tags:?}"
+            );
+        }
+    }
+    // Every cluster: any group tagged eks:cluster-name (of this account, region, prefix); the
+    // key-only form cannot be matched by pattern, so it is not enough.
     let d = Deployment::new(&[
-        ("ClusterName", "demo"),
+        ("ClusterNames", "*"),
         ("AutoScalingGroupNamePrefix", "eks-"),
     ]);
-    let role = d.properties("HandlerRole");
-    let policies = role["Policies"].as_array().unwrap();
-    let lifecycle = policies
-        .iter()
-        .find(|p| p["PolicyName"] == "forewarn-handler-lifecycle")
-        .expect("the lifecycle policy");
-    let document: Value =
-        serde_json::from_str(lifecycle["PolicyDocument"].as_str().unwrap()).unwrap();
-    let actions = json!([
-        "autoscaling:CompleteLifecycleAction",
-        "autoscaling:RecordLifecycleActionHeartbeat"
-    ]);
-    let groups =
-        "arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:*:autoScalingGroupName/eks-*";
-    let statements = document["Statement"].as_array().unwrap();
-    let conditions: Vec<&Value> = statements
-        .iter()
-        .map(|s| {
-            assert_eq!(s["Effect"], "Allow");
-            assert_eq!(s["Action"], actions);
-            assert_eq!(s["Resource"], groups);
-            &s["Condition"]
-        })
-        .collect();
-    assert_eq!(
-        conditions,
-        vec![
-            &json!({"StringEquals": {"aws:ResourceTag/eks:cluster-name": "demo"}}),
-            &json!({"StringEquals": {"aws:ResourceTag/kubernetes.io/cluster/demo": ["owned", "shared"]}}),
-        ]
-    );
+    let policy = inline_policy(&d.properties("HandlerRole"), "forewarn-handler-lifecycle");
+    assert!(lifecycle_allowed(
+        &policy,
+        &group("eks-ng"),
+        &managed("anything")
+    ));
+    assert!(!lifecycle_allowed(
+        &policy,
+        &group("ng"),
+        &managed("anything")
+    ));
+    assert!(!lifecycle_allowed(
+        &policy,
+        &group("eks-ng"),
+        &[("kubernetes.io/cluster/x", "owned")]
+    ));
+    assert!(!lifecycle_allowed(&policy, &group("eks-ng"), &[]));
     // No other statement of either role names an Auto Scaling write.
     for (resource, skip) in [
         ("HandlerRole", Some("forewarn-handler-lifecycle")),
@@ -704,7 +885,7 @@ fn lifecycle_hook_names_narrow_the_rule_and_reach_the_handler() {
             .iter()
             .all(|(k, _)| k != "FOREWARN_LIFECYCLE_HOOKS")
     );
-    assert_eq!(env_file(&d).len(), 4);
+    assert_eq!(env_file(&d).len(), 5);
     assert!(env_vars(&d).iter().all(|kv| {
         kv.as_ref()
             .is_some_and(|(k, v)| !v.is_empty() && k != "FOREWARN_LIFECYCLE_HOOKS")
@@ -844,9 +1025,9 @@ fn the_stack_deploys_with_hook_names_and_extra_senders() {
         assert_eq!(
             outputs["HandlerEnvFile"],
             format!(
-                "FOREWARN_CLUSTER_NAME={cluster}\nFOREWARN_EKS_CLUSTER={cluster}\n\
+                "FOREWARN_CLUSTERS={cluster}\nFOREWARN_EKS_CLUSTER={cluster}\n\
                  FOREWARN_TABLE={table}\nFOREWARN_POLICY_ALLOW=\"cordon cordon-drain cordon-for \
-                 adaptive\"\nFOREWARN_LIFECYCLE_HOOKS=drain-a,drain-b\n"
+                 adaptive\"\nFOREWARN_ACCOUNT_ID={ACCOUNT}\nFOREWARN_LIFECYCLE_HOOKS=drain-a,drain-b\n"
             )
         );
         assert!(outputs["HandlerEnvVars"].ends_with(",FOREWARN_LIFECYCLE_HOOKS=drain-a,drain-b"));
@@ -1475,4 +1656,442 @@ fn refused_node_writes(with: impl Fn(&dyn Fn(&mut Value)) -> Value) -> Vec<(&'st
         ),
     ];
     refused
+}
+
+// ---------------------------------------------------------------------------------------------
+// Many clusters, and an organization (infra/member.yaml)
+
+/// An environment output's variables: `KEY=VALUE` lines (an env file), or pairs separated by
+/// commas (`--env-var`, whose values then hold no comma).
+fn env_of(text: &str) -> std::collections::BTreeMap<String, String> {
+    let separator = if text.contains('\n') { '\n' } else { ',' };
+    text.split(separator)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p
+                .split_once('=')
+                .unwrap_or_else(|| panic!("not KEY=VALUE: {p}"));
+            (k.to_string(), v.trim_matches('"').to_string())
+        })
+        .collect()
+}
+
+/// The statements of every policy of a role (inline, and `extra` policy resources naming it)
+/// whose actions are of `service` (`eks:`, `sts:`).
+fn statements_of(d: &Deployment, role: &str, service: &str) -> Vec<Value> {
+    let properties = d.properties(role);
+    let mut documents: Vec<Value> = properties["Policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| inline_policy(&properties, p["PolicyName"].as_str().unwrap()))
+        .collect();
+    for (name, resource) in d.template["Resources"].as_object().unwrap() {
+        let applies = resource
+            .get("Condition")
+            .is_none_or(|c| d.condition(c.as_str().unwrap()));
+        if resource["Type"] == "AWS::IAM::Policy" && applies {
+            let policy = d.properties(name);
+            if policy["Roles"]
+                .as_array()
+                .unwrap()
+                .contains(&json!(format!("ref:{role}")))
+            {
+                documents.push(policy["PolicyDocument"].clone());
+            }
+        }
+    }
+    documents
+        .iter()
+        .flat_map(|d| d["Statement"].as_array().unwrap().clone())
+        .filter(|s| strings(&s["Action"]).iter().any(|a| a.starts_with(service)))
+        .collect()
+}
+
+/// `ClusterNames` reaches both functions as `FOREWARN_CLUSTERS` in all four forms of their
+/// environment (`ClusterName` when empty, then with `FOREWARN_EKS_CLUSTER` as before); their
+/// EKS grants are `DescribeCluster` of each cluster served, or of every cluster of the account
+/// and region with `ListClusters` for `*`, and nothing else; the table keeps `ClusterName`'s name.
+#[test]
+fn the_clusters_served_reach_both_functions_and_their_eks_grants() {
+    let describe = |resource: Value| {
+        json!([{"Sid": "DescribeCluster", "Effect": "Allow", "Action": "eks:DescribeCluster",
+                "Resource": resource,
+                "Condition": {"StringEquals": {"aws:RequestedRegion": REGION}}}])
+    };
+    let list = json!({"Sid": "ListClusters", "Effect": "Allow", "Action": "eks:ListClusters",
+                      "Resource": "*"});
+    let cases = [
+        (
+            "",
+            "demo",
+            Some("demo"),
+            describe(json!(format!(
+                "arn:aws:eks:{REGION}:{ACCOUNT}:cluster/demo"
+            ))),
+        ),
+        (
+            "a,b",
+            "a,b",
+            None,
+            describe(json!([
+                "arn:*:eks:*:*:cluster/a",
+                "arn:*:eks:*:*:cluster/b"
+            ])),
+        ),
+        (
+            "solo",
+            "solo",
+            None,
+            describe(json!(["arn:*:eks:*:*:cluster/solo"])),
+        ),
+        ("*", "*", None, {
+            let mut both = describe(json!(format!("arn:aws:eks:{REGION}:{ACCOUNT}:cluster/*")));
+            both.as_array_mut().unwrap().push(list.clone());
+            both
+        }),
+    ];
+    for (names, clusters, eks_cluster, grants) in cases {
+        let d = Deployment::new(&[("ClusterNames", names)]);
+        for output in [
+            "HandlerEnvFile",
+            "SweeperEnvFile",
+            "HandlerEnvVars",
+            "SweeperEnvVars",
+        ] {
+            let text = d.output(output);
+            // The --env-var forms split a list at its commas, so that cargo lambda refuses them
+            // (a name alone is no KEY=VALUE): the files are the form for a list.
+            if output.ends_with("Vars") && clusters.contains(',') {
+                assert!(text.split(',').any(|p| !p.contains('=')), "{text}");
+                continue;
+            }
+            let env = env_of(&text);
+            assert_eq!(env["FOREWARN_CLUSTERS"], clusters, "{names} {output}");
+            assert_eq!(
+                env.get("FOREWARN_EKS_CLUSTER").map(String::as_str),
+                eks_cluster,
+                "{names} {output}"
+            );
+            assert!(!env.contains_key("FOREWARN_CLUSTER_NAME"), "{output}");
+            assert_eq!(env["FOREWARN_ACCOUNT_ID"], ACCOUNT);
+            assert!(!env.contains_key("FOREWARN_MEMBER_ROLE"));
+        }
+        for role in ["HandlerRole", "SweeperRole"] {
+            assert_eq!(
+                Value::Array(statements_of(&d, role, "eks:")),
+                grants,
+                "{names} {role}"
+            );
+        }
+        assert_eq!(
+            d.properties("PoolTable")["TableName"],
+            "forewarn-demo-pools"
+        );
+    }
+}
+
+/// With `OrganizationId`, the default bus admits the organization's accounts and nobody else,
+/// and both functions may assume `MemberRoleName` in the organization's accounts only, with the
+/// name in their environment; without it, none of this. The rules name no account, so forwarded
+/// events match them.
+#[test]
+fn an_organization_reaches_the_bus_and_the_member_roles_only() {
+    let d = Deployment::new(&[]);
+    assert!(!d.condition("WithOrganization"));
+    for resource in ["OrganizationEventBusPolicy", "MemberRolesPolicy"] {
+        assert_eq!(
+            d.template["Resources"][resource]["Condition"],
+            "WithOrganization"
+        );
+    }
+    for role in ["HandlerRole", "SweeperRole"] {
+        assert!(statements_of(&d, role, "sts:").is_empty(), "{role}");
+    }
+    for rule in RULES {
+        let pattern = &d.properties(rule)["EventPattern"];
+        assert!(pattern.get("account").is_none(), "{rule}: {pattern}");
+    }
+
+    let org = "o-a1b2c3d4e5";
+    for (role_name, overrides) in [
+        ("forewarn-member", vec![("OrganizationId", org)]),
+        (
+            "fw-member",
+            vec![("OrganizationId", org), ("MemberRoleName", "fw-member")],
+        ),
+    ] {
+        let d = Deployment::new(&overrides);
+        assert!(d.condition("WithOrganization"));
+        let bus = d.properties("OrganizationEventBusPolicy");
+        assert_eq!(bus["EventBusName"], "default");
+        assert_eq!(bus["StatementId"], "forewarn-demo-organization");
+        assert_eq!(
+            bus["Statement"],
+            json!({"Sid": "forewarn-demo-organization", "Effect": "Allow", "Principal": "*",
+                   "Action": "events:PutEvents",
+                   "Resource": format!("arn:aws:events:{REGION}:{ACCOUNT}:event-bus/default"),
+                   "Condition": {"StringEquals": {"aws:PrincipalOrgID": org}}})
+        );
+        for role in ["HandlerRole", "SweeperRole"] {
+            assert_eq!(
+                Value::Array(statements_of(&d, role, "sts:")),
+                json!([{"Sid": "AssumeMemberRoles", "Effect": "Allow", "Action": "sts:AssumeRole",
+                        "Resource": format!("arn:aws:iam::*:role/{role_name}"),
+                        "Condition": {"StringEquals": {"aws:ResourceOrgID": org}}}]),
+                "{role}"
+            );
+        }
+        for output in [
+            "HandlerEnvFile",
+            "SweeperEnvFile",
+            "HandlerEnvVars",
+            "SweeperEnvVars",
+        ] {
+            assert_eq!(
+                env_of(&d.output(output))["FOREWARN_MEMBER_ROLE"],
+                role_name,
+                "{output}"
+            );
+        }
+    }
+}
+
+/// The central deployment's roles, as a member stack is given them.
+const CENTRAL: &str = "210987654321";
+const CENTRAL_HANDLER: &str = "arn:aws:iam::210987654321:role/forewarn-demo-HandlerRole-X1";
+const CENTRAL_SWEEPER: &str = "arn:aws:iam::210987654321:role/forewarn-demo-SweeperRole-X2";
+
+/// `infra/member.yaml` resolved in account [`ACCOUNT`] for the central deployment above, serving
+/// clusters `a` and `b` unless `overrides` say otherwise.
+fn member(overrides: &[(&str, &str)]) -> Deployment {
+    let mut all = vec![
+        ("CentralAccountId", CENTRAL),
+        ("HandlerRoleArn", CENTRAL_HANDLER),
+        ("SweeperRoleArn", CENTRAL_SWEEPER),
+        ("ClusterNames", "a,b"),
+    ];
+    all.extend_from_slice(overrides);
+    Deployment::of("infra/member.yaml", &all)
+}
+
+/// A member account forwards what the central stack's rules match: the same rules, the same
+/// patterns (with and without hook names), each to the central account's default bus through the
+/// forwarding role, which may put events there and nowhere else and is EventBridge's for this
+/// account alone.
+#[test]
+fn the_member_rules_are_the_stacks_forwarded_to_the_central_bus() {
+    let bus = format!("arn:aws:events:{REGION}:{CENTRAL}:event-bus/default");
+    for hooks in ["", "drain-a,drain-b"] {
+        let central = Deployment::new(&[("LifecycleHookNames", hooks)]);
+        let m = member(&[("LifecycleHookNames", hooks)]);
+        let mut rules: Vec<&str> = m.template["Resources"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(_, r)| r["Type"] == "AWS::Events::Rule")
+            .map(|(name, _)| name.as_str())
+            .collect();
+        rules.sort_unstable();
+        let mut expected = RULES.to_vec();
+        expected.sort_unstable();
+        assert_eq!(rules, expected);
+        for rule in RULES {
+            let theirs = m.properties(rule);
+            assert_eq!(
+                theirs["EventPattern"],
+                central.properties(rule)["EventPattern"],
+                "{rule} with hooks {hooks:?}"
+            );
+            assert_eq!(theirs["State"], "ENABLED");
+            assert_eq!(
+                theirs["Targets"],
+                json!([{"Id": "forewarn-central-bus", "Arn": bus,
+                        "RoleArn": Deployment::arn("ForwardRole"),
+                        "RetryPolicy": {"MaximumRetryAttempts": 185,
+                                        "MaximumEventAgeInSeconds": 3600}}]),
+                "{rule}"
+            );
+        }
+    }
+    let m = member(&[]);
+    let role = m.properties("ForwardRole");
+    assert_eq!(
+        role["AssumeRolePolicyDocument"]["Statement"],
+        json!([{"Effect": "Allow", "Principal": {"Service": "events.amazonaws.com"},
+                "Action": "sts:AssumeRole",
+                "Condition": {"StringEquals": {"aws:SourceAccount": ACCOUNT}}}])
+    );
+    assert_eq!(
+        inline_policy(&role, "forewarn-forward")["Statement"],
+        json!([{"Sid": "PutOnTheCentralBus", "Effect": "Allow", "Action": "events:PutEvents",
+                "Resource": bus}])
+    );
+    assert_eq!(role["Policies"].as_array().unwrap().len(), 1);
+}
+
+/// The member role is assumed by the central handler's and sweeper's roles and nobody else, and
+/// grants the calls forewarn makes in a member account, no more: `DescribeInstances`, and the
+/// lifecycle actions under the very conditions of the central handler's role for the same
+/// clusters and prefix.
+#[test]
+fn the_member_role_trusts_the_central_functions_only_and_grants_what_they_call() {
+    for names in ["a,b", "solo", "*"] {
+        let m = member(&[
+            ("ClusterNames", names),
+            ("AutoScalingGroupNamePrefix", "eks-"),
+        ]);
+        let role = m.properties("MemberRole");
+        assert_eq!(role["RoleName"], "forewarn-member");
+        assert_eq!(
+            role["AssumeRolePolicyDocument"]["Statement"],
+            json!([{"Effect": "Allow",
+                    "Principal": {"AWS": [CENTRAL_HANDLER, CENTRAL_SWEEPER]},
+                    "Action": "sts:AssumeRole"}])
+        );
+        let mut granted = std::collections::BTreeSet::new();
+        for p in role["Policies"].as_array().unwrap() {
+            let document = inline_policy(&role, p["PolicyName"].as_str().unwrap());
+            for s in document["Statement"].as_array().unwrap() {
+                if s["Effect"] == "Allow" {
+                    granted.extend(strings(&s["Action"]).into_iter().map(str::to_string));
+                }
+            }
+        }
+        assert_eq!(
+            granted.into_iter().collect::<Vec<_>>(),
+            [
+                "autoscaling:CompleteLifecycleAction",
+                "autoscaling:RecordLifecycleActionHeartbeat",
+                "ec2:DescribeInstances",
+            ]
+        );
+        let central = Deployment::new(&[
+            ("ClusterNames", names),
+            ("AutoScalingGroupNamePrefix", "eks-"),
+        ]);
+        let lifecycle = inline_policy(&role, "forewarn-member-lifecycle");
+        assert_eq!(
+            lifecycle,
+            inline_policy(
+                &central.properties("HandlerRole"),
+                "forewarn-handler-lifecycle"
+            ),
+            "{names}"
+        );
+        let first = names.split(',').next().unwrap();
+        let tag = if first == "*" { "any" } else { first };
+        assert!(lifecycle_allowed(
+            &lifecycle,
+            &group("eks-ng"),
+            &[("eks:cluster-name", tag)]
+        ));
+        assert!(!lifecycle_allowed(
+            &lifecycle,
+            &group("ng"),
+            &[("eks:cluster-name", tag)]
+        ));
+        if first != "*" {
+            assert!(!lifecycle_allowed(
+                &lifecycle,
+                &group("eks-ng"),
+                &[("eks:cluster-name", "c")]
+            ));
+        }
+        let read = inline_policy(&role, "forewarn-member-read");
+        assert_eq!(
+            read["Statement"],
+            json!([{"Sid": "DescribeInstances", "Effect": "Allow",
+                    "Action": "ec2:DescribeInstances", "Resource": "*"}])
+        );
+    }
+}
+
+/// An organization's central stack (a list of clusters) and a member stack given its roles both
+/// deploy to moto, and what they made says what was asked: the functions' environment, the member
+/// role's name, each forwarding rule's one target.
+#[test]
+fn an_organizations_central_and_member_stacks_deploy() {
+    use forewarn_tests::moto::{deploy_stack, runtime, shared, unique_name};
+
+    runtime().block_on(async {
+        let sdk = shared().sdk_config();
+        let name = unique_name("central");
+        let read = |path: &str| std::fs::read_to_string(workspace_root().join(path)).unwrap();
+        let outputs = deploy_stack(
+            &sdk,
+            &name,
+            &read("infra/forewarn.yaml"),
+            &[
+                ("ClusterName", &name),
+                ("ClusterNames", "a,b"),
+                ("OrganizationId", "o-a1b2c3d4e5"),
+                ("FunctionsDeployed", "false"),
+                ("CreateAccessEntry", "false"),
+            ],
+        )
+        .await
+        .expect("the organization's stack deploys to moto");
+        assert_eq!(outputs["TableName"], format!("forewarn-{name}-pools"));
+        for output in ["HandlerEnvFile", "SweeperEnvFile"] {
+            let env = env_of(&outputs[output]);
+            assert_eq!(env["FOREWARN_CLUSTERS"], "a,b", "{output}");
+            assert_eq!(env["FOREWARN_MEMBER_ROLE"], "forewarn-member", "{output}");
+            assert_eq!(env["FOREWARN_ACCOUNT_ID"], ACCOUNT, "{output}");
+            assert!(!env.contains_key("FOREWARN_EKS_CLUSTER"), "{output}");
+        }
+
+        let member_stack = unique_name("member");
+        // IAM role names are the account's: one of its own for this run.
+        let role_name = unique_name("fw-member");
+        let member_outputs = deploy_stack(
+            &sdk,
+            &member_stack,
+            &read("infra/member.yaml"),
+            &[
+                ("CentralAccountId", CENTRAL),
+                ("HandlerRoleArn", &outputs["HandlerRoleArn"]),
+                ("SweeperRoleArn", &outputs["SweeperRoleArn"]),
+                ("MemberRoleName", &role_name),
+                ("ClusterNames", "a,b"),
+            ],
+        )
+        .await
+        .expect("the member stack deploys to moto");
+        assert_eq!(
+            member_outputs["MemberRoleArn"],
+            format!("arn:aws:iam::{ACCOUNT}:role/{role_name}")
+        );
+        let bus = format!("arn:aws:events:{REGION}:{CENTRAL}:event-bus/default");
+        assert_eq!(member_outputs["CentralBusArn"], bus);
+        let events = aws_sdk_eventbridge::Client::new(&sdk);
+        let rules = events
+            .list_rules()
+            .name_prefix(&member_stack)
+            .send()
+            .await
+            .expect("ListRules");
+        assert_eq!(rules.rules().len(), RULES.len(), "{rules:?}");
+        for rule in rules.rules() {
+            let targets = events
+                .list_targets_by_rule()
+                .rule(rule.name().unwrap())
+                .send()
+                .await
+                .expect("ListTargetsByRule");
+            let targets: Vec<(Option<&str>, Option<&str>)> = targets
+                .targets()
+                .iter()
+                .map(|t| (Some(t.arn()), t.role_arn()))
+                .collect();
+            assert_eq!(
+                targets,
+                [(
+                    Some(bus.as_str()),
+                    Some(member_outputs["ForwardRoleArn"].as_str())
+                )],
+                "{rule:?}"
+            );
+        }
+    });
 }

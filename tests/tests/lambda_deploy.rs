@@ -123,7 +123,7 @@ fn cargo_lambda_deploy_to_moto_then_wire_the_stack() {
             assert_eq!(conf["Architectures"][0], "x86_64", "{conf}");
             assert!(conf["CodeSize"].as_u64().unwrap() > 1_000_000, "{conf}");
             let vars = &conf["Environment"]["Variables"];
-            assert_eq!(vars["FOREWARN_CLUSTER_NAME"], cluster.as_str(), "{conf}");
+            assert_eq!(vars["FOREWARN_CLUSTERS"], cluster.as_str(), "{conf}");
             assert_eq!(
                 vars["FOREWARN_TABLE"],
                 outputs["TableName"].as_str(),

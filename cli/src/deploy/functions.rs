@@ -60,8 +60,11 @@ pub enum Env<'a> {
 
 /// The variables the stack's outputs set: changed through the stack's parameters only.
 const FROM_THE_STACK: &[&str] = &[
+    "FOREWARN_CLUSTERS",
     "FOREWARN_CLUSTER_NAME",
     "FOREWARN_EKS_CLUSTER",
+    "FOREWARN_ACCOUNT_ID",
+    "FOREWARN_MEMBER_ROLE",
     "FOREWARN_TABLE",
     "FOREWARN_POLICY_ALLOW",
     "FOREWARN_LIFECYCLE_HOOKS",

@@ -8,17 +8,20 @@ use aws_config::SdkConfig;
 use aws_sdk_autoscaling::config::http::HttpResponse;
 use aws_sdk_autoscaling::error::ProvideErrorMetadata;
 
+use super::accounts::{AccountError, Accounts, PerPlace};
 use super::aws::{AwsError, aws_error_text, failure_kind};
 use crate::domain::event::LifecycleAction;
 use crate::domain::priorities::AsgDescription;
 use crate::ports::{
-    DirectoryError, LifecycleCompleter, LifecycleError, LifecycleOutcome, NodeGroupSource,
+    DirectoryError, LifecycleCompleter, LifecycleError, LifecycleOutcome, NodeGroupSource, Place,
 };
 
-/// `autoscaling:CompleteLifecycleAction` through the AWS SDK.
+/// `autoscaling:CompleteLifecycleAction` (and `RecordLifecycleActionHeartbeat`) through the AWS
+/// SDK, in the account and region of the action (see [`LifecycleAction::account`]): the own
+/// client for the own ones, with [`Accounts`] one on a member account's role for the others.
 #[derive(Debug, Clone)]
 pub struct AsgLifecycle {
-    client: aws_sdk_autoscaling::Client,
+    clients: PerPlace<aws_sdk_autoscaling::Client>,
 }
 
 impl AsgLifecycle {
@@ -27,7 +30,44 @@ impl AsgLifecycle {
     }
 
     pub fn from_client(client: aws_sdk_autoscaling::Client) -> AsgLifecycle {
-        AsgLifecycle { client }
+        AsgLifecycle {
+            clients: PerPlace::single(client, aws_sdk_autoscaling::Client::new),
+        }
+    }
+
+    /// Completes the actions of other accounts and regions through `accounts`.
+    pub fn with_accounts(mut self, accounts: Accounts) -> AsgLifecycle {
+        self.clients = self.clients.with_accounts(accounts);
+        self
+    }
+
+    /// The client for `action`'s account and region.
+    async fn client(
+        &self,
+        instance_id: &str,
+        action: &LifecycleAction,
+    ) -> Result<aws_sdk_autoscaling::Client, LifecycleError> {
+        let place = Place {
+            account: action.account.clone(),
+            region: action.region.clone(),
+        };
+        self.clients
+            .client(&place)
+            .await
+            .map_err(|e| place_error(instance_id, action, e))
+    }
+}
+
+/// A lifecycle action whose place cannot be served.
+fn place_error(instance_id: &str, action: &LifecycleAction, e: AccountError) -> LifecycleError {
+    LifecycleError {
+        asg: action.asg_name.clone(),
+        hook: action.hook_name.clone(),
+        instance_id: instance_id.to_string(),
+        code: None,
+        message: e.to_string(),
+        kind: e.kind(),
+        source: Some(std::sync::Arc::new(e)),
     }
 }
 
@@ -50,7 +90,8 @@ impl LifecycleCompleter for AsgLifecycle {
         action: &LifecycleAction,
     ) -> Result<LifecycleOutcome, LifecycleError> {
         let mut request = self
-            .client
+            .client(instance_id, action)
+            .await?
             .complete_lifecycle_action()
             .auto_scaling_group_name(&action.asg_name)
             .lifecycle_hook_name(&action.hook_name)
@@ -80,7 +121,8 @@ impl LifecycleCompleter for AsgLifecycle {
         action: &LifecycleAction,
     ) -> Result<bool, LifecycleError> {
         let mut request = self
-            .client
+            .client(instance_id, action)
+            .await?
             .record_lifecycle_action_heartbeat()
             .auto_scaling_group_name(&action.asg_name)
             .lifecycle_hook_name(&action.hook_name)

@@ -7,24 +7,36 @@ use async_trait::async_trait;
 use aws_sdk_ec2::Client;
 use aws_sdk_ec2::types::{Filter, Instance};
 
+use crate::adapters::accounts::{Accounts, PerPlace};
 use crate::adapters::aws::{AwsError, failure_kind};
 use crate::adapters::snapshot::capacity_type_of;
 use crate::domain::facts::InstanceFacts;
 use crate::domain::status::{InstanceStatus, ScheduledEvent};
-use crate::ports::{DirectoryError, InstanceDirectory};
+use crate::ports::{DirectoryError, InstanceDirectory, Place};
 
 /// EC2 accepts at most 200 values in one filter.
 const FILTER_VALUES_MAX: usize = 200;
 
-/// Instance facts from EC2.
+/// Instance facts from EC2: of the own account and region, and with [`Accounts`] of the account
+/// and region of each event ([`InstanceDirectory::describe_at`]).
 #[derive(Clone, Debug)]
 pub struct Ec2Directory {
     client: Client,
+    places: PerPlace<Client>,
 }
 
 impl Ec2Directory {
     pub fn new(client: Client) -> Ec2Directory {
-        Ec2Directory { client }
+        Ec2Directory {
+            places: PerPlace::single(client.clone(), Client::new),
+            client,
+        }
+    }
+
+    /// Describes the instances of other accounts and regions through `accounts`.
+    pub fn with_accounts(mut self, accounts: Accounts) -> Ec2Directory {
+        self.places = self.places.with_accounts(accounts);
+        self
     }
 
     /// A directory on the standard AWS configuration (`AWS_ENDPOINT_URL_EC2`, region, ...).
@@ -95,41 +107,72 @@ impl InstanceDirectory for Ec2Directory {
         &self,
         instance_ids: &[String],
     ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
-        let mut found = BTreeMap::new();
-        for chunk in instance_ids.chunks(FILTER_VALUES_MAX) {
-            let filter = Filter::builder()
-                .name("instance-id")
-                .set_values(Some(chunk.to_vec()))
-                .build();
-            for facts in self.query(vec![filter]).await? {
-                found.insert(facts.instance_id.clone(), facts);
-            }
-        }
-        Ok(found)
+        describe_with(&self.client, instance_ids).await
+    }
+
+    /// In the account and region of `place`: the own client for the own ones, else one on a
+    /// member account's role ([`Accounts`]); a place that cannot be served (a forged account, an
+    /// account not served) fails the lookup, naming it.
+    async fn describe_at(
+        &self,
+        place: &Place,
+        instance_ids: &[String],
+    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
+        let client = self
+            .places
+            .client(place)
+            .await
+            .map_err(|e| DirectoryError::new("ec2:DescribeInstances", e.kind(), e))?;
+        describe_with(&client, instance_ids).await
     }
 }
 
-impl Ec2Directory {
-    /// Every instance answering `filters`, through all pages.
-    async fn query(&self, filters: Vec<Filter>) -> Result<Vec<InstanceFacts>, DirectoryError> {
-        let mut found = Vec::new();
-        let mut pages = self
-            .client
-            .describe_instances()
-            .set_filters(Some(filters))
-            .into_paginator()
-            .send();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| page_error("ec2:DescribeInstances", e))?;
-            found.extend(
-                page.reservations()
-                    .iter()
-                    .flat_map(|r| r.instances())
-                    .filter_map(facts_of),
-            );
+/// [`InstanceDirectory::describe`] through `client`: one query per 200 ids.
+async fn describe_with(
+    client: &Client,
+    instance_ids: &[String],
+) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
+    let mut found = BTreeMap::new();
+    for chunk in instance_ids.chunks(FILTER_VALUES_MAX) {
+        let filter = Filter::builder()
+            .name("instance-id")
+            .set_values(Some(chunk.to_vec()))
+            .build();
+        for facts in query(client, vec![filter]).await? {
+            found.insert(facts.instance_id.clone(), facts);
         }
-        Ok(found)
     }
+    Ok(found)
+}
+
+impl Ec2Directory {
+    /// Every instance of the own account and region answering `filters`, through all pages.
+    async fn query(&self, filters: Vec<Filter>) -> Result<Vec<InstanceFacts>, DirectoryError> {
+        query(&self.client, filters).await
+    }
+}
+
+/// Every instance `client` finds answering `filters`, through all pages.
+async fn query(
+    client: &Client,
+    filters: Vec<Filter>,
+) -> Result<Vec<InstanceFacts>, DirectoryError> {
+    let mut found = Vec::new();
+    let mut pages = client
+        .describe_instances()
+        .set_filters(Some(filters))
+        .into_paginator()
+        .send();
+    while let Some(page) = pages.next().await {
+        let page = page.map_err(|e| page_error("ec2:DescribeInstances", e))?;
+        found.extend(
+            page.reservations()
+                .iter()
+                .flat_map(|r| r.instances())
+                .filter_map(facts_of),
+        );
+    }
+    Ok(found)
 }
 
 #[async_trait]

@@ -1,6 +1,7 @@
 //! The implementations of the [ports](crate::ports): AWS through the official SDKs, the
 //! Kubernetes API through kube, the embedded store, captured state, the webhook; Lambda's SQS event.
 
+pub mod accounts;
 pub mod autoscaling;
 pub mod aws;
 pub mod backoff;

@@ -235,6 +235,28 @@ pub const VARIABLES: &[Variable] = &[
         "the EKS API's CA (base64 PEM); unset: from `eks:DescribeCluster`",
     ),
     var(
+        "FOREWARN_ACCOUNT_ID",
+        "unset",
+        None,
+        "the deployment's own AWS account (12 digits; the stack sets it): EC2 and Auto Scaling \
+         calls about an instance of an event of this account (or of an event naming none) use \
+         the deployment's own credentials. Unset: every event is taken as the own account's",
+    )
+    .functions_only(),
+    var(
+        "FOREWARN_MEMBER_ROLE",
+        "unset",
+        None,
+        "the IAM role name (no path) forewarn assumes in an organization's member account \
+         (`forewarn-member` in `infra/member.yaml`): an event of another account than \
+         `FOREWARN_ACCOUNT_ID` is looked up (`DescribeInstances`) and its lifecycle action \
+         completed in that account and the event's region, with STS `AssumeRole` of \
+         `arn:<partition>:iam::<account>:role/<name>`. Needs `FOREWARN_ACCOUNT_ID`. Unset: an \
+         event of another account fails, naming the account. An account that is not 12 digits \
+         or a region that is not a region's name always fails",
+    )
+    .functions_only(),
+    var(
         "FOREWARN_EVICTION_PARALLELISM",
         "`8`",
         Some("8"),

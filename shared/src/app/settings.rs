@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::adapters::accounts::{AccountSettings, ENV_ACCOUNT_ID, ENV_MEMBER_ROLE};
 use crate::adapters::aws::AwsSettings;
 use crate::adapters::kube::{
     ClusterAccess, ENV_CLUSTER_CA, ENV_CLUSTER_ENDPOINT, ENV_EKS_CLUSTER, ENV_EVICTION_PARALLELISM,
@@ -53,6 +54,8 @@ pub const VARIABLES: &[&str] = &[
     ENV_EKS_CLUSTER,
     ENV_CLUSTER_ENDPOINT,
     ENV_CLUSTER_CA,
+    ENV_ACCOUNT_ID,
+    ENV_MEMBER_ROLE,
     ENV_EVICTION_PARALLELISM,
     ENV_KUBE_QPS,
     ENV_KUBE_BURST,
@@ -230,6 +233,9 @@ pub struct Settings {
     pub policy_allow: PolicyAllow,
     /// What forewarn makes of the AWS SDK's configuration (`AWS_MAX_ATTEMPTS` set or not).
     pub aws: AwsSettings,
+    /// The own account and the role assumed in the others (`FOREWARN_ACCOUNT_ID`,
+    /// `FOREWARN_MEMBER_ROLE`).
+    pub accounts: AccountSettings,
     /// `AWS_LAMBDA_FUNCTION_NAME`: the process runs as this Lambda function (or under
     /// cargo-lambda's emulator), and writes metrics (see [`crate::app::telemetry`]).
     pub lambda_function: Option<String>,
@@ -294,6 +300,7 @@ impl Settings {
     ///   `FOREWARN_SAFETY_MARGIN`, `FOREWARN_LOG` (and `RUST_LOG`),
     ///   `FOREWARN_DRAIN_PASS_INTERVAL`, `FOREWARN_POLICY_ALLOW`;
     /// - `FOREWARN_PRIORITIES`, `FOREWARN_PRIORITY_HOT_SHARE`, `FOREWARN_PRIORITY_TAKE_OVER`;
+    /// - `FOREWARN_ACCOUNT_ID`, `FOREWARN_MEMBER_ROLE`;
     /// - `AWS_MAX_ATTEMPTS` (set or not) and `AWS_LAMBDA_FUNCTION_NAME`.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Settings, ConfigError> {
         Settings::from_vars(Vars::new(&lookup))
@@ -361,6 +368,7 @@ impl Settings {
             aws: AwsSettings {
                 max_attempts_set: vars.is_set(ENV_AWS_MAX_ATTEMPTS),
             },
+            accounts: AccountSettings::from_vars(vars)?,
             lambda_function: vars.get(ENV_LAMBDA_FUNCTION_NAME),
         })
     }

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use crate::adapters::accounts::Accounts;
 use crate::adapters::autoscaling::{AsgLifecycle, AsgNodeGroups};
 use crate::adapters::aws::{self, AwsSettings};
 use crate::adapters::clock::SystemClock;
@@ -105,7 +106,9 @@ pub async fn services_with_clock(
     .await?;
     let instances: Arc<dyn InstanceDirectory> = match (&settings.instances, &sdk) {
         (InstanceChoice::File(path), _) => Arc::new(SnapshotInstances(load_instances(path)?)),
-        (InstanceChoice::Ec2, Some(sdk)) => Arc::new(Ec2Directory::from_conf(sdk)),
+        (InstanceChoice::Ec2, Some(sdk)) => {
+            Arc::new(Ec2Directory::from_conf(sdk).with_accounts(accounts(settings, sdk)))
+        }
         _ => Arc::new(NoInstances),
     };
     let fleet = fleet(settings, sdk.as_ref(), &clock, &store).await?;
@@ -173,6 +176,7 @@ async fn fleet(
     let live = LiveClusters {
         settings: settings.clone(),
         sdk: sdk.clone(),
+        accounts: accounts(settings, sdk),
         clock: clock.clone(),
         store: store.clone(),
     };
@@ -213,6 +217,8 @@ async fn fleet(
 struct LiveClusters {
     settings: Settings,
     sdk: aws_config::SdkConfig,
+    /// The accounts lifecycle actions are completed in (each event's own).
+    accounts: Accounts,
     clock: Arc<dyn Clock>,
     store: Arc<dyn PoolStore>,
 }
@@ -236,7 +242,9 @@ impl LiveClusters {
             Arc::new(
                 KubeExecutor::new(clients.clone(), &settings.config)
                     .with_settings(settings.executor.clone())
-                    .with_lifecycle(Arc::new(AsgLifecycle::new(&self.sdk)))
+                    .with_lifecycle(Arc::new(
+                        AsgLifecycle::new(&self.sdk).with_accounts(self.accounts.clone()),
+                    ))
                     .with_keys(self.store.clone())
                     .dry_run(!settings.mode.writes_cluster()),
             ) as Arc<dyn Executor>
@@ -270,6 +278,12 @@ impl Connector for LiveClusters {
                 source: Box::new(e),
             })
     }
+}
+
+/// The accounts events come from, over `sdk` (`FOREWARN_ACCOUNT_ID`, `FOREWARN_MEMBER_ROLE`): EC2
+/// and Auto Scaling calls in each event's account and region.
+fn accounts(settings: &Settings, sdk: &aws_config::SdkConfig) -> Accounts {
+    Accounts::new(sdk, settings.accounts.clone())
 }
 
 /// The webhook the settings name, if any (its TLS stack warmed up here, once per cold start).

@@ -102,6 +102,8 @@ pub fn lifecycle(asg: &str, hook: &str) -> LifecycleAction {
         asg_name: asg.into(),
         token: "168c6c3d-d370-48df-af77-8b8852e0806c".into(),
         transition: "autoscaling:EC2_INSTANCE_TERMINATING".into(),
+        account: None,
+        region: None,
     }
 }
 

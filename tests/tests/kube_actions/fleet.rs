@@ -18,7 +18,7 @@ use forewarn::domain::facts::InstanceFacts;
 use forewarn::domain::fixtures;
 use forewarn::domain::pool::PoolQuery;
 use forewarn::domain::report::Outcome;
-use forewarn::ports::{Clock, PoolStore};
+use forewarn::ports::Clock;
 use kube_fake::{Fault, KubeFake};
 
 use crate::support::{Cluster, Fleet, Instances, config, node};

@@ -263,6 +263,8 @@ fn lifecycle_action() -> LifecycleAction {
         asg_name: "eks-demo-ng-1".into(),
         token: "168c6c3d-d370-48df-af77-8b8852e0806c".into(),
         transition: "autoscaling:EC2_INSTANCE_TERMINATING".into(),
+        account: None,
+        region: None,
     }
 }
 

@@ -8,7 +8,6 @@ use async_trait::async_trait;
 use chrono::Utc;
 use forewarn::adapters::kube::KubeNodeDirectory;
 use forewarn::domain::event::EventKind;
-use forewarn::domain::facts::InstanceFacts;
 use forewarn::domain::fixtures::{self, node_object, pod_object};
 use forewarn::ports::NodeDirectory;
 use kube_fake::{KubeFake, RecordedRequest};

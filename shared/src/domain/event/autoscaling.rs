@@ -153,6 +153,9 @@ fn lifecycle_action(
             .opt_str(v, "LifecycleTransition", &path("LifecycleTransition"))?
             .unwrap_or(default_transition)
             .to_string(),
+        // Placed by the caller, which reads the envelope (see `Detail::placed`).
+        account: None,
+        region: None,
     };
     Ok((id, lifecycle))
 }
@@ -246,18 +249,19 @@ pub(crate) fn notification(
     };
     let time = f.event_time(v, "Time", kind, received)?;
     let (instance, lifecycle) = lifecycle_action(f, v, "", ASG_TERMINATING)?;
+    let detail = match kind {
+        EventKind::AsgLaunch => Detail::AsgLaunch(lifecycle),
+        _ => Detail::AsgTermination(lifecycle),
+    };
     Ok(Event {
         id: format!("lifecycle-action:{token}"),
         kind,
         source: SOURCE_ASG.to_string(),
         detail_type: detail_type.to_string(),
         time,
+        detail: detail.placed(account.as_deref(), region.as_deref()),
         region,
         account,
         instance_ids: vec![instance],
-        detail: match kind {
-            EventKind::AsgLaunch => Detail::AsgLaunch(lifecycle),
-            _ => Detail::AsgTermination(lifecycle),
-        },
     })
 }

@@ -171,12 +171,37 @@ pub struct LifecycleAction {
     pub asg_name: String,
     pub token: String,
     pub transition: String,
+    /// The account of the group, as the event's envelope says it: the action is completed (and
+    /// kept alive) in that account. `None`: the deployment's own (a continuation written before
+    /// this field existed reads as `None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+    /// The region of the group, as the event's envelope says it (`None`: the deployment's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
 }
 
 impl LifecycleAction {
     /// A launch hook's action: completed once the instance's node is Ready.
     pub fn is_launch(&self) -> bool {
         self.transition == autoscaling::ASG_LAUNCHING
+    }
+}
+
+impl Detail {
+    /// The detail with its lifecycle action, if it has one, placed in `account` and `region`
+    /// (the event envelope's): where the action is completed.
+    pub(crate) fn placed(self, account: Option<&str>, region: Option<&str>) -> Detail {
+        let place = |mut action: LifecycleAction| {
+            action.account = account.map(str::to_string);
+            action.region = region.map(str::to_string);
+            action
+        };
+        match self {
+            Detail::AsgTermination(action) => Detail::AsgTermination(place(action)),
+            Detail::AsgLaunch(action) => Detail::AsgLaunch(place(action)),
+            other => other,
+        }
     }
 }
 

@@ -54,6 +54,7 @@ pub(super) fn parse_event_at(
     let account = f.opt_str(v, "account", "account")?.map(str::to_string);
     let detail = detail_object(&f, v, kind)?;
     let (kind, instance_ids, detail) = parse_detail(&f, kind, detail, &source, &detail_type)?;
+    let detail = detail.placed(account.as_deref(), region.as_deref());
     Ok(Event {
         id,
         kind,

@@ -250,6 +250,10 @@ fn lifecycle_hook_notification_sent_straight_to_the_queue() {
             asg_name: "eks-demo-ng-1".into(),
             token: "3f2a6b1c-9d4e-4c7a-8b5f-0e1d2c3b4a59".into(),
             transition: ASG_TERMINATING.into(),
+            // Completed in the account the notification names (its region is in the group's
+            // ARN, which this notification does not give).
+            account: Some("123456789012".into()),
+            region: None,
         })
     );
     // A redelivery (in another SQS message) is the same event: same id.
@@ -303,6 +307,51 @@ fn launch_lifecycle_action_through_eventbridge() {
         err.contains("expected autoscaling:EC2_INSTANCE_LAUNCHING"),
         "{err}"
     );
+}
+
+#[test]
+fn lifecycle_action_is_placed_in_the_envelopes_account_and_region() {
+    let v = json!({
+        "version": "0", "id": "7c1e-member", "detail-type": DT_ASG_TERMINATE,
+        "source": "aws.autoscaling", "account": "111111111111", "time": "2026-11-20T10:00:32Z",
+        "region": "eu-west-1",
+        "detail": {"LifecycleActionToken": "87654321-4321-4321-4321-210987654321",
+                   "AutoScalingGroupName": "eks-demo-ng-1", "LifecycleHookName": "drain",
+                   "EC2InstanceId": "i-0a1b2c3d4e5f60009",
+                   "LifecycleTransition": ASG_TERMINATING}
+    });
+    let e = one(v.clone()).unwrap();
+    let Detail::AsgTermination(action) = &e.detail else {
+        panic!("{:?}", e.detail)
+    };
+    assert_eq!(action.account.as_deref(), Some("111111111111"));
+    assert_eq!(action.region.as_deref(), Some("eu-west-1"));
+    // Kept in the plan a continuation carries, and read back.
+    let json = serde_json::to_value(action).unwrap();
+    assert_eq!(json["account"], "111111111111");
+    let back: LifecycleAction = serde_json::from_value(json).unwrap();
+    assert_eq!(&back, action);
+    // An envelope without them: none, and none written, so the JSON is what it was before.
+    let mut bare = v;
+    bare.as_object_mut().unwrap().remove("account");
+    bare.as_object_mut().unwrap().remove("region");
+    let Detail::AsgTermination(action) = one(bare).unwrap().detail else {
+        panic!("not a termination")
+    };
+    assert_eq!(
+        (action.account.as_deref(), action.region.as_deref()),
+        (None, None)
+    );
+    let json = serde_json::to_value(&action).unwrap();
+    assert!(
+        json.get("account").is_none() && json.get("region").is_none(),
+        "{json}"
+    );
+    // A plan written before the fields existed still reads.
+    let old = json!({"hook_name": "drain", "asg_name": "eks-demo-ng-1", "token": "t",
+                     "transition": ASG_TERMINATING});
+    let read: LifecycleAction = serde_json::from_value(old).unwrap();
+    assert_eq!((read.account, read.region), (None, None));
 }
 
 #[test]

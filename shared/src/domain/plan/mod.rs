@@ -888,6 +888,8 @@ mod tests {
             asg_name: "eks-demo-ng".into(),
             token: "tok".into(),
             transition: "autoscaling:EC2_INSTANCE_TERMINATING".into(),
+            account: None,
+            region: None,
         });
         e
     }

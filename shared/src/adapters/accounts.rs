@@ -1,0 +1,610 @@
+//! Calls in the account and region an event came from. An organization's member accounts forward
+//! their events to one deployment (`infra/member.yaml`); EC2 and Auto Scaling calls about an
+//! instance of a member account are made in that account, with the credentials of a role
+//! forewarn assumes there (`FOREWARN_MEMBER_ROLE`, the same name in every member account), and in
+//! the event's region.
+//!
+//! [`Accounts::config_for`] answers the SDK configuration for a [`Place`]: the deployment's own
+//! for its own account (or an event that names none), else one whose credentials come from STS
+//! `AssumeRole` of `arn:<partition>:iam::<account>:role/<name>`, kept per account and region
+//! (the SDK's identity cache renews its credentials before they expire). What an event says is
+//! checked first: an account that is not 12 digits, or a region that is not a region's name, is
+//! refused, never put into an ARN; and without `FOREWARN_MEMBER_ROLE` an event of another account
+//! is refused, naming the account, rather than answered with the deployment's own credentials.
+//! [`PerPlace`] keeps one client of a service per place on top of it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use aws_config::sts::AssumeRoleProvider;
+use aws_config::{Region, SdkConfig};
+use aws_credential_types::provider::SharedCredentialsProvider;
+
+use crate::domain::vars::{ConfigError, Vars};
+use crate::ports::{FailureKind, Place};
+
+/// The name of the role assumed in a member account (`forewarn-member`); unset: the deployment
+/// serves its own account only.
+pub const ENV_MEMBER_ROLE: &str = "FOREWARN_MEMBER_ROLE";
+/// The deployment's own account id (the stack sets it): events of this account use the
+/// deployment's own credentials.
+pub const ENV_ACCOUNT_ID: &str = "FOREWARN_ACCOUNT_ID";
+
+/// The role session name forewarn's sessions in member accounts carry (their CloudTrail entries
+/// say it).
+pub const SESSION_NAME: &str = "forewarn";
+
+/// What the settings say of accounts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AccountSettings {
+    /// The deployment's own account (`FOREWARN_ACCOUNT_ID`).
+    pub own: Option<String>,
+    /// The role assumed in every other account (`FOREWARN_MEMBER_ROLE`).
+    pub member_role: Option<String>,
+}
+
+impl AccountSettings {
+    /// `FOREWARN_ACCOUNT_ID` (12 digits) and `FOREWARN_MEMBER_ROLE` (an IAM role name). A member
+    /// role needs the own account: without it, the deployment's own events would be taken for a
+    /// member's and sent through a role that its account need not have.
+    pub fn from_vars(vars: Vars) -> Result<AccountSettings, ConfigError> {
+        let own = vars.parse(ENV_ACCOUNT_ID, |v| {
+            is_account_id(v)
+                .then(|| v.to_string())
+                .ok_or("not an AWS account id (12 digits)")
+        })?;
+        let member_role = vars.parse(ENV_MEMBER_ROLE, |v| {
+            is_role_name(v)
+                .then(|| v.to_string())
+                .ok_or("not an IAM role name (1 to 64 letters, digits or +=,.@_-, no path)")
+        })?;
+        if let (Some(role), None) = (&member_role, &own) {
+            return Err(ConfigError::new(
+                ENV_MEMBER_ROLE,
+                role,
+                format!(
+                    "needs {ENV_ACCOUNT_ID}, the deployment's own account, whose events use its \
+                     own credentials"
+                ),
+            ));
+        }
+        Ok(AccountSettings { own, member_role })
+    }
+}
+
+/// An AWS account id: 12 ASCII digits.
+pub fn is_account_id(s: &str) -> bool {
+    s.len() == 12 && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// An IAM role name without a path: 1 to 64 of letters, digits and `+=,.@_-`.
+pub fn is_role_name(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+=,.@_-".contains(&b))
+}
+
+/// An AWS region's name: lowercase words and a number joined by dashes (`us-east-1`,
+/// `us-gov-west-1`, `cn-north-1`, `eu-isoe-west-1`), at most 25 characters.
+pub fn is_region(s: &str) -> bool {
+    let parts: Vec<&str> = s.split('-').collect();
+    let Some((number, words)) = parts.split_last() else {
+        return false;
+    };
+    s.len() <= 25
+        && words.len() >= 2
+        && words
+            .iter()
+            .all(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_lowercase()))
+        && (1..=2).contains(&number.len())
+        && number.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// The partition of a region (`aws`, `aws-cn`, `aws-us-gov`, ...), by its prefix.
+pub fn partition_of(region: &str) -> &'static str {
+    const PREFIXES: &[(&str, &str)] = &[
+        ("cn-", "aws-cn"),
+        ("us-gov-", "aws-us-gov"),
+        ("us-isob-", "aws-iso-b"),
+        ("us-isof-", "aws-iso-f"),
+        ("us-iso-", "aws-iso"),
+        ("eu-isoe-", "aws-iso-e"),
+        ("eusc-", "aws-eusc"),
+    ];
+    PREFIXES
+        .iter()
+        .find(|(prefix, _)| region.starts_with(prefix))
+        .map_or("aws", |(_, partition)| partition)
+}
+
+/// At most this many characters of a refused value are repeated in an error.
+const SHOWN_MAX: usize = 40;
+
+/// A value from an event, as an error repeats it: quoted and escaped (no control character
+/// reaches a log line), cut after [`SHOWN_MAX`] characters.
+fn shown(value: &str) -> String {
+    let cut: String = value.chars().take(SHOWN_MAX).collect();
+    if cut.len() < value.len() {
+        format!("{cut:?}…")
+    } else {
+        format!("{cut:?}")
+    }
+}
+
+/// Why no configuration is given for a place.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AccountError {
+    /// The event's account is not an account id.
+    #[error("the event's account {shown} is not an AWS account id (12 digits)", shown = shown(.account))]
+    InvalidAccount { account: String },
+    /// The event's region is not a region's name.
+    #[error("the event's region {shown} is not an AWS region", shown = shown(.region))]
+    InvalidRegion { region: String },
+    /// An event of another account, and no role to assume there.
+    #[error(
+        "the event is of account {account}, not of this deployment's account {own}: set \
+         {ENV_MEMBER_ROLE} (deploy infra/member.yaml in that account) to serve it"
+    )]
+    NotServed { account: String, own: String },
+    /// An event of a region of another partition: no role of this partition can be assumed
+    /// there.
+    #[error(
+        "the event's region {region} is in partition {theirs}, this deployment's ({own_region}) \
+         in {ours}: a role cannot be assumed across partitions"
+    )]
+    OtherPartition {
+        region: String,
+        theirs: &'static str,
+        own_region: String,
+        ours: &'static str,
+    },
+    /// An event of a member account that names no region, and no own region to go by.
+    #[error("the event of account {account} names no region, and this deployment has none")]
+    NoRegion { account: String },
+}
+
+impl AccountError {
+    /// What kind of failure: the same event meets it again (never retryable).
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            AccountError::NotServed { .. } => FailureKind::Forbidden,
+            _ => FailureKind::Invalid,
+        }
+    }
+}
+
+/// Where calls about a place go: the deployment's own account, or a member account through its
+/// role; in a region.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Target {
+    Own { region: Option<String> },
+    Member { account: String, region: String },
+}
+
+/// The SDK configurations of the accounts and regions events come from (see the module's
+/// documentation). Cloned, it shares its configurations.
+#[derive(Debug, Clone)]
+pub struct Accounts {
+    base: SdkConfig,
+    settings: AccountSettings,
+    configs: Arc<Mutex<HashMap<Target, SdkConfig>>>,
+}
+
+impl Accounts {
+    /// Over `base`, the deployment's own configuration (its credentials assume the member
+    /// roles, and its region is the own region).
+    pub fn new(base: &SdkConfig, settings: AccountSettings) -> Accounts {
+        let mut builder = base.clone().into_builder();
+        // Both are set by `aws_config`'s loading; a configuration built by hand may lack them,
+        // and the role provider needs a clock, the member configurations a shared cache.
+        if base.time_source().is_none() {
+            builder.set_time_source(Some(Default::default()));
+        }
+        if base.identity_cache().is_none() {
+            builder.set_identity_cache(Some(aws_config::identity::IdentityCache::lazy().build()));
+        }
+        Accounts {
+            base: builder.build(),
+            settings,
+            configs: Arc::default(),
+        }
+    }
+
+    /// The deployment's own configuration.
+    pub fn own(&self) -> &SdkConfig {
+        &self.base
+    }
+
+    /// Where calls about `place` go, from what the event says, checked.
+    pub fn target(&self, place: &Place) -> Result<Target, AccountError> {
+        let own_region = self.base.region().map(|r| r.as_ref().to_string());
+        let region = match &place.region {
+            Some(region) if !is_region(region) => {
+                return Err(AccountError::InvalidRegion {
+                    region: region.clone(),
+                });
+            }
+            Some(region) if Some(region) != own_region.as_ref() => Some(region.clone()),
+            _ => None,
+        };
+        if let (Some(theirs), Some(own)) = (&region, &own_region)
+            && partition_of(theirs) != partition_of(own)
+        {
+            return Err(AccountError::OtherPartition {
+                region: theirs.clone(),
+                theirs: partition_of(theirs),
+                own_region: own.clone(),
+                ours: partition_of(own),
+            });
+        }
+        let account = match &place.account {
+            None => return Ok(Target::Own { region }),
+            Some(account) if !is_account_id(account) => {
+                return Err(AccountError::InvalidAccount {
+                    account: account.clone(),
+                });
+            }
+            Some(account) => account,
+        };
+        match (&self.settings.own, &self.settings.member_role) {
+            // The own account unknown (a command run without it): every event is taken as its.
+            (None, _) => Ok(Target::Own { region }),
+            (Some(own), _) if own == account => Ok(Target::Own { region }),
+            (Some(own), None) => Err(AccountError::NotServed {
+                account: account.clone(),
+                own: own.clone(),
+            }),
+            (Some(_), Some(_)) => match region.or(own_region) {
+                Some(region) => Ok(Target::Member {
+                    account: account.clone(),
+                    region,
+                }),
+                None => Err(AccountError::NoRegion {
+                    account: account.clone(),
+                }),
+            },
+        }
+    }
+
+    /// The role assumed in `account`: `arn:<partition>:iam::<account>:role/<member role>`.
+    pub fn role_arn(&self, account: &str, region: &str) -> Option<String> {
+        let role = self.settings.member_role.as_ref()?;
+        Some(format!(
+            "arn:{}:iam::{account}:role/{role}",
+            partition_of(region)
+        ))
+    }
+
+    /// The SDK configuration for calls about `place` (see the module's documentation).
+    pub async fn config_for(&self, place: &Place) -> Result<SdkConfig, AccountError> {
+        let target = self.target(place)?;
+        if let Some(config) = self.cached(&target) {
+            return Ok(config);
+        }
+        let config = match &target {
+            Target::Own { region: None } => return Ok(self.base.clone()),
+            Target::Own {
+                region: Some(region),
+            } => self
+                .base
+                .clone()
+                .into_builder()
+                .region(Region::new(region.clone()))
+                .build(),
+            Target::Member { account, region } => {
+                let Some(arn) = self.role_arn(account, region) else {
+                    // `target` answers a member only with a member role.
+                    return Ok(self.base.clone());
+                };
+                // STS is called in the deployment's own region, with its own credentials.
+                let provider = AssumeRoleProvider::builder(arn)
+                    .configure(&self.base)
+                    .session_name(SESSION_NAME)
+                    .build()
+                    .await;
+                self.base
+                    .clone()
+                    .into_builder()
+                    .credentials_provider(SharedCredentialsProvider::new(provider))
+                    .region(Region::new(region.clone()))
+                    .build()
+            }
+        };
+        let mut configs = self.configs.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(configs.entry(target).or_insert(config).clone())
+    }
+
+    fn cached(&self, target: &Target) -> Option<SdkConfig> {
+        let configs = self.configs.lock().unwrap_or_else(PoisonError::into_inner);
+        configs.get(target).cloned()
+    }
+}
+
+/// One client of a service per place: the own account's, given, for every place that is its;
+/// the others' built once from [`Accounts::config_for`] and kept.
+#[derive(Debug, Clone)]
+pub struct PerPlace<C> {
+    own: C,
+    accounts: Option<Accounts>,
+    build: fn(&SdkConfig) -> C,
+    clients: Arc<Mutex<HashMap<Target, C>>>,
+}
+
+impl<C: Clone> PerPlace<C> {
+    /// `own` for every place (no accounts: a directory of one account and region).
+    pub fn single(own: C, build: fn(&SdkConfig) -> C) -> PerPlace<C> {
+        PerPlace {
+            own,
+            accounts: None,
+            build,
+            clients: Arc::default(),
+        }
+    }
+
+    /// `own` for the own account and region, clients built by `build` for the others.
+    pub fn with_accounts(mut self, accounts: Accounts) -> PerPlace<C> {
+        self.accounts = Some(accounts);
+        self
+    }
+
+    /// The own account and region's client.
+    pub fn own(&self) -> &C {
+        &self.own
+    }
+
+    /// The client for calls about `place`.
+    pub async fn client(&self, place: &Place) -> Result<C, AccountError> {
+        let Some(accounts) = &self.accounts else {
+            return Ok(self.own.clone());
+        };
+        let target = accounts.target(place)?;
+        if target == (Target::Own { region: None }) {
+            return Ok(self.own.clone());
+        }
+        if let Some(client) = self
+            .clients
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&target)
+        {
+            return Ok(client.clone());
+        }
+        let client = (self.build)(&accounts.config_for(place).await?);
+        let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(clients.entry(target).or_insert(client).clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap as Map;
+
+    fn settings(vars: &[(&str, &str)]) -> Result<AccountSettings, ConfigError> {
+        let map: Map<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let lookup = move |name: &str| map.get(name).cloned();
+        AccountSettings::from_vars(Vars::new(&lookup))
+    }
+
+    fn accounts(own: Option<&str>, role: Option<&str>) -> Accounts {
+        let base = SdkConfig::builder()
+            .region(Region::new("us-east-1"))
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .build();
+        Accounts::new(
+            &base,
+            AccountSettings {
+                own: own.map(str::to_string),
+                member_role: role.map(str::to_string),
+            },
+        )
+    }
+
+    fn place(account: Option<&str>, region: Option<&str>) -> Place {
+        Place {
+            account: account.map(str::to_string),
+            region: region.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn settings_read_and_checked() {
+        assert_eq!(settings(&[]).unwrap(), AccountSettings::default());
+        let s = settings(&[
+            (ENV_ACCOUNT_ID, " 123456789012 "),
+            (ENV_MEMBER_ROLE, "forewarn-member"),
+        ])
+        .unwrap();
+        assert_eq!(s.own.as_deref(), Some("123456789012"));
+        assert_eq!(s.member_role.as_deref(), Some("forewarn-member"));
+        let err = settings(&[(ENV_ACCOUNT_ID, "12345678901x")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(ENV_ACCOUNT_ID) && err.contains("12 digits"),
+            "{err}"
+        );
+        for bad in ["a/b", "role name", &"r".repeat(65), "rôle"] {
+            let err = settings(&[(ENV_ACCOUNT_ID, "123456789012"), (ENV_MEMBER_ROLE, bad)])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(ENV_MEMBER_ROLE) && err.contains("IAM role name"),
+                "{err}"
+            );
+        }
+        let err = settings(&[(ENV_MEMBER_ROLE, "forewarn-member")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(ENV_ACCOUNT_ID), "{err}");
+    }
+
+    #[test]
+    fn names_checked() {
+        for ok in [
+            "us-east-1",
+            "us-gov-west-1",
+            "cn-north-1",
+            "ap-southeast-3",
+            "eu-isoe-west-1",
+            "il-central-1",
+        ] {
+            assert!(is_region(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "us",
+            "us-east",
+            "US-EAST-1",
+            "us-east-1/../x",
+            "us--1",
+            "us-east-100",
+            "us-east-1 ",
+            "us:east-1",
+            "a-very-long-region-name-east-1",
+        ] {
+            assert!(!is_region(bad), "{bad:?}");
+        }
+        assert!(is_account_id("000000000001"));
+        for bad in [
+            "",
+            "12345678901",
+            "1234567890123",
+            "12345678901a",
+            "١٢٣٤٥٦٧٨٩٠١٢",
+        ] {
+            assert!(!is_account_id(bad), "{bad}");
+        }
+        assert_eq!(partition_of("us-east-1"), "aws");
+        assert_eq!(partition_of("cn-northwest-1"), "aws-cn");
+        assert_eq!(partition_of("us-gov-east-1"), "aws-us-gov");
+        assert_eq!(partition_of("us-isob-east-1"), "aws-iso-b");
+        assert_eq!(partition_of("us-iso-east-1"), "aws-iso");
+    }
+
+    #[test]
+    fn targets_of_places() {
+        let org = accounts(Some("123456789012"), Some("forewarn-member"));
+        let own = |region: Option<&str>| Target::Own {
+            region: region.map(str::to_string),
+        };
+        assert_eq!(org.target(&place(None, None)), Ok(own(None)));
+        assert_eq!(
+            org.target(&place(Some("123456789012"), Some("us-east-1"))),
+            Ok(own(None))
+        );
+        assert_eq!(
+            org.target(&place(Some("123456789012"), Some("eu-west-1"))),
+            Ok(own(Some("eu-west-1")))
+        );
+        assert_eq!(
+            org.target(&place(Some("111111111111"), None)),
+            Ok(Target::Member {
+                account: "111111111111".into(),
+                region: "us-east-1".into()
+            })
+        );
+        assert_eq!(
+            org.target(&place(Some("111111111111"), Some("eu-west-1"))),
+            Ok(Target::Member {
+                account: "111111111111".into(),
+                region: "eu-west-1".into()
+            })
+        );
+        assert_eq!(
+            org.role_arn("111111111111", "us-east-1").as_deref(),
+            Some("arn:aws:iam::111111111111:role/forewarn-member")
+        );
+        assert_eq!(
+            org.role_arn("111111111111", "us-gov-west-1").as_deref(),
+            Some("arn:aws-us-gov:iam::111111111111:role/forewarn-member")
+        );
+    }
+
+    #[test]
+    fn forged_places_are_refused_with_what_was_wrong() {
+        let org = accounts(Some("123456789012"), Some("forewarn-member"));
+        for forged in [
+            "11111111111",
+            "1111111111111",
+            "111111111111:role/admin",
+            "*",
+            "",
+        ] {
+            let err = org.target(&place(Some(forged), None)).unwrap_err();
+            assert_eq!(
+                err,
+                AccountError::InvalidAccount {
+                    account: forged.into()
+                }
+            );
+            assert!(err.to_string().contains("12 digits"), "{err}");
+            assert_eq!(err.kind(), FailureKind::Invalid);
+        }
+        let long = format!("us-east-1{}\n", "x".repeat(500));
+        let err = org
+            .target(&place(Some("111111111111"), Some(&long)))
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("not an AWS region"), "{text}");
+        assert!(
+            !text.contains('\n') && text.len() < 200,
+            "escaped, cut: {text}"
+        );
+        let err = org
+            .target(&place(Some("111111111111"), Some("cn-north-1")))
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("partition aws-cn") && err.to_string().contains("across"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn another_account_without_a_member_role_is_refused_naming_it() {
+        let single = accounts(Some("123456789012"), None);
+        assert_eq!(
+            single.target(&place(Some("123456789012"), None)),
+            Ok(Target::Own { region: None })
+        );
+        let err = single
+            .target(&place(Some("111111111111"), Some("us-east-1")))
+            .unwrap_err();
+        assert_eq!(err.kind(), FailureKind::Forbidden);
+        let text = err.to_string();
+        assert!(
+            text.contains("111111111111")
+                && text.contains("123456789012")
+                && text.contains(ENV_MEMBER_ROLE),
+            "{text}"
+        );
+        // The own account unknown (a command run): every well-formed place is its own.
+        let unknown = accounts(None, None);
+        assert_eq!(
+            unknown.target(&place(Some("111111111111"), None)),
+            Ok(Target::Own { region: None })
+        );
+        assert!(unknown.target(&place(Some("x"), None)).is_err());
+    }
+
+    #[tokio::test]
+    async fn configurations_are_kept_per_account_and_region() {
+        let org = accounts(Some("123456789012"), Some("forewarn-member"));
+        let member = place(Some("111111111111"), Some("eu-west-1"));
+        let first = org.config_for(&member).await.unwrap();
+        assert_eq!(first.region().map(|r| r.as_ref()), Some("eu-west-1"));
+        assert!(first.credentials_provider().is_some());
+        assert_eq!(org.configs.lock().unwrap().len(), 1);
+        org.config_for(&member).await.unwrap();
+        assert_eq!(org.configs.lock().unwrap().len(), 1);
+        let own = org.config_for(&place(None, None)).await.unwrap();
+        assert_eq!(own.region().map(|r| r.as_ref()), Some("us-east-1"));
+        let clients = PerPlace::single(1_u8, |_| 2).with_accounts(org);
+        assert_eq!(clients.client(&place(None, None)).await, Ok(1));
+        assert_eq!(clients.client(&member).await, Ok(2));
+        assert!(clients.client(&place(Some("1"), None)).await.is_err());
+    }
+}
