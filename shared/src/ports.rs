@@ -29,6 +29,11 @@ use crate::domain::wayback::{Undo, UndoOutcome};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Work {
     pub deadline: Option<DateTime<Utc>>,
+    /// An outage is not ridden out inside this work: a failure of the service (5xx, no answer)
+    /// is not retried, and the event comes back instead; a throttle is still waited. Set for a
+    /// cluster's share of a batch that spans several clusters, so that one cluster's outage
+    /// holds up no invocation, and so no other cluster's records (see [`crate::app::fleet`]).
+    pub impatient: bool,
 }
 
 /// The one clock: "now" for every decision, and every wait. Production reads the system clock

@@ -118,6 +118,7 @@ impl Handler {
         Limits {
             concurrency: self.concurrency,
             deadline: deadline.map(|d| d - span(self.safety_margin)),
+            impatient: false,
         }
     }
 
@@ -160,9 +161,19 @@ impl Handler {
         let shares = split::split(records, looked_up.as_ref().ok(), &served);
         let looked_up = Some(looked_up);
         let looked_up = &looked_up;
+        // A batch spanning several clusters: no cluster's outage may hold it up (see
+        // `Fleet::trouble`).
+        let clusters = shares
+            .keys()
+            .filter(|to| matches!(to, Destination::Cluster(_)))
+            .count();
+        let mixed = Limits {
+            impatient: clusters > 1,
+            ..limits
+        };
         let runs = shares.into_iter().map(|(to, share)| async move {
             let reports = self
-                .run_share(&to, &share.records, looked_up.as_ref(), limits)
+                .run_guarded(&to, &share.records, looked_up.as_ref(), mixed)
                 .await;
             (share, reports)
         });
@@ -188,6 +199,35 @@ impl Handler {
                 .unwrap_or_else(|| Err(split::out_of_time())),
             None => lookup.await,
         }
+    }
+
+    /// [`Handler::run_share`] for a named cluster, minding its trouble: in a batch spanning
+    /// several clusters (`limits.impatient`), a cluster whose last share failed whole is left
+    /// alone for a while — its records fail at once and come back — and how each share went
+    /// is told to the fleet.
+    async fn run_guarded(
+        &self,
+        to: &Destination,
+        records: &[Record],
+        looked_up: Option<&Result<BTreeMap<String, InstanceFacts>, DirectoryError>>,
+        limits: Limits,
+    ) -> Vec<Report> {
+        let Destination::Cluster(Some(name)) = to else {
+            return self.run_share(to, records, looked_up, limits).await;
+        };
+        let now = self.clock.now();
+        if limits.impatient
+            && let Some(since) = self.fleet.trouble(name, now)
+        {
+            return split::in_trouble(records, name, since);
+        }
+        let reports = self.run_share(to, records, looked_up, limits).await;
+        let failed_whole = !reports.is_empty()
+            && reports
+                .iter()
+                .all(|r| r.outcome == Outcome::Failed && !r.permanent);
+        self.fleet.went(name, failed_whole, self.clock.now());
+        reports
     }
 
     /// One share of the batch through the pipeline: in its cluster, on that cluster's services

@@ -232,9 +232,11 @@ async fn each_instance_is_handled_in_its_own_cluster_only() {
     }
 }
 
-/// Blue's API server fails every request: blue's record fails (it comes back from the queue)
+/// Blue's API server fails every request: blue's record fails at once (it comes back from the
+/// queue; the batch does not wait the outage out, which would hold green's next records up)
 /// while green's, in the same batch, is cordoned and answered; the batch's answer names only
-/// blue's message.
+/// blue's message. Blue is then left alone for a while — its records fail without a request —
+/// and tried again by one share once the while is over.
 #[tokio::test]
 async fn one_cluster_down_fails_only_its_own_records() {
     let two = Two::start().await;
@@ -245,7 +247,8 @@ async fn one_cluster_down_fails_only_its_own_records() {
         rebalance("ev-blue", BLUE_ID, &two.clock),
         rebalance("ev-green", GREEN_ID, &two.clock),
     ]);
-    let deadline = two.clock.now() + chrono::Duration::seconds(60);
+    let start = two.clock.now();
+    let deadline = start + chrono::Duration::seconds(60);
     let inv = handler.invoke(payload, Some(deadline)).await.unwrap();
 
     assert_eq!(
@@ -264,6 +267,31 @@ async fn one_cluster_down_fails_only_its_own_records() {
         inv.response["batchItemFailures"],
         serde_json::json!([{"itemIdentifier": "m0"}])
     );
+    assert_eq!(two.clock.now(), start, "the outage was not waited out");
+
+    // The next mixed batch: blue is left alone, green is served.
+    let asked = two.blue.requests().len();
+    let again = batch(&[
+        rebalance("ev-blue", BLUE_ID, &two.clock),
+        rebalance("ev-green-2", GREEN_ID, &two.clock),
+    ]);
+    let inv = handler.invoke(again.clone(), Some(deadline)).await.unwrap();
+    assert_eq!(two.blue.requests().len(), asked, "no request to blue");
+    let why = inv.reports[0].reason.as_deref().unwrap();
+    assert!(why.contains("left alone for a few seconds"), "{why}");
+    assert_ne!(
+        inv.reports[1].outcome,
+        Outcome::Failed,
+        "{:#?}",
+        inv.reports
+    );
+
+    // Blue is back; after the while, one share tries it again, and it is served.
+    two.blue.clear_faults();
+    two.clock.advance(Duration::from_secs(11));
+    let inv = handler.invoke(again, Some(deadline)).await.unwrap();
+    assert_eq!(inv.reports[0].outcome, Outcome::Acted, "{:#?}", inv.reports);
+    assert!(unschedulable(&two.blue));
 }
 
 /// A served cluster that cannot be connected to at all fails its own records (retryable: it is

@@ -208,7 +208,7 @@ async fn every_node_of_a_batch_is_cordoned_before_any_eviction() {
     // first ones' evictions.
     let limits = Limits {
         concurrency: 1,
-        deadline: None,
+        ..Limits::default()
     };
     let reports = pipeline.process_with(&sqs_batch(&bodies), limits).await;
     assert!(

@@ -134,6 +134,8 @@ pub struct ClusterClient {
     lane: Lane,
     /// When the work the client is used for must be over (see [`ClusterClient::within`]).
     deadline: Option<DateTime<Utc>>,
+    /// The work rides out no outage (see [`ClusterClient::for_work`]).
+    impatient: bool,
 }
 
 type RecentNodes =
@@ -216,6 +218,7 @@ impl ClusterClient {
             limiter: None,
             lane: Lane::First,
             deadline: None,
+            impatient: false,
         }
     }
 
@@ -242,9 +245,25 @@ impl ClusterClient {
         }
     }
 
+    /// The same clients for `work`: its deadline ([`ClusterClient::within`]), and whether it
+    /// rides out an outage ([`crate::ports::Work::impatient`]: when not, a failure of the API
+    /// server is not retried — the event comes back instead — while a throttle is still waited).
+    pub fn for_work(&self, work: crate::ports::Work) -> ClusterClient {
+        ClusterClient {
+            deadline: work.deadline,
+            impatient: work.impatient,
+            ..self.clone()
+        }
+    }
+
     /// The deadline of the work the client is used for, if it has one.
     pub(crate) fn deadline(&self) -> Option<DateTime<Utc>> {
         self.deadline
+    }
+
+    /// Whether the work rides out no outage (see [`ClusterClient::for_work`]).
+    pub(crate) fn impatient(&self) -> bool {
+        self.impatient
     }
 
     /// The same clients with every request in `lane` at least: [`Lane::Later`] for a drain's

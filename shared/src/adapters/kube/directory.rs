@@ -167,7 +167,7 @@ impl NodeDirectory for KubeNodeDirectory {
         work: Work,
     ) -> Result<Vec<NodeFacts>, DirectoryError> {
         let directory = KubeNodeDirectory {
-            clients: self.clients.within(work.deadline),
+            clients: self.clients.for_work(work),
             ..self.clone()
         };
         directory.look_up(instances).await

@@ -270,7 +270,7 @@ impl KubeExecutor {
         } else {
             Lane::Later
         };
-        let this = self.on(self.clients.in_lane(lane).within(work.deadline));
+        let this = self.on(self.clients.in_lane(lane).for_work(work));
         let runs = plan.actions.iter().map(|a| {
             let span = tracing::info_span!(
                 "node_action",
@@ -545,7 +545,7 @@ impl Executor for KubeExecutor {
         work: Work,
     ) -> Result<std::collections::BTreeMap<String, crate::domain::surge::RoomSeen>, ExecuteError>
     {
-        let clients = self.clients.in_lane(Lane::Later).within(work.deadline);
+        let clients = self.clients.in_lane(Lane::Later).for_work(work);
         super::surge::room_of(&clients, nodes).await.map_err(|e| {
             let doing = Some(format!("placeholders of {} nodes", nodes.len()));
             ExecuteError::new(String::new(), doing, e.kind(), e)

@@ -27,6 +27,11 @@ use crate::ports::{
 
 /// How long the list of every cluster (`*`) is used before it is read again.
 pub const RELIST: Duration = Duration::minutes(5);
+/// How long a cluster whose share of a batch failed whole (its API server down, or not
+/// reached) is left alone in batches that span several clusters: its records there fail at once
+/// and come back, and one share tries it again after this (see [`Fleet::trouble`]).
+pub const BREAK: Duration = Duration::seconds(10);
+
 /// How long at least between two reads of the list when an instance names a cluster the list
 /// does not have (one created since): it is read again at once, then not before this.
 pub const RELIST_UNKNOWN: Duration = Duration::seconds(30);
@@ -123,6 +128,16 @@ pub struct Fleet {
     connected: tokio::sync::Mutex<BTreeMap<String, Arc<Cluster>>>,
     /// The catalog's last list, and when it was read.
     listed: tokio::sync::Mutex<Option<(DateTime<Utc>, Vec<String>)>>,
+    /// The clusters whose last share failed whole: since when, and whether a share is trying
+    /// it again now.
+    troubled: std::sync::Mutex<BTreeMap<String, Trouble>>,
+}
+
+/// A cluster in trouble (see [`Fleet::trouble`]).
+#[derive(Debug, Clone, Copy)]
+struct Trouble {
+    since: DateTime<Utc>,
+    probing: bool,
 }
 
 impl Fleet {
@@ -149,6 +164,7 @@ impl Fleet {
             connector,
             connected: Default::default(),
             listed: Default::default(),
+            troubled: Default::default(),
         }
     }
 
@@ -251,6 +267,44 @@ impl Fleet {
         let names = self.served(base, now).await?;
         let reached = futures::future::join_all(names.iter().map(|n| self.cluster(Some(n)))).await;
         Ok(names.into_iter().map(Some).zip(reached).collect())
+    }
+
+    /// Whether a share of cluster `name` in a batch spanning several clusters should be left
+    /// alone now: `Some(since)` when its last share failed whole (every record failed, none for
+    /// good) less than [`BREAK`] ago, or while another share tries it again; `None`: go ahead
+    /// (after [`BREAK`], this share is the one that tries it again). A share that goes ahead
+    /// tells how it went with [`Fleet::went`].
+    pub fn trouble(&self, name: &str, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let mut troubled = self.troubled.lock().unwrap_or_else(|p| p.into_inner());
+        let trouble = troubled.get_mut(name)?;
+        if trouble.probing || now - trouble.since < BREAK {
+            return Some(trouble.since);
+        }
+        trouble.probing = true;
+        None
+    }
+
+    /// How a share of cluster `name` went: `failed_whole` (every record failed, and may pass)
+    /// puts the cluster in trouble as of `now`; anything done clears it.
+    pub fn went(&self, name: &str, failed_whole: bool, now: DateTime<Utc>) {
+        let mut troubled = self.troubled.lock().unwrap_or_else(|p| p.into_inner());
+        if failed_whole {
+            if !troubled.contains_key(name) {
+                tracing::warn!(
+                    cluster = name,
+                    "a cluster's share failed whole: left alone in mixed batches for a while"
+                );
+            }
+            troubled.insert(
+                name.to_string(),
+                Trouble {
+                    since: now,
+                    probing: false,
+                },
+            );
+        } else if troubled.remove(name).is_some() {
+            tracing::info!(cluster = name, "a cluster in trouble answers again");
+        }
     }
 
     /// Whether the fleet is one cluster whose services are given (no instance lookup is needed
@@ -364,6 +418,23 @@ mod tests {
         fleet.cluster(Some("down")).await.unwrap_err();
         assert_eq!(connects.0.load(Ordering::SeqCst), 3, "tried again");
         assert!(fleet.cluster(None).await.is_err(), "named clusters only");
+    }
+
+    #[test]
+    fn a_cluster_in_trouble_is_left_alone_then_tried_by_one_share() {
+        let fleet = Fleet::one(Cluster::none());
+        let t0 = crate::domain::event::parse_time("2026-11-26T10:00:00Z").unwrap();
+        assert_eq!(fleet.trouble("blue", t0), None);
+        fleet.went("blue", true, t0);
+        assert_eq!(fleet.trouble("blue", t0 + Duration::seconds(5)), Some(t0));
+        let later = t0 + BREAK;
+        assert_eq!(fleet.trouble("blue", later), None, "one share tries again");
+        assert_eq!(fleet.trouble("blue", later), Some(t0), "only one");
+        fleet.went("blue", true, later);
+        assert_eq!(fleet.trouble("blue", later), Some(later));
+        fleet.went("blue", false, later + BREAK);
+        assert_eq!(fleet.trouble("blue", later + BREAK), None);
+        assert_eq!(fleet.trouble("green", later), None);
     }
 
     #[tokio::test]

@@ -64,6 +64,28 @@ pub fn unreachable(records: &[Record], error: &Unreachable) -> Vec<Report> {
         .collect()
 }
 
+/// The reports of a share of cluster `name`, in trouble since `since` (see
+/// [`super::Fleet::trouble`]): every record failed at once, to come back shortly.
+pub fn in_trouble(
+    records: &[Record],
+    name: &str,
+    since: chrono::DateTime<chrono::Utc>,
+) -> Vec<Report> {
+    records
+        .iter()
+        .map(|r| {
+            let mut report = Report::new(r).failed(format!(
+                "cluster {name}: its API server failed a whole share of a batch at {} (down, or \
+                 not answering): left alone for a few seconds in batches with other clusters' \
+                 records; the event comes back shortly",
+                since.to_rfc3339()
+            ));
+            report.cluster = Some(name.to_string());
+            report
+        })
+        .collect()
+}
+
 /// The batch's instance lookup ran out of the batch's time.
 pub fn out_of_time() -> DirectoryError {
     DirectoryError::new(

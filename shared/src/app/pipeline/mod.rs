@@ -130,6 +130,7 @@ impl Pipeline<'_> {
         // transient failures are retried inside the batch while its time allows.
         let work = Work {
             deadline: limits.deadline,
+            impatient: limits.impatient,
         };
         let executor = self.executor.map(|inner| ExecutorIn { inner, work });
         let nodes = NodesIn {
@@ -620,6 +621,8 @@ pub struct Limits {
     /// When the batch must be over (a Lambda's deadline minus a margin), on the pipeline's
     /// clock.
     pub deadline: Option<DateTime<Utc>>,
+    /// Outages are not ridden out: see [`Work::impatient`].
+    pub impatient: bool,
 }
 
 impl Default for Limits {
@@ -627,6 +630,7 @@ impl Default for Limits {
         Limits {
             concurrency: 8,
             deadline: None,
+            impatient: false,
         }
     }
 }
@@ -997,6 +1001,7 @@ mod tests {
         let limits = Limits {
             concurrency: 4,
             deadline: Some(clock.now() + chrono::Duration::milliseconds(100)),
+            impatient: false,
         };
         let reports = run(&store, &exec, batch, limits, &clock).await;
         assert_eq!(reports[0].outcome, Outcome::Failed);

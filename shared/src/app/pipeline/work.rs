@@ -148,6 +148,7 @@ mod tests {
     async fn every_call_carries_the_batchs_work() {
         let work = Work {
             deadline: Some("2026-11-24T10:00:00Z".parse().unwrap()),
+            impatient: true,
         };
         let seen = Seen::default();
         let executor = ExecutorIn { inner: &seen, work };

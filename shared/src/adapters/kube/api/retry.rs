@@ -76,6 +76,8 @@ where
         .retry(backoff.builder())
         .sleep(clients.sleeper())
         .when(|e| match until {
+            // Impatient work waits a throttle out, never an outage (the event comes back).
+            Some(_) if clients.impatient() => status_code(e) == Some(429),
             Some(_) => is_transient(e),
             None => is_retryable(status_code(e)),
         })
@@ -183,6 +185,35 @@ mod tests {
         assert!(calls.load(Ordering::SeqCst) > CALL_ATTEMPTS);
         assert!(clock.now() < deadline, "no wait goes past the deadline");
         assert!(clock.slept().iter().all(|d| *d <= MAX_CALL_BACKOFF));
+    }
+
+    #[tokio::test]
+    async fn impatient_work_waits_a_throttle_out_but_no_outage() {
+        let clock = ManualClock::at(t0());
+        let work = crate::ports::Work {
+            deadline: Some(t0() + chrono::Duration::seconds(10)),
+            impatient: true,
+        };
+        let clients = clients(&clock).for_work(work);
+        let calls = AtomicU32::new(0);
+        let down: Result<(), ApiError> = with_retry(&clients, "get", "node/n", || {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async { Err(answer(503, 0)) }
+        })
+        .await;
+        assert_eq!(down.unwrap_err().status, Some(503));
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            1,
+            "an outage is not ridden out"
+        );
+        let throttled = AtomicU32::new(0);
+        let result = with_retry(&clients, "get", "node/n", || {
+            let n = throttled.fetch_add(1, Ordering::SeqCst);
+            async move { if n < 3 { Err(answer(429, 1)) } else { Ok(n) } }
+        })
+        .await;
+        assert_eq!(result.unwrap(), 3, "a throttle is waited out");
     }
 
     #[tokio::test]
