@@ -22,6 +22,8 @@
 //! - `policy`: the policy ConfigMap.
 //! - `rbac`: RBAC grants exactly what the adapter uses.
 //! - `clients`: the adapter's clients: the node directory, EKS IAM tokens.
+//! - `flow_control`: forewarn's own priority level (API Priority and Fairness) under other
+//!   clients' load.
 
 mod admission;
 mod cleanup;
@@ -30,6 +32,7 @@ mod continuations;
 mod cordon;
 mod delete;
 mod drain;
+mod flow_control;
 mod lifecycle;
 mod pipeline;
 mod policy;
