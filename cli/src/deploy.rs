@@ -478,12 +478,14 @@ impl Deploy {
             }
             Err(e) => return Err(e),
         };
-        let mut skipped = false;
+        let mut skipped: Vec<&str> = Vec::new();
         let mut checked = false;
         for o in objects {
             if let Some(why) = o.skipped_on(version) {
                 say(format!("{UNDER}{o}: {why}"))?;
-                skipped = true;
+                if !skipped.contains(&o.file) {
+                    skipped.push(o.file);
+                }
                 continue;
             }
             if manifests::is_placeholder_grant(o) && !checked && !self.dry_run() {
@@ -507,18 +509,8 @@ impl Deploy {
                 Err(e) => return Err(e),
             }
         }
-        if skipped {
-            say(format!(
-                "{UNDER}without node-writes.yaml, forewarn's groups may patch any field of a \
-                 Node that RBAC lets them (rbac.yaml): the admission policy that narrows it needs \
-                 Kubernetes 1.30"
-            ))?;
-            say(format!(
-                "{UNDER}without placeholders.yaml, surge (FOREWARN_SURGE: spot and \
-                 capacity-reservation warnings by default) has no grant: each placeholder is \
-                 refused and its pod evicted at once, as without surge; --handler-env \
-                 FOREWARN_SURGE= --sweeper-env FOREWARN_SURGE= stops it trying"
-            ))?;
+        for file in skipped {
+            say(format!("{UNDER}{}", skipped_means(file)))?;
         }
         Ok(())
     }
@@ -543,6 +535,27 @@ impl Deploy {
         } else {
             "deployed"
         })
+    }
+}
+
+/// What a manifest skipped on an older cluster means.
+fn skipped_means(file: &str) -> &'static str {
+    match file {
+        "infra/k8s/flow-control.yaml" => {
+            "without flow-control.yaml, forewarn's requests share the priority level \
+             global-default with every other ordinary client: its own share of the API server \
+             (API Priority and Fairness) needs Kubernetes 1.29"
+        }
+        "infra/k8s/node-writes.yaml" => {
+            "without node-writes.yaml, forewarn's groups may patch any field of a Node that RBAC \
+             lets them (rbac.yaml): the admission policy that narrows it needs Kubernetes 1.30"
+        }
+        _ => {
+            "without placeholders.yaml, surge (FOREWARN_SURGE: spot and capacity-reservation \
+             warnings by default) has no grant: each placeholder is refused and its pod evicted \
+             at once, as without surge; --handler-env FOREWARN_SURGE= --sweeper-env \
+             FOREWARN_SURGE= stops it trying"
+        }
     }
 }
 

@@ -70,10 +70,12 @@ fn namespaces() -> ResourceDef {
     }
 }
 
-/// The fake serving what the manifests hold, at Kubernetes `minor` (1.x).
+/// The fake serving what the manifests hold, at Kubernetes `minor` (1.x), with a 1.29+ server's
+/// flow-control configuration.
 async fn fake_at(minor: u32) -> KubeFake {
     KubeFake::builder()
         .version(1, minor)
+        .flow_control()
         .resource(namespaces())
         .resource(rbac("ClusterRole", "clusterroles", false))
         .resource(rbac("ClusterRoleBinding", "clusterrolebindings", false))
@@ -367,6 +369,8 @@ async fn first_deploy(d: &Deploying<'_>) -> (std::collections::BTreeMap<String, 
         "Namespace forewarn: created".to_string(),
         "ClusterRole forewarn: created".to_string(),
         "Role forewarn/forewarn-policy: created".to_string(),
+        "PriorityLevelConfiguration forewarn: created".to_string(),
+        "FlowSchema forewarn: created".to_string(),
         "PriorityClass forewarn-placeholder: created".to_string(),
         "ValidatingAdmissionPolicy forewarn-node-writes: created".to_string(),
         "ValidatingAdmissionPolicyBinding forewarn-node-writes: created".to_string(),
@@ -608,11 +612,13 @@ fn pool_ttl(endpoint: &str, outputs: &std::collections::BTreeMap<String, String>
 }
 
 /// (apiVersion, kind, namespace, name) of every object of infra/k8s/rbac.yaml,
-/// infra/k8s/node-writes.yaml, infra/k8s/placeholders.yaml and infra/k8s/priority-expander.yaml.
+/// infra/k8s/flow-control.yaml, infra/k8s/node-writes.yaml, infra/k8s/placeholders.yaml and
+/// infra/k8s/priority-expander.yaml.
 fn manifest_objects() -> Vec<(String, String, Option<String>, String)> {
     let mut objects = Vec::new();
     for file in [
         "infra/k8s/rbac.yaml",
+        "infra/k8s/flow-control.yaml",
         "infra/k8s/node-writes.yaml",
         "infra/k8s/placeholders.yaml",
         "infra/k8s/priority-expander.yaml",
@@ -629,7 +635,7 @@ fn manifest_objects() -> Vec<(String, String, Option<String>, String)> {
             ));
         }
     }
-    assert_eq!(objects.len(), 17, "{objects:?}");
+    assert_eq!(objects.len(), 19, "{objects:?}");
     objects
 }
 
@@ -666,9 +672,14 @@ fn a_cluster_before_1_30_gets_no_placeholder_grant() {
             format!("PriorityClass forewarn-placeholder: {skipped}"),
             "without placeholders.yaml, surge".to_string(),
             format!("ConfigMap kube-system/{EXPANDER}: would be created"),
+            "FlowSchema forewarn: would be created".to_string(),
         ] {
             assert!(text.contains(&line), "missing {line:?} in:\n{text}");
         }
+        assert!(
+            !text.contains("without flow-control.yaml"),
+            "1.29 serves it:\n{text}"
+        );
         let read: Vec<String> = fake.requests().iter().map(|r| r.path.clone()).collect();
         assert!(
             !read
@@ -879,6 +890,7 @@ fn a_dry_run_says_every_step(run: &dyn Fn(&Path, &[&str]) -> Output) {
         "not applied (no --kube)",
         "kubectl apply -f infra/k8s/rbac.yaml",
         "kubectl create -f infra/k8s/priority-expander.yaml",
+        "kubectl apply -f infra/k8s/flow-control.yaml   # only on Kubernetes 1.29 or later",
         "outputs of stack forewarn-demo: known once it exists",
         "dry run: nothing was changed",
     ] {

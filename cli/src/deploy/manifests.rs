@@ -32,8 +32,12 @@ pub type Manifest = (&'static str, Policy, Option<(u32, u32)>);
 /// ValidatingAdmissionPolicy is served: on an older cluster they are skipped whole (the pod
 /// grant would be unnarrowed; the Node patch of rbac.yaml stays as RBAC grants it). Their objects
 /// come in the files' order, each policy before its binding and the binding before the grant.
+/// `flow-control.yaml` (forewarn's own priority level and the FlowSchema that puts its groups in
+/// it) needs 1.29, where `flowcontrol.apiserver.k8s.io/v1` is served: on an older cluster
+/// forewarn's requests stay in `global-default`.
 pub const MANIFESTS: &[Manifest] = &[
     ("infra/k8s/rbac.yaml", Policy::Apply, None),
+    ("infra/k8s/flow-control.yaml", Policy::Apply, Some((1, 29))),
     ("infra/k8s/node-writes.yaml", Policy::Apply, Some((1, 30))),
     ("infra/k8s/placeholders.yaml", Policy::Apply, Some((1, 30))),
     ("infra/k8s/priority-expander.yaml", Policy::CreateOnly, None),
@@ -67,6 +71,7 @@ const fn kind(
 
 const RBAC: &str = "rbac.authorization.k8s.io";
 const ADMISSION: &str = "admissionregistration.k8s.io";
+const FLOW_CONTROL: &str = "flowcontrol.apiserver.k8s.io";
 
 /// The kinds of the manifests, with where the API serves them.
 pub const KINDS: &[Kind] = &[
@@ -103,6 +108,14 @@ pub const KINDS: &[Kind] = &[
         "validatingadmissionpolicybindings",
         false,
     ),
+    kind(
+        FLOW_CONTROL,
+        "v1",
+        "PriorityLevelConfiguration",
+        "prioritylevelconfigurations",
+        false,
+    ),
+    kind(FLOW_CONTROL, "v1", "FlowSchema", "flowschemas", false),
 ];
 
 impl Kind {
@@ -214,8 +227,9 @@ pub const GROUP_PARAMETERS: [(&str, &str); 2] = [
 
 /// The objects with the deployment's group names instead of the defaults they are written with:
 /// `groups` maps a default (`forewarn-handler`) to the stack's name for it. A binding's `Group`
-/// subject of that name is renamed, and so is the name quoted (`'forewarn-handler'`) in an
-/// admission policy's CEL `expression`; nothing else is touched.
+/// subject of that name is renamed, so is a FlowSchema's (`kind: Group`, `group.name`), and so is
+/// the name quoted (`'forewarn-handler'`) in an admission policy's CEL `expression`; nothing
+/// else is touched.
 pub fn with_groups(mut objects: Vec<Object>, groups: &[(String, String)]) -> Vec<Object> {
     for (from, to) in groups.iter().filter(|(from, to)| from != to) {
         for o in &mut objects {
@@ -228,10 +242,16 @@ pub fn with_groups(mut objects: Vec<Object>, groups: &[(String, String)]) -> Vec
 fn rename_group(v: &mut Value, from: &str, to: &str) {
     match v {
         Value::Object(map) => {
-            if map.get("kind").and_then(Value::as_str) == Some("Group")
-                && map.get("name").and_then(Value::as_str) == Some(from)
-            {
-                map.insert("name".into(), Value::String(to.to_string()));
+            if map.get("kind").and_then(Value::as_str) == Some("Group") {
+                if map.get("name").and_then(Value::as_str) == Some(from) {
+                    map.insert("name".into(), Value::String(to.to_string()));
+                }
+                // A FlowSchema's subject: `{kind: Group, group: {name: ...}}`.
+                if let Some(Value::Object(group)) = map.get_mut("group")
+                    && group.get("name").and_then(Value::as_str) == Some(from)
+                {
+                    group.insert("name".into(), Value::String(to.to_string()));
+                }
             }
             if let Some(Value::String(cel)) = map.get_mut("expression") {
                 *cel = cel.replace(&format!("'{from}'"), &format!("'{to}'"));
@@ -507,6 +527,8 @@ mod tests {
                 "RoleBinding kube-system/forewarn-priorities",
                 "Role forewarn/forewarn-policy",
                 "RoleBinding forewarn/forewarn-policy",
+                "PriorityLevelConfiguration forewarn",
+                "FlowSchema forewarn",
                 "ValidatingAdmissionPolicy forewarn-node-writes",
                 "ValidatingAdmissionPolicyBinding forewarn-node-writes",
                 "PriorityClass forewarn-placeholder",
@@ -522,8 +544,9 @@ mod tests {
         assert_eq!(objects.last().unwrap().policy, Policy::CreateOnly);
         let needs: Vec<Option<(u32, u32)>> = objects.iter().map(|o| o.needs).collect();
         assert_eq!(needs[6], None, "rbac.yaml: any version");
+        assert_eq!(needs[7..9], [Some((1, 29)); 2], "flow-control.yaml: 1.29");
         assert!(
-            needs[7..14].iter().all(|n| *n == Some((1, 30))),
+            needs[9..16].iter().all(|n| *n == Some((1, 30))),
             "{needs:?}"
         );
         // forewarn's namespace first: everything in it comes after it.
@@ -636,6 +659,14 @@ mod tests {
             json!([
                 {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "ops:handler"},
                 {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "ops:sweeper"}
+            ])
+        );
+        let schema = of("FlowSchema forewarn");
+        assert_eq!(
+            schema["spec"]["rules"][0]["subjects"],
+            json!([
+                {"kind": "Group", "group": {"name": "ops:handler"}},
+                {"kind": "Group", "group": {"name": "ops:sweeper"}}
             ])
         );
         let policy = of("ValidatingAdmissionPolicy forewarn-node-writes");

@@ -71,6 +71,18 @@
 //! * **Fault injection**: [`KubeFake::inject`], [`KubeFake::set_latency`],
 //!   [`KubeFake::set_rate_limit`] (429 with `Retry-After: 1`, like API priority
 //!   and fairness), [`KubeFake::hang`]; [`KubeFake::counters`] counts them.
+//! * **API Priority and Fairness** (opt-in, [`KubeFakeBuilder::flow_control`] then
+//!   [`KubeFake::set_server_capacity`]): the stored FlowSchemas classify each request by its
+//!   identity (the `Impersonate-User` and `Impersonate-Group` headers, the only identity the fake
+//!   knows) and its verb and resource; the stored PriorityLevelConfigurations divide the
+//!   server's capacity by their nominal shares, lend and borrow as the API server's borrowing
+//!   computes it, and share each level fairly between its flows; beyond a flow's share a request
+//!   queues or is refused with the real 429. Other clients' load is declared per level
+//!   ([`ForeignLoad`], e.g. 80 % of the capacity in `global-default`), never sent, and
+//!   [`KubeFake::flow_stats`] says what each level started, queued and refused. What is modelled
+//!   exactly and what is approximated — a seat is one request a second of the fake's clock; a
+//!   queued request is answered at once, its wait only counted; demand is the last second's — is
+//!   in the `flow_control` module's docs.
 //!
 //! # Cluster simulation (opt-in)
 //!
@@ -183,6 +195,7 @@ mod admission;
 mod discovery;
 mod eviction;
 mod filters;
+mod flow_control;
 mod patch;
 mod quantity;
 mod resources;
@@ -203,6 +216,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use axum::http::Method;
+pub use flow_control::{FlowStats, ForeignLoad, suggested as suggested_flow_control};
 pub use resources::{FieldLabel, ListMerge, ResourceDef, StatusOnCreate, builtin_resources};
 pub use sim::settings::{AutoscalerSettings, NodeGroup, SchedulerSettings};
 pub use sim::timeline::{LaunchedNode, PodTimeline};
@@ -305,6 +319,8 @@ pub struct KubeFakeBuilder {
     sim: SimSettings,
     version: (u32, u32),
     admission: bool,
+    /// Objects stored before the server starts (the flow-control configuration).
+    seeded: Vec<Value>,
 }
 
 impl Default for KubeFakeBuilder {
@@ -314,6 +330,7 @@ impl Default for KubeFakeBuilder {
             sim: SimSettings::default(),
             version: (1, 33),
             admission: true,
+            seeded: Vec::new(),
         }
     }
 }
@@ -353,6 +370,18 @@ impl KubeFakeBuilder {
             "ValidatingAdmissionPolicyBinding",
             "validatingadmissionpolicybindings",
         ))
+    }
+
+    /// Serves `flowcontrol.apiserver.k8s.io/v1` FlowSchemas and PriorityLevelConfigurations
+    /// (served from Kubernetes 1.29), seeded with a 1.29+ server's mandatory and suggested ones
+    /// ([`suggested_flow_control`]). API Priority and Fairness is enforced once
+    /// [`KubeFake::set_server_capacity`] gives the server a capacity (see the crate docs).
+    pub fn flow_control(mut self) -> Self {
+        for def in flow_control::resources() {
+            self = self.resource(def);
+        }
+        self.seeded.extend(flow_control::suggested());
+        self
     }
 
     /// Whether stored ValidatingAdmissionPolicies are enforced (by default they are, see
@@ -407,6 +436,11 @@ impl KubeFakeBuilder {
         let addr = listener.local_addr().expect("kube-fake: local address");
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let mut store = Store::new(self.resources);
+        for obj in self.seeded {
+            store
+                .seed(obj)
+                .unwrap_or_else(|e| panic!("kube-fake: seeding: {e}"));
+        }
         let sim = self
             .sim
             .enabled()
@@ -635,6 +669,40 @@ impl KubeFake {
     /// Removes the rate limit.
     pub fn clear_rate_limit(&self) {
         self.lock().control.rate_limit = None;
+    }
+
+    /// Enforces API Priority and Fairness (served with [`KubeFakeBuilder::flow_control`]) with
+    /// a server that starts `requests_per_second` requests a second in all, divided between the
+    /// stored priority levels as the crate docs say; `None` stops enforcing it.
+    pub fn set_server_capacity(&self, requests_per_second: Option<f64>) {
+        self.lock().control.flow.capacity = requests_per_second.map(|r| r.max(0.0));
+    }
+
+    /// Declares other clients' load in a priority level (replacing what was declared for that
+    /// level): they demand `load.share` of the server's capacity all the time, and the requests
+    /// sent over HTTP compete with them (see the crate docs).
+    pub fn set_foreign_load(&self, load: ForeignLoad) {
+        let mut state = self.lock();
+        let foreign = &mut state.control.flow.foreign;
+        foreign.retain(|f| f.level != load.level);
+        foreign.push(load);
+    }
+
+    /// Removes every declared foreign load.
+    pub fn clear_foreign_load(&self) {
+        self.lock().control.flow.foreign.clear();
+    }
+
+    /// What each priority level did with the requests sent over HTTP since the start or the
+    /// last [`KubeFake::reset_flow_stats`], by level name.
+    pub fn flow_stats(&self) -> std::collections::BTreeMap<String, FlowStats> {
+        let state = self.lock();
+        state.control.flow.stats_at(state.store.now())
+    }
+
+    /// Forgets the priority levels' statistics.
+    pub fn reset_flow_stats(&self) {
+        self.lock().control.flow.stats.clear();
     }
 
     /// Once the next `method` request to exactly `path` is answered, `obj` is stored as

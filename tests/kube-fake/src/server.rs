@@ -14,6 +14,7 @@ use tokio::sync::watch;
 
 use crate::admission::{self, Review, UserInfo};
 use crate::discovery;
+use crate::flow_control::{self, Admission, FlowControl, RequestInfo};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::sim::Sim;
 use crate::status::{self, ApiError};
@@ -84,6 +85,8 @@ pub(crate) struct Control {
     /// Objects stored once a request of this method to exactly this path is answered.
     pub after_answer: Vec<(Method, String, Value)>,
     pub rate_limit: Option<TokenBucket>,
+    /// API Priority and Fairness, when a capacity is set.
+    pub flow: FlowControl,
     pub counters: Counters,
 }
 
@@ -309,6 +312,8 @@ struct Incoming<'a> {
     body: &'a [u8],
     /// Who sent it (for admission), when admission is enforced.
     user: Option<&'a UserInfo>,
+    /// Who sent it, for API Priority and Fairness.
+    identity: &'a UserInfo,
 }
 
 fn dispatch(
@@ -657,6 +662,7 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
         media: media.as_deref(),
         body: &bytes,
         user: shared.admission.then_some(&user),
+        identity: &user,
     };
     let answer = answer_and_record(&shared, &incoming, &record);
     tracing::debug!("kube-fake: {method} {path}?{raw_query} -> {}", answer.code);
@@ -680,7 +686,9 @@ fn answer_and_record(
         .rate_limit
         .as_mut()
         .is_some_and(|bucket| !bucket.try_take(now));
-    let answer: Answer = if limited {
+    let answer: Answer = if !limited && !flow_admits(state, incoming, now) {
+        status::too_many_requests("Too many requests, please try again later.", 1, None).into()
+    } else if limited {
         state.control.counters.rate_limited += 1;
         status::too_many_requests("Too many requests, please try again later.", 1, None).into()
     } else if let Some(code) = take_fault(&mut state.control, method, path) {
@@ -710,6 +718,20 @@ fn answer_and_record(
     }
     state.control.log.push(record(answer.code));
     answer
+}
+
+/// Whether API Priority and Fairness lets the request start (always, when it is not enforced).
+fn flow_admits(state: &mut FakeState, incoming: &Incoming<'_>, now: DateTime<Utc>) -> bool {
+    if state.control.flow.capacity.is_none() {
+        return true;
+    }
+    let watch = incoming
+        .query
+        .get("watch")
+        .is_some_and(|w| w == "true" || w == "1");
+    let info = RequestInfo::of(incoming.method, incoming.path, watch);
+    let class = flow_control::classify(&state.store, &info, incoming.identity);
+    state.control.flow.admit(&state.store, &class, now) == Admission::Start
 }
 
 #[cfg(test)]

@@ -23,6 +23,8 @@
 //! - `rbac`: RBAC grants exactly what the adapter uses.
 //! - `clients`: the adapter's clients: the node directory, EKS IAM tokens.
 //! - `fleet`: one deployment serving several clusters, each instance in its own.
+//! - `flow_control`: forewarn's own priority level (API Priority and Fairness) under other
+//!   clients' load.
 
 mod admission;
 mod cleanup;
@@ -32,6 +34,7 @@ mod cordon;
 mod delete;
 mod drain;
 mod fleet;
+mod flow_control;
 mod lifecycle;
 mod pipeline;
 mod policy;
