@@ -5,6 +5,7 @@ mod capacity;
 mod coldstart;
 mod e2e;
 mod emulator;
+mod fleet;
 mod mass;
 mod plot;
 mod policies;
@@ -40,6 +41,9 @@ enum Command {
     },
     /// A mass interruption against a rate-limited Kubernetes fake.
     Mass(mass::MassArgs),
+    /// One deployment serving two clusters: their mass interruptions at once, one API server
+    /// down for 60 s, and forewarn's own share of a loaded API server (issue 38).
+    Fleet(mass::Settings),
     /// The capacity a mass interruption costs its workloads, with surge and evicting at once,
     /// on the fake's cluster simulation (scheduler, ReplicaSets, an autoscaler) (issue 27).
     Capacity(capacity::CapacitySettings),
@@ -55,6 +59,7 @@ async fn main() -> anyhow::Result<()> {
         Command::ColdStart { runs, lambda_dir } => cold_start(runs, &lambda_dir).await?,
         Command::E2e { runs } => e2e::report(runs).await?,
         Command::Mass(args) => mass::report(&args.settings, args.svg.as_deref()).await?,
+        Command::Fleet(settings) => fleet::report(&settings).await?,
         Command::Capacity(settings) => capacity::report(&settings).await?,
         Command::Policies(settings) => policies::report(&settings)?,
     };

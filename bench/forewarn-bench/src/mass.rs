@@ -23,7 +23,7 @@ use async_trait::async_trait;
 use forewarn::adapters::embedded::EmbeddedStore;
 use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
 use forewarn::adapters::snapshot::SnapshotInstances;
-use forewarn::app::fleet::{Cluster, Fleet};
+use forewarn::app::fleet::{Cluster, Connector, Fleet, Unreachable};
 use forewarn::app::handler::{Handler, Invocation};
 use forewarn::app::pipeline::Passes;
 use forewarn::domain::config::Config;
@@ -836,68 +836,213 @@ fn draw(path: &std::path::Path, runs: &[Option<Run>], s: &Settings) -> anyhow::R
 }
 
 pub(crate) async fn one_run(s: &Settings, mode: RunMode) -> anyhow::Result<Run> {
-    let continuing = mode.continuing;
-    let fake = Arc::new(start_fake(mode).await);
-    let simulated = mode.launch_delay.is_some();
-    let ids: Vec<String> = (0..s.nodes).map(instance_id).collect();
+    let mut runs = fleet_run(s, mode, &[Member::up(CLUSTER)]).await?;
+    Ok(runs.remove(0))
+}
+
+/// One cluster of a run: its name, and how long its API server is down from the warnings on.
+#[derive(Debug, Clone)]
+pub(crate) struct Member {
+    pub name: String,
+    pub down_for: Option<Duration>,
+}
+
+impl Member {
+    pub(crate) fn up(name: &str) -> Member {
+        Member {
+            name: name.into(),
+            down_for: None,
+        }
+    }
+
+    pub(crate) fn down(name: &str, down_for: Duration) -> Member {
+        Member {
+            name: name.into(),
+            down_for: Some(down_for),
+        }
+    }
+}
+
+/// One cluster of a run as it is played: its fake, its nodes' names (the same in every
+/// cluster: VPCs reuse addresses) and its instances' ids.
+struct Played {
+    member: Member,
+    fake: Arc<KubeFake>,
+    ids: Vec<String>,
+    clients: ClusterClient,
+}
+
+/// A run of one deployment over `members` (one: as a deployment of one cluster; several: one
+/// deployment serving them all, each cluster its own API server at the same rate, every node of
+/// every cluster warned at t = 0 through one queue): each cluster's [`Run`], in order.
+pub(crate) async fn fleet_run(
+    s: &Settings,
+    mode: RunMode,
+    members: &[Member],
+) -> anyhow::Result<Vec<Run>> {
     let names: Vec<String> = (0..s.nodes).map(node_name).collect();
-    let instances = seed(&fake, s, simulated, &ids, &names);
-    fake.set_eviction_grace(Duration::from_secs(s.grace_seconds));
+    let (played, instances) = play(s, mode, members, &names).await;
     let dir = tempfile::Builder::new()
         .prefix("forewarn-bench-mass-")
         .tempdir()?;
-    let config = config_of(mode);
+    let config = Config {
+        cluster_name: (members.len() == 1).then(|| members[0].name.clone()),
+        ..config_of(mode)
+    };
     let queue = Arc::new(Queue::default());
-    // One client (so one rate limit) for the process, or each execution environment a client
-    // with a limit of its own, as each environment has in Lambda.
-    let process_limit = (s.client_qps > 0.0 && s.environment_limit().is_none())
-        .then_some((s.client_qps, s.client_burst));
-    let clients = ClusterClient::new(fake.client()).with_rate_limit(process_limit);
     let store: Arc<dyn forewarn::ports::PoolStore> = Arc::new(EmbeddedStore::open(dir.path())?);
     let instances: Arc<dyn forewarn::ports::InstanceDirectory> =
         Arc::new(SnapshotInstances(instances));
     // Each poller is an execution environment with a handler of its own, set up as a cold
     // start sets it up: its executor (and what its surge drains remember), its kept retries.
     let environment = || {
-        let clients = match s.environment_limit() {
-            Some(limit) => clients.clone().with_rate_limit(Some(limit)),
-            None => clients.clone(),
+        let clients: BTreeMap<String, ClusterClient> = played
+            .iter()
+            .map(|p| {
+                let clients = match s.environment_limit() {
+                    Some(limit) => p.clients.clone().with_rate_limit(Some(limit)),
+                    None => p.clients.clone(),
+                };
+                (p.member.name.clone(), clients)
+            })
+            .collect();
+        let fleet = match clients.len() {
+            1 => Fleet::one(cluster_of(None, &clients[&members[0].name], &config)),
+            _ => Fleet::named(
+                members.iter().map(|m| m.name.clone()).collect(),
+                Arc::new(BenchClusters {
+                    clients,
+                    config: config.clone(),
+                }),
+            ),
         };
         Arc::new(Handler {
             redelivery: Some(queue.clone()),
             passes: Passes {
                 interval: Duration::from_secs(s.pass_interval_seconds),
-                queue: continuing.then(|| queue.clone() as Arc<dyn ContinuationQueue>),
-                kept: continuing.then(Arc::default),
+                queue: mode
+                    .continuing
+                    .then(|| queue.clone() as Arc<dyn ContinuationQueue>),
+                kept: mode.continuing.then(Arc::default),
             },
             instances: instances.clone(),
-            fleet: Fleet::one(Cluster {
-                executor: Some(Arc::new(KubeExecutor::new(clients.clone(), &config))),
-                ..Cluster::new(None, Arc::new(KubeNodeDirectory::new(clients.clone())))
-            }),
+            fleet,
             concurrency: s.batch,
             safety_margin: Duration::from_secs(3),
             ..Handler::new(config.clone(), store.clone())
         })
     };
 
-    fake.set_latency(Duration::from_millis(s.latency_ms));
-    fake.set_rate_limit(s.server_rps, s.server_burst);
-    fake.clear_requests();
+    for p in &played {
+        p.fake.set_latency(Duration::from_millis(s.latency_ms));
+        p.fake.set_rate_limit(s.server_rps, s.server_burst);
+        p.fake.clear_requests();
+        if p.member.down_for.is_some() {
+            p.fake
+                .inject(kube_fake::Fault::new(503).times(usize::MAX / 2));
+        }
+    }
 
-    // Every warning at t = 0.
+    // Every warning at t = 0, the clusters' interleaved.
     let warned_at = chrono::Utc::now();
     let time = warned_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    for (n, id) in ids.iter().enumerate() {
-        queue.send(warning(n, id, &time), Duration::ZERO);
+    for n in 0..s.nodes {
+        for p in &played {
+            queue.send(warning(n, &p.ids[n], &time), Duration::ZERO);
+        }
     }
     let start = Instant::now();
     let cutoff = start + Duration::from_secs(s.cutoff_seconds);
+    // Each outage ends on time.
+    let outages = played.iter().filter_map(|p| {
+        let fake = Arc::clone(&p.fake);
+        p.member.down_for.map(|d| async move {
+            tokio::time::sleep_until(start + d).await;
+            fake.clear_faults();
+        })
+    });
+    let outages = futures::future::join_all(outages);
+    let (totals, _) = tokio::join!(poll(s, &queue, environment, cutoff), outages);
+    let totals = totals?;
+    played
+        .iter()
+        .map(|p| {
+            let requests = p.fake.requests();
+            let seen = handled(&requests, warned_at, &names, s.pods_per_node);
+            run_of(&p.fake, &requests, seen, totals.clone(), warned_at)
+        })
+        .collect()
+}
 
-    // The event source mapping: `invocations` pollers, each taking a batch and invoking.
+/// The clusters of a run, each its fake seeded with its nodes (named `names`) and a client;
+/// every cluster's instances, by id.
+async fn play(
+    s: &Settings,
+    mode: RunMode,
+    members: &[Member],
+    names: &[String],
+) -> (Vec<Played>, BTreeMap<String, InstanceFacts>) {
+    let simulated = mode.launch_delay.is_some();
+    // One client (so one rate limit) for the process, or each execution environment a client
+    // with a limit of its own, as each environment has in Lambda; one per cluster.
+    let process_limit = (s.client_qps > 0.0 && s.environment_limit().is_none())
+        .then_some((s.client_qps, s.client_burst));
+    let mut played = Vec::new();
+    let mut instances = BTreeMap::new();
+    for (k, member) in members.iter().enumerate() {
+        let fake = Arc::new(start_fake(mode).await);
+        let ids: Vec<String> = (0..s.nodes).map(|n| instance_id(n + k * s.nodes)).collect();
+        instances.extend(seed(&fake, s, simulated, &ids, names, &member.name));
+        fake.set_eviction_grace(Duration::from_secs(s.grace_seconds));
+        let clients = ClusterClient::new(fake.client()).with_rate_limit(process_limit);
+        played.push(Played {
+            member: member.clone(),
+            fake,
+            ids,
+            clients,
+        });
+    }
+    (played, instances)
+}
+
+/// One cluster's services over `clients`, as the wiring builds them (nodes and executor).
+fn cluster_of(name: Option<String>, clients: &ClusterClient, config: &Config) -> Cluster {
+    Cluster {
+        executor: Some(Arc::new(KubeExecutor::new(clients.clone(), config))),
+        ..Cluster::new(name, Arc::new(KubeNodeDirectory::new(clients.clone())))
+    }
+}
+
+/// Each served cluster of an execution environment connected to its own fake.
+struct BenchClusters {
+    clients: BTreeMap<String, ClusterClient>,
+    config: Config,
+}
+
+#[async_trait]
+impl Connector for BenchClusters {
+    async fn connect(&self, name: &str) -> Result<Cluster, Unreachable> {
+        let clients = self.clients.get(name).ok_or_else(|| Unreachable {
+            cluster: name.into(),
+            kind: forewarn::ports::FailureKind::Invalid,
+            source: "not a cluster of this run".into(),
+        })?;
+        Ok(cluster_of(Some(name.into()), clients, &self.config))
+    }
+}
+
+/// The event source mapping: `s.invocations` pollers, each an execution environment made by
+/// `environment`, taking a batch and invoking until `cutoff` (or nothing is left): what they
+/// added up.
+async fn poll(
+    s: &Settings,
+    queue: &Arc<Queue>,
+    environment: impl Fn() -> Arc<Handler>,
+    cutoff: Instant,
+) -> anyhow::Result<Totals> {
     let totals = Arc::new(Mutex::new(Totals::default()));
     let pollers = (0..s.invocations.max(1)).map(|_| {
-        let queue = Arc::clone(&queue);
+        let queue = Arc::clone(queue);
         let handler = environment();
         let totals = Arc::clone(&totals);
         let batch = s.batch;
@@ -935,10 +1080,8 @@ pub(crate) async fn one_run(s: &Settings, mode: RunMode) -> anyhow::Result<Run> 
     for r in results {
         r?;
     }
-    let requests = fake.requests();
-    let seen = handled(&requests, warned_at, &names, s.pods_per_node);
     let totals = totals.lock().unwrap().clone();
-    run_of(&fake, &requests, seen, totals, warned_at)
+    Ok(totals)
 }
 
 /// The Kubernetes fake of a run: with the autoscaler when `mode` simulates launches.
@@ -992,6 +1135,7 @@ fn seed(
     simulated: bool,
     ids: &[String],
     names: &[String],
+    cluster: &str,
 ) -> BTreeMap<String, InstanceFacts> {
     // Per app, how many of its pods there are (its ReplicaSet's replicas).
     let mut apps: BTreeMap<String, usize> = BTreeMap::new();
@@ -1039,7 +1183,7 @@ fn seed(
                 state_reason: None,
                 launch_time: Some(chrono::Utc::now() - chrono::Duration::hours(3)),
                 tags: BTreeMap::from([(
-                    format!("kubernetes.io/cluster/{CLUSTER}"),
+                    format!("kubernetes.io/cluster/{cluster}"),
                     "owned".into(),
                 )]),
             },

@@ -1,0 +1,269 @@
+//! One deployment serving several clusters (issue 38): the mass interruption of `mass`, played
+//! on one cluster alone, then on two clusters at once — each its own API server at the same
+//! rate as the cluster alone, every node of both warned at t = 0 through one queue, consumed by
+//! the same 10 concurrent invocations — then on the two with one API server down for the first
+//! 60 s. Per cluster: when every node was cordoned, and the share of nodes fully handled
+//! (cordoned, every eviction accepted) before the instance goes (120 s). The goals: each
+//! cluster of the pair within 1.05× the cluster alone, 100 % handled; the healthy cluster of the
+//! outage likewise.
+//!
+//! Then forewarn's share of one API server (API Priority and Fairness, `infra/k8s/flow-control.yaml`),
+//! on the Kubernetes fake's model of it: 1,000 nodes' cordons sent at once by the executor as
+//! forewarn's handler group, on a server of the mass run's rate, idle or with other clients
+//! taking 80 % of it in `global-default` (in 10 flows), with the manifest or without. The fake
+//! answers a queued request at once and counts when the real server would have started it: the
+//! figure is when the last cordon would have started, on the server's clock.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use forewarn::adapters::clock::ManualClock;
+use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::domain::event::EventKind;
+use forewarn::domain::facts::InstanceFacts;
+use forewarn::domain::fixtures;
+use forewarn::domain::plan::{Facts, decide};
+use forewarn::ports::{Clock, NodeDirectory, Pass};
+use futures::StreamExt;
+use kube_fake::{ForeignLoad, KubeFake};
+use serde_json::Value;
+
+use crate::mass::{self, Member, Run, RunMode, Settings};
+
+/// How long an instance lives after its spot warning.
+const WINDOW: Duration = Duration::from_secs(120);
+/// How long the outage lasts.
+const OUTAGE: Duration = Duration::from_secs(60);
+/// The goals.
+const SLOWER_AT_MOST: f64 = 1.05;
+const LOADED_AT_MOST: f64 = 1.1;
+
+/// A cluster's figures: when its last node was cordoned, and the nodes fully handled by 120 s.
+struct Figures {
+    cordoned: Option<Duration>,
+    handled: usize,
+}
+
+fn figures(run: &Run) -> Figures {
+    let all = run
+        .cordoned
+        .iter()
+        .try_fold(Duration::ZERO, |m, t| Some(m.max((*t)?)));
+    Figures {
+        cordoned: all,
+        handled: run.handled_by(WINDOW),
+    }
+}
+
+/// The report as a markdown section.
+pub async fn report(s: &Settings) -> anyhow::Result<String> {
+    let mode = RunMode {
+        continuing: true,
+        surge: false,
+        launch_delay: None,
+    };
+    let alone = mass::fleet_run(s, mode, &[Member::up("blue")]).await?;
+    let pair = mass::fleet_run(s, mode, &[Member::up("blue"), Member::up("green")]).await?;
+    let outage = mass::fleet_run(
+        s,
+        mode,
+        &[Member::down("blue", OUTAGE), Member::up("green")],
+    )
+    .await?;
+    let alone = figures(&alone[0]);
+    let rows = [
+        ("one cluster alone", "blue", &alone, None),
+        (
+            "two clusters",
+            "blue",
+            &figures(&pair[0]),
+            Some(SLOWER_AT_MOST),
+        ),
+        (
+            "two clusters",
+            "green",
+            &figures(&pair[1]),
+            Some(SLOWER_AT_MOST),
+        ),
+        (
+            "two clusters, blue's API server down 60 s",
+            "blue",
+            &figures(&outage[0]),
+            None,
+        ),
+        (
+            "two clusters, blue's API server down 60 s",
+            "green",
+            &figures(&outage[1]),
+            Some(SLOWER_AT_MOST),
+        ),
+    ];
+    let mut out = format!(
+        "### Many clusters\n\n`forewarn-bench fleet --nodes {n}`: {n} spot warnings per cluster at \
+         t = 0, one queue, {inv} concurrent invocations of {batch} messages, each cluster's API \
+         server at {rps} requests/s ({lat} ms latency), {pods} pods per node with {grace} s \
+         grace periods, drains carried on by continuations (as deployed).\n\n\
+         | run | cluster | every node cordoned | × the cluster alone | goal | fully handled by 120 s |\n\
+         |---|---|---|---|---|---|\n",
+        n = s.nodes,
+        inv = s.invocations,
+        batch = s.batch,
+        rps = s.server_rps,
+        lat = s.latency_ms,
+        pods = s.pods_per_node,
+        grace = s.grace_seconds,
+    );
+    for (run, cluster, f, goal) in rows {
+        out.push_str(&row(run, cluster, f, &alone, goal, s.nodes));
+    }
+    out.push('\n');
+    out.push_str(&share(s).await?);
+    Ok(out)
+}
+
+fn row(
+    run: &str,
+    cluster: &str,
+    f: &Figures,
+    alone: &Figures,
+    goal: Option<f64>,
+    nodes: usize,
+) -> String {
+    let secs =
+        |d: Option<Duration>| d.map_or("not all".into(), |d| format!("{:.1} s", d.as_secs_f64()));
+    let times = match (f.cordoned, alone.cordoned) {
+        (Some(a), Some(b)) if b > Duration::ZERO => {
+            format!("{:.2}×", a.as_secs_f64() / b.as_secs_f64())
+        }
+        _ => "—".into(),
+    };
+    let goal = match (goal, f.cordoned, alone.cordoned) {
+        (Some(g), Some(a), Some(b)) => {
+            let met = a.as_secs_f64() <= g * b.as_secs_f64() && f.handled == nodes;
+            format!("≤ {g}×, 100 %: {}", if met { "met" } else { "not met" })
+        }
+        (Some(g), _, _) => format!("≤ {g}×, 100 %: not met"),
+        (None, _, _) => "—".into(),
+    };
+    format!(
+        "| {run} | {cluster} | {} | {times} | {goal} | {} of {nodes} ({}) |\n",
+        secs(f.cordoned),
+        f.handled,
+        percent(f.handled, nodes),
+    )
+}
+
+fn percent(part: usize, whole: usize) -> String {
+    if whole == 0 {
+        return "n/a".into();
+    }
+    format!("{:.1} %", 100.0 * part as f64 / whole as f64)
+}
+
+/// The priority level's table: the same cordons on an idle server and on a loaded one, with
+/// forewarn's own level and without.
+async fn share(s: &Settings) -> anyhow::Result<String> {
+    let own_idle = cordons(s, true, false).await?;
+    let own_loaded = cordons(s, true, true).await?;
+    let shared_idle = cordons(s, false, false).await?;
+    let shared_loaded = cordons(s, false, true).await?;
+    let met = own_loaded <= LOADED_AT_MOST * own_idle;
+    Ok(format!(
+        "{n} nodes' cordons at once on one API server of {rps} requests/s (the fake's model of \
+         API Priority and Fairness), other clients taking 80 % of it in `global-default`:\n\n\
+         | forewarn's requests | idle server | 80 % taken by others | × idle | goal |\n\
+         |---|---|---|---|---|\n\
+         | in their own level (`infra/k8s/flow-control.yaml`) | {oi:.1} s | {ol:.1} s | {r1:.2}× | ≤ {LOADED_AT_MOST}×: {m} |\n\
+         | in `global-default` (no manifest) | {si:.1} s | {sl:.1} s | {r2:.2}× | — |\n",
+        n = s.nodes,
+        rps = s.server_rps,
+        oi = own_idle,
+        ol = own_loaded,
+        si = shared_idle,
+        sl = shared_loaded,
+        r1 = own_loaded / own_idle.max(f64::EPSILON),
+        r2 = shared_loaded / shared_idle.max(f64::EPSILON),
+        m = if met { "met" } else { "not met" },
+    ))
+}
+
+/// The objects of `infra/k8s/flow-control.yaml`.
+fn flow_control_manifest() -> anyhow::Result<Vec<Value>> {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../infra/k8s/flow-control.yaml");
+    let text = std::fs::read_to_string(&path)?;
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text)?;
+    Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
+}
+
+/// Seconds until the last of `s.nodes` cordons would have started, sent at once by the
+/// executor as forewarn's handler group (at most 100 at a time: 10 invocations of 10).
+async fn cordons(s: &Settings, manifest: bool, loaded: bool) -> anyhow::Result<f64> {
+    const GROUP: &str = "forewarn-handler";
+    let fake = KubeFake::builder().flow_control().start().await;
+    let clock = ManualClock::at(chrono::Utc::now());
+    let c = clock.clone();
+    fake.set_clock(move || c.now());
+    if manifest {
+        for o in flow_control_manifest()? {
+            fake.insert(o);
+        }
+    }
+    let mut kube = fake.config();
+    kube.auth_info.impersonate = Some(format!("arn:aws:sts::123456789012:assumed-role/{GROUP}"));
+    kube.auth_info.impersonate_groups = Some(vec![GROUP.to_string()]);
+    let clients = ClusterClient::new(kube::Client::try_from(kube)?).with_clock(clock.shared());
+    let mut instances = BTreeMap::new();
+    for n in 0..s.nodes {
+        let id = format!("i-0c{n:015x}");
+        let name = format!("ip-10-9-{}-{}.ec2.internal", n / 256, n % 256);
+        fake.insert(fixtures::node_object(&name, &id).ready().build());
+        let facts = fixtures::instance(&id)
+            .typed("m5.large", "us-east-1a")
+            .dns(&name)
+            .state("running")
+            .cluster("blue")
+            .build();
+        instances.insert(id, facts);
+    }
+    if loaded {
+        fake.set_foreign_load(ForeignLoad::new("global-default", 0.8).flows(10));
+    }
+    fake.set_server_capacity(Some(s.server_rps));
+    let started = clock.now();
+    let known: Vec<InstanceFacts> = instances.values().cloned().collect();
+    let nodes = KubeNodeDirectory::new(clients.clone())
+        .nodes(&known)
+        .await?;
+    let config = forewarn::domain::config::Config {
+        cluster_name: Some("blue".into()),
+        ..Default::default()
+    };
+    let executor = Arc::new(KubeExecutor::new(clients, &config));
+    let plans: Vec<_> = instances
+        .keys()
+        .map(|id| {
+            let ev = fixtures::event(EventKind::SpotInterruption, &format!("ev-{id}"), id)
+                .time(clock.now())
+                .build();
+            decide(&ev, Facts::new(&instances, &nodes), &config)
+        })
+        .collect();
+    let runs = futures::stream::iter(plans).map(|plan| {
+        let executor = Arc::clone(&executor);
+        async move { executor.run(&plan, Pass::Cordon).await }
+    });
+    let results: Vec<_> = runs.buffer_unordered(100).collect().await;
+    for r in results {
+        r?;
+    }
+    let stats = fake.flow_stats();
+    let last = stats
+        .values()
+        .filter_map(|s| s.last_start)
+        .max()
+        .unwrap_or_else(|| clock.now())
+        .max(clock.now());
+    Ok((last - started).num_milliseconds() as f64 / 1000.0)
+}
