@@ -2095,3 +2095,80 @@ fn an_organizations_central_and_member_stacks_deploy() {
         }
     });
 }
+
+/// Every dimension set the dashboard's `SEARCH` expressions ask for is one the functions' EMF
+/// documents carry (a widget over a set nobody emits stays empty), the `Cluster` sets of a
+/// deployment serving several clusters included.
+#[test]
+fn the_dashboard_searches_dimension_sets_the_functions_emit() {
+    use forewarn::domain::report::{ActionReport, Outcome, PoolReport, Report};
+    let t = stack_template();
+    let body = &t["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"][0];
+    let body = body.as_str().expect("the dashboard body is a !Sub string");
+    let searched: Vec<Vec<String>> = body
+        .split("SEARCH('{forewarn,")
+        .skip(1)
+        .map(|rest| {
+            let set = &rest[..rest.find('}').unwrap()];
+            set.split(',').map(str::to_string).collect()
+        })
+        .collect();
+    assert!(
+        searched.iter().any(|s| s[0] == "Cluster"),
+        "a widget per cluster: {searched:?}"
+    );
+    // What an acted spot warning handled in a named cluster emits.
+    let report = Report {
+        event_id: Some("e".into()),
+        kind: Some(forewarn::domain::event::EventKind::SpotInterruption),
+        cluster: Some("blue".into()),
+        summary: None,
+        origin: "sqs".into(),
+        message_id: None,
+        time: Some(chrono::Utc::now() - chrono::Duration::seconds(5)),
+        instance_ids: vec!["i-1".into()],
+        outcome: Outcome::Acted,
+        pools: vec![PoolReport {
+            capacity_type: "spot".into(),
+            instance_type: "m5.large".into(),
+            zone: "us-east-1a".into(),
+            unavailable_until: Some(chrono::Utc::now()),
+        }],
+        actions: vec![ActionReport {
+            instance_id: "i-1".into(),
+            node: Some("n".into()),
+            action: forewarn::domain::config::Action::CordonDrain,
+            target: None,
+            deadline: None,
+            reason: String::new(),
+            complete_lifecycle: None,
+            result: Some("cordoned".into()),
+            cordoned_at: Some(chrono::Utc::now()),
+            drain: None,
+            heartbeat_at: None,
+        }],
+        reason: None,
+        pass: None,
+        permanent: false,
+    };
+    let emitted: Vec<Vec<String>> =
+        forewarn::app::telemetry::emf_documents(&report, chrono::Utc::now())
+            .iter()
+            .flat_map(|d| {
+                d["_aws"]["CloudWatchMetrics"][0]["Dimensions"]
+                    .as_array()
+                    .unwrap()
+                    .clone()
+            })
+            .map(|set| {
+                set.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|d| d.as_str().unwrap().to_string())
+                    .collect()
+            })
+            .collect();
+    for set in &searched {
+        assert!(emitted.contains(set), "nobody emits {set:?}; emitted: {emitted:?}");
+    }
+}

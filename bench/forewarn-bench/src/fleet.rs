@@ -9,10 +9,11 @@
 //!
 //! Then forewarn's share of one API server (API Priority and Fairness, `infra/k8s/flow-control.yaml`),
 //! on the Kubernetes fake's model of it: 1,000 nodes' cordons sent at once by the executor as
-//! forewarn's handler group, on a server of the mass run's rate, idle or with other clients
-//! taking 80 % of it in `global-default` (in 10 flows), with the manifest or without. The fake
-//! answers a queued request at once and counts when the real server would have started it: the
-//! figure is when the last cordon would have started, on the server's clock.
+//! forewarn's handler group, under its client-side limit of the mass run (200 requests/s), on
+//! a default server of 600 seats, idle or with other clients taking 80 % of it in
+//! `global-default` (in 10 flows), with the manifest or without. The fake answers a queued
+//! request at once and counts when the real server would have started it: the figure is when
+//! the last cordon would have started, on the run's clock (which the client's limit moves on).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -35,6 +36,12 @@ use crate::mass::{self, Member, Run, RunMode, Settings};
 const WINDOW: Duration = Duration::from_secs(120);
 /// How long the outage lasts.
 const OUTAGE: Duration = Duration::from_secs(60);
+/// The loaded server of the share benchmark: a default API server's 600 seats
+/// (`--max-requests-inflight` 400 and `--max-mutating-requests-inflight` 200), each serving
+/// 10 requests a second (100 ms a request); the fake's model counts a seat as one request a
+/// second, so it is given their product.
+const SERVER_SEATS: f64 = 600.0;
+const REQUESTS_PER_SEAT: f64 = 10.0;
 /// The goals.
 const SLOWER_AT_MOST: f64 = 1.05;
 const LOADED_AT_MOST: f64 = 1.1;
@@ -56,8 +63,22 @@ fn figures(run: &Run) -> Figures {
     }
 }
 
+/// The fleet benchmark's command line.
+#[derive(Debug, Clone, clap::Args)]
+pub struct FleetArgs {
+    #[command(flatten)]
+    pub settings: Settings,
+    /// Only the share of a loaded API server (not the two clusters' runs).
+    #[arg(long)]
+    pub share_only: bool,
+}
+
 /// The report as a markdown section.
-pub async fn report(s: &Settings) -> anyhow::Result<String> {
+pub async fn report(args: &FleetArgs) -> anyhow::Result<String> {
+    let s = &args.settings;
+    if args.share_only {
+        return share(s).await;
+    }
     let mode = RunMode {
         continuing: true,
         surge: false,
@@ -170,14 +191,18 @@ async fn share(s: &Settings) -> anyhow::Result<String> {
     let shared_loaded = cordons(s, false, true).await?;
     let met = own_loaded <= LOADED_AT_MOST * own_idle;
     Ok(format!(
-        "{n} nodes' cordons at once on one API server of {rps} requests/s (the fake's model of \
-         API Priority and Fairness), other clients taking 80 % of it in `global-default`:\n\n\
+        "{n} nodes' cordons at once, forewarn's client limited to {qps} requests/s as in the \
+         runs above, on one API server of {seats} seats of {per} requests/s each (the fake's \
+         model of API Priority and Fairness, on its clock), other clients taking 80 % of it in \
+         `global-default` (10 flows):\n\n\
          | forewarn's requests | idle server | 80 % taken by others | × idle | goal |\n\
          |---|---|---|---|---|\n\
          | in their own level (`infra/k8s/flow-control.yaml`) | {oi:.1} s | {ol:.1} s | {r1:.2}× | ≤ {LOADED_AT_MOST}×: {m} |\n\
          | in `global-default` (no manifest) | {si:.1} s | {sl:.1} s | {r2:.2}× | — |\n",
         n = s.nodes,
-        rps = s.server_rps,
+        qps = s.client_qps,
+        seats = SERVER_SEATS,
+        per = REQUESTS_PER_SEAT,
         oi = own_idle,
         ol = own_loaded,
         si = shared_idle,
@@ -213,7 +238,11 @@ async fn cordons(s: &Settings, manifest: bool, loaded: bool) -> anyhow::Result<f
     let mut kube = fake.config();
     kube.auth_info.impersonate = Some(format!("arn:aws:sts::123456789012:assumed-role/{GROUP}"));
     kube.auth_info.impersonate_groups = Some(vec![GROUP.to_string()]);
-    let clients = ClusterClient::new(kube::Client::try_from(kube)?).with_clock(clock.shared());
+    // forewarn's own client-side limit, as in the mass run: what it asks of the server.
+    let limit = (s.client_qps > 0.0).then_some((s.client_qps, s.client_burst));
+    let clients = ClusterClient::new(kube::Client::try_from(kube)?)
+        .with_clock(clock.shared())
+        .with_rate_limit(limit);
     let mut instances = BTreeMap::new();
     for n in 0..s.nodes {
         let id = format!("i-0c{n:015x}");
@@ -230,7 +259,7 @@ async fn cordons(s: &Settings, manifest: bool, loaded: bool) -> anyhow::Result<f
     if loaded {
         fake.set_foreign_load(ForeignLoad::new("global-default", 0.8).flows(10));
     }
-    fake.set_server_capacity(Some(s.server_rps));
+    fake.set_server_capacity(Some(SERVER_SEATS * REQUESTS_PER_SEAT));
     let started = clock.now();
     let known: Vec<InstanceFacts> = instances.values().cloned().collect();
     let nodes = KubeNodeDirectory::new(clients.clone())

@@ -43,7 +43,7 @@ enum Command {
     Mass(mass::MassArgs),
     /// One deployment serving two clusters: their mass interruptions at once, one API server
     /// down for 60 s, and forewarn's own share of a loaded API server (issue 38).
-    Fleet(mass::Settings),
+    Fleet(fleet::FleetArgs),
     /// The capacity a mass interruption costs its workloads, with surge and evicting at once,
     /// on the fake's cluster simulation (scheduler, ReplicaSets, an autoscaler) (issue 27).
     Capacity(capacity::CapacitySettings),
@@ -59,7 +59,7 @@ async fn main() -> anyhow::Result<()> {
         Command::ColdStart { runs, lambda_dir } => cold_start(runs, &lambda_dir).await?,
         Command::E2e { runs } => e2e::report(runs).await?,
         Command::Mass(args) => mass::report(&args.settings, args.svg.as_deref()).await?,
-        Command::Fleet(settings) => fleet::report(&settings).await?,
+        Command::Fleet(args) => fleet::report(&args).await?,
         Command::Capacity(settings) => capacity::report(&settings).await?,
         Command::Policies(settings) => policies::report(&settings)?,
     };
