@@ -1,8 +1,11 @@
 //! `forewarn deploy`: docs/deploy.md's deployment in one command. Builds both functions with
 //! cargo-lambda, creates or updates the stack, deploys the functions with `cargo lambda deploy`
-//! from the stack's outputs, wires them (`FunctionsDeployed=true`), and applies or prints the
-//! Kubernetes manifests. Every step is idempotent: a rerun is an upgrade.
+//! from the stack's outputs, wires them (`FunctionsDeployed=true`), makes the access entries of
+//! the clusters the stack does not, and applies or prints the Kubernetes manifests in each
+//! cluster served. Every step is idempotent: a rerun is an upgrade, and a rerun with one more
+//! `--cluster` adds that cluster.
 
+mod access;
 mod functions;
 mod manifests;
 mod stack;
@@ -16,10 +19,11 @@ use std::process::ExitCode;
 use anyhow::{Context, anyhow, bail};
 use aws_config::Region;
 use clap::Args;
+use forewarn::adapters::kube::{ClusterAccess, EksAccess};
 use forewarn::app::settings::Settings;
 
-use functions::{Env, FUNCTIONS, command_line};
-use stack::{Change, Current, FUNCTION_ARCHITECTURE, Plan};
+use functions::{FUNCTIONS, command_line};
+use stack::{CREATE_ACCESS_ENTRY, Change, Clusters, Current, FUNCTION_ARCHITECTURE, Plan};
 
 /// The template, relative to the repository's root.
 const TEMPLATE: &str = "infra/forewarn.yaml";
@@ -36,15 +40,27 @@ const UNDER: &str = "      ";
 
 #[derive(Args, Debug)]
 pub struct DeployArgs {
-    /// The EKS cluster (the stack's ClusterName).
-    #[arg(long, value_name = "NAME")]
-    cluster: String,
-    /// The CloudFormation stack [default: forewarn-<cluster>].
+    /// An EKS cluster to serve (repeatable: one deployment for several clusters; the stack's
+    /// ClusterNames). The first names a new stack (its ClusterName, in its resources' names);
+    /// an existing stack keeps its own, which must be among them. Adding a cluster later: the
+    /// same command with one more --cluster.
+    #[arg(
+        long = "cluster",
+        value_name = "NAME",
+        required_unless_present = "all_clusters"
+    )]
+    clusters: Vec<String>,
+    /// Serve every EKS cluster of the account and region (the stack's ClusterNames=*; EKS
+    /// ListClusters says which get access entries and manifests now). At most one --cluster
+    /// with it: a new deployment's name.
+    #[arg(long)]
+    all_clusters: bool,
+    /// The CloudFormation stack [default: forewarn-<first --cluster>].
     #[arg(long, value_name = "NAME")]
     stack_name: Option<String>,
     /// A stack parameter, e.g. `--parameter FunctionArchitecture=x86_64` (repeatable). An
     /// existing stack keeps the value of every parameter not given. Not FunctionsDeployed (the
-    /// command sets it) nor ClusterName (--cluster).
+    /// command sets it) nor ClusterName and ClusterNames (--cluster, --all-clusters).
     #[arg(long = "parameter", value_name = "KEY=VALUE")]
     parameters: Vec<String>,
     /// The AWS region [default: the standard AWS configuration: AWS_REGION, the profile].
@@ -59,15 +75,16 @@ pub struct DeployArgs {
     /// metadata, these): give them at every run.
     #[arg(long, value_name = "KEY=VALUE")]
     handler_env: Vec<String>,
-    /// One more environment variable of the sweeper (repeatable; no comma in the value).
+    /// One more environment variable of the sweeper (repeatable).
     #[arg(long, value_name = "KEY=VALUE")]
     sweeper_env: Vec<String>,
     /// Do not build: deploy the bootstraps already under target/lambda.
     #[arg(long)]
     no_build: bool,
-    /// Apply the manifests to the cluster of the kubeconfig (KUBECONFIG, ~/.kube/config, or
-    /// FOREWARN_EKS_CLUSTER). Without it they are listed with the kubectl commands that apply
-    /// them.
+    /// Apply the manifests in each cluster served: through the kubeconfig's (KUBECONFIG,
+    /// ~/.kube/config) context named after the cluster, else through EKS with your IAM identity
+    /// (one cluster alone: else the kubeconfig's current context, or FOREWARN_EKS_CLUSTER).
+    /// Without it they are listed with the kubectl commands that apply them.
     #[arg(long)]
     kube: bool,
     /// The forewarn repository to deploy from (its infra/, the functions' crates) [default: the
@@ -119,12 +136,64 @@ struct Deploy {
     template: String,
     name: String,
     cfn: aws_sdk_cloudformation::Client,
+    eks: aws_sdk_eks::Client,
     region: Option<String>,
     plan: Plan,
+    /// The clusters served now: `--cluster`, or those EKS lists (`--all-clusters`).
+    served: Vec<String>,
     /// The stack's outputs: the existing stack's, then those after the first pass.
     outputs: Option<BTreeMap<String, String>>,
     /// The command's clock: every wait of the deploy's own (the placeholder policy's check).
     clock: std::sync::Arc<dyn forewarn::ports::Clock>,
+    /// What failed in one cluster while the others went on: the command fails at the end.
+    failures: Vec<String>,
+}
+
+/// What `run` reads before any step: the template's parameters, the arguments checked, the
+/// manifests.
+struct Inputs {
+    root: PathBuf,
+    template: String,
+    declared: stack::Template,
+    given: Vec<(String, String)>,
+    clusters: Clusters,
+    handler_env: Vec<String>,
+    sweeper_env: Vec<String>,
+    objects: Vec<manifests::Object>,
+    name: String,
+}
+
+/// Reads and checks everything `run` needs that is not AWS's or a cluster's: a bad argument stops
+/// the command before anything is read.
+fn inputs(args: &DeployArgs) -> anyhow::Result<Inputs> {
+    let root = find_root(args.root.as_deref())?;
+    let template = std::fs::read_to_string(root.join(TEMPLATE))
+        .with_context(|| format!("reading {}", root.join(TEMPLATE).display()))?;
+    let declared = stack::declared(&template).with_context(|| format!("reading {TEMPLATE}"))?;
+    let given = stack::given(&args.parameters, &declared)?;
+    let clusters = Clusters::new(args.clusters.clone(), args.all_clusters)?;
+    let handler_env = functions::extra_env("--handler-env", &args.handler_env)?;
+    let sweeper_env = functions::extra_env("--sweeper-env", &args.sweeper_env)?;
+    let objects = manifests::load(&root)?;
+    let name = match (&args.stack_name, clusters.named.first()) {
+        (Some(name), _) => name.clone(),
+        (None, Some(first)) => format!("forewarn-{first}"),
+        (None, None) => bail!(
+            "--all-clusters without --cluster: give --stack-name, the stack to update (or \
+             --cluster NAME, a new deployment's name)"
+        ),
+    };
+    Ok(Inputs {
+        root,
+        template,
+        declared,
+        given,
+        clusters,
+        handler_env,
+        sweeper_env,
+        objects,
+        name,
+    })
 }
 
 pub async fn run(
@@ -132,18 +201,17 @@ pub async fn run(
     settings: Settings,
     clock: std::sync::Arc<dyn forewarn::ports::Clock>,
 ) -> anyhow::Result<ExitCode> {
-    let root = find_root(args.root.as_deref())?;
-    let template = std::fs::read_to_string(root.join(TEMPLATE))
-        .with_context(|| format!("reading {}", root.join(TEMPLATE).display()))?;
-    let declared = stack::declared(&template).with_context(|| format!("reading {TEMPLATE}"))?;
-    let given = stack::given(&args.parameters, &declared)?;
-    let handler_env = functions::extra_env("--handler-env", &args.handler_env, true)?;
-    let sweeper_env = functions::extra_env("--sweeper-env", &args.sweeper_env, false)?;
-    let objects = manifests::load(&root)?;
-    let name = args
-        .stack_name
-        .clone()
-        .unwrap_or_else(|| format!("forewarn-{}", args.cluster));
+    let Inputs {
+        root,
+        template,
+        declared,
+        given,
+        clusters,
+        handler_env,
+        sweeper_env,
+        objects,
+        name,
+    } = inputs(&args)?;
     let mut sdk = forewarn::adapters::aws::load(settings.aws).await;
     if let Some(region) = &args.region {
         sdk = sdk
@@ -155,9 +223,10 @@ pub async fn run(
     if region.is_none() && !args.dry_run {
         bail!("no AWS region: give --region, or set AWS_REGION");
     }
+    let served = served(&clusters, &sdk, args.dry_run).await?;
     say(format!(
-        "forewarn deploy: cluster {}, stack {name}, region {}{}",
-        args.cluster,
+        "forewarn deploy: {}, stack {name}, region {}{}",
+        describe_served(&clusters, &served),
         region.as_deref().unwrap_or("(none configured)"),
         if args.dry_run {
             " — dry run: nothing is changed"
@@ -165,12 +234,8 @@ pub async fn run(
             ""
         }
     ))?;
-    // The cluster first: a kubeconfig that does not work stops the command before any change.
-    let cluster = match (args.kube, args.dry_run) {
-        (false, _) => None,
-        (true, true) => Some(connect(&settings).await),
-        (true, false) => Some(Ok(connect(&settings).await?)),
-    };
+    // The clusters first: when none answers, the command stops before any change.
+    let reached = reach(&settings, &served, args.kube, args.dry_run).await?;
     let cfn = aws_sdk_cloudformation::Client::new(&sdk);
     let current = read_stack(&cfn, &name, args.dry_run).await?;
     if let Some(current) = &current
@@ -178,7 +243,7 @@ pub async fn run(
     {
         stack::check_updatable(&name, current)?;
     }
-    let plan = Plan::new(&name, &args.cluster, &given, current.as_ref(), &declared)?;
+    let plan = Plan::new(&name, &clusters, &given, current.as_ref(), &declared)?;
     // The manifests name the stack's groups (given, kept, or the defaults they are written with).
     let groups: Vec<(String, String)> = manifests::GROUP_PARAMETERS
         .iter()
@@ -197,18 +262,103 @@ pub async fn run(
         template,
         name,
         cfn,
+        eks: aws_sdk_eks::Client::new(&sdk),
         region,
         plan,
+        served,
         clock,
+        failures: Vec::new(),
     };
     deploy.build().await?;
     deploy.stack().await?;
     deploy.functions().await?;
     deploy.wire().await?;
-    deploy.manifests(cluster, &objects).await?;
+    deploy.access_entries().await?;
+    deploy.manifests(reached, &objects).await?;
     deploy.summary()?;
+    if !deploy.failures.is_empty() {
+        bail!(
+            "not deployed in every cluster: {}",
+            deploy.failures.join("; ")
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
+
+/// The clusters served now: `--cluster`, or every EKS cluster of the account and region
+/// (`--all-clusters`). In a dry run a list that cannot be read is empty, after a line saying so.
+async fn served(
+    clusters: &Clusters,
+    sdk: &aws_config::SdkConfig,
+    dry_run: bool,
+) -> anyhow::Result<Vec<String>> {
+    if !clusters.all {
+        return Ok(clusters.named.clone());
+    }
+    match access::all_clusters(sdk).await {
+        Ok(names) => Ok(names),
+        Err(e) if dry_run => {
+            say(format!(
+                "{e:#}: the clusters are unknown, the per-cluster steps below name none"
+            ))?;
+            Ok(Vec::new())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// `cluster a`, `clusters a, b`, `every EKS cluster of the account and region (now a, b)`.
+fn describe_served(clusters: &Clusters, served: &[String]) -> String {
+    match (clusters.all, served) {
+        (true, []) => "every EKS cluster of the account and region (none now)".to_string(),
+        (true, _) => format!(
+            "every EKS cluster of the account and region (now {})",
+            served.join(", ")
+        ),
+        (false, [one]) => format!("cluster {one}"),
+        (false, _) => format!("clusters {}", served.join(", ")),
+    }
+}
+
+/// With `--kube`, each cluster served, connected and asked its version. When none answers (one
+/// cluster alone: when it does not), the command stops before any change, except in a dry run;
+/// when some do, the others are named now and the command fails at the end.
+async fn reach(
+    settings: &Settings,
+    served: &[String],
+    kube: bool,
+    dry_run: bool,
+) -> anyhow::Result<Option<Reached>> {
+    if !kube {
+        return Ok(None);
+    }
+    let one = served.len() == 1;
+    let mut reached = Vec::new();
+    for name in served {
+        reached.push((name.clone(), connect(settings, name, one).await));
+    }
+    if !dry_run && !reached.is_empty() && reached.iter().all(|(_, r)| r.is_err()) {
+        let errors: Vec<String> = reached
+            .into_iter()
+            .filter_map(|(_, r)| r.err().map(|e| format!("{e:#}")))
+            .collect();
+        bail!("{}", errors.join("; "));
+    }
+    if !dry_run {
+        for (name, r) in &reached {
+            if let Err(e) = r {
+                say(format!(
+                    "cluster {name}: cannot be reached ({e:#}); the other clusters are \
+                     deployed, and the command fails at the end"
+                ))?;
+            }
+        }
+    }
+    Ok(Some(reached))
+}
+
+/// Each cluster served and its connection (with `--kube`).
+type Reached = Vec<(String, anyhow::Result<Cluster>)>;
 
 /// The stack as it is. In a dry run a stack that cannot be read is `None` (the steps shown are
 /// then a first deploy's), after a line saying so.
@@ -251,7 +401,7 @@ impl Deploy {
         let architecture = self.plan.value(FUNCTION_ARCHITECTURE).unwrap_or("arm64");
         let args = functions::build_args(functions::build_flag(architecture)?);
         say(format!(
-            "[1/5] build ({architecture}): {}",
+            "[1/6] build ({architecture}): {}",
             command_line("cargo", &args)
         ))?;
         if self.args.no_build {
@@ -288,7 +438,7 @@ impl Deploy {
     async fn stack(&mut self) -> anyhow::Result<()> {
         let verb = if self.plan.exists { "update" } else { "create" };
         say(format!(
-            "[2/5] stack {}: {verb} with {}",
+            "[2/6] stack {}: {verb} with {}",
             self.name,
             self.plan.describe(&self.plan.first)
         ))?;
@@ -332,11 +482,11 @@ impl Deploy {
 
     /// Step 3: both functions, with the roles, timeout and environment of the stack's outputs.
     async fn functions(&self) -> anyhow::Result<()> {
-        say("[3/5] functions: cargo lambda deploy, with the stack's outputs")?;
+        say("[3/6] functions: cargo lambda deploy, with the stack's outputs")?;
         let known: BTreeMap<String, String> = [
             "FunctionTimeout",
             "HandlerEnvFile",
-            "SweeperEnvVars",
+            "SweeperEnvFile",
             "HandlerFunctionName",
             "HandlerRoleArn",
             "SweeperFunctionName",
@@ -346,12 +496,6 @@ impl Deploy {
         .map(|k| Ok((k.to_string(), self.output(k)?)))
         .collect::<anyhow::Result<_>>()?;
         let lookup = |k: &str| known.get(k).cloned().unwrap_or_else(|| format!("<{k}>"));
-        // HandlerEnvFile, then --handler-env: one KEY=VALUE a line.
-        let mut handler_vars: Vec<String> = lookup("HandlerEnvFile")
-            .lines()
-            .map(str::to_string)
-            .collect();
-        handler_vars.extend(self.handler_env.iter().cloned());
         // Removed at the end of the step.
         let env_dir = match self.dry_run() {
             true => None,
@@ -359,41 +503,41 @@ impl Deploy {
                 tempfile::Builder::new()
                     .prefix("forewarn-deploy-")
                     .tempdir()
-                    .context("creating a folder for the handler's environment file")?,
+                    .context("creating a folder for the functions' environment files")?,
             ),
         };
-        let env_file = match &env_dir {
-            None => "<a file holding HandlerEnvFile>".to_string(),
-            Some(dir) => {
-                let path = dir.path().join("handler.env");
-                std::fs::write(&path, format!("{}\n", handler_vars.join("\n")))
-                    .with_context(|| format!("writing {}", path.display()))?;
-                path.display().to_string()
-            }
-        };
-        let sweeper_vars = lookup("SweeperEnvVars");
         let endpoint = functions::endpoint_from_env();
         for f in FUNCTIONS {
-            let env = match f.prefix {
-                "Handler" => Env::File(&env_file),
-                _ => Env::Vars(&sweeper_vars, &self.sweeper_env),
+            // <Prefix>EnvFile, then --handler-env or --sweeper-env: one KEY=VALUE a line.
+            let output = format!("{}EnvFile", f.prefix);
+            let mut vars: Vec<String> = lookup(&output).lines().map(str::to_string).collect();
+            vars.extend(match f.prefix {
+                "Handler" => self.handler_env.iter().cloned(),
+                _ => self.sweeper_env.iter().cloned(),
+            });
+            let env_file = match &env_dir {
+                None => format!("<a file holding {output}>"),
+                Some(dir) => {
+                    let path = dir.path().join(format!("{}.env", f.binary));
+                    std::fs::write(&path, format!("{}\n", vars.join("\n")))
+                        .with_context(|| format!("writing {}", path.display()))?;
+                    path.display().to_string()
+                }
             };
             let args = functions::deploy_args(
                 f,
                 &lookup,
-                env,
+                &env_file,
                 self.region.as_deref(),
                 endpoint.as_deref(),
             );
             say(format!("{UNDER}{}", command_line("cargo", &args)))?;
             if self.dry_run() {
-                if f.prefix == "Handler" {
-                    // Names only: a value may be a secret (a webhook URL).
-                    say(format!(
-                        "{UNDER}  (the file sets: {})",
-                        functions::names_of(&handler_vars).join(" ")
-                    ))?;
-                }
+                // Names only: a value may be a secret (a webhook URL).
+                say(format!(
+                    "{UNDER}  (the file sets: {})",
+                    functions::names_of(&vars).join(" ")
+                ))?;
                 say(format!("{UNDER}  would run it"))?;
                 continue;
             }
@@ -412,7 +556,7 @@ impl Deploy {
     /// Step 4: `FunctionsDeployed=true`, unless the stack already had it.
     async fn wire(&mut self) -> anyhow::Result<()> {
         say(format!(
-            "[4/5] wiring: stack {} with FunctionsDeployed=true (the event source mapping, the \
+            "[4/6] wiring: stack {} with FunctionsDeployed=true (the event source mapping, the \
              sweeper's schedule and permission, the function alarms)",
             self.name
         ))?;
@@ -443,46 +587,138 @@ impl Deploy {
         Ok(())
     }
 
-    /// Step 5: the manifests, applied with --kube, else listed with their kubectl commands.
+    /// Step 5: the access entries of the functions' roles in each cluster served but the
+    /// stack's own `ClusterName` (the stack makes those): each role in its Kubernetes group. None
+    /// with `CreateAccessEntry=false` (the roles are mapped another way). A cluster whose entry
+    /// fails is named, the others go on, and the command fails at the end.
+    async fn access_entries(&mut self) -> anyhow::Result<()> {
+        say("[5/6] access entries: the functions' roles in each cluster served (EKS)")?;
+        if self.plan.value(CREATE_ACCESS_ENTRY) == Some("false") {
+            return say(format!(
+                "{UNDER}none: {CREATE_ACCESS_ENTRY}=false (the roles are given access another \
+                 way, e.g. each cluster's aws-auth ConfigMap)"
+            ));
+        }
+        let roles: Vec<(String, String)> = FUNCTIONS
+            .iter()
+            .map(|f| {
+                let group = self
+                    .plan
+                    .value(&format!("{}KubernetesGroup", f.prefix))
+                    .unwrap_or_default();
+                Ok((self.output(&format!("{}RoleArn", f.prefix))?, group.into()))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        for cluster in self.served.clone() {
+            if cluster == self.plan.name {
+                say(format!(
+                    "{UNDER}cluster {cluster}: the stack's own (HandlerAccessEntry, \
+                     SweeperAccessEntry)"
+                ))?;
+                continue;
+            }
+            for (role, group) in &roles {
+                self.access_entry(&cluster, role, group).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One access entry: made, or updated, or read in a dry run (unless the role is not known
+    /// yet: a stack yet to be created).
+    async fn access_entry(&mut self, cluster: &str, role: &str, group: &str) -> anyhow::Result<()> {
+        let what = format!("{UNDER}cluster {cluster}: {role} in group {group}");
+        if role.starts_with('<') {
+            return say(format!("{what}: would be created"));
+        }
+        let groups = [group.to_string()];
+        match access::ensure(&self.eks, cluster, role, &groups, self.dry_run()).await {
+            Ok(entry) => say(format!("{what}: {entry}")),
+            Err(e) if self.dry_run() => say(format!("{what}: could not be read ({e})")),
+            Err(e) => {
+                say(format!("{what}: failed ({e})"))?;
+                // The error names the cluster.
+                self.failures.push(e.to_string());
+                Ok(())
+            }
+        }
+    }
+
+    /// Step 6: the manifests in each cluster served, applied with --kube, else listed with their
+    /// kubectl commands. A cluster that cannot be reached, or whose manifests fail, is named;
+    /// the others go on, and the command fails at the end.
     async fn manifests(
-        &self,
-        cluster: Option<anyhow::Result<Cluster>>,
+        &mut self,
+        reached: Option<Reached>,
         objects: &[manifests::Object],
     ) -> anyhow::Result<()> {
         let files: Vec<&str> = manifests::MANIFESTS.iter().map(|m| m.0).collect();
-        say(format!("[5/5] kubernetes: {}", files.join(", ")))?;
-        let Some(cluster) = cluster else {
-            for o in objects {
-                let what = match o.policy {
-                    manifests::Policy::Apply => "to be applied",
-                    manifests::Policy::CreateOnly => "to be created once (never overwritten)",
-                };
-                say(format!("{UNDER}{o} ({}): {what}", o.file))?;
-            }
-            say(format!(
-                "{UNDER}not applied (no --kube); with admin access to the cluster, run:"
-            ))?;
-            for c in manifests::kubectl_commands() {
-                say(format!("{UNDER}  {c}"))?;
-            }
-            return Ok(());
+        say(format!("[6/6] kubernetes: {}", files.join(", ")))?;
+        let Some(reached) = reached else {
+            return self.list_manifests(objects);
         };
-        let Cluster { client, version } = match cluster {
-            Ok(cluster) => cluster,
-            Err(e) if self.dry_run() => {
-                say(format!("{UNDER}the cluster could not be reached ({e:#})"))?;
-                for o in objects {
-                    say(format!("{UNDER}{o} ({}): would be applied", o.file))?;
+        for (name, cluster) in reached {
+            let cluster = match cluster {
+                Ok(cluster) => cluster,
+                Err(e) if self.dry_run() => {
+                    say(format!(
+                        "{UNDER}cluster {name}: could not be reached ({e:#})"
+                    ))?;
+                    for o in objects {
+                        say(format!("{UNDER}  {o} ({}): would be applied", o.file))?;
+                    }
+                    continue;
                 }
-                return Ok(());
+                Err(e) => {
+                    // The error names the cluster.
+                    say(format!("{UNDER}cluster {name}: not applied ({e:#})"))?;
+                    self.failures.push(format!("{e:#}"));
+                    continue;
+                }
+            };
+            say(format!("{UNDER}cluster {name} ({}):", cluster.via))?;
+            if let Err(e) = self.apply_in(&cluster, objects).await {
+                say(format!("{UNDER}  cluster {name}: stopped ({e:#})"))?;
+                self.failures.push(format!("cluster {name}: {e:#}"));
             }
-            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+
+    /// Without --kube: the objects, and the kubectl commands that apply them in each cluster.
+    fn list_manifests(&self, objects: &[manifests::Object]) -> anyhow::Result<()> {
+        for o in objects {
+            let what = match o.policy {
+                manifests::Policy::Apply => "to be applied",
+                manifests::Policy::CreateOnly => "to be created once (never overwritten)",
+            };
+            say(format!("{UNDER}{o} ({}): {what}", o.file))?;
+        }
+        let clusters = match self.served.as_slice() {
+            [] | [_] => "the cluster".to_string(),
+            several => format!("each cluster ({})", several.join(", ")),
         };
+        say(format!(
+            "{UNDER}not applied (no --kube); with admin access to {clusters}, run:"
+        ))?;
+        for c in manifests::kubectl_commands() {
+            say(format!("{UNDER}  {c}"))?;
+        }
+        Ok(())
+    }
+
+    /// Every object in one cluster, in order; the first failure stops this cluster's.
+    async fn apply_in(
+        &self,
+        cluster: &Cluster,
+        objects: &[manifests::Object],
+    ) -> anyhow::Result<()> {
+        let under = format!("{UNDER}  ");
         let mut skipped: Vec<&str> = Vec::new();
         let mut checked = false;
         for o in objects {
-            if let Some(why) = o.skipped_on(version) {
-                say(format!("{UNDER}{o}: {why}"))?;
+            if let Some(why) = o.skipped_on(cluster.version) {
+                say(format!("{under}{o}: {why}"))?;
                 if !skipped.contains(&o.file) {
                     skipped.push(o.file);
                 }
@@ -493,24 +729,29 @@ impl Deploy {
                 // both of forewarn's groups.
                 for key in ["HandlerKubernetesGroup", "SweeperKubernetesGroup"] {
                     let group = self.plan.value(key).unwrap_or_default();
-                    manifests::check_placeholder_policy(&client, group, 5, self.clock.as_ref())
-                        .await?;
+                    manifests::check_placeholder_policy(
+                        &cluster.client,
+                        group,
+                        5,
+                        self.clock.as_ref(),
+                    )
+                    .await?;
                     say(format!(
-                        "{UNDER}{}: enforced for {group} (a pod that is not a placeholder is \
+                        "{under}{}: enforced for {group} (a pod that is not a placeholder is \
                          refused)",
                         manifests::PLACEHOLDER_POLICY
                     ))?;
                 }
                 checked = true;
             }
-            match manifests::apply(&client, o, self.dry_run()).await {
-                Ok(outcome) => say(format!("{UNDER}{o}: {outcome}"))?,
-                Err(e) if self.dry_run() => say(format!("{UNDER}{o}: could not be read ({e:#})"))?,
+            match manifests::apply(&cluster.client, o, self.dry_run()).await {
+                Ok(outcome) => say(format!("{under}{o}: {outcome}"))?,
+                Err(e) if self.dry_run() => say(format!("{under}{o}: could not be read ({e:#})"))?,
                 Err(e) => return Err(e),
             }
         }
         for file in skipped {
-            say(format!("{UNDER}{}", skipped_means(file)))?;
+            say(format!("{under}{}", skipped_means(file)))?;
         }
         Ok(())
     }
@@ -530,10 +771,10 @@ impl Deploy {
                 self.name
             ))?,
         }
-        say(if self.dry_run() {
-            "dry run: nothing was changed"
-        } else {
-            "deployed"
+        say(match (self.dry_run(), self.failures.is_empty()) {
+            (true, _) => "dry run: nothing was changed",
+            (false, true) => "deployed",
+            (false, false) => "deployed, but not in every cluster (below)",
         })
     }
 }
@@ -559,28 +800,61 @@ fn skipped_means(file: &str) -> &'static str {
     }
 }
 
-/// A client of the cluster the settings reach (the kubeconfig, or FOREWARN_EKS_CLUSTER), which
-/// has answered (its version).
-async fn connect(settings: &Settings) -> anyhow::Result<Cluster> {
-    let cluster = forewarn::adapters::kube::connect(&settings.cluster_access, settings.aws)
+/// How `--kube` reaches the cluster `name`: the kubeconfig's context named after it when there
+/// is one; else `FOREWARN_EKS_CLUSTER`'s access when it names it; else, one cluster alone, the
+/// kubeconfig's current context; else EKS (`DescribeCluster`, an IAM token of the caller's identity).
+fn access_of(settings: &Settings, name: &str, one: bool) -> (ClusterAccess, String) {
+    if forewarn::adapters::kube::has_context(name) {
+        return (
+            ClusterAccess::Context(name.to_string()),
+            format!("kubeconfig context {name}"),
+        );
+    }
+    match &settings.cluster_access {
+        ClusterAccess::Eks(eks) if eks.cluster == name => {
+            (settings.cluster_access.clone(), "EKS".to_string())
+        }
+        ClusterAccess::Kubeconfig if one => (
+            ClusterAccess::Kubeconfig,
+            "the kubeconfig's current context".to_string(),
+        ),
+        _ => (
+            ClusterAccess::Eks(EksAccess {
+                cluster: name.to_string(),
+                endpoint: None,
+                ca_base64: None,
+                region: None,
+            }),
+            "EKS".to_string(),
+        ),
+    }
+}
+
+/// A client of the cluster `name` ([`access_of`]), which has answered (its version).
+async fn connect(settings: &Settings, name: &str, one: bool) -> anyhow::Result<Cluster> {
+    let (access, via) = access_of(settings, name, one);
+    let cluster = forewarn::adapters::kube::connect(&access, settings.aws)
         .await
-        .context("connecting to the cluster (--kube)")?;
+        .with_context(|| format!("cluster {name}: connecting (--kube)"))?;
     let client = cluster
         .client()
         .await
-        .context("connecting to the cluster (--kube)")?;
+        .with_context(|| format!("cluster {name}: connecting (--kube)"))?;
     let info = client
         .apiserver_version()
         .await
-        .context("the cluster does not answer (--kube)")?;
+        .with_context(|| format!("cluster {name}: the cluster does not answer (--kube)"))?;
     Ok(Cluster {
         version: manifests::version_of(&info.major, &info.minor),
         client,
+        via,
     })
 }
 
-/// The cluster `--kube` reaches, and its (major, minor) version when `/version` gave numbers.
+/// A cluster `--kube` reaches, how, and its (major, minor) version when `/version` gave numbers.
 struct Cluster {
     client: kube::Client,
     version: Option<(u32, u32)>,
+    /// How it is reached: `kubeconfig context NAME`, `EKS`, ...
+    via: String,
 }

@@ -17,6 +17,9 @@ use forewarn_tests::moto::{runtime, shared, unique_name};
 use kube_fake::{KubeFake, ResourceDef, StatusOnCreate};
 use serde_json::{Value, json};
 
+// Several clusters in one deployment.
+#[path = "deploy/many.rs"]
+mod many;
 mod support;
 use support::{Forewarn, kubeconfig_for, root};
 
@@ -93,13 +96,25 @@ async fn fake() -> KubeFake {
 /// `forewarn <args>` in the workspace root against moto at `endpoint` and the cluster of
 /// `kubeconfig`, off the runtime (which serves the fake).
 async fn forewarn(endpoint: &str, kubeconfig: &Path, args: &[&str]) -> Output {
+    forewarn_with(endpoint, None, kubeconfig, args).await
+}
+
+/// [`forewarn`], EKS at `eks` (the tests' fake) when given, else nowhere that answers.
+async fn forewarn_with(
+    endpoint: &str,
+    eks: Option<&str>,
+    kubeconfig: &Path,
+    args: &[&str],
+) -> Output {
     let (endpoint, kubeconfig) = (endpoint.to_string(), kubeconfig.to_path_buf());
+    let eks = eks.unwrap_or("http://127.0.0.1:1").to_string();
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     tokio::task::spawn_blocking(move || {
         let state = tempfile::tempdir().unwrap();
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         Forewarn::new(state.path())
             .aws_testing()
+            .env("AWS_ENDPOINT_URL_EKS", &eks)
             .env("AWS_ENDPOINT_URL", &endpoint)
             .env_remove("AWS_ENDPOINT_URL_LAMBDA")
             .env_remove("AWS_ENDPOINT_URL_CLOUDFORMATION")
@@ -231,11 +246,11 @@ fn a_dry_run_prints_every_step_and_changes_nothing() {
         let text = succeeded(&out);
         for line in [
             format!("stack {stack}: does not exist yet"),
-            "[1/5] build (x86_64): cargo lambda build --release --x86-64 -p interruption-handler \
+            "[1/6] build (x86_64): cargo lambda build --release --x86-64 -p interruption-handler \
              -p pool-sweeper"
                 .to_string(),
             format!(
-                "[2/5] stack {stack}: create with ClusterName={cluster} FunctionsDeployed=false \
+                "[2/6] stack {stack}: create with ClusterName={cluster} FunctionsDeployed=false \
                  FunctionArchitecture=x86_64 CreateAccessEntry=false"
             ),
             format!(
@@ -245,8 +260,8 @@ fn a_dry_run_prints_every_step_and_changes_nothing() {
             ),
             format!(
                 "cargo lambda deploy <SweeperFunctionName> --binary-name pool-sweeper --iam-role \
-                 <SweeperRoleArn> --timeout <FunctionTimeout> --env-var <SweeperEnvVars> \
-                 --region us-east-1 --endpoint-url {endpoint}"
+                 <SweeperRoleArn> --timeout <FunctionTimeout> --env-file <a file holding \
+                 SweeperEnvFile> --region us-east-1 --endpoint-url {endpoint}"
             ),
             format!(
                 "would update it with ClusterName={cluster} FunctionsDeployed=true \
@@ -260,7 +275,7 @@ fn a_dry_run_prints_every_step_and_changes_nothing() {
         ] {
             assert!(text.contains(&line), "missing {line:?} in:\n{text}");
         }
-        for step in ["[3/5]", "[4/5]", "[5/5]"] {
+        for step in ["[3/6]", "[4/6]", "[6/6]"] {
             assert!(text.contains(step), "{step} in:\n{text}");
         }
 
@@ -361,7 +376,7 @@ async fn first_deploy(d: &Deploying<'_>) -> (std::collections::BTreeMap<String, 
     .await;
     let text = succeeded(&out);
     for line in [
-        format!("[2/5] stack {stack}: create with"),
+        format!("[2/6] stack {stack}: create with"),
         "      created\n".to_string(),
         format!("  deployed {stack}-handler"),
         format!("  deployed {stack}-sweeper"),
@@ -496,8 +511,8 @@ async fn upgrade(
     let text = succeeded(&out);
     for line in [
         format!("stack {stack}: exists (UPDATE_COMPLETE)"),
-        "[1/5] build (x86_64)".to_string(),
-        format!("[2/5] stack {stack}: update with ClusterName={cluster} (kept: "),
+        "[1/6] build (x86_64)".to_string(),
+        format!("[2/6] stack {stack}: update with ClusterName={cluster} (kept: "),
         "FunctionsDeployed=true".to_string(),
         "CreateAccessEntry=false".to_string(),
         "LifecycleHookNames=drain-a,drain-b".to_string(),
@@ -775,7 +790,7 @@ fn an_unanswering_cluster_stops_everything(state: &Path) {
         err.contains("the cluster does not answer (--kube)"),
         "{err}"
     );
-    assert!(!stdout(&out).contains("[1/5]"), "{}", stdout(&out));
+    assert!(!stdout(&out).contains("[1/6]"), "{}", stdout(&out));
 }
 
 /// The repository is --root, or the checkout the command was built from: never one found
@@ -791,7 +806,7 @@ fn the_root_is_never_found_from_the_working_directory(run: &dyn Fn(&Path, &[&str
     let inside = elsewhere.path().join("infra/k8s");
     let out = run(&inside, &["deploy", "--cluster", "demo", "--dry-run"]);
     let text = succeeded(&out);
-    assert!(text.contains("[5/5] kubernetes"), "{text}");
+    assert!(text.contains("[6/6] kubernetes"), "{text}");
     let empty = tempfile::tempdir().unwrap();
     let out = run(
         &root(),
@@ -847,14 +862,12 @@ fn values_are_never_printed(run: &dyn Fn(&Path, &[&str]) -> Output) {
         !text.contains("XXXXSECRET") && !err.contains("XXXXSECRET"),
         "{text}\n{err}"
     );
-    assert!(
-        text.contains("FOREWARN_WEBHOOK_URL=(hidden)") && text.contains("FOREWARN_WEBHOOK_URL"),
-        "{text}"
-    );
-    assert!(
-        text.contains("(the file sets: <HandlerEnvFile> FOREWARN_WEBHOOK_URL)"),
-        "{text}"
-    );
+    for output in ["HandlerEnvFile", "SweeperEnvFile"] {
+        assert!(
+            text.contains(&format!("(the file sets: <{output}> FOREWARN_WEBHOOK_URL)")),
+            "{text}"
+        );
+    }
     let out = run(
         &root(),
         &[
@@ -881,11 +894,11 @@ fn a_dry_run_says_every_step(run: &dyn Fn(&Path, &[&str]) -> Output) {
     let text = succeeded(&out);
     for line in [
         "stack forewarn-demo: could not be read (",
-        "[1/5] build (arm64): cargo lambda build --release --arm64 -p interruption-handler -p \
+        "[1/6] build (arm64): cargo lambda build --release --arm64 -p interruption-handler -p \
          pool-sweeper",
-        "[2/5] stack forewarn-demo: create with ClusterName=demo FunctionsDeployed=false",
+        "[2/6] stack forewarn-demo: create with ClusterName=demo FunctionsDeployed=false",
         "--endpoint-url http://127.0.0.1:1",
-        "[4/5] wiring",
+        "[4/6] wiring",
         "ClusterRole forewarn (infra/k8s/rbac.yaml): to be applied",
         "not applied (no --kube)",
         "kubectl apply -f infra/k8s/rbac.yaml",

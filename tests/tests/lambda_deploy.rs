@@ -1,7 +1,7 @@
 //! The deploy workflow of docs/deploy.md against moto: the stack (with two lifecycle hook names,
 //! which `--env-var` could not carry), `cargo lambda deploy --endpoint-url` of both functions with
-//! the roles and environment from the stack's outputs (the handler's through `--env-file` from
-//! `HandlerEnvFile`, the sweeper's through `--env-var` from `SweeperEnvVars`), then the stack
+//! the roles and environment from the stack's outputs (through `--env-file`, from
+//! `HandlerEnvFile` and `SweeperEnvFile`), then the stack
 //! again with `FunctionsDeployed=true`, which wires the event source mapping.
 //!
 //! The functions must have been built with `cargo lambda build --x86-64` (the test
@@ -75,17 +75,12 @@ fn cargo_lambda_deploy_to_moto_then_wire_the_stack() {
             let name = &outputs[&format!("{prefix}FunctionName")];
             let role = &outputs[&format!("{prefix}RoleArn")];
             let timeout = &outputs["FunctionTimeout"];
-            // docs/deploy.md: `out HandlerEnvFile > handler.env` and `--env-file handler.env`;
-            // `--env-var "$SWEEPER_ENV"`.
+            // docs/how-to/deploy-by-hand.md: `out HandlerEnvFile > handler.env` and
+            // `--env-file handler.env`; the same for the sweeper.
             let env_dir = tempfile::tempdir().unwrap();
             let env_file = env_dir.path().join(format!("{binary}.env"));
-            let env = match prefix {
-                "Handler" => {
-                    std::fs::write(&env_file, &outputs["HandlerEnvFile"]).unwrap();
-                    ["--env-file", env_file.to_str().unwrap()]
-                }
-                _ => ["--env-var", outputs["SweeperEnvVars"].as_str()],
-            };
+            std::fs::write(&env_file, &outputs[&format!("{prefix}EnvFile")]).unwrap();
+            let env = ["--env-file", env_file.to_str().unwrap()];
             let mut args = vec![
                 "lambda",
                 "deploy",

@@ -50,14 +50,6 @@ pub fn build_args(flag: &str) -> Vec<String> {
     args
 }
 
-/// How the function's environment is given: the handler's through `--env-file` (a list of
-/// several lifecycle hook names keeps its commas), the sweeper's through `--env-var`, with one
-/// more `--env-var` per variable of `--sweeper-env`.
-pub enum Env<'a> {
-    File(&'a str),
-    Vars(&'a str, &'a [String]),
-}
-
 /// The variables the stack's outputs set: changed through the stack's parameters only.
 const FROM_THE_STACK: &[&str] = &[
     "FOREWARN_CLUSTERS",
@@ -71,12 +63,12 @@ const FROM_THE_STACK: &[&str] = &[
 ];
 
 /// The `KEY=VALUE` variables of `flag` (`--handler-env`, `--sweeper-env`), checked: a valid
-/// name, none the stack sets, one line, and no comma when `--env-var` carries them (cargo lambda
-/// splits it at commas).
+/// name, none the stack sets, one line. Both functions get their environment through
+/// `--env-file`, so a value may hold commas.
 ///
 /// An error names the variable, never its value (a webhook URL is a secret); an argument that
 /// is not `KEY=VALUE` is named by its place, not its text, which may be a value given alone.
-pub fn extra_env(flag: &str, raw: &[String], commas: bool) -> anyhow::Result<Vec<String>> {
+pub fn extra_env(flag: &str, raw: &[String]) -> anyhow::Result<Vec<String>> {
     for (i, var) in raw.iter().enumerate() {
         let (key, value) = var
             .split_once('=')
@@ -97,23 +89,20 @@ pub fn extra_env(flag: &str, raw: &[String], commas: bool) -> anyhow::Result<Vec
         if value.contains(['\n', '\r']) {
             bail!("{flag} {key}: the value must be one line");
         }
-        if !commas && value.contains(',') {
-            bail!(
-                "{flag} {key}: cargo lambda splits --env-var at commas, so a value of the \
-                 sweeper's cannot hold one"
-            );
-        }
     }
     Ok(raw.to_vec())
 }
 
 /// `cargo lambda deploy <name> --binary-name <binary> --iam-role <role> --timeout <t>
-/// <env> [--region <region>] [--endpoint-url <url>]`, without `cargo`. cargo lambda adds the
-/// `env` of the crate's `[package.metadata.lambda.deploy]` (FOREWARN_DRY_RUN=false, ...).
+/// --env-file <env_file> [--region <region>] [--endpoint-url <url>]`, without `cargo`. The
+/// environment goes through a file (the stack's `HandlerEnvFile` or `SweeperEnvFile`, then the
+/// extra variables), not `--env-var`, which cargo lambda splits at every comma: a list of
+/// clusters or hook names keeps its commas. cargo lambda adds the `env` of the crate's
+/// `[package.metadata.lambda.deploy]` (FOREWARN_DRY_RUN=false, ...).
 pub fn deploy_args(
     f: Function,
     output: &dyn Fn(&str) -> String,
-    env: Env<'_>,
+    env_file: &str,
     region: Option<&str>,
     endpoint: Option<&str>,
 ) -> Vec<String> {
@@ -128,14 +117,7 @@ pub fn deploy_args(
         "--timeout".to_string(),
         output("FunctionTimeout"),
     ];
-    match env {
-        Env::File(path) => args.extend(["--env-file".to_string(), path.to_string()]),
-        Env::Vars(vars, extra) => {
-            for v in std::iter::once(vars).chain(extra.iter().map(String::as_str)) {
-                args.extend(["--env-var".to_string(), v.to_string()]);
-            }
-        }
-    }
+    args.extend(["--env-file".to_string(), env_file.to_string()]);
     if let Some(region) = region {
         args.extend(["--region".to_string(), region.to_string()]);
     }
@@ -302,45 +284,39 @@ mod tests {
         let args = deploy_args(
             FUNCTIONS[1],
             &output,
-            Env::Vars("A=1,B=2", &["C=3".to_string()]),
+            "/tmp/x/pool-sweeper.env",
             Some("eu-west-1"),
             None,
         );
         assert_eq!(
             command_line("cargo", &args),
             "cargo lambda deploy <SweeperFunctionName> --binary-name pool-sweeper --iam-role \
-             <SweeperRoleArn> --timeout <FunctionTimeout> --env-var A=(hidden),B=(hidden) \
-             --env-var C=(hidden) --region eu-west-1"
+             <SweeperRoleArn> --timeout <FunctionTimeout> --env-file /tmp/x/pool-sweeper.env \
+             --region eu-west-1"
         );
-        // The command run has them.
-        assert!(args.contains(&"A=1,B=2".to_string()) && args.contains(&"C=3".to_string()));
         assert_eq!(quote("a b'c"), r"'a b'\''c'");
     }
 
     #[test]
     fn extra_variables_are_checked() {
         let vars = |raw: &[&str]| raw.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let ok = extra_env(
-            "--handler-env",
-            &vars(&["FOREWARN_LOG=debug", "X=a,b"]),
-            true,
-        );
+        // A list keeps its commas: both environments go through a file.
+        let ok = extra_env("--sweeper-env", &vars(&["FOREWARN_LOG=debug", "X=a,b"]));
         assert_eq!(ok.unwrap().len(), 2);
-        let err = |raw: &[&str], commas| {
-            extra_env("--sweeper-env", &vars(raw), commas)
+        let err = |raw: &[&str]| {
+            extra_env("--sweeper-env", &vars(raw))
                 .unwrap_err()
                 .to_string()
         };
-        assert!(err(&["X=a,b"], false).contains("commas"));
-        assert!(err(&["FOREWARN_TABLE=t"], true).contains("stack's outputs set it"));
-        assert!(err(&["1X=a"], true).contains("KEY=VALUE"));
-        assert!(err(&["noequals"], true).contains("KEY=VALUE"));
+        assert!(err(&["FOREWARN_TABLE=t"]).contains("stack's outputs set it"));
+        assert!(err(&["1X=a"]).contains("KEY=VALUE"));
+        assert!(err(&["noequals"]).contains("KEY=VALUE"));
         // Never the value: a secret given without its name, or with a bad one.
         for raw in [
             "https://hooks.example.com/services/SECRET",
             "HOOK URL=https://hooks.example.com/services/SECRET",
         ] {
-            let e = err(&["FOREWARN_LOG=debug", raw], true);
+            let e = err(&["FOREWARN_LOG=debug", raw]);
             assert!(
                 !e.contains("SECRET") && !e.contains("hooks.example.com"),
                 "{e}"
@@ -350,15 +326,12 @@ mod tests {
                 "{e}"
             );
         }
-        let e = err(
-            &["FOREWARN_WEBHOOK_URL=https://h.example.com/SECRET\nX=1"],
-            true,
-        );
+        let e = err(&["FOREWARN_WEBHOOK_URL=https://h.example.com/SECRET\nX=1"]);
         assert!(
             e.contains("FOREWARN_WEBHOOK_URL") && !e.contains("SECRET"),
             "{e}"
         );
-        assert!(err(&["X=a\nY=b"], true).contains("one line"));
+        assert!(err(&["X=a\nY=b"]).contains("one line"));
     }
 
     #[test]

@@ -17,8 +17,15 @@ use serde_json::Value;
 
 /// Set by the command: `false` on a first deploy, `true` once both functions exist.
 pub const FUNCTIONS_DEPLOYED: &str = "FunctionsDeployed";
-/// Given with `--cluster`.
+/// The deployment's name (in its resources' names): the first `--cluster` of a new stack, an
+/// existing stack's own.
 pub const CLUSTER_NAME: &str = "ClusterName";
+/// The clusters served, from `--cluster` (several) or `--all-clusters` (`*`); empty:
+/// `ClusterName` alone.
+pub const CLUSTER_NAMES: &str = "ClusterNames";
+/// Whether the stack makes the access entries of `ClusterName` (and `forewarn deploy` those of
+/// the other clusters).
+pub const CREATE_ACCESS_ENTRY: &str = "CreateAccessEntry";
 /// Selects the build flag.
 pub const FUNCTION_ARCHITECTURE: &str = "FunctionArchitecture";
 
@@ -89,8 +96,8 @@ pub fn declared(template: &str) -> anyhow::Result<Template> {
 }
 
 /// The `--parameter KEY=VALUE` arguments, checked against the template: no `FunctionsDeployed`
-/// (the command sets it), no `ClusterName` (`--cluster`), no key given twice, no key or value the
-/// template refuses.
+/// (the command sets it), no `ClusterName` nor `ClusterNames` (`--cluster`, `--all-clusters`), no
+/// key given twice, no key or value the template refuses.
 pub fn given(raw: &[String], template: &Template) -> anyhow::Result<Vec<(String, String)>> {
     let mut given: Vec<(String, String)> = Vec::new();
     for arg in raw {
@@ -103,13 +110,17 @@ pub fn given(raw: &[String], template: &Template) -> anyhow::Result<Vec<(String,
                  deploy until both functions exist, then true); leave it out"
             ),
             CLUSTER_NAME => bail!("--parameter {CLUSTER_NAME}: give the cluster with --cluster"),
+            CLUSTER_NAMES => bail!(
+                "--parameter {CLUSTER_NAMES}: give the clusters with --cluster (once per cluster) \
+                 or --all-clusters"
+            ),
             _ => {}
         }
         let Some(declared) = template.get(key) else {
             let known: Vec<&str> = template
                 .keys()
                 .map(String::as_str)
-                .filter(|k| ![FUNCTIONS_DEPLOYED, CLUSTER_NAME].contains(k))
+                .filter(|k| ![FUNCTIONS_DEPLOYED, CLUSTER_NAME, CLUSTER_NAMES].contains(k))
                 .collect();
             bail!(
                 "--parameter {key}: infra/forewarn.yaml has no such parameter (it has {})",
@@ -219,9 +230,97 @@ pub struct Param {
     pub origin: Origin,
 }
 
+/// The clusters `--cluster` and `--all-clusters` name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Clusters {
+    /// `--cluster`, in the order given.
+    pub named: Vec<String>,
+    /// `--all-clusters`: every EKS cluster of the account and region.
+    pub all: bool,
+}
+
+/// Whether `name` is a name EKS gives a cluster (the template's `AllowedPattern`): 1 to 100
+/// letters, digits, dashes or underscores, starting with a letter or digit.
+fn is_cluster_name(name: &str) -> bool {
+    name.len() <= 100
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+impl Clusters {
+    /// Checked: names EKS accepts, none given twice; at least one without `--all-clusters`, at
+    /// most one with it (the deployment's name).
+    pub fn new(named: Vec<String>, all: bool) -> anyhow::Result<Clusters> {
+        for (i, name) in named.iter().enumerate() {
+            if !is_cluster_name(name) {
+                bail!(
+                    "--cluster {name:?}: not an EKS cluster name (1 to 100 letters, digits, \
+                     dashes or underscores, starting with a letter or digit)"
+                );
+            }
+            if named[..i].contains(name) {
+                bail!("--cluster {name} is given twice");
+            }
+        }
+        match (named.len(), all) {
+            (0, false) => bail!(
+                "give the clusters to serve: --cluster NAME (once per cluster), or --all-clusters"
+            ),
+            (2.., true) => bail!(
+                "--all-clusters serves every EKS cluster of the account and region: give at \
+                 most one --cluster with it, the deployment's name (the stack's ClusterName)"
+            ),
+            _ => Ok(Clusters { named, all }),
+        }
+    }
+
+    /// `ClusterNames` for the deployment `name`: `*`, empty when `name` is the one cluster
+    /// served, else the list.
+    pub fn value(&self, name: &str) -> String {
+        if self.all {
+            "*".to_string()
+        } else if self.named == [name] {
+            String::new()
+        } else {
+            self.named.join(",")
+        }
+    }
+
+    /// The deployment's name: an existing stack keeps its own `ClusterName` (it is in the names
+    /// of its resources), which must be among the clusters given (or, with `--all-clusters`, be
+    /// the `--cluster` given if any); a new stack takes the first `--cluster`.
+    fn deployment(&self, stack: &str, current: Option<&Current>) -> anyhow::Result<String> {
+        let own = current.and_then(|c| c.parameters.get(CLUSTER_NAME));
+        match (own, self.named.first()) {
+            (Some(own), Some(first)) if self.all && own != first => bail!(
+                "stack {stack} is the deployment of cluster {own}, not {first}: with \
+                 --all-clusters give --cluster {own} or none, or another --stack-name"
+            ),
+            (Some(own), _) if !self.all && !self.named.contains(own) => {
+                let given = self.named.join(", --cluster ");
+                bail!(
+                    "stack {stack} is the deployment of cluster {own}, which is not among \
+                     --cluster {given}: add --cluster {own} (the stack's resources are named \
+                     after it; it may come last), or give another --stack-name"
+                )
+            }
+            (Some(own), _) => Ok(own.clone()),
+            (None, Some(first)) => Ok(first.clone()),
+            (None, None) => bail!(
+                "stack {stack} does not exist yet: with --all-clusters, name the deployment with \
+                 --cluster NAME (the stack's ClusterName, in its resources' names)"
+            ),
+        }
+    }
+}
+
 /// The parameters of both passes.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// The deployment's name: the stack's `ClusterName`.
+    pub name: String,
     /// Whether the stack exists (the first pass updates it).
     pub exists: bool,
     /// The first pass: given, else kept, else the template's default (not sent).
@@ -232,14 +331,17 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// A new stack: the given parameters and `FunctionsDeployed=false`. An existing one: its
-    /// own `FunctionsDeployed` (an upgrade never removes the event source mapping), the given
-    /// parameters, and the previous value of every other parameter the template still declares
-    /// (as `aws cloudformation deploy` does), sent explicitly: moto's UsePreviousValue
-    /// only knows parameters given at creation. New parameters take their defaults.
+    /// A new stack: `ClusterName` the first `--cluster`, `ClusterNames` when it serves more
+    /// (or `*`), the given parameters and `FunctionsDeployed=false`. An existing one: its own
+    /// `ClusterName` (which must be among the clusters given) and `FunctionsDeployed` (an upgrade
+    /// never removes the event source mapping), `ClusterNames` as the clusters given say, the
+    /// given parameters, and the previous value of every other parameter the template still
+    /// declares (as `aws cloudformation deploy` does), sent explicitly: moto's
+    /// UsePreviousValue only knows parameters given at creation. New parameters take their
+    /// defaults.
     pub fn new(
         stack: &str,
-        cluster: &str,
+        clusters: &Clusters,
         given: &[(String, String)],
         current: Option<&Current>,
         template: &Template,
@@ -253,21 +355,14 @@ impl Plan {
             value: value.to_string(),
             origin,
         };
-        let mut first = vec![param(CLUSTER_NAME, cluster, Origin::Given)];
+        let name = clusters.deployment(stack, current)?;
+        let mut first = vec![param(CLUSTER_NAME, &name, Origin::Given)];
         let wired = match current {
             None => {
                 first.push(param(FUNCTIONS_DEPLOYED, "false", Origin::Given));
                 false
             }
             Some(current) => {
-                if let Some(other) = current.parameters.get(CLUSTER_NAME)
-                    && other != cluster
-                {
-                    bail!(
-                        "stack {stack} is the stack of cluster {other}, not {cluster}: give \
-                         --cluster {other}, or another --stack-name"
-                    );
-                }
                 let value = current
                     .parameters
                     .get(FUNCTIONS_DEPLOYED)
@@ -276,6 +371,9 @@ impl Plan {
                 value == "true"
             }
         };
+        if let Some(served) = cluster_names(clusters, &name, current, template)? {
+            first.push(served);
+        }
         for (key, value) in given {
             first.push(param(key, value, Origin::Given));
         }
@@ -288,6 +386,7 @@ impl Plan {
             }
         }
         Ok(Plan {
+            name,
             exists: current.is_some(),
             first,
             wired,
@@ -344,6 +443,39 @@ impl Plan {
         }
         text
     }
+}
+
+/// `ClusterNames` as the clusters given say, always sent to an existing stack (a cluster left
+/// out is no longer served): `Given` when it changes, else `Kept`. A new stack that serves its
+/// `ClusterName` alone leaves it at its default (empty). A template without it serves one
+/// cluster: several are an error.
+fn cluster_names(
+    clusters: &Clusters,
+    name: &str,
+    current: Option<&Current>,
+    template: &Template,
+) -> anyhow::Result<Option<Param>> {
+    let value = clusters.value(name);
+    if !template.contains_key(CLUSTER_NAMES) {
+        if value.is_empty() {
+            return Ok(None);
+        }
+        bail!(
+            "the template declares no {CLUSTER_NAMES}: it serves one cluster (give one --cluster)"
+        );
+    }
+    // A new stack, or one that has no value yet: the default (empty) needs no sending.
+    let before = current.and_then(|c| c.parameters.get(CLUSTER_NAMES));
+    let origin = match before {
+        None if value.is_empty() => return Ok(None),
+        Some(before) if *before == value => Origin::Kept,
+        _ => Origin::Given,
+    };
+    Ok(Some(Param {
+        key: CLUSTER_NAMES.to_string(),
+        value,
+        origin,
+    }))
 }
 
 /// What a create-or-update did.
@@ -508,6 +640,10 @@ mod tests {
         args.iter().map(|s| s.to_string()).collect()
     }
 
+    fn one(name: &str) -> Clusters {
+        Clusters::new(vec![name.to_string()], false).unwrap()
+    }
+
     #[test]
     fn the_template_declares_its_parameters_with_defaults() {
         let t = template();
@@ -563,7 +699,7 @@ mod tests {
             ..Current::default()
         };
         let given = vec![("BatchSize".to_string(), "7".to_string())];
-        let plan = Plan::new("s", "demo", &given, Some(&current), &t).unwrap();
+        let plan = Plan::new("s", &one("demo"), &given, Some(&current), &t).unwrap();
         assert!(plan.exists && plan.wired);
         assert_eq!(plan.value(FUNCTION_ARCHITECTURE), Some("x86_64"));
         assert_eq!(plan.value("BatchSize"), Some("7"));
@@ -584,22 +720,120 @@ mod tests {
         at_defaults
             .parameters
             .insert("MaxReceiveCount".into(), "15".into());
-        let plan = Plan::new("s", "demo", &[], Some(&at_defaults), &t).unwrap();
+        let plan = Plan::new("s", &one("demo"), &[], Some(&at_defaults), &t).unwrap();
         assert_eq!(
             plan.describe(&plan.first),
             "ClusterName=demo (kept: FunctionsDeployed=true BatchSize=5 FunctionArchitecture=x86_64; \
              2 more at their defaults)"
         );
-        let other = Plan::new("s", "prod", &[], Some(&current), &t).unwrap_err();
+        let other = Plan::new("s", &one("prod"), &[], Some(&current), &t).unwrap_err();
         assert!(
-            other.to_string().contains("cluster demo, not prod"),
+            other
+                .to_string()
+                .contains("deployment of cluster demo, which is not among --cluster prod"),
             "{other}"
         );
     }
 
+    fn existing(clusters: &str) -> Current {
+        let mut parameters: BTreeMap<String, String> = [
+            (CLUSTER_NAME, "demo"),
+            (FUNCTIONS_DEPLOYED, "true"),
+            (CLUSTER_NAMES, clusters),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        if clusters == "(none)" {
+            parameters.remove(CLUSTER_NAMES);
+        }
+        Current {
+            status: "UPDATE_COMPLETE".into(),
+            parameters,
+            ..Current::default()
+        }
+    }
+
+    /// Several clusters: the stack keeps its ClusterName when it is among them (in any place),
+    /// ClusterNames is the list; adding one changes ClusterNames alone; back to one cluster
+    /// empties it; --all-clusters is `*`.
+    #[test]
+    fn several_clusters_keep_the_deployments_name_and_set_cluster_names() {
+        let t = template();
+        let many = |names: &[&str], all| Clusters::new(strings(names), all).unwrap();
+        let new = Plan::new("s", &many(&["a", "b"], false), &[], None, &t).unwrap();
+        assert_eq!(new.name, "a");
+        assert_eq!(
+            new.describe(&new.first),
+            "ClusterName=a FunctionsDeployed=false ClusterNames=a,b"
+        );
+        let lone = Plan::new("s", &one("demo"), &[], Some(&existing("")), &t).unwrap();
+        assert_eq!(lone.value(CLUSTER_NAMES), Some(""));
+        assert!(!lone.describe(&lone.first).contains("ClusterNames"));
+        let added = Plan::new(
+            "s",
+            &many(&["demo", "b"], false),
+            &[],
+            Some(&existing("")),
+            &t,
+        )
+        .unwrap();
+        assert_eq!(
+            added.describe(&added.first),
+            "ClusterName=demo ClusterNames=demo,b (kept: FunctionsDeployed=true)"
+        );
+        let again = Plan::new(
+            "s",
+            &many(&["b", "demo"], false),
+            &[],
+            Some(&existing("b,demo")),
+            &t,
+        )
+        .unwrap();
+        assert_eq!(
+            again.name, "demo",
+            "the stack's own name, though given second"
+        );
+        assert_eq!(
+            again.describe(&again.first),
+            "ClusterName=demo (kept: FunctionsDeployed=true ClusterNames=b,demo)"
+        );
+        let back = Plan::new("s", &one("demo"), &[], Some(&existing("demo,b")), &t).unwrap();
+        assert_eq!(back.value(CLUSTER_NAMES), Some(""));
+        assert!(back.describe(&back.first).contains("ClusterNames= "));
+        let all = Plan::new("s", &many(&[], true), &[], Some(&existing("(none)")), &t).unwrap();
+        assert_eq!(
+            (all.name.as_str(), all.value(CLUSTER_NAMES)),
+            ("demo", Some("*"))
+        );
+        let e = Plan::new("s", &many(&[], true), &[], None, &t).unwrap_err();
+        assert!(
+            e.to_string().contains("name the deployment with --cluster"),
+            "{e}"
+        );
+        let e = Plan::new("s", &many(&["x"], true), &[], Some(&existing("")), &t).unwrap_err();
+        assert!(e.to_string().contains("give --cluster demo or none"), "{e}");
+        let e =
+            Plan::new("s", &many(&["a", "b"], false), &[], Some(&existing("")), &t).unwrap_err();
+        assert!(e.to_string().contains("add --cluster demo"), "{e}");
+    }
+
+    #[test]
+    fn cluster_arguments_are_checked() {
+        let err = |names: &[&str], all| Clusters::new(strings(names), all).unwrap_err().to_string();
+        assert!(err(&["a", "a"], false).contains("given twice"));
+        assert!(err(&["-a"], false).contains("not an EKS cluster name"));
+        assert!(err(&["a,b"], false).contains("not an EKS cluster name"));
+        assert!(err(&[], false).contains("--all-clusters"));
+        assert!(err(&["a", "b"], true).contains("at most one --cluster"));
+        assert!(Clusters::new(strings(&["a"]), true).is_ok());
+        let e = given(&strings(&["ClusterNames=a,b"]), &template()).unwrap_err();
+        assert!(e.to_string().contains("--all-clusters"), "{e}");
+    }
+
     #[test]
     fn a_new_stack_starts_unwired_and_the_second_pass_wires_it() {
-        let plan = Plan::new("s", "demo", &[], None, &template()).unwrap();
+        let plan = Plan::new("s", &one("demo"), &[], None, &template()).unwrap();
         assert!(!plan.exists && !plan.wired);
         assert_eq!(plan.value(FUNCTIONS_DEPLOYED), Some("false"));
         assert_eq!(plan.value(FUNCTION_ARCHITECTURE), Some("arm64"));

@@ -1,0 +1,156 @@
+//! The EKS side of `forewarn deploy` with several clusters: the clusters of `--all-clusters`
+//! (EKS `ListClusters`), and each cluster's access entries for the functions' roles, which put
+//! each role in the Kubernetes group that `infra/k8s/rbac.yaml` binds. The stack makes the
+//! entries of its own `ClusterName` (`AWS::EKS::AccessEntry`, when `CreateAccessEntry` is true);
+//! these are the other clusters', made as the stack's are: type `STANDARD`, the role's group,
+//! the tag `app=forewarn`, no access policy.
+
+use aws_sdk_eks::Client;
+use aws_sdk_eks::error::ProvideErrorMetadata;
+use forewarn::adapters::aws::aws_error_text;
+use forewarn::ports::ClusterCatalog;
+
+/// What was done with one access entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    Created,
+    /// It existed with these groups.
+    Unchanged,
+    /// It existed with other groups (named), now replaced by the deployment's.
+    GroupsUpdated(Vec<String>),
+    WouldCreate,
+    WouldUpdate(Vec<String>),
+}
+
+impl std::fmt::Display for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let was = |groups: &[String]| match groups {
+            [] => "no group".to_string(),
+            _ => groups.join(", "),
+        };
+        match self {
+            Entry::Created => f.write_str("created"),
+            Entry::Unchanged => f.write_str("exists: unchanged"),
+            Entry::GroupsUpdated(old) => write!(f, "existed with {}: groups updated", was(old)),
+            Entry::WouldCreate => f.write_str("would be created"),
+            Entry::WouldUpdate(old) => {
+                write!(f, "exists with {}: its groups would be updated", was(old))
+            }
+        }
+    }
+}
+
+/// An EKS call about an access entry that failed.
+#[derive(Debug, thiserror::Error)]
+#[error("EKS {operation} of {principal} in cluster {cluster}: {text}")]
+pub struct AccessError {
+    pub operation: &'static str,
+    pub cluster: String,
+    pub principal: String,
+    pub text: String,
+}
+
+/// The access entry of `principal` in `cluster`, with `groups`: created when missing; when it
+/// exists (`ResourceInUseException`), read, and its groups updated when they differ. With
+/// `dry_run`, only read (`DescribeAccessEntry`).
+pub async fn ensure(
+    eks: &Client,
+    cluster: &str,
+    principal: &str,
+    groups: &[String],
+    dry_run: bool,
+) -> Result<Entry, AccessError> {
+    let failed = |operation, text| AccessError {
+        operation,
+        cluster: cluster.to_string(),
+        principal: principal.to_string(),
+        text,
+    };
+    if !dry_run {
+        let created = eks
+            .create_access_entry()
+            .cluster_name(cluster)
+            .principal_arn(principal)
+            .set_kubernetes_groups(Some(groups.to_vec()))
+            .r#type("STANDARD")
+            .tags("app", "forewarn")
+            .send()
+            .await;
+        match created {
+            Ok(_) => return Ok(Entry::Created),
+            Err(e) if e.code() == Some("ResourceInUseException") => {}
+            Err(e) => return Err(failed("CreateAccessEntry", aws_error_text(&e))),
+        }
+    }
+    let described = eks
+        .describe_access_entry()
+        .cluster_name(cluster)
+        .principal_arn(principal)
+        .send()
+        .await;
+    let existing = match described {
+        Ok(out) => out
+            .access_entry()
+            .map(|e| e.kubernetes_groups().to_vec())
+            .unwrap_or_default(),
+        Err(e) if dry_run && e.code() == Some("ResourceNotFoundException") => {
+            return Ok(Entry::WouldCreate);
+        }
+        Err(e) => return Err(failed("DescribeAccessEntry", aws_error_text(&e))),
+    };
+    if same_groups(&existing, groups) {
+        return Ok(Entry::Unchanged);
+    }
+    if dry_run {
+        return Ok(Entry::WouldUpdate(existing));
+    }
+    eks.update_access_entry()
+        .cluster_name(cluster)
+        .principal_arn(principal)
+        .set_kubernetes_groups(Some(groups.to_vec()))
+        .send()
+        .await
+        .map_err(|e| failed("UpdateAccessEntry", aws_error_text(&e)))?;
+    Ok(Entry::GroupsUpdated(existing))
+}
+
+fn same_groups(a: &[String], b: &[String]) -> bool {
+    let sorted = |v: &[String]| {
+        let mut v = v.to_vec();
+        v.sort();
+        v.dedup();
+        v
+    };
+    sorted(a) == sorted(b)
+}
+
+/// Every EKS cluster of the account and region (`ListClusters`, every page), sorted.
+pub async fn all_clusters(sdk: &aws_config::SdkConfig) -> anyhow::Result<Vec<String>> {
+    let mut names = forewarn::adapters::kube::EksClusters::new(sdk)
+        .clusters()
+        .await
+        .map_err(|e| anyhow::anyhow!("listing the EKS clusters (--all-clusters): {e}"))?;
+    names.sort();
+    Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_compare_as_sets_and_outcomes_say_what_was_there() {
+        let s = |v: &[&str]| v.iter().map(|g| g.to_string()).collect::<Vec<_>>();
+        assert!(same_groups(&s(&["b", "a"]), &s(&["a", "b"])));
+        assert!(!same_groups(&s(&["a"]), &s(&["a", "b"])));
+        assert!(!same_groups(&[], &s(&["a"])));
+        assert_eq!(
+            Entry::GroupsUpdated(s(&["old"])).to_string(),
+            "existed with old: groups updated"
+        );
+        assert_eq!(
+            Entry::WouldUpdate(vec![]).to_string(),
+            "exists with no group: its groups would be updated"
+        );
+    }
+}

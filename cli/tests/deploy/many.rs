@@ -1,0 +1,416 @@
+//! One deployment for several clusters: `--cluster` given more than once, `--all-clusters`.
+//! Each cluster is a Kubernetes fake of its own, reached through the kubeconfig context named
+//! after it. EKS access entries are answered by `forewarn_tests::eks::EksFake`, a loopback
+//! server shaped after the EKS API reference (moto 5.2.5 serves no access entries), reached
+//! through `AWS_ENDPOINT_URL_EKS`; the stack and the functions are moto's, as in the other
+//! deploy tests (moto skips the template's `AWS::EKS::AccessEntry`, which it does not model).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use aws_sdk_cloudformation::Client;
+use forewarn_tests::eks::EksFake;
+use forewarn_tests::moto::{runtime, shared, unique_name};
+use kube_fake::KubeFake;
+use serde_json::json;
+
+use super::{
+    EXPANDER, fake, forewarn_with, function, manifest_objects, stack_parameters, stdout, succeeded,
+};
+
+/// A kubeconfig in `dir` with one context per `(name, url)`, each named after its cluster.
+fn kubeconfig_of(clusters: &[(&str, &str)], dir: &Path) -> PathBuf {
+    let mut text = String::from("apiVersion: v1\nkind: Config\nclusters:\n");
+    for (name, url) in clusters {
+        text.push_str(&format!("- name: {name}\n  cluster:\n    server: {url}\n"));
+    }
+    text.push_str("users:\n- name: u\n  user: {}\ncontexts:\n");
+    for (name, _) in clusters {
+        text.push_str(&format!(
+            "- name: {name}\n  context:\n    cluster: {name}\n    user: u\n"
+        ));
+    }
+    text.push_str(&format!("current-context: {}\n", clusters[0].0));
+    let path = dir.join("kubeconfig");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The writes of a fake that are not the placeholder check's dry runs.
+fn stored_writes(fake: &KubeFake) -> Vec<String> {
+    fake.writes()
+        .iter()
+        .filter(|w| !w.query.contains("dryRun=All"))
+        .map(|w| format!("{} {}", w.method, w.path))
+        .collect()
+}
+
+fn outputs_of(text: &str, line: &str) -> usize {
+    text.matches(line).count()
+}
+
+/// A dry run for two clusters, then one for every EKS cluster: each step per cluster, nothing
+/// changed anywhere (no stack, no write in either cluster, no access entry).
+#[test]
+fn a_dry_run_for_several_clusters_says_each_clusters_steps() {
+    let server = shared();
+    let endpoint = server.endpoint();
+    runtime().block_on(async {
+        let (a, b) = (unique_name("many-a"), unique_name("many-b"));
+        let (fake_a, fake_b) = (fake().await, fake().await);
+        let eks = EksFake::start(&[&a, &b]).await;
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = kubeconfig_of(&[(&a, &fake_a.url()), (&b, &fake_b.url())], dir.path());
+        let out = forewarn_with(
+            &endpoint,
+            Some(&eks.url()),
+            &kubeconfig,
+            &[
+                "deploy",
+                "--cluster",
+                &a,
+                "--cluster",
+                &b,
+                "--dry-run",
+                "--kube",
+            ],
+        )
+        .await;
+        let text = succeeded(&out);
+        for line in [
+            format!("forewarn deploy: clusters {a}, {b}, stack forewarn-{a}"),
+            format!(
+                "[2/6] stack forewarn-{a}: create with ClusterName={a} FunctionsDeployed=false \
+                 ClusterNames={a},{b}\n"
+            ),
+            "--env-file <a file holding SweeperEnvFile>".to_string(),
+            format!("cluster {a}: the stack's own (HandlerAccessEntry, SweeperAccessEntry)"),
+            format!("cluster {b}: <HandlerRoleArn> in group forewarn-handler: would be created"),
+            format!("cluster {b}: <SweeperRoleArn> in group forewarn-sweeper: would be created"),
+            format!("cluster {a} (kubeconfig context {a}):"),
+            format!("cluster {b} (kubeconfig context {b}):"),
+            "dry run: nothing was changed".to_string(),
+        ] {
+            assert!(text.contains(&line), "missing {line:?} in:\n{text}");
+        }
+        // Every object, once per cluster.
+        assert_eq!(
+            outputs_of(&text, "ClusterRole forewarn: would be created"),
+            2,
+            "{text}"
+        );
+        assert_eq!(
+            outputs_of(
+                &text,
+                &format!("ConfigMap kube-system/{EXPANDER}: would be created")
+            ),
+            2,
+            "{text}"
+        );
+        for f in [&fake_a, &fake_b] {
+            assert!(f.writes().is_empty(), "a dry run wrote: {:?}", f.writes());
+            assert!(!f.requests().is_empty(), "each cluster is read");
+        }
+        assert!(eks.requests().is_empty(), "{:?}", eks.requests());
+
+        // Every EKS cluster of the account and region: ListClusters says which.
+        let out = forewarn_with(
+            &endpoint,
+            Some(&eks.url()),
+            &kubeconfig,
+            &[
+                "deploy",
+                "--all-clusters",
+                "--cluster",
+                &a,
+                "--dry-run",
+                "--kube",
+            ],
+        )
+        .await;
+        let text = succeeded(&out);
+        let (first, second) = if a < b { (&a, &b) } else { (&b, &a) };
+        for line in [
+            format!("every EKS cluster of the account and region (now {first}, {second})"),
+            "ClusterNames=*".to_string(),
+            format!("cluster {b}: <HandlerRoleArn> in group forewarn-handler: would be created"),
+            format!("cluster {b} (kubeconfig context {b}):"),
+            format!("cluster {a} (kubeconfig context {a}):"),
+        ] {
+            assert!(text.contains(&line), "missing {line:?} in:\n{text}");
+        }
+        let operations: Vec<&str> = eks.requests().iter().map(|r| r.operation).collect();
+        assert_eq!(operations, ["ListClusters"]);
+        let cfn = Client::new(&server.sdk_config());
+        let described = cfn
+            .describe_stacks()
+            .stack_name(format!("forewarn-{a}"))
+            .send()
+            .await;
+        assert!(described.is_err(), "a dry run created the stack");
+    });
+}
+
+/// The clusters of the adding test, and where they are.
+struct Two<'a> {
+    endpoint: &'a str,
+    eks: &'a EksFake,
+    kubeconfig: &'a Path,
+    a: &'a str,
+    b: &'a str,
+}
+
+impl Two<'_> {
+    async fn deploy(&self, args: &[&str]) -> std::process::Output {
+        let mut all = vec!["deploy", "--no-build", "--kube"];
+        all.extend(args);
+        forewarn_with(self.endpoint, Some(&self.eks.url()), self.kubeconfig, &all).await
+    }
+}
+
+/// A deployment for cluster a, then one more `--cluster b`: the rerun changes the stack's
+/// ClusterNames alone, gives both functions the list, makes b's access entries (an entry that
+/// existed with another group is updated) and applies the manifests in b, and writes nothing
+/// in a. A rerun with a cluster that cannot be reached deploys the others and fails, naming it.
+#[test]
+fn adding_a_cluster_later_is_one_command() {
+    forewarn_tests::moto::lambda_bootstrap("interruption-handler");
+    forewarn_tests::moto::lambda_bootstrap("pool-sweeper");
+    let server = shared();
+    let endpoint = server.endpoint();
+    runtime().block_on(async {
+        let (a, b) = (unique_name("add-a"), unique_name("add-b"));
+        let (fake_a, fake_b) = (fake().await, fake().await);
+        let eks = EksFake::start(&[&a, &b]).await;
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = kubeconfig_of(
+            &[
+                (&a, &fake_a.url()),
+                (&b, &fake_b.url()),
+                ("gone", "http://127.0.0.1:1"),
+            ],
+            dir.path(),
+        );
+        let two = Two {
+            endpoint: &endpoint,
+            eks: &eks,
+            kubeconfig: &kubeconfig,
+            a: &a,
+            b: &b,
+        };
+        let cfn = Client::new(&server.sdk_config());
+        let stack = format!("forewarn-{a}");
+        let text = succeeded(
+            &two.deploy(&[
+                "--cluster",
+                &a,
+                "--parameter",
+                "FunctionArchitecture=x86_64",
+            ])
+            .await,
+        );
+        assert!(
+            text.contains(&format!("cluster {a}: the stack's own")),
+            "{text}"
+        );
+        assert!(eks.requests().is_empty(), "{:?}", eks.requests());
+        assert!(fake_b.requests().is_empty(), "b is not served yet");
+        let before = stack_parameters(&cfn, &stack).await;
+        assert_eq!(before["ClusterNames"], "", "{before:?}");
+        let outputs = stack_outputs(&cfn, &stack).await;
+        // The sweeper's entry in b exists already, with another group.
+        let sweeper_role = outputs["SweeperRoleArn"].clone();
+        eks.insert_entry(&b, &sweeper_role, &["old-group"]);
+        fake_a.clear_requests();
+
+        let text = succeeded(&two.deploy(&["--cluster", &a, "--cluster", &b]).await);
+        let after = stack_parameters(&cfn, &stack).await;
+        the_rerun_changed_only_cluster_names(&before, &after, &format!("{a},{b}"));
+        the_functions_serve(&endpoint, &outputs, &format!("{a},{b}"));
+        the_access_entries_of_b_were_made(&two, &outputs, &text);
+        assert!(
+            stored_writes(&fake_a).is_empty(),
+            "a's objects are as they were: {:?}",
+            stored_writes(&fake_a)
+        );
+        for (api_version, kind, namespace, name) in manifest_objects() {
+            let o = fake_b.get(&api_version, &kind, namespace.as_deref(), &name);
+            assert!(o.is_some(), "{kind} {name} is missing in {b}");
+        }
+        an_unreachable_cluster_fails_after_the_others(&two, &fake_b).await;
+    });
+}
+
+/// A CommaDelimitedList parameter as CloudFormation describes it (`a,b`); moto 5.2.5 describes
+/// it as a Python list (`['a', 'b']`).
+fn as_list(value: &str) -> String {
+    match value.strip_prefix('[').and_then(|v| v.strip_suffix(']')) {
+        Some(inner) => inner
+            .split(',')
+            .map(|v| v.trim().trim_matches('\''))
+            .collect::<Vec<_>>()
+            .join(","),
+        None => value.to_string(),
+    }
+}
+
+async fn stack_outputs(cfn: &Client, stack: &str) -> BTreeMap<String, String> {
+    let d = cfn
+        .describe_stacks()
+        .stack_name(stack)
+        .send()
+        .await
+        .unwrap();
+    d.stacks()[0]
+        .outputs()
+        .iter()
+        .map(|o| {
+            (
+                o.output_key().unwrap().to_string(),
+                o.output_value().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn the_rerun_changed_only_cluster_names(
+    before: &BTreeMap<String, String>,
+    after: &BTreeMap<String, String>,
+    list: &str,
+) {
+    assert_eq!(as_list(&after["ClusterNames"]), list, "{after:?}");
+    let changed: Vec<&String> = after
+        .iter()
+        .filter(|(k, v)| before.get(*k) != Some(v))
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(changed, ["ClusterNames"], "{before:?}\n{after:?}");
+}
+
+/// Both functions get the list through their environment files (a list `--env-var` would cut
+/// at its comma), and no single EKS cluster.
+fn the_functions_serve(endpoint: &str, outputs: &BTreeMap<String, String>, list: &str) {
+    for key in ["HandlerFunctionName", "SweeperFunctionName"] {
+        let conf = function(endpoint, &outputs[key]).unwrap();
+        let vars = &conf["Environment"]["Variables"];
+        assert_eq!(vars["FOREWARN_CLUSTERS"], list, "{conf}");
+        assert!(vars.get("FOREWARN_EKS_CLUSTER").is_none(), "{conf}");
+        assert_eq!(
+            vars["FOREWARN_TABLE"],
+            outputs["TableName"].as_str(),
+            "{conf}"
+        );
+    }
+}
+
+/// b's entries: the handler's created, the sweeper's (there with another group: 409) updated;
+/// nothing asked of a, whose entries are the stack's.
+fn the_access_entries_of_b_were_made(
+    two: &Two<'_>,
+    outputs: &BTreeMap<String, String>,
+    text: &str,
+) {
+    let (eks, a, b) = (two.eks, two.a, two.b);
+    let (handler, sweeper) = (&outputs["HandlerRoleArn"], &outputs["SweeperRoleArn"]);
+    let requests = eks.requests();
+    let seen: Vec<(&str, Option<&str>)> = requests
+        .iter()
+        .map(|r| (r.operation, r.cluster.as_deref()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("CreateAccessEntry", Some(b)),
+            ("CreateAccessEntry", Some(b)),
+            ("DescribeAccessEntry", Some(b)),
+            ("UpdateAccessEntry", Some(b)),
+        ],
+        "{requests:?}"
+    );
+    assert_eq!(requests[0].path, format!("/clusters/{b}/access-entries"));
+    assert_eq!(
+        requests[0].body["principalArn"],
+        handler.as_str(),
+        "{requests:?}"
+    );
+    assert_eq!(
+        requests[0].body["kubernetesGroups"],
+        json!(["forewarn-handler"])
+    );
+    assert_eq!(requests[0].body["type"], "STANDARD");
+    assert_eq!(requests[0].body["tags"], json!({"app": "forewarn"}));
+    assert_eq!(requests[1].body["principalArn"], sweeper.as_str());
+    assert_eq!(
+        requests[3].path,
+        format!("/clusters/{b}/access-entries/{sweeper}")
+    );
+    assert_eq!(
+        requests[3].body["kubernetesGroups"],
+        json!(["forewarn-sweeper"])
+    );
+    assert_eq!(eks.entry(b, handler).unwrap(), ["forewarn-handler"]);
+    assert_eq!(eks.entry(b, sweeper).unwrap(), ["forewarn-sweeper"]);
+    assert!(eks.entry(a, handler).is_none());
+    for line in [
+        format!("cluster {b}: {handler} in group forewarn-handler: created"),
+        format!(
+            "cluster {b}: {sweeper} in group forewarn-sweeper: existed with old-group: groups \
+             updated"
+        ),
+        format!("cluster {a}: the stack's own"),
+        format!(
+            "[2/6] stack forewarn-{a}: update with ClusterName={a} ClusterNames={a},{b} (kept: "
+        ),
+        format!("cluster {b} (kubeconfig context {b}):"),
+    ] {
+        assert!(text.contains(&line), "missing {line:?} in:\n{text}");
+    }
+}
+
+/// `--cluster gone` (a context whose server does not answer, and no EKS cluster): a and b are
+/// deployed (b's drifted ClusterRole put back, b's entries left as they are), then the command
+/// fails, naming gone.
+async fn an_unreachable_cluster_fails_after_the_others(two: &Two<'_>, fake_b: &KubeFake) {
+    let (a, b) = (two.a, two.b);
+    let mut role = fake_b
+        .get(
+            "rbac.authorization.k8s.io/v1",
+            "ClusterRole",
+            None,
+            "forewarn",
+        )
+        .unwrap();
+    role["rules"].as_array_mut().unwrap().truncate(1);
+    fake_b.insert(role);
+    two.eks.clear_requests();
+    let out = two
+        .deploy(&["--cluster", a, "--cluster", b, "--cluster", "gone"])
+        .await;
+    let text = stdout(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{text}\n{err}");
+    for line in [
+        "cluster gone: cannot be reached (cluster gone: the cluster does not answer (--kube)",
+        "ClusterRole forewarn: replaced",
+        "exists: unchanged",
+        "cluster gone: not applied",
+        "deployed, but not in every cluster",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+    assert!(
+        err.contains("not deployed in every cluster: EKS CreateAccessEntry of")
+            && err.contains("in cluster gone: ")
+            && err.contains("; cluster gone: the cluster does not answer (--kube)"),
+        "{err}"
+    );
+    let role = fake_b
+        .get(
+            "rbac.authorization.k8s.io/v1",
+            "ClusterRole",
+            None,
+            "forewarn",
+        )
+        .unwrap();
+    assert_eq!(role["rules"].as_array().unwrap().len(), 6, "{role}");
+}

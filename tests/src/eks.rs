@@ -1,0 +1,266 @@
+//! A small EKS on a loopback port, for what moto (5.2.5) does not serve: access entries. It
+//! answers `ListClusters`, `CreateAccessEntry`, `DescribeAccessEntry` and `UpdateAccessEntry`
+//! as EKS's REST-JSON API does (the paths, the bodies and the errors of the EKS API reference:
+//! `200` with `{"accessEntry": {...}}`, `409 ResourceInUseException` for an entry that exists,
+//! `404 ResourceNotFoundException` for a cluster or an entry that does not), keeps the entries
+//! in memory, and records every request (its operation, cluster, decoded path and JSON body) for
+//! the tests to check. The SDK reaches it through `AWS_ENDPOINT_URL_EKS`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use axum::body::Bytes;
+use axum::http::{Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+/// One request the fake answered.
+#[derive(Debug, Clone)]
+pub struct EksRequest {
+    /// `ListClusters`, `CreateAccessEntry`, `DescribeAccessEntry`, `UpdateAccessEntry`, or
+    /// `Unknown`.
+    pub operation: &'static str,
+    pub method: String,
+    /// The path, percent-decoded (`/clusters/a/access-entries/arn:aws:iam::...:role/x`).
+    pub path: String,
+    /// The cluster of the path, if any.
+    pub cluster: Option<String>,
+    /// The JSON body (`Null` when empty).
+    pub body: Value,
+}
+
+#[derive(Default)]
+struct State {
+    clusters: Vec<String>,
+    /// (cluster, principal ARN) → Kubernetes groups.
+    entries: BTreeMap<(String, String), Vec<String>>,
+    requests: Vec<EksRequest>,
+}
+
+/// The fake; it serves until dropped.
+pub struct EksFake {
+    url: String,
+    state: Arc<Mutex<State>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for EksFake {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl EksFake {
+    /// A fake EKS of the account and region with these clusters, on a loopback port, served on
+    /// the current runtime.
+    pub async fn start(clusters: &[&str]) -> EksFake {
+        let state = Arc::new(Mutex::new(State {
+            clusters: clusters.iter().map(|c| c.to_string()).collect(),
+            ..State::default()
+        }));
+        let shared = state.clone();
+        let app = axum::Router::new().fallback(move |method: Method, uri: Uri, body: Bytes| {
+            let state = shared.clone();
+            async move { answer(&state, &method, &uri, &body) }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a loopback port");
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        EksFake { url, state, task }
+    }
+
+    /// Its endpoint, for `AWS_ENDPOINT_URL_EKS`.
+    pub fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    /// An entry that exists before the test, as another deploy (or a person) made it.
+    pub fn insert_entry(&self, cluster: &str, principal: &str, groups: &[&str]) {
+        self.state.lock().unwrap().entries.insert(
+            (cluster.to_string(), principal.to_string()),
+            groups.iter().map(|g| g.to_string()).collect(),
+        );
+    }
+
+    /// The groups of an entry, if it exists.
+    pub fn entry(&self, cluster: &str, principal: &str) -> Option<Vec<String>> {
+        let state = self.state.lock().unwrap();
+        state
+            .entries
+            .get(&(cluster.to_string(), principal.to_string()))
+            .cloned()
+    }
+
+    /// Every request answered, in order.
+    pub fn requests(&self) -> Vec<EksRequest> {
+        self.state.lock().unwrap().requests.clone()
+    }
+
+    /// The requests that change something (`Create…`, `Update…`).
+    pub fn writes(&self) -> Vec<EksRequest> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.operation.starts_with("Create") || r.operation.starts_with("Update"))
+            .collect()
+    }
+
+    pub fn clear_requests(&self) {
+        self.state.lock().unwrap().requests.clear();
+    }
+}
+
+/// `%XX` decoded (the SDK encodes a principal ARN's `:` and `/` in the path).
+fn decode(segment: &str) -> String {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// An EKS error: its type in `x-amzn-ErrorType`, as EKS sends it, and a JSON message.
+fn error(status: StatusCode, kind: &str, message: &str) -> Response {
+    (
+        status,
+        [
+            ("x-amzn-ErrorType", kind.to_string()),
+            ("content-type", "application/json".to_string()),
+        ],
+        json!({ "message": message }).to_string(),
+    )
+        .into_response()
+}
+
+fn ok(body: Value) -> Response {
+    (
+        StatusCode::OK,
+        [("content-type", "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// An access entry as EKS describes it.
+fn entry_json(cluster: &str, principal: &str, groups: &[String]) -> Value {
+    let role = principal.rsplit('/').next().unwrap_or_default();
+    json!({"accessEntry": {
+        "clusterName": cluster,
+        "principalArn": principal,
+        "kubernetesGroups": groups,
+        "accessEntryArn": format!(
+            "arn:aws:eks:us-east-1:123456789012:access-entry/{cluster}/role/123456789012/{role}/a0c7b2d6-0000-4000-8000-000000000000"
+        ),
+        "createdAt": 1_767_225_600.0,
+        "modifiedAt": 1_767_225_600.0,
+        "tags": {"app": "forewarn"},
+        "username": format!("arn:aws:sts::123456789012:assumed-role/{role}/{{{{SessionName}}}}"),
+        "type": "STANDARD"
+    }})
+}
+
+fn answer(state: &Mutex<State>, method: &Method, uri: &Uri, body: &[u8]) -> Response {
+    let segments: Vec<String> = uri
+        .path()
+        .trim_start_matches('/')
+        .split('/')
+        .map(decode)
+        .collect();
+    let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let parts: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let (operation, cluster, principal) = match (method.as_str(), parts.as_slice()) {
+        ("GET", ["clusters"]) => ("ListClusters", None, None),
+        ("POST", ["clusters", c, "access-entries"]) => ("CreateAccessEntry", Some(*c), None),
+        ("GET", ["clusters", c, "access-entries", p]) => {
+            ("DescribeAccessEntry", Some(*c), Some(*p))
+        }
+        ("POST", ["clusters", c, "access-entries", p]) => ("UpdateAccessEntry", Some(*c), Some(*p)),
+        _ => ("Unknown", None, None),
+    };
+    let mut state = state.lock().unwrap();
+    state.requests.push(EksRequest {
+        operation,
+        method: method.to_string(),
+        path: format!("/{}", segments.join("/")),
+        cluster: cluster.map(str::to_string),
+        body: body.clone(),
+    });
+    if let Some(c) = cluster
+        && !state.clusters.iter().any(|k| k == c)
+    {
+        return error(
+            StatusCode::NOT_FOUND,
+            "ResourceNotFoundException",
+            &format!("No cluster found for name: {c}."),
+        );
+    }
+    let cluster = cluster.unwrap_or_default().to_string();
+    let text = |field: &str| body[field].as_str().unwrap_or_default().to_string();
+    let groups = |body: &Value| -> Vec<String> {
+        body["kubernetesGroups"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|g| g.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    match operation {
+        "ListClusters" => ok(json!({"clusters": state.clusters})),
+        "CreateAccessEntry" => {
+            let key = (cluster.clone(), text("principalArn"));
+            if state.entries.contains_key(&key) {
+                return error(
+                    StatusCode::CONFLICT,
+                    "ResourceInUseException",
+                    "The specified access entry resource is already in use on this cluster.",
+                );
+            }
+            state.entries.insert(key.clone(), groups(&body));
+            ok(entry_json(&cluster, &key.1, &groups(&body)))
+        }
+        "DescribeAccessEntry" | "UpdateAccessEntry" => {
+            let key = (cluster.clone(), principal.unwrap_or_default().to_string());
+            let Some(existing) = state.entries.get(&key).cloned() else {
+                return error(
+                    StatusCode::NOT_FOUND,
+                    "ResourceNotFoundException",
+                    "The specified principalArn could not be found. You can view your available \
+                     access entries with 'list-access-entries'.",
+                );
+            };
+            if operation == "DescribeAccessEntry" {
+                return ok(entry_json(&cluster, &key.1, &existing));
+            }
+            state.entries.insert(key.clone(), groups(&body));
+            ok(entry_json(&cluster, &key.1, &groups(&body)))
+        }
+        _ => error(
+            StatusCode::BAD_REQUEST,
+            "InvalidRequestException",
+            &format!(
+                "{method} {} is not an operation this fake serves",
+                uri.path()
+            ),
+        ),
+    }
+}
