@@ -2169,6 +2169,9 @@ fn the_dashboard_searches_dimension_sets_the_functions_emit() {
             })
             .collect();
     for set in &searched {
-        assert!(emitted.contains(set), "nobody emits {set:?}; emitted: {emitted:?}");
+        assert!(
+            emitted.contains(set),
+            "nobody emits {set:?}; emitted: {emitted:?}"
+        );
     }
 }
