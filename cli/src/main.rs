@@ -10,6 +10,7 @@ use forewarn::app::settings::{ClusterSelection, InstanceChoice, Settings, StoreC
 mod audit;
 mod deploy;
 mod key;
+mod migrate;
 mod pools;
 mod priorities;
 mod reconcile;
@@ -78,6 +79,13 @@ enum Command {
     Reconcile(reconcile::ReconcileArgs),
     /// The continuation key drains and cordon records are signed with: `forewarn key rotate`.
     Key(key::KeyArgs),
+    /// Move from aws-node-termination-handler: its Helm values as a forewarn policy.
+    ///
+    /// Prints on stdout a policy (YAML) for `forewarn replay --policy`, FOREWARN_POLICY_FILE or
+    /// the policy ConfigMap, keeping NTH's meaning per event kind; on stderr, the variables to
+    /// set for the keys that are settings rather than policy, and every key it cannot carry
+    /// over, named, with why.
+    Migrate(migrate::MigrateArgs),
     /// Deploy forewarn: build, the stack, both functions, their wiring, the Kubernetes manifests.
     ///
     /// Run in the repository. Builds both functions with cargo-lambda, creates or updates the
@@ -213,6 +221,7 @@ fn main() -> ExitCode {
             Command::Priorities(args) => priorities::run(args, settings, clock).await,
             Command::Reconcile(args) => reconcile::run(args, settings, clock).await,
             Command::Key(args) => key::run(args, settings, clock).await,
+            Command::Migrate(args) => migrate::run(args),
             Command::Deploy(args) => deploy::run(args, settings, clock).await,
         }
     });

@@ -1156,3 +1156,48 @@ fn key_rotate_changes_the_key_only_with_execute() {
         "{dry}"
     );
 }
+
+/// `forewarn migrate --from-nth`: NTH's Helm values in, a policy `forewarn replay --policy`
+/// takes on stdout, the variables to set and the keys not carried over on stderr; values that
+/// are not a mapping are refused, named.
+#[test]
+fn nth_values_become_a_policy_replay_takes() {
+    let dir = tempfile::tempdir().unwrap();
+    let values = dir.path().join("nth-values.yaml");
+    std::fs::write(
+        &values,
+        "enableSqsTerminationDraining: true\nqueueURL: https://sqs.us-east-1.amazonaws.com/123456789012/nth\n\
+         cordonOnly: false\nworkers: 16\ntaintNode: true\nwebhookURL: https://hooks.example.com/x\n\
+         tolerations:\n  - operator: Exists\n",
+    )
+    .unwrap();
+    let state = dir.path().join("state");
+    let out = forewarn(&state, &["migrate", "--from-nth", values.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    let policy = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        policy.contains("spot-interruption: cordon-drain"),
+        "{policy}"
+    );
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    for line in [
+        "workers: set FOREWARN_CONCURRENCY=16",
+        "webhookURL: set FOREWARN_WEBHOOK_URL=https://hooks.example.com/x",
+        "queueURL: not carried over",
+        "taintNode: not carried over",
+        "tolerations: not carried over",
+    ] {
+        assert!(stderr.contains(line), "{line} not in: {stderr}");
+    }
+    let file = dir.path().join("policy.yaml");
+    std::fs::write(&file, &policy).unwrap();
+    let (out, lines) = replay_json(&state, &["--policy", file.to_str().unwrap(), "events/"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!lines.is_empty());
+
+    std::fs::write(&values, "- a list\n").unwrap();
+    let out = forewarn(&state, &["migrate", "--from-nth", values.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("not Helm values"), "{stderr}");
+}
