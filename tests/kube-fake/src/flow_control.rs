@@ -20,11 +20,17 @@
 //! * **The levels' limits**: `Exempt` levels are never limited. Each `Limited` level's nominal
 //!   limit is `capacity × nominalConcurrencyShares / Σ shares` (the share defaulting to 30 when
 //!   absent, as in v1), its lendable part `lendablePercent` of it, its borrowing limit
-//!   `borrowingLimitPercent` of it (absent: none). The current limits are computed as the API
-//!   server's borrowing computes them (`computeConcurrencyAllocation`): each level's target is
-//!   its demand, at least its nominal less what it lends, and one proportion `fairProp` is found
-//!   with `Σ clamp(fairProp × target, nominal − lendable, nominal + borrowing) = capacity`.
-//! * **Flows**: a level's limit is shared max-min fairly between its flows (the
+//!   `borrowingLimitPercent` of it (absent: the server's whole capacity). The current limits are
+//!   computed as the API server's borrowing computes them (`updateBorrowingLocked` and
+//!   `computeConcurrencyAllocation` in `k8s.io/apiserver/pkg/util/flowcontrol`, KEP-1040's
+//!   borrowing): each level's lower bound is its nominal less what it lends, raised to its seat
+//!   demand up to its nominal (a level is never made to lend what it is using of its own
+//!   share), its upper bound its nominal plus its borrowing limit, its target its demand (at
+//!   least its lower bound), and one proportion `fairProp` is found with
+//!   `Σ clamp(fairProp × target, lower, upper) = capacity`.
+//! * **Flows**: fair queuing dispatches a request whenever its level has a free seat: a flow
+//!   may take all of its level's limit that the level's other flows do not use, and when they
+//!   all want more than there is, the limit is shared max-min fairly between them (the
 //!   `distinguisherMethod`: `ByUser`, `ByNamespace`, none: one flow).
 //! * **Answers**: beyond its flow's share a request waits in its queue (`Queue`: at most
 //!   `queueLengthLimit` requests ahead of it) or is refused at once (`Reject`, or a full queue)
@@ -33,17 +39,25 @@
 //! Approximated (say so in what a test concludes):
 //!
 //! * A seat is one request per second: a level of limit `L` starts `L` requests a second, `L` at
-//!   once after an idle second. The real server's limits are requests executing at once, each for
-//!   its real duration; the fake answers at once.
+//!   once after an idle second (a flow's share `r` as `⌈r⌉` seats each held `⌈r⌉ / r` seconds).
+//!   The real server's limits are requests executing at once, each for its real duration; the
+//!   fake answers at once. A server of `S` seats whose requests take `d` seconds is a capacity
+//!   of `S / d` here.
 //! * A queued request is answered at once too (the fake cannot hold an answer on a test's manual
 //!   clock): [`FlowStats::waited`] adds up how long the real server would have held it, and
-//!   [`FlowStats::last_start`] is when the last one would have started. Shuffle sharding is not
-//!   modelled: a flow may have `handSize × queueLengthLimit` requests waiting (as if its hand's
-//!   queues were its own), and no other flow's requests share them.
+//!   [`FlowStats::last_start`] is when the last one would have started. Its client is not held
+//!   meanwhile, so a client that waits for its answers sends sooner than against the real
+//!   server. Shuffle sharding is not modelled: a flow may have `handSize × queueLengthLimit`
+//!   requests waiting (as if its hand's queues were its own), and no other flow's requests share
+//!   them.
 //! * A level's seat demand is its flows' requests executing (started less than a second ago) or
-//!   waiting, the arriving one included, plus its foreign load's rate; it is not smoothed over
-//!   ten seconds, and the limits are computed anew at every request instead of every ten
-//!   seconds.
+//!   waiting, the arriving one included, plus its foreign load's rate; the limits take its high
+//!   watermark over the last ten seconds, for the lower bound as the real server does and for
+//!   the target too. The real server's target is smoothed (`avg + stddev` over ten seconds,
+//!   decaying with a five-minute half-life) and it recomputes the limits every ten seconds; the
+//!   fake recomputes them at every request, so it follows a rising demand at once where the real
+//!   server takes up to ten seconds, and lets a level's limit fall ten seconds after its demand
+//!   did rather than over minutes.
 //! * **Other clients' load** ([`ForeignLoad`]) is declared, never sent: a level's foreign load is
 //!   a rate (a share of the capacity) spread over a number of flows, each demanding its part all
 //!   the time.
@@ -489,21 +503,90 @@ pub(crate) fn fair_shares(total: f64, demands: &[f64]) -> Vec<f64> {
 /// How long a request holds its seat: a level of limit `L` starts `L` requests a second.
 const SEAT: Duration = Duration::seconds(1);
 
-/// One flow of HTTP requests: when its next request may start, and the starts of those it holds
-/// seats for or that wait (its seat demand).
+/// How often the API server adjusts the levels' limits (`borrowingAdjustmentPeriod`): the seat
+/// demand's high watermark is taken over this long.
+const BORROWING_PERIOD: Duration = Duration::seconds(10);
+
+/// One flow of HTTP requests: those started, kept while they may still hold a seat, and those
+/// waiting in its queue.
 #[derive(Debug, Default)]
 struct Flow {
-    next: Option<DateTime<Utc>>,
-    starts: VecDeque<DateTime<Utc>>,
+    /// When each started (in order).
+    started: VecDeque<DateTime<Utc>>,
+    /// Each waiting request's arrival and planned start, first in first out.
+    waiting: VecDeque<(DateTime<Utc>, DateTime<Utc>)>,
 }
 
 impl Flow {
-    /// Requests executing (started less than a seat ago) or waiting to start, at `now`.
-    fn demand(&mut self, now: DateTime<Utc>) -> f64 {
-        while self.starts.front().is_some_and(|s| *s + SEAT <= now) {
-            self.starts.pop_front();
+    /// Moves the waiting requests whose planned start has come to the started, and answers
+    /// them (arrival, start); forgets the starts that hold no seat any more.
+    fn settle(&mut self, now: DateTime<Utc>) -> Vec<(DateTime<Utc>, DateTime<Utc>)> {
+        let mut done = Vec::new();
+        while let Some(&(arrival, start)) = self.waiting.front() {
+            if start > now {
+                break;
+            }
+            self.waiting.pop_front();
+            let at = self.started.partition_point(|s| *s <= start);
+            self.started.insert(at, start);
+            done.push((arrival, start));
         }
-        self.starts.len() as f64
+        // A seat is held at most two seconds (`Seats`), save by the last request of a flow of
+        // less than one seat, which is always kept.
+        while self.started.len() > 1 && self.started.front().is_some_and(|s| *s + SEAT * 2 <= now) {
+            self.started.pop_front();
+        }
+        done
+    }
+
+    /// Requests executing (started less than a seat ago) or waiting to start, at `now`: the
+    /// flow's seat demand.
+    fn demand(&self, now: DateTime<Utc>) -> f64 {
+        let executing = self.started.iter().filter(|s| **s + SEAT > now).count();
+        (executing + self.waiting.len()) as f64
+    }
+}
+
+/// A flow's share `rate` (seats of a second) as `n = ⌈rate⌉` seats each held `n / rate` seconds,
+/// and when each is free next, from `now` on.
+struct Seats {
+    hold: Duration,
+    free_now: usize,
+    /// When the busy seats free, in order.
+    busy: VecDeque<DateTime<Utc>>,
+}
+
+impl Seats {
+    fn of(flow: &Flow, rate: f64, now: DateTime<Utc>) -> Seats {
+        let n = rate.ceil().max(1.0);
+        let hold = Duration::nanoseconds((1e9 * n / rate) as i64);
+        let n = n as usize;
+        let mut busy: VecDeque<DateTime<Utc>> = flow
+            .started
+            .iter()
+            .rev()
+            .take(n)
+            .map(|s| *s + hold)
+            .filter(|free| *free > now)
+            .collect();
+        busy.make_contiguous().reverse();
+        Seats {
+            hold,
+            free_now: n - busy.len(),
+            busy,
+        }
+    }
+
+    /// When the next request in order starts: on the seat that frees first.
+    fn take(&mut self, now: DateTime<Utc>) -> DateTime<Utc> {
+        let start = if self.free_now > 0 {
+            self.free_now -= 1;
+            now
+        } else {
+            self.busy.pop_front().map_or(now, |free| free.max(now))
+        };
+        self.busy.push_back(start + self.hold);
+        start
     }
 }
 
@@ -515,6 +598,9 @@ pub(crate) struct FlowControl {
     pub foreign: Vec<ForeignLoad>,
     /// Per (level, flow).
     flows: BTreeMap<(String, String), Flow>,
+    /// Per level, the HTTP flows' seat demand over the last borrowing period: a monotonic queue
+    /// of (when, demand) whose front is the period's high watermark.
+    peaks: BTreeMap<String, VecDeque<(DateTime<Utc>, f64)>>,
     pub stats: BTreeMap<String, FlowStats>,
 }
 
@@ -530,9 +616,13 @@ impl FlowControl {
     pub fn stats_at(&self, now: DateTime<Utc>) -> BTreeMap<String, FlowStats> {
         let mut stats = self.stats.clone();
         for ((level, _), flow) in &self.flows {
-            let waiting = flow.starts.iter().filter(|s| **s > now).count() as u64;
-            if let Some(s) = stats.get_mut(level) {
-                s.waiting += waiting;
+            let Some(s) = stats.get_mut(level) else {
+                continue;
+            };
+            for &(arrival, start) in &flow.waiting {
+                s.waiting += u64::from(start > now);
+                s.waited += (start - arrival).to_std().unwrap_or_default();
+                s.last_start = Some(s.last_start.map_or(start, |l| l.max(start)));
             }
         }
         stats
@@ -557,37 +647,65 @@ impl FlowControl {
         // Every flow's seat demand now, the arriving request's seat counted in its flow's.
         let key = (class.level.clone(), class.flow.clone());
         self.flows.entry(key.clone()).or_default();
-        let demands: Vec<(String, f64)> = self
-            .flows
-            .iter_mut()
-            .map(|((level, flow), f)| {
-                let mine = *level == key.0 && *flow == key.1;
-                (level.clone(), f.demand(now) + if mine { 1.0 } else { 0.0 })
-            })
-            .collect();
-        let limits = self.limits(capacity, &limited, &demands);
+        let mut demands: Vec<(String, f64)> = Vec::with_capacity(self.flows.len());
+        for ((level, flow), f) in &mut self.flows {
+            for (arrival, start) in f.settle(now) {
+                let stats = self.stats.entry(level.clone()).or_default();
+                stats.waited += (start - arrival).to_std().unwrap_or_default();
+                stats.last_start = Some(stats.last_start.map_or(start, |l| l.max(start)));
+            }
+            let mine = *level == key.0 && *flow == key.1;
+            demands.push((level.clone(), f.demand(now) + if mine { 1.0 } else { 0.0 }));
+        }
+        let peaks = self.peaks(&demands, now);
+        let limits = self.limits(capacity, &limited, &peaks);
         let rate = self.flow_rate(&limited[pos], limits[pos], &key, &demands, capacity);
         self.start_or_refuse(&limited[pos], limits[pos], rate, key, now)
     }
 
-    /// The current limit of each `Limited` level (requests a second), from each flow's demand
-    /// (`demands`: the level and demand of each HTTP flow, in the order of `self.flows`).
-    fn limits(&self, capacity: f64, limited: &[Level], demands: &[(String, f64)]) -> Vec<f64> {
+    /// Each level's HTTP seat demand now (`demands`: the level and demand of each HTTP flow),
+    /// noted; the answer is each level's high watermark over the last borrowing period
+    /// ([`BORROWING_PERIOD`]).
+    fn peaks(&mut self, demands: &[(String, f64)], now: DateTime<Utc>) -> BTreeMap<String, f64> {
+        let mut per_level: BTreeMap<String, f64> = BTreeMap::new();
+        for (level, d) in demands {
+            *per_level.entry(level.clone()).or_default() += d;
+        }
+        per_level
+            .into_iter()
+            .map(|(level, d)| {
+                let q = self.peaks.entry(level.clone()).or_default();
+                while q.back().is_some_and(|(_, v)| *v <= d) {
+                    q.pop_back();
+                }
+                q.push_back((now, d));
+                while q.front().is_some_and(|(t, _)| *t + BORROWING_PERIOD <= now) {
+                    q.pop_front();
+                }
+                let peak = q.front().map_or(d, |(_, v)| *v);
+                (level, peak)
+            })
+            .collect()
+    }
+
+    /// The current limit of each `Limited` level (requests a second), from each level's HTTP
+    /// seat demand (`http`: its high watermark over the last borrowing period), as the
+    /// API server's `updateBorrowingLocked` computes it: a level's lower bound is what it does
+    /// not lend, raised to its seat demand up to its nominal limit (its demand's high
+    /// watermark there: a level is never made to lend what it is using of its own share), its
+    /// upper bound its nominal limit plus what it may borrow (the server's whole limit when
+    /// `borrowingLimitPercent` is absent), and its target its demand, at least its lower bound.
+    fn limits(&self, capacity: f64, limited: &[Level], http: &BTreeMap<String, f64>) -> Vec<f64> {
         let total_shares: f64 = limited.iter().map(|l| l.shares).sum::<f64>().max(1e-9);
         let items: Vec<Item> = limited
             .iter()
             .map(|l| {
                 let nominal = capacity * l.shares / total_shares;
-                let lower = nominal - nominal * l.lendable / 100.0;
-                let upper = l
-                    .borrowing
-                    .map_or(capacity, |b| nominal + nominal * b / 100.0);
-                let http: f64 = demands
-                    .iter()
-                    .filter(|(level, _)| *level == l.name)
-                    .map(|(_, d)| d)
-                    .sum();
+                let min_cl = nominal - nominal * l.lendable / 100.0;
+                let upper = nominal + l.borrowing.map_or(capacity, |b| nominal * b / 100.0);
+                let http = http.get(&l.name).copied().unwrap_or_default();
                 let demand = self.foreign_rate(&l.name, capacity) + http;
+                let lower = min_cl.max(demand.min(nominal));
                 Item {
                     lower,
                     upper,
@@ -606,7 +724,10 @@ impl FlowControl {
             .sum()
     }
 
-    /// The share of `limit` that the flow `key` gets, fairly against the level's other flows.
+    /// What the flow `key` may use of its level's `limit`: its max-min fair share when it asks
+    /// for all it can get and the level's other flows (declared or HTTP) ask their demand. Fair
+    /// queuing dispatches whenever the level has a free seat, so a flow is held back only by the
+    /// seats the other flows use, never by its own past demand.
     fn flow_rate(
         &self,
         level: &Level,
@@ -620,19 +741,23 @@ impl FlowControl {
             let each = f.share * capacity / f64::from(f.flows);
             all.extend(std::iter::repeat_n(each, f.flows as usize));
         }
-        let mut mine = None;
+        let mine = all.len();
+        all.push(f64::INFINITY);
         for ((lv, flow), (_, demand)) in self.flows.keys().zip(demands) {
-            if *lv == level.name && *demand > 0.0 {
-                if *lv == key.0 && *flow == key.1 {
-                    mine = Some(all.len());
-                }
+            let is_mine = *lv == key.0 && *flow == key.1;
+            if *lv == level.name && !is_mine && *demand > 0.0 {
                 all.push(*demand);
             }
         }
-        let shares = fair_shares(limit, &all);
-        mine.map_or(0.0, |i| shares[i])
+        fair_shares(limit, &all)[mine]
     }
 
+    /// Starts the request now or later, or refuses it. The flow's share `rate` is [`Seats`]; its
+    /// requests start first in, first out (fair queuing serves a queue in order), each on the
+    /// seat that frees first. The waiting requests' starts are planned anew at every request,
+    /// with the share of the moment: a queue whose share grew is served sooner, as the real
+    /// server dispatches a queued request as soon as its level has a free seat (the fake answered
+    /// it already: only its books change).
     fn start_or_refuse(
         &mut self,
         level: &Level,
@@ -644,28 +769,33 @@ impl FlowControl {
         let stats = self.stats.entry(key.0.clone()).or_default();
         stats.limit = limit;
         let flow = self.flows.entry(key).or_default();
-        let next = flow.next.unwrap_or(now).max(now);
-        // `rate` requests start in any second: at once while fewer than that are ahead; then
-        // they wait while the queue has room.
-        let at_once = rate > 1e-9 && next < now + SEAT;
-        let ahead = ((next - now - SEAT).num_nanoseconds().unwrap_or(i64::MAX) as f64 * rate / 1e9)
-            .max(0.0);
-        let queued =
-            !at_once && rate > 1e-9 && level.queue.is_some_and(|room| ahead < f64::from(room));
+        if rate <= 1e-9 {
+            stats.rejected += 1;
+            return Admission::Refuse;
+        }
+        let mut seats = Seats::of(flow, rate, now);
+        for (_, start) in flow.waiting.iter_mut() {
+            *start = seats.take(now);
+        }
+        let start = seats.take(now);
+        let at_once = start <= now;
+        let queued = !at_once
+            && level
+                .queue
+                .is_some_and(|room| flow.waiting.len() < room as usize);
         if !(at_once || queued) {
             stats.rejected += 1;
             return Admission::Refuse;
         }
-        let start = if at_once { now } else { next - SEAT };
-        flow.next = Some(next + Duration::nanoseconds((1e9 / rate) as i64));
-        flow.starts.push_back(start);
         if at_once {
             stats.served += 1;
+            let at = flow.started.partition_point(|s| *s <= now);
+            flow.started.insert(at, now);
+            stats.last_start = Some(stats.last_start.map_or(now, |l| l.max(now)));
         } else {
             stats.queued += 1;
-            stats.waited += (start - now).to_std().unwrap_or_default();
+            flow.waiting.push_back((now, start));
         }
-        stats.last_start = Some(stats.last_start.map_or(start, |l| l.max(start)));
         Admission::Start
     }
 }

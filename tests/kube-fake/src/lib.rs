@@ -81,8 +81,9 @@
 //!   ([`ForeignLoad`], e.g. 80 % of the capacity in `global-default`), never sent, and
 //!   [`KubeFake::flow_stats`] says what each level started, queued and refused. What is modelled
 //!   exactly and what is approximated — a seat is one request a second of the fake's clock; a
-//!   queued request is answered at once, its wait only counted; demand is the last second's — is
-//!   in the `flow_control` module's docs.
+//!   queued request is answered at once, its wait only counted (and planned anew as its share
+//!   changes); a level's demand is its high watermark over the last ten seconds, the limits
+//!   recomputed at every request — is in the `flow_control` module's docs.
 //!
 //! # Cluster simulation (opt-in)
 //!
