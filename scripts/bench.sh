@@ -47,7 +47,7 @@ trap 'rm -f "$results"' EXIT
   echo "bench: capacity lost, 1,000 nodes: surge and evictions at once" >&2
   "$bench" capacity --nodes 1000 --svg docs/capacity-surge.svg
   echo "bench: many clusters, 2 x 1,000 nodes: at once, one API server down, a loaded server" >&2
-  "$bench" fleet --nodes 1000 --cutoff-seconds 180
+  "$bench" fleet --nodes 1000 --cutoff-seconds 180 --svg docs/many-clusters.svg
 } | tee "$results"
 
 marker='<!-- results: everything below is written by scripts/bench.sh -->'

@@ -71,6 +71,10 @@ pub struct FleetArgs {
     /// Only the share of a loaded API server (not the two clusters' runs).
     #[arg(long)]
     pub share_only: bool,
+    /// Draw the runs (per cluster, nodes cordoned and fully drained over time, against the
+    /// 120 s window) to this SVG file.
+    #[arg(long)]
+    pub svg: Option<std::path::PathBuf>,
 }
 
 /// The report as a markdown section.
@@ -92,6 +96,9 @@ pub async fn report(args: &FleetArgs) -> anyhow::Result<String> {
         &[Member::down("blue", OUTAGE), Member::up("green")],
     )
     .await?;
+    if let Some(path) = &args.svg {
+        draw(path, s.nodes, &alone[0], &pair, &outage)?;
+    }
     let alone = figures(&alone[0]);
     let rows = [
         ("one cluster alone", "blue", &alone, None),
@@ -121,7 +128,7 @@ pub async fn report(args: &FleetArgs) -> anyhow::Result<String> {
         ),
     ];
     let mut out = format!(
-        "### Many clusters\n\n`forewarn-bench fleet --nodes {n}`: {n} spot warnings per cluster at \
+        "### Many clusters: 2 × {n} spot warnings at once, one deployment\n\n`forewarn-bench fleet --nodes {n}`: {n} spot warnings per cluster at \
          t = 0, one queue, {inv} concurrent invocations of {batch} messages, each cluster's API \
          server at {rps} requests/s ({lat} ms latency), {pods} pods per node with {grace} s \
          grace periods, drains carried on by continuations (as deployed).\n\n\
@@ -141,6 +148,66 @@ pub async fn report(args: &FleetArgs) -> anyhow::Result<String> {
     out.push('\n');
     out.push_str(&share(s).await?);
     Ok(out)
+}
+
+/// The figure: per cluster of each run, the nodes cordoned over time; for the outage's clusters
+/// also the nodes fully drained.
+fn draw(
+    path: &std::path::Path,
+    nodes: usize,
+    alone: &Run,
+    pair: &[Run],
+    outage: &[Run],
+) -> anyhow::Result<()> {
+    use crate::plot::{Chart, Line, cumulative, draw};
+    use plotters::style::RGBColor;
+    let end = 150.0;
+    let times = |v: &[Option<Duration>]| -> Vec<f64> {
+        v.iter().flatten().map(Duration::as_secs_f64).collect()
+    };
+    let lines = vec![
+        Line {
+            name: "one cluster alone: cordoned",
+            color: RGBColor(120, 120, 120),
+            points: cumulative(&times(&alone.cordoned), end),
+        },
+        Line {
+            name: "two clusters, blue: cordoned",
+            color: RGBColor(90, 140, 220),
+            points: cumulative(&times(&pair[0].cordoned), end),
+        },
+        Line {
+            name: "two clusters, green: cordoned",
+            color: RGBColor(90, 190, 120),
+            points: cumulative(&times(&pair[1].cordoned), end),
+        },
+        Line {
+            name: "blue down 60 s: blue cordoned",
+            color: RGBColor(200, 30, 30),
+            points: cumulative(&times(&outage[0].cordoned), end),
+        },
+        Line {
+            name: "blue down 60 s: green cordoned",
+            color: RGBColor(20, 110, 50),
+            points: cumulative(&times(&outage[1].cordoned), end),
+        },
+        Line {
+            name: "blue down 60 s: green fully drained",
+            color: RGBColor(120, 60, 160),
+            points: cumulative(&times(&outage[1].evicted), end),
+        },
+    ];
+    let caption = format!("{nodes} spot warnings per cluster at t = 0, one deployment");
+    let chart = Chart {
+        caption: &caption,
+        x_desc: "seconds after the warnings",
+        y_desc: "nodes",
+        x_max: end,
+        y_max: nodes as f64 * 1.05,
+        mark: Some((WINDOW.as_secs_f64(), "the instances go (120 s)")),
+        lines,
+    };
+    draw(path, &chart)
 }
 
 fn row(
