@@ -138,9 +138,8 @@ impl Handler {
                 .is_ok_and(|s| s.is_empty())
         {
             // One cluster named by nobody: the pipeline looks the instances up itself.
-            let share = split::Share::all(records);
             let to = Destination::Cluster(None);
-            return self.run_share(&to, &share.records, None, limits).await;
+            return self.run_share(&to, records, None, limits).await;
         }
         let looked_up = self.look_up(records, limits).await;
         let seen: Vec<&str> = looked_up

@@ -41,16 +41,6 @@ pub struct Share {
     pub positions: Vec<usize>,
 }
 
-impl Share {
-    /// Every record of the batch, in order.
-    pub fn all(records: &[Record]) -> Share {
-        Share {
-            records: records.to_vec(),
-            positions: (0..records.len()).collect(),
-        }
-    }
-}
-
 /// The reports of a share whose cluster could not be reached: every record failed (it comes
 /// back, and the cluster is tried again with the next batch).
 pub fn unreachable(records: &[Record], error: &Unreachable) -> Vec<Report> {
