@@ -6,7 +6,7 @@
 //! deploy tests (moto skips the template's `AWS::EKS::AccessEntry`, which it does not model).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use aws_sdk_cloudformation::Client;
 use forewarn_tests::eks::EksFake;
@@ -17,24 +17,7 @@ use serde_json::json;
 use super::{
     EXPANDER, fake, forewarn_with, function, manifest_objects, stack_parameters, stdout, succeeded,
 };
-
-/// A kubeconfig in `dir` with one context per `(name, url)`, each named after its cluster.
-fn kubeconfig_of(clusters: &[(&str, &str)], dir: &Path) -> PathBuf {
-    let mut text = String::from("apiVersion: v1\nkind: Config\nclusters:\n");
-    for (name, url) in clusters {
-        text.push_str(&format!("- name: {name}\n  cluster:\n    server: {url}\n"));
-    }
-    text.push_str("users:\n- name: u\n  user: {}\ncontexts:\n");
-    for (name, _) in clusters {
-        text.push_str(&format!(
-            "- name: {name}\n  context:\n    cluster: {name}\n    user: u\n"
-        ));
-    }
-    text.push_str(&format!("current-context: {}\n", clusters[0].0));
-    let path = dir.join("kubeconfig");
-    std::fs::write(&path, text).unwrap();
-    path
-}
+use crate::support::kubeconfig_of;
 
 /// The writes of a fake that are not the placeholder check's dry runs.
 fn stored_writes(fake: &KubeFake) -> Vec<String> {

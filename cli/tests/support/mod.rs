@@ -90,15 +90,23 @@ pub fn forewarn_in(dir: &Path, state: &Path, args: &[&str]) -> Output {
 
 /// A kubeconfig in `dir` whose current context is the API fake at `url` (no credentials).
 pub fn kubeconfig_for(url: &str, dir: &Path) -> PathBuf {
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {url}\n\
-             users:\n- name: u\n  user: {{}}\ncontexts:\n- name: c\n  context:\n    cluster: fake\n    user: u\n\
-             current-context: c\n"
-        ),
-    )
-    .unwrap();
-    kubeconfig
+    kubeconfig_of(&[("fake", url)], dir)
+}
+
+/// A kubeconfig in `dir` with one context per `(name, url)`, each named after its cluster.
+pub fn kubeconfig_of(clusters: &[(&str, &str)], dir: &Path) -> PathBuf {
+    let mut text = String::from("apiVersion: v1\nkind: Config\nclusters:\n");
+    for (name, url) in clusters {
+        text.push_str(&format!("- name: {name}\n  cluster:\n    server: {url}\n"));
+    }
+    text.push_str("users:\n- name: u\n  user: {}\ncontexts:\n");
+    for (name, _) in clusters {
+        text.push_str(&format!(
+            "- name: {name}\n  context:\n    cluster: {name}\n    user: u\n"
+        ));
+    }
+    text.push_str(&format!("current-context: {}\n", clusters[0].0));
+    let path = dir.join("kubeconfig");
+    std::fs::write(&path, text).unwrap();
+    path
 }
