@@ -29,6 +29,9 @@ use crate::ports::{
 };
 use std::collections::BTreeMap;
 
+/// What the batch's instance lookup found (or why it failed), for every cluster's share.
+type Found = Result<BTreeMap<String, InstanceFacts>, DirectoryError>;
+
 /// A payload the handler could not take at all.
 #[derive(Debug, thiserror::Error)]
 pub enum HandlerError {
@@ -180,11 +183,7 @@ impl Handler {
     }
 
     /// The batch's instances, looked up once for every cluster (within the batch's time).
-    async fn look_up(
-        &self,
-        records: &[Record],
-        limits: Limits,
-    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
+    async fn look_up(&self, records: &[Record], limits: Limits) -> Found {
         let events: Vec<&Event> = records
             .iter()
             .filter(|r| r.continuation.is_none())
@@ -208,7 +207,7 @@ impl Handler {
         &self,
         to: &Destination,
         records: &[Record],
-        looked_up: Option<&Result<BTreeMap<String, InstanceFacts>, DirectoryError>>,
+        looked_up: Option<&Found>,
         limits: Limits,
     ) -> Vec<Report> {
         let Destination::Cluster(Some(name)) = to else {
@@ -235,7 +234,7 @@ impl Handler {
         &self,
         to: &Destination,
         records: &[Record],
-        looked_up: Option<&Result<BTreeMap<String, InstanceFacts>, DirectoryError>>,
+        looked_up: Option<&Found>,
         limits: Limits,
     ) -> Vec<Report> {
         let cluster = match to {
