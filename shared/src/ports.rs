@@ -655,6 +655,33 @@ pub trait LifecycleCompleter: Send + Sync {
     ) -> Result<bool, LifecycleError>;
 }
 
+/// Takes the instances whose drains are about to evict off their cluster's load balancers (see
+/// [`crate::domain::traffic`]).
+#[async_trait]
+pub trait LoadBalancers: Send + Sync {
+    /// Deregisters `doomed`'s targets (in `place`'s account and region) from every target group
+    /// tagged for `cluster`, one `DeregisterTargets` per group for all of its doomed targets; a
+    /// group whose deregistration fails is named in the answer, the others still done. An error:
+    /// the groups or their targets could not be read, nothing was deregistered.
+    async fn deregister(
+        &self,
+        place: &Place,
+        cluster: &str,
+        doomed: &[crate::domain::traffic::Doomed],
+    ) -> Result<crate::domain::traffic::Deregistered, TrafficError>;
+}
+
+/// An Elastic Load Balancing call that failed: `{call}: {source}`.
+#[derive(Debug, thiserror::Error)]
+#[error("{call}: {source}")]
+pub struct TrafficError {
+    /// The call (`elasticloadbalancing:DescribeTargetGroups`, ...).
+    pub call: &'static str,
+    pub kind: FailureKind,
+    #[source]
+    pub source: BoxError,
+}
+
 /// What one round of notifications did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Delivery {

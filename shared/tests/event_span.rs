@@ -103,6 +103,7 @@ fn every_log_line_of_an_events_work_carries_the_event_span() {
     let pipeline = Pipeline {
         passes: &passes,
         clock: &clock,
+        traffic: None,
         mode: forewarn::domain::config::Mode::Act,
         config: &config,
         store: &store,

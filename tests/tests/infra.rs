@@ -1964,6 +1964,10 @@ fn the_member_role_trusts_the_central_functions_only_and_grants_what_they_call()
                 "autoscaling:CompleteLifecycleAction",
                 "autoscaling:RecordLifecycleActionHeartbeat",
                 "ec2:DescribeInstances",
+                "elasticloadbalancing:DeregisterTargets",
+                "elasticloadbalancing:DescribeTags",
+                "elasticloadbalancing:DescribeTargetGroups",
+                "elasticloadbalancing:DescribeTargetHealth",
             ]
         );
         let central = Deployment::new(&[
@@ -2000,10 +2004,97 @@ fn the_member_role_trusts_the_central_functions_only_and_grants_what_they_call()
         }
         let read = inline_policy(&role, "forewarn-member-read");
         assert_eq!(
-            read["Statement"],
-            json!([{"Sid": "DescribeInstances", "Effect": "Allow",
-                    "Action": "ec2:DescribeInstances", "Resource": "*"}])
+            read["Statement"][0],
+            json!({"Sid": "DescribeInstances", "Effect": "Allow",
+                    "Action": "ec2:DescribeInstances", "Resource": "*"})
         );
+        assert_deregistration_limited(&read, names);
+    }
+}
+
+/// A target group of the load balancer controller in `region` and `account`.
+fn target_group(region: &str, account: &str) -> String {
+    format!("arn:aws:elasticloadbalancing:{region}:{account}:targetgroup/k8s-shop-web-5e1f/6c9a")
+}
+
+/// `policy` lets DeregisterTargets through only on target groups of this account and region
+/// tagged `elbv2.k8s.aws/cluster` for one of `names` (any value for `*`), and no other write of
+/// Elastic Load Balancing; the Describe calls anywhere.
+fn assert_deregistration_limited(policy: &Value, names: &str) {
+    const TAG: &str = "elbv2.k8s.aws/cluster";
+    let here = target_group(REGION, ACCOUNT);
+    let allowed = |action, resource: &str, tags: &[(&str, &str)]| {
+        Request {
+            action,
+            resource,
+            tags,
+        }
+        .allowed_by(policy)
+    };
+    let served: Vec<&str> = match names {
+        "*" => vec!["any", "other"],
+        names => names.split(',').collect(),
+    };
+    for cluster in &served {
+        let tags = [(TAG, *cluster)];
+        assert!(
+            allowed("elasticloadbalancing:DeregisterTargets", &here, &tags),
+            "{names} {cluster}"
+        );
+        for elsewhere in [
+            target_group("eu-west-1", ACCOUNT),
+            target_group(REGION, "999999999999"),
+        ] {
+            assert!(!allowed(
+                "elasticloadbalancing:DeregisterTargets",
+                &elsewhere,
+                &tags
+            ));
+        }
+        for write in [
+            "elasticloadbalancing:RegisterTargets",
+            "elasticloadbalancing:ModifyTargetGroup",
+            "elasticloadbalancing:DeleteTargetGroup",
+            "elasticloadbalancing:AddTags",
+        ] {
+            assert!(!allowed(write, &here, &tags), "{write}");
+        }
+    }
+    assert!(
+        !allowed("elasticloadbalancing:DeregisterTargets", &here, &[]),
+        "untagged"
+    );
+    assert!(!allowed(
+        "elasticloadbalancing:DeregisterTargets",
+        &here,
+        &[("kubernetes.io/cluster/any", "owned")]
+    ));
+    if names != "*" {
+        assert!(!allowed(
+            "elasticloadbalancing:DeregisterTargets",
+            &here,
+            &[(TAG, "unserved")]
+        ));
+    }
+    for read in [
+        "elasticloadbalancing:DescribeTargetGroups",
+        "elasticloadbalancing:DescribeTags",
+        "elasticloadbalancing:DescribeTargetHealth",
+    ] {
+        assert!(allowed(read, "*", &[]), "{read}");
+    }
+}
+
+/// The handler's role deregisters targets only from the served clusters' target groups of its
+/// account and region (one cluster, a list, `*`), and writes nothing else of Elastic Load
+/// Balancing.
+#[test]
+fn deregistration_is_limited_to_the_served_clusters_target_groups() {
+    for (name, names) in [("demo", ""), ("demo", "a,b"), ("demo", "*")] {
+        let d = Deployment::new(&[("ClusterName", name), ("ClusterNames", names)]);
+        let policy = inline_policy(&d.properties("HandlerRole"), "forewarn-handler");
+        let served = if names.is_empty() { name } else { names };
+        assert_deregistration_limited(&policy, served);
     }
 }
 
@@ -2150,6 +2241,7 @@ fn the_dashboard_searches_dimension_sets_the_functions_emit() {
         reason: None,
         pass: None,
         permanent: false,
+        traffic: None,
     };
     let emitted: Vec<Vec<String>> =
         forewarn::app::telemetry::emf_documents(&report, chrono::Utc::now())

@@ -4,6 +4,7 @@
 mod capacity;
 mod coldstart;
 mod e2e;
+mod elb;
 mod emulator;
 mod fleet;
 mod mass;

@@ -25,7 +25,7 @@ use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
 use forewarn::adapters::snapshot::SnapshotInstances;
 use forewarn::app::fleet::{Cluster, Connector, Fleet, Unreachable};
 use forewarn::app::handler::{Handler, Invocation};
-use forewarn::app::pipeline::Passes;
+use forewarn::app::pipeline::{DEREGISTER_BUDGET, Passes, Traffic};
 use forewarn::domain::config::Config;
 use forewarn::domain::facts::InstanceFacts;
 use forewarn::domain::inbound::continuation::delay_seconds;
@@ -88,6 +88,14 @@ pub struct Settings {
     /// How the client-side limit is held.
     #[arg(long, value_enum, default_value_t = ClientLimit::PerEnvironment)]
     pub client_limit: ClientLimit,
+    /// Target groups of the cluster (half instance mode, half IP mode) whose targets each
+    /// drain takes off first (FOREWARN_DEREGISTER_BUDGET 3 s); 0: no load balancers. Runs of
+    /// several clusters have none.
+    #[arg(long, default_value_t = 6)]
+    pub target_groups: usize,
+    /// Elastic Load Balancing's latency per call, in milliseconds.
+    #[arg(long, default_value_t = 30)]
+    pub elb_latency_ms: u64,
 }
 
 /// The mass benchmark's command line: its settings, and where to draw its figure.
@@ -306,6 +314,8 @@ pub(crate) struct Run {
     /// With the cluster simulation: every pod's life, and when the warnings were sent.
     pub(crate) timeline: Vec<kube_fake::PodTimeline>,
     pub(crate) warned_at: chrono::DateTime<chrono::Utc>,
+    /// What the load balancers were asked and did (see [`crate::elb`]), when the run had some.
+    pub(crate) elb: Option<String>,
 }
 
 impl Run {
@@ -386,6 +396,10 @@ pub async fn report(s: &Settings, svg: Option<&std::path::Path>) -> anyhow::Resu
     }
     timing_rows(&mut out, s, &runs);
     cost_rows(&mut out, s, &runs);
+    for elb in runs.iter().flatten().filter_map(|r| r.elb.as_ref()) {
+        out.push('\n');
+        out.push_str(elb);
+    }
     afterword(&mut out, s, &runs, svg)?;
     Ok(out)
 }
@@ -891,6 +905,15 @@ pub(crate) async fn fleet_run(
     };
     let queue = Arc::new(Queue::default());
     let store: Arc<dyn forewarn::ports::PoolStore> = Arc::new(EmbeddedStore::open(dir.path())?);
+    // The account's load balancers (one cluster's runs only).
+    let elb = (s.target_groups > 0 && members.len() == 1).then(|| {
+        let nodes: Vec<(String, Vec<String>)> = instances
+            .values()
+            .map(|i| (i.instance_id.clone(), i.addresses.clone()))
+            .collect();
+        let latency = Duration::from_millis(s.elb_latency_ms);
+        Arc::new(crate::elb::Account::new(s.target_groups, &nodes, latency))
+    });
     let instances: Arc<dyn forewarn::ports::InstanceDirectory> =
         Arc::new(SnapshotInstances(instances));
     // Each poller is an execution environment with a handler of its own, set up as a cold
@@ -929,6 +952,10 @@ pub(crate) async fn fleet_run(
             fleet,
             concurrency: s.batch,
             safety_margin: Duration::from_secs(3),
+            traffic: elb.as_ref().map(|account| Traffic {
+                balancers: Arc::new(crate::elb::Environment::new(account.clone())),
+                budget: DEREGISTER_BUDGET,
+            }),
             ..Handler::new(config.clone(), store.clone())
         })
     };
@@ -969,7 +996,12 @@ pub(crate) async fn fleet_run(
         .map(|p| {
             let requests = p.fake.requests();
             let seen = handled(&requests, warned_at, &names, s.pods_per_node);
-            run_of(&p.fake, &requests, seen, totals.clone(), warned_at)
+            let elb = elb
+                .as_ref()
+                .map(|a| a.summary(&p.ids, &seen.tried, warned_at, s.target_groups));
+            let mut run = run_of(&p.fake, &requests, seen, totals.clone(), warned_at)?;
+            run.elb = elb;
+            Ok(run)
         })
         .collect()
 }
@@ -1186,6 +1218,7 @@ fn seed(
                     format!("kubernetes.io/cluster/{cluster}"),
                     "owned".into(),
                 )]),
+                addresses: crate::elb::addresses(n, s.pods_per_node),
             },
         );
     }
@@ -1285,6 +1318,7 @@ fn run_of(
         peak_kb: proc_status_kb(None, "VmHWM").unwrap_or_default(),
         timeline: fake.pod_timeline(),
         warned_at,
+        elb: None,
     })
 }
 

@@ -96,7 +96,29 @@ pub fn facts_of(instance: &Instance) -> Option<InstanceFacts> {
                 ))
             })
             .collect(),
+        addresses: addresses_of(instance),
     })
+}
+
+/// The private addresses of `instance`'s network interfaces and their delegated prefixes (see
+/// [`InstanceFacts::addresses`]).
+fn addresses_of(instance: &Instance) -> Vec<String> {
+    instance
+        .network_interfaces()
+        .iter()
+        .flat_map(|n| {
+            let ips = n.private_ip_addresses().iter();
+            let v4 = n.ipv4_prefixes().iter();
+            let v6 = n.ipv6_addresses().iter();
+            let v6p = n.ipv6_prefixes().iter();
+            ips.filter_map(|a| a.private_ip_address())
+                .chain(v4.filter_map(|p| p.ipv4_prefix()))
+                .chain(v6.filter_map(|a| a.ipv6_address()))
+                .chain(v6p.filter_map(|p| p.ipv6_prefix()))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 #[async_trait]

@@ -8,6 +8,7 @@ pub mod backoff;
 pub mod clock;
 pub mod dynamo;
 pub mod ec2;
+pub mod elb;
 pub mod embedded;
 mod key_cache;
 pub mod kube;

@@ -61,6 +61,60 @@ struct Ec2Instance {
     launch_time: Option<String>,
     #[serde(default)]
     tags: Vec<Ec2Tag>,
+    #[serde(default)]
+    network_interfaces: Vec<NetworkInterface>,
+}
+
+/// What of an instance's network interface says which addresses are its (and its pods').
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct NetworkInterface {
+    #[serde(default)]
+    private_ip_addresses: Vec<PrivateIp>,
+    #[serde(default)]
+    ipv4_prefixes: Vec<Ipv4Prefix>,
+    #[serde(default)]
+    ipv6_addresses: Vec<Ipv6Address>,
+    #[serde(default)]
+    ipv6_prefixes: Vec<Ipv6Prefix>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct PrivateIp {
+    private_ip_address: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct Ipv4Prefix {
+    ipv4_prefix: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct Ipv6Address {
+    ipv6_address: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct Ipv6Prefix {
+    ipv6_prefix: Option<String>,
+}
+
+impl NetworkInterface {
+    /// Its addresses and delegated prefixes (see [`InstanceFacts::addresses`]).
+    fn addresses(self) -> impl Iterator<Item = String> {
+        let ips = self.private_ip_addresses.into_iter();
+        let v4 = self.ipv4_prefixes.into_iter();
+        let v6 = self.ipv6_addresses.into_iter();
+        let v6p = self.ipv6_prefixes.into_iter();
+        ips.filter_map(|a| a.private_ip_address)
+            .chain(v4.filter_map(|p| p.ipv4_prefix))
+            .chain(v6.filter_map(|a| a.ipv6_address))
+            .chain(v6p.filter_map(|p| p.ipv6_prefix))
+    }
 }
 
 #[derive(Deserialize)]
@@ -133,6 +187,11 @@ pub fn instances_from_describe(
                     .as_deref()
                     .and_then(crate::domain::event::parse_time),
                 tags: i.tags.into_iter().map(|t| (t.key, t.value)).collect(),
+                addresses: i
+                    .network_interfaces
+                    .into_iter()
+                    .flat_map(NetworkInterface::addresses)
+                    .collect(),
                 instance_id: i.instance_id,
             };
             (facts.instance_id.clone(), facts)

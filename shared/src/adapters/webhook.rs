@@ -555,6 +555,7 @@ mod tests {
             reason: Some("API answered 500".into()),
             pass: None,
             permanent: false,
+            traffic: None,
         }
     }
 

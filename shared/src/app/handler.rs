@@ -14,7 +14,7 @@ use crate::adapters::lambda_event;
 use crate::adapters::snapshot::SnapshotInstances;
 use crate::app::fleet::split::{self, Destination};
 use crate::app::fleet::{Cluster, Fleet, Unreachable};
-use crate::app::pipeline::{Limits, Passes, Pipeline, describe_events};
+use crate::app::pipeline::{Limits, Passes, Pipeline, Traffic, describe_events};
 use crate::app::telemetry::Telemetry;
 use crate::domain::config::{Config, Mode};
 use crate::domain::event::Event;
@@ -78,6 +78,9 @@ pub struct Handler {
     /// What is written of each report besides its log line (the Lambda functions' EMF
     /// metrics); logs only by default.
     pub telemetry: Telemetry,
+    /// Where drains' instances leave their load balancers before their first evictions (see
+    /// [`crate::app::pipeline::Traffic`]); `None`: they are not taken off.
+    pub traffic: Option<Traffic>,
 }
 
 /// What one invocation did.
@@ -107,6 +110,7 @@ impl Handler {
             concurrency: 8,
             safety_margin: Duration::from_secs(1),
             telemetry: Telemetry::default(),
+            traffic: None,
         }
     }
 
@@ -268,6 +272,7 @@ impl Handler {
             executor: cluster.executor.as_deref(),
             passes: &self.passes,
             clock: self.clock.as_ref(),
+            traffic: self.traffic.as_ref(),
         };
         pipeline.process_with(records, limits).await
     }

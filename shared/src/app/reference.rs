@@ -293,6 +293,19 @@ pub const VARIABLES: &[Variable] = &[
          batch has had its first pass, as `forewarn replay` does",
     ),
     var(
+        "FOREWARN_DEREGISTER_BUDGET",
+        "`3s`",
+        Some("3s"),
+        "traffic first: before a drain's first evictions, its instance leaves every instance-mode \
+         target group of its cluster and its pods' addresses every IP-mode one (target groups \
+         the AWS Load Balancer Controller tagged `elbv2.k8s.aws/cluster=<cluster>`, no other), \
+         one `DeregisterTargets` per group for the batch; the evictions wait for the answer at \
+         most this long (1 s to 30 s), then go ahead whatever it is, and the record's report \
+         says what became of it. `off`: drains do not touch the load balancers. Needs a cluster \
+         name (`FOREWARN_CLUSTER_NAME` or `FOREWARN_CLUSTERS`)",
+    )
+    .functions_only(),
+    var(
         "FOREWARN_POLICY_ALLOW",
         "every action but `delete` and `none`",
         None,

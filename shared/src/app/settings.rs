@@ -36,6 +36,9 @@ pub const ENV_PRIORITY_TAKE_OVER: &str = "FOREWARN_PRIORITY_TAKE_OVER";
 pub const ENV_DRAIN_PASS_INTERVAL: &str = "FOREWARN_DRAIN_PASS_INTERVAL";
 pub const ENV_POLICY_FILE: &str = "FOREWARN_POLICY_FILE";
 pub const ENV_POLICY_ALLOW: &str = "FOREWARN_POLICY_ALLOW";
+/// How long a drain's first evictions wait at most for its instance to leave its load balancers,
+/// or `off`.
+pub const ENV_DEREGISTER_BUDGET: &str = "FOREWARN_DEREGISTER_BUDGET";
 /// The clusters one deployment serves: names separated by commas, or `*` for every EKS cluster
 /// of the account and region (every context of a given kubeconfig).
 pub const ENV_CLUSTERS: &str = "FOREWARN_CLUSTERS";
@@ -71,6 +74,7 @@ pub const VARIABLES: &[&str] = &[
     ENV_DRAIN_PASS_INTERVAL,
     ENV_POLICY_FILE,
     ENV_POLICY_ALLOW,
+    ENV_DEREGISTER_BUDGET,
 ];
 const ENV_WEBHOOK_URL: &str = ENV_URL;
 const ENV_WEBHOOK_TEMPLATE: &str = ENV_TEMPLATE;
@@ -227,6 +231,10 @@ pub struct Settings {
     /// (`FOREWARN_DRAIN_PASS_INTERVAL`, default 5 s); `None` (`off`): the handler carries its
     /// drains on in process, passes 5 s apart, as a replay does.
     pub drain_pass_interval: Option<Duration>,
+    /// How long a drain's first evictions wait at most for its instance to leave the target
+    /// groups of its cluster (`FOREWARN_DEREGISTER_BUDGET`, default 3 s); `None` (`off`): they
+    /// are not taken off (see [`crate::app::pipeline::Traffic`]).
+    pub deregister_budget: Option<Duration>,
     /// What the cluster's policy ConfigMap may ask (`FOREWARN_POLICY_ALLOW`: action names
     /// separated by commas or spaces, or `all`; default every action but `delete` and `none`).
     /// The policy file (`FOREWARN_POLICY_FILE`) is not limited.
@@ -362,6 +370,9 @@ impl Settings {
             drain_pass_interval: vars
                 .parse(ENV_DRAIN_PASS_INTERVAL, pass_interval)?
                 .unwrap_or(Some(Duration::from_secs(5))),
+            deregister_budget: vars
+                .parse(ENV_DEREGISTER_BUDGET, deregister_budget)?
+                .unwrap_or(Some(crate::app::pipeline::DEREGISTER_BUDGET)),
             policy_allow: vars
                 .parse(ENV_POLICY_ALLOW, PolicyAllow::parse)?
                 .unwrap_or_default(),
@@ -412,6 +423,20 @@ fn pass_interval(v: &str) -> Result<Option<Duration>, Invalid> {
         .map(Some)
         .ok_or(Invalid {
             expected: "a duration from 1s to 900s (SQS's longest message delay), or off",
+        })
+}
+
+fn deregister_budget(v: &str) -> Result<Option<Duration>, Invalid> {
+    if v == "off" {
+        return Ok(None);
+    }
+    parse_std_duration(v)
+        .ok()
+        .filter(|d| (Duration::from_secs(1)..=Duration::from_secs(30)).contains(d))
+        .map(Some)
+        .ok_or(Invalid {
+            expected: "a duration from 1s to 30s (the evictions of a two-minute warning wait \
+                       that long at most), or off",
         })
 }
 
@@ -906,6 +931,20 @@ mod tests {
         assert_eq!(s.drain_pass_interval, Some(Duration::from_secs(2)));
         let off = settings(&[("FOREWARN_DRAIN_PASS_INTERVAL", "off")]).unwrap();
         assert_eq!(off.drain_pass_interval, None);
+    }
+
+    #[test]
+    fn the_deregistration_budget_is_bounded_or_off() {
+        let d = settings(&[]).unwrap();
+        assert_eq!(d.deregister_budget, Some(Duration::from_secs(3)));
+        let s = settings(&[("FOREWARN_DEREGISTER_BUDGET", "2s")]).unwrap();
+        assert_eq!(s.deregister_budget, Some(Duration::from_secs(2)));
+        let off = settings(&[("FOREWARN_DEREGISTER_BUDGET", "off")]).unwrap();
+        assert_eq!(off.deregister_budget, None);
+        for bad in ["0s", "2m", "soon"] {
+            let e = settings(&[("FOREWARN_DEREGISTER_BUDGET", bad)]).unwrap_err();
+            assert!(e.to_string().contains("FOREWARN_DEREGISTER_BUDGET"), "{e}");
+        }
     }
 
     #[test]

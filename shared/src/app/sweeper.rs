@@ -398,6 +398,7 @@ impl ClusterSweep<'_> {
             executor: self.cluster.executor.as_deref(),
             passes: &passes,
             clock: h.clock.as_ref(),
+            traffic: None,
         };
         let limits = Limits {
             concurrency: h.concurrency,

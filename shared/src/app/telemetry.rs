@@ -410,6 +410,7 @@ mod tests {
             reason: None,
             pass: None,
             permanent: false,
+            traffic: None,
         }
     }
 

@@ -11,6 +11,7 @@ use crate::adapters::aws::{self, AwsSettings};
 use crate::adapters::clock::SystemClock;
 use crate::adapters::dynamo::DynamoStore;
 use crate::adapters::ec2::Ec2Directory;
+use crate::adapters::elb::ElbTargets;
 use crate::adapters::embedded::EmbeddedStore;
 use crate::adapters::kube::{
     ClusterAccess, ConnectError, EksClusters, KubeExecutor, KubeExpander, KubeNodeDirectory,
@@ -25,7 +26,7 @@ use crate::adapters::sqs::SqsRedelivery;
 use crate::adapters::webhook::{ClientError, Webhook};
 use crate::app::fleet::{Cluster, Connector, Fleet, Unreachable};
 use crate::app::handler::Handler;
-use crate::app::pipeline::{PASS_INTERVAL, Passes};
+use crate::app::pipeline::{PASS_INTERVAL, Passes, Traffic};
 use crate::app::policy::PolicyCache;
 use crate::app::settings::{
     ClusterChoice, ClusterSelection, InstanceChoice, Settings, StoreChoice,
@@ -112,6 +113,7 @@ pub async fn services_with_clock(
         _ => Arc::new(NoInstances),
     };
     let fleet = fleet(settings, sdk.as_ref(), &clock, &store).await?;
+    let traffic = traffic(settings, sdk.as_ref(), &clock);
     let notifier = notifier(settings)?;
     let sqs = sdk
         .as_ref()
@@ -140,6 +142,7 @@ pub async fn services_with_clock(
         safety_margin: settings.safety_margin,
         // Logs only: a Lambda function's main sets its metrics (see `telemetry::init_json`).
         telemetry: Default::default(),
+        traffic,
     };
     Ok(Services {
         handler,
@@ -150,6 +153,28 @@ pub async fn services_with_clock(
         node_groups: sdk
             .as_ref()
             .map(|sdk| Arc::new(AsgNodeGroups::new(sdk)) as Arc<dyn NodeGroupSource>),
+    })
+}
+
+/// Where drains' instances leave their load balancers: Elastic Load Balancing, in each event's
+/// account and region, when instances come from EC2 and live clusters are acted on (and the
+/// budget is not `off`).
+fn traffic(
+    settings: &Settings,
+    sdk: Option<&aws_config::SdkConfig>,
+    clock: &Arc<dyn Clock>,
+) -> Option<Traffic> {
+    let live = matches!(settings.cluster, ClusterChoice::Live(_))
+        && settings.instances == InstanceChoice::Ec2
+        && settings.mode == Mode::Act;
+    let (Some(sdk), Some(budget), true) = (sdk, settings.deregister_budget, live) else {
+        return None;
+    };
+    let client = aws_sdk_elasticloadbalancingv2::Client::new(sdk);
+    let balancers = ElbTargets::new(client, clock.clone()).with_accounts(accounts(settings, sdk));
+    Some(Traffic {
+        balancers: Arc::new(balancers),
+        budget,
     })
 }
 

@@ -28,6 +28,11 @@ pub struct InstanceFacts {
     /// When the instance last started (it changes at every start).
     pub launch_time: Option<chrono::DateTime<chrono::Utc>>,
     pub tags: BTreeMap<String, String>,
+    /// The private addresses of its network interfaces (primary and secondary, IPv4 and IPv6)
+    /// and their delegated prefixes (`10.0.1.16/28`): what its pods' addresses are under the VPC
+    /// CNI (see [`crate::domain::traffic`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<String>,
 }
 
 impl InstanceFacts {

@@ -25,6 +25,7 @@ pub mod status;
 pub mod surge;
 pub mod sweep;
 pub mod time;
+pub mod traffic;
 pub mod vars;
 pub mod wayback;
 

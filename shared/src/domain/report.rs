@@ -111,6 +111,10 @@ pub struct Report {
     /// [`crate::domain::retry`]). Absent unless true.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub permanent: bool,
+    /// A drain's first evictions were about to come: what became of taking its instances off
+    /// their cluster's load balancers first (see [`crate::domain::traffic`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic: Option<String>,
 }
 
 impl Report {
@@ -132,6 +136,7 @@ impl Report {
             reason: None,
             pass: record.continuation.as_ref().map(|c| c.pass),
             permanent: false,
+            traffic: None,
         }
     }
 

@@ -251,6 +251,7 @@ impl World {
             executor: Some(executor),
             passes,
             clock: &self.clock,
+            traffic: None,
         }
     }
 

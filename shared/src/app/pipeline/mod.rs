@@ -46,7 +46,10 @@ use work::{ExecutorIn, NodesIn};
 mod batch;
 pub mod kept;
 mod passes;
+mod traffic;
 mod work;
+
+pub use traffic::{DEREGISTER_BUDGET, Traffic};
 
 use batch::{by_phase, follow_firsts, schedule};
 use passes::{Handled, Rest, merge, refusals};
@@ -67,6 +70,9 @@ pub struct Pipeline<'a> {
     pub passes: &'a Passes,
     /// Where "now" comes from, and how the time between passes passes.
     pub clock: &'a dyn Clock,
+    /// Where drains' instances leave their load balancers before their first evictions (see
+    /// [`traffic`]); `None`: they are not taken off.
+    pub traffic: Option<&'a Traffic>,
 }
 
 /// How a drain's passes are carried on (see the module doc).
@@ -177,11 +183,15 @@ impl Pipeline<'_> {
         // One look at the placeholders of every drain of the batch that waits for room.
         let room = self.room(records, limits).await;
         seen.room = &room;
+        // Traffic first: the drains about to evict, off their load balancers (after the
+        // cordons, before any eviction).
+        let notes = self.clear_traffic(records, &later, &first, limits).await;
         let later = self.run(records, later, seen, limits).await;
         let mut done = self.finish(records, later, limits).await;
         done.extend(self.finish(records, first, limits).await);
         let mut reports: Vec<Option<Report>> = vec![None; records.len()];
-        for (i, report) in done {
+        for (i, mut report) in done {
+            report.traffic = notes.get(&i).cloned();
             reports[i] = Some(report);
         }
         follow_firsts(records, &mut reports, repeats);
@@ -796,6 +806,7 @@ mod tests {
         let p = Pipeline {
             passes: &Passes::in_process(PASS_INTERVAL),
             clock,
+            traffic: None,
             mode: Mode::Act,
             config,
             store,
@@ -1055,6 +1066,7 @@ mod tests {
         let p = Pipeline {
             passes: &Passes::in_process(PASS_INTERVAL),
             clock: &clock,
+            traffic: None,
             mode: Mode::Act,
             config: &config,
             store: &store,
@@ -1141,6 +1153,7 @@ mod tests {
         Pipeline {
             passes,
             clock,
+            traffic: None,
             mode: Mode::Act,
             config,
             store,
@@ -1268,5 +1281,173 @@ mod tests {
             "{why}"
         );
         assert!(!reports[2].reason.as_deref().unwrap().contains("Events"));
+    }
+
+    /// Answers each round as told, recording who was doomed and how many executor calls had
+    /// been made by then; `hang`: never answers (after telling `called`).
+    struct Balancers {
+        exec: Arc<Recorder>,
+        rounds: Mutex<Vec<(String, Vec<crate::domain::traffic::Doomed>, usize)>>,
+        hang: bool,
+        called: tokio::sync::Notify,
+    }
+
+    impl Balancers {
+        fn new(exec: &Arc<Recorder>, hang: bool) -> Arc<Balancers> {
+            Arc::new(Balancers {
+                exec: exec.clone(),
+                rounds: Mutex::default(),
+                hang,
+                called: tokio::sync::Notify::new(),
+            })
+        }
+    }
+
+    #[async_trait]
+    impl crate::ports::LoadBalancers for Balancers {
+        async fn deregister(
+            &self,
+            _place: &Place,
+            cluster: &str,
+            doomed: &[crate::domain::traffic::Doomed],
+        ) -> Result<crate::domain::traffic::Deregistered, crate::ports::TrafficError> {
+            let executed = self.exec.calls.lock().unwrap().len();
+            self.rounds
+                .lock()
+                .unwrap()
+                .push((cluster.to_string(), doomed.to_vec(), executed));
+            self.called.notify_one();
+            if self.hang {
+                std::future::pending::<()>().await;
+            }
+            let mut done = crate::domain::traffic::Deregistered {
+                groups: 2,
+                describes: 2,
+                deregisters: 1,
+                ..Default::default()
+            };
+            for d in doomed {
+                done.left
+                    .insert(d.instance_id.clone(), vec!["arn:tg-web".into()]);
+            }
+            Ok(done)
+        }
+    }
+
+    /// A signed continuation of a spot warning for `A`, whose drain is still on, asking for
+    /// pass `pass`; the instance has an address.
+    fn drain_continuation(
+        key: &crate::domain::continuation::ContinuationKey,
+        id: &str,
+        now: DateTime<Utc>,
+        pass: u32,
+    ) -> serde_json::Value {
+        late_continuation(key, id, now, |plan| {
+            plan.actions[0].deadline = Some(now + chrono::Duration::minutes(1));
+            plan.actions[0].addresses = vec!["10.0.0.5".into()];
+            pass
+        })
+    }
+
+    fn blue() -> Config {
+        Config {
+            cluster_name: Some("blue".into()),
+            ..Config::default()
+        }
+    }
+
+    /// A drain's first pass takes its instance off the load balancers of its cluster before the
+    /// executor is asked for any eviction, and its report says so; a later pass, a continuation
+    /// forewarn did not sign and a dry run leave the load balancers alone.
+    #[tokio::test]
+    async fn a_drains_first_pass_takes_its_instance_off_the_load_balancers_before_evicting() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let key = store.continuation_keys().await.unwrap().current;
+        let forged = crate::domain::continuation::ContinuationKey::new([7; 32]);
+        let world = world();
+        let config = blue();
+        let clock = clock();
+        let now = clock.now();
+        let exec = Arc::new(Recorder::default());
+        let balancers = Balancers::new(&exec, false);
+        let traffic = Traffic {
+            balancers: balancers.clone(),
+            budget: DEREGISTER_BUDGET,
+        };
+        let passes = Passes::in_process(PASS_INTERVAL);
+        let run = |batch: serde_json::Value, mode: Mode| {
+            let p = Pipeline {
+                traffic: Some(&traffic),
+                mode,
+                ..queued(&passes, &clock, &config, &store, &world, &exec)
+            };
+            let records = records(batch, &clock);
+            async move { p.process(&records).await }
+        };
+        let first = drain_continuation(&key, "ev-1", now, 1);
+        let reports = run(json!({"Records": [first]}), Mode::Act).await;
+        let rounds = balancers.rounds.lock().unwrap().clone();
+        assert_eq!(rounds.len(), 1, "{reports:#?}");
+        let (cluster, doomed, executed_before) = &rounds[0];
+        assert_eq!(cluster, "blue");
+        assert_eq!(doomed.len(), 1);
+        assert_eq!(doomed[0].instance_id, A);
+        assert_eq!(doomed[0].addresses, vec!["10.0.0.5".to_string()]);
+        assert_eq!(*executed_before, 0, "nothing was executed before the round");
+        assert!(
+            matches!(exec.passes.lock().unwrap()[0].1, Pass::Drain { .. }),
+            "the drain pass ran after it"
+        );
+        let note = reports[0].traffic.as_deref().unwrap_or_default();
+        assert!(
+            note.contains("out of 1 of the cluster's 2 target groups before the first eviction"),
+            "{note}"
+        );
+        // A second pass, a forged first pass, a dry run: no round.
+        let later = drain_continuation(&key, "ev-2", now, 2);
+        let forged = drain_continuation(&forged, "ev-3", now, 1);
+        let reports = run(json!({"Records": [later, forged]}), Mode::Act).await;
+        assert!(reports.iter().all(|r| r.traffic.is_none()), "{reports:#?}");
+        let dry = drain_continuation(&key, "ev-4", now, 1);
+        run(json!({"Records": [dry]}), Mode::DryRun).await;
+        assert_eq!(balancers.rounds.lock().unwrap().len(), 1);
+    }
+
+    /// A load balancer API that does not answer holds the evictions back for the budget, not
+    /// longer: once the clock has moved on by the budget, the drain's pass runs, and the report
+    /// says the instance was not taken off.
+    #[tokio::test]
+    async fn load_balancers_that_do_not_answer_hold_evictions_back_for_the_budget_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let key = store.continuation_keys().await.unwrap().current;
+        let world = world();
+        let config = blue();
+        let clock = clock();
+        let now = clock.now();
+        let exec = Arc::new(Recorder::default());
+        let balancers = Balancers::new(&exec, true);
+        let traffic = Traffic {
+            balancers: balancers.clone(),
+            budget: StdDuration::from_secs(3),
+        };
+        let passes = Passes::in_process(PASS_INTERVAL);
+        let p = Pipeline {
+            traffic: Some(&traffic),
+            ..queued(&passes, &clock, &config, &store, &world, &exec)
+        };
+        let batch = json!({"Records": [drain_continuation(&key, "ev-1", now, 1)]});
+        let records = records(batch, &clock);
+        let (reports, ()) = tokio::join!(p.process(&records), async {
+            balancers.called.notified().await;
+            assert!(exec.calls.lock().unwrap().is_empty(), "nothing evicted yet");
+            clock.advance(StdDuration::from_secs(3));
+        });
+        assert_eq!(exec.calls.lock().unwrap().len(), 1, "{reports:#?}");
+        assert_eq!(
+            reports[0].traffic.as_deref(),
+            Some("the load balancers did not answer within 3 s: evicting anyway")
+        );
     }
 }

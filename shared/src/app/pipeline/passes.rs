@@ -40,23 +40,7 @@ impl Pipeline<'_> {
             .await?
             .map_err(|e| refuse(e.to_string()))?;
         let plan = continuation.plan.clone();
-        if plan.event_id != event.id {
-            return Err(refuse(format!(
-                "the plan is event {}'s, not this event's ({})",
-                plan.event_id, event.id
-            )));
-        }
-        if let Some(other) = plan
-            .actions
-            .iter()
-            .map(|a| &a.instance_id)
-            .chain(&plan.instance_ids)
-            .find(|id| !event.instance_ids.contains(id))
-        {
-            return Err(refuse(format!(
-                "the plan names instance {other}, which the event does not"
-            )));
-        }
+        super::traffic::plan_is_the_events(&plan, event).map_err(refuse)?;
         let deadline = crate::domain::plan::earliest_deadline(&plan)
             .unwrap_or(continuation.started_at + self.config.drain_timeout);
         // A pass interval after the deadline, or until the instance goes when its notice says
@@ -108,7 +92,7 @@ impl Pipeline<'_> {
     /// Whether `continuation` is signed by an accepted key: one this process does not know (a
     /// rotation since it read the keys) makes it read them again, once, before refusing. A
     /// failure to read the keys fails the record (it comes back).
-    async fn verify_signature(
+    pub(super) async fn verify_signature(
         &self,
         record: &Record,
         continuation: &Continuation,

@@ -94,6 +94,11 @@ pub struct NodeAction {
     /// node must still carry (see [`crate::domain::wayback`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub record: Option<CordonRecord>,
+    /// For a drain: the instance's addresses (from EC2, see [`InstanceFacts::addresses`]), so
+    /// that its pods leave IP-mode target groups before its first eviction, in whichever pass
+    /// that comes (see [`crate::domain::traffic`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<String>,
 }
 
 /// The plan for one event.
@@ -351,6 +356,9 @@ fn node_action(
     if matches!(out.action, Action::Cordon | Action::CordonDrain) {
         out.record = Some(choice::record(event, instance_id, &choice));
     }
+    if out.action == Action::CordonDrain {
+        out.addresses = instance.map(|i| i.addresses.clone()).unwrap_or_default();
+    }
     if let Some(why) = &choice.why {
         out.reason = format!("{why}; {}", out.reason);
     }
@@ -375,6 +383,7 @@ fn no_action(event: &Event, instance_id: &str) -> NodeAction {
         grace_to_deadline: false,
         surge: false,
         record: None,
+        addresses: Vec::new(),
     }
 }
 

@@ -1,0 +1,333 @@
+//! Elastic Load Balancing as the mass benchmark models it: the account's target groups (the
+//! cluster's, tagged `elbv2.k8s.aws/cluster`, and others'), each call answered after a latency
+//! and subject to the account's token buckets, a throttled call retried as the SDK's standard
+//! mode does (5 attempts, full-jitter backoff); and per execution environment the calls of
+//! `forewarn::adapters::elb` (the cluster's groups found once and kept 60 s, each batch one
+//! `DescribeTargetHealth` per group and one `DeregisterTargets` per group holding doomed
+//! targets), through the real pipeline step that calls it (`FOREWARN_DEREGISTER_BUDGET`, 3 s).
+//!
+//! The buckets: ELB's documented one for `Describe*` (40 tokens, 10 a second); the
+//! registration calls' numbers are not published per action, so `DeregisterTargets` gets a
+//! bucket of the same size (an assumption, said in the report).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use forewarn::adapters::elb::GROUPS_FOR;
+use forewarn::domain::traffic::{Deregistered, Doomed, TargetKind};
+use forewarn::ports::{FailureKind, LoadBalancers, Place, TrafficError};
+use tokio::time::Instant;
+
+/// Target groups of other applications in the account (never the cluster's).
+const OTHER_GROUPS: usize = 20;
+/// The SDK's attempts per call (forewarn's default).
+const ATTEMPTS: u32 = 5;
+
+/// Node `n`'s addresses: its primary address, then one per pod (secondary addresses of its
+/// network interface, as the VPC CNI gives them).
+pub fn addresses(n: usize, pods: usize) -> Vec<String> {
+    (0..=pods)
+        .map(|k| format!("10.{}.{}.{}", n / 250, n % 250, 10 + k))
+        .collect()
+}
+
+/// A token bucket: `capacity` tokens, `refill` a second.
+struct Bucket {
+    tokens: f64,
+    capacity: f64,
+    refill: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn new(capacity: f64, refill: f64) -> Bucket {
+        Bucket {
+            tokens: capacity,
+            capacity,
+            refill,
+            at: Instant::now(),
+        }
+    }
+
+    fn take(&mut self) -> bool {
+        let now = Instant::now();
+        let elapsed = now.duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.refill).min(self.capacity);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// One target group of the account.
+struct Group {
+    kind: TargetKind,
+    /// Tagged for the cluster.
+    ours: bool,
+}
+
+/// What the account's API did, for the report.
+#[derive(Default)]
+struct Tally {
+    calls: BTreeMap<&'static str, usize>,
+    throttled: usize,
+    /// Per instance, when the round that took it off was answered.
+    answered: BTreeMap<String, chrono::DateTime<chrono::Utc>>,
+}
+
+/// The account: its groups and what is registered in each, its buckets, what it was asked.
+pub struct Account {
+    groups: Vec<Group>,
+    registered: Mutex<Vec<BTreeSet<String>>>,
+    describe: Mutex<Bucket>,
+    mutate: Mutex<Bucket>,
+    latency: Duration,
+    tally: Mutex<Tally>,
+}
+
+impl Account {
+    /// `target_groups` of the cluster (half instance mode, holding every node; half IP mode,
+    /// each holding one pod address of every node) and [`OTHER_GROUPS`] others.
+    pub fn new(
+        target_groups: usize,
+        nodes: &[(String, Vec<String>)],
+        latency: Duration,
+    ) -> Account {
+        let mut groups = Vec::new();
+        let mut registered = Vec::new();
+        for g in 0..target_groups {
+            let kind = if g % 2 == 0 {
+                TargetKind::Instance
+            } else {
+                TargetKind::Ip
+            };
+            let targets = nodes
+                .iter()
+                .filter_map(|(id, addresses)| match kind {
+                    TargetKind::Instance => Some(id.clone()),
+                    TargetKind::Ip => {
+                        let pods = addresses.len().saturating_sub(1).max(1);
+                        addresses.get(1 + (g / 2) % pods).cloned()
+                    }
+                })
+                .collect();
+            groups.push(Group { kind, ours: true });
+            registered.push(targets);
+        }
+        for _ in 0..OTHER_GROUPS {
+            groups.push(Group {
+                kind: TargetKind::Instance,
+                ours: false,
+            });
+            registered.push(BTreeSet::new());
+        }
+        Account {
+            groups,
+            registered: Mutex::new(registered),
+            describe: Mutex::new(Bucket::new(40.0, 10.0)),
+            mutate: Mutex::new(Bucket::new(40.0, 10.0)),
+            latency,
+            tally: Mutex::default(),
+        }
+    }
+
+    /// One call of `name`, as the SDK makes it: throttled attempts retried after a full-jitter
+    /// backoff, the last one's throttling an error.
+    async fn call(&self, name: &'static str, seed: usize) -> Result<(), TrafficError> {
+        let bucket = if name == "DeregisterTargets" {
+            &self.mutate
+        } else {
+            &self.describe
+        };
+        *self.tally.lock().unwrap().calls.entry(name).or_default() += 1;
+        for attempt in 0..ATTEMPTS {
+            let took = bucket.lock().unwrap().take();
+            if took {
+                tokio::time::sleep(self.latency).await;
+                return Ok(());
+            }
+            self.tally.lock().unwrap().throttled += 1;
+            // Full jitter: a spread fraction of min(20 s, 2^attempt s).
+            let ceiling = 2f64.powi(attempt as i32).min(20.0);
+            let spread = ((seed * 7919 + attempt as usize * 104_729) % 1000) as f64 / 1000.0;
+            tokio::time::sleep(Duration::from_secs_f64(ceiling * spread)).await;
+        }
+        Err(TrafficError {
+            call: name,
+            kind: FailureKind::Throttled,
+            source: "ThrottlingException: Rate exceeded".into(),
+        })
+    }
+
+    /// The report's paragraph: the calls by kind, the throttled attempts, and per node whether
+    /// its round was answered before its first eviction (`tried`, after `warned_at`).
+    pub fn summary(
+        &self,
+        ids: &[String],
+        tried: &[Option<Duration>],
+        warned_at: chrono::DateTime<chrono::Utc>,
+        target_groups: usize,
+    ) -> String {
+        let tally = self.tally.lock().unwrap();
+        let calls: Vec<String> = tally
+            .calls
+            .iter()
+            .map(|(name, n)| format!("{n} {name}"))
+            .collect();
+        let mut before = 0;
+        let mut answered = Vec::new();
+        for (id, tried) in ids.iter().zip(tried) {
+            let Some(at) = tally.answered.get(id) else {
+                continue;
+            };
+            let at = (*at - warned_at).to_std().unwrap_or_default();
+            answered.push(at);
+            if tried.is_none_or(|t| at <= t) {
+                before += 1;
+            }
+        }
+        answered.sort();
+        let last = answered.last().copied().unwrap_or_default();
+        format!(
+            "Load balancers: {target_groups} target groups of the cluster among {} in the \
+             account (ELB's Describe* bucket, 40 tokens refilled 10 a second; DeregisterTargets \
+             assumed alike). Calls: {} ({} attempts throttled). {} of {} nodes taken off before \
+             their first eviction, the last {:.1} s after the warnings.\n",
+            target_groups + OTHER_GROUPS,
+            calls.join(", "),
+            tally.throttled,
+            before,
+            ids.len(),
+            last.as_secs_f64(),
+        )
+    }
+}
+
+/// One execution environment's ELB client: the cluster's groups found and kept as the adapter
+/// keeps them.
+pub struct Environment {
+    account: Arc<Account>,
+    /// The cluster's groups (indexes) and when they were found.
+    found: Mutex<Option<(Instant, Vec<usize>)>>,
+}
+
+impl Environment {
+    pub fn new(account: Arc<Account>) -> Environment {
+        Environment {
+            account,
+            found: Mutex::new(None),
+        }
+    }
+
+    async fn groups(&self, seed: usize) -> Result<(Vec<usize>, usize), TrafficError> {
+        let cached = self.found.lock().unwrap().clone();
+        if let Some((at, groups)) = cached
+            && at.elapsed() < GROUPS_FOR
+        {
+            return Ok((groups, 0));
+        }
+        let a = &self.account;
+        let total = a.groups.len();
+        let mut describes = 0;
+        for page in 0..total.div_ceil(400) {
+            a.call("DescribeTargetGroups", seed + page).await?;
+            describes += 1;
+        }
+        for chunk in 0..total.div_ceil(20) {
+            a.call("DescribeTags", seed + chunk).await?;
+            describes += 1;
+        }
+        let ours: Vec<usize> = (0..total).filter(|&g| a.groups[g].ours).collect();
+        *self.found.lock().unwrap() = Some((Instant::now(), ours.clone()));
+        Ok((ours, describes))
+    }
+
+    /// One group's round: its targets read, the doomed ones deregistered.
+    async fn clear(&self, g: usize, doomed: &[Doomed], seed: usize) -> Result<Vec<String>, String> {
+        let a = &self.account;
+        a.call("DescribeTargetHealth", seed + g)
+            .await
+            .map_err(|e| e.to_string())?;
+        let leaving: Vec<(String, String)> = {
+            let registered = a.registered.lock().unwrap();
+            doomed
+                .iter()
+                .flat_map(|d| {
+                    let ids: Vec<&String> = match a.groups[g].kind {
+                        TargetKind::Instance => vec![&d.instance_id],
+                        TargetKind::Ip => d.addresses.iter().collect(),
+                    };
+                    ids.into_iter()
+                        .filter(|id| registered[g].contains(*id))
+                        .map(|id| (id.clone(), d.instance_id.clone()))
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        };
+        if leaving.is_empty() {
+            return Ok(Vec::new());
+        }
+        a.call("DeregisterTargets", seed + g)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut registered = a.registered.lock().unwrap();
+        for (target, _) in &leaving {
+            registered[g].remove(target);
+        }
+        Ok(leaving.into_iter().map(|(_, of)| of).collect())
+    }
+}
+
+#[async_trait]
+impl LoadBalancers for Environment {
+    async fn deregister(
+        &self,
+        _place: &Place,
+        _cluster: &str,
+        doomed: &[Doomed],
+    ) -> Result<Deregistered, TrafficError> {
+        let seed = doomed
+            .first()
+            .map(|d| d.instance_id.bytes().map(usize::from).sum())
+            .unwrap_or_default();
+        let (groups, describes) = self.groups(seed).await?;
+        let rounds = groups.iter().map(|&g| self.clear(g, doomed, seed));
+        let done = futures::future::join_all(rounds).await;
+        let mut out = Deregistered {
+            groups: groups.len(),
+            describes: describes + groups.len(),
+            ..Default::default()
+        };
+        for (g, done) in groups.iter().zip(done) {
+            match done {
+                Ok(of) => {
+                    if !of.is_empty() {
+                        out.deregisters += 1;
+                    }
+                    for instance in of {
+                        let arns = out.left.entry(instance).or_default();
+                        let arn = format!("tg-{g}");
+                        if !arns.contains(&arn) {
+                            arns.push(arn);
+                        }
+                    }
+                }
+                Err(why) => out.failed.push(format!("tg-{g}: {why}")),
+            }
+        }
+        let now = chrono::Utc::now();
+        let mut tally = self.account.tally.lock().unwrap();
+        for d in doomed {
+            if out.failed.is_empty() {
+                tally.answered.entry(d.instance_id.clone()).or_insert(now);
+            }
+        }
+        Ok(out)
+    }
+}

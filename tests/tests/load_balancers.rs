@@ -1,0 +1,269 @@
+//! Traffic first (`forewarn::adapters::elb`) on moto's Elastic Load Balancing, through the
+//! recording proxy: a doomed instance leaves the instance-mode target groups its cluster's tag
+//! names, its pods' addresses (secondary addresses of its network interface, as the VPC CNI
+//! gives them) leave the IP-mode ones; another cluster's group and an untagged one keep it, and
+//! so does every other instance; the calls are counted (DescribeTags 20 ARNs a call, one
+//! DeregisterTargets per group, the groups kept between batches); a throttled deregistration
+//! names its group.
+
+use std::sync::Arc;
+
+use aws_sdk_elasticloadbalancingv2::Client;
+use aws_sdk_elasticloadbalancingv2::types::{
+    ProtocolEnum, Tag, TargetDescription, TargetHealthStateEnum, TargetTypeEnum,
+};
+use forewarn::adapters::clock::ManualClock;
+use forewarn::adapters::ec2::Ec2Directory;
+use forewarn::adapters::elb::ElbTargets;
+use forewarn::domain::traffic::Doomed;
+use forewarn::ports::{InstanceDirectory, LoadBalancers, Place};
+use forewarn_tests::ec2::{Launch, any_image, launch};
+use forewarn_tests::moto::{runtime, shared, unique_name};
+use forewarn_tests::proxy::{AwsCall, AwsFault, AwsProxy, FaultKind};
+
+/// The tests' configuration in `region` (each test its own: moto keeps target groups per
+/// region), through a recording proxy.
+async fn proxied(region: &str) -> (AwsProxy, aws_config::SdkConfig) {
+    let proxy = AwsProxy::start(&shared().endpoint())
+        .await
+        .expect("starting the proxy");
+    let base = shared()
+        .sdk_config()
+        .to_builder()
+        .region(aws_config::Region::new(region.to_string()))
+        .build();
+    let config = proxy.sdk_config(&base);
+    (proxy, config)
+}
+
+fn count(calls: &[AwsCall], operation: &str) -> usize {
+    calls.iter().filter(|c| c.operation == operation).count()
+}
+
+/// An instance of the cluster with two more addresses on its network interface (its pods'),
+/// and what EC2 says of it.
+async fn instance_with_pods(
+    ec2: &aws_sdk_ec2::Client,
+    zone: &str,
+) -> (String, Vec<String>, String) {
+    let image = any_image(ec2).await.unwrap();
+    let launched = launch(ec2, &image, &Launch::spot("blue").zone(zone))
+        .await
+        .unwrap();
+    let described = ec2
+        .describe_instances()
+        .instance_ids(&launched.id)
+        .send()
+        .await
+        .unwrap();
+    let instance = &described.reservations()[0].instances()[0];
+    let eni = instance.network_interfaces()[0]
+        .network_interface_id()
+        .unwrap()
+        .to_string();
+    let vpc = instance.vpc_id().unwrap().to_string();
+    ec2.assign_private_ip_addresses()
+        .network_interface_id(&eni)
+        .secondary_private_ip_address_count(2)
+        .send()
+        .await
+        .unwrap();
+    let facts = Ec2Directory::new(ec2.clone())
+        .describe(std::slice::from_ref(&launched.id))
+        .await
+        .unwrap();
+    let addresses = facts[&launched.id].addresses.clone();
+    (launched.id, addresses, vpc)
+}
+
+/// A target group of `kind`, tagged with `tags`.
+async fn group(elb: &Client, vpc: &str, kind: TargetTypeEnum, tags: &[(&str, &str)]) -> String {
+    let mut request = elb
+        .create_target_group()
+        .name(unique_name("tg"))
+        .protocol(ProtocolEnum::Http)
+        .port(80)
+        .vpc_id(vpc)
+        .target_type(kind);
+    for (key, value) in tags {
+        request = request.tags(Tag::builder().key(*key).value(*value).build());
+    }
+    let out = request.send().await.unwrap();
+    out.target_groups()[0]
+        .target_group_arn()
+        .unwrap()
+        .to_string()
+}
+
+async fn register(elb: &Client, arn: &str, targets: &[(&str, i32)]) {
+    let targets: Vec<TargetDescription> = targets
+        .iter()
+        .map(|(id, port)| TargetDescription::builder().id(*id).port(*port).build())
+        .collect();
+    elb.register_targets()
+        .target_group_arn(arn)
+        .set_targets(Some(targets))
+        .send()
+        .await
+        .unwrap();
+}
+
+/// The ids of the targets registered in `arn` and not leaving it.
+async fn registered(elb: &Client, arn: &str) -> Vec<String> {
+    let health = elb
+        .describe_target_health()
+        .target_group_arn(arn)
+        .send()
+        .await
+        .unwrap();
+    let mut ids: Vec<String> = health
+        .target_health_descriptions()
+        .iter()
+        .filter(|d| {
+            d.target_health().and_then(|h| h.state()) != Some(&TargetHealthStateEnum::Draining)
+        })
+        .filter_map(|d| d.target()?.id().map(str::to_string))
+        .collect();
+    ids.sort();
+    ids
+}
+
+fn clock() -> Arc<ManualClock> {
+    Arc::new(ManualClock::at(chrono::Utc::now()))
+}
+
+#[test]
+fn a_doomed_instance_and_its_pods_leave_only_their_clusters_target_groups() {
+    runtime().block_on(async {
+        let (proxy, config) = proxied("eu-west-3").await;
+        let ec2 = aws_sdk_ec2::Client::new(&config);
+        let elb = Client::new(&config);
+        let (doomed_id, addresses, vpc) = instance_with_pods(&ec2, "eu-west-3a").await;
+        let (staying_id, staying_addresses, _) = instance_with_pods(&ec2, "eu-west-3a").await;
+        assert_eq!(
+            addresses.len(),
+            3,
+            "primary and two secondary: {addresses:?}"
+        );
+        let pod_ip = addresses[1].as_str();
+        let staying_pod_ip = staying_addresses[1].as_str();
+        let blue = [("elbv2.k8s.aws/cluster", "blue")];
+        let blue_instances = group(&elb, &vpc, TargetTypeEnum::Instance, &blue).await;
+        let blue_pods = group(&elb, &vpc, TargetTypeEnum::Ip, &blue).await;
+        let green = [("elbv2.k8s.aws/cluster", "green")];
+        let green_instances = group(&elb, &vpc, TargetTypeEnum::Instance, &green).await;
+        let untagged = group(&elb, &vpc, TargetTypeEnum::Instance, &[]).await;
+        // More groups than one DescribeTags takes (25 in all).
+        for _ in 0..21 {
+            group(&elb, &vpc, TargetTypeEnum::Ip, &[("team", "web")]).await;
+        }
+        for arn in [&blue_instances, &green_instances, &untagged] {
+            register(&elb, arn, &[(&doomed_id, 30080), (&staying_id, 30080)]).await;
+        }
+        register(&elb, &blue_pods, &[(pod_ip, 8080), (staying_pod_ip, 8080)]).await;
+        proxy.reset();
+
+        let targets = ElbTargets::new(elb.clone(), clock());
+        let doomed = [Doomed {
+            instance_id: doomed_id.clone(),
+            addresses: addresses.clone(),
+        }];
+        let place = Place::default();
+        let done = targets.deregister(&place, "blue", &doomed).await.unwrap();
+        let calls = proxy.calls();
+        assert_eq!(done.groups, 2, "{done:?}");
+        let mut left = done.left[&doomed_id].clone();
+        left.sort();
+        let mut blue_arns = vec![blue_instances.clone(), blue_pods.clone()];
+        blue_arns.sort();
+        assert_eq!(left, blue_arns);
+        assert!(done.failed.is_empty(), "{done:?}");
+        // Economy: the groups in one page, their tags 20 at a time, each blue group's targets
+        // once, one deregistration per blue group.
+        assert_eq!(count(&calls, "DescribeTargetGroups"), 1, "{calls:#?}");
+        assert_eq!(count(&calls, "DescribeTags"), 2);
+        assert_eq!(count(&calls, "DescribeTargetHealth"), 2);
+        assert_eq!(count(&calls, "DeregisterTargets"), 2);
+        assert_eq!((done.describes, done.deregisters), (5, 2));
+
+        // Only the doomed instance, only from its cluster's groups.
+        assert_eq!(
+            registered(&elb, &blue_instances).await,
+            vec![staying_id.clone()]
+        );
+        assert_eq!(
+            registered(&elb, &blue_pods).await,
+            vec![staying_pod_ip.to_string()]
+        );
+        let both = {
+            let mut v = vec![doomed_id.clone(), staying_id.clone()];
+            v.sort();
+            v
+        };
+        assert_eq!(registered(&elb, &green_instances).await, both);
+        assert_eq!(registered(&elb, &untagged).await, both);
+
+        // The next batch: the groups are known; their targets are read again, nothing is left
+        // to deregister.
+        proxy.reset();
+        let again = targets.deregister(&place, "blue", &doomed).await.unwrap();
+        let calls = proxy.calls();
+        assert_eq!(count(&calls, "DescribeTargetGroups"), 0, "{calls:#?}");
+        assert_eq!(count(&calls, "DescribeTags"), 0);
+        assert_eq!(count(&calls, "DescribeTargetHealth"), 2);
+        assert_eq!(count(&calls, "DeregisterTargets"), 0);
+        assert!(again.left.is_empty(), "{again:?}");
+    });
+}
+
+#[test]
+fn a_throttled_deregistration_names_its_group_and_the_others_still_go() {
+    runtime().block_on(async {
+        let (proxy, config) = proxied("ap-south-1").await;
+        let ec2 = aws_sdk_ec2::Client::new(&config);
+        let elb = Client::new(&config);
+        let (doomed_id, addresses, vpc) = instance_with_pods(&ec2, "ap-south-1a").await;
+        let blue = [("elbv2.k8s.aws/cluster", "blue")];
+        let instances = group(&elb, &vpc, TargetTypeEnum::Instance, &blue).await;
+        register(&elb, &instances, &[(&doomed_id, 30080)]).await;
+        // Every attempt of the SDK throttled.
+        proxy.inject(AwsFault::operation(
+            "elasticloadbalancing",
+            "DeregisterTargets",
+            FaultKind::Throttle,
+            100,
+        ));
+        let targets = ElbTargets::new(elb.clone(), clock());
+        let doomed = [Doomed {
+            instance_id: doomed_id.clone(),
+            addresses,
+        }];
+        let done = targets
+            .deregister(&Place::default(), "blue", &doomed)
+            .await
+            .unwrap();
+        assert_eq!(done.failed.len(), 1, "{done:?}");
+        assert!(done.failed[0].starts_with(&instances), "{done:?}");
+        assert!(done.failed[0].contains("Throttling"), "{done:?}");
+        assert!(done.left.is_empty());
+        assert!(done.note_for(&doomed_id).contains("not deregistered from"));
+        assert_eq!(registered(&elb, &instances).await, vec![doomed_id]);
+        // The groups themselves could not be read: an error naming the call.
+        proxy.inject(AwsFault::operation(
+            "elasticloadbalancing",
+            "DescribeTargetGroups",
+            FaultKind::Status(500),
+            100,
+        ));
+        let fresh = ElbTargets::new(elb, clock());
+        let e = fresh
+            .deregister(&Place::default(), "blue", &doomed)
+            .await
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("elasticloadbalancing:DescribeTargetGroups"),
+            "{e}"
+        );
+    });
+}
