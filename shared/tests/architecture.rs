@@ -19,6 +19,7 @@ const IO_CRATES: &[&str] = &[
     "aws_sdk_ec2",
     "aws_sdk_eks",
     "aws_sdk_autoscaling",
+    "aws_sdk_elasticloadbalancingv2",
     "aws_sigv4",
     "aws_credential_types",
     "kube",

@@ -12,7 +12,8 @@
 //! Pure: what to deregister from what ELB and EC2 said; the calls are the adapter's.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+// `core::net`: address types only, no sockets (the domain does no I/O).
+use core::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
