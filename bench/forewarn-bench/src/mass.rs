@@ -906,14 +906,8 @@ pub(crate) async fn fleet_run(
     let queue = Arc::new(Queue::default());
     let store: Arc<dyn forewarn::ports::PoolStore> = Arc::new(EmbeddedStore::open(dir.path())?);
     // The account's load balancers (one cluster's runs only).
-    let elb = (s.target_groups > 0 && members.len() == 1).then(|| {
-        let nodes: Vec<(String, Vec<String>)> = instances
-            .values()
-            .map(|i| (i.instance_id.clone(), i.addresses.clone()))
-            .collect();
-        let latency = Duration::from_millis(s.elb_latency_ms);
-        Arc::new(crate::elb::Account::new(s.target_groups, &nodes, latency))
-    });
+    let elb = (s.target_groups > 0 && members.len() == 1)
+        .then(|| Arc::new(crate::elb::Account::of(s, &instances)));
     let instances: Arc<dyn forewarn::ports::InstanceDirectory> =
         Arc::new(SnapshotInstances(instances));
     // Each poller is an execution environment with a handler of its own, set up as a cold
@@ -998,10 +992,9 @@ pub(crate) async fn fleet_run(
             let seen = handled(&requests, warned_at, &names, s.pods_per_node);
             let elb = elb
                 .as_ref()
-                .map(|a| a.summary(&p.ids, &seen.tried, warned_at, s.target_groups));
-            let mut run = run_of(&p.fake, &requests, seen, totals.clone(), warned_at)?;
-            run.elb = elb;
-            Ok(run)
+                .map(|a| a.summary(&p.ids, &seen.tried, warned_at));
+            let run = run_of(&p.fake, &requests, seen, totals.clone(), warned_at)?;
+            Ok(Run { elb, ..run })
         })
         .collect()
 }
