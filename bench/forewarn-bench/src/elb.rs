@@ -1,7 +1,7 @@
 //! Elastic Load Balancing as the mass benchmark models it: the account's target groups (the
 //! cluster's, tagged `elbv2.k8s.aws/cluster`, and others'), each call answered after a latency
-//! and subject to the account's token buckets, a throttled call retried as the SDK's standard
-//! mode does (5 attempts, full-jitter backoff); and per execution environment the calls of
+//! and subject to the account's token buckets, a throttled call retried as forewarn's ELB client
+//! does (3 attempts, full-jitter backoff from 100 ms); and per execution environment the calls of
 //! `forewarn::adapters::elb` (the cluster's groups found once and kept 60 s, each batch one
 //! `DescribeTargetHealth` per group and one `DeregisterTargets` per group holding doomed
 //! targets), through the real pipeline step that calls it (`FOREWARN_DEREGISTER_BUDGET`, 3 s).
@@ -24,8 +24,9 @@ use tokio::time::Instant;
 
 /// Target groups of other applications in the account (never the cluster's).
 const OTHER_GROUPS: usize = 20;
-/// The SDK's attempts per call (forewarn's default).
-const ATTEMPTS: u32 = 5;
+/// The attempts per call of forewarn's ELB client, and its first backoff.
+const ATTEMPTS: u32 = 3;
+const FIRST_BACKOFF: f64 = 0.1;
 
 /// Node `n`'s addresses: its primary address, then one per pod (secondary addresses of its
 /// network interface, as the VPC CNI gives them).
@@ -155,8 +156,11 @@ impl Account {
                 return Ok(());
             }
             self.tally.lock().unwrap().throttled += 1;
-            // Full jitter: a spread fraction of min(20 s, 2^attempt s).
-            let ceiling = 2f64.powi(attempt as i32).min(20.0);
+            if attempt + 1 == ATTEMPTS {
+                break;
+            }
+            // Full jitter: a spread fraction of min(20 s, 2^attempt × the first backoff).
+            let ceiling = (FIRST_BACKOFF * 2f64.powi(attempt as i32)).min(20.0);
             let spread = ((seed * 7919 + attempt as usize * 104_729) % 1000) as f64 / 1000.0;
             tokio::time::sleep(Duration::from_secs_f64(ceiling * spread)).await;
         }

@@ -946,9 +946,9 @@ pub(crate) async fn fleet_run(
             fleet,
             concurrency: s.batch,
             safety_margin: Duration::from_secs(3),
-            traffic: elb.as_ref().map(|account| Traffic {
-                balancers: Arc::new(crate::elb::Environment::new(account.clone())),
-                budget: DEREGISTER_BUDGET,
+            traffic: elb.as_ref().map(|account| {
+                let environment = crate::elb::Environment::new(account.clone());
+                Traffic::new(Arc::new(environment), DEREGISTER_BUDGET)
             }),
             ..Handler::new(config.clone(), store.clone())
         })

@@ -57,13 +57,36 @@ impl std::fmt::Debug for ElbTargets {
     }
 }
 
+/// A throttled or failed call is tried at most this often.
+const ATTEMPTS: u32 = 3;
+/// The first wait before trying a call again (it doubles, with jitter): the round has a budget of
+/// seconds, and in a mass interruption a throttled round is better given up than waited out.
+const FIRST_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// An ELB client on `sdk` whose retries fit in a drain's budget ([`ATTEMPTS`],
+/// [`FIRST_BACKOFF`]).
+pub fn client(sdk: &aws_config::SdkConfig) -> Client {
+    let retries = aws_config::retry::RetryConfig::standard()
+        .with_max_attempts(ATTEMPTS)
+        .with_initial_backoff(FIRST_BACKOFF);
+    let config = aws_sdk_elasticloadbalancingv2::config::Builder::from(sdk)
+        .retry_config(retries)
+        .build();
+    Client::from_conf(config)
+}
+
 impl ElbTargets {
     pub fn new(client: Client, clock: Arc<dyn Clock>) -> ElbTargets {
         ElbTargets {
-            places: PerPlace::single(client, Client::new),
+            places: PerPlace::single(client, self::client),
             clock,
             groups: Arc::default(),
         }
+    }
+
+    /// On the standard AWS configuration, with [`client`]'s retries.
+    pub fn from_conf(sdk: &aws_config::SdkConfig, clock: Arc<dyn Clock>) -> ElbTargets {
+        ElbTargets::new(client(sdk), clock)
     }
 
     /// Calls about other accounts and regions go through `accounts`.

@@ -170,12 +170,9 @@ fn traffic(
     let (Some(sdk), Some(budget), true) = (sdk, settings.deregister_budget, live) else {
         return None;
     };
-    let client = aws_sdk_elasticloadbalancingv2::Client::new(sdk);
-    let balancers = ElbTargets::new(client, clock.clone()).with_accounts(accounts(settings, sdk));
-    Some(Traffic {
-        balancers: Arc::new(balancers),
-        budget,
-    })
+    let balancers =
+        ElbTargets::from_conf(sdk, clock.clone()).with_accounts(accounts(settings, sdk));
+    Some(Traffic::new(Arc::new(balancers), budget))
 }
 
 /// The clusters the settings serve: a capture (one cluster, never acted on); live clusters

@@ -49,7 +49,7 @@ mod passes;
 mod traffic;
 mod work;
 
-pub use traffic::{DEREGISTER_BUDGET, Traffic};
+pub use traffic::{DEREGISTER_BUDGET, QUIET_FOR, Traffic};
 
 use batch::{by_phase, follow_firsts, schedule};
 use passes::{Handled, Rest, merge, refusals};
@@ -1371,10 +1371,7 @@ mod tests {
         let now = clock.now();
         let exec = Arc::new(Recorder::default());
         let balancers = Balancers::new(&exec, false);
-        let traffic = Traffic {
-            balancers: balancers.clone(),
-            budget: DEREGISTER_BUDGET,
-        };
+        let traffic = Traffic::new(balancers.clone(), DEREGISTER_BUDGET);
         let passes = Passes::in_process(PASS_INTERVAL);
         let run = |batch: serde_json::Value, mode: Mode| {
             let p = Pipeline {
@@ -1428,18 +1425,15 @@ mod tests {
         let now = clock.now();
         let exec = Arc::new(Recorder::default());
         let balancers = Balancers::new(&exec, true);
-        let traffic = Traffic {
-            balancers: balancers.clone(),
-            budget: StdDuration::from_secs(3),
-        };
+        let traffic = Traffic::new(balancers.clone(), StdDuration::from_secs(3));
         let passes = Passes::in_process(PASS_INTERVAL);
         let p = Pipeline {
             traffic: Some(&traffic),
             ..queued(&passes, &clock, &config, &store, &world, &exec)
         };
         let batch = json!({"Records": [drain_continuation(&key, "ev-1", now, 1)]});
-        let records = records(batch, &clock);
-        let (reports, ()) = tokio::join!(p.process(&records), async {
+        let first = records(batch, &clock);
+        let (reports, ()) = tokio::join!(p.process(&first), async {
             balancers.called.notified().await;
             assert!(exec.calls.lock().unwrap().is_empty(), "nothing evicted yet");
             clock.advance(StdDuration::from_secs(3));
@@ -1449,5 +1443,21 @@ mod tests {
             reports[0].traffic.as_deref(),
             Some("the load balancers did not answer within 3 s: evicting anyway")
         );
+        // For the next 30 s this environment's drains do not wait for them: no round, evicted
+        // at once, and said so.
+        let batch = json!({"Records": [drain_continuation(&key, "ev-2", clock.now(), 1)]});
+        let reports = p.process(&records(batch, &clock)).await;
+        assert_eq!(balancers.rounds.lock().unwrap().len(), 1);
+        assert_eq!(exec.calls.lock().unwrap().len(), 2);
+        let note = reports[0].traffic.as_deref().unwrap_or_default();
+        assert!(note.contains("are not asked again for 30 s"), "{note}");
+        clock.advance(QUIET_FOR);
+        let batch = json!({"Records": [drain_continuation(&key, "ev-3", clock.now(), 1)]});
+        let third = records(batch, &clock);
+        let (_, ()) = tokio::join!(p.process(&third), async {
+            balancers.called.notified().await;
+            clock.advance(StdDuration::from_secs(3));
+        });
+        assert_eq!(balancers.rounds.lock().unwrap().len(), 2, "asked again");
     }
 }

@@ -14,12 +14,42 @@ use crate::ports::{LoadBalancers, TrafficError};
 /// The default of [`Traffic::budget`] (`FOREWARN_DEREGISTER_BUDGET`).
 pub const DEREGISTER_BUDGET: Duration = Duration::from_secs(3);
 
+/// After a round the load balancers did not answer within the budget, how long this execution
+/// environment's rounds are not made (their drains evict at once): an API that hangs or is
+/// throttled for long costs each environment one budget per this time, not one per batch.
+pub const QUIET_FOR: Duration = Duration::from_secs(30);
+
 /// Where, and how long at most, drains' instances are taken off their load balancers.
 #[derive(Clone)]
 pub struct Traffic {
-    pub balancers: Arc<dyn LoadBalancers>,
+    balancers: Arc<dyn LoadBalancers>,
     /// How long a batch's first evictions wait for the deregistration at most.
-    pub budget: Duration,
+    budget: Duration,
+    /// Until when no round is made (see [`QUIET_FOR`]), and since when.
+    quiet: Arc<std::sync::Mutex<Option<(DateTime<Utc>, DateTime<Utc>)>>>,
+}
+
+impl Traffic {
+    pub fn new(balancers: Arc<dyn LoadBalancers>, budget: Duration) -> Traffic {
+        Traffic {
+            balancers,
+            budget,
+            quiet: Arc::default(),
+        }
+    }
+
+    /// When the last round that ran out of time was, while rounds are not made after it.
+    fn quiet_since(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let quiet = self.quiet.lock().unwrap_or_else(|e| e.into_inner());
+        quiet
+            .filter(|(_, until)| now < *until)
+            .map(|(since, _)| since)
+    }
+
+    fn hush(&self, now: DateTime<Utc>) {
+        let mut quiet = self.quiet.lock().unwrap_or_else(|e| e.into_inner());
+        *quiet = Some((now, now + span(QUIET_FOR)));
+    }
 }
 
 /// A drain of the batch whose first evictions come next: its record, the place of its event,
@@ -115,10 +145,24 @@ impl Pipeline<'_> {
                 });
             }
         }
-        let budget_end = self.clock.now() + span(traffic.budget);
+        let now = self.clock.now();
+        if let Some(since) = traffic.quiet_since(now) {
+            let why = format!(
+                "not taken off the load balancers: they did not answer this environment's round \
+                 of {} within {} s, and are not asked again for {} s: evicting at once",
+                since.to_rfc3339(),
+                traffic.budget.as_secs_f64(),
+                QUIET_FOR.as_secs()
+            );
+            return drains.iter().map(|d| (d.record, why.clone())).collect();
+        }
+        let budget_end = now + span(traffic.budget);
         let end = limits.deadline.map_or(budget_end, |d| d.min(budget_end));
         let round = traffic.balancers.deregister(place, cluster, &doomed);
         let answer = until(self.clock, end, round).await;
+        if answer.is_none() {
+            traffic.hush(now);
+        }
         log_round(&answer, &doomed, traffic.budget);
         drains
             .iter()
