@@ -125,8 +125,10 @@ pub(super) fn record(event: &Event, instance_id: &str, choice: &Choice) -> Cordo
             }
             _ => false,
         },
+        // The three below are the cordon's to know, from the node as it writes it.
         excluded_from_lb: false,
         already_unschedulable: false,
+        taints: Vec::new(),
         key_id: None,
         mac: None,
     }
@@ -161,7 +163,7 @@ pub(super) fn way_back(out: &mut NodeAction, event: &Event, node: &NodeFacts, co
         return;
     };
     let record = CordonRecord::of(node).filter(|r| {
-        node.has_taint(&config.taint_key)
+        r.tainted(node, &config.taint_key)
             && r.health_event.is_some()
             && r.health_event == *event_arn
     });
@@ -343,6 +345,7 @@ mod tests {
             stops: false,
             excluded_from_lb: false,
             already_unschedulable: false,
+            taints: Vec::new(),
             key_id: None,
             mac: None,
         };
@@ -414,6 +417,7 @@ mod tests {
             stops: false,
             excluded_from_lb: true,
             already_unschedulable: false,
+            taints: Vec::new(),
             key_id: None,
             mac: None,
         };
