@@ -74,7 +74,7 @@ pub struct NodeAction {
     pub reason: String,
     /// The reason of the Kubernetes Event recorded on the node (`SpotInterrupted`, ...).
     pub event_reason: String,
-    /// The value of the forewarn taint when cordoning: the event kind.
+    /// The value of the taint when cordoning: the event kind.
     pub taint_value: String,
     /// The key of that taint, for a cordon ([`Config::taint_key_for`] the kind): see
     /// [`NodeAction::taint_key_in`].
