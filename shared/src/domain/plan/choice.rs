@@ -134,6 +134,14 @@ pub(super) fn record(event: &Event, instance_id: &str, choice: &Choice) -> Cordo
     }
 }
 
+/// `node` carries forewarn's taint of key `key`: forewarn's own key (`config.taint_key`) is
+/// forewarn's whoever put it; another (NTH's) only when the node's cordon record lists it.
+pub(super) fn tainted_by_us(node: &NodeFacts, key: &str, config: &Config) -> bool {
+    node.has_taint(key)
+        && (key == config.taint_key
+            || CordonRecord::of(node).is_some_and(|r| r.taints.iter().any(|k| k == key)))
+}
+
 /// The node's cordon record already says what this cordon would write (the node stays as it
 /// is); otherwise the cordon runs again to record the new reason.
 pub(super) fn record_holds(

@@ -462,7 +462,7 @@ fn act(
         }
         Action::Cordon
             if node.unschedulable
-                && node.has_taint(config.taint_key_for(event.kind))
+                && choice::tainted_by_us(node, config.taint_key_for(event.kind), config)
                 && choice::record_holds(node, event, &out.instance_id, choice) =>
         {
             out.reason = "already cordoned by forewarn".into();
@@ -811,9 +811,25 @@ mod tests {
         let (_, mut nodes) = world(Situation::AlreadyCordoned);
         assert_eq!(rebalance(&nodes, &config()), Action::None);
         assert_eq!(rebalance(&nodes, &nth), Action::Cordon);
+        // NTH's key, put by NTH (no record of forewarn's lists it): not forewarn's cordon.
         nodes[0].taints[0].key = NTH_TAINT_REBALANCE.into();
-        assert_eq!(rebalance(&nodes, &nth), Action::None);
+        assert_eq!(rebalance(&nodes, &nth), Action::Cordon);
         assert_eq!(rebalance(&nodes, &config()), Action::Cordon);
+        // NTH's key, put by forewarn: its record lists it.
+        let p = decide(
+            &event(EventKind::RebalanceRecommendation),
+            Facts::new(&instances, &nodes),
+            &nth,
+        );
+        let record = CordonRecord {
+            taints: vec![NTH_TAINT_REBALANCE.into()],
+            ..p.actions[0].record.clone().unwrap()
+        };
+        nodes[0].annotations.insert(
+            crate::domain::wayback::ANNOTATION_CORDON.into(),
+            record.to_annotation(),
+        );
+        assert_eq!(rebalance(&nodes, &nth), Action::None);
     }
 
     #[test]
