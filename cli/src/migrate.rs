@@ -110,9 +110,8 @@ const IMDS_SWITCHES: &[&str] = &[
 fn note(key: &str) -> Option<&'static str> {
     Some(match key {
         "taintNode" => {
-            "forewarn always taints the nodes it cordons, with forewarn.io/interruption=<kind> \
-             (FOREWARN_TAINT_KEY); tolerations written for NTH's keys \
-             (aws-node-termination-handler/spot-itn, ...) do not match it"
+            "NTH did not taint the nodes it cordoned; forewarn always does, with \
+             forewarn.io/interruption=<kind> (FOREWARN_TAINT_KEY)"
         }
         "ignoreDaemonSets" | "ignoreDaemonsSets" => {
             "forewarn never evicts a DaemonSet's pods (they would come back on the node)"
@@ -217,11 +216,24 @@ fn template(nth: &str) -> Result<String, String> {
 }
 
 fn flag(values: &Value, key: &str, default: bool) -> bool {
-    match values.get(key) {
-        Some(Value::Bool(b)) => *b,
-        Some(Value::String(s)) => s.eq_ignore_ascii_case("true"),
-        _ => default,
+    values.get(key).and_then(truth).unwrap_or(default)
+}
+
+/// A Helm value's truth, when it is a boolean (or its text).
+fn truth(value: &Value) -> Option<bool> {
+    match value {
+        Value::Bool(b) => Some(*b),
+        Value::String(s) => Some(s.eq_ignore_ascii_case("true")),
+        _ => None,
     }
+}
+
+/// Why a variable is set, when its line says more than the key it stands for.
+fn because(var: &str) -> Option<&'static str> {
+    (var == "FOREWARN_TAINT_KEYS").then_some(
+        "the nodes forewarn cordons get NTH's taint keys (aws-node-termination-handler/spot-itn, \
+         ...), so that tolerations written for NTH keep matching",
+    )
 }
 
 fn text(v: &Value) -> String {
@@ -324,6 +336,7 @@ fn carry(m: &mut Migration, key: &str, value: &Value, queue: bool) {
         "dryRun" => set("FOREWARN_DRY_RUN", text(value)),
         "logLevel" => set("FOREWARN_LOG", text(value).to_lowercase()),
         "workers" => set("FOREWARN_CONCURRENCY", text(value)),
+        "taintNode" if truth(value) == Some(true) => set("FOREWARN_TAINT_KEYS", "nth".into()),
         "taintEffect" => set("FOREWARN_TAINT_EFFECT", text(value)),
         "excludeFromLoadBalancers" => set("FOREWARN_EXCLUDE_FROM_LB", text(value)),
         k if DEPLOYMENT_KEYS.contains(&k) => m.dropped.push((
@@ -357,7 +370,8 @@ pub fn run(args: MigrateArgs) -> anyhow::Result<ExitCode> {
     write!(out, "{}", m.policy_yaml())?;
     out.flush().context("writing the policy")?;
     for (var, value, key) in &m.variables {
-        eprintln!("forewarn migrate: {key}: set {var}={value} (a variable of the functions)");
+        let why = because(var).map(|w| format!(": {w}")).unwrap_or_default();
+        eprintln!("forewarn migrate: {key}: set {var}={value} (a variable of the functions){why}");
     }
     for (key, why) in &m.dropped {
         eprintln!("forewarn migrate: {key}: not carried over: {why}");
@@ -391,19 +405,61 @@ mod tests {
         assert_eq!(p.rules.len(), 1);
         assert_eq!(
             m.variables,
-            [("FOREWARN_CONCURRENCY".into(), "20".into(), "workers".into())]
+            [
+                (
+                    "FOREWARN_TAINT_KEYS".into(),
+                    "nth".into(),
+                    "taintNode".into()
+                ),
+                ("FOREWARN_CONCURRENCY".into(), "20".into(), "workers".into())
+            ]
         );
         let dropped: Vec<&str> = m.dropped.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(
             dropped,
-            [
-                "enableRebalanceMonitoring",
-                "podMonitor",
-                "queueURL",
-                "taintNode"
-            ]
+            ["enableRebalanceMonitoring", "podMonitor", "queueURL"]
         );
-        assert!(m.dropped[3].1.contains("forewarn.io/interruption"));
+    }
+
+    #[test]
+    fn nths_taints_are_kept_only_when_nth_tainted() {
+        for yes in [json!(true), json!("True")] {
+            let m = from_nth(
+                &json!({"enableSqsTerminationDraining": true, "taintNode": yes,
+                                     "taintEffect": "NoExecute"}),
+            );
+            assert_eq!(
+                m.variables,
+                [
+                    (
+                        "FOREWARN_TAINT_EFFECT".into(),
+                        "NoExecute".into(),
+                        "taintEffect".into()
+                    ),
+                    (
+                        "FOREWARN_TAINT_KEYS".into(),
+                        "nth".into(),
+                        "taintNode".into()
+                    )
+                ]
+            );
+            assert!(m.dropped.is_empty(), "{:?}", m.dropped);
+        }
+        let m = from_nth(&json!({"enableSqsTerminationDraining": true, "taintNode": false}));
+        assert!(m.variables.is_empty());
+        assert_eq!(m.dropped[0].0, "taintNode");
+        assert!(m.dropped[0].1.contains("forewarn.io/interruption"));
+        // The value the variable is set to is one the settings take.
+        let c = forewarn::domain::config::Config::from_lookup(|v| {
+            (v == "FOREWARN_TAINT_KEYS").then(|| "nth".to_string())
+        })
+        .unwrap();
+        assert_eq!(c.taint_keys, forewarn::domain::config::TaintKeys::Nth);
+        assert!(
+            because("FOREWARN_TAINT_KEYS")
+                .unwrap()
+                .contains("tolerations")
+        );
     }
 
     #[test]

@@ -1184,7 +1184,8 @@ fn nth_values_become_a_policy_replay_takes() {
         "workers: set FOREWARN_CONCURRENCY=16",
         "webhookURL: set FOREWARN_WEBHOOK_URL=https://hooks.example.com/x",
         "queueURL: not carried over",
-        "taintNode: not carried over",
+        "taintNode: set FOREWARN_TAINT_KEYS=nth (a variable of the functions): the nodes \
+         forewarn cordons get NTH's taint keys",
         "tolerations: not carried over",
     ] {
         assert!(stderr.contains(line), "{line} not in: {stderr}");

@@ -469,9 +469,10 @@ pub trait Executor: Send + Sync {
     }
 
     /// Undoes forewarn's cordon of `undo.node` (the way back, see [`crate::domain::wayback`]):
-    /// the taint, the cordon, the load-balancer label forewarn added and the record go, and an
-    /// Event says why — only when, read live, the node still runs `undo.instance_id`, is not
-    /// control-plane, and carries forewarn's taint and exactly the record `undo.record`;
+    /// the taints forewarn put (its own key and those the record lists), the cordon, the
+    /// load-balancer label forewarn added and the record go, and an Event says why — only when,
+    /// read live, the node still runs `undo.instance_id`, is not control-plane, and carries one
+    /// of those taints and exactly the record `undo.record`;
     /// otherwise it is left as it is ([`UndoOutcome::Refused`]). Idempotent.
     async fn undo(&self, undo: &Undo) -> Result<UndoOutcome, ExecuteError>;
 

@@ -1478,6 +1478,40 @@ fn node_write_admitted(old: &Value, new: &Value, groups: &[&str]) -> Option<bool
     }))
 }
 
+/// Under FOREWARN_TAINT_KEYS=nth, `node-writes.yaml` admits NTH's four keys instead of forewarn's,
+/// put and removed, by either group; no other key of NTH's prefix.
+fn nths_keys_are_admitted(node: &Value, with: impl Fn(&dyn Fn(&mut Value)) -> Value) {
+    use forewarn::domain::config::NTH_TAINT_KEYS;
+    let handler = ["forewarn-handler", "system:authenticated"];
+    let sweeper = ["forewarn-sweeper", "system:authenticated"];
+    for key in NTH_TAINT_KEYS {
+        let nth = with(&|n| {
+            n["spec"]["unschedulable"] = json!(true);
+            n["spec"]["taints"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"key": key, "value": "spot-interruption", "effect": "NoSchedule"}));
+        });
+        assert_eq!(
+            node_write_admitted(node, &nth, &handler),
+            Some(true),
+            "{key}"
+        );
+        assert_eq!(
+            node_write_admitted(&nth, node, &sweeper),
+            Some(true),
+            "{key}"
+        );
+    }
+    let other = with(&|n| {
+        n["spec"]["taints"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"key": "aws-node-termination-handler/other", "effect": "NoSchedule"}));
+    });
+    assert_eq!(node_write_admitted(node, &other, &handler), Some(false));
+}
+
 /// `infra/k8s/node-writes.yaml`: the policy matches Node updates by forewarn's two groups (the
 /// stack's defaults, which `forewarn deploy` replaces by the stack's own), fails closed, is bound
 /// with Deny; and its CEL, evaluated on old and new Nodes, admits what forewarn's cordon, its
@@ -1486,7 +1520,7 @@ fn node_write_admitted(old: &Value, new: &Value, groups: &[&str]) -> Option<bool
 /// interpreter, not the API server, evaluates it here.)
 #[test]
 fn the_node_write_policy_lets_forewarn_change_only_its_cordon() {
-    use forewarn::domain::config::{LABEL_EXCLUDE_LB, TAINT_KEY};
+    use forewarn::domain::config::{LABEL_EXCLUDE_LB, NTH_TAINT_KEYS, TAINT_KEY};
     use forewarn::domain::wayback::ANNOTATION_CORDON;
     let text =
         std::fs::read_to_string(workspace_root().join("infra/k8s/node-writes.yaml")).unwrap();
@@ -1507,6 +1541,9 @@ fn the_node_write_policy_lets_forewarn_change_only_its_cordon() {
         text.contains(&format!("'{TAINT_KEY}'")),
         "forewarn's taint key"
     );
+    for key in NTH_TAINT_KEYS {
+        assert!(text.contains(&format!("'{key}'")), "NTH's taint key {key}");
+    }
     assert!(text.contains(&format!("'{LABEL_EXCLUDE_LB}'")));
     assert!(ANNOTATION_CORDON.starts_with("forewarn.io/"));
 
@@ -1540,6 +1577,7 @@ fn the_node_write_policy_lets_forewarn_change_only_its_cordon() {
     assert_eq!(node_write_admitted(&node, &cordoned, &sweeper), Some(true));
     // The way back: the cordon undone.
     assert_eq!(node_write_admitted(&cordoned, &node, &sweeper), Some(true));
+    nths_keys_are_admitted(&node, with);
     // A node without labels, annotations or taints at all.
     let bare = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n2"},
         "spec": {}});

@@ -120,7 +120,19 @@ pub const VARIABLES: &[Variable] = &[
         "FOREWARN_TAINT_KEY",
         "`forewarn.io/interruption`",
         Some("forewarn.io/interruption"),
-        "the taint put on cordoned nodes; its value is the event kind",
+        "forewarn's own taint, put on cordoned nodes; its value is the event kind",
+    ),
+    var(
+        "FOREWARN_TAINT_KEYS",
+        "`forewarn`",
+        Some("forewarn"),
+        "which key the taint of a cordon has: `forewarn`, `FOREWARN_TAINT_KEY` for every kind; \
+         `nth`, aws-node-termination-handler's key for the four kinds NTH taints for \
+         (`aws-node-termination-handler/` and `spot-itn`, `rebalance-recommendation`, \
+         `scheduled-maintenance` for `scheduled-change`, `asg-lifecycle-termination` for \
+         `asg-termination`) and `FOREWARN_TAINT_KEY` for the others, so that tolerations \
+         written for NTH keep matching: see \
+         [Moving from NTH](../how-to/from-nth.md#tolerations-and-taints)",
     ),
     var(
         "FOREWARN_TAINT_EFFECT",

@@ -23,7 +23,7 @@ use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::pool::{PoolKey, PoolQuery};
 use crate::domain::status::InstanceStatus;
 use crate::domain::wayback::{
-    ANNOTATION_CORDON, CordonRecord, Undo, UndoOutcome, drop_unverified, undos,
+    ANNOTATION_CORDON, CordonRecord, Undo, UndoOutcome, drop_unverified, read_unverified, undos,
 };
 use crate::ports::{
     DirectoryError, Executor, InstanceDirectory, LeavingInstances, NodeDirectory, PoolStore,
@@ -66,6 +66,7 @@ pub struct WayBack<'a> {
     pub store: &'a dyn PoolStore,
     /// `None`: report only.
     pub executor: Option<&'a dyn Executor>,
+    /// forewarn's own taint key (a cordon's record lists the others it put).
     pub taint_key: &'a str,
     /// Where the status checks of `impaired` cordons' instances are read (one paged
     /// `DescribeInstanceStatus`, only when there is such a cordon); `None`: not read, and those
@@ -80,8 +81,7 @@ impl WayBack<'_> {
         let refused = self.refuse_unverified(&mut nodes).await;
         let ids: Vec<String> = nodes
             .iter()
-            .filter(|n| n.has_taint(self.taint_key))
-            .filter_map(|n| CordonRecord::of(n).map(|r| r.instance_id))
+            .filter_map(|n| self.cordon(n).map(|r| r.instance_id))
             .collect();
         let instances = if ids.is_empty() {
             BTreeMap::new()
@@ -89,8 +89,8 @@ impl WayBack<'_> {
             self.instances.describe(&ids).await?
         };
         let impaired = nodes.iter().any(|n| {
-            n.has_taint(self.taint_key)
-                && CordonRecord::of(n).is_some_and(|r| r.kind == EventKind::Impaired)
+            self.cordon(n)
+                .is_some_and(|r| r.kind == EventKind::Impaired)
         });
         let statuses: BTreeMap<String, InstanceStatus> = match self.statuses {
             Some(source) if impaired => source
@@ -150,8 +150,13 @@ impl WayBack<'_> {
 }
 
 impl WayBack<'_> {
+    /// The verified cordon record of `node` when the node still carries a taint of it.
+    fn cordon(&self, node: &NodeFacts) -> Option<CordonRecord> {
+        CordonRecord::of(node).filter(|r| r.tainted(node, self.taint_key))
+    }
+
     /// Removes from `nodes` the cordon records that do not verify; a refusal for each node with
-    /// forewarn's taint that had one (the nodes the way back would look at), logged.
+    /// a taint of forewarn's cordon that had one (the nodes the way back would look at), logged.
     async fn refuse_unverified(&self, nodes: &mut [NodeFacts]) -> Vec<UndoReport> {
         if !nodes
             .iter()
@@ -166,9 +171,15 @@ impl WayBack<'_> {
                 None
             }
         };
+        // Read before verification, to say which refusals to report (never to decide from).
         let tainted: BTreeSet<String> = nodes
             .iter()
-            .filter(|n| n.has_taint(self.taint_key))
+            .filter(|n| {
+                n.has_taint(self.taint_key)
+                    || read_unverified(&n.annotations)
+                        .and_then(Result::ok)
+                        .is_some_and(|r| r.tainted(n, self.taint_key))
+            })
             .map(|n| n.name.clone())
             .collect();
         let mut reports = Vec::new();

@@ -47,6 +47,65 @@ pub enum TaintEffect {
 
 string_forms!(TaintEffect, "a taint effect", trim);
 
+/// Which taint keys forewarn gives the nodes it cordons (`FOREWARN_TAINT_KEYS`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum TaintKeys {
+    /// forewarn's own key, [`Config::taint_key`], whatever the kind.
+    #[default]
+    Forewarn,
+    /// aws-node-termination-handler's key for the kinds NTH taints for ([`nth_taint_key`]),
+    /// forewarn's own for the others: tolerations written for NTH keep matching.
+    Nth,
+}
+
+string_forms!(TaintKeys, "a taint key scheme", trim);
+
+/// NTH's taint of a spot interruption warning.
+pub const NTH_TAINT_SPOT: &str = "aws-node-termination-handler/spot-itn";
+/// NTH's taint of a rebalance recommendation.
+pub const NTH_TAINT_REBALANCE: &str = "aws-node-termination-handler/rebalance-recommendation";
+/// NTH's taint of a scheduled maintenance (an AWS Health scheduled change).
+pub const NTH_TAINT_SCHEDULED: &str = "aws-node-termination-handler/scheduled-maintenance";
+/// NTH's taint of an Auto Scaling termination lifecycle action.
+pub const NTH_TAINT_ASG: &str = "aws-node-termination-handler/asg-lifecycle-termination";
+/// Every NTH taint key forewarn may put (`FOREWARN_TAINT_KEYS=nth`).
+pub const NTH_TAINT_KEYS: [&str; 4] = [
+    NTH_TAINT_SPOT,
+    NTH_TAINT_REBALANCE,
+    NTH_TAINT_SCHEDULED,
+    NTH_TAINT_ASG,
+];
+
+/// The key aws-node-termination-handler taints a node with for `kind`, if it taints for it at
+/// all: it does for these four; for an instance state change it cordons and drains without a
+/// taint, and it has no capacity reservation or impaired kind.
+pub fn nth_taint_key(kind: EventKind) -> Option<&'static str> {
+    match kind {
+        EventKind::SpotInterruption => Some(NTH_TAINT_SPOT),
+        EventKind::RebalanceRecommendation => Some(NTH_TAINT_REBALANCE),
+        EventKind::ScheduledChange => Some(NTH_TAINT_SCHEDULED),
+        EventKind::AsgTermination => Some(NTH_TAINT_ASG),
+        EventKind::StateChange
+        | EventKind::AsgLaunch
+        | EventKind::CapacityReservationInterruption
+        | EventKind::Impaired
+        | EventKind::Unsupported => None,
+    }
+}
+
 pub use crate::domain::vars::ConfigError;
 
 /// forewarn's configuration. [`Config::default`] is the documented default.
@@ -70,7 +129,10 @@ pub struct Config {
     pub surge_kinds: BTreeSet<EventKind>,
     /// How long a pool stays unavailable after an event.
     pub pool_ttl: Duration,
+    /// forewarn's own taint key (`FOREWARN_TAINT_KEY`).
     pub taint_key: String,
+    /// Which key a cordon's taint has per kind (see [`Config::taint_key_for`]).
+    pub taint_keys: TaintKeys,
     pub taint_effect: TaintEffect,
     /// Label cordoned nodes with `node.kubernetes.io/exclude-from-external-load-balancers`.
     pub exclude_from_load_balancers: bool,
@@ -108,6 +170,7 @@ pub const VARIABLES: &[&str] = &[
     "FOREWARN_SURGE",
     "FOREWARN_POOL_TTL",
     "FOREWARN_TAINT_KEY",
+    "FOREWARN_TAINT_KEYS",
     "FOREWARN_TAINT_EFFECT",
     "FOREWARN_EXCLUDE_FROM_LB",
     "FOREWARN_INTERRUPTION_NOTICE",
@@ -187,6 +250,7 @@ impl Default for Config {
             surge_kinds: BTreeSet::from(crate::domain::surge::SURGE_KINDS),
             pool_ttl: Duration::hours(1),
             taint_key: TAINT_KEY.to_string(),
+            taint_keys: TaintKeys::Forewarn,
             taint_effect: TaintEffect::NoSchedule,
             exclude_from_load_balancers: true,
             interruption_notice: Duration::seconds(120),
@@ -256,6 +320,9 @@ impl Config {
         if let Some(key) = vars.get("FOREWARN_TAINT_KEY") {
             config.taint_key = key;
         }
+        if let Some(keys) = vars.parse("FOREWARN_TAINT_KEYS", str::parse::<TaintKeys>)? {
+            config.taint_keys = keys;
+        }
         if let Some(effect) = vars.parse("FOREWARN_TAINT_EFFECT", str::parse::<TaintEffect>)? {
             config.taint_effect = effect;
         }
@@ -278,6 +345,15 @@ impl Config {
             config.lifecycle_hooks = (!hooks.is_empty()).then_some(hooks);
         }
         Ok(config)
+    }
+
+    /// The key of the taint a cordon for `kind` puts on its node: NTH's for the kinds NTH taints
+    /// for under [`TaintKeys::Nth`], else forewarn's own ([`Config::taint_key`]).
+    pub fn taint_key_for(&self, kind: EventKind) -> &str {
+        match (self.taint_keys, nth_taint_key(kind)) {
+            (TaintKeys::Nth, Some(key)) => key,
+            _ => &self.taint_key,
+        }
     }
 
     /// The configured action for a kind.
@@ -472,5 +548,74 @@ mod tests {
         assert_eq!(blank, Config::default());
         let none = from(&[("FOREWARN_UNAVAILABLE_KINDS", " ")]).unwrap();
         assert!(none.unavailable_kinds.is_empty());
+    }
+
+    #[test]
+    fn the_taint_key_is_forewarns_or_nths_per_kind() {
+        let forewarn = from(&[("FOREWARN_TAINT_KEY", "example.com/going")]).unwrap();
+        assert_eq!(forewarn.taint_keys, TaintKeys::Forewarn);
+        for kind in EventKind::ALL {
+            assert_eq!(forewarn.taint_key_for(kind), "example.com/going", "{kind}");
+        }
+        let nth = from(&[
+            ("FOREWARN_TAINT_KEY", "example.com/going"),
+            ("FOREWARN_TAINT_KEYS", " nth "),
+        ])
+        .unwrap();
+        assert_eq!(nth.taint_keys, TaintKeys::Nth);
+        let expected = [
+            (
+                EventKind::SpotInterruption,
+                "aws-node-termination-handler/spot-itn",
+            ),
+            (
+                EventKind::RebalanceRecommendation,
+                "aws-node-termination-handler/rebalance-recommendation",
+            ),
+            (
+                EventKind::ScheduledChange,
+                "aws-node-termination-handler/scheduled-maintenance",
+            ),
+            (
+                EventKind::AsgTermination,
+                "aws-node-termination-handler/asg-lifecycle-termination",
+            ),
+            // NTH puts no taint for these: forewarn's own key.
+            (EventKind::StateChange, "example.com/going"),
+            (
+                EventKind::CapacityReservationInterruption,
+                "example.com/going",
+            ),
+            (EventKind::Impaired, "example.com/going"),
+            (EventKind::AsgLaunch, "example.com/going"),
+            (EventKind::Unsupported, "example.com/going"),
+        ];
+        for (kind, key) in expected {
+            assert_eq!(nth.taint_key_for(kind), key, "{kind}");
+        }
+        assert_eq!(
+            from(&[("FOREWARN_TAINT_KEYS", "forewarn")]).unwrap(),
+            Config::default()
+        );
+        assert_eq!(
+            from(&[("FOREWARN_TAINT_KEYS", " ")]).unwrap(),
+            Config::default()
+        );
+    }
+
+    #[test]
+    fn a_bad_taint_key_scheme_names_the_variable_and_the_value() {
+        for bad in ["NTH", "aws-node-termination-handler", "forewarn,nth"] {
+            let e = from(&[("FOREWARN_TAINT_KEYS", bad)]).unwrap_err();
+            assert_eq!(e.variable, "FOREWARN_TAINT_KEYS");
+            assert_eq!(e.value, bad);
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "configuration FOREWARN_TAINT_KEYS={bad:?}: `{bad}` is not a taint key \
+                     scheme (forewarn, nth)"
+                )
+            );
+        }
     }
 }

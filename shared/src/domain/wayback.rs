@@ -61,6 +61,12 @@ pub struct CordonRecord {
     /// (an operator's cordon, or one of unknown origin): undoing forewarn's cordon leaves it so.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub already_unschedulable: bool,
+    /// The taint keys besides forewarn's own (`FOREWARN_TAINT_KEY`) that forewarn put on the
+    /// node with its cordons: NTH's, under `FOREWARN_TAINT_KEYS=nth`. Undoing the cordon removes
+    /// them with forewarn's own. A key of NTH's the node already carried when forewarn cordoned
+    /// it is not forewarn's: never listed, never removed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<String>,
     /// The id of the key the record is signed with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_id: Option<KeyId>,
@@ -178,7 +184,7 @@ impl CordonRecord {
     /// What a node cordoned for `earlier` keeps when `self`, a new reason, arrives: the reason
     /// that lasts longer (no `until` outlasts any), whole, so that a `cordon-for` never cuts
     /// short a cordon that had no end; the load-balancer label stays forewarn's to remove if
-    /// either cordon added it.
+    /// either cordon added it, and so do the taints either put.
     /// The merged record is unsigned (the caller signs what it writes).
     pub fn after(&self, earlier: Option<&CordonRecord>) -> CordonRecord {
         let Some(earlier) = earlier else {
@@ -194,14 +200,36 @@ impl CordonRecord {
             (Some(new), Some(old)) if new >= old => self,
             _ => earlier,
         };
+        // Every taint either cordon put stays forewarn's to remove.
+        let mut taints = earlier.taints.clone();
+        taints.extend(
+            self.taints
+                .iter()
+                .filter(|k| !earlier.taints.contains(k))
+                .cloned(),
+        );
         CordonRecord {
             excluded_from_lb: self.excluded_from_lb || earlier.excluded_from_lb,
+            taints,
             // Whether the node was unschedulable before forewarn: the first cordon knew.
             already_unschedulable: earlier.already_unschedulable,
             key_id: None,
             mac: None,
             ..longer.clone()
         }
+    }
+}
+
+impl CordonRecord {
+    /// The keys of the taints of forewarn's cordon: its own, `own_key` (`FOREWARN_TAINT_KEY`),
+    /// and those the record lists.
+    pub fn taint_keys<'a>(&'a self, own_key: &'a str) -> impl Iterator<Item = &'a str> {
+        std::iter::once(own_key).chain(self.taints.iter().map(String::as_str))
+    }
+
+    /// Whether `node` still carries a taint of this cordon (see [`CordonRecord::taint_keys`]).
+    pub fn tainted(&self, node: &NodeFacts, own_key: &str) -> bool {
+        self.taint_keys(own_key).any(|k| node.has_taint(k))
     }
 }
 
@@ -293,7 +321,8 @@ pub fn why_undo_recovered(
 }
 
 /// The cordons among `nodes` to undo at `now` (see [`why_undo`], [`why_undo_recovered`]): nodes
-/// with forewarn's taint `taint_key` and a record, not control-plane. `instances` is what EC2
+/// with a record and a taint of it ([`CordonRecord::tainted`], forewarn's own key `taint_key`),
+/// not control-plane. `instances` is what EC2
 /// says of their instances, `statuses` their status checks (by instance id; empty when not read).
 pub fn undos(
     nodes: &[NodeFacts],
@@ -304,9 +333,9 @@ pub fn undos(
 ) -> Vec<Undo> {
     nodes
         .iter()
-        .filter(|n| n.has_taint(taint_key) && !n.is_control_plane())
+        .filter(|n| !n.is_control_plane())
         .filter_map(|n| {
-            let record = CordonRecord::of(n)?;
+            let record = CordonRecord::of(n).filter(|r| r.tainted(n, taint_key))?;
             let why = why_undo(&record, instances.get(&record.instance_id), now)
                 .or_else(|| why_undo_recovered(&record, statuses.get(&record.instance_id)))?;
             Some(Undo {
@@ -341,6 +370,7 @@ mod tests {
             stops: false,
             excluded_from_lb: true,
             already_unschedulable: false,
+            taints: Vec::new(),
             key_id: None,
             mac: None,
         }
@@ -472,6 +502,80 @@ mod tests {
         let names: Vec<&str> = undos.iter().map(|u| u.node.as_str()).collect();
         assert_eq!(names, vec!["ours"]);
         assert_eq!(undos[0].record, r);
+    }
+
+    #[test]
+    fn the_taints_forewarn_put_are_its_own_key_and_those_its_record_lists() {
+        use crate::domain::config::{NTH_TAINT_REBALANCE, NTH_TAINT_SPOT, TAINT_KEY};
+        let nth = |key: &str| Taint {
+            key: key.into(),
+            value: Some("e".into()),
+            effect: "NoSchedule".into(),
+        };
+        // A record of a rebalance cordon under `nth`, then a spot one: both keys stay listed,
+        // each once, whichever reason wins.
+        let rebalance = CordonRecord {
+            taints: vec![NTH_TAINT_REBALANCE.into()],
+            ..record(Some("2026-11-24T10:30:00Z"))
+        };
+        let spot = CordonRecord {
+            kind: EventKind::SpotInterruption,
+            until: None,
+            taints: vec![NTH_TAINT_SPOT.into(), NTH_TAINT_REBALANCE.into()],
+            ..record(None)
+        };
+        assert_eq!(
+            spot.after(Some(&rebalance)).taints,
+            vec![NTH_TAINT_REBALANCE, NTH_TAINT_SPOT]
+        );
+        assert_eq!(rebalance.after(Some(&spot)).taints, spot.taints);
+        assert_eq!(
+            rebalance.taint_keys(TAINT_KEY).collect::<Vec<_>>(),
+            vec![TAINT_KEY, NTH_TAINT_REBALANCE]
+        );
+
+        let r = record(Some("2026-11-24T10:30:00Z"));
+        let listed = CordonRecord {
+            taints: vec![NTH_TAINT_REBALANCE.into()],
+            ..r.clone()
+        };
+        let with = |name: &str, taint: &str, record: &CordonRecord| {
+            let mut n = node(name, false, Some(record));
+            n.unschedulable = true;
+            n.taints.push(nth(taint));
+            n
+        };
+        let nodes = vec![
+            // forewarn put NTH's key: its record lists it.
+            with("ours", NTH_TAINT_REBALANCE, &listed),
+            // NTH's key, put by NTH: forewarn's record does not list it (and forewarn's own
+            // taint is gone): not forewarn's cordon any more.
+            with("nths", NTH_TAINT_REBALANCE, &r),
+        ];
+        assert!(listed.tainted(&nodes[0], TAINT_KEY));
+        assert!(!r.tainted(&nodes[1], TAINT_KEY));
+        let found = undos(
+            &nodes,
+            TAINT_KEY,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            at("2026-11-24T11:00:00Z"),
+        );
+        let names: Vec<&str> = found.iter().map(|u| u.node.as_str()).collect();
+        assert_eq!(names, vec!["ours"]);
+    }
+
+    #[test]
+    fn a_record_without_taints_reads_and_verifies_as_before() {
+        // Records written before `taints` was kept: the same text, the same signature.
+        let ring = keys(5);
+        let signed = record(None).signed(&ring.current);
+        let text = signed.to_annotation();
+        assert!(!text.contains("taints"), "{text}");
+        assert_eq!(
+            read(&annotated(text), Some(&ring)),
+            RecordRead::Verified(signed)
+        );
     }
 
     #[test]

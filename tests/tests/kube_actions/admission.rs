@@ -273,8 +273,9 @@ async fn a_placeholder_never_lands_on_another_node_forewarn_cordoned() {
 }
 
 /// `infra/k8s/node-writes.yaml`'s policy, enforced by the fake (its CEL evaluated), admits what
-/// forewarn's cordon and its way back write on a Node, as either group, and denies any other
-/// change forewarn's groups could send: another label, another taint removed, the provider id.
+/// forewarn's cordon (with its own taint key or NTH's) and its way back write on a Node, as
+/// either group, and denies any other change forewarn's groups could send: another label,
+/// another taint removed, the provider id.
 #[tokio::test]
 async fn forewarns_node_writes_pass_the_node_policy_and_nothing_else_does() {
     let fake = KubeFake::builder().admission_policies().start().await;
@@ -314,6 +315,18 @@ async fn forewarns_node_writes_pass_the_node_policy_and_nothing_else_does() {
             .remove("forewarn.io/cordoned");
         w.fake.insert(back);
     }
+    // Under FOREWARN_TAINT_KEYS=nth, NTH's key instead of forewarn's: admitted too.
+    w.config.taint_keys = forewarn::domain::config::TaintKeys::Nth;
+    let plan = w
+        .plan(&event(EventKind::SpotInterruption, "ev-nodes-nth"))
+        .await;
+    let out = w.executor().run(&plan, Pass::Cordon).await.unwrap();
+    let cordoned = w.node(NODE).unwrap();
+    assert_eq!(cordoned["spec"]["unschedulable"], true, "{out:?}");
+    assert_eq!(
+        cordoned["spec"]["taints"][1]["key"],
+        forewarn::domain::config::NTH_TAINT_SPOT
+    );
     let client = w.clients.client().await.unwrap();
     let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client);
     let params = kube::api::PatchParams::default();

@@ -25,6 +25,7 @@
 //! - `fleet`: one deployment serving several clusters, each instance in its own.
 //! - `flow_control`: forewarn's own priority level (API Priority and Fairness) under other
 //!   clients' load.
+//! - `nth_taints`: NTH's taint keys (`FOREWARN_TAINT_KEYS=nth`): cordon, drain and way back.
 
 mod admission;
 mod cleanup;
@@ -36,6 +37,7 @@ mod drain;
 mod fleet;
 mod flow_control;
 mod lifecycle;
+mod nth_taints;
 mod pipeline;
 mod policy;
 mod rbac;

@@ -22,6 +22,7 @@ use super::connect::ClusterClient;
 use super::error::KubeError;
 use crate::domain::config::{Config, LABEL_EXCLUDE_LB, TaintEffect};
 use crate::domain::continuation::KeyRing;
+use crate::domain::plan::NodeAction;
 use crate::domain::surge::LABEL_CORDONED;
 use crate::domain::wayback::{
     ANNOTATION_CORDON, CordonRecord, RecordRead, UndoOutcome, read, read_unverified,
@@ -30,7 +31,11 @@ use crate::domain::wayback::{
 /// The state a cordon puts a node in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CordonSpec {
+    /// The key of the taint to put: the action's ([`NodeAction::taint_key_in`]).
     pub taint_key: String,
+    /// forewarn's own key (`FOREWARN_TAINT_KEY`): a taint of it on the node is forewarn's, any
+    /// other key (NTH's) only when a verified record lists it.
+    pub own_key: String,
     pub taint_value: String,
     pub taint_effect: TaintEffect,
     pub exclude_from_load_balancers: bool,
@@ -43,20 +48,16 @@ pub struct CordonSpec {
 }
 
 impl CordonSpec {
-    /// The configured taint and label, with `taint_value` (the event kind) as the taint's value
-    /// and `record` as the reason.
-    pub fn new(
-        config: &Config,
-        taint_value: &str,
-        record: Option<&CordonRecord>,
-        keys: RecordKeys,
-    ) -> CordonSpec {
+    /// The cordon of `a`: its taint (its key, with its `taint_value`, the event kind, as value),
+    /// the configured effect and label, and its record as the reason.
+    pub fn new(config: &Config, a: &NodeAction, keys: RecordKeys) -> CordonSpec {
         CordonSpec {
-            taint_key: config.taint_key.clone(),
-            taint_value: taint_value.to_string(),
+            taint_key: a.taint_key_in(config).to_string(),
+            own_key: config.taint_key.clone(),
+            taint_value: a.taint_value.clone(),
             taint_effect: config.taint_effect,
             exclude_from_load_balancers: config.exclude_from_load_balancers,
-            record: record.cloned(),
+            record: a.record.clone(),
             keys,
         }
     }
@@ -104,8 +105,12 @@ pub enum CordonOutcome {
 }
 
 /// The node's taints with forewarn's: an existing taint with the forewarn key is replaced in
-/// place (further ones with that key dropped), every other taint is kept as it is.
-fn desired_taints(existing: &[Taint], spec: &CordonSpec) -> Vec<Taint> {
+/// place (further ones with that key dropped), every other taint is kept as it is. `theirs`:
+/// the node already carries a taint of that key that is not forewarn's (NTH's): all are kept.
+fn desired_taints(existing: &[Taint], spec: &CordonSpec, theirs: bool) -> Vec<Taint> {
+    if theirs {
+        return existing.to_vec();
+    }
     let mut out = Vec::with_capacity(existing.len() + 1);
     let mut placed = false;
     for t in existing {
@@ -133,7 +138,6 @@ pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
         .as_ref()
         .and_then(|s| s.taints.as_deref())
         .unwrap_or_default();
-    let taints = desired_taints(existing, spec);
     let unschedulable = node
         .spec
         .as_ref()
@@ -175,11 +179,26 @@ pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
     };
     // A node forewarn cordoned before records were kept (or whose record does not verify) has a
     // reason not known: the new record gives it no end.
-    let unrecorded = before.is_none() && existing.iter().any(|t| t.key == spec.taint_key);
+    let unrecorded = before.is_none() && existing.iter().any(|t| t.key == spec.own_key);
+    // A taint of another key than forewarn's own (NTH's) already there, that no verified record
+    // of forewarn's lists, is someone else's (NTH's own): left as it is, never forewarn's.
+    let other_key = spec.taint_key != spec.own_key;
+    let theirs = other_key
+        && existing.iter().any(|t| t.key == spec.taint_key)
+        && !before
+            .as_ref()
+            .is_some_and(|b| b.taints.contains(&spec.taint_key));
+    let taints = desired_taints(existing, spec, theirs);
     let record = spec.record.as_ref().map(|r| {
         CordonRecord {
-            // The label is forewarn's to remove only if forewarn adds it.
+            // The label is forewarn's to remove only if forewarn adds it; so is a taint of
+            // another key than its own.
             excluded_from_lb: spec.exclude_from_load_balancers && !labelled,
+            taints: if other_key && !theirs {
+                vec![spec.taint_key.clone()]
+            } else {
+                Vec::new()
+            },
             until: r.until.filter(|_| !unrecorded),
             // Whether the node was unschedulable before forewarn's first cordon: a record
             // already there knew ([`CordonRecord::after`] keeps it); else the node as read.
@@ -331,15 +350,21 @@ pub enum NotOurs {
     #[error(
         "node/{node} carries no {taint} taint: not forewarn's cordon (someone else's, or undone)"
     )]
-    NoTaint { node: String, taint: String },
+    NoTaint {
+        node: String,
+        /// The keys of forewarn's cordon ([`CordonRecord::taint_keys`]), joined by ` or `.
+        taint: String,
+    },
     #[error("node/{node} was cordoned again since (its {ANNOTATION_CORDON} changed): a new reason")]
     NewRecord { node: String },
 }
 
-/// The merge patch that undoes forewarn's cordon of `node` (its taint `taint_key`, the cordon
-/// unless the record says the node was unschedulable before forewarn, the record and — when `record` says forewarn added it — the load-balancer label), or why
-/// it must not: the node carries no taint of forewarn's (cordoned by someone else, or undone
-/// already) or another record than `record` (a new reason arrived).
+/// The merge patch that undoes forewarn's cordon of `node` (its taints: forewarn's own key
+/// `taint_key` and those `record` lists, [`CordonRecord::taint_keys`]; the cordon unless the
+/// record says the node was unschedulable before forewarn; the record; and — when `record` says
+/// forewarn added it — the load-balancer label), or why it must not: the node carries no taint of
+/// forewarn's cordon (cordoned by someone else, or undone already) or another record than
+/// `record` (a new reason arrived).
 pub fn uncordon_patch(
     node: &Node,
     taint_key: &str,
@@ -351,10 +376,11 @@ pub fn uncordon_patch(
         .as_ref()
         .and_then(|s| s.taints.as_deref())
         .unwrap_or_default();
-    if !existing.iter().any(|t| t.key == taint_key) {
+    let ours: Vec<&str> = record.taint_keys(taint_key).collect();
+    if !existing.iter().any(|t| ours.contains(&t.key.as_str())) {
         return Err(NotOurs::NoTaint {
             node: name.to_string(),
-            taint: taint_key.to_string(),
+            taint: ours.join(" or "),
         });
     }
     let empty = Default::default();
@@ -365,7 +391,10 @@ pub fn uncordon_patch(
             node: name.to_string(),
         });
     }
-    let taints: Vec<&Taint> = existing.iter().filter(|t| t.key != taint_key).collect();
+    let taints: Vec<&Taint> = existing
+        .iter()
+        .filter(|t| !ours.contains(&t.key.as_str()))
+        .collect();
     let mut metadata = serde_json::Map::new();
     if let Some(rv) = &node.metadata.resource_version {
         metadata.insert("resourceVersion".into(), json!(rv));
@@ -440,6 +469,7 @@ mod tests {
     fn spec(exclude: bool) -> CordonSpec {
         CordonSpec {
             taint_key: "forewarn.io/interruption".into(),
+            own_key: "forewarn.io/interruption".into(),
             taint_value: "spot-interruption".into(),
             taint_effect: TaintEffect::NoSchedule,
             exclude_from_load_balancers: exclude,
@@ -538,6 +568,7 @@ mod tests {
             stops: false,
             excluded_from_lb: false,
             already_unschedulable: false,
+            taints: Vec::new(),
             key_id: None,
             mac: None,
         }
@@ -749,5 +780,74 @@ mod tests {
         }));
         let r = written(&cordon_patch(&genuine, &spec).unwrap());
         assert!(!r.already_unschedulable);
+    }
+
+    #[test]
+    fn an_nth_key_is_forewarns_only_when_forewarn_put_it() {
+        use crate::domain::config::{NTH_TAINT_REBALANCE, NTH_TAINT_SPOT};
+        let spot = CordonSpec {
+            taint_key: NTH_TAINT_SPOT.into(),
+            record: Some(record(None)),
+            keys: RecordKeys::Signed(ring()),
+            ..spec(false)
+        };
+        // A fresh node: NTH's key put beside the other taints, and listed in the record.
+        let fresh = node(json!({"metadata": {"name": "n1"},
+            "spec": {"taints": [{"key": "a", "effect": "NoSchedule"}]}}));
+        let patch = cordon_patch(&fresh, &spot).unwrap();
+        assert_eq!(
+            patch["spec"]["taints"],
+            json!([{"key": "a", "effect": "NoSchedule"},
+                   {"key": NTH_TAINT_SPOT, "value": "spot-interruption", "effect": "NoSchedule"}])
+        );
+        let ours = written(&patch);
+        assert_eq!(ours.taints, vec![NTH_TAINT_SPOT]);
+        // NTH's own taint already there (NTH tainted first, no record of forewarn's lists it):
+        // left exactly as it is, and not forewarn's to remove.
+        let nths = json!({"key": NTH_TAINT_SPOT, "value": "nth-event-id", "effect": "NoSchedule"});
+        let tainted = node(json!({"metadata": {"name": "n1"},
+            "spec": {"unschedulable": true, "taints": [nths.clone()]}}));
+        let patch = cordon_patch(&tainted, &spot).unwrap();
+        assert_eq!(patch["spec"]["taints"], json!([nths]));
+        let record = written(&patch);
+        assert!(record.taints.is_empty(), "{record:?}");
+        assert_eq!(record.until, None);
+        // Then the way back removes none of it (nor forewarn's own, absent): not its cordon.
+        let after = node(json!({"metadata": {"name": "n1",
+                "annotations": {ANNOTATION_CORDON: record.to_annotation()}},
+            "spec": {"unschedulable": true, "taints": [nths]}}));
+        assert!(matches!(
+            uncordon_patch(&after, "forewarn.io/interruption", &record),
+            Err(NotOurs::NoTaint { taint, .. })
+                if taint == "forewarn.io/interruption"
+        ));
+        // forewarn's NTH key (its record lists it) is forewarn's: a rebalance then puts its own
+        // and keeps both listed.
+        let signed = ours.signed(&ring().current);
+        let cordoned = node(json!({"metadata": {"name": "n1",
+                "labels": {LABEL_CORDONED: "true"},
+                "annotations": {ANNOTATION_CORDON: signed.to_annotation()}},
+            "spec": {"unschedulable": true, "taints": [
+                {"key": "a", "effect": "NoSchedule"},
+                {"key": NTH_TAINT_SPOT, "value": "spot-interruption", "effect": "NoSchedule"}]}}));
+        assert_eq!(cordon_patch(&cordoned, &spot), None, "already so");
+        let rebalance = CordonSpec {
+            taint_key: NTH_TAINT_REBALANCE.into(),
+            taint_value: "rebalance-recommendation".into(),
+            ..spot.clone()
+        };
+        let patch = cordon_patch(&cordoned, &rebalance).unwrap();
+        assert_eq!(patch["spec"]["taints"].as_array().unwrap().len(), 3);
+        assert_eq!(
+            written(&patch).taints,
+            vec![NTH_TAINT_SPOT, NTH_TAINT_REBALANCE]
+        );
+        // The way back removes forewarn's NTH key, and every other taint stays.
+        let patch = uncordon_patch(&cordoned, "forewarn.io/interruption", &signed).unwrap();
+        assert_eq!(
+            patch["spec"]["taints"],
+            json!([{"key": "a", "effect": "NoSchedule"}])
+        );
+        assert_eq!(patch["spec"]["unschedulable"], json!(false));
     }
 }

@@ -403,14 +403,16 @@ impl KubeExecutor {
     }
 
     /// Whether `a` may act on `node` as just read for `pass`: the node runs the action's
-    /// instance (its `spec.providerID`) and is not control-plane; in a drain pass, forewarn's
-    /// taint is still on it (an operator who removed it ends the drain). Otherwise why not.
+    /// instance (its `spec.providerID`) and is not control-plane; in a drain pass, the taint of
+    /// its cordon (its key, [`NodeAction::taint_key_in`]) is still on it (an operator who
+    /// removed it ends the drain). Otherwise why not.
     fn verify(&self, a: &NodeAction, node: &Node, pass: Pass) -> Result<(), Refusal> {
         let facts = node_facts(node);
         facts.verify_runs(&a.instance_id)?;
-        if matches!(pass, Pass::Drain { .. }) && !facts.has_taint(&self.config.taint_key) {
+        let taint = a.taint_key_in(&self.config);
+        if matches!(pass, Pass::Drain { .. }) && !facts.has_taint(taint) {
             return Err(Refusal::TaintRemoved {
-                taint: self.config.taint_key.clone(),
+                taint: taint.to_string(),
                 node: facts.name,
             });
         }

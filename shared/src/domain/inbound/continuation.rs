@@ -436,6 +436,27 @@ mod tests {
     }
 
     #[test]
+    fn a_continuation_written_before_the_taint_key_was_kept_drains_with_forewarns_own() {
+        let config = crate::domain::config::Config {
+            taint_key: "example.com/going".into(),
+            taint_keys: crate::domain::config::TaintKeys::Nth,
+            ..Default::default()
+        };
+        let old = plan();
+        assert_eq!(old.actions[0].taint_key, None);
+        assert_eq!(old.actions[0].taint_key_in(&config), "example.com/going");
+        let mut json = plan_json();
+        json["actions"][0]["taint_key"] = "aws-node-termination-handler/spot-itn".into();
+        let new: Plan = serde_json::from_value(json).unwrap();
+        assert_eq!(
+            new.actions[0].taint_key_in(&config),
+            "aws-node-termination-handler/spot-itn"
+        );
+        let back: Plan = serde_json::from_str(&serde_json::to_string(&new).unwrap()).unwrap();
+        assert_eq!(back, new);
+    }
+
+    #[test]
     fn delays_are_whole_seconds_rounded_up_and_at_most_900() {
         let ms = std::time::Duration::from_millis;
         assert_eq!(delay_seconds(ms(0)), 0);

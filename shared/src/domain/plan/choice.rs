@@ -125,11 +125,21 @@ pub(super) fn record(event: &Event, instance_id: &str, choice: &Choice) -> Cordo
             }
             _ => false,
         },
+        // The three below are the cordon's to know, from the node as it writes it.
         excluded_from_lb: false,
         already_unschedulable: false,
+        taints: Vec::new(),
         key_id: None,
         mac: None,
     }
+}
+
+/// `node` carries forewarn's taint of key `key`: forewarn's own key (`config.taint_key`) is
+/// forewarn's whoever put it; another (NTH's) only when the node's cordon record lists it.
+pub(super) fn tainted_by_us(node: &NodeFacts, key: &str, config: &Config) -> bool {
+    node.has_taint(key)
+        && (key == config.taint_key
+            || CordonRecord::of(node).is_some_and(|r| r.taints.iter().any(|k| k == key)))
 }
 
 /// The node's cordon record already says what this cordon would write (the node stays as it
@@ -161,7 +171,7 @@ pub(super) fn way_back(out: &mut NodeAction, event: &Event, node: &NodeFacts, co
         return;
     };
     let record = CordonRecord::of(node).filter(|r| {
-        node.has_taint(&config.taint_key)
+        r.tainted(node, &config.taint_key)
             && r.health_event.is_some()
             && r.health_event == *event_arn
     });
@@ -343,6 +353,7 @@ mod tests {
             stops: false,
             excluded_from_lb: false,
             already_unschedulable: false,
+            taints: Vec::new(),
             key_id: None,
             mac: None,
         };
@@ -414,6 +425,7 @@ mod tests {
             stops: false,
             excluded_from_lb: true,
             already_unschedulable: false,
+            taints: Vec::new(),
             key_id: None,
             mac: None,
         };

@@ -74,8 +74,12 @@ pub struct NodeAction {
     pub reason: String,
     /// The reason of the Kubernetes Event recorded on the node (`SpotInterrupted`, ...).
     pub event_reason: String,
-    /// The value of the forewarn taint when cordoning: the event kind.
+    /// The value of the taint when cordoning: the event kind.
     pub taint_value: String,
+    /// The key of that taint, for a cordon ([`Config::taint_key_for`] the kind): see
+    /// [`NodeAction::taint_key_in`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taint_key: Option<String>,
     /// When a drain must be over.
     pub deadline: Option<DateTime<Utc>>,
     /// The ASG lifecycle action to complete once the node is handled.
@@ -99,6 +103,14 @@ pub struct NodeAction {
     /// that comes (see [`crate::domain::traffic`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<String>,
+}
+
+impl NodeAction {
+    /// The key of the taint its cordon puts: the one the decision chose, or — in a drain's
+    /// continuation written before the key was kept — forewarn's own, `config`'s.
+    pub fn taint_key_in<'a>(&'a self, config: &'a Config) -> &'a str {
+        self.taint_key.as_deref().unwrap_or(&config.taint_key)
+    }
 }
 
 /// The plan for one event.
@@ -355,6 +367,7 @@ fn node_action(
     act(&mut out, &choice, event, node, config);
     if matches!(out.action, Action::Cordon | Action::CordonDrain) {
         out.record = Some(choice::record(event, instance_id, &choice));
+        out.taint_key = Some(config.taint_key_for(event.kind).to_string());
     }
     if out.action == Action::CordonDrain {
         out.addresses = instance.map(|i| i.addresses.clone()).unwrap_or_default();
@@ -378,6 +391,7 @@ fn no_action(event: &Event, instance_id: &str) -> NodeAction {
         reason: String::new(),
         event_reason: event_reason(event).to_string(),
         taint_value: event.kind.to_string(),
+        taint_key: None,
         deadline: None,
         complete_lifecycle: None,
         grace_to_deadline: false,
@@ -457,7 +471,7 @@ fn act(
         }
         Action::Cordon
             if node.unschedulable
-                && node.has_taint(&config.taint_key)
+                && choice::tainted_by_us(node, config.taint_key_for(event.kind), config)
                 && choice::record_holds(node, event, &out.instance_id, choice) =>
         {
             out.reason = "already cordoned by forewarn".into();
@@ -763,6 +777,68 @@ mod tests {
                 assert_eq!(a.complete_lifecycle.is_some(), completes, "{ctx}");
             }
         }
+    }
+
+    #[test]
+    fn a_cordon_carries_the_taint_key_of_its_kind() {
+        use crate::domain::config::{NTH_TAINT_REBALANCE, NTH_TAINT_SPOT, TAINT_KEY, TaintKeys};
+        let (instances, nodes) = world(Situation::Plain);
+        let facts = Facts::new(&instances, &nodes);
+        let nth = Config {
+            taint_keys: TaintKeys::Nth,
+            ..config()
+        };
+        for kind in EventKind::ALL {
+            for c in [&config(), &nth] {
+                let p = decide(&event(kind), facts, c);
+                let Some(a) = p.actions.first() else {
+                    continue;
+                };
+                let cordons = matches!(a.action, Action::Cordon | Action::CordonDrain);
+                let key = cordons.then(|| c.taint_key_for(kind));
+                assert_eq!(a.taint_key.as_deref(), key, "{kind}: {a:?}");
+            }
+        }
+        let key = |kind, c: &Config| {
+            let p = decide(&event(kind), facts, c);
+            p.actions[0].taint_key.clone().unwrap()
+        };
+        assert_eq!(key(EventKind::SpotInterruption, &nth), NTH_TAINT_SPOT);
+        assert_eq!(key(EventKind::Impaired, &nth), TAINT_KEY);
+        assert_eq!(key(EventKind::SpotInterruption, &config()), TAINT_KEY);
+
+        // Already cordoned with the key of the kind: nothing to do; with another key, the
+        // cordon runs again and puts its own.
+        let rebalance = |nodes: &[NodeFacts], c: &Config| {
+            let p = decide(
+                &event(EventKind::RebalanceRecommendation),
+                Facts::new(&instances, nodes),
+                c,
+            );
+            p.actions[0].action
+        };
+        let (_, mut nodes) = world(Situation::AlreadyCordoned);
+        assert_eq!(rebalance(&nodes, &config()), Action::None);
+        assert_eq!(rebalance(&nodes, &nth), Action::Cordon);
+        // NTH's key, put by NTH (no record of forewarn's lists it): not forewarn's cordon.
+        nodes[0].taints[0].key = NTH_TAINT_REBALANCE.into();
+        assert_eq!(rebalance(&nodes, &nth), Action::Cordon);
+        assert_eq!(rebalance(&nodes, &config()), Action::Cordon);
+        // NTH's key, put by forewarn: its record lists it.
+        let p = decide(
+            &event(EventKind::RebalanceRecommendation),
+            Facts::new(&instances, &nodes),
+            &nth,
+        );
+        let record = CordonRecord {
+            taints: vec![NTH_TAINT_REBALANCE.into()],
+            ..p.actions[0].record.clone().unwrap()
+        };
+        nodes[0].annotations.insert(
+            crate::domain::wayback::ANNOTATION_CORDON.into(),
+            record.to_annotation(),
+        );
+        assert_eq!(rebalance(&nodes, &nth), Action::None);
     }
 
     #[test]

@@ -59,7 +59,7 @@ impl Cordoner<'_> {
         out: &mut NodeOutcome,
     ) -> Result<Cordoning, KubeError> {
         let keys = self.record_keys().await;
-        let spec = CordonSpec::new(self.config, &a.taint_value, a.record.as_ref(), keys);
+        let spec = CordonSpec::new(self.config, a, keys);
         let verify = |n: &Node| runs(a, n);
         let cordoned = cordon(self.clients, node.clone(), &spec, self.write, &verify).await?;
         if let CordonOutcome::Refused { why } = &cordoned {
@@ -94,7 +94,7 @@ impl Cordoner<'_> {
         out: &mut NodeOutcome,
     ) -> Result<(), KubeError> {
         let keys = self.record_keys().await;
-        let spec = CordonSpec::new(self.config, &a.taint_value, a.record.as_ref(), keys);
+        let spec = CordonSpec::new(self.config, a, keys);
         let verify = |n: &Node| runs(a, n);
         let write = NodeWrite {
             dry_run: false,
@@ -113,12 +113,7 @@ impl Cordoner<'_> {
 
     /// The note of the `Cordoned` Event of `a`'s cordon.
     pub fn cordoned_note(&self, a: &NodeAction) -> String {
-        let spec = CordonSpec::new(
-            self.config,
-            &a.taint_value,
-            a.record.as_ref(),
-            RecordKeys::Unsigned,
-        );
+        let spec = CordonSpec::new(self.config, a, RecordKeys::Unsigned);
         format!(
             "Marked unschedulable and tainted {}={}:{}",
             spec.taint_key,

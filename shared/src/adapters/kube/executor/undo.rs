@@ -13,7 +13,7 @@ use crate::domain::wayback::{Undo, UndoOutcome};
 /// Undoes forewarn's cordons.
 pub(super) struct Undoer<'a> {
     pub clients: &'a ClusterClient,
-    /// forewarn's taint key.
+    /// forewarn's own taint key (a cordon's record lists the others it put).
     pub taint_key: &'a str,
     /// `reportingInstance` of the Events.
     pub reporting_instance: &'a str,
