@@ -12,6 +12,7 @@
 //! - `drain`: drains: grace periods, disruption budgets, passes that do not wait, critical pods
 //!   last, refused and rate-limited evictions, deadlines.
 //! - `surge`: surge: placeholders first, evictions when there is room.
+//! - `pod_events`: the Event on each pod a drain evicts, and what is given up.
 //! - `admission`: the admission policies of `infra/k8s/` (placeholders, node writes) enforced.
 //! - `delete`: deletes: a Karpenter NodeClaim, a Cluster API Machine, a plain Node.
 //! - `lifecycle`: Auto Scaling lifecycle actions, termination and launch hooks.
@@ -37,6 +38,7 @@ mod fleet;
 mod flow_control;
 mod lifecycle;
 mod pipeline;
+mod pod_events;
 mod policy;
 mod rbac;
 mod support;
