@@ -65,7 +65,9 @@ fn is_eviction(r: &RecordedRequest) -> bool {
 fn is_pod_event(r: &RecordedRequest) -> bool {
     r.method == "POST"
         && r.path.starts_with("/apis/events.k8s.io/v1/namespaces/")
-        && !r.path.starts_with("/apis/events.k8s.io/v1/namespaces/default/")
+        && !r
+            .path
+            .starts_with("/apis/events.k8s.io/v1/namespaces/default/")
 }
 
 fn is_pod_list(r: &RecordedRequest) -> bool {
@@ -85,7 +87,10 @@ fn assert_events_after_evictions(requests: &[RecordedRequest]) {
         let last_eviction = pass.iter().rposition(is_eviction);
         let first_event = pass.iter().position(is_pod_event);
         if let (Some(e), Some(ev)) = (last_eviction, first_event) {
-            assert!(ev > e, "a pod Event before the pass's last eviction: {pass:#?}");
+            assert!(
+                ev > e,
+                "a pod Event before the pass's last eviction: {pass:#?}"
+            );
         }
     }
 }
@@ -98,7 +103,8 @@ async fn each_evicted_pod_gets_one_event_in_its_namespace_about_it() {
     w.config.deadline_margin = chrono::Duration::seconds(1);
     seed(&w);
     w.fake.insert(pod("billing", "locked-1", NODE, "locked"));
-    w.fake.insert(pdb_object("billing", "locked-pdb", "locked", 1));
+    w.fake
+        .insert(pdb_object("billing", "locked-pdb", "locked", 1));
     let plan = w
         .plan(&event(EventKind::SpotInterruption, "ev-pod-events"))
         .await;
@@ -151,9 +157,7 @@ async fn a_redelivered_event_records_no_second_pod_event() {
     let w = World::plain().await;
     w.fake.insert(pod("shop", "web-1", NODE, "web"));
     w.fake.insert(pod("shop", "web-2", NODE, "web"));
-    let plan = w
-        .plan(&event(EventKind::Impaired, "ev-again"))
-        .await;
+    let plan = w.plan(&event(EventKind::Impaired, "ev-again")).await;
     let out = w.run(&plan).await;
     assert_eq!(out.drain.unwrap().pod_events.recorded, 2);
     // The same event again, a pod of the same name back on the node (its eviction accepted
@@ -172,7 +176,10 @@ async fn a_redelivered_event_records_no_second_pod_event() {
     assert!(events.iter().all(|e| e["reason"] == "InstanceImpaired"));
     // No drain deadline is the instance's end: the note says so.
     let note = events[0]["note"].as_str().unwrap();
-    assert!(note.contains("when the instance goes is not known"), "{note}");
+    assert!(
+        note.contains("when the instance goes is not known"),
+        "{note}"
+    );
     let creates: Vec<u16> = w
         .fake
         .requests()
@@ -230,7 +237,9 @@ async fn pod_events_past_the_budget_or_a_loaded_limit_are_given_up() {
     for (settings, limit, recorded) in cases {
         let w = World::plain().await;
         seed(&w);
-        let plan = w.plan(&event(EventKind::SpotInterruption, "ev-budget")).await;
+        let plan = w
+            .plan(&event(EventKind::SpotInterruption, "ev-budget"))
+            .await;
         let clients = w.clients.clone().with_rate_limit(limit);
         let executor = KubeExecutor::new(clients, &w.config).with_settings(settings);
         let out = passes(&executor, &plan).await.unwrap().remove(0);

@@ -231,7 +231,11 @@ pub(crate) async fn record_once(
     match events.create(&params, &body).await {
         Ok(_) => Ok(EventOutcome::Created),
         Err(e) => {
-            let e = super::error::ApiError::new("create", format!("event/{}/{name}", event.namespace), e);
+            let e = super::error::ApiError::new(
+                "create",
+                format!("event/{}/{name}", event.namespace),
+                e,
+            );
             if e.status == Some(409) {
                 Ok(EventOutcome::Exists)
             } else {

@@ -86,7 +86,10 @@ mod tests {
     fn every_kind_has_a_reason_of_its_own() {
         let expected = [
             (EventKind::SpotInterruption, "SpotInterruption"),
-            (EventKind::RebalanceRecommendation, "RebalanceRecommendation"),
+            (
+                EventKind::RebalanceRecommendation,
+                "RebalanceRecommendation",
+            ),
             (EventKind::StateChange, "InstanceTerminating"),
             (EventKind::ScheduledChange, "ScheduledMaintenance"),
             (EventKind::AsgTermination, "ASGLifecycleTermination"),

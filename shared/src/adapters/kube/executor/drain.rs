@@ -117,7 +117,11 @@ impl Drainer<'_> {
             self.ended(plan, node, &report, later, out).await;
         }
         let drain = out.drain.insert(report);
-        if let Some(a) = plan.actions.iter().find(|a| a.instance_id == out.instance_id) {
+        if let Some(a) = plan
+            .actions
+            .iter()
+            .find(|a| a.instance_id == out.instance_id)
+        {
             self.pod_events.record(plan, a, node, drain).await;
         }
     }
