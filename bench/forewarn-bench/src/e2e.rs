@@ -111,8 +111,8 @@ pub const MINIMUM: &[(&str, &str, usize, &str)] = &[
     (
         "kubernetes",
         "POST events",
-        3,
-        "one Event per thing done to the node (SpotInterrupted, Cordoned, Drained); a create answered 409 already says the Event exists, no read first",
+        5,
+        "one Event per thing done to the node (SpotInterrupted, Cordoned, Drained) and one on each pod evicted (SpotInterruption); a create answered 409 already says the Event exists, no read first",
     ),
 ];
 

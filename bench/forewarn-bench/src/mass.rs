@@ -305,6 +305,8 @@ pub(crate) struct Run {
     pass_time: Duration,
     pub(crate) outcomes: BTreeMap<String, usize>,
     passes: usize,
+    /// Events on evicted pods recorded, and given up (the reports' drain summaries).
+    pod_events: (usize, usize),
     pub(crate) requests: u64,
     pub(crate) rate_limited: u64,
     pub(crate) by_kind: BTreeMap<String, usize>,
@@ -373,6 +375,8 @@ struct Totals {
     pass_time: Duration,
     outcomes: BTreeMap<String, usize>,
     passes: usize,
+    /// Events on evicted pods recorded, and given up.
+    pod_events: (usize, usize),
 }
 
 /// The mass interruption's report as a markdown section, with its chart in `svg` when given.
@@ -631,12 +635,14 @@ fn afterword(
     for (i, name) in [(0, "continuation drains"), (1, "in-process drain")] {
         if let Some(r) = &runs[i] {
             out.push_str(&format!(
-                "\n{name}: outcomes {}; requests by kind: {}.\n",
+                "\n{name}: outcomes {}; pod Events recorded {}, given up {}; requests by kind: {}.\n",
                 r.outcomes
                     .iter()
                     .map(|(k, v)| format!("{k} {v}"))
                     .collect::<Vec<_>>()
                     .join(", "),
+                r.pod_events.0,
+                r.pod_events.1,
                 r.by_kind
                     .iter()
                     .map(|(k, v)| format!("`{k}` {v}"))
@@ -1246,6 +1252,10 @@ fn tally(t: &mut Totals, invocation: &Invocation, took: Duration) {
         t.pass_time += took;
     }
     for r in &invocation.reports {
+        for d in r.actions.iter().filter_map(|a| a.drain) {
+            t.pod_events.0 += d.pod_events;
+            t.pod_events.1 += d.pod_events_given_up;
+        }
         if r.pass.is_some() {
             t.passes += 1;
             // A pass that did not act (failed, refused) is counted by its reason.
@@ -1286,6 +1296,7 @@ fn run_of(
         pass_time,
         outcomes,
         passes,
+        pod_events,
     } = totals;
     if outcomes
         .get(&format!("{:?}", Outcome::Acted))
@@ -1304,6 +1315,7 @@ fn run_of(
         pass_time,
         outcomes,
         passes,
+        pod_events,
         requests: counters.requests,
         rate_limited: counters.rate_limited,
         by_kind: kube_counts(requests),

@@ -121,6 +121,10 @@ fn log_report(report: &Report) {
         .collect::<Vec<_>>()
         .join(",");
     let reason = report.reason.as_deref().unwrap_or("");
+    let drains = report.actions.iter().filter_map(|a| a.drain);
+    let (pod_events, pod_events_given_up) = drains.fold((0, 0), |(r, g), d| {
+        (r + d.pod_events, g + d.pod_events_given_up)
+    });
     if report.outcome == Outcome::Failed {
         tracing::warn!(
             event_id,
@@ -144,6 +148,8 @@ fn log_report(report: &Report) {
             actions,
             outcome = report.outcome.as_str(),
             reason,
+            pod_events,
+            pod_events_given_up,
             "event handled"
         );
     }
@@ -158,6 +164,9 @@ fn log_report(report: &Report) {
 /// - `PoolsMarked` (Count) by `CapacityType`, `InstanceType`, `Zone` (interruptions per pool);
 /// - `Evictions` (Count) by `Kind`: evictions the API accepted, and `EvictionsRefused` (Count)
 ///   by `Kind`: pods still refused at the drain's deadline (a disruption budget);
+///   `PodEventsRecorded` and `PodEventsGivenUp` (Count) by `Kind`, in the same document: the
+///   Events recorded on the pods the pass evicted, and those given up (its budget, a busy rate
+///   limit, a failure);
 /// - `Drains` (Count) by `Kind`, `Result` (`complete`, `incomplete`): drains that ended (a drain
 ///   that does not wait ends in a later pass; each pass counts the evictions it sent);
 /// - `DrainPasses` (Count) by `Kind`, `Outcome`: later passes of drains (continuations), which
@@ -307,8 +316,12 @@ impl Emf<'_> {
             if drain.pending {
                 docs.push(self.doc(
                     &[&["Kind"]],
-                    json!([{"Name": "Evictions", "Unit": "Count"}]),
+                    json!([{"Name": "Evictions", "Unit": "Count"},
+                           {"Name": "PodEventsRecorded", "Unit": "Count"},
+                           {"Name": "PodEventsGivenUp", "Unit": "Count"}]),
                     json!({"Kind": kind, "Evictions": drain.evicted,
+                           "PodEventsRecorded": drain.pod_events,
+                           "PodEventsGivenUp": drain.pod_events_given_up,
                            "InstanceId": action.instance_id, "Node": action.node}),
                 ));
                 continue;
@@ -321,8 +334,12 @@ impl Emf<'_> {
             docs.push(self.doc(
                 &[&["Kind"]],
                 json!([{"Name": "Evictions", "Unit": "Count"},
-                       {"Name": "EvictionsRefused", "Unit": "Count"}]),
+                       {"Name": "EvictionsRefused", "Unit": "Count"},
+                       {"Name": "PodEventsRecorded", "Unit": "Count"},
+                       {"Name": "PodEventsGivenUp", "Unit": "Count"}]),
                 json!({"Kind": kind, "Evictions": drain.evicted, "EvictionsRefused": drain.left,
+                       "PodEventsRecorded": drain.pod_events,
+                       "PodEventsGivenUp": drain.pod_events_given_up,
                        "InstanceId": action.instance_id, "Node": action.node}),
             ));
             docs.push(self.doc(
@@ -404,6 +421,8 @@ mod tests {
                     left: 1,
                     complete: false,
                     pending: false,
+                    pod_events: 2,
+                    pod_events_given_up: 1,
                 }),
                 heartbeat_at: None,
             }],
@@ -467,6 +486,8 @@ mod tests {
         assert_eq!(docs[3]["InstanceType"], "m5.large");
         assert_eq!(docs[4]["Evictions"], 3);
         assert_eq!(docs[4]["EvictionsRefused"], 1);
+        assert_eq!(docs[4]["PodEventsRecorded"], 2);
+        assert_eq!(docs[4]["PodEventsGivenUp"], 1);
         assert_eq!(docs[5]["Result"], "incomplete");
         // to the cordon, not to the end of the batch
         assert_eq!(docs[6]["EventToActionLatency"], 4000);

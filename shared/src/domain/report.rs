@@ -79,6 +79,16 @@ pub struct DrainSummary {
     /// The drain goes on in a later pass (a continuation).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pending: bool,
+    /// Events recorded on the pods this pass evicted (one per pod).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pod_events: usize,
+    /// Pod Events given up: past the pass's budget, the client's rate limit busy, or failed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pod_events_given_up: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// One line of `forewarn replay --output json`, and the handler's log of each record.

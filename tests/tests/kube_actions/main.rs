@@ -12,6 +12,7 @@
 //! - `drain`: drains: grace periods, disruption budgets, passes that do not wait, critical pods
 //!   last, refused and rate-limited evictions, deadlines.
 //! - `surge`: surge: placeholders first, evictions when there is room.
+//! - `pod_events`: the Event on each pod a drain evicts, and what is given up.
 //! - `admission`: the admission policies of `infra/k8s/` (placeholders, node writes) enforced.
 //! - `delete`: deletes: a Karpenter NodeClaim, a Cluster API Machine, a plain Node.
 //! - `lifecycle`: Auto Scaling lifecycle actions, termination and launch hooks.
@@ -39,6 +40,7 @@ mod flow_control;
 mod lifecycle;
 mod nth_taints;
 mod pipeline;
+mod pod_events;
 mod policy;
 mod rbac;
 mod support;

@@ -123,6 +123,8 @@ async fn the_handler_tells_the_webhook_and_counts_evictions() {
             left: 0,
             complete: true,
             pending: false,
+            pod_events: 2,
+            pod_events_given_up: 0,
         })
     );
     let cordoned_at = action.cordoned_at.expect("the cordon's time");

@@ -427,8 +427,35 @@ async fn rbac_grants_exactly_what_the_adapter_uses() {
         collect(&w.fake);
     }
     assert_exactly(HANDLER_GROUP, &handler, &granted);
+    assert_pods_only_evicted(HANDLER_GROUP, &handler);
 
     // The sweeper: a sweep with every kind of finding, and the priority expander.
     let sweeper: BTreeSet<Need> = sweeper_requests().await.iter().map(rbac_need).collect();
     assert_exactly(SWEEPER_GROUP, &sweeper, &granted);
+    assert_pods_only_evicted(SWEEPER_GROUP, &sweeper);
+}
+
+/// A pod of the cluster's is only ever evicted (`pods/eviction`, so Kubernetes sets its
+/// `DisruptionTarget` condition and its budgets are honoured), never deleted, patched or updated:
+/// the only pods forewarn creates or deletes are its own placeholders, in its namespace (and
+/// the scenarios did delete some, so the check is not empty).
+fn assert_pods_only_evicted(group: &str, used: &BTreeSet<Need>) {
+    let placeholders = Some(forewarn::domain::surge::NAMESPACE.to_string());
+    let writes: Vec<&Need> = used
+        .iter()
+        .filter(|n| n.0.is_empty() && n.1 == "pods" && n.2 != "list")
+        .collect();
+    assert!(
+        writes.iter().all(|n| n.3 == placeholders),
+        "{group}: pods written outside forewarn's namespace: {writes:?}"
+    );
+    assert!(
+        writes.iter().any(|n| n.2 == "delete"),
+        "{group}: no placeholder deleted: {writes:?}"
+    );
+    assert!(
+        used.iter()
+            .any(|n| n.0.is_empty() && n.1 == "pods/eviction" && n.2 == "create"),
+        "{group}: no eviction"
+    );
 }

@@ -99,7 +99,7 @@ pub(crate) const PASS_GAP: Duration = Duration::from_millis(100);
 
 /// An event's passes as the pipeline's in-process driver runs them: the first pass, then drain
 /// passes [`PASS_GAP`] apart until none is pending; each action's outcomes merged into one (the
-/// first cordon, every eviction and Event, the last of the rest).
+/// first cordon, every eviction and Event, the pod Events' counts summed, the last of the rest).
 pub(crate) async fn passes(
     executor: &KubeExecutor,
     plan: &Plan,
@@ -127,6 +127,11 @@ pub(crate) async fn passes(
                     let mut gone = before.already_gone;
                     gone.extend(now.already_gone);
                     now.already_gone = gone;
+                    let (b, n) = (before.pod_events, &mut now.pod_events);
+                    n.recorded += b.recorded;
+                    n.existed += b.existed;
+                    n.given_up += b.given_up;
+                    n.failed += b.failed;
                     Some(now)
                 }
                 (before, now) => now.or(before),
@@ -311,11 +316,12 @@ impl World {
         self.fake.get("v1", "Pod", Some(ns), name)
     }
 
-    /// forewarn's Events, by reason.
+    /// forewarn's Events but those on pods (see the `pod_events` tests), by reason.
     pub(crate) fn events(&self) -> BTreeMap<String, Value> {
         self.fake
             .list("events.k8s.io/v1", "Event")
             .into_iter()
+            .filter(|e| e["regarding"]["kind"] != "Pod")
             .map(|e| (e["reason"].as_str().unwrap_or_default().to_string(), e))
             .collect()
     }

@@ -284,6 +284,17 @@ impl ClusterClient {
         }
     }
 
+    /// The idle turn of the client's rate limit (see
+    /// [`super::api::rate_limit::RateLimiter::idle_turn`]), waited for until `until` at the
+    /// latest, for a request that may be given up (a pod's Event): `false` when it is to be given
+    /// up. Without a limit, always `true`.
+    pub(crate) async fn idle_turn(&self, until: DateTime<Utc>) -> bool {
+        match &self.limiter {
+            Some(limiter) => limiter.idle_turn(self.clock(), until).await,
+            None => true,
+        }
+    }
+
     /// A `Retry-After` seen by one request holds back every request under the client's rate
     /// limit (when it has one) for `after`.
     pub(crate) fn pause_all(&self, after: Duration) {

@@ -91,11 +91,31 @@ pub struct SkippedPod {
     pub why: &'static str,
 }
 
+/// What became of the Events on the pods a drain pass evicted (see
+/// `super::executor`'s pod Events): best effort, never the drain's outcome.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PodEventCounts {
+    /// Created.
+    pub recorded: usize,
+    /// There already (a redelivered event: 409).
+    pub existed: usize,
+    /// Not sent: past the pass's budget, the client's rate limit busy, or after a failure.
+    pub given_up: usize,
+    /// Failed when sent (counted in `given_up` too).
+    pub failed: usize,
+    /// Dry run: the Events that would be recorded.
+    pub would_record: usize,
+}
+
 /// What a drain did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DrainReport {
     /// Evictions the API accepted, in the order they were accepted.
     pub evicted: Vec<String>,
+    /// The uid of each pod of `evicted` (by `namespace/name`), when it had one.
+    pub uids: std::collections::BTreeMap<String, String>,
+    /// The Events on the pods this pass evicted.
+    pub pod_events: PodEventCounts,
     /// Pods gone before their eviction (404).
     pub already_gone: Vec<String>,
     /// Pods still refused at the deadline.
@@ -474,6 +494,9 @@ async fn evict_all(
         match result? {
             Eviction::Evicted => {
                 report.evicted.push(key.clone());
+                if !uid.is_empty() {
+                    report.uids.insert(key.clone(), uid.clone());
+                }
                 evicted.push((uid, key));
             }
             Eviction::Gone => report.already_gone.push(key),

@@ -3,7 +3,8 @@
 //! kube's `Recorder` needs its `runtime` feature, so Events are created directly, with every
 //! field `ValidateEventCreate` requires of an `events.k8s.io/v1` Event (`eventTime`,
 //! `reportingController`, `reportingInstance`, `action`, `reason`, `type`, `regarding`,
-//! `note` ≤ 1 kB). They live in `default`, as Events about cluster-scoped objects must.
+//! `note` ≤ 1 kB). Events about nodes live in `default`, as Events about cluster-scoped objects
+//! must; Events about pods (each pod a drain evicts, [`record_once`]) in the pod's namespace.
 //!
 //! The name is derived from (node, event id, reason), so a redelivered event records no second
 //! Event: its create answers 409 AlreadyExists, which says the Event is there. There is no read
@@ -117,6 +118,8 @@ pub(crate) struct ObjectEvent<'a> {
     /// Where the Event lives: [`EVENT_NAMESPACE`] for cluster-scoped objects, else the object's.
     pub namespace: &'a str,
     pub regarding: ObjectReference,
+    /// A second object it is about (a pod's node).
+    pub related: Option<ObjectReference>,
     /// What led to it (part of the Event's name, with the object's name and the reason).
     pub event_id: &'a str,
     pub reason: &'a str,
@@ -136,6 +139,7 @@ impl<'a> From<&NodeEvent<'a>> for ObjectEvent<'a> {
                 uid: e.node.metadata.uid.clone(),
                 ..ObjectReference::default()
             },
+            related: None,
             event_id: e.event_id,
             reason: e.reason,
             action: e.action,
@@ -163,6 +167,7 @@ fn build(event: &ObjectEvent<'_>, reporting_instance: &str, now: DateTime<Utc>) 
         reason: Some(event.reason.chars().take(128).collect()),
         type_: Some(event.type_.as_str().into()),
         regarding: Some(event.regarding.clone()),
+        related: event.related.clone(),
         note: Some(truncate(event.note.clone(), NOTE_LIMIT)),
         ..Event::default()
     }
@@ -206,6 +211,37 @@ pub(crate) async fn record_about(
         Ok(_) => Ok(EventOutcome::Created),
         Err(e) if e.status == Some(409) => Ok(EventOutcome::Exists),
         Err(e) => Err(KubeError::Api(e)),
+    }
+}
+
+/// Records `event` in one attempt, never retried (after the client's idle turn, which the
+/// caller waited for): for Events that are given up rather than tried again (a pod's).
+pub(crate) async fn record_once(
+    clients: &ClusterClient,
+    event: &ObjectEvent<'_>,
+    reporting_instance: &str,
+) -> Result<EventOutcome, KubeError> {
+    let body = build(event, reporting_instance, clients.clock().now());
+    let name = body.metadata.name.clone().unwrap_or_default();
+    let events: Api<Event> = Api::namespaced(clients.client().await?, event.namespace);
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PostParams::default()
+    };
+    match events.create(&params, &body).await {
+        Ok(_) => Ok(EventOutcome::Created),
+        Err(e) => {
+            let e = super::error::ApiError::new(
+                "create",
+                format!("event/{}/{name}", event.namespace),
+                e,
+            );
+            if e.status == Some(409) {
+                Ok(EventOutcome::Exists)
+            } else {
+                Err(KubeError::Api(e))
+            }
+        }
     }
 }
 

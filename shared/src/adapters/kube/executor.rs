@@ -55,6 +55,7 @@ mod delete;
 mod drain;
 mod events;
 mod lifecycle;
+mod pod_events;
 mod surge;
 mod undo;
 use cordon::Cordoner;
@@ -62,6 +63,7 @@ use delete::{Deleter, Named};
 use drain::Drainer;
 use events::{Decision, Recorder};
 use lifecycle::Lifecycle;
+use pod_events::PodEvents;
 use surge::Placeholders;
 use undo::Undoer;
 
@@ -96,6 +98,12 @@ pub struct ExecutorSettings {
     /// `reportingInstance` of the Events (default `forewarn`; the settings give the Lambda
     /// function's name or the host name).
     pub reporting_instance: String,
+    /// How long a drain pass spends on the Events of the pods it evicted, after its evictions
+    /// (default 1 s): those not sent by then are given up.
+    pub pod_event_budget: Duration,
+    /// How many pod Events a drain pass sends at most (default 100, about a node's most pods);
+    /// the rest are given up.
+    pub pod_events_per_pass: usize,
 }
 
 impl Default for ExecutorSettings {
@@ -108,6 +116,8 @@ impl Default for ExecutorSettings {
             pass_budget: Duration::ZERO,
             conflict_attempts: 5,
             reporting_instance: "forewarn".to_string(),
+            pod_event_budget: Duration::from_secs(1),
+            pod_events_per_pass: 100,
         }
     }
 }
@@ -214,6 +224,11 @@ impl KubeExecutor {
             settings: &self.settings,
             surge_memory: &self.surge_memory,
             events: self.events(),
+            pod_events: PodEvents {
+                clients: &self.clients,
+                config: &self.config,
+                settings: &self.settings,
+            },
         }
     }
 

@@ -149,6 +149,14 @@ impl NodeOutcome {
         if !would.is_empty() {
             parts.push(format!("would record Events {}", would.join(", ")));
         }
+        if let Some(d) = &self.drain
+            && d.pod_events.would_record > 0
+        {
+            parts.push(format!(
+                "would record an Event on each pod evicted ({})",
+                d.pod_events.would_record
+            ));
+        }
         for f in &self.event_failures {
             parts.push(format!("Event not recorded: {f}"));
         }
@@ -176,6 +184,8 @@ pub(crate) fn results(outcomes: &[NodeOutcome]) -> Vec<ActionResult> {
                     left: d.left.len(),
                     complete: d.complete(),
                     pending: d.pending,
+                    pod_events: d.pod_events.recorded,
+                    pod_events_given_up: d.pod_events.given_up,
                 }),
             pending: o.pending(),
             wait_until: o

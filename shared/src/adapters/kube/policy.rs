@@ -76,6 +76,7 @@ impl PolicySource for KubePolicy {
                 name: Some(POLICY_CONFIGMAP.into()),
                 ..ObjectReference::default()
             },
+            related: None,
             event_id: message,
             reason: "PolicyRefused",
             action: "ReadPolicy",

@@ -499,9 +499,11 @@ pub(super) fn merge(report: &mut Report, results: &[ActionResult]) -> bool {
                 None => result.detail,
             });
             a.cordoned_at = a.cordoned_at.or(result.cordoned_at);
-            let evicted_before = a.drain.as_ref().map_or(0, |d| d.evicted);
+            let before = a.drain.unwrap_or_default();
             a.drain = result.drain.map(|mut d| {
-                d.evicted += evicted_before;
+                d.evicted += before.evicted;
+                d.pod_events += before.pod_events;
+                d.pod_events_given_up += before.pod_events_given_up;
                 d
             });
             a.heartbeat_at = result.heartbeat_at.or(a.heartbeat_at);

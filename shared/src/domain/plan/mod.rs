@@ -17,6 +17,7 @@ use crate::domain::wayback::CordonRecord;
 mod choice;
 mod launch;
 pub mod pass;
+pub mod pod_event;
 
 /// What is known when deciding.
 #[derive(Debug, Clone, Copy)]
@@ -295,13 +296,16 @@ fn pool_mark(
     })
 }
 
+/// The node's Event reason of a state change to `stopping` or `stopped`.
+pub const STOPPING_REASON: &str = "InstanceStopping";
+
 fn event_reason(event: &Event) -> &'static str {
     match &event.detail {
         Detail::Spot { .. } => "SpotInterrupted",
         Detail::Rebalance => "RebalanceRecommendation",
         Detail::StateChange {
             state: InstanceState::Stopping | InstanceState::Stopped,
-        } => "InstanceStopping",
+        } => STOPPING_REASON,
         Detail::StateChange { .. } => "InstanceTerminating",
         Detail::Scheduled { .. } => "ScheduledChange",
         Detail::AsgTermination(_) => "AutoScalingTermination",

@@ -1,7 +1,9 @@
-//! The client-side rate limit: a token bucket like client-go's `QPS`/`Burst`, with two lanes.
+//! The client-side rate limit: a token bucket like client-go's `QPS`/`Burst`, with two lanes,
+//! and below them an idle turn ([`RateLimiter::idle`]) for what may be given up (pods' Events).
 //! A [`super::super::ClusterClient`] owns one (shared by its clones), or none (no limit).
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -38,13 +40,36 @@ impl Lane {
 /// pauses every request until it has passed. Requests of [`Lane::Later`] reserve one at a time
 /// (each waits for the one before it to go out), so a [`Lane::First`] request waits behind at
 /// most one of them.
+///
+/// Below both lanes, the idle turn ([`RateLimiter::idle`]): a request that may be given up
+/// takes a token only when one is free and no request of either lane waits, so it never makes
+/// one of them later.
 #[derive(Debug)]
 pub(crate) struct RateLimiter {
     qps: f64,
     burst: f64,
     state: Mutex<Bucket>,
     later: tokio::sync::Mutex<()>,
+    /// Requests of either lane between asking and going out.
+    waiting: AtomicUsize,
 }
+
+/// What the idle turn answers (see [`RateLimiter::idle`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Idle {
+    /// A token was free and taken: the request goes now.
+    Go,
+    /// No token is free for now, and the limiter is not loaded: one comes after this long, if
+    /// nothing else asks meanwhile.
+    After(Duration),
+    /// Another request waits, every request is paused, or the limiter has been short of
+    /// tokens for over [`LOADED_AFTER`]: give up.
+    Busy,
+}
+
+/// A limiter short of tokens for longer than this is loaded (a mass interruption): the idle
+/// turn waits for no token then, it takes only a free one.
+pub(crate) const LOADED_AFTER: Duration = Duration::from_secs(1);
 
 #[derive(Debug)]
 struct Bucket {
@@ -52,6 +77,8 @@ struct Bucket {
     /// When the tokens were counted (`None`: never yet; the bucket is full).
     at: Option<DateTime<Utc>>,
     paused_until: Option<DateTime<Utc>>,
+    /// When a request of either lane last found a token free (`None`: none asked yet).
+    last_free: Option<DateTime<Utc>>,
 }
 
 impl RateLimiter {
@@ -70,13 +97,18 @@ impl RateLimiter {
                 tokens: burst,
                 at: None,
                 paused_until: None,
+                last_free: None,
             }),
             later: tokio::sync::Mutex::new(()),
+            waiting: AtomicUsize::new(0),
         }
     }
 
     /// Waits until a request of `lane` may go out.
     pub(crate) async fn wait(&self, clock: &dyn Clock, lane: Lane) {
+        // Counted from asking to going out (also when the wait is dropped), so that the idle
+        // turn sees it.
+        let _waiting = Waiting::new(&self.waiting);
         let _turn = match lane {
             Lane::First => None,
             Lane::Later => Some(self.later.lock().await),
@@ -87,12 +119,63 @@ impl RateLimiter {
         }
     }
 
+    /// The idle turn, below both lanes, for a request that may be given up (a pod's Event):
+    /// at `now`, it takes a token only when a whole one is free, no request of either lane is
+    /// waiting and nothing is paused. Never a reservation ahead: a request of either lane that
+    /// asks after it waits for no more than the one token it took. When no token is free,
+    /// [`Idle::After`] says when one would be — unless the limiter is loaded (short of tokens for
+    /// over [`LOADED_AFTER`]: [`Idle::Busy`]).
+    pub(crate) fn idle(&self, now: DateTime<Utc>) -> Idle {
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            return Idle::Busy;
+        }
+        let mut b = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if b.paused_until.is_some_and(|until| until > now) {
+            return Idle::Busy;
+        }
+        let at = b.at.unwrap_or(now);
+        let elapsed = (now - at).to_std().unwrap_or_default().as_secs_f64();
+        let tokens = (b.tokens + elapsed * self.qps).min(self.burst);
+        if tokens >= 1.0 {
+            b.tokens = tokens - 1.0;
+            b.at = Some(at.max(now));
+            return Idle::Go;
+        }
+        let loaded = b
+            .last_free
+            .is_some_and(|free| (now - free).to_std().unwrap_or_default() > LOADED_AFTER);
+        if loaded {
+            Idle::Busy
+        } else {
+            Idle::After(Duration::from_secs_f64((1.0 - tokens) / self.qps))
+        }
+    }
+
+    /// Waits for the idle turn ([`RateLimiter::idle`]) until `until` at the latest: `true` when
+    /// the request may go out, `false` when it is to be given up (another request waits, the
+    /// limiter is loaded, or no token would be free before `until`).
+    pub(crate) async fn idle_turn(&self, clock: &dyn Clock, until: DateTime<Utc>) -> bool {
+        loop {
+            let now = clock.now();
+            match self.idle(now) {
+                Idle::Go => return true,
+                Idle::Busy => return false,
+                Idle::After(wait) if now + crate::ports::span(wait) > until => return false,
+                Idle::After(wait) => clock.sleep(wait).await,
+            }
+        }
+    }
+
     /// Takes a token at `now`; the answer is how long to wait before sending.
     pub(crate) fn reserve(&self, now: DateTime<Utc>) -> Duration {
         let mut b = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let at = b.at.unwrap_or(now);
         let elapsed = (now - at).to_std().unwrap_or_default().as_secs_f64();
-        b.tokens = (b.tokens + elapsed * self.qps).min(self.burst) - 1.0;
+        let tokens = (b.tokens + elapsed * self.qps).min(self.burst);
+        if tokens >= 1.0 {
+            b.last_free = Some(now);
+        }
+        b.tokens = tokens - 1.0;
         b.at = Some(at.max(now));
         let wait = if b.tokens < 0.0 {
             Duration::from_secs_f64(-b.tokens / self.qps)
@@ -109,6 +192,22 @@ impl RateLimiter {
     pub(crate) fn pause_until(&self, until: DateTime<Utc>) {
         let mut b = self.state.lock().unwrap_or_else(|p| p.into_inner());
         b.paused_until = Some(b.paused_until.map_or(until, |p| p.max(until)));
+    }
+}
+
+/// Counts a request as waiting while it lives.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn new(count: &'a AtomicUsize) -> Waiting<'a> {
+        count.fetch_add(1, Ordering::SeqCst);
+        Waiting(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -181,6 +280,70 @@ mod tests {
         let evictions: Vec<&String> = order.iter().filter(|o| *o != "cordon").collect();
         let expected: Vec<String> = (0..20).map(|i| format!("evict-{i}")).collect();
         assert_eq!(evictions, expected.iter().collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn the_idle_turn_takes_only_a_free_token() {
+        let t0 = t0();
+        let limiter = RateLimiter::new(10.0, 2);
+        // A full bucket: free tokens, taken.
+        assert_eq!(limiter.idle(t0), Idle::Go);
+        assert_eq!(limiter.idle(t0), Idle::Go);
+        // None free: one comes in 100 ms; nothing was reserved ahead.
+        assert_eq!(limiter.idle(t0), Idle::After(ms(100)));
+        assert_eq!(limiter.reserve(t0 + span(ms(100))), Duration::ZERO);
+        // A request of a lane in debt: the idle turn waits for the debt to be paid and a token.
+        assert_eq!(limiter.reserve(t0 + span(ms(100))), ms(100));
+        assert_eq!(limiter.idle(t0 + span(ms(100))), Idle::After(ms(200)));
+        // Paused: busy.
+        limiter.pause_until(t0 + span(ms(5000)));
+        assert_eq!(limiter.idle(t0 + span(ms(4000))), Idle::Busy);
+        // Short of tokens for over a second (a request found none free since t0 + 100 ms):
+        // loaded, busy.
+        let late = t0 + span(ms(5000));
+        assert_eq!(limiter.reserve(late), Duration::ZERO, "the bucket refilled");
+        assert_eq!(limiter.reserve(late), Duration::ZERO);
+        assert_eq!(limiter.reserve(late), ms(100));
+        assert_eq!(limiter.idle(late + span(ms(50))), Idle::After(ms(150)));
+        for i in 1..=12 {
+            limiter.reserve(late + span(ms(100 * i)));
+        }
+        assert_eq!(limiter.idle(late + span(ms(1300))), Idle::Busy);
+    }
+
+    /// An idle request waiting for its token gives way to a cordon asked meanwhile: the cordon
+    /// goes out first (the idle request, when it wakes, is given up if the cordon still waits, or
+    /// waits for a token of its own).
+    #[tokio::test(start_paused = true)]
+    async fn the_idle_turn_gives_way_to_any_request() {
+        let clock = SystemClock::default();
+        let limiter = Arc::new(RateLimiter::new(10.0, 1));
+        let order = Arc::new(Mutex::new(Vec::new()));
+        // The one token goes to an eviction.
+        limiter.wait(&clock, Lane::Later).await;
+        let (l, o, c) = (limiter.clone(), order.clone(), clock);
+        let idle = tokio::spawn(async move {
+            let until = c.now() + span(Duration::from_secs(1));
+            if l.idle_turn(&c, until).await {
+                o.lock().unwrap().push("pod event");
+            }
+        });
+        tokio::task::yield_now().await;
+        let (l, o, c) = (limiter.clone(), order.clone(), clock);
+        let cordon = tokio::spawn(async move {
+            l.wait(&c, Lane::First).await;
+            o.lock().unwrap().push("cordon");
+        });
+        idle.await.unwrap();
+        cordon.await.unwrap();
+        let order = order.lock().unwrap().clone();
+        assert_eq!(order.first(), Some(&"cordon"), "{order:?}");
+        // With nothing else asking, the idle request waits for its token within its budget...
+        let until = clock.now() + span(Duration::from_secs(1));
+        assert!(limiter.idle_turn(&clock, until).await);
+        // ...and is given up when none would come before it.
+        let until = clock.now() + span(ms(50));
+        assert!(!limiter.idle_turn(&clock, until).await);
     }
 
     #[test]

@@ -12,6 +12,7 @@ use super::super::error::KubeError;
 use super::super::events::EventType;
 use super::super::surge::{SurgeMemory, SurgeSettings};
 use super::events::{Recorder, Said};
+use super::pod_events::PodEvents;
 use super::{ExecutorSettings, NodeOutcome};
 use crate::domain::config::Config;
 use crate::domain::plan::{NodeAction, Plan};
@@ -26,6 +27,8 @@ pub(super) struct Drainer<'a> {
     pub surge_memory: &'a Arc<SurgeMemory>,
     /// Where the drain's end is recorded.
     pub events: Recorder<'a>,
+    /// The Events on the pods each pass evicts.
+    pub pod_events: PodEvents<'a>,
 }
 
 impl Drainer<'_> {
@@ -92,7 +95,8 @@ impl Drainer<'_> {
     }
 
     /// A drain pass's report put in `out`; when the drain ended, its Event (not in a dry run,
-    /// nor in a quiet pass).
+    /// nor in a quiet pass). Then, last of the pass, the Events on the pods it evicted (see
+    /// [`PodEvents`]).
     pub async fn over(
         &self,
         plan: &Plan,
@@ -112,7 +116,14 @@ impl Drainer<'_> {
             let later = matches!(pass, Pass::Drain { .. }) && !pass.is_first_drain();
             self.ended(plan, node, &report, later, out).await;
         }
-        out.drain = Some(report);
+        let drain = out.drain.insert(report);
+        if let Some(a) = plan
+            .actions
+            .iter()
+            .find(|a| a.instance_id == out.instance_id)
+        {
+            self.pod_events.record(plan, a, node, drain).await;
+        }
     }
 
     /// The `Drained` or `DrainIncomplete` Event of a drain that ended (in a `later` pass: one
