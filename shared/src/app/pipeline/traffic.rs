@@ -25,8 +25,15 @@ pub struct Traffic {
     balancers: Arc<dyn LoadBalancers>,
     /// How long a batch's first evictions wait for the deregistration at most.
     budget: Duration,
-    /// Until when no round is made (see [`QUIET_FOR`]), and since when.
-    quiet: Arc<std::sync::Mutex<Option<(DateTime<Utc>, DateTime<Utc>)>>>,
+    /// Since when and until when no round is made (see [`QUIET_FOR`]).
+    quiet: Arc<std::sync::Mutex<Option<Quiet>>>,
+}
+
+/// A time without rounds: since the round that ran out of time, until [`QUIET_FOR`] later.
+#[derive(Clone, Copy)]
+struct Quiet {
+    since: DateTime<Utc>,
+    until: DateTime<Utc>,
 }
 
 impl Traffic {
@@ -41,14 +48,15 @@ impl Traffic {
     /// When the last round that ran out of time was, while rounds are not made after it.
     fn quiet_since(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let quiet = self.quiet.lock().unwrap_or_else(|e| e.into_inner());
-        quiet
-            .filter(|(_, until)| now < *until)
-            .map(|(since, _)| since)
+        quiet.filter(|q| now < q.until).map(|q| q.since)
     }
 
     fn hush(&self, now: DateTime<Utc>) {
         let mut quiet = self.quiet.lock().unwrap_or_else(|e| e.into_inner());
-        *quiet = Some((now, now + span(QUIET_FOR)));
+        *quiet = Some(Quiet {
+            since: now,
+            until: now + span(QUIET_FOR),
+        });
     }
 }
 
