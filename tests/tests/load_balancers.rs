@@ -163,7 +163,8 @@ fn a_doomed_instance_and_its_pods_leave_only_their_clusters_target_groups() {
         register(&elb, &blue_pods, &[(pod_ip, 8080), (staying_pod_ip, 8080)]).await;
         proxy.reset();
 
-        let targets = ElbTargets::new(elb.clone(), clock());
+        let clock = clock();
+        let targets = ElbTargets::new(elb.clone(), clock.clone());
         let doomed = [Doomed {
             instance_id: doomed_id.clone(),
             addresses: addresses.clone(),
@@ -203,16 +204,27 @@ fn a_doomed_instance_and_its_pods_leave_only_their_clusters_target_groups() {
         assert_eq!(registered(&elb, &green_instances).await, both);
         assert_eq!(registered(&elb, &untagged).await, both);
 
-        // The next batch: the groups are known; their targets are read again, nothing is left
-        // to deregister.
+        // The next batch, seconds later: groups and targets as read (less what left), no call;
+        // nothing is left to deregister.
         proxy.reset();
         let again = targets.deregister(&place, "blue", &doomed).await.unwrap();
+        assert!(proxy.calls().is_empty(), "{:#?}", proxy.calls());
+        assert!(again.left.is_empty(), "{again:?}");
+        // The staying instance, doomed in turn 15 s later: the targets are read again, the
+        // groups not.
+        clock.advance(forewarn::adapters::elb::TARGETS_FOR);
+        let next = [Doomed {
+            instance_id: staying_id.clone(),
+            addresses: staying_addresses.clone(),
+        }];
+        let done = targets.deregister(&place, "blue", &next).await.unwrap();
         let calls = proxy.calls();
         assert_eq!(count(&calls, "DescribeTargetGroups"), 0, "{calls:#?}");
         assert_eq!(count(&calls, "DescribeTags"), 0);
         assert_eq!(count(&calls, "DescribeTargetHealth"), 2);
-        assert_eq!(count(&calls, "DeregisterTargets"), 0);
-        assert!(again.left.is_empty(), "{again:?}");
+        assert_eq!(count(&calls, "DeregisterTargets"), 2);
+        assert_eq!(done.left[&staying_id].len(), 2, "{done:?}");
+        assert!(registered(&elb, &blue_instances).await.is_empty());
     });
 }
 

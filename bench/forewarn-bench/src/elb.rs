@@ -2,9 +2,8 @@
 //! cluster's, tagged `elbv2.k8s.aws/cluster`, and others'), each call answered after a latency
 //! and subject to the account's token buckets, a throttled call retried as forewarn's ELB client
 //! does (3 attempts, full-jitter backoff from 100 ms); and per execution environment the calls of
-//! `forewarn::adapters::elb` (the cluster's groups found once and kept 60 s, each batch one
-//! `DescribeTargetHealth` per group and one `DeregisterTargets` per group holding doomed
-//! targets), through the real pipeline step that calls it (`FOREWARN_DEREGISTER_BUDGET`, 3 s).
+//! `forewarn::adapters::elb` (the cluster's groups found once and kept 60 s, their targets read
+//! once and kept 15 s, each batch one `DeregisterTargets` per group holding doomed targets), through the real pipeline step that calls it (`FOREWARN_DEREGISTER_BUDGET`, 3 s).
 //!
 //! The buckets: ELB's documented one for `Describe*` (40 tokens, 10 a second); the registration
 //! calls' are not published, so `DeregisterTargets` gets the bucket the AWS Load Balancer
@@ -17,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use forewarn::adapters::elb::GROUPS_FOR;
+use forewarn::adapters::elb::{GROUPS_FOR, TARGETS_FOR};
 use forewarn::domain::traffic::{Deregistered, Doomed, TargetKind};
 use forewarn::ports::{FailureKind, LoadBalancers, Place, TrafficError};
 use tokio::time::Instant;
@@ -235,6 +234,8 @@ pub struct Environment {
     account: Arc<Account>,
     /// The cluster's groups (indexes) and when they were found.
     found: Mutex<Option<(Instant, Vec<usize>)>>,
+    /// When each group's targets were last read.
+    read: Mutex<BTreeMap<usize, Instant>>,
 }
 
 impl Environment {
@@ -242,6 +243,7 @@ impl Environment {
         Environment {
             account,
             found: Mutex::new(None),
+            read: Mutex::default(),
         }
     }
 
@@ -269,11 +271,27 @@ impl Environment {
     }
 
     /// One group's round: its targets read, the doomed ones deregistered.
-    async fn clear(&self, g: usize, doomed: &[Doomed], seed: usize) -> Result<Vec<String>, String> {
+    async fn clear(
+        &self,
+        g: usize,
+        doomed: &[Doomed],
+        seed: usize,
+        described: &std::sync::atomic::AtomicUsize,
+    ) -> Result<Vec<String>, String> {
         let a = &self.account;
-        a.call("DescribeTargetHealth", seed + g)
-            .await
-            .map_err(|e| e.to_string())?;
+        let fresh = self
+            .read
+            .lock()
+            .unwrap()
+            .get(&g)
+            .is_some_and(|at| at.elapsed() < TARGETS_FOR);
+        if !fresh {
+            described.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            a.call("DescribeTargetHealth", seed + g)
+                .await
+                .map_err(|e| e.to_string())?;
+            self.read.lock().unwrap().insert(g, Instant::now());
+        }
         let leaving: Vec<(String, String)> = {
             let registered = a.registered.lock().unwrap();
             doomed
@@ -317,11 +335,14 @@ impl LoadBalancers for Environment {
             .map(|d| d.instance_id.bytes().map(usize::from).sum())
             .unwrap_or_default();
         let (groups, describes) = self.groups(seed).await?;
-        let rounds = groups.iter().map(|&g| self.clear(g, doomed, seed));
+        let described = std::sync::atomic::AtomicUsize::new(0);
+        let rounds = groups
+            .iter()
+            .map(|&g| self.clear(g, doomed, seed, &described));
         let done = futures::future::join_all(rounds).await;
         let mut out = Deregistered {
             groups: groups.len(),
-            describes: describes + groups.len(),
+            describes: describes + described.into_inner(),
             ..Default::default()
         };
         for (g, done) in groups.iter().zip(done) {
@@ -392,7 +413,7 @@ mod tests {
             .deregister(&Place::default(), "c", &[doomed(1)])
             .await
             .unwrap();
-        assert_eq!((again.describes, again.deregisters), (4, 0));
+        assert_eq!((again.describes, again.deregisters), (0, 0));
         assert!(again.left.is_empty());
     }
 }

@@ -3,9 +3,10 @@
 //!
 //! The calls, economically: the cluster's target groups are found by `DescribeTargetGroups`
 //! (400 a page) and `DescribeTags` (20 ARNs a call), and kept for [`GROUPS_FOR`] (a group that
-//! has gone since makes them be found again); each batch reads the targets of those groups
-//! (`DescribeTargetHealth`, one call a group, all at once) and sends one `DeregisterTargets` per
-//! group that holds doomed targets, for all of them. A target already `draining` is left alone.
+//! has gone since makes them be found again); their targets are read (`DescribeTargetHealth`,
+//! one call a group, all at once) and kept for [`TARGETS_FOR`]; each batch sends one
+//! `DeregisterTargets` per group that holds doomed targets, for all of them. A target already
+//! `draining` is left alone.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -26,6 +27,10 @@ use crate::ports::{Clock, LoadBalancers, Place, TrafficError};
 
 /// How long the target groups of a cluster, once found, are taken as they were.
 pub const GROUPS_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+/// How long a group's targets, once read, are taken as they were (less the ones deregistered
+/// since): the batches of a mass interruption, seconds apart, read each group once; a pod that
+/// became a target since is not seen until then.
+pub const TARGETS_FOR: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// `DescribeTags` takes at most this many ARNs.
 const TAGS_PER_CALL: usize = 20;
@@ -40,7 +45,11 @@ pub struct ElbTargets {
     clock: Arc<dyn Clock>,
     /// The target groups of (place, cluster), and when they were found.
     groups: Arc<Mutex<HashMap<(Place, String), Found>>>,
+    /// Each group's targets (by ARN), and when they were read.
+    targets: Arc<Mutex<Targets>>,
 }
+
+type Targets = HashMap<String, (DateTime<Utc>, Vec<Target>)>;
 
 /// A cluster's target groups, as found at `at`.
 #[derive(Clone)]
@@ -81,6 +90,7 @@ impl ElbTargets {
             places: PerPlace::single(client, self::client),
             clock,
             groups: Arc::default(),
+            targets: Arc::default(),
         }
     }
 
@@ -220,68 +230,118 @@ enum GroupDone {
     Failed(String),
 }
 
-/// `group`'s targets read, and the doomed ones deregistered in one call; with the calls made.
-async fn clear_group(
-    client: &Client,
-    group: &TargetGroup,
-    doomed: &[Doomed],
-) -> (GroupDone, usize) {
-    let health = match client
-        .describe_target_health()
-        .target_group_arn(&group.arn)
-        .send()
-        .await
-    {
-        Ok(h) => h,
-        Err(e) if e.code() == Some("TargetGroupNotFound") => return (GroupDone::Gone, 1),
-        Err(e) => {
-            let e = call_error("elasticloadbalancing:DescribeTargetHealth", e);
-            return (GroupDone::Failed(format!("{}: {e}", group.arn)), 1);
+/// The calls a group's round made.
+#[derive(Default)]
+struct Calls {
+    describes: usize,
+    deregisters: usize,
+}
+
+impl ElbTargets {
+    /// `group`'s targets (read, or as read within [`TARGETS_FOR`]), and the doomed ones
+    /// deregistered in one call; with the calls made.
+    async fn clear_group(
+        &self,
+        client: &Client,
+        group: &TargetGroup,
+        doomed: &[Doomed],
+    ) -> (GroupDone, Calls) {
+        let mut calls = Calls::default();
+        let registered = match self.targets_of(client, group, &mut calls).await {
+            Ok(Some(registered)) => registered,
+            Ok(None) => return (GroupDone::Gone, calls),
+            Err(e) => return (GroupDone::Failed(format!("{}: {e}", group.arn)), calls),
+        };
+        let leaving = doomed_targets(group.kind, &registered, doomed);
+        if leaving.is_empty() {
+            return (GroupDone::Left(Vec::new()), calls);
         }
-    };
-    let registered: Vec<Target> = health
-        .target_health_descriptions()
-        .iter()
-        .filter(|d| {
-            d.target_health().and_then(|h| h.state()) != Some(&TargetHealthStateEnum::Draining)
-        })
-        .filter_map(|d| {
-            let t = d.target()?;
-            Some(Target {
-                id: t.id()?.to_string(),
-                port: t.port(),
+        let targets: Vec<TargetDescription> = leaving
+            .iter()
+            .map(|(t, _)| {
+                TargetDescription::builder()
+                    .id(&t.id)
+                    .set_port(t.port)
+                    .build()
             })
-        })
-        .collect();
-    let leaving = doomed_targets(group.kind, &registered, doomed);
-    if leaving.is_empty() {
-        return (GroupDone::Left(Vec::new()), 1);
+            .collect();
+        calls.deregisters += 1;
+        let done = client
+            .deregister_targets()
+            .target_group_arn(&group.arn)
+            .set_targets(Some(targets))
+            .send()
+            .await;
+        match done {
+            Ok(_) => {
+                let gone: Vec<&Target> = leaving.iter().map(|(t, _)| t).collect();
+                self.forget_targets(&group.arn, &gone);
+                let of = leaving.iter().map(|(_, of)| (*of).to_string()).collect();
+                (GroupDone::Left(of), calls)
+            }
+            Err(e) if e.code() == Some("TargetGroupNotFound") => (GroupDone::Gone, calls),
+            Err(e) => {
+                let e = call_error("elasticloadbalancing:DeregisterTargets", e);
+                (GroupDone::Failed(format!("{}: {e}", group.arn)), calls)
+            }
+        }
     }
-    let targets: Vec<TargetDescription> = leaving
-        .iter()
-        .map(|(t, _)| {
-            TargetDescription::builder()
-                .id(&t.id)
-                .set_port(t.port)
-                .build()
-        })
-        .collect();
-    match client
-        .deregister_targets()
-        .target_group_arn(&group.arn)
-        .set_targets(Some(targets))
-        .send()
-        .await
-    {
-        Ok(_) => {
-            let of = leaving.iter().map(|(_, of)| (*of).to_string()).collect();
-            (GroupDone::Left(of), 2)
+
+    /// The targets registered in `group` and not draining: as read within [`TARGETS_FOR`], else
+    /// read now (`DescribeTargetHealth`); `None`: the group is gone.
+    async fn targets_of(
+        &self,
+        client: &Client,
+        group: &TargetGroup,
+        calls: &mut Calls,
+    ) -> Result<Option<Vec<Target>>, TrafficError> {
+        let now = self.clock.now();
+        if let Some((at, targets)) = self.lock_targets().get(&group.arn)
+            && now - *at < crate::ports::span(TARGETS_FOR)
+        {
+            return Ok(Some(targets.clone()));
         }
-        Err(e) if e.code() == Some("TargetGroupNotFound") => (GroupDone::Gone, 2),
-        Err(e) => {
-            let e = call_error("elasticloadbalancing:DeregisterTargets", e);
-            (GroupDone::Failed(format!("{}: {e}", group.arn)), 2)
+        calls.describes += 1;
+        let health = match client
+            .describe_target_health()
+            .target_group_arn(&group.arn)
+            .send()
+            .await
+        {
+            Ok(h) => h,
+            Err(e) if e.code() == Some("TargetGroupNotFound") => return Ok(None),
+            Err(e) => return Err(call_error("elasticloadbalancing:DescribeTargetHealth", e)),
+        };
+        let registered: Vec<Target> = health
+            .target_health_descriptions()
+            .iter()
+            .filter(|d| {
+                d.target_health().and_then(|h| h.state()) != Some(&TargetHealthStateEnum::Draining)
+            })
+            .filter_map(|d| {
+                let t = d.target()?;
+                Some(Target {
+                    id: t.id()?.to_string(),
+                    port: t.port(),
+                })
+            })
+            .collect();
+        self.lock_targets()
+            .insert(group.arn.clone(), (now, registered.clone()));
+        Ok(Some(registered))
+    }
+
+    /// `gone` left `arn`: no longer among its targets as read.
+    fn forget_targets(&self, arn: &str, gone: &[&Target]) {
+        if let Some((_, targets)) = self.lock_targets().get_mut(arn) {
+            targets.retain(|t| !gone.contains(&t));
         }
+    }
+
+    fn lock_targets(&self) -> std::sync::MutexGuard<'_, Targets> {
+        self.targets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -304,11 +364,15 @@ impl LoadBalancers for ElbTargets {
             describes: found.describes,
             ..Default::default()
         };
-        let done = join_all(found.groups.iter().map(|g| clear_group(&client, g, doomed))).await;
+        let rounds = found
+            .groups
+            .iter()
+            .map(|g| self.clear_group(&client, g, doomed));
+        let done = join_all(rounds).await;
         let mut left: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (group, (done, calls)) in found.groups.iter().zip(done) {
-            out.describes += 1;
-            out.deregisters += calls - 1;
+            out.describes += calls.describes;
+            out.deregisters += calls.deregisters;
             match done {
                 GroupDone::Left(of) => {
                     for instance in of {
