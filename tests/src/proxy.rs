@@ -39,7 +39,8 @@ pub struct AwsCall {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FaultKind {
     /// The service's own throttling error (DynamoDB: 400
-    /// `ProvisionedThroughputExceededException`; EC2: 503 `RequestLimitExceeded`; others: 400
+    /// `ProvisionedThroughputExceededException`; EC2: 503 `RequestLimitExceeded`; Elastic Load
+    /// Balancing: 400 `Throttling` in its XML error document; others: 400
     /// `ThrottlingException`).
     Throttle,
     /// The connection is closed without an answer.
@@ -358,6 +359,12 @@ pub fn throttle(service: &str) -> (u16, &'static str, String) {
             503,
             "text/xml;charset=UTF-8",
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request limit exceeded (injected by the test proxy).</Message></Error></Errors><RequestID>forewarn-proxy-fault</RequestID></Response>".to_string(),
+        ),
+        // The query protocol's error document, as Elastic Load Balancing sends it.
+        "elasticloadbalancing" => (
+            400,
+            "text/xml",
+            "<ErrorResponse xmlns=\"http://elasticloadbalancing.amazonaws.com/doc/2015-12-01/\"><Error><Type>Sender</Type><Code>Throttling</Code><Message>Rate exceeded (injected by the test proxy)</Message></Error><RequestId>forewarn-proxy-fault</RequestId></ErrorResponse>".to_string(),
         ),
         _ => (
             400,

@@ -257,6 +257,7 @@ fn a_throttled_deregistration_names_its_group_and_the_others_still_go() {
         assert_eq!(done.failed.len(), 1, "{done:?}");
         assert!(done.failed[0].starts_with(&instances), "{done:?}");
         assert!(done.failed[0].contains("Throttling"), "{done:?}");
+        assert!(done.throttled);
         assert!(done.left.is_empty());
         assert!(done.note_for(&doomed_id).contains("not deregistered from"));
         assert_eq!(registered(&elb, &instances).await, vec![doomed_id]);

@@ -359,7 +359,11 @@ impl LoadBalancers for Environment {
                         }
                     }
                 }
-                Err(why) => out.failed.push(format!("tg-{g}: {why}")),
+                Err(why) => {
+                    // The model's calls fail only when throttled to the end.
+                    out.throttled = true;
+                    out.failed.push(format!("tg-{g}: {why}"));
+                }
             }
         }
         let now = chrono::Utc::now();

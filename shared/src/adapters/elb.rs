@@ -23,7 +23,7 @@ use crate::adapters::aws::{AwsError, failure_kind};
 use crate::domain::traffic::{
     Deregistered, Doomed, Target, TargetGroup, TargetKind, doomed_targets, tagged_for,
 };
-use crate::ports::{Clock, LoadBalancers, Place, TrafficError};
+use crate::ports::{Clock, FailureKind, LoadBalancers, Place, TrafficError};
 
 /// How long the target groups of a cluster, once found, are taken as they were.
 pub const GROUPS_FOR: std::time::Duration = std::time::Duration::from_secs(60);
@@ -227,7 +227,8 @@ enum GroupDone {
     Left(Vec<String>),
     /// The group is gone.
     Gone,
-    Failed(String),
+    /// Why, and whether for throttling.
+    Failed(String, bool),
 }
 
 /// The calls a group's round made.
@@ -250,7 +251,13 @@ impl ElbTargets {
         let registered = match self.targets_of(client, group, &mut calls).await {
             Ok(Some(registered)) => registered,
             Ok(None) => return (GroupDone::Gone, calls),
-            Err(e) => return (GroupDone::Failed(format!("{}: {e}", group.arn)), calls),
+            Err(e) => {
+                let throttled = e.kind == FailureKind::Throttled;
+                return (
+                    GroupDone::Failed(format!("{}: {e}", group.arn), throttled),
+                    calls,
+                );
+            }
         };
         let leaving = doomed_targets(group.kind, &registered, doomed);
         if leaving.is_empty() {
@@ -282,7 +289,11 @@ impl ElbTargets {
             Err(e) if e.code() == Some("TargetGroupNotFound") => (GroupDone::Gone, calls),
             Err(e) => {
                 let e = call_error("elasticloadbalancing:DeregisterTargets", e);
-                (GroupDone::Failed(format!("{}: {e}", group.arn)), calls)
+                let throttled = e.kind == FailureKind::Throttled;
+                (
+                    GroupDone::Failed(format!("{}: {e}", group.arn), throttled),
+                    calls,
+                )
             }
         }
     }
@@ -383,7 +394,10 @@ impl LoadBalancers for ElbTargets {
                     }
                 }
                 GroupDone::Gone => self.forget(place, cluster),
-                GroupDone::Failed(why) => out.failed.push(why),
+                GroupDone::Failed(why, throttled) => {
+                    out.failed.push(why);
+                    out.throttled |= throttled;
+                }
             }
         }
         out.left = left;

@@ -131,6 +131,9 @@ pub struct Deregistered {
     pub left: BTreeMap<String, Vec<String>>,
     /// Target groups whose deregistration failed, with why (the others were still done).
     pub failed: Vec<String>,
+    /// Some call was throttled to the end: the account's ELB limits (shared with the Load
+    /// Balancer Controller) are spent for now.
+    pub throttled: bool,
     /// The Elastic Load Balancing calls made: `Describe*`, then `DeregisterTargets`.
     pub describes: usize,
     pub deregisters: usize,

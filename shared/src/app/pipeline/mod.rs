@@ -1289,6 +1289,8 @@ mod tests {
         exec: Arc<Recorder>,
         rounds: Mutex<Vec<(String, Vec<crate::domain::traffic::Doomed>, usize)>>,
         hang: bool,
+        /// Answer that a group's call was throttled to the end.
+        throttle: std::sync::atomic::AtomicBool,
         called: tokio::sync::Notify,
     }
 
@@ -1298,6 +1300,7 @@ mod tests {
                 exec: exec.clone(),
                 rounds: Mutex::default(),
                 hang,
+                throttle: Default::default(),
                 called: tokio::sync::Notify::new(),
             })
         }
@@ -1326,6 +1329,10 @@ mod tests {
                 deregisters: 1,
                 ..Default::default()
             };
+            if self.throttle.load(std::sync::atomic::Ordering::Relaxed) {
+                done.throttled = true;
+                done.failed.push("arn:tg-api: ThrottlingException".into());
+            }
             for d in doomed {
                 done.left
                     .insert(d.instance_id.clone(), vec!["arn:tg-web".into()]);
@@ -1409,6 +1416,20 @@ mod tests {
         let dry = drain_continuation(&key, "ev-4", now, 1);
         run(json!({"Records": [dry]}), Mode::DryRun).await;
         assert_eq!(balancers.rounds.lock().unwrap().len(), 1);
+        // A round that was throttled: the account's limits are spent, the next batch's drains
+        // do not ask (for 30 s) and evict at once.
+        balancers
+            .throttle
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let throttled = drain_continuation(&key, "ev-5", now, 1);
+        let reports = run(json!({"Records": [throttled]}), Mode::Act).await;
+        let note = reports[0].traffic.as_deref().unwrap_or_default();
+        assert!(note.contains("not deregistered from: arn:tg-api"), "{note}");
+        let next = drain_continuation(&key, "ev-6", now, 1);
+        let reports = run(json!({"Records": [next]}), Mode::Act).await;
+        assert_eq!(balancers.rounds.lock().unwrap().len(), 2);
+        let note = reports[0].traffic.as_deref().unwrap_or_default();
+        assert!(note.contains("throttled or did not answer"), "{note}");
     }
 
     /// A load balancer API that does not answer holds the evictions back for the budget, not

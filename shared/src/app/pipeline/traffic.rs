@@ -14,9 +14,11 @@ use crate::ports::{LoadBalancers, TrafficError};
 /// The default of [`Traffic::budget`] (`FOREWARN_DEREGISTER_BUDGET`).
 pub const DEREGISTER_BUDGET: Duration = Duration::from_secs(3);
 
-/// After a round the load balancers did not answer within the budget, how long this execution
-/// environment's rounds are not made (their drains evict at once): an API that hangs or is
-/// throttled for long costs each environment one budget per this time, not one per batch.
+/// After a round the load balancers did not answer within the budget, or throttled, how long
+/// this execution environment's rounds are not made (their drains evict at once): an API that
+/// hangs costs each environment one budget per this time, not one per batch; and in a mass
+/// interruption forewarn does not spend the account's ELB limits, which the Load Balancer
+/// Controller needs to register the replacement pods.
 pub const QUIET_FOR: Duration = Duration::from_secs(30);
 
 /// Where, and how long at most, drains' instances are taken off their load balancers.
@@ -156,8 +158,9 @@ impl Pipeline<'_> {
         let now = self.clock.now();
         if let Some(since) = traffic.quiet_since(now) {
             let why = format!(
-                "not taken off the load balancers: they did not answer this environment's round \
-                 of {} within {} s, and are not asked again for {} s: evicting at once",
+                "not taken off the load balancers: they throttled or did not answer within {1} s \
+                 this environment's round of {0}, and are not asked again for {2} s: evicting at \
+                 once",
                 since.to_rfc3339(),
                 traffic.budget.as_secs_f64(),
                 QUIET_FOR.as_secs()
@@ -168,7 +171,12 @@ impl Pipeline<'_> {
         let end = limits.deadline.map_or(budget_end, |d| d.min(budget_end));
         let round = traffic.balancers.deregister(place, cluster, &doomed);
         let answer = until(self.clock, end, round).await;
-        if answer.is_none() {
+        let throttled = match &answer {
+            None => true,
+            Some(Ok(done)) => done.throttled,
+            Some(Err(e)) => e.kind == crate::ports::FailureKind::Throttled,
+        };
+        if throttled {
             traffic.hush(now);
         }
         log_round(&answer, &doomed, traffic.budget);
