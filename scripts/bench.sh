@@ -42,6 +42,8 @@ trap 'rm -f "$results"' EXIT
   "$bench" e2e --runs 10
   echo "bench: mass interruption, 1,000 nodes: continuation drains and the blocking baseline" >&2
   "$bench" mass --nodes 1000 --svg docs/mass-drains.svg
+  echo "bench: mass interruption, 1,000 nodes without load balancers (traffic first's cost: docs/benchmarks/traffic.md)" >&2
+  "$bench" mass --nodes 1000 --drains continue --target-groups 0
   echo "bench: mass interruption, 5,000 nodes: continuation drains" >&2
   "$bench" mass --nodes 5000 --drains continue --cutoff-seconds 600
   echo "bench: capacity lost, 1,000 nodes: surge and evictions at once" >&2

@@ -1,7 +1,7 @@
 //! Elastic Load Balancing as the mass benchmark models it: the account's target groups (the
 //! cluster's, tagged `elbv2.k8s.aws/cluster`, and others'), each call answered after a latency
 //! and subject to the account's token buckets, a throttled call retried as forewarn's ELB client
-//! does (3 attempts, full-jitter backoff from 100 ms); and per execution environment the calls of
+//! does (2 attempts, full-jitter backoff of 50 ms); and per execution environment the calls of
 //! `forewarn::adapters::elb` (the cluster's groups found once and kept 60 s, their targets read
 //! once and kept 15 s, each batch one `DeregisterTargets` per group holding doomed targets), through the real pipeline step that calls it (`FOREWARN_DEREGISTER_BUDGET`, 3 s).
 //!
@@ -24,8 +24,8 @@ use tokio::time::Instant;
 /// Target groups of other applications in the account (never the cluster's).
 const OTHER_GROUPS: usize = 20;
 /// The attempts per call of forewarn's ELB client, and its first backoff.
-const ATTEMPTS: u32 = 3;
-const FIRST_BACKOFF: f64 = 0.1;
+const ATTEMPTS: u32 = 2;
+const FIRST_BACKOFF: f64 = 0.05;
 
 /// Node `n`'s addresses: its primary address, then one per pod (secondary addresses of its
 /// network interface, as the VPC CNI gives them).

@@ -67,10 +67,11 @@ impl std::fmt::Debug for ElbTargets {
 }
 
 /// A throttled or failed call is tried at most this often.
-const ATTEMPTS: u32 = 3;
-/// The first wait before trying a call again (it doubles, with jitter): the round has a budget of
-/// seconds, and in a mass interruption a throttled round is better given up than waited out.
-const FIRST_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+const ATTEMPTS: u32 = 2;
+/// The wait before trying a call again (with jitter): the round has a budget of seconds, and in a
+/// mass interruption a throttled round is better given up (the environment's rounds then pause:
+/// see [`crate::app::pipeline::QUIET_FOR`]) than waited out.
+const FIRST_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// An ELB client on `sdk` whose retries fit in a drain's budget ([`ATTEMPTS`],
 /// [`FIRST_BACKOFF`]).

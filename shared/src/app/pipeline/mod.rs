@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use tracing::Instrument;
 
 use chrono::{DateTime, Utc};
@@ -116,6 +116,9 @@ struct Seen<'a> {
     room: &'a BTreeMap<String, RoomSeen>,
     /// When the batch began.
     now: DateTime<Utc>,
+    /// The batch's round of taking drains off their load balancers (see [`traffic`]): a drain's
+    /// first pass waits for it before evicting; the batch's other work does not.
+    gate: Option<&'a dyn traffic::Gate>,
 }
 
 impl Pipeline<'_> {
@@ -178,15 +181,27 @@ impl Pipeline<'_> {
             applied: &applied,
             room: &nothing_seen,
             now,
+            gate: None,
         };
         let first = self.run(records, new, seen, limits).await;
         // One look at the placeholders of every drain of the batch that waits for room.
         let room = self.room(records, limits).await;
         seen.room = &room;
         // Traffic first: the drains about to evict, off their load balancers (after the
-        // cordons, before any eviction).
-        let notes = self.clear_traffic(records, &later, &first, limits).await;
-        let later = self.run(records, later, seen, limits).await;
+        // cordons; each first drain pass waits for the round, the batch's other passes go on).
+        let lanes = later.clone();
+        let gate = self
+            .clear_traffic(records, &lanes, &first, limits)
+            .boxed()
+            .shared();
+        let gated = Seen {
+            gate: Some(&gate),
+            ..seen
+        };
+        let later = self.run(records, later, gated, limits).await;
+        // The drains carried on in process wait for it too.
+        let notes = gate.clone().await;
+        drop(gate);
         let mut done = self.finish(records, later, limits).await;
         done.extend(self.finish(records, first, limits).await);
         let mut reports: Vec<Option<Report>> = vec![None; records.len()];
@@ -391,6 +406,7 @@ impl Pipeline<'_> {
             applied,
             room,
             now,
+            gate,
         } = seen;
         let plan = match &record.continuation {
             Some(c) => match self.verified_plan(record, event, c, now).await {
@@ -416,6 +432,11 @@ impl Pipeline<'_> {
             return Handled::Done(report);
         }
         if let Some(continuation) = &record.continuation {
+            if let Some(gate) = gate.filter(|_| continuation.pass == 1) {
+                // A first drain pass evicts once its instance is off its load balancers (or
+                // the round's budget is spent).
+                gate.wait().await;
+            }
             return Handled::Done(
                 self.continue_drain(record, &plan, continuation, room, report)
                     .await,

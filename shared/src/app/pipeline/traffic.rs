@@ -62,6 +62,19 @@ impl Traffic {
     }
 }
 
+/// What a batch's first drain passes wait for before evicting: its round (see
+/// [`Pipeline::clear_traffic`]), made once, whoever waits first.
+pub(super) trait Gate: Send + Sync {
+    fn wait(&self) -> futures::future::BoxFuture<'_, ()>;
+}
+
+impl Gate for futures::future::Shared<futures::future::BoxFuture<'_, BTreeMap<usize, String>>> {
+    fn wait(&self) -> futures::future::BoxFuture<'_, ()> {
+        use futures::FutureExt;
+        self.clone().map(|_| ()).boxed()
+    }
+}
+
 /// A drain of the batch whose first evictions come next: its record, the place of its event,
 /// its plan.
 struct FirstDrain<'p> {
