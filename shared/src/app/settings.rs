@@ -414,30 +414,37 @@ fn positive(v: &str) -> Option<usize> {
 
 /// `FOREWARN_DRAIN_PASS_INTERVAL`: a duration from 1 s to 900 s, or `off` (`None`).
 fn pass_interval(v: &str) -> Result<Option<Duration>, Invalid> {
-    if v == "off" {
-        return Ok(None);
-    }
-    parse_std_duration(v)
-        .ok()
-        .filter(|d| (Duration::from_secs(1)..=Duration::from_secs(900)).contains(d))
-        .map(Some)
-        .ok_or(Invalid {
-            expected: "a duration from 1s to 900s (SQS's longest message delay), or off",
-        })
+    off_or_within(
+        v,
+        Duration::from_secs(1)..=Duration::from_secs(900),
+        "a duration from 1s to 900s (SQS's longest message delay), or off",
+    )
 }
 
+/// `FOREWARN_DEREGISTER_BUDGET`: a duration from 1 s to 30 s, or `off` (`None`).
 fn deregister_budget(v: &str) -> Result<Option<Duration>, Invalid> {
+    off_or_within(
+        v,
+        Duration::from_secs(1)..=Duration::from_secs(30),
+        "a duration from 1s to 30s (the evictions of a two-minute warning wait that long at \
+         most), or off",
+    )
+}
+
+/// `off` (`None`), or a duration within `range`; else what was `expected`.
+fn off_or_within(
+    v: &str,
+    range: std::ops::RangeInclusive<Duration>,
+    expected: &'static str,
+) -> Result<Option<Duration>, Invalid> {
     if v == "off" {
         return Ok(None);
     }
     parse_std_duration(v)
         .ok()
-        .filter(|d| (Duration::from_secs(1)..=Duration::from_secs(30)).contains(d))
+        .filter(|d| range.contains(d))
         .map(Some)
-        .ok_or(Invalid {
-            expected: "a duration from 1s to 30s (the evictions of a two-minute warning wait \
-                       that long at most), or off",
-        })
+        .ok_or(Invalid { expected })
 }
 
 /// The embedded store's folder (see [`Settings::state_dir`]).

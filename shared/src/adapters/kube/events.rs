@@ -100,18 +100,6 @@ pub fn event_name(node: &str, event_id: &str, reason: &str) -> String {
     }
 }
 
-fn truncate(mut s: String, limit: usize) -> String {
-    if s.len() > limit {
-        let mut end = limit.saturating_sub(3);
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
-        s.push_str("...");
-    }
-    s
-}
-
 /// One Event about any object: the namespace it is recorded in and what it regards.
 #[derive(Debug, Clone)]
 pub(crate) struct ObjectEvent<'a> {
@@ -168,7 +156,10 @@ fn build(event: &ObjectEvent<'_>, reporting_instance: &str, now: DateTime<Utc>) 
         type_: Some(event.type_.as_str().into()),
         regarding: Some(event.regarding.clone()),
         related: event.related.clone(),
-        note: Some(truncate(event.note.clone(), NOTE_LIMIT)),
+        note: Some(crate::domain::plan::pod_event::truncate(
+            event.note.clone(),
+            NOTE_LIMIT,
+        )),
         ..Event::default()
     }
 }

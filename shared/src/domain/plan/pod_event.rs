@@ -65,8 +65,9 @@ fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
-/// `s` cut to at most `limit` bytes on a character boundary, ending in `...` when cut.
-fn truncate(mut s: String, limit: usize) -> String {
+/// `s` cut to at most `limit` bytes on a character boundary, ending in `...` when cut: an
+/// Event's note within the API's limit (every Event forewarn records goes through it).
+pub fn truncate(mut s: String, limit: usize) -> String {
     if s.len() > limit {
         let mut end = limit.saturating_sub(3);
         while !s.is_char_boundary(end) {
