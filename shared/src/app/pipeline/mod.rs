@@ -1437,6 +1437,14 @@ mod tests {
         let dry = drain_continuation(&key, "ev-4", now, 1);
         run(json!({"Records": [dry]}), Mode::DryRun).await;
         assert_eq!(balancers.rounds.lock().unwrap().len(), 1);
+        // A genuine first pass replayed after its drain's deadline: refused, and no round.
+        let late = late_continuation(&key, "ev-late", now, |plan| {
+            plan.actions[0].deadline = Some(now - chrono::Duration::minutes(1));
+            1
+        });
+        let reports = run(json!({"Records": [late]}), Mode::Act).await;
+        assert!(reports[0].traffic.is_none(), "{reports:#?}");
+        assert_eq!(balancers.rounds.lock().unwrap().len(), 1);
         // A round that was throttled: the account's limits are spent, the next batch's drains
         // do not ask (for 30 s) and evict at once.
         balancers

@@ -5,6 +5,16 @@ use super::kept;
 use super::*;
 use crate::domain::surge::RoomWait;
 
+/// When a drain's passes end (see [`Pipeline::last_pass`]).
+pub(super) struct LastPass {
+    /// The drain's deadline.
+    deadline: DateTime<Utc>,
+    /// When the instance goes, when its notice says so.
+    notice_end: Option<DateTime<Utc>>,
+    /// The last time a pass may run.
+    pub(super) last: DateTime<Utc>,
+}
+
 /// How a drain pass ended.
 pub(super) enum PassEnd {
     /// Nothing is pending: the drain is over.
@@ -41,17 +51,11 @@ impl Pipeline<'_> {
             .map_err(|e| refuse(e.to_string()))?;
         let plan = continuation.plan.clone();
         super::traffic::plan_is_the_events(&plan, event).map_err(refuse)?;
-        let deadline = crate::domain::plan::earliest_deadline(&plan)
-            .unwrap_or(continuation.started_at + self.config.drain_timeout);
-        // A pass interval after the deadline, or until the instance goes when its notice says
-        // when (the deadline is then the notice's end less the margin): an eviction before the
-        // instance goes still starts its pod's replacement at once.
-        let notice_end = plan
-            .actions
-            .iter()
-            .any(|a| a.grace_to_deadline)
-            .then(|| deadline + self.config.deadline_margin);
-        let last = (deadline + span(self.passes.interval)).max(notice_end.unwrap_or(deadline));
+        let LastPass {
+            deadline,
+            notice_end,
+            last,
+        } = self.last_pass(&plan, continuation);
         if now > last {
             let mut why = format!(
                 "the drain's deadline {} is past by more than a pass interval{}: the chain ends",
@@ -87,6 +91,26 @@ impl Pipeline<'_> {
             return Ok(plan);
         }
         Ok(plan)
+    }
+
+    /// When the last pass of `continuation`'s drain (of `plan`) may run: a pass interval after
+    /// the drain's deadline, or until the instance goes when its notice says when (the deadline
+    /// is then the notice's end less the margin): an eviction before the instance goes still
+    /// starts its pod's replacement at once. A continuation that comes later is refused.
+    pub(super) fn last_pass(&self, plan: &Plan, continuation: &Continuation) -> LastPass {
+        let deadline = crate::domain::plan::earliest_deadline(plan)
+            .unwrap_or(continuation.started_at + self.config.drain_timeout);
+        let notice_end = plan
+            .actions
+            .iter()
+            .any(|a| a.grace_to_deadline)
+            .then(|| deadline + self.config.deadline_margin);
+        let last = (deadline + span(self.passes.interval)).max(notice_end.unwrap_or(deadline));
+        LastPass {
+            deadline,
+            notice_end,
+            last,
+        }
     }
 
     /// Whether `continuation` is signed by an accepted key: one this process does not know (a

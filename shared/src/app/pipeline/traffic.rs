@@ -85,7 +85,8 @@ struct FirstDrain<'p> {
 
 impl Pipeline<'_> {
     /// The batch's drains whose first evictions come next — the continuations of a first drain
-    /// pass among `later` (only those signed by forewarn and naming their event's instances),
+    /// pass among `later` (only those signed by forewarn, naming their event's instances and
+    /// not past their drain's last pass),
     /// the drains `first` left to carry on in process — taken off the load balancers; a note
     /// for each of their records.
     pub(super) async fn clear_traffic(
@@ -99,12 +100,17 @@ impl Pipeline<'_> {
             return BTreeMap::new();
         };
         let mut drains = Vec::new();
+        let now = self.clock.now();
         for &i in later.iter().flatten() {
             let record = &records[i];
             let (Ok(event), Some(c)) = (&record.event, &record.continuation) else {
                 continue;
             };
-            if c.pass != 1 || !c.plan.actions.iter().any(draining) {
+            // A replayed or late first pass, which the pass itself refuses, moves no target.
+            if c.pass != 1
+                || !c.plan.actions.iter().any(draining)
+                || now > self.last_pass(&c.plan, c).last
+            {
                 continue;
             }
             let body = record.body.as_deref().unwrap_or_default();
