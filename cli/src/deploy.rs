@@ -147,6 +147,8 @@ struct Deploy {
     clock: std::sync::Arc<dyn forewarn::ports::Clock>,
     /// What failed in one cluster while the others went on: the command fails at the end.
     failures: Vec<String>,
+    /// The command's settings (how clusters are reached, what the configuration uses).
+    settings: Settings,
 }
 
 /// What `run` reads before any step: the template's parameters, the arguments checked, the
@@ -268,6 +270,7 @@ pub async fn run(
         served,
         clock,
         failures: Vec::new(),
+        settings,
     };
     deploy.build().await?;
     deploy.stack().await?;
@@ -677,9 +680,13 @@ impl Deploy {
                 }
             };
             say(format!("{UNDER}cluster {name} ({}):", cluster.via))?;
-            if let Err(e) = self.apply_in(&cluster, objects).await {
-                say(format!("{UNDER}  cluster {name}: stopped ({e:#})"))?;
-                self.failures.push(format!("cluster {name}: {e:#}"));
+            match self.apply_in(&cluster, objects).await {
+                Ok(granted) if !self.dry_run() => self.preflight(&name, &cluster, granted).await?,
+                Ok(_) => {}
+                Err(e) => {
+                    say(format!("{UNDER}  cluster {name}: stopped ({e:#})"))?;
+                    self.failures.push(format!("cluster {name}: {e:#}"));
+                }
             }
         }
         Ok(())
@@ -707,15 +714,77 @@ impl Deploy {
         Ok(())
     }
 
-    /// Every object in one cluster, in order; the first failure stops this cluster's.
+    /// The preflight (`forewarn check --kube`) in a cluster whose manifests were applied: every
+    /// write of both groups as a server-side dry run, one line each. A refused write the
+    /// configuration uses fails the command at the end — but the placeholders' when their grant
+    /// was not applied (`granted`: surge is off there, as said above).
+    async fn preflight(
+        &mut self,
+        name: &str,
+        cluster: &Cluster,
+        granted: bool,
+    ) -> anyhow::Result<()> {
+        let groups = crate::check::Groups {
+            handler: self
+                .plan
+                .value("HandlerKubernetesGroup")
+                .unwrap_or_default(),
+            sweeper: self
+                .plan
+                .value("SweeperKubernetesGroup")
+                .unwrap_or_default(),
+        };
+        let proofs = crate::check::prove_cluster(
+            &self.settings,
+            &cluster.access,
+            &groups,
+            self.clock.clone(),
+        )
+        .await;
+        let proofs = match proofs {
+            Ok(proofs) => proofs,
+            Err(e) => {
+                say(format!(
+                    "{UNDER}  preflight not run ({e:#}): run forewarn check --kube"
+                ))?;
+                return Ok(());
+            }
+        };
+        say(format!(
+            "{UNDER}  preflight (forewarn check --kube), dry runs as each group:"
+        ))?;
+        for line in crate::check::lines(&proofs) {
+            say(format!("{UNDER}    {line}"))?;
+        }
+        let settings = &self.settings;
+        let blocked: Vec<String> = forewarn::app::preflight::blocking(
+            &proofs,
+            &settings.config,
+            settings.priorities_enabled,
+        )
+        .into_iter()
+        .filter(|p| granted || p.capability != forewarn::domain::admission::Capability::Placeholder)
+        .map(|p| format!("{} as {} refused", p.capability.as_str(), p.group))
+        .collect();
+        if !blocked.is_empty() {
+            self.failures
+                .push(format!("cluster {name}: preflight: {}", blocked.join(", ")));
+        }
+        Ok(())
+    }
+
+    /// Every object in one cluster, in order; the first failure stops this cluster's. Answers
+    /// whether the placeholders' grant was applied (false also in a dry run).
     async fn apply_in(
         &self,
         cluster: &Cluster,
         objects: &[manifests::Object],
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<bool> {
         let under = format!("{UNDER}  ");
         let mut skipped: Vec<&str> = Vec::new();
-        let mut checked = false;
+        // The placeholders' grant: applied only once the policy is enforced for both groups
+        // (checked when the grant is reached, after the policy and its binding).
+        let mut grant: Option<bool> = None;
         for o in objects {
             if let Some(why) = o.skipped_on(cluster.version) {
                 say(format!("{under}{o}: {why}"))?;
@@ -724,25 +793,16 @@ impl Deploy {
                 }
                 continue;
             }
-            if manifests::is_placeholder_grant(o) && !checked && !self.dry_run() {
-                // The policy and its binding were applied: the grant only once it holds, for
-                // both of forewarn's groups.
-                for key in ["HandlerKubernetesGroup", "SweeperKubernetesGroup"] {
-                    let group = self.plan.value(key).unwrap_or_default();
-                    manifests::check_placeholder_policy(
-                        &cluster.client,
-                        group,
-                        5,
-                        self.clock.as_ref(),
-                    )
-                    .await?;
-                    say(format!(
-                        "{under}{}: enforced for {group} (a pod that is not a placeholder is \
-                         refused)",
-                        manifests::PLACEHOLDER_POLICY
-                    ))?;
+            if manifests::is_placeholder_grant(o) && !self.dry_run() {
+                let granted = match grant {
+                    Some(granted) => granted,
+                    None => self.placeholder_policy_holds(cluster, &under).await?,
+                };
+                grant = Some(granted);
+                if !granted {
+                    say(format!("{under}{o}: not applied (surge is off, above)"))?;
+                    continue;
                 }
-                checked = true;
             }
             match manifests::apply(&cluster.client, o, self.dry_run()).await {
                 Ok(outcome) => say(format!("{under}{o}: {outcome}"))?,
@@ -753,7 +813,31 @@ impl Deploy {
         for file in skipped {
             say(format!("{under}{}", skipped_means(file)))?;
         }
-        Ok(())
+        Ok(grant.unwrap_or(false))
+    }
+
+    /// Whether the placeholder policy is enforced for both of forewarn's groups (said for each);
+    /// when it is not, says plainly that surge is off on this cluster and why.
+    async fn placeholder_policy_holds(
+        &self,
+        cluster: &Cluster,
+        under: &str,
+    ) -> anyhow::Result<bool> {
+        for key in ["HandlerKubernetesGroup", "SweeperKubernetesGroup"] {
+            let group = self.plan.value(key).unwrap_or_default();
+            let found =
+                manifests::check_placeholder_policy(&cluster.client, group, 5, self.clock.as_ref())
+                    .await;
+            if found != manifests::Enforcement::Enforced {
+                say(format!("{under}{}", manifests::surge_off(group, &found)))?;
+                return Ok(false);
+            }
+            say(format!(
+                "{under}{}: enforced for {group} (a pod that is not a placeholder is refused)",
+                manifests::PLACEHOLDER_POLICY
+            ))?;
+        }
+        Ok(true)
     }
 
     /// The outputs that matter, and the last line.
@@ -792,10 +876,11 @@ fn skipped_means(file: &str) -> &'static str {
              lets them (rbac.yaml): the admission policy that narrows it needs Kubernetes 1.30"
         }
         _ => {
-            "without placeholders.yaml, surge (FOREWARN_SURGE: spot and capacity-reservation \
-             warnings by default) has no grant: each placeholder is refused and its pod evicted \
-             at once, as without surge; --handler-env FOREWARN_SURGE= --sweeper-env \
-             FOREWARN_SURGE= stops it trying"
+            "surge is off on this cluster: without placeholders.yaml (ValidatingAdmissionPolicy \
+             is served from Kubernetes 1.30; this server is older), surge (FOREWARN_SURGE: spot \
+             and capacity-reservation warnings by default) has no grant: each placeholder is \
+             refused and its pod evicted at once, as without surge; --handler-env \
+             FOREWARN_SURGE= --sweeper-env FOREWARN_SURGE= stops it trying"
         }
     }
 }
@@ -848,6 +933,7 @@ async fn connect(settings: &Settings, name: &str, one: bool) -> anyhow::Result<C
         version: manifests::version_of(&info.major, &info.minor),
         client,
         via,
+        access,
     })
 }
 
@@ -857,4 +943,6 @@ struct Cluster {
     version: Option<(u32, u32)>,
     /// How it is reached: `kubeconfig context NAME`, `EKS`, ...
     via: String,
+    /// The same, for the preflight's impersonating clients.
+    access: ClusterAccess,
 }

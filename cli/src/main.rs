@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use forewarn::app::settings::{ClusterSelection, InstanceChoice, Settings, StoreChoice};
 
 mod audit;
+mod check;
 mod deploy;
 mod key;
 mod migrate;
@@ -62,6 +63,16 @@ enum Command {
     /// (--cluster-state), and the pool history (--table or the embedded store). Exit code: 0,
     /// 2 when a finding at or above --fail-on exists, 1 for errors.
     Audit(audit::AuditArgs),
+    /// Prove on the live cluster that every write forewarn makes would be admitted.
+    ///
+    /// In each cluster, as each of forewarn's groups (impersonated: your identity needs the
+    /// `impersonate` verb), sends every kind of write forewarn makes as a server-side dry run
+    /// (dryRun=All: nothing is stored) — the cordon of a real worker node, an eviction of a real
+    /// pod, its placeholder, a pod Event and a node Event, the way back's patch, the priority
+    /// expander's update — and prints one line each: admitted, or refused with the server's
+    /// message and the admission that refused it. Exit code: 0, 2 when a write the
+    /// configuration uses is refused, 1 for errors.
+    Check(check::CheckArgs),
     /// Write the Cluster Autoscaler's priority expander from base priorities and the pool table.
     ///
     /// Node groups (Auto Scaling groups tagged for the Cluster Autoscaler and this cluster) whose
@@ -218,6 +229,7 @@ fn main() -> ExitCode {
             Command::Replay(args) => replay::run(args, settings, clock).await,
             Command::Pools(args) => pools::run(args, settings, clock).await,
             Command::Audit(args) => audit::run(args, settings, clock).await,
+            Command::Check(args) => check::run(args, settings, clock).await,
             Command::Priorities(args) => priorities::run(args, settings, clock).await,
             Command::Reconcile(args) => reconcile::run(args, settings, clock).await,
             Command::Key(args) => key::run(args, settings, clock).await,

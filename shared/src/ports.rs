@@ -492,6 +492,18 @@ pub trait Executor: Send + Sync {
         Ok(BTreeMap::new())
     }
 
+    /// The preflight (see [`crate::domain::admission`]): each of `capabilities` sent to the
+    /// cluster as a server-side dry run, as the executor's own identity (named `group` in the
+    /// proofs), and what the API server's chain said. Nothing is stored. An executor that
+    /// cannot ask answers nothing.
+    async fn preflight(
+        &self,
+        _group: &str,
+        _capabilities: &[crate::domain::admission::Capability],
+    ) -> Vec<crate::domain::admission::Proof> {
+        Vec::new()
+    }
+
     /// [`Executor::room`] as part of `work` (see [`Executor::execute_in`]; by default, the same
     /// as `room`).
     async fn room_in(

@@ -460,6 +460,7 @@ fn the_sweeper_never_creates_the_expander_configmap() {
                 groups: Arc::new(AsgNodeGroups::new(&sdk)),
                 settings: PrioritySettings::default(),
             }),
+            preflight: Default::default(),
         };
         let sweeper = sweeper.cluster(None).await.unwrap();
 

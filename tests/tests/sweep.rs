@@ -89,6 +89,7 @@ fn sweeps_orphaned_nodes_once_and_never_after_a_handled_event() {
             leaving: ec2_dir,
             region: Some("us-east-1".into()),
             priorities: None,
+            preflight: Default::default(),
         };
         let sweeper = sweeper.cluster(None).await.unwrap();
         let writes_before = fake.writes().len();
@@ -291,6 +292,7 @@ fn impaired_instances_and_scheduled_retirements_are_drained_once() {
             leaving: Arc::new(Ec2Directory::new(client)),
             region: Some("us-east-1".into()),
             priorities: None,
+            preflight: Default::default(),
         };
         let sweeper = sweeper.cluster(None).await.unwrap();
         let reports = sweeper.sweep(None).await.unwrap();

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use anyhow::{Context, anyhow, bail};
+use forewarn::domain::admission::RefusedBy;
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use serde_json::{Map, Value};
 
@@ -400,36 +401,90 @@ pub fn is_placeholder_grant(object: &Object) -> bool {
     object.file.ends_with("placeholders.yaml") && matches!(object.kind.kind, "Role" | "RoleBinding")
 }
 
-/// Checks that the API server enforces the placeholder policy for `group` before forewarn's
-/// groups are granted pod writes: a server-side dry-run create, as `group` (impersonated, with
-/// `system:masters` so that no RBAC refusal hides what admission says), of a pod in forewarn's
-/// namespace that is not a placeholder must be denied by [`PLACEHOLDER_POLICY`]. A policy's
-/// binding takes effect within about a second of its creation: tried `attempts` times (at least
-/// once), the waits between them the one backoff's (`CHECK_BACKOFF`) on `clock`. Anything else — the pod admitted (a cluster that stores the policy and does not
-/// enforce it), another refusal, an identity that may not impersonate — is an error, and the
-/// grant is not applied.
 /// The waits between two checks of the placeholder policy: 0.5 to 1 s, then 1 to 2 s.
 const CHECK_BACKOFF: forewarn::adapters::backoff::Backoff =
     forewarn::adapters::backoff::Backoff::new(CHECK_BACKOFF_FIRST, CHECK_BACKOFF_MAX);
 const CHECK_BACKOFF_FIRST: std::time::Duration = std::time::Duration::from_secs(1);
 const CHECK_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// What the enforcement check found ([`check_placeholder_policy`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Enforcement {
+    /// The placeholder policy refused the probe: pod writes may be granted.
+    Enforced,
+    /// The probe was admitted: the server stores the policy and does not enforce it (the
+    /// ValidatingAdmissionPolicy feature or its admission plugin off, or the policy not yet
+    /// compiled after every try).
+    NotEnforced,
+    /// Another step of the admission chain refused the probe first (named), with its message.
+    RefusedBy(RefusedBy, String),
+    /// The check could not be made (no answer, or an identity that may not impersonate).
+    Failed(String),
+}
+
+impl std::fmt::Display for Enforcement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Enforcement::Enforced => write!(
+                f,
+                "{PLACEHOLDER_POLICY} is enforced (a pod that is not a placeholder is refused)"
+            ),
+            Enforcement::NotEnforced => write!(
+                f,
+                "{PLACEHOLDER_POLICY} is stored but not enforced: a pod that is not a \
+                 placeholder was admitted (ValidatingAdmissionPolicy is off on this server: the \
+                 feature gate or the admission plugin)"
+            ),
+            Enforcement::RefusedBy(by, message) => write!(
+                f,
+                "the probe was refused by {by} before {PLACEHOLDER_POLICY} could be seen: \
+                 {message}"
+            ),
+            Enforcement::Failed(e) => write!(f, "the check could not be made: {e}"),
+        }
+    }
+}
+
+/// The enforcement check's probe: a pod that passes Pod Security `restricted` (namespace
+/// forewarn's level: the pause image as 65535, seccomp RuntimeDefault, no privilege
+/// escalation, every capability dropped), so that only the placeholder policy can refuse it,
+/// and is not a placeholder (its name, no labels, no PriorityClass).
+pub fn enforcement_probe() -> Value {
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "forewarn-enforcement-check", "namespace": forewarn::domain::config::NAMESPACE},
+        "spec": {
+            "automountServiceAccountToken": false,
+            "securityContext": {"runAsNonRoot": true, "runAsUser": forewarn::domain::surge::PLACEHOLDER_USER,
+                "runAsGroup": forewarn::domain::surge::PLACEHOLDER_USER,
+                "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{"name": "check", "image": forewarn::domain::surge::PLACEHOLDER_IMAGE,
+                "securityContext": {"allowPrivilegeEscalation": false,
+                    "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": true}}]
+        }
+    })
+}
+
+/// Checks that the API server enforces the placeholder policy for `group` before forewarn's
+/// groups are granted pod writes: a server-side dry-run create, as `group` (impersonated, with
+/// `system:masters` so that no RBAC refusal hides what admission says), of
+/// [`enforcement_probe`] must be denied by [`PLACEHOLDER_POLICY`]. In the API server's chain
+/// Pod Security runs before ValidatingAdmissionPolicy: the probe passes `restricted`, so a
+/// refusal by another step ([`Enforcement::RefusedBy`]) names what refused it. A policy's
+/// binding takes effect within about a second of its creation: tried `attempts` times (at
+/// least once) while the probe is admitted, the waits between them the one backoff's
+/// (`CHECK_BACKOFF`) on `clock`. Only [`Enforcement::Enforced`] lets the grant be applied.
 pub async fn check_placeholder_policy(
     client: &kube::Client,
     group: &str,
     attempts: u32,
     clock: &dyn forewarn::ports::Clock,
-) -> anyhow::Result<()> {
-    let probe = serde_json::json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "forewarn-enforcement-check", "namespace": forewarn::domain::config::NAMESPACE},
-        "spec": {"containers": [{"name": "check", "image": "busybox", "command": ["true"]}]}
-    });
+) -> Enforcement {
     let path = format!(
         "/api/v1/namespaces/{}/pods?dryRun=All",
         forewarn::domain::config::NAMESPACE
     );
-    let mut last = String::new();
+    let mut last = Enforcement::NotEnforced;
     let mut waits = CHECK_BACKOFF.delays();
     for attempt in 0..attempts.max(1) {
         if attempt > 0 {
@@ -440,27 +495,39 @@ pub async fn check_placeholder_policy(
             .header("Impersonate-User", "forewarn-deploy-check")
             .header("Impersonate-Group", group)
             .header("Impersonate-Group", "system:masters")
-            .body(serde_json::to_vec(&probe)?)?;
-        match client.request::<Value>(request).await {
-            Ok(_) => {
-                last = format!(
-                    "a dry-run create of a pod that is not a placeholder, as {group}, was admitted"
-                );
+            .body(serde_json::to_vec(&enforcement_probe()).unwrap_or_default());
+        let request = match request {
+            Ok(request) => request,
+            Err(e) => return Enforcement::Failed(e.to_string()),
+        };
+        last = match client.request::<Value>(request).await {
+            Ok(_) => Enforcement::NotEnforced,
+            Err(kube::Error::Api(s)) => {
+                match forewarn::domain::admission::refused_by(s.code, &s.reason, &s.message) {
+                    RefusedBy::Policy(name) if name == PLACEHOLDER_POLICY => {
+                        return Enforcement::Enforced;
+                    }
+                    // Not yet compiled is not a refusal by another step: only an admitted
+                    // probe is tried again.
+                    by => return Enforcement::RefusedBy(by, s.message),
+                }
             }
-            Err(kube::Error::Api(s))
-                if s.message
-                    .contains(&format!("ValidatingAdmissionPolicy '{PLACEHOLDER_POLICY}'")) =>
-            {
-                return Ok(());
-            }
-            Err(e) => last = format!("the check's dry-run create, as {group}, failed: {e}"),
-        }
+            Err(e) => Enforcement::Failed(format!("the dry-run create, as {group}: {e}")),
+        };
     }
-    bail!(
-        "the admission policy {PLACEHOLDER_POLICY} is not enforced ({last}): the placeholders' \
-         pod grant was not applied (without the policy it would let {group} create any pod in \
-         namespace {}; docs/security.md)",
-        forewarn::domain::config::NAMESPACE
+    last
+}
+
+/// What the deploy says of a cluster where the placeholders' grant was not applied.
+pub fn surge_off(group: &str, why: &Enforcement) -> String {
+    format!(
+        "surge is off on this cluster: the placeholders' pod grant was not applied ({why}; \
+         checked as {group}). Without the enforced policy the grant would let forewarn's groups \
+         create any pod in namespace {ns} (docs/security.md). Each placeholder is refused and its \
+         pod evicted at once, as without surge; the rest of forewarn works. Mend the cause and \
+         run the deploy again, or stop surge trying with --handler-env FOREWARN_SURGE= \
+         --sweeper-env FOREWARN_SURGE= (docs/troubleshooting.md#surge-is-off-on-this-cluster)",
+        ns = forewarn::domain::config::NAMESPACE
     )
 }
 
@@ -569,7 +636,7 @@ mod tests {
             .start()
             .await;
         let checked = check_placeholder_policy(&fake.client(), "forewarn-handler", 3, &clock).await;
-        assert!(checked.is_err());
+        assert_eq!(checked, Enforcement::NotEnforced);
         let slept = clock.slept();
         assert_eq!(slept.len(), 2, "{slept:?}");
         assert!(
@@ -605,23 +672,24 @@ mod tests {
             let checked =
                 check_placeholder_policy(&fake.client(), "forewarn-handler", 1, &clock).await;
             if enforced && applied {
-                checked.unwrap();
+                assert_eq!(checked, Enforcement::Enforced);
                 // The probe was a dry run: nothing stored.
                 assert!(fake.list("v1", "Pod").is_empty());
             } else {
-                let e = checked.unwrap_err().to_string();
+                assert_eq!(checked, Enforcement::NotEnforced);
+                let said = surge_off("forewarn-handler", &checked);
                 assert!(
-                    e.contains("forewarn-placeholders-only is not enforced")
-                        && e.contains("was admitted")
-                        && e.contains("grant was not applied"),
-                    "{e}"
+                    said.contains("surge is off on this cluster")
+                        && said.contains("stored but not enforced")
+                        && said.contains("grant was not applied"),
+                    "{said}"
                 );
             }
             // The policy matches the group it names, not another.
             if enforced && applied {
                 let other =
                     check_placeholder_policy(&fake.client(), "someone-else", 1, &clock).await;
-                assert!(other.is_err());
+                assert_eq!(other, Enforcement::NotEnforced);
             }
         }
     }

@@ -6,6 +6,7 @@ pub mod fleet;
 pub mod handler;
 pub mod pipeline;
 pub mod policy;
+pub mod preflight;
 pub mod priorities;
 pub mod reference;
 pub mod settings;

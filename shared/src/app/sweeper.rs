@@ -12,10 +12,12 @@ use crate::adapters::snapshot::{ClusterState, SnapshotInstances};
 use crate::app::fleet::{Cluster, Unreachable};
 use crate::app::handler::Handler;
 use crate::app::pipeline::{Limits, Passes, Pipeline};
+use crate::app::preflight::{PreflightMemory, Role};
 use crate::app::priorities::{
     BaseSource, Priorities, PriorityOutcome, PriorityRunError, PrioritySettings,
 };
 use crate::app::wayback::{UndoReport, WayBack, WayBackError};
+use crate::domain::admission::Proof;
 use crate::domain::config::Config;
 use crate::domain::event::Origin;
 use crate::domain::inbound::Record;
@@ -45,6 +47,8 @@ pub struct SweepRun {
     pub way_back: Result<Vec<UndoReport>, WayBackError>,
     pub placeholders: Result<Vec<String>, crate::ports::ExecuteError>,
     pub priorities: Result<Option<PriorityOutcome>, SweepError>,
+    /// The preflight of forewarn's writes, when this cluster was due one (once an hour).
+    pub preflight: Option<Vec<Proof>>,
 }
 
 /// What one run of the sweeper did: each served cluster's [`SweepRun`], the clusters it could
@@ -164,8 +168,20 @@ impl SweepRun {
             }))),
             Err(e) => err(e),
         };
+        let preflight = self.preflight.as_ref().map(|proofs| {
+            proofs
+                .iter()
+                .map(|p| {
+                    (
+                        p.capability.as_str().to_string(),
+                        json!(p.verdict.to_string()),
+                    )
+                })
+                .collect::<serde_json::Map<String, serde_json::Value>>()
+        });
         json!({ "findings": findings, "way_back": way_back,
-                "placeholders_deleted": placeholders, "priorities": priorities })
+                "placeholders_deleted": placeholders, "priorities": priorities,
+                "preflight": preflight })
     }
 }
 
@@ -178,6 +194,8 @@ pub struct Sweeper {
     /// Where the priority expander's node groups are (`None`: every expander left alone);
     /// each cluster's expander ConfigMaps are its own ([`Cluster::expander`]).
     pub priorities: Option<SweepPriorities>,
+    /// When each cluster's preflight last ran and what it found (see [`crate::app::preflight`]).
+    pub preflight: Arc<PreflightMemory>,
 }
 
 /// Where the sweeper reads the node groups the priority expander ranks.
@@ -261,7 +279,32 @@ impl ClusterSweep<'_> {
             way_back: self.way_back().await,
             placeholders: self.clean_placeholders().await,
             priorities: self.update_priorities().await,
+            preflight: self.preflight().await,
         }
+    }
+
+    /// Once an hour per cluster ([`crate::app::preflight::EVERY`]): every write the sweeper
+    /// makes, sent to the cluster as a server-side dry run as its own identity (see
+    /// [`crate::ports::Executor::preflight`]); what changed since the last is logged, every
+    /// refusal counted in the metrics. `None` when not due, or without an executor (a capture).
+    pub async fn preflight(&self) -> Option<Vec<Proof>> {
+        let h = &self.sweeper.handler;
+        let executor = self.cluster.executor.as_deref()?;
+        let now = h.clock.now();
+        let cluster = self.name.as_deref().unwrap_or("-");
+        let memory = &self.sweeper.preflight;
+        if !h.mode.runs_actions() || !memory.due(cluster, now) {
+            return None;
+        }
+        let proofs = executor
+            .preflight("sweeper", Role::Sweeper.capabilities())
+            .await;
+        let changed = memory.record(cluster, now, proofs.clone());
+        let priorities = self.sweeper.priorities.is_some();
+        let blocking = crate::app::preflight::blocking(&proofs, &self.config, priorities);
+        h.telemetry
+            .preflight(self.name.as_deref(), &proofs, &changed, blocking.len(), now);
+        Some(proofs)
     }
 
     /// Updates the cluster's priority expander from the pool table (written only in

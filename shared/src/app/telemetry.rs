@@ -36,6 +36,59 @@ impl Telemetry {
     }
 }
 
+impl Telemetry {
+    /// A preflight of `cluster` (see [`crate::app::preflight`]): what changed since the last
+    /// logged (a refusal as a warning, anything else as info), `blocking` (refused writes the
+    /// configuration uses) as an error; with metrics, `PreflightRefused` (Count) by
+    /// `Capability` (and with `Cluster` first when named): 1 for each refused write, 0 for each
+    /// admitted, so that an alarm sees a refusal appear within the hour.
+    pub fn preflight(
+        &self,
+        cluster: Option<&str>,
+        proofs: &[crate::domain::admission::Proof],
+        changed: &[String],
+        blocking: usize,
+        now: DateTime<Utc>,
+    ) {
+        let name = cluster.unwrap_or("-");
+        for line in changed {
+            if line.contains("refused by") {
+                tracing::warn!(cluster = name, change = %line, "preflight: a write forewarn makes is refused now");
+            } else {
+                tracing::info!(cluster = name, change = %line, "preflight: changed");
+            }
+        }
+        if blocking > 0 {
+            tracing::error!(
+                cluster = name,
+                refused = blocking,
+                "preflight: writes forewarn's configuration uses are refused by this cluster (forewarn check --kube says which and why)"
+            );
+        }
+        if !self.metrics {
+            return;
+        }
+        let emf = Emf {
+            timestamp: now.timestamp_millis(),
+            kind: "preflight",
+            cluster,
+        };
+        for proof in proofs
+            .iter()
+            .filter(|p| !matches!(p.verdict, crate::domain::admission::Verdict::NotChecked(_)))
+        {
+            let doc = emf.doc(
+                &[&["Capability"]],
+                json!([{"Name": "PreflightRefused", "Unit": "Count"}]),
+                json!({"Capability": proof.capability.as_str(),
+                       "PreflightRefused": u8::from(proof.verdict.is_refused()),
+                       "Verdict": proof.verdict.to_string()}),
+            );
+            println!("{doc}");
+        }
+    }
+}
+
 /// JSON logs on stdout (CloudWatch Logs reads them as structured fields), filtered by the
 /// settings' `FOREWARN_LOG`, else `RUST_LOG`, else `info`. Answers the telemetry of the
 /// process: running as a Lambda function (`AWS_LAMBDA_FUNCTION_NAME`), with the EMF metrics
@@ -166,7 +219,8 @@ fn log_report(report: &Report) {
 ///   by `Kind`: pods still refused at the drain's deadline (a disruption budget);
 ///   `PodEventsRecorded` and `PodEventsGivenUp` (Count) by `Kind`, in the same document: the
 ///   Events recorded on the pods the pass evicted, and those given up (its budget, a busy rate
-///   limit, a failure);
+///   limit, a failure); `PlaceholdersRefused` (Count) by `Kind`, likewise: surge placeholders
+///   the API server refused (admission, RBAC), whose pods were evicted at once;
 /// - `Drains` (Count) by `Kind`, `Result` (`complete`, `incomplete`): drains that ended (a drain
 ///   that does not wait ends in a later pass; each pass counts the evictions it sent);
 /// - `DrainPasses` (Count) by `Kind`, `Outcome`: later passes of drains (continuations), which
@@ -318,10 +372,12 @@ impl Emf<'_> {
                     &[&["Kind"]],
                     json!([{"Name": "Evictions", "Unit": "Count"},
                            {"Name": "PodEventsRecorded", "Unit": "Count"},
-                           {"Name": "PodEventsGivenUp", "Unit": "Count"}]),
+                           {"Name": "PodEventsGivenUp", "Unit": "Count"},
+                           {"Name": "PlaceholdersRefused", "Unit": "Count"}]),
                     json!({"Kind": kind, "Evictions": drain.evicted,
                            "PodEventsRecorded": drain.pod_events,
                            "PodEventsGivenUp": drain.pod_events_given_up,
+                           "PlaceholdersRefused": drain.placeholders_refused,
                            "InstanceId": action.instance_id, "Node": action.node}),
                 ));
                 continue;
@@ -336,10 +392,12 @@ impl Emf<'_> {
                 json!([{"Name": "Evictions", "Unit": "Count"},
                        {"Name": "EvictionsRefused", "Unit": "Count"},
                        {"Name": "PodEventsRecorded", "Unit": "Count"},
-                       {"Name": "PodEventsGivenUp", "Unit": "Count"}]),
+                       {"Name": "PodEventsGivenUp", "Unit": "Count"},
+                       {"Name": "PlaceholdersRefused", "Unit": "Count"}]),
                 json!({"Kind": kind, "Evictions": drain.evicted, "EvictionsRefused": drain.left,
                        "PodEventsRecorded": drain.pod_events,
                        "PodEventsGivenUp": drain.pod_events_given_up,
+                       "PlaceholdersRefused": drain.placeholders_refused,
                        "InstanceId": action.instance_id, "Node": action.node}),
             ));
             docs.push(self.doc(
@@ -423,6 +481,7 @@ mod tests {
                     pending: false,
                     pod_events: 2,
                     pod_events_given_up: 1,
+                    placeholders_refused: 0,
                 }),
                 heartbeat_at: None,
             }],

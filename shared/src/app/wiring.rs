@@ -441,6 +441,7 @@ impl Sweeper {
             leaving,
             region,
             priorities,
+            preflight: Default::default(),
         })
     }
 }

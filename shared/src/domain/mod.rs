@@ -2,6 +2,7 @@
 //! table holds. Nothing here does I/O or imports from outside `domain/` (a test in
 //! `shared/tests/architecture.rs` checks it).
 
+pub mod admission;
 pub mod audit;
 pub mod clusters;
 pub mod config;

@@ -85,6 +85,9 @@ pub struct DrainSummary {
     /// Pod Events given up: past the pass's budget, the client's rate limit busy, or failed.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub pod_events_given_up: usize,
+    /// Placeholders the API server refused (admission, RBAC): their pods were evicted at once.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub placeholders_refused: usize,
 }
 
 fn is_zero(n: &usize) -> bool {

@@ -77,6 +77,9 @@ pub const SURGE_KINDS: [crate::domain::event::EventKind; 2] = [
 ];
 /// The image of a placeholder's one container: it only holds the room.
 pub const PLACEHOLDER_IMAGE: &str = "registry.k8s.io/pause:3.10";
+/// The user and group a placeholder runs as: the `pause` image's own (`USER 65535:65535`), not
+/// root, as Pod Security `restricted` requires (`runAsNonRoot`, a non-zero `runAsUser`).
+pub const PLACEHOLDER_USER: i64 = 65535;
 
 /// The time one round of a budget takes: the evicted pod's replacement started and Ready.
 pub const ROUND: Duration = Duration::seconds(15);

@@ -132,6 +132,7 @@ async fn the_sweepers_clean_up_runs_whatever_else_failed_and_every_delete_is_tri
         leaving: Arc::new(LeavingDown),
         region: Some("us-east-1".into()),
         priorities: None,
+        preflight: Default::default(),
     };
     let run = sweeper.run(None).await;
     assert!(

@@ -338,6 +338,7 @@ async fn the_sweeper_visits_each_cluster() {
         leaving: Arc::new(crate::support::Leaving(Vec::new())),
         region: Some("us-east-1".into()),
         priorities: None,
+        preflight: Default::default(),
     };
     let runs = sweeper.run(None).await;
     assert!(runs.failures().is_empty(), "{:?}", runs.failures());

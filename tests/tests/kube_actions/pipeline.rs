@@ -125,6 +125,7 @@ async fn the_handler_tells_the_webhook_and_counts_evictions() {
             pending: false,
             pod_events: 2,
             pod_events_given_up: 0,
+            placeholders_refused: 0,
         })
     );
     let cordoned_at = action.cordoned_at.expect("the cordon's time");

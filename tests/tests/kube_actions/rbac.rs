@@ -259,6 +259,7 @@ async fn sweeper_requests() -> Vec<RecordedRequest> {
             groups: Arc::new(NoGroups),
             settings: PrioritySettings::default(),
         }),
+        preflight: Default::default(),
     };
     let sweeper = sweeper.cluster(None).await.unwrap();
     let reports = sweeper.sweep(None).await.unwrap();

@@ -383,20 +383,58 @@ pub async fn connect(
     access: &ClusterAccess,
     aws: AwsSettings,
 ) -> Result<ClusterClient, ConnectError> {
-    match access {
+    connect_as(access, aws, None).await
+}
+
+/// Who requests are sent as when not the credentials' own identity: the API server's
+/// impersonation (`Impersonate-User`, `Impersonate-Group` headers), which the credentials'
+/// identity must be granted (`impersonate` on users and groups). `forewarn check --kube` sends
+/// its dry runs as each of forewarn's groups this way.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Impersonation {
+    pub user: String,
+    pub groups: Vec<String>,
+}
+
+impl Impersonation {
+    fn apply(&self, config: &mut ::kube::Config) {
+        config.auth_info.impersonate = Some(self.user.clone());
+        config.auth_info.impersonate_groups = Some(self.groups.clone());
+    }
+}
+
+/// [`connect`], every request sent as `identity` when one is given.
+pub async fn connect_as(
+    access: &ClusterAccess,
+    aws: AwsSettings,
+    identity: Option<&Impersonation>,
+) -> Result<ClusterClient, ConnectError> {
+    let config = match access {
         ClusterAccess::Kubeconfig => {
             let mut config = ::kube::Config::infer().await?;
             tune(&mut config);
-            ClusterClient::from_config(config)
+            config
         }
-        ClusterAccess::Context(name) => connect_context(name).await,
-        ClusterAccess::Eks(eks) => connect_eks(eks, &crate::adapters::aws::load(aws).await).await,
+        ClusterAccess::Context(name) => context_config(name).await?,
+        ClusterAccess::Eks(eks) => {
+            return connect_eks_as(eks, &crate::adapters::aws::load(aws).await, identity).await;
+        }
+    };
+    let mut config = config;
+    if let Some(identity) = identity {
+        identity.apply(&mut config);
     }
+    ClusterClient::from_config(config)
 }
 
 /// Connects through the kubeconfig's context `name` (the kubeconfig `KUBECONFIG` names, else
 /// `~/.kube/config`).
 pub async fn connect_context(name: &str) -> Result<ClusterClient, ConnectError> {
+    ClusterClient::from_config(context_config(name).await?)
+}
+
+/// The configuration of the kubeconfig's context `name`, tuned.
+async fn context_config(name: &str) -> Result<::kube::Config, ConnectError> {
     let failed = |source| ConnectError::Context {
         cluster: name.to_string(),
         source,
@@ -410,7 +448,7 @@ pub async fn connect_context(name: &str) -> Result<ClusterClient, ConnectError> 
         .await
         .map_err(failed)?;
     tune(&mut config);
-    ClusterClient::from_config(config)
+    Ok(config)
 }
 
 /// Whether the kubeconfig (`KUBECONFIG`, else `~/.kube/config`) has a context named `name`
@@ -475,6 +513,15 @@ pub async fn connect_eks(
     access: &EksAccess,
     sdk: &SdkConfig,
 ) -> Result<ClusterClient, ConnectError> {
+    connect_eks_as(access, sdk, None).await
+}
+
+/// [`connect_eks`], every request sent as `identity` when one is given.
+async fn connect_eks_as(
+    access: &EksAccess,
+    sdk: &SdkConfig,
+    identity: Option<&Impersonation>,
+) -> Result<ClusterClient, ConnectError> {
     let cluster = access.cluster.clone();
     let region = access
         .region
@@ -497,7 +544,10 @@ pub async fn connect_eks(
     let endpoint = endpoint.ok_or_else(|| ConnectError::NoEndpoint {
         cluster: cluster.clone(),
     })?;
-    let base = base_config(&cluster, &endpoint, ca.as_deref()).await?;
+    let mut base = base_config(&cluster, &endpoint, ca.as_deref()).await?;
+    if let Some(identity) = identity {
+        identity.apply(&mut base);
+    }
     Ok(ClusterClient::eks(
         base,
         cluster,

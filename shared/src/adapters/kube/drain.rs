@@ -33,7 +33,7 @@ use super::api::retry::with_retry_in;
 use super::connect::ClusterClient;
 use super::error::KubeError;
 use super::error::{ApiError, retry_after};
-use super::surge::{self, SurgeSettings, surge_pass};
+use super::surge::{self, PlaceholderRefusal, SurgeSettings, surge_pass};
 use crate::adapters::backoff::Backoff;
 use crate::domain::surge::{CHECK_EVERY, RoomWait};
 use ::kube::Api;
@@ -141,6 +141,10 @@ pub struct DrainReport {
     /// Placeholders created, and deleted (their pod gone, or the drain over), in this pass.
     pub placeholders_created: usize,
     pub placeholders_deleted: usize,
+    /// Placeholders the API server refused (their pods evicted at once).
+    pub placeholders_refused: usize,
+    /// Those refusals reported for the first time in this environment (an Event on the node).
+    pub new_refusals: Vec<PlaceholderRefusal>,
 }
 
 impl DrainReport {
@@ -215,6 +219,12 @@ impl DrainReport {
                 self.placeholders_created
             ));
         }
+        if self.placeholders_refused > 0 {
+            parts.push(format!(
+                "{} placeholders refused by the API server (their pods evicted at once)",
+                self.placeholders_refused
+            ));
+        }
         if self.placeholders_deleted > 0 {
             parts.push(format!(
                 "{} placeholders deleted",
@@ -245,7 +255,7 @@ pub fn is_critical(pod: &Pod) -> bool {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Disposition {
+pub(crate) enum Disposition {
     Evict {
         critical: bool,
     },
@@ -254,7 +264,7 @@ enum Disposition {
     Wait,
 }
 
-fn disposition(pod: &Pod) -> Disposition {
+pub(crate) fn disposition(pod: &Pod) -> Disposition {
     let meta = &pod.metadata;
     if meta
         .annotations
@@ -384,7 +394,7 @@ async fn evict(
 /// `grace` is given. (Written here: kube's `Api::evict` serializes its `EvictParams` under
 /// `delete_options`, a field the API server does not read, so a grace period sent that way is
 /// silently dropped.)
-fn eviction_body(namespace: &str, name: &str, grace: Option<u32>) -> serde_json::Value {
+pub(crate) fn eviction_body(namespace: &str, name: &str, grace: Option<u32>) -> serde_json::Value {
     let mut body = serde_json::json!({
         "apiVersion": "policy/v1",
         "kind": "Eviction",
@@ -540,7 +550,7 @@ pub(crate) async fn drain_pass(
     }
     let now = clients.clock().now();
     let evictable: Vec<&Pod> = normal.iter().chain(&critical).copied().collect();
-    let surge = match &settings.surge {
+    let mut surge = match &settings.surge {
         Some(surge) if now < deadline => {
             Some(surge_pass(clients, node, surge, &listed, &evictable).await)
         }
@@ -569,7 +579,7 @@ pub(crate) async fn drain_pass(
     } else {
         critical.len()
     };
-    if let Some(surge) = &surge {
+    if let Some(surge) = &mut surge {
         // Pods that wait for room are not evicted in this pass.
         due.retain(|p| {
             let waits = p
@@ -585,6 +595,8 @@ pub(crate) async fn drain_pass(
         deferred += report.waiting.len();
         report.placeholders_created = surge.created;
         report.placeholders_deleted = surge.deleted;
+        report.placeholders_refused = surge.refused;
+        report.new_refusals = std::mem::take(&mut surge.new_refusals);
     }
     let pass_end = (now + crate::ports::span(settings.pass_budget)).min(deadline);
     evict_all(clients, &due, pass_end, settings, &mut report).await?;

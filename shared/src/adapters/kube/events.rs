@@ -137,7 +137,11 @@ impl<'a> From<&NodeEvent<'a>> for ObjectEvent<'a> {
     }
 }
 
-fn build(event: &ObjectEvent<'_>, reporting_instance: &str, now: DateTime<Utc>) -> Event {
+pub(crate) fn build(
+    event: &ObjectEvent<'_>,
+    reporting_instance: &str,
+    now: DateTime<Utc>,
+) -> Event {
     let object = event.regarding.name.clone().unwrap_or_default();
     // Any time chrono holds fits (jiff's range is wider), so the fallback is never taken.
     let micros = k8s_openapi::jiff::Timestamp::from_microsecond(now.timestamp_micros())

@@ -569,6 +569,19 @@ impl Executor for KubeExecutor {
         })
     }
 
+    async fn preflight(
+        &self,
+        group: &str,
+        capabilities: &[crate::domain::admission::Capability],
+    ) -> Vec<crate::domain::admission::Proof> {
+        let scope = super::preflight::PreflightScope {
+            group,
+            capabilities,
+            reporting_instance: &self.settings.reporting_instance,
+        };
+        super::preflight::prove(&self.clients, &self.config, &scope).await
+    }
+
     async fn clean_placeholders(
         &self,
         now: chrono::DateTime<chrono::Utc>,

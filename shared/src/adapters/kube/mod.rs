@@ -29,6 +29,7 @@ mod node_facts;
 mod outcome;
 mod placeholder;
 mod policy;
+mod preflight;
 mod priorities;
 mod surge;
 mod surge_memory;
@@ -37,8 +38,8 @@ mod workloads;
 pub use api::FIELD_MANAGER;
 pub use connect::{
     ClusterAccess, ClusterClient, ConnectError, ENV_CLUSTER_CA, ENV_CLUSTER_ENDPOINT,
-    ENV_EKS_CLUSTER, ENV_KUBE_BURST, ENV_KUBE_QPS, EksAccess, EksClusters, KubeconfigContexts,
-    connect, connect_context, connect_eks, has_context,
+    ENV_EKS_CLUSTER, ENV_KUBE_BURST, ENV_KUBE_QPS, EksAccess, EksClusters, Impersonation,
+    KubeconfigContexts, connect, connect_as, connect_context, connect_eks, has_context,
 };
 pub use cordon::{CordonOutcome, CordonSpec, RecordKeys, cordon_patch};
 pub use delete::DeleteOutcome;
@@ -54,5 +55,6 @@ pub use executor::{ENV_EVICTION_PARALLELISM, ExecutorSettings, KubeExecutor, Nod
 pub use launch::{Joining, LAUNCH_CHECK_EVERY};
 pub use node_facts::node_facts;
 pub use policy::{KubePolicy, POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE};
+pub use preflight::{PreflightScope, prove};
 pub use priorities::KubeExpander;
 pub use workloads::KubeWorkloads;

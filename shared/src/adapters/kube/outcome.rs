@@ -186,6 +186,7 @@ pub(crate) fn results(outcomes: &[NodeOutcome]) -> Vec<ActionResult> {
                     pending: d.pending,
                     pod_events: d.pod_events.recorded,
                     pod_events_given_up: d.pod_events.given_up,
+                    placeholders_refused: d.placeholders_refused,
                 }),
             pending: o.pending(),
             wait_until: o

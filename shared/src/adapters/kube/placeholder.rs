@@ -1,13 +1,17 @@
 //! A placeholder made from a pod of a doomed node (see [`crate::domain::surge`] and
 //! [`super::surge`]): the pod's requests, node selector, affinity and tolerations, in forewarn's
-//! namespace, owned by the doomed Node, kept off it and off every node forewarn cordoned.
+//! namespace, owned by the doomed Node, kept off it and off every node forewarn cordoned, with
+//! the security context Pod Security `restricted` requires (namespace `forewarn` enforces it):
+//! not root (the `pause` image's own user), seccomp `RuntimeDefault`, no privilege escalation,
+//! every capability dropped, a read-only root filesystem.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
-    Pod, PodAffinityTerm, PodSpec, ResourceRequirements, WeightedPodAffinityTerm,
+    Affinity, Capabilities, Container, NodeAffinity, NodeSelector, NodeSelectorRequirement,
+    NodeSelectorTerm, Pod, PodAffinityTerm, PodSecurityContext, PodSpec, ResourceRequirements,
+    SeccompProfile, SecurityContext, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -15,8 +19,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use crate::domain::surge::{
     ANNOTATION_EVENT, ANNOTATION_EVICT_BY, ANNOTATION_EXPIRES, ANNOTATION_NODE, ANNOTATION_POD,
     ANNOTATION_POD_UID, ANNOTATION_SAFE_TO_EVICT, LABEL_CORDONED, LABEL_PLACEHOLDER,
-    LABEL_PLACEHOLDER_NODE, NAMESPACE, PLACEHOLDER_IMAGE, PRIORITY_CLASS, node_label_value,
-    placeholder_name,
+    LABEL_PLACEHOLDER_NODE, NAMESPACE, PLACEHOLDER_IMAGE, PLACEHOLDER_USER, PRIORITY_CLASS,
+    node_label_value, placeholder_name,
 };
 
 /// The doomed node a placeholder is made for: its name, and its uid (read in this pass), the
@@ -85,8 +89,27 @@ pub(crate) fn placeholder_for(
                     requests: Some(requests),
                     ..ResourceRequirements::default()
                 }),
+                security_context: Some(SecurityContext {
+                    allow_privilege_escalation: Some(false),
+                    capabilities: Some(Capabilities {
+                        drop: Some(vec!["ALL".into()]),
+                        add: None,
+                    }),
+                    read_only_root_filesystem: Some(true),
+                    ..SecurityContext::default()
+                }),
                 ..Container::default()
             }],
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(true),
+                run_as_user: Some(PLACEHOLDER_USER),
+                run_as_group: Some(PLACEHOLDER_USER),
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".into(),
+                    localhost_profile: None,
+                }),
+                ..PodSecurityContext::default()
+            }),
             node_selector: spec.node_selector.clone(),
             affinity: Some(off_node(spec.affinity.clone(), node, &pod_ns)),
             tolerations: spec.tolerations.clone(),
@@ -415,6 +438,19 @@ mod tests {
         let spec = &v["spec"];
         assert_eq!(spec["priorityClassName"], PRIORITY_CLASS);
         assert_eq!(spec["terminationGracePeriodSeconds"], 0);
+        // Pod Security `restricted`, which namespace forewarn enforces.
+        assert_eq!(
+            spec["securityContext"],
+            json!({"runAsNonRoot": true, "runAsUser": 65535, "runAsGroup": 65535,
+                   "seccompProfile": {"type": "RuntimeDefault"}})
+        );
+        assert_eq!(
+            spec["containers"][0]["securityContext"],
+            json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]},
+                   "readOnlyRootFilesystem": true})
+        );
+        assert!(spec.get("serviceAccountName").is_none());
+        assert_eq!(spec["automountServiceAccountToken"], false);
         assert_eq!(spec["nodeSelector"], json!({"pool": "general"}));
         assert_eq!(spec["tolerations"][0]["key"], "dedicated");
         assert_eq!(

@@ -40,6 +40,7 @@ use super::error::KubeError;
 use super::placeholder::{Doomed, placeholder_for};
 pub(crate) use super::surge_memory::SurgeMemory;
 use super::surge_memory::{budget_rounds, controller, earlier_rounds};
+use crate::domain::admission::{RefusedBy, is_refusal, refused_by};
 use crate::domain::surge::{
     ANNOTATION_EVICT_BY, ANNOTATION_EXPIRES, ANNOTATION_NODE, ANNOTATION_POD_UID, CHECK_EVERY, Due,
     LABEL_PLACEHOLDER, LABEL_PLACEHOLDER_NODE, MAX_PODS, NAMESPACE, Placeholder, RoomSeen,
@@ -78,6 +79,20 @@ pub(crate) struct SurgePass {
     pub deleted: usize,
     /// The node's placeholders as listed (to delete when the drain ends).
     pub listed: Vec<Pod>,
+    /// Placeholders the API server refused (admission, RBAC): their pods are evicted at once.
+    pub refused: usize,
+    /// The refusals reported for the first time in this environment (one per namespace and
+    /// refusing step): an Event on the node says each.
+    pub new_refusals: Vec<PlaceholderRefusal>,
+}
+
+/// A placeholder the API server refused: for a pod of which namespace, by which step of the
+/// admission chain, and the server's message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlaceholderRefusal {
+    pub namespace: String,
+    pub by: RefusedBy,
+    pub message: String,
 }
 
 impl SurgePass {
@@ -88,6 +103,28 @@ impl SurgePass {
             until: self.evict_by?.min(deadline),
             placeholders: self.holding,
         })
+    }
+
+    /// A placeholder for a pod of `namespace` was refused by `by`: counted, and reported (the
+    /// log now, an Event on the node by the drain) when it is the environment's first of that
+    /// namespace and step.
+    fn refused_by(
+        &mut self,
+        memory: &SurgeMemory,
+        namespace: &str,
+        by: RefusedBy,
+        message: String,
+    ) {
+        self.refused += 1;
+        if memory.first_report(namespace, &by) {
+            tracing::warn!(namespace, refused_by = %by, message = %message,
+                "placeholder refused by the API server: the pods of this namespace are evicted at once, without waiting for room (reported once per namespace and refusal; `forewarn check --kube` proves every write forewarn makes)");
+            self.new_refusals.push(PlaceholderRefusal {
+                namespace: namespace.to_string(),
+                by,
+                message,
+            });
+        }
     }
 
     /// The pod of `uid` waits for room until `latest` (its placeholder is there).
@@ -229,6 +266,10 @@ pub(crate) async fn surge_pass(
             Created::Exists => {}
             // Not made: its pod is evicted in this pass, as without surge.
             Created::Not => continue,
+            Created::Refused(by, message) => {
+                pass.refused_by(&settings.memory, &made.namespace, by, message);
+                continue;
+            }
         }
         pass.wait(&made.uid, made.latest, now);
         by_pod.insert(made.uid, made.placeholder);
@@ -384,9 +425,12 @@ async fn list(
 enum Created {
     New,
     Exists,
-    /// Not made (refused, failed, or not answered within the step's budget); logged. Its pod
-    /// is drained as without surge.
+    /// Not made (failed, or not answered within the step's budget); logged. Its pod is
+    /// drained as without surge.
     Not,
+    /// Refused by the API server (400, 403, 404, 422: RBAC, Pod Security, an admission policy
+    /// or webhook): by which step, and its message. Its pod is drained as without surge.
+    Refused(RefusedBy, String),
 }
 
 /// Creates the placeholders of `making` (at most `settings.parallelism` at once) by `end` (the
@@ -433,9 +477,10 @@ async fn create_all(
 }
 
 /// Creates one placeholder, once: any answer but success and AlreadyExists (409) — a refusal
-/// (403, 400, 422: a Pod Security level, an admission policy or webhook), a failure (500, an
-/// admission webhook that is down, a timeout) — leaves its pod drained as without surge, and
-/// its pod's namespace asks for no other placeholder for a minute ([`REFUSED_KEPT`]).
+/// (400, 403, 404, 422: RBAC, a Pod Security level, an admission policy or webhook, named in
+/// [`Created::Refused`]), a failure (500, an admission webhook that is down, a timeout) —
+/// leaves its pod drained as without surge, and its pod's namespace asks for no other
+/// placeholder for a minute ([`REFUSED_KEPT`]).
 async fn create(clients: &ClusterClient, memory: &SurgeMemory, m: &Making) -> Created {
     let name = m.placeholder.metadata.name.as_deref().unwrap_or_default();
     let object = format!("pod/{NAMESPACE}/{name}");
@@ -459,6 +504,16 @@ async fn create(clients: &ClusterClient, memory: &SurgeMemory, m: &Making) -> Cr
     match answer {
         Ok(_) => Created::New,
         Err(e) if e.is_conflict() => Created::Exists,
+        Err(e) if e.status.is_some_and(is_refusal) => {
+            memory.refused_at(&m.namespace, clients.clock().now());
+            let message = e.message();
+            let reason = match &e.source {
+                ::kube::Error::Api(s) => s.reason.clone(),
+                _ => String::new(),
+            };
+            let by = refused_by(e.status.unwrap_or_default(), &reason, &message);
+            Created::Refused(by, message)
+        }
         Err(e) => {
             memory.refused_at(&m.namespace, clients.clock().now());
             tracing::warn!(error = %e, namespace = %m.namespace,

@@ -14,6 +14,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use super::api::rate_limit::Lane;
 use super::api::retry::with_retry_in;
 use super::connect::ClusterClient;
+use crate::domain::admission::RefusedBy;
 use crate::domain::audit::Budget;
 
 /// The controller of `pod` (kind, name), unless it has none or it is a DaemonSet.
@@ -38,6 +39,9 @@ const BUDGETS_KEPT: chrono::Duration = chrono::Duration::seconds(60);
 pub(crate) struct SurgeMemory {
     budgets: tokio::sync::Mutex<KeptBudgets>,
     refused: std::sync::Mutex<BTreeMap<String, DateTime<Utc>>>,
+    /// The (namespace, refusing step) pairs already reported (logged, an Event on a node): each
+    /// once per execution environment.
+    reported: std::sync::Mutex<BTreeSet<(String, RefusedBy)>>,
 }
 
 /// How long the pods of a namespace whose placeholder the API did not make (any answer but
@@ -55,6 +59,13 @@ impl SurgeMemory {
     pub(crate) fn refuses(&self, namespace: &str, now: DateTime<Utc>) -> bool {
         let refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
         refused.get(namespace).is_some_and(|until| now < *until)
+    }
+
+    /// Whether a refusal of a placeholder of `namespace` by `by` is the first this environment
+    /// saw (then it is reported: the log, a Warning Event on the node); remembered.
+    pub(crate) fn first_report(&self, namespace: &str, by: &RefusedBy) -> bool {
+        let mut reported = self.reported.lock().unwrap_or_else(|p| p.into_inner());
+        reported.insert((namespace.to_string(), by.clone()))
     }
 
     /// A placeholder for a pod of `namespace` was not made at `now`.

@@ -528,6 +528,7 @@ pub(super) fn merge(report: &mut Report, results: &[ActionResult]) -> bool {
                 d.evicted += before.evicted;
                 d.pod_events += before.pod_events;
                 d.pod_events_given_up += before.pod_events_given_up;
+                d.placeholders_refused += before.placeholders_refused;
                 d
             });
             a.heartbeat_at = result.heartbeat_at.or(a.heartbeat_at);

@@ -10,7 +10,7 @@ use super::super::connect::ClusterClient;
 use super::super::drain::{DrainReport, DrainSettings, drain_pass};
 use super::super::error::KubeError;
 use super::super::events::EventType;
-use super::super::surge::{SurgeMemory, SurgeSettings};
+use super::super::surge::{PlaceholderRefusal, SurgeMemory, SurgeSettings};
 use super::events::{Recorder, Said};
 use super::pod_events::PodEvents;
 use super::{ExecutorSettings, NodeOutcome};
@@ -116,6 +116,9 @@ impl Drainer<'_> {
             let later = matches!(pass, Pass::Drain { .. }) && !pass.is_first_drain();
             self.ended(plan, node, &report, later, out).await;
         }
+        if !report.new_refusals.is_empty() {
+            self.refused(plan, node, &report.new_refusals, out).await;
+        }
         let drain = out.drain.insert(report);
         if let Some(a) = plan
             .actions
@@ -124,6 +127,38 @@ impl Drainer<'_> {
         {
             self.pod_events.record(plan, a, node, drain).await;
         }
+    }
+
+    /// The `PlaceholderRefused` Warning Event on `node`: the placeholders the API server
+    /// refused, first seen in this environment (one line per namespace and refusing step),
+    /// with the server's message.
+    async fn refused(
+        &self,
+        plan: &Plan,
+        node: &Node,
+        refusals: &[PlaceholderRefusal],
+        out: &mut NodeOutcome,
+    ) {
+        let lines: Vec<String> = refusals
+            .iter()
+            .map(|r| {
+                format!(
+                    "placeholders for pods of namespace {} refused by {}: {}",
+                    r.namespace, r.by, r.message
+                )
+            })
+            .collect();
+        let said = Said {
+            reason: "PlaceholderRefused",
+            action: "Surge",
+            type_: EventType::Warning,
+            note: format!(
+                "{}. Those pods are evicted at once, without waiting for room (forewarn check \
+                 --kube proves every write forewarn makes).",
+                lines.join("; ")
+            ),
+        };
+        self.events.event(plan, node, said, out).await;
     }
 
     /// The `Drained` or `DrainIncomplete` Event of a drain that ended (in a `later` pass: one

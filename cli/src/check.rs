@@ -1,0 +1,187 @@
+//! `forewarn check --kube`: the preflight. In each cluster, as each of forewarn's groups
+//! (impersonated), every kind of write forewarn makes is sent as a server-side dry run, and the
+//! API server's whole chain (RBAC, the admission plugins, Pod Security, the admission policies
+//! and webhooks) says whether it would admit it (see `forewarn::adapters::kube::prove`).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::bail;
+use clap::Args;
+use forewarn::adapters::kube::{ClusterAccess, Impersonation, PreflightScope, connect_as};
+use forewarn::app::preflight::{Role, blocking};
+use forewarn::app::settings::{ClusterSelection, Settings};
+use forewarn::domain::admission::{Proof, Verdict};
+use forewarn::ports::Clock;
+use serde_json::json;
+
+use crate::TextOrJson;
+
+/// The user the dry runs are sent as (with the group impersonated).
+pub const CHECK_USER: &str = "forewarn-check";
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// Check the live clusters (the checks are the API server's own: there is no offline mode).
+    #[arg(long, required = true)]
+    kube: bool,
+    /// A cluster to check (repeatable): the kubeconfig context of that name when there is one,
+    /// else the EKS cluster of that name [default: the clusters FOREWARN_CLUSTERS or
+    /// FOREWARN_CLUSTER_NAME name, else the kubeconfig's current context]
+    #[arg(long = "cluster", value_name = "NAME")]
+    clusters: Vec<String>,
+    /// The handler's Kubernetes group (the stack's HandlerKubernetesGroup).
+    #[arg(long, value_name = "GROUP", default_value = "forewarn-handler")]
+    handler_group: String,
+    /// The sweeper's Kubernetes group (the stack's SweeperKubernetesGroup).
+    #[arg(long, value_name = "GROUP", default_value = "forewarn-sweeper")]
+    sweeper_group: String,
+    /// Output: one line per write and group, or one JSON object per line.
+    #[arg(long, value_enum, default_value = "text")]
+    output: TextOrJson,
+}
+
+/// The groups a preflight impersonates, with the writes each makes.
+pub struct Groups<'a> {
+    pub handler: &'a str,
+    pub sweeper: &'a str,
+}
+
+/// Every write of both groups, proved in the cluster `access` reaches, each group impersonated
+/// (user [`CHECK_USER`]).
+pub async fn prove_cluster(
+    settings: &Settings,
+    access: &ClusterAccess,
+    groups: &Groups<'_>,
+    clock: Arc<dyn Clock>,
+) -> anyhow::Result<Vec<Proof>> {
+    let mut proofs = Vec::new();
+    for (group, role) in [
+        (groups.handler, Role::Handler),
+        (groups.sweeper, Role::Sweeper),
+    ] {
+        let identity = Impersonation {
+            user: CHECK_USER.to_string(),
+            groups: vec![group.to_string()],
+        };
+        let clients = connect_as(access, settings.aws, Some(&identity))
+            .await?
+            .with_clock(clock.clone());
+        let scope = PreflightScope {
+            group,
+            capabilities: role.capabilities(),
+            reporting_instance: CHECK_USER,
+        };
+        proofs.extend(forewarn::adapters::kube::prove(&clients, &settings.config, &scope).await);
+    }
+    Ok(proofs)
+}
+
+/// The clusters to check, with how each is reached.
+fn clusters(args: &CheckArgs, settings: &Settings) -> anyhow::Result<Vec<(String, ClusterAccess)>> {
+    let names: Vec<String> = if !args.clusters.is_empty() {
+        args.clusters.clone()
+    } else {
+        match &settings.clusters {
+            ClusterSelection::Named(names) => names.clone(),
+            ClusterSelection::Unnamed => {
+                return Ok(vec![("-".into(), settings.cluster_access.clone())]);
+            }
+            _ => bail!(
+                "FOREWARN_CLUSTERS=* names no cluster to check: say which with --cluster NAME \
+                 (repeatable)"
+            ),
+        }
+    };
+    Ok(names
+        .into_iter()
+        .map(|name| {
+            let access = if forewarn::adapters::kube::has_context(&name) {
+                ClusterAccess::Context(name.clone())
+            } else {
+                settings.access_of(&name)
+            };
+            (name, access)
+        })
+        .collect())
+}
+
+/// Lines for a person: one per write and group, marked `ok`, `REFUSED` or `-`.
+pub fn lines(proofs: &[Proof]) -> Vec<String> {
+    proofs
+        .iter()
+        .map(|p| {
+            let mark = match p.verdict {
+                Verdict::Admitted(_) => "ok      ",
+                Verdict::Refused { .. } => "REFUSED ",
+                Verdict::NotChecked(_) => "-       ",
+            };
+            format!("{mark}{p}")
+        })
+        .collect()
+}
+
+/// Proves every write in each cluster. Exit code: 0 when every write the configuration uses is
+/// admitted (or could not be checked), 2 when one is refused, 1 for errors (a cluster not
+/// reached).
+pub async fn run(
+    args: CheckArgs,
+    settings: Settings,
+    clock: Arc<dyn Clock>,
+) -> anyhow::Result<ExitCode> {
+    let groups = Groups {
+        handler: &args.handler_group,
+        sweeper: &args.sweeper_group,
+    };
+    let mut refused = 0;
+    let mut failed = 0;
+    for (name, access) in clusters(&args, &settings)? {
+        let proofs = match prove_cluster(&settings, &access, &groups, clock.clone()).await {
+            Ok(proofs) => proofs,
+            Err(e) => {
+                eprintln!("forewarn: cluster {name}: not checked: {e:#}");
+                failed += 1;
+                continue;
+            }
+        };
+        let blocked = blocking(&proofs, &settings.config, settings.priorities_enabled);
+        refused += blocked.len();
+        match args.output {
+            TextOrJson::Text => {
+                println!("cluster {name}:");
+                for line in lines(&proofs) {
+                    println!("  {line}");
+                }
+                if !blocked.is_empty() {
+                    println!(
+                        "  {} write(s) the configuration uses would be refused: forewarn would \
+                         fail there during an interruption (docs/troubleshooting.md)",
+                        blocked.len()
+                    );
+                }
+            }
+            TextOrJson::Json => {
+                for p in &proofs {
+                    let (by, message) = match &p.verdict {
+                        Verdict::Refused { by, message } => (Some(by.to_string()), Some(message)),
+                        _ => (None, None),
+                    };
+                    println!(
+                        "{}",
+                        json!({"cluster": name, "capability": p.capability.as_str(),
+                               "group": p.group, "verdict": p.verdict.word(),
+                               "refused_by": by, "message": message,
+                               "detail": p.verdict.to_string()})
+                    );
+                }
+            }
+        }
+    }
+    Ok(if failed > 0 {
+        ExitCode::FAILURE
+    } else if refused > 0 {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,384 @@
+//! The preflight: every kind of write forewarn makes, sent to the real cluster as a server-side
+//! dry run (`dryRun=All`), so that the API server's whole chain — RBAC, the mutating plugins
+//! and webhooks, Pod Security, the ValidatingAdmissionPolicies, the validating webhooks, the
+//! object's validation — says whether it would admit it, and nothing is stored.
+//!
+//! Each write is built by the code that makes it for real, from the cluster's own objects: the
+//! cordon's patch ([`cordon_patch`]) of a real worker node (never a control-plane one), the
+//! way back's patch ([`uncordon_patch`]) of that node as the cordon would leave it, the
+//! Eviction of a real pod on it, the placeholder ([`placeholder_for`]) of that pod, an Event
+//! on it and on the node ([`super::events`]), and the priority expander's ConfigMap written
+//! back as it is. The client is the caller's: `forewarn check --kube` impersonates each of
+//! forewarn's groups, the sweeper sends them as itself.
+
+use ::kube::Api;
+use ::kube::api::{ListParams, Patch, PatchParams, PostParams};
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference, Pod};
+use k8s_openapi::api::events::v1::Event;
+
+use super::api::FIELD_MANAGER;
+use super::connect::ClusterClient;
+use super::cordon::{CordonSpec, RecordKeys, cordon_patch, uncordon_patch};
+use super::drain::{Disposition, disposition, eviction_body};
+use super::events::{EVENT_NAMESPACE, EventType, ObjectEvent, build};
+use super::node_facts::node_facts;
+use super::placeholder::{Doomed, placeholder_for};
+use super::surge::is_placeholder;
+use crate::domain::admission::{Capability, Proof, Verdict};
+use crate::domain::config::Config;
+use crate::domain::event::EventKind;
+use crate::domain::priorities::{EXPANDER_CONFIGMAP, NAMESPACE as EXPANDER_NAMESPACE};
+use crate::domain::wayback::CordonRecord;
+
+/// The event id the preflight's objects carry (in names and annotations).
+const PREFLIGHT_EVENT: &str = "forewarn-preflight";
+
+/// What the preflight proves, and as whom (the name its lines say; the client is already
+/// that identity).
+#[derive(Debug, Clone)]
+pub struct PreflightScope<'a> {
+    pub group: &'a str,
+    pub capabilities: &'a [Capability],
+    /// `reportingInstance` of the Events.
+    pub reporting_instance: &'a str,
+}
+
+/// The cluster's objects the writes are built from.
+struct Subjects {
+    node: Option<Node>,
+    pod: Option<Pod>,
+    /// Why there is no node or no pod.
+    missing: String,
+}
+
+/// Proves each capability of `scope` on the cluster of `clients`: one [`Proof`] each, in the
+/// scope's order. Nothing is stored; a read that fails leaves the capabilities that need it
+/// not checked.
+pub async fn prove(
+    clients: &ClusterClient,
+    config: &Config,
+    scope: &PreflightScope<'_>,
+) -> Vec<Proof> {
+    let subjects = subjects(clients).await;
+    let now = clients.clock().now();
+    let mut proofs = Vec::with_capacity(scope.capabilities.len());
+    for &capability in scope.capabilities {
+        let verdict = match prove_one(clients, config, scope, &subjects, capability, now).await {
+            Ok(verdict) | Err(verdict) => verdict,
+        };
+        proofs.push(Proof {
+            capability,
+            group: scope.group.to_string(),
+            verdict,
+        });
+    }
+    proofs
+}
+
+/// A failed call's verdict: a refusal names its step, anything else leaves it not checked.
+fn failed(e: &::kube::Error) -> Verdict {
+    match e {
+        ::kube::Error::Api(s) => Verdict::of_failure(Some(s.code), &s.reason, &s.message),
+        other => Verdict::of_failure(None, "", &other.to_string()),
+    }
+}
+
+/// The answer of one dry run: admitted (with `note`), or the failure's verdict.
+fn answered<T>(result: Result<T, ::kube::Error>, note: Option<String>) -> Verdict {
+    match result {
+        Ok(_) => Verdict::Admitted(note),
+        Err(e) => failed(&e),
+    }
+}
+
+/// A worker node to write to (not control-plane; one forewarn has not cordoned, if any) and an
+/// evictable pod on it (a controller's, not a DaemonSet's or a mirror, not a placeholder).
+async fn subjects(clients: &ClusterClient) -> Subjects {
+    let client = match clients.client().await {
+        Ok(client) => client,
+        Err(e) => {
+            return Subjects {
+                node: None,
+                pod: None,
+                missing: format!("no client: {e}"),
+            };
+        }
+    };
+    let nodes: Api<Node> = Api::all(client.clone());
+    let listed = match nodes.list(&ListParams::default()).await {
+        Ok(list) => list.items,
+        Err(e) => {
+            return Subjects {
+                node: None,
+                pod: None,
+                missing: format!("the nodes could not be listed: {e}"),
+            };
+        }
+    };
+    let mut workers: Vec<Node> = listed
+        .into_iter()
+        .filter(|n| !node_facts(n).is_control_plane())
+        .collect();
+    // Uncordoned first: the cordon then changes something.
+    workers.sort_by_key(|n| node_facts(n).unschedulable);
+    let pods: Api<Pod> = Api::all(client);
+    for node in workers.iter().take(5) {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let params = ListParams::default().fields(&format!("spec.nodeName={name}"));
+        let Ok(list) = pods.list(&params).await else {
+            continue;
+        };
+        let pod = list.items.into_iter().find(|p| {
+            matches!(disposition(p), Disposition::Evict { .. })
+                && !is_placeholder(p)
+                && p.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|r| r.controller == Some(true))
+        });
+        if pod.is_some() {
+            return Subjects {
+                node: Some(node.clone()),
+                pod,
+                missing: String::new(),
+            };
+        }
+    }
+    let missing = if workers.is_empty() {
+        "no worker node in the cluster".to_string()
+    } else {
+        "no pod of a controller on the first worker nodes".to_string()
+    };
+    Subjects {
+        node: workers.into_iter().next(),
+        pod: None,
+        missing,
+    }
+}
+
+/// The cordon spec of a spot interruption warning, as the handler writes it (its record
+/// unsigned: admission reads the annotation's name, not its signature).
+fn spot_cordon(config: &Config, node: &Node, now: DateTime<Utc>) -> CordonSpec {
+    let kind = EventKind::SpotInterruption;
+    let instance_id = node_facts(node)
+        .instance_id()
+        .unwrap_or_default()
+        .to_string();
+    CordonSpec {
+        taint_key: config.taint_key_for(kind).to_string(),
+        own_key: config.taint_key.clone(),
+        taint_value: kind.as_str().to_string(),
+        taint_effect: config.taint_effect,
+        exclude_from_load_balancers: config.exclude_from_load_balancers,
+        record: Some(CordonRecord {
+            kind,
+            event_id: PREFLIGHT_EVENT.into(),
+            instance_id,
+            at: now,
+            until: None,
+            rule: None,
+            health_event: None,
+            stops: false,
+            excluded_from_lb: false,
+            already_unschedulable: false,
+            taints: Vec::new(),
+            key_id: None,
+            mac: None,
+        }),
+        keys: RecordKeys::Unsigned,
+    }
+}
+
+fn reference(kind: &str, name: Option<&String>, uid: Option<&String>) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some(kind.into()),
+        name: name.cloned(),
+        uid: uid.cloned(),
+        ..ObjectReference::default()
+    }
+}
+
+async fn prove_one(
+    clients: &ClusterClient,
+    config: &Config,
+    scope: &PreflightScope<'_>,
+    subjects: &Subjects,
+    capability: Capability,
+    now: DateTime<Utc>,
+) -> Result<Verdict, Verdict> {
+    let client = clients
+        .client()
+        .await
+        .map_err(|e| Verdict::NotChecked(format!("no client: {e}")))?;
+    let post = PostParams {
+        dry_run: true,
+        field_manager: Some(FIELD_MANAGER.into()),
+    };
+    let patch_params = PatchParams {
+        dry_run: true,
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    let no_node = || Verdict::NotChecked(subjects.missing.clone());
+    let no_pod = || Verdict::NotChecked(subjects.missing.clone());
+    let node_name = || {
+        subjects
+            .node
+            .as_ref()
+            .and_then(|n| n.metadata.name.clone())
+            .unwrap_or_default()
+    };
+    match capability {
+        Capability::Cordon | Capability::WayBack => {
+            let node = subjects.node.as_ref().ok_or_else(no_node)?;
+            let name = node_name();
+            let Some(patch) = cordon_patch(node, &spot_cordon(config, node, now)) else {
+                return Ok(Verdict::NotChecked(format!(
+                    "node {name} is already in the cordon's state"
+                )));
+            };
+            let nodes: Api<Node> = Api::all(client);
+            let cordoned = nodes
+                .patch(&name, &patch_params, &Patch::Merge(&patch))
+                .await
+                .map_err(|e| failed(&e))?;
+            if capability == Capability::Cordon {
+                return Ok(Verdict::Admitted(Some(format!("node {name}"))));
+            }
+            let record = cordoned
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| crate::domain::wayback::read_unverified(a))
+                .and_then(Result::ok)
+                .ok_or_else(|| Verdict::NotChecked("the cordon's answer has no record".into()))?;
+            let back = uncordon_patch(&cordoned, &config.taint_key, &record)
+                .map_err(|e| Verdict::NotChecked(e.to_string()))?;
+            // Sent to the node as it is (not cordoned): the patch's shape and the grant are
+            // what is proved, the change itself is none there.
+            Ok(answered(
+                nodes
+                    .patch(&name, &patch_params, &Patch::Merge(&back))
+                    .await,
+                Some(format!(
+                    "node {name}, the patch of its cordon as the cordon would leave it"
+                )),
+            ))
+        }
+        Capability::Evict => {
+            let pod = subjects.pod.as_ref().ok_or_else(no_pod)?;
+            let (ns, name) = pod_name(pod);
+            let mut body = eviction_body(&ns, &name, None);
+            body["deleteOptions"] = serde_json::json!({"dryRun": ["All"]});
+            let pods: Api<Pod> = Api::namespaced(client, &ns);
+            let answer = pods
+                .create_subresource::<_, serde_json::Value>("eviction", &name, &post, &body)
+                .await;
+            Ok(match answer {
+                // A disruption budget refusing now is not admission: the grant holds.
+                Err(::kube::Error::Api(s)) if s.code == 429 => Verdict::Admitted(Some(format!(
+                    "pod {ns}/{name}: its disruption budget refuses it at this moment"
+                ))),
+                other => answered(other, Some(format!("pod {ns}/{name}"))),
+            })
+        }
+        Capability::Placeholder => {
+            let pod = subjects.pod.as_ref().ok_or_else(no_pod)?;
+            let node = subjects.node.as_ref().ok_or_else(no_node)?;
+            let (ns, name) = pod_name(pod);
+            let placeholder = placeholder_for(
+                pod,
+                &Doomed {
+                    name: &node_name(),
+                    uid: node.metadata.uid.as_deref(),
+                },
+                PREFLIGHT_EVENT,
+                now + chrono::Duration::minutes(2),
+                now + chrono::Duration::minutes(1),
+            );
+            let pods: Api<Pod> = Api::namespaced(client, crate::domain::surge::NAMESPACE);
+            Ok(match pods.create(&post, &placeholder).await {
+                // A create that reaches storage passed admission.
+                Err(::kube::Error::Api(s)) if s.code == 409 => Verdict::Admitted(Some(format!(
+                    "for pod {ns}/{name}: its placeholder exists already"
+                ))),
+                other => answered(other, Some(format!("for pod {ns}/{name}"))),
+            })
+        }
+        Capability::PodEvent | Capability::NodeEvent => {
+            let (namespace, regarding, related) = if capability == Capability::PodEvent {
+                let pod = subjects.pod.as_ref().ok_or_else(no_pod)?;
+                let node = subjects.node.as_ref().ok_or_else(no_node)?;
+                (
+                    pod_name(pod).0,
+                    reference("Pod", pod.metadata.name.as_ref(), pod.metadata.uid.as_ref()),
+                    Some(reference(
+                        "Node",
+                        node.metadata.name.as_ref(),
+                        node.metadata.uid.as_ref(),
+                    )),
+                )
+            } else {
+                let node = subjects.node.as_ref().ok_or_else(no_node)?;
+                (
+                    EVENT_NAMESPACE.to_string(),
+                    reference(
+                        "Node",
+                        node.metadata.name.as_ref(),
+                        node.metadata.uid.as_ref(),
+                    ),
+                    None,
+                )
+            };
+            let about = regarding.name.clone().unwrap_or_default();
+            let event = ObjectEvent {
+                namespace: &namespace,
+                regarding,
+                related,
+                event_id: PREFLIGHT_EVENT,
+                reason: "SpotInterruption",
+                action: "Evict",
+                type_: EventType::Normal,
+                note: "forewarn's preflight: a dry run, nothing is recorded".into(),
+            };
+            let events: Api<Event> = Api::namespaced(client, &namespace);
+            Ok(answered(
+                events
+                    .create(&post, &build(&event, scope.reporting_instance, now))
+                    .await,
+                Some(format!("in namespace {namespace}, about {about}")),
+            ))
+        }
+        Capability::Expander => {
+            let maps: Api<ConfigMap> = Api::namespaced(client, EXPANDER_NAMESPACE);
+            let Some(map) = maps
+                .get_opt(EXPANDER_CONFIGMAP)
+                .await
+                .map_err(|e| failed(&e))?
+            else {
+                return Ok(Verdict::NotChecked(format!(
+                    "ConfigMap {EXPANDER_NAMESPACE}/{EXPANDER_CONFIGMAP} does not exist"
+                )));
+            };
+            Ok(answered(
+                maps.replace(EXPANDER_CONFIGMAP, &post, &map).await,
+                Some(format!(
+                    "{EXPANDER_NAMESPACE}/{EXPANDER_CONFIGMAP}, written back as it is"
+                )),
+            ))
+        }
+    }
+}
+
+fn pod_name(pod: &Pod) -> (String, String) {
+    (
+        pod.metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+        pod.metadata.name.clone().unwrap_or_default(),
+    )
+}
