@@ -193,6 +193,7 @@
 //!   504 up to 15 times, honouring `Retry-After` — including eviction refusals.
 
 mod admission;
+mod chain;
 mod discovery;
 mod eviction;
 mod filters;
@@ -217,6 +218,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use axum::http::Method;
+pub use chain::webhooks::{Webhook, WebhookAction};
 pub use flow_control::{FlowStats, ForeignLoad, suggested as suggested_flow_control};
 pub use resources::{FieldLabel, ListMerge, ResourceDef, StatusOnCreate, builtin_resources};
 pub use sim::settings::{AutoscalerSettings, NodeGroup, SchedulerSettings};
@@ -322,6 +324,7 @@ pub struct KubeFakeBuilder {
     admission: bool,
     /// Objects stored before the server starts (the flow-control configuration).
     seeded: Vec<Value>,
+    webhooks: chain::webhooks::Webhooks,
 }
 
 impl Default for KubeFakeBuilder {
@@ -332,6 +335,7 @@ impl Default for KubeFakeBuilder {
             version: (1, 33),
             admission: true,
             seeded: Vec::new(),
+            webhooks: chain::webhooks::Webhooks::default(),
         }
     }
 }
@@ -392,6 +396,20 @@ impl KubeFakeBuilder {
         self
     }
 
+    /// Adds a mutating admission webhook, called after the built-in mutating plugins, after
+    /// the webhooks added before it (see the `chain` module): e.g. one adding a sidecar to every
+    /// pod of a namespace.
+    pub fn mutating_webhook(mut self, webhook: Webhook) -> Self {
+        self.webhooks.mutating.push(webhook);
+        self
+    }
+
+    /// Adds a validating admission webhook, called last, after the ValidatingAdmissionPolicies.
+    pub fn validating_webhook(mut self, webhook: Webhook) -> Self {
+        self.webhooks.validating.push(webhook);
+        self
+    }
+
     /// Serves one more kind, or replaces the row with the same group, version and plural.
     pub fn resource(mut self, def: ResourceDef) -> Self {
         self.resources.retain(|r| {
@@ -437,6 +455,7 @@ impl KubeFakeBuilder {
         let addr = listener.local_addr().expect("kube-fake: local address");
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let mut store = Store::new(self.resources);
+        store.webhooks = self.webhooks;
         for obj in self.seeded {
             store
                 .seed(obj)
@@ -775,6 +794,21 @@ impl KubeFake {
             .as_ref()
             .map(Sim::launched_nodes)
             .unwrap_or_default()
+    }
+
+    /// Adds a mutating admission webhook to the running fake (after those configured).
+    pub fn add_mutating_webhook(&self, webhook: Webhook) {
+        self.lock().store.webhooks.mutating.push(webhook);
+    }
+
+    /// Adds a validating admission webhook to the running fake (after those configured).
+    pub fn add_validating_webhook(&self, webhook: Webhook) {
+        self.lock().store.webhooks.validating.push(webhook);
+    }
+
+    /// Removes every admission webhook.
+    pub fn clear_webhooks(&self) {
+        self.lock().store.webhooks = chain::webhooks::Webhooks::default();
     }
 
     /// Request counters.
