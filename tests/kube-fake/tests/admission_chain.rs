@@ -88,6 +88,10 @@ async fn a_dry_run_returns_the_defaulted_and_mutated_pod_and_stores_nothing() {
     assert_eq!(app["resources"]["requests"]["cpu"], "1");
     // ServiceAccount: the default account and its projected token, in every container.
     assert_eq!(spec["serviceAccountName"], "default");
+    assert_eq!(
+        spec["serviceAccount"], "default",
+        "the deprecated field, as v1 shows it"
+    );
     let volume = &spec["volumes"][0];
     let volume_name = volume["name"].as_str().unwrap();
     assert!(volume_name.starts_with("kube-api-access-") && volume_name.len() == 21);

@@ -215,6 +215,32 @@ pub(crate) fn pod(obj: &mut Value) {
     }
 }
 
+/// The v1 conversion of a Pod's deprecated `spec.serviceAccount`: read into
+/// `serviceAccountName` when that is empty, and written back from it, as every v1 pod the
+/// server answers shows both.
+pub(crate) fn deprecated_service_account(obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let name = |v: Option<&Value>| {
+        v.and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+            .map(str::to_string)
+    };
+    match (
+        name(spec.get("serviceAccountName")),
+        name(spec.get("serviceAccount")),
+    ) {
+        (Some(n), _) => {
+            spec.insert("serviceAccount".into(), json!(n));
+        }
+        (None, Some(d)) => {
+            spec.insert("serviceAccountName".into(), json!(d));
+        }
+        (None, None) => {}
+    }
+}
+
 /// `SetDefaults_Namespace`: every named Namespace carries `kubernetes.io/metadata.name`.
 pub(crate) fn namespace(obj: &mut Value) {
     let Some(name) = obj

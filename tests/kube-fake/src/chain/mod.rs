@@ -90,14 +90,19 @@ pub(crate) fn create(
         res,
     };
     if attrs.is_pod() {
+        defaults::deprecated_service_account(&mut obj);
         defaults::pod(&mut obj);
         plugins::service_account_admit(store, &attrs, &mut obj)?;
         plugins::priority_admit(store, &attrs, &mut obj)?;
         plugins::default_toleration_seconds(&mut obj)?;
+        defaults::deprecated_service_account(&mut obj);
     } else if attrs.res.group.is_empty() && attrs.res.kind == "Namespace" {
         defaults::namespace(&mut obj);
     }
     mutating_webhooks(store, &attrs, &mut obj)?;
+    if attrs.is_pod() {
+        defaults::deprecated_service_account(&mut obj);
+    }
     store.generate_name(&mut obj);
     store.validate_object(req.idx, &obj)?;
     validating(store, &attrs, &obj, None, req.user)?;
