@@ -15,6 +15,12 @@
 //! `ValidatingAdmissionPolicy '<policy>' with binding '<binding>' denied request: <message>`.
 //! A `dryRun=All` request is admitted or denied the same way (admission runs, nothing is stored).
 //!
+//! Its place in the admission chain (the `chain` module): on a create it sees the object after
+//! the API defaults, the mutating plugins (`ServiceAccount`, `Priority`,
+//! `DefaultTolerationSeconds`) and the mutating webhooks, and after `PodSecurity`; the
+//! validating webhooks come after it. So `object` is what would be stored: a pod that states no
+//! `spec.serviceAccountName` has `default` by then, as on a real server.
+//!
 //! Approximated or not implemented: the CEL library is the `cel` crate's, not Kubernetes' (its
 //! extension libraries — `quantity`, `url`, `authz`, regex flavours — are missing); CREATE,
 //! UPDATE (PUT, PATCH) and DELETE are checked, the `/status` and `/eviction` subresources are

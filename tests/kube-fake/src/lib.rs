@@ -10,7 +10,8 @@
 //!
 //! * **Paths and kinds** of the real server, from a table ([`ResourceDef`],
 //!   [`builtin_resources`]; add rows with [`KubeFakeBuilder::resource`]): core/v1
-//!   `nodes`, `pods` (also listed across namespaces at `/api/v1/pods`), `events`, `configmaps`;
+//!   `nodes`, `pods` (also listed across namespaces at `/api/v1/pods`), `events`,
+//!   `namespaces`, `serviceaccounts`, `configmaps`;
 //!   `events.k8s.io/v1` `events`; `policy/v1` `poddisruptionbudgets`; `apps/v1`
 //!   `daemonsets`, `deployments`, `replicasets`, `statefulsets`; `scheduling.k8s.io/v1`
 //!   `priorityclasses` (cluster-scoped); custom resources
@@ -68,6 +69,38 @@
 //! * **Events**: core/v1 and events.k8s.io/v1 creation is validated with the real
 //!   `ValidateEventCreate` rules (a core/v1 Event about a cluster-scoped object
 //!   must live in `default`, ...), answering the real 422.
+//! * **Admission chain** (the `chain` module), for every create through the HTTP API, a
+//!   `dryRun=All` one included (it runs the whole chain and stores nothing), in the real
+//!   server's order: decode and API defaults (`pkg/apis/core/v1/defaults.go`: `SetDefaults_Pod`,
+//!   `SetDefaults_PodSpec`, `SetDefaults_Container`, ...: `restartPolicy`, `dnsPolicy`,
+//!   `schedulerName`, `terminationGracePeriodSeconds`, `securityContext`,
+//!   `enableServiceLinks`, each container's `imagePullPolicy` by its tag, termination message
+//!   path and policy, ports' `TCP`, a limit copied to a missing request, volume modes; a
+//!   Namespace's `kubernetes.io/metadata.name` label), then the mutating plugins in the order
+//!   of `AllOrderedPlugins` (`pkg/kubeapiserver/options/plugins.go`): `ServiceAccount`
+//!   (`default` when none is named, the projected `kube-api-access-<5 chars>` token volume
+//!   and its read-only mount in every container unless the pod or its account opts out, a
+//!   named account must exist: `default` always does, another only when a ServiceAccount is
+//!   stored), `Priority` (the class's value and preemption policy, `system-node-critical`
+//!   and `system-cluster-critical` built in, else the `globalDefault` class, else 0; an unknown
+//!   class or a contradicting stated value is the plugin's 403), `DefaultTolerationSeconds`
+//!   (the 300 s `not-ready` and `unreachable` `NoExecute` tolerations), then the configured
+//!   mutating webhooks ([`KubeFakeBuilder::mutating_webhook`], [`Webhook`]: a JSON Patch for
+//!   every pod of a namespace, ...); then the object's own validation; then the validating
+//!   plugins: `ServiceAccount`, `PodSecurity` (the namespace's
+//!   `pod-security.kubernetes.io/enforce` and `enforce-version` labels; every baseline and
+//!   restricted check of `pod-security-admission` with its per-version implementations, the
+//!   403 worded as the plugin words it: `pods "p" is forbidden: violates PodSecurity
+//!   "restricted:latest": allowPrivilegeEscalation != false (container "app" must set
+//!   securityContext.allowPrivilegeEscalation=false), ...`), ValidatingAdmissionPolicy (below),
+//!   then the configured validating webhooks (`admission webhook "NAME" denied the request:
+//!   MESSAGE`, 400 unless the webhook says otherwise). The object stored and answered is the
+//!   mutated one, and later plugins see it (a policy testing `has(object.spec.serviceAccountName)`
+//!   sees `default`). Namespaces are served (core/v1 `namespaces`, `Active` when created), so a
+//!   test enables PodSecurity by storing a Namespace with those labels; a namespace not stored
+//!   has no labels, which is `privileged`. Updates of a pod go through the validating half
+//!   (PodSecurity only when the update changes the containers, as the plugin's
+//!   `isSignificantPodUpdate`). [`KubeFake::insert`] stores what it is given, unadmitted.
 //! * **Fault injection**: [`KubeFake::inject`], [`KubeFake::set_latency`],
 //!   [`KubeFake::set_rate_limit`] (429 with `Retry-After: 1`, like API priority
 //!   and fairness), [`KubeFake::hang`]; [`KubeFake::counters`] counts them.
@@ -160,8 +193,9 @@
 //! looks at those nodes only and keeps its condition's message unless preemption there now
 //! nominates; PodDisruptionBudgets and start times play no part in choosing victims (the real
 //! plugin only prefers, best effort, candidates violating fewer budgets); no Events are
-//! written; priority is read when the pod is (and again when a class changes), not fixed at
-//! creation, and an unknown class means 0 rather than a refused create; the kubelet model only
+//! written; a pod created through the API carries the priority the Priority plugin fixed at
+//! creation, while a seeded pod without `spec.priority` has it read from its class when the pod
+//! is (and again when a class changes), an unknown class meaning 0; the kubelet model only
 //! starts the pods the scheduler model bound (seeded pods keep the status given); the
 //! autoscaler keeps its launching nodes and counts newly waiting pods into them instead of
 //! simulating from scratch every 10 s, ignores DaemonSet pods on new nodes, picks a group by
@@ -173,10 +207,21 @@
 //! * watch (`?watch=true` answers 405), `deletecollection` (405), server-side
 //!   apply (`application/apply-patch+yaml` answers 415 with a message saying so),
 //!   YAML and protobuf bodies (415), aggregated discovery, `managedFields`,
-//!   `selfLink`, pagination (`limit` is ignored: lists are complete), `namespaces`
-//!   themselves (any namespace name is accepted), authentication and authorization,
-//!   admission beyond the validation listed above (e.g. a Pod without containers is
-//!   accepted).
+//!   `selfLink`, pagination (`limit` is ignored: lists are complete), the namespace lifecycle
+//!   (a pod may be created in a namespace that is not stored, as with `NamespaceAutoProvision`;
+//!   deleting a Namespace deletes nothing in it), authentication and authorization, Pod
+//!   validation (e.g. a Pod without containers is accepted), the admission plugins other than
+//!   those above (`LimitRanger`, `NodeRestriction`, `ResourceQuota`, `RuntimeClass`,
+//!   `PodTolerationRestriction`, mutating admission policies, ...).
+//! * Approximated admission: mutating plugins and webhooks run on creates only (the real
+//!   `DefaultTolerationSeconds` also runs on updates, the webhooks on what they register for);
+//!   webhooks are called in-process (no `AdmissionReview` over HTTPS, no timeouts or
+//!   `failurePolicy`, no reinvocation, a namespace name instead of a `namespaceSelector`); a
+//!   generated name appears in admission messages as its `generateName` prefix; PodSecurity
+//!   exemptions, `audit` and `warn` modes, the user-namespace relaxations, the 1.34
+//!   `hostProbesAndhostLifecycle` check and the field form of the AppArmor check are not
+//!   modelled; the ServiceAccount plugin's mirror-pod and mountable-secrets rules are not
+//!   either. See the `chain` module.
 //! * The disruption controller is emulated, not run: for percentage budgets a pod
 //!   whose controller is not stored counts as one expected pod (see `eviction`).
 //! * Garbage collection: deleting an owner does not delete its dependents.
@@ -193,6 +238,7 @@
 //!   504 up to 15 times, honouring `Retry-After` — including eviction refusals.
 
 mod admission;
+mod chain;
 mod discovery;
 mod eviction;
 mod filters;
@@ -217,6 +263,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use axum::http::Method;
+pub use chain::webhooks::{Webhook, WebhookAction};
 pub use flow_control::{FlowStats, ForeignLoad, suggested as suggested_flow_control};
 pub use resources::{FieldLabel, ListMerge, ResourceDef, StatusOnCreate, builtin_resources};
 pub use sim::settings::{AutoscalerSettings, NodeGroup, SchedulerSettings};
@@ -322,6 +369,7 @@ pub struct KubeFakeBuilder {
     admission: bool,
     /// Objects stored before the server starts (the flow-control configuration).
     seeded: Vec<Value>,
+    webhooks: chain::webhooks::Webhooks,
 }
 
 impl Default for KubeFakeBuilder {
@@ -332,6 +380,7 @@ impl Default for KubeFakeBuilder {
             version: (1, 33),
             admission: true,
             seeded: Vec::new(),
+            webhooks: chain::webhooks::Webhooks::default(),
         }
     }
 }
@@ -392,6 +441,20 @@ impl KubeFakeBuilder {
         self
     }
 
+    /// Adds a mutating admission webhook, called after the built-in mutating plugins, after
+    /// the webhooks added before it (see the `chain` module): e.g. one adding a sidecar to every
+    /// pod of a namespace.
+    pub fn mutating_webhook(mut self, webhook: Webhook) -> Self {
+        self.webhooks.mutating.push(webhook);
+        self
+    }
+
+    /// Adds a validating admission webhook, called last, after the ValidatingAdmissionPolicies.
+    pub fn validating_webhook(mut self, webhook: Webhook) -> Self {
+        self.webhooks.validating.push(webhook);
+        self
+    }
+
     /// Serves one more kind, or replaces the row with the same group, version and plural.
     pub fn resource(mut self, def: ResourceDef) -> Self {
         self.resources.retain(|r| {
@@ -437,6 +500,7 @@ impl KubeFakeBuilder {
         let addr = listener.local_addr().expect("kube-fake: local address");
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let mut store = Store::new(self.resources);
+        store.webhooks = self.webhooks;
         for obj in self.seeded {
             store
                 .seed(obj)
@@ -775,6 +839,21 @@ impl KubeFake {
             .as_ref()
             .map(Sim::launched_nodes)
             .unwrap_or_default()
+    }
+
+    /// Adds a mutating admission webhook to the running fake (after those configured).
+    pub fn add_mutating_webhook(&self, webhook: Webhook) {
+        self.lock().store.webhooks.mutating.push(webhook);
+    }
+
+    /// Adds a validating admission webhook to the running fake (after those configured).
+    pub fn add_validating_webhook(&self, webhook: Webhook) {
+        self.lock().store.webhooks.validating.push(webhook);
+    }
+
+    /// Removes every admission webhook.
+    pub fn clear_webhooks(&self) {
+        self.lock().store.webhooks = chain::webhooks::Webhooks::default();
     }
 
     /// Request counters.

@@ -241,6 +241,16 @@ const WORKLOAD_LIST_MERGE: &[(&str, ListMerge)] = &[
     ("status.conditions", ListMerge::Key("type")),
 ];
 
+const NAMESPACE_FIELDS: &[FieldLabel] = &[
+    FieldLabel::new("metadata.name", "/metadata/name"),
+    FieldLabel::new("status.phase", "/status/phase"),
+];
+
+/// A Namespace created through the API is `Active` (`SetDefaults_NamespaceStatus`).
+fn namespace_active_status() -> Value {
+    json!({ "phase": "Active" })
+}
+
 fn pod_pending_status() -> Value {
     json!({ "phase": "Pending" })
 }
@@ -256,7 +266,7 @@ pub fn builtin_resources() -> Vec<ResourceDef> {
     .concat()
 }
 
-/// The core group's kinds: Node, Pod, Event, ConfigMap.
+/// The core group's kinds: Node, Pod, Event, Namespace, ServiceAccount, ConfigMap.
 fn core_resources() -> Vec<ResourceDef> {
     vec![
         ResourceDef {
@@ -305,6 +315,38 @@ fn core_resources() -> Vec<ResourceDef> {
             delete_returns_object: false,
             create_on_update: true,
             field_labels: Some(EVENT_FIELDS),
+            list_merge: &[],
+        },
+        ResourceDef {
+            group: "",
+            version: "v1",
+            kind: "Namespace",
+            plural: "namespaces",
+            singular: "namespace",
+            namespaced: false,
+            short_names: &["ns"],
+            custom: false,
+            status_subresource: true,
+            status_on_create: StatusOnCreate::Replace(namespace_active_status),
+            delete_returns_object: false,
+            create_on_update: false,
+            field_labels: Some(NAMESPACE_FIELDS),
+            list_merge: CONDITIONS_LIST_MERGE,
+        },
+        ResourceDef {
+            group: "",
+            version: "v1",
+            kind: "ServiceAccount",
+            plural: "serviceaccounts",
+            singular: "serviceaccount",
+            namespaced: true,
+            short_names: &["sa"],
+            custom: false,
+            status_subresource: false,
+            status_on_create: StatusOnCreate::Keep,
+            delete_returns_object: false,
+            create_on_update: false,
+            field_labels: None,
             list_merge: &[],
         },
         ResourceDef {

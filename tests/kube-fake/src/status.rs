@@ -307,6 +307,36 @@ pub(crate) fn for_reason(code: u16, reason: &str, message: String) -> ApiError {
     failure(code, reason, message, Some(json!({})))
 }
 
+/// `errors.NewForbidden`, as `admission.NewForbidden` and the PodSecurity plugin build it:
+/// `pods "name" is forbidden: <why>` (`pods is forbidden: <why>` without a name).
+pub(crate) fn forbidden(res: &ResourceDef, name: &str, why: &str) -> ApiError {
+    let message = if name.is_empty() {
+        format!("{} is forbidden: {why}", res.qualified_resource())
+    } else {
+        format!(
+            "{} {} is forbidden: {why}",
+            res.qualified_resource(),
+            FieldError::quote(name)
+        )
+    };
+    failure(403, "Forbidden", message, Some(resource_details(res, name)))
+}
+
+/// A webhook's denial: its own status, code, reason (none when empty) and message, no details.
+pub(crate) fn webhook_denial(code: u16, reason: &str, message: String) -> ApiError {
+    failure(code, reason, message, None)
+}
+
+/// `errors.NewInternalError`.
+pub(crate) fn internal_error(why: &str) -> ApiError {
+    failure(
+        500,
+        "InternalError",
+        format!("Internal error occurred: {why}"),
+        Some(json!({"causes": [{"message": why}]})),
+    )
+}
+
 /// `{"kind":"Status",...,"status":"Success"}` as a successful delete or eviction answers.
 pub(crate) fn success(code: Option<u16>, details: Option<Value>) -> Value {
     let mut body = Map::new();

@@ -9,6 +9,7 @@ use std::time::Duration;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Map, Value, json};
 
+use crate::chain::webhooks::Webhooks;
 use crate::patch::{self, PatchFailure};
 use crate::resources::{ResourceDef, StatusOnCreate};
 use crate::selectors::{FieldSelector, LabelSelector};
@@ -109,6 +110,8 @@ pub type Now = std::sync::Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
 /// The objects, the global resourceVersion counter and per-type rules.
 pub(crate) struct Store {
     pub resources: Vec<ResourceDef>,
+    /// The configured admission webhooks (see the `chain` module).
+    pub webhooks: Webhooks,
     objects: BTreeMap<ObjKey, Value>,
     resource_version: u64,
     rng: u64,
@@ -212,6 +215,7 @@ impl Store {
             frozen: None,
             tracked: Vec::new(),
             changes: Vec::new(),
+            webhooks: Webhooks::default(),
         };
         store.pods = store.find_kind("v1", "Pod");
         store
@@ -595,6 +599,41 @@ impl Store {
         }
     }
 
+    /// What decoding a create does before admission: the body must be an object of this kind
+    /// (apiVersion and kind filled in when absent), in the request's namespace.
+    pub(crate) fn decode_create(
+        &self,
+        idx: usize,
+        namespace: Option<&str>,
+        obj: &mut Value,
+    ) -> Result<(), ApiError> {
+        let res = &self.resources[idx];
+        if !obj.is_object() {
+            return Err(status::bad_request(format!(
+                "Object '{}' is missing in '{obj}'",
+                res.kind
+            )));
+        }
+        Self::check_type(res, obj)?;
+        Self::settle_namespace(res, obj, namespace)
+    }
+
+    /// Gives an object with a `generateName` and no name its generated name.
+    pub(crate) fn generate_name(&mut self, obj: &mut Value) {
+        if meta_str(obj, "name").unwrap_or_default().is_empty()
+            && let Some(prefix) = meta_str(obj, "generateName").map(str::to_string)
+            && !prefix.is_empty()
+        {
+            let name = format!("{prefix}{}", self.name_suffix());
+            meta_mut(obj).insert("name".into(), json!(name));
+        }
+    }
+
+    /// The kind's own validation of an object about to be stored.
+    pub(crate) fn validate_object(&self, idx: usize, obj: &Value) -> Result<(), ApiError> {
+        Self::validate(&self.resources[idx], obj)
+    }
+
     /// POST to a collection.
     pub fn create(
         &mut self,
@@ -619,13 +658,7 @@ impl Store {
                 "resourceVersion should not be set on objects to be created",
             ));
         }
-        if meta_str(&obj, "name").unwrap_or_default().is_empty()
-            && let Some(prefix) = meta_str(&obj, "generateName").map(str::to_string)
-            && !prefix.is_empty()
-        {
-            let name = format!("{prefix}{}", self.name_suffix());
-            meta_mut(&mut obj).insert("name".into(), json!(name));
-        }
+        self.generate_name(&mut obj);
         Self::validate(&res, &obj)?;
         let name = meta_str(&obj, "name").unwrap_or_default().to_string();
         let key = self.key(idx, namespace, &name);

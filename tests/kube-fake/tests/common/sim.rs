@@ -69,8 +69,25 @@ pub fn running_with(name: &str, node_name: &str, cpu: &str, priority: i32) -> Va
     p
 }
 
-/// Creates a pod through the API.
-pub async fn create(fake: &KubeFake, pod: Value) -> Pod {
+/// Creates a pod through the API. A pod stating `spec.priority` (and maybe
+/// `spec.preemptionPolicy`) is given a PriorityClass of that value and policy instead, stored
+/// first: the Priority admission plugin refuses a pod stating a priority its class does not give.
+pub async fn create(fake: &KubeFake, mut pod: Value) -> Pod {
+    if let Some(priority) = pod["spec"]["priority"].as_i64() {
+        let policy = pod["spec"]["preemptionPolicy"]
+            .as_str()
+            .unwrap_or("PreemptLowerPriority")
+            .to_string();
+        let class = format!("p{priority}-{}", policy.to_lowercase());
+        fake.insert(
+            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": class}, "value": priority, "preemptionPolicy": policy}),
+        );
+        let spec = pod["spec"].as_object_mut().unwrap();
+        spec.remove("priority");
+        spec.remove("preemptionPolicy");
+        spec.insert("priorityClassName".into(), json!(class));
+    }
     let pods: Api<Pod> = Api::namespaced(fake.client(), "web");
     let pod: Pod = serde_json::from_value(pod).unwrap();
     pods.create(&PostParams::default(), &pod).await.unwrap()
