@@ -2,6 +2,7 @@
 //! the event source mapping, and a small EKS for its access entries (`eks`). The Kubernetes API
 //! fake is its own crate, `kube-fake`.
 
+pub mod cluster;
 pub mod contract;
 pub mod ec2;
 pub mod eks;

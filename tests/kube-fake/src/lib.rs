@@ -609,6 +609,12 @@ impl KubeFake {
             .unwrap_or_else(|| panic!("kube-fake does not serve {api_version} {kind}"))
     }
 
+    /// Whether the fake serves `kind` of `api_version` (e.g. `admissionregistration.k8s.io/v1`
+    /// `ValidatingAdmissionPolicy`, served only with [`KubeFakeBuilder::admission_policies`]).
+    pub fn serves(&self, api_version: &str, kind: &str) -> bool {
+        self.lock().store.find_kind(api_version, kind).is_some()
+    }
+
     /// Seeds an object of any served kind (found by apiVersion and kind), as if it
     /// had been created: uid, resourceVersion, creationTimestamp and generation are
     /// set like the server would, everything else (status included) is kept. An

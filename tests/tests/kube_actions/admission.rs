@@ -82,13 +82,37 @@ async fn placeholders_pass_the_admission_policy_and_nothing_else_forewarns_group
             v["metadata"].as_object_mut().unwrap().remove(field);
         }
         v.as_object_mut().unwrap().remove("status");
+        // What the Priority plugin computed: sent again, a real server refuses it for another
+        // class.
+        for field in ["priority", "preemptionPolicy"] {
+            v["spec"].as_object_mut().unwrap().remove(field);
+        }
         let uid = "u-shape";
         v["metadata"]["name"] = json!(format!("forewarn-placeholder-{uid}"));
         v["metadata"]["annotations"]["forewarn.io/pod-uid"] = json!(uid);
         change(&mut v);
         v
     };
-    let denied = denied_shapes(variant);
+    // A service account other than the default, that exists: the policy refuses it.
+    w.fake
+        .insert(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                         "metadata": {"name": "admin", "namespace": "forewarn"}}));
+    for (what, body) in refused_by_pod_security(&variant) {
+        let obj: kube::core::DynamicObject = serde_json::from_value(body).unwrap();
+        match pods("forewarn")
+            .create(&kube::api::PostParams::default(), &obj)
+            .await
+        {
+            Err(kube::Error::Api(s)) => assert!(
+                s.code == 403
+                    && s.message
+                        .contains("violates PodSecurity \"restricted:latest\""),
+                "{what}: {s:?}"
+            ),
+            other => panic!("{what}: admitted: {other:?}"),
+        }
+    }
+    let denied = denied_shapes(&variant);
     for (what, body) in denied {
         let ns = body["metadata"]["namespace"].as_str().unwrap().to_string();
         let obj: kube::core::DynamicObject = serde_json::from_value(body).unwrap();
@@ -165,7 +189,7 @@ async fn assert_placeholders_admitted_for_each_group(w: &mut World) {
 
 /// The placeholder's shape changed as the policy denies forewarn's groups, each `variant` of the
 /// good one (under another uid), with what was changed.
-fn denied_shapes(variant: impl Fn(&dyn Fn(&mut Value)) -> Value) -> Vec<(&'static str, Value)> {
+fn denied_shapes(variant: &impl Fn(&dyn Fn(&mut Value)) -> Value) -> Vec<(&'static str, Value)> {
     let denied: Vec<(&str, Value)> = vec![
         (
             "another namespace",
@@ -215,8 +239,156 @@ fn denied_shapes(variant: impl Fn(&dyn Fn(&mut Value)) -> Value) -> Vec<(&'stati
                 v["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "x", "uid": "y"}])
             }),
         ),
+        // Pod Security `restricted` admits each of these; only the placeholder policy refuses.
+        (
+            "another non-root user",
+            variant(&|v| v["spec"]["securityContext"]["runAsUser"] = json!(1000)),
+        ),
+        (
+            "a capability added",
+            variant(&|v| {
+                v["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] =
+                    json!(["NET_BIND_SERVICE"])
+            }),
+        ),
+        (
+            "a writable root filesystem",
+            variant(&|v| {
+                v["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] =
+                    json!(false)
+            }),
+        ),
+        (
+            "an SELinux label",
+            variant(&|v| {
+                v["spec"]["securityContext"]["seLinuxOptions"] = json!({"type": "container_t"})
+            }),
+        ),
+        (
+            "a runtime class",
+            variant(&|v| v["spec"]["runtimeClassName"] = json!("runc")),
+        ),
+        (
+            "supplemental groups",
+            variant(&|v| v["spec"]["securityContext"]["supplementalGroups"] = json!([0])),
+        ),
     ];
     denied
+}
+
+/// What Pod Security `restricted` (namespace forewarn's level, `infra/k8s/rbac.yaml`) refuses
+/// before the placeholder policy is asked: the placeholder's old shape, without a security
+/// context, and a privileged or root one.
+fn refused_by_pod_security(
+    variant: &impl Fn(&dyn Fn(&mut Value)) -> Value,
+) -> Vec<(&'static str, Value)> {
+    vec![
+        (
+            "the old shape, without a security context",
+            variant(&|v| {
+                v["spec"].as_object_mut().unwrap().remove("securityContext");
+                v["spec"]["containers"][0]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("securityContext");
+            }),
+        ),
+        (
+            "root",
+            variant(&|v| {
+                v["spec"]["securityContext"]["runAsUser"] = json!(0);
+                v["spec"]["securityContext"]["runAsNonRoot"] = json!(false);
+            }),
+        ),
+        (
+            "privileged",
+            variant(&|v| v["spec"]["containers"][0]["securityContext"]["privileged"] = json!(true)),
+        ),
+        (
+            "privilege escalation",
+            variant(&|v| {
+                v["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] =
+                    json!(true)
+            }),
+        ),
+    ]
+}
+
+/// A placeholder refused at run time is explained: a mutating webhook that adds a sidecar to
+/// every pod of namespace forewarn (a service mesh's injector, as a cluster may run one) makes
+/// the placeholder policy refuse the placeholders (one container only). Their pods are evicted
+/// at once, as without surge; the refusals are counted in the drain's report (the
+/// `PlaceholdersRefused` metric), and said once per namespace and refusing step: one Warning
+/// Event `PlaceholderRefused` on the node, naming the namespace, the policy and its message,
+/// and none again for the same refusal on the next node.
+#[tokio::test]
+async fn a_placeholder_refused_by_admission_is_said_once_and_its_pods_evicted_at_once() {
+    let sidecar = kube_fake::Webhook::patch(
+        "inject.mesh.example",
+        json!([{"op": "add", "path": "/spec/containers/-", "value": {
+            "name": "proxy", "image": "mesh/proxy:1",
+            "securityContext": {"allowPrivilegeEscalation": false,
+                "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": true}}}]),
+    )
+    .namespace("forewarn");
+    let fake = KubeFake::builder()
+        .admission_policies()
+        .mutating_webhook(sidecar)
+        .start()
+        .await;
+    let mut w = World::on(fake);
+    w.fake.insert(node(NODE, ID));
+    w.fake.insert(node(OTHER_NODE, OTHER_ID));
+    w.config.surge_kinds = forewarn::domain::surge::SURGE_KINDS.into();
+    for (name, on) in [("web-1", NODE), ("web-2", NODE), ("web-3", OTHER_NODE)] {
+        w.fake
+            .insert(pod_object("default", name, on, "web", "ReplicaSet"));
+    }
+    let executor = w.executor();
+    let plan = w
+        .plan(&event(EventKind::SpotInterruption, "ev-refused"))
+        .await;
+    executor.run(&plan, Pass::Cordon).await.unwrap();
+    let out = first_drain_pass(&w, &executor, &plan).await;
+    let drain = out.drain.as_ref().unwrap();
+    assert_eq!(drain.placeholders_refused, 2, "{drain:?}");
+    assert_eq!(drain.placeholders_created, 0);
+    for pod in ["web-1", "web-2"] {
+        assert!(w.pod("default", pod).is_none(), "{pod} evicted at once");
+    }
+    let refused = |w: &World| -> Vec<Value> {
+        w.fake
+            .list("events.k8s.io/v1", "Event")
+            .into_iter()
+            .filter(|e| e["reason"] == "PlaceholderRefused")
+            .collect()
+    };
+    let events = refused(&w);
+    assert_eq!(
+        events.len(),
+        1,
+        "once per namespace and refusal: {events:?}"
+    );
+    let e = &events[0];
+    assert_eq!(e["type"], "Warning");
+    assert_eq!(e["regarding"]["kind"], "Node");
+    assert_eq!(e["regarding"]["name"], NODE);
+    let note = e["note"].as_str().unwrap();
+    assert!(
+        note.contains("namespace default")
+            && note.contains("ValidatingAdmissionPolicy 'forewarn-placeholders-only'")
+            && note.contains("one pause container"),
+        "{note}"
+    );
+    // The same refusal on the next node, past the minute a refused namespace is not asked
+    // again: counted, not said again.
+    w.clock.sleep(Duration::from_secs(61)).await;
+    let other = plan_for_other(&w, "ev-refused-2").await;
+    executor.run(&other, Pass::Cordon).await.unwrap();
+    let out = first_drain_pass(&w, &executor, &other).await;
+    assert_eq!(out.drain.as_ref().unwrap().placeholders_refused, 1);
+    assert!(w.pod("default", "web-3").is_none());
+    assert_eq!(refused(&w).len(), 1, "said once");
 }
 
 /// A placeholder never counts as room on another doomed node: a pod that tolerates every taint
@@ -240,16 +412,7 @@ async fn a_placeholder_never_lands_on_another_node_forewarn_cordoned() {
     w.fake.insert(web);
     let executor = w.executor();
     // The other node's instance is warned first: forewarn cordons it (and labels it).
-    let instances = BTreeMap::from([(OTHER_ID.to_string(), instance(OTHER_ID, OTHER_NODE))]);
-    let known: Vec<InstanceFacts> = instances.values().cloned().collect();
-    let nodes = KubeNodeDirectory::new(w.clients.clone())
-        .nodes(&known)
-        .await
-        .unwrap();
-    let warning = fixtures::event(EventKind::SpotInterruption, "ev-other", OTHER_ID)
-        .time(w.clock.now())
-        .build();
-    let other = decide(&warning, Facts::new(&instances, &nodes), &w.config);
+    let other = plan_for_other(&w, "ev-other").await;
     executor.run(&other, Pass::Cordon).await.unwrap();
     let labels = w.node(OTHER_NODE).unwrap()["metadata"]["labels"].clone();
     assert_eq!(labels["forewarn.io/cordoned"], "true", "{labels}");
@@ -351,4 +514,18 @@ async fn forewarns_node_writes_pass_the_node_policy_and_nothing_else_does() {
             other => panic!("{what}: admitted: {other:?}"),
         }
     }
+}
+
+/// The plan of a spot warning `id` for the other node's instance.
+async fn plan_for_other(w: &World, id: &str) -> forewarn::domain::plan::Plan {
+    let instances = BTreeMap::from([(OTHER_ID.to_string(), instance(OTHER_ID, OTHER_NODE))]);
+    let known: Vec<InstanceFacts> = instances.values().cloned().collect();
+    let nodes = KubeNodeDirectory::new(w.clients.clone())
+        .nodes(&known)
+        .await
+        .unwrap();
+    let warning = fixtures::event(EventKind::SpotInterruption, id, OTHER_ID)
+        .time(w.clock.now())
+        .build();
+    decide(&warning, Facts::new(&instances, &nodes), &w.config)
 }

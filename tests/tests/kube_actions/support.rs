@@ -31,6 +31,18 @@ pub(crate) const OTHER_NODE: &str = "ip-10-0-1-12.ec2.internal";
 pub(crate) const OTHER_ID: &str = "i-0a1b2c3d4e5f69999";
 pub(crate) const TAINT: &str = "forewarn.io/interruption";
 
+/// The handler's Kubernetes group (the stack's default HandlerKubernetesGroup).
+pub(crate) const HANDLER_GROUP: &str = "forewarn-handler";
+
+/// A client of `fake` that sends as `group` (impersonated, as the fake knows identities): as a
+/// function's IAM role mapped to that group by its access entry.
+pub(crate) fn as_group(fake: &KubeFake, group: &str) -> kube::Client {
+    let mut config = fake.config();
+    config.auth_info.impersonate = Some(format!("arn:aws:sts::123456789012:assumed-role/{group}"));
+    config.auth_info.impersonate_groups = Some(vec![group.to_string()]);
+    kube::Client::try_from(config).expect("a client of the fake")
+}
+
 /// A node of this world: as a kubelet on EC2 registers it, with its InternalIP and Hostname
 /// addresses, an instance-type label and a `dedicated=batch` taint (which forewarn must keep).
 pub(crate) fn node(name: &str, instance_id: &str) -> Value {
@@ -184,16 +196,23 @@ pub(crate) struct World {
 }
 
 impl World {
+    /// A world on a fake that enforces forewarn's admission policies.
     pub(crate) async fn new() -> World {
-        World::on(KubeFake::start().await)
+        World::on(KubeFake::builder().admission_policies().start().await)
     }
 
-    /// A world on `fake` (a fake built with the cluster simulation, say).
+    /// A world on `fake` (a fake built with the cluster simulation, say), set up as a cluster
+    /// forewarn was deployed to ([`forewarn_tests::cluster::as_deployed`]: its namespace at Pod
+    /// Security `restricted`, the placeholders' PriorityClass, the admission policies where the
+    /// fake serves them), forewarn's clients sending as the handler's group
+    /// ([`HANDLER_GROUP`]): every write goes through the fake's admission chain as on a real
+    /// API server.
     pub(crate) fn on(fake: KubeFake) -> World {
         let clock = ManualClock::at(Utc::now());
         let fakes = clock.clone();
         fake.set_clock(move || fakes.now());
-        let clients = ClusterClient::new(fake.client()).with_clock(clock.shared());
+        forewarn_tests::cluster::as_deployed(&fake);
+        let clients = ClusterClient::new(as_group(&fake, HANDLER_GROUP)).with_clock(clock.shared());
         World {
             fake,
             clients,

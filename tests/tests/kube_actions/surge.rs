@@ -85,8 +85,15 @@ fn assert_admissible(ph: &Value) {
     assert_eq!(meta["labels"]["forewarn.io/placeholder"], "true");
     assert_eq!(spec["priorityClassName"], "forewarn-placeholder");
     assert_eq!(spec["automountServiceAccountToken"], false);
+    // The ServiceAccount plugin names the namespace's default account, and mounts no token.
+    assert_eq!(spec["serviceAccountName"], "default");
+    // Pod Security `restricted`, which namespace forewarn enforces.
+    assert_eq!(spec["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        spec["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
     for absent in [
-        "serviceAccountName",
         "nodeName",
         "initContainers",
         "ephemeralContainers",
@@ -113,10 +120,14 @@ fn assert_admissible(ph: &Value) {
         "readinessProbe",
         "startupProbe",
         "lifecycle",
-        "securityContext",
     ] {
         assert!(c.get(absent).is_none(), "{absent} in {ph}");
     }
+    assert_eq!(
+        c["securityContext"],
+        json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]},
+               "readOnlyRootFilesystem": true})
+    );
 }
 
 /// Drain passes (after the cordon pass) until none is pending, each after the pass gap or at
