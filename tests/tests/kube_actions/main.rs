@@ -42,6 +42,7 @@ mod nth_taints;
 mod pipeline;
 mod pod_events;
 mod policy;
+mod preflight;
 mod rbac;
 mod support;
 mod surge;

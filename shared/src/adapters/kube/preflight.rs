@@ -312,9 +312,13 @@ async fn prove_one(
             let (namespace, regarding, related) = if capability == Capability::PodEvent {
                 let pod = subjects.pod.as_ref().ok_or_else(no_pod)?;
                 let node = subjects.node.as_ref().ok_or_else(no_node)?;
+                let regarding = ObjectReference {
+                    namespace: Some(pod_name(pod).0),
+                    ..reference("Pod", pod.metadata.name.as_ref(), pod.metadata.uid.as_ref())
+                };
                 (
                     pod_name(pod).0,
-                    reference("Pod", pod.metadata.name.as_ref(), pod.metadata.uid.as_ref()),
+                    regarding,
                     Some(reference(
                         "Node",
                         node.metadata.name.as_ref(),
