@@ -685,7 +685,7 @@ fn a_cluster_before_1_30_gets_no_placeholder_grant() {
                 .to_string(),
             "without node-writes.yaml, forewarn's groups may patch any field of a Node".to_string(),
             format!("PriorityClass forewarn-placeholder: {skipped}"),
-            "without placeholders.yaml, surge".to_string(),
+            "surge is off on this cluster: without placeholders.yaml".to_string(),
             format!("ConfigMap kube-system/{EXPANDER}: would be created"),
             "FlowSchema forewarn: would be created".to_string(),
         ] {
