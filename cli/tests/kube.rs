@@ -1,6 +1,7 @@
 //! `forewarn replay --kube` against the Kubernetes API fake, reached through a kubeconfig as a
 //! user's would be: without --execute the plan is read from the live cluster and nothing is
-//! written; with --execute the node is cordoned and drained.
+//! written; with --execute the node is cordoned and drained. And `forewarn check --kube`, the
+//! preflight, through the fake's admission chain.
 
 use std::path::Path;
 use std::process::Output;
@@ -47,7 +48,8 @@ async fn replay(kubeconfig: &Path, args: Vec<&'static str>) -> Value {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn replay_plans_from_the_live_cluster_and_acts_only_with_execute() {
-    let fake = KubeFake::start().await;
+    // As a cluster forewarn was deployed to (its namespace, PriorityClass, admission policies).
+    let fake = forewarn_tests::cluster::deployed().await;
     let captured: Value = serde_json::from_str(
         &std::fs::read_to_string(root().join("events/state/cluster.json")).unwrap(),
     )
@@ -191,7 +193,8 @@ async fn audit_reads_the_live_cluster_within_its_rbac_and_its_budgets_are_valid(
     use kube::Api;
     use kube::api::{EvictParams, PostParams};
 
-    let fake = KubeFake::start().await;
+    // As a cluster forewarn was deployed to (its namespace, PriorityClass, admission policies).
+    let fake = forewarn_tests::cluster::deployed().await;
     let captured: Value = serde_json::from_str(
         &std::fs::read_to_string(root().join("events/state/audit.json")).unwrap(),
     )
@@ -281,4 +284,78 @@ async fn audit_reads_the_live_cluster_within_its_rbac_and_its_budgets_are_valid(
             .await
             .unwrap_or_else(|e| panic!("{ns}/{name}: evicting {pod_name}: {e}"));
     }
+}
+
+/// `forewarn check --kube` on a cluster as `forewarn deploy` leaves it: every write of both
+/// groups admitted (exit 0); once a Kyverno-like webhook refuses pods in namespace forewarn, the
+/// placeholder's line names it with its message, and the exit code is 2 (surge is on by
+/// default, so the configuration uses it).
+#[tokio::test(flavor = "multi_thread")]
+async fn check_proves_every_write_and_names_what_refuses_one() {
+    use forewarn::domain::fixtures::{node_object, pod_object};
+    let fake = forewarn_tests::cluster::deployed().await;
+    fake.insert(
+        node_object("ip-10-0-1-11.ec2.internal", "i-0a1b2c3d4e5f60001")
+            .kubelet()
+            .ready()
+            .build(),
+    );
+    fake.insert(pod_object(
+        "shop",
+        "web-1",
+        "ip-10-0-1-11.ec2.internal",
+        "web",
+        "ReplicaSet",
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = kubeconfig_for(&fake.url(), dir.path());
+    let check = |kubeconfig: std::path::PathBuf| {
+        tokio::task::spawn_blocking(move || {
+            let state = tempfile::tempdir().unwrap();
+            forewarn(&kubeconfig, state.path(), &["check", "--kube"])
+        })
+    };
+    let out = check(kubeconfig.clone()).await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        "cordon",
+        "evict",
+        "placeholder",
+        "pod-event",
+        "node-event",
+        "way-back",
+    ] {
+        assert!(
+            text.contains(&format!("ok      {line}")) && text.contains("as forewarn-handler"),
+            "{line}: {text}"
+        );
+    }
+    assert!(
+        text.contains("expander") && text.contains("as forewarn-sweeper"),
+        "{text}"
+    );
+    // Nothing was stored: the placeholder's dry run left no pod in namespace forewarn.
+    assert!(
+        fake.list("v1", "Pod")
+            .iter()
+            .all(|p| p["metadata"]["namespace"] != "forewarn")
+    );
+    fake.add_validating_webhook(
+        kube_fake::Webhook::deny("validate.kyverno.svc-fail", "label 'team' is required")
+            .namespace("forewarn"),
+    );
+    let out = check(kubeconfig).await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("REFUSED placeholder")
+            && text.contains("admission webhook \"validate.kyverno.svc-fail\"")
+            && text.contains("label 'team' is required"),
+        "{text}"
+    );
 }

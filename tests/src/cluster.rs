@@ -46,3 +46,30 @@ pub fn as_deployed(fake: &KubeFake) -> usize {
     }
     stored
 }
+
+/// The handler's Kubernetes group (the stack's default `HandlerKubernetesGroup`).
+pub const HANDLER_GROUP: &str = "forewarn-handler";
+/// The sweeper's Kubernetes group (the stack's default `SweeperKubernetesGroup`).
+pub const SWEEPER_GROUP: &str = "forewarn-sweeper";
+
+/// A fake as a cluster forewarn was deployed to: it serves and enforces admission policies, and
+/// holds the objects of forewarn's manifests admission reads ([`as_deployed`]).
+pub async fn deployed() -> KubeFake {
+    let fake = KubeFake::builder().admission_policies().start().await;
+    as_deployed(&fake);
+    fake
+}
+
+/// The kube configuration of a client of `fake` that sends as `group` (impersonated: the only
+/// identity the fake knows), as a function's IAM role mapped to that group by its access entry.
+pub fn config_as(fake: &KubeFake, group: &str) -> kube::Config {
+    let mut config = fake.config();
+    config.auth_info.impersonate = Some(format!("arn:aws:sts::123456789012:assumed-role/{group}"));
+    config.auth_info.impersonate_groups = Some(vec![group.to_string()]);
+    config
+}
+
+/// A client of `fake` that sends as `group` ([`config_as`]).
+pub fn client_as(fake: &KubeFake, group: &str) -> kube::Client {
+    kube::Client::try_from(config_as(fake, group)).expect("a client of the fake")
+}

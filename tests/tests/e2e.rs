@@ -106,7 +106,8 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
         let Fleet { spot, .. } = &fleet;
 
         // The cluster.
-        let fake = KubeFake::start().await;
+        // As deployed: forewarn's manifests applied, its client in the handler's group.
+        let fake = forewarn_tests::cluster::deployed().await;
         seed_cluster(&fake, &fleet);
 
         // Pods evicted at once: this fake has no scheduler, so placeholders would never run and
@@ -117,7 +118,10 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
             surge_kinds: Default::default(),
             ..Config::default()
         };
-        let clients = ClusterClient::new(fake.client());
+        let clients = ClusterClient::new(forewarn_tests::cluster::client_as(
+            &fake,
+            forewarn_tests::cluster::HANDLER_GROUP,
+        ));
         let store = Arc::new(DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), table.clone()));
         // Drains continue through the queue, as deployed; evicted pods take 2 s to go.
         fake.set_eviction_grace(Duration::from_secs(2));

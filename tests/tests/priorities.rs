@@ -267,11 +267,14 @@ fn hot_spot_groups_are_demoted_until_their_pools_return() {
             .await
             .unwrap();
 
-        let fake = Arc::new(KubeFake::start().await);
+        let fake = Arc::new(forewarn_tests::cluster::deployed().await);
         fake.insert(json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "forewarn-priority-base", "namespace": "kube-system"},
             "data": {"priorities": BASE}}));
-        let expander = KubeExpander::new(ClusterClient::new(fake.client()));
+        let expander = KubeExpander::new(ClusterClient::new(forewarn_tests::cluster::client_as(
+            &fake,
+            forewarn_tests::cluster::SWEEPER_GROUP,
+        )));
         macro_rules! run {
             ($expander:expr, $share:expr, $write:expr) => {
                 prio(&cluster, &source, &store, $expander, $share, $write)
@@ -433,7 +436,7 @@ fn the_sweeper_never_creates_the_expander_configmap() {
             ))
             .await
             .unwrap();
-        let fake = Arc::new(KubeFake::start().await);
+        let fake = Arc::new(forewarn_tests::cluster::deployed().await);
         fake.insert(json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "forewarn-priority-base", "namespace": "kube-system"},
             "data": {"priorities": BASE}}));
@@ -442,7 +445,10 @@ fn the_sweeper_never_creates_the_expander_configmap() {
                 concurrency: 1,
                 fleet: forewarn::app::fleet::Fleet::one(forewarn::app::fleet::Cluster {
                     expander: Some(Arc::new(KubeExpander::new(ClusterClient::new(
-                        fake.client(),
+                        forewarn_tests::cluster::client_as(
+                            &fake,
+                            forewarn_tests::cluster::SWEEPER_GROUP,
+                        ),
                     )))),
                     ..forewarn::app::fleet::Cluster::none()
                 }),

@@ -48,7 +48,8 @@ fn sweeps_orphaned_nodes_once_and_never_after_a_handled_event() {
             .unwrap();
         let unknown = "i-0000000000000dead";
 
-        let fake = KubeFake::start().await;
+        // As deployed: forewarn's manifests applied, its client in the sweeper's group.
+        let fake = forewarn_tests::cluster::deployed().await;
         fake.insert(node_object(&gone_dns, &gone).build());
         fake.insert(node_object(&running_dns, &running).build());
         fake.insert(node_object("ghost", unknown).build());
@@ -61,7 +62,7 @@ fn sweeps_orphaned_nodes_once_and_never_after_a_handled_event() {
             cluster_name: Some(cluster.clone()),
             ..Config::default()
         };
-        let clients = ClusterClient::new(fake.client());
+        let clients = as_sweeper(&fake);
         let store = Arc::new(DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), table));
         let ec2_dir = Arc::new(Ec2Directory::from_conf(&sdk));
         let handler = Handler {
@@ -260,7 +261,8 @@ fn impaired_instances_and_scheduled_retirements_are_drained_once() {
         let now = chrono::Utc::now();
         let recovered = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (client, asked) = ec2_stub(now, recovered.clone()).await;
-        let fake = KubeFake::start().await;
+        // As deployed: forewarn's manifests applied, its client in the sweeper's group.
+        let fake = forewarn_tests::cluster::deployed().await;
         // One manual clock for the sweeper, its drains' passes and the fake: the passes' waits
         // move it on instead of sleeping.
         let clock = forewarn::adapters::clock::ManualClock::at(now);
@@ -271,7 +273,7 @@ fn impaired_instances_and_scheduled_retirements_are_drained_once() {
             cluster_name: Some("demo".into()),
             ..Config::default()
         };
-        let clients = ClusterClient::new(fake.client()).with_clock(clock.shared());
+        let clients = as_sweeper(&fake).with_clock(clock.shared());
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn forewarn::ports::PoolStore> =
             Arc::new(EmbeddedStore::open(dir.path()).unwrap());
@@ -425,4 +427,12 @@ fn assert_impaired_and_retiring_drained(fake: &KubeFake) {
         .unwrap();
     let taints = node["spec"]["taints"].to_string();
     assert!(taints.contains("\"value\":\"impaired\""), "{taints}");
+}
+
+/// Clients of `fake` in the sweeper's group, as deployed.
+fn as_sweeper(fake: &KubeFake) -> ClusterClient {
+    ClusterClient::new(forewarn_tests::cluster::client_as(
+        fake,
+        forewarn_tests::cluster::SWEEPER_GROUP,
+    ))
 }

@@ -694,6 +694,65 @@ mod tests {
         }
     }
 
+    /// The probe passes Pod Security `restricted` (forewarn's namespace as deployed), so that on
+    /// a cluster without the placeholder policy it is admitted (not enforced), never refused by
+    /// Pod Security; another admission that refuses it first is named with its message, and
+    /// the grant is not applied.
+    #[tokio::test]
+    async fn the_check_tells_the_policy_from_pod_security_and_from_another_admission() {
+        let clock = forewarn::adapters::clock::ManualClock::at(chrono::Utc::now());
+        let fake = kube_fake::KubeFake::builder()
+            .admission_policies()
+            .start()
+            .await;
+        // The namespace at `restricted` and the PriorityClass; no placeholder policy.
+        for object in forewarn_tests::cluster::manifest("rbac.yaml") {
+            if object["kind"] == "Namespace" {
+                fake.insert(object);
+            }
+        }
+        let checked = check_placeholder_policy(&fake.client(), "forewarn-handler", 1, &clock).await;
+        assert_eq!(
+            checked,
+            Enforcement::NotEnforced,
+            "admitted by Pod Security"
+        );
+        forewarn_tests::cluster::as_deployed(&fake);
+        let checked = check_placeholder_policy(&fake.client(), "forewarn-handler", 1, &clock).await;
+        assert_eq!(checked, Enforcement::Enforced);
+        fake.add_validating_webhook(
+            kube_fake::Webhook::deny(
+                "gatekeeper.sh",
+                "[k8srequiredlabels] you must provide labels",
+            )
+            .namespace("forewarn"),
+        );
+        // The validating webhooks run after the policies: the policy still says first.
+        let checked = check_placeholder_policy(&fake.client(), "forewarn-handler", 1, &clock).await;
+        assert_eq!(checked, Enforcement::Enforced);
+        fake.clear_webhooks();
+        fake.add_mutating_webhook(
+            kube_fake::Webhook::patch(
+                "inject.mesh.example",
+                serde_json::json!([{"op": "add", "path": "/spec/containers/-",
+                    "value": {"name": "proxy", "image": "mesh/proxy:1"}}]),
+            )
+            .namespace("forewarn"),
+        );
+        // A sidecar injected without a security context: Pod Security refuses before the policy.
+        let checked = check_placeholder_policy(&fake.client(), "forewarn-handler", 1, &clock).await;
+        let Enforcement::RefusedBy(by, message) = &checked else {
+            panic!("{checked}");
+        };
+        assert_eq!(
+            by,
+            &forewarn::domain::admission::RefusedBy::PodSecurity("restricted:latest".into())
+        );
+        assert!(message.contains("container \"proxy\""), "{message}");
+        let said = surge_off("forewarn-handler", &checked);
+        assert!(said.contains("refused by PodSecurity"), "{said}");
+    }
+
     /// The stack's group names replace the defaults in the bindings' subjects and the admission
     /// policies' CEL, and nowhere else; the defaults leave the manifests as written.
     #[test]

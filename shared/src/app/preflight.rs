@@ -59,8 +59,11 @@ pub fn blocking<'a>(proofs: &'a [Proof], config: &Config, priorities: bool) -> V
 /// every line).
 #[derive(Debug, Default)]
 pub struct PreflightMemory {
-    last: Mutex<BTreeMap<String, (DateTime<Utc>, Vec<Proof>)>>,
+    last: Mutex<BTreeMap<String, LastPreflight>>,
 }
+
+/// When a cluster's last preflight ran, and what it found.
+type LastPreflight = (DateTime<Utc>, Vec<Proof>);
 
 impl PreflightMemory {
     /// Whether `cluster` is due a preflight at `now` (none yet, or the last [`EVERY`] ago).

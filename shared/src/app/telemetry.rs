@@ -65,28 +65,40 @@ impl Telemetry {
                 "preflight: writes forewarn's configuration uses are refused by this cluster (forewarn check --kube says which and why)"
             );
         }
-        if !self.metrics {
-            return;
+        if self.metrics {
+            for doc in preflight_documents(cluster, proofs, now) {
+                println!("{doc}");
+            }
         }
-        let emf = Emf {
-            timestamp: now.timestamp_millis(),
-            kind: "preflight",
-            cluster,
-        };
-        for proof in proofs
-            .iter()
-            .filter(|p| !matches!(p.verdict, crate::domain::admission::Verdict::NotChecked(_)))
-        {
-            let doc = emf.doc(
+    }
+}
+
+/// The EMF documents of a preflight of `cluster` (see [`Telemetry::preflight`]): one per write
+/// checked, `PreflightRefused` 1 when refused and 0 when admitted (a write not checked says
+/// nothing of admission: none).
+pub fn preflight_documents(
+    cluster: Option<&str>,
+    proofs: &[crate::domain::admission::Proof],
+    now: DateTime<Utc>,
+) -> Vec<Value> {
+    let emf = Emf {
+        timestamp: now.timestamp_millis(),
+        kind: "preflight",
+        cluster,
+    };
+    proofs
+        .iter()
+        .filter(|p| !matches!(p.verdict, crate::domain::admission::Verdict::NotChecked(_)))
+        .map(|proof| {
+            emf.doc(
                 &[&["Capability"]],
                 json!([{"Name": "PreflightRefused", "Unit": "Count"}]),
                 json!({"Capability": proof.capability.as_str(),
                        "PreflightRefused": u8::from(proof.verdict.is_refused()),
-                       "Verdict": proof.verdict.to_string()}),
-            );
-            println!("{doc}");
-        }
-    }
+                       "Group": proof.group, "Verdict": proof.verdict.to_string()}),
+            )
+        })
+        .collect()
 }
 
 /// JSON logs on stdout (CloudWatch Logs reads them as structured fields), filtered by the
@@ -501,6 +513,41 @@ mod tests {
                     .to_string()
             })
             .collect()
+    }
+
+    #[test]
+    fn a_preflight_counts_each_refused_write_by_capability_and_cluster() {
+        use crate::domain::admission::{Capability, Proof, RefusedBy, Verdict};
+        let proof = |capability, verdict| Proof {
+            capability,
+            group: "sweeper".into(),
+            verdict,
+        };
+        let proofs = [
+            proof(Capability::Cordon, Verdict::Admitted(None)),
+            proof(
+                Capability::Placeholder,
+                Verdict::Refused {
+                    by: RefusedBy::Webhook("validate.kyverno.svc-fail".into()),
+                    message: "no".into(),
+                },
+            ),
+            proof(
+                Capability::Expander,
+                Verdict::NotChecked("no ConfigMap".into()),
+            ),
+        ];
+        let now: DateTime<Utc> = "2026-11-28T10:00:00Z".parse().unwrap();
+        let docs = preflight_documents(Some("blue"), &proofs, now);
+        assert_eq!(docs.len(), 2, "a write not checked says nothing: {docs:?}");
+        assert_eq!(docs[0]["PreflightRefused"], 0);
+        assert_eq!(docs[1]["PreflightRefused"], 1);
+        assert_eq!(docs[1]["Capability"], "placeholder");
+        assert_eq!(docs[1]["Cluster"], "blue");
+        assert_eq!(
+            docs[1]["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+            json!([["Capability"], ["Cluster", "Capability"]])
+        );
     }
 
     #[test]

@@ -169,6 +169,18 @@ impl Verdict {
     /// any other failure leaves the capability not checked.
     pub fn of_failure(code: Option<u16>, reason: &str, message: &str) -> Verdict {
         match code {
+            // A webhook with side effects refuses every dry run (`admission webhook "x" does
+            // not support dry run`): that says nothing of the real write.
+            Some(_) if message.contains("does not support dry run") => {
+                Verdict::NotChecked(format!("a webhook cannot be asked in a dry run: {message}"))
+            }
+            // The object written about went meanwhile (a pod evicted since it was listed); a
+            // missing namespace is the NamespaceLifecycle plugin's refusal.
+            Some(404)
+                if refused_by(404, reason, message) != RefusedBy::Plugin("NamespaceLifecycle") =>
+            {
+                Verdict::NotChecked(format!("gone meanwhile: {message}"))
+            }
             Some(code) if is_refusal(code) => Verdict::Refused {
                 by: refused_by(code, reason, message),
                 message: message.to_string(),
@@ -334,6 +346,15 @@ mod tests {
         assert!(!Verdict::of_failure(Some(500), "InternalError", "x").is_refused());
         assert!(!Verdict::of_failure(Some(429), "TooManyRequests", "x").is_refused());
         assert!(!Verdict::of_failure(None, "", "timed out").is_refused());
+        let side_effects = r#"admission webhook "audit.example.com" does not support dry run"#;
+        assert!(!Verdict::of_failure(Some(400), "BadRequest", side_effects).is_refused());
+        assert!(
+            !Verdict::of_failure(Some(404), "NotFound", r#"pods "web-1" not found"#).is_refused()
+        );
+        assert!(
+            Verdict::of_failure(Some(404), "NotFound", r#"namespaces "forewarn" not found"#)
+                .is_refused()
+        );
     }
 
     #[test]

@@ -129,7 +129,8 @@ impl World {
 
         let ec2 = aws_sdk_ec2::Client::new(&sdk);
         let image = any_image(&ec2).await.unwrap();
-        let fake = KubeFake::start().await;
+        // As deployed: forewarn's manifests applied, its client in the handler's group.
+        let fake = forewarn_tests::cluster::deployed().await;
         // Evicted pods take a second to go, as real ones take their grace period.
         fake.set_eviction_grace(Duration::from_secs(1));
         let mut instances = Vec::new();
@@ -151,7 +152,8 @@ impl World {
             surge_kinds: Default::default(),
             ..Config::default()
         };
-        let mut kube_config = fake.config();
+        let mut kube_config =
+            forewarn_tests::cluster::config_as(&fake, forewarn_tests::cluster::HANDLER_GROUP);
         kube_config.read_timeout = Some(options.kube_read_timeout);
         let clients = ClusterClient::new(kube::Client::try_from(kube_config).unwrap());
         let store = Arc::new(DynamoStore::new(

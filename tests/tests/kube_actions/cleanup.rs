@@ -139,6 +139,20 @@ async fn the_sweepers_clean_up_runs_whatever_else_failed_and_every_delete_is_tri
         run.runs[0].findings.is_err(),
         "EC2 is down: the sweep cannot look"
     );
+    // The hourly preflight ran whatever else failed: each of the sweeper's writes proved.
+    let proofs = run.runs[0]
+        .preflight
+        .as_ref()
+        .expect("the first run proves");
+    assert_eq!(proofs.len(), 7, "{proofs:?}");
+    let answer = run.answer();
+    let cluster = answer["clusters"]
+        .as_object()
+        .unwrap()
+        .values()
+        .next()
+        .unwrap();
+    assert!(cluster["preflight"]["cordon"].is_string(), "{answer}");
     let failures = run.failures();
     assert!(failures[0].contains("503"), "{failures:?}");
     assert!(
@@ -151,6 +165,7 @@ async fn the_sweepers_clean_up_runs_whatever_else_failed_and_every_delete_is_tri
     // The next run deletes what is left.
     let again = sweeper.run(None).await;
     assert_eq!(again.runs[0].placeholders.as_ref().unwrap().len(), 1);
+    assert!(again.runs[0].preflight.is_none(), "once an hour");
     assert!(placeholders(&w).is_empty());
 }
 

@@ -31,17 +31,7 @@ pub(crate) const OTHER_NODE: &str = "ip-10-0-1-12.ec2.internal";
 pub(crate) const OTHER_ID: &str = "i-0a1b2c3d4e5f69999";
 pub(crate) const TAINT: &str = "forewarn.io/interruption";
 
-/// The handler's Kubernetes group (the stack's default HandlerKubernetesGroup).
-pub(crate) const HANDLER_GROUP: &str = "forewarn-handler";
-
-/// A client of `fake` that sends as `group` (impersonated, as the fake knows identities): as a
-/// function's IAM role mapped to that group by its access entry.
-pub(crate) fn as_group(fake: &KubeFake, group: &str) -> kube::Client {
-    let mut config = fake.config();
-    config.auth_info.impersonate = Some(format!("arn:aws:sts::123456789012:assumed-role/{group}"));
-    config.auth_info.impersonate_groups = Some(vec![group.to_string()]);
-    kube::Client::try_from(config).expect("a client of the fake")
-}
+pub(crate) use forewarn_tests::cluster::{HANDLER_GROUP, client_as as as_group};
 
 /// A node of this world: as a kubelet on EC2 registers it, with its InternalIP and Hostname
 /// addresses, an instance-type label and a `dedicated=batch` taint (which forewarn must keep).

@@ -201,6 +201,17 @@ fn reference(kind: &str, name: Option<&String>, uid: Option<&String>) -> ObjectR
     }
 }
 
+/// What each dry run is sent with: the client, the cluster's objects, the parameters.
+struct Dry<'a> {
+    client: ::kube::Client,
+    config: &'a Config,
+    scope: &'a PreflightScope<'a>,
+    subjects: &'a Subjects,
+    now: DateTime<Utc>,
+    post: PostParams,
+    patch: PatchParams,
+}
+
 async fn prove_one(
     clients: &ClusterClient,
     config: &Config,
@@ -213,167 +224,181 @@ async fn prove_one(
         .client()
         .await
         .map_err(|e| Verdict::NotChecked(format!("no client: {e}")))?;
-    let post = PostParams {
-        dry_run: true,
-        field_manager: Some(FIELD_MANAGER.into()),
-    };
-    let patch_params = PatchParams {
-        dry_run: true,
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..PatchParams::default()
-    };
-    let no_node = || Verdict::NotChecked(subjects.missing.clone());
-    let no_pod = || Verdict::NotChecked(subjects.missing.clone());
-    let node_name = || {
-        subjects
-            .node
-            .as_ref()
-            .and_then(|n| n.metadata.name.clone())
-            .unwrap_or_default()
+    let dry = Dry {
+        client,
+        config,
+        scope,
+        subjects,
+        now,
+        post: PostParams {
+            dry_run: true,
+            field_manager: Some(FIELD_MANAGER.into()),
+        },
+        patch: PatchParams {
+            dry_run: true,
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        },
     };
     match capability {
-        Capability::Cordon | Capability::WayBack => {
-            let node = subjects.node.as_ref().ok_or_else(no_node)?;
-            let name = node_name();
-            let Some(patch) = cordon_patch(node, &spot_cordon(config, node, now)) else {
-                return Ok(Verdict::NotChecked(format!(
-                    "node {name} is already in the cordon's state"
-                )));
+        Capability::Cordon | Capability::WayBack => dry.node_write(capability).await,
+        Capability::Evict => dry.evict().await,
+        Capability::Placeholder => dry.placeholder().await,
+        Capability::PodEvent | Capability::NodeEvent => dry.event(capability).await,
+        Capability::Expander => dry.expander().await,
+    }
+}
+
+impl Dry<'_> {
+    fn node(&self) -> Result<(&Node, String), Verdict> {
+        let node = self
+            .subjects
+            .node
+            .as_ref()
+            .ok_or_else(|| Verdict::NotChecked(self.subjects.missing.clone()))?;
+        Ok((node, node.metadata.name.clone().unwrap_or_default()))
+    }
+
+    fn pod(&self) -> Result<&Pod, Verdict> {
+        self.subjects
+            .pod
+            .as_ref()
+            .ok_or_else(|| Verdict::NotChecked(self.subjects.missing.clone()))
+    }
+
+    /// The cordon's patch of the node; for the way back, then the way back's patch of the node
+    /// as the cordon would leave it (the dry run's answer), sent to the node as it is: the
+    /// patch's shape and the grant are what is proved, the change itself is none there.
+    async fn node_write(&self, capability: Capability) -> Result<Verdict, Verdict> {
+        let (node, name) = self.node()?;
+        let Some(patch) = cordon_patch(node, &spot_cordon(self.config, node, self.now)) else {
+            return Ok(Verdict::NotChecked(format!(
+                "node {name} is already in the cordon's state"
+            )));
+        };
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let cordoned = nodes
+            .patch(&name, &self.patch, &Patch::Merge(&patch))
+            .await
+            .map_err(|e| failed(&e))?;
+        if capability == Capability::Cordon {
+            return Ok(Verdict::Admitted(Some(format!("node {name}"))));
+        }
+        let record = cordoned
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(crate::domain::wayback::read_unverified)
+            .and_then(Result::ok)
+            .ok_or_else(|| Verdict::NotChecked("the cordon's answer has no record".into()))?;
+        let back = uncordon_patch(&cordoned, &self.config.taint_key, &record)
+            .map_err(|e| Verdict::NotChecked(e.to_string()))?;
+        Ok(answered(
+            nodes.patch(&name, &self.patch, &Patch::Merge(&back)).await,
+            Some(format!(
+                "node {name}, the patch of its cordon as the cordon would leave it"
+            )),
+        ))
+    }
+
+    /// An Eviction of the pod; a disruption budget refusing it now is not admission.
+    async fn evict(&self) -> Result<Verdict, Verdict> {
+        let (ns, name) = pod_name(self.pod()?);
+        let mut body = eviction_body(&ns, &name, None);
+        body["deleteOptions"] = serde_json::json!({"dryRun": ["All"]});
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let answer = pods
+            .create_subresource::<_, serde_json::Value>("eviction", &name, &self.post, &body)
+            .await;
+        Ok(match answer {
+            Err(::kube::Error::Api(s)) if s.code == 429 => Verdict::Admitted(Some(format!(
+                "pod {ns}/{name}: its disruption budget refuses it at this moment"
+            ))),
+            other => answered(other, Some(format!("pod {ns}/{name}"))),
+        })
+    }
+
+    /// The pod's placeholder; one that exists already passed admission when it was made.
+    async fn placeholder(&self) -> Result<Verdict, Verdict> {
+        let pod = self.pod()?;
+        let (node, node_name) = self.node()?;
+        let (ns, name) = pod_name(pod);
+        let placeholder = placeholder_for(
+            pod,
+            &Doomed {
+                name: &node_name,
+                uid: node.metadata.uid.as_deref(),
+            },
+            PREFLIGHT_EVENT,
+            self.now + chrono::Duration::minutes(2),
+            self.now + chrono::Duration::minutes(1),
+        );
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), crate::domain::surge::NAMESPACE);
+        Ok(match pods.create(&self.post, &placeholder).await {
+            Err(::kube::Error::Api(s)) if s.code == 409 => Verdict::Admitted(Some(format!(
+                "for pod {ns}/{name}: its placeholder exists already"
+            ))),
+            other => answered(other, Some(format!("for pod {ns}/{name}"))),
+        })
+    }
+
+    /// An Event about the pod (in its namespace, related to its node) or about the node (in
+    /// `default`).
+    async fn event(&self, capability: Capability) -> Result<Verdict, Verdict> {
+        let (node, _) = self.node()?;
+        let node_ref = reference(
+            "Node",
+            node.metadata.name.as_ref(),
+            node.metadata.uid.as_ref(),
+        );
+        let (namespace, regarding, related) = if capability == Capability::PodEvent {
+            let pod = self.pod()?;
+            let namespace = pod_name(pod).0;
+            let regarding = ObjectReference {
+                namespace: Some(namespace.clone()),
+                ..reference("Pod", pod.metadata.name.as_ref(), pod.metadata.uid.as_ref())
             };
-            let nodes: Api<Node> = Api::all(client);
-            let cordoned = nodes
-                .patch(&name, &patch_params, &Patch::Merge(&patch))
-                .await
-                .map_err(|e| failed(&e))?;
-            if capability == Capability::Cordon {
-                return Ok(Verdict::Admitted(Some(format!("node {name}"))));
-            }
-            let record = cordoned
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| crate::domain::wayback::read_unverified(a))
-                .and_then(Result::ok)
-                .ok_or_else(|| Verdict::NotChecked("the cordon's answer has no record".into()))?;
-            let back = uncordon_patch(&cordoned, &config.taint_key, &record)
-                .map_err(|e| Verdict::NotChecked(e.to_string()))?;
-            // Sent to the node as it is (not cordoned): the patch's shape and the grant are
-            // what is proved, the change itself is none there.
-            Ok(answered(
-                nodes
-                    .patch(&name, &patch_params, &Patch::Merge(&back))
-                    .await,
-                Some(format!(
-                    "node {name}, the patch of its cordon as the cordon would leave it"
-                )),
-            ))
-        }
-        Capability::Evict => {
-            let pod = subjects.pod.as_ref().ok_or_else(no_pod)?;
-            let (ns, name) = pod_name(pod);
-            let mut body = eviction_body(&ns, &name, None);
-            body["deleteOptions"] = serde_json::json!({"dryRun": ["All"]});
-            let pods: Api<Pod> = Api::namespaced(client, &ns);
-            let answer = pods
-                .create_subresource::<_, serde_json::Value>("eviction", &name, &post, &body)
-                .await;
-            Ok(match answer {
-                // A disruption budget refusing now is not admission: the grant holds.
-                Err(::kube::Error::Api(s)) if s.code == 429 => Verdict::Admitted(Some(format!(
-                    "pod {ns}/{name}: its disruption budget refuses it at this moment"
-                ))),
-                other => answered(other, Some(format!("pod {ns}/{name}"))),
-            })
-        }
-        Capability::Placeholder => {
-            let pod = subjects.pod.as_ref().ok_or_else(no_pod)?;
-            let node = subjects.node.as_ref().ok_or_else(no_node)?;
-            let (ns, name) = pod_name(pod);
-            let placeholder = placeholder_for(
-                pod,
-                &Doomed {
-                    name: &node_name(),
-                    uid: node.metadata.uid.as_deref(),
-                },
-                PREFLIGHT_EVENT,
-                now + chrono::Duration::minutes(2),
-                now + chrono::Duration::minutes(1),
-            );
-            let pods: Api<Pod> = Api::namespaced(client, crate::domain::surge::NAMESPACE);
-            Ok(match pods.create(&post, &placeholder).await {
-                // A create that reaches storage passed admission.
-                Err(::kube::Error::Api(s)) if s.code == 409 => Verdict::Admitted(Some(format!(
-                    "for pod {ns}/{name}: its placeholder exists already"
-                ))),
-                other => answered(other, Some(format!("for pod {ns}/{name}"))),
-            })
-        }
-        Capability::PodEvent | Capability::NodeEvent => {
-            let (namespace, regarding, related) = if capability == Capability::PodEvent {
-                let pod = subjects.pod.as_ref().ok_or_else(no_pod)?;
-                let node = subjects.node.as_ref().ok_or_else(no_node)?;
-                let regarding = ObjectReference {
-                    namespace: Some(pod_name(pod).0),
-                    ..reference("Pod", pod.metadata.name.as_ref(), pod.metadata.uid.as_ref())
-                };
-                (
-                    pod_name(pod).0,
-                    regarding,
-                    Some(reference(
-                        "Node",
-                        node.metadata.name.as_ref(),
-                        node.metadata.uid.as_ref(),
-                    )),
-                )
-            } else {
-                let node = subjects.node.as_ref().ok_or_else(no_node)?;
-                (
-                    EVENT_NAMESPACE.to_string(),
-                    reference(
-                        "Node",
-                        node.metadata.name.as_ref(),
-                        node.metadata.uid.as_ref(),
-                    ),
-                    None,
-                )
-            };
-            let about = regarding.name.clone().unwrap_or_default();
-            let event = ObjectEvent {
-                namespace: &namespace,
-                regarding,
-                related,
-                event_id: PREFLIGHT_EVENT,
-                reason: "SpotInterruption",
-                action: "Evict",
-                type_: EventType::Normal,
-                note: "forewarn's preflight: a dry run, nothing is recorded".into(),
-            };
-            let events: Api<Event> = Api::namespaced(client, &namespace);
-            Ok(answered(
-                events
-                    .create(&post, &build(&event, scope.reporting_instance, now))
-                    .await,
-                Some(format!("in namespace {namespace}, about {about}")),
-            ))
-        }
-        Capability::Expander => {
-            let maps: Api<ConfigMap> = Api::namespaced(client, EXPANDER_NAMESPACE);
-            let Some(map) = maps
-                .get_opt(EXPANDER_CONFIGMAP)
-                .await
-                .map_err(|e| failed(&e))?
-            else {
-                return Ok(Verdict::NotChecked(format!(
-                    "ConfigMap {EXPANDER_NAMESPACE}/{EXPANDER_CONFIGMAP} does not exist"
-                )));
-            };
-            Ok(answered(
-                maps.replace(EXPANDER_CONFIGMAP, &post, &map).await,
-                Some(format!(
-                    "{EXPANDER_NAMESPACE}/{EXPANDER_CONFIGMAP}, written back as it is"
-                )),
-            ))
-        }
+            (namespace, regarding, Some(node_ref))
+        } else {
+            (EVENT_NAMESPACE.to_string(), node_ref, None)
+        };
+        let about = regarding.name.clone().unwrap_or_default();
+        let event = ObjectEvent {
+            namespace: &namespace,
+            regarding,
+            related,
+            event_id: PREFLIGHT_EVENT,
+            reason: "SpotInterruption",
+            action: "Evict",
+            type_: EventType::Normal,
+            note: "forewarn's preflight: a dry run, nothing is recorded".into(),
+        };
+        let body = build(&event, self.scope.reporting_instance, self.now);
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+        Ok(answered(
+            events.create(&self.post, &body).await,
+            Some(format!("in namespace {namespace}, about {about}")),
+        ))
+    }
+
+    /// The priority expander's ConfigMap, written back as it is.
+    async fn expander(&self) -> Result<Verdict, Verdict> {
+        let maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), EXPANDER_NAMESPACE);
+        let Some(map) = maps
+            .get_opt(EXPANDER_CONFIGMAP)
+            .await
+            .map_err(|e| failed(&e))?
+        else {
+            return Ok(Verdict::NotChecked(format!(
+                "ConfigMap {EXPANDER_NAMESPACE}/{EXPANDER_CONFIGMAP} does not exist"
+            )));
+        };
+        Ok(answered(
+            maps.replace(EXPANDER_CONFIGMAP, &self.post, &map).await,
+            Some(format!(
+                "{EXPANDER_NAMESPACE}/{EXPANDER_CONFIGMAP}, written back as it is"
+            )),
+        ))
     }
 }
 
