@@ -1142,7 +1142,8 @@ fn the_placeholder_policy_allows_forewarns_groups_placeholders_only() {
 /// both operations, and for a create) with the code's own namespace, name, keys, class and image.
 fn assert_the_policy_names_what_a_placeholder_is(policy: &Value) {
     use forewarn::domain::surge::{
-        NAMESPACE, PLACEHOLDER_ANNOTATIONS, PLACEHOLDER_IMAGE, PLACEHOLDER_LABELS, PRIORITY_CLASS,
+        NAMESPACE, PLACEHOLDER_ANNOTATIONS, PLACEHOLDER_IMAGE, PLACEHOLDER_LABELS,
+        PLACEHOLDER_USER, PRIORITY_CLASS,
     };
     let spec = &policy["spec"];
     assert_eq!(spec["failurePolicy"], "Fail");
@@ -1192,9 +1193,18 @@ fn assert_the_policy_names_what_a_placeholder_is(policy: &Value) {
         "o.apiVersion == 'v1' && o.kind == 'Node'".to_string(),
         format!("c.image == '{PLACEHOLDER_IMAGE}'"),
         "!has(object.spec.nodeName)".to_string(),
-        "!has(object.spec.serviceAccountName)".to_string(),
+        // What the ServiceAccount plugin sets, no other account, and no token.
+        "(!has(object.spec.serviceAccountName) || object.spec.serviceAccountName == 'default')"
+            .to_string(),
         "!object.spec.automountServiceAccountToken".to_string(),
-        "!has(c.securityContext)".to_string(),
+        // Pod Security `restricted`'s context as the code writes it, and nothing more.
+        format!("object.spec.securityContext.runAsUser == {PLACEHOLDER_USER}"),
+        "object.spec.securityContext.seccompProfile.type == 'RuntimeDefault'".to_string(),
+        "!c.securityContext.allowPrivilegeEscalation".to_string(),
+        "c.securityContext.capabilities.drop == ['ALL']".to_string(),
+        "!has(c.securityContext.capabilities.add)".to_string(),
+        "c.securityContext.readOnlyRootFilesystem".to_string(),
+        "!has(c.securityContext.privileged)".to_string(),
         "!has(c.livenessProbe)".to_string(),
         "!has(c.readinessProbe)".to_string(),
         "!has(c.startupProbe)".to_string(),

@@ -128,6 +128,27 @@ pub fn drop_unverified(nodes: &mut [NodeFacts], keys: Option<&KeyRing>) -> Vec<(
 }
 
 impl CordonRecord {
+    /// The plain record of a cordon for event `event_id` of `kind` (at `at`) on `instance_id`'s
+    /// node: no end, rule or Health event, and what the cordon itself learns from the node
+    /// (the label, an earlier cordon, other keys' taints) and the signature not yet known.
+    pub fn new(kind: EventKind, event_id: &str, instance_id: &str, at: DateTime<Utc>) -> Self {
+        CordonRecord {
+            kind,
+            event_id: event_id.to_string(),
+            instance_id: instance_id.to_string(),
+            at,
+            until: None,
+            rule: None,
+            health_event: None,
+            stops: false,
+            excluded_from_lb: false,
+            already_unschedulable: false,
+            taints: Vec::new(),
+            key_id: None,
+            mac: None,
+        }
+    }
+
     /// The record of `node` as the pipeline looked it up: its records were verified there and
     /// those that do not verify removed ([`drop_unverified`]), so only a verified record is
     /// found. Anything reading a node elsewhere uses [`read`].

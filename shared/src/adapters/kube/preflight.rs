@@ -172,21 +172,7 @@ fn spot_cordon(config: &Config, node: &Node, now: DateTime<Utc>) -> CordonSpec {
         taint_value: kind.as_str().to_string(),
         taint_effect: config.taint_effect,
         exclude_from_load_balancers: config.exclude_from_load_balancers,
-        record: Some(CordonRecord {
-            kind,
-            event_id: PREFLIGHT_EVENT.into(),
-            instance_id,
-            at: now,
-            until: None,
-            rule: None,
-            health_event: None,
-            stops: false,
-            excluded_from_lb: false,
-            already_unschedulable: false,
-            taints: Vec::new(),
-            key_id: None,
-            mac: None,
-        }),
+        record: Some(CordonRecord::new(kind, PREFLIGHT_EVENT, &instance_id, now)),
         keys: RecordKeys::Unsigned,
     }
 }

@@ -106,10 +106,6 @@ pub(super) fn record(event: &Event, instance_id: &str, choice: &Choice) -> Cordo
     let stops_instance =
         |a: &InstanceAction| matches!(a, InstanceAction::Stop | InstanceAction::Hibernate);
     CordonRecord {
-        kind: event.kind,
-        event_id: event.id.clone(),
-        instance_id: instance_id.to_string(),
-        at: event.time,
         until: choice.until,
         rule: choice.rule.clone(),
         health_event: match &event.detail {
@@ -125,12 +121,8 @@ pub(super) fn record(event: &Event, instance_id: &str, choice: &Choice) -> Cordo
             }
             _ => false,
         },
-        // The three below are the cordon's to know, from the node as it writes it.
-        excluded_from_lb: false,
-        already_unschedulable: false,
-        taints: Vec::new(),
-        key_id: None,
-        mac: None,
+        // The rest is the cordon's to know, from the node as it writes it.
+        ..CordonRecord::new(event.kind, &event.id, instance_id, event.time)
     }
 }
 
