@@ -183,9 +183,12 @@ pub fn instance_id_from_provider_id(provider_id: &str) -> Option<&str> {
     crate::domain::event::is_instance_id(last).then_some(last)
 }
 
-/// Finds the node of an instance: by `spec.providerID`, else by the instance's private DNS name
-/// (node name or a DNS address of the node), else by an instance-id hostname
-/// (`i-0123...` or `i-0123....<domain>`).
+/// Finds the node of an instance: by `spec.providerID`, else — only among nodes that have no
+/// `spec.providerID` at all — by the instance's private DNS name (node name or a DNS address of
+/// the node), else by an instance-id hostname (`i-0123...` or `i-0123....<domain>`). A node with
+/// any providerID (another instance's, another cloud's, a Fargate one) is never matched by a
+/// name: names are reused across clusters and accounts (`ip-10-0-1-11.ec2.internal` exists in
+/// every VPC using that range), provider ids are not.
 pub fn resolve_node<'a>(
     instance_id: &str,
     instance: Option<&InstanceFacts>,
@@ -194,11 +197,11 @@ pub fn resolve_node<'a>(
     if let Some(node) = nodes.iter().find(|n| n.instance_id() == Some(instance_id)) {
         return Some(node);
     }
-    // Fallbacks only for nodes whose providerID names no other instance.
+    // Fallbacks only for nodes that have no providerID at all.
     let candidates = || {
         nodes
             .iter()
-            .filter(|n| n.instance_id().is_none_or(|id| id == instance_id))
+            .filter(|n| n.provider_id.as_deref().is_none_or(str::is_empty))
     };
     if let Some(dns) = instance
         .and_then(|i| i.private_dns.as_deref())
@@ -318,6 +321,18 @@ mod tests {
         let nodes = vec![node("i-0a1b2c3d4e5f600011", None)];
         assert!(resolve_node(id, None, &nodes).is_none());
         assert!(resolve_node(id, None, &[]).is_none());
+        // A node with any providerID is never matched by a name: not by its name, nor by a DNS
+        // address, nor by an instance-id hostname.
+        for provider in [
+            "kind://docker/demo/ip-10-0-1-11",
+            "aws:///us-east-1a/fargate-ip-10-0-1-11",
+        ] {
+            let mut n = node("ip-10-0-1-11.ec2.internal", Some(provider));
+            n.dns_names = vec!["ip-10-0-1-11.ec2.internal".into()];
+            assert!(resolve_node(id, Some(&inst), &[n]).is_none(), "{provider}");
+            let by_id = node("i-0a1b2c3d4e5f60001.ec2.internal", Some(provider));
+            assert!(resolve_node(id, None, &[by_id]).is_none(), "{provider}");
+        }
     }
 
     #[test]
