@@ -201,14 +201,23 @@ pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
             },
             until: r.until.filter(|_| !unrecorded),
             // Whether the node was unschedulable before forewarn's first cordon: a record
-            // already there knew ([`CordonRecord::after`] keeps it); else the node as read.
-            already_unschedulable: unschedulable,
+            // already there knew ([`CordonRecord::after`] keeps it); else the node as read —
+            // but a node carrying forewarn's own taint is unschedulable by forewarn's cordon
+            // (whose record could not be verified: a key rotation), never "before" it, or the
+            // way back would leave it cordoned for good.
+            already_unschedulable: unschedulable && !existing.iter().any(|t| t.key == spec.own_key),
             ..r.clone()
         }
         .after(before.as_ref())
     });
-    let record_ok =
-        record.is_none() || record.as_ref() == before.as_ref().map(|b| b.unsigned()).as_ref();
+    // Keys that cannot be read verify nothing: a record already on the node is left as it is
+    // (it may be forewarn's, signed; replaced unsigned it would lose its reason for good).
+    let keep =
+        matches!(spec.keys, RecordKeys::Unreadable) && annotations.contains_key(ANNOTATION_CORDON);
+    let record = record.filter(|_| !keep);
+    let record_ok = keep
+        || record.is_none()
+        || record.as_ref() == before.as_ref().map(|b| b.unsigned()).as_ref();
     if unschedulable && taints.as_slice() == existing && label_ok && record_ok {
         return None;
     }
@@ -780,6 +789,50 @@ mod tests {
         }));
         let r = written(&cordon_patch(&genuine, &spec).unwrap());
         assert!(!r.already_unschedulable);
+    }
+
+    /// A key rotation this process has not seen leaves forewarn's record unverifiable: a node
+    /// carrying forewarn's own taint is unschedulable by forewarn's cordon, so the new record
+    /// never says "already unschedulable" (the way back would keep it cordoned for good); and
+    /// with keys that cannot be read at all, the record on the node is left as it is.
+    #[test]
+    fn a_record_forewarn_cannot_verify_never_keeps_a_node_cordoned_for_good() {
+        let spec = CordonSpec {
+            record: Some(record(None)),
+            keys: RecordKeys::Signed(ring()),
+            ..spec(false)
+        };
+        let other_key = KeyRing::of(crate::domain::continuation::ContinuationKey::with_id(
+            9, [7; 32],
+        ));
+        let ours_unverifiable = node(json!({
+            "metadata": {"name": "n1", "annotations": {
+                ANNOTATION_CORDON: record(None).signed(&other_key.current).to_annotation()}},
+            "spec": {"unschedulable": true, "taints": [
+                {"key": "forewarn.io/interruption", "value": "spot-interruption", "effect": "NoSchedule"}
+            ]}
+        }));
+        let r = written(&cordon_patch(&ours_unverifiable, &spec).unwrap());
+        assert!(
+            !r.already_unschedulable,
+            "forewarn's own taint: its own cordon"
+        );
+        // Keys unreadable: the annotation is not in the patch (the node keeps its record).
+        let unreadable = CordonSpec {
+            keys: RecordKeys::Unreadable,
+            ..spec.clone()
+        };
+        let patch = cordon_patch(&ours_unverifiable, &unreadable);
+        assert!(
+            patch
+                .as_ref()
+                .is_none_or(|p| p["metadata"].get("annotations").is_none()),
+            "{patch:?}"
+        );
+        // Without a record on the node, an unreadable key still writes one (unsigned).
+        let bare = node(json!({"metadata": {"name": "n2"}, "spec": {}}));
+        let patch = cordon_patch(&bare, &unreadable).unwrap();
+        assert!(patch["metadata"]["annotations"][ANNOTATION_CORDON].is_string());
     }
 
     #[test]

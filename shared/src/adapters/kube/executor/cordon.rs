@@ -33,18 +33,38 @@ pub(super) struct Cordoner<'a> {
 }
 
 impl Cordoner<'_> {
-    /// How cordons treat records (see [`RecordKeys`]); keys that cannot be read are logged and
-    /// the cordon still goes on, its record unsigned (never acted on, replaced by the next one).
-    async fn record_keys(&self) -> RecordKeys {
+    /// How cordons of `node` treat records (see [`RecordKeys`]); keys that cannot be read are
+    /// logged and the cordon still goes on, a record already on the node left as it is. A record
+    /// signed by a key id the keys read do not hold (a rotation this process has not seen) makes
+    /// them be read again, once, as a continuation's signature does.
+    async fn record_keys(&self, node: &Node) -> RecordKeys {
         let Some(store) = self.keys else {
             return RecordKeys::Unsigned;
         };
-        match store.continuation_keys().await {
-            Ok(keys) => RecordKeys::Signed(keys),
+        let keys = match store.continuation_keys().await {
+            Ok(keys) => keys,
             Err(e) => {
-                tracing::warn!(error = %e, "the continuation keys cannot be read: the cordon record is written unsigned");
-                RecordKeys::Unreadable
+                tracing::warn!(error = %e, "the continuation keys cannot be read: a record on the node is left as it is, a new one written unsigned");
+                return RecordKeys::Unreadable;
             }
+        };
+        let signed_by = node
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(crate::domain::wayback::read_unverified)
+            .and_then(Result::ok)
+            .and_then(|r| r.key_id);
+        match signed_by {
+            Some(id) if keys.get(id).is_none() => match store.reread_continuation_keys().await {
+                Ok(Some(fresh)) => RecordKeys::Signed(fresh),
+                Ok(None) => RecordKeys::Signed(keys),
+                Err(e) => {
+                    tracing::warn!(error = %e, key_id = id, "the continuation keys cannot be read again for a record of an unknown key: it is left as it is");
+                    RecordKeys::Unreadable
+                }
+            },
+            _ => RecordKeys::Signed(keys),
         }
     }
 
@@ -58,7 +78,7 @@ impl Cordoner<'_> {
         already_ours: bool,
         out: &mut NodeOutcome,
     ) -> Result<Cordoning, KubeError> {
-        let keys = self.record_keys().await;
+        let keys = self.record_keys(node).await;
         let spec = CordonSpec::new(self.config, a, keys);
         let verify = |n: &Node| runs(a, n);
         let cordoned = cordon(self.clients, node.clone(), &spec, self.write, &verify).await?;
@@ -93,7 +113,7 @@ impl Cordoner<'_> {
         node: Node,
         out: &mut NodeOutcome,
     ) -> Result<(), KubeError> {
-        let keys = self.record_keys().await;
+        let keys = self.record_keys(&node).await;
         let spec = CordonSpec::new(self.config, a, keys);
         let verify = |n: &Node| runs(a, n);
         let write = NodeWrite {
