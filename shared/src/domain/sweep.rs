@@ -134,7 +134,11 @@ pub fn findings(
             continue;
         };
         let (state, launch_time) = match node_instances.get(id) {
-            None => (InstanceState::Terminated, None),
+            // Not found counts as gone only where the sweeper looked: the node's instance in
+            // the region described (its providerID's zone). A node of another region, or of
+            // none known, is never taken for gone on an answer from elsewhere.
+            None if region.is_some_and(|r| node.in_region(r)) => (InstanceState::Terminated, None),
+            None => continue,
             Some(i) => match leaving_state(i.state.as_deref()) {
                 Some(state) => (state, i.launch_time),
                 None => continue,
@@ -247,6 +251,31 @@ mod tests {
         );
         assert_eq!(events[0].source, "aws.ec2");
         assert_eq!(events[0].region.as_deref(), Some("us-east-1"));
+    }
+
+    /// A node counts as gone only where the sweeper looked: its instance not found in the
+    /// region described says nothing of a node whose providerID's zone is in another region
+    /// (or names none), nor does any answer when the sweeper does not know its region.
+    #[test]
+    fn a_node_is_gone_only_on_an_answer_from_its_own_region() {
+        let mut west = node("west", "i-00000008");
+        west.provider_id = Some("aws:///us-west-2a/i-00000008".into());
+        let mut local = node("local", "i-00000009");
+        local.provider_id = Some("aws:///us-east-1-bos-1a/i-00000009".into());
+        let mut zoneless = node("zoneless", "i-0000000b");
+        zoneless.provider_id = Some("aws:///i-0000000b".into());
+        let nodes = [node("here", "i-00000005"), west, local, zoneless];
+        let none = BTreeMap::new();
+        let ids = |region| -> Vec<String> {
+            findings(&[], &nodes, &none, Utc::now(), region)
+                .into_iter()
+                .map(|e| e.instance_ids[0].clone())
+                .collect()
+        };
+        assert_eq!(ids(Some("us-east-1")), ["i-00000005", "i-00000009"]);
+        assert_eq!(ids(Some("us-west-2")), ["i-00000008"]);
+        assert!(ids(Some("us-east-2")).is_empty());
+        assert!(ids(None).is_empty(), "no region known: nothing is gone");
     }
 
     #[test]
