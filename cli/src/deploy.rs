@@ -255,6 +255,9 @@ pub async fn run(
         })
         .collect();
     let objects = manifests::with_groups(objects, &groups);
+    // ... and the handler's taint: its effect, and NTH's keys only when it uses them.
+    let handler = functions::taint_of(&handler_env)?;
+    let objects = manifests::with_taints(objects, &handler);
     let mut deploy = Deploy {
         outputs: current.map(|c| c.outputs),
         args,

@@ -93,6 +93,22 @@ pub fn extra_env(flag: &str, raw: &[String]) -> anyhow::Result<Vec<String>> {
     Ok(raw.to_vec())
 }
 
+/// The handler's taint as its environment (`--handler-env`) sets it: key, effect, and whether
+/// it uses NTH's keys (FOREWARN_TAINT_KEY, FOREWARN_TAINT_EFFECT, FOREWARN_TAINT_KEYS, each
+/// with the handler's default when not given); a bad value is an error naming it.
+pub fn taint_of(handler_env: &[String]) -> anyhow::Result<forewarn::domain::config::Config> {
+    let lookup = |name: &str| {
+        handler_env
+            .iter()
+            .filter_map(|kv| kv.split_once('='))
+            .filter(|(k, _)| *k == name)
+            .map(|(_, v)| v.to_string())
+            .next_back()
+    };
+    forewarn::domain::config::Config::from_vars(forewarn::domain::vars::Vars::new(&lookup))
+        .map_err(|e| anyhow!("--handler-env: {e}"))
+}
+
 /// `cargo lambda deploy <name> --binary-name <binary> --iam-role <role> --timeout <t>
 /// --env-file <env_file> [--region <region>] [--endpoint-url <url>]`, without `cargo`. The
 /// environment goes through a file (the stack's `HandlerEnvFile` or `SweeperEnvFile`, then the

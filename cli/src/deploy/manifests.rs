@@ -264,6 +264,51 @@ fn rename_group(v: &mut Value, from: &str, to: &str) {
     }
 }
 
+/// The node-writes policy (`infra/k8s/node-writes.yaml`) narrowed to the handler's taint
+/// (`handler`, its configuration as its environment sets it): the keys forewarn may add or
+/// remove (its own FOREWARN_TAINT_KEY, and NTH's four only under FOREWARN_TAINT_KEYS=nth) and the
+/// effect a taint it adds or changes may have (FOREWARN_TAINT_EFFECT).
+pub fn with_taints(
+    mut objects: Vec<Object>,
+    handler: &forewarn::domain::config::Config,
+) -> Vec<Object> {
+    use forewarn::domain::config::{TaintKeys, nth_taint_key};
+    use forewarn::domain::event::EventKind;
+    let mut keys = vec![handler.taint_key.clone()];
+    if handler.taint_keys == TaintKeys::Nth {
+        for key in EventKind::ALL.iter().filter_map(|k| nth_taint_key(*k)) {
+            if !keys.iter().any(|k| k == key) {
+                keys.push(key.to_string());
+            }
+        }
+    }
+    let keys: Vec<String> = keys.iter().map(|k| format!("'{k}'")).collect();
+    for o in objects
+        .iter_mut()
+        .filter(|o| o.kind.kind == "ValidatingAdmissionPolicy" && o.name == NODE_WRITES_POLICY)
+    {
+        for v in o.body["spec"]["variables"]
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+        {
+            match v["name"].as_str() {
+                Some("taintEffect") => {
+                    v["expression"] = Value::String(format!("'{}'", handler.taint_effect.as_str()));
+                }
+                Some("taintKeys") => {
+                    v["expression"] = Value::String(format!("[{}]", keys.join(", ")))
+                }
+                _ => {}
+            }
+        }
+    }
+    objects
+}
+
+/// The name of the admission policy of `infra/k8s/node-writes.yaml`.
+pub const NODE_WRITES_POLICY: &str = "forewarn-node-writes";
+
 /// The (major, minor) of a `/version` answer's `major` and `minor`: "1" and "30", or a
 /// provider's "30+" (EKS, GKE); `None` when either is not a number.
 pub fn version_of(major: &str, minor: &str) -> Option<(u32, u32)> {
@@ -692,6 +737,92 @@ mod tests {
                 assert_eq!(other, Enforcement::NotEnforced);
             }
         }
+    }
+
+    /// The node-writes policy takes the handler's taint: its own key alone by default (NTH's
+    /// four only under FOREWARN_TAINT_KEYS=nth), and the effect a taint forewarn adds may have;
+    /// a NoExecute taint forewarn's groups would add is refused, one of the deployment's effect
+    /// admitted (the policy's CEL evaluated by the fake).
+    #[tokio::test]
+    async fn the_node_writes_policy_pins_the_handlers_taint() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let policy_of = |env: &[&str]| {
+            let env: Vec<String> = env.iter().map(|s| s.to_string()).collect();
+            let handler = super::super::functions::taint_of(&env).unwrap();
+            with_taints(load(&root).unwrap(), &handler)
+                .into_iter()
+                .find(|o| {
+                    o.name == NODE_WRITES_POLICY && o.kind.kind == "ValidatingAdmissionPolicy"
+                })
+                .unwrap()
+                .body
+        };
+        let variable = |policy: &Value, name: &str| {
+            policy["spec"]["variables"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|v| v["name"] == name)
+                .unwrap()["expression"]
+                .clone()
+        };
+        let plain = policy_of(&[]);
+        assert_eq!(
+            variable(&plain, "taintKeys"),
+            json!("['forewarn.io/interruption']")
+        );
+        assert_eq!(variable(&plain, "taintEffect"), json!("'NoSchedule'"));
+        let nth = policy_of(&[
+            "FOREWARN_TAINT_KEYS=nth",
+            "FOREWARN_TAINT_EFFECT=PreferNoSchedule",
+        ]);
+        let keys = variable(&nth, "taintKeys");
+        assert!(
+            keys.as_str()
+                .unwrap()
+                .contains("'aws-node-termination-handler/spot-itn'"),
+            "{keys}"
+        );
+        assert_eq!(variable(&nth, "taintEffect"), json!("'PreferNoSchedule'"));
+        // Enforced: as forewarn's handler group, a NoExecute taint is refused.
+        let fake = kube_fake::KubeFake::builder()
+            .admission_policies()
+            .start()
+            .await;
+        for object in load(&root).unwrap() {
+            if object.file.ends_with("node-writes.yaml")
+                && object.kind.kind.starts_with("Validating")
+            {
+                fake.insert(if object.kind.kind == "ValidatingAdmissionPolicy" {
+                    plain.clone()
+                } else {
+                    object.body
+                });
+            }
+        }
+        fake.insert(
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
+                           "spec": {"providerID": "aws:///us-east-1a/i-0a1b2c3d4e5f60001"}}),
+        );
+        let mut config = fake.config();
+        config.auth_info.impersonate = Some("forewarn".into());
+        config.auth_info.impersonate_groups = Some(vec!["forewarn-handler".into()]);
+        let nodes: kube::Api<k8s_openapi::api::core::v1::Node> =
+            kube::Api::all(kube::Client::try_from(config).unwrap());
+        let taint = |effect: &str| {
+            json!({"spec": {"unschedulable": true, "taints": [
+                {"key": "forewarn.io/interruption", "value": "spot-interruption", "effect": effect}]}})
+        };
+        let params = kube::api::PatchParams::default();
+        let refused = nodes
+            .patch("n1", &params, &kube::api::Patch::Merge(taint("NoExecute")))
+            .await
+            .unwrap_err();
+        assert!(refused.to_string().contains("never NoExecute"), "{refused}");
+        nodes
+            .patch("n1", &params, &kube::api::Patch::Merge(taint("NoSchedule")))
+            .await
+            .expect("the deployment's effect");
     }
 
     /// The probe passes Pod Security `restricted` (forewarn's namespace as deployed), so that on
