@@ -2315,3 +2315,23 @@ fn the_dashboard_searches_dimension_sets_the_functions_emit() {
         );
     }
 }
+
+/// The stack refuses `ClusterNames` that mixes `*` with names (its rule, evaluated as
+/// CloudFormation evaluates `Fn::Contains` and `Fn::EachMemberEquals` on a list parameter; moto
+/// does not evaluate rules): `*` alone, names alone and the empty default pass.
+#[test]
+fn the_stack_refuses_cluster_names_that_mix_star_with_names() {
+    let rule = &stack_template()["Rules"]["ClusterNamesStarAlone"];
+    assert_eq!(rule["RuleCondition"]["Fn::Contains"][1], "*", "{rule}");
+    let assertion = &rule["Assertions"][0]["Assert"]["Fn::EachMemberEquals"];
+    assert_eq!(assertion[1], "*", "{rule}");
+    for list in [&rule["RuleCondition"]["Fn::Contains"][0], &assertion[0]] {
+        assert_eq!(list, &json!({"Ref": "ClusterNames"}), "{rule}");
+    }
+    let holds = |names: &[&str]| !names.contains(&"*") || names.iter().all(|n| *n == "*");
+    assert!(!holds(&["blue", "*"]));
+    assert!(!holds(&["*", "green"]));
+    for fine in [&["*"][..], &["blue", "green"][..], &[""][..]] {
+        assert!(holds(fine), "{fine:?}");
+    }
+}
