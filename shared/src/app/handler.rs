@@ -247,6 +247,7 @@ impl Handler {
                 Err(e) => return split::unreachable(records, &e),
             },
             Destination::Elsewhere | Destination::Unrouted => Arc::new(Cluster::none()),
+            Destination::NotServed(name) => return split::not_served(records, name.as_deref()),
         };
         let mut config = cluster.config(&self.config, self.clock.as_ref()).await;
         config.unserved = *to == Destination::Elsewhere && looked_up.is_some();

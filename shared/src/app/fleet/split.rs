@@ -31,6 +31,10 @@ pub enum Destination {
     Elsewhere,
     /// Not known: the instance lookup failed.
     Unrouted,
+    /// A continuation naming a cluster this deployment does not serve (by name; `None`: it
+    /// names none while the deployment serves several): refused before anything reads it
+    /// further, and no client of that cluster is made.
+    NotServed(Option<String>),
 }
 
 /// The records of one destination, each with the position in the batch of the record it is
@@ -43,6 +47,24 @@ pub struct Share {
 
 /// The reports of a share whose cluster could not be reached: every record failed (it comes
 /// back, and the cluster is tried again with the next batch).
+/// The reports of continuations naming a cluster this deployment does not serve (`cluster`):
+/// each refused for good (the message is not one forewarn sent for a cluster it serves now: a
+/// forgery, or a cluster removed from the deployment), with why; it ends in the dead-letter
+/// queue, where it can be read.
+pub fn not_served(records: &[Record], cluster: Option<&str>) -> Vec<Report> {
+    let why = match cluster {
+        Some(name) => format!(
+            "a drain's continuation naming cluster {name}, which this deployment does not serve:              refused, nothing done (no client of that cluster is made)"
+        ),
+        None => "a drain's continuation naming no cluster, in a deployment serving several:                  refused, nothing done"
+            .to_string(),
+    };
+    records
+        .iter()
+        .map(|r| Report::new(r).failed_as(why.clone(), false))
+        .collect()
+}
+
 pub fn unreachable(records: &[Record], error: &Unreachable) -> Vec<Report> {
     records
         .iter()
@@ -139,10 +161,10 @@ pub fn split(
             }
         };
         if let Some(c) = &record.continuation {
-            let to = if served.is_empty() {
-                Destination::Cluster(None)
-            } else {
-                Destination::Cluster(c.plan.cluster.clone())
+            let to = match &c.plan.cluster {
+                _ if served.is_empty() => Destination::Cluster(None),
+                Some(name) if served.contains(name) => Destination::Cluster(Some(name.clone())),
+                other => Destination::NotServed(other.clone()),
             };
             put(to, record.clone(), position);
             continue;
@@ -308,6 +330,73 @@ mod tests {
 
     fn served() -> Vec<String> {
         vec!["blue".into(), "green".into()]
+    }
+
+    /// A drain's continuation of a spot warning for `instance`, its plan naming `cluster`
+    /// (signed with a key the test makes up: routing reads no signature).
+    fn continuation(id: &str, instance: &str, cluster: Option<&str>) -> Record {
+        use crate::domain::continuation::{Continuation, ContinuationKey};
+        let now = chrono::Utc::now();
+        let body = fixtures::spot_json(id, instance, "2026-11-26T10:00:00Z").to_string();
+        let event = decode_value("test", serde_json::from_str(&body).unwrap(), now)
+            .unwrap()
+            .remove(0)
+            .event
+            .unwrap();
+        let none = BTreeMap::new();
+        let mut plan = crate::domain::plan::decide(
+            &event,
+            crate::domain::plan::Facts::new(&none, &[]),
+            &crate::domain::config::Config::default(),
+        );
+        plan.cluster = cluster.map(str::to_string);
+        let c = Continuation::first(now, now, plan);
+        let message = serde_json::json!({"messageId": id,
+            "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:q",
+            "body": c.body(&ContinuationKey::new([1; 32]), &body)});
+        let record = decode_value("test", serde_json::json!({"Records": [message]}), now)
+            .unwrap()
+            .remove(0);
+        assert!(record.continuation.is_some(), "a continuation");
+        record
+    }
+
+    /// A continuation goes only to a served cluster: one naming another, or none in a
+    /// deployment of several, is refused for good with why — before its signature is read and
+    /// without a client of that cluster being made.
+    #[test]
+    fn a_continuation_goes_only_to_a_served_cluster() {
+        let records = vec![
+            continuation("a", I1, Some("blue")),
+            continuation("b", I2, Some("attacker")),
+            continuation("c", I3, None),
+        ];
+        let shares = split(&records, None, &served());
+        assert_eq!(
+            shares[&Destination::Cluster(Some("blue".into()))].positions,
+            [0]
+        );
+        assert_eq!(
+            shares[&Destination::NotServed(Some("attacker".into()))].positions,
+            [1]
+        );
+        assert_eq!(shares[&Destination::NotServed(None)].positions, [2]);
+        let refused = not_served(&records[1..2], Some("attacker"));
+        assert_eq!(refused[0].outcome, crate::domain::report::Outcome::Failed);
+        assert!(
+            refused[0].permanent,
+            "refused for good: it ends in the dead-letter queue"
+        );
+        assert!(
+            refused[0].reason.as_deref().is_some_and(
+                |r| r.contains("cluster attacker, which this deployment does not serve")
+            ),
+            "{:?}",
+            refused[0].reason
+        );
+        // One cluster named by nobody: every continuation is its.
+        let shares = split(&records, None, &[]);
+        assert_eq!(shares[&Destination::Cluster(None)].positions, [0, 1, 2]);
     }
 
     #[test]
