@@ -1,5 +1,6 @@
 //! A small EKS on a loopback port, for what moto (5.2.5) does not serve: access entries. It
-//! answers `ListClusters`, `CreateAccessEntry`, `DescribeAccessEntry` and `UpdateAccessEntry`
+//! answers `ListClusters`, `CreateAccessEntry`, `DescribeAccessEntry`, `UpdateAccessEntry` and
+//! `ListAssociatedAccessPolicies` (one page)
 //! as EKS's REST-JSON API does (the paths, the bodies and the errors of the EKS API reference:
 //! `200` with `{"accessEntry": {...}}`, `409 ResourceInUseException` for an entry that exists,
 //! `404 ResourceNotFoundException` for a cluster or an entry that does not), keeps the entries
@@ -34,6 +35,8 @@ struct State {
     clusters: Vec<String>,
     /// (cluster, principal ARN) → Kubernetes groups.
     entries: BTreeMap<(String, String), Vec<String>>,
+    /// (cluster, principal ARN) → the access policies associated with the entry.
+    policies: BTreeMap<(String, String), Vec<String>>,
     requests: Vec<EksRequest>,
 }
 
@@ -84,6 +87,18 @@ impl EksFake {
             (cluster.to_string(), principal.to_string()),
             groups.iter().map(|g| g.to_string()).collect(),
         );
+    }
+
+    /// An access policy associated with an entry (`AssociateAccessPolicy`, cluster scope), as
+    /// a person may have done.
+    pub fn associate(&self, cluster: &str, principal: &str, policy_arn: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .policies
+            .entry((cluster.to_string(), principal.to_string()))
+            .or_default()
+            .push(policy_arn.to_string());
     }
 
     /// The groups of an entry, if it exists.
@@ -193,6 +208,9 @@ fn answer(state: &Mutex<State>, method: &Method, uri: &Uri, body: &[u8]) -> Resp
             ("DescribeAccessEntry", Some(*c), Some(*p))
         }
         ("POST", ["clusters", c, "access-entries", p]) => ("UpdateAccessEntry", Some(*c), Some(*p)),
+        ("GET", ["clusters", c, "access-entries", p, "access-policies"]) => {
+            ("ListAssociatedAccessPolicies", Some(*c), Some(*p))
+        }
         _ => ("Unknown", None, None),
     };
     let mut state = state.lock().unwrap();
@@ -237,6 +255,28 @@ fn answer(state: &Mutex<State>, method: &Method, uri: &Uri, body: &[u8]) -> Resp
             }
             state.entries.insert(key.clone(), groups(&body));
             ok(entry_json(&cluster, &key.1, &groups(&body)))
+        }
+        "ListAssociatedAccessPolicies" => {
+            let key = (cluster.clone(), principal.unwrap_or_default().to_string());
+            if !state.entries.contains_key(&key) {
+                return error(
+                    StatusCode::NOT_FOUND,
+                    "ResourceNotFoundException",
+                    "The specified principalArn could not be found.",
+                );
+            }
+            let policies: Vec<Value> = state
+                .policies
+                .get(&key)
+                .into_iter()
+                .flatten()
+                .map(|arn| {
+                    json!({"policyArn": arn, "accessScope": {"type": "cluster"},
+                           "associatedAt": 1_767_225_600.0, "modifiedAt": 1_767_225_600.0})
+                })
+                .collect();
+            ok(json!({"clusterName": cluster, "principalArn": key.1,
+                      "associatedAccessPolicies": policies}))
         }
         "DescribeAccessEntry" | "UpdateAccessEntry" => {
             let key = (cluster.clone(), principal.unwrap_or_default().to_string());

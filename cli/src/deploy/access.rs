@@ -51,8 +51,9 @@ pub struct AccessError {
 }
 
 /// The access entry of `principal` in `cluster`, with `groups`: created when missing; when it
-/// exists (`ResourceInUseException`), read, and its groups updated when they differ. With
-/// `dry_run`, only read (`DescribeAccessEntry`).
+/// exists (`ResourceInUseException`), read, and its groups updated when they differ — unless an
+/// access policy is associated with it, which is refused (named). With `dry_run`, only read
+/// (`DescribeAccessEntry`, `ListAssociatedAccessPolicies`).
 pub async fn ensure(
     eks: &Client,
     cluster: &str,
@@ -98,6 +99,32 @@ pub async fn ensure(
         }
         Err(e) => return Err(failed("DescribeAccessEntry", aws_error_text(&e))),
     };
+    // An access policy on the entry (AmazonEKSClusterAdminPolicy, say) grants the role more
+    // than forewarn's groups: refused, so that the deployment never runs with it.
+    let listed = eks
+        .list_associated_access_policies()
+        .cluster_name(cluster)
+        .principal_arn(principal)
+        .send()
+        .await
+        .map_err(|e| failed("ListAssociatedAccessPolicies", aws_error_text(&e)))?;
+    let policies: Vec<&str> = listed
+        .associated_access_policies()
+        .iter()
+        .filter_map(|p| p.policy_arn())
+        .collect();
+    if !policies.is_empty() {
+        return Err(failed(
+            "ListAssociatedAccessPolicies",
+            format!(
+                "the entry has access policies associated ({}): they grant the role more than \
+                 forewarn's group {}; disassociate them (aws eks disassociate-access-policy) and \
+                 deploy again",
+                policies.join(", "),
+                groups.join(", ")
+            ),
+        ));
+    }
     if same_groups(&existing, groups) {
         return Ok(Entry::Unchanged);
     }
@@ -152,5 +179,36 @@ mod tests {
             Entry::WouldUpdate(vec![]).to_string(),
             "exists with no group: its groups would be updated"
         );
+    }
+
+    /// An existing entry with an access policy associated is refused, the policy named; one
+    /// without is left as it is.
+    #[tokio::test]
+    async fn an_entry_with_an_access_policy_is_refused() {
+        let fake = forewarn_tests::eks::EksFake::start(&["blue"]).await;
+        let role = "arn:aws:iam::123456789012:role/forewarn-blue-handler";
+        let groups = vec!["forewarn-handler".to_string()];
+        fake.insert_entry("blue", role, &["forewarn-handler"]);
+        let config = aws_sdk_eks::Config::builder()
+            .behavior_version(aws_sdk_eks::config::BehaviorVersion::latest())
+            .region(aws_sdk_eks::config::Region::new("us-east-1"))
+            .endpoint_url(fake.url())
+            .credentials_provider(aws_sdk_eks::config::Credentials::new(
+                "testing", "testing", None, None, "test",
+            ))
+            .build();
+        let eks = Client::from_conf(config);
+        assert_eq!(
+            ensure(&eks, "blue", role, &groups, false).await.unwrap(),
+            Entry::Unchanged
+        );
+        let admin = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy";
+        fake.associate("blue", role, admin);
+        for dry_run in [false, true] {
+            let e = ensure(&eks, "blue", role, &groups, dry_run)
+                .await
+                .unwrap_err();
+            assert!(e.to_string().contains(admin), "{e}");
+        }
     }
 }

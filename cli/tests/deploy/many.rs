@@ -306,6 +306,7 @@ fn the_access_entries_of_b_were_made(
             ("CreateAccessEntry", Some(b)),
             ("CreateAccessEntry", Some(b)),
             ("DescribeAccessEntry", Some(b)),
+            ("ListAssociatedAccessPolicies", Some(b)),
             ("UpdateAccessEntry", Some(b)),
         ],
         "{requests:?}"
@@ -324,11 +325,11 @@ fn the_access_entries_of_b_were_made(
     assert_eq!(requests[0].body["tags"], json!({"app": "forewarn"}));
     assert_eq!(requests[1].body["principalArn"], sweeper.as_str());
     assert_eq!(
-        requests[3].path,
+        requests[4].path,
         format!("/clusters/{b}/access-entries/{sweeper}")
     );
     assert_eq!(
-        requests[3].body["kubernetesGroups"],
+        requests[4].body["kubernetesGroups"],
         json!(["forewarn-sweeper"])
     );
     assert_eq!(eks.entry(b, handler).unwrap(), ["forewarn-handler"]);
