@@ -885,7 +885,8 @@ fn lifecycle_hook_names_narrow_the_rule_and_reach_the_handler() {
             .iter()
             .all(|(k, _)| k != "FOREWARN_LIFECYCLE_HOOKS")
     );
-    assert_eq!(env_file(&d).len(), 5);
+    assert_eq!(env_file(&d).len(), 6);
+    assert!(env_file(&d).contains(&("FOREWARN_ENVIRONMENTS".into(), "10".into())));
     assert!(env_vars(&d).iter().all(|kv| {
         kv.as_ref()
             .is_some_and(|(k, v)| !v.is_empty() && k != "FOREWARN_LIFECYCLE_HOOKS")
@@ -1027,9 +1028,13 @@ fn the_stack_deploys_with_hook_names_and_extra_senders() {
             format!(
                 "FOREWARN_CLUSTERS={cluster}\nFOREWARN_EKS_CLUSTER={cluster}\n\
                  FOREWARN_TABLE={table}\nFOREWARN_POLICY_ALLOW=\"cordon cordon-drain cordon-for \
-                 adaptive\"\nFOREWARN_ACCOUNT_ID={ACCOUNT}\nFOREWARN_LIFECYCLE_HOOKS=drain-a,drain-b\n"
+                 adaptive\"\nFOREWARN_ACCOUNT_ID={ACCOUNT}\nFOREWARN_ENVIRONMENTS=10\n\
+                 FOREWARN_LIFECYCLE_HOOKS=drain-a,drain-b\n"
             )
         );
+        // Deployed = benchmarked: the handler's client-side limit is the share divided by the
+        // event source mapping's MaximumConcurrency, as the mass benchmark assumes.
+        assert!(outputs["HandlerEnvVars"].contains(",FOREWARN_ENVIRONMENTS=10,"));
         assert!(outputs["HandlerEnvVars"].ends_with(",FOREWARN_LIFECYCLE_HOOKS=drain-a,drain-b"));
         assert_eq!(outputs["HandlerKubernetesGroup"], "forewarn-handler");
         assert_eq!(outputs["SweeperKubernetesGroup"], "forewarn-sweeper");

@@ -80,10 +80,12 @@ pub struct Settings {
     pub server_rps: f64,
     #[arg(long, default_value_t = 50)]
     pub server_burst: u32,
-    /// The client-side limit (FOREWARN_KUBE_QPS / FOREWARN_KUBE_BURST); 0: none.
-    #[arg(long, default_value_t = 200.0)]
+    /// The client-side limit across the invocations: by default forewarn's share of the API
+    /// server, which the deployed handler divides by FOREWARN_ENVIRONMENTS (the stack's
+    /// MaximumConcurrency, `--invocations` here) as this run does; 0: none.
+    #[arg(long, default_value_t = forewarn::adapters::kube::KUBE_SHARE.0)]
     pub client_qps: f64,
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = forewarn::adapters::kube::KUBE_SHARE.1)]
     pub client_burst: u32,
     /// How the client-side limit is held.
     #[arg(long, value_enum, default_value_t = ClientLimit::PerEnvironment)]
@@ -1330,6 +1332,39 @@ fn run_of(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Deployed = benchmarked: the run's invocations are the stack's default MaximumConcurrency
+    /// (`infra/forewarn.yaml`), and each invocation's limit is what the deployed handler takes
+    /// by default there (the share divided by FOREWARN_ENVIRONMENTS, its settings' own rule).
+    #[test]
+    fn the_defaults_are_the_stacks() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            settings: Settings,
+        }
+        let s = Cli::parse_from(["bench"]).settings;
+        let template = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../infra/forewarn.yaml"),
+        )
+        .unwrap();
+        let at = template
+            .find("\n  MaximumConcurrency:\n")
+            .expect("the parameter");
+        let default: usize = template[at..]
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("Default: "))
+            .and_then(|d| d.parse().ok())
+            .expect("its default");
+        assert_eq!(s.invocations, default);
+        let deployed = forewarn::app::settings::Settings::from_lookup(|name| {
+            (name == "FOREWARN_ENVIRONMENTS").then(|| default.to_string())
+        })
+        .unwrap()
+        .kube_rate_limit;
+        assert_eq!(s.environment_limit(), deployed);
+    }
 
     fn answered(method: &str, path: &str, status: u16, ms: i64) -> kube_fake::RecordedRequest {
         kube_fake::RecordedRequest {

@@ -276,22 +276,31 @@ pub const VARIABLES: &[Variable] = &[
     ),
     var(
         "FOREWARN_KUBE_QPS",
-        "unset (no limit)",
+        "forewarn's share of the API server, 200 requests/s, divided by `FOREWARN_ENVIRONMENTS` (the handler as deployed: `20`); without it, no limit",
         None,
         "client-side rate limit of the Kubernetes API calls of one process, in requests per \
          second, like client-go's QPS. Each Lambda execution environment is a process with its \
-         own limit: set it to the API server's share for forewarn divided by the function's \
-         concurrency (e.g. `20` for 200 requests/s and 10 invocations at once); a 429's \
-         `Retry-After` then holds back every call until it has passed. Two lanes: node reads, \
-         cordons, deletes and Events go before the drains' evictions and pod lists, so a mass \
-         interruption's cordons do not queue behind evictions",
+         own limit: the API server's share for forewarn divided by the function's concurrency \
+         (what the deployed handler takes by default, and the benchmarks assume); `0`: no \
+         limit. A 429's `Retry-After` holds back every call until it has passed. Two lanes: \
+         node reads, cordons, deletes and Events go before the drains' evictions and pod lists, \
+         so a mass interruption's cordons do not queue behind evictions",
     ),
     var(
         "FOREWARN_KUBE_BURST",
-        "the QPS rounded up",
+        "the QPS rounded up; with the share, its burst of 20 divided likewise (at least 1)",
         None,
         "the burst of that rate limit, like client-go's Burst (e.g. `2`)",
     ),
+    var(
+        "FOREWARN_ENVIRONMENTS",
+        "unset; the stack sets the handler's to its `MaximumConcurrency`",
+        None,
+        "how many execution environments of the function run at once at most (1–1000): \
+         without `FOREWARN_KUBE_QPS`, each takes forewarn's share of the API server (200 \
+         requests/s, burst 20) divided by it",
+    )
+    .functions_only(),
     var(
         "FOREWARN_DRAIN_PASS_INTERVAL",
         "`5s`",

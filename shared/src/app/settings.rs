@@ -12,8 +12,9 @@ use std::time::Duration;
 use crate::adapters::accounts::{AccountSettings, ENV_ACCOUNT_ID, ENV_MEMBER_ROLE};
 use crate::adapters::aws::AwsSettings;
 use crate::adapters::kube::{
-    ClusterAccess, ENV_CLUSTER_CA, ENV_CLUSTER_ENDPOINT, ENV_EKS_CLUSTER, ENV_EVICTION_PARALLELISM,
-    ENV_KUBE_BURST, ENV_KUBE_QPS, EksAccess, ExecutorSettings,
+    ClusterAccess, ENV_CLUSTER_CA, ENV_CLUSTER_ENDPOINT, ENV_EKS_CLUSTER, ENV_ENVIRONMENTS,
+    ENV_EVICTION_PARALLELISM, ENV_KUBE_BURST, ENV_KUBE_QPS, EksAccess, ExecutorSettings,
+    KUBE_SHARE,
 };
 use crate::adapters::webhook::{ENV_ALLOW_HTTP, ENV_TEMPLATE, ENV_URL, WebhookConfig};
 use crate::app::priorities::PrioritySettings;
@@ -62,6 +63,7 @@ pub const VARIABLES: &[&str] = &[
     ENV_EVICTION_PARALLELISM,
     ENV_KUBE_QPS,
     ENV_KUBE_BURST,
+    ENV_ENVIRONMENTS,
     ENV_LOG,
     ENV_DRY_RUN,
     ENV_INSTANCES_FILE,
@@ -542,9 +544,25 @@ fn executor(vars: Vars) -> Result<ExecutorSettings, ConfigError> {
     })
 }
 
-/// The client-side rate limit [`ENV_KUBE_QPS`] and [`ENV_KUBE_BURST`] set: `None` when no QPS
-/// is set (or it is 0); the burst is the QPS rounded up unless set.
+/// The client-side rate limit [`ENV_KUBE_QPS`] and [`ENV_KUBE_BURST`] set (the burst is the
+/// QPS rounded up unless set; a QPS of 0: none); without a QPS, [`KUBE_SHARE`] divided by
+/// [`ENV_ENVIRONMENTS`] when the stack sets it (each execution environment its part of
+/// forewarn's share of the API server), else none.
 fn kube_rate_limit(vars: Vars) -> Result<Option<(f64, u32)>, ConfigError> {
+    let environments = vars.parse(ENV_ENVIRONMENTS, |v| {
+        v.parse::<u32>()
+            .ok()
+            .filter(|n| (1..=1000).contains(n))
+            .ok_or(Invalid {
+                expected: "a whole number of execution environments (1 to 1000)",
+            })
+    })?;
+    if !vars.is_set(ENV_KUBE_QPS)
+        && let Some(n) = environments
+    {
+        let (qps, burst) = KUBE_SHARE;
+        return Ok(Some((qps / f64::from(n), (burst / n).max(1))));
+    }
     let qps = vars.parse(ENV_KUBE_QPS, |v| {
         v.parse::<f64>()
             .ok()
@@ -575,6 +593,32 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         Settings::from_lookup(|name| vars.get(name).cloned())
+    }
+
+    /// Deployed = benchmarked: with the stack's FOREWARN_ENVIRONMENTS (the event source
+    /// mapping's MaximumConcurrency) and no QPS, each execution environment takes its part of
+    /// forewarn's share of the API server; a QPS set wins; neither: no limit.
+    #[test]
+    fn the_client_limit_is_the_share_divided_by_the_environments() {
+        let limit = |vars: &[(&str, &str)]| settings(vars).unwrap().kube_rate_limit;
+        assert_eq!(limit(&[("FOREWARN_ENVIRONMENTS", "10")]), Some((20.0, 2)));
+        assert_eq!(limit(&[("FOREWARN_ENVIRONMENTS", "1000")]), Some((0.2, 1)));
+        assert_eq!(
+            limit(&[("FOREWARN_ENVIRONMENTS", "10"), ("FOREWARN_KUBE_QPS", "50")]),
+            Some((50.0, 50))
+        );
+        assert_eq!(
+            limit(&[("FOREWARN_ENVIRONMENTS", "10"), ("FOREWARN_KUBE_QPS", "0")]),
+            None,
+            "0: no limit, as asked"
+        );
+        assert_eq!(limit(&[]), None);
+        for bad in ["0", "1001", "ten"] {
+            let e = settings(&[("FOREWARN_ENVIRONMENTS", bad)])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("FOREWARN_ENVIRONMENTS"), "{e}");
+        }
     }
 
     #[test]

@@ -40,6 +40,14 @@ pub const ENV_KUBE_QPS: &str = "FOREWARN_KUBE_QPS";
 /// Requests that may go at once after a quiet spell (client-go's `Burst`); default: the QPS
 /// rounded up.
 pub const ENV_KUBE_BURST: &str = "FOREWARN_KUBE_BURST";
+/// How many execution environments of the function run at once at most (the event source
+/// mapping's `MaximumConcurrency`, which the stack sets): without [`ENV_KUBE_QPS`], each takes
+/// [`KUBE_SHARE`] divided by it.
+pub const ENV_ENVIRONMENTS: &str = "FOREWARN_ENVIRONMENTS";
+/// forewarn's share of each API server, across every execution environment of a function:
+/// requests per second, and burst. The deployed default of the client-side limit is this
+/// divided by [`ENV_ENVIRONMENTS`]; the benchmarks assume the same.
+pub const KUBE_SHARE: (f64, u32) = (200.0, 20);
 
 /// Timeouts of forewarn's clients: a call that hangs fails (and the event comes back) well
 /// within a Lambda invocation.

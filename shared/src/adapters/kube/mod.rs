@@ -38,8 +38,9 @@ mod workloads;
 pub use api::FIELD_MANAGER;
 pub use connect::{
     ClusterAccess, ClusterClient, ConnectError, ENV_CLUSTER_CA, ENV_CLUSTER_ENDPOINT,
-    ENV_EKS_CLUSTER, ENV_KUBE_BURST, ENV_KUBE_QPS, EksAccess, EksClusters, Impersonation,
-    KubeconfigContexts, connect, connect_as, connect_context, connect_eks, has_context,
+    ENV_EKS_CLUSTER, ENV_ENVIRONMENTS, ENV_KUBE_BURST, ENV_KUBE_QPS, EksAccess, EksClusters,
+    Impersonation, KUBE_SHARE, KubeconfigContexts, connect, connect_as, connect_context,
+    connect_eks, has_context,
 };
 pub use cordon::{CordonOutcome, CordonSpec, RecordKeys, cordon_patch};
 pub use delete::DeleteOutcome;
