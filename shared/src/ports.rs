@@ -105,6 +105,32 @@ impl DirectoryError {
     pub fn retryable(&self) -> bool {
         self.kind.retryable()
     }
+
+    /// The account the lookup was refused in because this deployment does not serve it (see
+    /// [`NotServed`]), when that is why it failed.
+    pub fn not_served(&self) -> Option<&NotServed> {
+        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(self.source.as_ref());
+        while let Some(e) = next {
+            if let Some(not_served) = e.downcast_ref::<NotServed>() {
+                return Some(not_served);
+            }
+            next = e.source();
+        }
+        None
+    }
+}
+
+/// An account this deployment does not serve: an event of another account than its own, and no
+/// member role can be assumed there — none is configured, or STS refuses it (the account never
+/// deployed `infra/member.yaml`, or its role does not trust this deployment). What an adapter
+/// answers, as the source of its error, for a lookup in such an account: its events are
+/// acknowledged, nothing is done for them and their pools are not recorded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("account {account} is not served by this deployment: {why}")]
+pub struct NotServed {
+    pub account: String,
+    /// Why no member role can be assumed there.
+    pub why: String,
 }
 
 /// What kind of failure an adapter met, as it can tell from the answer (an HTTP status, an AWS

@@ -54,11 +54,15 @@ pub enum FaultKind {
     Answer(u16, String),
 }
 
-/// A fault for requests to `service` (and `operation` when given), used `times` times.
+/// A fault for requests to `service` (and `operation` when given; and whose body contains
+/// `naming`, when given), used `times` times.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AwsFault {
     pub service: String,
     pub operation: Option<String>,
+    /// Only requests whose body contains this text (as sent: a form body is URL-encoded), e.g.
+    /// an account id in an `AssumeRole`'s `RoleArn`, or an instance id in a `DescribeInstances`.
+    pub naming: Option<String>,
     pub kind: FaultKind,
     pub times: usize,
 }
@@ -69,6 +73,7 @@ impl AwsFault {
         AwsFault {
             service: service.to_string(),
             operation: None,
+            naming: None,
             kind,
             times,
         }
@@ -79,18 +84,29 @@ impl AwsFault {
         AwsFault {
             service: service.to_string(),
             operation: Some(operation.to_string()),
+            naming: None,
             kind,
             times,
         }
     }
 
-    fn matches(&self, service: &str, operation: &str) -> bool {
+    /// The fault only for requests whose body contains `text` (see [`AwsFault::naming`]).
+    pub fn naming(mut self, text: &str) -> AwsFault {
+        self.naming = Some(text.to_string());
+        self
+    }
+
+    fn matches(&self, service: &str, operation: &str, body: &[u8]) -> bool {
         self.times > 0
             && self.service.eq_ignore_ascii_case(service)
             && self
                 .operation
                 .as_deref()
                 .is_none_or(|op| op.eq_ignore_ascii_case(operation))
+            && self
+                .naming
+                .as_deref()
+                .is_none_or(|text| !text.is_empty() && find(body, text.as_bytes()).is_some())
     }
 }
 
@@ -252,7 +268,7 @@ async fn serve(mut client: TcpStream, upstream: &str, state: &Mutex<State>) -> a
         let found = state
             .faults
             .iter_mut()
-            .find(|f| f.matches(&service, &operation));
+            .find(|f| f.matches(&service, &operation, &request.body));
         found.map(|f| {
             f.times -= 1;
             f.kind.clone()
@@ -575,13 +591,21 @@ mod tests {
     #[test]
     fn a_fault_matches_its_service_and_operation_only_while_it_has_uses() {
         let mut fault = AwsFault::operation("dynamodb", "GetItem", FaultKind::Throttle, 1);
-        assert!(fault.matches("dynamodb", "GetItem"));
-        assert!(!fault.matches("dynamodb", "PutItem"));
-        assert!(!fault.matches("ec2", "GetItem"));
+        assert!(fault.matches("dynamodb", "GetItem", b""));
+        assert!(!fault.matches("dynamodb", "PutItem", b""));
+        assert!(!fault.matches("ec2", "GetItem", b""));
         fault.times = 0;
-        assert!(!fault.matches("dynamodb", "GetItem"));
+        assert!(!fault.matches("dynamodb", "GetItem", b""));
         let any = AwsFault::service("ec2", FaultKind::Unreachable, 2);
-        assert!(any.matches("ec2", "DescribeInstances"));
+        assert!(any.matches("ec2", "DescribeInstances", b""));
+        // Only the requests naming it.
+        let one = AwsFault::operation("sts", "AssumeRole", FaultKind::Status(403), 1)
+            .naming("222222222222");
+        let body = |account: &str| {
+            format!("Action=AssumeRole&RoleArn=arn%3Aaws%3Aiam%3A%3A{account}%3Arole%2Fr")
+        };
+        assert!(one.matches("sts", "AssumeRole", body("222222222222").as_bytes()));
+        assert!(!one.matches("sts", "AssumeRole", body("111111111111").as_bytes()));
     }
 
     #[tokio::test]

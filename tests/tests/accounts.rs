@@ -4,16 +4,28 @@
 //! credentials exists in that account only), `DescribeInstances` there, Auto Scaling lifecycle
 //! calls signed with the member's credentials in the event's region (moto does not serve
 //! `CompleteLifecycleAction`: the proxy answers it, and records who signed it and where), and
-//! forged or unserved accounts refused before any request is made.
+//! forged or unserved accounts refused before any request is made. And one account never fails
+//! another: a batch mixing the own account's spot warning, a member's whose role denies
+//! `DescribeInstances` and one from an account whose role cannot be assumed, through the
+//! handler to the Kubernetes fake.
+
+use std::sync::Arc;
 
 use forewarn::adapters::accounts::{AccountSettings, Accounts};
 use forewarn::adapters::autoscaling::AsgLifecycle;
 use forewarn::adapters::ec2::Ec2Directory;
+use forewarn::adapters::embedded::EmbeddedStore;
+use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::app::handler::Handler;
+use forewarn::domain::config::Config;
 use forewarn::domain::event::LifecycleAction;
+use forewarn::domain::fixtures::ec2_node;
+use forewarn::domain::pool::PoolQuery;
+use forewarn::domain::report::Outcome;
 use forewarn::ports::{
     FailureKind, InstanceDirectory, LifecycleCompleter, LifecycleOutcome, Place,
 };
-use forewarn_tests::ec2::{Launch, any_image, launch};
+use forewarn_tests::ec2::{Launch, Launched, any_image, launch};
 use forewarn_tests::moto::{runtime, shared};
 use forewarn_tests::proxy::{AwsCall, AwsFault, AwsProxy, FaultKind};
 
@@ -24,6 +36,8 @@ const MEMBER: &str = "111111111111";
 const ROLE: &str = "forewarn-member";
 /// The access key of the tests' own credentials.
 const OWN_KEY: &str = "testing";
+/// An account whose member role cannot be assumed (it never deployed `infra/member.yaml`).
+const UNASSUMABLE: &str = "222222222222";
 
 const COMPLETED: &str = concat!(
     r#"<CompleteLifecycleActionResponse xmlns="http://autoscaling.amazonaws.com/doc/2011-01-01/">"#,
@@ -39,6 +53,15 @@ const ASSUME_DENIED: &str = concat!(
     r#"<ErrorResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><Error><Type>Sender</Type>"#,
     "<Code>AccessDenied</Code><Message>User is not authorized to perform: sts:AssumeRole</Message>",
     "</Error><RequestId>r3</RequestId></ErrorResponse>"
+);
+
+/// What EC2 answers a role that does not allow `DescribeInstances`.
+const DESCRIBE_DENIED: &str = concat!(
+    r#"<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error>"#,
+    "<Code>UnauthorizedOperation</Code><Message>You are not authorized to perform this ",
+    "operation. User: arn:aws:sts::111111111111:assumed-role/forewarn-member/forewarn is not ",
+    "authorized to perform: ec2:DescribeInstances</Message></Error></Errors>",
+    "<RequestID>r4</RequestID></Response>"
 );
 
 fn org() -> AccountSettings {
@@ -291,6 +314,8 @@ fn another_account_without_a_member_role_is_refused_naming_it() {
             text.contains(MEMBER) && text.contains(OWN) && text.contains("FOREWARN_MEMBER_ROLE"),
             "{text}"
         );
+        // An account not served: its events are acknowledged, not failed.
+        assert_eq!(err.not_served().map(|n| n.account.as_str()), Some(MEMBER));
         let err = AsgLifecycle::new(&base)
             .with_accounts(accounts)
             .complete(&ids[0], &action(Some(MEMBER), None))
@@ -322,16 +347,245 @@ fn a_role_that_cannot_be_assumed_fails_the_call_never_falls_back_to_own_credenti
         let directory = Ec2Directory::from_conf(&base).with_accounts(Accounts::new(&base, org()));
         let ids = vec!["i-0a1b2c3d4e5f60001".to_string()];
         let err = directory
-            .describe_at(&place("222222222222", "us-east-1"), &ids)
+            .describe_at(&place(UNASSUMABLE, "us-east-1"), &ids)
             .await
             .unwrap_err();
         let text = err.to_string();
         assert!(text.contains("ec2:DescribeInstances"), "{text}");
+        // STS refused the role: the account is not served (see `one_account_never_fails_another`).
+        assert_eq!(
+            err.not_served().map(|n| n.account.as_str()),
+            Some(UNASSUMABLE)
+        );
+        assert!(
+            text.contains("AccessDenied") && text.contains("infra/member.yaml"),
+            "{text}"
+        );
         let calls = proxy.calls();
         assert!(!of(&calls, "AssumeRole").is_empty(), "{calls:#?}");
         assert!(
             of(&calls, "DescribeInstances").is_empty(),
             "nothing was asked of EC2 without the member's credentials: {calls:#?}"
         );
+    });
+}
+
+/// A handler serving cluster `cluster` of the fake (as deployed, its client in the handler's
+/// group), describing instances through `base` in each event's account; pools in a store of
+/// its own under `dir`.
+fn handler_of(
+    base: &aws_config::SdkConfig,
+    cluster: &str,
+    fake: &kube_fake::KubeFake,
+    dir: &std::path::Path,
+) -> Handler {
+    let config = Config {
+        cluster_name: Some(cluster.into()),
+        surge_kinds: Default::default(),
+        ..Config::default()
+    };
+    let clients = ClusterClient::new(forewarn_tests::cluster::client_as(
+        fake,
+        forewarn_tests::cluster::HANDLER_GROUP,
+    ));
+    let store = EmbeddedStore::open(dir).expect("the pool store");
+    Handler {
+        instances: Arc::new(
+            Ec2Directory::from_conf(base).with_accounts(Accounts::new(base, org())),
+        ),
+        fleet: forewarn::app::fleet::Fleet::one(forewarn::app::fleet::Cluster {
+            executor: Some(Arc::new(KubeExecutor::new(clients.clone(), &config))),
+            ..forewarn::app::fleet::Cluster::new(None, Arc::new(KubeNodeDirectory::new(clients)))
+        }),
+        concurrency: 4,
+        ..Handler::new(config, Arc::new(store))
+    }
+}
+
+/// A spot warning for `instance` at `time`, from `account`'s bus, as the queue delivers it.
+fn warning(id: &str, instance: &str, account: &str, time: &str) -> serde_json::Value {
+    let mut event = forewarn::domain::fixtures::spot_json(id, instance, time);
+    event["account"] = serde_json::json!(account);
+    event
+}
+
+/// `events` as one SQS batch, messages `m0`, `m1`, ... in order.
+fn sqs_batch(events: &[serde_json::Value]) -> serde_json::Value {
+    let records: Vec<serde_json::Value> = events
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            serde_json::json!({"messageId": format!("m{i}"), "body": e.to_string(),
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:forewarn",
+                "attributes": {"ApproximateReceiveCount": "1"}})
+        })
+        .collect();
+    serde_json::json!({ "Records": records })
+}
+
+/// What a report says of its event, without where it came from nor when its node was
+/// cordoned (the wall clock's).
+fn said(report: &forewarn::domain::report::Report) -> serde_json::Value {
+    let mut value = serde_json::to_value(report).unwrap();
+    for key in ["origin", "message_id"] {
+        value.as_object_mut().unwrap().remove(key);
+    }
+    for action in value["actions"].as_array_mut().unwrap() {
+        action.as_object_mut().unwrap().remove("cordoned_at");
+    }
+    value
+}
+
+fn unschedulable(fake: &kube_fake::KubeFake, node: &str) -> bool {
+    fake.get("v1", "Node", None, node).unwrap()["spec"]["unschedulable"] == true
+}
+
+/// The instances of three accounts' spot warnings, tagged for `cluster`: the own account's
+/// (answered), and the member's, whose role denies `ec2:DescribeInstances` (the proxy answers
+/// EC2's `UnauthorizedOperation` for it); and account [`UNASSUMABLE`]'s member role cannot be
+/// assumed (the proxy answers STS's `AccessDenied`).
+async fn three_accounts(
+    proxy: &AwsProxy,
+    base: &aws_config::SdkConfig,
+    cluster: &str,
+) -> (Launched, Launched) {
+    let own_ec2 = aws_sdk_ec2::Client::new(base);
+    let image = any_image(&own_ec2).await.unwrap();
+    let own = launch(&own_ec2, &image, &Launch::spot(cluster))
+        .await
+        .unwrap();
+    let member_config = Accounts::new(base, org())
+        .config_for(&place(MEMBER, "us-east-1"))
+        .await
+        .unwrap();
+    let member_ec2 = aws_sdk_ec2::Client::new(&member_config);
+    let theirs = launch(&member_ec2, &image, &Launch::spot(cluster))
+        .await
+        .unwrap();
+    proxy.inject(
+        AwsFault::operation(
+            "ec2",
+            "DescribeInstances",
+            FaultKind::Answer(403, DESCRIBE_DENIED.into()),
+            100,
+        )
+        .naming(&theirs.id),
+    );
+    proxy.inject(
+        AwsFault::operation(
+            "sts",
+            "AssumeRole",
+            FaultKind::Answer(403, ASSUME_DENIED.into()),
+            100,
+        )
+        .naming(UNASSUMABLE),
+    );
+    (own, theirs)
+}
+
+/// Issue 46, item 3: one account never fails another. One batch: a spot warning of the
+/// deployment's own account, one of a member whose role denies `ec2:DescribeInstances`, one of
+/// an account whose member role cannot be assumed (STS: `AccessDenied`, as for a role that does
+/// not exist). The own account's node is cordoned in that batch, and its record answered exactly
+/// as when it comes alone; the denied member's record fails alone, for good (the same call
+/// meets the same denial); the unassumable account's is acknowledged as not served, naming it,
+/// with no pool and no event id recorded.
+#[test]
+fn one_account_never_fails_another() {
+    runtime().block_on(async {
+        let (proxy, base) = proxied().await;
+        let cluster = forewarn_tests::moto::unique_name("accounts");
+        let (own, theirs) = three_accounts(&proxy, &base, &cluster).await;
+        let fake = forewarn_tests::cluster::deployed().await;
+        fake.insert(ec2_node(&own.dns, &own.id, &own.zone));
+        let dir = tempfile::tempdir().unwrap();
+        let handler = handler_of(&base, &cluster, &fake, dir.path());
+        proxy.reset();
+
+        let time = chrono::Utc::now().to_rfc3339();
+        let batch = sqs_batch(&[
+            warning("ev-denied", &theirs.id, MEMBER, &time),
+            warning("ev-own", &own.id, OWN, &time),
+            warning("ev-unassumable", "i-0a1b2c3d4e5f60009", UNASSUMABLE, &time),
+        ]);
+        let inv = handler.invoke(batch, None).await.unwrap();
+        let [denied, ours, unassumable] = &inv.reports[..] else {
+            panic!("three reports: {:#?}", inv.reports);
+        };
+
+        // The own account's warning: acted on in this batch, its node cordoned.
+        assert_eq!(ours.outcome, Outcome::Acted, "{ours:#?}");
+        assert!(unschedulable(&fake, &own.dns), "the own node is cordoned");
+        // The denied member's: failed alone, permanent, saying what EC2 said.
+        assert_eq!(denied.outcome, Outcome::Failed, "{denied:#?}");
+        assert!(
+            denied.permanent,
+            "a denial is not retried soon: {denied:#?}"
+        );
+        let why = denied.reason.as_deref().unwrap_or_default();
+        assert!(
+            why.contains("ec2:DescribeInstances") && why.contains("UnauthorizedOperation"),
+            "{why}"
+        );
+        // The unassumable account's: acknowledged as not served, naming it.
+        assert_eq!(unassumable.outcome, Outcome::Ignored, "{unassumable:#?}");
+        let why = unassumable.reason.as_deref().unwrap_or_default();
+        assert!(
+            why.contains(&format!("account {UNASSUMABLE} is not served"))
+                && why.contains(&format!("arn:aws:iam::{UNASSUMABLE}:role/{ROLE}"))
+                && why.contains("AccessDenied")
+                && why.contains("no pool recorded"),
+            "{why}"
+        );
+        // Only the denied member's message comes back.
+        assert_eq!(
+            inv.response["batchItemFailures"],
+            serde_json::json!([{"itemIdentifier": "m0"}])
+        );
+        // Nothing recorded of the unassumable account (nor of the denied one): the own
+        // account's pool alone.
+        let ids = ["ev-denied", "ev-own", "ev-unassumable"].map(String::from);
+        let applied = handler.store.applied(&ids).await.unwrap();
+        assert_eq!(
+            applied,
+            std::collections::HashSet::from(["ev-own".to_string()])
+        );
+        let query = PoolQuery {
+            include_available: true,
+            ..PoolQuery::default()
+        };
+        let pools = handler
+            .store
+            .pools(&query, chrono::Utc::now())
+            .await
+            .unwrap();
+        assert_eq!(pools.len(), 1, "{pools:#?}");
+        assert_eq!(pools[0].pool.to_string(), "spot#m5.large#us-east-1a");
+        assert_eq!(pools[0].interruptions(), 1);
+        // Each account asked in its own right: the denial and the refusal were answered by
+        // the proxy, the own account's lookup by moto with the own credentials.
+        let calls = proxy.calls();
+        let described = of(&calls, "DescribeInstances");
+        assert!(
+            described.iter().any(|c| c.faulted)
+                && described
+                    .iter()
+                    .any(|c| !c.faulted && c.access_key == OWN_KEY),
+            "{calls:#?}"
+        );
+        assert!(
+            of(&calls, "AssumeRole").iter().any(|c| c.faulted),
+            "{calls:#?}"
+        );
+
+        // The own account's warning alone, on a fresh cluster and store: answered the same.
+        let alone_fake = forewarn_tests::cluster::deployed().await;
+        alone_fake.insert(ec2_node(&own.dns, &own.id, &own.zone));
+        let alone_dir = tempfile::tempdir().unwrap();
+        let alone = handler_of(&base, &cluster, &alone_fake, alone_dir.path());
+        let batch = sqs_batch(&[warning("ev-own", &own.id, OWN, &time)]);
+        let inv = alone.invoke(batch, None).await.unwrap();
+        assert_eq!(said(ours), said(&inv.reports[0]));
+        assert!(unschedulable(&alone_fake, &own.dns));
     });
 }

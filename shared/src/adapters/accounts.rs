@@ -21,7 +21,7 @@ use aws_config::{Region, SdkConfig};
 use aws_credential_types::provider::SharedCredentialsProvider;
 
 use crate::domain::vars::{ConfigError, Vars};
-use crate::ports::{FailureKind, Place};
+use crate::ports::{FailureKind, NotServed, Place};
 
 /// The name of the role assumed in a member account (`forewarn-member`); unset: the deployment
 /// serves its own account only.
@@ -171,6 +171,43 @@ impl AccountError {
             _ => FailureKind::Invalid,
         }
     }
+
+    /// The event's account is not served (no member role is configured): what a lookup there
+    /// answers ([`NotServed`]); `None` for an event that is wrong in itself.
+    pub fn not_served(&self) -> Option<NotServed> {
+        match self {
+            AccountError::NotServed { account, own } => Some(NotServed {
+                account: account.clone(),
+                why: format!(
+                    "this deployment (account {own}) has no member role ({ENV_MEMBER_ROLE} is \
+                     not set): deploy infra/member.yaml in that account and set it to serve it"
+                ),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// The STS error code of a role that cannot be assumed: it does not exist, or its trust policy
+/// does not admit the caller (STS says the same of both).
+const ROLE_REFUSED: &str = "AccessDenied";
+
+/// What STS said, when `error` (or one of its sources) is an `AssumeRole` refused with
+/// [`ROLE_REFUSED`]: `sts:AssumeRole: AccessDenied: <message>`.
+pub fn role_refusal(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    use aws_sdk_sts::error::ProvideErrorMetadata;
+    use aws_sdk_sts::operation::assume_role::AssumeRoleError;
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(sts) = e.downcast_ref::<AssumeRoleError>() {
+            return (sts.code() == Some(ROLE_REFUSED)).then(|| match sts.message() {
+                Some(message) => format!("sts:AssumeRole: {ROLE_REFUSED}: {message}"),
+                None => format!("sts:AssumeRole: {ROLE_REFUSED}"),
+            });
+        }
+        next = e.source();
+    }
+    None
 }
 
 /// Where calls about a place go: the deployment's own account, or a member account through its
@@ -314,6 +351,29 @@ impl Accounts {
         Ok(configs.entry(target).or_insert(config).clone())
     }
 
+    /// The account of `place` is not served when `error`, met by a call there, is its member
+    /// role refused by STS ([`role_refusal`]): the account never deployed `infra/member.yaml`,
+    /// or its role does not trust this deployment. `None` for any other error, and for the own
+    /// account (whose calls assume no role).
+    pub fn refused(
+        &self,
+        place: &Place,
+        error: &(dyn std::error::Error + 'static),
+    ) -> Option<NotServed> {
+        let Ok(Target::Member { account, region }) = self.target(place) else {
+            return None;
+        };
+        let refusal = role_refusal(error)?;
+        let role = self.role_arn(&account, &region).unwrap_or_default();
+        Some(NotServed {
+            account,
+            why: format!(
+                "its member role {role} cannot be assumed ({refusal}): deploy infra/member.yaml \
+                 in that account, trusting this deployment, to serve it"
+            ),
+        })
+    }
+
     fn cached(&self, target: &Target) -> Option<SdkConfig> {
         let configs = self.configs.lock().unwrap_or_else(PoisonError::into_inner);
         configs.get(target).cloned()
@@ -350,6 +410,16 @@ impl<C: Clone> PerPlace<C> {
     /// The own account and region's client.
     pub fn own(&self) -> &C {
         &self.own
+    }
+
+    /// The account of `place` is not served, as `error` (met by a call there) says: see
+    /// [`Accounts::refused`].
+    pub fn refused(
+        &self,
+        place: &Place,
+        error: &(dyn std::error::Error + 'static),
+    ) -> Option<NotServed> {
+        self.accounts.as_ref()?.refused(place, error)
     }
 
     /// The client for calls about `place`.
@@ -588,6 +658,65 @@ mod tests {
             Ok(Target::Own { region: None })
         );
         assert!(unknown.target(&place(Some("x"), None)).is_err());
+    }
+
+    /// A member role STS refuses (`AccessDenied`: no such role, or it does not trust this
+    /// deployment), found below the errors that wrap it, makes its account not served; any
+    /// other STS error, another error, or the own account's place does not.
+    #[test]
+    fn a_role_sts_refuses_makes_its_account_not_served() {
+        use aws_credential_types::provider::error::CredentialsError;
+        use aws_sdk_sts::error::ErrorMetadata;
+        use aws_sdk_sts::operation::assume_role::AssumeRoleError;
+        let sts = |code: &str| {
+            let meta = ErrorMetadata::builder()
+                .code(code)
+                .message("User: arn:aws:sts::123456789012:assumed-role/h is not authorized")
+                .build();
+            crate::adapters::aws::AwsError::new(
+                "dispatch failure".into(),
+                CredentialsError::provider_error(AssumeRoleError::generic(meta)),
+            )
+        };
+        let refused = sts("AccessDenied");
+        let said = role_refusal(&refused).unwrap();
+        assert!(
+            said.starts_with("sts:AssumeRole: AccessDenied: User: arn:aws:sts"),
+            "{said}"
+        );
+        assert_eq!(role_refusal(&sts("RegionDisabledException")), None);
+        assert_eq!(role_refusal(&std::io::Error::other("AccessDenied")), None);
+        let org = accounts(Some("123456789012"), Some("forewarn-member"));
+        let not_served = org
+            .refused(&place(Some("222222222222"), Some("eu-west-1")), &refused)
+            .unwrap();
+        assert_eq!(not_served.account, "222222222222");
+        let text = not_served.to_string();
+        assert!(
+            text.contains("account 222222222222 is not served")
+                && text.contains("arn:aws:iam::222222222222:role/forewarn-member")
+                && text.contains("AccessDenied")
+                && text.contains("infra/member.yaml"),
+            "{text}"
+        );
+        assert_eq!(
+            org.refused(&place(Some("123456789012"), None), &refused),
+            None
+        );
+        assert_eq!(
+            org.refused(&place(Some("222222222222"), None), &sts("Throttling")),
+            None
+        );
+        // No member role at all: an event of another account is of an account not served.
+        let single = accounts(Some("123456789012"), None);
+        let err = single
+            .target(&place(Some("111111111111"), None))
+            .unwrap_err();
+        let not_served = err.not_served().unwrap();
+        assert_eq!(not_served.account, "111111111111");
+        assert!(not_served.why.contains(ENV_MEMBER_ROLE), "{not_served}");
+        let forged = single.target(&place(Some("x"), None)).unwrap_err();
+        assert_eq!(forged.not_served(), None);
     }
 
     #[tokio::test]

@@ -12,7 +12,7 @@ use crate::adapters::aws::{AwsError, failure_kind};
 use crate::adapters::snapshot::capacity_type_of;
 use crate::domain::facts::InstanceFacts;
 use crate::domain::status::{InstanceStatus, ScheduledEvent};
-use crate::ports::{DirectoryError, InstanceDirectory, Place};
+use crate::ports::{DirectoryError, FailureKind, InstanceDirectory, Place};
 
 /// EC2 accepts at most 200 values in one filter.
 const FILTER_VALUES_MAX: usize = 200;
@@ -133,19 +133,29 @@ impl InstanceDirectory for Ec2Directory {
     }
 
     /// In the account and region of `place`: the own client for the own ones, else one on a
-    /// member account's role ([`Accounts`]); a place that cannot be served (a forged account, an
-    /// account not served) fails the lookup, naming it.
+    /// member account's role ([`Accounts`]). A place that cannot be served fails the lookup,
+    /// naming it: a forged account or region as invalid; an account without a member role to
+    /// assume (none configured, or STS refuses it) with [`crate::ports::NotServed`] as its source.
     async fn describe_at(
         &self,
         place: &Place,
         instance_ids: &[String],
     ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
+        const CALL: &str = "ec2:DescribeInstances";
         let client = self
             .places
             .client(place)
             .await
-            .map_err(|e| DirectoryError::new("ec2:DescribeInstances", e.kind(), e))?;
-        describe_with(&client, instance_ids).await
+            .map_err(|e| match e.not_served() {
+                Some(not_served) => DirectoryError::new(CALL, e.kind(), not_served),
+                None => DirectoryError::new(CALL, e.kind(), e),
+            })?;
+        describe_with(&client, instance_ids).await.map_err(|e| {
+            match self.places.refused(place, &e) {
+                Some(not_served) => DirectoryError::new(CALL, FailureKind::Forbidden, not_served),
+                None => e,
+            }
+        })
     }
 }
 

@@ -11,10 +11,9 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::adapters::lambda_event;
-use crate::adapters::snapshot::SnapshotInstances;
 use crate::app::fleet::split::{self, Destination};
 use crate::app::fleet::{Cluster, Fleet, Unreachable};
-use crate::app::pipeline::{Limits, Passes, Pipeline, Traffic, describe_events};
+use crate::app::pipeline::{Described, Limits, Passes, Pipeline, Traffic, describe_events};
 use crate::app::telemetry::Telemetry;
 use crate::domain::config::{Config, Mode};
 use crate::domain::event::Event;
@@ -27,10 +26,9 @@ use crate::ports::{
     Clock, DirectoryError, InstanceDirectory, Notifier, PoolStore, Redeliver, Redelivery, span,
     until,
 };
-use std::collections::BTreeMap;
 
 /// What the batch's instance lookup found (or why it failed), for every cluster's share.
-type Found = Result<BTreeMap<String, InstanceFacts>, DirectoryError>;
+type Found = Result<Described, DirectoryError>;
 
 /// A payload the handler could not take at all.
 #[derive(Debug, thiserror::Error)]
@@ -151,7 +149,13 @@ impl Handler {
         let looked_up = self.look_up(records, limits).await;
         let seen: Vec<&str> = looked_up
             .as_ref()
-            .map(|found| found.values().flat_map(InstanceFacts::clusters).collect())
+            .map(|found| {
+                found
+                    .found
+                    .values()
+                    .flat_map(InstanceFacts::clusters)
+                    .collect()
+            })
             .unwrap_or_default();
         let served = match self.fleet.served_seeing(&self.config, now, &seen).await {
             Ok(served) => served,
@@ -198,8 +202,8 @@ impl Handler {
         match limits.deadline {
             Some(deadline) => until(self.clock.as_ref(), deadline, lookup)
                 .await
-                .unwrap_or_else(|| Err(split::out_of_time())),
-            None => lookup.await,
+                .ok_or_else(split::out_of_time),
+            None => Ok(lookup.await),
         }
     }
 
@@ -251,14 +255,11 @@ impl Handler {
         };
         let mut config = cluster.config(&self.config, self.clock.as_ref()).await;
         config.unserved = *to == Destination::Elsewhere && looked_up.is_some();
-        let found;
         let failed;
         let instances: &dyn InstanceDirectory = match looked_up {
             None => self.instances.as_ref(),
-            Some(Ok(map)) => {
-                found = SnapshotInstances(map.clone());
-                &found
-            }
+            // Each place answered as the batch's lookup did.
+            Some(Ok(described)) => described,
             Some(Err(e)) => {
                 failed = split::FailedLookup::of(e);
                 &failed

@@ -9,10 +9,14 @@
 //! - Undecodable and unsupported records, and instances of no served cluster, go to
 //!   [`Destination::Elsewhere`]: nothing is acted on, pools are recorded.
 //! - When the batch's instances could not be looked up, its first-pass events cannot be
-//!   routed: [`Destination::Unrouted`] fails them (they come back).
+//!   routed: [`Destination::Unrouted`] fails them (they come back). So are the events of one
+//!   account and region whose lookup failed, alone: the pipeline answers each as its place's
+//!   lookup said (failed, or acknowledged for an account not served; see
+//!   [`crate::app::pipeline::Described`]).
 
 use std::collections::BTreeMap;
 
+use crate::app::pipeline::Described;
 use crate::domain::clusters::{Home, home};
 use crate::domain::event::{Event, EventKind};
 use crate::domain::facts::InstanceFacts;
@@ -29,7 +33,7 @@ pub enum Destination {
     Cluster(Option<String>),
     /// Nowhere: nothing to act on, or no served cluster's.
     Elsewhere,
-    /// Not known: the instance lookup failed.
+    /// Not known: the instance lookup failed (the batch's, or the event's place's).
     Unrouted,
     /// A continuation naming a cluster this deployment does not serve (by name; `None`: it
     /// names none while the deployment serves several): refused before anything reads it
@@ -140,10 +144,11 @@ impl InstanceDirectory for FailedLookup {
 }
 
 /// The batch's `records` by destination. `instances`: what the lookup found (`None`: it
-/// failed); `served`: the served clusters' names (empty: one cluster, named by nobody).
+/// failed whole), place by place; `served`: the served clusters' names (empty: one cluster,
+/// named by nobody).
 pub fn split(
     records: &[Record],
-    instances: Option<&BTreeMap<String, InstanceFacts>>,
+    instances: Option<&Described>,
     served: &[String],
 ) -> BTreeMap<Destination, Share> {
     let mut shares: BTreeMap<Destination, Share> = BTreeMap::new();
@@ -169,11 +174,11 @@ pub fn split(
             put(to, record.clone(), position);
             continue;
         }
-        let Some(instances) = instances else {
+        let Some(instances) = instances.filter(|d| d.failure_of(event).is_none()) else {
             put(Destination::Unrouted, record.clone(), position);
             continue;
         };
-        let homes = homes(event, instances, served);
+        let homes = homes(event, &instances.found, served);
         match homes.as_slice() {
             [] => put(Destination::Elsewhere, record.clone(), position),
             [(one, _)] => put(to(one), record.clone(), position),
@@ -399,9 +404,16 @@ mod tests {
         assert_eq!(shares[&Destination::Cluster(None)].positions, [0, 1, 2]);
     }
 
+    fn found(instances: impl IntoIterator<Item = (String, InstanceFacts)>) -> Described {
+        Described {
+            found: instances.into_iter().collect(),
+            ..Described::default()
+        }
+    }
+
     #[test]
     fn records_go_to_their_instances_cluster() {
-        let instances = BTreeMap::from([
+        let instances = found([
             instance(I1, "blue"),
             instance(I2, "green"),
             instance(I3, "red"),
@@ -425,7 +437,7 @@ mod tests {
 
     #[test]
     fn an_event_of_two_clusters_is_split_and_joined_back() {
-        let instances = BTreeMap::from([instance(I1, "blue"), instance(I2, "green")]);
+        let instances = found([instance(I1, "blue"), instance(I2, "green")]);
         let records = vec![health("h", &[I1, I2])];
         let shares = split(&records, Some(&instances), &served());
         let blue = &shares[&Destination::Cluster(Some("blue".into()))];
@@ -459,5 +471,31 @@ mod tests {
             Some("cluster green: API answered 503")
         );
         assert!(!reports[0].permanent);
+    }
+
+    /// The events of an account and region whose lookup failed cannot be routed, and only
+    /// they: the same batch's other records go to their clusters.
+    #[test]
+    fn only_the_events_of_a_failed_place_are_unrouted() {
+        use crate::app::pipeline::PlaceFailure;
+        use crate::ports::Place;
+        let mut instances = found([instance(I1, "blue")]);
+        let failure = DirectoryError::new("ec2:DescribeInstances", FailureKind::Forbidden, "no");
+        let member = Place {
+            account: Some("111111111111".into()),
+            region: Some("us-east-1".into()),
+        };
+        instances.failed.insert(member, PlaceFailure::of(&failure));
+        let mut theirs = spot("b", I2);
+        if let Ok(event) = &mut theirs.event {
+            event.account = Some("111111111111".into());
+        }
+        let records = vec![spot("a", I1), theirs];
+        let shares = split(&records, Some(&instances), &served());
+        assert_eq!(
+            shares[&Destination::Cluster(Some("blue".into()))].positions,
+            [0]
+        );
+        assert_eq!(shares[&Destination::Unrouted].positions, [1]);
     }
 }

@@ -39,16 +39,18 @@ use crate::domain::report::{Outcome, Report};
 use crate::domain::surge::RoomSeen;
 use crate::ports::{
     ActionResult, Clock, ContinuationQueue, DrainRole, Executor, InstanceDirectory, NodeDirectory,
-    Pass, Place, PoolStore, Work, span, until,
+    Pass, PoolStore, Work, span, until,
 };
 use work::{ExecutorIn, NodesIn};
 
 mod batch;
 pub mod kept;
 mod passes;
+mod places;
 mod traffic;
 mod work;
 
+pub use places::{Described, PlaceFailure, describe_events, place_of};
 pub use traffic::{DEREGISTER_BUDGET, QUIET_FOR, Traffic};
 
 use batch::{by_phase, follow_firsts, schedule};
@@ -162,12 +164,12 @@ impl Pipeline<'_> {
                 .unwrap_or(Err(WorkError::OutOfTime)),
             None => self.look_up(records).await,
         };
-        let (instances, nodes, applied, followed) = match looked_up {
+        let (described, nodes, applied, followed) = match looked_up {
             Ok(found) => found,
             Err(e) => return self.none_looked_up(records, &e),
         };
         let facts = Facts {
-            instances: &instances,
+            instances: &described.found,
             nodes: &nodes,
             followed: &followed,
         };
@@ -175,6 +177,8 @@ impl Pipeline<'_> {
         // New events first (their cordons), then the drain passes of earlier ones (evictions),
         // then the drains carried on in process (their evictions, after every cordon).
         let (new, later) = by_phase(records, lanes);
+        // The events of a place whose lookup failed are answered as it says, and only they.
+        let (new, unlooked) = described.set_aside(records, new);
         let nothing_seen = BTreeMap::new();
         let mut seen = Seen {
             facts,
@@ -204,6 +208,7 @@ impl Pipeline<'_> {
         drop(gate);
         let mut done = self.finish(records, later, limits).await;
         done.extend(self.finish(records, first, limits).await);
+        done.extend(unlooked);
         let mut reports: Vec<Option<Report>> = vec![None; records.len()];
         for (i, mut report) in done {
             report.traffic = notes.get(&i).cloned();
@@ -221,8 +226,8 @@ impl Pipeline<'_> {
             })
             .collect()
     }
-    /// The batch's lookups: one instance lookup, one node lookup and one ledger read for every
-    /// supported event of `records`.
+    /// The batch's lookups: one instance lookup per place (see [`places`]), one node lookup and
+    /// one ledger read for every supported event of `records`.
     async fn look_up(&self, records: &[Record]) -> Result<LookedUp, WorkError> {
         // A drain's later passes carry their plan: nothing to look up for them.
         let wanted: Vec<&Event> = records
@@ -240,8 +245,8 @@ impl Pipeline<'_> {
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
-        let instances = describe_events(self.instances, &wanted).await?;
-        let known: Vec<InstanceFacts> = instances.values().cloned().collect();
+        let described = describe_events(self.instances, &wanted).await;
+        let known: Vec<InstanceFacts> = described.found.values().cloned().collect();
         let mut nodes = self.nodes.nodes(&known).await?;
         self.drop_unverified_records(&mut nodes).await;
         let applied = self.store.applied(&event_ids).await?;
@@ -259,7 +264,7 @@ impl Pipeline<'_> {
                 .iter()
                 .filter(|e| e.kind == EventKind::RebalanceRecommendation)
                 .flat_map(|e| e.instance_ids.iter())
-                .filter_map(|id| instances.get(id))
+                .filter_map(|id| described.found.get(id))
                 .filter_map(InstanceFacts::pool)
                 .collect::<BTreeSet<_>>()
                 .into_iter()
@@ -269,7 +274,7 @@ impl Pipeline<'_> {
         } else {
             BTreeMap::new()
         };
-        Ok((instances, nodes, applied, followed))
+        Ok((described, nodes, applied, followed))
     }
 
     /// Removes the cordon records of `nodes` that do not verify with the continuation keys (a
@@ -536,37 +541,10 @@ impl Pipeline<'_> {
     }
 }
 
-/// The facts of the instances of `events`: one lookup per account and region the events come
-/// from (an organization's member accounts forward theirs), none when they name no instance.
-pub async fn describe_events(
-    instances: &dyn InstanceDirectory,
-    events: &[&Event],
-) -> Result<BTreeMap<String, InstanceFacts>, crate::ports::DirectoryError> {
-    let mut by_place: BTreeMap<Place, BTreeSet<String>> = BTreeMap::new();
-    for event in events.iter().filter(|e| !e.instance_ids.is_empty()) {
-        let place = Place {
-            account: event.account.clone(),
-            region: event.region.clone(),
-        };
-        by_place
-            .entry(place)
-            .or_default()
-            .extend(event.instance_ids.iter().cloned());
-    }
-    let lookups = by_place.iter().map(|(place, ids)| {
-        let ids: Vec<String> = ids.iter().cloned().collect();
-        async move { instances.describe_at(place, &ids).await }
-    });
-    let mut found = BTreeMap::new();
-    for facts in futures::future::join_all(lookups).await {
-        found.extend(facts?);
-    }
-    Ok(found)
-}
-
-/// What the batch's lookups found: instance facts, candidate nodes, event ids applied before.
+/// What the batch's lookups found: instance facts (and the places whose lookup failed),
+/// candidate nodes, event ids applied before, the pools `adaptive` follows.
 type LookedUp = (
-    BTreeMap<String, InstanceFacts>,
+    Described,
     Vec<crate::domain::facts::NodeFacts>,
     HashSet<String>,
     BTreeMap<PoolKey, crate::domain::policy::Followed>,
@@ -693,7 +671,7 @@ mod tests {
     use crate::domain::plan::Plan;
     use crate::domain::pool::CapacityType;
     use crate::ports::DirectoryError;
-    use crate::ports::{ActionResult, ExecuteError};
+    use crate::ports::{ActionResult, ExecuteError, Place};
     use async_trait::async_trait;
 
     const A: &str = "i-0a1b2c3d4e5f60001";
@@ -1114,6 +1092,129 @@ mod tests {
                 .contains("ec2:DescribeInstances: throttled")
         );
         assert_eq!(reports[0].message_id.as_deref(), Some("m1"));
+    }
+
+    /// The accounts of an organization, each answering its own lookup: the deployment's own
+    /// (the world's instances); one whose role denies `ec2:DescribeInstances`; one that
+    /// throttles; one whose member role cannot be assumed (not served).
+    struct Accounts((SnapshotInstances, crate::adapters::snapshot::ClusterState));
+
+    const DENIED: &str = "111111111111";
+    const UNSERVED: &str = "222222222222";
+    const THROTTLING: &str = "333333333333";
+
+    #[async_trait]
+    impl InstanceDirectory for Accounts {
+        async fn describe(
+            &self,
+            ids: &[String],
+        ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
+            self.0.0.describe(ids).await
+        }
+
+        async fn describe_at(
+            &self,
+            place: &Place,
+            ids: &[String],
+        ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
+            use crate::ports::{FailureKind, NotServed};
+            let service = "ec2:DescribeInstances";
+            match place.account.as_deref() {
+                Some(DENIED) => Err(DirectoryError::new(
+                    service,
+                    FailureKind::Forbidden,
+                    "UnauthorizedOperation: not authorized",
+                )),
+                Some(THROTTLING) => Err(DirectoryError::new(
+                    service,
+                    FailureKind::Throttled,
+                    "RequestLimitExceeded",
+                )),
+                Some(UNSERVED) => Err(DirectoryError::new(
+                    service,
+                    FailureKind::Forbidden,
+                    NotServed {
+                        account: UNSERVED.into(),
+                        why: "its member role cannot be assumed".into(),
+                    },
+                )),
+                _ => self.describe(ids).await,
+            }
+        }
+    }
+
+    /// A spot warning for `instance` from `account`, as a queue message.
+    fn spot_from(id: &str, instance: &str, account: &str) -> serde_json::Value {
+        let mut event = spot(id, instance, "2026-11-20T10:00:00Z");
+        event["account"] = json!(account);
+        json!({"messageId": id, "body": event.to_string()})
+    }
+
+    /// One account never fails another: the own account's warning is acted on as if alone; a
+    /// denied account's fails alone, permanent; a throttled one's fails alone, retryable; an
+    /// account not served is acknowledged, ignored with the account named, nothing done and
+    /// nothing recorded (a repeat of it too).
+    #[tokio::test]
+    async fn a_failed_account_fails_only_its_own_events() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let accounts = Accounts(world());
+        let config = Config::default();
+        let clock = clock();
+        let exec = Recorder::default();
+        let p = Pipeline {
+            passes: &Passes::in_process(PASS_INTERVAL),
+            clock: &clock,
+            traffic: None,
+            mode: Mode::Act,
+            config: &config,
+            store: &store,
+            instances: &accounts,
+            nodes: &accounts.0.1,
+            executor: Some(&exec),
+        };
+        let own = spot("own", A, "2026-11-20T10:00:00Z");
+        let batch = json!({"Records": [
+            spot_from("denied", B, DENIED),
+            {"messageId": "own", "body": own.to_string()},
+            spot_from("unserved", B, UNSERVED),
+            spot_from("throttled", B, THROTTLING),
+            spot_from("unserved", B, UNSERVED),
+        ]});
+        let reports = p.process(&records(batch, &clock)).await;
+        let outcomes: Vec<(Outcome, bool)> =
+            reports.iter().map(|r| (r.outcome, r.permanent)).collect();
+        assert_eq!(
+            outcomes,
+            [
+                (Outcome::Failed, true),
+                (Outcome::Acted, false),
+                (Outcome::Ignored, false),
+                (Outcome::Failed, false),
+                (Outcome::Ignored, false),
+            ],
+            "{reports:#?}"
+        );
+        assert_eq!(*exec.calls.lock().unwrap(), ["own"]);
+        let why = |i: usize| reports[i].reason.clone().unwrap_or_default();
+        assert!(why(0).contains("UnauthorizedOperation"), "{}", why(0));
+        assert!(why(3).contains("RequestLimitExceeded"), "{}", why(3));
+        assert!(
+            why(2).contains("account 222222222222 is not served")
+                && why(2).contains("no pool recorded"),
+            "{}",
+            why(2)
+        );
+        let ids = ["own", "denied", "unserved", "throttled"].map(String::from);
+        let applied = store.applied(&ids).await.unwrap();
+        assert_eq!(applied, HashSet::from(["own".to_string()]));
+        let query = crate::domain::pool::PoolQuery {
+            include_available: true,
+            ..Default::default()
+        };
+        let pools = store.pools(&query, clock.now()).await.unwrap();
+        assert_eq!(pools.len(), 1, "the own account's pool alone: {pools:#?}");
+        assert_eq!(pools[0].interruptions(), 1);
     }
 
     /// Queues nothing, counts what it is asked to queue.

@@ -9,7 +9,7 @@ use super::passes::Handled;
 use super::*;
 use crate::domain::config::Action;
 use crate::domain::traffic::{Deregistered, Doomed};
-use crate::ports::{LoadBalancers, TrafficError};
+use crate::ports::{LoadBalancers, Place, TrafficError};
 
 /// The default of [`Traffic::budget`] (`FOREWARN_DEREGISTER_BUDGET`).
 pub const DEREGISTER_BUDGET: Duration = Duration::from_secs(3);
@@ -226,13 +226,6 @@ impl Pipeline<'_> {
 /// A drain of a node: what leaves the load balancers first.
 fn draining(a: &crate::domain::plan::NodeAction) -> bool {
     a.action == Action::CordonDrain && a.node.is_some()
-}
-
-fn place_of(event: &Event) -> Place {
-    Place {
-        account: event.account.clone(),
-        region: event.region.clone(),
-    }
 }
 
 /// A round's log line: what left, or why nothing did.

@@ -1,0 +1,305 @@
+//! The batch's instances looked up per place — the account and region an event comes from (an
+//! organization's member accounts forward theirs) — one lookup each, each with its own result:
+//! one account never fails another.
+//!
+//! - A place whose lookup failed fails its own events only, retryable or not as its error says
+//!   (a throttle comes back soon; a role that denies `ec2:DescribeInstances` is permanent).
+//! - A place of an account this deployment does not serve ([`NotServed`]: no member role can be
+//!   assumed there) acknowledges its events: ignored, with the account named, nothing done and
+//!   no pool recorded.
+//!
+//! The events of every other place are handled as if the batch held them alone.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use async_trait::async_trait;
+
+use crate::domain::event::Event;
+use crate::domain::facts::InstanceFacts;
+use crate::domain::inbound::Record;
+use crate::domain::report::{Outcome, Report};
+use crate::ports::{DirectoryError, FailureKind, InstanceDirectory, NotServed, Place};
+
+/// The place of `event`: its account and region.
+pub fn place_of(event: &Event) -> Place {
+    Place {
+        account: event.account.clone(),
+        region: event.region.clone(),
+    }
+}
+
+/// What the lookup of one place met: the directory's error, kept to be said again (to each of
+/// the place's events, and by [`Described`] as a directory).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlaceFailure {
+    service: &'static str,
+    doing: Option<String>,
+    kind: FailureKind,
+    /// The error's own text (its source's).
+    message: String,
+    /// The account is not served: its events are acknowledged, not failed.
+    not_served: Option<NotServed>,
+}
+
+impl PlaceFailure {
+    /// What `error` says.
+    pub fn of(error: &DirectoryError) -> PlaceFailure {
+        PlaceFailure {
+            service: error.service,
+            doing: error.doing.clone(),
+            kind: error.kind,
+            message: error.source.to_string(),
+            not_served: error.not_served().cloned(),
+        }
+    }
+
+    /// The error again (with [`NotServed`] as its source when it was the source's).
+    pub fn error(&self) -> DirectoryError {
+        let source: crate::ports::BoxError = match &self.not_served {
+            Some(not_served) => Box::new(not_served.clone()),
+            None => self.message.clone().into(),
+        };
+        DirectoryError {
+            doing: self.doing.clone(),
+            ..DirectoryError::new(self.service, self.kind, source)
+        }
+    }
+
+    /// The account is not served (see [`NotServed`]).
+    pub fn not_served(&self) -> Option<&NotServed> {
+        self.not_served.as_ref()
+    }
+
+    /// The report of `record`, an event of the place: acknowledged when its account is not
+    /// served; else failed, retryable as the error says.
+    pub fn report(&self, record: &Record) -> Report {
+        match &self.not_served {
+            Some(not_served) => {
+                let mut report = Report::new(record);
+                report.outcome = Outcome::Ignored;
+                report.reason = Some(format!(
+                    "{not_served}; the event is acknowledged: nothing is done, no pool recorded"
+                ));
+                report
+            }
+            None => {
+                let error = self.error();
+                Report::new(record).failed_as(error.to_string(), error.retryable())
+            }
+        }
+    }
+}
+
+/// What the batch's lookups found: the facts of the instances of every place whose lookup
+/// answered, and why each other place's did not. As an [`InstanceDirectory`], it answers each
+/// place as its lookup did (what each cluster's share of a batch looks up again).
+#[derive(Debug, Clone, Default)]
+pub struct Described {
+    pub found: BTreeMap<String, InstanceFacts>,
+    pub failed: BTreeMap<Place, PlaceFailure>,
+}
+
+impl Described {
+    /// Why `event`'s instances were not looked up, when its place's lookup failed (an event that
+    /// names no instance was not looked up, and did not fail).
+    pub fn failure_of(&self, event: &Event) -> Option<&PlaceFailure> {
+        if event.instance_ids.is_empty() {
+            return None;
+        }
+        self.failed.get(&place_of(event))
+    }
+
+    /// The first passes of `lanes` whose place failed, taken out of them, each with its report
+    /// ([`PlaceFailure::report`]); the lanes left.
+    pub fn set_aside(
+        &self,
+        records: &[Record],
+        lanes: Vec<Vec<usize>>,
+    ) -> (Vec<Vec<usize>>, Vec<(usize, Report)>) {
+        if self.failed.is_empty() {
+            return (lanes, Vec::new());
+        }
+        let mut aside = Vec::new();
+        let mut kept = Vec::with_capacity(lanes.len());
+        for lane in lanes {
+            let (out, stay): (Vec<usize>, Vec<usize>) = lane.into_iter().partition(|&i| {
+                let record = &records[i];
+                record.continuation.is_none()
+                    && record
+                        .event
+                        .as_ref()
+                        .is_ok_and(|e| self.failure_of(e).is_some())
+            });
+            for i in out {
+                let record = &records[i];
+                if let Some(failure) = record.event.as_ref().ok().and_then(|e| self.failure_of(e)) {
+                    aside.push((i, failure.report(record)));
+                }
+            }
+            if !stay.is_empty() {
+                kept.push(stay);
+            }
+        }
+        (kept, aside)
+    }
+}
+
+#[async_trait]
+impl InstanceDirectory for Described {
+    async fn describe(
+        &self,
+        instance_ids: &[String],
+    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
+        Ok(instance_ids
+            .iter()
+            .filter_map(|id| self.found.get(id).map(|f| (id.clone(), f.clone())))
+            .collect())
+    }
+
+    async fn describe_at(
+        &self,
+        place: &Place,
+        instance_ids: &[String],
+    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
+        match self.failed.get(place) {
+            Some(failure) => Err(failure.error()),
+            None => self.describe(instance_ids).await,
+        }
+    }
+}
+
+/// The facts of the instances of `events`: one lookup per account and region the events come
+/// from, at once, each with its own result ([`Described`]); none when they name no instance.
+pub async fn describe_events(instances: &dyn InstanceDirectory, events: &[&Event]) -> Described {
+    let mut by_place: BTreeMap<Place, BTreeSet<String>> = BTreeMap::new();
+    for event in events.iter().filter(|e| !e.instance_ids.is_empty()) {
+        by_place
+            .entry(place_of(event))
+            .or_default()
+            .extend(event.instance_ids.iter().cloned());
+    }
+    let lookups = by_place.into_iter().map(|(place, ids)| async move {
+        let ids: Vec<String> = ids.into_iter().collect();
+        let answer = instances.describe_at(&place, &ids).await;
+        (place, answer)
+    });
+    let mut described = Described::default();
+    for (place, answer) in futures::future::join_all(lookups).await {
+        match answer {
+            Ok(facts) => described.found.extend(facts),
+            Err(e) => {
+                match e.not_served() {
+                    Some(not_served) => tracing::warn!(
+                        account = %not_served.account,
+                        why = %not_served.why,
+                        "an account not served: its events are acknowledged, nothing done"
+                    ),
+                    None => tracing::warn!(
+                        account = place.account.as_deref().unwrap_or_default(),
+                        region = place.region.as_deref().unwrap_or_default(),
+                        error = %e,
+                        "the instances of an account and region could not be described: \
+                         its events fail, the others' are handled"
+                    ),
+                }
+                described.failed.insert(place, PlaceFailure::of(&e));
+            }
+        }
+    }
+    described
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::fixtures::spot_json;
+    use crate::domain::inbound::decode_value;
+
+    fn record(account: &str) -> Record {
+        let mut event = spot_json("e1", "i-0a1b2c3d4e5f60001", "2026-11-20T10:00:00Z");
+        event["account"] = serde_json::json!(account);
+        decode_value("test", event, chrono::Utc::now())
+            .unwrap()
+            .remove(0)
+    }
+
+    /// A place's failure is said again as it was, and answers its events: an account not
+    /// served acknowledged (its `NotServed` kept through the copy), a denial failed for good,
+    /// a throttle failed to come back.
+    #[test]
+    fn a_places_failure_answers_its_events_as_its_error_says() {
+        let not_served = NotServed {
+            account: "222222222222".into(),
+            why: "its member role cannot be assumed".into(),
+        };
+        let error = DirectoryError::new(
+            "ec2:DescribeInstances",
+            FailureKind::Forbidden,
+            not_served.clone(),
+        );
+        let failure = PlaceFailure::of(&error);
+        assert_eq!(failure.not_served(), Some(&not_served));
+        let again = failure.error();
+        assert_eq!(again.to_string(), error.to_string());
+        assert_eq!(again.not_served(), Some(&not_served));
+        let report = failure.report(&record("222222222222"));
+        assert_eq!(report.outcome, Outcome::Ignored);
+        let why = report.reason.unwrap();
+        assert!(
+            why.starts_with("account 222222222222 is not served by this deployment: its member")
+                && why.ends_with("nothing is done, no pool recorded"),
+            "{why}"
+        );
+
+        for (kind, permanent) in [
+            (FailureKind::Forbidden, true),
+            (FailureKind::Throttled, false),
+        ] {
+            let mut error = DirectoryError::new("ec2:DescribeInstances", kind, "refused");
+            error.doing = Some("page 2".into());
+            let failure = PlaceFailure::of(&error);
+            assert_eq!(failure.not_served(), None);
+            assert_eq!(failure.error().to_string(), error.to_string());
+            let report = failure.report(&record("111111111111"));
+            assert_eq!(report.outcome, Outcome::Failed);
+            assert_eq!(report.permanent, permanent);
+            assert_eq!(
+                report.reason.as_deref(),
+                Some("ec2:DescribeInstances: page 2: refused")
+            );
+        }
+    }
+
+    /// Each place answers as its lookup did; an event naming no instance is of no failed place.
+    #[tokio::test]
+    async fn described_answers_each_place_as_its_lookup_did() {
+        let failed = Place {
+            account: Some("111111111111".into()),
+            region: Some("us-east-1".into()),
+        };
+        let facts = crate::domain::fixtures::instance("i-1").build();
+        let described = Described {
+            found: BTreeMap::from([("i-1".to_string(), facts)]),
+            failed: BTreeMap::from([(
+                failed.clone(),
+                PlaceFailure::of(&DirectoryError::new("ec2", FailureKind::Timeout, "late")),
+            )]),
+        };
+        let ids = ["i-1".to_string(), "i-2".to_string()];
+        let own = described
+            .describe_at(&Place::default(), &ids)
+            .await
+            .unwrap();
+        assert_eq!(own.keys().collect::<Vec<_>>(), ["i-1"]);
+        let err = described.describe_at(&failed, &ids).await.unwrap_err();
+        assert!(err.retryable());
+        let theirs = record("111111111111");
+        let event = theirs.event.as_ref().unwrap();
+        assert!(described.failure_of(event).is_some());
+        let quiet = Event {
+            instance_ids: Vec::new(),
+            ..event.clone()
+        };
+        assert!(described.failure_of(&quiet).is_none());
+    }
+}
