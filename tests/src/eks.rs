@@ -192,6 +192,30 @@ fn entry_json(cluster: &str, principal: &str, groups: &[String]) -> Value {
     }})
 }
 
+/// `ListAssociatedAccessPolicies` of an entry (one page, cluster scope).
+fn associated(state: &State, cluster: &str, principal: &str) -> Response {
+    let key = (cluster.to_string(), principal.to_string());
+    if !state.entries.contains_key(&key) {
+        return error(
+            StatusCode::NOT_FOUND,
+            "ResourceNotFoundException",
+            "The specified principalArn could not be found.",
+        );
+    }
+    let policies: Vec<Value> = state
+        .policies
+        .get(&key)
+        .into_iter()
+        .flatten()
+        .map(|arn| {
+            json!({"policyArn": arn, "accessScope": {"type": "cluster"},
+                   "associatedAt": 1_767_225_600.0, "modifiedAt": 1_767_225_600.0})
+        })
+        .collect();
+    ok(json!({"clusterName": cluster, "principalArn": principal,
+              "associatedAccessPolicies": policies}))
+}
+
 fn answer(state: &Mutex<State>, method: &Method, uri: &Uri, body: &[u8]) -> Response {
     let segments: Vec<String> = uri
         .path()
@@ -257,26 +281,7 @@ fn answer(state: &Mutex<State>, method: &Method, uri: &Uri, body: &[u8]) -> Resp
             ok(entry_json(&cluster, &key.1, &groups(&body)))
         }
         "ListAssociatedAccessPolicies" => {
-            let key = (cluster.clone(), principal.unwrap_or_default().to_string());
-            if !state.entries.contains_key(&key) {
-                return error(
-                    StatusCode::NOT_FOUND,
-                    "ResourceNotFoundException",
-                    "The specified principalArn could not be found.",
-                );
-            }
-            let policies: Vec<Value> = state
-                .policies
-                .get(&key)
-                .into_iter()
-                .flatten()
-                .map(|arn| {
-                    json!({"policyArn": arn, "accessScope": {"type": "cluster"},
-                           "associatedAt": 1_767_225_600.0, "modifiedAt": 1_767_225_600.0})
-                })
-                .collect();
-            ok(json!({"clusterName": cluster, "principalArn": key.1,
-                      "associatedAccessPolicies": policies}))
+            associated(&state, &cluster, principal.unwrap_or_default())
         }
         "DescribeAccessEntry" | "UpdateAccessEntry" => {
             let key = (cluster.clone(), principal.unwrap_or_default().to_string());
