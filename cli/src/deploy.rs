@@ -237,7 +237,8 @@ pub async fn run(
         }
     ))?;
     // The clusters first: when none answers, the command stops before any change.
-    let reached = reach(&settings, &served, args.kube, args.dry_run).await?;
+    let eks = aws_sdk_eks::Client::new(&sdk);
+    let reached = reach(&settings, &eks, &served, args.kube, args.dry_run).await?;
     let cfn = aws_sdk_cloudformation::Client::new(&sdk);
     let current = read_stack(&cfn, &name, args.dry_run).await?;
     if let Some(current) = &current
@@ -331,6 +332,7 @@ fn describe_served(clusters: &Clusters, served: &[String]) -> String {
 /// when some do, the others are named now and the command fails at the end.
 async fn reach(
     settings: &Settings,
+    eks: &aws_sdk_eks::Client,
     served: &[String],
     kube: bool,
     dry_run: bool,
@@ -341,7 +343,7 @@ async fn reach(
     let one = served.len() == 1;
     let mut reached = Vec::new();
     for name in served {
-        reached.push((name.clone(), connect(settings, name, one).await));
+        reached.push((name.clone(), connect(settings, eks, name, one).await));
     }
     if !dry_run && !reached.is_empty() && reached.iter().all(|(_, r)| r.is_err()) {
         let errors: Vec<String> = reached
@@ -918,8 +920,14 @@ fn access_of(settings: &Settings, name: &str, one: bool) -> (ClusterAccess, Stri
     }
 }
 
-/// A client of the cluster `name` ([`access_of`]), which has answered (its version).
-async fn connect(settings: &Settings, name: &str, one: bool) -> anyhow::Result<Cluster> {
+/// A client of the cluster `name` ([`access_of`]), which has answered (its version), and —
+/// reached through a kubeconfig — is EKS cluster `name` ([`same_endpoint`]).
+async fn connect(
+    settings: &Settings,
+    eks: &aws_sdk_eks::Client,
+    name: &str,
+    one: bool,
+) -> anyhow::Result<Cluster> {
     let (access, via) = access_of(settings, name, one);
     let cluster = forewarn::adapters::kube::connect(&access, settings.aws)
         .await
@@ -932,12 +940,96 @@ async fn connect(settings: &Settings, name: &str, one: bool) -> anyhow::Result<C
         .apiserver_version()
         .await
         .with_context(|| format!("cluster {name}: the cluster does not answer (--kube)"))?;
+    same_endpoint(eks, name, &access)
+        .await
+        .with_context(|| format!("cluster {name}: not the EKS cluster of that name (--kube)"))?;
     Ok(Cluster {
         version: manifests::version_of(&info.major, &info.minor),
         client,
         via,
         access,
     })
+}
+
+/// The server of `kubeconfig`'s context `context` (`None`: the current one).
+fn server_of(
+    kubeconfig: &kube::config::Kubeconfig,
+    context: Option<&str>,
+) -> anyhow::Result<String> {
+    let name = context
+        .map(str::to_string)
+        .or_else(|| kubeconfig.current_context.clone())
+        .ok_or_else(|| anyhow!("the kubeconfig has no current context"))?;
+    let cluster = kubeconfig
+        .contexts
+        .iter()
+        .find(|c| c.name == name)
+        .and_then(|c| c.context.as_ref())
+        .map(|c| c.cluster.clone())
+        .ok_or_else(|| anyhow!("the kubeconfig has no context {name}"))?;
+    kubeconfig
+        .clusters
+        .iter()
+        .find(|c| c.name == cluster)
+        .and_then(|c| c.cluster.as_ref())
+        .and_then(|c| c.server.clone())
+        .ok_or_else(|| anyhow!("kubeconfig context {name}: its cluster {cluster} has no server"))
+}
+
+/// Before anything is granted through a kubeconfig context (`access`, with the kubeconfig read
+/// from `KUBECONFIG`, else `~/.kube/config`): its server must be EKS cluster `name`'s endpoint
+/// (`DescribeCluster` in the deployment's account and region), so that a context of that name
+/// pointing elsewhere — another account's cluster of the same name, a stale entry — gets no
+/// grant of forewarn's. Reached through EKS itself, nothing to check.
+async fn same_endpoint(
+    eks: &aws_sdk_eks::Client,
+    name: &str,
+    access: &ClusterAccess,
+) -> anyhow::Result<()> {
+    let context = match access {
+        ClusterAccess::Context(c) => Some(c.as_str()),
+        ClusterAccess::Kubeconfig => None,
+        ClusterAccess::Eks(_) => return Ok(()),
+    };
+    let kubeconfig = kube::config::Kubeconfig::read().context("reading the kubeconfig")?;
+    endpoint_is(eks, name, &kubeconfig, context).await
+}
+
+/// [`same_endpoint`] on `kubeconfig`'s context `context` (`None`: the current one).
+async fn endpoint_is(
+    eks: &aws_sdk_eks::Client,
+    name: &str,
+    kubeconfig: &kube::config::Kubeconfig,
+    context: Option<&str>,
+) -> anyhow::Result<()> {
+    let server = server_of(kubeconfig, context)?;
+    let described = eks
+        .describe_cluster()
+        .name(name)
+        .send()
+        .await
+        .map_err(|e| {
+            anyhow!(
+                "EKS DescribeCluster of {name}: {}",
+                forewarn::adapters::aws::aws_error_text(&e)
+            )
+        })?;
+    let endpoint = described
+        .cluster()
+        .and_then(|c| c.endpoint())
+        .ok_or_else(|| anyhow!("EKS cluster {name} has no endpoint yet"))?;
+    let same = |a: &str, b: &str| {
+        a.trim_end_matches('/')
+            .eq_ignore_ascii_case(b.trim_end_matches('/'))
+    };
+    if !same(&server, endpoint) {
+        bail!(
+            "the kubeconfig's {} points at {server}, not EKS cluster {name}'s endpoint \
+             {endpoint}: nothing is applied through it",
+            context.map_or("current context".to_string(), |c| format!("context {c}"))
+        );
+    }
+    Ok(())
 }
 
 /// A cluster `--kube` reaches, how, and its (major, minor) version when `/version` gave numbers.
@@ -948,4 +1040,55 @@ struct Cluster {
     via: String,
     /// The same, for the preflight's impersonating clients.
     access: ClusterAccess,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kubeconfig context of the cluster's name that points elsewhere than EKS's endpoint for
+    /// it (another account's cluster of that name, a stale entry) is refused, both named; the
+    /// same server (a trailing slash and case aside) passes; a cluster EKS does not know is
+    /// refused.
+    #[tokio::test]
+    async fn a_context_pointing_elsewhere_than_the_clusters_endpoint_is_refused() {
+        let fake = forewarn_tests::eks::EksFake::start(&["blue"]).await;
+        fake.set_endpoint("blue", "https://ABC.gr7.us-east-1.eks.amazonaws.com");
+        let config = aws_sdk_eks::Config::builder()
+            .behavior_version(aws_sdk_eks::config::BehaviorVersion::latest())
+            .region(aws_sdk_eks::config::Region::new("us-east-1"))
+            .endpoint_url(fake.url())
+            .credentials_provider(aws_sdk_eks::config::Credentials::new(
+                "testing", "testing", None, None, "test",
+            ))
+            .build();
+        let eks = aws_sdk_eks::Client::from_conf(config);
+        let kubeconfig = |server: &str| {
+            kube::config::Kubeconfig::from_yaml(&format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n\
+                 users:\n- name: u\n  user: {{}}\ncontexts:\n- name: blue\n  context:\n    cluster: c\n    user: u\n\
+                 current-context: blue\n"
+            ))
+            .unwrap()
+        };
+        let right = kubeconfig("https://abc.gr7.us-east-1.eks.amazonaws.com/");
+        endpoint_is(&eks, "blue", &right, Some("blue"))
+            .await
+            .unwrap();
+        endpoint_is(&eks, "blue", &right, None).await.unwrap();
+        let wrong = kubeconfig("https://other.gr7.us-east-1.eks.amazonaws.com");
+        let e = endpoint_is(&eks, "blue", &wrong, Some("blue"))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("context blue points at https://other") && e.contains("nothing is applied"),
+            "{e}"
+        );
+        let e = endpoint_is(&eks, "green", &right, Some("blue"))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("DescribeCluster of green"), "{e}");
+    }
 }

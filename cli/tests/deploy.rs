@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 #[path = "deploy/many.rs"]
 mod many;
 mod support;
+use forewarn_tests::eks::EksFake;
 use support::{Forewarn, kubeconfig_for, root};
 
 /// The venv's tools (cargo-lambda, the AWS CLI) first on PATH.
@@ -99,7 +100,9 @@ async fn forewarn(endpoint: &str, kubeconfig: &Path, args: &[&str]) -> Output {
     forewarn_with(endpoint, None, kubeconfig, args).await
 }
 
-/// [`forewarn`], EKS at `eks` (the tests' fake) when given, else nowhere that answers.
+/// [`forewarn`], EKS at `eks` (the tests' fake) when given; else an EKS that knows each
+/// `--cluster` as the cluster the kubeconfig's current context points at (its endpoint), as a
+/// kubeconfig made by `aws eks update-kubeconfig` does.
 async fn forewarn_with(
     endpoint: &str,
     eks: Option<&str>,
@@ -107,7 +110,14 @@ async fn forewarn_with(
     args: &[&str],
 ) -> Output {
     let (endpoint, kubeconfig) = (endpoint.to_string(), kubeconfig.to_path_buf());
-    let eks = eks.unwrap_or("http://127.0.0.1:1").to_string();
+    let own_eks = match eks {
+        Some(_) => None,
+        None => Some(eks_of(&kubeconfig, args).await),
+    };
+    let eks = eks
+        .map(str::to_string)
+        .or_else(|| own_eks.as_ref().map(EksFake::url))
+        .unwrap_or_default();
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     tokio::task::spawn_blocking(move || {
         let state = tempfile::tempdir().unwrap();
@@ -126,6 +136,35 @@ async fn forewarn_with(
     })
     .await
     .unwrap()
+}
+
+/// An EKS whose clusters are `args`' `--cluster`s, each at the server of `kubeconfig`'s current
+/// context (none readable: nowhere that answers).
+async fn eks_of(kubeconfig: &Path, args: &[&str]) -> EksFake {
+    let clusters: Vec<&str> = args
+        .windows(2)
+        .filter(|w| w[0] == "--cluster")
+        .map(|w| w[1])
+        .collect();
+    let eks = EksFake::start(&clusters).await;
+    let server = kube::config::Kubeconfig::read_from(kubeconfig)
+        .ok()
+        .and_then(|k| {
+            let current = k.current_context.clone()?;
+            let context = k
+                .contexts
+                .iter()
+                .find(|c| c.name == current)?
+                .context
+                .clone()?;
+            let cluster = k.clusters.iter().find(|c| c.name == context.cluster)?;
+            cluster.cluster.as_ref()?.server.clone()
+        })
+        .unwrap_or_else(|| "http://127.0.0.1:1".into());
+    for cluster in clusters {
+        eks.set_endpoint(cluster, &server);
+    }
+    eks
 }
 
 fn stdout(out: &Output) -> String {

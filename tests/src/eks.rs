@@ -1,5 +1,5 @@
 //! A small EKS on a loopback port, for what moto (5.2.5) does not serve: access entries. It
-//! answers `ListClusters`, `CreateAccessEntry`, `DescribeAccessEntry`, `UpdateAccessEntry` and
+//! answers `ListClusters`, `DescribeCluster` (its endpoint as the test sets it), `CreateAccessEntry`, `DescribeAccessEntry`, `UpdateAccessEntry` and
 //! `ListAssociatedAccessPolicies` (one page)
 //! as EKS's REST-JSON API does (the paths, the bodies and the errors of the EKS API reference:
 //! `200` with `{"accessEntry": {...}}`, `409 ResourceInUseException` for an entry that exists,
@@ -35,6 +35,8 @@ struct State {
     clusters: Vec<String>,
     /// (cluster, principal ARN) → Kubernetes groups.
     entries: BTreeMap<(String, String), Vec<String>>,
+    /// Cluster → its API server endpoint (`DescribeCluster`).
+    endpoints: BTreeMap<String, String>,
     /// (cluster, principal ARN) → the access policies associated with the entry.
     policies: BTreeMap<(String, String), Vec<String>>,
     requests: Vec<EksRequest>,
@@ -76,6 +78,16 @@ impl EksFake {
         EksFake { url, state, task }
     }
 
+    /// A fake EKS of these clusters, each `DescribeCluster` answering its API server endpoint.
+    pub async fn at(clusters: &[(&str, &str)]) -> EksFake {
+        let names: Vec<&str> = clusters.iter().map(|(name, _)| *name).collect();
+        let eks = EksFake::start(&names).await;
+        for (name, endpoint) in clusters {
+            eks.set_endpoint(name, endpoint);
+        }
+        eks
+    }
+
     /// Its endpoint, for `AWS_ENDPOINT_URL_EKS`.
     pub fn url(&self) -> String {
         self.url.clone()
@@ -87,6 +99,16 @@ impl EksFake {
             (cluster.to_string(), principal.to_string()),
             groups.iter().map(|g| g.to_string()).collect(),
         );
+    }
+
+    /// The API server endpoint `DescribeCluster` answers for `cluster` (the test's Kubernetes
+    /// fake, as a kubeconfig made for the cluster names it).
+    pub fn set_endpoint(&self, cluster: &str, endpoint: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .endpoints
+            .insert(cluster.to_string(), endpoint.to_string());
     }
 
     /// An access policy associated with an entry (`AssociateAccessPolicy`, cluster scope), as
@@ -121,6 +143,11 @@ impl EksFake {
             .into_iter()
             .filter(|r| r.operation.starts_with("Create") || r.operation.starts_with("Update"))
             .collect()
+    }
+
+    /// Whether every request answered was `operation`.
+    pub fn only_asked(&self, operation: &str) -> bool {
+        self.requests().iter().all(|r| r.operation == operation)
     }
 
     pub fn clear_requests(&self) {
@@ -227,6 +254,7 @@ fn answer(state: &Mutex<State>, method: &Method, uri: &Uri, body: &[u8]) -> Resp
     let parts: Vec<&str> = segments.iter().map(String::as_str).collect();
     let (operation, cluster, principal) = match (method.as_str(), parts.as_slice()) {
         ("GET", ["clusters"]) => ("ListClusters", None, None),
+        ("GET", ["clusters", c]) => ("DescribeCluster", Some(*c), None),
         ("POST", ["clusters", c, "access-entries"]) => ("CreateAccessEntry", Some(*c), None),
         ("GET", ["clusters", c, "access-entries", p]) => {
             ("DescribeAccessEntry", Some(*c), Some(*p))
@@ -268,6 +296,14 @@ fn answer(state: &Mutex<State>, method: &Method, uri: &Uri, body: &[u8]) -> Resp
     };
     match operation {
         "ListClusters" => ok(json!({"clusters": state.clusters})),
+        "DescribeCluster" => ok(json!({"cluster": {
+            "name": cluster,
+            "arn": format!("arn:aws:eks:us-east-1:123456789012:cluster/{cluster}"),
+            "endpoint": state.endpoints.get(&cluster),
+            "certificateAuthority": {"data": ""},
+            "status": "ACTIVE",
+            "version": "1.33"
+        }})),
         "CreateAccessEntry" => {
             let key = (cluster.clone(), text("principalArn"));
             if state.entries.contains_key(&key) {

@@ -119,8 +119,10 @@ pub async fn drain_patiently(
             .await?;
         let messages = received.messages();
         if messages.is_empty() {
-            // Visible ones count too: one may have become visible since the receive.
-            if left(sqs, queue_url).await? == 0 || started.elapsed() >= patience {
+            // Visible ones count too: one may have become visible since the receive. SQS's
+            // counts are approximate (moto's too, as a message's visibility changes): the queue
+            // is taken for empty only when two readings a second apart say so.
+            if started.elapsed() >= patience || settled_empty(sqs, queue_url).await? {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
@@ -189,6 +191,15 @@ pub async fn in_flight(sqs: &Client, queue_url: &str) -> anyhow::Result<usize> {
 }
 
 /// Every message of the queue: visible, in flight or delayed.
+/// Whether the queue holds nothing, by two readings of its approximate counts a second apart.
+async fn settled_empty(sqs: &Client, queue_url: &str) -> anyhow::Result<bool> {
+    if left(sqs, queue_url).await? != 0 {
+        return Ok(false);
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    Ok(left(sqs, queue_url).await? == 0)
+}
+
 pub async fn left(sqs: &Client, queue_url: &str) -> anyhow::Result<usize> {
     let (visible, in_flight, delayed) = counts(sqs, queue_url).await?;
     Ok(visible + in_flight + delayed)

@@ -1852,7 +1852,11 @@ fn the_clusters_served_reach_both_functions_and_their_eks_grants() {
 fn an_organization_reaches_the_bus_and_the_member_roles_only() {
     let d = Deployment::new(&[]);
     assert!(!d.condition("WithOrganization"));
-    for resource in ["OrganizationEventBusPolicy", "MemberRolesPolicy"] {
+    for resource in [
+        "OrganizationEventBusPolicy",
+        "MemberRolesPolicy",
+        "MemberReadRolesPolicy",
+    ] {
         assert_eq!(
             d.template["Resources"][resource]["Condition"],
             "WithOrganization"
@@ -1886,24 +1890,30 @@ fn an_organization_reaches_the_bus_and_the_member_roles_only() {
                    "Resource": format!("arn:aws:events:{REGION}:{ACCOUNT}:event-bus/default"),
                    "Condition": {"StringEquals": {"aws:PrincipalOrgID": org}}})
         );
-        for role in ["HandlerRole", "SweeperRole"] {
+        // The handler assumes the member role; the sweeper, which never writes in a member
+        // account, only its read-only twin.
+        let read_name = format!("{role_name}-read");
+        for (role, name) in [
+            ("HandlerRole", role_name),
+            ("SweeperRole", read_name.as_str()),
+        ] {
             assert_eq!(
                 Value::Array(statements_of(&d, role, "sts:")),
                 json!([{"Sid": "AssumeMemberRoles", "Effect": "Allow", "Action": "sts:AssumeRole",
-                        "Resource": format!("arn:aws:iam::*:role/{role_name}"),
+                        "Resource": format!("arn:aws:iam::*:role/{name}"),
                         "Condition": {"StringEquals": {"aws:ResourceOrgID": org}}}]),
                 "{role}"
             );
         }
-        for output in [
-            "HandlerEnvFile",
-            "SweeperEnvFile",
-            "HandlerEnvVars",
-            "SweeperEnvVars",
+        for (output, name) in [
+            ("HandlerEnvFile", role_name),
+            ("SweeperEnvFile", read_name.as_str()),
+            ("HandlerEnvVars", role_name),
+            ("SweeperEnvVars", read_name.as_str()),
         ] {
             assert_eq!(
                 env_of(&d.output(output))["FOREWARN_MEMBER_ROLE"],
-                role_name,
+                name,
                 "{output}"
             );
         }
@@ -1983,10 +1993,11 @@ fn the_member_rules_are_the_stacks_forwarded_to_the_central_bus() {
     assert_eq!(role["Policies"].as_array().unwrap().len(), 1);
 }
 
-/// The member role is assumed by the central handler's and sweeper's roles and nobody else, and
-/// grants the calls forewarn makes in a member account, no more: `DescribeInstances`, and the
-/// lifecycle actions under the very conditions of the central handler's role for the same
-/// clusters and prefix.
+/// The member role is assumed by the central handler's role and nobody else, and grants the calls
+/// forewarn makes in a member account, no more: `DescribeInstances`, the target groups' reads and
+/// deregistration, and the lifecycle actions under the very conditions of the central handler's
+/// role for the same clusters and prefix; the sweeper's role may assume only the read-only twin,
+/// which grants `DescribeInstances` alone.
 #[test]
 fn the_member_role_trusts_the_central_functions_only_and_grants_what_they_call() {
     for names in ["a,b", "solo", "*"] {
@@ -1999,8 +2010,20 @@ fn the_member_role_trusts_the_central_functions_only_and_grants_what_they_call()
         assert_eq!(
             role["AssumeRolePolicyDocument"]["Statement"],
             json!([{"Effect": "Allow",
-                    "Principal": {"AWS": [CENTRAL_HANDLER, CENTRAL_SWEEPER]},
+                    "Principal": {"AWS": [CENTRAL_HANDLER]},
                     "Action": "sts:AssumeRole"}])
+        );
+        let read = m.properties("MemberReadRole");
+        assert_eq!(
+            read["AssumeRolePolicyDocument"]["Statement"],
+            json!([{"Effect": "Allow",
+                    "Principal": {"AWS": [CENTRAL_SWEEPER]},
+                    "Action": "sts:AssumeRole"}])
+        );
+        assert_eq!(
+            inline_policy(&read, "forewarn-member-read-only")["Statement"],
+            json!([{"Sid": "DescribeInstances", "Effect": "Allow",
+                    "Action": "ec2:DescribeInstances", "Resource": "*"}])
         );
         let mut granted = std::collections::BTreeSet::new();
         for p in role["Policies"].as_array().unwrap() {
@@ -2177,10 +2200,13 @@ fn an_organizations_central_and_member_stacks_deploy() {
         .await
         .expect("the organization's stack deploys to moto");
         assert_eq!(outputs["TableName"], format!("forewarn-{name}-pools"));
-        for output in ["HandlerEnvFile", "SweeperEnvFile"] {
+        for (output, role) in [
+            ("HandlerEnvFile", "forewarn-member"),
+            ("SweeperEnvFile", "forewarn-member-read"),
+        ] {
             let env = env_of(&outputs[output]);
             assert_eq!(env["FOREWARN_CLUSTERS"], "a,b", "{output}");
-            assert_eq!(env["FOREWARN_MEMBER_ROLE"], "forewarn-member", "{output}");
+            assert_eq!(env["FOREWARN_MEMBER_ROLE"], role, "{output}");
             assert_eq!(env["FOREWARN_ACCOUNT_ID"], ACCOUNT, "{output}");
             assert!(!env.contains_key("FOREWARN_EKS_CLUSTER"), "{output}");
         }
@@ -2205,6 +2231,10 @@ fn an_organizations_central_and_member_stacks_deploy() {
         assert_eq!(
             member_outputs["MemberRoleArn"],
             format!("arn:aws:iam::{ACCOUNT}:role/{role_name}")
+        );
+        assert_eq!(
+            member_outputs["MemberReadRoleArn"],
+            format!("arn:aws:iam::{ACCOUNT}:role/{role_name}-read")
         );
         let bus = format!("arn:aws:events:{REGION}:{CENTRAL}:event-bus/default");
         assert_eq!(member_outputs["CentralBusArn"], bus);
