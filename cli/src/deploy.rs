@@ -1054,15 +1054,7 @@ mod tests {
     async fn a_context_pointing_elsewhere_than_the_clusters_endpoint_is_refused() {
         let fake = forewarn_tests::eks::EksFake::start(&["blue"]).await;
         fake.set_endpoint("blue", "https://ABC.gr7.us-east-1.eks.amazonaws.com");
-        let config = aws_sdk_eks::Config::builder()
-            .behavior_version(aws_sdk_eks::config::BehaviorVersion::latest())
-            .region(aws_sdk_eks::config::Region::new("us-east-1"))
-            .endpoint_url(fake.url())
-            .credentials_provider(aws_sdk_eks::config::Credentials::new(
-                "testing", "testing", None, None, "test",
-            ))
-            .build();
-        let eks = aws_sdk_eks::Client::from_conf(config);
+        let eks = access::tests::client_of(&fake);
         let kubeconfig = |server: &str| {
             kube::config::Kubeconfig::from_yaml(&format!(
                 "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n\

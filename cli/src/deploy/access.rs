@@ -162,7 +162,7 @@ pub async fn all_clusters(sdk: &aws_config::SdkConfig) -> anyhow::Result<Vec<Str
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -181,14 +181,8 @@ mod tests {
         );
     }
 
-    /// An existing entry with an access policy associated is refused, the policy named; one
-    /// without is left as it is.
-    #[tokio::test]
-    async fn an_entry_with_an_access_policy_is_refused() {
-        let fake = forewarn_tests::eks::EksFake::start(&["blue"]).await;
-        let role = "arn:aws:iam::123456789012:role/forewarn-blue-handler";
-        let groups = vec!["forewarn-handler".to_string()];
-        fake.insert_entry("blue", role, &["forewarn-handler"]);
+    /// An EKS client of the tests' EKS stand-in.
+    pub(crate) fn client_of(fake: &forewarn_tests::eks::EksFake) -> Client {
         let config = aws_sdk_eks::Config::builder()
             .behavior_version(aws_sdk_eks::config::BehaviorVersion::latest())
             .region(aws_sdk_eks::config::Region::new("us-east-1"))
@@ -197,7 +191,18 @@ mod tests {
                 "testing", "testing", None, None, "test",
             ))
             .build();
-        let eks = Client::from_conf(config);
+        Client::from_conf(config)
+    }
+
+    /// An existing entry with an access policy associated is refused, the policy named; one
+    /// without is left as it is.
+    #[tokio::test]
+    async fn an_entry_with_an_access_policy_is_refused() {
+        let fake = forewarn_tests::eks::EksFake::start(&["blue"]).await;
+        let role = "arn:aws:iam::123456789012:role/forewarn-blue-handler";
+        let groups = vec!["forewarn-handler".to_string()];
+        fake.insert_entry("blue", role, &["forewarn-handler"]);
+        let eks = client_of(&fake);
         assert_eq!(
             ensure(&eks, "blue", role, &groups, false).await.unwrap(),
             Entry::Unchanged
