@@ -567,19 +567,14 @@ mod tests {
 
     fn record(until: Option<&str>) -> CordonRecord {
         CordonRecord {
-            kind: crate::domain::event::EventKind::RebalanceRecommendation,
-            event_id: "e-1".into(),
-            instance_id: "i-0a1b2c3d4e5f60001".into(),
-            at: "2026-11-24T10:00:00Z".parse().unwrap(),
             until: until.map(|u| u.parse().unwrap()),
             rule: Some("web".into()),
-            health_event: None,
-            stops: false,
-            excluded_from_lb: false,
-            already_unschedulable: false,
-            taints: Vec::new(),
-            key_id: None,
-            mac: None,
+            ..CordonRecord::new(
+                crate::domain::event::EventKind::RebalanceRecommendation,
+                "e-1",
+                "i-0a1b2c3d4e5f60001",
+                "2026-11-24T10:00:00Z".parse().unwrap(),
+            )
         }
     }
 

@@ -334,21 +334,7 @@ mod tests {
             value: Some("scheduled-change".into()),
             effect: "NoSchedule".into(),
         });
-        let forever = CordonRecord {
-            kind: EventKind::SpotInterruption,
-            event_id: "e-0".into(),
-            instance_id: ID.into(),
-            at: t0(),
-            until: None,
-            rule: None,
-            health_event: None,
-            stops: false,
-            excluded_from_lb: false,
-            already_unschedulable: false,
-            taints: Vec::new(),
-            key_id: None,
-            mac: None,
-        };
+        let forever = CordonRecord::new(EventKind::SpotInterruption, "e-0", ID, t0());
         n.annotations.insert(
             crate::domain::wayback::ANNOTATION_CORDON.into(),
             forever.to_annotation(),
