@@ -477,16 +477,25 @@ impl NodeGroupSource for SnapshotGroups {
 #[derive(Debug, Clone, Default)]
 pub struct SnapshotInstances(pub BTreeMap<String, InstanceFacts>);
 
+/// The facts of `instance_ids` that `known` holds (the others are unknown): what a directory
+/// over facts already found answers.
+pub fn known_of(
+    known: &BTreeMap<String, InstanceFacts>,
+    instance_ids: &[String],
+) -> BTreeMap<String, InstanceFacts> {
+    instance_ids
+        .iter()
+        .filter_map(|id| known.get(id).map(|f| (id.clone(), f.clone())))
+        .collect()
+}
+
 #[async_trait]
 impl InstanceDirectory for SnapshotInstances {
     async fn describe(
         &self,
         instance_ids: &[String],
     ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
-        Ok(instance_ids
-            .iter()
-            .filter_map(|id| self.0.get(id).map(|f| (id.clone(), f.clone())))
-            .collect())
+        Ok(known_of(&self.0, instance_ids))
     }
 }
 

@@ -150,10 +150,10 @@ impl InstanceDirectory for Described {
         &self,
         instance_ids: &[String],
     ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
-        Ok(instance_ids
-            .iter()
-            .filter_map(|id| self.found.get(id).map(|f| (id.clone(), f.clone())))
-            .collect())
+        Ok(crate::adapters::snapshot::known_of(
+            &self.found,
+            instance_ids,
+        ))
     }
 
     async fn describe_at(
