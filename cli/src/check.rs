@@ -12,6 +12,7 @@ use forewarn::adapters::kube::{ClusterAccess, Impersonation, PreflightScope, con
 use forewarn::app::preflight::{Role, blocking};
 use forewarn::app::settings::{ClusterSelection, Settings};
 use forewarn::domain::admission::{Proof, Verdict};
+use forewarn::domain::clusters::ClusterId;
 use forewarn::ports::Clock;
 use serde_json::json;
 
@@ -28,8 +29,8 @@ pub struct CheckArgs {
     /// A cluster to check (repeatable): the kubeconfig context of that name when there is one,
     /// else the EKS cluster of that name [default: the clusters FOREWARN_CLUSTERS or
     /// FOREWARN_CLUSTER_NAME name, else the kubeconfig's current context]
-    #[arg(long = "cluster", value_name = "NAME")]
-    clusters: Vec<String>,
+    #[arg(long = "cluster", value_name = "CLUSTER", value_parser = crate::parse_cluster)]
+    clusters: Vec<ClusterId>,
     /// The handler's Kubernetes group (the stack's HandlerKubernetesGroup).
     #[arg(long, value_name = "GROUP", default_value = "forewarn-handler")]
     handler_group: String,
@@ -79,30 +80,23 @@ pub async fn prove_cluster(
 
 /// The clusters to check, with how each is reached.
 fn clusters(args: &CheckArgs, settings: &Settings) -> anyhow::Result<Vec<(String, ClusterAccess)>> {
-    let names: Vec<String> = if !args.clusters.is_empty() {
+    let ids: Vec<ClusterId> = if !args.clusters.is_empty() {
         args.clusters.clone()
     } else {
         match &settings.clusters {
-            ClusterSelection::Named(names) => names.clone(),
+            ClusterSelection::Named(ids) => ids.clone(),
             ClusterSelection::Unnamed => {
                 return Ok(vec![("-".into(), settings.cluster_access.clone())]);
             }
-            _ => bail!(
-                "FOREWARN_CLUSTERS=* names no cluster to check: say which with --cluster NAME \
-                 (repeatable)"
+            ClusterSelection::Every { .. } => bail!(
+                "FOREWARN_CLUSTERS names every cluster of a place (`*`): say which to check \
+                 with --cluster CLUSTER (repeatable)"
             ),
         }
     };
-    Ok(names
-        .into_iter()
-        .map(|name| {
-            let access = if forewarn::adapters::kube::has_context(&name) {
-                ClusterAccess::Context(name.clone())
-            } else {
-                settings.access_of(&name)
-            };
-            (name, access)
-        })
+    Ok(ids
+        .iter()
+        .map(|id| (id.to_string(), crate::access(settings, id)))
         .collect())
 }
 

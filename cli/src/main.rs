@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use forewarn::app::settings::{ClusterSelection, InstanceChoice, Settings, StoreChoice};
+use forewarn::domain::clusters::{self, ClusterId, Place};
 
 mod audit;
 mod check;
@@ -132,37 +133,54 @@ pub fn instance_choice(file: &Option<PathBuf>, ec2: bool) -> InstanceChoice {
     }
 }
 
-/// `--cluster NAME`: which served cluster a command reads (or acts on) live.
+/// `--cluster CLUSTER`: which served cluster a command reads (or acts on) live.
 #[derive(Args, Debug, Clone, Default)]
 pub struct ClusterArg {
     /// The cluster, when the environment serves several (FOREWARN_CLUSTERS) or to pick one:
-    /// the kubeconfig context of that name when there is one, else the EKS cluster of that
-    /// name [default: the one cluster FOREWARN_CLUSTER_NAME or FOREWARN_CLUSTERS names]
-    #[arg(long, value_name = "NAME")]
-    pub cluster: Option<String>,
+    /// NAME, ACCOUNT/NAME or ACCOUNT/REGION/NAME (a cluster is its account, region and name);
+    /// the kubeconfig context of that name when there is one, else the EKS cluster [default:
+    /// the one cluster FOREWARN_CLUSTER_NAME or FOREWARN_CLUSTERS names]
+    #[arg(long, value_name = "CLUSTER", value_parser = parse_cluster)]
+    pub cluster: Option<ClusterId>,
+}
+
+/// `--cluster`'s value: `name`, `account/name` or `account/region/name`.
+pub fn parse_cluster(v: &str) -> Result<ClusterId, String> {
+    ClusterId::parse(v).map_err(|e| format!("{e}; a cluster is {}", clusters::FORMS))
 }
 
 impl ClusterArg {
-    /// Narrows `settings` to the one cluster the command works on: `--cluster NAME` (reached
+    /// Narrows `settings` to the one cluster the command works on: `--cluster` (reached
     /// through the kubeconfig context of that name, else as the settings reach a named
     /// cluster), else the lone cluster the settings serve; several served and no `--cluster`
     /// is an error.
     pub fn narrow(&self, settings: &mut Settings) -> anyhow::Result<()> {
-        let name = match (&self.cluster, settings.clusters.lone()) {
-            (Some(name), _) => name.clone(),
+        let id = match (&self.cluster, settings.clusters.lone()) {
+            (Some(id), _) => id.clone(),
             (None, Some(_)) => return Ok(()),
             (None, None) => anyhow::bail!(
-                "the environment serves several clusters (FOREWARN_CLUSTERS): say which one with --cluster NAME"
+                "the environment serves several clusters (FOREWARN_CLUSTERS): say which one with --cluster CLUSTER"
             ),
         };
-        settings.cluster_access = if forewarn::adapters::kube::has_context(&name) {
-            forewarn::adapters::kube::ClusterAccess::Context(name.clone())
-        } else {
-            settings.access_of(&name)
-        };
-        settings.clusters = ClusterSelection::Named(vec![name]);
+        settings.cluster_access = access(settings, &id);
+        settings.clusters = ClusterSelection::Named(vec![id]);
         Ok(())
     }
+}
+
+/// How the command reaches the cluster `id`: the kubeconfig context written as it is, when
+/// there is one; else as the settings reach it (seen from the own account, its region the
+/// AWS configuration's).
+pub fn access(settings: &Settings, id: &ClusterId) -> forewarn::adapters::kube::ClusterAccess {
+    let written = id.to_string();
+    if forewarn::adapters::kube::has_context(&written) {
+        return forewarn::adapters::kube::ClusterAccess::Context(written);
+    }
+    let own = Place {
+        account: settings.accounts.own.clone(),
+        region: None,
+    };
+    settings.access_of(id, &own)
 }
 
 impl StoreArgs {

@@ -68,7 +68,7 @@ pub async fn run(
     let cluster = args
         .cluster_name
         .clone()
-        .or_else(|| settings.clusters.lone().flatten().map(str::to_string))
+        .or_else(|| settings.clusters.lone().flatten().map(|id| id.name.clone()))
         .context("which cluster? give --cluster-name, or FOREWARN_CLUSTER_NAME")?;
     let mut priority_settings = settings.priorities;
     if let Some(share) = &args.hot_share {

@@ -76,6 +76,10 @@ pub async fn run(
     let services = wiring::services_with_clock(&settings, clock.clone()).await?;
     let h = &services.handler;
     let cluster = h.fleet.cluster(None).await?;
+    let place = match &cluster.id {
+        Some(id) => id.place().or(h.fleet.own()),
+        None => h.fleet.own().clone(),
+    };
     let reports = WayBack {
         nodes: cluster.nodes.as_ref(),
         instances: h.instances.as_ref(),
@@ -84,6 +88,7 @@ pub async fn run(
         taint_key: &h.config.taint_key,
         // Status checks (for `impaired` cordons) only from EC2 itself, with --ec2.
         statuses: services.leaving.as_deref().filter(|_| args.ec2),
+        place: &place,
     }
     .run(clock.now())
     .await?;

@@ -203,14 +203,8 @@ impl FailureKind {
     }
 }
 
-/// The AWS account and region an event comes from: where its instances are described and its
-/// lifecycle actions completed (an organization's member accounts forward their events to one
-/// deployment). `None`: the directory's own.
-#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Place {
-    pub account: Option<String>,
-    pub region: Option<String>,
-}
+/// The AWS account and region an event comes from (see [`crate::domain::clusters::Place`]).
+pub use crate::domain::clusters::Place;
 
 /// Where facts about instances come from: EC2 `DescribeInstances`, or a capture.
 #[async_trait]
@@ -598,24 +592,34 @@ pub trait PolicySource: Send + Sync {
     async fn refused(&self, message: &str);
 }
 
-/// The clusters there are to serve when a deployment serves every one (`FOREWARN_CLUSTERS=*`):
-/// EKS `ListClusters` of the account and region, or a kubeconfig's contexts.
+/// The clusters there are to serve when a deployment serves every one of a place
+/// (`FOREWARN_CLUSTERS=*`, `account/*`): EKS `ListClusters` in that account and region, or a
+/// kubeconfig's contexts of that place.
 #[async_trait]
 pub trait ClusterCatalog: Send + Sync {
-    /// Every cluster's name.
-    async fn clusters(&self) -> Result<Vec<String>, DirectoryError>;
+    /// Every cluster's name in `place` (whole: its account and region are known, or the
+    /// deployment's own are not).
+    async fn clusters(&self, place: &Place) -> Result<Vec<String>, DirectoryError>;
 }
 
 /// Where a sweep looks for instances that are gone, and for the status checks and scheduled
 /// events of running ones.
 #[async_trait]
 pub trait LeavingInstances: Send + Sync {
-    /// This cluster's instances that are stopping, stopped, shutting down or terminated.
-    async fn leaving(&self, cluster: &str) -> Result<Vec<InstanceFacts>, DirectoryError>;
+    /// The instances of cluster `cluster` of `place` (its account and region) that are
+    /// stopping, stopped, shutting down or terminated.
+    async fn leaving(
+        &self,
+        place: &Place,
+        cluster: &str,
+    ) -> Result<Vec<InstanceFacts>, DirectoryError>;
 
     /// The status checks and scheduled events of the region's running instances (EC2's
-    /// `DescribeInstanceStatus`, every page); the caller keeps its cluster's.
-    async fn statuses(&self) -> Result<Vec<crate::domain::status::InstanceStatus>, DirectoryError>;
+    /// `DescribeInstanceStatus`, every page) in `place`; the caller keeps its cluster's.
+    async fn statuses(
+        &self,
+        place: &Place,
+    ) -> Result<Vec<crate::domain::status::InstanceStatus>, DirectoryError>;
 }
 
 /// What became of a lifecycle action.

@@ -64,10 +64,16 @@ const DESCRIBE_DENIED: &str = concat!(
     "<RequestID>r4</RequestID></Response>"
 );
 
+/// The organization's deployment: it serves clusters of the member and of the account whose
+/// role cannot be assumed (as `FOREWARN_CLUSTERS=*,111111111111/*,222222222222/*` says).
 fn org() -> AccountSettings {
     AccountSettings {
         own: Some(OWN.into()),
         member_role: Some(ROLE.into()),
+        served: [MEMBER, UNASSUMABLE]
+            .map(String::from)
+            .into_iter()
+            .collect(),
     }
 }
 
@@ -300,6 +306,7 @@ fn another_account_without_a_member_role_is_refused_naming_it() {
         let single = AccountSettings {
             own: Some(OWN.into()),
             member_role: None,
+            served: Default::default(),
         };
         let accounts = Accounts::new(&base, single);
         let directory = Ec2Directory::from_conf(&base).with_accounts(accounts.clone());

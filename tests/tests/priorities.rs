@@ -403,12 +403,14 @@ struct NoneLeaving;
 impl forewarn::ports::LeavingInstances for NoneLeaving {
     async fn leaving(
         &self,
+        _place: &forewarn::ports::Place,
         _cluster: &str,
     ) -> Result<Vec<forewarn::domain::facts::InstanceFacts>, forewarn::ports::DirectoryError> {
         Ok(Vec::new())
     }
     async fn statuses(
         &self,
+        _place: &forewarn::ports::Place,
     ) -> Result<Vec<forewarn::domain::status::InstanceStatus>, forewarn::ports::DirectoryError>
     {
         Ok(Vec::new())

@@ -14,6 +14,7 @@
 //! that do not wait (continuations, as deployed) and the drain run in process (`off`: the same
 //! passes inside the invocation), the baseline.
 
+use forewarn::domain::clusters::{ClusterId, Place};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -870,6 +871,11 @@ pub(crate) struct Member {
 }
 
 impl Member {
+    /// The cluster it is: of the deployment's own account and region.
+    fn id(&self) -> ClusterId {
+        ClusterId::at(&Place::default(), &self.name)
+    }
+
     pub(crate) fn up(name: &str) -> Member {
         Member {
             name: name.into(),
@@ -934,7 +940,7 @@ pub(crate) async fn fleet_run(
         let fleet = match clients.len() {
             1 => Fleet::one(cluster_of(None, &clients[&members[0].name], &config)),
             _ => Fleet::named(
-                members.iter().map(|m| m.name.clone()).collect(),
+                members.iter().map(Member::id).collect(),
                 Arc::new(BenchClusters {
                     clients,
                     config: config.clone(),
@@ -1039,10 +1045,10 @@ async fn play(
 }
 
 /// One cluster's services over `clients`, as the wiring builds them (nodes and executor).
-fn cluster_of(name: Option<String>, clients: &ClusterClient, config: &Config) -> Cluster {
+fn cluster_of(id: Option<ClusterId>, clients: &ClusterClient, config: &Config) -> Cluster {
     Cluster {
         executor: Some(Arc::new(KubeExecutor::new(clients.clone(), config))),
-        ..Cluster::new(name, Arc::new(KubeNodeDirectory::new(clients.clone())))
+        ..Cluster::new(id, Arc::new(KubeNodeDirectory::new(clients.clone())))
     }
 }
 
@@ -1054,13 +1060,13 @@ struct BenchClusters {
 
 #[async_trait]
 impl Connector for BenchClusters {
-    async fn connect(&self, name: &str) -> Result<Cluster, Unreachable> {
-        let clients = self.clients.get(name).ok_or_else(|| Unreachable {
-            cluster: name.into(),
+    async fn connect(&self, id: &ClusterId) -> Result<Cluster, Unreachable> {
+        let clients = self.clients.get(&id.name).ok_or_else(|| Unreachable {
+            cluster: id.to_string(),
             kind: forewarn::ports::FailureKind::Invalid,
             source: "not a cluster of this run".into(),
         })?;
-        Ok(cluster_of(Some(name.into()), clients, &self.config))
+        Ok(cluster_of(Some(id.clone()), clients, &self.config))
     }
 }
 

@@ -8,7 +8,6 @@
 use aws_sdk_eks::Client;
 use aws_sdk_eks::error::ProvideErrorMetadata;
 use forewarn::adapters::aws::aws_error_text;
-use forewarn::ports::ClusterCatalog;
 
 /// What was done with one access entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,8 +152,7 @@ fn same_groups(a: &[String], b: &[String]) -> bool {
 
 /// Every EKS cluster of the account and region (`ListClusters`, every page), sorted.
 pub async fn all_clusters(sdk: &aws_config::SdkConfig) -> anyhow::Result<Vec<String>> {
-    let mut names = forewarn::adapters::kube::EksClusters::new(sdk)
-        .clusters()
+    let mut names = forewarn::adapters::kube::EksClusters::of(sdk)
         .await
         .map_err(|e| anyhow::anyhow!("listing the EKS clusters (--all-clusters): {e}"))?;
     names.sort();

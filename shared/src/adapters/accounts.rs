@@ -20,6 +20,7 @@ use aws_config::sts::AssumeRoleProvider;
 use aws_config::{Region, SdkConfig};
 use aws_credential_types::provider::SharedCredentialsProvider;
 
+pub use crate::domain::clusters::{is_account_id, is_region};
 use crate::domain::vars::{ConfigError, Vars};
 use crate::ports::{FailureKind, NotServed, Place};
 
@@ -41,6 +42,9 @@ pub struct AccountSettings {
     pub own: Option<String>,
     /// The role assumed in every other account (`FOREWARN_MEMBER_ROLE`).
     pub member_role: Option<String>,
+    /// The other accounts served (those `FOREWARN_CLUSTERS` names): an event of any other is
+    /// refused before a role is assumed.
+    pub served: std::collections::BTreeSet<String>,
 }
 
 impl AccountSettings {
@@ -68,13 +72,12 @@ impl AccountSettings {
                 ),
             ));
         }
-        Ok(AccountSettings { own, member_role })
+        Ok(AccountSettings {
+            own,
+            member_role,
+            served: Default::default(),
+        })
     }
-}
-
-/// An AWS account id: 12 ASCII digits.
-pub fn is_account_id(s: &str) -> bool {
-    s.len() == 12 && s.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// An IAM role name without a path: 1 to 64 of letters, digits and `+=,.@_-`.
@@ -82,22 +85,6 @@ pub fn is_role_name(s: &str) -> bool {
     (1..=64).contains(&s.len())
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"+=,.@_-".contains(&b))
-}
-
-/// An AWS region's name: lowercase words and a number joined by dashes (`us-east-1`,
-/// `us-gov-west-1`, `cn-north-1`, `eu-isoe-west-1`), at most 25 characters.
-pub fn is_region(s: &str) -> bool {
-    let parts: Vec<&str> = s.split('-').collect();
-    let Some((number, words)) = parts.split_last() else {
-        return false;
-    };
-    s.len() <= 25
-        && words.len() >= 2
-        && words
-            .iter()
-            .all(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_lowercase()))
-        && (1..=2).contains(&number.len())
-        && number.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// The partition of a region (`aws`, `aws-cn`, `aws-us-gov`, ...), by its prefix.
@@ -146,6 +133,14 @@ pub enum AccountError {
          {ENV_MEMBER_ROLE} (deploy infra/member.yaml in that account) to serve it"
     )]
     NotServed { account: String, own: String },
+    /// An event of another account that the served clusters do not name: no role is assumed
+    /// there.
+    #[error(
+        "the event is of account {account}, which no cluster this deployment (account {own}) \
+         serves is in: no role is assumed there (name its clusters in FOREWARN_CLUSTERS, as \
+         {account}/<name> or {account}/*, to serve it)"
+    )]
+    NotListed { account: String, own: String },
     /// An event of a region of another partition: no role of this partition can be assumed
     /// there.
     #[error(
@@ -167,7 +162,9 @@ impl AccountError {
     /// What kind of failure: the same event meets it again (never retryable).
     pub fn kind(&self) -> FailureKind {
         match self {
-            AccountError::NotServed { .. } => FailureKind::Forbidden,
+            AccountError::NotServed { .. } | AccountError::NotListed { .. } => {
+                FailureKind::Forbidden
+            }
             _ => FailureKind::Invalid,
         }
     }
@@ -181,6 +178,13 @@ impl AccountError {
                 why: format!(
                     "this deployment (account {own}) has no member role ({ENV_MEMBER_ROLE} is \
                      not set): deploy infra/member.yaml in that account and set it to serve it"
+                ),
+            }),
+            AccountError::NotListed { account, own } => Some(NotServed {
+                account: account.clone(),
+                why: format!(
+                    "no cluster this deployment (account {own}) serves is in it \
+                     (FOREWARN_CLUSTERS names none of its): no role is assumed there"
                 ),
             }),
             _ => None,
@@ -291,6 +295,12 @@ impl Accounts {
                 account: account.clone(),
                 own: own.clone(),
             }),
+            (Some(own), Some(_)) if !self.settings.served.contains(account) => {
+                Err(AccountError::NotListed {
+                    account: account.clone(),
+                    own: own.clone(),
+                })
+            }
             (Some(_), Some(_)) => match region.or(own_region) {
                 Some(region) => Ok(Target::Member {
                     account: account.clone(),
@@ -469,6 +479,10 @@ mod tests {
             AccountSettings {
                 own: own.map(str::to_string),
                 member_role: role.map(str::to_string),
+                served: ["111111111111", "210987654321", "222222222222"]
+                    .map(String::from)
+                    .into_iter()
+                    .collect(),
             },
         )
     }
@@ -592,6 +606,27 @@ mod tests {
             org.role_arn("111111111111", "us-gov-west-1").as_deref(),
             Some("arn:aws-us-gov:iam::111111111111:role/forewarn-member")
         );
+    }
+
+    /// An account the served clusters do not name is refused before any role is assumed
+    /// there: a queue sender cannot make forewarn act in (or even call into) it.
+    #[tokio::test]
+    async fn an_account_no_served_cluster_is_in_is_refused_before_any_role_is_assumed() {
+        let org = accounts(Some("123456789012"), Some("forewarn-member"));
+        let e = org
+            .target(&place(Some("333333333333"), Some("us-east-1")))
+            .unwrap_err();
+        assert_eq!(e.kind(), FailureKind::Forbidden);
+        let not_served = e.not_served().expect("acknowledged as not served");
+        assert_eq!(not_served.account, "333333333333");
+        assert!(e.to_string().contains("FOREWARN_CLUSTERS"), "{e}");
+        // No configuration (no STS call) is made for it.
+        assert!(
+            org.config_for(&place(Some("333333333333"), None))
+                .await
+                .is_err()
+        );
+        assert!(org.configs.lock().unwrap().is_empty());
     }
 
     #[test]

@@ -142,20 +142,34 @@ impl InstanceDirectory for Ec2Directory {
         instance_ids: &[String],
     ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
         const CALL: &str = "ec2:DescribeInstances";
-        let client = self
-            .places
+        let client = self.client_at(place, CALL).await?;
+        describe_with(&client, instance_ids)
+            .await
+            .map_err(|e| self.said(place, CALL, e))
+    }
+}
+
+impl Ec2Directory {
+    /// The client of `place` for `call`: the own client for the own account and region, else
+    /// one on a member account's role ([`Accounts`]); a place that cannot be served fails,
+    /// naming it (see [`InstanceDirectory::describe_at`]).
+    async fn client_at(&self, place: &Place, call: &'static str) -> Result<Client, DirectoryError> {
+        self.places
             .client(place)
             .await
             .map_err(|e| match e.not_served() {
-                Some(not_served) => DirectoryError::new(CALL, e.kind(), not_served),
-                None => DirectoryError::new(CALL, e.kind(), e),
-            })?;
-        describe_with(&client, instance_ids).await.map_err(|e| {
-            match self.places.refused(place, &e) {
-                Some(not_served) => DirectoryError::new(CALL, FailureKind::Forbidden, not_served),
-                None => e,
-            }
-        })
+                Some(not_served) => DirectoryError::new(call, e.kind(), not_served),
+                None => DirectoryError::new(call, e.kind(), e),
+            })
+    }
+
+    /// `error`, an answer of `place`'s client to `call`: a refused role says the account is
+    /// not served.
+    fn said(&self, place: &Place, call: &'static str, error: DirectoryError) -> DirectoryError {
+        match self.places.refused(place, &error) {
+            Some(not_served) => DirectoryError::new(call, FailureKind::Forbidden, not_served),
+            None => error,
+        }
     }
 }
 
@@ -175,13 +189,6 @@ async fn describe_with(
         }
     }
     Ok(found)
-}
-
-impl Ec2Directory {
-    /// Every instance of the own account and region answering `filters`, through all pages.
-    async fn query(&self, filters: Vec<Filter>) -> Result<Vec<InstanceFacts>, DirectoryError> {
-        query(&self.client, filters).await
-    }
 }
 
 /// Every instance `client` finds answering `filters`, through all pages.
@@ -212,7 +219,13 @@ impl crate::ports::LeavingInstances for Ec2Directory {
     /// One query per way an instance can name its cluster (EC2 ANDs filters, so the three tag
     /// forms need three queries), each for the leaving states; the lifecycle is checked by the
     /// caller, client-side (the `instance-lifecycle` filter is not served everywhere).
-    async fn leaving(&self, cluster: &str) -> Result<Vec<InstanceFacts>, DirectoryError> {
+    async fn leaving(
+        &self,
+        place: &Place,
+        cluster: &str,
+    ) -> Result<Vec<InstanceFacts>, DirectoryError> {
+        const CALL: &str = "ec2:DescribeInstances";
+        let client = self.client_at(place, CALL).await?;
         let states = Filter::builder()
             .name("instance-state-name")
             .set_values(Some(
@@ -240,7 +253,8 @@ impl crate::ports::LeavingInstances for Ec2Directory {
         ];
         let mut found: BTreeMap<String, InstanceFacts> = BTreeMap::new();
         for tag in by_tag {
-            for facts in self.query(vec![tag, states.clone()]).await? {
+            let answered = query(&client, vec![tag, states.clone()]).await;
+            for facts in answered.map_err(|e| self.said(place, CALL, e))? {
                 found.insert(facts.instance_id.clone(), facts);
             }
         }
@@ -249,16 +263,17 @@ impl crate::ports::LeavingInstances for Ec2Directory {
 
     /// One paged call: `DescribeInstanceStatus` of the running instances, 1,000 a page (the
     /// call takes no tag filter, and with `InstanceIds` it does not page).
-    async fn statuses(&self) -> Result<Vec<InstanceStatus>, DirectoryError> {
+    async fn statuses(&self, place: &Place) -> Result<Vec<InstanceStatus>, DirectoryError> {
+        const CALL: &str = "ec2:DescribeInstanceStatus";
+        let client = self.client_at(place, CALL).await?;
         let mut found = Vec::new();
-        let mut pages = self
-            .client
+        let mut pages = client
             .describe_instance_status()
             .max_results(1000)
             .into_paginator()
             .send();
         while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| page_error("ec2:DescribeInstanceStatus", e))?;
+            let page = page.map_err(|e| self.said(place, CALL, page_error(CALL, e)))?;
             found.extend(page.instance_statuses().iter().filter_map(status_of));
         }
         Ok(found)

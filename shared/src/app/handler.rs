@@ -15,6 +15,7 @@ use crate::app::fleet::split::{self, Destination};
 use crate::app::fleet::{Cluster, Fleet, Unreachable};
 use crate::app::pipeline::{Described, Limits, Passes, Pipeline, Traffic, describe_events};
 use crate::app::telemetry::Telemetry;
+use crate::domain::clusters::ClusterId;
 use crate::domain::config::{Config, Mode};
 use crate::domain::event::Event;
 use crate::domain::event::EventKind;
@@ -114,8 +115,8 @@ impl Handler {
 
     /// The configuration to decide by now in the served cluster `name` (`None`: the lone
     /// cluster): with its name and its policy ConfigMap's policy, when it has one.
-    pub async fn config_in(&self, name: Option<&str>) -> Result<Config, Unreachable> {
-        let cluster = self.fleet.cluster(name).await?;
+    pub async fn config_in(&self, id: Option<&ClusterId>) -> Result<Config, Unreachable> {
+        let cluster = self.fleet.cluster(id).await?;
         Ok(cluster.config(&self.config, self.clock.as_ref()).await)
     }
 
@@ -141,8 +142,10 @@ impl Handler {
                 .served(&self.config, now)
                 .await
                 .is_ok_and(|s| s.is_empty())
+            && self.all_own(records)
         {
-            // One cluster named by nobody: the pipeline looks the instances up itself.
+            // One cluster named by nobody, every event of its own place: the pipeline looks
+            // the instances up itself.
             let to = Destination::Cluster(None);
             return self.run_share(&to, records, None, limits).await;
         }
@@ -168,7 +171,8 @@ impl Handler {
                     .await;
             }
         };
-        let shares = split::split(records, looked_up.as_ref().ok(), &served);
+        let own = self.fleet.own();
+        let shares = split::split(records, looked_up.as_ref().ok(), &served, own);
         let looked_up = Some(looked_up);
         let looked_up = &looked_up;
         // A batch spanning several clusters: no cluster's outage may hold it up (see
@@ -188,6 +192,16 @@ impl Handler {
             (share, reports)
         });
         split::join(records, futures::future::join_all(runs).await)
+    }
+
+    /// Whether every event of `records` is of the deployment's own account and region (one
+    /// that names none is).
+    fn all_own(&self, records: &[Record]) -> bool {
+        let own = self.fleet.own();
+        records
+            .iter()
+            .filter_map(|r| r.event.as_ref().ok())
+            .all(|e| own.holds(&crate::app::pipeline::place_of(e), own))
     }
 
     /// The batch's instances, looked up once for every cluster (within the batch's time).
@@ -218,9 +232,10 @@ impl Handler {
         looked_up: Option<&Found>,
         limits: Limits,
     ) -> Vec<Report> {
-        let Destination::Cluster(Some(name)) = to else {
+        let Destination::Cluster(Some(id)) = to else {
             return self.run_share(to, records, looked_up, limits).await;
         };
+        let name = &id.to_string();
         let now = self.clock.now();
         if limits.impatient
             && let Some(since) = self.fleet.trouble(name, now)
@@ -246,7 +261,7 @@ impl Handler {
         limits: Limits,
     ) -> Vec<Report> {
         let cluster = match to {
-            Destination::Cluster(name) => match self.fleet.cluster(name.as_deref()).await {
+            Destination::Cluster(id) => match self.fleet.cluster(id.as_ref()).await {
                 Ok(cluster) => cluster,
                 Err(e) => return split::unreachable(records, &e),
             },

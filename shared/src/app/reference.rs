@@ -62,14 +62,22 @@ pub const VARIABLES: &[Variable] = &[
         "FOREWARN_CLUSTERS",
         "unset",
         None,
-        "the clusters one deployment serves: names separated by commas, or `*` for every EKS \
-         cluster of the account and region (listed again every 5 minutes; with `KUBECONFIG`, \
-         every context). Each instance is handled in the cluster its tags \
-         (`kubernetes.io/cluster/<name>`, `aws:eks:cluster-name`, `eks:cluster-name`) name, on \
-         that cluster's own client; an instance of no served cluster is acknowledged and its \
-         pool recorded, nothing else. Each cluster is reached through the kubeconfig context of \
-         its name when `KUBECONFIG` is set, else through EKS. Not with `FOREWARN_CLUSTER_NAME`. \
-         See [Many clusters](../many-clusters.md)",
+        "the clusters one deployment serves, separated by commas. A cluster is its account, \
+         region and name: `name` (of the deployment's own account and region), \
+         `account/name` (the own region) or `account/region/name`; `*` is every EKS cluster of \
+         the own account and region and of every account and region the list names, \
+         `account/*` and `account/region/*` every cluster of one (listed again every 5 \
+         minutes; with `KUBECONFIG`, every context, a context named `account/region/name` \
+         being of that place). Each instance is handled only in a served cluster of its own \
+         account and region whose name its tags (`kubernetes.io/cluster/<name>`, \
+         `aws:eks:cluster-name`, `eks:cluster-name`) give, on that cluster's own client; any \
+         other instance is acknowledged, nothing done. An event of an account the list does \
+         not name is refused before any role is assumed there; another account needs \
+         `FOREWARN_MEMBER_ROLE` and `FOREWARN_ACCOUNT_ID`. A cluster of the own place is \
+         reached through the kubeconfig context of its name when `KUBECONFIG` is set, else \
+         through EKS (`DescribeCluster` and an IAM token in the cluster's own account, through \
+         the member role, and region). Not with `FOREWARN_CLUSTER_NAME`. See [Many \
+         clusters](../many-clusters.md)",
     ),
     var(
         "FOREWARN_CLUSTER_NAME",

@@ -6,6 +6,7 @@
 //! (see [`crate::domain::vars`]); a bad value is a [`ConfigError`] naming the variable, its value
 //! and what is wrong with it.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use crate::adapters::kube::{
 };
 use crate::adapters::webhook::{ENV_ALLOW_HTTP, ENV_TEMPLATE, ENV_URL, WebhookConfig};
 use crate::app::priorities::PrioritySettings;
+use crate::domain::clusters::{ClusterId, Entry, Place, is_cluster_name};
 use crate::domain::config::{Config, ConfigError, Mode, VARIABLES as CONFIG_VARIABLES};
 use crate::domain::policy::PolicyAllow;
 use crate::domain::priorities::HotShare;
@@ -139,50 +141,86 @@ pub enum ClusterChoice {
     None,
 }
 
-/// Which clusters a deployment serves (`FOREWARN_CLUSTERS`, else `FOREWARN_CLUSTER_NAME`).
+/// Which clusters a deployment serves (`FOREWARN_CLUSTERS`, else `FOREWARN_CLUSTER_NAME`). A
+/// cluster is (account, region, name): what an entry does not say is the deployment's own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClusterSelection {
-    /// One cluster, named by nobody: every instance is its (`FOREWARN_CLUSTER_NAME` unset).
+    /// One cluster, named by nobody: every instance of the own account and region is its
+    /// (`FOREWARN_CLUSTER_NAME` unset).
     Unnamed,
-    /// These clusters, by name (`FOREWARN_CLUSTERS=a,b`, or `FOREWARN_CLUSTER_NAME=a`).
-    Named(Vec<String>),
-    /// Every cluster of the account and region (`FOREWARN_CLUSTERS=*`): EKS `ListClusters`,
-    /// or every context of the kubeconfig given.
-    All,
+    /// These clusters (`FOREWARN_CLUSTERS=a,111122223333/b`, or `FOREWARN_CLUSTER_NAME=a`).
+    Named(Vec<ClusterId>),
+    /// Every cluster of these places (EKS `ListClusters` in each, or every context of the
+    /// kubeconfig given), and these clusters besides: `FOREWARN_CLUSTERS=*` (the own place and
+    /// every place the list names), `account/*`, `account/region/*`.
+    Every {
+        places: Vec<Place>,
+        also: Vec<ClusterId>,
+    },
 }
 
 impl ClusterSelection {
-    /// The lone cluster's name, when one cluster is served (named or not): `Some(None)` for
+    /// The lone cluster, when one cluster is served (named or not): `Some(None)` for
     /// [`ClusterSelection::Unnamed`]; `None` when several may be.
-    pub fn lone(&self) -> Option<Option<&str>> {
+    pub fn lone(&self) -> Option<Option<&ClusterId>> {
         match self {
             ClusterSelection::Unnamed => Some(None),
-            ClusterSelection::Named(names) if names.len() == 1 => Some(Some(names[0].as_str())),
+            ClusterSelection::Named(ids) if ids.len() == 1 => Some(Some(&ids[0])),
             _ => None,
         }
     }
 
-    /// `FOREWARN_CLUSTERS`'s value: `*`, or names separated by commas (each trimmed; a name is
-    /// 1 to 100 letters, digits, `-`, `_` or `.`, and names no cluster twice).
+    /// The accounts it names (besides the own account, which entries that name none are of):
+    /// the only other accounts whose events are served.
+    pub fn accounts(&self) -> BTreeSet<String> {
+        let (places, ids): (&[Place], &[ClusterId]) = match self {
+            ClusterSelection::Unnamed => (&[], &[]),
+            ClusterSelection::Named(ids) => (&[], ids),
+            ClusterSelection::Every { places, also } => (places, also),
+        };
+        places
+            .iter()
+            .filter_map(|p| p.account.clone())
+            .chain(ids.iter().filter_map(|c| c.account.clone()))
+            .collect()
+    }
+
+    /// `FOREWARN_CLUSTERS`'s value: entries separated by commas (each trimmed, none twice):
+    /// clusters (`name`, `account/name`, `account/region/name`) and places' every cluster (`*`,
+    /// `account/*`, `account/region/*`; `*` is every cluster of the own place and of every
+    /// place the list names).
     pub fn parse(v: &str) -> Result<ClusterSelection, Invalid> {
-        const EXPECTED: &str = "`*`, or cluster names separated by commas (each 1 to 100 \
-             letters, digits, `-`, `_` or `.`, none twice)";
-        if v.trim() == "*" {
-            return Ok(ClusterSelection::All);
-        }
-        let mut names: Vec<String> = Vec::new();
-        for name in v.split(',').map(str::trim) {
-            let good = (1..=100).contains(&name.len())
-                && name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-                && !names.iter().any(|n| n == name);
-            if !good {
+        const EXPECTED: &str = "clusters separated by commas, none twice, each `name`, \
+             `account/name` or `account/region/name` (a 12-digit account id, a region such as \
+             `eu-west-1`, a name of 1 to 100 letters, digits, `-`, `_` or `.`), or `*`, \
+             `account/*`, `account/region/*` for every cluster of the own place, an account or \
+             an account's region";
+        let mut entries: Vec<Entry> = Vec::new();
+        for entry in v.split(',').map(str::trim) {
+            let entry = Entry::parse(entry).map_err(|_| Invalid { expected: EXPECTED })?;
+            if entries.contains(&entry) {
                 return Err(Invalid { expected: EXPECTED });
             }
-            names.push(name.to_string());
+            entries.push(entry);
         }
-        Ok(ClusterSelection::Named(names))
+        let mut places: Vec<Place> = Vec::new();
+        let mut also: Vec<ClusterId> = Vec::new();
+        for entry in &entries {
+            match entry {
+                Entry::One(id) => also.push(id.clone()),
+                Entry::Every(place) => places.push(place.clone()),
+            }
+        }
+        if places.is_empty() {
+            return Ok(ClusterSelection::Named(also));
+        }
+        if places.contains(&Place::default()) {
+            // `*`: every place the list names too.
+            places.extend(also.iter().map(ClusterId::place));
+        }
+        places.sort();
+        places.dedup();
+        Ok(ClusterSelection::Every { places, also })
     }
 }
 
@@ -344,6 +382,7 @@ impl Settings {
                 None => InstanceChoice::Ec2,
             },
             cluster: cluster(vars, &cluster_access, &clusters),
+            accounts: accounts(vars, &clusters)?,
             clusters,
             cluster_access,
             kubeconfig_given: vars.is_set(ENV_KUBECONFIG),
@@ -381,24 +420,29 @@ impl Settings {
             aws: AwsSettings {
                 max_attempts_set: vars.is_set(ENV_AWS_MAX_ATTEMPTS),
             },
-            accounts: AccountSettings::from_vars(vars)?,
             lambda_function: vars.get(ENV_LAMBDA_FUNCTION_NAME),
         })
     }
 
-    /// How the served cluster `name` is reached: through [`ENV_EKS_CLUSTER`]'s access when
-    /// that names it; else through the kubeconfig context of that name when a kubeconfig is
-    /// given; else through EKS (`DescribeCluster` in the AWS configuration's region, an IAM
-    /// token).
-    pub fn access_of(&self, name: &str) -> ClusterAccess {
+    /// How the served cluster `id` is reached, from a deployment whose own account and region
+    /// are `own`: through [`ENV_EKS_CLUSTER`]'s access when that names it (a cluster of the own
+    /// place); else through the kubeconfig context named after it when a kubeconfig is given
+    /// (its name for a cluster of the own place, else `account/region/name`: a cluster of
+    /// another place never takes the own one's context); else through EKS (`DescribeCluster`
+    /// and an IAM token in its account and region).
+    pub fn access_of(&self, id: &ClusterId, own: &Place) -> ClusterAccess {
+        let at_own = id.place().or(own) == *own;
         match &self.cluster_access {
-            ClusterAccess::Eks(eks) if eks.cluster == name => self.cluster_access.clone(),
-            _ if self.kubeconfig_given => ClusterAccess::Context(name.to_string()),
+            ClusterAccess::Eks(eks) if eks.cluster == id.name && at_own => {
+                self.cluster_access.clone()
+            }
+            _ if self.kubeconfig_given && at_own => ClusterAccess::Context(id.name.clone()),
+            _ if self.kubeconfig_given => ClusterAccess::Context(id.or(own).to_string()),
             _ => ClusterAccess::Eks(EksAccess {
-                cluster: name.to_string(),
+                cluster: id.name.clone(),
                 endpoint: None,
                 ca_base64: None,
-                region: None,
+                region: id.region.clone(),
             }),
         }
     }
@@ -482,9 +526,47 @@ fn clusters(vars: Vars) -> Result<ClusterSelection, ConfigError> {
              in FOREWARN_CLUSTERS, or several, and unset FOREWARN_CLUSTER_NAME",
         )),
         (Some(listed), None) => Ok(listed),
-        (None, Some(name)) => Ok(ClusterSelection::Named(vec![name])),
+        (None, Some(name)) if is_cluster_name(&name) => {
+            Ok(ClusterSelection::Named(vec![ClusterId::at(
+                &Place::default(),
+                &name,
+            )]))
+        }
+        (None, Some(name)) => Err(ConfigError::new(
+            ENV_CLUSTER_NAME,
+            &name,
+            "not a cluster name (1 to 100 letters, digits, `-`, `_` or `.`; a cluster of \
+             another account goes in FOREWARN_CLUSTERS)",
+        )),
         (None, None) => Ok(ClusterSelection::Unnamed),
     }
+}
+
+/// The accounts: [`AccountSettings::from_vars`], serving the own account and the accounts
+/// `clusters` names, no other. A named account other than the own one needs the member role
+/// (and the own account, to tell it from the own one).
+fn accounts(vars: Vars, clusters: &ClusterSelection) -> Result<AccountSettings, ConfigError> {
+    let mut accounts = AccountSettings::from_vars(vars)?;
+    let others: BTreeSet<String> = clusters
+        .accounts()
+        .into_iter()
+        .filter(|a| Some(a) != accounts.own.as_ref())
+        .collect();
+    if let Some(other) = others.first()
+        && (accounts.member_role.is_none() || accounts.own.is_none())
+    {
+        return Err(ConfigError::new(
+            ENV_CLUSTERS,
+            &vars.get(ENV_CLUSTERS).unwrap_or_default(),
+            format!(
+                "names account {other}, which is reached through the member role: set \
+                 {ENV_MEMBER_ROLE} and {ENV_ACCOUNT_ID} (the deployment's own account), and \
+                 deploy infra/member.yaml in that account"
+            ),
+        ));
+    }
+    accounts.served = others;
+    Ok(accounts)
 }
 
 /// How a live cluster is reached: [`ENV_EKS_CLUSTER`] (with [`ENV_CLUSTER_ENDPOINT`] and
@@ -621,22 +703,27 @@ mod tests {
         }
     }
 
+    fn ids(v: &[&str]) -> Vec<ClusterId> {
+        v.iter().map(|s| ClusterId::parse(s).unwrap()).collect()
+    }
+
     #[test]
     fn the_clusters_served() {
         assert_eq!(settings(&[]).unwrap().clusters, ClusterSelection::Unnamed);
         let one = settings(&[("FOREWARN_CLUSTER_NAME", "demo")]).unwrap();
-        assert_eq!(one.clusters, ClusterSelection::Named(vec!["demo".into()]));
-        assert_eq!(one.clusters.lone(), Some(Some("demo")));
+        assert_eq!(one.clusters, ClusterSelection::Named(ids(&["demo"])));
+        assert_eq!(one.clusters.lone(), Some(Some(&ids(&["demo"])[0])));
         let list = settings(&[("FOREWARN_CLUSTERS", " blue, green.eu ")]).unwrap();
         assert_eq!(
             list.clusters,
-            ClusterSelection::Named(vec!["blue".into(), "green.eu".into()])
+            ClusterSelection::Named(ids(&["blue", "green.eu"]))
         );
         assert_eq!(list.clusters.lone(), None);
         // Several clusters are live even with no kubeconfig: reached through EKS.
         assert!(matches!(list.cluster, ClusterChoice::Live(_)));
+        let own = Place::of("123456789012", "eu-west-1");
         assert_eq!(
-            list.access_of("blue"),
+            list.access_of(&ids(&["blue"])[0], &own),
             ClusterAccess::Eks(EksAccess {
                 cluster: "blue".into(),
                 endpoint: None,
@@ -645,10 +732,24 @@ mod tests {
             })
         );
         let kube = settings(&[("FOREWARN_CLUSTERS", "a,b"), ("KUBECONFIG", "/k")]).unwrap();
-        assert_eq!(kube.access_of("a"), ClusterAccess::Context("a".into()));
+        assert_eq!(
+            kube.access_of(&ids(&["a"])[0], &own),
+            ClusterAccess::Context("a".into())
+        );
+        assert_eq!(
+            kube.access_of(&ids(&["123456789012/eu-west-1/a"])[0], &own),
+            ClusterAccess::Context("a".into()),
+            "the own place's cluster, written whole"
+        );
         let all = settings(&[("FOREWARN_CLUSTERS", "*")]).unwrap();
-        assert_eq!(all.clusters, ClusterSelection::All);
-        for bad in ["a,,b", "a,a", "a b", "x/y", &"n".repeat(101)] {
+        assert_eq!(
+            all.clusters,
+            ClusterSelection::Every {
+                places: vec![Place::default()],
+                also: vec![]
+            }
+        );
+        for bad in ["a,,b", "a,a", "a b", "x/y", &"n".repeat(101), "*,*"] {
             let e = settings(&[("FOREWARN_CLUSTERS", bad)]).unwrap_err();
             assert_eq!(e.variable, "FOREWARN_CLUSTERS", "{bad}: {e}");
         }
@@ -658,6 +759,81 @@ mod tests {
             e.contains("FOREWARN_CLUSTER_NAME, which it replaces"),
             "{e}"
         );
+        let e = settings(&[("FOREWARN_CLUSTER_NAME", "111111111111/a")]).unwrap_err();
+        assert_eq!(e.variable, "FOREWARN_CLUSTER_NAME");
+    }
+
+    /// A cluster is (account, region, name): `name`, `account/name`, `account/region/name`;
+    /// `*` is every cluster of the own place and of every place the list names, `account/*`
+    /// every cluster of an account. The accounts named are the only others served, and they
+    /// need the member role.
+    #[test]
+    fn clusters_of_other_accounts_and_regions() {
+        const ORG: [(&str, &str); 2] = [
+            ("FOREWARN_ACCOUNT_ID", "123456789012"),
+            ("FOREWARN_MEMBER_ROLE", "forewarn-member"),
+        ];
+        let with = |clusters: &str| {
+            let mut vars = ORG.to_vec();
+            vars.push(("FOREWARN_CLUSTERS", clusters));
+            settings(&vars)
+        };
+        let s = with("prod,111111111111/prod,222222222222/us-east-2/edge").unwrap();
+        assert_eq!(
+            s.clusters,
+            ClusterSelection::Named(ids(&[
+                "prod",
+                "111111111111/prod",
+                "222222222222/us-east-2/edge"
+            ]))
+        );
+        let served: Vec<&str> = s.accounts.served.iter().map(String::as_str).collect();
+        assert_eq!(served, ["111111111111", "222222222222"]);
+        let s = with("*,111111111111/prod,333333333333/*").unwrap();
+        let member = |a: &str| Place {
+            account: Some(a.into()),
+            region: None,
+        };
+        assert_eq!(
+            s.clusters,
+            ClusterSelection::Every {
+                places: vec![
+                    Place::default(),
+                    member("111111111111"),
+                    member("333333333333")
+                ],
+                also: ids(&["111111111111/prod"]),
+            }
+        );
+        let s = with("333333333333/*").unwrap();
+        assert_eq!(
+            s.clusters,
+            ClusterSelection::Every {
+                places: vec![member("333333333333")],
+                also: vec![],
+            }
+        );
+        // The own account written out is the own account: no member role needed for it.
+        let own = settings(&[
+            ("FOREWARN_ACCOUNT_ID", "123456789012"),
+            ("FOREWARN_CLUSTERS", "123456789012/prod"),
+        ])
+        .unwrap();
+        assert!(own.accounts.served.is_empty());
+        // Another account without the member role (or without the own account) cannot be
+        // served: said at start, naming it.
+        for vars in [
+            vec![
+                ("FOREWARN_ACCOUNT_ID", "123456789012"),
+                ("FOREWARN_CLUSTERS", "prod,111111111111/prod"),
+            ],
+            vec![("FOREWARN_CLUSTERS", "111111111111/*")],
+        ] {
+            let e = settings(&vars).unwrap_err();
+            assert_eq!(e.variable, "FOREWARN_CLUSTERS");
+            assert!(e.to_string().contains("111111111111"), "{e}");
+            assert!(e.to_string().contains("FOREWARN_MEMBER_ROLE"), "{e}");
+        }
     }
 
     #[test]

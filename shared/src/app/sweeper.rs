@@ -18,6 +18,7 @@ use crate::app::priorities::{
 };
 use crate::app::wayback::{UndoReport, WayBack, WayBackError};
 use crate::domain::admission::Proof;
+use crate::domain::clusters::{ClusterId, Place};
 use crate::domain::config::Config;
 use crate::domain::event::Origin;
 use crate::domain::inbound::Record;
@@ -224,9 +225,9 @@ impl Sweeper {
         };
         let mut unreachable = Vec::new();
         let mut visits = Vec::new();
-        for (name, reached) in every {
+        for (id, reached) in every {
             match reached {
-                Ok(cluster) => visits.push(self.in_cluster(name, cluster)),
+                Ok(cluster) => visits.push(self.in_cluster(id, cluster)),
                 Err(e) => unreachable.push(e),
             }
         }
@@ -241,20 +242,39 @@ impl Sweeper {
         }
     }
 
-    /// The sweeper's steps in the served cluster `name` (`None`: the lone cluster).
-    pub async fn cluster(&self, name: Option<&str>) -> Result<ClusterSweep<'_>, Unreachable> {
+    /// The sweeper's steps in the served cluster `id` (`None`: the lone cluster).
+    pub async fn cluster(&self, id: Option<&ClusterId>) -> Result<ClusterSweep<'_>, Unreachable> {
         let h = &self.handler;
-        let cluster = h.fleet.cluster(name).await?;
-        let name = name.map(str::to_string).or_else(|| cluster.name.clone());
-        Ok(self.in_cluster(name, cluster).await)
+        let cluster = h.fleet.cluster(id).await?;
+        let id = id.cloned().or_else(|| cluster.id.clone());
+        Ok(self.in_cluster(id, cluster).await)
     }
 
-    async fn in_cluster(&self, name: Option<String>, cluster: Arc<Cluster>) -> ClusterSweep<'_> {
+    /// The deployment's own account and region (its region the sweeper's when the fleet
+    /// does not know it).
+    fn own(&self) -> Place {
+        let own = self.handler.fleet.own();
+        Place {
+            region: own.region.clone().or_else(|| self.region.clone()),
+            ..own.clone()
+        }
+    }
+
+    async fn in_cluster(&self, id: Option<ClusterId>, cluster: Arc<Cluster>) -> ClusterSweep<'_> {
         let h = &self.handler;
         let config = cluster.config(&h.config, h.clock.as_ref()).await;
+        let own = self.own();
+        let id = id
+            .or_else(|| {
+                let name = config.cluster_name.as_deref()?;
+                Some(ClusterId::at(&Place::default(), name))
+            })
+            .map(|id| id.or(&own));
+        let place = id.as_ref().map_or(own, ClusterId::place);
         ClusterSweep {
             sweeper: self,
-            name: name.or_else(|| config.cluster_name.clone()),
+            name: id.as_ref().map(ToString::to_string),
+            place,
             cluster,
             config,
         }
@@ -264,8 +284,11 @@ impl Sweeper {
 /// The sweeper in one cluster: its services and its configuration (its policy).
 pub struct ClusterSweep<'a> {
     sweeper: &'a Sweeper,
-    /// The cluster's name (its instances carry it in their tags).
+    /// The cluster, as shown (`account/region/name` once its account and region are known).
     pub name: Option<String>,
+    /// Its account and region: where its instances are described, and what its findings are
+    /// of.
+    pub place: Place,
     pub cluster: Arc<Cluster>,
     pub config: Config,
 }
@@ -320,7 +343,20 @@ impl ClusterSweep<'_> {
             return Ok(None);
         };
         let h = &self.sweeper.handler;
-        let cluster = self.name.as_deref().ok_or(SweepError::NoCluster)?;
+        let cluster = self
+            .config
+            .cluster_name
+            .as_deref()
+            .ok_or(SweepError::NoCluster)?;
+        if self.place != self.sweeper.own() {
+            // Its node groups are another account's (or region's), and the pools' zone names
+            // the own account's: nothing to rank them by yet.
+            tracing::info!(
+                cluster = self.name.as_deref(),
+                "the priority expander of a cluster of another account or region is left alone"
+            );
+            return Ok(None);
+        }
         let run = Priorities {
             cluster,
             groups: p.groups.as_ref(),
@@ -349,6 +385,7 @@ impl ClusterSweep<'_> {
             executor: self.cluster.executor.as_deref(),
             taint_key: &self.config.taint_key,
             statuses: Some(self.sweeper.leaving.as_ref()),
+            place: &self.place,
         }
         .run(h.clock.now())
         .await
@@ -377,7 +414,13 @@ impl ClusterSweep<'_> {
         let h = &s.handler;
         let now = h.clock.now();
         let cluster = self.name.as_deref().ok_or(SweepError::NoCluster)?;
-        let leaving = s.leaving.leaving(cluster).await?;
+        let tag = self
+            .config
+            .cluster_name
+            .as_deref()
+            .ok_or(SweepError::NoCluster)?;
+        let place = &self.place;
+        let leaving = s.leaving.leaving(place, tag).await?;
         let nodes = self.cluster.nodes.all().await?;
         let ids: Vec<String> = nodes
             .iter()
@@ -386,13 +429,13 @@ impl ClusterSweep<'_> {
         let node_instances = if ids.is_empty() {
             BTreeMap::new()
         } else {
-            h.instances.describe(&ids).await?
+            h.instances.describe_at(place, &ids).await?
         };
         let config = &self.config;
-        let mut events = findings(&leaving, &nodes, &node_instances, now, s.region.as_deref());
+        let mut events = findings(&leaving, &nodes, &node_instances, now, place);
         // Status checks and scheduled events: a failure (a stack without the grant of
         // `ec2:DescribeInstanceStatus`) costs these findings only, not the sweep's others.
-        let statuses = match s.leaving.statuses().await {
+        let statuses = match s.leaving.statuses(place).await {
             Ok(statuses) => statuses,
             Err(e) => {
                 tracing::error!(error = %e, "no status checks this sweep: impaired instances and EC2 scheduled events are not looked for");
@@ -404,7 +447,7 @@ impl ClusterSweep<'_> {
             &node_instances,
             config.impaired_after,
             now,
-            s.region.as_deref(),
+            place,
         ));
         tracing::info!(
             cluster,

@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+use crate::domain::clusters::Place;
 use crate::domain::event::EventKind;
 use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::pool::{PoolKey, PoolQuery};
@@ -72,6 +73,8 @@ pub struct WayBack<'a> {
     /// `DescribeInstanceStatus`, only when there is such a cordon); `None`: not read, and those
     /// cordons are kept.
     pub statuses: Option<&'a dyn LeavingInstances>,
+    /// The cluster's account and region: where its nodes' instances are described.
+    pub place: &'a Place,
 }
 
 impl WayBack<'_> {
@@ -86,7 +89,7 @@ impl WayBack<'_> {
         let instances = if ids.is_empty() {
             BTreeMap::new()
         } else {
-            self.instances.describe(&ids).await?
+            self.instances.describe_at(self.place, &ids).await?
         };
         let impaired = nodes.iter().any(|n| {
             self.cordon(n)
@@ -94,7 +97,7 @@ impl WayBack<'_> {
         });
         let statuses: BTreeMap<String, InstanceStatus> = match self.statuses {
             Some(source) if impaired => source
-                .statuses()
+                .statuses(self.place)
                 .await?
                 .into_iter()
                 .map(|s| (s.instance_id.clone(), s))

@@ -32,6 +32,7 @@ use crate::app::settings::{
     ClusterChoice, ClusterSelection, InstanceChoice, Settings, StoreChoice,
 };
 use crate::app::sweeper::{SweepPriorities, Sweeper};
+use crate::domain::clusters::{ClusterId, Place};
 use crate::domain::config::{ConfigError, Mode};
 use crate::ports::{
     Clock, ClusterCatalog, ContinuationQueue, Executor, InstanceDirectory, LeavingInstances,
@@ -185,15 +186,19 @@ async fn fleet(
     clock: &Arc<dyn Clock>,
     store: &Arc<dyn PoolStore>,
 ) -> Result<Fleet, SetupError> {
+    let own = Place {
+        account: settings.accounts.own.clone(),
+        region: sdk.and_then(|s| s.region()).map(|r| r.to_string()),
+    };
     let lone = settings.clusters.lone();
-    let lone_name = lone.flatten().map(str::to_string);
+    let lone_id = lone.flatten().cloned();
     let (access, sdk) = match (&settings.cluster, sdk) {
         (ClusterChoice::Snapshot(path), _) => {
             let state = load_cluster_state(path)?;
-            return Ok(Fleet::one(Cluster::new(lone_name, Arc::new(state))));
+            return Ok(Fleet::one(Cluster::new(lone_id, Arc::new(state))).at(own));
         }
         (ClusterChoice::Live(access), Some(sdk)) => (access, sdk),
-        _ => return Ok(Fleet::one(Cluster::none())),
+        _ => return Ok(Fleet::one(Cluster::none()).at(own)),
     };
     let live = LiveClusters {
         settings: settings.clone(),
@@ -202,18 +207,28 @@ async fn fleet(
         clock: clock.clone(),
         store: store.clone(),
     };
-    if lone.is_some() {
+    // One cluster of the own place: connected now, as the settings reach it.
+    let own_lone = lone.is_some_and(|id| id.is_none_or(|id| id.place() == Place::default()));
+    if own_lone {
         let cluster = live
-            .build(lone_name, access)
+            .build(lone_id.map(|id| id.or(&own)), access)
             .await
             .map_err(SetupError::Cluster)?;
-        return Ok(Fleet::one(cluster));
+        return Ok(Fleet::one(cluster).at(own));
     }
     let connector = Arc::new(live);
     Ok(match &settings.clusters {
-        ClusterSelection::Named(names) => {
-            let fleet = Fleet::named(names.clone(), connector);
-            let tries = names.iter().map(|n| fleet.cluster(Some(n)));
+        ClusterSelection::Every { places, also } => {
+            let catalog: Arc<dyn ClusterCatalog> = if settings.kubeconfig_given {
+                Arc::new(KubeconfigContexts::at(own.clone()))
+            } else {
+                Arc::new(EksClusters::new(accounts(settings, sdk)))
+            };
+            Fleet::all(catalog, places.clone(), also.clone(), connector).at(own)
+        }
+        ClusterSelection::Named(ids) => {
+            let fleet = Fleet::named(ids.clone(), connector).at(own);
+            let tries = ids.iter().map(|n| fleet.cluster(Some(n)));
             for failed in futures::future::join_all(tries)
                 .await
                 .into_iter()
@@ -223,14 +238,7 @@ async fn fleet(
             }
             fleet
         }
-        _ => {
-            let catalog: Arc<dyn ClusterCatalog> = if settings.kubeconfig_given {
-                Arc::new(KubeconfigContexts)
-            } else {
-                Arc::new(EksClusters::new(sdk))
-            };
-            Fleet::all(catalog, connector)
-        }
+        ClusterSelection::Unnamed => Fleet::one(Cluster::none()).at(own),
     })
 }
 
@@ -246,16 +254,27 @@ struct LiveClusters {
 }
 
 impl LiveClusters {
-    /// The services of the cluster `name`, reached as `access` says.
+    /// The services of the cluster `id`, reached as `access` says: an EKS cluster through
+    /// `DescribeCluster` and an IAM token in its own account (the member role's credentials
+    /// for a member account's) and region.
     async fn build(
         &self,
-        name: Option<String>,
+        id: Option<ClusterId>,
         access: &ClusterAccess,
     ) -> Result<Cluster, ConnectError> {
         let settings = &self.settings;
         // One client, cloned into every adapter over it: one rate limit for the cluster.
         let clients = match access {
-            ClusterAccess::Eks(eks) => connect_eks(eks, &self.sdk).await,
+            ClusterAccess::Eks(eks) => {
+                let place = id.as_ref().map(ClusterId::place).unwrap_or_default();
+                let sdk = self.accounts.config_for(&place).await.map_err(|source| {
+                    ConnectError::Account {
+                        cluster: eks.cluster.clone(),
+                        source,
+                    }
+                })?;
+                connect_eks(eks, &sdk).await
+            }
             other => connect(other, settings.aws).await,
         }?
         .with_clock(self.clock.clone())
@@ -279,7 +298,7 @@ impl LiveClusters {
         // Read at start (a cold start, a cluster's first event), then at most once a minute.
         policies.policy(self.clock.as_ref()).await;
         Ok(Cluster {
-            name,
+            id,
             executor,
             expander: Some(Arc::new(KubeExpander::new(clients.clone()))),
             policies: Some(policies),
@@ -290,12 +309,16 @@ impl LiveClusters {
 
 #[async_trait::async_trait]
 impl Connector for LiveClusters {
-    async fn connect(&self, name: &str) -> Result<Cluster, Unreachable> {
-        let access = self.settings.access_of(name);
-        self.build(Some(name.to_string()), &access)
+    async fn connect(&self, id: &ClusterId) -> Result<Cluster, Unreachable> {
+        let own = Place {
+            account: self.settings.accounts.own.clone(),
+            region: self.sdk.region().map(|r| r.to_string()),
+        };
+        let access = self.settings.access_of(id, &own);
+        self.build(Some(id.clone()), &access)
             .await
             .map_err(|e| Unreachable {
-                cluster: name.to_string(),
+                cluster: id.to_string(),
                 kind: e.kind(),
                 source: Box::new(e),
             })

@@ -1,55 +1,272 @@
-//! Which of the clusters a deployment serves an instance belongs to (one deployment may serve
-//! every cluster of an account: `FOREWARN_CLUSTERS`). The instance's tags say it
-//! (`kubernetes.io/cluster/<name>`, `eks:cluster-name`, `aws:eks:cluster-name`); forewarn never
-//! guesses: an instance is acted on in a cluster only when exactly one served cluster is its.
+//! A cluster is (account, region, name): one deployment may serve clusters of several accounts
+//! (an organization's) and regions, and cluster names are unique only within an account and
+//! region. Which served cluster an instance belongs to: one of its own account and region whose
+//! name the instance's tags give (`kubernetes.io/cluster/<name>`, `eks:cluster-name`,
+//! `aws:eks:cluster-name`); forewarn never guesses: an instance is acted on in a cluster only
+//! when exactly one served cluster is its.
+
+use std::fmt;
 
 use crate::domain::facts::InstanceFacts;
+
+/// The AWS account and region an event comes from: where its instances are described and its
+/// lifecycle actions completed. `None`: the deployment's own (or not known, in a local run).
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Place {
+    pub account: Option<String>,
+    pub region: Option<String>,
+}
+
+impl Place {
+    /// `account` in `region`.
+    pub fn of(account: &str, region: &str) -> Place {
+        Place {
+            account: Some(account.to_string()),
+            region: Some(region.to_string()),
+        }
+    }
+
+    /// This place, what it does not say taken from `own` (the deployment's own place).
+    pub fn or(&self, own: &Place) -> Place {
+        Place {
+            account: self.account.clone().or_else(|| own.account.clone()),
+            region: self.region.clone().or_else(|| own.region.clone()),
+        }
+    }
+
+    /// Whether an event of `place` is here, both seen from a deployment whose own place is
+    /// `own`: a part this place does not know (its own account or region unknown, in a local
+    /// run) takes any; else they must be the same.
+    pub fn holds(&self, place: &Place, own: &Place) -> bool {
+        let (here, there) = (self.or(own), place.or(own));
+        let same = |a: &Option<String>, b: &Option<String>| match (a, b) {
+            (None, _) => true,
+            (Some(a), Some(b)) => a == b,
+            (Some(_), None) => false,
+        };
+        same(&here.account, &there.account) && same(&here.region, &there.region)
+    }
+}
+
+/// An AWS account id: 12 ASCII digits.
+pub fn is_account_id(s: &str) -> bool {
+    s.len() == 12 && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// An AWS region's name: lowercase words and a number joined by dashes (`us-east-1`,
+/// `us-gov-west-1`, `cn-north-1`, `eu-isoe-west-1`), at most 25 characters.
+pub fn is_region(s: &str) -> bool {
+    let parts: Vec<&str> = s.split('-').collect();
+    let Some((number, words)) = parts.split_last() else {
+        return false;
+    };
+    s.len() <= 25
+        && words.len() >= 2
+        && words
+            .iter()
+            .all(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_lowercase()))
+        && (1..=2).contains(&number.len())
+        && number.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// A cluster name: 1 to 100 letters, digits, `-`, `_` or `.`.
+pub fn is_cluster_name(s: &str) -> bool {
+    (1..=100).contains(&s.len())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// A cluster: its account, region and name. An account or region left `None` is the
+/// deployment's own, not known (a local run without `FOREWARN_ACCOUNT_ID` or a region): such a
+/// cluster takes the events of any account (or region), as the deployment then does.
+///
+/// Written `name`, `account/name` or `account/region/name`: the form it is configured in
+/// (`FOREWARN_CLUSTERS`, `--cluster`), shown in logs, reports and metrics, and signed into a
+/// drain's continuation. Shown whole once its account and region are known.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClusterId {
+    pub account: Option<String>,
+    pub region: Option<String>,
+    pub name: String,
+}
+
+/// A cluster, or a place's every cluster (`*`), as `FOREWARN_CLUSTERS` lists them.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Entry {
+    /// This cluster.
+    One(ClusterId),
+    /// Every cluster of this place (`account/*`, `account/region/*`; `*` alone: every served
+    /// place's, [`Place::default`] here).
+    Every(Place),
+}
+
+/// What is wrong with a cluster as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{given}` is not a cluster: {why}")]
+pub struct BadCluster {
+    pub given: String,
+    pub why: &'static str,
+}
+
+/// The forms a cluster is written in, for messages.
+pub const FORMS: &str = "`name`, `account/name` or `account/region/name` (a 12-digit account \
+     id, a region such as `eu-west-1`, a name of 1 to 100 letters, digits, `-`, `_` or `.`)";
+
+impl Entry {
+    /// `name`, `account/name`, `account/region/name`, or `*`, `account/*`, `account/region/*`.
+    pub fn parse(s: &str) -> Result<Entry, BadCluster> {
+        let bad = |why| BadCluster {
+            given: s.chars().take(120).collect(),
+            why,
+        };
+        let parts: Vec<&str> = s.split('/').collect();
+        let (account, region, name) = match parts.as_slice() {
+            [name] => (None, None, *name),
+            [account, name] => (Some(*account), None, *name),
+            [account, region, name] => (Some(*account), Some(*region), *name),
+            _ => return Err(bad("more than three parts separated by `/`")),
+        };
+        if account.is_some_and(|a| !is_account_id(a)) {
+            return Err(bad("its account is not an AWS account id (12 digits)"));
+        }
+        if region.is_some_and(|r| !is_region(r)) {
+            return Err(bad(
+                "its region is not an AWS region's name (such as `eu-west-1`)",
+            ));
+        }
+        let place = Place {
+            account: account.map(str::to_string),
+            region: region.map(str::to_string),
+        };
+        if name == "*" {
+            return Ok(Entry::Every(place));
+        }
+        if !is_cluster_name(name) {
+            return Err(bad(
+                "its name is not 1 to 100 letters, digits, `-`, `_` or `.`",
+            ));
+        }
+        Ok(Entry::One(ClusterId {
+            account: place.account,
+            region: place.region,
+            name: name.to_string(),
+        }))
+    }
+}
+
+impl ClusterId {
+    /// The cluster `name` of `place`.
+    pub fn at(place: &Place, name: &str) -> ClusterId {
+        ClusterId {
+            account: place.account.clone(),
+            region: place.region.clone(),
+            name: name.to_string(),
+        }
+    }
+
+    /// `name`, `account/name` or `account/region/name` (not `*`).
+    pub fn parse(s: &str) -> Result<ClusterId, BadCluster> {
+        match Entry::parse(s)? {
+            Entry::One(id) => Ok(id),
+            Entry::Every(_) => Err(BadCluster {
+                given: s.chars().take(120).collect(),
+                why: "`*` names every cluster, not one",
+            }),
+        }
+    }
+
+    /// Its place.
+    pub fn place(&self) -> Place {
+        Place {
+            account: self.account.clone(),
+            region: self.region.clone(),
+        }
+    }
+
+    /// This cluster with what it does not say taken from `own` (the deployment's own place).
+    pub fn or(&self, own: &Place) -> ClusterId {
+        ClusterId::at(&self.place().or(own), &self.name)
+    }
+
+    /// Whether this is `other`, both seen from a deployment whose own place is `own`.
+    pub fn is(&self, other: &ClusterId, own: &Place) -> bool {
+        self.or(own) == other.or(own)
+    }
+}
+
+impl fmt::Display for ClusterId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.account, &self.region) {
+            (Some(account), Some(region)) => write!(f, "{account}/{region}/{}", self.name),
+            (Some(account), None) => write!(f, "{account}/{}", self.name),
+            (None, _) => f.write_str(&self.name),
+        }
+    }
+}
 
 /// Where an instance's events are handled.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Home {
     /// In this served cluster (`None`: the one cluster of a deployment that names none).
-    Served(Option<String>),
+    Served(Option<ClusterId>),
     /// Nowhere: the instance is another cluster's, or which served cluster is its cannot be
-    /// told. Its pool is recorded, nothing is done (see [`refusal`]).
+    /// told. Nothing is done (see [`refusal`]).
     Elsewhere,
 }
 
-/// The home of `instance` (`None`: EC2 does not know it) among the `served` clusters (empty:
-/// one cluster, named by nobody):
+/// The home of `instance` (`None`: EC2 does not know it), an instance of `place` (its event's
+/// account and region), among the `served` clusters (empty: one cluster, named by nobody, of the
+/// own place), seen from a deployment whose own place is `own`. Only clusters of the instance's
+/// own account and region are candidates:
 ///
-/// - tagged for exactly one served cluster: that one;
-/// - untagged, or unknown, when one cluster is served: that one (its node, found by name in
-///   that cluster, is membership enough, as with one cluster);
-/// - tagged only for clusters not served, for several served ones, or untagged when several
-///   are served: [`Home::Elsewhere`].
-pub fn home(instance: Option<&InstanceFacts>, served: &[String]) -> Home {
-    let tagged: Vec<&str> = instance.map(InstanceFacts::clusters).unwrap_or_default();
+/// - tagged for exactly one of them: that one;
+/// - untagged, or unknown, when exactly one cluster is served and it is of that place: that one
+///   (its node, found by name in that cluster, is membership enough, as with one cluster);
+/// - else (tagged only for clusters not served, for several served ones, untagged when several
+///   are served, or of a place no served cluster is in): [`Home::Elsewhere`].
+pub fn home(
+    instance: Option<&InstanceFacts>,
+    place: &Place,
+    served: &[ClusterId],
+    own: &Place,
+) -> Home {
     if served.is_empty() {
-        return Home::Served(None);
+        return if own.holds(place, own) {
+            Home::Served(None)
+        } else {
+            Home::Elsewhere
+        };
     }
-    let ours: Vec<&String> = served
+    let tagged: Vec<&str> = instance.map(InstanceFacts::clusters).unwrap_or_default();
+    let ours: Vec<&ClusterId> = served
         .iter()
-        .filter(|s| tagged.contains(&s.as_str()))
+        .filter(|c| c.place().holds(place, own) && tagged.contains(&c.name.as_str()))
         .collect();
     match (ours.as_slice(), tagged.is_empty(), served) {
         ([one], _, _) => Home::Served(Some((*one).clone())),
-        ([], true, [only]) => Home::Served(Some(only.clone())),
+        ([], true, [only]) if only.place().holds(place, own) => Home::Served(Some(only.clone())),
         _ => Home::Elsewhere,
     }
 }
 
-/// Why nothing is done for an instance whose home is [`Home::Elsewhere`].
-pub fn refusal(instance: Option<&InstanceFacts>) -> String {
+/// Why nothing is done for an instance of `place` whose home is [`Home::Elsewhere`].
+pub fn refusal(instance: Option<&InstanceFacts>, place: &Place) -> String {
     let tagged = instance.map(InstanceFacts::clusters).unwrap_or_default();
+    let at = match (&place.account, &place.region) {
+        (Some(account), Some(region)) => format!(" (account {account}, region {region})"),
+        (Some(account), None) => format!(" (account {account})"),
+        _ => String::new(),
+    };
     if tagged.is_empty() {
-        "the instance has no cluster tag (kubernetes.io/cluster/<name>, eks:cluster-name) and \
-         this deployment serves several clusters: nothing is done (its pool is recorded)"
-            .into()
+        format!(
+            "the instance{at} has no cluster tag (kubernetes.io/cluster/<name>, \
+             eks:cluster-name) naming a cluster this deployment serves in its account and \
+             region: nothing is done"
+        )
     } else {
         format!(
-            "instance of cluster {}, not exactly one cluster this deployment serves: nothing \
-             is done (its pool is recorded)",
+            "instance{at} of cluster {}, not exactly one cluster this deployment serves in its \
+             account and region: nothing is done",
             tagged.join(", ")
         )
     }
@@ -58,6 +275,9 @@ pub fn refusal(instance: Option<&InstanceFacts>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const OWN: &str = "123456789012";
+    const MEMBER: &str = "111111111111";
 
     fn tagged(tags: &[(&str, &str)]) -> InstanceFacts {
         InstanceFacts {
@@ -70,56 +290,192 @@ mod tests {
         }
     }
 
-    fn names(n: &[&str]) -> Vec<String> {
-        n.iter().map(|s| s.to_string()).collect()
+    fn own() -> Place {
+        Place::of(OWN, "eu-west-1")
+    }
+
+    fn ids(n: &[&str]) -> Vec<ClusterId> {
+        n.iter()
+            .map(|s| ClusterId::parse(s).unwrap().or(&own()))
+            .collect()
+    }
+
+    fn id(s: &str) -> ClusterId {
+        ClusterId::parse(s).unwrap().or(&own())
+    }
+
+    fn home_of(instance: Option<&InstanceFacts>, place: &Place, served: &[&str]) -> Home {
+        home(instance, place, &ids(served), &own())
     }
 
     #[test]
-    fn the_tags_name_the_served_cluster() {
-        let served = names(&["blue", "green"]);
+    fn a_cluster_is_written_in_three_forms_and_shown_whole() {
+        let bare = ClusterId::parse("prod").unwrap();
+        assert_eq!(
+            (bare.account.as_deref(), bare.name.as_str()),
+            (None, "prod")
+        );
+        assert_eq!(bare.to_string(), "prod");
+        assert_eq!(bare.or(&own()).to_string(), "123456789012/eu-west-1/prod");
+        let member = ClusterId::parse("111111111111/prod").unwrap();
+        assert_eq!(member.to_string(), "111111111111/prod");
+        assert_eq!(member.or(&own()).to_string(), "111111111111/eu-west-1/prod");
+        let whole = ClusterId::parse("111111111111/us-east-2/prod.eu_1").unwrap();
+        assert_eq!(ClusterId::parse(&whole.to_string()).unwrap(), whole);
+        assert_eq!(
+            Entry::parse("111111111111/*").unwrap(),
+            Entry::Every(Place {
+                account: Some(MEMBER.into()),
+                region: None
+            })
+        );
+        assert_eq!(Entry::parse("*").unwrap(), Entry::Every(Place::default()));
+        for (bad, why) in [
+            ("", "name"),
+            ("a/b", "account"),
+            ("1111/prod", "account"),
+            ("111111111111/EU/prod", "region"),
+            ("111111111111/eu-west-1/pr od", "name"),
+            ("111111111111/eu-west-1/a/b", "three parts"),
+            ("111111111111/eu-west-1/", "name"),
+        ] {
+            let e = Entry::parse(bad).unwrap_err();
+            assert!(e.to_string().contains(why), "{bad}: {e}");
+        }
+        assert!(
+            ClusterId::parse("*")
+                .unwrap_err()
+                .to_string()
+                .contains("every cluster")
+        );
+    }
+
+    #[test]
+    fn the_same_cluster_whatever_the_form() {
+        assert!(
+            ClusterId::parse("prod")
+                .unwrap()
+                .is(&id("123456789012/prod"), &own())
+        );
+        assert!(
+            !ClusterId::parse("prod")
+                .unwrap()
+                .is(&id("111111111111/prod"), &own())
+        );
+        assert!(!id("prod").is(&id("123456789012/us-east-1/prod"), &own()));
+    }
+
+    #[test]
+    fn the_tags_name_the_served_cluster_of_the_instances_own_account() {
+        let served = ["blue", "green", "111111111111/green"];
         let green = tagged(&[("kubernetes.io/cluster/green", "owned")]);
         assert_eq!(
-            home(Some(&green), &served),
-            Home::Served(Some("green".into()))
+            home_of(Some(&green), &own(), &served),
+            Home::Served(Some(id("green")))
+        );
+        let member = Place::of(MEMBER, "eu-west-1");
+        assert_eq!(
+            home_of(Some(&green), &member, &served),
+            Home::Served(Some(id("111111111111/green")))
         );
         let eks = tagged(&[("eks:cluster-name", "blue")]);
-        assert_eq!(home(Some(&eks), &served), Home::Served(Some("blue".into())));
+        assert_eq!(
+            home_of(Some(&eks), &own(), &served),
+            Home::Served(Some(id("blue")))
+        );
+        // A member's instance tagged for a name only the own account serves is not the own
+        // account's cluster's.
+        assert_eq!(home_of(Some(&eks), &member, &served), Home::Elsewhere);
         let aws = tagged(&[("aws:eks:cluster-name", "blue")]);
-        assert_eq!(home(Some(&aws), &served), Home::Served(Some("blue".into())));
+        assert_eq!(
+            home_of(Some(&aws), &Place::default(), &served),
+            Home::Served(Some(id("blue"))),
+            "an event naming no account is the own account's"
+        );
+    }
+
+    #[test]
+    fn another_region_is_another_cluster() {
+        let blue = tagged(&[("eks:cluster-name", "blue")]);
+        let served = ["blue", "123456789012/us-east-1/blue"];
+        assert_eq!(
+            home_of(Some(&blue), &Place::of(OWN, "us-east-1"), &served),
+            Home::Served(Some(id("123456789012/us-east-1/blue")))
+        );
+        assert_eq!(
+            home_of(Some(&blue), &Place::of(OWN, "ap-south-1"), &served),
+            Home::Elsewhere
+        );
     }
 
     #[test]
     fn another_clusters_instance_is_elsewhere() {
-        let served = names(&["blue", "green"]);
+        let served = ["blue", "green"];
         let red = tagged(&[("kubernetes.io/cluster/red", "owned")]);
-        assert_eq!(home(Some(&red), &served), Home::Elsewhere);
-        assert!(refusal(Some(&red)).contains("cluster red"));
+        assert_eq!(home_of(Some(&red), &own(), &served), Home::Elsewhere);
+        let why = refusal(Some(&red), &own());
+        assert!(why.contains("cluster red") && why.contains(OWN), "{why}");
     }
 
     #[test]
     fn never_a_guess_between_served_clusters() {
-        let served = names(&["blue", "green"]);
+        let served = ["blue", "green"];
         let both = tagged(&[
             ("kubernetes.io/cluster/blue", "shared"),
             ("kubernetes.io/cluster/green", "shared"),
         ]);
-        assert_eq!(home(Some(&both), &served), Home::Elsewhere);
+        assert_eq!(home_of(Some(&both), &own(), &served), Home::Elsewhere);
         let untagged = tagged(&[]);
-        assert_eq!(home(Some(&untagged), &served), Home::Elsewhere);
-        assert_eq!(home(None, &served), Home::Elsewhere);
-        assert!(refusal(None).contains("no cluster tag"));
+        assert_eq!(home_of(Some(&untagged), &own(), &served), Home::Elsewhere);
+        assert_eq!(home_of(None, &own(), &served), Home::Elsewhere);
+        assert!(refusal(None, &own()).contains("no cluster tag"));
     }
 
     #[test]
-    fn one_served_cluster_keeps_untagged_instances() {
-        let served = names(&["blue"]);
+    fn one_served_cluster_keeps_untagged_instances_of_its_own_place_only() {
+        let served = ["blue"];
         assert_eq!(
-            home(Some(&tagged(&[])), &served),
-            Home::Served(Some("blue".into()))
+            home_of(Some(&tagged(&[])), &own(), &served),
+            Home::Served(Some(id("blue")))
         );
-        assert_eq!(home(None, &served), Home::Served(Some("blue".into())));
+        assert_eq!(
+            home_of(None, &own(), &served),
+            Home::Served(Some(id("blue")))
+        );
+        let member = Place::of(MEMBER, "eu-west-1");
+        assert_eq!(home_of(None, &member, &served), Home::Elsewhere);
+        assert_eq!(
+            home_of(Some(&tagged(&[])), &member, &served),
+            Home::Elsewhere
+        );
         let red = tagged(&[("kubernetes.io/cluster/red", "owned")]);
-        assert_eq!(home(Some(&red), &served), Home::Elsewhere);
-        assert_eq!(home(Some(&red), &[]), Home::Served(None));
+        assert_eq!(home_of(Some(&red), &own(), &served), Home::Elsewhere);
+        // One cluster named by nobody: every instance of the own place, none of another's.
+        assert_eq!(home(Some(&red), &own(), &[], &own()), Home::Served(None));
+        assert_eq!(home(None, &member, &[], &own()), Home::Elsewhere);
+    }
+
+    #[test]
+    fn an_unknown_own_place_takes_any() {
+        let unknown = Place::default();
+        let blue = tagged(&[("eks:cluster-name", "blue")]);
+        let served = [ClusterId::parse("blue").unwrap()];
+        let anywhere = Place::of(MEMBER, "us-east-1");
+        assert_eq!(
+            home(Some(&blue), &anywhere, &served, &unknown),
+            Home::Served(Some(served[0].clone()))
+        );
+        assert_eq!(home(None, &anywhere, &[], &unknown), Home::Served(None));
+        let named = [ClusterId::parse("111111111111/blue").unwrap()];
+        assert_eq!(
+            home(
+                Some(&blue),
+                &Place::of("222222222222", "us-east-1"),
+                &named,
+                &unknown
+            ),
+            Home::Elsewhere,
+            "a named account is that account"
+        );
     }
 }

@@ -113,6 +113,10 @@ pub use crate::domain::vars::ConfigError;
 pub struct Config {
     /// The cluster forewarn acts for; instances tagged for another cluster are never touched.
     pub cluster_name: Option<String>,
+    /// The served cluster whole (account, region, name), when the deployment knows it: what
+    /// reports, metrics and a drain's signed continuation name. Set by the fleet, never from
+    /// a variable.
+    pub cluster: Option<crate::domain::clusters::ClusterId>,
     /// Decisions for instances that are no served cluster's (see [`crate::domain::clusters`]):
     /// every node action is refused, pools are still recorded. Set by the handler for those
     /// instances only, never from a variable.
@@ -223,6 +227,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             cluster_name: None,
+            cluster: None,
             unserved: false,
             actions: BTreeMap::from([
                 (EventKind::SpotInterruption, Action::CordonDrain),

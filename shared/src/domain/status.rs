@@ -38,6 +38,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::domain::clusters::Place;
 use crate::domain::event::{DT_IMPAIRED, Detail, Event, EventKind, SOURCE_SWEEPER};
 use crate::domain::facts::InstanceFacts;
 use crate::domain::sweep::{InstanceRun, synthetic};
@@ -101,7 +102,7 @@ pub fn status_findings(
     node_instances: &BTreeMap<String, InstanceFacts>,
     impaired_after: Duration,
     now: DateTime<Utc>,
-    region: Option<&str>,
+    place: &Place,
 ) -> Vec<Event> {
     let mut events = Vec::new();
     for s in statuses {
@@ -123,7 +124,7 @@ pub fn status_findings(
                     since: Some(since),
                 },
                 now,
-                region,
+                place,
             );
             e.source = SOURCE_SWEEPER.to_string();
             e.detail_type = DT_IMPAIRED.to_string();
@@ -141,7 +142,7 @@ pub fn status_findings(
                     closed: Vec::new(),
                 },
                 now,
-                region,
+                place,
             ));
         }
     }
@@ -190,7 +191,10 @@ mod tests {
             &ours(),
             Duration::minutes(5),
             now(),
-            Some("us-east-1"),
+            &Place {
+                account: None,
+                region: Some("us-east-1".into()),
+            },
         )
     }
 
@@ -291,7 +295,7 @@ mod tests {
             &ours(),
             Duration::minutes(5),
             now(),
-            None,
+            &Place::default(),
         );
         assert_eq!(keys, [finding[0].id.clone()]);
     }

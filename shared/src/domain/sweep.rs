@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
+use crate::domain::clusters::Place;
 use crate::domain::event::{Detail, Event, EventKind, InstanceAction, InstanceState};
 use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::pool::CapacityType;
@@ -77,7 +78,7 @@ pub(crate) fn synthetic(
     instance: InstanceRun<'_>,
     detail: Detail,
     now: DateTime<Utc>,
-    region: Option<&str>,
+    place: &Place,
 ) -> Event {
     let (source, detail_type) = kind.source_and_detail_type().unwrap_or_default();
     Event {
@@ -86,8 +87,8 @@ pub(crate) fn synthetic(
         source: source.to_string(),
         detail_type: detail_type.to_string(),
         time: now,
-        region: region.map(str::to_string),
-        account: None,
+        region: place.region.clone(),
+        account: place.account.clone(),
         instance_ids: vec![instance.instance_id.to_string()],
         detail,
     }
@@ -104,7 +105,7 @@ pub fn findings(
     nodes: &[NodeFacts],
     node_instances: &BTreeMap<String, InstanceFacts>,
     now: DateTime<Utc>,
-    region: Option<&str>,
+    place: &Place,
 ) -> Vec<Event> {
     let mut events = Vec::new();
     for i in leaving {
@@ -125,7 +126,7 @@ pub fn findings(
                 },
                 Detail::Spot { action },
                 now,
-                region,
+                place,
             ));
         }
     }
@@ -137,7 +138,9 @@ pub fn findings(
             // Not found counts as gone only where the sweeper looked: the node's instance in
             // the region described (its providerID's zone). A node of another region, or of
             // none known, is never taken for gone on an answer from elsewhere.
-            None if region.is_some_and(|r| node.in_region(r)) => (InstanceState::Terminated, None),
+            None if place.region.as_deref().is_some_and(|r| node.in_region(r)) => {
+                (InstanceState::Terminated, None)
+            }
             None => continue,
             Some(i) => match leaving_state(i.state.as_deref()) {
                 Some(state) => (state, i.launch_time),
@@ -152,7 +155,7 @@ pub fn findings(
             },
             Detail::StateChange { state },
             now,
-            region,
+            place,
         ));
     }
     events
@@ -213,7 +216,8 @@ mod tests {
                 instance("i-00000007", "running", None, CapacityType::OnDemand),
             ),
         ]);
-        let events = findings(&leaving, &nodes, &known, Utc::now(), Some("us-east-1"));
+        let place = Place::of("111111111111", "us-east-1");
+        let events = findings(&leaving, &nodes, &known, Utc::now(), &place);
         let ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
         let want = [
             format!("sweep:spot-interruption:i-00000001@{AT}"),
@@ -251,6 +255,11 @@ mod tests {
         );
         assert_eq!(events[0].source, "aws.ec2");
         assert_eq!(events[0].region.as_deref(), Some("us-east-1"));
+        assert_eq!(
+            events[0].account.as_deref(),
+            Some("111111111111"),
+            "a finding is of its cluster's account: its lifecycle action is completed there"
+        );
     }
 
     /// A node counts as gone only where the sweeper looked: its instance not found in the
@@ -266,8 +275,12 @@ mod tests {
         zoneless.provider_id = Some("aws:///i-0000000b".into());
         let nodes = [node("here", "i-00000005"), west, local, zoneless];
         let none = BTreeMap::new();
-        let ids = |region| -> Vec<String> {
-            findings(&[], &nodes, &none, Utc::now(), region)
+        let ids = |region: Option<&str>| -> Vec<String> {
+            let place = Place {
+                account: None,
+                region: region.map(str::to_string),
+            };
+            findings(&[], &nodes, &none, Utc::now(), &place)
                 .into_iter()
                 .map(|e| e.instance_ids[0].clone())
                 .collect()
@@ -287,7 +300,7 @@ mod tests {
             &[],
             &BTreeMap::new(),
             Utc::now(),
-            None,
+            &Place::default(),
         );
         // The real warning carries the key the sweep's finding has as id.
         let mut warning = found[0].clone();

@@ -80,6 +80,7 @@ struct LeavingDown;
 impl forewarn::ports::LeavingInstances for LeavingDown {
     async fn leaving(
         &self,
+        _place: &forewarn::ports::Place,
         _cluster: &str,
     ) -> Result<Vec<InstanceFacts>, forewarn::ports::DirectoryError> {
         Err(forewarn::ports::DirectoryError::new(
@@ -90,6 +91,7 @@ impl forewarn::ports::LeavingInstances for LeavingDown {
     }
     async fn statuses(
         &self,
+        _place: &forewarn::ports::Place,
     ) -> Result<Vec<forewarn::domain::status::InstanceStatus>, forewarn::ports::DirectoryError>
     {
         Ok(Vec::new())
@@ -218,6 +220,7 @@ async fn a_cordon_for_is_undone_after_its_time_and_anothers_cordon_is_kept() {
         executor: Some(&executor),
         taint_key: &w.config.taint_key,
         statuses: None,
+        place: &forewarn::ports::Place::default(),
     };
     // Before its time: nothing undone.
     w.clock.advance(Duration::from_secs(29));
@@ -294,6 +297,7 @@ async fn an_operators_cordon_survives_the_way_back_and_a_rewritten_record_is_ref
         executor: Some(&executor),
         taint_key: &w.config.taint_key,
         statuses: None,
+        place: &forewarn::ports::Place::default(),
     };
     w.clock.advance(Duration::from_secs(31));
     let undone = way_back.run(w.clock.now()).await.unwrap();

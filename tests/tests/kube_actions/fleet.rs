@@ -4,6 +4,7 @@
 //! cluster down failing only its own records, while the other's are answered; the sweeper
 //! visiting each cluster.
 
+use forewarn::domain::clusters::ClusterId;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,20 +94,27 @@ struct ToFakes {
 
 #[async_trait]
 impl Connector for ToFakes {
-    async fn connect(&self, name: &str) -> Result<forewarn::app::fleet::Cluster, Unreachable> {
-        let clients = self.clients.get(name).ok_or_else(|| Unreachable {
-            cluster: name.into(),
+    async fn connect(&self, id: &ClusterId) -> Result<forewarn::app::fleet::Cluster, Unreachable> {
+        let clients = self.clients.get(&id.name).ok_or_else(|| Unreachable {
+            cluster: id.to_string(),
             kind: forewarn::ports::FailureKind::Invalid,
             source: "no such cluster".into(),
         })?;
         Ok(Cluster {
             executor: Some(Arc::new(KubeExecutor::new(clients.clone(), &self.config))),
             ..Cluster::new(
-                Some(name.into()),
+                Some(id.clone()),
                 Arc::new(KubeNodeDirectory::new(clients.clone())),
             )
         })
     }
+}
+
+/// The two served clusters, of the own account and region.
+fn blue_and_green() -> Vec<ClusterId> {
+    ["blue", "green"]
+        .map(|n| ClusterId::parse(n).unwrap())
+        .to_vec()
 }
 
 fn handler(two: &Two, dir: &std::path::Path) -> Handler {
@@ -129,7 +137,7 @@ fn handler(two: &Two, dir: &std::path::Path) -> Handler {
     let store = forewarn::adapters::embedded::EmbeddedStore::open(dir).unwrap();
     Handler {
         instances: Arc::new(Two::instances()),
-        fleet: Fleet::named(vec!["blue".into(), "green".into()], Arc::new(connector)),
+        fleet: Fleet::named(blue_and_green(), Arc::new(connector)),
         clock: two.clock.shared(),
         passes: forewarn::app::pipeline::Passes::in_process(Duration::from_secs(5)),
         concurrency: 4,
@@ -197,7 +205,7 @@ async fn each_instance_is_handled_in_its_own_cluster_only() {
     assert!(
         red.actions[0]
             .reason
-            .contains("instance of cluster red, not exactly one cluster this deployment serves"),
+            .contains("of cluster red, not exactly one cluster this deployment serves"),
         "{red:#?}"
     );
     assert_eq!(
@@ -307,7 +315,7 @@ async fn a_cluster_that_cannot_be_reached_fails_only_its_own_records() {
         clients: BTreeMap::from([("green".to_string(), green)]),
         config: handler.config.clone(),
     };
-    handler.fleet = Fleet::named(vec!["blue".into(), "green".into()], Arc::new(connector));
+    handler.fleet = Fleet::named(blue_and_green(), Arc::new(connector));
     let payload = batch(&[
         rebalance("ev-blue", BLUE_ID, &two.clock),
         rebalance("ev-green", GREEN_ID, &two.clock),

@@ -95,6 +95,7 @@ async fn with_nths_keys_a_spot_warnings_node_gets_nths_taint_is_drained_and_give
         executor: Some(&executor),
         taint_key: &w.config.taint_key,
         statuses: None,
+        place: &forewarn::ports::Place::default(),
     };
     let undone = way_back.run(w.clock.now()).await.unwrap();
     assert_eq!(undone.len(), 1, "{undone:?}");

@@ -552,12 +552,14 @@ pub(crate) struct Leaving(pub(crate) Vec<InstanceFacts>);
 impl forewarn::ports::LeavingInstances for Leaving {
     async fn leaving(
         &self,
+        _place: &forewarn::ports::Place,
         _cluster: &str,
     ) -> Result<Vec<InstanceFacts>, forewarn::ports::DirectoryError> {
         Ok(self.0.clone())
     }
     async fn statuses(
         &self,
+        _place: &forewarn::ports::Place,
     ) -> Result<Vec<forewarn::domain::status::InstanceStatus>, forewarn::ports::DirectoryError>
     {
         Ok(Vec::new())

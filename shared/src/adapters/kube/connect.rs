@@ -22,8 +22,10 @@ use tokio::sync::Mutex;
 
 use super::api::rate_limit::{Lane, RateLimiter};
 use super::eks::{TOKEN_CACHE_LIFETIME, TokenError, eks_token};
+use crate::adapters::accounts::Accounts;
 use crate::adapters::aws::{AwsSettings, aws_error_text, failure_kind};
 use crate::adapters::backoff::ClockSleeper;
+use crate::domain::clusters::{ClusterId, Place};
 use crate::ports::FailureKind;
 
 /// Selects the EKS connection: the cluster's name.
@@ -117,6 +119,13 @@ pub enum ConnectError {
         #[source]
         source: Box<SdkError<DescribeClusterError, HttpResponse>>,
         kind: FailureKind,
+    },
+    /// The cluster's account cannot be reached (no member role, a forged account).
+    #[error("EKS cluster {cluster}: {source}")]
+    Account {
+        cluster: String,
+        #[source]
+        source: crate::adapters::accounts::AccountError,
     },
     /// `DescribeCluster` gave no endpoint: the cluster may still be being created.
     #[error("EKS cluster {cluster}: the cluster has no endpoint (is it still being created?)")]
@@ -466,40 +475,54 @@ pub fn has_context(name: &str) -> bool {
 }
 
 /// Every context of the kubeconfig (`KUBECONFIG`, else `~/.kube/config`): the clusters of
-/// `FOREWARN_CLUSTERS=*` when a kubeconfig is given (tests, self-managed clusters).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct KubeconfigContexts;
+/// `FOREWARN_CLUSTERS=*` when a kubeconfig is given (tests, self-managed clusters). A context
+/// named `name` is a cluster of the own place; one named `account/region/name` (or
+/// `account/name`) of that place.
+#[derive(Debug, Clone, Default)]
+pub struct KubeconfigContexts {
+    own: Place,
+}
+
+impl KubeconfigContexts {
+    /// The contexts, seen from a deployment whose own account and region are `own`.
+    pub fn at(own: Place) -> KubeconfigContexts {
+        KubeconfigContexts { own }
+    }
+}
 
 #[async_trait::async_trait]
 impl crate::ports::ClusterCatalog for KubeconfigContexts {
-    async fn clusters(&self) -> Result<Vec<String>, crate::ports::DirectoryError> {
+    async fn clusters(&self, place: &Place) -> Result<Vec<String>, crate::ports::DirectoryError> {
         let kubeconfig = Kubeconfig::read().map_err(|e| {
             crate::ports::DirectoryError::new("kubeconfig", FailureKind::Invalid, e)
         })?;
-        Ok(kubeconfig.contexts.into_iter().map(|c| c.name).collect())
+        Ok(kubeconfig
+            .contexts
+            .into_iter()
+            .filter_map(|c| ClusterId::parse(&c.name).ok())
+            .filter(|id| id.place().or(&self.own) == place.or(&self.own))
+            .map(|id| id.name)
+            .collect())
     }
 }
 
-/// Every EKS cluster of the account and region (`ListClusters`, every page): the clusters of
-/// `FOREWARN_CLUSTERS=*`.
+/// Every EKS cluster of an account and region (`ListClusters`, every page, with that account's
+/// credentials: the member role's for a member account): the clusters of `FOREWARN_CLUSTERS=*`.
 #[derive(Debug, Clone)]
 pub struct EksClusters {
-    client: aws_sdk_eks::Client,
+    accounts: Accounts,
 }
 
 impl EksClusters {
-    pub fn new(sdk: &SdkConfig) -> EksClusters {
-        EksClusters {
-            client: aws_sdk_eks::Client::new(sdk),
-        }
+    pub fn new(accounts: Accounts) -> EksClusters {
+        EksClusters { accounts }
     }
-}
 
-#[async_trait::async_trait]
-impl crate::ports::ClusterCatalog for EksClusters {
-    async fn clusters(&self) -> Result<Vec<String>, crate::ports::DirectoryError> {
+    /// The clusters of the account and region of `sdk`.
+    pub async fn of(sdk: &SdkConfig) -> Result<Vec<String>, crate::ports::DirectoryError> {
+        let client = aws_sdk_eks::Client::new(sdk);
         let mut names = Vec::new();
-        let mut pages = self.client.list_clusters().into_paginator().send();
+        let mut pages = client.list_clusters().into_paginator().send();
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| {
                 let text = aws_error_text(&e);
@@ -512,6 +535,20 @@ impl crate::ports::ClusterCatalog for EksClusters {
             names.extend(page.clusters().iter().cloned());
         }
         Ok(names)
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::ports::ClusterCatalog for EksClusters {
+    async fn clusters(&self, place: &Place) -> Result<Vec<String>, crate::ports::DirectoryError> {
+        let sdk = self.accounts.config_for(place).await.map_err(|e| {
+            let kind = e.kind();
+            match e.not_served() {
+                Some(not_served) => crate::ports::DirectoryError::new("eks", kind, not_served),
+                None => crate::ports::DirectoryError::new("eks", kind, e),
+            }
+        })?;
+        EksClusters::of(&sdk).await
     }
 }
 

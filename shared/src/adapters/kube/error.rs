@@ -207,6 +207,7 @@ impl ConnectError {
             | ConnectError::NoRegion { .. }
             | ConnectError::NoCredentials { .. } => FailureKind::Invalid,
             ConnectError::DescribeCluster { kind, .. } => *kind,
+            ConnectError::Account { source, .. } => source.kind(),
             // It may be: the cluster is still being created.
             ConnectError::NoEndpoint { .. } => FailureKind::Unavailable,
             ConnectError::Credentials { .. } | ConnectError::Token(_) => FailureKind::Unknown,

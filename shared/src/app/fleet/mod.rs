@@ -19,6 +19,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
 
 use crate::app::policy::PolicyCache;
+use crate::domain::clusters::{ClusterId, Place};
 use crate::domain::config::Config;
 use crate::ports::{
     BoxError, Clock, ClusterCatalog, DirectoryError, Executor, ExpanderStore, FailureKind, NoNodes,
@@ -39,8 +40,8 @@ pub const RELIST_UNKNOWN: Duration = Duration::seconds(30);
 /// Everything forewarn reaches one cluster through.
 #[derive(Clone)]
 pub struct Cluster {
-    /// Its name (`None`: the one cluster of a deployment that names none).
-    pub name: Option<String>,
+    /// Which it is (`None`: the one cluster of a deployment that names none).
+    pub id: Option<ClusterId>,
     pub nodes: Arc<dyn NodeDirectory>,
     /// `None`: nothing is acted on (a capture, or no live cluster).
     pub executor: Option<Arc<dyn Executor>>,
@@ -53,9 +54,9 @@ pub struct Cluster {
 
 impl Cluster {
     /// A cluster of these nodes, nothing else: no executor, no policy ConfigMap, no expander.
-    pub fn new(name: Option<String>, nodes: Arc<dyn NodeDirectory>) -> Cluster {
+    pub fn new(id: Option<ClusterId>, nodes: Arc<dyn NodeDirectory>) -> Cluster {
         Cluster {
-            name,
+            id,
             nodes,
             executor: None,
             policies: None,
@@ -72,8 +73,9 @@ impl Cluster {
     /// unless it has none), with its policy ConfigMap's policy when it has one.
     pub async fn config(&self, base: &Config, clock: &dyn Clock) -> Config {
         let mut config = base.clone();
-        if self.name.is_some() {
-            config.cluster_name.clone_from(&self.name);
+        if let Some(id) = &self.id {
+            config.cluster_name = Some(id.name.clone());
+            config.cluster = Some(id.clone());
         }
         if let Some(cache) = &self.policies {
             config.policy = cache.policy(clock).await;
@@ -85,7 +87,7 @@ impl Cluster {
 impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cluster")
-            .field("name", &self.name)
+            .field("id", &self.id)
             .field("executor", &self.executor.is_some())
             .field("policies", &self.policies.is_some())
             .field("expander", &self.expander.is_some())
@@ -104,33 +106,79 @@ pub struct Unreachable {
     pub source: BoxError,
 }
 
-/// Connects to a served cluster by its name (the wiring's: EKS `DescribeCluster` and an IAM
-/// token, or the kubeconfig context of that name), with services of its own.
+/// Connects to a served cluster (the wiring's: EKS `DescribeCluster` and an IAM token in the
+/// cluster's own account and region, or the kubeconfig context of that name), with services of
+/// its own.
 #[async_trait]
 pub trait Connector: Send + Sync {
-    async fn connect(&self, name: &str) -> Result<Cluster, Unreachable>;
+    async fn connect(&self, id: &ClusterId) -> Result<Cluster, Unreachable>;
 }
 
 /// Which clusters are served.
 enum Served {
     /// One cluster, connected already (named or not).
     One(Arc<Cluster>),
-    /// These, by name.
-    Named(Vec<String>),
-    /// Every cluster the catalog lists.
-    All(Arc<dyn ClusterCatalog>),
+    /// These.
+    Named(Vec<ClusterId>),
+    /// Every cluster the catalog lists in these places, and these besides.
+    All {
+        catalog: Arc<dyn ClusterCatalog>,
+        places: Vec<Place>,
+        also: Vec<ClusterId>,
+    },
 }
 
 /// The clusters a deployment serves, and their services (see the module doc).
 pub struct Fleet {
     served: Served,
     connector: Option<Arc<dyn Connector>>,
-    connected: tokio::sync::Mutex<BTreeMap<String, Arc<Cluster>>>,
+    /// The deployment's own account and region: what a cluster that names none is of.
+    own: Place,
+    connected: tokio::sync::Mutex<BTreeMap<ClusterId, Arc<Cluster>>>,
     /// The catalog's last list, and when it was read.
-    listed: tokio::sync::Mutex<Option<(DateTime<Utc>, Vec<String>)>>,
+    listed: tokio::sync::Mutex<Option<(DateTime<Utc>, Vec<ClusterId>)>>,
     /// The clusters whose last share failed whole: since when, and whether a share is trying
     /// it again now.
     troubled: std::sync::Mutex<BTreeMap<String, Trouble>>,
+}
+
+/// Every cluster `catalog` lists in `places`, and `also`, each whole (`own` fills what they do
+/// not say), sorted, none twice. A place whose list cannot be read keeps its clusters of
+/// `last` (logged): one account's failure never drops another's clusters. `None` when no place
+/// answered and there is no last list.
+async fn list(
+    catalog: &dyn ClusterCatalog,
+    (places, also): (&[Place], &[ClusterId]),
+    own: &Place,
+    last: Option<&[ClusterId]>,
+) -> Result<Vec<ClusterId>, DirectoryError> {
+    let places: std::collections::BTreeSet<Place> = places.iter().map(|p| p.or(own)).collect();
+    let lists = futures::future::join_all(places.iter().map(|p| catalog.clusters(p))).await;
+    let mut ids: Vec<ClusterId> = also.iter().map(|id| id.or(own)).collect();
+    let mut answered = false;
+    let mut failed = None;
+    for (place, names) in places.iter().zip(lists) {
+        match names {
+            Ok(names) => {
+                answered = true;
+                ids.extend(names.iter().map(|n| ClusterId::at(place, n)));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, account = ?place.account, region = ?place.region, "a place's clusters could not be listed: its last list is served");
+                let kept = last.unwrap_or_default().iter();
+                ids.extend(kept.filter(|id| id.place() == *place).cloned());
+                failed = Some(e);
+            }
+        }
+    }
+    match failed {
+        Some(e) if !answered && last.is_none() => Err(e),
+        _ => {
+            ids.sort();
+            ids.dedup();
+            Ok(ids)
+        }
+    }
 }
 
 /// A cluster in trouble (see [`Fleet::trouble`]).
@@ -147,111 +195,135 @@ impl Fleet {
         Fleet::of(Served::One(Arc::new(cluster)), None)
     }
 
-    /// The clusters `names`, each connected through `connector` when first needed.
-    pub fn named(names: Vec<String>, connector: Arc<dyn Connector>) -> Fleet {
-        Fleet::of(Served::Named(names), Some(connector))
+    /// The clusters `ids`, each connected through `connector` when first needed.
+    pub fn named(ids: Vec<ClusterId>, connector: Arc<dyn Connector>) -> Fleet {
+        Fleet::of(Served::Named(ids), Some(connector))
     }
 
-    /// Every cluster `catalog` lists (read again every [`RELIST`]), each connected through
-    /// `connector` when first needed.
-    pub fn all(catalog: Arc<dyn ClusterCatalog>, connector: Arc<dyn Connector>) -> Fleet {
-        Fleet::of(Served::All(catalog), Some(connector))
+    /// Every cluster `catalog` lists in `places` (read again every [`RELIST`]), and `also`,
+    /// each connected through `connector` when first needed.
+    pub fn all(
+        catalog: Arc<dyn ClusterCatalog>,
+        places: Vec<Place>,
+        also: Vec<ClusterId>,
+        connector: Arc<dyn Connector>,
+    ) -> Fleet {
+        let served = Served::All {
+            catalog,
+            places,
+            also,
+        };
+        Fleet::of(served, Some(connector))
+    }
+
+    /// This fleet, of a deployment whose own account and region are `own` (what a cluster,
+    /// place or event that names none is of; unknown parts take any).
+    pub fn at(mut self, own: Place) -> Fleet {
+        self.own = own;
+        self
+    }
+
+    /// The deployment's own account and region.
+    pub fn own(&self) -> &Place {
+        &self.own
     }
 
     fn of(served: Served, connector: Option<Arc<dyn Connector>>) -> Fleet {
         Fleet {
             served,
             connector,
+            own: Place::default(),
             connected: Default::default(),
             listed: Default::default(),
             troubled: Default::default(),
         }
     }
 
-    /// The served clusters' names (empty: one cluster, named by nobody; `base` is the
-    /// configuration whose `cluster_name` names a lone cluster that does not name itself). For
-    /// `*`, the catalog's list, read again when older than [`RELIST`]; when it cannot be read,
-    /// the last list (logged), else the error.
+    /// The served clusters, each whole (of the own place when it names none; empty: one
+    /// cluster, named by nobody; `base` is the configuration whose `cluster_name` names a lone
+    /// cluster that does not name itself). For every cluster of places, the catalog's lists,
+    /// read again when older than [`RELIST`]; when they cannot be read, the last list
+    /// (logged), else the error.
     pub async fn served(
         &self,
         base: &Config,
         now: DateTime<Utc>,
-    ) -> Result<Vec<String>, DirectoryError> {
+    ) -> Result<Vec<ClusterId>, DirectoryError> {
         self.served_seeing(base, now, &[]).await
     }
 
-    /// [`Fleet::served`], when the batch's instances name the clusters `seen`: for `*`, a
-    /// cluster among them the last list does not have (one created since) has the list read
-    /// again, at most every [`RELIST_UNKNOWN`].
+    /// [`Fleet::served`], when the batch's instances name the clusters `seen`: for every
+    /// cluster of places, a cluster among them the last list does not have (one created since)
+    /// has the list read again, at most every [`RELIST_UNKNOWN`].
     pub async fn served_seeing(
         &self,
         base: &Config,
         now: DateTime<Utc>,
         seen: &[&str],
-    ) -> Result<Vec<String>, DirectoryError> {
+    ) -> Result<Vec<ClusterId>, DirectoryError> {
+        let own = &self.own;
         match &self.served {
             Served::One(cluster) => Ok(cluster
-                .name
+                .id
                 .clone()
-                .or_else(|| base.cluster_name.clone())
+                .or_else(|| {
+                    base.cluster_name
+                        .as_deref()
+                        .map(|n| ClusterId::at(&Place::default(), n))
+                })
+                .map(|id| id.or(own))
                 .into_iter()
                 .collect()),
-            Served::Named(names) => Ok(names.clone()),
-            Served::All(catalog) => {
+            Served::Named(ids) => Ok(ids.iter().map(|id| id.or(own)).collect()),
+            Served::All {
+                catalog,
+                places,
+                also,
+            } => {
                 let mut listed = self.listed.lock().await;
-                if let Some((at, names)) = listed.as_ref() {
-                    let unknown = seen.iter().any(|s| !names.iter().any(|n| n == s));
+                if let Some((at, ids)) = listed.as_ref() {
+                    let unknown = seen.iter().any(|s| !ids.iter().any(|n| n.name == *s));
                     let age = now - *at;
                     if age < RELIST && (!unknown || age < RELIST_UNKNOWN) {
-                        return Ok(names.clone());
+                        return Ok(ids.clone());
                     }
                 }
-                match catalog.clusters().await {
-                    Ok(mut names) => {
-                        names.sort();
-                        names.dedup();
-                        *listed = Some((now, names.clone()));
-                        Ok(names)
-                    }
-                    Err(e) => match listed.as_ref() {
-                        Some((_, names)) => {
-                            tracing::warn!(error = %e, "the clusters could not be listed again: serving the last list");
-                            Ok(names.clone())
-                        }
-                        None => Err(e),
-                    },
-                }
+                let last = listed.as_ref().map(|(_, ids)| ids.as_slice());
+                let ids = list(catalog.as_ref(), (places, also), own, last).await?;
+                *listed = Some((now, ids.clone()));
+                Ok(ids)
             }
         }
     }
 
-    /// The services of the served cluster `name` (`None`: the lone cluster), connected now if
+    /// The services of the served cluster `id` (`None`: the lone cluster), connected now if
     /// they were not yet.
-    pub async fn cluster(&self, name: Option<&str>) -> Result<Arc<Cluster>, Unreachable> {
+    pub async fn cluster(&self, id: Option<&ClusterId>) -> Result<Arc<Cluster>, Unreachable> {
         if let Served::One(cluster) = &self.served {
             return Ok(cluster.clone());
         }
-        let Some(name) = name else {
+        let Some(id) = id else {
             return Err(Unreachable {
                 cluster: "(none)".into(),
                 kind: FailureKind::Invalid,
                 source: "this deployment serves named clusters: a record must name its own".into(),
             });
         };
-        if let Some(found) = self.connected.lock().await.get(name) {
+        let id = id.or(&self.own);
+        if let Some(found) = self.connected.lock().await.get(&id) {
             return Ok(found.clone());
         }
         let Some(connector) = &self.connector else {
             return Err(Unreachable {
-                cluster: name.into(),
+                cluster: id.to_string(),
                 kind: FailureKind::Invalid,
                 source: "no way to connect to it".into(),
             });
         };
         // Connected outside the lock: a cluster slow to answer holds up no other's.
-        let cluster = Arc::new(connector.connect(name).await?);
+        let cluster = Arc::new(connector.connect(&id).await?);
         let mut connected = self.connected.lock().await;
-        Ok(connected.entry(name.to_string()).or_insert(cluster).clone())
+        Ok(connected.entry(id).or_insert(cluster).clone())
     }
 
     /// Every served cluster's services (the sweeper visits each), each reached or not.
@@ -259,14 +331,14 @@ impl Fleet {
         &self,
         base: &Config,
         now: DateTime<Utc>,
-    ) -> Result<Vec<(Option<String>, Result<Arc<Cluster>, Unreachable>)>, DirectoryError> {
+    ) -> Result<Vec<(Option<ClusterId>, Result<Arc<Cluster>, Unreachable>)>, DirectoryError> {
         if let Served::One(cluster) = &self.served {
-            let name = cluster.name.clone().or_else(|| base.cluster_name.clone());
-            return Ok(vec![(name, Ok(cluster.clone()))]);
+            let id = self.served(base, now).await?.pop();
+            return Ok(vec![(id, Ok(cluster.clone()))]);
         }
-        let names = self.served(base, now).await?;
-        let reached = futures::future::join_all(names.iter().map(|n| self.cluster(Some(n)))).await;
-        Ok(names.into_iter().map(Some).zip(reached).collect())
+        let ids = self.served(base, now).await?;
+        let reached = futures::future::join_all(ids.iter().map(|n| self.cluster(Some(n)))).await;
+        Ok(ids.into_iter().map(Some).zip(reached).collect())
     }
 
     /// Whether a share of cluster `name` in a batch spanning several clusters should be left
@@ -327,19 +399,37 @@ impl Fleet {
 mod tests {
     use super::*;
     use crate::adapters::clock::ManualClock;
+    use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    struct Listed(std::sync::Mutex<Result<Vec<String>, ()>>, AtomicUsize);
+    const MEMBER: &str = "111111111111";
+
+    /// The deployment's own account and region.
+    fn own() -> Place {
+        Place::of("123456789012", "eu-west-1")
+    }
+
+    fn member() -> Place {
+        Place::of(MEMBER, "eu-west-1")
+    }
+
+    /// Each place's list (`Err`: that place's `ListClusters` fails), and how many were read.
+    struct Listed(Mutex<BTreeMap<Place, Result<Vec<String>, ()>>>, AtomicUsize);
+
+    impl Listed {
+        fn set(&self, place: Place, list: Result<&[&str], ()>) {
+            let list = list.map(|l| l.iter().map(|s| s.to_string()).collect());
+            self.0.lock().unwrap().insert(place, list);
+        }
+    }
 
     #[async_trait]
     impl ClusterCatalog for Listed {
-        async fn clusters(&self) -> Result<Vec<String>, DirectoryError> {
+        async fn clusters(&self, place: &Place) -> Result<Vec<String>, DirectoryError> {
             self.1.fetch_add(1, Ordering::SeqCst);
-            self.0
-                .lock()
-                .unwrap()
-                .clone()
-                .map_err(|()| DirectoryError::new("eks", FailureKind::Unavailable, "down"))
+            let lists = self.0.lock().unwrap();
+            let list = lists.get(place).cloned().unwrap_or(Ok(Vec::new()));
+            list.map_err(|()| DirectoryError::new("eks", FailureKind::Unavailable, "down"))
         }
     }
 
@@ -347,30 +437,41 @@ mod tests {
 
     #[async_trait]
     impl Connector for Connects {
-        async fn connect(&self, name: &str) -> Result<Cluster, Unreachable> {
+        async fn connect(&self, id: &ClusterId) -> Result<Cluster, Unreachable> {
             self.0.fetch_add(1, Ordering::SeqCst);
-            if name == "down" {
+            if id.name == "down" {
                 return Err(Unreachable {
-                    cluster: name.into(),
+                    cluster: id.to_string(),
                     kind: FailureKind::Connection,
                     source: "refused".into(),
                 });
             }
-            Ok(Cluster::new(Some(name.into()), Arc::new(NoNodes)))
+            Ok(Cluster::new(Some(id.clone()), Arc::new(NoNodes)))
         }
+    }
+
+    fn shown(ids: &[ClusterId]) -> Vec<String> {
+        ids.iter().map(ToString::to_string).collect()
+    }
+
+    fn id(s: &str) -> ClusterId {
+        ClusterId::parse(s).unwrap()
     }
 
     #[tokio::test]
     async fn every_cluster_is_listed_again_after_a_while_and_the_last_list_outlives_an_outage() {
         let clock =
             ManualClock::at(crate::domain::event::parse_time("2026-11-26T10:00:00Z").unwrap());
-        let catalog = Arc::new(Listed(
-            std::sync::Mutex::new(Ok(vec!["b".into(), "a".into(), "a".into()])),
-            AtomicUsize::new(0),
-        ));
-        let fleet = Fleet::all(catalog.clone(), Arc::new(Connects(AtomicUsize::new(0))));
+        let catalog = Arc::new(Listed(Mutex::default(), AtomicUsize::new(0)));
+        catalog.set(own(), Ok(&["b", "a", "a"]));
+        let connects = Arc::new(Connects(AtomicUsize::new(0)));
+        let fleet = Fleet::all(catalog.clone(), vec![Place::default()], vec![], connects).at(own());
         let base = Config::default();
-        assert_eq!(fleet.served(&base, clock.now()).await.unwrap(), ["a", "b"]);
+        let both = ["123456789012/eu-west-1/a", "123456789012/eu-west-1/b"];
+        assert_eq!(
+            shown(&fleet.served(&base, clock.now()).await.unwrap()),
+            both
+        );
         clock.advance(std::time::Duration::from_secs(60));
         fleet.served(&base, clock.now()).await.unwrap();
         assert_eq!(
@@ -378,44 +479,95 @@ mod tests {
             1,
             "read once within RELIST"
         );
-        *catalog.0.lock().unwrap() = Err(());
+        catalog.set(own(), Err(()));
         clock.advance(std::time::Duration::from_secs(300));
-        assert_eq!(fleet.served(&base, clock.now()).await.unwrap(), ["a", "b"]);
+        assert_eq!(
+            shown(&fleet.served(&base, clock.now()).await.unwrap()),
+            both
+        );
         assert_eq!(catalog.1.load(Ordering::SeqCst), 2);
         // An instance of a cluster created since: the list is read again at once, and not
         // again within RELIST_UNKNOWN.
-        *catalog.0.lock().unwrap() = Ok(vec!["a".into(), "b".into(), "c".into()]);
+        catalog.set(own(), Ok(&["a", "b", "c"]));
         clock.advance(std::time::Duration::from_secs(31));
         let seen = fleet
             .served_seeing(&base, clock.now(), &["c"])
             .await
             .unwrap();
-        assert_eq!(seen, ["a", "b", "c"]);
+        assert_eq!(seen.len(), 3);
         assert_eq!(catalog.1.load(Ordering::SeqCst), 3);
         fleet
             .served_seeing(&base, clock.now(), &["d"])
             .await
             .unwrap();
         assert_eq!(catalog.1.load(Ordering::SeqCst), 3, "not again within 30 s");
-        *catalog.0.lock().unwrap() = Err(());
-        let fresh = Fleet::all(catalog, Arc::new(Connects(AtomicUsize::new(0))));
+        catalog.set(own(), Err(()));
+        let connects = Arc::new(Connects(AtomicUsize::new(0)));
+        let fresh = Fleet::all(catalog, vec![Place::default()], vec![], connects).at(own());
         assert!(
             fresh.served(&base, clock.now()).await.is_err(),
             "no list at all"
         );
     }
 
+    /// Every cluster of several accounts: each place listed on its own, a cluster of the same
+    /// name in two accounts two clusters, and one account whose list fails keeps its last list
+    /// without dropping another's.
+    #[tokio::test]
+    async fn every_cluster_of_each_account_and_one_accounts_outage_drops_no_other() {
+        let clock =
+            ManualClock::at(crate::domain::event::parse_time("2026-11-26T10:00:00Z").unwrap());
+        let catalog = Arc::new(Listed(Mutex::default(), AtomicUsize::new(0)));
+        catalog.set(own(), Ok(&["prod"]));
+        catalog.set(member(), Ok(&["prod", "dev"]));
+        let places = vec![Place::default(), member()];
+        let also = vec![id("222222222222/us-east-2/edge")];
+        let connects = Arc::new(Connects(AtomicUsize::new(0)));
+        let fleet = Fleet::all(catalog.clone(), places, also, connects).at(own());
+        let base = Config::default();
+        let want = [
+            "111111111111/eu-west-1/dev",
+            "111111111111/eu-west-1/prod",
+            "123456789012/eu-west-1/prod",
+            "222222222222/us-east-2/edge",
+        ];
+        assert_eq!(
+            shown(&fleet.served(&base, clock.now()).await.unwrap()),
+            want
+        );
+        catalog.set(member(), Err(()));
+        catalog.set(own(), Ok(&["prod", "new"]));
+        clock.advance(std::time::Duration::from_secs(301));
+        let now = shown(&fleet.served(&base, clock.now()).await.unwrap());
+        assert_eq!(
+            now,
+            [
+                "111111111111/eu-west-1/dev",
+                "111111111111/eu-west-1/prod",
+                "123456789012/eu-west-1/new",
+                "123456789012/eu-west-1/prod",
+                "222222222222/us-east-2/edge",
+            ]
+        );
+    }
+
     #[tokio::test]
     async fn a_cluster_is_connected_once_and_one_that_cannot_be_is_tried_again() {
         let connects = Arc::new(Connects(AtomicUsize::new(0)));
-        let fleet = Fleet::named(vec!["up".into(), "down".into()], connects.clone());
-        let up = fleet.cluster(Some("up")).await.unwrap();
-        assert_eq!(up.name.as_deref(), Some("up"));
-        fleet.cluster(Some("up")).await.unwrap();
-        assert_eq!(connects.0.load(Ordering::SeqCst), 1);
-        let e = fleet.cluster(Some("down")).await.unwrap_err();
-        assert_eq!(e.to_string(), "cluster down: refused");
-        fleet.cluster(Some("down")).await.unwrap_err();
+        let fleet = Fleet::named(vec![id("up"), id("down")], connects.clone()).at(own());
+        let up = fleet.cluster(Some(&id("up"))).await.unwrap();
+        assert_eq!(
+            up.id.as_ref().map(ToString::to_string).as_deref(),
+            Some("123456789012/eu-west-1/up")
+        );
+        fleet.cluster(Some(&id("123456789012/up"))).await.unwrap();
+        assert_eq!(connects.0.load(Ordering::SeqCst), 1, "the same cluster");
+        let e = fleet.cluster(Some(&id("down"))).await.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cluster 123456789012/eu-west-1/down: refused"
+        );
+        fleet.cluster(Some(&id("down"))).await.unwrap_err();
         assert_eq!(connects.0.load(Ordering::SeqCst), 3, "tried again");
         assert!(fleet.cluster(None).await.is_err(), "named clusters only");
     }
@@ -439,13 +591,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_lone_cluster_is_named_by_the_configuration_when_it_names_none() {
-        let fleet = Fleet::one(Cluster::none());
+        let fleet = Fleet::one(Cluster::none()).at(own());
         let base = Config {
             cluster_name: Some("demo".into()),
             ..Config::default()
         };
         let now = Utc::now();
-        assert_eq!(fleet.served(&base, now).await.unwrap(), ["demo"]);
+        let served = fleet.served(&base, now).await.unwrap();
+        assert_eq!(shown(&served), ["123456789012/eu-west-1/demo"]);
         assert!(
             fleet
                 .served(&Config::default(), now)
@@ -454,9 +607,9 @@ mod tests {
                 .is_empty()
         );
         let every = fleet.every(&base, now).await.unwrap();
-        assert_eq!(every[0].0.as_deref(), Some("demo"));
+        assert_eq!(every[0].0.as_ref(), Some(&served[0]));
         let config = fleet
-            .cluster(Some("anything"))
+            .cluster(Some(&id("anything")))
             .await
             .unwrap()
             .config(&base, &ManualClock::at(now))

@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 
 use crate::app::pipeline::Described;
-use crate::domain::clusters::{Home, home};
+use crate::domain::clusters::{ClusterId, Home, Place, home};
 use crate::domain::event::{Event, EventKind};
 use crate::domain::facts::InstanceFacts;
 use crate::domain::inbound::Record;
@@ -30,7 +30,7 @@ use super::Unreachable;
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Destination {
     /// In this served cluster (`None`: the lone cluster of a deployment naming none).
-    Cluster(Option<String>),
+    Cluster(Option<ClusterId>),
     /// Nowhere: nothing to act on, or no served cluster's.
     Elsewhere,
     /// Not known: the instance lookup failed (the batch's, or the event's place's).
@@ -144,12 +144,13 @@ impl InstanceDirectory for FailedLookup {
 }
 
 /// The batch's `records` by destination. `instances`: what the lookup found (`None`: it
-/// failed whole), place by place; `served`: the served clusters' names (empty: one cluster,
-/// named by nobody).
+/// failed whole), place by place; `served`: the served clusters, whole (empty: one cluster,
+/// named by nobody); `own`: the deployment's own account and region.
 pub fn split(
     records: &[Record],
     instances: Option<&Described>,
-    served: &[String],
+    served: &[ClusterId],
+    own: &Place,
 ) -> BTreeMap<Destination, Share> {
     let mut shares: BTreeMap<Destination, Share> = BTreeMap::new();
     let mut put = |to: Destination, record: Record, position: usize| {
@@ -166,10 +167,14 @@ pub fn split(
             }
         };
         if let Some(c) = &record.continuation {
-            let to = match &c.plan.cluster {
-                _ if served.is_empty() => Destination::Cluster(None),
-                Some(name) if served.contains(name) => Destination::Cluster(Some(name.clone())),
-                other => Destination::NotServed(other.clone()),
+            let named = c.plan.cluster.as_deref().map(ClusterId::parse);
+            let to = match (&named, served.is_empty()) {
+                (_, true) => Destination::Cluster(None),
+                (Some(Ok(id)), false) => match served.iter().find(|s| id.is(s, own)) {
+                    Some(served) => Destination::Cluster(Some(served.clone())),
+                    None => Destination::NotServed(c.plan.cluster.clone()),
+                },
+                _ => Destination::NotServed(c.plan.cluster.clone()),
             };
             put(to, record.clone(), position);
             continue;
@@ -178,7 +183,7 @@ pub fn split(
             put(Destination::Unrouted, record.clone(), position);
             continue;
         };
-        let homes = homes(event, &instances.found, served);
+        let homes = homes(event, &instances.found, served, own);
         match homes.as_slice() {
             [] => put(Destination::Elsewhere, record.clone(), position),
             [(one, _)] => put(to(one), record.clone(), position),
@@ -203,11 +208,13 @@ fn to(home: &Home) -> Destination {
 fn homes(
     event: &Event,
     instances: &BTreeMap<String, InstanceFacts>,
-    served: &[String],
+    served: &[ClusterId],
+    own: &Place,
 ) -> Vec<(Home, Vec<String>)> {
+    let place = crate::app::pipeline::place_of(event);
     let mut out: Vec<(Home, Vec<String>)> = Vec::new();
     for id in &event.instance_ids {
-        let h = home(instances.get(id), served);
+        let h = home(instances.get(id), &place, served, own);
         match out.iter_mut().find(|(known, _)| *known == h) {
             Some((_, ids)) => ids.push(id.clone()),
             None => out.push((h, vec![id.clone()])),
@@ -219,9 +226,9 @@ fn homes(
 /// The part of `record` about `ids`, the instances of `home`: its own idempotence key.
 fn part(record: &Record, event: &Event, home: &Home, ids: &[String]) -> Record {
     let suffix = match home {
-        Home::Served(Some(name)) => name.as_str(),
-        Home::Served(None) => "cluster",
-        Home::Elsewhere => "elsewhere",
+        Home::Served(Some(id)) => id.to_string(),
+        Home::Served(None) => "cluster".to_string(),
+        Home::Elsewhere => "elsewhere".to_string(),
     };
     let mut part = record.clone();
     part.event = Ok(Event {
@@ -333,8 +340,18 @@ mod tests {
             .remove(0)
     }
 
-    fn served() -> Vec<String> {
-        vec!["blue".into(), "green".into()]
+    /// The deployment's own account and region: the fixtures' events'.
+    fn own() -> Place {
+        Place::of("123456789012", "us-east-1")
+    }
+
+    /// The cluster written `s`, whole.
+    fn c(s: &str) -> ClusterId {
+        ClusterId::parse(s).unwrap().or(&own())
+    }
+
+    fn served() -> Vec<ClusterId> {
+        vec![c("blue"), c("green")]
     }
 
     /// A drain's continuation of a spot warning for `instance`, its plan naming `cluster`
@@ -376,9 +393,9 @@ mod tests {
             continuation("b", I2, Some("attacker")),
             continuation("c", I3, None),
         ];
-        let shares = split(&records, None, &served());
+        let shares = split(&records, None, &served(), &own());
         assert_eq!(
-            shares[&Destination::Cluster(Some("blue".into()))].positions,
+            shares[&Destination::Cluster(Some(c("blue")))].positions,
             [0]
         );
         assert_eq!(
@@ -399,8 +416,28 @@ mod tests {
             "{:?}",
             refused[0].reason
         );
+        // A cluster of the same name in another account is another cluster; the own one
+        // written whole is the own one.
+        let records = vec![
+            continuation("d", I1, Some("111111111111/us-east-1/blue")),
+            continuation("e", I2, Some("123456789012/us-east-1/green")),
+            continuation("f", I3, Some("not/a/cluster/at/all")),
+        ];
+        let shares = split(&records, None, &served(), &own());
+        assert_eq!(
+            shares[&Destination::NotServed(Some("111111111111/us-east-1/blue".into()))].positions,
+            [0]
+        );
+        assert_eq!(
+            shares[&Destination::Cluster(Some(c("green")))].positions,
+            [1]
+        );
+        assert_eq!(
+            shares[&Destination::NotServed(Some("not/a/cluster/at/all".into()))].positions,
+            [2]
+        );
         // One cluster named by nobody: every continuation is its.
-        let shares = split(&records, None, &[]);
+        let shares = split(&records, None, &[], &own());
         assert_eq!(shares[&Destination::Cluster(None)].positions, [0, 1, 2]);
     }
 
@@ -419,19 +456,19 @@ mod tests {
             instance(I3, "red"),
         ]);
         let records = vec![spot("a", I1), spot("b", I2), spot("c", I3)];
-        let shares = split(&records, Some(&instances), &served());
-        let blue = &shares[&Destination::Cluster(Some("blue".into()))];
+        let shares = split(&records, Some(&instances), &served(), &own());
+        let blue = &shares[&Destination::Cluster(Some(c("blue")))];
         assert_eq!(blue.positions, [0]);
         assert_eq!(
-            shares[&Destination::Cluster(Some("green".into()))].positions,
+            shares[&Destination::Cluster(Some(c("green")))].positions,
             [1]
         );
         assert_eq!(shares[&Destination::Elsewhere].positions, [2]);
         // Nothing to route without the lookup.
-        let shares = split(&records, None, &served());
+        let shares = split(&records, None, &served(), &own());
         assert_eq!(shares[&Destination::Unrouted].positions, [0, 1, 2]);
         // One cluster named by nobody: everything is its.
-        let shares = split(&records, Some(&instances), &[]);
+        let shares = split(&records, Some(&instances), &[], &own());
         assert_eq!(shares[&Destination::Cluster(None)].positions, [0, 1, 2]);
     }
 
@@ -439,13 +476,16 @@ mod tests {
     fn an_event_of_two_clusters_is_split_and_joined_back() {
         let instances = found([instance(I1, "blue"), instance(I2, "green")]);
         let records = vec![health("h", &[I1, I2])];
-        let shares = split(&records, Some(&instances), &served());
-        let blue = &shares[&Destination::Cluster(Some("blue".into()))];
+        let shares = split(&records, Some(&instances), &served(), &own());
+        let blue = &shares[&Destination::Cluster(Some(c("blue")))];
         let event = blue.records[0].event.as_ref().unwrap();
-        assert_eq!(event.id, "h#blue");
+        assert_eq!(event.id, "h#123456789012/us-east-1/blue");
         assert_eq!(event.instance_ids, [I1]);
-        let green = &shares[&Destination::Cluster(Some("green".into()))];
-        assert_eq!(green.records[0].event.as_ref().unwrap().id, "h#green");
+        let green = &shares[&Destination::Cluster(Some(c("green")))];
+        assert_eq!(
+            green.records[0].event.as_ref().unwrap().id,
+            "h#123456789012/us-east-1/green"
+        );
 
         let mut acted = Report::new(&blue.records[0]);
         acted.outcome = Outcome::Acted;
@@ -478,7 +518,6 @@ mod tests {
     #[test]
     fn only_the_events_of_a_failed_place_are_unrouted() {
         use crate::app::pipeline::PlaceFailure;
-        use crate::ports::Place;
         let mut instances = found([instance(I1, "blue")]);
         let failure = DirectoryError::new("ec2:DescribeInstances", FailureKind::Forbidden, "no");
         let member = Place {
@@ -491,11 +530,50 @@ mod tests {
             event.account = Some("111111111111".into());
         }
         let records = vec![spot("a", I1), theirs];
-        let shares = split(&records, Some(&instances), &served());
+        let shares = split(&records, Some(&instances), &served(), &own());
         assert_eq!(
-            shares[&Destination::Cluster(Some("blue".into()))].positions,
+            shares[&Destination::Cluster(Some(c("blue")))].positions,
             [0]
         );
         assert_eq!(shares[&Destination::Unrouted].positions, [1]);
+    }
+
+    /// An instance goes to the served cluster of its own account and region only: a member
+    /// account's instance tagged `blue` is the member's `blue`, never the own one's; a member
+    /// instance whose cluster is not served goes nowhere.
+    #[test]
+    fn an_instance_goes_to_the_cluster_of_its_own_account() {
+        let instances = found([
+            instance(I1, "blue"),
+            instance(I2, "blue"),
+            instance(I3, "green"),
+        ]);
+        let of = |id: &str, instance: &str, account: &str| {
+            let mut r = spot(id, instance);
+            if let Ok(event) = &mut r.event {
+                event.account = Some(account.into());
+            }
+            r
+        };
+        let records = vec![
+            of("a", I1, "123456789012"),
+            of("b", I2, "111111111111"),
+            of("c", I3, "111111111111"),
+        ];
+        let served = vec![c("blue"), c("green"), c("111111111111/blue")];
+        let shares = split(&records, Some(&instances), &served, &own());
+        assert_eq!(
+            shares[&Destination::Cluster(Some(c("blue")))].positions,
+            [0]
+        );
+        assert_eq!(
+            shares[&Destination::Cluster(Some(c("111111111111/blue")))].positions,
+            [1]
+        );
+        assert_eq!(shares[&Destination::Elsewhere].positions, [2]);
+        // One cluster named by nobody is of the own account only.
+        let shares = split(&records, Some(&instances), &[], &own());
+        assert_eq!(shares[&Destination::Cluster(None)].positions, [0]);
+        assert_eq!(shares[&Destination::Elsewhere].positions, [1, 2]);
     }
 }

@@ -182,7 +182,11 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
             .into_iter()
             .filter(|k| *k != event.id)
             .collect(),
-        cluster: config.cluster_name.clone(),
+        cluster: config
+            .cluster
+            .as_ref()
+            .map(ToString::to_string)
+            .or_else(|| config.cluster_name.clone()),
     };
     match &event.detail {
         Detail::Unsupported { why } => {
@@ -410,7 +414,11 @@ fn no_action(event: &Event, instance_id: &str) -> NodeAction {
 fn refusal(event: &Event, instance: Option<&InstanceFacts>, config: &Config) -> Option<String> {
     // Safety first: another cluster's instance is never touched, nor its lifecycle action.
     if config.unserved {
-        return Some(crate::domain::clusters::refusal(instance));
+        let place = crate::domain::clusters::Place {
+            account: event.account.clone(),
+            region: event.region.clone(),
+        };
+        return Some(crate::domain::clusters::refusal(instance, &place));
     }
     if let Some(why) = other_cluster(instance, config) {
         return Some(why);
