@@ -6,18 +6,31 @@
 //! `404 ResourceNotFoundException` for a cluster or an entry that does not), keeps the entries
 //! in memory, and records every request (its operation, cluster, decoded path and JSON body) for
 //! the tests to check. The SDK reaches it through `AWS_ENDPOINT_URL_EKS`.
+//!
+//! Accounts: told apart as moto tells them, by the caller's access key (when the fake is
+//! given moto's URL with [`EksFake::in_accounts`], it asks moto's STS `GetCallerIdentity` with
+//! that key: moto reads the key, not the signature). A cluster of the default account
+//! ([`OWN_ACCOUNT`]) is named as it is; one of another account `<account>/<name>` in every
+//! method of the fake (`set_endpoint("111111111111/prod", ...)`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
-use axum::http::{Method, StatusCode, Uri};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+
+/// The account of requests whose caller the fake does not tell apart: moto's default.
+pub const OWN_ACCOUNT: &str = "123456789012";
 
 /// One request the fake answered.
 #[derive(Debug, Clone)]
 pub struct EksRequest {
+    /// The caller's account (see the module's documentation).
+    pub account: String,
+    /// The access key that signed it (from the SigV4 credential scope), if any.
+    pub access_key: Option<String>,
     /// `ListClusters`, `CreateAccessEntry`, `DescribeAccessEntry`, `UpdateAccessEntry`, or
     /// `Unknown`.
     pub operation: &'static str,
@@ -40,6 +53,10 @@ struct State {
     /// (cluster, principal ARN) → the access policies associated with the entry.
     policies: BTreeMap<(String, String), Vec<String>>,
     requests: Vec<EksRequest>,
+    /// moto's URL, to tell callers' accounts apart; `None`: every caller is [`OWN_ACCOUNT`].
+    moto: Option<String>,
+    /// Each access key's account, as moto said.
+    accounts: BTreeMap<String, String>,
 }
 
 /// The fake; it serves until dropped.
@@ -64,10 +81,16 @@ impl EksFake {
             ..State::default()
         }));
         let shared = state.clone();
-        let app = axum::Router::new().fallback(move |method: Method, uri: Uri, body: Bytes| {
-            let state = shared.clone();
-            async move { answer(&state, &method, &uri, &body) }
-        });
+        let app = axum::Router::new().fallback(
+            move |method: Method, uri: Uri, headers: HeaderMap, body: Bytes| {
+                let state = shared.clone();
+                async move {
+                    let key = access_key(&headers);
+                    let account = account_of(&state, key.as_deref()).await;
+                    answer(&state, (&account, key), &method, &uri, &body)
+                }
+            },
+        );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind a loopback port");
@@ -86,6 +109,23 @@ impl EksFake {
             eks.set_endpoint(name, endpoint);
         }
         eks
+    }
+
+    /// Tells callers' accounts apart through moto at `moto_url` (see the module's
+    /// documentation).
+    pub fn in_accounts(self, moto_url: &str) -> EksFake {
+        self.state.lock().unwrap().moto = Some(moto_url.to_string());
+        self
+    }
+
+    /// A cluster more, `<account>/<name>` for another account's, whose `DescribeCluster`
+    /// answers `endpoint`.
+    pub fn add(&self, cluster: &str, endpoint: &str) {
+        let mut state = self.state.lock().unwrap();
+        state.clusters.push(cluster.to_string());
+        state
+            .endpoints
+            .insert(cluster.to_string(), endpoint.to_string());
     }
 
     /// Its endpoint, for `AWS_ENDPOINT_URL_EKS`.
@@ -243,7 +283,84 @@ fn associated(state: &State, cluster: &str, principal: &str) -> Response {
               "associatedAccessPolicies": policies}))
 }
 
-fn answer(state: &Mutex<State>, method: &Method, uri: &Uri, body: &[u8]) -> Response {
+/// The access key of a SigV4 `Authorization` header (`Credential=<key>/<scope>`).
+fn access_key(headers: &HeaderMap) -> Option<String> {
+    let auth = headers.get("authorization")?.to_str().ok()?;
+    let scope = auth.split("Credential=").nth(1)?;
+    Some(scope.split('/').next()?.to_string())
+}
+
+/// The account of the caller whose access key is `key`: [`OWN_ACCOUNT`] without moto (or a
+/// key); else moto's answer to `GetCallerIdentity` with that key, kept.
+async fn account_of(state: &Mutex<State>, key: Option<&str>) -> String {
+    let (moto, known) = {
+        let state = state.lock().unwrap();
+        let known = key.and_then(|k| state.accounts.get(k).cloned());
+        (state.moto.clone(), known)
+    };
+    let (Some(moto), Some(key)) = (moto, key) else {
+        return OWN_ACCOUNT.to_string();
+    };
+    if let Some(account) = known {
+        return account;
+    }
+    let account = caller_account(&moto, key)
+        .await
+        .unwrap_or_else(|| OWN_ACCOUNT.to_string());
+    state
+        .lock()
+        .unwrap()
+        .accounts
+        .insert(key.to_string(), account.clone());
+    account
+}
+
+/// The account of the access key `key`, as moto at `moto_url` says (`GetCallerIdentity` with
+/// that key: moto reads the key, not the signature).
+pub async fn caller_account(moto_url: &str, key: &str) -> Option<String> {
+    let credentials = aws_credential_types::Credentials::new(key, "unused", None, None, "eks-fake");
+    let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .endpoint_url(moto_url)
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(credentials)
+        .load()
+        .await;
+    let identity = aws_sdk_sts::Client::new(&sdk)
+        .get_caller_identity()
+        .send()
+        .await;
+    identity.ok()?.account().map(str::to_string)
+}
+
+/// A cluster of `account` as the fake keeps it: its name in the default account, else
+/// `<account>/<name>`.
+fn scoped(account: &str, name: &str) -> String {
+    if account == OWN_ACCOUNT {
+        name.to_string()
+    } else {
+        format!("{account}/{name}")
+    }
+}
+
+/// The names of `account`'s clusters among `clusters` (kept as [`scoped`] says).
+fn of_account(clusters: &[String], account: &str) -> Vec<String> {
+    clusters
+        .iter()
+        .filter_map(|c| match c.split_once('/') {
+            Some((a, name)) if a == account => Some(name.to_string()),
+            None if account == OWN_ACCOUNT => Some(c.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn answer(
+    state: &Mutex<State>,
+    (account, access_key): (&str, Option<String>),
+    method: &Method,
+    uri: &Uri,
+    body: &[u8],
+) -> Response {
     let segments: Vec<String> = uri
         .path()
         .trim_start_matches('/')
@@ -267,6 +384,8 @@ fn answer(state: &Mutex<State>, method: &Method, uri: &Uri, body: &[u8]) -> Resp
     };
     let mut state = state.lock().unwrap();
     state.requests.push(EksRequest {
+        account: account.to_string(),
+        access_key,
         operation,
         method: method.to_string(),
         path: format!("/{}", segments.join("/")),
@@ -274,7 +393,7 @@ fn answer(state: &Mutex<State>, method: &Method, uri: &Uri, body: &[u8]) -> Resp
         body: body.clone(),
     });
     if let Some(c) = cluster
-        && !state.clusters.iter().any(|k| k == c)
+        && !state.clusters.iter().any(|k| *k == scoped(account, c))
     {
         return error(
             StatusCode::NOT_FOUND,
@@ -282,7 +401,9 @@ fn answer(state: &Mutex<State>, method: &Method, uri: &Uri, body: &[u8]) -> Resp
             &format!("No cluster found for name: {c}."),
         );
     }
-    let cluster = cluster.unwrap_or_default().to_string();
+    let name = cluster.unwrap_or_default().to_string();
+    // The fake's own key of the cluster (`<account>/<name>` for another account's).
+    let cluster = scoped(account, &name);
     let text = |field: &str| body[field].as_str().unwrap_or_default().to_string();
     let groups = |body: &Value| -> Vec<String> {
         body["kubernetesGroups"]
@@ -295,10 +416,10 @@ fn answer(state: &Mutex<State>, method: &Method, uri: &Uri, body: &[u8]) -> Resp
             .unwrap_or_default()
     };
     match operation {
-        "ListClusters" => ok(json!({"clusters": state.clusters})),
+        "ListClusters" => ok(json!({"clusters": of_account(&state.clusters, account)})),
         "DescribeCluster" => ok(json!({"cluster": {
-            "name": cluster,
-            "arn": format!("arn:aws:eks:us-east-1:123456789012:cluster/{cluster}"),
+            "name": name,
+            "arn": format!("arn:aws:eks:us-east-1:{account}:cluster/{name}"),
             "endpoint": state.endpoints.get(&cluster),
             "certificateAuthority": {"data": ""},
             "status": "ACTIVE",
@@ -314,7 +435,7 @@ fn answer(state: &Mutex<State>, method: &Method, uri: &Uri, body: &[u8]) -> Resp
                 );
             }
             state.entries.insert(key.clone(), groups(&body));
-            ok(entry_json(&cluster, &key.1, &groups(&body)))
+            ok(entry_json(&name, &key.1, &groups(&body)))
         }
         "ListAssociatedAccessPolicies" => {
             associated(&state, &cluster, principal.unwrap_or_default())
@@ -330,10 +451,10 @@ fn answer(state: &Mutex<State>, method: &Method, uri: &Uri, body: &[u8]) -> Resp
                 );
             };
             if operation == "DescribeAccessEntry" {
-                return ok(entry_json(&cluster, &key.1, &existing));
+                return ok(entry_json(&name, &key.1, &existing));
             }
             state.entries.insert(key.clone(), groups(&body));
-            ok(entry_json(&cluster, &key.1, &groups(&body)))
+            ok(entry_json(&name, &key.1, &groups(&body)))
         }
         _ => error(
             StatusCode::BAD_REQUEST,
@@ -343,5 +464,24 @@ fn answer(state: &Mutex<State>, method: &Method, uri: &Uri, body: &[u8]) -> Resp
                 uri.path()
             ),
         ),
+    }
+}
+
+/// `sdk` with its EKS calls sent to `eks_url` (as `AWS_ENDPOINT_URL_EKS` would: a service's
+/// own endpoint before the configuration's), every other service's where they were.
+pub fn with_eks(sdk: &aws_config::SdkConfig, eks_url: &str) -> aws_config::SdkConfig {
+    sdk.clone()
+        .into_builder()
+        .service_config(EksEndpoint(eks_url.to_string()))
+        .build()
+}
+
+/// The EKS endpoint of [`with_eks`].
+#[derive(Debug)]
+struct EksEndpoint(String);
+
+impl aws_types::service_config::LoadServiceConfig for EksEndpoint {
+    fn load_config(&self, key: aws_types::service_config::ServiceConfigKey<'_>) -> Option<String> {
+        (key.service_id() == "EKS" && key.profile() == "endpoint_url").then(|| self.0.clone())
     }
 }

@@ -9,6 +9,7 @@
 //! `DescribeInstances` and one from an account whose role cannot be assumed, through the
 //! handler to the Kubernetes fake.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use forewarn::adapters::accounts::{AccountSettings, Accounts};
@@ -594,5 +595,159 @@ fn one_account_never_fails_another() {
         let inv = alone.invoke(batch, None).await.unwrap();
         assert_eq!(said(ours), said(&inv.reports[0]));
         assert!(unschedulable(&alone_fake, &own.dns));
+    });
+}
+
+/// The access key a Kubernetes request's EKS token was signed with: the token is the
+/// base64url of an STS `GetCallerIdentity` URL presigned with the caller's credentials.
+fn token_key(request: &kube_fake::RecordedRequest) -> Option<String> {
+    let url = forewarn::adapters::kube::url_from_token(request.bearer.as_deref()?).ok()?;
+    let credential = url.split("X-Amz-Credential=").nth(1)?;
+    Some(credential.split("%2F").next()?.to_string())
+}
+
+/// The access keys the EKS tokens sent to `fake` were signed with, and their accounts as moto
+/// says.
+async fn signers(moto: &str, fake: &kube_fake::KubeFake) -> (BTreeSet<String>, BTreeSet<String>) {
+    let keys: BTreeSet<String> = fake.requests().iter().filter_map(token_key).collect();
+    let mut accounts = BTreeSet::new();
+    for key in &keys {
+        let account = forewarn_tests::eks::caller_account(moto, key).await;
+        accounts.insert(account.unwrap_or_default());
+    }
+    (keys, accounts)
+}
+
+/// Issue 46, item 2: a member account's cluster is reached through the member role. One
+/// deployment serves cluster `<c>` of its own account and cluster `<c>` of a member account
+/// (the same name: two clusters). Each spot warning is acted on in its own account's cluster
+/// only; the member's `DescribeCluster` is asked in the member account, with the member
+/// role's credentials (the EKS fake tells accounts apart as moto does), and the member
+/// cluster's API server is sent an IAM token signed with them; the own cluster's, with the
+/// deployment's own.
+#[test]
+fn a_member_accounts_cluster_is_reached_through_its_member_role() {
+    runtime().block_on(async {
+        let moto = shared();
+        let base = moto.sdk_config();
+        let cluster = forewarn_tests::moto::unique_name("member");
+        let own_ec2 = aws_sdk_ec2::Client::new(&base);
+        let image = any_image(&own_ec2).await.unwrap();
+        let ours = launch(&own_ec2, &image, &Launch::spot(&cluster))
+            .await
+            .unwrap();
+        let member_sdk = Accounts::new(&base, org())
+            .config_for(&place(MEMBER, "us-east-1"))
+            .await
+            .unwrap();
+        let member_ec2 = aws_sdk_ec2::Client::new(&member_sdk);
+        let theirs = launch(&member_ec2, &image, &Launch::spot(&cluster))
+            .await
+            .unwrap();
+        let own_fake = forewarn_tests::cluster::deployed().await;
+        own_fake.insert(ec2_node(&ours.dns, &ours.id, &ours.zone));
+        let member_fake = forewarn_tests::cluster::deployed().await;
+        member_fake.insert(ec2_node(&theirs.dns, &theirs.id, &theirs.zone));
+        let eks = forewarn_tests::eks::EksFake::at(&[(cluster.as_str(), &own_fake.url())])
+            .await
+            .in_accounts(&moto.endpoint());
+        eks.add(&format!("{MEMBER}/{cluster}"), &member_fake.url());
+
+        let dir = tempfile::tempdir().unwrap();
+        let served = format!("{cluster},{MEMBER}/{cluster}");
+        let state_dir = dir.path().display().to_string();
+        let settings = forewarn::app::settings::Settings::from_lookup(|n| {
+            Some(match n {
+                "FOREWARN_CLUSTERS" => served.clone(),
+                "FOREWARN_ACCOUNT_ID" => OWN.into(),
+                "FOREWARN_MEMBER_ROLE" => ROLE.into(),
+                "FOREWARN_STATE_DIR" => state_dir.clone(),
+                // Drains' passes in process; no load balancers; evictions at once.
+                "FOREWARN_DRAIN_PASS_INTERVAL" | "FOREWARN_DEREGISTER_BUDGET" => "off".into(),
+                "FOREWARN_SURGE" => String::new(),
+                _ => return None,
+            })
+        })
+        .unwrap();
+        let sdk = forewarn_tests::eks::with_eks(&base, &eks.url());
+        let services = forewarn::app::wiring::services_on(
+            &settings,
+            Some(sdk),
+            forewarn::adapters::clock::SystemClock::shared(),
+        )
+        .await
+        .unwrap();
+        let handler = services.handler;
+
+        let time = chrono::Utc::now().to_rfc3339();
+        let batch = sqs_batch(&[
+            warning("ev-own", &ours.id, OWN, &time),
+            warning("ev-member", &theirs.id, MEMBER, &time),
+        ]);
+        let inv = handler.invoke(batch, None).await.unwrap();
+        let [own, member] = &inv.reports[..] else {
+            panic!("two reports: {:#?}", inv.reports);
+        };
+        assert_eq!(own.outcome, Outcome::Acted, "{own:#?}");
+        assert_eq!(member.outcome, Outcome::Acted, "{member:#?}");
+        assert_eq!(
+            own.cluster.as_deref(),
+            Some(format!("{OWN}/us-east-1/{cluster}").as_str())
+        );
+        assert_eq!(
+            member.cluster.as_deref(),
+            Some(format!("{MEMBER}/us-east-1/{cluster}").as_str())
+        );
+        assert!(
+            unschedulable(&own_fake, &ours.dns),
+            "the own node, in the own cluster"
+        );
+        assert!(
+            unschedulable(&member_fake, &theirs.dns),
+            "the member's node, in the member's cluster"
+        );
+        let patched = |fake: &kube_fake::KubeFake| -> Vec<String> {
+            fake.requests()
+                .into_iter()
+                .filter(|r| r.method.as_str() == "PATCH" && r.path.starts_with("/api/v1/nodes/"))
+                .map(|r| r.path)
+                .collect()
+        };
+        assert_eq!(patched(&own_fake), [format!("/api/v1/nodes/{}", ours.dns)]);
+        assert_eq!(
+            patched(&member_fake),
+            [format!("/api/v1/nodes/{}", theirs.dns)]
+        );
+
+        // EKS: each cluster described in its own account, with that account's credentials.
+        let described: Vec<(String, String, Option<String>)> = eks
+            .requests()
+            .into_iter()
+            .filter(|r| r.operation == "DescribeCluster")
+            .map(|r| (r.account, r.cluster.unwrap_or_default(), r.access_key))
+            .collect();
+        let own_described = described
+            .iter()
+            .find(|d| d.0 == OWN)
+            .expect("own described");
+        let member_described = described
+            .iter()
+            .find(|d| d.0 == MEMBER)
+            .expect("the member's cluster described in the member account");
+        assert_eq!(own_described.1, cluster);
+        assert_eq!(own_described.2.as_deref(), Some(OWN_KEY));
+        assert_eq!(member_described.1, cluster);
+        assert_ne!(
+            member_described.2.as_deref(),
+            Some(OWN_KEY),
+            "the member role's credentials"
+        );
+        // Kubernetes: each API server sent a token signed with its account's credentials.
+        let (own_keys, own_accounts) = signers(&moto.endpoint(), &own_fake).await;
+        assert_eq!(own_keys, [OWN_KEY.to_string()].into());
+        assert_eq!(own_accounts, [OWN.to_string()].into());
+        let (member_keys, member_accounts) = signers(&moto.endpoint(), &member_fake).await;
+        assert!(!member_keys.contains(OWN_KEY), "{member_keys:?}");
+        assert_eq!(member_accounts, [MEMBER.to_string()].into());
     });
 }

@@ -1379,6 +1379,7 @@ mod tests {
             query: String::new(),
             content_type: None,
             body: None,
+            bearer: None,
             status,
             at: chrono::DateTime::UNIX_EPOCH + chrono::Duration::milliseconds(ms),
         }

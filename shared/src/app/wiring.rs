@@ -98,6 +98,16 @@ pub async fn services_with_clock(
     } else {
         None
     };
+    services_on(settings, sdk, clock).await
+}
+
+/// [`services_with_clock`] over the AWS configuration `sdk` (`None`: no AWS at all), as given
+/// rather than loaded from the environment (the tests' moto).
+pub async fn services_on(
+    settings: &Settings,
+    sdk: Option<aws_config::SdkConfig>,
+    clock: Arc<dyn Clock>,
+) -> Result<Services, SetupError> {
     let store = store(
         &settings.store,
         settings.mode,
@@ -147,9 +157,11 @@ pub async fn services_with_clock(
     };
     Ok(Services {
         handler,
-        leaving: sdk
-            .as_ref()
-            .map(|sdk| Arc::new(Ec2Directory::from_conf(sdk)) as Arc<dyn LeavingInstances>),
+        // In each cluster's own account and region (the sweeper's member role is read-only).
+        leaving: sdk.as_ref().map(|sdk| {
+            Arc::new(Ec2Directory::from_conf(sdk).with_accounts(accounts(settings, sdk)))
+                as Arc<dyn LeavingInstances>
+        }),
         region: sdk.as_ref().and_then(|s| s.region()).map(|r| r.to_string()),
         node_groups: sdk
             .as_ref()

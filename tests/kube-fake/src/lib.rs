@@ -288,6 +288,9 @@ pub struct RecordedRequest {
     /// The body: parsed JSON, or a JSON string holding the raw text when it is
     /// not JSON; `None` when empty.
     pub body: Option<Value>,
+    /// The bearer token it was sent with (`Authorization: Bearer <token>`), if any: an EKS
+    /// client's tells whose AWS credentials signed it.
+    pub bearer: Option<String>,
     /// The HTTP status answered; 0 for a request held by [`KubeFake::hang`].
     pub status: u16,
     /// When it was answered (for a held request: when it was held).

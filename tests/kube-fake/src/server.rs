@@ -592,6 +592,12 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
+    let bearer = parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_string);
     let bytes = to_bytes(body, MAX_BODY).await.unwrap_or_default();
     let recorded_body = if bytes.is_empty() {
         None
@@ -608,6 +614,7 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
         query: raw_query.clone(),
         content_type: content_type.clone(),
         body: recorded_body.clone(),
+        bearer: bearer.clone(),
         status,
         at: arrived,
     };
