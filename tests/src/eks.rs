@@ -354,6 +354,26 @@ fn of_account(clusters: &[String], account: &str) -> Vec<String> {
         .collect()
 }
 
+/// The operation a request's method and path segments name, with its cluster and principal.
+fn operation_of<'a>(
+    method: &Method,
+    parts: &[&'a str],
+) -> (&'static str, Option<&'a str>, Option<&'a str>) {
+    match (method.as_str(), parts) {
+        ("GET", ["clusters"]) => ("ListClusters", None, None),
+        ("GET", ["clusters", c]) => ("DescribeCluster", Some(*c), None),
+        ("POST", ["clusters", c, "access-entries"]) => ("CreateAccessEntry", Some(*c), None),
+        ("GET", ["clusters", c, "access-entries", p]) => {
+            ("DescribeAccessEntry", Some(*c), Some(*p))
+        }
+        ("POST", ["clusters", c, "access-entries", p]) => ("UpdateAccessEntry", Some(*c), Some(*p)),
+        ("GET", ["clusters", c, "access-entries", p, "access-policies"]) => {
+            ("ListAssociatedAccessPolicies", Some(*c), Some(*p))
+        }
+        _ => ("Unknown", None, None),
+    }
+}
+
 fn answer(
     state: &Mutex<State>,
     (account, access_key): (&str, Option<String>),
@@ -369,19 +389,7 @@ fn answer(
         .collect();
     let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let parts: Vec<&str> = segments.iter().map(String::as_str).collect();
-    let (operation, cluster, principal) = match (method.as_str(), parts.as_slice()) {
-        ("GET", ["clusters"]) => ("ListClusters", None, None),
-        ("GET", ["clusters", c]) => ("DescribeCluster", Some(*c), None),
-        ("POST", ["clusters", c, "access-entries"]) => ("CreateAccessEntry", Some(*c), None),
-        ("GET", ["clusters", c, "access-entries", p]) => {
-            ("DescribeAccessEntry", Some(*c), Some(*p))
-        }
-        ("POST", ["clusters", c, "access-entries", p]) => ("UpdateAccessEntry", Some(*c), Some(*p)),
-        ("GET", ["clusters", c, "access-entries", p, "access-policies"]) => {
-            ("ListAssociatedAccessPolicies", Some(*c), Some(*p))
-        }
-        _ => ("Unknown", None, None),
-    };
+    let (operation, cluster, principal) = operation_of(method, &parts);
     let mut state = state.lock().unwrap();
     state.requests.push(EksRequest {
         account: account.to_string(),

@@ -618,6 +618,81 @@ async fn signers(moto: &str, fake: &kube_fake::KubeFake) -> (BTreeSet<String>, B
     (keys, accounts)
 }
 
+/// One deployment serving cluster `<c>` of its own account and cluster `<c>` of the member
+/// account, each an EKS cluster on a Kubernetes fake of its own, each with the node of a spot
+/// instance of its account.
+struct TwoAccounts {
+    cluster: String,
+    ours: Launched,
+    theirs: Launched,
+    own_fake: kube_fake::KubeFake,
+    member_fake: kube_fake::KubeFake,
+    eks: forewarn_tests::eks::EksFake,
+    handler: Handler,
+    _dir: tempfile::TempDir,
+}
+
+async fn two_accounts(moto: &forewarn_tests::moto::MotoServer) -> TwoAccounts {
+    let base = moto.sdk_config();
+    let cluster = forewarn_tests::moto::unique_name("member");
+    let own_ec2 = aws_sdk_ec2::Client::new(&base);
+    let image = any_image(&own_ec2).await.unwrap();
+    let ours = launch(&own_ec2, &image, &Launch::spot(&cluster))
+        .await
+        .unwrap();
+    let member_sdk = Accounts::new(&base, org())
+        .config_for(&place(MEMBER, "us-east-1"))
+        .await
+        .unwrap();
+    let member_ec2 = aws_sdk_ec2::Client::new(&member_sdk);
+    let theirs = launch(&member_ec2, &image, &Launch::spot(&cluster))
+        .await
+        .unwrap();
+    let own_fake = forewarn_tests::cluster::deployed().await;
+    own_fake.insert(ec2_node(&ours.dns, &ours.id, &ours.zone));
+    let member_fake = forewarn_tests::cluster::deployed().await;
+    member_fake.insert(ec2_node(&theirs.dns, &theirs.id, &theirs.zone));
+    let eks = forewarn_tests::eks::EksFake::at(&[(cluster.as_str(), &own_fake.url())])
+        .await
+        .in_accounts(&moto.endpoint());
+    eks.add(&format!("{MEMBER}/{cluster}"), &member_fake.url());
+
+    let dir = tempfile::tempdir().unwrap();
+    let served = format!("{cluster},{MEMBER}/{cluster}");
+    let state_dir = dir.path().display().to_string();
+    let settings = forewarn::app::settings::Settings::from_lookup(|n| {
+        Some(match n {
+            "FOREWARN_CLUSTERS" => served.clone(),
+            "FOREWARN_ACCOUNT_ID" => OWN.into(),
+            "FOREWARN_MEMBER_ROLE" => ROLE.into(),
+            "FOREWARN_STATE_DIR" => state_dir.clone(),
+            // Drains' passes in process; no load balancers; evictions at once.
+            "FOREWARN_DRAIN_PASS_INTERVAL" | "FOREWARN_DEREGISTER_BUDGET" => "off".into(),
+            "FOREWARN_SURGE" => String::new(),
+            _ => return None,
+        })
+    })
+    .unwrap();
+    let sdk = forewarn_tests::eks::with_eks(&base, &eks.url());
+    let services = forewarn::app::wiring::services_on(
+        &settings,
+        Some(sdk),
+        forewarn::adapters::clock::SystemClock::shared(),
+    )
+    .await
+    .unwrap();
+    TwoAccounts {
+        cluster,
+        ours,
+        theirs,
+        own_fake,
+        member_fake,
+        eks,
+        handler: services.handler,
+        _dir: dir,
+    }
+}
+
 /// Issue 46, item 2: a member account's cluster is reached through the member role. One
 /// deployment serves cluster `<c>` of its own account and cluster `<c>` of a member account
 /// (the same name: two clusters). Each spot warning is acted on in its own account's cluster
@@ -629,56 +704,16 @@ async fn signers(moto: &str, fake: &kube_fake::KubeFake) -> (BTreeSet<String>, B
 fn a_member_accounts_cluster_is_reached_through_its_member_role() {
     runtime().block_on(async {
         let moto = shared();
-        let base = moto.sdk_config();
-        let cluster = forewarn_tests::moto::unique_name("member");
-        let own_ec2 = aws_sdk_ec2::Client::new(&base);
-        let image = any_image(&own_ec2).await.unwrap();
-        let ours = launch(&own_ec2, &image, &Launch::spot(&cluster))
-            .await
-            .unwrap();
-        let member_sdk = Accounts::new(&base, org())
-            .config_for(&place(MEMBER, "us-east-1"))
-            .await
-            .unwrap();
-        let member_ec2 = aws_sdk_ec2::Client::new(&member_sdk);
-        let theirs = launch(&member_ec2, &image, &Launch::spot(&cluster))
-            .await
-            .unwrap();
-        let own_fake = forewarn_tests::cluster::deployed().await;
-        own_fake.insert(ec2_node(&ours.dns, &ours.id, &ours.zone));
-        let member_fake = forewarn_tests::cluster::deployed().await;
-        member_fake.insert(ec2_node(&theirs.dns, &theirs.id, &theirs.zone));
-        let eks = forewarn_tests::eks::EksFake::at(&[(cluster.as_str(), &own_fake.url())])
-            .await
-            .in_accounts(&moto.endpoint());
-        eks.add(&format!("{MEMBER}/{cluster}"), &member_fake.url());
-
-        let dir = tempfile::tempdir().unwrap();
-        let served = format!("{cluster},{MEMBER}/{cluster}");
-        let state_dir = dir.path().display().to_string();
-        let settings = forewarn::app::settings::Settings::from_lookup(|n| {
-            Some(match n {
-                "FOREWARN_CLUSTERS" => served.clone(),
-                "FOREWARN_ACCOUNT_ID" => OWN.into(),
-                "FOREWARN_MEMBER_ROLE" => ROLE.into(),
-                "FOREWARN_STATE_DIR" => state_dir.clone(),
-                // Drains' passes in process; no load balancers; evictions at once.
-                "FOREWARN_DRAIN_PASS_INTERVAL" | "FOREWARN_DEREGISTER_BUDGET" => "off".into(),
-                "FOREWARN_SURGE" => String::new(),
-                _ => return None,
-            })
-        })
-        .unwrap();
-        let sdk = forewarn_tests::eks::with_eks(&base, &eks.url());
-        let services = forewarn::app::wiring::services_on(
-            &settings,
-            Some(sdk),
-            forewarn::adapters::clock::SystemClock::shared(),
-        )
-        .await
-        .unwrap();
-        let handler = services.handler;
-
+        let TwoAccounts {
+            cluster,
+            ours,
+            theirs,
+            own_fake,
+            member_fake,
+            eks,
+            handler,
+            _dir,
+        } = two_accounts(moto).await;
         let time = chrono::Utc::now().to_rfc3339();
         let batch = sqs_batch(&[
             warning("ev-own", &ours.id, OWN, &time),
