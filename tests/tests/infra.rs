@@ -1853,7 +1853,10 @@ fn an_organization_reaches_the_bus_and_the_member_roles_only() {
     let d = Deployment::new(&[]);
     assert!(!d.condition("WithOrganization"));
     for resource in [
+        "ForewarnEventBus",
         "OrganizationEventBusPolicy",
+        "OwnEventsRule",
+        "OwnEventsRole",
         "MemberRolesPolicy",
         "MemberReadRolesPolicy",
     ] {
@@ -1868,6 +1871,10 @@ fn an_organization_reaches_the_bus_and_the_member_roles_only() {
     for rule in RULES {
         let pattern = &d.properties(rule)["EventPattern"];
         assert!(pattern.get("account").is_none(), "{rule}: {pattern}");
+        assert!(
+            d.properties(rule).get("EventBusName").is_none(),
+            "{rule}: on the default bus without an organization"
+        );
     }
 
     let org = "o-a1b2c3d4e5";
@@ -1880,15 +1887,61 @@ fn an_organization_reaches_the_bus_and_the_member_roles_only() {
     ] {
         let d = Deployment::new(&overrides);
         assert!(d.condition("WithOrganization"));
+        // forewarn's own bus takes the organization's forwarded events of the three sources
+        // forewarn handles, nothing else; the default bus is left closed.
+        assert_eq!(d.properties("ForewarnEventBus")["Name"], "forewarn-demo");
         let bus = d.properties("OrganizationEventBusPolicy");
-        assert_eq!(bus["EventBusName"], "default");
+        assert_eq!(bus["EventBusName"], "ForewarnEventBus.Name");
         assert_eq!(bus["StatementId"], "forewarn-demo-organization");
         assert_eq!(
             bus["Statement"],
             json!({"Sid": "forewarn-demo-organization", "Effect": "Allow", "Principal": "*",
                    "Action": "events:PutEvents",
-                   "Resource": format!("arn:aws:events:{REGION}:{ACCOUNT}:event-bus/default"),
-                   "Condition": {"StringEquals": {"aws:PrincipalOrgID": org}}})
+                   "Resource": Deployment::arn("ForewarnEventBus"),
+                   "Condition": {"StringEquals": {
+                       "aws:PrincipalOrgID": org,
+                       "events:source": ["aws.ec2", "aws.health", "aws.autoscaling"]}}})
+        );
+        // The queue's rules are on it, and this account's own events reach it through one rule
+        // whose role may put events there and nowhere else.
+        let mut detail_types = Vec::new();
+        for rule in RULES {
+            assert_eq!(
+                d.properties(rule)["EventBusName"],
+                "ForewarnEventBus.Name",
+                "{rule}"
+            );
+            let pattern = &d.properties(rule)["EventPattern"];
+            let patterns = pattern.get("$or").and_then(Value::as_array).cloned();
+            for p in patterns.unwrap_or_else(|| vec![pattern.clone()]) {
+                detail_types.extend(strings(&p["detail-type"]).into_iter().map(String::from));
+            }
+        }
+        let own = d.properties("OwnEventsRule");
+        assert!(own.get("EventBusName").is_none(), "on the default bus");
+        let mut forwarded: Vec<String> = strings(&own["EventPattern"]["detail-type"])
+            .into_iter()
+            .map(String::from)
+            .collect();
+        forwarded.sort();
+        detail_types.sort();
+        detail_types.dedup();
+        assert_eq!(
+            forwarded, detail_types,
+            "every kind a rule matches is forwarded"
+        );
+        assert_eq!(
+            own["Targets"][0]["Arn"],
+            Deployment::arn("ForewarnEventBus")
+        );
+        assert_eq!(
+            own["Targets"][0]["RoleArn"],
+            Deployment::arn("OwnEventsRole")
+        );
+        assert_eq!(
+            inline_policy(&d.properties("OwnEventsRole"), "forewarn-own-events")["Statement"],
+            json!([{"Sid": "PutOnForewarnsBus", "Effect": "Allow", "Action": "events:PutEvents",
+                    "Resource": Deployment::arn("ForewarnEventBus")}])
         );
         // The handler assumes the member role; the sweeper, which never writes in a member
         // account, only its read-only twin.
@@ -1930,6 +1983,7 @@ const CENTRAL_SWEEPER: &str = "arn:aws:iam::210987654321:role/forewarn-demo-Swee
 fn member(overrides: &[(&str, &str)]) -> Deployment {
     let mut all = vec![
         ("CentralAccountId", CENTRAL),
+        ("CentralEventBusName", "forewarn-demo"),
         ("HandlerRoleArn", CENTRAL_HANDLER),
         ("SweeperRoleArn", CENTRAL_SWEEPER),
         ("ClusterNames", "a,b"),
@@ -1939,12 +1993,12 @@ fn member(overrides: &[(&str, &str)]) -> Deployment {
 }
 
 /// A member account forwards what the central stack's rules match: the same rules, the same
-/// patterns (with and without hook names), each to the central account's default bus through the
-/// forwarding role, which may put events there and nowhere else and is EventBridge's for this
-/// account alone.
+/// patterns (with and without hook names), each to forewarn's bus in the central account through
+/// the forwarding role, which may put events there and nowhere else and is EventBridge's for
+/// this account alone.
 #[test]
 fn the_member_rules_are_the_stacks_forwarded_to_the_central_bus() {
-    let bus = format!("arn:aws:events:{REGION}:{CENTRAL}:event-bus/default");
+    let bus = format!("arn:aws:events:{REGION}:{CENTRAL}:event-bus/forewarn-demo");
     for hooks in ["", "drain-a,drain-b"] {
         let central = Deployment::new(&[("LifecycleHookNames", hooks)]);
         let m = member(&[("LifecycleHookNames", hooks)]);
@@ -2020,10 +2074,28 @@ fn the_member_role_trusts_the_central_functions_only_and_grants_what_they_call()
                     "Principal": {"AWS": [CENTRAL_SWEEPER]},
                     "Action": "sts:AssumeRole"}])
         );
+        // The served clusters' DescribeCluster (every cluster's, and ListClusters, for `*`):
+        // how the central functions reach them.
+        let clusters = if names == "*" {
+            json!([{"Sid": "DescribeServedClusters", "Effect": "Allow",
+                    "Action": "eks:DescribeCluster",
+                    "Resource": format!("arn:aws:eks:{REGION}:{ACCOUNT}:cluster/*")},
+                   {"Sid": "ListClusters", "Effect": "Allow", "Action": "eks:ListClusters",
+                    "Resource": "*"}])
+        } else {
+            let arns: Vec<String> = names
+                .split(',')
+                .map(|n| format!("arn:*:eks:*:*:cluster/{n}"))
+                .collect();
+            json!([{"Sid": "DescribeServedClusters", "Effect": "Allow",
+                    "Action": "eks:DescribeCluster", "Resource": arns}])
+        };
+        let mut read_only = vec![json!({"Sid": "DescribeInstances", "Effect": "Allow",
+            "Action": ["ec2:DescribeInstances", "ec2:DescribeInstanceStatus"], "Resource": "*"})];
+        read_only.extend(clusters.as_array().unwrap().iter().cloned());
         assert_eq!(
             inline_policy(&read, "forewarn-member-read-only")["Statement"],
-            json!([{"Sid": "DescribeInstances", "Effect": "Allow",
-                    "Action": "ec2:DescribeInstances", "Resource": "*"}])
+            Value::Array(read_only)
         );
         let mut granted = std::collections::BTreeSet::new();
         for p in role["Policies"].as_array().unwrap() {
@@ -2034,17 +2106,30 @@ fn the_member_role_trusts_the_central_functions_only_and_grants_what_they_call()
                 }
             }
         }
+        let mut expected = vec![
+            "autoscaling:CompleteLifecycleAction",
+            "autoscaling:RecordLifecycleActionHeartbeat",
+            "ec2:DescribeInstances",
+            "eks:DescribeCluster",
+            "elasticloadbalancing:DeregisterTargets",
+            "elasticloadbalancing:DescribeTags",
+            "elasticloadbalancing:DescribeTargetGroups",
+            "elasticloadbalancing:DescribeTargetHealth",
+        ];
+        if names == "*" {
+            expected.insert(4, "eks:ListClusters");
+        }
+        assert_eq!(granted.into_iter().collect::<Vec<_>>(), expected, "{names}");
         assert_eq!(
-            granted.into_iter().collect::<Vec<_>>(),
-            [
-                "autoscaling:CompleteLifecycleAction",
-                "autoscaling:RecordLifecycleActionHeartbeat",
-                "ec2:DescribeInstances",
-                "elasticloadbalancing:DeregisterTargets",
-                "elasticloadbalancing:DescribeTags",
-                "elasticloadbalancing:DescribeTargetGroups",
-                "elasticloadbalancing:DescribeTargetHealth",
-            ]
+            inline_policy(&role, "forewarn-member-read")["Statement"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|s| strings(&s["Action"]).iter().any(|a| a.starts_with("eks:")))
+                .cloned()
+                .collect::<Vec<_>>(),
+            clusters.as_array().unwrap().clone(),
+            "the handler's member role reaches the same clusters"
         );
         let central = Deployment::new(&[
             ("ClusterNames", names),
@@ -2220,6 +2305,7 @@ fn an_organizations_central_and_member_stacks_deploy() {
             &read("infra/member.yaml"),
             &[
                 ("CentralAccountId", CENTRAL),
+                ("CentralEventBusName", &outputs["EventBusName"]),
                 ("HandlerRoleArn", &outputs["HandlerRoleArn"]),
                 ("SweeperRoleArn", &outputs["SweeperRoleArn"]),
                 ("MemberRoleName", &role_name),
@@ -2236,7 +2322,11 @@ fn an_organizations_central_and_member_stacks_deploy() {
             member_outputs["MemberReadRoleArn"],
             format!("arn:aws:iam::{ACCOUNT}:role/{role_name}-read")
         );
-        let bus = format!("arn:aws:events:{REGION}:{CENTRAL}:event-bus/default");
+        assert_eq!(outputs["EventBusName"], format!("forewarn-{name}"));
+        let bus = format!(
+            "arn:aws:events:{REGION}:{CENTRAL}:event-bus/{}",
+            outputs["EventBusName"]
+        );
         assert_eq!(member_outputs["CentralBusArn"], bus);
         let events = aws_sdk_eventbridge::Client::new(&sdk);
         let rules = events
@@ -2369,4 +2459,55 @@ fn the_stack_refuses_cluster_names_that_mix_star_with_names() {
     for fine in [&["*"][..], &["blue", "green"][..], &[""][..]] {
         assert!(holds(fine), "{fine:?}");
     }
+}
+
+/// Member accounts' clusters (`MemberClusters`) join the own ones in both functions'
+/// `FOREWARN_CLUSTERS`, in a form the functions read back as clusters of those accounts; the
+/// stack refuses them without an organization, whose member role reaches them.
+#[test]
+fn member_clusters_reach_both_functions_and_need_an_organization() {
+    let d = Deployment::new(&[
+        ("OrganizationId", "o-a1b2c3d4e5"),
+        ("ClusterNames", "a,b"),
+        ("MemberClusters", "111111111111/prod,222222222222/*"),
+    ]);
+    for output in [
+        "HandlerEnvFile",
+        "SweeperEnvFile",
+        "HandlerEnvVars",
+        "SweeperEnvVars",
+    ] {
+        let text = d.output(output);
+        let value = if text.contains('\n') {
+            env_of(&text)["FOREWARN_CLUSTERS"].clone()
+        } else {
+            // The comma-separated form cannot hold a list: its FOREWARN_CLUSTERS runs to the
+            // next variable.
+            let start = text.find("FOREWARN_CLUSTERS=").unwrap() + "FOREWARN_CLUSTERS=".len();
+            let end = text.find(",FOREWARN_TABLE").unwrap();
+            text[start..end].to_string()
+        };
+        assert_eq!(value, "a,b,111111111111/prod,222222222222/*", "{output}");
+        let read = forewarn::app::settings::ClusterSelection::parse(&value).unwrap();
+        assert_eq!(
+            read.accounts().into_iter().collect::<Vec<_>>(),
+            ["111111111111", "222222222222"],
+            "{output}"
+        );
+    }
+    let without = Deployment::new(&[("ClusterNames", "a,b")]);
+    assert_eq!(
+        env_of(&without.output("HandlerEnvFile"))["FOREWARN_CLUSTERS"],
+        "a,b"
+    );
+
+    let rule = &stack_template()["Rules"]["MemberClustersNeedAnOrganization"];
+    assert_eq!(
+        rule["RuleCondition"],
+        json!({"Fn::Not": [{"Fn::EachMemberEquals": [{"Ref": "MemberClusters"}, ""]}]})
+    );
+    assert_eq!(
+        rule["Assertions"][0]["Assert"],
+        json!({"Fn::Not": [{"Fn::Equals": [{"Ref": "OrganizationId"}, ""]}]})
+    );
 }
