@@ -1887,62 +1887,7 @@ fn an_organization_reaches_the_bus_and_the_member_roles_only() {
     ] {
         let d = Deployment::new(&overrides);
         assert!(d.condition("WithOrganization"));
-        // forewarn's own bus takes the organization's forwarded events of the three sources
-        // forewarn handles, nothing else; the default bus is left closed.
-        assert_eq!(d.properties("ForewarnEventBus")["Name"], "forewarn-demo");
-        let bus = d.properties("OrganizationEventBusPolicy");
-        assert_eq!(bus["EventBusName"], "ForewarnEventBus.Name");
-        assert_eq!(bus["StatementId"], "forewarn-demo-organization");
-        assert_eq!(
-            bus["Statement"],
-            json!({"Sid": "forewarn-demo-organization", "Effect": "Allow", "Principal": "*",
-                   "Action": "events:PutEvents",
-                   "Resource": Deployment::arn("ForewarnEventBus"),
-                   "Condition": {"StringEquals": {
-                       "aws:PrincipalOrgID": org,
-                       "events:source": ["aws.ec2", "aws.health", "aws.autoscaling"]}}})
-        );
-        // The queue's rules are on it, and this account's own events reach it through one rule
-        // whose role may put events there and nowhere else.
-        let mut detail_types = Vec::new();
-        for rule in RULES {
-            assert_eq!(
-                d.properties(rule)["EventBusName"],
-                "ForewarnEventBus.Name",
-                "{rule}"
-            );
-            let pattern = &d.properties(rule)["EventPattern"];
-            let patterns = pattern.get("$or").and_then(Value::as_array).cloned();
-            for p in patterns.unwrap_or_else(|| vec![pattern.clone()]) {
-                detail_types.extend(strings(&p["detail-type"]).into_iter().map(String::from));
-            }
-        }
-        let own = d.properties("OwnEventsRule");
-        assert!(own.get("EventBusName").is_none(), "on the default bus");
-        let mut forwarded: Vec<String> = strings(&own["EventPattern"]["detail-type"])
-            .into_iter()
-            .map(String::from)
-            .collect();
-        forwarded.sort();
-        detail_types.sort();
-        detail_types.dedup();
-        assert_eq!(
-            forwarded, detail_types,
-            "every kind a rule matches is forwarded"
-        );
-        assert_eq!(
-            own["Targets"][0]["Arn"],
-            Deployment::arn("ForewarnEventBus")
-        );
-        assert_eq!(
-            own["Targets"][0]["RoleArn"],
-            Deployment::arn("OwnEventsRole")
-        );
-        assert_eq!(
-            inline_policy(&d.properties("OwnEventsRole"), "forewarn-own-events")["Statement"],
-            json!([{"Sid": "PutOnForewarnsBus", "Effect": "Allow", "Action": "events:PutEvents",
-                    "Resource": Deployment::arn("ForewarnEventBus")}])
-        );
+        assert_the_organizations_events_reach_forewarns_bus(&d, org);
         // The handler assumes the member role; the sweeper, which never writes in a member
         // account, only its read-only twin.
         let read_name = format!("{role_name}-read");
@@ -1971,6 +1916,69 @@ fn an_organization_reaches_the_bus_and_the_member_roles_only() {
             );
         }
     }
+}
+
+/// With an organization, forewarn's own bus takes the organization's forwarded events of the
+/// three sources forewarn handles, nothing else; the default bus is left closed. The queue's
+/// rules are on it, and this account's own events reach it through one rule whose role may put
+/// events there and nowhere else.
+fn assert_the_organizations_events_reach_forewarns_bus(d: &Deployment, org: &str) {
+    // forewarn's own bus takes the organization's forwarded events of the three sources
+    // forewarn handles, nothing else; the default bus is left closed.
+    assert_eq!(d.properties("ForewarnEventBus")["Name"], "forewarn-demo");
+    let bus = d.properties("OrganizationEventBusPolicy");
+    assert_eq!(bus["EventBusName"], "ForewarnEventBus.Name");
+    assert_eq!(bus["StatementId"], "forewarn-demo-organization");
+    assert_eq!(
+        bus["Statement"],
+        json!({"Sid": "forewarn-demo-organization", "Effect": "Allow", "Principal": "*",
+               "Action": "events:PutEvents",
+               "Resource": Deployment::arn("ForewarnEventBus"),
+               "Condition": {"StringEquals": {
+                   "aws:PrincipalOrgID": org,
+                   "events:source": ["aws.ec2", "aws.health", "aws.autoscaling"]}}})
+    );
+    // The queue's rules are on it, and this account's own events reach it through one rule
+    // whose role may put events there and nowhere else.
+    let mut detail_types = Vec::new();
+    for rule in RULES {
+        assert_eq!(
+            d.properties(rule)["EventBusName"],
+            "ForewarnEventBus.Name",
+            "{rule}"
+        );
+        let pattern = &d.properties(rule)["EventPattern"];
+        let patterns = pattern.get("$or").and_then(Value::as_array).cloned();
+        for p in patterns.unwrap_or_else(|| vec![pattern.clone()]) {
+            detail_types.extend(strings(&p["detail-type"]).into_iter().map(String::from));
+        }
+    }
+    let own = d.properties("OwnEventsRule");
+    assert!(own.get("EventBusName").is_none(), "on the default bus");
+    let mut forwarded: Vec<String> = strings(&own["EventPattern"]["detail-type"])
+        .into_iter()
+        .map(String::from)
+        .collect();
+    forwarded.sort();
+    detail_types.sort();
+    detail_types.dedup();
+    assert_eq!(
+        forwarded, detail_types,
+        "every kind a rule matches is forwarded"
+    );
+    assert_eq!(
+        own["Targets"][0]["Arn"],
+        Deployment::arn("ForewarnEventBus")
+    );
+    assert_eq!(
+        own["Targets"][0]["RoleArn"],
+        Deployment::arn("OwnEventsRole")
+    );
+    assert_eq!(
+        inline_policy(&d.properties("OwnEventsRole"), "forewarn-own-events")["Statement"],
+        json!([{"Sid": "PutOnForewarnsBus", "Effect": "Allow", "Action": "events:PutEvents",
+                "Resource": Deployment::arn("ForewarnEventBus")}])
+    );
 }
 
 /// The central deployment's roles, as a member stack is given them.
