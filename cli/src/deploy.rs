@@ -41,15 +41,26 @@ const UNDER: &str = "      ";
 #[derive(Args, Debug)]
 pub struct DeployArgs {
     /// An EKS cluster to serve (repeatable: one deployment for several clusters; the stack's
-    /// ClusterNames). The first names a new stack (its ClusterName, in its resources' names);
-    /// an existing stack keeps its own, which must be among them. Adding a cluster later: the
-    /// same command with one more --cluster.
+    /// ClusterNames). The first of this account names a new stack (its ClusterName, in its
+    /// resources' names); an existing stack keeps its own, which must be among them. A member
+    /// account's cluster is ACCOUNT/NAME (the stack's MemberClusters; it needs OrganizationId,
+    /// and infra/member.yaml in that account): its access entries are made, and its manifests
+    /// applied, in that account (see --member-admin-role). Adding a cluster later: the same
+    /// command with one more --cluster.
     #[arg(
         long = "cluster",
-        value_name = "NAME",
+        value_name = "CLUSTER",
         required_unless_present = "all_clusters"
     )]
     clusters: Vec<String>,
+    /// The role assumed in a member account (--cluster ACCOUNT/NAME) to make its cluster's
+    /// access entries and apply its manifests: an administrator's role there.
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "OrganizationAccountAccessRole"
+    )]
+    member_admin_role: String,
     /// Serve every EKS cluster of the account and region (the stack's ClusterNames=*; EKS
     /// ListClusters says which get access entries and manifests now). At most one --cluster
     /// with it: a new deployment's name.
@@ -149,6 +160,9 @@ struct Deploy {
     failures: Vec<String>,
     /// The command's settings (how clusters are reached, what the configuration uses).
     settings: Settings,
+    /// Each member account's AWS configuration (`--member-admin-role` assumed there), by
+    /// account: where its clusters' access entries are made.
+    members: BTreeMap<String, aws_config::SdkConfig>,
 }
 
 /// What `run` reads before any step: the template's parameters, the arguments checked, the
@@ -226,6 +240,7 @@ pub async fn run(
         bail!("no AWS region: give --region, or set AWS_REGION");
     }
     let served = served(&clusters, &sdk, args.dry_run).await?;
+    let members = member_configs(&clusters, &sdk, &args.member_admin_role).await;
     say(format!(
         "forewarn deploy: {}, stack {name}, region {}{}",
         describe_served(&clusters, &served),
@@ -238,7 +253,14 @@ pub async fn run(
     ))?;
     // The clusters first: when none answers, the command stops before any change.
     let eks = aws_sdk_eks::Client::new(&sdk);
-    let reached = reach(&settings, &eks, &served, args.kube, args.dry_run).await?;
+    let reached = reach(
+        &settings,
+        (&eks, &members),
+        &served,
+        args.kube,
+        args.dry_run,
+    )
+    .await?;
     let cfn = aws_sdk_cloudformation::Client::new(&sdk);
     let current = read_stack(&cfn, &name, args.dry_run).await?;
     if let Some(current) = &current
@@ -247,6 +269,7 @@ pub async fn run(
         stack::check_updatable(&name, current)?;
     }
     let plan = Plan::new(&name, &clusters, &given, current.as_ref(), &declared)?;
+    members_need_an_organization(&clusters, &plan)?;
     // The manifests name the stack's groups (given, kept, or the defaults they are written with).
     let groups: Vec<(String, String)> = manifests::GROUP_PARAMETERS
         .iter()
@@ -275,6 +298,7 @@ pub async fn run(
         clock,
         failures: Vec::new(),
         settings,
+        members,
     };
     deploy.build().await?;
     deploy.stack().await?;
@@ -300,7 +324,12 @@ async fn served(
     dry_run: bool,
 ) -> anyhow::Result<Vec<String>> {
     if !clusters.all {
-        return Ok(clusters.named.clone());
+        return Ok(clusters
+            .named
+            .iter()
+            .chain(&clusters.members)
+            .cloned()
+            .collect());
     }
     match access::all_clusters(sdk).await {
         Ok(names) => Ok(names),
@@ -312,6 +341,66 @@ async fn served(
         }
         Err(e) => Err(e),
     }
+}
+
+/// A member account's cluster is reached through the member role, which needs the stack's
+/// `OrganizationId` (given or kept): refused before anything changes.
+fn members_need_an_organization(clusters: &Clusters, plan: &Plan) -> anyhow::Result<()> {
+    match clusters.members.first() {
+        Some(member) if plan.value("OrganizationId").unwrap_or_default().is_empty() => bail!(
+            "--cluster {member}: a member account's cluster is reached through the member role, \
+             which needs an organization: give --parameter OrganizationId=o-... (and deploy \
+             infra/member.yaml in that account)"
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// Each member account's AWS configuration, by account.
+type Members = BTreeMap<String, aws_config::SdkConfig>;
+
+/// The account and name of a member account's cluster (`ACCOUNT/NAME`); `None` for one of this
+/// account.
+fn member_of(cluster: &str) -> Option<(&str, &str)> {
+    cluster.split_once('/')
+}
+
+/// A cluster's name in its own account.
+fn bare(cluster: &str) -> &str {
+    member_of(cluster).map_or(cluster, |(_, name)| name)
+}
+
+/// The AWS configuration of each member account whose clusters are given (`--cluster
+/// ACCOUNT/NAME`): the operator's credentials, assuming `role` there (its credentials are
+/// fetched at the first call: a role that cannot be assumed fails that cluster's steps).
+async fn member_configs(clusters: &Clusters, sdk: &aws_config::SdkConfig, role: &str) -> Members {
+    let mut members = Members::new();
+    for cluster in &clusters.members {
+        let Some((account, _)) = member_of(cluster) else {
+            continue;
+        };
+        if members.contains_key(account) {
+            continue;
+        }
+        let partition = forewarn::adapters::accounts::partition_of(
+            sdk.region().map_or("us-east-1", |r| r.as_ref()),
+        );
+        let arn = format!("arn:{partition}:iam::{account}:role/{role}");
+        let provider = aws_config::sts::AssumeRoleProvider::builder(arn)
+            .session_name("forewarn-deploy")
+            .configure(sdk)
+            .build()
+            .await;
+        let config = sdk
+            .clone()
+            .into_builder()
+            .credentials_provider(
+                aws_credential_types::provider::SharedCredentialsProvider::new(provider),
+            )
+            .build();
+        members.insert(account.to_string(), config);
+    }
+    members
 }
 
 /// `cluster a`, `clusters a, b`, `every EKS cluster of the account and region (now a, b)`.
@@ -332,7 +421,7 @@ fn describe_served(clusters: &Clusters, served: &[String]) -> String {
 /// when some do, the others are named now and the command fails at the end.
 async fn reach(
     settings: &Settings,
-    eks: &aws_sdk_eks::Client,
+    (eks, members): (&aws_sdk_eks::Client, &Members),
     served: &[String],
     kube: bool,
     dry_run: bool,
@@ -343,7 +432,11 @@ async fn reach(
     let one = served.len() == 1;
     let mut reached = Vec::new();
     for name in served {
-        reached.push((name.clone(), connect(settings, eks, name, one).await));
+        let member = member_of(name).and_then(|(account, _)| members.get(account));
+        reached.push((
+            name.clone(),
+            connect(settings, eks, name, one, member).await,
+        ));
     }
     if !dry_run && !reached.is_empty() && reached.iter().all(|(_, r)| r.is_err()) {
         let errors: Vec<String> = reached
@@ -625,11 +718,30 @@ impl Deploy {
                 ))?;
                 continue;
             }
-            for (role, group) in &roles {
+            let principals = match member_of(&cluster) {
+                Some((account, _)) => self.member_roles(account, &roles),
+                None => roles.clone(),
+            };
+            for (role, group) in &principals {
                 self.access_entry(&cluster, role, group).await?;
             }
         }
         Ok(())
+    }
+
+    /// The roles the central functions act as in member account `account`: the member role
+    /// (the handler's group) and its read-only twin (the sweeper's), from the stack's
+    /// `MemberRoleName`; `roles`: the functions' own roles and groups, in the same order.
+    fn member_roles(&self, account: &str, roles: &[(String, String)]) -> Vec<(String, String)> {
+        let name = self
+            .plan
+            .value("MemberRoleName")
+            .unwrap_or("forewarn-member");
+        let partition =
+            forewarn::adapters::accounts::partition_of(self.region.as_deref().unwrap_or_default());
+        let arn = |suffix: &str| format!("arn:{partition}:iam::{account}:role/{name}{suffix}");
+        let group = |i: usize| roles.get(i).map(|(_, g)| g.clone()).unwrap_or_default();
+        vec![(arn(""), group(0)), (arn("-read"), group(1))]
     }
 
     /// One access entry: made, or updated, or read in a dry run (unless the role is not known
@@ -640,7 +752,11 @@ impl Deploy {
             return say(format!("{what}: would be created"));
         }
         let groups = [group.to_string()];
-        match access::ensure(&self.eks, cluster, role, &groups, self.dry_run()).await {
+        let eks = match member_of(cluster).and_then(|(account, _)| self.members.get(account)) {
+            Some(member) => aws_sdk_eks::Client::new(member),
+            None => self.eks.clone(),
+        };
+        match access::ensure(&eks, bare(cluster), role, &groups, self.dry_run()).await {
             Ok(entry) => say(format!("{what}: {entry}")),
             Err(e) if self.dry_run() => say(format!("{what}: could not be read ({e})")),
             Err(e) => {
@@ -900,6 +1016,18 @@ fn access_of(settings: &Settings, name: &str, one: bool) -> (ClusterAccess, Stri
             format!("kubeconfig context {name}"),
         );
     }
+    let eks = |via: String| {
+        let access = ClusterAccess::Eks(EksAccess {
+            cluster: bare(name).to_string(),
+            endpoint: None,
+            ca_base64: None,
+            region: None,
+        });
+        (access, via)
+    };
+    if let Some((account, _)) = member_of(name) {
+        return eks(format!("EKS in account {account}"));
+    }
     match &settings.cluster_access {
         ClusterAccess::Eks(eks) if eks.cluster == name => {
             (settings.cluster_access.clone(), "EKS".to_string())
@@ -908,39 +1036,40 @@ fn access_of(settings: &Settings, name: &str, one: bool) -> (ClusterAccess, Stri
             ClusterAccess::Kubeconfig,
             "the kubeconfig's current context".to_string(),
         ),
-        _ => (
-            ClusterAccess::Eks(EksAccess {
-                cluster: name.to_string(),
-                endpoint: None,
-                ca_base64: None,
-                region: None,
-            }),
-            "EKS".to_string(),
-        ),
+        _ => eks("EKS".to_string()),
     }
 }
 
 /// A client of the cluster `name` ([`access_of`]), which has answered (its version), and —
-/// reached through a kubeconfig — is EKS cluster `name` ([`same_endpoint`]).
+/// reached through a kubeconfig — is EKS cluster `name` ([`same_endpoint`]). A member
+/// account's cluster (`member`: its account's AWS configuration) is described, and signed for,
+/// in that account.
 async fn connect(
     settings: &Settings,
     eks: &aws_sdk_eks::Client,
     name: &str,
     one: bool,
+    member: Option<&aws_config::SdkConfig>,
 ) -> anyhow::Result<Cluster> {
     let (access, via) = access_of(settings, name, one);
-    let cluster = forewarn::adapters::kube::connect(&access, settings.aws)
-        .await
-        .with_context(|| format!("cluster {name}: connecting (--kube)"))?;
-    let client = cluster
-        .client()
-        .await
-        .with_context(|| format!("cluster {name}: connecting (--kube)"))?;
+    let connecting = || format!("cluster {name}: connecting (--kube)");
+    let cluster = match (&access, member) {
+        (ClusterAccess::Eks(eks_access), Some(member)) => {
+            forewarn::adapters::kube::connect_eks(eks_access, member)
+                .await
+                .with_context(connecting)?
+        }
+        _ => forewarn::adapters::kube::connect(&access, settings.aws)
+            .await
+            .with_context(connecting)?,
+    };
+    let client = cluster.client().await.with_context(connecting)?;
     let info = client
         .apiserver_version()
         .await
         .with_context(|| format!("cluster {name}: the cluster does not answer (--kube)"))?;
-    same_endpoint(eks, name, &access)
+    let eks = member.map_or_else(|| eks.clone(), aws_sdk_eks::Client::new);
+    same_endpoint(&eks, bare(name), &access)
         .await
         .with_context(|| format!("cluster {name}: not the EKS cluster of that name (--kube)"))?;
     Ok(Cluster {

@@ -23,6 +23,8 @@ pub const CLUSTER_NAME: &str = "ClusterName";
 /// The clusters served, from `--cluster` (several) or `--all-clusters` (`*`); empty:
 /// `ClusterName` alone.
 pub const CLUSTER_NAMES: &str = "ClusterNames";
+/// The member accounts' clusters served (`--cluster ACCOUNT/NAME`).
+pub const MEMBER_CLUSTERS: &str = "MemberClusters";
 /// Whether the stack makes the access entries of `ClusterName` (and `forewarn deploy` those of
 /// the other clusters).
 pub const CREATE_ACCESS_ENTRY: &str = "CreateAccessEntry";
@@ -110,9 +112,9 @@ pub fn given(raw: &[String], template: &Template) -> anyhow::Result<Vec<(String,
                  deploy until both functions exist, then true); leave it out"
             ),
             CLUSTER_NAME => bail!("--parameter {CLUSTER_NAME}: give the cluster with --cluster"),
-            CLUSTER_NAMES => bail!(
-                "--parameter {CLUSTER_NAMES}: give the clusters with --cluster (once per cluster) \
-                 or --all-clusters"
+            CLUSTER_NAMES | MEMBER_CLUSTERS => bail!(
+                "--parameter {key}: give the clusters with --cluster (once per cluster; \
+                 ACCOUNT/NAME for a member account's) or --all-clusters"
             ),
             _ => {}
         }
@@ -120,7 +122,15 @@ pub fn given(raw: &[String], template: &Template) -> anyhow::Result<Vec<(String,
             let known: Vec<&str> = template
                 .keys()
                 .map(String::as_str)
-                .filter(|k| ![FUNCTIONS_DEPLOYED, CLUSTER_NAME, CLUSTER_NAMES].contains(k))
+                .filter(|k| {
+                    ![
+                        FUNCTIONS_DEPLOYED,
+                        CLUSTER_NAME,
+                        CLUSTER_NAMES,
+                        MEMBER_CLUSTERS,
+                    ]
+                    .contains(k)
+                })
                 .collect();
             bail!(
                 "--parameter {key}: infra/forewarn.yaml has no such parameter (it has {})",
@@ -233,8 +243,10 @@ pub struct Param {
 /// The clusters `--cluster` and `--all-clusters` name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Clusters {
-    /// `--cluster`, in the order given.
+    /// `--cluster NAME`, this account's clusters, in the order given.
     pub named: Vec<String>,
+    /// `--cluster ACCOUNT/NAME`, member accounts' clusters, in the order given.
+    pub members: Vec<String>,
     /// `--all-clusters`: every EKS cluster of the account and region.
     pub all: bool,
 }
@@ -250,29 +262,52 @@ fn is_cluster_name(name: &str) -> bool {
 }
 
 impl Clusters {
-    /// Checked: names EKS accepts, none given twice; at least one without `--all-clusters`, at
-    /// most one with it (the deployment's name).
-    pub fn new(named: Vec<String>, all: bool) -> anyhow::Result<Clusters> {
-        for (i, name) in named.iter().enumerate() {
-            if !is_cluster_name(name) {
+    /// Checked: names EKS accepts, `ACCOUNT/NAME` for a member account's (a 12-digit account),
+    /// none given twice; at least one of this account's without `--all-clusters` (the
+    /// deployment's name), at most one with it.
+    pub fn new(given: Vec<String>, all: bool) -> anyhow::Result<Clusters> {
+        let (mut named, mut members) = (Vec::new(), Vec::new());
+        for (i, entry) in given.iter().enumerate() {
+            let good = match entry.split_once('/') {
+                None => is_cluster_name(entry),
+                Some((account, name)) => {
+                    forewarn::domain::clusters::is_account_id(account) && is_cluster_name(name)
+                }
+            };
+            if !good {
                 bail!(
-                    "--cluster {name:?}: not an EKS cluster name (1 to 100 letters, digits, \
-                     dashes or underscores, starting with a letter or digit)"
+                    "--cluster {entry:?}: not an EKS cluster name (1 to 100 letters, digits, \
+                     dashes or underscores, starting with a letter or digit), nor ACCOUNT/NAME \
+                     for a member account's (a 12-digit account id)"
                 );
             }
-            if named[..i].contains(name) {
-                bail!("--cluster {name} is given twice");
+            if given[..i].contains(entry) {
+                bail!("--cluster {entry} is given twice");
+            }
+            if entry.contains('/') {
+                members.push(entry.clone());
+            } else {
+                named.push(entry.clone());
             }
         }
         match (named.len(), all) {
-            (0, false) => bail!(
+            (0, false) if members.is_empty() => bail!(
                 "give the clusters to serve: --cluster NAME (once per cluster), or --all-clusters"
+            ),
+            (0, false) => bail!(
+                "--cluster {}: a member account's cluster cannot name the deployment: give this \
+                 account's cluster too (--cluster NAME, the stack's ClusterName)",
+                members[0]
             ),
             (2.., true) => bail!(
                 "--all-clusters serves every EKS cluster of the account and region: give at \
                  most one --cluster with it, the deployment's name (the stack's ClusterName)"
             ),
-            _ => Ok(Clusters { named, all }),
+            _ => Ok(Clusters {
+                named,
+                members,
+                all,
+            }),
         }
     }
 
@@ -374,6 +409,9 @@ impl Plan {
         if let Some(served) = cluster_names(clusters, &name, current, template)? {
             first.push(served);
         }
+        if let Some(members) = member_clusters(clusters, current, template)? {
+            first.push(members);
+        }
         for (key, value) in given {
             first.push(param(key, value, Origin::Given));
         }
@@ -456,26 +494,51 @@ fn cluster_names(
     template: &Template,
 ) -> anyhow::Result<Option<Param>> {
     let value = clusters.value(name);
-    if !template.contains_key(CLUSTER_NAMES) {
-        if value.is_empty() {
-            return Ok(None);
-        }
+    if !template.contains_key(CLUSTER_NAMES) && !value.is_empty() {
         bail!(
             "the template declares no {CLUSTER_NAMES}: it serves one cluster (give one --cluster)"
         );
     }
-    // A new stack, or one that has no value yet: the default (empty) needs no sending.
-    let before = current.and_then(|c| c.parameters.get(CLUSTER_NAMES));
+    Ok(listed(CLUSTER_NAMES, value, current, template))
+}
+
+/// `MemberClusters` as the clusters given say (`ACCOUNT/NAME`, comma-separated), as
+/// [`cluster_names`] sends `ClusterNames`. A template without it serves no member account.
+fn member_clusters(
+    clusters: &Clusters,
+    current: Option<&Current>,
+    template: &Template,
+) -> anyhow::Result<Option<Param>> {
+    let value = clusters.members.join(",");
+    if !template.contains_key(MEMBER_CLUSTERS) && !value.is_empty() {
+        bail!("the template declares no {MEMBER_CLUSTERS}: it serves no member account's cluster");
+    }
+    Ok(listed(MEMBER_CLUSTERS, value, current, template))
+}
+
+/// A list parameter `key` set to `value`: always sent to an existing stack that declares it
+/// (`Given` when it changes, else `Kept`); a new stack (or one without a value yet) leaves an
+/// empty one at its default.
+fn listed(
+    key: &str,
+    value: String,
+    current: Option<&Current>,
+    template: &Template,
+) -> Option<Param> {
+    if !template.contains_key(key) {
+        return None;
+    }
+    let before = current.and_then(|c| c.parameters.get(key));
     let origin = match before {
-        None if value.is_empty() => return Ok(None),
+        None if value.is_empty() => return None,
         Some(before) if *before == value => Origin::Kept,
         _ => Origin::Given,
     };
-    Ok(Some(Param {
-        key: CLUSTER_NAMES.to_string(),
+    Some(Param {
+        key: key.to_string(),
         value,
         origin,
-    }))
+    })
 }
 
 /// What a create-or-update did.
@@ -829,6 +892,15 @@ mod tests {
         assert!(Clusters::new(strings(&["a"]), true).is_ok());
         let e = given(&strings(&["ClusterNames=a,b"]), &template()).unwrap_err();
         assert!(e.to_string().contains("--all-clusters"), "{e}");
+        // A member account's cluster: ACCOUNT/NAME, never the deployment's name.
+        let c = Clusters::new(strings(&["a", "111111111111/m", "222222222222/m"]), false).unwrap();
+        assert_eq!(c.named, ["a"]);
+        assert_eq!(c.members, ["111111111111/m", "222222222222/m"]);
+        assert!(err(&["111111111111/m"], false).contains("cannot name the deployment"));
+        assert!(err(&["a", "1111/m"], false).contains("ACCOUNT/NAME"));
+        assert!(err(&["a", "111111111111/-m"], false).contains("ACCOUNT/NAME"));
+        let e = given(&strings(&["MemberClusters=111111111111/m"]), &template()).unwrap_err();
+        assert!(e.to_string().contains("--cluster"), "{e}");
     }
 
     #[test]

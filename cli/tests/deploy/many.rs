@@ -271,7 +271,7 @@ fn the_rerun_changed_only_cluster_names(
     assert_eq!(as_list(&after["ClusterNames"]), list, "{after:?}");
     let changed: Vec<&String> = after
         .iter()
-        .filter(|(k, v)| before.get(*k) != Some(v))
+        .filter(|(k, v)| before.get(*k).map(|b| as_list(b)) != Some(as_list(v)))
         .map(|(k, _)| k)
         .collect();
     assert_eq!(changed, ["ClusterNames"], "{before:?}\n{after:?}");
@@ -409,4 +409,107 @@ async fn an_unreachable_cluster_fails_after_the_others(two: &Two<'_>, fake_b: &K
         )
         .unwrap();
     assert_eq!(role["rules"].as_array().unwrap().len(), 6, "{role}");
+}
+
+/// A member account's cluster of the organization.
+const MEMBER: &str = "111111111111";
+
+/// `--cluster ACCOUNT/NAME`: a member account's cluster joins the stack's MemberClusters and
+/// both functions' FOREWARN_CLUSTERS; its access entries are made in that account (the EKS fake
+/// tells accounts apart by the caller's key, as moto does), for the member role and its
+/// read-only twin, in the handler's and the sweeper's groups; its manifests are applied through
+/// its own kubeconfig context, whose server is checked against the member's DescribeCluster.
+/// Without an organization, the command refuses before anything changes.
+#[test]
+fn a_member_accounts_cluster_is_deployed_in_that_account() {
+    forewarn_tests::moto::lambda_bootstrap("interruption-handler");
+    forewarn_tests::moto::lambda_bootstrap("pool-sweeper");
+    let server = shared();
+    let endpoint = server.endpoint();
+    runtime().block_on(async {
+        let (a, m) = (unique_name("org-a"), unique_name("org-m"));
+        let member = format!("{MEMBER}/{m}");
+        let (fake_a, fake_m) = (fake().await, fake().await);
+        let eks = EksFake::at(&[(&a, &fake_a.url())])
+            .await
+            .in_accounts(&endpoint);
+        eks.add(&member, &fake_m.url());
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig =
+            kubeconfig_of(&[(&a, &fake_a.url()), (&member, &fake_m.url())], dir.path());
+        let deploy = |extra: &'static [&'static str]| {
+            let mut args = vec!["deploy", "--no-build", "--kube", "--cluster", &a];
+            args.extend(["--cluster", &member]);
+            args.extend(["--parameter", "FunctionArchitecture=x86_64"]);
+            args.extend(extra);
+            let (endpoint, eks, kubeconfig) = (&endpoint, eks.url(), &kubeconfig);
+            async move { forewarn_with(endpoint, Some(&eks), kubeconfig, &args).await }
+        };
+
+        let out = deploy(&[]).await;
+        assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("--cluster {member}: a member account's cluster"))
+                && err.contains("OrganizationId"),
+            "{err}"
+        );
+        assert!(eks.writes().is_empty() && fake_m.writes().is_empty());
+
+        let text = succeeded(&deploy(&["--parameter", "OrganizationId=o-a1b2c3d4e5"]).await);
+        let cfn = Client::new(&server.sdk_config());
+        let stack = format!("forewarn-{a}");
+        let parameters = stack_parameters(&cfn, &stack).await;
+        assert_eq!(
+            as_list(&parameters["MemberClusters"]),
+            member,
+            "{parameters:?}"
+        );
+        let outputs = stack_outputs(&cfn, &stack).await;
+        for key in ["HandlerFunctionName", "SweeperFunctionName"] {
+            let conf = function(&endpoint, &outputs[key]).unwrap();
+            let vars = &conf["Environment"]["Variables"];
+            assert_eq!(vars["FOREWARN_CLUSTERS"], format!("{a},{member}"), "{conf}");
+        }
+        // The member's entries: the member role and its twin, made in the member account.
+        let role = format!("arn:aws:iam::{MEMBER}:role/forewarn-member");
+        let read = format!("{role}-read");
+        assert_eq!(eks.entry(&member, &role).unwrap(), ["forewarn-handler"]);
+        assert_eq!(eks.entry(&member, &read).unwrap(), ["forewarn-sweeper"]);
+        let created: Vec<(String, Option<String>)> = eks
+            .requests()
+            .into_iter()
+            .filter(|r| r.operation == "CreateAccessEntry")
+            .map(|r| (r.account, r.cluster))
+            .collect();
+        assert_eq!(
+            created,
+            vec![(MEMBER.to_string(), Some(m.clone())); 2],
+            "{:?}",
+            eks.requests()
+        );
+        assert!(
+            eks.entry(&a, &role).is_none() && eks.entry(&m, &role).is_none(),
+            "nothing of the member's in this account"
+        );
+        for line in [
+            format!("cluster {member}: {role} in group forewarn-handler: created"),
+            format!("cluster {member}: {read} in group forewarn-sweeper: created"),
+            format!("cluster {member} (kubeconfig context {member}):"),
+        ] {
+            assert!(text.contains(&line), "missing {line:?} in:\n{text}");
+        }
+        for (api_version, kind, namespace, name) in manifest_objects() {
+            let o = fake_m.get(&api_version, &kind, namespace.as_deref(), &name);
+            assert!(o.is_some(), "{kind} {name} is missing in {member}");
+        }
+        // Its endpoint was checked in its own account.
+        assert!(
+            eks.requests()
+                .iter()
+                .any(|r| r.operation == "DescribeCluster" && r.account == MEMBER),
+            "{:?}",
+            eks.requests()
+        );
+    });
 }
