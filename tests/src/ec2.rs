@@ -57,6 +57,9 @@ pub struct Launched {
     pub dns: String,
     pub instance_type: String,
     pub zone: String,
+    /// Its zone's ID in the launching account (`use1-az6`: moto maps `us-east-1a` so), what
+    /// its pool is keyed by.
+    pub zone_id: String,
 }
 
 /// The id of an image moto offers.
@@ -110,5 +113,22 @@ pub async fn launch(
             .to_string(),
         instance_type: what.instance_type.as_str().to_string(),
         zone: what.zone.clone(),
+        zone_id: zone_id(ec2, &what.zone).await?,
     })
+}
+
+/// The ID of zone `name` in the account and region of `ec2` (`DescribeAvailabilityZones`).
+pub async fn zone_id(ec2: &aws_sdk_ec2::Client, name: &str) -> anyhow::Result<String> {
+    let zones = ec2
+        .describe_availability_zones()
+        .zone_names(name)
+        .send()
+        .await
+        .context("DescribeAvailabilityZones on moto")?;
+    zones
+        .availability_zones()
+        .first()
+        .and_then(|z| z.zone_id())
+        .map(str::to_string)
+        .with_context(|| format!("no zone {name}"))
 }

@@ -568,7 +568,11 @@ fn one_account_never_fails_another() {
             .await
             .unwrap();
         assert_eq!(pools.len(), 1, "{pools:#?}");
-        assert_eq!(pools[0].pool.to_string(), "spot#m5.large#us-east-1a");
+        assert_eq!(
+            pools[0].pool.to_string(),
+            format!("spot#m5.large#{}", own.zone_id),
+            "keyed by the zone's ID"
+        );
         assert_eq!(pools[0].interruptions(), 1);
         // Each account asked in its own right: the denial and the refusal were answered by
         // the proxy, the own account's lookup by moto with the own credentials.

@@ -82,6 +82,57 @@ struct Fleet {
     retiring: Launched,
 }
 
+/// The pool table after the batch: the spot pool interrupted twice and unavailable, the
+/// rebalance's pool counted, the on-demand pools recorded; pools keyed by zone ID (moto's, for
+/// the account's zone names).
+async fn assert_the_pool_table(
+    store: &DynamoStore,
+    sdk: &aws_config::SdkConfig,
+) -> (
+    chrono::DateTime<chrono::Utc>,
+    Vec<forewarn::domain::pool::PoolRecord>,
+) {
+    let now = chrono::Utc::now();
+    let pools = store
+        .pools(
+            &PoolQuery {
+                include_available: true,
+                ..PoolQuery::default()
+            },
+            now,
+        )
+        .await
+        .unwrap();
+    let by_key: BTreeMap<String, &forewarn::domain::pool::PoolRecord> =
+        pools.iter().map(|p| (p.pool.to_string(), p)).collect();
+    let ec2 = aws_sdk_ec2::Client::new(sdk);
+    let mut ids = BTreeMap::new();
+    for zone in ["us-east-1a", "us-east-1b", "us-east-1c"] {
+        ids.insert(
+            zone,
+            forewarn_tests::ec2::zone_id(&ec2, zone).await.unwrap(),
+        );
+    }
+    let key = |kind: &str, zone: &str| format!("{kind}#{}", ids[zone]);
+    let hot = by_key[&key("spot#m5.large", "us-east-1a")];
+    assert_eq!(hot.interruptions(), 2);
+    assert!(hot.is_unavailable(now));
+    assert_eq!(
+        by_key[&key("spot#c5.large", "us-east-1b")]
+            .counter(forewarn::domain::event::EventKind::RebalanceRecommendation),
+        1
+    );
+    assert!(
+        !by_key[&key("spot#c5.large", "us-east-1b")].is_unavailable(now),
+        "rebalances only count"
+    );
+    assert!(by_key.contains_key(&key("on-demand#t3.large", "us-east-1c")));
+    assert!(by_key.contains_key(&key("on-demand#m5.xlarge", "us-east-1a")));
+    let unavailable = store.pools(&PoolQuery::default(), now).await.unwrap();
+    assert_eq!(unavailable.len(), 1, "only the spot pool is unavailable");
+    (now, pools)
+}
+
 #[test]
 fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
     runtime().block_on(async {
@@ -172,18 +223,7 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
         assert!(peek_bodies(&sqs, &queue_url).await.unwrap().is_empty());
 
         // The pool table.
-        let now = chrono::Utc::now();
-        let pools = store.pools(&PoolQuery { include_available: true, ..PoolQuery::default() }, now).await.unwrap();
-        let by_key: BTreeMap<String, &forewarn::domain::pool::PoolRecord> = pools.iter().map(|p| (p.pool.to_string(), p)).collect();
-        let hot = by_key["spot#m5.large#us-east-1a"];
-        assert_eq!(hot.interruptions(), 2);
-        assert!(hot.is_unavailable(now));
-        assert_eq!(by_key["spot#c5.large#us-east-1b"].counter(forewarn::domain::event::EventKind::RebalanceRecommendation), 1);
-        assert!(!by_key["spot#c5.large#us-east-1b"].is_unavailable(now), "rebalances only count");
-        assert!(by_key.contains_key("on-demand#t3.large#us-east-1c"));
-        assert!(by_key.contains_key("on-demand#m5.xlarge#us-east-1a"));
-        let unavailable = store.pools(&PoolQuery::default(), now).await.unwrap();
-        assert_eq!(unavailable.len(), 1, "only the spot pool is unavailable");
+        let (now, pools) = assert_the_pool_table(store.as_ref(), &sdk).await;
 
         // The cluster.
         assert_cluster_acted_on(&fake, &fleet);

@@ -2099,7 +2099,8 @@ fn the_member_role_trusts_the_central_functions_only_and_grants_what_they_call()
                     "Action": "eks:DescribeCluster", "Resource": arns}])
         };
         let mut read_only = vec![json!({"Sid": "DescribeInstances", "Effect": "Allow",
-            "Action": ["ec2:DescribeInstances", "ec2:DescribeInstanceStatus"], "Resource": "*"})];
+            "Action": ["ec2:DescribeInstances", "ec2:DescribeInstanceStatus",
+                       "ec2:DescribeAvailabilityZones"], "Resource": "*"})];
         read_only.extend(clusters.as_array().unwrap().iter().cloned());
         assert_eq!(
             inline_policy(&read, "forewarn-member-read-only")["Statement"],
@@ -2117,6 +2118,7 @@ fn the_member_role_trusts_the_central_functions_only_and_grants_what_they_call()
         let mut expected = vec![
             "autoscaling:CompleteLifecycleAction",
             "autoscaling:RecordLifecycleActionHeartbeat",
+            "ec2:DescribeAvailabilityZones",
             "ec2:DescribeInstances",
             "eks:DescribeCluster",
             "elasticloadbalancing:DeregisterTargets",
@@ -2125,7 +2127,7 @@ fn the_member_role_trusts_the_central_functions_only_and_grants_what_they_call()
             "elasticloadbalancing:DescribeTargetHealth",
         ];
         if names == "*" {
-            expected.insert(4, "eks:ListClusters");
+            expected.insert(5, "eks:ListClusters");
         }
         assert_eq!(granted.into_iter().collect::<Vec<_>>(), expected, "{names}");
         assert_eq!(
@@ -2175,7 +2177,8 @@ fn the_member_role_trusts_the_central_functions_only_and_grants_what_they_call()
         assert_eq!(
             read["Statement"][0],
             json!({"Sid": "DescribeInstances", "Effect": "Allow",
-                    "Action": "ec2:DescribeInstances", "Resource": "*"})
+                    "Action": ["ec2:DescribeInstances", "ec2:DescribeAvailabilityZones"],
+                    "Resource": "*"})
         );
         assert_deregistration_limited(&read, names);
     }

@@ -385,7 +385,8 @@ async fn assert_this_clusters_groups_described(
     let find = |n: &str| mine.iter().find(|g| g.name == n).unwrap();
     assert_eq!(find(mixed).capacity_type, CapacityType::Spot);
     assert_eq!(find(mixed).instance_types, vec!["m5.large", "m5a.large"]);
-    assert_eq!(find(mixed).zones, vec!["us-east-1a", "us-east-1b"]);
+    // By zone ID (moto maps us-east-1a to use1-az6, us-east-1b to use1-az1), as pools are.
+    assert_eq!(find(mixed).zones, vec!["use1-az1", "use1-az6"]);
     assert_eq!(
         find(single).capacity_type,
         CapacityType::Spot,

@@ -1216,6 +1216,7 @@ fn seed(
                 instance_id: id.clone(),
                 instance_type: Some(["m5.large", "c5.large", "r5.large"][n % 3].to_string()),
                 zone: Some(zone.to_string()),
+                zone_id: None,
                 capacity_type: Some(CapacityType::Spot),
                 private_dns: Some(name.clone()),
                 state: Some("running".into()),

@@ -310,6 +310,13 @@ impl NodeGroupSource for AsgNodeGroups {
                 _ => break,
             }
         }
+        // The account's zone IDs: the groups' pools are keyed by them, as the instances' are.
+        match crate::adapters::ec2::zone_ids_of(&self.ec2).await {
+            Ok(ids) => groups.iter_mut().for_each(|g| g.zone_ids.clone_from(&ids)),
+            Err(e) => {
+                tracing::warn!(error = %e, "the zone IDs could not be read: node groups' pools keyed by zone name");
+            }
+        }
         Ok(groups)
     }
 }

@@ -10,7 +10,11 @@ use aws_sdk_ec2::types::{Filter, Instance};
 use crate::adapters::accounts::{Accounts, PerPlace};
 use crate::adapters::aws::{AwsError, failure_kind};
 use crate::adapters::snapshot::capacity_type_of;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
 use crate::domain::facts::InstanceFacts;
+use crate::domain::pool::ZoneIds;
 use crate::domain::status::{InstanceStatus, ScheduledEvent};
 use crate::ports::{DirectoryError, FailureKind, InstanceDirectory, Place};
 
@@ -23,6 +27,8 @@ const FILTER_VALUES_MAX: usize = 200;
 pub struct Ec2Directory {
     client: Client,
     places: PerPlace<Client>,
+    /// Each place's zone IDs by zone name (`DescribeAvailabilityZones`), read once per place.
+    zones: Arc<Mutex<HashMap<Place, ZoneIds>>>,
 }
 
 impl Ec2Directory {
@@ -30,6 +36,7 @@ impl Ec2Directory {
         Ec2Directory {
             places: PerPlace::single(client.clone(), Client::new),
             client,
+            zones: Arc::default(),
         }
     }
 
@@ -66,6 +73,10 @@ pub fn facts_of(instance: &Instance) -> Option<InstanceFacts> {
         zone: instance
             .placement()
             .and_then(|p| p.availability_zone())
+            .map(str::to_string),
+        zone_id: instance
+            .placement()
+            .and_then(|p| p.availability_zone_id())
             .map(str::to_string),
         capacity_type: Some(capacity_type_of(
             instance.instance_lifecycle().map(|l| l.as_str()),
@@ -129,7 +140,10 @@ impl InstanceDirectory for Ec2Directory {
         &self,
         instance_ids: &[String],
     ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
-        describe_with(&self.client, instance_ids).await
+        let mut found = describe_with(&self.client, instance_ids).await?;
+        self.with_zone_ids(&Place::default(), &self.client, found.values_mut())
+            .await;
+        Ok(found)
     }
 
     /// In the account and region of `place`: the own client for the own ones, else one on a
@@ -143,13 +157,57 @@ impl InstanceDirectory for Ec2Directory {
     ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
         const CALL: &str = "ec2:DescribeInstances";
         let client = self.client_at(place, CALL).await?;
-        describe_with(&client, instance_ids)
+        let mut found = describe_with(&client, instance_ids)
             .await
-            .map_err(|e| self.said(place, CALL, e))
+            .map_err(|e| self.said(place, CALL, e))?;
+        self.with_zone_ids(place, &client, found.values_mut()).await;
+        Ok(found)
     }
 }
 
 impl Ec2Directory {
+    /// Gives `instances` (of `place`, described through `client`) the zone IDs EC2 did not:
+    /// from that account's `DescribeAvailabilityZones`, read once per place. When it cannot be
+    /// read, they keep none (their pools are keyed by zone name), logged.
+    async fn with_zone_ids<'a>(
+        &self,
+        place: &Place,
+        client: &Client,
+        instances: impl IntoIterator<Item = &'a mut InstanceFacts>,
+    ) {
+        let missing: Vec<&mut InstanceFacts> = instances
+            .into_iter()
+            .filter(|i| i.zone_id.is_none() && i.zone.is_some())
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        let known = self.zone_map(place);
+        let ids = match known {
+            Some(ids) => ids,
+            None => match zone_ids_of(client).await {
+                Ok(ids) => {
+                    let mut zones = self.zones.lock().unwrap_or_else(PoisonError::into_inner);
+                    zones.insert(place.clone(), ids.clone());
+                    ids
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, account = ?place.account, region = ?place.region, "the zone IDs could not be read: pools keyed by zone name");
+                    return;
+                }
+            },
+        };
+        for instance in missing {
+            let zone = instance.zone.as_deref().unwrap_or_default();
+            instance.zone_id = ids.get(zone).cloned();
+        }
+    }
+
+    fn zone_map(&self, place: &Place) -> Option<ZoneIds> {
+        let zones = self.zones.lock().unwrap_or_else(PoisonError::into_inner);
+        zones.get(place).cloned()
+    }
+
     /// The client of `place` for `call`: the own client for the own account and region, else
     /// one on a member account's role ([`Accounts`]); a place that cannot be served fails,
     /// naming it (see [`InstanceDirectory::describe_at`]).
@@ -171,6 +229,22 @@ impl Ec2Directory {
             None => error,
         }
     }
+}
+
+/// The zone IDs of the account and region of `client`, by zone name (every zone, opted in or
+/// not: an instance may be in a Local Zone).
+pub async fn zone_ids_of(client: &Client) -> Result<ZoneIds, DirectoryError> {
+    let out = client
+        .describe_availability_zones()
+        .all_availability_zones(true)
+        .send()
+        .await
+        .map_err(|e| page_error("ec2:DescribeAvailabilityZones", e))?;
+    Ok(out
+        .availability_zones()
+        .iter()
+        .filter_map(|z| Some((z.zone_name()?.to_string(), z.zone_id()?.to_string())))
+        .collect())
 }
 
 /// [`InstanceDirectory::describe`] through `client`: one query per 200 ids.
@@ -258,6 +332,7 @@ impl crate::ports::LeavingInstances for Ec2Directory {
                 found.insert(facts.instance_id.clone(), facts);
             }
         }
+        self.with_zone_ids(place, &client, found.values_mut()).await;
         Ok(found.into_values().collect())
     }
 

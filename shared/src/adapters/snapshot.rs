@@ -121,6 +121,8 @@ impl NetworkInterface {
 #[serde(rename_all = "PascalCase")]
 struct Placement {
     availability_zone: Option<String>,
+    /// Given by EC2 where it knows it (`use1-az1`).
+    availability_zone_id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -178,7 +180,11 @@ pub fn instances_from_describe(
                     i.capacity_reservation_id.as_deref(),
                 )),
                 instance_type: i.instance_type,
-                zone: i.placement.and_then(|p| p.availability_zone),
+                zone: i
+                    .placement
+                    .as_ref()
+                    .and_then(|p| p.availability_zone.clone()),
+                zone_id: i.placement.and_then(|p| p.availability_zone_id),
                 private_dns: i.private_dns_name.filter(|d| !d.is_empty()),
                 state: i.state.and_then(|s| s.name),
                 state_reason: i.state_reason.and_then(|s| s.code),
@@ -434,6 +440,8 @@ pub fn groups_from_describe(
             name: g.auto_scaling_group_name,
             tags: g.tags.into_iter().map(|t| (t.key, t.value)).collect(),
             zones: g.availability_zones,
+            // A capture says no zone ID: its pools are keyed by zone name.
+            zone_ids: Default::default(),
             template_instance_type: g.instances.into_iter().find_map(|i| i.instance_type),
             template_spot: None,
             override_types: g

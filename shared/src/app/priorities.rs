@@ -137,18 +137,27 @@ impl Priorities<'_> {
                 change: Change::NoBase,
             });
         }
-        let groups: Vec<NodeGroup> = self
+        let described = self
             .groups
             .describe()
             .await
-            .map_err(PriorityRunError::Groups)?
+            .map_err(PriorityRunError::Groups)?;
+        let groups: Vec<NodeGroup> = described
             .iter()
             .filter_map(|asg| node_group(asg, self.cluster))
             .collect();
         for g in groups.iter().filter(|g| g.instance_types.is_empty()) {
             tracing::warn!(group = %g.name, "node group without a known instance type: never demoted");
         }
-        let records = self.store.pools(&PoolQuery::default(), now).await?;
+        // Records written before pools were keyed by zone ID read as their zone's ID.
+        let ids: crate::domain::pool::ZoneIds = described
+            .iter()
+            .flat_map(|asg| asg.zone_ids.clone())
+            .collect();
+        let mut records = self.store.pools(&PoolQuery::default(), now).await?;
+        for record in &mut records {
+            record.pool = record.pool.by_zone_id(&ids);
+        }
         let hot = hot_groups(&groups, &records, self.settings.hot_share, now);
         let (map, demotion) = demote(&base, &groups, &hot);
         for g in &demotion.unranked {

@@ -108,13 +108,17 @@ impl WayBack<'_> {
         if candidates.is_empty() {
             return Ok(refused);
         }
-        let unavailable: BTreeMap<PoolKey, DateTime<Utc>> = self
-            .store
-            .pools(&PoolQuery::default(), now)
-            .await?
-            .into_iter()
-            .filter_map(|p| Some((p.pool, p.unavailable_until?)))
-            .collect();
+        // Records written before pools were keyed by zone ID read as their zone's ID.
+        let ids = crate::domain::facts::zone_ids(instances.values());
+        let mut unavailable: BTreeMap<PoolKey, DateTime<Utc>> = BTreeMap::new();
+        for record in self.store.pools(&PoolQuery::default(), now).await? {
+            if let Some(until) = record.unavailable_until {
+                let latest = unavailable
+                    .entry(record.pool.by_zone_id(&ids))
+                    .or_insert(until);
+                *latest = (*latest).max(until);
+            }
+        }
         let mut reports = refused;
         for undo in candidates {
             let kept = instances

@@ -18,7 +18,13 @@ pub const EKS_CLUSTER_TAGS: [&str; 2] = ["aws:eks:cluster-name", "eks:cluster-na
 pub struct InstanceFacts {
     pub instance_id: String,
     pub instance_type: Option<String>,
+    /// Its availability zone's name (`us-east-1a`): the account's own name, which maps to a
+    /// different physical zone in each account.
     pub zone: Option<String>,
+    /// Its availability zone's ID (`use1-az1`): the same physical zone in every account, what
+    /// pools are keyed by. `None` where it is not known (a capture without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone_id: Option<String>,
     pub capacity_type: Option<CapacityType>,
     pub private_dns: Option<String>,
     /// The instance state name (`running`, `stopped`, ...).
@@ -57,14 +63,32 @@ impl InstanceFacts {
         names
     }
 
-    /// The pool the instance lives in, when type and zone are known.
+    /// The pool the instance lives in, when type and zone are known: by its zone's ID (the same
+    /// physical zone in every account), else its zone's name.
     pub fn pool(&self) -> Option<crate::domain::pool::PoolKey> {
         Some(crate::domain::pool::PoolKey::new(
             self.capacity_type?,
             self.instance_type.as_deref()?,
-            self.zone.as_deref()?,
+            self.pool_zone()?,
         ))
     }
+
+    /// The zone its pools are keyed by: its zone's ID, else its zone's name.
+    pub fn pool_zone(&self) -> Option<&str> {
+        self.zone_id.as_deref().or(self.zone.as_deref())
+    }
+}
+
+/// The zone IDs `instances` tell, by zone name: the account's own names of the zones they know
+/// the IDs of (what reads pools written before they were keyed by zone ID; see
+/// [`crate::domain::pool::PoolKey::by_zone_id`]).
+pub fn zone_ids<'a>(
+    instances: impl IntoIterator<Item = &'a InstanceFacts>,
+) -> crate::domain::pool::ZoneIds {
+    instances
+        .into_iter()
+        .filter_map(|i| Some((i.zone.clone()?, i.zone_id.clone()?)))
+        .collect()
 }
 
 /// Who owns a node: deleting the owner lets its controller drain and replace it.

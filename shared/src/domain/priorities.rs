@@ -144,6 +144,7 @@ pub struct NodeGroup {
     pub name: String,
     pub capacity_type: CapacityType,
     pub instance_types: Vec<String>,
+    /// Its zones: their IDs where known, else their names (as its pools are keyed).
     pub zones: Vec<String>,
 }
 
@@ -167,7 +168,11 @@ impl NodeGroup {
 pub struct AsgDescription {
     pub name: String,
     pub tags: BTreeMap<String, String>,
+    /// Its zones, by name.
     pub zones: Vec<String>,
+    /// The account's zone IDs by zone name, where known: its node group's pools are keyed by
+    /// zone ID, as the instances' are.
+    pub zone_ids: crate::domain::pool::ZoneIds,
     /// The launch template's (or launch configuration's) instance type, when known.
     pub template_instance_type: Option<String>,
     /// Whether the launch template asks for spot (`InstanceMarketOptions.MarketType = spot`),
@@ -204,7 +209,11 @@ pub fn node_group(asg: &AsgDescription, cluster: &str) -> Option<NodeGroup> {
     };
     instance_types.sort();
     instance_types.dedup();
-    let mut zones = asg.zones.clone();
+    let mut zones: Vec<String> = asg
+        .zones
+        .iter()
+        .map(|z| asg.zone_ids.get(z).unwrap_or(z).clone())
+        .collect();
     zones.sort();
     zones.dedup();
     Some(NodeGroup {

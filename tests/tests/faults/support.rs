@@ -341,7 +341,7 @@ impl World {
     }
 
     pub(crate) fn pool_key(&self, i: &Instance) -> String {
-        format!("spot#{}#{}", i.instance_type, i.zone)
+        format!("spot#{}#{}", i.instance_type, i.zone_id)
     }
 
     /// Successful cordons (writes setting `unschedulable`) of each node.

@@ -259,17 +259,33 @@ impl Pipeline<'_> {
         {
             let now = self.clock.now();
             let since = policy.adaptive.since(now);
-            // Only the pools of the batch's recommendations: one query each.
-            let pools: Vec<PoolKey> = wanted
+            // Only the pools of the batch's recommendations: one query each, and one for each
+            // pool's key by zone name, which records written before pools were keyed by zone
+            // ID have (read as the zone's ID).
+            let instances: Vec<&InstanceFacts> = wanted
                 .iter()
                 .filter(|e| e.kind == EventKind::RebalanceRecommendation)
                 .flat_map(|e| e.instance_ids.iter())
                 .filter_map(|id| described.found.get(id))
-                .filter_map(InstanceFacts::pool)
+                .collect();
+            let ids = crate::domain::facts::zone_ids(instances.iter().copied());
+            let by_name = instances.iter().filter(|i| i.zone_id.is_some()).map(|i| {
+                let zone = i.zone.as_deref().unwrap_or_default();
+                i.pool()
+                    .map(|p| PoolKey::new(p.capacity_type, &p.instance_type, zone))
+            });
+            let pools: Vec<PoolKey> = instances
+                .iter()
+                .map(|i| i.pool())
+                .chain(by_name)
+                .flatten()
                 .collect::<BTreeSet<_>>()
                 .into_iter()
                 .collect();
-            let history = self.store.history_of(&pools, since, now).await?;
+            let mut history = self.store.history_of(&pools, since, now).await?;
+            for entry in &mut history {
+                entry.pool = entry.pool.by_zone_id(&ids);
+            }
             crate::domain::policy::adaptive::followed(&history, policy.adaptive.window, since, now)
         } else {
             BTreeMap::new()
@@ -816,49 +832,46 @@ mod tests {
         p.process_with(&records(batch, clock), limits).await
     }
 
-    /// `adaptive` on the hot path: the batch reads its recommendations' pools' history from the
-    /// store and drains where recommendations were followed by interruptions.
-    #[tokio::test]
-    async fn adaptive_reads_the_pools_history_and_drains_a_hot_pool() {
+    /// A batch's rebalance recommendation for instance A, whose zone's ID is `zone_id` (`None`:
+    /// not known), after five recommendations each followed by an interruption in A's pool,
+    /// recorded with the zone `zone_of(n)` (a zone ID, or the zone's name as records were
+    /// written before pools were keyed by zone ID): what was decided, and why.
+    async fn adaptive_after_five_followed(
+        zone_id: Option<&str>,
+        zone_of: fn(i64) -> &'static str,
+    ) -> (crate::domain::config::Action, String) {
         use crate::domain::pool::{PoolMark, PoolUpdate};
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(dir.path()).unwrap();
         let clock = clock();
-        let hot = PoolKey::new(CapacityType::Spot, "m5.large", "us-east-1a");
         let update =
-            |id: String, kind: EventKind, at: DateTime<Utc>, instance: String| PoolUpdate {
+            |id: String, kind: EventKind, at: DateTime<Utc>, instance: String, zone| PoolUpdate {
                 event_id: id,
                 kind,
                 event_time: at,
                 region: None,
                 reason: kind.to_string(),
                 marks: vec![PoolMark {
-                    pool: hot.clone(),
+                    pool: PoolKey::new(CapacityType::Spot, "m5.large", zone),
                     instance_id: instance,
                     unavailable_until: None,
                 }],
                 recorded_at: at,
                 also_keys: Vec::new(),
             };
-        let mut updates = Vec::new();
         for n in 0..5 {
             let at = clock.now() - chrono::Duration::days(n + 1);
             let instance = format!("i-0a1b2c3d4e5f700{n}0");
-            updates.push(update(
-                format!("r{n}"),
-                EventKind::RebalanceRecommendation,
-                at,
-                instance.clone(),
-            ));
-            updates.push(update(
-                format!("s{n}"),
-                EventKind::SpotInterruption,
-                at + chrono::Duration::minutes(5),
-                instance,
-            ));
-        }
-        for u in &updates {
-            store.apply(u).await.unwrap();
+            let zone = zone_of(n);
+            let rebalance = EventKind::RebalanceRecommendation;
+            let spot = EventKind::SpotInterruption;
+            let later = at + chrono::Duration::minutes(5);
+            for u in [
+                update(format!("r{n}"), rebalance, at, instance.clone(), zone),
+                update(format!("s{n}"), spot, later, instance, zone),
+            ] {
+                store.apply(&u).await.unwrap();
+            }
         }
         let config = Config {
             policy: crate::domain::policy::Policy::parse(
@@ -868,16 +881,55 @@ mod tests {
             ..Config::default()
         };
         let exec = Recorder::default();
+        let (mut instances, nodes) = world();
+        if let Some(facts) = instances.0.get_mut(A) {
+            facts.zone_id = zone_id.map(str::to_string);
+        }
+        let p = Pipeline {
+            passes: &Passes::in_process(PASS_INTERVAL),
+            clock: &clock,
+            traffic: None,
+            mode: Mode::Act,
+            config: &config,
+            store: &store,
+            instances: &instances,
+            nodes: &nodes,
+            executor: Some(&exec),
+        };
         let rebalance = json!({"id": "rb", "source": "aws.ec2",
             "detail-type": crate::domain::event::DT_REBALANCE, "time": "2026-11-20T10:00:00Z",
             "detail": {"instance-id": A}});
-        let reports = run_with(&config, &store, &exec, rebalance, Limits::default(), &clock).await;
+        let reports = p
+            .process_with(&records(rebalance, &clock), Limits::default())
+            .await;
         let action = &reports[0].actions[0];
-        assert_eq!(action.action, crate::domain::config::Action::CordonDrain);
-        assert!(
-            action.reason.contains("5 of 5 recommendations"),
-            "{}",
-            action.reason
+        (action.action, action.reason.clone())
+    }
+
+    /// `adaptive` on the hot path: the batch reads its recommendations' pools' history from the
+    /// store and drains where recommendations were followed by interruptions.
+    #[tokio::test]
+    async fn adaptive_reads_the_pools_history_and_drains_a_hot_pool() {
+        let (action, reason) = adaptive_after_five_followed(None, |_| "us-east-1a").await;
+        assert_eq!(action, crate::domain::config::Action::CordonDrain);
+        assert!(reason.contains("5 of 5 recommendations"), "{reason}");
+    }
+
+    /// Pools are keyed by zone ID; records written before, by the account's zone name, are read
+    /// as their zone's ID: history of both kinds counts for the same pool. Another zone's ID
+    /// (another physical zone, whatever its name in another account) does not.
+    #[tokio::test]
+    async fn adaptive_reads_records_by_zone_name_as_their_zone_id() {
+        let mixed = |n: i64| if n % 2 == 0 { "use1-az6" } else { "us-east-1a" };
+        let (action, reason) = adaptive_after_five_followed(Some("use1-az6"), mixed).await;
+        assert_eq!(action, crate::domain::config::Action::CordonDrain);
+        assert!(reason.contains("5 of 5 recommendations"), "{reason}");
+        let elsewhere = |_| "use1-az1";
+        let (action, reason) = adaptive_after_five_followed(Some("use1-az6"), elsewhere).await;
+        assert_ne!(
+            action,
+            crate::domain::config::Action::CordonDrain,
+            "{reason}"
         );
     }
 

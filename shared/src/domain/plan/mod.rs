@@ -287,7 +287,7 @@ fn pool_mark(
     let pool = PoolKey::new(
         capacity_type,
         instance.instance_type.as_deref()?,
-        instance.zone.as_deref()?,
+        instance.pool_zone()?,
     );
     let unavailable_until = config
         .unavailable_kinds
