@@ -109,6 +109,7 @@ pub async fn run(
     let cluster_services = services.handler.fleet.cluster(None).await?;
     let run = Priorities {
         cluster: &cluster,
+        place: Default::default(),
         groups: groups.as_ref(),
         store: services.handler.store.as_ref(),
         expander: cluster_services.expander.as_deref(),

@@ -764,6 +764,14 @@ pub trait NodeGroupSource: Send + Sync {
     /// Every Auto Scaling group it knows (the caller picks this cluster's), with the instance
     /// type and market type of their launch templates resolved where it can.
     async fn describe(&self) -> Result<Vec<AsgDescription>, DirectoryError>;
+
+    /// [`NodeGroupSource::describe`] in the account and region of `place` (a cluster's: a
+    /// member account's groups through its role); a source of one place (a capture) answers as
+    /// `describe`.
+    async fn describe_at(&self, place: &Place) -> Result<Vec<AsgDescription>, DirectoryError> {
+        let _ = place;
+        self.describe().await
+    }
 }
 
 /// The expander ConfigMap as read, with its resourceVersion.

@@ -2100,7 +2100,8 @@ fn the_member_role_trusts_the_central_functions_only_and_grants_what_they_call()
         };
         let mut read_only = vec![json!({"Sid": "DescribeInstances", "Effect": "Allow",
             "Action": ["ec2:DescribeInstances", "ec2:DescribeInstanceStatus",
-                       "ec2:DescribeAvailabilityZones"], "Resource": "*"})];
+                       "ec2:DescribeAvailabilityZones", "autoscaling:DescribeAutoScalingGroups",
+                       "ec2:DescribeLaunchTemplateVersions"], "Resource": "*"})];
         read_only.extend(clusters.as_array().unwrap().iter().cloned());
         assert_eq!(
             inline_policy(&read, "forewarn-member-read-only")["Statement"],

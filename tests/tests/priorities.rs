@@ -234,6 +234,7 @@ fn prio<'a>(
 ) -> Priorities<'a> {
     Priorities {
         cluster,
+        place: Default::default(),
         groups,
         store,
         expander: Some(expander),
@@ -507,5 +508,41 @@ fn the_sweeper_never_creates_the_expander_configmap() {
             "the sweeper never creates: {:?}",
             fake.requests()
         );
+    });
+}
+
+/// A member account's cluster's node groups are described in that account, through the member
+/// role the sweeper assumes there (moto keys groups by the credentials' account): the member's
+/// groups, never the own account's; the own account's groups in the own account only.
+#[test]
+fn a_member_clusters_node_groups_are_described_in_its_account() {
+    use forewarn::adapters::accounts::{AccountSettings, Accounts};
+    use forewarn::ports::Place;
+    const MEMBER: &str = "111111111111";
+    runtime().block_on(async {
+        let base = shared().sdk_config();
+        let settings = AccountSettings {
+            own: Some("123456789012".into()),
+            member_role: Some("forewarn-member-read".into()),
+            served: [MEMBER.to_string()].into(),
+        };
+        let accounts = Accounts::new(&base, settings);
+        let member = Place::of(MEMBER, "us-east-1");
+        let member_sdk = accounts.config_for(&member).await.unwrap();
+        let (theirs, ours) = (unique_name("member-ng"), unique_name("own-ng"));
+        let member_groups = groups(&member_sdk, &theirs).await;
+        let own_groups = groups(&base, &ours).await;
+        let source = AsgNodeGroups::new(&base).with_accounts(accounts);
+        let names = |described: Vec<forewarn::domain::priorities::AsgDescription>| {
+            described.into_iter().map(|g| g.name).collect::<Vec<_>>()
+        };
+        let in_member = names(source.describe_at(&member).await.unwrap());
+        let in_own = names(source.describe_at(&Place::default()).await.unwrap());
+        for g in &member_groups {
+            assert!(in_member.contains(g) && !in_own.contains(g), "{g}");
+        }
+        for g in &own_groups {
+            assert!(in_own.contains(g) && !in_member.contains(g), "{g}");
+        }
     });
 }

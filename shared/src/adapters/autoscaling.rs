@@ -8,7 +8,7 @@ use aws_config::SdkConfig;
 use aws_sdk_autoscaling::config::http::HttpResponse;
 use aws_sdk_autoscaling::error::ProvideErrorMetadata;
 
-use super::accounts::{AccountError, Accounts, PerPlace};
+use super::accounts::{AccountError, Accounts, PerPlace, Target};
 use super::aws::{AwsError, aws_error_text, failure_kind};
 use crate::domain::event::LifecycleAction;
 use crate::domain::priorities::AsgDescription;
@@ -170,6 +170,8 @@ where
 pub struct AsgNodeGroups {
     autoscaling: aws_sdk_autoscaling::Client,
     ec2: aws_sdk_ec2::Client,
+    /// The other accounts' and regions' configurations (their roles), when given.
+    accounts: Option<Accounts>,
 }
 
 impl AsgNodeGroups {
@@ -177,7 +179,14 @@ impl AsgNodeGroups {
         AsgNodeGroups {
             autoscaling: aws_sdk_autoscaling::Client::new(sdk),
             ec2: aws_sdk_ec2::Client::new(sdk),
+            accounts: None,
         }
+    }
+
+    /// Describes the groups of other accounts and regions through `accounts`.
+    pub fn with_accounts(mut self, accounts: Accounts) -> AsgNodeGroups {
+        self.accounts = Some(accounts);
+        self
     }
 }
 
@@ -238,6 +247,25 @@ impl AsgNodeGroups {
 
 #[async_trait]
 impl NodeGroupSource for AsgNodeGroups {
+    /// In the own account and region; another place's through its configuration in
+    /// [`Accounts`] (a member account's read-only role), refused as [`Accounts`] refuses it.
+    async fn describe_at(&self, place: &Place) -> Result<Vec<AsgDescription>, DirectoryError> {
+        let Some(accounts) = &self.accounts else {
+            return self.describe().await;
+        };
+        if matches!(accounts.target(place), Ok(Target::Own { region: None })) {
+            return self.describe().await;
+        }
+        let config = accounts.config_for(place).await.map_err(|e| {
+            let kind = e.kind();
+            match e.not_served() {
+                Some(not_served) => DirectoryError::new("autoscaling", kind, not_served),
+                None => DirectoryError::new("autoscaling", kind, e),
+            }
+        })?;
+        AsgNodeGroups::new(&config).describe().await
+    }
+
     async fn describe(&self) -> Result<Vec<AsgDescription>, DirectoryError> {
         let mut groups = Vec::new();
         let mut templates: std::collections::BTreeMap<TemplateRef, (Option<String>, Option<bool>)> =

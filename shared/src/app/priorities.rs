@@ -43,6 +43,8 @@ pub enum BaseSource {
 /// One run's inputs.
 pub struct Priorities<'a> {
     pub cluster: &'a str,
+    /// The cluster's account and region: where its node groups are described.
+    pub place: crate::domain::clusters::Place,
     pub groups: &'a dyn NodeGroupSource,
     pub store: &'a dyn PoolStore,
     /// The cluster's ConfigMaps; `None`: compute and show only.
@@ -139,7 +141,7 @@ impl Priorities<'_> {
         }
         let described = self
             .groups
-            .describe()
+            .describe_at(&self.place)
             .await
             .map_err(PriorityRunError::Groups)?;
         let groups: Vec<NodeGroup> = described

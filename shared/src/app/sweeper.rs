@@ -348,17 +348,11 @@ impl ClusterSweep<'_> {
             .cluster_name
             .as_deref()
             .ok_or(SweepError::NoCluster)?;
-        if self.place != self.sweeper.own() {
-            // Its node groups are another account's (or region's), and the pools' zone names
-            // the own account's: nothing to rank them by yet.
-            tracing::info!(
-                cluster = self.name.as_deref(),
-                "the priority expander of a cluster of another account or region is left alone"
-            );
-            return Ok(None);
-        }
+        // Its node groups are described in its own account and region; pools are keyed by
+        // zone ID, the same physical zones in every account.
         let run = Priorities {
             cluster,
+            place: self.place.clone(),
             groups: p.groups.as_ref(),
             store: h.store.as_ref(),
             expander: Some(expander.as_ref()),

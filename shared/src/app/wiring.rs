@@ -163,9 +163,11 @@ pub async fn services_on(
                 as Arc<dyn LeavingInstances>
         }),
         region: sdk.as_ref().and_then(|s| s.region()).map(|r| r.to_string()),
-        node_groups: sdk
-            .as_ref()
-            .map(|sdk| Arc::new(AsgNodeGroups::new(sdk)) as Arc<dyn NodeGroupSource>),
+        // Each cluster's in its own account and region.
+        node_groups: sdk.as_ref().map(|sdk| {
+            Arc::new(AsgNodeGroups::new(sdk).with_accounts(accounts(settings, sdk)))
+                as Arc<dyn NodeGroupSource>
+        }),
     })
 }
 
