@@ -192,6 +192,18 @@ impl AccountError {
     }
 }
 
+impl AccountError {
+    /// What a lookup of `service` in the place answers: the account not served
+    /// ([`NotServed`] as its source, so that its events are acknowledged), else this error.
+    pub fn for_lookup(self, service: &'static str) -> crate::ports::DirectoryError {
+        let kind = self.kind();
+        match self.not_served() {
+            Some(not_served) => crate::ports::DirectoryError::new(service, kind, not_served),
+            None => crate::ports::DirectoryError::new(service, kind, self),
+        }
+    }
+}
+
 /// The STS error code of a role that cannot be assumed: it does not exist, or its trust policy
 /// does not admit the caller (STS says the same of both).
 const ROLE_REFUSED: &str = "AccessDenied";

@@ -256,13 +256,10 @@ impl NodeGroupSource for AsgNodeGroups {
         if matches!(accounts.target(place), Ok(Target::Own { region: None })) {
             return self.describe().await;
         }
-        let config = accounts.config_for(place).await.map_err(|e| {
-            let kind = e.kind();
-            match e.not_served() {
-                Some(not_served) => DirectoryError::new("autoscaling", kind, not_served),
-                None => DirectoryError::new("autoscaling", kind, e),
-            }
-        })?;
+        let config = accounts
+            .config_for(place)
+            .await
+            .map_err(|e| e.for_lookup("autoscaling"))?;
         AsgNodeGroups::new(&config).describe().await
     }
 

@@ -215,10 +215,7 @@ impl Ec2Directory {
         self.places
             .client(place)
             .await
-            .map_err(|e| match e.not_served() {
-                Some(not_served) => DirectoryError::new(call, e.kind(), not_served),
-                None => DirectoryError::new(call, e.kind(), e),
-            })
+            .map_err(|e| e.for_lookup(call))
     }
 
     /// `error`, an answer of `place`'s client to `call`: a refused role says the account is

@@ -200,10 +200,7 @@ async fn fleet(
     clock: &Arc<dyn Clock>,
     store: &Arc<dyn PoolStore>,
 ) -> Result<Fleet, SetupError> {
-    let own = Place {
-        account: settings.accounts.own.clone(),
-        region: sdk.and_then(|s| s.region()).map(|r| r.to_string()),
-    };
+    let own = own_place(settings, sdk);
     let lone = settings.clusters.lone();
     let lone_id = lone.flatten().cloned();
     let (access, sdk) = match (&settings.cluster, sdk) {
@@ -324,11 +321,9 @@ impl LiveClusters {
 #[async_trait::async_trait]
 impl Connector for LiveClusters {
     async fn connect(&self, id: &ClusterId) -> Result<Cluster, Unreachable> {
-        let own = Place {
-            account: self.settings.accounts.own.clone(),
-            region: self.sdk.region().map(|r| r.to_string()),
-        };
-        let access = self.settings.access_of(id, &own);
+        let access = self
+            .settings
+            .access_of(id, &own_place(&self.settings, Some(&self.sdk)));
         self.build(Some(id.clone()), &access)
             .await
             .map_err(|e| Unreachable {
@@ -336,6 +331,15 @@ impl Connector for LiveClusters {
                 kind: e.kind(),
                 source: Box::new(e),
             })
+    }
+}
+
+/// The deployment's own account (`FOREWARN_ACCOUNT_ID`) and region (the AWS configuration's):
+/// what a cluster, place or event that names none is of.
+fn own_place(settings: &Settings, sdk: Option<&aws_config::SdkConfig>) -> Place {
+    Place {
+        account: settings.accounts.own.clone(),
+        region: sdk.and_then(|s| s.region()).map(|r| r.to_string()),
     }
 }
 

@@ -541,13 +541,11 @@ impl EksClusters {
 #[async_trait::async_trait]
 impl crate::ports::ClusterCatalog for EksClusters {
     async fn clusters(&self, place: &Place) -> Result<Vec<String>, crate::ports::DirectoryError> {
-        let sdk = self.accounts.config_for(place).await.map_err(|e| {
-            let kind = e.kind();
-            match e.not_served() {
-                Some(not_served) => crate::ports::DirectoryError::new("eks", kind, not_served),
-                None => crate::ports::DirectoryError::new("eks", kind, e),
-            }
-        })?;
+        let sdk = self
+            .accounts
+            .config_for(place)
+            .await
+            .map_err(|e| e.for_lookup("eks"))?;
         EksClusters::of(&sdk).await
     }
 }

@@ -144,8 +144,8 @@ pub struct Fleet {
 
 /// Every cluster `catalog` lists in `places`, and `also`, each whole (`own` fills what they do
 /// not say), sorted, none twice. A place whose list cannot be read keeps its clusters of
-/// `last` (logged): one account's failure never drops another's clusters. `None` when no place
-/// answered and there is no last list.
+/// `last` (logged): one account's failure never drops another's clusters. The error when no
+/// place answered and there is no last list.
 async fn list(
     catalog: &dyn ClusterCatalog,
     (places, also): (&[Place], &[ClusterId]),
