@@ -1844,10 +1844,11 @@ fn the_clusters_served_reach_both_functions_and_their_eks_grants() {
     }
 }
 
-/// With `OrganizationId`, the default bus admits the organization's accounts and nobody else,
-/// and both functions may assume `MemberRoleName` in the organization's accounts only, with the
-/// name in their environment; without it, none of this. The rules name no account, so forwarded
-/// events match them.
+/// With `OrganizationId`, forewarn's own bus admits the organization's accounts' forwarded
+/// events of the three sources and nobody else's, the rules are on it, and both functions may
+/// assume `MemberRoleName` (the sweeper its read-only twin) in the organization's accounts only,
+/// with the name in their environment; without it, none of this, and the rules are on the
+/// default bus. The rules name no account, so forwarded events match them.
 #[test]
 fn an_organization_reaches_the_bus_and_the_member_roles_only() {
     let d = Deployment::new(&[]);
@@ -2056,10 +2057,12 @@ fn the_member_rules_are_the_stacks_forwarded_to_the_central_bus() {
 }
 
 /// The member role is assumed by the central handler's role and nobody else, and grants the calls
-/// forewarn makes in a member account, no more: `DescribeInstances`, the target groups' reads and
+/// forewarn makes in a member account, no more: `DescribeInstances` and the zones' IDs, the
+/// served clusters' `DescribeCluster` (`ListClusters` for `*`), the target groups' reads and
 /// deregistration, and the lifecycle actions under the very conditions of the central handler's
 /// role for the same clusters and prefix; the sweeper's role may assume only the read-only twin,
-/// which grants `DescribeInstances` alone.
+/// which grants reads alone: instances, their statuses, the zones' IDs, the node groups and
+/// their launch templates, the served clusters' `DescribeCluster`.
 #[test]
 fn the_member_role_trusts_the_central_functions_only_and_grants_what_they_call() {
     for names in ["a,b", "solo", "*"] {

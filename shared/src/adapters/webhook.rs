@@ -75,7 +75,8 @@ pub const FIELDS: &[(&str, &str)] = &[
     ("zone", "the pool's availability zone"),
     (
         "cluster",
-        "the cluster the action was in (one of `FOREWARN_CLUSTERS`), else `FOREWARN_CLUSTER_NAME`",
+        "the cluster the action was in, whole: `account/region/name` (one of `FOREWARN_CLUSTERS`), \
+         else `FOREWARN_CLUSTER_NAME`",
     ),
 ];
 

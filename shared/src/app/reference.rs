@@ -271,9 +271,11 @@ pub const VARIABLES: &[Variable] = &[
          (`forewarn-member` in `infra/member.yaml`): an event of another account than \
          `FOREWARN_ACCOUNT_ID` is looked up (`DescribeInstances`) and its lifecycle action \
          completed in that account and the event's region, with STS `AssumeRole` of \
-         `arn:<partition>:iam::<account>:role/<name>`. Needs `FOREWARN_ACCOUNT_ID`. Unset: an \
-         event of another account fails, naming the account. An account that is not 12 digits \
-         or a region that is not a region's name always fails",
+         `arn:<partition>:iam::<account>:role/<name>`, as are the member clusters' EKS calls. \
+         Needs `FOREWARN_ACCOUNT_ID`; only the accounts `FOREWARN_CLUSTERS` names are served. \
+         Unset, or for an account not named, or whose role cannot be assumed: the event is \
+         acknowledged as not served, naming the account (nothing done, no pool recorded). An \
+         account that is not 12 digits or a region that is not a region's name always fails",
     )
     .functions_only(),
     var(
