@@ -188,12 +188,12 @@ impl StoreArgs {
     /// table (`--table`, else `FOREWARN_TABLE`), else the embedded store in `--state-dir`, else
     /// the settings' folder.
     pub fn choice(&self, settings: &Settings) -> StoreChoice {
-        let table = self.table.clone().or_else(|| match &settings.store {
-            StoreChoice::Dynamo { table } => Some(table.clone()),
-            StoreChoice::Embedded { .. } => None,
-        });
-        match table {
-            Some(table) => StoreChoice::Dynamo { table },
+        let (table, key_secret) = match &settings.store {
+            StoreChoice::Dynamo { table, key_secret } => (Some(table.clone()), key_secret.clone()),
+            StoreChoice::Embedded { .. } => (None, None),
+        };
+        match self.table.clone().or(table) {
+            Some(table) => StoreChoice::Dynamo { table, key_secret },
             None => StoreChoice::Embedded {
                 dir: self
                     .state_dir

@@ -885,7 +885,7 @@ fn lifecycle_hook_names_narrow_the_rule_and_reach_the_handler() {
             .iter()
             .all(|(k, _)| k != "FOREWARN_LIFECYCLE_HOOKS")
     );
-    assert_eq!(env_file(&d).len(), 6);
+    assert_eq!(env_file(&d).len(), 7);
     assert!(env_file(&d).contains(&("FOREWARN_ENVIRONMENTS".into(), "10".into())));
     assert!(env_vars(&d).iter().all(|kv| {
         kv.as_ref()
@@ -1023,8 +1023,17 @@ fn the_stack_deploys_with_hook_names_and_extra_senders() {
         .await
         .expect("the stack deploys to moto");
         let table = &outputs["TableName"];
+        // moto (5.2.5) does not model AWS::SecretsManager::Secret in CloudFormation: the key
+        // secret's name is left unresolved there (the_continuation_key_is_a_secret_only_forewarn_reads
+        // checks the template's reference); every other line as CloudFormation resolves it.
+        let env: String = outputs["HandlerEnvFile"]
+            .lines()
+            .filter(|l| !l.starts_with("FOREWARN_KEY_SECRET="))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert!(outputs["HandlerEnvFile"].contains("\nFOREWARN_KEY_SECRET="));
         assert_eq!(
-            outputs["HandlerEnvFile"],
+            env,
             format!(
                 "FOREWARN_CLUSTERS={cluster}\nFOREWARN_EKS_CLUSTER={cluster}\n\
                  FOREWARN_TABLE={table}\nFOREWARN_POLICY_ALLOW=\"cordon cordon-drain cordon-for \
@@ -2525,4 +2534,73 @@ fn member_clusters_reach_both_functions_and_need_an_organization() {
         rule["Assertions"][0]["Assert"],
         json!({"Fn::Not": [{"Fn::Equals": [{"Ref": "OrganizationId"}, ""]}]})
     );
+}
+
+/// Issue 46: the continuation keys leave the pool table for a secret of the stack's, generated at
+/// creation, which both functions are told of and may read (and put once, to adopt an older
+/// table's keys); its policy denies every other principal its value — reading it, putting a
+/// version, moving its labels, rotating it — whatever their IAM policies grant, and lets only
+/// the stack's own updates call `UpdateSecret`. A rotation role, when given, is the one other
+/// principal let through.
+#[test]
+fn the_continuation_key_is_a_secret_only_forewarn_reads() {
+    for (overrides, rotation) in [
+        (vec![], None),
+        (
+            vec![("KeyRotationRoleArn", "arn:aws:iam::123456789012:role/ops")],
+            Some("arn:aws:iam::123456789012:role/ops"),
+        ),
+    ] {
+        let d = Deployment::new(&overrides);
+        let secret = d.properties("ContinuationKeySecret");
+        assert_eq!(secret["Name"], "forewarn-demo-continuation-key");
+        assert_eq!(
+            secret["GenerateSecretString"],
+            json!({"SecretStringTemplate": "{\"key_id\": 1}", "GenerateStringKey": "secret",
+                   "PasswordLength": 64, "ExcludePunctuation": true})
+        );
+        let policy = d.properties("ContinuationKeySecretPolicy");
+        assert_eq!(policy["SecretId"], "ref:ContinuationKeySecret");
+        assert_eq!(policy["BlockPublicPolicy"], true);
+        let mut allowed = vec![
+            Deployment::arn("HandlerRole"),
+            Deployment::arn("SweeperRole"),
+        ];
+        allowed.extend(rotation.map(str::to_string));
+        assert_eq!(
+            policy["ResourcePolicy"]["Statement"],
+            json!([{"Sid": "OnlyForewarnReadsOrWritesTheKey", "Effect": "Deny", "Principal": "*",
+                    "Action": ["secretsmanager:GetSecretValue", "secretsmanager:PutSecretValue",
+                               "secretsmanager:UpdateSecretVersionStage",
+                               "secretsmanager:RotateSecret"],
+                    "Resource": "*",
+                    "Condition": {"ArnNotEquals": {"aws:PrincipalArn": allowed}}},
+                   {"Sid": "OnlyTheStackUpdatesTheSecret", "Effect": "Deny", "Principal": "*",
+                    "Action": "secretsmanager:UpdateSecret", "Resource": "*",
+                    "Condition": {"StringNotEquals":
+                        {"aws:CalledViaFirst": "cloudformation.amazonaws.com"}}}])
+        );
+        for role in ["HandlerRole", "SweeperRole"] {
+            assert_eq!(
+                Value::Array(statements_of(&d, role, "secretsmanager:")),
+                json!([{"Sid": "ContinuationKey", "Effect": "Allow",
+                        "Action": ["secretsmanager:GetSecretValue",
+                                   "secretsmanager:PutSecretValue"],
+                        "Resource": "ref:ContinuationKeySecret"}]),
+                "{role}"
+            );
+        }
+        for output in [
+            "HandlerEnvFile",
+            "SweeperEnvFile",
+            "HandlerEnvVars",
+            "SweeperEnvVars",
+        ] {
+            assert_eq!(
+                env_of(&d.output(output))["FOREWARN_KEY_SECRET"],
+                "ref:ContinuationKeySecret",
+                "{output}"
+            );
+        }
+    }
 }

@@ -236,6 +236,18 @@ pub const VARIABLES: &[Variable] = &[
         "the DynamoDB pool table (selects the DynamoDB store)",
     ),
     var(
+        "FOREWARN_KEY_SECRET",
+        "unset",
+        None,
+        "the Secrets Manager secret (ARN or name) holding the continuation keys, which sign \
+         drains' continuations and cordon records: the stack's \
+         `forewarn-<ClusterName>-continuation-key`, readable by forewarn's roles only. Its \
+         current version is the current key, its previous version the one before the last \
+         rotation (`forewarn key rotate`); keys a pool table held before are adopted at the \
+         first read. Unset: the keys are an item of the pool table `FOREWARN_TABLE` (as before \
+         the stack made the secret)",
+    ),
+    var(
         "FOREWARN_EKS_CLUSTER",
         "unset",
         None,

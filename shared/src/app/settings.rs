@@ -27,6 +27,8 @@ use crate::domain::vars::{Vars, parse_std_duration};
 
 pub const ENV_DRY_RUN: &str = "FOREWARN_DRY_RUN";
 pub const ENV_TABLE: &str = "FOREWARN_TABLE";
+/// The Secrets Manager secret of the continuation keys (the stack's).
+pub const ENV_KEY_SECRET: &str = "FOREWARN_KEY_SECRET";
 pub const ENV_STATE_DIR: &str = "FOREWARN_STATE_DIR";
 pub const ENV_INSTANCES_FILE: &str = "FOREWARN_INSTANCES_FILE";
 pub const ENV_CLUSTER_STATE_FILE: &str = "FOREWARN_CLUSTER_STATE_FILE";
@@ -56,6 +58,7 @@ pub const VARIABLES: &[&str] = &[
     ENV_WEBHOOK_ALLOW_HTTP,
     ENV_STATE_DIR,
     ENV_TABLE,
+    ENV_KEY_SECRET,
     ENV_CLUSTERS,
     ENV_EKS_CLUSTER,
     ENV_CLUSTER_ENDPOINT,
@@ -113,8 +116,13 @@ pub const PLATFORM_VARIABLES: &[&str] = &[
 /// Where pools are recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreChoice {
-    /// The DynamoDB pool table of this name (`FOREWARN_TABLE`).
-    Dynamo { table: String },
+    /// The DynamoDB pool table of this name (`FOREWARN_TABLE`), its continuation keys in the
+    /// Secrets Manager secret `key_secret` (`FOREWARN_KEY_SECRET`) when given, else in the
+    /// table.
+    Dynamo {
+        table: String,
+        key_secret: Option<String>,
+    },
     /// The embedded store in this folder ([`Settings::state_dir`]).
     Embedded { dir: PathBuf },
 }
@@ -371,7 +379,10 @@ impl Settings {
                 Some(false) | None => Mode::Act,
             },
             store: match vars.get(ENV_TABLE) {
-                Some(table) => StoreChoice::Dynamo { table },
+                Some(table) => StoreChoice::Dynamo {
+                    table,
+                    key_secret: vars.get(ENV_KEY_SECRET),
+                },
                 None => StoreChoice::Embedded {
                     dir: state_dir.clone(),
                 },
@@ -898,7 +909,8 @@ mod tests {
         assert_eq!(
             s.store,
             StoreChoice::Dynamo {
-                table: "pools".into()
+                table: "pools".into(),
+                key_secret: None,
             }
         );
         assert_eq!(s.instances, InstanceChoice::File(PathBuf::from("i.json")));
@@ -1056,7 +1068,8 @@ mod tests {
         assert_eq!(
             s.store,
             StoreChoice::Dynamo {
-                table: "pools".into()
+                table: "pools".into(),
+                key_secret: None,
             }
         );
         assert_eq!(s.state_dir, PathBuf::from("/home/u/.local/state/forewarn"));

@@ -9,7 +9,7 @@ use crate::adapters::accounts::Accounts;
 use crate::adapters::autoscaling::{AsgLifecycle, AsgNodeGroups};
 use crate::adapters::aws::{self, AwsSettings};
 use crate::adapters::clock::SystemClock;
-use crate::adapters::dynamo::DynamoStore;
+use crate::adapters::dynamo::{DynamoStore, SecretKeys};
 use crate::adapters::ec2::Ec2Directory;
 use crate::adapters::elb::ElbTargets;
 use crate::adapters::embedded::EmbeddedStore;
@@ -98,7 +98,8 @@ pub async fn services_with_clock(
     } else {
         None
     };
-    services_on(settings, sdk, clock).await
+    // Boxed: the functions' main futures stay within the compiler's layout depth.
+    Box::pin(services_on(settings, sdk, clock)).await
 }
 
 /// [`services_with_clock`] over the AWS configuration `sdk` (`None`: no AWS at all), as given
@@ -371,12 +372,22 @@ pub async fn store(
     clock: Arc<dyn Clock>,
 ) -> Result<Arc<dyn PoolStore>, SetupError> {
     let store: Arc<dyn PoolStore> = match choice {
-        StoreChoice::Dynamo { table } => {
-            let client = match sdk {
-                Some(sdk) => aws_sdk_dynamodb::Client::new(sdk),
-                None => aws_sdk_dynamodb::Client::new(&aws::load(aws).await),
+        StoreChoice::Dynamo { table, key_secret } => {
+            let loaded;
+            let sdk = match sdk {
+                Some(sdk) => sdk,
+                None => {
+                    loaded = aws::load(aws).await;
+                    &loaded
+                }
             };
-            Arc::new(DynamoStore::new(client, table.clone()).with_clock(clock))
+            let client = aws_sdk_dynamodb::Client::new(sdk);
+            let mut store = DynamoStore::new(client, table.clone()).with_clock(clock);
+            if let Some(secret) = key_secret {
+                let secrets = aws_sdk_secretsmanager::Client::new(sdk);
+                store = store.with_key_secret(SecretKeys::new(secrets, secret.clone()));
+            }
+            Arc::new(store)
         }
         StoreChoice::Embedded { dir } => Arc::new(EmbeddedStore::open(dir)?.with_clock(clock)),
     };

@@ -274,42 +274,6 @@ impl Retention {
 mod tests {
     use super::*;
 
-    /// Each account names zones in its own way; zone IDs name the same physical zone in every
-    /// account. Pools are keyed by ID: one account's `us-east-1a` and another's are two pools
-    /// when their IDs differ, and one pool when their IDs agree whatever their names.
-    #[test]
-    fn pools_are_keyed_by_zone_id_whatever_each_account_names_the_zone() {
-        use crate::domain::facts::InstanceFacts;
-        let facts = |zone: &str, id: &str| InstanceFacts {
-            instance_type: Some("m5.large".into()),
-            capacity_type: Some(CapacityType::Spot),
-            zone: Some(zone.into()),
-            zone_id: Some(id.into()),
-            ..InstanceFacts::default()
-        };
-        let own = facts("us-east-1a", "use1-az6");
-        let theirs_same_name = facts("us-east-1a", "use1-az1");
-        let theirs_same_zone = facts("us-east-1c", "use1-az6");
-        assert_ne!(own.pool(), theirs_same_name.pool());
-        assert_eq!(own.pool(), theirs_same_zone.pool());
-        assert_eq!(own.pool().unwrap().to_string(), "spot#m5.large#use1-az6");
-        // No ID known (a capture): the zone's name.
-        let named = InstanceFacts {
-            zone_id: None,
-            ..own.clone()
-        };
-        assert_eq!(
-            named.pool().unwrap().to_string(),
-            "spot#m5.large#us-east-1a"
-        );
-        // A record keyed by the own account's zone name reads as its ID; any other as it is.
-        let ids = crate::domain::facts::zone_ids([&own]);
-        let legacy = PoolKey::new(CapacityType::Spot, "m5.large", "us-east-1a");
-        assert_eq!(legacy.by_zone_id(&ids), own.pool().unwrap());
-        let other = PoolKey::new(CapacityType::Spot, "m5.large", "us-east-1b");
-        assert_eq!(other.by_zone_id(&ids), other);
-    }
-
     #[test]
     fn pool_key_round_trips() {
         let k = PoolKey::new(CapacityType::Spot, "m5.large", "us-east-1a");

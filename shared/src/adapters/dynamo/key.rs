@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use super::DynamoStore;
 use super::codec::*;
+use super::{DynamoStore, SecretKeys};
 use crate::domain::continuation::{ContinuationKey, KeyId, KeyRing};
 use crate::ports::{FailureKind, StoreError};
 
@@ -55,6 +55,48 @@ impl DynamoStore {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// The keys of `secret`; while it is at the stack's generated version, the table's keys
+    /// when it holds some (a table older than the secret), adopted into the secret first when
+    /// `adopt` (else only read: a read-only view writes nothing).
+    pub(super) async fn secret_keys(
+        &self,
+        secret: &SecretKeys,
+        adopt: bool,
+    ) -> Result<KeyRing, StoreError> {
+        let read = secret.read().await?;
+        if read.generated
+            && let Some(legacy) = self.read_continuation_keys().await?
+        {
+            if !adopt {
+                return Ok(legacy);
+            }
+            let adopted = secret.adopt(&legacy).await?;
+            tracing::info!(table = %self.table, key_id = adopted.current.id(), "the pool table's continuation keys adopted into their secret");
+            return Ok(adopted);
+        }
+        Ok(read.ring)
+    }
+
+    /// Rotates the keys of `secret` (adopting the table's first, as [`Self::secret_keys`]), then
+    /// erases the table's key item, if any: the keys are no longer in the table.
+    pub(super) async fn rotate_secret(&self, secret: &SecretKeys) -> Result<KeyRing, StoreError> {
+        self.secret_keys(secret, true).await?;
+        let keys = secret.rotate(rand::random()).await?;
+        self.client
+            .delete_item()
+            .table_name(&self.table)
+            .key(PK, s(CONTINUATION_KEY_PK))
+            .key(SK, s(SECRET_SK))
+            .send()
+            .await
+            .map_err(|e| self.sdk_err("erasing the pool table's old continuation key", e))?;
+        tracing::info!(
+            key_id = keys.current.id(),
+            "rotated the continuation key in its secret"
+        );
+        Ok(keys)
     }
 
     /// Rotates the keys (see [`crate::ports::PoolStore::rotate_continuation_key`]).

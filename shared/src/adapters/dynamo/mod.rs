@@ -54,6 +54,7 @@ mod history;
 mod key;
 mod ledger;
 mod queries;
+mod secret;
 #[cfg(test)]
 mod testing;
 mod token;
@@ -63,6 +64,7 @@ pub use codec::{
     pool_attributes, pool_pk,
 };
 use expr::Known;
+pub use secret::SecretKeys;
 pub use token::request_token;
 
 use crate::adapters::aws::failure_kind;
@@ -104,6 +106,8 @@ pub struct DynamoStore {
     keys: crate::adapters::key_cache::KeyCache,
     /// What "now" is for the ledger's expiry.
     clock: std::sync::Arc<dyn crate::ports::Clock>,
+    /// Where the continuation keys are: a secret of their own (the stack's), else the table.
+    secret: Option<SecretKeys>,
 }
 
 impl std::fmt::Debug for DynamoStore {
@@ -124,7 +128,15 @@ impl DynamoStore {
             known: Mutex::new(HashMap::new()),
             keys: Default::default(),
             clock: crate::adapters::clock::SystemClock::shared(),
+            secret: None,
         }
+    }
+
+    /// The store with its continuation keys in `secret` (see [`SecretKeys`]) rather than the
+    /// table.
+    pub fn with_key_secret(mut self, secret: SecretKeys) -> DynamoStore {
+        self.secret = Some(secret);
+        self
     }
 
     /// The store on `clock` (the system clock by default).
@@ -240,14 +252,21 @@ impl PoolStore for DynamoStore {
         if let Some(keys) = self.keys.fresh(now) {
             return Ok(keys);
         }
-        let keys = self.load_continuation_keys().await?;
+        let keys = match &self.secret {
+            Some(secret) => self.secret_keys(secret, true).await?,
+            None => self.load_continuation_keys().await?,
+        };
         self.keys.put(&keys, now);
         Ok(keys)
     }
 
     async fn reread_continuation_keys(&self) -> Result<Option<KeyRing>, StoreError> {
         let now = self.clock.now();
-        let keys = self.read_continuation_keys().await?;
+        let keys = match &self.secret {
+            // Never a write: a read-only view reads through here.
+            Some(secret) => Some(self.secret_keys(secret, false).await?),
+            None => self.read_continuation_keys().await?,
+        };
         if let Some(keys) = &keys {
             self.keys.put(keys, now);
         }
@@ -256,7 +275,10 @@ impl PoolStore for DynamoStore {
 
     async fn rotate_continuation_key(&self) -> Result<KeyRing, StoreError> {
         let now = self.clock.now();
-        let keys = self.rotate_keys().await?;
+        let keys = match &self.secret {
+            Some(secret) => self.rotate_secret(secret).await?,
+            None => self.rotate_keys().await?,
+        };
         self.keys.put(&keys, now);
         Ok(keys)
     }

@@ -1,0 +1,224 @@
+//! The continuation keys in a Secrets Manager secret (`FOREWARN_KEY_SECRET`: the stack's
+//! `forewarn-<ClusterName>-continuation-key`), out of the pool table: whoever may read or scan
+//! the table (an operator querying pools) learns nothing of the key, and the secret's resource
+//! policy lets only forewarn's roles read it.
+//!
+//! The secret's current version (`AWSCURRENT`) is the current key, its previous version
+//! (`AWSPREVIOUS`) the key before the last rotation: a rotation puts a new version, and Secrets
+//! Manager moves the labels. Each version is JSON: `{"key_id": N, "key": "<base64 of 32
+//! bytes>"}`; the version the stack generates has a random `secret` string instead of `key`,
+//! and the key is that string's SHA-256.
+//!
+//! A table whose key item predates the secret: the first process that reads a secret still at
+//! the stack's generated version adopts the table's keys (their previous then their current, each
+//! put with a request token of its id and bytes, so that concurrent first readers put each once),
+//! so that drains in flight and cordon records signed before the upgrade still verify. The table
+//! item is then no longer read; `forewarn key rotate` erases it.
+
+use aws_sdk_secretsmanager::Client;
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use sha2::Digest;
+
+use crate::adapters::aws::{aws_error_text, failure_kind};
+use crate::domain::inbound::continuation::{ContinuationKey, KeyId, KeyRing};
+use crate::ports::{FailureKind, StoreError};
+
+/// One version of the secret.
+#[derive(Debug, Serialize, Deserialize)]
+struct Version {
+    key_id: KeyId,
+    /// The key's bytes, base64 (what forewarn writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    key: Option<String>,
+    /// The stack's generated string: the key is its SHA-256.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    secret: Option<String>,
+}
+
+/// The continuation keys' secret (see the module's documentation).
+#[derive(Debug, Clone)]
+pub struct SecretKeys {
+    client: Client,
+    secret: String,
+}
+
+/// What one read of the secret found.
+pub(super) struct Read {
+    pub ring: KeyRing,
+    /// Its current version is the stack's generated one: no key forewarn wrote yet.
+    pub generated: bool,
+}
+
+impl SecretKeys {
+    /// The keys of `secret` (its ARN or name) through `client`.
+    pub fn new(client: Client, secret: impl Into<String>) -> SecretKeys {
+        SecretKeys {
+            client,
+            secret: secret.into(),
+        }
+    }
+
+    fn err(&self, kind: FailureKind, message: impl Into<String>) -> StoreError {
+        StoreError::Backend {
+            location: format!("secret {}", self.secret),
+            message: message.into(),
+            kind,
+            source: None,
+        }
+    }
+
+    /// The version of stage `stage` (`AWSCURRENT`, `AWSPREVIOUS`): its key, and whether it is
+    /// the stack's generated one; `None` when there is no such version.
+    async fn version(&self, stage: &str) -> Result<Option<(ContinuationKey, bool)>, StoreError> {
+        let got = self
+            .client
+            .get_secret_value()
+            .secret_id(&self.secret)
+            .version_stage(stage)
+            .send()
+            .await;
+        let out = match got {
+            Ok(out) => out,
+            Err(e)
+                if stage != CURRENT
+                    && e.as_service_error()
+                        .is_some_and(|e| e.is_resource_not_found_exception()) =>
+            {
+                return Ok(None);
+            }
+            Err(e) => {
+                return Err(self.err(
+                    failure_kind(&e),
+                    format!(
+                        "reading the continuation key ({stage}): {}",
+                        aws_error_text(&e)
+                    ),
+                ));
+            }
+        };
+        let corrupt = |why: String| StoreError::Corrupt {
+            key: format!("secret {} ({stage})", self.secret),
+            message: why,
+        };
+        let text = out
+            .secret_string()
+            .ok_or_else(|| corrupt("no secret string".into()))?;
+        let version: Version = serde_json::from_str(text)
+            .map_err(|e| corrupt(format!("not {{\"key_id\": N, \"key\": \"<base64>\"}}: {e}")))?;
+        let key = match (&version.key, &version.secret) {
+            (Some(key), _) => {
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(key)
+                    .map_err(|e| corrupt(format!("`key` is not base64: {e}")))?;
+                ContinuationKey::from_slice(version.key_id, &bytes).ok_or_else(|| {
+                    corrupt(format!(
+                        "`key` has {} bytes instead of {}",
+                        bytes.len(),
+                        ContinuationKey::LEN
+                    ))
+                })?
+            }
+            (None, Some(generated)) if generated.len() >= 32 => {
+                let digest: [u8; 32] = sha2::Sha256::digest(generated.as_bytes()).into();
+                ContinuationKey::with_id(version.key_id, digest)
+            }
+            _ => {
+                return Err(corrupt(
+                    "neither `key` nor a `secret` of 32 characters or more".into(),
+                ));
+            }
+        };
+        Ok(Some((key, version.key.is_none())))
+    }
+
+    /// The keys as the secret holds them now.
+    pub(super) async fn read(&self) -> Result<Read, StoreError> {
+        let (current, generated) = self
+            .version(CURRENT)
+            .await?
+            .ok_or_else(|| self.err(FailureKind::NotFound, "the secret has no current version"))?;
+        let previous = self
+            .version(PREVIOUS)
+            .await?
+            .map(|(key, _)| key)
+            .filter(|p| p.id() != current.id());
+        Ok(Read {
+            ring: KeyRing { current, previous },
+            generated,
+        })
+    }
+
+    /// Puts `key` as the secret's new current version (the current one becomes the previous),
+    /// once: `token` names the request, and Secrets Manager makes no second version for it.
+    async fn put(&self, key: &ContinuationKey, token: String) -> Result<(), StoreError> {
+        let version = Version {
+            key_id: key.id(),
+            key: Some(base64::engine::general_purpose::STANDARD.encode(key.bytes())),
+            secret: None,
+        };
+        let text = serde_json::to_string(&version).unwrap_or_default();
+        self.client
+            .put_secret_value()
+            .secret_id(&self.secret)
+            .secret_string(text)
+            .client_request_token(token)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| {
+                self.err(
+                    failure_kind(&e),
+                    format!("writing the continuation key: {}", aws_error_text(&e)),
+                )
+            })
+    }
+
+    /// Adopts `ring`, the keys the pool table held before the secret: its previous key, then its
+    /// current one, each put once whoever else adopts them at the same time.
+    pub(super) async fn adopt(&self, ring: &KeyRing) -> Result<KeyRing, StoreError> {
+        for key in ring.previous.iter().chain([&ring.current]) {
+            self.put(key, token_of("adopted", key)).await?;
+        }
+        Ok(self.read().await?.ring)
+    }
+
+    /// Rotates: a new current key of the next id (its random bytes `bytes`); the current one
+    /// becomes the previous, the previous one is dropped.
+    pub(super) async fn rotate(&self, bytes: [u8; 32]) -> Result<KeyRing, StoreError> {
+        let before = self.read().await?.ring;
+        let after = before
+            .rotated(bytes)
+            .ok_or_else(|| self.err(FailureKind::Invalid, "the key id cannot grow any more"))?;
+        self.put(&after.current, token_of("rotated", &after.current))
+            .await?;
+        Ok(self.read().await?.ring)
+    }
+}
+
+const CURRENT: &str = "AWSCURRENT";
+const PREVIOUS: &str = "AWSPREVIOUS";
+
+/// A request token for putting `key`: what it is for, its id and a digest of its bytes (32 to 64
+/// characters, as Secrets Manager asks).
+fn token_of(what: &str, key: &ContinuationKey) -> String {
+    let digest = sha2::Sha256::digest(key.bytes());
+    let short: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    format!("forewarn-{what}-{}-{short}", key.id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_name_the_key_within_secrets_managers_bounds() {
+        let a = ContinuationKey::with_id(7, [1; 32]);
+        let b = ContinuationKey::with_id(7, [2; 32]);
+        let t = token_of("adopted", &a);
+        assert!((32..=64).contains(&t.len()), "{t}");
+        assert_eq!(t, token_of("adopted", &a), "the same key, the same token");
+        assert_ne!(t, token_of("adopted", &b));
+        assert_ne!(t, token_of("rotated", &a));
+    }
+}
