@@ -29,13 +29,16 @@ enum KeyCommand {
     /// Without --execute nothing is changed: it says which key would become which. Running
     /// processes take the new key within 5 minutes, or at once when they meet its id. Rotate
     /// again only once every drain (FOREWARN_DRAIN_TIMEOUT) and every cordon record signed
-    /// with the previous key is over: what the dropped key signed is refused.
+    /// with the previous key is over: what the dropped key signed is refused. With
+    /// FOREWARN_KEY_SECRET (the stack's secret), the key rotates there, and the pool table's
+    /// older key item, if any, is erased.
     Rotate(RotateArgs),
 }
 
 #[derive(Args, Debug)]
 struct RotateArgs {
-    /// Rotate (writes the table or the embedded store). Without it: what it would do.
+    /// Rotate (writes the key's secret, the table or the embedded store). Without it: what it
+    /// would do.
     #[arg(long)]
     execute: bool,
     #[command(flatten)]
