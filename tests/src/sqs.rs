@@ -221,3 +221,18 @@ pub async fn peek_bodies(sqs: &Client, queue_url: &str) -> anyhow::Result<Vec<St
         .filter_map(|m| m.body().map(str::to_string))
         .collect())
 }
+
+/// `events` (EventBridge events) as one SQS batch of Lambda's event source mapping: messages
+/// `m0`, `m1`, ... in order, each delivered once.
+pub fn lambda_batch(events: &[serde_json::Value]) -> serde_json::Value {
+    let records: Vec<serde_json::Value> = events
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            serde_json::json!({"messageId": format!("m{i}"), "body": e.to_string(),
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:forewarn",
+                "attributes": {"ApproximateReceiveCount": "1"}})
+        })
+        .collect();
+    serde_json::json!({ "Records": records })
+}

@@ -417,20 +417,6 @@ fn warning(id: &str, instance: &str, account: &str, time: &str) -> serde_json::V
     event
 }
 
-/// `events` as one SQS batch, messages `m0`, `m1`, ... in order.
-fn sqs_batch(events: &[serde_json::Value]) -> serde_json::Value {
-    let records: Vec<serde_json::Value> = events
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            serde_json::json!({"messageId": format!("m{i}"), "body": e.to_string(),
-                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:forewarn",
-                "attributes": {"ApproximateReceiveCount": "1"}})
-        })
-        .collect();
-    serde_json::json!({ "Records": records })
-}
-
 /// What a report says of its event, without where it came from nor when its node was
 /// cordoned (the wall clock's).
 fn said(report: &forewarn::domain::report::Report) -> serde_json::Value {
@@ -511,7 +497,7 @@ fn one_account_never_fails_another() {
         proxy.reset();
 
         let time = chrono::Utc::now().to_rfc3339();
-        let batch = sqs_batch(&[
+        let batch = forewarn_tests::sqs::lambda_batch(&[
             warning("ev-denied", &theirs.id, MEMBER, &time),
             warning("ev-own", &own.id, OWN, &time),
             warning("ev-unassumable", "i-0a1b2c3d4e5f60009", UNASSUMABLE, &time),
@@ -595,7 +581,7 @@ fn one_account_never_fails_another() {
         alone_fake.insert(ec2_node(&own.dns, &own.id, &own.zone));
         let alone_dir = tempfile::tempdir().unwrap();
         let alone = handler_of(&base, &cluster, &alone_fake, alone_dir.path());
-        let batch = sqs_batch(&[warning("ev-own", &own.id, OWN, &time)]);
+        let batch = forewarn_tests::sqs::lambda_batch(&[warning("ev-own", &own.id, OWN, &time)]);
         let inv = alone.invoke(batch, None).await.unwrap();
         assert_eq!(said(ours), said(&inv.reports[0]));
         assert!(unschedulable(&alone_fake, &own.dns));
@@ -719,7 +705,7 @@ fn a_member_accounts_cluster_is_reached_through_its_member_role() {
             _dir,
         } = two_accounts(moto).await;
         let time = chrono::Utc::now().to_rfc3339();
-        let batch = sqs_batch(&[
+        let batch = forewarn_tests::sqs::lambda_batch(&[
             warning("ev-own", &ours.id, OWN, &time),
             warning("ev-member", &theirs.id, MEMBER, &time),
         ]);

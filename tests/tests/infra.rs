@@ -1723,6 +1723,15 @@ fn refused_node_writes(with: impl Fn(&dyn Fn(&mut Value)) -> Value) -> Vec<(&'st
 // ---------------------------------------------------------------------------------------------
 // Many clusters, and an organization (infra/member.yaml)
 
+/// The stack's four outputs of the functions' environment: each function's, as a file and as
+/// `--env-var` pairs.
+const ENV_OUTPUTS: [&str; 4] = [
+    "HandlerEnvFile",
+    "SweeperEnvFile",
+    "HandlerEnvVars",
+    "SweeperEnvVars",
+];
+
 /// An environment output's variables: `KEY=VALUE` lines (an env file), or pairs separated by
 /// commas (`--env-var`, whose values then hold no comma).
 fn env_of(text: &str) -> std::collections::BTreeMap<String, String> {
@@ -1815,12 +1824,7 @@ fn the_clusters_served_reach_both_functions_and_their_eks_grants() {
     ];
     for (names, clusters, eks_cluster, grants) in cases {
         let d = Deployment::new(&[("ClusterNames", names)]);
-        for output in [
-            "HandlerEnvFile",
-            "SweeperEnvFile",
-            "HandlerEnvVars",
-            "SweeperEnvVars",
-        ] {
+        for output in ENV_OUTPUTS {
             let text = d.output(output);
             // The --env-var forms split a list at its commas, so that cargo lambda refuses them
             // (a name alone is no KEY=VALUE): the files are the form for a list.
@@ -2495,12 +2499,7 @@ fn member_clusters_reach_both_functions_and_need_an_organization() {
         ("ClusterNames", "a,b"),
         ("MemberClusters", "111111111111/prod,222222222222/*"),
     ]);
-    for output in [
-        "HandlerEnvFile",
-        "SweeperEnvFile",
-        "HandlerEnvVars",
-        "SweeperEnvVars",
-    ] {
+    for output in ENV_OUTPUTS {
         let text = d.output(output);
         let value = if text.contains('\n') {
             env_of(&text)["FOREWARN_CLUSTERS"].clone()
@@ -2590,12 +2589,7 @@ fn the_continuation_key_is_a_secret_only_forewarn_reads() {
                 "{role}"
             );
         }
-        for output in [
-            "HandlerEnvFile",
-            "SweeperEnvFile",
-            "HandlerEnvVars",
-            "SweeperEnvVars",
-        ] {
+        for output in ENV_OUTPUTS {
             assert_eq!(
                 env_of(&d.output(output))["FOREWARN_KEY_SECRET"],
                 "ref:ContinuationKeySecret",

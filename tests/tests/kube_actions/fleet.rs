@@ -159,19 +159,6 @@ fn unschedulable(fake: &KubeFake) -> bool {
     fake.get("v1", "Node", None, SHARED_NAME).unwrap()["spec"]["unschedulable"] == true
 }
 
-fn batch(events: &[serde_json::Value]) -> serde_json::Value {
-    let records: Vec<serde_json::Value> = events
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            serde_json::json!({"messageId": format!("m{i}"), "body": e.to_string(),
-                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:forewarn",
-                "attributes": {"ApproximateReceiveCount": "1"}})
-        })
-        .collect();
-    serde_json::json!({ "Records": records })
-}
-
 /// The same node name in both clusters: a warning for green's instance cordons green's node
 /// and never blue's (and blue's API server is not even asked); a warning for red's instance
 /// (a cluster not served) is acknowledged, its pool recorded, and neither cluster touched.
@@ -180,7 +167,7 @@ async fn each_instance_is_handled_in_its_own_cluster_only() {
     let two = Two::start().await;
     let dir = tempfile::tempdir().unwrap();
     let handler = handler(&two, dir.path());
-    let payload = batch(&[
+    let payload = forewarn_tests::sqs::lambda_batch(&[
         rebalance("ev-green", GREEN_ID, &two.clock),
         rebalance("ev-red", RED_ID, &two.clock),
     ]);
@@ -251,7 +238,7 @@ async fn one_cluster_down_fails_only_its_own_records() {
     two.blue.inject(Fault::new(503).times(10_000));
     let dir = tempfile::tempdir().unwrap();
     let handler = handler(&two, dir.path());
-    let payload = batch(&[
+    let payload = forewarn_tests::sqs::lambda_batch(&[
         rebalance("ev-blue", BLUE_ID, &two.clock),
         rebalance("ev-green", GREEN_ID, &two.clock),
     ]);
@@ -279,7 +266,7 @@ async fn one_cluster_down_fails_only_its_own_records() {
 
     // The next mixed batch: blue is left alone, green is served.
     let asked = two.blue.requests().len();
-    let again = batch(&[
+    let again = forewarn_tests::sqs::lambda_batch(&[
         rebalance("ev-blue", BLUE_ID, &two.clock),
         rebalance("ev-green-2", GREEN_ID, &two.clock),
     ]);
@@ -316,7 +303,7 @@ async fn a_cluster_that_cannot_be_reached_fails_only_its_own_records() {
         config: handler.config.clone(),
     };
     handler.fleet = Fleet::named(blue_and_green(), Arc::new(connector));
-    let payload = batch(&[
+    let payload = forewarn_tests::sqs::lambda_batch(&[
         rebalance("ev-blue", BLUE_ID, &two.clock),
         rebalance("ev-green", GREEN_ID, &two.clock),
     ]);
