@@ -117,15 +117,18 @@ pub async fn services_on(
         clock.clone(),
     )
     .await?;
-    let instances: Arc<dyn InstanceDirectory> = match (&settings.instances, &sdk) {
+    // One view of the accounts for every service: each member account's role is assumed once.
+    let accounts = sdk.as_ref().map(|sdk| accounts(settings, sdk));
+    let aws = sdk.as_ref().zip(accounts.as_ref());
+    let instances: Arc<dyn InstanceDirectory> = match (&settings.instances, aws) {
         (InstanceChoice::File(path), _) => Arc::new(SnapshotInstances(load_instances(path)?)),
-        (InstanceChoice::Ec2, Some(sdk)) => {
-            Arc::new(Ec2Directory::from_conf(sdk).with_accounts(accounts(settings, sdk)))
+        (InstanceChoice::Ec2, Some((sdk, accounts))) => {
+            Arc::new(Ec2Directory::from_conf(sdk).with_accounts(accounts.clone()))
         }
         _ => Arc::new(NoInstances),
     };
-    let fleet = fleet(settings, sdk.as_ref(), &clock, &store).await?;
-    let traffic = traffic(settings, sdk.as_ref(), &clock);
+    let fleet = fleet(settings, aws, &clock, &store).await?;
+    let traffic = traffic(settings, aws, &clock);
     let notifier = notifier(settings)?;
     let sqs = sdk
         .as_ref()
@@ -159,14 +162,14 @@ pub async fn services_on(
     Ok(Services {
         handler,
         // In each cluster's own account and region (the sweeper's member role is read-only).
-        leaving: sdk.as_ref().map(|sdk| {
-            Arc::new(Ec2Directory::from_conf(sdk).with_accounts(accounts(settings, sdk)))
+        leaving: aws.map(|(sdk, accounts)| {
+            Arc::new(Ec2Directory::from_conf(sdk).with_accounts(accounts.clone()))
                 as Arc<dyn LeavingInstances>
         }),
         region: sdk.as_ref().and_then(|s| s.region()).map(|r| r.to_string()),
         // Each cluster's in its own account and region.
-        node_groups: sdk.as_ref().map(|sdk| {
-            Arc::new(AsgNodeGroups::new(sdk).with_accounts(accounts(settings, sdk)))
+        node_groups: aws.map(|(sdk, accounts)| {
+            Arc::new(AsgNodeGroups::new(sdk).with_accounts(accounts.clone()))
                 as Arc<dyn NodeGroupSource>
         }),
     })
@@ -175,19 +178,15 @@ pub async fn services_on(
 /// Where drains' instances leave their load balancers: Elastic Load Balancing, in each event's
 /// account and region, when instances come from EC2 and live clusters are acted on (and the
 /// budget is not `off`).
-fn traffic(
-    settings: &Settings,
-    sdk: Option<&aws_config::SdkConfig>,
-    clock: &Arc<dyn Clock>,
-) -> Option<Traffic> {
+fn traffic(settings: &Settings, aws: Aws<'_>, clock: &Arc<dyn Clock>) -> Option<Traffic> {
     let live = matches!(settings.cluster, ClusterChoice::Live(_))
         && settings.instances == InstanceChoice::Ec2
         && settings.mode == Mode::Act;
-    let (Some(sdk), Some(budget), true) = (sdk, settings.deregister_budget, live) else {
+    let (Some((sdk, accounts)), Some(budget), true) = (aws, settings.deregister_budget, live)
+    else {
         return None;
     };
-    let balancers =
-        ElbTargets::from_conf(sdk, clock.clone()).with_accounts(accounts(settings, sdk));
+    let balancers = ElbTargets::from_conf(sdk, clock.clone()).with_accounts(accounts.clone());
     Some(Traffic::new(Arc::new(balancers), budget))
 }
 
@@ -197,25 +196,25 @@ fn traffic(
 /// failures logged: a cluster down at a cold start fails only its own records); or none.
 async fn fleet(
     settings: &Settings,
-    sdk: Option<&aws_config::SdkConfig>,
+    aws: Aws<'_>,
     clock: &Arc<dyn Clock>,
     store: &Arc<dyn PoolStore>,
 ) -> Result<Fleet, SetupError> {
-    let own = own_place(settings, sdk);
+    let own = own_place(settings, aws.map(|(sdk, _)| sdk));
     let lone = settings.clusters.lone();
     let lone_id = lone.flatten().cloned();
-    let (access, sdk) = match (&settings.cluster, sdk) {
+    let (access, (sdk, accounts)) = match (&settings.cluster, aws) {
         (ClusterChoice::Snapshot(path), _) => {
             let state = load_cluster_state(path)?;
             return Ok(Fleet::one(Cluster::new(lone_id, Arc::new(state))).at(own));
         }
-        (ClusterChoice::Live(access), Some(sdk)) => (access, sdk),
+        (ClusterChoice::Live(access), Some(aws)) => (access, aws),
         _ => return Ok(Fleet::one(Cluster::none()).at(own)),
     };
     let live = LiveClusters {
         settings: settings.clone(),
         sdk: sdk.clone(),
-        accounts: accounts(settings, sdk),
+        accounts: accounts.clone(),
         clock: clock.clone(),
         store: store.clone(),
     };
@@ -234,7 +233,7 @@ async fn fleet(
             let catalog: Arc<dyn ClusterCatalog> = if settings.kubeconfig_given {
                 Arc::new(KubeconfigContexts::at(own.clone()))
             } else {
-                Arc::new(EksClusters::new(accounts(settings, sdk)))
+                Arc::new(EksClusters::new(accounts.clone()))
             };
             Fleet::all(catalog, places.clone(), also.clone(), connector).at(own)
         }
@@ -334,6 +333,9 @@ impl Connector for LiveClusters {
             })
     }
 }
+
+/// The AWS configuration and the accounts' view over it (`None`: no AWS at all).
+type Aws<'a> = Option<(&'a aws_config::SdkConfig, &'a Accounts)>;
 
 /// The deployment's own account (`FOREWARN_ACCOUNT_ID`) and region (the AWS configuration's):
 /// what a cluster, place or event that names none is of.
