@@ -540,10 +540,13 @@ pub trait Executor: Send + Sync {
 /// `DelaySeconds`).
 #[async_trait]
 pub trait ContinuationQueue: Send + Sync {
-    /// Sends the continuation `body` to the queue of `queue_arn`, to be delivered after `delay`.
+    /// Sends the continuation `body` to the queue of `queue_arn` in the message group `group`
+    /// (its cluster: see [`crate::domain::inbound::continuation::message_group`]), to be
+    /// delivered after `delay`.
     async fn send(
         &self,
         queue_arn: &str,
+        group: &str,
         body: &str,
         delay: std::time::Duration,
     ) -> Result<(), QueueError>;

@@ -1,7 +1,8 @@
 //! SQS, for the two things the handler does to its queue itself: bringing failed messages back
 //! sooner than the queue's visibility timeout (`ChangeMessageVisibilityBatch`, at most ten
 //! entries a call), and queueing the continuation of a drain (`SendMessage` with
-//! `DelaySeconds`). The queue is named by the records' `eventSourceARN`; its URL is derived from
+//! `DelaySeconds`, in its cluster's message group, which makes the standard queue a fair
+//! queue: see [`crate::domain::inbound::continuation::message_group`]). The queue is named by the records' `eventSourceARN`; its URL is derived from
 //! the ARN, so no `GetQueueUrl` call or permission is needed.
 
 use std::collections::BTreeMap;
@@ -52,6 +53,7 @@ impl ContinuationQueue for SqsRedelivery {
     async fn send(
         &self,
         queue_arn: &str,
+        group: &str,
         body: &str,
         delay: std::time::Duration,
     ) -> Result<(), QueueError> {
@@ -66,6 +68,7 @@ impl ContinuationQueue for SqsRedelivery {
             .send_message()
             .queue_url(url)
             .message_body(body)
+            .message_group_id(group)
             .delay_seconds(i32::try_from(seconds).unwrap_or(900))
             .send()
             .await

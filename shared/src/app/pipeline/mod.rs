@@ -1278,6 +1278,7 @@ mod tests {
         async fn send(
             &self,
             _queue_arn: &str,
+            _group: &str,
             _body: &str,
             _delay: std::time::Duration,
         ) -> Result<(), crate::ports::QueueError> {

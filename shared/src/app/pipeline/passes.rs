@@ -380,7 +380,12 @@ impl Pipeline<'_> {
         )
         .map_err(WorkError::TooLarge)?;
         to.queue
-            .send(to.arn, &body, after)
+            .send(
+                to.arn,
+                &crate::domain::inbound::continuation::message_group(&next.plan),
+                &body,
+                after,
+            )
             .await
             .map_err(WorkError::Queue)?;
         Ok(body)

@@ -325,6 +325,31 @@ pub fn delay_seconds(delay: std::time::Duration) -> u32 {
     u32::try_from(whole.min(900)).unwrap_or(900)
 }
 
+/// The SQS message group a continuation is sent in: its plan's cluster, named whole
+/// (`account/region/name`), or `forewarn` for a deployment naming no cluster. On a standard
+/// queue a message group makes the queue fair (SQS fair queues): a cluster whose drains keep
+/// many messages in flight is a noisy tenant, and the messages of every other cluster are
+/// delivered before its backlog, so one cluster's mass interruption does not hold up another's
+/// drains. A group is at most 128 characters of letters, digits and ASCII punctuation; a name
+/// that does not fit (never one of EKS's) is replaced by a digest of itself, so it still keeps
+/// its cluster's messages together.
+pub fn message_group(plan: &Plan) -> String {
+    use sha2::Digest;
+    let name = plan.cluster.as_deref().unwrap_or("forewarn");
+    let fits = !name.is_empty()
+        && name.len() <= MAX_GROUP_CHARS
+        && name.chars().all(|c| c.is_ascii_graphic());
+    if fits {
+        return name.to_string();
+    }
+    let digest = Sha256::digest(name.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("cluster-{hex}")
+}
+
+/// The longest `MessageGroupId` SQS takes.
+const MAX_GROUP_CHARS: usize = 128;
+
 /// The largest message body SQS takes: 256 KiB.
 pub const MAX_MESSAGE_BYTES: usize = 262_144;
 
@@ -433,6 +458,33 @@ mod tests {
                          "deadline": "2026-11-20T10:01:45Z", "complete_lifecycle": null}],
             "summary": "spot-interruption", "also_keys": []
         })
+    }
+
+    #[test]
+    fn a_continuations_message_group_is_its_cluster_named_whole() {
+        let mut p = plan();
+        assert_eq!(
+            message_group(&p),
+            "forewarn",
+            "a deployment naming no cluster"
+        );
+        p.cluster = Some("123456789012/us-east-1/prod".into());
+        assert_eq!(message_group(&p), "123456789012/us-east-1/prod");
+        // The longest EKS name in the longest region still fits in 128.
+        let longest = format!("123456789012/ap-southeast-4/{}", "c".repeat(100));
+        p.cluster = Some(longest.clone());
+        assert_eq!(message_group(&p), longest);
+        // What SQS would refuse becomes a digest, the same for the same cluster.
+        p.cluster = Some(format!("{longest}x"));
+        let long = message_group(&p);
+        p.cluster = Some("a b\u{e9}".into());
+        let spaced = message_group(&p);
+        for g in [&long, &spaced] {
+            assert!(g.starts_with("cluster-") && g.len() <= 128, "{g}");
+            assert!(g.chars().all(|c| c.is_ascii_graphic()), "{g}");
+        }
+        assert_ne!(long, spaced);
+        assert_eq!(spaced, message_group(&p));
     }
 
     #[test]
