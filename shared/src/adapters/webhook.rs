@@ -557,6 +557,7 @@ mod tests {
             pass: None,
             permanent: false,
             traffic: None,
+            retry_not_before: None,
         }
     }
 

@@ -430,7 +430,11 @@ impl Handler {
                     queue_arn: record.event_source_arn.clone()?,
                     receipt_handle: record.receipt_handle.clone()?,
                     message_id: id.to_string(),
-                    delay: policy.delay(failed, receives, now),
+                    delay: crate::domain::retry::no_sooner(
+                        policy.delay(failed, receives, now),
+                        now,
+                        report.retry_not_before,
+                    ),
                 })
             })
             .collect();

@@ -128,6 +128,10 @@ pub struct Report {
     /// their cluster's load balancers first (see [`crate::domain::traffic`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traffic: Option<String>,
+    /// A failed record that would fail the same way, without a request, if it came back before
+    /// this time (its cluster left alone in mixed batches): its message comes back no sooner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_not_before: Option<DateTime<Utc>>,
 }
 
 impl Report {
@@ -150,6 +154,7 @@ impl Report {
             pass: record.continuation.as_ref().map(|c| c.pass),
             permanent: false,
             traffic: None,
+            retry_not_before: None,
         }
     }
 

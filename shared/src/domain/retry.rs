@@ -80,6 +80,19 @@ impl RetryPolicy {
     }
 }
 
+/// `delay`, but no sooner than `not_before` (a record that would fail again without a request
+/// before then), from `now`.
+pub fn no_sooner(
+    delay: Duration,
+    now: DateTime<Utc>,
+    not_before: Option<DateTime<Utc>>,
+) -> Duration {
+    let wait = not_before
+        .and_then(|t| (t - now).to_std().ok())
+        .unwrap_or_default();
+    delay.max(wait)
+}
+
 /// SQS's limit on a message's visibility timeout: 12 hours.
 pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600);
 
@@ -91,6 +104,25 @@ pub fn visibility_seconds(delay: Duration) -> u32 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_record_left_alone_comes_back_no_sooner_than_its_time() {
+        use chrono::TimeZone;
+        let now = chrono::Utc.timestamp_opt(1_795_000_000, 0).unwrap();
+        let two = Duration::from_secs(2);
+        assert_eq!(super::no_sooner(two, now, None), two);
+        let later = now + chrono::Duration::seconds(9);
+        assert_eq!(
+            super::no_sooner(two, now, Some(later)),
+            Duration::from_secs(9)
+        );
+        let past = now - chrono::Duration::seconds(9);
+        assert_eq!(super::no_sooner(two, now, Some(past)), two);
+        assert_eq!(
+            super::no_sooner(Duration::from_secs(30), now, Some(later)),
+            Duration::from_secs(30)
+        );
+    }
+
     use super::*;
 
     #[test]

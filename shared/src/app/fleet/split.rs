@@ -97,6 +97,8 @@ pub fn in_trouble(
                 since.to_rfc3339()
             ));
             report.cluster = Some(name.to_string());
+            // Sooner, it would only fail again without a request.
+            report.retry_not_before = Some(since + super::BREAK);
             report
         })
         .collect()
@@ -324,6 +326,22 @@ mod tests {
         decode_value("test", event, chrono::Utc::now())
             .unwrap()
             .remove(0)
+    }
+
+    #[test]
+    fn a_share_left_alone_fails_until_its_break_ends() {
+        let since = crate::domain::event::parse_time("2026-11-26T10:00:05Z").unwrap();
+        let reports = in_trouble(&[spot("e1", I1), spot("e2", I2)], "blue", since);
+        for r in &reports {
+            assert_eq!(r.outcome, crate::domain::report::Outcome::Failed);
+            assert!(!r.permanent);
+            assert_eq!(r.cluster.as_deref(), Some("blue"));
+            assert_eq!(
+                r.retry_not_before,
+                Some(since + super::super::BREAK),
+                "{r:?}"
+            );
+        }
     }
 
     fn health(id: &str, instances: &[&str]) -> Record {
