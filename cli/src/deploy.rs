@@ -8,6 +8,7 @@
 mod access;
 mod functions;
 mod manifests;
+mod routes;
 mod stack;
 
 use std::collections::BTreeMap;
@@ -302,6 +303,7 @@ pub async fn run(
     };
     deploy.build().await?;
     deploy.stack().await?;
+    deploy.routes().await?;
     deploy.functions().await?;
     deploy.wire().await?;
     deploy.access_entries().await?;
@@ -559,6 +561,65 @@ impl Deploy {
         .await?;
         say(format!("{UNDER}{change}"))?;
         self.refresh_outputs().await
+    }
+
+    /// Step 2, with an organization: the route of each member account `MemberClusters` names
+    /// (see [`routes`]), made or updated from the stack's outputs; the routes of accounts no
+    /// longer named deleted.
+    async fn routes(&mut self) -> anyhow::Result<()> {
+        let wanted = routes::accounts(self.plan.value(stack::MEMBER_CLUSTERS).unwrap_or_default());
+        let existing = if self.dry_run() && !self.plan.exists {
+            Vec::new()
+        } else {
+            routes::existing(&self.cfn, &self.name).await?
+        };
+        let stale: Vec<&String> = existing.iter().filter(|a| !wanted.contains(a)).collect();
+        if wanted.is_empty() && stale.is_empty() {
+            return Ok(());
+        }
+        let template = std::fs::read_to_string(self.root.join(routes::TEMPLATE))
+            .with_context(|| format!("reading {}", self.root.join(routes::TEMPLATE).display()))?;
+        for account in &wanted {
+            let name = routes::stack_name(&self.name, account);
+            let params = routes::params(account, |k| self.output(k))?;
+            if self.dry_run() {
+                say(format!(
+                    "{UNDER}route of {account}: would create or update stack {name}"
+                ))?;
+                continue;
+            }
+            let exists = existing.contains(account);
+            let change = stack::create_or_update(&self.cfn, &name, &template, &params, exists)
+                .await
+                .with_context(|| format!("the route of member account {account}"))?;
+            say(format!(
+                "{UNDER}route of {account} (stack {name}): {change}"
+            ))?;
+        }
+        for account in stale {
+            let name = routes::stack_name(&self.name, account);
+            if self.dry_run() {
+                say(format!(
+                    "{UNDER}route of {account}: no longer served, would delete stack {name}"
+                ))?;
+                continue;
+            }
+            self.cfn
+                .delete_stack()
+                .stack_name(&name)
+                .send()
+                .await
+                .map_err(|e| {
+                    anyhow!(
+                        "DeleteStack {name}: {}",
+                        forewarn::adapters::aws::aws_error_text(&e)
+                    )
+                })?;
+            say(format!(
+                "{UNDER}route of {account}: no longer served, stack {name} being deleted"
+            ))?;
+        }
+        Ok(())
     }
 
     async fn refresh_outputs(&mut self) -> anyhow::Result<()> {

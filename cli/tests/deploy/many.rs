@@ -244,6 +244,35 @@ fn as_list(value: &str) -> String {
     }
 }
 
+/// The status of `stack`, when it exists.
+async fn stack_status(cfn: &Client, stack: &str) -> Option<String> {
+    let d = cfn.describe_stacks().stack_name(stack).send().await.ok()?;
+    d.stacks()
+        .first()?
+        .stack_status()
+        .map(|s| s.as_str().to_string())
+}
+
+/// The parameters of `stack`, whatever its status.
+async fn parameters_of(cfn: &Client, stack: &str) -> BTreeMap<String, String> {
+    let d = cfn
+        .describe_stacks()
+        .stack_name(stack)
+        .send()
+        .await
+        .unwrap();
+    d.stacks()[0]
+        .parameters()
+        .iter()
+        .map(|p| {
+            (
+                p.parameter_key().unwrap().to_string(),
+                p.parameter_value().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
 async fn stack_outputs(cfn: &Client, stack: &str) -> BTreeMap<String, String> {
     let d = cfn
         .describe_stacks()
@@ -510,6 +539,48 @@ fn a_member_accounts_cluster_is_deployed_in_that_account() {
                 .any(|r| r.operation == "DescribeCluster" && r.account == MEMBER),
             "{:?}",
             eks.requests()
+        );
+        // The member account's route: a stack in this account, from the central outputs.
+        let route = format!("{stack}-route-{MEMBER}");
+        assert_eq!(
+            stack_status(&cfn, &route).await.as_deref(),
+            Some("CREATE_COMPLETE")
+        );
+        let params = parameters_of(&cfn, &route).await;
+        assert_eq!(params["MemberAccountId"], MEMBER, "{params:?}");
+        for key in ["EventBusName", "QueueArn", "DeadLetterQueueArn"] {
+            assert_eq!(params[key], outputs[key], "{key}");
+        }
+        assert!(
+            text.contains(&format!("route of {MEMBER} (stack {route}): created")),
+            "{text}"
+        );
+        let again = succeeded(&deploy(&["--parameter", "OrganizationId=o-a1b2c3d4e5"]).await);
+        assert!(
+            again.contains(&format!("route of {MEMBER} (stack {route}): unchanged")),
+            "{again}"
+        );
+        // The member left out: no longer served, its route goes.
+        let args = [
+            "deploy",
+            "--no-build",
+            "--cluster",
+            &a,
+            "--parameter",
+            "FunctionArchitecture=x86_64",
+        ];
+        let left = succeeded(&forewarn_with(&endpoint, Some(&eks.url()), &kubeconfig, &args).await);
+        assert!(
+            left.contains(&format!(
+                "route of {MEMBER}: no longer served, stack {route} being deleted"
+            )),
+            "{left}"
+        );
+        assert!(
+            stack_status(&cfn, &route)
+                .await
+                .is_none_or(|s| s.starts_with("DELETE")),
+            "{route}"
         );
     });
 }

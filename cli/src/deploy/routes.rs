@@ -1,0 +1,112 @@
+//! The member accounts' routes (with an organization): one stack of `infra/member-route.yaml`
+//! per member account the deployment serves, in the central account, named
+//! `<deployment>-route-<account>`. Each makes the rule `forewarn-route-<account>` on forewarn's
+//! bus that puts that account's events on the queue in its own message group, so the queue is
+//! fair between accounts. A route whose account is no longer served is deleted.
+
+use anyhow::anyhow;
+use aws_sdk_cloudformation::Client;
+use aws_sdk_cloudformation::types::StackStatus;
+
+use super::stack::{Origin, Param};
+use forewarn::adapters::aws::aws_error_text;
+
+/// The template of a route.
+pub const TEMPLATE: &str = "infra/member-route.yaml";
+
+/// The route stack of `account` for the deployment `deployment`.
+pub fn stack_name(deployment: &str, account: &str) -> String {
+    format!("{deployment}-route-{account}")
+}
+
+/// The member accounts of `member_clusters` (the stack's `MemberClusters`, `ACCOUNT/NAME` or
+/// `ACCOUNT/*` separated by commas), each once, in order.
+pub fn accounts(member_clusters: &str) -> Vec<String> {
+    let mut out: Vec<String> = member_clusters
+        .split(',')
+        .filter_map(|entry| entry.trim().split_once('/').map(|(a, _)| a.to_string()))
+        .filter(|a| a.len() == 12 && a.bytes().all(|b| b.is_ascii_digit()))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The parameters of `account`'s route, from the central stack's outputs (`output`).
+pub fn params(
+    account: &str,
+    output: impl Fn(&str) -> anyhow::Result<String>,
+) -> anyhow::Result<Vec<Param>> {
+    let given = |key: &str, value: String| Param {
+        key: key.into(),
+        value,
+        origin: Origin::Given,
+    };
+    Ok(vec![
+        given("MemberAccountId", account.into()),
+        given("EventBusName", output("EventBusName")?),
+        given("QueueArn", output("QueueArn")?),
+        given("DeadLetterQueueArn", output("DeadLetterQueueArn")?),
+    ])
+}
+
+/// The accounts whose route stacks of `deployment` exist (any status but deleted).
+pub async fn existing(cfn: &Client, deployment: &str) -> anyhow::Result<Vec<String>> {
+    let prefix = stack_name(deployment, "");
+    let mut pages = cfn.list_stacks().into_paginator().send();
+    let mut out = Vec::new();
+    while let Some(page) = pages.next().await {
+        let page = page.map_err(|e| anyhow!("ListStacks: {}", aws_error_text(&e)))?;
+        for summary in page.stack_summaries() {
+            let gone = summary.stack_status() == Some(&StackStatus::DeleteComplete);
+            let account = summary
+                .stack_name()
+                .and_then(|n| n.strip_prefix(&prefix))
+                .filter(|a| a.len() == 12 && a.bytes().all(|b| b.is_ascii_digit()));
+            if let (false, Some(account)) = (gone, account) {
+                out.push(account.to_string());
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_routed_accounts_are_those_member_clusters_names_each_once() {
+        assert_eq!(
+            accounts("111122223333/prod,444455556666/*,111122223333/dev"),
+            ["111122223333", "444455556666"]
+        );
+        assert!(accounts("").is_empty());
+        assert!(accounts("prod,12/x").is_empty(), "not member clusters");
+        assert_eq!(
+            stack_name("forewarn-prod", "111122223333"),
+            "forewarn-prod-route-111122223333"
+        );
+    }
+
+    #[test]
+    fn a_routes_parameters_come_from_the_central_stacks_outputs() {
+        let params = params("111122223333", |k| Ok(format!("<{k}>"))).unwrap();
+        let pairs: Vec<(&str, &str)> = params
+            .iter()
+            .map(|p| (p.key.as_str(), p.value.as_str()))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                ("MemberAccountId", "111122223333"),
+                ("EventBusName", "<EventBusName>"),
+                ("QueueArn", "<QueueArn>"),
+                ("DeadLetterQueueArn", "<DeadLetterQueueArn>"),
+            ]
+        );
+        assert!(super::params("1", |_| anyhow::bail!("no output")).is_err());
+    }
+}
