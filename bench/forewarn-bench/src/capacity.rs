@@ -84,9 +84,20 @@ pub async fn report(s: &CapacitySettings) -> anyhow::Result<String> {
          drains, the stack's defaults, the same rate limits), on the fake's cluster \
          simulation (scheduler, ReplicaSets recreating an evicted pod at once, preemption, an \
          autoscaler whose nodes are Ready {} s after a pod finds no room). Every pod requests \
-         500m; every node is interrupted, so each replacement needs a new node.\n\n\
+         500m; every node is interrupted, so each replacement needs a new node. The surge \
+         run: {}\n\n\
          | measure | evict at once | surge | goal |\n|---|---|---|---|\n",
-        s.mass.pods_per_node, s.launch_seconds, s.launch_seconds
+        s.mass.pods_per_node,
+        s.launch_seconds,
+        s.launch_seconds,
+        mass::overrides_line(
+            &s.mass,
+            RunMode {
+                continuing: true,
+                surge: true,
+                launch_delay: Some(launch),
+            }
+        ),
     );
     out.push_str(&format!(
         "| capacity lost (pod-seconds, all workloads) | {:.0} | {:.0} ({:.3}×) | surge ≤ 0.2× |\n",

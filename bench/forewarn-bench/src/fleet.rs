@@ -68,21 +68,59 @@ fn figures(run: &Run) -> Figures {
 pub struct FleetArgs {
     #[command(flatten)]
     pub settings: Settings,
-    /// Only the share of a loaded API server (not the two clusters' runs).
-    #[arg(long)]
-    pub share_only: bool,
+    /// Only this part (by default all of them, in this order).
+    #[arg(long, value_enum)]
+    pub only: Option<Part>,
+    /// The many-clusters run: this many clusters of `--nodes` nodes each, warned at once.
+    #[arg(long, default_value_t = 10)]
+    pub clusters: usize,
+    /// The neighbour case: the loud cluster's warnings at t = 0...
+    #[arg(long, default_value_t = 5000)]
+    pub loud_nodes: usize,
+    /// ...and the quiet cluster's, one second later.
+    #[arg(long, default_value_t = 10)]
+    pub quiet_nodes: usize,
     /// Draw the runs (per cluster, nodes cordoned and fully drained over time, against the
     /// 120 s window) to this SVG file.
     #[arg(long)]
     pub svg: Option<std::path::PathBuf>,
 }
 
+/// The parts of the fleet benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Part {
+    /// Two clusters at once, then with one API server down 60 s; `--clusters` at once; two
+    /// accounts, one denying `ec2:DescribeInstances`.
+    Clusters,
+    /// A neighbour's mass interruption: `--loud-nodes` warnings in one cluster, `--quiet-nodes`
+    /// in another one second later.
+    Neighbour,
+    /// forewarn's share of a loaded API server.
+    Share,
+}
+
 /// The report as a markdown section.
 pub async fn report(args: &FleetArgs) -> anyhow::Result<String> {
     let s = &args.settings;
-    if args.share_only {
-        return share(s).await;
+    let mut out = String::new();
+    let wants = |part: Part| args.only.is_none_or(|only| only == part);
+    if wants(Part::Clusters) {
+        out.push_str(&clusters(args).await?);
+        out.push('\n');
     }
+    if wants(Part::Neighbour) {
+        out.push_str(&neighbour(args).await?);
+        out.push('\n');
+    }
+    if wants(Part::Share) {
+        out.push_str(&share(s).await?);
+    }
+    Ok(out)
+}
+
+/// The runs of several clusters at once, against one cluster alone.
+async fn clusters(args: &FleetArgs) -> anyhow::Result<String> {
+    let s = &args.settings;
     let mode = RunMode {
         continuing: true,
         surge: false,
@@ -99,39 +137,61 @@ pub async fn report(args: &FleetArgs) -> anyhow::Result<String> {
     if let Some(path) = &args.svg {
         draw(path, s.nodes, &alone[0], &pair, &outage)?;
     }
+    let many: Vec<Member> = (0..args.clusters)
+        .map(|k| Member::up(&format!("c{k}")))
+        .collect();
+    let many = mass::fleet_run(s, mode, &many).await?;
+    let slowest = many.iter().map(figures).fold(
+        Figures {
+            cordoned: Some(Duration::ZERO),
+            handled: s.nodes,
+        },
+        |m, f| Figures {
+            cordoned: m.cordoned.zip(f.cordoned).map(|(a, b)| a.max(b)),
+            handled: m.handled.min(f.handled),
+        },
+    );
+    let accounts = [
+        Member::up("blue"),
+        Member::up("green").in_account(DENYING_ACCOUNT, true),
+    ];
+    let accounts = mass::fleet_run(s, mode, &accounts).await?;
     let alone = figures(&alone[0]);
+    let pair_row = |k: usize| figures(&pair[k]);
+    let outage_row = |k: usize| figures(&outage[k]);
+    let many_run = format!("{} clusters", args.clusters);
+    let many_cluster = format!("the slowest of {}", args.clusters);
+    let denying = format!("two accounts, green's ({DENYING_ACCOUNT}) denying DescribeInstances");
     let rows = [
         ("one cluster alone", "blue", &alone, None),
-        (
-            "two clusters",
-            "blue",
-            &figures(&pair[0]),
-            Some(SLOWER_AT_MOST),
-        ),
-        (
-            "two clusters",
-            "green",
-            &figures(&pair[1]),
-            Some(SLOWER_AT_MOST),
-        ),
+        ("two clusters", "blue", &pair_row(0), Some(SLOWER_AT_MOST)),
+        ("two clusters", "green", &pair_row(1), Some(SLOWER_AT_MOST)),
         (
             "two clusters, blue's API server down 60 s",
             "blue",
-            &figures(&outage[0]),
+            &outage_row(0),
             None,
         ),
         (
             "two clusters, blue's API server down 60 s",
             "green",
-            &figures(&outage[1]),
+            &outage_row(1),
+            Some(SLOWER_AT_MOST),
+        ),
+        (&many_run, &many_cluster, &slowest, Some(SLOWER_AT_MOST)),
+        (
+            &denying,
+            "blue",
+            &figures(&accounts[0]),
             Some(SLOWER_AT_MOST),
         ),
     ];
     let mut out = format!(
-        "### Many clusters: 2 × {n} spot warnings at once, one deployment\n\n`forewarn-bench fleet --nodes {n}`: {n} spot warnings per cluster at \
-         t = 0, one queue, {inv} concurrent invocations of {batch} messages, each cluster's API \
+        "### Many clusters: {n} spot warnings per cluster at once, one deployment\n\n`forewarn-bench fleet --nodes {n} --only clusters`: {n} spot warnings per cluster at \
+         t = 0, one queue consumed as the event source mapping scales (5 concurrent batches at \
+         first, 300 more a minute, up to {inv}) in batches of {batch} messages, each cluster's API \
          server at {rps} requests/s ({lat} ms latency), {pods} pods per node with {grace} s \
-         grace periods, drains carried on by continuations (as deployed).\n\n\
+         grace periods, drains carried on by continuations (as deployed). {overrides}\n\n\
          | run | cluster | every node cordoned | × the cluster alone | goal | fully handled by 120 s |\n\
          |---|---|---|---|---|---|\n",
         n = s.nodes,
@@ -141,14 +201,146 @@ pub async fn report(args: &FleetArgs) -> anyhow::Result<String> {
         lat = s.latency_ms,
         pods = s.pods_per_node,
         grace = s.grace_seconds,
+        overrides = mass::overrides_line(s, mode),
     );
     for (run, cluster, f, goal) in rows {
         out.push_str(&row(run, cluster, f, &alone, goal, s.nodes));
     }
-    out.push('\n');
-    out.push_str(&share(s).await?);
+    let green = &accounts[1];
+    let refused = green
+        .outcomes
+        .iter()
+        .filter(|(k, _)| !k.contains("Acted"))
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    out.push_str(&format!(
+        "\nIn the run of two accounts, green's {n} warnings were refused in its own account \
+         and nothing was done in green's cluster ({} requests to its API server); the \
+         deployment's outcomes other than acted: {refused}.\n",
+        green.requests,
+        n = s.nodes,
+    ));
     Ok(out)
 }
+
+/// The member account of the run of two accounts, whose role denies `ec2:DescribeInstances`.
+const DENYING_ACCOUNT: &str = "210987654321";
+
+/// The neighbour's mass interruption (issue 46): one deployment serving a loud cluster warned
+/// for `loud_nodes` nodes at t = 0 and a quiet one warned for `quiet_nodes` one second later;
+/// the quiet cluster's last cordon and last eviction, against the quiet cluster alone. Twice:
+/// the two clusters in two member accounts of an organization (each account's events routed in
+/// its own message group), then both in the deployment's own account.
+async fn neighbour(args: &FleetArgs) -> anyhow::Result<String> {
+    let s = &args.settings;
+    let mode = RunMode {
+        continuing: true,
+        surge: false,
+        launch_delay: None,
+    };
+    let mut rows = String::new();
+    let mut handled = String::new();
+    for (case, accounts) in [
+        ("two member accounts", Some((LOUD_ACCOUNT, QUIET_ACCOUNT))),
+        ("one account", None),
+    ] {
+        let place = |m: Member, account: Option<&str>| match account {
+            Some(a) => m.in_account(a, false),
+            None => m,
+        };
+        let quiet = |after| {
+            place(
+                Member::up("quiet").of(args.quiet_nodes, after),
+                accounts.map(|a| a.1),
+            )
+        };
+        let loud = place(
+            Member::up("loud").of(args.loud_nodes, Duration::ZERO),
+            accounts.map(|a| a.0),
+        );
+        let alone = mass::fleet_run(s, mode, &[quiet(Duration::ZERO)]).await?;
+        let both = mass::fleet_run(s, mode, &[loud, quiet(NEIGHBOUR_AFTER)]).await?;
+        let (q, a) = (&both[1], &alone[0]);
+        rows.push_str(&neighbour_row(
+            case,
+            "last cordon",
+            last(&a.cordoned),
+            last(&q.cordoned),
+        ));
+        rows.push_str(&neighbour_row(
+            case,
+            "last eviction",
+            last(&a.evicted),
+            last(&q.evicted),
+        ));
+        handled.push_str(&format!(
+            "- {case}: the quiet cluster {} of {} nodes fully handled by 120 s beside the loud \
+             one; the loud cluster {} of {}.\n",
+            q.handled_by(WINDOW),
+            args.quiet_nodes,
+            both[0].handled_by(WINDOW),
+            args.loud_nodes,
+        ));
+    }
+    Ok(format!(
+        "### A neighbour's mass interruption: {loud} warnings in one cluster, {quiet} in another 1 s later\n\n\
+         `forewarn-bench fleet --only neighbour`: one deployment, one queue consumed as the event \
+         source mapping scales (5 concurrent batches at first, 300 more a minute, up to \
+         {inv}), each cluster its own API server at {rps} requests/s; the loud cluster's \
+         {loud} spot warnings at t = 0, the quiet cluster's {quiet} at t = 1 s, as the stack \
+         delivers them (a member account's in its own message group; the own account's, \
+         without an organization, in none); every continuation in its cluster's group. The \
+         quiet cluster's figures from its own warnings, against the quiet cluster alone. \
+         {overrides}\n\n\
+         | clusters in | quiet cluster | alone | beside the loud one | × alone | goal |\n|---|---|---|---|---|---|\n{rows}\n{handled}",
+        loud = args.loud_nodes,
+        quiet = args.quiet_nodes,
+        inv = s.invocations,
+        rps = s.server_rps,
+        overrides = mass::overrides_line(s, mode),
+    ))
+}
+
+/// The latest of `times`, when every one is known.
+fn last(times: &[Option<Duration>]) -> Option<Duration> {
+    times
+        .iter()
+        .try_fold(Duration::ZERO, |m, t| Some(m.max((*t)?)))
+}
+
+/// One row of the neighbour's table.
+fn neighbour_row(
+    case: &str,
+    what: &str,
+    alone: Option<Duration>,
+    with: Option<Duration>,
+) -> String {
+    let secs =
+        |d: Option<Duration>| d.map_or("not all".into(), |d| format!("{:.2} s", d.as_secs_f64()));
+    let (times, met) = match (alone, with) {
+        (Some(a), Some(w)) if a > Duration::ZERO => {
+            let r = w.as_secs_f64() / a.as_secs_f64();
+            (format!("{r:.2}×"), r <= NEIGHBOUR_AT_MOST)
+        }
+        _ => ("—".into(), false),
+    };
+    format!(
+        "| {case} | {what} | {} | {} | {times} | ≤ {NEIGHBOUR_AT_MOST}×: {} |\n",
+        secs(alone),
+        secs(with),
+        if met { "met" } else { "not met" }
+    )
+}
+
+/// The member accounts of the neighbour case's organization run.
+const LOUD_ACCOUNT: &str = "111111111111";
+const QUIET_ACCOUNT: &str = "222222222222";
+
+/// The neighbour case's quiet cluster is warned this long after the loud one.
+const NEIGHBOUR_AFTER: Duration = Duration::from_secs(1);
+/// Its goal: each of its figures within this many times its figures alone.
+const NEIGHBOUR_AT_MOST: f64 = 1.1;
 
 /// The figure: per cluster of each run, the nodes cordoned over time; for the outage's clusters
 /// also the nodes fully drained.

@@ -10,6 +10,7 @@ mod fleet;
 mod mass;
 mod plot;
 mod policies;
+mod queue;
 mod stats;
 
 use std::path::PathBuf;

@@ -15,7 +15,7 @@
 //! passes inside the invocation), the baseline.
 
 use forewarn::domain::clusters::{ClusterId, Place};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,17 +29,16 @@ use forewarn::app::handler::{Handler, Invocation};
 use forewarn::app::pipeline::{DEREGISTER_BUDGET, Passes, Traffic};
 use forewarn::domain::config::Config;
 use forewarn::domain::facts::InstanceFacts;
-use forewarn::domain::inbound::continuation::delay_seconds;
 use forewarn::domain::pool::CapacityType;
 use forewarn::domain::report::Outcome;
-use forewarn::domain::retry::visibility_seconds;
-use forewarn::ports::{ContinuationQueue, QueueError, Redeliver, Redelivery};
+use forewarn::ports::ContinuationQueue;
 use futures::StreamExt;
 use kube_fake::{KubeFake, RecordedRequest};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::e2e::{CLUSTER, kube_counts};
+use crate::queue::{Queue, Received, poller_starts, pollers_at};
 use crate::stats::{mib_of_kb, percentile, proc_status_kb, rate_bound, ratio, secs};
 use forewarn::domain::fixtures::{ec2_node as node, pod_object};
 
@@ -55,7 +54,7 @@ pub struct Settings {
     #[arg(long, default_value_t = 10)]
     pub batch: usize,
     /// Invocations in flight at once (the event source mapping's MaximumConcurrency).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = STACK_CONCURRENCY)]
     pub invocations: usize,
     /// How long an evicted pod takes to go (its terminationGracePeriodSeconds), in seconds.
     #[arg(long, default_value_t = 30)]
@@ -151,8 +150,8 @@ fn node_name(n: usize) -> String {
 
 const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
 const QUEUE_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:forewarn";
-/// The stack's visibility timeout: what a failed message waits unless the handler changes it.
-const VISIBILITY_TIMEOUT: Duration = Duration::from_secs(900);
+/// The deployment's region, every cluster's.
+const REGION: &str = "us-east-1";
 /// The stack's function timeout: each invocation's deadline.
 const FUNCTION_TIMEOUT: Duration = Duration::from_secs(150);
 /// How long an instance lives after its spot warning.
@@ -171,111 +170,8 @@ pub(crate) fn budgeted(n: usize, share: f64) -> bool {
     ((pair as f64 + 0.5) * share).floor() != ((pair as f64 - 0.5) * share).floor() || (share >= 1.0)
 }
 
-struct Message {
-    id: u64,
-    body: String,
-    visible_at: Instant,
-    receives: u32,
-}
-
-/// SQS as the event source mapping sees it (see the module's documentation).
-#[derive(Default)]
-struct Queue {
-    state: Mutex<QueueState>,
-}
-
-#[derive(Default)]
-struct QueueState {
-    waiting: VecDeque<Message>,
-    in_flight: HashMap<u64, Message>,
-    /// Visibility set by the handler for messages in flight.
-    changed: HashMap<u64, Duration>,
-    next: u64,
-}
-
-impl Queue {
-    /// Queues `body`, visible after `delay` in whole seconds, as SQS takes it (`DelaySeconds`,
-    /// rounded up as the handler's SQS client does).
-    fn send(&self, body: String, delay: Duration) {
-        let delay = Duration::from_secs(delay_seconds(delay).into());
-        let mut s = self.state.lock().unwrap();
-        s.next += 1;
-        let id = s.next;
-        s.waiting.push_back(Message {
-            id,
-            body,
-            visible_at: Instant::now() + delay,
-            receives: 0,
-        });
-    }
-
-    /// Up to `max` visible messages, oldest first.
-    fn receive(&self, max: usize) -> Vec<(u64, String, u32)> {
-        let now = Instant::now();
-        let mut s = self.state.lock().unwrap();
-        let mut out = Vec::new();
-        let mut i = 0;
-        while i < s.waiting.len() && out.len() < max {
-            if s.waiting[i].visible_at <= now {
-                let mut m = s.waiting.remove(i).unwrap();
-                m.receives += 1;
-                out.push((m.id, m.body.clone(), m.receives));
-                s.in_flight.insert(m.id, m);
-            } else {
-                i += 1;
-            }
-        }
-        out
-    }
-
-    /// Deletes the handled messages; the failed ones come back after their visibility.
-    fn settle(&self, ids: &[u64], failed: &[u64]) {
-        let now = Instant::now();
-        let mut s = self.state.lock().unwrap();
-        for id in ids {
-            let Some(mut m) = s.in_flight.remove(id) else {
-                continue;
-            };
-            if failed.contains(id) {
-                let visibility = s.changed.remove(id).unwrap_or(VISIBILITY_TIMEOUT);
-                m.visible_at = now + visibility;
-                s.waiting.push_back(m);
-            }
-        }
-    }
-
-    /// Nothing visible, in flight or delayed before `until`.
-    fn idle_until(&self, until: Instant) -> bool {
-        let s = self.state.lock().unwrap();
-        s.in_flight.is_empty() && s.waiting.iter().all(|m| m.visible_at > until)
-    }
-}
-
-#[async_trait]
-impl ContinuationQueue for Queue {
-    async fn send(&self, _queue_arn: &str, body: &str, delay: Duration) -> Result<(), QueueError> {
-        self.send(body.to_string(), delay);
-        Ok(())
-    }
-}
-
-#[async_trait]
-impl Redelivery for Queue {
-    async fn redeliver(&self, messages: &[Redeliver]) -> Result<usize, QueueError> {
-        let mut s = self.state.lock().unwrap();
-        for m in messages {
-            if let Ok(id) = m.message_id.trim_start_matches("m-").parse::<u64>() {
-                // A visibility timeout is whole seconds, as the handler's SQS client sends it.
-                s.changed
-                    .insert(id, Duration::from_secs(visibility_seconds(m.delay).into()));
-            }
-        }
-        Ok(messages.len())
-    }
-}
-
 /// The SQS event Lambda would pass for `messages`.
-fn sqs_event(messages: &[(u64, String, u32)]) -> Value {
+fn sqs_event(messages: &[Received]) -> Value {
     let records: Vec<Value> = messages
         .iter()
         .map(|(id, body, receives)| {
@@ -290,8 +186,8 @@ fn sqs_event(messages: &[(u64, String, u32)]) -> Value {
     json!({ "Records": records })
 }
 
-fn warning(n: usize, id: &str, time: &str) -> String {
-    forewarn::domain::fixtures::spot_json(&format!("mass-{n}-{id}"), id, time).to_string()
+fn warning(n: usize, id: &str, time: &str) -> Value {
+    forewarn::domain::fixtures::spot_json(&format!("mass-{n}-{id}"), id, time)
 }
 
 /// What one run measured.
@@ -352,6 +248,107 @@ impl Run {
             .count()
     }
 }
+
+/// What a run sets that the deployed handler does not: each setting whose value in the run is
+/// not the stack's default (the reference's, `forewarn::app::reference::VARIABLES`; the
+/// client-side limit as the stack derives it), as `` `NAME=value` (deployed: default) ``. Every
+/// section prints them beside its figures.
+pub(crate) fn overrides(s: &Settings, mode: RunMode) -> Vec<String> {
+    let default_of = |name: &str| {
+        forewarn::app::reference::VARIABLES
+            .iter()
+            .find(|v| v.name == name)
+            .and_then(|v| v.default_value)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let surge = default_of("FOREWARN_SURGE");
+    // The stack sets FOREWARN_ENVIRONMENTS to its MaximumConcurrency; the handler derives its
+    // limit from it.
+    let deployed_limit = forewarn::app::settings::Settings::from_lookup(|name| {
+        (name == "FOREWARN_ENVIRONMENTS").then(|| STACK_CONCURRENCY.to_string())
+    })
+    .ok()
+    .and_then(|d| d.kube_rate_limit);
+    let shown = |l: Option<(f64, u32)>| {
+        (
+            l.map_or("none".into(), |l| l.0.to_string()),
+            l.map_or("none".into(), |l| l.1.to_string()),
+        )
+    };
+    let (qps, burst) = shown(s.environment_limit());
+    let (deployed_qps, deployed_burst) = shown(deployed_limit);
+    let run = [
+        (
+            "FOREWARN_CONCURRENCY",
+            s.batch.to_string(),
+            default_of("FOREWARN_CONCURRENCY"),
+        ),
+        (
+            "FOREWARN_SURGE",
+            if mode.surge {
+                surge.clone()
+            } else {
+                String::new()
+            },
+            surge,
+        ),
+        (
+            "FOREWARN_DRAIN_PASS_INTERVAL",
+            if mode.continuing {
+                format!("{}s", s.pass_interval_seconds)
+            } else {
+                "off".into()
+            },
+            default_of("FOREWARN_DRAIN_PASS_INTERVAL"),
+        ),
+        (
+            "FOREWARN_SAFETY_MARGIN",
+            format!("{}s", SAFETY_MARGIN.as_secs()),
+            default_of("FOREWARN_SAFETY_MARGIN"),
+        ),
+        ("FOREWARN_KUBE_QPS", qps, deployed_qps),
+        ("FOREWARN_KUBE_BURST", burst, deployed_burst),
+    ];
+    let mut out: Vec<String> = run
+        .into_iter()
+        .filter(|(_, value, default)| value != default)
+        .map(|(name, value, default)| {
+            let shown = |v: &str| {
+                if v.is_empty() {
+                    "blank".to_string()
+                } else {
+                    format!("`{v}`")
+                }
+            };
+            format!("`{name}`={} (deployed: {})", shown(&value), shown(&default))
+        })
+        .collect();
+    if s.invocations != STACK_CONCURRENCY {
+        out.push(format!(
+            "`MaximumConcurrency`={} (deployed: {})",
+            s.invocations, STACK_CONCURRENCY
+        ));
+    }
+    out
+}
+
+/// The line that lists a run's [`overrides`].
+pub(crate) fn overrides_line(s: &Settings, mode: RunMode) -> String {
+    match overrides(s, mode).as_slice() {
+        [] => "Every setting of the handler is the deployed default.".into(),
+        o => format!(
+            "Settings that are not the deployed defaults: {}.",
+            o.join(", ")
+        ),
+    }
+}
+
+/// The stack's default `MaximumConcurrency` (`the_defaults_are_the_stacks` reads it).
+pub(crate) const STACK_CONCURRENCY: usize = 10;
+
+/// The handler's safety margin in every run.
+const SAFETY_MARGIN: Duration = Duration::from_secs(3);
 
 /// How one run is made.
 #[derive(Debug, Clone, Copy)]
@@ -435,7 +432,7 @@ fn header(s: &Settings) -> String {
          evicted pods take {} s to go (their grace period). {} pods to evict ({} per node); {} pairs of pods on two nodes \
          behind a PodDisruptionBudget with `maxUnavailable: 1` ({} pods). Client-side limit: {}. \
          Each warning at t = 0; its instance goes at t = 120 s. The queue: failed messages invisible for 900 s unless \
-         the handler changes that; continuations delayed as sent, in whole seconds as SQS takes them.\n\n\
+         the handler changes that; continuations delayed as sent, in whole seconds as SQS takes them. {}\n\n\
          | measure | continuation drains (as deployed) | in-process drain (`off`, baseline) | bound |\n|---|---|---|---|\n",
         s.nodes,
         s.batch,
@@ -449,6 +446,14 @@ fn header(s: &Settings) -> String {
         pdb_pairs,
         pdb_pairs * 2,
         client,
+        overrides_line(
+            s,
+            RunMode {
+                continuing: true,
+                surge: false,
+                launch_delay: None,
+            }
+        ),
     )
 }
 
@@ -863,31 +868,68 @@ pub(crate) async fn one_run(s: &Settings, mode: RunMode) -> anyhow::Result<Run> 
     Ok(runs.remove(0))
 }
 
-/// One cluster of a run: its name, and how long its API server is down from the warnings on.
+/// One cluster of a run: its name, its nodes (`None`: the run's `--nodes`), when its warnings
+/// are sent after the run's first, and how long its API server is down from then on.
 #[derive(Debug, Clone)]
 pub(crate) struct Member {
     pub name: String,
     pub down_for: Option<Duration>,
+    pub nodes: Option<usize>,
+    pub warned_after: Duration,
+    /// A member account it is in (`None`: the deployment's own), and whether that account's
+    /// role denies `ec2:DescribeInstances`.
+    pub account: Option<String>,
+    pub denies: bool,
 }
 
 impl Member {
-    /// The cluster it is: of the deployment's own account and region.
+    /// The cluster it is: of its account, in the deployment's region.
     fn id(&self) -> ClusterId {
-        ClusterId::at(&Place::default(), &self.name)
+        match &self.account {
+            Some(account) => ClusterId::at(&Place::of(account, REGION), &self.name),
+            None => ClusterId::at(&Place::default(), &self.name),
+        }
     }
 
     pub(crate) fn up(name: &str) -> Member {
         Member {
             name: name.into(),
             down_for: None,
+            nodes: None,
+            warned_after: Duration::ZERO,
+            account: None,
+            denies: false,
+        }
+    }
+
+    /// The same cluster in the member account `account`, whose role denies
+    /// `ec2:DescribeInstances` when `denies`.
+    pub(crate) fn in_account(self, account: &str, denies: bool) -> Member {
+        Member {
+            account: Some(account.into()),
+            denies,
+            ..self
         }
     }
 
     pub(crate) fn down(name: &str, down_for: Duration) -> Member {
         Member {
-            name: name.into(),
             down_for: Some(down_for),
+            ..Member::up(name)
         }
+    }
+
+    /// The same cluster with `nodes` nodes, warned `after` the run's first warnings.
+    pub(crate) fn of(self, nodes: usize, after: Duration) -> Member {
+        Member {
+            nodes: Some(nodes),
+            warned_after: after,
+            ..self
+        }
+    }
+
+    fn nodes(&self, s: &Settings) -> usize {
+        self.nodes.unwrap_or(s.nodes)
     }
 }
 
@@ -896,6 +938,7 @@ impl Member {
 struct Played {
     member: Member,
     fake: Arc<KubeFake>,
+    names: Vec<String>,
     ids: Vec<String>,
     clients: ClusterClient,
 }
@@ -908,8 +951,7 @@ pub(crate) async fn fleet_run(
     mode: RunMode,
     members: &[Member],
 ) -> anyhow::Result<Vec<Run>> {
-    let names: Vec<String> = (0..s.nodes).map(node_name).collect();
-    let (played, instances) = play(s, mode, members, &names).await;
+    let (played, instances) = play(s, mode, members).await;
     let dir = tempfile::Builder::new()
         .prefix("forewarn-bench-mass-")
         .tempdir()?;
@@ -922,8 +964,15 @@ pub(crate) async fn fleet_run(
     // The account's load balancers (one cluster's runs only).
     let elb = (s.target_groups > 0 && members.len() == 1)
         .then(|| Arc::new(crate::elb::Account::of(s, &instances)));
-    let instances: Arc<dyn forewarn::ports::InstanceDirectory> =
-        Arc::new(SnapshotInstances(instances));
+    let denied = members
+        .iter()
+        .filter(|m| m.denies)
+        .filter_map(|m| m.account.clone())
+        .collect();
+    let instances: Arc<dyn forewarn::ports::InstanceDirectory> = Arc::new(Accounts {
+        known: SnapshotInstances(instances),
+        denied,
+    });
     // Each poller is an execution environment with a handler of its own, set up as a cold
     // start sets it up: its executor (and what its surge drains remember), its kept retries.
     let environment = || {
@@ -959,7 +1008,7 @@ pub(crate) async fn fleet_run(
             instances: instances.clone(),
             fleet,
             concurrency: s.batch,
-            safety_margin: Duration::from_secs(3),
+            safety_margin: SAFETY_MARGIN,
             traffic: elb.as_ref().map(|account| {
                 let environment = crate::elb::Environment::new(account.clone());
                 Traffic::new(Arc::new(environment), DEREGISTER_BUDGET)
@@ -978,15 +1027,29 @@ pub(crate) async fn fleet_run(
         }
     }
 
-    // Every warning at t = 0, the clusters' interleaved.
+    // The warnings of the clusters warned first at t = 0, interleaved; the others' on time.
     let warned_at = chrono::Utc::now();
-    let time = warned_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    for n in 0..s.nodes {
-        for p in &played {
-            queue.send(warning(n, &p.ids[n], &time), Duration::ZERO);
-        }
-    }
     let start = Instant::now();
+    let first: Vec<&Played> = played
+        .iter()
+        .filter(|p| p.member.warned_after.is_zero())
+        .collect();
+    warn(&queue, &first, warned_at);
+    let later = played
+        .iter()
+        .filter(|p| !p.member.warned_after.is_zero())
+        .map(|p| {
+            let queue = Arc::clone(&queue);
+            async move {
+                tokio::time::sleep_until(start + p.member.warned_after).await;
+                warn(
+                    &queue,
+                    &[p],
+                    warned_at + forewarn::ports::span(p.member.warned_after),
+                );
+            }
+        });
+    let later = futures::future::join_all(later);
     let cutoff = start + Duration::from_secs(s.cutoff_seconds);
     // Each outage ends on time.
     let outages = played.iter().filter_map(|p| {
@@ -997,13 +1060,14 @@ pub(crate) async fn fleet_run(
         })
     });
     let outages = futures::future::join_all(outages);
-    let (totals, _) = tokio::join!(poll(s, &queue, environment, cutoff), outages);
+    let (totals, _, _) = tokio::join!(poll(s, &queue, environment, cutoff), outages, later);
     let totals = totals?;
     played
         .iter()
         .map(|p| {
             let requests = p.fake.requests();
-            let seen = handled(&requests, warned_at, &names, s.pods_per_node);
+            let warned_at = warned_at + forewarn::ports::span(p.member.warned_after);
+            let seen = handled(&requests, warned_at, &p.names, s.pods_per_node);
             let elb = elb
                 .as_ref()
                 .map(|a| a.summary(&p.ids, &seen.tried, warned_at));
@@ -1013,13 +1077,67 @@ pub(crate) async fn fleet_run(
         .collect()
 }
 
-/// The clusters of a run, each its fake seeded with its nodes (named `names`) and a client;
-/// every cluster's instances, by id.
+/// Queues a spot warning for every node of `played`, sent at `at`, the clusters' interleaved.
+fn warn(queue: &Queue, played: &[&Played], at: chrono::DateTime<chrono::Utc>) {
+    let time = at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let most = played.iter().map(|p| p.ids.len()).max().unwrap_or(0);
+    for n in 0..most {
+        for p in played.iter().filter(|p| n < p.ids.len()) {
+            let mut event = warning(n, &p.ids[n], &time);
+            if let Some(account) = &p.member.account {
+                event["account"] = json!(account);
+            }
+            // As the stack delivers it: a member account's event through its route
+            // (infra/member-route.yaml), in the account's message group; the own account's,
+            // without an organization, in none (a tenant of its own).
+            queue.send(
+                event.to_string(),
+                p.member.account.as_deref(),
+                Duration::ZERO,
+            );
+        }
+    }
+}
+
+/// The instances of every account of a run, each described in its own account: those of an
+/// account in `denied` are refused there, as a member role denying `ec2:DescribeInstances`
+/// refuses them (a permanent failure).
+struct Accounts {
+    known: SnapshotInstances,
+    denied: BTreeSet<String>,
+}
+
+#[async_trait]
+impl forewarn::ports::InstanceDirectory for Accounts {
+    async fn describe(
+        &self,
+        ids: &[String],
+    ) -> Result<BTreeMap<String, InstanceFacts>, forewarn::ports::DirectoryError> {
+        self.known.describe(ids).await
+    }
+
+    async fn describe_at(
+        &self,
+        place: &forewarn::ports::Place,
+        ids: &[String],
+    ) -> Result<BTreeMap<String, InstanceFacts>, forewarn::ports::DirectoryError> {
+        match place.account.as_ref().filter(|a| self.denied.contains(*a)) {
+            Some(account) => Err(forewarn::ports::DirectoryError::new(
+                "ec2",
+                forewarn::ports::FailureKind::Forbidden,
+                format!("AccessDenied: the member role of {account} denies ec2:DescribeInstances"),
+            )),
+            None => self.known.describe(ids).await,
+        }
+    }
+}
+
+/// The clusters of a run, each its fake seeded with its nodes and a client; every cluster's
+/// instances, by id.
 async fn play(
     s: &Settings,
     mode: RunMode,
     members: &[Member],
-    names: &[String],
 ) -> (Vec<Played>, BTreeMap<String, InstanceFacts>) {
     let simulated = mode.launch_delay.is_some();
     // One client (so one rate limit) for the process, or each execution environment a client
@@ -1028,15 +1146,20 @@ async fn play(
         .then_some((s.client_qps, s.client_burst));
     let mut played = Vec::new();
     let mut instances = BTreeMap::new();
-    for (k, member) in members.iter().enumerate() {
+    let mut first_id = 0;
+    for member in members {
         let fake = Arc::new(start_fake(mode).await);
-        let ids: Vec<String> = (0..s.nodes).map(|n| instance_id(n + k * s.nodes)).collect();
-        instances.extend(seed(&fake, s, simulated, &ids, names, &member.name));
+        let nodes = member.nodes(s);
+        let names: Vec<String> = (0..nodes).map(node_name).collect();
+        let ids: Vec<String> = (0..nodes).map(|n| instance_id(first_id + n)).collect();
+        first_id += nodes;
+        instances.extend(seed(&fake, s, simulated, &ids, &names, &member.name));
         fake.set_eviction_grace(Duration::from_secs(s.grace_seconds));
         let clients = ClusterClient::new(fake.client()).with_rate_limit(process_limit);
         played.push(Played {
             member: member.clone(),
             fake,
+            names,
             ids,
             clients,
         });
@@ -1070,7 +1193,8 @@ impl Connector for BenchClusters {
     }
 }
 
-/// The event source mapping: `s.invocations` pollers, each an execution environment made by
+/// The event source mapping: up to `s.invocations` pollers (its `MaximumConcurrency`), 5 at
+/// first and more as it scales up (see [`crate::queue`]), each an execution environment made by
 /// `environment`, taking a batch and invoking until `cutoff` (or nothing is left): what they
 /// added up.
 async fn poll(
@@ -1080,12 +1204,15 @@ async fn poll(
     cutoff: Instant,
 ) -> anyhow::Result<Totals> {
     let totals = Arc::new(Mutex::new(Totals::default()));
-    let pollers = (0..s.invocations.max(1)).map(|_| {
+    let began = Instant::now();
+    let pollers = (0..s.invocations.max(1)).map(|n| {
         let queue = Arc::clone(queue);
         let handler = environment();
         let totals = Arc::clone(&totals);
         let batch = s.batch;
+        debug_assert!(pollers_at(poller_starts(n), s.invocations) > n);
         async move {
+            tokio::time::sleep_until(began + poller_starts(n)).await;
             loop {
                 if Instant::now() >= cutoff {
                     return Ok::<(), anyhow::Error>(());
@@ -1435,6 +1562,78 @@ mod tests {
         );
     }
 
+    /// Deployed = benchmarked: the run's warnings are grouped as the stack's rules deliver
+    /// them: a member account's route puts them in the account's group, the own account's rules
+    /// (without an organization) in none.
+    #[test]
+    fn warnings_are_grouped_as_the_stacks_rules_deliver_them() {
+        let root = forewarn_tests::moto::workspace_root();
+        let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+        let route = read("infra/member-route.yaml");
+        assert!(
+            route.contains("SqsParameters:\n            MessageGroupId: !Ref MemberAccountId"),
+            "a route delivers in its account's group"
+        );
+        let stack = read("infra/forewarn.yaml");
+        let grouped = "SqsParameters: !If\n            - WithOrganization\n            - MessageGroupId: !Ref AWS::AccountId\n            - !Ref AWS::NoValue";
+        assert_eq!(
+            stack.matches(grouped).count(),
+            7,
+            "each rule of the own account: a group only with an organization"
+        );
+    }
+
+    /// The default run differs from the deployed handler in the batch's concurrency and in
+    /// surge (off), nothing else; a limit or concurrency of its own is listed too.
+    #[test]
+    fn a_runs_overrides_are_what_it_sets_unlike_the_stack() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            s: Settings,
+        }
+        let s = Cli::parse_from(["bench"]).s;
+        let plain = RunMode {
+            continuing: true,
+            surge: false,
+            launch_delay: None,
+        };
+        let names = |o: Vec<String>| -> Vec<String> {
+            o.iter()
+                .map(|l| l.split('=').next().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(
+            names(overrides(&s, plain)),
+            ["`FOREWARN_CONCURRENCY`", "`FOREWARN_SURGE`"]
+        );
+        let surge = RunMode {
+            surge: true,
+            ..plain
+        };
+        assert_eq!(names(overrides(&s, surge)), ["`FOREWARN_CONCURRENCY`"]);
+        let off = RunMode {
+            continuing: false,
+            ..plain
+        };
+        assert!(names(overrides(&s, off)).contains(&"`FOREWARN_DRAIN_PASS_INTERVAL`".to_string()));
+        let faster = Settings {
+            client_qps: 800.0,
+            invocations: 20,
+            ..s
+        };
+        let listed = names(overrides(&faster, plain));
+        assert!(
+            listed.contains(&"`FOREWARN_KUBE_QPS`".to_string()),
+            "{listed:?}"
+        );
+        assert!(
+            listed.contains(&"`MaximumConcurrency`".to_string()),
+            "{listed:?}"
+        );
+    }
+
     #[test]
     fn names_and_ids_are_unique_and_well_formed() {
         assert_eq!(instance_id(1), "i-0b000000000000001");
@@ -1453,42 +1652,5 @@ mod tests {
             );
         }
         assert_eq!(budgeted(4, 0.3), budgeted(5, 0.3), "both nodes of a pair");
-    }
-
-    #[tokio::test]
-    async fn the_queue_keeps_failed_messages_invisible_unless_changed_and_delays_sends() {
-        let q = Queue::default();
-        q.send("a".into(), Duration::ZERO);
-        q.send("b".into(), Duration::from_secs(60));
-        q.send("c".into(), Duration::from_millis(1));
-        let got = q.receive(10);
-        assert_eq!(got.len(), 1);
-        assert!(
-            q.receive(10).is_empty(),
-            "b is delayed; c too, by a whole second"
-        );
-        q.settle(&[got[0].0], &[got[0].0]);
-        assert!(
-            q.receive(10).is_empty(),
-            "a failed: invisible for the visibility timeout"
-        );
-        assert!(!q.idle_until(Instant::now() + Duration::from_secs(1000)));
-        let q = Queue::default();
-        q.send("c".into(), Duration::ZERO);
-        let got = q.receive(10);
-        q.redeliver(&[Redeliver {
-            queue_arn: QUEUE_ARN.into(),
-            receipt_handle: String::new(),
-            message_id: format!("m-{}", got[0].0),
-            delay: Duration::ZERO,
-        }])
-        .await
-        .unwrap();
-        q.settle(&[got[0].0], &[got[0].0]);
-        assert_eq!(
-            q.receive(10).len(),
-            1,
-            "the handler brought it back at once"
-        );
     }
 }
