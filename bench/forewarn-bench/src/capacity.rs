@@ -78,27 +78,7 @@ pub async fn report(s: &CapacitySettings) -> anyhow::Result<String> {
     };
     let n = s.mass.nodes;
     let share = total(surge) / total(at_once).max(1e-9);
-    let mut out = format!(
-        "### Capacity lost: {n} spot warnings at once, {} pods per node, a {} s launch time\n\n\
-         `forewarn-bench capacity --nodes {n}`: the mass interruption above (continuation \
-         drains, the stack's defaults, the same rate limits), on the fake's cluster \
-         simulation (scheduler, ReplicaSets recreating an evicted pod at once, preemption, an \
-         autoscaler whose nodes are Ready {} s after a pod finds no room). Every pod requests \
-         500m; every node is interrupted, so each replacement needs a new node. The surge \
-         run: {}\n\n\
-         | measure | evict at once | surge | goal |\n|---|---|---|---|\n",
-        s.mass.pods_per_node,
-        s.launch_seconds,
-        s.launch_seconds,
-        mass::overrides_line(
-            &s.mass,
-            RunMode {
-                continuing: true,
-                surge: true,
-                launch_delay: Some(launch),
-            }
-        ),
-    );
+    let mut out = header(s, launch);
     out.push_str(&format!(
         "| capacity lost (pod-seconds, all workloads) | {:.0} | {:.0} ({:.3}×) | surge ≤ 0.2× |\n",
         total(at_once),
@@ -156,6 +136,32 @@ pub async fn report(s: &CapacitySettings) -> anyhow::Result<String> {
         ));
     }
     Ok(out)
+}
+
+/// The section's heading, what the run is, and the head of its table.
+fn header(s: &CapacitySettings, launch: Duration) -> String {
+    let n = s.mass.nodes;
+    format!(
+        "### Capacity lost: {n} spot warnings at once, {} pods per node, a {} s launch time\n\n\
+         `forewarn-bench capacity --nodes {n}`: the mass interruption above (continuation \
+         drains, the stack's defaults, the same rate limits), on the fake's cluster \
+         simulation (scheduler, ReplicaSets recreating an evicted pod at once, preemption, an \
+         autoscaler whose nodes are Ready {} s after a pod finds no room). Every pod requests \
+         500m; every node is interrupted, so each replacement needs a new node. The surge \
+         run: {}\n\n\
+         | measure | evict at once | surge | goal |\n|---|---|---|---|\n",
+        s.mass.pods_per_node,
+        s.launch_seconds,
+        s.launch_seconds,
+        mass::overrides_line(
+            &s.mass,
+            RunMode {
+                continuing: true,
+                surge: true,
+                launch_delay: Some(launch),
+            }
+        ),
+    )
 }
 
 /// The loss of one run (see the module doc).

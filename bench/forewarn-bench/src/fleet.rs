@@ -186,23 +186,7 @@ async fn clusters(args: &FleetArgs) -> anyhow::Result<String> {
             Some(SLOWER_AT_MOST),
         ),
     ];
-    let mut out = format!(
-        "### Many clusters: {n} spot warnings per cluster at once, one deployment\n\n`forewarn-bench fleet --nodes {n} --only clusters`: {n} spot warnings per cluster at \
-         t = 0, one queue consumed as the event source mapping scales (5 concurrent batches at \
-         first, 300 more a minute, up to {inv}) in batches of {batch} messages, each cluster's API \
-         server at {rps} requests/s ({lat} ms latency), {pods} pods per node with {grace} s \
-         grace periods, drains carried on by continuations (as deployed). {overrides}\n\n\
-         | run | cluster | every node cordoned | × the cluster alone | goal | fully handled by 120 s |\n\
-         |---|---|---|---|---|---|\n",
-        n = s.nodes,
-        inv = s.invocations,
-        batch = s.batch,
-        rps = s.server_rps,
-        lat = s.latency_ms,
-        pods = s.pods_per_node,
-        grace = s.grace_seconds,
-        overrides = mass::overrides_line(s, mode),
-    );
+    let mut out = clusters_header(s, mode);
     for (run, cluster, f, goal) in rows {
         out.push_str(&row(run, cluster, f, &alone, goal, s.nodes));
     }
@@ -222,6 +206,27 @@ async fn clusters(args: &FleetArgs) -> anyhow::Result<String> {
         n = s.nodes,
     ));
     Ok(out)
+}
+
+/// The head of the many-clusters section: what the runs are, and the head of their table.
+fn clusters_header(s: &Settings, mode: RunMode) -> String {
+    format!(
+        "### Many clusters: {n} spot warnings per cluster at once, one deployment\n\n`forewarn-bench fleet --nodes {n} --only clusters`: {n} spot warnings per cluster at \
+         t = 0, one queue consumed as the event source mapping scales (5 concurrent batches at \
+         first, 300 more a minute, up to {inv}) in batches of {batch} messages, each cluster's API \
+         server at {rps} requests/s ({lat} ms latency), {pods} pods per node with {grace} s \
+         grace periods, drains carried on by continuations (as deployed). {overrides}\n\n\
+         | run | cluster | every node cordoned | × the cluster alone | goal | fully handled by 120 s |\n\
+         |---|---|---|---|---|---|\n",
+        n = s.nodes,
+        inv = s.invocations,
+        batch = s.batch,
+        rps = s.server_rps,
+        lat = s.latency_ms,
+        pods = s.pods_per_node,
+        grace = s.grace_seconds,
+        overrides = mass::overrides_line(s, mode),
+    )
 }
 
 /// The member account of the run of two accounts, whose role denies `ec2:DescribeInstances`.

@@ -964,15 +964,7 @@ pub(crate) async fn fleet_run(
     // The account's load balancers (one cluster's runs only).
     let elb = (s.target_groups > 0 && members.len() == 1)
         .then(|| Arc::new(crate::elb::Account::of(s, &instances)));
-    let denied = members
-        .iter()
-        .filter(|m| m.denies)
-        .filter_map(|m| m.account.clone())
-        .collect();
-    let instances: Arc<dyn forewarn::ports::InstanceDirectory> = Arc::new(Accounts {
-        known: SnapshotInstances(instances),
-        denied,
-    });
+    let instances = Accounts::of(members, instances);
     // Each poller is an execution environment with a handler of its own, set up as a cold
     // start sets it up: its executor (and what its surge drains remember), its kept retries.
     let environment = || {
@@ -1026,41 +1018,13 @@ pub(crate) async fn fleet_run(
                 .inject(kube_fake::Fault::new(503).times(usize::MAX / 2));
         }
     }
-
-    // The warnings of the clusters warned first at t = 0, interleaved; the others' on time.
     let warned_at = chrono::Utc::now();
     let start = Instant::now();
-    let first: Vec<&Played> = played
-        .iter()
-        .filter(|p| p.member.warned_after.is_zero())
-        .collect();
-    warn(&queue, &first, warned_at);
-    let later = played
-        .iter()
-        .filter(|p| !p.member.warned_after.is_zero())
-        .map(|p| {
-            let queue = Arc::clone(&queue);
-            async move {
-                tokio::time::sleep_until(start + p.member.warned_after).await;
-                warn(
-                    &queue,
-                    &[p],
-                    warned_at + forewarn::ports::span(p.member.warned_after),
-                );
-            }
-        });
-    let later = futures::future::join_all(later);
     let cutoff = start + Duration::from_secs(s.cutoff_seconds);
-    // Each outage ends on time.
-    let outages = played.iter().filter_map(|p| {
-        let fake = Arc::clone(&p.fake);
-        p.member.down_for.map(|d| async move {
-            tokio::time::sleep_until(start + d).await;
-            fake.clear_faults();
-        })
-    });
-    let outages = futures::future::join_all(outages);
-    let (totals, _, _) = tokio::join!(poll(s, &queue, environment, cutoff), outages, later);
+    let (totals, ()) = tokio::join!(
+        poll(s, &queue, environment, cutoff),
+        timeline(&played, &queue, start, warned_at)
+    );
     let totals = totals?;
     played
         .iter()
@@ -1075,6 +1039,41 @@ pub(crate) async fn fleet_run(
             Ok(Run { elb, ..run })
         })
         .collect()
+}
+
+/// What happens to a run's clusters from `start` (at `warned_at`): the warnings of the
+/// clusters warned first at once, interleaved, the others' on time; each outage ending on time.
+async fn timeline(
+    played: &[Played],
+    queue: &Arc<Queue>,
+    start: Instant,
+    warned_at: chrono::DateTime<chrono::Utc>,
+) {
+    let first: Vec<&Played> = played
+        .iter()
+        .filter(|p| p.member.warned_after.is_zero())
+        .collect();
+    warn(queue, &first, warned_at);
+    let later = played
+        .iter()
+        .filter(|p| !p.member.warned_after.is_zero())
+        .map(|p| async move {
+            tokio::time::sleep_until(start + p.member.warned_after).await;
+            let at = warned_at + forewarn::ports::span(p.member.warned_after);
+            warn(queue, &[p], at);
+        });
+    let outages = played.iter().filter_map(|p| {
+        let fake = Arc::clone(&p.fake);
+        p.member.down_for.map(|d| async move {
+            tokio::time::sleep_until(start + d).await;
+            fake.clear_faults();
+        })
+    });
+    futures::future::join(
+        futures::future::join_all(later),
+        futures::future::join_all(outages),
+    )
+    .await;
 }
 
 /// Queues a spot warning for every node of `played`, sent at `at`, the clusters' interleaved.
@@ -1105,6 +1104,24 @@ fn warn(queue: &Queue, played: &[&Played], at: chrono::DateTime<chrono::Utc>) {
 struct Accounts {
     known: SnapshotInstances,
     denied: BTreeSet<String>,
+}
+
+impl Accounts {
+    /// The instances of a run's `members`, those of a denying member's account refused.
+    fn of(
+        members: &[Member],
+        instances: BTreeMap<String, InstanceFacts>,
+    ) -> Arc<dyn forewarn::ports::InstanceDirectory> {
+        let denied = members
+            .iter()
+            .filter(|m| m.denies)
+            .filter_map(|m| m.account.clone())
+            .collect();
+        Arc::new(Accounts {
+            known: SnapshotInstances(instances),
+            denied,
+        })
+    }
 }
 
 #[async_trait]

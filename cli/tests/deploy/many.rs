@@ -244,6 +244,63 @@ fn as_list(value: &str) -> String {
     }
 }
 
+/// The member's entries: the member role and its twin, made in the member account (cluster
+/// `m`, `member` whole) and nothing of the member's in the own account's cluster `a`.
+fn assert_member_entries(eks: &EksFake, (a, m): (&str, &str), member: &str, text: &str) {
+    let role = format!("arn:aws:iam::{MEMBER}:role/forewarn-member");
+    let read = format!("{role}-read");
+    assert_eq!(eks.entry(member, &role).unwrap(), ["forewarn-handler"]);
+    assert_eq!(eks.entry(member, &read).unwrap(), ["forewarn-sweeper"]);
+    let created: Vec<(String, Option<String>)> = eks
+        .requests()
+        .into_iter()
+        .filter(|r| r.operation == "CreateAccessEntry")
+        .map(|r| (r.account, r.cluster))
+        .collect();
+    assert_eq!(
+        created,
+        vec![(MEMBER.to_string(), Some(m.to_string())); 2],
+        "{:?}",
+        eks.requests()
+    );
+    assert!(
+        eks.entry(a, &role).is_none() && eks.entry(m, &role).is_none(),
+        "nothing of the member's in this account"
+    );
+    for line in [
+        format!("cluster {member}: {role} in group forewarn-handler: created"),
+        format!("cluster {member}: {read} in group forewarn-sweeper: created"),
+        format!("cluster {member} (kubeconfig context {member}):"),
+    ] {
+        assert!(text.contains(&line), "missing {line:?} in:\n{text}");
+    }
+}
+
+/// The member account's route: a stack in this account made from the central stack's outputs,
+/// said by the deploy's `text`; its name.
+async fn assert_routed(
+    cfn: &Client,
+    stack: &str,
+    outputs: &BTreeMap<String, String>,
+    text: &str,
+) -> String {
+    let route = format!("{stack}-route-{MEMBER}");
+    assert_eq!(
+        stack_status(cfn, &route).await.as_deref(),
+        Some("CREATE_COMPLETE")
+    );
+    let params = parameters_of(cfn, &route).await;
+    assert_eq!(params["MemberAccountId"], MEMBER, "{params:?}");
+    for key in ["EventBusName", "QueueArn", "DeadLetterQueueArn"] {
+        assert_eq!(params[key], outputs[key], "{key}");
+    }
+    assert!(
+        text.contains(&format!("route of {MEMBER} (stack {route}): created")),
+        "{text}"
+    );
+    route
+}
+
 /// The status of `stack`, when it exists.
 async fn stack_status(cfn: &Client, stack: &str) -> Option<String> {
     let d = cfn.describe_stacks().stack_name(stack).send().await.ok()?;
@@ -500,34 +557,7 @@ fn a_member_accounts_cluster_is_deployed_in_that_account() {
             let vars = &conf["Environment"]["Variables"];
             assert_eq!(vars["FOREWARN_CLUSTERS"], format!("{a},{member}"), "{conf}");
         }
-        // The member's entries: the member role and its twin, made in the member account.
-        let role = format!("arn:aws:iam::{MEMBER}:role/forewarn-member");
-        let read = format!("{role}-read");
-        assert_eq!(eks.entry(&member, &role).unwrap(), ["forewarn-handler"]);
-        assert_eq!(eks.entry(&member, &read).unwrap(), ["forewarn-sweeper"]);
-        let created: Vec<(String, Option<String>)> = eks
-            .requests()
-            .into_iter()
-            .filter(|r| r.operation == "CreateAccessEntry")
-            .map(|r| (r.account, r.cluster))
-            .collect();
-        assert_eq!(
-            created,
-            vec![(MEMBER.to_string(), Some(m.clone())); 2],
-            "{:?}",
-            eks.requests()
-        );
-        assert!(
-            eks.entry(&a, &role).is_none() && eks.entry(&m, &role).is_none(),
-            "nothing of the member's in this account"
-        );
-        for line in [
-            format!("cluster {member}: {role} in group forewarn-handler: created"),
-            format!("cluster {member}: {read} in group forewarn-sweeper: created"),
-            format!("cluster {member} (kubeconfig context {member}):"),
-        ] {
-            assert!(text.contains(&line), "missing {line:?} in:\n{text}");
-        }
+        assert_member_entries(&eks, (&a, &m), &member, &text);
         for (api_version, kind, namespace, name) in manifest_objects() {
             let o = fake_m.get(&api_version, &kind, namespace.as_deref(), &name);
             assert!(o.is_some(), "{kind} {name} is missing in {member}");
@@ -540,21 +570,7 @@ fn a_member_accounts_cluster_is_deployed_in_that_account() {
             "{:?}",
             eks.requests()
         );
-        // The member account's route: a stack in this account, from the central outputs.
-        let route = format!("{stack}-route-{MEMBER}");
-        assert_eq!(
-            stack_status(&cfn, &route).await.as_deref(),
-            Some("CREATE_COMPLETE")
-        );
-        let params = parameters_of(&cfn, &route).await;
-        assert_eq!(params["MemberAccountId"], MEMBER, "{params:?}");
-        for key in ["EventBusName", "QueueArn", "DeadLetterQueueArn"] {
-            assert_eq!(params[key], outputs[key], "{key}");
-        }
-        assert!(
-            text.contains(&format!("route of {MEMBER} (stack {route}): created")),
-            "{text}"
-        );
+        let route = assert_routed(&cfn, &stack, &outputs, &text).await;
         let again = succeeded(&deploy(&["--parameter", "OrganizationId=o-a1b2c3d4e5"]).await);
         assert!(
             again.contains(&format!("route of {MEMBER} (stack {route}): unchanged")),

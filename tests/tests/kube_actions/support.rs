@@ -505,6 +505,8 @@ pub(crate) fn written(fake: &KubeFake) -> Vec<(String, u16)> {
 #[derive(Default)]
 pub(crate) struct Continuations {
     pub(crate) sent: Mutex<Vec<(String, String, Duration)>>,
+    /// The message group of each continuation sent, in order.
+    pub(crate) groups: Mutex<Vec<String>>,
     pub(crate) refuse: std::sync::atomic::AtomicBool,
 }
 
@@ -513,6 +515,7 @@ impl forewarn::ports::ContinuationQueue for Continuations {
     async fn send(
         &self,
         queue_arn: &str,
+        group: &str,
         body: &str,
         delay: Duration,
     ) -> Result<(), forewarn::ports::QueueError> {
@@ -528,6 +531,7 @@ impl forewarn::ports::ContinuationQueue for Continuations {
             .lock()
             .unwrap()
             .push((queue_arn.to_string(), body.to_string(), delay));
+        self.groups.lock().unwrap().push(group.to_string());
         Ok(())
     }
 }
