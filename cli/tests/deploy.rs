@@ -198,14 +198,20 @@ fn aws(endpoint: &str, args: &[&str]) -> Option<Value> {
         .then(|| serde_json::from_slice(&out.stdout).unwrap())
 }
 
+/// The parameters of `name`, an updated stack.
 async fn stack_parameters(cfn: &Client, name: &str) -> std::collections::BTreeMap<String, String> {
     let d = cfn.describe_stacks().stack_name(name).send().await.unwrap();
-    let stack = &d.stacks()[0];
     assert_eq!(
-        stack.stack_status().map(|s| s.as_str()),
+        d.stacks()[0].stack_status().map(|s| s.as_str()),
         Some("UPDATE_COMPLETE")
     );
-    stack
+    parameters_of(cfn, name).await
+}
+
+/// The parameters of `name`, whatever its status.
+async fn parameters_of(cfn: &Client, name: &str) -> std::collections::BTreeMap<String, String> {
+    let d = cfn.describe_stacks().stack_name(name).send().await.unwrap();
+    d.stacks()[0]
         .parameters()
         .iter()
         .map(|p| {

@@ -2423,6 +2423,28 @@ fn deregistration_is_limited_to_the_served_clusters_target_groups() {
     }
 }
 
+/// An organization's central stack `name` serving `clusters` (`ClusterNames`), deployed to moto
+/// without functions nor access entry: its outputs.
+async fn organization_stack(
+    sdk: &aws_config::SdkConfig,
+    name: &str,
+    clusters: &str,
+) -> std::collections::HashMap<String, String> {
+    let template = std::fs::read_to_string(workspace_root().join("infra/forewarn.yaml")).unwrap();
+    let mut params = vec![
+        ("ClusterName", name),
+        ("OrganizationId", "o-a1b2c3d4e5"),
+        ("FunctionsDeployed", "false"),
+        ("CreateAccessEntry", "false"),
+    ];
+    if !clusters.is_empty() {
+        params.push(("ClusterNames", clusters));
+    }
+    forewarn_tests::moto::deploy_stack(sdk, name, &template, &params)
+        .await
+        .expect("the organization's stack deploys to moto")
+}
+
 /// An organization's central stack (a list of clusters) and a member stack given its roles both
 /// deploy to moto, and what they made says what was asked: the functions' environment, the member
 /// role's name, each forwarding rule's one target.
@@ -2434,20 +2456,7 @@ fn an_organizations_central_and_member_stacks_deploy() {
         let sdk = shared().sdk_config();
         let name = unique_name("central");
         let read = |path: &str| std::fs::read_to_string(workspace_root().join(path)).unwrap();
-        let outputs = deploy_stack(
-            &sdk,
-            &name,
-            &read("infra/forewarn.yaml"),
-            &[
-                ("ClusterName", &name),
-                ("ClusterNames", "a,b"),
-                ("OrganizationId", "o-a1b2c3d4e5"),
-                ("FunctionsDeployed", "false"),
-                ("CreateAccessEntry", "false"),
-            ],
-        )
-        .await
-        .expect("the organization's stack deploys to moto");
+        let outputs = organization_stack(&sdk, &name, "a,b").await;
         assert_eq!(outputs["TableName"], format!("forewarn-{name}-pools"));
         for (output, role) in [
             ("HandlerEnvFile", "forewarn-member"),
@@ -2540,19 +2549,7 @@ fn a_member_accounts_route_puts_its_events_in_its_own_message_group() {
         let sdk = shared().sdk_config();
         let name = unique_name("routed");
         let read = |path: &str| std::fs::read_to_string(workspace_root().join(path)).unwrap();
-        let outputs = deploy_stack(
-            &sdk,
-            &name,
-            &read("infra/forewarn.yaml"),
-            &[
-                ("ClusterName", &name),
-                ("OrganizationId", "o-a1b2c3d4e5"),
-                ("FunctionsDeployed", "false"),
-                ("CreateAccessEntry", "false"),
-            ],
-        )
-        .await
-        .expect("the organization's stack deploys to moto");
+        let outputs = organization_stack(&sdk, &name, "").await;
         let member = "111122223333";
         let route = deploy_stack(
             &sdk,

@@ -289,7 +289,7 @@ async fn assert_routed(
         stack_status(cfn, &route).await.as_deref(),
         Some("CREATE_COMPLETE")
     );
-    let params = parameters_of(cfn, &route).await;
+    let params = super::parameters_of(cfn, &route).await;
     assert_eq!(params["MemberAccountId"], MEMBER, "{params:?}");
     for key in ["EventBusName", "QueueArn", "DeadLetterQueueArn"] {
         assert_eq!(params[key], outputs[key], "{key}");
@@ -308,26 +308,6 @@ async fn stack_status(cfn: &Client, stack: &str) -> Option<String> {
         .first()?
         .stack_status()
         .map(|s| s.as_str().to_string())
-}
-
-/// The parameters of `stack`, whatever its status.
-async fn parameters_of(cfn: &Client, stack: &str) -> BTreeMap<String, String> {
-    let d = cfn
-        .describe_stacks()
-        .stack_name(stack)
-        .send()
-        .await
-        .unwrap();
-    d.stacks()[0]
-        .parameters()
-        .iter()
-        .map(|p| {
-            (
-                p.parameter_key().unwrap().to_string(),
-                p.parameter_value().unwrap_or_default().to_string(),
-            )
-        })
-        .collect()
 }
 
 async fn stack_outputs(cfn: &Client, stack: &str) -> BTreeMap<String, String> {
