@@ -541,8 +541,8 @@ pub trait Executor: Send + Sync {
 #[async_trait]
 pub trait ContinuationQueue: Send + Sync {
     /// Sends the continuation `body` to the queue of `queue_arn` in the message group `group`
-    /// (its cluster: see [`crate::domain::inbound::continuation::message_group`]), to be
-    /// delivered after `delay`.
+    /// (its cluster's or account's: see [`crate::domain::inbound::continuation::message_group`]),
+    /// to be delivered after `delay`.
     async fn send(
         &self,
         queue_arn: &str,

@@ -179,7 +179,7 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
         let queue = Arc::new(SqsRedelivery::new(aws_sdk_sqs::Client::new(&sdk)));
         let handler = Handler {
             redelivery: Some(queue.clone()),
-            passes: Passes { interval: Duration::from_secs(1), queue: Some(queue.clone()), kept: Some(Arc::default()) },
+            passes: Passes { interval: Duration::from_secs(1), queue: Some(queue.clone()), kept: Some(Arc::default()), tenant: Default::default() },
             instances: Arc::new(Ec2Directory::from_conf(&sdk)),
             fleet: forewarn::app::fleet::Fleet::one(forewarn::app::fleet::Cluster {
                 executor: Some(Arc::new(KubeExecutor::new(clients.clone(), &config))),

@@ -293,10 +293,11 @@ async fn neighbour(args: &FleetArgs) -> anyhow::Result<String> {
          `forewarn-bench fleet --only neighbour`: one deployment, one queue consumed as the event \
          source mapping scales (5 concurrent batches at first, 300 more a minute, up to \
          {inv}), each cluster its own API server at {rps} requests/s; the loud cluster's \
-         {loud} spot warnings at t = 0, the quiet cluster's {quiet} at t = 1 s, as the stack \
-         delivers them (a member account's in its own message group; the own account's, \
-         without an organization, in none); every continuation in its cluster's group. The \
-         quiet cluster's figures from its own warnings, against the quiet cluster alone. \
+         {loud} spot warnings at t = 0, the quiet cluster's {quiet} at t = 1 s. The message \
+         groups are the deployment's: with an organization, each account's warnings (its \
+         route's) and continuations in the account's group; without one, the warnings in none \
+         and each cluster's continuations in the cluster's. The quiet cluster's figures from \
+         its own warnings, against the quiet cluster alone. \
          {overrides}\n\n\
          | clusters in | quiet cluster | alone | beside the loud one | × alone | goal |\n|---|---|---|---|---|---|\n{rows}\n{handled}",
         loud = args.loud_nodes,

@@ -150,6 +150,14 @@ fn node_name(n: usize) -> String {
 
 const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
 const QUEUE_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:forewarn";
+/// The deployment's own account (the sample events').
+const OWN_ACCOUNT: &str = "123456789012";
+
+/// Whether a run's deployment serves an organization: one of its clusters is in a member account.
+fn is_organization(members: &[Member]) -> bool {
+    members.iter().any(|m| m.account.is_some())
+}
+
 /// The deployment's region, every cluster's.
 const REGION: &str = "us-east-1";
 /// The stack's function timeout: each invocation's deadline.
@@ -937,6 +945,9 @@ impl Member {
 /// cluster: VPCs reuse addresses) and its instances' ids.
 struct Played {
     member: Member,
+    /// The message group its warnings arrive in, as the stack's rules and routes give it: its
+    /// account's with an organization (a run with a member account), none without.
+    group: Option<String>,
     fake: Arc<KubeFake>,
     names: Vec<String>,
     ids: Vec<String>,
@@ -996,6 +1007,12 @@ pub(crate) async fn fleet_run(
                     .continuing
                     .then(|| queue.clone() as Arc<dyn ContinuationQueue>),
                 kept: mode.continuing.then(Arc::default),
+                // As the wiring gives it: an organization's continuations are their account's.
+                tenant: if is_organization(members) {
+                    forewarn::domain::inbound::continuation::Tenant::Account
+                } else {
+                    forewarn::domain::inbound::continuation::Tenant::Cluster
+                },
             },
             instances: instances.clone(),
             fleet,
@@ -1086,14 +1103,10 @@ fn warn(queue: &Queue, played: &[&Played], at: chrono::DateTime<chrono::Utc>) {
             if let Some(account) = &p.member.account {
                 event["account"] = json!(account);
             }
-            // As the stack delivers it: a member account's event through its route
-            // (infra/member-route.yaml), in the account's message group; the own account's,
-            // without an organization, in none (a tenant of its own).
-            queue.send(
-                event.to_string(),
-                p.member.account.as_deref(),
-                Duration::ZERO,
-            );
+            // As the stack delivers it: with an organization in the account's message group
+            // (the own account's rules, a member's route); without one in none (a tenant of
+            // its own).
+            queue.send(event.to_string(), p.group.as_deref(), Duration::ZERO);
         }
     }
 }
@@ -1164,6 +1177,7 @@ async fn play(
     let mut played = Vec::new();
     let mut instances = BTreeMap::new();
     let mut first_id = 0;
+    let organization = is_organization(members);
     for member in members {
         let fake = Arc::new(start_fake(mode).await);
         let nodes = member.nodes(s);
@@ -1173,8 +1187,10 @@ async fn play(
         instances.extend(seed(&fake, s, simulated, &ids, &names, &member.name));
         fake.set_eviction_grace(Duration::from_secs(s.grace_seconds));
         let clients = ClusterClient::new(fake.client()).with_rate_limit(process_limit);
+        let group = member.account.as_deref().unwrap_or(OWN_ACCOUNT);
         played.push(Played {
             member: member.clone(),
+            group: organization.then(|| group.to_string()),
             fake,
             names,
             ids,

@@ -34,6 +34,7 @@ use crate::app::settings::{
 use crate::app::sweeper::{SweepPriorities, Sweeper};
 use crate::domain::clusters::{ClusterId, Place};
 use crate::domain::config::{ConfigError, Mode};
+use crate::domain::inbound::continuation::Tenant;
 use crate::ports::{
     Clock, ClusterCatalog, ContinuationQueue, Executor, InstanceDirectory, LeavingInstances,
     NoInstances, NodeGroupSource, Notifier, PoolStore, Redelivery, StoreError, WorkloadSource,
@@ -151,6 +152,7 @@ pub async fn services_on(
             // With continuations queued, budget refusals are also retried from here.
             kept: queue.is_some().then(Arc::default),
             queue,
+            tenant: tenant_of(settings),
         },
         clock,
         concurrency: settings.concurrency,
@@ -497,5 +499,39 @@ impl Sweeper {
             priorities,
             preflight: Default::default(),
         })
+    }
+}
+
+/// Whose tenant of the fair queue a drain's continuations are: with an organization (the
+/// member role set, as the stack sets it with `OrganizationId`), their account's, the message
+/// group every event of the account comes in, so that an account's cordons still come before
+/// its drains; else their cluster's (see [`Tenant`]).
+pub fn tenant_of(settings: &Settings) -> Tenant {
+    match settings.accounts.member_role {
+        Some(_) => Tenant::Account,
+        None => Tenant::Cluster,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn continuations_are_their_accounts_tenant_with_an_organization_else_their_clusters() {
+        let settings = |vars: &'static [(&'static str, &'static str)]| {
+            Settings::from_lookup(|name| {
+                vars.iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| v.to_string())
+            })
+            .unwrap()
+        };
+        assert_eq!(tenant_of(&settings(&[])), Tenant::Cluster);
+        let organization = settings(&[
+            ("FOREWARN_MEMBER_ROLE", "forewarn-member"),
+            ("FOREWARN_ACCOUNT_ID", "123456789012"),
+        ]);
+        assert_eq!(tenant_of(&organization), Tenant::Account);
     }
 }

@@ -173,6 +173,7 @@ impl World {
                     &through_proxy,
                 )))),
                 kept: Some(Arc::default()),
+                tenant: Default::default(),
             },
             instances: Arc::new(Ec2Directory::from_conf(&through_proxy)),
             fleet: Fleet::one(Cluster {

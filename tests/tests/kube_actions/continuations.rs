@@ -276,6 +276,7 @@ async fn through_the_pipeline_a_drain_continues_in_queued_passes_and_the_event_i
         interval: Duration::from_secs(1),
         queue: Some(queue.clone()),
         kept: None,
+        tenant: Default::default(),
     };
     let pipeline = w.pipeline(&store, &instances, &directory, &executor, &queued);
     let original = spot_body("ev-queued", ID);
@@ -459,6 +460,7 @@ async fn drains_waiting_for_room_look_at_their_placeholders_alone_in_one_list_a_
         interval: Duration::from_secs(1),
         queue: Some(queue.clone()),
         kept: None,
+        tenant: Default::default(),
     };
     let pipeline = w.pipeline(&store, &instances, &directory, &executor, &queued);
 

@@ -242,6 +242,7 @@ impl World {
                 interval: Duration::from_secs(1),
                 queue: Some(queue.clone()),
                 kept: kept.then(Arc::default),
+                tenant: Default::default(),
             },
             ..self.handler(dir)
         }

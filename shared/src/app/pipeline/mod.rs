@@ -33,6 +33,7 @@ use crate::domain::continuation::Continuation;
 use crate::domain::event::{Event, EventKind};
 use crate::domain::facts::InstanceFacts;
 use crate::domain::inbound::Record;
+use crate::domain::inbound::continuation::Tenant;
 use crate::domain::plan::{Facts, Plan, decide};
 use crate::domain::pool::{Applied, PoolKey};
 use crate::domain::report::{Outcome, Report};
@@ -87,6 +88,9 @@ pub struct Passes {
     /// Where the execution environment keeps copies of continuations whose pass left a pod its
     /// budget refused, to run them itself once due (see [`kept`]); `None`: none are kept.
     pub kept: Option<Arc<kept::KeptRetries>>,
+    /// Whose tenant of the fair queue continuations are: their cluster's, or with an
+    /// organization their account's (see [`Tenant`]).
+    pub tenant: Tenant,
 }
 
 impl Passes {
@@ -96,6 +100,7 @@ impl Passes {
             interval,
             queue: None,
             kept: None,
+            tenant: Tenant::Cluster,
         }
     }
 }
@@ -1367,6 +1372,7 @@ mod tests {
             interval: PASS_INTERVAL,
             queue: Some(queue.clone()),
             kept: None,
+            tenant: Tenant::Cluster,
         };
         let p = queued(&passes, &clock, &config, &store, &world, &exec);
         let batch =
@@ -1418,6 +1424,7 @@ mod tests {
             interval: PASS_INTERVAL,
             queue: Some(queue.clone()),
             kept: None,
+            tenant: Tenant::Cluster,
         };
         let p = queued(&passes, &clock, &config, &store, &world, &exec);
         // 10 s past the deadline: more than a pass interval (5 s), within the margin (15 s).

@@ -382,7 +382,10 @@ impl Pipeline<'_> {
         to.queue
             .send(
                 to.arn,
-                &crate::domain::inbound::continuation::message_group(&next.plan),
+                &crate::domain::inbound::continuation::message_group(
+                    &next.plan,
+                    self.passes.tenant,
+                ),
                 &body,
                 after,
             )

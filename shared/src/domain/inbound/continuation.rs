@@ -326,16 +326,24 @@ pub fn delay_seconds(delay: std::time::Duration) -> u32 {
 }
 
 /// The SQS message group a continuation is sent in: its plan's cluster, named whole
-/// (`account/region/name`), or `forewarn` for a deployment naming no cluster. On a standard
+/// (`account/region/name`), or its account (see [`Tenant`]); `forewarn` for a deployment
+/// naming no cluster. On a standard
 /// queue a message group makes the queue fair (SQS fair queues): a cluster whose drains keep
 /// many messages in flight is a noisy tenant, and the messages of every other cluster are
 /// delivered before its backlog, so one cluster's mass interruption does not hold up another's
 /// drains. A group is at most 128 characters of letters, digits and ASCII punctuation; a name
 /// that does not fit (never one of EKS's) is replaced by a digest of itself, so it still keeps
 /// its cluster's messages together.
-pub fn message_group(plan: &Plan) -> String {
+pub fn message_group(plan: &Plan, tenant: Tenant) -> String {
     use sha2::Digest;
-    let name = plan.cluster.as_deref().unwrap_or("forewarn");
+    let cluster = plan.cluster.as_deref();
+    let name = match tenant {
+        Tenant::Cluster => cluster.unwrap_or("forewarn"),
+        // `account/region/name`: the account; a cluster named bare is the own account's.
+        Tenant::Account => cluster
+            .and_then(|c| c.split_once('/'))
+            .map_or("forewarn", |(account, _)| account),
+    };
     let fits = !name.is_empty()
         && name.len() <= MAX_GROUP_CHARS
         && name.chars().all(|c| c.is_ascii_graphic());
@@ -345,6 +353,21 @@ pub fn message_group(plan: &Plan) -> String {
     let digest = Sha256::digest(name.as_bytes());
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     format!("cluster-{hex}")
+}
+
+/// Whose tenant of the fair queue a continuation is (see [`message_group`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Tenant {
+    /// Its cluster's: a deployment without an organization, whose warnings come in no group
+    /// (each a tenant of its own, read before any noisy tenant: cordons first), while each
+    /// cluster's drains are a tenant of their own.
+    #[default]
+    Cluster,
+    /// Its account's, the group its warning came in (an organization's rules and routes put
+    /// each account's events in the account's group): an account's continuations queue behind
+    /// its own warnings, so that its cordons still come before its drains, and every account
+    /// is one tenant.
+    Account,
 }
 
 /// The longest `MessageGroupId` SQS takes.
@@ -463,28 +486,27 @@ mod tests {
     #[test]
     fn a_continuations_message_group_is_its_cluster_named_whole() {
         let mut p = plan();
-        assert_eq!(
-            message_group(&p),
-            "forewarn",
-            "a deployment naming no cluster"
-        );
+        let group = |p: &Plan| message_group(p, Tenant::Cluster);
+        assert_eq!(group(&p), "forewarn", "a deployment naming no cluster");
+        assert_eq!(message_group(&p, Tenant::Account), "forewarn");
         p.cluster = Some("123456789012/us-east-1/prod".into());
-        assert_eq!(message_group(&p), "123456789012/us-east-1/prod");
+        assert_eq!(group(&p), "123456789012/us-east-1/prod");
+        assert_eq!(message_group(&p, Tenant::Account), "123456789012");
         // The longest EKS name in the longest region still fits in 128.
         let longest = format!("123456789012/ap-southeast-4/{}", "c".repeat(100));
         p.cluster = Some(longest.clone());
-        assert_eq!(message_group(&p), longest);
+        assert_eq!(group(&p), longest);
         // What SQS would refuse becomes a digest, the same for the same cluster.
         p.cluster = Some(format!("{longest}x"));
-        let long = message_group(&p);
+        let long = group(&p);
         p.cluster = Some("a b\u{e9}".into());
-        let spaced = message_group(&p);
+        let spaced = group(&p);
         for g in [&long, &spaced] {
             assert!(g.starts_with("cluster-") && g.len() <= 128, "{g}");
             assert!(g.chars().all(|c| c.is_ascii_graphic()), "{g}");
         }
         assert_ne!(long, spaced);
-        assert_eq!(spaced, message_group(&p));
+        assert_eq!(spaced, group(&p));
     }
 
     #[test]
