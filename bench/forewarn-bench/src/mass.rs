@@ -891,12 +891,11 @@ pub(crate) struct Member {
 }
 
 impl Member {
-    /// The cluster it is: of its account, in the deployment's region.
+    /// The cluster it is, named whole as a deployment names it once it knows its own account:
+    /// of its account (the own one unless it is a member's), in the deployment's region.
     fn id(&self) -> ClusterId {
-        match &self.account {
-            Some(account) => ClusterId::at(&Place::of(account, REGION), &self.name),
-            None => ClusterId::at(&Place::default(), &self.name),
-        }
+        let account = self.account.as_deref().unwrap_or(OWN_ACCOUNT);
+        ClusterId::at(&Place::of(account, REGION), &self.name)
     }
 
     pub(crate) fn up(name: &str) -> Member {
