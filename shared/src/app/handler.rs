@@ -175,14 +175,16 @@ impl Handler {
         let shares = split::split(records, looked_up.as_ref().ok(), &served, own);
         let looked_up = Some(looked_up);
         let looked_up = &looked_up;
-        // A batch spanning several clusters: no cluster's outage may hold it up (see
-        // `Fleet::trouble`).
+        // A batch spanning several clusters, or any batch of a deployment serving several:
+        // no cluster's outage may hold it up (see `Fleet::trouble`). The event source
+        // mapping's pollers are every cluster's, and a fair queue fills a batch with one
+        // cluster's retried records while another's drains wait.
         let clusters = shares
             .keys()
             .filter(|to| matches!(to, Destination::Cluster(_)))
             .count();
         let mixed = Limits {
-            impatient: clusters > 1,
+            impatient: clusters > 1 || served.len() > 1,
             ..limits
         };
         let runs = shares.into_iter().map(|(to, share)| async move {
@@ -221,7 +223,7 @@ impl Handler {
         }
     }
 
-    /// [`Handler::run_share`] for a named cluster, minding its trouble: in a batch spanning
+    /// [`Handler::run_share`] for a named cluster, minding its trouble: in a deployment serving
     /// several clusters (`limits.impatient`), a cluster whose last share failed whole is left
     /// alone for a while — its records fail at once and come back — and how each share went
     /// is told to the fleet.

@@ -281,6 +281,16 @@ async fn one_cluster_down_fails_only_its_own_records() {
         inv.reports
     );
 
+    // A batch of blue's records alone is not waited out either (the pollers are green's too),
+    // and comes back no sooner than the while is over.
+    let alone = forewarn_tests::sqs::lambda_batch(&[rebalance("ev-blue", BLUE_ID, &two.clock)]);
+    let inv = handler.invoke(alone, Some(deadline)).await.unwrap();
+    assert_eq!(two.clock.now(), start, "the outage was not waited out");
+    assert_eq!(two.blue.requests().len(), asked, "no request to blue");
+    assert_eq!(inv.reports[0].outcome, Outcome::Failed);
+    let back = inv.reports[0].retry_not_before.unwrap();
+    assert!(back > start + chrono::Duration::seconds(9), "{back}");
+
     // Blue is back; after the while, one share tries it again, and it is served.
     two.blue.clear_faults();
     two.clock.advance(Duration::from_secs(11));
