@@ -2,10 +2,15 @@
 //! on one cluster alone, then on two clusters at once — each its own API server at the same
 //! rate as the cluster alone, every node of both warned at t = 0 through one queue, consumed by
 //! the same 10 concurrent invocations — then on the two with one API server down for the first
-//! 60 s. Per cluster: when every node was cordoned, and the share of nodes fully handled
-//! (cordoned, every eviction accepted) before the instance goes (120 s). The goals: each
-//! cluster of the pair within 1.05× the cluster alone, 100 % handled; the healthy cluster of the
-//! outage likewise.
+//! 60 s, then `--clusters` (10) at once, then two accounts, the member one's role denying
+//! `ec2:DescribeInstances`. Per cluster: when every node was cordoned, and the share of nodes
+//! fully handled (cordoned, every eviction accepted) before the instance goes (120 s). The
+//! goals: each cluster within 1.05× the cluster alone, 100 % handled (the healthy cluster of
+//! the outage, the own account's of the denial, the slowest of the ten).
+//!
+//! The neighbour (issue 46): a loud cluster's 5,000 warnings at t = 0, a quiet cluster's 10 at
+//! t = 1 s, in two member accounts and in one account; the quiet cluster's last cordon and last
+//! eviction within 1.1× the quiet cluster alone.
 //!
 //! Then forewarn's share of one API server (API Priority and Fairness, `infra/k8s/flow-control.yaml`),
 //! on the Kubernetes fake's model of it: 1,000 nodes' cordons sent at once by the executor as
