@@ -568,10 +568,19 @@ impl Deploy {
     /// longer named deleted.
     async fn routes(&mut self) -> anyhow::Result<()> {
         let wanted = routes::accounts(self.plan.value(stack::MEMBER_CLUSTERS).unwrap_or_default());
-        let existing = if self.dry_run() && !self.plan.exists {
-            Vec::new()
-        } else {
-            routes::existing(&self.cfn, &self.name).await?
+        let existing = match (self.dry_run(), self.plan.exists) {
+            (true, false) => Vec::new(),
+            (false, _) => routes::existing(&self.cfn, &self.name).await?,
+            // A dry run says what it cannot read, and goes on.
+            (true, true) => match routes::existing(&self.cfn, &self.name).await {
+                Ok(existing) => existing,
+                Err(e) => {
+                    say(format!(
+                        "{UNDER}the routes could not be listed ({e}): none assumed"
+                    ))?;
+                    Vec::new()
+                }
+            },
         };
         let stale: Vec<&String> = existing.iter().filter(|a| !wanted.contains(a)).collect();
         if wanted.is_empty() && stale.is_empty() {
