@@ -7,6 +7,7 @@
 use anyhow::anyhow;
 use aws_sdk_cloudformation::Client;
 use aws_sdk_cloudformation::types::StackStatus;
+use forewarn::domain::clusters::{Entry, is_account_id};
 
 use super::stack::{Origin, Param};
 use forewarn::adapters::aws::aws_error_text;
@@ -24,8 +25,10 @@ pub fn stack_name(deployment: &str, account: &str) -> String {
 pub fn accounts(member_clusters: &str) -> Vec<String> {
     let mut out: Vec<String> = member_clusters
         .split(',')
-        .filter_map(|entry| entry.trim().split_once('/').map(|(a, _)| a.to_string()))
-        .filter(|a| a.len() == 12 && a.bytes().all(|b| b.is_ascii_digit()))
+        .filter_map(|entry| match Entry::parse(entry.trim()).ok()? {
+            Entry::One(id) => id.account,
+            Entry::Every(place) => place.account,
+        })
         .collect();
     out.sort();
     out.dedup();
@@ -62,7 +65,7 @@ pub async fn existing(cfn: &Client, deployment: &str) -> anyhow::Result<Vec<Stri
             let account = summary
                 .stack_name()
                 .and_then(|n| n.strip_prefix(&prefix))
-                .filter(|a| a.len() == 12 && a.bytes().all(|b| b.is_ascii_digit()));
+                .filter(|a| is_account_id(a));
             if let (false, Some(account)) = (gone, account) {
                 out.push(account.to_string());
             }

@@ -2,8 +2,9 @@
 //! sooner than the queue's visibility timeout (`ChangeMessageVisibilityBatch`, at most ten
 //! entries a call), and queueing the continuation of a drain (`SendMessage` with
 //! `DelaySeconds`, in its cluster's or its account's message group, which makes the standard
-//! queue a fair queue: see [`crate::domain::inbound::continuation::message_group`]). The queue is named by the records' `eventSourceARN`; its URL is derived from
-//! the ARN, so no `GetQueueUrl` call or permission is needed.
+//! queue a fair queue: see [`crate::domain::inbound::continuation::message_group`]). The queue
+//! is named by the records' `eventSourceARN`; its URL is derived from the ARN, so no
+//! `GetQueueUrl` call or permission is needed.
 
 use std::collections::BTreeMap;
 

@@ -129,7 +129,8 @@ pub struct Report {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traffic: Option<String>,
     /// A failed record that would fail the same way, without a request, if it came back before
-    /// this time (its cluster left alone in mixed batches): its message comes back no sooner.
+    /// this time (its cluster left alone, in a deployment serving several): its message comes
+    /// back no sooner.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_not_before: Option<DateTime<Utc>>,
 }

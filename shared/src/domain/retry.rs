@@ -104,26 +104,23 @@ pub fn visibility_seconds(delay: Duration) -> u32 {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn a_record_left_alone_comes_back_no_sooner_than_its_time() {
         use chrono::TimeZone;
         let now = chrono::Utc.timestamp_opt(1_795_000_000, 0).unwrap();
         let two = Duration::from_secs(2);
-        assert_eq!(super::no_sooner(two, now, None), two);
+        assert_eq!(no_sooner(two, now, None), two);
         let later = now + chrono::Duration::seconds(9);
-        assert_eq!(
-            super::no_sooner(two, now, Some(later)),
-            Duration::from_secs(9)
-        );
+        assert_eq!(no_sooner(two, now, Some(later)), Duration::from_secs(9));
         let past = now - chrono::Duration::seconds(9);
-        assert_eq!(super::no_sooner(two, now, Some(past)), two);
+        assert_eq!(no_sooner(two, now, Some(past)), two);
         assert_eq!(
-            super::no_sooner(Duration::from_secs(30), now, Some(later)),
+            no_sooner(Duration::from_secs(30), now, Some(later)),
             Duration::from_secs(30)
         );
     }
-
-    use super::*;
 
     #[test]
     fn visibility_timeouts_are_whole_seconds_truncated_and_at_most_12_hours() {

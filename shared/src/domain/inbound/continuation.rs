@@ -327,19 +327,19 @@ pub fn delay_seconds(delay: std::time::Duration) -> u32 {
 
 /// The SQS message group a continuation is sent in: its plan's cluster, named whole
 /// (`account/region/name`), or its account (see [`Tenant`]); `forewarn` for a deployment
-/// naming no cluster. On a standard
-/// queue a message group makes the queue fair (SQS fair queues): a cluster whose drains keep
-/// many messages in flight is a noisy tenant, and the messages of every other cluster are
-/// delivered before its backlog, so one cluster's mass interruption does not hold up another's
-/// drains. A group is at most 128 characters of letters, digits and ASCII punctuation; a name
-/// that does not fit (never one of EKS's) is replaced by a digest of itself, so it still keeps
-/// its cluster's messages together.
+/// naming no cluster. On a standard queue a message group makes the queue fair (SQS fair
+/// queues): a tenant whose messages keep many in flight is a noisy one, and every other
+/// tenant's messages are delivered before its backlog, so one cluster's (or account's) mass
+/// interruption does not hold up another's drains. A group is at most 128 characters of
+/// letters, digits and ASCII punctuation; a name that does not fit (never one of EKS's) is
+/// replaced by a digest of itself, so it still keeps its tenant's messages together.
 pub fn message_group(plan: &Plan, tenant: Tenant) -> String {
     use sha2::Digest;
     let cluster = plan.cluster.as_deref();
     let name = match tenant {
         Tenant::Cluster => cluster.unwrap_or("forewarn"),
-        // `account/region/name`: the account; a cluster named bare is the own account's.
+        // `account/region/name`: the account. A cluster is named bare only while the own
+        // account is unknown, which an organization's deployment never is.
         Tenant::Account => cluster
             .and_then(|c| c.split_once('/'))
             .map_or("forewarn", |(account, _)| account),
