@@ -393,6 +393,13 @@ pub trait PoolStore: Send + Sync {
         })
     }
 
+    /// The rounds of traffic first this store shares between execution environments (see
+    /// [`TrafficRounds`]); `None`: it shares none, and drains are not taken off their load
+    /// balancers first.
+    fn traffic_rounds(&self) -> Option<&dyn TrafficRounds> {
+        None
+    }
+
     /// A short description for messages (`dynamodb table T`, `embedded store at P`).
     fn location(&self) -> String;
 }
@@ -706,16 +713,96 @@ pub trait LifecycleCompleter: Send + Sync {
 #[async_trait]
 pub trait LoadBalancers: Send + Sync {
     /// Deregisters `doomed`'s targets (in `place`'s account and region) from every target group
-    /// tagged for `cluster`, one `DeregisterTargets` per group for all of its doomed targets; a
-    /// group whose deregistration fails is named in the answer, the others still done. An error:
-    /// the groups or their targets could not be read, nothing was deregistered.
+    /// tagged for `cluster`, one `DeregisterTargets` per group for all of its doomed targets, at
+    /// most `at_once` calls at a time; a group whose deregistration fails is named in the
+    /// answer, the others still done. The groups are those known (found by their tag and kept
+    /// fresh in the background); an error: none is known and they could not be found, or their
+    /// targets could not be read: nothing was deregistered.
     async fn deregister(
         &self,
         place: &Place,
         cluster: &str,
         doomed: &[crate::domain::traffic::Doomed],
+        at_once: usize,
     ) -> Result<crate::domain::traffic::Deregistered, TrafficError>;
 }
+
+/// The rounds of one cluster's load balancers in one account and region (see
+/// [`TrafficRounds`]).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RoundKey {
+    pub place: Place,
+    pub cluster: String,
+}
+
+impl std::fmt::Display for RoundKey {
+    /// `TRAFFIC#<account>#<region>#<cluster>` (`-` for what the place does not say).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let part = |p: &Option<String>| p.clone().unwrap_or_else(|| "-".into());
+        write!(
+            f,
+            "TRAFFIC#{}#{}#{}",
+            part(&self.place.account),
+            part(&self.place.region),
+            self.cluster
+        )
+    }
+}
+
+pub use crate::domain::traffic::Claim;
+
+/// Rounds of traffic first shared by every batch of every execution environment, through the
+/// pool store: each batch offers its doomed instances, whoever claims the next round (at most
+/// one a [`crate::domain::traffic::ROUND_EVERY`] per place and cluster, spaced further by the
+/// ELB calls it made) takes off every instance offered so far, in one `DeregisterTargets` per
+/// group, and settles each instance's outcome, which the other batches read.
+#[async_trait]
+pub trait TrafficRounds: Send + Sync {
+    /// Adds `doomed` to the instances the next round of `key` takes off.
+    async fn offer(
+        &self,
+        key: &RoundKey,
+        doomed: &[crate::domain::traffic::Doomed],
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+
+    /// Takes the next round of `key` when it is due at `now` and some instance waits: the round
+    /// is the caller's for `lease` (no other is made meanwhile), or until it settles.
+    async fn claim(
+        &self,
+        key: &RoundKey,
+        now: DateTime<Utc>,
+        lease: std::time::Duration,
+    ) -> Result<Claim, StoreError>;
+
+    /// Ends the caller's round: each instance's outcome, when the next round may come, and, when
+    /// the round throttled or went unanswered, until when no round is made.
+    async fn settle(
+        &self,
+        key: &RoundKey,
+        settled: &Settled,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+
+    /// The outcomes known of `instances` (kept [`OUTCOME_KEPT`] at least).
+    async fn outcomes(
+        &self,
+        key: &RoundKey,
+        instances: &[String],
+    ) -> Result<BTreeMap<String, crate::domain::traffic::Outcome>, StoreError>;
+}
+
+/// What a round settles (see [`TrafficRounds::settle`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Settled {
+    pub outcomes: BTreeMap<String, crate::domain::traffic::Outcome>,
+    /// The next round not before this.
+    pub next: Option<DateTime<Utc>>,
+    /// No round until this (see [`crate::app::pipeline::QUIET_FOR`]).
+    pub quiet_until: Option<DateTime<Utc>>,
+}
+
+pub use crate::domain::traffic::OUTCOME_KEPT;
 
 /// An Elastic Load Balancing call that failed: `{call}: {source}`.
 #[derive(Debug, thiserror::Error)]

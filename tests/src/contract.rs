@@ -824,3 +824,101 @@ pub async fn the_continuation_key_is_created_once_and_shared(s: Subject) {
             .is_empty()
     );
 }
+
+/// The rounds of traffic first, shared by two handles (two execution environments): what one
+/// offers, the other's claim takes, once; a round's spacing and a quiet time hold for both; the
+/// outcomes one settles, the other reads; another cluster's rounds are apart; many concurrent
+/// offers are never lost.
+pub async fn traffic_rounds_are_shared_and_never_lose_an_offer(s: Subject) {
+    use forewarn::domain::traffic::{Claim, Doomed, Outcome};
+    use forewarn::ports::{RoundKey, Settled};
+    let t = now();
+    let lease = std::time::Duration::from_secs(3);
+    let (one, other) = (
+        s.store.traffic_rounds().expect("rounds"),
+        s.other.traffic_rounds().expect("rounds"),
+    );
+    let key = RoundKey {
+        place: forewarn::ports::Place::of("123456789012", "us-east-1"),
+        cluster: "blue".into(),
+    };
+    let doomed = |id: &str| Doomed {
+        instance_id: id.into(),
+        addresses: vec!["10.0.0.1".into()],
+    };
+    assert_eq!(one.claim(&key, t, lease).await.unwrap(), Claim::Nothing);
+    one.offer(&key, &[doomed("i-1")], t).await.unwrap();
+    other.offer(&key, &[doomed("i-2")], t).await.unwrap();
+    let Claim::Taken(taken) = other.claim(&key, t, lease).await.unwrap() else {
+        panic!("the round was due")
+    };
+    let mut ids: Vec<_> = taken.iter().map(|d| d.instance_id.clone()).collect();
+    ids.sort();
+    assert_eq!(ids, ["i-1", "i-2"]);
+    assert_eq!(taken[0].addresses, ["10.0.0.1"]);
+    // Held for the lease by its maker.
+    assert_eq!(
+        one.claim(&key, t, lease).await.unwrap(),
+        Claim::NotYet(t + Duration::seconds(3))
+    );
+    let outcome = Outcome {
+        at: t,
+        groups: 2,
+        left: 2,
+        failed: Vec::new(),
+    };
+    let settled = Settled {
+        outcomes: [("i-1".to_string(), outcome.clone())].into(),
+        next: Some(t + Duration::seconds(1)),
+        quiet_until: Some(t + Duration::seconds(30)),
+    };
+    other.settle(&key, &settled, t).await.unwrap();
+    let read = one
+        .outcomes(&key, &["i-1".into(), "i-2".into()])
+        .await
+        .unwrap();
+    assert_eq!(read, BTreeMap::from([("i-1".to_string(), outcome)]));
+    one.offer(&key, &[doomed("i-3")], t).await.unwrap();
+    assert_eq!(
+        one.claim(&key, t + Duration::seconds(5), lease)
+            .await
+            .unwrap(),
+        Claim::Quiet {
+            since: t,
+            until: t + Duration::seconds(30)
+        }
+    );
+    // Another cluster of the same place is not quiet, and has its own outcomes.
+    let green = RoundKey {
+        cluster: "green".into(),
+        ..key.clone()
+    };
+    assert_eq!(one.claim(&green, t, lease).await.unwrap(), Claim::Nothing);
+    assert!(
+        one.outcomes(&green, &["i-1".into()])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Concurrent offers from both handles: every one is taken by the next round.
+    let mut handles = Vec::new();
+    for i in 0..16 {
+        let store = if i % 2 == 0 {
+            s.store.clone()
+        } else {
+            s.other.clone()
+        };
+        let green = green.clone();
+        handles.push(tokio::spawn(async move {
+            let rounds = store.traffic_rounds().expect("rounds");
+            rounds.offer(&green, &[doomed(&format!("i-c{i}"))], t).await
+        }));
+    }
+    for h in handles {
+        h.await.unwrap().unwrap();
+    }
+    let Claim::Taken(taken) = other.claim(&green, t, lease).await.unwrap() else {
+        panic!("the round was due")
+    };
+    assert_eq!(taken.len(), 16, "{taken:?}");
+}

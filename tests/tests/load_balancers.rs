@@ -2,9 +2,10 @@
 //! recording proxy: a doomed instance leaves the instance-mode target groups its cluster's tag
 //! names, its pods' addresses (secondary addresses of its network interface, as the VPC CNI
 //! gives them) leave the IP-mode ones; another cluster's group and an untagged one keep it, and
-//! so does every other instance; the calls are counted (DescribeTags 20 ARNs a call, one
-//! DeregisterTargets per group, the groups kept between batches); a throttled deregistration
-//! names its group.
+//! so does every other instance; the calls are counted (the cluster's groups found by tag in one
+//! `GetResources` among hundreds of the account's, one DeregisterTargets per group, the groups
+//! kept between rounds and found again in the background); a throttled deregistration names its
+//! group; a discovery cut short keeps the pages it found.
 
 use std::sync::Arc;
 
@@ -153,8 +154,8 @@ fn a_doomed_instance_and_its_pods_leave_only_their_clusters_target_groups() {
         let green = [("elbv2.k8s.aws/cluster", "green")];
         let green_instances = group(&elb, &vpc, TargetTypeEnum::Instance, &green).await;
         let untagged = group(&elb, &vpc, TargetTypeEnum::Instance, &[]).await;
-        // More groups than one DescribeTags takes (25 in all).
-        for _ in 0..21 {
+        // Hundreds of the account's groups that are not the cluster's.
+        for _ in 0..250 {
             group(&elb, &vpc, TargetTypeEnum::Ip, &[("team", "web")]).await;
         }
         for arn in [&blue_instances, &green_instances, &untagged] {
@@ -164,13 +165,16 @@ fn a_doomed_instance_and_its_pods_leave_only_their_clusters_target_groups() {
         proxy.reset();
 
         let clock = clock();
-        let targets = ElbTargets::new(elb.clone(), clock.clone());
+        let targets = ElbTargets::from_conf(&config, clock.clone());
         let doomed = [Doomed {
             instance_id: doomed_id.clone(),
             addresses: addresses.clone(),
         }];
         let place = Place::default();
-        let done = targets.deregister(&place, "blue", &doomed).await.unwrap();
+        let done = targets
+            .deregister(&place, "blue", &doomed, 3)
+            .await
+            .unwrap();
         let calls = proxy.calls();
         assert_eq!(done.groups, 2, "{done:?}");
         let mut left = done.left[&doomed_id].clone();
@@ -179,13 +183,14 @@ fn a_doomed_instance_and_its_pods_leave_only_their_clusters_target_groups() {
         blue_arns.sort();
         assert_eq!(left, blue_arns);
         assert!(done.failed.is_empty(), "{done:?}");
-        // Economy: the groups in one page, their tags 20 at a time, each blue group's targets
-        // once, one deregistration per blue group.
-        assert_eq!(count(&calls, "DescribeTargetGroups"), 1, "{calls:#?}");
-        assert_eq!(count(&calls, "DescribeTags"), 2);
+        // Economy: the blue groups found by their tag in one call, whatever the account holds;
+        // each blue group's targets once, one deregistration per blue group.
+        assert_eq!(count(&calls, "GetResources"), 1, "{calls:#?}");
+        assert_eq!(count(&calls, "DescribeTargetGroups"), 0);
+        assert_eq!(count(&calls, "DescribeTags"), 0);
         assert_eq!(count(&calls, "DescribeTargetHealth"), 2);
         assert_eq!(count(&calls, "DeregisterTargets"), 2);
-        assert_eq!((done.describes, done.deregisters), (5, 2));
+        assert_eq!((done.describes, done.deregisters), (3, 2));
 
         // Only the doomed instance, only from its cluster's groups.
         assert_eq!(
@@ -207,7 +212,10 @@ fn a_doomed_instance_and_its_pods_leave_only_their_clusters_target_groups() {
         // The next batch, seconds later: groups and targets as read (less what left), no call;
         // nothing is left to deregister.
         proxy.reset();
-        let again = targets.deregister(&place, "blue", &doomed).await.unwrap();
+        let again = targets
+            .deregister(&place, "blue", &doomed, 3)
+            .await
+            .unwrap();
         assert!(proxy.calls().is_empty(), "{:#?}", proxy.calls());
         assert!(again.left.is_empty(), "{again:?}");
         // The staying instance, doomed in turn 15 s later: the targets are read again, the
@@ -217,14 +225,27 @@ fn a_doomed_instance_and_its_pods_leave_only_their_clusters_target_groups() {
             instance_id: staying_id.clone(),
             addresses: staying_addresses.clone(),
         }];
-        let done = targets.deregister(&place, "blue", &next).await.unwrap();
+        let done = targets.deregister(&place, "blue", &next, 3).await.unwrap();
         let calls = proxy.calls();
-        assert_eq!(count(&calls, "DescribeTargetGroups"), 0, "{calls:#?}");
-        assert_eq!(count(&calls, "DescribeTags"), 0);
+        assert_eq!(count(&calls, "GetResources"), 0, "{calls:#?}");
         assert_eq!(count(&calls, "DescribeTargetHealth"), 2);
         assert_eq!(count(&calls, "DeregisterTargets"), 2);
         assert_eq!(done.left[&staying_id].len(), 2, "{done:?}");
         assert!(registered(&elb, &blue_instances).await.is_empty());
+
+        // A minute on, the round uses the groups as known and finds them again in the
+        // background: it makes no call of discovery itself.
+        proxy.reset();
+        clock.advance(forewarn::adapters::elb::GROUPS_FOR);
+        let done = targets.deregister(&place, "blue", &next, 3).await.unwrap();
+        assert_eq!((done.groups, done.describes), (2, 2), "{done:?}");
+        for _ in 0..100 {
+            if count(&proxy.calls(), "GetResources") == 1 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert_eq!(count(&proxy.calls(), "GetResources"), 1, "found again");
     });
 }
 
@@ -245,13 +266,13 @@ fn a_throttled_deregistration_names_its_group_and_the_others_still_go() {
             FaultKind::Throttle,
             100,
         ));
-        let targets = ElbTargets::new(elb.clone(), clock());
+        let targets = ElbTargets::from_conf(&config, clock());
         let doomed = [Doomed {
             instance_id: doomed_id.clone(),
             addresses,
         }];
         let done = targets
-            .deregister(&Place::default(), "blue", &doomed)
+            .deregister(&Place::default(), "blue", &doomed, 3)
             .await
             .unwrap();
         assert_eq!(done.failed.len(), 1, "{done:?}");
@@ -259,24 +280,67 @@ fn a_throttled_deregistration_names_its_group_and_the_others_still_go() {
         assert!(done.failed[0].contains("Throttling"), "{done:?}");
         assert!(done.throttled);
         assert!(done.left.is_empty());
-        assert!(done.note_for(&doomed_id).contains("not deregistered from"));
+        let outcome = &done.outcomes(&doomed, chrono::Utc::now())[&doomed_id];
+        assert!(outcome.note(&doomed_id).contains("not deregistered from"));
         assert_eq!(registered(&elb, &instances).await, vec![doomed_id]);
-        // The groups themselves could not be read: an error naming the call.
+        // The groups themselves could not be found: an error naming the call.
         proxy.inject(AwsFault::operation(
-            "elasticloadbalancing",
-            "DescribeTargetGroups",
+            "tagging",
+            "GetResources",
             FaultKind::Status(500),
             100,
         ));
-        let fresh = ElbTargets::new(elb, clock());
+        let fresh = ElbTargets::from_conf(&config, clock());
         let e = fresh
-            .deregister(&Place::default(), "blue", &doomed)
+            .deregister(&Place::default(), "blue", &doomed, 3)
             .await
             .unwrap_err();
-        assert!(
-            e.to_string()
-                .starts_with("elasticloadbalancing:DescribeTargetGroups"),
-            "{e}"
+        assert!(e.to_string().starts_with("tag:GetResources"), "{e}");
+    });
+}
+
+/// A discovery cut short (its second page refused) keeps its first page: the next round takes
+/// the doomed instance off the groups found so far without waiting for a discovery.
+#[test]
+fn a_discovery_cut_short_keeps_the_groups_it_found() {
+    runtime().block_on(async {
+        let (proxy, config) = proxied("sa-east-1").await;
+        let ec2 = aws_sdk_ec2::Client::new(&config);
+        let elb = Client::new(&config);
+        let (doomed_id, addresses, vpc) = instance_with_pods(&ec2, "sa-east-1a").await;
+        let paged = [("elbv2.k8s.aws/cluster", "paged")];
+        let mut arns = Vec::new();
+        // More of the cluster's groups than one page holds (100).
+        for _ in 0..105 {
+            arns.push(group(&elb, &vpc, TargetTypeEnum::Instance, &paged).await);
+        }
+        for arn in &arns {
+            register(&elb, arn, &[(&doomed_id, 30080)]).await;
+        }
+        proxy.inject(
+            AwsFault::operation("tagging", "GetResources", FaultKind::Status(500), 100)
+                .naming("PaginationToken"),
         );
+        let targets = ElbTargets::from_conf(&config, clock());
+        let doomed = [Doomed {
+            instance_id: doomed_id.clone(),
+            addresses,
+        }];
+        let place = Place::default();
+        let e = targets
+            .deregister(&place, "paged", &doomed, 3)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().starts_with("tag:GetResources"), "{e}");
+        proxy.reset();
+        let done = targets
+            .deregister(&place, "paged", &doomed, 3)
+            .await
+            .unwrap();
+        // The first page's groups (moto's page holds 99 or 100 of them), not the others.
+        let first_page = done.groups;
+        assert!((90..105).contains(&first_page), "{}", done.groups);
+        assert_eq!(done.left[&doomed_id].len(), first_page);
+        assert_eq!(done.deregisters, first_page);
     });
 }

@@ -86,6 +86,7 @@ contract_cases!(
     updates_of_more_pools_than_the_limit_are_refused_whole,
     the_continuation_key_is_created_once_and_shared,
     the_continuation_key_rotates_keeping_the_previous_one,
+    traffic_rounds_are_shared_and_never_lose_an_offer,
 );
 
 // ---- DynamoDB only ------------------------------------------------------------------------

@@ -2,14 +2,19 @@
 //! cluster's, tagged `elbv2.k8s.aws/cluster`, and others'), each call answered after a latency
 //! and subject to the account's token buckets, a throttled call retried as forewarn's ELB client
 //! does (2 attempts, full-jitter backoff of 50 ms); and per execution environment the calls of
-//! `forewarn::adapters::elb` (the cluster's groups found once and kept 60 s, their targets read
-//! once and kept 15 s, each batch one `DeregisterTargets` per group holding doomed targets), through the real pipeline step that calls it (`FOREWARN_DEREGISTER_BUDGET`, 3 s).
+//! `forewarn::adapters::elb` (the cluster's groups found by tag, `GetResources` 100 a page, and
+//! found again in the background after 60 s; their targets read once and kept 15 s; each round
+//! one `DeregisterTargets` per group holding doomed targets, at most `FOREWARN_ELB_RATE` calls at
+//! once), through the real pipeline step that calls it (its rounds shared by every environment
+//! through the pool store, `FOREWARN_DEREGISTER_BUDGET` 3 s).
 //!
 //! The buckets: ELB's documented one for `Describe*` (40 tokens, 10 a second); the registration
 //! calls' are not published, so `DeregisterTargets` gets the bucket the AWS Load Balancer
 //! Controller keeps to for them by default to spare the account's (`--aws-api-throttle`:
 //! `RegisterTargets|DeregisterTargets=4:20`, 20 tokens, 4 a second). Both are the account's,
-//! shared with the controller itself, which this model leaves idle.
+//! shared with the controller itself, which this model leaves idle. The Resource Groups Tagging
+//! API's `GetResources` is not published either: it gets `Describe*`'s (40 tokens, 10 a second),
+//! a bucket of its own.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -19,6 +24,7 @@ use async_trait::async_trait;
 use forewarn::adapters::elb::{GROUPS_FOR, TARGETS_FOR};
 use forewarn::domain::traffic::{Deregistered, Doomed, TargetKind};
 use forewarn::ports::{FailureKind, LoadBalancers, Place, TrafficError};
+use futures::StreamExt;
 use tokio::time::Instant;
 
 /// Target groups of other applications in the account (never the cluster's).
@@ -89,6 +95,7 @@ pub struct Account {
     registered: Mutex<Vec<BTreeSet<String>>>,
     describe: Mutex<Bucket>,
     mutate: Mutex<Bucket>,
+    tagging: Mutex<Bucket>,
     latency: Duration,
     tally: Mutex<Tally>,
 }
@@ -134,6 +141,7 @@ impl Account {
             registered: Mutex::new(registered),
             describe: Mutex::new(Bucket::new(40.0, 10.0)),
             mutate: Mutex::new(Bucket::new(20.0, 4.0)),
+            tagging: Mutex::new(Bucket::new(40.0, 10.0)),
             latency,
             tally: Mutex::default(),
         }
@@ -142,10 +150,10 @@ impl Account {
     /// One call of `name`, as the SDK makes it: throttled attempts retried after a full-jitter
     /// backoff, the last one's throttling an error.
     async fn call(&self, name: &'static str, seed: usize) -> Result<(), TrafficError> {
-        let bucket = if name == "DeregisterTargets" {
-            &self.mutate
-        } else {
-            &self.describe
+        let bucket = match name {
+            "DeregisterTargets" => &self.mutate,
+            "GetResources" => &self.tagging,
+            _ => &self.describe,
         };
         *self.tally.lock().unwrap().calls.entry(name).or_default() += 1;
         for attempt in 0..ATTEMPTS {
@@ -228,12 +236,15 @@ impl Account {
     }
 }
 
+/// The cluster's groups (indexes) as found and when, and whether a discovery is under way.
+type Found = (Option<(Instant, Vec<usize>)>, bool);
+
 /// One execution environment's ELB client: the cluster's groups found and kept as the adapter
 /// keeps them.
 pub struct Environment {
     account: Arc<Account>,
-    /// The cluster's groups (indexes) and when they were found.
-    found: Mutex<Option<(Instant, Vec<usize>)>>,
+    /// The cluster's groups (indexes) and when they were found; whether a discovery is on.
+    found: Arc<Mutex<Found>>,
     /// When each group's targets were last read.
     read: Mutex<BTreeMap<usize, Instant>>,
 }
@@ -242,32 +253,37 @@ impl Environment {
     pub fn new(account: Arc<Account>) -> Environment {
         Environment {
             account,
-            found: Mutex::new(None),
+            found: Arc::default(),
             read: Mutex::default(),
         }
     }
 
+    /// The groups as known, found now only when none is known; found again in the background
+    /// when older than [`GROUPS_FOR`].
     async fn groups(&self, seed: usize) -> Result<(Vec<usize>, usize), TrafficError> {
-        let cached = self.found.lock().unwrap().clone();
-        if let Some((at, groups)) = cached
-            && at.elapsed() < GROUPS_FOR
-        {
-            return Ok((groups, 0));
+        let (cached, start) = {
+            let mut found = self.found.lock().unwrap();
+            let stale = found
+                .0
+                .as_ref()
+                .is_none_or(|(at, _)| at.elapsed() >= GROUPS_FOR);
+            let start = stale && !found.1;
+            found.1 |= start;
+            (found.0.clone(), start)
+        };
+        match cached {
+            Some((_, groups)) => {
+                if start {
+                    let (account, found) = (self.account.clone(), self.found.clone());
+                    tokio::spawn(async move {
+                        let _ = discover(&account, &found, seed).await;
+                    });
+                }
+                Ok((groups, 0))
+            }
+            None if start => discover(&self.account, &self.found, seed).await,
+            None => Ok((Vec::new(), 0)),
         }
-        let a = &self.account;
-        let total = a.groups.len();
-        let mut describes = 0;
-        for page in 0..total.div_ceil(400) {
-            a.call("DescribeTargetGroups", seed + page).await?;
-            describes += 1;
-        }
-        for chunk in 0..total.div_ceil(20) {
-            a.call("DescribeTags", seed + chunk).await?;
-            describes += 1;
-        }
-        let ours: Vec<usize> = (0..total).filter(|&g| a.groups[g].ours).collect();
-        *self.found.lock().unwrap() = Some((Instant::now(), ours.clone()));
-        Ok((ours, describes))
     }
 
     /// One group's round: its targets read, the doomed ones deregistered.
@@ -322,6 +338,28 @@ impl Environment {
     }
 }
 
+/// The cluster's groups found by tag (`GetResources`, 100 a page): kept in `found`.
+async fn discover(
+    account: &Account,
+    found: &Mutex<Found>,
+    seed: usize,
+) -> Result<(Vec<usize>, usize), TrafficError> {
+    let ours: Vec<usize> = (0..account.groups.len())
+        .filter(|&g| account.groups[g].ours)
+        .collect();
+    let pages = ours.len().div_ceil(100).max(1);
+    let mut calls = 0;
+    for page in 0..pages {
+        calls += 1;
+        if let Err(e) = account.call("GetResources", seed + page).await {
+            found.lock().unwrap().1 = false;
+            return Err(e);
+        }
+    }
+    *found.lock().unwrap() = (Some((Instant::now(), ours.clone())), false);
+    Ok((ours, calls))
+}
+
 #[async_trait]
 impl LoadBalancers for Environment {
     async fn deregister(
@@ -329,6 +367,7 @@ impl LoadBalancers for Environment {
         _place: &Place,
         _cluster: &str,
         doomed: &[Doomed],
+        at_once: usize,
     ) -> Result<Deregistered, TrafficError> {
         let seed = doomed
             .first()
@@ -336,10 +375,14 @@ impl LoadBalancers for Environment {
             .unwrap_or_default();
         let (groups, describes) = self.groups(seed).await?;
         let described = std::sync::atomic::AtomicUsize::new(0);
-        let rounds = groups
+        let rounds: Vec<_> = groups
             .iter()
-            .map(|&g| self.clear(g, doomed, seed, &described));
-        let done = futures::future::join_all(rounds).await;
+            .map(|&g| self.clear(g, doomed, seed, &described))
+            .collect();
+        let done: Vec<_> = futures::stream::iter(rounds)
+            .buffered(at_once.max(1))
+            .collect()
+            .await;
         let mut out = Deregistered {
             groups: groups.len(),
             describes: describes + described.into_inner(),
@@ -402,19 +445,19 @@ mod tests {
         let account = Arc::new(Account::new(4, &nodes, Duration::ZERO));
         let env = Environment::new(account.clone());
         let done = env
-            .deregister(&Place::default(), "c", &[doomed(1)])
+            .deregister(&Place::default(), "c", &[doomed(1)], 3)
             .await
             .unwrap();
         assert_eq!(done.groups, 4);
         assert_eq!(done.left["i-1"].len(), 4, "{done:?}");
         assert_eq!(done.deregisters, 4);
-        // 26 groups: one page, two DescribeTags, then the four groups' targets.
-        assert_eq!(done.describes, 1 + 2 + 4);
+        // The cluster's 4 groups in one page of GetResources, then their targets.
+        assert_eq!(done.describes, 1 + 4);
         let registered = account.registered.lock().unwrap().clone();
         assert!(registered[0].contains("i-2") && !registered[0].contains("i-1"));
         drop(registered);
         let again = env
-            .deregister(&Place::default(), "c", &[doomed(1)])
+            .deregister(&Place::default(), "c", &[doomed(1)], 3)
             .await
             .unwrap();
         assert_eq!((again.describes, again.deregisters), (0, 0));

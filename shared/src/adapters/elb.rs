@@ -1,63 +1,81 @@
-//! Elastic Load Balancing (v2) through the AWS SDK: a batch's doomed instances taken off the
-//! target groups of their cluster before their first eviction (see [`crate::domain::traffic`]).
+//! Elastic Load Balancing (v2) through the AWS SDK: doomed instances taken off the target groups
+//! of their cluster before their first eviction (see [`crate::domain::traffic`]).
 //!
-//! The calls, economically: the cluster's target groups are found by `DescribeTargetGroups`
-//! (400 a page) and `DescribeTags` (20 ARNs a call), and kept for [`GROUPS_FOR`] (a group that
-//! has gone since makes them be found again); their targets are read (`DescribeTargetHealth`,
-//! one call a group, all at once) and kept for [`TARGETS_FOR`]; each batch sends one
-//! `DeregisterTargets` per group that holds doomed targets, for all of them. A target already
-//! `draining` is left alone.
+//! The calls, economically:
+//! - **Discovery by tag, outside the drain.** The cluster's target groups are found with the
+//!   Resource Groups Tagging API (`GetResources` on `elasticloadbalancing:targetgroup` filtered
+//!   by `elbv2.k8s.aws/cluster=<cluster>`, 100 a page): its cost is the cluster's groups, never
+//!   the account's. What is found is kept per place and cluster and refreshed in the background
+//!   once older than [`GROUPS_FOR`]: a round reads what is known and never waits for a refresh.
+//!   Only a cold environment that knows nothing of a cluster finds them within its round. Each
+//!   page found is kept as it comes, so a discovery cut short (a timeout, a throttle) still
+//!   leaves what it found; a group gone since makes it be forgotten at once.
+//! - **Targets**: each group's targets are read (`DescribeTargetHealth`) and kept for
+//!   [`TARGETS_FOR`] (less what left since); a target already `draining` is left alone; a
+//!   target's kind (an instance or an address) is read from its id.
+//! - **Deregistration**: one `DeregisterTargets` per group that holds doomed targets, for all of
+//!   them; at most the caller's `at_once` calls at a time.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use aws_sdk_elasticloadbalancingv2::Client;
 use aws_sdk_elasticloadbalancingv2::error::ProvideErrorMetadata;
 use aws_sdk_elasticloadbalancingv2::types::{TargetDescription, TargetHealthStateEnum};
+use aws_sdk_resourcegroupstagging::types::TagFilter;
 use chrono::{DateTime, Utc};
-use futures::future::join_all;
+use futures::StreamExt;
 
 use crate::adapters::accounts::{Accounts, PerPlace};
 use crate::adapters::aws::{AwsError, failure_kind};
 use crate::domain::traffic::{
-    Deregistered, Doomed, Target, TargetGroup, TargetKind, doomed_targets, tagged_for,
+    CLUSTER_TAG, Deregistered, Doomed, Target, doomed_targets, tagged_for,
 };
 use crate::ports::{Clock, FailureKind, LoadBalancers, Place, TrafficError};
 
-/// How long the target groups of a cluster, once found, are taken as they were.
+/// How long the target groups of a cluster, once found, are taken as they are before they are
+/// found again in the background.
 pub const GROUPS_FOR: std::time::Duration = std::time::Duration::from_secs(60);
 /// How long a group's targets, once read, are taken as they were (less the ones deregistered
-/// since): the batches of a mass interruption, seconds apart, read each group once; a pod that
-/// became a target since is not seen until then.
+/// since): the rounds of a mass interruption, a second or two apart, read each group once; a
+/// pod that became a target since is not seen until then.
 pub const TARGETS_FOR: std::time::Duration = std::time::Duration::from_secs(15);
 
-/// `DescribeTags` takes at most this many ARNs.
-const TAGS_PER_CALL: usize = 20;
-/// `DescribeTargetGroups`' largest page.
-const GROUPS_PER_PAGE: i32 = 400;
+/// `GetResources`' largest page.
+const RESOURCES_PER_PAGE: i32 = 100;
+/// The resource type of target groups in the Resource Groups Tagging API.
+const TARGET_GROUP_TYPE: &str = "elasticloadbalancing:targetgroup";
 
-/// [`LoadBalancers`] over the ELB API: of the own account and region, and with [`Accounts`] of
-/// the account and region of each event.
+/// The clients of one place.
+#[derive(Clone, Debug)]
+struct Clients {
+    elb: Client,
+    tags: aws_sdk_resourcegroupstagging::Client,
+}
+
+/// [`LoadBalancers`] over the ELB and tagging APIs: of the own account and region, and with
+/// [`Accounts`] of the account and region of each event.
 #[derive(Clone)]
 pub struct ElbTargets {
-    places: PerPlace<Client>,
+    places: PerPlace<Clients>,
     clock: Arc<dyn Clock>,
-    /// The target groups of (place, cluster), and when they were found.
-    groups: Arc<Mutex<HashMap<(Place, String), Found>>>,
+    /// The target groups of (place, cluster) as known.
+    groups: Arc<Mutex<HashMap<(Place, String), Known>>>,
     /// Each group's targets (by ARN), and when they were read.
     targets: Arc<Mutex<Targets>>,
 }
 
 type Targets = HashMap<String, (DateTime<Utc>, Vec<Target>)>;
 
-/// A cluster's target groups, as found at `at`.
-#[derive(Clone)]
-struct Found {
-    at: DateTime<Utc>,
-    groups: Vec<TargetGroup>,
-    /// The `Describe*` calls finding them took (counted once, by the batch that made them).
-    describes: usize,
+/// A cluster's target groups as known.
+#[derive(Clone, Default)]
+struct Known {
+    /// When a discovery last went through every page (`None`: none did yet).
+    at: Option<DateTime<Utc>>,
+    arns: BTreeSet<String>,
+    /// A discovery is under way (no other is started).
+    finding: bool,
 }
 
 impl std::fmt::Debug for ElbTargets {
@@ -68,36 +86,41 @@ impl std::fmt::Debug for ElbTargets {
 
 /// A throttled or failed call is tried at most this often.
 const ATTEMPTS: u32 = 2;
-/// The wait before trying a call again (with jitter): the round has a budget of seconds, and in a
-/// mass interruption a throttled round is better given up (the environment's rounds then pause:
-/// see [`crate::app::pipeline::QUIET_FOR`]) than waited out.
+/// The wait before trying a call again (with jitter): a round has a budget of seconds, and in a
+/// mass interruption a throttled round is better given up (the place's rounds then pause: see
+/// [`crate::app::pipeline::QUIET_FOR`]) than waited out.
 const FIRST_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// An ELB client on `sdk` whose retries fit in a drain's budget ([`ATTEMPTS`],
-/// [`FIRST_BACKOFF`]).
-pub fn client(sdk: &aws_config::SdkConfig) -> Client {
-    let retries = aws_config::retry::RetryConfig::standard()
+fn retries() -> aws_config::retry::RetryConfig {
+    aws_config::retry::RetryConfig::standard()
         .with_max_attempts(ATTEMPTS)
-        .with_initial_backoff(FIRST_BACKOFF);
-    let config = aws_sdk_elasticloadbalancingv2::config::Builder::from(sdk)
-        .retry_config(retries)
+        .with_initial_backoff(FIRST_BACKOFF)
+}
+
+/// The ELB and tagging clients on `sdk`, whose retries fit in a round's budget ([`ATTEMPTS`],
+/// [`FIRST_BACKOFF`]).
+fn clients(sdk: &aws_config::SdkConfig) -> Clients {
+    let elb = aws_sdk_elasticloadbalancingv2::config::Builder::from(sdk)
+        .retry_config(retries())
         .build();
-    Client::from_conf(config)
+    let tags = aws_sdk_resourcegroupstagging::config::Builder::from(sdk)
+        .retry_config(retries())
+        .build();
+    Clients {
+        elb: Client::from_conf(elb),
+        tags: aws_sdk_resourcegroupstagging::Client::from_conf(tags),
+    }
 }
 
 impl ElbTargets {
-    pub fn new(client: Client, clock: Arc<dyn Clock>) -> ElbTargets {
+    /// On the standard AWS configuration `sdk`, with [`clients`]' retries.
+    pub fn from_conf(sdk: &aws_config::SdkConfig, clock: Arc<dyn Clock>) -> ElbTargets {
         ElbTargets {
-            places: PerPlace::single(client, self::client),
+            places: PerPlace::single(clients(sdk), clients),
             clock,
             groups: Arc::default(),
             targets: Arc::default(),
         }
-    }
-
-    /// On the standard AWS configuration, with [`client`]'s retries.
-    pub fn from_conf(sdk: &aws_config::SdkConfig, clock: Arc<dyn Clock>) -> ElbTargets {
-        ElbTargets::new(client(sdk), clock)
     }
 
     /// Calls about other accounts and regions go through `accounts`.
@@ -106,40 +129,123 @@ impl ElbTargets {
         self
     }
 
-    /// The target groups tagged for `cluster`, from the cache when recent enough; with the
-    /// `Describe*` calls this took (0 from the cache).
-    async fn groups(
+    /// The target groups of (`place`, `cluster`) as known, with the discovery calls made
+    /// waiting for them (only when nothing is known yet); a discovery is started in the
+    /// background when what is known is older than [`GROUPS_FOR`].
+    async fn known_groups(
         &self,
-        client: &Client,
+        tags: &aws_sdk_resourcegroupstagging::Client,
         place: &Place,
         cluster: &str,
-    ) -> Result<Found, TrafficError> {
+    ) -> Result<(BTreeSet<String>, usize), TrafficError> {
         let key = (place.clone(), cluster.to_string());
         let now = self.clock.now();
-        let fresh = crate::ports::span(GROUPS_FOR);
-        if let Some(found) = self.cached(&key)
-            && now - found.at < fresh
-        {
-            return Ok(Found {
-                describes: 0,
-                ..found
+        let (known, start) = {
+            let mut groups = self.lock();
+            let known = groups.entry(key.clone()).or_default();
+            let stale = known
+                .at
+                .is_none_or(|at| now - at >= crate::ports::span(GROUPS_FOR));
+            let start = stale && !known.finding;
+            known.finding |= start;
+            (known.clone(), start)
+        };
+        if known.at.is_none() && known.arns.is_empty() {
+            // Nothing known: found now (or by the discovery under way, whose pages land here).
+            if start {
+                let calls = self.discover(tags, &key).await?;
+                return Ok((self.cached(&key), calls));
+            }
+            return Ok((known.arns, 0));
+        }
+        if start {
+            let this = self.clone();
+            let tags = tags.clone();
+            tokio::spawn(async move {
+                if let Err(e) = this.discover(&tags, &key).await {
+                    tracing::warn!(cluster = %key.1, error = %e, "target groups not found again");
+                }
             });
         }
-        let found = find_groups(client, cluster, now).await?;
-        self.lock().insert(key, found.clone());
-        Ok(found)
+        Ok((known.arns, 0))
     }
 
-    fn cached(&self, key: &(Place, String)) -> Option<Found> {
-        self.lock().get(key).cloned()
+    /// Finds the target groups tagged for the cluster of `key`, keeping each page as it comes;
+    /// the calls it made.
+    async fn discover(
+        &self,
+        tags: &aws_sdk_resourcegroupstagging::Client,
+        key: &(Place, String),
+    ) -> Result<usize, TrafficError> {
+        // However this ends (done, failed, dropped), another discovery may start.
+        let _done = Finding(self.groups.clone(), key.clone());
+        let cluster = key.1.as_str();
+        let mut found = BTreeSet::new();
+        let mut token: Option<String> = None;
+        let mut calls = 0;
+        loop {
+            calls += 1;
+            let page = tags
+                .get_resources()
+                .resource_type_filters(TARGET_GROUP_TYPE)
+                .tag_filters(
+                    TagFilter::builder()
+                        .key(CLUSTER_TAG)
+                        .values(cluster)
+                        .build(),
+                )
+                .resources_per_page(RESOURCES_PER_PAGE)
+                .set_pagination_token(token.take())
+                .send()
+                .await
+                .map_err(|e| call_error("tag:GetResources", e))?;
+            for mapping in page.resource_tag_mapping_list() {
+                let pairs = mapping.tags().iter().map(|t| (t.key(), t.value()));
+                // What the filter asked for, checked again: only a target group of the cluster.
+                if let Some(arn) = mapping.resource_arn()
+                    && arn.contains(":targetgroup/")
+                    && tagged_for(pairs, cluster)
+                {
+                    found.insert(arn.to_string());
+                }
+            }
+            // Partial results are kept: what a cut-short discovery found is known.
+            self.lock()
+                .entry(key.clone())
+                .or_default()
+                .arns
+                .extend(found.iter().cloned());
+            token = page
+                .pagination_token()
+                .filter(|t| !t.is_empty())
+                .map(str::to_string);
+            if token.is_none() {
+                break;
+            }
+        }
+        let now = self.clock.now();
+        let mut groups = self.lock();
+        let known = groups.entry(key.clone()).or_default();
+        known.arns = found;
+        known.at = Some(now);
+        Ok(calls)
     }
 
-    /// Forgets the groups of (`place`, `cluster`): one of them is gone.
-    fn forget(&self, place: &Place, cluster: &str) {
-        self.lock().remove(&(place.clone(), cluster.to_string()));
+    fn cached(&self, key: &(Place, String)) -> BTreeSet<String> {
+        self.lock()
+            .get(key)
+            .map(|k| k.arns.clone())
+            .unwrap_or_default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(Place, String), Found>> {
+    /// Forgets `arn` among the groups of (`place`, `cluster`): it is gone.
+    fn forget(&self, place: &Place, cluster: &str, arn: &str) {
+        if let Some(known) = self.lock().get_mut(&(place.clone(), cluster.to_string())) {
+            known.arns.remove(arn);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(Place, String), Known>> {
         // A poisoned cache is still a cache: at worst, groups found again.
         self.groups
             .lock()
@@ -147,7 +253,22 @@ impl ElbTargets {
     }
 }
 
-/// `e`, met by `call`.
+/// Marks the end of a discovery when dropped.
+struct Finding(Arc<Mutex<HashMap<(Place, String), Known>>>, (Place, String));
+
+impl Drop for Finding {
+    fn drop(&mut self) {
+        let mut groups = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(known) = groups.get_mut(&self.1) {
+            known.finding = false;
+        }
+    }
+}
+
+/// `e`, met by `call` (of any AWS SDK: their errors are the same types).
 fn call_error<E>(
     call: &'static str,
     e: aws_sdk_elasticloadbalancingv2::error::SdkError<
@@ -166,63 +287,7 @@ where
     }
 }
 
-/// Every target group of the account and region (all pages), then their tags 20 at a time: the
-/// instance- and IP-mode groups tagged for `cluster`.
-async fn find_groups(
-    client: &Client,
-    cluster: &str,
-    now: DateTime<Utc>,
-) -> Result<Found, TrafficError> {
-    let mut describes = 0;
-    let mut all: Vec<TargetGroup> = Vec::new();
-    let mut pages = client
-        .describe_target_groups()
-        .page_size(GROUPS_PER_PAGE)
-        .into_paginator()
-        .send();
-    while let Some(page) = pages.next().await {
-        describes += 1;
-        let page = page.map_err(|e| call_error("elasticloadbalancing:DescribeTargetGroups", e))?;
-        all.extend(page.target_groups().iter().filter_map(|g| {
-            let kind = TargetKind::from_elb(g.target_type()?.as_str())?;
-            Some(TargetGroup {
-                arn: g.target_group_arn()?.to_string(),
-                kind,
-            })
-        }));
-    }
-    let mut groups = Vec::new();
-    for chunk in all.chunks(TAGS_PER_CALL) {
-        describes += 1;
-        let arns: Vec<String> = chunk.iter().map(|g| g.arn.clone()).collect();
-        let tags = client
-            .describe_tags()
-            .set_resource_arns(Some(arns))
-            .send()
-            .await
-            .map_err(|e| call_error("elasticloadbalancing:DescribeTags", e))?;
-        for described in tags.tag_descriptions() {
-            let pairs = described
-                .tags()
-                .iter()
-                .map(|t| (t.key().unwrap_or_default(), t.value().unwrap_or_default()));
-            if tagged_for(pairs, cluster)
-                && let Some(group) = chunk
-                    .iter()
-                    .find(|g| described.resource_arn() == Some(g.arn.as_str()))
-            {
-                groups.push(group.clone());
-            }
-        }
-    }
-    Ok(Found {
-        at: now,
-        groups,
-        describes,
-    })
-}
-
-/// What became of one group in a batch.
+/// What became of one group in a round.
 enum GroupDone {
     /// Its doomed targets left (none: no call was needed), each with its instance.
     Left(Vec<String>),
@@ -245,7 +310,7 @@ impl ElbTargets {
     async fn clear_group(
         &self,
         client: &Client,
-        group: &TargetGroup,
+        group: &str,
         doomed: &[Doomed],
     ) -> (GroupDone, Calls) {
         let mut calls = Calls::default();
@@ -254,13 +319,10 @@ impl ElbTargets {
             Ok(None) => return (GroupDone::Gone, calls),
             Err(e) => {
                 let throttled = e.kind == FailureKind::Throttled;
-                return (
-                    GroupDone::Failed(format!("{}: {e}", group.arn), throttled),
-                    calls,
-                );
+                return (GroupDone::Failed(format!("{group}: {e}"), throttled), calls);
             }
         };
-        let leaving = doomed_targets(group.kind, &registered, doomed);
+        let leaving = doomed_targets(&registered, doomed);
         if leaving.is_empty() {
             return (GroupDone::Left(Vec::new()), calls);
         }
@@ -276,14 +338,14 @@ impl ElbTargets {
         calls.deregisters += 1;
         let done = client
             .deregister_targets()
-            .target_group_arn(&group.arn)
+            .target_group_arn(group)
             .set_targets(Some(targets))
             .send()
             .await;
         match done {
             Ok(_) => {
                 let gone: Vec<&Target> = leaving.iter().map(|(t, _)| t).collect();
-                self.forget_targets(&group.arn, &gone);
+                self.forget_targets(group, &gone);
                 let of = leaving.iter().map(|(_, of)| (*of).to_string()).collect();
                 (GroupDone::Left(of), calls)
             }
@@ -291,10 +353,7 @@ impl ElbTargets {
             Err(e) => {
                 let e = call_error("elasticloadbalancing:DeregisterTargets", e);
                 let throttled = e.kind == FailureKind::Throttled;
-                (
-                    GroupDone::Failed(format!("{}: {e}", group.arn), throttled),
-                    calls,
-                )
+                (GroupDone::Failed(format!("{group}: {e}"), throttled), calls)
             }
         }
     }
@@ -304,11 +363,11 @@ impl ElbTargets {
     async fn targets_of(
         &self,
         client: &Client,
-        group: &TargetGroup,
+        group: &str,
         calls: &mut Calls,
     ) -> Result<Option<Vec<Target>>, TrafficError> {
         let now = self.clock.now();
-        if let Some((at, targets)) = self.lock_targets().get(&group.arn)
+        if let Some((at, targets)) = self.lock_targets().get(group)
             && now - *at < crate::ports::span(TARGETS_FOR)
         {
             return Ok(Some(targets.clone()));
@@ -316,7 +375,7 @@ impl ElbTargets {
         calls.describes += 1;
         let health = match client
             .describe_target_health()
-            .target_group_arn(&group.arn)
+            .target_group_arn(group)
             .send()
             .await
         {
@@ -339,7 +398,7 @@ impl ElbTargets {
             })
             .collect();
         self.lock_targets()
-            .insert(group.arn.clone(), (now, registered.clone()));
+            .insert(group.to_string(), (now, registered.clone()));
         Ok(Some(registered))
     }
 
@@ -364,43 +423,57 @@ impl LoadBalancers for ElbTargets {
         place: &Place,
         cluster: &str,
         doomed: &[Doomed],
+        at_once: usize,
     ) -> Result<Deregistered, TrafficError> {
-        let client = self.places.client(place).await.map_err(|e| TrafficError {
-            call: "elasticloadbalancing:DescribeTargetGroups",
+        let clients = self.places.client(place).await.map_err(|e| TrafficError {
+            call: "tag:GetResources",
             kind: e.kind(),
             source: Box::new(e),
         })?;
-        let found = self.groups(&client, place, cluster).await?;
+        let (groups, describes) = self.known_groups(&clients.tags, place, cluster).await?;
         let mut out = Deregistered {
-            groups: found.groups.len(),
-            describes: found.describes,
+            groups: groups.len(),
+            describes,
             ..Default::default()
         };
-        let rounds = found
-            .groups
-            .iter()
-            .map(|g| self.clear_group(&client, g, doomed));
-        let done = join_all(rounds).await;
+        let rounds: Vec<_> = groups
+            .into_iter()
+            .map(|g| {
+                let elb = &clients.elb;
+                async move {
+                    let done = self.clear_group(elb, &g, doomed).await;
+                    (g, done)
+                }
+            })
+            .collect();
+        let done: Vec<(String, (GroupDone, Calls))> = futures::stream::iter(rounds)
+            .buffer_unordered(at_once.max(1))
+            .collect()
+            .await;
         let mut left: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for (group, (done, calls)) in found.groups.iter().zip(done) {
+        for (group, (done, calls)) in done {
             out.describes += calls.describes;
             out.deregisters += calls.deregisters;
             match done {
                 GroupDone::Left(of) => {
                     for instance in of {
                         let arns = left.entry(instance).or_default();
-                        if !arns.contains(&group.arn) {
-                            arns.push(group.arn.clone());
+                        if !arns.contains(&group) {
+                            arns.push(group.clone());
                         }
                     }
                 }
-                GroupDone::Gone => self.forget(place, cluster),
+                GroupDone::Gone => self.forget(place, cluster, &group),
                 GroupDone::Failed(why, throttled) => {
                     out.failed.push(why);
                     out.throttled |= throttled;
                 }
             }
         }
+        for arns in left.values_mut() {
+            arns.sort();
+        }
+        out.failed.sort();
         out.left = left;
         Ok(out)
     }

@@ -35,6 +35,12 @@ const POOLS: TableDefinition<&str, &str> = TableDefinition::new("pools");
 /// The history (`forewarn pools --stats`): `<pool>#<event time, ms>#<event id>#<instance id>`
 /// → the entry as JSON.
 const HISTORY: TableDefinition<&str, &str> = TableDefinition::new("history");
+/// The rounds of traffic first: `TRAFFIC#<account>#<region>#<cluster>` → the
+/// [`crate::domain::traffic::Rounds`] as JSON.
+const ROUNDS: TableDefinition<&str, &str> = TableDefinition::new("rounds");
+/// Each instance's outcome: `<rounds key>#<instance id>` → (expires_at ms, the
+/// [`crate::domain::traffic::Outcome`] as JSON).
+const OUTCOMES: TableDefinition<&str, (i64, &str)> = TableDefinition::new("outcomes");
 /// Secrets by name: the continuation key (`continuation`, 32 bytes).
 const SECRETS: TableDefinition<&str, &[u8]> = TableDefinition::new("secrets");
 const CONTINUATION_SECRET: &str = "continuation";
@@ -465,6 +471,10 @@ impl PoolStore for EmbeddedStore {
         Ok(keys)
     }
 
+    fn traffic_rounds(&self) -> Option<&dyn crate::ports::TrafficRounds> {
+        Some(self)
+    }
+
     fn location(&self) -> String {
         format!("embedded store at {}", self.path.display())
     }
@@ -559,6 +569,146 @@ impl EmbeddedStore {
             txn.commit()
                 .map_err(|e| store.err("committing the continuation key", e))?;
             Ok(Some(keys))
+        })
+        .await
+    }
+}
+
+impl EmbeddedStore {
+    /// Changes the rounds of `key` by `change` in one write transaction (redb serialises them).
+    async fn change_rounds<T: Send + 'static>(
+        &self,
+        key: &crate::ports::RoundKey,
+        change: impl FnOnce(&mut crate::domain::traffic::Rounds) -> T + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let key = key.to_string();
+        self.blocking(move |store| {
+            let txn = store
+                .db
+                .begin_write()
+                .map_err(|e| store.err("starting a write transaction", e))?;
+            let answer = {
+                let mut table = txn
+                    .open_table(ROUNDS)
+                    .map_err(|e| store.err("opening the rounds table", e))?;
+                let stored = table
+                    .get(key.as_str())
+                    .map_err(|e| store.err(format_args!("reading the rounds of {key}"), e))?
+                    .map(|v| v.value().to_string());
+                let mut rounds: crate::domain::traffic::Rounds = match stored {
+                    Some(json) => serde_json::from_str(&json).map_err(|e| StoreError::Corrupt {
+                        key: key.clone(),
+                        message: format!("not rounds: {e}"),
+                    })?,
+                    None => Default::default(),
+                };
+                let answer = change(&mut rounds);
+                let json =
+                    serde_json::to_string(&rounds).map_err(|e| store.err("encoding rounds", e))?;
+                table
+                    .insert(key.as_str(), json.as_str())
+                    .map_err(|e| store.err(format_args!("writing the rounds of {key}"), e))?;
+                answer
+            };
+            txn.commit()
+                .map_err(|e| store.err(format_args!("committing the rounds of {key}"), e))?;
+            Ok(answer)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl crate::ports::TrafficRounds for EmbeddedStore {
+    async fn offer(
+        &self,
+        key: &crate::ports::RoundKey,
+        doomed: &[crate::domain::traffic::Doomed],
+        _now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let doomed = doomed.to_vec();
+        self.change_rounds(key, move |r| r.offer(&doomed)).await
+    }
+
+    async fn claim(
+        &self,
+        key: &crate::ports::RoundKey,
+        now: DateTime<Utc>,
+        lease: std::time::Duration,
+    ) -> Result<crate::domain::traffic::Claim, StoreError> {
+        self.change_rounds(key, move |r| r.claim(now, lease)).await
+    }
+
+    async fn settle(
+        &self,
+        key: &crate::ports::RoundKey,
+        settled: &crate::ports::Settled,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let expires = (now + crate::ports::span(crate::ports::OUTCOME_KEPT)).timestamp_millis();
+        let prefix = key.to_string();
+        let outcomes = settled.outcomes.clone();
+        self.blocking(move |store| {
+            let txn = store
+                .db
+                .begin_write()
+                .map_err(|e| store.err("starting a write transaction", e))?;
+            {
+                let mut table = txn
+                    .open_table(OUTCOMES)
+                    .map_err(|e| store.err("opening the outcomes table", e))?;
+                for (instance, outcome) in &outcomes {
+                    let json = serde_json::to_string(outcome)
+                        .map_err(|e| store.err("encoding an outcome", e))?;
+                    table
+                        .insert(
+                            format!("{prefix}#{instance}").as_str(),
+                            (expires, json.as_str()),
+                        )
+                        .map_err(|e| store.err(format_args!("writing {instance}'s outcome"), e))?;
+                }
+            }
+            txn.commit()
+                .map_err(|e| store.err("committing outcomes", e))
+        })
+        .await?;
+        let (next, quiet_until) = (settled.next, settled.quiet_until);
+        self.change_rounds(key, move |r| r.settle(now, next, quiet_until))
+            .await
+    }
+
+    async fn outcomes(
+        &self,
+        key: &crate::ports::RoundKey,
+        instances: &[String],
+    ) -> Result<std::collections::BTreeMap<String, crate::domain::traffic::Outcome>, StoreError>
+    {
+        let prefix = key.to_string();
+        let instances = instances.to_vec();
+        self.blocking(move |store| {
+            let txn = store.read_txn()?;
+            let table = match txn.open_table(OUTCOMES) {
+                Ok(table) => table,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Default::default()),
+                Err(e) => return Err(store.err("opening the outcomes table", e)),
+            };
+            let mut found = std::collections::BTreeMap::new();
+            for instance in instances {
+                let key = format!("{prefix}#{instance}");
+                let Some(entry) = table
+                    .get(key.as_str())
+                    .map_err(|e| store.err(format_args!("reading {instance}'s outcome"), e))?
+                else {
+                    continue;
+                };
+                let (_expires, json) = entry.value();
+                let outcome = serde_json::from_str(json).map_err(|e| StoreError::Corrupt {
+                    key: key.clone(),
+                    message: format!("not an outcome: {e}"),
+                })?;
+                found.insert(instance, outcome);
+            }
+            Ok(found)
         })
         .await
     }

@@ -340,12 +340,25 @@ pub const VARIABLES: &[Variable] = &[
         "`3s`",
         Some("3s"),
         "traffic first: before a drain's first evictions, its instance leaves every instance-mode \
-         target group of its cluster and its pods' addresses every IP-mode one (target groups \
-         the AWS Load Balancer Controller tagged `elbv2.k8s.aws/cluster=<cluster>`, no other), \
-         one `DeregisterTargets` per group for the batch; the evictions wait for the answer at \
-         most this long (1 s to 30 s), then go ahead whatever it is, and the record's report \
-         says what became of it. `off`: drains do not touch the load balancers. Needs a cluster \
-         name (`FOREWARN_CLUSTER_NAME` or `FOREWARN_CLUSTERS`)",
+         target group of its cluster (target groups the AWS Load Balancer Controller tagged \
+         `elbv2.k8s.aws/cluster=<cluster>`, found by that tag, no other), and when the instance \
+         goes within minutes (a spot or capacity reservation warning, `stopping`) its pods' \
+         addresses every IP-mode one. Rounds shared by every batch through the pool table take \
+         off every instance offered by then, one `DeregisterTargets` per group; the evictions \
+         wait for their round at most this long (1 s to 30 s), then go ahead whatever it is, and \
+         the record's report says what became of it. `off`: drains do not touch the load \
+         balancers. Needs a cluster name (`FOREWARN_CLUSTER_NAME` or `FOREWARN_CLUSTERS`)",
+    )
+    .functions_only(),
+    var(
+        "FOREWARN_ELB_RATE",
+        "`3`",
+        Some("3"),
+        "forewarn's share of each account's Elastic Load Balancing limits, in calls a second \
+         (1 to 20): the rounds of traffic first of an account, region and cluster come at most \
+         once a second, further apart when a round made more calls than this allows, and make \
+         at most this many calls at once. The Load Balancer Controller registers the \
+         replacement pods within the same limits",
     )
     .functions_only(),
     var(

@@ -44,6 +44,8 @@ pub const ENV_POLICY_ALLOW: &str = "FOREWARN_POLICY_ALLOW";
 /// How long a drain's first evictions wait at most for its instance to leave its load balancers,
 /// or `off`.
 pub const ENV_DEREGISTER_BUDGET: &str = "FOREWARN_DEREGISTER_BUDGET";
+/// forewarn's share of each account's Elastic Load Balancing limits, in calls a second.
+pub const ENV_ELB_RATE: &str = "FOREWARN_ELB_RATE";
 /// The clusters one deployment serves: names separated by commas, or `*` for every EKS cluster
 /// of the account and region (every context of a given kubeconfig).
 pub const ENV_CLUSTERS: &str = "FOREWARN_CLUSTERS";
@@ -82,6 +84,7 @@ pub const VARIABLES: &[&str] = &[
     ENV_POLICY_FILE,
     ENV_POLICY_ALLOW,
     ENV_DEREGISTER_BUDGET,
+    ENV_ELB_RATE,
 ];
 const ENV_WEBHOOK_URL: &str = ENV_URL;
 const ENV_WEBHOOK_TEMPLATE: &str = ENV_TEMPLATE;
@@ -283,6 +286,10 @@ pub struct Settings {
     /// groups of its cluster (`FOREWARN_DEREGISTER_BUDGET`, default 3 s); `None` (`off`): they
     /// are not taken off (see [`crate::app::pipeline::Traffic`]).
     pub deregister_budget: Option<Duration>,
+    /// forewarn's share of each account's ELB limits (`FOREWARN_ELB_RATE`, default 3 calls a
+    /// second): the rounds of traffic first are spaced to keep to it, and make at most this
+    /// many calls at once.
+    pub elb_rate: u32,
     /// What the cluster's policy ConfigMap may ask (`FOREWARN_POLICY_ALLOW`: action names
     /// separated by commas or spaces, or `all`; default every action but `delete` and `none`).
     /// The policy file (`FOREWARN_POLICY_FILE`) is not limited.
@@ -425,6 +432,16 @@ impl Settings {
             deregister_budget: vars
                 .parse(ENV_DEREGISTER_BUDGET, deregister_budget)?
                 .unwrap_or(Some(crate::app::pipeline::DEREGISTER_BUDGET)),
+            elb_rate: vars
+                .parse(ENV_ELB_RATE, |v| {
+                    v.parse::<u32>()
+                        .ok()
+                        .filter(|n| (1..=20).contains(n))
+                        .ok_or(Invalid {
+                            expected: "a number of calls a second from 1 to 20",
+                        })
+                })?
+                .unwrap_or(crate::app::pipeline::ELB_RATE),
             policy_allow: vars
                 .parse(ENV_POLICY_ALLOW, PolicyAllow::parse)?
                 .unwrap_or_default(),
@@ -1177,6 +1194,14 @@ mod tests {
     fn the_deregistration_budget_is_bounded_or_off() {
         let d = settings(&[]).unwrap();
         assert_eq!(d.deregister_budget, Some(Duration::from_secs(3)));
+        assert_eq!(d.elb_rate, 3);
+        assert_eq!(settings(&[("FOREWARN_ELB_RATE", "5")]).unwrap().elb_rate, 5);
+        for bad in ["0", "21", "fast"] {
+            let e = settings(&[("FOREWARN_ELB_RATE", bad)])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("FOREWARN_ELB_RATE"), "{e}");
+        }
         let s = settings(&[("FOREWARN_DEREGISTER_BUDGET", "2s")]).unwrap();
         assert_eq!(s.deregister_budget, Some(Duration::from_secs(2)));
         let off = settings(&[("FOREWARN_DEREGISTER_BUDGET", "off")]).unwrap();

@@ -189,7 +189,7 @@ fn traffic(settings: &Settings, aws: Aws<'_>, clock: &Arc<dyn Clock>) -> Option<
         return None;
     };
     let balancers = ElbTargets::from_conf(sdk, clock.clone()).with_accounts(accounts.clone());
-    Some(Traffic::new(Arc::new(balancers), budget))
+    Some(Traffic::new(Arc::new(balancers), budget, settings.elb_rate))
 }
 
 /// The clusters the settings serve: a capture (one cluster, never acted on); live clusters

@@ -15,7 +15,10 @@ use std::collections::BTreeMap;
 // `core::net`: address types only, no sockets (the domain does no I/O).
 use core::net::IpAddr;
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+
+use crate::domain::event::EventKind;
 
 /// The tag the AWS Load Balancer Controller puts on the target groups it makes for a cluster.
 pub const CLUSTER_TAG: &str = "elbv2.k8s.aws/cluster";
@@ -31,22 +34,16 @@ pub enum TargetKind {
 }
 
 impl TargetKind {
-    /// The kind ELB's `TargetType` names (`instance`, `ip`); `None` for those forewarn never
-    /// deregisters from (`lambda`, `alb`).
-    pub fn from_elb(target_type: &str) -> Option<TargetKind> {
-        match target_type {
-            "instance" => Some(TargetKind::Instance),
-            "ip" => Some(TargetKind::Ip),
-            _ => None,
+    /// The kind of a target, by its id: an address is an IP-mode group's, anything else names
+    /// an instance (or, in `lambda` and `alb` groups, a function or a load balancer, which no
+    /// doomed instance ever matches). The groups' own `TargetType` need not be read.
+    pub fn of(target_id: &str) -> TargetKind {
+        if target_id.parse::<IpAddr>().is_ok() {
+            TargetKind::Ip
+        } else {
+            TargetKind::Instance
         }
     }
-}
-
-/// A target group of a cluster.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TargetGroup {
-    pub arn: String,
-    pub kind: TargetKind,
 }
 
 /// A target registered in a target group, as `DescribeTargetHealth` lists it.
@@ -59,7 +56,8 @@ pub struct Target {
 }
 
 /// An instance whose drain is about to evict: its id and its addresses (see the module doc).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Without addresses, only its instance-mode targets leave (see [`leaves_whole`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Doomed {
     pub instance_id: String,
     /// Addresses (`10.0.1.5`) and delegated prefixes (`10.0.1.16/28`).
@@ -72,17 +70,12 @@ pub fn tagged_for<'a>(tags: impl IntoIterator<Item = (&'a str, &'a str)>, cluste
         .any(|(key, value)| key == CLUSTER_TAG && value == cluster)
 }
 
-/// The targets of `registered` (in a group of `kind`) that are doomed instances', each with the
-/// instance it is of.
-pub fn doomed_targets<'a>(
-    kind: TargetKind,
-    registered: &[Target],
-    doomed: &'a [Doomed],
-) -> Vec<(Target, &'a str)> {
+/// The targets of `registered` that are doomed instances', each with the instance it is of.
+pub fn doomed_targets<'a>(registered: &[Target], doomed: &'a [Doomed]) -> Vec<(Target, &'a str)> {
     registered
         .iter()
         .filter_map(|t| {
-            let of = doomed.iter().find(|d| match kind {
+            let of = doomed.iter().find(|d| match TargetKind::of(&t.id) {
                 TargetKind::Instance => t.id == d.instance_id,
                 TargetKind::Ip => holds(&d.addresses, &t.id),
             })?;
@@ -122,6 +115,159 @@ fn within(base: IpAddr, bits: u32, ip: IpAddr) -> bool {
     keep(base) == keep(ip)
 }
 
+/// Whether a drain for an event of `kind` takes its whole node off at once, its pods' addresses
+/// with it: the instance goes within minutes (a spot or capacity reservation warning, a state
+/// change to `stopping` or `shutting-down`), and its pods with it whatever their disruption
+/// budgets say. Any other drain (a scheduled change days ahead, an impaired instance, an ASG
+/// termination kept alive by heartbeats) takes off only its instance-mode targets, which other
+/// nodes still serve: a pod whose budget refuses its eviction keeps its own (IP-mode) target,
+/// which the AWS Load Balancer Controller takes off when the pod terminates.
+pub fn leaves_whole(kind: EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::SpotInterruption
+            | EventKind::CapacityReservationInterruption
+            | EventKind::StateChange
+    )
+}
+
+/// What the rounds did for one doomed instance: out of `left` of the cluster's `groups` target
+/// groups, and the groups that failed, with why. Kept in the pool store for every batch that
+/// waits on the instance (see [`crate::ports::TrafficRounds`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// When the round that took it off started.
+    pub at: DateTime<Utc>,
+    pub groups: usize,
+    pub left: usize,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<String>,
+}
+
+impl Outcome {
+    /// Whether a batch that offered its instance at `offered` takes this outcome as its own: a
+    /// round since then, or one of the [`OUTCOME_KEPT`] before that took the instance off every
+    /// group.
+    pub fn answers(&self, offered: DateTime<Utc>) -> bool {
+        let whole = self.failed.is_empty() && self.left == self.groups;
+        let kept = chrono::Duration::from_std(OUTCOME_KEPT).unwrap_or_default();
+        self.at >= offered || (whole && offered - self.at < kept)
+    }
+
+    /// What became of `instance_id`'s targets, for its record's report.
+    pub fn note(&self, instance_id: &str) -> String {
+        if self.groups == 0 && !self.failed.is_empty() {
+            return format!(
+                "{instance_id}: not taken off the load balancers ({}): evicting anyway",
+                self.failed.join("; ")
+            );
+        }
+        let mut note = format!(
+            "{instance_id}: out of {} of the cluster's {} target groups before the first eviction",
+            self.left, self.groups
+        );
+        if !self.failed.is_empty() {
+            note.push_str(&format!(
+                "; not deregistered from: {}",
+                self.failed.join("; ")
+            ));
+        }
+        note
+    }
+}
+
+/// How long an outcome is kept for the batches that wait on its instance.
+pub const OUTCOME_KEPT: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// The least time between two rounds of one place and cluster.
+pub const ROUND_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// When the round after one `started` at that made `calls` ELB calls may start: at
+/// [`ROUND_EVERY`] at the soonest, and never sooner than `rate` calls a second allow (forewarn's
+/// share of the account's ELB limits, which the Load Balancer Controller needs too).
+pub fn next_round(started: DateTime<Utc>, calls: usize, rate: u32) -> DateTime<Utc> {
+    let rate = f64::from(rate.max(1));
+    let spaced = std::time::Duration::from_secs_f64(calls as f64 / rate);
+    let wait = spaced.max(ROUND_EVERY);
+    started + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::MAX)
+}
+
+/// What a claim of the next round answered (see `crate::ports::TrafficRounds::claim`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The caller makes the round, for these doomed instances (every one offered since the last
+    /// round, by any batch of any execution environment).
+    Taken(Vec<Doomed>),
+    /// No instance is waiting for a round.
+    Nothing,
+    /// A round is being made, or was made too recently: not before this time.
+    NotYet(DateTime<Utc>),
+    /// A round throttled or went unanswered at `since`: no round until `until`.
+    Quiet {
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+    },
+}
+
+/// The rounds of one cluster's load balancers in one account and region, as the pool store
+/// keeps them: the instances offered since the last round, when the next may start, and a quiet
+/// time after a round that throttled.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rounds {
+    #[serde(default)]
+    pub pending: Vec<Doomed>,
+    #[serde(default)]
+    pub next_at: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub quiet_since: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub quiet_until: Option<DateTime<Utc>>,
+}
+
+impl Rounds {
+    /// `doomed` wait for the next round (an instance offered again replaces its entry).
+    pub fn offer(&mut self, doomed: &[Doomed]) {
+        for d in doomed {
+            self.pending.retain(|p| p.instance_id != d.instance_id);
+            self.pending.push(d.clone());
+        }
+    }
+
+    /// What a claim at `now` answers, and the state after it: a round due and wanted is the
+    /// caller's until `now + lease` (or its settling).
+    pub fn claim(&mut self, now: DateTime<Utc>, lease: std::time::Duration) -> Claim {
+        if let (Some(since), Some(until)) = (self.quiet_since, self.quiet_until)
+            && now < until
+        {
+            return Claim::Quiet { since, until };
+        }
+        if let Some(next) = self.next_at
+            && now < next
+        {
+            return Claim::NotYet(next);
+        }
+        if self.pending.is_empty() {
+            return Claim::Nothing;
+        }
+        self.next_at = Some(now + chrono::Duration::from_std(lease).unwrap_or_default());
+        Claim::Taken(std::mem::take(&mut self.pending))
+    }
+
+    /// The caller's round ended at `now`: the next not before `next`; none until `quiet_until`.
+    pub fn settle(
+        &mut self,
+        now: DateTime<Utc>,
+        next: Option<DateTime<Utc>>,
+        quiet_until: Option<DateTime<Utc>>,
+    ) {
+        self.next_at = next;
+        if quiet_until.is_some() {
+            self.quiet_since = Some(now);
+            self.quiet_until = quiet_until;
+        }
+    }
+}
+
 /// What taking a batch's doomed instances off their cluster's load balancers did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Deregistered {
@@ -140,20 +286,20 @@ pub struct Deregistered {
 }
 
 impl Deregistered {
-    /// What became of `instance_id`'s targets, for its record's report.
-    pub fn note_for(&self, instance_id: &str) -> String {
-        let left = self.left.get(instance_id).map_or(0, Vec::len);
-        let mut note = format!(
-            "{instance_id}: out of {left} of the cluster's {} target groups before the first eviction",
-            self.groups
-        );
-        if !self.failed.is_empty() {
-            note.push_str(&format!(
-                "; not deregistered from: {}",
-                self.failed.join("; ")
-            ));
-        }
-        note
+    /// What became of each of `doomed`'s targets in the round started `at`.
+    pub fn outcomes(&self, doomed: &[Doomed], at: DateTime<Utc>) -> BTreeMap<String, Outcome> {
+        doomed
+            .iter()
+            .map(|d| {
+                let outcome = Outcome {
+                    at,
+                    groups: self.groups,
+                    left: self.left.get(&d.instance_id).map_or(0, Vec::len),
+                    failed: self.failed.clone(),
+                };
+                (d.instance_id.clone(), outcome)
+            })
+            .collect()
     }
 }
 
@@ -183,7 +329,7 @@ mod tests {
             target("i-1", 30443),
         ];
         let doomed = [doomed("i-1", &["10.0.0.5"])];
-        let out = doomed_targets(TargetKind::Instance, &registered, &doomed);
+        let out = doomed_targets(&registered, &doomed);
         let ids: Vec<_> = out.iter().map(|(t, of)| (t.clone(), *of)).collect();
         assert_eq!(
             ids,
@@ -204,7 +350,7 @@ mod tests {
             doomed("i-1", &["10.0.0.5", "10.0.1.16/28"]),
             doomed("i-2", &["2600:1f18::/64"]),
         ];
-        let out = doomed_targets(TargetKind::Ip, &registered, &doomed);
+        let out = doomed_targets(&registered, &doomed);
         let ids: Vec<_> = out.iter().map(|(t, of)| (t.id.as_str(), *of)).collect();
         assert_eq!(
             ids,
@@ -218,13 +364,16 @@ mod tests {
 
     #[test]
     fn an_instance_id_never_matches_an_address_nor_garbage_a_prefix() {
-        let registered = [target("i-1", 80), target("not-an-ip", 80)];
-        let doomed = [doomed("i-1", &["i-1", "10.0.0.0/99", "x/8", "0.0.0.0/0"])];
-        let out = doomed_targets(TargetKind::Ip, &registered, &doomed);
+        let registered = [target("not-an-ip", 80), target("10.1.0.5", 80)];
+        let garbage = [doomed("i-1", &["i-1", "10.1.0.0/99", "x/8"])];
+        let doomed = [doomed("i-1", &["i-1", "10.1.0.0/99", "x/8", "0.0.0.0/0"])];
+        let out = doomed_targets(&registered[..1], &doomed);
+        assert!(out.is_empty(), "{out:?}");
+        let out = doomed_targets(&registered, &garbage);
         assert!(out.is_empty(), "{out:?}");
         // A /0 prefix holds every address of its family (and none of the other).
         let v4 = [target("192.168.1.1", 80), target("::1", 80)];
-        let out = doomed_targets(TargetKind::Ip, &v4, &doomed);
+        let out = doomed_targets(&v4, &doomed);
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].0.id, "192.168.1.1");
     }
@@ -241,29 +390,113 @@ mod tests {
     }
 
     #[test]
-    fn the_kinds_forewarn_deregisters_from() {
-        assert_eq!(TargetKind::from_elb("instance"), Some(TargetKind::Instance));
-        assert_eq!(TargetKind::from_elb("ip"), Some(TargetKind::Ip));
-        assert_eq!(TargetKind::from_elb("lambda"), None);
-        assert_eq!(TargetKind::from_elb("alb"), None);
+    fn a_targets_kind_is_read_from_its_id() {
+        assert_eq!(TargetKind::of("i-0123456789abcdef0"), TargetKind::Instance);
+        assert_eq!(TargetKind::of("10.0.0.5"), TargetKind::Ip);
+        assert_eq!(TargetKind::of("2600:1f18::5"), TargetKind::Ip);
+        // A Lambda or ALB target is no address: only an instance id could match it, and none does.
+        assert_eq!(
+            TargetKind::of("arn:aws:lambda:us-east-1:123456789012:function:f"),
+            TargetKind::Instance
+        );
     }
 
     #[test]
-    fn a_note_names_what_was_left_and_what_failed() {
+    fn an_outcome_names_what_was_left_and_what_failed() {
         let mut d = Deregistered {
             groups: 3,
             ..Default::default()
         };
         d.left
             .insert("i-1".into(), vec!["arn:a".into(), "arn:b".into()]);
+        let doomed = [doomed("i-1", &[]), doomed("i-2", &[])];
+        let at = DateTime::parse_from_rfc3339("2026-11-28T00:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let out = d.outcomes(&doomed, at);
         assert_eq!(
-            d.note_for("i-1"),
+            out["i-1"].note("i-1"),
             "i-1: out of 2 of the cluster's 3 target groups before the first eviction"
         );
+        assert_eq!(out["i-2"].left, 0);
+        // A later batch takes a whole outcome as its own; a partial one only from a round since.
+        let later = at + chrono::Duration::seconds(1);
+        assert!(!out["i-1"].answers(later));
+        d.left
+            .insert("i-1".into(), vec!["a".into(), "b".into(), "c".into()]);
+        assert!(d.outcomes(&doomed, at)["i-1"].answers(later));
+        assert!(!d.outcomes(&doomed, at)["i-1"].answers(at + chrono::Duration::hours(2)));
+        assert!(d.outcomes(&doomed, at)["i-2"].answers(at));
         d.failed.push("arn:c: ThrottlingException".into());
         assert!(
-            d.note_for("i-2")
+            d.outcomes(&doomed, at)["i-2"]
+                .note("i-2")
                 .ends_with("not deregistered from: arn:c: ThrottlingException")
         );
+    }
+
+    #[test]
+    fn only_drains_whose_instance_goes_within_minutes_take_their_pods_off() {
+        for kind in EventKind::ALL {
+            let whole = matches!(
+                kind,
+                EventKind::SpotInterruption
+                    | EventKind::CapacityReservationInterruption
+                    | EventKind::StateChange
+            );
+            assert_eq!(leaves_whole(kind), whole, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn rounds_are_a_second_apart_at_least_and_within_the_share() {
+        let t = DateTime::parse_from_rfc3339("2026-11-28T00:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let secs = |n: usize, rate: u32| (next_round(t, n, rate) - t).num_milliseconds();
+        assert_eq!(secs(0, 3), 1000);
+        assert_eq!(secs(3, 3), 1000);
+        assert_eq!(secs(6, 3), 2000);
+        assert_eq!(secs(7, 2), 3500);
+        // A rate of 0 is read as 1.
+        assert_eq!(secs(2, 0), 2000);
+    }
+
+    #[test]
+    fn a_round_takes_what_was_offered_once_and_keeps_its_spacing_and_quiet() {
+        let t = |s: i64| {
+            DateTime::parse_from_rfc3339("2026-11-28T00:00:00Z")
+                .unwrap()
+                .with_timezone(&Utc)
+                + chrono::Duration::seconds(s)
+        };
+        let lease = std::time::Duration::from_secs(3);
+        let mut r = Rounds::default();
+        assert_eq!(r.claim(t(0), lease), Claim::Nothing);
+        r.offer(&[doomed("i-1", &["10.0.0.1"]), doomed("i-2", &[])]);
+        r.offer(&[doomed("i-1", &["10.0.0.9"])]);
+        let Claim::Taken(taken) = r.claim(t(0), lease) else {
+            panic!("{r:?}")
+        };
+        let ids: Vec<_> = taken.iter().map(|d| d.instance_id.as_str()).collect();
+        assert_eq!(ids, ["i-2", "i-1"]);
+        assert_eq!(taken[1].addresses, ["10.0.0.9"]);
+        // The round is the caller's for its lease: another waits, even with instances offered.
+        r.offer(&[doomed("i-3", &[])]);
+        assert_eq!(r.claim(t(1), lease), Claim::NotYet(t(3)));
+        r.settle(t(1), Some(t(2)), None);
+        assert_eq!(r.claim(t(1), lease), Claim::NotYet(t(2)));
+        assert!(matches!(r.claim(t(2), lease), Claim::Taken(d) if d.len() == 1));
+        // A round that throttled quiets the place and cluster.
+        r.settle(t(2), Some(t(3)), Some(t(32)));
+        r.offer(&[doomed("i-4", &[])]);
+        assert_eq!(
+            r.claim(t(10), lease),
+            Claim::Quiet {
+                since: t(2),
+                until: t(32)
+            }
+        );
+        assert!(matches!(r.claim(t(32), lease), Claim::Taken(_)));
     }
 }

@@ -9,7 +9,9 @@
 //!   `last_seen`, `last_event_id`, `last_reason` and `last_instance_id`. Every time is whole Unix
 //!   epoch seconds (N): windows and expiries rounded up, event times rounded down;
 //! * an applied event (the idempotence ledger): `pk` = `EVENT#<event id>`, `sk` = `EVENT`, with
-//!   `kind`, `recorded_at` and `expires_at`.
+//!   `kind`, `recorded_at` and `expires_at`;
+//! * the rounds of traffic first of a place and cluster, and each instance's outcome (see
+//!   [`rounds`]).
 //!
 //! Indexes (all projecting every attribute): [`INDEX_UNAVAILABLE`] (partition `sk`, sort
 //! `unavailable_until`; only pools ever marked unavailable have both), [`INDEX_BY_ZONE`] (partition
@@ -54,6 +56,7 @@ mod history;
 mod key;
 mod ledger;
 mod queries;
+mod rounds;
 mod secret;
 #[cfg(test)]
 mod testing;
@@ -281,6 +284,10 @@ impl PoolStore for DynamoStore {
         };
         self.keys.put(&keys, now);
         Ok(keys)
+    }
+
+    fn traffic_rounds(&self) -> Option<&dyn crate::ports::TrafficRounds> {
+        Some(self)
     }
 
     fn location(&self) -> String {

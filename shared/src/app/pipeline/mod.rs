@@ -52,7 +52,7 @@ mod traffic;
 mod work;
 
 pub use places::{Described, PlaceFailure, describe_events, place_of};
-pub use traffic::{DEREGISTER_BUDGET, QUIET_FOR, Traffic};
+pub use traffic::{DEREGISTER_BUDGET, ELB_RATE, QUIET_FOR, Traffic};
 
 use batch::{by_phase, follow_firsts, schedule};
 use passes::{Handled, Rest, merge, refusals};
@@ -1495,6 +1495,7 @@ mod tests {
             _place: &Place,
             cluster: &str,
             doomed: &[crate::domain::traffic::Doomed],
+            _at_once: usize,
         ) -> Result<crate::domain::traffic::Deregistered, crate::ports::TrafficError> {
             let executed = self.exec.calls.lock().unwrap().len();
             self.rounds
@@ -1560,7 +1561,7 @@ mod tests {
         let now = clock.now();
         let exec = Arc::new(Recorder::default());
         let balancers = Balancers::new(&exec, false);
-        let traffic = Traffic::new(balancers.clone(), DEREGISTER_BUDGET);
+        let traffic = Traffic::new(balancers.clone(), DEREGISTER_BUDGET, traffic::ELB_RATE);
         let passes = Passes::in_process(PASS_INTERVAL);
         let run = |batch: serde_json::Value, mode: Mode| {
             let p = Pipeline {
@@ -1606,8 +1607,23 @@ mod tests {
         let reports = run(json!({"Records": [late]}), Mode::Act).await;
         assert!(reports[0].traffic.is_none(), "{reports:#?}");
         assert_eq!(balancers.rounds.lock().unwrap().len(), 1);
-        // A round that was throttled: the account's limits are spent, the next batch's drains
-        // do not ask (for 30 s) and evict at once.
+        // A drain whose instance stays a while (a scheduled change), a second later: only its
+        // instance-mode targets leave, its pods keep theirs until their evictions are through.
+        clock.advance(StdDuration::from_secs(1));
+        let scheduled = late_continuation(&key, "ev-sched", now, |plan| {
+            plan.kind = crate::domain::event::EventKind::ScheduledChange;
+            plan.actions[0].deadline = Some(now + chrono::Duration::days(2));
+            plan.actions[0].addresses = vec!["10.0.0.5".into()];
+            1
+        });
+        let reports = run(json!({"Records": [scheduled]}), Mode::Act).await;
+        let rounds = balancers.rounds.lock().unwrap().clone();
+        assert_eq!(rounds.len(), 2, "{reports:#?}");
+        assert_eq!(rounds[1].1[0].instance_id, A);
+        assert!(rounds[1].1[0].addresses.is_empty(), "{:?}", rounds[1]);
+        // A round that was throttled (a second later): the account's limits are spent, the
+        // next batch's drains do not ask (for 30 s) and evict at once.
+        clock.advance(StdDuration::from_secs(1));
         balancers
             .throttle
             .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -1615,9 +1631,10 @@ mod tests {
         let reports = run(json!({"Records": [throttled]}), Mode::Act).await;
         let note = reports[0].traffic.as_deref().unwrap_or_default();
         assert!(note.contains("not deregistered from: arn:tg-api"), "{note}");
+        clock.advance(StdDuration::from_secs(1));
         let next = drain_continuation(&key, "ev-6", now, 1);
         let reports = run(json!({"Records": [next]}), Mode::Act).await;
-        assert_eq!(balancers.rounds.lock().unwrap().len(), 2);
+        assert_eq!(balancers.rounds.lock().unwrap().len(), 3);
         let note = reports[0].traffic.as_deref().unwrap_or_default();
         assert!(note.contains("throttled or did not answer"), "{note}");
     }
@@ -1636,7 +1653,7 @@ mod tests {
         let now = clock.now();
         let exec = Arc::new(Recorder::default());
         let balancers = Balancers::new(&exec, true);
-        let traffic = Traffic::new(balancers.clone(), StdDuration::from_secs(3));
+        let traffic = Traffic::new(balancers.clone(), StdDuration::from_secs(3), 3);
         let passes = Passes::in_process(PASS_INTERVAL);
         let p = Pipeline {
             traffic: Some(&traffic),
@@ -1652,10 +1669,16 @@ mod tests {
         assert_eq!(exec.calls.lock().unwrap().len(), 1, "{reports:#?}");
         assert_eq!(
             reports[0].traffic.as_deref(),
-            Some("the load balancers did not answer within 3 s: evicting anyway")
+            Some(
+                format!(
+                    "{A}: not taken off the load balancers (the load balancers did not answer \
+                     within 3 s): evicting anyway"
+                )
+                .as_str()
+            )
         );
-        // For the next 30 s this environment's drains do not wait for them: no round, evicted
-        // at once, and said so.
+        // For the next 30 s the drains of this account, region and cluster do not wait for
+        // them: no round, evicted at once, and said so.
         let batch = json!({"Records": [drain_continuation(&key, "ev-2", clock.now(), 1)]});
         let reports = p.process(&records(batch, &clock)).await;
         assert_eq!(balancers.rounds.lock().unwrap().len(), 1);

@@ -1,65 +1,66 @@
 //! Traffic first (see [`crate::domain::traffic`]): before a batch's drains make their first
-//! evictions, their instances are taken off the load balancers of their cluster, in one round for
-//! the batch (one `DeregisterTargets` per target group), within a budget: an ELB API that fails
-//! or throttles delays those evictions by at most [`Traffic::budget`], and is reported (the
-//! record's `traffic`) and logged. Only when the run acts on the cluster (not a dry run) and its
-//! cluster has a name (the tag's value).
+//! evictions, their instances are taken off the load balancers of their cluster, in rounds shared
+//! by every batch of every execution environment through the pool store (see
+//! [`crate::ports::TrafficRounds`]): a batch offers its doomed instances and waits for a round
+//! to take them off — one round a second at most per account, region and cluster, one
+//! `DeregisterTargets` per target group for every instance offered by then, whoever makes it.
+//! The wait is bounded by [`Traffic::budget`]: an ELB API that fails or throttles delays those
+//! evictions by at most that, and is reported (the record's `traffic`) and logged. Only when
+//! the run acts on the cluster (not a dry run) and its cluster has a name (the tag's value).
 
 use super::passes::Handled;
 use super::*;
 use crate::domain::config::Action;
-use crate::domain::traffic::{Deregistered, Doomed};
-use crate::ports::{LoadBalancers, Place, TrafficError};
+use crate::domain::traffic::{Claim, Deregistered, Doomed, Outcome, leaves_whole, next_round};
+use crate::ports::{
+    LoadBalancers, Place, RoundKey, Settled, StoreError, TrafficError, TrafficRounds,
+};
 
 /// The default of [`Traffic::budget`] (`FOREWARN_DEREGISTER_BUDGET`).
 pub const DEREGISTER_BUDGET: Duration = Duration::from_secs(3);
 
-/// After a round the load balancers did not answer within the budget, or throttled, how long
-/// this execution environment's rounds are not made (their drains evict at once): an API that
-/// hangs costs each environment one budget per this time, not one per batch; and in a mass
-/// interruption forewarn does not spend the account's ELB limits, which the Load Balancer
-/// Controller needs to register the replacement pods.
+/// The default of [`Traffic::rate`] (`FOREWARN_ELB_RATE`).
+pub const ELB_RATE: u32 = 3;
+
+/// After a round that throttled or did not answer within the budget, how long no round is made
+/// for its account, region and cluster (their drains evict at once): an API that hangs costs
+/// one budget per this time, not one per batch; and in a mass interruption forewarn does not
+/// spend the account's ELB limits, which the Load Balancer Controller needs to register the
+/// replacement pods. Other accounts, regions and clusters go on.
 pub const QUIET_FOR: Duration = Duration::from_secs(30);
+
+/// How often a batch waiting on a round made by another looks again, at most.
+const LOOK_EVERY: Duration = Duration::from_millis(100);
+
+/// How long past its budget a batch waits for the pool store to answer about its rounds.
+const STORE_GRACE: Duration = Duration::from_millis(500);
 
 /// Where, and how long at most, drains' instances are taken off their load balancers.
 #[derive(Clone)]
 pub struct Traffic {
     balancers: Arc<dyn LoadBalancers>,
-    /// How long a batch's first evictions wait for the deregistration at most.
+    /// How long a batch's first evictions wait for their round at most.
     budget: Duration,
-    /// Since when and until when no round is made (see [`QUIET_FOR`]).
-    quiet: Arc<std::sync::Mutex<Option<Quiet>>>,
-}
-
-/// A time without rounds: since the round that ran out of time, until [`QUIET_FOR`] later.
-#[derive(Clone, Copy)]
-struct Quiet {
-    since: DateTime<Utc>,
-    until: DateTime<Utc>,
+    /// forewarn's share of each account's ELB limits: calls a second, and at once in a round.
+    rate: u32,
 }
 
 impl Traffic {
-    pub fn new(balancers: Arc<dyn LoadBalancers>, budget: Duration) -> Traffic {
+    pub fn new(balancers: Arc<dyn LoadBalancers>, budget: Duration, rate: u32) -> Traffic {
         Traffic {
             balancers,
             budget,
-            quiet: Arc::default(),
+            rate: rate.max(1),
         }
     }
+}
 
-    /// When the last round that ran out of time was, while rounds are not made after it.
-    fn quiet_since(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        let quiet = self.quiet.lock().unwrap_or_else(|e| e.into_inner());
-        quiet.filter(|q| now < q.until).map(|q| q.since)
-    }
-
-    fn hush(&self, now: DateTime<Utc>) {
-        let mut quiet = self.quiet.lock().unwrap_or_else(|e| e.into_inner());
-        *quiet = Some(Quiet {
-            since: now,
-            until: now + span(QUIET_FOR),
-        });
-    }
+/// What a batch's wait on the rounds came to.
+enum Waited {
+    /// Each of its instances' outcome.
+    Out(BTreeMap<String, Outcome>),
+    /// The rounds of its place and cluster are quiet: since when.
+    Quiet(DateTime<Utc>),
 }
 
 /// What a batch's first drain passes wait for before evicting: its round (see
@@ -156,7 +157,8 @@ impl Pipeline<'_> {
             .collect()
     }
 
-    /// One round for the drains of one account and region.
+    /// The drains of one account and region, off their cluster's load balancers: offered to
+    /// the rounds, and waited for within the budget.
     async fn clear_place(
         &self,
         traffic: &Traffic,
@@ -166,61 +168,195 @@ impl Pipeline<'_> {
         limits: Limits,
     ) -> Vec<(usize, String)> {
         let mut doomed: Vec<Doomed> = Vec::new();
-        for a in drains.iter().flat_map(|d| &d.plan.actions) {
-            if draining(a) && !doomed.iter().any(|d| d.instance_id == a.instance_id) {
+        for d in &drains {
+            for a in d.plan.actions.iter().filter(|a| draining(a)) {
+                if doomed.iter().any(|d| d.instance_id == a.instance_id) {
+                    continue;
+                }
+                // A drain whose instance stays a while keeps its pods' own targets (see
+                // `leaves_whole`): only its instance-mode targets leave.
+                let whole = leaves_whole(d.plan.kind);
                 doomed.push(Doomed {
                     instance_id: a.instance_id.clone(),
-                    addresses: a.addresses.clone(),
+                    addresses: if whole {
+                        a.addresses.clone()
+                    } else {
+                        Vec::new()
+                    },
                 });
             }
         }
+        let all = |why: String| drains.iter().map(|d| (d.record, why.clone())).collect();
+        let Some(rounds) = self.store.traffic_rounds() else {
+            return all(format!(
+                "not taken off the load balancers: {} shares no rounds: evicting at once",
+                self.store.location()
+            ));
+        };
+        let key = RoundKey {
+            place: place.clone(),
+            cluster: cluster.to_string(),
+        };
         let now = self.clock.now();
-        if let Some(since) = traffic.quiet_since(now) {
-            let why = format!(
-                "not taken off the load balancers: they throttled or did not answer within {1} s \
-                 this environment's round of {0}, and are not asked again for {2} s: evicting at \
-                 once",
-                since.to_rfc3339(),
-                traffic.budget.as_secs_f64(),
-                QUIET_FOR.as_secs()
-            );
-            return drains.iter().map(|d| (d.record, why.clone())).collect();
-        }
         let budget_end = now + span(traffic.budget);
         let end = limits.deadline.map_or(budget_end, |d| d.min(budget_end));
-        let round = traffic.balancers.deregister(place, cluster, &doomed);
-        let answer = until(self.clock, end, round).await;
-        let throttled = match &answer {
-            // Out of the round's budget; the batch's own deadline coming first is not the ELB's.
-            None => end == budget_end,
-            Some(Ok(done)) => done.throttled,
-            Some(Err(e)) => e.kind == crate::ports::FailureKind::Throttled,
+        let wait = self.wait_for_round(traffic, rounds, &key, &doomed, end);
+        // The wait ends at `end` by itself; this only bounds a store that does not answer.
+        let out = match until(self.clock, end + span(STORE_GRACE), wait).await {
+            Some(Ok(Waited::Out(outcomes))) => outcomes,
+            Some(Ok(Waited::Quiet(since))) => {
+                return all(format!(
+                    "not taken off the load balancers: they throttled or did not answer within \
+                     {} s in a round of {}, and are not asked again for {} s: evicting at once",
+                    traffic.budget.as_secs_f64(),
+                    since.to_rfc3339(),
+                    QUIET_FOR.as_secs()
+                ));
+            }
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "the rounds of traffic first could not be shared");
+                return all(format!(
+                    "not taken off the load balancers ({e}): evicting anyway"
+                ));
+            }
+            None => BTreeMap::new(),
         };
-        if throttled {
-            traffic.hush(now);
-        }
-        log_round(&answer, &doomed, traffic.budget);
         drains
             .iter()
             .map(|d| {
-                let ids = d.plan.actions.iter().filter(|a| draining(a));
-                let note = match &answer {
-                    Some(Ok(done)) => ids
-                        .map(|a| done.note_for(&a.instance_id))
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                    Some(Err(e)) => {
-                        format!("not taken off the load balancers ({e}): evicting anyway")
-                    }
-                    None => format!(
-                        "the load balancers did not answer within {} s: evicting anyway",
-                        traffic.budget.as_secs_f64()
-                    ),
-                };
+                let note = d
+                    .plan
+                    .actions
+                    .iter()
+                    .filter(|a| draining(a))
+                    .map(|a| match out.get(&a.instance_id) {
+                        Some(outcome) => outcome.note(&a.instance_id),
+                        None => format!(
+                            "{}: the load balancers did not answer within {} s: evicting anyway",
+                            a.instance_id,
+                            traffic.budget.as_secs_f64()
+                        ),
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ");
                 (d.record, note)
             })
             .collect()
     }
+
+    /// Offers `doomed` to the rounds of `key` and waits until a round (this batch's own, or
+    /// another's) has taken each off, or the rounds are quiet.
+    async fn wait_for_round(
+        &self,
+        traffic: &Traffic,
+        rounds: &dyn TrafficRounds,
+        key: &RoundKey,
+        doomed: &[Doomed],
+        end: DateTime<Utc>,
+    ) -> Result<Waited, StoreError> {
+        let offered = self.clock.now();
+        let ids: Vec<String> = doomed.iter().map(|d| d.instance_id.clone()).collect();
+        let mut done = self.answered(rounds, key, &ids, offered).await?;
+        let waiting: Vec<Doomed> = doomed
+            .iter()
+            .filter(|d| !done.contains_key(&d.instance_id))
+            .cloned()
+            .collect();
+        if !waiting.is_empty() {
+            rounds.offer(key, &waiting, offered).await?;
+        }
+        while done.len() < ids.len() && self.clock.now() < end {
+            let now = self.clock.now();
+            match rounds.claim(key, now, traffic.budget).await? {
+                Claim::Taken(taken) => self.make_round(traffic, rounds, key, taken, end).await?,
+                Claim::Quiet { since, .. } => return Ok(Waited::Quiet(since)),
+                Claim::NotYet(next) => {
+                    let wait = (next.min(end) - now).to_std().unwrap_or_default();
+                    self.clock
+                        .sleep(wait.clamp(Duration::from_millis(10), LOOK_EVERY * 10))
+                        .await;
+                }
+                // Taken by a round not yet settled.
+                Claim::Nothing => self.clock.sleep(LOOK_EVERY).await,
+            }
+            done = self.answered(rounds, key, &ids, offered).await?;
+        }
+        Ok(Waited::Out(done))
+    }
+
+    /// The outcomes of `ids` this batch takes as its own (see [`Outcome::answers`]).
+    async fn answered(
+        &self,
+        rounds: &dyn TrafficRounds,
+        key: &RoundKey,
+        ids: &[String],
+        offered: DateTime<Utc>,
+    ) -> Result<BTreeMap<String, Outcome>, StoreError> {
+        let mut known = rounds.outcomes(key, ids).await?;
+        known.retain(|_, o| o.answers(offered));
+        Ok(known)
+    }
+
+    /// The round this batch claimed: `taken` off the load balancers of `key`, within the
+    /// budget (and by the batch's `end`), and settled for every batch that waits on it. Only a
+    /// round given its whole budget that did not answer quiets the rounds.
+    async fn make_round(
+        &self,
+        traffic: &Traffic,
+        rounds: &dyn TrafficRounds,
+        key: &RoundKey,
+        taken: Vec<Doomed>,
+        end: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let started = self.clock.now();
+        let budget_end = started + span(traffic.budget);
+        let round =
+            traffic
+                .balancers
+                .deregister(&key.place, &key.cluster, &taken, traffic.rate as usize);
+        let answer = until(self.clock, budget_end.min(end), round).await;
+        log_round(&answer, &taken, traffic.budget);
+        let failed = |why: String| Outcome {
+            at: started,
+            groups: 0,
+            left: 0,
+            failed: vec![why],
+        };
+        let (outcomes, calls, throttled) = match answer {
+            Some(Ok(done)) => (
+                done.outcomes(&taken, started),
+                done.describes + done.deregisters,
+                done.throttled,
+            ),
+            Some(Err(e)) => {
+                let throttled = e.kind == crate::ports::FailureKind::Throttled;
+                let why = failed(format!("the load balancers could not be read: {e}"));
+                (each(&taken, why), 1, throttled)
+            }
+            None => {
+                let why = failed(format!(
+                    "the load balancers did not answer within {} s",
+                    traffic.budget.as_secs_f64()
+                ));
+                (each(&taken, why), 1, end >= budget_end)
+            }
+        };
+        let now = self.clock.now();
+        let settled = Settled {
+            outcomes,
+            next: Some(next_round(started, calls, traffic.rate)),
+            quiet_until: throttled.then(|| now + span(QUIET_FOR)),
+        };
+        rounds.settle(key, &settled, now).await
+    }
+}
+
+/// `outcome` for each of `doomed`.
+fn each(doomed: &[Doomed], outcome: Outcome) -> BTreeMap<String, Outcome> {
+    doomed
+        .iter()
+        .map(|d| (d.instance_id.clone(), outcome.clone()))
+        .collect()
 }
 
 /// A drain of a node: what leaves the load balancers first.

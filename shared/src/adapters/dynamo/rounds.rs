@@ -1,0 +1,255 @@
+//! The rounds of traffic first (see [`crate::ports::TrafficRounds`]) in the pool table:
+//!
+//! * a place and cluster's rounds: `pk` = `TRAFFIC#<account>#<region>#<cluster>`, `sk` =
+//!   `ROUND`, with `rounds` (the [`Rounds`] as JSON: the instances offered since the last round,
+//!   when the next may start, the quiet time), `version` (a counter every write raises, on which
+//!   each write is conditioned: a change made meanwhile makes the write be done again on what
+//!   is there) and `expires_at`;
+//! * an instance's outcome: the same `pk`, `sk` = `OUTCOME#<instance id>`, with `outcome` (the
+//!   [`Outcome`] as JSON) and `expires_at` (an hour on).
+//!
+//! Items of no index (they have none of the indexes' keys but `sk`, and no `unavailable_until`).
+
+use std::collections::{BTreeMap, HashMap};
+
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+
+use super::codec::*;
+use super::{DynamoStore, MAX_BATCH_ROUNDS};
+use crate::adapters::backoff::Backoff;
+use crate::domain::traffic::{Claim, Doomed, Outcome, Rounds};
+use crate::ports::{FailureKind, OUTCOME_KEPT, RoundKey, Settled, StoreError, TrafficRounds};
+
+/// The `sk` of a place and cluster's rounds.
+const ROUND_SK: &str = "ROUND";
+/// The prefix of the `sk` of an instance's outcome.
+const OUTCOME_SK_PREFIX: &str = "OUTCOME#";
+const ROUNDS: &str = "rounds";
+const VERSION: &str = "version";
+const OUTCOME: &str = "outcome";
+/// Writes of rounds tried at most, each after a read: every batch of every environment waiting
+/// on a round writes them (an offer, a claim), and only one of concurrent writes goes through.
+const WRITE_ATTEMPTS: u32 = 50;
+/// Outcomes written at once.
+const PUTS_AT_ONCE: usize = 16;
+/// The wait after a write that lost to another: rounds are contended by every batch waiting on
+/// them, and each write is short.
+const CONFLICT_BACKOFF: Backoff = Backoff::new(
+    std::time::Duration::from_millis(10),
+    std::time::Duration::from_millis(200),
+);
+
+impl DynamoStore {
+    /// The rounds of `key` as stored (a strongly consistent read), with their version (0: none).
+    async fn read_rounds(&self, key: &RoundKey) -> Result<(Rounds, i64), StoreError> {
+        let pk = key.to_string();
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(PK, s(&pk))
+            .key(SK, s(ROUND_SK))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| self.sdk_err(format_args!("reading the rounds of {pk}"), e))?;
+        let Some(item) = out.item else {
+            return Ok((Rounds::default(), 0));
+        };
+        let rounds = serde_json::from_str(req_s(&pk, &item, ROUNDS)?)
+            .map_err(|e| corrupt(&pk, format_args!("`{ROUNDS}` is not rounds: {e}")))?;
+        Ok((rounds, req_n(&pk, &item, VERSION)?))
+    }
+
+    /// Changes the rounds of `key` by `change` (which answers what the caller learns): read,
+    /// changed, and written back unless another write came between (then again, on what it
+    /// wrote). Nothing is written when `change` leaves them as they were.
+    async fn change_rounds<T>(
+        &self,
+        key: &RoundKey,
+        now: DateTime<Utc>,
+        change: impl Fn(&mut Rounds) -> T + Send + Sync,
+    ) -> Result<T, StoreError> {
+        let pk = key.to_string();
+        let mut waits = CONFLICT_BACKOFF.delays();
+        for _ in 0..WRITE_ATTEMPTS {
+            let (mut rounds, version) = self.read_rounds(key).await?;
+            let before = rounds.clone();
+            let answer = change(&mut rounds);
+            if rounds == before {
+                return Ok(answer);
+            }
+            let json = serde_json::to_string(&rounds)
+                .map_err(|e| self.err_from(FailureKind::Invalid, "encoding rounds", e))?;
+            let put = self
+                .client
+                .put_item()
+                .table_name(&self.table)
+                .item(PK, s(&pk))
+                .item(SK, s(ROUND_SK))
+                .item(ROUNDS, s(&json))
+                .item(VERSION, n(version + 1))
+                .item(
+                    EXPIRES_AT,
+                    n(ceil_secs(now + crate::ports::span(OUTCOME_KEPT))),
+                )
+                .condition_expression("attribute_not_exists(#pk) OR #v = :v")
+                .expression_attribute_names("#pk", PK)
+                .expression_attribute_names("#v", VERSION)
+                .expression_attribute_values(":v", n(version))
+                .send()
+                .await;
+            match put {
+                Ok(_) => return Ok(answer),
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+                {
+                    self.back_off(&mut waits).await;
+                }
+                Err(e) => return Err(self.sdk_err(format_args!("writing the rounds of {pk}"), e)),
+            }
+        }
+        Err(self.err(
+            FailureKind::Conflict,
+            format_args!("writing the rounds of {pk}"),
+            "other writes kept coming between its read and its write",
+        ))
+    }
+
+    async fn put_outcome(
+        &self,
+        pk: &str,
+        instance: &str,
+        outcome: &Outcome,
+        expires: i64,
+    ) -> Result<(), StoreError> {
+        let json = serde_json::to_string(outcome)
+            .map_err(|e| self.err_from(FailureKind::Invalid, "encoding an outcome", e))?;
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .item(PK, s(pk))
+            .item(SK, s(&format!("{OUTCOME_SK_PREFIX}{instance}")))
+            .item(OUTCOME, s(&json))
+            .item(EXPIRES_AT, n(expires))
+            .send()
+            .await
+            .map_err(|e| self.sdk_err(format_args!("writing {instance}'s outcome in {pk}"), e))?;
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl TrafficRounds for DynamoStore {
+    async fn offer(
+        &self,
+        key: &RoundKey,
+        doomed: &[Doomed],
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.change_rounds(key, now, |r| r.offer(doomed)).await
+    }
+
+    async fn claim(
+        &self,
+        key: &RoundKey,
+        now: DateTime<Utc>,
+        lease: std::time::Duration,
+    ) -> Result<Claim, StoreError> {
+        self.change_rounds(key, now, |r| r.claim(now, lease)).await
+    }
+
+    async fn settle(
+        &self,
+        key: &RoundKey,
+        settled: &Settled,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let pk = key.to_string();
+        let expires = ceil_secs(now + crate::ports::span(OUTCOME_KEPT));
+        let puts: Vec<_> = settled
+            .outcomes
+            .iter()
+            .map(|(instance, outcome)| self.put_outcome(&pk, instance, outcome, expires))
+            .collect();
+        let puts = futures::stream::iter(puts)
+            .buffer_unordered(PUTS_AT_ONCE)
+            .collect::<Vec<_>>()
+            .await;
+        puts.into_iter().collect::<Result<(), _>>()?;
+        self.change_rounds(key, now, |r| {
+            r.settle(now, settled.next, settled.quiet_until)
+        })
+        .await
+    }
+
+    async fn outcomes(
+        &self,
+        key: &RoundKey,
+        instances: &[String],
+    ) -> Result<BTreeMap<String, Outcome>, StoreError> {
+        let pk = key.to_string();
+        let mut found = BTreeMap::new();
+        for chunk in instances.chunks(100) {
+            let keys: Vec<HashMap<String, AttributeValue>> = chunk
+                .iter()
+                .map(|i| {
+                    HashMap::from([
+                        (PK.to_string(), s(&pk)),
+                        (SK.to_string(), s(&format!("{OUTCOME_SK_PREFIX}{i}"))),
+                    ])
+                })
+                .collect();
+            let mut request = Some(
+                KeysAndAttributes::builder()
+                    .set_keys(Some(keys))
+                    .consistent_read(true)
+                    .build()
+                    .map_err(|e| {
+                        self.err_from(FailureKind::Invalid, "building an outcomes read", e)
+                    })?,
+            );
+            let mut waits = super::BACKOFF.delays();
+            let mut round = 0;
+            while let Some(keys) = request.take() {
+                if round == MAX_BATCH_ROUNDS {
+                    return Err(self.err(
+                        FailureKind::Throttled,
+                        format_args!("reading the outcomes of {pk}"),
+                        format_args!("keys still unprocessed after {MAX_BATCH_ROUNDS} rounds"),
+                    ));
+                }
+                if round > 0 {
+                    self.back_off(&mut waits).await;
+                }
+                round += 1;
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, keys)
+                    .send()
+                    .await
+                    .map_err(|e| self.sdk_err(format_args!("reading the outcomes of {pk}"), e))?;
+                for item in out
+                    .responses
+                    .and_then(|mut r| r.remove(&self.table))
+                    .unwrap_or_default()
+                {
+                    let sk = req_s(&pk, &item, SK)?;
+                    let instance = sk.strip_prefix(OUTCOME_SK_PREFIX).unwrap_or(sk);
+                    let outcome: Outcome = serde_json::from_str(req_s(&pk, &item, OUTCOME)?)
+                        .map_err(|e| corrupt(sk, format_args!("not an outcome: {e}")))?;
+                    found.insert(instance.to_string(), outcome);
+                }
+                request = out
+                    .unprocessed_keys
+                    .and_then(|mut u| u.remove(&self.table))
+                    .filter(|k| !k.keys().is_empty());
+            }
+        }
+        Ok(found)
+    }
+}
