@@ -859,7 +859,7 @@ pub async fn traffic_rounds_are_shared_and_never_lose_an_offer(s: Subject) {
     // Held for the lease by its maker.
     assert_eq!(
         one.claim(&key, t, lease).await.unwrap(),
-        Claim::NotYet(t + Duration::seconds(3))
+        Claim::Making(t + Duration::seconds(3))
     );
     let outcome = Outcome {
         at: t,

@@ -354,11 +354,11 @@ pub const VARIABLES: &[Variable] = &[
         "FOREWARN_ELB_RATE",
         "`3`",
         Some("3"),
-        "forewarn's share of each account's Elastic Load Balancing limits, in calls a second \
-         (1 to 20): the rounds of traffic first of an account, region and cluster come at most \
-         once a second, further apart when a round made more calls than this allows, and make \
-         at most this many calls at once. The Load Balancer Controller registers the \
-         replacement pods within the same limits",
+        "forewarn's share of each account's Elastic Load Balancing limits, in deregistrations a \
+         second (1 to 20): the rounds of traffic first of an account, region and cluster come \
+         at most once a second, further apart when a round made more `DeregisterTargets` than \
+         this allows (one per target group), and make at most this many calls at once. The \
+         Load Balancer Controller registers the replacement pods within the same limits",
     )
     .functions_only(),
     var(

@@ -182,9 +182,10 @@ pub const OUTCOME_KEPT: std::time::Duration = std::time::Duration::from_secs(360
 /// The least time between two rounds of one place and cluster.
 pub const ROUND_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// When the round after one `started` at that made `calls` ELB calls may start: at
-/// [`ROUND_EVERY`] at the soonest, and never sooner than `rate` calls a second allow (forewarn's
-/// share of the account's ELB limits, which the Load Balancer Controller needs too).
+/// When the round after one `started` at that made `calls` deregistrations may start: at
+/// [`ROUND_EVERY`] at the soonest, and never sooner than `rate` of them a second allow
+/// (forewarn's share of the account's ELB limits, which the Load Balancer Controller needs too
+/// to register the replacement pods).
 pub fn next_round(started: DateTime<Utc>, calls: usize, rate: u32) -> DateTime<Utc> {
     let rate = f64::from(rate.max(1));
     let spaced = std::time::Duration::from_secs_f64(calls as f64 / rate);
@@ -200,7 +201,9 @@ pub enum Claim {
     Taken(Vec<Doomed>),
     /// No instance is waiting for a round.
     Nothing,
-    /// A round is being made, or was made too recently: not before this time.
+    /// A round is being made, for this long at most: its outcomes come any moment.
+    Making(DateTime<Utc>),
+    /// A round was made too recently: the next not before this time.
     NotYet(DateTime<Utc>),
     /// A round throttled or went unanswered at `since`: no round until `until`.
     Quiet {
@@ -218,6 +221,9 @@ pub struct Rounds {
     pub pending: Vec<Doomed>,
     #[serde(default)]
     pub next_at: Option<DateTime<Utc>>,
+    /// A round is being made, its maker's until this (or its settling).
+    #[serde(default)]
+    pub making_until: Option<DateTime<Utc>>,
     #[serde(default)]
     pub quiet_since: Option<DateTime<Utc>>,
     #[serde(default)]
@@ -241,6 +247,11 @@ impl Rounds {
         {
             return Claim::Quiet { since, until };
         }
+        if let Some(until) = self.making_until
+            && now < until
+        {
+            return Claim::Making(until);
+        }
         if let Some(next) = self.next_at
             && now < next
         {
@@ -249,7 +260,7 @@ impl Rounds {
         if self.pending.is_empty() {
             return Claim::Nothing;
         }
-        self.next_at = Some(now + chrono::Duration::from_std(lease).unwrap_or_default());
+        self.making_until = Some(now + chrono::Duration::from_std(lease).unwrap_or_default());
         Claim::Taken(std::mem::take(&mut self.pending))
     }
 
@@ -261,6 +272,7 @@ impl Rounds {
         quiet_until: Option<DateTime<Utc>>,
     ) {
         self.next_at = next;
+        self.making_until = None;
         if quiet_until.is_some() {
             self.quiet_since = Some(now);
             self.quiet_until = quiet_until;
@@ -483,7 +495,7 @@ mod tests {
         assert_eq!(taken[1].addresses, ["10.0.0.9"]);
         // The round is the caller's for its lease: another waits, even with instances offered.
         r.offer(&[doomed("i-3", &[])]);
-        assert_eq!(r.claim(t(1), lease), Claim::NotYet(t(3)));
+        assert_eq!(r.claim(t(1), lease), Claim::Making(t(3)));
         r.settle(t(1), Some(t(2)), None);
         assert_eq!(r.claim(t(1), lease), Claim::NotYet(t(2)));
         assert!(matches!(r.claim(t(2), lease), Claim::Taken(d) if d.len() == 1));

@@ -1,10 +1,13 @@
 //! The rounds of traffic first (see [`crate::ports::TrafficRounds`]) in the pool table:
 //!
 //! * a place and cluster's rounds: `pk` = `TRAFFIC#<account>#<region>#<cluster>`, `sk` =
-//!   `ROUND`, with `rounds` (the [`Rounds`] as JSON: the instances offered since the last round,
-//!   when the next may start, the quiet time), `version` (a counter every write raises, on which
-//!   each write is conditioned: a change made meanwhile makes the write be done again on what
-//!   is there) and `expires_at`;
+//!   `ROUND`, with `pending` (a string set: each instance offered since the last round, as
+//!   JSON), `rounds` (the rest of the [`Rounds`] as JSON: when the next may start, the round
+//!   being made, the quiet time), `version` (a counter every write raises) and `expires_at`.
+//!   An offer is one `UpdateItem` that adds to the set and raises the version, never in
+//!   conflict; a claim or a settling is read, changed and written back conditioned on the
+//!   version read (a write made meanwhile makes it be done again on what is there), and a claim
+//!   removes the set it took;
 //! * an instance's outcome: the same `pk`, `sk` = `OUTCOME#<instance id>`, with `outcome` (the
 //!   [`Outcome`] as JSON) and `expires_at` (an hour on).
 //!
@@ -27,6 +30,7 @@ const ROUND_SK: &str = "ROUND";
 /// The prefix of the `sk` of an instance's outcome.
 const OUTCOME_SK_PREFIX: &str = "OUTCOME#";
 const ROUNDS: &str = "rounds";
+const PENDING: &str = "pending";
 const VERSION: &str = "version";
 const OUTCOME: &str = "outcome";
 /// Writes of rounds tried at most, each after a read: every batch of every environment waiting
@@ -58,14 +62,29 @@ impl DynamoStore {
         let Some(item) = out.item else {
             return Ok((Rounds::default(), 0));
         };
-        let rounds = serde_json::from_str(req_s(&pk, &item, ROUNDS)?)
-            .map_err(|e| corrupt(&pk, format_args!("`{ROUNDS}` is not rounds: {e}")))?;
-        Ok((rounds, req_n(&pk, &item, VERSION)?))
+        let mut rounds: Rounds = match item.get(ROUNDS) {
+            Some(_) => serde_json::from_str(req_s(&pk, &item, ROUNDS)?)
+                .map_err(|e| corrupt(&pk, format_args!("`{ROUNDS}` is not rounds: {e}")))?,
+            None => Rounds::default(),
+        };
+        let pending: Vec<Doomed> = match item.get(PENDING) {
+            None => Vec::new(),
+            Some(AttributeValue::Ss(set)) => set
+                .iter()
+                .map(|json| serde_json::from_str(json))
+                .collect::<Result<_, _>>()
+                .map_err(|e| corrupt(&pk, format_args!("`{PENDING}` holds no instance: {e}")))?,
+            Some(_) => return Err(corrupt(&pk, format_args!("`{PENDING}` is not a string set"))),
+        };
+        rounds.pending.clear();
+        rounds.offer(&pending);
+        Ok((rounds, opt_n(&pk, &item, VERSION)?.unwrap_or(0)))
     }
 
     /// Changes the rounds of `key` by `change` (which answers what the caller learns): read,
     /// changed, and written back unless another write came between (then again, on what it
-    /// wrote). Nothing is written when `change` leaves them as they were.
+    /// wrote). Nothing is written when `change` leaves them as they were; `change` never adds
+    /// to what is pending (offers do), and what it takes of it is removed.
     async fn change_rounds<T>(
         &self,
         key: &RoundKey,
@@ -81,27 +100,40 @@ impl DynamoStore {
             if rounds == before {
                 return Ok(answer);
             }
+            let took = rounds.pending.is_empty() && !before.pending.is_empty();
+            rounds.pending.clear();
             let json = serde_json::to_string(&rounds)
                 .map_err(|e| self.err_from(FailureKind::Invalid, "encoding rounds", e))?;
-            let put = self
+            let mut update = "SET #r = :r, #v = :next, #exp = :exp".to_string();
+            if took {
+                update.push_str(" REMOVE #p");
+            }
+            let condition = if version == 0 {
+                "attribute_not_exists(#v)"
+            } else {
+                "#v = :v"
+            };
+            let mut write = self
                 .client
-                .put_item()
+                .update_item()
                 .table_name(&self.table)
-                .item(PK, s(&pk))
-                .item(SK, s(ROUND_SK))
-                .item(ROUNDS, s(&json))
-                .item(VERSION, n(version + 1))
-                .item(
-                    EXPIRES_AT,
-                    n(ceil_secs(now + crate::ports::span(OUTCOME_KEPT))),
-                )
-                .condition_expression("attribute_not_exists(#pk) OR #v = :v")
-                .expression_attribute_names("#pk", PK)
+                .key(PK, s(&pk))
+                .key(SK, s(ROUND_SK))
+                .update_expression(update)
+                .condition_expression(condition)
+                .expression_attribute_names("#r", ROUNDS)
                 .expression_attribute_names("#v", VERSION)
-                .expression_attribute_values(":v", n(version))
-                .send()
-                .await;
-            match put {
+                .expression_attribute_names("#exp", EXPIRES_AT)
+                .expression_attribute_values(":r", s(&json))
+                .expression_attribute_values(":next", n(version + 1))
+                .expression_attribute_values(":exp", n(expires(now)));
+            if took {
+                write = write.expression_attribute_names("#p", PENDING);
+            }
+            if version != 0 {
+                write = write.expression_attribute_values(":v", n(version));
+            }
+            match write.send().await {
                 Ok(_) => return Ok(answer),
                 Err(e)
                     if e.as_service_error()
@@ -142,6 +174,11 @@ impl DynamoStore {
     }
 }
 
+/// When an item written at `now` expires (TTL): [`OUTCOME_KEPT`] on.
+fn expires(now: DateTime<Utc>) -> i64 {
+    ceil_secs(now + crate::ports::span(OUTCOME_KEPT))
+}
+
 #[async_trait::async_trait]
 impl TrafficRounds for DynamoStore {
     async fn offer(
@@ -150,7 +187,31 @@ impl TrafficRounds for DynamoStore {
         doomed: &[Doomed],
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        self.change_rounds(key, now, |r| r.offer(doomed)).await
+        let pk = key.to_string();
+        let set = doomed
+            .iter()
+            .map(serde_json::to_string)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.err_from(FailureKind::Invalid, "encoding doomed instances", e))?;
+        if set.is_empty() {
+            return Ok(());
+        }
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key(PK, s(&pk))
+            .key(SK, s(ROUND_SK))
+            .update_expression("ADD #p :set, #v :one SET #exp = :exp")
+            .expression_attribute_names("#p", PENDING)
+            .expression_attribute_names("#v", VERSION)
+            .expression_attribute_names("#exp", EXPIRES_AT)
+            .expression_attribute_values(":set", AttributeValue::Ss(set))
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":exp", n(expires(now)))
+            .send()
+            .await
+            .map_err(|e| self.sdk_err(format_args!("offering instances to {pk}"), e))?;
+        Ok(())
     }
 
     async fn claim(
@@ -169,7 +230,7 @@ impl TrafficRounds for DynamoStore {
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         let pk = key.to_string();
-        let expires = ceil_secs(now + crate::ports::span(OUTCOME_KEPT));
+        let expires = expires(now);
         let puts: Vec<_> = settled
             .outcomes
             .iter()

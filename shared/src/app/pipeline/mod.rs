@@ -504,6 +504,7 @@ impl Pipeline<'_> {
                             };
                             return Handled::Pending(report, Box::new(rest));
                         };
+                        self.offer_early(&place_of(event), &plan).await;
                         if let Err(e) = self.send(queue, &first, Duration::ZERO).await {
                             return Handled::Done(e.fail(report));
                         }

@@ -167,25 +167,7 @@ impl Pipeline<'_> {
         drains: Vec<&FirstDrain<'_>>,
         limits: Limits,
     ) -> Vec<(usize, String)> {
-        let mut doomed: Vec<Doomed> = Vec::new();
-        for d in &drains {
-            for a in d.plan.actions.iter().filter(|a| draining(a)) {
-                if doomed.iter().any(|d| d.instance_id == a.instance_id) {
-                    continue;
-                }
-                // A drain whose instance stays a while keeps its pods' own targets (see
-                // `leaves_whole`): only its instance-mode targets leave.
-                let whole = leaves_whole(d.plan.kind);
-                doomed.push(Doomed {
-                    instance_id: a.instance_id.clone(),
-                    addresses: if whole {
-                        a.addresses.clone()
-                    } else {
-                        Vec::new()
-                    },
-                });
-            }
-        }
+        let doomed = doomed_of(drains.iter().map(|d| d.plan));
         let all = |why: String| drains.iter().map(|d| (d.record, why.clone())).collect();
         let Some(rounds) = self.store.traffic_rounds() else {
             return all(format!(
@@ -244,6 +226,32 @@ impl Pipeline<'_> {
             .collect()
     }
 
+    /// A drain's first pass queued for `plan` (of an event of `place`): its instances offered to
+    /// the rounds at once, without waiting, so that a round made meanwhile (by a batch waiting
+    /// on one) takes them off before their first drain pass comes, which then need not wait. A
+    /// failure is only logged: that pass offers them again.
+    pub(super) async fn offer_early(&self, place: &Place, plan: &Plan) {
+        let (Some(_), true, Some(cluster), Some(rounds)) = (
+            self.traffic,
+            self.mode.writes_cluster(),
+            self.config.cluster_name.as_deref(),
+            self.store.traffic_rounds(),
+        ) else {
+            return;
+        };
+        let doomed = doomed_of(std::iter::once(plan));
+        if doomed.is_empty() {
+            return;
+        }
+        let key = RoundKey {
+            place: place.clone(),
+            cluster: cluster.to_string(),
+        };
+        if let Err(e) = rounds.offer(&key, &doomed, self.clock.now()).await {
+            tracing::warn!(error = %e, "drains' instances not offered to the rounds early");
+        }
+    }
+
     /// Offers `doomed` to the rounds of `key` and waits until a round (this batch's own, or
     /// another's) has taken each off, or the rounds are quiet.
     async fn wait_for_round(
@@ -276,8 +284,9 @@ impl Pipeline<'_> {
                         .sleep(wait.clamp(Duration::from_millis(10), LOOK_EVERY * 10))
                         .await;
                 }
-                // Taken by a round not yet settled.
-                Claim::Nothing => self.clock.sleep(LOOK_EVERY).await,
+                // A round is being made (perhaps with this batch's instances): its outcomes
+                // come any moment.
+                Claim::Making(_) | Claim::Nothing => self.clock.sleep(LOOK_EVERY).await,
             }
             done = self.answered(rounds, key, &ids, offered).await?;
         }
@@ -325,7 +334,7 @@ impl Pipeline<'_> {
         let (outcomes, calls, throttled) = match answer {
             Some(Ok(done)) => (
                 done.outcomes(&taken, started),
-                done.describes + done.deregisters,
+                done.deregisters,
                 done.throttled,
             ),
             Some(Err(e)) => {
@@ -349,6 +358,25 @@ impl Pipeline<'_> {
         };
         rounds.settle(key, &settled, now).await
     }
+}
+
+/// The instances of `plans`' drains, each once, with the addresses that leave with them (none
+/// when the instance stays a while: see [`leaves_whole`]).
+fn doomed_of<'p>(plans: impl Iterator<Item = &'p Plan>) -> Vec<Doomed> {
+    let mut doomed: Vec<Doomed> = Vec::new();
+    for plan in plans {
+        for a in plan.actions.iter().filter(|a| draining(a)) {
+            if doomed.iter().any(|d| d.instance_id == a.instance_id) {
+                continue;
+            }
+            let whole = leaves_whole(plan.kind);
+            doomed.push(Doomed {
+                instance_id: a.instance_id.clone(),
+                addresses: if whole { a.addresses.clone() } else { Vec::new() },
+            });
+        }
+    }
+    doomed
 }
 
 /// `outcome` for each of `doomed`.
