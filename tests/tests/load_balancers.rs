@@ -344,3 +344,39 @@ fn a_discovery_cut_short_keeps_the_groups_it_found() {
         assert_eq!(done.deregisters, first_page);
     });
 }
+
+/// More doomed targets in a group than one call takes (a delegated /24 prefix's 250 pods): they
+/// leave in calls of 200 at most, as the Load Balancer Controller sends them.
+#[test]
+fn many_doomed_targets_leave_in_calls_of_two_hundred() {
+    runtime().block_on(async {
+        let (proxy, config) = proxied("ca-central-1").await;
+        let ec2 = aws_sdk_ec2::Client::new(&config);
+        let elb = Client::new(&config);
+        let (doomed_id, _, vpc) = instance_with_pods(&ec2, "ca-central-1a").await;
+        let pods = group(
+            &elb,
+            &vpc,
+            TargetTypeEnum::Ip,
+            &[("elbv2.k8s.aws/cluster", "wide")],
+        )
+        .await;
+        let addresses: Vec<String> = (1..=250).map(|i| format!("172.31.200.{i}")).collect();
+        let targets: Vec<(&str, i32)> = addresses.iter().map(|a| (a.as_str(), 8080)).collect();
+        register(&elb, &pods, &targets).await;
+        proxy.reset();
+        let doomed = [Doomed {
+            instance_id: doomed_id.clone(),
+            addresses: vec!["172.31.200.0/24".into()],
+        }];
+        let done = ElbTargets::from_conf(&config, clock())
+            .deregister(&Place::default(), "wide", &doomed, 3)
+            .await
+            .unwrap();
+        assert!(done.failed.is_empty(), "{done:?}");
+        assert_eq!(done.left[&doomed_id], vec![pods.clone()]);
+        assert_eq!(count(&proxy.calls(), "DeregisterTargets"), 2);
+        assert_eq!(done.deregisters, 2);
+        assert!(registered(&elb, &pods).await.is_empty());
+    });
+}

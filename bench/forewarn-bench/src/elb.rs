@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use forewarn::adapters::elb::{GROUPS_FOR, TARGETS_FOR};
+use forewarn::adapters::elb::{DEREGISTER_CHUNK, GROUPS_FOR, TARGETS_FOR};
 use forewarn::domain::traffic::{Deregistered, Doomed, TargetKind};
 use forewarn::ports::{FailureKind, LoadBalancers, Place, TrafficError};
 use futures::StreamExt;
@@ -324,17 +324,18 @@ impl Environment {
                 })
                 .collect()
         };
-        if leaving.is_empty() {
-            return Ok(Vec::new());
+        let mut of = Vec::new();
+        for (k, chunk) in leaving.chunks(DEREGISTER_CHUNK).enumerate() {
+            a.call("DeregisterTargets", seed + g + k)
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut registered = a.registered.lock().unwrap();
+            for (target, instance) in chunk {
+                registered[g].remove(target);
+                of.push(instance.clone());
+            }
         }
-        a.call("DeregisterTargets", seed + g)
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut registered = a.registered.lock().unwrap();
-        for (target, _) in &leaving {
-            registered[g].remove(target);
-        }
-        Ok(leaving.into_iter().map(|(_, of)| of).collect())
+        Ok(of)
     }
 }
 
@@ -391,9 +392,7 @@ impl LoadBalancers for Environment {
         for (g, done) in groups.iter().zip(done) {
             match done {
                 Ok(of) => {
-                    if !of.is_empty() {
-                        out.deregisters += 1;
-                    }
+                    out.deregisters += of.len().div_ceil(DEREGISTER_CHUNK);
                     for instance in of {
                         let arns = out.left.entry(instance).or_default();
                         let arn = format!("tg-{g}");

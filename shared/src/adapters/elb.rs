@@ -14,7 +14,8 @@
 //!   [`TARGETS_FOR`] (less what left since); a target already `draining` is left alone; a
 //!   target's kind (an instance or an address) is read from its id.
 //! - **Deregistration**: one `DeregisterTargets` per group that holds doomed targets, for all of
-//!   them; at most the caller's `at_once` calls at a time.
+//!   them ([`DEREGISTER_CHUNK`] at most a call, as the Load Balancer Controller sends them); at
+//!   most the caller's `at_once` groups at a time.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -42,6 +43,9 @@ pub const GROUPS_FOR: std::time::Duration = std::time::Duration::from_secs(60);
 /// pod that became a target since is not seen until then.
 pub const TARGETS_FOR: std::time::Duration = std::time::Duration::from_secs(15);
 
+/// Targets per `DeregisterTargets`: what the AWS Load Balancer Controller sends at most in one
+/// (`defaultDeregisterTargetsChunkSize`).
+pub const DEREGISTER_CHUNK: usize = 200;
 /// `GetResources`' largest page.
 const RESOURCES_PER_PAGE: i32 = 100;
 /// The resource type of target groups in the Resource Groups Tagging API.
@@ -293,8 +297,8 @@ enum GroupDone {
     Left(Vec<String>),
     /// The group is gone.
     Gone,
-    /// Why, and whether for throttling.
-    Failed(String, bool),
+    /// Why, whether for throttling, and the instances whose targets left before it failed.
+    Failed(String, bool, Vec<String>),
 }
 
 /// The calls a group's round made.
@@ -319,43 +323,54 @@ impl ElbTargets {
             Ok(None) => return (GroupDone::Gone, calls),
             Err(e) => {
                 let throttled = e.kind == FailureKind::Throttled;
-                return (GroupDone::Failed(format!("{group}: {e}"), throttled), calls);
+                return (
+                    GroupDone::Failed(format!("{group}: {e}"), throttled, Vec::new()),
+                    calls,
+                );
             }
         };
         let leaving = doomed_targets(&registered, doomed);
         if leaving.is_empty() {
             return (GroupDone::Left(Vec::new()), calls);
         }
-        let targets: Vec<TargetDescription> = leaving
-            .iter()
-            .map(|(t, _)| {
-                TargetDescription::builder()
-                    .id(&t.id)
-                    .set_port(t.port)
-                    .build()
-            })
-            .collect();
-        calls.deregisters += 1;
-        let done = client
-            .deregister_targets()
-            .target_group_arn(group)
-            .set_targets(Some(targets))
-            .send()
-            .await;
-        match done {
-            Ok(_) => {
-                let gone: Vec<&Target> = leaving.iter().map(|(t, _)| t).collect();
-                self.forget_targets(group, &gone);
-                let of = leaving.iter().map(|(_, of)| (*of).to_string()).collect();
-                (GroupDone::Left(of), calls)
-            }
-            Err(e) if e.code() == Some("TargetGroupNotFound") => (GroupDone::Gone, calls),
-            Err(e) => {
-                let e = call_error("elasticloadbalancing:DeregisterTargets", e);
-                let throttled = e.kind == FailureKind::Throttled;
-                (GroupDone::Failed(format!("{group}: {e}"), throttled), calls)
+        let mut left: Vec<String> = Vec::new();
+        for chunk in leaving.chunks(DEREGISTER_CHUNK) {
+            let targets: Vec<TargetDescription> = chunk
+                .iter()
+                .map(|(t, _)| {
+                    TargetDescription::builder()
+                        .id(&t.id)
+                        .set_port(t.port)
+                        .build()
+                })
+                .collect();
+            calls.deregisters += 1;
+            let done = client
+                .deregister_targets()
+                .target_group_arn(group)
+                .set_targets(Some(targets))
+                .send()
+                .await;
+            match done {
+                Ok(_) => {
+                    let gone: Vec<&Target> = chunk.iter().map(|(t, _)| t).collect();
+                    self.forget_targets(group, &gone);
+                    left.extend(chunk.iter().map(|(_, of)| (*of).to_string()));
+                }
+                Err(e) if e.code() == Some("TargetGroupNotFound") => {
+                    return (GroupDone::Gone, calls);
+                }
+                Err(e) => {
+                    let e = call_error("elasticloadbalancing:DeregisterTargets", e);
+                    let throttled = e.kind == FailureKind::Throttled;
+                    return (
+                        GroupDone::Failed(format!("{group}: {e}"), throttled, left),
+                        calls,
+                    );
+                }
             }
         }
+        (GroupDone::Left(left), calls)
     }
 
     /// The targets registered in `group` and not draining: as read within [`TARGETS_FOR`], else
@@ -454,19 +469,22 @@ impl LoadBalancers for ElbTargets {
         for (group, (done, calls)) in done {
             out.describes += calls.describes;
             out.deregisters += calls.deregisters;
-            match done {
-                GroupDone::Left(of) => {
-                    for instance in of {
-                        let arns = left.entry(instance).or_default();
-                        if !arns.contains(&group) {
-                            arns.push(group.clone());
-                        }
-                    }
+            let of = match done {
+                GroupDone::Left(of) => of,
+                GroupDone::Gone => {
+                    self.forget(place, cluster, &group);
+                    Vec::new()
                 }
-                GroupDone::Gone => self.forget(place, cluster, &group),
-                GroupDone::Failed(why, throttled) => {
+                GroupDone::Failed(why, throttled, of) => {
                     out.failed.push(why);
                     out.throttled |= throttled;
+                    of
+                }
+            };
+            for instance in of {
+                let arns = left.entry(instance).or_default();
+                if !arns.contains(&group) {
+                    arns.push(group.clone());
                 }
             }
         }

@@ -74,7 +74,12 @@ impl DynamoStore {
                 .map(|json| serde_json::from_str(json))
                 .collect::<Result<_, _>>()
                 .map_err(|e| corrupt(&pk, format_args!("`{PENDING}` holds no instance: {e}")))?,
-            Some(_) => return Err(corrupt(&pk, format_args!("`{PENDING}` is not a string set"))),
+            Some(_) => {
+                return Err(corrupt(
+                    &pk,
+                    format_args!("`{PENDING}` is not a string set"),
+                ));
+            }
         };
         rounds.pending.clear();
         rounds.offer(&pending);

@@ -227,11 +227,11 @@ impl Pipeline<'_> {
     }
 
     /// A drain's first pass queued for `plan` (of an event of `place`): its instances offered to
-    /// the rounds at once, without waiting, so that a round made meanwhile (by a batch waiting
-    /// on one) takes them off before their first drain pass comes, which then need not wait. A
-    /// failure is only logged: that pass offers them again.
+    /// the rounds at once, and the round made when one is due, so that they are off before
+    /// their first drain pass comes, which then need not wait. A failure is only logged: that
+    /// pass offers them again.
     pub(super) async fn offer_early(&self, place: &Place, plan: &Plan) {
-        let (Some(_), true, Some(cluster), Some(rounds)) = (
+        let (Some(traffic), true, Some(cluster), Some(rounds)) = (
             self.traffic,
             self.mode.writes_cluster(),
             self.config.cluster_name.as_deref(),
@@ -247,7 +247,18 @@ impl Pipeline<'_> {
             place: place.clone(),
             cluster: cluster.to_string(),
         };
-        if let Err(e) = rounds.offer(&key, &doomed, self.clock.now()).await {
+        let now = self.clock.now();
+        let made = async {
+            rounds.offer(&key, &doomed, now).await?;
+            // A round due is made now, for what was offered so far: in a mass interruption the
+            // rounds follow the cordons, each taking off the nodes cordoned since the last.
+            if let Claim::Taken(taken) = rounds.claim(&key, now, traffic.budget).await? {
+                let end = now + span(traffic.budget);
+                self.make_round(traffic, rounds, &key, taken, end).await?;
+            }
+            Ok::<(), StoreError>(())
+        };
+        if let Err(e) = made.await {
             tracing::warn!(error = %e, "drains' instances not offered to the rounds early");
         }
     }
@@ -372,7 +383,11 @@ fn doomed_of<'p>(plans: impl Iterator<Item = &'p Plan>) -> Vec<Doomed> {
             let whole = leaves_whole(plan.kind);
             doomed.push(Doomed {
                 instance_id: a.instance_id.clone(),
-                addresses: if whole { a.addresses.clone() } else { Vec::new() },
+                addresses: if whole {
+                    a.addresses.clone()
+                } else {
+                    Vec::new()
+                },
             });
         }
     }
