@@ -23,7 +23,7 @@ use crate::surge::placeholders;
 const QUEUE_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:forewarn-events";
 
 /// The SQS event Lambda would pass for messages with these bodies.
-fn sqs_event(bodies: &[String]) -> Value {
+pub(crate) fn sqs_event(bodies: &[String]) -> Value {
     let records: Vec<Value> = bodies
         .iter()
         .enumerate()

@@ -46,4 +46,5 @@ mod preflight;
 mod rbac;
 mod support;
 mod surge;
+mod traffic;
 mod verification;

@@ -1,0 +1,183 @@
+//! Traffic first through the handler, on the fake cluster and moto's Elastic Load Balancing:
+//! a pod behind a budget that refuses its eviction for minutes keeps its IP-mode target while
+//! its instance stays (an AWS Health retirement two days ahead); a spot warning for the same
+//! node takes it off at once, its instance going in two minutes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_elasticloadbalancingv2::types::{
+    ProtocolEnum, Tag, TargetDescription, TargetHealthStateEnum, TargetTypeEnum,
+};
+use chrono::Utc;
+use forewarn::adapters::elb::ElbTargets;
+use forewarn::app::pipeline::{DEREGISTER_BUDGET, ELB_RATE, Traffic};
+use forewarn::domain::fixtures::{self, pdb_object, pod_object};
+use forewarn::ports::Clock;
+use serde_json::json;
+
+use crate::support::{Continuations, ID, Instances, NODE, World, instance};
+
+/// The pod's address, and another node's pod in the same group.
+const POD_IP: &str = "10.0.0.5";
+const OTHER_POD_IP: &str = "10.0.0.6";
+
+/// The targets of `arn` still registered (not draining).
+async fn registered(elb: &aws_sdk_elasticloadbalancingv2::Client, arn: &str) -> Vec<String> {
+    let health = elb
+        .describe_target_health()
+        .target_group_arn(arn)
+        .send()
+        .await
+        .unwrap();
+    let mut ids: Vec<String> = health
+        .target_health_descriptions()
+        .iter()
+        .filter(|d| {
+            d.target_health().and_then(|h| h.state()) != Some(&TargetHealthStateEnum::Draining)
+        })
+        .filter_map(|d| d.target()?.id().map(str::to_string))
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// An IP-mode target group of the cluster `demo` in a VPC of moto's, holding both pods.
+async fn cluster_group(config: &aws_config::SdkConfig) -> String {
+    let ec2 = aws_sdk_ec2::Client::new(config);
+    let vpc = ec2
+        .create_vpc()
+        .cidr_block("10.0.0.0/16")
+        .send()
+        .await
+        .unwrap();
+    let vpc = vpc.vpc().unwrap().vpc_id().unwrap().to_string();
+    let elb = aws_sdk_elasticloadbalancingv2::Client::new(config);
+    let group = elb
+        .create_target_group()
+        .name(forewarn_tests::moto::unique_name("tg"))
+        .protocol(ProtocolEnum::Http)
+        .port(8080)
+        .vpc_id(vpc)
+        .target_type(TargetTypeEnum::Ip)
+        .tags(
+            Tag::builder()
+                .key("elbv2.k8s.aws/cluster")
+                .value("demo")
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let arn = group.target_groups()[0]
+        .target_group_arn()
+        .unwrap()
+        .to_string();
+    let targets = [POD_IP, OTHER_POD_IP]
+        .iter()
+        .map(|ip| TargetDescription::builder().id(*ip).port(8080).build())
+        .collect();
+    elb.register_targets()
+        .target_group_arn(&arn)
+        .set_targets(Some(targets))
+        .send()
+        .await
+        .unwrap();
+    arn
+}
+
+/// An AWS Health scheduled retirement of this world's instance, starting in two days.
+fn retirement(id: &str) -> String {
+    let start = (Utc::now() + chrono::Duration::days(2))
+        .format("%a, %d %b %Y %H:%M:%S GMT")
+        .to_string();
+    let mut event = fixtures::event_json(
+        "AWS Health Event",
+        id,
+        ID,
+        &Utc::now().to_rfc3339(),
+        fixtures::health_detail(&[ID], &start),
+    );
+    event["source"] = json!("aws.health");
+    event.to_string()
+}
+
+#[test]
+fn a_pod_its_budget_keeps_keeps_its_target_until_its_instance_goes_within_minutes() {
+    forewarn_tests::moto::runtime().block_on(async {
+        let config = forewarn_tests::moto::shared()
+            .sdk_config()
+            .to_builder()
+            .region(aws_config::Region::new("eu-south-1"))
+            .build();
+        let group = cluster_group(&config).await;
+        let elb = aws_sdk_elasticloadbalancingv2::Client::new(&config);
+
+        let w = World::plain().await;
+        let mut pod = pod_object("default", "web-1", NODE, "web", "ReplicaSet");
+        pod["status"]["podIP"] = json!(POD_IP);
+        w.fake.insert(pod);
+        // The only replica, behind a budget that never allows its eviction.
+        w.fake.insert(pdb_object("default", "web", "web", 1));
+        let dir = tempfile::tempdir().unwrap();
+        let queue = Arc::new(Continuations::default());
+        let mut facts = instance(ID, NODE);
+        facts.addresses = vec![POD_IP.to_string()];
+        let balancers = ElbTargets::from_conf(&config, w.clock.shared());
+        let handler = forewarn::app::handler::Handler {
+            instances: Arc::new(Instances(BTreeMap::from([(ID.to_string(), facts)]))),
+            traffic: Some(Traffic::new(
+                Arc::new(balancers),
+                DEREGISTER_BUDGET,
+                ELB_RATE,
+            )),
+            ..w.queued_handler(dir.path(), &queue, false)
+        };
+        let next = || queue.sent.lock().unwrap().pop().map(|(_, body, _)| body);
+        let invoke = |body: String| {
+            let handler = &handler;
+            async move {
+                handler
+                    .invoke(crate::continuations::sqs_event(&[body]), None)
+                    .await
+                    .unwrap()
+            }
+        };
+
+        // The retirement: cordoned, then pass after pass the budget refuses the eviction, for
+        // minutes. The pod's target stays in its group all along.
+        invoke(retirement("ev-retire")).await;
+        for _ in 0..4 {
+            let pass = next().expect("the drain goes on while the budget refuses");
+            let out = invoke(pass).await;
+            w.clock.advance(Duration::from_secs(60));
+            assert!(w.pod("default", "web-1").is_some(), "{:?}", out.reports);
+            assert_eq!(
+                registered(&elb, &group).await,
+                vec![POD_IP.to_string(), OTHER_POD_IP.to_string()],
+                "{:?}",
+                out.reports
+            );
+        }
+
+        // A spot warning for the same node: its instance goes in two minutes, and its pods with
+        // it, whatever their budget says. The pod's target leaves before its first eviction;
+        // the other node's pod keeps its.
+        queue.sent.lock().unwrap().clear();
+        let spot = fixtures::spot_json("ev-spot", ID, &w.clock.now().to_rfc3339());
+        invoke(spot.to_string()).await;
+        assert_eq!(
+            registered(&elb, &group).await,
+            vec![OTHER_POD_IP.to_string()]
+        );
+        let pass = next().expect("the spot drain's first pass");
+        let out = invoke(pass).await;
+        let note = out.reports[0].traffic.as_deref().unwrap_or_default();
+        assert!(
+            note.contains("out of 1 of the cluster's 1 target groups before the first eviction"),
+            "{note}: {:#?}",
+            out.reports
+        );
+    });
+}
