@@ -182,10 +182,12 @@ impl Queue {
         }
     }
 
-    /// Nothing visible, in flight or delayed before `until`.
+    /// Nothing visible, in flight or delayed before `until`, once some message was sent (a
+    /// poller that looks before the first warnings are queued waits for them, as the event
+    /// source mapping does).
     pub(crate) fn idle_until(&self, until: Instant) -> bool {
         let s = self.state.lock().unwrap();
-        s.in_flight.is_empty() && s.waiting.iter().all(|m| m.visible_at > until)
+        s.next > 0 && s.in_flight.is_empty() && s.waiting.iter().all(|m| m.visible_at > until)
     }
 }
 
@@ -221,6 +223,19 @@ impl Redelivery for Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_queue_is_idle_only_once_its_messages_are_gone_never_before_the_first() {
+        let q = Queue::default();
+        let later = Instant::now() + Duration::from_secs(10);
+        assert!(!q.idle_until(later), "no warning queued yet: pollers wait");
+        q.send("a".into(), None, Duration::ZERO);
+        assert!(!q.idle_until(later));
+        let got = q.receive(10);
+        assert!(!q.idle_until(later), "in flight");
+        q.settle(&[got[0].0], &[]);
+        assert!(q.idle_until(later));
+    }
 
     #[tokio::test]
     async fn failed_messages_stay_invisible_unless_changed_and_sends_are_delayed() {
