@@ -725,6 +725,13 @@ pub trait LoadBalancers: Send + Sync {
         doomed: &[crate::domain::traffic::Doomed],
         at_once: usize,
     ) -> Result<crate::domain::traffic::Deregistered, TrafficError>;
+
+    /// `groups` are the target groups of (`place`, `cluster`) as another execution environment
+    /// found them: taken as known when this one knows none yet (and found again in the
+    /// background), so that its first round need not find them.
+    fn seed(&self, place: &Place, cluster: &str, groups: &[String]) {
+        let _ = (place, cluster, groups);
+    }
 }
 
 /// The rounds of one cluster's load balancers in one account and region (see
@@ -800,6 +807,8 @@ pub struct Settled {
     pub next: Option<DateTime<Utc>>,
     /// No round until this (see [`crate::app::pipeline::QUIET_FOR`]).
     pub quiet_until: Option<DateTime<Utc>>,
+    /// The cluster's target groups, when the round knew them.
+    pub groups: Option<Vec<String>>,
 }
 
 pub use crate::domain::traffic::OUTCOME_KEPT;

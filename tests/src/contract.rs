@@ -849,7 +849,7 @@ pub async fn traffic_rounds_are_shared_and_never_lose_an_offer(s: Subject) {
     assert_eq!(one.claim(&key, t, lease).await.unwrap(), Claim::Nothing);
     one.offer(&key, &[doomed("i-1")], t).await.unwrap();
     other.offer(&key, &[doomed("i-2")], t).await.unwrap();
-    let Claim::Taken(taken) = other.claim(&key, t, lease).await.unwrap() else {
+    let Claim::Taken(taken, _) = other.claim(&key, t, lease).await.unwrap() else {
         panic!("the round was due")
     };
     let mut ids: Vec<_> = taken.iter().map(|d| d.instance_id.clone()).collect();
@@ -871,6 +871,7 @@ pub async fn traffic_rounds_are_shared_and_never_lose_an_offer(s: Subject) {
         outcomes: [("i-1".to_string(), outcome.clone())].into(),
         next: Some(t + Duration::seconds(1)),
         quiet_until: Some(t + Duration::seconds(30)),
+        groups: Some(vec!["arn:tg-1".into()]),
     };
     other.settle(&key, &settled, t).await.unwrap();
     let read = one
@@ -888,6 +889,17 @@ pub async fn traffic_rounds_are_shared_and_never_lose_an_offer(s: Subject) {
             until: t + Duration::seconds(30)
         }
     );
+    // After the quiet time, the next round takes what was offered, and the groups the last
+    // round knew.
+    let Claim::Taken(taken, groups) = one
+        .claim(&key, t + Duration::seconds(30), lease)
+        .await
+        .unwrap()
+    else {
+        panic!("the round was due")
+    };
+    assert_eq!(taken.len(), 1);
+    assert_eq!(groups, ["arn:tg-1"]);
     // Another cluster of the same place is not quiet, and has its own outcomes.
     let green = RoundKey {
         cluster: "green".into(),
@@ -900,7 +912,22 @@ pub async fn traffic_rounds_are_shared_and_never_lose_an_offer(s: Subject) {
             .unwrap()
             .is_empty()
     );
-    // Concurrent offers from both handles: every one is taken by the next round.
+    concurrent_offers_are_all_taken(&s, &green, t).await;
+}
+
+/// Concurrent offers from both handles of `s`: every one is taken by the next round of `key`.
+async fn concurrent_offers_are_all_taken(
+    s: &Subject,
+    key: &forewarn::ports::RoundKey,
+    t: DateTime<Utc>,
+) {
+    use forewarn::domain::traffic::{Claim, Doomed};
+    let lease = std::time::Duration::from_secs(3);
+    let doomed = |id: &str| Doomed {
+        instance_id: id.into(),
+        addresses: vec!["10.0.0.1".into()],
+    };
+    let green = key.clone();
     let mut handles = Vec::new();
     for i in 0..16 {
         let store = if i % 2 == 0 {
@@ -917,8 +944,16 @@ pub async fn traffic_rounds_are_shared_and_never_lose_an_offer(s: Subject) {
     for h in handles {
         h.await.unwrap().unwrap();
     }
-    let Claim::Taken(taken) = other.claim(&green, t, lease).await.unwrap() else {
+    let Claim::Taken(taken, groups) = s
+        .other
+        .traffic_rounds()
+        .expect("rounds")
+        .claim(&green, t, lease)
+        .await
+        .unwrap()
+    else {
         panic!("the round was due")
     };
     assert_eq!(taken.len(), 16, "{taken:?}");
+    assert!(groups.is_empty(), "no round of green settled");
 }

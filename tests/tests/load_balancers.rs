@@ -246,6 +246,13 @@ fn a_doomed_instance_and_its_pods_leave_only_their_clusters_target_groups() {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
         assert_eq!(count(&proxy.calls(), "GetResources"), 1, "found again");
+
+        // Another execution environment, cold, given the groups the last round knew (through
+        // the pool store): its round finds none itself.
+        let cold = ElbTargets::from_conf(&config, clock.clone());
+        cold.seed(&place, "blue", &done.arns);
+        let seeded = cold.deregister(&place, "blue", &next, 3).await.unwrap();
+        assert_eq!((seeded.groups, seeded.describes), (2, 2), "{seeded:?}");
     });
 }
 

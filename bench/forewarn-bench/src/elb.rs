@@ -386,6 +386,7 @@ impl LoadBalancers for Environment {
             .await;
         let mut out = Deregistered {
             groups: groups.len(),
+            arns: groups.iter().map(|g| format!("tg-{g}")).collect(),
             describes: describes + described.into_inner(),
             ..Default::default()
         };
@@ -416,6 +417,21 @@ impl LoadBalancers for Environment {
             }
         }
         Ok(out)
+    }
+
+    fn seed(&self, _place: &Place, _cluster: &str, groups: &[String]) {
+        let mut found = self.found.lock().unwrap();
+        if found.0.is_none() && !groups.is_empty() {
+            let known = groups
+                .iter()
+                .filter_map(|g| g.strip_prefix("tg-")?.parse().ok())
+                .collect();
+            // Known, and found again in the background at the next round, as the adapter does.
+            let stale = Instant::now()
+                .checked_sub(GROUPS_FOR)
+                .unwrap_or_else(Instant::now);
+            found.0 = Some((stale, known));
+        }
     }
 }
 

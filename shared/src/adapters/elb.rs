@@ -7,7 +7,9 @@
 //!   by `elbv2.k8s.aws/cluster=<cluster>`, 100 a page): its cost is the cluster's groups, never
 //!   the account's. What is found is kept per place and cluster and refreshed in the background
 //!   once older than [`GROUPS_FOR`]: a round reads what is known and never waits for a refresh.
-//!   Only a cold environment that knows nothing of a cluster finds them within its round. Each
+//!   An environment that knows nothing of a cluster yet takes the groups the last round of any
+//!   environment knew ([`LoadBalancers::seed`], from the pool store); only the very first round
+//!   of a cluster finds them within itself. Each
 //!   page found is kept as it comes, so a discovery cut short (a timeout, a throttle) still
 //!   leaves what it found; a group gone since makes it be forgotten at once.
 //! - **Targets**: each group's targets are read (`DescribeTargetHealth`) and kept for
@@ -448,6 +450,7 @@ impl LoadBalancers for ElbTargets {
         let (groups, describes) = self.known_groups(&clients.tags, place, cluster).await?;
         let mut out = Deregistered {
             groups: groups.len(),
+            arns: groups.iter().cloned().collect(),
             describes,
             ..Default::default()
         };
@@ -494,5 +497,18 @@ impl LoadBalancers for ElbTargets {
         out.failed.sort();
         out.left = left;
         Ok(out)
+    }
+
+    fn seed(&self, place: &Place, cluster: &str, groups: &[String]) {
+        if groups.is_empty() {
+            return;
+        }
+        let mut known = self.lock();
+        let known = known
+            .entry((place.clone(), cluster.to_string()))
+            .or_default();
+        if known.at.is_none() && known.arns.is_empty() {
+            known.arns = groups.iter().cloned().collect();
+        }
     }
 }

@@ -672,9 +672,12 @@ impl crate::ports::TrafficRounds for EmbeddedStore {
                 .map_err(|e| store.err("committing outcomes", e))
         })
         .await?;
-        let (next, quiet_until) = (settled.next, settled.quiet_until);
-        self.change_rounds(key, move |r| r.settle(now, next, quiet_until))
-            .await
+        let (next, quiet_until, groups) =
+            (settled.next, settled.quiet_until, settled.groups.clone());
+        self.change_rounds(key, move |r| {
+            r.settle(now, next, quiet_until, groups.as_deref())
+        })
+        .await
     }
 
     async fn outcomes(

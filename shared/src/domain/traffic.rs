@@ -197,8 +197,9 @@ pub fn next_round(started: DateTime<Utc>, calls: usize, rate: u32) -> DateTime<U
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
     /// The caller makes the round, for these doomed instances (every one offered since the last
-    /// round, by any batch of any execution environment).
-    Taken(Vec<Doomed>),
+    /// round, by any batch of any execution environment), with the cluster's target groups as
+    /// the last round found them (an environment that knows none yet need not find them).
+    Taken(Vec<Doomed>, Vec<String>),
     /// No instance is waiting for a round.
     Nothing,
     /// A round is being made, for this long at most: its outcomes come any moment.
@@ -228,6 +229,9 @@ pub struct Rounds {
     pub quiet_since: Option<DateTime<Utc>>,
     #[serde(default)]
     pub quiet_until: Option<DateTime<Utc>>,
+    /// The cluster's target groups (ARNs) as the last round knew them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
 }
 
 impl Rounds {
@@ -261,17 +265,22 @@ impl Rounds {
             return Claim::Nothing;
         }
         self.making_until = Some(now + chrono::Duration::from_std(lease).unwrap_or_default());
-        Claim::Taken(std::mem::take(&mut self.pending))
+        Claim::Taken(std::mem::take(&mut self.pending), self.groups.clone())
     }
 
-    /// The caller's round ended at `now`: the next not before `next`; none until `quiet_until`.
+    /// The caller's round ended at `now`: the next not before `next`; none until `quiet_until`;
+    /// the cluster's target groups, when the round knew them.
     pub fn settle(
         &mut self,
         now: DateTime<Utc>,
         next: Option<DateTime<Utc>>,
         quiet_until: Option<DateTime<Utc>>,
+        groups: Option<&[String]>,
     ) {
         self.next_at = next;
+        if let Some(groups) = groups {
+            self.groups = groups.to_vec();
+        }
         self.making_until = None;
         if quiet_until.is_some() {
             self.quiet_since = Some(now);
@@ -285,6 +294,8 @@ impl Rounds {
 pub struct Deregistered {
     /// The cluster's target groups (instance and IP mode) looked at.
     pub groups: usize,
+    /// Their ARNs, for the rounds that follow (see [`Rounds::groups`]).
+    pub arns: Vec<String>,
     /// Per doomed instance, the target groups it (or its pods) left, by ARN.
     pub left: BTreeMap<String, Vec<String>>,
     /// Target groups whose deregistration failed, with why (the others were still done).
@@ -487,20 +498,23 @@ mod tests {
         assert_eq!(r.claim(t(0), lease), Claim::Nothing);
         r.offer(&[doomed("i-1", &["10.0.0.1"]), doomed("i-2", &[])]);
         r.offer(&[doomed("i-1", &["10.0.0.9"])]);
-        let Claim::Taken(taken) = r.claim(t(0), lease) else {
+        let Claim::Taken(taken, groups) = r.claim(t(0), lease) else {
             panic!("{r:?}")
         };
         let ids: Vec<_> = taken.iter().map(|d| d.instance_id.as_str()).collect();
         assert_eq!(ids, ["i-2", "i-1"]);
         assert_eq!(taken[1].addresses, ["10.0.0.9"]);
+        assert!(groups.is_empty(), "no round knew them yet");
         // The round is the caller's for its lease: another waits, even with instances offered.
         r.offer(&[doomed("i-3", &[])]);
         assert_eq!(r.claim(t(1), lease), Claim::Making(t(3)));
-        r.settle(t(1), Some(t(2)), None);
+        r.settle(t(1), Some(t(2)), None, Some(&["arn:tg".to_string()]));
         assert_eq!(r.claim(t(1), lease), Claim::NotYet(t(2)));
-        assert!(matches!(r.claim(t(2), lease), Claim::Taken(d) if d.len() == 1));
+        assert!(
+            matches!(r.claim(t(2), lease), Claim::Taken(d, g) if d.len() == 1 && g == ["arn:tg"])
+        );
         // A round that throttled quiets the place and cluster.
-        r.settle(t(2), Some(t(3)), Some(t(32)));
+        r.settle(t(2), Some(t(3)), Some(t(32)), None);
         r.offer(&[doomed("i-4", &[])]);
         assert_eq!(
             r.claim(t(10), lease),
@@ -509,6 +523,6 @@ mod tests {
                 until: t(32)
             }
         );
-        assert!(matches!(r.claim(t(32), lease), Claim::Taken(_)));
+        assert!(matches!(r.claim(t(32), lease), Claim::Taken(_, g) if g == ["arn:tg"]));
     }
 }

@@ -247,7 +247,12 @@ impl TrafficRounds for DynamoStore {
             .await;
         puts.into_iter().collect::<Result<(), _>>()?;
         self.change_rounds(key, now, |r| {
-            r.settle(now, settled.next, settled.quiet_until)
+            r.settle(
+                now,
+                settled.next,
+                settled.quiet_until,
+                settled.groups.as_deref(),
+            )
         })
         .await
     }

@@ -252,8 +252,9 @@ impl Pipeline<'_> {
             rounds.offer(&key, &doomed, now).await?;
             // A round due is made now, for what was offered so far: in a mass interruption the
             // rounds follow the cordons, each taking off the nodes cordoned since the last.
-            if let Claim::Taken(taken) = rounds.claim(&key, now, traffic.budget).await? {
+            if let Claim::Taken(taken, groups) = rounds.claim(&key, now, traffic.budget).await? {
                 let end = now + span(traffic.budget);
+                traffic.balancers.seed(&key.place, &key.cluster, &groups);
                 self.make_round(traffic, rounds, &key, taken, end).await?;
             }
             Ok::<(), StoreError>(())
@@ -287,7 +288,10 @@ impl Pipeline<'_> {
         while done.len() < ids.len() && self.clock.now() < end {
             let now = self.clock.now();
             match rounds.claim(key, now, traffic.budget).await? {
-                Claim::Taken(taken) => self.make_round(traffic, rounds, key, taken, end).await?,
+                Claim::Taken(taken, groups) => {
+                    traffic.balancers.seed(&key.place, &key.cluster, &groups);
+                    self.make_round(traffic, rounds, key, taken, end).await?;
+                }
                 Claim::Quiet { since, .. } => return Ok(Waited::Quiet(since)),
                 Claim::NotYet(next) => {
                     let wait = (next.min(end) - now).to_std().unwrap_or_default();
@@ -342,12 +346,16 @@ impl Pipeline<'_> {
             left: 0,
             failed: vec![why],
         };
+        let mut groups = None;
         let (outcomes, calls, throttled) = match answer {
-            Some(Ok(done)) => (
-                done.outcomes(&taken, started),
-                done.deregisters,
-                done.throttled,
-            ),
+            Some(Ok(done)) => {
+                groups = Some(done.arns.clone());
+                (
+                    done.outcomes(&taken, started),
+                    done.deregisters,
+                    done.throttled,
+                )
+            }
             Some(Err(e)) => {
                 let throttled = e.kind == crate::ports::FailureKind::Throttled;
                 let why = failed(format!("the load balancers could not be read: {e}"));
@@ -366,6 +374,7 @@ impl Pipeline<'_> {
             outcomes,
             next: Some(next_round(started, calls, traffic.rate)),
             quiet_until: throttled.then(|| now + span(QUIET_FOR)),
+            groups,
         };
         rounds.settle(key, &settled, now).await
     }
