@@ -863,6 +863,7 @@ pub async fn traffic_rounds_are_shared_and_never_lose_an_offer(s: Subject) {
     );
     let outcome = Outcome {
         at: t,
+        pods: true,
         groups: 2,
         left: 2,
         failed: Vec::new(),
@@ -913,6 +914,46 @@ pub async fn traffic_rounds_are_shared_and_never_lose_an_offer(s: Subject) {
             .is_empty()
     );
     concurrent_offers_are_all_taken(&s, &green, t).await;
+    a_round_takes_its_share_and_leaves_the_rest(&s, t).await;
+}
+
+/// More instances offered than a round takes: the first [`ROUND_TAKES`] go in one round, the
+/// rest in the next, none lost.
+///
+/// [`ROUND_TAKES`]: forewarn::domain::traffic::ROUND_TAKES
+async fn a_round_takes_its_share_and_leaves_the_rest(s: &Subject, t: DateTime<Utc>) {
+    use forewarn::domain::traffic::{Claim, Doomed, ROUND_TAKES};
+    use forewarn::ports::{RoundKey, Settled};
+    let rounds = s.store.traffic_rounds().expect("rounds");
+    let key = RoundKey {
+        place: forewarn::ports::Place::of("123456789012", "us-east-1"),
+        cluster: "many".into(),
+    };
+    let many: Vec<Doomed> = (0..ROUND_TAKES + 5)
+        .map(|i| Doomed {
+            instance_id: format!("i-m{i:03}"),
+            addresses: Vec::new(),
+        })
+        .collect();
+    rounds.offer(&key, &many, t).await.unwrap();
+    let lease = std::time::Duration::from_secs(3);
+    let Claim::Taken(first, _) = rounds.claim(&key, t, lease).await.unwrap() else {
+        panic!("the round was due")
+    };
+    assert_eq!(first.len(), ROUND_TAKES);
+    rounds.settle(&key, &Settled::default(), t).await.unwrap();
+    let Claim::Taken(rest, _) = rounds.claim(&key, t, lease).await.unwrap() else {
+        panic!("the rest waits for the next round")
+    };
+    assert_eq!(rest.len(), 5);
+    let mut all: Vec<String> = first
+        .iter()
+        .chain(&rest)
+        .map(|d| d.instance_id.clone())
+        .collect();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), ROUND_TAKES + 5, "none lost, none twice");
 }
 
 /// Concurrent offers from both handles of `s`: every one is taken by the next round of `key`.

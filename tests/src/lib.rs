@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod contract;
 pub mod ec2;
 pub mod eks;
+pub mod elb;
 pub mod moto;
 pub mod proxy;
 pub mod sqs;

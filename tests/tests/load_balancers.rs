@@ -10,15 +10,14 @@
 use std::sync::Arc;
 
 use aws_sdk_elasticloadbalancingv2::Client;
-use aws_sdk_elasticloadbalancingv2::types::{
-    ProtocolEnum, Tag, TargetDescription, TargetHealthStateEnum, TargetTypeEnum,
-};
+use aws_sdk_elasticloadbalancingv2::types::{ProtocolEnum, Tag, TargetDescription, TargetTypeEnum};
 use forewarn::adapters::clock::ManualClock;
 use forewarn::adapters::ec2::Ec2Directory;
 use forewarn::adapters::elb::ElbTargets;
 use forewarn::domain::traffic::Doomed;
 use forewarn::ports::{InstanceDirectory, LoadBalancers, Place};
 use forewarn_tests::ec2::{Launch, any_image, launch};
+use forewarn_tests::elb::registered;
 use forewarn_tests::moto::{runtime, shared, unique_name};
 use forewarn_tests::proxy::{AwsCall, AwsFault, AwsProxy, FaultKind};
 
@@ -109,26 +108,6 @@ async fn register(elb: &Client, arn: &str, targets: &[(&str, i32)]) {
         .unwrap();
 }
 
-/// The ids of the targets registered in `arn` and not leaving it.
-async fn registered(elb: &Client, arn: &str) -> Vec<String> {
-    let health = elb
-        .describe_target_health()
-        .target_group_arn(arn)
-        .send()
-        .await
-        .unwrap();
-    let mut ids: Vec<String> = health
-        .target_health_descriptions()
-        .iter()
-        .filter(|d| {
-            d.target_health().and_then(|h| h.state()) != Some(&TargetHealthStateEnum::Draining)
-        })
-        .filter_map(|d| d.target()?.id().map(str::to_string))
-        .collect();
-    ids.sort();
-    ids
-}
-
 fn clock() -> Arc<ManualClock> {
     Arc::new(ManualClock::at(chrono::Utc::now()))
 }
@@ -201,13 +180,11 @@ fn a_doomed_instance_and_its_pods_leave_only_their_clusters_target_groups() {
             registered(&elb, &blue_pods).await,
             vec![staying_pod_ip.to_string()]
         );
-        let both = {
-            let mut v = vec![doomed_id.clone(), staying_id.clone()];
-            v.sort();
-            v
-        };
-        assert_eq!(registered(&elb, &green_instances).await, both);
-        assert_eq!(registered(&elb, &untagged).await, both);
+        let mut both = vec![doomed_id.clone(), staying_id.clone()];
+        both.sort();
+        for other in [&green_instances, &untagged] {
+            assert_eq!(registered(&elb, other).await, both);
+        }
 
         // The next batch, seconds later: groups and targets as read (less what left), no call;
         // nothing is left to deregister.

@@ -142,16 +142,20 @@ pub struct Outcome {
     pub left: usize,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failed: Vec<String>,
+    /// Its pods' addresses were taken off with it (see [`leaves_whole`]).
+    #[serde(default)]
+    pub pods: bool,
 }
 
 impl Outcome {
-    /// Whether a batch that offered its instance at `offered` takes this outcome as its own: a
-    /// round since then, or one of the [`OUTCOME_KEPT`] before that took the instance off every
-    /// group.
-    pub fn answers(&self, offered: DateTime<Utc>) -> bool {
-        let whole = self.failed.is_empty() && self.left == self.groups;
+    /// Whether a batch that offered `doomed` at `offered` takes this outcome as its own: a round
+    /// since then, or one of the [`OUTCOME_KEPT`] before that failed in no group (the instance
+    /// left every group it was in) and took off what this batch wants off (its pods' addresses
+    /// too, when it has some).
+    pub fn answers(&self, doomed: &Doomed, offered: DateTime<Utc>) -> bool {
+        let all = self.failed.is_empty() && (self.pods || doomed.addresses.is_empty());
         let kept = chrono::Duration::from_std(OUTCOME_KEPT).unwrap_or_default();
-        self.at >= offered || (whole && offered - self.at < kept)
+        self.at >= offered || (all && offered - self.at < kept)
     }
 
     /// What became of `instance_id`'s targets, for its record's report.
@@ -175,6 +179,12 @@ impl Outcome {
         note
     }
 }
+
+/// The instances a round takes at most (the others wait for the next round): a round's calls
+/// stay within the account's ELB limits however many were offered
+/// meanwhile (a quiet time, thousands of cordons), one `DeregisterTargets` of 200 targets at
+/// most per instance-mode group.
+pub const ROUND_TAKES: usize = 200;
 
 /// How long an outcome is kept for the batches that wait on its instance.
 pub const OUTCOME_KEPT: std::time::Duration = std::time::Duration::from_secs(3600);
@@ -265,7 +275,9 @@ impl Rounds {
             return Claim::Nothing;
         }
         self.making_until = Some(now + chrono::Duration::from_std(lease).unwrap_or_default());
-        Claim::Taken(std::mem::take(&mut self.pending), self.groups.clone())
+        let rest = self.pending.split_off(self.pending.len().min(ROUND_TAKES));
+        let taken = std::mem::replace(&mut self.pending, rest);
+        Claim::Taken(taken, self.groups.clone())
     }
 
     /// The caller's round ended at `now`: the next not before `next`; none until `quiet_until`;
@@ -316,6 +328,7 @@ impl Deregistered {
             .map(|d| {
                 let outcome = Outcome {
                     at,
+                    pods: !d.addresses.is_empty(),
                     groups: self.groups,
                     left: self.left.get(&d.instance_id).map_or(0, Vec::len),
                     failed: self.failed.clone(),
@@ -442,15 +455,23 @@ mod tests {
             "i-1: out of 2 of the cluster's 3 target groups before the first eviction"
         );
         assert_eq!(out["i-2"].left, 0);
-        // A later batch takes a whole outcome as its own; a partial one only from a round since.
+        // A later batch takes an earlier outcome without failures as its own (the instance left
+        // every group it was in), within the hour; one with failures only from a round since.
         let later = at + chrono::Duration::seconds(1);
-        assert!(!out["i-1"].answers(later));
-        d.left
-            .insert("i-1".into(), vec!["a".into(), "b".into(), "c".into()]);
-        assert!(d.outcomes(&doomed, at)["i-1"].answers(later));
-        assert!(!d.outcomes(&doomed, at)["i-1"].answers(at + chrono::Duration::hours(2)));
-        assert!(d.outcomes(&doomed, at)["i-2"].answers(at));
+        assert!(out["i-1"].answers(&doomed[0], later));
+        assert!(!out["i-1"].answers(&doomed[0], at + chrono::Duration::hours(2)));
+        // A batch that wants the pods' addresses off too: not by a round that took only the
+        // instance's targets.
+        let with_pods = Doomed {
+            instance_id: "i-1".into(),
+            addresses: vec!["10.0.0.5".into()],
+        };
+        assert!(!out["i-1"].answers(&with_pods, later));
+        assert!(out["i-1"].answers(&with_pods, at));
+        let pods = d.outcomes(std::slice::from_ref(&with_pods), at);
+        assert!(pods["i-1"].pods && pods["i-1"].answers(&with_pods, later));
         d.failed.push("arn:c: ThrottlingException".into());
+        assert!(!d.outcomes(&doomed, at)["i-1"].answers(&doomed[0], later));
         assert!(
             d.outcomes(&doomed, at)["i-2"]
                 .note("i-2")
@@ -524,5 +545,18 @@ mod tests {
             }
         );
         assert!(matches!(r.claim(t(32), lease), Claim::Taken(_, g) if g == ["arn:tg"]));
+        // However many were offered, a round takes the first ROUND_TAKES.
+        let many: Vec<Doomed> = (0..ROUND_TAKES + 5)
+            .map(|i| doomed(&format!("i-m{i}"), &[]))
+            .collect();
+        r.offer(&many);
+        r.settle(t(40), None, None, None);
+        let Claim::Taken(first, _) = r.claim(t(40), lease) else {
+            panic!("{r:?}")
+        };
+        assert_eq!(first.len(), ROUND_TAKES);
+        assert_eq!(first[0].instance_id, "i-m0");
+        r.settle(t(40), None, None, None);
+        assert!(matches!(r.claim(t(40), lease), Claim::Taken(rest, _) if rest.len() == 5));
     }
 }

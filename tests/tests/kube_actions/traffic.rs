@@ -7,9 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_elasticloadbalancingv2::types::{
-    ProtocolEnum, Tag, TargetDescription, TargetHealthStateEnum, TargetTypeEnum,
-};
+use aws_sdk_elasticloadbalancingv2::types::{ProtocolEnum, Tag, TargetDescription, TargetTypeEnum};
 use chrono::Utc;
 use forewarn::adapters::elb::ElbTargets;
 use forewarn::app::pipeline::{DEREGISTER_BUDGET, ELB_RATE, Traffic};
@@ -18,30 +16,11 @@ use forewarn::ports::Clock;
 use serde_json::json;
 
 use crate::support::{Continuations, ID, Instances, NODE, World, instance};
+use forewarn_tests::elb::registered;
 
 /// The pod's address, and another node's pod in the same group.
 const POD_IP: &str = "10.0.0.5";
 const OTHER_POD_IP: &str = "10.0.0.6";
-
-/// The targets of `arn` still registered (not draining).
-async fn registered(elb: &aws_sdk_elasticloadbalancingv2::Client, arn: &str) -> Vec<String> {
-    let health = elb
-        .describe_target_health()
-        .target_group_arn(arn)
-        .send()
-        .await
-        .unwrap();
-    let mut ids: Vec<String> = health
-        .target_health_descriptions()
-        .iter()
-        .filter(|d| {
-            d.target_health().and_then(|h| h.state()) != Some(&TargetHealthStateEnum::Draining)
-        })
-        .filter_map(|d| d.target()?.id().map(str::to_string))
-        .collect();
-    ids.sort();
-    ids
-}
 
 /// An IP-mode target group of the cluster `demo` in a VPC of moto's, holding both pods.
 async fn cluster_group(config: &aws_config::SdkConfig) -> String {

@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use aws_sdk_dynamodb::types::{KeysAndAttributes, Put, TransactWriteItem};
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWriteItem};
 
 use super::codec::*;
 use super::{BACKOFF, DynamoStore, MAX_BATCH_ROUNDS};
@@ -23,36 +23,69 @@ impl DynamoStore {
                 unique.push(id);
             }
         }
+        let keys: Vec<_> = unique
+            .iter()
+            .map(|id| {
+                HashMap::from([
+                    (PK.to_string(), s(&event_pk(id))),
+                    (SK.to_string(), s(EVENT_SK)),
+                ])
+            })
+            .collect();
         let mut applied = HashSet::new();
-        for chunk in unique.chunks(100) {
-            let keys = chunk
-                .iter()
-                .map(|id| {
-                    HashMap::from([
-                        (PK.to_string(), s(&event_pk(id))),
-                        (SK.to_string(), s(EVENT_SK)),
-                    ])
-                })
-                .collect();
-            let mut request = Some(
-                KeysAndAttributes::builder()
-                    .set_keys(Some(keys))
-                    .consistent_read(true)
-                    .projection_expression("#pk, #exp")
-                    .expression_attribute_names("#pk", PK)
-                    .expression_attribute_names("#exp", EXPIRES_AT)
-                    .build()
-                    .map_err(|e| {
-                        self.err_from(FailureKind::Invalid, "building a ledger read", e)
-                    })?,
-            );
+        for item in self
+            .batch_get(keys, &[PK, EXPIRES_AT], "reading the ledger")
+            .await?
+        {
+            let pk = req_s("(ledger item)", &item, PK)?;
+            let id = pk
+                .strip_prefix("EVENT#")
+                .ok_or_else(|| StoreError::Corrupt {
+                    key: pk.to_string(),
+                    message: "a ledger key without the EVENT# prefix".into(),
+                })?;
+            if req_n(pk, &item, EXPIRES_AT)? > now {
+                applied.insert(id.to_string());
+            }
+        }
+        Ok(applied)
+    }
+
+    /// The items of `keys` that are there: strongly consistent `BatchGetItem`s of 100 keys,
+    /// their unprocessed keys asked again (at most [`MAX_BATCH_ROUNDS`] rounds a call), only the
+    /// attributes `project` names (every one when empty); `what` names the read in errors.
+    pub(super) async fn batch_get(
+        &self,
+        keys: Vec<HashMap<String, AttributeValue>>,
+        project: &[&str],
+        what: &str,
+    ) -> Result<Vec<HashMap<String, AttributeValue>>, StoreError> {
+        let mut found = Vec::new();
+        for chunk in keys.chunks(100) {
+            let mut request = KeysAndAttributes::builder()
+                .set_keys(Some(chunk.to_vec()))
+                .consistent_read(true);
+            if !project.is_empty() {
+                let names: Vec<String> = (0..project.len()).map(|i| format!("#a{i}")).collect();
+                request = request.projection_expression(names.join(", "));
+                for (name, attr) in names.iter().zip(project) {
+                    request = request.expression_attribute_names(name, *attr);
+                }
+            }
+            let mut request = Some(request.build().map_err(|e| {
+                self.err_from(
+                    FailureKind::Invalid,
+                    format_args!("building a read ({what})"),
+                    e,
+                )
+            })?);
             let mut round = 0;
             let mut waits = BACKOFF.delays();
             while let Some(keys) = request.take() {
                 if round == MAX_BATCH_ROUNDS {
                     return Err(self.err(
                         FailureKind::Throttled,
-                        "reading the ledger",
+                        what,
                         format_args!("keys still unprocessed after {MAX_BATCH_ROUNDS} rounds"),
                     ));
                 }
@@ -66,30 +99,19 @@ impl DynamoStore {
                     .request_items(&self.table, keys)
                     .send()
                     .await
-                    .map_err(|e| self.sdk_err("reading the ledger", e))?;
-                let items = out
-                    .responses
-                    .and_then(|mut r| r.remove(&self.table))
-                    .unwrap_or_default();
-                for item in items {
-                    let pk = req_s("(ledger item)", &item, PK)?;
-                    let id = pk
-                        .strip_prefix("EVENT#")
-                        .ok_or_else(|| StoreError::Corrupt {
-                            key: pk.to_string(),
-                            message: "a ledger key without the EVENT# prefix".into(),
-                        })?;
-                    if req_n(pk, &item, EXPIRES_AT)? > now {
-                        applied.insert(id.to_string());
-                    }
-                }
+                    .map_err(|e| self.sdk_err(what, e))?;
+                found.extend(
+                    out.responses
+                        .and_then(|mut r| r.remove(&self.table))
+                        .unwrap_or_default(),
+                );
                 request = out
                     .unprocessed_keys
                     .and_then(|mut u| u.remove(&self.table))
                     .filter(|k| !k.keys().is_empty());
             }
         }
-        Ok(applied)
+        Ok(found)
     }
 
     pub(super) fn ledger_put(

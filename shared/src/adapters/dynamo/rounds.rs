@@ -7,7 +7,7 @@
 //!   An offer is one `UpdateItem` that adds to the set and raises the version, never in
 //!   conflict; a claim or a settling is read, changed and written back conditioned on the
 //!   version read (a write made meanwhile makes it be done again on what is there), and a claim
-//!   removes the set it took;
+//!   deletes from the set what it took;
 //! * an instance's outcome: the same `pk`, `sk` = `OUTCOME#<instance id>`, with `outcome` (the
 //!   [`Outcome`] as JSON) and `expires_at` (an hour on).
 //!
@@ -15,12 +15,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 
+use super::DynamoStore;
 use super::codec::*;
-use super::{DynamoStore, MAX_BATCH_ROUNDS};
 use crate::adapters::backoff::Backoff;
 use crate::domain::traffic::{Claim, Doomed, Outcome, Rounds};
 use crate::ports::{FailureKind, OUTCOME_KEPT, RoundKey, Settled, StoreError, TrafficRounds};
@@ -89,7 +89,7 @@ impl DynamoStore {
     /// Changes the rounds of `key` by `change` (which answers what the caller learns): read,
     /// changed, and written back unless another write came between (then again, on what it
     /// wrote). Nothing is written when `change` leaves them as they were; `change` never adds
-    /// to what is pending (offers do), and what it takes of it is removed.
+    /// to what is pending (offers do), and what it takes of it is deleted from the set.
     async fn change_rounds<T>(
         &self,
         key: &RoundKey,
@@ -105,13 +105,20 @@ impl DynamoStore {
             if rounds == before {
                 return Ok(answer);
             }
-            let took = rounds.pending.is_empty() && !before.pending.is_empty();
+            // What a claim took leaves the set (an offer made meanwhile stays).
+            let taken: Vec<String> = before
+                .pending
+                .iter()
+                .filter(|d| !rounds.pending.contains(d))
+                .map(serde_json::to_string)
+                .collect::<Result<_, _>>()
+                .map_err(|e| self.err_from(FailureKind::Invalid, "encoding taken instances", e))?;
             rounds.pending.clear();
             let json = serde_json::to_string(&rounds)
                 .map_err(|e| self.err_from(FailureKind::Invalid, "encoding rounds", e))?;
             let mut update = "SET #r = :r, #v = :next, #exp = :exp".to_string();
-            if took {
-                update.push_str(" REMOVE #p");
+            if !taken.is_empty() {
+                update.push_str(" DELETE #p :taken");
             }
             let condition = if version == 0 {
                 "attribute_not_exists(#v)"
@@ -132,8 +139,10 @@ impl DynamoStore {
                 .expression_attribute_values(":r", s(&json))
                 .expression_attribute_values(":next", n(version + 1))
                 .expression_attribute_values(":exp", n(expires(now)));
-            if took {
-                write = write.expression_attribute_names("#p", PENDING);
+            if !taken.is_empty() {
+                write = write
+                    .expression_attribute_names("#p", PENDING)
+                    .expression_attribute_values(":taken", AttributeValue::Ss(taken));
             }
             if version != 0 {
                 write = write.expression_attribute_values(":v", n(version));
@@ -263,63 +272,23 @@ impl TrafficRounds for DynamoStore {
         instances: &[String],
     ) -> Result<BTreeMap<String, Outcome>, StoreError> {
         let pk = key.to_string();
+        let keys: Vec<HashMap<String, AttributeValue>> = instances
+            .iter()
+            .map(|i| {
+                HashMap::from([
+                    (PK.to_string(), s(&pk)),
+                    (SK.to_string(), s(&format!("{OUTCOME_SK_PREFIX}{i}"))),
+                ])
+            })
+            .collect();
+        let what = format!("reading the outcomes of {pk}");
         let mut found = BTreeMap::new();
-        for chunk in instances.chunks(100) {
-            let keys: Vec<HashMap<String, AttributeValue>> = chunk
-                .iter()
-                .map(|i| {
-                    HashMap::from([
-                        (PK.to_string(), s(&pk)),
-                        (SK.to_string(), s(&format!("{OUTCOME_SK_PREFIX}{i}"))),
-                    ])
-                })
-                .collect();
-            let mut request = Some(
-                KeysAndAttributes::builder()
-                    .set_keys(Some(keys))
-                    .consistent_read(true)
-                    .build()
-                    .map_err(|e| {
-                        self.err_from(FailureKind::Invalid, "building an outcomes read", e)
-                    })?,
-            );
-            let mut waits = super::BACKOFF.delays();
-            let mut round = 0;
-            while let Some(keys) = request.take() {
-                if round == MAX_BATCH_ROUNDS {
-                    return Err(self.err(
-                        FailureKind::Throttled,
-                        format_args!("reading the outcomes of {pk}"),
-                        format_args!("keys still unprocessed after {MAX_BATCH_ROUNDS} rounds"),
-                    ));
-                }
-                if round > 0 {
-                    self.back_off(&mut waits).await;
-                }
-                round += 1;
-                let out = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&self.table, keys)
-                    .send()
-                    .await
-                    .map_err(|e| self.sdk_err(format_args!("reading the outcomes of {pk}"), e))?;
-                for item in out
-                    .responses
-                    .and_then(|mut r| r.remove(&self.table))
-                    .unwrap_or_default()
-                {
-                    let sk = req_s(&pk, &item, SK)?;
-                    let instance = sk.strip_prefix(OUTCOME_SK_PREFIX).unwrap_or(sk);
-                    let outcome: Outcome = serde_json::from_str(req_s(&pk, &item, OUTCOME)?)
-                        .map_err(|e| corrupt(sk, format_args!("not an outcome: {e}")))?;
-                    found.insert(instance.to_string(), outcome);
-                }
-                request = out
-                    .unprocessed_keys
-                    .and_then(|mut u| u.remove(&self.table))
-                    .filter(|k| !k.keys().is_empty());
-            }
+        for item in self.batch_get(keys, &[], &what).await? {
+            let sk = req_s(&pk, &item, SK)?;
+            let instance = sk.strip_prefix(OUTCOME_SK_PREFIX).unwrap_or(sk);
+            let outcome: Outcome = serde_json::from_str(req_s(&pk, &item, OUTCOME)?)
+                .map_err(|e| corrupt(sk, format_args!("not an outcome: {e}")))?;
+            found.insert(instance.to_string(), outcome);
         }
         Ok(found)
     }

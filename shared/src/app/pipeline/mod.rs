@@ -1608,9 +1608,20 @@ mod tests {
         let reports = run(json!({"Records": [late]}), Mode::Act).await;
         assert!(reports[0].traffic.is_none(), "{reports:#?}");
         assert_eq!(balancers.rounds.lock().unwrap().len(), 1);
-        // A drain whose instance stays a while (a scheduled change), a second later: only its
-        // instance-mode targets leave, its pods keep theirs until their evictions are through.
+        // Another drain of the instance a second later: the round that took it off answers it.
         clock.advance(StdDuration::from_secs(1));
+        let again = drain_continuation(&key, "ev-again", now, 1);
+        let reports = run(json!({"Records": [again]}), Mode::Act).await;
+        assert_eq!(balancers.rounds.lock().unwrap().len(), 1, "{reports:#?}");
+        let note = reports[0].traffic.as_deref().unwrap_or_default();
+        assert!(
+            note.contains("out of 1 of the cluster's 2 target groups"),
+            "{note}"
+        );
+        // An hour on, a drain whose instance stays a while (a scheduled change): only its
+        // instance-mode targets leave, its pods keep theirs until their evictions are through.
+        clock.advance(crate::ports::OUTCOME_KEPT);
+        let now = clock.now();
         let scheduled = late_continuation(&key, "ev-sched", now, |plan| {
             plan.kind = crate::domain::event::EventKind::ScheduledChange;
             plan.actions[0].deadline = Some(now + chrono::Duration::days(2));
@@ -1622,8 +1633,9 @@ mod tests {
         assert_eq!(rounds.len(), 2, "{reports:#?}");
         assert_eq!(rounds[1].1[0].instance_id, A);
         assert!(rounds[1].1[0].addresses.is_empty(), "{:?}", rounds[1]);
-        // A round that was throttled (a second later): the account's limits are spent, the
-        // next batch's drains do not ask (for 30 s) and evict at once.
+        // A spot warning's drain a second later wants the pods' addresses off too: a round of
+        // its own, throttled: the account's limits are spent, the next batch's drains do not
+        // ask (for 30 s) and evict at once.
         clock.advance(StdDuration::from_secs(1));
         balancers
             .throttle

@@ -275,8 +275,7 @@ impl Pipeline<'_> {
         end: DateTime<Utc>,
     ) -> Result<Waited, StoreError> {
         let offered = self.clock.now();
-        let ids: Vec<String> = doomed.iter().map(|d| d.instance_id.clone()).collect();
-        let mut done = self.answered(rounds, key, &ids, offered).await?;
+        let mut done = self.answered(rounds, key, doomed, offered).await?;
         let waiting: Vec<Doomed> = doomed
             .iter()
             .filter(|d| !done.contains_key(&d.instance_id))
@@ -285,7 +284,7 @@ impl Pipeline<'_> {
         if !waiting.is_empty() {
             rounds.offer(key, &waiting, offered).await?;
         }
-        while done.len() < ids.len() && self.clock.now() < end {
+        while done.len() < doomed.len() && self.clock.now() < end {
             let now = self.clock.now();
             match rounds.claim(key, now, traffic.budget).await? {
                 Claim::Taken(taken, groups) => {
@@ -303,21 +302,27 @@ impl Pipeline<'_> {
                 // come any moment.
                 Claim::Making(_) | Claim::Nothing => self.clock.sleep(LOOK_EVERY).await,
             }
-            done = self.answered(rounds, key, &ids, offered).await?;
+            done = self.answered(rounds, key, doomed, offered).await?;
         }
         Ok(Waited::Out(done))
     }
 
-    /// The outcomes of `ids` this batch takes as its own (see [`Outcome::answers`]).
+    /// The outcomes of `doomed` this batch takes as its own (see [`Outcome::answers`]).
     async fn answered(
         &self,
         rounds: &dyn TrafficRounds,
         key: &RoundKey,
-        ids: &[String],
+        doomed: &[Doomed],
         offered: DateTime<Utc>,
     ) -> Result<BTreeMap<String, Outcome>, StoreError> {
-        let mut known = rounds.outcomes(key, ids).await?;
-        known.retain(|_, o| o.answers(offered));
+        let ids: Vec<String> = doomed.iter().map(|d| d.instance_id.clone()).collect();
+        let mut known = rounds.outcomes(key, &ids).await?;
+        known.retain(|id, o| {
+            doomed
+                .iter()
+                .find(|d| &d.instance_id == id)
+                .is_some_and(|d| o.answers(d, offered))
+        });
         Ok(known)
     }
 
@@ -342,6 +347,7 @@ impl Pipeline<'_> {
         log_round(&answer, &taken, traffic.budget);
         let failed = |why: String| Outcome {
             at: started,
+            pods: false,
             groups: 0,
             left: 0,
             failed: vec![why],
