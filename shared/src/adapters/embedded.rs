@@ -153,8 +153,8 @@ impl EmbeddedStore {
         .await
     }
 
-    /// Removes the ledger entries and pools expired at `now`. Malformed pool records are left in
-    /// place (reads report them).
+    /// Removes the ledger entries, pools, history entries and traffic outcomes expired at `now`.
+    /// Malformed pool records are left in place (reads report them).
     pub async fn purge(&self, now: DateTime<Utc>) -> Result<Purged, StoreError> {
         self.blocking(move |store| store.purge_blocking(now)).await
     }
@@ -195,6 +195,12 @@ impl EmbeddedStore {
                     serde_json::from_str::<HistoryEntry>(json).map_or(true, |e| e.expires_at > now)
                 })
                 .map_err(|e| self.err("purging the history", e))?;
+            let mut outcomes = txn
+                .open_table(OUTCOMES)
+                .map_err(|e| self.err("opening the outcomes table", e))?;
+            outcomes
+                .retain(|_, (expires, _)| expires > now_ms)
+                .map_err(|e| self.err("purging the outcomes", e))?;
         }
         txn.commit()
             .map_err(|e| self.err("committing the purge", e))?;
@@ -773,6 +779,46 @@ mod tests {
         );
         let key = PoolKey::new(CapacityType::Spot, "m5.large", "us-east-1a");
         assert!(store.pool(&key).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn traffic_outcomes_are_purged_once_expired() {
+        use crate::ports::TrafficRounds;
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let key = crate::ports::RoundKey {
+            place: crate::ports::Place::of("123456789012", "us-east-1"),
+            cluster: "blue".into(),
+        };
+        let settled = |at: DateTime<Utc>| crate::ports::Settled {
+            outcomes: [(
+                "i-1".to_string(),
+                crate::domain::traffic::Outcome {
+                    at,
+                    ..Default::default()
+                },
+            )]
+            .into(),
+            ..Default::default()
+        };
+        let ids = ["i-1".to_string()];
+        store
+            .settle(&key, &settled(Utc::now()), Utc::now())
+            .await
+            .unwrap();
+        store.purge(Utc::now()).await.unwrap();
+        assert_eq!(
+            store.outcomes(&key, &ids).await.unwrap().len(),
+            1,
+            "kept an hour"
+        );
+        let long_ago = Utc::now() - Duration::hours(2);
+        store
+            .settle(&key, &settled(long_ago), long_ago)
+            .await
+            .unwrap();
+        store.purge(Utc::now()).await.unwrap();
+        assert!(store.outcomes(&key, &ids).await.unwrap().is_empty());
     }
 
     #[tokio::test]

@@ -199,8 +199,8 @@ pub const ROUND_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 pub fn next_round(started: DateTime<Utc>, calls: usize, rate: u32) -> DateTime<Utc> {
     let rate = f64::from(rate.max(1));
     let spaced = std::time::Duration::from_secs_f64(calls as f64 / rate);
-    let wait = spaced.max(ROUND_EVERY);
-    started + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::MAX)
+    let wait = chrono::Duration::from_std(spaced.max(ROUND_EVERY)).unwrap_or_default();
+    started.checked_add_signed(wait).unwrap_or(started)
 }
 
 /// What a claim of the next round answered (see `crate::ports::TrafficRounds::claim`).
@@ -274,7 +274,8 @@ impl Rounds {
         if self.pending.is_empty() {
             return Claim::Nothing;
         }
-        self.making_until = Some(now + chrono::Duration::from_std(lease).unwrap_or_default());
+        let lease = chrono::Duration::from_std(lease).unwrap_or_default();
+        self.making_until = Some(now.checked_add_signed(lease).unwrap_or(now));
         let rest = self.pending.split_off(self.pending.len().min(ROUND_TAKES));
         let taken = std::mem::replace(&mut self.pending, rest);
         Claim::Taken(taken, self.groups.clone())
