@@ -178,20 +178,6 @@ impl Account {
         })
     }
 
-    /// The account of a mass run: `--target-groups` of the cluster over `instances`, calls
-    /// answered after `--elb-latency-ms`.
-    pub fn of(
-        s: &crate::mass::Settings,
-        instances: &BTreeMap<String, forewarn::domain::facts::InstanceFacts>,
-    ) -> Account {
-        let nodes: Vec<(String, Vec<String>)> = instances
-            .values()
-            .map(|i| (i.instance_id.clone(), i.addresses.clone()))
-            .collect();
-        let latency = Duration::from_millis(s.elb_latency_ms);
-        Account::new(s.target_groups, &nodes, latency)
-    }
-
     /// The report's paragraph: the calls by kind, the throttled attempts, and per node whether
     /// its round was answered before its first eviction (`tried`, after `warned_at`).
     pub fn summary(

@@ -972,8 +972,8 @@ pub(crate) async fn fleet_run(
     let queue = Arc::new(Queue::default());
     let store: Arc<dyn forewarn::ports::PoolStore> = Arc::new(EmbeddedStore::open(dir.path())?);
     // The account's load balancers (one cluster's runs only).
-    let elb = (s.target_groups > 0 && members.len() == 1)
-        .then(|| Arc::new(crate::elb::Account::of(s, &instances)));
+    let elb =
+        (s.target_groups > 0 && members.len() == 1).then(|| Arc::new(elb_account(s, &instances)));
     let instances = Accounts::of(members, instances);
     // Each poller is an execution environment with a handler of its own, set up as a cold
     // start sets it up: its executor (and what its surge drains remember), its kept retries.
@@ -1493,6 +1493,20 @@ fn run_of(
         warned_at,
         elb: None,
     })
+}
+
+/// The account of a mass run: `--target-groups` of the cluster over `instances`, calls answered
+/// after `--elb-latency-ms`.
+fn elb_account(
+    s: &Settings,
+    instances: &BTreeMap<String, forewarn::domain::facts::InstanceFacts>,
+) -> crate::elb::Account {
+    let nodes: Vec<(String, Vec<String>)> = instances
+        .values()
+        .map(|i| (i.instance_id.clone(), i.addresses.clone()))
+        .collect();
+    let latency = Duration::from_millis(s.elb_latency_ms);
+    crate::elb::Account::new(s.target_groups, &nodes, latency)
 }
 
 #[cfg(test)]

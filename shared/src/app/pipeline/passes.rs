@@ -50,7 +50,7 @@ impl Pipeline<'_> {
             .await?
             .map_err(|e| refuse(e.to_string()))?;
         let plan = continuation.plan.clone();
-        super::traffic::plan_is_the_events(&plan, event).map_err(refuse)?;
+        plan_is_the_events(&plan, event).map_err(refuse)?;
         let LastPass {
             deadline,
             notice_end,
@@ -557,4 +557,27 @@ pub(super) fn refusals(results: &[ActionResult]) -> Option<String> {
 /// The latest heartbeat of a report's actions.
 pub(super) fn heartbeat_of(report: &Report) -> Option<DateTime<Utc>> {
     report.actions.iter().filter_map(|a| a.heartbeat_at).max()
+}
+
+/// Whether `plan` is `event`'s: its event id, and no instance the event does not name; else why
+/// not.
+pub(super) fn plan_is_the_events(plan: &Plan, event: &Event) -> Result<(), String> {
+    if plan.event_id != event.id {
+        return Err(format!(
+            "the plan is event {}'s, not this event's ({})",
+            plan.event_id, event.id
+        ));
+    }
+    if let Some(other) = plan
+        .actions
+        .iter()
+        .map(|a| &a.instance_id)
+        .chain(&plan.instance_ids)
+        .find(|id| !event.instance_ids.contains(id))
+    {
+        return Err(format!(
+            "the plan names instance {other}, which the event does not"
+        ));
+    }
+    Ok(())
 }

@@ -8,7 +8,7 @@
 //! evictions by at most that, and is reported (the record's `traffic`) and logged. Only when
 //! the run acts on the cluster (not a dry run) and its cluster has a name (the tag's value).
 
-use super::passes::Handled;
+use super::passes::{Handled, plan_is_the_events};
 use super::*;
 use crate::domain::config::Action;
 use crate::domain::traffic::{Claim, Deregistered, Doomed, Outcome, leaves_whole, next_round};
@@ -453,27 +453,4 @@ fn log_round(
             "the load balancers did not answer in time: evicting anyway"
         ),
     }
-}
-
-/// Whether `plan` is `event`'s: its event id, and no instance the event does not name; else why
-/// not.
-pub(super) fn plan_is_the_events(plan: &Plan, event: &Event) -> Result<(), String> {
-    if plan.event_id != event.id {
-        return Err(format!(
-            "the plan is event {}'s, not this event's ({})",
-            plan.event_id, event.id
-        ));
-    }
-    if let Some(other) = plan
-        .actions
-        .iter()
-        .map(|a| &a.instance_id)
-        .chain(&plan.instance_ids)
-        .find(|id| !event.instance_ids.contains(id))
-    {
-        return Err(format!(
-            "the plan names instance {other}, which the event does not"
-        ));
-    }
-    Ok(())
 }
