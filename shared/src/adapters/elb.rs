@@ -449,7 +449,6 @@ impl LoadBalancers for ElbTargets {
         })?;
         let (groups, describes) = self.known_groups(&clients.tags, place, cluster).await?;
         let mut out = Deregistered {
-            groups: groups.len(),
             arns: groups.iter().cloned().collect(),
             describes,
             ..Default::default()

@@ -305,9 +305,8 @@ impl Rounds {
 /// What taking a batch's doomed instances off their cluster's load balancers did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Deregistered {
-    /// The cluster's target groups (instance and IP mode) looked at.
-    pub groups: usize,
-    /// Their ARNs, for the rounds that follow (see [`Rounds::groups`]).
+    /// The cluster's target groups (instance and IP mode) looked at, by ARN: kept for the
+    /// rounds that follow (see [`Rounds::groups`]).
     pub arns: Vec<String>,
     /// Per doomed instance, the target groups it (or its pods) left, by ARN.
     pub left: BTreeMap<String, Vec<String>>,
@@ -330,7 +329,7 @@ impl Deregistered {
                 let outcome = Outcome {
                     at,
                     pods: !d.addresses.is_empty(),
-                    groups: self.groups,
+                    groups: self.arns.len(),
                     left: self.left.get(&d.instance_id).map_or(0, Vec::len),
                     failed: self.failed.clone(),
                 };
@@ -441,7 +440,7 @@ mod tests {
     #[test]
     fn an_outcome_names_what_was_left_and_what_failed() {
         let mut d = Deregistered {
-            groups: 3,
+            arns: vec!["arn:a".into(), "arn:b".into(), "arn:c".into()],
             ..Default::default()
         };
         d.left

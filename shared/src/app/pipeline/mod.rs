@@ -1508,7 +1508,7 @@ mod tests {
                 std::future::pending::<()>().await;
             }
             let mut done = crate::domain::traffic::Deregistered {
-                groups: 2,
+                arns: vec!["arn:tg-web".into(), "arn:tg-api".into()],
                 describes: 2,
                 deregisters: 1,
                 ..Default::default()

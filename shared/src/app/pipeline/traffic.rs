@@ -254,8 +254,8 @@ impl Pipeline<'_> {
             // rounds follow the cordons, each taking off the nodes cordoned since the last.
             if let Claim::Taken(taken, groups) = rounds.claim(&key, now, traffic.budget).await? {
                 let end = now + span(traffic.budget);
-                traffic.balancers.seed(&key.place, &key.cluster, &groups);
-                self.make_round(traffic, rounds, &key, taken, end).await?;
+                self.make_round(traffic, rounds, &key, (taken, groups), end)
+                    .await?;
             }
             Ok::<(), StoreError>(())
         };
@@ -288,8 +288,8 @@ impl Pipeline<'_> {
             let now = self.clock.now();
             match rounds.claim(key, now, traffic.budget).await? {
                 Claim::Taken(taken, groups) => {
-                    traffic.balancers.seed(&key.place, &key.cluster, &groups);
-                    self.make_round(traffic, rounds, key, taken, end).await?;
+                    self.make_round(traffic, rounds, key, (taken, groups), end)
+                        .await?;
                 }
                 Claim::Quiet { since, .. } => return Ok(Waited::Quiet(since)),
                 Claim::NotYet(next) => {
@@ -326,7 +326,8 @@ impl Pipeline<'_> {
         Ok(known)
     }
 
-    /// The round this batch claimed: `taken` off the load balancers of `key`, within the
+    /// The round this batch claimed: `taken` off the load balancers of `key` (their groups as
+    /// the last round knew them given to an environment that knows none), within the
     /// budget (and by the batch's `end`), and settled for every batch that waits on it. Only a
     /// round given its whole budget that did not answer quiets the rounds.
     async fn make_round(
@@ -334,9 +335,10 @@ impl Pipeline<'_> {
         traffic: &Traffic,
         rounds: &dyn TrafficRounds,
         key: &RoundKey,
-        taken: Vec<Doomed>,
+        (taken, groups): (Vec<Doomed>, Vec<String>),
         end: DateTime<Utc>,
     ) -> Result<(), StoreError> {
+        traffic.balancers.seed(&key.place, &key.cluster, &groups);
         let started = self.clock.now();
         let budget_end = started + span(traffic.budget);
         let round =
@@ -431,7 +433,7 @@ fn log_round(
     match answer {
         Some(Ok(done)) if done.failed.is_empty() => tracing::info!(
             instances = doomed.len(),
-            groups = done.groups,
+            groups = done.arns.len(),
             left = done.left.values().map(Vec::len).sum::<usize>(),
             describes = done.describes,
             deregisters = done.deregisters,
