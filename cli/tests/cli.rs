@@ -58,8 +58,8 @@ fn plans_every_event(dir: &Path, at: impl Fn(&str) -> String) {
     );
     assert_eq!(
         lines.len(),
-        28,
-        "23 files, the SQS batches hold 3, 3 and 1 records and the array 2"
+        31,
+        "26 files, the SQS batches hold 3, 3 and 1 records and the array 2"
     );
     for line in &lines {
         for key in [
@@ -229,6 +229,26 @@ const EXPECTED: &[Expected] = &[
         "planned",
         &[("none", None)],
         &[],
+    ),
+    // The block's instances, looked up: one with a node, one without.
+    (
+        "24-capacity-block-expiration.json",
+        "planned",
+        &[("cordon-drain", None), ("none", None)],
+        &["capacity-block#p5.48xlarge#us-east-1a"],
+    ),
+    // The same block's warning under the other spelling: the block was handled.
+    (
+        "25-capacity-block-expiration-long-name.json",
+        "duplicate",
+        &[("cordon-drain", None), ("none", None)],
+        &["capacity-block#p5.48xlarge#us-east-1a"],
+    ),
+    (
+        "26-capacity-block-delivered.json",
+        "planned",
+        &[],
+        &["capacity-block#p5.48xlarge#us-east-1a"],
     ),
 ];
 

@@ -225,7 +225,22 @@ pub trait InstanceDirectory: Send + Sync {
         let _ = place;
         self.describe(instance_ids).await
     }
+
+    /// The Capacity Block `reservation_id` in the account and region of `place` and its
+    /// instances, every state (EC2: one `DescribeCapacityReservations` and one
+    /// `DescribeInstances` filtered on `capacity-reservation-id`). A directory that cannot ask
+    /// EC2 (a capture) answers from the instances it knows run in the reservation.
+    async fn capacity_block(
+        &self,
+        place: &Place,
+        reservation_id: &str,
+    ) -> Result<CapacityBlock, DirectoryError> {
+        let _ = (place, reservation_id);
+        Ok(CapacityBlock::default())
+    }
 }
+
+pub use crate::domain::facts::{BlockFacts, CapacityBlock};
 
 /// Where facts about nodes come from: the Kubernetes API, or a capture.
 #[async_trait]
@@ -630,6 +645,19 @@ pub trait LeavingInstances: Send + Sync {
         &self,
         place: &Place,
     ) -> Result<Vec<crate::domain::status::InstanceStatus>, DirectoryError>;
+
+    /// The active Capacity Blocks of `place` that end by `by` (EC2's
+    /// `DescribeCapacityReservations`, `reservation-type` capacity-block, `state` active):
+    /// whose expiration warning the sweeper makes sure was seen. A source that cannot say (a
+    /// capture) knows none.
+    async fn ending_blocks(
+        &self,
+        place: &Place,
+        by: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<BlockFacts>, DirectoryError> {
+        let _ = (place, by);
+        Ok(Vec::new())
+    }
 }
 
 /// What became of a lifecycle action.

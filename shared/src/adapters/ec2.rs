@@ -13,10 +13,11 @@ use crate::adapters::snapshot::capacity_type_of;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::domain::facts::InstanceFacts;
+use crate::domain::facts::{BlockFacts, CapacityBlock, InstanceFacts};
 use crate::domain::pool::ZoneIds;
 use crate::domain::status::{InstanceStatus, ScheduledEvent};
 use crate::ports::{DirectoryError, FailureKind, InstanceDirectory, Place};
+use aws_sdk_ec2::error::ProvideErrorMetadata;
 
 /// EC2 accepts at most 200 values in one filter.
 const FILTER_VALUES_MAX: usize = 200;
@@ -108,6 +109,7 @@ pub fn facts_of(instance: &Instance) -> Option<InstanceFacts> {
             })
             .collect(),
         addresses: addresses_of(instance),
+        capacity_reservation_id: instance.capacity_reservation_id().map(str::to_string),
     })
 }
 
@@ -163,6 +165,57 @@ impl InstanceDirectory for Ec2Directory {
         self.with_zone_ids(place, &client, found.values_mut()).await;
         Ok(found)
     }
+
+    /// One `DescribeCapacityReservations` of the reservation (EC2 answers
+    /// `InvalidCapacityReservationId.NotFound` for one it does not know in the account and
+    /// region: no facts) and one paged `DescribeInstances` filtered on `capacity-reservation-id`.
+    async fn capacity_block(
+        &self,
+        place: &Place,
+        reservation_id: &str,
+    ) -> Result<CapacityBlock, DirectoryError> {
+        const CALL: &str = "ec2:DescribeCapacityReservations";
+        let client = self.client_at(place, CALL).await?;
+        let answer = client
+            .describe_capacity_reservations()
+            .capacity_reservation_ids(reservation_id)
+            .send()
+            .await;
+        let facts = match answer {
+            Ok(out) => out.capacity_reservations().iter().find_map(block_of),
+            Err(e) if e.code() == Some("InvalidCapacityReservationId.NotFound") => None,
+            Err(e) => return Err(self.said(place, CALL, page_error(CALL, e))),
+        };
+        let filter = Filter::builder()
+            .name("capacity-reservation-id")
+            .values(reservation_id)
+            .build();
+        let mut instances: BTreeMap<String, InstanceFacts> = query(&client, vec![filter])
+            .await
+            .map_err(|e| self.said(place, "ec2:DescribeInstances", e))?
+            .into_iter()
+            .map(|i| (i.instance_id.clone(), i))
+            .collect();
+        self.with_zone_ids(place, &client, instances.values_mut())
+            .await;
+        Ok(CapacityBlock { facts, instances })
+    }
+}
+
+/// Reads one SDK capacity reservation.
+pub fn block_of(r: &aws_sdk_ec2::types::CapacityReservation) -> Option<BlockFacts> {
+    use aws_sdk_ec2::types::CapacityReservationType;
+    Some(BlockFacts {
+        reservation_id: r.capacity_reservation_id()?.to_string(),
+        instance_type: r.instance_type().map(str::to_string),
+        zone: r.availability_zone().map(str::to_string),
+        zone_id: r.availability_zone_id().map(str::to_string),
+        end_date: r
+            .end_date()
+            .and_then(|t| chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos())),
+        state: r.state().map(|s| s.as_str().to_string()),
+        capacity_block: Some(r.reservation_type() == Some(&CapacityReservationType::CapacityBlock)),
+    })
 }
 
 impl Ec2Directory {
@@ -347,6 +400,36 @@ impl crate::ports::LeavingInstances for Ec2Directory {
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| self.said(place, CALL, page_error(CALL, e)))?;
             found.extend(page.instance_statuses().iter().filter_map(status_of));
+        }
+        Ok(found)
+    }
+
+    /// Every page of `DescribeCapacityReservations` of the active reservations (EC2's filters
+    /// do not name the reservation type: the Capacity Blocks ending by `by` are kept here).
+    async fn ending_blocks(
+        &self,
+        place: &Place,
+        by: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<BlockFacts>, DirectoryError> {
+        const CALL: &str = "ec2:DescribeCapacityReservations";
+        let client = self.client_at(place, CALL).await?;
+        let active = Filter::builder().name("state").values("active").build();
+        let mut found = Vec::new();
+        let mut pages = client
+            .describe_capacity_reservations()
+            .filters(active)
+            .max_results(500)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| self.said(place, CALL, page_error(CALL, e)))?;
+            found.extend(
+                page.capacity_reservations()
+                    .iter()
+                    .filter_map(block_of)
+                    .filter(|b| b.capacity_block == Some(true))
+                    .filter(|b| b.end_date.is_some_and(|end| end <= by)),
+            );
         }
         Ok(found)
     }

@@ -145,15 +145,15 @@ struct Ec2Tag {
     value: String,
 }
 
-/// The capacity type EC2's fields imply: `InstanceLifecycle` spot → spot, capacity-block or a
-/// capacity reservation → reserved, otherwise on-demand.
+/// The capacity type EC2's fields imply: `InstanceLifecycle` spot → spot, capacity-block →
+/// capacity-block, a capacity reservation → reserved, otherwise on-demand.
 pub fn capacity_type_of(
     lifecycle: Option<&str>,
     capacity_reservation_id: Option<&str>,
 ) -> CapacityType {
     match lifecycle {
         Some("spot") => CapacityType::Spot,
-        Some("capacity-block") => CapacityType::Reserved,
+        Some("capacity-block") => CapacityType::CapacityBlock,
         _ if capacity_reservation_id.is_some_and(|id| !id.is_empty()) => CapacityType::Reserved,
         _ => CapacityType::OnDemand,
     }
@@ -198,6 +198,7 @@ pub fn instances_from_describe(
                     .into_iter()
                     .flat_map(NetworkInterface::addresses)
                     .collect(),
+                capacity_reservation_id: i.capacity_reservation_id.clone(),
                 instance_id: i.instance_id,
             };
             (facts.instance_id.clone(), facts)
@@ -504,6 +505,35 @@ impl InstanceDirectory for SnapshotInstances {
         instance_ids: &[String],
     ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
         Ok(known_of(&self.0, instance_ids))
+    }
+
+    /// The captured instances that run in the reservation, and the block's type and zone as
+    /// theirs (its end and state are not captured).
+    async fn capacity_block(
+        &self,
+        _place: &crate::ports::Place,
+        reservation_id: &str,
+    ) -> Result<crate::domain::facts::CapacityBlock, DirectoryError> {
+        let instances: BTreeMap<String, InstanceFacts> = self
+            .0
+            .iter()
+            .filter(|(_, i)| i.capacity_reservation_id.as_deref() == Some(reservation_id))
+            .map(|(id, i)| (id.clone(), i.clone()))
+            .collect();
+        // A block's instances are all of its type and zone: what the capture can tell of it.
+        let facts = instances
+            .values()
+            .next()
+            .map(|i| crate::domain::facts::BlockFacts {
+                reservation_id: reservation_id.to_string(),
+                instance_type: i.instance_type.clone(),
+                zone: i.zone.clone(),
+                zone_id: i.zone_id.clone(),
+                end_date: None,
+                state: None,
+                capacity_block: None,
+            });
+        Ok(crate::domain::facts::CapacityBlock { facts, instances })
     }
 }
 

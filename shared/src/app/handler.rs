@@ -133,7 +133,23 @@ impl Handler {
     /// looked up once (in each event's account and region), the records split by the served
     /// cluster their instances belong to, and each cluster's share run on its own services,
     /// the shares at once (see [`crate::app::fleet`]).
+    ///
+    /// The Capacity Blocks its events name are looked up first ([`crate::app::blocks`]).
     pub async fn run(&self, records: &[Record], deadline: Option<DateTime<Utc>>) -> Vec<Report> {
+        match crate::app::blocks::expand(self.instances.as_ref(), records).await {
+            None => self.run_looked_up(records, deadline).await,
+            Some(expanded) => {
+                let reports = self.run_looked_up(&expanded.records, deadline).await;
+                expanded.answer(reports)
+            }
+        }
+    }
+
+    async fn run_looked_up(
+        &self,
+        records: &[Record],
+        deadline: Option<DateTime<Utc>>,
+    ) -> Vec<Report> {
         let limits = self.limits(deadline);
         let now = self.clock.now();
         if self.fleet.is_lone()

@@ -2,6 +2,7 @@
 //! store; the Lambda handler and the sweeper built on it; telemetry; the settings read from the
 //! environment and the wiring that builds the services from them.
 
+pub mod blocks;
 pub mod fleet;
 pub mod handler;
 pub mod pipeline;

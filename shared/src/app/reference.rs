@@ -104,14 +104,14 @@ pub const VARIABLES: &[Variable] = &[
     ),
     var(
         "FOREWARN_UNAVAILABLE_KINDS",
-        "`spot-interruption,capacity-reservation-interruption`",
-        Some("spot-interruption,capacity-reservation-interruption"),
+        "`spot-interruption,capacity-reservation-interruption,capacity-block-expiration`",
+        Some("spot-interruption,capacity-reservation-interruption,capacity-block-expiration"),
         "kinds that mark their pool unavailable; every kind counts in the pool's history",
     ),
     var(
         "FOREWARN_SURGE",
-        "`spot-interruption,capacity-reservation-interruption`",
-        Some("spot-interruption,capacity-reservation-interruption"),
+        "`spot-interruption,capacity-reservation-interruption,capacity-block-expiration`",
+        Some("spot-interruption,capacity-reservation-interruption,capacity-block-expiration"),
         "kinds whose drains create placeholder pods first and evict each pod once its \
          placeholder runs elsewhere (there is room), or at its latest safe time; blank: none, \
          every pod evicted at once. Needs `infra/k8s/placeholders.yaml` (Kubernetes 1.30 or \

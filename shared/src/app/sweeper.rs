@@ -453,6 +453,11 @@ impl ClusterSweep<'_> {
         );
         let mut known = node_instances;
         known.extend(leaving.into_iter().map(|i| (i.instance_id.clone(), i)));
+        let blocks = self.ending_blocks(tag, now).await;
+        for (event, instances) in blocks {
+            known.extend(instances);
+            events.push(event);
+        }
         let instances = SnapshotInstances(known);
         let state = ClusterState {
             nodes,
@@ -461,10 +466,13 @@ impl ClusterSweep<'_> {
         let records: Vec<Record> = events
             .into_iter()
             .map(|e| {
-                Record::new(
-                    Origin::bare(format!("sweep {}", e.instance_ids.join(","))),
-                    Ok(e),
-                )
+                let what = match &e.detail {
+                    crate::domain::event::Detail::CapacityBlock { reservation_id, .. } => {
+                        reservation_id.clone()
+                    }
+                    _ => e.instance_ids.join(","),
+                };
+                Record::new(Origin::bare(format!("sweep {what}")), Ok(e))
             })
             .collect();
         // A finding has no queue to come back on: its drain's passes run here.
@@ -488,5 +496,57 @@ impl ClusterSweep<'_> {
         let reports = pipeline.process_with(&records, limits).await;
         h.telemetry.observe(&reports, h.clock.now());
         Ok(reports)
+    }
+
+    /// The Capacity Blocks of this cluster's place that end within
+    /// [`crate::domain::sweep::BLOCK_LOOKAHEAD`], each with the instances of this cluster
+    /// (`tag`, its name) that run in it, as the expiration warning EC2 sends 40 minutes before
+    /// the end ([`crate::domain::sweep::block_finding`]): a block whose warning was handled is a
+    /// duplicate of it. A block of no instance of this cluster is left to its own. A lookup
+    /// that fails costs these findings only, logged.
+    async fn ending_blocks(
+        &self,
+        tag: &str,
+        now: DateTime<Utc>,
+    ) -> Vec<(
+        crate::domain::event::Event,
+        BTreeMap<String, crate::domain::facts::InstanceFacts>,
+    )> {
+        let h = &self.sweeper.handler;
+        let place = &self.place;
+        let by = now + crate::domain::sweep::BLOCK_LOOKAHEAD;
+        let blocks = match self.sweeper.leaving.ending_blocks(place, by).await {
+            Ok(blocks) => blocks,
+            Err(e) => {
+                tracing::error!(error = %e, "no Capacity Blocks this sweep: a missed expiration warning is not looked for");
+                return Vec::new();
+            }
+        };
+        let mut out = Vec::new();
+        for block in blocks {
+            let found = match h
+                .instances
+                .capacity_block(place, &block.reservation_id)
+                .await
+            {
+                Ok(found) => found,
+                Err(e) => {
+                    tracing::error!(error = %e, reservation = %block.reservation_id, "a Capacity Block's instances were not looked up this sweep");
+                    continue;
+                }
+            };
+            let ours: BTreeMap<String, crate::domain::facts::InstanceFacts> = found
+                .instances
+                .into_iter()
+                .filter(|(_, i)| i.clusters().contains(&tag))
+                .collect();
+            if ours.is_empty() {
+                continue;
+            }
+            let ids = ours.keys().cloned().collect();
+            let event = crate::domain::sweep::block_finding(&block, ids, tag, now, place);
+            out.push((event, ours));
+        }
+        out
     }
 }

@@ -101,6 +101,8 @@ pub fn nth_taint_key(kind: EventKind) -> Option<&'static str> {
         EventKind::StateChange
         | EventKind::AsgLaunch
         | EventKind::CapacityReservationInterruption
+        | EventKind::CapacityBlockExpiration
+        | EventKind::CapacityBlockDelivered
         | EventKind::Impaired
         | EventKind::Unsupported => None,
     }
@@ -239,6 +241,7 @@ impl Default for Config {
                     EventKind::CapacityReservationInterruption,
                     Action::CordonDrain,
                 ),
+                (EventKind::CapacityBlockExpiration, Action::CordonDrain),
                 (EventKind::Impaired, Action::CordonDrain),
                 (EventKind::Unsupported, Action::None),
             ]),
@@ -246,6 +249,7 @@ impl Default for Config {
             unavailable_kinds: BTreeSet::from([
                 EventKind::SpotInterruption,
                 EventKind::CapacityReservationInterruption,
+                EventKind::CapacityBlockExpiration,
             ]),
             // The warnings whose instance goes at a known time (issue 27): the capacity
             // benchmark meets its goals at 1,000 nodes (docs/benchmarks/capacity.md, *Replacement

@@ -39,6 +39,9 @@ pub struct InstanceFacts {
     /// CNI (see [`crate::domain::traffic`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<String>,
+    /// The capacity reservation it runs in (`cr-…`: an ODCR or a Capacity Block), when it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_reservation_id: Option<String>,
 }
 
 impl InstanceFacts {
@@ -77,6 +80,44 @@ impl InstanceFacts {
     pub fn pool_zone(&self) -> Option<&str> {
         self.zone_id.as_deref().or(self.zone.as_deref())
     }
+}
+
+/// What EC2 says of a Capacity Block (`DescribeCapacityReservations`): its type of instance,
+/// zone, end and state, and whether it is a Capacity Block at all (`reservationType`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockFacts {
+    pub reservation_id: String,
+    pub instance_type: Option<String>,
+    pub zone: Option<String>,
+    pub zone_id: Option<String>,
+    pub end_date: Option<chrono::DateTime<chrono::Utc>>,
+    /// `active`, `expired`, `scheduled`, ... (`None`: not known, a capture).
+    pub state: Option<String>,
+    /// `Some(false)`: EC2 says it is another kind of reservation (an ODCR); `None`: not known
+    /// (a capture).
+    pub capacity_block: Option<bool>,
+}
+
+impl BlockFacts {
+    /// The pool its instances are of: capacity type `capacity-block`, its type and zone (by ID,
+    /// else name).
+    pub fn pool(&self) -> Option<crate::domain::pool::PoolKey> {
+        Some(crate::domain::pool::PoolKey::new(
+            CapacityType::CapacityBlock,
+            self.instance_type.as_deref()?,
+            self.zone_id.as_deref().or(self.zone.as_deref())?,
+        ))
+    }
+}
+
+/// A Capacity Block and its instances, as looked up for an event that names it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CapacityBlock {
+    /// What EC2 says of the reservation (`None`: it could not say, a capture that has the
+    /// block's instances only).
+    pub facts: Option<BlockFacts>,
+    /// Its instances, every state (EC2 lists a terminated one for about an hour), by id.
+    pub instances: BTreeMap<String, InstanceFacts>,
 }
 
 /// The zone IDs `instances` tell, by zone name: the account's own names of the zones they know

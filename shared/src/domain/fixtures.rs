@@ -76,6 +76,14 @@ pub fn event(kind: EventKind, id: &str, instance_id: &str) -> EventBuilder {
                 az_id: None,
             },
         ),
+        EventKind::CapacityBlockExpiration | EventKind::CapacityBlockDelivered => (
+            SOURCE_EC2,
+            Detail::CapacityBlock {
+                reservation_id: "cr-0b1c2d3e4f5a60001".into(),
+                end_date: Some(t0() + chrono::Duration::minutes(40)),
+                block: None,
+            },
+        ),
         EventKind::Unsupported => (SOURCE_EC2, Detail::Unsupported { why: "x".into() }),
     };
     EventBuilder(Event {

@@ -22,8 +22,10 @@ use crate::domain::names::{UnknownName, string_forms};
 pub enum CapacityType {
     Spot,
     OnDemand,
-    /// Capacity reservations (ODCRs, interruptible reservations, capacity blocks).
+    /// Capacity reservations (ODCRs, interruptible reservations).
     Reserved,
+    /// Capacity Blocks for ML: reserved for a fixed time, taken back at its end.
+    CapacityBlock,
 }
 
 string_forms!(CapacityType, "a capacity type");
@@ -171,6 +173,8 @@ pub fn counter_name(kind: EventKind) -> &'static str {
         EventKind::AsgLaunch => "asg_launches",
         EventKind::Impaired => "impaired",
         EventKind::CapacityReservationInterruption => "reservation_interruptions",
+        EventKind::CapacityBlockExpiration => "block_expirations",
+        EventKind::CapacityBlockDelivered => "block_deliveries",
         EventKind::Unsupported => "unsupported",
     }
 }
@@ -206,9 +210,21 @@ impl PoolRecord {
             .unwrap_or_default()
     }
 
-    /// Whether the pool is unavailable at `now`.
+    /// Whether the pool is unavailable at `now`: within its window, unless the latest event on
+    /// it is a Capacity Block's delivery ([`PoolRecord::delivered_since`]).
     pub fn is_unavailable(&self, now: DateTime<Utc>) -> bool {
-        self.unavailable_until.is_some_and(|until| until > now)
+        self.unavailable_until.is_some_and(|until| until > now) && !self.delivered_since()
+    }
+
+    /// Whether the latest event recorded on the pool (by its own time) is a Capacity Block's
+    /// delivery: the pool has capacity again, whatever window an earlier expiration set (windows
+    /// only grow, so a delivery answers by being the latest word on the pool). Read from the
+    /// latest event's reason, which begins with its kind.
+    pub fn delivered_since(&self) -> bool {
+        self.last_reason
+            .split(' ')
+            .next()
+            .is_some_and(|kind| kind == EventKind::CapacityBlockDelivered.as_str())
     }
 }
 
@@ -288,7 +304,7 @@ mod tests {
                 .parse::<PoolKey>()
                 .unwrap_err()
                 .to_string(),
-            "`cheap` is not a capacity type (spot, on-demand, reserved)"
+            "`cheap` is not a capacity type (spot, on-demand, reserved, capacity-block)"
         );
         assert!("spot#a#b#c".parse::<PoolKey>().is_err());
     }

@@ -107,7 +107,9 @@ pub struct Stats {
 fn is_interruption(kind: EventKind) -> bool {
     matches!(
         kind,
-        EventKind::SpotInterruption | EventKind::CapacityReservationInterruption
+        EventKind::SpotInterruption
+            | EventKind::CapacityReservationInterruption
+            | EventKind::CapacityBlockExpiration
     )
 }
 

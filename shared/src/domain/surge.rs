@@ -71,9 +71,10 @@ pub const LABEL_CORDONED: &str = "forewarn.io/cordoned";
 /// The PriorityClass of placeholders (shipped in `infra/k8s/placeholders.yaml`).
 pub const PRIORITY_CLASS: &str = "forewarn-placeholder";
 /// The kinds `FOREWARN_SURGE` is meant for: warnings whose instance goes at a known time.
-pub const SURGE_KINDS: [crate::domain::event::EventKind; 2] = [
+pub const SURGE_KINDS: [crate::domain::event::EventKind; 3] = [
     crate::domain::event::EventKind::SpotInterruption,
     crate::domain::event::EventKind::CapacityReservationInterruption,
+    crate::domain::event::EventKind::CapacityBlockExpiration,
 ];
 /// The image of a placeholder's one container: it only holds the room.
 pub const PLACEHOLDER_IMAGE: &str = "registry.k8s.io/pause:3.10";

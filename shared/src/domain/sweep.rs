@@ -33,6 +33,56 @@ pub fn sweep_key(kind: EventKind, instance_id: &str, launch_time: Option<DateTim
     }
 }
 
+/// The ledger key of a Capacity Block's expiration in one cluster (`cluster`, its name; `None`
+/// for a deployment that names none): `sweep:capacity-block-expiration:<cr-…>/<cluster>@<end
+/// epoch seconds>`. The warning's plan records it with its event id, and the sweeper's finding
+/// of the same block is this key: whichever comes second is a duplicate. Per cluster, since a
+/// block's instances may serve several (each cluster's part of the warning is its own).
+pub fn block_key(
+    reservation_id: &str,
+    end_date: Option<DateTime<Utc>>,
+    cluster: Option<&str>,
+) -> String {
+    let what = match cluster {
+        Some(cluster) => format!("{reservation_id}/{cluster}"),
+        None => reservation_id.to_string(),
+    };
+    sweep_key(EventKind::CapacityBlockExpiration, &what, end_date)
+}
+
+/// How long before its end the sweeper makes sure a Capacity Block's expiration was handled:
+/// the 40 minutes before the end at which EC2 sends the warning.
+pub const BLOCK_LOOKAHEAD: chrono::Duration = chrono::Duration::minutes(40);
+
+/// The sweeper's finding of a Capacity Block ending within [`BLOCK_LOOKAHEAD`] whose instances
+/// `instance_ids` are of the cluster `cluster`: the expiration warning EC2 sends, keyed by
+/// [`block_key`] (a duplicate of the warning when it was handled).
+pub fn block_finding(
+    block: &crate::domain::facts::BlockFacts,
+    instance_ids: Vec<String>,
+    cluster: &str,
+    now: DateTime<Utc>,
+    place: &Place,
+) -> Event {
+    let kind = EventKind::CapacityBlockExpiration;
+    let (source, detail_type) = kind.source_and_detail_type().unwrap_or_default();
+    Event {
+        id: block_key(&block.reservation_id, block.end_date, Some(cluster)),
+        kind,
+        source: source.to_string(),
+        detail_type: detail_type.to_string(),
+        time: now,
+        region: place.region.clone(),
+        account: place.account.clone(),
+        instance_ids,
+        detail: Detail::CapacityBlock {
+            reservation_id: block.reservation_id.clone(),
+            end_date: block.end_date,
+            block: Some(block.clone()),
+        },
+    }
+}
+
 /// The sweep keys an applied event also records, so that a later sweep of the same run of the
 /// instance is a duplicate of it: spot interruptions, leaving state changes and scheduled
 /// changes (not those an update closes), one key per instance, with its launch time from

@@ -127,6 +127,7 @@ pub fn leaves_whole(kind: EventKind) -> bool {
         kind,
         EventKind::SpotInterruption
             | EventKind::CapacityReservationInterruption
+            | EventKind::CapacityBlockExpiration
             | EventKind::StateChange
     )
 }
@@ -486,6 +487,7 @@ mod tests {
                 kind,
                 EventKind::SpotInterruption
                     | EventKind::CapacityReservationInterruption
+                    | EventKind::CapacityBlockExpiration
                     | EventKind::StateChange
             );
             assert_eq!(leaves_whole(kind), whole, "{kind:?}");

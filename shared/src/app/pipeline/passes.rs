@@ -559,10 +559,15 @@ pub(super) fn heartbeat_of(report: &Report) -> Option<DateTime<Utc>> {
     report.actions.iter().filter_map(|a| a.heartbeat_at).max()
 }
 
-/// Whether `plan` is `event`'s: its event id, and no instance the event does not name; else why
-/// not.
+/// Whether `plan` is `event`'s: its event id (or the id of its part in one cluster,
+/// `<id>#<cluster>`: see `crate::app::fleet::split`), and no instance the event does not name;
+/// else why not.
 pub(super) fn plan_is_the_events(plan: &Plan, event: &Event) -> Result<(), String> {
-    if plan.event_id != event.id {
+    let part = plan
+        .event_id
+        .strip_prefix(event.id.as_str())
+        .is_some_and(|rest| rest.starts_with('#'));
+    if plan.event_id != event.id && !part {
         return Err(format!(
             "the plan is event {}'s, not this event's ({})",
             plan.event_id, event.id

@@ -37,6 +37,20 @@
 //!   "azId": "use1-az6"
 //! }
 //! ```
+//!
+//! A Capacity Block's expiration warning (`Capacity Block Expiration Warning`, or as other pages
+//! of EC2's guide spell it `Capacity Block Reservation Expiration Warning`;
+//! `events/24-capacity-block-expiration.json`), forty minutes before the block ends, names the
+//! reservation, not its instances (they are looked up: `crate::app::blocks`); its delivery
+//! (`Capacity Block Delivered`) the same way:
+//!
+//! ```json
+//! "resources": ["arn:aws:ec2:us-east-1:123456789012:capacity-reservation/cr-0a1b2c3d4e5f60001"],
+//! "detail": {
+//!   "capacity-reservation-id": "cr-0a1b2c3d4e5f60001",
+//!   "end-date": "2026-11-20T11:30:00Z"
+//! }
+//! ```
 
 use serde_json::Value;
 
@@ -105,6 +119,44 @@ pub(crate) fn reservation(f: &Fields<'_>, detail: &Value) -> Result<Parsed, Deco
             az_id,
         },
     ))
+}
+
+/// A Capacity Block's expiration warning or delivery (`kind`): the reservation and its end.
+pub(crate) fn capacity_block(
+    f: &Fields<'_>,
+    detail: &Value,
+    kind: EventKind,
+) -> Result<Parsed, DecodeError> {
+    let path = "detail.capacity-reservation-id";
+    let reservation_id = f.req_str(detail, "capacity-reservation-id", path)?;
+    if !is_reservation_id(reservation_id) {
+        return Err(f.err(
+            path,
+            format!("`{reservation_id}` is not a capacity reservation id (cr- and 17 hex digits)"),
+        ));
+    }
+    // A delivery that says no end is still a delivery; a warning without one ends 10 minutes
+    // after it was sent (see `block_termination_start`).
+    let end_date = f.time(detail, "end-date", "detail.end-date")?;
+    Ok((
+        kind,
+        Vec::new(),
+        Detail::CapacityBlock {
+            reservation_id: reservation_id.to_string(),
+            end_date,
+            block: None,
+        },
+    ))
+}
+
+/// `cr-` followed by 17 (or, for old reservations, 8) lowercase hex digits.
+pub fn is_reservation_id(s: &str) -> bool {
+    s.strip_prefix("cr-").is_some_and(|hex| {
+        (hex.len() == 8 || hex.len() == 17)
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
 }
 
 /// `detail.instance-action`: older spot warnings and some reservation warnings omit it, and

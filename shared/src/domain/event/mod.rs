@@ -40,6 +40,12 @@ pub enum EventKind {
     /// A launch lifecycle hook's action: completed once the instance's node is Ready.
     AsgLaunch,
     CapacityReservationInterruption,
+    /// A Capacity Block for ML ends in 40 minutes: its instances begin to terminate 10 minutes
+    /// after the warning (`end-date` − 30 min). The event names the reservation, not its
+    /// instances: they are looked up ([`Detail::CapacityBlock`]).
+    CapacityBlockExpiration,
+    /// A Capacity Block was delivered: its pool has capacity again (no node action).
+    CapacityBlockDelivered,
     /// An instance whose EC2 status check fails (found by the sweeper, never sent by AWS as an
     /// event).
     Impaired,
@@ -48,7 +54,7 @@ pub enum EventKind {
 
 impl EventKind {
     /// Every kind, in a stable order.
-    pub const ALL: [EventKind; 9] = [
+    pub const ALL: [EventKind; 11] = [
         EventKind::SpotInterruption,
         EventKind::RebalanceRecommendation,
         EventKind::StateChange,
@@ -56,15 +62,28 @@ impl EventKind {
         EventKind::AsgTermination,
         EventKind::AsgLaunch,
         EventKind::CapacityReservationInterruption,
+        EventKind::CapacityBlockExpiration,
+        EventKind::CapacityBlockDelivered,
         EventKind::Impaired,
         EventKind::Unsupported,
     ];
 
     /// Kinds whose node action is configured (`FOREWARN_ACTION_*`, a policy's `actions`): every
-    /// kind but `asg-launch` (whose only action is completing its hook once the node is Ready)
-    /// and `unsupported`.
+    /// kind but `asg-launch` (whose only action is completing its hook once the node is Ready),
+    /// `capacity-block-delivered` (which only records its pool) and `unsupported`.
     pub fn configurable(self) -> bool {
-        !matches!(self, EventKind::AsgLaunch | EventKind::Unsupported)
+        !matches!(
+            self,
+            EventKind::AsgLaunch | EventKind::CapacityBlockDelivered | EventKind::Unsupported
+        )
+    }
+
+    /// Whether events of this kind name a Capacity Block, whose instances are looked up.
+    pub fn is_capacity_block(self) -> bool {
+        matches!(
+            self,
+            EventKind::CapacityBlockExpiration | EventKind::CapacityBlockDelivered
+        )
     }
 
     /// The stable name (`spot-interruption`, ...).
@@ -87,13 +106,22 @@ impl EventKind {
             EventKind::AsgTermination => (SOURCE_ASG, DT_ASG_TERMINATE),
             EventKind::AsgLaunch => (SOURCE_ASG, DT_ASG_LAUNCH),
             EventKind::CapacityReservationInterruption => (SOURCE_EC2, DT_RESERVATION),
+            EventKind::CapacityBlockExpiration => (SOURCE_EC2, DT_BLOCK_EXPIRATION),
+            EventKind::CapacityBlockDelivered => (SOURCE_EC2, DT_BLOCK_DELIVERED),
             // Found by the sweeper only: no EventBridge event is classified as one.
             EventKind::Impaired | EventKind::Unsupported => return None,
         })
     }
 
     /// The kind an EventBridge `source` and `detail-type` name; unsupported when none does.
+    /// Capacity Blocks' events are known by both spellings AWS documents
+    /// ([`DT_BLOCK_EXPIRATION_LONG`], [`DT_BLOCK_DELIVERED_LONG`]).
     pub fn classify(source: &str, detail_type: &str) -> EventKind {
+        let detail_type = match detail_type {
+            DT_BLOCK_EXPIRATION_LONG => DT_BLOCK_EXPIRATION,
+            DT_BLOCK_DELIVERED_LONG => DT_BLOCK_DELIVERED,
+            other => other,
+        };
         EventKind::ALL
             .into_iter()
             .find(|k| k.source_and_detail_type() == Some((source, detail_type)))
@@ -115,6 +143,24 @@ pub const DT_ASG_LAUNCH: &str = "EC2 Instance-launch Lifecycle Action";
 pub const SOURCE_SWEEPER: &str = "forewarn.sweeper";
 pub const DT_IMPAIRED: &str = "EC2 Instance Status Impaired";
 pub const DT_RESERVATION: &str = "EC2 Capacity Reservation Instance Interruption Warning";
+/// A Capacity Block's expiration warning, as EC2's user guide names it in English; its other
+/// pages (and translations) write [`DT_BLOCK_EXPIRATION_LONG`]: both are matched and accepted.
+pub const DT_BLOCK_EXPIRATION: &str = "Capacity Block Expiration Warning";
+pub const DT_BLOCK_EXPIRATION_LONG: &str = "Capacity Block Reservation Expiration Warning";
+pub const DT_BLOCK_DELIVERED: &str = "Capacity Block Delivered";
+pub const DT_BLOCK_DELIVERED_LONG: &str = "Capacity Block Reservation Delivered";
+/// Every `detail-type` of EC2's Capacity Block events forewarn handles (the rules match these).
+pub const DT_BLOCKS: [&str; 4] = [
+    DT_BLOCK_EXPIRATION,
+    DT_BLOCK_EXPIRATION_LONG,
+    DT_BLOCK_DELIVERED,
+    DT_BLOCK_DELIVERED_LONG,
+];
+/// How long before its end a Capacity Block's instances begin to terminate.
+pub const BLOCK_TERMINATION_LEAD: chrono::Duration = chrono::Duration::minutes(30);
+/// How long after its expiration warning a Capacity Block's instances begin to terminate (the
+/// warning comes 40 minutes before the end).
+pub const BLOCK_WARNING_LEAD: chrono::Duration = chrono::Duration::minutes(10);
 
 /// What a spot (or capacity reservation) interruption will do to the instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -234,6 +280,15 @@ pub enum Detail {
         termination_time: Option<DateTime<Utc>>,
         az_id: Option<String>,
     },
+    /// A Capacity Block's warning or delivery: the reservation (`cr-…`) and its end. Its
+    /// instances are not in the event: they are looked up in the event's account and region
+    /// (and `block` says what EC2 says of the reservation), never taken from a message.
+    CapacityBlock {
+        reservation_id: String,
+        end_date: Option<DateTime<Utc>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        block: Option<crate::domain::facts::BlockFacts>,
+    },
     /// EC2 status checks failing (the sweeper's `DescribeInstanceStatus`): which (`system`,
     /// `instance`, or both) and since when.
     Impaired {
@@ -270,9 +325,23 @@ impl Event {
             Detail::CapacityReservation {
                 termination_time, ..
             } => *termination_time,
+            Detail::CapacityBlock { end_date, .. } if self.kind.is_capacity_block() => {
+                Some(block_termination_start(*end_date, self.time))
+            }
             _ => None,
         }
     }
+}
+
+/// When a Capacity Block's instances begin to terminate: 30 minutes before its end, or, when
+/// the end is not known, 10 minutes after the warning (`warned`).
+pub fn block_termination_start(
+    end_date: Option<DateTime<Utc>>,
+    warned: DateTime<Utc>,
+) -> DateTime<Utc> {
+    end_date.map_or(warned + BLOCK_WARNING_LEAD, |end| {
+        end - BLOCK_TERMINATION_LEAD
+    })
 }
 
 /// Where a record came from inside an input: the file (or other label), its position in the
@@ -500,6 +569,8 @@ mod tests {
                 "asg-termination",
                 "asg-launch",
                 "capacity-reservation-interruption",
+                "capacity-block-expiration",
+                "capacity-block-delivered",
                 "impaired",
                 "unsupported",
             ]

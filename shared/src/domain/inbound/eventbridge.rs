@@ -126,6 +126,9 @@ fn parse_detail(
         EventKind::RebalanceRecommendation => ec2::rebalance(f, detail),
         EventKind::StateChange => ec2::state_change(f, detail),
         EventKind::CapacityReservationInterruption => ec2::reservation(f, detail),
+        EventKind::CapacityBlockExpiration | EventKind::CapacityBlockDelivered => {
+            ec2::capacity_block(f, detail, kind)
+        }
         EventKind::AsgTermination | EventKind::AsgLaunch => {
             autoscaling::lifecycle_detail(f, detail, kind)
         }

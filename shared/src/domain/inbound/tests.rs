@@ -758,3 +758,161 @@ mod props {
         }
     }
 }
+
+fn block_event(detail_type: &str, detail: Value) -> Value {
+    json!({
+        "version": "0", "id": "cb1", "detail-type": detail_type, "source": "aws.ec2",
+        "account": "123456789012", "time": "2026-11-20T10:00:00Z", "region": "us-east-1",
+        "resources": ["arn:aws:ec2:us-east-1:123456789012:capacity-reservation/cr-0b1c2d3e4f5a60001"],
+        "detail": detail
+    })
+}
+
+#[test]
+fn capacity_block_warnings_in_both_spellings_name_the_reservation_and_its_end() {
+    let detail = json!({"capacity-reservation-id": "cr-0b1c2d3e4f5a60001",
+                        "end-date": "2026-11-20T10:40:00Z"});
+    for detail_type in [
+        "Capacity Block Expiration Warning",
+        "Capacity Block Reservation Expiration Warning",
+    ] {
+        let e = one(block_event(detail_type, detail.clone())).unwrap();
+        assert_eq!(e.kind, EventKind::CapacityBlockExpiration, "{detail_type}");
+        assert_eq!(e.detail_type, detail_type, "kept as sent");
+        assert!(
+            e.instance_ids.is_empty(),
+            "looked up, never taken from the event"
+        );
+        assert_eq!(
+            e.detail,
+            Detail::CapacityBlock {
+                reservation_id: "cr-0b1c2d3e4f5a60001".into(),
+                end_date: parse_time("2026-11-20T10:40:00Z"),
+                block: None,
+            }
+        );
+        // The instances begin to terminate 30 minutes before the end.
+        assert_eq!(e.deadline_hint(), parse_time("2026-11-20T10:10:00Z"));
+    }
+    // Without an end: 10 minutes after the warning.
+    let e = one(block_event(
+        "Capacity Block Expiration Warning",
+        json!({"capacity-reservation-id": "cr-0b1c2d3e4f5a60001"}),
+    ))
+    .unwrap();
+    assert_eq!(e.deadline_hint(), parse_time("2026-11-20T10:10:00Z"));
+    for detail_type in [
+        "Capacity Block Delivered",
+        "Capacity Block Reservation Delivered",
+    ] {
+        let e = one(block_event(detail_type, detail.clone())).unwrap();
+        assert_eq!(e.kind, EventKind::CapacityBlockDelivered, "{detail_type}");
+        assert_eq!(e.deadline_hint(), parse_time("2026-11-20T10:10:00Z"));
+    }
+}
+
+#[test]
+fn a_capacity_block_warning_without_a_reservation_fails_naming_the_field() {
+    for (detail, field, message) in [
+        (json!({}), "detail.capacity-reservation-id", "missing"),
+        (
+            json!({"capacity-reservation-id": "i-0a1b2c3d4e5f60001"}),
+            "detail.capacity-reservation-id",
+            "`i-0a1b2c3d4e5f60001` is not a capacity reservation id (cr- and 17 hex digits)",
+        ),
+        (
+            json!({"capacity-reservation-id": 7}),
+            "detail.capacity-reservation-id",
+            "expected a string, found a number",
+        ),
+        (
+            json!({"capacity-reservation-id": "cr-0b1c2d3e4f5a60001", "end-date": "soon"}),
+            "detail.end-date",
+            "`soon` is not an RFC 3339 or RFC 1123 time",
+        ),
+    ] {
+        let e = one(block_event("Capacity Block Expiration Warning", detail)).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some(field));
+        assert!(e.message.contains(message), "{}", e.message);
+    }
+}
+
+#[test]
+fn a_capacity_block_plan_drains_by_the_termination_start_and_refuses_an_odcr() {
+    use crate::domain::facts::{BlockFacts, InstanceFacts};
+    let mut e = one(block_event(
+        "Capacity Block Expiration Warning",
+        json!({"capacity-reservation-id": "cr-0b1c2d3e4f5a60001", "end-date": "2026-11-20T10:40:00Z"}),
+    ))
+    .unwrap();
+    let facts = BlockFacts {
+        reservation_id: "cr-0b1c2d3e4f5a60001".into(),
+        instance_type: Some("p5.48xlarge".into()),
+        zone: Some("us-east-1a".into()),
+        zone_id: Some("use1-az1".into()),
+        end_date: parse_time("2026-11-20T10:40:00Z"),
+        state: Some("active".into()),
+        capacity_block: Some(true),
+    };
+    e.instance_ids = vec!["i-0a1b2c3d4e5f60010".into()];
+    let instance = InstanceFacts {
+        instance_id: "i-0a1b2c3d4e5f60010".into(),
+        instance_type: Some("p5.48xlarge".into()),
+        zone_id: Some("use1-az1".into()),
+        capacity_type: Some(crate::domain::pool::CapacityType::OnDemand),
+        ..Default::default()
+    };
+    let instances = BTreeMap::from([(instance.instance_id.clone(), instance)]);
+    let config = Config {
+        cluster_name: Some("demo".into()),
+        ..Config::default()
+    };
+    if let Detail::CapacityBlock { block, .. } = &mut e.detail {
+        *block = Some(facts.clone());
+    }
+    let plan = decide(&e, Facts::new(&instances, &[]), &config);
+    assert_eq!(plan.ignored, None);
+    // The event says the capacity: a block's pool, whatever the instance's facts say.
+    assert_eq!(
+        plan.pools[0].pool.to_string(),
+        "capacity-block#p5.48xlarge#use1-az1"
+    );
+    assert!(plan.pools[0].unavailable_until.is_some());
+    assert_eq!(
+        plan.also_keys,
+        ["sweep:capacity-block-expiration:cr-0b1c2d3e4f5a60001/demo@1795171200"]
+    );
+    assert_eq!(
+        crate::domain::plan::drain_deadline(&e, &config),
+        parse_time("2026-11-20T10:10:00Z").unwrap() - config.deadline_margin
+    );
+    // A reservation EC2 says is no Capacity Block: refused, nothing planned.
+    if let Detail::CapacityBlock { block, .. } = &mut e.detail {
+        *block = Some(BlockFacts {
+            capacity_block: Some(false),
+            ..facts.clone()
+        });
+    }
+    let plan = decide(&e, Facts::new(&instances, &[]), &config);
+    assert!(
+        plan.ignored
+            .as_deref()
+            .unwrap()
+            .contains("is not a Capacity Block")
+    );
+    assert!(plan.actions.is_empty() && plan.pools.is_empty());
+    // A delivery records the block's pool, available.
+    let d = one(block_event(
+        "Capacity Block Delivered",
+        json!({"capacity-reservation-id": "cr-0b1c2d3e4f5a60001"}),
+    ))
+    .unwrap();
+    let mut d = d;
+    if let Detail::CapacityBlock { block, .. } = &mut d.detail {
+        *block = Some(facts);
+    }
+    let plan = decide(&d, Facts::new(&instances, &[]), &config);
+    assert!(plan.actions.is_empty());
+    assert_eq!(plan.pools.len(), 1);
+    assert_eq!(plan.pools[0].unavailable_until, None);
+}

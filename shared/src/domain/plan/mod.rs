@@ -180,6 +180,7 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
         summary: summary(event),
         also_keys: crate::domain::sweep::sweep_keys_of(event, facts.instances)
             .into_iter()
+            .chain(block_key(event, config))
             .filter(|k| *k != event.id)
             .collect(),
         cluster: config
@@ -199,6 +200,23 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
                 state.as_str()
             ));
             return plan;
+        }
+        Detail::CapacityBlock {
+            reservation_id,
+            block,
+            ..
+        } => {
+            if let Some(why) = not_a_block(reservation_id, block.as_ref()) {
+                plan.ignored = Some(why);
+                return plan;
+            }
+            if event.kind == EventKind::CapacityBlockDelivered || event.instance_ids.is_empty() {
+                // No instance to act on (a delivery, or a block with none left): the block's
+                // own pool is recorded.
+                plan.pools
+                    .extend(block_mark(event, reservation_id, block.as_ref(), config));
+                return plan;
+            }
         }
         Detail::AsgLaunch(_) => {
             // A launch is no capacity lost: no pool is marked, only the hook is answered.
@@ -243,8 +261,63 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
     plan
 }
 
+/// The key a Capacity Block's expiration records in this cluster, so that the sweeper's finding
+/// of it is a duplicate (see [`crate::domain::sweep::block_key`]).
+fn block_key(event: &Event, config: &Config) -> Option<String> {
+    match &event.detail {
+        Detail::CapacityBlock {
+            reservation_id,
+            end_date,
+            ..
+        } if event.kind == EventKind::CapacityBlockExpiration => {
+            Some(crate::domain::sweep::block_key(
+                reservation_id,
+                *end_date,
+                config.cluster_name.as_deref(),
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// Why a Capacity Block's event is refused: EC2 says its reservation is another kind (an ODCR
+/// named by a forged or mistaken warning would drain nodes that are not going).
+fn not_a_block(
+    reservation_id: &str,
+    block: Option<&crate::domain::facts::BlockFacts>,
+) -> Option<String> {
+    (block?.capacity_block == Some(false)).then(|| {
+        format!(
+            "refused: EC2 says capacity reservation {reservation_id} is not a Capacity Block: \
+             nothing is done"
+        )
+    })
+}
+
+/// The pool mark of a Capacity Block itself (its type and zone, as EC2 says them), for an
+/// event with no instance to mark it by: a delivery only counts (the pool has capacity
+/// again); an expiration marks it as any interruption of its kind does.
+fn block_mark(
+    event: &Event,
+    reservation_id: &str,
+    block: Option<&crate::domain::facts::BlockFacts>,
+    config: &Config,
+) -> Option<PoolMark> {
+    Some(PoolMark {
+        pool: block?.pool()?,
+        instance_id: reservation_id.to_string(),
+        unavailable_until: config
+            .unavailable_kinds
+            .contains(&event.kind)
+            .then(|| event.time + config.pool_ttl),
+    })
+}
+
 fn summary(event: &Event) -> String {
     match &event.detail {
+        Detail::CapacityBlock { reservation_id, .. } => {
+            format!("{} ({reservation_id})", event.kind)
+        }
         Detail::Spot { action } => format!("spot-interruption ({})", action_name(*action)),
         Detail::CapacityReservation { action, .. } => {
             format!(
@@ -282,6 +355,9 @@ fn pool_mark(
         // The event itself says what capacity the instance ran on.
         EventKind::SpotInterruption => CapacityType::Spot,
         EventKind::CapacityReservationInterruption => CapacityType::Reserved,
+        EventKind::CapacityBlockExpiration | EventKind::CapacityBlockDelivered => {
+            CapacityType::CapacityBlock
+        }
         _ => instance.capacity_type?,
     };
     let pool = PoolKey::new(
@@ -316,6 +392,7 @@ fn event_reason(event: &Event) -> &'static str {
         Detail::AsgLaunch(_) => "AutoScalingLaunch",
         Detail::Impaired { .. } => "InstanceImpaired",
         Detail::CapacityReservation { .. } => "CapacityReservationInterrupted",
+        Detail::CapacityBlock { .. } => "CapacityBlockExpiring",
         Detail::Unsupported { .. } => "Unsupported",
     }
 }
@@ -334,6 +411,11 @@ pub fn drain_deadline(event: &Event, config: &Config) -> DateTime<Utc> {
             start_time: Some(start),
             ..
         } => *start - config.deadline_margin,
+        // Its instances begin to terminate 30 minutes before the block's end.
+        Detail::CapacityBlock { end_date, .. } => {
+            crate::domain::event::block_termination_start(*end_date, event.time)
+                - config.deadline_margin
+        }
         _ => event.time + config.drain_timeout,
     }
 }
@@ -741,9 +823,11 @@ mod tests {
                 EventKind::ScheduledChange
                 | EventKind::AsgTermination
                 | EventKind::CapacityReservationInterruption
+                | EventKind::CapacityBlockExpiration
                 | EventKind::Impaired,
                 _,
             ) => (Action::CordonDrain, None),
+            (EventKind::CapacityBlockDelivered, _) => (Action::None, None),
         }
     }
 
@@ -758,6 +842,11 @@ mod tests {
                 if kind == EventKind::Unsupported {
                     assert!(p.ignored.is_some(), "{ctx}");
                     assert!(p.actions.is_empty() && p.pools.is_empty(), "{ctx}");
+                    continue;
+                }
+                if kind == EventKind::CapacityBlockDelivered {
+                    // No node action: a delivery only records its block's pool.
+                    assert!(p.actions.is_empty(), "{ctx}");
                     continue;
                 }
                 if kind == EventKind::AsgLaunch {

@@ -24,6 +24,9 @@ pub fn reason(kind: EventKind, node_reason: &str) -> &'static str {
         // A launch hook drains nothing; named all the same.
         EventKind::AsgLaunch => "ASGLifecycleLaunch",
         EventKind::CapacityReservationInterruption => "CapacityReservationInterruption",
+        EventKind::CapacityBlockExpiration => "CapacityBlockExpiration",
+        // A delivery drains nothing; named all the same.
+        EventKind::CapacityBlockDelivered => "CapacityBlockDelivered",
         EventKind::Impaired => "InstanceImpaired",
         EventKind::Unsupported => "NodeDrained",
     }
@@ -99,6 +102,11 @@ mod tests {
                 EventKind::CapacityReservationInterruption,
                 "CapacityReservationInterruption",
             ),
+            (
+                EventKind::CapacityBlockExpiration,
+                "CapacityBlockExpiration",
+            ),
+            (EventKind::CapacityBlockDelivered, "CapacityBlockDelivered"),
             (EventKind::Impaired, "InstanceImpaired"),
             (EventKind::Unsupported, "NodeDrained"),
         ];

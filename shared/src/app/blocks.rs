@@ -1,0 +1,275 @@
+//! Capacity Blocks' events name a reservation, not its instances: before anything else, each is
+//! looked up in the event's own account and region (one `DescribeCapacityReservations` and one
+//! `DescribeInstances` filtered on `capacity-reservation-id` per block of the batch), and the
+//! event goes on naming the block's instances, each then handled as a warning of its own.
+//!
+//! Nothing of the message is trusted for what is acted on: the instances are EC2's answer, and
+//! so is the block's end when EC2 says it (the deadline is taken from it). A reservation EC2
+//! says is not a Capacity Block is refused by the plan. A drain's later passes look the block up
+//! again, so that their signed plan is checked against the block's instances as EC2 lists them
+//! then.
+//!
+//! A lookup that fails fails the events of its block alone (retryable as its error says; an
+//! account that is not served acknowledges them, as every event of such an account).
+
+use std::collections::BTreeMap;
+
+use crate::app::pipeline::{PlaceFailure, place_of};
+use crate::domain::event::{DecodeError, Detail, Event};
+use crate::domain::facts::CapacityBlock;
+use crate::domain::inbound::Record;
+use crate::domain::report::Report;
+use crate::ports::{DirectoryError, InstanceDirectory, Place};
+
+/// A batch whose Capacity Blocks were looked up: its records, each block's event naming its
+/// instances; and the reports of the records whose block could not be looked up (their record
+/// here is a decode error, so that nothing is done with it: their report is this one).
+#[derive(Debug)]
+pub struct Expanded {
+    pub records: Vec<Record>,
+    pub failed: Vec<(usize, Report)>,
+}
+
+impl Expanded {
+    /// `reports` (one per record, in order) with the failed lookups' own.
+    pub fn answer(&self, mut reports: Vec<Report>) -> Vec<Report> {
+        for (i, report) in &self.failed {
+            if let Some(slot) = reports.get_mut(*i) {
+                *slot = report.clone();
+            }
+        }
+        reports
+    }
+}
+
+/// The reservation an event names, when it is a Capacity Block's.
+fn block_of(record: &Record) -> Option<(Place, &str)> {
+    let event = record.event.as_ref().ok()?;
+    match &event.detail {
+        Detail::CapacityBlock { reservation_id, .. } if event.kind.is_capacity_block() => {
+            Some((place_of(event), reservation_id.as_str()))
+        }
+        _ => None,
+    }
+}
+
+/// Looks up every Capacity Block `records` name (at once, one lookup per block and place);
+/// `None` when they name none.
+pub async fn expand(instances: &dyn InstanceDirectory, records: &[Record]) -> Option<Expanded> {
+    let wanted: Vec<(Place, String)> = records
+        .iter()
+        .filter_map(block_of)
+        .map(|(place, id)| (place, id.to_string()))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if wanted.is_empty() {
+        return None;
+    }
+    let lookups = wanted.iter().map(|(place, id)| async move {
+        let found = instances.capacity_block(place, id).await;
+        ((place.clone(), id.clone()), found)
+    });
+    let found: BTreeMap<(Place, String), Result<CapacityBlock, DirectoryError>> =
+        futures::future::join_all(lookups)
+            .await
+            .into_iter()
+            .collect();
+    let mut out = Expanded {
+        records: records.to_vec(),
+        failed: Vec::new(),
+    };
+    for (i, record) in out.records.iter_mut().enumerate() {
+        let Some(key) = block_of(record).map(|(p, id)| (p, id.to_string())) else {
+            continue;
+        };
+        match &found[&key] {
+            Ok(block) => {
+                if let Ok(event) = record.event.as_mut() {
+                    name_instances(event, block);
+                }
+            }
+            Err(e) => {
+                let failure = PlaceFailure::of(e);
+                out.failed.push((i, failure.report(record)));
+                record.event = Err(DecodeError {
+                    origin: record.origin.clone(),
+                    field: Some("detail.capacity-reservation-id".into()),
+                    message: format!("the Capacity Block {} was not looked up: {e}", key.1),
+                });
+            }
+        }
+    }
+    Some(out)
+}
+
+/// `event` (a Capacity Block's) naming what EC2 says of its block: an expiration warning its
+/// instances (by id), both its facts and EC2's end over the message's.
+fn name_instances(event: &mut Event, block: &CapacityBlock) {
+    if event.kind == crate::domain::event::EventKind::CapacityBlockExpiration {
+        event.instance_ids = block.instances.keys().cloned().collect();
+    }
+    if let Detail::CapacityBlock {
+        end_date, block: b, ..
+    } = &mut event.detail
+    {
+        if let Some(facts) = &block.facts {
+            if facts.end_date.is_some() && facts.end_date != *end_date {
+                tracing::warn!(event = %event.id, said = ?end_date, ec2 = ?facts.end_date,
+                    "a Capacity Block's event and EC2 disagree on its end: EC2's is taken");
+                *end_date = facts.end_date;
+            }
+        }
+        b.clone_from(&block.facts);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::event::EventKind;
+    use crate::domain::facts::{BlockFacts, InstanceFacts};
+    use crate::domain::inbound::decode_value;
+    use crate::ports::FailureKind;
+    use async_trait::async_trait;
+    use chrono::{DateTime, Utc};
+    use std::sync::Mutex;
+
+    const CR: &str = "cr-0a1b2c3d4e5f60001";
+
+    struct Blocks {
+        calls: Mutex<Vec<(Place, String)>>,
+        fail: bool,
+    }
+
+    #[async_trait]
+    impl InstanceDirectory for Blocks {
+        async fn describe(
+            &self,
+            _ids: &[String],
+        ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
+            Ok(BTreeMap::new())
+        }
+
+        async fn capacity_block(
+            &self,
+            place: &Place,
+            id: &str,
+        ) -> Result<CapacityBlock, DirectoryError> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push((place.clone(), id.to_string()));
+            if self.fail {
+                return Err(DirectoryError::new(
+                    "ec2:DescribeCapacityReservations",
+                    FailureKind::Throttled,
+                    "slow down".to_string(),
+                ));
+            }
+            let instance = |id: &str| {
+                (
+                    id.to_string(),
+                    InstanceFacts {
+                        instance_id: id.to_string(),
+                        ..Default::default()
+                    },
+                )
+            };
+            Ok(CapacityBlock {
+                facts: Some(BlockFacts {
+                    reservation_id: id.to_string(),
+                    instance_type: Some("p5.48xlarge".into()),
+                    zone: Some("us-east-1a".into()),
+                    zone_id: Some("use1-az4".into()),
+                    end_date: "2026-11-20T11:30:00Z".parse().ok(),
+                    state: Some("active".into()),
+                    capacity_block: Some(true),
+                }),
+                instances: [
+                    instance("i-0a1b2c3d4e5f60b02"),
+                    instance("i-0a1b2c3d4e5f60b01"),
+                ]
+                .into(),
+            })
+        }
+    }
+
+    fn warning(id: &str, end: &str) -> serde_json::Value {
+        serde_json::json!({
+            "version": "0", "id": id, "detail-type": "Capacity Block Expiration Warning",
+            "source": "aws.ec2", "account": "123456789012", "time": "2026-11-20T10:50:00Z",
+            "region": "us-east-1",
+            "resources": [format!("arn:aws:ec2:us-east-1:123456789012:capacity-reservation/{CR}")],
+            "detail": {"capacity-reservation-id": CR, "end-date": end}
+        })
+    }
+
+    fn now() -> DateTime<Utc> {
+        "2026-11-20T10:50:01Z".parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_blocks_warning_names_ec2s_instances_and_end_one_lookup_a_block() {
+        let dir = Blocks {
+            calls: Mutex::default(),
+            fail: false,
+        };
+        let records = decode_value(
+            "b",
+            serde_json::json!([
+                warning("a", "2026-11-20T11:30:00Z"),
+                warning("b", "2026-11-20T12:00:00Z")
+            ]),
+            now(),
+        )
+        .unwrap();
+        let spot_only = decode_value("s", serde_json::json!([]), now()).unwrap();
+        assert!(expand(&dir, &spot_only).await.is_none());
+        let out = expand(&dir, &records).await.unwrap();
+        assert!(out.failed.is_empty());
+        assert_eq!(
+            dir.calls.lock().unwrap().len(),
+            1,
+            "one lookup for the block"
+        );
+        for record in &out.records {
+            let event = record.event.as_ref().unwrap();
+            assert_eq!(event.kind, EventKind::CapacityBlockExpiration);
+            assert_eq!(
+                event.instance_ids,
+                ["i-0a1b2c3d4e5f60b01", "i-0a1b2c3d4e5f60b02"]
+            );
+            // EC2's end is taken over the message's (b says 12:00): termination at 11:00.
+            assert_eq!(event.deadline_hint(), "2026-11-20T11:00:00Z".parse().ok());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_lookup_fails_its_blocks_events_alone_and_retryable() {
+        let dir = Blocks {
+            calls: Mutex::default(),
+            fail: true,
+        };
+        let mut input = vec![warning("a", "2026-11-20T11:30:00Z")];
+        input.push(serde_json::json!({
+            "version": "0", "id": "s", "detail-type": "EC2 Spot Instance Interruption Warning",
+            "source": "aws.ec2", "account": "123456789012", "time": "2026-11-20T10:50:00Z",
+            "region": "us-east-1", "detail": {"instance-id": "i-0a1b2c3d4e5f60001"}
+        }));
+        let records = decode_value("b", serde_json::Value::Array(input), now()).unwrap();
+        let out = expand(&dir, &records).await.unwrap();
+        assert_eq!(out.failed.len(), 1);
+        let (i, report) = &out.failed[0];
+        assert_eq!(*i, 0);
+        assert_eq!(report.outcome, crate::domain::report::Outcome::Failed);
+        assert!(!report.permanent, "a throttle comes back");
+        assert!(out.records[0].event.is_err(), "nothing is done with it");
+        assert!(out.records[1].event.is_ok(), "the spot warning goes on");
+        let answered = out.answer(vec![
+            Report::new(&out.records[0]).failed("decode".into()),
+            Report::new(&out.records[1]),
+        ]);
+        assert!(answered[0].reason.as_deref().unwrap().contains("slow down"));
+    }
+}
