@@ -588,6 +588,7 @@ fn act(
                 event.detail,
                 Detail::Spot { .. }
                     | Detail::CapacityReservation { .. }
+                    | Detail::CapacityBlock { .. }
                     | Detail::Scheduled {
                         start_time: Some(_),
                         ..
