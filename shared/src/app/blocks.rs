@@ -11,19 +11,33 @@
 //!
 //! A lookup that fails fails the events of its block alone (retryable as its error says; an
 //! account that is not served acknowledges them, as every event of such an account).
+//!
+//! EC2's word also decides whether the event is due at all, since anyone allowed to send to the
+//! queue could name a real block: a warning of a block that EC2 says ends more than
+//! [`crate::domain::sweep::BLOCK_LOOKAHEAD`] (and [`SLACK`]) from now is refused (it would drain
+//! a block's nodes days early), and so is a delivery of a block EC2 says is not `active` (it
+//! would steer provisioning to a pool that has nothing).
 
 use std::collections::BTreeMap;
 
+use chrono::{DateTime, Utc};
+
 use crate::app::pipeline::{PlaceFailure, place_of};
-use crate::domain::event::{DecodeError, Detail, Event};
+use crate::domain::event::{DecodeError, Detail, Event, EventKind};
 use crate::domain::facts::CapacityBlock;
 use crate::domain::inbound::Record;
 use crate::domain::report::Report;
+use crate::domain::sweep::BLOCK_LOOKAHEAD;
 use crate::ports::{DirectoryError, InstanceDirectory, Place};
 
+/// How much later than 40 minutes before its end a block's warning may still come (EventBridge
+/// delivers within minutes; a warning's clock and EC2's may differ).
+pub const SLACK: chrono::Duration = chrono::Duration::minutes(10);
+
 /// A batch whose Capacity Blocks were looked up: its records, each block's event naming its
-/// instances; and the reports of the records whose block could not be looked up (their record
-/// here is a decode error, so that nothing is done with it: their report is this one).
+/// instances; and the reports of the records whose block could not be looked up, or whose
+/// event EC2's answer refuses (their record here is a decode error, so that nothing is done with
+/// it: their report is this one).
 #[derive(Debug)]
 pub struct Expanded {
     pub records: Vec<Record>,
@@ -55,7 +69,11 @@ fn block_of(record: &Record) -> Option<(Place, &str)> {
 
 /// Looks up every Capacity Block `records` name (at once, one lookup per block and place);
 /// `None` when they name none.
-pub async fn expand(instances: &dyn InstanceDirectory, records: &[Record]) -> Option<Expanded> {
+pub async fn expand(
+    instances: &dyn InstanceDirectory,
+    records: &[Record],
+    now: DateTime<Utc>,
+) -> Option<Expanded> {
     let wanted: Vec<(Place, String)> = records
         .iter()
         .filter_map(block_of)
@@ -83,30 +101,75 @@ pub async fn expand(instances: &dyn InstanceDirectory, records: &[Record]) -> Op
         let Some(key) = block_of(record).map(|(p, id)| (p, id.to_string())) else {
             continue;
         };
-        match &found[&key] {
-            Ok(block) => {
-                if let Ok(event) = record.event.as_mut() {
-                    name_instances(event, block);
+        let (report, why) = match &found[&key] {
+            Ok(block) => match record
+                .event
+                .as_ref()
+                .ok()
+                .and_then(|e| refusal(e, block, now))
+            {
+                None => {
+                    if let Ok(event) = record.event.as_mut() {
+                        name_instances(event, block);
+                    }
+                    continue;
                 }
-            }
-            Err(e) => {
-                let failure = PlaceFailure::of(e);
-                out.failed.push((i, failure.report(record)));
-                record.event = Err(DecodeError {
-                    origin: record.origin.clone(),
-                    field: Some("detail.capacity-reservation-id".into()),
-                    message: format!("the Capacity Block {} was not looked up: {e}", key.1),
-                });
-            }
-        }
+                Some(why) => {
+                    tracing::warn!(origin = %record.origin, %why, "refusing a Capacity Block's event");
+                    let mut report = Report::new(record);
+                    report.outcome = crate::domain::report::Outcome::Ignored;
+                    report.reason = Some(format!("refused: {why}"));
+                    (report, why)
+                }
+            },
+            Err(e) => (
+                PlaceFailure::of(e).report(record),
+                format!("the Capacity Block {} was not looked up: {e}", key.1),
+            ),
+        };
+        out.failed.push((i, report));
+        record.event = Err(DecodeError {
+            origin: record.origin.clone(),
+            field: Some("detail.capacity-reservation-id".into()),
+            message: why,
+        });
     }
     Some(out)
+}
+
+/// Why EC2's answer refuses `event`: a warning not due yet, a delivery of a block not active.
+fn refusal(event: &Event, block: &CapacityBlock, now: DateTime<Utc>) -> Option<String> {
+    let facts = block.facts.as_ref()?;
+    let id = &facts.reservation_id;
+    match event.kind {
+        EventKind::CapacityBlockExpiration => {
+            let end = facts.end_date?;
+            (end > now + BLOCK_LOOKAHEAD + SLACK).then(|| {
+                format!(
+                    "EC2 says Capacity Block {id} ends at {}, more than {} minutes from now: \
+                     its expiration warning is not due, no node is touched",
+                    end.to_rfc3339(),
+                    (BLOCK_LOOKAHEAD + SLACK).num_minutes()
+                )
+            })
+        }
+        EventKind::CapacityBlockDelivered => {
+            let state = facts.state.as_deref()?;
+            (state != "active").then(|| {
+                format!(
+                    "EC2 says Capacity Block {id} is `{state}`, not active: its pool is not \
+                     recorded available"
+                )
+            })
+        }
+        _ => None,
+    }
 }
 
 /// `event` (a Capacity Block's) naming what EC2 says of its block: an expiration warning its
 /// instances (by id), both its facts and EC2's end over the message's.
 fn name_instances(event: &mut Event, block: &CapacityBlock) {
-    if event.kind == crate::domain::event::EventKind::CapacityBlockExpiration {
+    if event.kind == EventKind::CapacityBlockExpiration {
         event.instance_ids = block.instances.keys().cloned().collect();
     }
     if let Detail::CapacityBlock {
@@ -127,12 +190,10 @@ fn name_instances(event: &mut Event, block: &CapacityBlock) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::event::EventKind;
     use crate::domain::facts::{BlockFacts, InstanceFacts};
     use crate::domain::inbound::decode_value;
     use crate::ports::FailureKind;
     use async_trait::async_trait;
-    use chrono::{DateTime, Utc};
     use std::sync::Mutex;
 
     const CR: &str = "cr-0a1b2c3d4e5f60001";
@@ -140,6 +201,20 @@ mod tests {
     struct Blocks {
         calls: Mutex<Vec<(Place, String)>>,
         fail: bool,
+        /// EC2's end of the block and its state.
+        end: &'static str,
+        state: &'static str,
+    }
+
+    impl Blocks {
+        fn new() -> Blocks {
+            Blocks {
+                calls: Mutex::default(),
+                fail: false,
+                end: "2026-11-20T11:30:00Z",
+                state: "active",
+            }
+        }
     }
 
     #[async_trait]
@@ -182,8 +257,8 @@ mod tests {
                     instance_type: Some("p5.48xlarge".into()),
                     zone: Some("us-east-1a".into()),
                     zone_id: Some("use1-az4".into()),
-                    end_date: "2026-11-20T11:30:00Z".parse().ok(),
-                    state: Some("active".into()),
+                    end_date: self.end.parse().ok(),
+                    state: Some(self.state.into()),
                     capacity_block: Some(true),
                 }),
                 instances: [
@@ -211,10 +286,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_blocks_warning_names_ec2s_instances_and_end_one_lookup_a_block() {
-        let dir = Blocks {
-            calls: Mutex::default(),
-            fail: false,
-        };
+        let dir = Blocks::new();
         let records = decode_value(
             "b",
             serde_json::json!([
@@ -225,8 +297,8 @@ mod tests {
         )
         .unwrap();
         let spot_only = decode_value("s", serde_json::json!([]), now()).unwrap();
-        assert!(expand(&dir, &spot_only).await.is_none());
-        let out = expand(&dir, &records).await.unwrap();
+        assert!(expand(&dir, &spot_only, now()).await.is_none());
+        let out = expand(&dir, &records, now()).await.unwrap();
         assert!(out.failed.is_empty());
         assert_eq!(
             dir.calls.lock().unwrap().len(),
@@ -248,8 +320,8 @@ mod tests {
     #[tokio::test]
     async fn a_failed_lookup_fails_its_blocks_events_alone_and_retryable() {
         let dir = Blocks {
-            calls: Mutex::default(),
             fail: true,
+            ..Blocks::new()
         };
         let mut input = vec![warning("a", "2026-11-20T11:30:00Z")];
         input.push(serde_json::json!({
@@ -258,7 +330,7 @@ mod tests {
             "region": "us-east-1", "detail": {"instance-id": "i-0a1b2c3d4e5f60001"}
         }));
         let records = decode_value("b", serde_json::Value::Array(input), now()).unwrap();
-        let out = expand(&dir, &records).await.unwrap();
+        let out = expand(&dir, &records, now()).await.unwrap();
         assert_eq!(out.failed.len(), 1);
         let (i, report) = &out.failed[0];
         assert_eq!(*i, 0);
@@ -271,5 +343,32 @@ mod tests {
             Report::new(&out.records[1]),
         ]);
         assert!(answered[0].reason.as_deref().unwrap().contains("slow down"));
+    }
+
+    #[tokio::test]
+    async fn a_warning_not_due_and_a_delivery_of_a_block_not_active_are_refused() {
+        // A real block that EC2 says ends in three days: a warning naming it now is forged.
+        let dir = Blocks {
+            end: "2026-11-23T11:30:00Z",
+            state: "expired",
+            ..Blocks::new()
+        };
+        let mut delivered = warning("d", "2026-11-23T11:30:00Z");
+        delivered["detail-type"] = "Capacity Block Delivered".into();
+        let input = serde_json::json!([warning("a", "2026-11-20T11:30:00Z"), delivered]);
+        let records = decode_value("b", input, now()).unwrap();
+        let out = expand(&dir, &records, now()).await.unwrap();
+        assert_eq!(out.failed.len(), 2);
+        for (i, report) in &out.failed {
+            assert_eq!(report.outcome, crate::domain::report::Outcome::Ignored);
+            assert!(out.records[*i].event.is_err(), "nothing is done with it");
+            let reason = report.reason.as_deref().unwrap();
+            let want = if *i == 0 {
+                "ends at 2026-11-23T11:30:00+00:00, more than 50 minutes from now"
+            } else {
+                "is `expired`, not active"
+            };
+            assert!(reason.contains(want), "{reason}");
+        }
     }
 }

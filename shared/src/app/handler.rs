@@ -136,7 +136,7 @@ impl Handler {
     ///
     /// The Capacity Blocks its events name are looked up first ([`crate::app::blocks`]).
     pub async fn run(&self, records: &[Record], deadline: Option<DateTime<Utc>>) -> Vec<Report> {
-        match crate::app::blocks::expand(self.instances.as_ref(), records).await {
+        match crate::app::blocks::expand(self.instances.as_ref(), records, self.clock.now()).await {
             None => self.run_looked_up(records, deadline).await,
             Some(expanded) => {
                 let reports = self.run_looked_up(&expanded.records, deadline).await;
