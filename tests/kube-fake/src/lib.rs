@@ -69,6 +69,11 @@
 //! * **Events**: core/v1 and events.k8s.io/v1 creation is validated with the real
 //!   `ValidateEventCreate` rules (a core/v1 Event about a cluster-scoped object
 //!   must live in `default`, ...), answering the real 422.
+//! * **Pod resources**: a created pod's containers and init containers are validated as
+//!   `validateResourceRequirements` does, after the API defaults copy a limit to a missing
+//!   request: a non-overcommitable resource (an extended one such as `nvidia.com/gpu`, or
+//!   hugepages) requested without a limit, or with a different one, and a request above its
+//!   limit, are the real 422 with the real field paths and messages.
 //! * **Admission chain** (the `chain` module), for every create through the HTTP API, a
 //!   `dryRun=All` one included (it runs the whole chain and stores nothing), in the real
 //!   server's order: decode and API defaults (`pkg/apis/core/v1/defaults.go`: `SetDefaults_Pod`,

@@ -587,7 +587,16 @@ impl Store {
     }
 
     fn validate(res: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
-        let errs = validation::validate(res, obj);
+        Self::refuse(res, obj, validation::validate(res, obj))
+    }
+
+    /// The validation of a create ([`validation::validate_create`]).
+    fn validate_new(res: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
+        Self::refuse(res, obj, validation::validate_create(res, obj))
+    }
+
+    /// `errs`, if any, as the real 422 about `obj`.
+    fn refuse(res: &ResourceDef, obj: &Value, errs: Vec<FieldError>) -> Result<(), ApiError> {
         if errs.is_empty() {
             Ok(())
         } else {
@@ -631,7 +640,7 @@ impl Store {
 
     /// The kind's own validation of an object about to be stored.
     pub(crate) fn validate_object(&self, idx: usize, obj: &Value) -> Result<(), ApiError> {
-        Self::validate(&self.resources[idx], obj)
+        Self::validate_new(&self.resources[idx], obj)
     }
 
     /// POST to a collection.
@@ -659,7 +668,7 @@ impl Store {
             ));
         }
         self.generate_name(&mut obj);
-        Self::validate(&res, &obj)?;
+        Self::validate_new(&res, &obj)?;
         let name = meta_str(&obj, "name").unwrap_or_default().to_string();
         let key = self.key(idx, namespace, &name);
         if self.objects.contains_key(&key) {

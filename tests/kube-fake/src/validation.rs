@@ -7,9 +7,14 @@
 //!   events.k8s.io/v1 fields are mapped to the internal names the real
 //!   validation uses (`regarding` is `involvedObject`, `note` is `message`, ...),
 //!   but the error paths keep the real server's wording.
+//! * Pods, on create: each container's and init container's resources as
+//!   `validateResourceRequirements` of `pkg/apis/core/validation/validation.go` checks them
+//!   against each other (see [`pod_resource_errors`]), after the API defaults (a limit
+//!   without a request is its request, `chain::defaults`).
 
 use serde_json::Value;
 
+use crate::quantity::parse_milli;
 use crate::resources::ResourceDef;
 use crate::status::FieldError;
 
@@ -103,6 +108,107 @@ pub(crate) fn validate(res: &ResourceDef, obj: &Value) -> Vec<FieldError> {
         errs.extend(validate_event(obj, false));
     } else if is_events_v1(res) {
         errs.extend(validate_event(obj, true));
+    }
+    errs
+}
+
+/// Validation run on create: [`validate`], and for a Pod its containers' resources
+/// ([`pod_resource_errors`]). Not on updates: a pod's resources do not change in the fake
+/// (no in-place resize), and objects seeded as given stay writable.
+pub(crate) fn validate_create(res: &ResourceDef, obj: &Value) -> Vec<FieldError> {
+    let mut errs = validate(res, obj);
+    if res.group.is_empty() && res.kind == "Pod" {
+        errs.extend(pod_resource_errors(obj));
+    }
+    errs
+}
+
+/// `IsOvercommitAllowed` (`pkg/apis/core/helper/helpers.go`): a native resource (no domain,
+/// or one in `kubernetes.io/`) that is not hugepages. Extended resources (`nvidia.com/gpu`,
+/// `aws.amazon.com/neuron`, ...) and `hugepages-<size>` are not.
+pub(crate) fn overcommit_allowed(resource: &str) -> bool {
+    let native = !resource.contains('/') || resource.contains("kubernetes.io/");
+    native && !resource.starts_with("hugepages-")
+}
+
+/// A quantity of a resource list as text (a seed may hold a bare number).
+fn quantity_text(q: &Value) -> String {
+    match q {
+        Value::String(s) => s.trim().to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// The resources of every container, then every init container (the real order:
+/// `validateContainers`, then `validateInitContainers`), as `validateResourceRequirements`
+/// checks a request against its limit:
+///
+/// * a non-overcommitable resource ([`overcommit_allowed`]) requested without a limit:
+///   `spec.containers[0].resources.limits: Required value: Limit must be set for non
+///   overcommitable resources` (the path is the `limits` map, not the resource's key);
+/// * one whose request differs from its limit: `spec.containers[0].resources.requests:
+///   Invalid value: "4": must be equal to nvidia.com/gpu limit of 8`;
+/// * any other whose request is above its limit: `... must be less than or equal to cpu limit
+///   of 1`.
+///
+/// Requests are read after the API defaults, which copy a limit to a missing request: a pod
+/// that states its GPUs as limits only passes. Resources are checked in name order (the real
+/// server walks a Go map); quantities are compared in thousandths and written as the pod
+/// states them (the real server writes their canonical form, the same for whole numbers such
+/// as a GPU count).
+pub(crate) fn pod_resource_errors(pod: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    for list in ["containers", "initContainers"] {
+        let containers = pod
+            .pointer(&format!("/spec/{list}"))
+            .and_then(Value::as_array);
+        for (i, c) in containers.into_iter().flatten().enumerate() {
+            let path = format!("spec.{list}[{i}].resources");
+            errs.extend(requirement_errors(c.get("resources"), &path));
+        }
+    }
+    errs
+}
+
+/// The request-against-limit rules of one container's `resources` (at `path`).
+fn requirement_errors(resources: Option<&Value>, path: &str) -> Vec<FieldError> {
+    let list = |key: &str| {
+        resources
+            .and_then(|r| r.get(key))
+            .and_then(Value::as_object)
+    };
+    let (Some(requests), limits) = (list("requests"), list("limits")) else {
+        return Vec::new();
+    };
+    let mut names: Vec<&String> = requests.keys().collect();
+    names.sort();
+    let mut errs = Vec::new();
+    for name in names {
+        let request = quantity_text(&requests[name]);
+        let Some(limit) = limits.and_then(|l| l.get(name)).map(quantity_text) else {
+            if !overcommit_allowed(name) {
+                errs.push(FieldError::required(
+                    &format!("{path}.limits"),
+                    "Limit must be set for non overcommitable resources",
+                ));
+            }
+            continue;
+        };
+        let (Some(req), Some(lim)) = (parse_milli(&request), parse_milli(&limit)) else {
+            continue;
+        };
+        let detail = if req != lim && !overcommit_allowed(name) {
+            format!("must be equal to {name} limit of {limit}")
+        } else if req > lim {
+            format!("must be less than or equal to {name} limit of {limit}")
+        } else {
+            continue;
+        };
+        errs.push(FieldError::invalid(
+            &format!("{path}.requests"),
+            &FieldError::quote(&request),
+            &detail,
+        ));
     }
     errs
 }
@@ -297,6 +403,56 @@ mod tests {
 
     fn fields(errs: &[FieldError]) -> Vec<&str> {
         errs.iter().map(|e| e.field.as_str()).collect()
+    }
+
+    #[test]
+    fn non_overcommitable_requests_need_an_equal_limit() {
+        let pod = |resources: Value| {
+            json!({"metadata": {"name": "p"}, "spec": {
+                "initContainers": [{"name": "i", "resources": {"requests": {"hugepages-2Mi": "2Mi"},
+                    "limits": {"hugepages-2Mi": "4Mi", "memory": "1Gi"}}}],
+                "containers": [{"name": "c", "resources": resources}]}})
+        };
+        let errs = validate_create(
+            &res("Pod", ""),
+            &pod(json!({"requests": {"nvidia.com/gpu": "8", "cpu": "2"},
+                        "limits": {"cpu": "1"}})),
+        );
+        let got: Vec<(&str, &str)> = errs
+            .iter()
+            .map(|e| (e.field.as_str(), e.body.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "spec.containers[0].resources.requests",
+                    "Invalid value: \"2\": must be less than or equal to cpu limit of 1"
+                ),
+                (
+                    "spec.containers[0].resources.limits",
+                    "Required value: Limit must be set for non overcommitable resources"
+                ),
+                (
+                    "spec.initContainers[0].resources.requests",
+                    "Invalid value: \"2Mi\": must be equal to hugepages-2Mi limit of 4Mi"
+                ),
+            ]
+        );
+        // Equal quantities in other forms, overcommitted cpu and memory, a limit alone.
+        let fine = pod(
+            json!({"requests": {"aws.amazon.com/neuron": "1", "cpu": "500m",
+                                           "memory": "1Gi"},
+                              "limits": {"aws.amazon.com/neuron": "1000m", "cpu": "1",
+                                         "memory": "2Gi", "nvidia.com/gpu": "1"}}),
+        );
+        let errs = pod_resource_errors(&fine);
+        assert_eq!(fields(&errs), ["spec.initContainers[0].resources.requests"]);
+        assert!(validate(&res("Pod", ""), &fine).is_empty(), "create only");
+        assert!(overcommit_allowed("ephemeral-storage"));
+        assert!(overcommit_allowed("example.kubernetes.io/thing"));
+        assert!(!overcommit_allowed("hugepages-1Gi"));
+        assert!(!overcommit_allowed("vpc.amazonaws.com/pod-eni"));
     }
 
     #[test]

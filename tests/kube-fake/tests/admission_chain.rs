@@ -128,6 +128,91 @@ async fn a_dry_run_returns_the_defaulted_and_mutated_pod_and_stores_nothing() {
     assert_eq!(stored["spec"]["tolerations"], spec["tolerations"]);
 }
 
+/// A pod whose one container has `resources`.
+fn with_resources(name: &str, resources: Value) -> DynamicObject {
+    pod(
+        name,
+        json!({"containers": [{"name": "trainer", "image": "trainer:1", "resources": resources}]}),
+    )
+}
+
+#[tokio::test]
+async fn a_gpu_request_without_an_equal_limit_is_refused_as_the_real_server_does() {
+    let fake = KubeFake::start().await;
+    let api = pods(&fake, "ml");
+    let (code, reason, message) = refused(
+        &api,
+        &with_resources(
+            "no-limit",
+            json!({"requests": {"nvidia.com/gpu": "8", "cpu": "4"}}),
+        ),
+    )
+    .await;
+    assert_eq!((code, reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        message,
+        "Pod \"no-limit\" is invalid: spec.containers[0].resources.limits: Required value: \
+         Limit must be set for non overcommitable resources"
+    );
+    let (code, _, message) = refused(
+        &api,
+        &with_resources(
+            "unequal",
+            json!({"requests": {"aws.amazon.com/neuron": "1"},
+                   "limits": {"aws.amazon.com/neuron": "2"}}),
+        ),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        message,
+        "Pod \"unequal\" is invalid: spec.containers[0].resources.requests: Invalid value: \
+         \"1\": must be equal to aws.amazon.com/neuron limit of 2"
+    );
+    // A dry run is refused alike, and nothing is stored.
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let obj = with_resources("no-limit", json!({"requests": {"nvidia.com/gpu": "1"}}));
+    assert!(matches!(
+        api.create(&dry, &obj).await,
+        Err(kube::Error::Api(s)) if s.code == 422
+    ));
+    assert!(fake.get("v1", "Pod", Some("ml"), "no-limit").is_none());
+    assert!(fake.get("v1", "Pod", Some("ml"), "unequal").is_none());
+}
+
+#[tokio::test]
+async fn a_gpu_limit_alone_is_admitted_with_its_request_defaulted_to_it() {
+    let fake = KubeFake::start().await;
+    let api = pods(&fake, "ml");
+    let created = admitted(
+        &api,
+        &with_resources(
+            "trainer",
+            json!({"limits": {"nvidia.com/gpu": "8", "memory": "64Gi"},
+                   "requests": {"cpu": "4", "memory": "32Gi"}}),
+        ),
+    )
+    .await;
+    assert_eq!(
+        created["spec"]["containers"][0]["resources"],
+        json!({"limits": {"nvidia.com/gpu": "8", "memory": "64Gi"},
+               "requests": {"cpu": "4", "memory": "32Gi", "nvidia.com/gpu": "8"}}),
+        "the GPU limit copied to the request; memory keeps its own lower request"
+    );
+    // Both stated and equal, in another spelling of the same quantity: admitted.
+    admitted(
+        &api,
+        &with_resources(
+            "both",
+            json!({"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1000m"}}),
+        ),
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn service_accounts_must_exist_and_may_opt_out_of_the_token() {
     let fake = KubeFake::start().await;

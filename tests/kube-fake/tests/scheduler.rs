@@ -280,7 +280,9 @@ async fn init_containers_count_by_the_largest_and_limits_stand_for_requests() {
     let mut limited = wants("limited", "0", "0");
     limited["spec"]["containers"][0]["resources"] = json!({"limits": {"cpu": "3"}});
     let mut gpu = wants("gpu", "100m", "1Gi");
-    gpu["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = json!("1");
+    // A GPU as a limit alone: the API defaults the request to it (a request without an equal
+    // limit is refused).
+    gpu["spec"]["containers"][0]["resources"]["limits"] = json!({"nvidia.com/gpu": "1"});
 
     for pod in [init, limited, gpu] {
         create(&fake, pod).await;

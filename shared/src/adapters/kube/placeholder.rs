@@ -72,6 +72,7 @@ pub(crate) fn placeholder_for(
         ..OwnerReference::default()
     });
     let requests = effective_requests(&spec);
+    let limits = non_overcommitable(&requests);
     Pod {
         metadata: ObjectMeta {
             name: Some(placeholder_name(&uid)),
@@ -86,6 +87,7 @@ pub(crate) fn placeholder_for(
                 name: "placeholder".into(),
                 image: Some(PLACEHOLDER_IMAGE.into()),
                 resources: (!requests.is_empty()).then(|| ResourceRequirements {
+                    limits: (!limits.is_empty()).then_some(limits),
                     requests: Some(requests),
                     ..ResourceRequirements::default()
                 }),
@@ -203,13 +205,56 @@ fn own_namespace(
     }
 }
 
+/// Whether the API server lets a container request less of `resource` than its limit
+/// (`IsOvercommitAllowed` of k8s.io/kubernetes `pkg/apis/core/helper/helpers.go`): a native
+/// resource (a name without a domain, or in `kubernetes.io/`: `cpu`, `memory`,
+/// `ephemeral-storage`) that is not hugepages (`hugepages-<size>`). Every other one (an
+/// extended resource such as `nvidia.com/gpu`, `aws.amazon.com/neuron` or
+/// `vpc.amazonaws.com/pod-eni`, and hugepages) is non-overcommitable.
+pub(crate) fn overcommit_allowed(resource: &str) -> bool {
+    let native = !resource.contains('/') || resource.contains("kubernetes.io/");
+    native && !resource.starts_with("hugepages-")
+}
+
+/// The limits a placeholder must state for its `requests` to be accepted: the request of every
+/// non-overcommitable resource ([`overcommit_allowed`]) as its limit, and nothing for cpu and
+/// memory (a limit there would only throttle or kill a pod that does nothing).
+///
+/// The API server refuses a container that requests a non-overcommitable resource without a
+/// limit (`Required value: Limit must be set for non overcommitable resources`, at
+/// `spec.containers[0].resources.limits`) or with a limit that differs
+/// (`must be equal to nvidia.com/gpu limit of 8`): `validateResourceRequirements` of
+/// k8s.io/kubernetes `pkg/apis/core/validation/validation.go`. A GPU pod states its GPUs as a
+/// limit (the API's defaulting, `SetDefaults_Pod` of `pkg/apis/core/v1/defaults.go`, copies it
+/// to the request): without this its placeholder would be refused, and no GPU node started.
+fn non_overcommitable(requests: &BTreeMap<String, Quantity>) -> BTreeMap<String, Quantity> {
+    requests
+        .iter()
+        .filter(|(name, _)| !overcommit_allowed(name))
+        .map(|(name, q)| (name.clone(), q.clone()))
+        .collect()
+}
+
+/// A container's requests as the API server defaults them (`SetDefaults_Pod`): a resource
+/// with a limit and no request requests its limit (a pod read back from the API already
+/// carries both).
+fn container_requests(c: &Container) -> BTreeMap<&String, &Quantity> {
+    let Some(r) = c.resources.as_ref() else {
+        return BTreeMap::new();
+    };
+    let mut out: BTreeMap<&String, &Quantity> = r.limits.iter().flatten().collect();
+    out.extend(r.requests.iter().flatten());
+    out
+}
+
 /// What a pod requests, per resource: the larger of its containers' sum and its largest init
-/// container's request (as the scheduler counts it); a sum past what a quantity can say stays
-/// at the largest (never an overflow).
+/// container's request (as the scheduler counts it), each container's requests defaulted from
+/// its limits ([`container_requests`]); a sum past what a quantity can say stays at the largest
+/// (never an overflow).
 fn effective_requests(spec: &PodSpec) -> BTreeMap<String, Quantity> {
     let mut sum: BTreeMap<String, i128> = BTreeMap::new();
     for c in &spec.containers {
-        for (name, q) in c.resources.iter().flat_map(|r| r.requests.iter().flatten()) {
+        for (name, q) in container_requests(c) {
             if let Some(milli) = milli(&q.0) {
                 let e = sum.entry(name.clone()).or_default();
                 *e = e.saturating_add(milli);
@@ -217,7 +262,7 @@ fn effective_requests(spec: &PodSpec) -> BTreeMap<String, Quantity> {
         }
     }
     for c in spec.init_containers.iter().flatten() {
-        for (name, q) in c.resources.iter().flat_map(|r| r.requests.iter().flatten()) {
+        for (name, q) in container_requests(c) {
             if let Some(milli) = milli(&q.0) {
                 let e = sum.entry(name.clone()).or_default();
                 *e = (*e).max(milli);
@@ -385,6 +430,76 @@ mod tests {
             json!([{"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["doomed"]}],
                     "matchExpressions": [{"key": LABEL_CORDONED, "operator": "DoesNotExist"}]}])
         );
+    }
+
+    /// A pod of `containers`, on the doomed node.
+    fn pod_of(containers: serde_json::Value) -> Pod {
+        pod(
+            json!({"metadata": {"name": "train-0", "namespace": "ml", "uid": "u-9"},
+            "spec": {"nodeName": "doomed", "containers": containers}}),
+        )
+    }
+
+    /// The placeholder's one container's resources.
+    fn resources_of(p: &Pod) -> serde_json::Value {
+        let evict_by = deadline() - chrono::Duration::seconds(40);
+        let ph = placeholder_for(p, &DOOMED, "ev-1", deadline(), evict_by);
+        serde_json::to_value(ph).unwrap()["spec"]["containers"][0]["resources"].clone()
+    }
+
+    #[test]
+    fn a_gpu_pods_placeholder_states_its_gpus_as_limits_too() {
+        // As the pod was written: its GPUs as a limit only (the API server copies a limit to a
+        // missing request), cpu and memory as requests below their limits.
+        let written = pod_of(json!([{"name": "trainer", "resources": {
+            "limits": {"nvidia.com/gpu": "8", "memory": "64Gi"},
+            "requests": {"cpu": "4", "memory": "32Gi"}}}]));
+        // As a pod is read back from the API: the GPU limit copied to the request.
+        let read_back = pod_of(json!([{"name": "trainer", "resources": {
+            "limits": {"nvidia.com/gpu": "8", "memory": "64Gi"},
+            "requests": {"cpu": "4", "memory": "32Gi", "nvidia.com/gpu": "8"}}}]));
+        for p in [written, read_back] {
+            assert_eq!(
+                resources_of(&p),
+                json!({"requests": {"cpu": "4", "memory": "34359738368", "nvidia.com/gpu": "8"},
+                       "limits": {"nvidia.com/gpu": "8"}}),
+                "the GPUs requested with an equal limit; cpu and memory requests only"
+            );
+        }
+    }
+
+    #[test]
+    fn every_non_overcommitable_resource_gets_its_request_as_its_limit() {
+        let neuron = pod_of(json!([
+            {"name": "a", "resources": {"limits": {"aws.amazon.com/neuron": "1"},
+                "requests": {"aws.amazon.com/neuron": "1", "cpu": "1"}}},
+            {"name": "b", "resources": {"limits": {"aws.amazon.com/neuron": "2",
+                "hugepages-2Mi": "4Mi", "vpc.amazonaws.com/pod-eni": "1",
+                "ephemeral-storage": "1Gi"}}}
+        ]));
+        let r = resources_of(&neuron);
+        assert_eq!(
+            r["requests"],
+            json!({"aws.amazon.com/neuron": "3", "cpu": "1", "ephemeral-storage": "1073741824",
+                   "hugepages-2Mi": "4194304", "vpc.amazonaws.com/pod-eni": "1"})
+        );
+        assert_eq!(
+            r["limits"],
+            json!({"aws.amazon.com/neuron": "3", "hugepages-2Mi": "4194304",
+                   "vpc.amazonaws.com/pod-eni": "1"}),
+            "extended resources and hugepages, summed over the containers"
+        );
+        for (name, overcommit) in [
+            ("cpu", true),
+            ("memory", true),
+            ("ephemeral-storage", true),
+            ("kubernetes.io/something", true),
+            ("nvidia.com/gpu", false),
+            ("aws.amazon.com/neuron", false),
+            ("hugepages-1Gi", false),
+        ] {
+            assert_eq!(overcommit_allowed(name), overcommit, "{name}");
+        }
     }
 
     /// A placeholder's metadata: forewarn's name, namespace, owner, labels and annotations.
