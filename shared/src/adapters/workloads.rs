@@ -6,15 +6,16 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use crate::adapters::kube::placeholder::milli;
 use crate::domain::audit::{
-    AuditNode, AuditPod, Budget, ClusterView, IntOrPercent, Requirement, Selector, Workload,
-    WorkloadKind,
+    AuditContainer, AuditNode, AuditPod, Budget, ClusterView, IntOrPercent, Requirement, Selector,
+    Workload, WorkloadKind,
 };
 use crate::domain::names::UnknownName;
 
@@ -135,6 +136,38 @@ fn audit_pod(pod: &Pod) -> AuditPod {
             .and_then(|s| s.priority_class_name.clone())
             .filter(|c| !c.is_empty()),
         priority: spec.and_then(|s| s.priority),
+        containers: spec
+            .map(|s| s.containers.iter().map(audit_container).collect())
+            .unwrap_or_default(),
+    }
+}
+
+/// A container's extended resource requests (names with a domain outside `kubernetes.io`), a
+/// limit standing for a missing request as the API server defaults it, in units rounded up
+/// (the API server admits only whole numbers of them); and whether it has a `preStop` hook.
+fn audit_container(c: &Container) -> AuditContainer {
+    let resources = c.resources.as_ref();
+    let mut stated: BTreeMap<&String, &str> = BTreeMap::new();
+    for list in [
+        resources.and_then(|r| r.limits.as_ref()),
+        resources.and_then(|r| r.requests.as_ref()),
+    ] {
+        for (name, q) in list.into_iter().flatten() {
+            stated.insert(name, &q.0);
+        }
+    }
+    let extended = stated
+        .into_iter()
+        .filter(|(name, _)| name.contains('/') && !name.contains("kubernetes.io/"))
+        .filter_map(|(name, q)| {
+            let units = milli(q)?.saturating_add(999) / 1000;
+            Some((name.clone(), i64::try_from(units).unwrap_or(i64::MAX)))
+        })
+        .collect();
+    AuditContainer {
+        name: c.name.clone(),
+        extended,
+        pre_stop: c.lifecycle.as_ref().is_some_and(|l| l.pre_stop.is_some()),
     }
 }
 
@@ -354,6 +387,45 @@ mod tests {
         assert_eq!(p.grace_seconds, Some(200));
         assert_eq!(p.empty_dirs, vec!["cache".to_string()]);
         assert!(v.workloads[1].selector.is_none());
+    }
+
+    #[test]
+    fn containers_give_their_accelerators_and_hooks() {
+        let pod: Pod = from(json!({"metadata": {"name": "train-0", "namespace": "ml"},
+        "spec": {"nodeName": "g1", "containers": [
+            {"name": "trainer", "resources": {
+                "limits": {"nvidia.com/gpu": "8", "memory": "64Gi"},
+                "requests": {"cpu": "4", "vpc.amazonaws.com/efa": "1"}},
+             "lifecycle": {"preStop": {"exec": {"command": ["/checkpoint"]}}}},
+            {"name": "sidecar", "resources": {"limits": {"aws.amazon.com/neuron": "1"},
+                "requests": {"aws.amazon.com/neuron": "1",
+                             "example.kubernetes.io/thing": "1"}}}
+        ]}}));
+        let p = audit_pod(&pod);
+        assert_eq!(
+            p.containers,
+            vec![
+                AuditContainer {
+                    name: "trainer".into(),
+                    extended: [
+                        ("nvidia.com/gpu".to_string(), 8),
+                        ("vpc.amazonaws.com/efa".to_string(), 1)
+                    ]
+                    .into(),
+                    pre_stop: true,
+                },
+                AuditContainer {
+                    name: "sidecar".into(),
+                    extended: [("aws.amazon.com/neuron".to_string(), 1)].into(),
+                    pre_stop: false,
+                },
+            ],
+            "a limit stands for a missing request; native resources are not extended"
+        );
+        assert_eq!(
+            p.gpus(),
+            [("aws.amazon.com/neuron", 1), ("nvidia.com/gpu", 8)].into()
+        );
     }
 
     #[test]

@@ -4,8 +4,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
+use crate::domain::audit::findings::plural;
 use crate::domain::audit::model::{AuditNode, ClusterView, Selector};
-use crate::domain::audit::rules::plural;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SuggestedBudget {

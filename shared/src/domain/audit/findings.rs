@@ -48,6 +48,18 @@ pub enum Code {
     NoController,
     /// A `system-*` priority workload on spot capacity.
     CriticalOnSpot,
+    /// A GPU workload whose pods cannot all leave a Capacity Block's node in the ten minutes
+    /// before its instances terminate: its budget allows no eviction, several budgets select a
+    /// pod (the eviction API answers 500), or it needs more rounds than fit.
+    BlockDrainStalls,
+    /// A GPU workload whose grace period, after its budget's rounds, ends past the termination
+    /// of a Capacity Block's instances.
+    BlockGraceLong,
+    /// A GPU workload that leaves a Capacity Block in time but without a checkpoint hook (no
+    /// `preStop` on a GPU container): its pods get only SIGTERM and their grace.
+    BlockNoCheckpoint,
+    /// A GPU workload that leaves a Capacity Block in time, with a checkpoint hook.
+    BlockReady,
 }
 
 impl Code {
@@ -58,17 +70,30 @@ impl Code {
     /// The level of a finding with this code.
     pub fn level(self) -> Level {
         match self {
-            Code::PdbBlocksEviction | Code::PdbOverlap | Code::SingleReplica | Code::OneNode => {
-                Level::Error
-            }
+            Code::PdbBlocksEviction
+            | Code::PdbOverlap
+            | Code::SingleReplica
+            | Code::OneNode
+            | Code::BlockDrainStalls => Level::Error,
             Code::NoPdb
             | Code::OnePool
             | Code::GraceTooLong
             | Code::HotPool
             | Code::NoController
-            | Code::CriticalOnSpot => Level::Warning,
-            Code::OneZone | Code::LocalStorage => Level::Info,
+            | Code::CriticalOnSpot
+            | Code::BlockGraceLong
+            | Code::BlockNoCheckpoint => Level::Warning,
+            Code::OneZone | Code::LocalStorage | Code::BlockReady => Level::Info,
         }
+    }
+}
+
+/// `1 pod`, `2 pods`: `n` of `one`, for a finding's text.
+pub(super) fn plural(n: usize, one: &str) -> String {
+    if n == 1 {
+        format!("{n} {one}")
+    } else {
+        format!("{n} {one}s")
     }
 }
 

@@ -36,6 +36,16 @@ pub const CRITICAL_PRIORITY: i32 = 1_000_000_000;
 /// The grace period Kubernetes gives a pod that does not set one.
 pub const DEFAULT_GRACE_SECONDS: i64 = 30;
 
+/// The extended resources that are accelerators (NVIDIA GPUs; AWS Trainium and Inferentia
+/// through the Neuron device plugin): a pod requesting any of them is a GPU pod, whose
+/// workload the audit checks for a Capacity Block's end.
+pub const GPU_RESOURCES: &[&str] = &[
+    "nvidia.com/gpu",
+    "aws.amazon.com/neuron",
+    "aws.amazon.com/neuroncore",
+    "aws.amazon.com/neurondevice",
+];
+
 /// How a workload is run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, strum::Display)]
 pub enum WorkloadKind {
@@ -106,6 +116,52 @@ pub struct AuditPod {
     pub priority_class: Option<String>,
     /// `spec.priority`, as admission set it.
     pub priority: Option<i32>,
+    /// Its containers (`spec.containers`; init containers are not: none runs when a pod is
+    /// stopped).
+    pub containers: Vec<AuditContainer>,
+}
+
+impl AuditPod {
+    /// The accelerators it requests, per resource ([`GPU_RESOURCES`]; none when it is not a
+    /// GPU pod).
+    pub fn gpus(&self) -> BTreeMap<&str, i64> {
+        let mut out: BTreeMap<&str, i64> = BTreeMap::new();
+        for c in &self.containers {
+            for (name, n) in c.gpus() {
+                let e = out.entry(name).or_default();
+                *e = e.saturating_add(n);
+            }
+        }
+        out
+    }
+}
+
+/// One container of a pod.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditContainer {
+    pub name: String,
+    /// The extended resources it requests (a name with a domain outside `kubernetes.io`:
+    /// `nvidia.com/gpu`, ...), in units; a limit stands for a missing request, as the API
+    /// server defaults it.
+    pub extended: BTreeMap<String, i64>,
+    /// Whether it has a `lifecycle.preStop` hook (where a workload checkpoints before it is
+    /// stopped).
+    pub pre_stop: bool,
+}
+
+impl AuditContainer {
+    /// The accelerators it requests ([`GPU_RESOURCES`]), those above 0.
+    pub fn gpus(&self) -> impl Iterator<Item = (&'static str, i64)> + '_ {
+        GPU_RESOURCES.iter().filter_map(|name| {
+            let n = self.extended.get(*name).copied().unwrap_or(0);
+            (n > 0).then_some((*name, n))
+        })
+    }
+
+    /// Whether it requests an accelerator.
+    pub fn is_gpu(&self) -> bool {
+        self.gpus().next().is_some()
+    }
 }
 
 /// A workload: a controller and its pods (or a bare pod).
@@ -276,4 +332,20 @@ pub struct ClusterView {
     pub nodes: BTreeMap<String, AuditNode>,
     /// PriorityClass name → value.
     pub priority_classes: BTreeMap<String, i32>,
+}
+
+impl ClusterView {
+    /// The expected pods of a budget: the replicas of every workload it selects a pod of.
+    pub fn expected_pods(&self, budget: &Budget) -> i64 {
+        self.workloads
+            .iter()
+            .filter(|w| w.namespace == budget.namespace)
+            .filter(|w| {
+                w.pods
+                    .iter()
+                    .any(|p| budget.selects(&w.namespace, &p.labels))
+            })
+            .map(|w| i64::from(w.replicas.max(0)))
+            .sum()
+    }
 }

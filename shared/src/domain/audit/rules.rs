@@ -2,7 +2,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::domain::audit::findings::{AuditReport, Code, Finding, HotPool, Level};
+use crate::domain::audit::blocks::capacity_block;
+use crate::domain::audit::findings::{AuditReport, Code, Finding, HotPool, Level, plural};
 use crate::domain::audit::model::{
     AuditNode, AuditPod, Budget, CRITICAL_PRIORITY, ClusterView, DEFAULT_GRACE_SECONDS, Workload,
     WorkloadKind,
@@ -29,48 +30,28 @@ impl Placement<'_> {
     }
 }
 
-pub(super) fn plural(n: usize, one: &str) -> String {
-    if n == 1 {
-        format!("{n} {one}")
-    } else {
-        format!("{n} {one}s")
-    }
-}
-
-/// The expected pods of a budget: the replicas of every workload it selects a pod of.
-fn expected_pods(view: &ClusterView, budget: &Budget) -> i64 {
-    view.workloads
-        .iter()
-        .filter(|w| w.namespace == budget.namespace)
-        .filter(|w| {
-            w.pods
-                .iter()
-                .any(|p| budget.selects(&w.namespace, &p.labels))
-        })
-        .map(|w| i64::from(w.replicas.max(0)))
-        .sum()
-}
-
-/// Runs every rule over every workload with a pod on spot capacity.
+/// Runs every rule over every workload with a pod on spot capacity, and the Capacity Block
+/// check ([`capacity_block`]) over every GPU workload, on spot or not.
 ///
 /// `hot` are the pools recently interrupted ([`hot_pools`](super::hot_pools)); `config` gives
-/// the notice and forewarn's margin (the grace rule).
+/// the notice and forewarn's margin (the grace rules).
 pub fn audit(view: &ClusterView, config: &Config, hot: &BTreeMap<PoolKey, HotPool>) -> AuditReport {
     let mut report = AuditReport::default();
     for workload in &view.workloads {
         report.summary.workloads += 1;
+        let mut found: Vec<(Code, String)> =
+            capacity_block(view, workload, config).into_iter().collect();
         let checked = Checked::new(view, workload);
-        if checked.spot.is_empty() {
-            continue;
+        if !checked.spot.is_empty() {
+            report.summary.checked += 1;
+            checked.count_survivors(&mut report);
+            found.extend(checked.budgets());
+            found.extend(checked.spread());
+            found.extend(checked.grace(config));
+            found.extend(checked.hot_pools(hot));
+            found.extend(checked.local_storage());
+            found.extend(checked.priority());
         }
-        report.summary.checked += 1;
-        checked.count_survivors(&mut report);
-        let mut found = checked.budgets();
-        found.extend(checked.spread());
-        found.extend(checked.grace(config));
-        found.extend(checked.hot_pools(hot));
-        found.extend(checked.local_storage());
-        found.extend(checked.priority());
         record(&mut report, workload, found);
     }
     report
@@ -166,7 +147,7 @@ impl<'a> Checked<'a> {
             ));
         }
         for b in &budgets {
-            let expected = expected_pods(view, b);
+            let expected = view.expected_pods(b);
             if b.allowed_when_healthy(expected) == 0 {
                 found.push((
                     Code::PdbBlocksEviction,

@@ -520,3 +520,235 @@ fn suggested_budgets_and_their_yaml() {
     };
     assert!(suggested_budgets(&view(bare, vec![])).is_empty());
 }
+
+/// A GPU pod of `shop/Deployment/web` on `node`: one container `trainer` asking 8 GPUs, with a
+/// `preStop` hook when `hook`, and a container `log` asking none.
+fn gpu_pod(name: &str, node: &str, hook: bool) -> AuditPod {
+    AuditPod {
+        containers: vec![
+            AuditContainer {
+                name: "trainer".into(),
+                extended: [("nvidia.com/gpu".to_string(), 8)].into(),
+                pre_stop: hook,
+            },
+            AuditContainer {
+                name: "log".into(),
+                pre_stop: true,
+                ..AuditContainer::default()
+            },
+        ],
+        ..pod(name, node)
+    }
+}
+
+/// The deployment `web` with a GPU pod on each of `nodes` (on-demand `od` or nodes the view
+/// does not know: not spot), each with a hook when `hook`.
+fn gpu_deployment(nodes: &[&str], hook: bool) -> Workload {
+    let mut w = deployment(nodes);
+    for (i, n) in nodes.iter().enumerate() {
+        w.pods[i] = gpu_pod(&format!("web-{i}"), n, hook);
+    }
+    w
+}
+
+/// The Capacity Block finding of a view (its code and message).
+fn block_finding(v: &ClusterView) -> (&'static str, String) {
+    let report = audit(v, &Config::default(), &BTreeMap::new());
+    let f: Vec<&Finding> = report
+        .findings
+        .iter()
+        .filter(|f| f.code.as_str().starts_with("block-"))
+        .collect();
+    assert_eq!(
+        f.len(),
+        1,
+        "one finding per GPU workload: {:?}",
+        report.findings
+    );
+    (f[0].code.as_str(), f[0].message.clone())
+}
+
+#[test]
+fn a_gpu_workload_that_leaves_a_capacity_block_in_time_is_ready() {
+    use IntOrPercent::Int;
+    let mut w = gpu_deployment(&["g1", "g2"], true);
+    w.pods[1].grace_seconds = Some(300);
+    let v = view(w, vec![budget("web", None, Some(Int(1)))]);
+    let (code, message) = block_finding(&v);
+    assert_eq!(code, "block-ready");
+    assert_eq!(
+        message,
+        "shop/Deployment/web (2 GPU pods, 16 nvidia.com/gpu) has 585 s to leave a Capacity \
+         Block (its instances terminate 600 s after the expiration warning; forewarn's margin \
+         is 15 s): budget fits: PodDisruptionBudget shop/web (maxUnavailable: 1, 2 pods \
+         expected) lets the 1 pod on node g1 go at once; grace fits: 300 s, done 300 s in; \
+         checkpoint hook: preStop on its GPU containers"
+    );
+    let report = audit(&v, &Config::default(), &BTreeMap::new());
+    assert_eq!(report.findings[0].level, Level::Info);
+    assert_eq!(report.findings[0].workload, "shop/Deployment/web");
+    assert_eq!(
+        (report.summary.checked, report.summary.infos),
+        (0, 1),
+        "checked whatever its capacity type; not counted as on spot"
+    );
+    // A workload asking no accelerator gets no such finding.
+    assert!(
+        audit(
+            &view(deployment(&["od"]), vec![]),
+            &Config::default(),
+            &BTreeMap::new()
+        )
+        .findings
+        .is_empty()
+    );
+}
+
+#[test]
+fn a_budget_that_stalls_a_capacity_block_drain_is_an_error() {
+    use IntOrPercent::{Int, Percent};
+    let stalled =
+        |budgets: Vec<Budget>| block_finding(&view(gpu_deployment(&["g1"], true), budgets));
+    let (code, message) = stalled(vec![budget("web", None, Some(Int(0)))]);
+    assert_eq!(code, "block-drain-stalls");
+    assert!(
+        message.contains(
+            "budget does not fit: PodDisruptionBudget shop/web (maxUnavailable: 0, 1 pod \
+             expected) allows no eviction: the 1 pod on node g1 cannot leave before the \
+             instance terminates"
+        ),
+        "{message}"
+    );
+    let (code, _) = stalled(vec![budget("web", Some(Percent(100)), None)]);
+    assert_eq!(code, "block-drain-stalls");
+    let (code, message) = stalled(vec![
+        budget("web", None, Some(Int(1))),
+        budget("all", Some(Int(0)), None),
+    ]);
+    assert_eq!(code, "block-drain-stalls");
+    assert!(
+        message.contains(
+            "several PodDisruptionBudgets (all, web) select one pod: the eviction API answers 500"
+        ),
+        "{message}"
+    );
+    // Its level is an error, as a budget that blocks a spot drain.
+    let report = audit(
+        &view(
+            gpu_deployment(&["g1"], true),
+            vec![budget("web", None, Some(Int(0)))],
+        ),
+        &Config::default(),
+        &BTreeMap::new(),
+    );
+    assert_eq!(report.findings[0].level, Level::Error);
+}
+
+#[test]
+fn a_capacity_block_drain_counts_the_rounds_of_the_busiest_node() {
+    use IntOrPercent::Int;
+    // n pods on node g1 (one GPU pod each), a budget letting one go at a time: n rounds of
+    // 15 s, the last starting 15 × (n − 1) s in, which must be within 585 s with its grace.
+    let on_one_node = |n: usize, grace: i64| {
+        let nodes = vec!["g1"; n];
+        let mut w = gpu_deployment(&nodes, true);
+        for p in &mut w.pods {
+            p.grace_seconds = Some(grace);
+        }
+        block_finding(&view(w, vec![budget("web", None, Some(Int(1)))]))
+    };
+    let (code, message) = on_one_node(40, 0);
+    assert_eq!(code, "block-ready", "{message}");
+    assert!(
+        message.contains(
+            "lets the 40 pods on node g1 go 1 at a time: 40 rounds of 15 s, the last starting \
+             585 s in; grace fits: 0 s after the last round's start, done 585 s in"
+        ),
+        "{message}"
+    );
+    let (code, message) = on_one_node(41, 0);
+    assert_eq!(code, "block-drain-stalls");
+    assert!(
+        message.contains("41 rounds of 15 s, the last starting 600 s in, past the 585 s"),
+        "{message}"
+    );
+    let (code, message) = on_one_node(8, 500);
+    assert_eq!(code, "block-grace-long");
+    assert!(
+        message.contains(
+            "grace does not fit: 500 s after the last round's start, done 605 s in, past the \
+             585 s: killed mid-shutdown"
+        ),
+        "{message}"
+    );
+    // Two at a time: 8 pods in 4 rounds.
+    let w = gpu_deployment(&["g1"; 8], true);
+    let (_, message) = block_finding(&view(w, vec![budget("web", None, Some(Int(2)))]));
+    assert!(message.contains("go 2 at a time: 4 rounds of 15 s, the last starting 45 s in"));
+}
+
+#[test]
+fn a_long_grace_or_no_checkpoint_hook_is_a_warning() {
+    let (code, message) = {
+        let mut w = gpu_deployment(&["g1", "g2"], true);
+        w.pods[0].grace_seconds = Some(900);
+        block_finding(&view(w, vec![]))
+    };
+    assert_eq!(code, "block-grace-long");
+    assert!(
+        message.contains(
+            "budget fits: no PodDisruptionBudget selects its pods: the 1 pod on node g1 may go \
+             at once; grace does not fit: 900 s, done 900 s in, past the 585 s: killed \
+             mid-shutdown"
+        ),
+        "{message}"
+    );
+    // A hook on the container without GPUs is not a checkpoint of the GPUs' work.
+    let (code, message) = block_finding(&view(gpu_deployment(&["g1", "g1"], false), vec![]));
+    assert_eq!(code, "block-no-checkpoint");
+    assert!(
+        message.ends_with(
+            "no checkpoint hook: no preStop on its GPU containers (trainer), so each pod gets \
+             only SIGTERM and its 30 s grace"
+        ),
+        "{message}"
+    );
+    assert!(
+        message.contains("the 2 pods on node g1 may go at once"),
+        "{message}"
+    );
+    let report = audit(
+        &view(gpu_deployment(&["g1"], false), vec![]),
+        &Config::default(),
+        &BTreeMap::new(),
+    );
+    assert_eq!(report.findings[0].level, Level::Warning);
+    // Neuron devices count as accelerators; pending pods are counted one a node.
+    let mut w = gpu_deployment(&["g1"], true);
+    w.pods[0].node = None;
+    w.pods[0].containers[0].extended = [("aws.amazon.com/neuron".to_string(), 2)].into();
+    let (code, message) = block_finding(&view(w, vec![]));
+    assert_eq!(code, "block-ready");
+    assert!(
+        message.starts_with("shop/Deployment/web (1 GPU pod, 2 aws.amazon.com/neuron)")
+            && message.contains("its pods (none on a node yet) may go at once"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_gpu_workload_on_spot_gets_the_spot_findings_and_the_block_finding() {
+    let w = gpu_deployment(&["a1", "b1"], false);
+    let v = view(w, ok_budget());
+    assert_eq!(
+        codes(&v, &BTreeMap::new()),
+        vec!["block-no-checkpoint"],
+        "spread and budgeted on spot; no hook"
+    );
+    let w = gpu_deployment(&["a1"], true);
+    assert_eq!(
+        codes(&view(w, vec![]), &BTreeMap::new()),
+        vec!["single-replica", "no-pdb", "block-ready"],
+        "most severe first"
+    );
+}
