@@ -156,122 +156,212 @@ fn unschedulable(fake: &KubeFake, node: &str) -> bool {
     fake.get("v1", "Node", None, node).unwrap()["spec"]["unschedulable"] == json!(true)
 }
 
+/// The instances of both blocks in moto, their nodes in the fake, and the proxy answering for
+/// the reservations.
+struct World {
+    proxy: AwsProxy,
+    sdk: aws_config::SdkConfig,
+    cluster: String,
+    table: String,
+    /// The warned block's eight instances (the first four of node group gpu-a, the fourth
+    /// with no node; the others of gpu-b), and the missed block's two (gpu-a).
+    warned: Vec<Launched>,
+    missed: Vec<Launched>,
+    zone_id: String,
+    now: Time,
+    end: Time,
+    missed_end: Time,
+    clock: forewarn::adapters::clock::ManualClock,
+    fake: KubeFake,
+}
+
+fn group(n: usize) -> &'static str {
+    if n < 4 { "gpu-a" } else { "gpu-b" }
+}
+
+async fn world() -> World {
+    let moto = shared();
+    let proxy = AwsProxy::start(&moto.endpoint()).await.unwrap();
+    let sdk = proxy.sdk_config(&moto.sdk_config());
+    let cluster = unique_name("blocks");
+    let table = create_pool_table(&sdk, &unique_name("blocks-pools"))
+        .await
+        .unwrap();
+    let ec2 = aws_sdk_ec2::Client::new(&sdk);
+    let image = any_image(&ec2).await.unwrap();
+    let what = Launch::spot(&cluster)
+        .on_demand()
+        .instance_type(InstanceType::P548xlarge)
+        .tag("eks:cluster-name", &cluster);
+    let mut launched = Vec::new();
+    for _ in 0..10 {
+        launched.push(launch(&ec2, &image, &what).await.unwrap());
+    }
+    let missed = launched.split_off(8);
+    let warned = launched;
+    let zone_id = warned[0].zone_id.clone();
+    // One manual clock for the handler, its drains' passes and the fake.
+    let now = chrono::Utc::now();
+    let clock = forewarn::adapters::clock::ManualClock::at(now);
+    let fake = forewarn_tests::cluster::deployed().await;
+    let fakes = clock.clone();
+    fake.set_clock(move || fakes.now());
+    for (n, i) in warned.iter().enumerate().filter(|(n, _)| *n != 3) {
+        gpu_node(&fake, i, group(n), n);
+    }
+    for (n, i) in missed.iter().enumerate() {
+        gpu_node(&fake, i, "gpu-a", 10 + n);
+    }
+    let (end, missed_end) = (
+        now + chrono::Duration::minutes(40),
+        now + chrono::Duration::minutes(35),
+    );
+    let ops = "DescribeCapacityReservations";
+    answer(
+        &proxy,
+        ops,
+        WARNED,
+        reservations_xml(&[(WARNED, end)], &zone_id),
+    );
+    answer(
+        &proxy,
+        ops,
+        MISSED,
+        reservations_xml(&[(MISSED, missed_end)], &zone_id),
+    );
+    let both = reservations_xml(&[(WARNED, end), (MISSED, missed_end)], &zone_id);
+    answer(&proxy, ops, "Filter.1.Name=state", both);
+    let block: Vec<(&Launched, &str)> = warned
+        .iter()
+        .enumerate()
+        .map(|(n, i)| (i, group(n)))
+        .collect();
+    answer(
+        &proxy,
+        "DescribeInstances",
+        WARNED,
+        instances_xml(WARNED, &block, &cluster),
+    );
+    let other: Vec<(&Launched, &str)> = missed.iter().map(|i| (i, "gpu-a")).collect();
+    answer(
+        &proxy,
+        "DescribeInstances",
+        MISSED,
+        instances_xml(MISSED, &other, &cluster),
+    );
+    World {
+        proxy,
+        sdk,
+        cluster,
+        table,
+        warned,
+        missed,
+        zone_id,
+        now,
+        end,
+        missed_end,
+        clock,
+        fake,
+    }
+}
+
+/// The handler as deployed on `w` (its policy: gpu-b only cordoned), and its store and EC2.
+fn handler(w: &World) -> (Handler, Arc<DynamoStore>, Arc<Ec2Directory>) {
+    let config = Config {
+        cluster_name: Some(w.cluster.clone()),
+        policy: Policy::parse(POLICY).unwrap(),
+        ..Config::default()
+    };
+    let clients = ClusterClient::new(forewarn_tests::cluster::client_as(
+        &w.fake,
+        forewarn_tests::cluster::SWEEPER_GROUP,
+    ))
+    .with_clock(w.clock.shared());
+    let store = Arc::new(DynamoStore::new(
+        aws_sdk_dynamodb::Client::new(&w.sdk),
+        w.table.clone(),
+    ));
+    let ec2_dir = Arc::new(Ec2Directory::from_conf(&w.sdk));
+    let handler = Handler {
+        clock: w.clock.shared(),
+        instances: ec2_dir.clone(),
+        fleet: Fleet::one(Cluster {
+            executor: Some(Arc::new(
+                KubeExecutor::new(clients.clone(), &config).with_keys(store.clone()),
+            )),
+            ..Cluster::new(None, Arc::new(KubeNodeDirectory::new(clients)))
+        }),
+        concurrency: 4,
+        ..Handler::new(config, store.clone())
+    };
+    (handler, store, ec2_dir)
+}
+
+/// The warning's report: every instance of the block, each node's action by its group's
+/// policy, the drained pods' graces fitted to the termination start, the block's pool marked.
+async fn assert_warning_handled(w: &World, handler: &Handler, store: &DynamoStore) {
+    let warning = json!({"version": "0", "id": "cbw-1", "source": "aws.ec2",
+        "detail-type": "Capacity Block Expiration Warning", "account": "123456789012",
+        "time": w.now.to_rfc3339(), "region": "us-east-1",
+        "resources": [format!("arn:aws:ec2:us-east-1:123456789012:capacity-reservation/{WARNED}")],
+        "detail": {"capacity-reservation-id": WARNED, "end-date": w.end.to_rfc3339()}});
+    let inv = handler.invoke(warning, None).await.unwrap();
+    let report = &inv.reports[0];
+    assert_eq!(report.outcome, Outcome::Acted, "{:#?}", inv.reports);
+    let mut ids: Vec<&str> = w.warned.iter().map(|i| i.id.as_str()).collect();
+    ids.sort();
+    assert_eq!(
+        report.instance_ids, ids,
+        "the block's instances, as EC2 lists them"
+    );
+    for (n, i) in w.warned.iter().enumerate() {
+        let action = report
+            .actions
+            .iter()
+            .find(|a| a.instance_id == i.id)
+            .unwrap();
+        let want = match (n, group(n)) {
+            (3, _) => Action::None,
+            (_, "gpu-a") => Action::CordonDrain,
+            _ => Action::Cordon,
+        };
+        assert_eq!(action.action, want, "{n}: {action:#?}");
+        if n == 3 {
+            continue;
+        }
+        assert!(unschedulable(&w.fake, &i.dns), "{n}");
+        let pod = w.fake.get("v1", "Pod", Some("ml"), &format!("train-{n}"));
+        let going = pod.is_none_or(|p| p["metadata"]["deletionTimestamp"].is_string());
+        assert_eq!(going, want == Action::CordonDrain, "{n}");
+    }
+    // Each training pod of gpu-a was given what was left of its 600 s before the termination
+    // start (end - 30 min), less the margin: its grace ends before it.
+    let graces = asked_graces(&w.fake);
+    assert_eq!(graces.len(), 3, "{graces:?}");
+    let left = (w.end - chrono::Duration::minutes(30) - w.now).num_seconds();
+    assert!(
+        graces.iter().all(|g| *g < left && *g > left - 60),
+        "{graces:?} of {left}"
+    );
+    let all = PoolQuery {
+        include_available: true,
+        ..PoolQuery::default()
+    };
+    let pools = store.pools(&all, w.clock.now()).await.unwrap();
+    assert_eq!(pools.len(), 1, "{pools:#?}");
+    assert_eq!(
+        pools[0].pool.to_string(),
+        format!("capacity-block#p5.48xlarge#{}", w.zone_id)
+    );
+    assert!(pools[0].is_unavailable(w.clock.now()));
+}
+
 #[test]
 fn a_blocks_warning_drains_each_instance_by_policy_and_the_sweeper_catches_a_missed_one() {
     runtime().block_on(async {
-        let moto = shared();
-        let proxy = AwsProxy::start(&moto.endpoint()).await.unwrap();
-        let sdk = proxy.sdk_config(&moto.sdk_config());
-        let cluster = unique_name("blocks");
-        let table = create_pool_table(&sdk, &unique_name("blocks-pools")).await.unwrap();
-        let ec2 = aws_sdk_ec2::Client::new(&sdk);
-        let image = any_image(&ec2).await.unwrap();
-        let what = Launch::spot(&cluster)
-            .on_demand()
-            .instance_type(InstanceType::P548xlarge)
-            .tag("eks:cluster-name", &cluster);
-        let mut warned = Vec::new();
-        for _ in 0..8 {
-            warned.push(launch(&ec2, &image, &what).await.unwrap());
-        }
-        let mut missed = Vec::new();
-        for _ in 0..2 {
-            missed.push(launch(&ec2, &image, &what).await.unwrap());
-        }
-        let zone_id = warned[0].zone_id.clone();
-
-        // One manual clock for the handler, its drains' passes and the fake.
-        let now = chrono::Utc::now();
-        let clock = forewarn::adapters::clock::ManualClock::at(now);
-        let fake = forewarn_tests::cluster::deployed().await;
-        let fakes = clock.clone();
-        fake.set_clock(move || fakes.now());
-        // Two node groups of four; the last instance of gpu-a has no node.
-        let groups: Vec<&str> = (0..8).map(|n| if n < 4 { "gpu-a" } else { "gpu-b" }).collect();
-        for (n, i) in warned.iter().enumerate().filter(|(n, _)| *n != 3) {
-            gpu_node(&fake, i, groups[n], n);
-        }
-        for (n, i) in missed.iter().enumerate() {
-            gpu_node(&fake, i, "gpu-a", 10 + n);
-        }
-
-        let end = now + chrono::Duration::minutes(40);
-        let missed_end = now + chrono::Duration::minutes(35);
-        answer(&proxy, "DescribeCapacityReservations", WARNED, reservations_xml(&[(WARNED, end)], &zone_id));
-        answer(&proxy, "DescribeCapacityReservations", MISSED, reservations_xml(&[(MISSED, missed_end)], &zone_id));
-        answer(
-            &proxy,
-            "DescribeCapacityReservations",
-            "Filter.1.Name=state",
-            reservations_xml(&[(WARNED, end), (MISSED, missed_end)], &zone_id),
-        );
-        let block: Vec<(&Launched, &str)> = warned.iter().zip(groups.iter().copied()).collect();
-        answer(&proxy, "DescribeInstances", WARNED, instances_xml(WARNED, &block, &cluster));
-        let other: Vec<(&Launched, &str)> = missed.iter().map(|i| (i, "gpu-a")).collect();
-        answer(&proxy, "DescribeInstances", MISSED, instances_xml(MISSED, &other, &cluster));
-
-        let config = Config {
-            cluster_name: Some(cluster.clone()),
-            policy: Policy::parse(POLICY).unwrap(),
-            ..Config::default()
-        };
-        let clients = ClusterClient::new(forewarn_tests::cluster::client_as(
-            &fake,
-            forewarn_tests::cluster::SWEEPER_GROUP,
-        ))
-        .with_clock(clock.shared());
-        let store = Arc::new(DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), table));
-        let ec2_dir = Arc::new(Ec2Directory::from_conf(&sdk));
-        let handler = Handler {
-            clock: clock.shared(),
-            instances: ec2_dir.clone(),
-            fleet: Fleet::one(Cluster {
-                executor: Some(Arc::new(
-                    KubeExecutor::new(clients.clone(), &config).with_keys(store.clone()),
-                )),
-                ..Cluster::new(None, Arc::new(KubeNodeDirectory::new(clients)))
-            }),
-            concurrency: 4,
-            ..Handler::new(config, store.clone())
-        };
-
-        // The warning, as EC2 sends it 40 minutes before the block's end.
-        let warning = json!({"version": "0", "id": "cbw-1", "source": "aws.ec2",
-            "detail-type": "Capacity Block Expiration Warning", "account": "123456789012",
-            "time": now.to_rfc3339(), "region": "us-east-1",
-            "resources": [format!("arn:aws:ec2:us-east-1:123456789012:capacity-reservation/{WARNED}")],
-            "detail": {"capacity-reservation-id": WARNED, "end-date": end.to_rfc3339()}});
-        let inv = handler.invoke(warning, None).await.unwrap();
-        let report = &inv.reports[0];
-        assert_eq!(report.outcome, Outcome::Acted, "{:#?}", inv.reports);
-        let mut ids: Vec<&str> = warned.iter().map(|i| i.id.as_str()).collect();
-        ids.sort();
-        assert_eq!(report.instance_ids, ids, "the block's instances, as EC2 lists them");
-        for (n, i) in warned.iter().enumerate() {
-            let action = report.actions.iter().find(|a| a.instance_id == i.id).unwrap();
-            let want = match (n, groups[n]) {
-                (3, _) => Action::None,
-                (_, "gpu-a") => Action::CordonDrain,
-                _ => Action::Cordon,
-            };
-            assert_eq!(action.action, want, "{n}: {action:#?}");
-            if n == 3 {
-                continue;
-            }
-            assert!(unschedulable(&fake, &i.dns), "{n}");
-            let pod = fake.get("v1", "Pod", Some("ml"), &format!("train-{n}"));
-            assert_eq!(pod.is_none() || pod.unwrap()["metadata"]["deletionTimestamp"].is_string(), want == Action::CordonDrain, "{n}");
-        }
-        // Each training pod of gpu-a was given what was left of its 600 s before the
-        // termination start (end - 30 min), less the margin: its grace ends before it.
-        let graces = asked_graces(&fake);
-        assert_eq!(graces.len(), 3, "{graces:?}");
-        let left = (end - chrono::Duration::minutes(30) - now).num_seconds();
-        assert!(graces.iter().all(|g| *g < left && *g > left - 60), "{graces:?} of {left}");
-        let pools = store.pools(&PoolQuery { include_available: true, ..PoolQuery::default() }, clock.now()).await.unwrap();
-        assert_eq!(pools.len(), 1, "{pools:#?}");
-        assert_eq!(pools[0].pool.to_string(), format!("capacity-block#p5.48xlarge#{zone_id}"));
-        assert!(pools[0].is_unavailable(clock.now()));
+        let w = world().await;
+        let (handler, store, ec2_dir) = handler(&w);
+        assert_warning_handled(&w, &handler, &store).await;
 
         // The sweep: the warned block is a duplicate; the missed one is caught and drained.
         let sweeper = Sweeper {
@@ -283,30 +373,52 @@ fn a_blocks_warning_drains_each_instance_by_policy_and_the_sweeper_catches_a_mis
         };
         let sweep = sweeper.cluster(None).await.unwrap();
         let reports = sweep.sweep(None).await.unwrap();
-        let blocks: Vec<(String, &str)> = reports
+        let kind = Some(forewarn::domain::event::EventKind::CapacityBlockExpiration);
+        let mut blocks: Vec<(String, &str)> = reports
             .iter()
-            .filter(|r| r.kind == Some(forewarn::domain::event::EventKind::CapacityBlockExpiration))
+            .filter(|r| r.kind == kind)
             .map(|r| (r.event_id.clone().unwrap(), r.outcome.as_str()))
             .collect();
-        let key = |cr: &str, end: Time| format!("sweep:capacity-block-expiration:{cr}/{cluster}@{}", end.timestamp());
-        let mut want = vec![(key(WARNED, end), "duplicate"), (key(MISSED, missed_end), "acted")];
-        want.sort();
-        let mut blocks = blocks;
         blocks.sort();
+        let key = |cr: &str, end: Time| {
+            format!(
+                "sweep:capacity-block-expiration:{cr}/{}@{}",
+                w.cluster,
+                end.timestamp()
+            )
+        };
+        let mut want = vec![
+            (key(WARNED, w.end), "duplicate"),
+            (key(MISSED, w.missed_end), "acted"),
+        ];
+        want.sort();
         assert_eq!(blocks, want, "{reports:#?}");
-        for (n, i) in missed.iter().enumerate() {
-            assert!(unschedulable(&fake, &i.dns));
-            assert!(fake.get("v1", "Pod", Some("ml"), &format!("train-{}", 10 + n)).is_none_or(|p| p["metadata"]["deletionTimestamp"].is_string()));
+        for (n, i) in w.missed.iter().enumerate() {
+            assert!(unschedulable(&w.fake, &i.dns));
+            let pod = w
+                .fake
+                .get("v1", "Pod", Some("ml"), &format!("train-{}", 10 + n));
+            assert!(pod.is_none_or(|p| p["metadata"]["deletionTimestamp"].is_string()));
         }
         // One lookup of the reservations a sweep, and of each block once.
-        let calls = proxy.calls();
-        let reservations = calls.iter().filter(|c| c.operation == "DescribeCapacityReservations").count();
-        assert_eq!(reservations, 1 + 1 + 2, "the warning's block, the sweep's list, its two blocks");
+        let calls = w.proxy.calls();
+        let reservations = calls
+            .iter()
+            .filter(|c| c.operation == "DescribeCapacityReservations")
+            .count();
+        assert_eq!(
+            reservations,
+            1 + 1 + 2,
+            "the warning's block, the sweep's list, its two blocks"
+        );
 
         // A second sweep finds both again: duplicates, nothing written.
-        let writes = fake.writes().len();
+        let writes = w.fake.writes().len();
         let again = sweep.sweep(None).await.unwrap();
-        assert!(again.iter().all(|r| r.outcome == Outcome::Duplicate), "{again:#?}");
-        assert_eq!(fake.writes().len(), writes);
+        assert!(
+            again.iter().all(|r| r.outcome == Outcome::Duplicate),
+            "{again:#?}"
+        );
+        assert_eq!(w.fake.writes().len(), writes);
     });
 }

@@ -215,11 +215,11 @@ where
 }
 
 impl AsgNodeGroups {
-    /// (instance type, spot) of a launch template version.
+    /// (instance type, market type) of a launch template version.
     async fn template(
         &self,
         (id, name, version): &TemplateRef,
-    ) -> Result<(Option<String>, Option<bool>), DirectoryError> {
+    ) -> Result<(Option<String>, Option<String>), DirectoryError> {
         let out = self
             .ec2
             .describe_launch_template_versions()
@@ -239,7 +239,7 @@ impl AsgNodeGroups {
             Some(
                 data.and_then(|d| d.instance_market_options())
                     .and_then(|m| m.market_type())
-                    .is_some_and(|m| m.as_str() == "spot"),
+                    .map_or_else(String::new, |m| m.as_str().to_string()),
             ),
         ))
     }
@@ -265,8 +265,10 @@ impl NodeGroupSource for AsgNodeGroups {
 
     async fn describe(&self) -> Result<Vec<AsgDescription>, DirectoryError> {
         let mut groups = Vec::new();
-        let mut templates: std::collections::BTreeMap<TemplateRef, (Option<String>, Option<bool>)> =
-            std::collections::BTreeMap::new();
+        let mut templates: std::collections::BTreeMap<
+            TemplateRef,
+            (Option<String>, Option<String>),
+        > = std::collections::BTreeMap::new();
         let mut token: Option<String> = None;
         loop {
             let out = self
@@ -319,7 +321,7 @@ impl NodeGroupSource for AsgNodeGroups {
                         }
                     };
                     desc.template_instance_type = resolved.0;
-                    desc.template_spot = resolved.1;
+                    desc.template_market = resolved.1;
                 }
                 if desc.template_instance_type.is_none() && desc.override_types.is_empty() {
                     // A launch configuration, or a template without a type: what runs.

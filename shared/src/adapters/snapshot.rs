@@ -444,7 +444,7 @@ pub fn groups_from_describe(
             // A capture says no zone ID: its pools are keyed by zone name.
             zone_ids: Default::default(),
             template_instance_type: g.instances.into_iter().find_map(|i| i.instance_type),
-            template_spot: None,
+            template_market: None,
             override_types: g
                 .mixed_instances_policy
                 .as_ref()

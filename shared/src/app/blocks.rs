@@ -176,12 +176,13 @@ fn name_instances(event: &mut Event, block: &CapacityBlock) {
         end_date, block: b, ..
     } = &mut event.detail
     {
-        if let Some(facts) = &block.facts {
-            if facts.end_date.is_some() && facts.end_date != *end_date {
-                tracing::warn!(event = %event.id, said = ?end_date, ec2 = ?facts.end_date,
-                    "a Capacity Block's event and EC2 disagree on its end: EC2's is taken");
-                *end_date = facts.end_date;
-            }
+        if let Some(facts) = &block.facts
+            && facts.end_date.is_some()
+            && facts.end_date != *end_date
+        {
+            tracing::warn!(event = %event.id, said = ?end_date, ec2 = ?facts.end_date,
+                "a Capacity Block's event and EC2 disagree on its end: EC2's is taken");
+            *end_date = facts.end_date;
         }
         b.clone_from(&block.facts);
     }

@@ -82,21 +82,7 @@ impl InstanceFacts {
     }
 }
 
-/// What EC2 says of a Capacity Block (`DescribeCapacityReservations`): its type of instance,
-/// zone, end and state, and whether it is a Capacity Block at all (`reservationType`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BlockFacts {
-    pub reservation_id: String,
-    pub instance_type: Option<String>,
-    pub zone: Option<String>,
-    pub zone_id: Option<String>,
-    pub end_date: Option<chrono::DateTime<chrono::Utc>>,
-    /// `active`, `expired`, `scheduled`, ... (`None`: not known, a capture).
-    pub state: Option<String>,
-    /// `Some(false)`: EC2 says it is another kind of reservation (an ODCR); `None`: not known
-    /// (a capture).
-    pub capacity_block: Option<bool>,
-}
+pub use crate::domain::event::BlockFacts;
 
 impl BlockFacts {
     /// The pool its instances are of: capacity type `capacity-block`, its type and zone (by ID,

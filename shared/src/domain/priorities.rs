@@ -175,9 +175,9 @@ pub struct AsgDescription {
     pub zone_ids: crate::domain::pool::ZoneIds,
     /// The launch template's (or launch configuration's) instance type, when known.
     pub template_instance_type: Option<String>,
-    /// Whether the launch template asks for spot (`InstanceMarketOptions.MarketType = spot`),
-    /// when known.
-    pub template_spot: Option<bool>,
+    /// The market the launch template asks for (`InstanceMarketOptions.MarketType`: `spot`,
+    /// `capacity-block`; empty for none, on-demand), when known.
+    pub template_market: Option<String>,
     /// The mixed instances policy's instance type overrides.
     pub override_types: Vec<String>,
     /// The mixed instances policy's `OnDemandPercentageAboveBaseCapacity`, when there is one
@@ -197,10 +197,20 @@ pub fn node_group(asg: &AsgDescription, cluster: &str) -> Option<NodeGroup> {
     if !asg.tags.contains_key(TAG_ENABLED) || !asg.tags.contains_key(&cluster_tag) {
         return None;
     }
-    let spot = if asg.mixed {
-        asg.on_demand_percentage.unwrap_or(100) == 0
+    let capacity_type = if asg.mixed {
+        if asg.on_demand_percentage.unwrap_or(100) == 0 {
+            CapacityType::Spot
+        } else {
+            CapacityType::OnDemand
+        }
     } else {
-        asg.template_spot.unwrap_or(false)
+        match asg.template_market.as_deref() {
+            Some("spot") => CapacityType::Spot,
+            // A Capacity Block's group: demoted when its block expires, so that the
+            // autoscaler starts the replacements on another group at once.
+            Some("capacity-block") => CapacityType::CapacityBlock,
+            _ => CapacityType::OnDemand,
+        }
     };
     let mut instance_types: Vec<String> = if asg.override_types.is_empty() {
         asg.template_instance_type.iter().cloned().collect()
@@ -218,11 +228,7 @@ pub fn node_group(asg: &AsgDescription, cluster: &str) -> Option<NodeGroup> {
     zones.dedup();
     Some(NodeGroup {
         name: asg.name.clone(),
-        capacity_type: if spot {
-            CapacityType::Spot
-        } else {
-            CapacityType::OnDemand
-        },
+        capacity_type,
         instance_types,
         zones,
     })
@@ -602,12 +608,19 @@ mod tests {
             tags,
             zones: vec!["a".into()],
             template_instance_type: Some("m5.large".into()),
-            template_spot: Some(true),
+            template_market: Some("spot".into()),
             ..AsgDescription::default()
         };
         let g = node_group(&lt, "demo").unwrap();
         assert_eq!(g.capacity_type, CapacityType::Spot);
         assert_eq!(g.instance_types, vec!["m5.large"]);
+        let block = AsgDescription {
+            template_market: Some("capacity-block".into()),
+            template_instance_type: Some("p5.48xlarge".into()),
+            ..lt
+        };
+        let g = node_group(&block, "demo").unwrap();
+        assert_eq!(g.capacity_type, CapacityType::CapacityBlock);
     }
 
     #[test]

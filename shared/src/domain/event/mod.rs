@@ -287,7 +287,7 @@ pub enum Detail {
         reservation_id: String,
         end_date: Option<DateTime<Utc>>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        block: Option<crate::domain::facts::BlockFacts>,
+        block: Option<BlockFacts>,
     },
     /// EC2 status checks failing (the sweeper's `DescribeInstanceStatus`): which (`system`,
     /// `instance`, or both) and since when.
@@ -299,6 +299,22 @@ pub enum Detail {
     Unsupported {
         why: String,
     },
+}
+
+/// What EC2 says of a Capacity Block (`DescribeCapacityReservations`): its type of instance,
+/// zone, end and state, and whether it is a Capacity Block at all (`reservationType`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockFacts {
+    pub reservation_id: String,
+    pub instance_type: Option<String>,
+    pub zone: Option<String>,
+    pub zone_id: Option<String>,
+    pub end_date: Option<DateTime<Utc>>,
+    /// `active`, `expired`, `scheduled`, ... (`None`: not known, a capture).
+    pub state: Option<String>,
+    /// `Some(false)`: EC2 says it is another kind of reservation (an ODCR); `None`: not known
+    /// (a capture).
+    pub capacity_block: Option<bool>,
 }
 
 /// One decoded event.
