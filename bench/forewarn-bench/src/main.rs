@@ -1,6 +1,7 @@
 //! `forewarn-bench`: the benchmarks of docs/benchmarks.md. Each subcommand prints a markdown
 //! section; `scripts/bench.sh` builds the functions and runs them all.
 
+mod blocks;
 mod capacity;
 mod coldstart;
 mod e2e;
@@ -49,6 +50,9 @@ enum Command {
     /// The capacity a mass interruption costs its workloads, with surge and evicting at once,
     /// on the fake's cluster simulation (scheduler, ReplicaSets, an autoscaler) (issue 27).
     Capacity(capacity::CapacitySettings),
+    /// A Capacity Block's expiration warning: its 64 GPU nodes cordoned, every pod evicted with a
+    /// grace period that ends before the instances terminate (issue 48).
+    Blocks(blocks::BlocksSettings),
     /// Rebalance policies (`cordon`, `cordon-for 30m`, `adaptive`) on a simulated month of one
     /// pool family: capacity-hours cordoned, interruptions drained ahead (issue 25).
     Policies(policies::Settings),
@@ -63,6 +67,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Mass(args) => mass::report(&args.settings, args.svg.as_deref()).await?,
         Command::Fleet(args) => fleet::report(&args).await?,
         Command::Capacity(settings) => capacity::report(&settings).await?,
+        Command::Blocks(settings) => blocks::report(&settings).await?,
         Command::Policies(settings) => policies::report(&settings)?,
     };
     println!("{section}");

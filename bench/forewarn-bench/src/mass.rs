@@ -122,6 +122,16 @@ pub enum ClientLimit {
 }
 
 impl Settings {
+    /// The settings of `forewarn-bench mass` with no option given.
+    pub(crate) fn defaults() -> Settings {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            settings: Settings,
+        }
+        <Cli as clap::Parser>::parse_from(["bench"]).settings
+    }
+
     /// The limit of each execution environment when they have their own: the client-side limit
     /// divided among the pollers.
     fn environment_limit(&self) -> Option<(f64, u32)> {
@@ -135,11 +145,11 @@ impl Settings {
     }
 }
 
-fn instance_id(n: usize) -> String {
+pub(crate) fn instance_id(n: usize) -> String {
     format!("i-0b{n:015x}")
 }
 
-fn node_name(n: usize) -> String {
+pub(crate) fn node_name(n: usize) -> String {
     format!(
         "ip-10-{}-{}-{}.ec2.internal",
         n / 65536 % 256,
@@ -151,7 +161,7 @@ fn node_name(n: usize) -> String {
 const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
 const QUEUE_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:forewarn";
 /// The deployment's own account (the sample events').
-const OWN_ACCOUNT: &str = "123456789012";
+pub(crate) const OWN_ACCOUNT: &str = "123456789012";
 
 /// Whether a run's deployment serves an organization: one of its clusters is in a member account.
 fn is_organization(members: &[Member]) -> bool {
@@ -159,7 +169,7 @@ fn is_organization(members: &[Member]) -> bool {
 }
 
 /// The deployment's region, every cluster's.
-const REGION: &str = "us-east-1";
+pub(crate) const REGION: &str = "us-east-1";
 /// The stack's function timeout: each invocation's deadline.
 const FUNCTION_TIMEOUT: Duration = Duration::from_secs(150);
 /// How long an instance lives after its spot warning.
@@ -377,14 +387,14 @@ const GROUP: &str = "general";
 
 /// What the event source mapping's pollers add up.
 #[derive(Debug, Clone, Default)]
-struct Totals {
-    invocations: usize,
-    lambda_time: Duration,
-    pass_time: Duration,
-    outcomes: BTreeMap<String, usize>,
-    passes: usize,
+pub(crate) struct Totals {
+    pub(crate) invocations: usize,
+    pub(crate) lambda_time: Duration,
+    pub(crate) pass_time: Duration,
+    pub(crate) outcomes: BTreeMap<String, usize>,
+    pub(crate) passes: usize,
     /// Events on evicted pods recorded, and given up.
-    pod_events: (usize, usize),
+    pub(crate) pod_events: (usize, usize),
 }
 
 /// The mass interruption's report as a markdown section, with its chart in `svg` when given.
@@ -1038,7 +1048,7 @@ pub(crate) async fn fleet_run(
     let start = Instant::now();
     let cutoff = start + Duration::from_secs(s.cutoff_seconds);
     let (totals, ()) = tokio::join!(
-        poll(s, &queue, environment, cutoff),
+        poll(s, &queue, environment, cutoff, Arc::default()),
         timeline(&played, &queue, start, warned_at)
     );
     let totals = totals?;
@@ -1227,13 +1237,14 @@ impl Connector for BenchClusters {
 
 /// The event source mapping: up to `s.invocations` pollers (its `MaximumConcurrency`), 5 at
 /// first and more as it scales up (see [`crate::queue`]), each an execution environment made by
-/// `environment`, taking a batch and invoking until `cutoff` (or nothing is left): what they
-/// added up.
-async fn poll(
+/// `environment`, taking a batch and invoking until `cutoff` (or nothing is left, or `stop` is
+/// set: an invocation under way finishes): what they added up.
+pub(crate) async fn poll(
     s: &Settings,
     queue: &Arc<Queue>,
     environment: impl Fn() -> Arc<Handler>,
     cutoff: Instant,
+    stop: Arc<std::sync::atomic::AtomicBool>,
 ) -> anyhow::Result<Totals> {
     let totals = Arc::new(Mutex::new(Totals::default()));
     let began = Instant::now();
@@ -1242,11 +1253,12 @@ async fn poll(
         let handler = environment();
         let totals = Arc::clone(&totals);
         let batch = s.batch;
+        let stop = Arc::clone(&stop);
         debug_assert!(pollers_at(poller_starts(n), s.invocations) > n);
         async move {
             tokio::time::sleep_until(began + poller_starts(n)).await;
             loop {
-                if Instant::now() >= cutoff {
+                if Instant::now() >= cutoff || stop.load(std::sync::atomic::Ordering::Relaxed) {
                     return Ok::<(), anyhow::Error>(());
                 }
                 let messages = queue.receive(batch);
@@ -1386,6 +1398,7 @@ fn seed(
                     "owned".into(),
                 )]),
                 addresses: crate::elb::addresses(n, s.pods_per_node),
+                capacity_reservation_id: None,
             },
         );
     }
