@@ -119,15 +119,16 @@ fn within(base: IpAddr, bits: u32, ip: IpAddr) -> bool {
 /// with it: the instance goes within minutes (a spot or capacity reservation warning, a state
 /// change to `stopping` or `shutting-down`), and its pods with it whatever their disruption
 /// budgets say. Any other drain (a scheduled change days ahead, an impaired instance, an ASG
-/// termination kept alive by heartbeats) takes off only its instance-mode targets, which other
-/// nodes still serve: a pod whose budget refuses its eviction keeps its own (IP-mode) target,
-/// which the AWS Load Balancer Controller takes off when the pod terminates.
+/// termination kept alive by heartbeats, a Capacity Block's ten minutes, in which its pods
+/// serve until there is room elsewhere and checkpoint through their grace) takes off only its
+/// instance-mode targets, which other nodes still serve: a pod whose budget refuses its
+/// eviction keeps its own (IP-mode) target, which the AWS Load Balancer Controller takes off
+/// when the pod terminates.
 pub fn leaves_whole(kind: EventKind) -> bool {
     matches!(
         kind,
         EventKind::SpotInterruption
             | EventKind::CapacityReservationInterruption
-            | EventKind::CapacityBlockExpiration
             | EventKind::StateChange
     )
 }
@@ -487,7 +488,6 @@ mod tests {
                 kind,
                 EventKind::SpotInterruption
                     | EventKind::CapacityReservationInterruption
-                    | EventKind::CapacityBlockExpiration
                     | EventKind::StateChange
             );
             assert_eq!(leaves_whole(kind), whole, "{kind:?}");
