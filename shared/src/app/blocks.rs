@@ -23,12 +23,14 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 
 use crate::app::pipeline::{PlaceFailure, place_of};
+use crate::domain::event::ec2::PART_FIELD;
 use crate::domain::event::{DecodeError, Detail, Event, EventKind};
 use crate::domain::facts::CapacityBlock;
 use crate::domain::inbound::Record;
 use crate::domain::report::Report;
 use crate::domain::sweep::BLOCK_LOOKAHEAD;
-use crate::ports::{DirectoryError, InstanceDirectory, Place};
+use crate::ports::{ContinuationQueue, DirectoryError, InstanceDirectory, Place};
+use std::time::Duration;
 
 /// How much later than 40 minutes before its end a block's warning may still come (EventBridge
 /// delivers within minutes; a warning's clock and EC2's may differ).
@@ -42,6 +44,8 @@ pub const SLACK: chrono::Duration = chrono::Duration::minutes(10);
 pub struct Expanded {
     pub records: Vec<Record>,
     pub failed: Vec<(usize, Report)>,
+    /// What each record's report says besides (its parts queued).
+    pub notes: Vec<(usize, String)>,
 }
 
 impl Expanded {
@@ -50,6 +54,14 @@ impl Expanded {
         for (i, report) in &self.failed {
             if let Some(slot) = reports.get_mut(*i) {
                 *slot = report.clone();
+            }
+        }
+        for (i, note) in &self.notes {
+            if let Some(slot) = reports.get_mut(*i) {
+                slot.reason = Some(match slot.reason.take() {
+                    Some(reason) => format!("{reason}; {note}"),
+                    None => note.clone(),
+                });
             }
         }
         reports
@@ -96,6 +108,7 @@ pub async fn expand(
     let mut out = Expanded {
         records: records.to_vec(),
         failed: Vec::new(),
+        notes: Vec::new(),
     };
     for (i, record) in out.records.iter_mut().enumerate() {
         let Some(key) = block_of(record).map(|(p, id)| (p, id.to_string())) else {
@@ -169,7 +182,19 @@ fn refusal(event: &Event, block: &CapacityBlock, now: DateTime<Utc>) -> Option<S
 /// `event` (a Capacity Block's) naming what EC2 says of its block: an expiration warning its
 /// instances (by id), both its facts and EC2's end over the message's.
 fn name_instances(event: &mut Event, block: &CapacityBlock) {
-    if event.kind == EventKind::CapacityBlockExpiration {
+    let part = matches!(event.detail, Detail::CapacityBlock { part: true, .. });
+    if part {
+        // A part acts on those of its instances EC2 lists in the block, and no other.
+        let asked = std::mem::take(&mut event.instance_ids);
+        let (ours, not): (Vec<String>, Vec<String>) = asked
+            .into_iter()
+            .partition(|id| block.instances.contains_key(id));
+        if !not.is_empty() {
+            tracing::warn!(event = %event.id, instances = ?not,
+                "a part of a Capacity Block's warning names instances EC2 does not list in the block: left alone");
+        }
+        event.instance_ids = ours;
+    } else if event.kind == EventKind::CapacityBlockExpiration {
         event.instance_ids = block.instances.keys().cloned().collect();
     }
     if let Detail::CapacityBlock {
@@ -186,6 +211,91 @@ fn name_instances(event: &mut Event, block: &CapacityBlock) {
         }
         b.clone_from(&block.facts);
     }
+}
+
+/// How many of a block's instances its warning's own invocation handles; each other one is
+/// queued as a part of its own ([`fan_out`]), so that the block's nodes are cordoned by as many
+/// execution environments as the event source mapping runs, each within its share of the API
+/// server, instead of one environment cordoning them all at its share's pace.
+pub const OWN_SHARE: usize = 8;
+
+/// Queues, for each block's warning of `expanded` (its first delivery, from a queue) naming
+/// more than [`OWN_SHARE`] instances, a part of its own for each instance past the first
+/// [`OWN_SHARE`] (the warning's body with `detail.instance-ids`, in the event's account's
+/// message group, due at once); the warning goes on with its first [`OWN_SHARE`]. A part that
+/// cannot be queued fails the warning (it comes back whole; parts queued twice are duplicates
+/// of each other). Returns how many parts were queued.
+pub async fn fan_out(queue: &dyn ContinuationQueue, expanded: &mut Expanded) -> usize {
+    let mut queued = 0;
+    for i in 0..expanded.records.len() {
+        let record = &mut expanded.records[i];
+        let Some((arn, body)) = record.queue_arn.clone().zip(record.body.clone()) else {
+            continue;
+        };
+        let Ok(event) = record.event.as_mut() else {
+            continue;
+        };
+        let whole = matches!(event.detail, Detail::CapacityBlock { part: false, .. });
+        if record.continuation.is_some()
+            || event.kind != EventKind::CapacityBlockExpiration
+            || !whole
+            || event.instance_ids.len() <= OWN_SHARE
+        {
+            continue;
+        }
+        let rest = event.instance_ids.split_off(OWN_SHARE);
+        let group = event.account.clone().unwrap_or_else(|| "forewarn".into());
+        let id = event.id.clone();
+        let sends = rest.iter().map(|instance| {
+            let part = part_body(&body, instance);
+            let (arn, group) = (&arn, &group);
+            async move {
+                match part {
+                    Some(part) => queue
+                        .send(arn, group, &part, Duration::ZERO)
+                        .await
+                        .map_err(|e| e.to_string()),
+                    None => Err("the warning's body is not a JSON object".to_string()),
+                }
+            }
+        });
+        let sent = futures::future::join_all(sends).await;
+        if let Some(Err(why)) = sent.iter().find(|s| s.is_err()) {
+            let why = format!(
+                "{} of the block's {} instances past the first {OWN_SHARE} were not queued as \
+                 parts of their own: {why}",
+                sent.iter().filter(|s| s.is_err()).count(),
+                rest.len()
+            );
+            expanded
+                .failed
+                .push((i, Report::new(record).failed(why.clone())));
+            record.event = Err(DecodeError {
+                origin: record.origin.clone(),
+                field: Some("detail.capacity-reservation-id".into()),
+                message: why,
+            });
+            continue;
+        }
+        queued += rest.len();
+        expanded.notes.push((
+            i,
+            format!(
+                "the block's {} other instances queued as parts of their own (ids `{id}#<instance>`)",
+                rest.len()
+            ),
+        ));
+    }
+    queued
+}
+
+/// `body` (a block's warning) as the part of it for `instance`.
+fn part_body(body: &str, instance: &str) -> Option<String> {
+    let mut v: serde_json::Value = serde_json::from_str(body).ok()?;
+    v.get_mut("detail")?
+        .as_object_mut()?
+        .insert(PART_FIELD.into(), serde_json::json!([instance]));
+    Some(v.to_string())
 }
 
 #[cfg(test)]
@@ -205,6 +315,8 @@ mod tests {
         /// EC2's end of the block and its state.
         end: &'static str,
         state: &'static str,
+        /// How many instances it lists (`i-0a1b2c3d4e5f60b00` on).
+        size: usize,
     }
 
     impl Blocks {
@@ -214,6 +326,7 @@ mod tests {
                 fail: false,
                 end: "2026-11-20T11:30:00Z",
                 state: "active",
+                size: 0,
             }
         }
     }
@@ -262,11 +375,17 @@ mod tests {
                     state: Some(self.state.into()),
                     capacity_block: Some(true),
                 }),
-                instances: [
-                    instance("i-0a1b2c3d4e5f60b02"),
-                    instance("i-0a1b2c3d4e5f60b01"),
-                ]
-                .into(),
+                instances: if self.size == 0 {
+                    [
+                        instance("i-0a1b2c3d4e5f60b02"),
+                        instance("i-0a1b2c3d4e5f60b01"),
+                    ]
+                    .into()
+                } else {
+                    (0..self.size)
+                        .map(|n| instance(&format!("i-0a1b2c3d4e5f60b{n:02}")))
+                        .collect()
+                },
             })
         }
     }
@@ -371,5 +490,126 @@ mod tests {
             };
             assert!(reason.contains(want), "{reason}");
         }
+    }
+
+    /// A queue that keeps what is sent to it (or refuses every send).
+    #[derive(Default)]
+    struct Sent {
+        bodies: Mutex<Vec<(String, String)>>,
+        refuse: bool,
+    }
+
+    #[async_trait]
+    impl ContinuationQueue for Sent {
+        async fn send(
+            &self,
+            _queue_arn: &str,
+            group: &str,
+            body: &str,
+            _delay: Duration,
+        ) -> Result<(), crate::ports::QueueError> {
+            if self.refuse {
+                return Err(crate::ports::QueueError {
+                    queue: "q".into(),
+                    message: "slow down".into(),
+                    kind: FailureKind::Throttled,
+                    source: None,
+                });
+            }
+            self.bodies
+                .lock()
+                .unwrap()
+                .push((group.to_string(), body.to_string()));
+            Ok(())
+        }
+    }
+
+    /// A block of 11 instances, as the directory lists them.
+    fn big() -> Blocks {
+        Blocks {
+            size: 11,
+            ..Blocks::new()
+        }
+    }
+
+    fn queued(v: serde_json::Value) -> Vec<Record> {
+        let mut records = decode_value("q", v, now()).unwrap();
+        for r in &mut records {
+            r.queue_arn = Some("arn:aws:sqs:us-east-1:123456789012:q".into());
+            let event = serde_json::json!(warning("a", "2026-11-20T11:30:00Z")).to_string();
+            r.body = Some(event);
+        }
+        records
+    }
+
+    #[tokio::test]
+    async fn a_big_blocks_other_instances_are_queued_each_a_part_that_acts_on_its_own() {
+        let dir = big();
+        let mut out = expand(&dir, &queued(warning("a", "2026-11-20T11:30:00Z")), now())
+            .await
+            .unwrap();
+        let queue = Sent::default();
+        assert_eq!(fan_out(&queue, &mut out).await, 11 - OWN_SHARE);
+        let event = out.records[0].event.as_ref().unwrap();
+        assert_eq!(
+            event.instance_ids.len(),
+            OWN_SHARE,
+            "the warning keeps its first"
+        );
+        let sent = queue.bodies.lock().unwrap().clone();
+        assert_eq!(sent.len(), 3);
+        assert!(sent.iter().all(|(group, _)| group == "123456789012"));
+        // Each part decodes to a warning of its own id, naming its one instance, which the
+        // block's lookup keeps; a part naming an instance not in the block acts on none.
+        let bodies: Vec<serde_json::Value> = sent
+            .iter()
+            .map(|(_, b)| serde_json::from_str(b).unwrap())
+            .collect();
+        let parts = decode_value("p", serde_json::Value::Array(bodies), now()).unwrap();
+        let mut forged = serde_json::json!(warning("a", "2026-11-20T11:30:00Z"));
+        forged["detail"]["instance-ids"] = serde_json::json!(["i-0a1b2c3d4e5f6ffff"]);
+        let mut records = parts;
+        records.extend(decode_value("f", forged, now()).unwrap());
+        let out = expand(&dir, &records, now()).await.unwrap();
+        let want = [
+            "i-0a1b2c3d4e5f60b08",
+            "i-0a1b2c3d4e5f60b09",
+            "i-0a1b2c3d4e5f60b10",
+        ];
+        for (record, instance) in out.records.iter().zip(want) {
+            let part = record.event.as_ref().unwrap();
+            assert_eq!(part.id, format!("a#{instance}"));
+            assert_eq!(part.instance_ids, [instance]);
+        }
+        let forged = out.records[3].event.as_ref().unwrap();
+        assert!(forged.instance_ids.is_empty(), "{forged:?}");
+        // A part is not queued again, and a small block is not split.
+        let queue = Sent::default();
+        let mut again = expand(&dir, &out.records, now()).await.unwrap();
+        assert_eq!(fan_out(&queue, &mut again).await, 0);
+    }
+
+    #[tokio::test]
+    async fn parts_that_cannot_be_queued_fail_the_warning_whole() {
+        let dir = big();
+        let mut out = expand(&dir, &queued(warning("a", "2026-11-20T11:30:00Z")), now())
+            .await
+            .unwrap();
+        let queue = Sent {
+            refuse: true,
+            ..Sent::default()
+        };
+        assert_eq!(fan_out(&queue, &mut out).await, 0);
+        assert!(out.records[0].event.is_err(), "nothing is done with it");
+        let (_, report) = &out.failed[0];
+        assert_eq!(report.outcome, crate::domain::report::Outcome::Failed);
+        assert!(
+            report
+                .reason
+                .as_deref()
+                .unwrap()
+                .contains("3 of the block's 3"),
+            "{report:?}"
+        );
     }
 }

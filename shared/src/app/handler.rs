@@ -138,7 +138,14 @@ impl Handler {
     pub async fn run(&self, records: &[Record], deadline: Option<DateTime<Utc>>) -> Vec<Report> {
         match crate::app::blocks::expand(self.instances.as_ref(), records, self.clock.now()).await {
             None => self.run_looked_up(records, deadline).await,
-            Some(expanded) => {
+            Some(mut expanded) => {
+                // A block's other instances, each a warning of its own on the queue, when
+                // there is one to come back on and the run writes the cluster.
+                if let Some(queue) = self.passes.queue.as_deref()
+                    && self.mode.writes_cluster()
+                {
+                    crate::app::blocks::fan_out(queue, &mut expanded).await;
+                }
                 let reports = self.run_looked_up(&expanded.records, deadline).await;
                 expanded.answer(reports)
             }

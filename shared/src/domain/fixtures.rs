@@ -82,6 +82,7 @@ pub fn event(kind: EventKind, id: &str, instance_id: &str) -> EventBuilder {
                 reservation_id: "cr-0b1c2d3e4f5a60001".into(),
                 end_date: Some(t0() + chrono::Duration::minutes(40)),
                 block: None,
+                part: false,
             },
         ),
         EventKind::Unsupported => (SOURCE_EC2, Detail::Unsupported { why: "x".into() }),

@@ -79,6 +79,7 @@ pub fn block_finding(
             reservation_id: block.reservation_id.clone(),
             end_date: block.end_date,
             block: Some(block.clone()),
+            part: false,
         },
     }
 }

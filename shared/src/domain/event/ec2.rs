@@ -138,16 +138,59 @@ pub(crate) fn capacity_block(
     // A delivery that says no end is still a delivery; a warning without one ends 10 minutes
     // after it was sent (see `block_termination_start`).
     let end_date = f.time(detail, "end-date", "detail.end-date")?;
+    let instances = part_instances(f, detail, kind)?;
     Ok((
         kind,
-        Vec::new(),
+        instances.clone().unwrap_or_default(),
         Detail::CapacityBlock {
             reservation_id: reservation_id.to_string(),
             end_date,
             block: None,
+            part: instances.is_some(),
         },
     ))
 }
+
+/// The most instances one part of a block's warning names (see `crate::app::blocks`).
+pub const PART_MAX: usize = 10;
+
+/// `detail.instance-ids` of a part of a block's warning that forewarn queued: 1 to
+/// [`PART_MAX`] instance ids (only a warning has parts; AWS never writes the field).
+fn part_instances(
+    f: &Fields<'_>,
+    detail: &Value,
+    kind: EventKind,
+) -> Result<Option<Vec<String>>, DecodeError> {
+    let path = "detail.instance-ids";
+    let Some(v) = detail.get(PART_FIELD).filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    if kind != EventKind::CapacityBlockExpiration {
+        return Err(f.err(path, "only a Capacity Block's expiration warning has parts"));
+    }
+    let ids = v
+        .as_array()
+        .filter(|ids| (1..=PART_MAX).contains(&ids.len()))
+        .ok_or_else(|| f.err(path, format!("expected 1 to {PART_MAX} instance ids")))?;
+    ids.iter()
+        .enumerate()
+        .map(|(i, id)| {
+            id.as_str()
+                .filter(|id| super::is_instance_id(id))
+                .map(str::to_string)
+                .ok_or_else(|| {
+                    f.err(
+                        &format!("{path}[{i}]"),
+                        format!("`{id}` is not an instance id"),
+                    )
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
+
+/// The field a part of a block's warning names its instances in.
+pub const PART_FIELD: &str = "instance-ids";
 
 /// `cr-` followed by 17 (or, for old reservations, 8) lowercase hex digits.
 pub fn is_reservation_id(s: &str) -> bool {

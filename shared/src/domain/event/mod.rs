@@ -288,6 +288,11 @@ pub enum Detail {
         end_date: Option<DateTime<Utc>>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         block: Option<BlockFacts>,
+        /// A part of a warning that forewarn queued for some of the block's instances
+        /// (`detail.instance-ids`, see `crate::app::blocks`): its id is the warning's and its
+        /// first instance's, and it acts only on those of its instances EC2 lists in the block.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        part: bool,
     },
     /// EC2 status checks failing (the sweeper's `DescribeInstanceStatus`): which (`system`,
     /// `instance`, or both) and since when.

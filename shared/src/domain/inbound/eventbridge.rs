@@ -55,6 +55,11 @@ pub(super) fn parse_event_at(
     let detail = detail_object(&f, v, kind)?;
     let (kind, instance_ids, detail) = parse_detail(&f, kind, detail, &source, &detail_type)?;
     let detail = detail.placed(account.as_deref(), region.as_deref());
+    // A part of a block's warning has an id of its own: the warning's and its first instance's.
+    let id = match (&detail, instance_ids.first()) {
+        (Detail::CapacityBlock { part: true, .. }, Some(first)) => format!("{id}#{first}"),
+        _ => id,
+    };
     Ok(Event {
         id,
         kind,

@@ -789,6 +789,7 @@ fn capacity_block_warnings_in_both_spellings_name_the_reservation_and_its_end() 
                 reservation_id: "cr-0b1c2d3e4f5a60001".into(),
                 end_date: parse_time("2026-11-20T10:40:00Z"),
                 block: None,
+                part: false,
             }
         );
         // The instances begin to terminate 30 minutes before the end.
@@ -915,4 +916,56 @@ fn a_capacity_block_plan_drains_by_the_termination_start_and_refuses_an_odcr() {
     assert!(plan.actions.is_empty());
     assert_eq!(plan.pools.len(), 1);
     assert_eq!(plan.pools[0].unavailable_until, None);
+}
+
+#[test]
+fn a_part_of_a_blocks_warning_names_its_instances_and_has_an_id_of_its_own() {
+    let part = json!({"capacity-reservation-id": "cr-0b1c2d3e4f5a60001",
+                      "end-date": "2026-11-20T10:40:00Z",
+                      "instance-ids": ["i-0a1b2c3d4e5f60010"]});
+    let e = one(block_event("Capacity Block Expiration Warning", part)).unwrap();
+    assert_eq!(e.id, "cb1#i-0a1b2c3d4e5f60010");
+    assert_eq!(e.instance_ids, ["i-0a1b2c3d4e5f60010"]);
+    assert!(matches!(e.detail, Detail::CapacityBlock { part: true, .. }));
+    let many: Vec<String> = (0..11)
+        .map(|n| format!("i-0a1b2c3d4e5f600{n:02}"))
+        .collect();
+    for (detail_type, ids, field, message) in [
+        (
+            "Capacity Block Expiration Warning",
+            json!([]),
+            "detail.instance-ids",
+            "expected 1 to 10 instance ids",
+        ),
+        (
+            "Capacity Block Expiration Warning",
+            json!(many),
+            "detail.instance-ids",
+            "expected 1 to 10 instance ids",
+        ),
+        (
+            "Capacity Block Expiration Warning",
+            json!("i-0a1b2c3d4e5f60010"),
+            "detail.instance-ids",
+            "expected 1 to 10",
+        ),
+        (
+            "Capacity Block Expiration Warning",
+            json!(["vol-1"]),
+            "detail.instance-ids[0]",
+            "is not an instance id",
+        ),
+        (
+            "Capacity Block Delivered",
+            json!(["i-0a1b2c3d4e5f60010"]),
+            "detail.instance-ids",
+            "only a Capacity Block's expiration warning has parts",
+        ),
+    ] {
+        let detail =
+            json!({"capacity-reservation-id": "cr-0b1c2d3e4f5a60001", "instance-ids": ids});
+        let err = one(block_event(detail_type, detail)).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some(field), "{err}");
+        assert!(err.message.contains(message), "{}", err.message);
+    }
 }

@@ -265,9 +265,11 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
 /// of it is a duplicate (see [`crate::domain::sweep::block_key`]).
 fn block_key(event: &Event, config: &Config) -> Option<String> {
     match &event.detail {
+        // A part's warning records it (a part is not the block's whole warning).
         Detail::CapacityBlock {
             reservation_id,
             end_date,
+            part: false,
             ..
         } if event.kind == EventKind::CapacityBlockExpiration => {
             Some(crate::domain::sweep::block_key(
