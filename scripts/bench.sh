@@ -2,7 +2,8 @@
 # The benchmarks of docs/benchmarks.md in one run: builds the two Lambda functions and the
 # empty lambda_runtime function (the cold-start floor) in release with cargo lambda, as zips
 # and as bootstraps, builds forewarn-bench (dev profile unless BENCH_PROFILE says), runs its
-# benchmarks (cold start, one event end to end, mass interruption, capacity lost, many clusters) and writes their
+# benchmarks (cold start, one event end to end, mass interruption, capacity lost, a Capacity Block's
+# expiration, many clusters) and writes their
 # tables to stdout and to the results part of docs/benchmarks.md (everything after its results
 # marker is replaced). The 1,000-node mass interruption also draws docs/mass-drains.svg, the
 # capacity benchmark docs/capacity-surge.svg.
@@ -48,6 +49,8 @@ trap 'rm -f "$results"' EXIT
   "$bench" mass --nodes 5000 --drains continue --cutoff-seconds 600
   echo "bench: capacity lost, 1,000 nodes: surge and evictions at once" >&2
   "$bench" capacity --nodes 1000 --svg docs/capacity-surge.svg
+  echo "bench: a Capacity Block's expiration, 64 GPU nodes" >&2
+  "$bench" blocks
   echo "bench: many clusters, 2 x 1,000 nodes: at once, one API server down, a loaded server" >&2
   "$bench" fleet --nodes 1000 --cutoff-seconds 180 --svg docs/many-clusters.svg
 } | tee "$results"

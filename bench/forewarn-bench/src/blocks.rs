@@ -579,14 +579,16 @@ fn cordon_rows(out: &mut String, b: &BlocksSettings, d: &Deployed, m: &Measured)
         secs(CORDON_BOUND),
         b.nodes
     ));
-    // What the one execution environment's limit allows for the requests answered until the
-    // last cordon (they all went through it).
+    // What one execution environment's limit would allow for the requests answered until the
+    // last cordon: the time the block would take in the warning's environment alone, which its
+    // parts (each other instance a warning of its own, `app::blocks::fan_out`) spread over the
+    // environments the event source mapping runs.
     let before = max.map_or(0, |last| m.answered_by(last));
     let floor = d.kube_rate_limit.map_or(Duration::ZERO, |(qps, burst)| {
         rate_bound(before, qps, u64::from(burst))
     });
     out.push_str(&format!(
-        "| requests answered until the last cordon; the least time the client-side limit allows for them | {before}; {} | the cordon bound needs this ≤ {} |  |\n",
+        "| requests answered until the last cordon; the least time one execution environment's client-side limit would allow for them (the block in the warning's environment alone) | {before}; {} | more than {}: the parts spread the block over environments |  |\n",
         secs(floor),
         secs(CORDON_BOUND),
     ));
