@@ -423,7 +423,7 @@ fn replaying_again_is_duplicate_and_changes_nothing() {
     let listed: Value = serde_json::from_slice(&before).unwrap();
     assert_eq!(
         listed.as_array().unwrap().len(),
-        10,
+        11,
         "one record per distinct pool: {listed}"
     );
 }
@@ -535,7 +535,7 @@ fn text_output_and_pools_table() {
         "{text}"
     );
     assert!(
-        text.contains("28 records: 22 planned, 0 acted, 5 ignored, 1 duplicate, 0 failed"),
+        text.contains("31 records: 24 planned, 0 acted, 5 ignored, 2 duplicate, 0 failed"),
         "{text}"
     );
     assert!(

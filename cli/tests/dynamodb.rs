@@ -89,7 +89,7 @@ type Items = Vec<(String, Value)>;
 /// the history items.
 fn items_as_replayed(scan: &Value) -> (Items, Items) {
     let pools = pool_items(scan);
-    assert_eq!(pools.len(), 10, "one item per pool: {pools:#?}");
+    assert_eq!(pools.len(), 11, "one item per pool: {pools:#?}");
     for (key, item) in &pools {
         for attr in [
             "capacity_type",
@@ -223,6 +223,6 @@ fn replay_execute_records_one_item_per_pool_and_again_changes_nothing() {
     );
     let a: Value = serde_json::from_slice(&from_table.stdout).unwrap();
     let b: Value = serde_json::from_slice(&from_embedded.stdout).unwrap();
-    assert_eq!(a.as_array().unwrap().len(), 10);
+    assert_eq!(a.as_array().unwrap().len(), 11);
     assert_eq!(a, b, "the two stores disagree");
 }

@@ -31,6 +31,7 @@
 use chrono::{DateTime, Utc};
 use forewarn::domain::config::Config;
 use forewarn::domain::event::autoscaling::{ASG_SERVICE, ASG_TERMINATING, ASG_TEST_NOTIFICATION};
+use forewarn::domain::event::ec2::PART_MAX;
 use forewarn::domain::event::{
     self, DecodeError, Detail, Event, EventKind, Origin, is_instance_id, parse_time,
 };
@@ -171,7 +172,21 @@ fn check_record(r: &Record) {
 /// What every decoded event satisfies.
 fn check_event(e: &Event) {
     assert!(!e.id.trim().is_empty(), "an event has an id");
+    let part = matches!(e.detail, Detail::CapacityBlock { part: true, .. });
     match e.kind.source_and_detail_type() {
+        // A Capacity Block's event names its reservation (its instances are looked up), under
+        // either spelling; a part of a warning names 1 to PART_MAX instances and has an id of
+        // its own (`<id>#<first instance>`).
+        Some(_) if e.kind.is_capacity_block() => {
+            assert_eq!(EventKind::classify(&e.source, &e.detail_type), e.kind);
+            match e.instance_ids.first() {
+                Some(first) => {
+                    assert!(part && e.instance_ids.len() <= PART_MAX, "{e:?}");
+                    assert!(e.id.ends_with(&format!("#{first}")), "{}", e.id);
+                }
+                None => assert!(!part),
+            }
+        }
         Some((source, detail_type)) => {
             assert_eq!(
                 (e.source.as_str(), e.detail_type.as_str()),
@@ -197,10 +212,16 @@ fn check_event(e: &Event) {
                 Detail::CapacityReservation { .. },
                 EventKind::CapacityReservationInterruption
             )
+            | (
+                Detail::CapacityBlock { .. },
+                EventKind::CapacityBlockExpiration | EventKind::CapacityBlockDelivered
+            )
             | (Detail::Unsupported { .. }, EventKind::Unsupported)
     );
     assert!(detail_matches, "{:?} with {:?}", e.kind, e.detail);
-    if !matches!(e.kind, EventKind::ScheduledChange | EventKind::Unsupported) {
+    if !matches!(e.kind, EventKind::ScheduledChange | EventKind::Unsupported)
+        && !e.kind.is_capacity_block()
+    {
         assert_eq!(e.instance_ids.len(), 1, "one instance per {:?}", e.kind);
     }
     let _ = e.deadline_hint();

@@ -2251,7 +2251,8 @@ fn the_member_role_trusts_the_central_functions_only_and_grants_what_they_call()
                     "Action": "eks:DescribeCluster", "Resource": arns}])
         };
         let mut read_only = vec![json!({"Sid": "DescribeInstances", "Effect": "Allow",
-            "Action": ["ec2:DescribeInstances", "ec2:DescribeInstanceStatus",
+            "Action": ["ec2:DescribeInstances", "ec2:DescribeCapacityReservations",
+                       "ec2:DescribeInstanceStatus",
                        "ec2:DescribeAvailabilityZones", "autoscaling:DescribeAutoScalingGroups",
                        "ec2:DescribeLaunchTemplateVersions"], "Resource": "*"})];
         read_only.extend(clusters.as_array().unwrap().iter().cloned());
@@ -2272,6 +2273,7 @@ fn the_member_role_trusts_the_central_functions_only_and_grants_what_they_call()
             "autoscaling:CompleteLifecycleAction",
             "autoscaling:RecordLifecycleActionHeartbeat",
             "ec2:DescribeAvailabilityZones",
+            "ec2:DescribeCapacityReservations",
             "ec2:DescribeInstances",
             "eks:DescribeCluster",
             "elasticloadbalancing:DeregisterTargets",
@@ -2279,7 +2281,7 @@ fn the_member_role_trusts_the_central_functions_only_and_grants_what_they_call()
             "tag:GetResources",
         ];
         if names == "*" {
-            expected.insert(5, "eks:ListClusters");
+            expected.insert(6, "eks:ListClusters");
         }
         assert_eq!(granted.into_iter().collect::<Vec<_>>(), expected, "{names}");
         assert_eq!(
@@ -2329,7 +2331,8 @@ fn the_member_role_trusts_the_central_functions_only_and_grants_what_they_call()
         assert_eq!(
             read["Statement"][0],
             json!({"Sid": "DescribeInstances", "Effect": "Allow",
-                    "Action": ["ec2:DescribeInstances", "ec2:DescribeAvailabilityZones"],
+                    "Action": ["ec2:DescribeInstances", "ec2:DescribeCapacityReservations",
+                               "ec2:DescribeAvailabilityZones"],
                     "Resource": "*"})
         );
         assert_deregistration_limited(&read, names);

@@ -64,10 +64,35 @@ pub fn block_finding(
     now: DateTime<Utc>,
     place: &Place,
 ) -> Event {
-    let kind = EventKind::CapacityBlockExpiration;
+    let detail = Detail::CapacityBlock {
+        reservation_id: block.reservation_id.clone(),
+        end_date: block.end_date,
+        block: Some(block.clone()),
+        part: false,
+    };
+    let id = block_key(&block.reservation_id, block.end_date, Some(cluster));
+    found(
+        EventKind::CapacityBlockExpiration,
+        id,
+        instance_ids,
+        detail,
+        now,
+        place,
+    )
+}
+
+/// A finding of the sweeper: the event of `kind` that AWS would have sent, under `id`.
+fn found(
+    kind: EventKind,
+    id: String,
+    instance_ids: Vec<String>,
+    detail: Detail,
+    now: DateTime<Utc>,
+    place: &Place,
+) -> Event {
     let (source, detail_type) = kind.source_and_detail_type().unwrap_or_default();
     Event {
-        id: block_key(&block.reservation_id, block.end_date, Some(cluster)),
+        id,
         kind,
         source: source.to_string(),
         detail_type: detail_type.to_string(),
@@ -75,12 +100,7 @@ pub fn block_finding(
         region: place.region.clone(),
         account: place.account.clone(),
         instance_ids,
-        detail: Detail::CapacityBlock {
-            reservation_id: block.reservation_id.clone(),
-            end_date: block.end_date,
-            block: Some(block.clone()),
-            part: false,
-        },
+        detail,
     }
 }
 
@@ -131,18 +151,9 @@ pub(crate) fn synthetic(
     now: DateTime<Utc>,
     place: &Place,
 ) -> Event {
-    let (source, detail_type) = kind.source_and_detail_type().unwrap_or_default();
-    Event {
-        id: sweep_key(kind, instance.instance_id, instance.launch_time),
-        kind,
-        source: source.to_string(),
-        detail_type: detail_type.to_string(),
-        time: now,
-        region: place.region.clone(),
-        account: place.account.clone(),
-        instance_ids: vec![instance.instance_id.to_string()],
-        detail,
-    }
+    let id = sweep_key(kind, instance.instance_id, instance.launch_time);
+    let ids = vec![instance.instance_id.to_string()];
+    found(kind, id, ids, detail, now, place)
 }
 
 /// Turns what EC2 and the cluster say into synthetic events (pure).

@@ -159,16 +159,7 @@ fn budget_rounds(
         Some(node) => format!("the {} on node {node}", plural(on_node, "pod")),
         None => "its pods (none on a node yet)".to_string(),
     };
-    let budgets: Vec<&Budget> = view
-        .budgets
-        .iter()
-        .filter(|b| {
-            workload
-                .pods
-                .iter()
-                .any(|p| b.selects(&workload.namespace, &p.labels))
-        })
-        .collect();
+    let budgets: Vec<&Budget> = view.budgets_of(workload);
     let mut overlapping: BTreeSet<&str> = BTreeSet::new();
     for p in &workload.pods {
         let names: Vec<&str> = budgets

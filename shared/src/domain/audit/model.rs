@@ -348,4 +348,17 @@ impl ClusterView {
             .map(|w| i64::from(w.replicas.max(0)))
             .sum()
     }
+
+    /// The budgets that select a pod of `workload`.
+    pub fn budgets_of(&self, workload: &Workload) -> Vec<&Budget> {
+        self.budgets
+            .iter()
+            .filter(|b| {
+                workload
+                    .pods
+                    .iter()
+                    .any(|p| b.selects(&workload.namespace, &p.labels))
+            })
+            .collect()
+    }
 }

@@ -121,16 +121,7 @@ impl<'a> Checked<'a> {
     fn budgets(&self) -> Vec<(Code, String)> {
         let (view, workload) = (self.view, self.workload);
         let mut found = Vec::new();
-        let budgets: Vec<&Budget> = view
-            .budgets
-            .iter()
-            .filter(|b| {
-                workload
-                    .pods
-                    .iter()
-                    .any(|p| b.selects(&workload.namespace, &p.labels))
-            })
-            .collect();
+        let budgets: Vec<&Budget> = view.budgets_of(workload);
         if workload.kind == WorkloadKind::Pod {
             found.push((
                 Code::NoController,

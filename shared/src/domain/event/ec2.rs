@@ -185,8 +185,13 @@ fn part_instances(
                     )
                 })
         })
-        .collect::<Result<Vec<_>, _>>()
-        .map(Some)
+        .collect::<Result<Vec<String>, _>>()
+        .map(|mut ids| {
+            // In order, each once.
+            let mut seen = std::collections::BTreeSet::new();
+            ids.retain(|id| seen.insert(id.clone()));
+            Some(ids)
+        })
 }
 
 /// The field a part of a block's warning names its instances in.
