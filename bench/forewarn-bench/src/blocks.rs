@@ -326,13 +326,7 @@ fn seen(
         {
             cordoned[n].get_or_insert(at);
         }
-        if r.method == "POST"
-            && let Some((n, p)) = r
-                .path
-                .strip_prefix(&pods_path)
-                .and_then(|rest| rest.strip_suffix("/eviction"))
-                .and_then(|np| np.split_once('-'))
-            && let (Ok(n), Ok(p)) = (n.parse::<usize>(), p.parse::<usize>())
+        if let Some((n, p)) = crate::mass::eviction_of(r, &pods_path)
             && n < nodes
             && p < per_node
         {

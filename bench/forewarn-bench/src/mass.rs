@@ -721,13 +721,7 @@ fn handled(
             cordoned[n].get_or_insert(at);
         }
         // `/api/v1/namespaces/shop/pods/w{n}-{p}/eviction`, as the run names its pods.
-        if r.method == "POST"
-            && let Some((n, p)) = r
-                .path
-                .strip_prefix("/api/v1/namespaces/shop/pods/w")
-                .and_then(|rest| rest.strip_suffix("/eviction"))
-                .and_then(|np| np.split_once('-'))
-            && let (Ok(n), Ok(p)) = (n.parse::<usize>(), p.parse::<usize>())
+        if let Some((n, p)) = eviction_of(r, "/api/v1/namespaces/shop/pods/w")
             && let Some(slot) = pods.get_mut(n).and_then(|v| v.get_mut(p))
         {
             tried[n].get_or_insert(at);
@@ -748,6 +742,18 @@ fn handled(
         evicted,
         tried,
     }
+}
+
+/// The node `n` and pod `p` of an eviction `r` asks for, of a pod named `{prefix}{n}-{p}` (its
+/// path up to the node's number).
+pub(crate) fn eviction_of(r: &kube_fake::RecordedRequest, prefix: &str) -> Option<(usize, usize)> {
+    let (n, p) = r
+        .path
+        .strip_prefix(prefix)?
+        .strip_suffix("/eviction")?
+        .split_once('-')?;
+    (r.method == "POST").then_some(())?;
+    Some((n.parse().ok()?, p.parse().ok()?))
 }
 
 /// The width of a column of [`spending`].
