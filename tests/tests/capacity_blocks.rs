@@ -306,6 +306,15 @@ async fn assert_warning_handled(w: &World, handler: &Handler, store: &DynamoStor
         "resources": [format!("arn:aws:ec2:us-east-1:123456789012:capacity-reservation/{WARNED}")],
         "detail": {"capacity-reservation-id": WARNED, "end-date": w.end.to_rfc3339()}});
     let inv = handler.invoke(warning, None).await.unwrap();
+    let calls = w.proxy.calls();
+    let described = calls
+        .iter()
+        .filter(|c| c.operation == "DescribeInstances")
+        .count();
+    assert_eq!(
+        described, 1,
+        "the block's instances, described once: {calls:#?}"
+    );
     let report = &inv.reports[0];
     assert_eq!(report.outcome, Outcome::Acted, "{:#?}", inv.reports);
     let mut ids: Vec<&str> = w.warned.iter().map(|i| i.id.as_str()).collect();

@@ -25,7 +25,7 @@ use chrono::{DateTime, Utc};
 use crate::app::pipeline::{PlaceFailure, place_of};
 use crate::domain::event::ec2::PART_FIELD;
 use crate::domain::event::{DecodeError, Detail, Event, EventKind};
-use crate::domain::facts::CapacityBlock;
+use crate::domain::facts::{CapacityBlock, InstanceFacts};
 use crate::domain::inbound::Record;
 use crate::domain::report::Report;
 use crate::domain::sweep::BLOCK_LOOKAHEAD;
@@ -46,9 +46,19 @@ pub struct Expanded {
     pub failed: Vec<(usize, Report)>,
     /// What each record's report says besides (its parts queued).
     pub notes: Vec<(usize, String)>,
+    /// The blocks' instances as their lookup described them, by place.
+    pub described: BTreeMap<(Place, String), InstanceFacts>,
 }
 
 impl Expanded {
+    /// `inner`, answering the instances the blocks' lookups described without asking again.
+    pub fn seeded<'a>(&'a self, inner: &'a dyn InstanceDirectory) -> Seeded<'a> {
+        Seeded {
+            inner,
+            known: &self.described,
+        }
+    }
+
     /// `reports` (one per record, in order) with the failed lookups' own.
     pub fn answer(&self, mut reports: Vec<Report>) -> Vec<Report> {
         for (i, report) in &self.failed {
@@ -65,6 +75,68 @@ impl Expanded {
             }
         }
         reports
+    }
+}
+
+/// An instance directory whose answers for the instances a block's lookup described (in their
+/// place) are those facts: the batch's lookup does not describe them again.
+pub struct Seeded<'a> {
+    inner: &'a dyn InstanceDirectory,
+    known: &'a BTreeMap<(Place, String), InstanceFacts>,
+}
+
+impl Seeded<'_> {
+    /// Those of `instance_ids` known in `place`, and the others.
+    fn split(
+        &self,
+        place: &Place,
+        instance_ids: &[String],
+    ) -> (BTreeMap<String, InstanceFacts>, Vec<String>) {
+        let mut known = BTreeMap::new();
+        let mut rest = Vec::new();
+        for id in instance_ids {
+            match self.known.get(&(place.clone(), id.clone())) {
+                Some(facts) => {
+                    known.insert(id.clone(), facts.clone());
+                }
+                None => rest.push(id.clone()),
+            }
+        }
+        (known, rest)
+    }
+}
+
+#[async_trait::async_trait]
+impl InstanceDirectory for Seeded<'_> {
+    async fn describe(
+        &self,
+        instance_ids: &[String],
+    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
+        let (mut found, rest) = self.split(&Place::default(), instance_ids);
+        if !rest.is_empty() {
+            found.extend(self.inner.describe(&rest).await?);
+        }
+        Ok(found)
+    }
+
+    async fn describe_at(
+        &self,
+        place: &Place,
+        instance_ids: &[String],
+    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
+        let (mut found, rest) = self.split(place, instance_ids);
+        if !rest.is_empty() {
+            found.extend(self.inner.describe_at(place, &rest).await?);
+        }
+        Ok(found)
+    }
+
+    async fn capacity_block(
+        &self,
+        place: &Place,
+        reservation_id: &str,
+    ) -> Result<CapacityBlock, DirectoryError> {
+        self.inner.capacity_block(place, reservation_id).await
     }
 }
 
@@ -109,7 +181,18 @@ pub async fn expand(
         records: records.to_vec(),
         failed: Vec::new(),
         notes: Vec::new(),
+        described: BTreeMap::new(),
     };
+    for ((place, _), block) in &found {
+        if let Ok(block) = block {
+            out.described.extend(
+                block
+                    .instances
+                    .iter()
+                    .map(|(id, facts)| ((place.clone(), id.clone()), facts.clone())),
+            );
+        }
+    }
     for (i, record) in out.records.iter_mut().enumerate() {
         let Some(key) = block_of(record).map(|(p, id)| (p, id.to_string())) else {
             continue;
@@ -435,6 +518,23 @@ mod tests {
             // EC2's end is taken over the message's (b says 12:00): termination at 11:00.
             assert_eq!(event.deadline_hint(), "2026-11-20T11:00:00Z".parse().ok());
         }
+        // The batch's lookup gets the block's instances from the block's (the directory's own
+        // `describe` knows none), in the block's place only.
+        let seeded = out.seeded(&dir);
+        let place = place_of(out.records[0].event.as_ref().unwrap());
+        let ids = [
+            "i-0a1b2c3d4e5f60b01".to_string(),
+            "i-0a1b2c3d4e5f60fff".to_string(),
+        ];
+        let found = seeded.describe_at(&place, &ids).await.unwrap();
+        assert_eq!(found.keys().collect::<Vec<_>>(), ["i-0a1b2c3d4e5f60b01"]);
+        assert!(
+            seeded
+                .describe_at(&Place::default(), &ids)
+                .await
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[tokio::test]

@@ -136,8 +136,9 @@ impl Handler {
     ///
     /// The Capacity Blocks its events name are looked up first ([`crate::app::blocks`]).
     pub async fn run(&self, records: &[Record], deadline: Option<DateTime<Utc>>) -> Vec<Report> {
-        match crate::app::blocks::expand(self.instances.as_ref(), records, self.clock.now()).await {
-            None => self.run_looked_up(records, deadline).await,
+        let own = self.instances.as_ref();
+        match crate::app::blocks::expand(own, records, self.clock.now()).await {
+            None => self.run_looked_up(records, deadline, own).await,
             Some(mut expanded) => {
                 // A block's other instances, each a warning of its own on the queue, when
                 // there is one to come back on and the run writes the cluster.
@@ -146,16 +147,22 @@ impl Handler {
                 {
                     crate::app::blocks::fan_out(queue, &mut expanded).await;
                 }
-                let reports = self.run_looked_up(&expanded.records, deadline).await;
+                // The blocks' instances are described already: not again.
+                let seeded = expanded.seeded(own);
+                let reports = self
+                    .run_looked_up(&expanded.records, deadline, &seeded)
+                    .await;
                 expanded.answer(reports)
             }
         }
     }
 
+    /// [`Handler::run`] with the instances described by `instances`.
     async fn run_looked_up(
         &self,
         records: &[Record],
         deadline: Option<DateTime<Utc>>,
+        instances: &dyn InstanceDirectory,
     ) -> Vec<Report> {
         let limits = self.limits(deadline);
         let now = self.clock.now();
@@ -170,9 +177,9 @@ impl Handler {
             // One cluster named by nobody, every event of its own place: the pipeline looks
             // the instances up itself.
             let to = Destination::Cluster(None);
-            return self.run_share(&to, records, None, limits).await;
+            return self.run_share(&to, records, None, limits, instances).await;
         }
-        let looked_up = self.look_up(records, limits).await;
+        let looked_up = self.look_up(records, limits, instances).await;
         let seen: Vec<&str> = looked_up
             .as_ref()
             .map(|found| {
@@ -190,7 +197,13 @@ impl Handler {
                 tracing::error!(error = %e, "the served clusters could not be listed");
                 let failed = Err(e);
                 return self
-                    .run_share(&Destination::Unrouted, records, Some(&failed), limits)
+                    .run_share(
+                        &Destination::Unrouted,
+                        records,
+                        Some(&failed),
+                        limits,
+                        instances,
+                    )
                     .await;
             }
         };
@@ -212,7 +225,7 @@ impl Handler {
         };
         let runs = shares.into_iter().map(|(to, share)| async move {
             let reports = self
-                .run_guarded(&to, &share.records, looked_up.as_ref(), mixed)
+                .run_guarded(&to, &share.records, looked_up.as_ref(), mixed, instances)
                 .await;
             (share, reports)
         });
@@ -230,14 +243,19 @@ impl Handler {
     }
 
     /// The batch's instances, looked up once for every cluster (within the batch's time).
-    async fn look_up(&self, records: &[Record], limits: Limits) -> Found {
+    async fn look_up(
+        &self,
+        records: &[Record],
+        limits: Limits,
+        instances: &dyn InstanceDirectory,
+    ) -> Found {
         let events: Vec<&Event> = records
             .iter()
             .filter(|r| r.continuation.is_none())
             .filter_map(|r| r.event.as_ref().ok())
             .filter(|e| e.kind != EventKind::Unsupported)
             .collect();
-        let lookup = describe_events(self.instances.as_ref(), &events);
+        let lookup = describe_events(instances, &events);
         match limits.deadline {
             Some(deadline) => until(self.clock.as_ref(), deadline, lookup)
                 .await
@@ -256,9 +274,12 @@ impl Handler {
         records: &[Record],
         looked_up: Option<&Found>,
         limits: Limits,
+        instances: &dyn InstanceDirectory,
     ) -> Vec<Report> {
         let Destination::Cluster(Some(id)) = to else {
-            return self.run_share(to, records, looked_up, limits).await;
+            return self
+                .run_share(to, records, looked_up, limits, instances)
+                .await;
         };
         let name = &id.to_string();
         let now = self.clock.now();
@@ -267,7 +288,9 @@ impl Handler {
         {
             return split::in_trouble(records, name, since);
         }
-        let reports = self.run_share(to, records, looked_up, limits).await;
+        let reports = self
+            .run_share(to, records, looked_up, limits, instances)
+            .await;
         let failed_whole = !reports.is_empty()
             && reports
                 .iter()
@@ -277,13 +300,15 @@ impl Handler {
     }
 
     /// One share of the batch through the pipeline: in its cluster, on that cluster's services
-    /// (a cluster that cannot be reached fails the share's records); elsewhere, on none.
+    /// (a cluster that cannot be reached fails the share's records); elsewhere, on none. Its
+    /// instances as `looked_up` found them, else as `instances` describes them.
     async fn run_share(
         &self,
         to: &Destination,
         records: &[Record],
         looked_up: Option<&Found>,
         limits: Limits,
+        instances: &dyn InstanceDirectory,
     ) -> Vec<Report> {
         let cluster = match to {
             Destination::Cluster(id) => match self.fleet.cluster(id.as_ref()).await {
@@ -297,7 +322,7 @@ impl Handler {
         config.unserved = *to == Destination::Elsewhere && looked_up.is_some();
         let failed;
         let instances: &dyn InstanceDirectory = match looked_up {
-            None => self.instances.as_ref(),
+            None => instances,
             // Each place answered as the batch's lookup did.
             Some(Ok(described)) => described,
             Some(Err(e)) => {
