@@ -233,8 +233,24 @@ pub async fn expand(
     Some(out)
 }
 
-/// Why EC2's answer refuses `event`: a warning not due yet, a delivery of a block not active.
+/// Why EC2's answer refuses `event`: a part naming an instance EC2 does not list in the block,
+/// a warning not due yet, a delivery of a block not active.
 fn refusal(event: &Event, block: &CapacityBlock, now: DateTime<Utc>) -> Option<String> {
+    if matches!(event.detail, Detail::CapacityBlock { part: true, .. }) {
+        let strangers: Vec<&str> = event
+            .instance_ids
+            .iter()
+            .filter(|id| !block.instances.contains_key(*id))
+            .map(String::as_str)
+            .collect();
+        if !strangers.is_empty() {
+            return Some(format!(
+                "a part of a Capacity Block's warning names {}, which EC2 does not list in the \
+                 block: no node is touched",
+                strangers.join(", ")
+            ));
+        }
+    }
     let facts = block.facts.as_ref()?;
     let id = &facts.reservation_id;
     match event.kind {
@@ -265,19 +281,9 @@ fn refusal(event: &Event, block: &CapacityBlock, now: DateTime<Utc>) -> Option<S
 /// `event` (a Capacity Block's) naming what EC2 says of its block: an expiration warning its
 /// instances (by id), both its facts and EC2's end over the message's.
 fn name_instances(event: &mut Event, block: &CapacityBlock) {
+    // A part keeps the instances it names (every one in the block: see `refusal`).
     let part = matches!(event.detail, Detail::CapacityBlock { part: true, .. });
-    if part {
-        // A part acts on those of its instances EC2 lists in the block, and no other.
-        let asked = std::mem::take(&mut event.instance_ids);
-        let (ours, not): (Vec<String>, Vec<String>) = asked
-            .into_iter()
-            .partition(|id| block.instances.contains_key(id));
-        if !not.is_empty() {
-            tracing::warn!(event = %event.id, instances = ?not,
-                "a part of a Capacity Block's warning names instances EC2 does not list in the block: left alone");
-        }
-        event.instance_ids = ours;
-    } else if event.kind == EventKind::CapacityBlockExpiration {
+    if !part && event.kind == EventKind::CapacityBlockExpiration {
         event.instance_ids = block.instances.keys().cloned().collect();
     }
     if let Detail::CapacityBlock {
@@ -681,11 +687,20 @@ mod tests {
             assert_eq!(part.id, format!("a#{instance}"));
             assert_eq!(part.instance_ids, [instance]);
         }
-        let forged = out.records[3].event.as_ref().unwrap();
-        assert!(forged.instance_ids.is_empty(), "{forged:?}");
+        let (i, refused) = &out.failed[0];
+        assert_eq!(
+            (*i, refused.outcome),
+            (3, crate::domain::report::Outcome::Ignored)
+        );
+        let why = refused.reason.as_deref().unwrap();
+        assert!(
+            why.contains("names i-0a1b2c3d4e5f6ffff, which EC2 does not list"),
+            "{why}"
+        );
+        assert!(out.records[3].event.is_err(), "nothing is done with it");
         // A part is not queued again, and a small block is not split.
         let queue = Sent::default();
-        let mut again = expand(&dir, &out.records, now()).await.unwrap();
+        let mut again = expand(&dir, &out.records[..3], now()).await.unwrap();
         assert_eq!(fan_out(&queue, &mut again).await, 0);
     }
 
