@@ -50,7 +50,7 @@ impl Pipeline<'_> {
             .await?
             .map_err(|e| refuse(e.to_string()))?;
         let plan = continuation.plan.clone();
-        plan_is_the_events(&plan, event).map_err(refuse)?;
+        plan_is_the_events(&plan, event).map_err(|e| refuse(e.to_string()))?;
         let LastPass {
             deadline,
             notice_end,
@@ -559,30 +559,82 @@ pub(super) fn heartbeat_of(report: &Report) -> Option<DateTime<Utc>> {
     report.actions.iter().filter_map(|a| a.heartbeat_at).max()
 }
 
+/// Why a continuation's plan is not its event's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum NotTheEvents {
+    #[error("the plan is event {plan}'s, not this event's ({event})")]
+    OtherEvent { plan: String, event: String },
+    #[error("the plan names instance {0}, which the event does not")]
+    OtherInstance(String),
+}
+
 /// Whether `plan` is `event`'s: its event id (or the id of its part in one cluster,
 /// `<id>#<cluster>`: see `crate::app::fleet::split`), and no instance the event does not name;
 /// else why not.
-pub(super) fn plan_is_the_events(plan: &Plan, event: &Event) -> Result<(), String> {
+pub(super) fn plan_is_the_events(plan: &Plan, event: &Event) -> Result<(), NotTheEvents> {
     let part = plan
         .event_id
         .strip_prefix(event.id.as_str())
         .is_some_and(|rest| rest.starts_with('#'));
     if plan.event_id != event.id && !part {
-        return Err(format!(
-            "the plan is event {}'s, not this event's ({})",
-            plan.event_id, event.id
-        ));
+        return Err(NotTheEvents::OtherEvent {
+            plan: plan.event_id.clone(),
+            event: event.id.clone(),
+        });
     }
-    if let Some(other) = plan
+    match plan
         .actions
         .iter()
         .map(|a| &a.instance_id)
         .chain(&plan.instance_ids)
         .find(|id| !event.instance_ids.contains(id))
     {
-        return Err(format!(
-            "the plan names instance {other}, which the event does not"
-        ));
+        Some(other) => Err(NotTheEvents::OtherInstance(other.clone())),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::config::Config;
+    use crate::domain::event::EventKind;
+    use crate::domain::fixtures::event;
+    use crate::domain::plan::{Facts, decide};
+
+    const A: &str = "i-0a1b2c3d4e5f60001";
+    const B: &str = "i-0a1b2c3d4e5f60002";
+
+    #[test]
+    fn a_plan_is_its_events_or_its_parts_in_one_cluster_and_names_only_its_instances() {
+        let e = event(EventKind::ScheduledChange, "e1", A).build();
+        let none = std::collections::BTreeMap::new();
+        let plan = decide(&e, Facts::new(&none, &[]), &Config::default());
+        assert_eq!(plan_is_the_events(&plan, &e), Ok(()));
+        // The part of the event in one cluster (`fleet::split`) is the event's.
+        let part = Plan {
+            event_id: "e1#123456789012/us-east-1/blue".into(),
+            ..plan.clone()
+        };
+        assert_eq!(plan_is_the_events(&part, &e), Ok(()));
+        for other in ["e2", "e1x", "e10#blue"] {
+            let forged = Plan {
+                event_id: other.into(),
+                ..plan.clone()
+            };
+            assert_eq!(
+                plan_is_the_events(&forged, &e),
+                Err(NotTheEvents::OtherEvent {
+                    plan: other.into(),
+                    event: "e1".into()
+                })
+            );
+        }
+        let mut more = plan.clone();
+        more.instance_ids.push(B.into());
+        assert_eq!(
+            plan_is_the_events(&more, &e).unwrap_err().to_string(),
+            format!("the plan names instance {B}, which the event does not")
+        );
+    }
 }
