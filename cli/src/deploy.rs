@@ -78,9 +78,12 @@ pub struct DeployArgs {
     /// The AWS region [default: the standard AWS configuration: AWS_REGION, the profile].
     #[arg(long, value_name = "REGION")]
     region: Option<String>,
-    /// Print every step and change nothing: the stack is only described, the cluster (with
-    /// --kube) only read.
+    /// Carry the deployment out. Without it every step is printed and nothing changes: the
+    /// stack is only described, the cluster (with --kube) only read.
     #[arg(long)]
+    execute: bool,
+    /// Retired: leaving out --execute (read until the next release, with a warning).
+    #[arg(long, hide = true, conflicts_with = "execute")]
     dry_run: bool,
     /// One more environment variable of the handler, e.g. FOREWARN_WEBHOOK_URL=https://...
     /// (repeatable). A deploy sets a function's whole environment (the stack's, the crate's
@@ -103,6 +106,20 @@ pub struct DeployArgs {
     /// checkout this command was built from]. Never looked for from the current directory.
     #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,
+}
+
+impl DeployArgs {
+    /// The arguments with `dry_run` saying whether nothing may change: unless --execute (the
+    /// retired --dry-run said what leaving --execute out says, and is warned of).
+    fn settled(mut self) -> DeployArgs {
+        crate::retired_flag(
+            "--dry-run",
+            "leaving out --execute",
+            self.dry_run.then_some(()),
+        );
+        self.dry_run = !self.execute;
+        self
+    }
 }
 
 /// One line on standard output, flushed (the steps' lines and the builds' progress interleave).
@@ -218,6 +235,7 @@ pub async fn run(
     settings: Settings,
     clock: std::sync::Arc<dyn forewarn::ports::Clock>,
 ) -> anyhow::Result<ExitCode> {
+    let args = args.settled();
     let Inputs {
         root,
         template,
@@ -247,7 +265,7 @@ pub async fn run(
         describe_served(&clusters, &served),
         region.as_deref().unwrap_or("(none configured)"),
         if args.dry_run {
-            " — dry run: nothing is changed"
+            " — dry run: nothing is changed (add --execute to deploy)"
         } else {
             ""
         }
@@ -1047,7 +1065,7 @@ impl Deploy {
             ))?,
         }
         say(match (self.dry_run(), self.failures.is_empty()) {
-            (true, _) => "dry run: nothing was changed",
+            (true, _) => "dry run: nothing was changed (add --execute to deploy)",
             (false, true) => "deployed",
             (false, false) => "deployed, but not in every cluster (below)",
         })

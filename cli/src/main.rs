@@ -133,13 +133,24 @@ pub fn instance_choice(file: &Option<PathBuf>, ec2: bool) -> InstanceChoice {
     }
 }
 
+/// A retired flag's value, with a warning on standard error naming what replaces it: retired
+/// flags are read for one release (the upgrade page lists them).
+pub fn retired_flag<T>(old: &str, new: &str, value: Option<T>) -> Option<T> {
+    if value.is_some() {
+        eprintln!(
+            "forewarn: warning: {old} is retired and read until the next release only: use {new}"
+        );
+    }
+    value
+}
+
 /// `--cluster CLUSTER`: which served cluster a command reads (or acts on) live.
 #[derive(Args, Debug, Clone, Default)]
 pub struct ClusterArg {
     /// The cluster, when the environment serves several (FOREWARN_CLUSTERS) or to pick one:
     /// NAME, ACCOUNT/NAME or ACCOUNT/REGION/NAME (a cluster is its account, region and name);
     /// the kubeconfig context of that name when there is one, else the EKS cluster [default:
-    /// the one cluster FOREWARN_CLUSTER_NAME or FOREWARN_CLUSTERS names]
+    /// the one cluster FOREWARN_CLUSTERS names]
     #[arg(long, value_name = "CLUSTER", value_parser = parse_cluster)]
     pub cluster: Option<ClusterId>,
 }

@@ -36,8 +36,11 @@ pub struct PrioritiesArgs {
     /// ConfigMap kube-system/forewarn-priority-base (key `priorities`), with --kube.
     #[arg(long, value_name = "FILE")]
     base: Option<PathBuf>,
-    /// The cluster whose node groups count (overrides FOREWARN_CLUSTER_NAME).
+    /// The cluster whose node groups count (overrides FOREWARN_CLUSTERS).
     #[arg(long, value_name = "NAME")]
+    cluster: Option<String>,
+    /// Retired: --cluster (read until the next release, with a warning).
+    #[arg(long, value_name = "NAME", hide = true, conflicts_with = "cluster")]
     cluster_name: Option<String>,
     /// The share of a group's pools that must be unavailable for it to be demoted, e.g. 0.5
     /// or 50% (overrides FOREWARN_PRIORITY_HOT_SHARE) [default: 1, every pool].
@@ -65,11 +68,13 @@ pub async fn run(
     mut settings: Settings,
     clock: Arc<dyn Clock>,
 ) -> anyhow::Result<ExitCode> {
+    let retired = crate::retired_flag("--cluster-name", "--cluster", args.cluster_name.clone());
     let cluster = args
-        .cluster_name
+        .cluster
         .clone()
+        .or(retired)
         .or_else(|| settings.clusters.lone().flatten().map(|id| id.name.clone()))
-        .context("which cluster? give --cluster-name, or FOREWARN_CLUSTER_NAME")?;
+        .context("which cluster? give --cluster, or FOREWARN_CLUSTERS")?;
     let mut priority_settings = settings.priorities;
     if let Some(share) = &args.hot_share {
         priority_settings.hot_share =

@@ -41,8 +41,12 @@ pub struct ReplayArgs {
     /// read only unless --execute.
     #[arg(long)]
     kube: bool,
-    /// The cluster forewarn acts for (overrides FOREWARN_CLUSTER_NAME).
+    /// The cluster forewarn acts for (overrides FOREWARN_CLUSTERS): an instance whose tags
+    /// name only other clusters is never touched.
     #[arg(long, value_name = "NAME")]
+    cluster: Option<String>,
+    /// Retired: --cluster (read until the next release, with a warning).
+    #[arg(long, value_name = "NAME", hide = true, conflicts_with = "cluster")]
     cluster_name: Option<String>,
     /// The policy per node group (YAML; overrides FOREWARN_POLICY_FILE and, with --kube, the
     /// cluster's ConfigMap forewarn/forewarn-policy). A bad policy is an error naming the
@@ -136,7 +140,8 @@ pub async fn run(
     mut settings: Settings,
     clock: Arc<dyn Clock>,
 ) -> anyhow::Result<ExitCode> {
-    if let Some(name) = args.cluster_name.clone() {
+    let retired = crate::retired_flag("--cluster-name", "--cluster", args.cluster_name.clone());
+    if let Some(name) = args.cluster.clone().or(retired) {
         settings.config.cluster_name = Some(name);
     }
     if let Some(path) = &args.policy {

@@ -13,7 +13,7 @@ const WITH_STATE: [&str; 6] = [
     "events/state/instances.json",
     "--cluster-state",
     "events/state/cluster.json",
-    "--cluster-name",
+    "--cluster",
     "demo",
 ];
 
@@ -396,6 +396,39 @@ fn dates_as_expected(lines: &[Value], at: &impl Fn(&str) -> String) {
         spot["pools"][0]["unavailable_until"],
         at("2026-11-20T11:00:04Z"),
         "event time + 1 h"
+    );
+}
+
+/// A retired flag is still read for one release, with a warning naming what replaces it; the
+/// new and the retired one together are refused.
+#[test]
+fn the_retired_cluster_flag_still_works_with_a_warning() {
+    let state = tempfile::tempdir().unwrap();
+    let mut retired = WITH_STATE.to_vec();
+    retired[4] = "--cluster-name";
+    retired.push("events/");
+    let (out, lines) = replay_json_in(&root(), state.path(), &retired);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(lines.len(), 31, "the same replay as with --cluster");
+    assert!(
+        err.contains(
+            "warning: --cluster-name is retired and read until the next release only: use --cluster"
+        ),
+        "{err}"
+    );
+    let mut both = retired.clone();
+    both.extend(["--cluster", "demo"]);
+    let (out, _) = replay_json_in(&root(), state.path(), &both);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a usage error: the two together"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot be used with"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 
@@ -1204,7 +1237,7 @@ fn nth_values_become_a_policy_replay_takes() {
         "workers: set FOREWARN_CONCURRENCY=16",
         "webhookURL: set FOREWARN_WEBHOOK_URL=https://hooks.example.com/x",
         "queueURL: not carried over",
-        "taintNode: set FOREWARN_TAINT_KEYS=nth (a variable of the functions): the nodes \
+        "taintNode: set FOREWARN_TAINT_KEY=nth (a variable of the functions): the nodes \
          forewarn cordons get NTH's taint keys",
         "tolerations: not carried over",
     ] {

@@ -279,7 +279,6 @@ fn a_dry_run_prints_every_step_and_changes_nothing() {
                 "deploy",
                 "--cluster",
                 &cluster,
-                "--dry-run",
                 "--parameter",
                 "FunctionArchitecture=x86_64",
                 "--parameter",
@@ -316,7 +315,7 @@ fn a_dry_run_prints_every_step_and_changes_nothing() {
             "Namespace forewarn: would be created".to_string(),
             "RoleBinding forewarn/forewarn-policy: would be created".to_string(),
             format!("ConfigMap kube-system/{EXPANDER}: would be created"),
-            "dry run: nothing was changed".to_string(),
+            "dry run: nothing was changed (add --execute to deploy)".to_string(),
         ] {
             assert!(text.contains(&line), "missing {line:?} in:\n{text}");
         }
@@ -402,6 +401,7 @@ async fn first_deploy(d: &Deploying<'_>) -> (std::collections::BTreeMap<String, 
         kubeconfig,
         &[
             "deploy",
+            "--execute",
             "--cluster",
             cluster,
             "--no-build",
@@ -550,7 +550,14 @@ async fn upgrade(
     let out = forewarn(
         endpoint,
         kubeconfig,
-        &["deploy", "--cluster", cluster, "--no-build", "--kube"],
+        &[
+            "deploy",
+            "--execute",
+            "--cluster",
+            cluster,
+            "--no-build",
+            "--kube",
+        ],
     )
     .await;
     let text = succeeded(&out);
@@ -714,7 +721,7 @@ fn a_cluster_before_1_30_gets_no_placeholder_grant() {
         let out = forewarn(
             &endpoint,
             &kubeconfig,
-            &["deploy", "--cluster", &cluster, "--dry-run", "--kube"],
+            &["deploy", "--cluster", &cluster, "--kube"],
         )
         .await;
         let text = succeeded(&out);
@@ -828,7 +835,7 @@ fn an_unanswering_cluster_stops_everything(state: &Path) {
         .env("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
         .env("KUBECONFIG", &kubeconfig)
         .env_remove("FOREWARN_EKS_CLUSTER")
-        .run(&["deploy", "--cluster", "demo", "--kube"]);
+        .run(&["deploy", "--execute", "--cluster", "demo", "--kube"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
@@ -849,9 +856,18 @@ fn the_root_is_never_found_from_the_working_directory(run: &dyn Fn(&Path, &[&str
     )
     .unwrap();
     let inside = elsewhere.path().join("infra/k8s");
+    // The retired --dry-run is still read (the default now), with a warning naming its home.
     let out = run(&inside, &["deploy", "--cluster", "demo", "--dry-run"]);
     let text = succeeded(&out);
     assert!(text.contains("[6/6] kubernetes"), "{text}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(
+            "warning: --dry-run is retired and read until the next release only: use leaving \
+             out --execute"
+        ),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let empty = tempfile::tempdir().unwrap();
     let out = run(
         &root(),
@@ -859,7 +875,6 @@ fn the_root_is_never_found_from_the_working_directory(run: &dyn Fn(&Path, &[&str
             "deploy",
             "--cluster",
             "demo",
-            "--dry-run",
             "--root",
             empty.path().to_str().unwrap(),
         ],
@@ -877,7 +892,6 @@ fn the_root_is_never_found_from_the_working_directory(run: &dyn Fn(&Path, &[&str
             "deploy",
             "--cluster",
             "demo",
-            "--dry-run",
             "--root",
             root().to_str().unwrap(),
         ],
@@ -894,7 +908,6 @@ fn values_are_never_printed(run: &dyn Fn(&Path, &[&str]) -> Output) {
             "deploy",
             "--cluster",
             "demo",
-            "--dry-run",
             "--handler-env",
             &format!("FOREWARN_WEBHOOK_URL={secret}"),
             "--sweeper-env",
@@ -915,14 +928,7 @@ fn values_are_never_printed(run: &dyn Fn(&Path, &[&str]) -> Output) {
     }
     let out = run(
         &root(),
-        &[
-            "deploy",
-            "--cluster",
-            "demo",
-            "--dry-run",
-            "--handler-env",
-            secret,
-        ],
+        &["deploy", "--cluster", "demo", "--handler-env", secret],
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
@@ -935,7 +941,7 @@ fn values_are_never_printed(run: &dyn Fn(&Path, &[&str]) -> Output) {
 
 /// A dry run without AWS says every step it would take.
 fn a_dry_run_says_every_step(run: &dyn Fn(&Path, &[&str]) -> Output) {
-    let out = run(&root(), &["deploy", "--cluster", "demo", "--dry-run"]);
+    let out = run(&root(), &["deploy", "--cluster", "demo"]);
     let text = succeeded(&out);
     for line in [
         "stack forewarn-demo: could not be read (",
@@ -950,7 +956,7 @@ fn a_dry_run_says_every_step(run: &dyn Fn(&Path, &[&str]) -> Output) {
         "kubectl create -f infra/k8s/priority-expander.yaml",
         "kubectl apply -f infra/k8s/flow-control.yaml   # only on Kubernetes 1.29 or later",
         "outputs of stack forewarn-demo: known once it exists",
-        "dry run: nothing was changed",
+        "dry run: nothing was changed (add --execute to deploy)",
     ] {
         assert!(text.contains(line), "missing {line:?} in:\n{text}");
     }

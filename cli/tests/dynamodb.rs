@@ -47,7 +47,7 @@ const REPLAY: [&str; 9] = [
     "replay",
     "--output",
     "json",
-    "--cluster-name",
+    "--cluster",
     "demo",
     "--instances",
     "events/state/instances.json",

@@ -68,7 +68,7 @@ async fn replay_plans_from_the_live_cluster_and_acts_only_with_execute() {
         "replay",
         "--output",
         "json",
-        "--cluster-name",
+        "--cluster",
         "demo",
         "--instances",
         "events/state/instances.json",

@@ -30,7 +30,7 @@ const PRIORITIES: [&str; 7] = [
     "events/state/asgs.json",
     "--base",
     "events/state/priorities-base.yaml",
-    "--cluster-name",
+    "--cluster",
     "demo",
 ];
 
@@ -138,7 +138,7 @@ fn says_what_is_wrong_with_its_inputs() {
             "priorities",
             "--groups",
             "events/state/asgs.json",
-            "--cluster-name",
+            "--cluster",
             "demo",
             "--base",
             bad.to_str().unwrap(),
@@ -157,7 +157,7 @@ fn says_what_is_wrong_with_its_inputs() {
             "priorities",
             "--groups",
             "events/state/asgs.json",
-            "--cluster-name",
+            "--cluster",
             "demo",
         ],
     );
@@ -172,7 +172,7 @@ fn says_what_is_wrong_with_its_inputs() {
             "events/state/instances.json",
             "--base",
             "events/state/priorities-base.yaml",
-            "--cluster-name",
+            "--cluster",
             "demo",
         ],
     );

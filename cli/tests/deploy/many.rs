@@ -48,15 +48,7 @@ fn a_dry_run_for_several_clusters_says_each_clusters_steps() {
             &endpoint,
             Some(&eks.url()),
             &kubeconfig,
-            &[
-                "deploy",
-                "--cluster",
-                &a,
-                "--cluster",
-                &b,
-                "--dry-run",
-                "--kube",
-            ],
+            &["deploy", "--cluster", &a, "--cluster", &b, "--kube"],
         )
         .await;
         let text = succeeded(&out);
@@ -72,7 +64,7 @@ fn a_dry_run_for_several_clusters_says_each_clusters_steps() {
             format!("cluster {b}: <SweeperRoleArn> in group forewarn-sweeper: would be created"),
             format!("cluster {a} (kubeconfig context {a}):"),
             format!("cluster {b} (kubeconfig context {b}):"),
-            "dry run: nothing was changed".to_string(),
+            "dry run: nothing was changed (add --execute to deploy)".to_string(),
         ] {
             assert!(text.contains(&line), "missing {line:?} in:\n{text}");
         }
@@ -103,14 +95,7 @@ fn a_dry_run_for_several_clusters_says_each_clusters_steps() {
             &endpoint,
             Some(&eks.url()),
             &kubeconfig,
-            &[
-                "deploy",
-                "--all-clusters",
-                "--cluster",
-                &a,
-                "--dry-run",
-                "--kube",
-            ],
+            &["deploy", "--all-clusters", "--cluster", &a, "--kube"],
         )
         .await;
         let text = succeeded(&out);
@@ -151,7 +136,7 @@ struct Two<'a> {
 
 impl Two<'_> {
     async fn deploy(&self, args: &[&str]) -> std::process::Output {
-        let mut all = vec!["deploy", "--no-build", "--kube"];
+        let mut all = vec!["deploy", "--execute", "--no-build", "--kube"];
         all.extend(args);
         forewarn_with(self.endpoint, Some(&self.eks.url()), self.kubeconfig, &all).await
     }
@@ -504,7 +489,14 @@ fn a_member_accounts_cluster_is_deployed_in_that_account() {
         let kubeconfig =
             kubeconfig_of(&[(&a, &fake_a.url()), (&member, &fake_m.url())], dir.path());
         let deploy = |extra: &'static [&'static str]| {
-            let mut args = vec!["deploy", "--no-build", "--kube", "--cluster", &a];
+            let mut args = vec![
+                "deploy",
+                "--execute",
+                "--no-build",
+                "--kube",
+                "--cluster",
+                &a,
+            ];
             args.extend(["--cluster", &member]);
             args.extend(["--parameter", "FunctionArchitecture=x86_64"]);
             args.extend(extra);
@@ -559,6 +551,7 @@ fn a_member_accounts_cluster_is_deployed_in_that_account() {
         // The member left out: no longer served, its route goes.
         let args = [
             "deploy",
+            "--execute",
             "--no-build",
             "--cluster",
             &a,
