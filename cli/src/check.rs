@@ -27,8 +27,8 @@ pub struct CheckArgs {
     #[arg(long, required = true)]
     kube: bool,
     /// A cluster to check (repeatable): the kubeconfig context of that name when there is one,
-    /// else the EKS cluster of that name [default: the clusters FOREWARN_CLUSTERS or
-    /// FOREWARN_CLUSTER_NAME name, else the kubeconfig's current context]
+    /// else the EKS cluster of that name [default: the clusters FOREWARN_CLUSTERS
+    /// names, else the kubeconfig's current context]
     #[arg(long = "cluster", value_name = "CLUSTER", value_parser = crate::parse_cluster)]
     clusters: Vec<ClusterId>,
     /// The handler's Kubernetes group (the stack's HandlerKubernetesGroup).

@@ -230,7 +230,7 @@ fn truth(value: &Value) -> Option<bool> {
 
 /// Why a variable is set, when its line says more than the key it stands for.
 fn because(var: &str) -> Option<&'static str> {
-    (var == "FOREWARN_TAINT_KEYS").then_some(
+    (var == "FOREWARN_TAINT_KEY").then_some(
         "the nodes forewarn cordons get NTH's taint keys (aws-node-termination-handler/spot-itn, \
          ...), so that tolerations written for NTH keep matching",
     )
@@ -336,7 +336,7 @@ fn carry(m: &mut Migration, key: &str, value: &Value, queue: bool) {
         "dryRun" => set("FOREWARN_DRY_RUN", text(value)),
         "logLevel" => set("FOREWARN_LOG", text(value).to_lowercase()),
         "workers" => set("FOREWARN_CONCURRENCY", text(value)),
-        "taintNode" if truth(value) == Some(true) => set("FOREWARN_TAINT_KEYS", "nth".into()),
+        "taintNode" if truth(value) == Some(true) => set("FOREWARN_TAINT_KEY", "nth".into()),
         "taintEffect" => set("FOREWARN_TAINT_EFFECT", text(value)),
         "excludeFromLoadBalancers" => set("FOREWARN_EXCLUDE_FROM_LB", text(value)),
         k if DEPLOYMENT_KEYS.contains(&k) => m.dropped.push((
@@ -407,7 +407,7 @@ mod tests {
             m.variables,
             [
                 (
-                    "FOREWARN_TAINT_KEYS".into(),
+                    "FOREWARN_TAINT_KEY".into(),
                     "nth".into(),
                     "taintNode".into()
                 ),
@@ -437,7 +437,7 @@ mod tests {
                         "taintEffect".into()
                     ),
                     (
-                        "FOREWARN_TAINT_KEYS".into(),
+                        "FOREWARN_TAINT_KEY".into(),
                         "nth".into(),
                         "taintNode".into()
                     )
@@ -451,12 +451,12 @@ mod tests {
         assert!(m.dropped[0].1.contains("forewarn.io/interruption"));
         // The value the variable is set to is one the settings take.
         let c = forewarn::domain::config::Config::from_lookup(|v| {
-            (v == "FOREWARN_TAINT_KEYS").then(|| "nth".to_string())
+            (v == "FOREWARN_TAINT_KEY").then(|| "nth".to_string())
         })
         .unwrap();
         assert_eq!(c.taint_keys, forewarn::domain::config::TaintKeys::Nth);
         assert!(
-            because("FOREWARN_TAINT_KEYS")
+            because("FOREWARN_TAINT_KEY")
                 .unwrap()
                 .contains("tolerations")
         );

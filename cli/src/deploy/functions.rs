@@ -94,7 +94,7 @@ pub fn extra_env(flag: &str, raw: &[String]) -> anyhow::Result<Vec<String>> {
 }
 
 /// The handler's taint as its environment (`--handler-env`) sets it: key, effect, and whether
-/// it uses NTH's keys (FOREWARN_TAINT_KEY, FOREWARN_TAINT_EFFECT, FOREWARN_TAINT_KEYS, each
+/// it uses NTH's keys (FOREWARN_TAINT_KEY, FOREWARN_TAINT_EFFECT, the retired FOREWARN_TAINT_KEYS, each
 /// with the handler's default when not given); a bad value is an error naming it.
 pub fn taint_of(handler_env: &[String]) -> anyhow::Result<forewarn::domain::config::Config> {
     let lookup = |name: &str| {

@@ -266,7 +266,7 @@ fn rename_group(v: &mut Value, from: &str, to: &str) {
 
 /// The node-writes policy (`infra/k8s/node-writes.yaml`) narrowed to the handler's taint
 /// (`handler`, its configuration as its environment sets it): the keys forewarn may add or
-/// remove (its own FOREWARN_TAINT_KEY, and NTH's four only under FOREWARN_TAINT_KEYS=nth) and the
+/// remove (its own FOREWARN_TAINT_KEY, and NTH's four only under FOREWARN_TAINT_KEY=nth) and the
 /// effect a taint it adds or changes may have (FOREWARN_TAINT_EFFECT).
 pub fn with_taints(
     mut objects: Vec<Object>,
@@ -740,7 +740,7 @@ mod tests {
     }
 
     /// The node-writes policy takes the handler's taint: its own key alone by default (NTH's
-    /// four only under FOREWARN_TAINT_KEYS=nth), and the effect a taint forewarn adds may have;
+    /// four only under FOREWARN_TAINT_KEY=nth), and the effect a taint forewarn adds may have;
     /// a NoExecute taint forewarn's groups would add is refused, one of the deployment's effect
     /// admitted (the policy's CEL evaluated by the fake).
     #[tokio::test]
@@ -773,7 +773,7 @@ mod tests {
         );
         assert_eq!(variable(&plain, "taintEffect"), json!("'NoSchedule'"));
         let nth = policy_of(&[
-            "FOREWARN_TAINT_KEYS=nth",
+            "FOREWARN_TAINT_KEY=nth",
             "FOREWARN_TAINT_EFFECT=PreferNoSchedule",
         ]);
         let keys = variable(&nth, "taintKeys");

@@ -76,7 +76,7 @@ pub const FIELDS: &[(&str, &str)] = &[
     (
         "cluster",
         "the cluster the action was in, whole: `account/region/name` (one of `FOREWARN_CLUSTERS`), \
-         else `FOREWARN_CLUSTER_NAME`",
+         else the lone cluster's name",
     ),
 ];
 

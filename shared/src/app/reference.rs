@@ -7,6 +7,8 @@
 
 use std::fmt::Write;
 
+use crate::app::settings::RETIRED;
+
 /// Who reads a variable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Readers {
@@ -76,24 +78,8 @@ pub const VARIABLES: &[Variable] = &[
          `FOREWARN_MEMBER_ROLE` and `FOREWARN_ACCOUNT_ID`. A cluster of the own place is \
          reached through the kubeconfig context of its name when `KUBECONFIG` is set, else \
          through EKS (`DescribeCluster` and an IAM token in the cluster's own account, through \
-         the member role, and region). Not with `FOREWARN_CLUSTER_NAME`. See [Many \
+         the member role, and region). Not with the retired `FOREWARN_CLUSTER_NAME`. See [Many \
          clusters](../many-clusters.md)",
-    ),
-    var(
-        "FOREWARN_CLUSTER_NAME",
-        "unset",
-        None,
-        "the one cluster forewarn acts for (as `FOREWARN_CLUSTERS` with one name, reached as \
-         before: `FOREWARN_EKS_CLUSTER` or the kubeconfig's current context); an instance whose \
-         tags name only other clusters is never touched. Unset (and no `FOREWARN_CLUSTERS`): no \
-         tag check",
-    ),
-    var(
-        "FOREWARN_ACTION_<KIND>",
-        "see [event kinds](../concepts/events.md)",
-        None,
-        "`none`, `cordon`, `cordon-drain` or `delete`; KIND in upper snake case, e.g. \
-         `FOREWARN_ACTION_REBALANCE_RECOMMENDATION=cordon-drain`",
     ),
     var(
         "FOREWARN_DELETE_OWNED_ON",
@@ -128,17 +114,11 @@ pub const VARIABLES: &[Variable] = &[
         "FOREWARN_TAINT_KEY",
         "`forewarn.io/interruption`",
         Some("forewarn.io/interruption"),
-        "forewarn's own taint, put on cordoned nodes; its value is the event kind",
-    ),
-    var(
-        "FOREWARN_TAINT_KEYS",
-        "`forewarn`",
-        Some("forewarn"),
-        "which key the taint of a cordon has: `forewarn`, `FOREWARN_TAINT_KEY` for every kind; \
-         `nth`, aws-node-termination-handler's key for the four kinds NTH taints for \
+        "the key of the taint put on cordoned nodes (its value is the event kind); `nth`: \
+         aws-node-termination-handler's key for the four kinds NTH taints for \
          (`aws-node-termination-handler/` and `spot-itn`, `rebalance-recommendation`, \
          `scheduled-maintenance` for `scheduled-change`, `asg-lifecycle-termination` for \
-         `asg-termination`) and `FOREWARN_TAINT_KEY` for the others, so that tolerations \
+         `asg-termination`) and `forewarn.io/interruption` for the others, so that tolerations \
          written for NTH keep matching: see \
          [Moving from NTH](../how-to/from-nth.md#tolerations-and-taints)",
     ),
@@ -347,7 +327,7 @@ pub const VARIABLES: &[Variable] = &[
          off every instance offered by then, one `DeregisterTargets` per group; the evictions \
          wait for their round at most this long (1 s to 30 s), then go ahead whatever it is, and \
          the record's report says what became of it. `off`: drains do not touch the load \
-         balancers. Needs a cluster name (`FOREWARN_CLUSTER_NAME` or `FOREWARN_CLUSTERS`)",
+         balancers. Needs a cluster name (`FOREWARN_CLUSTERS`)",
     )
     .functions_only(),
     var(
@@ -375,7 +355,7 @@ pub const VARIABLES: &[Variable] = &[
         "unset",
         None,
         "a policy per node group (YAML, see [policies](../concepts/policies.md)): a matching \
-         rule's action for a kind replaces `FOREWARN_ACTION_<KIND>` on that node. A file that \
+         rule's action for a kind replaces the kind's default action on that node. A file that \
          cannot be read or a policy that does not parse stops the function at its start, naming \
          the field",
     ),
@@ -515,6 +495,18 @@ pub fn configuration_page() -> String {
             let _ = writeln!(page, "| `{}` | {} | {} |", v.name, v.default, v.meaning);
         }
     }
+    page.push_str(
+        "\n## Retired variables\n\nStill read until the next release, each use logged as a \
+         warning naming its new home ([Upgrade](../how-to/upgrade.md)).\n\n\
+         | variable | its home now |\n|---|---|\n",
+    );
+    for r in RETIRED {
+        let name = match r.name.strip_suffix('_') {
+            Some(prefix) => format!("{prefix}_<KIND>"),
+            None => r.name.to_string(),
+        };
+        let _ = writeln!(page, "| `{name}` | {} |", r.home);
+    }
     page.push('\n');
     page.push_str(VALUES);
     page.push_str(
@@ -586,6 +578,7 @@ mod tests {
         let described: BTreeSet<&str> = VARIABLES
             .iter()
             .map(|v| v.name.split('<').next().unwrap_or(v.name))
+            .chain(RETIRED.iter().map(|r| r.name))
             .collect();
         let read: BTreeSet<&str> = Settings::variables().into_iter().collect();
         assert_eq!(described, read);

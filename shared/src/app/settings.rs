@@ -21,6 +21,7 @@ use crate::adapters::webhook::{ENV_ALLOW_HTTP, ENV_TEMPLATE, ENV_URL, WebhookCon
 use crate::app::priorities::PrioritySettings;
 use crate::domain::clusters::{ClusterId, Entry, Place, is_cluster_name};
 use crate::domain::config::{Config, ConfigError, Mode, VARIABLES as CONFIG_VARIABLES};
+use crate::domain::event::EventKind;
 use crate::domain::policy::PolicyAllow;
 use crate::domain::priorities::HotShare;
 use crate::domain::vars::{Vars, parse_std_duration};
@@ -49,8 +50,57 @@ pub const ENV_ELB_RATE: &str = "FOREWARN_ELB_RATE";
 /// The clusters one deployment serves: names separated by commas, or `*` for every EKS cluster
 /// of the account and region (every context of a given kubeconfig).
 pub const ENV_CLUSTERS: &str = "FOREWARN_CLUSTERS";
-/// The one cluster served, as before `FOREWARN_CLUSTERS` (the decision core reads it too).
+/// The one cluster served, as before `FOREWARN_CLUSTERS` (retired: see [`RETIRED`]).
 const ENV_CLUSTER_NAME: &str = "FOREWARN_CLUSTER_NAME";
+
+/// A variable retired in favour of another home: still read, for one release, each use
+/// logged as a warning naming that home (the upgrade page lists them:
+/// `docs/how-to/upgrade.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retired {
+    /// Its name; one ending in `_` stands for every variable of that prefix
+    /// (`FOREWARN_ACTION_<KIND>`).
+    pub name: &'static str,
+    /// Where what it says is said now.
+    pub home: &'static str,
+}
+
+/// Every retired variable, still read as before.
+pub const RETIRED: &[Retired] = &[
+    Retired {
+        name: ENV_CLUSTER_NAME,
+        home: "name the cluster in FOREWARN_CLUSTERS",
+    },
+    Retired {
+        name: "FOREWARN_TAINT_KEYS",
+        home: "FOREWARN_TAINT_KEY=nth gives aws-node-termination-handler's keys",
+    },
+    Retired {
+        name: "FOREWARN_ACTION_",
+        home: "give the action in the policy (FOREWARN_POLICY_FILE): a rule without `nodes` and \
+               its `actions`, e.g. `rules: [{name: all, actions: {rebalance-recommendation: \
+               cordon-drain}}]`",
+    },
+];
+
+/// The retired variables `vars` sets, each with its home.
+fn retired(vars: Vars) -> Vec<(String, &'static str)> {
+    let action_names = EventKind::ALL
+        .iter()
+        .filter(|k| k.configurable())
+        .map(|k| crate::domain::config::action_variable(*k));
+    RETIRED
+        .iter()
+        .flat_map(|r| match r.name.strip_suffix('_') {
+            Some(_) => action_names
+                .clone()
+                .map(|n| (n, r.home))
+                .collect::<Vec<_>>(),
+            None => vec![(r.name.to_string(), r.home)],
+        })
+        .filter(|(name, _)| vars.is_set(name))
+        .collect()
+}
 
 /// Every variable the settings read besides the decision core's ([`CONFIG_VARIABLES`]); a
 /// test checks the configuration reference ([`crate::app::reference`]) describes exactly these.
@@ -302,6 +352,9 @@ pub struct Settings {
     /// `AWS_LAMBDA_FUNCTION_NAME`: the process runs as this Lambda function (or under
     /// cargo-lambda's emulator), and writes metrics (see [`crate::app::telemetry`]).
     pub lambda_function: Option<String>,
+    /// The retired variables set (see [`RETIRED`]), each with its new home: telemetry warns
+    /// of each once at start.
+    pub retired: Vec<(String, &'static str)>,
 }
 
 /// A value its variable does not take: what it should be.
@@ -449,6 +502,7 @@ impl Settings {
                 max_attempts_set: vars.is_set(ENV_AWS_MAX_ATTEMPTS),
             },
             lambda_function: vars.get(ENV_LAMBDA_FUNCTION_NAME),
+            retired: retired(vars),
         })
     }
 
@@ -862,6 +916,38 @@ mod tests {
             assert!(e.to_string().contains("111111111111"), "{e}");
             assert!(e.to_string().contains("FOREWARN_MEMBER_ROLE"), "{e}");
         }
+    }
+
+    /// A retired variable is still read as before, and named with its home, once.
+    #[test]
+    fn retired_variables_are_read_and_named_with_their_home() {
+        let s = settings(&[
+            ("FOREWARN_CLUSTER_NAME", "blue"),
+            ("FOREWARN_TAINT_KEYS", "nth"),
+            ("FOREWARN_ACTION_SPOT_INTERRUPTION", "cordon"),
+            ("FOREWARN_ACTION_IMPAIRED", " "),
+        ])
+        .unwrap();
+        assert_eq!(s.clusters, ClusterSelection::Named(ids(&["blue"])));
+        assert_eq!(s.config.taint_keys, crate::domain::config::TaintKeys::Nth);
+        assert_eq!(
+            s.config.action(EventKind::SpotInterruption),
+            crate::domain::config::Action::Cordon
+        );
+        let named: Vec<&str> = s.retired.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            named,
+            [
+                "FOREWARN_CLUSTER_NAME",
+                "FOREWARN_TAINT_KEYS",
+                "FOREWARN_ACTION_SPOT_INTERRUPTION"
+            ],
+            "a blank one is unset"
+        );
+        assert!(s.retired[0].1.contains("FOREWARN_CLUSTERS"));
+        assert!(s.retired[1].1.contains("FOREWARN_TAINT_KEY=nth"));
+        assert!(s.retired[2].1.contains("policy"));
+        assert!(settings(&[]).unwrap().retired.is_empty());
     }
 
     #[test]

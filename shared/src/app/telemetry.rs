@@ -108,6 +108,7 @@ pub fn preflight_documents(
 pub fn init_json(settings: &Settings) -> Telemetry {
     // try_init also routes the `log` records of dependencies (rustls, hyper-rustls) to tracing
     let _ = json_subscriber(filter(settings, "info"), std::io::stdout).try_init();
+    warn_retired(settings);
     Telemetry {
         metrics: settings.lambda_function.is_some(),
     }
@@ -120,6 +121,18 @@ pub fn init_text(settings: &Settings) {
         .with_env_filter(filter(settings, "warn"))
         .with_writer(std::io::stderr)
         .try_init();
+    warn_retired(settings);
+}
+
+/// One warning per retired variable the environment still sets, naming its new home (see
+/// [`crate::app::settings::RETIRED`]).
+fn warn_retired(settings: &Settings) {
+    for (variable, home) in &settings.retired {
+        tracing::warn!(
+            variable = %variable,
+            "{variable} is retired and read until the next release only: {home}"
+        );
+    }
 }
 
 /// The filter the settings' `FOREWARN_LOG` names (`tracing` env-filter syntax), else their

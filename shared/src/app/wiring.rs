@@ -469,7 +469,7 @@ impl Sweeper {
 
     /// The sweeper `settings` describe: the handler's services with EC2 for the leaving
     /// instances, and with a live cluster (unless `FOREWARN_PRIORITIES=false`) Auto Scaling and
-    /// the expander ConfigMap for the priorities; `FOREWARN_CLUSTER_NAME` is required (checked
+    /// the expander ConfigMap for the priorities; a cluster name (`FOREWARN_CLUSTERS`) is required (checked
     /// when it sweeps).
     pub async fn from_settings(settings: &Settings) -> Result<Sweeper, SetupError> {
         if settings.cluster == ClusterChoice::None {

@@ -293,10 +293,7 @@ impl Config {
             if !kind.configurable() {
                 continue;
             }
-            let name = format!(
-                "FOREWARN_ACTION_{}",
-                kind.as_str().replace('-', "_").to_uppercase()
-            );
+            let name = action_variable(kind);
             if let Some(action) = vars.parse(&name, configurable)? {
                 config.actions.insert(kind, action);
             }
@@ -326,8 +323,12 @@ impl Config {
                 *target = d;
             }
         }
-        if let Some(key) = vars.get("FOREWARN_TAINT_KEY") {
-            config.taint_key = key;
+        // `nth`: aws-node-termination-handler's keys for the kinds NTH taints for, forewarn's
+        // own for the others; any other value is forewarn's own key.
+        match vars.get("FOREWARN_TAINT_KEY") {
+            Some(key) if key == "nth" => config.taint_keys = TaintKeys::Nth,
+            Some(key) => config.taint_key = key,
+            None => {}
         }
         if let Some(keys) = vars.parse("FOREWARN_TAINT_KEYS", str::parse::<TaintKeys>)? {
             config.taint_keys = keys;
@@ -369,6 +370,14 @@ impl Config {
     pub fn action(&self, kind: EventKind) -> Action {
         self.actions.get(&kind).copied().unwrap_or(Action::None)
     }
+}
+
+/// The (retired) variable of `kind`'s action: `FOREWARN_ACTION_SPOT_INTERRUPTION`.
+pub fn action_variable(kind: EventKind) -> String {
+    format!(
+        "FOREWARN_ACTION_{}",
+        kind.as_str().replace('-', "_").to_uppercase()
+    )
 }
 
 /// An action a variable may not name.
@@ -602,6 +611,15 @@ mod tests {
         for (kind, key) in expected {
             assert_eq!(nth.taint_key_for(kind), key, "{kind}");
         }
+        // The one variable now: `nth` there is the retired FOREWARN_TAINT_KEYS=nth.
+        let merged = from(&[("FOREWARN_TAINT_KEY", "nth")]).unwrap();
+        assert_eq!(merged.taint_keys, TaintKeys::Nth);
+        assert_eq!(merged.taint_key, TAINT_KEY);
+        assert_eq!(
+            merged.taint_key_for(EventKind::SpotInterruption),
+            "aws-node-termination-handler/spot-itn"
+        );
+        assert_eq!(merged.taint_key_for(EventKind::Impaired), TAINT_KEY);
         assert_eq!(
             from(&[("FOREWARN_TAINT_KEYS", "forewarn")]).unwrap(),
             Config::default()

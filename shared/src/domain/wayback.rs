@@ -62,7 +62,7 @@ pub struct CordonRecord {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub already_unschedulable: bool,
     /// The taint keys besides forewarn's own (`FOREWARN_TAINT_KEY`) that forewarn put on the
-    /// node with its cordons: NTH's, under `FOREWARN_TAINT_KEYS=nth`. Undoing the cordon removes
+    /// node with its cordons: NTH's, under `FOREWARN_TAINT_KEY=nth`. Undoing the cordon removes
     /// them with forewarn's own. A key of NTH's the node already carried when forewarn cordoned
     /// it is not forewarn's: never listed, never removed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -140,7 +140,7 @@ impl Pipeline<'_> {
         }
         let Some(cluster) = self.config.cluster_name.as_deref() else {
             let why = "not taken off the load balancers: the deployment names no cluster \
-                       (FOREWARN_CLUSTER_NAME), whose tag says which target groups are its";
+                       (FOREWARN_CLUSTERS), whose tag says which target groups are its";
             return drains.iter().map(|d| (d.record, why.to_string())).collect();
         };
         let mut by_place: BTreeMap<&Place, Vec<&FirstDrain>> = BTreeMap::new();

@@ -68,7 +68,7 @@ impl EventKind {
         EventKind::Unsupported,
     ];
 
-    /// Kinds whose node action is configured (`FOREWARN_ACTION_*`, a policy's `actions`): every
+    /// Kinds whose node action is configured (a policy's `actions`): every
     /// kind but `asg-launch` (whose only action is completing its hook once the node is Ready),
     /// `capacity-block-delivered` (which only records its pool) and `unsupported`.
     pub fn configurable(self) -> bool {

@@ -1,4 +1,4 @@
-//! Which action an event takes on a node: the default of its kind (`FOREWARN_ACTION_<KIND>`),
+//! Which action an event takes on a node: the default of its kind,
 //! or what the policy's first rule matching the node says (an `adaptive` recommendation
 //! decided from its pool's history); the cordon record that goes with it; and the way back
 //! an AWS Health `closed` update starts.

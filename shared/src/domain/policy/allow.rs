@@ -11,7 +11,7 @@
 //! **A refused rule.** A rule that asks an action the allowance does not allow, for any event
 //! kind, is refused whole: it stays where it is, still matching its nodes (first match wins, so
 //! no later rule takes them), but it names no action, so on its nodes every event kind takes the
-//! defaults (`FOREWARN_ACTION_<KIND>`). The other rules apply as written. A rule's `adaptive`
+//! kinds' default actions. The other rules apply as written. A rule's `adaptive`
 //! asks `adaptive` and the policy's `rebalance.adaptive.otherwise` both: it is refused when
 //! either is not allowed.
 

@@ -162,7 +162,7 @@ pub struct Policy {
 pub struct Chosen<'a> {
     /// The first rule matching the node, if any.
     pub rule: Option<&'a str>,
-    /// Its action for the kind; `None`: the defaults (`FOREWARN_ACTION_<KIND>`).
+    /// Its action for the kind; `None`: the kind's default action.
     pub action: Option<PolicyAction>,
 }
 
