@@ -1086,10 +1086,10 @@ fn skipped_means(file: &str) -> &'static str {
         }
         _ => {
             "surge is off on this cluster: without placeholders.yaml (ValidatingAdmissionPolicy \
-             is served from Kubernetes 1.30; this server is older), surge (FOREWARN_SURGE: spot \
-             and capacity-reservation warnings by default) has no grant: each placeholder is \
-             refused and its pod evicted at once, as without surge; --handler-env \
-             FOREWARN_SURGE= --sweeper-env FOREWARN_SURGE= stops it trying"
+             is served from Kubernetes 1.30; this server is older), surge (spot, capacity \
+             reservation and Capacity Block warnings by default) has no grant: each placeholder \
+             is refused and its pod evicted at once, as without surge; a policy rule \
+             `{name: no-surge, nodes: {}, surge: []}` stops it trying"
         }
     }
 }

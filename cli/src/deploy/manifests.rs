@@ -570,8 +570,9 @@ pub fn surge_off(group: &str, why: &Enforcement) -> String {
          checked as {group}). Without the enforced policy the grant would let forewarn's groups \
          create any pod in namespace {ns} (docs/security.md). Each placeholder is refused and its \
          pod evicted at once, as without surge; the rest of forewarn works. Mend the cause and \
-         run the deploy again, or stop surge trying with --handler-env FOREWARN_SURGE= \
-         --sweeper-env FOREWARN_SURGE= (docs/troubleshooting.md#surge-is-off-on-this-cluster)",
+         run the deploy again, or stop surge trying with a policy rule `{{name: no-surge, nodes: \
+         {{}}, surge: []}}` in the ConfigMap forewarn/forewarn-policy \
+         (docs/troubleshooting.md#surge-is-off-on-this-cluster)",
         ns = forewarn::domain::config::NAMESPACE
     )
 }

@@ -40,7 +40,14 @@ impl Role {
 /// always.
 pub fn used(capability: Capability, config: &Config, priorities: bool) -> bool {
     match capability {
-        Capability::Placeholder => !config.surge_kinds.is_empty(),
+        Capability::Placeholder => {
+            !config.surge_kinds.is_empty()
+                || config
+                    .policy
+                    .rules
+                    .iter()
+                    .any(|r| r.behaviour.surge.as_ref().is_some_and(|k| !k.is_empty()))
+        }
         Capability::Expander => priorities,
         _ => true,
     }

@@ -82,27 +82,10 @@ pub const VARIABLES: &[Variable] = &[
          clusters](../many-clusters.md)",
     ),
     var(
-        "FOREWARN_DELETE_OWNED_ON",
-        "`spot-interruption`",
-        Some("spot-interruption"),
-        "kinds (comma-separated) for which a node owned by a Karpenter NodeClaim or a Cluster \
-         API Machine is deleted through its owner",
-    ),
-    var(
         "FOREWARN_UNAVAILABLE_KINDS",
         "`spot-interruption,capacity-reservation-interruption,capacity-block-expiration`",
         Some("spot-interruption,capacity-reservation-interruption,capacity-block-expiration"),
         "kinds that mark their pool unavailable; every kind counts in the pool's history",
-    ),
-    var(
-        "FOREWARN_SURGE",
-        "`spot-interruption,capacity-reservation-interruption,capacity-block-expiration`",
-        Some("spot-interruption,capacity-reservation-interruption,capacity-block-expiration"),
-        "kinds whose drains create placeholder pods first and evict each pod once its \
-         placeholder runs elsewhere (there is room), or at its latest safe time; blank: none, \
-         every pod evicted at once. Needs `infra/k8s/placeholders.yaml` (Kubernetes 1.30 or \
-         later), which `forewarn deploy --kube` applies: see \
-         [replacement capacity](../concepts/surge.md)",
     ),
     var(
         "FOREWARN_POOL_TTL",
@@ -127,12 +110,6 @@ pub const VARIABLES: &[Variable] = &[
         "`NoSchedule`",
         Some("NoSchedule"),
         "`NoSchedule`, `PreferNoSchedule` or `NoExecute`",
-    ),
-    var(
-        "FOREWARN_EXCLUDE_FROM_LB",
-        "`true`",
-        Some("true"),
-        "label cordoned nodes `node.kubernetes.io/exclude-from-external-load-balancers`",
     ),
     var(
         "FOREWARN_INTERRUPTION_NOTICE",
@@ -471,8 +448,8 @@ const VALUES: &str = "\
 ## Values
 
 A variable set blank (empty, or spaces) counts as unset, and takes its default — except
-`FOREWARN_DELETE_OWNED_ON`, `FOREWARN_UNAVAILABLE_KINDS` and `FOREWARN_SURGE`, where a blank
-value names no kind. Every boolean variable takes the same words, in any case: `true`, `1`,
+`FOREWARN_UNAVAILABLE_KINDS` (and the retired `FOREWARN_DELETE_OWNED_ON` and `FOREWARN_SURGE`),
+where a blank value names no kind. Every boolean variable takes the same words, in any case: `true`, `1`,
 `yes`, `on` and `false`, `0`, `no`, `off`. A duration (`90`, `90s`, `15m`, `1h30m`, `2d`) is at
 most 10 years. A bad value stops the function or the command with a message naming the variable
 and the value (the webhook URL's host only: the URL is a secret).

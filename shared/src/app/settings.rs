@@ -76,6 +76,20 @@ pub const RETIRED: &[Retired] = &[
         home: "FOREWARN_TAINT_KEY=nth gives aws-node-termination-handler's keys",
     },
     Retired {
+        name: "FOREWARN_DELETE_OWNED_ON",
+        home: "a policy rule's `delete-owned-on` (kinds), e.g. `rules: [{name: all, \
+               delete-owned-on: [spot-interruption]}]`",
+    },
+    Retired {
+        name: "FOREWARN_SURGE",
+        home: "a policy rule's `surge` (kinds; `[]`: none), e.g. `rules: [{name: all, surge: \
+               []}]` in the ConfigMap forewarn/forewarn-policy",
+    },
+    Retired {
+        name: "FOREWARN_EXCLUDE_FROM_LB",
+        home: "a policy rule's `exclude-from-load-balancers` (true or false)",
+    },
+    Retired {
         name: "FOREWARN_ACTION_",
         home: "give the action in the policy (FOREWARN_POLICY_FILE): a rule without `nodes` and \
                its `actions`, e.g. `rules: [{name: all, actions: {rebalance-recommendation: \
@@ -98,7 +112,11 @@ fn retired(vars: Vars) -> Vec<(String, &'static str)> {
                 .collect::<Vec<_>>(),
             None => vec![(r.name.to_string(), r.home)],
         })
-        .filter(|(name, _)| vars.is_set(name))
+        .filter(|(name, _)| match name.as_str() {
+            // Set blank, a list of kinds names none: that is a value too.
+            "FOREWARN_DELETE_OWNED_ON" | "FOREWARN_SURGE" => vars.get_or_blank(name).is_some(),
+            _ => vars.is_set(name),
+        })
         .collect()
 }
 
@@ -926,6 +944,7 @@ mod tests {
             ("FOREWARN_TAINT_KEYS", "nth"),
             ("FOREWARN_ACTION_SPOT_INTERRUPTION", "cordon"),
             ("FOREWARN_ACTION_IMPAIRED", " "),
+            ("FOREWARN_SURGE", " "),
         ])
         .unwrap();
         assert_eq!(s.clusters, ClusterSelection::Named(ids(&["blue"])));
@@ -940,13 +959,16 @@ mod tests {
             [
                 "FOREWARN_CLUSTER_NAME",
                 "FOREWARN_TAINT_KEYS",
+                "FOREWARN_SURGE",
                 "FOREWARN_ACTION_SPOT_INTERRUPTION"
             ],
-            "a blank one is unset"
+            "a blank one is unset, but a blank list of kinds names none"
         );
         assert!(s.retired[0].1.contains("FOREWARN_CLUSTERS"));
         assert!(s.retired[1].1.contains("FOREWARN_TAINT_KEY=nth"));
-        assert!(s.retired[2].1.contains("policy"));
+        assert!(s.config.surge_kinds.is_empty());
+        assert!(s.retired[2].1.contains("`surge`"));
+        assert!(s.retired[3].1.contains("policy"));
         assert!(settings(&[]).unwrap().retired.is_empty());
     }
 

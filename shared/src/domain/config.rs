@@ -366,6 +366,27 @@ impl Config {
         }
     }
 
+    /// A node with `labels` owned by a NodeClaim or Machine is deleted through its owner for
+    /// `kind`: its policy rule's `delete-owned-on`, else [`Config::delete_owned_on`].
+    pub fn deletes_owned(&self, kind: EventKind, labels: &BTreeMap<String, String>) -> bool {
+        let rule = self.policy.behaviour(labels).delete_owned_on.as_ref();
+        rule.unwrap_or(&self.delete_owned_on).contains(&kind)
+    }
+
+    /// `kind`'s drains of a node with `labels` make room first: its policy rule's `surge`,
+    /// else [`Config::surge_kinds`].
+    pub fn surges(&self, kind: EventKind, labels: &BTreeMap<String, String>) -> bool {
+        let rule = self.policy.behaviour(labels).surge.as_ref();
+        rule.unwrap_or(&self.surge_kinds).contains(&kind)
+    }
+
+    /// A cordon labels a node with `labels` out of external load balancers: its policy rule's
+    /// `exclude-from-load-balancers`, else [`Config::exclude_from_load_balancers`].
+    pub fn excludes_from_load_balancers(&self, labels: &BTreeMap<String, String>) -> bool {
+        let rule = self.policy.behaviour(labels).exclude_from_load_balancers;
+        rule.unwrap_or(self.exclude_from_load_balancers)
+    }
+
     /// The configured action for a kind.
     pub fn action(&self, kind: EventKind) -> Action {
         self.actions.get(&kind).copied().unwrap_or(Action::None)

@@ -56,7 +56,7 @@ impl CordonSpec {
             own_key: config.taint_key.clone(),
             taint_value: a.taint_value.clone(),
             taint_effect: config.taint_effect,
-            exclude_from_load_balancers: config.exclude_from_load_balancers,
+            exclude_from_load_balancers: a.excludes_in(config),
             record: a.record.clone(),
             keys,
         }

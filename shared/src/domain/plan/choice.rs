@@ -63,7 +63,7 @@ pub(super) fn choose(
     if chosen.action.is_none()
         && action != Action::None
         && node.owner.is_some()
-        && config.delete_owned_on.contains(&event.kind)
+        && config.deletes_owned(event.kind, &node.labels)
     {
         action = Action::Delete;
     }

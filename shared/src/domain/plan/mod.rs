@@ -81,6 +81,11 @@ pub struct NodeAction {
     /// [`NodeAction::taint_key_in`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub taint_key: Option<String>,
+    /// A cordon labels the node out of external load balancers, when its policy rule says
+    /// (`exclude-from-load-balancers`); `None`: the configuration's default
+    /// ([`NodeAction::excludes_in`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclude_from_load_balancers: Option<bool>,
     /// When a drain must be over.
     pub deadline: Option<DateTime<Utc>>,
     /// The ASG lifecycle action to complete once the node is handled.
@@ -111,6 +116,13 @@ impl NodeAction {
     /// continuation written before the key was kept — forewarn's own, `config`'s.
     pub fn taint_key_in<'a>(&'a self, config: &'a Config) -> &'a str {
         self.taint_key.as_deref().unwrap_or(&config.taint_key)
+    }
+
+    /// Its cordon labels the node out of external load balancers: as its policy rule said, else
+    /// as `config` does.
+    pub fn excludes_in(&self, config: &Config) -> bool {
+        self.exclude_from_load_balancers
+            .unwrap_or(config.exclude_from_load_balancers)
     }
 }
 
@@ -460,6 +472,10 @@ fn node_action(
     if matches!(out.action, Action::Cordon | Action::CordonDrain) {
         out.record = Some(choice::record(event, instance_id, &choice));
         out.taint_key = Some(config.taint_key_for(event.kind).to_string());
+        out.exclude_from_load_balancers = config
+            .policy
+            .behaviour(&node.labels)
+            .exclude_from_load_balancers;
     }
     if out.action == Action::CordonDrain {
         out.addresses = instance.map(|i| i.addresses.clone()).unwrap_or_default();
@@ -484,6 +500,7 @@ fn no_action(event: &Event, instance_id: &str) -> NodeAction {
         event_reason: event_reason(event).to_string(),
         taint_value: event.kind.to_string(),
         taint_key: None,
+        exclude_from_load_balancers: None,
         deadline: None,
         complete_lifecycle: None,
         grace_to_deadline: false,
@@ -596,7 +613,7 @@ fn act(
                         ..
                     }
             );
-            out.surge = config.surge_kinds.contains(&event.kind);
+            out.surge = config.surges(event.kind, &node.labels);
             out.reason = if stopping {
                 format!(
                     "{}: move pods off while it shuts down; the node is deleted once EC2 says \
@@ -1161,6 +1178,50 @@ mod tests {
             Action::None,
             "none stays none even when owned"
         );
+    }
+
+    /// A policy rule says per node group what the configuration says for all: owned deletes,
+    /// surge and the load-balancer exclusion of its nodes' cordons; other nodes keep the
+    /// defaults.
+    #[test]
+    fn a_rules_behaviour_applies_to_its_nodes_only() {
+        let (instances, mut nodes) = world(Situation::Karpenter);
+        for node in &mut nodes {
+            node.labels.insert("pool".into(), "gpu".into());
+        }
+        let facts = Facts::new(&instances, &nodes);
+        let spot = event(EventKind::SpotInterruption);
+        let defaults = decide(&spot, facts, &config());
+        assert_eq!(defaults.actions[0].action, Action::Delete, "owned: deleted");
+        let policy = |extra: &str, on: &str| {
+            crate::domain::policy::Policy::parse(&format!(
+                "rules:\n  - name: group\n    nodes: {{{on}}}\n    {extra}\n"
+            ))
+            .unwrap()
+        };
+        let mut c = config();
+        c.policy = policy(
+            "delete-owned-on: []\n    surge: [spot-interruption]\n    \
+             exclude-from-load-balancers: false",
+            "pool: gpu",
+        );
+        c.surge_kinds.clear();
+        let p = decide(&spot, facts, &c);
+        let a = &p.actions[0];
+        assert_eq!(
+            a.action,
+            Action::CordonDrain,
+            "the rule deletes no owned node"
+        );
+        assert!(a.surge, "the rule surges where the configuration does not");
+        assert_eq!(a.exclude_from_load_balancers, Some(false));
+        assert!(!a.excludes_in(&c));
+        // A rule matching other nodes changes nothing here.
+        c.policy = policy("delete-owned-on: []", "pool: elsewhere");
+        let p = decide(&spot, facts, &c);
+        assert_eq!(p.actions[0].action, Action::Delete);
+        assert_eq!(p.actions[0].exclude_from_load_balancers, None);
+        assert!(p.actions[0].excludes_in(&c), "the configuration's default");
     }
 
     #[test]

@@ -132,6 +132,19 @@ impl Policy {
                 }
                 None
             });
+            let deletes = rule
+                .behaviour
+                .delete_owned_on
+                .as_ref()
+                .is_some_and(|k| !k.is_empty());
+            let asked = asked.or_else(|| {
+                (deletes && !allow.allows(PolicyAction::Delete)).then(|| {
+                    (
+                        format!("rules[{i}].delete-owned-on"),
+                        "\"delete\" (through the owner)".to_string(),
+                    )
+                })
+            });
             if let Some((path, what)) = asked {
                 refused.push(PolicyError {
                     path,
@@ -143,6 +156,7 @@ impl Policy {
                     ),
                 });
                 rule.actions.clear();
+                rule.behaviour = Default::default();
             }
         }
         (self, refused)
@@ -160,6 +174,31 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    /// A ConfigMap rule deleting owned nodes asks `delete`: refused unless allowed, its
+    /// behaviour dropped with its actions.
+    #[test]
+    fn delete_owned_on_asks_delete() {
+        let yaml = "rules:\n  - name: k\n    delete-owned-on: [spot-interruption]\n    surge: []\n";
+        let (limited, refused) = Policy::parse(yaml)
+            .unwrap()
+            .limited(&PolicyAllow::default());
+        assert_eq!(refused[0].path, "rules[0].delete-owned-on");
+        assert!(
+            refused[0]
+                .message
+                .contains("\"delete\" (through the owner)")
+        );
+        assert_eq!(limited.rules[0].behaviour, Default::default());
+        let (kept, refused) = Policy::parse(yaml).unwrap().limited(&PolicyAllow::all());
+        assert!(refused.is_empty());
+        assert!(kept.rules[0].behaviour.delete_owned_on.is_some());
+        let none = "rules:\n  - name: k\n    delete-owned-on: []\n";
+        let (_, refused) = Policy::parse(none)
+            .unwrap()
+            .limited(&PolicyAllow::default());
+        assert!(refused.is_empty(), "deleting for no kind asks nothing");
     }
 
     #[test]

@@ -11,6 +11,9 @@
 //!     actions:                    # per event kind; kinds not named keep the default
 //!       rebalance-recommendation: none
 //!       spot-interruption: cordon-drain
+//!     delete-owned-on: []         # kinds deleting a NodeClaim's or Machine's node through it
+//!     surge: [spot-interruption]  # kinds whose drains make room first (placeholders)
+//!     exclude-from-load-balancers: false   # cordoned nodes stay in external load balancers
 //!   - name: web
 //!     nodes: {eks.amazonaws.com/nodegroup: web-spot}
 //!     actions:
@@ -32,7 +35,7 @@ pub mod adaptive;
 pub mod allow;
 mod parse;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use chrono::Duration;
@@ -135,12 +138,28 @@ pub fn short(d: Duration) -> String {
 }
 
 /// One rule: the nodes it matches and what it says each event kind does there.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Rule {
     pub name: String,
     /// Node labels that must all match (none: every node).
     pub nodes: BTreeMap<String, String>,
     pub actions: BTreeMap<EventKind, PolicyAction>,
+    /// How its nodes are treated besides the action; what it leaves unsaid is the default.
+    pub behaviour: Behaviour,
+}
+
+/// What a rule may say of its nodes besides the actions (each `None`: the default,
+/// [`crate::domain::config::Config`]'s).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Behaviour {
+    /// Kinds for which a node owned by a Karpenter NodeClaim or a Cluster API Machine is
+    /// deleted through its owner (`delete-owned-on`).
+    pub delete_owned_on: Option<BTreeSet<EventKind>>,
+    /// Kinds whose drains create placeholders first (`surge`; see [`crate::domain::surge`]).
+    pub surge: Option<BTreeSet<EventKind>>,
+    /// Cordoned nodes are labelled out of external load balancers
+    /// (`exclude-from-load-balancers`).
+    pub exclude_from_load_balancers: Option<bool>,
 }
 
 impl Rule {
@@ -179,6 +198,20 @@ impl Policy {
                 action: None,
             },
         }
+    }
+
+    /// What the rule matching a node with `labels` (the first) says of it besides the actions;
+    /// the default behaviour when no rule matches.
+    pub fn behaviour(&self, labels: &BTreeMap<String, String>) -> &Behaviour {
+        static DEFAULT: Behaviour = Behaviour {
+            delete_owned_on: None,
+            surge: None,
+            exclude_from_load_balancers: None,
+        };
+        self.rules
+            .iter()
+            .find(|r| r.matches(labels))
+            .map_or(&DEFAULT, |r| &r.behaviour)
     }
 
     /// Some rule is `adaptive`: the pools' history is needed to decide.
@@ -268,7 +301,7 @@ mod tests {
         let rule = Rule {
             name: "r".into(),
             nodes: labels(&[("a", "1"), ("b", "2")]),
-            actions: BTreeMap::new(),
+            ..Rule::default()
         };
         assert!(rule.matches(&labels(&[("a", "1"), ("b", "2"), ("c", "3")])));
         assert!(!rule.matches(&labels(&[("a", "1")])));

@@ -1,10 +1,10 @@
 //! [`Policy::parse`]: YAML into a [`Policy`], every error naming the field and the value.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use super::{Adaptive, Policy, PolicyAction, Rule};
+use super::{Adaptive, Behaviour, Policy, PolicyAction, Rule};
 use crate::domain::event::EventKind;
 
 /// A policy refused: where (`rules[0].actions.spot-interruption`) and what is wrong.
@@ -116,7 +116,18 @@ impl Policy {
 }
 
 fn rule(v: &Value, path: &str) -> Result<Rule, PolicyError> {
-    let map = mapping(v, path, &["name", "nodes", "actions"])?;
+    let map = mapping(
+        v,
+        path,
+        &[
+            "name",
+            "nodes",
+            "actions",
+            "delete-owned-on",
+            "surge",
+            "exclude-from-load-balancers",
+        ],
+    )?;
     let name = match map.get("name") {
         Some(n) => text(n, &format!("{path}.name"))?.trim().to_string(),
         None => String::new(),
@@ -151,21 +162,7 @@ fn rule(v: &Value, path: &str) -> Result<Rule, PolicyError> {
             };
             for (k, v) in by_kind {
                 let at = format!("{path}.actions.{k}");
-                let kind = k
-                    .parse::<EventKind>()
-                    .ok()
-                    .filter(|k| k.configurable())
-                    .ok_or_else(|| {
-                        let kinds: Vec<&str> = EventKind::ALL
-                            .iter()
-                            .filter(|k| k.configurable())
-                            .map(|k| k.as_str())
-                            .collect();
-                        err(
-                            &at,
-                            format!("unknown event kind (known: {})", kinds.join(", ")),
-                        )
-                    })?;
+                let kind = kind_at(k, &at)?;
                 let action =
                     PolicyAction::parse(&text(v, &at)?).map_err(|m| err(&at, m.to_string()))?;
                 if action == PolicyAction::Adaptive && kind != EventKind::RebalanceRecommendation {
@@ -178,11 +175,68 @@ fn rule(v: &Value, path: &str) -> Result<Rule, PolicyError> {
             }
         }
     }
+    let kinds_at = |key: &str| {
+        map.get(key)
+            .filter(|v| !v.is_null())
+            .map(|v| kinds(v, &format!("{path}.{key}")))
+            .transpose()
+    };
+    let behaviour = Behaviour {
+        delete_owned_on: kinds_at("delete-owned-on")?,
+        surge: kinds_at("surge")?,
+        exclude_from_load_balancers: match map.get("exclude-from-load-balancers") {
+            None | Some(Value::Null) => None,
+            Some(Value::Bool(b)) => Some(*b),
+            Some(other) => {
+                return Err(err(
+                    &format!("{path}.exclude-from-load-balancers"),
+                    format!("expected true or false, found {}", type_of(other)),
+                ));
+            }
+        },
+    };
     Ok(Rule {
         name,
         nodes,
         actions,
+        behaviour,
     })
+}
+
+/// An event kind a rule may name (`at` names the field).
+fn kind_at(k: &str, at: &str) -> Result<EventKind, PolicyError> {
+    k.parse::<EventKind>()
+        .ok()
+        .filter(|k| k.configurable())
+        .ok_or_else(|| {
+            let kinds: Vec<&str> = EventKind::ALL
+                .iter()
+                .filter(|k| k.configurable())
+                .map(|k| k.as_str())
+                .collect();
+            err(
+                at,
+                format!("unknown event kind (known: {})", kinds.join(", ")),
+            )
+        })
+}
+
+/// A list of event kinds (`[]`: none).
+fn kinds(v: &Value, path: &str) -> Result<BTreeSet<EventKind>, PolicyError> {
+    let Value::Array(items) = v else {
+        return Err(err(
+            path,
+            format!("expected a list of event kinds, found {}", type_of(v)),
+        ));
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let at = format!("{path}[{i}]");
+            kind_at(&text(k, &at)?, &at)
+        })
+        .collect()
 }
 
 fn adaptive(v: &Value) -> Result<Adaptive, PolicyError> {
@@ -265,6 +319,50 @@ rebalance:
     otherwise: cordon-for 30m
 "#;
 
+    /// A rule's behaviour fields are read, and a bad one names its field.
+    #[test]
+    fn a_rules_behaviour() {
+        let p = Policy::parse(
+            "rules:\n  - name: gpu\n    nodes: {pool: gpu}\n    delete-owned-on: []\n    \
+             surge: [spot-interruption, capacity-block-expiration]\n    \
+             exclude-from-load-balancers: false\n",
+        )
+        .unwrap();
+        let b = &p.rules[0].behaviour;
+        assert_eq!(b.delete_owned_on, Some(BTreeSet::new()));
+        assert_eq!(
+            b.surge,
+            Some(BTreeSet::from([
+                EventKind::SpotInterruption,
+                EventKind::CapacityBlockExpiration
+            ]))
+        );
+        assert_eq!(b.exclude_from_load_balancers, Some(false));
+        let gpu = BTreeMap::from([("pool".to_string(), "gpu".to_string())]);
+        assert_eq!(p.behaviour(&gpu), b);
+        assert_eq!(p.behaviour(&BTreeMap::new()), &Behaviour::default());
+        for (yaml, says) in [
+            (
+                "surge: spot-interruption",
+                "rules[0].surge: expected a list of event kinds, found a string",
+            ),
+            (
+                "surge: [evaporate]",
+                "rules[0].surge[0]: unknown event kind",
+            ),
+            (
+                "exclude-from-load-balancers: maybe",
+                "rules[0].exclude-from-load-balancers: expected true or false, found a string",
+            ),
+            ("taint: x", "rules[0].taint: unknown field"),
+        ] {
+            let e = Policy::parse(&format!("rules:\n  - name: r\n    {yaml}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with(says), "{yaml}: {e}");
+        }
+    }
+
     #[test]
     fn the_documented_example_reads() {
         let p = Policy::parse(EXAMPLE).unwrap();
@@ -324,7 +422,8 @@ rebalance:
             ),
             (
                 "rules:\n- name: a\n  node: {x: y}\n",
-                "rules[0].node: unknown field (known: name, nodes, actions)",
+                "rules[0].node: unknown field (known: name, nodes, actions, delete-owned-on, surge, \
+                 exclude-from-load-balancers)",
             ),
             (
                 "rules:\n- name: a\n  nodes: [x]\n",
