@@ -158,7 +158,7 @@ fn note(key: &str) -> Option<&'static str> {
         }
         "completeLifecycleActionDelaySeconds" => {
             "forewarn completes a lifecycle action once its drain is over \
-             (FOREWARN_COMPLETE_LIFECYCLE_ACTION)"
+             (FOREWARN_LIFECYCLE_HOOKS=off leaves them to their timeouts)"
         }
         "webhookURLSecretName" => {
             "give the URL itself as FOREWARN_WEBHOOK_URL (a function's environment, encrypted)"
@@ -334,7 +334,7 @@ fn carry(m: &mut Migration, key: &str, value: &Value, queue: bool) {
             Err(why) => m.dropped.push((key.into(), why)),
         },
         "dryRun" => set("FOREWARN_DRY_RUN", text(value)),
-        "logLevel" => set("FOREWARN_LOG", text(value).to_lowercase()),
+        "logLevel" => set("RUST_LOG", text(value).to_lowercase()),
         "workers" => set("FOREWARN_CONCURRENCY", text(value)),
         "taintNode" if truth(value) == Some(true) => set("FOREWARN_TAINT_KEY", "nth".into()),
         "taintEffect" => set("FOREWARN_TAINT_EFFECT", text(value)),

@@ -43,7 +43,7 @@ pub struct PrioritiesArgs {
     #[arg(long, value_name = "NAME", hide = true, conflicts_with = "cluster")]
     cluster_name: Option<String>,
     /// The share of a group's pools that must be unavailable for it to be demoted, e.g. 0.5
-    /// or 50% (overrides FOREWARN_PRIORITY_HOT_SHARE) [default: 1, every pool].
+    /// or 50% (overrides FOREWARN_PRIORITIES=hot-share=SHARE) [default: 1, every pool].
     #[arg(long, value_name = "SHARE")]
     hot_share: Option<String>,
     /// What to print on standard output: the ConfigMap it would write, as YAML or JSON.

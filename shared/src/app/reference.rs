@@ -112,12 +112,6 @@ pub const VARIABLES: &[Variable] = &[
         "`NoSchedule`, `PreferNoSchedule` or `NoExecute`",
     ),
     var(
-        "FOREWARN_INTERRUPTION_NOTICE",
-        "`120s`",
-        Some("120s"),
-        "the warning a spot or reservation interruption gives",
-    ),
-    var(
         "FOREWARN_DEADLINE_MARGIN",
         "`15s`",
         Some("15s"),
@@ -138,26 +132,13 @@ pub const VARIABLES: &[Variable] = &[
          timeout and default result",
     ),
     var(
-        "FOREWARN_IMPAIRED_AFTER",
-        "`5m`",
-        Some("5m"),
-        "the sweeper plans `impaired` for an instance whose EC2 status check has failed for this \
-         long (its `ImpairedSince`): with the default `rate(5 minutes)` sweep, one seen impaired \
-         at two consecutive sweeps",
-    ),
-    var(
-        "FOREWARN_COMPLETE_LIFECYCLE_ACTION",
-        "`true`",
-        Some("true"),
-        "complete the ASG lifecycle action after the drain — only for an instance tagged for \
-         this cluster or running one of its nodes",
-    ),
-    var(
         "FOREWARN_LIFECYCLE_HOOKS",
         "any hook",
         None,
         "comma-separated lifecycle hook names forewarn answers (completes and heartbeats); \
-         unset: any hook of this cluster's instances. Others are left to their owners",
+         unset: any hook of this cluster's instances. Others are left to their owners. `off`: \
+         no lifecycle action is completed (the hooks' own timeouts and default results decide; \
+         drains still happen)",
     ),
     var(
         "FOREWARN_WEBHOOK_URL",
@@ -248,12 +229,6 @@ pub const VARIABLES: &[Variable] = &[
     )
     .functions_only(),
     var(
-        "FOREWARN_EVICTION_PARALLELISM",
-        "`8`",
-        Some("8"),
-        "evictions in flight at once per drain (1–100)",
-    ),
-    var(
         "FOREWARN_KUBE_QPS",
         "forewarn's share of the API server, 200 requests/s, divided by `FOREWARN_ENVIRONMENTS` (the handler as deployed: `20`); without it, no limit",
         None,
@@ -264,12 +239,6 @@ pub const VARIABLES: &[Variable] = &[
          limit. A 429's `Retry-After` holds back every call until it has passed. Two lanes: \
          node reads, cordons, deletes and Events go before the drains' evictions and pod lists, \
          so a mass interruption's cordons do not queue behind evictions",
-    ),
-    var(
-        "FOREWARN_KUBE_BURST",
-        "the QPS rounded up; with the share, its burst of 20 divided likewise (at least 1)",
-        None,
-        "the burst of that rate limit, like client-go's Burst (e.g. `2`)",
     ),
     var(
         "FOREWARN_ENVIRONMENTS",
@@ -337,27 +306,6 @@ pub const VARIABLES: &[Variable] = &[
          the field",
     ),
     var(
-        "FOREWARN_LOG",
-        "`warn` (command), `info` (functions)",
-        None,
-        "log filter (`tracing` env-filter syntax); unset: `RUST_LOG`, else the default",
-    ),
-    var(
-        "FOREWARN_PRIORITY_HOT_SHARE",
-        "`1` (every pool)",
-        Some("1"),
-        "the share of a node group's pools (type × zone) that must be unavailable for it to be \
-         demoted in the priority expander: `0.5`, `50%`, ... in (0, 1] (`forewarn priorities \
-         --hot-share` wins)",
-    ),
-    var(
-        "FOREWARN_PRIORITY_TAKE_OVER",
-        "`false`",
-        Some("false"),
-        "overwrite a `cluster-autoscaler-priority-expander` ConfigMap forewarn did not create \
-         (`forewarn priorities --take-over`)",
-    ),
-    var(
         "FOREWARN_DRY_RUN",
         "`false` (`true` under `cargo lambda watch`)",
         None,
@@ -388,19 +336,16 @@ pub const VARIABLES: &[Variable] = &[
     )
     .functions_only(),
     var(
-        "FOREWARN_SAFETY_MARGIN",
-        "`3s`",
-        Some("3s"),
-        "work stops this long before the Lambda's deadline; what is not done is reported failed \
-         and comes back",
-    )
-    .functions_only(),
-    var(
         "FOREWARN_PRIORITIES",
         "`true`",
         Some("true"),
         "the pool sweeper updates the Cluster Autoscaler's priority expander after each sweep \
-         (with a live cluster; nothing without base priorities)",
+         (with a live cluster; nothing without base priorities): `true` or `false`, or options \
+         that mean `true`, separated by commas: `take-over` (overwrite a \
+         `cluster-autoscaler-priority-expander` ConfigMap forewarn did not create) and \
+         `hot-share=SHARE` (the share of a node group's pools that must be unavailable for it \
+         to be demoted: `0.5`, `50%`; default `1`, every pool). See \
+         [priorities](../how-to/priorities.md)",
     )
     .functions_only(),
 ];

@@ -90,6 +90,43 @@ pub const RETIRED: &[Retired] = &[
         home: "a policy rule's `exclude-from-load-balancers` (true or false)",
     },
     Retired {
+        name: "FOREWARN_COMPLETE_LIFECYCLE_ACTION",
+        home: "FOREWARN_LIFECYCLE_HOOKS=off completes no lifecycle action",
+    },
+    Retired {
+        name: "FOREWARN_LOG",
+        home: "RUST_LOG, the log filter every Rust program reads",
+    },
+    Retired {
+        name: "FOREWARN_KUBE_BURST",
+        home: "none: the burst is FOREWARN_KUBE_QPS rounded up (the share's, divided by \
+               FOREWARN_ENVIRONMENTS, without it)",
+    },
+    Retired {
+        name: "FOREWARN_INTERRUPTION_NOTICE",
+        home: "none: EC2's two minutes",
+    },
+    Retired {
+        name: "FOREWARN_EVICTION_PARALLELISM",
+        home: "none: 8 evictions in flight per drain, the benchmarked value",
+    },
+    Retired {
+        name: "FOREWARN_IMPAIRED_AFTER",
+        home: "none: 5 minutes, the sweep's period (impaired at two sweeps in a row)",
+    },
+    Retired {
+        name: "FOREWARN_SAFETY_MARGIN",
+        home: "none: work stops 3 s before the Lambda's deadline, the benchmarked value",
+    },
+    Retired {
+        name: ENV_PRIORITY_HOT_SHARE,
+        home: "FOREWARN_PRIORITIES=hot-share=SHARE",
+    },
+    Retired {
+        name: ENV_PRIORITY_TAKE_OVER,
+        home: "FOREWARN_PRIORITIES=take-over",
+    },
+    Retired {
         name: "FOREWARN_ACTION_",
         home: "give the action in the policy (FOREWARN_POLICY_FILE): a rule without `nodes` and \
                its `actions`, e.g. `rules: [{name: all, actions: {rebalance-recommendation: \
@@ -445,6 +482,7 @@ impl Settings {
         let cluster_access = cluster_access(vars);
         let clusters = clusters(vars)?;
         let state_dir = state_dir(vars);
+        let priorities = priorities(vars)?;
         let mut config = Config::from_vars(vars)?;
         if let Some(path) = vars.get(ENV_POLICY_FILE) {
             config.policy = read_policy(Path::new(&path))
@@ -490,13 +528,8 @@ impl Settings {
                 .unwrap_or(Duration::from_secs(3)),
             log_filter: vars.get(ENV_LOG),
             rust_log: vars.get(ENV_RUST_LOG),
-            priorities_enabled: vars.boolean(ENV_PRIORITIES)?.unwrap_or(true),
-            priorities: PrioritySettings {
-                hot_share: vars
-                    .parse(ENV_PRIORITY_HOT_SHARE, HotShare::parse)?
-                    .unwrap_or(HotShare::ALL),
-                take_over: vars.boolean(ENV_PRIORITY_TAKE_OVER)?.unwrap_or(false),
-            },
+            priorities_enabled: priorities.0,
+            priorities: priorities.1,
             drain_pass_interval: vars
                 .parse(ENV_DRAIN_PASS_INTERVAL, pass_interval)?
                 .unwrap_or(Some(Duration::from_secs(5))),
@@ -551,6 +584,45 @@ impl Settings {
     pub fn variables() -> Vec<&'static str> {
         CONFIG_VARIABLES.iter().chain(VARIABLES).copied().collect()
     }
+}
+
+/// [`ENV_PRIORITIES`]: `true` (the default) or `false`, or options that mean `true` with
+/// them, separated by commas: `take-over` (overwrite an expander ConfigMap forewarn did not
+/// create) and `hot-share=SHARE` (`0.5`, `50%`). The retired `FOREWARN_PRIORITY_HOT_SHARE` and
+/// `FOREWARN_PRIORITY_TAKE_OVER` are read first.
+fn priorities(vars: Vars) -> Result<(bool, PrioritySettings), ConfigError> {
+    let mut settings = PrioritySettings {
+        hot_share: vars
+            .parse(ENV_PRIORITY_HOT_SHARE, HotShare::parse)?
+            .unwrap_or(HotShare::ALL),
+        take_over: vars.boolean(ENV_PRIORITY_TAKE_OVER)?.unwrap_or(false),
+    };
+    let Some(value) = vars.get(ENV_PRIORITIES) else {
+        return Ok((true, settings));
+    };
+    if let Ok(on) = crate::domain::vars::parse_bool(&value) {
+        return Ok((on, settings));
+    }
+    for option in value.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+        match option.split_once('=') {
+            None if option == "take-over" => settings.take_over = true,
+            Some(("hot-share", share)) => {
+                settings.hot_share = HotShare::parse(share.trim())
+                    .map_err(|e| ConfigError::new(ENV_PRIORITIES, &value, e))?;
+            }
+            _ => {
+                return Err(ConfigError::new(
+                    ENV_PRIORITIES,
+                    &value,
+                    format!(
+                        "`{option}` is not true, false, take-over or hot-share=SHARE (e.g. \
+                         hot-share=50%)"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok((true, settings))
 }
 
 /// A whole number above 0.
@@ -936,6 +1008,33 @@ mod tests {
         }
     }
 
+    /// FOREWARN_PRIORITIES: a boolean, or options that mean on.
+    #[test]
+    fn priorities_take_a_boolean_or_options() {
+        let p = |v: &str| settings(&[("FOREWARN_PRIORITIES", v)]);
+        assert!(!p("false").unwrap().priorities_enabled);
+        let on = p("take-over, hot-share=50%").unwrap();
+        assert!(on.priorities_enabled && on.priorities.take_over);
+        assert_eq!(on.priorities.hot_share, HotShare::parse("0.5").unwrap());
+        assert_eq!(
+            p("true").unwrap().priorities,
+            settings(&[]).unwrap().priorities
+        );
+        let retired = settings(&[
+            ("FOREWARN_PRIORITY_TAKE_OVER", "true"),
+            ("FOREWARN_PRIORITY_HOT_SHARE", "50%"),
+        ])
+        .unwrap();
+        assert_eq!(retired.priorities, on.priorities);
+        for bad in ["sometimes", "hot-share=2", "take-over,x"] {
+            let e = p(bad).unwrap_err();
+            assert_eq!(
+                (e.variable.as_str(), e.value.as_str()),
+                ("FOREWARN_PRIORITIES", bad)
+            );
+        }
+    }
+
     /// A retired variable is still read as before, and named with its home, once.
     #[test]
     fn retired_variables_are_read_and_named_with_their_home() {
@@ -1104,10 +1203,15 @@ mod tests {
             }
             let e = read(name, "sometimes").unwrap_err();
             assert_eq!((e.variable.as_str(), e.value.as_str()), (name, "sometimes"));
-            assert_eq!(
-                e.message,
-                "`sometimes` is not a boolean (true or false, 1 or 0, yes or no, on or off)"
-            );
+            // FOREWARN_PRIORITIES takes options too, and says so.
+            let expected = match name {
+                "FOREWARN_PRIORITIES" => {
+                    "`sometimes` is not true, false, take-over or hot-share=SHARE (e.g. \
+                     hot-share=50%)"
+                }
+                _ => "`sometimes` is not a boolean (true or false, 1 or 0, yes or no, on or off)",
+            };
+            assert_eq!(e.message, expected);
         }
         // An http:// webhook URL is taken only when allowed.
         for word in ["yes", "ON", "1"] {

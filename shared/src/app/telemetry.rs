@@ -102,7 +102,7 @@ pub fn preflight_documents(
 }
 
 /// JSON logs on stdout (CloudWatch Logs reads them as structured fields), filtered by the
-/// settings' `FOREWARN_LOG`, else `RUST_LOG`, else `info`. Answers the telemetry of the
+/// settings' `RUST_LOG` (the retired `FOREWARN_LOG` first), else `info`. Answers the telemetry of the
 /// process: running as a Lambda function (`AWS_LAMBDA_FUNCTION_NAME`), with the EMF metrics
 /// of [`Telemetry::observe`]. Safe to call twice: the second call's subscriber is a no-op.
 pub fn init_json(settings: &Settings) -> Telemetry {
@@ -114,8 +114,8 @@ pub fn init_json(settings: &Settings) -> Telemetry {
     }
 }
 
-/// Plain-text logs on stderr (the `forewarn` command), filtered by the settings' `FOREWARN_LOG`,
-/// else `RUST_LOG`, else `warn`.
+/// Plain-text logs on stderr (the `forewarn` command), filtered by the settings' `RUST_LOG`
+/// (the retired `FOREWARN_LOG` first), else `warn`.
 pub fn init_text(settings: &Settings) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter(settings, "warn"))

@@ -351,8 +351,15 @@ impl Config {
                 *target = b;
             }
         }
-        if let Some(hooks) = vars.parse("FOREWARN_LIFECYCLE_HOOKS", hook_names)? {
-            config.lifecycle_hooks = (!hooks.is_empty()).then_some(hooks);
+        // `off`: no lifecycle action is completed (the retired
+        // FOREWARN_COMPLETE_LIFECYCLE_ACTION=false).
+        match vars.get("FOREWARN_LIFECYCLE_HOOKS") {
+            Some(off) if off == "off" => config.complete_lifecycle_action = false,
+            _ => {
+                if let Some(hooks) = vars.parse("FOREWARN_LIFECYCLE_HOOKS", hook_names)? {
+                    config.lifecycle_hooks = (!hooks.is_empty()).then_some(hooks);
+                }
+            }
         }
         Ok(config)
     }
@@ -487,6 +494,15 @@ mod tests {
         let e = config("ok,bad name").unwrap_err();
         assert_eq!(e.variable, "FOREWARN_LIFECYCLE_HOOKS");
         assert!(e.message.contains("`bad name`"), "{}", e.message);
+        // `off` completes none: what the retired FOREWARN_COMPLETE_LIFECYCLE_ACTION=false said.
+        let off = config("off").unwrap();
+        assert!(!off.complete_lifecycle_action);
+        assert_eq!(off.lifecycle_hooks, None);
+        let retired = Config::from_lookup(|n| {
+            (n == "FOREWARN_COMPLETE_LIFECYCLE_ACTION").then(|| "false".to_string())
+        })
+        .unwrap();
+        assert_eq!(off, retired);
     }
 
     #[test]

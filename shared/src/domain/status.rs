@@ -1,6 +1,6 @@
 //! EC2 status checks and scheduled events, as the pool sweeper reads them
 //! (`DescribeInstanceStatus`), into findings: an instance whose system or instance status check
-//! has failed for `FOREWARN_IMPAIRED_AFTER` is `impaired`; an instance whose EC2 scheduled event
+//! has failed for 5 minutes (the configuration's `impaired_after`) is `impaired`; an instance whose EC2 scheduled event
 //! retires or stops it is a `scheduled-change`, for when AWS Health's event was missed.
 //!
 //! A status as `DescribeInstanceStatus` answers it (abridged):

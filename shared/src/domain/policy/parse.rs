@@ -305,6 +305,9 @@ rules:                          # first match wins; a node no rule matches keeps
     actions:                    # per event kind; kinds not named keep the default
       rebalance-recommendation: none
       spot-interruption: cordon-drain
+    delete-owned-on: []         # kinds whose owned nodes go through their NodeClaim or Machine
+    surge: [spot-interruption]  # kinds whose drains make room first (placeholders)
+    exclude-from-load-balancers: false   # its cordoned nodes stay in external load balancers
   - name: web
     nodes: {eks.amazonaws.com/nodegroup: web-spot}
     actions:
@@ -376,6 +379,10 @@ rebalance:
         assert_eq!(
             p.rules[1].actions[&EventKind::ScheduledChange],
             PolicyAction::CordonFor(Duration::hours(6))
+        );
+        assert_eq!(
+            p.rules[0].behaviour.surge,
+            Some(BTreeSet::from([EventKind::SpotInterruption]))
         );
         assert_eq!(p.adaptive, Adaptive::default());
         assert!(p.uses_adaptive());
