@@ -1,11 +1,14 @@
 //! The crate's layering, checked from its source files:
 //!
-//! - no import cycle between files anywhere in `src/` (an import is any `crate::` or `super::`
-//!   path in code, a `use` or inline, tests included: doc comments do not count);
+//! - no import cycle between files anywhere in `src/`, nor in the benchmarks'
+//!   `bench/forewarn-bench/src/` (an import is any `crate::` or `super::` path in code, a `use`
+//!   or inline, tests included: doc comments do not count);
 //! - a file of `domain/` imports nothing outside `domain/` and no I/O crate (AWS SDK, kube,
 //!   k8s-openapi, redb, tokio, hyper, Lambda runtime and events) nor `std::fs`, `std::net`,
 //!   `std::env`, `std::process`, `std::io`;
-//! - `ports.rs` imports only `domain/`.
+//! - `ports.rs` imports only `domain/`;
+//! - no test file of the repository is over 1,500 lines (a file of tests, or a source file's
+//!   inline `#[cfg(test)]` module).
 //!
 //! See `docs/architecture.md`.
 
@@ -42,9 +45,19 @@ fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
+/// The workspace's root: `shared/`'s parent.
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The `.rs` files under `dir`, build output (`target/`) and hidden folders left out.
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        if name == "target" || name.starts_with('.') {
+            continue;
+        }
         if path.is_dir() {
             rust_files(&path, out);
         } else if path.extension().is_some_and(|e| e == "rs") {
@@ -53,16 +66,17 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The module path of a file: `src/a/b.rs` and `src/a/b/mod.rs` are `[a, b]`, `lib.rs` is `[]`.
-fn module_of(file: &Path) -> Vec<String> {
-    let rel = file.strip_prefix(src()).unwrap();
+/// The module path of a file under `root`: `a/b.rs` and `a/b/mod.rs` are `[a, b]`, `lib.rs`
+/// (or a binary's `main.rs`) is `[]`.
+fn module_of(root: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(root).unwrap();
     let mut parts: Vec<String> = rel
         .iter()
         .map(|p| p.to_string_lossy().into_owned())
         .collect();
     let last = parts.pop().unwrap();
     match last.as_str() {
-        "mod.rs" | "lib.rs" => {}
+        "mod.rs" | "lib.rs" | "main.rs" => {}
         name => parts.push(name.trim_end_matches(".rs").to_string()),
     }
     parts
@@ -268,6 +282,7 @@ fn file_of(module: &[String], files: &BTreeMap<Vec<String>, PathBuf>) -> Option<
 }
 
 struct Crate {
+    root: PathBuf,
     files: BTreeMap<Vec<String>, PathBuf>,
     /// file → files it imports, with the paths that import them.
     edges: BTreeMap<PathBuf, BTreeMap<PathBuf, Vec<String>>>,
@@ -275,16 +290,19 @@ struct Crate {
     paths: BTreeMap<PathBuf, Vec<String>>,
 }
 
-fn read_crate() -> Crate {
+/// The files of the crate whose sources are in `root` (its `src/`), and their imports.
+fn read_crate(root: &Path) -> Crate {
     let mut list = Vec::new();
-    rust_files(&src(), &mut list);
-    let files: BTreeMap<Vec<String>, PathBuf> =
-        list.iter().map(|f| (module_of(f), f.clone())).collect();
+    rust_files(root, &mut list);
+    let files: BTreeMap<Vec<String>, PathBuf> = list
+        .iter()
+        .map(|f| (module_of(root, f), f.clone()))
+        .collect();
     let mut edges = BTreeMap::new();
     let mut paths = BTreeMap::new();
     for file in &list {
         let code = code_of(&std::fs::read_to_string(file).unwrap());
-        let own = module_of(file);
+        let own = module_of(root, file);
         let mut out: BTreeMap<PathBuf, Vec<String>> = BTreeMap::new();
         let mut all = Vec::new();
         for found in paths_of(&code) {
@@ -323,14 +341,15 @@ fn read_crate() -> Crate {
         paths.insert(file.clone(), all);
     }
     Crate {
+        root: root.to_path_buf(),
         files,
         edges,
         paths,
     }
 }
 
-fn rel(p: &Path) -> String {
-    p.strip_prefix(src()).unwrap().display().to_string()
+fn rel(root: &Path, p: &Path) -> String {
+    p.strip_prefix(root).unwrap().display().to_string()
 }
 
 /// Strongly connected components with more than one file (Tarjan).
@@ -395,36 +414,57 @@ fn cycles(edges: &BTreeMap<PathBuf, BTreeMap<PathBuf, Vec<String>>>) -> Vec<Vec<
     s.out
 }
 
-#[test]
-fn no_import_cycle_between_files() {
-    let krate = read_crate();
-    assert!(krate.files.len() > 30, "read {} files", krate.files.len());
-    let found = cycles(&krate.edges);
-    let text: Vec<String> = found
+/// The import cycles between the crate's files, each with the imports that close it.
+fn import_cycles(krate: &Crate) -> Vec<String> {
+    let name = |p: &Path| rel(&krate.root, p);
+    cycles(&krate.edges)
         .iter()
         .map(|c| {
-            let names: Vec<String> = c.iter().map(|f| rel(f)).collect();
+            let names: Vec<String> = c.iter().map(|f| name(f)).collect();
             let detail: Vec<String> = c
                 .iter()
                 .flat_map(|from| {
                     krate.edges[from]
                         .iter()
                         .filter(|(to, _)| c.contains(to))
-                        .map(move |(to, via)| format!("{} -> {} ({})", rel(from), rel(to), via[0]))
+                        .map(move |(to, via)| {
+                            format!("{} -> {} ({})", name(from), name(to), via[0])
+                        })
                 })
                 .collect();
             format!("{}: {}", names.join(", "), detail.join("; "))
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn no_import_cycle_between_files() {
+    let krate = read_crate(&src());
+    assert!(krate.files.len() > 30, "read {} files", krate.files.len());
+    let text = import_cycles(&krate);
     assert!(text.is_empty(), "import cycles:\n{}", text.join("\n"));
+}
+
+/// The benchmarks (`bench/forewarn-bench`, a binary: `main.rs` is its root) have no import cycle
+/// either.
+#[test]
+fn no_import_cycle_between_the_benchmarks_files() {
+    let krate = read_crate(&workspace().join("bench/forewarn-bench/src"));
+    assert!(krate.files.len() > 10, "read {} files", krate.files.len());
+    let text = import_cycles(&krate);
+    assert!(
+        text.is_empty(),
+        "import cycles in bench/forewarn-bench/src:\n{}",
+        text.join("\n")
+    );
 }
 
 #[test]
 fn the_domain_is_pure() {
-    let krate = read_crate();
+    let krate = read_crate(&src());
     let mut wrong = Vec::new();
     for (file, paths) in &krate.paths {
-        let name = rel(file);
+        let name = rel(&krate.root, file);
         let domain = name.starts_with("domain/");
         let ports = name == "ports.rs";
         if !domain && !ports {
@@ -591,5 +631,129 @@ fn the_wall_clock_is_read_in_few_places() {
     assert!(
         clock_reads.len() <= 3,
         "the wall clock is read in: {clock_reads:#?}"
+    );
+}
+
+/// The most lines a test file may have.
+const TEST_FILE_LINES: usize = 1_500;
+
+/// The folders of the repository that hold Rust code.
+const CODE_DIRS: &[&str] = &["shared", "cli", "functions", "tests", "bench", "fuzz"];
+
+/// How many lines of the file at `rel` (from the repository's root) are tests: all of them for a
+/// file of tests (anything under a `tests/` folder, the `tests/` crate included, a `tests.rs`
+/// module, a fuzz target), else those of its inline `#[cfg(test)]` modules.
+fn test_lines(rel: &str, text: &str) -> usize {
+    let all = text.lines().count();
+    let tests_only = rel.split('/').any(|part| part == "tests")
+        || rel.ends_with("/tests.rs")
+        || rel.starts_with("fuzz/");
+    if tests_only {
+        all
+    } else {
+        all - without_tests(text).len()
+    }
+}
+
+/// The files (`(path from the root, text)`) with more than [`TEST_FILE_LINES`] lines of tests.
+fn long_test_files(files: &[(String, String)]) -> Vec<String> {
+    files
+        .iter()
+        .map(|(rel, text)| (rel, test_lines(rel, text)))
+        .filter(|(_, lines)| *lines > TEST_FILE_LINES)
+        .map(|(rel, lines)| format!("{rel}: {lines} lines of tests"))
+        .collect()
+}
+
+/// No test file is over 1,500 lines: split a longer one by subject (a test target can be a folder,
+/// `tests/tests/<area>/main.rs` with a module per subject).
+#[test]
+fn no_test_file_is_over_1500_lines() {
+    let root = workspace();
+    let mut paths = Vec::new();
+    for dir in CODE_DIRS {
+        rust_files(&root.join(dir), &mut paths);
+    }
+    let files: Vec<(String, String)> = paths
+        .iter()
+        .map(|f| (rel(&root, f), std::fs::read_to_string(f).unwrap()))
+        .collect();
+    let with_tests = files
+        .iter()
+        .filter(|(rel, text)| test_lines(rel, text) > 0)
+        .count();
+    assert!(with_tests > 100, "read {with_tests} files with tests");
+    let long = long_test_files(&files);
+    assert!(
+        long.is_empty(),
+        "test files over {TEST_FILE_LINES} lines:\n{}",
+        long.join("\n")
+    );
+}
+
+/// The checkers themselves: a test file over the limit is found, whether a file of tests or a
+/// source file's inline module (its product lines do not count); a cycle between the files of a
+/// binary (whose root is `main.rs`, as the benchmarks') is found.
+#[test]
+fn the_checker_sees_long_test_files_and_cycles_in_a_binary() {
+    let product = "fn f() {}\n".repeat(2_000);
+    let module = |lines: usize| {
+        format!(
+            "#[cfg(test)]\nmod tests {{\n{}}}\n",
+            "    // a line\n".repeat(lines - 3)
+        )
+    };
+    assert_eq!(test_lines("shared/src/a.rs", &product), 0);
+    assert_eq!(
+        test_lines("shared/src/a.rs", &format!("{product}{}", module(1_500))),
+        1_500
+    );
+    for file_of_tests in [
+        "tests/tests/a.rs",
+        "shared/src/a/tests.rs",
+        "fuzz/fuzz_targets/a.rs",
+    ] {
+        assert_eq!(
+            test_lines(file_of_tests, &product),
+            2_000,
+            "{file_of_tests}"
+        );
+    }
+    let files = vec![
+        (
+            "shared/src/ok.rs".to_string(),
+            format!("{product}{}", module(1_500)),
+        ),
+        (
+            "shared/src/long.rs".to_string(),
+            format!("{product}{}", module(1_501)),
+        ),
+        ("cli/tests/long.rs".to_string(), product.clone()),
+        ("cli/src/product.rs".to_string(), product.clone()),
+    ];
+    assert_eq!(
+        long_test_files(&files),
+        [
+            "shared/src/long.rs: 1501 lines of tests",
+            "cli/tests/long.rs: 2000 lines of tests"
+        ]
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in [
+        ("main.rs", "mod a;\nmod b;\nmod c;\nfn main() { a::A; }\n"),
+        ("a.rs", "use crate::b::B;\npub struct A;\n"),
+        ("b.rs", "pub struct B;\nfn f() { crate::a::A; }\n"),
+        ("c.rs", "use super::a::A;\n"),
+    ] {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let krate = read_crate(dir.path());
+    assert_eq!(krate.files.len(), 4);
+    let found = import_cycles(&krate);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with("a.rs, b.rs: ") || found[0].starts_with("b.rs, a.rs: "),
+        "{found:?}"
     );
 }

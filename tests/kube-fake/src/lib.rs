@@ -44,7 +44,7 @@
 //!   checked. A pod on a node can be given a graceful deletion period
 //!   ([`KubeFake::set_eviction_grace`]). `dryRun=All` is honoured on every write.
 //! * **Selectors**: `labelSelector` with `=`, `==`, `!=`, `in`, `notin`,
-//!   exists, `!` (and `>`/`<`); `fieldSelector` with `=`, `==`, `!=` on the fields
+//!   exists, `!`, matched by kube's `Selector` (which has no `>`/`<`: refused); `fieldSelector` with `=`, `==`, `!=` on the fields
 //!   each type really supports (pods: `metadata.name`, `metadata.namespace`,
 //!   `spec.nodeName`, `status.phase`, ...), with the real per-type error message
 //!   (`field label not supported: x`, or for types without field conversions
@@ -151,7 +151,7 @@
 //!   memory, ephemeral storage, any extended resource; a pod's requests are its containers'
 //!   sum against its largest init container, restartable sidecars counted along, plus
 //!   `overhead`, a limit standing for a missing request as API defaulting does; quantities in
-//!   every suffix and exponent form). Binding sets `spec.nodeName` and `PodScheduled=True`; the
+//!   every suffix and exponent form, read by `kube_quantity`). Binding sets `spec.nodeName` and `PodScheduled=True`; the
 //!   pod is `Running` and `Ready` (start time, pod IP, container statuses) after
 //!   [`SchedulerSettings::start_delay`]. A pod that fits nowhere gets `PodScheduled=False`,
 //!   `Unschedulable`, with the real `FitError` text (`0/3 nodes are available: 1 node(s) were

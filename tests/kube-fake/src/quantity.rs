@@ -1,12 +1,12 @@
 //! Resource quantities (`resource.Quantity`) and the resource lists the scheduler adds up.
 //!
-//! A quantity is `<sign><digits>[.<digits>]<suffix>` with a binary suffix (`Ki` … `Ei`), a
-//! decimal one (`n`, `u`, `m`, none, `k`, `M` … `E`) or an exponent (`e3`, `E-2`). The
-//! scheduler reads cpu in millicores (`MilliValue`) and everything else in units (`Value`),
-//! both rounded up, as [`Resources`] holds them.
+//! A quantity (`100m`, `1Gi`, `2.5`, `1e3`) is read by `kube_quantity`. The scheduler reads cpu in
+//! millicores (`MilliValue`) and everything else in units (`Value`), both rounded up, as
+//! [`Resources`] holds them.
 
 use std::collections::BTreeMap;
 
+use kube_quantity::ParsedQuantity;
 use serde_json::Value;
 
 /// Largest value a quantity saturates to (the scheduler's int64 arithmetic never gets there
@@ -16,85 +16,28 @@ const SATURATED: i128 = i64::MAX as i128 / 4;
 /// `1000 × q`, rounded up: thousandths of the quantity's unit. `None` when it does not parse.
 pub(crate) fn parse_milli(text: &str) -> Option<i128> {
     let text = text.trim();
-    let (negative, rest) = match text.as_bytes().first()? {
-        b'-' => (true, &text[1..]),
-        b'+' => (false, &text[1..]),
-        _ => (false, text),
-    };
-    let number_len = rest
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(rest.len());
-    let (number, suffix) = rest.split_at(number_len);
-    let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
-    if (int_part.is_empty() && frac_part.is_empty()) || frac_part.contains('.') {
+    // A suffix alone (`m`) is no quantity, though `kube_quantity` reads it as zero.
+    if !text.contains(|c: char| c.is_ascii_digit()) {
         return None;
     }
-    let (pow2, pow10) = suffix_powers(suffix)?;
-    // Keep at most 18 fractional digits: finer than any request, and room left in an i128.
-    let frac: String = frac_part.chars().take(18).collect();
-    let digits = format!("{int_part}{frac}");
-    let digits = digits.trim_start_matches('0');
-    if digits.len() > 36 {
-        return Some(if negative { -SATURATED } else { SATURATED });
-    }
-    let mantissa: i128 = if digits.is_empty() {
-        0
-    } else {
-        digits.parse().ok()?
+    // `kube_quantity` 0.9 takes the exa suffixes for an exponent without digits and refuses
+    // them: they are read one step down, then multiplied.
+    let (text, times) = match (text.strip_suffix("Ei"), text.strip_suffix('E')) {
+        (Some(number), _) => (format!("{number}Pi"), 1024.0),
+        (None, Some(number)) => (format!("{number}P"), 1000.0),
+        (None, None) => (text.to_string(), 1.0),
     };
-    // value × 1000 = mantissa × 2^pow2 × 10^(pow10 + 3 - frac_len)
-    let exp10 = pow10 + 3 - frac.len() as i32;
-    let mut numerator = Some(mantissa);
-    let mut denominator: i128 = 1;
-    numerator = numerator.and_then(|n| n.checked_mul(1i128.checked_shl(pow2)?));
-    if exp10 >= 0 {
-        numerator = numerator.and_then(|n| n.checked_mul(10i128.checked_pow(exp10 as u32)?));
+    let milli = ParsedQuantity::try_from(text).ok()?.to_bytes_f64()? * times * 1000.0;
+    // Up to the next thousandth (towards zero when negative), but not for a float's own error:
+    // `0.1` is 100 thousandths, not 101.
+    let near = milli.round();
+    let milli = if (milli - near).abs() <= near.abs() * 1e-12 {
+        near
     } else {
-        let Some(d) = 10i128.checked_pow(exp10.unsigned_abs()) else {
-            // Smaller than a thousandth of a unit: rounds up to one, or zero.
-            let tiny = i128::from(mantissa != 0);
-            return Some(if negative { 0 } else { tiny });
-        };
-        denominator = d;
-    }
-    let magnitude = match numerator {
-        Some(n) => ((n + denominator - 1) / denominator).min(SATURATED),
-        None => SATURATED,
+        milli.ceil()
     };
-    // Rounding up a negative quantity goes towards zero.
-    Some(if negative {
-        -(numerator.map_or(SATURATED, |n| (n / denominator).min(SATURATED)))
-    } else {
-        magnitude
-    })
-}
-
-/// The powers of two and ten a suffix multiplies by.
-fn suffix_powers(suffix: &str) -> Option<(u32, i32)> {
-    let binary = |k: u32| Some((10 * k, 0));
-    match suffix {
-        "Ki" => binary(1),
-        "Mi" => binary(2),
-        "Gi" => binary(3),
-        "Ti" => binary(4),
-        "Pi" => binary(5),
-        "Ei" => binary(6),
-        "n" => Some((0, -9)),
-        "u" => Some((0, -6)),
-        "m" => Some((0, -3)),
-        "" => Some((0, 0)),
-        "k" => Some((0, 3)),
-        "M" => Some((0, 6)),
-        "G" => Some((0, 9)),
-        "T" => Some((0, 12)),
-        "P" => Some((0, 15)),
-        "E" => Some((0, 18)),
-        s if s.starts_with(['e', 'E']) => {
-            let exp: i32 = s[1..].parse().ok()?;
-            (-40..=40).contains(&exp).then_some((0, exp))
-        }
-        _ => None,
-    }
+    // `as` saturates at i128's bounds, far beyond ours.
+    Some((milli as i128).clamp(-SATURATED, SATURATED))
 }
 
 fn saturate(v: i128) -> i64 {
@@ -295,6 +238,8 @@ mod tests {
         assert_eq!(parse_milli("0"), Some(0));
         assert_eq!(parse_milli("+2"), Some(2000));
         assert_eq!(parse_milli("-1"), Some(-1000));
+        assert_eq!(parse_milli("1Ei"), Some(SATURATED));
+        assert_eq!(parse_milli("2.5"), Some(2500));
         for bad in ["", "m", "1.2.3", "1Xi", "abc", "1 Gi"] {
             assert_eq!(parse_milli(bad), None, "{bad}");
         }

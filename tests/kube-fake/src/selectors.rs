@@ -1,85 +1,21 @@
 //! Label and field selectors, with the semantics of `k8s.io/apimachinery/pkg/labels`
 //! and `.../pkg/fields`.
 
-use serde_json::{Map, Value};
+use std::collections::BTreeSet;
+
+use kube::core::{Expression, Selector, SelectorExt};
+use serde_json::Value;
 
 use crate::resources::ResourceDef;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Op {
-    Equals,
-    NotEquals,
-    In,
-    NotIn,
-    Exists,
-    DoesNotExist,
-    GreaterThan,
-    LessThan,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Requirement {
-    key: String,
-    op: Op,
-    values: Vec<String>,
-}
-
-impl Requirement {
-    fn matches(&self, labels: &Map<String, Value>) -> bool {
-        let value = labels.get(&self.key).map(|v| match v {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        });
-        let in_set = |v: &String| self.values.contains(v);
-        match self.op {
-            Op::Equals | Op::In => value.as_ref().is_some_and(in_set),
-            Op::NotEquals | Op::NotIn => !value.as_ref().is_some_and(in_set),
-            Op::Exists => value.is_some(),
-            Op::DoesNotExist => value.is_none(),
-            Op::GreaterThan | Op::LessThan => {
-                let (Some(have), Some(want)) = (
-                    value.and_then(|v| v.parse::<i64>().ok()),
-                    self.values.first().and_then(|v| v.parse::<i64>().ok()),
-                ) else {
-                    return false;
-                };
-                if self.op == Op::GreaterThan {
-                    have > want
-                } else {
-                    have < want
-                }
-            }
-        }
-    }
-}
-
-/// A parsed label selector: every requirement must hold (comma means AND).
+/// A label selector: kube's [`Selector`], parsed from the `labelSelector` query (with the
+/// API server's errors) or read from a `metav1.LabelSelector` object. Every expression must hold
+/// (comma means AND). The set-based `>` and `<` of the query are not kube's, and are refused.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct LabelSelector {
-    requirements: Vec<Requirement>,
-}
+pub(crate) struct LabelSelector(Selector);
 
-fn valid_key(key: &str) -> bool {
-    let (prefix, name) = match key.split_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, key),
-    };
-    let name_ok = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
-    let prefix_ok = prefix.is_none_or(|p| {
-        !p.is_empty()
-            && p.len() <= 253
-            && p.chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '.'))
-    });
-    name_ok && prefix_ok
-}
-
+/// A label value, or the name part of a key: empty, or at most 63 of `[A-Za-z0-9-_.]`,
+/// alphanumeric at both ends.
 fn valid_value(value: &str) -> bool {
     value.is_empty()
         || (value.len() <= 63
@@ -88,6 +24,22 @@ fn valid_value(value: &str) -> bool {
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
             && value.starts_with(|c: char| c.is_ascii_alphanumeric())
             && value.ends_with(|c: char| c.is_ascii_alphanumeric()))
+}
+
+/// A label key: a name, after an optional DNS subdomain prefix and `/`.
+fn valid_key(key: &str) -> bool {
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    !name.is_empty()
+        && valid_value(name)
+        && prefix.is_none_or(|p| {
+            !p.is_empty()
+                && p.len() <= 253
+                && p.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '.'))
+        })
 }
 
 /// Splits on commas outside parentheses.
@@ -119,85 +71,51 @@ fn split_terms(s: &str) -> Result<Vec<&str>, String> {
     Ok(terms)
 }
 
-fn parse_requirement(term: &str) -> Result<Requirement, String> {
+/// One term of the query (`k=v`, `k==v`, `k!=v`, `k in (…)`, `k notin (…)`, `k`, `!k`) as
+/// kube's [`Expression`], its key and values checked.
+fn parse_expression(term: &str) -> Result<Expression, String> {
     let term = term.trim();
     let bad = |why: &str| format!("unable to parse requirement: {why}: {term:?}");
     if term.is_empty() {
         return Err(bad("found '', expected: identifier"));
     }
-    let req = if let Some(key) = term.strip_prefix('!') {
-        Requirement {
-            key: key.trim().to_string(),
-            op: Op::DoesNotExist,
-            values: vec![],
-        }
+    let key = |k: &str| k.trim().to_string();
+    let expression = if let Some(k) = term.strip_prefix('!') {
+        Expression::DoesNotExist(key(k))
     } else if let Some(open) = term.find('(') {
-        if !term.ends_with(')') {
-            return Err(bad("expected ')' at the end"));
-        }
-        let head = term[..open].trim();
-        let (key, op) = head
-            .rsplit_once(char::is_whitespace)
-            .ok_or_else(|| bad("expected 'in' or 'notin'"))?;
-        let op = match op {
-            "in" => Op::In,
-            "notin" => Op::NotIn,
-            _ => return Err(bad("expected 'in' or 'notin'")),
-        };
-        let values: Vec<String> = term[open + 1..term.len() - 1]
-            .split(',')
-            .map(|v| v.trim().to_string())
-            .collect();
+        let inner = term[open + 1..]
+            .strip_suffix(')')
+            .ok_or_else(|| bad("expected ')' at the end"))?;
+        let values: BTreeSet<String> = inner.split(',').map(key).collect();
         if values.iter().all(String::is_empty) {
             return Err(bad(
                 "for 'in', 'notin' operators, values set can't be empty",
             ));
         }
-        Requirement {
-            key: key.trim().to_string(),
-            op,
-            values,
+        match term[..open].trim().rsplit_once(char::is_whitespace) {
+            Some((k, "in")) => Expression::In(key(k), values),
+            Some((k, "notin")) => Expression::NotIn(key(k), values),
+            _ => return Err(bad("expected 'in' or 'notin'")),
         }
+    } else if let Some((k, v)) = term.split_once("!=") {
+        Expression::NotEqual(key(k), key(v))
+    } else if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
+        Expression::Equal(key(k), key(v))
     } else {
-        let (key, op, value) = if let Some((k, v)) = term.split_once("!=") {
-            (k, Op::NotEquals, Some(v))
-        } else if let Some((k, v)) = term.split_once("==") {
-            (k, Op::Equals, Some(v))
-        } else if let Some((k, v)) = term.split_once('=') {
-            (k, Op::Equals, Some(v))
-        } else if let Some((k, v)) = term.split_once('>') {
-            (k, Op::GreaterThan, Some(v))
-        } else if let Some((k, v)) = term.split_once('<') {
-            (k, Op::LessThan, Some(v))
-        } else {
-            (term, Op::Exists, None)
-        };
-        Requirement {
-            key: key.trim().to_string(),
-            op,
-            values: value
-                .map(|v| vec![v.trim().to_string()])
-                .unwrap_or_default(),
-        }
+        Expression::Exists(key(term))
     };
-    if !valid_key(&req.key) {
+    let (k, values): (&String, Vec<&String>) = match &expression {
+        Expression::In(k, vs) | Expression::NotIn(k, vs) => (k, vs.iter().collect()),
+        Expression::Equal(k, v) | Expression::NotEqual(k, v) => (k, vec![v]),
+        Expression::Exists(k) | Expression::DoesNotExist(k) => (k, vec![]),
+    };
+    if !valid_key(k) {
         return Err(bad("invalid label key"));
     }
-    if let Some(v) = req.values.iter().find(|v| !valid_value(v)) {
+    if let Some(v) = values.into_iter().find(|v| !valid_value(v)) {
         return Err(bad(&format!("invalid label value {v:?}")));
     }
-    if matches!(req.op, Op::GreaterThan | Op::LessThan)
-        && req
-            .values
-            .first()
-            .and_then(|v| v.parse::<i64>().ok())
-            .is_none()
-    {
-        return Err(bad(
-            "for 'Gt', 'Lt' operators, the value must be an integer",
-        ));
-    }
-    Ok(req)
+    Ok(expression)
 }
 
 impl LabelSelector {
@@ -206,63 +124,38 @@ impl LabelSelector {
         if s.trim().is_empty() {
             return Ok(Self::default());
         }
-        let requirements = split_terms(s)?
+        split_terms(s)?
             .into_iter()
-            .map(parse_requirement)
-            .collect::<Result<_, _>>()?;
-        Ok(Self { requirements })
+            .map(parse_expression)
+            .collect::<Result<Selector, _>>()
+            .map(Self)
     }
 
-    /// Converts a `metav1.LabelSelector` object (`matchLabels` + `matchExpressions`).
+    /// Converts a `metav1.LabelSelector` object (`matchLabels` + `matchExpressions`); an `In` or
+    /// `NotIn` without values is refused, as the API server refuses it.
     pub fn from_object(selector: &Value) -> Result<Self, String> {
-        let mut requirements = Vec::new();
-        if let Some(labels) = selector.get("matchLabels").and_then(Value::as_object) {
-            for (k, v) in labels {
-                requirements.push(Requirement {
-                    key: k.clone(),
-                    op: Op::Equals,
-                    values: vec![v.as_str().unwrap_or_default().to_string()],
-                });
-            }
+        let expressions = selector.get("matchExpressions").and_then(Value::as_array);
+        if expressions.into_iter().flatten().any(|e| {
+            matches!(e["operator"].as_str(), Some("In" | "NotIn"))
+                && string_list(e.get("values")).is_empty()
+        }) {
+            return Err("for 'in', 'notin' operators, values set can't be empty".into());
         }
-        if let Some(exprs) = selector.get("matchExpressions").and_then(Value::as_array) {
-            for e in exprs {
-                let key = e
-                    .get("key")
-                    .and_then(Value::as_str)
-                    .ok_or("matchExpressions entry without key")?
-                    .to_string();
-                let values = string_list(e.get("values"));
-                let op = match e.get("operator").and_then(Value::as_str) {
-                    Some("In") => Op::In,
-                    Some("NotIn") => Op::NotIn,
-                    Some("Exists") => Op::Exists,
-                    Some("DoesNotExist") => Op::DoesNotExist,
-                    other => {
-                        return Err(format!("{other:?} is not a valid label selector operator"));
-                    }
-                };
-                if matches!(op, Op::In | Op::NotIn) && values.is_empty() {
-                    return Err("for 'in', 'notin' operators, values set can't be empty".into());
-                }
-                requirements.push(Requirement { key, op, values });
-            }
-        }
-        Ok(Self { requirements })
+        let object: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector =
+            serde_json::from_value(selector.clone()).map_err(|e| e.to_string())?;
+        Selector::try_from(object)
+            .map(Self)
+            .map_err(|e| e.to_string())
     }
 
     /// An empty selector selects everything (and, on a PDB, nothing).
     pub fn is_empty(&self) -> bool {
-        self.requirements.is_empty()
+        self.0.selects_all()
     }
 
     /// Whether the labels of `obj` satisfy every requirement.
     pub fn matches_object(&self, obj: &Value) -> bool {
-        let empty = Map::new();
-        let labels = at(obj, "/metadata/labels")
-            .and_then(Value::as_object)
-            .unwrap_or(&empty);
-        self.requirements.iter().all(|r| r.matches(labels))
+        self.is_empty() || self.0.matches(&string_map(at(obj, "/metadata/labels")))
     }
 }
 

@@ -2,7 +2,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{api_status, node};
 use k8s_openapi::api::core::v1::Node;
@@ -10,6 +10,7 @@ use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube_fake::{Fault, KubeFake, Method};
 use serde_json::json;
+use tokio::time::Instant;
 
 #[tokio::test]
 async fn injected_faults_fail_the_matching_requests_then_service_resumes() {
@@ -55,7 +56,9 @@ async fn injected_500_is_an_internal_error_status() {
     assert!(nodes.list(&ListParams::default()).await.is_ok());
 }
 
-#[tokio::test]
+/// On tokio's paused clock, which moves only when every task waits on a timer: the figures are
+/// the fake's sleeps, whatever the machine.
+#[tokio::test(start_paused = true)]
 async fn latency_is_added_to_every_answer() {
     let fake = KubeFake::start().await;
     fake.insert(node("n1"));
@@ -105,9 +108,12 @@ async fn rate_limit_answers_429_with_retry_after() {
     nodes.get("n1").await.unwrap();
 }
 
-#[tokio::test]
+/// On tokio's paused clock, which the fake's clock (and so its rate limit) follows.
+#[tokio::test(start_paused = true)]
 async fn kube_default_retry_layer_rides_out_the_rate_limit() {
     let fake = KubeFake::start().await;
+    let (wall, paused) = (chrono::Utc::now(), Instant::now());
+    fake.set_clock(move || wall + chrono::Duration::from_std(paused.elapsed()).unwrap());
     fake.insert(node("n1"));
     fake.set_rate_limit(1.0, 1);
     let mut config = fake.config();
@@ -123,7 +129,8 @@ async fn kube_default_retry_layer_rides_out_the_rate_limit() {
     assert!(started.elapsed() >= Duration::from_millis(900));
 }
 
-#[tokio::test]
+/// On tokio's paused clock: the client's read timeout, not the machine, ends the wait.
+#[tokio::test(start_paused = true)]
 async fn a_hung_request_times_out_on_the_client() {
     let fake = KubeFake::start().await;
     fake.insert(node("n1"));

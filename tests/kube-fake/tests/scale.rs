@@ -1,6 +1,7 @@
-//! The simulation at a benchmark's size stays fast: no rescans of every pod on every request.
-//! The small run is part of the suite; `cargo test -p kube-fake --test scale -- --ignored` runs
-//! the benchmark's size (1,000 nodes, 10,000 pods).
+//! The simulation at a benchmark's size: every evicted pod rescheduled, on room or on the nodes
+//! the autoscaler launches. The small runs are part of the suite and assert no time (how fast
+//! the fake is belongs to the benchmarks); `cargo test -p kube-fake --test scale -- --ignored`
+//! runs the benchmark's size (1,000 nodes, 10,000 pods) and prints how long its drains took.
 
 mod common;
 
@@ -85,15 +86,13 @@ async fn drain(nodes: usize, drained: usize, per_node: usize) -> Duration {
 }
 
 #[tokio::test]
-async fn a_drain_of_a_hundred_node_cluster_is_quick() {
-    let took = drain(100, 10, 10).await;
-    assert!(took < Duration::from_secs(20), "{took:?}");
+async fn a_drain_of_a_hundred_node_cluster_reschedules_every_pod() {
+    drain(100, 10, 10).await;
 }
 
 #[tokio::test]
 async fn a_drain_of_a_full_hundred_node_cluster_brings_new_nodes() {
-    let took = drain(100, 10, 13).await;
-    assert!(took < Duration::from_secs(20), "{took:?}");
+    drain(100, 10, 13).await;
 }
 
 #[tokio::test]

@@ -217,11 +217,22 @@ fn a_30_second_api_outage_at_a_warning_is_ridden_out_inside_the_invocation() {
             .fake
             .inject(Fault::new(503).path_contains("/").times(usize::MAX));
         let bodies = spot_warnings(&world).await;
-        let sent = chrono::Utc::now();
+        // The instances go two minutes after their warnings' time: the first at `deadline`.
+        let deadline = bodies
+            .iter()
+            .map(|b| {
+                let event: serde_json::Value = serde_json::from_str(&b.text).unwrap();
+                let time = event["time"].as_str().unwrap();
+                chrono::DateTime::parse_from_rfc3339(time).unwrap()
+            })
+            .min()
+            .unwrap()
+            + chrono::Duration::minutes(2);
         let outage = async {
             tokio::time::sleep(Duration::from_secs(30)).await;
+            let back = chrono::Utc::now();
             world.fake.clear_faults();
-            chrono::Utc::now()
+            back
         };
         let (drained, back) =
             tokio::join!(world.drain(BATCH, Some(Duration::from_secs(150))), outage);
@@ -229,19 +240,17 @@ fn a_30_second_api_outage_at_a_warning_is_ridden_out_inside_the_invocation() {
         world
             .assert_all_applied_once(&drained.reports, &bodies)
             .await;
-        // Each node cordoned right after the outage, each eviction accepted before the
-        // instance goes (two minutes after the warning).
+        // The outcome, not how long it took: each node cordoned once the outage was over, each
+        // eviction accepted before the instances go.
         for w in world.fake.writes() {
             if !(200..300).contains(&w.status) {
                 continue;
             }
             if w.path.starts_with("/api/v1/nodes/") {
-                let after = (w.at - back).num_milliseconds();
-                assert!(after < 5_000, "cordoned {after} ms after the outage");
+                assert!(w.at >= back, "{} written during the outage", w.path);
             }
             if w.path.ends_with("/eviction") {
-                let since = (w.at - sent).num_seconds();
-                assert!(since < 120, "an eviction {since} s after the warning");
+                assert!(w.at < deadline, "{} after its instance went", w.path);
             }
         }
         assert!(world.take_all(&world.dlq_url).await.is_empty());

@@ -1,0 +1,158 @@
+//! cfn-lint, the pool table shared with its own template, and the dashboard's searches.
+
+use std::process::Command;
+
+use forewarn_tests::moto::workspace_root;
+
+use crate::support::stack_template;
+
+#[test]
+fn cfn_lint_is_clean() {
+    let root = workspace_root();
+    let cfn_lint = root.join(".venv/bin/cfn-lint");
+    assert!(
+        cfn_lint.is_file(),
+        "{} is missing: run scripts/test.sh (it installs requirements.txt into .venv)",
+        cfn_lint.display()
+    );
+    // `cfn-lint infra/*.yaml`: every template directly in infra/ (the Kubernetes manifests
+    // live in infra/k8s/).
+    let mut templates: Vec<String> = std::fs::read_dir(root.join("infra"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "yaml"))
+        .map(|p| p.display().to_string())
+        .collect();
+    templates.sort();
+    assert_eq!(templates.len(), 4, "{templates:?}");
+    let out = Command::new(&cfn_lint)
+        .args(&templates)
+        .output()
+        .expect("run cfn-lint");
+    assert!(
+        out.status.success() && out.stdout.is_empty(),
+        "cfn-lint reported (exit {:?}):\n{}{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The lines of the `PoolTable` resource, without its `TableName`.
+fn pool_table(template: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(workspace_root().join(template)).unwrap();
+    let mut lines = text.lines().skip_while(|l| *l != "  PoolTable:");
+    let mut block = vec![lines.next().expect("a PoolTable resource").to_string()];
+    for line in lines {
+        let indent = line.len() - line.trim_start().len();
+        // The stack's table adds its resource policy last (it names the stack's roles).
+        if !line.trim().is_empty() && indent <= 2
+            || line
+                .trim_start()
+                .starts_with("# Only forewarn reads the continuation key")
+        {
+            break;
+        }
+        if !line.trim_start().starts_with("TableName:") {
+            block.push(line.trim_end().to_string());
+        }
+    }
+    while block.last().is_some_and(|l| l.is_empty()) {
+        block.pop();
+    }
+    block
+}
+
+#[test]
+fn the_stack_pool_table_is_the_pool_table_template() {
+    let alone = pool_table("infra/pool-table.yaml");
+    assert!(alone.len() > 20, "{alone:#?}");
+    assert!(
+        alone
+            .iter()
+            .any(|l| l.contains("AttributeName: expires_at"))
+    );
+    assert_eq!(pool_table("infra/forewarn.yaml"), alone);
+}
+
+/// Every dimension set the dashboard's `SEARCH` expressions ask for is one the functions' EMF
+/// documents carry (a widget over a set nobody emits stays empty), the `Cluster` sets of a
+/// deployment serving several clusters included.
+#[test]
+fn the_dashboard_searches_dimension_sets_the_functions_emit() {
+    use forewarn::domain::report::{ActionReport, Outcome, PoolReport, Report};
+    let t = stack_template();
+    let body = &t["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"][0];
+    let body = body.as_str().expect("the dashboard body is a !Sub string");
+    let searched: Vec<Vec<String>> = body
+        .split("SEARCH('{forewarn,")
+        .skip(1)
+        .map(|rest| {
+            let set = &rest[..rest.find('}').unwrap()];
+            set.split(',').map(str::to_string).collect()
+        })
+        .collect();
+    assert!(
+        searched.iter().any(|s| s[0] == "Cluster"),
+        "a widget per cluster: {searched:?}"
+    );
+    // What an acted spot warning handled in a named cluster emits.
+    let report = Report {
+        event_id: Some("e".into()),
+        kind: Some(forewarn::domain::event::EventKind::SpotInterruption),
+        cluster: Some("blue".into()),
+        summary: None,
+        origin: "sqs".into(),
+        message_id: None,
+        time: Some(chrono::Utc::now() - chrono::Duration::seconds(5)),
+        instance_ids: vec!["i-1".into()],
+        outcome: Outcome::Acted,
+        pools: vec![PoolReport {
+            capacity_type: "spot".into(),
+            instance_type: "m5.large".into(),
+            zone: "us-east-1a".into(),
+            unavailable_until: Some(chrono::Utc::now()),
+        }],
+        actions: vec![ActionReport {
+            instance_id: "i-1".into(),
+            node: Some("n".into()),
+            action: forewarn::domain::config::Action::CordonDrain,
+            target: None,
+            deadline: None,
+            reason: String::new(),
+            complete_lifecycle: None,
+            result: Some("cordoned".into()),
+            cordoned_at: Some(chrono::Utc::now()),
+            drain: None,
+            heartbeat_at: None,
+        }],
+        reason: None,
+        pass: None,
+        permanent: false,
+        traffic: None,
+        retry_not_before: None,
+    };
+    let emitted: Vec<Vec<String>> =
+        forewarn::app::telemetry::emf_documents(&report, chrono::Utc::now())
+            .iter()
+            .flat_map(|d| {
+                d["_aws"]["CloudWatchMetrics"][0]["Dimensions"]
+                    .as_array()
+                    .unwrap()
+                    .clone()
+            })
+            .map(|set| {
+                set.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|d| d.as_str().unwrap().to_string())
+                    .collect()
+            })
+            .collect();
+    for set in &searched {
+        assert!(
+            emitted.contains(set),
+            "nobody emits {set:?}; emitted: {emitted:?}"
+        );
+    }
+}
