@@ -27,6 +27,10 @@ THE RULES.
    (CONTRIBUTING.md is the home of the suite's timings), and no page may give the suite's time in
    words ("a quarter of an hour") instead.
 
+4. The quick start: the code blocks of README.md's "Two commands" section (the two commands,
+   what command 1 prints, what to try next) and those of docs/getting-started.md are the same,
+   in the same order, so that Getting started cannot drift from the README.
+
 When a benchmark is rerun (scripts/bench.sh rewrites the source), this check names every figure
 quoted elsewhere that no longer agrees: fix it there, or give it a source row.
 
@@ -227,6 +231,32 @@ def check_suite(root, problems):
                 problems.append(f"{name}:{number_}: a time in words ({IN_WORDS.search(line).group(0)!r}): give the measured time")
 
 
+def code_blocks(text):
+    blocks, block, fenced = [], [], False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            if fenced:
+                blocks.append("\n".join(block))
+                block = []
+            fenced = not fenced
+        elif fenced:
+            block.append(line)
+    return blocks
+
+
+def check_quick_start(root, problems):
+    readme = read(root, "README.md")
+    start = readme.find("## Two commands")
+    end = readme.find("\n## ", start + 1)
+    if start < 0:
+        problems.append("README.md: no '## Two commands' section")
+        return
+    ours = code_blocks(readme[start:end])
+    theirs = code_blocks(read(root, os.path.join("docs", "getting-started.md")))
+    if ours != theirs:
+        problems.append("docs/getting-started.md: its code blocks are not those of README.md's 'Two commands' (the commands, command 1's output, what to try next)")
+
+
 def check(root):
     problems = []
     source, outside = split_sources(root)
@@ -237,6 +267,7 @@ def check(root):
     for name, text in outside.items():
         check_prose(source, name, text, problems)
     check_suite(root, problems)
+    check_quick_start(root, problems)
     return problems
 
 
@@ -255,6 +286,7 @@ def self_test():
         ("README.md", "passed, 0 failed", "passed, 3 failed", "last run disagrees"),
         ("docs/getting-started.md", "\n", "\nThe suite takes a quarter of an hour.\n", "in words"),
         ("docs/getting-started.md", "\n", "\nThe suite takes 99 min 1 s.\n", "99 min 1 s"),
+        ("docs/getting-started.md", "--cluster demo", "--cluster-name demo", "code blocks"),
     ]
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -290,7 +322,7 @@ def main():
     for p in problems:
         print(f"check_figures: {p}")
     if not problems:
-        print("check_figures: every figure quoted agrees with the benchmark results; README.md and CONTRIBUTING.md agree on the suite's last run")
+        print("check_figures: every figure quoted agrees with the benchmark results; README.md and CONTRIBUTING.md agree on the suite's last run; Getting started has the README's quick start")
     return 1 if problems else 0
 
 
