@@ -7,7 +7,12 @@
 #   2. checks the relative links and #anchors of README.md and CONTRIBUTING.md, which live
 #      outside docs/ where MkDocs does not look (scripts/check_links.py, GitHub's heading slugs);
 #   3. fails when a page under docs/ or CONTRIBUTING.md is over 400 lines, or README.md over 250,
-#      and when the architecture diagrams (```mermaid) of README.md and docs/index.md differ.
+#      and when the architecture diagrams (```mermaid) of README.md and docs/index.md differ;
+#   4. checks every benchmark figure of README.md's "Measured" table and of the docs against the
+#      benchmark results (below docs/benchmarks.md's results marker, and the `<!-- results -->`
+#      blocks of docs/benchmarks/), and the test suite's last run as README.md and
+#      CONTRIBUTING.md state it (scripts/check_figures.py); its self-test first plants
+#      disagreeing figures in a copy of the docs and fails unless each is caught.
 # MkDocs comes from .venv (scripts/venv.sh installs the pinned requirements.txt), else from PATH.
 #
 #   scripts/docs.sh                     # the check
@@ -29,6 +34,12 @@ if ! mkdocs build --strict --site-dir "$site" 2>&1 | sed 's/^/docs: mkdocs: /' >
 fi
 # mkdocs' exit code goes through the pipe above only with pipefail, which is set.
 if ! "$python" scripts/check_links.py "$root"; then
+    status=1
+fi
+if ! "$python" scripts/check_figures.py --self-test; then
+    status=1
+fi
+if ! "$python" scripts/check_figures.py "$root"; then
     status=1
 fi
 exit "$status"
