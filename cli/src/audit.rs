@@ -53,7 +53,7 @@ impl FailOn {
 
 #[derive(Args, Debug)]
 pub struct AuditArgs {
-    /// Read the live cluster (KUBECONFIG / ~/.kube/config, or FOREWARN_EKS_CLUSTER), read only:
+    /// Read the live cluster (KUBECONFIG / ~/.kube/config), read only:
     /// the permissions are in infra/k8s/audit-rbac.yaml.
     #[arg(
         long,

@@ -98,7 +98,7 @@ pub struct DeployArgs {
     no_build: bool,
     /// Apply the manifests in each cluster served: through the kubeconfig's (KUBECONFIG,
     /// ~/.kube/config) context named after the cluster, else through EKS with your IAM identity
-    /// (one cluster alone: else the kubeconfig's current context, or FOREWARN_EKS_CLUSTER).
+    /// (one cluster alone: else the kubeconfig's current context).
     /// Without it they are listed with the kubectl commands that apply them.
     #[arg(long)]
     kube: bool,
@@ -1095,7 +1095,7 @@ fn skipped_means(file: &str) -> &'static str {
 }
 
 /// How `--kube` reaches the cluster `name`: the kubeconfig's context named after it when there
-/// is one; else `FOREWARN_EKS_CLUSTER`'s access when it names it; else, one cluster alone, the
+/// is one; else the settings' EKS access when it names it; else, one cluster alone, the
 /// kubeconfig's current context; else EKS (`DescribeCluster`, an IAM token of the caller's identity).
 fn access_of(settings: &Settings, name: &str, one: bool) -> (ClusterAccess, String) {
     if forewarn::adapters::kube::has_context(name) {

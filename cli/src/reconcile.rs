@@ -26,7 +26,7 @@ pub struct ReconcileArgs {
         required_unless_present = "kube"
     )]
     cluster_state: Option<PathBuf>,
-    /// Look at the live cluster (KUBECONFIG / ~/.kube/config, or FOREWARN_EKS_CLUSTER): each
+    /// Look at the live cluster (KUBECONFIG / ~/.kube/config): each
     /// node read again and verified just before it would be undone; read only unless --execute.
     #[arg(long)]
     kube: bool,

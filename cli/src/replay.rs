@@ -37,7 +37,7 @@ pub struct ReplayArgs {
     /// What `kubectl get nodes,pods -A -o json` printed: the nodes to plan against.
     #[arg(long, value_name = "FILE", conflicts_with = "kube")]
     cluster_state: Option<PathBuf>,
-    /// Plan against the live cluster (KUBECONFIG / ~/.kube/config, or FOREWARN_EKS_CLUSTER):
+    /// Plan against the live cluster (KUBECONFIG / ~/.kube/config):
     /// read only unless --execute.
     #[arg(long)]
     kube: bool,

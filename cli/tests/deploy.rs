@@ -644,7 +644,10 @@ fn check_functions(
         assert_eq!(conf["Architectures"][0], "x86_64", "{conf}");
         let vars = &conf["Environment"]["Variables"];
         assert_eq!(vars["FOREWARN_CLUSTERS"], cluster, "{conf}");
-        assert_eq!(vars["FOREWARN_EKS_CLUSTER"], cluster, "{conf}");
+        assert!(
+            vars.get("FOREWARN_EKS_CLUSTER").is_none(),
+            "retired: {conf}"
+        );
         assert_eq!(
             vars["FOREWARN_TABLE"],
             outputs["TableName"].as_str(),

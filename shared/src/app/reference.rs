@@ -186,25 +186,6 @@ pub const VARIABLES: &[Variable] = &[
          the stack made the secret)",
     ),
     var(
-        "FOREWARN_EKS_CLUSTER",
-        "unset",
-        None,
-        "connect to this EKS cluster with an IAM token (the Lambda case); otherwise kubeconfig \
-         inference",
-    ),
-    var(
-        "FOREWARN_CLUSTER_ENDPOINT",
-        "unset",
-        None,
-        "the EKS API endpoint; unset: from `eks:DescribeCluster`",
-    ),
-    var(
-        "FOREWARN_CLUSTER_CA",
-        "unset",
-        None,
-        "the EKS API's CA (base64 PEM); unset: from `eks:DescribeCluster`",
-    ),
-    var(
         "FOREWARN_ACCOUNT_ID",
         "unset",
         None,
@@ -360,11 +341,11 @@ pub const PLATFORM: &[(&str, &str)] = &[
     ("HOSTNAME", "the Events' reporting instance otherwise"),
     (
         "KUBECONFIG",
-        "a cluster is in reach without `FOREWARN_EKS_CLUSTER` (kubeconfig inference)",
+        "clusters are reached through its contexts (kubeconfig inference) rather than EKS",
     ),
     (
         "KUBERNETES_SERVICE_HOST",
-        "a cluster is in reach without `FOREWARN_EKS_CLUSTER` (in a pod)",
+        "in a pod: the cluster is the pod's own (in-cluster configuration) rather than EKS's",
     ),
     (
         "XDG_STATE_HOME",

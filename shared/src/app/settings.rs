@@ -72,6 +72,19 @@ pub const RETIRED: &[Retired] = &[
         home: "name the cluster in FOREWARN_CLUSTERS",
     },
     Retired {
+        name: ENV_EKS_CLUSTER,
+        home: "name the cluster in FOREWARN_CLUSTERS: outside a kubeconfig and a pod, the one \
+               cluster named is reached through EKS",
+    },
+    Retired {
+        name: ENV_CLUSTER_ENDPOINT,
+        home: "none: EKS DescribeCluster gives the endpoint",
+    },
+    Retired {
+        name: ENV_CLUSTER_CA,
+        home: "none: EKS DescribeCluster gives the certificate authority",
+    },
+    Retired {
         name: "FOREWARN_TAINT_KEYS",
         home: "FOREWARN_TAINT_KEY=nth gives aws-node-termination-handler's keys",
     },
@@ -479,8 +492,8 @@ impl Settings {
 
     /// [`Settings::from_lookup`], from variables already wrapped.
     pub fn from_vars(vars: Vars) -> Result<Settings, ConfigError> {
-        let cluster_access = cluster_access(vars);
         let clusters = clusters(vars)?;
+        let cluster_access = cluster_access(vars, &clusters);
         let state_dir = state_dir(vars);
         let priorities = priorities(vars)?;
         let mut config = Config::from_vars(vars)?;
@@ -741,17 +754,30 @@ fn accounts(vars: Vars, clusters: &ClusterSelection) -> Result<AccountSettings, 
     Ok(accounts)
 }
 
-/// How a live cluster is reached: [`ENV_EKS_CLUSTER`] (with [`ENV_CLUSTER_ENDPOINT`] and
-/// [`ENV_CLUSTER_CA`]), else kubeconfig inference.
-fn cluster_access(vars: Vars) -> ClusterAccess {
-    match vars.get(ENV_EKS_CLUSTER) {
-        None => ClusterAccess::Kubeconfig,
-        Some(cluster) => ClusterAccess::Eks(EksAccess {
+/// How a live cluster is reached: the retired [`ENV_EKS_CLUSTER`] (with
+/// [`ENV_CLUSTER_ENDPOINT`] and [`ENV_CLUSTER_CA`]); else, for the one cluster
+/// [`ENV_CLUSTERS`] names by its name alone, outside a kubeconfig (`KUBECONFIG` unset) and a
+/// pod, through EKS, as every other served cluster; else kubeconfig inference.
+fn cluster_access(vars: Vars, clusters: &ClusterSelection) -> ClusterAccess {
+    let eks = |cluster: String| {
+        ClusterAccess::Eks(EksAccess {
             cluster,
             endpoint: vars.get(ENV_CLUSTER_ENDPOINT),
             ca_base64: vars.get(ENV_CLUSTER_CA),
             region: None,
-        }),
+        })
+    };
+    if let Some(cluster) = vars.get(ENV_EKS_CLUSTER) {
+        return eks(cluster);
+    }
+    let kubeconfig = vars.is_set(ENV_KUBECONFIG) || vars.is_set(ENV_KUBERNETES_SERVICE_HOST);
+    match clusters.lone() {
+        Some(Some(id))
+            if vars.is_set(ENV_CLUSTERS) && !kubeconfig && id.place() == Place::default() =>
+        {
+            eks(id.name.clone())
+        }
+        _ => ClusterAccess::Kubeconfig,
     }
 }
 
@@ -1006,6 +1032,38 @@ mod tests {
             assert!(e.to_string().contains("111111111111"), "{e}");
             assert!(e.to_string().contains("FOREWARN_MEMBER_ROLE"), "{e}");
         }
+    }
+
+    /// The one cluster FOREWARN_CLUSTERS names is reached through EKS outside a kubeconfig
+    /// and a pod (what the retired FOREWARN_EKS_CLUSTER said); with one, through it.
+    #[test]
+    fn the_lone_named_cluster_is_reached_through_eks_outside_a_kubeconfig() {
+        let eks = settings(&[("FOREWARN_CLUSTERS", "demo")]).unwrap();
+        let ClusterChoice::Live(ClusterAccess::Eks(access)) = &eks.cluster else {
+            panic!("{:?}", eks.cluster);
+        };
+        assert_eq!(access.cluster, "demo");
+        let retired = settings(&[
+            ("FOREWARN_EKS_CLUSTER", "demo"),
+            ("FOREWARN_CLUSTERS", "demo"),
+        ])
+        .unwrap();
+        assert_eq!(retired.cluster, eks.cluster);
+        assert_eq!(retired.retired[0].0, "FOREWARN_EKS_CLUSTER");
+        for (k, v) in [
+            ("KUBECONFIG", "/k"),
+            ("KUBERNETES_SERVICE_HOST", "10.0.0.1"),
+        ] {
+            let s = settings(&[("FOREWARN_CLUSTERS", "demo"), (k, v)]).unwrap();
+            assert_eq!(
+                s.cluster,
+                ClusterChoice::Live(ClusterAccess::Kubeconfig),
+                "{k}"
+            );
+        }
+        // The retired FOREWARN_CLUSTER_NAME keeps its meaning: no cluster unless one is in reach.
+        let named = settings(&[("FOREWARN_CLUSTER_NAME", "demo")]).unwrap();
+        assert_eq!(named.cluster, ClusterChoice::None);
     }
 
     /// FOREWARN_PRIORITIES: a boolean, or options that mean on.

@@ -454,7 +454,7 @@ impl Handler {
     pub async fn from_settings(settings: &Settings) -> Result<Handler, SetupError> {
         if settings.cluster == ClusterChoice::None {
             tracing::warn!(
-                "no cluster configured (FOREWARN_EKS_CLUSTER, KUBECONFIG, FOREWARN_CLUSTER_STATE_FILE): planning without nodes"
+                "no cluster configured (FOREWARN_CLUSTERS, KUBECONFIG, FOREWARN_CLUSTER_STATE_FILE): planning without nodes"
             );
         }
         Ok(services(settings).await?.handler)

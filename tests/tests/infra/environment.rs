@@ -50,7 +50,7 @@ fn lifecycle_hook_names_narrow_the_rule_and_reach_the_handler() {
             .iter()
             .all(|(k, _)| k != "FOREWARN_LIFECYCLE_HOOKS")
     );
-    assert_eq!(env_file(&d).len(), 7);
+    assert_eq!(env_file(&d).len(), 6);
     assert!(env_file(&d).contains(&("FOREWARN_ENVIRONMENTS".into(), "10".into())));
     assert!(env_vars(&d).iter().all(|kv| {
         kv.as_ref()
@@ -119,7 +119,8 @@ fn the_policy_allowance_reaches_both_functions() {
 }
 
 /// `ClusterNames` reaches both functions as `FOREWARN_CLUSTERS` in all four forms of their
-/// environment (`ClusterName` when empty, then with `FOREWARN_EKS_CLUSTER` as before); their
+/// environment (`ClusterName` when empty; no retired `FOREWARN_EKS_CLUSTER`: a lone named
+/// cluster is reached through EKS by the settings' own rule); their
 /// EKS grants are `DescribeCluster` of each cluster served, or of every cluster of the account
 /// and region with `ListClusters` for `*`, and nothing else; the table keeps `ClusterName`'s name.
 #[test]
@@ -135,7 +136,6 @@ fn the_clusters_served_reach_both_functions_and_their_eks_grants() {
         (
             "",
             "demo",
-            Some("demo"),
             describe(json!(format!(
                 "arn:aws:eks:{REGION}:{ACCOUNT}:cluster/demo"
             ))),
@@ -143,7 +143,6 @@ fn the_clusters_served_reach_both_functions_and_their_eks_grants() {
         (
             "a,b",
             "a,b",
-            None,
             describe(json!([
                 "arn:*:eks:*:*:cluster/a",
                 "arn:*:eks:*:*:cluster/b"
@@ -152,16 +151,15 @@ fn the_clusters_served_reach_both_functions_and_their_eks_grants() {
         (
             "solo",
             "solo",
-            None,
             describe(json!(["arn:*:eks:*:*:cluster/solo"])),
         ),
-        ("*", "*", None, {
+        ("*", "*", {
             let mut both = describe(json!(format!("arn:aws:eks:{REGION}:{ACCOUNT}:cluster/*")));
             both.as_array_mut().unwrap().push(list.clone());
             both
         }),
     ];
-    for (names, clusters, eks_cluster, grants) in cases {
+    for (names, clusters, grants) in cases {
         let d = Deployment::new(&[("ClusterNames", names)]);
         for output in ENV_OUTPUTS {
             let text = d.output(output);
@@ -173,11 +171,7 @@ fn the_clusters_served_reach_both_functions_and_their_eks_grants() {
             }
             let env = env_of(&text);
             assert_eq!(env["FOREWARN_CLUSTERS"], clusters, "{names} {output}");
-            assert_eq!(
-                env.get("FOREWARN_EKS_CLUSTER").map(String::as_str),
-                eks_cluster,
-                "{names} {output}"
-            );
+            assert!(!env.contains_key("FOREWARN_EKS_CLUSTER"), "{output}");
             assert!(!env.contains_key("FOREWARN_CLUSTER_NAME"), "{output}");
             assert_eq!(env["FOREWARN_ACCOUNT_ID"], ACCOUNT);
             assert!(!env.contains_key("FOREWARN_MEMBER_ROLE"));

@@ -45,7 +45,7 @@ fn the_stack_deploys_with_hook_names_and_extra_senders() {
         assert_eq!(
             env,
             format!(
-                "FOREWARN_CLUSTERS={cluster}\nFOREWARN_EKS_CLUSTER={cluster}\n\
+                "FOREWARN_CLUSTERS={cluster}\n\
                  FOREWARN_TABLE={table}\nFOREWARN_POLICY_ALLOW=\"cordon cordon-drain cordon-for \
                  adaptive\"\nFOREWARN_ACCOUNT_ID={ACCOUNT}\nFOREWARN_ENVIRONMENTS=10\n\
                  FOREWARN_LIFECYCLE_HOOKS=drain-a,drain-b\n"
