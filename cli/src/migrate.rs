@@ -124,7 +124,7 @@ fn note(key: &str) -> Option<&'static str> {
              before the instance goes"
         }
         "nodeTerminationGracePeriod" => {
-            "a drain must end FOREWARN_DEADLINE_MARGIN (15 s) before the instance goes; events \
+            "a drain must end 15 s before the instance goes; events \
              that give no time get FOREWARN_DRAIN_TIMEOUT"
         }
         "checkASGTagBeforeDraining"

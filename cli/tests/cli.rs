@@ -343,7 +343,7 @@ fn lifecycle_and_tests_as_expected(lines: &[Value], at: &impl Fn(&str) -> String
     assert_eq!(
         launch["actions"][0]["deadline"],
         at("2026-11-20T10:11:44Z"),
-        "event time + FOREWARN_LAUNCH_TIMEOUT"
+        "event time + the launch timeout (10 minutes)"
     );
     for origin in [
         "Records[2] (messageId c1e3a5f7-9b2d-4f6a-8c0e-3d5b7f9a1c32)",

@@ -4,9 +4,9 @@
 //! - `FOREWARN_WEBHOOK_URL`: where to post (`https://`); unset, nothing is sent. The URL is a
 //!   secret (a Slack incoming webhook's path is its only credential): it is never logged, nor put
 //!   in an error or a `Debug` form; only its host is ([`WebhookConfig::host`], [`redacted`]).
-//! - `FOREWARN_WEBHOOK_ALLOW_HTTP`: true (any boolean word: `true`, `yes`, `on`, `1`) allows an
-//!   `http://` URL (default false: the secret URL and every message would cross the network in
-//!   clear text).
+//! - An `http://` URL is taken for a loopback host only (elsewhere the secret URL and every
+//!   message would cross the network in clear text); the retired
+//!   `FOREWARN_WEBHOOK_ALLOW_HTTP=true` allows any for one release more.
 //! - `FOREWARN_WEBHOOK_TEMPLATE`: the JSON body, with `{{field}}` placeholders inside its
 //!   strings (default [`DEFAULT_TEMPLATE`], Slack's `{"text": ...}`). A value is put in
 //!   JSON-escaped, so the body stays valid JSON whatever an event holds. The fields are
@@ -110,6 +110,15 @@ pub fn host_of(url: &str) -> &str {
     }
 }
 
+/// `host` is this machine (`localhost`, `127.0.0.0/8`, `::1`): a message to it never crosses
+/// the network.
+fn is_loopback(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// What may be shown of a webhook URL: `https://hooks.slack.com/…` (its scheme and host).
 pub fn redacted(url: &str) -> String {
     match url.split_once("://") {
@@ -122,7 +131,7 @@ pub fn redacted(url: &str) -> String {
 
 impl WebhookConfig {
     /// The webhook of `FOREWARN_WEBHOOK_URL` / `FOREWARN_WEBHOOK_TEMPLATE` /
-    /// `FOREWARN_WEBHOOK_ALLOW_HTTP`, if a URL is set. An error shows the URL redacted.
+    /// the retired `FOREWARN_WEBHOOK_ALLOW_HTTP`, if a URL is set. An error shows the URL redacted.
     pub fn from_lookup(
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<Option<WebhookConfig>, ConfigError> {
@@ -147,11 +156,12 @@ impl WebhookConfig {
         if url.parse::<hyper::Uri>().is_err() || url.chars().any(char::is_whitespace) {
             return Err(bad_url("not a valid URL".into()));
         }
-        if !https && !allow_http {
-            return Err(bad_url(format!(
+        if !https && !allow_http && !is_loopback(host_of(&url)) {
+            return Err(bad_url(
                 "an http:// URL sends the URL (a secret) and every message in clear text: use \
-                 https://, or set {ENV_ALLOW_HTTP}=true to allow it"
-            )));
+                 https:// (http:// is taken for a loopback host only)"
+                    .into(),
+            ));
         }
         let template = vars
             .parse(ENV_TEMPLATE, Template::parse)?
@@ -657,7 +667,8 @@ mod tests {
         let e = WebhookConfig::from_lookup(lookup(url, None)).unwrap_err();
         assert_eq!(e.variable, ENV_URL);
         assert!(
-            e.message.contains("FOREWARN_WEBHOOK_ALLOW_HTTP=true"),
+            e.message
+                .contains("http:// is taken for a loopback host only"),
             "{e}"
         );
         assert_eq!(e.value, "http://hooks.example.com/…");
@@ -676,8 +687,20 @@ mod tests {
         assert!(WebhookConfig::from_lookup(allowing("false")).is_err());
         let e = WebhookConfig::from_lookup(allowing("yes please")).unwrap_err();
         assert_eq!(e.variable, ENV_ALLOW_HTTP);
-        // https needs no permission.
+        // https needs no permission, nor http to this machine (the retired
+        // FOREWARN_WEBHOOK_ALLOW_HTTP still allows the rest for one release).
         assert!(WebhookConfig::from_lookup(lookup(SECRET_URL, None)).is_ok());
+        for local in [
+            "http://127.0.0.1:9/x",
+            "http://localhost/x",
+            "http://[::1]:8080/x",
+        ] {
+            assert!(
+                WebhookConfig::from_lookup(lookup(local, None)).is_ok(),
+                "{local}"
+            );
+        }
+        assert!(WebhookConfig::from_lookup(lookup("http://10.0.0.1/x", None)).is_err());
     }
 
     #[test]

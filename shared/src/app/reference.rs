@@ -112,24 +112,10 @@ pub const VARIABLES: &[Variable] = &[
         "`NoSchedule`, `PreferNoSchedule` or `NoExecute`",
     ),
     var(
-        "FOREWARN_DEADLINE_MARGIN",
-        "`15s`",
-        Some("15s"),
-        "drains end this long before the instance goes",
-    ),
-    var(
         "FOREWARN_DRAIN_TIMEOUT",
         "`5m`",
         Some("5m"),
         "drain deadline after the event time for events that give none",
-    ),
-    var(
-        "FOREWARN_LAUNCH_TIMEOUT",
-        "`10m`",
-        Some("10m"),
-        "how long after a launch lifecycle action forewarn checks whether the instance's node is \
-         Ready (keeping the hook alive with heartbeats); past it the hook is left to its own \
-         timeout and default result",
     ),
     var(
         "FOREWARN_LIFECYCLE_HOOKS",
@@ -153,13 +139,6 @@ pub const VARIABLES: &[Variable] = &[
         "Slack `{\"text\": ...}`",
         None,
         "the message: a JSON object with `{{field}}` placeholders in its strings",
-    ),
-    var(
-        "FOREWARN_WEBHOOK_ALLOW_HTTP",
-        "`false`",
-        Some("false"),
-        "`true` allows an `http://` webhook URL (the URL and the messages then cross the network \
-         in clear text); without it an `http://` URL is a configuration error",
     ),
     var(
         "FOREWARN_STATE_DIR",
@@ -255,17 +234,6 @@ pub const VARIABLES: &[Variable] = &[
          wait for their round at most this long (1 s to 30 s), then go ahead whatever it is, and \
          the record's report says what became of it. `off`: drains do not touch the load \
          balancers. Needs a cluster name (`FOREWARN_CLUSTERS`)",
-    )
-    .functions_only(),
-    var(
-        "FOREWARN_ELB_RATE",
-        "`3`",
-        Some("3"),
-        "forewarn's share of each account's Elastic Load Balancing limits, in deregistrations a \
-         second (1 to 20): the rounds of traffic first of an account, region and cluster come \
-         at most once a second, further apart when a round made more `DeregisterTargets` than \
-         this allows (one per target group), and make at most this many calls at once. The \
-         Load Balancer Controller registers the replacement pods within the same limits",
     )
     .functions_only(),
     var(

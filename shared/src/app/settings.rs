@@ -140,6 +140,23 @@ pub const RETIRED: &[Retired] = &[
         home: "FOREWARN_PRIORITIES=take-over",
     },
     Retired {
+        name: ENV_WEBHOOK_ALLOW_HTTP,
+        home: "none: an http:// webhook is taken for a loopback host only (it never crosses the \
+               network); any other needs https://",
+    },
+    Retired {
+        name: ENV_ELB_RATE,
+        home: "none: 3 deregistrations a second per account, the benchmarked share of ELB's limits",
+    },
+    Retired {
+        name: "FOREWARN_LAUNCH_TIMEOUT",
+        home: "none: 10 minutes for a launching instance's node to be Ready",
+    },
+    Retired {
+        name: "FOREWARN_DEADLINE_MARGIN",
+        home: "none: drains end 15 s before their instance goes, the benchmarked margin",
+    },
+    Retired {
         name: "FOREWARN_ACTION_",
         home: "give the action in the policy (FOREWARN_POLICY_FILE): a rule without `nodes` and \
                its `actions`, e.g. `rules: [{name: all, actions: {rebalance-recommendation: \

@@ -83,8 +83,7 @@ async fn the_handler_tells_the_webhook_and_counts_evictions() {
     let settings = forewarn::app::settings::Settings::from_lookup(|n| match n {
         "FOREWARN_CLUSTER_NAME" => Some("demo".into()),
         "FOREWARN_WEBHOOK_URL" => Some(url.clone()),
-        // The test's receiver is plain HTTP on loopback.
-        "FOREWARN_WEBHOOK_ALLOW_HTTP" => Some("true".into()),
+        // The test's receiver is plain HTTP on loopback: taken without more.
         // Evictions at once (this test counts them in one message): no surge, blank as set.
         "FOREWARN_SURGE" => Some(String::new()),
         "FOREWARN_WEBHOOK_TEMPLATE" => Some(template.into()),

@@ -19,7 +19,7 @@ use crate::ports::{
 /// The default of [`Traffic::budget`] (`FOREWARN_DEREGISTER_BUDGET`).
 pub const DEREGISTER_BUDGET: Duration = Duration::from_secs(3);
 
-/// The default of [`Traffic::rate`] (`FOREWARN_ELB_RATE`).
+/// The default of [`Traffic::rate`] (the retired `FOREWARN_ELB_RATE` still sets it).
 pub const ELB_RATE: u32 = 3;
 
 /// After a round that throttled or did not answer within the budget, how long no round is made

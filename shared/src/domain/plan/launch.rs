@@ -3,7 +3,7 @@
 //! once it has joined the cluster.
 //!
 //! The plan changes no node: its action is `none`, with the lifecycle action to complete and a
-//! deadline (the event time plus `FOREWARN_LAUNCH_TIMEOUT`). The executor reads the node in
+//! deadline (the event time plus the launch timeout, 10 minutes). The executor reads the node in
 //! each pass (by the name planned here, else the instance id) and completes the action when the
 //! node runs the instance and is Ready; until then the passes go on, keeping the hook alive with
 //! heartbeats; past the deadline the hook is left to its own timeout and default result.
