@@ -98,9 +98,9 @@ async fn cold_start(runs: usize, lambda_dir: &std::path::Path) -> anyhow::Result
             "FOREWARN_CLUSTER_STATE_FILE".to_string(),
             state("cluster.json"),
         ),
-        ("FOREWARN_CLUSTER_NAME".to_string(), "demo".to_string()),
+        ("FOREWARN_CLUSTERS".to_string(), "demo".to_string()),
         ("FOREWARN_DRY_RUN".to_string(), "true".to_string()),
-        ("FOREWARN_LOG".to_string(), "info".to_string()),
+        ("RUST_LOG".to_string(), "info".to_string()),
     ];
     let function = |name: &'static str, env: Vec<(String, String)>, event: Vec<u8>, note| {
         coldstart::Function {

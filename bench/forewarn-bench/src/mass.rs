@@ -280,7 +280,16 @@ pub(crate) fn overrides(s: &Settings, mode: RunMode) -> Vec<String> {
             .unwrap_or_default()
             .to_string()
     };
-    let surge = default_of("FOREWARN_SURGE");
+    // Retired variables (still read) have no line in the reference: their defaults are the
+    // settings' own.
+    let defaults = forewarn::app::settings::Settings::from_lookup(|_| None).ok();
+    let surge = defaults.as_ref().map_or(String::new(), |d| {
+        let kinds: Vec<&str> = d.config.surge_kinds.iter().map(|k| k.as_str()).collect();
+        kinds.join(",")
+    });
+    let safety_margin = defaults
+        .as_ref()
+        .map_or(String::new(), |d| format!("{}s", d.safety_margin.as_secs()));
     // The stack sets FOREWARN_ENVIRONMENTS to its MaximumConcurrency; the handler derives its
     // limit from it.
     let deployed_limit = forewarn::app::settings::Settings::from_lookup(|name| {
@@ -323,7 +332,7 @@ pub(crate) fn overrides(s: &Settings, mode: RunMode) -> Vec<String> {
         (
             "FOREWARN_SAFETY_MARGIN",
             format!("{}s", SAFETY_MARGIN.as_secs()),
-            default_of("FOREWARN_SAFETY_MARGIN"),
+            safety_margin,
         ),
         ("FOREWARN_KUBE_QPS", qps, deployed_qps),
         ("FOREWARN_KUBE_BURST", burst, deployed_burst),
