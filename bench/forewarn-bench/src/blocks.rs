@@ -68,14 +68,9 @@ pub struct BlocksSettings {
     /// accepted (by default at the termination start).
     #[arg(long, default_value_t = 600)]
     pub cutoff_seconds: u64,
-    /// The fake's latency per request, in milliseconds.
-    #[arg(long, default_value_t = 5)]
-    pub latency_ms: u64,
-    /// The fake's rate limit (requests per second) and burst.
-    #[arg(long, default_value_t = 200.0)]
-    pub server_rps: f64,
-    #[arg(long, default_value_t = 50)]
-    pub server_burst: u32,
+    /// The fake's latency and rate limit (as the mass benchmark's).
+    #[command(flatten)]
+    pub server: crate::server::FakeServer,
     /// A client-side limit of each execution environment other than the deployed one
     /// (`FOREWARN_KUBE_QPS`; by default forewarn's share divided by the function's
     /// concurrency), to see what the limit costs; printed as a setting that is not deployed.
@@ -381,9 +376,7 @@ async fn run(b: &BlocksSettings, deployed: &Deployed) -> anyhow::Result<Measured
         ids: AtomicUsize::new(0),
     });
     // Evicted pods terminate for their own grace period (the fake keeps one for all).
-    fake.set_eviction_grace(Duration::from_secs(b.grace_seconds));
-    fake.set_latency(Duration::from_millis(b.latency_ms));
-    fake.set_rate_limit(b.server_rps, b.server_burst);
+    b.server.apply(&fake, Duration::from_secs(b.grace_seconds));
     let dir = tempfile::Builder::new()
         .prefix("forewarn-bench-blocks-")
         .tempdir()?;
@@ -514,8 +507,7 @@ fn header(b: &BlocksSettings, d: &Deployed) -> String {
          its end at t + {end} min, so its instances begin to terminate at t + {term} s. {n} nodes \
          (8 GPUs allocatable each), each with {per} pods of a StatefulSet of its own, each pod asking \
          `nvidia.com/gpu: 1` (requests and limits), a `preStop` hook (not run by the fake) and \
-         `terminationGracePeriodSeconds: {grace}`. The fake: {lat} ms latency per request, {rps} \
-         requests/s with a burst of {burst}. {deployed} \
+         `terminationGracePeriodSeconds: {grace}`. The fake: {server}. {deployed} \
          (`FOREWARN_CONCURRENCY` {conc}, `FOREWARN_SURGE` with `capacity-block-expiration`, \
          `FOREWARN_DRAIN_PASS_INTERVAL` {interval}, `FOREWARN_DEADLINE_MARGIN` {margin} s; \
          client-side limit {limit}); no load balancers.\n\n\
@@ -526,9 +518,7 @@ fn header(b: &BlocksSettings, d: &Deployed) -> String {
         term = termination_start(b).as_secs(),
         per = b.pods_per_node,
         grace = b.grace_seconds,
-        lat = b.latency_ms,
-        rps = b.server_rps,
-        burst = b.server_burst,
+        server = b.server.described(),
         conc = d.concurrency,
         interval = d
             .drain_pass_interval

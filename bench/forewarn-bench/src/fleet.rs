@@ -226,8 +226,8 @@ fn clusters_header(s: &Settings, mode: RunMode) -> String {
         n = s.nodes,
         inv = s.invocations,
         batch = s.batch,
-        rps = s.server_rps,
-        lat = s.latency_ms,
+        rps = s.server.server_rps,
+        lat = s.server.latency_ms,
         pods = s.pods_per_node,
         grace = s.grace_seconds,
         overrides = mass::overrides_line(s, mode),
@@ -308,7 +308,7 @@ async fn neighbour(args: &FleetArgs) -> anyhow::Result<String> {
         loud = args.loud_nodes,
         quiet = args.quiet_nodes,
         inv = s.invocations,
-        rps = s.server_rps,
+        rps = s.server.server_rps,
         overrides = mass::overrides_line(s, mode),
     ))
 }

@@ -12,6 +12,7 @@ mod mass;
 mod plot;
 mod policies;
 mod queue;
+mod server;
 mod stats;
 
 use std::path::PathBuf;

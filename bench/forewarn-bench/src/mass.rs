@@ -72,14 +72,9 @@ pub struct Settings {
     /// Stop taking messages this long after the warnings (the instances are long gone by then).
     #[arg(long, default_value_t = 240)]
     pub cutoff_seconds: u64,
-    /// The fake's latency per request, in milliseconds.
-    #[arg(long, default_value_t = 5)]
-    pub latency_ms: u64,
-    /// The fake's rate limit (requests per second) and burst.
-    #[arg(long, default_value_t = 200.0)]
-    pub server_rps: f64,
-    #[arg(long, default_value_t = 50)]
-    pub server_burst: u32,
+    /// The fake's latency and rate limit.
+    #[command(flatten)]
+    pub server: crate::server::FakeServer,
     /// The client-side limit across the invocations: by default forewarn's share of the API
     /// server, which the deployed handler divides by FOREWARN_ENVIRONMENTS (the stack's
     /// MaximumConcurrency, `--invocations` here) as this run does; 0: none.
@@ -446,7 +441,7 @@ fn header(s: &Settings) -> String {
     };
     format!(
         "### Mass interruption: {} spot warnings at once, batches of {}, {} invocations at once\n\n\
-         The fake: {} ms latency per request, {} requests/s with a burst of {} (429 + `Retry-After: 1` above it); \
+         The fake: {} (429 + `Retry-After: 1` above it); \
          evicted pods take {} s to go (their grace period). {} pods to evict ({} per node); {} pairs of pods on two nodes \
          behind a PodDisruptionBudget with `maxUnavailable: 1` ({} pods). Client-side limit: {}. \
          Each warning at t = 0; its instance goes at t = 120 s. The queue: failed messages invisible for 900 s unless \
@@ -455,9 +450,7 @@ fn header(s: &Settings) -> String {
         s.nodes,
         s.batch,
         s.invocations,
-        s.latency_ms,
-        s.server_rps,
-        s.server_burst,
+        s.server.described(),
         s.grace_seconds,
         s.nodes * s.pods_per_node,
         s.pods_per_node,
@@ -493,7 +486,11 @@ fn row(
 
 /// The table's rows of when nodes were cordoned and drained.
 fn timing_rows(out: &mut String, s: &Settings, runs: &[Option<Run>]) {
-    let cordon_bound = rate_bound(2 * s.nodes as u64, s.server_rps, u64::from(s.server_burst));
+    let cordon_bound = rate_bound(
+        2 * s.nodes as u64,
+        s.server.server_rps,
+        u64::from(s.server.server_burst),
+    );
     let n = s.nodes;
     let last = |v: &[Option<Duration>]| -> Option<Duration> {
         if v.iter().all(Option::is_some) {
@@ -817,11 +814,11 @@ fn spending_table(run: &Run, s: &Settings) -> String {
     let most: Vec<String> = (0..heads.len())
         .map(|c| {
             let burst = if c == 0 {
-                f64::from(s.server_burst)
+                f64::from(s.server.server_burst)
             } else {
                 0.0
             };
-            format!("{:.0}", s.server_rps * SPENT_EVERY as f64 + burst)
+            format!("{:.0}", s.server.server_rps * SPENT_EVERY as f64 + burst)
         })
         .collect();
     out.push_str(&format!(
@@ -1042,8 +1039,8 @@ pub(crate) async fn fleet_run(
     };
 
     for p in &played {
-        p.fake.set_latency(Duration::from_millis(s.latency_ms));
-        p.fake.set_rate_limit(s.server_rps, s.server_burst);
+        s.server
+            .apply(&p.fake, Duration::from_secs(s.grace_seconds));
         p.fake.clear_requests();
         if p.member.down_for.is_some() {
             p.fake
@@ -1200,7 +1197,6 @@ async fn play(
         let ids: Vec<String> = (0..nodes).map(|n| instance_id(first_id + n)).collect();
         first_id += nodes;
         instances.extend(seed(&fake, s, simulated, &ids, &names, &member.name));
-        fake.set_eviction_grace(Duration::from_secs(s.grace_seconds));
         let clients = ClusterClient::new(fake.client()).with_rate_limit(process_limit);
         let group = member.account.as_deref().unwrap_or(OWN_ACCOUNT);
         played.push(Played {
