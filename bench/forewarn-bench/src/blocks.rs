@@ -356,6 +356,8 @@ struct Measured {
     totals: mass::Totals,
     /// Capacity Block lookups, `DescribeInstances` by id and the ids they asked.
     lookups: (usize, usize, usize),
+    /// How much of the run the CPU was the bottleneck.
+    load: crate::cpu::Load,
 }
 
 impl Measured {
@@ -417,7 +419,8 @@ async fn run(b: &BlocksSettings, deployed: &Deployed) -> anyhow::Result<Measured
         }
         start.elapsed()
     };
-    let (totals, stopped) = tokio::join!(polled, watched);
+    let ((totals, stopped), load) =
+        crate::cpu::measured(async { tokio::join!(polled, watched) }).await;
     let totals = totals?;
     let requests = fake.requests();
     let (cordoned, pods) = seen(&requests, warned_at, b.nodes, b.pods_per_node);
@@ -444,6 +447,7 @@ async fn run(b: &BlocksSettings, deployed: &Deployed) -> anyhow::Result<Measured
         },
         totals,
         lookups,
+        load,
     })
 }
 
@@ -455,6 +459,7 @@ pub async fn report(b: &BlocksSettings) -> anyhow::Result<String> {
     cordon_rows(&mut out, b, &deployed, &m);
     grace_rows(&mut out, b, &deployed, &m);
     cost_rows(&mut out, &m);
+    out.push_str(&crate::cpu::row(4, &[Some(m.load)]));
     out.push_str(&format!(
         "\nThe run stopped taking messages {} after the warning ({}). Outcomes: {}; pod Events \
          recorded {}, given up {}. Kubernetes requests by kind: {}.\n",
@@ -536,8 +541,9 @@ fn termination_start(b: &BlocksSettings) -> Duration {
         .unwrap_or_default()
 }
 
-fn met(ok: bool) -> &'static str {
-    if ok { "yes" } else { "**no**" }
+/// The `met` cell of a bound: `yes`, or `**no**` (flagged when the run was CPU-bound).
+fn met(m: &Measured, ok: bool) -> String {
+    m.load.verdict(ok, "yes", "**no**")
 }
 
 /// The rows of the cordons.
@@ -555,7 +561,7 @@ fn cordon_rows(out: &mut String, b: &BlocksSettings, d: &Deployed, m: &Measured)
         },
         p(50.0),
         secs(CORDON_BOUND),
-        met(all && max.is_some_and(|t| t <= CORDON_BOUND)),
+        met(m, all && max.is_some_and(|t| t <= CORDON_BOUND)),
     ));
     let within = done.iter().filter(|t| **t <= CORDON_BOUND).count();
     out.push_str(&format!(
@@ -600,7 +606,7 @@ fn grace_rows(out: &mut String, b: &BlocksSettings, d: &Deployed, m: &Measured) 
         p(&times, 0.0),
         p(&times, 50.0),
         p(&times, 100.0),
-        met(accepted.len() == everyone),
+        met(m, accepted.len() == everyone),
     ));
     let asked: Vec<u64> = m.pods.iter().filter_map(|p| p.asked).collect();
     let own = accepted.len() - asked.len();
@@ -620,12 +626,12 @@ fn grace_rows(out: &mut String, b: &BlocksSettings, d: &Deployed, m: &Measured) 
             secs(term.saturating_sub(l))
         )),
         term.as_secs(),
-        met(accepted.len() == everyone && latest.is_some_and(|l| l <= term)),
+        met(m, accepted.len() == everyone && latest.is_some_and(|l| l <= term)),
     ));
     let late = ends.iter().filter(|e| **e > term).count();
     out.push_str(&format!(
         "| pods whose grace would end after the termination start | {late} | 0 | {} |\n",
-        met(late == 0 && accepted.len() == everyone),
+        met(m, late == 0 && accepted.len() == everyone),
     ));
     let refused: usize = m.pods.iter().map(|p| p.refused).sum();
     out.push_str(&format!(
@@ -649,7 +655,7 @@ fn cost_rows(out: &mut String, m: &Measured) {
     out.push_str(&format!(
         "| AWS lookups: Capacity Block lookups (each one `DescribeCapacityReservations` and one `DescribeInstances` by `capacity-reservation-id`); `DescribeInstances` by id (ids) | {blocks}; {describes} ({ids}) | one lookup per invocation carrying the block ({}) | {} |\n",
         m.totals.invocations,
-        met(blocks <= m.totals.invocations),
+        met(m, blocks <= m.totals.invocations),
     ));
     out.push_str(&format!(
         "| invocations (of which drain passes); Lambda time | {} ({}); {} |  |  |\n",

@@ -4,6 +4,7 @@
 mod blocks;
 mod capacity;
 mod coldstart;
+mod cpu;
 mod e2e;
 mod elb;
 mod emulator;

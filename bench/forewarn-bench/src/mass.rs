@@ -230,6 +230,8 @@ pub(crate) struct Run {
     pub(crate) warned_at: chrono::DateTime<chrono::Utc>,
     /// What the load balancers were asked and did (see [`crate::elb`]), when the run had some.
     pub(crate) elb: Option<String>,
+    /// How much of the run the CPU was the bottleneck (the whole run's, every cluster's).
+    pub(crate) load: crate::cpu::Load,
 }
 
 impl Run {
@@ -506,8 +508,14 @@ fn timing_rows(out: &mut String, s: &Settings, runs: &[Option<Run>]) {
         runs,
         "every node cordoned",
         &|r| match last(&r.cordoned) {
-            Some(t) => format!("{} ({})", secs(t), ratio(t, cordon_bound)),
-            None => format!("{} of {n} only", r.cordoned.iter().flatten().count()),
+            Some(t) => r.load.marked(
+                t <= cordon_bound.mul_f64(1.2),
+                format!("{} ({})", secs(t), ratio(t, cordon_bound)),
+            ),
+            None => r.load.marked(
+                false,
+                format!("{} of {n} only", r.cordoned.iter().flatten().count()),
+            ),
         },
         &format!(
             "{} (2 requests per node at the server's rate) × 1.2 = {}",
@@ -531,8 +539,11 @@ fn timing_rows(out: &mut String, s: &Settings, runs: &[Option<Run>]) {
         runs,
         "every evictable pod's eviction accepted",
         &|r| match last(&r.evicted) {
-            Some(t) => secs(t),
-            None => format!("{} of {n} nodes only", r.evicted.iter().flatten().count()),
+            Some(t) => r.load.marked(t <= WINDOW, secs(t)),
+            None => r.load.marked(
+                false,
+                format!("{} of {n} nodes only", r.evicted.iter().flatten().count()),
+            ),
         },
         "120 s (the instance goes)",
     );
@@ -549,9 +560,12 @@ fn timing_rows(out: &mut String, s: &Settings, runs: &[Option<Run>]) {
         "nodes fully handled (cordoned, every eviction accepted) by 120 s",
         &|r| {
             let both = r.handled_by(WINDOW);
-            format!(
-                "{both} of {n} ({:.1} %)",
-                100.0 * both as f64 / n.max(1) as f64
+            r.load.marked(
+                both == n,
+                format!(
+                    "{both} of {n} ({:.1} %)",
+                    100.0 * both as f64 / n.max(1) as f64
+                ),
             )
         },
         "100 %",
@@ -617,6 +631,9 @@ fn cost_rows(out: &mut String, s: &Settings, runs: &[Option<Run>]) {
         &|r| mib_of_kb(r.peak_kb),
         "",
     );
+    let loads: Vec<Option<crate::cpu::Load>> =
+        runs.iter().map(|r| r.as_ref().map(|r| r.load)).collect();
+    out.push_str(&crate::cpu::row(4, &loads));
 }
 
 /// What follows the table: the share of Lambda time, the chart (written to `svg`), the API
@@ -632,11 +649,9 @@ fn afterword(
         out.push_str(&format!(
             "\nLambda time of continuation drains: {:.3} of the in-process drain's ({}).\n",
             share,
-            if share <= 0.1 {
-                "within the 1/10 goal"
-            } else {
-                "above the 1/10 goal"
-            }
+            c.load
+                .and(b.load)
+                .verdict(share <= 0.1, "within the 1/10 goal", "above the 1/10 goal")
         ));
     }
     if let Some(path) = svg {
@@ -1050,10 +1065,13 @@ pub(crate) async fn fleet_run(
     let warned_at = chrono::Utc::now();
     let start = Instant::now();
     let cutoff = start + Duration::from_secs(s.cutoff_seconds);
-    let (totals, ()) = tokio::join!(
-        poll(s, &queue, environment, cutoff, Arc::default()),
-        timeline(&played, &queue, start, warned_at)
-    );
+    let ((totals, ()), load) = crate::cpu::measured(async {
+        tokio::join!(
+            poll(s, &queue, environment, cutoff, Arc::default()),
+            timeline(&played, &queue, start, warned_at)
+        )
+    })
+    .await;
     let totals = totals?;
     played
         .iter()
@@ -1065,7 +1083,7 @@ pub(crate) async fn fleet_run(
                 .as_ref()
                 .map(|a| a.summary(&p.ids, &seen.tried, warned_at));
             let run = run_of(&p.fake, &requests, seen, totals.clone(), warned_at)?;
-            Ok(Run { elb, ..run })
+            Ok(Run { elb, load, ..run })
         })
         .collect()
 }
@@ -1507,6 +1525,7 @@ fn run_of(
         timeline: fake.pod_timeline(),
         warned_at,
         elb: None,
+        load: crate::cpu::Load::default(),
     })
 }
 
