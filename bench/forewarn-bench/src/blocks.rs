@@ -68,14 +68,9 @@ pub struct BlocksSettings {
     /// accepted (by default at the termination start).
     #[arg(long, default_value_t = 600)]
     pub cutoff_seconds: u64,
-    /// The fake's latency per request, in milliseconds.
-    #[arg(long, default_value_t = 5)]
-    pub latency_ms: u64,
-    /// The fake's rate limit (requests per second) and burst.
-    #[arg(long, default_value_t = 200.0)]
-    pub server_rps: f64,
-    #[arg(long, default_value_t = 50)]
-    pub server_burst: u32,
+    /// The fake's latency and rate limit (as the mass benchmark's).
+    #[command(flatten)]
+    pub server: crate::server::FakeServer,
     /// A client-side limit of each execution environment other than the deployed one
     /// (`FOREWARN_KUBE_QPS`; by default forewarn's share divided by the function's
     /// concurrency), to see what the limit costs; printed as a setting that is not deployed.
@@ -361,6 +356,8 @@ struct Measured {
     totals: mass::Totals,
     /// Capacity Block lookups, `DescribeInstances` by id and the ids they asked.
     lookups: (usize, usize, usize),
+    /// How much of the run the CPU was the bottleneck.
+    load: crate::cpu::Load,
 }
 
 impl Measured {
@@ -381,9 +378,7 @@ async fn run(b: &BlocksSettings, deployed: &Deployed) -> anyhow::Result<Measured
         ids: AtomicUsize::new(0),
     });
     // Evicted pods terminate for their own grace period (the fake keeps one for all).
-    fake.set_eviction_grace(Duration::from_secs(b.grace_seconds));
-    fake.set_latency(Duration::from_millis(b.latency_ms));
-    fake.set_rate_limit(b.server_rps, b.server_burst);
+    b.server.apply(&fake, Duration::from_secs(b.grace_seconds));
     let dir = tempfile::Builder::new()
         .prefix("forewarn-bench-blocks-")
         .tempdir()?;
@@ -424,7 +419,8 @@ async fn run(b: &BlocksSettings, deployed: &Deployed) -> anyhow::Result<Measured
         }
         start.elapsed()
     };
-    let (totals, stopped) = tokio::join!(polled, watched);
+    let ((totals, stopped), load) =
+        crate::cpu::measured(async { tokio::join!(polled, watched) }).await;
     let totals = totals?;
     let requests = fake.requests();
     let (cordoned, pods) = seen(&requests, warned_at, b.nodes, b.pods_per_node);
@@ -451,6 +447,7 @@ async fn run(b: &BlocksSettings, deployed: &Deployed) -> anyhow::Result<Measured
         },
         totals,
         lookups,
+        load,
     })
 }
 
@@ -462,6 +459,7 @@ pub async fn report(b: &BlocksSettings) -> anyhow::Result<String> {
     cordon_rows(&mut out, b, &deployed, &m);
     grace_rows(&mut out, b, &deployed, &m);
     cost_rows(&mut out, &m);
+    out.push_str(&crate::cpu::row(4, &[Some(m.load)]));
     out.push_str(&format!(
         "\nThe run stopped taking messages {} after the warning ({}). Outcomes: {}; pod Events \
          recorded {}, given up {}. Kubernetes requests by kind: {}.\n",
@@ -514,8 +512,7 @@ fn header(b: &BlocksSettings, d: &Deployed) -> String {
          its end at t + {end} min, so its instances begin to terminate at t + {term} s. {n} nodes \
          (8 GPUs allocatable each), each with {per} pods of a StatefulSet of its own, each pod asking \
          `nvidia.com/gpu: 1` (requests and limits), a `preStop` hook (not run by the fake) and \
-         `terminationGracePeriodSeconds: {grace}`. The fake: {lat} ms latency per request, {rps} \
-         requests/s with a burst of {burst}. {deployed} \
+         `terminationGracePeriodSeconds: {grace}`. The fake: {server}. {deployed} \
          (`FOREWARN_CONCURRENCY` {conc}, `FOREWARN_SURGE` with `capacity-block-expiration`, \
          `FOREWARN_DRAIN_PASS_INTERVAL` {interval}, `FOREWARN_DEADLINE_MARGIN` {margin} s; \
          client-side limit {limit}); no load balancers.\n\n\
@@ -526,9 +523,7 @@ fn header(b: &BlocksSettings, d: &Deployed) -> String {
         term = termination_start(b).as_secs(),
         per = b.pods_per_node,
         grace = b.grace_seconds,
-        lat = b.latency_ms,
-        rps = b.server_rps,
-        burst = b.server_burst,
+        server = b.server.described(),
         conc = d.concurrency,
         interval = d
             .drain_pass_interval
@@ -546,8 +541,9 @@ fn termination_start(b: &BlocksSettings) -> Duration {
         .unwrap_or_default()
 }
 
-fn met(ok: bool) -> &'static str {
-    if ok { "yes" } else { "**no**" }
+/// The `met` cell of a bound: `yes`, or `**no**` (flagged when the run was CPU-bound).
+fn met(m: &Measured, ok: bool) -> String {
+    m.load.verdict(ok, "yes", "**no**")
 }
 
 /// The rows of the cordons.
@@ -565,7 +561,7 @@ fn cordon_rows(out: &mut String, b: &BlocksSettings, d: &Deployed, m: &Measured)
         },
         p(50.0),
         secs(CORDON_BOUND),
-        met(all && max.is_some_and(|t| t <= CORDON_BOUND)),
+        met(m, all && max.is_some_and(|t| t <= CORDON_BOUND)),
     ));
     let within = done.iter().filter(|t| **t <= CORDON_BOUND).count();
     out.push_str(&format!(
@@ -610,7 +606,7 @@ fn grace_rows(out: &mut String, b: &BlocksSettings, d: &Deployed, m: &Measured) 
         p(&times, 0.0),
         p(&times, 50.0),
         p(&times, 100.0),
-        met(accepted.len() == everyone),
+        met(m, accepted.len() == everyone),
     ));
     let asked: Vec<u64> = m.pods.iter().filter_map(|p| p.asked).collect();
     let own = accepted.len() - asked.len();
@@ -630,12 +626,12 @@ fn grace_rows(out: &mut String, b: &BlocksSettings, d: &Deployed, m: &Measured) 
             secs(term.saturating_sub(l))
         )),
         term.as_secs(),
-        met(accepted.len() == everyone && latest.is_some_and(|l| l <= term)),
+        met(m, accepted.len() == everyone && latest.is_some_and(|l| l <= term)),
     ));
     let late = ends.iter().filter(|e| **e > term).count();
     out.push_str(&format!(
         "| pods whose grace would end after the termination start | {late} | 0 | {} |\n",
-        met(late == 0 && accepted.len() == everyone),
+        met(m, late == 0 && accepted.len() == everyone),
     ));
     let refused: usize = m.pods.iter().map(|p| p.refused).sum();
     out.push_str(&format!(
@@ -659,7 +655,7 @@ fn cost_rows(out: &mut String, m: &Measured) {
     out.push_str(&format!(
         "| AWS lookups: Capacity Block lookups (each one `DescribeCapacityReservations` and one `DescribeInstances` by `capacity-reservation-id`); `DescribeInstances` by id (ids) | {blocks}; {describes} ({ids}) | one lookup per invocation carrying the block ({}) | {} |\n",
         m.totals.invocations,
-        met(blocks <= m.totals.invocations),
+        met(m, blocks <= m.totals.invocations),
     ));
     out.push_str(&format!(
         "| invocations (of which drain passes); Lambda time | {} ({}); {} |  |  |\n",

@@ -52,6 +52,8 @@ struct Loss {
     /// The warnings' outcomes, and the passes that did not act, by reason.
     outcomes: String,
     by_kind: String,
+    /// How much of the run the CPU was the bottleneck.
+    load: crate::cpu::Load,
 }
 
 pub async fn report(s: &CapacitySettings) -> anyhow::Result<String> {
@@ -78,12 +80,13 @@ pub async fn report(s: &CapacitySettings) -> anyhow::Result<String> {
     };
     let n = s.mass.nodes;
     let share = total(surge) / total(at_once).max(1e-9);
+    // Both runs make the figure: it is comparable when both are.
+    let load = at_once.load.and(surge.load);
     let mut out = header(s, launch);
     out.push_str(&format!(
-        "| capacity lost (pod-seconds, all workloads) | {:.0} | {:.0} ({:.3}×) | surge ≤ 0.2× |\n",
+        "| capacity lost (pod-seconds, all workloads) | {:.0} | {} | surge ≤ 0.2× |\n",
         total(at_once),
-        total(surge),
-        share
+        load.marked(share <= 0.2, format!("{:.0} ({:.3}×)", total(surge), share)),
     ));
     out.push_str(&format!(
         "| per workload, p50 / p99 | {} / {} | {} / {} |  |\n",
@@ -92,9 +95,14 @@ pub async fn report(s: &CapacitySettings) -> anyhow::Result<String> {
         p(surge, 50.0),
         p(surge, 99.0)
     ));
+    let handled = |l: &Loss| {
+        l.load
+            .marked(l.handled == n, format!("{} of {n}", l.handled))
+    };
     out.push_str(&format!(
-        "| nodes fully handled (cordoned, every eviction accepted) by 120 s | {} of {n} | {} of {n} | every node |\n",
-        at_once.handled, surge.handled
+        "| nodes fully handled (cordoned, every eviction accepted) by 120 s | {} | {} | every node |\n",
+        handled(at_once),
+        handled(surge)
     ));
     out.push_str(&format!(
         "| node's last eviction accepted, p99 | {} | {} | before 120 s |\n",
@@ -111,14 +119,15 @@ pub async fn report(s: &CapacitySettings) -> anyhow::Result<String> {
         "| Kubernetes requests (429 by the server's limit) | {} | {} |  |\n",
         at_once.requests, surge.requests
     ));
+    out.push_str(&crate::cpu::row(4, &[Some(at_once.load), Some(surge.load)]));
     out.push_str(&format!(
         "\nSurge loses {:.3} of what evicting at once loses ({}).\n",
         share,
-        if share <= 0.2 && surge.handled == n {
-            "within the goal"
-        } else {
+        load.verdict(
+            share <= 0.2 && surge.handled == n,
+            "within the goal",
             "not within the goal"
-        }
+        )
     ));
     for (name, l) in [("evict at once", at_once), ("surge", surge)] {
         out.push_str(&format!(
@@ -241,6 +250,7 @@ fn loss(run: &Run, settings: &mass::Settings) -> Loss {
             .collect::<Vec<_>>()
             .join(", "),
         last_eviction_p99: percentile(&evicted, 99.0).map_or("-".into(), crate::stats::secs),
+        load: run.load,
     }
 }
 

@@ -119,11 +119,13 @@ fn size(path: &Path) -> Option<u64> {
 /// floor.
 pub async fn report(functions: &[Function], runs: usize) -> anyhow::Result<String> {
     let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); functions.len()];
+    let meter = crate::cpu::Meter::start();
     for _ in 0..runs {
         for (f, out) in functions.iter().zip(&mut samples) {
             out.push(run_once(f).await?);
         }
     }
+    let load = meter.stop();
     let stat = |s: &[Sample], p: f64, pick: fn(&Sample) -> Duration| {
         let v: Vec<Duration> = s.iter().map(pick).collect();
         percentile(&v, p).unwrap_or_default()
@@ -159,6 +161,7 @@ pub async fn report(functions: &[Function], runs: usize) -> anyhow::Result<Strin
             size(&f.zip).map_or("?".into(), mib_of_bytes),
         ));
     }
+    out.push_str(&crate::cpu::row(7, &[Some(load)]));
     out.push_str("\nFirst events: ");
     let notes: Vec<String> = functions
         .iter()

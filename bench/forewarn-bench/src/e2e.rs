@@ -312,9 +312,13 @@ async fn full_batch(b: &Bench) -> anyhow::Result<FullBatch> {
 /// the report as a markdown section.
 pub async fn report(runs: usize) -> anyhow::Result<String> {
     let bench = Bench::start().await?;
-    let seen = singles(&bench, runs).await?;
-    let full = full_batch(&bench).await?;
-    let mut out = singles_section(runs, seen);
+    let (measured, load) = crate::cpu::measured(async {
+        let seen = singles(&bench, runs).await?;
+        anyhow::Ok((seen, full_batch(&bench).await?))
+    })
+    .await;
+    let (seen, full) = measured?;
+    let mut out = singles_section(runs, seen, &load);
     out.push_str(&format!(
         "\nA full batch (one SQS batch of {FULL} warnings for {FULL} instances, each node with 2 ReplicaSet pods): \
          {} of {FULL} acted in {}; AWS calls: {}; Kubernetes requests: {} (least: {}).\n",
@@ -332,16 +336,18 @@ pub async fn report(runs: usize) -> anyhow::Result<String> {
 }
 
 /// The single runs' part of the report: wall times, calls, and the least they need.
-fn singles_section(runs: usize, seen: Singles) -> String {
+fn singles_section(runs: usize, seen: Singles, load: &crate::cpu::Load) -> String {
     let ops = seen.ops.unwrap_or_default();
     let kube = seen.kube.unwrap_or_default();
     let kube_total: usize = kube.values().sum();
     let mut out = format!(
         "### One event end to end ({runs} runs, one spot warning each, a node with 2 ReplicaSet pods and 1 DaemonSet pod)\n\n\
-         Wall time of `Handler::invoke` on the SQS batch: median {}, p90 {}.\n\n\
+         Wall time of `Handler::invoke` on the SQS batch: median {}, p90 {} (these runs and \
+         the full batch below: {}).\n\n\
          | service | call | count per event | least needed |\n|---|---|---|---|\n",
         ms(percentile(&seen.walls, 50.0).unwrap_or_default()),
         ms(percentile(&seen.walls, 90.0).unwrap_or_default()),
+        load.cell(),
     );
     for (op, n) in &ops {
         let (service, call) = op.split_once(' ').unwrap_or((op, ""));

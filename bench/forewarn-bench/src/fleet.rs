@@ -55,6 +55,8 @@ const LOADED_AT_MOST: f64 = 1.1;
 struct Figures {
     cordoned: Option<Duration>,
     handled: usize,
+    /// How much of its run the CPU was the bottleneck.
+    load: crate::cpu::Load,
 }
 
 fn figures(run: &Run) -> Figures {
@@ -65,6 +67,7 @@ fn figures(run: &Run) -> Figures {
     Figures {
         cordoned: all,
         handled: run.handled_by(WINDOW),
+        load: run.load,
     }
 }
 
@@ -146,14 +149,17 @@ async fn clusters(args: &FleetArgs) -> anyhow::Result<String> {
         .map(|k| Member::up(&format!("c{k}")))
         .collect();
     let many = mass::fleet_run(s, mode, &many).await?;
+    // Every cluster of a run has the run's load.
     let slowest = many.iter().map(figures).fold(
         Figures {
             cordoned: Some(Duration::ZERO),
             handled: s.nodes,
+            load: many.first().map(|r| r.load).unwrap_or_default(),
         },
         |m, f| Figures {
             cordoned: m.cordoned.zip(f.cordoned).map(|(a, b)| a.max(b)),
             handled: m.handled.min(f.handled),
+            load: m.load,
         },
     );
     let accounts = [
@@ -195,6 +201,11 @@ async fn clusters(args: &FleetArgs) -> anyhow::Result<String> {
     for (run, cluster, f, goal) in rows {
         out.push_str(&row(run, cluster, f, &alone, goal, s.nodes));
     }
+    // The section's runs as one (a row's goal is flagged by its own runs').
+    let load = [&outage[0], &pair[0], &many[0], &accounts[0]]
+        .into_iter()
+        .fold(alone.load, |l, r| l.and(r.load));
+    out.push_str(&crate::cpu::row(6, &[Some(load)]));
     let green = &accounts[1];
     let refused = green
         .outcomes
@@ -226,8 +237,8 @@ fn clusters_header(s: &Settings, mode: RunMode) -> String {
         n = s.nodes,
         inv = s.invocations,
         batch = s.batch,
-        rps = s.server_rps,
-        lat = s.latency_ms,
+        rps = s.server.server_rps,
+        lat = s.server.latency_ms,
         pods = s.pods_per_node,
         grace = s.grace_seconds,
         overrides = mass::overrides_line(s, mode),
@@ -251,6 +262,7 @@ async fn neighbour(args: &FleetArgs) -> anyhow::Result<String> {
     };
     let mut rows = String::new();
     let mut handled = String::new();
+    let mut load = crate::cpu::Load::default();
     for (case, accounts) in [
         ("two member accounts", Some((LOUD_ACCOUNT, QUIET_ACCOUNT))),
         ("one account", None),
@@ -272,17 +284,20 @@ async fn neighbour(args: &FleetArgs) -> anyhow::Result<String> {
         let alone = mass::fleet_run(s, mode, &[quiet(Duration::ZERO)]).await?;
         let both = mass::fleet_run(s, mode, &[loud, quiet(NEIGHBOUR_AFTER)]).await?;
         let (q, a) = (&both[1], &alone[0]);
+        // A figure of the two runs: comparable when both are.
+        let pair_load = a.load.and(q.load);
+        load = load.and(pair_load);
         rows.push_str(&neighbour_row(
             case,
             "last cordon",
-            last(&a.cordoned),
-            last(&q.cordoned),
+            (last(&a.cordoned), last(&q.cordoned)),
+            &pair_load,
         ));
         rows.push_str(&neighbour_row(
             case,
             "last eviction",
-            last(&a.evicted),
-            last(&q.evicted),
+            (last(&a.evicted), last(&q.evicted)),
+            &pair_load,
         ));
         handled.push_str(&format!(
             "- {case}: the quiet cluster {} of {} nodes fully handled by 120 s beside the loud \
@@ -293,6 +308,7 @@ async fn neighbour(args: &FleetArgs) -> anyhow::Result<String> {
             args.loud_nodes,
         ));
     }
+    rows.push_str(&crate::cpu::row(6, &[Some(load)]));
     Ok(format!(
         "### A neighbour's mass interruption: {loud} warnings in one cluster, {quiet} in another 1 s later\n\n\
          `forewarn-bench fleet --only neighbour`: one deployment, one queue consumed as the event \
@@ -308,7 +324,7 @@ async fn neighbour(args: &FleetArgs) -> anyhow::Result<String> {
         loud = args.loud_nodes,
         quiet = args.quiet_nodes,
         inv = s.invocations,
-        rps = s.server_rps,
+        rps = s.server.server_rps,
         overrides = mass::overrides_line(s, mode),
     ))
 }
@@ -324,8 +340,8 @@ fn last(times: &[Option<Duration>]) -> Option<Duration> {
 fn neighbour_row(
     case: &str,
     what: &str,
-    alone: Option<Duration>,
-    with: Option<Duration>,
+    (alone, with): (Option<Duration>, Option<Duration>),
+    load: &crate::cpu::Load,
 ) -> String {
     let secs =
         |d: Option<Duration>| d.map_or("not all".into(), |d| format!("{:.2} s", d.as_secs_f64()));
@@ -340,7 +356,7 @@ fn neighbour_row(
         "| {case} | {what} | {} | {} | {times} | ≤ {NEIGHBOUR_AT_MOST}×: {} |\n",
         secs(alone),
         secs(with),
-        if met { "met" } else { "not met" }
+        load.verdict(met, "met", "not met")
     )
 }
 
@@ -429,12 +445,14 @@ fn row(
         }
         _ => "—".into(),
     };
+    // A figure against the cluster alone: comparable when both runs are.
+    let load = f.load.and(alone.load);
     let goal = match (goal, f.cordoned, alone.cordoned) {
         (Some(g), Some(a), Some(b)) => {
             let met = a.as_secs_f64() <= g * b.as_secs_f64() && f.handled == nodes;
-            format!("≤ {g}×, 100 %: {}", if met { "met" } else { "not met" })
+            format!("≤ {g}×, 100 %: {}", load.verdict(met, "met", "not met"))
         }
-        (Some(g), _, _) => format!("≤ {g}×, 100 %: not met"),
+        (Some(g), _, _) => format!("≤ {g}×, 100 %: {}", load.verdict(false, "", "not met")),
         (None, _, _) => "—".into(),
     };
     format!(

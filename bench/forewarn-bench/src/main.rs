@@ -4,6 +4,7 @@
 mod blocks;
 mod capacity;
 mod coldstart;
+mod cpu;
 mod e2e;
 mod elb;
 mod emulator;
@@ -12,6 +13,7 @@ mod mass;
 mod plot;
 mod policies;
 mod queue;
+mod server;
 mod stats;
 
 use std::path::PathBuf;

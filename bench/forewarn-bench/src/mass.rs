@@ -72,14 +72,9 @@ pub struct Settings {
     /// Stop taking messages this long after the warnings (the instances are long gone by then).
     #[arg(long, default_value_t = 240)]
     pub cutoff_seconds: u64,
-    /// The fake's latency per request, in milliseconds.
-    #[arg(long, default_value_t = 5)]
-    pub latency_ms: u64,
-    /// The fake's rate limit (requests per second) and burst.
-    #[arg(long, default_value_t = 200.0)]
-    pub server_rps: f64,
-    #[arg(long, default_value_t = 50)]
-    pub server_burst: u32,
+    /// The fake's latency and rate limit.
+    #[command(flatten)]
+    pub server: crate::server::FakeServer,
     /// The client-side limit across the invocations: by default forewarn's share of the API
     /// server, which the deployed handler divides by FOREWARN_ENVIRONMENTS (the stack's
     /// MaximumConcurrency, `--invocations` here) as this run does; 0: none.
@@ -235,6 +230,8 @@ pub(crate) struct Run {
     pub(crate) warned_at: chrono::DateTime<chrono::Utc>,
     /// What the load balancers were asked and did (see [`crate::elb`]), when the run had some.
     pub(crate) elb: Option<String>,
+    /// How much of the run the CPU was the bottleneck (the whole run's, every cluster's).
+    pub(crate) load: crate::cpu::Load,
 }
 
 impl Run {
@@ -455,7 +452,7 @@ fn header(s: &Settings) -> String {
     };
     format!(
         "### Mass interruption: {} spot warnings at once, batches of {}, {} invocations at once\n\n\
-         The fake: {} ms latency per request, {} requests/s with a burst of {} (429 + `Retry-After: 1` above it); \
+         The fake: {} (429 + `Retry-After: 1` above it); \
          evicted pods take {} s to go (their grace period). {} pods to evict ({} per node); {} pairs of pods on two nodes \
          behind a PodDisruptionBudget with `maxUnavailable: 1` ({} pods). Client-side limit: {}. \
          Each warning at t = 0; its instance goes at t = 120 s. The queue: failed messages invisible for 900 s unless \
@@ -464,9 +461,7 @@ fn header(s: &Settings) -> String {
         s.nodes,
         s.batch,
         s.invocations,
-        s.latency_ms,
-        s.server_rps,
-        s.server_burst,
+        s.server.described(),
         s.grace_seconds,
         s.nodes * s.pods_per_node,
         s.pods_per_node,
@@ -502,7 +497,11 @@ fn row(
 
 /// The table's rows of when nodes were cordoned and drained.
 fn timing_rows(out: &mut String, s: &Settings, runs: &[Option<Run>]) {
-    let cordon_bound = rate_bound(2 * s.nodes as u64, s.server_rps, u64::from(s.server_burst));
+    let cordon_bound = rate_bound(
+        2 * s.nodes as u64,
+        s.server.server_rps,
+        u64::from(s.server.server_burst),
+    );
     let n = s.nodes;
     let last = |v: &[Option<Duration>]| -> Option<Duration> {
         if v.iter().all(Option::is_some) {
@@ -518,8 +517,14 @@ fn timing_rows(out: &mut String, s: &Settings, runs: &[Option<Run>]) {
         runs,
         "every node cordoned",
         &|r| match last(&r.cordoned) {
-            Some(t) => format!("{} ({})", secs(t), ratio(t, cordon_bound)),
-            None => format!("{} of {n} only", r.cordoned.iter().flatten().count()),
+            Some(t) => r.load.marked(
+                t <= cordon_bound.mul_f64(1.2),
+                format!("{} ({})", secs(t), ratio(t, cordon_bound)),
+            ),
+            None => r.load.marked(
+                false,
+                format!("{} of {n} only", r.cordoned.iter().flatten().count()),
+            ),
         },
         &format!(
             "{} (2 requests per node at the server's rate) × 1.2 = {}",
@@ -543,8 +548,11 @@ fn timing_rows(out: &mut String, s: &Settings, runs: &[Option<Run>]) {
         runs,
         "every evictable pod's eviction accepted",
         &|r| match last(&r.evicted) {
-            Some(t) => secs(t),
-            None => format!("{} of {n} nodes only", r.evicted.iter().flatten().count()),
+            Some(t) => r.load.marked(t <= WINDOW, secs(t)),
+            None => r.load.marked(
+                false,
+                format!("{} of {n} nodes only", r.evicted.iter().flatten().count()),
+            ),
         },
         "120 s (the instance goes)",
     );
@@ -561,9 +569,12 @@ fn timing_rows(out: &mut String, s: &Settings, runs: &[Option<Run>]) {
         "nodes fully handled (cordoned, every eviction accepted) by 120 s",
         &|r| {
             let both = r.handled_by(WINDOW);
-            format!(
-                "{both} of {n} ({:.1} %)",
-                100.0 * both as f64 / n.max(1) as f64
+            r.load.marked(
+                both == n,
+                format!(
+                    "{both} of {n} ({:.1} %)",
+                    100.0 * both as f64 / n.max(1) as f64
+                ),
             )
         },
         "100 %",
@@ -629,6 +640,9 @@ fn cost_rows(out: &mut String, s: &Settings, runs: &[Option<Run>]) {
         &|r| mib_of_kb(r.peak_kb),
         "",
     );
+    let loads: Vec<Option<crate::cpu::Load>> =
+        runs.iter().map(|r| r.as_ref().map(|r| r.load)).collect();
+    out.push_str(&crate::cpu::row(4, &loads));
 }
 
 /// What follows the table: the share of Lambda time, the chart (written to `svg`), the API
@@ -644,11 +658,9 @@ fn afterword(
         out.push_str(&format!(
             "\nLambda time of continuation drains: {:.3} of the in-process drain's ({}).\n",
             share,
-            if share <= 0.1 {
-                "within the 1/10 goal"
-            } else {
-                "above the 1/10 goal"
-            }
+            c.load
+                .and(b.load)
+                .verdict(share <= 0.1, "within the 1/10 goal", "above the 1/10 goal")
         ));
     }
     if let Some(path) = svg {
@@ -826,11 +838,11 @@ fn spending_table(run: &Run, s: &Settings) -> String {
     let most: Vec<String> = (0..heads.len())
         .map(|c| {
             let burst = if c == 0 {
-                f64::from(s.server_burst)
+                f64::from(s.server.server_burst)
             } else {
                 0.0
             };
-            format!("{:.0}", s.server_rps * SPENT_EVERY as f64 + burst)
+            format!("{:.0}", s.server.server_rps * SPENT_EVERY as f64 + burst)
         })
         .collect();
     out.push_str(&format!(
@@ -1051,8 +1063,8 @@ pub(crate) async fn fleet_run(
     };
 
     for p in &played {
-        p.fake.set_latency(Duration::from_millis(s.latency_ms));
-        p.fake.set_rate_limit(s.server_rps, s.server_burst);
+        s.server
+            .apply(&p.fake, Duration::from_secs(s.grace_seconds));
         p.fake.clear_requests();
         if p.member.down_for.is_some() {
             p.fake
@@ -1062,10 +1074,13 @@ pub(crate) async fn fleet_run(
     let warned_at = chrono::Utc::now();
     let start = Instant::now();
     let cutoff = start + Duration::from_secs(s.cutoff_seconds);
-    let (totals, ()) = tokio::join!(
-        poll(s, &queue, environment, cutoff, Arc::default()),
-        timeline(&played, &queue, start, warned_at)
-    );
+    let ((totals, ()), load) = crate::cpu::measured(async {
+        tokio::join!(
+            poll(s, &queue, environment, cutoff, Arc::default()),
+            timeline(&played, &queue, start, warned_at)
+        )
+    })
+    .await;
     let totals = totals?;
     played
         .iter()
@@ -1077,7 +1092,7 @@ pub(crate) async fn fleet_run(
                 .as_ref()
                 .map(|a| a.summary(&p.ids, &seen.tried, warned_at));
             let run = run_of(&p.fake, &requests, seen, totals.clone(), warned_at)?;
-            Ok(Run { elb, ..run })
+            Ok(Run { elb, load, ..run })
         })
         .collect()
 }
@@ -1209,7 +1224,6 @@ async fn play(
         let ids: Vec<String> = (0..nodes).map(|n| instance_id(first_id + n)).collect();
         first_id += nodes;
         instances.extend(seed(&fake, s, simulated, &ids, &names, &member.name));
-        fake.set_eviction_grace(Duration::from_secs(s.grace_seconds));
         let clients = ClusterClient::new(fake.client()).with_rate_limit(process_limit);
         let group = member.account.as_deref().unwrap_or(OWN_ACCOUNT);
         played.push(Played {
@@ -1520,6 +1534,7 @@ fn run_of(
         timeline: fake.pod_timeline(),
         warned_at,
         elb: None,
+        load: crate::cpu::Load::default(),
     })
 }
 
