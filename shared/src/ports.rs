@@ -33,7 +33,7 @@ pub struct Work {
     /// is not retried, and the event comes back instead; a throttle is still waited. Set for a
     /// cluster's share of a batch that spans several clusters, so that one cluster's outage
     /// holds up no invocation, and so no other cluster's records (see [`crate::app::fleet`]).
-    pub impatient: bool,
+    pub fail_fast: bool,
 }
 
 /// The one clock: "now" for every decision, and every wait. Production reads the system clock

@@ -29,7 +29,7 @@ use crate::ports::{
 };
 
 /// What the batch's instance lookup found (or why it failed), for every cluster's share.
-type Found = Result<Described, DirectoryError>;
+type InstanceLookup = Result<Described, DirectoryError>;
 
 /// A payload the handler could not take at all.
 #[derive(Debug, thiserror::Error)]
@@ -124,7 +124,7 @@ impl Handler {
         Limits {
             concurrency: self.concurrency,
             deadline: deadline.map(|d| d - span(self.safety_margin)),
-            impatient: false,
+            fail_fast: false,
         }
     }
 
@@ -212,7 +212,7 @@ impl Handler {
         let looked_up = Some(looked_up);
         let looked_up = &looked_up;
         // A batch spanning several clusters, or any batch of a deployment serving several:
-        // no cluster's outage may hold it up (see `Fleet::trouble`). The event source
+        // no cluster's outage may hold it up (see `Fleet::backing_off`). The event source
         // mapping's pollers are every cluster's, and a fair queue fills a batch with one
         // cluster's retried records while another's drains wait.
         let clusters = shares
@@ -220,7 +220,7 @@ impl Handler {
             .filter(|to| matches!(to, Destination::Cluster(_)))
             .count();
         let mixed = Limits {
-            impatient: clusters > 1 || served.len() > 1,
+            fail_fast: clusters > 1 || served.len() > 1,
             ..limits
         };
         let runs = shares.into_iter().map(|(to, share)| async move {
@@ -248,7 +248,7 @@ impl Handler {
         records: &[Record],
         limits: Limits,
         instances: &dyn InstanceDirectory,
-    ) -> Found {
+    ) -> InstanceLookup {
         let events: Vec<&Event> = records
             .iter()
             .filter(|r| r.continuation.is_none())
@@ -265,14 +265,14 @@ impl Handler {
     }
 
     /// [`Handler::run_share`] for a named cluster, minding its trouble: in a deployment serving
-    /// several clusters (`limits.impatient`), a cluster whose last share failed whole is left
+    /// several clusters (`limits.fail_fast`), a cluster whose last share failed whole is left
     /// alone for a while — its records fail at once and come back — and how each share went
     /// is told to the fleet.
     async fn run_guarded(
         &self,
         to: &Destination,
         records: &[Record],
-        looked_up: Option<&Found>,
+        looked_up: Option<&InstanceLookup>,
         limits: Limits,
         instances: &dyn InstanceDirectory,
     ) -> Vec<Report> {
@@ -283,8 +283,8 @@ impl Handler {
         };
         let name = &id.to_string();
         let now = self.clock.now();
-        if limits.impatient
-            && let Some(since) = self.fleet.trouble(name, now)
+        if limits.fail_fast
+            && let Some(since) = self.fleet.backing_off(name, now)
         {
             return split::in_trouble(records, name, since);
         }
@@ -295,7 +295,8 @@ impl Handler {
             && reports
                 .iter()
                 .all(|r| r.outcome == Outcome::Failed && !r.permanent);
-        self.fleet.went(name, failed_whole, self.clock.now());
+        self.fleet
+            .record_outcome(name, failed_whole, self.clock.now());
         reports
     }
 
@@ -306,7 +307,7 @@ impl Handler {
         &self,
         to: &Destination,
         records: &[Record],
-        looked_up: Option<&Found>,
+        looked_up: Option<&InstanceLookup>,
         limits: Limits,
         instances: &dyn InstanceDirectory,
     ) -> Vec<Report> {

@@ -491,7 +491,7 @@ impl ClusterSweep<'_> {
         let limits = Limits {
             concurrency: h.concurrency,
             deadline,
-            impatient: false,
+            fail_fast: false,
         };
         let reports = pipeline.process_with(&records, limits).await;
         h.telemetry.observe(&reports, h.clock.now());

@@ -152,7 +152,7 @@ pub struct ClusterClient {
     /// When the work the client is used for must be over (see [`ClusterClient::within`]).
     deadline: Option<DateTime<Utc>>,
     /// The work rides out no outage (see [`ClusterClient::for_work`]).
-    impatient: bool,
+    fail_fast: bool,
 }
 
 type RecentNodes =
@@ -235,7 +235,7 @@ impl ClusterClient {
             limiter: None,
             lane: Lane::First,
             deadline: None,
-            impatient: false,
+            fail_fast: false,
         }
     }
 
@@ -263,12 +263,12 @@ impl ClusterClient {
     }
 
     /// The same clients for `work`: its deadline ([`ClusterClient::within`]), and whether it
-    /// rides out an outage ([`crate::ports::Work::impatient`]: when not, a failure of the API
+    /// rides out an outage ([`crate::ports::Work::fail_fast`]: when not, a failure of the API
     /// server is not retried — the event comes back instead — while a throttle is still waited).
     pub fn for_work(&self, work: crate::ports::Work) -> ClusterClient {
         ClusterClient {
             deadline: work.deadline,
-            impatient: work.impatient,
+            fail_fast: work.fail_fast,
             ..self.clone()
         }
     }
@@ -279,8 +279,8 @@ impl ClusterClient {
     }
 
     /// Whether the work rides out no outage (see [`ClusterClient::for_work`]).
-    pub(crate) fn impatient(&self) -> bool {
-        self.impatient
+    pub(crate) fn fail_fast(&self) -> bool {
+        self.fail_fast
     }
 
     /// The same clients with every request in `lane` at least: [`Lane::Later`] for a drain's

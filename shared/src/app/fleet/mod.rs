@@ -30,7 +30,7 @@ use crate::ports::{
 pub const RELIST: Duration = Duration::minutes(5);
 /// How long a cluster whose share of a batch failed whole (its API server down, or not
 /// reached) is left alone in batches that span several clusters: its records there fail at once
-/// and come back, and one share tries it again after this (see [`Fleet::trouble`]).
+/// and come back, and one share tries it again after this (see [`Fleet::backing_off`]).
 pub const BREAK: Duration = Duration::seconds(10);
 
 /// How long at least between two reads of the list when an instance names a cluster the list
@@ -181,7 +181,7 @@ async fn list(
     }
 }
 
-/// A cluster in trouble (see [`Fleet::trouble`]).
+/// A cluster in trouble (see [`Fleet::backing_off`]).
 #[derive(Debug, Clone, Copy)]
 struct Trouble {
     since: DateTime<Utc>,
@@ -345,8 +345,8 @@ impl Fleet {
     /// alone now: `Some(since)` when its last share failed whole (every record failed, none for
     /// good) less than [`BREAK`] ago, or while another share tries it again; `None`: go ahead
     /// (after [`BREAK`], this share is the one that tries it again). A share that goes ahead
-    /// tells how it went with [`Fleet::went`].
-    pub fn trouble(&self, name: &str, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    /// tells how it went with [`Fleet::record_outcome`].
+    pub fn backing_off(&self, name: &str, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let mut troubled = self.troubled.lock().unwrap_or_else(|p| p.into_inner());
         let trouble = troubled.get_mut(name)?;
         if trouble.probing || now - trouble.since < BREAK {
@@ -358,7 +358,7 @@ impl Fleet {
 
     /// How a share of cluster `name` went: `failed_whole` (every record failed, and may pass)
     /// puts the cluster in trouble as of `now`; anything done clears it.
-    pub fn went(&self, name: &str, failed_whole: bool, now: DateTime<Utc>) {
+    pub fn record_outcome(&self, name: &str, failed_whole: bool, now: DateTime<Utc>) {
         let mut troubled = self.troubled.lock().unwrap_or_else(|p| p.into_inner());
         if failed_whole {
             if !troubled.contains_key(name) {
@@ -576,17 +576,24 @@ mod tests {
     fn a_cluster_in_trouble_is_left_alone_then_tried_by_one_share() {
         let fleet = Fleet::one(Cluster::none());
         let t0 = crate::domain::event::parse_time("2026-11-26T10:00:00Z").unwrap();
-        assert_eq!(fleet.trouble("blue", t0), None);
-        fleet.went("blue", true, t0);
-        assert_eq!(fleet.trouble("blue", t0 + Duration::seconds(5)), Some(t0));
+        assert_eq!(fleet.backing_off("blue", t0), None);
+        fleet.record_outcome("blue", true, t0);
+        assert_eq!(
+            fleet.backing_off("blue", t0 + Duration::seconds(5)),
+            Some(t0)
+        );
         let later = t0 + BREAK;
-        assert_eq!(fleet.trouble("blue", later), None, "one share tries again");
-        assert_eq!(fleet.trouble("blue", later), Some(t0), "only one");
-        fleet.went("blue", true, later);
-        assert_eq!(fleet.trouble("blue", later), Some(later));
-        fleet.went("blue", false, later + BREAK);
-        assert_eq!(fleet.trouble("blue", later + BREAK), None);
-        assert_eq!(fleet.trouble("green", later), None);
+        assert_eq!(
+            fleet.backing_off("blue", later),
+            None,
+            "one share tries again"
+        );
+        assert_eq!(fleet.backing_off("blue", later), Some(t0), "only one");
+        fleet.record_outcome("blue", true, later);
+        assert_eq!(fleet.backing_off("blue", later), Some(later));
+        fleet.record_outcome("blue", false, later + BREAK);
+        assert_eq!(fleet.backing_off("blue", later + BREAK), None);
+        assert_eq!(fleet.backing_off("green", later), None);
     }
 
     #[tokio::test]

@@ -81,7 +81,7 @@ pub fn unreachable(records: &[Record], error: &Unreachable) -> Vec<Report> {
 }
 
 /// The reports of a share of cluster `name`, in trouble since `since` (see
-/// [`super::Fleet::trouble`]): every record failed at once, to come back shortly.
+/// [`super::Fleet::backing_off`]): every record failed at once, to come back shortly.
 pub fn in_trouble(
     records: &[Record],
     name: &str,

@@ -55,7 +55,7 @@ pub use places::{Described, PlaceFailure, describe_events, place_of};
 pub use traffic::{DEREGISTER_BUDGET, ELB_RATE, QUIET_FOR, Traffic};
 
 use batch::{by_phase, follow_firsts, schedule};
-use passes::{Handled, Rest, merge, refusals};
+use passes::{Handled, PendingDrain, merge, refusals};
 
 /// Wiring for one run of the pipeline.
 pub struct Pipeline<'a> {
@@ -113,7 +113,7 @@ pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(30);
 
 /// What the batch's events are handled with: what the batch's lookups found, and when.
 #[derive(Clone, Copy)]
-struct Seen<'a> {
+struct BatchFacts<'a> {
     /// The facts decisions are made from (instances, nodes, pool history).
     facts: Facts<'a>,
     /// The batch's event ids already applied.
@@ -146,7 +146,7 @@ impl Pipeline<'_> {
         // transient failures are retried inside the batch while its time allows.
         let work = Work {
             deadline: limits.deadline,
-            impatient: limits.impatient,
+            fail_fast: limits.fail_fast,
         };
         let executor = self.executor.map(|inner| ExecutorIn { inner, work });
         let nodes = NodesIn {
@@ -185,7 +185,7 @@ impl Pipeline<'_> {
         // The events of a place whose lookup failed are answered as it says, and only they.
         let (new, unlooked) = described.set_aside(records, new);
         let nothing_seen = BTreeMap::new();
-        let mut seen = Seen {
+        let mut seen = BatchFacts {
             facts,
             applied: &applied,
             room: &nothing_seen,
@@ -203,7 +203,7 @@ impl Pipeline<'_> {
             .clear_traffic(records, &lanes, &first, limits)
             .boxed()
             .shared();
-        let gated = Seen {
+        let gated = BatchFacts {
             gate: Some(&gate),
             ..seen
         };
@@ -340,7 +340,7 @@ impl Pipeline<'_> {
         &self,
         records: &[Record],
         lanes: Vec<Vec<usize>>,
-        seen: Seen<'_>,
+        seen: BatchFacts<'_>,
         limits: Limits,
     ) -> Vec<Vec<(usize, Handled<'_>)>> {
         futures::stream::iter(lanes)
@@ -426,8 +426,8 @@ impl Pipeline<'_> {
         done.map_err(|panic| panicked(record, panic.as_ref()))
     }
 
-    async fn handle(&self, record: &Record, event: &Event, seen: Seen<'_>) -> Handled<'_> {
-        let Seen {
+    async fn handle(&self, record: &Record, event: &Event, seen: BatchFacts<'_>) -> Handled<'_> {
+        let BatchFacts {
             facts,
             applied,
             room,
@@ -495,7 +495,7 @@ impl Pipeline<'_> {
                         // done (their cordons come first).
                         let first = Continuation::first(now, event.time, plan.clone());
                         let Some(queue) = self.queue_for(record) else {
-                            let rest = Rest {
+                            let rest = PendingDrain {
                                 executor,
                                 plan,
                                 next: first,
@@ -547,8 +547,8 @@ impl Pipeline<'_> {
     /// A drain an event's first pass left pending, carried on here pass after pass; then, if
     /// it did not fail, the event recorded (a failed drain leaves the event unrecorded, so that
     /// it comes back whole).
-    async fn carry_on_here(&self, rest: Rest<'_>, mut report: Report) -> Report {
-        let Rest {
+    async fn carry_on_here(&self, rest: PendingDrain<'_>, mut report: Report) -> Report {
+        let PendingDrain {
             executor,
             plan,
             next,
@@ -652,8 +652,8 @@ pub struct Limits {
     /// When the batch must be over (a Lambda's deadline minus a margin), on the pipeline's
     /// clock.
     pub deadline: Option<DateTime<Utc>>,
-    /// Outages are not ridden out: see [`Work::impatient`].
-    pub impatient: bool,
+    /// Outages are not ridden out: see [`Work::fail_fast`].
+    pub fail_fast: bool,
 }
 
 impl Default for Limits {
@@ -661,7 +661,7 @@ impl Default for Limits {
         Limits {
             concurrency: 8,
             deadline: None,
-            impatient: false,
+            fail_fast: false,
         }
     }
 }
@@ -1069,7 +1069,7 @@ mod tests {
         let limits = Limits {
             concurrency: 4,
             deadline: Some(clock.now() + chrono::Duration::milliseconds(100)),
-            impatient: false,
+            fail_fast: false,
         };
         let reports = run(&store, &exec, batch, limits, &clock).await;
         assert_eq!(reports[0].outcome, Outcome::Failed);

@@ -450,11 +450,11 @@ pub(super) struct Queued<'q, 'r> {
 /// in process before the event is recorded.
 pub(super) enum Handled<'e> {
     Done(Report),
-    Pending(Report, Box<Rest<'e>>),
+    Pending(Report, Box<PendingDrain<'e>>),
 }
 
 /// A drain an event's first pass left pending, to carry on in process.
-pub(super) struct Rest<'e> {
+pub(super) struct PendingDrain<'e> {
     pub(super) executor: &'e dyn Executor,
     pub(super) plan: Plan,
     pub(super) next: Continuation,

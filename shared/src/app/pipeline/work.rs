@@ -90,16 +90,16 @@ mod tests {
 
     /// Records the work each call was given.
     #[derive(Default)]
-    struct Seen(Mutex<Vec<Work>>);
+    struct Recorded(Mutex<Vec<Work>>);
 
-    impl Seen {
+    impl Recorded {
         fn saw(&self, work: Work) {
             self.0.lock().unwrap().push(work);
         }
     }
 
     #[async_trait]
-    impl Executor for Seen {
+    impl Executor for Recorded {
         async fn execute(&self, _: &Plan, _: Pass) -> Result<Vec<ActionResult>, ExecuteError> {
             self.saw(Work::default());
             Ok(Vec::new())
@@ -124,7 +124,7 @@ mod tests {
     }
 
     #[async_trait]
-    impl NodeDirectory for Seen {
+    impl NodeDirectory for Recorded {
         async fn nodes(&self, _: &[InstanceFacts]) -> Result<Vec<NodeFacts>, DirectoryError> {
             self.saw(Work::default());
             Ok(Vec::new())
@@ -148,9 +148,9 @@ mod tests {
     async fn every_call_carries_the_batchs_work() {
         let work = Work {
             deadline: Some("2026-11-24T10:00:00Z".parse().unwrap()),
-            impatient: true,
+            fail_fast: true,
         };
-        let seen = Seen::default();
+        let seen = Recorded::default();
         let executor = ExecutorIn { inner: &seen, work };
         let nodes = NodesIn { inner: &seen, work };
         executor.room(&[]).await.unwrap();

@@ -77,7 +77,7 @@ where
         .sleep(clients.sleeper())
         .when(|e| match until {
             // Impatient work waits a throttle out, never an outage (the event comes back).
-            Some(_) if clients.impatient() => status_code(e) == Some(429),
+            Some(_) if clients.fail_fast() => status_code(e) == Some(429),
             Some(_) => is_transient(e),
             None => is_retryable(status_code(e)),
         })
@@ -192,7 +192,7 @@ mod tests {
         let clock = ManualClock::at(t0());
         let work = crate::ports::Work {
             deadline: Some(t0() + chrono::Duration::seconds(10)),
-            impatient: true,
+            fail_fast: true,
         };
         let clients = clients(&clock).for_work(work);
         let calls = AtomicU32::new(0);
