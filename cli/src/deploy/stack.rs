@@ -720,7 +720,7 @@ mod tests {
         assert_eq!(t[FUNCTIONS_DEPLOYED].default.as_deref(), Some("false"));
         assert!(t.contains_key(CLUSTER_NAME) && t[CLUSTER_NAME].default.is_none());
         assert!(
-            t.contains_key("QueueAgeAlarmThreshold"),
+            t.contains_key("AlarmTopicArn"),
             "the last one: {t:?}"
         );
     }
