@@ -719,10 +719,7 @@ mod tests {
         assert_eq!(t["BatchSize"].default.as_deref(), Some("10"));
         assert_eq!(t[FUNCTIONS_DEPLOYED].default.as_deref(), Some("false"));
         assert!(t.contains_key(CLUSTER_NAME) && t[CLUSTER_NAME].default.is_none());
-        assert!(
-            t.contains_key("AlarmTopicArn"),
-            "the last one: {t:?}"
-        );
+        assert!(t.contains_key("AlarmTopicArn"), "the last one: {t:?}");
     }
 
     #[test]
