@@ -179,11 +179,13 @@ fn retired(vars: Vars) -> Vec<(String, &'static str)> {
                 .collect::<Vec<_>>(),
             None => vec![(r.name.to_string(), r.home)],
         })
-        .filter(|(name, _)| match name.as_str() {
-            // Set blank, a list of kinds names none: that is a value too.
-            "FOREWARN_DELETE_OWNED_ON" | "FOREWARN_SURGE" => vars.get_or_blank(name).is_some(),
-            _ => vars.is_set(name),
-        })
+        .filter(
+            |(name, _)| match crate::domain::config::KIND_LISTS.contains(&name.as_str()) {
+                // Set blank, a list of kinds names none: that is a value too.
+                true => vars.get_or_blank(name).is_some(),
+                false => vars.is_set(name),
+            },
+        )
         .collect()
 }
 

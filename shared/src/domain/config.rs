@@ -167,6 +167,13 @@ pub struct Config {
     pub policy: crate::domain::policy::Policy,
 }
 
+/// The variables that are lists of event kinds: set blank, one names none (a value, not unset).
+pub const KIND_LISTS: [&str; 3] = [
+    "FOREWARN_DELETE_OWNED_ON",
+    "FOREWARN_UNAVAILABLE_KINDS",
+    "FOREWARN_SURGE",
+];
+
 /// The variables [`Config::from_lookup`] reads (`FOREWARN_ACTION_` stands for one per kind).
 pub const VARIABLES: &[&str] = &[
     "FOREWARN_CLUSTER_NAME",
@@ -298,14 +305,16 @@ impl Config {
                 config.actions.insert(kind, action);
             }
         }
-        if let Some(v) = vars.get_or_blank("FOREWARN_DELETE_OWNED_ON") {
-            config.delete_owned_on = kinds("FOREWARN_DELETE_OWNED_ON", &v)?;
-        }
-        if let Some(v) = vars.get_or_blank("FOREWARN_UNAVAILABLE_KINDS") {
-            config.unavailable_kinds = kinds("FOREWARN_UNAVAILABLE_KINDS", &v)?;
-        }
-        if let Some(v) = vars.get_or_blank("FOREWARN_SURGE") {
-            config.surge_kinds = kinds("FOREWARN_SURGE", &v)?;
+        let [owned, unavailable, surge] = KIND_LISTS;
+        let lists = [
+            (owned, &mut config.delete_owned_on),
+            (unavailable, &mut config.unavailable_kinds),
+            (surge, &mut config.surge_kinds),
+        ];
+        for (name, target) in lists {
+            if let Some(v) = vars.get_or_blank(name) {
+                *target = kinds(name, &v)?;
+            }
         }
         let durations = [
             ("FOREWARN_POOL_TTL", &mut config.pool_ttl),
