@@ -109,10 +109,21 @@ impl DirectoryError {
     /// The account the lookup was refused in because this deployment does not serve it (see
     /// [`NotServed`]), when that is why it failed.
     pub fn not_served(&self) -> Option<&NotServed> {
+        self.cause()
+    }
+
+    /// The served account that could not be reached (see [`AccountUnreachable`]), when that is
+    /// why it failed.
+    pub fn unreachable(&self) -> Option<&AccountUnreachable> {
+        self.cause()
+    }
+
+    /// The first error of type `T` in the chain of sources.
+    fn cause<T: std::error::Error + 'static>(&self) -> Option<&T> {
         let mut next: Option<&(dyn std::error::Error + 'static)> = Some(self.source.as_ref());
         while let Some(e) = next {
-            if let Some(not_served) = e.downcast_ref::<NotServed>() {
-                return Some(not_served);
+            if let Some(found) = e.downcast_ref::<T>() {
+                return Some(found);
             }
             next = e.source();
         }
@@ -120,16 +131,38 @@ impl DirectoryError {
     }
 }
 
-/// An account this deployment does not serve: an event of another account than its own, and no
-/// member role can be assumed there — none is configured, or STS refuses it (the account never
-/// deployed `infra/member.yaml`, or its role does not trust this deployment). What an adapter
-/// answers, as the source of its error, for a lookup in such an account: its events are
-/// acknowledged, nothing is done for them and their pools are not recorded.
+/// An account this deployment does not serve: an event of another account than its own, and
+/// either no member role is configured, or `FOREWARN_CLUSTERS` names none of that account's
+/// clusters. What an adapter answers, as the source of its error, for a lookup in such an
+/// account: it is not this deployment's to handle, so its events are acknowledged, nothing is
+/// done for them and their pools are not recorded. (An account that *is* served but cannot be
+/// reached is [`AccountUnreachable`]: its events fail.)
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("account {account} is not served by this deployment: {why}")]
 pub struct NotServed {
     pub account: String,
-    /// Why no member role can be assumed there.
+    /// Why it is not served.
+    pub why: String,
+}
+
+/// A member account this deployment serves (`FOREWARN_CLUSTERS` names its clusters) that it
+/// cannot reach: STS refuses its member role (the role was deleted or re-created, its trust no
+/// longer names this deployment's handler role, an SCP denies `sts:AssumeRole`, IAM has not yet
+/// propagated a new role), or the role refuses the lookups made there. What an adapter answers,
+/// as the source of its error: the account's events fail as retryable — retried within their
+/// window, then kept in the dead-letter queue — and never acknowledged; the handler counts
+/// them in the `AccountUnreachable` metric, by account.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "account {account} is served but cannot be reached through its member role {role}: {why}; \
+     the event is retried, then kept in the dead-letter queue (deploy infra/member.yaml in that \
+     account, trusting this deployment's handler role)"
+)]
+pub struct AccountUnreachable {
+    pub account: String,
+    /// The member role's ARN.
+    pub role: String,
+    /// What STS or the service said.
     pub why: String,
 }
 

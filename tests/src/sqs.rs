@@ -236,3 +236,72 @@ pub fn lambda_batch(events: &[serde_json::Value]) -> serde_json::Value {
         .collect();
     serde_json::json!({ "Records": records })
 }
+
+/// An event queue as the stack makes it: `<name>-events`, with the stack's visibility timeout
+/// (900 s: what a message no handler changed waits), redriven to `<name>-dlq` after
+/// `max_receives` receives.
+pub struct EventQueue {
+    pub url: String,
+    pub arn: String,
+    pub dlq_url: String,
+}
+
+/// The stack's visibility timeout of the event queue, for the default function timeout.
+pub const VISIBILITY_TIMEOUT: &str = "900";
+
+impl EventQueue {
+    pub async fn create(
+        sqs: &Client,
+        name: &str,
+        max_receives: usize,
+    ) -> anyhow::Result<EventQueue> {
+        let dlq_url = sqs
+            .create_queue()
+            .queue_name(format!("{name}-dlq"))
+            .send()
+            .await?
+            .queue_url()
+            .unwrap_or_default()
+            .to_string();
+        let dlq_arn = queue_arn(sqs, &dlq_url).await?;
+        let redrive =
+            serde_json::json!({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receives});
+        let url = sqs
+            .create_queue()
+            .queue_name(format!("{name}-events"))
+            .attributes(QueueAttributeName::RedrivePolicy, redrive.to_string())
+            .attributes(QueueAttributeName::VisibilityTimeout, VISIBILITY_TIMEOUT)
+            .send()
+            .await?
+            .queue_url()
+            .unwrap_or_default()
+            .to_string();
+        let arn = queue_arn(sqs, &url).await?;
+        Ok(EventQueue { url, arn, dlq_url })
+    }
+
+    /// The queue and `handler`, as the event source mapping joins them.
+    pub fn mapping<'a>(&'a self, sqs: &'a Client, handler: &'a Handler) -> Mapping<'a> {
+        Mapping {
+            sqs,
+            queue_url: &self.url,
+            queue_arn: &self.arn,
+            handler,
+        }
+    }
+}
+
+/// A queue's ARN.
+pub async fn queue_arn(sqs: &Client, url: &str) -> anyhow::Result<String> {
+    let attributes = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await?;
+    attributes
+        .attributes()
+        .and_then(|a| a.get(&QueueAttributeName::QueueArn))
+        .cloned()
+        .ok_or_else(|| anyhow::anyhow!("{url}: no QueueArn"))
+}

@@ -6,17 +6,21 @@
 //! `CompleteLifecycleAction`: the proxy answers it, and records who signed it and where), and
 //! forged or unserved accounts refused before any request is made. And one account never fails
 //! another: a batch mixing the own account's spot warning, a member's whose role denies
-//! `DescribeInstances` and one from an account whose role cannot be assumed, through the
-//! handler to the Kubernetes fake.
+//! `DescribeInstances` and one from a served account whose role cannot be assumed, through the
+//! handler to the Kubernetes fake; and on an SQS queue with its dead-letter queue, the
+//! unassumable account's warning comes back within seconds and ends in the dead-letter queue,
+//! never acknowledged.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use forewarn::adapters::accounts::{AccountSettings, Accounts};
 use forewarn::adapters::autoscaling::AsgLifecycle;
 use forewarn::adapters::ec2::Ec2Directory;
 use forewarn::adapters::embedded::EmbeddedStore;
 use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::adapters::sqs::SqsRedelivery;
 use forewarn::app::handler::Handler;
 use forewarn::domain::config::Config;
 use forewarn::domain::event::LifecycleAction;
@@ -29,6 +33,7 @@ use forewarn::ports::{
 use forewarn_tests::ec2::{Launch, Launched, any_image, launch};
 use forewarn_tests::moto::{runtime, shared};
 use forewarn_tests::proxy::{AwsCall, AwsFault, AwsProxy, FaultKind};
+use forewarn_tests::sqs::{EventQueue, drain_patiently};
 
 /// The deployment's account: moto's default, whose credentials the tests' configuration has.
 const OWN: &str = "123456789012";
@@ -360,11 +365,14 @@ fn a_role_that_cannot_be_assumed_fails_the_call_never_falls_back_to_own_credenti
             .unwrap_err();
         let text = err.to_string();
         assert!(text.contains("ec2:DescribeInstances"), "{text}");
-        // STS refused the role: the account is not served (see `one_account_never_fails_another`).
+        // STS refused the role of a served account: it cannot be reached, which may pass (never
+        // "not served"; see `one_account_never_fails_another`).
+        assert_eq!(err.not_served(), None);
         assert_eq!(
-            err.not_served().map(|n| n.account.as_str()),
+            err.unreachable().map(|u| u.account.as_str()),
             Some(UNASSUMABLE)
         );
+        assert!(err.retryable(), "{err}");
         assert!(
             text.contains("AccessDenied") && text.contains("infra/member.yaml"),
             "{text}"
@@ -477,13 +485,14 @@ async fn three_accounts(
     (own, theirs)
 }
 
-/// Issue 46, item 3: one account never fails another. One batch: a spot warning of the
-/// deployment's own account, one of a member whose role denies `ec2:DescribeInstances`, one of
-/// an account whose member role cannot be assumed (STS: `AccessDenied`, as for a role that does
-/// not exist). The own account's node is cordoned in that batch, and its record answered exactly
-/// as when it comes alone; the denied member's record fails alone, for good (the same call
-/// meets the same denial); the unassumable account's is acknowledged as not served, naming it,
-/// with no pool and no event id recorded.
+/// Issue 46, item 3, and issue 57, item 1: one account never fails another, and a served
+/// account's warnings are never acknowledged because forewarn could not act. One batch: a spot
+/// warning of the deployment's own account, one of a member whose role denies
+/// `ec2:DescribeInstances`, one of a served account whose member role cannot be assumed (STS:
+/// `AccessDenied`, as for a role that does not exist or no longer trusts the handler). The own
+/// account's node is cordoned in that batch, and its record answered exactly as when it comes
+/// alone; the two others fail alone, retryable (a role being re-created or propagated passes),
+/// each naming its account, counted as unreachable, with no pool and no event id recorded.
 #[test]
 fn one_account_never_fails_another() {
     runtime().block_on(async {
@@ -510,31 +519,34 @@ fn one_account_never_fails_another() {
         // The own account's warning: acted on in this batch, its node cordoned.
         assert_eq!(ours.outcome, Outcome::Acted, "{ours:#?}");
         assert!(unschedulable(&fake, &own.dns), "the own node is cordoned");
-        // The denied member's: failed alone, permanent, saying what EC2 said.
+        // The denied member's: failed alone, retryable, saying what EC2 said.
         assert_eq!(denied.outcome, Outcome::Failed, "{denied:#?}");
-        assert!(
-            denied.permanent,
-            "a denial is not retried soon: {denied:#?}"
-        );
+        assert!(!denied.permanent, "retried within the window: {denied:#?}");
+        assert_eq!(denied.account_unreachable.as_deref(), Some(MEMBER));
         let why = denied.reason.as_deref().unwrap_or_default();
         assert!(
             why.contains("ec2:DescribeInstances") && why.contains("UnauthorizedOperation"),
             "{why}"
         );
-        // The unassumable account's: acknowledged as not served, naming it.
-        assert_eq!(unassumable.outcome, Outcome::Ignored, "{unassumable:#?}");
+        // The unassumable account's: failed alone, retryable, naming the account and role.
+        assert_eq!(unassumable.outcome, Outcome::Failed, "{unassumable:#?}");
+        assert!(!unassumable.permanent, "{unassumable:#?}");
+        assert_eq!(
+            unassumable.account_unreachable.as_deref(),
+            Some(UNASSUMABLE)
+        );
         let why = unassumable.reason.as_deref().unwrap_or_default();
         assert!(
-            why.contains(&format!("account {UNASSUMABLE} is not served"))
-                && why.contains(&format!("arn:aws:iam::{UNASSUMABLE}:role/{ROLE}"))
-                && why.contains("AccessDenied")
-                && why.contains("no pool recorded"),
+            why.contains(&format!(
+                "account {UNASSUMABLE} is served but cannot be reached"
+            )) && why.contains(&format!("arn:aws:iam::{UNASSUMABLE}:role/{ROLE}"))
+                && why.contains("AccessDenied"),
             "{why}"
         );
-        // Only the denied member's message comes back.
+        // Both come back; the own account's is done.
         assert_eq!(
             inv.response["batchItemFailures"],
-            serde_json::json!([{"itemIdentifier": "m0"}])
+            serde_json::json!([{"itemIdentifier": "m0"}, {"itemIdentifier": "m2"}])
         );
         // Nothing recorded of the unassumable account (nor of the denied one): the own
         // account's pool alone.
@@ -585,6 +597,88 @@ fn one_account_never_fails_another() {
         let inv = alone.invoke(batch, None).await.unwrap();
         assert_eq!(said(ours), said(&inv.reports[0]));
         assert!(unschedulable(&alone_fake, &own.dns));
+    });
+}
+
+/// Issue 57, item 1, on a queue as the stack makes it (900 s visibility, a dead-letter queue
+/// after 3 receives) and the handler as deployed (it holds its batch and brings failed messages
+/// back): a served account whose member role STS refuses is never acknowledged. Its warning
+/// fails at each receive and comes back within seconds (were it left to the queue's 900 s, the
+/// drain would not see it again), then rests in the dead-letter queue, whole, where the alarm
+/// watches; the own account's warning in the same first batch is cordoned as usual.
+#[test]
+fn a_served_accounts_warning_its_role_refused_comes_back_then_rests_in_the_dlq() {
+    runtime().block_on(async {
+        let (proxy, base) = proxied().await;
+        let cluster = forewarn_tests::moto::unique_name("unreachable");
+        let (own, _) = three_accounts(&proxy, &base, &cluster).await;
+        let fake = forewarn_tests::cluster::deployed().await;
+        fake.insert(ec2_node(&own.dns, &own.id, &own.zone));
+        let dir = tempfile::tempdir().unwrap();
+        let sqs = aws_sdk_sqs::Client::new(&shared().sdk_config());
+        let queue = EventQueue::create(&sqs, &cluster, 3).await.unwrap();
+        let handler = Handler {
+            redelivery: Some(Arc::new(SqsRedelivery::new(sqs.clone()))),
+            ..handler_of(&base, &cluster, &fake, dir.path())
+        };
+        let time = chrono::Utc::now().to_rfc3339();
+        let unassumable = warning("ev-unassumable", "i-0a1b2c3d4e5f60009", UNASSUMABLE, &time);
+        for event in [warning("ev-own", &own.id, OWN, &time), unassumable.clone()] {
+            sqs.send_message()
+                .queue_url(&queue.url)
+                .message_body(event.to_string())
+                .send()
+                .await
+                .unwrap();
+        }
+        let drained = drain_patiently(
+            queue.mapping(&sqs, &handler),
+            10,
+            10,
+            None,
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+
+        let of_event = |id: &str| -> Vec<&forewarn::domain::report::Report> {
+            drained
+                .reports
+                .iter()
+                .filter(|r| r.event_id.as_deref() == Some(id))
+                .collect()
+        };
+        let ours = of_event("ev-own");
+        assert_eq!(ours.len(), 1, "{ours:#?}");
+        assert_eq!(ours[0].outcome, Outcome::Acted);
+        assert!(unschedulable(&fake, &own.dns), "the own node is cordoned");
+        // Received 3 times, failed each time, never acknowledged.
+        let theirs = of_event("ev-unassumable");
+        assert_eq!(theirs.len(), 3, "{theirs:#?}");
+        for report in &theirs {
+            assert_eq!(report.outcome, Outcome::Failed, "{report:#?}");
+            assert_eq!(report.account_unreachable.as_deref(), Some(UNASSUMABLE));
+        }
+        assert_eq!(drained.returned, 3);
+        // Then in the dead-letter queue, whole; nothing left on the queue.
+        let dead = forewarn_tests::sqs::peek_bodies(&sqs, &queue.dlq_url)
+            .await
+            .unwrap();
+        let dead: Vec<serde_json::Value> = dead
+            .iter()
+            .map(|b| serde_json::from_str(b).unwrap())
+            .collect();
+        assert_eq!(dead, [unassumable]);
+        assert_eq!(
+            forewarn_tests::sqs::left(&sqs, &queue.url).await.unwrap(),
+            0
+        );
+        let ids = ["ev-own", "ev-unassumable"].map(String::from);
+        let applied = handler.store.applied(&ids).await.unwrap();
+        assert_eq!(
+            applied,
+            std::collections::HashSet::from(["ev-own".to_string()])
+        );
     });
 }
 

@@ -11,6 +11,8 @@
 //! checked first: an account that is not 12 digits, or a region that is not a region's name, is
 //! refused, never put into an ARN; and without `FOREWARN_MEMBER_ROLE` an event of another account
 //! is refused, naming the account, rather than answered with the deployment's own credentials.
+//! A served account whose role STS refuses, or whose role is refused a call, is
+//! [`AccountUnreachable`]: its events fail and come back, they are never acknowledged.
 //! [`PerPlace`] keeps one client of a service per place on top of it.
 
 use std::collections::HashMap;
@@ -22,7 +24,7 @@ use aws_credential_types::provider::SharedCredentialsProvider;
 
 pub use crate::domain::clusters::{is_account_id, is_region};
 use crate::domain::vars::{ConfigError, Vars};
-use crate::ports::{FailureKind, NotServed, Place};
+use crate::ports::{AccountUnreachable, DirectoryError, FailureKind, NotServed, Place};
 
 /// The name of the role assumed in a member account (`forewarn-member`); unset: the deployment
 /// serves its own account only.
@@ -373,27 +375,22 @@ impl Accounts {
         Ok(configs.entry(target).or_insert(config).clone())
     }
 
-    /// The account of `place` is not served when `error`, met by a call there, is its member
-    /// role refused by STS ([`role_refusal`]): the account never deployed `infra/member.yaml`,
-    /// or its role does not trust this deployment. `None` for any other error, and for the own
-    /// account (whose calls assume no role).
-    pub fn refused(
-        &self,
-        place: &Place,
-        error: &(dyn std::error::Error + 'static),
-    ) -> Option<NotServed> {
+    /// The account of `place`, a served member account, cannot be reached when `error`, met by
+    /// a call there, is its member role refused by STS ([`role_refusal`]) or a call the role
+    /// made refused as forbidden ([`AccountUnreachable`]: its events fail, to be retried, and
+    /// are never acknowledged). `None` for any other error, and for the own account (whose
+    /// calls assume no role).
+    pub fn unreachable(&self, place: &Place, error: &DirectoryError) -> Option<AccountUnreachable> {
         let Ok(Target::Member { account, region }) = self.target(place) else {
             return None;
         };
-        let refusal = role_refusal(error)?;
+        let why = match role_refusal(error) {
+            Some(refusal) => refusal,
+            None if error.kind == FailureKind::Forbidden => error.to_string(),
+            None => return None,
+        };
         let role = self.role_arn(&account, &region).unwrap_or_default();
-        Some(NotServed {
-            account,
-            why: format!(
-                "its member role {role} cannot be assumed ({refusal}): deploy infra/member.yaml \
-                 in that account, trusting this deployment, to serve it"
-            ),
-        })
+        Some(AccountUnreachable { account, role, why })
     }
 
     fn cached(&self, target: &Target) -> Option<SdkConfig> {
@@ -434,14 +431,10 @@ impl<C: Clone> PerPlace<C> {
         &self.own
     }
 
-    /// The account of `place` is not served, as `error` (met by a call there) says: see
-    /// [`Accounts::refused`].
-    pub fn refused(
-        &self,
-        place: &Place,
-        error: &(dyn std::error::Error + 'static),
-    ) -> Option<NotServed> {
-        self.accounts.as_ref()?.refused(place, error)
+    /// The account of `place` cannot be reached, as `error` (met by a call there) says: see
+    /// [`Accounts::unreachable`].
+    pub fn unreachable(&self, place: &Place, error: &DirectoryError) -> Option<AccountUnreachable> {
+        self.accounts.as_ref()?.unreachable(place, error)
     }
 
     /// The client for calls about `place`.
@@ -707,11 +700,12 @@ mod tests {
         assert!(unknown.target(&place(Some("x"), None)).is_err());
     }
 
-    /// A member role STS refuses (`AccessDenied`: no such role, or it does not trust this
-    /// deployment), found below the errors that wrap it, makes its account not served; any
-    /// other STS error, another error, or the own account's place does not.
+    /// A served member account whose role STS refuses (`AccessDenied`: no such role, or it
+    /// does not trust this deployment), found below the errors that wrap it, or whose role is
+    /// refused a call, cannot be reached: never "not served". Any other STS error, another
+    /// error, or the own account's place is not that.
     #[test]
-    fn a_role_sts_refuses_makes_its_account_not_served() {
+    fn a_served_account_whose_role_is_refused_is_unreachable_not_unserved() {
         use aws_credential_types::provider::error::CredentialsError;
         use aws_sdk_sts::error::ErrorMetadata;
         use aws_sdk_sts::operation::assume_role::AssumeRoleError;
@@ -725,8 +719,10 @@ mod tests {
                 CredentialsError::provider_error(AssumeRoleError::generic(meta)),
             )
         };
-        let refused = sts("AccessDenied");
-        let said = role_refusal(&refused).unwrap();
+        let lookup = |kind: FailureKind, code: &str| {
+            DirectoryError::new("ec2:DescribeInstances", kind, sts(code))
+        };
+        let said = role_refusal(&sts("AccessDenied")).unwrap();
         assert!(
             said.starts_with("sts:AssumeRole: AccessDenied: User: arn:aws:sts"),
             "{said}"
@@ -734,24 +730,44 @@ mod tests {
         assert_eq!(role_refusal(&sts("RegionDisabledException")), None);
         assert_eq!(role_refusal(&std::io::Error::other("AccessDenied")), None);
         let org = accounts(Some("123456789012"), Some("forewarn-member"));
-        let not_served = org
-            .refused(&place(Some("222222222222"), Some("eu-west-1")), &refused)
+        let member = place(Some("222222222222"), Some("eu-west-1"));
+        let unreachable = org
+            .unreachable(&member, &lookup(FailureKind::Unknown, "AccessDenied"))
             .unwrap();
-        assert_eq!(not_served.account, "222222222222");
-        let text = not_served.to_string();
+        assert_eq!(unreachable.account, "222222222222");
+        assert_eq!(
+            unreachable.role,
+            "arn:aws:iam::222222222222:role/forewarn-member"
+        );
+        let text = unreachable.to_string();
         assert!(
-            text.contains("account 222222222222 is not served")
+            text.contains("account 222222222222 is served but cannot be reached")
                 && text.contains("arn:aws:iam::222222222222:role/forewarn-member")
                 && text.contains("AccessDenied")
+                && text.contains("dead-letter queue")
                 && text.contains("infra/member.yaml"),
             "{text}"
         );
+        // The role assumed, but refused the call (EC2's UnauthorizedOperation is forbidden).
+        let denied = DirectoryError::new(
+            "ec2:DescribeInstances",
+            FailureKind::Forbidden,
+            "UnauthorizedOperation: not authorized",
+        );
+        let unreachable = org.unreachable(&member, &denied).unwrap();
+        assert!(
+            unreachable.why.contains("UnauthorizedOperation"),
+            "{unreachable}"
+        );
+        // The own account assumes no role; a throttle is a throttle.
+        let own = place(Some("123456789012"), None);
         assert_eq!(
-            org.refused(&place(Some("123456789012"), None), &refused),
+            org.unreachable(&own, &lookup(FailureKind::Unknown, "AccessDenied")),
             None
         );
+        assert_eq!(org.unreachable(&own, &denied), None);
         assert_eq!(
-            org.refused(&place(Some("222222222222"), None), &sts("Throttling")),
+            org.unreachable(&member, &lookup(FailureKind::Throttled, "Throttling")),
             None
         );
         // No member role at all: an event of another account is of an account not served.

@@ -151,7 +151,9 @@ impl InstanceDirectory for Ec2Directory {
     /// In the account and region of `place`: the own client for the own ones, else one on a
     /// member account's role ([`Accounts`]). A place that cannot be served fails the lookup,
     /// naming it: a forged account or region as invalid; an account without a member role to
-    /// assume (none configured, or STS refuses it) with [`crate::ports::NotServed`] as its source.
+    /// assume (none configured, or no cluster of it served) with [`crate::ports::NotServed`] as
+    /// its source; a served account whose role is refused with
+    /// [`crate::ports::AccountUnreachable`].
     async fn describe_at(
         &self,
         place: &Place,
@@ -271,11 +273,12 @@ impl Ec2Directory {
             .map_err(|e| e.for_lookup(call))
     }
 
-    /// `error`, an answer of `place`'s client to `call`: a refused role says the account is
-    /// not served.
+    /// `error`, an answer of `place`'s client to `call`: a served member account whose role is
+    /// refused (by STS, or the call by the role) cannot be reached, which may pass (a role
+    /// being re-created, IAM propagating): retryable.
     fn said(&self, place: &Place, call: &'static str, error: DirectoryError) -> DirectoryError {
-        match self.places.refused(place, &error) {
-            Some(not_served) => DirectoryError::new(call, FailureKind::Forbidden, not_served),
+        match self.places.unreachable(place, &error) {
+            Some(unreachable) => DirectoryError::new(call, FailureKind::Unavailable, unreachable),
             None => error,
         }
     }

@@ -568,6 +568,7 @@ mod tests {
             permanent: false,
             traffic: None,
             retry_not_before: None,
+            account_unreachable: None,
         }
     }
 

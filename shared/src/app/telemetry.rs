@@ -254,6 +254,9 @@ fn log_report(report: &Report) {
 ///   `Zone`: from the event's time to the node's cordon (for a `delete`, which cordons
 ///   nothing, to `now`, the end of the batch), for events acted on. It includes the wait in
 ///   the queue.
+/// - `AccountUnreachable` (Count), without dimensions (what the stack's alarm watches) and by
+///   `Account`: records of a served member account that failed because its member role could
+///   not be assumed or was refused the lookups.
 ///
 /// A record handled in a named cluster (a deployment serving several) is counted under each
 /// dimension set as it is and once more with `Cluster` first (`Cluster`, `Kind`, ...): the
@@ -279,6 +282,13 @@ pub fn emf_documents(report: &Report, now: DateTime<Utc>) -> Vec<Value> {
     }
     let mut docs = emf.received(report);
     docs.extend(emf.actions(report));
+    if let Some(account) = &report.account_unreachable {
+        docs.push(emf.doc(
+            &[&[], &["Account"]],
+            json!([{"Name": "AccountUnreachable", "Unit": "Count"}]),
+            json!({"Account": account, "AccountUnreachable": 1}),
+        ));
+    }
     if matches!(report.outcome, Outcome::Acted | Outcome::Planned) {
         docs.extend(emf.pools_marked(report));
     }
@@ -515,6 +525,7 @@ mod tests {
             permanent: false,
             traffic: None,
             retry_not_before: None,
+            account_unreachable: None,
         }
     }
 
@@ -648,6 +659,31 @@ mod tests {
             ["EventsReceived", "EventsReceived", "Actions"]
         );
         assert_eq!(failed[2]["Result"], "failed");
+    }
+
+    /// A record of a served account that could not be reached is counted in
+    /// `AccountUnreachable`, in all (the alarm's) and by account.
+    #[test]
+    fn an_unreachable_accounts_records_are_counted_by_account() {
+        let mut r = report(Outcome::Failed);
+        r.account_unreachable = Some("222222222222".into());
+        let docs = emf_documents(&r, chrono::Utc::now());
+        assert_eq!(
+            metric_names(&docs),
+            [
+                "EventsReceived",
+                "EventsReceived",
+                "Actions",
+                "AccountUnreachable"
+            ]
+        );
+        let doc = &docs[3];
+        assert_eq!(doc["AccountUnreachable"], 1);
+        assert_eq!(doc["Account"], "222222222222");
+        assert_eq!(
+            doc["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+            json!([[], ["Account"]])
+        );
     }
 
     #[test]

@@ -133,6 +133,10 @@ pub struct Report {
     /// back no sooner.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_not_before: Option<DateTime<Utc>>,
+    /// The served account whose member role could not be assumed, or was refused the lookups
+    /// (the record failed, to be retried): what the `AccountUnreachable` metric counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account_unreachable: Option<String>,
 }
 
 impl Report {
@@ -156,6 +160,7 @@ impl Report {
             permanent: false,
             traffic: None,
             retry_not_before: None,
+            account_unreachable: None,
         }
     }
 

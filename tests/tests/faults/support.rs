@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use aws_config::retry::RetryConfig;
 use aws_sdk_ec2::types::InstanceType;
-use aws_sdk_sqs::types::QueueAttributeName;
 use forewarn::adapters::autoscaling::AsgLifecycle;
 use forewarn::adapters::dynamo::DynamoStore;
 use forewarn::adapters::ec2::Ec2Directory;
@@ -27,15 +26,12 @@ use forewarn::ports::PoolStore;
 use forewarn_tests::ec2::{Launch, Launched as Instance, any_image, launch};
 use forewarn_tests::moto::{create_pool_table, shared, unique_name};
 use forewarn_tests::proxy::AwsProxy;
-use forewarn_tests::sqs::{Drained, Mapping, drain_patiently, drain_within};
+use forewarn_tests::sqs::{Drained, EventQueue, Mapping, drain_patiently, drain_within};
 use kube_fake::{KubeFake, Method};
 use serde_json::{Value, json};
 
 /// Receives before a message goes to the DLQ.
 pub(crate) const MAX_RECEIVES: usize = 3;
-/// The event queue's visibility timeout, as the stack sets it for the default function timeout:
-/// a failed message that the handler does not bring back sooner is not seen again by a test.
-pub(crate) const VISIBILITY_TIMEOUT: &str = "900";
 pub(crate) const BATCH: i32 = 10;
 
 /// One test's world: its table, queues, instances, cluster and handler.
@@ -102,30 +98,13 @@ impl World {
             .expect("the pool table");
 
         let sqs = aws_sdk_sqs::Client::new(&sdk);
-        let dlq_url = sqs
-            .create_queue()
-            .queue_name(format!("{cluster}-dlq"))
-            .send()
+        let EventQueue {
+            url: queue_url,
+            arn: queue_arn,
+            dlq_url,
+        } = EventQueue::create(&sqs, &cluster, options.max_receives)
             .await
-            .unwrap()
-            .queue_url()
-            .unwrap()
-            .to_string();
-        let dlq_arn = queue_arn(&sqs, &dlq_url).await;
-        let redrive =
-            json!({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": options.max_receives});
-        let queue_url = sqs
-            .create_queue()
-            .queue_name(format!("{cluster}-events"))
-            .attributes(QueueAttributeName::RedrivePolicy, redrive.to_string())
-            .attributes(QueueAttributeName::VisibilityTimeout, VISIBILITY_TIMEOUT)
-            .send()
-            .await
-            .unwrap()
-            .queue_url()
-            .unwrap()
-            .to_string();
-        let queue_arn = queue_arn(&sqs, &queue_url).await;
+            .expect("the event queue");
 
         let ec2 = aws_sdk_ec2::Client::new(&sdk);
         let image = any_image(&ec2).await.unwrap();
@@ -470,18 +449,6 @@ impl World {
             "nothing left on the queue"
         );
     }
-}
-
-async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> String {
-    sqs.get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .unwrap()
-        .attributes()
-        .unwrap()[&QueueAttributeName::QueueArn]
-        .clone()
 }
 
 pub(crate) fn node(i: &Instance) -> Value {

@@ -131,6 +131,7 @@ fn the_dashboard_searches_dimension_sets_the_functions_emit() {
         permanent: false,
         traffic: None,
         retry_not_before: None,
+        account_unreachable: None,
     };
     let emitted: Vec<Vec<String>> =
         forewarn::app::telemetry::emf_documents(&report, chrono::Utc::now())

@@ -4,9 +4,12 @@
 //!
 //! - A place whose lookup failed fails its own events only, retryable or not as its error says
 //!   (a throttle comes back soon; a role that denies `ec2:DescribeInstances` is permanent).
-//! - A place of an account this deployment does not serve ([`NotServed`]: no member role can be
-//!   assumed there) acknowledges its events: ignored, with the account named, nothing done and
-//!   no pool recorded.
+//! - A place of an account this deployment does not serve ([`NotServed`]: no member role, or
+//!   no cluster of it named) acknowledges its events: ignored, with the account named, nothing
+//!   done and no pool recorded.
+//! - A place of a served account that cannot be reached ([`AccountUnreachable`]: its member role
+//!   refused) fails its events as retryable, naming the account and the role: never
+//!   acknowledged.
 //!
 //! The events of every other place are handled as if the batch held them alone.
 
@@ -18,7 +21,9 @@ use crate::domain::event::Event;
 use crate::domain::facts::InstanceFacts;
 use crate::domain::inbound::Record;
 use crate::domain::report::{Outcome, Report};
-use crate::ports::{DirectoryError, FailureKind, InstanceDirectory, NotServed, Place};
+use crate::ports::{
+    AccountUnreachable, DirectoryError, FailureKind, InstanceDirectory, NotServed, Place,
+};
 
 /// The place of `event`: its account and region.
 pub fn place_of(event: &Event) -> Place {
@@ -39,6 +44,8 @@ pub struct PlaceFailure {
     message: String,
     /// The account is not served: its events are acknowledged, not failed.
     not_served: Option<NotServed>,
+    /// The account is served but cannot be reached: its events fail, retryable.
+    unreachable: Option<AccountUnreachable>,
 }
 
 impl PlaceFailure {
@@ -50,14 +57,17 @@ impl PlaceFailure {
             kind: error.kind,
             message: error.source.to_string(),
             not_served: error.not_served().cloned(),
+            unreachable: error.unreachable().cloned(),
         }
     }
 
-    /// The error again (with [`NotServed`] as its source when it was the source's).
+    /// The error again (with [`NotServed`] or [`AccountUnreachable`] as its source when it was
+    /// the source's).
     pub fn error(&self) -> DirectoryError {
-        let source: crate::ports::BoxError = match &self.not_served {
-            Some(not_served) => Box::new(not_served.clone()),
-            None => self.message.clone().into(),
+        let source: crate::ports::BoxError = match (&self.not_served, &self.unreachable) {
+            (Some(not_served), _) => Box::new(not_served.clone()),
+            (None, Some(unreachable)) => Box::new(unreachable.clone()),
+            (None, None) => self.message.clone().into(),
         };
         DirectoryError {
             doing: self.doing.clone(),
@@ -71,7 +81,8 @@ impl PlaceFailure {
     }
 
     /// The report of `record`, an event of the place: acknowledged when its account is not
-    /// served; else failed, retryable as the error says.
+    /// served; else failed, retryable as the error says (an account that cannot be reached
+    /// named in the report, for its metric).
     pub fn report(&self, record: &Record) -> Report {
         match &self.not_served {
             Some(not_served) => {
@@ -84,7 +95,10 @@ impl PlaceFailure {
             }
             None => {
                 let error = self.error();
-                Report::new(record).failed_as(error.to_string(), error.retryable())
+                let mut report =
+                    Report::new(record).failed_as(error.to_string(), error.retryable());
+                report.account_unreachable = self.unreachable.as_ref().map(|u| u.account.clone());
+                report
             }
         }
     }
@@ -188,13 +202,19 @@ pub async fn describe_events(instances: &dyn InstanceDirectory, events: &[&Event
         match answer {
             Ok(facts) => described.found.extend(facts),
             Err(e) => {
-                match e.not_served() {
-                    Some(not_served) => tracing::warn!(
+                match (e.not_served(), e.unreachable()) {
+                    (Some(not_served), _) => tracing::warn!(
                         account = %not_served.account,
                         why = %not_served.why,
                         "an account not served: its events are acknowledged, nothing done"
                     ),
-                    None => tracing::warn!(
+                    (None, Some(unreachable)) => tracing::error!(
+                        account = %unreachable.account,
+                        role = %unreachable.role,
+                        why = %unreachable.why,
+                        "a served account cannot be reached through its member role: its events fail and come back"
+                    ),
+                    (None, None) => tracing::warn!(
                         account = place.account.as_deref().unwrap_or_default(),
                         region = place.region.as_deref().unwrap_or_default(),
                         error = %e,
@@ -268,6 +288,37 @@ mod tests {
                 Some("ec2:DescribeInstances: page 2: refused")
             );
         }
+    }
+
+    /// A served account that cannot be reached fails its events as retryable, naming the
+    /// account and the role, and the report carries the account for its metric; the copy of
+    /// the failure keeps it.
+    #[test]
+    fn an_unreachable_accounts_events_fail_to_come_back() {
+        let unreachable = AccountUnreachable {
+            account: "222222222222".into(),
+            role: "arn:aws:iam::222222222222:role/forewarn-member".into(),
+            why: "sts:AssumeRole: AccessDenied".into(),
+        };
+        let error = DirectoryError::new(
+            "ec2:DescribeInstances",
+            FailureKind::Unavailable,
+            unreachable.clone(),
+        );
+        let failure = PlaceFailure::of(&error);
+        assert_eq!(failure.not_served(), None);
+        assert_eq!(failure.error().unreachable(), Some(&unreachable));
+        let report = failure.report(&record("222222222222"));
+        assert_eq!(report.outcome, Outcome::Failed);
+        assert!(!report.permanent, "retried within the window");
+        assert_eq!(report.account_unreachable.as_deref(), Some("222222222222"));
+        let why = report.reason.unwrap();
+        assert!(
+            why.contains("account 222222222222 is served but cannot be reached")
+                && why.contains("role/forewarn-member")
+                && why.contains("AccessDenied"),
+            "{why}"
+        );
     }
 
     /// Each place answers as its lookup did; an event naming no instance is of no failed place.
