@@ -93,6 +93,39 @@ pub fn extra_env(flag: &str, raw: &[String]) -> anyhow::Result<Vec<String>> {
     Ok(raw.to_vec())
 }
 
+/// Refuses `vars` (a function's environment file, `KEY=VALUE` a line, the last of a name
+/// winning), read as cargo lambda's `--env-file` reads it (dotenv: a quoted value unquoted),
+/// when the function `binary` would refuse it at its start, by the settings' own parser: a
+/// function that cannot start holds its batches for the queue's visibility timeout. The error
+/// names the variable and what is wrong, never the value (a webhook URL is a secret). Lines
+/// that are not `KEY=VALUE` (a dry run's `<HandlerEnvFile>`) say nothing.
+pub fn starts_with(binary: &str, vars: &[String]) -> anyhow::Result<()> {
+    let file: String = vars
+        .iter()
+        .filter(|line| line.contains('='))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let mut set = std::collections::BTreeMap::new();
+    for entry in dotenvy::from_read_iter(file.as_bytes()) {
+        let (key, value) = entry.map_err(|e| {
+            anyhow!(
+                "function {binary}: its environment file is not read as cargo lambda reads it: {e}"
+            )
+        })?;
+        set.insert(key, value);
+    }
+    forewarn::app::settings::Settings::from_lookup(|name| set.get(name).cloned())
+        .map(|_| ())
+        .map_err(|e| {
+            anyhow!(
+                "function {binary}: {}: {}; the function would refuse to start, so nothing is \
+                 deployed",
+                e.variable,
+                e.message
+            )
+        })
+}
+
 /// The handler's taint as its environment (`--handler-env`) sets it: key, effect, and whether
 /// it uses NTH's keys (FOREWARN_TAINT_KEY, FOREWARN_TAINT_EFFECT, the retired FOREWARN_TAINT_KEYS, each
 /// with the handler's default when not given); a bad value is an error naming it.
@@ -287,6 +320,52 @@ pub fn run(program: &str, args: &[String], dir: &Path, echo: bool) -> anyhow::Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An environment the function would refuse at its start is refused before the deploy,
+    /// naming the variable and what is wrong, never the value; the last of a name wins, as in
+    /// the file Lambda is given; a dry run's placeholder line says nothing.
+    #[test]
+    fn an_environment_the_function_would_refuse_is_refused_before_the_deploy() {
+        let env = |vars: &[&str]| vars.iter().map(|v| v.to_string()).collect::<Vec<_>>();
+        starts_with(
+            "interruption-handler",
+            &env(&[
+                "<HandlerEnvFile>",
+                "FOREWARN_CLUSTERS=prod",
+                "FOREWARN_DRY_RUN=false",
+                "FOREWARN_POLICY_ALLOW=\"cordon cordon-drain\"",
+            ]),
+        )
+        .unwrap();
+        let err = starts_with(
+            "interruption-handler",
+            &env(&["FOREWARN_CONCURRENCY=8", "FOREWARN_CONCURRENCY=lots"]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with("function interruption-handler: FOREWARN_CONCURRENCY: ")
+                && err.contains("nothing is deployed")
+                && !err.contains("lots"),
+            "{err}"
+        );
+        let secret = "https://hooks.example.invalid/T000/very-secret";
+        let err = starts_with(
+            "pool-sweeper",
+            &env(&["FOREWARN_WEBHOOK_URL=ftp://hooks.example.invalid/very-secret"]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("FOREWARN_WEBHOOK_URL") && !err.contains("very-secret"),
+            "{err}"
+        );
+        starts_with(
+            "pool-sweeper",
+            &env(&[&format!("FOREWARN_WEBHOOK_URL={secret}")]),
+        )
+        .unwrap();
+    }
 
     #[test]
     fn the_command_lines_of_docs_deploy_md() {

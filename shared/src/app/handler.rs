@@ -385,7 +385,20 @@ impl Handler {
         let mut records = inbound::decode_sqs_messages("sqs", &messages, now);
         let own = records.len();
         records.extend(self.kept_due(&messages, now));
-        let mut reports = self.process(&records, deadline).await;
+        let mut reports = match &self.redelivery {
+            Some(redelivery) => {
+                let done = tokio::sync::Notify::new();
+                let work = async {
+                    let reports = self.process(&records, deadline).await;
+                    done.notify_one();
+                    reports
+                };
+                let leases = leases(batch);
+                let held = self.hold(redelivery.as_ref(), &leases, &done);
+                tokio::join!(work, held).0
+            }
+            None => self.process(&records, deadline).await,
+        };
         // The kept copies' reports are logged; the answer is about the batch's messages.
         reports.truncate(own);
         if let Some(redelivery) = &self.redelivery {
@@ -434,6 +447,54 @@ impl Handler {
             r.kept = true;
         }
         records
+    }
+
+    /// Keeps the batch's `messages` invisible [`LEASE`] at a time while the batch is worked on,
+    /// until `done`: set at once (the queue's visibility timeout, 900 s in the stack, is not
+    /// what a dead invocation's messages wait out), and renewed every half lease. Runs beside
+    /// the work, so the first cordon does not wait for it. Whatever ends the invocation without
+    /// an answer (out of memory, a panic, the deadline) leaves its messages visible again
+    /// within a lease of the last renewal. A renewal that fails is logged: the messages may
+    /// then come back while still worked on, and are handled again as any duplicate is.
+    async fn hold(
+        &self,
+        redelivery: &dyn Redelivery,
+        messages: &[Redeliver],
+        done: &tokio::sync::Notify,
+    ) {
+        if messages.is_empty() {
+            return;
+        }
+        loop {
+            let renewed = self.clock.now();
+            let renewing = async {
+                match redelivery.redeliver(messages).await {
+                    Ok(held) if held < messages.len() => tracing::warn!(
+                        messages = messages.len(),
+                        held,
+                        "some of the batch's messages could not be held: they may come back while still worked on"
+                    ),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(
+                        error = %e,
+                        "the batch's messages could not be held: they may come back while still worked on"
+                    ),
+                }
+            };
+            // A renewal is never cut short by the work's end (the failed messages' own
+            // visibility, set after the hold, is the last word), only by half a lease.
+            let next = renewed + span(LEASE / 2);
+            if until(self.clock.as_ref(), next, renewing).await.is_none() {
+                tracing::warn!(
+                    "holding the batch's messages timed out: they may come back while still worked on"
+                );
+            }
+            tokio::select! {
+                biased;
+                () = done.notified() => return,
+                () = self.clock.alarm(next) => {}
+            }
+        }
     }
 
     /// Shortens the visibility of every message reported failed, by the [`RetryPolicy`]. Best
@@ -543,6 +604,29 @@ impl Handler {
         let response = serde_json::to_value(&reports).map_err(HandlerError::Answer)?;
         Ok(Invocation { response, reports })
     }
+}
+
+/// How long a batch's messages stay invisible at a time while the handler works on them
+/// (renewed every half of it, see `Handler::hold`): what a dead invocation's messages wait
+/// before another invocation gets them. Lambda's own hold is the queue's visibility timeout
+/// (900 s in the stack, six times the function's timeout, as Lambda requires).
+pub const LEASE: Duration = Duration::from_secs(20);
+
+/// The leases of a batch's messages: each held [`LEASE`] (a message without an id, a receipt
+/// handle or a queue cannot be held).
+fn leases(batch: &SqsEvent) -> Vec<Redeliver> {
+    batch
+        .records
+        .iter()
+        .filter_map(|m| {
+            Some(Redeliver {
+                queue_arn: m.event_source_arn.clone()?,
+                receipt_handle: m.receipt_handle.clone()?,
+                message_id: m.message_id.clone()?,
+                delay: LEASE,
+            })
+        })
+        .collect()
 }
 
 /// When the work of a failed event stops being worth doing soon: its earliest drain deadline;
@@ -758,9 +842,9 @@ mod tests {
         assert!(h.invoke(json!([1]), None).await.is_err());
     }
 
-    /// Records what it is asked to redeliver.
+    /// Records each call: what it is asked to redeliver.
     #[derive(Default)]
-    struct Recorder(std::sync::Mutex<Vec<Redeliver>>);
+    struct Recorder(std::sync::Mutex<Vec<Vec<Redeliver>>>);
 
     #[async_trait::async_trait]
     impl Redelivery for Recorder {
@@ -768,8 +852,69 @@ mod tests {
             &self,
             messages: &[Redeliver],
         ) -> Result<usize, crate::ports::QueueError> {
-            self.0.lock().unwrap().extend(messages.iter().cloned());
+            self.0.lock().unwrap().push(messages.to_vec());
             Ok(messages.len())
+        }
+    }
+
+    impl Recorder {
+        /// The batch's lease (the first call: every message held [`LEASE`]) and the failed
+        /// messages brought back (the last call), checking that there was nothing else (the
+        /// manual clock did not move half a lease on).
+        fn lease_and_retries(&self) -> (Vec<Redeliver>, Vec<Redeliver>) {
+            let calls = self.0.lock().unwrap().clone();
+            let [lease, retries] = &calls[..] else {
+                panic!("a lease and the retries: {calls:#?}");
+            };
+            assert!(lease.iter().all(|m| m.delay == LEASE), "{lease:#?}");
+            (lease.clone(), retries.clone())
+        }
+    }
+
+    /// A batch's messages are held a lease at a time while it is worked on: at once, then
+    /// every half lease on the handler's clock, and no more once the work is done (so the
+    /// failed messages' own visibility, set after it, is the last word).
+    #[tokio::test]
+    async fn a_batch_is_held_a_lease_at_a_time_while_it_is_worked_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock =
+            crate::adapters::clock::ManualClock::at("2026-11-20T10:00:10Z".parse().unwrap());
+        let h = Handler {
+            clock: clock.shared(),
+            ..handler(dir.path())
+        };
+        let recorder = Recorder::default();
+        let batch: SqsEvent = serde_json::from_value(json!({"Records": [
+            {"messageId": "a", "receiptHandle": "rh-a", "body": "{}", "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:q"},
+            {"messageId": "b", "receiptHandle": "rh-b", "body": "{}", "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:q"},
+            {"messageId": "kept", "body": "{}"}
+        ]}))
+        .unwrap();
+        let messages = leases(&batch);
+        assert_eq!(
+            messages.len(),
+            2,
+            "a message without a receipt handle is not held"
+        );
+        let done = tokio::sync::Notify::new();
+        let work = async {
+            // 25 s of work, in steps: the lease is renewed at 10 s and at 20 s.
+            for _ in 0..5 {
+                tokio::task::yield_now().await;
+                clock.advance(LEASE / 4);
+                tokio::task::yield_now().await;
+            }
+            done.notify_one();
+        };
+        tokio::join!(work, h.hold(&recorder, &messages, &done));
+        let calls = recorder.0.lock().unwrap().clone();
+        assert_eq!(calls.len(), 3, "{calls:#?}");
+        for call in &calls {
+            let held: Vec<(&str, &str, Duration)> = call
+                .iter()
+                .map(|m| (m.message_id.as_str(), m.receipt_handle.as_str(), m.delay))
+                .collect();
+            assert_eq!(held, [("a", "rh-a", LEASE), ("b", "rh-b", LEASE)]);
         }
     }
 
@@ -853,7 +998,10 @@ mod tests {
             inv.response,
             json!({"batchItemFailures": [{"itemIdentifier": "junk"}, {"itemIdentifier": "late"}]})
         );
-        let asked = recorder.0.lock().unwrap().clone();
+        let (lease, asked) = recorder.lease_and_retries();
+        // Every message of the batch was held while it was worked on.
+        let held: Vec<&str> = lease.iter().map(|m| m.message_id.as_str()).collect();
+        assert_eq!(held, ["junk", "late", "other"]);
         let by_id: std::collections::BTreeMap<&str, &Redeliver> =
             asked.iter().map(|m| (m.message_id.as_str(), m)).collect();
         assert_eq!(by_id.len(), 2, "{asked:?}");
@@ -888,7 +1036,7 @@ mod tests {
             let inv = h.invoke(payload.clone(), None).await.unwrap();
             assert_eq!(inv.reports[0].outcome, Outcome::Failed);
             assert_eq!(inv.reports[0].permanent, !kind.retryable(), "{kind:?}");
-            let asked = recorder.0.lock().unwrap().clone();
+            let (_, asked) = recorder.lease_and_retries();
             assert_eq!(asked.len(), 1, "{asked:?}");
             delays.push(asked[0].delay);
         }

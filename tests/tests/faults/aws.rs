@@ -225,11 +225,12 @@ fn a_failed_visibility_change_leaves_the_message_to_its_visibility_timeout() {
                 .path_contains("/api/v1/nodes/")
                 .times(1),
         );
+        // Every visibility change fails: the batch's lease as well as the failed message's.
         world.proxy.inject(AwsFault::operation(
             "sqs",
             "ChangeMessageVisibilityBatch",
             FaultKind::Unreachable,
-            4,
+            100,
         ));
         let drained = world.drain_briefly(Duration::from_secs(8)).await;
         // The event failed; its message could not be brought back sooner, so it waits out the

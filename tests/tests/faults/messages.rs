@@ -1,17 +1,21 @@
-//! What arrives: the Lambda's time running out mid-batch, malformed and oversized messages
+//! What arrives: the Lambda's time running out mid-batch, an invocation killed mid-batch,
+//! malformed and oversized messages
 //! (poison pills), one event delivered ten times, the three events of one instance in every
 //! order, the lifecycle hook of another team's group, a state change older than the instance's
 //! launch, a far-future time beside a good record. Nothing legitimate is lost, nothing
 //! illegitimate is done.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::event::sqs::SqsEvent;
+use aws_sdk_sqs::types::MessageSystemAttributeName;
 
 use aws_sdk_ec2::types::InstanceType;
 use forewarn::domain::event::EventKind;
 use forewarn::domain::report::{Outcome, Report, Tally};
 use forewarn_tests::ec2::{Launch, any_image, launch};
 use forewarn_tests::moto::{runtime, unique_name};
-use forewarn_tests::sqs::drain_within;
+use forewarn_tests::sqs::{drain_within, in_flight, lambda_message};
 use serde_json::{Value, json};
 
 use crate::support::{
@@ -63,6 +67,79 @@ fn lambda_time_running_out_mid_batch_returns_the_rest_applied_once_later() {
             .assert_applied_once(&reports, &bodies.iter().collect::<Vec<_>>())
             .await;
         assert_pools_counted_once(&world).await;
+    });
+}
+
+/// Issue 57, item 2: an invocation that dies mid-batch (out of memory, a panic, the deadline:
+/// here its future is dropped while the API server hangs) gives its messages back within 30 s,
+/// not after the queue's 900 s visibility timeout: the handler held them a lease at a time.
+/// They are not visible while it works (the lease holds them), and another invocation then
+/// handles them as usual.
+#[test]
+fn an_invocation_killed_mid_batch_gives_its_messages_back_within_30_s() {
+    runtime().block_on(async {
+        let world = World::one().await;
+        let bodies = spot_warnings(&world).await;
+        world.fake.set_latency(Duration::from_secs(600));
+        let received = world
+            .sqs
+            .receive_message()
+            .queue_url(&world.queue_url)
+            .max_number_of_messages(BATCH)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .send()
+            .await
+            .unwrap();
+        let mut batch = SqsEvent::default();
+        batch.records = received
+            .messages()
+            .iter()
+            .map(|m| lambda_message(m, &world.queue_arn))
+            .collect();
+        assert_eq!(batch.records.len(), bodies.len());
+        let held = async {
+            while !world
+                .proxy
+                .calls()
+                .iter()
+                .any(|c| c.operation == "ChangeMessageVisibilityBatch" && c.status == 200)
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        tokio::select! {
+            _ = world.handler.handle_sqs(&batch, None) => panic!("the API server hangs: the batch cannot end"),
+            () = held => {}
+        }
+        // The invocation is gone (its future dropped), its messages neither answered nor
+        // deleted.
+        let killed = Instant::now();
+        world.fake.set_latency(Duration::ZERO);
+        assert_eq!(
+            in_flight(&world.sqs, &world.queue_url).await.unwrap(),
+            bodies.len(),
+            "held, not visible"
+        );
+        let mut back = Vec::new();
+        while back.len() < bodies.len() && killed.elapsed() < Duration::from_secs(30) {
+            let received = world
+                .sqs
+                .receive_message()
+                .queue_url(&world.queue_url)
+                .max_number_of_messages(BATCH)
+                .visibility_timeout(0)
+                .send()
+                .await
+                .unwrap();
+            back.extend(received.messages().iter().filter_map(|m| m.body().map(str::to_string)));
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        assert_eq!(back, texts(&bodies.iter().collect::<Vec<_>>()), "visible again within 30 s");
+        // The next invocation handles them.
+        let drained = world.drain(BATCH, None).await;
+        world
+            .assert_all_applied_once(&drained.reports, &bodies)
+            .await;
     });
 }
 
