@@ -842,10 +842,7 @@ pub async fn traffic_rounds_are_shared_and_never_lose_an_offer(s: Subject) {
         place: forewarn::ports::Place::of("123456789012", "us-east-1"),
         cluster: "blue".into(),
     };
-    let doomed = |id: &str| Doomed {
-        instance_id: id.into(),
-        addresses: vec!["10.0.0.1".into()],
-    };
+    let doomed = |id: &str| Doomed::new(id, vec!["10.0.0.1".into()]);
     assert_eq!(one.claim(&key, t, lease).await.unwrap(), Claim::Nothing);
     one.offer(&key, &[doomed("i-1")], t).await.unwrap();
     other.offer(&key, &[doomed("i-2")], t).await.unwrap();
@@ -930,10 +927,7 @@ async fn a_round_takes_its_share_and_leaves_the_rest(s: &Subject, t: DateTime<Ut
         cluster: "many".into(),
     };
     let many: Vec<Doomed> = (0..ROUND_TAKES + 5)
-        .map(|i| Doomed {
-            instance_id: format!("i-m{i:03}"),
-            addresses: Vec::new(),
-        })
+        .map(|i| Doomed::new(format!("i-m{i:03}"), Vec::new()))
         .collect();
     rounds.offer(&key, &many, t).await.unwrap();
     let lease = std::time::Duration::from_secs(3);
@@ -964,10 +958,7 @@ async fn concurrent_offers_are_all_taken(
 ) {
     use forewarn::domain::traffic::{Claim, Doomed};
     let lease = std::time::Duration::from_secs(3);
-    let doomed = |id: &str| Doomed {
-        instance_id: id.into(),
-        addresses: vec!["10.0.0.1".into()],
-    };
+    let doomed = |id: &str| Doomed::new(id, vec!["10.0.0.1".into()]);
     let green = key.clone();
     let mut handles = Vec::new();
     for i in 0..16 {

@@ -145,10 +145,7 @@ fn a_doomed_instance_and_its_pods_leave_only_their_clusters_target_groups() {
 
         let clock = clock();
         let targets = ElbTargets::from_conf(&config, clock.clone());
-        let doomed = [Doomed {
-            instance_id: doomed_id.clone(),
-            addresses: addresses.clone(),
-        }];
+        let doomed = [Doomed::new(doomed_id.clone(), addresses.clone())];
         let place = Place::default();
         let done = targets
             .deregister(&place, "blue", &doomed, 3)
@@ -198,10 +195,7 @@ fn a_doomed_instance_and_its_pods_leave_only_their_clusters_target_groups() {
         // The staying instance, doomed in turn 15 s later: the targets are read again, the
         // groups not.
         clock.advance(forewarn::adapters::elb::TARGETS_FOR);
-        let next = [Doomed {
-            instance_id: staying_id.clone(),
-            addresses: staying_addresses.clone(),
-        }];
+        let next = [Doomed::new(staying_id.clone(), staying_addresses.clone())];
         let done = targets.deregister(&place, "blue", &next, 3).await.unwrap();
         let calls = proxy.calls();
         assert_eq!(count(&calls, "GetResources"), 0, "{calls:#?}");
@@ -251,10 +245,7 @@ fn a_throttled_deregistration_names_its_group_and_the_others_still_go() {
             100,
         ));
         let targets = ElbTargets::from_conf(&config, clock());
-        let doomed = [Doomed {
-            instance_id: doomed_id.clone(),
-            addresses,
-        }];
+        let doomed = [Doomed::new(doomed_id.clone(), addresses)];
         let done = targets
             .deregister(&Place::default(), "blue", &doomed, 3)
             .await
@@ -306,10 +297,7 @@ fn a_discovery_cut_short_keeps_the_groups_it_found() {
                 .naming("PaginationToken"),
         );
         let targets = ElbTargets::from_conf(&config, clock());
-        let doomed = [Doomed {
-            instance_id: doomed_id.clone(),
-            addresses,
-        }];
+        let doomed = [Doomed::new(doomed_id.clone(), addresses)];
         let place = Place::default();
         let e = targets
             .deregister(&place, "paged", &doomed, 3)
@@ -329,8 +317,8 @@ fn a_discovery_cut_short_keeps_the_groups_it_found() {
     });
 }
 
-/// More doomed targets in a group than one call takes (a delegated /24 prefix's 250 pods): they
-/// leave in calls of 200 at most, as the Load Balancer Controller sends them.
+/// More doomed targets in a group than one call takes (the 250 pods of sixteen delegated /28
+/// prefixes): they leave in calls of 200 at most, as the Load Balancer Controller sends them.
 #[test]
 fn many_doomed_targets_leave_in_calls_of_two_hundred() {
     runtime().block_on(async {
@@ -349,10 +337,10 @@ fn many_doomed_targets_leave_in_calls_of_two_hundred() {
         let targets: Vec<(&str, i32)> = addresses.iter().map(|a| (a.as_str(), 8080)).collect();
         register(&elb, &pods, &targets).await;
         proxy.reset();
-        let doomed = [Doomed {
-            instance_id: doomed_id.clone(),
-            addresses: vec!["172.31.200.0/24".into()],
-        }];
+        let prefixes = (0..16)
+            .map(|k| format!("172.31.200.{}/28", k * 16))
+            .collect();
+        let doomed = [Doomed::new(doomed_id.clone(), prefixes)];
         let done = ElbTargets::from_conf(&config, clock())
             .deregister(&Place::default(), "wide", &doomed, 3)
             .await

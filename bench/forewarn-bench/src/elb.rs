@@ -425,10 +425,7 @@ mod tests {
     use super::*;
 
     fn doomed(n: usize) -> Doomed {
-        Doomed {
-            instance_id: format!("i-{n}"),
-            addresses: addresses(n, 2),
-        }
+        Doomed::new(format!("i-{n}"), addresses(n, 2))
     }
 
     #[test]

@@ -499,6 +499,18 @@ impl LoadBalancers for ElbTargets {
     }
 
     fn seed(&self, place: &Place, cluster: &str, groups: &[String]) {
+        // The groups come from the pool table: only the place's own account and region's.
+        let (groups, foreign): (Vec<&String>, Vec<&String>) = groups
+            .iter()
+            .partition(|arn| crate::domain::traffic::group_of_place(arn, place));
+        if !foreign.is_empty() {
+            tracing::warn!(
+                account = ?place.account,
+                region = ?place.region,
+                refused = ?foreign,
+                "target groups kept for a round that are not of its account and region: not used"
+            );
+        }
         if groups.is_empty() {
             return;
         }
@@ -507,7 +519,7 @@ impl LoadBalancers for ElbTargets {
             .entry((place.clone(), cluster.to_string()))
             .or_default();
         if known.at.is_none() && known.arns.is_empty() {
-            known.arns = groups.iter().cloned().collect();
+            known.arns = groups.into_iter().cloned().collect();
         }
     }
 }

@@ -18,6 +18,7 @@ use core::net::IpAddr;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::domain::continuation::{ContinuationKey, KeyId, KeyRing, Unverified};
 use crate::domain::event::EventKind;
 
 /// The tag the AWS Load Balancer Controller puts on the target groups it makes for a cluster.
@@ -62,6 +63,114 @@ pub struct Doomed {
     pub instance_id: String,
     /// Addresses (`10.0.1.5`) and delegated prefixes (`10.0.1.16/28`).
     pub addresses: Vec<String>,
+    /// `<key id>:<HMAC-SHA256 in hex>` of what it says in its round ([`Doomed::signed`]): the
+    /// rounds are kept in the pool table, which more principals may write than forewarn's
+    /// functions, so a round takes off only what forewarn signed ([`Doomed::verify`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+}
+
+/// Why a round refuses an instance it was offered: nothing of it leaves a load balancer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    #[error("{instance}: not signed by forewarn")]
+    Unsigned { instance: String },
+    #[error("{instance}: its signature does not verify ({why})")]
+    Unverified { instance: String, why: Unverified },
+    #[error("{instance}: not an EC2 instance id")]
+    NotAnInstance { instance: String },
+    #[error(
+        "{instance}: {address:?} is neither a host address nor an EC2 delegated prefix (/28 for \
+         IPv4, /80 for IPv6)"
+    )]
+    Address { instance: String, address: String },
+}
+
+impl Doomed {
+    /// `instance_id` with `addresses`, not signed yet.
+    pub fn new(instance_id: impl Into<String>, addresses: Vec<String>) -> Doomed {
+        Doomed {
+            instance_id: instance_id.into(),
+            addresses,
+            signature: None,
+        }
+    }
+
+    /// What its signature covers: its round (`TRAFFIC#<account>#<region>#<cluster>`), its
+    /// instance and its addresses, so that an entry copied to another round, or given another
+    /// address, does not verify.
+    fn signing_input(&self, round: &str) -> String {
+        format!(
+            "forewarn-traffic-v1\n{round}\n{}\n{}",
+            self.instance_id,
+            self.addresses.join(",")
+        )
+    }
+
+    /// Signed for `round` by `key`.
+    pub fn signed(mut self, round: &str, key: &ContinuationKey) -> Doomed {
+        let mac = key.sign(&self.signing_input(round));
+        self.signature = Some(format!("{}:{mac}", key.id()));
+        self
+    }
+
+    /// Whether a round of `round` may take it off: its instance id is one, each address is a
+    /// host address or an EC2 delegated prefix, and it is signed by a key of `keys`. Otherwise
+    /// why not.
+    pub fn verify(&self, round: &str, keys: &KeyRing) -> Result<(), Refused> {
+        let instance = || self.instance_id.clone();
+        if !crate::domain::event::is_instance_id(&self.instance_id) {
+            return Err(Refused::NotAnInstance {
+                instance: instance(),
+            });
+        }
+        if let Some(address) = self.addresses.iter().find(|a| !accepted_address(a)) {
+            return Err(Refused::Address {
+                instance: instance(),
+                address: address.clone(),
+            });
+        }
+        let unverified = |why| Refused::Unverified {
+            instance: instance(),
+            why,
+        };
+        let (id, mac) = self
+            .signature
+            .as_deref()
+            .and_then(|s| s.split_once(':'))
+            .ok_or_else(|| Refused::Unsigned {
+                instance: instance(),
+            })?;
+        let id: KeyId = id.parse().map_err(|_| unverified(Unverified::NotHex))?;
+        keys.verify(id, &self.signing_input(round), mac)
+            .map_err(unverified)
+    }
+}
+
+/// A host address (`10.0.1.5`, `2600:1f18::5`), or a prefix of the sizes EC2 delegates to a
+/// network interface (`/28` of IPv4, `/80` of IPv6): never a wider range (`0.0.0.0/0` would
+/// take every IP target of the cluster off).
+fn accepted_address(address: &str) -> bool {
+    match address.split_once('/') {
+        None => address.parse::<IpAddr>().is_ok(),
+        Some((base, bits)) => matches!(
+            (base.parse::<IpAddr>(), bits),
+            (Ok(IpAddr::V4(_)), "28") | (Ok(IpAddr::V6(_)), "80")
+        ),
+    }
+}
+
+/// Whether `arn` names a target group of `place`'s account and region (what the place does not
+/// say is not checked): the only groups a round of that place may be given by what the pool
+/// table kept.
+pub fn group_of_place(arn: &str, place: &crate::domain::clusters::Place) -> bool {
+    let parts: Vec<&str> = arn.splitn(6, ':').collect();
+    let ["arn", _, "elasticloadbalancing", region, account, resource] = parts[..] else {
+        return false;
+    };
+    resource.starts_with("targetgroup/")
+        && place.region.as_deref().is_none_or(|r| r == region)
+        && place.account.as_deref().is_none_or(|a| a == account)
 }
 
 /// Whether a target group's tags (key, value) say it is `cluster`'s.
@@ -85,18 +194,21 @@ pub fn doomed_targets<'a>(registered: &[Target], doomed: &'a [Doomed]) -> Vec<(T
 }
 
 /// Whether `address` is one of `addresses` or inside one of their prefixes; an address or prefix
-/// that does not parse matches nothing.
+/// that does not parse, or a prefix wider than EC2 delegates, matches nothing.
 fn holds(addresses: &[String], address: &str) -> bool {
     let Ok(ip) = address.parse::<IpAddr>() else {
         return false;
     };
-    addresses.iter().any(|a| match a.split_once('/') {
-        None => a.parse::<IpAddr>().is_ok_and(|own| own == ip),
-        Some((base, bits)) => match (base.parse::<IpAddr>(), bits.parse::<u32>()) {
-            (Ok(base), Ok(bits)) => within(base, bits, ip),
-            _ => false,
-        },
-    })
+    addresses
+        .iter()
+        .filter(|a| accepted_address(a))
+        .any(|a| match a.split_once('/') {
+            None => a.parse::<IpAddr>().is_ok_and(|own| own == ip),
+            Some((base, bits)) => match (base.parse::<IpAddr>(), bits.parse::<u32>()) {
+                (Ok(base), Ok(bits)) => within(base, bits, ip),
+                _ => false,
+            },
+        })
 }
 
 /// Whether `ip` is in the prefix `base/bits` (of the same family).
@@ -353,10 +465,133 @@ mod tests {
     }
 
     fn doomed(id: &str, addresses: &[&str]) -> Doomed {
-        Doomed {
-            instance_id: id.into(),
-            addresses: addresses.iter().map(|a| a.to_string()).collect(),
+        Doomed::new(id, addresses.iter().map(|a| a.to_string()).collect())
+    }
+
+    /// A round takes off only what forewarn signed for that round: an entry written into the
+    /// pool table by anyone else (no signature, another key, copied from another round, an
+    /// address changed after signing), a forged instance id, or an address wider than EC2
+    /// delegates is refused, with why.
+    #[test]
+    fn a_round_takes_off_only_what_forewarn_signed_for_it() {
+        let key = ContinuationKey::new([7; 32]);
+        let keys = KeyRing::of(key.clone());
+        let round = "TRAFFIC#123456789012#us-east-1#prod";
+        let id = "i-0a1b2c3d4e5f60001";
+        let good = doomed(id, &["10.0.1.5", "10.0.1.16/28", "2600:1f18::/80"]).signed(round, &key);
+        assert_eq!(good.verify(round, &keys), Ok(()));
+        assert!(good.signature.as_deref().unwrap().starts_with("1:"));
+        // Signed before a rotation: still accepted (the previous key), and after the next, not.
+        let rotated = keys.rotated([8; 32]).unwrap();
+        assert_eq!(good.verify(round, &rotated), Ok(()));
+        let twice = rotated.rotated([9; 32]).unwrap();
+        assert!(matches!(
+            good.verify(round, &twice),
+            Err(Refused::Unverified {
+                why: Unverified::UnknownKey { .. },
+                ..
+            })
+        ));
+        let unsigned = doomed(id, &["10.0.1.5"]);
+        assert_eq!(
+            unsigned.verify(round, &keys),
+            Err(Refused::Unsigned {
+                instance: id.into()
+            })
+        );
+        let other_key = doomed(id, &["10.0.1.5"]).signed(round, &ContinuationKey::new([1; 32]));
+        assert!(matches!(
+            other_key.verify(round, &keys),
+            Err(Refused::Unverified {
+                why: Unverified::Mismatch,
+                ..
+            })
+        ));
+        let elsewhere =
+            doomed(id, &["10.0.1.5"]).signed("TRAFFIC#123456789012#us-east-1#dev", &key);
+        assert!(elsewhere.verify(round, &keys).is_err(), "another round's");
+        let mut widened = good.clone();
+        widened.addresses.push("10.0.2.7".into());
+        assert!(widened.verify(round, &keys).is_err(), "an address added");
+        for forged in [
+            "0.0.0.0/0",
+            "10.0.0.0/8",
+            "10.0.1.16/29",
+            "::/0",
+            "2600:1f18::/64",
+            "x",
+        ] {
+            let d = doomed(id, &[forged]).signed(round, &key);
+            assert_eq!(
+                d.verify(round, &keys),
+                Err(Refused::Address {
+                    instance: id.into(),
+                    address: forged.into()
+                }),
+                "{forged}"
+            );
+            assert!(
+                Refused::Address {
+                    instance: id.into(),
+                    address: forged.into()
+                }
+                .to_string()
+                .contains("/28 for IPv4")
+            );
         }
+        let not_an_instance = doomed("i-1;x", &[]).signed(round, &key);
+        assert!(matches!(
+            not_an_instance.verify(round, &keys),
+            Err(Refused::NotAnInstance { .. })
+        ));
+        let garbled = Doomed {
+            signature: Some("one:beef".into()),
+            ..doomed(id, &[])
+        };
+        assert!(garbled.verify(round, &keys).is_err());
+    }
+
+    /// Even unverified, a prefix wider than EC2 delegates matches no IP target: `0.0.0.0/0`
+    /// takes nothing off.
+    #[test]
+    fn a_wide_prefix_matches_no_target() {
+        let registered = [target("10.0.1.5", 8080), target("10.9.9.9", 8080)];
+        assert!(doomed_targets(&registered, &[doomed("i-1", &["0.0.0.0/0"])]).is_empty());
+        assert!(doomed_targets(&registered, &[doomed("i-1", &["10.0.0.0/8"])]).is_empty());
+        assert_eq!(
+            doomed_targets(&registered, &[doomed("i-1", &["10.0.1.0/28"])]).len(),
+            1
+        );
+    }
+
+    /// The target groups a round is given from the pool table must be of its account and
+    /// region.
+    #[test]
+    fn a_rounds_groups_are_of_its_own_account_and_region() {
+        let place = crate::domain::clusters::Place::of("123456789012", "us-east-1");
+        let arn = |region: &str, account: &str| {
+            format!(
+                "arn:aws:elasticloadbalancing:{region}:{account}:targetgroup/k8s-web/0123456789abcdef"
+            )
+        };
+        assert!(group_of_place(&arn("us-east-1", "123456789012"), &place));
+        assert!(!group_of_place(&arn("us-east-1", "999999999999"), &place));
+        assert!(!group_of_place(&arn("eu-west-1", "123456789012"), &place));
+        assert!(!group_of_place(
+            "arn:aws:elasticloadbalancing:us-east-1:123456789012:loadbalancer/app/x/1",
+            &place
+        ));
+        assert!(!group_of_place(
+            "arn:aws:sqs:us-east-1:123456789012:targetgroup/x",
+            &place
+        ));
+        assert!(!group_of_place("not an arn", &place));
+        // A place that does not say its account (a local run) checks the region alone.
+        let unnamed = crate::domain::clusters::Place {
+            account: None,
+            region: Some("us-east-1".into()),
+        };
+        assert!(group_of_place(&arn("us-east-1", "999999999999"), &unnamed));
     }
 
     #[test]
@@ -386,7 +621,7 @@ mod tests {
         ];
         let doomed = [
             doomed("i-1", &["10.0.0.5", "10.0.1.16/28"]),
-            doomed("i-2", &["2600:1f18::/64"]),
+            doomed("i-2", &["2600:1f18::/80"]),
         ];
         let out = doomed_targets(&registered, &doomed);
         let ids: Vec<_> = out.iter().map(|(t, of)| (t.id.as_str(), *of)).collect();
@@ -409,11 +644,10 @@ mod tests {
         assert!(out.is_empty(), "{out:?}");
         let out = doomed_targets(&registered, &garbage);
         assert!(out.is_empty(), "{out:?}");
-        // A /0 prefix holds every address of its family (and none of the other).
+        // A /0 prefix, wider than EC2 delegates, holds no address of either family.
         let v4 = [target("192.168.1.1", 80), target("::1", 80)];
         let out = doomed_targets(&v4, &doomed);
-        assert_eq!(out.len(), 1);
-        assert_eq!(out[0].0.id, "192.168.1.1");
+        assert!(out.is_empty(), "{out:?}");
     }
 
     #[test]
@@ -464,10 +698,7 @@ mod tests {
         assert!(!out["i-1"].answers(&doomed[0], at + chrono::Duration::hours(2)));
         // A batch that wants the pods' addresses off too: not by a round that took only the
         // instance's targets.
-        let with_pods = Doomed {
-            instance_id: "i-1".into(),
-            addresses: vec!["10.0.0.5".into()],
-        };
+        let with_pods = Doomed::new("i-1", vec!["10.0.0.5".into()]);
         assert!(!out["i-1"].answers(&with_pods, later));
         assert!(out["i-1"].answers(&with_pods, at));
         let pods = d.outcomes(std::slice::from_ref(&with_pods), at);

@@ -1,7 +1,8 @@
 //! Traffic first through the handler, on the fake cluster and moto's Elastic Load Balancing:
 //! a pod behind a budget that refuses its eviction for minutes keeps its IP-mode target while
 //! its instance stays (an AWS Health retirement two days ahead); a spot warning for the same
-//! node takes it off at once, its instance going in two minutes.
+//! node takes it off at once, its instance going in two minutes. And a round entry forged in
+//! the pool table (`0.0.0.0/0`, unsigned) takes nothing off.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -158,5 +159,102 @@ fn a_pod_its_budget_keeps_keeps_its_target_until_its_instance_goes_within_minute
             "{note}: {:#?}",
             out.reports
         );
+    });
+}
+
+/// Issue 57, item 4: the rounds are kept in the pool table, which more principals may write
+/// than forewarn. An entry forged there — unsigned, `0.0.0.0/0` for some instance of the
+/// cluster, or signed but with that address — is refused by the round that claims it, and no
+/// IP target of the cluster leaves; the real warning in the same round takes off its own pod's
+/// target alone.
+#[test]
+fn a_forged_round_entry_takes_no_target_off() {
+    forewarn_tests::moto::runtime().block_on(async {
+        use forewarn::domain::traffic::Doomed;
+        use forewarn::ports::RoundKey;
+        // A region of its own: the other test's groups of cluster `demo` are not this one's.
+        let config = forewarn_tests::moto::shared()
+            .sdk_config()
+            .to_builder()
+            .region(aws_config::Region::new("eu-central-2"))
+            .build();
+        let group = cluster_group(&config).await;
+        let elb = aws_sdk_elasticloadbalancingv2::Client::new(&config);
+        let w = World::plain().await;
+        let mut pod = pod_object("default", "web-1", NODE, "web", "ReplicaSet");
+        pod["status"]["podIP"] = json!(POD_IP);
+        w.fake.insert(pod);
+        let dir = tempfile::tempdir().unwrap();
+        let queue = Arc::new(Continuations::default());
+        let mut facts = instance(ID, NODE);
+        facts.addresses = vec![POD_IP.to_string()];
+        let handler = forewarn::app::handler::Handler {
+            instances: Arc::new(Instances(BTreeMap::from([(ID.to_string(), facts)]))),
+            traffic: Some(Traffic::new(
+                Arc::new(ElbTargets::from_conf(&config, w.clock.shared())),
+                DEREGISTER_BUDGET,
+                ELB_RATE,
+            )),
+            ..w.queued_handler(dir.path(), &queue, false)
+        };
+        let spot = fixtures::spot_json("ev-spot", ID, &w.clock.now().to_rfc3339());
+        let key = RoundKey {
+            place: forewarn::ports::Place::of("123456789012", "us-east-1"),
+            cluster: "demo".into(),
+        };
+        // What a writer of the table adds: unsigned, and signed with a key not forewarn's.
+        let forged = |id: &str| Doomed {
+            instance_id: id.into(),
+            addresses: vec!["0.0.0.0/0".into()],
+            signature: None,
+        };
+        let stranger = forewarn::domain::continuation::ContinuationKey::new([3; 32]);
+        let rounds = handler
+            .store
+            .traffic_rounds()
+            .expect("the store shares rounds");
+        rounds
+            .offer(
+                &key,
+                &[
+                    forged("i-0a1b2c3d4e5f6000a"),
+                    forged("i-0a1b2c3d4e5f6000b").signed(&key.to_string(), &stranger),
+                ],
+                w.clock.now(),
+            )
+            .await
+            .unwrap();
+        let out = handler
+            .invoke(crate::continuations::sqs_event(&[spot.to_string()]), None)
+            .await
+            .unwrap();
+        let pass = queue
+            .sent
+            .lock()
+            .unwrap()
+            .pop()
+            .map(|(_, body, _)| body)
+            .expect("a drain pass");
+        let out_pass = handler
+            .invoke(crate::continuations::sqs_event(&[pass]), None)
+            .await
+            .unwrap();
+        // The other node's pod keeps its target; this node's pod left.
+        assert_eq!(
+            registered(&elb, &group).await,
+            vec![OTHER_POD_IP.to_string()],
+            "{:#?} {:#?}",
+            out.reports,
+            out_pass.reports
+        );
+        // The forged entries were settled refused, saying why.
+        let ids = ["i-0a1b2c3d4e5f6000a", "i-0a1b2c3d4e5f6000b"].map(String::from);
+        let outcomes = rounds.outcomes(&key, &ids).await.unwrap();
+        assert_eq!(outcomes.len(), 2, "{outcomes:#?}");
+        for (id, outcome) in &outcomes {
+            assert_eq!(outcome.left, 0, "{id}");
+            let why = outcome.failed.join("; ");
+            assert!(why.starts_with("refused: ") && why.contains(id), "{why}");
+        }
     });
 }

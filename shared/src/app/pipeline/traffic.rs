@@ -11,7 +11,10 @@
 use super::passes::{Handled, plan_is_the_events};
 use super::*;
 use crate::domain::config::Action;
-use crate::domain::traffic::{Claim, Deregistered, Doomed, Outcome, leaves_whole, next_round};
+use crate::domain::continuation::{KeyRing, Unverified};
+use crate::domain::traffic::{
+    Claim, Deregistered, Doomed, Outcome, Refused, leaves_whole, next_round,
+};
 use crate::ports::{
     LoadBalancers, Place, RoundKey, Settled, StoreError, TrafficError, TrafficRounds,
 };
@@ -249,6 +252,7 @@ impl Pipeline<'_> {
         };
         let now = self.clock.now();
         let made = async {
+            let doomed = self.signed(&key, doomed).await?;
             rounds.offer(&key, &doomed, now).await?;
             // A round due is made now, for what was offered so far: in a mass interruption the
             // rounds follow the cordons, each taking off the nodes cordoned since the last.
@@ -282,6 +286,7 @@ impl Pipeline<'_> {
             .cloned()
             .collect();
         if !waiting.is_empty() {
+            let waiting = self.signed(key, waiting).await?;
             rounds.offer(key, &waiting, offered).await?;
         }
         while done.len() < doomed.len() && self.clock.now() < end {
@@ -326,10 +331,60 @@ impl Pipeline<'_> {
         Ok(known)
     }
 
+    /// `doomed`, signed for the rounds of `key` with the current continuation key (see
+    /// [`Doomed::signed`]).
+    async fn signed(&self, key: &RoundKey, doomed: Vec<Doomed>) -> Result<Vec<Doomed>, StoreError> {
+        let keys = self.store.continuation_keys().await?;
+        let round = key.to_string();
+        Ok(doomed
+            .into_iter()
+            .map(|d| d.signed(&round, &keys.current))
+            .collect())
+    }
+
+    /// What a round of `key` may take off of `taken` (what the pool table said was offered),
+    /// and what it refuses, with why (see [`Doomed::verify`]): the keys read again once when a
+    /// signature names a key newer than those known.
+    async fn verified(
+        &self,
+        key: &RoundKey,
+        taken: Vec<Doomed>,
+    ) -> Result<(Vec<Doomed>, Vec<(Doomed, Refused)>), StoreError> {
+        let round = key.to_string();
+        let mut keys = self.store.continuation_keys().await?;
+        let newer = |d: &Doomed, keys: &KeyRing| {
+            matches!(
+                d.verify(&round, keys),
+                Err(Refused::Unverified {
+                    why: Unverified::UnknownKey { .. },
+                    ..
+                })
+            )
+        };
+        if taken.iter().any(|d| newer(d, &keys))
+            && let Some(again) = self.store.reread_continuation_keys().await?
+        {
+            keys = again;
+        }
+        let mut ok = Vec::with_capacity(taken.len());
+        let mut refused = Vec::new();
+        for d in taken {
+            match d.verify(&round, &keys) {
+                Ok(()) => ok.push(d),
+                Err(why) => {
+                    tracing::warn!(round = %round, refused = %why, "an instance offered to a round of traffic first is refused: nothing of it leaves a load balancer");
+                    refused.push((d, why));
+                }
+            }
+        }
+        Ok((ok, refused))
+    }
+
     /// The round this batch claimed: `taken` off the load balancers of `key` (their groups as
     /// the last round knew them given to an environment that knows none), within the
     /// budget (and by the batch's `end`), and settled for every batch that waits on it. Only a
-    /// round given its whole budget that did not answer quiets the rounds.
+    /// round given its whole budget that did not answer quiets the rounds. What the round may
+    /// not take off (not signed by forewarn, a forged address) is settled refused, untouched.
     async fn make_round(
         &self,
         traffic: &Traffic,
@@ -338,8 +393,29 @@ impl Pipeline<'_> {
         (taken, groups): (Vec<Doomed>, Vec<String>),
         end: DateTime<Utc>,
     ) -> Result<(), StoreError> {
+        let (taken, refused) = self.verified(key, taken).await?;
         traffic.balancers.seed(&key.place, &key.cluster, &groups);
         let started = self.clock.now();
+        let refused: BTreeMap<String, Outcome> = refused
+            .into_iter()
+            .map(|(d, why)| {
+                let outcome = Outcome {
+                    at: started,
+                    failed: vec![format!("refused: {why}")],
+                    ..Outcome::default()
+                };
+                (d.instance_id, outcome)
+            })
+            .collect();
+        if taken.is_empty() {
+            let settled = Settled {
+                outcomes: refused,
+                next: None,
+                quiet_until: None,
+                groups: None,
+            };
+            return rounds.settle(key, &settled, self.clock.now()).await;
+        }
         let budget_end = started + span(traffic.budget);
         let round =
             traffic
@@ -378,6 +454,8 @@ impl Pipeline<'_> {
             }
         };
         let now = self.clock.now();
+        let mut outcomes = outcomes;
+        outcomes.extend(refused);
         let settled = Settled {
             outcomes,
             next: Some(next_round(started, calls, traffic.rate)),
@@ -398,14 +476,12 @@ fn doomed_of<'p>(plans: impl Iterator<Item = &'p Plan>) -> Vec<Doomed> {
                 continue;
             }
             let whole = leaves_whole(plan.kind);
-            doomed.push(Doomed {
-                instance_id: a.instance_id.clone(),
-                addresses: if whole {
-                    a.addresses.clone()
-                } else {
-                    Vec::new()
-                },
-            });
+            let addresses = if whole {
+                a.addresses.clone()
+            } else {
+                Vec::new()
+            };
+            doomed.push(Doomed::new(a.instance_id.clone(), addresses));
         }
     }
     doomed
