@@ -705,7 +705,7 @@ fn manifest_objects() -> Vec<(String, String, Option<String>, String)> {
             ));
         }
     }
-    assert_eq!(objects.len(), 19, "{objects:?}");
+    assert_eq!(objects.len(), 21, "{objects:?}");
     objects
 }
 

@@ -290,7 +290,10 @@ fn handler(w: &World) -> (Handler, Arc<DynamoStore>, Arc<Ec2Directory>) {
                 KubeExecutor::new(clients.clone(), &config).with_keys(store.clone()),
             )),
             ..Cluster::new(None, Arc::new(KubeNodeDirectory::new(clients)))
-        }),
+        })
+        // As the stack deploys it (FOREWARN_ACCOUNT_ID, AWS_REGION): the sweeper's findings
+        // are of the cluster in this account and region, as the warning's events say.
+        .at(forewarn::ports::Place::of("123456789012", "us-east-1")),
         concurrency: 4,
         ..Handler::new(config, store.clone())
     };
@@ -391,7 +394,7 @@ fn a_blocks_warning_drains_each_instance_by_policy_and_the_sweeper_catches_a_mis
         blocks.sort();
         let key = |cr: &str, end: Time| {
             format!(
-                "sweep:capacity-block-expiration:{cr}/{}@{}",
+                "sweep:capacity-block-expiration:{cr}/123456789012/us-east-1/{}@{}",
                 w.cluster,
                 end.timestamp()
             )

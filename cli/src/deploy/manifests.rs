@@ -644,6 +644,8 @@ mod tests {
                 "FlowSchema forewarn",
                 "ValidatingAdmissionPolicy forewarn-node-writes",
                 "ValidatingAdmissionPolicyBinding forewarn-node-writes",
+                "ValidatingAdmissionPolicy forewarn-node-deletes",
+                "ValidatingAdmissionPolicyBinding forewarn-node-deletes",
                 "PriorityClass forewarn-placeholder",
                 "ValidatingAdmissionPolicy forewarn-placeholders-only",
                 "ValidatingAdmissionPolicyBinding forewarn-placeholders-only",
@@ -659,7 +661,7 @@ mod tests {
         assert_eq!(needs[6], None, "rbac.yaml: any version");
         assert_eq!(needs[7..9], [Some((1, 29)); 2], "flow-control.yaml: 1.29");
         assert!(
-            needs[9..16].iter().all(|n| *n == Some((1, 30))),
+            needs[9..18].iter().all(|n| *n == Some((1, 30))),
             "{needs:?}"
         );
         // forewarn's namespace first: everything in it comes after it.

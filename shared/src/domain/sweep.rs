@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::clusters::Place;
+use crate::domain::clusters::{ClusterId, Place};
 use crate::domain::event::{Detail, Event, EventKind, InstanceAction, InstanceState};
 use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::pool::CapacityType;
@@ -33,15 +33,18 @@ pub fn sweep_key(kind: EventKind, instance_id: &str, launch_time: Option<DateTim
     }
 }
 
-/// The ledger key of a Capacity Block's expiration in one cluster (`cluster`, its name; `None`
-/// for a deployment that names none): `sweep:capacity-block-expiration:<cr-…>/<cluster>@<end
-/// epoch seconds>`. The warning's plan records it with its event id, and the sweeper's finding
-/// of the same block is this key: whichever comes second is a duplicate. Per cluster, since a
-/// block's instances may serve several (each cluster's part of the warning is its own).
+/// The ledger key of a Capacity Block's expiration in one cluster, the cluster whole (its
+/// account, region and name: `cluster`, `None` for a deployment that names none):
+/// `sweep:capacity-block-expiration:<cr-…>/<account>/<region>/<name>@<end epoch seconds>`.
+/// The warning's plan records it with its event id (the cluster in the event's account and
+/// region), and the sweeper's finding of the same block is this key (the cluster in its own
+/// account and region): whichever comes second is a duplicate. Per cluster, since a block's
+/// instances may serve several (each cluster's part of the warning is its own), and whole, so
+/// that two accounts' clusters of one name are two keys.
 pub fn block_key(
     reservation_id: &str,
     end_date: Option<DateTime<Utc>>,
-    cluster: Option<&str>,
+    cluster: Option<&ClusterId>,
 ) -> String {
     let what = match cluster {
         Some(cluster) => format!("{reservation_id}/{cluster}"),
@@ -70,7 +73,11 @@ pub fn block_finding(
         block: Some(block.clone()),
         part: false,
     };
-    let id = block_key(&block.reservation_id, block.end_date, Some(cluster));
+    let id = block_key(
+        &block.reservation_id,
+        block.end_date,
+        Some(&ClusterId::at(place, cluster)),
+    );
     found(
         EventKind::CapacityBlockExpiration,
         id,

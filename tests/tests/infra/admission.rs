@@ -166,10 +166,22 @@ fn assert_the_policy_names_what_a_placeholder_is(policy: &Value) {
 /// CEL) and a request of `groups`. `None`: the policy does not match the request (not one of
 /// forewarn's groups); else whether every validation holds.
 fn node_write_admitted(old: &Value, new: &Value, groups: &[&str]) -> Option<bool> {
+    node_policy_admits(0, "UPDATE", old, new, groups)
+}
+
+/// [`node_write_admitted`] for the policy that is document `doc` of `node-writes.yaml`, on a
+/// request of `operation` (a DELETE's `object` is `null`).
+fn node_policy_admits(
+    doc: usize,
+    operation: &str,
+    old: &Value,
+    new: &Value,
+    groups: &[&str],
+) -> Option<bool> {
     let text =
         std::fs::read_to_string(workspace_root().join("infra/k8s/node-writes.yaml")).unwrap();
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
-    let spec = &docs[0]["spec"];
+    let spec = &docs[doc]["spec"];
     let eval = |expression: &str, variables: &Value| -> Value {
         let program =
             cel::Program::compile(expression).unwrap_or_else(|e| panic!("{expression}: {e:?}"));
@@ -180,7 +192,7 @@ fn node_write_admitted(old: &Value, new: &Value, groups: &[&str]) -> Option<bool
             .and_then(|()| {
                 context.add_variable(
                     "request",
-                    json!({"operation": "UPDATE", "userInfo": {"groups": groups}}),
+                    json!({"operation": operation, "userInfo": {"groups": groups}}),
                 )
             })
             .and_then(|()| context.add_variable("variables", variables))
@@ -264,7 +276,11 @@ fn the_node_write_policy_lets_forewarn_change_only_its_cordon() {
     let text =
         std::fs::read_to_string(workspace_root().join("infra/k8s/node-writes.yaml")).unwrap();
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
-    assert_eq!(docs.len(), 2);
+    assert_eq!(
+        docs.len(),
+        4,
+        "the writes' policy and binding, the deletes'"
+    );
     let (policy, binding) = (&docs[0], &docs[1]);
     assert_eq!(policy["kind"], "ValidatingAdmissionPolicy");
     assert_eq!(policy["spec"]["failurePolicy"], "Fail");
@@ -433,4 +449,48 @@ fn refused_node_writes(with: impl Fn(&dyn Fn(&mut Value)) -> Value) -> Vec<(&'st
         ),
     ];
     refused
+}
+
+/// `infra/k8s/node-writes.yaml`'s second policy: forewarn's groups may delete a worker node (a
+/// plain node's `delete` action), never a control-plane one, whether it says so by a label or
+/// by a taint; it matches Node deletes only, fails closed, is bound with Deny; another group's
+/// delete is not its business. (A CEL interpreter, not the API server, evaluates it here; the
+/// fake enforces it in `kube_actions`.)
+#[test]
+fn the_node_delete_policy_keeps_forewarn_off_the_control_plane() {
+    use forewarn::domain::facts::{LABEL_CONTROL_PLANE, LABEL_MASTER};
+    let text =
+        std::fs::read_to_string(workspace_root().join("infra/k8s/node-writes.yaml")).unwrap();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let (policy, binding) = (&docs[2], &docs[3]);
+    assert_eq!(policy["metadata"]["name"], "forewarn-node-deletes");
+    assert_eq!(policy["spec"]["failurePolicy"], "Fail");
+    assert_eq!(
+        policy["spec"]["matchConstraints"]["resourceRules"],
+        json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"],
+                "resources": ["nodes"]}])
+    );
+    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+    let worker = json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": "n1"}},
+        "spec": {"providerID": "aws:///us-east-1a/i-1"}});
+    let bare = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n0"}, "spec": {}});
+    let handler = ["forewarn-handler", "system:authenticated"];
+    let sweeper = ["forewarn-sweeper", "system:authenticated"];
+    let delete =
+        |old: &Value, groups: &[&str]| node_policy_admits(2, "DELETE", old, &Value::Null, groups);
+    assert_eq!(delete(&worker, &handler), Some(true));
+    assert_eq!(delete(&bare, &sweeper), Some(true));
+    for role in [LABEL_CONTROL_PLANE, LABEL_MASTER] {
+        let mut labelled = worker.clone();
+        labelled["metadata"]["labels"][role] = json!("");
+        let mut tainted = worker.clone();
+        tainted["spec"]["taints"] = json!([{"key": role, "effect": "NoSchedule"}]);
+        for node in [&labelled, &tainted] {
+            assert_eq!(delete(node, &handler), Some(false), "{node}");
+            assert_eq!(delete(node, &sweeper), Some(false), "{node}");
+            assert_eq!(delete(node, &["system:masters"]), None, "not forewarn's");
+        }
+    }
 }

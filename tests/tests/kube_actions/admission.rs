@@ -516,6 +516,36 @@ async fn forewarns_node_writes_pass_the_node_policy_and_nothing_else_does() {
     }
 }
 
+/// `infra/k8s/node-writes.yaml`'s delete policy, enforced by the fake: a holder of forewarn's
+/// groups (which RBAC lets delete Nodes) cannot delete a control-plane node, whatever the
+/// executor would have refused first; a worker node's delete is admitted.
+#[tokio::test]
+async fn forewarns_groups_cannot_delete_a_control_plane_node() {
+    let fake = KubeFake::builder().admission_policies().start().await;
+    let mut w = World::on(fake);
+    w.fake.insert(node(NODE, ID));
+    let mut control = node(OTHER_NODE, OTHER_ID);
+    control["metadata"]["labels"]["node-role.kubernetes.io/control-plane"] = json!("");
+    w.fake.insert(control);
+    as_forewarn_under(&mut w, "node-writes.yaml", "forewarn-handler");
+    let client = w.clients.client().await.unwrap();
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client);
+    let params = kube::api::DeleteParams::default();
+    match nodes.delete(OTHER_NODE, &params).await {
+        Err(kube::Error::Api(s)) => {
+            assert!(s.message.contains("forewarn-node-deletes"), "{s:?}");
+            assert!(s.message.contains("control-plane"), "{s:?}");
+        }
+        other => panic!("a control-plane node deleted: {other:?}"),
+    }
+    assert!(w.node(OTHER_NODE).is_some());
+    nodes
+        .delete(NODE, &params)
+        .await
+        .expect("a worker node's delete");
+    assert!(w.node(NODE).is_none());
+}
+
 /// The plan of a spot warning `id` for the other node's instance.
 async fn plan_for_other(w: &World, id: &str) -> forewarn::domain::plan::Plan {
     let instances = BTreeMap::from([(OTHER_ID.to_string(), instance(OTHER_ID, OTHER_NODE))]);

@@ -881,7 +881,9 @@ fn a_capacity_block_plan_drains_by_the_termination_start_and_refuses_an_odcr() {
     assert!(plan.pools[0].unavailable_until.is_some());
     assert_eq!(
         plan.also_keys,
-        ["sweep:capacity-block-expiration:cr-0b1c2d3e4f5a60001/demo@1795171200"]
+        [
+            "sweep:capacity-block-expiration:cr-0b1c2d3e4f5a60001/123456789012/us-east-1/demo@1795171200"
+        ]
     );
     assert_eq!(
         crate::domain::plan::drain_deadline(&e, &config),

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::domain::clusters::{ClusterId, Place};
 use crate::domain::config::{Action, Config};
 use crate::domain::event::{
     Detail, Event, EventKind, InstanceAction, InstanceState, LifecycleAction,
@@ -284,10 +285,18 @@ fn block_key(event: &Event, config: &Config) -> Option<String> {
             part: false,
             ..
         } if event.kind == EventKind::CapacityBlockExpiration => {
+            let place = Place {
+                account: event.account.clone(),
+                region: event.region.clone(),
+            };
+            let cluster = config
+                .cluster_name
+                .as_deref()
+                .map(|name| ClusterId::at(&place, name));
             Some(crate::domain::sweep::block_key(
                 reservation_id,
                 *end_date,
-                config.cluster_name.as_deref(),
+                cluster.as_ref(),
             ))
         }
         _ => None,
