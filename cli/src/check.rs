@@ -6,9 +6,11 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use clap::Args;
-use forewarn::adapters::kube::{ClusterAccess, Impersonation, PreflightScope, connect_as};
+use forewarn::adapters::kube::{
+    ClusterAccess, EksAccess, Impersonation, PreflightScope, connect_as, connect_eks_as,
+};
 use forewarn::app::preflight::{Role, blocking};
 use forewarn::app::settings::{ClusterSelection, Settings};
 use forewarn::domain::admission::{Proof, Verdict};
@@ -27,10 +29,20 @@ pub struct CheckArgs {
     #[arg(long, required = true)]
     kube: bool,
     /// A cluster to check (repeatable): the kubeconfig context of that name when there is one,
-    /// else the EKS cluster of that name [default: the clusters FOREWARN_CLUSTERS
-    /// names, else the kubeconfig's current context]
+    /// else the EKS cluster of that name; a member account's cluster (ACCOUNT/NAME) through
+    /// --member-admin-role there, a kubeconfig context of it only once EKS in that account says
+    /// its endpoint is the context's [default: the clusters FOREWARN_CLUSTERS names, else the
+    /// kubeconfig's current context]
     #[arg(long = "cluster", value_name = "CLUSTER", value_parser = crate::parse_cluster)]
     clusters: Vec<ClusterId>,
+    /// The role assumed in a member account (--cluster ACCOUNT/NAME) to reach its cluster: an
+    /// administrator's role there, as `forewarn deploy` assumes
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "OrganizationAccountAccessRole"
+    )]
+    member_admin_role: String,
     /// The handler's Kubernetes group (the stack's HandlerKubernetesGroup).
     #[arg(long, value_name = "GROUP", default_value = "forewarn-handler")]
     handler_group: String,
@@ -48,11 +60,12 @@ pub struct Groups<'a> {
     pub sweeper: &'a str,
 }
 
-/// Every write of both groups, proved in the cluster `access` reaches, each group impersonated
+/// Every write of both groups, proved in the cluster `access` reaches (an EKS cluster of a
+/// member account through `member`, that account's configuration), each group impersonated
 /// (user [`CHECK_USER`]).
 pub async fn prove_cluster(
     settings: &Settings,
-    access: &ClusterAccess,
+    (access, member): (&ClusterAccess, Option<&aws_config::SdkConfig>),
     groups: &Groups<'_>,
     clock: Arc<dyn Clock>,
 ) -> anyhow::Result<Vec<Proof>> {
@@ -65,9 +78,13 @@ pub async fn prove_cluster(
             user: CHECK_USER.to_string(),
             groups: vec![group.to_string()],
         };
-        let clients = connect_as(access, settings.aws, Some(&identity))
-            .await?
-            .with_clock(clock.clone());
+        let clients = match (access, member) {
+            (ClusterAccess::Eks(eks), Some(member)) => {
+                connect_eks_as(eks, member, Some(&identity)).await?
+            }
+            _ => connect_as(access, settings.aws, Some(&identity)).await?,
+        }
+        .with_clock(clock.clone());
         let scope = PreflightScope {
             group,
             capabilities: role.capabilities(),
@@ -79,14 +96,18 @@ pub async fn prove_cluster(
 }
 
 /// The clusters to check, with how each is reached.
-fn clusters(args: &CheckArgs, settings: &Settings) -> anyhow::Result<Vec<(String, ClusterAccess)>> {
+fn clusters(
+    args: &CheckArgs,
+    settings: &Settings,
+) -> anyhow::Result<Vec<(ClusterId, ClusterAccess)>> {
     let ids: Vec<ClusterId> = if !args.clusters.is_empty() {
         args.clusters.clone()
     } else {
         match &settings.clusters {
             ClusterSelection::Named(ids) => ids.clone(),
             ClusterSelection::Unnamed => {
-                return Ok(vec![("-".into(), settings.cluster_access.clone())]);
+                let unnamed = ClusterId::at(&Default::default(), "-");
+                return Ok(vec![(unnamed, settings.cluster_access.clone())]);
             }
             ClusterSelection::Every { .. } => bail!(
                 "FOREWARN_CLUSTERS names every cluster of a place (`*`): say which to check \
@@ -96,8 +117,39 @@ fn clusters(args: &CheckArgs, settings: &Settings) -> anyhow::Result<Vec<(String
     };
     Ok(ids
         .iter()
-        .map(|id| (id.to_string(), crate::access(settings, id)))
+        .map(|id| (id.clone(), crate::access(settings, id)))
         .collect())
+}
+
+/// How a member account's cluster `id` is reached: its EKS cluster through `member` (the
+/// account's admin role), or a kubeconfig context once EKS in that account says its endpoint
+/// is the context's; otherwise refused, with why (a context of that name may be another
+/// account's cluster of the same name, which would be checked and labelled as the member's).
+async fn member_access(
+    id: &ClusterId,
+    access: ClusterAccess,
+    member: &aws_config::SdkConfig,
+) -> anyhow::Result<ClusterAccess> {
+    let eks = aws_sdk_eks::Client::new(member);
+    match access {
+        ClusterAccess::Eks(e) => Ok(ClusterAccess::Eks(EksAccess {
+            region: id.region.clone().or(e.region),
+            ..e
+        })),
+        other => {
+            crate::deploy::same_endpoint(&eks, &id.name, &other)
+                .await
+                .with_context(|| {
+                    format!(
+                        "not the EKS cluster {} of account {} (its kubeconfig context is \
+                         another's)",
+                        id.name,
+                        id.account.as_deref().unwrap_or_default()
+                    )
+                })?;
+            Ok(other)
+        }
+    }
 }
 
 /// Lines for a person: one per write and group, marked `ok`, `REFUSED` or `-`.
@@ -115,9 +167,27 @@ pub fn lines(proofs: &[Proof]) -> Vec<String> {
         .collect()
 }
 
+/// Why nothing of `proofs` was checked, when nothing was (every write not checked): a run
+/// that proved nothing must not pass.
+pub fn checked_nothing(proofs: &[Proof]) -> Option<String> {
+    let mut why: Vec<&str> = Vec::new();
+    for p in proofs {
+        match &p.verdict {
+            Verdict::NotChecked(reason) => {
+                if !why.contains(&reason.as_str()) {
+                    why.push(reason);
+                }
+            }
+            _ => return None,
+        }
+    }
+    Some(why.join("; "))
+}
+
 /// Proves every write in each cluster. Exit code: 0 when every write the configuration uses is
-/// admitted (or could not be checked), 2 when one is refused, 1 for errors (a cluster not
-/// reached).
+/// admitted (or could not be checked, some other write being proved), 2 when one is refused
+/// (a read it needs refused too), 1 for errors (a cluster not reached, or one where nothing
+/// could be checked).
 pub async fn run(
     args: CheckArgs,
     settings: Settings,
@@ -129,8 +199,34 @@ pub async fn run(
     };
     let mut refused = 0;
     let mut failed = 0;
-    for (name, access) in clusters(&args, &settings)? {
-        let proofs = match prove_cluster(&settings, &access, &groups, clock.clone()).await {
+    let sdk = forewarn::adapters::aws::load(settings.aws).await;
+    for (id, access) in clusters(&args, &settings)? {
+        let name = id.to_string();
+        let member = match &id.account {
+            Some(account) if settings.accounts.own.as_ref() != Some(account) => {
+                Some(crate::deploy::member_config(&sdk, account, &args.member_admin_role).await)
+            }
+            _ => None,
+        };
+        let access = match &member {
+            Some(member) => match member_access(&id, access, member).await {
+                Ok(access) => access,
+                Err(e) => {
+                    eprintln!("forewarn: cluster {name}: not checked: {e:#}");
+                    failed += 1;
+                    continue;
+                }
+            },
+            None => access,
+        };
+        let proofs = match prove_cluster(
+            &settings,
+            (&access, member.as_ref()),
+            &groups,
+            clock.clone(),
+        )
+        .await
+        {
             Ok(proofs) => proofs,
             Err(e) => {
                 eprintln!("forewarn: cluster {name}: not checked: {e:#}");
@@ -140,6 +236,14 @@ pub async fn run(
         };
         let blocked = blocking(&proofs, &settings.config, settings.priorities_enabled);
         refused += blocked.len();
+        let nothing = checked_nothing(&proofs);
+        if let Some(why) = &nothing {
+            eprintln!(
+                "forewarn: cluster {name}: nothing could be checked ({why}): forewarn's writes \
+                 there are unproved"
+            );
+            failed += 1;
+        }
         match args.output {
             TextOrJson::Text => {
                 println!("cluster {name}:");

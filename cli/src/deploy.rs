@@ -391,36 +391,43 @@ fn bare(cluster: &str) -> &str {
 }
 
 /// The AWS configuration of each member account whose clusters are given (`--cluster
-/// ACCOUNT/NAME`): the operator's credentials, assuming `role` there (its credentials are
-/// fetched at the first call: a role that cannot be assumed fails that cluster's steps).
+/// ACCOUNT/NAME`): see [`member_config`].
 async fn member_configs(clusters: &Clusters, sdk: &aws_config::SdkConfig, role: &str) -> Members {
     let mut members = Members::new();
     for cluster in &clusters.members {
         let Some((account, _)) = member_of(cluster) else {
             continue;
         };
-        if members.contains_key(account) {
-            continue;
+        if !members.contains_key(account) {
+            members.insert(account.to_string(), member_config(sdk, account, role).await);
         }
-        let partition = forewarn::adapters::accounts::partition_of(
-            sdk.region().map_or("us-east-1", |r| r.as_ref()),
-        );
-        let arn = format!("arn:{partition}:iam::{account}:role/{role}");
-        let provider = aws_config::sts::AssumeRoleProvider::builder(arn)
-            .session_name("forewarn-deploy")
-            .configure(sdk)
-            .build()
-            .await;
-        let config = sdk
-            .clone()
-            .into_builder()
-            .credentials_provider(
-                aws_credential_types::provider::SharedCredentialsProvider::new(provider),
-            )
-            .build();
-        members.insert(account.to_string(), config);
     }
     members
+}
+
+/// The AWS configuration of a member account: the operator's credentials (`sdk`), assuming
+/// `role` there (its credentials are fetched at the first call: a role that cannot be assumed
+/// fails that cluster's steps).
+pub(crate) async fn member_config(
+    sdk: &aws_config::SdkConfig,
+    account: &str,
+    role: &str,
+) -> aws_config::SdkConfig {
+    let partition = forewarn::adapters::accounts::partition_of(
+        sdk.region().map_or("us-east-1", |r| r.as_ref()),
+    );
+    let arn = format!("arn:{partition}:iam::{account}:role/{role}");
+    let provider = aws_config::sts::AssumeRoleProvider::builder(arn)
+        .session_name("forewarn-deploy")
+        .configure(sdk)
+        .build()
+        .await;
+    sdk.clone()
+        .into_builder()
+        .credentials_provider(
+            aws_credential_types::provider::SharedCredentialsProvider::new(provider),
+        )
+        .build()
 }
 
 /// `cluster a`, `clusters a, b`, `every EKS cluster of the account and region (now a, b)`.
@@ -696,14 +703,26 @@ impl Deploy {
             ),
         };
         let endpoint = functions::endpoint_from_env();
-        for f in FUNCTIONS {
-            // <Prefix>EnvFile, then --handler-env or --sweeper-env: one KEY=VALUE a line.
-            let output = format!("{}EnvFile", f.prefix);
-            let mut vars: Vec<String> = lookup(&output).lines().map(str::to_string).collect();
+        // <Prefix>EnvFile, then --handler-env or --sweeper-env: one KEY=VALUE a line.
+        let vars_of = |f: &functions::Function| {
+            let mut vars: Vec<String> = lookup(&format!("{}EnvFile", f.prefix))
+                .lines()
+                .map(str::to_string)
+                .collect();
             vars.extend(match f.prefix {
                 "Handler" => self.handler_env.iter().cloned(),
                 _ => self.sweeper_env.iter().cloned(),
             });
+            vars
+        };
+        // A function that cannot start leaves its batches to the queue's visibility timeout:
+        // an environment either would refuse is refused here, before either is deployed.
+        for f in &FUNCTIONS {
+            functions::starts_with(f.binary, &vars_of(f))?;
+        }
+        for f in FUNCTIONS {
+            let output = format!("{}EnvFile", f.prefix);
+            let vars = vars_of(&f);
             let env_file = match &env_dir {
                 None => format!("<a file holding {output}>"),
                 Some(dir) => {
@@ -945,7 +964,7 @@ impl Deploy {
         };
         let proofs = crate::check::prove_cluster(
             &self.settings,
-            &cluster.access,
+            (&cluster.access, cluster.member.as_ref()),
             &groups,
             self.clock.clone(),
         )
@@ -1165,6 +1184,7 @@ async fn connect(
         client,
         via,
         access,
+        member: member.cloned(),
     })
 }
 
@@ -1198,7 +1218,7 @@ fn server_of(
 /// (`DescribeCluster` in the deployment's account and region), so that a context of that name
 /// pointing elsewhere — another account's cluster of the same name, a stale entry — gets no
 /// grant of forewarn's. Reached through EKS itself, nothing to check.
-async fn same_endpoint(
+pub(crate) async fn same_endpoint(
     eks: &aws_sdk_eks::Client,
     name: &str,
     access: &ClusterAccess,
@@ -1257,6 +1277,8 @@ struct Cluster {
     via: String,
     /// The same, for the preflight's impersonating clients.
     access: ClusterAccess,
+    /// A member account's configuration (its admin role), which reaches its EKS cluster.
+    member: Option<aws_config::SdkConfig>,
 }
 
 #[cfg(test)]

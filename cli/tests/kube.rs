@@ -359,3 +359,97 @@ async fn check_proves_every_write_and_names_what_refuses_one() {
         "{text}"
     );
 }
+
+/// Issue 57, item 5: a preflight that could not check must not pass. The API server refuses
+/// the node and pod lists (an RBAC edit that dropped them): every write that needs a node or a
+/// pod is refused as much, said on its line, and the exit code is 2. The API server answering
+/// no list at all (500), on a cluster without the priority expander's ConfigMap: nothing could
+/// be checked, the command says so and fails (exit 1).
+#[tokio::test(flavor = "multi_thread")]
+async fn check_fails_when_it_could_not_check() {
+    use forewarn::domain::fixtures::{node_object, pod_object};
+    use kube_fake::{Fault, Method};
+    let fake = forewarn_tests::cluster::deployed().await;
+    fake.insert(
+        node_object("ip-10-0-1-11.ec2.internal", "i-0a1b2c3d4e5f60001")
+            .kubelet()
+            .ready()
+            .build(),
+    );
+    fake.insert(pod_object(
+        "shop",
+        "web-1",
+        "ip-10-0-1-11.ec2.internal",
+        "web",
+        "ReplicaSet",
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = kubeconfig_for(&fake.url(), dir.path());
+    let check = |kubeconfig: std::path::PathBuf| {
+        tokio::task::spawn_blocking(move || {
+            let state = tempfile::tempdir().unwrap();
+            forewarn(&kubeconfig, state.path(), &["check", "--kube"])
+        })
+    };
+    let refuse = |status: u16| {
+        for path in ["/api/v1/nodes", "/api/v1/pods"] {
+            fake.inject(
+                Fault::new(status)
+                    .method(Method::GET)
+                    .path_contains(path)
+                    .times(1000),
+            );
+        }
+    };
+    refuse(403);
+    let out = check(kubeconfig.clone()).await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    for line in [
+        "cordon",
+        "evict",
+        "placeholder",
+        "pod-event",
+        "node-event",
+        "way-back",
+    ] {
+        assert!(text.contains(&format!("REFUSED {line}")), "{line}: {text}");
+    }
+    assert!(text.contains("listing the nodes is refused"), "{text}");
+
+    // Only the pods' list refused: the node's writes are proved, the pods' refused.
+    let fake2 = forewarn_tests::cluster::deployed().await;
+    fake2.insert(
+        node_object("ip-10-0-1-11.ec2.internal", "i-0a1b2c3d4e5f60001")
+            .kubelet()
+            .ready()
+            .build(),
+    );
+    fake2.inject(
+        Fault::new(403)
+            .method(Method::GET)
+            .path_contains("/api/v1/pods")
+            .times(1000),
+    );
+    let dir2 = tempfile::tempdir().unwrap();
+    let out = check(kubeconfig_for(&fake2.url(), dir2.path()))
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("ok      cordon"), "{text}");
+    assert!(
+        text.contains("REFUSED evict") && text.contains("listing the pods of node"),
+        "{text}"
+    );
+
+    // No list answered at all, and no expander ConfigMap: nothing checked, exit 1.
+    fake.clear_faults();
+    refuse(500);
+    let out = check(kubeconfig).await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(1), "{text}{err}");
+    assert!(!text.contains("ok      "), "{text}");
+    assert!(err.contains("nothing could be checked"), "{err}");
+}

@@ -573,3 +573,97 @@ fn a_member_accounts_cluster_is_deployed_in_that_account() {
         );
     });
 }
+
+/// Issue 57, item 5: `forewarn check --kube --cluster ACCOUNT/NAME` checks the member's own
+/// cluster, through `--member-admin-role` in that account. A kubeconfig context of that name
+/// that points at this account's cluster of the same name (which would be checked and labelled
+/// as the member's) is refused, naming why, and nothing is sent to either cluster; the
+/// member's own context is checked once EKS in the member account says its endpoint is the
+/// context's, and only the member's cluster is asked.
+#[test]
+fn a_member_cluster_is_checked_in_its_own_account_or_refused() {
+    use forewarn::domain::fixtures::{node_object, pod_object};
+    let server = shared();
+    let endpoint = server.endpoint();
+    runtime().block_on(async {
+        let name = unique_name("same");
+        let member = format!("{MEMBER}/{name}");
+        let ours = forewarn_tests::cluster::deployed().await;
+        let theirs = forewarn_tests::cluster::deployed().await;
+        for f in [&ours, &theirs] {
+            f.insert(
+                node_object("ip-10-0-1-11.ec2.internal", "i-0a1b2c3d4e5f60001")
+                    .kubelet()
+                    .ready()
+                    .build(),
+            );
+            f.insert(pod_object(
+                "shop",
+                "web-1",
+                "ip-10-0-1-11.ec2.internal",
+                "web",
+                "ReplicaSet",
+            ));
+        }
+        let eks = EksFake::at(&[(&name, &ours.url())])
+            .await
+            .in_accounts(&endpoint);
+        eks.add(&member, &theirs.url());
+        let check = |kubeconfig: std::path::PathBuf| {
+            let (endpoint, eks, member) = (endpoint.clone(), eks.url(), member.clone());
+            async move {
+                forewarn_with(
+                    &endpoint,
+                    Some(&eks),
+                    &kubeconfig,
+                    &["check", "--kube", "--cluster", &member],
+                )
+                .await
+            }
+        };
+
+        let dir = tempfile::tempdir().unwrap();
+        let forged = kubeconfig_of(&[(&member, &ours.url())], dir.path());
+        ours.clear_requests();
+        let out = check(forged).await;
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(1), "{}{err}", stdout(&out));
+        assert!(
+            err.contains(&format!("cluster {member}: not checked"))
+                && err.contains(&format!("not the EKS cluster {name} of account {MEMBER}")),
+            "{err}"
+        );
+        assert!(ours.requests().is_empty(), "{:?}", ours.requests());
+        assert!(theirs.requests().is_empty());
+
+        let dir = tempfile::tempdir().unwrap();
+        let right = kubeconfig_of(&[(&member, &theirs.url())], dir.path());
+        let out = check(right).await;
+        let text = stdout(&out);
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains(&format!("cluster {member}:")) && text.contains("ok      cordon"),
+            "{text}"
+        );
+        assert!(
+            theirs
+                .requests()
+                .iter()
+                .any(|r| r.query.contains("dryRun=All")),
+            "the member's cluster was asked"
+        );
+        assert!(ours.requests().is_empty(), "{:?}", ours.requests());
+        // The endpoint was confirmed in the member account.
+        assert!(
+            eks.requests()
+                .iter()
+                .any(|r| r.operation == "DescribeCluster" && r.account == MEMBER),
+            "{:?}",
+            eks.requests()
+        );
+    });
+}

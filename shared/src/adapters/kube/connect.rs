@@ -560,7 +560,7 @@ pub async fn connect_eks(
 }
 
 /// [`connect_eks`], every request sent as `identity` when one is given.
-async fn connect_eks_as(
+pub async fn connect_eks_as(
     access: &EksAccess,
     sdk: &SdkConfig,
     identity: Option<&Impersonation>,

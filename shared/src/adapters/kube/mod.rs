@@ -41,7 +41,7 @@ pub use connect::{
     ClusterAccess, ClusterClient, ConnectError, ENV_CLUSTER_CA, ENV_CLUSTER_ENDPOINT,
     ENV_EKS_CLUSTER, ENV_ENVIRONMENTS, ENV_KUBE_BURST, ENV_KUBE_QPS, EksAccess, EksClusters,
     Impersonation, KUBE_SHARE, KubeconfigContexts, connect, connect_as, connect_context,
-    connect_eks, has_context,
+    connect_eks, connect_eks_as, has_context,
 };
 pub use cordon::{CordonOutcome, CordonSpec, RecordKeys, cordon_patch};
 pub use delete::DeleteOutcome;

@@ -48,13 +48,37 @@ pub struct PreflightScope<'a> {
 struct Subjects {
     node: Option<Node>,
     pod: Option<Pod>,
-    /// Why there is no node or no pod.
-    missing: String,
+    /// Why there is no node or no pod: not checked for want of one, or refused when the read
+    /// itself was (401, 403: the writes that need what it reads are refused as much).
+    missing: Verdict,
+}
+
+impl Subjects {
+    fn none(missing: Verdict) -> Subjects {
+        Subjects {
+            node: None,
+            pod: None,
+            missing,
+        }
+    }
+}
+
+/// What a failed read of `what` says of the writes that need it: refused when the server refused
+/// the read (401, 403: the identity may not read it, so forewarn could not act either), else not
+/// checked.
+fn read_failed(what: &str, e: &::kube::Error) -> Verdict {
+    match e {
+        ::kube::Error::Api(s) if matches!(s.code, 401 | 403) => Verdict::Refused {
+            by: crate::domain::admission::refused_by(s.code, &s.reason, &s.message),
+            message: format!("{what} is refused: {}", s.message),
+        },
+        other => Verdict::NotChecked(format!("{what} failed: {other}")),
+    }
 }
 
 /// Proves each capability of `scope` on the cluster of `clients`: one [`Proof`] each, in the
 /// scope's order. Nothing is stored; a read that fails leaves the capabilities that need it
-/// not checked.
+/// not checked, and a read the server refuses (401, 403) refuses them.
 pub async fn prove(
     clients: &ClusterClient,
     config: &Config,
@@ -97,24 +121,12 @@ fn answered<T>(result: Result<T, ::kube::Error>, note: Option<String>) -> Verdic
 async fn subjects(clients: &ClusterClient) -> Subjects {
     let client = match clients.client().await {
         Ok(client) => client,
-        Err(e) => {
-            return Subjects {
-                node: None,
-                pod: None,
-                missing: format!("no client: {e}"),
-            };
-        }
+        Err(e) => return Subjects::none(Verdict::NotChecked(format!("no client: {e}"))),
     };
     let nodes: Api<Node> = Api::all(client.clone());
     let listed = match nodes.list(&ListParams::default()).await {
         Ok(list) => list.items,
-        Err(e) => {
-            return Subjects {
-                node: None,
-                pod: None,
-                missing: format!("the nodes could not be listed: {e}"),
-            };
-        }
+        Err(e) => return Subjects::none(read_failed("listing the nodes", &e)),
     };
     let mut workers: Vec<Node> = listed
         .into_iter()
@@ -123,11 +135,25 @@ async fn subjects(clients: &ClusterClient) -> Subjects {
     // Uncordoned first: the cordon then changes something.
     workers.sort_by_key(|n| node_facts(n).unschedulable);
     let pods: Api<Pod> = Api::all(client);
+    let mut unlisted = None;
     for node in workers.iter().take(5) {
         let name = node.metadata.name.as_deref().unwrap_or_default();
         let params = ListParams::default().fields(&format!("spec.nodeName={name}"));
-        let Ok(list) = pods.list(&params).await else {
-            continue;
+        let list = match pods.list(&params).await {
+            Ok(list) => list,
+            Err(e) => {
+                let verdict = read_failed(&format!("listing the pods of node {name}"), &e);
+                if verdict.is_refused() {
+                    // Refused on one node, refused on all: the pods' writes are refused.
+                    return Subjects {
+                        node: Some(node.clone()),
+                        pod: None,
+                        missing: verdict,
+                    };
+                }
+                unlisted.get_or_insert(verdict);
+                continue;
+            }
         };
         let pod = list.items.into_iter().find(|p| {
             matches!(disposition(p), Disposition::Evict { .. })
@@ -142,14 +168,14 @@ async fn subjects(clients: &ClusterClient) -> Subjects {
             return Subjects {
                 node: Some(node.clone()),
                 pod,
-                missing: String::new(),
+                missing: Verdict::NotChecked(String::new()),
             };
         }
     }
-    let missing = if workers.is_empty() {
-        "no worker node in the cluster".to_string()
-    } else {
-        "no pod of a controller on the first worker nodes".to_string()
+    let missing = match unlisted {
+        Some(failed) => failed,
+        None if workers.is_empty() => Verdict::NotChecked("no worker node in the cluster".into()),
+        None => Verdict::NotChecked("no pod of a controller on the first worker nodes".into()),
     };
     Subjects {
         node: workers.into_iter().next(),
@@ -241,7 +267,7 @@ impl Dry<'_> {
             .subjects
             .node
             .as_ref()
-            .ok_or_else(|| Verdict::NotChecked(self.subjects.missing.clone()))?;
+            .ok_or_else(|| self.subjects.missing.clone())?;
         Ok((node, node.metadata.name.clone().unwrap_or_default()))
     }
 
@@ -249,7 +275,7 @@ impl Dry<'_> {
         self.subjects
             .pod
             .as_ref()
-            .ok_or_else(|| Verdict::NotChecked(self.subjects.missing.clone()))
+            .ok_or_else(|| self.subjects.missing.clone())
     }
 
     /// The cordon's patch of the node; for the way back, then the way back's patch of the node
