@@ -183,9 +183,11 @@ pub const VARIABLES: &[Variable] = &[
          completed in that account and the event's region, with STS `AssumeRole` of \
          `arn:<partition>:iam::<account>:role/<name>`, as are the member clusters' EKS calls. \
          Needs `FOREWARN_ACCOUNT_ID`; only the accounts `FOREWARN_CLUSTERS` names are served. \
-         Unset, or for an account not named, or whose role cannot be assumed: the event is \
-         acknowledged as not served, naming the account (nothing done, no pool recorded). An \
-         account that is not 12 digits or a region that is not a region's name always fails",
+         Unset, or for an account not named: the event is acknowledged as not served, naming \
+         the account (nothing done, no pool recorded). A named account whose role cannot be \
+         assumed, or is refused a lookup, fails its events (retried, then kept in the \
+         dead-letter queue; the `AccountUnreachable` metric). An account that is not 12 digits \
+         or a region that is not a region's name always fails",
     )
     .functions_only(),
     var(
