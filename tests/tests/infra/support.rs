@@ -201,6 +201,14 @@ impl Deployment {
                                 .collect::<Vec<_>>()
                         ))
                     }
+                    "Fn::Select" => {
+                        let index = match &args[0] {
+                            Value::String(i) => i.parse::<usize>().unwrap(),
+                            i => usize::try_from(i.as_u64().unwrap()).unwrap(),
+                        };
+                        let items = self.resolve(&args[1]).unwrap();
+                        Some(items[index].clone())
+                    }
                     "Fn::Join" => {
                         let items = self.resolve(&args[1]).unwrap();
                         let items: Vec<&str> = items
@@ -362,8 +370,9 @@ pub(crate) fn statements_of(d: &Deployment, role: &str, service: &str) -> Vec<Va
         .collect()
 }
 
-/// The central deployment's roles, as a member stack is given them.
+/// The central deployment's bus and roles, as a member stack is given them.
 pub(crate) const CENTRAL: &str = "210987654321";
+pub(crate) const CENTRAL_BUS: &str = "arn:aws:events:us-east-1:210987654321:event-bus/forewarn-demo";
 pub(crate) const CENTRAL_HANDLER: &str =
     "arn:aws:iam::210987654321:role/forewarn-demo-HandlerRole-X1";
 pub(crate) const CENTRAL_SWEEPER: &str =
@@ -373,8 +382,7 @@ pub(crate) const CENTRAL_SWEEPER: &str =
 /// clusters `a` and `b` unless `overrides` say otherwise.
 pub(crate) fn member(overrides: &[(&str, &str)]) -> Deployment {
     let mut all = vec![
-        ("CentralAccountId", CENTRAL),
-        ("CentralEventBusName", "forewarn-demo"),
+        ("CentralEventBusArn", CENTRAL_BUS),
         ("HandlerRoleArn", CENTRAL_HANDLER),
         ("SweeperRoleArn", CENTRAL_SWEEPER),
         ("ClusterNames", "a,b"),

@@ -1,10 +1,26 @@
-//! cfn-lint, the pool table shared with its own template, and the dashboard's searches.
+//! cfn-lint, the templates' rules, the pool table shared with its own template, and the
+//! dashboard's searches.
 
 use std::process::Command;
 
 use forewarn_tests::moto::workspace_root;
+use serde_json::Value;
 
-use crate::support::stack_template;
+use crate::support::{stack_template, template};
+
+/// The templates directly in infra/ (`cfn-lint infra/*.yaml`; the Kubernetes manifests live in
+/// infra/k8s/).
+fn templates() -> Vec<String> {
+    let root = workspace_root();
+    let mut templates: Vec<String> = std::fs::read_dir(root.join("infra"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "yaml"))
+        .map(|p| p.display().to_string())
+        .collect();
+    templates.sort();
+    templates
+}
 
 #[test]
 fn cfn_lint_is_clean() {
@@ -15,15 +31,7 @@ fn cfn_lint_is_clean() {
         "{} is missing: run scripts/test.sh (it installs requirements.txt into .venv)",
         cfn_lint.display()
     );
-    // `cfn-lint infra/*.yaml`: every template directly in infra/ (the Kubernetes manifests
-    // live in infra/k8s/).
-    let mut templates: Vec<String> = std::fs::read_dir(root.join("infra"))
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "yaml"))
-        .map(|p| p.display().to_string())
-        .collect();
-    templates.sort();
+    let templates = templates();
     assert_eq!(templates.len(), 4, "{templates:?}");
     let out = Command::new(&cfn_lint)
         .args(&templates)
@@ -155,4 +163,53 @@ fn the_dashboard_searches_dimension_sets_the_functions_emit() {
             "nobody emits {set:?}; emitted: {emitted:?}"
         );
     }
+}
+
+/// The functions of a template fragment: every `Ref`, `Condition` and `Fn::` key in it.
+fn functions_in(v: &Value, found: &mut Vec<String>) {
+    match v {
+        Value::Object(o) => {
+            for (k, v) in o {
+                if k == "Ref" || k == "Condition" || k.starts_with("Fn::") {
+                    found.push(k.clone());
+                }
+                functions_in(v, found);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|i| functions_in(i, found)),
+        _ => {}
+    }
+}
+
+/// CloudFormation refuses a template whose `Rules` use any function but its rule functions
+/// ("Following functions are not supported in the Rules block"), nested ones included, which
+/// cfn-lint does not see: no `Fn::Select` or `Fn::Split` there (so a rule cannot read a region
+/// out of an ARN; the member stack's region guard is a condition).
+#[test]
+fn rules_use_only_rule_functions() {
+    const RULE_FUNCTIONS: [&str; 11] = [
+        "Fn::And",
+        "Fn::Contains",
+        "Fn::EachMemberEquals",
+        "Fn::EachMemberIn",
+        "Fn::Equals",
+        "Fn::Not",
+        "Fn::Or",
+        "Fn::RefAll",
+        "Fn::ValueOf",
+        "Fn::ValueOfAll",
+        "Ref",
+    ];
+    let mut checked = 0;
+    for path in templates() {
+        let relative = path.rsplit_once("/infra/").map(|(_, p)| p).unwrap();
+        let t = template(&format!("infra/{relative}"));
+        let mut found = Vec::new();
+        functions_in(&t["Rules"], &mut found);
+        checked += found.len();
+        for f in found {
+            assert!(RULE_FUNCTIONS.contains(&f.as_str()), "{path}: {f} in Rules");
+        }
+    }
+    assert!(checked > 0, "the stack's rules were read");
 }
