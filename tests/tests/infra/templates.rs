@@ -1,12 +1,12 @@
-//! cfn-lint, the templates' rules, the pool table shared with its own template, and the
-//! dashboard's searches.
+//! cfn-lint, the templates' rules, the pool table shared with its own template, the dashboard's
+//! searches, and the alarm on unreachable accounts.
 
 use std::process::Command;
 
 use forewarn_tests::moto::workspace_root;
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use crate::support::{stack_template, template};
+use crate::support::{Deployment, stack_template, template};
 
 /// The templates directly in infra/ (`cfn-lint infra/*.yaml`; the Kubernetes manifests live in
 /// infra/k8s/).
@@ -212,4 +212,34 @@ fn rules_use_only_rule_functions() {
         }
     }
     assert!(checked > 0, "the stack's rules were read");
+}
+
+/// Issue 57: the handler's `AccountUnreachable` (namespace `forewarn`, its dimensionless total)
+/// alarms at one in a minute, notifying `AlarmTopicArn` like every alarm of the stack.
+#[test]
+fn an_unreachable_account_raises_an_alarm() {
+    let topic = "arn:aws:sns:us-east-1:123456789012:ops";
+    for (overrides, actions) in [
+        (vec![], None),
+        (vec![("AlarmTopicArn", topic)], Some(json!([topic]))),
+    ] {
+        let d = Deployment::new(&overrides);
+        let alarm = d.properties("AccountUnreachableAlarm");
+        assert_eq!(alarm["Namespace"], "forewarn");
+        assert_eq!(alarm["MetricName"], "AccountUnreachable");
+        assert!(alarm.get("Dimensions").is_none(), "the total: {alarm}");
+        assert_eq!(alarm["Statistic"], "Sum");
+        assert_eq!(alarm["Period"], 60);
+        assert_eq!(alarm["EvaluationPeriods"], 1);
+        assert_eq!(alarm["Threshold"], 1);
+        assert_eq!(alarm["ComparisonOperator"], "GreaterThanOrEqualToThreshold");
+        assert_eq!(alarm["TreatMissingData"], "notBreaching");
+        let description = alarm["AlarmDescription"].as_str().unwrap();
+        for words in ["member role cannot be assumed", "dead-letter queue", "Account dimension"] {
+            assert!(description.contains(words), "{description}");
+        }
+        for key in ["AlarmActions", "OKActions"] {
+            assert_eq!(alarm.get(key), actions.as_ref(), "{key}");
+        }
+    }
 }
