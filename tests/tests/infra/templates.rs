@@ -1,12 +1,12 @@
 //! cfn-lint, the templates' rules, the pool table shared with its own template, the dashboard's
-//! searches, and the alarm on unreachable accounts.
+//! searches, the alarm on unreachable accounts, and the customer managed key.
 
 use std::process::Command;
 
 use forewarn_tests::moto::workspace_root;
 use serde_json::{Value, json};
 
-use crate::support::{Deployment, stack_template, template};
+use crate::support::{Deployment, statements_of, stack_template, template};
 
 /// The templates directly in infra/ (`cfn-lint infra/*.yaml`; the Kubernetes manifests live in
 /// infra/k8s/).
@@ -241,5 +241,76 @@ fn an_unreachable_account_raises_an_alarm() {
         for key in ["AlarmActions", "OKActions"] {
             assert_eq!(alarm.get(key), actions.as_ref(), "{key}");
         }
+    }
+}
+
+/// Issue 57: `KmsKeyArn` encrypts, when set, the queues, the pool table (in both templates), the
+/// log groups and the key's secret, and gives the roles `kms:Decrypt` and `kms:GenerateDataKey`
+/// on that key through the services that hold data under it (the sweeper never SQS); empty,
+/// the AWS keys as before (SQS-managed encryption, DynamoDB's AWS managed key) and no grant.
+#[test]
+fn a_customer_managed_key_encrypts_the_stack_and_is_granted_through_its_services() {
+    let key = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab";
+    let d = Deployment::new(&[]);
+    assert!(!d.condition("WithKmsKey"));
+    for queue in ["EventQueue", "DeadLetterQueue"] {
+        let q = d.properties(queue);
+        assert_eq!(q["SqsManagedSseEnabled"], true, "{queue}");
+        assert!(q.get("KmsMasterKeyId").is_none(), "{queue}");
+    }
+    for log in ["HandlerLogGroup", "SweeperLogGroup"] {
+        assert!(d.properties(log).get("KmsKeyId").is_none(), "{log}");
+    }
+    assert!(d.properties("ContinuationKeySecret").get("KmsKeyId").is_none());
+    for table in [d, Deployment::of("infra/pool-table.yaml", &[])] {
+        assert_eq!(
+            table.properties("PoolTable")["SSESpecification"],
+            json!({"SSEEnabled": true})
+        );
+    }
+    let d = Deployment::new(&[]);
+    for role in ["HandlerRole", "SweeperRole"] {
+        assert!(statements_of(&d, role, "kms:").is_empty(), "{role}");
+    }
+
+    let d = Deployment::new(&[("KmsKeyArn", key)]);
+    for queue in ["EventQueue", "DeadLetterQueue"] {
+        let q = d.properties(queue);
+        assert_eq!(q["KmsMasterKeyId"], key, "{queue}");
+        assert_eq!(q["SqsManagedSseEnabled"], false, "{queue}");
+    }
+    for log in ["HandlerLogGroup", "SweeperLogGroup"] {
+        assert_eq!(d.properties(log)["KmsKeyId"], key, "{log}");
+    }
+    assert_eq!(d.properties("ContinuationKeySecret")["KmsKeyId"], key);
+    for table in [
+        Deployment::new(&[("KmsKeyArn", key)]),
+        Deployment::of("infra/pool-table.yaml", &[("KmsKeyArn", key)]),
+    ] {
+        assert_eq!(
+            table.properties("PoolTable")["SSESpecification"],
+            json!({"SSEEnabled": true, "SSEType": "KMS", "KMSMasterKeyId": key})
+        );
+    }
+    let via = |services: &[&str]| -> Value {
+        let services: Vec<String> = services
+            .iter()
+            .map(|s| format!("{s}.us-east-1.amazonaws.com"))
+            .collect();
+        json!([{"Sid": "UseTheKeyThroughItsServices", "Effect": "Allow",
+                "Action": ["kms:Decrypt", "kms:GenerateDataKey"], "Resource": key,
+                "Condition": {"StringEquals": {"kms:ViaService": services}}}])
+    };
+    assert_eq!(
+        Value::Array(statements_of(&d, "HandlerRole", "kms:")),
+        via(&["sqs", "secretsmanager", "dynamodb"])
+    );
+    assert_eq!(
+        Value::Array(statements_of(&d, "SweeperRole", "kms:")),
+        via(&["secretsmanager", "dynamodb"])
+    );
+    // Only when the key is set: the grants are conditioned resources of their own.
+    for policy in ["HandlerKeyPolicy", "SweeperKeyPolicy"] {
+        assert_eq!(d.template["Resources"][policy]["Condition"], "WithKmsKey");
     }
 }
