@@ -163,7 +163,10 @@ fn an_organizations_central_and_member_stacks_deploy() {
         assert_eq!(outputs["EventBusArn"], bus);
         assert_eq!(member_outputs["CentralBusArn"], bus);
         let dlq = &member_outputs["DeadLetterQueueArn"];
-        assert!(dlq.starts_with(&format!("arn:aws:sqs:{REGION}:{ACCOUNT}:")), "{dlq}");
+        assert!(
+            dlq.starts_with(&format!("arn:aws:sqs:{REGION}:{ACCOUNT}:")),
+            "{dlq}"
+        );
         let events = aws_sdk_eventbridge::Client::new(&sdk);
         let rules = events
             .list_rules()

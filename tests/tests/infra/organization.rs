@@ -321,7 +321,11 @@ fn the_member_stack_keeps_what_it_cannot_deliver() {
         let rule = dimensions[0]["Value"].as_str().unwrap();
         summed.push(rule.strip_prefix("ref:").unwrap().to_string());
     }
-    assert_eq!(metrics.len(), summed.len() + 1, "no metric left out of the sum");
+    assert_eq!(
+        metrics.len(),
+        summed.len() + 1,
+        "no metric left out of the sum"
+    );
     summed.sort();
     let mut expected: Vec<String> = rules.iter().map(|r| r.to_string()).collect();
     expected.sort();

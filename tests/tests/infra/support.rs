@@ -209,6 +209,15 @@ impl Deployment {
                         let items = self.resolve(&args[1]).unwrap();
                         Some(items[index].clone())
                     }
+                    "Fn::FindInMap" => {
+                        let key = |i: usize| {
+                            let k = self.resolve(&args[i]).unwrap();
+                            k.as_str().map_or_else(|| k.to_string(), str::to_string)
+                        };
+                        let value = &self.template["Mappings"][key(0)][key(1)][key(2)];
+                        assert!(!value.is_null(), "no mapping {args}");
+                        Some(value.clone())
+                    }
                     "Fn::Join" => {
                         let items = self.resolve(&args[1]).unwrap();
                         let items: Vec<&str> = items
@@ -372,7 +381,8 @@ pub(crate) fn statements_of(d: &Deployment, role: &str, service: &str) -> Vec<Va
 
 /// The central deployment's bus and roles, as a member stack is given them.
 pub(crate) const CENTRAL: &str = "210987654321";
-pub(crate) const CENTRAL_BUS: &str = "arn:aws:events:us-east-1:210987654321:event-bus/forewarn-demo";
+pub(crate) const CENTRAL_BUS: &str =
+    "arn:aws:events:us-east-1:210987654321:event-bus/forewarn-demo";
 pub(crate) const CENTRAL_HANDLER: &str =
     "arn:aws:iam::210987654321:role/forewarn-demo-HandlerRole-X1";
 pub(crate) const CENTRAL_SWEEPER: &str =

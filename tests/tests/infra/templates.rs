@@ -6,7 +6,7 @@ use std::process::Command;
 use forewarn_tests::moto::workspace_root;
 use serde_json::{Value, json};
 
-use crate::support::{Deployment, statements_of, stack_template, template};
+use crate::support::{Deployment, stack_template, statements_of, template};
 
 /// The templates directly in infra/ (`cfn-lint infra/*.yaml`; the Kubernetes manifests live in
 /// infra/k8s/).
@@ -235,7 +235,11 @@ fn an_unreachable_account_raises_an_alarm() {
         assert_eq!(alarm["ComparisonOperator"], "GreaterThanOrEqualToThreshold");
         assert_eq!(alarm["TreatMissingData"], "notBreaching");
         let description = alarm["AlarmDescription"].as_str().unwrap();
-        for words in ["member role cannot be assumed", "dead-letter queue", "Account dimension"] {
+        for words in [
+            "member role cannot be assumed",
+            "dead-letter queue",
+            "Account dimension",
+        ] {
             assert!(description.contains(words), "{description}");
         }
         for key in ["AlarmActions", "OKActions"] {
@@ -261,7 +265,11 @@ fn a_customer_managed_key_encrypts_the_stack_and_is_granted_through_its_services
     for log in ["HandlerLogGroup", "SweeperLogGroup"] {
         assert!(d.properties(log).get("KmsKeyId").is_none(), "{log}");
     }
-    assert!(d.properties("ContinuationKeySecret").get("KmsKeyId").is_none());
+    assert!(
+        d.properties("ContinuationKeySecret")
+            .get("KmsKeyId")
+            .is_none()
+    );
     for table in [d, Deployment::of("infra/pool-table.yaml", &[])] {
         assert_eq!(
             table.properties("PoolTable")["SSESpecification"],
