@@ -2,12 +2,17 @@
 # The whole test suite, in stages, each timed:
 #
 #   tools    the pinned tools of requirements.txt (moto server, cfn-lint, awscli, cargo-lambda,
-#            MkDocs with its theme and plugin) into .venv, when missing or out of date;
+#            MkDocs with its theme and plugin) into .venv, and checkov into .venv-checkov, when
+#            missing or out of date;
 #   docs     the documentation, checked offline in seconds (scripts/docs.sh): the site of
 #            mkdocs.yml built from docs/ with `mkdocs build --strict` into a temporary directory
 #            (a broken link or anchor fails it), the relative links and anchors of README.md and
 #            CONTRIBUTING.md, and the pages' lengths (docs/ and CONTRIBUTING.md at most 400
 #            lines, README.md 250);
+#   checkov  the security checks of infra/'s CloudFormation templates and Kubernetes manifests,
+#            offline, in seconds (scripts/checkov.sh): any failing check fails it (a deliberate
+#            exception is a skip in the template, with its reason), after a self-test that a
+#            planted failure is reported;
 #   build    every test of the workspace, built (nothing run yet);
 #   lambda   both Lambda functions built by cargo-lambda for x86_64 in the dev profile, which is
 #            what the deploy tests (tests/tests/lambda_deploy.rs, and cli/tests/deploy.rs through
@@ -24,7 +29,7 @@
 #   test     every test of the workspace (cargo test --no-fail-fast: every binary runs);
 #   fuzzrun  a 30 s libFuzzer run of that target, beside the tests.
 #
-# The tools and docs stages run in the background while the build stage runs, and the fuzz run
+# The tools, docs and checkov stages run in the background while the build stage runs, and the fuzz run
 # while the tests run (their times overlap; the total is the wall clock). The tests and the Lambda build share one target triple (CARGO_BUILD_TARGET below) and, through
 # the functions' `unify-test-features` feature (tests/unify-features), one set of dependency
 # features: the functions' build reuses every dependency the tests' build made. A failed stage
@@ -89,10 +94,12 @@ join_stage() {
     record "$name" "$took" "$status"
 }
 
-# The tools (mostly downloads) and the docs check (seconds) run while the tests build.
+# The tools (mostly downloads), the docs check and checkov (seconds each) run while the tests
+# build.
 (
     bg_stage tools bash scripts/venv.sh
     bg_stage docs bash scripts/docs.sh
+    bg_stage checkov bash scripts/checkov.sh
 ) &
 background=$!
 stage build cargo test --workspace --locked --no-run
@@ -101,6 +108,7 @@ wait "$background"
 join_stage tools "the build"
 tools_ok=$?
 join_stage docs "the build"
+join_stage checkov "the build"
 stage lambda cargo lambda build --x86-64 --compiler cargo -p interruption-handler -p pool-sweeper \
     --features interruption-handler/unify-test-features,pool-sweeper/unify-test-features
 lint() {

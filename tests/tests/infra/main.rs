@@ -10,10 +10,11 @@
 //! the table could: only forewarn's roles reach the continuation key.
 //!
 //! The tests by subject, one module each (what they share in `support`):
-//! - `templates`: cfn-lint, the stack's pool table against its own template, the dashboard's
-//!   searches.
-//! - `queues`: the queue policies evaluated as IAM evaluates them (`Send::verdict`), and the
-//!   queue's `MaxReceiveCount`.
+//! - `templates`: cfn-lint, the templates' `Rules` (rule functions only), the stack's pool table
+//!   against its own template, the dashboard's searches, the unreachable-account alarm, the
+//!   customer managed key (`KmsKeyArn`).
+//! - `queues`: the queue policies evaluated as IAM evaluates them (`Send::verdict`), the member
+//!   stack's dead-letter queue's among them, and the queue's `MaxReceiveCount`.
 //! - `roles`: the functions' roles: lifecycle actions, Kubernetes groups, target-group
 //!   deregistration, and the member role a central deployment assumes.
 //! - `environment`: what the stack's parameters put in the functions' environment: hook names,
@@ -24,7 +25,8 @@
 //!   evaluated.
 //! - `pool_table`: the pool table's resource policy (`TableRequest::verdict`) and the
 //!   continuation key's secret: only forewarn's roles reach the key.
-//! - `organization`: an organization: forewarn's own bus and the member stack's forwarding rules.
+//! - `organization`: an organization: forewarn's own bus and the member stack's forwarding rules,
+//!   its dead-letter queue and alarms, its parameters and its region.
 
 mod admission;
 mod environment;

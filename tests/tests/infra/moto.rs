@@ -4,7 +4,7 @@
 use forewarn_tests::moto::workspace_root;
 use serde_json::{Value, json};
 
-use crate::support::{ACCOUNT, CENTRAL, HOOK_ROLE, REDRIVE_ROLE, REGION, RULES, env_of};
+use crate::support::{ACCOUNT, HOOK_ROLE, REDRIVE_ROLE, REGION, RULES, env_of};
 
 /// The stack with every option set deploys (moto's CloudFormation resolves the conditions,
 /// `Fn::Split` and `Fn::Sub` as written), and what it made says what the options asked.
@@ -105,9 +105,10 @@ async fn organization_stack(
         .expect("the organization's stack deploys to moto")
 }
 
-/// An organization's central stack (a list of clusters) and a member stack given its roles both
-/// deploy to moto, and what they made says what was asked: the functions' environment, the member
-/// role's name, each forwarding rule's one target.
+/// An organization's central stack (a list of clusters) and a member stack given its bus and roles
+/// both deploy to moto, and what they made says what was asked: the functions' environment, the
+/// member role's name, each forwarding rule's one target (the central bus, with the member
+/// stack's dead-letter queue).
 #[test]
 fn an_organizations_central_and_member_stacks_deploy() {
     use forewarn_tests::moto::{deploy_stack, runtime, shared, unique_name};
@@ -137,8 +138,7 @@ fn an_organizations_central_and_member_stacks_deploy() {
             &member_stack,
             &read("infra/member.yaml"),
             &[
-                ("CentralAccountId", CENTRAL),
-                ("CentralEventBusName", &outputs["EventBusName"]),
+                ("CentralEventBusArn", &outputs["EventBusArn"]),
                 ("HandlerRoleArn", &outputs["HandlerRoleArn"]),
                 ("SweeperRoleArn", &outputs["SweeperRoleArn"]),
                 ("MemberRoleName", &role_name),
@@ -157,10 +157,16 @@ fn an_organizations_central_and_member_stacks_deploy() {
         );
         assert_eq!(outputs["EventBusName"], format!("forewarn-{name}"));
         let bus = format!(
-            "arn:aws:events:{REGION}:{CENTRAL}:event-bus/{}",
+            "arn:aws:events:{REGION}:{ACCOUNT}:event-bus/{}",
             outputs["EventBusName"]
         );
+        assert_eq!(outputs["EventBusArn"], bus);
         assert_eq!(member_outputs["CentralBusArn"], bus);
+        let dlq = &member_outputs["DeadLetterQueueArn"];
+        assert!(
+            dlq.starts_with(&format!("arn:aws:sqs:{REGION}:{ACCOUNT}:")),
+            "{dlq}"
+        );
         let events = aws_sdk_eventbridge::Client::new(&sdk);
         let rules = events
             .list_rules()
@@ -176,16 +182,23 @@ fn an_organizations_central_and_member_stacks_deploy() {
                 .send()
                 .await
                 .expect("ListTargetsByRule");
-            let targets: Vec<(Option<&str>, Option<&str>)> = targets
+            let targets: Vec<(Option<&str>, Option<&str>, Option<&str>)> = targets
                 .targets()
                 .iter()
-                .map(|t| (Some(t.arn()), t.role_arn()))
+                .map(|t| {
+                    (
+                        Some(t.arn()),
+                        t.role_arn(),
+                        t.dead_letter_config().and_then(|d| d.arn()),
+                    )
+                })
                 .collect();
             assert_eq!(
                 targets,
                 [(
                     Some(bus.as_str()),
-                    Some(member_outputs["ForwardRoleArn"].as_str())
+                    Some(member_outputs["ForwardRoleArn"].as_str()),
+                    Some(dlq.as_str())
                 )],
                 "{rule:?}"
             );

@@ -3,8 +3,8 @@
 use serde_json::{Value, json};
 
 use crate::support::{
-    ACCOUNT, CENTRAL, Deployment, REGION, RULES, env_of, inline_policy, member, statements_of,
-    strings,
+    ACCOUNT, CENTRAL, CENTRAL_BUS, Deployment, REGION, RULES, env_of, inline_policy, member,
+    statements_of, strings,
 };
 
 /// With `OrganizationId`, forewarn's own bus admits the organization's accounts' forwarded
@@ -190,10 +190,12 @@ fn assert_the_organizations_events_reach_forewarns_bus(d: &Deployment, org: &str
 /// A member account forwards what the central stack's rules match: the same rules, the same
 /// patterns (with and without hook names), each to forewarn's bus in the central account through
 /// the forwarding role, which may put events there and nowhere else and is EventBridge's for
-/// this account alone.
+/// this account alone; what a rule cannot deliver goes to the member stack's dead-letter queue.
+/// Each rule's description names the central account, read from the bus's ARN.
 #[test]
 fn the_member_rules_are_the_stacks_forwarded_to_the_central_bus() {
     let bus = format!("arn:aws:events:{REGION}:{CENTRAL}:event-bus/forewarn-demo");
+    assert_eq!(bus, CENTRAL_BUS);
     for hooks in ["", "drain-a,drain-b"] {
         let central = Deployment::new(&[("LifecycleHookNames", hooks)]);
         let m = member(&[("LifecycleHookNames", hooks)]);
@@ -220,9 +222,15 @@ fn the_member_rules_are_the_stacks_forwarded_to_the_central_bus() {
                 theirs["Targets"],
                 json!([{"Id": "forewarn-central-bus", "Arn": bus,
                         "RoleArn": Deployment::arn("ForwardRole"),
+                        "DeadLetterConfig": {"Arn": Deployment::arn("DeadLetterQueue")},
                         "RetryPolicy": {"MaximumRetryAttempts": 185,
                                         "MaximumEventAgeInSeconds": 3600}}]),
                 "{rule}"
+            );
+            let description = theirs["Description"].as_str().unwrap();
+            assert!(
+                description.starts_with(&format!("forewarn member, to {CENTRAL}: ")),
+                "{rule}: {description}"
             );
         }
     }
@@ -240,4 +248,139 @@ fn the_member_rules_are_the_stacks_forwarded_to_the_central_bus() {
                 "Resource": bus}])
     );
     assert_eq!(role["Policies"].as_array().unwrap().len(), 1);
+}
+
+/// Issue 57: the member stack keeps what it cannot deliver. Every forwarding target names the
+/// stack's dead-letter queue (encrypted, 14 days); one alarm watches the queue's depth, one the
+/// seven rules' `FailedInvocations` (a metric-math sum with each rule once, by its name), both
+/// notifying `AlarmTopicArn` only when it is set. Who may send to the queue:
+/// `only_the_member_rules_may_send_to_the_member_dead_letter_queue` (`queues`).
+#[test]
+fn the_member_stack_keeps_what_it_cannot_deliver() {
+    let m = member(&[]);
+    let resources = m.template["Resources"].as_object().unwrap();
+    let rules: Vec<&String> = resources
+        .iter()
+        .filter(|(_, r)| r["Type"] == "AWS::Events::Rule")
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(rules.len(), RULES.len());
+    for rule in &rules {
+        let targets = m.properties(rule)["Targets"].clone();
+        let targets = targets.as_array().unwrap();
+        assert!(!targets.is_empty(), "{rule}");
+        for target in targets {
+            assert_eq!(
+                target["DeadLetterConfig"],
+                json!({"Arn": Deployment::arn("DeadLetterQueue")}),
+                "{rule}"
+            );
+        }
+    }
+    let queue = m.properties("DeadLetterQueue");
+    assert_eq!(queue["SqsManagedSseEnabled"], true);
+    assert_eq!(queue["MessageRetentionPeriod"], 1_209_600);
+    assert_eq!(
+        m.output("DeadLetterQueueArn"),
+        Deployment::arn("DeadLetterQueue")
+    );
+
+    let depth = m.properties("DeadLetterQueueAlarm");
+    assert_eq!(depth["Namespace"], "AWS/SQS");
+    assert_eq!(depth["MetricName"], "ApproximateNumberOfMessagesVisible");
+    assert_eq!(
+        depth["Dimensions"],
+        json!([{"Name": "QueueName", "Value": "DeadLetterQueue.QueueName"}])
+    );
+    assert_eq!(
+        (&depth["Threshold"], &depth["ComparisonOperator"]),
+        (&json!(0), &json!("GreaterThanThreshold"))
+    );
+
+    let failed = m.properties("ForwardingFailedAlarm");
+    let metrics = failed["Metrics"].as_array().unwrap();
+    let returned: Vec<&Value> = metrics.iter().filter(|q| q["ReturnData"] == true).collect();
+    assert_eq!(returned.len(), 1, "{metrics:?}");
+    let expression = returned[0]["Expression"].as_str().unwrap();
+    let mut summed: Vec<String> = Vec::new();
+    for id in expression
+        .strip_prefix("SUM([")
+        .and_then(|e| e.strip_suffix("])"))
+        .unwrap_or_else(|| panic!("a sum of metrics: {expression}"))
+        .split(", ")
+    {
+        let query = metrics.iter().find(|q| q["Id"] == id).unwrap();
+        assert_eq!(query["ReturnData"], false, "{id}");
+        let stat = &query["MetricStat"];
+        assert_eq!(stat["Stat"], "Sum", "{id}");
+        assert_eq!(stat["Metric"]["Namespace"], "AWS/Events", "{id}");
+        assert_eq!(stat["Metric"]["MetricName"], "FailedInvocations", "{id}");
+        let dimensions = stat["Metric"]["Dimensions"].as_array().unwrap();
+        assert_eq!(dimensions.len(), 1, "{id}");
+        assert_eq!(dimensions[0]["Name"], "RuleName", "{id}");
+        let rule = dimensions[0]["Value"].as_str().unwrap();
+        summed.push(rule.strip_prefix("ref:").unwrap().to_string());
+    }
+    assert_eq!(
+        metrics.len(),
+        summed.len() + 1,
+        "no metric left out of the sum"
+    );
+    summed.sort();
+    let mut expected: Vec<String> = rules.iter().map(|r| r.to_string()).collect();
+    expected.sort();
+    assert_eq!(summed, expected, "each rule once");
+    assert_eq!(
+        (&failed["Threshold"], &failed["ComparisonOperator"]),
+        (&json!(0), &json!("GreaterThanThreshold"))
+    );
+
+    let topic = "arn:aws:sns:us-east-1:123456789012:ops";
+    for (overrides, actions) in [
+        (vec![], None),
+        (vec![("AlarmTopicArn", topic)], Some(json!([topic]))),
+    ] {
+        let m = member(&overrides);
+        for alarm in ["DeadLetterQueueAlarm", "ForwardingFailedAlarm"] {
+            let alarm_properties = m.properties(alarm);
+            assert_eq!(alarm_properties["TreatMissingData"], "notBreaching");
+            for key in ["AlarmActions", "OKActions"] {
+                assert_eq!(alarm_properties.get(key), actions.as_ref(), "{alarm} {key}");
+            }
+        }
+    }
+}
+
+/// Issue 57: the member stack takes the central bus as one ARN, so it keeps at most 8 parameters,
+/// and it fails in any other region than the bus's: a condition compares `AWS::Region` with the
+/// ARN's region, and outside it a wait condition nobody signals fails the stack (a `Rules`
+/// assertion cannot read an ARN's region: `rules_use_only_rule_functions`).
+#[test]
+fn the_member_stack_takes_the_central_bus_and_refuses_another_region() {
+    let m = member(&[]);
+    let parameters = m.template["Parameters"].as_object().unwrap();
+    assert!(parameters.len() <= 8, "{:?}", parameters.keys());
+    for gone in ["CentralAccountId", "CentralEventBusName"] {
+        assert!(parameters.get(gone).is_none(), "{gone}");
+    }
+    assert!(!m.condition("OutsideTheCentralRegion"));
+    let region = m.template["Conditions"]["OutsideTheCentralRegion"].to_string();
+    assert!(
+        region.contains("AWS::Region") && region.contains("CentralEventBusArn"),
+        "{region}"
+    );
+    let elsewhere = "arn:aws:events:eu-west-1:210987654321:event-bus/forewarn-demo";
+    assert!(member(&[("CentralEventBusArn", elsewhere)]).condition("OutsideTheCentralRegion"));
+    let guard = &m.template["Resources"]["CentralRegionOnly"];
+    assert_eq!(guard["Type"], "AWS::CloudFormation::WaitCondition");
+    assert_eq!(guard["Condition"], "OutsideTheCentralRegion");
+    assert_eq!(guard["CreationPolicy"]["ResourceSignal"]["Count"], 1);
+    assert!(guard.get("Properties").is_none(), "nothing can signal it");
+    // The only resource with a condition on the region: in the bus's region, the rest is made.
+    for (name, resource) in m.template["Resources"].as_object().unwrap() {
+        if name != "CentralRegionOnly" {
+            assert!(resource.get("Condition").is_none(), "{name}");
+        }
+    }
+    assert_eq!(m.output("CentralBusArn"), CENTRAL_BUS);
 }

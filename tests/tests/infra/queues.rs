@@ -4,7 +4,8 @@
 use serde_json::{Value, json};
 
 use crate::support::{
-    ACCOUNT, ADMIN_ROLE, Deployment, EVENTS, HOOK_ROLE, REDRIVE_ROLE, REGION, RULES, stack_template,
+    ACCOUNT, ADMIN_ROLE, Deployment, EVENTS, HOOK_ROLE, REDRIVE_ROLE, REGION, RULES, member,
+    stack_template,
 };
 
 /// A number of the template, written as a YAML number or string.
@@ -383,6 +384,57 @@ fn only_the_rules_may_send_to_the_dead_letter_queue() {
         Deployment::arn("SweeperRole"),
         ADMIN_ROLE.to_string(),
         HOOK_ROLE.to_string(),
+    ] {
+        let s = Send {
+            principal_arn: Some(&principal),
+            ..Send::default()
+        };
+        assert_eq!(send(s), Verdict::Denied, "{principal}");
+    }
+}
+
+/// Issue 57: a member account's dead-letter queue takes what its seven forwarding rules could not
+/// deliver, from EventBridge delivering for them (`aws:SourceArn`), over TLS, and nothing from
+/// anyone else: not the account's other rules, nor the central account's, nor the stack's roles,
+/// nor an administrator.
+#[test]
+fn only_the_member_rules_may_send_to_the_member_dead_letter_queue() {
+    let m = member(&[]);
+    let props = m.properties("DeadLetterQueuePolicy");
+    assert_eq!(props["Queues"], json!(["ref:DeadLetterQueue"]));
+    let policy = &props["PolicyDocument"];
+    let dlq = Deployment::arn("DeadLetterQueue");
+    let send = |s: Send| s.verdict(policy, &dlq);
+    for rule in RULES {
+        let rule = Deployment::arn(rule);
+        let delivery = Send {
+            service: Some(EVENTS),
+            source_arn: Some(&rule),
+            ..Send::default()
+        };
+        assert_eq!(send(delivery), Verdict::Allowed, "{rule}");
+        let insecure = Send {
+            insecure: true,
+            ..delivery
+        };
+        assert_eq!(send(insecure), Verdict::Denied, "{rule} without TLS");
+    }
+    for source in [
+        format!("arn:aws:events:{REGION}:{ACCOUNT}:rule/someone-elses"),
+        "arn:aws:events:us-east-1:210987654321:rule/forewarn-demo-SpotInterruptionRule-X".into(),
+    ] {
+        let other = Send {
+            service: Some(EVENTS),
+            source_arn: Some(&source),
+            ..Send::default()
+        };
+        assert_eq!(send(other), Verdict::Denied, "{source}");
+    }
+    for principal in [
+        Deployment::arn("ForwardRole"),
+        Deployment::arn("MemberRole"),
+        Deployment::arn("MemberReadRole"),
+        ADMIN_ROLE.to_string(),
     ] {
         let s = Send {
             principal_arn: Some(&principal),

@@ -201,6 +201,23 @@ impl Deployment {
                                 .collect::<Vec<_>>()
                         ))
                     }
+                    "Fn::Select" => {
+                        let index = match &args[0] {
+                            Value::String(i) => i.parse::<usize>().unwrap(),
+                            i => usize::try_from(i.as_u64().unwrap()).unwrap(),
+                        };
+                        let items = self.resolve(&args[1]).unwrap();
+                        Some(items[index].clone())
+                    }
+                    "Fn::FindInMap" => {
+                        let key = |i: usize| {
+                            let k = self.resolve(&args[i]).unwrap();
+                            k.as_str().map_or_else(|| k.to_string(), str::to_string)
+                        };
+                        let value = &self.template["Mappings"][key(0)][key(1)][key(2)];
+                        assert!(!value.is_null(), "no mapping {args}");
+                        Some(value.clone())
+                    }
                     "Fn::Join" => {
                         let items = self.resolve(&args[1]).unwrap();
                         let items: Vec<&str> = items
@@ -362,8 +379,10 @@ pub(crate) fn statements_of(d: &Deployment, role: &str, service: &str) -> Vec<Va
         .collect()
 }
 
-/// The central deployment's roles, as a member stack is given them.
+/// The central deployment's bus and roles, as a member stack is given them.
 pub(crate) const CENTRAL: &str = "210987654321";
+pub(crate) const CENTRAL_BUS: &str =
+    "arn:aws:events:us-east-1:210987654321:event-bus/forewarn-demo";
 pub(crate) const CENTRAL_HANDLER: &str =
     "arn:aws:iam::210987654321:role/forewarn-demo-HandlerRole-X1";
 pub(crate) const CENTRAL_SWEEPER: &str =
@@ -373,8 +392,7 @@ pub(crate) const CENTRAL_SWEEPER: &str =
 /// clusters `a` and `b` unless `overrides` say otherwise.
 pub(crate) fn member(overrides: &[(&str, &str)]) -> Deployment {
     let mut all = vec![
-        ("CentralAccountId", CENTRAL),
-        ("CentralEventBusName", "forewarn-demo"),
+        ("CentralEventBusArn", CENTRAL_BUS),
         ("HandlerRoleArn", CENTRAL_HANDLER),
         ("SweeperRoleArn", CENTRAL_SWEEPER),
         ("ClusterNames", "a,b"),

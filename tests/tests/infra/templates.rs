@@ -1,10 +1,26 @@
-//! cfn-lint, the pool table shared with its own template, and the dashboard's searches.
+//! cfn-lint, the templates' rules, the pool table shared with its own template, the dashboard's
+//! searches, the alarm on unreachable accounts, and the customer managed key.
 
 use std::process::Command;
 
 use forewarn_tests::moto::workspace_root;
+use serde_json::{Value, json};
 
-use crate::support::stack_template;
+use crate::support::{Deployment, stack_template, statements_of, template};
+
+/// The templates directly in infra/ (`cfn-lint infra/*.yaml`; the Kubernetes manifests live in
+/// infra/k8s/).
+fn templates() -> Vec<String> {
+    let root = workspace_root();
+    let mut templates: Vec<String> = std::fs::read_dir(root.join("infra"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "yaml"))
+        .map(|p| p.display().to_string())
+        .collect();
+    templates.sort();
+    templates
+}
 
 #[test]
 fn cfn_lint_is_clean() {
@@ -15,15 +31,7 @@ fn cfn_lint_is_clean() {
         "{} is missing: run scripts/test.sh (it installs requirements.txt into .venv)",
         cfn_lint.display()
     );
-    // `cfn-lint infra/*.yaml`: every template directly in infra/ (the Kubernetes manifests
-    // live in infra/k8s/).
-    let mut templates: Vec<String> = std::fs::read_dir(root.join("infra"))
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "yaml"))
-        .map(|p| p.display().to_string())
-        .collect();
-    templates.sort();
+    let templates = templates();
     assert_eq!(templates.len(), 4, "{templates:?}");
     let out = Command::new(&cfn_lint)
         .args(&templates)
@@ -155,5 +163,163 @@ fn the_dashboard_searches_dimension_sets_the_functions_emit() {
             emitted.contains(set),
             "nobody emits {set:?}; emitted: {emitted:?}"
         );
+    }
+}
+
+/// The functions of a template fragment: every `Ref`, `Condition` and `Fn::` key in it.
+fn functions_in(v: &Value, found: &mut Vec<String>) {
+    match v {
+        Value::Object(o) => {
+            for (k, v) in o {
+                if k == "Ref" || k == "Condition" || k.starts_with("Fn::") {
+                    found.push(k.clone());
+                }
+                functions_in(v, found);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|i| functions_in(i, found)),
+        _ => {}
+    }
+}
+
+/// CloudFormation refuses a template whose `Rules` use any function but its rule functions
+/// ("Following functions are not supported in the Rules block"), nested ones included, which
+/// cfn-lint does not see: no `Fn::Select` or `Fn::Split` there (so a rule cannot read a region
+/// out of an ARN; the member stack's region guard is a condition).
+#[test]
+fn rules_use_only_rule_functions() {
+    const RULE_FUNCTIONS: [&str; 11] = [
+        "Fn::And",
+        "Fn::Contains",
+        "Fn::EachMemberEquals",
+        "Fn::EachMemberIn",
+        "Fn::Equals",
+        "Fn::Not",
+        "Fn::Or",
+        "Fn::RefAll",
+        "Fn::ValueOf",
+        "Fn::ValueOfAll",
+        "Ref",
+    ];
+    let mut checked = 0;
+    for path in templates() {
+        let relative = path.rsplit_once("/infra/").map(|(_, p)| p).unwrap();
+        let t = template(&format!("infra/{relative}"));
+        let mut found = Vec::new();
+        functions_in(&t["Rules"], &mut found);
+        checked += found.len();
+        for f in found {
+            assert!(RULE_FUNCTIONS.contains(&f.as_str()), "{path}: {f} in Rules");
+        }
+    }
+    assert!(checked > 0, "the stack's rules were read");
+}
+
+/// Issue 57: the handler's `AccountUnreachable` (namespace `forewarn`, its dimensionless total)
+/// alarms at one in a minute, notifying `AlarmTopicArn` like every alarm of the stack.
+#[test]
+fn an_unreachable_account_raises_an_alarm() {
+    let topic = "arn:aws:sns:us-east-1:123456789012:ops";
+    for (overrides, actions) in [
+        (vec![], None),
+        (vec![("AlarmTopicArn", topic)], Some(json!([topic]))),
+    ] {
+        let d = Deployment::new(&overrides);
+        let alarm = d.properties("AccountUnreachableAlarm");
+        assert_eq!(alarm["Namespace"], "forewarn");
+        assert_eq!(alarm["MetricName"], "AccountUnreachable");
+        assert!(alarm.get("Dimensions").is_none(), "the total: {alarm}");
+        assert_eq!(alarm["Statistic"], "Sum");
+        assert_eq!(alarm["Period"], 60);
+        assert_eq!(alarm["EvaluationPeriods"], 1);
+        assert_eq!(alarm["Threshold"], 1);
+        assert_eq!(alarm["ComparisonOperator"], "GreaterThanOrEqualToThreshold");
+        assert_eq!(alarm["TreatMissingData"], "notBreaching");
+        let description = alarm["AlarmDescription"].as_str().unwrap();
+        for words in [
+            "member role cannot be assumed",
+            "dead-letter queue",
+            "Account dimension",
+        ] {
+            assert!(description.contains(words), "{description}");
+        }
+        for key in ["AlarmActions", "OKActions"] {
+            assert_eq!(alarm.get(key), actions.as_ref(), "{key}");
+        }
+    }
+}
+
+/// Issue 57: `KmsKeyArn` encrypts, when set, the queues, the pool table (in both templates), the
+/// log groups and the key's secret, and gives the roles `kms:Decrypt` and `kms:GenerateDataKey`
+/// on that key through the services that hold data under it (the sweeper never SQS); empty,
+/// the AWS keys as before (SQS-managed encryption, DynamoDB's AWS managed key) and no grant.
+#[test]
+fn a_customer_managed_key_encrypts_the_stack_and_is_granted_through_its_services() {
+    let key = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab";
+    let d = Deployment::new(&[]);
+    assert!(!d.condition("WithKmsKey"));
+    for queue in ["EventQueue", "DeadLetterQueue"] {
+        let q = d.properties(queue);
+        assert_eq!(q["SqsManagedSseEnabled"], true, "{queue}");
+        assert!(q.get("KmsMasterKeyId").is_none(), "{queue}");
+    }
+    for log in ["HandlerLogGroup", "SweeperLogGroup"] {
+        assert!(d.properties(log).get("KmsKeyId").is_none(), "{log}");
+    }
+    assert!(
+        d.properties("ContinuationKeySecret")
+            .get("KmsKeyId")
+            .is_none()
+    );
+    for table in [d, Deployment::of("infra/pool-table.yaml", &[])] {
+        assert_eq!(
+            table.properties("PoolTable")["SSESpecification"],
+            json!({"SSEEnabled": true})
+        );
+    }
+    let d = Deployment::new(&[]);
+    for role in ["HandlerRole", "SweeperRole"] {
+        assert!(statements_of(&d, role, "kms:").is_empty(), "{role}");
+    }
+
+    let d = Deployment::new(&[("KmsKeyArn", key)]);
+    for queue in ["EventQueue", "DeadLetterQueue"] {
+        let q = d.properties(queue);
+        assert_eq!(q["KmsMasterKeyId"], key, "{queue}");
+        assert_eq!(q["SqsManagedSseEnabled"], false, "{queue}");
+    }
+    for log in ["HandlerLogGroup", "SweeperLogGroup"] {
+        assert_eq!(d.properties(log)["KmsKeyId"], key, "{log}");
+    }
+    assert_eq!(d.properties("ContinuationKeySecret")["KmsKeyId"], key);
+    for table in [
+        Deployment::new(&[("KmsKeyArn", key)]),
+        Deployment::of("infra/pool-table.yaml", &[("KmsKeyArn", key)]),
+    ] {
+        assert_eq!(
+            table.properties("PoolTable")["SSESpecification"],
+            json!({"SSEEnabled": true, "SSEType": "KMS", "KMSMasterKeyId": key})
+        );
+    }
+    let via = |services: &[&str]| -> Value {
+        let services: Vec<String> = services
+            .iter()
+            .map(|s| format!("{s}.us-east-1.amazonaws.com"))
+            .collect();
+        json!([{"Sid": "UseTheKeyThroughItsServices", "Effect": "Allow",
+                "Action": ["kms:Decrypt", "kms:GenerateDataKey"], "Resource": key,
+                "Condition": {"StringEquals": {"kms:ViaService": services}}}])
+    };
+    assert_eq!(
+        Value::Array(statements_of(&d, "HandlerRole", "kms:")),
+        via(&["sqs", "secretsmanager", "dynamodb"])
+    );
+    assert_eq!(
+        Value::Array(statements_of(&d, "SweeperRole", "kms:")),
+        via(&["secretsmanager", "dynamodb"])
+    );
+    // Only when the key is set: the grants are conditioned resources of their own.
+    for policy in ["HandlerKeyPolicy", "SweeperKeyPolicy"] {
+        assert_eq!(d.template["Resources"][policy]["Condition"], "WithKmsKey");
     }
 }
