@@ -286,12 +286,9 @@ async fn audit_reads_the_live_cluster_within_its_rbac_and_its_budgets_are_valid(
     }
 }
 
-/// `forewarn check --kube` on a cluster as `forewarn deploy` leaves it: every write of both
-/// groups admitted (exit 0); once a Kyverno-like webhook refuses pods in namespace forewarn, the
-/// placeholder's line names it with its message, and the exit code is 2 (surge is on by
-/// default, so the configuration uses it).
-#[tokio::test(flavor = "multi_thread")]
-async fn check_proves_every_write_and_names_what_refuses_one() {
+/// A cluster as `forewarn deploy` leaves it, with a worker node and a pod of a controller on it
+/// (what the preflight builds its writes from), and a kubeconfig for it in a folder of its own.
+async fn a_cluster_to_check() -> (KubeFake, tempfile::TempDir, std::path::PathBuf) {
     use forewarn::domain::fixtures::{node_object, pod_object};
     let fake = forewarn_tests::cluster::deployed().await;
     fake.insert(
@@ -309,12 +306,24 @@ async fn check_proves_every_write_and_names_what_refuses_one() {
     ));
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = kubeconfig_for(&fake.url(), dir.path());
-    let check = |kubeconfig: std::path::PathBuf| {
-        tokio::task::spawn_blocking(move || {
-            let state = tempfile::tempdir().unwrap();
-            forewarn(&kubeconfig, state.path(), &["check", "--kube"])
-        })
-    };
+    (fake, dir, kubeconfig)
+}
+
+/// `forewarn check --kube` with `kubeconfig`, off the runtime (which serves the fake).
+fn check(kubeconfig: std::path::PathBuf) -> tokio::task::JoinHandle<Output> {
+    tokio::task::spawn_blocking(move || {
+        let state = tempfile::tempdir().unwrap();
+        forewarn(&kubeconfig, state.path(), &["check", "--kube"])
+    })
+}
+
+/// `forewarn check --kube` on a cluster as `forewarn deploy` leaves it: every write of both
+/// groups admitted (exit 0); once a Kyverno-like webhook refuses pods in namespace forewarn, the
+/// placeholder's line names it with its message, and the exit code is 2 (surge is on by
+/// default, so the configuration uses it).
+#[tokio::test(flavor = "multi_thread")]
+async fn check_proves_every_write_and_names_what_refuses_one() {
+    let (fake, _dir, kubeconfig) = a_cluster_to_check().await;
     let out = check(kubeconfig.clone()).await.unwrap();
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
@@ -367,30 +376,8 @@ async fn check_proves_every_write_and_names_what_refuses_one() {
 /// be checked, the command says so and fails (exit 1).
 #[tokio::test(flavor = "multi_thread")]
 async fn check_fails_when_it_could_not_check() {
-    use forewarn::domain::fixtures::{node_object, pod_object};
     use kube_fake::{Fault, Method};
-    let fake = forewarn_tests::cluster::deployed().await;
-    fake.insert(
-        node_object("ip-10-0-1-11.ec2.internal", "i-0a1b2c3d4e5f60001")
-            .kubelet()
-            .ready()
-            .build(),
-    );
-    fake.insert(pod_object(
-        "shop",
-        "web-1",
-        "ip-10-0-1-11.ec2.internal",
-        "web",
-        "ReplicaSet",
-    ));
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = kubeconfig_for(&fake.url(), dir.path());
-    let check = |kubeconfig: std::path::PathBuf| {
-        tokio::task::spawn_blocking(move || {
-            let state = tempfile::tempdir().unwrap();
-            forewarn(&kubeconfig, state.path(), &["check", "--kube"])
-        })
-    };
+    let (fake, _dir, kubeconfig) = a_cluster_to_check().await;
     let refuse = |status: u16| {
         for path in ["/api/v1/nodes", "/api/v1/pods"] {
             fake.inject(
@@ -418,23 +405,14 @@ async fn check_fails_when_it_could_not_check() {
     assert!(text.contains("listing the nodes is refused"), "{text}");
 
     // Only the pods' list refused: the node's writes are proved, the pods' refused.
-    let fake2 = forewarn_tests::cluster::deployed().await;
-    fake2.insert(
-        node_object("ip-10-0-1-11.ec2.internal", "i-0a1b2c3d4e5f60001")
-            .kubelet()
-            .ready()
-            .build(),
-    );
+    let (fake2, _dir2, kubeconfig2) = a_cluster_to_check().await;
     fake2.inject(
         Fault::new(403)
             .method(Method::GET)
             .path_contains("/api/v1/pods")
             .times(1000),
     );
-    let dir2 = tempfile::tempdir().unwrap();
-    let out = check(kubeconfig_for(&fake2.url(), dir2.path()))
-        .await
-        .unwrap();
+    let out = check(kubeconfig2).await.unwrap();
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert_eq!(out.status.code(), Some(2), "{text}");
     assert!(text.contains("ok      cordon"), "{text}");

@@ -226,20 +226,7 @@ fn only_forewarn_may_send_to_the_event_queue() {
         let policy = &props["PolicyDocument"];
         let queue = Deployment::arn("EventQueue");
         let send = |s: Send| s.verdict(policy, &queue);
-        for rule in RULES {
-            let rule = Deployment::arn(rule);
-            let delivery = Send {
-                service: Some(EVENTS),
-                source_arn: Some(&rule),
-                ..Send::default()
-            };
-            assert_eq!(send(delivery), Verdict::Allowed, "{rule}");
-            let insecure = Send {
-                insecure: true,
-                ..delivery
-            };
-            assert_eq!(send(insecure), Verdict::Denied, "{rule} without TLS");
-        }
+        every_rule_delivers_over_tls_only(&send);
         let handler = Deployment::arn("HandlerRole");
         let role = |arn| Send {
             principal_arn: Some(arn),
@@ -405,20 +392,7 @@ fn only_the_member_rules_may_send_to_the_member_dead_letter_queue() {
     let policy = &props["PolicyDocument"];
     let dlq = Deployment::arn("DeadLetterQueue");
     let send = |s: Send| s.verdict(policy, &dlq);
-    for rule in RULES {
-        let rule = Deployment::arn(rule);
-        let delivery = Send {
-            service: Some(EVENTS),
-            source_arn: Some(&rule),
-            ..Send::default()
-        };
-        assert_eq!(send(delivery), Verdict::Allowed, "{rule}");
-        let insecure = Send {
-            insecure: true,
-            ..delivery
-        };
-        assert_eq!(send(insecure), Verdict::Denied, "{rule} without TLS");
-    }
+    every_rule_delivers_over_tls_only(&send);
     for source in [
         format!("arn:aws:events:{REGION}:{ACCOUNT}:rule/someone-elses"),
         "arn:aws:events:us-east-1:210987654321:rule/forewarn-demo-SpotInterruptionRule-X".into(),
@@ -441,5 +415,24 @@ fn only_the_member_rules_may_send_to_the_member_dead_letter_queue() {
             ..Send::default()
         };
         assert_eq!(send(s), Verdict::Denied, "{principal}");
+    }
+}
+
+/// EventBridge delivering for each of the stack's rules is allowed by `send`'s policy, over TLS
+/// only.
+fn every_rule_delivers_over_tls_only(send: &dyn Fn(Send) -> Verdict) {
+    for rule in RULES {
+        let rule = Deployment::arn(rule);
+        let delivery = Send {
+            service: Some(EVENTS),
+            source_arn: Some(&rule),
+            ..Send::default()
+        };
+        assert_eq!(send(delivery), Verdict::Allowed, "{rule}");
+        let insecure = Send {
+            insecure: true,
+            ..delivery
+        };
+        assert_eq!(send(insecure), Verdict::Denied, "{rule} without TLS");
     }
 }

@@ -83,37 +83,66 @@ fn retirement(id: &str) -> String {
     event.to_string()
 }
 
+/// A world's node behind cluster `demo`'s IP-mode target group in `region` (each test a region
+/// of its own: a region's groups of one cluster are every test's), its pod `web-1` at [`POD_IP`],
+/// and a handler that takes drains off the load balancers first, its continuations queued.
+struct Behind {
+    w: World,
+    elb: aws_sdk_elasticloadbalancingv2::Client,
+    group: String,
+    queue: Arc<Continuations>,
+    handler: forewarn::app::handler::Handler,
+    _dir: tempfile::TempDir,
+}
+
+async fn behind(region: &str) -> Behind {
+    let config = forewarn_tests::moto::shared()
+        .sdk_config()
+        .to_builder()
+        .region(aws_config::Region::new(region.to_string()))
+        .build();
+    let group = cluster_group(&config).await;
+    let elb = aws_sdk_elasticloadbalancingv2::Client::new(&config);
+    let w = World::plain().await;
+    let mut pod = pod_object("default", "web-1", NODE, "web", "ReplicaSet");
+    pod["status"]["podIP"] = json!(POD_IP);
+    w.fake.insert(pod);
+    let dir = tempfile::tempdir().unwrap();
+    let queue = Arc::new(Continuations::default());
+    let mut facts = instance(ID, NODE);
+    facts.addresses = vec![POD_IP.to_string()];
+    let handler = forewarn::app::handler::Handler {
+        instances: Arc::new(Instances(BTreeMap::from([(ID.to_string(), facts)]))),
+        traffic: Some(Traffic::new(
+            Arc::new(ElbTargets::from_conf(&config, w.clock.shared())),
+            DEREGISTER_BUDGET,
+            ELB_RATE,
+        )),
+        ..w.queued_handler(dir.path(), &queue, false)
+    };
+    Behind {
+        w,
+        elb,
+        group,
+        queue,
+        handler,
+        _dir: dir,
+    }
+}
+
 #[test]
 fn a_pod_its_budget_keeps_keeps_its_target_until_its_instance_goes_within_minutes() {
     forewarn_tests::moto::runtime().block_on(async {
-        let config = forewarn_tests::moto::shared()
-            .sdk_config()
-            .to_builder()
-            .region(aws_config::Region::new("eu-south-1"))
-            .build();
-        let group = cluster_group(&config).await;
-        let elb = aws_sdk_elasticloadbalancingv2::Client::new(&config);
-
-        let w = World::plain().await;
-        let mut pod = pod_object("default", "web-1", NODE, "web", "ReplicaSet");
-        pod["status"]["podIP"] = json!(POD_IP);
-        w.fake.insert(pod);
+        let Behind {
+            w,
+            elb,
+            group,
+            queue,
+            handler,
+            ..
+        } = &behind("eu-south-1").await;
         // The only replica, behind a budget that never allows its eviction.
         w.fake.insert(pdb_object("default", "web", "web", 1));
-        let dir = tempfile::tempdir().unwrap();
-        let queue = Arc::new(Continuations::default());
-        let mut facts = instance(ID, NODE);
-        facts.addresses = vec![POD_IP.to_string()];
-        let balancers = ElbTargets::from_conf(&config, w.clock.shared());
-        let handler = forewarn::app::handler::Handler {
-            instances: Arc::new(Instances(BTreeMap::from([(ID.to_string(), facts)]))),
-            traffic: Some(Traffic::new(
-                Arc::new(balancers),
-                DEREGISTER_BUDGET,
-                ELB_RATE,
-            )),
-            ..w.queued_handler(dir.path(), &queue, false)
-        };
         let next = || queue.sent.lock().unwrap().pop().map(|(_, body, _)| body);
         let invoke = |body: String| {
             let handler = &handler;
@@ -172,31 +201,14 @@ fn a_forged_round_entry_takes_no_target_off() {
     forewarn_tests::moto::runtime().block_on(async {
         use forewarn::domain::traffic::Doomed;
         use forewarn::ports::RoundKey;
-        // A region of its own: the other test's groups of cluster `demo` are not this one's.
-        let config = forewarn_tests::moto::shared()
-            .sdk_config()
-            .to_builder()
-            .region(aws_config::Region::new("eu-central-2"))
-            .build();
-        let group = cluster_group(&config).await;
-        let elb = aws_sdk_elasticloadbalancingv2::Client::new(&config);
-        let w = World::plain().await;
-        let mut pod = pod_object("default", "web-1", NODE, "web", "ReplicaSet");
-        pod["status"]["podIP"] = json!(POD_IP);
-        w.fake.insert(pod);
-        let dir = tempfile::tempdir().unwrap();
-        let queue = Arc::new(Continuations::default());
-        let mut facts = instance(ID, NODE);
-        facts.addresses = vec![POD_IP.to_string()];
-        let handler = forewarn::app::handler::Handler {
-            instances: Arc::new(Instances(BTreeMap::from([(ID.to_string(), facts)]))),
-            traffic: Some(Traffic::new(
-                Arc::new(ElbTargets::from_conf(&config, w.clock.shared())),
-                DEREGISTER_BUDGET,
-                ELB_RATE,
-            )),
-            ..w.queued_handler(dir.path(), &queue, false)
-        };
+        let Behind {
+            w,
+            elb,
+            group,
+            queue,
+            handler,
+            ..
+        } = &behind("eu-central-2").await;
         let spot = fixtures::spot_json("ev-spot", ID, &w.clock.now().to_rfc3339());
         let key = RoundKey {
             place: forewarn::ports::Place::of("123456789012", "us-east-1"),
