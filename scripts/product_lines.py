@@ -2,12 +2,17 @@
 """Count forewarn's product code: the lines of Rust in shared/src, cli/src and functions/ that
 are neither blank, nor comments, nor tests.
 
-A test is a file under tests/ or benches/, an item marked `#[cfg(test)]` (to its closing brace or
-semicolon), and a file such an item declares (`#[cfg(test)] mod tests;`).
+A test is a file under tests/ or benches/, an item compiled only for tests — marked
+`#[cfg(test)]`, or for the test builders' feature, `#[cfg(feature = "fixtures")]` or
+`#[cfg(any(test, feature = "fixtures"))]` (to its closing brace or semicolon) — and a file such an
+item declares (`#[cfg(test)] mod tests;`, `#[cfg(any(test, feature = "fixtures"))] pub mod
+fixtures;`).
 
-    python3 scripts/product_lines.py            # the work tree, by top folder
-    python3 scripts/product_lines.py REV ...     # each revision, from git (no checkout)
-    python3 scripts/product_lines.py --since REV # the work tree against REV, and the difference
+    python3 scripts/product_lines.py                  # the work tree, by top folder
+    python3 scripts/product_lines.py REV ...           # each revision, from git (no checkout)
+    python3 scripts/product_lines.py --since REV       # the work tree against REV, and the difference
+    python3 scripts/product_lines.py --modules [REV]   # by module (shared/domain/plan, cli/deploy,
+                                                       # ...), against REV when given
 
 Issue 49's starting point is the revision in BASELINE: the main of the day the issue was filed.
 """
@@ -87,14 +92,20 @@ def strip_comments(text):
     return "".join(out)
 
 
+# An attribute that compiles what follows only for tests or the test builders' feature.
+TEST_ONLY = re.compile(r'#\[cfg\((?:test|feature\s*=\s*"fixtures"|any\(\s*(?:test|feature\s*=\s*"fixtures")'
+                       r'(?:\s*,\s*(?:test|feature\s*=\s*"fixtures"))*\s*\))\)\]')
+
+
 def product_lines(text):
     """(lines counted, names of modules declared as tests) of one file's text."""
     lines = strip_comments(text).split("\n")
     counted, test_mods, i = 0, [], 0
     while i < len(lines):
         line = lines[i].strip()
-        if line.startswith("#[cfg(test)]"):
-            rest = line[len("#[cfg(test)]"):].strip()
+        only = TEST_ONLY.match(line)
+        if only:
+            rest = line[only.end():].strip()
             j = i if rest else i + 1
             head = (rest or (lines[j].strip() if j < len(lines) else ""))
             decl = re.match(r"(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;", head)
@@ -115,8 +126,26 @@ def product_lines(text):
     return counted, test_mods
 
 
-def count(rev):
-    """{top folder: lines} of the product at rev (None: the work tree)."""
+def top_folder(path):
+    """`shared`, `cli`, `functions/interruption-handler`."""
+    return "/".join(path.split("/")[:2]) if path.startswith("functions/") else path.split("/")[0]
+
+
+def module(path):
+    """`shared/domain/plan`, `shared/app/handler`, `cli/deploy`, `cli/main`: a file's module of
+    its crate's first or second level (a layer's modules for `shared`)."""
+    parts = PurePosixPath(path).parts
+    crate, inner = top_folder(path), list(parts[2:] if parts[1] == "src" else parts[3:])
+    if crate == "shared" and len(inner) > 1:
+        inner = inner[:2]
+    else:
+        inner = inner[:1]
+    inner[-1] = inner[-1].removesuffix(".rs")
+    return "/".join([crate.split("/")[-1]] + inner)
+
+
+def count(rev, key=top_folder):
+    """{key of a file (its top folder): lines} of the product at rev (None: the work tree)."""
     files = dict(files_at(rev))
     skipped = set()
     for path, text in files.items():
@@ -130,8 +159,7 @@ def count(rev):
     for path, text in files.items():
         if path in skipped:
             continue
-        top = "/".join(path.split("/")[:2]) if path.startswith("functions/") else path.split("/")[0]
-        totals[top] = totals.get(top, 0) + product_lines(text)[0]
+        totals[key(path)] = totals.get(key(path), 0) + product_lines(text)[0]
     return totals
 
 
@@ -141,7 +169,16 @@ def show(label, totals):
 
 
 def main(args):
-    if args[:1] == ["--since"]:
+    if args[:1] == ["--modules"]:
+        now = count(None, module)
+        before = count(args[1], module) if len(args) > 1 else {}
+        for name in sorted(set(now) | set(before)):
+            line = f"{name:<40} {now.get(name, 0):>7,}"
+            if len(args) > 1:
+                line += f"  {now.get(name, 0) - before.get(name, 0):+,} since {args[1]}"
+            print(line)
+        show("work tree", count(None))
+    elif args[:1] == ["--since"]:
         base = args[1] if len(args) > 1 else BASELINE
         before, now = count(base), count(None)
         show(base, before)
