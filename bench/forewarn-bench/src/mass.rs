@@ -371,8 +371,8 @@ pub(crate) fn overrides_line(s: &Settings, mode: RunMode) -> String {
 /// The stack's default `MaximumConcurrency` (`the_defaults_are_the_stacks` reads it).
 pub(crate) const STACK_CONCURRENCY: usize = 10;
 
-/// The handler's safety margin in every run.
-const SAFETY_MARGIN: Duration = Duration::from_secs(3);
+// The handler's safety margin in every run: the deployed default.
+use forewarn::app::settings::SAFETY_MARGIN;
 
 /// How one run is made.
 #[derive(Debug, Clone, Copy)]

@@ -51,14 +51,16 @@ pub fn build_args(flag: &str) -> Vec<String> {
 }
 
 /// The variables the stack's outputs set: changed through the stack's parameters only.
+/// `the_stacks_variables_are_those_it_sets` keeps it equal to what the template's environment
+/// outputs name.
 const FROM_THE_STACK: &[&str] = &[
     "FOREWARN_CLUSTERS",
-    "FOREWARN_CLUSTER_NAME",
-    "FOREWARN_EKS_CLUSTER",
     "FOREWARN_ACCOUNT_ID",
     "FOREWARN_MEMBER_ROLE",
     "FOREWARN_TABLE",
+    "FOREWARN_KEY_SECRET",
     "FOREWARN_POLICY_ALLOW",
+    "FOREWARN_ENVIRONMENTS",
     "FOREWARN_LIFECYCLE_HOOKS",
 ];
 
@@ -320,6 +322,31 @@ pub fn run(program: &str, args: &[String], dir: &Path, echo: bool) -> anyhow::Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What `--handler-env` and `--sweeper-env` may not set is exactly what the stack's
+    /// environment outputs (`HandlerEnvFile`, `SweeperEnvFile`, and the `EnvVars` twins) set.
+    #[test]
+    fn the_stacks_variables_are_those_it_sets() {
+        let template = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra/forewarn.yaml"),
+        )
+        .unwrap();
+        let outputs = &template[template.find("\nOutputs:").expect("the outputs")..];
+        let mut set: Vec<&str> = Vec::new();
+        for (at, _) in outputs.match_indices("FOREWARN_") {
+            let name = &outputs[at..];
+            let end = name
+                .find(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
+                .unwrap_or(name.len());
+            if name[end..].starts_with('=') && !set.contains(&&name[..end]) {
+                set.push(&name[..end]);
+            }
+        }
+        set.sort_unstable();
+        let mut ours = FROM_THE_STACK.to_vec();
+        ours.sort_unstable();
+        assert_eq!(set, ours);
+    }
 
     /// An environment the function would refuse at its start is refused before the deploy,
     /// naming the variable and what is wrong, never the value; the last of a name wins, as in

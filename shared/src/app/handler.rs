@@ -14,6 +14,7 @@ use crate::adapters::lambda_event;
 use crate::app::fleet::split::{self, Destination};
 use crate::app::fleet::{Cluster, Fleet, Unreachable};
 use crate::app::pipeline::{Described, Limits, Passes, Pipeline, Traffic, describe_events};
+use crate::app::settings::{CONCURRENCY, SAFETY_MARGIN};
 use crate::app::telemetry::Telemetry;
 use crate::domain::clusters::ClusterId;
 use crate::domain::config::{Config, Mode};
@@ -93,7 +94,8 @@ pub struct Invocation {
 impl Handler {
     /// A handler of `config` over `store` and nothing else: no instance facts, no nodes, no
     /// executor (plans are made and pools recorded), no notifier, no redelivery; drains' passes
-    /// in process, 5 s apart; the system clock; 8 events at once; a 1 s safety margin. The
+    /// in process, 5 s apart; the system clock; [`CONCURRENCY`] events at once; a
+    /// [`SAFETY_MARGIN`] — the settings' defaults. The
     /// wiring and the tests set what they need over it (`Handler { executor, ..Handler::new(..) }`).
     pub fn new(config: Config, store: Arc<dyn PoolStore>) -> Handler {
         Handler {
@@ -106,8 +108,8 @@ impl Handler {
             redelivery: None,
             passes: Passes::in_process(crate::app::pipeline::PASS_INTERVAL),
             clock: crate::adapters::clock::SystemClock::shared(),
-            concurrency: 8,
-            safety_margin: Duration::from_secs(1),
+            concurrency: CONCURRENCY,
+            safety_margin: SAFETY_MARGIN,
             telemetry: Telemetry::default(),
             traffic: None,
         }

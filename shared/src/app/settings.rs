@@ -50,6 +50,14 @@ pub const ENV_ELB_RATE: &str = "FOREWARN_ELB_RATE";
 /// The clusters one deployment serves: names separated by commas, or `*` for every EKS cluster
 /// of the account and region (every context of a given kubeconfig).
 pub const ENV_CLUSTERS: &str = "FOREWARN_CLUSTERS";
+/// Events handled at once within a batch, unless `FOREWARN_CONCURRENCY` says otherwise (the
+/// handler's default too).
+pub const CONCURRENCY: usize = 8;
+
+/// How long before the Lambda's deadline work stops, so the answer still gets out: the
+/// benchmarked value (the handler's default too).
+pub const SAFETY_MARGIN: Duration = Duration::from_secs(3);
+
 /// The one cluster served, as before `FOREWARN_CLUSTERS` (retired: see [`RETIRED`]).
 const ENV_CLUSTER_NAME: &str = "FOREWARN_CLUSTER_NAME";
 
@@ -554,10 +562,10 @@ impl Settings {
                         expected: "a positive whole number",
                     })
                 })?
-                .unwrap_or(8),
+                .unwrap_or(CONCURRENCY),
             safety_margin: vars
                 .parse(ENV_SAFETY_MARGIN, parse_std_duration)?
-                .unwrap_or(Duration::from_secs(3)),
+                .unwrap_or(SAFETY_MARGIN),
             log_filter: vars.get(ENV_LOG),
             rust_log: vars.get(ENV_RUST_LOG),
             priorities_enabled: priorities.0,
