@@ -163,7 +163,7 @@ fn a_pod_its_budget_keeps_keeps_its_target_until_its_instance_goes_within_minute
             w.clock.advance(Duration::from_secs(60));
             assert!(w.pod("default", "web-1").is_some(), "{:?}", out.reports);
             assert_eq!(
-                registered(&elb, &group).await,
+                registered(elb, group).await,
                 vec![POD_IP.to_string(), OTHER_POD_IP.to_string()],
                 "{:?}",
                 out.reports
@@ -176,10 +176,7 @@ fn a_pod_its_budget_keeps_keeps_its_target_until_its_instance_goes_within_minute
         queue.sent.lock().unwrap().clear();
         let spot = fixtures::spot_json("ev-spot", ID, &w.clock.now().to_rfc3339());
         invoke(spot.to_string()).await;
-        assert_eq!(
-            registered(&elb, &group).await,
-            vec![OTHER_POD_IP.to_string()]
-        );
+        assert_eq!(registered(elb, group).await, vec![OTHER_POD_IP.to_string()]);
         let pass = next().expect("the spot drain's first pass");
         let out = invoke(pass).await;
         let note = out.reports[0].traffic.as_deref().unwrap_or_default();
@@ -253,7 +250,7 @@ fn a_forged_round_entry_takes_no_target_off() {
             .unwrap();
         // The other node's pod keeps its target; this node's pod left.
         assert_eq!(
-            registered(&elb, &group).await,
+            registered(elb, group).await,
             vec![OTHER_POD_IP.to_string()],
             "{:#?} {:#?}",
             out.reports,
