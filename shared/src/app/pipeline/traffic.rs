@@ -11,7 +11,7 @@
 use super::passes::{Handled, plan_is_the_events};
 use super::*;
 use crate::domain::config::Action;
-use crate::domain::continuation::{KeyRing, Unverified};
+use crate::domain::continuation::Unverified;
 use crate::domain::traffic::{
     Claim, Deregistered, Doomed, Outcome, Refused, leaves_whole, next_round,
 };
@@ -351,25 +351,35 @@ impl Pipeline<'_> {
         taken: Vec<Doomed>,
     ) -> Result<(Vec<Doomed>, Vec<(Doomed, Refused)>), StoreError> {
         let round = key.to_string();
-        let mut keys = self.store.continuation_keys().await?;
-        let newer = |d: &Doomed, keys: &KeyRing| {
+        let keys = self.store.continuation_keys().await?;
+        let mut checked: Vec<(Doomed, Result<(), Refused>)> = taken
+            .into_iter()
+            .map(|d| {
+                let verdict = d.verify(&round, &keys);
+                (d, verdict)
+            })
+            .collect();
+        let newer = |verdict: &Result<(), Refused>| {
             matches!(
-                d.verify(&round, keys),
+                verdict,
                 Err(Refused::Unverified {
                     why: Unverified::UnknownKey { .. },
                     ..
                 })
             )
         };
-        if taken.iter().any(|d| newer(d, &keys))
+        // A key newer than those known: read them again once, and check those entries again.
+        if checked.iter().any(|(_, v)| newer(v))
             && let Some(again) = self.store.reread_continuation_keys().await?
         {
-            keys = again;
+            for (d, verdict) in checked.iter_mut().filter(|(_, v)| newer(v)) {
+                *verdict = d.verify(&round, &again);
+            }
         }
-        let mut ok = Vec::with_capacity(taken.len());
+        let mut ok = Vec::with_capacity(checked.len());
         let mut refused = Vec::new();
-        for d in taken {
-            match d.verify(&round, &keys) {
+        for (d, verdict) in checked {
+            match verdict {
                 Ok(()) => ok.push(d),
                 Err(why) => {
                     tracing::warn!(round = %round, refused = %why, "an instance offered to a round of traffic first is refused: nothing of it leaves a load balancer");
