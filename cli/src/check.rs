@@ -31,7 +31,7 @@ pub struct CheckArgs {
     /// A cluster to check (repeatable): the kubeconfig context of that name when there is one,
     /// else the EKS cluster of that name; a member account's cluster (ACCOUNT/NAME) through
     /// --member-admin-role there, a kubeconfig context of it only once EKS in that account says
-    /// its endpoint is the context's [default: the clusters FOREWARN_CLUSTERS names, else the
+    /// its endpoint is the context's [default: the served clusters, else the
     /// kubeconfig's current context]
     #[arg(long = "cluster", value_name = "CLUSTER", value_parser = crate::parse_cluster)]
     clusters: Vec<ClusterId>,
@@ -110,7 +110,7 @@ fn clusters(
                 return Ok(vec![(unnamed, settings.cluster_access.clone())]);
             }
             ClusterSelection::Every { .. } => bail!(
-                "FOREWARN_CLUSTERS names every cluster of a place (`*`): say which to check \
+                "the served clusters are every cluster of a place (`*`): say which to check \
                  with --cluster CLUSTER (repeatable)"
             ),
         }
@@ -234,7 +234,7 @@ pub async fn run(
                 continue;
             }
         };
-        let blocked = blocking(&proofs, &settings.config, settings.priorities_enabled);
+        let blocked = blocking(&proofs, &settings.config, settings.priorities.enabled);
         refused += blocked.len();
         let nothing = checked_nothing(&proofs);
         if let Some(why) = &nothing {

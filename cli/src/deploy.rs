@@ -82,10 +82,10 @@ pub struct DeployArgs {
     /// stack is only described, the cluster (with --kube) only read.
     #[arg(long)]
     execute: bool,
-    /// Retired: leaving out --execute (read until the next release, with a warning).
-    #[arg(long, hide = true, conflicts_with = "execute")]
+    /// Set from --execute: nothing may change.
+    #[arg(skip)]
     dry_run: bool,
-    /// One more environment variable of the handler, e.g. FOREWARN_WEBHOOK_URL=https://...
+    /// One more environment variable of the handler, e.g. the webhook's URL, VARIABLE=https://...
     /// (repeatable). A deploy sets a function's whole environment (the stack's, the crate's
     /// metadata, these): give them at every run.
     #[arg(long, value_name = "KEY=VALUE")]
@@ -109,14 +109,8 @@ pub struct DeployArgs {
 }
 
 impl DeployArgs {
-    /// The arguments with `dry_run` saying whether nothing may change: unless --execute (the
-    /// retired --dry-run said what leaving --execute out says, and is warned of).
+    /// The arguments with `dry_run` saying whether nothing may change: unless --execute.
     fn settled(mut self) -> DeployArgs {
-        crate::retired_flag(
-            "--dry-run",
-            "leaving out --execute",
-            self.dry_run.then_some(()),
-        );
         self.dry_run = !self.execute;
         self
     }
@@ -206,8 +200,9 @@ fn inputs(args: &DeployArgs) -> anyhow::Result<Inputs> {
     let declared = stack::declared(&template).with_context(|| format!("reading {TEMPLATE}"))?;
     let given = stack::given(&args.parameters, &declared)?;
     let clusters = Clusters::new(args.clusters.clone(), args.all_clusters)?;
-    let handler_env = functions::extra_env("--handler-env", &args.handler_env)?;
-    let sweeper_env = functions::extra_env("--sweeper-env", &args.sweeper_env)?;
+    let from_the_stack = functions::stack_variables(&template);
+    let handler_env = functions::extra_env("--handler-env", &args.handler_env, &from_the_stack)?;
+    let sweeper_env = functions::extra_env("--sweeper-env", &args.sweeper_env, &from_the_stack)?;
     let objects = manifests::load(&root)?;
     let name = match (&args.stack_name, clusters.named.first()) {
         (Some(name), _) => name.clone(),
@@ -988,7 +983,7 @@ impl Deploy {
         let blocked: Vec<String> = forewarn::app::preflight::blocking(
             &proofs,
             &settings.config,
-            settings.priorities_enabled,
+            settings.priorities.enabled,
         )
         .into_iter()
         .filter(|p| granted || p.capability != forewarn::domain::admission::Capability::Placeholder)

@@ -28,9 +28,9 @@ enum KeyCommand {
     ///
     /// Without --execute nothing is changed: it says which key would become which. Running
     /// processes take the new key within 5 minutes, or at once when they meet its id. Rotate
-    /// again only once every drain (FOREWARN_DRAIN_TIMEOUT) and every cordon record signed
+    /// again only once every drain (its timeout) and every cordon record signed
     /// with the previous key is over: what the dropped key signed is refused. With
-    /// FOREWARN_KEY_SECRET (the stack's secret), the key rotates there, and the pool table's
+    /// the key secret setting (the stack's secret), the key rotates there, and the pool table's
     /// older key item, if any, is erased.
     Rotate(RotateArgs),
 }

@@ -93,7 +93,7 @@ enum Command {
     Key(key::KeyArgs),
     /// Move from aws-node-termination-handler: its Helm values as a forewarn policy.
     ///
-    /// Prints on stdout a policy (YAML) for `forewarn replay --policy`, FOREWARN_POLICY_FILE or
+    /// Prints on stdout a policy (YAML) for `forewarn replay --policy`, the functions' policy file or
     /// the policy ConfigMap, keeping NTH's meaning per event kind; on stderr, the variables to
     /// set for the keys that are settings rather than policy, and every key it cannot carry
     /// over, named, with why.
@@ -133,24 +133,13 @@ pub fn instance_choice(file: &Option<PathBuf>, ec2: bool) -> InstanceChoice {
     }
 }
 
-/// A retired flag's value, with a warning on standard error naming what replaces it: retired
-/// flags are read for one release (the upgrade page lists them).
-pub fn retired_flag<T>(old: &str, new: &str, value: Option<T>) -> Option<T> {
-    if value.is_some() {
-        eprintln!(
-            "forewarn: warning: {old} is retired and read until the next release only: use {new}"
-        );
-    }
-    value
-}
-
 /// `--cluster CLUSTER`: which served cluster a command reads (or acts on) live.
 #[derive(Args, Debug, Clone, Default)]
 pub struct ClusterArg {
-    /// The cluster, when the environment serves several (FOREWARN_CLUSTERS) or to pick one:
+    /// The cluster, when the environment serves several or to pick one:
     /// NAME, ACCOUNT/NAME or ACCOUNT/REGION/NAME (a cluster is its account, region and name);
     /// the kubeconfig context of that name when there is one, else the EKS cluster [default:
-    /// the one cluster FOREWARN_CLUSTERS names]
+    /// the one cluster the environment serves]
     #[arg(long, value_name = "CLUSTER", value_parser = parse_cluster)]
     pub cluster: Option<ClusterId>,
 }
@@ -170,7 +159,7 @@ impl ClusterArg {
             (Some(id), _) => id.clone(),
             (None, Some(_)) => return Ok(()),
             (None, None) => anyhow::bail!(
-                "the environment serves several clusters (FOREWARN_CLUSTERS): say which one with --cluster CLUSTER"
+                "the environment serves several clusters: say which one with --cluster CLUSTER"
             ),
         };
         settings.cluster_access = access(settings, &id);
@@ -221,9 +210,20 @@ pub enum TextOrJson {
     Json,
 }
 
+/// The command: its clap definition, its long help ending with the settings' summary (made from
+/// their one declaration, as the configuration page is).
+fn command() -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command().after_long_help(forewarn::app::settings::summary())
+}
+
 fn main() -> ExitCode {
+    use clap::FromArgMatches;
     // Usage errors exit with 1 (2 is `audit --fail-on`'s); help and version with 0.
-    let cli = match Cli::try_parse() {
+    let parsed = command()
+        .try_get_matches()
+        .and_then(|mut m| Cli::from_arg_matches_mut(&mut m));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();

@@ -32,6 +32,8 @@ pub struct MigrateArgs {
 #[derive(Debug, Default, PartialEq)]
 pub struct Migration {
     pub actions: BTreeMap<&'static str, &'static str>,
+    /// `excludeFromLoadBalancers`: the rule's `exclude-from-load-balancers`.
+    pub exclude_from_lb: Option<bool>,
     pub variables: Vec<(String, String, String)>,
     pub dropped: Vec<(String, String)>,
 }
@@ -46,6 +48,9 @@ impl Migration {
         );
         for (kind, action) in &self.actions {
             out.push_str(&format!("      {kind}: {action}\n"));
+        }
+        if let Some(exclude) = self.exclude_from_lb {
+            out.push_str(&format!("    exclude-from-load-balancers: {exclude}\n"));
         }
         out
     }
@@ -338,7 +343,10 @@ fn carry(m: &mut Migration, key: &str, value: &Value, queue: bool) {
         "workers" => set("FOREWARN_CONCURRENCY", text(value)),
         "taintNode" if truth(value) == Some(true) => set("FOREWARN_TAINT_KEY", "nth".into()),
         "taintEffect" => set("FOREWARN_TAINT_EFFECT", text(value)),
-        "excludeFromLoadBalancers" => set("FOREWARN_EXCLUDE_FROM_LB", text(value)),
+        "excludeFromLoadBalancers" => match truth(value) {
+            Some(b) => m.exclude_from_lb = Some(b),
+            None => m.dropped.push((key.into(), "not true or false".into())),
+        },
         k if DEPLOYMENT_KEYS.contains(&k) => m.dropped.push((
             k.into(),
             "places or shapes NTH's own pods: forewarn runs as Lambda functions".into(),
@@ -450,10 +458,9 @@ mod tests {
         assert_eq!(m.dropped[0].0, "taintNode");
         assert!(m.dropped[0].1.contains("forewarn.io/interruption"));
         // The value the variable is set to is one the settings take.
-        let c = forewarn::domain::config::Config::from_lookup(|v| {
-            (v == "FOREWARN_TAINT_KEY").then(|| "nth".to_string())
-        })
-        .unwrap();
+        let c = forewarn::app::settings::Settings::from_vars([("FOREWARN_TAINT_KEY", "nth")])
+            .unwrap()
+            .config;
         assert_eq!(c.taint_keys, forewarn::domain::config::TaintKeys::Nth);
         assert!(
             because("FOREWARN_TAINT_KEY")

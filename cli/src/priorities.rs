@@ -36,14 +36,11 @@ pub struct PrioritiesArgs {
     /// ConfigMap kube-system/forewarn-priority-base (key `priorities`), with --kube.
     #[arg(long, value_name = "FILE")]
     base: Option<PathBuf>,
-    /// The cluster whose node groups count (overrides FOREWARN_CLUSTERS).
+    /// The cluster whose node groups count (overrides the served clusters).
     #[arg(long, value_name = "NAME")]
     cluster: Option<String>,
-    /// Retired: --cluster (read until the next release, with a warning).
-    #[arg(long, value_name = "NAME", hide = true, conflicts_with = "cluster")]
-    cluster_name: Option<String>,
     /// The share of a group's pools that must be unavailable for it to be demoted, e.g. 0.5
-    /// or 50% (overrides FOREWARN_PRIORITIES=hot-share=SHARE) [default: 1, every pool].
+    /// or 50% (overrides the priorities setting's hot-share) [default: 1, every pool].
     #[arg(long, value_name = "SHARE")]
     hot_share: Option<String>,
     /// What to print on standard output: the ConfigMap it would write, as YAML or JSON.
@@ -68,14 +65,12 @@ pub async fn run(
     mut settings: Settings,
     clock: Arc<dyn Clock>,
 ) -> anyhow::Result<ExitCode> {
-    let retired = crate::retired_flag("--cluster-name", "--cluster", args.cluster_name.clone());
     let cluster = args
         .cluster
         .clone()
-        .or(retired)
         .or_else(|| settings.clusters.lone().flatten().map(|id| id.name.clone()))
-        .context("which cluster? give --cluster, or FOREWARN_CLUSTERS")?;
-    let mut priority_settings = settings.priorities;
+        .context("which cluster? give --cluster, or name one among the served clusters")?;
+    let mut priority_settings = settings.priorities.settings;
     if let Some(share) = &args.hot_share {
         priority_settings.hot_share =
             HotShare::parse(share).map_err(|m| anyhow::anyhow!("--hot-share: {m}"))?;

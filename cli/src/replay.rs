@@ -41,14 +41,11 @@ pub struct ReplayArgs {
     /// read only unless --execute.
     #[arg(long)]
     kube: bool,
-    /// The cluster forewarn acts for (overrides FOREWARN_CLUSTERS): an instance whose tags
+    /// The cluster forewarn acts for (overrides the served clusters): an instance whose tags
     /// name only other clusters is never touched.
     #[arg(long, value_name = "NAME")]
     cluster: Option<String>,
-    /// Retired: --cluster (read until the next release, with a warning).
-    #[arg(long, value_name = "NAME", hide = true, conflicts_with = "cluster")]
-    cluster_name: Option<String>,
-    /// The policy per node group (YAML; overrides FOREWARN_POLICY_FILE and, with --kube, the
+    /// The policy per node group (YAML; overrides the settings' policy file and, with --kube, the
     /// cluster's ConfigMap forewarn/forewarn-policy). A bad policy is an error naming the
     /// field: nothing is replayed.
     #[arg(long, value_name = "FILE")]
@@ -140,8 +137,7 @@ pub async fn run(
     mut settings: Settings,
     clock: Arc<dyn Clock>,
 ) -> anyhow::Result<ExitCode> {
-    let retired = crate::retired_flag("--cluster-name", "--cluster", args.cluster_name.clone());
-    if let Some(name) = args.cluster.clone().or(retired) {
+    if let Some(name) = args.cluster.clone() {
         settings.config.cluster_name = Some(name);
     }
     if let Some(path) = &args.policy {

@@ -1,4 +1,4 @@
-//! Store selection: `--table` (else FOREWARN_TABLE) selects DynamoDB, otherwise the embedded
+//! Store selection: `--table` (else the settings' table) selects DynamoDB, otherwise the embedded
 //! store.
 
 use std::sync::Arc;

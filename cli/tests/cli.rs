@@ -399,34 +399,28 @@ fn dates_as_expected(lines: &[Value], at: &impl Fn(&str) -> String) {
     );
 }
 
-/// A retired flag is still read for one release, with a warning naming what replaces it; the
-/// new and the retired one together are refused.
+/// A retired variable in the environment stops the command at its start, naming its new home
+/// (the upgrade page's table); a retired flag is no flag at all.
 #[test]
-fn the_retired_cluster_flag_still_works_with_a_warning() {
+fn a_retired_name_stops_the_command_naming_its_home() {
     let state = tempfile::tempdir().unwrap();
+    let out = Forewarn::new(state.path())
+        .dir(&root())
+        .env("FOREWARN_SURGE", "spot-interruption")
+        .run(&["replay", "events/"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("FOREWARN_SURGE") && err.contains("a policy rule's `surge`"),
+        "{err}"
+    );
     let mut retired = WITH_STATE.to_vec();
     retired[4] = "--cluster-name";
     retired.push("events/");
-    let (out, lines) = replay_json_in(&root(), state.path(), &retired);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    assert_eq!(lines.len(), 31, "the same replay as with --cluster");
+    let (out, _) = replay_json_in(&root(), state.path(), &retired);
+    assert_eq!(out.status.code(), Some(1), "a usage error");
     assert!(
-        err.contains(
-            "warning: --cluster-name is retired and read until the next release only: use --cluster"
-        ),
-        "{err}"
-    );
-    let mut both = retired.clone();
-    both.extend(["--cluster", "demo"]);
-    let (out, _) = replay_json_in(&root(), state.path(), &both);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "a usage error: the two together"
-    );
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("cannot be used with"),
+        String::from_utf8_lossy(&out.stderr).contains("unexpected argument '--cluster-name'"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

@@ -859,18 +859,9 @@ fn the_root_is_never_found_from_the_working_directory(run: &dyn Fn(&Path, &[&str
     )
     .unwrap();
     let inside = elsewhere.path().join("infra/k8s");
-    // The retired --dry-run is still read (the default now), with a warning naming its home.
-    let out = run(&inside, &["deploy", "--cluster", "demo", "--dry-run"]);
+    let out = run(&inside, &["deploy", "--cluster", "demo"]);
     let text = succeeded(&out);
     assert!(text.contains("[6/6] kubernetes"), "{text}");
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains(
-            "warning: --dry-run is retired and read until the next release only: use leaving \
-             out --execute"
-        ),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let empty = tempfile::tempdir().unwrap();
     let out = run(
         &root(),

@@ -132,7 +132,7 @@ impl DirectoryError {
 }
 
 /// An account this deployment does not serve: an event of another account than its own, and
-/// either no member role is configured, or `FOREWARN_CLUSTERS` names none of that account's
+/// either no member role is configured, or the served clusters name none of that account's
 /// clusters. What an adapter answers, as the source of its error, for a lookup in such an
 /// account: it is not this deployment's to handle, so its events are acknowledged, nothing is
 /// done for them and their pools are not recorded. (An account that *is* served but cannot be
@@ -145,7 +145,7 @@ pub struct NotServed {
     pub why: String,
 }
 
-/// A member account this deployment serves (`FOREWARN_CLUSTERS` names its clusters) that it
+/// A member account this deployment serves (the served clusters name its clusters) that it
 /// cannot reach: STS refuses its member role (the role was deleted or re-created, its trust no
 /// longer names this deployment's handler role, an SCP denies `sts:AssumeRole`, IAM has not yet
 /// propagated a new role), or the role refuses the lookups made there. What an adapter answers,
@@ -651,7 +651,7 @@ pub trait PolicySource: Send + Sync {
 }
 
 /// The clusters there are to serve when a deployment serves every one of a place
-/// (`FOREWARN_CLUSTERS=*`, `account/*`): EKS `ListClusters` in that account and region, or a
+/// (`*`, `account/*` among the served clusters): EKS `ListClusters` in that account and region, or a
 /// kubeconfig's contexts of that place.
 #[async_trait]
 pub trait ClusterCatalog: Send + Sync {

@@ -744,19 +744,18 @@ async fn two_accounts(moto: &forewarn_tests::moto::MotoServer) -> TwoAccounts {
     let dir = tempfile::tempdir().unwrap();
     let served = format!("{cluster},{MEMBER}/{cluster}");
     let state_dir = dir.path().display().to_string();
-    let settings = forewarn::app::settings::Settings::from_lookup(|n| {
-        Some(match n {
-            "FOREWARN_CLUSTERS" => served.clone(),
-            "FOREWARN_ACCOUNT_ID" => OWN.into(),
-            "FOREWARN_MEMBER_ROLE" => ROLE.into(),
-            "FOREWARN_STATE_DIR" => state_dir.clone(),
-            // Drains' passes in process; no load balancers; evictions at once.
-            "FOREWARN_DRAIN_PASS_INTERVAL" | "FOREWARN_DEREGISTER_BUDGET" => "off".into(),
-            "FOREWARN_SURGE" => String::new(),
-            _ => return None,
-        })
-    })
+    let mut settings = forewarn::app::settings::Settings::from_vars([
+        ("FOREWARN_CLUSTERS", served.as_str()),
+        ("FOREWARN_ACCOUNT_ID", OWN),
+        ("FOREWARN_MEMBER_ROLE", ROLE),
+        ("FOREWARN_STATE_DIR", &state_dir),
+        // Drains' passes in process; no load balancers.
+        ("FOREWARN_DRAIN_PASS_INTERVAL", "off"),
+        ("FOREWARN_DEREGISTER_BUDGET", "off"),
+    ])
     .unwrap();
+    // Evictions at once.
+    settings.config.surge_kinds.clear();
     let sdk = forewarn_tests::eks::with_eks(&base, &eks.url());
     let services = forewarn::app::wiring::services_on(
         &settings,

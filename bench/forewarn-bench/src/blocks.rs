@@ -97,17 +97,26 @@ fn pod_name(n: usize, p: usize) -> String {
 }
 
 /// The deployed handler's settings: those of the stack's environment (the function's
-/// concurrency as `FOREWARN_ENVIRONMENTS`, the cluster's name), every other variable unset but
-/// `overrides` (name, value).
+/// concurrency as `FOREWARN_ENVIRONMENTS`, the cluster's name), every other variable unset;
+/// `overrides` (`FOREWARN_KUBE_QPS`, and the burst) set the client-side limit.
 fn deployed(overrides: &[(&str, String)]) -> anyhow::Result<Deployed> {
-    Ok(Deployed::from_lookup(|name| match name {
-        "FOREWARN_ENVIRONMENTS" => Some(STACK_CONCURRENCY.to_string()),
-        "FOREWARN_CLUSTER_NAME" => Some(CLUSTER.to_string()),
-        _ => overrides
+    let mut d = Deployed::from_vars([
+        ("FOREWARN_ENVIRONMENTS", STACK_CONCURRENCY.to_string()),
+        ("FOREWARN_CLUSTERS", CLUSTER.to_string()),
+    ])?;
+    // The fleet names the one cluster so.
+    d.config.cluster_name = Some(CLUSTER.to_string());
+    let value = |name: &str| {
+        overrides
             .iter()
             .find(|(n, _)| *n == name)
-            .map(|(_, v)| v.clone()),
-    })?)
+            .and_then(|(_, v)| v.parse::<f64>().ok())
+    };
+    if let Some(qps) = value("FOREWARN_KUBE_QPS") {
+        let burst = value("burst").map_or(qps.ceil().max(1.0) as u32, |b| b as u32);
+        d.kube_rate_limit = Some((qps, burst));
+    }
+    Ok(d)
 }
 
 /// The variables a run sets unlike the stack: `--kube-qps`, `--kube-burst`.
@@ -117,7 +126,7 @@ fn overrides(b: &BlocksSettings) -> Vec<(&'static str, String)> {
         out.push(("FOREWARN_KUBE_QPS", qps.to_string()));
     }
     if let Some(burst) = b.kube_burst.filter(|_| b.kube_qps.is_some()) {
-        out.push(("FOREWARN_KUBE_BURST", burst.to_string()));
+        out.push(("burst", burst.to_string()));
     }
     out
 }
@@ -281,7 +290,7 @@ fn environment(
         instances: instances.clone(),
         fleet: Fleet::one(cluster),
         concurrency: deployed.concurrency,
-        safety_margin: deployed.safety_margin,
+        safety_margin: forewarn::app::settings::SAFETY_MARGIN,
         ..Handler::new(deployed.config.clone(), store.clone())
     })
 }

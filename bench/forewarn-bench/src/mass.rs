@@ -265,33 +265,23 @@ impl Run {
 }
 
 /// What a run sets that the deployed handler does not: each setting whose value in the run is
-/// not the stack's default (the reference's, `forewarn::app::reference::VARIABLES`; the
-/// client-side limit as the stack derives it), as `` `NAME=value` (deployed: default) ``. Every
-/// section prints them beside its figures.
+/// not the stack's default (the settings' declaration; the client-side limit as the stack
+/// derives it), as `` `NAME=value` (deployed: default) ``. Every section prints them beside its
+/// figures.
 pub(crate) fn overrides(s: &Settings, mode: RunMode) -> Vec<String> {
-    let default_of = |name: &str| {
-        forewarn::app::reference::VARIABLES
-            .iter()
-            .find(|v| v.name == name)
-            .and_then(|v| v.default_value)
-            .unwrap_or_default()
-            .to_string()
-    };
-    // Retired variables (still read) have no line in the reference: their defaults are the
-    // settings' own.
-    let defaults = forewarn::app::settings::Settings::from_lookup(|_| None).ok();
-    let surge = defaults.as_ref().map_or(String::new(), |d| {
-        let kinds: Vec<&str> = d.config.surge_kinds.iter().map(|k| k.as_str()).collect();
-        kinds.join(",")
-    });
-    let safety_margin = defaults
-        .as_ref()
-        .map_or(String::new(), |d| format!("{}s", d.safety_margin.as_secs()));
+    let surge: Vec<&str> = forewarn::domain::config::Config::default()
+        .surge_kinds
+        .iter()
+        .map(|k| k.as_str())
+        .collect();
+    let surge = surge.join(",");
+    let default_interval = forewarn::app::pipeline::PASS_INTERVAL.as_secs();
     // The stack sets FOREWARN_ENVIRONMENTS to its MaximumConcurrency; the handler derives its
     // limit from it.
-    let deployed_limit = forewarn::app::settings::Settings::from_lookup(|name| {
-        (name == "FOREWARN_ENVIRONMENTS").then(|| STACK_CONCURRENCY.to_string())
-    })
+    let deployed_limit = forewarn::app::settings::Settings::from_vars([(
+        "FOREWARN_ENVIRONMENTS",
+        STACK_CONCURRENCY.to_string(),
+    )])
     .ok()
     .and_then(|d| d.kube_rate_limit);
     let shown = |l: Option<(f64, u32)>| {
@@ -306,10 +296,10 @@ pub(crate) fn overrides(s: &Settings, mode: RunMode) -> Vec<String> {
         (
             "FOREWARN_CONCURRENCY",
             s.batch.to_string(),
-            default_of("FOREWARN_CONCURRENCY"),
+            forewarn::app::settings::CONCURRENCY.to_string(),
         ),
         (
-            "FOREWARN_SURGE",
+            "surge (a policy rule's)",
             if mode.surge {
                 surge.clone()
             } else {
@@ -324,15 +314,10 @@ pub(crate) fn overrides(s: &Settings, mode: RunMode) -> Vec<String> {
             } else {
                 "off".into()
             },
-            default_of("FOREWARN_DRAIN_PASS_INTERVAL"),
-        ),
-        (
-            "FOREWARN_SAFETY_MARGIN",
-            format!("{}s", SAFETY_MARGIN.as_secs()),
-            safety_margin,
+            format!("{default_interval}s"),
         ),
         ("FOREWARN_KUBE_QPS", qps, deployed_qps),
-        ("FOREWARN_KUBE_BURST", burst, deployed_burst),
+        ("burst (the QPS rounded up)", burst, deployed_burst),
     ];
     let mut out: Vec<String> = run
         .into_iter()
@@ -1581,9 +1566,10 @@ mod tests {
             .and_then(|d| d.parse().ok())
             .expect("its default");
         assert_eq!(s.invocations, default);
-        let deployed = forewarn::app::settings::Settings::from_lookup(|name| {
-            (name == "FOREWARN_ENVIRONMENTS").then(|| default.to_string())
-        })
+        let deployed = forewarn::app::settings::Settings::from_vars([(
+            "FOREWARN_ENVIRONMENTS",
+            default.to_string(),
+        )])
         .unwrap()
         .kube_rate_limit;
         assert_eq!(s.environment_limit(), deployed);
@@ -1695,7 +1681,7 @@ mod tests {
         };
         assert_eq!(
             names(overrides(&s, plain)),
-            ["`FOREWARN_CONCURRENCY`", "`FOREWARN_SURGE`"]
+            ["`FOREWARN_CONCURRENCY`", "`surge (a policy rule's)`"]
         );
         let surge = RunMode {
             surge: true,

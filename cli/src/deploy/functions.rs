@@ -50,19 +50,20 @@ pub fn build_args(flag: &str) -> Vec<String> {
     args
 }
 
-/// The variables the stack's outputs set: changed through the stack's parameters only.
-/// `the_stacks_variables_are_those_it_sets` keeps it equal to what the template's environment
-/// outputs name.
-const FROM_THE_STACK: &[&str] = &[
-    "FOREWARN_CLUSTERS",
-    "FOREWARN_ACCOUNT_ID",
-    "FOREWARN_MEMBER_ROLE",
-    "FOREWARN_TABLE",
-    "FOREWARN_KEY_SECRET",
-    "FOREWARN_POLICY_ALLOW",
-    "FOREWARN_ENVIRONMENTS",
-    "FOREWARN_LIFECYCLE_HOOKS",
-];
+/// The variables the stack's environment outputs set (`NAME=` after `Outputs:` in `template`):
+/// changed through the stack's parameters only.
+pub fn stack_variables(template: &str) -> std::collections::BTreeSet<&str> {
+    let outputs = template.find("\nOutputs:").map_or("", |at| &template[at..]);
+    outputs
+        .match_indices("FOREWARN_")
+        .filter_map(|(at, _)| {
+            let name = &outputs[at..];
+            let end =
+                name.find(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))?;
+            name[end..].starts_with('=').then(|| &name[..end])
+        })
+        .collect()
+}
 
 /// The `KEY=VALUE` variables of `flag` (`--handler-env`, `--sweeper-env`), checked: a valid
 /// name, none the stack sets, one line. Both functions get their environment through
@@ -70,7 +71,11 @@ const FROM_THE_STACK: &[&str] = &[
 ///
 /// An error names the variable, never its value (a webhook URL is a secret); an argument that
 /// is not `KEY=VALUE` is named by its place, not its text, which may be a value given alone.
-pub fn extra_env(flag: &str, raw: &[String]) -> anyhow::Result<Vec<String>> {
+pub fn extra_env(
+    flag: &str,
+    raw: &[String],
+    from_the_stack: &std::collections::BTreeSet<&str>,
+) -> anyhow::Result<Vec<String>> {
     for (i, var) in raw.iter().enumerate() {
         let (key, value) = var
             .split_once('=')
@@ -85,7 +90,7 @@ pub fn extra_env(flag: &str, raw: &[String]) -> anyhow::Result<Vec<String>> {
                     ordinal(i + 1)
                 )
             })?;
-        if FROM_THE_STACK.contains(&key) {
+        if from_the_stack.contains(key) {
             bail!("{flag} {key}: the stack's outputs set it; change the stack's parameters");
         }
         if value.contains(['\n', '\r']) {
@@ -116,7 +121,7 @@ pub fn starts_with(binary: &str, vars: &[String]) -> anyhow::Result<()> {
         })?;
         set.insert(key, value);
     }
-    forewarn::app::settings::Settings::from_lookup(|name| set.get(name).cloned())
+    forewarn::app::settings::Settings::from_vars(set)
         .map(|_| ())
         .map_err(|e| {
             anyhow!(
@@ -128,19 +133,13 @@ pub fn starts_with(binary: &str, vars: &[String]) -> anyhow::Result<()> {
         })
 }
 
-/// The handler's taint as its environment (`--handler-env`) sets it: key, effect, and whether
-/// it uses NTH's keys (FOREWARN_TAINT_KEY, FOREWARN_TAINT_EFFECT, the retired FOREWARN_TAINT_KEYS, each
-/// with the handler's default when not given); a bad value is an error naming it.
+/// The handler's configuration as its extra environment (`--handler-env`) sets it (its taint
+/// key and effect, each the handler's default when not given); a bad value is an error naming
+/// it.
 pub fn taint_of(handler_env: &[String]) -> anyhow::Result<forewarn::domain::config::Config> {
-    let lookup = |name: &str| {
-        handler_env
-            .iter()
-            .filter_map(|kv| kv.split_once('='))
-            .filter(|(k, _)| *k == name)
-            .map(|(_, v)| v.to_string())
-            .next_back()
-    };
-    forewarn::domain::config::Config::from_vars(forewarn::domain::vars::Vars::new(&lookup))
+    let vars = handler_env.iter().filter_map(|kv| kv.split_once('='));
+    forewarn::app::settings::Settings::from_vars(vars)
+        .map(|s| s.config)
         .map_err(|e| anyhow!("--handler-env: {e}"))
 }
 
@@ -149,7 +148,7 @@ pub fn taint_of(handler_env: &[String]) -> anyhow::Result<forewarn::domain::conf
 /// environment goes through a file (the stack's `HandlerEnvFile` or `SweeperEnvFile`, then the
 /// extra variables), not `--env-var`, which cargo lambda splits at every comma: a list of
 /// clusters or hook names keeps its commas. cargo lambda adds the `env` of the crate's
-/// `[package.metadata.lambda.deploy]` (FOREWARN_DRY_RUN=false, ...).
+/// `[package.metadata.lambda.deploy]` (its dry run off, ...).
 pub fn deploy_args(
     f: Function,
     output: &dyn Fn(&str) -> String,
@@ -323,29 +322,31 @@ pub fn run(program: &str, args: &[String], dir: &Path, echo: bool) -> anyhow::Re
 mod tests {
     use super::*;
 
-    /// What `--handler-env` and `--sweeper-env` may not set is exactly what the stack's
-    /// environment outputs (`HandlerEnvFile`, `SweeperEnvFile`, and the `EnvVars` twins) set.
+    /// What `--handler-env` and `--sweeper-env` may not set is what the stack's environment
+    /// outputs (`HandlerEnvFile`, `SweeperEnvFile`, and the `EnvVars` twins) set: each a variable
+    /// the settings declare.
     #[test]
-    fn the_stacks_variables_are_those_it_sets() {
+    fn the_stacks_variables_are_declared_settings() {
+        use clap::CommandFactory;
         let template = std::fs::read_to_string(
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra/forewarn.yaml"),
         )
         .unwrap();
-        let outputs = &template[template.find("\nOutputs:").expect("the outputs")..];
-        let mut set: Vec<&str> = Vec::new();
-        for (at, _) in outputs.match_indices("FOREWARN_") {
-            let name = &outputs[at..];
-            let end = name
-                .find(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
-                .unwrap_or(name.len());
-            if name[end..].starts_with('=') && !set.contains(&&name[..end]) {
-                set.push(&name[..end]);
-            }
+        let set = stack_variables(&template);
+        assert!(set.len() >= 7, "{set:?}");
+        let command = forewarn::app::settings::Variables::command();
+        let declared: std::collections::BTreeSet<String> = command
+            .get_arguments()
+            .filter_map(|a| Some(a.get_env()?.to_string_lossy().into_owned()))
+            .collect();
+        for name in &set {
+            assert!(declared.contains(*name), "{name}");
         }
-        set.sort_unstable();
-        let mut ours = FROM_THE_STACK.to_vec();
-        ours.sort_unstable();
-        assert_eq!(set, ours);
+        let err = extra_env("--handler-env", &["FOREWARN_TABLE=x".to_string()], &set).unwrap_err();
+        assert!(
+            err.to_string().contains("the stack's outputs set it"),
+            "{err}"
+        );
     }
 
     /// An environment the function would refuse at its start is refused before the deploy,
@@ -423,10 +424,11 @@ mod tests {
     fn extra_variables_are_checked() {
         let vars = |raw: &[&str]| raw.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         // A list keeps its commas: both environments go through a file.
-        let ok = extra_env("--sweeper-env", &vars(&["FOREWARN_LOG=debug", "X=a,b"]));
+        let stack = std::collections::BTreeSet::from(["FOREWARN_TABLE"]);
+        let ok = extra_env("--sweeper-env", &vars(&["RUST_LOG=debug", "X=a,b"]), &stack);
         assert_eq!(ok.unwrap().len(), 2);
         let err = |raw: &[&str]| {
-            extra_env("--sweeper-env", &vars(raw))
+            extra_env("--sweeper-env", &vars(raw), &stack)
                 .unwrap_err()
                 .to_string()
         };
@@ -438,7 +440,7 @@ mod tests {
             "https://hooks.example.com/services/SECRET",
             "HOOK URL=https://hooks.example.com/services/SECRET",
         ] {
-            let e = err(&["FOREWARN_LOG=debug", raw]);
+            let e = err(&["RUST_LOG=debug", raw]);
             assert!(
                 !e.contains("SECRET") && !e.contains("hooks.example.com"),
                 "{e}"

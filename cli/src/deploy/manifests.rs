@@ -266,8 +266,8 @@ fn rename_group(v: &mut Value, from: &str, to: &str) {
 
 /// The node-writes policy (`infra/k8s/node-writes.yaml`) narrowed to the handler's taint
 /// (`handler`, its configuration as its environment sets it): the keys forewarn may add or
-/// remove (its own FOREWARN_TAINT_KEY, and NTH's four only under FOREWARN_TAINT_KEY=nth) and the
-/// effect a taint it adds or changes may have (FOREWARN_TAINT_EFFECT).
+/// remove (its own taint key, and NTH's four only under the taint key `nth`) and the
+/// effect a taint it adds or changes may have (the settings' taint effect).
 pub fn with_taints(
     mut objects: Vec<Object>,
     handler: &forewarn::domain::config::Config,
@@ -743,7 +743,7 @@ mod tests {
     }
 
     /// The node-writes policy takes the handler's taint: its own key alone by default (NTH's
-    /// four only under FOREWARN_TAINT_KEY=nth), and the effect a taint forewarn adds may have;
+    /// four only under the taint key `nth`), and the effect a taint forewarn adds may have;
     /// a NoExecute taint forewarn's groups would add is refused, one of the deployment's effect
     /// admitted (the policy's CEL evaluated by the fake).
     #[tokio::test]

@@ -1,6 +1,6 @@
 //! The one way the tests run the `forewarn` binary: in the workspace root (whose `events/` the
 //! relative paths name) or another folder, with the embedded store in a folder of the test's,
-//! and none of the caller's `FOREWARN_TABLE` and `FOREWARN_CLUSTER_NAME`; each test adds the
+//! and none of the caller's `FOREWARN_TABLE` and `FOREWARN_CLUSTERS`; each test adds the
 //! environment it needs.
 
 // Each test binary that includes this module uses a part of it.
@@ -28,7 +28,7 @@ impl Forewarn {
             .current_dir(root())
             .env("FOREWARN_STATE_DIR", state)
             .env_remove("FOREWARN_TABLE")
-            .env_remove("FOREWARN_CLUSTER_NAME");
+            .env_remove("FOREWARN_CLUSTERS");
         Forewarn { command }
     }
 

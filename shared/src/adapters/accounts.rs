@@ -1,7 +1,7 @@
 //! Calls in the account and region an event came from. An organization's member accounts forward
 //! their events to one deployment (`infra/member.yaml`); EC2 and Auto Scaling calls about an
 //! instance of a member account are made in that account, with the credentials of a role
-//! forewarn assumes there (`FOREWARN_MEMBER_ROLE`, the same name in every member account), and in
+//! forewarn assumes there (the settings' member role, the same name in every member account), and in
 //! the event's region.
 //!
 //! [`Accounts::config_for`] answers the SDK configuration for a [`Place`]: the deployment's own
@@ -9,7 +9,7 @@
 //! `AssumeRole` of `arn:<partition>:iam::<account>:role/<name>`, kept per account and region
 //! (the SDK's identity cache renews its credentials before they expire). What an event says is
 //! checked first: an account that is not 12 digits, or a region that is not a region's name, is
-//! refused, never put into an ARN; and without `FOREWARN_MEMBER_ROLE` an event of another account
+//! refused, never put into an ARN; and without a member role an event of another account
 //! is refused, naming the account, rather than answered with the deployment's own credentials.
 //! A served account whose role STS refuses, or whose role is refused a call, is
 //! [`AccountUnreachable`]: its events fail and come back, they are never acknowledged.
@@ -23,15 +23,7 @@ use aws_config::{Region, SdkConfig};
 use aws_credential_types::provider::SharedCredentialsProvider;
 
 pub use crate::domain::clusters::{is_account_id, is_region};
-use crate::domain::vars::{ConfigError, Vars};
 use crate::ports::{AccountUnreachable, DirectoryError, FailureKind, NotServed, Place};
-
-/// The name of the role assumed in a member account (`forewarn-member`); unset: the deployment
-/// serves its own account only.
-pub const ENV_MEMBER_ROLE: &str = "FOREWARN_MEMBER_ROLE";
-/// The deployment's own account id (the stack sets it): events of this account use the
-/// deployment's own credentials.
-pub const ENV_ACCOUNT_ID: &str = "FOREWARN_ACCOUNT_ID";
 
 /// The role session name forewarn's sessions in member accounts carry (their CloudTrail entries
 /// say it).
@@ -40,46 +32,13 @@ pub const SESSION_NAME: &str = "forewarn";
 /// What the settings say of accounts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AccountSettings {
-    /// The deployment's own account (`FOREWARN_ACCOUNT_ID`).
+    /// The deployment's own account.
     pub own: Option<String>,
-    /// The role assumed in every other account (`FOREWARN_MEMBER_ROLE`).
+    /// The role assumed in every other account.
     pub member_role: Option<String>,
-    /// The other accounts served (those `FOREWARN_CLUSTERS` names): an event of any other is
+    /// The other accounts served (those the served clusters name): an event of any other is
     /// refused before a role is assumed.
     pub served: std::collections::BTreeSet<String>,
-}
-
-impl AccountSettings {
-    /// `FOREWARN_ACCOUNT_ID` (12 digits) and `FOREWARN_MEMBER_ROLE` (an IAM role name). A member
-    /// role needs the own account: without it, the deployment's own events would be taken for a
-    /// member's and sent through a role that its account need not have.
-    pub fn from_vars(vars: Vars) -> Result<AccountSettings, ConfigError> {
-        let own = vars.parse(ENV_ACCOUNT_ID, |v| {
-            is_account_id(v)
-                .then(|| v.to_string())
-                .ok_or("not an AWS account id (12 digits)")
-        })?;
-        let member_role = vars.parse(ENV_MEMBER_ROLE, |v| {
-            is_role_name(v)
-                .then(|| v.to_string())
-                .ok_or("not an IAM role name (1 to 64 letters, digits or +=,.@_-, no path)")
-        })?;
-        if let (Some(role), None) = (&member_role, &own) {
-            return Err(ConfigError::new(
-                ENV_MEMBER_ROLE,
-                role,
-                format!(
-                    "needs {ENV_ACCOUNT_ID}, the deployment's own account, whose events use its \
-                     own credentials"
-                ),
-            ));
-        }
-        Ok(AccountSettings {
-            own,
-            member_role,
-            served: Default::default(),
-        })
-    }
 }
 
 /// An IAM role name without a path: 1 to 64 of letters, digits and `+=,.@_-`.
@@ -131,15 +90,15 @@ pub enum AccountError {
     InvalidRegion { region: String },
     /// An event of another account, and no role to assume there.
     #[error(
-        "the event is of account {account}, not of this deployment's account {own}: set \
-         {ENV_MEMBER_ROLE} (deploy infra/member.yaml in that account) to serve it"
+        "the event is of account {account}, not of this deployment's account {own}: give the \
+         deployment a member role (deploy infra/member.yaml in that account) to serve it"
     )]
     NotServed { account: String, own: String },
     /// An event of another account that the served clusters do not name: no role is assumed
     /// there.
     #[error(
         "the event is of account {account}, which no cluster this deployment (account {own}) \
-         serves is in: no role is assumed there (name its clusters in FOREWARN_CLUSTERS, as \
+         serves is in: no role is assumed there (name its clusters among the served ones, as \
          {account}/<name> or {account}/*, to serve it)"
     )]
     NotListed { account: String, own: String },
@@ -178,15 +137,16 @@ impl AccountError {
             AccountError::NotServed { account, own } => Some(NotServed {
                 account: account.clone(),
                 why: format!(
-                    "this deployment (account {own}) has no member role ({ENV_MEMBER_ROLE} is \
-                     not set): deploy infra/member.yaml in that account and set it to serve it"
+                    "this deployment (account {own}) has no member role: deploy \
+                     infra/member.yaml in that account and give the deployment its name to \
+                     serve it"
                 ),
             }),
             AccountError::NotListed { account, own } => Some(NotServed {
                 account: account.clone(),
                 why: format!(
-                    "no cluster this deployment (account {own}) serves is in it \
-                     (FOREWARN_CLUSTERS names none of its): no role is assumed there"
+                    "no cluster this deployment (account {own}) serves is in it (the \
+                     served clusters name none of its): no role is assumed there"
                 ),
             }),
             _ => None,
@@ -463,16 +423,6 @@ impl<C: Clone> PerPlace<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap as Map;
-
-    fn settings(vars: &[(&str, &str)]) -> Result<AccountSettings, ConfigError> {
-        let map: Map<String, String> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        let lookup = move |name: &str| map.get(name).cloned();
-        AccountSettings::from_vars(Vars::new(&lookup))
-    }
 
     fn accounts(own: Option<&str>, role: Option<&str>) -> Accounts {
         let base = SdkConfig::builder()
@@ -497,38 +447,6 @@ mod tests {
             account: account.map(str::to_string),
             region: region.map(str::to_string),
         }
-    }
-
-    #[test]
-    fn settings_read_and_checked() {
-        assert_eq!(settings(&[]).unwrap(), AccountSettings::default());
-        let s = settings(&[
-            (ENV_ACCOUNT_ID, " 123456789012 "),
-            (ENV_MEMBER_ROLE, "forewarn-member"),
-        ])
-        .unwrap();
-        assert_eq!(s.own.as_deref(), Some("123456789012"));
-        assert_eq!(s.member_role.as_deref(), Some("forewarn-member"));
-        let err = settings(&[(ENV_ACCOUNT_ID, "12345678901x")])
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains(ENV_ACCOUNT_ID) && err.contains("12 digits"),
-            "{err}"
-        );
-        for bad in ["a/b", "role name", &"r".repeat(65), "rôle"] {
-            let err = settings(&[(ENV_ACCOUNT_ID, "123456789012"), (ENV_MEMBER_ROLE, bad)])
-                .unwrap_err()
-                .to_string();
-            assert!(
-                err.contains(ENV_MEMBER_ROLE) && err.contains("IAM role name"),
-                "{err}"
-            );
-        }
-        let err = settings(&[(ENV_MEMBER_ROLE, "forewarn-member")])
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains(ENV_ACCOUNT_ID), "{err}");
     }
 
     #[test]
@@ -624,7 +542,7 @@ mod tests {
         assert_eq!(e.kind(), FailureKind::Forbidden);
         let not_served = e.not_served().expect("acknowledged as not served");
         assert_eq!(not_served.account, "333333333333");
-        assert!(e.to_string().contains("FOREWARN_CLUSTERS"), "{e}");
+        assert!(e.to_string().contains("333333333333/*"), "{e}");
         // No configuration (no STS call) is made for it.
         assert!(
             org.config_for(&place(Some("333333333333"), None))
@@ -688,7 +606,7 @@ mod tests {
         assert!(
             text.contains("111111111111")
                 && text.contains("123456789012")
-                && text.contains(ENV_MEMBER_ROLE),
+                && text.contains("member role"),
             "{text}"
         );
         // The own account unknown (a command run): every well-formed place is its own.
@@ -777,7 +695,7 @@ mod tests {
             .unwrap_err();
         let not_served = err.not_served().unwrap();
         assert_eq!(not_served.account, "111111111111");
-        assert!(not_served.why.contains(ENV_MEMBER_ROLE), "{not_served}");
+        assert!(not_served.why.contains("member role"), "{not_served}");
         let forged = single.target(&place(Some("x"), None)).unwrap_err();
         assert_eq!(forged.not_served(), None);
     }

@@ -1,13 +1,12 @@
 //! The optional webhook: one JSON message per node action, from a template, posted to a URL
 //! (a Slack incoming webhook by default; any service that takes a JSON body).
 //!
-//! - `FOREWARN_WEBHOOK_URL`: where to post (`https://`); unset, nothing is sent. The URL is a
-//!   secret (a Slack incoming webhook's path is its only credential): it is never logged, nor put
-//!   in an error or a `Debug` form; only its host is ([`WebhookConfig::host`], [`redacted`]).
-//! - An `http://` URL is taken for a loopback host only (elsewhere the secret URL and every
-//!   message would cross the network in clear text); the retired
-//!   `FOREWARN_WEBHOOK_ALLOW_HTTP=true` allows any for one release more.
-//! - `FOREWARN_WEBHOOK_TEMPLATE`: the JSON body, with `{{field}}` placeholders inside its
+//! - The URL (the settings' webhook URL): where to post (`https://`); unset, nothing is sent. The
+//!   URL is a secret (a Slack incoming webhook's path is its only credential): it is never logged,
+//!   nor put in an error or a `Debug` form; only its host is ([`WebhookConfig::host`],
+//!   [`redacted`]). An `http://` URL is taken for a loopback host only ([`check_url`]):
+//!   elsewhere the secret URL and every message would cross the network in clear text.
+//! - The template: the JSON body, with `{{field}}` placeholders inside its
 //!   strings (default [`DEFAULT_TEMPLATE`], Slack's `{"text": ...}`). A value is put in
 //!   JSON-escaped, so the body stays valid JSON whatever an event holds. The fields are
 //!   [`FIELDS`]; an unknown one, or a template that is not JSON, is a configuration error at
@@ -22,17 +21,9 @@ use std::fmt;
 
 use serde_json::Value;
 
-use crate::domain::config::{Action, ConfigError};
+use crate::domain::config::Action;
 use crate::domain::report::{ActionReport, Outcome, Report};
-use crate::domain::vars::Vars;
 use crate::ports::{Delivery, Notifier};
-
-/// The environment variable with the URL.
-pub const ENV_URL: &str = "FOREWARN_WEBHOOK_URL";
-/// The environment variable with the template.
-pub const ENV_TEMPLATE: &str = "FOREWARN_WEBHOOK_TEMPLATE";
-/// The environment variable that allows an `http://` URL.
-pub const ENV_ALLOW_HTTP: &str = "FOREWARN_WEBHOOK_ALLOW_HTTP";
 
 /// Slack's incoming-webhook body: one line of text per action.
 pub const DEFAULT_TEMPLATE: &str = r#"{"text": "forewarn {{outcome}}: {{action}} node {{node}} ({{instance_id}}, {{pool}}) on {{summary}} event {{event_id}}. {{result}}"}"#;
@@ -75,7 +66,7 @@ pub const FIELDS: &[(&str, &str)] = &[
     ("zone", "the pool's availability zone"),
     (
         "cluster",
-        "the cluster the action was in, whole: `account/region/name` (one of `FOREWARN_CLUSTERS`), \
+        "the cluster the action was in, whole: `account/region/name` (one of the served clusters), \
          else the lone cluster's name",
     ),
 ];
@@ -98,81 +89,61 @@ impl fmt::Debug for WebhookConfig {
 }
 
 /// The host of `url` (no user, port, path or query): what may be logged of a webhook URL.
-/// Empty when there is none.
-pub fn host_of(url: &str) -> &str {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    match host_port.strip_prefix('[') {
-        // An IPv6 literal: `[::1]:8080`.
-        Some(v6) => v6.split(']').next().unwrap_or_default(),
-        None => host_port.split(':').next().unwrap_or_default(),
+/// Empty when there is none (or `url` is no URL).
+pub fn host_of(url: &str) -> String {
+    match url::Url::parse(url).ok().as_ref().and_then(url::Url::host) {
+        Some(url::Host::Domain(d)) => d.to_string(),
+        Some(url::Host::Ipv4(ip)) => ip.to_string(),
+        Some(url::Host::Ipv6(ip)) => ip.to_string(),
+        None => String::new(),
     }
-}
-
-/// `host` is this machine (`localhost`, `127.0.0.0/8`, `::1`): a message to it never crosses
-/// the network.
-fn is_loopback(host: &str) -> bool {
-    host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// What may be shown of a webhook URL: `https://hooks.slack.com/…` (its scheme and host).
 pub fn redacted(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, _)) if scheme.bytes().all(|b| b.is_ascii_alphanumeric()) => {
-            format!("{scheme}://{}/…", host_of(url))
-        }
-        _ => "(not shown: a webhook URL is a secret)".to_string(),
+    match url::Url::parse(url) {
+        Ok(u) => format!("{}://{}/…", u.scheme(), host_of(url)),
+        Err(_) => "(not shown: a webhook URL is a secret)".to_string(),
+    }
+}
+
+/// `text` as the webhook's URL: `https://` and a host, or `http://` to a loopback host (a
+/// message to it never crosses the network). An error says what is wrong, and shows the host
+/// at most.
+pub fn check_url(text: &str) -> Result<String, String> {
+    let has_authority = text
+        .split_once("://")
+        .is_some_and(|(_, rest)| !rest.starts_with('/'));
+    let url = url::Url::parse(text)
+        .ok()
+        .filter(|_| has_authority && !text.chars().any(char::is_whitespace));
+    let Some(url) = url else {
+        return Err("not a valid URL with a host".into());
+    };
+    let loopback = match url.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => return Err("the URL has no host".into()),
+    };
+    match url.scheme() {
+        "https" => Ok(text.to_string()),
+        "http" if loopback => Ok(text.to_string()),
+        "http" => Err(format!(
+            "an http:// URL to {} sends the URL (a secret) and every message in clear text: \
+             use https:// (http:// is taken for a loopback host only)",
+            host_of(text)
+        )),
+        scheme => Err(format!(
+            "not an https:// URL ({scheme}:// to {})",
+            host_of(text)
+        )),
     }
 }
 
 impl WebhookConfig {
-    /// The webhook of `FOREWARN_WEBHOOK_URL` / `FOREWARN_WEBHOOK_TEMPLATE` /
-    /// the retired `FOREWARN_WEBHOOK_ALLOW_HTTP`, if a URL is set. An error shows the URL redacted.
-    pub fn from_lookup(
-        lookup: impl Fn(&str) -> Option<String>,
-    ) -> Result<Option<WebhookConfig>, ConfigError> {
-        WebhookConfig::from_vars(Vars::new(&lookup))
-    }
-
-    /// [`WebhookConfig::from_lookup`], from variables already wrapped (the settings').
-    pub fn from_vars(vars: Vars) -> Result<Option<WebhookConfig>, ConfigError> {
-        let allow_http = vars.boolean(ENV_ALLOW_HTTP)?.unwrap_or(false);
-        let Some(url) = vars.get(ENV_URL) else {
-            return Ok(None);
-        };
-        let bad_url = |message: String| ConfigError::new(ENV_URL, &redacted(&url), message);
-        let (https, rest) = match (url.strip_prefix("https://"), url.strip_prefix("http://")) {
-            (Some(rest), _) => (true, rest),
-            (None, Some(rest)) => (false, rest),
-            (None, None) => return Err(bad_url("not an https:// URL".into())),
-        };
-        if rest.is_empty() || rest.starts_with('/') || host_of(&url).is_empty() {
-            return Err(bad_url("the URL has no host".into()));
-        }
-        if url.parse::<hyper::Uri>().is_err() || url.chars().any(char::is_whitespace) {
-            return Err(bad_url("not a valid URL".into()));
-        }
-        if !https && !allow_http && !is_loopback(host_of(&url)) {
-            return Err(bad_url(
-                "an http:// URL sends the URL (a secret) and every message in clear text: use \
-                 https:// (http:// is taken for a loopback host only)"
-                    .into(),
-            ));
-        }
-        let template = vars
-            .parse(ENV_TEMPLATE, Template::parse)?
-            .unwrap_or_else(|| {
-                Template::parse(DEFAULT_TEMPLATE).expect("the default template is valid")
-            });
-        Ok(Some(WebhookConfig { url, template }))
-    }
-
     /// The URL's host: what logs and errors say of the webhook.
-    pub fn host(&self) -> &str {
+    pub fn host(&self) -> String {
         host_of(&self.url)
     }
 
@@ -524,13 +495,13 @@ mod tests {
     use super::*;
     use crate::domain::report::PoolReport;
 
-    fn lookup(url: &str, template: Option<&str>) -> impl Fn(&str) -> Option<String> {
-        let (url, template) = (url.to_string(), template.map(str::to_string));
-        move |n| match n {
-            ENV_URL => Some(url.clone()),
-            ENV_TEMPLATE => template.clone(),
-            _ => None,
-        }
+    /// The webhook of `url` and `template`, as the settings make it.
+    fn config(url: &str, template: Option<&str>) -> Result<WebhookConfig, String> {
+        let template = template.unwrap_or(DEFAULT_TEMPLATE);
+        Ok(WebhookConfig {
+            url: check_url(url)?,
+            template: Template::parse(template).map_err(|e| e.to_string())?,
+        })
     }
 
     fn report(outcome: Outcome, action: Action) -> Report {
@@ -573,16 +544,9 @@ mod tests {
     }
 
     #[test]
-    fn no_url_no_webhook() {
-        assert_eq!(WebhookConfig::from_lookup(|_| None).unwrap(), None);
-        assert_eq!(WebhookConfig::from_lookup(lookup(" ", None)).unwrap(), None);
-    }
-
-    #[test]
-    fn bad_urls_and_templates_name_the_variable() {
+    fn bad_urls_and_templates_say_what_is_wrong() {
         for url in ["ftp://x", "hooks.slack.com/x", "https://", "https:///path"] {
-            let e = WebhookConfig::from_lookup(lookup(url, None)).unwrap_err();
-            assert_eq!(e.variable, ENV_URL, "{url}");
+            assert!(config(url, None).is_err(), "{url}");
         }
         let cases = [
             (
@@ -594,17 +558,14 @@ mod tests {
             (r#"["{{node}}"]"#, "not a JSON object"),
         ];
         for (template, message) in cases {
-            let e = WebhookConfig::from_lookup(lookup("https://h/x", Some(template))).unwrap_err();
-            assert_eq!(e.variable, ENV_TEMPLATE);
-            assert!(e.message.contains(message), "{template}: {}", e.message);
+            let e = config("https://h/x", Some(template)).unwrap_err();
+            assert!(e.contains(message), "{template}: {e}");
         }
     }
 
     #[test]
     fn the_default_template_is_slack_text_with_escaped_values() {
-        let w = WebhookConfig::from_lookup(lookup("https://hooks.example/x", None))
-            .unwrap()
-            .unwrap();
+        let w = config("https://hooks.example/x", None).unwrap();
         let m = w.messages(&[report(Outcome::Acted, Action::CordonDrain)], Some("demo"));
         assert_eq!(m.len(), 1);
         assert_eq!(
@@ -622,9 +583,7 @@ mod tests {
             .map(|(f, _)| format!("\"{f}\": \"{{{{{f}}}}}\""))
             .collect();
         let template = format!("{{{}}}", all.join(", "));
-        let w = WebhookConfig::from_lookup(lookup("https://127.0.0.1:9/hook", Some(&template)))
-            .unwrap()
-            .unwrap();
+        let w = config("https://127.0.0.1:9/hook", Some(&template)).unwrap();
         let m = w.messages(&[report(Outcome::Failed, Action::Cordon)], Some("demo"));
         assert_eq!(m[0]["cluster"], "demo");
         assert_eq!(m[0]["outcome"], "failed");
@@ -640,9 +599,7 @@ mod tests {
 
     #[test]
     fn only_actions_worth_telling() {
-        let w = WebhookConfig::from_lookup(lookup("https://h/x", None))
-            .unwrap()
-            .unwrap();
+        let w = config("https://h/x", None).unwrap();
         let reports = [
             report(Outcome::Duplicate, Action::Cordon),
             report(Outcome::Ignored, Action::Cordon),
@@ -663,45 +620,24 @@ mod tests {
     }
 
     #[test]
-    fn http_only_when_explicitly_allowed() {
+    fn http_only_to_a_loopback_host() {
         let url = "http://hooks.example.com/services/T000/B000/XXXXsecret?token=abc";
-        let e = WebhookConfig::from_lookup(lookup(url, None)).unwrap_err();
-        assert_eq!(e.variable, ENV_URL);
+        let e = config(url, None).unwrap_err();
         assert!(
-            e.message
-                .contains("http:// is taken for a loopback host only"),
+            e.contains("http:// is taken for a loopback host only"),
             "{e}"
         );
-        assert_eq!(e.value, "http://hooks.example.com/…");
-        shows_no_secret(&e.to_string());
-        let allowing = |allow: &'static str| {
-            move |n: &str| match n {
-                ENV_URL => Some(url.to_string()),
-                ENV_ALLOW_HTTP => Some(allow.to_string()),
-                _ => None,
-            }
-        };
-        let w = WebhookConfig::from_lookup(allowing("true"))
-            .unwrap()
-            .unwrap();
-        assert_eq!(w.url, url);
-        assert!(WebhookConfig::from_lookup(allowing("false")).is_err());
-        let e = WebhookConfig::from_lookup(allowing("yes please")).unwrap_err();
-        assert_eq!(e.variable, ENV_ALLOW_HTTP);
-        // https needs no permission, nor http to this machine (the retired
-        // FOREWARN_WEBHOOK_ALLOW_HTTP still allows the rest for one release).
-        assert!(WebhookConfig::from_lookup(lookup(SECRET_URL, None)).is_ok());
+        assert!(e.contains("hooks.example.com"), "{e}");
+        shows_no_secret(&e);
+        assert!(config(SECRET_URL, None).is_ok());
         for local in [
             "http://127.0.0.1:9/x",
             "http://localhost/x",
             "http://[::1]:8080/x",
         ] {
-            assert!(
-                WebhookConfig::from_lookup(lookup(local, None)).is_ok(),
-                "{local}"
-            );
+            assert!(config(local, None).is_ok(), "{local}");
         }
-        assert!(WebhookConfig::from_lookup(lookup("http://10.0.0.1/x", None)).is_err());
+        assert!(config("http://10.0.0.1/x", None).is_err());
     }
 
     #[test]
@@ -717,14 +653,11 @@ mod tests {
             "hooks.example.com/services/T000/B000/XXXXsecret?token=abc",
             "https://user:XXXXsecret@/services?token=abc",
         ] {
-            let e = WebhookConfig::from_lookup(lookup(url, None)).unwrap_err();
-            assert_eq!(e.variable, ENV_URL, "{url}");
-            shows_no_secret(&e.to_string());
-            shows_no_secret(&format!("{e:?}"));
+            let e = config(url, None).unwrap_err();
+            shows_no_secret(&e);
+            shows_no_secret(&redacted(url));
         }
-        let w = WebhookConfig::from_lookup(lookup(SECRET_URL, None))
-            .unwrap()
-            .unwrap();
+        let w = config(SECRET_URL, None).unwrap();
         assert_eq!(w.host(), "hooks.example.com");
         let debug = format!("{w:?}");
         assert!(debug.contains("hooks.example.com"), "{debug}");
@@ -823,16 +756,10 @@ mod tests {
             format!("http://127.0.0.1:{closed}/services/T000/B000/XXXXsecret?token=abc"),
         ];
         for url in urls {
-            let config = WebhookConfig::from_lookup(|n| match n {
-                ENV_URL => Some(url.clone()),
-                ENV_ALLOW_HTTP => Some("true".into()),
-                _ => None,
-            })
-            .unwrap()
-            .unwrap();
+            let webhook = config(&url, None).unwrap();
             let delivery = deliver(
                 &http_client().unwrap(),
-                &config,
+                &webhook,
                 &[report(Outcome::Acted, Action::Cordon)],
                 None,
                 None,

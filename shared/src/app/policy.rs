@@ -1,10 +1,10 @@
 //! The policy per node group the functions go by: the cluster's ConfigMap
 //! `forewarn/forewarn-policy` (key `policy.yaml`) when there is one, else the settings'
-//! (`FOREWARN_POLICY_FILE`, or none). Read at start and again at most once a minute; a policy
+//! (the settings' policy file, or none). Read at start and again at most once a minute; a policy
 //! that does not parse is refused — the last good one is kept, the error logged and a Warning
 //! Event recorded on the ConfigMap (once per refusal).
 //!
-//! What the ConfigMap may ask is the deployment's to say (`FOREWARN_POLICY_ALLOW`, see
+//! What the ConfigMap may ask is the deployment's to say (the settings' policy allowance, see
 //! [`crate::domain::policy::allow`]): a rule asking an action it does not allow is refused —
 //! logged with its field, a `PolicyRefused` Warning Event on the ConfigMap — and its nodes keep
 //! the defaults, while the policy's other rules apply. The settings' policy (the file the

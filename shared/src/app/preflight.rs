@@ -36,7 +36,7 @@ impl Role {
 }
 
 /// Whether the configuration uses `capability`: placeholders only with surge on for some kind,
-/// the expander's update only with `priorities` on (`FOREWARN_PRIORITIES`); every other write
+/// the expander's update only with `priorities` on (the settings'); every other write
 /// always.
 pub fn used(capability: Capability, config: &Config, priorities: bool) -> bool {
     match capability {

@@ -100,7 +100,7 @@ pub enum PriorityRunError {
     #[error(transparent)]
     Expander(#[from] ExpanderError),
     #[error(
-        "configmap {NAMESPACE}/{EXPANDER_CONFIGMAP} exists and was not created by forewarn (no label {MANAGED_BY_LABEL}=forewarn): not overwriting it; take it over with --take-over (the sweeper: FOREWARN_PRIORITIES=take-over)"
+        "configmap {NAMESPACE}/{EXPANDER_CONFIGMAP} exists and was not created by forewarn (no label {MANAGED_BY_LABEL}=forewarn): not overwriting it; take it over with --take-over (the sweeper: its priorities setting's take-over)"
     )]
     NotOurs,
     #[error(

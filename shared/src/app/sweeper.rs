@@ -31,7 +31,7 @@ use crate::ports::{DirectoryError, LeavingInstances, NodeGroupSource};
 #[derive(Debug, thiserror::Error)]
 pub enum SweepError {
     #[error(
-        "the sweeper needs the cluster's name (FOREWARN_CLUSTERS): it looks for this cluster's instances"
+        "the sweeper needs the cluster's name (the served clusters): it looks for this cluster's instances"
     )]
     NoCluster,
     #[error(transparent)]

@@ -102,51 +102,29 @@ pub fn preflight_documents(
 }
 
 /// JSON logs on stdout (CloudWatch Logs reads them as structured fields), filtered by the
-/// settings' `RUST_LOG` (the retired `FOREWARN_LOG` first), else `info`. Answers the telemetry of the
+/// settings' `RUST_LOG`, else `info`. Answers the telemetry of the
 /// process: running as a Lambda function (`AWS_LAMBDA_FUNCTION_NAME`), with the EMF metrics
 /// of [`Telemetry::observe`]. Safe to call twice: the second call's subscriber is a no-op.
 pub fn init_json(settings: &Settings) -> Telemetry {
     // try_init also routes the `log` records of dependencies (rustls, hyper-rustls) to tracing
     let _ = json_subscriber(filter(settings, "info"), std::io::stdout).try_init();
-    warn_retired(settings);
     Telemetry {
         metrics: settings.lambda_function.is_some(),
     }
 }
 
-/// Plain-text logs on stderr (the `forewarn` command), filtered by the settings' `RUST_LOG`
-/// (the retired `FOREWARN_LOG` first), else `warn`.
+/// Plain-text logs on stderr (the `forewarn` command), filtered by the settings' `RUST_LOG`,
+/// else `warn`.
 pub fn init_text(settings: &Settings) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter(settings, "warn"))
         .with_writer(std::io::stderr)
         .try_init();
-    warn_retired(settings);
 }
 
-/// One warning per retired variable the environment still sets, naming its new home (see
-/// [`crate::app::settings::RETIRED`]).
-fn warn_retired(settings: &Settings) {
-    for (variable, home) in &settings.retired {
-        tracing::warn!(
-            variable = %variable,
-            "{variable} is retired and read until the next release only: {home}"
-        );
-    }
-}
-
-/// The filter the settings' `FOREWARN_LOG` names (`tracing` env-filter syntax), else their
-/// `RUST_LOG`, else `default`. A filter that does not parse falls back the same way, with a line
-/// on stderr.
+/// The filter the settings' `RUST_LOG` names (`tracing` env-filter syntax), else `default`
+/// (also when it does not parse).
 fn filter(settings: &Settings, default: &str) -> EnvFilter {
-    if let Some(log) = settings.log_filter.as_deref() {
-        match EnvFilter::try_new(log) {
-            Ok(filter) => return filter,
-            Err(e) => {
-                eprintln!("FOREWARN_LOG={log:?} is not a log filter ({e}); using the default")
-            }
-        }
-    }
     settings
         .rust_log
         .as_deref()

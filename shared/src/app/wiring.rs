@@ -26,14 +26,15 @@ use crate::adapters::sqs::SqsRedelivery;
 use crate::adapters::webhook::{ClientError, Webhook};
 use crate::app::fleet::{Cluster, Connector, Fleet, Unreachable};
 use crate::app::handler::Handler;
-use crate::app::pipeline::{PASS_INTERVAL, Passes, Traffic};
+use crate::app::pipeline::{ELB_RATE, PASS_INTERVAL, Passes, Traffic};
 use crate::app::policy::PolicyCache;
+use crate::app::settings::ConfigError;
 use crate::app::settings::{
     ClusterChoice, ClusterSelection, InstanceChoice, Settings, StoreChoice,
 };
 use crate::app::sweeper::{SweepPriorities, Sweeper};
 use crate::domain::clusters::{ClusterId, Place};
-use crate::domain::config::{ConfigError, Mode};
+use crate::domain::config::Mode;
 use crate::domain::inbound::continuation::Tenant;
 use crate::ports::{
     Clock, ClusterCatalog, ContinuationQueue, Executor, InstanceDirectory, LeavingInstances,
@@ -156,7 +157,7 @@ pub async fn services_on(
         },
         clock,
         concurrency: settings.concurrency,
-        safety_margin: settings.safety_margin,
+        safety_margin: crate::app::settings::SAFETY_MARGIN,
         // Logs only: a Lambda function's main sets its metrics (see `telemetry::init_json`).
         telemetry: Default::default(),
         traffic,
@@ -189,12 +190,12 @@ fn traffic(settings: &Settings, aws: Aws<'_>, clock: &Arc<dyn Clock>) -> Option<
         return None;
     };
     let balancers = ElbTargets::from_conf(sdk, clock.clone()).with_accounts(accounts.clone());
-    Some(Traffic::new(Arc::new(balancers), budget, settings.elb_rate))
+    Some(Traffic::new(Arc::new(balancers), budget, ELB_RATE))
 }
 
 /// The clusters the settings serve: a capture (one cluster, never acted on); live clusters
 /// (`sdk` given) — one connected now (a cold start fails loudly when it cannot be), or several
-/// (`FOREWARN_CLUSTERS`), each connected when first needed (a list is tried at once, its
+/// (the clusters setting), each connected when first needed (a list is tried at once, its
 /// failures logged: a cluster down at a cold start fails only its own records); or none.
 async fn fleet(
     settings: &Settings,
@@ -339,7 +340,7 @@ impl Connector for LiveClusters {
 /// The AWS configuration and the accounts' view over it (`None`: no AWS at all).
 type Aws<'a> = Option<(&'a aws_config::SdkConfig, &'a Accounts)>;
 
-/// The deployment's own account (`FOREWARN_ACCOUNT_ID`) and region (the AWS configuration's):
+/// The deployment's own account (the settings') and region (the AWS configuration's):
 /// what a cluster, place or event that names none is of.
 fn own_place(settings: &Settings, sdk: Option<&aws_config::SdkConfig>) -> Place {
     Place {
@@ -348,7 +349,7 @@ fn own_place(settings: &Settings, sdk: Option<&aws_config::SdkConfig>) -> Place 
     }
 }
 
-/// The accounts events come from, over `sdk` (`FOREWARN_ACCOUNT_ID`, `FOREWARN_MEMBER_ROLE`): EC2
+/// The accounts events come from, over `sdk` (the settings' own account and member role): EC2
 /// and Auto Scaling calls in each event's account and region.
 fn accounts(settings: &Settings, sdk: &aws_config::SdkConfig) -> Accounts {
     Accounts::new(sdk, settings.accounts.clone())
@@ -454,7 +455,7 @@ impl Handler {
     pub async fn from_settings(settings: &Settings) -> Result<Handler, SetupError> {
         if settings.cluster == ClusterChoice::None {
             tracing::warn!(
-                "no cluster configured (FOREWARN_CLUSTERS, KUBECONFIG, FOREWARN_CLUSTER_STATE_FILE): planning without nodes"
+                "no cluster configured (no clusters named, no KUBECONFIG, no cluster state file): planning without nodes"
             );
         }
         Ok(services(settings).await?.handler)
@@ -468,8 +469,8 @@ impl Sweeper {
     }
 
     /// The sweeper `settings` describe: the handler's services with EC2 for the leaving
-    /// instances, and with a live cluster (unless `FOREWARN_PRIORITIES=false`) Auto Scaling and
-    /// the expander ConfigMap for the priorities; a cluster name (`FOREWARN_CLUSTERS`) is required (checked
+    /// instances, and with a live cluster (unless the priorities are off) Auto Scaling and
+    /// the expander ConfigMap for the priorities; a cluster name is required (checked
     /// when it sweeps).
     pub async fn from_settings(settings: &Settings) -> Result<Sweeper, SetupError> {
         if settings.cluster == ClusterChoice::None {
@@ -481,10 +482,10 @@ impl Sweeper {
             None => Arc::new(Ec2Directory::from_conf(&aws::load(settings.aws).await)),
         };
         let region = services.region.take();
-        let priorities = match (settings.priorities_enabled, services.node_groups.take()) {
+        let priorities = match (settings.priorities.enabled, services.node_groups.take()) {
             (true, Some(groups)) => Some(SweepPriorities {
                 groups,
-                settings: settings.priorities,
+                settings: settings.priorities.settings,
             }),
             (true, None) => {
                 tracing::info!("no live cluster: the sweeper leaves the priority expander alone");
@@ -520,12 +521,7 @@ mod tests {
     #[test]
     fn continuations_are_their_accounts_tenant_with_an_organization_else_their_clusters() {
         let settings = |vars: &'static [(&'static str, &'static str)]| {
-            Settings::from_lookup(|name| {
-                vars.iter()
-                    .find(|(n, _)| *n == name)
-                    .map(|(_, v)| v.to_string())
-            })
-            .unwrap()
+            Settings::from_vars(vars.iter().copied()).unwrap()
         };
         assert_eq!(tenant_of(&settings(&[])), Tenant::Cluster);
         let organization = settings(&[

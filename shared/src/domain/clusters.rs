@@ -77,11 +77,11 @@ pub fn is_cluster_name(s: &str) -> bool {
 }
 
 /// A cluster: its account, region and name. An account or region left `None` is the
-/// deployment's own, not known (a local run without `FOREWARN_ACCOUNT_ID` or a region): such a
+/// deployment's own, not known (a local run without the own account or a region): such a
 /// cluster takes the events of any account (or region), as the deployment then does.
 ///
 /// Written `name`, `account/name` or `account/region/name`: the form it is configured in
-/// (`FOREWARN_CLUSTERS`, `--cluster`), shown in logs, reports and metrics, and signed into a
+/// (the served clusters, `--cluster`), shown in logs, reports and metrics, and signed into a
 /// drain's continuation. Shown whole once its account and region are known.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ClusterId {
@@ -90,7 +90,7 @@ pub struct ClusterId {
     pub name: String,
 }
 
-/// A cluster, or a place's every cluster (`*`), as `FOREWARN_CLUSTERS` lists them.
+/// A cluster, or a place's every cluster (`*`), as the served clusters list them.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Entry {
     /// This cluster.

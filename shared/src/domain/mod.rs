@@ -27,7 +27,6 @@ pub mod surge;
 pub mod sweep;
 pub mod time;
 pub mod traffic;
-pub mod vars;
 pub mod wayback;
 
 /// A drain's continuation message: it arrives, and is decoded, with the other messages

@@ -19,8 +19,8 @@ use crate::domain::inbound::decode_value;
 use crate::domain::plan::{Facts, decide, drain_deadline, earliest_deadline, time_left};
 use crate::domain::pool::{CapacityType, Retention};
 use crate::domain::stats::HistoryEntry;
+use crate::domain::time::parse_duration;
 use crate::domain::time::within_sane_range;
-use crate::domain::vars::parse_duration;
 
 /// When the inputs are received: 2026-11-20T10:05:00Z.
 fn received() -> DateTime<Utc> {

@@ -1,7 +1,7 @@
 //! Replacement capacity before eviction ("surge"), its pure part: when a pod of a doomed node
 //! must be evicted at the latest, and whether it is due now.
 //!
-//! On a warning of a kind of `FOREWARN_SURGE` (spot and capacity reservation warnings by
+//! On a warning of a kind that surges (a policy rule's `surge`, else these: spot and capacity reservation warnings by
 //! default), the drain first creates one pending *placeholder* pod per evictable pod that a
 //! controller owns, in forewarn's own namespace ([`NAMESPACE`]): the same requests, node
 //! selector, affinity (its pod (anti-)affinity terms naming the pod's namespace) and
@@ -70,7 +70,7 @@ pub const PLACEHOLDER_ANNOTATIONS: [&str; 7] = [
 pub const LABEL_CORDONED: &str = "forewarn.io/cordoned";
 /// The PriorityClass of placeholders (shipped in `infra/k8s/placeholders.yaml`).
 pub const PRIORITY_CLASS: &str = "forewarn-placeholder";
-/// The kinds `FOREWARN_SURGE` is meant for: warnings whose instance goes at a known time.
+/// The kinds surge is meant for: warnings whose instance goes at a known time.
 pub const SURGE_KINDS: [crate::domain::event::EventKind; 3] = [
     crate::domain::event::EventKind::SpotInterruption,
     crate::domain::event::EventKind::CapacityReservationInterruption,

@@ -61,8 +61,8 @@ pub struct CordonRecord {
     /// (an operator's cordon, or one of unknown origin): undoing forewarn's cordon leaves it so.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub already_unschedulable: bool,
-    /// The taint keys besides forewarn's own (`FOREWARN_TAINT_KEY`) that forewarn put on the
-    /// node with its cordons: NTH's, under `FOREWARN_TAINT_KEY=nth`. Undoing the cordon removes
+    /// The taint keys besides forewarn's own (the settings' taint key) that forewarn put on the
+    /// node with its cordons: NTH's, under the taint key `nth`. Undoing the cordon removes
     /// them with forewarn's own. A key of NTH's the node already carried when forewarn cordoned
     /// it is not forewarn's: never listed, never removed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -242,7 +242,7 @@ impl CordonRecord {
 }
 
 impl CordonRecord {
-    /// The keys of the taints of forewarn's cordon: its own, `own_key` (`FOREWARN_TAINT_KEY`),
+    /// The keys of the taints of forewarn's cordon: its own, `own_key` (the settings' taint key),
     /// and those the record lists.
     pub fn taint_keys<'a>(&'a self, own_key: &'a str) -> impl Iterator<Item = &'a str> {
         std::iter::once(own_key).chain(self.taints.iter().map(String::as_str))

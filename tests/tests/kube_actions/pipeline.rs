@@ -80,20 +80,22 @@ async fn the_handler_tells_the_webhook_and_counts_evictions() {
     w.fake
         .insert(pod_object("default", "web-2", NODE, "web", "ReplicaSet"));
     let template = r#"{"text": "{{action}} {{node}}: {{result}}", "event": "{{event_id}}", "pool": "{{pool}}", "cluster": "{{cluster}}"}"#;
-    let settings = forewarn::app::settings::Settings::from_lookup(|n| match n {
-        "FOREWARN_CLUSTER_NAME" => Some("demo".into()),
-        "FOREWARN_WEBHOOK_URL" => Some(url.clone()),
+    let settings = forewarn::app::settings::Settings::from_vars([
+        ("FOREWARN_CLUSTERS", "demo"),
         // The test's receiver is plain HTTP on loopback: taken without more.
-        // Evictions at once (this test counts them in one message): no surge, blank as set.
-        "FOREWARN_SURGE" => Some(String::new()),
-        "FOREWARN_WEBHOOK_TEMPLATE" => Some(template.into()),
-        _ => None,
-    })
+        ("FOREWARN_WEBHOOK_URL", &url),
+        ("FOREWARN_WEBHOOK_TEMPLATE", template),
+    ])
     .unwrap();
-    w.config = settings.config.clone();
+    // Evictions at once (this test counts them in one message): no surge; and the cluster's
+    // name, as the fleet gives it.
+    let mut config = settings.config.clone();
+    config.surge_kinds.clear();
+    config.cluster_name = Some("demo".into());
+    w.config = config.clone();
     let webhook = forewarn::adapters::webhook::Webhook::new(
         settings.webhook.clone().unwrap(),
-        settings.config.cluster_name.clone(),
+        config.cluster_name.clone(),
     )
     .unwrap();
     let dir = tempfile::tempdir().unwrap();

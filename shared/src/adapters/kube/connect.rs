@@ -28,27 +28,10 @@ use crate::adapters::backoff::ClockSleeper;
 use crate::domain::clusters::{ClusterId, Place};
 use crate::ports::FailureKind;
 
-/// Selects the EKS connection: the cluster's name.
-pub const ENV_EKS_CLUSTER: &str = "FOREWARN_EKS_CLUSTER";
-/// The API server endpoint (`https://...eks.amazonaws.com`); with [`ENV_CLUSTER_CA`], spares
-/// the EKS `DescribeCluster` call.
-pub const ENV_CLUSTER_ENDPOINT: &str = "FOREWARN_CLUSTER_ENDPOINT";
-/// The cluster's certificate authority: base64 of the PEM, as EKS and kubeconfig files give it.
-pub const ENV_CLUSTER_CA: &str = "FOREWARN_CLUSTER_CA";
-
-/// Client-side rate limit of the process's Kubernetes API calls: requests per second on
-/// average (like client-go's `QPS`). Unset or `0`: no limit.
-pub const ENV_KUBE_QPS: &str = "FOREWARN_KUBE_QPS";
-/// Requests that may go at once after a quiet spell (client-go's `Burst`); default: the QPS
-/// rounded up.
-pub const ENV_KUBE_BURST: &str = "FOREWARN_KUBE_BURST";
-/// How many execution environments of the function run at once at most (the event source
-/// mapping's `MaximumConcurrency`, which the stack sets): without [`ENV_KUBE_QPS`], each takes
-/// [`KUBE_SHARE`] divided by it.
-pub const ENV_ENVIRONMENTS: &str = "FOREWARN_ENVIRONMENTS";
 /// forewarn's share of each API server, across every execution environment of a function:
 /// requests per second, and burst. The deployed default of the client-side limit is this
-/// divided by [`ENV_ENVIRONMENTS`]; the benchmarks assume the same.
+/// divided by the function's execution environments (the settings'); the benchmarks assume
+/// the same.
 pub const KUBE_SHARE: (f64, u32) = (200.0, 20);
 
 /// Timeouts of forewarn's clients: a call that hangs fails (and the event comes back) well
@@ -240,7 +223,7 @@ impl ClusterClient {
     }
 
     /// The same clients under a client-side rate limit of their own: `qps` requests per second
-    /// on average, `burst` at once (as [`ENV_KUBE_QPS`] and [`ENV_KUBE_BURST`] say; the
+    /// on average, `burst` at once (as the settings say; the
     /// wiring sets it from the settings), shared by every clone of the result — every request
     /// the process makes when its clients are clones of one. A 429 with `Retry-After` then also
     /// holds back every request under the limit until it has passed. `None`: no limit. (A
@@ -475,7 +458,7 @@ pub fn has_context(name: &str) -> bool {
 }
 
 /// Every context of the kubeconfig (`KUBECONFIG`, else `~/.kube/config`): the clusters of
-/// `FOREWARN_CLUSTERS=*` when a kubeconfig is given (tests, self-managed clusters). A context
+/// every cluster served (`*`) when a kubeconfig is given (tests, self-managed clusters). A context
 /// named `name` is a cluster of the own place; one named `account/region/name` (or
 /// `account/name`) of that place.
 #[derive(Debug, Clone, Default)]
@@ -507,7 +490,7 @@ impl crate::ports::ClusterCatalog for KubeconfigContexts {
 }
 
 /// Every EKS cluster of an account and region (`ListClusters`, every page, with that account's
-/// credentials: the member role's for a member account): the clusters of `FOREWARN_CLUSTERS=*`.
+/// credentials: the member role's for a member account): the clusters of `*` served.
 #[derive(Debug, Clone)]
 pub struct EksClusters {
     accounts: Accounts,

@@ -33,7 +33,7 @@ use crate::domain::wayback::{
 pub struct CordonSpec {
     /// The key of the taint to put: the action's ([`NodeAction::taint_key_in`]).
     pub taint_key: String,
-    /// forewarn's own key (`FOREWARN_TAINT_KEY`): a taint of it on the node is forewarn's, any
+    /// forewarn's own key (the settings' taint key): a taint of it on the node is forewarn's, any
     /// other key (NTH's) only when a verified record lists it.
     pub own_key: String,
     pub taint_value: String,

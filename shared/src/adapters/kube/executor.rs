@@ -73,9 +73,6 @@ use crate::domain::wayback::{Undo, UndoOutcome};
 use crate::ports::{ActionResult, Clock, DrainRole, ExecuteError, Executor, Pass, Work};
 use crate::ports::{LifecycleCompleter, PoolStore};
 
-/// How many evictions run at once.
-pub const ENV_EVICTION_PARALLELISM: &str = "FOREWARN_EVICTION_PARALLELISM";
-
 /// How the executor works.
 #[derive(Debug, Clone)]
 pub struct ExecutorSettings {

@@ -38,10 +38,9 @@ mod workloads;
 
 pub use api::FIELD_MANAGER;
 pub use connect::{
-    ClusterAccess, ClusterClient, ConnectError, ENV_CLUSTER_CA, ENV_CLUSTER_ENDPOINT,
-    ENV_EKS_CLUSTER, ENV_ENVIRONMENTS, ENV_KUBE_BURST, ENV_KUBE_QPS, EksAccess, EksClusters,
-    Impersonation, KUBE_SHARE, KubeconfigContexts, connect, connect_as, connect_context,
-    connect_eks, connect_eks_as, has_context,
+    ClusterAccess, ClusterClient, ConnectError, EksAccess, EksClusters, Impersonation, KUBE_SHARE,
+    KubeconfigContexts, connect, connect_as, connect_context, connect_eks, connect_eks_as,
+    has_context,
 };
 pub use cordon::{CordonOutcome, CordonSpec, RecordKeys, cordon_patch};
 pub use delete::DeleteOutcome;
@@ -53,7 +52,7 @@ pub use eks::{
 };
 pub use error::{ApiError, KubeError, Refusal};
 pub use events::{EventOutcome, REPORTING_CONTROLLER, event_name};
-pub use executor::{ENV_EVICTION_PARALLELISM, ExecutorSettings, KubeExecutor, NodeOutcome};
+pub use executor::{ExecutorSettings, KubeExecutor, NodeOutcome};
 pub use launch::{Joining, LAUNCH_CHECK_EVERY};
 pub use node_facts::node_facts;
 pub use policy::{KubePolicy, POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE};

@@ -1,4 +1,4 @@
-//! The clusters one deployment serves (`FOREWARN_CLUSTERS`: a list, or `*` for every EKS
+//! The clusters one deployment serves (the settings' clusters: a list, or `*` for every EKS
 //! cluster of the account and region), each reached through services of its own: its node
 //! directory, its executor (its own client, rate limit and retry budget), its policy ConfigMap
 //! and its priority expander. A batch's records are split by the cluster of their instances

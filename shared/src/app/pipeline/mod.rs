@@ -15,7 +15,7 @@
 //! - continuation messages: a record from a queue, when the run has a [`ContinuationQueue`],
 //!   queues each next pass as a message (see [`crate::domain::continuation`]); every Lambda
 //!   invocation stays short;
-//! - in process: otherwise (`forewarn replay`, the sweeper, `FOREWARN_DRAIN_PASS_INTERVAL=off`)
+//! - in process: otherwise (`forewarn replay`, the sweeper, the drain pass interval `off`)
 //!   the same passes run one after the other within the event's work, the [`Clock`] letting the
 //!   same time pass between them.
 
@@ -105,7 +105,7 @@ impl Passes {
     }
 }
 
-/// The default time between two passes of a drain (`FOREWARN_DRAIN_PASS_INTERVAL`).
+/// The default time between two passes of a drain (the settings').
 pub const PASS_INTERVAL: Duration = Duration::from_secs(5);
 
 /// A pending lifecycle action is kept alive at most this often.

@@ -19,10 +19,10 @@ use crate::ports::{
     LoadBalancers, Place, RoundKey, Settled, StoreError, TrafficError, TrafficRounds,
 };
 
-/// The default of [`Traffic::budget`] (`FOREWARN_DEREGISTER_BUDGET`).
+/// The default of [`Traffic::budget`] (the settings' deregistration budget).
 pub const DEREGISTER_BUDGET: Duration = Duration::from_secs(3);
 
-/// The default of [`Traffic::rate`] (the retired `FOREWARN_ELB_RATE` still sets it).
+/// [`Traffic::rate`]: forewarn's share of each account's ELB limits, the benchmarked value.
 pub const ELB_RATE: u32 = 3;
 
 /// After a round that throttled or did not answer within the budget, how long no round is made
@@ -143,7 +143,7 @@ impl Pipeline<'_> {
         }
         let Some(cluster) = self.config.cluster_name.as_deref() else {
             let why = "not taken off the load balancers: the deployment names no cluster \
-                       (FOREWARN_CLUSTERS), whose tag says which target groups are its";
+                       (the served clusters'), whose tag says which target groups are its";
             return drains.iter().map(|d| (d.record, why.to_string())).collect();
         };
         let mut by_place: BTreeMap<&Place, Vec<&FirstDrain>> = BTreeMap::new();

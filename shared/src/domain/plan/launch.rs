@@ -9,7 +9,7 @@
 //! heartbeats; past the deadline the hook is left to its own timeout and default result.
 //!
 //! The same rules as a terminate hook's decide whether the action is forewarn's to complete:
-//! `FOREWARN_LIFECYCLE_HOOKS` (`off`: none), and membership (the
+//! the settings' lifecycle hooks (`off`: none), and membership (the
 //! instance is tagged for this cluster, or one of its nodes already runs on it). An instance
 //! tagged for another cluster, or whose node is control-plane, is left alone. A launch event is
 //! not refused as older than the instance's launch: Auto Scaling sends it as the instance
@@ -63,7 +63,7 @@ pub(super) fn node_action(
         }
         Ok(None) => {
             out.reason = format!(
-                "{}: FOREWARN_LIFECYCLE_HOOKS is off, the hook is left to its timeout",
+                "{}: the lifecycle hooks setting is off, the hook is left to its timeout",
                 super::summary(event)
             );
         }
@@ -175,7 +175,8 @@ mod tests {
         let a = plan(&instances(Some("demo")), &[], &c);
         assert!(a.complete_lifecycle.is_none());
         assert!(
-            a.reason.contains("not one of FOREWARN_LIFECYCLE_HOOKS"),
+            a.reason
+                .contains("not one of the lifecycle hooks forewarn answers"),
             "{}",
             a.reason
         );
@@ -189,7 +190,7 @@ mod tests {
         let a = plan(&instances(Some("demo")), &[], &c);
         assert!(a.complete_lifecycle.is_none());
         assert!(
-            a.reason.contains("FOREWARN_LIFECYCLE_HOOKS is off"),
+            a.reason.contains("the lifecycle hooks setting is off"),
             "{}",
             a.reason
         );

@@ -98,7 +98,7 @@ pub struct NodeAction {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub grace_to_deadline: bool,
     /// The drain creates placeholders first and evicts a pod once there is room for it, or at
-    /// its latest safe time (`FOREWARN_SURGE`; see [`crate::domain::surge`]).
+    /// its latest safe time (a policy rule's `surge`; see [`crate::domain::surge`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub surge: bool,
     /// A cordon's record, written on the node with the cordon; for `uncordon`, the record the
@@ -661,8 +661,10 @@ fn act(
 /// Why a lifecycle action is left alone (see [`lifecycle`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LifecycleLeftAlone {
-    /// `FOREWARN_LIFECYCLE_HOOKS` names hooks, and not this one.
-    #[error("lifecycle hook {asg}/{hook} left to its owner: not one of FOREWARN_LIFECYCLE_HOOKS")]
+    /// The settings name hooks, and not this one.
+    #[error(
+        "lifecycle hook {asg}/{hook} left to its owner: not one of the lifecycle hooks forewarn answers"
+    )]
     NotOurHook { asg: String, hook: String },
     /// The instance is not known to be this cluster's.
     #[error(
@@ -673,7 +675,7 @@ pub enum LifecycleLeftAlone {
 
 /// The lifecycle action to complete once the node is handled: only a hook of an instance of
 /// this cluster (`member`: tagged for it, or running one of its nodes), and, when
-/// `FOREWARN_LIFECYCLE_HOOKS` names hooks, one of those. Completing another group's hook would
+/// The settings name hooks, one of those. Completing another group's hook would
 /// cut short whatever else waits on it. `Err`: why it is left alone.
 fn lifecycle(
     event: &Event,
@@ -1155,7 +1157,7 @@ mod tests {
         assert_eq!(a.complete_lifecycle, None);
         assert_eq!(a.action, Action::CordonDrain, "the node is still drained");
         assert!(
-            a.reason.contains("FOREWARN_LIFECYCLE_HOOKS"),
+            a.reason.contains("the lifecycle hooks forewarn answers"),
             "{}",
             a.reason
         );

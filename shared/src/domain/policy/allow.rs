@@ -1,11 +1,11 @@
 //! What a policy read from the cluster may ask: the deployment's allowance
-//! (`FOREWARN_POLICY_ALLOW`), and [`Policy::limited`], which refuses every rule asking more.
+//! (the settings' allowance), and [`Policy::limited`], which refuses every rule asking more.
 //!
 //! The policy ConfigMap belongs to whoever may write ConfigMaps in forewarn's namespace; the
 //! allowance belongs to whoever deploys forewarn. By default a ConfigMap may ask every action
 //! but `delete` (a rule of `delete` on rebalance recommendations would delete every node that
 //! gets one) and `none` (a rule of `none` on spot warnings would leave every node to lose its
-//! pods unwarned). A policy file (`FOREWARN_POLICY_FILE`), which the deployment sets itself, is
+//! pods unwarned). A policy file (the settings'), which the deployment sets itself, is
 //! not limited.
 //!
 //! **A refused rule.** A rule that asks an action the allowance does not allow, for any event
@@ -150,7 +150,7 @@ impl Policy {
                     path,
                     message: format!(
                         "rule \"{}\" asks {what}, which the deployment does not let a policy \
-                         ConfigMap ask (FOREWARN_POLICY_ALLOW: {allow}): the rule is refused, \
+                         ConfigMap ask (the deployment's PolicyAllow: {allow}): the rule is refused, \
                          its nodes keep the defaults",
                         rule.name
                     ),
@@ -252,7 +252,7 @@ mod tests {
         assert!(
             refused[0].to_string().contains(
                 "rule \"web\" asks \"delete\", which the deployment does not let a policy \
-                 ConfigMap ask (FOREWARN_POLICY_ALLOW: cordon, cordon-drain, cordon-for, adaptive)"
+                 ConfigMap ask (the deployment's PolicyAllow: cordon, cordon-drain, cordon-for, adaptive)"
             ),
             "{}",
             refused[0]

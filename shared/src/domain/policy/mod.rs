@@ -1,6 +1,6 @@
 //! Policies per node group: which action each event kind takes on the nodes a rule matches.
 //!
-//! A policy is YAML, from `--policy FILE`, `FOREWARN_POLICY_FILE` or the ConfigMap
+//! A policy is YAML, from `--policy FILE`, the settings' policy file or the ConfigMap
 //! `forewarn/forewarn-policy` (key `policy.yaml`; what it may ask is limited by the deployment:
 //! see [`allow`]):
 //!
@@ -86,7 +86,7 @@ impl PolicyAction {
             ["cordon-drain"] => Ok(PolicyAction::CordonDrain),
             ["delete"] => Ok(PolicyAction::Delete),
             ["adaptive"] => Ok(PolicyAction::Adaptive),
-            ["cordon-for", d] => crate::domain::vars::parse_duration(d)
+            ["cordon-for", d] => crate::domain::time::parse_duration(d)
                 .ok()
                 .filter(|d| *d > Duration::zero())
                 .map(PolicyAction::CordonFor)

@@ -250,7 +250,7 @@ fn adaptive(v: &Value) -> Result<Adaptive, PolicyError> {
     if let Some(w) = map.get("window") {
         let at = format!("{path}.window");
         let t = text(w, &at)?;
-        a.window = crate::domain::vars::parse_duration(&t)
+        a.window = crate::domain::time::parse_duration(&t)
             .ok()
             .filter(|d| *d > chrono::Duration::zero())
             .ok_or_else(|| {
