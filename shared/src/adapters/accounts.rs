@@ -90,8 +90,8 @@ pub enum AccountError {
     InvalidRegion { region: String },
     /// An event of another account, and no role to assume there.
     #[error(
-        "the event is of account {account}, not of this deployment's account {own}: give the \
-         deployment a member role (deploy infra/member.yaml in that account) to serve it"
+        "the event is of account {account}, not of this deployment's account {own}: set its \
+         member role, FOREWARN_MEMBER_ROLE (deploy infra/member.yaml in that account), to serve it"
     )]
     NotServed { account: String, own: String },
     /// An event of another account that the served clusters do not name: no role is assumed
@@ -137,9 +137,9 @@ impl AccountError {
             AccountError::NotServed { account, own } => Some(NotServed {
                 account: account.clone(),
                 why: format!(
-                    "this deployment (account {own}) has no member role: deploy \
-                     infra/member.yaml in that account and give the deployment its name to \
-                     serve it"
+                    "this deployment (account {own}) has no member role \
+                     (FOREWARN_MEMBER_ROLE is not set): deploy infra/member.yaml in that \
+                     account and set it to serve it"
                 ),
             }),
             AccountError::NotListed { account, own } => Some(NotServed {
