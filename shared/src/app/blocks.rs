@@ -51,14 +51,6 @@ pub struct Expanded {
 }
 
 impl Expanded {
-    /// `inner`, answering the instances the blocks' lookups described without asking again.
-    pub fn seeded<'a>(&'a self, inner: &'a dyn InstanceDirectory) -> Seeded<'a> {
-        Seeded {
-            inner,
-            known: &self.described,
-        }
-    }
-
     /// `reports` (one per record, in order) with the failed lookups' own.
     pub fn answer(&self, mut reports: Vec<Report>) -> Vec<Report> {
         for (i, report) in &self.failed {
@@ -75,68 +67,6 @@ impl Expanded {
             }
         }
         reports
-    }
-}
-
-/// An instance directory whose answers for the instances a block's lookup described (in their
-/// place) are those facts: the batch's lookup does not describe them again.
-pub struct Seeded<'a> {
-    inner: &'a dyn InstanceDirectory,
-    known: &'a BTreeMap<(Place, String), InstanceFacts>,
-}
-
-impl Seeded<'_> {
-    /// Those of `instance_ids` known in `place`, and the others.
-    fn split(
-        &self,
-        place: &Place,
-        instance_ids: &[String],
-    ) -> (BTreeMap<String, InstanceFacts>, Vec<String>) {
-        let mut known = BTreeMap::new();
-        let mut rest = Vec::new();
-        for id in instance_ids {
-            match self.known.get(&(place.clone(), id.clone())) {
-                Some(facts) => {
-                    known.insert(id.clone(), facts.clone());
-                }
-                None => rest.push(id.clone()),
-            }
-        }
-        (known, rest)
-    }
-}
-
-#[async_trait::async_trait]
-impl InstanceDirectory for Seeded<'_> {
-    async fn describe(
-        &self,
-        instance_ids: &[String],
-    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
-        let (mut found, rest) = self.split(&Place::default(), instance_ids);
-        if !rest.is_empty() {
-            found.extend(self.inner.describe(&rest).await?);
-        }
-        Ok(found)
-    }
-
-    async fn describe_at(
-        &self,
-        place: &Place,
-        instance_ids: &[String],
-    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
-        let (mut found, rest) = self.split(place, instance_ids);
-        if !rest.is_empty() {
-            found.extend(self.inner.describe_at(place, &rest).await?);
-        }
-        Ok(found)
-    }
-
-    async fn capacity_block(
-        &self,
-        place: &Place,
-        reservation_id: &str,
-    ) -> Result<CapacityBlock, DirectoryError> {
-        self.inner.capacity_block(place, reservation_id).await
     }
 }
 
@@ -524,22 +454,16 @@ mod tests {
             // EC2's end is taken over the message's (b says 12:00): termination at 11:00.
             assert_eq!(event.deadline_hint(), "2026-11-20T11:00:00Z".parse().ok());
         }
-        // The batch's lookup gets the block's instances from the block's (the directory's own
-        // `describe` knows none), in the block's place only.
-        let seeded = out.seeded(&dir);
+        // The block's instances as its lookup described them, in the block's place: what the
+        // batch's lookup takes instead of describing them again.
         let place = place_of(out.records[0].event.as_ref().unwrap());
-        let ids = [
-            "i-0a1b2c3d4e5f60b01".to_string(),
-            "i-0a1b2c3d4e5f60fff".to_string(),
-        ];
-        let found = seeded.describe_at(&place, &ids).await.unwrap();
-        assert_eq!(found.keys().collect::<Vec<_>>(), ["i-0a1b2c3d4e5f60b01"]);
-        assert!(
-            seeded
-                .describe_at(&Place::default(), &ids)
-                .await
-                .unwrap()
-                .is_empty()
+        let known: Vec<&(Place, String)> = out.described.keys().collect();
+        assert_eq!(
+            known,
+            [
+                &(place.clone(), "i-0a1b2c3d4e5f60b01".to_string()),
+                &(place, "i-0a1b2c3d4e5f60b02".to_string())
+            ]
         );
     }
 

@@ -3,6 +3,7 @@
 //! that target the function directly: a failure is an error, so Lambda retries it and sends it to
 //! the on-failure destination).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::adapters::lambda_event;
-use crate::app::fleet::split::{self, Destination};
+use crate::app::fleet::split::{self, Destination, Share};
 use crate::app::fleet::{Cluster, Fleet, Unreachable};
 use crate::app::pipeline::{Described, Limits, Passes, Pipeline, Traffic, describe_events};
 use crate::app::settings::{CONCURRENCY, SAFETY_MARGIN};
@@ -25,12 +26,8 @@ use crate::domain::inbound::{self, Record};
 use crate::domain::report::{Outcome, Report, Tally};
 use crate::domain::retry::{Failed, RetryPolicy};
 use crate::ports::{
-    Clock, DirectoryError, InstanceDirectory, Notifier, PoolStore, Redeliver, Redelivery, span,
-    until,
+    Clock, InstanceDirectory, Notifier, Place, PoolStore, Redeliver, Redelivery, span, until,
 };
-
-/// What the batch's instance lookup found (or why it failed), for every cluster's share.
-type InstanceLookup = Result<Described, DirectoryError>;
 
 /// A payload the handler could not take at all.
 #[derive(Debug, thiserror::Error)]
@@ -131,233 +128,181 @@ impl Handler {
     }
 
     /// Takes decoded records through the pipeline as one batch, within `deadline` less the
-    /// safety margin (what `forewarn replay` runs, with its own output): the batch's instances
-    /// looked up once (in each event's account and region), the records split by the served
-    /// cluster their instances belong to, and each cluster's share run on its own services,
-    /// the shares at once (see [`crate::app::fleet`]).
-    ///
-    /// The Capacity Blocks its events name are looked up first ([`crate::app::blocks`]).
+    /// safety margin (what `forewarn replay` runs, with its own output): the Capacity Blocks its
+    /// events name looked up first ([`crate::app::blocks`]), then the batch's instances looked
+    /// up once (in each event's account and region, the blocks' not again) and the records split
+    /// by the served cluster their instances belong to ([`Handler::route`]); each cluster's share
+    /// runs on its own services, the shares at once (see [`crate::app::fleet`]), its instances
+    /// answered from the one lookup.
     pub async fn run(&self, records: &[Record], deadline: Option<DateTime<Utc>>) -> Vec<Report> {
         let own = self.instances.as_ref();
-        match crate::app::blocks::expand(own, records, self.clock.now()).await {
-            None => self.run_looked_up(records, deadline, own).await,
-            Some(mut expanded) => {
-                // A block's other instances, each a warning of its own on the queue, when
-                // there is one to come back on and the run writes the cluster.
-                if let Some(queue) = self.passes.queue.as_deref()
-                    && self.mode.writes_cluster()
-                {
-                    crate::app::blocks::fan_out(queue, &mut expanded).await;
-                }
-                // The blocks' instances are described already: not again.
-                let seeded = expanded.seeded(own);
-                let reports = self
-                    .run_looked_up(&expanded.records, deadline, &seeded)
-                    .await;
-                expanded.answer(reports)
-            }
-        }
-    }
-
-    /// [`Handler::run`] with the instances described by `instances`.
-    async fn run_looked_up(
-        &self,
-        records: &[Record],
-        deadline: Option<DateTime<Utc>>,
-        instances: &dyn InstanceDirectory,
-    ) -> Vec<Report> {
-        let limits = self.limits(deadline);
-        let now = self.clock.now();
-        if self.fleet.is_lone()
-            && self
-                .fleet
-                .served(&self.config, now)
-                .await
-                .is_ok_and(|s| s.is_empty())
-            && self.all_own(records)
+        let mut expanded = crate::app::blocks::expand(own, records, self.clock.now()).await;
+        // A block's other instances, each a warning of its own on the queue, when there is one
+        // to come back on and the run writes the cluster.
+        if let (Some(expanded), Some(queue)) = (expanded.as_mut(), self.passes.queue.as_deref())
+            && self.mode.writes_cluster()
         {
-            // One cluster named by nobody, every event of its own place: the pipeline looks
-            // the instances up itself.
-            let to = Destination::Cluster(None);
-            return self.run_share(&to, records, None, limits, instances).await;
+            crate::app::blocks::fan_out(queue, expanded).await;
         }
-        let looked_up = self.look_up(records, limits, instances).await;
-        let seen: Vec<&str> = looked_up
-            .as_ref()
-            .map(|found| {
-                found
-                    .found
-                    .values()
-                    .flat_map(InstanceFacts::clusters)
-                    .collect()
-            })
-            .unwrap_or_default();
-        let served = match self.fleet.served_seeing(&self.config, now, &seen).await {
-            Ok(served) => served,
-            Err(e) => {
-                // Nothing can be routed: every event fails as a failed lookup fails it.
-                tracing::error!(error = %e, "the served clusters could not be listed");
-                let failed = Err(e);
-                return self
-                    .run_share(
-                        &Destination::Unrouted,
-                        records,
-                        Some(&failed),
-                        limits,
-                        instances,
-                    )
-                    .await;
-            }
+        let no_blocks = BTreeMap::new();
+        let (records, known) = match &expanded {
+            Some(expanded) => (&expanded.records[..], &expanded.described),
+            None => (records, &no_blocks),
         };
-        let own = self.fleet.own();
-        let shares = split::split(records, looked_up.as_ref().ok(), &served, own);
-        let looked_up = Some(looked_up);
-        let looked_up = &looked_up;
-        // A batch spanning several clusters, or any batch of a deployment serving several:
-        // no cluster's outage may hold it up (see `Fleet::backing_off`). The event source
-        // mapping's pollers are every cluster's, and a fair queue fills a batch with one
-        // cluster's retried records while another's drains wait.
-        let clusters = shares
-            .keys()
-            .filter(|to| matches!(to, Destination::Cluster(_)))
-            .count();
-        let mixed = Limits {
-            fail_fast: clusters > 1 || served.len() > 1,
-            ..limits
-        };
+        let (shares, described, limits) = self.route(records, known, self.limits(deadline)).await;
+        let described = &described;
         let runs = shares.into_iter().map(|(to, share)| async move {
-            let reports = self
-                .run_guarded(&to, &share.records, looked_up.as_ref(), mixed, instances)
-                .await;
+            let records = &share.records;
+            let (cluster, config) = match self.cluster_for(&to, records, limits).await {
+                Ok(found) => found,
+                Err(reports) => return (share, reports),
+            };
+            let pipeline = Pipeline {
+                config: &config,
+                mode: self.mode,
+                store: self.store.as_ref(),
+                instances: described,
+                nodes: cluster.nodes.as_ref(),
+                executor: cluster.executor.as_deref(),
+                passes: &self.passes,
+                clock: self.clock.as_ref(),
+                traffic: self.traffic.as_ref(),
+            };
+            let reports = pipeline.process_with(records, limits).await;
+            if let Destination::Cluster(Some(id)) = &to {
+                let failed_whole = !reports.is_empty()
+                    && reports
+                        .iter()
+                        .all(|r| r.outcome == Outcome::Failed && !r.permanent);
+                self.fleet
+                    .record_outcome(&id.to_string(), failed_whole, self.clock.now());
+            }
             (share, reports)
         });
-        split::join(records, futures::future::join_all(runs).await)
+        let reports = split::join(records, futures::future::join_all(runs).await);
+        match &expanded {
+            Some(expanded) => expanded.answer(reports),
+            None => reports,
+        }
     }
 
-    /// Whether every event of `records` is of the deployment's own account and region (one
-    /// that names none is).
-    fn all_own(&self, records: &[Record]) -> bool {
-        let own = self.fleet.own();
-        records
-            .iter()
-            .filter_map(|r| r.event.as_ref().ok())
-            .all(|e| own.holds(&crate::app::pipeline::place_of(e), own))
-    }
-
-    /// The batch's instances, looked up once for every cluster (within the batch's time).
-    async fn look_up(
+    /// The batch's instances, looked up once for every cluster (within the batch's time; the
+    /// blocks' instances, `known`, not again), and its records split by destination, with the
+    /// limits each share runs within. When the served clusters cannot be listed, nothing can be
+    /// routed: every event fails as a failed lookup fails it.
+    async fn route(
         &self,
         records: &[Record],
+        known: &BTreeMap<(Place, String), InstanceFacts>,
         limits: Limits,
-        instances: &dyn InstanceDirectory,
-    ) -> InstanceLookup {
+    ) -> (BTreeMap<Destination, Share>, Described, Limits) {
         let events: Vec<&Event> = records
             .iter()
             .filter(|r| r.continuation.is_none())
             .filter_map(|r| r.event.as_ref().ok())
             .filter(|e| e.kind != EventKind::Unsupported)
             .collect();
-        let lookup = describe_events(instances, &events);
-        match limits.deadline {
+        let unknown: Vec<Event> = events
+            .iter()
+            .map(|e| {
+                let place = crate::app::pipeline::place_of(e);
+                let mut e = (*e).clone();
+                e.instance_ids
+                    .retain(|id| !known.contains_key(&(place.clone(), id.clone())));
+                e
+            })
+            .collect();
+        let lookup = async {
+            let unknown: Vec<&Event> = unknown.iter().collect();
+            let mut described = describe_events(self.instances.as_ref(), &unknown).await;
+            let blocks = known.iter().map(|((_, id), f)| (id.clone(), f.clone()));
+            described.found.extend(blocks);
+            described
+        };
+        let looked_up = match limits.deadline {
             Some(deadline) => until(self.clock.as_ref(), deadline, lookup)
                 .await
                 .ok_or_else(split::out_of_time),
             None => Ok(lookup.await),
-        }
-    }
-
-    /// [`Handler::run_share`] for a named cluster, minding its trouble: in a deployment serving
-    /// several clusters (`limits.fail_fast`), a cluster whose last share failed whole is left
-    /// alone for a while — its records fail at once and come back — and how each share went
-    /// is told to the fleet.
-    async fn run_guarded(
-        &self,
-        to: &Destination,
-        records: &[Record],
-        looked_up: Option<&InstanceLookup>,
-        limits: Limits,
-        instances: &dyn InstanceDirectory,
-    ) -> Vec<Report> {
-        let Destination::Cluster(Some(id)) = to else {
-            return self
-                .run_share(to, records, looked_up, limits, instances)
-                .await;
         };
-        let name = &id.to_string();
+        let seen: Vec<&str> = looked_up
+            .as_ref()
+            .map(|d| d.found.values().flat_map(InstanceFacts::clusters).collect())
+            .unwrap_or_default();
         let now = self.clock.now();
-        if limits.fail_fast
-            && let Some(since) = self.fleet.backing_off(name, now)
-        {
-            return split::in_trouble(records, name, since);
-        }
-        let reports = self
-            .run_share(to, records, looked_up, limits, instances)
-            .await;
-        let failed_whole = !reports.is_empty()
-            && reports
-                .iter()
-                .all(|r| r.outcome == Outcome::Failed && !r.permanent);
-        self.fleet
-            .record_outcome(name, failed_whole, self.clock.now());
-        reports
-    }
-
-    /// One share of the batch through the pipeline: in its cluster, on that cluster's services
-    /// (a cluster that cannot be reached fails the share's records); elsewhere, on none. Its
-    /// instances as `looked_up` found them, else as `instances` describes them.
-    async fn run_share(
-        &self,
-        to: &Destination,
-        records: &[Record],
-        looked_up: Option<&InstanceLookup>,
-        limits: Limits,
-        instances: &dyn InstanceDirectory,
-    ) -> Vec<Report> {
-        let cluster = match to {
-            Destination::Cluster(id) => match self.fleet.cluster(id.as_ref()).await {
-                Ok(cluster) => cluster,
-                Err(e) => return split::unreachable(records, &e),
-            },
-            Destination::Elsewhere | Destination::Unrouted => Arc::new(Cluster::none()),
-            Destination::NotServed(name) => return split::not_served(records, name.as_deref()),
-        };
-        let mut config = cluster.config(&self.config, self.clock.as_ref()).await;
-        config.unserved = *to == Destination::Elsewhere && looked_up.is_some();
-        let failed;
-        let instances: &dyn InstanceDirectory = match looked_up {
-            None => instances,
-            // Each place answered as the batch's lookup did.
-            Some(Ok(described)) => described,
-            Some(Err(e)) => {
-                failed = split::FailedLookup::of(e);
-                &failed
+        let served = match self.fleet.served_seeing(&self.config, now, &seen).await {
+            Ok(served) => served,
+            Err(e) => {
+                tracing::error!(error = %e, "the served clusters could not be listed");
+                let all = Share {
+                    records: records.to_vec(),
+                    positions: (0..records.len()).collect(),
+                };
+                let shares = BTreeMap::from([(Destination::Unrouted, all)]);
+                return (shares, Described::failing(&events, &e), limits);
             }
         };
-        let pipeline = Pipeline {
-            config: &config,
-            mode: self.mode,
-            store: self.store.as_ref(),
-            instances,
-            nodes: cluster.nodes.as_ref(),
-            executor: cluster.executor.as_deref(),
-            passes: &self.passes,
-            clock: self.clock.as_ref(),
-            traffic: self.traffic.as_ref(),
+        let shares = split::split(records, looked_up.as_ref().ok(), &served, self.fleet.own());
+        // A batch spanning several clusters, or any batch of a deployment serving several: no
+        // cluster's outage may hold it up (see `Fleet::backing_off`). The event source
+        // mapping's pollers are every cluster's, and a fair queue fills a batch with one
+        // cluster's retried records while another's drains wait.
+        let clusters = shares
+            .keys()
+            .filter(|to| matches!(to, Destination::Cluster(_)))
+            .count();
+        let limits = Limits {
+            fail_fast: clusters > 1 || served.len() > 1,
+            ..limits
         };
-        pipeline.process_with(records, limits).await
+        let described = looked_up.unwrap_or_else(|e| Described::failing(&events, &e));
+        (shares, described, limits)
     }
 
-    /// [`Handler::run`], then each report logged (with its metrics when running as a Lambda
-    /// function) and told to the notifier.
-    async fn process(&self, records: &[Record], deadline: Option<DateTime<Utc>>) -> Vec<Report> {
-        let reports = self.run(records, deadline).await;
-        let limits = self.limits(deadline);
-        self.telemetry.observe(&reports, self.clock.now());
+    /// The cluster a share of `records` bound `to` runs in, and the configuration to decide by
+    /// there; or the share's reports when it does not run: a cluster that cannot be reached, or
+    /// (in a deployment serving several, `limits.fail_fast`) one whose last share failed whole,
+    /// left alone for a while (its records fail at once and come back); a continuation of a
+    /// cluster not served. Outside a served cluster, no cluster: nothing is acted on.
+    async fn cluster_for(
+        &self,
+        to: &Destination,
+        records: &[Record],
+        limits: Limits,
+    ) -> Result<(Arc<Cluster>, Config), Vec<Report>> {
+        let cluster = match to {
+            Destination::Cluster(id) => {
+                let name = id.as_ref().map(ToString::to_string);
+                if let Some(name) = name.filter(|_| limits.fail_fast)
+                    && let Some(since) = self.fleet.backing_off(&name, self.clock.now())
+                {
+                    return Err(split::in_trouble(records, &name, since));
+                }
+                self.fleet
+                    .cluster(id.as_ref())
+                    .await
+                    .map_err(|e| split::unreachable(records, &e))?
+            }
+            Destination::Elsewhere | Destination::Unrouted => Arc::new(Cluster::none()),
+            Destination::NotServed(name) => {
+                return Err(split::not_served(records, name.as_deref()));
+            }
+        };
+        let mut config = cluster.config(&self.config, self.clock.as_ref()).await;
+        config.unserved = *to == Destination::Elsewhere;
+        Ok((cluster, config))
+    }
+
+    /// Each report logged (with its metrics when running as a Lambda function) and told to the
+    /// notifier, within `deadline`.
+    async fn tell(&self, reports: &[Report], deadline: Option<DateTime<Utc>>) {
+        self.telemetry.observe(reports, self.clock.now());
         if let Some(notifier) = &self.notifier {
-            let time_left = limits
+            let time_left = self
+                .limits(deadline)
                 .deadline
                 .map(|d| (d - self.clock.now()).to_std().unwrap_or_default());
-            let delivery = notifier.notify(&reports, time_left).await;
+            let delivery = notifier.notify(reports, time_left).await;
             if delivery != Default::default() {
                 tracing::info!(
                     sent = delivery.sent,
@@ -366,7 +311,6 @@ impl Handler {
                 );
             }
         }
-        reports
     }
 
     /// Handles an SQS batch: every failed record's message id goes in `batchItemFailures`.
@@ -391,7 +335,8 @@ impl Handler {
             Some(redelivery) => {
                 let done = tokio::sync::Notify::new();
                 let work = async {
-                    let reports = self.process(&records, deadline).await;
+                    let reports = self.run(&records, deadline).await;
+                    self.tell(&reports, deadline).await;
                     done.notify_one();
                     reports
                 };
@@ -399,7 +344,11 @@ impl Handler {
                 let held = self.hold(redelivery.as_ref(), &leases, &done);
                 tokio::join!(work, held).0
             }
-            None => self.process(&records, deadline).await,
+            None => {
+                let reports = self.run(&records, deadline).await;
+                self.tell(&reports, deadline).await;
+                reports
+            }
         };
         // The kept copies' reports are logged; the answer is about the batch's messages.
         reports.truncate(own);
@@ -593,7 +542,8 @@ impl Handler {
         }
         let records = inbound::decode_value("eventbridge", payload, self.clock.now())
             .map_err(HandlerError::NotAnEvent)?;
-        let reports = self.process(&records, deadline).await;
+        let reports = self.run(&records, deadline).await;
+        self.tell(&reports, deadline).await;
         if let Some(failed) = reports.iter().find(|r| r.outcome == Outcome::Failed) {
             return Err(HandlerError::EventFailed {
                 origin: failed

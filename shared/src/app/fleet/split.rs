@@ -22,7 +22,7 @@ use crate::domain::event::{Event, EventKind};
 use crate::domain::facts::InstanceFacts;
 use crate::domain::inbound::Record;
 use crate::domain::report::{Outcome, Report};
-use crate::ports::{DirectoryError, FailureKind, InstanceDirectory};
+use crate::ports::{DirectoryError, FailureKind};
 
 use super::Unreachable;
 
@@ -111,38 +111,6 @@ pub fn out_of_time() -> DirectoryError {
         FailureKind::Timeout,
         "the time left for this batch ran out; the event goes back to the queue",
     )
-}
-
-/// An instance directory answering what the batch's lookup met: the share's events fail as a
-/// failed lookup fails them in the pipeline.
-pub struct FailedLookup {
-    service: &'static str,
-    kind: FailureKind,
-    message: String,
-}
-
-impl FailedLookup {
-    pub fn of(error: &DirectoryError) -> FailedLookup {
-        FailedLookup {
-            service: error.service,
-            kind: error.kind,
-            message: error.source.to_string(),
-        }
-    }
-}
-
-#[async_trait::async_trait]
-impl InstanceDirectory for FailedLookup {
-    async fn describe(
-        &self,
-        _instance_ids: &[String],
-    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
-        Err(DirectoryError::new(
-            self.service,
-            self.kind,
-            self.message.clone(),
-        ))
-    }
 }
 
 /// The batch's `records` by destination. `instances`: what the lookup found (`None`: it

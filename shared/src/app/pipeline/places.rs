@@ -114,6 +114,18 @@ pub struct Described {
 }
 
 impl Described {
+    /// A lookup that failed whole with `error`: every place of `events` failed as it says.
+    pub fn failing(events: &[&Event], error: &DirectoryError) -> Described {
+        let failure = PlaceFailure::of(error);
+        Described {
+            found: BTreeMap::new(),
+            failed: events
+                .iter()
+                .map(|e| (place_of(e), failure.clone()))
+                .collect(),
+        }
+    }
+
     /// Why `event`'s instances were not looked up, when its place's lookup failed (an event that
     /// names no instance was not looked up, and did not fail).
     pub fn failure_of(&self, event: &Event) -> Option<&PlaceFailure> {
