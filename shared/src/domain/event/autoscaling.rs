@@ -72,13 +72,11 @@
 //! ```
 
 use chrono::{DateTime, Utc};
+use serde::Deserialize;
 use serde_json::Value;
 
-use super::fields::{Fields, Parsed};
-use super::{
-    DT_ASG_LAUNCH, DT_ASG_TERMINATE, DecodeError, Detail, Event, EventKind, LifecycleAction,
-    SOURCE_ASG, synthetic_id,
-};
+use super::fields::{Fields, InstanceId, Parsed, Text};
+use super::{DecodeError, Detail, Event, EventKind, LifecycleAction, SOURCE_ASG, synthetic_id};
 
 /// The `Service` of an Auto Scaling notification sent straight to a queue.
 pub const ASG_SERVICE: &str = "AWS Auto Scaling";
@@ -89,6 +87,80 @@ pub const ASG_LAUNCHING: &str = "autoscaling:EC2_INSTANCE_LAUNCHING";
 /// What Auto Scaling sends when a hook or notification is created.
 pub const ASG_TEST_NOTIFICATION: &str = "autoscaling:TEST_NOTIFICATION";
 
+/// What an Auto Scaling notification is: a lifecycle action, a test notification.
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct Head {
+    event: Option<String>,
+    lifecycle_transition: Option<String>,
+}
+
+/// Where and when a notification sent straight to a queue was sent.
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct Sent {
+    account_id: Option<String>,
+    #[serde(rename = "AutoScalingGroupARN")]
+    group_arn: Option<String>,
+    time: Option<String>,
+}
+
+impl Head {
+    /// Why the notification is a test notification to ignore, when it is one (`Event` or
+    /// `LifecycleTransition` is `autoscaling:TEST_NOTIFICATION`).
+    fn test_notification(&self) -> Option<String> {
+        [&self.event, &self.lifecycle_transition]
+            .iter()
+            .any(|s| s.as_deref() == Some(ASG_TEST_NOTIFICATION))
+            .then(|| {
+                format!(
+                    "Auto Scaling test notification ({ASG_TEST_NOTIFICATION}), sent when a lifecycle hook or notification is created: nothing to do"
+                )
+            })
+    }
+}
+
+/// The lifecycle action of a hook's notification.
+#[derive(Deserialize)]
+struct Action {
+    #[serde(rename = "EC2InstanceId")]
+    instance: InstanceId,
+    #[serde(rename = "LifecycleHookName")]
+    hook_name: Text,
+    #[serde(rename = "AutoScalingGroupName")]
+    asg_name: Text,
+    #[serde(rename = "LifecycleActionToken")]
+    token: Text,
+}
+
+impl Action {
+    /// The instance, and the lifecycle action of `kind` (a launch or a termination).
+    fn into_detail(self, kind: EventKind) -> (String, Detail) {
+        let action = LifecycleAction {
+            hook_name: self.hook_name.0,
+            asg_name: self.asg_name.0,
+            token: self.token.0,
+            transition: transition(kind).to_string(),
+            // Placed by the caller, which reads the envelope (see `Detail::placed`).
+            account: None,
+            region: None,
+        };
+        let detail = match kind {
+            EventKind::AsgLaunch => Detail::AsgLaunch(action),
+            _ => Detail::AsgTermination(action),
+        };
+        (self.instance.0, detail)
+    }
+}
+
+/// The lifecycle transition of `kind`'s hook (a launch or a termination).
+fn transition(kind: EventKind) -> &'static str {
+    match kind {
+        EventKind::AsgLaunch => ASG_LAUNCHING,
+        _ => ASG_TERMINATING,
+    }
+}
+
 /// The `detail` of an EventBridge `EC2 Instance-terminate Lifecycle Action` or `EC2
 /// Instance-launch Lifecycle Action` (`kind`): a lifecycle action, or a test notification
 /// (unsupported, with the reason). A `LifecycleTransition` that is not the detail-type's is an
@@ -98,90 +170,23 @@ pub(crate) fn lifecycle_detail(
     detail: &Value,
     kind: EventKind,
 ) -> Result<Parsed, DecodeError> {
-    if let Some(why) = test_notification(f, detail, "detail.")? {
-        return Ok((
-            EventKind::Unsupported,
-            Vec::new(),
-            Detail::Unsupported { why },
-        ));
+    let head: Head = f.read(detail, "detail")?;
+    if let Some(why) = head.test_notification() {
+        return Ok((EventKind::Unsupported, vec![], Detail::Unsupported { why }));
     }
-    let expected = if kind == EventKind::AsgLaunch {
-        ASG_LAUNCHING
-    } else {
-        ASG_TERMINATING
-    };
-    let (id, lifecycle) = lifecycle_action(f, detail, "detail.", expected)?;
-    if lifecycle.transition != expected {
+    let action: Action = f.read(detail, "detail")?;
+    let expected = transition(kind);
+    if let Some(other) = head.lifecycle_transition.filter(|t| t != expected) {
         return Err(f.err(
             "detail.LifecycleTransition",
             format!(
-                "`{}` in an event of detail-type `{}` (expected {expected})",
-                lifecycle.transition,
+                "`{other}` in an event of detail-type `{}` (expected {expected})",
                 kind.source_and_detail_type().unwrap_or_default().1
             ),
         ));
     }
-    let detail = match kind {
-        EventKind::AsgLaunch => Detail::AsgLaunch(lifecycle),
-        _ => Detail::AsgTermination(lifecycle),
-    };
+    let (id, detail) = action.into_detail(kind);
     Ok((kind, vec![id], detail))
-}
-
-/// The instance and the lifecycle action of a lifecycle hook's notification (the `detail` of an
-/// EventBridge event, paths under `prefix`, or a notification sent straight to a queue); the
-/// transition is `default_transition` when the notification names none.
-fn lifecycle_action(
-    f: &Fields<'_>,
-    v: &Value,
-    prefix: &str,
-    default_transition: &str,
-) -> Result<(String, LifecycleAction), DecodeError> {
-    let path = |key: &str| format!("{prefix}{key}");
-    let id = f.instance_id(v, "EC2InstanceId", &path("EC2InstanceId"))?;
-    let lifecycle = LifecycleAction {
-        hook_name: f
-            .req_str(v, "LifecycleHookName", &path("LifecycleHookName"))?
-            .to_string(),
-        asg_name: f
-            .req_str(v, "AutoScalingGroupName", &path("AutoScalingGroupName"))?
-            .to_string(),
-        token: f
-            .req_str(v, "LifecycleActionToken", &path("LifecycleActionToken"))?
-            .to_string(),
-        transition: f
-            .opt_str(v, "LifecycleTransition", &path("LifecycleTransition"))?
-            .unwrap_or(default_transition)
-            .to_string(),
-        // Placed by the caller, which reads the envelope (see `Detail::placed`).
-        account: None,
-        region: None,
-    };
-    Ok((id, lifecycle))
-}
-
-/// Why an Auto Scaling notification (fields under `prefix`) is a test notification to ignore,
-/// when it is one (`Event` or `LifecycleTransition` is `autoscaling:TEST_NOTIFICATION`).
-fn test_notification(
-    f: &Fields<'_>,
-    v: &Value,
-    prefix: &str,
-) -> Result<Option<String>, DecodeError> {
-    let event = f.opt_str(v, "Event", &format!("{prefix}Event"))?;
-    let transition = f.opt_str(
-        v,
-        "LifecycleTransition",
-        &format!("{prefix}LifecycleTransition"),
-    )?;
-    Ok(
-        (event == Some(ASG_TEST_NOTIFICATION) || transition == Some(ASG_TEST_NOTIFICATION)).then(
-            || {
-                format!(
-                    "Auto Scaling test notification ({ASG_TEST_NOTIFICATION}), sent when a lifecycle hook or notification is created: nothing to do"
-                )
-            },
-        ),
-    )
 }
 
 /// An Auto Scaling notification sent straight to the queue (a lifecycle hook whose notification
@@ -206,62 +211,57 @@ pub(crate) fn notification(
     v: &Value,
     received: DateTime<Utc>,
 ) -> Result<Event, DecodeError> {
-    let account = f.opt_str(v, "AccountId", "AccountId")?.map(str::to_string);
-    let region = f
-        .opt_str(v, "AutoScalingGroupARN", "AutoScalingGroupARN")?
+    let (head, sent): (Head, Sent) = (f.read(v, "")?, f.read(v, "")?);
+    let region = (sent.group_arn.as_deref())
         .and_then(|arn| arn.split(':').nth(3))
         .filter(|r| !r.is_empty())
         .map(str::to_string);
-    let transition = f.opt_str(v, "LifecycleTransition", "LifecycleTransition")?;
-    let why = match (test_notification(f, v, "")?, transition) {
-        (Some(why), _) => Some(why),
-        (None, Some(ASG_TERMINATING | ASG_LAUNCHING)) => None,
-        (None, Some(other)) => Some(format!(
-            "Auto Scaling lifecycle transition `{other}`: only {ASG_TERMINATING} and \
-             {ASG_LAUNCHING} are handled"
-        )),
-        (None, None) => Some(format!(
-            "Auto Scaling notification `{}` is not a lifecycle action",
-            f.opt_str(v, "Event", "Event")?.unwrap_or_default()
-        )),
+    let transition = head.lifecycle_transition.as_deref();
+    let why = head.test_notification();
+    let kind = match (&why, transition) {
+        (None, Some(ASG_TERMINATING)) => EventKind::AsgTermination,
+        (None, Some(ASG_LAUNCHING)) => EventKind::AsgLaunch,
+        _ => EventKind::Unsupported,
     };
-    if let Some(why) = why {
-        return Ok(Event {
-            id: synthetic_id(v),
-            kind: EventKind::Unsupported,
-            source: SOURCE_ASG.to_string(),
-            detail_type: transition
-                .or(f.opt_str(v, "Event", "Event")?)
-                .unwrap_or_default()
-                .to_string(),
-            time: f.event_time(v, "Time", EventKind::Unsupported, received)?,
-            region,
-            account,
-            instance_ids: Vec::new(),
-            detail: Detail::Unsupported { why },
-        });
-    }
-    let token = f.req_str(v, "LifecycleActionToken", "LifecycleActionToken")?;
-    let (kind, detail_type) = if transition == Some(ASG_LAUNCHING) {
-        (EventKind::AsgLaunch, DT_ASG_LAUNCH)
-    } else {
-        (EventKind::AsgTermination, DT_ASG_TERMINATE)
-    };
-    let time = f.event_time(v, "Time", kind, received)?;
-    let (instance, lifecycle) = lifecycle_action(f, v, "", ASG_TERMINATING)?;
-    let detail = match kind {
-        EventKind::AsgLaunch => Detail::AsgLaunch(lifecycle),
-        _ => Detail::AsgTermination(lifecycle),
+    let time = f.event_time(sent.time.as_deref(), "Time", kind, received)?;
+    let (id, detail_type, instance_ids, detail) = match kind.source_and_detail_type() {
+        Some((_, detail_type)) => {
+            let action: Action = f.read(v, "")?;
+            let id = format!("lifecycle-action:{}", action.token.0);
+            let (instance, detail) = action.into_detail(kind);
+            let detail = detail.placed(sent.account_id.as_deref(), region.as_deref());
+            (id, detail_type, vec![instance], detail)
+        }
+        None => {
+            let event = head.event.as_deref();
+            let why = why.unwrap_or_else(|| match transition {
+                Some(other) => format!(
+                    "Auto Scaling lifecycle transition `{other}`: only {ASG_TERMINATING} and \
+                     {ASG_LAUNCHING} are handled"
+                ),
+                None => format!(
+                    "Auto Scaling notification `{}` is not a lifecycle action",
+                    event.unwrap_or_default()
+                ),
+            });
+            let detail_type = transition.or(event).unwrap_or_default();
+            (
+                synthetic_id(v),
+                detail_type,
+                vec![],
+                Detail::Unsupported { why },
+            )
+        }
     };
     Ok(Event {
-        id: format!("lifecycle-action:{token}"),
+        id,
         kind,
         source: SOURCE_ASG.to_string(),
         detail_type: detail_type.to_string(),
         time,
-        detail: detail.placed(account.as_deref(), region.as_deref()),
         region,
-        account,
-        instance_ids: vec![instance],
+        account: sent.account_id,
+        instance_ids,
+        detail,
     })
 }

@@ -52,73 +52,77 @@
 //! }
 //! ```
 
+use serde::Deserialize;
 use serde_json::Value;
 
-use super::fields::{Fields, Parsed};
+use super::fields::{Fields, InstanceId, Parsed, Text};
 use super::{DecodeError, Detail, EventKind, InstanceAction, InstanceState};
 
-/// The instance a `detail` is about (`detail.instance-id`).
-fn instance(f: &Fields<'_>, detail: &Value) -> Result<String, DecodeError> {
-    f.instance_id(detail, "instance-id", "detail.instance-id")
+/// The `detail` of an event about one instance (`instance-id`). `instance-action`: older spot
+/// warnings and some reservation warnings omit it, and terminate is the default.
+#[derive(Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct Instance {
+    instance_id: InstanceId,
+    instance_action: Option<Action>,
+    state: Option<Text>,
+    instance_termination_time: Option<String>,
+    #[serde(rename = "azId")]
+    az_id: Option<String>,
 }
 
-/// An `EC2 Spot Instance Interruption Warning`.
-pub(crate) fn spot(f: &Fields<'_>, detail: &Value) -> Result<Parsed, DecodeError> {
-    let id = instance(f, detail)?;
-    let action = instance_action(f, detail)?;
-    Ok((
-        EventKind::SpotInterruption,
-        vec![id],
-        Detail::Spot { action },
-    ))
+#[derive(Deserialize)]
+#[serde(try_from = "String")]
+struct Action(InstanceAction);
+
+impl TryFrom<String> for Action {
+    type Error = String;
+    fn try_from(name: String) -> Result<Action, String> {
+        (name.parse().map(Action))
+            .map_err(|_| format!("`{name}` is not one of terminate, stop, hibernate"))
+    }
 }
 
-/// An `EC2 Instance Rebalance Recommendation`.
-pub(crate) fn rebalance(f: &Fields<'_>, detail: &Value) -> Result<Parsed, DecodeError> {
-    let id = instance(f, detail)?;
-    Ok((
-        EventKind::RebalanceRecommendation,
-        vec![id],
-        Detail::Rebalance,
-    ))
+/// A Capacity Block's `detail`; `instance-ids` only in a part of a warning forewarn queued (see
+/// [`PART_FIELD`]).
+#[derive(Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct Block {
+    capacity_reservation_id: Text,
+    end_date: Option<String>,
+    instance_ids: Option<Vec<InstanceId>>,
 }
 
-/// An `EC2 Instance State-change Notification`: any state name is taken (one forewarn does not
-/// know is [`InstanceState::Other`]).
-pub(crate) fn state_change(f: &Fields<'_>, detail: &Value) -> Result<Parsed, DecodeError> {
-    let id = instance(f, detail)?;
-    let state = f.req_str(detail, "state", "detail.state")?;
-    let state = state
-        .parse()
-        .unwrap_or_else(|_| InstanceState::Other(state.to_string()));
-    Ok((
-        EventKind::StateChange,
-        vec![id],
-        Detail::StateChange { state },
-    ))
-}
-
-/// An `EC2 Capacity Reservation Instance Interruption Warning`.
-pub(crate) fn reservation(f: &Fields<'_>, detail: &Value) -> Result<Parsed, DecodeError> {
-    let id = instance(f, detail)?;
-    let action = instance_action(f, detail)?;
-    let termination_time = f.time(
-        detail,
-        "instance-termination-time",
-        "detail.instance-termination-time",
-    )?;
-    let az_id = f
-        .opt_str(detail, "azId", "detail.azId")?
-        .map(str::to_string);
-    Ok((
-        EventKind::CapacityReservationInterruption,
-        vec![id],
-        Detail::CapacityReservation {
+/// An `EC2 Spot Instance Interruption Warning`, `EC2 Instance Rebalance Recommendation`, `EC2
+/// Instance State-change Notification` (any state name is taken: one forewarn does not know is
+/// [`InstanceState::Other`]) or `EC2 Capacity Reservation Instance Interruption Warning`.
+pub(crate) fn instance(
+    f: &Fields<'_>,
+    detail: &Value,
+    kind: EventKind,
+) -> Result<Parsed, DecodeError> {
+    let d: Instance = f.read(detail, "detail")?;
+    let action = d
+        .instance_action
+        .map_or(InstanceAction::Terminate, |Action(a)| a);
+    let detail = match kind {
+        EventKind::SpotInterruption => Detail::Spot { action },
+        EventKind::RebalanceRecommendation => Detail::Rebalance,
+        EventKind::StateChange => {
+            let Text(state) = d.state.ok_or_else(|| f.err("detail.state", "missing"))?;
+            let state = state.parse().unwrap_or(InstanceState::Other(state));
+            Detail::StateChange { state }
+        }
+        _ => Detail::CapacityReservation {
             action,
-            termination_time,
-            az_id,
+            termination_time: f.time(
+                d.instance_termination_time.as_deref(),
+                "detail.instance-termination-time",
+            )?,
+            az_id: d.az_id,
         },
-    ))
+    };
+    Ok((kind, vec![d.instance_id.0], detail))
 }
 
 /// A Capacity Block's expiration warning or delivery (`kind`): the reservation and its end.
@@ -127,99 +131,51 @@ pub(crate) fn capacity_block(
     detail: &Value,
     kind: EventKind,
 ) -> Result<Parsed, DecodeError> {
-    let path = "detail.capacity-reservation-id";
-    let reservation_id = f.req_str(detail, "capacity-reservation-id", path)?;
-    if !is_reservation_id(reservation_id) {
+    let d: Block = f.read(detail, "detail")?;
+    let reservation_id = d.capacity_reservation_id.0;
+    if !is_reservation_id(&reservation_id) {
         return Err(f.err(
-            path,
+            "detail.capacity-reservation-id",
             format!("`{reservation_id}` is not a capacity reservation id (cr- and 17 hex digits)"),
         ));
     }
     // A delivery that says no end is still a delivery; a warning without one ends 10 minutes
     // after it was sent (see `block_termination_start`).
-    let end_date = f.time(detail, "end-date", "detail.end-date")?;
-    let instances = part_instances(f, detail, kind)?;
-    Ok((
-        kind,
-        instances.clone().unwrap_or_default(),
-        Detail::CapacityBlock {
-            reservation_id: reservation_id.to_string(),
-            end_date,
-            block: None,
-            part: instances.is_some(),
-        },
-    ))
+    let end_date = f.time(d.end_date.as_deref(), "detail.end-date")?;
+    // A part of a warning that forewarn queued (see `crate::app::blocks`) names 1 to
+    // PART_MAX instances (in order, each once); AWS never writes the field.
+    let path = "detail.instance-ids";
+    let mut seen = std::collections::BTreeSet::new();
+    let instances: Vec<String> = match &d.instance_ids {
+        None => Vec::new(),
+        Some(_) if kind != EventKind::CapacityBlockExpiration => {
+            return Err(f.err(path, "only a Capacity Block's expiration warning has parts"));
+        }
+        Some(ids) if !(1..=PART_MAX).contains(&ids.len()) => {
+            return Err(f.err(path, format!("expected 1 to {PART_MAX} instance ids")));
+        }
+        Some(ids) => (ids.iter().map(|id| id.0.clone()))
+            .filter(|id| seen.insert(id.clone()))
+            .collect(),
+    };
+    let detail = Detail::CapacityBlock {
+        reservation_id,
+        end_date,
+        block: None,
+        part: d.instance_ids.is_some(),
+    };
+    Ok((kind, instances, detail))
 }
 
 /// The most instances one part of a block's warning names (see `crate::app::blocks`).
 pub const PART_MAX: usize = 10;
-
-/// `detail.instance-ids` of a part of a block's warning that forewarn queued: 1 to
-/// [`PART_MAX`] instance ids (only a warning has parts; AWS never writes the field).
-fn part_instances(
-    f: &Fields<'_>,
-    detail: &Value,
-    kind: EventKind,
-) -> Result<Option<Vec<String>>, DecodeError> {
-    let path = "detail.instance-ids";
-    let Some(v) = detail.get(PART_FIELD).filter(|v| !v.is_null()) else {
-        return Ok(None);
-    };
-    if kind != EventKind::CapacityBlockExpiration {
-        return Err(f.err(path, "only a Capacity Block's expiration warning has parts"));
-    }
-    let ids = v
-        .as_array()
-        .filter(|ids| (1..=PART_MAX).contains(&ids.len()))
-        .ok_or_else(|| f.err(path, format!("expected 1 to {PART_MAX} instance ids")))?;
-    ids.iter()
-        .enumerate()
-        .map(|(i, id)| {
-            id.as_str()
-                .filter(|id| super::is_instance_id(id))
-                .map(str::to_string)
-                .ok_or_else(|| {
-                    f.err(
-                        &format!("{path}[{i}]"),
-                        format!("`{id}` is not an instance id"),
-                    )
-                })
-        })
-        .collect::<Result<Vec<String>, _>>()
-        .map(|mut ids| {
-            // In order, each once.
-            let mut seen = std::collections::BTreeSet::new();
-            ids.retain(|id| seen.insert(id.clone()));
-            Some(ids)
-        })
-}
 
 /// The field a part of a block's warning names its instances in.
 pub const PART_FIELD: &str = "instance-ids";
 
 /// `cr-` followed by 17 (or, for old reservations, 8) lowercase hex digits.
 pub fn is_reservation_id(s: &str) -> bool {
-    s.strip_prefix("cr-").is_some_and(|hex| {
-        (hex.len() == 8 || hex.len() == 17)
-            && hex
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    })
-}
-
-/// `detail.instance-action`: older spot warnings and some reservation warnings omit it, and
-/// terminate is the default.
-fn instance_action(f: &Fields<'_>, detail: &Value) -> Result<InstanceAction, DecodeError> {
-    let path = "detail.instance-action";
-    match f.opt_str(detail, "instance-action", path)? {
-        None => Ok(InstanceAction::Terminate),
-        Some(name) => name.parse().map_err(|_| {
-            f.err(
-                path,
-                format!("`{name}` is not one of terminate, stop, hibernate"),
-            )
-        }),
-    }
+    super::is_aws_id(s, "cr-")
 }
 
 #[cfg(test)]
@@ -247,15 +203,19 @@ mod tests {
         ] {
             let detail = json!({"instance-id": "i-12345678", "instance-action": name});
             assert_eq!(
-                spot(&f, &detail).unwrap().2,
+                instance(&f, &detail, EventKind::SpotInterruption)
+                    .unwrap()
+                    .2,
                 Detail::Spot { action },
                 "{name}"
             );
             assert_eq!(action.to_string(), name);
         }
         let detail = json!({"instance-id": "i-12345678", "instance-action": "Stop"});
+        let err = instance(&f, &detail, EventKind::SpotInterruption).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("detail.instance-action"));
         assert_eq!(
-            spot(&f, &detail).unwrap_err().message,
+            err.message,
             "`Stop` is not one of terminate, stop, hibernate"
         );
         for (name, state) in [
@@ -266,7 +226,7 @@ mod tests {
             ("Running", InstanceState::Other("Running".into())),
         ] {
             let detail = json!({"instance-id": "i-12345678", "state": name});
-            let (_, _, parsed) = state_change(&f, &detail).unwrap();
+            let (_, _, parsed) = instance(&f, &detail, EventKind::StateChange).unwrap();
             assert_eq!(
                 parsed,
                 Detail::StateChange {

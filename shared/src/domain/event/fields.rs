@@ -1,7 +1,13 @@
-//! Reading an event's fields with errors that name them (their JSON path), and the times in
-//! them checked against the time of receipt.
+//! Reading an event's fields into serde types, with errors that name them (their JSON path), and
+//! the times in them checked against the time of receipt.
+
+use std::fmt;
+use std::marker::PhantomData;
 
 use chrono::{DateTime, Utc};
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 use super::{DecodeError, EventKind, Origin, is_instance_id, parse_time};
@@ -11,26 +17,69 @@ use crate::domain::time::within_sane_range;
 /// instances and its [`super::Detail`].
 pub(crate) type Parsed = (EventKind, Vec<String>, super::Detail);
 
-/// What a JSON value is, for messages (`a string`, `an object`, ...).
-pub(crate) fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
+/// Text that is not blank (kept as written).
+#[derive(Deserialize)]
+#[serde(try_from = "String")]
+pub(crate) struct Text(pub(crate) String);
+
+impl TryFrom<String> for Text {
+    type Error = &'static str;
+    fn try_from(s: String) -> Result<Text, &'static str> {
+        if s.trim().is_empty() {
+            Err("must not be empty")
+        } else {
+            Ok(Text(s))
+        }
     }
 }
 
-/// Field access with errors that name the field.
+/// An EC2 instance id; surrounding whitespace is trimmed.
+#[derive(Deserialize)]
+#[serde(try_from = "Text")]
+pub(crate) struct InstanceId(pub(crate) String);
+
+impl TryFrom<Text> for InstanceId {
+    type Error = String;
+    fn try_from(Text(s): Text) -> Result<InstanceId, String> {
+        let id = s.trim();
+        if is_instance_id(id) {
+            Ok(InstanceId(id.to_string()))
+        } else {
+            Err(format!(
+                "`{id}` is not an EC2 instance id (i-0123456789abcdef0)"
+            ))
+        }
+    }
+}
+
+/// A `T` read from an object (a mapping) alone: serde reads a struct from an array too, by
+/// position.
+pub(crate) struct Obj<T>(pub(crate) T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Obj<T>, D::Error> {
+        struct Map<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Map<T> {
+            type Value = Obj<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Obj<T>, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map)).map(Obj)
+            }
+        }
+        d.deserialize_map(Map(PhantomData))
+    }
+}
+
+/// Reads fields with errors that name the record and the field.
 pub(crate) struct Fields<'a> {
     pub(crate) origin: &'a Origin,
     /// What times are checked against (see [`within_sane_range`]).
     pub(crate) now: DateTime<Utc>,
 }
 
-impl<'a> Fields<'a> {
+impl Fields<'_> {
     pub(crate) fn err(&self, field: &str, message: impl Into<String>) -> DecodeError {
         DecodeError {
             origin: self.origin.clone(),
@@ -39,107 +88,99 @@ impl<'a> Fields<'a> {
         }
     }
 
-    /// An optional string: absent or null is `None`, any other non-string is an error.
-    pub(crate) fn opt_str<'v>(
+    /// `v` read as a `T`; an error names its field under `prefix` (`detail`, or `""` for the
+    /// top), `$` for `v` itself.
+    pub(crate) fn read<'v, T: Deserialize<'v>>(
         &self,
         v: &'v Value,
-        key: &str,
-        path: &str,
-    ) -> Result<Option<&'v str>, DecodeError> {
-        match v.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s)),
-            Some(other) => Err(self.err(
-                path,
-                format!("expected a string, found {}", json_type(other)),
-            )),
-        }
-    }
-
-    pub(crate) fn req_str<'v>(
-        &self,
-        v: &'v Value,
-        key: &str,
-        path: &str,
-    ) -> Result<&'v str, DecodeError> {
-        match self.opt_str(v, key, path)? {
-            Some(s) if !s.trim().is_empty() => Ok(s),
-            Some(_) => Err(self.err(path, "must not be empty")),
-            None => Err(self.err(path, "missing")),
-        }
-    }
-
-    /// An instance id; surrounding whitespace is trimmed.
-    pub(crate) fn instance_id(
-        &self,
-        v: &Value,
-        key: &str,
-        path: &str,
-    ) -> Result<String, DecodeError> {
-        let id = self.req_str(v, key, path)?.trim();
-        if is_instance_id(id) {
-            Ok(id.to_string())
-        } else {
-            Err(self.err(
-                path,
-                format!("`{id}` is not an EC2 instance id (i-0123456789abcdef0)"),
-            ))
-        }
+        prefix: &str,
+    ) -> Result<T, DecodeError> {
+        serde_path_to_error::deserialize(v).map_err(|e| {
+            let (path, message) = plain(e, prefix, ["null", "an array", "an object"]);
+            self.err(if path.is_empty() { "$" } else { &path }, message)
+        })
     }
 
     /// An optional time, within 10 years of now.
     pub(crate) fn time(
         &self,
-        v: &Value,
-        key: &str,
+        raw: Option<&str>,
         path: &str,
     ) -> Result<Option<DateTime<Utc>>, DecodeError> {
-        match self.opt_str(v, key, path)? {
-            None => Ok(None),
-            Some(s) => {
-                let t = parse_time(s).ok_or_else(|| {
-                    self.err(path, format!("`{s}` is not an RFC 3339 or RFC 1123 time"))
-                })?;
-                within_sane_range(t, self.now)
-                    .map(Some)
-                    .map_err(|m| self.err(path, m.to_string()))
-            }
-        }
+        raw.map(|s| {
+            let t = parse_time(s).ok_or_else(|| {
+                self.err(path, format!("`{s}` is not an RFC 3339 or RFC 1123 time"))
+            })?;
+            within_sane_range(t, self.now).map_err(|m| self.err(path, m.to_string()))
+        })
+        .transpose()
     }
 
-    /// An optional time where an empty string means absent (there is a fallback).
-    pub(crate) fn time_or_empty(
-        &self,
-        v: &Value,
-        key: &str,
-        path: &str,
-    ) -> Result<Option<DateTime<Utc>>, DecodeError> {
-        match self.opt_str(v, key, path)? {
-            Some(s) if s.trim().is_empty() => Ok(None),
-            _ => self.time(v, key, path),
-        }
-    }
-
-    /// The event time (field `key`). An empty one falls back to `received` (which must be within
-    /// 10 years of now too); an unsupported event without one is dated at the epoch.
+    /// The event time (`raw`, of field `key`). An empty one falls back to `received` (which
+    /// must be within 10 years of now too); an unsupported event without one is dated at the
+    /// epoch.
     pub(crate) fn event_time(
         &self,
-        v: &Value,
+        raw: Option<&str>,
         key: &str,
         kind: EventKind,
         received: DateTime<Utc>,
     ) -> Result<DateTime<Utc>, DecodeError> {
-        if self
-            .opt_str(v, key, key)?
-            .is_some_and(|s| s.trim().is_empty())
-        {
+        if raw.is_some_and(|s| s.trim().is_empty()) {
             return within_sane_range(received, self.now)
                 .map_err(|m| self.err(key, format!("empty, and the time it falls back to, {m}")));
         }
-        match self.time(v, key, key)? {
+        match self.time(raw, key)? {
             Some(t) => Ok(t),
             None if kind == EventKind::Unsupported => Ok(DateTime::<Utc>::UNIX_EPOCH),
             None => Err(self.err(key, "missing")),
         }
     }
+}
+
+/// The field a serde error names, under `prefix` (its path, a missing field's name included),
+/// and its message in plain words (`words`: what null, a sequence and a map are called):
+/// `expected a string, found a number`, `missing`, `unknown field (known: a, b)`.
+pub(crate) fn plain<E: fmt::Display>(
+    e: serde_path_to_error::Error<E>,
+    prefix: &str,
+    words: [&str; 3],
+) -> (String, String) {
+    let at = e.path().to_string();
+    let mut path: Vec<&str> = [prefix, &at]
+        .into_iter()
+        .filter(|p| !p.is_empty() && *p != ".")
+        .collect();
+    let message = e.into_inner().to_string();
+    let word = |w: &str| match w {
+        "integer" | "floating" | "f64" => "a number".to_string(),
+        "boolean" => "a boolean".to_string(),
+        "string" => "a string".to_string(),
+        "unit" => words[0].to_string(),
+        "sequence" | "a sequence" => words[1].to_string(),
+        "map" | "a map" => words[2].to_string(),
+        "u32" => "a whole number".to_string(),
+        other => other.to_string(),
+    };
+    let missing = (message.strip_prefix("missing field `")).and_then(|m| m.strip_suffix('`'));
+    let unknown =
+        (message.strip_prefix("unknown field `")).and_then(|m| m.split_once("`, expected "));
+    let invalid =
+        (message.strip_prefix("invalid type: ")).and_then(|m| m.rsplit_once(", expected "));
+    let message = match (missing, unknown, invalid) {
+        (Some(name), _, _) => {
+            path.push(name);
+            "missing".to_string()
+        }
+        (_, Some((_, known)), _) => {
+            let known = known.trim_start_matches("one of ").replace("` or `", ", ");
+            format!("unknown field (known: {})", known.replace('`', ""))
+        }
+        (_, _, Some((found, expected))) => {
+            let found = found.split([' ', '`']).next().unwrap_or_default();
+            format!("expected {}, found {}", word(expected), word(found))
+        }
+        _ => message.clone(),
+    };
+    (path.join("."), message)
 }

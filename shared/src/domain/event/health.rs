@@ -43,21 +43,47 @@
 //! }
 //! ```
 
+use serde::Deserialize;
 use serde_json::Value;
 
-use super::fields::{Fields, Parsed, json_type};
+use super::fields::{Fields, Obj, Parsed};
 use super::{DecodeError, Detail, EventKind, is_instance_id};
+
+/// What a Health event is about: read first, so that the rest of an event forewarn does not
+/// handle is never read.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct About {
+    service: Option<String>,
+    event_type_category: Option<String>,
+}
+
+/// An EC2 scheduled change.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Scheduled {
+    event_type_code: Option<String>,
+    event_arn: Option<String>,
+    start_time: Option<String>,
+    end_time: Option<String>,
+    status_code: Option<String>,
+    affected_entities: Option<Vec<Obj<Entity>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Entity {
+    entity_value: Option<String>,
+    status: Option<String>,
+}
 
 /// An `AWS Health Event`: an EC2 scheduled change names its instances in
 /// `affectedEntities[].entityValue` (other entities, and repeats, are left out); any other
 /// service or category is unsupported.
 pub(crate) fn scheduled_change(f: &Fields<'_>, detail: &Value) -> Result<Parsed, DecodeError> {
-    let service = f
-        .opt_str(detail, "service", "detail.service")?
-        .unwrap_or_default();
-    let category = f
-        .opt_str(detail, "eventTypeCategory", "detail.eventTypeCategory")?
-        .unwrap_or_default();
+    let about: About = f.read(detail, "detail")?;
+    let service = about.service.unwrap_or_default();
+    let category = about.event_type_category.unwrap_or_default();
     if service != "EC2" || category != "scheduledChange" {
         return Ok((
             EventKind::Unsupported,
@@ -69,55 +95,30 @@ pub(crate) fn scheduled_change(f: &Fields<'_>, detail: &Value) -> Result<Parsed,
             },
         ));
     }
-    let event_type_code = f
-        .opt_str(detail, "eventTypeCode", "detail.eventTypeCode")?
-        .unwrap_or_default()
-        .to_string();
-    let event_arn = f
-        .opt_str(detail, "eventArn", "detail.eventArn")?
-        .map(str::to_string);
+    let d: Scheduled = f.read(detail, "detail")?;
     // Empty is absent: the drain deadline then falls back as for events that give none.
-    let start_time = f.time_or_empty(detail, "startTime", "detail.startTime")?;
-    let end_time = f.time_or_empty(detail, "endTime", "detail.endTime")?;
-    let status_closed = f
-        .opt_str(detail, "statusCode", "detail.statusCode")?
+    fn given(t: &Option<String>) -> Option<&str> {
+        t.as_deref().filter(|s| !s.trim().is_empty())
+    }
+    let start_time = f.time(given(&d.start_time), "detail.startTime")?;
+    let end_time = f.time(given(&d.end_time), "detail.endTime")?;
+    let status_closed = d
+        .status_code
         .is_some_and(|s| s.trim().eq_ignore_ascii_case("closed"));
     let mut ids: Vec<String> = Vec::new();
     let mut closed: Vec<String> = Vec::new();
-    match detail.get("affectedEntities") {
-        None | Some(Value::Null) => {}
-        Some(Value::Array(entities)) => {
-            for (i, entity) in entities.iter().enumerate() {
-                let path = format!("detail.affectedEntities[{i}].entityValue");
-                if !entity.is_object() {
-                    return Err(f.err(
-                        &format!("detail.affectedEntities[{i}]"),
-                        format!("expected an object, found {}", json_type(entity)),
-                    ));
-                }
-                let status_path = format!("detail.affectedEntities[{i}].status");
-                let over = f
-                    .opt_str(entity, "status", &status_path)?
-                    .map(str::trim)
-                    .is_some_and(|s| {
-                        s.eq_ignore_ascii_case("RESOLVED") || s.eq_ignore_ascii_case("CANCELLED")
-                    });
-                if let Some(value) = f.opt_str(entity, "entityValue", &path)?.map(str::trim)
-                    && is_instance_id(value)
-                    && !ids.iter().any(|x| x == value)
-                {
-                    ids.push(value.to_string());
-                    if over || status_closed {
-                        closed.push(value.to_string());
-                    }
-                }
+    for Obj(entity) in d.affected_entities.unwrap_or_default() {
+        let over = entity.status.as_deref().map(str::trim).is_some_and(|s| {
+            s.eq_ignore_ascii_case("RESOLVED") || s.eq_ignore_ascii_case("CANCELLED")
+        });
+        if let Some(value) = entity.entity_value.as_deref().map(str::trim)
+            && is_instance_id(value)
+            && !ids.iter().any(|x| x == value)
+        {
+            ids.push(value.to_string());
+            if over || status_closed {
+                closed.push(value.to_string());
             }
-        }
-        Some(other) => {
-            return Err(f.err(
-                "detail.affectedEntities",
-                format!("expected an array, found {}", json_type(other)),
-            ));
         }
     }
     if ids.is_empty() {
@@ -126,15 +127,12 @@ pub(crate) fn scheduled_change(f: &Fields<'_>, detail: &Value) -> Result<Parsed,
             "no entityValue is an EC2 instance id",
         ));
     }
-    Ok((
-        EventKind::ScheduledChange,
-        ids,
-        Detail::Scheduled {
-            event_type_code,
-            event_arn,
-            start_time,
-            end_time,
-            closed,
-        },
-    ))
+    let detail = Detail::Scheduled {
+        event_type_code: d.event_type_code.unwrap_or_default(),
+        event_arn: d.event_arn,
+        start_time,
+        end_time,
+        closed,
+    };
+    Ok((EventKind::ScheduledChange, ids, detail))
 }

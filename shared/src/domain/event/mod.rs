@@ -446,7 +446,12 @@ pub struct DecodeError {
 
 /// `i-` followed by 8 or 17 lowercase hex digits.
 pub fn is_instance_id(s: &str) -> bool {
-    s.strip_prefix("i-").is_some_and(|hex| {
+    is_aws_id(s, "i-")
+}
+
+/// `prefix` followed by 8 or 17 lowercase hex digits.
+fn is_aws_id(s: &str, prefix: &str) -> bool {
+    s.strip_prefix(prefix).is_some_and(|hex| {
         (hex.len() == 8 || hex.len() == 17)
             && hex
                 .bytes()

@@ -4,12 +4,26 @@
 //! notification, with no envelope: it is recognised here and read by `autoscaling`.
 
 use chrono::{DateTime, Utc};
-use serde_json::Value;
+use serde::Deserialize;
+use serde_json::{Map, Value};
 
-use crate::domain::event::fields::{Fields, Parsed, json_type};
+use crate::domain::event::fields::{Fields, Obj, Parsed};
 use crate::domain::event::{
     DecodeError, Detail, Event, EventKind, Origin, autoscaling, ec2, health, synthetic_id,
 };
+
+/// The envelope's fields; `detail` is read by the file of the event's source.
+#[derive(Deserialize)]
+struct Envelope {
+    id: Option<String>,
+    source: Option<String>,
+    #[serde(rename = "detail-type")]
+    detail_type: Option<String>,
+    time: Option<String>,
+    region: Option<String>,
+    account: Option<String>,
+    detail: Option<Map<String, Value>>,
+}
 
 /// Parses one EventBridge event. Valid JSON of an unknown source or detail-type is an
 /// `unsupported` event, not an error.
@@ -35,26 +49,29 @@ pub(super) fn parse_event_at(
     now: DateTime<Utc>,
 ) -> Result<Event, DecodeError> {
     let f = Fields { origin, now };
-    if !v.is_object() {
-        return Err(f.err(
-            "$",
-            format!(
-                "expected an EventBridge event object, found {}",
-                json_type(v)
-            ),
-        ));
-    }
     if autoscaling::is_notification(v) {
         return autoscaling::notification(&f, v, received);
     }
-    let (source, detail_type, kind) = envelope_kind(&f, v)?;
-    let id = event_id(&f, v, kind)?;
-    let time = f.event_time(v, "time", kind, received)?;
-    let region = f.opt_str(v, "region", "region")?.map(str::to_string);
-    let account = f.opt_str(v, "account", "account")?.map(str::to_string);
-    let detail = detail_object(&f, v, kind)?;
-    let (kind, instance_ids, detail) = parse_detail(&f, kind, detail, &source, &detail_type)?;
-    let detail = detail.placed(account.as_deref(), region.as_deref());
+    let Obj(e): Obj<Envelope> = f.read(v, "")?;
+    let source = e.source.unwrap_or_default();
+    let detail_type = e.detail_type.unwrap_or_default();
+    let kind = EventKind::classify(&source, &detail_type);
+    // An unsupported event without an id gets a stable synthetic one.
+    let id = match e.id {
+        Some(id) if !id.trim().is_empty() => id,
+        _ if kind == EventKind::Unsupported => synthetic_id(v),
+        Some(_) => return Err(f.err("id", "must not be empty")),
+        None => return Err(f.err("id", "missing")),
+    };
+    let time = f.event_time(e.time.as_deref(), "time", kind, received)?;
+    // An unsupported event may have no `detail`.
+    let detail = match e.detail {
+        Some(d) => Value::Object(d),
+        None if kind == EventKind::Unsupported => Value::Null,
+        None => return Err(f.err("detail", "missing")),
+    };
+    let (kind, instance_ids, detail) = parse_detail(&f, kind, &detail, &source, &detail_type)?;
+    let detail = detail.placed(e.account.as_deref(), e.region.as_deref());
     // A part of a block's warning has an id of its own: the warning's and its first instance's.
     let id = match (&detail, instance_ids.first()) {
         (Detail::CapacityBlock { part: true, .. }, Some(first)) => format!("{id}#{first}"),
@@ -66,55 +83,11 @@ pub(super) fn parse_event_at(
         source,
         detail_type,
         time,
-        region,
-        account,
+        region: e.region,
+        account: e.account,
         instance_ids,
         detail,
     })
-}
-
-/// The envelope's `source` and `detail-type` (empty when absent) and the kind they name.
-fn envelope_kind(f: &Fields<'_>, v: &Value) -> Result<(String, String, EventKind), DecodeError> {
-    let source = f
-        .opt_str(v, "source", "source")?
-        .unwrap_or_default()
-        .to_string();
-    let detail_type = f
-        .opt_str(v, "detail-type", "detail-type")?
-        .unwrap_or_default()
-        .to_string();
-    let kind = EventKind::classify(&source, &detail_type);
-    Ok((source, detail_type, kind))
-}
-
-/// The event id; an unsupported event without one gets a stable synthetic id.
-fn event_id(f: &Fields<'_>, v: &Value, kind: EventKind) -> Result<String, DecodeError> {
-    match (f.opt_str(v, "id", "id")?, kind) {
-        (Some(id), _) if !id.trim().is_empty() => Ok(id.to_string()),
-        (_, EventKind::Unsupported) => Ok(synthetic_id(v)),
-        (Some(_), _) => Err(f.err("id", "must not be empty")),
-        (None, _) => Err(f.err("id", "missing")),
-    }
-}
-
-/// No `detail` at all (only acceptable for an unsupported event).
-static NO_DETAIL: Value = Value::Null;
-
-/// The `detail` object; an unsupported event may have none.
-fn detail_object<'v>(
-    f: &Fields<'_>,
-    v: &'v Value,
-    kind: EventKind,
-) -> Result<&'v Value, DecodeError> {
-    match v.get("detail") {
-        Some(d @ Value::Object(_)) => Ok(d),
-        None | Some(Value::Null) if kind == EventKind::Unsupported => Ok(&NO_DETAIL),
-        None => Err(f.err("detail", "missing")),
-        Some(other) => Err(f.err(
-            "detail",
-            format!("expected an object, found {}", json_type(other)),
-        )),
-    }
 }
 
 /// The kind-specific part: the instances the event is about and its [`Detail`], read by the
@@ -127,10 +100,10 @@ fn parse_detail(
     detail_type: &str,
 ) -> Result<Parsed, DecodeError> {
     match kind {
-        EventKind::SpotInterruption => ec2::spot(f, detail),
-        EventKind::RebalanceRecommendation => ec2::rebalance(f, detail),
-        EventKind::StateChange => ec2::state_change(f, detail),
-        EventKind::CapacityReservationInterruption => ec2::reservation(f, detail),
+        EventKind::SpotInterruption
+        | EventKind::RebalanceRecommendation
+        | EventKind::StateChange
+        | EventKind::CapacityReservationInterruption => ec2::instance(f, detail, kind),
         EventKind::CapacityBlockExpiration | EventKind::CapacityBlockDelivered => {
             ec2::capacity_block(f, detail, kind)
         }

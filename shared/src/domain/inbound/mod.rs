@@ -15,7 +15,6 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use crate::domain::event::fields::json_type;
 use crate::domain::event::{DecodeError, Origin};
 
 pub mod continuation;
@@ -93,7 +92,12 @@ pub fn decode_value(
             field: None,
             message: format!(
                 "expected an EventBridge event, an SQS event or an array of events, found {}",
-                json_type(&other)
+                match other {
+                    Value::Null => "null",
+                    Value::Bool(_) => "a boolean",
+                    Value::Number(_) => "a number",
+                    _ => "a string",
+                }
             ),
         }),
     }

@@ -180,6 +180,22 @@ fn array_envelope() {
 }
 
 #[test]
+fn objects_are_never_read_from_arrays() {
+    // serde reads a struct from an array too, by position: an event and a Health entity are
+    // objects alone.
+    let positional = json!(["e1", "aws.ec2", DT_SPOT, "2026-11-20T10:00:00Z", null, null,
+                            {"instance-id": "i-0a1b2c3d4e5f60001"}]);
+    let err = one(json!([positional])).unwrap_err();
+    assert_eq!(err.field.as_deref(), Some("$"));
+    assert_eq!(err.message, "expected an object, found an array");
+    let mut v = health();
+    v["detail"]["affectedEntities"] = json!([["i-0a1b2c3d4e5f60002", null]]);
+    let err = one(v).unwrap_err();
+    assert_eq!(err.field.as_deref(), Some("detail.affectedEntities[0]"));
+    assert_eq!(err.message, "expected an object, found an array");
+}
+
+#[test]
 fn not_json_is_an_input_error() {
     let err = decode("x.json", b"{\"id\": ", received()).unwrap_err();
     assert!(
@@ -949,13 +965,13 @@ fn a_part_of_a_blocks_warning_names_its_instances_and_has_an_id_of_its_own() {
             "Capacity Block Expiration Warning",
             json!("i-0a1b2c3d4e5f60010"),
             "detail.instance-ids",
-            "expected 1 to 10",
+            "expected an array, found a string",
         ),
         (
             "Capacity Block Expiration Warning",
             json!(["vol-1"]),
             "detail.instance-ids[0]",
-            "is not an instance id",
+            "`vol-1` is not an EC2 instance id",
         ),
         (
             "Capacity Block Delivered",
