@@ -3,10 +3,13 @@
 //! ([`AsgNodeGroups`]): `DescribeAutoScalingGroups`, with EC2 `DescribeLaunchTemplateVersions` for
 //! a launch template's instance type and market type.
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 use aws_config::SdkConfig;
 use aws_sdk_autoscaling::config::http::HttpResponse;
 use aws_sdk_autoscaling::error::ProvideErrorMetadata;
+use aws_sdk_autoscaling::types::AutoScalingGroup;
 
 use super::accounts::{AccountError, Accounts, PerPlace, Target};
 use super::aws::{AwsError, aws_error_text, failure_kind};
@@ -265,77 +268,43 @@ impl NodeGroupSource for AsgNodeGroups {
 
     async fn describe(&self) -> Result<Vec<AsgDescription>, DirectoryError> {
         let mut groups = Vec::new();
-        let mut templates: std::collections::BTreeMap<
-            TemplateRef,
-            (Option<String>, Option<String>),
-        > = std::collections::BTreeMap::new();
-        let mut token: Option<String> = None;
-        loop {
-            let out = self
-                .autoscaling
-                .describe_auto_scaling_groups()
-                .set_next_token(token.take())
-                .send()
-                .await
-                .map_err(|e| lookup_error("autoscaling DescribeAutoScalingGroups", e))?;
-            for g in out.auto_scaling_groups() {
-                let mixed = g.mixed_instances_policy();
-                let lt = mixed
-                    .and_then(|m| m.launch_template())
-                    .and_then(|l| l.launch_template_specification())
-                    .or(g.launch_template());
-                let mut desc = AsgDescription {
-                    name: g.auto_scaling_group_name().unwrap_or_default().to_string(),
-                    tags: g
-                        .tags()
-                        .iter()
-                        .filter_map(|t| {
-                            Some((t.key()?.to_string(), t.value().unwrap_or("").to_string()))
-                        })
-                        .collect(),
-                    zones: g.availability_zones().to_vec(),
-                    override_types: mixed
-                        .and_then(|m| m.launch_template())
-                        .map(|l| {
-                            l.overrides()
-                                .iter()
-                                .filter_map(|o| o.instance_type().map(str::to_string))
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                    on_demand_percentage: mixed
-                        .and_then(|m| m.instances_distribution())
-                        .and_then(|d| d.on_demand_percentage_above_base_capacity()),
-                    mixed: mixed.is_some(),
-                    ..AsgDescription::default()
+        let mut templates: BTreeMap<TemplateRef, (Option<String>, Option<String>)> =
+            BTreeMap::new();
+        let mut pages = self
+            .autoscaling
+            .describe_auto_scaling_groups()
+            .into_paginator()
+            .items()
+            .send();
+        while let Some(g) = pages.next().await {
+            let g = g.map_err(|e| lookup_error("autoscaling DescribeAutoScalingGroups", e))?;
+            let mut desc = description(&g);
+            let lt = g
+                .mixed_instances_policy()
+                .and_then(|m| m.launch_template())
+                .and_then(|l| l.launch_template_specification())
+                .or(g.launch_template());
+            if (desc.override_types.is_empty() || !desc.mixed)
+                && let Some(r) = template_ref(lt)
+            {
+                let resolved = match templates.get(&r) {
+                    Some(known) => known.clone(),
+                    None => {
+                        let found = self.template(&r).await?;
+                        templates.insert(r, found.clone());
+                        found
+                    }
                 };
-                if (desc.override_types.is_empty() || !desc.mixed)
-                    && let Some(r) = template_ref(lt)
-                {
-                    let resolved = match templates.get(&r) {
-                        Some(known) => known.clone(),
-                        None => {
-                            let found = self.template(&r).await?;
-                            templates.insert(r, found.clone());
-                            found
-                        }
-                    };
-                    desc.template_instance_type = resolved.0;
-                    desc.template_market = resolved.1;
-                }
-                if desc.template_instance_type.is_none() && desc.override_types.is_empty() {
-                    // A launch configuration, or a template without a type: what runs.
-                    desc.template_instance_type = g
-                        .instances()
-                        .iter()
-                        .find_map(|i| i.instance_type().map(str::to_string));
-                }
-                groups.push(desc);
+                (desc.template_instance_type, desc.template_market) = resolved;
             }
-            match out.next_token() {
-                Some(t) if !t.is_empty() => token = Some(t.to_string()),
-                _ => break,
+            if desc.template_instance_type.is_none() && desc.override_types.is_empty() {
+                // A launch configuration, or a template without a type: what runs.
+                desc.template_instance_type = g
+                    .instances()
+                    .iter()
+                    .find_map(|i| i.instance_type().map(str::to_string));
             }
+            groups.push(desc);
         }
         // The account's zone IDs: the groups' pools are keyed by them, as the instances' are.
         match crate::adapters::ec2::zone_ids_of(&self.ec2).await {
@@ -345,6 +314,34 @@ impl NodeGroupSource for AsgNodeGroups {
             }
         }
         Ok(groups)
+    }
+}
+
+/// What a group says of itself (its launch template's types aside).
+fn description(g: &AutoScalingGroup) -> AsgDescription {
+    let mixed = g.mixed_instances_policy();
+    AsgDescription {
+        name: g.auto_scaling_group_name().unwrap_or_default().to_string(),
+        tags: g
+            .tags()
+            .iter()
+            .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or("").to_string())))
+            .collect(),
+        zones: g.availability_zones().to_vec(),
+        override_types: mixed
+            .and_then(|m| m.launch_template())
+            .map(|l| {
+                l.overrides()
+                    .iter()
+                    .filter_map(|o| o.instance_type().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        on_demand_percentage: mixed
+            .and_then(|m| m.instances_distribution())
+            .and_then(|d| d.on_demand_percentage_above_base_capacity()),
+        mixed: mixed.is_some(),
+        ..AsgDescription::default()
     }
 }
 

@@ -187,24 +187,22 @@ impl ElbTargets {
         let _done = Finding(self.groups.clone(), key.clone());
         let cluster = key.1.as_str();
         let mut found = BTreeSet::new();
-        let mut token: Option<String> = None;
         let mut calls = 0;
-        loop {
+        let mut pages = tags
+            .get_resources()
+            .resource_type_filters(TARGET_GROUP_TYPE)
+            .tag_filters(
+                TagFilter::builder()
+                    .key(CLUSTER_TAG)
+                    .values(cluster)
+                    .build(),
+            )
+            .resources_per_page(RESOURCES_PER_PAGE)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
             calls += 1;
-            let page = tags
-                .get_resources()
-                .resource_type_filters(TARGET_GROUP_TYPE)
-                .tag_filters(
-                    TagFilter::builder()
-                        .key(CLUSTER_TAG)
-                        .values(cluster)
-                        .build(),
-                )
-                .resources_per_page(RESOURCES_PER_PAGE)
-                .set_pagination_token(token.take())
-                .send()
-                .await
-                .map_err(|e| call_error("tag:GetResources", e))?;
+            let page = page.map_err(|e| call_error("tag:GetResources", e))?;
             for mapping in page.resource_tag_mapping_list() {
                 let pairs = mapping.tags().iter().map(|t| (t.key(), t.value()));
                 // What the filter asked for, checked again: only a target group of the cluster.
@@ -221,13 +219,6 @@ impl ElbTargets {
                 .or_default()
                 .arns
                 .extend(found.iter().cloned());
-            token = page
-                .pagination_token()
-                .filter(|t| !t.is_empty())
-                .map(str::to_string);
-            if token.is_none() {
-                break;
-            }
         }
         let now = self.clock.now();
         let mut groups = self.lock();

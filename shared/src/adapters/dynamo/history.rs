@@ -29,33 +29,27 @@ impl DynamoStore {
         );
         // The attributes named (see `pool_attributes`).
         let projection = e.projection(&history_attributes());
+        let mut items = self
+            .client
+            .scan()
+            .table_name(&self.table)
+            .select(aws_sdk_dynamodb::types::Select::SpecificAttributes)
+            .projection_expression(projection)
+            .filter_expression(filter)
+            .set_expression_attribute_names(Some(e.names))
+            .set_expression_attribute_values(Some(e.values))
+            .into_paginator()
+            .items()
+            .send();
         let mut entries = Vec::new();
-        let mut start = None;
-        loop {
-            let out = self
-                .client
-                .scan()
-                .table_name(&self.table)
-                .select(aws_sdk_dynamodb::types::Select::SpecificAttributes)
-                .projection_expression(&projection)
-                .filter_expression(&filter)
-                .set_expression_attribute_names(Some(e.names.clone()))
-                .set_expression_attribute_values(Some(e.values.clone()))
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|err| self.sdk_err("scanning the history", err))?;
-            for item in out.items.unwrap_or_default() {
-                let entry = decode_history(&item)?;
-                if entry.in_period(since, now) {
-                    entries.push(entry);
-                }
-            }
-            match out.last_evaluated_key.filter(|k| !k.is_empty()) {
-                Some(key) => start = Some(key),
-                None => return Ok(entries),
+        while let Some(item) = items.next().await {
+            let item = item.map_err(|err| self.sdk_err("scanning the history", err))?;
+            let entry = decode_history(&item)?;
+            if entry.in_period(since, now) {
+                entries.push(entry);
             }
         }
+        Ok(entries)
     }
 
     /// A `Query` of one pool's history items whose event time is in `[since, now]` and that
@@ -93,28 +87,22 @@ impl DynamoStore {
             exp = e.name(EXPIRES_AT),
             now = e.value("now", n(now.timestamp())),
         );
+        let mut items = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression(key_condition)
+            .filter_expression(filter)
+            .set_expression_attribute_names(Some(e.names))
+            .set_expression_attribute_values(Some(e.values))
+            .into_paginator()
+            .items()
+            .send();
         let mut entries = Vec::new();
-        let mut start = None;
-        loop {
-            let out = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression(&key_condition)
-                .filter_expression(&filter)
-                .set_expression_attribute_names(Some(e.names.clone()))
-                .set_expression_attribute_values(Some(e.values.clone()))
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|err| self.sdk_err("querying a pool's history", err))?;
-            for item in out.items.unwrap_or_default() {
-                entries.push(decode_history(&item)?);
-            }
-            match out.last_evaluated_key.filter(|k| !k.is_empty()) {
-                Some(key) => start = Some(key),
-                None => return Ok(entries),
-            }
+        while let Some(item) = items.next().await {
+            let item = item.map_err(|err| self.sdk_err("querying a pool's history", err))?;
+            entries.push(decode_history(&item)?);
         }
+        Ok(entries)
     }
 }

@@ -1,9 +1,6 @@
 //! Reading pools: one by its key, or those a [`PoolQuery`] asks for, through the index that
 //! fits it.
 
-use std::collections::HashMap;
-
-use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 
 use super::codec::*;
@@ -94,61 +91,56 @@ impl DynamoStore {
         Ok(records)
     }
 
-    /// Pages through a query or scan, decoding every pool item.
+    /// Every pool item of a query or scan (all its pages), decoded; a corrupt one ends it.
     async fn collect(&self, request: Request) -> Result<Vec<PoolRecord>, StoreError> {
         let mut records = Vec::new();
-        let mut start: Option<HashMap<String, AttributeValue>> = None;
-        loop {
-            let (items, next) = match &request {
-                Request::Query {
-                    index,
-                    key_condition,
-                    filter,
-                    expr,
-                } => {
-                    let out = self
-                        .client
-                        .query()
-                        .table_name(&self.table)
-                        .index_name(*index)
-                        .key_condition_expression(key_condition)
-                        .filter_expression(filter)
-                        .set_expression_attribute_names(Some(expr.names.clone()))
-                        .set_expression_attribute_values(Some(expr.values.clone()))
-                        .scan_index_forward(false)
-                        .set_exclusive_start_key(start.take())
-                        .send()
-                        .await
-                        .map_err(|e| self.sdk_err(format_args!("querying index {index}"), e))?;
-                    (out.items, out.last_evaluated_key)
+        match request {
+            Request::Query {
+                index,
+                key_condition,
+                filter,
+                expr,
+            } => {
+                let mut items = self
+                    .client
+                    .query()
+                    .table_name(&self.table)
+                    .index_name(index)
+                    .key_condition_expression(key_condition)
+                    .filter_expression(filter)
+                    .set_expression_attribute_names(Some(expr.names))
+                    .set_expression_attribute_values(Some(expr.values))
+                    .scan_index_forward(false)
+                    .into_paginator()
+                    .items()
+                    .send();
+                while let Some(item) = items.next().await {
+                    let item =
+                        item.map_err(|e| self.sdk_err(format_args!("querying index {index}"), e))?;
+                    records.push(decode_pool(&item)?);
                 }
-                Request::Scan { filter, expr } => {
-                    let mut expr = expr.clone();
-                    let projection = expr.projection(&pool_attributes());
-                    let out = self
-                        .client
-                        .scan()
-                        .table_name(&self.table)
-                        .select(aws_sdk_dynamodb::types::Select::SpecificAttributes)
-                        .projection_expression(projection)
-                        .filter_expression(filter)
-                        .set_expression_attribute_names(Some(expr.names.clone()))
-                        .set_expression_attribute_values(Some(expr.values.clone()))
-                        .set_exclusive_start_key(start.take())
-                        .send()
-                        .await
-                        .map_err(|e| self.sdk_err("scanning the pools", e))?;
-                    (out.items, out.last_evaluated_key)
-                }
-            };
-            for item in items.unwrap_or_default() {
-                records.push(decode_pool(&item)?);
             }
-            match next.filter(|k| !k.is_empty()) {
-                Some(key) => start = Some(key),
-                None => return Ok(records),
+            Request::Scan { filter, mut expr } => {
+                let projection = expr.projection(&pool_attributes());
+                let mut items = self
+                    .client
+                    .scan()
+                    .table_name(&self.table)
+                    .select(aws_sdk_dynamodb::types::Select::SpecificAttributes)
+                    .projection_expression(projection)
+                    .filter_expression(filter)
+                    .set_expression_attribute_names(Some(expr.names))
+                    .set_expression_attribute_values(Some(expr.values))
+                    .into_paginator()
+                    .items()
+                    .send();
+                while let Some(item) = items.next().await {
+                    let item = item.map_err(|e| self.sdk_err("scanning the pools", e))?;
+                    records.push(decode_pool(&item)?);
+                }
             }
         }
+        Ok(records)
     }
 }
 
