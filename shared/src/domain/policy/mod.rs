@@ -47,7 +47,8 @@ pub use allow::{ACTION_NAMES, BadAllow, PolicyAllow};
 pub use parse::PolicyError;
 
 /// What a rule says an event kind does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
 pub enum PolicyAction {
     None,
     Cordon,
@@ -98,14 +99,7 @@ impl PolicyAction {
 
     /// The action's name, its duration left out: `cordon-for` for every `cordon-for`.
     pub fn name(self) -> &'static str {
-        match self {
-            PolicyAction::None => "none",
-            PolicyAction::Cordon => "cordon",
-            PolicyAction::CordonDrain => "cordon-drain",
-            PolicyAction::Delete => "delete",
-            PolicyAction::CordonFor(_) => "cordon-for",
-            PolicyAction::Adaptive => "adaptive",
-        }
+        self.into()
     }
 
     /// How long a `cordon-for` lasts.

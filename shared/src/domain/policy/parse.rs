@@ -2,10 +2,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use chrono::Duration;
+use serde::Deserialize;
 use serde_json::Value;
 
-use super::{Adaptive, Behaviour, Policy, PolicyAction, Rule};
+use super::{Adaptive, BadAction, Behaviour, Policy, PolicyAction, Rule};
 use crate::domain::event::EventKind;
+use crate::domain::event::fields::{Obj, plain};
 
 /// A policy refused: where (`rules[0].actions.spot-interruption`) and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -22,53 +25,85 @@ fn err(path: &str, message: impl Into<String>) -> PolicyError {
     }
 }
 
-fn type_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "nothing",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "a mapping",
-    }
+/// A policy document as written.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Doc {
+    rules: Option<Vec<Obj<RuleDoc>>>,
+    rebalance: Option<Obj<RebalanceDoc>>,
 }
 
-/// The mapping at `path`, refusing keys other than `known`.
-fn mapping<'v>(
-    v: &'v Value,
-    path: &str,
-    known: &[&str],
-) -> Result<&'v serde_json::Map<String, Value>, PolicyError> {
-    let Value::Object(map) = v else {
-        return Err(err(
-            path,
-            format!("expected a mapping, found {}", type_of(v)),
-        ));
-    };
-    if let Some(k) = map.keys().find(|k| !known.contains(&k.as_str())) {
-        let at = if path.is_empty() {
-            k.clone()
-        } else {
-            format!("{path}.{k}")
-        };
-        return Err(err(
-            &at,
-            format!("unknown field (known: {})", known.join(", ")),
-        ));
-    }
-    Ok(map)
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RebalanceDoc {
+    adaptive: Option<Obj<AdaptiveDoc>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RuleDoc {
+    name: Option<Text>,
+    nodes: Option<BTreeMap<String, Text>>,
+    actions: Option<BTreeMap<Kind, Action>>,
+    delete_owned_on: Option<BTreeSet<Kind>>,
+    surge: Option<BTreeSet<Kind>>,
+    exclude_from_load_balancers: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct AdaptiveDoc {
+    window: Option<Text>,
+    threshold: Option<f64>,
+    min_samples: Option<u32>,
+    days: Option<u32>,
+    otherwise: Option<Action>,
 }
 
 /// A scalar as text (label values may be written as numbers or booleans).
-fn text(v: &Value, path: &str) -> Result<String, PolicyError> {
-    match v {
-        Value::String(s) => Ok(s.clone()),
-        Value::Number(n) => Ok(n.to_string()),
-        Value::Bool(b) => Ok(b.to_string()),
-        other => Err(err(
-            path,
-            format!("expected text, found {}", type_of(other)),
-        )),
+#[derive(Deserialize)]
+#[serde(try_from = "Value")]
+struct Text(String);
+
+impl TryFrom<Value> for Text {
+    type Error = &'static str;
+    fn try_from(v: Value) -> Result<Text, &'static str> {
+        match v {
+            Value::String(s) => Ok(Text(s)),
+            Value::Number(n) => Ok(Text(n.to_string())),
+            Value::Bool(b) => Ok(Text(b.to_string())),
+            _ => Err("expected text (a string, a number or a boolean)"),
+        }
+    }
+}
+
+/// An event kind a rule may name.
+#[derive(Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(try_from = "String")]
+struct Kind(EventKind);
+
+impl TryFrom<String> for Kind {
+    type Error = String;
+    fn try_from(name: String) -> Result<Kind, String> {
+        let kinds = || EventKind::ALL.into_iter().filter(|k| k.configurable());
+        kinds()
+            .find(|k| k.as_str() == name)
+            .map(Kind)
+            .ok_or_else(|| {
+                let known: Vec<&str> = kinds().map(EventKind::as_str).collect();
+                format!("unknown event kind (known: {})", known.join(", "))
+            })
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(try_from = "Text")]
+struct Action(PolicyAction);
+
+impl TryFrom<Text> for Action {
+    type Error = BadAction;
+    fn try_from(Text(text): Text) -> Result<Action, BadAction> {
+        PolicyAction::parse(&text).map(Action)
     }
 }
 
@@ -78,31 +113,18 @@ impl Policy {
         let doc: Value = serde_saphyr::from_str::<Option<Value>>(yaml)
             .map_err(|e| err("policy", format!("not YAML: {e}")))?
             .unwrap_or(Value::Null);
-        if doc.is_null() {
-            return Ok(Policy::default());
-        }
-        let top = mapping(&doc, "", &["rules", "rebalance"])?;
-        let adaptive = match top.get("rebalance") {
-            None | Some(Value::Null) => Adaptive::default(),
-            Some(r) => match mapping(r, "rebalance", &["adaptive"])?.get("adaptive") {
-                None | Some(Value::Null) => Adaptive::default(),
-                Some(a) => adaptive(a)?,
-            },
+        let doc: Option<Obj<Doc>> = serde_path_to_error::deserialize(&doc).map_err(|e| {
+            let (path, message) = plain(e, "", ["nothing", "a list", "a mapping"]);
+            err(if path.is_empty() { "policy" } else { &path }, message)
+        })?;
+        let Doc { rules, rebalance } = doc.map(|Obj(d)| d).unwrap_or_default();
+        let adaptive = match rebalance.and_then(|Obj(r)| r.adaptive) {
+            Some(Obj(a)) => adaptive(a)?,
+            None => Adaptive::default(),
         };
-        let rules = match top.get("rules") {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::Array(items)) => items
-                .iter()
-                .enumerate()
-                .map(|(i, r)| rule(r, &format!("rules[{i}]")))
-                .collect::<Result<Vec<_>, _>>()?,
-            Some(other) => {
-                return Err(err(
-                    "rules",
-                    format!("expected a list, found {}", type_of(other)),
-                ));
-            }
-        };
+        let rules = (rules.unwrap_or_default().into_iter().enumerate())
+            .map(|(i, Obj(r))| rule(i, r))
+            .collect::<Result<Vec<_>, _>>()?;
         for (i, r) in rules.iter().enumerate() {
             if rules[..i].iter().any(|o| o.name == r.name) {
                 return Err(err(
@@ -115,182 +137,85 @@ impl Policy {
     }
 }
 
-fn rule(v: &Value, path: &str) -> Result<Rule, PolicyError> {
-    let map = mapping(
-        v,
-        path,
-        &[
-            "name",
-            "nodes",
-            "actions",
-            "delete-owned-on",
-            "surge",
-            "exclude-from-load-balancers",
-        ],
-    )?;
-    let name = match map.get("name") {
-        Some(n) => text(n, &format!("{path}.name"))?.trim().to_string(),
-        None => String::new(),
-    };
+/// Rule `i` as written, checked: it has a name, and only `rebalance-recommendation` is
+/// `adaptive`.
+fn rule(i: usize, r: RuleDoc) -> Result<Rule, PolicyError> {
+    let name = r
+        .name
+        .map(|Text(n)| n.trim().to_string())
+        .unwrap_or_default();
     if name.is_empty() {
-        return Err(err(&format!("{path}.name"), "every rule needs a name"));
+        return Err(err(&format!("rules[{i}].name"), "every rule needs a name"));
     }
-    let mut nodes = BTreeMap::new();
-    match map.get("nodes") {
-        None | Some(Value::Null) => {}
-        Some(n) => {
-            let Value::Object(labels) = n else {
-                return Err(err(
-                    &format!("{path}.nodes"),
-                    format!("expected a mapping of node labels, found {}", type_of(n)),
-                ));
-            };
-            for (k, v) in labels {
-                nodes.insert(k.clone(), text(v, &format!("{path}.nodes.{k}"))?);
-            }
-        }
+    let actions: BTreeMap<EventKind, PolicyAction> = (r.actions.unwrap_or_default().into_iter())
+        .map(|(Kind(k), Action(a))| (k, a))
+        .collect();
+    if let Some(kind) = actions.iter().find_map(|(k, a)| {
+        (*a == PolicyAction::Adaptive && *k != EventKind::RebalanceRecommendation).then_some(k)
+    }) {
+        return Err(err(
+            &format!("rules[{i}].actions.{kind}"),
+            "\"adaptive\" is for rebalance-recommendation only",
+        ));
     }
-    let mut actions = BTreeMap::new();
-    match map.get("actions") {
-        None | Some(Value::Null) => {}
-        Some(a) => {
-            let Value::Object(by_kind) = a else {
-                return Err(err(
-                    &format!("{path}.actions"),
-                    format!("expected a mapping of event kinds, found {}", type_of(a)),
-                ));
-            };
-            for (k, v) in by_kind {
-                let at = format!("{path}.actions.{k}");
-                let kind = kind_at(k, &at)?;
-                let action =
-                    PolicyAction::parse(&text(v, &at)?).map_err(|m| err(&at, m.to_string()))?;
-                if action == PolicyAction::Adaptive && kind != EventKind::RebalanceRecommendation {
-                    return Err(err(
-                        &at,
-                        "\"adaptive\" is for rebalance-recommendation only",
-                    ));
-                }
-                actions.insert(kind, action);
-            }
-        }
-    }
-    let kinds_at = |key: &str| {
-        map.get(key)
-            .filter(|v| !v.is_null())
-            .map(|v| kinds(v, &format!("{path}.{key}")))
-            .transpose()
-    };
-    let behaviour = Behaviour {
-        delete_owned_on: kinds_at("delete-owned-on")?,
-        surge: kinds_at("surge")?,
-        exclude_from_load_balancers: match map.get("exclude-from-load-balancers") {
-            None | Some(Value::Null) => None,
-            Some(Value::Bool(b)) => Some(*b),
-            Some(other) => {
-                return Err(err(
-                    &format!("{path}.exclude-from-load-balancers"),
-                    format!("expected true or false, found {}", type_of(other)),
-                ));
-            }
-        },
-    };
+    let kinds = |set: Option<BTreeSet<Kind>>| set.map(|s| s.into_iter().map(|Kind(k)| k).collect());
     Ok(Rule {
         name,
-        nodes,
+        nodes: (r.nodes.unwrap_or_default().into_iter())
+            .map(|(k, Text(v))| (k, v))
+            .collect(),
         actions,
-        behaviour,
+        behaviour: Behaviour {
+            delete_owned_on: kinds(r.delete_owned_on),
+            surge: kinds(r.surge),
+            exclude_from_load_balancers: r.exclude_from_load_balancers,
+        },
     })
 }
 
-/// An event kind a rule may name (`at` names the field).
-fn kind_at(k: &str, at: &str) -> Result<EventKind, PolicyError> {
-    k.parse::<EventKind>()
-        .ok()
-        .filter(|k| k.configurable())
-        .ok_or_else(|| {
-            let kinds: Vec<&str> = EventKind::ALL
-                .iter()
-                .filter(|k| k.configurable())
-                .map(|k| k.as_str())
-                .collect();
-            err(
-                at,
-                format!("unknown event kind (known: {})", kinds.join(", ")),
-            )
-        })
-}
-
-/// A list of event kinds (`[]`: none).
-fn kinds(v: &Value, path: &str) -> Result<BTreeSet<EventKind>, PolicyError> {
-    let Value::Array(items) = v else {
-        return Err(err(
-            path,
-            format!("expected a list of event kinds, found {}", type_of(v)),
-        ));
-    };
-    items
-        .iter()
-        .enumerate()
-        .map(|(i, k)| {
-            let at = format!("{path}[{i}]");
-            kind_at(&text(k, &at)?, &at)
-        })
-        .collect()
-}
-
-fn adaptive(v: &Value) -> Result<Adaptive, PolicyError> {
-    let path = "rebalance.adaptive";
-    let map = mapping(
-        v,
-        path,
-        &["window", "threshold", "min-samples", "days", "otherwise"],
-    )?;
-    let mut a = Adaptive::default();
-    if let Some(w) = map.get("window") {
-        let at = format!("{path}.window");
-        let t = text(w, &at)?;
-        a.window = crate::domain::time::parse_duration(&t)
+/// `rebalance.adaptive` as written, checked; what it leaves out is the default.
+fn adaptive(a: AdaptiveDoc) -> Result<Adaptive, PolicyError> {
+    let at = |field: &str| format!("rebalance.adaptive.{field}");
+    let d = Adaptive::default();
+    let window = match a.window {
+        None => d.window,
+        Some(Text(t)) => crate::domain::time::parse_duration(&t)
             .ok()
-            .filter(|d| *d > chrono::Duration::zero())
+            .filter(|w| *w > Duration::zero())
             .ok_or_else(|| {
                 err(
-                    &at,
+                    &at("window"),
                     format!("\"{t}\" is not a positive duration (e.g. 30m)"),
                 )
-            })?;
+            })?,
+    };
+    let threshold = a.threshold.unwrap_or(d.threshold);
+    if !(0.0..=1.0).contains(&threshold) {
+        let message = format!("{threshold} is not a share from 0 to 1");
+        return Err(err(&at("threshold"), message));
     }
-    if let Some(t) = map.get("threshold") {
-        let at = format!("{path}.threshold");
-        a.threshold = t
-            .as_f64()
-            .filter(|x| (0.0..=1.0).contains(x))
-            .ok_or_else(|| err(&at, format!("{t} is not a share from 0 to 1")))?;
+    let min_samples = a.min_samples.unwrap_or(d.min_samples);
+    if min_samples < 1 {
+        let message = format!("{min_samples} is not a whole number from 1");
+        return Err(err(&at("min-samples"), message));
     }
-    if let Some(n) = map.get("min-samples") {
-        let at = format!("{path}.min-samples");
-        a.min_samples = n
-            .as_u64()
-            .and_then(|n| u32::try_from(n).ok())
-            .filter(|n| *n >= 1)
-            .ok_or_else(|| err(&at, format!("{n} is not a whole number from 1")))?;
+    let days = a.days.unwrap_or(d.days);
+    if !(1..=365).contains(&days) {
+        let message = format!("{days} is not a number of days from 1 to 365");
+        return Err(err(&at("days"), message));
     }
-    if let Some(n) = map.get("days") {
-        let at = format!("{path}.days");
-        a.days = n
-            .as_u64()
-            .and_then(|n| u32::try_from(n).ok())
-            .filter(|n| (1..=365).contains(n))
-            .ok_or_else(|| err(&at, format!("{n} is not a number of days from 1 to 365")))?;
+    let otherwise = a.otherwise.map_or(d.otherwise, |Action(o)| o);
+    if otherwise == PolicyAction::Adaptive {
+        let message = "\"otherwise\" cannot be adaptive itself";
+        return Err(err(&at("otherwise"), message));
     }
-    if let Some(o) = map.get("otherwise") {
-        let at = format!("{path}.otherwise");
-        a.otherwise = PolicyAction::parse(&text(o, &at)?).map_err(|m| err(&at, m.to_string()))?;
-        if a.otherwise == PolicyAction::Adaptive {
-            return Err(err(&at, "\"otherwise\" cannot be adaptive itself"));
-        }
-    }
-    Ok(a)
+    Ok(Adaptive {
+        window,
+        threshold,
+        min_samples,
+        days,
+        otherwise,
+    })
 }
 
 #[cfg(test)]
@@ -347,7 +272,7 @@ rebalance:
         for (yaml, says) in [
             (
                 "surge: spot-interruption",
-                "rules[0].surge: expected a list of event kinds, found a string",
+                "rules[0].surge: expected a list, found a string",
             ),
             (
                 "surge: [evaporate]",
@@ -355,7 +280,7 @@ rebalance:
             ),
             (
                 "exclude-from-load-balancers: maybe",
-                "rules[0].exclude-from-load-balancers: expected true or false, found a string",
+                "rules[0].exclude-from-load-balancers: expected a boolean, found a string",
             ),
             ("taint: x", "rules[0].taint: unknown field"),
         ] {
@@ -434,9 +359,15 @@ rebalance:
             ),
             (
                 "rules:\n- name: a\n  nodes: [x]\n",
-                "rules[0].nodes: expected a mapping of node labels, found a list",
+                "rules[0].nodes: expected a mapping, found a list",
             ),
             ("rules: {}\n", "rules: expected a list, found a mapping"),
+            // A mapping is never read from a list (serde reads a struct from one, by position).
+            (
+                "rules: [[a, b, c, d, e, f]]\n",
+                "rules[0]: expected a mapping, found a list",
+            ),
+            ("- rules\n", "policy: expected a mapping, found a list"),
             (
                 "rule: []\n",
                 "rule: unknown field (known: rules, rebalance)",
