@@ -43,10 +43,10 @@ pub struct CheckArgs {
         default_value = "OrganizationAccountAccessRole"
     )]
     member_admin_role: String,
-    /// The handler's Kubernetes group (the stack's HandlerKubernetesGroup).
+    /// The handler's Kubernetes group (forewarn's access entries put its role in it).
     #[arg(long, value_name = "GROUP", default_value = "forewarn-handler")]
     handler_group: String,
-    /// The sweeper's Kubernetes group (the stack's SweeperKubernetesGroup).
+    /// The sweeper's Kubernetes group (forewarn's access entries put its role in it).
     #[arg(long, value_name = "GROUP", default_value = "forewarn-sweeper")]
     sweeper_group: String,
     /// Output: one line per write and group, or one JSON object per line.

@@ -42,12 +42,12 @@ const UNDER: &str = "      ";
 #[derive(Args, Debug)]
 pub struct DeployArgs {
     /// An EKS cluster to serve (repeatable: one deployment for several clusters; the stack's
-    /// ClusterNames). The first of this account names a new stack (its ClusterName, in its
-    /// resources' names); an existing stack keeps its own, which must be among them. A member
-    /// account's cluster is ACCOUNT/NAME (the stack's MemberClusters; it needs OrganizationId,
-    /// and infra/member.yaml in that account): its access entries are made, and its manifests
-    /// applied, in that account (see --member-admin-role). Adding a cluster later: the same
-    /// command with one more --cluster.
+    /// Clusters). The first of this account is a new stack's own cluster (the first of its
+    /// Clusters: the stack makes its access entries) and names it (forewarn-<cluster>); an
+    /// existing stack keeps its own, which must be among them. A member account's cluster is
+    /// ACCOUNT/NAME (it needs OrganizationId, and infra/member.yaml in that account): its access
+    /// entries are made, and its manifests applied, in that account (see --member-admin-role).
+    /// Adding a cluster later: the same command with one more --cluster.
     #[arg(
         long = "cluster",
         value_name = "CLUSTER",
@@ -62,17 +62,19 @@ pub struct DeployArgs {
         default_value = "OrganizationAccountAccessRole"
     )]
     member_admin_role: String,
-    /// Serve every EKS cluster of the account and region (the stack's ClusterNames=*; EKS
-    /// ListClusters says which get access entries and manifests now). At most one --cluster
-    /// with it: a new deployment's name.
+    /// Serve every EKS cluster of the account and region (`*` in the stack's Clusters; EKS
+    /// ListClusters says which get access entries and manifests now). At most one --cluster of
+    /// this account with it: a new stack's own cluster.
     #[arg(long)]
     all_clusters: bool,
-    /// The CloudFormation stack [default: forewarn-<first --cluster>].
+    /// The CloudFormation stack, at most 56 characters: its resources are named after it (the
+    /// functions <stack>-handler and <stack>-sweeper, which Lambda takes up to 64) [default:
+    /// forewarn-<first --cluster>].
     #[arg(long, value_name = "NAME")]
     stack_name: Option<String>,
     /// A stack parameter, e.g. `--parameter FunctionArchitecture=x86_64` (repeatable). An
     /// existing stack keeps the value of every parameter not given. Not FunctionsDeployed (the
-    /// command sets it) nor ClusterName and ClusterNames (--cluster, --all-clusters).
+    /// command sets it) nor Clusters (--cluster, --all-clusters).
     #[arg(long = "parameter", value_name = "KEY=VALUE")]
     parameters: Vec<String>,
     /// The AWS region [default: the standard AWS configuration: AWS_REGION, the profile].
@@ -209,9 +211,10 @@ fn inputs(args: &DeployArgs) -> anyhow::Result<Inputs> {
         (None, Some(first)) => format!("forewarn-{first}"),
         (None, None) => bail!(
             "--all-clusters without --cluster: give --stack-name, the stack to update (or \
-             --cluster NAME, a new deployment's name)"
+             --cluster NAME, a new stack's own cluster)"
         ),
     };
+    stack::check_name(&name, args.stack_name.is_some())?;
     Ok(Inputs {
         root,
         template,
@@ -284,16 +287,7 @@ pub async fn run(
     }
     let plan = Plan::new(&name, &clusters, &given, current.as_ref(), &declared)?;
     members_need_an_organization(&clusters, &plan)?;
-    // The manifests name the stack's groups (given, kept, or the defaults they are written with).
-    let groups: Vec<(String, String)> = manifests::GROUP_PARAMETERS
-        .iter()
-        .map(|(param, default)| {
-            let name = plan.value(param).unwrap_or(default);
-            (default.to_string(), name.to_string())
-        })
-        .collect();
-    let objects = manifests::with_groups(objects, &groups);
-    // ... and the handler's taint: its effect, and NTH's keys only when it uses them.
+    // The manifests name the handler's taint: its effect, and NTH's keys only when it uses them.
     let handler = functions::taint_of(&handler_env)?;
     let objects = manifests::with_taints(objects, &handler);
     let mut deploy = Deploy {
@@ -583,11 +577,11 @@ impl Deploy {
         self.refresh_outputs().await
     }
 
-    /// Step 2, with an organization: the route of each member account `MemberClusters` names
-    /// (see [`routes`]), made or updated from the stack's outputs; the routes of accounts no
-    /// longer named deleted.
+    /// Step 2, with an organization: the route of each member account `Clusters` names (see
+    /// [`routes`]), made or updated from the stack's outputs; the routes of accounts no longer
+    /// named deleted.
     async fn routes(&mut self) -> anyhow::Result<()> {
-        let wanted = routes::accounts(self.plan.value(stack::MEMBER_CLUSTERS).unwrap_or_default());
+        let wanted = routes::accounts(self.plan.value(stack::CLUSTERS).unwrap_or_default());
         let existing = match (self.dry_run(), self.plan.exists) {
             (true, false) => Vec::new(),
             (false, _) => routes::existing(&self.cfn, &self.name).await?,
@@ -791,9 +785,9 @@ impl Deploy {
     }
 
     /// Step 5: the access entries of the functions' roles in each cluster served but the
-    /// stack's own `ClusterName` (the stack makes those): each role in its Kubernetes group. None
-    /// with `CreateAccessEntry=false` (the roles are mapped another way). A cluster whose entry
-    /// fails is named, the others go on, and the command fails at the end.
+    /// stack's own (the first of its `Clusters`: the stack makes those): each role in its
+    /// Kubernetes group. None with `CreateAccessEntry=false` (the roles are mapped another way).
+    /// A cluster whose entry fails is named, the others go on, and the command fails at the end.
     async fn access_entries(&mut self) -> anyhow::Result<()> {
         say("[5/6] access entries: the functions' roles in each cluster served (EKS)")?;
         if self.plan.value(CREATE_ACCESS_ENTRY) == Some("false") {
@@ -805,15 +799,14 @@ impl Deploy {
         let roles: Vec<(String, String)> = FUNCTIONS
             .iter()
             .map(|f| {
-                let group = self
-                    .plan
-                    .value(&format!("{}KubernetesGroup", f.prefix))
-                    .unwrap_or_default();
-                Ok((self.output(&format!("{}RoleArn", f.prefix))?, group.into()))
+                Ok((
+                    self.output(&format!("{}RoleArn", f.prefix))?,
+                    f.group.into(),
+                ))
             })
             .collect::<anyhow::Result<_>>()?;
         for cluster in self.served.clone() {
-            if cluster == self.plan.name {
+            if self.plan.own.as_deref() == Some(cluster.as_str()) {
                 say(format!(
                     "{UNDER}cluster {cluster}: the stack's own (HandlerAccessEntry, \
                      SweeperAccessEntry)"
@@ -832,13 +825,10 @@ impl Deploy {
     }
 
     /// The roles the central functions act as in member account `account`: the member role
-    /// (the handler's group) and its read-only twin (the sweeper's), from the stack's
-    /// `MemberRoleName`; `roles`: the functions' own roles and groups, in the same order.
+    /// (the handler's group) and its read-only twin (the sweeper's), as infra/member.yaml names
+    /// them; `roles`: the functions' own roles and groups, in the same order.
     fn member_roles(&self, account: &str, roles: &[(String, String)]) -> Vec<(String, String)> {
-        let name = self
-            .plan
-            .value("MemberRoleName")
-            .unwrap_or("forewarn-member");
+        let name = "forewarn-member";
         let partition =
             forewarn::adapters::accounts::partition_of(self.region.as_deref().unwrap_or_default());
         let arn = |suffix: &str| format!("arn:{partition}:iam::{account}:role/{name}{suffix}");
@@ -948,14 +938,8 @@ impl Deploy {
         granted: bool,
     ) -> anyhow::Result<()> {
         let groups = crate::check::Groups {
-            handler: self
-                .plan
-                .value("HandlerKubernetesGroup")
-                .unwrap_or_default(),
-            sweeper: self
-                .plan
-                .value("SweeperKubernetesGroup")
-                .unwrap_or_default(),
+            handler: FUNCTIONS[0].group,
+            sweeper: FUNCTIONS[1].group,
         };
         let proofs = crate::check::prove_cluster(
             &self.settings,
@@ -1046,8 +1030,7 @@ impl Deploy {
         cluster: &Cluster,
         under: &str,
     ) -> anyhow::Result<bool> {
-        for key in ["HandlerKubernetesGroup", "SweeperKubernetesGroup"] {
-            let group = self.plan.value(key).unwrap_or_default();
+        for group in FUNCTIONS.map(|f| f.group) {
             let found =
                 manifests::check_placeholder_policy(&cluster.client, group, 5, self.clock.as_ref())
                     .await;

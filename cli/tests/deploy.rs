@@ -294,7 +294,7 @@ fn a_dry_run_prints_every_step_and_changes_nothing() {
              -p pool-sweeper"
                 .to_string(),
             format!(
-                "[2/6] stack {stack}: create with ClusterName={cluster} FunctionsDeployed=false \
+                "[2/6] stack {stack}: create with Clusters={cluster} FunctionsDeployed=false \
                  FunctionArchitecture=x86_64 CreateAccessEntry=false"
             ),
             format!(
@@ -308,7 +308,7 @@ fn a_dry_run_prints_every_step_and_changes_nothing() {
                  SweeperEnvFile> --region us-east-1 --endpoint-url {endpoint}"
             ),
             format!(
-                "would update it with ClusterName={cluster} FunctionsDeployed=true \
+                "would update it with Clusters={cluster} FunctionsDeployed=true \
                  FunctionArchitecture=x86_64 CreateAccessEntry=false"
             ),
             "ClusterRole forewarn: would be created".to_string(),
@@ -564,7 +564,7 @@ async fn upgrade(
     for line in [
         format!("stack {stack}: exists (UPDATE_COMPLETE)"),
         "[1/6] build (x86_64)".to_string(),
-        format!("[2/6] stack {stack}: update with ClusterName={cluster} (kept: "),
+        format!("[2/6] stack {stack}: update with Clusters={cluster} (kept: "),
         "FunctionsDeployed=true".to_string(),
         "CreateAccessEntry=false".to_string(),
         "LifecycleHookNames=drain-a,drain-b".to_string(),
@@ -805,14 +805,22 @@ fn parameters_refused(run: &dyn Fn(&Path, &[&str]) -> Output) {
         "forewarn deploy sets it",
     );
     refused(
+        &["deploy", "--cluster", "demo", "--parameter", "Clusters=x"],
+        "give the clusters with --cluster",
+    );
+    refused(
         &[
             "deploy",
             "--cluster",
             "demo",
             "--parameter",
-            "ClusterName=x",
+            "MaxReceiveCount=5",
         ],
-        "give the cluster with --cluster",
+        "has no such parameter",
+    );
+    refused(
+        &["deploy", "--cluster", &"c".repeat(48)],
+        "give a shorter --stack-name",
     );
     refused(
         &["deploy", "--cluster", "demo", "--parameter", "Colour=blue"],
@@ -941,7 +949,7 @@ fn a_dry_run_says_every_step(run: &dyn Fn(&Path, &[&str]) -> Output) {
         "stack forewarn-demo: could not be read (",
         "[1/6] build (arm64): cargo lambda build --release --arm64 -p interruption-handler -p \
          pool-sweeper",
-        "[2/6] stack forewarn-demo: create with ClusterName=demo FunctionsDeployed=false",
+        "[2/6] stack forewarn-demo: create with Clusters=demo FunctionsDeployed=false",
         "--endpoint-url http://127.0.0.1:1",
         "[4/6] wiring",
         "ClusterRole forewarn (infra/k8s/rbac.yaml): to be applied",

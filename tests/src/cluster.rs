@@ -47,9 +47,9 @@ pub fn as_deployed(fake: &KubeFake) -> usize {
     stored
 }
 
-/// The handler's Kubernetes group (the stack's default `HandlerKubernetesGroup`).
+/// The handler's Kubernetes group (fixed: the stack's access entries and infra/k8s/ name it).
 pub const HANDLER_GROUP: &str = "forewarn-handler";
-/// The sweeper's Kubernetes group (the stack's default `SweeperKubernetesGroup`).
+/// The sweeper's Kubernetes group (fixed: the stack's access entries and infra/k8s/ name it).
 pub const SWEEPER_GROUP: &str = "forewarn-sweeper";
 
 /// A fake as a cluster forewarn was deployed to: it serves and enforces admission policies, and

@@ -143,7 +143,7 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
             &sdk,
             &cluster,
             &template,
-            &[("ClusterName", &cluster), ("FunctionsDeployed", "false"), ("CreateAccessEntry", "false")],
+            &[("Clusters", &cluster), ("FunctionsDeployed", "false"), ("CreateAccessEntry", "false")],
         )
         .await
         .expect("the stack deploys to moto");
@@ -193,9 +193,9 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
         put_events(&sdk, &fleet).await;
 
         let sqs = aws_sdk_sqs::Client::new(&sdk);
-        // The stack's default MaxReceiveCount, as the queue's redrive policy holds it.
+        // The stack's receives before the dead-letter queue, as the queue's redrive policy holds it.
         let (max_receives, redrive) = redrive_max_receives(&sqs, &queue_url).await;
-        assert_eq!(max_receives, 15, "the stack's default: {redrive}");
+        assert_eq!(max_receives, 15, "the stack's: {redrive}");
         let first = drain(&sqs, &queue_url, &queue_arn, &handler, 10, 60).await.unwrap();
         // First deliveries (later passes of the drains are continuations: `pass` is set).
         let by_kind = |kind: &str, outcome: Outcome| {
@@ -376,7 +376,7 @@ async fn put_events(sdk: &aws_config::SdkConfig, fleet: &Fleet) {
     assert_eq!(put.failed_entry_count(), 0, "{put:?}");
 }
 
-/// The queue's MaxReceiveCount, as its redrive policy holds it; and the policy.
+/// The queue's maxReceiveCount, as its redrive policy holds it; and the policy.
 async fn redrive_max_receives(sqs: &aws_sdk_sqs::Client, queue_url: &str) -> (usize, Value) {
     let attributes = sqs
         .get_queue_attributes()

@@ -58,7 +58,7 @@ fn cargo_lambda_deploy_to_moto_then_wire_the_stack() {
         let template =
             std::fs::read_to_string(workspace_root().join("infra/forewarn.yaml")).unwrap();
         let params = [
-            ("ClusterName", cluster.as_str()),
+            ("Clusters", cluster.as_str()),
             ("FunctionArchitecture", "x86_64"),
             ("CreateAccessEntry", "false"),
             ("LifecycleHookNames", "drain-a,drain-b"),

@@ -1,9 +1,9 @@
 //! The EKS side of `forewarn deploy` with several clusters: the clusters of `--all-clusters`
 //! (EKS `ListClusters`), and each cluster's access entries for the functions' roles, which put
 //! each role in the Kubernetes group that `infra/k8s/rbac.yaml` binds. The stack makes the
-//! entries of its own `ClusterName` (`AWS::EKS::AccessEntry`, when `CreateAccessEntry` is true);
-//! these are the other clusters', made as the stack's are: type `STANDARD`, the role's group,
-//! the tag `app=forewarn`, no access policy.
+//! entries of its own cluster, the first of its `Clusters` (`AWS::EKS::AccessEntry`, when
+//! `CreateAccessEntry` is true); these are the other clusters', made as the stack's are: type
+//! `STANDARD`, the role's group, the tag `app=forewarn`, no access policy.
 
 use aws_sdk_eks::Client;
 use aws_sdk_eks::error::ProvideErrorMetadata;

@@ -7,22 +7,27 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context, anyhow, bail};
 
-/// One Lambda function: its binary and the prefix of its stack outputs.
+/// One Lambda function: its binary, the prefix of its stack outputs and its Kubernetes group.
 #[derive(Debug, Clone, Copy)]
 pub struct Function {
     pub binary: &'static str,
     /// `Handler` or `Sweeper`: `<prefix>FunctionName`, `<prefix>RoleArn`.
     pub prefix: &'static str,
+    /// The group its role's access entries put it in, which infra/k8s/ binds (fixed: the stack's
+    /// access entries name it too).
+    pub group: &'static str,
 }
 
 pub const FUNCTIONS: [Function; 2] = [
     Function {
         binary: "interruption-handler",
         prefix: "Handler",
+        group: "forewarn-handler",
     },
     Function {
         binary: "pool-sweeper",
         prefix: "Sweeper",
+        group: "forewarn-sweeper",
     },
 ];
 

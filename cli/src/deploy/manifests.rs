@@ -219,51 +219,6 @@ fn object(file: &'static str, policy: Policy, body: Value) -> anyhow::Result<Obj
     })
 }
 
-/// The stack's parameters naming forewarn's Kubernetes groups, and the names the manifests are
-/// written with (their defaults).
-pub const GROUP_PARAMETERS: [(&str, &str); 2] = [
-    ("HandlerKubernetesGroup", "forewarn-handler"),
-    ("SweeperKubernetesGroup", "forewarn-sweeper"),
-];
-
-/// The objects with the deployment's group names instead of the defaults they are written with:
-/// `groups` maps a default (`forewarn-handler`) to the stack's name for it. A binding's `Group`
-/// subject of that name is renamed, so is a FlowSchema's (`kind: Group`, `group.name`), and so is
-/// the name quoted (`'forewarn-handler'`) in an admission policy's CEL `expression`; nothing
-/// else is touched.
-pub fn with_groups(mut objects: Vec<Object>, groups: &[(String, String)]) -> Vec<Object> {
-    for (from, to) in groups.iter().filter(|(from, to)| from != to) {
-        for o in &mut objects {
-            rename_group(&mut o.body, from, to);
-        }
-    }
-    objects
-}
-
-fn rename_group(v: &mut Value, from: &str, to: &str) {
-    match v {
-        Value::Object(map) => {
-            if map.get("kind").and_then(Value::as_str) == Some("Group") {
-                if map.get("name").and_then(Value::as_str) == Some(from) {
-                    map.insert("name".into(), Value::String(to.to_string()));
-                }
-                // A FlowSchema's subject: `{kind: Group, group: {name: ...}}`.
-                if let Some(Value::Object(group)) = map.get_mut("group")
-                    && group.get("name").and_then(Value::as_str) == Some(from)
-                {
-                    group.insert("name".into(), Value::String(to.to_string()));
-                }
-            }
-            if let Some(Value::String(cel)) = map.get_mut("expression") {
-                *cel = cel.replace(&format!("'{from}'"), &format!("'{to}'"));
-            }
-            map.values_mut().for_each(|v| rename_group(v, from, to));
-        }
-        Value::Array(items) => items.iter_mut().for_each(|v| rename_group(v, from, to)),
-        _ => {}
-    }
-}
-
 /// The node-writes policy (`infra/k8s/node-writes.yaml`) narrowed to the handler's taint
 /// (`handler`, its configuration as its environment sets it): the keys forewarn may add or
 /// remove (its own taint key, and NTH's four only under the taint key `nth`) and the
@@ -887,63 +842,49 @@ mod tests {
         assert!(said.contains("refused by PodSecurity"), "{said}");
     }
 
-    /// The stack's group names replace the defaults in the bindings' subjects and the admission
-    /// policies' CEL, and nowhere else; the defaults leave the manifests as written.
+    /// The manifests name the functions' Kubernetes groups, which the stack's and the deploy's
+    /// access entries put the roles in (fixed: issue 58), in the bindings' subjects, the
+    /// FlowSchema's and the admission policies' CEL, and no other group.
     #[test]
-    fn the_deployments_group_names_replace_the_defaults() {
+    fn the_manifests_name_the_functions_groups() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let objects = load(&root).unwrap();
-        let same = with_groups(
-            objects.clone(),
-            &GROUP_PARAMETERS.map(|(_, d)| (d.to_string(), d.to_string())),
-        );
-        assert!(objects.iter().zip(&same).all(|(a, b)| a.body == b.body));
-        let groups = [
-            ("forewarn-handler".to_string(), "ops:handler".to_string()),
-            ("forewarn-sweeper".to_string(), "ops:sweeper".to_string()),
-        ];
-        let renamed = with_groups(objects.clone(), &groups);
-        let text =
-            serde_json::to_string(&renamed.iter().map(|o| &o.body).collect::<Vec<_>>()).unwrap();
-        assert!(!text.contains("forewarn-handler") && !text.contains("forewarn-sweeper"));
+        let groups = super::super::functions::FUNCTIONS.map(|f| f.group);
+        let mut named: Vec<String> = Vec::new();
+        fn subjects(v: &Value, named: &mut Vec<String>) {
+            match v {
+                Value::Object(map) => {
+                    if map.get("kind").and_then(Value::as_str) == Some("Group") {
+                        let name = map
+                            .get("name")
+                            .or_else(|| map.get("group").and_then(|g| g.get("name")));
+                        named.extend(name.and_then(Value::as_str).map(str::to_string));
+                    }
+                    map.values().for_each(|v| subjects(v, named));
+                }
+                Value::Array(items) => items.iter().for_each(|v| subjects(v, named)),
+                _ => {}
+            }
+        }
+        for o in &objects {
+            subjects(&o.body, &mut named);
+        }
+        named.sort();
+        named.dedup();
+        assert_eq!(named, groups, "{named:?}");
         let of = |name: &str| {
-            renamed
+            objects
                 .iter()
                 .find(|o| o.to_string() == name)
                 .unwrap_or_else(|| panic!("{name}"))
                 .body
                 .clone()
         };
-        let binding = of("ClusterRoleBinding forewarn");
-        assert_eq!(
-            binding["subjects"],
-            json!([
-                {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "ops:handler"},
-                {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "ops:sweeper"}
-            ])
-        );
-        let schema = of("FlowSchema forewarn");
-        assert_eq!(
-            schema["spec"]["rules"][0]["subjects"],
-            json!([
-                {"kind": "Group", "group": {"name": "ops:handler"}},
-                {"kind": "Group", "group": {"name": "ops:sweeper"}}
-            ])
-        );
         let policy = of("ValidatingAdmissionPolicy forewarn-node-writes");
         assert_eq!(
             policy["spec"]["matchConditions"][0]["expression"],
-            "request.userInfo.groups.exists(g, g == 'ops:handler' || g == 'ops:sweeper')"
+            "request.userInfo.groups.exists(g, g == 'forewarn-handler' || g == 'forewarn-sweeper')"
         );
-        // Nothing but the groups changed.
-        let back = with_groups(
-            renamed,
-            &[
-                ("ops:handler".to_string(), "forewarn-handler".to_string()),
-                ("ops:sweeper".to_string(), "forewarn-sweeper".to_string()),
-            ],
-        );
-        assert!(objects.iter().zip(&back).all(|(a, b)| a.body == b.body));
     }
 
     #[test]

@@ -20,10 +20,10 @@ pub fn stack_name(deployment: &str, account: &str) -> String {
     format!("{deployment}-route-{account}")
 }
 
-/// The member accounts of `member_clusters` (the stack's `MemberClusters`, `ACCOUNT/NAME` or
+/// The member accounts of `clusters` (the stack's `Clusters`: names, `*`, `ACCOUNT/NAME` or
 /// `ACCOUNT/*` separated by commas), each once, in order.
-pub fn accounts(member_clusters: &str) -> Vec<String> {
-    let mut out: Vec<String> = member_clusters
+pub fn accounts(clusters: &str) -> Vec<String> {
+    let mut out: Vec<String> = clusters
         .split(',')
         .filter_map(|entry| match Entry::parse(entry.trim()).ok()? {
             Entry::One(id) => id.account,
@@ -81,9 +81,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_routed_accounts_are_those_member_clusters_names_each_once() {
+    fn the_routed_accounts_are_those_clusters_names_each_once() {
         assert_eq!(
-            accounts("111122223333/prod,444455556666/*,111122223333/dev"),
+            accounts("a,*,111122223333/prod,444455556666/*,111122223333/dev"),
             ["111122223333", "444455556666"]
         );
         assert!(accounts("").is_empty());

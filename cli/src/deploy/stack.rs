@@ -17,15 +17,10 @@ use serde_json::Value;
 
 /// Set by the command: `false` on a first deploy, `true` once both functions exist.
 pub const FUNCTIONS_DEPLOYED: &str = "FunctionsDeployed";
-/// The deployment's name (in its resources' names): the first `--cluster` of a new stack, an
-/// existing stack's own.
-pub const CLUSTER_NAME: &str = "ClusterName";
-/// The clusters served, from `--cluster` (several) or `--all-clusters` (`*`); empty:
-/// `ClusterName` alone.
-pub const CLUSTER_NAMES: &str = "ClusterNames";
-/// The member accounts' clusters served (`--cluster ACCOUNT/NAME`).
-pub const MEMBER_CLUSTERS: &str = "MemberClusters";
-/// Whether the stack makes the access entries of `ClusterName` (and `forewarn deploy` those of
+/// The clusters served, one list: `--cluster` (this account's names, member accounts'
+/// `ACCOUNT/NAME`) and `*` for `--all-clusters`. Its first entry is the stack's own cluster.
+pub const CLUSTERS: &str = "Clusters";
+/// Whether the stack makes the access entries of its own cluster (and `forewarn deploy` those of
 /// the other clusters).
 pub const CREATE_ACCESS_ENTRY: &str = "CreateAccessEntry";
 /// Selects the build flag.
@@ -98,8 +93,8 @@ pub fn declared(template: &str) -> anyhow::Result<Template> {
 }
 
 /// The `--parameter KEY=VALUE` arguments, checked against the template: no `FunctionsDeployed`
-/// (the command sets it), no `ClusterName` nor `ClusterNames` (`--cluster`, `--all-clusters`), no
-/// key given twice, no key or value the template refuses.
+/// (the command sets it), no `Clusters` (`--cluster`, `--all-clusters`), no key given twice, no
+/// key or value the template refuses.
 pub fn given(raw: &[String], template: &Template) -> anyhow::Result<Vec<(String, String)>> {
     let mut given: Vec<(String, String)> = Vec::new();
     for arg in raw {
@@ -111,9 +106,8 @@ pub fn given(raw: &[String], template: &Template) -> anyhow::Result<Vec<(String,
                 "--parameter {FUNCTIONS_DEPLOYED}: forewarn deploy sets it (false on a first \
                  deploy until both functions exist, then true); leave it out"
             ),
-            CLUSTER_NAME => bail!("--parameter {CLUSTER_NAME}: give the cluster with --cluster"),
-            CLUSTER_NAMES | MEMBER_CLUSTERS => bail!(
-                "--parameter {key}: give the clusters with --cluster (once per cluster; \
+            CLUSTERS => bail!(
+                "--parameter {CLUSTERS}: give the clusters with --cluster (once per cluster; \
                  ACCOUNT/NAME for a member account's) or --all-clusters"
             ),
             _ => {}
@@ -122,15 +116,7 @@ pub fn given(raw: &[String], template: &Template) -> anyhow::Result<Vec<(String,
             let known: Vec<&str> = template
                 .keys()
                 .map(String::as_str)
-                .filter(|k| {
-                    ![
-                        FUNCTIONS_DEPLOYED,
-                        CLUSTER_NAME,
-                        CLUSTER_NAMES,
-                        MEMBER_CLUSTERS,
-                    ]
-                    .contains(k)
-                })
+                .filter(|k| ![FUNCTIONS_DEPLOYED, CLUSTERS].contains(k))
                 .collect();
             bail!(
                 "--parameter {key}: infra/forewarn.yaml has no such parameter (it has {})",
@@ -149,6 +135,38 @@ pub fn given(raw: &[String], template: &Template) -> anyhow::Result<Vec<(String,
         given.push((key.to_string(), value.to_string()));
     }
     Ok(given)
+}
+
+/// The longest stack name: the stack names its resources after itself, the functions
+/// `<stack>-handler` and `<stack>-sweeper`, which Lambda takes up to 64 characters.
+pub const STACK_NAME_MAX: usize = 56;
+
+/// `name` is a stack name CloudFormation takes (a letter, then letters, digits and dashes) and
+/// whose resources' names fit (at most [`STACK_NAME_MAX`] characters); `given`: from
+/// `--stack-name`, else forewarn-<first --cluster>.
+pub fn check_name(name: &str, given: bool) -> anyhow::Result<()> {
+    let whence = if given {
+        "--stack-name"
+    } else {
+        "the stack's name, forewarn-<first --cluster>"
+    };
+    let well_formed = name.starts_with(|c: char| c.is_ascii_alphabetic())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+    if !well_formed {
+        bail!(
+            "{whence} {name}: not a CloudFormation stack name (a letter, then letters, digits \
+             and dashes): give --stack-name"
+        );
+    }
+    if name.len() > STACK_NAME_MAX {
+        bail!(
+            "{whence} {name} has {} characters, more than {STACK_NAME_MAX}: the functions are \
+             named after the stack ({name}-handler, {name}-sweeper) and Lambda takes at most 64; \
+             give a shorter --stack-name",
+            name.len()
+        );
+    }
+    Ok(())
 }
 
 /// What DescribeStacks says of an existing stack.
@@ -263,8 +281,8 @@ fn is_cluster_name(name: &str) -> bool {
 
 impl Clusters {
     /// Checked: names EKS accepts, `ACCOUNT/NAME` for a member account's (a 12-digit account),
-    /// none given twice; at least one of this account's without `--all-clusters` (the
-    /// deployment's name), at most one with it.
+    /// none given twice; at least one of this account's without `--all-clusters` (a new stack's
+    /// own cluster), at most one with it.
     pub fn new(given: Vec<String>, all: bool) -> anyhow::Result<Clusters> {
         let (mut named, mut members) = (Vec::new(), Vec::new());
         for (i, entry) in given.iter().enumerate() {
@@ -295,13 +313,15 @@ impl Clusters {
                 "give the clusters to serve: --cluster NAME (once per cluster), or --all-clusters"
             ),
             (0, false) => bail!(
-                "--cluster {}: a member account's cluster cannot name the deployment: give this \
-                 account's cluster too (--cluster NAME, the stack's ClusterName)",
+                "--cluster {}: a member account's cluster cannot be the stack's own (the first \
+                 of its Clusters, whose access entries it makes): give this account's cluster \
+                 too (--cluster NAME)",
                 members[0]
             ),
             (2.., true) => bail!(
                 "--all-clusters serves every EKS cluster of the account and region: give at \
-                 most one --cluster with it, the deployment's name (the stack's ClusterName)"
+                 most one --cluster of this account with it, the stack's own (the first of its \
+                 Clusters, whose access entries it makes)"
             ),
             _ => Ok(Clusters {
                 named,
@@ -311,51 +331,93 @@ impl Clusters {
         }
     }
 
-    /// `ClusterNames` for the deployment `name`: `*`, empty when `name` is the one cluster
-    /// served, else the list.
-    pub fn value(&self, name: &str) -> String {
-        if self.all {
-            "*".to_string()
-        } else if self.named == [name] {
-            String::new()
-        } else {
-            self.named.join(",")
+    /// Whether `entry` (an entry of the stack's `Clusters`) is among the clusters given.
+    fn serves(&self, entry: &str) -> bool {
+        match entry {
+            "*" => self.all,
+            _ if entry.contains('/') => self.members.iter().any(|m| m == entry),
+            _ => self.all || self.named.iter().any(|n| n == entry),
         }
     }
 
-    /// The deployment's name: an existing stack keeps its own `ClusterName` (it is in the names
-    /// of its resources), which must be among the clusters given (or, with `--all-clusters`, be
-    /// the `--cluster` given if any); a new stack takes the first `--cluster`.
-    fn deployment(&self, stack: &str, current: Option<&Current>) -> anyhow::Result<String> {
-        let own = current.and_then(|c| c.parameters.get(CLUSTER_NAME));
+    /// `Clusters` with `first` first: then this account's clusters given, `*` with
+    /// `--all-clusters`, the member accounts' clusters; each once.
+    pub fn value(&self, first: &str) -> String {
+        let star = "*".to_string();
+        let mut entries: Vec<&String> = Vec::new();
+        let all = self.all.then_some(&star);
+        for entry in self.named.iter().chain(all).chain(&self.members) {
+            if entry != first && !entries.contains(&entry) {
+                entries.push(entry);
+            }
+        }
+        std::iter::once(first)
+            .chain(entries.into_iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The first entry of the stack's `Clusters`, its own cluster (whose access entries it
+    /// makes): an existing stack keeps its own, which must be among the clusters given (or,
+    /// with `--all-clusters`, be the `--cluster` given if any); a new stack takes the first
+    /// `--cluster` of this account.
+    fn first(&self, stack: &str, current: Option<&Current>) -> anyhow::Result<String> {
+        let own = current
+            .and_then(|c| c.parameters.get(CLUSTERS))
+            .and_then(|v| entries(v).into_iter().next());
         match (own, self.named.first()) {
-            (Some(own), Some(first)) if self.all && own != first => bail!(
-                "stack {stack} is the deployment of cluster {own}, not {first}: with \
-                 --all-clusters give --cluster {own} or none, or another --stack-name"
+            (Some(own), Some(first)) if self.all && is_own(&own) && own != *first => bail!(
+                "stack {stack} is cluster {own}'s (the first of its Clusters, whose access \
+                 entries it makes), not {first}'s: with --all-clusters give --cluster {own} or \
+                 none, or another --stack-name"
             ),
-            (Some(own), _) if !self.all && !self.named.contains(own) => {
-                let given = self.named.join(", --cluster ");
+            (Some(own), _) if !self.serves(&own) => {
+                let given: Vec<&String> = self.named.iter().chain(&self.members).collect();
+                let given = given
+                    .iter()
+                    .map(|c| c.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", --cluster ");
                 bail!(
-                    "stack {stack} is the deployment of cluster {own}, which is not among \
-                     --cluster {given}: add --cluster {own} (the stack's resources are named \
-                     after it; it may come last), or give another --stack-name"
+                    "stack {stack} is cluster {own}'s (the first of its Clusters, whose access \
+                     entries it makes), which is not among --cluster {given}: add --cluster \
+                     {own} (it may come last), or give another --stack-name"
                 )
             }
-            (Some(own), _) => Ok(own.clone()),
+            (Some(own), _) => Ok(own),
             (None, Some(first)) => Ok(first.clone()),
             (None, None) => bail!(
-                "stack {stack} does not exist yet: with --all-clusters, name the deployment with \
-                 --cluster NAME (the stack's ClusterName, in its resources' names)"
+                "stack {stack} does not exist yet: with --all-clusters, give its own cluster \
+                 with --cluster NAME (the first of its Clusters, whose access entries it makes)"
             ),
         }
     }
 }
 
+/// Whether an entry of `Clusters` names a cluster of this account (not `*`, not
+/// `ACCOUNT/...`).
+fn is_own(entry: &str) -> bool {
+    entry != "*" && !entry.contains('/')
+}
+
+/// The entries of a `CommaDelimitedList` parameter as DescribeStacks answers it: `a,b` from
+/// CloudFormation, `['a', 'b']` from moto (5.2.5), whose brackets, quotes and spaces no entry
+/// holds.
+pub fn entries(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .map(|e| e.trim_matches(|c: char| c == '[' || c == ']' || c == '\'' || c == ' '))
+        .filter(|e| !e.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
 /// The parameters of both passes.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    /// The deployment's name: the stack's `ClusterName`.
-    pub name: String,
+    /// The stack's own cluster, whose access entries it makes (with `CreateAccessEntry`): the
+    /// first entry of its `Clusters`, a name of this account.
+    pub own: Option<String>,
     /// Whether the stack exists (the first pass updates it).
     pub exists: bool,
     /// The first pass: given, else kept, else the template's default (not sent).
@@ -366,14 +428,14 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// A new stack: `ClusterName` the first `--cluster`, `ClusterNames` when it serves more
-    /// (or `*`), the given parameters and `FunctionsDeployed=false`. An existing one: its own
-    /// `ClusterName` (which must be among the clusters given) and `FunctionsDeployed` (an upgrade
-    /// never removes the event source mapping), `ClusterNames` as the clusters given say, the
-    /// given parameters, and the previous value of every other parameter the template still
-    /// declares (as `aws cloudformation deploy` does), sent explicitly: moto's
-    /// UsePreviousValue only knows parameters given at creation. New parameters take their
-    /// defaults.
+    /// A new stack: `Clusters` as the clusters given say (the first `--cluster` of this account
+    /// first), the given parameters and `FunctionsDeployed=false`. An existing one: `Clusters`
+    /// with its own first entry kept first (which must be among the clusters given: the stack
+    /// makes its access entries), its own `FunctionsDeployed` (an upgrade never removes the
+    /// event source mapping), the given parameters, and the previous value of every other
+    /// parameter the template still declares (as `aws cloudformation deploy` does), sent
+    /// explicitly: moto's UsePreviousValue only knows parameters given at creation. New
+    /// parameters take their defaults.
     pub fn new(
         stack: &str,
         clusters: &Clusters,
@@ -390,11 +452,15 @@ impl Plan {
             value: value.to_string(),
             origin,
         };
-        let name = clusters.deployment(stack, current)?;
-        let mut first = vec![param(CLUSTER_NAME, &name, Origin::Given)];
+        let first = clusters.first(stack, current)?;
+        // Given at every run (`--cluster`, `--all-clusters`): a cluster left out is no longer
+        // served.
+        let mut params = vec![param(CLUSTERS, &clusters.value(&first), Origin::Given)];
+        // A by-hand stack's first entry may be `*` or a member account's: no own cluster then.
+        let own = is_own(&first).then_some(first);
         let wired = match current {
             None => {
-                first.push(param(FUNCTIONS_DEPLOYED, "false", Origin::Given));
+                params.push(param(FUNCTIONS_DEPLOYED, "false", Origin::Given));
                 false
             }
             Some(current) => {
@@ -402,31 +468,25 @@ impl Plan {
                     .parameters
                     .get(FUNCTIONS_DEPLOYED)
                     .map_or("false", String::as_str);
-                first.push(param(FUNCTIONS_DEPLOYED, value, Origin::Kept));
+                params.push(param(FUNCTIONS_DEPLOYED, value, Origin::Kept));
                 value == "true"
             }
         };
-        if let Some(served) = cluster_names(clusters, &name, current, template)? {
-            first.push(served);
-        }
-        if let Some(members) = member_clusters(clusters, current, template)? {
-            first.push(members);
-        }
         for (key, value) in given {
-            first.push(param(key, value, Origin::Given));
+            params.push(param(key, value, Origin::Given));
         }
         if let Some(current) = current {
             for (key, value) in &current.parameters {
                 let known = template.contains_key(key);
-                if known && !first.iter().any(|p| &p.key == key) {
-                    first.push(param(key, value, Origin::Kept));
+                if known && !params.iter().any(|p| &p.key == key) {
+                    params.push(param(key, value, Origin::Kept));
                 }
             }
         }
         Ok(Plan {
-            name,
+            own,
             exists: current.is_some(),
-            first,
+            first: params,
             wired,
             defaults,
         })
@@ -481,64 +541,6 @@ impl Plan {
         }
         text
     }
-}
-
-/// `ClusterNames` as the clusters given say, always sent to an existing stack (a cluster left
-/// out is no longer served): `Given` when it changes, else `Kept`. A new stack that serves its
-/// `ClusterName` alone leaves it at its default (empty). A template without it serves one
-/// cluster: several are an error.
-fn cluster_names(
-    clusters: &Clusters,
-    name: &str,
-    current: Option<&Current>,
-    template: &Template,
-) -> anyhow::Result<Option<Param>> {
-    let value = clusters.value(name);
-    if !template.contains_key(CLUSTER_NAMES) && !value.is_empty() {
-        bail!(
-            "the template declares no {CLUSTER_NAMES}: it serves one cluster (give one --cluster)"
-        );
-    }
-    Ok(listed(CLUSTER_NAMES, value, current, template))
-}
-
-/// `MemberClusters` as the clusters given say (`ACCOUNT/NAME`, comma-separated), as
-/// [`cluster_names`] sends `ClusterNames`. A template without it serves no member account.
-fn member_clusters(
-    clusters: &Clusters,
-    current: Option<&Current>,
-    template: &Template,
-) -> anyhow::Result<Option<Param>> {
-    let value = clusters.members.join(",");
-    if !template.contains_key(MEMBER_CLUSTERS) && !value.is_empty() {
-        bail!("the template declares no {MEMBER_CLUSTERS}: it serves no member account's cluster");
-    }
-    Ok(listed(MEMBER_CLUSTERS, value, current, template))
-}
-
-/// A list parameter `key` set to `value`: always sent to an existing stack that declares it
-/// (`Given` when it changes, else `Kept`); a new stack (or one without a value yet) leaves an
-/// empty one at its default.
-fn listed(
-    key: &str,
-    value: String,
-    current: Option<&Current>,
-    template: &Template,
-) -> Option<Param> {
-    if !template.contains_key(key) {
-        return None;
-    }
-    let before = current.and_then(|c| c.parameters.get(key));
-    let origin = match before {
-        None if value.is_empty() => return None,
-        Some(before) if *before == value => Origin::Kept,
-        _ => Origin::Given,
-    };
-    Some(Param {
-        key: key.to_string(),
-        value,
-        origin,
-    })
 }
 
 /// What a create-or-update did.
@@ -716,9 +718,9 @@ mod tests {
             "{t:?}"
         );
         assert_eq!(t[FUNCTION_ARCHITECTURE].allowed, ["arm64", "x86_64"]);
-        assert_eq!(t["BatchSize"].default.as_deref(), Some("10"));
+        assert_eq!(t["MaximumConcurrency"].default.as_deref(), Some("10"));
         assert_eq!(t[FUNCTIONS_DEPLOYED].default.as_deref(), Some("false"));
-        assert!(t.contains_key(CLUSTER_NAME) && t[CLUSTER_NAME].default.is_none());
+        assert!(t.contains_key(CLUSTERS) && t[CLUSTERS].default.is_none());
         assert!(t.contains_key("AlarmTopicArn"), "the last one: {t:?}");
     }
 
@@ -726,19 +728,22 @@ mod tests {
     fn given_parameters_are_checked() {
         let t = template();
         let ok = given(
-            &strings(&["FunctionArchitecture=x86_64", "SweepSchedule=rate(1 hour)"]),
+            &strings(&["FunctionArchitecture=x86_64", "AlarmTopicArn=arn:x"]),
             &t,
         )
         .unwrap();
-        assert_eq!(ok[1], ("SweepSchedule".into(), "rate(1 hour)".into()));
+        assert_eq!(ok[1], ("AlarmTopicArn".into(), "arn:x".into()));
         let err = |args: &[&str]| given(&strings(args), &t).unwrap_err().to_string();
         assert!(err(&["FunctionsDeployed=true"]).contains("forewarn deploy sets it"));
-        assert!(err(&["ClusterName=x"]).contains("--cluster"));
+        assert!(err(&["Clusters=x"]).contains("--cluster"));
         assert!(err(&["Nope=1"]).contains("no such parameter"));
         assert!(err(&["Nope=1"]).contains("FunctionArchitecture"));
+        assert!(!err(&["Nope=1"]).contains("Clusters"), "not given so");
         assert!(err(&["FunctionArchitecture=sparc"]).contains("arm64, x86_64"));
-        assert!(err(&["BatchSize"]).contains("KEY=VALUE"));
-        assert!(err(&["BatchSize=1", "BatchSize=2"]).contains("twice"));
+        assert!(err(&["MaximumConcurrency"]).contains("KEY=VALUE"));
+        assert!(err(&["MaximumConcurrency=2", "MaximumConcurrency=3"]).contains("twice"));
+        // Fixed at the values benchmarked (issue 58): no parameter any more.
+        assert!(err(&["BatchSize=5"]).contains("no such parameter"));
     }
 
     #[test]
@@ -747,66 +752,62 @@ mod tests {
         let current = Current {
             status: "UPDATE_COMPLETE".into(),
             parameters: [
-                (CLUSTER_NAME, "demo"),
+                (CLUSTERS, "demo"),
                 (FUNCTIONS_DEPLOYED, "true"),
                 (FUNCTION_ARCHITECTURE, "x86_64"),
+                ("MaximumConcurrency", "5"),
                 ("BatchSize", "5"),
-                ("KubernetesGroup", "forewarn"),
             ]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
             ..Current::default()
         };
-        let given = vec![("BatchSize".to_string(), "7".to_string())];
+        let given = vec![("MaximumConcurrency".to_string(), "7".to_string())];
         let plan = Plan::new("s", &one("demo"), &given, Some(&current), &t).unwrap();
         assert!(plan.exists && plan.wired);
+        assert_eq!(plan.own.as_deref(), Some("demo"));
         assert_eq!(plan.value(FUNCTION_ARCHITECTURE), Some("x86_64"));
-        assert_eq!(plan.value("BatchSize"), Some("7"));
-        assert_eq!(plan.value("SweepSchedule"), Some("rate(5 minutes)"));
+        assert_eq!(plan.value("MaximumConcurrency"), Some("7"));
+        assert_eq!(plan.value("CreateAccessEntry"), Some("true"));
         assert!(
-            !plan.first.iter().any(|p| p.key == "KubernetesGroup"),
+            !plan.first.iter().any(|p| p.key == "BatchSize"),
             "a parameter the template no longer declares is dropped: {:?}",
             plan.first
         );
         assert_eq!(
             plan.describe(&plan.first),
-            "ClusterName=demo BatchSize=7 (kept: FunctionsDeployed=true FunctionArchitecture=x86_64)"
+            "Clusters=demo MaximumConcurrency=7 (kept: FunctionsDeployed=true \
+             FunctionArchitecture=x86_64)"
         );
         let mut at_defaults = current.clone();
         at_defaults
             .parameters
-            .insert("SweepSchedule".into(), "rate(5 minutes)".into());
+            .insert("CreateAccessEntry".into(), "true".into());
         at_defaults
             .parameters
-            .insert("MaxReceiveCount".into(), "15".into());
+            .insert("MaximumConcurrency".into(), "10".into());
         let plan = Plan::new("s", &one("demo"), &[], Some(&at_defaults), &t).unwrap();
         assert_eq!(
             plan.describe(&plan.first),
-            "ClusterName=demo (kept: FunctionsDeployed=true BatchSize=5 FunctionArchitecture=x86_64; \
-             2 more at their defaults)"
+            "Clusters=demo (kept: FunctionsDeployed=true FunctionArchitecture=x86_64; 2 more at \
+             their defaults)"
         );
         let other = Plan::new("s", &one("prod"), &[], Some(&current), &t).unwrap_err();
         assert!(
             other
                 .to_string()
-                .contains("deployment of cluster demo, which is not among --cluster prod"),
+                .contains("is cluster demo's (the first of its Clusters, whose access entries it makes), which is not among --cluster prod"),
             "{other}"
         );
     }
 
     fn existing(clusters: &str) -> Current {
-        let mut parameters: BTreeMap<String, String> = [
-            (CLUSTER_NAME, "demo"),
-            (FUNCTIONS_DEPLOYED, "true"),
-            (CLUSTER_NAMES, clusters),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        if clusters == "(none)" {
-            parameters.remove(CLUSTER_NAMES);
-        }
+        let parameters: BTreeMap<String, String> =
+            [(CLUSTERS, clusters), (FUNCTIONS_DEPLOYED, "true")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
         Current {
             status: "UPDATE_COMPLETE".into(),
             parameters,
@@ -814,68 +815,84 @@ mod tests {
         }
     }
 
-    /// Several clusters: the stack keeps its ClusterName when it is among them (in any place),
-    /// ClusterNames is the list; adding one changes ClusterNames alone; back to one cluster
-    /// empties it; --all-clusters is `*`.
+    /// Several clusters: the stack keeps its first cluster first when it is among them (in any
+    /// place), the others follow in the order given; adding one changes Clusters alone; back to
+    /// one cluster is that one; --all-clusters is `*` after the stack's own; a member account's
+    /// clusters come last. moto's form of a list (`['a', 'b']`) is read as CloudFormation's.
     #[test]
-    fn several_clusters_keep_the_deployments_name_and_set_cluster_names() {
+    fn several_clusters_keep_the_stacks_own_first() {
         let t = template();
         let many = |names: &[&str], all| Clusters::new(strings(names), all).unwrap();
         let new = Plan::new("s", &many(&["a", "b"], false), &[], None, &t).unwrap();
-        assert_eq!(new.name, "a");
+        assert_eq!(new.own.as_deref(), Some("a"));
         assert_eq!(
             new.describe(&new.first),
-            "ClusterName=a FunctionsDeployed=false ClusterNames=a,b"
+            "Clusters=a,b FunctionsDeployed=false"
         );
-        let lone = Plan::new("s", &one("demo"), &[], Some(&existing("")), &t).unwrap();
-        assert_eq!(lone.value(CLUSTER_NAMES), Some(""));
-        assert!(!lone.describe(&lone.first).contains("ClusterNames"));
+        let lone = Plan::new("s", &one("demo"), &[], Some(&existing("demo")), &t).unwrap();
+        assert_eq!(
+            lone.describe(&lone.first),
+            "Clusters=demo (kept: FunctionsDeployed=true)"
+        );
         let added = Plan::new(
             "s",
             &many(&["demo", "b"], false),
             &[],
-            Some(&existing("")),
+            Some(&existing("demo")),
             &t,
         )
         .unwrap();
         assert_eq!(
             added.describe(&added.first),
-            "ClusterName=demo ClusterNames=demo,b (kept: FunctionsDeployed=true)"
+            "Clusters=demo,b (kept: FunctionsDeployed=true)"
         );
         let again = Plan::new(
             "s",
             &many(&["b", "demo"], false),
             &[],
-            Some(&existing("b,demo")),
+            Some(&existing("['demo', 'b']")),
             &t,
         )
         .unwrap();
         assert_eq!(
-            again.name, "demo",
-            "the stack's own name, though given second"
+            again.own.as_deref(),
+            Some("demo"),
+            "the stack's own, though given second"
         );
         assert_eq!(
             again.describe(&again.first),
-            "ClusterName=demo (kept: FunctionsDeployed=true ClusterNames=b,demo)"
+            "Clusters=demo,b (kept: FunctionsDeployed=true)"
         );
         let back = Plan::new("s", &one("demo"), &[], Some(&existing("demo,b")), &t).unwrap();
-        assert_eq!(back.value(CLUSTER_NAMES), Some(""));
-        assert!(back.describe(&back.first).contains("ClusterNames= "));
-        let all = Plan::new("s", &many(&[], true), &[], Some(&existing("(none)")), &t).unwrap();
+        assert_eq!(back.value(CLUSTERS), Some("demo"));
+        assert!(back.describe(&back.first).starts_with("Clusters=demo "));
+        let all = Plan::new("s", &many(&[], true), &[], Some(&existing("demo")), &t).unwrap();
         assert_eq!(
-            (all.name.as_str(), all.value(CLUSTER_NAMES)),
-            ("demo", Some("*"))
+            (all.own.as_deref(), all.value(CLUSTERS)),
+            (Some("demo"), Some("demo,*"))
         );
+        let members = Clusters::new(strings(&["111111111111/m", "a"]), true).unwrap();
+        let with = Plan::new("s", &members, &[], None, &t).unwrap();
+        assert_eq!(with.value(CLUSTERS), Some("a,*,111111111111/m"));
         let e = Plan::new("s", &many(&[], true), &[], None, &t).unwrap_err();
-        assert!(
-            e.to_string().contains("name the deployment with --cluster"),
-            "{e}"
-        );
-        let e = Plan::new("s", &many(&["x"], true), &[], Some(&existing("")), &t).unwrap_err();
+        assert!(e.to_string().contains("give its own cluster"), "{e}");
+        let e = Plan::new("s", &many(&["x"], true), &[], Some(&existing("demo")), &t).unwrap_err();
         assert!(e.to_string().contains("give --cluster demo or none"), "{e}");
-        let e =
-            Plan::new("s", &many(&["a", "b"], false), &[], Some(&existing("")), &t).unwrap_err();
+        let e = Plan::new(
+            "s",
+            &many(&["a", "b"], false),
+            &[],
+            Some(&existing("demo")),
+            &t,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("add --cluster demo"), "{e}");
+        // A by-hand stack whose first entry is every cluster: no own cluster.
+        let star = Plan::new("s", &many(&["a"], true), &[], Some(&existing("*,a")), &t).unwrap();
+        assert_eq!(
+            (star.own.as_deref(), star.value(CLUSTERS)),
+            (None, Some("*,a"))
+        );
     }
 
     #[test]
@@ -887,17 +904,18 @@ mod tests {
         assert!(err(&[], false).contains("--all-clusters"));
         assert!(err(&["a", "b"], true).contains("at most one --cluster"));
         assert!(Clusters::new(strings(&["a"]), true).is_ok());
-        let e = given(&strings(&["ClusterNames=a,b"]), &template()).unwrap_err();
-        assert!(e.to_string().contains("--all-clusters"), "{e}");
-        // A member account's cluster: ACCOUNT/NAME, never the deployment's name.
+        // A member account's cluster: ACCOUNT/NAME, never the stack's own.
         let c = Clusters::new(strings(&["a", "111111111111/m", "222222222222/m"]), false).unwrap();
         assert_eq!(c.named, ["a"]);
         assert_eq!(c.members, ["111111111111/m", "222222222222/m"]);
-        assert!(err(&["111111111111/m"], false).contains("cannot name the deployment"));
+        assert_eq!(c.value("a"), "a,111111111111/m,222222222222/m");
+        assert!(err(&["111111111111/m"], false).contains("cannot be the stack's own"));
         assert!(err(&["a", "1111/m"], false).contains("ACCOUNT/NAME"));
         assert!(err(&["a", "111111111111/-m"], false).contains("ACCOUNT/NAME"));
-        let e = given(&strings(&["MemberClusters=111111111111/m"]), &template()).unwrap_err();
+        let e = given(&strings(&["Clusters=111111111111/m"]), &template()).unwrap_err();
         assert!(e.to_string().contains("--cluster"), "{e}");
+        assert_eq!(entries("['a', '111111111111/*']"), ["a", "111111111111/*"]);
+        assert_eq!(entries("a,b"), ["a", "b"]);
     }
 
     #[test]
@@ -913,6 +931,25 @@ mod tests {
                 .any(|p| p.key == FUNCTIONS_DEPLOYED && p.value == "true")
         );
         assert_eq!(second.len(), plan.first.len());
+    }
+
+    /// A stack's name becomes its resources' (the functions' at most 64 characters): at most 56
+    /// characters, as CloudFormation spells a stack name.
+    #[test]
+    fn stack_names_fit_their_resources_names() {
+        check_name("forewarn-demo", false).unwrap();
+        check_name(&"s".repeat(STACK_NAME_MAX), true).unwrap();
+        let long = format!("forewarn-{}", "c".repeat(48));
+        let e = check_name(&long, false).unwrap_err().to_string();
+        assert!(
+            e.contains("57 characters") && e.contains("give a shorter --stack-name"),
+            "{e}"
+        );
+        let e = check_name("forewarn-my_cluster", false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a CloudFormation stack name"), "{e}");
+        assert!(check_name("9lives", true).is_err());
     }
 
     #[test]

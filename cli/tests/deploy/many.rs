@@ -55,8 +55,7 @@ fn a_dry_run_for_several_clusters_says_each_clusters_steps() {
         for line in [
             format!("forewarn deploy: clusters {a}, {b}, stack forewarn-{a}"),
             format!(
-                "[2/6] stack forewarn-{a}: create with ClusterName={a} FunctionsDeployed=false \
-                 ClusterNames={a},{b}\n"
+                "[2/6] stack forewarn-{a}: create with Clusters={a},{b} FunctionsDeployed=false\n"
             ),
             "--env-file <a file holding SweeperEnvFile>".to_string(),
             format!("cluster {a}: the stack's own (HandlerAccessEntry, SweeperAccessEntry)"),
@@ -102,7 +101,7 @@ fn a_dry_run_for_several_clusters_says_each_clusters_steps() {
         let (first, second) = if a < b { (&a, &b) } else { (&b, &a) };
         for line in [
             format!("every EKS cluster of the account and region (now {first}, {second})"),
-            "ClusterNames=*".to_string(),
+            format!("Clusters={a},*"),
             format!("cluster {b}: <HandlerRoleArn> in group forewarn-handler: would be created"),
             format!("cluster {b} (kubeconfig context {b}):"),
             format!("cluster {a} (kubeconfig context {a}):"),
@@ -143,7 +142,7 @@ impl Two<'_> {
 }
 
 /// A deployment for cluster a, then one more `--cluster b`: the rerun changes the stack's
-/// ClusterNames alone, gives both functions the list, makes b's access entries (an entry that
+/// Clusters alone, gives both functions the list, makes b's access entries (an entry that
 /// existed with another group is updated) and applies the manifests in b, and writes nothing
 /// in a. A rerun with a cluster that cannot be reached deploys the others and fails, naming it.
 #[test]
@@ -191,7 +190,7 @@ fn adding_a_cluster_later_is_one_command() {
         assert!(eks.only_asked("DescribeCluster"), "{:?}", eks.requests());
         assert!(fake_b.requests().is_empty(), "b is not served yet");
         let before = stack_parameters(&cfn, &stack).await;
-        assert_eq!(before["ClusterNames"], "", "{before:?}");
+        assert_eq!(as_list(&before["Clusters"]), a, "{before:?}");
         let outputs = stack_outputs(&cfn, &stack).await;
         // The sweeper's entry in b exists already, with another group.
         let sweeper_role = outputs["SweeperRoleArn"].clone();
@@ -319,13 +318,13 @@ fn the_rerun_changed_only_cluster_names(
     after: &BTreeMap<String, String>,
     list: &str,
 ) {
-    assert_eq!(as_list(&after["ClusterNames"]), list, "{after:?}");
+    assert_eq!(as_list(&after["Clusters"]), list, "{after:?}");
     let changed: Vec<&String> = after
         .iter()
         .filter(|(k, v)| before.get(*k).map(|b| as_list(b)) != Some(as_list(v)))
         .map(|(k, _)| k)
         .collect();
-    assert_eq!(changed, ["ClusterNames"], "{before:?}\n{after:?}");
+    assert_eq!(changed, ["Clusters"], "{before:?}\n{after:?}");
 }
 
 /// Both functions get the list through their environment files (a list `--env-var` would cut
@@ -405,9 +404,7 @@ fn the_access_entries_of_b_were_made(
              updated"
         ),
         format!("cluster {a}: the stack's own"),
-        format!(
-            "[2/6] stack forewarn-{a}: update with ClusterName={a} ClusterNames={a},{b} (kept: "
-        ),
+        format!("[2/6] stack forewarn-{a}: update with Clusters={a},{b} (kept: "),
         format!("cluster {b} (kubeconfig context {b}):"),
     ] {
         assert!(text.contains(&line), "missing {line:?} in:\n{text}");
@@ -465,8 +462,8 @@ async fn an_unreachable_cluster_fails_after_the_others(two: &Two<'_>, fake_b: &K
 /// A member account's cluster of the organization.
 const MEMBER: &str = "111111111111";
 
-/// `--cluster ACCOUNT/NAME`: a member account's cluster joins the stack's MemberClusters and
-/// both functions' FOREWARN_CLUSTERS; its access entries are made in that account (the EKS fake
+/// `--cluster ACCOUNT/NAME`: a member account's cluster joins the stack's Clusters and both
+/// functions' FOREWARN_CLUSTERS; its access entries are made in that account (the EKS fake
 /// tells accounts apart by the caller's key, as moto does), for the member role and its
 /// read-only twin, in the handler's and the sweeper's groups; its manifests are applied through
 /// its own kubeconfig context, whose server is checked against the member's DescribeCluster.
@@ -519,8 +516,8 @@ fn a_member_accounts_cluster_is_deployed_in_that_account() {
         let stack = format!("forewarn-{a}");
         let parameters = stack_parameters(&cfn, &stack).await;
         assert_eq!(
-            as_list(&parameters["MemberClusters"]),
-            member,
+            as_list(&parameters["Clusters"]),
+            format!("{a},{member}"),
             "{parameters:?}"
         );
         let outputs = stack_outputs(&cfn, &stack).await;

@@ -125,8 +125,8 @@ pub struct Variables {
     pub table: Option<String>,
 
     /// The Secrets Manager secret (ARN or name) holding the continuation keys, which sign
-    /// drains' continuations and cordon records: the stack's
-    /// `forewarn-<ClusterName>-continuation-key`, readable by forewarn's roles only. Its current
+    /// drains' continuations and cordon records: the stack's `<stack>-continuation-key`,
+    /// readable by forewarn's roles only. Its current
     /// version is the current key, its previous version the one before the last rotation
     /// (`forewarn key rotate`); keys a pool table held before are adopted at the first read.
     /// Unset: the keys are an item of the pool table

@@ -206,7 +206,7 @@ fn kubernetes_timeout_of_an_eviction_applies_the_event_once() {
 #[test]
 fn a_30_second_api_outage_at_a_warning_is_ridden_out_inside_the_invocation() {
     runtime().block_on(async {
-        // The stack's defaults: MaxReceiveCount 15, a 150 s function timeout.
+        // The stack's: 15 receives before the dead-letter queue, a 150 s function timeout.
         let world = World::new(Options {
             max_receives: 15,
             ..Options::default()

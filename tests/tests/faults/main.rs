@@ -8,7 +8,7 @@
 //! Then what a platform team's review sends: forged continuations (another node, another event
 //! id, another key, a drain never started), a stale continuation after the node's name was
 //! reused, a continuation after its node was deleted, a 30 s API server outage at a warning with
-//! the stack's `MaxReceiveCount`, SQS itself failing (a continuation that cannot be queued, a
+//! the stack's 15 receives before the dead-letter queue, SQS itself failing (a continuation that cannot be queued, a
 //! visibility that cannot be changed), evictions answered 500 and 409, the lifecycle hook of
 //! another team's group, a state change older than the instance's launch, and a far-future time
 //! beside a good record.

@@ -118,11 +118,12 @@ fn the_policy_allowance_reaches_both_functions() {
     }
 }
 
-/// `ClusterNames` reaches both functions as `FOREWARN_CLUSTERS` in all four forms of their
-/// environment (`ClusterName` when empty; no retired `FOREWARN_EKS_CLUSTER`: a lone named
-/// cluster is reached through EKS by the settings' own rule); their
-/// EKS grants are `DescribeCluster` of each cluster served, or of every cluster of the account
-/// and region with `ListClusters` for `*`, and nothing else; the table keeps `ClusterName`'s name.
+/// `Clusters` reaches both functions as `FOREWARN_CLUSTERS` in all four forms of their
+/// environment, as given (no retired `FOREWARN_EKS_CLUSTER`: a lone named cluster is reached
+/// through EKS by the settings' own rule); their EKS grants are `DescribeCluster` of each entry,
+/// or of every cluster of the account and region with `ListClusters` when `*` is an entry (alone,
+/// or with names, or with member accounts' entries), and nothing else; the table is named after
+/// the stack, whatever the clusters.
 #[test]
 fn the_clusters_served_reach_both_functions_and_their_eks_grants() {
     let describe = |resource: Value| {
@@ -132,35 +133,25 @@ fn the_clusters_served_reach_both_functions_and_their_eks_grants() {
     };
     let list = json!({"Sid": "ListClusters", "Effect": "Allow", "Action": "eks:ListClusters",
                       "Resource": "*"});
+    let every = {
+        let mut both = describe(json!(format!("arn:aws:eks:{REGION}:{ACCOUNT}:cluster/*")));
+        both.as_array_mut().unwrap().push(list.clone());
+        both
+    };
     let cases = [
+        ("demo", describe(json!(["arn:*:eks:*:*:cluster/demo"]))),
         (
-            "",
-            "demo",
-            describe(json!(format!(
-                "arn:aws:eks:{REGION}:{ACCOUNT}:cluster/demo"
-            ))),
-        ),
-        (
-            "a,b",
             "a,b",
             describe(json!([
                 "arn:*:eks:*:*:cluster/a",
                 "arn:*:eks:*:*:cluster/b"
             ])),
         ),
-        (
-            "solo",
-            "solo",
-            describe(json!(["arn:*:eks:*:*:cluster/solo"])),
-        ),
-        ("*", "*", {
-            let mut both = describe(json!(format!("arn:aws:eks:{REGION}:{ACCOUNT}:cluster/*")));
-            both.as_array_mut().unwrap().push(list.clone());
-            both
-        }),
+        ("*", every.clone()),
+        ("demo,*", every.clone()),
     ];
-    for (names, clusters, grants) in cases {
-        let d = Deployment::new(&[("ClusterNames", names)]);
+    for (clusters, grants) in cases {
+        let d = Deployment::new(&[("Clusters", clusters)]);
         for output in ENV_OUTPUTS {
             let text = d.output(output);
             // The --env-var forms split a list at its commas, so that cargo lambda refuses them
@@ -170,7 +161,7 @@ fn the_clusters_served_reach_both_functions_and_their_eks_grants() {
                 continue;
             }
             let env = env_of(&text);
-            assert_eq!(env["FOREWARN_CLUSTERS"], clusters, "{names} {output}");
+            assert_eq!(env["FOREWARN_CLUSTERS"], clusters, "{output}");
             assert!(!env.contains_key("FOREWARN_EKS_CLUSTER"), "{output}");
             assert!(!env.contains_key("FOREWARN_CLUSTER_NAME"), "{output}");
             assert_eq!(env["FOREWARN_ACCOUNT_ID"], ACCOUNT);
@@ -180,7 +171,7 @@ fn the_clusters_served_reach_both_functions_and_their_eks_grants() {
             assert_eq!(
                 Value::Array(statements_of(&d, role, "eks:")),
                 grants,
-                "{names} {role}"
+                "{clusters} {role}"
             );
         }
         assert_eq!(
@@ -190,36 +181,52 @@ fn the_clusters_served_reach_both_functions_and_their_eks_grants() {
     }
 }
 
-/// The stack refuses `ClusterNames` that mixes `*` with names (its rule, evaluated as
-/// CloudFormation evaluates `Fn::Contains` and `Fn::EachMemberEquals` on a list parameter; moto
-/// does not evaluate rules): `*` alone, names alone and the empty default pass.
+/// `*` serves every cluster of the account and region wherever it is in `Clusters` (a condition
+/// finds it: `Fn::Contains` is a rule function alone), not a member account's `ACCOUNT/*`; the
+/// stack's own cluster, whose access entries it makes, is the first entry when it is a name of
+/// this account.
 #[test]
-fn the_stack_refuses_cluster_names_that_mix_star_with_names() {
-    let rule = &stack_template()["Rules"]["ClusterNamesStarAlone"];
-    assert_eq!(rule["RuleCondition"]["Fn::Contains"][1], "*", "{rule}");
-    let assertion = &rule["Assertions"][0]["Assert"]["Fn::EachMemberEquals"];
-    assert_eq!(assertion[1], "*", "{rule}");
-    for list in [&rule["RuleCondition"]["Fn::Contains"][0], &assertion[0]] {
-        assert_eq!(list, &json!({"Ref": "ClusterNames"}), "{rule}");
+fn the_stack_finds_every_cluster_and_its_own_cluster_in_the_list() {
+    for (clusters, every, own) in [
+        ("demo", false, true),
+        ("a,b", false, true),
+        ("*", true, false),
+        ("a,*", true, true),
+        ("*,a", true, false),
+        ("a,111111111111/*", false, true),
+        ("111111111111/*,a", false, false),
+        ("111111111111/x,*", true, false),
+    ] {
+        let d = Deployment::new(&[("Clusters", clusters)]);
+        assert_eq!(d.condition("AllClusters"), every, "{clusters}");
+        assert_eq!(d.condition("FirstClusterIsOwn"), own, "{clusters}");
+        for (create, made) in [("true", own), ("false", false)] {
+            let d = Deployment::new(&[("Clusters", clusters), ("CreateAccessEntry", create)]);
+            assert_eq!(d.condition("WithAccessEntry"), made, "{clusters} {create}");
+        }
+        if own {
+            let first = clusters.split(',').next().unwrap();
+            for entry in ["HandlerAccessEntry", "SweeperAccessEntry"] {
+                assert_eq!(d.properties(entry)["ClusterName"], first, "{clusters}");
+            }
+        }
     }
-    let holds = |names: &[&str]| !names.contains(&"*") || names.iter().all(|n| *n == "*");
-    assert!(!holds(&["blue", "*"]));
-    assert!(!holds(&["*", "green"]));
-    for fine in [&["*"][..], &["blue", "green"][..], &[""][..]] {
-        assert!(holds(fine), "{fine:?}");
+    for entry in ["HandlerAccessEntry", "SweeperAccessEntry"] {
+        assert_eq!(
+            stack_template()["Resources"][entry]["Condition"],
+            "WithAccessEntry"
+        );
     }
 }
 
-/// Member accounts' clusters (`MemberClusters`) join the own ones in both functions'
-/// `FOREWARN_CLUSTERS`, in a form the functions read back as clusters of those accounts; the
-/// stack refuses them without an organization, whose member role reaches them.
+/// Member accounts' clusters (`ACCOUNT/NAME`, `ACCOUNT/*` in `Clusters`) reach both functions'
+/// `FOREWARN_CLUSTERS` with the own ones, in a form the functions read back as clusters of those
+/// accounts; the stack refuses them without an organization, whose member role reaches them (a
+/// wait condition nobody signals, made only then: a rule cannot look into an entry).
 #[test]
 fn member_clusters_reach_both_functions_and_need_an_organization() {
-    let d = Deployment::new(&[
-        ("OrganizationId", "o-a1b2c3d4e5"),
-        ("ClusterNames", "a,b"),
-        ("MemberClusters", "111111111111/prod,222222222222/*"),
-    ]);
+    let list = "a,b,111111111111/prod,222222222222/*";
+    let d = Deployment::new(&[("OrganizationId", "o-a1b2c3d4e5"), ("Clusters", list)]);
     for output in ENV_OUTPUTS {
         let text = d.output(output);
         let value = if text.contains('\n') {
@@ -231,7 +238,7 @@ fn member_clusters_reach_both_functions_and_need_an_organization() {
             let end = text.find(",FOREWARN_TABLE").unwrap();
             text[start..end].to_string()
         };
-        assert_eq!(value, "a,b,111111111111/prod,222222222222/*", "{output}");
+        assert_eq!(value, list, "{output}");
         let read = forewarn::app::settings::ClusterSelection::parse(&value).unwrap();
         assert_eq!(
             read.accounts().into_iter().collect::<Vec<_>>(),
@@ -239,19 +246,16 @@ fn member_clusters_reach_both_functions_and_need_an_organization() {
             "{output}"
         );
     }
-    let without = Deployment::new(&[("ClusterNames", "a,b")]);
-    assert_eq!(
-        env_of(&without.output("HandlerEnvFile"))["FOREWARN_CLUSTERS"],
-        "a,b"
-    );
-
-    let rule = &stack_template()["Rules"]["MemberClustersNeedAnOrganization"];
-    assert_eq!(
-        rule["RuleCondition"],
-        json!({"Fn::Not": [{"Fn::EachMemberEquals": [{"Ref": "MemberClusters"}, ""]}]})
-    );
-    assert_eq!(
-        rule["Assertions"][0]["Assert"],
-        json!({"Fn::Not": [{"Fn::Equals": [{"Ref": "OrganizationId"}, ""]}]})
-    );
+    assert!(!d.condition("MemberClustersWithoutOrganization"));
+    assert!(Deployment::new(&[("Clusters", list)]).condition("MemberClustersWithoutOrganization"));
+    for clusters in ["a,b", "*"] {
+        let d = Deployment::new(&[("Clusters", clusters)]);
+        assert!(!d.condition("WithMemberClusters"), "{clusters}");
+        assert!(!d.condition("MemberClustersWithoutOrganization"));
+    }
+    let guard = &stack_template()["Resources"]["MemberClustersNeedAnOrganization"];
+    assert_eq!(guard["Type"], "AWS::CloudFormation::WaitCondition");
+    assert_eq!(guard["Condition"], "MemberClustersWithoutOrganization");
+    assert_eq!(guard["CreationPolicy"]["ResourceSignal"]["Count"], 1);
+    assert!(guard.get("Properties").is_none(), "nothing can signal it");
 }

@@ -22,7 +22,7 @@ fn the_stack_deploys_with_hook_names_and_extra_senders() {
             &cluster,
             &template,
             &[
-                ("ClusterName", &cluster),
+                ("Clusters", &cluster),
                 ("FunctionsDeployed", "false"),
                 ("CreateAccessEntry", "false"),
                 ("LifecycleHookNames", "drain-a,drain-b"),
@@ -55,8 +55,10 @@ fn the_stack_deploys_with_hook_names_and_extra_senders() {
         // event source mapping's MaximumConcurrency, as the mass benchmark assumes.
         assert!(outputs["HandlerEnvVars"].contains(",FOREWARN_ENVIRONMENTS=10,"));
         assert!(outputs["HandlerEnvVars"].ends_with(",FOREWARN_LIFECYCLE_HOOKS=drain-a,drain-b"));
-        assert_eq!(outputs["HandlerKubernetesGroup"], "forewarn-handler");
-        assert_eq!(outputs["SweeperKubernetesGroup"], "forewarn-sweeper");
+        // Named after the stack.
+        assert_eq!(outputs["HandlerFunctionName"], format!("{cluster}-handler"));
+        assert_eq!(outputs["SweeperFunctionName"], format!("{cluster}-sweeper"));
+        assert_eq!(*table, format!("{cluster}-pools"));
 
         let events = aws_sdk_eventbridge::Client::new(&sdk);
         let rules = events
@@ -83,7 +85,7 @@ fn the_stack_deploys_with_hook_names_and_extra_senders() {
     });
 }
 
-/// An organization's central stack `name` serving `clusters` (`ClusterNames`), deployed to moto
+/// An organization's central stack `name` serving `clusters` (its `Clusters`), deployed to moto
 /// without functions nor access entry: its outputs.
 async fn organization_stack(
     sdk: &aws_config::SdkConfig,
@@ -91,24 +93,21 @@ async fn organization_stack(
     clusters: &str,
 ) -> std::collections::HashMap<String, String> {
     let template = std::fs::read_to_string(workspace_root().join("infra/forewarn.yaml")).unwrap();
-    let mut params = vec![
-        ("ClusterName", name),
+    let params = [
+        ("Clusters", clusters),
         ("OrganizationId", "o-a1b2c3d4e5"),
         ("FunctionsDeployed", "false"),
         ("CreateAccessEntry", "false"),
     ];
-    if !clusters.is_empty() {
-        params.push(("ClusterNames", clusters));
-    }
     forewarn_tests::moto::deploy_stack(sdk, name, &template, &params)
         .await
         .expect("the organization's stack deploys to moto")
 }
 
-/// An organization's central stack (a list of clusters) and a member stack given its bus and roles
-/// both deploy to moto, and what they made says what was asked: the functions' environment, the
-/// member role's name, each forwarding rule's one target (the central bus, with the member
-/// stack's dead-letter queue).
+/// An organization's central stack (a list of clusters, a member account's among them) and a
+/// member stack given its bus and roles both deploy to moto, and what they made says what was
+/// asked: the functions' environment, the member roles' fixed names, each forwarding rule's one
+/// target (the central bus, with the member stack's dead-letter queue).
 #[test]
 fn an_organizations_central_and_member_stacks_deploy() {
     use forewarn_tests::moto::{deploy_stack, runtime, shared, unique_name};
@@ -117,22 +116,22 @@ fn an_organizations_central_and_member_stacks_deploy() {
         let sdk = shared().sdk_config();
         let name = unique_name("central");
         let read = |path: &str| std::fs::read_to_string(workspace_root().join(path)).unwrap();
-        let outputs = organization_stack(&sdk, &name, "a,b").await;
-        assert_eq!(outputs["TableName"], format!("forewarn-{name}-pools"));
+        let outputs = organization_stack(&sdk, &name, "a,b,111122223333/c").await;
+        assert_eq!(outputs["TableName"], format!("{name}-pools"));
         for (output, role) in [
             ("HandlerEnvFile", "forewarn-member"),
             ("SweeperEnvFile", "forewarn-member-read"),
         ] {
             let env = env_of(&outputs[output]);
-            assert_eq!(env["FOREWARN_CLUSTERS"], "a,b", "{output}");
+            assert_eq!(env["FOREWARN_CLUSTERS"], "a,b,111122223333/c", "{output}");
             assert_eq!(env["FOREWARN_MEMBER_ROLE"], role, "{output}");
             assert_eq!(env["FOREWARN_ACCOUNT_ID"], ACCOUNT, "{output}");
             assert!(!env.contains_key("FOREWARN_EKS_CLUSTER"), "{output}");
         }
 
         let member_stack = unique_name("member");
-        // IAM role names are the account's: one of its own for this run.
-        let role_name = unique_name("fw-member");
+        // The one member stack of this moto server: its roles' names are fixed.
+        let role_name = "forewarn-member";
         let member_outputs = deploy_stack(
             &sdk,
             &member_stack,
@@ -141,7 +140,6 @@ fn an_organizations_central_and_member_stacks_deploy() {
                 ("CentralEventBusArn", &outputs["EventBusArn"]),
                 ("HandlerRoleArn", &outputs["HandlerRoleArn"]),
                 ("SweeperRoleArn", &outputs["SweeperRoleArn"]),
-                ("MemberRoleName", &role_name),
                 ("ClusterNames", "a,b"),
             ],
         )
@@ -155,7 +153,7 @@ fn an_organizations_central_and_member_stacks_deploy() {
             member_outputs["MemberReadRoleArn"],
             format!("arn:aws:iam::{ACCOUNT}:role/{role_name}-read")
         );
-        assert_eq!(outputs["EventBusName"], format!("forewarn-{name}"));
+        assert_eq!(outputs["EventBusName"], name);
         let bus = format!(
             "arn:aws:events:{REGION}:{ACCOUNT}:event-bus/{}",
             outputs["EventBusName"]
@@ -222,7 +220,7 @@ fn a_member_accounts_route_puts_its_events_in_its_own_message_group() {
         let sdk = shared().sdk_config();
         let name = unique_name("routed");
         let read = |path: &str| std::fs::read_to_string(workspace_root().join(path)).unwrap();
-        let outputs = organization_stack(&sdk, &name, "").await;
+        let outputs = organization_stack(&sdk, &name, "prod,111122223333/*").await;
         let member = "111122223333";
         let route = deploy_stack(
             &sdk,

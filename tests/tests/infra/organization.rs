@@ -7,10 +7,10 @@ use crate::support::{
     statements_of, strings,
 };
 
-/// With `OrganizationId`, forewarn's own bus admits the organization's accounts' forwarded
-/// events of the three sources and nobody else's, the rules are on it, and both functions may
-/// assume `MemberRoleName` (the sweeper its read-only twin) in the organization's accounts only,
-/// with the name in their environment; without it, none of this, and the rules are on the
+/// With `OrganizationId`, forewarn's own bus (named after the stack) admits the organization's
+/// accounts' forwarded events of the three sources and nobody else's, and both functions may
+/// assume the member role `forewarn-member` (the sweeper its read-only twin) in the
+/// organization's accounts only, with the name in their environment; without it, none of this, and the rules are on the
 /// default bus. The rules name no account, so forwarded events match them.
 #[test]
 fn an_organization_reaches_the_bus_and_the_member_roles_only() {
@@ -46,43 +46,36 @@ fn an_organization_reaches_the_bus_and_the_member_roles_only() {
     }
 
     let org = "o-a1b2c3d4e5";
-    for (role_name, overrides) in [
-        ("forewarn-member", vec![("OrganizationId", org)]),
-        (
-            "fw-member",
-            vec![("OrganizationId", org), ("MemberRoleName", "fw-member")],
-        ),
+    let role_name = "forewarn-member";
+    let d = Deployment::new(&[("OrganizationId", org)]);
+    assert!(d.condition("WithOrganization"));
+    assert_the_organizations_events_reach_forewarns_bus(&d, org);
+    // The handler assumes the member role; the sweeper, which never writes in a member
+    // account, only its read-only twin.
+    let read_name = format!("{role_name}-read");
+    for (role, name) in [
+        ("HandlerRole", role_name),
+        ("SweeperRole", read_name.as_str()),
     ] {
-        let d = Deployment::new(&overrides);
-        assert!(d.condition("WithOrganization"));
-        assert_the_organizations_events_reach_forewarns_bus(&d, org);
-        // The handler assumes the member role; the sweeper, which never writes in a member
-        // account, only its read-only twin.
-        let read_name = format!("{role_name}-read");
-        for (role, name) in [
-            ("HandlerRole", role_name),
-            ("SweeperRole", read_name.as_str()),
-        ] {
-            assert_eq!(
-                Value::Array(statements_of(&d, role, "sts:")),
-                json!([{"Sid": "AssumeMemberRoles", "Effect": "Allow", "Action": "sts:AssumeRole",
-                        "Resource": format!("arn:aws:iam::*:role/{name}"),
-                        "Condition": {"StringEquals": {"aws:ResourceOrgID": org}}}]),
-                "{role}"
-            );
-        }
-        for (output, name) in [
-            ("HandlerEnvFile", role_name),
-            ("SweeperEnvFile", read_name.as_str()),
-            ("HandlerEnvVars", role_name),
-            ("SweeperEnvVars", read_name.as_str()),
-        ] {
-            assert_eq!(
-                env_of(&d.output(output))["FOREWARN_MEMBER_ROLE"],
-                name,
-                "{output}"
-            );
-        }
+        assert_eq!(
+            Value::Array(statements_of(&d, role, "sts:")),
+            json!([{"Sid": "AssumeMemberRoles", "Effect": "Allow", "Action": "sts:AssumeRole",
+                    "Resource": format!("arn:aws:iam::*:role/{name}"),
+                    "Condition": {"StringEquals": {"aws:ResourceOrgID": org}}}]),
+            "{role}"
+        );
+    }
+    for (output, name) in [
+        ("HandlerEnvFile", role_name),
+        ("SweeperEnvFile", read_name.as_str()),
+        ("HandlerEnvVars", role_name),
+        ("SweeperEnvVars", read_name.as_str()),
+    ] {
+        assert_eq!(
+            env_of(&d.output(output))["FOREWARN_MEMBER_ROLE"],
+            name,
+            "{output}"
+        );
     }
 }
 
@@ -96,10 +89,10 @@ fn assert_the_organizations_events_reach_forewarns_bus(d: &Deployment, org: &str
     assert_eq!(d.properties("ForewarnEventBus")["Name"], "forewarn-demo");
     let bus = d.properties("OrganizationEventBusPolicy");
     assert_eq!(bus["EventBusName"], "ForewarnEventBus.Name");
-    assert_eq!(bus["StatementId"], "forewarn-demo-organization");
+    assert_eq!(bus["StatementId"], "forewarn-organization");
     assert_eq!(
         bus["Statement"],
-        json!({"Sid": "forewarn-demo-organization", "Effect": "Allow", "Principal": "*",
+        json!({"Sid": "forewarn-organization", "Effect": "Allow", "Principal": "*",
                "Action": "events:PutEvents",
                "Resource": Deployment::arn("ForewarnEventBus"),
                "Condition": {"StringEquals": {
@@ -360,7 +353,8 @@ fn the_member_stack_takes_the_central_bus_and_refuses_another_region() {
     let m = member(&[]);
     let parameters = m.template["Parameters"].as_object().unwrap();
     assert!(parameters.len() <= 8, "{:?}", parameters.keys());
-    for gone in ["CentralAccountId", "CentralEventBusName"] {
+    // The member role's name is fixed (issue 58): the central functions assume forewarn-member.
+    for gone in ["CentralAccountId", "CentralEventBusName", "MemberRoleName"] {
         assert!(parameters.get(gone).is_none(), "{gone}");
     }
     assert!(!m.condition("OutsideTheCentralRegion"));

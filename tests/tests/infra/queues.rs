@@ -16,21 +16,22 @@ fn number(v: &Value) -> u64 {
     }
 }
 
-/// The stack's default `MaxReceiveCount` keeps a spot warning that fails at every attempt on the
-/// queue past its window, with the delays the handler gives failed messages
-/// (`forewarn::domain::retry`), and the former default of 5 did not.
+/// The queue's receives before the dead-letter queue (15, fixed: issue 58) keep a spot warning
+/// that fails at every attempt on the queue past its window, with the delays the handler gives
+/// failed messages (`forewarn::domain::retry`), and the former default of 5 did not; its
+/// visibility timeout is six times the functions' timeout.
 #[test]
 fn max_receive_count_outlasts_a_spot_warning_window() {
     use forewarn::domain::config::Config;
     use forewarn::domain::retry::{Failed, RetryPolicy};
 
     let t = stack_template();
-    let max = number(&t["Parameters"]["MaxReceiveCount"]["Default"]);
+    let queue = &t["Resources"]["EventQueue"]["Properties"];
+    let max = number(&queue["RedrivePolicy"]["maxReceiveCount"]);
     assert_eq!(max, 15);
-    assert_eq!(
-        t["Resources"]["EventQueue"]["Properties"]["RedrivePolicy"]["maxReceiveCount"],
-        json!({"Ref": "MaxReceiveCount"})
-    );
+    assert!(t["Parameters"].get("MaxReceiveCount").is_none());
+    let timeout = number(&t["Outputs"]["FunctionTimeout"]["Value"]);
+    assert_eq!(number(&queue["VisibilityTimeout"]), 6 * timeout);
     let config = Config::default();
     let start = chrono::DateTime::parse_from_rfc3339("2026-11-20T10:00:00Z")
         .unwrap()

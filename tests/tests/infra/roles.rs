@@ -84,15 +84,19 @@ fn lifecycle_allowed(policy: &Value, resource: &str, tags: &[(&str, &str)]) -> b
 
 /// The handler completes and heartbeats lifecycle actions only on groups of this account and
 /// region named with the prefix and tagged for a cluster served (either tag form); a list of
-/// clusters is each of them, `*` any group tagged `eks:cluster-name`. Nothing else grants those
-/// actions.
+/// clusters is each of them, `*` any group tagged `eks:cluster-name`. A member account's entries
+/// grant nothing here (a `*` of theirs is left out of the condition keys). Nothing else grants
+/// those actions.
 #[test]
 fn lifecycle_actions_are_limited_to_the_clusters_tagged_groups() {
     let managed = |c: &'static str| [("eks:cluster-name", c)];
-    for (clusters, served, other) in [("", vec!["demo"], "prod"), ("a,b", vec!["a", "b"], "demo")] {
+    for (clusters, served, other) in [
+        ("demo", vec!["demo"], "prod"),
+        ("a,b", vec!["a", "b"], "demo"),
+        ("a,111111111111/m,222222222222/*", vec!["a"], "m"),
+    ] {
         let d = Deployment::new(&[
-            ("ClusterName", "demo"),
-            ("ClusterNames", clusters),
+            ("Clusters", clusters),
             ("AutoScalingGroupNamePrefix", "eks-"),
         ]);
         let policy = inline_policy(&d.properties("HandlerRole"), "forewarn-handler-lifecycle");
@@ -123,6 +127,11 @@ fn lifecycle_actions_are_limited_to_the_clusters_tagged_groups() {
             };
             assert!(!other_action.allowed_by(&policy));
         }
+        let keys = policy.to_string();
+        assert!(
+            !keys.contains("kubernetes.io/cluster/222222222222/*"),
+            "no wildcard in a condition key: {keys}"
+        );
         let foreign = format!("kubernetes.io/cluster/{other}");
         let served_key = format!("kubernetes.io/cluster/{}", served[0]);
         for tags in [
@@ -140,10 +149,7 @@ fn lifecycle_actions_are_limited_to_the_clusters_tagged_groups() {
     }
     // Every cluster: any group tagged eks:cluster-name (of this account, region, prefix); the
     // key-only form cannot be matched by pattern, so it is not enough.
-    let d = Deployment::new(&[
-        ("ClusterNames", "*"),
-        ("AutoScalingGroupNamePrefix", "eks-"),
-    ]);
+    let d = Deployment::new(&[("Clusters", "*"), ("AutoScalingGroupNamePrefix", "eks-")]);
     let policy = inline_policy(&d.properties("HandlerRole"), "forewarn-handler-lifecycle");
     assert!(lifecycle_allowed(
         &policy,
@@ -180,8 +186,9 @@ fn lifecycle_actions_are_limited_to_the_clusters_tagged_groups() {
     }
 }
 
-/// Each function's role joins a Kubernetes group of its own, and the defaults are the groups
-/// infra/k8s/rbac.yaml binds: the node actions to both, the expander's ConfigMaps to the sweeper.
+/// Each function's role joins a Kubernetes group of its own, fixed (no parameter chooses it),
+/// the groups infra/k8s/rbac.yaml binds: the node actions to both, the expander's ConfigMaps to
+/// the sweeper.
 #[test]
 fn each_role_joins_the_group_rbac_binds_for_it() {
     let d = Deployment::new(&[]);
@@ -191,12 +198,11 @@ fn each_role_joins_the_group_rbac_binds_for_it() {
     assert_eq!(handler["KubernetesGroups"], json!(["forewarn-handler"]));
     assert_eq!(sweeper["PrincipalArn"], Deployment::arn("SweeperRole"));
     assert_eq!(sweeper["KubernetesGroups"], json!(["forewarn-sweeper"]));
-    for p in ["HandlerKubernetesGroup", "SweeperKubernetesGroup"] {
-        let pattern = d.template["Parameters"][p]["AllowedPattern"]
-            .as_str()
-            .unwrap();
-        assert!(pattern.starts_with("^(?!system:)"), "{p}: {pattern}");
-    }
+    let parameters = d.template["Parameters"].as_object().unwrap();
+    assert!(
+        parameters.keys().all(|p| !p.contains("KubernetesGroup")),
+        "{parameters:?}"
+    );
     assert!(handler.get("AccessPolicies").is_none() && sweeper.get("AccessPolicies").is_none());
 
     let text = std::fs::read_to_string(workspace_root().join("infra/k8s/rbac.yaml")).unwrap();
@@ -246,6 +252,7 @@ fn the_member_role_trusts_the_central_functions_only_and_grants_what_they_call()
                     "Action": "sts:AssumeRole"}])
         );
         let read = m.properties("MemberReadRole");
+        assert_eq!(read["RoleName"], "forewarn-member-read");
         assert_eq!(
             read["AssumeRolePolicyDocument"]["Statement"],
             json!([{"Effect": "Allow",
@@ -313,10 +320,8 @@ fn the_member_role_trusts_the_central_functions_only_and_grants_what_they_call()
             clusters.as_array().unwrap().clone(),
             "the handler's member role reaches the same clusters"
         );
-        let central = Deployment::new(&[
-            ("ClusterNames", names),
-            ("AutoScalingGroupNamePrefix", "eks-"),
-        ]);
+        let central =
+            Deployment::new(&[("Clusters", names), ("AutoScalingGroupNamePrefix", "eks-")]);
         let lifecycle = inline_policy(&role, "forewarn-member-lifecycle");
         assert_eq!(
             lifecycle,
@@ -434,10 +439,9 @@ fn assert_deregistration_limited(policy: &Value, names: &str) {
 /// Balancing.
 #[test]
 fn deregistration_is_limited_to_the_served_clusters_target_groups() {
-    for (name, names) in [("demo", ""), ("demo", "a,b"), ("demo", "*")] {
-        let d = Deployment::new(&[("ClusterName", name), ("ClusterNames", names)]);
+    for names in ["demo", "a,b", "*"] {
+        let d = Deployment::new(&[("Clusters", names)]);
         let policy = inline_policy(&d.properties("HandlerRole"), "forewarn-handler");
-        let served = if names.is_empty() { name } else { names };
-        assert_deregistration_limited(&policy, served);
+        assert_deregistration_limited(&policy, names);
     }
 }

@@ -44,9 +44,10 @@ pub(crate) fn template(path: &str) -> Value {
 // ---------------------------------------------------------------------------------------------
 // The template's resources as one deployment resolves them
 
-/// The account and region intrinsic functions resolve to.
+/// The account, region and stack name intrinsic functions resolve to.
 pub(crate) const ACCOUNT: &str = "123456789012";
 pub(crate) const REGION: &str = "us-east-1";
+pub(crate) const STACK: &str = "forewarn-demo";
 
 /// The template with parameter values (the defaults, but for `overrides`): resolves intrinsic
 /// functions the way CloudFormation does, for the ones the stack uses. A resource's `Arn` is
@@ -57,12 +58,11 @@ pub(crate) struct Deployment {
 }
 
 impl Deployment {
-    /// `infra/forewarn.yaml` for cluster `demo` unless `overrides` name another.
+    /// `infra/forewarn.yaml` (stack [`STACK`]) serving cluster `demo` unless `overrides` give
+    /// other `Clusters`.
     pub(crate) fn new(overrides: &[(&str, &str)]) -> Deployment {
         let mut d = Deployment::of("infra/forewarn.yaml", overrides);
-        d.params
-            .entry("ClusterName".into())
-            .or_insert("demo".into());
+        d.params.entry("Clusters".into()).or_insert("demo".into());
         d
     }
 
@@ -98,6 +98,7 @@ impl Deployment {
             "AWS::Partition" => "aws".to_string(),
             "AWS::Region" => REGION.to_string(),
             "AWS::AccountId" => ACCOUNT.to_string(),
+            "AWS::StackName" => STACK.to_string(),
             _ => match self.params.get(name) {
                 // A list parameter is a list: its value split at commas, as CloudFormation does.
                 Some(v) if self.template["Parameters"][name]["Type"] == "CommaDelimitedList" => {

@@ -185,7 +185,9 @@ fn functions_in(v: &Value, found: &mut Vec<String>) {
 /// CloudFormation refuses a template whose `Rules` use any function but its rule functions
 /// ("Following functions are not supported in the Rules block"), nested ones included, which
 /// cfn-lint does not see: no `Fn::Select` or `Fn::Split` there (so a rule cannot read a region
-/// out of an ARN; the member stack's region guard is a condition).
+/// out of an ARN, nor look into a list's entries: the member stack's region guard and the
+/// central stack's member-clusters guard are conditions). No template has rules today; one
+/// added must pass this.
 #[test]
 fn rules_use_only_rule_functions() {
     const RULE_FUNCTIONS: [&str; 11] = [
@@ -201,18 +203,96 @@ fn rules_use_only_rule_functions() {
         "Fn::ValueOfAll",
         "Ref",
     ];
-    let mut checked = 0;
     for path in templates() {
         let relative = path.rsplit_once("/infra/").map(|(_, p)| p).unwrap();
         let t = template(&format!("infra/{relative}"));
         let mut found = Vec::new();
         functions_in(&t["Rules"], &mut found);
-        checked += found.len();
         for f in found {
             assert!(RULE_FUNCTIONS.contains(&f.as_str()), "{path}: {f} in Rules");
         }
     }
-    assert!(checked > 0, "the stack's rules were read");
+}
+
+/// Issue 58: the central stack keeps at most 16 parameters. What no deployment needs to choose
+/// is fixed at the values benchmarked (the timeout, the batch, the receives before the
+/// dead-letter queue, the sweep's schedule, the Kubernetes groups, the member role's name), the
+/// clusters are one list, and names derive from the stack's: the functions are
+/// `<stack>-handler` and `<stack>-sweeper` (so a stack name has at most 56 characters), their
+/// log groups, alarms, schedule and event source mapping name them so, and the table, the
+/// secret and the bus are the stack's.
+#[test]
+fn the_stack_keeps_few_parameters_and_names_its_resources_after_itself() {
+    let d = Deployment::new(&[]);
+    let parameters = d.template["Parameters"].as_object().unwrap();
+    assert!(parameters.len() <= 16, "{:?}", parameters.keys());
+    for gone in [
+        "ClusterName",
+        "ClusterNames",
+        "MemberClusters",
+        "MemberRoleName",
+        "HandlerKubernetesGroup",
+        "SweeperKubernetesGroup",
+        "HandlerFunctionName",
+        "SweeperFunctionName",
+        "FunctionTimeout",
+        "BatchSize",
+        "MaxReceiveCount",
+        "SweepSchedule",
+    ] {
+        assert!(parameters.get(gone).is_none(), "{gone}");
+    }
+    assert!(parameters["Clusters"].get("Default").is_none(), "required");
+    let (handler, sweeper) = ("forewarn-demo-handler", "forewarn-demo-sweeper");
+    assert_eq!(d.output("HandlerFunctionName"), handler);
+    assert_eq!(d.output("SweeperFunctionName"), sweeper);
+    assert_eq!(d.output("FunctionTimeout"), "150");
+    assert_eq!(
+        d.properties("HandlerLogGroup")["LogGroupName"],
+        format!("/aws/lambda/{handler}")
+    );
+    assert_eq!(
+        d.properties("SweeperLogGroup")["LogGroupName"],
+        format!("/aws/lambda/{sweeper}")
+    );
+    let mapping = d.properties("HandlerEventSourceMapping");
+    assert_eq!(mapping["FunctionName"], handler);
+    assert_eq!(mapping["BatchSize"], 10);
+    assert_eq!(mapping["ScalingConfig"]["MaximumConcurrency"], "10");
+    let schedule = d.properties("SweepScheduleRule");
+    assert_eq!(schedule["ScheduleExpression"], "rate(5 minutes)");
+    assert_eq!(
+        schedule["Targets"][0]["Arn"],
+        format!("arn:aws:lambda:us-east-1:123456789012:function:{sweeper}")
+    );
+    for (resource, name) in [
+        ("SweepSchedulePermission", sweeper),
+        ("SweeperInvokeConfig", sweeper),
+    ] {
+        assert_eq!(d.properties(resource)["FunctionName"], name, "{resource}");
+    }
+    for (alarm, name) in [
+        ("HandlerErrorsAlarm", handler),
+        ("SweeperErrorsAlarm", sweeper),
+    ] {
+        assert_eq!(
+            d.properties(alarm)["Dimensions"],
+            json!([{"Name": "FunctionName", "Value": name}]),
+            "{alarm}"
+        );
+    }
+    assert_eq!(
+        d.properties("PoolTable")["TableName"],
+        "forewarn-demo-pools"
+    );
+    assert_eq!(
+        d.properties("ContinuationKeySecret")["Name"],
+        "forewarn-demo-continuation-key"
+    );
+    assert_eq!(d.properties("ForewarnEventBus")["Name"], "forewarn-demo");
+    assert_eq!(d.properties("Dashboard")["DashboardName"], "forewarn-demo");
+    let body = d.properties("Dashboard")["DashboardBody"].to_string();
+    assert!(body.contains(handler) && body.contains(sweeper), "{body}");
 }
 
 /// Issue 57: the handler's `AccountUnreachable` (namespace `forewarn`, its dimensionless total)

@@ -1,5 +1,5 @@
 //! The continuation keys in a Secrets Manager secret (the settings' key secret: the stack's
-//! `forewarn-<ClusterName>-continuation-key`), out of the pool table: whoever may read or scan
+//! `<stack>-continuation-key`), out of the pool table: whoever may read or scan
 //! the table (an operator querying pools) learns nothing of the key, and the secret's resource
 //! policy lets only forewarn's roles read it.
 //!
