@@ -204,6 +204,7 @@ impl Handler {
             .collect();
         let unknown: Vec<Event> = events
             .iter()
+            .filter(|_| !known.is_empty())
             .map(|e| {
                 let place = crate::app::pipeline::place_of(e);
                 let mut e = (*e).clone();
@@ -213,7 +214,12 @@ impl Handler {
             })
             .collect();
         let lookup = async {
-            let unknown: Vec<&Event> = unknown.iter().collect();
+            // The blocks' instances are described already (none, mostly: the events as they
+            // are).
+            let unknown: Vec<&Event> = match known.is_empty() {
+                true => events.clone(),
+                false => unknown.iter().collect(),
+            };
             let mut described = describe_events(self.instances.as_ref(), &unknown).await;
             let blocks = known.iter().map(|((_, id), f)| (id.clone(), f.clone()));
             described.found.extend(blocks);

@@ -743,8 +743,19 @@ impl Given {
 impl Settings {
     /// The settings of the process environment.
     pub fn from_env() -> Result<Settings, ConfigError> {
-        let vars = std::env::vars_os()
-            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+        let mut vars = Vec::new();
+        for (name, value) in std::env::vars_os() {
+            let Ok(name) = name.into_string() else {
+                continue;
+            };
+            match value.into_string() {
+                Ok(value) => vars.push((name, value)),
+                Err(_) if name.starts_with("FOREWARN_") => {
+                    return Err(ConfigError::new(&name, "", "not UTF-8 text"));
+                }
+                Err(_) => {}
+            }
+        }
         Settings::from_vars(vars)
     }
 
@@ -864,6 +875,7 @@ impl Variables {
         if let Some((name, value, home)) = given
             .0
             .iter()
+            .filter(|(n, _)| n.starts_with("FOREWARN_"))
             .find_map(|(n, v)| Some((n, v, retired_home(n)?)))
         {
             return Err(ConfigError::new(
@@ -872,15 +884,17 @@ impl Variables {
                 format!("retired (see docs/how-to/upgrade.md): {home}"),
             ));
         }
-        let command = Variables::command().mut_args(|a| a.env(None::<&str>));
-        let flags = Variables::command()
+        let command = Variables::command();
+        let flags = command
             .get_arguments()
             .filter_map(|a| {
                 let value = given.get(a.get_env()?.to_str()?)?;
                 Some(format!("--{}={value}", a.get_long()?))
             })
             .collect::<Vec<_>>();
+        // The values are the given ones only, never the process's own environment.
         command
+            .mut_args(|a| a.env(None::<&str>))
             .try_get_matches_from(flags)
             .and_then(|mut m| Variables::from_arg_matches_mut(&mut m))
             .map_err(|e| config_error(&e, given))
