@@ -196,12 +196,7 @@ impl Handler {
         known: &BTreeMap<(Place, String), InstanceFacts>,
         limits: Limits,
     ) -> (BTreeMap<Destination, Share>, Described, Limits) {
-        let events: Vec<&Event> = records
-            .iter()
-            .filter(|r| r.continuation.is_none())
-            .filter_map(|r| r.event.as_ref().ok())
-            .filter(|e| e.kind != EventKind::Unsupported)
-            .collect();
+        let events = crate::app::pipeline::looked_up_events(records);
         let unknown: Vec<Event> = events
             .iter()
             .filter(|_| !known.is_empty())

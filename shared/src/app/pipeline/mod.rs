@@ -51,7 +51,7 @@ mod places;
 mod traffic;
 mod work;
 
-pub use places::{Described, PlaceFailure, describe_events, place_of};
+pub use places::{Described, PlaceFailure, describe_events, looked_up_events, place_of};
 pub use traffic::{DEREGISTER_BUDGET, ELB_RATE, QUIET_FOR, Traffic};
 
 use batch::{by_phase, follow_firsts, schedule};
@@ -235,12 +235,7 @@ impl Pipeline<'_> {
     /// one ledger read for every supported event of `records`.
     async fn look_up(&self, records: &[Record]) -> Result<LookedUp, WorkError> {
         // A drain's later passes carry their plan: nothing to look up for them.
-        let wanted: Vec<&Event> = records
-            .iter()
-            .filter(|r| r.continuation.is_none())
-            .filter_map(|r| r.event.as_ref().ok())
-            .filter(|e| e.kind != EventKind::Unsupported)
-            .collect();
+        let wanted = looked_up_events(records);
         if wanted.is_empty() {
             return Ok(Default::default());
         }

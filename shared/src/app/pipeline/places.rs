@@ -194,6 +194,17 @@ impl InstanceDirectory for Described {
     }
 }
 
+/// The events of `records` whose instances are looked up: decoded, supported, and not a drain's
+/// later pass (which carries its plan).
+pub fn looked_up_events(records: &[Record]) -> Vec<&Event> {
+    records
+        .iter()
+        .filter(|r| r.continuation.is_none())
+        .filter_map(|r| r.event.as_ref().ok())
+        .filter(|e| e.kind != crate::domain::event::EventKind::Unsupported)
+        .collect()
+}
+
 /// The facts of the instances of `events`: one lookup per account and region the events come
 /// from, at once, each with its own result ([`Described`]); none when they name no instance.
 pub async fn describe_events(instances: &dyn InstanceDirectory, events: &[&Event]) -> Described {
