@@ -13,6 +13,14 @@ fixtures;`).
     python3 scripts/product_lines.py --since REV       # the work tree against REV, and the difference
     python3 scripts/product_lines.py --modules [REV]   # by module (shared/domain/plan, cli/deploy,
                                                        # ...), against REV when given
+    python3 scripts/product_lines.py --path [REV]      # the interruption path alone (see PATH_SEEDS),
+                                                       # file by file, against REV when given
+
+The interruption path is what takes an SQS message to a cordon and a drain: decode, plan,
+lookup, cordon, drain, traffic, pools, and the handler's glue. It is counted as the files
+reachable through `crate::` paths from PATH_SEEDS (the handler, and the adapters it is wired
+with on that path), not through PATH_STOPS (the wiring and the settings, which reach every
+adapter); a file's own `mod` children come with it.
 
 Issue 49's starting point is the revision in BASELINE: the main of the day the issue was filed.
 """
@@ -99,8 +107,15 @@ TEST_ONLY = re.compile(r'#\[cfg\((?:test|feature\s*=\s*"fixtures"|any\(\s*(?:tes
 
 def product_lines(text):
     """(lines counted, names of modules declared as tests) of one file's text."""
+    kept, test_mods = product_code(text)
+    return sum(1 for line in kept if line.strip()), test_mods
+
+
+def product_code(text):
+    """(the lines of one file's text that are product code, comments blanked; the names of the
+    modules it declares as tests)."""
     lines = strip_comments(text).split("\n")
-    counted, test_mods, i = 0, [], 0
+    kept, test_mods, i = [], [], 0
     while i < len(lines):
         line = lines[i].strip()
         only = TEST_ONLY.match(line)
@@ -120,10 +135,9 @@ def product_lines(text):
                 j += 1
             i = j + 1
             continue
-        if line:
-            counted += 1
+        kept.append(lines[i])
         i += 1
-    return counted, test_mods
+    return kept, test_mods
 
 
 def top_folder(path):
@@ -163,6 +177,75 @@ def count(rev, key=top_folder):
     return totals
 
 
+PATH_SEEDS = (
+    "functions/interruption-handler/src/main.rs",
+    "shared/src/app/handler.rs",
+    "shared/src/adapters/lambda_event.rs",
+    "shared/src/adapters/ec2.rs",
+    "shared/src/adapters/kube/executor.rs",
+    "shared/src/adapters/kube/directory.rs",
+    "shared/src/adapters/elb.rs",
+    "shared/src/adapters/sqs.rs",
+    "shared/src/adapters/dynamo/mod.rs",
+)
+PATH_STOPS = ("shared/src/app/wiring.rs", "shared/src/app/settings.rs",
+              "shared/src/app/reference.rs", "shared/src/lib.rs")
+
+
+def resolve(files, segments):
+    """The file of the deepest module of `crate::a::b::c` (segments a, b, c) that exists."""
+    for n in range(len(segments), 0, -1):
+        base = "shared/src/" + "/".join(segments[:n])
+        for candidate in (base + ".rs", base + "/mod.rs"):
+            if candidate in files:
+                return candidate
+    return None
+
+
+def path_files(files):
+    """The files of the interruption path (see the module doc) among `files` {path: text}."""
+    use_tree = re.compile(r"\buse\s+(crate|forewarn)::([^;]*);", re.S)
+    inline = re.compile(r"\b(?:crate|forewarn)::((?:\w+::)*\w+)")
+    seen, todo = set(), [f for f in PATH_SEEDS if f in files]
+    while todo:
+        path = todo.pop()
+        if path in seen or path in PATH_STOPS:
+            continue
+        seen.add(path)
+        kept, test_mods = product_code(files[path])
+        code = "\n".join(kept)
+        targets = []
+        for m in use_tree.finditer(code):
+            tree = re.sub(r"\s+", "", m.group(2))
+            head, _, rest = tree.partition("{")
+            prefix = [p for p in head.split("::") if p]
+            if not rest:
+                targets.append(prefix)
+            for item in re.split(r"[,{}]", rest):
+                targets.append(prefix + [p for p in item.split("::") if p and p != "self"])
+        targets += [m.group(1).split("::") for m in inline.finditer(code)]
+        for segments in targets:
+            found = resolve(files, segments)
+            if found:
+                todo.append(found)
+        folder = PurePosixPath(path).parent
+        stem = PurePosixPath(path).stem
+        base = folder if stem in ("mod", "lib", "main") else folder / stem
+        for m in re.finditer(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;", code, re.M):
+            if m.group(1) in test_mods:
+                continue
+            for child in (str(base / f"{m.group(1)}.rs"), str(base / m.group(1) / "mod.rs")):
+                if child in files:
+                    todo.append(child)
+    return seen
+
+
+def path_count(rev):
+    """{file: lines} of the interruption path at rev (None: the work tree)."""
+    files = dict(files_at(rev))
+    return {path: product_lines(files[path])[0] for path in sorted(path_files(files))}
+
+
 def show(label, totals):
     parts = ", ".join(f"{k} {v:,}" for k, v in sorted(totals.items()))
     print(f"{label}: {sum(totals.values()):,} lines ({parts})")
@@ -178,6 +261,18 @@ def main(args):
                 line += f"  {now.get(name, 0) - before.get(name, 0):+,} since {args[1]}"
             print(line)
         show("work tree", count(None))
+    elif args[:1] == ["--path"]:
+        now = path_count(None)
+        before = path_count(args[1]) if len(args) > 1 else {}
+        for name in sorted(set(now) | set(before)):
+            line = f"{name:<56} {now.get(name, 0):>6,}"
+            if len(args) > 1:
+                line += f"  {now.get(name, 0) - before.get(name, 0):+,} since {args[1]}"
+            print(line)
+        label = f"interruption path: {sum(now.values()):,} lines in {len(now)} files"
+        if len(args) > 1:
+            label += f" ({sum(now.values()) - sum(before.values()):+,} since {args[1]})"
+        print(label)
     elif args[:1] == ["--since"]:
         base = args[1] if len(args) > 1 else BASELINE
         before, now = count(base), count(None)

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use forewarn::adapters::embedded::EmbeddedStore;
-use forewarn::adapters::snapshot::{ClusterState, SnapshotInstances};
-use forewarn::app::pipeline::{Limits, Pipeline};
+use forewarn::adapters::snapshot::ClusterState;
+use forewarn::app::pipeline::{Described, Limits, Pipeline};
 use forewarn::domain::config::Config;
 use forewarn::domain::facts::{InstanceFacts, NodeFacts};
 use forewarn::domain::plan::Plan;
@@ -76,7 +76,7 @@ fn every_log_line_of_an_events_work_carries_the_event_span() {
         tracing_subscriber::EnvFilter::new("debug"),
         buffer.clone(),
     );
-    let instances = SnapshotInstances(BTreeMap::from([(
+    let found = BTreeMap::from([(
         ID.to_string(),
         InstanceFacts {
             instance_id: ID.into(),
@@ -85,7 +85,11 @@ fn every_log_line_of_an_events_work_carries_the_event_span() {
             capacity_type: Some(CapacityType::Spot),
             ..InstanceFacts::default()
         },
-    )]));
+    )]);
+    let instances = Described {
+        found,
+        failed: BTreeMap::new(),
+    };
     let nodes = ClusterState {
         nodes: vec![NodeFacts {
             name: "node-1".into(),

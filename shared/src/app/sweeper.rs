@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use crate::adapters::snapshot::{ClusterState, SnapshotInstances};
+use crate::adapters::snapshot::ClusterState;
 use crate::app::fleet::{Cluster, Unreachable};
 use crate::app::handler::Handler;
-use crate::app::pipeline::{Limits, Passes, Pipeline};
+use crate::app::pipeline::{Described, Limits, Passes, Pipeline};
 use crate::app::preflight::{PreflightMemory, Role};
 use crate::app::priorities::{
     BaseSource, Priorities, PriorityOutcome, PriorityRunError, PrioritySettings,
@@ -458,7 +458,10 @@ impl ClusterSweep<'_> {
             known.extend(instances);
             events.push(event);
         }
-        let instances = SnapshotInstances(known);
+        let instances = Described {
+            found: known,
+            failed: BTreeMap::new(),
+        };
         let state = ClusterState {
             nodes,
             pods: Vec::new(),

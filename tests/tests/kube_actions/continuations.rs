@@ -15,7 +15,7 @@ use forewarn::ports::{Clock, DrainRole, Pass};
 use serde_json::{Value, json};
 
 use crate::support::{
-    Continuations, ID, Instances, NODE, OTHER_ID, OTHER_NODE, World, event, evictions, instance,
+    Continuations, ID, NODE, OTHER_ID, OTHER_NODE, World, event, evictions, instance, known,
     terminating,
 };
 use crate::surge::placeholders;
@@ -268,7 +268,7 @@ async fn through_the_pipeline_a_drain_continues_in_queued_passes_and_the_event_i
         .insert(pod_object("default", "web-1", NODE, "web", "ReplicaSet"));
     let dir = tempfile::tempdir().unwrap();
     let store = forewarn::adapters::embedded::EmbeddedStore::open(dir.path()).unwrap();
-    let instances = Instances(BTreeMap::from([(ID.to_string(), instance(ID, NODE))]));
+    let instances = known(BTreeMap::from([(ID.to_string(), instance(ID, NODE))]));
     let directory = KubeNodeDirectory::new(w.clients.clone());
     let executor = w.executor();
     let queue = Arc::new(Continuations::default());
@@ -450,7 +450,7 @@ async fn drains_waiting_for_room_look_at_their_placeholders_alone_in_one_list_a_
     ));
     let dir = tempfile::tempdir().unwrap();
     let store = forewarn::adapters::embedded::EmbeddedStore::open(dir.path()).unwrap();
-    let instances = Instances(BTreeMap::from([
+    let instances = known(BTreeMap::from([
         (ID.to_string(), instance(ID, NODE)),
         (OTHER_ID.to_string(), instance(OTHER_ID, OTHER_NODE)),
     ]));

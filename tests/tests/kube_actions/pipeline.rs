@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::continuations::{spot_body, sqs_batch};
 use crate::support::{
-    Fleet, ID, Instances, NODE, OTHER_ID, OTHER_NODE, World, instance, node, serve,
+    Fleet, ID, Instances, NODE, OTHER_ID, OTHER_NODE, World, instance, known, node, serve,
 };
 
 #[tokio::test]
@@ -23,7 +23,7 @@ async fn the_pipeline_acts_through_the_adapter_once_per_event() {
         .insert(pod_object("default", "web-1", NODE, "web", "ReplicaSet"));
     let dir = tempfile::tempdir().unwrap();
     let store = forewarn::adapters::embedded::EmbeddedStore::open(dir.path()).unwrap();
-    let instances = Instances(BTreeMap::from([(ID.to_string(), instance(ID, NODE))]));
+    let instances = known(BTreeMap::from([(ID.to_string(), instance(ID, NODE))]));
     let directory = KubeNodeDirectory::new(w.clients.clone());
     let executor = w.executor();
     let pipeline = w.pipeline(&store, &instances, &directory, &executor, &w.in_process);
@@ -193,7 +193,7 @@ async fn every_node_of_a_batch_is_cordoned_before_any_eviction() {
     }
     let dir = tempfile::tempdir().unwrap();
     let store = forewarn::adapters::embedded::EmbeddedStore::open(dir.path()).unwrap();
-    let instances = Instances(
+    let instances = known(
         ids.iter()
             .zip(names)
             .map(|(id, name)| (id.to_string(), instance(id, name)))

@@ -252,7 +252,7 @@ impl World {
     pub(crate) fn pipeline<'a>(
         &'a self,
         store: &'a dyn forewarn::ports::PoolStore,
-        instances: &'a dyn forewarn::ports::InstanceDirectory,
+        instances: &'a forewarn::app::pipeline::Described,
         nodes: &'a dyn NodeDirectory,
         executor: &'a dyn Executor,
         passes: &'a Passes,
@@ -452,6 +452,14 @@ pub(crate) fn seed_pods(w: &World) {
 }
 
 pub(crate) struct Instances(pub(crate) BTreeMap<String, InstanceFacts>);
+
+/// `found`, as a batch's lookup found them (what a pipeline is given).
+pub(crate) fn known(found: BTreeMap<String, InstanceFacts>) -> forewarn::app::pipeline::Described {
+    forewarn::app::pipeline::Described {
+        found,
+        failed: BTreeMap::new(),
+    }
+}
 
 #[async_trait]
 impl forewarn::ports::InstanceDirectory for Instances {

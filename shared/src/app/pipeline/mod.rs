@@ -39,8 +39,8 @@ use crate::domain::pool::{Applied, PoolKey};
 use crate::domain::report::{Outcome, Report};
 use crate::domain::surge::RoomSeen;
 use crate::ports::{
-    ActionResult, Clock, ContinuationQueue, DrainRole, Executor, InstanceDirectory, NodeDirectory,
-    Pass, PoolStore, Work, span, until,
+    ActionResult, Clock, ContinuationQueue, DrainRole, Executor, NodeDirectory, Pass, PoolStore,
+    Work, span, until,
 };
 use work::{ExecutorIn, NodesIn};
 
@@ -65,7 +65,9 @@ pub struct Pipeline<'a> {
     /// written as it is given (the wiring hands a read-only one to a dry run).
     pub mode: Mode,
     pub store: &'a dyn PoolStore,
-    pub instances: &'a dyn InstanceDirectory,
+    /// The batch's instances, looked up once before the run ([`describe_events`]): the run
+    /// decides from them and answers the events of a place whose lookup failed as it says.
+    pub instances: &'a Described,
     pub nodes: &'a dyn NodeDirectory,
     /// `None`: no live cluster — plans are made and pools recorded, nothing is acted on.
     pub executor: Option<&'a dyn Executor>,
@@ -169,12 +171,12 @@ impl Pipeline<'_> {
                 .unwrap_or(Err(WorkError::OutOfTime)),
             None => self.look_up(records).await,
         };
-        let (described, nodes, applied, followed) = match looked_up {
+        let (found, nodes, applied, followed) = match looked_up {
             Ok(found) => found,
             Err(e) => return self.none_looked_up(records, &e),
         };
         let facts = Facts {
-            instances: &described.found,
+            instances: &found,
             nodes: &nodes,
             followed: &followed,
         };
@@ -183,7 +185,7 @@ impl Pipeline<'_> {
         // then the drains carried on in process (their evictions, after every cordon).
         let (new, later) = by_phase(records, lanes);
         // The events of a place whose lookup failed are answered as it says, and only they.
-        let (new, unlooked) = described.set_aside(records, new);
+        let (new, unlooked) = self.instances.set_aside(records, new);
         let nothing_seen = BTreeMap::new();
         let mut seen = BatchFacts {
             facts,
@@ -231,7 +233,7 @@ impl Pipeline<'_> {
             })
             .collect()
     }
-    /// The batch's lookups: one instance lookup per place (see [`places`]), one node lookup and
+    /// The batch's lookups besides its instances' (given, see [`places`]): one node lookup and
     /// one ledger read for every supported event of `records`.
     async fn look_up(&self, records: &[Record]) -> Result<LookedUp, WorkError> {
         // A drain's later passes carry their plan: nothing to look up for them.
@@ -245,8 +247,14 @@ impl Pipeline<'_> {
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
-        let described = describe_events(self.instances, &wanted).await;
-        let known: Vec<InstanceFacts> = described.found.values().cloned().collect();
+        // Only the instances of this run's events: the lookup may be a whole batch's, of
+        // several clusters.
+        let found: BTreeMap<String, InstanceFacts> = wanted
+            .iter()
+            .flat_map(|e| e.instance_ids.iter())
+            .filter_map(|id| Some((id.clone(), self.instances.found.get(id)?.clone())))
+            .collect();
+        let known: Vec<InstanceFacts> = found.values().cloned().collect();
         let mut nodes = self.nodes.nodes(&known).await?;
         self.drop_unverified_records(&mut nodes).await;
         let applied = self.store.applied(&event_ids).await?;
@@ -266,7 +274,7 @@ impl Pipeline<'_> {
                 .iter()
                 .filter(|e| e.kind == EventKind::RebalanceRecommendation)
                 .flat_map(|e| e.instance_ids.iter())
-                .filter_map(|id| described.found.get(id))
+                .filter_map(|id| found.get(id))
                 .collect();
             let ids = crate::domain::facts::zone_ids(instances.iter().copied());
             let by_name = instances.iter().filter(|i| i.zone_id.is_some()).map(|i| {
@@ -290,7 +298,7 @@ impl Pipeline<'_> {
         } else {
             BTreeMap::new()
         };
-        Ok((described, nodes, applied, followed))
+        Ok((found, nodes, applied, followed))
     }
 
     /// Removes the cordon records of `nodes` that do not verify with the continuation keys (a
@@ -558,10 +566,10 @@ impl Pipeline<'_> {
     }
 }
 
-/// What the batch's lookups found: instance facts (and the places whose lookup failed),
-/// candidate nodes, event ids applied before, the pools `adaptive` follows.
+/// What the batch's lookups found: the run's instance facts, candidate nodes, event ids applied
+/// before, the pools `adaptive` follows.
 type LookedUp = (
-    Described,
+    BTreeMap<String, InstanceFacts>,
     Vec<crate::domain::facts::NodeFacts>,
     HashSet<String>,
     BTreeMap<PoolKey, crate::domain::policy::Followed>,

@@ -15,8 +15,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use async_trait::async_trait;
-
 use crate::domain::event::Event;
 use crate::domain::facts::InstanceFacts;
 use crate::domain::inbound::Record;
@@ -34,7 +32,7 @@ pub fn place_of(event: &Event) -> Place {
 }
 
 /// What the lookup of one place met: the directory's error, kept to be said again (to each of
-/// the place's events, and by [`Described`] as a directory).
+/// the place's events).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlaceFailure {
     service: &'static str,
@@ -105,8 +103,8 @@ impl PlaceFailure {
 }
 
 /// What the batch's lookups found: the facts of the instances of every place whose lookup
-/// answered, and why each other place's did not. As an [`InstanceDirectory`], it answers each
-/// place as its lookup did (what each cluster's share of a batch looks up again).
+/// answered, and why each other place's did not — looked up once, handed to each cluster's share
+/// of the batch as a value.
 #[derive(Debug, Clone, Default)]
 pub struct Described {
     pub found: BTreeMap<String, InstanceFacts>,
@@ -167,30 +165,6 @@ impl Described {
             }
         }
         (kept, aside)
-    }
-}
-
-#[async_trait]
-impl InstanceDirectory for Described {
-    async fn describe(
-        &self,
-        instance_ids: &[String],
-    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
-        Ok(crate::adapters::snapshot::known_of(
-            &self.found,
-            instance_ids,
-        ))
-    }
-
-    async fn describe_at(
-        &self,
-        place: &Place,
-        instance_ids: &[String],
-    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
-        match self.failed.get(place) {
-            Some(failure) => Err(failure.error()),
-            None => self.describe(instance_ids).await,
-        }
     }
 }
 
@@ -344,32 +318,26 @@ mod tests {
         );
     }
 
-    /// Each place answers as its lookup did; an event naming no instance is of no failed place.
-    #[tokio::test]
-    async fn described_answers_each_place_as_its_lookup_did() {
+    /// An event of a place whose lookup failed is that place's failure; one naming no
+    /// instance was not looked up, and is of no failed place.
+    #[test]
+    fn an_event_is_of_its_places_failure() {
         let failed = Place {
             account: Some("111111111111".into()),
             region: Some("us-east-1".into()),
         };
-        let facts = crate::domain::fixtures::instance("i-1").build();
         let described = Described {
-            found: BTreeMap::from([("i-1".to_string(), facts)]),
+            found: BTreeMap::new(),
             failed: BTreeMap::from([(
                 failed.clone(),
                 PlaceFailure::of(&DirectoryError::new("ec2", FailureKind::Timeout, "late")),
             )]),
         };
-        let ids = ["i-1".to_string(), "i-2".to_string()];
-        let own = described
-            .describe_at(&Place::default(), &ids)
-            .await
-            .unwrap();
-        assert_eq!(own.keys().collect::<Vec<_>>(), ["i-1"]);
-        let err = described.describe_at(&failed, &ids).await.unwrap_err();
-        assert!(err.retryable());
+        let own = record("222222222222");
+        assert!(described.failure_of(own.event.as_ref().unwrap()).is_none());
         let theirs = record("111111111111");
         let event = theirs.event.as_ref().unwrap();
-        assert!(described.failure_of(event).is_some());
+        assert!(described.failure_of(event).unwrap().error().retryable());
         let quiet = Event {
             instance_ids: Vec::new(),
             ..event.clone()

@@ -9,20 +9,20 @@ use serde_json::json;
 use super::*;
 use crate::adapters::clock::ManualClock;
 use crate::adapters::embedded::EmbeddedStore;
-use crate::adapters::snapshot::SnapshotInstances;
 use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::fixtures::{event_json, spot_json as spot};
 use crate::domain::inbound::decode_value;
 use crate::domain::plan::Plan;
 use crate::domain::pool::CapacityType;
 use crate::ports::DirectoryError;
+use crate::ports::InstanceDirectory;
 use crate::ports::{ActionResult, ExecuteError, Place};
 use async_trait::async_trait;
 
 const A: &str = "i-0a1b2c3d4e5f60001";
 const B: &str = "i-0a1b2c3d4e5f60002";
 
-fn world() -> (SnapshotInstances, crate::adapters::snapshot::ClusterState) {
+fn world() -> (Described, crate::adapters::snapshot::ClusterState) {
     let mut instances = BTreeMap::new();
     let mut nodes = Vec::new();
     for id in [A, B] {
@@ -43,7 +43,10 @@ fn world() -> (SnapshotInstances, crate::adapters::snapshot::ClusterState) {
         });
     }
     (
-        SnapshotInstances(instances),
+        Described {
+            found: instances,
+            failed: BTreeMap::new(),
+        },
         crate::adapters::snapshot::ClusterState {
             nodes,
             pods: vec![],
@@ -204,7 +207,7 @@ async fn adaptive_after_five_followed(
     };
     let exec = Recorder::default();
     let (mut instances, nodes) = world();
-    if let Some(facts) = instances.0.get_mut(A) {
+    if let Some(facts) = instances.found.get_mut(A) {
         facts.zone_id = zone_id.map(str::to_string);
     }
     let p = Pipeline {
@@ -436,6 +439,13 @@ async fn a_failed_lookup_fails_the_events_but_not_the_unsupported() {
     let (_, nodes) = world();
     let config = Config::default();
     let clock = clock();
+    let batch = json!({"Records": [
+        {"messageId": "m1", "body": spot("e1", A, "2026-11-20T10:00:00Z").to_string()},
+        {"messageId": "m2", "body": "{\"hello\": 1}"},
+        {"messageId": "m3", "body": "nope"},
+    ]});
+    let records = records(batch, &clock);
+    let described = describe_events(&Broken, &looked_up_events(&records)).await;
     let p = Pipeline {
         passes: &Passes::in_process(PASS_INTERVAL),
         clock: &clock,
@@ -443,16 +453,11 @@ async fn a_failed_lookup_fails_the_events_but_not_the_unsupported() {
         mode: Mode::Act,
         config: &config,
         store: &store,
-        instances: &Broken,
+        instances: &described,
         nodes: &nodes,
         executor: None,
     };
-    let batch = json!({"Records": [
-        {"messageId": "m1", "body": spot("e1", A, "2026-11-20T10:00:00Z").to_string()},
-        {"messageId": "m2", "body": "{\"hello\": 1}"},
-        {"messageId": "m3", "body": "nope"},
-    ]});
-    let reports = p.process(&records(batch, &clock)).await;
+    let reports = p.process(&records).await;
     let outcomes: Vec<Outcome> = reports.iter().map(|r| r.outcome).collect();
     assert_eq!(
         outcomes,
@@ -471,7 +476,7 @@ async fn a_failed_lookup_fails_the_events_but_not_the_unsupported() {
 /// The accounts of an organization, each answering its own lookup: the deployment's own
 /// (the world's instances); one whose role denies `ec2:DescribeInstances`; one that
 /// throttles; one whose member role cannot be assumed (not served).
-struct Accounts((SnapshotInstances, crate::adapters::snapshot::ClusterState));
+struct Accounts((Described, crate::adapters::snapshot::ClusterState));
 
 const DENIED: &str = "111111111111";
 const UNSERVED: &str = "222222222222";
@@ -483,7 +488,7 @@ impl InstanceDirectory for Accounts {
         &self,
         ids: &[String],
     ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
-        self.0.0.describe(ids).await
+        Ok(crate::adapters::snapshot::known_of(&self.0.0.found, ids))
     }
 
     async fn describe_at(
@@ -536,17 +541,6 @@ async fn a_failed_account_fails_only_its_own_events() {
     let config = Config::default();
     let clock = clock();
     let exec = Recorder::default();
-    let p = Pipeline {
-        passes: &Passes::in_process(PASS_INTERVAL),
-        clock: &clock,
-        traffic: None,
-        mode: Mode::Act,
-        config: &config,
-        store: &store,
-        instances: &accounts,
-        nodes: &accounts.0.1,
-        executor: Some(&exec),
-    };
     let own = spot("own", A, "2026-11-20T10:00:00Z");
     let batch = json!({"Records": [
         spot_from("denied", B, DENIED),
@@ -555,7 +549,20 @@ async fn a_failed_account_fails_only_its_own_events() {
         spot_from("throttled", B, THROTTLING),
         spot_from("unserved", B, UNSERVED),
     ]});
-    let reports = p.process(&records(batch, &clock)).await;
+    let records = records(batch, &clock);
+    let described = describe_events(&accounts, &looked_up_events(&records)).await;
+    let p = Pipeline {
+        passes: &Passes::in_process(PASS_INTERVAL),
+        clock: &clock,
+        traffic: None,
+        mode: Mode::Act,
+        config: &config,
+        store: &store,
+        instances: &described,
+        nodes: &accounts.0.1,
+        executor: Some(&exec),
+    };
+    let reports = p.process(&records).await;
     let outcomes: Vec<(Outcome, bool)> = reports.iter().map(|r| (r.outcome, r.permanent)).collect();
     assert_eq!(
         outcomes,
@@ -625,7 +632,7 @@ fn late_continuation(
         .remove(0)
         .event
         .unwrap();
-    let facts = Facts::new(&instances.0, &nodes.nodes);
+    let facts = Facts::new(&instances.found, &nodes.nodes);
     let mut plan = decide(&event, facts, &Config::default());
     let pass = shape(&mut plan);
     let started = now - chrono::Duration::minutes(3);
@@ -643,7 +650,7 @@ fn queued<'a>(
     clock: &'a ManualClock,
     config: &'a Config,
     store: &'a EmbeddedStore,
-    (instances, nodes): &'a (SnapshotInstances, crate::adapters::snapshot::ClusterState),
+    (instances, nodes): &'a (Described, crate::adapters::snapshot::ClusterState),
     exec: &'a Recorder,
 ) -> Pipeline<'a> {
     Pipeline {
