@@ -43,37 +43,25 @@ pub struct CheckArgs {
         default_value = "OrganizationAccountAccessRole"
     )]
     member_admin_role: String,
-    /// The handler's Kubernetes group (forewarn's access entries put its role in it).
-    #[arg(long, value_name = "GROUP", default_value = "forewarn-handler")]
-    handler_group: String,
-    /// The sweeper's Kubernetes group (forewarn's access entries put its role in it).
-    #[arg(long, value_name = "GROUP", default_value = "forewarn-sweeper")]
-    sweeper_group: String,
     /// Output: one line per write and group, or one JSON object per line.
     #[arg(long, value_enum, default_value = "text")]
     output: TextOrJson,
 }
 
-/// The groups a preflight impersonates, with the writes each makes.
-pub struct Groups<'a> {
-    pub handler: &'a str,
-    pub sweeper: &'a str,
-}
-
-/// Every write of both groups, proved in the cluster `access` reaches (an EKS cluster of a
-/// member account through `member`, that account's configuration), each group impersonated
-/// (user [`CHECK_USER`]).
+/// Every write of both functions' groups (fixed: the access entries put their roles in them),
+/// proved in the cluster `access` reaches (an EKS cluster of a member account through
+/// `member`, that account's configuration), each group impersonated (user [`CHECK_USER`]).
 pub async fn prove_cluster(
     settings: &Settings,
     (access, member): (&ClusterAccess, Option<&aws_config::SdkConfig>),
-    groups: &Groups<'_>,
     clock: Arc<dyn Clock>,
 ) -> anyhow::Result<Vec<Proof>> {
     let mut proofs = Vec::new();
-    for (group, role) in [
-        (groups.handler, Role::Handler),
-        (groups.sweeper, Role::Sweeper),
-    ] {
+    for (f, role) in crate::deploy::FUNCTIONS
+        .iter()
+        .zip([Role::Handler, Role::Sweeper])
+    {
+        let group = f.group;
         let identity = Impersonation {
             user: CHECK_USER.to_string(),
             groups: vec![group.to_string()],
@@ -193,10 +181,6 @@ pub async fn run(
     settings: Settings,
     clock: Arc<dyn Clock>,
 ) -> anyhow::Result<ExitCode> {
-    let groups = Groups {
-        handler: &args.handler_group,
-        sweeper: &args.sweeper_group,
-    };
     let mut refused = 0;
     let mut failed = 0;
     let sdk = forewarn::adapters::aws::load(settings.aws).await;
@@ -219,13 +203,7 @@ pub async fn run(
             },
             None => access,
         };
-        let proofs = match prove_cluster(
-            &settings,
-            (&access, member.as_ref()),
-            &groups,
-            clock.clone(),
-        )
-        .await
+        let proofs = match prove_cluster(&settings, (&access, member.as_ref()), clock.clone()).await
         {
             Ok(proofs) => proofs,
             Err(e) => {

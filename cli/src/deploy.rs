@@ -23,7 +23,8 @@ use clap::Args;
 use forewarn::adapters::kube::{ClusterAccess, EksAccess};
 use forewarn::app::settings::Settings;
 
-use functions::{FUNCTIONS, command_line};
+pub(crate) use functions::FUNCTIONS;
+use functions::command_line;
 use stack::{CREATE_ACCESS_ENTRY, Change, Clusters, Current, FUNCTION_ARCHITECTURE, Plan};
 
 /// The template, relative to the repository's root.
@@ -179,23 +180,28 @@ struct Deploy {
     members: BTreeMap<String, aws_config::SdkConfig>,
 }
 
-/// What `run` reads before any step: the template's parameters, the arguments checked, the
-/// manifests.
-struct Inputs {
-    root: PathBuf,
-    template: String,
-    declared: stack::Template,
-    given: Vec<(String, String)>,
-    clusters: Clusters,
-    handler_env: Vec<String>,
-    sweeper_env: Vec<String>,
-    objects: Vec<manifests::Object>,
-    name: String,
+/// `--stack-name`, else forewarn-<first --cluster>, checked.
+fn stack_name(args: &DeployArgs, clusters: &Clusters) -> anyhow::Result<String> {
+    let name = match (&args.stack_name, clusters.named.first()) {
+        (Some(name), _) => name.clone(),
+        (None, Some(first)) => format!("forewarn-{first}"),
+        (None, None) => bail!(
+            "--all-clusters without --cluster: give --stack-name, the stack to update (or \
+             --cluster NAME, a new stack's own cluster)"
+        ),
+    };
+    stack::check_name(&name, args.stack_name.is_some())?;
+    Ok(name)
 }
 
-/// Reads and checks everything `run` needs that is not AWS's or a cluster's: a bad argument stops
-/// the command before anything is read.
-fn inputs(args: &DeployArgs) -> anyhow::Result<Inputs> {
+pub async fn run(
+    args: DeployArgs,
+    settings: Settings,
+    clock: std::sync::Arc<dyn forewarn::ports::Clock>,
+) -> anyhow::Result<ExitCode> {
+    let args = args.settled();
+    // Everything that is not AWS's or a cluster's first: a bad argument stops the command
+    // before anything is read.
     let root = find_root(args.root.as_deref())?;
     let template = std::fs::read_to_string(root.join(TEMPLATE))
         .with_context(|| format!("reading {}", root.join(TEMPLATE).display()))?;
@@ -206,45 +212,7 @@ fn inputs(args: &DeployArgs) -> anyhow::Result<Inputs> {
     let handler_env = functions::extra_env("--handler-env", &args.handler_env, &from_the_stack)?;
     let sweeper_env = functions::extra_env("--sweeper-env", &args.sweeper_env, &from_the_stack)?;
     let objects = manifests::load(&root)?;
-    let name = match (&args.stack_name, clusters.named.first()) {
-        (Some(name), _) => name.clone(),
-        (None, Some(first)) => format!("forewarn-{first}"),
-        (None, None) => bail!(
-            "--all-clusters without --cluster: give --stack-name, the stack to update (or \
-             --cluster NAME, a new stack's own cluster)"
-        ),
-    };
-    stack::check_name(&name, args.stack_name.is_some())?;
-    Ok(Inputs {
-        root,
-        template,
-        declared,
-        given,
-        clusters,
-        handler_env,
-        sweeper_env,
-        objects,
-        name,
-    })
-}
-
-pub async fn run(
-    args: DeployArgs,
-    settings: Settings,
-    clock: std::sync::Arc<dyn forewarn::ports::Clock>,
-) -> anyhow::Result<ExitCode> {
-    let args = args.settled();
-    let Inputs {
-        root,
-        template,
-        declared,
-        given,
-        clusters,
-        handler_env,
-        sweeper_env,
-        objects,
-        name,
-    } = inputs(&args)?;
+    let name = stack_name(&args, &clusters)?;
     let mut sdk = forewarn::adapters::aws::load(settings.aws).await;
     if let Some(region) = &args.region {
         sdk = sdk
@@ -937,14 +905,9 @@ impl Deploy {
         cluster: &Cluster,
         granted: bool,
     ) -> anyhow::Result<()> {
-        let groups = crate::check::Groups {
-            handler: FUNCTIONS[0].group,
-            sweeper: FUNCTIONS[1].group,
-        };
         let proofs = crate::check::prove_cluster(
             &self.settings,
             (&cluster.access, cluster.member.as_ref()),
-            &groups,
             self.clock.clone(),
         )
         .await;
@@ -1166,31 +1129,6 @@ async fn connect(
     })
 }
 
-/// The server of `kubeconfig`'s context `context` (`None`: the current one).
-fn server_of(
-    kubeconfig: &kube::config::Kubeconfig,
-    context: Option<&str>,
-) -> anyhow::Result<String> {
-    let name = context
-        .map(str::to_string)
-        .or_else(|| kubeconfig.current_context.clone())
-        .ok_or_else(|| anyhow!("the kubeconfig has no current context"))?;
-    let cluster = kubeconfig
-        .contexts
-        .iter()
-        .find(|c| c.name == name)
-        .and_then(|c| c.context.as_ref())
-        .map(|c| c.cluster.clone())
-        .ok_or_else(|| anyhow!("the kubeconfig has no context {name}"))?;
-    kubeconfig
-        .clusters
-        .iter()
-        .find(|c| c.name == cluster)
-        .and_then(|c| c.cluster.as_ref())
-        .and_then(|c| c.server.clone())
-        .ok_or_else(|| anyhow!("kubeconfig context {name}: its cluster {cluster} has no server"))
-}
-
 /// Before anything is granted through a kubeconfig context (`access`, with the kubeconfig read
 /// from `KUBECONFIG`, else `~/.kube/config`): its server must be EKS cluster `name`'s endpoint
 /// (`DescribeCluster` in the deployment's account and region), so that a context of that name
@@ -1217,7 +1155,15 @@ async fn endpoint_is(
     kubeconfig: &kube::config::Kubeconfig,
     context: Option<&str>,
 ) -> anyhow::Result<()> {
-    let server = server_of(kubeconfig, context)?;
+    let options = kube::config::KubeConfigOptions {
+        context: context.map(str::to_string),
+        ..Default::default()
+    };
+    let server = kube::Config::from_custom_kubeconfig(kubeconfig.clone(), &options)
+        .await
+        .context("reading the kubeconfig")?
+        .cluster_url
+        .to_string();
     let described = eks
         .describe_cluster()
         .name(name)

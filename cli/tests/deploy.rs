@@ -369,8 +369,9 @@ fn deploy_then_upgrade_against_moto_and_the_kubernetes_fake() {
         drifted["rules"].as_array_mut().unwrap().truncate(1);
         fake.insert(drifted);
         fake.clear_requests();
+        let before = versions(&fake);
 
-        upgrade(&d, &outputs, &uuid).await;
+        upgrade(&d, &outputs, &uuid, &before).await;
     });
 }
 
@@ -486,21 +487,25 @@ fn created_in_order(fake: &KubeFake) -> Value {
         let o = fake.get(api_version, kind, namespace.as_deref(), name);
         assert!(o.is_some(), "{kind} {name} is missing in the fake");
     }
-    // The pod grant only once the policy that narrows it to placeholders is bound.
+    // The pod grant only once the policy that narrows it to placeholders is bound. The
+    // objects are applied (PATCH), the expander created (POST), the check is a dry-run POST.
     let created: Vec<String> = fake
         .writes()
         .iter()
-        .filter(|w| w.method == "POST")
+        .filter(|w| w.method == "POST" || w.method == "PATCH")
         .map(|w| w.path.clone())
         .collect();
     let last = |plural: &str| {
         created
             .iter()
-            .rposition(|p| p.ends_with(plural))
-            .unwrap_or_else(|| panic!("no create of {plural} in {created:?}"))
+            .rposition(|p| p.contains(&format!("{plural}/")))
+            .unwrap_or_else(|| panic!("no apply of {plural} in {created:?}"))
     };
     // forewarn's namespace before anything else, so before anything in it.
-    assert!(created[0].ends_with("/api/v1/namespaces"), "{created:?}");
+    assert!(
+        created[0].ends_with("/api/v1/namespaces/forewarn"),
+        "{created:?}"
+    );
     assert!(
         created.iter().any(|p| p.contains("/namespaces/forewarn/")),
         "{created:?}"
@@ -537,6 +542,7 @@ async fn upgrade(
     d: &Deploying<'_>,
     outputs: &std::collections::BTreeMap<String, String>,
     uuid: &str,
+    before: &[(String, Option<String>)],
 ) {
     let Deploying {
         endpoint,
@@ -569,7 +575,7 @@ async fn upgrade(
         "CreateAccessEntry=false".to_string(),
         "LifecycleHookNames=drain-a,drain-b".to_string(),
         "already wired".to_string(),
-        "ClusterRole forewarn: replaced".to_string(),
+        "ClusterRole forewarn: updated".to_string(),
         "ClusterRoleBinding forewarn: unchanged".to_string(),
         format!("ConfigMap kube-system/{EXPANDER}: exists: left as it is"),
     ] {
@@ -606,19 +612,45 @@ async fn upgrade(
         )
         .unwrap();
     assert_eq!(role["rules"].as_array().unwrap().len(), 6, "{role}");
-    // The placeholder policy's check runs again, as dry runs that store nothing.
+    // Every object applied again (the placeholder policy's check as dry runs that store
+    // nothing), the expander not written: only what drifted changed.
     let writes: Vec<String> = fake
         .writes()
         .iter()
         .filter(|w| !w.query.contains("dryRun=All"))
-        .map(|w| format!("{} {}", w.method, w.path))
+        .map(|w| w.method.to_string())
         .collect();
+    assert!(writes.iter().all(|m| m == "PATCH"), "{writes:?}");
+    assert_eq!(writes.len(), manifest_objects().len() - 1, "{writes:?}");
     assert_eq!(
-        writes,
-        ["PUT /apis/rbac.authorization.k8s.io/v1/clusterroles/forewarn"],
-        "the upgrade writes only what drifted"
+        changed_since(fake, before),
+        ["ClusterRole forewarn"],
+        "the upgrade changes only what drifted"
     );
     assert!(text.contains("forewarn-placeholders-only: enforced for forewarn-handler"));
+}
+
+/// Each manifest object (`Kind [namespace/]name`) with its resourceVersion in the fake.
+fn versions(fake: &KubeFake) -> Vec<(String, Option<String>)> {
+    manifest_objects()
+        .into_iter()
+        .map(|(api_version, kind, namespace, name)| {
+            let o = fake.get(&api_version, &kind, namespace.as_deref(), &name);
+            let rv = o.and_then(|o| o["metadata"]["resourceVersion"].as_str().map(String::from));
+            let at = namespace.map_or(String::new(), |ns| format!("{ns}/"));
+            (format!("{kind} {at}{name}"), rv)
+        })
+        .collect()
+}
+
+/// The manifest objects whose resourceVersion moved since `before` ([`versions`]).
+fn changed_since(fake: &KubeFake, before: &[(String, Option<String>)]) -> Vec<String> {
+    versions(fake)
+        .into_iter()
+        .zip(before)
+        .filter(|(now, then)| now.1 != then.1)
+        .map(|(now, _)| now.0)
+        .collect()
 }
 
 /// Both functions as the stack's outputs say: role, timeout, environment.

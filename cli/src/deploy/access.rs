@@ -141,13 +141,8 @@ pub async fn ensure(
 }
 
 fn same_groups(a: &[String], b: &[String]) -> bool {
-    let sorted = |v: &[String]| {
-        let mut v = v.to_vec();
-        v.sort();
-        v.dedup();
-        v
-    };
-    sorted(a) == sorted(b)
+    let set = |v: &[String]| v.iter().cloned().collect::<std::collections::BTreeSet<_>>();
+    set(a) == set(b)
 }
 
 /// Every EKS cluster of the account and region (`ListClusters`, every page), sorted.

@@ -1,7 +1,6 @@
 //! The functions' side of `forewarn deploy`: the `cargo lambda build` and `cargo lambda deploy`
 //! command lines, and running them.
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -215,34 +214,15 @@ fn ordinal(n: usize) -> String {
 /// What a hidden value is shown as.
 pub const HIDDEN: &str = "(hidden)";
 
-/// A command line as a shell would take it back (arguments quoted when needed), except that the
-/// values of the variables of every `--env-var` are left out (`KEY=(hidden)`): what the command
-/// prints of a command — a step's line, a dry run, a failure — names a function's variables,
-/// never their values (a webhook URL is a secret). The command itself is run with them.
+/// A command line as a shell would take it back (arguments quoted when needed). The functions'
+/// variables are never on it (they go through `--env-file`): what the command prints of a
+/// command names no value (a webhook URL is a secret).
 pub fn command_line(program: &str, args: &[String]) -> String {
-    let mut hide = false;
-    std::iter::once(quote(program))
-        .chain(args.iter().map(|arg| {
-            let shown = if hide { hide_values(arg) } else { quote(arg) };
-            hide = arg == "--env-var";
-            shown
-        }))
+    std::iter::once(program)
+        .chain(args.iter().map(String::as_str))
+        .map(quote)
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-/// `A=1,B=2` as `A=(hidden),B=(hidden)`; a dry run's placeholder (`<SweeperEnvVars>`) as it is.
-pub fn hide_values(vars: &str) -> String {
-    if is_placeholder(vars) {
-        return vars.to_string();
-    }
-    vars.split(',')
-        .map(|kv| match kv.split_once('=') {
-            Some((k, _)) if !is_placeholder(k) => format!("{}={HIDDEN}", quote(k)),
-            _ => HIDDEN.to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 /// The names of `KEY=VALUE` lines, for a dry run (`<HandlerEnvFile>` as it is).
@@ -274,53 +254,33 @@ fn quote(arg: &str) -> String {
     }
 }
 
-/// Runs `program args` in `dir`, its standard error echoed to ours as it comes when `echo`
-/// (a build's progress), and answers its standard output. A failure names the command and
-/// carries the end of its standard error (or of its output when that is empty).
+/// Runs `program args` in `dir`, its standard error ours when `echo` (a build's progress),
+/// and answers its standard output. A failure names the command and carries the end of its
+/// standard error (or of its output when that is empty; nothing more when it was echoed).
 pub fn run(program: &str, args: &[String], dir: &Path, echo: bool) -> anyhow::Result<String> {
     let line = command_line(program, args);
-    let mut child = Command::new(program)
+    let out = Command::new(program)
         .args(args)
         .current_dir(dir)
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+        .stderr(if echo {
+            Stdio::inherit()
+        } else {
+            Stdio::piped()
+        })
+        .output()
         .with_context(|| format!("`{line}` could not start (is {program} on PATH?)"))?;
-    let stderr = child
-        .stderr
-        .take()
-        .ok_or_else(|| anyhow!("`{line}`: no standard error pipe"))?;
-    let reader = std::thread::spawn(move || {
-        let mut lines = Vec::new();
-        for l in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if echo {
-                let mut err = std::io::stderr().lock();
-                let _ = writeln!(err, "{l}");
-            }
-            lines.push(l);
-        }
-        lines
-    });
-    let mut stdout = String::new();
-    if let Some(mut out) = child.stdout.take() {
-        out.read_to_string(&mut stdout)
-            .with_context(|| format!("reading the output of `{line}`"))?;
-    }
-    let status = child
-        .wait()
-        .with_context(|| format!("waiting for `{line}`"))?;
-    let stderr = reader.join().unwrap_or_default();
-    if status.success() {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if out.status.success() {
         return Ok(stdout);
     }
-    let said: Vec<&str> = if stderr.is_empty() {
-        stdout.lines().collect()
-    } else {
-        stderr.iter().map(String::as_str).collect()
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let said: Vec<&str> = match stderr.is_empty() {
+        true => stdout.lines().collect(),
+        false => stderr.lines().collect(),
     };
     let tail = &said[said.len().saturating_sub(STDERR_TAIL)..];
-    bail!("`{line}` failed ({status}):\n{}", tail.join("\n"))
+    bail!("`{line}` failed ({}):\n{}", out.status, tail.join("\n"))
 }
 
 #[cfg(test)]
@@ -485,26 +445,9 @@ mod tests {
         assert!(missing.to_string().contains("on PATH"), "{missing}");
     }
 
-    /// A failed `cargo lambda deploy` is named with its command line, its variables' values
-    /// left out; the command ran with them.
+    /// A dry run names the variables of a function's file, never their values.
     #[test]
-    fn a_failure_names_the_variables_not_their_values() {
-        let dir = std::env::temp_dir();
-        let args: Vec<String> = [
-            "-c",
-            "case \"$2\" in *=https://*) exit 3;; esac; exit 9",
-            "sh",
-            "--env-var",
-            "FOREWARN_WEBHOOK_URL=https://h.example.com/SECRET",
-        ]
-        .map(String::from)
-        .to_vec();
-        let e = run("sh", &args, &dir, false).unwrap_err().to_string();
-        assert!(e.contains("exit status: 3"), "the value was passed: {e}");
-        assert!(e.contains("--env-var FOREWARN_WEBHOOK_URL=(hidden)"), "{e}");
-        assert!(!e.contains("SECRET"), "{e}");
-        assert_eq!(hide_values("<SweeperEnvVars>"), "<SweeperEnvVars>");
-        assert_eq!(hide_values("A=1,novalue"), "A=(hidden),(hidden)");
+    fn a_dry_run_names_the_variables_not_their_values() {
         let vars = [
             "A=1".to_string(),
             "<HandlerEnvFile>".to_string(),

@@ -1,18 +1,19 @@
-//! The Kubernetes side of `forewarn deploy`: the manifests of `infra/k8s`, each object created
-//! or replaced (RBAC), or only created when missing (the priority expander's ConfigMap, which the
-//! sweeper owns once it exists).
+//! The Kubernetes side of `forewarn deploy`: the manifests of `infra/k8s`, each object applied
+//! server-side (RBAC, policies), or only created when missing (the priority expander's
+//! ConfigMap, which the sweeper owns once it exists).
 
 use std::path::Path;
 
 use anyhow::{Context, anyhow, bail};
 use forewarn::domain::admission::RefusedBy;
-use kube::api::{Api, ApiResource, DynamicObject, PostParams};
-use serde_json::{Map, Value};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use serde_json::Value;
 
 /// What the command does with the objects of one manifest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Policy {
-    /// Created when missing, replaced when it differs (`kubectl apply`).
+    /// Applied server-side as forewarn's field manager (by hand, `kubectl apply`).
     Apply,
     /// Created when missing, never written when it exists (`kubectl create`).
     CreateOnly,
@@ -44,98 +45,48 @@ pub const MANIFESTS: &[Manifest] = &[
     ("infra/k8s/priority-expander.yaml", Policy::CreateOnly, None),
 ];
 
-/// One kind the manifests may hold.
+/// One kind the manifests may hold: its `apiVersion`, its kind, whether it is namespaced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Kind {
-    pub group: &'static str,
-    pub version: &'static str,
+    pub api_version: &'static str,
     pub kind: &'static str,
-    pub plural: &'static str,
     pub namespaced: bool,
 }
 
-const fn kind(
-    group: &'static str,
-    version: &'static str,
-    kind: &'static str,
-    plural: &'static str,
-    namespaced: bool,
-) -> Kind {
+const fn kind(api_version: &'static str, kind: &'static str, namespaced: bool) -> Kind {
     Kind {
-        group,
-        version,
+        api_version,
         kind,
-        plural,
         namespaced,
     }
 }
 
-const RBAC: &str = "rbac.authorization.k8s.io";
-const ADMISSION: &str = "admissionregistration.k8s.io";
-const FLOW_CONTROL: &str = "flowcontrol.apiserver.k8s.io";
+const RBAC: &str = "rbac.authorization.k8s.io/v1";
+const ADMISSION: &str = "admissionregistration.k8s.io/v1";
+const FLOW_CONTROL: &str = "flowcontrol.apiserver.k8s.io/v1";
 
-/// The kinds of the manifests, with where the API serves them.
+/// The kinds of the manifests (their resources' plurals are kube's, from the kind).
 pub const KINDS: &[Kind] = &[
-    kind("", "v1", "Namespace", "namespaces", false),
-    kind(RBAC, "v1", "ClusterRole", "clusterroles", false),
-    kind(
-        RBAC,
-        "v1",
-        "ClusterRoleBinding",
-        "clusterrolebindings",
-        false,
-    ),
-    kind(RBAC, "v1", "Role", "roles", true),
-    kind(RBAC, "v1", "RoleBinding", "rolebindings", true),
-    kind("", "v1", "ConfigMap", "configmaps", true),
-    kind(
-        "scheduling.k8s.io",
-        "v1",
-        "PriorityClass",
-        "priorityclasses",
-        false,
-    ),
-    kind(
-        ADMISSION,
-        "v1",
-        "ValidatingAdmissionPolicy",
-        "validatingadmissionpolicies",
-        false,
-    ),
-    kind(
-        ADMISSION,
-        "v1",
-        "ValidatingAdmissionPolicyBinding",
-        "validatingadmissionpolicybindings",
-        false,
-    ),
-    kind(
-        FLOW_CONTROL,
-        "v1",
-        "PriorityLevelConfiguration",
-        "prioritylevelconfigurations",
-        false,
-    ),
-    kind(FLOW_CONTROL, "v1", "FlowSchema", "flowschemas", false),
+    kind("v1", "Namespace", false),
+    kind(RBAC, "ClusterRole", false),
+    kind(RBAC, "ClusterRoleBinding", false),
+    kind(RBAC, "Role", true),
+    kind(RBAC, "RoleBinding", true),
+    kind("v1", "ConfigMap", true),
+    kind("scheduling.k8s.io/v1", "PriorityClass", false),
+    kind(ADMISSION, "ValidatingAdmissionPolicy", false),
+    kind(ADMISSION, "ValidatingAdmissionPolicyBinding", false),
+    kind(FLOW_CONTROL, "PriorityLevelConfiguration", false),
+    kind(FLOW_CONTROL, "FlowSchema", false),
 ];
 
 impl Kind {
-    pub fn api_version(&self) -> String {
-        if self.group.is_empty() {
-            self.version.to_string()
-        } else {
-            format!("{}/{}", self.group, self.version)
-        }
-    }
-
     fn resource(&self) -> ApiResource {
-        ApiResource {
-            group: self.group.to_string(),
-            version: self.version.to_string(),
-            api_version: self.api_version(),
-            kind: self.kind.to_string(),
-            plural: self.plural.to_string(),
-        }
+        let (group, version) = self
+            .api_version
+            .rsplit_once('/')
+            .unwrap_or(("", self.api_version));
+        ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, self.kind))
     }
 }
 
@@ -188,11 +139,11 @@ fn object(file: &'static str, policy: Policy, body: Value) -> anyhow::Result<Obj
     let kind_name = text("/kind").unwrap_or_default();
     let kind = KINDS
         .iter()
-        .find(|k| k.kind == kind_name && k.api_version() == api_version)
+        .find(|k| k.kind == kind_name && k.api_version == api_version)
         .ok_or_else(|| {
             let known: Vec<String> = KINDS
                 .iter()
-                .map(|k| format!("{} {}", k.api_version(), k.kind))
+                .map(|k| format!("{} {}", k.api_version, k.kind))
                 .collect();
             anyhow!(
                 "{file}: kind {kind_name:?} of apiVersion {api_version:?} is not one forewarn \
@@ -299,23 +250,23 @@ impl Object {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     Created,
-    Replaced,
+    Updated,
     Unchanged,
     /// It exists and is left as it is ([`Policy::CreateOnly`]).
     Kept,
     WouldCreate,
-    WouldReplace,
+    WouldUpdate,
 }
 
 impl std::fmt::Display for Outcome {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Outcome::Created => "created",
-            Outcome::Replaced => "replaced (it differed from the manifest)",
+            Outcome::Updated => "updated (it differed from the manifest)",
             Outcome::Unchanged => "unchanged",
             Outcome::Kept => "exists: left as it is (the sweeper keeps it)",
             Outcome::WouldCreate => "would be created",
-            Outcome::WouldReplace => "would be replaced (it differs from the manifest)",
+            Outcome::WouldUpdate => "would be updated (it differs from the manifest)",
         })
     }
 }
@@ -337,8 +288,10 @@ pub fn kubectl_commands() -> Vec<String> {
         .collect()
 }
 
-/// Creates, replaces or keeps `object` in the cluster of `client` as its policy says; with
-/// `dry_run`, only reads it and says what would be done.
+/// Applies `object` to the cluster of `client` as its policy says: server-side apply as
+/// forewarn's field manager ([`Policy::Apply`]), or a create when it is missing
+/// ([`Policy::CreateOnly`]); with `dry_run`, the apply is the server's dry run and nothing
+/// missing is created.
 pub async fn apply(
     client: &kube::Client,
     object: &Object,
@@ -354,42 +307,52 @@ pub async fn apply(
         .get_opt(&object.name)
         .await
         .with_context(|| format!("reading {object}"))?;
+    match (object.policy, &existing) {
+        (Policy::CreateOnly, Some(_)) => return Ok(Outcome::Kept),
+        // Its namespace may not exist yet either: nothing to ask the server.
+        (_, None) if dry_run => return Ok(Outcome::WouldCreate),
+        (Policy::CreateOnly, None) => return create_once(&api, object).await,
+        (Policy::Apply, _) => {}
+    }
+    // `force`: the manifests' fields are forewarn's to set. A value another manager wrote
+    // (someone's `kubectl edit`, or an older forewarn's replace, recorded as an Update) is put
+    // back as the manifest says, which is what a deploy is for, instead of stopping the deploy
+    // at a conflict; fields the manifest does not set (other tools' labels) stay theirs.
+    let mut params = PatchParams::apply(forewarn::adapters::kube::FIELD_MANAGER).force();
+    params.dry_run = dry_run;
+    let applied = api
+        .patch(&object.name, &params, &Patch::Apply(&object.body))
+        .await
+        .with_context(|| format!("applying {object}"))?;
+    // What the object says, its bookkeeping aside.
+    let content = |o: &DynamicObject| {
+        let mut o = o.clone();
+        o.metadata.managed_fields = None;
+        o.metadata.resource_version = None;
+        serde_json::to_value(o).ok()
+    };
+    Ok(match existing {
+        None => Outcome::Created,
+        Some(e) if content(&e) == content(&applied) => Outcome::Unchanged,
+        Some(_) if dry_run => Outcome::WouldUpdate,
+        Some(_) => Outcome::Updated,
+    })
+}
+
+/// The create of a [`Policy::CreateOnly`] object: created meanwhile by someone else, it is
+/// the sweeper's from now on.
+async fn create_once(api: &Api<DynamicObject>, object: &Object) -> anyhow::Result<Outcome> {
+    let desired: DynamicObject = serde_json::from_value(object.body.clone())
+        .with_context(|| format!("{}: {object} is not a Kubernetes object", object.file))?;
     let params = PostParams {
         dry_run: false,
         field_manager: Some(forewarn::adapters::kube::FIELD_MANAGER.to_string()),
     };
-    let Some(existing) = existing else {
-        if dry_run {
-            return Ok(Outcome::WouldCreate);
-        }
-        let desired: DynamicObject = serde_json::from_value(object.body.clone())
-            .with_context(|| format!("{}: {object} is not a Kubernetes object", object.file))?;
-        return match api.create(&params, &desired).await {
-            Ok(_) => Ok(Outcome::Created),
-            // Created meanwhile by someone else: the sweeper's from now on.
-            Err(kube::Error::Api(s)) if s.code == 409 && object.policy == Policy::CreateOnly => {
-                Ok(Outcome::Kept)
-            }
-            Err(e) => Err(e).with_context(|| format!("creating {object}")),
-        };
-    };
-    let existing = serde_json::to_value(&existing).context("reading back an object")?;
-    if object.policy == Policy::CreateOnly {
-        return Ok(Outcome::Kept);
+    match api.create(&params, &desired).await {
+        Ok(_) => Ok(Outcome::Created),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Outcome::Kept),
+        Err(e) => Err(e).with_context(|| format!("creating {object}")),
     }
-    if same(&object.body, &existing) {
-        return Ok(Outcome::Unchanged);
-    }
-    if dry_run {
-        return Ok(Outcome::WouldReplace);
-    }
-    let replacement: DynamicObject =
-        serde_json::from_value(replacement(&object.body, &existing))
-            .with_context(|| format!("{}: {object} is not a Kubernetes object", object.file))?;
-    api.replace(&object.name, &params, &replacement)
-        .await
-        .with_context(|| format!("replacing {object}"))?;
-    Ok(Outcome::Replaced)
 }
 
 /// The name of the admission policy of `infra/k8s/placeholders.yaml`.
@@ -532,48 +495,6 @@ pub fn surge_off(group: &str, why: &Enforcement) -> String {
     )
 }
 
-/// Whether the cluster's object says what the manifest says: every field of the manifest
-/// besides its metadata equal, and the manifest's labels and annotations on it.
-fn same(desired: &Value, existing: &Value) -> bool {
-    let Some(fields) = desired.as_object() else {
-        return false;
-    };
-    let fields_same = fields
-        .iter()
-        .filter(|(k, _)| !["apiVersion", "kind", "metadata"].contains(&k.as_str()))
-        .all(|(k, v)| existing.get(k) == Some(v));
-    let meta_same = ["labels", "annotations"].iter().all(|m| {
-        let want = desired["metadata"][m].as_object();
-        want.is_none_or(|want| {
-            want.iter()
-                .all(|(k, v)| existing["metadata"][m].get(k) == Some(v))
-        })
-    });
-    fields_same && meta_same
-}
-
-/// The manifest's object as a replace of `existing`: its `resourceVersion` (a change since the
-/// read answers 409), and the labels and annotations of the cluster's object that the manifest
-/// does not set (other tools' are kept).
-fn replacement(desired: &Value, existing: &Value) -> Value {
-    let mut body = desired.clone();
-    let meta = &mut body["metadata"];
-    meta["resourceVersion"] = existing["metadata"]["resourceVersion"].clone();
-    for m in ["labels", "annotations"] {
-        let mut merged: Map<String, Value> = existing["metadata"][m]
-            .as_object()
-            .cloned()
-            .unwrap_or_default();
-        if let Some(want) = desired["metadata"][m].as_object() {
-            merged.extend(want.clone());
-        }
-        if !merged.is_empty() {
-            meta[m] = Value::Object(merged);
-        }
-    }
-    body
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -657,7 +578,7 @@ mod tests {
             .unwrap()
             .into_iter()
             .filter(|o| o.file.ends_with("placeholders.yaml"))
-            .filter(|o| o.kind.group == ADMISSION)
+            .filter(|o| o.kind.api_version == ADMISSION)
             .map(|o| o.body)
             .collect();
         assert_eq!(policy.len(), 2, "the policy and its binding");
@@ -937,19 +858,25 @@ mod tests {
         assert!(e.contains("without metadata.name"), "{e}");
     }
 
+    /// kube's plural of each kind is the API server's.
     #[test]
-    fn same_compares_what_the_manifest_sets() {
-        let desired = json!({"kind": "Role", "metadata": {"name": "r", "labels": {"a": "1"}},
-            "rules": [{"verbs": ["get"]}]});
-        let mut existing = json!({"kind": "Role", "metadata": {"name": "r",
-            "resourceVersion": "7", "uid": "u", "labels": {"a": "1", "b": "2"}},
-            "rules": [{"verbs": ["get"]}]});
-        assert!(same(&desired, &existing));
-        existing["rules"][0]["verbs"] = json!(["get", "list"]);
-        assert!(!same(&desired, &existing));
-        let body = replacement(&desired, &existing);
-        assert_eq!(body["metadata"]["resourceVersion"], "7");
-        assert_eq!(body["metadata"]["labels"], json!({"a": "1", "b": "2"}));
-        assert_eq!(body["rules"], desired["rules"]);
+    fn each_kind_is_served_at_its_plural() {
+        let plurals: Vec<String> = KINDS.iter().map(|k| k.resource().plural).collect();
+        assert_eq!(
+            plurals,
+            [
+                "namespaces",
+                "clusterroles",
+                "clusterrolebindings",
+                "roles",
+                "rolebindings",
+                "configmaps",
+                "priorityclasses",
+                "validatingadmissionpolicies",
+                "validatingadmissionpolicybindings",
+                "prioritylevelconfigurations",
+                "flowschemas",
+            ]
+        );
     }
 }

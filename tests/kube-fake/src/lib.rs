@@ -58,6 +58,27 @@
 //!   finalizers merge as a set; `$patch`, `$retainKeys`,
 //!   `$deleteFromPrimitiveList` directives). Custom resources refuse strategic
 //!   merge patch with the real 415, like the apiextensions server.
+//! * **Server-side apply** (`application/apply-patch+yaml`, see the `apply` module), as the
+//!   API server's apply patcher and field manager do it: `fieldManager` is required (the real
+//!   422 about `PatchOptions.meta.k8s.io`; `force` on another patch type is the real 422 too);
+//!   the configuration (YAML or JSON) must carry the URL's `apiVersion` and `kind` and the
+//!   path's name (400); an absent object is created through the create's admission chain
+//!   (uid, resourceVersion, creationTimestamp, the type's defaults), an existing one updated;
+//!   `managedFields` holds one `Apply` entry per manager (`FieldsV1`); values the manager
+//!   applied before and leaves out are removed unless another manager owns them; a value
+//!   another manager owns, applied with another value, is the real 409 `Conflict` naming each
+//!   manager and field (`Apply failed with 1 conflict: conflict with "m": .data.k`, causes of
+//!   type `FieldManagerConflict`), unless `force=true`, which moves the field to the applier;
+//!   an apply that changes nothing writes nothing (resourceVersion and entry time kept);
+//!   `dryRun=All` stores nothing. Once an object has `managedFields`, its other writes record
+//!   their manager (`fieldManager`, else the `User-Agent` up to `/`) as an `Update` entry
+//!   owning what they changed, and keep the entries when the body carries none.
+//!   *Approximated*: ownership is tracked down to map keys; every list is one atomic value
+//!   (no `listType=map`/`set` element ownership, no `k:{...}`/`v:...` keys, no `.` entries);
+//!   objects created or written without apply record no managers until they are applied (the
+//!   real server records an `Update` entry from the first write, so an apply over such a
+//!   field with another value conflicts there and not here); no `status` ownership (dropped
+//!   from applies to types with a status subresource); no conversion between versions.
 //! * **Eviction**: the rules of the real eviction subresource and disruption
 //!   controller, computed from the pods the fake holds (see the `eviction`
 //!   module): budgets with `minAvailable`/`maxUnavailable` as ints or percentages,
@@ -209,10 +230,9 @@
 //!
 //! # Knowingly not implemented
 //!
-//! * watch (`?watch=true` answers 405), `deletecollection` (405), server-side
-//!   apply (`application/apply-patch+yaml` answers 415 with a message saying so),
-//!   YAML and protobuf bodies (415), aggregated discovery, `managedFields`,
-//!   `selfLink`, pagination (`limit` is ignored: lists are complete), the namespace lifecycle
+//! * watch (`?watch=true` answers 405), `deletecollection` (405), server-side apply of
+//!   `/status` (415), YAML and protobuf bodies of other verbs (415), aggregated discovery,
+//!   `managedFields` of objects never applied (see **Server-side apply**), `selfLink`, pagination (`limit` is ignored: lists are complete), the namespace lifecycle
 //!   (a pod may be created in a namespace that is not stored, as with `NamespaceAutoProvision`;
 //!   deleting a Namespace deletes nothing in it), authentication and authorization, Pod
 //!   validation (e.g. a Pod without containers is accepted), the admission plugins other than
@@ -243,6 +263,7 @@
 //!   504 up to 15 times, honouring `Retry-After` — including eviction refusals.
 
 mod admission;
+mod apply;
 mod chain;
 mod discovery;
 mod eviction;

@@ -13,6 +13,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::admission::{self, Review, UserInfo};
+use crate::apply;
 use crate::chain;
 use crate::discovery;
 use crate::flow_control::{self, Admission, FlowControl, RequestInfo};
@@ -24,6 +25,9 @@ use crate::{Counters, Fault, RecordedRequest};
 
 /// Largest request body the fake reads.
 const MAX_BODY: usize = 16 * 1024 * 1024;
+
+/// The media type of a server-side apply.
+const APPLY: &str = "application/apply-patch+yaml";
 
 const PATCH_TYPES_BUILTIN: &[&str] = &[
     "application/json-patch+json",
@@ -293,10 +297,11 @@ fn patch_kind(store: &Store, idx: usize, media: Option<&str>) -> Result<PatchKin
         Some("application/json-patch+json") => Ok(PatchKind::Json),
         Some("application/merge-patch+json") => Ok(PatchKind::Merge),
         Some("application/strategic-merge-patch+json") if !custom => Ok(PatchKind::Strategic),
-        Some("application/apply-patch+yaml") => {
+        Some(APPLY) => {
             let mut err = status::unsupported_media_type(accepted);
             err.body["message"] = Value::String(
-                "kube-fake does not implement server-side apply (application/apply-patch+yaml)"
+                "kube-fake implements server-side apply of the main resource only, not of \
+                 /status"
                     .into(),
             );
             Err(err)
@@ -315,6 +320,21 @@ struct Incoming<'a> {
     user: Option<&'a UserInfo>,
     /// Who sent it, for API Priority and Fairness.
     identity: &'a UserInfo,
+    /// Its `User-Agent`, which names the field manager of a write without `fieldManager`.
+    agent: Option<&'a str>,
+}
+
+impl Incoming<'_> {
+    /// The field manager of a non-apply write: `fieldManager`, else the `User-Agent` up to its
+    /// first `/`, as the API server defaults it.
+    fn manager(&self) -> String {
+        self.query
+            .get("fieldManager")
+            .or_else(|| self.agent.and_then(|a| a.split('/').next()))
+            .filter(|m| !m.is_empty())
+            .unwrap_or("unknown")
+            .to_string()
+    }
 }
 
 fn dispatch(
@@ -488,6 +508,18 @@ fn object_verb(
         namespace: ns,
         name,
     } = object;
+    if *req.method == Method::PATCH {
+        match (req.media, req.query.get("force")) {
+            (Some(APPLY), _) if target == Target::Main => {
+                return apply_object(store, req, object, dry_run);
+            }
+            (Some(APPLY), _) => {}
+            (_, Some(_)) => return Err(apply::force_without_apply()),
+            _ => {}
+        }
+    }
+    let manager = req.manager();
+    let how = (target, manager.as_str());
     if target == Target::Main
         && matches!(*req.method, Method::PUT | Method::PATCH)
         && chain::update_is_checked(store, idx, ns, req.user)
@@ -497,13 +529,11 @@ fn object_verb(
         let new = match *req.method {
             Method::PUT => {
                 check_body_type(store, idx, req.media)?;
-                store
-                    .replace(object, parse_json(req.body)?, target, true)?
-                    .1
+                store.replace(object, parse_json(req.body)?, how, true)?.1
             }
             _ => {
                 let kind = patch_kind(store, idx, req.media)?;
-                store.patch(object, kind, &parse_json(req.body)?, target, true)?
+                store.patch(object, kind, &parse_json(req.body)?, how, true)?
             }
         };
         chain::validate_update(store, idx, ns, (&new, &old), req.user)?;
@@ -512,7 +542,7 @@ fn object_verb(
         Method::PUT => {
             check_body_type(store, idx, req.media)?;
             let body = parse_json(req.body)?;
-            let (code, obj) = store.replace(object, body, target, dry_run)?;
+            let (code, obj) = store.replace(object, body, how, dry_run)?;
             Ok(Answer::ok(code, obj))
         }
         Method::PATCH => {
@@ -520,11 +550,50 @@ fn object_verb(
             let patch = parse_json(req.body)?;
             Ok(Answer::ok(
                 200,
-                store.patch(object, kind, &patch, target, dry_run)?,
+                store.patch(object, kind, &patch, how, dry_run)?,
             ))
         }
         _ => Ok(Answer::ok(200, store.get_or_404(idx, ns, name)?)),
     }
+}
+
+/// A server-side apply of one object: created when absent (through the create's chain, as
+/// the API server's patch handler does), else merged with what is stored (see the `apply`
+/// module) and written as an update, admitted first when admission checks updates.
+fn apply_object(
+    store: &mut Store,
+    req: &Incoming<'_>,
+    object: ObjectRef<'_>,
+    dry_run: bool,
+) -> Result<Answer, ApiError> {
+    let ObjectRef {
+        idx,
+        namespace: ns,
+        name,
+    } = object;
+    let applier = apply::Applier::new(
+        req.query.get("fieldManager"),
+        req.query.get("force"),
+        store.now_rfc3339(),
+    )?;
+    let config = apply::parse(req.body)?;
+    let res = store.resources[idx].clone();
+    apply::check(&res, &config, name)?;
+    let Some(live) = store.get(idx, ns, name) else {
+        let create = chain::Create {
+            idx,
+            namespace: ns,
+            user: req.user,
+            dry_run,
+        };
+        let obj = apply::created(&res, &applier, &config);
+        return Ok(Answer::ok(201, chain::create(store, &create, obj)?));
+    };
+    let new = apply::merged(&res, &applier, &live, &config)?;
+    if chain::update_is_checked(store, idx, ns, req.user) {
+        chain::validate_update(store, idx, ns, (&new, &live), req.user)?;
+    }
+    Ok(Answer::ok(200, store.apply_update(object, new, dry_run)?))
 }
 
 fn matches_fault(fault: &Fault, method: &Method, path: &str) -> bool {
@@ -592,6 +661,11 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
+    let agent = parts
+        .headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
     let bearer = parts
         .headers
         .get(header::AUTHORIZATION)
@@ -650,6 +724,7 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
         body: &bytes,
         user: shared.admission.then_some(&user),
         identity: &user,
+        agent: agent.as_deref(),
     };
     let answer = answer_and_record(&shared, &incoming, &record);
     tracing::debug!("kube-fake: {method} {path}?{raw_query} -> {}", answer.code);

@@ -47,6 +47,8 @@ struct Update {
     /// A PUT of a custom resource must name the resourceVersion it replaces.
     require_resource_version: bool,
     dry_run: bool,
+    /// Who writes, for a non-apply write (an apply's `new` carries its own `managedFields`).
+    manager: Option<String>,
 }
 
 /// Which part of an object a write addresses.
@@ -364,7 +366,7 @@ impl Store {
         self.next_random()
     }
 
-    fn now_rfc3339(&self) -> String {
+    pub(crate) fn now_rfc3339(&self) -> String {
         self.now().to_rfc3339_opts(SecondsFormat::Secs, true)
     }
 
@@ -705,7 +707,7 @@ impl Store {
         &mut self,
         object: ObjectRef<'_>,
         body: Value,
-        target: Target,
+        (target, manager): (Target, &str),
         dry_run: bool,
     ) -> Result<(u16, Value), ApiError> {
         let ObjectRef {
@@ -741,6 +743,7 @@ impl Store {
             target,
             require_resource_version: true,
             dry_run,
+            manager: Some(manager.to_string()),
         };
         self.update_existing(idx, &key, update).map(|o| (200, o))
     }
@@ -751,7 +754,7 @@ impl Store {
         object: ObjectRef<'_>,
         kind: PatchKind,
         patch: &Value,
-        target: Target,
+        (target, manager): (Target, &str),
         dry_run: bool,
     ) -> Result<Value, ApiError> {
         let ObjectRef {
@@ -784,8 +787,35 @@ impl Store {
             target,
             require_resource_version: false,
             dry_run,
+            manager: Some(manager.to_string()),
         };
         self.update_existing(idx, &key, update)
+    }
+
+    /// The write of a server-side apply to an existing object: `new`, the object the apply
+    /// made of the stored one (with its `managedFields`), as an update of it.
+    pub fn apply_update(
+        &mut self,
+        object: ObjectRef<'_>,
+        new: Value,
+        dry_run: bool,
+    ) -> Result<Value, ApiError> {
+        let res = &self.resources[object.idx];
+        let key = self.key(object.idx, object.namespace, object.name);
+        let old = self
+            .objects
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| status::not_found(res, object.name))?;
+        let update = Update {
+            old,
+            new,
+            target: Target::Main,
+            require_resource_version: false,
+            dry_run,
+            manager: None,
+        };
+        self.update_existing(object.idx, &key, update)
     }
 
     /// The preconditions of an update: the resourceVersion sent, if any, is the object's (and a
@@ -848,6 +878,7 @@ impl Store {
             target,
             require_resource_version,
             dry_run,
+            manager,
         } = update;
         let res = self.resources[idx].clone();
         let name = key.2.as_str();
@@ -869,6 +900,10 @@ impl Store {
                         Some(s) => m.insert("status".into(), s.clone()),
                         None => m.remove("status"),
                     };
+                }
+                if let Some(manager) = &manager {
+                    let now = self.now_rfc3339();
+                    crate::apply::record_update(&res, manager, &now, &old, &mut new);
                 }
                 new
             }
@@ -1199,7 +1234,7 @@ mod tests {
                 ObjectRef::new(nodes, None, "a"),
                 PatchKind::Merge,
                 &json!({"spec": {"unschedulable": true}}),
-                Target::Main,
+                (Target::Main, "test"),
                 false,
             )
             .unwrap();
@@ -1222,7 +1257,7 @@ mod tests {
                 ObjectRef::new(nodes, None, "a"),
                 PatchKind::Merge,
                 &json!({"metadata": {"labels": {}}}),
-                Target::Main,
+                (Target::Main, "test"),
                 false,
             )
             .unwrap();
@@ -1245,7 +1280,7 @@ mod tests {
                 ObjectRef::new(nodes, None, "a"),
                 PatchKind::Merge,
                 &json!({"spec": {"unschedulable": true}, "status": {"phase": "Gone"}}),
-                Target::Main,
+                (Target::Main, "test"),
                 false,
             )
             .unwrap();
@@ -1256,7 +1291,7 @@ mod tests {
                 ObjectRef::new(nodes, None, "a"),
                 PatchKind::Merge,
                 &json!({"spec": {"unschedulable": false}, "status": {"phase": "Gone"}}),
-                Target::Status,
+                (Target::Status, "test"),
                 false,
             )
             .unwrap();
@@ -1283,7 +1318,7 @@ mod tests {
             ObjectRef::new(claims, None, "c"),
             PatchKind::Merge,
             &json!({"metadata": {"finalizers": null}}),
-            Target::Main,
+            (Target::Main, "test"),
             false,
         )
         .unwrap();
