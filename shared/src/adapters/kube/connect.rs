@@ -374,18 +374,6 @@ impl EksClients {
     }
 }
 
-/// Connects as `access` says. For EKS the AWS configuration (region, credentials) is loaded
-/// from the environment, as the SDK does, with `aws` (the settings'). The client-side rate
-/// limit is set apart ([`ClusterClient::with_rate_limit`]; the wiring does it from the
-/// settings).
-#[tracing::instrument(skip_all, err)]
-pub async fn connect(
-    access: &ClusterAccess,
-    aws: AwsSettings,
-) -> Result<ClusterClient, ConnectError> {
-    connect_as(access, aws, None).await
-}
-
 /// Who requests are sent as when not the credentials' own identity: the API server's
 /// impersonation (`Impersonate-User`, `Impersonate-Group` headers), which the credentials'
 /// identity must be granted (`impersonate` on users and groups). `forewarn check --kube` sends
@@ -403,8 +391,12 @@ impl Impersonation {
     }
 }
 
-/// [`connect`], every request sent as `identity` when one is given.
-pub async fn connect_as(
+/// Connects as `access` says, every request sent as `identity` when one is given. For EKS the
+/// AWS configuration (region, credentials) is loaded from the environment, as the SDK does, with
+/// `aws` (the settings'). The client-side rate limit is set apart
+/// ([`ClusterClient::with_rate_limit`]; the wiring does it from the settings).
+#[tracing::instrument(skip_all, err)]
+pub async fn connect(
     access: &ClusterAccess,
     aws: AwsSettings,
     identity: Option<&Impersonation>,
@@ -417,7 +409,7 @@ pub async fn connect_as(
         }
         ClusterAccess::Context(name) => context_config(name).await?,
         ClusterAccess::Eks(eks) => {
-            return connect_eks_as(eks, &crate::adapters::aws::load(aws).await, identity).await;
+            return connect_eks(eks, &crate::adapters::aws::load(aws).await, identity).await;
         }
     };
     let mut config = config;
@@ -425,12 +417,6 @@ pub async fn connect_as(
         identity.apply(&mut config);
     }
     ClusterClient::from_config(config)
-}
-
-/// Connects through the kubeconfig's context `name` (the kubeconfig `KUBECONFIG` names, else
-/// `~/.kube/config`).
-pub async fn connect_context(name: &str) -> Result<ClusterClient, ConnectError> {
-    ClusterClient::from_config(context_config(name).await?)
 }
 
 /// The configuration of the kubeconfig's context `name`, tuned.
@@ -533,17 +519,10 @@ impl crate::ports::ClusterCatalog for EksClusters {
     }
 }
 
-/// Connects to an EKS cluster with this AWS configuration's region and credentials.
+/// Connects to an EKS cluster with this AWS configuration's region and credentials, every
+/// request sent as `identity` when one is given.
 #[tracing::instrument(skip_all, fields(cluster = %access.cluster), err)]
 pub async fn connect_eks(
-    access: &EksAccess,
-    sdk: &SdkConfig,
-) -> Result<ClusterClient, ConnectError> {
-    connect_eks_as(access, sdk, None).await
-}
-
-/// [`connect_eks`], every request sent as `identity` when one is given.
-pub async fn connect_eks_as(
     access: &EksAccess,
     sdk: &SdkConfig,
     identity: Option<&Impersonation>,
@@ -631,21 +610,13 @@ pub(crate) async fn base_config(
 /// minutes; forewarn retries itself, within the drain deadline), bounded timeouts.
 fn tune(config: &mut ::kube::Config) {
     config.default_retry = false;
-    config.connect_timeout = Some(
-        config
-            .connect_timeout
-            .map_or(CONNECT_TIMEOUT, |t| t.min(CONNECT_TIMEOUT)),
-    );
-    config.read_timeout = Some(
-        config
-            .read_timeout
-            .map_or(READ_TIMEOUT, |t| t.min(READ_TIMEOUT)),
-    );
-    config.write_timeout = Some(
-        config
-            .write_timeout
-            .map_or(WRITE_TIMEOUT, |t| t.min(WRITE_TIMEOUT)),
-    );
+    for (timeout, most) in [
+        (&mut config.connect_timeout, CONNECT_TIMEOUT),
+        (&mut config.read_timeout, READ_TIMEOUT),
+        (&mut config.write_timeout, WRITE_TIMEOUT),
+    ] {
+        *timeout = Some(timeout.map_or(most, |t| t.min(most)));
+    }
 }
 
 async fn describe_cluster(

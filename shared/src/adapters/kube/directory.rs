@@ -10,12 +10,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use ::kube::Api;
-use ::kube::api::ListParams;
 use async_trait::async_trait;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 
-use super::api::retry::with_retry;
+use super::api::retry::{list_all, with_retry};
 use super::connect::ClusterClient;
 use super::error::ApiError;
 use super::node_facts::node_facts;
@@ -23,8 +22,6 @@ use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::ports::{DirectoryError, NodeDirectory, Work};
 
 const SERVICE: &str = "kubernetes";
-/// Page size of the node list.
-const LIST_PAGE: u32 = 500;
 
 /// [`NodeDirectory`] over the Kubernetes API.
 #[derive(Debug, Clone)]
@@ -58,18 +55,9 @@ impl KubeNodeDirectory {
 
     async fn list_all(&self) -> Result<Vec<Node>, DirectoryError> {
         let nodes = self.api().await?;
-        let mut out = Vec::new();
-        let mut params = ListParams::default().limit(LIST_PAGE);
-        loop {
-            let page = with_retry(&self.clients, "list", "nodes", || nodes.list(&params))
-                .await
-                .map_err(directory_error)?;
-            out.extend(page.items);
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => params = params.continue_token(&token),
-                None => return Ok(out),
-            }
-        }
+        list_all(&self.clients, &nodes, "nodes")
+            .await
+            .map_err(directory_error)
     }
 }
 

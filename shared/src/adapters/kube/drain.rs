@@ -31,16 +31,20 @@ use std::time::Duration;
 use super::api::rate_limit::Lane;
 use super::api::retry::with_retry_in;
 use super::connect::ClusterClient;
-use super::error::KubeError;
-use super::error::{ApiError, retry_after};
+use super::error::{ApiError, KubeError, retry_after};
+use super::events::{EventType, Said};
+use super::executor::KubeExecutor;
+use super::outcome::{DrainReport, LeftPod, NodeOutcome, SkippedPod};
 use super::surge::{self, PlaceholderRefusal, SurgeSettings, surge_pass};
 use crate::adapters::backoff::Backoff;
-use crate::domain::surge::{CHECK_EVERY, RoomWait};
+use crate::domain::plan::{NodeAction, Plan};
+use crate::domain::surge::CHECK_EVERY;
+use crate::ports::{DrainRole, Pass};
 use ::kube::Api;
 use ::kube::api::{ListParams, PostParams};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 
 pub(crate) const ANNOTATION_MIRROR: &str = "kubernetes.io/config.mirror";
 const CRITICAL_CLASSES: [&str; 2] = ["system-cluster-critical", "system-node-critical"];
@@ -71,179 +75,6 @@ pub(crate) fn fitted_grace(
 ) -> Option<u32> {
     let left = (until? - now).num_seconds().max(1);
     (own.unwrap_or(30) > left).then(|| u32::try_from(left).unwrap_or(u32::MAX))
-}
-
-/// A pod not evicted by the deadline.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeftPod {
-    /// `<namespace>/<name>`.
-    pub pod: String,
-    /// The last refusal (`429 TooManyRequests: Cannot evict pod ... The disruption budget web-pdb
-    /// needs 2 healthy pods ...`).
-    pub reason: String,
-}
-
-/// A pod a drain leaves alone.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SkippedPod {
-    pub pod: String,
-    /// `daemonset`, `mirror`, `succeeded`, `failed`.
-    pub why: &'static str,
-}
-
-/// What became of the Events on the pods a drain pass evicted (see
-/// `super::executor`'s pod Events): best effort, never the drain's outcome.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PodEventCounts {
-    /// Created.
-    pub recorded: usize,
-    /// There already (a redelivered event: 409).
-    pub existed: usize,
-    /// Not sent: past the pass's budget, the client's rate limit busy, or after a failure.
-    pub given_up: usize,
-    /// Failed when sent (counted in `given_up` too).
-    pub failed: usize,
-    /// Dry run: the Events that would be recorded.
-    pub would_record: usize,
-}
-
-/// What a drain did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DrainReport {
-    /// Evictions the API accepted, in the order they were accepted.
-    pub evicted: Vec<String>,
-    /// The uid of each pod of `evicted` (by `namespace/name`), when it had one.
-    pub uids: std::collections::BTreeMap<String, String>,
-    /// The Events on the pods this pass evicted.
-    pub pod_events: PodEventCounts,
-    /// Pods gone before their eviction (404).
-    pub already_gone: Vec<String>,
-    /// Pods still refused at the deadline.
-    pub left: Vec<LeftPod>,
-    /// Evicted or terminating pods still present when the drain stopped waiting.
-    pub terminating: Vec<String>,
-    /// Pods left alone.
-    pub skipped: Vec<SkippedPod>,
-    /// Dry run: the pods that would be evicted, in order.
-    pub would_evict: Vec<String>,
-    /// The pass ([`drain_pass`]) left work for a later pass: pods
-    /// evicted or terminating and not yet gone, refused evictions, critical pods not yet due.
-    pub pending: bool,
-    /// When the drain is pending only for terminating pods: when the last of them is due to be
-    /// gone (the latest `deletionTimestamp`); or, pods waiting for room, when to look again.
-    pub wait_until: Option<DateTime<Utc>>,
-    /// Pods not evicted yet: they wait for room (their placeholder to run) or their latest safe
-    /// time.
-    pub waiting: Vec<String>,
-    /// The drain only waits for room (every pod left waits for its placeholder): until when at
-    /// the latest, and how many placeholders hold it.
-    pub room: Option<RoomWait>,
-    /// Placeholders created, and deleted (their pod gone, or the drain over), in this pass.
-    pub placeholders_created: usize,
-    pub placeholders_deleted: usize,
-    /// Placeholders the API server refused (their pods evicted at once).
-    pub placeholders_refused: usize,
-    /// Those refusals reported for the first time in this environment (an Event on the node).
-    pub new_refusals: Vec<PlaceholderRefusal>,
-}
-
-impl DrainReport {
-    /// No pod was left on the node for want of an eviction (and none is pending).
-    pub fn complete(&self) -> bool {
-        self.left.is_empty() && !self.pending
-    }
-
-    /// `evicted 3 pods; 1 left (blocked at the deadline: web/w1); 2 still terminating`.
-    pub fn summary(&self) -> String {
-        self.summary_saying("no pod to evict")
-    }
-
-    /// The summary of a drain's later pass, after earlier passes evicted what there was (which
-    /// this pass does not count): `no pod left to evict; 3 pods left alone`.
-    pub fn later_summary(&self) -> String {
-        self.summary_saying("no pod left to evict")
-    }
-
-    fn summary_saying(&self, nothing_to_evict: &str) -> String {
-        let mut parts = Vec::new();
-        if !self.would_evict.is_empty() || (self.evicted.is_empty() && self.left.is_empty()) {
-            if !self.would_evict.is_empty() {
-                parts.push(format!(
-                    "would evict {} ({})",
-                    pods(self.would_evict.len()),
-                    self.would_evict.join(", ")
-                ));
-            } else {
-                parts.push(nothing_to_evict.to_string());
-            }
-        }
-        if !self.evicted.is_empty() {
-            parts.push(format!("evicted {}", pods(self.evicted.len())));
-        }
-        if !self.already_gone.is_empty() {
-            parts.push(format!("{} already gone", pods(self.already_gone.len())));
-        }
-        if !self.left.is_empty() {
-            let names: Vec<&str> = self.left.iter().map(|l| l.pod.as_str()).collect();
-            let until = if self.pending {
-                "eviction refused for now"
-            } else {
-                "eviction refused until the deadline"
-            };
-            parts.push(format!(
-                "{} left ({until}: {})",
-                pods(self.left.len()),
-                names.join(", ")
-            ));
-        }
-        if !self.terminating.is_empty() {
-            parts.push(format!(
-                "{} still terminating ({})",
-                pods(self.terminating.len()),
-                self.terminating.join(", ")
-            ));
-        }
-        if !self.skipped.is_empty() {
-            parts.push(format!("{} left alone", pods(self.skipped.len())));
-        }
-        if !self.waiting.is_empty() {
-            parts.push(format!(
-                "{} waiting for room elsewhere ({})",
-                pods(self.waiting.len()),
-                self.waiting.join(", ")
-            ));
-        }
-        if self.placeholders_created > 0 {
-            parts.push(format!(
-                "{} placeholders created",
-                self.placeholders_created
-            ));
-        }
-        if self.placeholders_refused > 0 {
-            parts.push(format!(
-                "{} placeholders refused by the API server (their pods evicted at once)",
-                self.placeholders_refused
-            ));
-        }
-        if self.placeholders_deleted > 0 {
-            parts.push(format!(
-                "{} placeholders deleted",
-                self.placeholders_deleted
-            ));
-        }
-        if self.pending {
-            parts.push("continued in a later pass".into());
-        }
-        parts.join("; ")
-    }
-}
-
-fn pods(n: usize) -> String {
-    if n == 1 {
-        "1 pod".into()
-    } else {
-        format!("{n} pods")
-    }
 }
 
 /// A pod of priority class `system-cluster-critical` or `system-node-critical`.
@@ -667,6 +498,180 @@ fn next_look(report: &mut DrainReport, surge: Option<&surge::SurgePass>, done: &
         // Every eviction refused: a pod waiting for room still looks at its own time (`next`
         // is at most CHECK_EVERY away).
         report.wait_until = Some(surge.next.unwrap_or(now + CHECK_EVERY).min(deadline));
+    }
+}
+
+impl KubeExecutor {
+    /// The evictions of one pass of `a`'s drain of `node` (see [`drain_pass`]).
+    pub(super) async fn evictions(
+        &self,
+        plan: &Plan,
+        a: &NodeAction,
+        node: &Node,
+        pass: Pass,
+    ) -> Result<DrainReport, KubeError> {
+        let started_at = match pass {
+            Pass::Drain { started_at, .. } => started_at,
+            Pass::Cordon | Pass::Announce => self.clients.clock().now(),
+        };
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let deadline = a
+            .deadline
+            .unwrap_or_else(|| started_at + self.config.drain_timeout);
+        let settings = DrainSettings {
+            parallelism: self.settings.eviction_parallelism,
+            backoff_initial: self.settings.backoff_initial,
+            backoff_max: self.settings.backoff_max,
+            pass_budget: self.settings.pass_budget,
+            grace_until: a.grace_to_deadline.then_some(deadline),
+            surge: a.surge.then(|| SurgeSettings {
+                event_id: plan.event_id.clone(),
+                deadline,
+                node_uid: node.metadata.uid.clone(),
+                parallelism: self.settings.eviction_parallelism,
+                first: pass.is_first_drain(),
+                memory: self.surge_memory.clone(),
+            }),
+        };
+        drain_pass(
+            &self.clients,
+            name,
+            started_at,
+            deadline,
+            &settings,
+            self.settings.dry_run,
+        )
+        .await
+    }
+
+    /// A first drain pass that came after the drain's deadline evicted what was left at once,
+    /// and so ended the drain; when the notice says when the instance goes, its Events (of the
+    /// decision, and the drain's end) would come before the instance goes, in a mass
+    /// interruption ahead of other nodes' evictions. Then the drain stays pending until the
+    /// instance's end: its next pass, refused as late, records the Events of the decision alone
+    /// (`Pass::Announce`); the drain's end gets no Event.
+    pub(super) fn leave_late_events(&self, a: &NodeAction, pass: Pass, report: &mut DrainReport) {
+        let first = pass.is_first_drain();
+        let now = self.clients.clock().now();
+        if let (true, false, true, Some(deadline)) =
+            (first, report.pending, a.grace_to_deadline, a.deadline)
+            && now >= deadline
+            && !self.settings.dry_run
+        {
+            report.pending = true;
+            report.wait_until =
+                Some(deadline + self.config.deadline_margin + chrono::Duration::seconds(1));
+        }
+    }
+
+    /// A drain pass's report put in `out`; when the drain ended, its Event (not in a dry run,
+    /// nor in a quiet pass). Then, last of the pass, the Events on the pods it evicted (see
+    /// [`KubeExecutor::record_pod_events`]).
+    pub(super) async fn drain_over(
+        &self,
+        plan: &Plan,
+        node: &Node,
+        pass: Pass,
+        report: DrainReport,
+        out: &mut NodeOutcome,
+    ) {
+        let quiet = matches!(
+            pass,
+            Pass::Drain {
+                role: DrainRole::Quiet,
+                ..
+            }
+        );
+        if !report.pending && !self.settings.dry_run && !quiet {
+            let later = matches!(pass, Pass::Drain { .. }) && !pass.is_first_drain();
+            self.drain_ended(plan, node, &report, later, out).await;
+        }
+        if !report.new_refusals.is_empty() {
+            self.placeholders_refused(plan, node, &report.new_refusals, out)
+                .await;
+        }
+        let drain = out.drain.insert(report);
+        if let Some(a) = plan
+            .actions
+            .iter()
+            .find(|a| a.instance_id == out.instance_id)
+        {
+            self.record_pod_events(plan, a, node, drain).await;
+        }
+    }
+
+    /// The `PlaceholderRefused` Warning Event on `node`: the placeholders the API server
+    /// refused, first seen in this environment (one line per namespace and refusing step),
+    /// with the server's message.
+    async fn placeholders_refused(
+        &self,
+        plan: &Plan,
+        node: &Node,
+        refusals: &[PlaceholderRefusal],
+        out: &mut NodeOutcome,
+    ) {
+        let lines: Vec<String> = refusals
+            .iter()
+            .map(|r| {
+                format!(
+                    "placeholders for pods of namespace {} refused by {}: {}",
+                    r.namespace, r.by, r.message
+                )
+            })
+            .collect();
+        let said = Said {
+            reason: "PlaceholderRefused",
+            action: "Surge",
+            type_: EventType::Warning,
+            note: format!(
+                "{}. Those pods are evicted at once, without waiting for room (forewarn check \
+                 --kube proves every write forewarn makes).",
+                lines.join("; ")
+            ),
+        };
+        self.record_event(plan, node, said, out).await;
+    }
+
+    /// The `Drained` or `DrainIncomplete` Event of a drain that ended (in a `later` pass: one
+    /// after the pass that evicted).
+    async fn drain_ended(
+        &self,
+        plan: &Plan,
+        node: &Node,
+        report: &DrainReport,
+        later: bool,
+        out: &mut NodeOutcome,
+    ) {
+        let said = if report.complete() {
+            let summary = if later {
+                report.later_summary()
+            } else {
+                report.summary()
+            };
+            Said {
+                reason: "Drained",
+                action: "Drain",
+                type_: EventType::Normal,
+                note: format!("Drained: {summary}"),
+            }
+        } else {
+            let left: Vec<String> = report
+                .left
+                .iter()
+                .map(|l| format!("{}: {}", l.pod, l.reason))
+                .collect();
+            Said {
+                reason: "DrainIncomplete",
+                action: "Drain",
+                type_: EventType::Warning,
+                note: format!(
+                    "Drain incomplete at the deadline: {}. Refused: {}",
+                    report.summary(),
+                    left.join("; ")
+                ),
+            }
+        };
+        self.record_event(plan, node, said, out).await;
     }
 }
 

@@ -1,5 +1,7 @@
-//! A launch lifecycle hook's check (see [`crate::domain::plan`]'s `asg-launch` plans): has the
-//! instance's node joined the cluster and become Ready?
+//! ASG lifecycle actions: kept alive while a node action is pending and completed when it is
+//! over ([`KubeExecutor::lifecycle_step`]); and a launch hook's check (see
+//! [`crate::domain::plan`]'s `asg-launch` plans): has the instance's node joined the cluster and
+//! become Ready?
 //!
 //! The node is read by name, live, in every pass: the name planned (the node already found, or
 //! the instance's private DNS name, which EKS and Karpenter give nodes on EC2), then the
@@ -8,51 +10,25 @@
 //! not); a control-plane node is refused. One `get` per name and pass: no list, so a scale-up
 //! of hundreds of instances costs the API server a few requests a second.
 
-use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Node;
 
 use super::connect::ClusterClient;
 use super::cordon::get_node;
 use super::error::KubeError;
+use super::executor::KubeExecutor;
 use super::node_facts::node_facts;
+use super::outcome::{Joining, NodeOutcome};
 use crate::domain::facts::NotItsNode;
 use crate::domain::plan::NodeAction;
+use crate::ports::{LifecycleOutcome, Pass};
 
 /// How often a node that has not joined yet is looked at again.
 pub const LAUNCH_CHECK_EVERY: chrono::Duration = chrono::Duration::seconds(15);
 
-/// Where a launching instance's node stands.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Joining {
-    /// The node runs the instance and is Ready: the lifecycle action is completed.
-    Ready { node: String },
-    /// Not yet: why, and when it is looked at again.
-    Waiting {
-        why: String,
-        next_check: DateTime<Utc>,
-    },
-    /// The deadline passed first: the hook is left to its own timeout and default result.
-    TimedOut { why: String },
-}
-
-impl Joining {
-    /// For people.
-    pub fn summary(&self) -> String {
-        match self {
-            Joining::Ready { node } => format!("node/{node} runs the instance and is Ready"),
-            Joining::Waiting { why, .. } => format!("{why}: looked at again in the next pass"),
-            Joining::TimedOut { why } => format!(
-                "{why} by the deadline: the lifecycle action is left to the hook's own timeout \
-                 and default result"
-            ),
-        }
-    }
-}
-
 /// Why a launch hook's lifecycle action is left alone.
 #[derive(Debug, thiserror::Error)]
 #[error("{node}: its lifecycle action is left alone")]
-pub(super) struct LeftAlone {
+struct LeftAlone {
     /// What the node is (a control-plane node).
     #[source]
     pub node: NotItsNode,
@@ -61,7 +37,7 @@ pub(super) struct LeftAlone {
 /// A launch hook's action: where its instance's node stands; `Err`: why its lifecycle action is
 /// left alone (a control-plane node). Past the action's deadline a node not Ready yet is
 /// [`Joining::TimedOut`]: the action is left to the hook's timeout.
-pub(super) async fn joined(
+async fn joined(
     clients: &ClusterClient,
     a: &NodeAction,
 ) -> Result<Result<Joining, LeftAlone>, KubeError> {
@@ -154,6 +130,51 @@ fn ready(node: &Node) -> Result<(), NotReady> {
             reason: c.reason.clone(),
         }),
         None => Err(NotReady::NoCondition),
+    }
+}
+
+impl KubeExecutor {
+    /// The lifecycle action of `a`, once the node is handled: kept alive while the drain (or the
+    /// wait for a launching instance's node) is pending, completed when it is over.
+    pub(super) async fn lifecycle_step(
+        &self,
+        a: &NodeAction,
+        pass: Pass,
+        out: &mut NodeOutcome,
+    ) -> Result<(), KubeError> {
+        if a.complete_lifecycle.as_ref().is_some_and(|l| l.is_launch()) {
+            match joined(&self.clients, a).await? {
+                Err(why) => out.refused = Some(why.to_string()),
+                Ok(joining) => out.joining = Some(joining),
+            }
+            if out.refused.is_some() || matches!(out.joining, Some(Joining::TimedOut { .. })) {
+                return Ok(());
+            }
+        }
+        // A dry run has no later pass, but a node not Ready yet is no reason to complete either.
+        let pending = out.pending() || matches!(out.joining, Some(Joining::Waiting { .. }));
+        if let (Some(lifecycle), true) = (&a.complete_lifecycle, pending) {
+            let heartbeat = match pass {
+                Pass::Drain { heartbeat, .. } => heartbeat,
+                Pass::Cordon | Pass::Announce => false,
+            };
+            if heartbeat
+                && let Some(completer) = &self.lifecycle
+                && completer.heartbeat(&a.instance_id, lifecycle).await?
+            {
+                out.heartbeat_at = Some(self.clients.clock().now());
+            }
+        } else if let Some(lifecycle) = &a.complete_lifecycle {
+            out.lifecycle = Some(if self.settings.dry_run {
+                LifecycleOutcome::WouldComplete
+            } else if let Some(completer) = &self.lifecycle {
+                completer.complete(&a.instance_id, lifecycle).await?
+            } else {
+                tracing::warn!("no Auto Scaling client: the lifecycle action is left to time out");
+                LifecycleOutcome::NotConfigured
+            });
+        }
+        Ok(())
     }
 }
 

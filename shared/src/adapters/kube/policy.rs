@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 
 use super::api::retry::with_retry;
 use super::connect::ClusterClient;
-use super::events::{EventType, ObjectEvent, record_about};
+use super::events::{EventType, ObjectEvent, record};
 use crate::ports::{DirectoryError, FailureKind, PolicySource, PolicyText};
 
 /// The policy ConfigMap's namespace (forewarn's own, `infra/k8s/rbac.yaml`), name and key.
@@ -83,7 +83,7 @@ impl PolicySource for KubePolicy {
             type_: EventType::Warning,
             note: message.to_string(),
         };
-        if let Err(e) = record_about(&self.clients, &event, &self.reporting_instance, false).await {
+        if let Err(e) = record(&self.clients, &event, &self.reporting_instance, false, true).await {
             tracing::warn!(error = %e, "could not record the PolicyRefused Event");
         }
     }

@@ -14,14 +14,14 @@
 use ::kube::Api;
 use ::kube::api::{ListParams, Patch, PatchParams, PostParams};
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 
 use super::api::FIELD_MANAGER;
 use super::connect::ClusterClient;
 use super::cordon::{CordonSpec, RecordKeys, cordon_patch, uncordon_patch};
 use super::drain::{Disposition, disposition, eviction_body};
-use super::events::{EVENT_NAMESPACE, EventType, ObjectEvent, build};
+use super::events::{EVENT_NAMESPACE, EventType, ObjectEvent, build, reference};
 use super::node_facts::node_facts;
 use super::placeholder::{Doomed, placeholder_for};
 use super::surge::is_placeholder;
@@ -203,16 +203,6 @@ fn spot_cordon(config: &Config, node: &Node, now: DateTime<Utc>) -> CordonSpec {
     }
 }
 
-fn reference(kind: &str, name: Option<&String>, uid: Option<&String>) -> ObjectReference {
-    ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some(kind.into()),
-        name: name.cloned(),
-        uid: uid.cloned(),
-        ..ObjectReference::default()
-    }
-}
-
 /// What each dry run is sent with: the client, the cluster's objects, the parameters.
 struct Dry<'a> {
     client: ::kube::Client,
@@ -358,19 +348,14 @@ impl Dry<'_> {
     /// `default`).
     async fn event(&self, capability: Capability) -> Result<Verdict, Verdict> {
         let (node, _) = self.node()?;
-        let node_ref = reference(
-            "Node",
-            node.metadata.name.as_ref(),
-            node.metadata.uid.as_ref(),
-        );
+        let node_ref = reference("Node", &node.metadata);
         let (namespace, regarding, related) = if capability == Capability::PodEvent {
             let pod = self.pod()?;
-            let namespace = pod_name(pod).0;
-            let regarding = ObjectReference {
-                namespace: Some(namespace.clone()),
-                ..reference("Pod", pod.metadata.name.as_ref(), pod.metadata.uid.as_ref())
-            };
-            (namespace, regarding, Some(node_ref))
+            (
+                pod_name(pod).0,
+                reference("Pod", &pod.metadata),
+                Some(node_ref),
+            )
         } else {
             (EVENT_NAMESPACE.to_string(), node_ref, None)
         };

@@ -4,7 +4,6 @@
 
 use std::fmt::Debug;
 
-use ::kube::api::ListParams;
 use ::kube::{Api, Resource};
 use async_trait::async_trait;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
@@ -13,7 +12,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use serde::de::DeserializeOwned;
 
-use super::api::retry::with_retry;
+use super::api::retry;
 use super::connect::ClusterClient;
 use super::error::KubeError;
 use crate::adapters::workloads::{RawWorkloads, view};
@@ -21,7 +20,6 @@ use crate::domain::audit::ClusterView;
 use crate::ports::{DirectoryError, FailureKind, WorkloadSource};
 
 const SERVICE: &str = "kubernetes";
-const LIST_PAGE: u32 = 500;
 
 /// [`WorkloadSource`] over the Kubernetes API.
 #[derive(Debug, Clone)]
@@ -41,7 +39,7 @@ fn error(e: impl Into<KubeError>) -> DirectoryError {
     DirectoryError::new(SERVICE, e.kind(), e)
 }
 
-/// Every object of a kind, in every namespace, page by page.
+/// Every object of a kind, in every namespace (see [`super::api::retry::list_all`]).
 async fn list_all<K>(
     clients: &ClusterClient,
     client: &::kube::Client,
@@ -52,18 +50,7 @@ where
     K::DynamicType: Default,
 {
     let api: Api<K> = Api::all(client.clone());
-    let mut out = Vec::new();
-    let mut params = ListParams::default().limit(LIST_PAGE);
-    loop {
-        let page = with_retry(clients, "list", what, || api.list(&params))
-            .await
-            .map_err(error)?;
-        out.extend(page.items);
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(out),
-        }
-    }
+    retry::list_all(clients, &api, what).await.map_err(error)
 }
 
 #[async_trait]

@@ -15,6 +15,8 @@ use crate::adapters::kube::error::{
 };
 use crate::ports::span;
 
+/// Page size of the lists of every object of a kind ([`list_all`]).
+const LIST_PAGE: u32 = 500;
 /// How many times a call is tried when the answer says "try again" and no work deadline is
 /// set (see [`with_retry_in`]).
 pub(crate) const CALL_ATTEMPTS: u32 = 3;
@@ -99,6 +101,27 @@ where
         })
         .await
         .map_err(|e| ApiError::new(verb, object, e))
+}
+
+/// Every object `api` lists, page by page ([`LIST_PAGE`] a page), each page a [`with_retry`].
+pub(crate) async fn list_all<K>(
+    clients: &ClusterClient,
+    api: &::kube::Api<K>,
+    what: &str,
+) -> Result<Vec<K>, ApiError>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut out = Vec::new();
+    let mut params = ::kube::api::ListParams::default().limit(LIST_PAGE);
+    loop {
+        let page = with_retry(clients, "list", what, || api.list(&params)).await?;
+        out.extend(page.items);
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(out),
+        }
+    }
 }
 
 /// One attempt of `call` in `lane` (after the client's rate limit), never retried: for a call
