@@ -132,10 +132,11 @@ pub struct ClusterClient {
     /// The lane of the client's requests under the rate limit ([`Lane::Later`]: every request
     /// of the work it is used for, see [`ClusterClient::in_lane`]).
     lane: Lane,
-    /// When the work the client is used for must be over (see [`ClusterClient::within`]).
-    deadline: Option<DateTime<Utc>>,
+    /// When the work the client is used for must be over, if it must (see
+    /// [`ClusterClient::for_work`]).
+    pub(crate) deadline: Option<DateTime<Utc>>,
     /// The work rides out no outage (see [`ClusterClient::for_work`]).
-    fail_fast: bool,
+    pub(crate) fail_fast: bool,
 }
 
 type RecentNodes =
@@ -234,18 +235,10 @@ impl ClusterClient {
         self
     }
 
-    /// The same clients, for work that must be over by `deadline` (a Lambda invocation's
-    /// deadline less its margin): their calls retry transient failures until then instead of
-    /// giving up after a few attempts (see [`super::api::retry::with_retry_in`]). `None`: no
-    /// deadline is known (a replay, the command line), and calls keep their few attempts.
-    pub fn within(&self, deadline: Option<DateTime<Utc>>) -> ClusterClient {
-        ClusterClient {
-            deadline,
-            ..self.clone()
-        }
-    }
-
-    /// The same clients for `work`: its deadline ([`ClusterClient::within`]), and whether it
+    /// The same clients for `work`: its deadline (a Lambda invocation's deadline less its margin:
+    /// their calls retry transient failures until then instead of giving up after a few
+    /// attempts, see [`super::api::retry::with_retry_in`]; `None`: no deadline is known, a
+    /// replay, the command line, and calls keep their few attempts), and whether it
     /// rides out an outage ([`crate::ports::Work::fail_fast`]: when not, a failure of the API
     /// server is not retried — the event comes back instead — while a throttle is still waited).
     pub fn for_work(&self, work: crate::ports::Work) -> ClusterClient {
@@ -254,16 +247,6 @@ impl ClusterClient {
             fail_fast: work.fail_fast,
             ..self.clone()
         }
-    }
-
-    /// The deadline of the work the client is used for, if it has one.
-    pub(crate) fn deadline(&self) -> Option<DateTime<Utc>> {
-        self.deadline
-    }
-
-    /// Whether the work rides out no outage (see [`ClusterClient::for_work`]).
-    pub(crate) fn fail_fast(&self) -> bool {
-        self.fail_fast
     }
 
     /// The same clients with every request in `lane` at least: [`Lane::Later`] for a drain's
@@ -490,20 +473,15 @@ impl EksClusters {
     /// The clusters of the account and region of `sdk`.
     pub async fn of(sdk: &SdkConfig) -> Result<Vec<String>, crate::ports::DirectoryError> {
         let client = aws_sdk_eks::Client::new(sdk);
-        let mut names = Vec::new();
-        let mut pages = client.list_clusters().into_paginator().send();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| {
-                let text = aws_error_text(&e);
-                crate::ports::DirectoryError::new(
-                    "eks",
-                    failure_kind(&e),
-                    crate::adapters::aws::AwsError::new(text, e),
-                )
-            })?;
-            names.extend(page.clusters().iter().cloned());
-        }
-        Ok(names)
+        let names = client.list_clusters().into_paginator().items().send();
+        names
+            .collect::<Result<Vec<String>, _>>()
+            .await
+            .map_err(|e| {
+                let (text, kind) = (aws_error_text(&e), failure_kind(&e));
+                let error = crate::adapters::aws::AwsError::new(text, e);
+                crate::ports::DirectoryError::new("eks", kind, error)
+            })
     }
 }
 

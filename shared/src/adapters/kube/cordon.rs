@@ -121,27 +121,13 @@ fn desired_taints(existing: &[Taint], spec: &CordonSpec, theirs: bool) -> Vec<Ta
 /// exactly that state. The patch carries the node's `resourceVersion` and its complete taint
 /// list.
 pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
-    let existing: &[Taint] = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_deref())
-        .unwrap_or_default();
-    let unschedulable = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false);
-    let labelled = node
-        .metadata
-        .labels
-        .as_ref()
+    let existing = taints_of(node);
+    let unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
+    let labels = node.metadata.labels.as_ref();
+    let labelled = labels
         .and_then(|l| l.get(LABEL_EXCLUDE_LB))
         .is_some_and(|v| v == "true");
-    let marked = node
-        .metadata
-        .labels
-        .as_ref()
-        .is_some_and(|l| l.contains_key(LABEL_CORDONED));
+    let marked = labels.is_some_and(|l| l.contains_key(LABEL_CORDONED));
     let label_ok = (!spec.exclude_from_load_balancers || labelled) && marked;
     let empty = Default::default();
     let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
@@ -262,11 +248,7 @@ pub fn uncordon_patch(
     record: &CordonRecord,
 ) -> Result<Value, NotOurs> {
     let name = node.metadata.name.as_deref().unwrap_or_default();
-    let existing: &[Taint] = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_deref())
-        .unwrap_or_default();
+    let existing = taints_of(node);
     let ours: Vec<&str> = record.taint_keys(taint_key).collect();
     if !existing.iter().any(|t| ours.contains(&t.key.as_str())) {
         return Err(NotOurs::NoTaint {
@@ -316,6 +298,11 @@ pub(crate) async fn get_node(
     let nodes: Api<Node> = Api::all(clients.client().await?);
     let object = format!("node/{name}");
     Ok(with_retry(clients, "get", &object, || nodes.get_opt(name)).await?)
+}
+
+/// The node's taints.
+fn taints_of(node: &Node) -> &[Taint] {
+    (node.spec.as_ref().and_then(|s| s.taints.as_deref())).unwrap_or_default()
 }
 
 /// What one attempt of a node write does, decided from the node as just read.
@@ -540,12 +527,8 @@ impl KubeExecutor {
             })
             .await?;
         if matches!(outcome, UndoOutcome::Undone | UndoOutcome::WouldUndo) {
-            let said = Said {
-                reason: "Uncordoned",
-                action: "Uncordon",
-                type_: EventType::Normal,
-                note: format!("forewarn's cordon undone: {}", undo.why),
-            };
+            let note = format!("forewarn's cordon undone: {}", undo.why);
+            let said = Said(EventType::Normal, "Uncordoned", "Uncordon", note);
             let event = ObjectEvent::on_node(&node, &undo.record.event_id, said);
             let reporting = &self.settings.reporting_instance;
             let recorded = record(&self.clients, &event, reporting, dry_run, true).await;

@@ -20,7 +20,8 @@ use k8s_openapi::api::core::v1::Node;
 use super::api::retry::with_retry;
 use super::connect::ClusterClient;
 use super::error::{KubeError, Refusal};
-use super::events::{EventType, Said};
+use super::events::EventType::{Normal, Warning};
+use super::events::Said;
 use super::executor::KubeExecutor;
 use super::node_facts::node_facts;
 use super::outcome::{DeleteOutcome, NodeOutcome};
@@ -208,21 +209,11 @@ impl KubeExecutor {
         if let Some(node) = node
             && !matches!(deleted, DeleteOutcome::Refused { .. })
         {
-            let said = Said {
-                reason: &a.event_reason,
-                action: "Delete",
-                type_: EventType::Warning,
-                note: a.reason.clone(),
-            };
+            let said = Said(Warning, &a.event_reason, "Delete", a.reason.clone());
             self.record_event(plan, node, said, out).await;
         }
         if let (Some(node), DeleteOutcome::Deleted { target }) = (node, &deleted) {
-            let said = Said {
-                reason: "Deleted",
-                action: "Delete",
-                type_: EventType::Normal,
-                note: format!("Deleted {target}"),
-            };
+            let said = Said(Normal, "Deleted", "Delete", format!("Deleted {target}"));
             self.record_event(plan, node, said, out).await;
         }
         out.delete = Some(deleted);

@@ -18,7 +18,7 @@ use super::api::retry::{list_all, with_retry};
 use super::connect::ClusterClient;
 use super::error::ApiError;
 use super::node_facts::node_facts;
-use crate::domain::facts::{InstanceFacts, NodeFacts};
+use crate::domain::facts::{InstanceFacts, NodeFacts, resolve_node};
 use crate::ports::{DirectoryError, NodeDirectory, Work};
 
 const SERVICE: &str = "kubernetes";
@@ -59,35 +59,7 @@ impl KubeNodeDirectory {
             .await
             .map_err(directory_error)
     }
-}
 
-fn directory_error(e: ApiError) -> DirectoryError {
-    DirectoryError::new(SERVICE, e.kind(), e)
-}
-
-/// Whether `node` is the node of `instance` (the criteria of `facts::resolve_node`).
-fn names_instance(node: &NodeFacts, instance: &InstanceFacts) -> bool {
-    let id = instance.instance_id.as_str();
-    if let Some(provider) = node.instance_id() {
-        return provider == id;
-    }
-    let dns_match = instance
-        .private_dns
-        .as_deref()
-        .filter(|d| !d.is_empty())
-        .is_some_and(|dns| {
-            node.name.eq_ignore_ascii_case(dns)
-                || node.dns_names.iter().any(|d| d.eq_ignore_ascii_case(dns))
-        });
-    dns_match
-        || node.name == id
-        || node
-            .name
-            .strip_prefix(id)
-            .is_some_and(|rest| rest.starts_with('.'))
-}
-
-impl KubeNodeDirectory {
     /// The nodes of `instances` (see the module's documentation).
     #[tracing::instrument(name = "nodes", skip_all, fields(instances = instances.len()), err)]
     async fn look_up(&self, instances: &[InstanceFacts]) -> Result<Vec<NodeFacts>, DirectoryError> {
@@ -141,6 +113,16 @@ impl KubeNodeDirectory {
         }
         Ok(found.into_values().collect())
     }
+}
+
+fn directory_error(e: ApiError) -> DirectoryError {
+    DirectoryError::new(SERVICE, e.kind(), e)
+}
+
+/// Whether `node` is the node of `instance` (by [`resolve_node`]'s criteria).
+fn names_instance(node: &NodeFacts, instance: &InstanceFacts) -> bool {
+    let one = std::slice::from_ref(node);
+    resolve_node(&instance.instance_id, Some(instance), one).is_some()
 }
 
 #[async_trait]

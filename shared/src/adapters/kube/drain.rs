@@ -22,11 +22,9 @@
 //!   pod's `terminationGracePeriodSeconds` would outlast it asks for the seconds left
 //!   (`deleteOptions.gracePeriodSeconds`, at least 1), so the pod object is gone before the
 //!   instance and its StatefulSet can recreate it elsewhere.
-//! - A drain is a series of passes ([`drain_pass`]), each a `list` and the evictions then due,
+//! - A drain is a series of passes ([`KubeExecutor::drain_pass`]), each a `list` and the evictions then due,
 //!   never a wait: what is evicted or terminating is looked for again by the next pass, until
 //!   the node is empty or the deadline has passed (see `crate::app::pipeline`'s drivers).
-
-use std::time::Duration;
 
 use super::api::rate_limit::Lane;
 use super::api::retry::with_retry_in;
@@ -48,23 +46,6 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 
 pub(crate) const ANNOTATION_MIRROR: &str = "kubernetes.io/config.mirror";
 const CRITICAL_CLASSES: [&str; 2] = ["system-cluster-critical", "system-node-critical"];
-
-/// How a drain paces itself.
-#[derive(Debug, Clone)]
-pub(crate) struct DrainSettings {
-    pub parallelism: usize,
-    pub backoff_initial: Duration,
-    pub backoff_max: Duration,
-    /// How long one pass of a drain that does not wait retries a refused eviction.
-    pub pass_budget: Duration,
-    /// When the instance goes (the drain's deadline), if it surely does then: an eviction whose
-    /// pod's `terminationGracePeriodSeconds` would outlast it asks
-    /// (`deleteOptions.gracePeriodSeconds`) for the time left, at least 1 s.
-    pub grace_until: Option<DateTime<Utc>>,
-    /// Placeholders first, and each pod evicted once there is room for it or at its latest safe
-    /// time (see [`super::surge`]).
-    pub surge: Option<SurgeSettings>,
-}
 
 /// The grace period to ask for a pod whose own is `own` seconds (`None`: Kubernetes' 30), when
 /// it would outlast `until` at `now`: the whole seconds left, at least 1. `None`: its own.
@@ -152,75 +133,6 @@ enum Eviction {
 /// retries.
 const RATE_LIMIT_RETRIES: u32 = 2;
 
-/// Evicts one pod, retrying refusals until `deadline` (at least one attempt).
-///
-/// Every answer but success and 404 is this pod's refusal, never the event's failure: 429 (a
-/// disruption budget, or API priority and fairness), 500 (the pod is selected by several
-/// budgets), 409 (a conflict), 503/504 and transport errors (an API server in trouble). It is
-/// retried until `deadline`, then reported as left with the last answer; the next pass tries it
-/// again.
-async fn evict(
-    clients: &ClusterClient,
-    pod: &EvictionTarget,
-    deadline: DateTime<Utc>,
-    settings: &DrainSettings,
-) -> Result<Eviction, KubeError> {
-    let (namespace, name) = (pod.namespace.as_str(), pod.name.as_str());
-    let object = format!("pod/{namespace}/{name}");
-    // The waits after refusals; a `Retry-After` waited takes none of them.
-    let mut waits = Backoff::new(settings.backoff_initial, settings.backoff_max).delays();
-    let mut told = 0;
-    loop {
-        let pods: Api<Pod> = Api::namespaced(clients.client().await?, namespace);
-        clients.throttle(Lane::Later).await;
-        let grace = fitted_grace(pod.grace, settings.grace_until, clients.clock().now());
-        let body = eviction_body(namespace, name, grace);
-        let evicted = pods
-            .create_subresource::<_, serde_json::Value>(
-                "eviction",
-                name,
-                &PostParams::default(),
-                &body,
-            )
-            .await;
-        let err = match evicted {
-            Ok(_) => return Ok(Eviction::Evicted),
-            Err(e) => {
-                // A 429 with `Retry-After` is the API server's rate limit (priority and
-                // fairness), not the pod's refusal (a budget's 429 says no time): the server
-                // said when, so the eviction is tried again then, even in a pass with no time
-                // for retries — else the node waits for a later pass for nothing.
-                let now = clients.clock().now();
-                if let Some(after) = retry_after(&e)
-                    && told < RATE_LIMIT_RETRIES
-                    && clients
-                        .deadline()
-                        .is_none_or(|u| now + crate::ports::span(after) < u)
-                {
-                    told += 1;
-                    clients.pause_all(after);
-                    clients.clock().sleep(after).await;
-                    continue;
-                }
-                ApiError::new("evict", object.clone(), e)
-            }
-        };
-        if err.status == Some(404) {
-            return Ok(Eviction::Gone);
-        }
-        let refusal = refusal_text(&err);
-        let left = (deadline - clients.clock().now())
-            .to_std()
-            .unwrap_or_default();
-        if left.is_zero() {
-            return Ok(Eviction::Refused(refusal));
-        }
-        let wait = waits.next().unwrap_or(settings.backoff_max).min(left);
-        tracing::debug!(pod = %object, reason = %refusal, ?wait, "eviction refused; retrying");
-        clients.clock().sleep(wait).await;
-    }
-}
-
 /// The `policy/v1` Eviction of `namespace/name`, with `deleteOptions.gracePeriodSeconds` when
 /// `grace` is given. (Written here: kube's `Api::evict` serializes its `EvictParams` under
 /// `delete_options`, a field the API server does not read, so a grace period sent that way is
@@ -290,167 +202,11 @@ fn sort_pods<'a>(listed: &'a [Pod], report: &mut DrainReport) -> Sorted<'a> {
 
 /// A pod to evict, owned (the evictions' futures must not borrow the pods).
 struct EvictionTarget {
-    namespace: String,
-    name: String,
+    /// `<namespace>/<name>`.
+    key: String,
     uid: String,
     /// Its own `terminationGracePeriodSeconds`.
     grace: Option<i64>,
-}
-
-/// Evicts `pods` (at most `settings.parallelism` at once, each retried until `end`) and puts
-/// what became of each in `report`; answers the (uid, `namespace/name`) of those evicted.
-async fn evict_all(
-    clients: &ClusterClient,
-    pods: &[&Pod],
-    end: DateTime<Utc>,
-    settings: &DrainSettings,
-    report: &mut DrainReport,
-) -> Result<Vec<(String, String)>, KubeError> {
-    let targets: Vec<EvictionTarget> = pods
-        .iter()
-        .map(|p| EvictionTarget {
-            namespace: p
-                .metadata
-                .namespace
-                .clone()
-                .unwrap_or_else(|| "default".into()),
-            name: p.metadata.name.clone().unwrap_or_default(),
-            uid: p.metadata.uid.clone().unwrap_or_default(),
-            grace: p
-                .spec
-                .as_ref()
-                .and_then(|s| s.termination_grace_period_seconds),
-        })
-        .collect();
-    let results: Vec<_> = futures::stream::iter(targets)
-        .map(|pod| async move {
-            let result = evict(clients, &pod, end, settings).await;
-            (format!("{}/{}", pod.namespace, pod.name), pod.uid, result)
-        })
-        .buffer_unordered(settings.parallelism.max(1))
-        .collect()
-        .await;
-    let mut evicted = Vec::new();
-    for (key, uid, result) in results {
-        match result? {
-            Eviction::Evicted => {
-                report.evicted.push(key.clone());
-                if !uid.is_empty() {
-                    report.uids.insert(key.clone(), uid.clone());
-                }
-                evicted.push((uid, key));
-            }
-            Eviction::Gone => report.already_gone.push(key),
-            Eviction::Refused(reason) => report.left.push(LeftPod { pod: key, reason }),
-        }
-    }
-    Ok(evicted)
-}
-
-/// One pass of a drain: lists the pods on `node`, evicts those not yet terminating — non-critical ones first; critical ones once no
-/// other evictable pod is left on the node, or in the last quarter of the time from `started_at`
-/// to `deadline` — retrying a refusal for at most `settings.pass_budget`, and returns. The report
-/// is `pending` while anything is left to evict or to wait for and the deadline has not passed;
-/// past the deadline every pod still to evict gets one attempt and the drain ends, reporting what
-/// is still there (`left`, `terminating`).
-pub(crate) async fn drain_pass(
-    clients: &ClusterClient,
-    node: &str,
-    started_at: DateTime<Utc>,
-    deadline: DateTime<Utc>,
-    settings: &DrainSettings,
-    dry_run: bool,
-) -> Result<DrainReport, KubeError> {
-    let mut report = DrainReport::default();
-    let listed = list_pods(clients, node).await?;
-    let Sorted {
-        normal,
-        critical,
-        terminating,
-    } = sort_pods(&listed, &mut report);
-    let due_gone = terminating
-        .iter()
-        .filter_map(|p| p.metadata.deletion_timestamp.as_ref())
-        .filter_map(|t| DateTime::from_timestamp_micros(t.0.as_microsecond()))
-        .max();
-    let critical_terminating = terminating.iter().all(|p| is_critical(p));
-    let terminating: Vec<String> = terminating.iter().map(|p| pod_key(p)).collect();
-    if dry_run {
-        report.would_evict = normal.iter().chain(&critical).map(|p| pod_key(p)).collect();
-        return Ok(report);
-    }
-    let now = clients.clock().now();
-    let evictable: Vec<&Pod> = normal.iter().chain(&critical).copied().collect();
-    let mut surge = match &settings.surge {
-        Some(surge) if now < deadline => {
-            Some(surge_pass(clients, node, surge, &listed, &evictable).await)
-        }
-        _ => None,
-    };
-    if now >= deadline {
-        // The last pass: one attempt for every pod still to evict, then the drain ends with
-        // what is left (and so do its placeholders).
-        evict_all(clients, &evictable, now, settings, &mut report).await?;
-        report.terminating = terminating;
-        if settings.surge.is_some() {
-            report.placeholders_deleted += surge::delete_of_node(clients, node).await;
-        }
-        return Ok(report);
-    }
-    // Checked: both times come from a message (verified, but a time is never trusted to add).
-    let last_quarter = (deadline - started_at)
-        .checked_mul(3)
-        .and_then(|d| started_at.checked_add_signed(d / 4));
-    let critical_due =
-        (normal.is_empty() && critical_terminating) || last_quarter.is_none_or(|t| now >= t);
-    let mut due: Vec<&Pod> = normal;
-    let mut deferred = if critical_due {
-        due.extend(critical);
-        0
-    } else {
-        critical.len()
-    };
-    if let Some(surge) = &mut surge {
-        // Pods that wait for room are not evicted in this pass.
-        due.retain(|p| {
-            let waits = p
-                .metadata
-                .uid
-                .as_deref()
-                .is_some_and(|uid| surge.waiting.contains(uid));
-            if waits {
-                report.waiting.push(pod_key(p));
-            }
-            !waits
-        });
-        deferred += report.waiting.len();
-        report.placeholders_created = surge.created;
-        report.placeholders_deleted = surge.deleted;
-        report.placeholders_refused = surge.refused;
-        report.new_refusals = std::mem::take(&mut surge.new_refusals);
-    }
-    let pass_end = (now + crate::ports::span(settings.pass_budget)).min(deadline);
-    evict_all(clients, &due, pass_end, settings, &mut report).await?;
-    report.terminating = terminating;
-    let acted = deferred > 0 || !report.evicted.is_empty() || !report.left.is_empty();
-    report.pending = acted || !report.terminating.is_empty();
-    let done = PassDone {
-        acted,
-        deferred,
-        due_gone,
-        now,
-        deadline,
-    };
-    next_look(&mut report, surge.as_ref(), &done);
-    if !report.pending
-        && let Some(surge) = surge
-    {
-        // The drain is over: its placeholders go.
-        for ph in &surge.listed {
-            report.placeholders_deleted += usize::from(surge::delete_logged(clients, ph).await);
-        }
-    }
-    Ok(report)
 }
 
 /// What a drain pass did, and when: what [`next_look`] goes by.
@@ -502,7 +258,232 @@ fn next_look(report: &mut DrainReport, surge: Option<&surge::SurgePass>, done: &
 }
 
 impl KubeExecutor {
-    /// The evictions of one pass of `a`'s drain of `node` (see [`drain_pass`]).
+    /// One pass of a drain: lists the pods on `node`, evicts those not yet terminating — non-critical ones first; critical ones once no
+    /// other evictable pod is left on the node, or in the last quarter of the time from `started_at`
+    /// to `deadline` — retrying a refusal for at most the settings' `pass_budget`, and returns. The report
+    /// is `pending` while anything is left to evict or to wait for and the deadline has not passed;
+    /// past the deadline every pod still to evict gets one attempt and the drain ends, reporting what
+    /// is still there (`left`, `terminating`).
+    async fn drain_pass(
+        &self,
+        node: &str,
+        (started_at, deadline): (DateTime<Utc>, DateTime<Utc>),
+        grace_until: Option<DateTime<Utc>>,
+        surge_settings: Option<&SurgeSettings>,
+    ) -> Result<DrainReport, KubeError> {
+        let clients = &self.clients;
+        let mut report = DrainReport::default();
+        let listed = list_pods(clients, node).await?;
+        let Sorted {
+            normal,
+            critical,
+            terminating,
+        } = sort_pods(&listed, &mut report);
+        let due_gone = terminating
+            .iter()
+            .filter_map(|p| p.metadata.deletion_timestamp.as_ref())
+            .filter_map(|t| DateTime::from_timestamp_micros(t.0.as_microsecond()))
+            .max();
+        let critical_terminating = terminating.iter().all(|p| is_critical(p));
+        let terminating: Vec<String> = terminating.iter().map(|p| pod_key(p)).collect();
+        if self.settings.dry_run {
+            report.would_evict = normal.iter().chain(&critical).map(|p| pod_key(p)).collect();
+            return Ok(report);
+        }
+        let now = clients.clock().now();
+        let evictable: Vec<&Pod> = normal.iter().chain(&critical).copied().collect();
+        let mut surge = match surge_settings {
+            Some(surge) if now < deadline => {
+                Some(surge_pass(clients, node, surge, &listed, &evictable).await)
+            }
+            _ => None,
+        };
+        if now >= deadline {
+            // The last pass: one attempt for every pod still to evict, then the drain ends with
+            // what is left (and so do its placeholders).
+            self.evict_all(&evictable, now, grace_until, &mut report)
+                .await?;
+            report.terminating = terminating;
+            if surge_settings.is_some() {
+                report.placeholders_deleted += surge::delete_of_node(clients, node).await;
+            }
+            return Ok(report);
+        }
+        // Checked: both times come from a message (verified, but a time is never trusted to add).
+        let last_quarter = (deadline - started_at)
+            .checked_mul(3)
+            .and_then(|d| started_at.checked_add_signed(d / 4));
+        let critical_due =
+            (normal.is_empty() && critical_terminating) || last_quarter.is_none_or(|t| now >= t);
+        let mut due: Vec<&Pod> = normal;
+        let mut deferred = if critical_due {
+            due.extend(critical);
+            0
+        } else {
+            critical.len()
+        };
+        if let Some(surge) = &mut surge {
+            // Pods that wait for room are not evicted in this pass.
+            due.retain(|p| {
+                let waits = p
+                    .metadata
+                    .uid
+                    .as_deref()
+                    .is_some_and(|uid| surge.waiting.contains(uid));
+                if waits {
+                    report.waiting.push(pod_key(p));
+                }
+                !waits
+            });
+            deferred += report.waiting.len();
+            report.placeholders_created = surge.created;
+            report.placeholders_deleted = surge.deleted;
+            report.placeholders_refused = surge.refused;
+            report.new_refusals = std::mem::take(&mut surge.new_refusals);
+        }
+        let pass_end = (now + crate::ports::span(self.settings.pass_budget)).min(deadline);
+        self.evict_all(&due, pass_end, grace_until, &mut report)
+            .await?;
+        report.terminating = terminating;
+        let acted = deferred > 0 || !report.evicted.is_empty() || !report.left.is_empty();
+        report.pending = acted || !report.terminating.is_empty();
+        let done = PassDone {
+            acted,
+            deferred,
+            due_gone,
+            now,
+            deadline,
+        };
+        next_look(&mut report, surge.as_ref(), &done);
+        if !report.pending
+            && let Some(surge) = surge
+        {
+            // The drain is over: its placeholders go.
+            for ph in &surge.listed {
+                report.placeholders_deleted += usize::from(surge::delete_logged(clients, ph).await);
+            }
+        }
+        Ok(report)
+    }
+
+    /// Evicts `pods` (at most the settings' `eviction_parallelism` at once, each retried until `end`) and puts
+    /// what became of each in `report`; answers the (uid, `namespace/name`) of those evicted.
+    async fn evict_all(
+        &self,
+        pods: &[&Pod],
+        end: DateTime<Utc>,
+        grace_until: Option<DateTime<Utc>>,
+        report: &mut DrainReport,
+    ) -> Result<Vec<(String, String)>, KubeError> {
+        let targets: Vec<EvictionTarget> = pods
+            .iter()
+            .map(|p| EvictionTarget {
+                key: pod_key(p),
+                uid: p.metadata.uid.clone().unwrap_or_default(),
+                grace: p
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.termination_grace_period_seconds),
+            })
+            .collect();
+        let results: Vec<_> = futures::stream::iter(targets)
+            .map(|pod| async move {
+                let result = self.evict(&pod, end, grace_until).await;
+                (pod.key, pod.uid, result)
+            })
+            .buffer_unordered(self.settings.eviction_parallelism.max(1))
+            .collect()
+            .await;
+        let mut evicted = Vec::new();
+        for (key, uid, result) in results {
+            match result? {
+                Eviction::Evicted => {
+                    report.evicted.push(key.clone());
+                    if !uid.is_empty() {
+                        report.uids.insert(key.clone(), uid.clone());
+                    }
+                    evicted.push((uid, key));
+                }
+                Eviction::Gone => report.already_gone.push(key),
+                Eviction::Refused(reason) => report.left.push(LeftPod { pod: key, reason }),
+            }
+        }
+        Ok(evicted)
+    }
+
+    /// Evicts one pod, retrying refusals until `deadline` (at least one attempt), its grace fitted
+    /// to `grace_until` (see [`fitted_grace`]).
+    ///
+    /// Every answer but success and 404 is this pod's refusal, never the event's failure: 429 (a
+    /// disruption budget, or API priority and fairness), 500 (the pod is selected by several
+    /// budgets), 409 (a conflict), 503/504 and transport errors (an API server in trouble). It is
+    /// retried until `deadline`, then reported as left with the last answer; the next pass tries it
+    /// again.
+    async fn evict(
+        &self,
+        pod: &EvictionTarget,
+        deadline: DateTime<Utc>,
+        grace_until: Option<DateTime<Utc>>,
+    ) -> Result<Eviction, KubeError> {
+        let (clients, settings) = (&self.clients, &self.settings);
+        // Neither a namespace nor a name holds a `/`.
+        let (namespace, name) = pod.key.split_once('/').unwrap_or_default();
+        let object = format!("pod/{namespace}/{name}");
+        // The waits after refusals; a `Retry-After` waited takes none of them.
+        let mut waits = Backoff::new(settings.backoff_initial, settings.backoff_max).delays();
+        let mut told = 0;
+        loop {
+            let pods: Api<Pod> = Api::namespaced(clients.client().await?, namespace);
+            clients.throttle(Lane::Later).await;
+            let grace = fitted_grace(pod.grace, grace_until, clients.clock().now());
+            let body = eviction_body(namespace, name, grace);
+            let evicted = pods
+                .create_subresource::<_, serde_json::Value>(
+                    "eviction",
+                    name,
+                    &PostParams::default(),
+                    &body,
+                )
+                .await;
+            let err = match evicted {
+                Ok(_) => return Ok(Eviction::Evicted),
+                Err(e) => {
+                    // A 429 with `Retry-After` is the API server's rate limit (priority and
+                    // fairness), not the pod's refusal (a budget's 429 says no time): the server
+                    // said when, so the eviction is tried again then, even in a pass with no time
+                    // for retries — else the node waits for a later pass for nothing.
+                    let now = clients.clock().now();
+                    if let Some(after) = retry_after(&e)
+                        && told < RATE_LIMIT_RETRIES
+                        && clients
+                            .deadline
+                            .is_none_or(|u| now + crate::ports::span(after) < u)
+                    {
+                        told += 1;
+                        clients.pause_all(after);
+                        clients.clock().sleep(after).await;
+                        continue;
+                    }
+                    ApiError::new("evict", object.clone(), e)
+                }
+            };
+            if err.status == Some(404) {
+                return Ok(Eviction::Gone);
+            }
+            let refusal = refusal_text(&err);
+            let left = (deadline - clients.clock().now())
+                .to_std()
+                .unwrap_or_default();
+            if left.is_zero() {
+                return Ok(Eviction::Refused(refusal));
+            }
+            let wait = waits.next().unwrap_or(settings.backoff_max).min(left);
+            tracing::debug!(pod = %object, reason = %refusal, ?wait, "eviction refused; retrying");
+            clients.clock().sleep(wait).await;
+        }
+    }
+
+    /// The evictions of one pass of `a`'s drain of `node` (see [`KubeExecutor::drain_pass`]).
     pub(super) async fn evictions(
         &self,
         plan: &Plan,
@@ -518,30 +499,18 @@ impl KubeExecutor {
         let deadline = a
             .deadline
             .unwrap_or_else(|| started_at + self.config.drain_timeout);
-        let settings = DrainSettings {
-            parallelism: self.settings.eviction_parallelism,
-            backoff_initial: self.settings.backoff_initial,
-            backoff_max: self.settings.backoff_max,
-            pass_budget: self.settings.pass_budget,
-            grace_until: a.grace_to_deadline.then_some(deadline),
-            surge: a.surge.then(|| SurgeSettings {
-                event_id: plan.event_id.clone(),
-                deadline,
-                node_uid: node.metadata.uid.clone(),
-                parallelism: self.settings.eviction_parallelism,
-                first: pass.is_first_drain(),
-                memory: self.surge_memory.clone(),
-            }),
-        };
-        drain_pass(
-            &self.clients,
-            name,
-            started_at,
+        let surge = a.surge.then(|| SurgeSettings {
+            event_id: plan.event_id.clone(),
             deadline,
-            &settings,
-            self.settings.dry_run,
-        )
-        .await
+            node_uid: node.metadata.uid.clone(),
+            parallelism: self.settings.eviction_parallelism,
+            first: pass.is_first_drain(),
+            memory: self.surge_memory.clone(),
+        });
+        let grace_until = a.grace_to_deadline.then_some(deadline);
+        let times = (started_at, deadline);
+        self.drain_pass(name, times, grace_until, surge.as_ref())
+            .await
     }
 
     /// A first drain pass that came after the drain's deadline evicted what was left at once,
@@ -619,16 +588,12 @@ impl KubeExecutor {
                 )
             })
             .collect();
-        let said = Said {
-            reason: "PlaceholderRefused",
-            action: "Surge",
-            type_: EventType::Warning,
-            note: format!(
-                "{}. Those pods are evicted at once, without waiting for room (forewarn check \
-                 --kube proves every write forewarn makes).",
-                lines.join("; ")
-            ),
-        };
+        let note = format!(
+            "{}. Those pods are evicted at once, without waiting for room (forewarn check --kube \
+             proves every write forewarn makes).",
+            lines.join("; ")
+        );
+        let said = Said(EventType::Warning, "PlaceholderRefused", "Surge", note);
         self.record_event(plan, node, said, out).await;
     }
 
@@ -648,28 +613,20 @@ impl KubeExecutor {
             } else {
                 report.summary()
             };
-            Said {
-                reason: "Drained",
-                action: "Drain",
-                type_: EventType::Normal,
-                note: format!("Drained: {summary}"),
-            }
+            let note = format!("Drained: {summary}");
+            Said(EventType::Normal, "Drained", "Drain", note)
         } else {
             let left: Vec<String> = report
                 .left
                 .iter()
                 .map(|l| format!("{}: {}", l.pod, l.reason))
                 .collect();
-            Said {
-                reason: "DrainIncomplete",
-                action: "Drain",
-                type_: EventType::Warning,
-                note: format!(
-                    "Drain incomplete at the deadline: {}. Refused: {}",
-                    report.summary(),
-                    left.join("; ")
-                ),
-            }
+            let note = format!(
+                "Drain incomplete at the deadline: {}. Refused: {}",
+                report.summary(),
+                left.join("; ")
+            );
+            Said(EventType::Warning, "DrainIncomplete", "Drain", note)
         };
         self.record_event(plan, node, said, out).await;
     }

@@ -42,12 +42,6 @@ pub(crate) enum EventType {
     Warning,
 }
 
-impl EventType {
-    fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
-
 /// The Event name for (node, event id, reason): `<node>.<16 hex digits>`, like the names
 /// client-go gives, a valid DNS subdomain of at most 253 characters.
 pub fn event_name(node: &str, event_id: &str, reason: &str) -> String {
@@ -59,24 +53,12 @@ pub fn event_name(node: &str, event_id: &str, reason: &str) -> String {
             hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
         }
     }
-    let mut prefix: String = node
-        .to_ascii_lowercase()
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
-                c
-            } else {
-                '-'
-            }
-        })
+    let valid = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.';
+    let prefix: String = (node.to_ascii_lowercase().chars())
+        .map(|c| if valid(c) { c } else { '-' })
         .take(253 - 17)
         .collect();
-    while prefix.ends_with(['-', '.']) {
-        prefix.pop();
-    }
-    while prefix.starts_with(['-', '.']) {
-        prefix.remove(0);
-    }
+    let prefix = prefix.trim_matches(['-', '.']);
     if prefix.is_empty() {
         format!("forewarn.{hash:016x}")
     } else {
@@ -103,15 +85,16 @@ pub(crate) struct ObjectEvent<'a> {
 impl<'a> ObjectEvent<'a> {
     /// The Event saying `said` about `node`, for `event_id` (in [`EVENT_NAMESPACE`]).
     pub(super) fn on_node(node: &Node, event_id: &'a str, said: Said<'a>) -> ObjectEvent<'a> {
+        let Said(type_, reason, action, note) = said;
         ObjectEvent {
             namespace: EVENT_NAMESPACE,
             regarding: reference("Node", &node.metadata),
             related: None,
             event_id,
-            reason: said.reason,
-            action: said.action,
-            type_: said.type_,
-            note: said.note,
+            reason,
+            action,
+            type_,
+            note,
         }
     }
 }
@@ -148,7 +131,7 @@ pub(crate) fn build(
         reporting_instance: Some(reporting_instance.chars().take(128).collect()),
         action: Some(event.action.chars().take(128).collect()),
         reason: Some(event.reason.chars().take(128).collect()),
-        type_: Some(event.type_.as_str().into()),
+        type_: Some(<&str>::from(event.type_).into()),
         regarding: Some(event.regarding.clone()),
         related: event.related.clone(),
         note: Some(crate::domain::plan::pod_event::truncate(
@@ -193,13 +176,8 @@ pub(crate) async fn record(
     }
 }
 
-/// What an Event says (see [`ObjectEvent::on_node`]).
-pub(super) struct Said<'a> {
-    pub reason: &'a str,
-    pub action: &'a str,
-    pub type_: EventType,
-    pub note: String,
-}
+/// What an Event says: its type, reason, action and note (see [`ObjectEvent::on_node`]).
+pub(super) struct Said<'a>(pub EventType, pub &'a str, pub &'a str, pub String);
 
 impl KubeExecutor {
     /// Records an Event about `node` for `plan`'s event, best effort: what became of it, or the
@@ -244,12 +222,7 @@ impl KubeExecutor {
             self.announce(plan, a, node, out).await;
         }
         if let Some(note) = cordoned {
-            let said = Said {
-                reason: "Cordoned",
-                action: "Cordon",
-                type_: EventType::Normal,
-                note,
-            };
+            let said = Said(EventType::Normal, "Cordoned", "Cordon", note);
             self.record_event(plan, node, said, out).await;
         }
     }
@@ -265,12 +238,7 @@ impl KubeExecutor {
         if let Some(deadline) = a.deadline {
             note.push_str(&format!(" (drain deadline {})", deadline.to_rfc3339()));
         }
-        let said = Said {
-            reason: &a.event_reason,
-            action,
-            type_: EventType::Warning,
-            note,
-        };
+        let said = Said(EventType::Warning, &a.event_reason, action, note);
         self.record_event(plan, node, said, out).await;
     }
 
@@ -312,7 +280,7 @@ impl KubeExecutor {
         let related = reference("Node", &node.metadata);
         let now = self.clients.clock().now();
         let mut until = now + span(self.settings.pod_event_budget);
-        if let Some(deadline) = self.clients.deadline() {
+        if let Some(deadline) = self.clients.deadline {
             until = until.min(deadline);
         }
         let counts = &mut report.pod_events;
@@ -413,12 +381,12 @@ mod tests {
             &ObjectEvent::on_node(
                 &node,
                 "ev",
-                Said {
-                    reason: "SpotInterrupted",
-                    action: "CordonDrain",
-                    type_: EventType::Warning,
-                    note: "é".repeat(2000),
-                },
+                Said(
+                    EventType::Warning,
+                    "SpotInterrupted",
+                    "CordonDrain",
+                    "é".repeat(2000),
+                ),
             ),
             "forewarn-lambda",
             "2026-11-24T10:00:00Z".parse().unwrap(),

@@ -38,7 +38,6 @@ use k8s_openapi::api::core::v1::Node;
 use tracing::Instrument;
 
 use super::api::rate_limit::Lane;
-use super::connect::ClusterClient;
 use super::cordon::get_node;
 use super::error::{KubeError, Refusal};
 use super::executor::KubeExecutor;
@@ -71,7 +70,12 @@ impl KubeExecutor {
         } else {
             Lane::Later
         };
-        let this = self.on(self.clients.in_lane(lane).for_work(work));
+        // The same executor, its client in the pass's lane and within the work's deadline.
+        let clients = self.clients.in_lane(lane).for_work(work);
+        let this = KubeExecutor {
+            clients,
+            ..self.clone()
+        };
         let runs = plan.actions.iter().map(|a| {
             let span = tracing::info_span!(
                 "node_action",
@@ -93,14 +97,6 @@ impl KubeExecutor {
         join_all(runs).await.into_iter().collect()
     }
 
-    /// The same executor on `clients` (the same cluster, in a lane or within a deadline).
-    fn on(&self, clients: ClusterClient) -> KubeExecutor {
-        KubeExecutor {
-            clients,
-            ..self.clone()
-        }
-    }
-
     async fn act(&self, plan: &Plan, a: &NodeAction, pass: Pass) -> Result<NodeOutcome, KubeError> {
         let mut out = NodeOutcome::new(a, self.settings.dry_run);
         if pass == Pass::Announce && (a.action != Action::CordonDrain || a.node.is_none()) {
@@ -112,11 +108,9 @@ impl KubeExecutor {
         {
             // Every pass reads what it acts on and verifies it first; the cordon pass of a mass
             // interruption uses the node the directory has just read.
-            let recent = match (pass, a.action) {
-                (Pass::Cordon, Action::CordonDrain) => self.clients.take_recent_node(name),
-                _ => None,
-            };
-            let node = match recent {
+            let cordoning = pass == Pass::Cordon && a.action == Action::CordonDrain;
+            let recent = cordoning.then(|| self.clients.take_recent_node(name));
+            let node = match recent.flatten() {
                 Some(node) => Some(node),
                 None => get_node(&self.clients, name).await?,
             };
@@ -164,7 +158,7 @@ impl KubeExecutor {
             (Action::CordonDrain, Some(node)) if later_pass => {
                 // A later drain pass: the node was cordoned by the earlier passes, and its
                 // taint was just seen; what is on it is evicted or waited for.
-                self.drain_pass(plan, a, &node, pass, out).await?;
+                self.later_drain_pass(plan, a, &node, pass, out).await?;
             }
             (Action::Cordon | Action::CordonDrain, Some(node)) => {
                 self.cordon_drain(plan, a, node, pass, out).await?;
@@ -253,10 +247,10 @@ impl KubeExecutor {
         Ok(())
     }
 
-    /// A later pass of the drain (see [`super::drain::drain_pass`]) on the node the pass has
+    /// A later pass of the drain (see [`KubeExecutor::drain_pass`]) on the node the pass has
     /// just read and verified: its evictions, the Events the first pass left to it (when it is
     /// the pass they are owed to), and when the drain ends, its Event (not in a dry run).
-    async fn drain_pass(
+    async fn later_drain_pass(
         &self,
         plan: &Plan,
         a: &NodeAction,

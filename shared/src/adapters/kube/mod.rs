@@ -42,22 +42,13 @@ pub use connect::{
     ClusterAccess, ClusterClient, ConnectError, EksAccess, EksClusters, Impersonation, KUBE_SHARE,
     KubeconfigContexts, connect, connect_eks, has_context,
 };
-pub use cordon::{CordonSpec, RecordKeys, cordon_patch};
 pub use directory::KubeNodeDirectory;
-pub use drain::is_critical;
-pub use eks::{
-    CLUSTER_ID_HEADER, PRESIGN_EXPIRES, TOKEN_CACHE_LIFETIME, TOKEN_PREFIX, TokenError, eks_token,
-    presigned_url, sts_host, url_from_token,
-};
-pub use error::{ApiError, KubeError, Refusal};
+pub use eks::{TOKEN_CACHE_LIFETIME, url_from_token};
+pub use error::{ApiError, KubeError};
 pub use events::{REPORTING_CONTROLLER, event_name};
 pub use executor::{ExecutorSettings, KubeExecutor};
-pub use launch::LAUNCH_CHECK_EVERY;
 pub use node_facts::node_facts;
-pub use outcome::{
-    CordonOutcome, DeleteOutcome, DrainReport, EventOutcome, Joining, LeftPod, NodeOutcome,
-    SkippedPod,
-};
+pub use outcome::{CordonOutcome, DeleteOutcome, DrainReport, EventOutcome, Joining, NodeOutcome};
 pub use policy::{KubePolicy, POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE};
 pub use preflight::{PreflightScope, prove};
 pub use priorities::KubeExpander;

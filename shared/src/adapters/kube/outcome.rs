@@ -268,7 +268,7 @@ impl Joining {
 }
 
 /// What was done for one node action.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeOutcome {
     pub instance_id: String,
     pub node: Option<String>,
@@ -311,24 +311,11 @@ impl NodeOutcome {
             node: a.node.clone(),
             action: a.action,
             dry_run,
-            node_gone: false,
-            refused: None,
-            cordon: None,
-            cordoned_before: false,
-            cordoned_at: None,
-            drain: None,
-            delete: None,
-            lifecycle: None,
             lifecycle_hook: a
                 .complete_lifecycle
                 .as_ref()
                 .map(|l| format!("{}/{}", l.asg_name, l.hook_name)),
-            undo: None,
-            drain_pending: false,
-            heartbeat_at: None,
-            joining: None,
-            events: Vec::new(),
-            event_failures: Vec::new(),
+            ..NodeOutcome::default()
         }
     }
 

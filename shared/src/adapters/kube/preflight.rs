@@ -85,11 +85,30 @@ pub async fn prove(
     scope: &PreflightScope<'_>,
 ) -> Vec<Proof> {
     let subjects = subjects(clients).await;
-    let now = clients.clock().now();
+    let dry = clients.client().await.map(|client| Dry {
+        client,
+        config,
+        scope,
+        subjects: &subjects,
+        now: clients.clock().now(),
+        post: PostParams {
+            dry_run: true,
+            field_manager: Some(FIELD_MANAGER.into()),
+        },
+        patch: PatchParams {
+            dry_run: true,
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        },
+    });
     let mut proofs = Vec::with_capacity(scope.capabilities.len());
     for &capability in scope.capabilities {
-        let verdict = match prove_one(clients, config, scope, &subjects, capability, now).await {
-            Ok(verdict) | Err(verdict) => verdict,
+        let verdict = match &dry {
+            Ok(dry) => dry
+                .prove(capability)
+                .await
+                .unwrap_or_else(|refused| refused),
+            Err(e) => Verdict::NotChecked(format!("no client: {e}")),
         };
         proofs.push(Proof {
             capability,
@@ -214,44 +233,18 @@ struct Dry<'a> {
     patch: PatchParams,
 }
 
-async fn prove_one(
-    clients: &ClusterClient,
-    config: &Config,
-    scope: &PreflightScope<'_>,
-    subjects: &Subjects,
-    capability: Capability,
-    now: DateTime<Utc>,
-) -> Result<Verdict, Verdict> {
-    let client = clients
-        .client()
-        .await
-        .map_err(|e| Verdict::NotChecked(format!("no client: {e}")))?;
-    let dry = Dry {
-        client,
-        config,
-        scope,
-        subjects,
-        now,
-        post: PostParams {
-            dry_run: true,
-            field_manager: Some(FIELD_MANAGER.into()),
-        },
-        patch: PatchParams {
-            dry_run: true,
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..PatchParams::default()
-        },
-    };
-    match capability {
-        Capability::Cordon | Capability::WayBack => dry.node_write(capability).await,
-        Capability::Evict => dry.evict().await,
-        Capability::Placeholder => dry.placeholder().await,
-        Capability::PodEvent | Capability::NodeEvent => dry.event(capability).await,
-        Capability::Expander => dry.expander().await,
-    }
-}
-
 impl Dry<'_> {
+    /// Proves `capability`: its dry run's verdict (`Err`: the verdict of a read it needs).
+    async fn prove(&self, capability: Capability) -> Result<Verdict, Verdict> {
+        match capability {
+            Capability::Cordon | Capability::WayBack => self.node_write(capability).await,
+            Capability::Evict => self.evict().await,
+            Capability::Placeholder => self.placeholder().await,
+            Capability::PodEvent | Capability::NodeEvent => self.event(capability).await,
+            Capability::Expander => self.expander().await,
+        }
+    }
+
     fn node(&self) -> Result<(&Node, String), Verdict> {
         let node = self
             .subjects

@@ -6,10 +6,6 @@ use std::fmt::Debug;
 
 use ::kube::{Api, Resource};
 use async_trait::async_trait;
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::scheduling::v1::PriorityClass;
 use serde::de::DeserializeOwned;
 
 use super::api::retry;
@@ -31,6 +27,18 @@ impl KubeWorkloads {
     pub fn new(clients: ClusterClient) -> KubeWorkloads {
         KubeWorkloads { clients }
     }
+
+    /// Every object of a kind, in every namespace (see [`super::api::retry::list_all`]).
+    async fn list<K>(&self, client: &::kube::Client, what: &str) -> Result<Vec<K>, DirectoryError>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug,
+        K::DynamicType: Default,
+    {
+        let api: Api<K> = Api::all(client.clone());
+        retry::list_all(&self.clients, &api, what)
+            .await
+            .map_err(error)
+    }
 }
 
 /// A call that failed, with its kind.
@@ -39,39 +47,19 @@ fn error(e: impl Into<KubeError>) -> DirectoryError {
     DirectoryError::new(SERVICE, e.kind(), e)
 }
 
-/// Every object of a kind, in every namespace (see [`super::api::retry::list_all`]).
-async fn list_all<K>(
-    clients: &ClusterClient,
-    client: &::kube::Client,
-    what: &str,
-) -> Result<Vec<K>, DirectoryError>
-where
-    K: Resource + Clone + DeserializeOwned + Debug,
-    K::DynamicType: Default,
-{
-    let api: Api<K> = Api::all(client.clone());
-    retry::list_all(clients, &api, what).await.map_err(error)
-}
-
 #[async_trait]
 impl WorkloadSource for KubeWorkloads {
     #[tracing::instrument(skip_all, err)]
     async fn workloads(&self) -> Result<ClusterView, DirectoryError> {
         let client = self.clients.client().await.map_err(error)?;
         let raw = RawWorkloads {
-            deployments: list_all::<Deployment>(&self.clients, &client, "deployments").await?,
-            stateful_sets: list_all::<StatefulSet>(&self.clients, &client, "statefulsets").await?,
-            replica_sets: list_all::<ReplicaSet>(&self.clients, &client, "replicasets").await?,
-            pods: list_all::<Pod>(&self.clients, &client, "pods").await?,
-            budgets: list_all::<PodDisruptionBudget>(
-                &self.clients,
-                &client,
-                "poddisruptionbudgets",
-            )
-            .await?,
-            priority_classes: list_all::<PriorityClass>(&self.clients, &client, "priorityclasses")
-                .await?,
-            nodes: list_all::<Node>(&self.clients, &client, "nodes").await?,
+            deployments: self.list(&client, "deployments").await?,
+            stateful_sets: self.list(&client, "statefulsets").await?,
+            replica_sets: self.list(&client, "replicasets").await?,
+            pods: self.list(&client, "pods").await?,
+            budgets: self.list(&client, "poddisruptionbudgets").await?,
+            priority_classes: self.list(&client, "priorityclasses").await?,
+            nodes: self.list(&client, "nodes").await?,
         };
         view(&raw).map_err(|e| DirectoryError::new(SERVICE, FailureKind::Invalid, e))
     }
