@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use clap::Args;
 use forewarn::adapters::kube::{
-    ClusterAccess, EksAccess, Impersonation, PreflightScope, connect_as, connect_eks_as,
+    ClusterAccess, EksAccess, Impersonation, PreflightScope, connect, connect_eks,
 };
 use forewarn::app::preflight::{Role, blocking};
 use forewarn::app::settings::{ClusterSelection, Settings};
@@ -68,9 +68,9 @@ pub async fn prove_cluster(
         };
         let clients = match (access, member) {
             (ClusterAccess::Eks(eks), Some(member)) => {
-                connect_eks_as(eks, member, Some(&identity)).await?
+                connect_eks(eks, member, Some(&identity)).await?
             }
-            _ => connect_as(access, settings.aws, Some(&identity)).await?,
+            _ => connect(access, settings.aws, Some(&identity)).await?,
         }
         .with_clock(clock.clone());
         let scope = PreflightScope {

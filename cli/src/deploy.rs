@@ -1103,11 +1103,11 @@ async fn connect(
     let connecting = || format!("cluster {name}: connecting (--kube)");
     let cluster = match (&access, member) {
         (ClusterAccess::Eks(eks_access), Some(member)) => {
-            forewarn::adapters::kube::connect_eks(eks_access, member)
+            forewarn::adapters::kube::connect_eks(eks_access, member, None)
                 .await
                 .with_context(connecting)?
         }
-        _ => forewarn::adapters::kube::connect(&access, settings.aws)
+        _ => forewarn::adapters::kube::connect(&access, settings.aws, None)
             .await
             .with_context(connecting)?,
     };

@@ -287,9 +287,9 @@ impl LiveClusters {
                         source,
                     }
                 })?;
-                connect_eks(eks, &sdk).await
+                connect_eks(eks, &sdk, None).await
             }
-            other => connect(other, settings.aws).await,
+            other => connect(other, settings.aws, None).await,
         }?
         .with_clock(self.clock.clone())
         .with_rate_limit(settings.kube_rate_limit);
@@ -412,7 +412,9 @@ pub async fn workload_source(
     Ok(match choice {
         ClusterChoice::Snapshot(path) => Arc::new(SnapshotWorkloads(load_workloads(path)?)),
         ClusterChoice::Live(access) => {
-            let clients = connect(access, aws).await.map_err(SetupError::Cluster)?;
+            let clients = connect(access, aws, None)
+                .await
+                .map_err(SetupError::Cluster)?;
             Arc::new(KubeWorkloads::new(clients))
         }
         ClusterChoice::None => return Err(SetupError::NoCluster),

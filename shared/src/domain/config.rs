@@ -9,11 +9,14 @@ use crate::domain::event::EventKind;
 use crate::domain::names::string_forms;
 
 /// What to do with the node of an affected instance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 #[derive(strum::IntoStaticStr, strum::Display, strum::VariantArray)]
 #[strum(serialize_all = "kebab-case")]
 pub enum Action {
+    #[default]
     None,
     Cordon,
     CordonDrain,

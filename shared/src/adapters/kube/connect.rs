@@ -132,10 +132,11 @@ pub struct ClusterClient {
     /// The lane of the client's requests under the rate limit ([`Lane::Later`]: every request
     /// of the work it is used for, see [`ClusterClient::in_lane`]).
     lane: Lane,
-    /// When the work the client is used for must be over (see [`ClusterClient::within`]).
-    deadline: Option<DateTime<Utc>>,
+    /// When the work the client is used for must be over, if it must (see
+    /// [`ClusterClient::for_work`]).
+    pub(crate) deadline: Option<DateTime<Utc>>,
     /// The work rides out no outage (see [`ClusterClient::for_work`]).
-    fail_fast: bool,
+    pub(crate) fail_fast: bool,
 }
 
 type RecentNodes =
@@ -234,18 +235,10 @@ impl ClusterClient {
         self
     }
 
-    /// The same clients, for work that must be over by `deadline` (a Lambda invocation's
-    /// deadline less its margin): their calls retry transient failures until then instead of
-    /// giving up after a few attempts (see [`super::api::retry::with_retry_in`]). `None`: no
-    /// deadline is known (a replay, the command line), and calls keep their few attempts.
-    pub fn within(&self, deadline: Option<DateTime<Utc>>) -> ClusterClient {
-        ClusterClient {
-            deadline,
-            ..self.clone()
-        }
-    }
-
-    /// The same clients for `work`: its deadline ([`ClusterClient::within`]), and whether it
+    /// The same clients for `work`: its deadline (a Lambda invocation's deadline less its margin:
+    /// their calls retry transient failures until then instead of giving up after a few
+    /// attempts, see [`super::api::retry::with_retry_in`]; `None`: no deadline is known, a
+    /// replay, the command line, and calls keep their few attempts), and whether it
     /// rides out an outage ([`crate::ports::Work::fail_fast`]: when not, a failure of the API
     /// server is not retried — the event comes back instead — while a throttle is still waited).
     pub fn for_work(&self, work: crate::ports::Work) -> ClusterClient {
@@ -254,16 +247,6 @@ impl ClusterClient {
             fail_fast: work.fail_fast,
             ..self.clone()
         }
-    }
-
-    /// The deadline of the work the client is used for, if it has one.
-    pub(crate) fn deadline(&self) -> Option<DateTime<Utc>> {
-        self.deadline
-    }
-
-    /// Whether the work rides out no outage (see [`ClusterClient::for_work`]).
-    pub(crate) fn fail_fast(&self) -> bool {
-        self.fail_fast
     }
 
     /// The same clients with every request in `lane` at least: [`Lane::Later`] for a drain's
@@ -374,18 +357,6 @@ impl EksClients {
     }
 }
 
-/// Connects as `access` says. For EKS the AWS configuration (region, credentials) is loaded
-/// from the environment, as the SDK does, with `aws` (the settings'). The client-side rate
-/// limit is set apart ([`ClusterClient::with_rate_limit`]; the wiring does it from the
-/// settings).
-#[tracing::instrument(skip_all, err)]
-pub async fn connect(
-    access: &ClusterAccess,
-    aws: AwsSettings,
-) -> Result<ClusterClient, ConnectError> {
-    connect_as(access, aws, None).await
-}
-
 /// Who requests are sent as when not the credentials' own identity: the API server's
 /// impersonation (`Impersonate-User`, `Impersonate-Group` headers), which the credentials'
 /// identity must be granted (`impersonate` on users and groups). `forewarn check --kube` sends
@@ -403,8 +374,12 @@ impl Impersonation {
     }
 }
 
-/// [`connect`], every request sent as `identity` when one is given.
-pub async fn connect_as(
+/// Connects as `access` says, every request sent as `identity` when one is given. For EKS the
+/// AWS configuration (region, credentials) is loaded from the environment, as the SDK does, with
+/// `aws` (the settings'). The client-side rate limit is set apart
+/// ([`ClusterClient::with_rate_limit`]; the wiring does it from the settings).
+#[tracing::instrument(skip_all, err)]
+pub async fn connect(
     access: &ClusterAccess,
     aws: AwsSettings,
     identity: Option<&Impersonation>,
@@ -417,7 +392,7 @@ pub async fn connect_as(
         }
         ClusterAccess::Context(name) => context_config(name).await?,
         ClusterAccess::Eks(eks) => {
-            return connect_eks_as(eks, &crate::adapters::aws::load(aws).await, identity).await;
+            return connect_eks(eks, &crate::adapters::aws::load(aws).await, identity).await;
         }
     };
     let mut config = config;
@@ -425,12 +400,6 @@ pub async fn connect_as(
         identity.apply(&mut config);
     }
     ClusterClient::from_config(config)
-}
-
-/// Connects through the kubeconfig's context `name` (the kubeconfig `KUBECONFIG` names, else
-/// `~/.kube/config`).
-pub async fn connect_context(name: &str) -> Result<ClusterClient, ConnectError> {
-    ClusterClient::from_config(context_config(name).await?)
 }
 
 /// The configuration of the kubeconfig's context `name`, tuned.
@@ -504,20 +473,15 @@ impl EksClusters {
     /// The clusters of the account and region of `sdk`.
     pub async fn of(sdk: &SdkConfig) -> Result<Vec<String>, crate::ports::DirectoryError> {
         let client = aws_sdk_eks::Client::new(sdk);
-        let mut names = Vec::new();
-        let mut pages = client.list_clusters().into_paginator().send();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| {
-                let text = aws_error_text(&e);
-                crate::ports::DirectoryError::new(
-                    "eks",
-                    failure_kind(&e),
-                    crate::adapters::aws::AwsError::new(text, e),
-                )
-            })?;
-            names.extend(page.clusters().iter().cloned());
-        }
-        Ok(names)
+        let names = client.list_clusters().into_paginator().items().send();
+        names
+            .collect::<Result<Vec<String>, _>>()
+            .await
+            .map_err(|e| {
+                let (text, kind) = (aws_error_text(&e), failure_kind(&e));
+                let error = crate::adapters::aws::AwsError::new(text, e);
+                crate::ports::DirectoryError::new("eks", kind, error)
+            })
     }
 }
 
@@ -533,17 +497,10 @@ impl crate::ports::ClusterCatalog for EksClusters {
     }
 }
 
-/// Connects to an EKS cluster with this AWS configuration's region and credentials.
+/// Connects to an EKS cluster with this AWS configuration's region and credentials, every
+/// request sent as `identity` when one is given.
 #[tracing::instrument(skip_all, fields(cluster = %access.cluster), err)]
 pub async fn connect_eks(
-    access: &EksAccess,
-    sdk: &SdkConfig,
-) -> Result<ClusterClient, ConnectError> {
-    connect_eks_as(access, sdk, None).await
-}
-
-/// [`connect_eks`], every request sent as `identity` when one is given.
-pub async fn connect_eks_as(
     access: &EksAccess,
     sdk: &SdkConfig,
     identity: Option<&Impersonation>,
@@ -631,21 +588,13 @@ pub(crate) async fn base_config(
 /// minutes; forewarn retries itself, within the drain deadline), bounded timeouts.
 fn tune(config: &mut ::kube::Config) {
     config.default_retry = false;
-    config.connect_timeout = Some(
-        config
-            .connect_timeout
-            .map_or(CONNECT_TIMEOUT, |t| t.min(CONNECT_TIMEOUT)),
-    );
-    config.read_timeout = Some(
-        config
-            .read_timeout
-            .map_or(READ_TIMEOUT, |t| t.min(READ_TIMEOUT)),
-    );
-    config.write_timeout = Some(
-        config
-            .write_timeout
-            .map_or(WRITE_TIMEOUT, |t| t.min(WRITE_TIMEOUT)),
-    );
+    for (timeout, most) in [
+        (&mut config.connect_timeout, CONNECT_TIMEOUT),
+        (&mut config.read_timeout, READ_TIMEOUT),
+        (&mut config.write_timeout, WRITE_TIMEOUT),
+    ] {
+        *timeout = Some(timeout.map_or(most, |t| t.min(most)));
+    }
 }
 
 async fn describe_cluster(

@@ -19,13 +19,17 @@ use serde_json::{Value, json};
 use super::api::FIELD_MANAGER;
 use super::api::retry::with_retry;
 use super::connect::ClusterClient;
-use super::error::KubeError;
+use super::error::{KubeError, Refusal};
+use super::events::{EventType, ObjectEvent, Said, record};
+use super::executor::KubeExecutor;
+use super::node_facts::node_facts;
+use super::outcome::{CordonOutcome, NodeOutcome};
 use crate::domain::config::{Config, LABEL_EXCLUDE_LB, TaintEffect};
 use crate::domain::continuation::KeyRing;
 use crate::domain::plan::NodeAction;
 use crate::domain::surge::LABEL_CORDONED;
 use crate::domain::wayback::{
-    ANNOTATION_CORDON, CordonRecord, RecordRead, UndoOutcome, read, read_unverified,
+    ANNOTATION_CORDON, CordonRecord, RecordRead, Undo, UndoOutcome, read, read_unverified,
 };
 
 /// The state a cordon puts a node in.
@@ -88,22 +92,6 @@ pub enum RecordKeys {
     Unsigned,
 }
 
-/// What a cordon did.
-#[derive(Debug, Clone, PartialEq)]
-pub enum CordonOutcome {
-    /// Patched, after `attempts` tries (more than one when the node changed under us).
-    Cordoned { attempts: u32 },
-    /// The node already had exactly that state: nothing sent.
-    AlreadyCordoned,
-    /// Dry run: the patch that would be sent.
-    WouldCordon { patch: Value },
-    /// The node is gone (deleted while we worked): nothing to cordon.
-    NodeGone,
-    /// The node changed while we worked and, read again, is no longer one to act on (another
-    /// instance's, or control-plane now): nothing was written.
-    Refused { why: String },
-}
-
 /// The node's taints with forewarn's: an existing taint with the forewarn key is replaced in
 /// place (further ones with that key dropped), every other taint is kept as it is. `theirs`:
 /// the node already carries a taint of that key that is not forewarn's (NTH's): all are kept.
@@ -133,27 +121,13 @@ fn desired_taints(existing: &[Taint], spec: &CordonSpec, theirs: bool) -> Vec<Ta
 /// exactly that state. The patch carries the node's `resourceVersion` and its complete taint
 /// list.
 pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
-    let existing: &[Taint] = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_deref())
-        .unwrap_or_default();
-    let unschedulable = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false);
-    let labelled = node
-        .metadata
-        .labels
-        .as_ref()
+    let existing = taints_of(node);
+    let unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
+    let labels = node.metadata.labels.as_ref();
+    let labelled = labels
         .and_then(|l| l.get(LABEL_EXCLUDE_LB))
         .is_some_and(|v| v == "true");
-    let marked = node
-        .metadata
-        .labels
-        .as_ref()
-        .is_some_and(|l| l.contains_key(LABEL_CORDONED));
+    let marked = labels.is_some_and(|l| l.contains_key(LABEL_CORDONED));
     let label_ok = (!spec.exclude_from_load_balancers || labelled) && marked;
     let empty = Default::default();
     let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
@@ -247,112 +221,6 @@ pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
     }))
 }
 
-/// What one attempt of a node write does, decided from the node as just read.
-enum Step<T> {
-    /// Nothing to send: the answer.
-    Done(T),
-    /// Send this merge patch; the answer if it is accepted.
-    Patch(Value, T),
-}
-
-/// How a write of a node goes: how often it is tried, and whether it is sent at all.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct NodeWrite {
-    /// Tried at most this often on 409 Conflict (the node read again in between).
-    pub attempts: u32,
-    /// Only say what would be written.
-    pub dry_run: bool,
-}
-
-/// Writes the node `node` was read as by the merge patch `step` decides (from the node and the
-/// attempt, from 1); on a 409 Conflict reads it again and asks `step` again, at most `attempts`
-/// times in all. A node gone (404, or on the read again) answers `gone`. `what` names the write
-/// in the logs (`cordoned`).
-async fn write_node<T>(
-    clients: &ClusterClient,
-    mut node: Node,
-    attempts: u32,
-    what: &str,
-    gone: T,
-    step: impl Fn(&Node, u32) -> Step<T>,
-) -> Result<T, KubeError> {
-    let name = node.metadata.name.clone().unwrap_or_default();
-    let object = format!("node/{name}");
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..PatchParams::default()
-    };
-    for attempt in 1..=attempts.max(1) {
-        let (patch, done) = match step(&node, attempt) {
-            Step::Done(answer) => return Ok(answer),
-            Step::Patch(patch, done) => (patch, done),
-        };
-        let nodes: Api<Node> = Api::all(clients.client().await?);
-        let merge = Patch::Merge(&patch);
-        let result = with_retry(clients, "patch", &object, || {
-            nodes.patch(&name, &params, &merge)
-        })
-        .await;
-        match result {
-            Ok(_) => {
-                tracing::info!(node = %name, attempt, "{what}");
-                return Ok(done);
-            }
-            Err(e) if e.is_not_found() => return Ok(gone),
-            Err(e) if e.is_conflict() => {
-                tracing::info!(node = %name, attempt, "{what}: the node changed under the write, reading it again");
-                match get_node(clients, &name).await? {
-                    Some(fresh) => node = fresh,
-                    None => return Ok(gone),
-                }
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(KubeError::Conflicts {
-        node: name,
-        attempts,
-    })
-}
-
-/// Cordons the node `node` was read as; on a 409 Conflict reads it again, verifies it again
-/// (`verify`: what was true of the node when it was first read must still be) and retries, at
-/// most `write.attempts` times in all.
-pub(crate) async fn cordon(
-    clients: &ClusterClient,
-    node: Node,
-    spec: &CordonSpec,
-    write: NodeWrite,
-    verify: &(dyn Fn(&Node) -> Result<(), super::error::Refusal> + Sync),
-) -> Result<CordonOutcome, KubeError> {
-    let NodeWrite { attempts, dry_run } = write;
-    write_node(
-        clients,
-        node,
-        attempts,
-        "cordoned",
-        CordonOutcome::NodeGone,
-        |node, attempt| {
-            if attempt > 1
-                && let Err(why) = verify(node)
-            {
-                tracing::warn!(%why, "the node changed: refusing to cordon it");
-                return Step::Done(CordonOutcome::Refused {
-                    why: why.to_string(),
-                });
-            }
-            match cordon_patch(node, spec) {
-                // Already so; on a later attempt, someone cordoned it the same way in between.
-                None if attempt == 1 => Step::Done(CordonOutcome::AlreadyCordoned),
-                None => Step::Done(CordonOutcome::Cordoned { attempts: attempt }),
-                Some(patch) if dry_run => Step::Done(CordonOutcome::WouldCordon { patch }),
-                Some(patch) => Step::Patch(patch, CordonOutcome::Cordoned { attempts: attempt }),
-            }
-        },
-    )
-    .await
-}
-
 /// Why a cordon is not forewarn's to undo (any more).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NotOurs {
@@ -380,11 +248,7 @@ pub fn uncordon_patch(
     record: &CordonRecord,
 ) -> Result<Value, NotOurs> {
     let name = node.metadata.name.as_deref().unwrap_or_default();
-    let existing: &[Taint] = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_deref())
-        .unwrap_or_default();
+    let existing = taints_of(node);
     let ours: Vec<&str> = record.taint_keys(taint_key).collect();
     if !existing.iter().any(|t| ours.contains(&t.key.as_str())) {
         return Err(NotOurs::NoTaint {
@@ -426,33 +290,6 @@ pub fn uncordon_patch(
     }))
 }
 
-/// Undoes forewarn's cordon of the node `node` was read as (see [`uncordon_patch`]), once
-/// `verify` holds of it; on a 409 Conflict reads it again, verifies it again and retries, at
-/// most `write.attempts` times.
-pub(crate) async fn uncordon(
-    clients: &ClusterClient,
-    node: Node,
-    taint_key: &str,
-    record: &CordonRecord,
-    write: NodeWrite,
-    verify: &(dyn Fn(&Node) -> Result<(), super::error::Refusal> + Sync),
-) -> Result<UndoOutcome, KubeError> {
-    let NodeWrite { attempts, dry_run } = write;
-    let gone = UndoOutcome::NodeGone;
-    write_node(clients, node, attempts, "cordon undone", gone, |node, _| {
-        let refused = |why: String| Step::Done(UndoOutcome::Refused { why });
-        if let Err(why) = verify(node) {
-            return refused(why.to_string());
-        }
-        match uncordon_patch(node, taint_key, record) {
-            Err(why) => refused(why.to_string()),
-            Ok(_) if dry_run => Step::Done(UndoOutcome::WouldUndo),
-            Ok(patch) => Step::Patch(patch, UndoOutcome::Undone),
-        }
-    })
-    .await
-}
-
 /// The node, or `None` when there is none of that name.
 pub(crate) async fn get_node(
     clients: &ClusterClient,
@@ -460,11 +297,254 @@ pub(crate) async fn get_node(
 ) -> Result<Option<Node>, KubeError> {
     let nodes: Api<Node> = Api::all(clients.client().await?);
     let object = format!("node/{name}");
-    match with_retry(clients, "get", &object, || nodes.get(name)).await {
-        Ok(node) => Ok(Some(node)),
-        Err(e) if e.is_not_found() => Ok(None),
-        Err(e) => Err(KubeError::Api(e)),
+    Ok(with_retry(clients, "get", &object, || nodes.get_opt(name)).await?)
+}
+
+/// The node's taints.
+fn taints_of(node: &Node) -> &[Taint] {
+    (node.spec.as_ref().and_then(|s| s.taints.as_deref())).unwrap_or_default()
+}
+
+/// What one attempt of a node write does, decided from the node as just read.
+enum Step<T> {
+    /// Nothing to send: the answer.
+    Done(T),
+    /// Send this merge patch; the answer if it is accepted.
+    Patch(Value, T),
+}
+
+/// What cordoning a node came to (see [`KubeExecutor::cordon_node`]).
+pub(super) struct Cordoning {
+    /// The node is gone, or the cordon was refused: nothing more is done to it.
+    pub gone: bool,
+    /// The note of the `Cordoned` Event to record.
+    pub note: Option<String>,
+}
+
+impl KubeExecutor {
+    /// Writes the node `node` was read as by the merge patch `step` decides (from the node and
+    /// the attempt, from 1); on a 409 Conflict reads it again and asks `step` again, at most the
+    /// settings' `conflict_attempts` in all. A node gone (404, or on the read again) answers
+    /// `gone`. `what` names the write in the logs (`cordoned`).
+    async fn write_node<T>(
+        &self,
+        mut node: Node,
+        what: &str,
+        gone: T,
+        step: impl Fn(&Node, u32) -> Step<T>,
+    ) -> Result<T, KubeError> {
+        let clients = &self.clients;
+        let attempts = self.settings.conflict_attempts;
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let object = format!("node/{name}");
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        };
+        for attempt in 1..=attempts.max(1) {
+            let (patch, done) = match step(&node, attempt) {
+                Step::Done(answer) => return Ok(answer),
+                Step::Patch(patch, done) => (patch, done),
+            };
+            let nodes: Api<Node> = Api::all(clients.client().await?);
+            let merge = Patch::Merge(&patch);
+            let result = with_retry(clients, "patch", &object, || {
+                nodes.patch(&name, &params, &merge)
+            })
+            .await;
+            match result {
+                Ok(_) => {
+                    tracing::info!(node = %name, attempt, "{what}");
+                    return Ok(done);
+                }
+                Err(e) if e.is_not_found() => return Ok(gone),
+                Err(e) if e.is_conflict() => {
+                    tracing::info!(node = %name, attempt, "{what}: the node changed under the write, reading it again");
+                    match get_node(clients, &name).await? {
+                        Some(fresh) => node = fresh,
+                        None => return Ok(gone),
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(KubeError::Conflicts {
+            node: name,
+            attempts,
+        })
     }
+
+    /// Cordons the node `node` was read as for `a` (with `dry_run`, says what it would send); on
+    /// a 409 Conflict reads it again, verifies it again (it must still run `a`'s instance and not
+    /// be control-plane) and retries.
+    async fn cordon(
+        &self,
+        a: &NodeAction,
+        node: Node,
+        dry_run: bool,
+    ) -> Result<CordonOutcome, KubeError> {
+        let spec = CordonSpec::new(&self.config, a, self.record_keys(&node).await);
+        let gone = CordonOutcome::NodeGone;
+        self.write_node(node, "cordoned", gone, |node, attempt| {
+            if attempt > 1
+                && let Err(why) = runs(&a.instance_id, node)
+            {
+                tracing::warn!(%why, "the node changed: refusing to cordon it");
+                return Step::Done(CordonOutcome::Refused {
+                    why: why.to_string(),
+                });
+            }
+            match cordon_patch(node, &spec) {
+                // Already so; on a later attempt, someone cordoned it the same way in between.
+                None if attempt == 1 => Step::Done(CordonOutcome::AlreadyCordoned),
+                None => Step::Done(CordonOutcome::Cordoned { attempts: attempt }),
+                Some(patch) if dry_run => Step::Done(CordonOutcome::WouldCordon { patch }),
+                Some(patch) => Step::Patch(patch, CordonOutcome::Cordoned { attempts: attempt }),
+            }
+        })
+        .await
+    }
+
+    /// How cordons of `node` treat records (see [`RecordKeys`]); keys that cannot be read are
+    /// logged and the cordon still goes on, a record already on the node left as it is. A record
+    /// signed by a key id the keys read do not hold (a rotation this process has not seen) makes
+    /// them be read again, once, as a continuation's signature does.
+    async fn record_keys(&self, node: &Node) -> RecordKeys {
+        let Some(store) = &self.keys else {
+            return RecordKeys::Unsigned;
+        };
+        let keys = match store.continuation_keys().await {
+            Ok(keys) => keys,
+            Err(e) => {
+                tracing::warn!(error = %e, "the continuation keys cannot be read: a record on the node is left as it is, a new one written unsigned");
+                return RecordKeys::Unreadable;
+            }
+        };
+        let signed_by = node
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(read_unverified)
+            .and_then(Result::ok)
+            .and_then(|r| r.key_id);
+        match signed_by {
+            Some(id) if keys.get(id).is_none() => match store.reread_continuation_keys().await {
+                Ok(Some(fresh)) => RecordKeys::Signed(fresh),
+                Ok(None) => RecordKeys::Signed(keys),
+                Err(e) => {
+                    tracing::warn!(error = %e, key_id = id, "the continuation keys cannot be read again for a record of an unknown key: it is left as it is");
+                    RecordKeys::Unreadable
+                }
+            },
+            _ => RecordKeys::Signed(keys),
+        }
+    }
+
+    /// Cordons and taints the node; says whether it was gone (or the cordon refused), and the
+    /// note of the `Cordoned` Event to record when the cordon changed it (or, with
+    /// `already_ours`, when it was found cordoned with forewarn's taint).
+    pub(super) async fn cordon_node(
+        &self,
+        a: &NodeAction,
+        node: &Node,
+        already_ours: bool,
+        out: &mut NodeOutcome,
+    ) -> Result<Cordoning, KubeError> {
+        let cordoned = self.cordon(a, node.clone(), self.settings.dry_run).await?;
+        if let CordonOutcome::Refused { why } = &cordoned {
+            out.refused = Some(why.clone());
+            return Ok(Cordoning {
+                gone: true,
+                note: None,
+            });
+        }
+        let gone = cordoned == CordonOutcome::NodeGone;
+        if matches!(
+            cordoned,
+            CordonOutcome::Cordoned { .. } | CordonOutcome::AlreadyCordoned
+        ) {
+            out.cordoned_at = Some(self.clients.clock().now());
+        }
+        out.cordoned_before = already_ours && cordoned == CordonOutcome::AlreadyCordoned;
+        let note = (matches!(cordoned, CordonOutcome::Cordoned { .. }) || out.cordoned_before)
+            .then(|| self.cordoned_note(a));
+        out.cordon = Some(cordoned);
+        Ok(Cordoning { gone, note })
+    }
+
+    /// The first pass of a `cordon-drain`: the cordon only (one patch, no Event), so that a
+    /// mass interruption's first deliveries are short and every node is cordoned early; the
+    /// Events and the evictions follow in the drain passes. (Never a dry run: a dry run has no
+    /// drain passes, its first pass says all.)
+    pub(super) async fn cordon_first(
+        &self,
+        a: &NodeAction,
+        node: Node,
+        out: &mut NodeOutcome,
+    ) -> Result<(), KubeError> {
+        let cordoned = self.cordon(a, node, false).await?;
+        if let CordonOutcome::Refused { why } = &cordoned {
+            out.refused = Some(why.clone());
+        } else if cordoned != CordonOutcome::NodeGone {
+            out.cordoned_at = Some(self.clients.clock().now());
+            out.drain_pending = true;
+        }
+        out.cordon = Some(cordoned);
+        Ok(())
+    }
+
+    /// The note of the `Cordoned` Event of `a`'s cordon.
+    pub(super) fn cordoned_note(&self, a: &NodeAction) -> String {
+        let spec = CordonSpec::new(&self.config, a, RecordKeys::Unsigned);
+        format!(
+            "Marked unschedulable and tainted {}={}:{}",
+            spec.taint_key,
+            spec.taint_value,
+            spec.taint_effect.as_str()
+        )
+    }
+
+    /// Undoes forewarn's cordon of `node` (read live) as `undo` says, with an `Uncordoned`
+    /// Event saying why (see [`crate::ports::Executor::undo`]).
+    pub(super) async fn undo_cordon(
+        &self,
+        node: Node,
+        undo: &Undo,
+    ) -> Result<UndoOutcome, KubeError> {
+        let dry_run = self.settings.dry_run;
+        let gone = UndoOutcome::NodeGone;
+        let outcome = self
+            .write_node(node.clone(), "cordon undone", gone, |node, _| {
+                let refused = |why: String| Step::Done(UndoOutcome::Refused { why });
+                if let Err(why) = runs(&undo.instance_id, node) {
+                    return refused(why.to_string());
+                }
+                match uncordon_patch(node, &self.config.taint_key, &undo.record) {
+                    Err(why) => refused(why.to_string()),
+                    Ok(_) if dry_run => Step::Done(UndoOutcome::WouldUndo),
+                    Ok(patch) => Step::Patch(patch, UndoOutcome::Undone),
+                }
+            })
+            .await?;
+        if matches!(outcome, UndoOutcome::Undone | UndoOutcome::WouldUndo) {
+            let note = format!("forewarn's cordon undone: {}", undo.why);
+            let said = Said(EventType::Normal, "Uncordoned", "Uncordon", note);
+            let event = ObjectEvent::on_node(&node, &undo.record.event_id, said);
+            let reporting = &self.settings.reporting_instance;
+            let recorded = record(&self.clients, &event, reporting, dry_run, true).await;
+            if let Err(e) = recorded {
+                tracing::warn!(error = %e, "could not record the Uncordoned Event");
+            }
+        }
+        Ok(outcome)
+    }
+}
+
+/// Whether `node`, as just read again, still runs `instance_id` and is not control-plane (what a
+/// node write verifies again on a conflict).
+fn runs(instance_id: &str, node: &Node) -> Result<(), Refusal> {
+    node_facts(node).verify_runs(instance_id)?;
+    Ok(())
 }
 
 #[cfg(test)]

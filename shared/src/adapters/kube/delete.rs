@@ -15,42 +15,18 @@ use ::kube::Api;
 use ::kube::api::{ApiResource, DeleteParams, DynamicObject};
 use ::kube::core::GroupVersionKind;
 
+use k8s_openapi::api::core::v1::Node;
+
 use super::api::retry::with_retry;
 use super::connect::ClusterClient;
 use super::error::{KubeError, Refusal};
-use k8s_openapi::api::core::v1::Node;
-
+use super::events::EventType::{Normal, Warning};
+use super::events::Said;
+use super::executor::KubeExecutor;
 use super::node_facts::node_facts;
+use super::outcome::{DeleteOutcome, NodeOutcome};
 use crate::domain::facts::instance_id_from_provider_id;
-use crate::domain::plan::Target;
-
-/// What a delete did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DeleteOutcome {
-    /// Deleted (`nodeclaim/x`, `machine/ns/x`, `node/x`).
-    Deleted { target: String },
-    /// Nothing of that name: deleted before.
-    AlreadyGone { target: String },
-    /// Deletion under way (`deletionTimestamp` set): nothing sent.
-    AlreadyDeleting { target: String },
-    /// Dry run.
-    WouldDelete { target: String },
-    /// Not deleted: the object read does not belong to the event's instance, or is
-    /// control-plane.
-    Refused { target: String, why: String },
-}
-
-impl DeleteOutcome {
-    pub fn summary(&self) -> String {
-        match self {
-            DeleteOutcome::Deleted { target } => format!("deleted {target}"),
-            DeleteOutcome::AlreadyGone { target } => format!("{target} already gone"),
-            DeleteOutcome::AlreadyDeleting { target } => format!("{target} already being deleted"),
-            DeleteOutcome::WouldDelete { target } => format!("would delete {target}"),
-            DeleteOutcome::Refused { target, why } => format!("refused to delete {target}: {why}"),
-        }
-    }
-}
+use crate::domain::plan::{NodeAction, Plan, Target};
 
 pub(crate) fn nodeclaim_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
@@ -203,6 +179,45 @@ pub(crate) async fn delete_target(
         // The uid precondition failed: the object of that name is a new one.
         Err(e) if e.is_conflict() => Ok(DeleteOutcome::AlreadyGone { target: described }),
         Err(e) => Err(KubeError::Api(e)),
+    }
+}
+
+impl KubeExecutor {
+    /// Deletes `a`'s target (the node `name` by default, `node` as read: `None`, gone), verified
+    /// to be the instance's; with the Event of the decision and a `Deleted` Event on the node
+    /// when it is there.
+    pub(super) async fn delete(
+        &self,
+        plan: &Plan,
+        a: &NodeAction,
+        name: &str,
+        node: Option<&Node>,
+        out: &mut NodeOutcome,
+    ) -> Result<(), KubeError> {
+        let target = a.target.clone().unwrap_or_else(|| Target::Node {
+            name: name.to_string(),
+        });
+        let deleted = if node.is_none() && matches!(target, Target::Node { .. }) {
+            DeleteOutcome::AlreadyGone {
+                target: target.to_string(),
+            }
+        } else {
+            let (id, live) = (&a.instance_id, node.map(|_| name));
+            let dry_run = self.settings.dry_run;
+            delete_target(&self.clients, &target, id, live, dry_run).await?
+        };
+        if let Some(node) = node
+            && !matches!(deleted, DeleteOutcome::Refused { .. })
+        {
+            let said = Said(Warning, &a.event_reason, "Delete", a.reason.clone());
+            self.record_event(plan, node, said, out).await;
+        }
+        if let (Some(node), DeleteOutcome::Deleted { target }) = (node, &deleted) {
+            let said = Said(Normal, "Deleted", "Delete", format!("Deleted {target}"));
+            self.record_event(plan, node, said, out).await;
+        }
+        out.delete = Some(deleted);
+        Ok(())
     }
 }
 

@@ -10,21 +10,18 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use ::kube::Api;
-use ::kube::api::ListParams;
 use async_trait::async_trait;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 
-use super::api::retry::with_retry;
+use super::api::retry::{list_all, with_retry};
 use super::connect::ClusterClient;
 use super::error::ApiError;
 use super::node_facts::node_facts;
-use crate::domain::facts::{InstanceFacts, NodeFacts};
+use crate::domain::facts::{InstanceFacts, NodeFacts, resolve_node};
 use crate::ports::{DirectoryError, NodeDirectory, Work};
 
 const SERVICE: &str = "kubernetes";
-/// Page size of the node list.
-const LIST_PAGE: u32 = 500;
 
 /// [`NodeDirectory`] over the Kubernetes API.
 #[derive(Debug, Clone)]
@@ -58,48 +55,11 @@ impl KubeNodeDirectory {
 
     async fn list_all(&self) -> Result<Vec<Node>, DirectoryError> {
         let nodes = self.api().await?;
-        let mut out = Vec::new();
-        let mut params = ListParams::default().limit(LIST_PAGE);
-        loop {
-            let page = with_retry(&self.clients, "list", "nodes", || nodes.list(&params))
-                .await
-                .map_err(directory_error)?;
-            out.extend(page.items);
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => params = params.continue_token(&token),
-                None => return Ok(out),
-            }
-        }
+        list_all(&self.clients, &nodes, "nodes")
+            .await
+            .map_err(directory_error)
     }
-}
 
-fn directory_error(e: ApiError) -> DirectoryError {
-    DirectoryError::new(SERVICE, e.kind(), e)
-}
-
-/// Whether `node` is the node of `instance` (the criteria of `facts::resolve_node`).
-fn names_instance(node: &NodeFacts, instance: &InstanceFacts) -> bool {
-    let id = instance.instance_id.as_str();
-    if let Some(provider) = node.instance_id() {
-        return provider == id;
-    }
-    let dns_match = instance
-        .private_dns
-        .as_deref()
-        .filter(|d| !d.is_empty())
-        .is_some_and(|dns| {
-            node.name.eq_ignore_ascii_case(dns)
-                || node.dns_names.iter().any(|d| d.eq_ignore_ascii_case(dns))
-        });
-    dns_match
-        || node.name == id
-        || node
-            .name
-            .strip_prefix(id)
-            .is_some_and(|rest| rest.starts_with('.'))
-}
-
-impl KubeNodeDirectory {
     /// The nodes of `instances` (see the module's documentation).
     #[tracing::instrument(name = "nodes", skip_all, fields(instances = instances.len()), err)]
     async fn look_up(&self, instances: &[InstanceFacts]) -> Result<Vec<NodeFacts>, DirectoryError> {
@@ -153,6 +113,16 @@ impl KubeNodeDirectory {
         }
         Ok(found.into_values().collect())
     }
+}
+
+fn directory_error(e: ApiError) -> DirectoryError {
+    DirectoryError::new(SERVICE, e.kind(), e)
+}
+
+/// Whether `node` is the node of `instance` (by [`resolve_node`]'s criteria).
+fn names_instance(node: &NodeFacts, instance: &InstanceFacts) -> bool {
+    let one = std::slice::from_ref(node);
+    resolve_node(&instance.instance_id, Some(instance), one).is_some()
 }
 
 #[async_trait]

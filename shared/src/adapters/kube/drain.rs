@@ -22,45 +22,30 @@
 //!   pod's `terminationGracePeriodSeconds` would outlast it asks for the seconds left
 //!   (`deleteOptions.gracePeriodSeconds`, at least 1), so the pod object is gone before the
 //!   instance and its StatefulSet can recreate it elsewhere.
-//! - A drain is a series of passes ([`drain_pass`]), each a `list` and the evictions then due,
+//! - A drain is a series of passes ([`KubeExecutor::drain_pass`]), each a `list` and the evictions then due,
 //!   never a wait: what is evicted or terminating is looked for again by the next pass, until
 //!   the node is empty or the deadline has passed (see `crate::app::pipeline`'s drivers).
-
-use std::time::Duration;
 
 use super::api::rate_limit::Lane;
 use super::api::retry::with_retry_in;
 use super::connect::ClusterClient;
-use super::error::KubeError;
-use super::error::{ApiError, retry_after};
+use super::error::{ApiError, KubeError, retry_after};
+use super::events::{EventType, Said};
+use super::executor::KubeExecutor;
+use super::outcome::{DrainReport, LeftPod, NodeOutcome, SkippedPod};
 use super::surge::{self, PlaceholderRefusal, SurgeSettings, surge_pass};
 use crate::adapters::backoff::Backoff;
-use crate::domain::surge::{CHECK_EVERY, RoomWait};
+use crate::domain::plan::{NodeAction, Plan};
+use crate::domain::surge::CHECK_EVERY;
+use crate::ports::{DrainRole, Pass};
 use ::kube::Api;
 use ::kube::api::{ListParams, PostParams};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 
 pub(crate) const ANNOTATION_MIRROR: &str = "kubernetes.io/config.mirror";
 const CRITICAL_CLASSES: [&str; 2] = ["system-cluster-critical", "system-node-critical"];
-
-/// How a drain paces itself.
-#[derive(Debug, Clone)]
-pub(crate) struct DrainSettings {
-    pub parallelism: usize,
-    pub backoff_initial: Duration,
-    pub backoff_max: Duration,
-    /// How long one pass of a drain that does not wait retries a refused eviction.
-    pub pass_budget: Duration,
-    /// When the instance goes (the drain's deadline), if it surely does then: an eviction whose
-    /// pod's `terminationGracePeriodSeconds` would outlast it asks
-    /// (`deleteOptions.gracePeriodSeconds`) for the time left, at least 1 s.
-    pub grace_until: Option<DateTime<Utc>>,
-    /// Placeholders first, and each pod evicted once there is room for it or at its latest safe
-    /// time (see [`super::surge`]).
-    pub surge: Option<SurgeSettings>,
-}
 
 /// The grace period to ask for a pod whose own is `own` seconds (`None`: Kubernetes' 30), when
 /// it would outlast `until` at `now`: the whole seconds left, at least 1. `None`: its own.
@@ -71,179 +56,6 @@ pub(crate) fn fitted_grace(
 ) -> Option<u32> {
     let left = (until? - now).num_seconds().max(1);
     (own.unwrap_or(30) > left).then(|| u32::try_from(left).unwrap_or(u32::MAX))
-}
-
-/// A pod not evicted by the deadline.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeftPod {
-    /// `<namespace>/<name>`.
-    pub pod: String,
-    /// The last refusal (`429 TooManyRequests: Cannot evict pod ... The disruption budget web-pdb
-    /// needs 2 healthy pods ...`).
-    pub reason: String,
-}
-
-/// A pod a drain leaves alone.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SkippedPod {
-    pub pod: String,
-    /// `daemonset`, `mirror`, `succeeded`, `failed`.
-    pub why: &'static str,
-}
-
-/// What became of the Events on the pods a drain pass evicted (see
-/// `super::executor`'s pod Events): best effort, never the drain's outcome.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PodEventCounts {
-    /// Created.
-    pub recorded: usize,
-    /// There already (a redelivered event: 409).
-    pub existed: usize,
-    /// Not sent: past the pass's budget, the client's rate limit busy, or after a failure.
-    pub given_up: usize,
-    /// Failed when sent (counted in `given_up` too).
-    pub failed: usize,
-    /// Dry run: the Events that would be recorded.
-    pub would_record: usize,
-}
-
-/// What a drain did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DrainReport {
-    /// Evictions the API accepted, in the order they were accepted.
-    pub evicted: Vec<String>,
-    /// The uid of each pod of `evicted` (by `namespace/name`), when it had one.
-    pub uids: std::collections::BTreeMap<String, String>,
-    /// The Events on the pods this pass evicted.
-    pub pod_events: PodEventCounts,
-    /// Pods gone before their eviction (404).
-    pub already_gone: Vec<String>,
-    /// Pods still refused at the deadline.
-    pub left: Vec<LeftPod>,
-    /// Evicted or terminating pods still present when the drain stopped waiting.
-    pub terminating: Vec<String>,
-    /// Pods left alone.
-    pub skipped: Vec<SkippedPod>,
-    /// Dry run: the pods that would be evicted, in order.
-    pub would_evict: Vec<String>,
-    /// The pass ([`drain_pass`]) left work for a later pass: pods
-    /// evicted or terminating and not yet gone, refused evictions, critical pods not yet due.
-    pub pending: bool,
-    /// When the drain is pending only for terminating pods: when the last of them is due to be
-    /// gone (the latest `deletionTimestamp`); or, pods waiting for room, when to look again.
-    pub wait_until: Option<DateTime<Utc>>,
-    /// Pods not evicted yet: they wait for room (their placeholder to run) or their latest safe
-    /// time.
-    pub waiting: Vec<String>,
-    /// The drain only waits for room (every pod left waits for its placeholder): until when at
-    /// the latest, and how many placeholders hold it.
-    pub room: Option<RoomWait>,
-    /// Placeholders created, and deleted (their pod gone, or the drain over), in this pass.
-    pub placeholders_created: usize,
-    pub placeholders_deleted: usize,
-    /// Placeholders the API server refused (their pods evicted at once).
-    pub placeholders_refused: usize,
-    /// Those refusals reported for the first time in this environment (an Event on the node).
-    pub new_refusals: Vec<PlaceholderRefusal>,
-}
-
-impl DrainReport {
-    /// No pod was left on the node for want of an eviction (and none is pending).
-    pub fn complete(&self) -> bool {
-        self.left.is_empty() && !self.pending
-    }
-
-    /// `evicted 3 pods; 1 left (blocked at the deadline: web/w1); 2 still terminating`.
-    pub fn summary(&self) -> String {
-        self.summary_saying("no pod to evict")
-    }
-
-    /// The summary of a drain's later pass, after earlier passes evicted what there was (which
-    /// this pass does not count): `no pod left to evict; 3 pods left alone`.
-    pub fn later_summary(&self) -> String {
-        self.summary_saying("no pod left to evict")
-    }
-
-    fn summary_saying(&self, nothing_to_evict: &str) -> String {
-        let mut parts = Vec::new();
-        if !self.would_evict.is_empty() || (self.evicted.is_empty() && self.left.is_empty()) {
-            if !self.would_evict.is_empty() {
-                parts.push(format!(
-                    "would evict {} ({})",
-                    pods(self.would_evict.len()),
-                    self.would_evict.join(", ")
-                ));
-            } else {
-                parts.push(nothing_to_evict.to_string());
-            }
-        }
-        if !self.evicted.is_empty() {
-            parts.push(format!("evicted {}", pods(self.evicted.len())));
-        }
-        if !self.already_gone.is_empty() {
-            parts.push(format!("{} already gone", pods(self.already_gone.len())));
-        }
-        if !self.left.is_empty() {
-            let names: Vec<&str> = self.left.iter().map(|l| l.pod.as_str()).collect();
-            let until = if self.pending {
-                "eviction refused for now"
-            } else {
-                "eviction refused until the deadline"
-            };
-            parts.push(format!(
-                "{} left ({until}: {})",
-                pods(self.left.len()),
-                names.join(", ")
-            ));
-        }
-        if !self.terminating.is_empty() {
-            parts.push(format!(
-                "{} still terminating ({})",
-                pods(self.terminating.len()),
-                self.terminating.join(", ")
-            ));
-        }
-        if !self.skipped.is_empty() {
-            parts.push(format!("{} left alone", pods(self.skipped.len())));
-        }
-        if !self.waiting.is_empty() {
-            parts.push(format!(
-                "{} waiting for room elsewhere ({})",
-                pods(self.waiting.len()),
-                self.waiting.join(", ")
-            ));
-        }
-        if self.placeholders_created > 0 {
-            parts.push(format!(
-                "{} placeholders created",
-                self.placeholders_created
-            ));
-        }
-        if self.placeholders_refused > 0 {
-            parts.push(format!(
-                "{} placeholders refused by the API server (their pods evicted at once)",
-                self.placeholders_refused
-            ));
-        }
-        if self.placeholders_deleted > 0 {
-            parts.push(format!(
-                "{} placeholders deleted",
-                self.placeholders_deleted
-            ));
-        }
-        if self.pending {
-            parts.push("continued in a later pass".into());
-        }
-        parts.join("; ")
-    }
-}
-
-fn pods(n: usize) -> String {
-    if n == 1 {
-        "1 pod".into()
-    } else {
-        format!("{n} pods")
-    }
 }
 
 /// A pod of priority class `system-cluster-critical` or `system-node-critical`.
@@ -321,75 +133,6 @@ enum Eviction {
 /// retries.
 const RATE_LIMIT_RETRIES: u32 = 2;
 
-/// Evicts one pod, retrying refusals until `deadline` (at least one attempt).
-///
-/// Every answer but success and 404 is this pod's refusal, never the event's failure: 429 (a
-/// disruption budget, or API priority and fairness), 500 (the pod is selected by several
-/// budgets), 409 (a conflict), 503/504 and transport errors (an API server in trouble). It is
-/// retried until `deadline`, then reported as left with the last answer; the next pass tries it
-/// again.
-async fn evict(
-    clients: &ClusterClient,
-    pod: &EvictionTarget,
-    deadline: DateTime<Utc>,
-    settings: &DrainSettings,
-) -> Result<Eviction, KubeError> {
-    let (namespace, name) = (pod.namespace.as_str(), pod.name.as_str());
-    let object = format!("pod/{namespace}/{name}");
-    // The waits after refusals; a `Retry-After` waited takes none of them.
-    let mut waits = Backoff::new(settings.backoff_initial, settings.backoff_max).delays();
-    let mut told = 0;
-    loop {
-        let pods: Api<Pod> = Api::namespaced(clients.client().await?, namespace);
-        clients.throttle(Lane::Later).await;
-        let grace = fitted_grace(pod.grace, settings.grace_until, clients.clock().now());
-        let body = eviction_body(namespace, name, grace);
-        let evicted = pods
-            .create_subresource::<_, serde_json::Value>(
-                "eviction",
-                name,
-                &PostParams::default(),
-                &body,
-            )
-            .await;
-        let err = match evicted {
-            Ok(_) => return Ok(Eviction::Evicted),
-            Err(e) => {
-                // A 429 with `Retry-After` is the API server's rate limit (priority and
-                // fairness), not the pod's refusal (a budget's 429 says no time): the server
-                // said when, so the eviction is tried again then, even in a pass with no time
-                // for retries — else the node waits for a later pass for nothing.
-                let now = clients.clock().now();
-                if let Some(after) = retry_after(&e)
-                    && told < RATE_LIMIT_RETRIES
-                    && clients
-                        .deadline()
-                        .is_none_or(|u| now + crate::ports::span(after) < u)
-                {
-                    told += 1;
-                    clients.pause_all(after);
-                    clients.clock().sleep(after).await;
-                    continue;
-                }
-                ApiError::new("evict", object.clone(), e)
-            }
-        };
-        if err.status == Some(404) {
-            return Ok(Eviction::Gone);
-        }
-        let refusal = refusal_text(&err);
-        let left = (deadline - clients.clock().now())
-            .to_std()
-            .unwrap_or_default();
-        if left.is_zero() {
-            return Ok(Eviction::Refused(refusal));
-        }
-        let wait = waits.next().unwrap_or(settings.backoff_max).min(left);
-        tracing::debug!(pod = %object, reason = %refusal, ?wait, "eviction refused; retrying");
-        clients.clock().sleep(wait).await;
-    }
-}
-
 /// The `policy/v1` Eviction of `namespace/name`, with `deleteOptions.gracePeriodSeconds` when
 /// `grace` is given. (Written here: kube's `Api::evict` serializes its `EvictParams` under
 /// `delete_options`, a field the API server does not read, so a grace period sent that way is
@@ -459,167 +202,11 @@ fn sort_pods<'a>(listed: &'a [Pod], report: &mut DrainReport) -> Sorted<'a> {
 
 /// A pod to evict, owned (the evictions' futures must not borrow the pods).
 struct EvictionTarget {
-    namespace: String,
-    name: String,
+    /// `<namespace>/<name>`.
+    key: String,
     uid: String,
     /// Its own `terminationGracePeriodSeconds`.
     grace: Option<i64>,
-}
-
-/// Evicts `pods` (at most `settings.parallelism` at once, each retried until `end`) and puts
-/// what became of each in `report`; answers the (uid, `namespace/name`) of those evicted.
-async fn evict_all(
-    clients: &ClusterClient,
-    pods: &[&Pod],
-    end: DateTime<Utc>,
-    settings: &DrainSettings,
-    report: &mut DrainReport,
-) -> Result<Vec<(String, String)>, KubeError> {
-    let targets: Vec<EvictionTarget> = pods
-        .iter()
-        .map(|p| EvictionTarget {
-            namespace: p
-                .metadata
-                .namespace
-                .clone()
-                .unwrap_or_else(|| "default".into()),
-            name: p.metadata.name.clone().unwrap_or_default(),
-            uid: p.metadata.uid.clone().unwrap_or_default(),
-            grace: p
-                .spec
-                .as_ref()
-                .and_then(|s| s.termination_grace_period_seconds),
-        })
-        .collect();
-    let results: Vec<_> = futures::stream::iter(targets)
-        .map(|pod| async move {
-            let result = evict(clients, &pod, end, settings).await;
-            (format!("{}/{}", pod.namespace, pod.name), pod.uid, result)
-        })
-        .buffer_unordered(settings.parallelism.max(1))
-        .collect()
-        .await;
-    let mut evicted = Vec::new();
-    for (key, uid, result) in results {
-        match result? {
-            Eviction::Evicted => {
-                report.evicted.push(key.clone());
-                if !uid.is_empty() {
-                    report.uids.insert(key.clone(), uid.clone());
-                }
-                evicted.push((uid, key));
-            }
-            Eviction::Gone => report.already_gone.push(key),
-            Eviction::Refused(reason) => report.left.push(LeftPod { pod: key, reason }),
-        }
-    }
-    Ok(evicted)
-}
-
-/// One pass of a drain: lists the pods on `node`, evicts those not yet terminating — non-critical ones first; critical ones once no
-/// other evictable pod is left on the node, or in the last quarter of the time from `started_at`
-/// to `deadline` — retrying a refusal for at most `settings.pass_budget`, and returns. The report
-/// is `pending` while anything is left to evict or to wait for and the deadline has not passed;
-/// past the deadline every pod still to evict gets one attempt and the drain ends, reporting what
-/// is still there (`left`, `terminating`).
-pub(crate) async fn drain_pass(
-    clients: &ClusterClient,
-    node: &str,
-    started_at: DateTime<Utc>,
-    deadline: DateTime<Utc>,
-    settings: &DrainSettings,
-    dry_run: bool,
-) -> Result<DrainReport, KubeError> {
-    let mut report = DrainReport::default();
-    let listed = list_pods(clients, node).await?;
-    let Sorted {
-        normal,
-        critical,
-        terminating,
-    } = sort_pods(&listed, &mut report);
-    let due_gone = terminating
-        .iter()
-        .filter_map(|p| p.metadata.deletion_timestamp.as_ref())
-        .filter_map(|t| DateTime::from_timestamp_micros(t.0.as_microsecond()))
-        .max();
-    let critical_terminating = terminating.iter().all(|p| is_critical(p));
-    let terminating: Vec<String> = terminating.iter().map(|p| pod_key(p)).collect();
-    if dry_run {
-        report.would_evict = normal.iter().chain(&critical).map(|p| pod_key(p)).collect();
-        return Ok(report);
-    }
-    let now = clients.clock().now();
-    let evictable: Vec<&Pod> = normal.iter().chain(&critical).copied().collect();
-    let mut surge = match &settings.surge {
-        Some(surge) if now < deadline => {
-            Some(surge_pass(clients, node, surge, &listed, &evictable).await)
-        }
-        _ => None,
-    };
-    if now >= deadline {
-        // The last pass: one attempt for every pod still to evict, then the drain ends with
-        // what is left (and so do its placeholders).
-        evict_all(clients, &evictable, now, settings, &mut report).await?;
-        report.terminating = terminating;
-        if settings.surge.is_some() {
-            report.placeholders_deleted += surge::delete_of_node(clients, node).await;
-        }
-        return Ok(report);
-    }
-    // Checked: both times come from a message (verified, but a time is never trusted to add).
-    let last_quarter = (deadline - started_at)
-        .checked_mul(3)
-        .and_then(|d| started_at.checked_add_signed(d / 4));
-    let critical_due =
-        (normal.is_empty() && critical_terminating) || last_quarter.is_none_or(|t| now >= t);
-    let mut due: Vec<&Pod> = normal;
-    let mut deferred = if critical_due {
-        due.extend(critical);
-        0
-    } else {
-        critical.len()
-    };
-    if let Some(surge) = &mut surge {
-        // Pods that wait for room are not evicted in this pass.
-        due.retain(|p| {
-            let waits = p
-                .metadata
-                .uid
-                .as_deref()
-                .is_some_and(|uid| surge.waiting.contains(uid));
-            if waits {
-                report.waiting.push(pod_key(p));
-            }
-            !waits
-        });
-        deferred += report.waiting.len();
-        report.placeholders_created = surge.created;
-        report.placeholders_deleted = surge.deleted;
-        report.placeholders_refused = surge.refused;
-        report.new_refusals = std::mem::take(&mut surge.new_refusals);
-    }
-    let pass_end = (now + crate::ports::span(settings.pass_budget)).min(deadline);
-    evict_all(clients, &due, pass_end, settings, &mut report).await?;
-    report.terminating = terminating;
-    let acted = deferred > 0 || !report.evicted.is_empty() || !report.left.is_empty();
-    report.pending = acted || !report.terminating.is_empty();
-    let done = PassDone {
-        acted,
-        deferred,
-        due_gone,
-        now,
-        deadline,
-    };
-    next_look(&mut report, surge.as_ref(), &done);
-    if !report.pending
-        && let Some(surge) = surge
-    {
-        // The drain is over: its placeholders go.
-        for ph in &surge.listed {
-            report.placeholders_deleted += usize::from(surge::delete_logged(clients, ph).await);
-        }
-    }
-    Ok(report)
 }
 
 /// What a drain pass did, and when: what [`next_look`] goes by.
@@ -667,6 +254,381 @@ fn next_look(report: &mut DrainReport, surge: Option<&surge::SurgePass>, done: &
         // Every eviction refused: a pod waiting for room still looks at its own time (`next`
         // is at most CHECK_EVERY away).
         report.wait_until = Some(surge.next.unwrap_or(now + CHECK_EVERY).min(deadline));
+    }
+}
+
+impl KubeExecutor {
+    /// One pass of a drain: lists the pods on `node`, evicts those not yet terminating — non-critical ones first; critical ones once no
+    /// other evictable pod is left on the node, or in the last quarter of the time from `started_at`
+    /// to `deadline` — retrying a refusal for at most the settings' `pass_budget`, and returns. The report
+    /// is `pending` while anything is left to evict or to wait for and the deadline has not passed;
+    /// past the deadline every pod still to evict gets one attempt and the drain ends, reporting what
+    /// is still there (`left`, `terminating`).
+    async fn drain_pass(
+        &self,
+        node: &str,
+        (started_at, deadline): (DateTime<Utc>, DateTime<Utc>),
+        grace_until: Option<DateTime<Utc>>,
+        surge_settings: Option<&SurgeSettings>,
+    ) -> Result<DrainReport, KubeError> {
+        let clients = &self.clients;
+        let mut report = DrainReport::default();
+        let listed = list_pods(clients, node).await?;
+        let Sorted {
+            normal,
+            critical,
+            terminating,
+        } = sort_pods(&listed, &mut report);
+        let due_gone = terminating
+            .iter()
+            .filter_map(|p| p.metadata.deletion_timestamp.as_ref())
+            .filter_map(|t| DateTime::from_timestamp_micros(t.0.as_microsecond()))
+            .max();
+        let critical_terminating = terminating.iter().all(|p| is_critical(p));
+        let terminating: Vec<String> = terminating.iter().map(|p| pod_key(p)).collect();
+        if self.settings.dry_run {
+            report.would_evict = normal.iter().chain(&critical).map(|p| pod_key(p)).collect();
+            return Ok(report);
+        }
+        let now = clients.clock().now();
+        let evictable: Vec<&Pod> = normal.iter().chain(&critical).copied().collect();
+        let mut surge = match surge_settings {
+            Some(surge) if now < deadline => {
+                Some(surge_pass(clients, node, surge, &listed, &evictable).await)
+            }
+            _ => None,
+        };
+        if now >= deadline {
+            // The last pass: one attempt for every pod still to evict, then the drain ends with
+            // what is left (and so do its placeholders).
+            self.evict_all(&evictable, now, grace_until, &mut report)
+                .await?;
+            report.terminating = terminating;
+            if surge_settings.is_some() {
+                report.placeholders_deleted += surge::delete_of_node(clients, node).await;
+            }
+            return Ok(report);
+        }
+        // Checked: both times come from a message (verified, but a time is never trusted to add).
+        let last_quarter = (deadline - started_at)
+            .checked_mul(3)
+            .and_then(|d| started_at.checked_add_signed(d / 4));
+        let critical_due =
+            (normal.is_empty() && critical_terminating) || last_quarter.is_none_or(|t| now >= t);
+        let mut due: Vec<&Pod> = normal;
+        let mut deferred = if critical_due {
+            due.extend(critical);
+            0
+        } else {
+            critical.len()
+        };
+        if let Some(surge) = &mut surge {
+            // Pods that wait for room are not evicted in this pass.
+            due.retain(|p| {
+                let waits = p
+                    .metadata
+                    .uid
+                    .as_deref()
+                    .is_some_and(|uid| surge.waiting.contains(uid));
+                if waits {
+                    report.waiting.push(pod_key(p));
+                }
+                !waits
+            });
+            deferred += report.waiting.len();
+            report.placeholders_created = surge.created;
+            report.placeholders_deleted = surge.deleted;
+            report.placeholders_refused = surge.refused;
+            report.new_refusals = std::mem::take(&mut surge.new_refusals);
+        }
+        let pass_end = (now + crate::ports::span(self.settings.pass_budget)).min(deadline);
+        self.evict_all(&due, pass_end, grace_until, &mut report)
+            .await?;
+        report.terminating = terminating;
+        let acted = deferred > 0 || !report.evicted.is_empty() || !report.left.is_empty();
+        report.pending = acted || !report.terminating.is_empty();
+        let done = PassDone {
+            acted,
+            deferred,
+            due_gone,
+            now,
+            deadline,
+        };
+        next_look(&mut report, surge.as_ref(), &done);
+        if !report.pending
+            && let Some(surge) = surge
+        {
+            // The drain is over: its placeholders go.
+            for ph in &surge.listed {
+                report.placeholders_deleted += usize::from(surge::delete_logged(clients, ph).await);
+            }
+        }
+        Ok(report)
+    }
+
+    /// Evicts `pods` (at most the settings' `eviction_parallelism` at once, each retried until `end`) and puts
+    /// what became of each in `report`; answers the (uid, `namespace/name`) of those evicted.
+    async fn evict_all(
+        &self,
+        pods: &[&Pod],
+        end: DateTime<Utc>,
+        grace_until: Option<DateTime<Utc>>,
+        report: &mut DrainReport,
+    ) -> Result<Vec<(String, String)>, KubeError> {
+        let targets: Vec<EvictionTarget> = pods
+            .iter()
+            .map(|p| EvictionTarget {
+                key: pod_key(p),
+                uid: p.metadata.uid.clone().unwrap_or_default(),
+                grace: p
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.termination_grace_period_seconds),
+            })
+            .collect();
+        let results: Vec<_> = futures::stream::iter(targets)
+            .map(|pod| async move {
+                let result = self.evict(&pod, end, grace_until).await;
+                (pod.key, pod.uid, result)
+            })
+            .buffer_unordered(self.settings.eviction_parallelism.max(1))
+            .collect()
+            .await;
+        let mut evicted = Vec::new();
+        for (key, uid, result) in results {
+            match result? {
+                Eviction::Evicted => {
+                    report.evicted.push(key.clone());
+                    if !uid.is_empty() {
+                        report.uids.insert(key.clone(), uid.clone());
+                    }
+                    evicted.push((uid, key));
+                }
+                Eviction::Gone => report.already_gone.push(key),
+                Eviction::Refused(reason) => report.left.push(LeftPod { pod: key, reason }),
+            }
+        }
+        Ok(evicted)
+    }
+
+    /// Evicts one pod, retrying refusals until `deadline` (at least one attempt), its grace fitted
+    /// to `grace_until` (see [`fitted_grace`]).
+    ///
+    /// Every answer but success and 404 is this pod's refusal, never the event's failure: 429 (a
+    /// disruption budget, or API priority and fairness), 500 (the pod is selected by several
+    /// budgets), 409 (a conflict), 503/504 and transport errors (an API server in trouble). It is
+    /// retried until `deadline`, then reported as left with the last answer; the next pass tries it
+    /// again.
+    async fn evict(
+        &self,
+        pod: &EvictionTarget,
+        deadline: DateTime<Utc>,
+        grace_until: Option<DateTime<Utc>>,
+    ) -> Result<Eviction, KubeError> {
+        let (clients, settings) = (&self.clients, &self.settings);
+        // Neither a namespace nor a name holds a `/`.
+        let (namespace, name) = pod.key.split_once('/').unwrap_or_default();
+        let object = format!("pod/{namespace}/{name}");
+        // The waits after refusals; a `Retry-After` waited takes none of them.
+        let mut waits = Backoff::new(settings.backoff_initial, settings.backoff_max).delays();
+        let mut told = 0;
+        loop {
+            let pods: Api<Pod> = Api::namespaced(clients.client().await?, namespace);
+            clients.throttle(Lane::Later).await;
+            let grace = fitted_grace(pod.grace, grace_until, clients.clock().now());
+            let body = eviction_body(namespace, name, grace);
+            let evicted = pods
+                .create_subresource::<_, serde_json::Value>(
+                    "eviction",
+                    name,
+                    &PostParams::default(),
+                    &body,
+                )
+                .await;
+            let err = match evicted {
+                Ok(_) => return Ok(Eviction::Evicted),
+                Err(e) => {
+                    // A 429 with `Retry-After` is the API server's rate limit (priority and
+                    // fairness), not the pod's refusal (a budget's 429 says no time): the server
+                    // said when, so the eviction is tried again then, even in a pass with no time
+                    // for retries — else the node waits for a later pass for nothing.
+                    let now = clients.clock().now();
+                    if let Some(after) = retry_after(&e)
+                        && told < RATE_LIMIT_RETRIES
+                        && clients
+                            .deadline
+                            .is_none_or(|u| now + crate::ports::span(after) < u)
+                    {
+                        told += 1;
+                        clients.pause_all(after);
+                        clients.clock().sleep(after).await;
+                        continue;
+                    }
+                    ApiError::new("evict", object.clone(), e)
+                }
+            };
+            if err.status == Some(404) {
+                return Ok(Eviction::Gone);
+            }
+            let refusal = refusal_text(&err);
+            let left = (deadline - clients.clock().now())
+                .to_std()
+                .unwrap_or_default();
+            if left.is_zero() {
+                return Ok(Eviction::Refused(refusal));
+            }
+            let wait = waits.next().unwrap_or(settings.backoff_max).min(left);
+            tracing::debug!(pod = %object, reason = %refusal, ?wait, "eviction refused; retrying");
+            clients.clock().sleep(wait).await;
+        }
+    }
+
+    /// The evictions of one pass of `a`'s drain of `node` (see [`KubeExecutor::drain_pass`]).
+    pub(super) async fn evictions(
+        &self,
+        plan: &Plan,
+        a: &NodeAction,
+        node: &Node,
+        pass: Pass,
+    ) -> Result<DrainReport, KubeError> {
+        let started_at = match pass {
+            Pass::Drain { started_at, .. } => started_at,
+            Pass::Cordon | Pass::Announce => self.clients.clock().now(),
+        };
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let deadline = a
+            .deadline
+            .unwrap_or_else(|| started_at + self.config.drain_timeout);
+        let surge = a.surge.then(|| SurgeSettings {
+            event_id: plan.event_id.clone(),
+            deadline,
+            node_uid: node.metadata.uid.clone(),
+            parallelism: self.settings.eviction_parallelism,
+            first: pass.is_first_drain(),
+            memory: self.surge_memory.clone(),
+        });
+        let grace_until = a.grace_to_deadline.then_some(deadline);
+        let times = (started_at, deadline);
+        self.drain_pass(name, times, grace_until, surge.as_ref())
+            .await
+    }
+
+    /// A first drain pass that came after the drain's deadline evicted what was left at once,
+    /// and so ended the drain; when the notice says when the instance goes, its Events (of the
+    /// decision, and the drain's end) would come before the instance goes, in a mass
+    /// interruption ahead of other nodes' evictions. Then the drain stays pending until the
+    /// instance's end: its next pass, refused as late, records the Events of the decision alone
+    /// (`Pass::Announce`); the drain's end gets no Event.
+    pub(super) fn leave_late_events(&self, a: &NodeAction, pass: Pass, report: &mut DrainReport) {
+        let first = pass.is_first_drain();
+        let now = self.clients.clock().now();
+        if let (true, false, true, Some(deadline)) =
+            (first, report.pending, a.grace_to_deadline, a.deadline)
+            && now >= deadline
+            && !self.settings.dry_run
+        {
+            report.pending = true;
+            report.wait_until =
+                Some(deadline + self.config.deadline_margin + chrono::Duration::seconds(1));
+        }
+    }
+
+    /// A drain pass's report put in `out`; when the drain ended, its Event (not in a dry run,
+    /// nor in a quiet pass). Then, last of the pass, the Events on the pods it evicted (see
+    /// [`KubeExecutor::record_pod_events`]).
+    pub(super) async fn drain_over(
+        &self,
+        plan: &Plan,
+        node: &Node,
+        pass: Pass,
+        report: DrainReport,
+        out: &mut NodeOutcome,
+    ) {
+        let quiet = matches!(
+            pass,
+            Pass::Drain {
+                role: DrainRole::Quiet,
+                ..
+            }
+        );
+        if !report.pending && !self.settings.dry_run && !quiet {
+            let later = matches!(pass, Pass::Drain { .. }) && !pass.is_first_drain();
+            self.drain_ended(plan, node, &report, later, out).await;
+        }
+        if !report.new_refusals.is_empty() {
+            self.placeholders_refused(plan, node, &report.new_refusals, out)
+                .await;
+        }
+        let drain = out.drain.insert(report);
+        if let Some(a) = plan
+            .actions
+            .iter()
+            .find(|a| a.instance_id == out.instance_id)
+        {
+            self.record_pod_events(plan, a, node, drain).await;
+        }
+    }
+
+    /// The `PlaceholderRefused` Warning Event on `node`: the placeholders the API server
+    /// refused, first seen in this environment (one line per namespace and refusing step),
+    /// with the server's message.
+    async fn placeholders_refused(
+        &self,
+        plan: &Plan,
+        node: &Node,
+        refusals: &[PlaceholderRefusal],
+        out: &mut NodeOutcome,
+    ) {
+        let lines: Vec<String> = refusals
+            .iter()
+            .map(|r| {
+                format!(
+                    "placeholders for pods of namespace {} refused by {}: {}",
+                    r.namespace, r.by, r.message
+                )
+            })
+            .collect();
+        let note = format!(
+            "{}. Those pods are evicted at once, without waiting for room (forewarn check --kube \
+             proves every write forewarn makes).",
+            lines.join("; ")
+        );
+        let said = Said(EventType::Warning, "PlaceholderRefused", "Surge", note);
+        self.record_event(plan, node, said, out).await;
+    }
+
+    /// The `Drained` or `DrainIncomplete` Event of a drain that ended (in a `later` pass: one
+    /// after the pass that evicted).
+    async fn drain_ended(
+        &self,
+        plan: &Plan,
+        node: &Node,
+        report: &DrainReport,
+        later: bool,
+        out: &mut NodeOutcome,
+    ) {
+        let said = if report.complete() {
+            let summary = if later {
+                report.later_summary()
+            } else {
+                report.summary()
+            };
+            let note = format!("Drained: {summary}");
+            Said(EventType::Normal, "Drained", "Drain", note)
+        } else {
+            let left: Vec<String> = report
+                .left
+                .iter()
+                .map(|l| format!("{}: {}", l.pod, l.reason))
+                .collect();
+            let note = format!(
+                "Drain incomplete at the deadline: {}. Refused: {}",
+                report.summary(),
+                left.join("; ")
+            );
+            Said(EventType::Warning, "DrainIncomplete", "Drain", note)
+        };
+        self.record_event(plan, node, said, out).await;
     }
 }
 

@@ -91,12 +91,12 @@ pub fn presigned_url(
         .map_err(|e| fail(e.into()))?
         .into_parts();
     let (_headers, query) = instructions.into_parts();
-    let mut url = base.clone();
+    // Percent-encoded (every value is base64, hex, digits or `/`, `;`, `-`: encoded as SigV4's
+    // canonical query string encodes them, so the URL sent is the one signed).
+    let encode = |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+    let mut url = base;
     for (name, value) in query {
-        url.push('&');
-        url.push_str(&percent_encode(name));
-        url.push('=');
-        url.push_str(&percent_encode(&value));
+        url.push_str(&format!("&{}={}", encode(name), encode(&value)));
     }
     Ok(url)
 }
@@ -121,20 +121,6 @@ pub fn url_from_token(token: &str) -> Result<String, TokenError> {
         .decode(encoded)
         .map_err(|e| TokenError::NotAToken(e.to_string()))?;
     String::from_utf8(bytes).map_err(|e| TokenError::NotAToken(e.to_string()))
-}
-
-/// RFC 3986 percent-encoding of everything but the unreserved characters, as SigV4's canonical
-/// query string encodes (so the URL sent is the one signed).
-fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -36,6 +36,15 @@ impl ApiError {
         }
     }
 
+    /// What kind of failure: the API's answer (its HTTP status), else what became of the call
+    /// (a timeout, a connection that failed, an answer that did not read).
+    pub fn kind(&self) -> FailureKind {
+        match self.status {
+            Some(status) => FailureKind::of_status(status),
+            None => transport_kind(&self.source),
+        }
+    }
+
     pub fn is_not_found(&self) -> bool {
         self.status == Some(404)
     }
@@ -143,17 +152,6 @@ impl KubeError {
     /// Trying the action again may succeed (see [`FailureKind::retryable`]).
     pub fn retryable(&self) -> bool {
         self.kind().retryable()
-    }
-}
-
-impl ApiError {
-    /// What kind of failure: the API's answer (its HTTP status), else what became of the call
-    /// (a timeout, a connection that failed, an answer that did not read).
-    pub fn kind(&self) -> FailureKind {
-        match self.status {
-            Some(status) => FailureKind::of_status(status),
-            None => transport_kind(&self.source),
-        }
     }
 }
 

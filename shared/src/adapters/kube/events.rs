@@ -4,7 +4,7 @@
 //! field `ValidateEventCreate` requires of an `events.k8s.io/v1` Event (`eventTime`,
 //! `reportingController`, `reportingInstance`, `action`, `reason`, `type`, `regarding`,
 //! `note` ≤ 1 kB). Events about nodes live in `default`, as Events about cluster-scoped objects
-//! must; Events about pods (each pod a drain evicts, [`record_once`]) in the pod's namespace.
+//! must; Events about pods (each pod a drain evicts, [`KubeExecutor::record_pod_events`]) in the pod's namespace.
 //!
 //! The name is derived from (node, event id, reason), so a redelivered event records no second
 //! Event: its create answers 409 AlreadyExists, which says the Event is there. There is no read
@@ -21,7 +21,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use super::api::FIELD_MANAGER;
 use super::api::retry::with_retry;
 use super::connect::ClusterClient;
-use super::error::KubeError;
+use super::error::{ApiError, KubeError};
+use super::executor::KubeExecutor;
+use super::outcome::{DrainReport, EventOutcome, NodeOutcome};
+use crate::domain::config::Action;
+use crate::domain::plan::pod_event::{self, Notice};
+use crate::domain::plan::{NodeAction, Plan};
+use crate::ports::span;
 
 /// `reportingController` of forewarn's Events.
 pub const REPORTING_CONTROLLER: &str = "forewarn";
@@ -36,34 +42,6 @@ pub(crate) enum EventType {
     Warning,
 }
 
-impl EventType {
-    fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
-
-/// One Event to record on a node.
-#[derive(Debug, Clone)]
-pub(crate) struct NodeEvent<'a> {
-    pub node: &'a Node,
-    /// The id of the EventBridge event that led to it (part of the Event's name).
-    pub event_id: &'a str,
-    pub reason: &'a str,
-    pub action: &'a str,
-    pub type_: EventType,
-    pub note: String,
-}
-
-/// What became of an Event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventOutcome {
-    Created,
-    /// Recorded before (a redelivered event).
-    Exists,
-    /// Dry run.
-    WouldCreate,
-}
-
 /// The Event name for (node, event id, reason): `<node>.<16 hex digits>`, like the names
 /// client-go gives, a valid DNS subdomain of at most 253 characters.
 pub fn event_name(node: &str, event_id: &str, reason: &str) -> String {
@@ -75,24 +53,12 @@ pub fn event_name(node: &str, event_id: &str, reason: &str) -> String {
             hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
         }
     }
-    let mut prefix: String = node
-        .to_ascii_lowercase()
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
-                c
-            } else {
-                '-'
-            }
-        })
+    let valid = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.';
+    let prefix: String = (node.to_ascii_lowercase().chars())
+        .map(|c| if valid(c) { c } else { '-' })
         .take(253 - 17)
         .collect();
-    while prefix.ends_with(['-', '.']) {
-        prefix.pop();
-    }
-    while prefix.starts_with(['-', '.']) {
-        prefix.remove(0);
-    }
+    let prefix = prefix.trim_matches(['-', '.']);
     if prefix.is_empty() {
         format!("forewarn.{hash:016x}")
     } else {
@@ -116,24 +82,32 @@ pub(crate) struct ObjectEvent<'a> {
     pub note: String,
 }
 
-impl<'a> From<&NodeEvent<'a>> for ObjectEvent<'a> {
-    fn from(e: &NodeEvent<'a>) -> ObjectEvent<'a> {
+impl<'a> ObjectEvent<'a> {
+    /// The Event saying `said` about `node`, for `event_id` (in [`EVENT_NAMESPACE`]).
+    pub(super) fn on_node(node: &Node, event_id: &'a str, said: Said<'a>) -> ObjectEvent<'a> {
+        let Said(type_, reason, action, note) = said;
         ObjectEvent {
             namespace: EVENT_NAMESPACE,
-            regarding: ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Node".into()),
-                name: e.node.metadata.name.clone(),
-                uid: e.node.metadata.uid.clone(),
-                ..ObjectReference::default()
-            },
+            regarding: reference("Node", &node.metadata),
             related: None,
-            event_id: e.event_id,
-            reason: e.reason,
-            action: e.action,
-            type_: e.type_,
-            note: e.note.clone(),
+            event_id,
+            reason,
+            action,
+            type_,
+            note,
         }
+    }
+}
+
+/// A reference to the `kind` object (of API `v1`) of `meta`'s namespace, name and uid.
+pub(super) fn reference(kind: &str, meta: &ObjectMeta) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some(kind.into()),
+        namespace: meta.namespace.clone(),
+        name: meta.name.clone(),
+        uid: meta.uid.clone(),
+        ..ObjectReference::default()
     }
 }
 
@@ -157,7 +131,7 @@ pub(crate) fn build(
         reporting_instance: Some(reporting_instance.chars().take(128).collect()),
         action: Some(event.action.chars().take(128).collect()),
         reason: Some(event.reason.chars().take(128).collect()),
-        type_: Some(event.type_.as_str().into()),
+        type_: Some(<&str>::from(event.type_).into()),
         regarding: Some(event.regarding.clone()),
         related: event.related.clone(),
         note: Some(crate::domain::plan::pod_event::truncate(
@@ -168,74 +142,203 @@ pub(crate) fn build(
     }
 }
 
-/// Records `event` on its node unless an Event of that name exists.
+/// Records `event` unless an Event of that name exists (409: there already); with `dry_run`,
+/// sends nothing. `retried`: with the usual retry; else in one attempt, never retried, after the
+/// client's idle turn the caller waited for (an Event given up rather than tried again: a pod's).
 pub(crate) async fn record(
-    clients: &ClusterClient,
-    event: &NodeEvent<'_>,
-    reporting_instance: &str,
-    dry_run: bool,
-) -> Result<EventOutcome, KubeError> {
-    record_about(
-        clients,
-        &ObjectEvent::from(event),
-        reporting_instance,
-        dry_run,
-    )
-    .await
-}
-
-/// Records `event` unless an Event of that name exists.
-pub(crate) async fn record_about(
     clients: &ClusterClient,
     event: &ObjectEvent<'_>,
     reporting_instance: &str,
     dry_run: bool,
+    retried: bool,
 ) -> Result<EventOutcome, KubeError> {
-    let body = build(event, reporting_instance, clients.clock().now());
-    let name = body.metadata.name.clone().unwrap_or_default();
     if dry_run {
         return Ok(EventOutcome::WouldCreate);
     }
-    let events: Api<Event> = Api::namespaced(clients.client().await?, event.namespace);
+    let body = build(event, reporting_instance, clients.clock().now());
+    let name = body.metadata.name.as_deref().unwrap_or_default();
     let object = format!("event/{}/{name}", event.namespace);
+    let events: Api<Event> = Api::namespaced(clients.client().await?, event.namespace);
     let params = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..PostParams::default()
     };
-    match with_retry(clients, "create", &object, || events.create(&params, &body)).await {
+    let created = if retried {
+        with_retry(clients, "create", &object, || events.create(&params, &body)).await
+    } else {
+        let created = events.create(&params, &body).await;
+        created.map_err(|e| ApiError::new("create", &object, e))
+    };
+    match created {
         Ok(_) => Ok(EventOutcome::Created),
-        Err(e) if e.status == Some(409) => Ok(EventOutcome::Exists),
-        Err(e) => Err(KubeError::Api(e)),
+        Err(e) if e.is_conflict() => Ok(EventOutcome::Exists),
+        Err(e) => Err(e.into()),
     }
 }
 
-/// Records `event` in one attempt, never retried (after the client's idle turn, which the
-/// caller waited for): for Events that are given up rather than tried again (a pod's).
-pub(crate) async fn record_once(
-    clients: &ClusterClient,
-    event: &ObjectEvent<'_>,
-    reporting_instance: &str,
-) -> Result<EventOutcome, KubeError> {
-    let body = build(event, reporting_instance, clients.clock().now());
-    let name = body.metadata.name.clone().unwrap_or_default();
-    let events: Api<Event> = Api::namespaced(clients.client().await?, event.namespace);
-    let params = PostParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..PostParams::default()
-    };
-    match events.create(&params, &body).await {
-        Ok(_) => Ok(EventOutcome::Created),
-        Err(e) => {
-            let e = super::error::ApiError::new(
-                "create",
-                format!("event/{}/{name}", event.namespace),
-                e,
-            );
-            if e.status == Some(409) {
-                Ok(EventOutcome::Exists)
-            } else {
-                Err(KubeError::Api(e))
+/// What an Event says: its type, reason, action and note (see [`ObjectEvent::on_node`]).
+pub(super) struct Said<'a>(pub EventType, pub &'a str, pub &'a str, pub String);
+
+impl KubeExecutor {
+    /// Records an Event about `node` for `plan`'s event, best effort: what became of it, or the
+    /// failure, goes in `out`.
+    pub(super) async fn record_event(
+        &self,
+        plan: &Plan,
+        node: &Node,
+        said: Said<'_>,
+        out: &mut NodeOutcome,
+    ) {
+        let event = ObjectEvent::on_node(node, &plan.event_id, said);
+        let reporting = &self.settings.reporting_instance;
+        match record(
+            &self.clients,
+            &event,
+            reporting,
+            self.settings.dry_run,
+            true,
+        )
+        .await
+        {
+            Ok(outcome) => out.events.push((event.reason.to_string(), outcome)),
+            Err(e) => {
+                tracing::warn!(reason = event.reason, error = %e, "could not record the Event");
+                out.event_failures.push(format!("{}: {e}", event.reason));
             }
+        }
+    }
+
+    /// The Events of the decision a pass records: with `announce`, what forewarn does and why
+    /// (see [`Self::announce`]); with the note of a `Cordoned` Event (`cordoned`), that one.
+    pub(super) async fn decision_events(
+        &self,
+        plan: &Plan,
+        a: &NodeAction,
+        node: &Node,
+        (announce, cordoned): (bool, Option<String>),
+        out: &mut NodeOutcome,
+    ) {
+        if announce {
+            self.announce(plan, a, node, out).await;
+        }
+        if let Some(note) = cordoned {
+            let said = Said(EventType::Normal, "Cordoned", "Cordon", note);
+            self.record_event(plan, node, said, out).await;
+        }
+    }
+
+    /// The Event that says what forewarn is about to do and why (with the drain's deadline).
+    async fn announce(&self, plan: &Plan, a: &NodeAction, node: &Node, out: &mut NodeOutcome) {
+        let action = if a.action == Action::Cordon {
+            "Cordon"
+        } else {
+            "CordonDrain"
+        };
+        let mut note = a.reason.clone();
+        if let Some(deadline) = a.deadline {
+            note.push_str(&format!(" (drain deadline {})", deadline.to_rfc3339()));
+        }
+        let said = Said(EventType::Warning, &a.event_reason, action, note);
+        self.record_event(plan, node, said, out).await;
+    }
+
+    /// The Event on each pod `report`'s pass evicted: in the pod's namespace, `regarding` the pod
+    /// (`related`: its node), with the note of [`crate::domain::plan::pod_event`]; what became of
+    /// them in `report.pod_events`. They never delay a cordon or an eviction: sent last in the
+    /// pass, one at a time, each in the rate limit's idle turn
+    /// ([`super::api::rate_limit::RateLimiter::idle`]), in one attempt. What the pass's budget
+    /// (time and count) does not cover is given up, and so is the rest once the limit is busy
+    /// or an Event fails: counted, logged once per pass. A redelivered event's Event answers 409:
+    /// there already. A dry run only counts what it would record.
+    pub(super) async fn record_pod_events(
+        &self,
+        plan: &Plan,
+        a: &NodeAction,
+        node: &Node,
+        report: &mut DrainReport,
+    ) {
+        let node_name = node.metadata.name.as_deref().unwrap_or_default();
+        if self.settings.dry_run {
+            report.pod_events.would_record = report.would_evict.len();
+            return;
+        }
+        if report.evicted.is_empty() {
+            return;
+        }
+        let reason = pod_event::reason(plan.kind, &a.event_reason);
+        let goes_at = a
+            .deadline
+            .filter(|_| a.grace_to_deadline)
+            .map(|d| d + self.config.deadline_margin);
+        let note = pod_event::note(&Notice {
+            instance_id: &a.instance_id,
+            node: node_name,
+            summary: &plan.summary,
+            goes_at,
+            drain_by: a.deadline,
+        });
+        let related = reference("Node", &node.metadata);
+        let now = self.clients.clock().now();
+        let mut until = now + span(self.settings.pod_event_budget);
+        if let Some(deadline) = self.clients.deadline {
+            until = until.min(deadline);
+        }
+        let counts = &mut report.pod_events;
+        let mut failure = None;
+        for (i, pod) in report.evicted.iter().enumerate() {
+            let (namespace, name) = pod.split_once('/').unwrap_or(("default", pod.as_str()));
+            let sendable = i < self.settings.pod_events_per_pass
+                && failure.is_none()
+                && self.clients.clock().now() < until
+                && self.clients.idle_turn(until).await;
+            if !sendable {
+                // The rest of the pass's Events are given up.
+                counts.given_up = report.evicted.len() - i;
+                break;
+            }
+            let event = ObjectEvent {
+                namespace,
+                regarding: reference(
+                    "Pod",
+                    &ObjectMeta {
+                        namespace: Some(namespace.into()),
+                        name: Some(name.into()),
+                        uid: report.uids.get(pod).cloned(),
+                        ..ObjectMeta::default()
+                    },
+                ),
+                related: Some(related.clone()),
+                event_id: &plan.event_id,
+                reason,
+                action: "Evict",
+                type_: EventType::Warning,
+                note: note.clone(),
+            };
+            let reporting = &self.settings.reporting_instance;
+            match record(&self.clients, &event, reporting, false, false).await {
+                Ok(EventOutcome::Created | EventOutcome::WouldCreate) => counts.recorded += 1,
+                Ok(EventOutcome::Exists) => counts.existed += 1,
+                Err(e) => {
+                    counts.failed += 1;
+                    failure = Some(e.to_string());
+                }
+            }
+        }
+        counts.given_up += counts.failed;
+        if let Some(error) = failure {
+            // Once per pass, whatever the number of pods.
+            tracing::warn!(
+                reason,
+                %error,
+                given_up = counts.given_up,
+                "could not record a pod's Event; the pass's other pod Events given up"
+            );
+        } else if counts.given_up > 0 {
+            tracing::debug!(
+                reason,
+                given_up = counts.given_up,
+                "pod Events given up (the pass's budget, or the rate limit busy)"
+            );
         }
     }
 }
@@ -275,14 +378,16 @@ mod tests {
         }))
         .unwrap();
         let ev = build(
-            &ObjectEvent::from(&NodeEvent {
-                node: &node,
-                event_id: "ev",
-                reason: "SpotInterrupted",
-                action: "CordonDrain",
-                type_: EventType::Warning,
-                note: "é".repeat(2000),
-            }),
+            &ObjectEvent::on_node(
+                &node,
+                "ev",
+                Said(
+                    EventType::Warning,
+                    "SpotInterrupted",
+                    "CordonDrain",
+                    "é".repeat(2000),
+                ),
+            ),
             "forewarn-lambda",
             "2026-11-24T10:00:00Z".parse().unwrap(),
         );

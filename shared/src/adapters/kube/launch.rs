@@ -1,5 +1,7 @@
-//! A launch lifecycle hook's check (see [`crate::domain::plan`]'s `asg-launch` plans): has the
-//! instance's node joined the cluster and become Ready?
+//! ASG lifecycle actions: kept alive while a node action is pending and completed when it is
+//! over ([`KubeExecutor::lifecycle_step`]); and a launch hook's check (see
+//! [`crate::domain::plan`]'s `asg-launch` plans): has the instance's node joined the cluster and
+//! become Ready?
 //!
 //! The node is read by name, live, in every pass: the name planned (the node already found, or
 //! the instance's private DNS name, which EKS and Karpenter give nodes on EC2), then the
@@ -8,82 +10,22 @@
 //! not); a control-plane node is refused. One `get` per name and pass: no list, so a scale-up
 //! of hundreds of instances costs the API server a few requests a second.
 
-use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Node;
 
 use super::connect::ClusterClient;
 use super::cordon::get_node;
 use super::error::KubeError;
+use super::executor::KubeExecutor;
 use super::node_facts::node_facts;
+use super::outcome::{Joining, NodeOutcome};
 use crate::domain::facts::NotItsNode;
 use crate::domain::plan::NodeAction;
+use crate::ports::{LifecycleOutcome, Pass};
 
 /// How often a node that has not joined yet is looked at again.
 pub const LAUNCH_CHECK_EVERY: chrono::Duration = chrono::Duration::seconds(15);
 
-/// Where a launching instance's node stands.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Joining {
-    /// The node runs the instance and is Ready: the lifecycle action is completed.
-    Ready { node: String },
-    /// Not yet: why, and when it is looked at again.
-    Waiting {
-        why: String,
-        next_check: DateTime<Utc>,
-    },
-    /// The deadline passed first: the hook is left to its own timeout and default result.
-    TimedOut { why: String },
-}
-
-impl Joining {
-    /// For people.
-    pub fn summary(&self) -> String {
-        match self {
-            Joining::Ready { node } => format!("node/{node} runs the instance and is Ready"),
-            Joining::Waiting { why, .. } => format!("{why}: looked at again in the next pass"),
-            Joining::TimedOut { why } => format!(
-                "{why} by the deadline: the lifecycle action is left to the hook's own timeout \
-                 and default result"
-            ),
-        }
-    }
-}
-
-/// Why a launch hook's lifecycle action is left alone.
-#[derive(Debug, thiserror::Error)]
-#[error("{node}: its lifecycle action is left alone")]
-pub(super) struct LeftAlone {
-    /// What the node is (a control-plane node).
-    #[source]
-    pub node: NotItsNode,
-}
-
-/// A launch hook's action: where its instance's node stands; `Err`: why its lifecycle action is
-/// left alone (a control-plane node). Past the action's deadline a node not Ready yet is
-/// [`Joining::TimedOut`]: the action is left to the hook's timeout.
-pub(super) async fn joined(
-    clients: &ClusterClient,
-    a: &NodeAction,
-) -> Result<Result<Joining, LeftAlone>, KubeError> {
-    let now = clients.clock().now();
-    Ok(Ok(match look(clients, a).await? {
-        Look::Refused(why) => {
-            tracing::warn!(%why, "refusing to complete a launch lifecycle action");
-            return Ok(Err(LeftAlone { node: why }));
-        }
-        Look::Ready(node) => Joining::Ready { node },
-        Look::NotYet(why) if a.deadline.is_some_and(|d| now > d) => {
-            tracing::warn!(%why, "a launching instance's node did not become Ready in time");
-            Joining::TimedOut { why }
-        }
-        Look::NotYet(why) => Joining::Waiting {
-            why,
-            next_check: now + LAUNCH_CHECK_EVERY,
-        },
-    }))
-}
-
-/// What a look at the node found.
+/// What a look at a launching instance's node found.
 #[derive(Debug)]
 enum Look {
     Ready(String),
@@ -127,21 +69,9 @@ async fn look(clients: &ClusterClient, a: &NodeAction) -> Result<Look, KubeError
     Ok(Look::NotYet(why))
 }
 
-/// Why a node is not Ready (yet).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-enum NotReady {
-    /// Its `Ready` condition says something else than `True`.
-    #[error("Ready is {status}{}", reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())]
-    Condition {
-        status: String,
-        reason: Option<String>,
-    },
-    #[error("no Ready condition yet")]
-    NoCondition,
-}
-
-/// Whether the node's `Ready` condition is `True`; otherwise what it says.
-fn ready(node: &Node) -> Result<(), NotReady> {
+/// Whether the node's `Ready` condition is `True`; otherwise what it says (`Ready is False:
+/// KubeletNotReady`, `no Ready condition yet`).
+fn ready(node: &Node) -> Result<(), String> {
     let condition = node
         .status
         .as_ref()
@@ -149,11 +79,78 @@ fn ready(node: &Node) -> Result<(), NotReady> {
         .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
     match condition {
         Some(c) if c.status == "True" => Ok(()),
-        Some(c) => Err(NotReady::Condition {
-            status: c.status.clone(),
-            reason: c.reason.clone(),
-        }),
-        None => Err(NotReady::NoCondition),
+        Some(c) => Err(format!(
+            "Ready is {}{}",
+            c.status,
+            c.reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        )),
+        None => Err("no Ready condition yet".into()),
+    }
+}
+
+impl KubeExecutor {
+    /// The lifecycle action of `a`, once the node is handled: kept alive while the drain (or the
+    /// wait for a launching instance's node) is pending, completed when it is over. A launch
+    /// hook's first looks at where its instance's node stands (`out.joining`): past the action's
+    /// deadline a node not Ready yet is [`Joining::TimedOut`] (the action is left to the hook's
+    /// timeout), and a control-plane node leaves it alone (`out.refused`).
+    pub(super) async fn lifecycle_step(
+        &self,
+        a: &NodeAction,
+        pass: Pass,
+        out: &mut NodeOutcome,
+    ) -> Result<(), KubeError> {
+        if a.complete_lifecycle.as_ref().is_some_and(|l| l.is_launch()) {
+            let now = self.clients.clock().now();
+            let joining = match look(&self.clients, a).await? {
+                Look::Refused(why) => {
+                    tracing::warn!(%why, "refusing to complete a launch lifecycle action");
+                    out.refused = Some(format!("{why}: its lifecycle action is left alone"));
+                    return Ok(());
+                }
+                Look::Ready(node) => Joining::Ready { node },
+                Look::NotYet(why) if a.deadline.is_some_and(|d| now > d) => {
+                    tracing::warn!(%why, "a launching instance's node did not become Ready in time");
+                    Joining::TimedOut { why }
+                }
+                Look::NotYet(why) => Joining::Waiting {
+                    why,
+                    next_check: now + LAUNCH_CHECK_EVERY,
+                },
+            };
+            let timed_out = matches!(joining, Joining::TimedOut { .. });
+            out.joining = Some(joining);
+            if out.refused.is_some() || timed_out {
+                return Ok(());
+            }
+        }
+        // A dry run has no later pass, but a node not Ready yet is no reason to complete either.
+        let pending = out.pending() || matches!(out.joining, Some(Joining::Waiting { .. }));
+        if let (Some(lifecycle), true) = (&a.complete_lifecycle, pending) {
+            let heartbeat = match pass {
+                Pass::Drain { heartbeat, .. } => heartbeat,
+                Pass::Cordon | Pass::Announce => false,
+            };
+            if heartbeat
+                && let Some(completer) = &self.lifecycle
+                && completer.heartbeat(&a.instance_id, lifecycle).await?
+            {
+                out.heartbeat_at = Some(self.clients.clock().now());
+            }
+        } else if let Some(lifecycle) = &a.complete_lifecycle {
+            out.lifecycle = Some(if self.settings.dry_run {
+                LifecycleOutcome::WouldComplete
+            } else if let Some(completer) = &self.lifecycle {
+                completer.complete(&a.instance_id, lifecycle).await?
+            } else {
+                tracing::warn!("no Auto Scaling client: the lifecycle action is left to time out");
+                LifecycleOutcome::NotConfigured
+            });
+        }
+        Ok(())
     }
 }
 
@@ -179,15 +176,14 @@ mod tests {
         assert_eq!(
             ready(&node(
                 json!([{"type": "Ready", "status": "False", "reason": "KubeletNotReady"}])
-            ))
-            .map_err(|e| e.to_string()),
+            )),
             Err("Ready is False: KubeletNotReady".into())
         );
         assert_eq!(
             ready(&node(
                 json!([{"type": "MemoryPressure", "status": "False"}])
             )),
-            Err(NotReady::NoCondition)
+            Err("no Ready condition yet".into())
         );
         assert!(ready(&node(json!(null))).is_err());
     }

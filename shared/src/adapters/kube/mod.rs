@@ -23,6 +23,7 @@ mod drain;
 mod eks;
 mod error;
 mod events;
+mod execute;
 mod executor;
 mod launch;
 mod node_facts;
@@ -39,22 +40,15 @@ mod workloads;
 pub use api::FIELD_MANAGER;
 pub use connect::{
     ClusterAccess, ClusterClient, ConnectError, EksAccess, EksClusters, Impersonation, KUBE_SHARE,
-    KubeconfigContexts, connect, connect_as, connect_context, connect_eks, connect_eks_as,
-    has_context,
+    KubeconfigContexts, connect, connect_eks, has_context,
 };
-pub use cordon::{CordonOutcome, CordonSpec, RecordKeys, cordon_patch};
-pub use delete::DeleteOutcome;
 pub use directory::KubeNodeDirectory;
-pub use drain::{DrainReport, LeftPod, SkippedPod, is_critical};
-pub use eks::{
-    CLUSTER_ID_HEADER, PRESIGN_EXPIRES, TOKEN_CACHE_LIFETIME, TOKEN_PREFIX, TokenError, eks_token,
-    presigned_url, sts_host, url_from_token,
-};
-pub use error::{ApiError, KubeError, Refusal};
-pub use events::{EventOutcome, REPORTING_CONTROLLER, event_name};
-pub use executor::{ExecutorSettings, KubeExecutor, NodeOutcome};
-pub use launch::{Joining, LAUNCH_CHECK_EVERY};
+pub use eks::{TOKEN_CACHE_LIFETIME, url_from_token};
+pub use error::{ApiError, KubeError};
+pub use events::{REPORTING_CONTROLLER, event_name};
+pub use executor::{ExecutorSettings, KubeExecutor};
 pub use node_facts::node_facts;
+pub use outcome::{CordonOutcome, DeleteOutcome, DrainReport, EventOutcome, Joining, NodeOutcome};
 pub use policy::{KubePolicy, POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE};
 pub use preflight::{PreflightScope, prove};
 pub use priorities::KubeExpander;

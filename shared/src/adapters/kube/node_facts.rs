@@ -15,6 +15,11 @@ pub fn node_facts(node: &Node) -> NodeFacts {
     let spec = node.spec.as_ref();
     let labels: BTreeMap<String, String> = meta.labels.clone().unwrap_or_default();
     let annotations: BTreeMap<String, String> = meta.annotations.clone().unwrap_or_default();
+    let machine = |name: &String| Owner::Machine {
+        namespace: (annotations.get(ANNOTATION_CAPI_NAMESPACE).cloned())
+            .unwrap_or_else(|| "default".into()),
+        name: name.clone(),
+    };
     let owner = meta
         .owner_references
         .iter()
@@ -25,13 +30,7 @@ pub fn node_facts(node: &Node) -> NodeFacts {
                 (KARPENTER_GROUP, "NodeClaim") => Some(Owner::NodeClaim {
                     name: r.name.clone(),
                 }),
-                (CAPI_GROUP, "Machine") => Some(Owner::Machine {
-                    namespace: annotations
-                        .get(ANNOTATION_CAPI_NAMESPACE)
-                        .cloned()
-                        .unwrap_or_else(|| "default".into()),
-                    name: r.name.clone(),
-                }),
+                (CAPI_GROUP, "Machine") => Some(machine(&r.name)),
                 _ => None,
             }
         })
@@ -39,40 +38,20 @@ pub fn node_facts(node: &Node) -> NodeFacts {
             annotations
                 .get(ANNOTATION_CAPI_MACHINE)
                 .filter(|m| !m.is_empty())
-                .map(|name| Owner::Machine {
-                    namespace: annotations
-                        .get(ANNOTATION_CAPI_NAMESPACE)
-                        .cloned()
-                        .unwrap_or_else(|| "default".into()),
-                    name: name.clone(),
-                })
+                .map(machine)
         });
-    let taints = spec
-        .and_then(|s| s.taints.as_ref())
-        .map(|ts| {
-            ts.iter()
-                .map(|t| Taint {
-                    key: t.key.clone(),
-                    value: t.value.clone(),
-                    effect: t.effect.clone(),
-                })
-                .collect()
+    let taints = (spec.and_then(|s| s.taints.as_ref()).into_iter().flatten())
+        .map(|t| Taint {
+            key: t.key.clone(),
+            value: t.value.clone(),
+            effect: t.effect.clone(),
         })
-        .unwrap_or_default();
-    let dns_names = node
-        .status
-        .as_ref()
-        .and_then(|s| s.addresses.as_ref())
-        .map(|addrs| {
-            addrs
-                .iter()
-                .filter(|a| {
-                    a.type_ == "InternalDNS" || a.type_ == "Hostname" || a.type_ == "ExternalDNS"
-                })
-                .map(|a| a.address.clone())
-                .collect()
-        })
-        .unwrap_or_default();
+        .collect();
+    let addresses = node.status.as_ref().and_then(|s| s.addresses.as_ref());
+    let dns_names = (addresses.into_iter().flatten())
+        .filter(|a| matches!(a.type_.as_str(), "InternalDNS" | "Hostname" | "ExternalDNS"))
+        .map(|a| a.address.clone())
+        .collect();
     NodeFacts {
         name: meta.name.clone().unwrap_or_default(),
         provider_id: spec.and_then(|s| s.provider_id.clone()),

@@ -1,21 +1,274 @@
-//! What the executor did for each node action ([`NodeOutcome`]), and what it reports of it to the
-//! pipeline ([`results`]).
+//! What the executor did for each node action ([`NodeOutcome`]: its cordon, drain, delete,
+//! Events, launch check), and what it reports of it to the pipeline ([`results`]).
 
 use chrono::{DateTime, Utc};
+use serde_json::Value;
 
-use super::cordon::CordonOutcome;
-use super::delete::DeleteOutcome;
-use super::drain::DrainReport;
-use super::events::EventOutcome;
-use super::launch::Joining;
+use super::surge::PlaceholderRefusal;
 use crate::domain::config::Action;
 use crate::domain::plan::NodeAction;
 use crate::domain::report::DrainSummary;
+use crate::domain::surge::RoomWait;
 use crate::domain::wayback::UndoOutcome;
 use crate::ports::{ActionResult, LifecycleOutcome};
 
-/// What was done for one node action.
+/// What a cordon did.
 #[derive(Debug, Clone, PartialEq)]
+pub enum CordonOutcome {
+    /// Patched, after `attempts` tries (more than one when the node changed under us).
+    Cordoned { attempts: u32 },
+    /// The node already had exactly that state: nothing sent.
+    AlreadyCordoned,
+    /// Dry run: the patch that would be sent.
+    WouldCordon { patch: Value },
+    /// The node is gone (deleted while we worked): nothing to cordon.
+    NodeGone,
+    /// The node changed while we worked and, read again, is no longer one to act on (another
+    /// instance's, or control-plane now): nothing was written.
+    Refused { why: String },
+}
+
+/// What a delete did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    /// Deleted (`nodeclaim/x`, `machine/ns/x`, `node/x`).
+    Deleted { target: String },
+    /// Nothing of that name: deleted before.
+    AlreadyGone { target: String },
+    /// Deletion under way (`deletionTimestamp` set): nothing sent.
+    AlreadyDeleting { target: String },
+    /// Dry run.
+    WouldDelete { target: String },
+    /// Not deleted: the object read does not belong to the event's instance, or is
+    /// control-plane.
+    Refused { target: String, why: String },
+}
+
+impl DeleteOutcome {
+    pub fn summary(&self) -> String {
+        match self {
+            DeleteOutcome::Deleted { target } => format!("deleted {target}"),
+            DeleteOutcome::AlreadyGone { target } => format!("{target} already gone"),
+            DeleteOutcome::AlreadyDeleting { target } => format!("{target} already being deleted"),
+            DeleteOutcome::WouldDelete { target } => format!("would delete {target}"),
+            DeleteOutcome::Refused { target, why } => format!("refused to delete {target}: {why}"),
+        }
+    }
+}
+
+/// A pod not evicted by the deadline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftPod {
+    /// `<namespace>/<name>`.
+    pub pod: String,
+    /// The last refusal (`429 TooManyRequests: Cannot evict pod ... The disruption budget web-pdb
+    /// needs 2 healthy pods ...`).
+    pub reason: String,
+}
+
+/// A pod a drain leaves alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedPod {
+    pub pod: String,
+    /// `daemonset`, `mirror`, `succeeded`, `failed`.
+    pub why: &'static str,
+}
+
+/// What became of the Events on the pods a drain pass evicted (see
+/// [`super::KubeExecutor`]): best effort, never the drain's outcome.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PodEventCounts {
+    /// Created.
+    pub recorded: usize,
+    /// There already (a redelivered event: 409).
+    pub existed: usize,
+    /// Not sent: past the pass's budget, the client's rate limit busy, or after a failure.
+    pub given_up: usize,
+    /// Failed when sent (counted in `given_up` too).
+    pub failed: usize,
+    /// Dry run: the Events that would be recorded.
+    pub would_record: usize,
+}
+
+/// What a drain did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DrainReport {
+    /// Evictions the API accepted, in the order they were accepted.
+    pub evicted: Vec<String>,
+    /// The uid of each pod of `evicted` (by `namespace/name`), when it had one.
+    pub uids: std::collections::BTreeMap<String, String>,
+    /// The Events on the pods this pass evicted.
+    pub pod_events: PodEventCounts,
+    /// Pods gone before their eviction (404).
+    pub already_gone: Vec<String>,
+    /// Pods still refused at the deadline.
+    pub left: Vec<LeftPod>,
+    /// Evicted or terminating pods still present when the drain stopped waiting.
+    pub terminating: Vec<String>,
+    /// Pods left alone.
+    pub skipped: Vec<SkippedPod>,
+    /// Dry run: the pods that would be evicted, in order.
+    pub would_evict: Vec<String>,
+    /// The pass ([`super::drain`]) left work for a later pass: pods
+    /// evicted or terminating and not yet gone, refused evictions, critical pods not yet due.
+    pub pending: bool,
+    /// When the drain is pending only for terminating pods: when the last of them is due to be
+    /// gone (the latest `deletionTimestamp`); or, pods waiting for room, when to look again.
+    pub wait_until: Option<DateTime<Utc>>,
+    /// Pods not evicted yet: they wait for room (their placeholder to run) or their latest safe
+    /// time.
+    pub waiting: Vec<String>,
+    /// The drain only waits for room (every pod left waits for its placeholder): until when at
+    /// the latest, and how many placeholders hold it.
+    pub room: Option<RoomWait>,
+    /// Placeholders created, and deleted (their pod gone, or the drain over), in this pass.
+    pub placeholders_created: usize,
+    pub placeholders_deleted: usize,
+    /// Placeholders the API server refused (their pods evicted at once).
+    pub placeholders_refused: usize,
+    /// Those refusals reported for the first time in this environment (an Event on the node).
+    pub new_refusals: Vec<PlaceholderRefusal>,
+}
+
+impl DrainReport {
+    /// No pod was left on the node for want of an eviction (and none is pending).
+    pub fn complete(&self) -> bool {
+        self.left.is_empty() && !self.pending
+    }
+
+    /// `evicted 3 pods; 1 left (blocked at the deadline: web/w1); 2 still terminating`.
+    pub fn summary(&self) -> String {
+        self.summary_saying("no pod to evict")
+    }
+
+    /// The summary of a drain's later pass, after earlier passes evicted what there was (which
+    /// this pass does not count): `no pod left to evict; 3 pods left alone`.
+    pub fn later_summary(&self) -> String {
+        self.summary_saying("no pod left to evict")
+    }
+
+    fn summary_saying(&self, nothing_to_evict: &str) -> String {
+        let mut parts = Vec::new();
+        if !self.would_evict.is_empty() || (self.evicted.is_empty() && self.left.is_empty()) {
+            if !self.would_evict.is_empty() {
+                parts.push(format!(
+                    "would evict {} ({})",
+                    pods(self.would_evict.len()),
+                    self.would_evict.join(", ")
+                ));
+            } else {
+                parts.push(nothing_to_evict.to_string());
+            }
+        }
+        if !self.evicted.is_empty() {
+            parts.push(format!("evicted {}", pods(self.evicted.len())));
+        }
+        if !self.already_gone.is_empty() {
+            parts.push(format!("{} already gone", pods(self.already_gone.len())));
+        }
+        if !self.left.is_empty() {
+            let names: Vec<&str> = self.left.iter().map(|l| l.pod.as_str()).collect();
+            let until = if self.pending {
+                "eviction refused for now"
+            } else {
+                "eviction refused until the deadline"
+            };
+            parts.push(format!(
+                "{} left ({until}: {})",
+                pods(self.left.len()),
+                names.join(", ")
+            ));
+        }
+        if !self.terminating.is_empty() {
+            parts.push(format!(
+                "{} still terminating ({})",
+                pods(self.terminating.len()),
+                self.terminating.join(", ")
+            ));
+        }
+        if !self.skipped.is_empty() {
+            parts.push(format!("{} left alone", pods(self.skipped.len())));
+        }
+        if !self.waiting.is_empty() {
+            parts.push(format!(
+                "{} waiting for room elsewhere ({})",
+                pods(self.waiting.len()),
+                self.waiting.join(", ")
+            ));
+        }
+        if self.placeholders_created > 0 {
+            parts.push(format!(
+                "{} placeholders created",
+                self.placeholders_created
+            ));
+        }
+        if self.placeholders_refused > 0 {
+            parts.push(format!(
+                "{} placeholders refused by the API server (their pods evicted at once)",
+                self.placeholders_refused
+            ));
+        }
+        if self.placeholders_deleted > 0 {
+            parts.push(format!(
+                "{} placeholders deleted",
+                self.placeholders_deleted
+            ));
+        }
+        if self.pending {
+            parts.push("continued in a later pass".into());
+        }
+        parts.join("; ")
+    }
+}
+
+fn pods(n: usize) -> String {
+    if n == 1 {
+        "1 pod".into()
+    } else {
+        format!("{n} pods")
+    }
+}
+
+/// What became of an Event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventOutcome {
+    Created,
+    /// Recorded before (a redelivered event).
+    Exists,
+    /// Dry run.
+    WouldCreate,
+}
+
+/// Where a launching instance's node stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Joining {
+    /// The node runs the instance and is Ready: the lifecycle action is completed.
+    Ready { node: String },
+    /// Not yet: why, and when it is looked at again.
+    Waiting {
+        why: String,
+        next_check: DateTime<Utc>,
+    },
+    /// The deadline passed first: the hook is left to its own timeout and default result.
+    TimedOut { why: String },
+}
+
+impl Joining {
+    /// For people.
+    pub fn summary(&self) -> String {
+        match self {
+            Joining::Ready { node } => format!("node/{node} runs the instance and is Ready"),
+            Joining::Waiting { why, .. } => format!("{why}: looked at again in the next pass"),
+            Joining::TimedOut { why } => format!(
+                "{why} by the deadline: the lifecycle action is left to the hook's own timeout \
+                 and default result"
+            ),
+        }
+    }
+}
+
+/// What was done for one node action.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeOutcome {
     pub instance_id: String,
     pub node: Option<String>,
@@ -24,7 +277,7 @@ pub struct NodeOutcome {
     /// The node was not there when read: nothing to do to it.
     pub node_gone: bool,
     /// Why the action was refused: the node, as read live, failed verification (see
-    /// [`KubeExecutor::run`]'s module doc).
+    /// [`super::KubeExecutor`]).
     pub refused: Option<String>,
     pub cordon: Option<CordonOutcome>,
     /// The node was found cordoned with forewarn's taint when the drain's first pass announced
@@ -58,24 +311,11 @@ impl NodeOutcome {
             node: a.node.clone(),
             action: a.action,
             dry_run,
-            node_gone: false,
-            refused: None,
-            cordon: None,
-            cordoned_before: false,
-            cordoned_at: None,
-            drain: None,
-            delete: None,
-            lifecycle: None,
             lifecycle_hook: a
                 .complete_lifecycle
                 .as_ref()
                 .map(|l| format!("{}/{}", l.asg_name, l.hook_name)),
-            undo: None,
-            drain_pending: false,
-            heartbeat_at: None,
-            joining: None,
-            events: Vec::new(),
-            event_failures: Vec::new(),
+            ..NodeOutcome::default()
         }
     }
 

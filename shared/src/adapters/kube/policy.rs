@@ -7,11 +7,12 @@
 
 use ::kube::Api;
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::api::retry::with_retry;
 use super::connect::ClusterClient;
-use super::events::{EventType, ObjectEvent, record_about};
+use super::events::{EventType, ObjectEvent, record, reference};
 use crate::ports::{DirectoryError, FailureKind, PolicySource, PolicyText};
 
 /// The policy ConfigMap's namespace (forewarn's own, `infra/k8s/rbac.yaml`), name and key.
@@ -34,7 +35,7 @@ impl KubePolicy {
         }
     }
 
-    fn failed(&self, e: impl Into<crate::ports::BoxError>, kind: FailureKind) -> DirectoryError {
+    fn failed(&self, kind: FailureKind, e: impl Into<crate::ports::BoxError>) -> DirectoryError {
         DirectoryError {
             doing: Some(format!("configmap/{POLICY_NAMESPACE}/{POLICY_CONFIGMAP}")),
             ..DirectoryError::new("Kubernetes (the policy ConfigMap)", kind, e)
@@ -45,23 +46,24 @@ impl KubePolicy {
 #[async_trait]
 impl PolicySource for KubePolicy {
     async fn read(&self) -> Result<PolicyText, DirectoryError> {
-        let client = self.clients.client().await.map_err(|e| {
-            let kind = e.kind();
-            self.failed(e, kind)
-        })?;
+        let client = self
+            .clients
+            .client()
+            .await
+            .map_err(|e| self.failed(e.kind(), e))?;
         let maps: Api<ConfigMap> = Api::namespaced(client, POLICY_NAMESPACE);
         let object = format!("configmap/{POLICY_NAMESPACE}/{POLICY_CONFIGMAP}");
-        match with_retry(&self.clients, "get", &object, || maps.get(POLICY_CONFIGMAP)).await {
-            Ok(map) => Ok(match map.data.and_then(|mut d| d.remove(POLICY_KEY)) {
-                Some(text) => PolicyText::Text(text),
-                None => PolicyText::NoKey,
-            }),
-            Err(e) if e.is_not_found() => Ok(PolicyText::Absent),
-            Err(e) => Err({
-                let kind = e.kind();
-                self.failed(e, kind)
-            }),
-        }
+        let got = with_retry(&self.clients, "get", &object, || {
+            maps.get_opt(POLICY_CONFIGMAP)
+        });
+        let map = got.await.map_err(|e| self.failed(e.kind(), e))?;
+        Ok(
+            match map.map(|m| m.data.and_then(|mut d| d.remove(POLICY_KEY))) {
+                None => PolicyText::Absent,
+                Some(Some(text)) => PolicyText::Text(text),
+                Some(None) => PolicyText::NoKey,
+            },
+        )
     }
 
     async fn refused(&self, message: &str) {
@@ -69,13 +71,14 @@ impl PolicySource for KubePolicy {
         // One Event per refusal message: the same bad policy read again records none.
         let event = ObjectEvent {
             namespace: POLICY_NAMESPACE,
-            regarding: ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("ConfigMap".into()),
-                namespace: Some(POLICY_NAMESPACE.into()),
-                name: Some(POLICY_CONFIGMAP.into()),
-                ..ObjectReference::default()
-            },
+            regarding: reference(
+                "ConfigMap",
+                &ObjectMeta {
+                    namespace: Some(POLICY_NAMESPACE.into()),
+                    name: Some(POLICY_CONFIGMAP.into()),
+                    ..ObjectMeta::default()
+                },
+            ),
             related: None,
             event_id: message,
             reason: "PolicyRefused",
@@ -83,7 +86,7 @@ impl PolicySource for KubePolicy {
             type_: EventType::Warning,
             note: message.to_string(),
         };
-        if let Err(e) = record_about(&self.clients, &event, &self.reporting_instance, false).await {
+        if let Err(e) = record(&self.clients, &event, &self.reporting_instance, false, true).await {
             tracing::warn!(error = %e, "could not record the PolicyRefused Event");
         }
     }

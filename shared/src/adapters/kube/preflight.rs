@@ -14,14 +14,14 @@
 use ::kube::Api;
 use ::kube::api::{ListParams, Patch, PatchParams, PostParams};
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 
 use super::api::FIELD_MANAGER;
 use super::connect::ClusterClient;
 use super::cordon::{CordonSpec, RecordKeys, cordon_patch, uncordon_patch};
 use super::drain::{Disposition, disposition, eviction_body};
-use super::events::{EVENT_NAMESPACE, EventType, ObjectEvent, build};
+use super::events::{EVENT_NAMESPACE, EventType, ObjectEvent, build, reference};
 use super::node_facts::node_facts;
 use super::placeholder::{Doomed, placeholder_for};
 use super::surge::is_placeholder;
@@ -85,11 +85,30 @@ pub async fn prove(
     scope: &PreflightScope<'_>,
 ) -> Vec<Proof> {
     let subjects = subjects(clients).await;
-    let now = clients.clock().now();
+    let dry = clients.client().await.map(|client| Dry {
+        client,
+        config,
+        scope,
+        subjects: &subjects,
+        now: clients.clock().now(),
+        post: PostParams {
+            dry_run: true,
+            field_manager: Some(FIELD_MANAGER.into()),
+        },
+        patch: PatchParams {
+            dry_run: true,
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        },
+    });
     let mut proofs = Vec::with_capacity(scope.capabilities.len());
     for &capability in scope.capabilities {
-        let verdict = match prove_one(clients, config, scope, &subjects, capability, now).await {
-            Ok(verdict) | Err(verdict) => verdict,
+        let verdict = match &dry {
+            Ok(dry) => dry
+                .prove(capability)
+                .await
+                .unwrap_or_else(|refused| refused),
+            Err(e) => Verdict::NotChecked(format!("no client: {e}")),
         };
         proofs.push(Proof {
             capability,
@@ -203,16 +222,6 @@ fn spot_cordon(config: &Config, node: &Node, now: DateTime<Utc>) -> CordonSpec {
     }
 }
 
-fn reference(kind: &str, name: Option<&String>, uid: Option<&String>) -> ObjectReference {
-    ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some(kind.into()),
-        name: name.cloned(),
-        uid: uid.cloned(),
-        ..ObjectReference::default()
-    }
-}
-
 /// What each dry run is sent with: the client, the cluster's objects, the parameters.
 struct Dry<'a> {
     client: ::kube::Client,
@@ -224,44 +233,18 @@ struct Dry<'a> {
     patch: PatchParams,
 }
 
-async fn prove_one(
-    clients: &ClusterClient,
-    config: &Config,
-    scope: &PreflightScope<'_>,
-    subjects: &Subjects,
-    capability: Capability,
-    now: DateTime<Utc>,
-) -> Result<Verdict, Verdict> {
-    let client = clients
-        .client()
-        .await
-        .map_err(|e| Verdict::NotChecked(format!("no client: {e}")))?;
-    let dry = Dry {
-        client,
-        config,
-        scope,
-        subjects,
-        now,
-        post: PostParams {
-            dry_run: true,
-            field_manager: Some(FIELD_MANAGER.into()),
-        },
-        patch: PatchParams {
-            dry_run: true,
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..PatchParams::default()
-        },
-    };
-    match capability {
-        Capability::Cordon | Capability::WayBack => dry.node_write(capability).await,
-        Capability::Evict => dry.evict().await,
-        Capability::Placeholder => dry.placeholder().await,
-        Capability::PodEvent | Capability::NodeEvent => dry.event(capability).await,
-        Capability::Expander => dry.expander().await,
-    }
-}
-
 impl Dry<'_> {
+    /// Proves `capability`: its dry run's verdict (`Err`: the verdict of a read it needs).
+    async fn prove(&self, capability: Capability) -> Result<Verdict, Verdict> {
+        match capability {
+            Capability::Cordon | Capability::WayBack => self.node_write(capability).await,
+            Capability::Evict => self.evict().await,
+            Capability::Placeholder => self.placeholder().await,
+            Capability::PodEvent | Capability::NodeEvent => self.event(capability).await,
+            Capability::Expander => self.expander().await,
+        }
+    }
+
     fn node(&self) -> Result<(&Node, String), Verdict> {
         let node = self
             .subjects
@@ -358,19 +341,14 @@ impl Dry<'_> {
     /// `default`).
     async fn event(&self, capability: Capability) -> Result<Verdict, Verdict> {
         let (node, _) = self.node()?;
-        let node_ref = reference(
-            "Node",
-            node.metadata.name.as_ref(),
-            node.metadata.uid.as_ref(),
-        );
+        let node_ref = reference("Node", &node.metadata);
         let (namespace, regarding, related) = if capability == Capability::PodEvent {
             let pod = self.pod()?;
-            let namespace = pod_name(pod).0;
-            let regarding = ObjectReference {
-                namespace: Some(namespace.clone()),
-                ..reference("Pod", pod.metadata.name.as_ref(), pod.metadata.uid.as_ref())
-            };
-            (namespace, regarding, Some(node_ref))
+            (
+                pod_name(pod).0,
+                reference("Pod", &pod.metadata),
+                Some(node_ref),
+            )
         } else {
             (EVENT_NAMESPACE.to_string(), node_ref, None)
         };

@@ -46,6 +46,14 @@ impl KubeExpander {
             })?;
         Ok(Api::namespaced(client, NAMESPACE))
     }
+
+    /// The ConfigMap `name` of the namespace, if there is one.
+    async fn get(&self, name: &str) -> Result<Option<ConfigMap>, ExpanderError> {
+        let api = self.api("get", name).await?;
+        let object = object(name);
+        let got = with_retry(&self.clients, "get", &object, || api.get_opt(name));
+        got.await.map_err(api_error)
+    }
 }
 
 fn api_error(e: ApiError) -> ExpanderError {
@@ -97,13 +105,7 @@ fn params() -> PostParams {
 #[async_trait]
 impl ExpanderStore for KubeExpander {
     async fn base(&self) -> Result<Option<String>, ExpanderError> {
-        let api = self.api("get", BASE_CONFIGMAP).await?;
-        let cm = with_retry(&self.clients, "get", &object(BASE_CONFIGMAP), || {
-            api.get_opt(BASE_CONFIGMAP)
-        })
-        .await
-        .map_err(api_error)?;
-        Ok(cm.map(|cm| {
+        Ok(self.get(BASE_CONFIGMAP).await?.map(|cm| {
             cm.data
                 .and_then(|mut d| d.remove(DATA_KEY))
                 .unwrap_or_default()
@@ -111,42 +113,33 @@ impl ExpanderStore for KubeExpander {
     }
 
     async fn current(&self) -> Result<Option<StoredExpander>, ExpanderError> {
-        let api = self.api("get", EXPANDER_CONFIGMAP).await?;
-        let cm = with_retry(&self.clients, "get", &object(EXPANDER_CONFIGMAP), || {
-            api.get_opt(EXPANDER_CONFIGMAP)
-        })
-        .await
-        .map_err(api_error)?;
-        Ok(cm.map(|cm| StoredExpander {
-            resource_version: cm.metadata.resource_version.unwrap_or_default(),
-            config: ExpanderConfig {
-                priorities: cm
-                    .data
-                    .and_then(|mut d| d.remove(DATA_KEY))
-                    .unwrap_or_default(),
-                labels: cm.metadata.labels.unwrap_or_default(),
-                annotations: cm.metadata.annotations.unwrap_or_default(),
-            },
-        }))
+        Ok(self
+            .get(EXPANDER_CONFIGMAP)
+            .await?
+            .map(|cm| StoredExpander {
+                resource_version: cm.metadata.resource_version.unwrap_or_default(),
+                config: ExpanderConfig {
+                    priorities: cm
+                        .data
+                        .and_then(|mut d| d.remove(DATA_KEY))
+                        .unwrap_or_default(),
+                    labels: cm.metadata.labels.unwrap_or_default(),
+                    annotations: cm.metadata.annotations.unwrap_or_default(),
+                },
+            }))
     }
 
     async fn create(&self, config: &ExpanderConfig) -> Result<(), ExpanderError> {
         let api = self.api("create", EXPANDER_CONFIGMAP).await?;
         let cm = config_map(config, None);
         let params = params();
-        match with_retry(&self.clients, "create", &object(EXPANDER_CONFIGMAP), || {
+        // Created by someone else meanwhile (409): read again, as for a conflict.
+        with_retry(&self.clients, "create", &object(EXPANDER_CONFIGMAP), || {
             api.create(&params, &cm)
         })
         .await
-        {
-            Ok(_) => Ok(()),
-            // Created by someone else meanwhile: read again, as for a conflict.
-            Err(e) if e.status == Some(409) => Err(ExpanderError::Conflict {
-                verb: "create",
-                object: e.object,
-            }),
-            Err(e) => Err(api_error(e)),
-        }
+        .map(|_| ())
+        .map_err(api_error)
     }
 
     async fn replace(

@@ -33,7 +33,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::api::rate_limit::Lane;
-use super::api::retry::{once_in, with_retry_in};
+use super::api::retry::with_retry_in;
 use super::connect::ClusterClient;
 use super::error::ApiError;
 use super::error::KubeError;
@@ -158,11 +158,6 @@ fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
-/// The namespace of the pod a placeholder holds room for (from [`ANNOTATION_POD`]).
-fn pod_namespace(pod: &Pod) -> &str {
-    pod.metadata.namespace.as_deref().unwrap_or("default")
-}
-
 /// A placeholder to make: for which pod (uid, namespace), until when it waits.
 struct Making {
     uid: String,
@@ -235,7 +230,7 @@ pub(crate) async fn surge_pass(
             pass.wait(uid, latest, now);
             continue;
         }
-        let namespace = pod_namespace(pod);
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
         if settings.memory.refuses(namespace, now) {
             // Refused lately: no room can be asked for this pod, waiting would gain nothing.
             tracing::debug!(
@@ -492,16 +487,10 @@ async fn create(clients: &ClusterClient, memory: &SurgeMemory, m: &Making) -> Cr
         }
     };
     let pods: Api<Pod> = Api::namespaced(client, NAMESPACE);
-    let params = PostParams::default();
-    let answer = once_in(
-        clients,
-        Lane::Later,
-        "create",
-        &object,
-        pods.create(&params, &m.placeholder),
-    )
-    .await;
-    match answer {
+    // One attempt, never retried: a failure is itself the answer (its pod is evicted at once).
+    clients.throttle(Lane::Later).await;
+    let answer = pods.create(&PostParams::default(), &m.placeholder).await;
+    match answer.map_err(|e| ApiError::new("create", object, e)) {
         Ok(_) => Created::New,
         Err(e) if e.is_conflict() => Created::Exists,
         Err(e) if e.status.is_some_and(is_refusal) => {

@@ -4,16 +4,11 @@
 
 use std::fmt::Debug;
 
-use ::kube::api::ListParams;
 use ::kube::{Api, Resource};
 use async_trait::async_trait;
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::scheduling::v1::PriorityClass;
 use serde::de::DeserializeOwned;
 
-use super::api::retry::with_retry;
+use super::api::retry;
 use super::connect::ClusterClient;
 use super::error::KubeError;
 use crate::adapters::workloads::{RawWorkloads, view};
@@ -21,7 +16,6 @@ use crate::domain::audit::ClusterView;
 use crate::ports::{DirectoryError, FailureKind, WorkloadSource};
 
 const SERVICE: &str = "kubernetes";
-const LIST_PAGE: u32 = 500;
 
 /// [`WorkloadSource`] over the Kubernetes API.
 #[derive(Debug, Clone)]
@@ -33,6 +27,18 @@ impl KubeWorkloads {
     pub fn new(clients: ClusterClient) -> KubeWorkloads {
         KubeWorkloads { clients }
     }
+
+    /// Every object of a kind, in every namespace (see [`super::api::retry::list_all`]).
+    async fn list<K>(&self, client: &::kube::Client, what: &str) -> Result<Vec<K>, DirectoryError>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug,
+        K::DynamicType: Default,
+    {
+        let api: Api<K> = Api::all(client.clone());
+        retry::list_all(&self.clients, &api, what)
+            .await
+            .map_err(error)
+    }
 }
 
 /// A call that failed, with its kind.
@@ -41,50 +47,19 @@ fn error(e: impl Into<KubeError>) -> DirectoryError {
     DirectoryError::new(SERVICE, e.kind(), e)
 }
 
-/// Every object of a kind, in every namespace, page by page.
-async fn list_all<K>(
-    clients: &ClusterClient,
-    client: &::kube::Client,
-    what: &str,
-) -> Result<Vec<K>, DirectoryError>
-where
-    K: Resource + Clone + DeserializeOwned + Debug,
-    K::DynamicType: Default,
-{
-    let api: Api<K> = Api::all(client.clone());
-    let mut out = Vec::new();
-    let mut params = ListParams::default().limit(LIST_PAGE);
-    loop {
-        let page = with_retry(clients, "list", what, || api.list(&params))
-            .await
-            .map_err(error)?;
-        out.extend(page.items);
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(out),
-        }
-    }
-}
-
 #[async_trait]
 impl WorkloadSource for KubeWorkloads {
     #[tracing::instrument(skip_all, err)]
     async fn workloads(&self) -> Result<ClusterView, DirectoryError> {
         let client = self.clients.client().await.map_err(error)?;
         let raw = RawWorkloads {
-            deployments: list_all::<Deployment>(&self.clients, &client, "deployments").await?,
-            stateful_sets: list_all::<StatefulSet>(&self.clients, &client, "statefulsets").await?,
-            replica_sets: list_all::<ReplicaSet>(&self.clients, &client, "replicasets").await?,
-            pods: list_all::<Pod>(&self.clients, &client, "pods").await?,
-            budgets: list_all::<PodDisruptionBudget>(
-                &self.clients,
-                &client,
-                "poddisruptionbudgets",
-            )
-            .await?,
-            priority_classes: list_all::<PriorityClass>(&self.clients, &client, "priorityclasses")
-                .await?,
-            nodes: list_all::<Node>(&self.clients, &client, "nodes").await?,
+            deployments: self.list(&client, "deployments").await?,
+            stateful_sets: self.list(&client, "statefulsets").await?,
+            replica_sets: self.list(&client, "replicasets").await?,
+            pods: self.list(&client, "pods").await?,
+            budgets: self.list(&client, "poddisruptionbudgets").await?,
+            priority_classes: self.list(&client, "priorityclasses").await?,
+            nodes: self.list(&client, "nodes").await?,
         };
         view(&raw).map_err(|e| DirectoryError::new(SERVICE, FailureKind::Invalid, e))
     }

@@ -14,7 +14,7 @@ use crate::ports::Clock;
 /// node reads, cordons and taints, deletes, Events — goes before the drains' evictions and pod
 /// lists: in a mass interruption every node is cordoned without queueing behind other nodes'
 /// evictions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub(crate) enum Lane {
     #[default]
     First,
@@ -25,11 +25,7 @@ impl Lane {
     /// The later of two lanes: a request asked in [`Lane::First`] by work that runs in
     /// [`Lane::Later`] (a drain's later passes) goes in [`Lane::Later`].
     pub(crate) fn or(self, other: Lane) -> Lane {
-        if self == Lane::Later || other == Lane::Later {
-            Lane::Later
-        } else {
-            Lane::First
-        }
+        self.max(other)
     }
 }
 

@@ -15,6 +15,8 @@ use crate::adapters::kube::error::{
 };
 use crate::ports::span;
 
+/// Page size of the lists of every object of a kind ([`list_all`]).
+const LIST_PAGE: u32 = 500;
 /// How many times a call is tried when the answer says "try again" and no work deadline is
 /// set (see [`with_retry_in`]).
 pub(crate) const CALL_ATTEMPTS: u32 = 3;
@@ -42,7 +44,7 @@ where
 }
 
 /// [`with_retry`] in `lane` (or the client's, when that is [`Lane::Later`]). Within work that
-/// has a deadline (the client's, see [`ClusterClient::within`]: a Lambda invocation), a
+/// has a deadline (the client's, see [`ClusterClient::for_work`]: a Lambda invocation), a
 /// transient failure ([`is_transient`]) is retried with backoff (200 ms doubling, at most
 /// [`MAX_CALL_BACKOFF`], jittered) for as long as the deadline allows, so that an API server
 /// outage of tens of seconds is ridden out inside the invocation instead of spending the
@@ -60,7 +62,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, ::kube::Error>>,
 {
-    let until = clients.deadline();
+    let until = clients.deadline;
     let backoff = match until {
         Some(_) => CALL_BACKOFF,
         None => CALL_BACKOFF.with_retries(CALL_ATTEMPTS as usize - 1),
@@ -77,7 +79,7 @@ where
         .sleep(clients.sleeper())
         .when(|e| match until {
             // Impatient work waits a throttle out, never an outage (the event comes back).
-            Some(_) if clients.fail_fast() => status_code(e) == Some(429),
+            Some(_) if clients.fail_fast => status_code(e) == Some(429),
             Some(_) => is_transient(e),
             None => is_retryable(status_code(e)),
         })
@@ -101,17 +103,25 @@ where
         .map_err(|e| ApiError::new(verb, object, e))
 }
 
-/// One attempt of `call` in `lane` (after the client's rate limit), never retried: for a call
-/// whose failure is itself the answer (a placeholder's create: its pod is evicted at once).
-pub(crate) async fn once_in<T>(
+/// Every object `api` lists, page by page ([`LIST_PAGE`] a page), each page a [`with_retry`].
+pub(crate) async fn list_all<K>(
     clients: &ClusterClient,
-    lane: Lane,
-    verb: &'static str,
-    object: &str,
-    call: impl Future<Output = Result<T, ::kube::Error>>,
-) -> Result<T, ApiError> {
-    clients.throttle(lane).await;
-    call.await.map_err(|e| ApiError::new(verb, object, e))
+    api: &::kube::Api<K>,
+    what: &str,
+) -> Result<Vec<K>, ApiError>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut out = Vec::new();
+    let mut params = ::kube::api::ListParams::default().limit(LIST_PAGE);
+    loop {
+        let page = with_retry(clients, "list", what, || api.list(&params)).await?;
+        out.extend(page.items);
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(out),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -174,7 +184,11 @@ mod tests {
     async fn within_a_deadline_transient_failures_are_tried_until_it() {
         let clock = ManualClock::at(t0());
         let deadline = t0() + chrono::Duration::seconds(10);
-        let clients = clients(&clock).within(Some(deadline));
+        let work = crate::ports::Work {
+            deadline: Some(deadline),
+            fail_fast: false,
+        };
+        let clients = clients(&clock).for_work(work);
         let calls = AtomicU32::new(0);
         let result: Result<(), ApiError> = with_retry(&clients, "get", "node/n", || {
             calls.fetch_add(1, Ordering::SeqCst);
