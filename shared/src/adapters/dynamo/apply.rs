@@ -305,7 +305,10 @@ impl DynamoStore {
     }
 
     /// The history item of `entry` (no index holds it: it has none of their sort keys).
-    fn history_put(&self, entry: &HistoryEntry) -> Result<TransactWriteItem, StoreError> {
+    pub(super) fn history_put(
+        &self,
+        entry: &HistoryEntry,
+    ) -> Result<TransactWriteItem, StoreError> {
         let mut put = Put::builder()
             .table_name(&self.table)
             .item(PK, s(&pool_pk(&entry.pool)))

@@ -274,13 +274,147 @@ pub(super) fn decode_pool(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::adapters::dynamo::expr::Known;
+    use crate::adapters::dynamo::testing::{store, update};
+    use crate::domain::pool::{CapacityType, Retention};
+    use crate::domain::stats::HistoryEntry;
+
+    fn item(pairs: Vec<(&str, AttributeValue)>) -> HashMap<String, AttributeValue> {
+        pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+    }
+
+    fn secs(t: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(t, 0).unwrap()
+    }
+
+    /// The items below exactly as stored: the pool tables of earlier releases hold them.
+    #[test]
+    fn the_ledger_item_is_stored_as_it_always_was() {
+        let put = store().ledger_put(&update(1), "e-1").unwrap();
+        let stored = item(vec![
+            ("pk", s("EVENT#e-1")),
+            ("sk", s("EVENT")),
+            ("kind", s("spot-interruption")),
+            ("recorded_at", n(1_700_000_001)),
+            ("expires_at", n(1_701_209_601)),
+        ]);
+        assert_eq!(put.put().unwrap().item(), &stored);
+    }
+
+    #[test]
+    fn the_history_item_is_stored_as_it_always_was() {
+        let retention = Retention::default();
+        let entry = &HistoryEntry::of(&update(1), &retention)[0];
+        let put = store().history_put(entry).unwrap();
+        let mut stored = item(vec![
+            ("pk", s("POOL#spot#m0.large#us-east-1a")),
+            ("sk", s("HIST#01700000000#e-1#i-0")),
+            ("pool", s("spot#m0.large#us-east-1a")),
+            ("kind", s("spot-interruption")),
+            ("event_id", s("e-1")),
+            ("instance_id", s("i-0")),
+            // The event time rounded down, the window and the expiry up.
+            ("at", n(1_700_000_000)),
+            ("until", n(1_700_000_061)),
+            ("expires_at", n(1_702_592_061)),
+        ]);
+        assert_eq!(put.put().unwrap().item(), &stored);
+        let read = HistoryEntry {
+            pool: PoolKey::new(CapacityType::Spot, "m0.large", "us-east-1a"),
+            kind: EventKind::SpotInterruption,
+            event_id: "e-1".into(),
+            instance_id: "i-0".into(),
+            at: secs(1_700_000_000),
+            unavailable_until: Some(secs(1_700_000_061)),
+            expires_at: secs(1_702_592_061),
+        };
+        assert_eq!(decode_history(&stored).unwrap(), read);
+        // A count without a window has no `until`.
+        let count = HistoryEntry {
+            unavailable_until: None,
+            ..read.clone()
+        };
+        stored.remove("until");
+        assert_eq!(
+            store().history_put(&count).unwrap().put().unwrap().item(),
+            &stored
+        );
+        assert_eq!(decode_history(&stored).unwrap(), count);
+        // The scan's projection leaves out `pk`.
+        stored.remove("pk");
+        assert_eq!(decode_history(&stored).unwrap(), count);
+        stored.insert("at".into(), s("soon"));
+        match decode_history(&stored) {
+            Err(StoreError::Corrupt { key, message }) => {
+                assert_eq!(key, "HIST#01700000000#e-1#i-0");
+                assert!(message.contains("at"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A pool item as its updates write it (see `apply`), read back.
+    #[test]
+    fn a_pool_item_is_read_as_it_is_stored() {
+        let mut stored = item(vec![
+            ("pk", s("POOL#spot#m5.large#use1-az1")),
+            ("sk", s("POOL")),
+            ("pool", s("spot#m5.large#use1-az1")),
+            ("capacity_type", s("spot")),
+            ("instance_type", s("m5.large")),
+            ("zone", s("use1-az1")),
+            ("region", s("us-east-1")),
+            ("unavailable_until", n(1_700_000_061)),
+            ("expires_at", n(1_702_592_061)),
+            ("first_seen", n(1_699_000_000)),
+            ("last_seen", n(1_700_000_000)),
+            ("last_event_id", s("e-1")),
+            ("last_reason", s("r")),
+            ("last_instance_id", s("i-0")),
+            ("interruptions", n(3)),
+            ("rebalances", n(1)),
+        ]);
+        let record = PoolRecord {
+            pool: PoolKey::new(CapacityType::Spot, "m5.large", "use1-az1"),
+            region: Some("us-east-1".into()),
+            unavailable_until: Some(secs(1_700_000_061)),
+            expires_at: secs(1_702_592_061),
+            counters: [
+                ("interruptions".to_string(), 3),
+                ("rebalances".to_string(), 1),
+            ]
+            .into(),
+            first_seen: secs(1_699_000_000),
+            last_seen: secs(1_700_000_000),
+            last_event_id: "e-1".into(),
+            last_reason: "r".into(),
+            last_instance_id: "i-0".into(),
+        };
+        assert_eq!(decode_pool(&stored).unwrap(), record);
+        assert_eq!(
+            Known::from_item("POOL#spot#m5.large#use1-az1", &stored).unwrap(),
+            Known {
+                until: Some(1_700_000_061),
+                last_seen: Some(1_700_000_000),
+                first_seen: Some(1_699_000_000),
+                expires_at: Some(1_702_592_061),
+            }
+        );
+        // Null is absent.
+        stored.insert("region".into(), AttributeValue::Null(true));
+        stored.insert("unavailable_until".into(), AttributeValue::Null(true));
+        let read = decode_pool(&stored).unwrap();
+        assert_eq!((read.region, read.unavailable_until), (None, None));
+        assert_eq!(
+            Known::from_item("POOL#spot#m5.large#use1-az1", &stored)
+                .unwrap()
+                .until,
+            None
+        );
+    }
 
     #[test]
     fn numbers_and_malformed_items() {
-        assert_eq!(parse_n("12"), Some(12));
-        assert_eq!(parse_n("12.9"), Some(12));
-        assert_eq!(parse_n("1.2E1"), Some(12));
-        assert_eq!(parse_n("soon"), None);
         let mut item: HashMap<String, AttributeValue> = [
             ("pk", s("POOL#spot#m5.large#us-east-1a")),
             ("sk", s("POOL")),
@@ -300,6 +434,25 @@ mod tests {
         assert_eq!(r.interruptions(), 3);
         assert_eq!(r.unavailable_until, None);
         assert_eq!(r.region, None);
+        // Whole units: `12`, `12.0`, `1.2E1`; fractions rounded down.
+        for (stored, read) in [("12", 12), ("12.0", 12), ("1.2E1", 12), ("12.9", 12)] {
+            item.insert("interruptions".into(), AttributeValue::N(stored.into()));
+            item.insert("first_seen".into(), AttributeValue::N(stored.into()));
+            let r = decode_pool(&item).unwrap();
+            assert_eq!(r.interruptions(), read);
+            assert_eq!(r.first_seen.timestamp(), 12);
+        }
+        for garbage in ["soon", "1e300"] {
+            item.insert("interruptions".into(), AttributeValue::N(garbage.into()));
+            match decode_pool(&item) {
+                Err(StoreError::Corrupt { message, .. }) => {
+                    assert!(message.contains("interruptions"), "{message}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        item.insert("interruptions".into(), n(3));
+        item.insert("first_seen".into(), n(1));
         item.insert("pool".into(), s("spot#c5.large#us-east-1a"));
         match decode_pool(&item) {
             Err(StoreError::Corrupt { key, message }) => {

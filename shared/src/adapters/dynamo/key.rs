@@ -130,22 +130,11 @@ impl DynamoStore {
     /// Writes `keys` as the item, on condition that the item is `before` (its current key's
     /// bytes), or that there is none. A failed condition is [`FailureKind::Conflict`].
     async fn write_keys(&self, keys: &KeyRing, before: Option<&KeyRing>) -> Result<(), StoreError> {
-        let blob = |k: &ContinuationKey| AttributeValue::B(Blob::new(k.bytes().to_vec()));
-        let mut item = HashMap::from([
-            (PK.to_string(), s(CONTINUATION_KEY_PK)),
-            (SK.to_string(), s(SECRET_SK)),
-            (SECRET.to_string(), blob(&keys.current)),
-            (KEY_ID.to_string(), id_value(keys.current.id())),
-        ]);
-        if let Some(previous) = &keys.previous {
-            item.insert(PREVIOUS_SECRET.to_string(), blob(previous));
-            item.insert(PREVIOUS_KEY_ID.to_string(), id_value(previous.id()));
-        }
         let put = self
             .client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(item))
+            .set_item(Some(keys_item(keys)))
             .expression_attribute_names("#pk", PK);
         let put = match before {
             None => put.condition_expression("attribute_not_exists(#pk)"),
@@ -173,6 +162,25 @@ impl DynamoStore {
 
 fn id_value(id: KeyId) -> AttributeValue {
     AttributeValue::N(id.to_string())
+}
+
+fn blob(k: &ContinuationKey) -> AttributeValue {
+    AttributeValue::B(Blob::new(k.bytes().to_vec()))
+}
+
+/// The key item of `keys`.
+fn keys_item(keys: &KeyRing) -> HashMap<String, AttributeValue> {
+    let mut item = HashMap::from([
+        (PK.to_string(), s(CONTINUATION_KEY_PK)),
+        (SK.to_string(), s(SECRET_SK)),
+        (SECRET.to_string(), blob(&keys.current)),
+        (KEY_ID.to_string(), id_value(keys.current.id())),
+    ]);
+    if let Some(previous) = &keys.previous {
+        item.insert(PREVIOUS_SECRET.to_string(), blob(previous));
+        item.insert(PREVIOUS_KEY_ID.to_string(), id_value(previous.id()));
+    }
+    item
 }
 
 /// The keys of the key item, or what is wrong with it.
@@ -219,4 +227,78 @@ fn decode_keys(item: &HashMap<String, AttributeValue>) -> Result<KeyRing, StoreE
         }
     };
     Ok(KeyRing { current, previous })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(byte: u8) -> AttributeValue {
+        AttributeValue::B(Blob::new(vec![byte; 32]))
+    }
+
+    fn n(v: &str) -> AttributeValue {
+        AttributeValue::N(v.into())
+    }
+
+    /// The key item exactly as stored: the pool tables of earlier releases hold it.
+    #[test]
+    fn the_key_item_is_stored_as_it_always_was() {
+        let ring = KeyRing {
+            current: ContinuationKey::with_id(7, [2; 32]),
+            previous: Some(ContinuationKey::with_id(6, [1; 32])),
+        };
+        let item = HashMap::from([
+            (
+                "pk".to_string(),
+                AttributeValue::S("KEY#continuation".into()),
+            ),
+            ("sk".to_string(), AttributeValue::S("KEY".into())),
+            ("secret".to_string(), b(2)),
+            ("key_id".to_string(), n("7")),
+            ("previous_secret".to_string(), b(1)),
+            ("previous_key_id".to_string(), n("6")),
+        ]);
+        assert_eq!(keys_item(&ring), item);
+        assert_eq!(decode_keys(&item).unwrap(), ring);
+
+        let first = KeyRing::of(ContinuationKey::with_id(1, [2; 32]));
+        let mut item = HashMap::from([
+            (
+                "pk".to_string(),
+                AttributeValue::S("KEY#continuation".into()),
+            ),
+            ("sk".to_string(), AttributeValue::S("KEY".into())),
+            ("secret".to_string(), b(2)),
+            ("key_id".to_string(), n("1")),
+        ]);
+        assert_eq!(keys_item(&first), item);
+        assert_eq!(decode_keys(&item).unwrap(), first);
+        // Written before keys had ids: id 0.
+        item.remove("key_id");
+        assert_eq!(decode_keys(&item).unwrap().current.id(), 0);
+    }
+
+    #[test]
+    fn a_malformed_key_item_is_corrupt() {
+        let item = |pairs: Vec<(&str, AttributeValue)>| -> HashMap<String, AttributeValue> {
+            pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+        };
+        let corrupt = |item: HashMap<String, AttributeValue>, says: &str| match decode_keys(&item) {
+            Err(StoreError::Corrupt { key, message }) => {
+                assert_eq!(key, "KEY#continuation");
+                assert!(message.contains(says), "{message}");
+            }
+            other => panic!("{other:?}"),
+        };
+        corrupt(item(vec![("key_id", n("1"))]), "secret");
+        corrupt(item(vec![("secret", n("1"))]), "secret");
+        let short = AttributeValue::B(Blob::new(vec![1; 16]));
+        corrupt(item(vec![("secret", short)]), "16 bytes");
+        corrupt(item(vec![("secret", b(1)), ("key_id", n("x"))]), "key_id");
+        corrupt(
+            item(vec![("secret", b(1)), ("previous_secret", b(2))]),
+            "previous_key_id",
+        );
+    }
 }

@@ -59,31 +59,10 @@ impl DynamoStore {
             .send()
             .await
             .map_err(|e| self.sdk_err(format_args!("reading the rounds of {pk}"), e))?;
-        let Some(item) = out.item else {
-            return Ok((Rounds::default(), 0));
-        };
-        let mut rounds: Rounds = match item.get(ROUNDS) {
-            Some(_) => serde_json::from_str(req_s(&pk, &item, ROUNDS)?)
-                .map_err(|e| corrupt(&pk, format_args!("`{ROUNDS}` is not rounds: {e}")))?,
-            None => Rounds::default(),
-        };
-        let pending: Vec<Doomed> = match item.get(PENDING) {
-            None => Vec::new(),
-            Some(AttributeValue::Ss(set)) => set
-                .iter()
-                .map(|json| serde_json::from_str(json))
-                .collect::<Result<_, _>>()
-                .map_err(|e| corrupt(&pk, format_args!("`{PENDING}` holds no instance: {e}")))?,
-            Some(_) => {
-                return Err(corrupt(
-                    &pk,
-                    format_args!("`{PENDING}` is not a string set"),
-                ));
-            }
-        };
-        rounds.pending.clear();
-        rounds.offer(&pending);
-        Ok((rounds, opt_n(&pk, &item, VERSION)?.unwrap_or(0)))
+        match out.item {
+            Some(item) => decode_rounds(&pk, &item),
+            None => Ok((Rounds::default(), 0)),
+        }
     }
 
     /// Changes the rounds of `key` by `change` (which answers what the caller learns): read,
@@ -172,20 +151,70 @@ impl DynamoStore {
         outcome: &Outcome,
         expires: i64,
     ) -> Result<(), StoreError> {
-        let json = serde_json::to_string(outcome)
+        let item = outcome_item(pk, instance, outcome, expires)
             .map_err(|e| self.err_from(FailureKind::Invalid, "encoding an outcome", e))?;
         self.client
             .put_item()
             .table_name(&self.table)
-            .item(PK, s(pk))
-            .item(SK, s(&format!("{OUTCOME_SK_PREFIX}{instance}")))
-            .item(OUTCOME, s(&json))
-            .item(EXPIRES_AT, n(expires))
+            .set_item(Some(item))
             .send()
             .await
             .map_err(|e| self.sdk_err(format_args!("writing {instance}'s outcome in {pk}"), e))?;
         Ok(())
     }
+}
+
+/// The rounds item of `pk` as read, with its version (see the module's documentation).
+fn decode_rounds(
+    pk: &str,
+    item: &HashMap<String, AttributeValue>,
+) -> Result<(Rounds, i64), StoreError> {
+    let mut rounds: Rounds = match item.get(ROUNDS) {
+        Some(_) => serde_json::from_str(req_s(pk, item, ROUNDS)?)
+            .map_err(|e| corrupt(pk, format_args!("`{ROUNDS}` is not rounds: {e}")))?,
+        None => Rounds::default(),
+    };
+    let pending: Vec<Doomed> = match item.get(PENDING) {
+        None => Vec::new(),
+        Some(AttributeValue::Ss(set)) => set
+            .iter()
+            .map(|json| serde_json::from_str(json))
+            .collect::<Result<_, _>>()
+            .map_err(|e| corrupt(pk, format_args!("`{PENDING}` holds no instance: {e}")))?,
+        Some(_) => {
+            return Err(corrupt(pk, format_args!("`{PENDING}` is not a string set")));
+        }
+    };
+    rounds.pending.clear();
+    rounds.offer(&pending);
+    Ok((rounds, opt_n(pk, item, VERSION)?.unwrap_or(0)))
+}
+
+/// The item of `instance`'s outcome in the rounds of `pk`.
+fn outcome_item(
+    pk: &str,
+    instance: &str,
+    outcome: &Outcome,
+    expires: i64,
+) -> Result<HashMap<String, AttributeValue>, serde_json::Error> {
+    Ok(HashMap::from([
+        (PK.to_string(), s(pk)),
+        (SK.to_string(), s(&format!("{OUTCOME_SK_PREFIX}{instance}"))),
+        (OUTCOME.to_string(), s(&serde_json::to_string(outcome)?)),
+        (EXPIRES_AT.to_string(), n(expires)),
+    ]))
+}
+
+/// An outcome's item in the rounds of `pk` as read: its instance and outcome.
+fn decode_outcome(
+    pk: &str,
+    item: &HashMap<String, AttributeValue>,
+) -> Result<(String, Outcome), StoreError> {
+    let sk = req_s(pk, item, SK)?;
+    let instance = sk.strip_prefix(OUTCOME_SK_PREFIX).unwrap_or(sk);
+    let outcome: Outcome = serde_json::from_str(req_s(pk, item, OUTCOME)?)
+        .map_err(|e| corrupt(sk, format_args!("not an outcome: {e}")))?;
+    Ok((instance.to_string(), outcome))
 }
 
 /// When an item written at `now` expires (TTL): [`OUTCOME_KEPT`] on.
@@ -284,12 +313,99 @@ impl TrafficRounds for DynamoStore {
         let what = format!("reading the outcomes of {pk}");
         let mut found = BTreeMap::new();
         for item in self.batch_get(keys, &[], &what).await? {
-            let sk = req_s(&pk, &item, SK)?;
-            let instance = sk.strip_prefix(OUTCOME_SK_PREFIX).unwrap_or(sk);
-            let outcome: Outcome = serde_json::from_str(req_s(&pk, &item, OUTCOME)?)
-                .map_err(|e| corrupt(sk, format_args!("not an outcome: {e}")))?;
-            found.insert(instance.to_string(), outcome);
+            let (instance, outcome) = decode_outcome(&pk, &item)?;
+            found.insert(instance, outcome);
         }
         Ok(found)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(pairs: Vec<(&str, AttributeValue)>) -> HashMap<String, AttributeValue> {
+        pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+    }
+
+    fn text(v: &str) -> AttributeValue {
+        AttributeValue::S(v.into())
+    }
+
+    /// An outcome's item exactly as stored (the outcome as JSON in a string).
+    #[test]
+    fn the_outcome_item_is_stored_as_it_always_was() {
+        let outcome = Outcome {
+            at: DateTime::from_timestamp(1_700_000_000, 0).unwrap(),
+            groups: 2,
+            left: 1,
+            failed: vec!["tg-a: throttled".into()],
+            pods: true,
+        };
+        let stored = item(vec![
+            ("pk", text("TRAFFIC#111111111111#us-east-1#c")),
+            ("sk", text("OUTCOME#i-1")),
+            (
+                "outcome",
+                text(
+                    r#"{"at":"2023-11-14T22:13:20Z","groups":2,"left":1,"failed":["tg-a: throttled"],"pods":true}"#,
+                ),
+            ),
+            ("expires_at", AttributeValue::N("1700003600".into())),
+        ]);
+        let pk = "TRAFFIC#111111111111#us-east-1#c";
+        assert_eq!(
+            outcome_item(pk, "i-1", &outcome, 1_700_003_600).unwrap(),
+            stored
+        );
+        assert_eq!(
+            decode_outcome(pk, &stored).unwrap(),
+            ("i-1".to_string(), outcome)
+        );
+    }
+
+    /// A rounds item as stored: `rounds` (JSON), `pending` (a string set of JSON), `version`.
+    #[test]
+    fn the_rounds_item_is_read_as_it_always_was() {
+        let pk = "TRAFFIC#111111111111#us-east-1#c";
+        let stored = item(vec![
+            ("pk", text(pk)),
+            ("sk", text("ROUND")),
+            (
+                "rounds",
+                text(r#"{"pending":[],"next_at":"2023-11-14T22:13:20Z","groups":["tg-a"]}"#),
+            ),
+            (
+                "pending",
+                AttributeValue::Ss(vec![
+                    r#"{"instance_id":"i-1","addresses":["10.0.1.5"]}"#.into(),
+                ]),
+            ),
+            ("version", AttributeValue::N("3".into())),
+            ("expires_at", AttributeValue::N("1700003600".into())),
+        ]);
+        let (rounds, version) = decode_rounds(pk, &stored).unwrap();
+        assert_eq!(version, 3);
+        assert_eq!(
+            rounds,
+            Rounds {
+                pending: vec![Doomed {
+                    instance_id: "i-1".into(),
+                    addresses: vec!["10.0.1.5".into()],
+                    signature: None,
+                }],
+                next_at: DateTime::from_timestamp(1_700_000_000, 0),
+                groups: vec!["tg-a".into()],
+                ..Rounds::default()
+            }
+        );
+        // An offer alone: no `rounds`, no `version` yet read as 0.
+        let offered = item(vec![("pending", AttributeValue::Ss(vec![]))]);
+        assert_eq!(decode_rounds(pk, &offered).unwrap(), (Rounds::default(), 0));
+        let listed = item(vec![("pending", AttributeValue::L(vec![]))]);
+        assert!(matches!(
+            decode_rounds(pk, &listed),
+            Err(StoreError::Corrupt { .. })
+        ));
     }
 }
