@@ -148,24 +148,6 @@ impl DynamoStore {
         self
     }
 
-    /// The store with another retention (default: [`Retention::default`]).
-    pub fn with_retention(mut self, retention: Retention) -> DynamoStore {
-        self.retention = retention;
-        self
-    }
-
-    pub fn retention(&self) -> Retention {
-        self.retention
-    }
-
-    pub fn table(&self) -> &str {
-        &self.table
-    }
-
-    pub fn client(&self) -> &Client {
-        &self.client
-    }
-
     /// An error of `kind` while doing `what`, as `why` describes it (no error of a call to keep).
     fn err(&self, kind: FailureKind, what: impl Display, why: impl Display) -> StoreError {
         StoreError::Backend {

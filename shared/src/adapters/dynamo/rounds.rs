@@ -13,11 +13,13 @@
 //!
 //! Items of no index (they have none of the indexes' keys but `sk`, and no `unavailable_until`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use serde_with::{json::JsonString, serde_as};
 
 use super::DynamoStore;
 use super::codec::*;
@@ -29,10 +31,6 @@ use crate::ports::{FailureKind, OUTCOME_KEPT, RoundKey, Settled, StoreError, Tra
 const ROUND_SK: &str = "ROUND";
 /// The prefix of the `sk` of an instance's outcome.
 const OUTCOME_SK_PREFIX: &str = "OUTCOME#";
-const ROUNDS: &str = "rounds";
-const PENDING: &str = "pending";
-const VERSION: &str = "version";
-const OUTCOME: &str = "outcome";
 /// Writes of rounds tried at most, each after a read: every batch of every environment waiting
 /// on a round writes them (an offer, a claim), and only one of concurrent writes goes through.
 const WRITE_ATTEMPTS: u32 = 50;
@@ -49,17 +47,8 @@ impl DynamoStore {
     /// The rounds of `key` as stored (a strongly consistent read), with their version (0: none).
     async fn read_rounds(&self, key: &RoundKey) -> Result<(Rounds, i64), StoreError> {
         let pk = key.to_string();
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(PK, s(&pk))
-            .key(SK, s(ROUND_SK))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| self.sdk_err(format_args!("reading the rounds of {pk}"), e))?;
-        match out.item {
+        let what = format!("reading the rounds of {pk}");
+        match self.get(&pk, ROUND_SK, what).await? {
             Some(item) => decode_rounds(&pk, &item),
             None => Ok((Rounds::default(), 0)),
         }
@@ -108,19 +97,18 @@ impl DynamoStore {
                 .client
                 .update_item()
                 .table_name(&self.table)
-                .key(PK, s(&pk))
-                .key(SK, s(ROUND_SK))
+                .set_key(Some(item_key(&pk, ROUND_SK)))
                 .update_expression(update)
                 .condition_expression(condition)
-                .expression_attribute_names("#r", ROUNDS)
-                .expression_attribute_names("#v", VERSION)
-                .expression_attribute_names("#exp", EXPIRES_AT)
+                .expression_attribute_names("#r", "rounds")
+                .expression_attribute_names("#v", "version")
+                .expression_attribute_names("#exp", "expires_at")
                 .expression_attribute_values(":r", s(&json))
                 .expression_attribute_values(":next", n(version + 1))
                 .expression_attribute_values(":exp", n(expires(now)));
             if !taken.is_empty() {
                 write = write
-                    .expression_attribute_names("#p", PENDING)
+                    .expression_attribute_names("#p", "pending")
                     .expression_attribute_values(":taken", AttributeValue::Ss(taken));
             }
             if version != 0 {
@@ -164,30 +152,49 @@ impl DynamoStore {
     }
 }
 
+/// A rounds item as read (`pending` apart, see [`decode_rounds`]).
+#[serde_as]
+#[derive(Deserialize)]
+struct RoundsItem {
+    /// The rest of the [`Rounds`], as JSON.
+    #[serde_as(as = "Option<JsonString>")]
+    #[serde(default)]
+    rounds: Option<Rounds>,
+    #[serde(default)]
+    version: i64,
+}
+
 /// The rounds item of `pk` as read, with its version (see the module's documentation).
-fn decode_rounds(
-    pk: &str,
-    item: &HashMap<String, AttributeValue>,
-) -> Result<(Rounds, i64), StoreError> {
-    let mut rounds: Rounds = match item.get(ROUNDS) {
-        Some(_) => serde_json::from_str(req_s(pk, item, ROUNDS)?)
-            .map_err(|e| corrupt(pk, format_args!("`{ROUNDS}` is not rounds: {e}")))?,
-        None => Rounds::default(),
-    };
-    let pending: Vec<Doomed> = match item.get(PENDING) {
+fn decode_rounds(pk: &str, item: &Item) -> Result<(Rounds, i64), StoreError> {
+    let read: RoundsItem = from_item(pk, item)?;
+    // A string set (an offer adds to it), each instance as JSON.
+    let pending: Vec<Doomed> = match item.get("pending") {
         None => Vec::new(),
         Some(AttributeValue::Ss(set)) => set
             .iter()
             .map(|json| serde_json::from_str(json))
             .collect::<Result<_, _>>()
-            .map_err(|e| corrupt(pk, format_args!("`{PENDING}` holds no instance: {e}")))?,
-        Some(_) => {
-            return Err(corrupt(pk, format_args!("`{PENDING}` is not a string set")));
-        }
+            .map_err(|e| corrupt(pk, format_args!("`pending` holds no instance: {e}")))?,
+        Some(_) => return Err(corrupt(pk, "`pending` is not a string set")),
     };
+    let mut rounds = read.rounds.unwrap_or_default();
     rounds.pending.clear();
     rounds.offer(&pending);
-    Ok((rounds, opt_n(pk, item, VERSION)?.unwrap_or(0)))
+    Ok((rounds, read.version))
+}
+
+/// An instance's outcome item, as written and read (`pk` and `expires_at` written only).
+#[serde_as]
+#[derive(Serialize, Deserialize)]
+struct OutcomeItem {
+    #[serde(skip_deserializing)]
+    pk: String,
+    /// `OUTCOME#<instance id>`.
+    sk: String,
+    #[serde_as(as = "JsonString")]
+    outcome: Outcome,
+    #[serde(skip_deserializing)]
+    expires_at: i64,
 }
 
 /// The item of `instance`'s outcome in the rounds of `pk`.
@@ -196,25 +203,20 @@ fn outcome_item(
     instance: &str,
     outcome: &Outcome,
     expires: i64,
-) -> Result<HashMap<String, AttributeValue>, serde_json::Error> {
-    Ok(HashMap::from([
-        (PK.to_string(), s(pk)),
-        (SK.to_string(), s(&format!("{OUTCOME_SK_PREFIX}{instance}"))),
-        (OUTCOME.to_string(), s(&serde_json::to_string(outcome)?)),
-        (EXPIRES_AT.to_string(), n(expires)),
-    ]))
+) -> Result<Item, serde_dynamo::Error> {
+    to_item(OutcomeItem {
+        pk: pk.into(),
+        sk: format!("{OUTCOME_SK_PREFIX}{instance}"),
+        outcome: outcome.clone(),
+        expires_at: expires,
+    })
 }
 
 /// An outcome's item in the rounds of `pk` as read: its instance and outcome.
-fn decode_outcome(
-    pk: &str,
-    item: &HashMap<String, AttributeValue>,
-) -> Result<(String, Outcome), StoreError> {
-    let sk = req_s(pk, item, SK)?;
-    let instance = sk.strip_prefix(OUTCOME_SK_PREFIX).unwrap_or(sk);
-    let outcome: Outcome = serde_json::from_str(req_s(pk, item, OUTCOME)?)
-        .map_err(|e| corrupt(sk, format_args!("not an outcome: {e}")))?;
-    Ok((instance.to_string(), outcome))
+fn decode_outcome(pk: &str, item: &Item) -> Result<(String, Outcome), StoreError> {
+    let read: OutcomeItem = from_item(text(item, "sk").unwrap_or(pk), item)?;
+    let instance = read.sk.strip_prefix(OUTCOME_SK_PREFIX).unwrap_or(&read.sk);
+    Ok((instance.to_string(), read.outcome))
 }
 
 /// When an item written at `now` expires (TTL): [`OUTCOME_KEPT`] on.
@@ -242,12 +244,11 @@ impl TrafficRounds for DynamoStore {
         self.client
             .update_item()
             .table_name(&self.table)
-            .key(PK, s(&pk))
-            .key(SK, s(ROUND_SK))
+            .set_key(Some(item_key(&pk, ROUND_SK)))
             .update_expression("ADD #p :set, #v :one SET #exp = :exp")
-            .expression_attribute_names("#p", PENDING)
-            .expression_attribute_names("#v", VERSION)
-            .expression_attribute_names("#exp", EXPIRES_AT)
+            .expression_attribute_names("#p", "pending")
+            .expression_attribute_names("#v", "version")
+            .expression_attribute_names("#exp", "expires_at")
             .expression_attribute_values(":set", AttributeValue::Ss(set))
             .expression_attribute_values(":one", n(1))
             .expression_attribute_values(":exp", n(expires(now)))
@@ -301,14 +302,8 @@ impl TrafficRounds for DynamoStore {
         instances: &[String],
     ) -> Result<BTreeMap<String, Outcome>, StoreError> {
         let pk = key.to_string();
-        let keys: Vec<HashMap<String, AttributeValue>> = instances
-            .iter()
-            .map(|i| {
-                HashMap::from([
-                    (PK.to_string(), s(&pk)),
-                    (SK.to_string(), s(&format!("{OUTCOME_SK_PREFIX}{i}"))),
-                ])
-            })
+        let keys = (instances.iter())
+            .map(|i| item_key(&pk, &format!("{OUTCOME_SK_PREFIX}{i}")))
             .collect();
         let what = format!("reading the outcomes of {pk}");
         let mut found = BTreeMap::new();
@@ -323,6 +318,7 @@ impl TrafficRounds for DynamoStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
 
     fn item(pairs: Vec<(&str, AttributeValue)>) -> HashMap<String, AttributeValue> {
         pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
