@@ -369,16 +369,13 @@ impl PoolStore for EmbeddedStore {
     }
 
     async fn continuation_keys(&self) -> Result<KeyRing, StoreError> {
-        let now = self.clock.now();
-        if let Some(keys) = self.keys.fresh(now) {
-            return Ok(keys);
-        }
-        let keys = self
-            .keys_op(KeyOp::LoadOrCreate)
-            .await?
-            .ok_or_else(|| self.err("reading the continuation key", "none after it was created"))?;
-        self.keys.put(&keys, now);
-        Ok(keys)
+        let read = async {
+            let keys = self.keys_op(KeyOp::LoadOrCreate).await?;
+            keys.ok_or_else(|| {
+                self.err("reading the continuation key", "none after it was created")
+            })
+        };
+        self.keys.or_read(self.clock.now(), read).await
     }
 
     async fn reread_continuation_keys(&self) -> Result<Option<KeyRing>, StoreError> {

@@ -298,6 +298,10 @@ impl DynamoStore {
     ) -> Result<Cancelled, StoreError> {
         let Written { keys, deltas, pks } = *written;
         let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
+        let refusal = |c: &str, what: String, i: usize| {
+            let why = format!("{what} was refused: {c}: {}", message(reasons, i));
+            self.err(refused(c), format_args!("applying event {id}"), why)
+        };
         let ledger = keys.len();
         let mut conflict = false;
         for (k, key) in keys.iter().enumerate() {
@@ -305,16 +309,7 @@ impl DynamoStore {
                 "ConditionalCheckFailed" => return Ok(Cancelled::Duplicate),
                 "None" => {}
                 c if retryable(c) => conflict = true,
-                c => {
-                    return Err(self.err(
-                        refused(c),
-                        format_args!("applying event {id}"),
-                        format_args!(
-                            "the ledger put of {key} was refused: {c}: {}",
-                            message(reasons, k)
-                        ),
-                    ));
-                }
+                c => return Err(refusal(c, format!("the ledger put of {key}"), k)),
             }
         }
         let mut lost = 0;
@@ -335,15 +330,8 @@ impl DynamoStore {
                 }
                 c if retryable(c) => conflict = true,
                 c => {
-                    return Err(self.err(
-                        refused(c),
-                        format_args!("applying event {id}"),
-                        format_args!(
-                            "the update of pool {} was refused: {c}: {}",
-                            delta.pool,
-                            message(reasons, ledger + i)
-                        ),
-                    ));
+                    let what = format!("the update of pool {}", delta.pool);
+                    return Err(refusal(c, what, ledger + i));
                 }
             }
         }

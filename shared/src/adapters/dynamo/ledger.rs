@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use aws_sdk_dynamodb::types::{KeysAndAttributes, Put, TransactWriteItem};
 
 use super::codec::*;
+use super::expr::Expr;
 use super::{BACKOFF, DynamoStore, MAX_BATCH_ROUNDS};
 use crate::domain::pool::PoolUpdate;
 use crate::ports::{FailureKind, StoreError};
@@ -55,11 +56,9 @@ impl DynamoStore {
                 .set_keys(Some(chunk.to_vec()))
                 .consistent_read(true);
             if !project.is_empty() {
-                let names: Vec<String> = (0..project.len()).map(|i| format!("#a{i}")).collect();
-                request = request.projection_expression(names.join(", "));
-                for (name, attr) in names.iter().zip(project) {
-                    request = request.expression_attribute_names(name, *attr);
-                }
+                let mut e = Expr::default();
+                request = request.projection_expression(e.projection(project));
+                request = request.set_expression_attribute_names(Some(e.names));
             }
             let mut request = Some(request.build().map_err(|e| {
                 self.err_from(
