@@ -9,24 +9,29 @@
 //! are dropped when the store is opened (and by [`EmbeddedStore::purge`]); until then they are
 //! ignored by every read.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
-
-use crate::domain::continuation::{ContinuationKey, KeyId, KeyRing};
-use crate::domain::stats::HistoryEntry;
+use redb::WriteTransaction;
+use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::de::DeserializeOwned;
 
 use crate::adapters::clock::SystemClock;
+use crate::domain::continuation::{ContinuationKey, KeyId, KeyRing};
 use crate::domain::fold::{fold, pool_deltas, validate};
 use crate::domain::pool::{
     Applied, PoolKey, PoolQuery, PoolRecord, PoolUpdate, Retention, sort_newest_first,
 };
-use crate::ports::{BoxError, Clock, FailureKind, PoolStore, StoreError};
+use crate::domain::stats::HistoryEntry;
+use crate::domain::traffic::{Claim, Doomed, Outcome, Rounds};
+use crate::ports::{
+    BoxError, Clock, FailureKind, OUTCOME_KEPT, PoolStore, RoundKey, Settled, StoreError,
+    TrafficRounds, span,
+};
 
 /// Event id → (recorded_at, expires_at), Unix milliseconds.
 const LEDGER: TableDefinition<&str, (i64, i64)> = TableDefinition::new("ledger");
@@ -35,11 +40,11 @@ const POOLS: TableDefinition<&str, &str> = TableDefinition::new("pools");
 /// The history (`forewarn pools --stats`): `<pool>#<event time, ms>#<event id>#<instance id>`
 /// → the entry as JSON.
 const HISTORY: TableDefinition<&str, &str> = TableDefinition::new("history");
-/// The rounds of traffic first: `TRAFFIC#<account>#<region>#<cluster>` → the
-/// [`crate::domain::traffic::Rounds`] as JSON.
+/// The rounds of traffic first: `TRAFFIC#<account>#<region>#<cluster>` → the [`Rounds`] as
+/// JSON.
 const ROUNDS: TableDefinition<&str, &str> = TableDefinition::new("rounds");
-/// Each instance's outcome: `<rounds key>#<instance id>` → (expires_at ms, the
-/// [`crate::domain::traffic::Outcome`] as JSON).
+/// Each instance's outcome: `<rounds key>#<instance id>` → (expires_at ms, the [`Outcome`] as
+/// JSON).
 const OUTCOMES: TableDefinition<&str, (i64, &str)> = TableDefinition::new("outcomes");
 /// Secrets by name: the continuation key (`continuation`, 32 bytes).
 const SECRETS: TableDefinition<&str, &[u8]> = TableDefinition::new("secrets");
@@ -78,29 +83,14 @@ impl EmbeddedStore {
     /// The database file's name inside the store's directory.
     pub const FILE_NAME: &'static str = "pools.redb";
 
-    /// Opens (creating when missing) the store in `dir`: the directory and `dir/pools.redb`.
-    /// Drops the expired ledger entries and pools. Fails when another process holds the file.
+    /// Opens (creating when missing) the store in `dir`: the directory and `dir/pools.redb`,
+    /// with its tables. Drops the expired ledger entries and pools. Fails when another process
+    /// holds the file.
     pub fn open(dir: &Path) -> Result<EmbeddedStore, StoreError> {
         let path = dir.join(Self::FILE_NAME);
-        std::fs::create_dir_all(dir).map_err(|e| {
-            backend(
-                &path,
-                format_args!("creating the directory {}", dir.display()),
-                e,
-            )
-        })?;
+        let creating = format!("creating the directory {}", dir.display());
+        std::fs::create_dir_all(dir).map_err(|e| backend(&path, creating, e))?;
         let db = Database::create(&path).map_err(|e| backend(&path, "opening the database", e))?;
-        let txn = db
-            .begin_write()
-            .map_err(|e| backend(&path, "creating the tables", e))?;
-        {
-            txn.open_table(LEDGER)
-                .map_err(|e| backend(&path, "creating the ledger table", e))?;
-            txn.open_table(POOLS)
-                .map_err(|e| backend(&path, "creating the pools table", e))?;
-        }
-        txn.commit()
-            .map_err(|e| backend(&path, "creating the tables", e))?;
         let store = EmbeddedStore {
             db: Arc::new(db),
             path,
@@ -108,28 +98,15 @@ impl EmbeddedStore {
             keys: Arc::default(),
             clock: SystemClock::shared(),
         };
-        store.purge_blocking(store.clock.now())?;
+        // The purge's transaction creates the tables.
+        store.purge_now(store.clock.now())?;
         Ok(store)
     }
 
-    /// The store with another retention (default: [`Retention::default`]).
     /// The store on `clock` (the system clock by default).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> EmbeddedStore {
         self.clock = clock;
         self
-    }
-
-    pub fn with_retention(mut self, retention: Retention) -> EmbeddedStore {
-        self.retention = retention;
-        self
-    }
-
-    pub fn set_retention(&mut self, retention: Retention) {
-        self.retention = retention;
-    }
-
-    pub fn retention(&self) -> Retention {
-        self.retention
     }
 
     /// The database file.
@@ -140,15 +117,10 @@ impl EmbeddedStore {
     /// One pool's record, whatever its expiry (`None`: never recorded, or purged).
     pub async fn pool(&self, key: &PoolKey) -> Result<Option<PoolRecord>, StoreError> {
         let key = key.to_string();
-        self.blocking(move |store| {
-            let txn = store.read_txn()?;
-            let table = txn
-                .open_table(POOLS)
-                .map_err(|e| store.err("opening the pools table", e))?;
-            let value = table
-                .get(key.as_str())
-                .map_err(|e| store.err(format_args!("reading pool {key}"), e))?;
-            value.map(|v| decode(&key, v.value())).transpose()
+        self.read(format!("reading pool {key}"), move |txn| {
+            let table = txn.open_table(POOLS)?;
+            let value = table.get(key.as_str())?;
+            Ok(value.map(|v| decode(&key, v.value())).transpose()?)
         })
         .await
     }
@@ -156,112 +128,57 @@ impl EmbeddedStore {
     /// Removes the ledger entries, pools, history entries and traffic outcomes expired at `now`.
     /// Malformed pool records are left in place (reads report them).
     pub async fn purge(&self, now: DateTime<Utc>) -> Result<Purged, StoreError> {
-        self.blocking(move |store| store.purge_blocking(now)).await
+        self.blocking(move |store| store.purge_now(now)).await
     }
 
-    fn purge_blocking(&self, now: DateTime<Utc>) -> Result<Purged, StoreError> {
+    fn purge_now(&self, now: DateTime<Utc>) -> Result<Purged, StoreError> {
         let now_ms = now.timestamp_millis();
         let mut purged = Purged::default();
-        let txn = self
-            .db
-            .begin_write()
-            .map_err(|e| self.err("starting the purge", e))?;
-        {
-            let mut ledger = txn
-                .open_table(LEDGER)
-                .map_err(|e| self.err("opening the ledger table", e))?;
-            ledger
-                .retain(|_, (_, expires)| {
-                    let keep = expires > now_ms;
-                    purged.events += usize::from(!keep);
-                    keep
-                })
-                .map_err(|e| self.err("purging the ledger", e))?;
-            let mut pools = txn
-                .open_table(POOLS)
-                .map_err(|e| self.err("opening the pools table", e))?;
-            pools
-                .retain(|key, json| {
-                    let keep = decode(key, json).map_or(true, |r| r.expires_at > now);
-                    purged.pools += usize::from(!keep);
-                    keep
-                })
-                .map_err(|e| self.err("purging the pools", e))?;
-            let mut history = txn
-                .open_table(HISTORY)
-                .map_err(|e| self.err("opening the history table", e))?;
-            history
-                .retain(|_, json| {
-                    serde_json::from_str::<HistoryEntry>(json).map_or(true, |e| e.expires_at > now)
-                })
-                .map_err(|e| self.err("purging the history", e))?;
-            let mut outcomes = txn
-                .open_table(OUTCOMES)
-                .map_err(|e| self.err("opening the outcomes table", e))?;
-            outcomes
-                .retain(|_, (expires, _)| expires > now_ms)
-                .map_err(|e| self.err("purging the outcomes", e))?;
-        }
-        txn.commit()
-            .map_err(|e| self.err("committing the purge", e))?;
+        self.write("purging what expired", |txn| {
+            txn.open_table(LEDGER)?.retain(|_, (_, expires)| {
+                let keep = expires > now_ms;
+                purged.events += usize::from(!keep);
+                keep
+            })?;
+            txn.open_table(POOLS)?.retain(|key, json| {
+                let keep = decode(key, json).map_or(true, |r| r.expires_at > now);
+                purged.pools += usize::from(!keep);
+                keep
+            })?;
+            txn.open_table(HISTORY)?.retain(|_, json| {
+                serde_json::from_str::<HistoryEntry>(json).map_or(true, |e| e.expires_at > now)
+            })?;
+            txn.open_table(OUTCOMES)?
+                .retain(|_, (expires, _)| expires > now_ms)?;
+            Ok(())
+        })?;
         Ok(purged)
     }
 
-    fn apply_blocking(&self, update: &PoolUpdate) -> Result<Applied, StoreError> {
+    fn apply_now(&self, update: &PoolUpdate) -> Result<Applied, StoreError> {
         let id = update.event_id.as_str();
-        validate(update).map_err(|m| {
-            backend_of(
-                FailureKind::Invalid,
-                &self.path,
-                format_args!("applying event {id}"),
-                m,
-            )
-        })?;
+        let what = format!("applying event {id}");
+        validate(update).map_err(|m| backend_of(FailureKind::Invalid, &self.path, &what, m))?;
         let recorded_ms = update.recorded_at.timestamp_millis();
-        let deltas = pool_deltas(update);
-        let txn = self
-            .db
-            .begin_write()
-            .map_err(|e| self.err(format_args!("starting to apply event {id}"), e))?;
-        {
-            let mut ledger = txn
-                .open_table(LEDGER)
-                .map_err(|e| self.err("opening the ledger table", e))?;
+        self.write(what, |txn| {
+            let mut ledger = txn.open_table(LEDGER)?;
             for key in update.ledger_keys() {
-                let seen = ledger
-                    .get(key)
-                    .map_err(|e| self.err(format_args!("reading the ledger entry {key}"), e))?
-                    .map(|v| v.value());
-                if seen.is_some_and(|(_, expires)| expires > recorded_ms) {
+                if ledger.get(key)?.is_some_and(|v| v.value().1 > recorded_ms) {
                     return Ok(Applied::Duplicate);
                 }
             }
             let expires = (update.recorded_at + self.retention.ledger).timestamp_millis();
             for key in update.ledger_keys() {
-                ledger
-                    .insert(key, (recorded_ms, expires))
-                    .map_err(|e| self.err(format_args!("recording {key} (event {id})"), e))?;
+                ledger.insert(key, (recorded_ms, expires))?;
             }
-            let mut pools = txn
-                .open_table(POOLS)
-                .map_err(|e| self.err("opening the pools table", e))?;
-            for delta in &deltas {
+            let mut pools = txn.open_table(POOLS)?;
+            for delta in &pool_deltas(update) {
                 let key = delta.pool.to_string();
-                let existing = pools
-                    .get(key.as_str())
-                    .map_err(|e| self.err(format_args!("reading pool {key}"), e))?
-                    .map(|v| decode(&key, v.value()))
-                    .transpose()?;
-                let record = fold(existing, update, delta, &self.retention);
-                let json = serde_json::to_string(&record)
-                    .map_err(|e| self.err(format_args!("encoding pool {key} (event {id})"), e))?;
-                pools
-                    .insert(key.as_str(), json.as_str())
-                    .map_err(|e| self.err(format_args!("writing pool {key} (event {id})"), e))?;
+                let existing = pools.get(key.as_str())?.map(|v| decode(&key, v.value()));
+                let record = fold(existing.transpose()?, update, delta, &self.retention);
+                pools.insert(key.as_str(), serde_json::to_string(&record)?.as_str())?;
             }
-            let mut history = txn
-                .open_table(HISTORY)
-                .map_err(|e| self.err("opening the history table", e))?;
+            let mut history = txn.open_table(HISTORY)?;
             for entry in HistoryEntry::of(update, &self.retention) {
                 let key = format!(
                     "{}#{:013}#{}#{}",
@@ -270,22 +187,54 @@ impl EmbeddedStore {
                     entry.event_id,
                     entry.instance_id
                 );
-                let json = serde_json::to_string(&entry)
-                    .map_err(|e| self.err(format_args!("encoding history {key}"), e))?;
-                history
-                    .insert(key.as_str(), json.as_str())
-                    .map_err(|e| self.err(format_args!("writing history {key}"), e))?;
+                history.insert(key.as_str(), serde_json::to_string(&entry)?.as_str())?;
             }
-        }
-        txn.commit()
-            .map_err(|e| self.err(format_args!("committing event {id}"), e))?;
-        Ok(Applied::Applied)
+            Ok(Applied::Applied)
+        })
     }
 
-    fn read_txn(&self) -> Result<redb::ReadTransaction, StoreError> {
-        self.db
-            .begin_read()
-            .map_err(|e| self.err("starting a read", e))
+    /// Runs `work` in a write transaction, committed when it succeeds; `what` names it in
+    /// errors (a corrupt entry is said as it is).
+    fn write<T>(
+        &self,
+        what: impl Display,
+        work: impl FnOnce(&WriteTransaction) -> Result<T, BoxError>,
+    ) -> Result<T, StoreError> {
+        let run = || {
+            let txn = self.db.begin_write()?;
+            let out = work(&txn)?;
+            txn.commit()?;
+            Ok(out)
+        };
+        run().map_err(|e: BoxError| match e.downcast::<StoreError>() {
+            Ok(e) => *e,
+            Err(e) => self.err(what, e),
+        })
+    }
+
+    /// [`Self::write`] off the async executor.
+    async fn write_off<T: Send + 'static>(
+        &self,
+        what: String,
+        work: impl FnOnce(&WriteTransaction) -> Result<T, BoxError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.blocking(move |store| store.write(what, work)).await
+    }
+
+    /// Runs `work` in a read transaction, off the async executor (see [`Self::write`]).
+    async fn read<T: Send + 'static>(
+        &self,
+        what: String,
+        work: impl FnOnce(&ReadTransaction) -> Result<T, BoxError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.blocking(move |store| {
+            let run = || work(&store.db.begin_read()?);
+            run().map_err(|e: BoxError| match e.downcast::<StoreError>() {
+                Ok(e) => *e,
+                Err(e) => store.err(what, e),
+            })
+        })
+        .await
     }
 
     /// Runs blocking redb work off the async executor.
@@ -324,18 +273,21 @@ fn backend_of(
     }
 }
 
-fn decode(key: &str, json: &str) -> Result<PoolRecord, StoreError> {
-    let corrupt = |message: String| StoreError::Corrupt {
+/// `json`, the value of `key`, as `what` it should be, or what is wrong with it.
+fn parse<T: DeserializeOwned>(key: &str, json: &str, what: &str) -> Result<T, StoreError> {
+    serde_json::from_str(json).map_err(|e| StoreError::Corrupt {
         key: key.to_string(),
-        message,
-    };
-    let record: PoolRecord =
-        serde_json::from_str(json).map_err(|e| corrupt(format!("not a pool record: {e}")))?;
+        message: format!("not {what}: {e}"),
+    })
+}
+
+fn decode(key: &str, json: &str) -> Result<PoolRecord, StoreError> {
+    let record: PoolRecord = parse(key, json, "a pool record")?;
     if record.pool.to_string() != key {
-        return Err(corrupt(format!(
-            "holds the record of pool {} instead",
-            record.pool
-        )));
+        return Err(StoreError::Corrupt {
+            key: key.to_string(),
+            message: format!("holds the record of pool {} instead", record.pool),
+        });
     }
     Ok(record)
 }
@@ -345,17 +297,14 @@ impl PoolStore for EmbeddedStore {
     async fn applied(&self, event_ids: &[String]) -> Result<HashSet<String>, StoreError> {
         let ids = event_ids.to_vec();
         let now_ms = self.clock.now().timestamp_millis();
-        self.blocking(move |store| {
-            let txn = store.read_txn()?;
-            let ledger = txn
-                .open_table(LEDGER)
-                .map_err(|e| store.err("opening the ledger table", e))?;
+        self.read("reading the ledger".into(), move |txn| {
+            let ledger = txn.open_table(LEDGER)?;
             let mut applied = HashSet::new();
             for id in ids {
-                let entry = ledger
-                    .get(id.as_str())
-                    .map_err(|e| store.err(format_args!("reading the ledger entry of {id}"), e))?;
-                if entry.is_some_and(|v| v.value().1 > now_ms) {
+                if ledger
+                    .get(id.as_str())?
+                    .is_some_and(|v| v.value().1 > now_ms)
+                {
                     applied.insert(id);
                 }
             }
@@ -366,22 +315,18 @@ impl PoolStore for EmbeddedStore {
 
     async fn apply(&self, update: &PoolUpdate) -> Result<Applied, StoreError> {
         let update = update.clone();
-        self.blocking(move |store| store.apply_blocking(&update))
-            .await
+        self.blocking(move |store| store.apply_now(&update)).await
     }
 
     async fn history_of(
         &self,
-        pools: &[crate::domain::pool::PoolKey],
+        pools: &[PoolKey],
         since: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<Vec<HistoryEntry>, StoreError> {
-        Ok(self
-            .history(since, now)
-            .await?
-            .into_iter()
-            .filter(|e| pools.contains(&e.pool) && e.at >= since && e.at <= now)
-            .collect())
+        let mut entries = self.history(since, now).await?;
+        entries.retain(|e| pools.contains(&e.pool) && e.at >= since && e.at <= now);
+        Ok(entries)
     }
 
     async fn history(
@@ -389,32 +334,18 @@ impl PoolStore for EmbeddedStore {
         since: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<Vec<HistoryEntry>, StoreError> {
-        self.blocking(move |store| {
-            let txn = store.read_txn()?;
-            let table = match txn.open_table(HISTORY) {
-                Ok(table) => table,
-                // A store written before the history existed.
-                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-                Err(e) => return Err(store.err("opening the history table", e)),
-            };
-            let mut entries = Vec::new();
-            for item in table
-                .iter()
-                .map_err(|e| store.err("listing the history", e))?
-            {
-                let (key, json) = item.map_err(|e| store.err("listing the history", e))?;
-                let entry: HistoryEntry =
-                    serde_json::from_str(json.value()).map_err(|e| StoreError::Corrupt {
-                        key: key.value().to_string(),
-                        message: e.to_string(),
-                    })?;
-                if entry.in_period(since, now) {
-                    entries.push(entry);
+        let mut entries = self
+            .read("listing the history".into(), move |txn| {
+                let mut entries: Vec<HistoryEntry> = Vec::new();
+                for row in txn.open_table(HISTORY)?.iter()? {
+                    let (key, json) = row?;
+                    entries.push(parse(key.value(), json.value(), "a history entry")?);
                 }
-            }
-            Ok(entries)
-        })
-        .await
+                Ok(entries)
+            })
+            .await?;
+        entries.retain(|e| e.in_period(since, now));
+        Ok(entries)
     }
 
     async fn pools(
@@ -422,40 +353,29 @@ impl PoolStore for EmbeddedStore {
         query: &PoolQuery,
         now: DateTime<Utc>,
     ) -> Result<Vec<PoolRecord>, StoreError> {
-        let query = query.clone();
-        self.blocking(move |store| {
-            let txn = store.read_txn()?;
-            let table = txn
-                .open_table(POOLS)
-                .map_err(|e| store.err("opening the pools table", e))?;
-            let mut records = Vec::new();
-            for entry in table
-                .iter()
-                .map_err(|e| store.err("listing the pools", e))?
-            {
-                let (key, json) = entry.map_err(|e| store.err("listing the pools", e))?;
-                let record = decode(key.value(), json.value())?;
-                if query.matches(&record, now) {
-                    records.push(record);
+        let mut records = self
+            .read("listing the pools".into(), move |txn| {
+                let mut records = Vec::new();
+                for row in txn.open_table(POOLS)?.iter()? {
+                    let (key, json) = row?;
+                    records.push(decode(key.value(), json.value())?);
                 }
-            }
-            sort_newest_first(&mut records);
-            Ok(records)
-        })
-        .await
+                Ok(records)
+            })
+            .await?;
+        records.retain(|r| query.matches(r, now));
+        sort_newest_first(&mut records);
+        Ok(records)
     }
 
     async fn continuation_keys(&self) -> Result<KeyRing, StoreError> {
-        let now = self.clock.now();
-        if let Some(keys) = self.keys.fresh(now) {
-            return Ok(keys);
-        }
-        let keys = self
-            .keys_op(KeyOp::LoadOrCreate)
-            .await?
-            .ok_or_else(|| self.err("reading the continuation key", "none after it was created"))?;
-        self.keys.put(&keys, now);
-        Ok(keys)
+        let read = async {
+            let keys = self.keys_op(KeyOp::LoadOrCreate).await?;
+            keys.ok_or_else(|| {
+                self.err("reading the continuation key", "none after it was created")
+            })
+        };
+        self.keys.or_read(self.clock.now(), read).await
     }
 
     async fn reread_continuation_keys(&self) -> Result<Option<KeyRing>, StoreError> {
@@ -477,7 +397,7 @@ impl PoolStore for EmbeddedStore {
         Ok(keys)
     }
 
-    fn traffic_rounds(&self) -> Option<&dyn crate::ports::TrafficRounds> {
+    fn traffic_rounds(&self) -> Option<&dyn TrafficRounds> {
         Some(self)
     }
 
@@ -508,21 +428,31 @@ fn encode_keys(keys: &KeyRing) -> Vec<u8> {
     out
 }
 
-fn decode_keys(bytes: &[u8]) -> Option<KeyRing> {
+fn decode_keys(bytes: &[u8]) -> Result<KeyRing, StoreError> {
     const ONE: usize = 8 + ContinuationKey::LEN;
     let key = |b: &[u8]| {
         let id = KeyId::from_be_bytes(b.get(..8)?.try_into().ok()?);
         ContinuationKey::from_slice(id, b.get(8..)?)
     };
-    match bytes.len() {
-        ContinuationKey::LEN => Some(KeyRing::of(ContinuationKey::from_slice(0, bytes)?)),
-        ONE => Some(KeyRing::of(key(bytes)?)),
-        n if n == 2 * ONE => Some(KeyRing {
-            current: key(&bytes[..ONE])?,
-            previous: Some(key(&bytes[ONE..])?),
-        }),
+    let ring = match bytes.len() {
+        ContinuationKey::LEN => ContinuationKey::from_slice(0, bytes).map(KeyRing::of),
+        ONE => key(bytes).map(KeyRing::of),
+        n if n == 2 * ONE => {
+            (key(&bytes[..ONE]).zip(key(&bytes[ONE..]))).map(|(current, previous)| KeyRing {
+                current,
+                previous: Some(previous),
+            })
+        }
         _ => None,
-    }
+    };
+    ring.ok_or_else(|| StoreError::Corrupt {
+        key: format!("secrets/{CONTINUATION_SECRET}"),
+        message: format!(
+            "{} bytes: not one or two keys of {} bytes with their ids",
+            bytes.len(),
+            ContinuationKey::LEN
+        ),
+    })
 }
 
 impl EmbeddedStore {
@@ -530,94 +460,46 @@ impl EmbeddedStore {
     /// transaction: redb serialises them, so two callers cannot create two keys, nor two
     /// rotations lose one.
     async fn keys_op(&self, op: KeyOp) -> Result<Option<KeyRing>, StoreError> {
-        self.blocking(move |store| {
-            let txn = store
-                .db
-                .begin_write()
-                .map_err(|e| store.err("starting a write transaction", e))?;
-            let keys = {
-                let mut table = txn
-                    .open_table(SECRETS)
-                    .map_err(|e| store.err("opening the secrets table", e))?;
-                let stored = table
-                    .get(CONTINUATION_SECRET)
-                    .map_err(|e| store.err("reading the continuation key", e))?
-                    .map(|v| v.value().to_vec());
-                let stored = stored
-                    .map(|bytes| {
-                        decode_keys(&bytes).ok_or_else(|| StoreError::Corrupt {
-                            key: format!("secrets/{CONTINUATION_SECRET}"),
-                            message: format!(
-                                "{} bytes: not one or two keys of {} bytes with their ids",
-                                bytes.len(),
-                                ContinuationKey::LEN
-                            ),
-                        })
-                    })
-                    .transpose()?;
-                let new = match (op, stored) {
-                    (KeyOp::Read, stored) => return Ok(stored),
-                    (KeyOp::LoadOrCreate, Some(stored)) => return Ok(Some(stored)),
-                    (KeyOp::LoadOrCreate | KeyOp::Rotate, None) => {
-                        KeyRing::of(ContinuationKey::new(rand::random()))
-                    }
-                    (KeyOp::Rotate, Some(stored)) => {
-                        stored.rotated(rand::random()).ok_or_else(|| {
-                            store.err("rotating the continuation key", "its id cannot grow")
-                        })?
-                    }
-                };
-                table
-                    .insert(CONTINUATION_SECRET, encode_keys(&new).as_slice())
-                    .map_err(|e| store.err("writing the continuation key", e))?;
-                new
+        let path = self.path.clone();
+        self.write_off("writing the continuation key".into(), move |txn| {
+            let mut table = txn.open_table(SECRETS)?;
+            let stored = table
+                .get(CONTINUATION_SECRET)?
+                .map(|v| decode_keys(v.value()));
+            let new = match (op, stored.transpose()?) {
+                (KeyOp::Read, stored) => return Ok(stored),
+                (KeyOp::LoadOrCreate, Some(stored)) => return Ok(Some(stored)),
+                (KeyOp::LoadOrCreate | KeyOp::Rotate, None) => {
+                    KeyRing::of(ContinuationKey::new(rand::random()))
+                }
+                (KeyOp::Rotate, Some(stored)) => {
+                    stored.rotated(rand::random()).ok_or_else(|| {
+                        let what = "rotating the continuation key";
+                        Box::new(backend(&path, what, "its id cannot grow")) as BoxError
+                    })?
+                }
             };
-            txn.commit()
-                .map_err(|e| store.err("committing the continuation key", e))?;
-            Ok(Some(keys))
+            table.insert(CONTINUATION_SECRET, encode_keys(&new).as_slice())?;
+            Ok(Some(new))
         })
         .await
     }
-}
 
-impl EmbeddedStore {
     /// Changes the rounds of `key` by `change` in one write transaction (redb serialises them).
     async fn change_rounds<T: Send + 'static>(
         &self,
-        key: &crate::ports::RoundKey,
-        change: impl FnOnce(&mut crate::domain::traffic::Rounds) -> T + Send + 'static,
+        key: &RoundKey,
+        change: impl FnOnce(&mut Rounds) -> T + Send + 'static,
     ) -> Result<T, StoreError> {
         let key = key.to_string();
-        self.blocking(move |store| {
-            let txn = store
-                .db
-                .begin_write()
-                .map_err(|e| store.err("starting a write transaction", e))?;
-            let answer = {
-                let mut table = txn
-                    .open_table(ROUNDS)
-                    .map_err(|e| store.err("opening the rounds table", e))?;
-                let stored = table
-                    .get(key.as_str())
-                    .map_err(|e| store.err(format_args!("reading the rounds of {key}"), e))?
-                    .map(|v| v.value().to_string());
-                let mut rounds: crate::domain::traffic::Rounds = match stored {
-                    Some(json) => serde_json::from_str(&json).map_err(|e| StoreError::Corrupt {
-                        key: key.clone(),
-                        message: format!("not rounds: {e}"),
-                    })?,
-                    None => Default::default(),
-                };
-                let answer = change(&mut rounds);
-                let json =
-                    serde_json::to_string(&rounds).map_err(|e| store.err("encoding rounds", e))?;
-                table
-                    .insert(key.as_str(), json.as_str())
-                    .map_err(|e| store.err(format_args!("writing the rounds of {key}"), e))?;
-                answer
-            };
-            txn.commit()
-                .map_err(|e| store.err(format_args!("committing the rounds of {key}"), e))?;
+        self.write_off(format!("writing the rounds of {key}"), move |txn| {
+            let mut table = txn.open_table(ROUNDS)?;
+            let stored = table
+                .get(key.as_str())?
+                .map(|v| parse(&key, v.value(), "rounds"));
+            let mut rounds: Rounds = stored.transpose()?.unwrap_or_default();
+            let answer = change(&mut rounds);
+            table.insert(key.as_str(), serde_json::to_string(&rounds)?.as_str())?;
             Ok(answer)
         })
         .await
@@ -625,11 +507,11 @@ impl EmbeddedStore {
 }
 
 #[async_trait]
-impl crate::ports::TrafficRounds for EmbeddedStore {
+impl TrafficRounds for EmbeddedStore {
     async fn offer(
         &self,
-        key: &crate::ports::RoundKey,
-        doomed: &[crate::domain::traffic::Doomed],
+        key: &RoundKey,
+        doomed: &[Doomed],
         _now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         let doomed = doomed.to_vec();
@@ -638,44 +520,32 @@ impl crate::ports::TrafficRounds for EmbeddedStore {
 
     async fn claim(
         &self,
-        key: &crate::ports::RoundKey,
+        key: &RoundKey,
         now: DateTime<Utc>,
         lease: std::time::Duration,
-    ) -> Result<crate::domain::traffic::Claim, StoreError> {
+    ) -> Result<Claim, StoreError> {
         self.change_rounds(key, move |r| r.claim(now, lease)).await
     }
 
     async fn settle(
         &self,
-        key: &crate::ports::RoundKey,
-        settled: &crate::ports::Settled,
+        key: &RoundKey,
+        settled: &Settled,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let expires = (now + crate::ports::span(crate::ports::OUTCOME_KEPT)).timestamp_millis();
+        let expires = (now + span(OUTCOME_KEPT)).timestamp_millis();
         let prefix = key.to_string();
         let outcomes = settled.outcomes.clone();
-        self.blocking(move |store| {
-            let txn = store
-                .db
-                .begin_write()
-                .map_err(|e| store.err("starting a write transaction", e))?;
-            {
-                let mut table = txn
-                    .open_table(OUTCOMES)
-                    .map_err(|e| store.err("opening the outcomes table", e))?;
-                for (instance, outcome) in &outcomes {
-                    let json = serde_json::to_string(outcome)
-                        .map_err(|e| store.err("encoding an outcome", e))?;
-                    table
-                        .insert(
-                            format!("{prefix}#{instance}").as_str(),
-                            (expires, json.as_str()),
-                        )
-                        .map_err(|e| store.err(format_args!("writing {instance}'s outcome"), e))?;
-                }
+        self.write_off(format!("writing the outcomes of {prefix}"), move |txn| {
+            let mut table = txn.open_table(OUTCOMES)?;
+            for (instance, outcome) in &outcomes {
+                let json = serde_json::to_string(outcome)?;
+                table.insert(
+                    format!("{prefix}#{instance}").as_str(),
+                    (expires, json.as_str()),
+                )?;
             }
-            txn.commit()
-                .map_err(|e| store.err("committing outcomes", e))
+            Ok(())
         })
         .await?;
         let (next, quiet_until, groups) =
@@ -688,34 +558,20 @@ impl crate::ports::TrafficRounds for EmbeddedStore {
 
     async fn outcomes(
         &self,
-        key: &crate::ports::RoundKey,
+        key: &RoundKey,
         instances: &[String],
-    ) -> Result<std::collections::BTreeMap<String, crate::domain::traffic::Outcome>, StoreError>
-    {
+    ) -> Result<BTreeMap<String, Outcome>, StoreError> {
         let prefix = key.to_string();
         let instances = instances.to_vec();
-        self.blocking(move |store| {
-            let txn = store.read_txn()?;
-            let table = match txn.open_table(OUTCOMES) {
-                Ok(table) => table,
-                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Default::default()),
-                Err(e) => return Err(store.err("opening the outcomes table", e)),
-            };
-            let mut found = std::collections::BTreeMap::new();
+        self.read(format!("reading the outcomes of {prefix}"), move |txn| {
+            let table = txn.open_table(OUTCOMES)?;
+            let mut found = BTreeMap::new();
             for instance in instances {
                 let key = format!("{prefix}#{instance}");
-                let Some(entry) = table
-                    .get(key.as_str())
-                    .map_err(|e| store.err(format_args!("reading {instance}'s outcome"), e))?
-                else {
-                    continue;
-                };
-                let (_expires, json) = entry.value();
-                let outcome = serde_json::from_str(json).map_err(|e| StoreError::Corrupt {
-                    key: key.clone(),
-                    message: format!("not an outcome: {e}"),
-                })?;
-                found.insert(instance, outcome);
+                if let Some(entry) = table.get(key.as_str())? {
+                    let outcome = parse(&key, entry.value().1, "an outcome")?;
+                    found.insert(instance, outcome);
+                }
             }
             Ok(found)
         })
@@ -754,9 +610,8 @@ mod tests {
             ledger: Duration::hours(1),
             history: Duration::days(1),
         };
-        let store = EmbeddedStore::open(dir.path())
-            .unwrap()
-            .with_retention(retention);
+        let mut store = EmbeddedStore::open(dir.path()).unwrap();
+        store.retention = retention;
         let long_ago = Utc::now() - Duration::days(3);
         assert_eq!(
             store.apply(&update("e1", long_ago)).await.unwrap(),

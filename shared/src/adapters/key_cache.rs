@@ -27,4 +27,18 @@ impl KeyCache {
     pub(crate) fn put(&self, ring: &KeyRing, now: DateTime<Utc>) {
         *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some((ring.clone(), now));
     }
+
+    /// The keys while fresh at `now`, else what `read` answers, kept.
+    pub(crate) async fn or_read<E>(
+        &self,
+        now: DateTime<Utc>,
+        read: impl Future<Output = Result<KeyRing, E>>,
+    ) -> Result<KeyRing, E> {
+        if let Some(keys) = self.fresh(now) {
+            return Ok(keys);
+        }
+        let keys = read.await?;
+        self.put(&keys, now);
+        Ok(keys)
+    }
 }

@@ -1,8 +1,6 @@
 //! [`PoolStore::apply`](crate::ports::PoolStore::apply): one transaction of the ledger entries,
 //! the pools' updates with their bets and the history items, sent again until its bets hold.
 
-use std::collections::HashMap;
-
 use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
@@ -109,83 +107,56 @@ impl DynamoStore {
     ) -> Result<TransactWriteItem, StoreError> {
         let plan = PoolWrite::new(update, delta, &self.retention);
         let mut e = Expr::default();
-        let mut set = vec![
-            format!(
-                "{} = {}",
-                e.name(POOL),
-                e.value("pool", s(&delta.pool.to_string()))
-            ),
-            format!(
-                "{} = {}",
-                e.name(CAPACITY_TYPE),
-                e.value("ct", s(delta.pool.capacity_type.as_str()))
-            ),
-            format!(
-                "{} = {}",
-                e.name(INSTANCE_TYPE),
-                e.value("it", s(&delta.pool.instance_type))
-            ),
-            format!(
-                "{} = {}",
-                e.name(ZONE),
-                e.value("zone", s(&delta.pool.zone))
-            ),
-        ];
-        if let Some(region) = &update.region {
-            set.push(format!(
-                "{} = {}",
-                e.name(REGION),
-                e.value("region", s(region))
-            ));
+        let pool = delta.pool.to_string();
+        let mut set = vec![];
+        for (attr, value) in [
+            ("pool", pool.as_str()),
+            ("capacity_type", delta.pool.capacity_type.as_str()),
+            ("instance_type", &delta.pool.instance_type),
+            ("zone", &delta.pool.zone),
+        ]
+        .into_iter()
+        .chain(update.region.as_deref().map(|r| ("region", r)))
+        {
+            set.push(format!("{} = {}", e.name(attr), e.value(attr, s(value))));
         }
+        // A won field is set, a lost one only where there is none.
+        let assign = |name: &str, value: &str, win: bool| match win {
+            true => format!("{name} = {value}"),
+            false => format!("{name} = if_not_exists({name}, {value})"),
+        };
         let mut conditions = Vec::new();
-        let mut field = |e: &mut Expr,
-                         attr: &str,
-                         placeholder: &str,
-                         value: AttributeValue,
-                         win: bool,
-                         op: &str| {
-            let name = e.name(attr);
-            let value = e.value(placeholder, value);
+        let mut field = |e: &mut Expr, attr, placeholder, value, win, op: &str| {
+            let (name, value) = (e.name(attr), e.value(placeholder, n(value)));
             conditions.push(format!(
                 "(attribute_not_exists({name}) OR {name} {op} {value})"
             ));
-            if win {
-                set.push(format!("{name} = {value}"));
-            } else {
-                set.push(format!("{name} = if_not_exists({name}, {value})"));
-            }
+            set.push(assign(&name, &value, win));
         };
         if let Some(until) = plan.until {
             let op = if bets.until { "<=" } else { ">=" };
-            field(&mut e, UNAVAILABLE_UNTIL, "until", n(until), bets.until, op);
+            field(&mut e, "unavailable_until", "until", until, bets.until, op);
         }
         let op = if bets.last { "<=" } else { ">" };
-        field(&mut e, LAST_SEEN, "t", n(plan.time), bets.last, op);
+        field(&mut e, "last_seen", "t", plan.time, bets.last, op);
         let op = if bets.first { ">=" } else { "<=" };
-        field(&mut e, FIRST_SEEN, "t", n(plan.time), bets.first, op);
+        field(&mut e, "first_seen", "t", plan.time, bets.first, op);
         let op = if bets.expires { "<=" } else { ">=" };
-        field(&mut e, EXPIRES_AT, "exp", n(plan.expires), bets.expires, op);
+        field(&mut e, "expires_at", "exp", plan.expires, bets.expires, op);
         for (attr, placeholder, value) in [
-            (LAST_EVENT_ID, "eid", update.event_id.as_str()),
-            (LAST_REASON, "reason", update.reason.as_str()),
-            (LAST_INSTANCE_ID, "iid", delta.instance_id.as_str()),
+            ("last_event_id", "eid", update.event_id.as_str()),
+            ("last_reason", "reason", update.reason.as_str()),
+            ("last_instance_id", "iid", delta.instance_id.as_str()),
         ] {
-            let name = e.name(attr);
-            let value = e.value(placeholder, s(value));
-            if bets.last {
-                set.push(format!("{name} = {value}"));
-            } else {
-                set.push(format!("{name} = if_not_exists({name}, {value})"));
-            }
+            let (name, value) = (e.name(attr), e.value(placeholder, s(value)));
+            set.push(assign(&name, &value, bets.last));
         }
         let counter = e.name(counter_name(update.kind));
         let count = e.value("n", AttributeValue::N(delta.count.to_string()));
         let expression = format!("SET {} ADD {counter} {count}", set.join(", "));
         let up = Update::builder()
             .table_name(&self.table)
-            .key(PK, s(&pool_pk(&delta.pool)))
-            .key(SK, s(POOL_SK))
+            .set_key(Some(item_key(&pool_pk(&delta.pool), POOL_SK)))
             .update_expression(expression)
             .condition_expression(conditions.join(" AND "))
             .set_expression_attribute_names(Some(e.names))
@@ -210,30 +181,13 @@ impl DynamoStore {
     ) -> Result<Known, StoreError> {
         let pk = pool_pk(&delta.pool);
         match reason.item() {
-            Some(item) => Known::from_item(&pk, item),
+            Some(item) => from_item(&pk, item),
             // A service that does not return the item on a failed condition: read it.
-            None => match self.pool_item(&pk).await? {
-                Some(item) => Known::from_item(&pk, &item),
+            None => match self.get(&pk, POOL_SK, format!("reading item {pk}")).await? {
+                Some(item) => from_item(&pk, &item),
                 None => Ok(Known::default()),
             },
         }
-    }
-
-    async fn pool_item(
-        &self,
-        pk: &str,
-    ) -> Result<Option<HashMap<String, AttributeValue>>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(PK, s(pk))
-            .key(SK, s(POOL_SK))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| self.sdk_err(format_args!("reading item {pk}"), e))?;
-        Ok(out.item)
     }
 }
 
@@ -305,23 +259,17 @@ impl DynamoStore {
     }
 
     /// The history item of `entry` (no index holds it: it has none of their sort keys).
-    fn history_put(&self, entry: &HistoryEntry) -> Result<TransactWriteItem, StoreError> {
-        let mut put = Put::builder()
+    pub(super) fn history_put(
+        &self,
+        entry: &HistoryEntry,
+    ) -> Result<TransactWriteItem, StoreError> {
+        let item = history_item(entry)
+            .map_err(|e| self.err_from(FailureKind::Invalid, "encoding a history item", e))?;
+        let put = (Put::builder()
             .table_name(&self.table)
-            .item(PK, s(&pool_pk(&entry.pool)))
-            .item(SK, s(&history_sk(entry)))
-            .item(POOL, s(&entry.pool.to_string()))
-            .item(KIND, s(entry.kind.as_str()))
-            .item(EVENT_ID, s(&entry.event_id))
-            .item(INSTANCE_ID, s(&entry.instance_id))
-            .item(AT, n(entry.at.timestamp()))
-            .item(EXPIRES_AT, n(ceil_secs(entry.expires_at)));
-        if let Some(until) = entry.unavailable_until {
-            put = put.item(UNTIL, n(ceil_secs(until)));
-        }
-        let put = put
-            .build()
-            .map_err(|e| self.err_from(FailureKind::Invalid, "building a history put", e))?;
+            .set_item(Some(item))
+            .build())
+        .map_err(|e| self.err_from(FailureKind::Invalid, "building a history put", e))?;
         Ok(TransactWriteItem::builder().put(put).build())
     }
 
@@ -350,6 +298,10 @@ impl DynamoStore {
     ) -> Result<Cancelled, StoreError> {
         let Written { keys, deltas, pks } = *written;
         let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
+        let refusal = |c: &str, what: String, i: usize| {
+            let why = format!("{what} was refused: {c}: {}", message(reasons, i));
+            self.err(refused(c), format_args!("applying event {id}"), why)
+        };
         let ledger = keys.len();
         let mut conflict = false;
         for (k, key) in keys.iter().enumerate() {
@@ -357,16 +309,7 @@ impl DynamoStore {
                 "ConditionalCheckFailed" => return Ok(Cancelled::Duplicate),
                 "None" => {}
                 c if retryable(c) => conflict = true,
-                c => {
-                    return Err(self.err(
-                        refused(c),
-                        format_args!("applying event {id}"),
-                        format_args!(
-                            "the ledger put of {key} was refused: {c}: {}",
-                            message(reasons, k)
-                        ),
-                    ));
-                }
+                c => return Err(refusal(c, format!("the ledger put of {key}"), k)),
             }
         }
         let mut lost = 0;
@@ -387,15 +330,8 @@ impl DynamoStore {
                 }
                 c if retryable(c) => conflict = true,
                 c => {
-                    return Err(self.err(
-                        refused(c),
-                        format_args!("applying event {id}"),
-                        format_args!(
-                            "the update of pool {} was refused: {c}: {}",
-                            delta.pool,
-                            message(reasons, ledger + i)
-                        ),
-                    ));
+                    let what = format!("the update of pool {}", delta.pool);
+                    return Err(refusal(c, what, ledger + i));
                 }
             }
         }

@@ -5,10 +5,9 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use super::codec::*;
+use super::codec::ceil_secs;
 use crate::domain::fold::PoolDelta;
 use crate::domain::pool::{PoolUpdate, Retention};
-use crate::ports::StoreError;
 
 /// Expression attribute names and values, registered as they are used (DynamoDB rejects unused
 /// ones).
@@ -68,9 +67,12 @@ pub(super) struct Bets {
 }
 
 /// Bounds on a pool's fields as this store last saw them: `until`, `last_seen` and `expires_at`
-/// only grow (lower bounds), `first_seen` only shrinks (an upper bound). `None`: unknown.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// only grow (lower bounds), `first_seen` only shrinks (an upper bound). `None`: unknown. Read
+/// from a pool item (`codec::from_item`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(default)]
 pub(super) struct Known {
+    #[serde(rename = "unavailable_until")]
     pub(super) until: Option<i64>,
     pub(super) last_seen: Option<i64>,
     pub(super) first_seen: Option<i64>,
@@ -78,18 +80,6 @@ pub(super) struct Known {
 }
 
 impl Known {
-    pub(super) fn from_item(
-        pk: &str,
-        item: &HashMap<String, AttributeValue>,
-    ) -> Result<Known, StoreError> {
-        Ok(Known {
-            until: opt_n(pk, item, UNAVAILABLE_UNTIL)?,
-            last_seen: opt_n(pk, item, LAST_SEEN)?,
-            first_seen: opt_n(pk, item, FIRST_SEEN)?,
-            expires_at: opt_n(pk, item, EXPIRES_AT)?,
-        })
-    }
-
     /// The bets for `write`: "wins" unless what is known says otherwise (a bet known lost is
     /// certainly lost; a bet placed to win may lose, and the condition tells).
     pub(super) fn bets(known: Option<&Known>, write: &PoolWrite) -> Bets {
@@ -119,6 +109,7 @@ impl Known {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::adapters::dynamo::codec::{Item, from_item, n, s};
     use crate::adapters::dynamo::testing::{at, update};
     use crate::domain::fold::pool_deltas;
 
@@ -180,6 +171,33 @@ mod tests {
         let after = Known::default().after(&write(100, None, 300));
         assert_eq!(after.until, None);
         assert_eq!(after.first_seen, Some(100));
+    }
+
+    /// What is known of a pool, read from its item as stored (see `codec`'s tests).
+    #[test]
+    fn known_is_read_from_a_pool_item() {
+        let pk = "POOL#spot#m5.large#use1-az1";
+        let mut stored: Item = [
+            ("pk", s(pk)),
+            ("unavailable_until", n(1_700_000_061)),
+            ("expires_at", n(1_702_592_061)),
+            ("first_seen", n(1_699_000_000)),
+            ("last_seen", n(1_700_000_000)),
+            ("last_event_id", s("e-1")),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let known = Known {
+            until: Some(1_700_000_061),
+            last_seen: Some(1_700_000_000),
+            first_seen: Some(1_699_000_000),
+            expires_at: Some(1_702_592_061),
+        };
+        assert_eq!(from_item::<Known>(pk, &stored).unwrap(), known);
+        // Null is absent.
+        stored.insert("unavailable_until".into(), AttributeValue::Null(true));
+        assert_eq!(from_item::<Known>(pk, &stored).unwrap().until, None);
     }
 
     #[test]

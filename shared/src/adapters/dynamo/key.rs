@@ -5,10 +5,10 @@
 //! the indexes' key attributes, so no index holds it; the stack's table resource policy lets
 //! only forewarn's roles read it (docs/security.md).
 
-use std::collections::HashMap;
-
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
+use serde::{Deserialize, Serialize};
+use serde_with::{Bytes, serde_as};
 
 use super::codec::*;
 use super::{DynamoStore, SecretKeys};
@@ -18,17 +18,12 @@ use crate::ports::{FailureKind, StoreError};
 impl DynamoStore {
     /// The keys as stored, strongly consistent; `None` when there are none yet.
     pub(super) async fn read_continuation_keys(&self) -> Result<Option<KeyRing>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(PK, s(CONTINUATION_KEY_PK))
-            .key(SK, s(SECRET_SK))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| self.sdk_err("reading the continuation key", e))?;
-        out.item().map(decode_keys).transpose()
+        let item = self.get(
+            CONTINUATION_KEY_PK,
+            SECRET_SK,
+            "reading the continuation key",
+        );
+        item.await?.as_ref().map(decode_keys).transpose()
     }
 
     /// Reads the keys, or creates the first: a put conditioned on there being none, so that
@@ -87,8 +82,7 @@ impl DynamoStore {
         self.client
             .delete_item()
             .table_name(&self.table)
-            .key(PK, s(CONTINUATION_KEY_PK))
-            .key(SK, s(SECRET_SK))
+            .set_key(Some(item_key(CONTINUATION_KEY_PK, SECRET_SK)))
             .send()
             .await
             .map_err(|e| self.sdk_err("erasing the pool table's old continuation key", e))?;
@@ -130,23 +124,14 @@ impl DynamoStore {
     /// Writes `keys` as the item, on condition that the item is `before` (its current key's
     /// bytes), or that there is none. A failed condition is [`FailureKind::Conflict`].
     async fn write_keys(&self, keys: &KeyRing, before: Option<&KeyRing>) -> Result<(), StoreError> {
-        let blob = |k: &ContinuationKey| AttributeValue::B(Blob::new(k.bytes().to_vec()));
-        let mut item = HashMap::from([
-            (PK.to_string(), s(CONTINUATION_KEY_PK)),
-            (SK.to_string(), s(SECRET_SK)),
-            (SECRET.to_string(), blob(&keys.current)),
-            (KEY_ID.to_string(), id_value(keys.current.id())),
-        ]);
-        if let Some(previous) = &keys.previous {
-            item.insert(PREVIOUS_SECRET.to_string(), blob(previous));
-            item.insert(PREVIOUS_KEY_ID.to_string(), id_value(previous.id()));
-        }
+        let item = keys_item(keys)
+            .map_err(|e| self.err_from(FailureKind::Invalid, "encoding the continuation key", e))?;
         let put = self
             .client
             .put_item()
             .table_name(&self.table)
             .set_item(Some(item))
-            .expression_attribute_names("#pk", PK);
+            .expression_attribute_names("#pk", "pk");
         let put = match before {
             None => put.condition_expression("attribute_not_exists(#pk)"),
             Some(before) => put
@@ -171,52 +156,140 @@ impl DynamoStore {
     }
 }
 
-fn id_value(id: KeyId) -> AttributeValue {
-    AttributeValue::N(id.to_string())
+fn blob(k: &ContinuationKey) -> AttributeValue {
+    AttributeValue::B(Blob::new(k.bytes().to_vec()))
+}
+
+/// The key item, as written and read (`pk` and `sk` written only).
+#[serde_as]
+#[derive(Serialize, Deserialize)]
+struct KeyItem {
+    #[serde(skip_deserializing)]
+    pk: &'static str,
+    #[serde(skip_deserializing)]
+    sk: &'static str,
+    /// The current key's bytes.
+    #[serde_as(as = "Bytes")]
+    secret: Vec<u8>,
+    /// Absent: 0, a key stored before keys had ids.
+    #[serde(default)]
+    key_id: KeyId,
+    #[serde_as(as = "Option<Bytes>")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    previous_secret: Option<Vec<u8>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    previous_key_id: Option<KeyId>,
+}
+
+/// The key item of `keys`.
+fn keys_item(keys: &KeyRing) -> Result<Item, serde_dynamo::Error> {
+    to_item(KeyItem {
+        pk: CONTINUATION_KEY_PK,
+        sk: SECRET_SK,
+        secret: keys.current.bytes().to_vec(),
+        key_id: keys.current.id(),
+        previous_secret: keys.previous.as_ref().map(|k| k.bytes().to_vec()),
+        previous_key_id: keys.previous.as_ref().map(ContinuationKey::id),
+    })
 }
 
 /// The keys of the key item, or what is wrong with it.
-fn decode_keys(item: &HashMap<String, AttributeValue>) -> Result<KeyRing, StoreError> {
-    let corrupt = |message: String| StoreError::Corrupt {
-        key: CONTINUATION_KEY_PK.to_string(),
-        message,
+fn decode_keys(item: &Item) -> Result<KeyRing, StoreError> {
+    let read: KeyItem = from_item(CONTINUATION_KEY_PK, item)?;
+    let key = |name: &str, id: KeyId, bytes: &[u8]| {
+        ContinuationKey::from_slice(id, bytes).ok_or_else(|| {
+            let (len, want) = (bytes.len(), ContinuationKey::LEN);
+            corrupt(
+                CONTINUATION_KEY_PK,
+                format_args!("`{name}` has {len} bytes instead of {want}"),
+            )
+        })
     };
-    let id = |name: &str| -> Result<Option<KeyId>, StoreError> {
-        item.get(name)
-            .map(|v| {
-                v.as_n()
-                    .ok()
-                    .and_then(|n| n.parse::<KeyId>().ok())
-                    .ok_or_else(|| corrupt(format!("`{name}` is not a key id")))
-            })
-            .transpose()
-    };
-    let key = |name: &str, id: KeyId| -> Result<Option<ContinuationKey>, StoreError> {
-        item.get(name)
-            .map(|v| {
-                let bytes = v
-                    .as_b()
-                    .map_err(|_| corrupt(format!("`{name}` is not binary")))?;
-                ContinuationKey::from_slice(id, bytes.as_ref()).ok_or_else(|| {
-                    corrupt(format!(
-                        "`{name}` has {} bytes instead of {}",
-                        bytes.as_ref().len(),
-                        ContinuationKey::LEN
-                    ))
-                })
-            })
-            .transpose()
-    };
-    let current = key(SECRET, id(KEY_ID)?.unwrap_or(0))?
-        .ok_or_else(|| corrupt(format!("no binary attribute `{SECRET}`")))?;
-    let previous = match (item.contains_key(PREVIOUS_SECRET), id(PREVIOUS_KEY_ID)?) {
-        (false, _) => None,
-        (true, Some(id)) => key(PREVIOUS_SECRET, id)?,
-        (true, None) => {
-            return Err(corrupt(format!(
-                "`{PREVIOUS_SECRET}` without `{PREVIOUS_KEY_ID}`"
-            )));
+    let previous = match (read.previous_secret, read.previous_key_id) {
+        (None, _) => None,
+        (Some(bytes), Some(id)) => Some(key(PREVIOUS_SECRET, id, &bytes)?),
+        (Some(_), None) => {
+            let why = format_args!("`{PREVIOUS_SECRET}` without `previous_key_id`");
+            return Err(corrupt(CONTINUATION_KEY_PK, why));
         }
     };
-    Ok(KeyRing { current, previous })
+    Ok(KeyRing {
+        current: key(SECRET, read.key_id, &read.secret)?,
+        previous,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn b(byte: u8) -> AttributeValue {
+        AttributeValue::B(Blob::new(vec![byte; 32]))
+    }
+
+    fn n(v: &str) -> AttributeValue {
+        AttributeValue::N(v.into())
+    }
+
+    /// The key item exactly as stored: the pool tables of earlier releases hold it.
+    #[test]
+    fn the_key_item_is_stored_as_it_always_was() {
+        let ring = KeyRing {
+            current: ContinuationKey::with_id(7, [2; 32]),
+            previous: Some(ContinuationKey::with_id(6, [1; 32])),
+        };
+        let item = HashMap::from([
+            (
+                "pk".to_string(),
+                AttributeValue::S("KEY#continuation".into()),
+            ),
+            ("sk".to_string(), AttributeValue::S("KEY".into())),
+            ("secret".to_string(), b(2)),
+            ("key_id".to_string(), n("7")),
+            ("previous_secret".to_string(), b(1)),
+            ("previous_key_id".to_string(), n("6")),
+        ]);
+        assert_eq!(keys_item(&ring).unwrap(), item);
+        assert_eq!(decode_keys(&item).unwrap(), ring);
+
+        let first = KeyRing::of(ContinuationKey::with_id(1, [2; 32]));
+        let mut item = HashMap::from([
+            (
+                "pk".to_string(),
+                AttributeValue::S("KEY#continuation".into()),
+            ),
+            ("sk".to_string(), AttributeValue::S("KEY".into())),
+            ("secret".to_string(), b(2)),
+            ("key_id".to_string(), n("1")),
+        ]);
+        assert_eq!(keys_item(&first).unwrap(), item);
+        assert_eq!(decode_keys(&item).unwrap(), first);
+        // Written before keys had ids: id 0.
+        item.remove("key_id");
+        assert_eq!(decode_keys(&item).unwrap().current.id(), 0);
+    }
+
+    #[test]
+    fn a_malformed_key_item_is_corrupt() {
+        let item = |pairs: Vec<(&str, AttributeValue)>| -> HashMap<String, AttributeValue> {
+            pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+        };
+        let corrupt = |item: HashMap<String, AttributeValue>, says: &str| match decode_keys(&item) {
+            Err(StoreError::Corrupt { key, message }) => {
+                assert_eq!(key, "KEY#continuation");
+                assert!(message.contains(says), "{message}");
+            }
+            other => panic!("{other:?}"),
+        };
+        corrupt(item(vec![("key_id", n("1"))]), "secret");
+        corrupt(item(vec![("secret", n("1"))]), "secret");
+        let short = AttributeValue::B(Blob::new(vec![1; 16]));
+        corrupt(item(vec![("secret", short)]), "16 bytes");
+        corrupt(item(vec![("secret", b(1)), ("key_id", n("x"))]), "key_id");
+        corrupt(
+            item(vec![("secret", b(1)), ("previous_secret", b(2))]),
+            "previous_key_id",
+        );
+    }
 }

@@ -1,10 +1,11 @@
 //! The idempotence ledger: which events were applied already, and the put that records one.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWriteItem};
+use aws_sdk_dynamodb::types::{KeysAndAttributes, Put, TransactWriteItem};
 
 use super::codec::*;
+use super::expr::Expr;
 use super::{BACKOFF, DynamoStore, MAX_BATCH_ROUNDS};
 use crate::domain::pool::PoolUpdate;
 use crate::ports::{FailureKind, StoreError};
@@ -23,28 +24,17 @@ impl DynamoStore {
                 unique.push(id);
             }
         }
-        let keys: Vec<_> = unique
+        let keys = unique
             .iter()
-            .map(|id| {
-                HashMap::from([
-                    (PK.to_string(), s(&event_pk(id))),
-                    (SK.to_string(), s(EVENT_SK)),
-                ])
-            })
+            .map(|id| item_key(&event_pk(id), EVENT_SK))
             .collect();
         let mut applied = HashSet::new();
-        for item in self
-            .batch_get(keys, &[PK, EXPIRES_AT], "reading the ledger")
-            .await?
-        {
-            let pk = req_s("(ledger item)", &item, PK)?;
-            let id = pk
-                .strip_prefix("EVENT#")
-                .ok_or_else(|| StoreError::Corrupt {
-                    key: pk.to_string(),
-                    message: "a ledger key without the EVENT# prefix".into(),
-                })?;
-            if req_n(pk, &item, EXPIRES_AT)? > now {
+        let read = self.batch_get(keys, &["pk", "expires_at"], "reading the ledger");
+        for item in read.await? {
+            let entry: LedgerItem = from_item(text(&item, "pk").unwrap_or("(ledger item)"), &item)?;
+            let id = (entry.pk.strip_prefix("EVENT#"))
+                .ok_or_else(|| corrupt(&entry.pk, "a ledger key without the EVENT# prefix"))?;
+            if entry.expires_at > now {
                 applied.insert(id.to_string());
             }
         }
@@ -56,21 +46,19 @@ impl DynamoStore {
     /// attributes `project` names (every one when empty); `what` names the read in errors.
     pub(super) async fn batch_get(
         &self,
-        keys: Vec<HashMap<String, AttributeValue>>,
+        keys: Vec<Item>,
         project: &[&str],
         what: &str,
-    ) -> Result<Vec<HashMap<String, AttributeValue>>, StoreError> {
+    ) -> Result<Vec<Item>, StoreError> {
         let mut found = Vec::new();
         for chunk in keys.chunks(100) {
             let mut request = KeysAndAttributes::builder()
                 .set_keys(Some(chunk.to_vec()))
                 .consistent_read(true);
             if !project.is_empty() {
-                let names: Vec<String> = (0..project.len()).map(|i| format!("#a{i}")).collect();
-                request = request.projection_expression(names.join(", "));
-                for (name, attr) in names.iter().zip(project) {
-                    request = request.expression_attribute_names(name, *attr);
-                }
+                let mut e = Expr::default();
+                request = request.projection_expression(e.projection(project));
+                request = request.set_expression_attribute_names(Some(e.names));
             }
             let mut request = Some(request.build().map_err(|e| {
                 self.err_from(
@@ -120,18 +108,22 @@ impl DynamoStore {
         key: &str,
     ) -> Result<TransactWriteItem, StoreError> {
         let recorded = update.recorded_at.timestamp();
-        let expires = ceil_secs(update.recorded_at + self.retention.ledger);
+        let item = to_item(LedgerItem {
+            pk: event_pk(key),
+            sk: EVENT_SK,
+            kind: update.kind.as_str(),
+            recorded_at: recorded,
+            expires_at: ceil_secs(update.recorded_at + self.retention.ledger),
+        });
         let put = Put::builder()
             .table_name(&self.table)
-            .item(PK, s(&event_pk(key)))
-            .item(SK, s(EVENT_SK))
-            .item(KIND, s(update.kind.as_str()))
-            .item(RECORDED_AT, n(recorded))
-            .item(EXPIRES_AT, n(expires))
+            .set_item(Some(item.map_err(|e| {
+                self.err_from(FailureKind::Invalid, "encoding a ledger item", e)
+            })?))
             // An expired entry (not yet deleted by the TTL) no longer counts as applied.
             .condition_expression("attribute_not_exists(#pk) OR #exp <= :now")
-            .expression_attribute_names("#pk", PK)
-            .expression_attribute_names("#exp", EXPIRES_AT)
+            .expression_attribute_names("#pk", "pk")
+            .expression_attribute_names("#exp", "expires_at")
             .expression_attribute_values(":now", n(recorded))
             .build()
             .map_err(|e| self.err_from(FailureKind::Invalid, "building the ledger put", e))?;

@@ -52,7 +52,6 @@ use chrono::{DateTime, Utc};
 mod apply;
 mod codec;
 mod expr;
-mod history;
 mod key;
 mod ledger;
 mod queries;
@@ -148,24 +147,6 @@ impl DynamoStore {
         self
     }
 
-    /// The store with another retention (default: [`Retention::default`]).
-    pub fn with_retention(mut self, retention: Retention) -> DynamoStore {
-        self.retention = retention;
-        self
-    }
-
-    pub fn retention(&self) -> Retention {
-        self.retention
-    }
-
-    pub fn table(&self) -> &str {
-        &self.table
-    }
-
-    pub fn client(&self) -> &Client {
-        &self.client
-    }
-
     /// An error of `kind` while doing `what`, as `why` describes it (no error of a call to keep).
     fn err(&self, kind: FailureKind, what: impl Display, why: impl Display) -> StoreError {
         StoreError::Backend {
@@ -251,16 +232,13 @@ impl PoolStore for DynamoStore {
     }
 
     async fn continuation_keys(&self) -> Result<KeyRing, StoreError> {
-        let now = self.clock.now();
-        if let Some(keys) = self.keys.fresh(now) {
-            return Ok(keys);
-        }
-        let keys = match &self.secret {
-            Some(secret) => self.secret_keys(secret, true).await?,
-            None => self.load_continuation_keys().await?,
+        let read = async {
+            match &self.secret {
+                Some(secret) => self.secret_keys(secret, true).await,
+                None => self.load_continuation_keys().await,
+            }
         };
-        self.keys.put(&keys, now);
-        Ok(keys)
+        self.keys.or_read(self.clock.now(), read).await
     }
 
     async fn reread_continuation_keys(&self) -> Result<Option<KeyRing>, StoreError> {

@@ -1,29 +1,100 @@
-//! Reading pools: one by its key, or those a [`PoolQuery`] asks for, through the index that
-//! fits it.
+//! Reading items: one by its key, every page of a query or scan, the pools a [`PoolQuery`]
+//! asks for (through the index that fits it), and the history of a period (an operator's
+//! report) or of some pools.
 
+use std::fmt::Display;
+
+use aws_sdk_dynamodb::types::Select;
 use chrono::{DateTime, Utc};
 
 use super::codec::*;
 use super::expr::Expr;
 use super::{DynamoStore, INDEX_BY_TYPE, INDEX_BY_ZONE, INDEX_UNAVAILABLE};
 use crate::domain::pool::{PoolKey, PoolQuery, PoolRecord, sort_newest_first};
+use crate::domain::stats::HistoryEntry;
 use crate::ports::StoreError;
 
 impl DynamoStore {
-    /// One pool's record (strongly consistent), whatever its expiry; `None` if absent.
-    pub async fn pool(&self, key: &PoolKey) -> Result<Option<PoolRecord>, StoreError> {
-        let pk = pool_pk(key);
+    /// The item `pk`, `sk` (strongly consistent), if there is one; `what` names the read in errors.
+    pub(super) async fn get(
+        &self,
+        pk: &str,
+        sk: &str,
+        what: impl Display + Send + Sync,
+    ) -> Result<Option<Item>, StoreError> {
         let out = self
             .client
             .get_item()
             .table_name(&self.table)
-            .key(PK, s(&pk))
-            .key(SK, s(POOL_SK))
+            .set_key(Some(item_key(pk, sk)))
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| self.sdk_err(format_args!("reading pool {key}"), e))?;
-        out.item().map(decode_pool).transpose()
+            .map_err(|e| self.sdk_err(what, e))?;
+        Ok(out.item)
+    }
+
+    /// Every item (all pages) of a `Query` of `index` (the table when `None`).
+    pub(super) async fn query(
+        &self,
+        index: Option<&str>,
+        key_condition: String,
+        filter: String,
+        e: Expr,
+        what: impl Display + Send + Sync,
+    ) -> Result<Vec<Item>, StoreError> {
+        let mut pages = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .set_index_name(index.map(str::to_string))
+            .key_condition_expression(key_condition)
+            .filter_expression(filter)
+            .set_expression_attribute_names(Some(e.names))
+            .set_expression_attribute_values(Some(e.values))
+            .into_paginator()
+            .items()
+            .send();
+        let mut items = Vec::new();
+        while let Some(item) = pages.next().await {
+            items.push(item.map_err(|err| self.sdk_err(&what, err))?);
+        }
+        Ok(items)
+    }
+
+    /// Every item (all pages) of a `Scan` reading `attributes` (it names them: see
+    /// [`pool_attributes`]).
+    pub(super) async fn scan(
+        &self,
+        attributes: &[&str],
+        filter: String,
+        mut e: Expr,
+        what: impl Display + Send + Sync,
+    ) -> Result<Vec<Item>, StoreError> {
+        let mut pages = self
+            .client
+            .scan()
+            .table_name(&self.table)
+            .select(Select::SpecificAttributes)
+            .projection_expression(e.projection(attributes))
+            .filter_expression(filter)
+            .set_expression_attribute_names(Some(e.names))
+            .set_expression_attribute_values(Some(e.values))
+            .into_paginator()
+            .items()
+            .send();
+        let mut items = Vec::new();
+        while let Some(item) = pages.next().await {
+            items.push(item.map_err(|err| self.sdk_err(&what, err))?);
+        }
+        Ok(items)
+    }
+
+    /// One pool's record (strongly consistent), whatever its expiry; `None` if absent.
+    pub async fn pool(&self, pool: &PoolKey) -> Result<Option<PoolRecord>, StoreError> {
+        let what = format!("reading pool {pool}");
+        let item = self.get(&pool_pk(pool), POOL_SK, what).await?;
+        item.as_ref().map(decode_pool).transpose()
     }
 
     /// The pools `query` asks for, newest first.
@@ -33,126 +104,112 @@ impl DynamoStore {
         now: DateTime<Utc>,
     ) -> Result<Vec<PoolRecord>, StoreError> {
         let mut e = Expr::default();
+        let is = |e: &mut Expr, attr: &str, value: &str| {
+            format!("{} = {}", e.name(attr), e.value(attr, s(value)))
+        };
         let now_value = e.value("now", n(now.timestamp()));
-        let mut filter = vec![format!("{} > {now_value}", e.name(EXPIRES_AT))];
-        let request = if let Some(instance_type) = &query.instance_type {
-            let key_condition = format!(
-                "{} = {}",
-                e.name(INSTANCE_TYPE),
-                e.value("it", s(instance_type))
-            );
-            if let Some(zone) = &query.zone {
-                filter.push(format!("{} = {}", e.name(ZONE), e.value("zone", s(zone))));
+        let mut filter = vec![format!("{} > {now_value}", e.name("expires_at"))];
+        let index = match (&query.instance_type, &query.zone) {
+            (Some(instance_type), zone) => {
+                let key_condition = is(&mut e, "instance_type", instance_type);
+                if let Some(zone) = zone {
+                    filter.push(is(&mut e, "zone", zone));
+                }
+                Some((INDEX_BY_TYPE, key_condition))
             }
-            if !query.include_available {
-                filter.push(format!("{} > {now_value}", e.name(UNAVAILABLE_UNTIL)));
+            (None, Some(zone)) => Some((INDEX_BY_ZONE, is(&mut e, "zone", zone))),
+            (None, None) if !query.include_available => {
+                let sk = is(&mut e, "sk", POOL_SK);
+                let until = e.name("unavailable_until");
+                Some((INDEX_UNAVAILABLE, format!("{sk} AND {until} > {now_value}")))
             }
-            Request::Query {
-                index: INDEX_BY_TYPE,
-                key_condition,
-                filter: filter.join(" AND "),
-                expr: e,
-            }
-        } else if let Some(zone) = &query.zone {
-            let key_condition = format!("{} = {}", e.name(ZONE), e.value("zone", s(zone)));
-            if !query.include_available {
-                filter.push(format!("{} > {now_value}", e.name(UNAVAILABLE_UNTIL)));
-            }
-            Request::Query {
-                index: INDEX_BY_ZONE,
-                key_condition,
-                filter: filter.join(" AND "),
-                expr: e,
-            }
-        } else if !query.include_available {
-            let key_condition = format!(
-                "{} = {} AND {} > {now_value}",
-                e.name(SK),
-                e.value("pool", s(POOL_SK)),
-                e.name(UNAVAILABLE_UNTIL)
-            );
-            Request::Query {
-                index: INDEX_UNAVAILABLE,
-                key_condition,
-                filter: filter.join(" AND "),
-                expr: e,
-            }
-        } else {
-            filter.push(format!("{} = {}", e.name(SK), e.value("pool", s(POOL_SK))));
-            Request::Scan {
-                filter: filter.join(" AND "),
-                expr: e,
+            (None, None) => {
+                filter.push(is(&mut e, "sk", POOL_SK));
+                None
             }
         };
-        let mut records = self.collect(request).await?;
+        let items = match index {
+            Some((index, key_condition)) => {
+                if !query.include_available && index != INDEX_UNAVAILABLE {
+                    filter.push(format!("{} > {now_value}", e.name("unavailable_until")));
+                }
+                let what = format!("querying index {index}");
+                let filter = filter.join(" AND ");
+                self.query(Some(index), key_condition, filter, e, what)
+                    .await?
+            }
+            None => {
+                let filter = filter.join(" AND ");
+                self.scan(&pool_attributes(), filter, e, "scanning the pools")
+                    .await?
+            }
+        };
+        let mut records = items
+            .iter()
+            .map(decode_pool)
+            .collect::<Result<Vec<_>, _>>()?;
         // Indexes are eventually consistent and the TTL deletes late: the query decides.
         records.retain(|r| query.matches(r, now));
         sort_newest_first(&mut records);
         Ok(records)
     }
 
-    /// Every pool item of a query or scan (all its pages), decoded; a corrupt one ends it.
-    async fn collect(&self, request: Request) -> Result<Vec<PoolRecord>, StoreError> {
-        let mut records = Vec::new();
-        match request {
-            Request::Query {
-                index,
-                key_condition,
-                filter,
-                expr,
-            } => {
-                let mut items = self
-                    .client
-                    .query()
-                    .table_name(&self.table)
-                    .index_name(index)
-                    .key_condition_expression(key_condition)
-                    .filter_expression(filter)
-                    .set_expression_attribute_names(Some(expr.names))
-                    .set_expression_attribute_values(Some(expr.values))
-                    .scan_index_forward(false)
-                    .into_paginator()
-                    .items()
-                    .send();
-                while let Some(item) = items.next().await {
-                    let item =
-                        item.map_err(|e| self.sdk_err(format_args!("querying index {index}"), e))?;
-                    records.push(decode_pool(&item)?);
-                }
-            }
-            Request::Scan { filter, mut expr } => {
-                let projection = expr.projection(&pool_attributes());
-                let mut items = self
-                    .client
-                    .scan()
-                    .table_name(&self.table)
-                    .select(aws_sdk_dynamodb::types::Select::SpecificAttributes)
-                    .projection_expression(projection)
-                    .filter_expression(filter)
-                    .set_expression_attribute_names(Some(expr.names))
-                    .set_expression_attribute_values(Some(expr.values))
-                    .into_paginator()
-                    .items()
-                    .send();
-                while let Some(item) = items.next().await {
-                    let item = item.map_err(|e| self.sdk_err("scanning the pools", e))?;
-                    records.push(decode_pool(&item)?);
-                }
+    /// A `Scan` of the history items (every page) whose event or window touches the period and
+    /// that have not expired: an operator's report, not a hot path.
+    pub(super) async fn scan_history(
+        &self,
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<HistoryEntry>, StoreError> {
+        let mut e = Expr::default();
+        let filter = format!(
+            "begins_with({sk}, {prefix}) AND {exp} > {now} AND {at} <= {now} AND ({at} >= {since} OR {until} > {since})",
+            sk = e.name("sk"),
+            prefix = e.value("hist", s(HISTORY_SK_PREFIX)),
+            exp = e.name("expires_at"),
+            now = e.value("now", n(now.timestamp())),
+            at = e.name("at"),
+            until = e.name("until"),
+            since = e.value("since", n(since.timestamp())),
+        );
+        let attributes = history_attributes();
+        let items = self.scan(&attributes, filter, e, "scanning the history");
+        let mut entries = Vec::new();
+        for item in items.await? {
+            let entry = decode_history(&item)?;
+            if entry.in_period(since, now) {
+                entries.push(entry);
             }
         }
-        Ok(records)
+        Ok(entries)
     }
-}
 
-enum Request {
-    Query {
-        index: &'static str,
-        key_condition: String,
-        filter: String,
-        expr: Expr,
-    },
-    Scan {
-        filter: String,
-        expr: Expr,
-    },
+    /// A `Query` of one pool's history items whose event time is in `[since, now]` and that
+    /// have not expired (every page): the sort key orders them by event time.
+    pub(super) async fn query_history(
+        &self,
+        pool: &PoolKey,
+        since: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<HistoryEntry>, StoreError> {
+        let mut e = Expr::default();
+        let sk = |t: DateTime<Utc>| format!("{HISTORY_SK_PREFIX}{:011}", t.timestamp().max(0));
+        let key_condition = format!(
+            "{pk} = {pool} AND {sk} BETWEEN {from} AND {to}",
+            pk = e.name("pk"),
+            pool = e.value("pool", s(&pool_pk(pool))),
+            sk = e.name("sk"),
+            from = e.value("from", s(&sk(since))),
+            // `~` sorts after every character of an event id or instance id.
+            to = e.value("to", s(&format!("{}~", sk(now)))),
+        );
+        let filter = format!(
+            "{exp} > {now}",
+            exp = e.name("expires_at"),
+            now = e.value("now", n(now.timestamp())),
+        );
+        let what = "querying a pool's history";
+        let items = self.query(None, key_condition, filter, e, what).await?;
+        items.iter().map(decode_history).collect()
+    }
 }

@@ -13,11 +13,13 @@
 //!
 //! Items of no index (they have none of the indexes' keys but `sk`, and no `unavailable_until`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use serde_with::{json::JsonString, serde_as};
 
 use super::DynamoStore;
 use super::codec::*;
@@ -29,10 +31,6 @@ use crate::ports::{FailureKind, OUTCOME_KEPT, RoundKey, Settled, StoreError, Tra
 const ROUND_SK: &str = "ROUND";
 /// The prefix of the `sk` of an instance's outcome.
 const OUTCOME_SK_PREFIX: &str = "OUTCOME#";
-const ROUNDS: &str = "rounds";
-const PENDING: &str = "pending";
-const VERSION: &str = "version";
-const OUTCOME: &str = "outcome";
 /// Writes of rounds tried at most, each after a read: every batch of every environment waiting
 /// on a round writes them (an offer, a claim), and only one of concurrent writes goes through.
 const WRITE_ATTEMPTS: u32 = 50;
@@ -49,41 +47,11 @@ impl DynamoStore {
     /// The rounds of `key` as stored (a strongly consistent read), with their version (0: none).
     async fn read_rounds(&self, key: &RoundKey) -> Result<(Rounds, i64), StoreError> {
         let pk = key.to_string();
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(PK, s(&pk))
-            .key(SK, s(ROUND_SK))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| self.sdk_err(format_args!("reading the rounds of {pk}"), e))?;
-        let Some(item) = out.item else {
-            return Ok((Rounds::default(), 0));
-        };
-        let mut rounds: Rounds = match item.get(ROUNDS) {
-            Some(_) => serde_json::from_str(req_s(&pk, &item, ROUNDS)?)
-                .map_err(|e| corrupt(&pk, format_args!("`{ROUNDS}` is not rounds: {e}")))?,
-            None => Rounds::default(),
-        };
-        let pending: Vec<Doomed> = match item.get(PENDING) {
-            None => Vec::new(),
-            Some(AttributeValue::Ss(set)) => set
-                .iter()
-                .map(|json| serde_json::from_str(json))
-                .collect::<Result<_, _>>()
-                .map_err(|e| corrupt(&pk, format_args!("`{PENDING}` holds no instance: {e}")))?,
-            Some(_) => {
-                return Err(corrupt(
-                    &pk,
-                    format_args!("`{PENDING}` is not a string set"),
-                ));
-            }
-        };
-        rounds.pending.clear();
-        rounds.offer(&pending);
-        Ok((rounds, opt_n(&pk, &item, VERSION)?.unwrap_or(0)))
+        let what = format!("reading the rounds of {pk}");
+        match self.get(&pk, ROUND_SK, what).await? {
+            Some(item) => decode_rounds(&pk, &item),
+            None => Ok((Rounds::default(), 0)),
+        }
     }
 
     /// Changes the rounds of `key` by `change` (which answers what the caller learns): read,
@@ -129,19 +97,18 @@ impl DynamoStore {
                 .client
                 .update_item()
                 .table_name(&self.table)
-                .key(PK, s(&pk))
-                .key(SK, s(ROUND_SK))
+                .set_key(Some(item_key(&pk, ROUND_SK)))
                 .update_expression(update)
                 .condition_expression(condition)
-                .expression_attribute_names("#r", ROUNDS)
-                .expression_attribute_names("#v", VERSION)
-                .expression_attribute_names("#exp", EXPIRES_AT)
+                .expression_attribute_names("#r", "rounds")
+                .expression_attribute_names("#v", "version")
+                .expression_attribute_names("#exp", "expires_at")
                 .expression_attribute_values(":r", s(&json))
                 .expression_attribute_values(":next", n(version + 1))
                 .expression_attribute_values(":exp", n(expires(now)));
             if !taken.is_empty() {
                 write = write
-                    .expression_attribute_names("#p", PENDING)
+                    .expression_attribute_names("#p", "pending")
                     .expression_attribute_values(":taken", AttributeValue::Ss(taken));
             }
             if version != 0 {
@@ -172,20 +139,84 @@ impl DynamoStore {
         outcome: &Outcome,
         expires: i64,
     ) -> Result<(), StoreError> {
-        let json = serde_json::to_string(outcome)
+        let item = outcome_item(pk, instance, outcome, expires)
             .map_err(|e| self.err_from(FailureKind::Invalid, "encoding an outcome", e))?;
         self.client
             .put_item()
             .table_name(&self.table)
-            .item(PK, s(pk))
-            .item(SK, s(&format!("{OUTCOME_SK_PREFIX}{instance}")))
-            .item(OUTCOME, s(&json))
-            .item(EXPIRES_AT, n(expires))
+            .set_item(Some(item))
             .send()
             .await
             .map_err(|e| self.sdk_err(format_args!("writing {instance}'s outcome in {pk}"), e))?;
         Ok(())
     }
+}
+
+/// A rounds item as read (`pending` apart, see [`decode_rounds`]).
+#[serde_as]
+#[derive(Deserialize)]
+struct RoundsItem {
+    /// The rest of the [`Rounds`], as JSON.
+    #[serde_as(as = "Option<JsonString>")]
+    #[serde(default)]
+    rounds: Option<Rounds>,
+    #[serde(default)]
+    version: i64,
+}
+
+/// The rounds item of `pk` as read, with its version (see the module's documentation).
+fn decode_rounds(pk: &str, item: &Item) -> Result<(Rounds, i64), StoreError> {
+    let read: RoundsItem = from_item(pk, item)?;
+    // A string set (an offer adds to it), each instance as JSON.
+    let pending: Vec<Doomed> = match item.get("pending") {
+        None => Vec::new(),
+        Some(AttributeValue::Ss(set)) => set
+            .iter()
+            .map(|json| serde_json::from_str(json))
+            .collect::<Result<_, _>>()
+            .map_err(|e| corrupt(pk, format_args!("`pending` holds no instance: {e}")))?,
+        Some(_) => return Err(corrupt(pk, "`pending` is not a string set")),
+    };
+    let mut rounds = read.rounds.unwrap_or_default();
+    rounds.pending.clear();
+    rounds.offer(&pending);
+    Ok((rounds, read.version))
+}
+
+/// An instance's outcome item, as written and read (`pk` and `expires_at` written only).
+#[serde_as]
+#[derive(Serialize, Deserialize)]
+struct OutcomeItem {
+    #[serde(skip_deserializing)]
+    pk: String,
+    /// `OUTCOME#<instance id>`.
+    sk: String,
+    #[serde_as(as = "JsonString")]
+    outcome: Outcome,
+    #[serde(skip_deserializing)]
+    expires_at: i64,
+}
+
+/// The item of `instance`'s outcome in the rounds of `pk`.
+fn outcome_item(
+    pk: &str,
+    instance: &str,
+    outcome: &Outcome,
+    expires: i64,
+) -> Result<Item, serde_dynamo::Error> {
+    to_item(OutcomeItem {
+        pk: pk.into(),
+        sk: format!("{OUTCOME_SK_PREFIX}{instance}"),
+        outcome: outcome.clone(),
+        expires_at: expires,
+    })
+}
+
+/// An outcome's item in the rounds of `pk` as read: its instance and outcome.
+fn decode_outcome(pk: &str, item: &Item) -> Result<(String, Outcome), StoreError> {
+    let read: OutcomeItem = from_item(text(item, "sk").unwrap_or(pk), item)?;
+    let instance = read.sk.strip_prefix(OUTCOME_SK_PREFIX).unwrap_or(&read.sk);
+    Ok((instance.to_string(), read.outcome))
 }
 
 /// When an item written at `now` expires (TTL): [`OUTCOME_KEPT`] on.
@@ -213,12 +244,11 @@ impl TrafficRounds for DynamoStore {
         self.client
             .update_item()
             .table_name(&self.table)
-            .key(PK, s(&pk))
-            .key(SK, s(ROUND_SK))
+            .set_key(Some(item_key(&pk, ROUND_SK)))
             .update_expression("ADD #p :set, #v :one SET #exp = :exp")
-            .expression_attribute_names("#p", PENDING)
-            .expression_attribute_names("#v", VERSION)
-            .expression_attribute_names("#exp", EXPIRES_AT)
+            .expression_attribute_names("#p", "pending")
+            .expression_attribute_names("#v", "version")
+            .expression_attribute_names("#exp", "expires_at")
             .expression_attribute_values(":set", AttributeValue::Ss(set))
             .expression_attribute_values(":one", n(1))
             .expression_attribute_values(":exp", n(expires(now)))
@@ -272,24 +302,106 @@ impl TrafficRounds for DynamoStore {
         instances: &[String],
     ) -> Result<BTreeMap<String, Outcome>, StoreError> {
         let pk = key.to_string();
-        let keys: Vec<HashMap<String, AttributeValue>> = instances
-            .iter()
-            .map(|i| {
-                HashMap::from([
-                    (PK.to_string(), s(&pk)),
-                    (SK.to_string(), s(&format!("{OUTCOME_SK_PREFIX}{i}"))),
-                ])
-            })
+        let keys = (instances.iter())
+            .map(|i| item_key(&pk, &format!("{OUTCOME_SK_PREFIX}{i}")))
             .collect();
         let what = format!("reading the outcomes of {pk}");
         let mut found = BTreeMap::new();
         for item in self.batch_get(keys, &[], &what).await? {
-            let sk = req_s(&pk, &item, SK)?;
-            let instance = sk.strip_prefix(OUTCOME_SK_PREFIX).unwrap_or(sk);
-            let outcome: Outcome = serde_json::from_str(req_s(&pk, &item, OUTCOME)?)
-                .map_err(|e| corrupt(sk, format_args!("not an outcome: {e}")))?;
-            found.insert(instance.to_string(), outcome);
+            let (instance, outcome) = decode_outcome(&pk, &item)?;
+            found.insert(instance, outcome);
         }
         Ok(found)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn item(pairs: Vec<(&str, AttributeValue)>) -> HashMap<String, AttributeValue> {
+        pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+    }
+
+    fn text(v: &str) -> AttributeValue {
+        AttributeValue::S(v.into())
+    }
+
+    /// An outcome's item exactly as stored (the outcome as JSON in a string).
+    #[test]
+    fn the_outcome_item_is_stored_as_it_always_was() {
+        let outcome = Outcome {
+            at: DateTime::from_timestamp(1_700_000_000, 0).unwrap(),
+            groups: 2,
+            left: 1,
+            failed: vec!["tg-a: throttled".into()],
+            pods: true,
+        };
+        let stored = item(vec![
+            ("pk", text("TRAFFIC#111111111111#us-east-1#c")),
+            ("sk", text("OUTCOME#i-1")),
+            (
+                "outcome",
+                text(
+                    r#"{"at":"2023-11-14T22:13:20Z","groups":2,"left":1,"failed":["tg-a: throttled"],"pods":true}"#,
+                ),
+            ),
+            ("expires_at", AttributeValue::N("1700003600".into())),
+        ]);
+        let pk = "TRAFFIC#111111111111#us-east-1#c";
+        assert_eq!(
+            outcome_item(pk, "i-1", &outcome, 1_700_003_600).unwrap(),
+            stored
+        );
+        assert_eq!(
+            decode_outcome(pk, &stored).unwrap(),
+            ("i-1".to_string(), outcome)
+        );
+    }
+
+    /// A rounds item as stored: `rounds` (JSON), `pending` (a string set of JSON), `version`.
+    #[test]
+    fn the_rounds_item_is_read_as_it_always_was() {
+        let pk = "TRAFFIC#111111111111#us-east-1#c";
+        let stored = item(vec![
+            ("pk", text(pk)),
+            ("sk", text("ROUND")),
+            (
+                "rounds",
+                text(r#"{"pending":[],"next_at":"2023-11-14T22:13:20Z","groups":["tg-a"]}"#),
+            ),
+            (
+                "pending",
+                AttributeValue::Ss(vec![
+                    r#"{"instance_id":"i-1","addresses":["10.0.1.5"]}"#.into(),
+                ]),
+            ),
+            ("version", AttributeValue::N("3".into())),
+            ("expires_at", AttributeValue::N("1700003600".into())),
+        ]);
+        let (rounds, version) = decode_rounds(pk, &stored).unwrap();
+        assert_eq!(version, 3);
+        assert_eq!(
+            rounds,
+            Rounds {
+                pending: vec![Doomed {
+                    instance_id: "i-1".into(),
+                    addresses: vec!["10.0.1.5".into()],
+                    signature: None,
+                }],
+                next_at: DateTime::from_timestamp(1_700_000_000, 0),
+                groups: vec!["tg-a".into()],
+                ..Rounds::default()
+            }
+        );
+        // An offer alone: no `rounds`, no `version` yet read as 0.
+        let offered = item(vec![("pending", AttributeValue::Ss(vec![]))]);
+        assert_eq!(decode_rounds(pk, &offered).unwrap(), (Rounds::default(), 0));
+        let listed = item(vec![("pending", AttributeValue::L(vec![]))]);
+        assert!(matches!(
+            decode_rounds(pk, &listed),
+            Err(StoreError::Corrupt { .. })
+        ));
     }
 }
