@@ -9,11 +9,12 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
-    Pod, PodAffinityTerm, PodSpec, WeightedPodAffinityTerm,
+    Affinity, Capabilities, Container, NodeAffinity, NodeSelector, NodeSelectorRequirement,
+    NodeSelectorTerm, Pod, PodAffinityTerm, PodSecurityContext, PodSpec, ResourceRequirements,
+    SeccompProfile, SecurityContext, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use serde_json::json;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use crate::domain::surge::{
     ANNOTATION_EVENT, ANNOTATION_EVICT_BY, ANNOTATION_EXPIRES, ANNOTATION_NODE, ANNOTATION_POD,
@@ -50,39 +51,77 @@ pub(crate) fn placeholder_for(
         .unwrap_or_else(|| "default".into());
     let pod_name = pod.metadata.name.clone().unwrap_or_default();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let labels = json!({LABEL_PLACEHOLDER: "true", LABEL_PLACEHOLDER_NODE: node_label_value(node)});
-    let annotations = json!({
-        ANNOTATION_NODE: node, ANNOTATION_POD: format!("{pod_ns}/{pod_name}"), ANNOTATION_POD_UID: uid,
-        ANNOTATION_EVENT: event_id, ANNOTATION_EXPIRES: deadline.to_rfc3339(),
-        ANNOTATION_EVICT_BY: evict_by.to_rfc3339(), ANNOTATION_SAFE_TO_EVICT: "true",
+    let labels = BTreeMap::from([
+        (LABEL_PLACEHOLDER.to_string(), "true".to_string()),
+        (LABEL_PLACEHOLDER_NODE.to_string(), node_label_value(node)),
+    ]);
+    let annotations = BTreeMap::from([
+        (ANNOTATION_NODE.to_string(), node.to_string()),
+        (ANNOTATION_POD.to_string(), format!("{pod_ns}/{pod_name}")),
+        (ANNOTATION_POD_UID.to_string(), uid.clone()),
+        (ANNOTATION_EVENT.to_string(), event_id.to_string()),
+        (ANNOTATION_EXPIRES.to_string(), deadline.to_rfc3339()),
+        (ANNOTATION_EVICT_BY.to_string(), evict_by.to_rfc3339()),
+        (ANNOTATION_SAFE_TO_EVICT.to_string(), "true".to_string()),
+    ]);
+    let owner = node_uid.map(|node_uid| OwnerReference {
+        api_version: "v1".into(),
+        kind: "Node".into(),
+        name: node.to_string(),
+        uid: node_uid.to_string(),
+        ..OwnerReference::default()
     });
-    let owner =
-        node_uid.map(|uid| [json!({"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid})]);
     let requests = effective_requests(&spec);
     let limits = non_overcommitable(&requests);
-    let resources = (!requests.is_empty())
-        .then(|| json!({"requests": requests, "limits": (!limits.is_empty()).then_some(limits)}));
-    let placeholder = json!({
-        "metadata": {"name": placeholder_name(&uid), "namespace": NAMESPACE, "labels": labels,
-                     "annotations": annotations, "ownerReferences": owner},
-        "spec": {
-            "containers": [{
-                "name": "placeholder", "image": PLACEHOLDER_IMAGE, "resources": resources,
-                "securityContext": {"allowPrivilegeEscalation": false,
-                    "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": true},
-            }],
-            "securityContext": {"runAsNonRoot": true, "runAsUser": PLACEHOLDER_USER,
-                "runAsGroup": PLACEHOLDER_USER, "seccompProfile": {"type": "RuntimeDefault"}},
-            "nodeSelector": spec.node_selector,
-            "affinity": off_node(spec.affinity.clone(), node, &pod_ns),
-            "tolerations": spec.tolerations,
-            "priorityClassName": PRIORITY_CLASS,
-            "terminationGracePeriodSeconds": 0,
-            "automountServiceAccountToken": false,
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(placeholder_name(&uid)),
+            namespace: Some(NAMESPACE.into()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            owner_references: owner.map(|o| vec![o]),
+            ..ObjectMeta::default()
         },
-    });
-    // Every field is one a Pod has, of its type: it always reads as one.
-    serde_json::from_value(placeholder).unwrap_or_default()
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "placeholder".into(),
+                image: Some(PLACEHOLDER_IMAGE.into()),
+                resources: (!requests.is_empty()).then(|| ResourceRequirements {
+                    limits: (!limits.is_empty()).then_some(limits),
+                    requests: Some(requests),
+                    ..ResourceRequirements::default()
+                }),
+                security_context: Some(SecurityContext {
+                    allow_privilege_escalation: Some(false),
+                    capabilities: Some(Capabilities {
+                        drop: Some(vec!["ALL".into()]),
+                        add: None,
+                    }),
+                    read_only_root_filesystem: Some(true),
+                    ..SecurityContext::default()
+                }),
+                ..Container::default()
+            }],
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(true),
+                run_as_user: Some(PLACEHOLDER_USER),
+                run_as_group: Some(PLACEHOLDER_USER),
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".into(),
+                    localhost_profile: None,
+                }),
+                ..PodSecurityContext::default()
+            }),
+            node_selector: spec.node_selector.clone(),
+            affinity: Some(off_node(spec.affinity.clone(), node, &pod_ns)),
+            tolerations: spec.tolerations.clone(),
+            priority_class_name: Some(PRIORITY_CLASS.into()),
+            termination_grace_period_seconds: Some(0),
+            automount_service_account_token: Some(false),
+            ..PodSpec::default()
+        }),
+        status: None,
+    }
 }
 
 /// `affinity` (of a pod of namespace `pod_ns`) for its placeholder: with required terms that
