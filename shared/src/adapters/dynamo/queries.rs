@@ -43,7 +43,7 @@ impl DynamoStore {
         e: Expr,
         what: impl Display + Send + Sync,
     ) -> Result<Vec<Item>, StoreError> {
-        let mut pages = self
+        let pages = self
             .client
             .query()
             .table_name(&self.table)
@@ -55,11 +55,8 @@ impl DynamoStore {
             .into_paginator()
             .items()
             .send();
-        let mut items = Vec::new();
-        while let Some(item) = pages.next().await {
-            items.push(item.map_err(|err| self.sdk_err(&what, err))?);
-        }
-        Ok(items)
+        let items = pages.collect::<Result<Vec<_>, _>>().await;
+        items.map_err(|err| self.sdk_err(&what, err))
     }
 
     /// Every item (all pages) of a `Scan` reading `attributes` (it names them: see
@@ -71,7 +68,7 @@ impl DynamoStore {
         mut e: Expr,
         what: impl Display + Send + Sync,
     ) -> Result<Vec<Item>, StoreError> {
-        let mut pages = self
+        let pages = self
             .client
             .scan()
             .table_name(&self.table)
@@ -83,11 +80,8 @@ impl DynamoStore {
             .into_paginator()
             .items()
             .send();
-        let mut items = Vec::new();
-        while let Some(item) = pages.next().await {
-            items.push(item.map_err(|err| self.sdk_err(&what, err))?);
-        }
-        Ok(items)
+        let items = pages.collect::<Result<Vec<_>, _>>().await;
+        items.map_err(|err| self.sdk_err(&what, err))
     }
 
     /// One pool's record (strongly consistent), whatever its expiry; `None` if absent.

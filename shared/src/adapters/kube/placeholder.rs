@@ -163,30 +163,23 @@ fn off_node(affinity: Option<Affinity>, node: &str, pod_ns: &str) -> Affinity {
             .get_or_insert_with(Vec::new)
             .push(not_cordoned.clone());
     }
-    let pod_terms = [
-        (affinity.pod_affinity.as_mut()).map(|a| {
-            let required = a
-                .required_during_scheduling_ignored_during_execution
-                .as_mut();
-            (
-                required,
-                a.preferred_during_scheduling_ignored_during_execution
-                    .as_mut(),
-            )
-        }),
-        (affinity.pod_anti_affinity.as_mut()).map(|a| {
-            let required = a
-                .required_during_scheduling_ignored_during_execution
-                .as_mut();
-            (
-                required,
-                a.preferred_during_scheduling_ignored_during_execution
-                    .as_mut(),
-            )
-        }),
-    ];
-    for (required, preferred) in pod_terms.into_iter().flatten() {
-        own_namespace(required, preferred, pod_ns);
+    if let Some(a) = affinity.pod_affinity.as_mut() {
+        own_namespace(
+            a.required_during_scheduling_ignored_during_execution
+                .as_mut(),
+            a.preferred_during_scheduling_ignored_during_execution
+                .as_mut(),
+            pod_ns,
+        );
+    }
+    if let Some(a) = affinity.pod_anti_affinity.as_mut() {
+        own_namespace(
+            a.required_during_scheduling_ignored_during_execution
+                .as_mut(),
+            a.preferred_during_scheduling_ignored_during_execution
+                .as_mut(),
+            pod_ns,
+        );
     }
     affinity
 }
