@@ -58,50 +58,15 @@ impl Migration {
 
 /// The keys of NTH's chart that only place or shape its own pods (forewarn runs as Lambda
 /// functions): not carried over.
-const DEPLOYMENT_KEYS: &[&str] = &[
-    "image",
-    "imagePullSecrets",
-    "nameOverride",
-    "fullnameOverride",
-    "replicas",
-    "resources",
-    "nodeSelector",
-    "linuxNodeSelector",
-    "windowsNodeSelector",
-    "affinity",
-    "linuxAffinity",
-    "windowsAffinity",
-    "tolerations",
-    "priorityClassName",
-    "podAnnotations",
-    "linuxPodAnnotations",
-    "windowsPodAnnotations",
-    "podLabels",
-    "linuxPodLabels",
-    "windowsPodLabels",
-    "rbac",
-    "serviceAccount",
-    "securityContext",
-    "podSecurityContext",
-    "dnsPolicy",
-    "dnsConfig",
-    "updateStrategy",
-    "linuxUpdateStrategy",
-    "windowsUpdateStrategy",
-    "useHostNetwork",
-    "targetNodeOs",
-    "nodeSelectorTermsOs",
-    "nodeSelectorTermsArch",
-    "extraEnv",
-    "customLabels",
-    "podDisruptionBudget",
-    "serviceMonitor",
-    "daemonsetNodeSelector",
-    "daemonsetTolerations",
-    "daemonsetAffinity",
-    "daemonsetPriorityClassName",
-    "terminationGracePeriodSeconds",
-];
+const DEPLOYMENT_KEYS: &str = "image imagePullSecrets nameOverride fullnameOverride \
+    replicas resources nodeSelector linuxNodeSelector windowsNodeSelector affinity \
+    linuxAffinity windowsAffinity tolerations priorityClassName podAnnotations \
+    linuxPodAnnotations windowsPodAnnotations podLabels linuxPodLabels windowsPodLabels rbac \
+    serviceAccount securityContext podSecurityContext dnsPolicy dnsConfig updateStrategy \
+    linuxUpdateStrategy windowsUpdateStrategy useHostNetwork targetNodeOs \
+    nodeSelectorTermsOs nodeSelectorTermsArch extraEnv customLabels podDisruptionBudget \
+    serviceMonitor daemonsetNodeSelector daemonsetTolerations daemonsetAffinity \
+    daemonsetPriorityClassName terminationGracePeriodSeconds";
 
 /// The keys read only in IMDS mode.
 const IMDS_SWITCHES: &[&str] = &[
@@ -220,10 +185,6 @@ fn template(nth: &str) -> Result<String, String> {
     Ok(out)
 }
 
-fn flag(values: &Value, key: &str, default: bool) -> bool {
-    values.get(key).and_then(truth).unwrap_or(default)
-}
-
 /// A Helm value's truth, when it is a boolean (or its text).
 fn truth(value: &Value) -> Option<bool> {
     match value {
@@ -251,8 +212,9 @@ fn text(v: &Value) -> String {
 /// The migration of NTH's values (a YAML mapping, as JSON).
 pub fn from_nth(values: &Value) -> Migration {
     let mut m = Migration::default();
-    let queue = flag(values, "enableSqsTerminationDraining", false);
-    let drain = if flag(values, "cordonOnly", false) {
+    let on = |key: &str, default: bool| values.get(key).and_then(truth).unwrap_or(default);
+    let queue = on("enableSqsTerminationDraining", false);
+    let drain = if on("cordonOnly", false) {
         "cordon"
     } else {
         "cordon-drain"
@@ -267,18 +229,14 @@ pub fn from_nth(values: &Value) -> Migration {
         ] {
             m.actions.insert(kind, drain);
         }
-        if !flag(values, "enableASGLifecycleDraining", true) {
+        if !on("enableASGLifecycleDraining", true) {
             m.actions.insert("asg-termination", "none");
         }
     } else {
-        let on = |key: &str, default: bool| flag(values, key, default);
+        let pick = |key, default| if on(key, default) { drain } else { "none" };
         m.actions.insert(
             "spot-interruption",
-            if on("enableSpotInterruptionDraining", true) {
-                drain
-            } else {
-                "none"
-            },
+            pick("enableSpotInterruptionDraining", true),
         );
         m.actions.insert(
             "rebalance-recommendation",
@@ -293,11 +251,7 @@ pub fn from_nth(values: &Value) -> Migration {
         );
         m.actions.insert(
             "scheduled-change",
-            if on("enableScheduledEventDraining", false) {
-                drain
-            } else {
-                "none"
-            },
+            pick("enableScheduledEventDraining", false),
         );
     }
     let Some(map) = values.as_object() else {
@@ -347,7 +301,7 @@ fn carry(m: &mut Migration, key: &str, value: &Value, queue: bool) {
             Some(b) => m.exclude_from_lb = Some(b),
             None => m.dropped.push((key.into(), "not true or false".into())),
         },
-        k if DEPLOYMENT_KEYS.contains(&k) => m.dropped.push((
+        k if DEPLOYMENT_KEYS.split_whitespace().any(|d| d == k) => m.dropped.push((
             k.into(),
             "places or shapes NTH's own pods: forewarn runs as Lambda functions".into(),
         )),

@@ -1,6 +1,5 @@
 //! `forewarn pools`.
 
-use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -132,16 +131,17 @@ pub async fn run(
     settings: Settings,
     clock: Arc<dyn Clock>,
 ) -> anyhow::Result<ExitCode> {
-    if args.stats {
-        let since = match parse_since(&args.since) {
-            Ok(d) => d,
-            Err(message) => {
-                eprintln!("forewarn pools: {message}");
-                return Ok(ExitCode::from(1));
-            }
-        };
-        let store = stores::open(&args.store, &settings, clock.clone()).await?;
-        let now = clock.now();
+    let since = match args.stats.then(|| parse_since(&args.since)).transpose() {
+        Ok(since) => since,
+        Err(message) => {
+            eprintln!("forewarn pools: {message}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let store = stores::open(&args.store, &settings, clock.clone()).await?;
+    let now = clock.now();
+    let mut out = std::io::stdout().lock();
+    if let Some(since) = since {
         let entries = store.history(now - since, now).await?;
         let mut stats = forewarn::domain::stats::stats(&entries, now - since, now);
         if let Some(zone) = &args.zone {
@@ -152,30 +152,22 @@ pub async fn run(
             stats.pools.retain(|p| &p.instance_type == t);
             stats.instance_types.retain(|g| &g.name == t);
         }
-        let mut out = std::io::stdout().lock();
         match args.output {
-            TableOrJson::Json => {
-                serde_json::to_writer_pretty(&mut out, &stats)?;
-                writeln!(out)?;
-            }
+            TableOrJson::Json => text::json(&mut out, &stats)?,
             TableOrJson::Table => text::stats(&mut out, &stats)?,
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let store = stores::open(&args.store, &settings, clock.clone()).await?;
     let query = PoolQuery {
         include_available: args.all,
         zone: args.zone,
         instance_type: args.instance_type,
     };
-    let now = clock.now();
     let records = store.pools(&query, now).await?;
-    let mut out = std::io::stdout().lock();
     match args.output {
         TableOrJson::Json => {
             let items: Vec<PoolJson<'_>> = records.iter().map(PoolJson::from).collect();
-            serde_json::to_writer_pretty(&mut out, &items)?;
-            writeln!(out)?;
+            text::json(&mut out, &items)?
         }
         TableOrJson::Table => text::pools(&mut out, &records, now)?,
     }

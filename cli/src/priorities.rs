@@ -41,8 +41,8 @@ pub struct PrioritiesArgs {
     cluster: Option<String>,
     /// The share of a group's pools that must be unavailable for it to be demoted, e.g. 0.5
     /// or 50% (overrides the priorities setting's hot-share) [default: 1, every pool].
-    #[arg(long, value_name = "SHARE")]
-    hot_share: Option<String>,
+    #[arg(long, value_name = "SHARE", value_parser = HotShare::parse)]
+    hot_share: Option<HotShare>,
     /// What to print on standard output: the ConfigMap it would write, as YAML or JSON.
     #[arg(long, value_enum, default_value = "yaml")]
     output: YamlOrJson,
@@ -71,10 +71,7 @@ pub async fn run(
         .or_else(|| settings.clusters.lone().flatten().map(|id| id.name.clone()))
         .context("which cluster? give --cluster, or name one among the served clusters")?;
     let mut priority_settings = settings.priorities.settings;
-    if let Some(share) = &args.hot_share {
-        priority_settings.hot_share =
-            HotShare::parse(share).map_err(|m| anyhow::anyhow!("--hot-share: {m}"))?;
-    }
+    priority_settings.hot_share = args.hot_share.unwrap_or(priority_settings.hot_share);
     priority_settings.take_over |= args.take_over;
     let base = match &args.base {
         Some(path) => BaseSource::Text {
@@ -98,10 +95,7 @@ pub async fn run(
     };
     settings.webhook = None;
     let services = wiring::services_with_clock(&settings, clock.clone()).await?;
-    let choice = match &args.groups {
-        Some(path) => GroupsChoice::File(path.clone()),
-        None => GroupsChoice::AutoScaling,
-    };
+    let choice = (args.groups.clone()).map_or(GroupsChoice::AutoScaling, GroupsChoice::File);
     let groups = match (&choice, services.node_groups.clone()) {
         (GroupsChoice::AutoScaling, Some(asg)) => asg,
         _ => wiring::node_groups(&choice, None, settings.aws).await?,
@@ -125,10 +119,7 @@ pub async fn run(
     if let Some(desired) = &outcome.desired {
         match args.output {
             YamlOrJson::Yaml => write!(out, "{}", desired.yaml())?,
-            YamlOrJson::Json => {
-                serde_json::to_writer_pretty(&mut out, &desired.document())?;
-                writeln!(out)?;
-            }
+            YamlOrJson::Json => crate::text::json(&mut out, &desired.document())?,
         }
     }
     out.flush().context("writing the output")?;

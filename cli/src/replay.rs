@@ -89,14 +89,13 @@ fn expand(paths: &[PathBuf]) -> Vec<Result<PathBuf, (PathBuf, String)>> {
 /// message's `SentTimestamp`).
 pub fn read_records(paths: &[PathBuf], received: DateTime<Utc>) -> Vec<Record> {
     let failed = |path: &Path, message: String| {
-        Record::new(
-            Origin::bare(path.display().to_string()),
-            Err(DecodeError {
-                origin: Origin::bare(path.display().to_string()),
-                field: None,
-                message,
-            }),
-        )
+        let origin = Origin::bare(path.display().to_string());
+        let error = DecodeError {
+            origin: origin.clone(),
+            field: None,
+            message,
+        };
+        Record::new(origin, Err(error))
     };
     let mut records = Vec::new();
     for entry in expand(paths) {
@@ -175,13 +174,10 @@ pub async fn run(
     match args.output {
         TextOrJson::Json => text::json_lines(&mut out, &reports)?,
         TextOrJson::Text => {
-            let writes = if settings.mode.writes_store() {
-                handler.store.location()
-            } else {
-                format!(
-                    "{} (read only: add --execute to write)",
-                    handler.store.location()
-                )
+            let location = handler.store.location();
+            let writes = match settings.mode.writes_store() {
+                true => location,
+                false => format!("{location} (read only: add --execute to write)"),
             };
             text::replay(&mut out, &reports, &writes, clock.now())?;
         }

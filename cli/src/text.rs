@@ -17,6 +17,12 @@ pub fn json_lines<T: serde::Serialize>(out: &mut impl Write, items: &[T]) -> io:
     Ok(())
 }
 
+/// One pretty JSON document and a newline (`--output json`).
+pub fn json(out: &mut impl Write, value: &impl serde::Serialize) -> io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, value)?;
+    writeln!(out)
+}
+
 /// `2026-11-20 10:00:00Z`.
 pub fn absolute(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M:%SZ").to_string()
@@ -45,10 +51,6 @@ pub fn relative(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
     }
 }
 
-fn outcome_tag(o: Outcome) -> String {
-    format!("[{}]", o.as_str())
-}
-
 pub fn replay(
     out: &mut impl Write,
     reports: &[Report],
@@ -61,12 +63,8 @@ pub fn replay(
             .time
             .map(|t| format!("  {}", absolute(t)))
             .unwrap_or_default();
-        writeln!(
-            out,
-            "{:<12}{}  {what}{when}",
-            outcome_tag(r.outcome),
-            r.origin
-        )?;
+        let tag = format!("[{}]", r.outcome.as_str());
+        writeln!(out, "{tag:<12}{}  {what}{when}", r.origin)?;
         if let Some(id) = &r.event_id {
             writeln!(out, "            event {id}")?;
         }
@@ -93,18 +91,19 @@ pub fn replay(
         }
         for a in &r.actions {
             let node = a.node.as_deref().unwrap_or("no node");
-            let mut line = format!("            {} → {node}: {}", a.instance_id, a.action);
-            let launch = r.kind == Some(EventKind::AsgLaunch);
-            if let (true, Some(hook)) = (launch, &a.complete_lifecycle) {
-                // A launch hook changes no node: its action waits for the node to be Ready.
-                line = format!(
-                    "            {} → {node}: complete lifecycle action {hook} once the node is Ready",
-                    a.instance_id
-                );
+            let mut line = format!("            {} → {node}: ", a.instance_id);
+            // A launch hook changes no node: its action waits for the node to be Ready.
+            let launch_hook =
+                (a.complete_lifecycle.as_ref()).filter(|_| r.kind == Some(EventKind::AsgLaunch));
+            if let Some(hook) = launch_hook {
+                line.push_str(&format!(
+                    "complete lifecycle action {hook} once the node is Ready"
+                ));
                 if let Some(deadline) = a.deadline {
                     line.push_str(&format!(" (looked at until {})", absolute(deadline)));
                 }
             } else {
+                line.push_str(&a.action.to_string());
                 if let Some(target) = &a.target {
                     line.push_str(&format!(" {target}"));
                 }
@@ -115,7 +114,7 @@ pub fn replay(
                     line.push_str(&format!(", then complete lifecycle action {hook}"));
                 }
             }
-            if a.action == Action::None && !(launch && a.complete_lifecycle.is_some()) {
+            if a.action == Action::None && launch_hook.is_none() {
                 line.push_str(&format!(" ({})", a.reason));
             }
             if let Some(result) = &a.result {
@@ -213,13 +212,13 @@ pub fn stats(out: &mut impl Write, stats: &forewarn::domain::stats::Stats) -> io
     if stats.pools.is_empty() {
         return writeln!(out, "no pool events in the period");
     }
-    let events = |e: &std::collections::BTreeMap<String, u64>| {
-        let parts: Vec<String> = e.iter().map(|(k, n)| format!("{k} {n}")).collect();
-        if parts.is_empty() {
-            "-".to_string()
-        } else {
-            parts.join(", ")
-        }
+    let events = |e: &std::collections::BTreeMap<String, u64>| match e.is_empty() {
+        true => "-".to_string(),
+        false => e
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect::<Vec<_>>()
+            .join(", "),
     };
     let share = |s: f64| format!("{:.1} %", 100.0 * s);
     let last = |t: Option<DateTime<Utc>>| t.map_or("-".to_string(), |t| relative(t, now));

@@ -25,7 +25,7 @@ use forewarn::app::priorities::{
 };
 use forewarn::domain::event::EventKind;
 use forewarn::domain::pool::{CapacityType, PoolKey, PoolMark, PoolUpdate};
-use forewarn::domain::priorities::{ANNOTATION, BasePriorities, priority_under};
+use forewarn::domain::priorities::{ANNOTATION, BasePriorities};
 use forewarn::ports::{ExpanderError, ExpanderStore, NodeGroupSource, PoolStore, StoredExpander};
 use forewarn_tests::moto::{runtime, shared, unique_name};
 use kube_fake::KubeFake;
@@ -292,12 +292,12 @@ fn hot_spot_groups_are_demoted_until_their_pools_return() {
         assert_eq!(out.change, Change::Created);
         assert_eq!(out.hot.len(), 1);
         let (text, meta) = expander_priorities(&fake);
-        let written = BasePriorities::parse(&text, "written").unwrap().as_map();
-        assert_eq!(priority_under(&written, &mixed), Some(9));
-        assert_eq!(priority_under(&written, &single), Some(50));
-        assert_eq!(priority_under(&written, &od), Some(10));
+        let written = BasePriorities::parse(&text, "written").unwrap();
+        assert_eq!(written.priority_of(&mixed), Some(9));
+        assert_eq!(written.priority_of(&single), Some(50));
+        assert_eq!(written.priority_of(&od), Some(10));
         // Another cluster's group is not among the known ones: exact names leave it out.
-        assert_eq!(priority_under(&written, &other), None);
+        assert_eq!(written.priority_of(&other), None);
         assert_eq!(meta["labels"]["app.kubernetes.io/managed-by"], "forewarn");
         let why: serde_json::Value =
             serde_json::from_str(meta["annotations"][ANNOTATION].as_str().unwrap()).unwrap();
@@ -333,10 +333,10 @@ fn hot_spot_groups_are_demoted_until_their_pools_return() {
             .count();
         assert_eq!(conflicts, 1);
         let (text, meta) = expander_priorities(&fake);
-        let written = BasePriorities::parse(&text, "written").unwrap().as_map();
-        assert_eq!(priority_under(&written, &mixed), Some(9));
-        assert_eq!(priority_under(&written, &single), Some(9));
-        assert_eq!(priority_under(&written, &od), Some(10));
+        let written = BasePriorities::parse(&text, "written").unwrap();
+        assert_eq!(written.priority_of(&mixed), Some(9));
+        assert_eq!(written.priority_of(&single), Some(9));
+        assert_eq!(written.priority_of(&od), Some(10));
         assert_eq!(meta["annotations"]["someone"], "else", "others' annotations kept");
 
         // The windows end: the base again.
@@ -492,14 +492,10 @@ fn the_sweeper_never_creates_the_expander_configmap() {
         let out = sweeper.update_priorities().await.unwrap().unwrap();
         assert_eq!(out.change, Change::Updated);
         let (text, meta) = expander_priorities(&fake);
-        let written = BasePriorities::parse(&text, "written").unwrap().as_map();
-        assert_eq!(
-            priority_under(&written, &single),
-            Some(9),
-            "demoted: {text}"
-        );
-        assert_eq!(priority_under(&written, &mixed), Some(50));
-        assert_eq!(priority_under(&written, &od), Some(10));
+        let written = BasePriorities::parse(&text, "written").unwrap();
+        assert_eq!(written.priority_of(&single), Some(9), "demoted: {text}");
+        assert_eq!(written.priority_of(&mixed), Some(50));
+        assert_eq!(written.priority_of(&od), Some(10));
         assert_eq!(meta["labels"]["app.kubernetes.io/managed-by"], "forewarn");
         let out = sweeper.update_priorities().await.unwrap().unwrap();
         assert_eq!(out.change, Change::Unchanged);

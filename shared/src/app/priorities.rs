@@ -113,20 +113,16 @@ impl Priorities<'_> {
     /// Reads the base, the groups and the unavailable pools at `now`, computes the priorities
     /// and writes them when they differ from the ConfigMap's (re-reading it after a conflict).
     pub async fn run(&self, now: DateTime<Utc>) -> Result<PriorityOutcome, PriorityRunError> {
-        let (text, name) = match &self.base {
-            BaseSource::Text { text, name } => (Some(text.clone()), name.clone()),
-            BaseSource::ConfigMap => {
-                let name = format!("configmap {NAMESPACE}/{BASE_CONFIGMAP}");
-                match self.expander {
-                    Some(e) => (e.base().await?, name),
-                    None => (None, name),
-                }
-            }
+        let text = match (&self.base, self.expander) {
+            (BaseSource::Text { text, .. }, _) => Some(text.clone()),
+            (BaseSource::ConfigMap, Some(e)) => e.base().await?,
+            (BaseSource::ConfigMap, None) => None,
         };
-        let base = match text {
-            Some(text) => BasePriorities::parse(&text, &name)?,
-            None => BasePriorities::parse("", &name)?,
+        let name = match &self.base {
+            BaseSource::Text { name, .. } => name.clone(),
+            BaseSource::ConfigMap => format!("configmap {NAMESPACE}/{BASE_CONFIGMAP}"),
         };
+        let base = BasePriorities::parse(text.as_deref().unwrap_or(""), &name)?;
         if base.is_empty() {
             tracing::info!(
                 source = %name,
@@ -215,18 +211,11 @@ impl Priorities<'_> {
                         return Ok(Change::WouldUpdate);
                     }
                     // Keep the labels and annotations of others; ours win.
-                    let mut merged = desired.clone();
-                    for (k, v) in &current.config.labels {
-                        merged.labels.entry(k.clone()).or_insert_with(|| v.clone());
-                    }
-                    for (k, v) in &current.config.annotations {
-                        if k != ANNOTATION {
-                            merged
-                                .annotations
-                                .entry(k.clone())
-                                .or_insert_with(|| v.clone());
-                        }
-                    }
+                    let mut merged = current.config.clone();
+                    merged.annotations.remove(ANNOTATION);
+                    merged.labels.extend(desired.labels.clone());
+                    merged.annotations.extend(desired.annotations.clone());
+                    merged.priorities = desired.priorities.clone();
                     expander
                         .replace(&merged, &current.resource_version)
                         .await

@@ -57,85 +57,71 @@ pub enum PriorityError {
     },
 }
 
-/// Base priorities, parsed and compiled.
+/// Base priorities, parsed and compiled: every priority with at least one expression.
 #[derive(Debug, Clone)]
 pub struct BasePriorities {
-    tiers: BTreeMap<i64, Vec<(String, Regex)>>,
+    tiers: BTreeMap<i64, Vec<Regex>>,
 }
 
 impl BasePriorities {
     /// Parses the expander's `priorities` YAML; `source_name` names where it came from in errors.
     /// An empty document is no priorities at all.
     pub fn parse(text: &str, source_name: &str) -> Result<BasePriorities, PriorityError> {
-        let map: PriorityMap = if text.trim().is_empty() {
-            PriorityMap::new()
-        } else {
-            serde_saphyr::from_str::<Option<PriorityMap>>(text)
-                .map_err(|e| PriorityError::Yaml {
-                    source_name: source_name.to_string(),
-                    message: e.to_string(),
-                })?
-                .unwrap_or_default()
+        let map: Option<PriorityMap> = match text.trim() {
+            "" => None,
+            _ => serde_saphyr::from_str(text).map_err(|e| PriorityError::Yaml {
+                source_name: source_name.to_string(),
+                message: e.to_string(),
+            })?,
         };
-        let mut tiers = BTreeMap::new();
-        for (priority, expressions) in map {
-            let mut compiled = Vec::new();
-            for expression in expressions {
-                let re = Regex::new(&expression).map_err(|e| PriorityError::Regex {
-                    source_name: source_name.to_string(),
-                    priority,
-                    expression: expression.clone(),
-                    message: e.to_string(),
-                })?;
-                compiled.push((expression, re));
-            }
-            tiers.insert(priority, compiled);
-        }
+        let compile = |priority: i64, expression: &String| {
+            Regex::new(expression).map_err(|e| PriorityError::Regex {
+                source_name: source_name.to_string(),
+                priority,
+                expression: expression.clone(),
+                message: e.to_string(),
+            })
+        };
+        let tiers = map
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(_, e)| !e.is_empty());
+        let tiers = tiers
+            .map(|(p, exprs)| {
+                Ok((
+                    p,
+                    exprs
+                        .iter()
+                        .map(|e| compile(p, e))
+                        .collect::<Result<_, _>>()?,
+                ))
+            })
+            .collect::<Result<_, PriorityError>>()?;
         Ok(BasePriorities { tiers })
     }
 
     pub fn is_empty(&self) -> bool {
-        self.tiers.values().all(Vec::is_empty)
+        self.tiers.is_empty()
     }
 
     /// The lowest priority of the base.
     pub fn lowest(&self) -> Option<i64> {
-        self.tiers
-            .iter()
-            .find(|(_, exprs)| !exprs.is_empty())
-            .map(|(p, _)| *p)
+        self.tiers.keys().next().copied()
     }
 
     /// The priority the expander gives `group`: the highest with a matching expression.
     pub fn priority_of(&self, group: &str) -> Option<i64> {
-        self.tiers
-            .iter()
-            .rev()
-            .find(|(_, exprs)| exprs.iter().any(|(_, re)| re.is_match(group)))
+        let mut tiers = self.tiers.iter().rev();
+        tiers
+            .find(|(_, res)| res.iter().any(|re| re.is_match(group)))
             .map(|(p, _)| *p)
     }
 
     /// The base as the expander's map.
     pub fn as_map(&self) -> PriorityMap {
-        self.tiers
-            .iter()
-            .filter(|(_, e)| !e.is_empty())
-            .map(|(p, e)| (*p, e.iter().map(|(s, _)| s.clone()).collect()))
-            .collect()
+        let texts = |res: &Vec<Regex>| res.iter().map(|re| re.as_str().to_string()).collect();
+        self.tiers.iter().map(|(p, res)| (*p, texts(res))).collect()
     }
-}
-
-/// The priority the expander gives `group` under `map` (expressions that do not compile match
-/// nothing, as the expander skips them).
-pub fn priority_under(map: &PriorityMap, group: &str) -> Option<i64> {
-    map.iter()
-        .rev()
-        .find(|(_, exprs)| {
-            exprs
-                .iter()
-                .any(|e| Regex::new(e).is_ok_and(|re| re.is_match(group)))
-        })
-        .map(|(p, _)| *p)
 }
 
 /// A node group of the Cluster Autoscaler (an Auto Scaling group).
@@ -151,15 +137,11 @@ pub struct NodeGroup {
 impl NodeGroup {
     /// Its pools: every instance type in every zone.
     pub fn pools(&self) -> Vec<PoolKey> {
-        let mut pools = Vec::new();
-        for t in &self.instance_types {
-            for z in &self.zones {
-                pools.push(PoolKey::new(self.capacity_type, t, z));
-            }
-        }
-        pools.sort();
-        pools.dedup();
-        pools
+        let (ct, zones) = (self.capacity_type, &self.zones);
+        let pools: BTreeSet<PoolKey> = (self.instance_types.iter())
+            .flat_map(|t| zones.iter().map(move |z| PoolKey::new(ct, t, z)))
+            .collect();
+        pools.into_iter().collect()
     }
 }
 
@@ -212,25 +194,20 @@ pub fn node_group(asg: &AsgDescription, cluster: &str) -> Option<NodeGroup> {
             _ => CapacityType::OnDemand,
         }
     };
-    let mut instance_types: Vec<String> = if asg.override_types.is_empty() {
-        asg.template_instance_type.iter().cloned().collect()
-    } else {
-        asg.override_types.clone()
+    let types = match asg.override_types.is_empty() {
+        true => asg.template_instance_type.iter().collect::<BTreeSet<_>>(),
+        false => asg.override_types.iter().collect(),
     };
-    instance_types.sort();
-    instance_types.dedup();
-    let mut zones: Vec<String> = asg
+    let zones: BTreeSet<&String> = asg
         .zones
         .iter()
-        .map(|z| asg.zone_ids.get(z).unwrap_or(z).clone())
+        .map(|z| asg.zone_ids.get(z).unwrap_or(z))
         .collect();
-    zones.sort();
-    zones.dedup();
     Some(NodeGroup {
         name: asg.name.clone(),
         capacity_type,
-        instance_types,
-        zones,
+        instance_types: types.into_iter().cloned().collect(),
+        zones: zones.into_iter().cloned().collect(),
     })
 }
 
@@ -264,10 +241,6 @@ impl HotShare {
         } else {
             Err(BadShare::OutOfRange(t.to_string()))
         }
-    }
-
-    pub fn value(self) -> f64 {
-        self.0
     }
 
     /// How many of `total` pools must be unavailable.
@@ -309,25 +282,21 @@ pub fn hot_groups(
     let mut hot = Vec::new();
     for g in groups {
         let pools = g.pools();
-        if pools.is_empty() {
-            continue;
-        }
         let mut down: Vec<(DateTime<Utc>, String)> = pools
             .iter()
             .filter_map(|p| until.get(p).map(|u| (*u, p.to_string())))
             .collect();
-        let needed = share.needed(pools.len());
+        let needed = share.needed(pools.len()); // at least 1: a group without pools is never hot
         if down.len() < needed {
             continue;
         }
         down.sort();
         // It stays hot until so many windows have ended that fewer than `needed` remain.
         let ends = down[down.len() - needed].0;
-        let mut names: Vec<String> = down.into_iter().map(|(_, p)| p).collect();
-        names.sort();
+        let names: BTreeSet<String> = down.into_iter().map(|(_, p)| p).collect();
         hot.push(HotGroup {
             group: g.name.clone(),
-            pools: names,
+            pools: names.into_iter().collect(),
             of: pools.len(),
             until: ends,
         });
@@ -384,15 +353,17 @@ pub fn demote(
     let mut out = PriorityMap::new();
     for (priority, exprs) in &base.tiers {
         let mut kept: Vec<String> = Vec::new();
-        for (text, re) in exprs {
+        for re in exprs {
             if hot_names.iter().any(|h| re.is_match(h)) {
-                for g in groups {
-                    if !hot_names.contains(g.name.as_str()) && re.is_match(&g.name) {
-                        kept.push(exact(&g.name));
-                    }
-                }
+                let cool = groups
+                    .iter()
+                    .filter(|g| !hot_names.contains(g.name.as_str()));
+                kept.extend(
+                    cool.filter(|g| re.is_match(&g.name))
+                        .map(|g| exact(&g.name)),
+                );
             } else {
-                kept.push(text.clone());
+                kept.push(re.as_str().to_string());
             }
         }
         let mut seen = BTreeSet::new();
@@ -447,17 +418,11 @@ pub struct ExpanderConfig {
 impl ExpanderConfig {
     /// What forewarn writes for `map` and `demotion`.
     pub fn new(map: &PriorityMap, demotion: &Demotion) -> ExpanderConfig {
-        let mut labels = BTreeMap::new();
-        labels.insert(MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string());
-        let mut annotations = BTreeMap::new();
-        annotations.insert(
-            ANNOTATION.to_string(),
-            serde_json::to_string(demotion).unwrap_or_default(),
-        );
+        let annotation = serde_json::to_string(demotion).unwrap_or_default();
         ExpanderConfig {
             priorities: render(map),
-            labels,
-            annotations,
+            labels: BTreeMap::from([(MANAGED_BY_LABEL.into(), MANAGED_BY.into())]),
+            annotations: BTreeMap::from([(ANNOTATION.into(), annotation)]),
         }
     }
 
@@ -671,6 +636,7 @@ mod tests {
         }];
         let gs = groups();
         let (map, demotion) = demote(&base, &gs, &hot);
+        let written = BasePriorities::parse(&render(&map), "written").unwrap();
         assert_eq!(demotion.priority, Some(9));
         assert_eq!(map[&9], vec!["^spot\\-a$"]);
         assert_eq!(map[&10], vec![".*on-demand.*"]);
@@ -681,7 +647,7 @@ mod tests {
             } else {
                 base.priority_of(&g.name)
             };
-            assert_eq!(priority_under(&map, &g.name), want, "{}", g.name);
+            assert_eq!(written.priority_of(&g.name), want, "{}", g.name);
         }
         // Nothing hot: the base itself.
         let (map, d) = demote(&base, &gs, &[]);
