@@ -172,24 +172,12 @@ fn text(
     budgets: &[SuggestedBudget],
     fixed: bool,
 ) -> std::io::Result<()> {
-    let mut current: Option<&str> = None;
-    for f in &report.findings {
-        if current != Some(f.workload.as_str()) {
-            if current.is_some() {
-                writeln!(out)?;
-            }
-            writeln!(out, "{}", f.workload)?;
-            current = Some(&f.workload);
+    for group in report.findings.chunk_by(|a, b| a.workload == b.workload) {
+        writeln!(out, "{}", group[0].workload)?;
+        for f in group {
+            let (level, code) = (f.level.as_str(), f.code.as_str());
+            writeln!(out, "  {level:<7}  {code:<19}  {}", f.message)?;
         }
-        writeln!(
-            out,
-            "  {:<7}  {:<19}  {}",
-            f.level.as_str(),
-            f.code.as_str(),
-            f.message
-        )?;
-    }
-    if current.is_some() {
         writeln!(out)?;
     }
     let s = &report.summary;
@@ -198,12 +186,11 @@ fn text(
         out,
         "{workloads} workloads, {checked} with pods on spot capacity: {counts}"
     )?;
+    let (survivors, spot, share) = (s.surviving_replicas, s.spot_replicas, s.survival() * 100.0);
     writeln!(
         out,
-        "{} of {} spot-hosted replicas ({:.0}%) would survive the interruption of their pool",
-        s.surviving_replicas,
-        s.spot_replicas,
-        s.survival() * 100.0
+        "{survivors} of {spot} spot-hosted replicas ({share:.0}%) would survive the interruption \
+         of their pool"
     )?;
     if !budgets.is_empty() {
         let how = if fixed {
@@ -211,16 +198,13 @@ fn text(
         } else {
             "see --output yaml or --fix DIR"
         };
-        writeln!(
-            out,
-            "{} PodDisruptionBudgets to add ({how}): {}",
-            budgets.len(),
+        let names = Vec::from_iter(
             budgets
                 .iter()
-                .map(|b| format!("{}/{}", b.namespace, b.name))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )?;
+                .map(|b| format!("{}/{}", b.namespace, b.name)),
+        );
+        let (n, names) = (names.len(), names.join(", "));
+        writeln!(out, "{n} PodDisruptionBudgets to add ({how}): {names}")?;
     }
     Ok(())
 }

@@ -34,10 +34,13 @@ pub(super) fn capacity_block(
     workload: &Workload,
     config: &Config,
 ) -> Option<(Code, String)> {
-    let gpu_pods: Vec<&AuditPod> = (workload.pods.iter())
+    let gpu_pods: Vec<&AuditPod> = workload
+        .pods
+        .iter()
         .filter(|p| p.containers.iter().any(AuditContainer::is_gpu))
         .collect();
-    let grace = (gpu_pods.iter())
+    let grace = gpu_pods
+        .iter()
         .map(|p| p.grace_seconds.unwrap_or(DEFAULT_GRACE_SECONDS).max(0))
         .max()?;
     let window = BLOCK_WINDOW.num_seconds();

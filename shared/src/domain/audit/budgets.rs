@@ -29,14 +29,19 @@ pub fn suggested_max_unavailable(replicas: i32) -> i32 {
 /// or `<name>-pdb` when a budget of that name exists in the namespace.
 pub fn suggested_budgets(view: &ClusterView) -> Vec<SuggestedBudget> {
     let mut out = Vec::new();
-    let mut taken: BTreeSet<(&str, String)> = (view.budgets.iter())
+    let mut taken: BTreeSet<(&str, String)> = view
+        .budgets
+        .iter()
         .map(|b| (b.namespace.as_str(), b.name.clone()))
         .collect();
     for w in &view.workloads {
         let Some(selector) = w.selector.as_ref().filter(|s| !s.is_empty()) else {
             continue;
         };
-        let on_spot = (w.pods.iter()).any(|p| view.node_of(p).is_some_and(AuditNode::is_spot));
+        let on_spot = w
+            .pods
+            .iter()
+            .any(|p| view.node_of(p).is_some_and(AuditNode::is_spot));
         if !on_spot || !view.budgets_of(w).is_empty() {
             continue;
         }

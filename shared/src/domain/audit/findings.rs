@@ -108,7 +108,8 @@ pub fn hot_pools(
     now: DateTime<Utc>,
     window: Duration,
 ) -> BTreeMap<PoolKey, &PoolRecord> {
-    (records.iter())
+    records
+        .iter()
         .filter(|r| r.interruptions() > 0 && r.last_seen >= now - window)
         .map(|r| (r.pool.clone(), r))
         .collect()

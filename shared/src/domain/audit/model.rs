@@ -332,7 +332,10 @@ impl Budget {
 
     /// Whether it selects a pod of `workload`.
     pub fn selects_pod_of(&self, workload: &Workload) -> bool {
-        (workload.pods.iter()).any(|p| self.selects(&workload.namespace, &p.labels))
+        workload
+            .pods
+            .iter()
+            .any(|p| self.selects(&workload.namespace, &p.labels))
     }
 
     /// The evictions it allows when all `expected` pods are healthy (the disruption
@@ -374,7 +377,9 @@ impl ClusterView {
     /// expected)`), and the evictions it allows when its expected pods (the replicas of every
     /// workload it selects a pod of) are healthy.
     pub fn describe(&self, b: &Budget) -> (String, i64) {
-        let expected: i64 = (self.workloads.iter())
+        let expected: i64 = self
+            .workloads
+            .iter()
             .filter(|w| b.selects_pod_of(w))
             .map(|w| i64::from(w.replicas.max(0)))
             .sum();

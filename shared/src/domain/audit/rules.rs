@@ -85,7 +85,9 @@ fn only<T: PartialEq>(mut items: impl Iterator<Item = T>) -> Option<T> {
 impl<'a> Checked<'a> {
     /// `None` when no pod of `workload` runs on spot capacity.
     fn new(view: &'a ClusterView, workload: &'a Workload) -> Option<Checked<'a>> {
-        let placements: Vec<Placement<'a>> = (workload.pods.iter())
+        let placements: Vec<Placement<'a>> = workload
+            .pods
+            .iter()
             .filter_map(|pod| {
                 let (node, facts) = (pod.node.as_deref()?, view.node_of(pod));
                 Some(Placement {
@@ -236,7 +238,8 @@ impl<'a> Checked<'a> {
                 here.entry(pool).or_insert((0, h)).0 += 1;
             }
         }
-        let parts: Vec<String> = (here.iter())
+        let parts: Vec<String> = here
+            .iter()
             .map(|(pool, (n, h))| {
                 format!(
                     "{} in {pool} ({}, last {})",
@@ -257,11 +260,16 @@ impl<'a> Checked<'a> {
 
     /// Local storage a drain discards.
     fn local_storage(&self) -> Option<(Code, String)> {
-        let pods: Vec<&AuditPod> = (self.spot().map(|p| p.pod))
+        let pods: Vec<&AuditPod> = self
+            .spot()
+            .map(|p| p.pod)
             .filter(|p| !p.empty_dirs.is_empty())
             .collect();
-        let volumes: BTreeSet<&str> =
-            (pods.iter().flat_map(|p| &p.empty_dirs).map(String::as_str)).collect();
+        let volumes: BTreeSet<&str> = pods
+            .iter()
+            .flat_map(|p| &p.empty_dirs)
+            .map(String::as_str)
+            .collect();
         (!pods.is_empty()).then(|| {
             (
                 Code::LocalStorage,
@@ -278,7 +286,8 @@ impl<'a> Checked<'a> {
     fn priority(&self) -> Option<(Code, String)> {
         let (class, value) = self.spot().find_map(|p| {
             let class = p.pod.priority_class.as_ref();
-            let value = (class.and_then(|c| self.view.priority_classes.get(c).copied()))
+            let value = class
+                .and_then(|c| self.view.priority_classes.get(c).copied())
                 .or(p.pod.priority)?;
             (value >= CRITICAL_PRIORITY).then_some((class, value))
         })?;
