@@ -8,16 +8,16 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use chrono::Duration;
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, ValueEnum};
 use forewarn::app::settings::{ClusterChoice, Settings};
 use forewarn::app::wiring;
 use forewarn::domain::audit::{
-    self, AuditReport, Level, SuggestedBudget, budget_yaml, budgets_yaml, hot_pools,
-    suggested_budgets,
+    self, AuditReport, Counts, Level, SuggestedBudget, Summary, budget_yaml, budgets_yaml,
+    hot_pools, suggested_budgets,
 };
 use forewarn::domain::pool::PoolQuery;
 use forewarn::ports::Clock;
-use serde_json::json;
 
 use crate::{ClusterArg, StoreArgs, stores};
 
@@ -32,23 +32,6 @@ pub enum AuditOutput {
     Json,
     /// The PodDisruptionBudgets to add, as multi-document YAML for `kubectl apply -f -`.
     Yaml,
-}
-
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailOn {
-    Error,
-    Warning,
-    Info,
-}
-
-impl FailOn {
-    fn level(self) -> Level {
-        match self {
-            FailOn::Error => Level::Error,
-            FailOn::Warning => Level::Warning,
-            FailOn::Info => Level::Info,
-        }
-    }
 }
 
 #[derive(Args, Debug)]
@@ -70,8 +53,8 @@ pub struct AuditArgs {
     #[arg(long, value_name = "DIR")]
     fix: Option<PathBuf>,
     /// Exit with 2 when a finding of this level or worse exists.
-    #[arg(long, value_enum, value_name = "LEVEL")]
-    fail_on: Option<FailOn>,
+    #[arg(long, value_name = "LEVEL", value_parser = PossibleValuesParser::new(["error", "warning", "info"]).try_map(|s| s.parse::<Level>()))]
+    fail_on: Option<Level>,
     /// Pools interrupted within this many days count as hot.
     #[arg(long, value_name = "DAYS", default_value_t = 7, value_parser = clap::value_parser!(u32).range(1..=3650))]
     hot_days: u32,
@@ -89,9 +72,9 @@ pub async fn run(
     if args.kube {
         args.cluster.narrow(&mut settings)?;
     }
-    let choice = match (&args.cluster_state, args.kube) {
-        (Some(path), _) => ClusterChoice::Snapshot(path.clone()),
-        (None, _) => ClusterChoice::Live(settings.cluster_access.clone()),
+    let choice = match &args.cluster_state {
+        Some(path) => ClusterChoice::Snapshot(path.clone()),
+        None => ClusterChoice::Live(settings.cluster_access.clone()),
     };
     let source = wiring::workload_source(&choice, settings.aws).await?;
     let view = source
@@ -102,8 +85,7 @@ pub async fn run(
     let now = clock.now();
     let query = PoolQuery {
         include_available: true,
-        zone: None,
-        instance_type: None,
+        ..PoolQuery::default()
     };
     let records = store
         .pools(&query, now)
@@ -121,15 +103,10 @@ pub async fn run(
         AuditOutput::Text => text(&mut out, &report, &budgets, args.fix.is_some())?,
         AuditOutput::Json => {
             crate::text::json_lines(&mut out, &report.findings)?;
-            let s = &report.summary;
             let summary = SummaryJson {
                 summary: true,
-                workloads: s.workloads,
-                checked: s.checked,
-                findings: json!({"error": s.errors, "warning": s.warnings, "info": s.infos}),
-                spot_replicas: s.spot_replicas,
-                surviving_replicas: s.surviving_replicas,
-                survival: (s.survival() * 1000.0).round() / 1000.0,
+                numbers: &report.summary,
+                survival: (report.summary.survival() * 1000.0).round() / 1000.0,
                 budgets_to_add: budgets.len(),
             };
             serde_json::to_writer(&mut out, &summary)?;
@@ -139,13 +116,10 @@ pub async fn run(
             let s = &report.summary;
             writeln!(
                 out,
-                "# forewarn audit: {} of {} workloads on spot, {} errors, {} warnings, {} infos; \
-                 {} PodDisruptionBudgets to add",
+                "# forewarn audit: {} of {} workloads on spot, {}; {} PodDisruptionBudgets to add",
                 s.checked,
                 s.workloads,
-                s.errors,
-                s.warnings,
-                s.infos,
+                counts(&s.findings),
                 budgets.len()
             )?;
             write!(out, "{}", budgets_yaml(&budgets))?;
@@ -154,7 +128,7 @@ pub async fn run(
     out.flush()?;
     let failed = args
         .fail_on
-        .is_some_and(|fail_on| report.worst().is_some_and(|w| w >= fail_on.level()));
+        .is_some_and(|fail_on| report.worst().is_some_and(|w| w >= fail_on));
     Ok(if failed {
         ExitCode::from(EXIT_FINDINGS)
     } else {
@@ -164,30 +138,28 @@ pub async fn run(
 
 /// The last line of `--output json`.
 #[derive(serde::Serialize)]
-struct SummaryJson {
+struct SummaryJson<'a> {
     summary: bool,
-    /// Workloads read.
-    workloads: usize,
-    /// Those with pods on spot capacity.
-    checked: usize,
-    findings: serde_json::Value,
-    spot_replicas: usize,
-    surviving_replicas: usize,
+    #[serde(flatten)]
+    numbers: &'a Summary,
     /// `surviving_replicas / spot_replicas`, rounded to 3 decimals.
     survival: f64,
     budgets_to_add: usize,
 }
 
-/// The file a budget is written to.
-fn fix_file(b: &SuggestedBudget) -> String {
-    format!("{}.{}.yaml", b.namespace, b.name)
+/// `1 errors, 2 warnings, 0 infos`.
+fn counts(c: &Counts) -> String {
+    format!(
+        "{} errors, {} warnings, {} infos",
+        c.error, c.warning, c.info
+    )
 }
 
 fn write_fixes(dir: &std::path::Path, budgets: &[SuggestedBudget]) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("--fix {}: cannot create the folder", dir.display()))?;
     for b in budgets {
-        let path = dir.join(fix_file(b));
+        let path = dir.join(format!("{}.{}.yaml", b.namespace, b.name));
         std::fs::write(&path, budget_yaml(b))
             .with_context(|| format!("--fix: cannot write {}", path.display()))?;
     }
@@ -200,38 +172,25 @@ fn text(
     budgets: &[SuggestedBudget],
     fixed: bool,
 ) -> std::io::Result<()> {
-    let mut current: Option<&str> = None;
-    for f in &report.findings {
-        if current != Some(f.workload.as_str()) {
-            if current.is_some() {
-                writeln!(out)?;
-            }
-            writeln!(out, "{}", f.workload)?;
-            current = Some(&f.workload);
+    for group in report.findings.chunk_by(|a, b| a.workload == b.workload) {
+        writeln!(out, "{}", group[0].workload)?;
+        for f in group {
+            let (level, code) = (f.level.as_str(), f.code.as_str());
+            writeln!(out, "  {level:<7}  {code:<19}  {}", f.message)?;
         }
-        writeln!(
-            out,
-            "  {:<7}  {:<19}  {}",
-            f.level.as_str(),
-            f.code.as_str(),
-            f.message
-        )?;
-    }
-    if current.is_some() {
         writeln!(out)?;
     }
     let s = &report.summary;
+    let (workloads, checked, counts) = (s.workloads, s.checked, counts(&s.findings));
     writeln!(
         out,
-        "{} workloads, {} with pods on spot capacity: {} errors, {} warnings, {} infos",
-        s.workloads, s.checked, s.errors, s.warnings, s.infos
+        "{workloads} workloads, {checked} with pods on spot capacity: {counts}"
     )?;
+    let (survivors, spot, share) = (s.surviving_replicas, s.spot_replicas, s.survival() * 100.0);
     writeln!(
         out,
-        "{} of {} spot-hosted replicas ({:.0}%) would survive the interruption of their pool",
-        s.surviving_replicas,
-        s.spot_replicas,
-        s.survival() * 100.0
+        "{survivors} of {spot} spot-hosted replicas ({share:.0}%) would survive the interruption \
+         of their pool"
     )?;
     if !budgets.is_empty() {
         let how = if fixed {
@@ -239,16 +198,13 @@ fn text(
         } else {
             "see --output yaml or --fix DIR"
         };
-        writeln!(
-            out,
-            "{} PodDisruptionBudgets to add ({how}): {}",
-            budgets.len(),
+        let names = Vec::from_iter(
             budgets
                 .iter()
-                .map(|b| format!("{}/{}", b.namespace, b.name))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )?;
+                .map(|b| format!("{}/{}", b.namespace, b.name)),
+        );
+        let (n, names) = (names.len(), names.join(", "));
+        writeln!(out, "{n} PodDisruptionBudgets to add ({how}): {names}")?;
     }
     Ok(())
 }

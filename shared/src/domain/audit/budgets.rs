@@ -29,37 +29,31 @@ pub fn suggested_max_unavailable(replicas: i32) -> i32 {
 /// or `<name>-pdb` when a budget of that name exists in the namespace.
 pub fn suggested_budgets(view: &ClusterView) -> Vec<SuggestedBudget> {
     let mut out = Vec::new();
-    let mut taken: BTreeSet<(String, String)> = view
+    let mut taken: BTreeSet<(&str, String)> = view
         .budgets
         .iter()
-        .map(|b| (b.namespace.clone(), b.name.clone()))
+        .map(|b| (b.namespace.as_str(), b.name.clone()))
         .collect();
     for w in &view.workloads {
         let Some(selector) = w.selector.as_ref().filter(|s| !s.is_empty()) else {
             continue;
         };
-        let on_spot = w.pods.iter().any(|p| {
-            p.node
-                .as_ref()
-                .and_then(|n| view.nodes.get(n))
-                .is_some_and(AuditNode::is_spot)
-        });
-        let selected = view
-            .budgets
+        let on_spot = w
+            .pods
             .iter()
-            .any(|b| w.pods.iter().any(|p| b.selects(&w.namespace, &p.labels)));
-        if !on_spot || selected {
+            .any(|p| view.node_of(p).is_some_and(AuditNode::is_spot));
+        if !on_spot || !view.budgets_of(w).is_empty() {
             continue;
         }
-        let mut name = w.name.clone();
-        if taken.contains(&(w.namespace.clone(), name.clone())) {
-            name = format!("{}-pdb", w.name);
+        let mut key = (w.namespace.as_str(), w.name.clone());
+        if taken.contains(&key) {
+            key.1 += "-pdb";
         }
-        taken.insert((w.namespace.clone(), name.clone()));
+        taken.insert(key.clone());
         out.push(SuggestedBudget {
             workload: w.id(),
             namespace: w.namespace.clone(),
-            name,
+            name: key.1,
             selector: selector.clone(),
             max_unavailable: suggested_max_unavailable(w.replicas),
             replicas: w.replicas,
@@ -89,24 +83,7 @@ struct PdbMetadata<'a> {
 #[serde(rename_all = "camelCase")]
 struct PdbSpec<'a> {
     max_unavailable: i32,
-    selector: SelectorDocument<'a>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct SelectorDocument<'a> {
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    match_labels: &'a BTreeMap<String, String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    match_expressions: Vec<RequirementDocument<'a>>,
-}
-
-#[derive(Serialize)]
-struct RequirementDocument<'a> {
-    key: &'a str,
-    operator: &'static str,
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    values: &'a [String],
+    selector: &'a Selector,
 }
 
 /// One budget as a YAML document (no `---`), ready for `kubectl apply -f`.
@@ -121,25 +98,13 @@ pub fn budget_yaml(b: &SuggestedBudget) -> String {
         },
         spec: PdbSpec {
             max_unavailable: b.max_unavailable,
-            selector: SelectorDocument {
-                match_labels: &b.selector.match_labels,
-                match_expressions: b
-                    .selector
-                    .match_expressions
-                    .iter()
-                    .map(|r| RequirementDocument {
-                        key: &r.key,
-                        operator: r.operator.as_str(),
-                        values: &r.values,
-                    })
-                    .collect(),
-            },
+            selector: &b.selector,
         },
     };
     format!(
         "# {}: {}, no PodDisruptionBudget selects them\n{}",
         b.workload.replace('\n', " "),
-        plural(b.replicas.max(0) as usize, "replica"),
+        plural(b.replicas.max(0), "replica"),
         serde_saphyr::to_string(&document).expect("a budget is plain strings and numbers")
     )
 }

@@ -25,7 +25,7 @@ string_forms!(Level, "a level");
 /// The finding codes, stable: scripts match on them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
-#[derive(strum::IntoStaticStr, strum::Display)]
+#[derive(strum::IntoStaticStr, strum::Display, strum::VariantArray)]
 #[strum(serialize_all = "kebab-case")]
 pub enum Code {
     /// No budget selects the workload's pods: a drain evicts them all at once.
@@ -62,11 +62,9 @@ pub enum Code {
     BlockReady,
 }
 
-impl Code {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
+string_forms!(Code, "a finding code");
 
+impl Code {
     /// The level of a finding with this code.
     pub fn level(self) -> Level {
         match self {
@@ -89,12 +87,9 @@ impl Code {
 }
 
 /// `1 pod`, `2 pods`: `n` of `one`, for a finding's text.
-pub(super) fn plural(n: usize, one: &str) -> String {
-    if n == 1 {
-        format!("{n} {one}")
-    } else {
-        format!("{n} {one}s")
-    }
+pub(super) fn plural(n: impl std::fmt::Display, one: &str) -> String {
+    let n = n.to_string();
+    format!("{n} {one}{}", if n == "1" { "" } else { "s" })
 }
 
 /// One thing that would hurt.
@@ -107,31 +102,16 @@ pub struct Finding {
     pub message: String,
 }
 
-/// A pool the pool table saw interrupted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HotPool {
-    pub interruptions: u64,
-    pub last_seen: DateTime<Utc>,
-}
-
 /// The pools among `records` interrupted at least once and last seen within `window` of `now`.
 pub fn hot_pools(
     records: &[PoolRecord],
     now: DateTime<Utc>,
     window: Duration,
-) -> BTreeMap<PoolKey, HotPool> {
+) -> BTreeMap<PoolKey, &PoolRecord> {
     records
         .iter()
         .filter(|r| r.interruptions() > 0 && r.last_seen >= now - window)
-        .map(|r| {
-            (
-                r.pool.clone(),
-                HotPool {
-                    interruptions: r.interruptions(),
-                    last_seen: r.last_seen,
-                },
-            )
-        })
+        .map(|r| (r.pool.clone(), r))
         .collect()
 }
 
@@ -150,20 +130,26 @@ impl AuditReport {
     }
 }
 
-/// The numbers of an audit.
+/// The numbers of an audit (serialized as `--output json`'s summary line has them).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Summary {
     /// Workloads read (DaemonSets are not).
     pub workloads: usize,
     /// Those with at least one pod on spot capacity: the ones checked.
     pub checked: usize,
-    pub errors: usize,
-    pub warnings: usize,
-    pub infos: usize,
+    pub findings: Counts,
     /// Replicas (pods) on spot nodes.
     pub spot_replicas: usize,
     /// Those whose workload keeps a replica outside their pool when their pool is interrupted.
     pub surviving_replicas: usize,
+}
+
+/// The findings of each level.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    pub error: usize,
+    pub info: usize,
+    pub warning: usize,
 }
 
 impl Summary {

@@ -26,7 +26,7 @@ pub use blocks::BLOCK_WINDOW;
 pub use budgets::{
     SuggestedBudget, budget_yaml, budgets_yaml, suggested_budgets, suggested_max_unavailable,
 };
-pub use findings::{AuditReport, Code, Finding, HotPool, Level, Summary, hot_pools};
+pub use findings::{AuditReport, Code, Counts, Finding, Level, Summary, hot_pools};
 pub use model::{
     AuditContainer, AuditNode, AuditPod, Budget, CRITICAL_PRIORITY, ClusterView,
     DEFAULT_GRACE_SECONDS, GPU_RESOURCES, IntOrPercent, NotIntOrPercent, Operator, Requirement,

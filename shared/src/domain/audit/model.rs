@@ -1,11 +1,12 @@
 //! The audit's model of the cluster: workloads and their pods, label selectors, the
 //! PodDisruptionBudgets, the nodes' spot-ness and pools ([`ClusterView`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use serde::Serialize;
 
+use crate::domain::audit::findings::plural;
 use crate::domain::names::string_forms;
 use crate::domain::pool::{CapacityType, PoolKey};
 
@@ -124,16 +125,21 @@ pub struct AuditPod {
 impl AuditPod {
     /// The accelerators it requests, per resource ([`GPU_RESOURCES`]; none when it is not a
     /// GPU pod).
-    pub fn gpus(&self) -> BTreeMap<&str, i64> {
-        let mut out: BTreeMap<&str, i64> = BTreeMap::new();
-        for c in &self.containers {
-            for (name, n) in c.gpus() {
-                let e = out.entry(name).or_default();
-                *e = e.saturating_add(n);
-            }
-        }
-        out
+    pub fn gpus(&self) -> BTreeMap<&'static str, i64> {
+        sum_gpus(&self.containers)
     }
+}
+
+/// The accelerators `containers` request, per resource.
+pub(super) fn sum_gpus<'a>(
+    containers: impl IntoIterator<Item = &'a AuditContainer>,
+) -> BTreeMap<&'static str, i64> {
+    let mut out: BTreeMap<&str, i64> = BTreeMap::new();
+    for (name, n) in containers.into_iter().flat_map(AuditContainer::gpus) {
+        let e = out.entry(name).or_default();
+        *e = e.saturating_add(n);
+    }
+    out
 }
 
 /// One container of a pod.
@@ -182,10 +188,31 @@ impl Workload {
     pub fn id(&self) -> String {
         format!("{}/{}/{}", self.namespace, self.kind, self.name)
     }
+
+    /// How many of its pods several of `budgets` select (the eviction API refuses them), and
+    /// those budgets' names (`a, b`).
+    pub(super) fn overlapping(&self, budgets: &[&Budget]) -> (usize, String) {
+        let mut names: BTreeSet<&str> = BTreeSet::new();
+        let mut pods = 0;
+        for pod in &self.pods {
+            let on_pod: Vec<&str> = budgets
+                .iter()
+                .filter(|b| b.selects(&self.namespace, &pod.labels))
+                .map(|b| b.name.as_str())
+                .collect();
+            if on_pod.len() > 1 {
+                pods += 1;
+                names.extend(on_pod);
+            }
+        }
+        (pods, names.into_iter().collect::<Vec<_>>().join(", "))
+    }
 }
 
 /// A label selector operator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::IntoStaticStr, strum::VariantArray,
+)]
 pub enum Operator {
     In,
     NotIn,
@@ -196,17 +223,21 @@ pub enum Operator {
 string_forms!(Operator, "a selector operator");
 
 /// One `matchExpressions` requirement.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Requirement {
     pub key: String,
     pub operator: Operator,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub values: Vec<String>,
 }
 
-/// A `metav1.LabelSelector`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// A `metav1.LabelSelector` (serialized as the API writes it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Selector {
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub match_labels: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub match_expressions: Vec<Requirement>,
 }
 
@@ -299,6 +330,14 @@ impl Budget {
                 .is_some_and(|s| !s.is_empty() && s.matches(labels))
     }
 
+    /// Whether it selects a pod of `workload`.
+    pub fn selects_pod_of(&self, workload: &Workload) -> bool {
+        workload
+            .pods
+            .iter()
+            .any(|p| self.selects(&workload.namespace, &p.labels))
+    }
+
     /// The evictions it allows when all `expected` pods are healthy (the disruption
     /// controller's arithmetic: `maxUnavailable` wins over `minAvailable`; neither allows
     /// everything).
@@ -313,15 +352,6 @@ impl Budget {
         };
         (expected - desired).max(0)
     }
-
-    /// The spec for people (`maxUnavailable: 0`).
-    pub fn describe(&self) -> String {
-        match (self.max_unavailable, self.min_available) {
-            (Some(mu), _) => format!("maxUnavailable: {mu}"),
-            (None, Some(ma)) => format!("minAvailable: {ma}"),
-            (None, None) => "no minAvailable nor maxUnavailable".into(),
-        }
-    }
 }
 
 /// What the audit reads: the cluster's workloads, budgets, nodes and priority classes.
@@ -335,30 +365,40 @@ pub struct ClusterView {
 }
 
 impl ClusterView {
-    /// The expected pods of a budget: the replicas of every workload it selects a pod of.
-    pub fn expected_pods(&self, budget: &Budget) -> i64 {
-        self.workloads
-            .iter()
-            .filter(|w| w.namespace == budget.namespace)
-            .filter(|w| {
-                w.pods
-                    .iter()
-                    .any(|p| budget.selects(&w.namespace, &p.labels))
-            })
-            .map(|w| i64::from(w.replicas.max(0)))
-            .sum()
-    }
-
     /// The budgets that select a pod of `workload`.
     pub fn budgets_of(&self, workload: &Workload) -> Vec<&Budget> {
         self.budgets
             .iter()
-            .filter(|b| {
-                workload
-                    .pods
-                    .iter()
-                    .any(|p| b.selects(&workload.namespace, &p.labels))
-            })
+            .filter(|b| b.selects_pod_of(workload))
             .collect()
+    }
+
+    /// A budget for people (`PodDisruptionBudget shop/web (maxUnavailable: 1, 2 pods
+    /// expected)`), and the evictions it allows when its expected pods (the replicas of every
+    /// workload it selects a pod of) are healthy.
+    pub fn describe(&self, b: &Budget) -> (String, i64) {
+        let expected: i64 = self
+            .workloads
+            .iter()
+            .filter(|w| b.selects_pod_of(w))
+            .map(|w| i64::from(w.replicas.max(0)))
+            .sum();
+        let spec = match (b.max_unavailable, b.min_available) {
+            (Some(mu), _) => format!("maxUnavailable: {mu}"),
+            (None, Some(ma)) => format!("minAvailable: {ma}"),
+            (None, None) => "no minAvailable nor maxUnavailable".into(),
+        };
+        let about = format!(
+            "PodDisruptionBudget {}/{} ({spec}, {} expected)",
+            b.namespace,
+            b.name,
+            plural(expected, "pod")
+        );
+        (about, b.allowed_when_healthy(expected))
+    }
+
+    /// The node `pod` runs on, when bound to one the view knows.
+    pub fn node_of(&self, pod: &AuditPod) -> Option<&AuditNode> {
+        self.nodes.get(pod.node.as_deref()?)
     }
 }

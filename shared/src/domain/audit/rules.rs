@@ -1,48 +1,34 @@
 //! The rules: what would hurt when a spot node goes, workload by workload ([`audit`]).
 
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::domain::audit::blocks::capacity_block;
-use crate::domain::audit::findings::{AuditReport, Code, Finding, HotPool, Level, plural};
+use crate::domain::audit::findings::{AuditReport, Code, Finding, Level, plural};
 use crate::domain::audit::model::{
-    AuditNode, AuditPod, Budget, CRITICAL_PRIORITY, ClusterView, DEFAULT_GRACE_SECONDS, Workload,
+    AuditNode, AuditPod, CRITICAL_PRIORITY, ClusterView, DEFAULT_GRACE_SECONDS, Workload,
     WorkloadKind,
 };
 use crate::domain::config::Config;
-use crate::domain::pool::PoolKey;
-
-/// Where one pod runs.
-struct Placement<'a> {
-    pod: &'a AuditPod,
-    node: &'a str,
-    node_facts: Option<&'a AuditNode>,
-}
-
-impl Placement<'_> {
-    fn spot(&self) -> bool {
-        self.node_facts.is_some_and(AuditNode::is_spot)
-    }
-    fn pool(&self) -> Option<PoolKey> {
-        self.node_facts.and_then(AuditNode::pool)
-    }
-    fn zone(&self) -> Option<&str> {
-        self.node_facts.and_then(|n| n.zone.as_deref())
-    }
-}
+use crate::domain::pool::{PoolKey, PoolRecord};
 
 /// Runs every rule over every workload with a pod on spot capacity, and the Capacity Block
-/// check ([`capacity_block`]) over every GPU workload, on spot or not.
+/// check ([`capacity_block`]) over every GPU workload, on spot or not. Findings come grouped by
+/// workload, most severe first.
 ///
 /// `hot` are the pools recently interrupted ([`hot_pools`](super::hot_pools)); `config` gives
 /// the notice and forewarn's margin (the grace rules).
-pub fn audit(view: &ClusterView, config: &Config, hot: &BTreeMap<PoolKey, HotPool>) -> AuditReport {
+pub fn audit(
+    view: &ClusterView,
+    config: &Config,
+    hot: &BTreeMap<PoolKey, &PoolRecord>,
+) -> AuditReport {
     let mut report = AuditReport::default();
     for workload in &view.workloads {
         report.summary.workloads += 1;
         let mut found: Vec<(Code, String)> =
             capacity_block(view, workload, config).into_iter().collect();
-        let checked = Checked::new(view, workload);
-        if !checked.spot.is_empty() {
+        if let Some(checked) = Checked::new(view, workload) {
             report.summary.checked += 1;
             checked.count_survivors(&mut report);
             found.extend(checked.budgets());
@@ -52,9 +38,33 @@ pub fn audit(view: &ClusterView, config: &Config, hot: &BTreeMap<PoolKey, HotPoo
             found.extend(checked.local_storage());
             found.extend(checked.priority());
         }
-        record(&mut report, workload, found);
+        found.sort_by_key(|(code, _)| (Reverse(code.level()), *code));
+        for (code, message) in found {
+            let (level, counts) = (code.level(), &mut report.summary.findings);
+            *match level {
+                Level::Error => &mut counts.error,
+                Level::Warning => &mut counts.warning,
+                Level::Info => &mut counts.info,
+            } += 1;
+            let workload = workload.id();
+            report.findings.push(Finding {
+                workload,
+                level,
+                code,
+                message,
+            });
+        }
     }
     report
+}
+
+/// Where one pod runs.
+struct Placement<'a> {
+    pod: &'a AuditPod,
+    node: &'a str,
+    spot: bool,
+    pool: Option<PoolKey>,
+    zone: Option<&'a str>,
 }
 
 /// One workload with a pod on spot capacity, where its pods run.
@@ -62,72 +72,70 @@ struct Checked<'a> {
     view: &'a ClusterView,
     workload: &'a Workload,
     placements: Vec<Placement<'a>>,
-    /// The indexes in `placements` of the pods on spot nodes.
-    spot: Vec<usize>,
+    /// The node of its first pod on spot capacity.
+    first_spot: &'a str,
+}
+
+/// The one value `items` all have, if they agree (`None` when there is none).
+fn only<T: PartialEq>(mut items: impl Iterator<Item = T>) -> Option<T> {
+    let first = items.next()?;
+    items.all(|i| i == first).then_some(first)
 }
 
 impl<'a> Checked<'a> {
-    fn new(view: &'a ClusterView, workload: &'a Workload) -> Checked<'a> {
+    /// `None` when no pod of `workload` runs on spot capacity.
+    fn new(view: &'a ClusterView, workload: &'a Workload) -> Option<Checked<'a>> {
         let placements: Vec<Placement<'a>> = workload
             .pods
             .iter()
             .filter_map(|pod| {
-                let node = pod.node.as_deref()?;
+                let (node, facts) = (pod.node.as_deref()?, view.node_of(pod));
                 Some(Placement {
                     pod,
                     node,
-                    node_facts: view.nodes.get(node),
+                    spot: facts.is_some_and(AuditNode::is_spot),
+                    pool: facts.and_then(AuditNode::pool),
+                    zone: facts.and_then(|n| n.zone.as_deref()),
                 })
             })
             .collect();
-        let spot = (0..placements.len())
-            .filter(|i| placements[*i].spot())
-            .collect();
-        Checked {
+        let first_spot = placements.iter().find(|p| p.spot)?.node;
+        Some(Checked {
             view,
             workload,
             placements,
-            spot,
-        }
+            first_spot,
+        })
     }
 
     /// The placements on spot nodes.
     fn spot(&self) -> impl Iterator<Item = &Placement<'a>> {
-        self.spot.iter().map(|i| &self.placements[*i])
-    }
-
-    /// The first spot node (there is one: only such workloads are checked).
-    fn first_spot_node(&self) -> &'a str {
-        self.placements[self.spot[0]].node
+        self.placements.iter().filter(|p| p.spot)
     }
 
     /// Survival: a spot replica survives when its workload keeps a replica elsewhere.
     fn count_survivors(&self, report: &mut AuditReport) {
         for p in self.spot() {
-            report.summary.spot_replicas += 1;
-            let pool = p.pool();
-            let elsewhere = self.placements.iter().any(|q| match (&pool, q.pool()) {
-                (Some(a), Some(b)) => *a != b,
+            let elsewhere = self.placements.iter().any(|q| match (&p.pool, &q.pool) {
+                (Some(a), Some(b)) => a != b,
                 // Pool unknown: only another node counts.
                 _ => q.node != p.node,
             });
-            if elsewhere {
-                report.summary.surviving_replicas += 1;
-            }
+            report.summary.spot_replicas += 1;
+            report.summary.surviving_replicas += usize::from(elsewhere);
         }
     }
 
     /// Budgets: none, one that never allows an eviction, several on one pod.
     fn budgets(&self) -> Vec<(Code, String)> {
-        let (view, workload) = (self.view, self.workload);
+        let budgets = self.view.budgets_of(self.workload);
         let mut found = Vec::new();
-        let budgets: Vec<&Budget> = view.budgets_of(workload);
-        if workload.kind == WorkloadKind::Pod {
+        if self.workload.kind == WorkloadKind::Pod {
             found.push((
                 Code::NoController,
                 format!(
                     "bare pod on spot node {}: once evicted or interrupted nothing recreates it",
-                    self.first_spot_node()
+                    self.first_spot
                 ),
             ));
         } else if budgets.is_empty() {
@@ -138,28 +146,35 @@ impl<'a> Checked<'a> {
             ));
         }
         for b in &budgets {
-            let expected = view.expected_pods(b);
-            if b.allowed_when_healthy(expected) == 0 {
+            let (about, allowed) = self.view.describe(b);
+            if allowed == 0 {
                 found.push((
                     Code::PdbBlocksEviction,
                     format!(
-                        "PodDisruptionBudget {}/{} ({}, {} expected) never allows an eviction: \
-                         a drain stalls until the instance is reclaimed",
-                        b.namespace,
-                        b.name,
-                        b.describe(),
-                        plural(expected as usize, "pod")
+                        "{about} never allows an eviction: a drain stalls until the instance is \
+                         reclaimed"
                     ),
                 ));
             }
         }
-        found.extend(overlap(workload, &budgets));
+        let (pods, names) = self.workload.overlapping(&budgets);
+        if pods > 0 {
+            found.push((
+                Code::PdbOverlap,
+                format!(
+                    "{} selected by several PodDisruptionBudgets ({names}): the eviction API \
+                     answers 500 and a drain cannot evict them",
+                    plural(pods, "pod")
+                ),
+            ));
+        }
         found
     }
 
     /// Spread: one replica, or every replica on one node, in one pool or in one zone.
     fn spread(&self) -> Option<(Code, String)> {
         let (workload, placements) = (self.workload, &self.placements);
+        let n = placements.len();
         if workload.kind != WorkloadKind::Pod && workload.replicas <= 1 {
             return Some((
                 Code::SingleReplica,
@@ -167,28 +182,18 @@ impl<'a> Checked<'a> {
                     "{} replica, on spot node {}: an interruption is an outage until it is \
                      rescheduled",
                     workload.replicas.max(0),
-                    self.first_spot_node()
+                    self.first_spot
                 ),
             ));
         }
-        if placements.len() <= 1 {
-            return None;
-        }
-        let nodes: BTreeSet<&str> = placements.iter().map(|p| p.node).collect();
-        let pools: BTreeSet<Option<PoolKey>> = placements.iter().map(|p| p.pool()).collect();
-        let zones: BTreeSet<Option<&str>> = placements.iter().map(|p| p.zone()).collect();
-        let n = placements.len();
-        if nodes.len() == 1 {
+        if n <= 1 {
+            None
+        } else if let Some(node) = only(placements.iter().map(|p| p.node)) {
             Some((
                 Code::OneNode,
-                format!(
-                    "all {n} replicas on spot node {}: one interruption takes them all",
-                    self.first_spot_node()
-                ),
+                format!("all {n} replicas on spot node {node}: one interruption takes them all"),
             ))
-        } else if pools.len() == 1
-            && let Some(Some(pool)) = pools.first()
-        {
+        } else if let Some(Some(pool)) = only(placements.iter().map(|p| &p.pool)) {
             Some((
                 Code::OnePool,
                 format!(
@@ -196,9 +201,7 @@ impl<'a> Checked<'a> {
                      them all"
                 ),
             ))
-        } else if zones.len() == 1
-            && let Some(Some(zone)) = zones.first()
-        {
+        } else if let Some(Some(zone)) = only(placements.iter().map(|p| p.zone)) {
             Some((Code::OneZone, format!("all {n} replicas in zone {zone}")))
         } else {
             None
@@ -208,18 +211,14 @@ impl<'a> Checked<'a> {
     /// Grace periods longer than what a spot warning leaves.
     fn grace(&self, config: &Config) -> Option<(Code, String)> {
         let grace_limit = (config.interruption_notice - config.deadline_margin).num_seconds();
-        let mut long: Vec<(i64, &str)> = self
+        let (grace, pod) = self
             .spot()
             .map(|p| {
-                (
-                    p.pod.grace_seconds.unwrap_or(DEFAULT_GRACE_SECONDS),
-                    p.pod.name.as_str(),
-                )
+                let grace = p.pod.grace_seconds.unwrap_or(DEFAULT_GRACE_SECONDS);
+                (grace, &p.pod.name)
             })
             .filter(|(g, _)| *g > grace_limit)
-            .collect();
-        long.sort();
-        let (grace, pod) = long.last()?;
+            .max()?;
         Some((
             Code::GraceTooLong,
             format!(
@@ -232,52 +231,52 @@ impl<'a> Checked<'a> {
     }
 
     /// Recently interrupted pools.
-    fn hot_pools(&self, hot: &BTreeMap<PoolKey, HotPool>) -> Option<(Code, String)> {
-        let mut hot_here: BTreeMap<PoolKey, (usize, &HotPool)> = BTreeMap::new();
+    fn hot_pools(&self, hot: &BTreeMap<PoolKey, &PoolRecord>) -> Option<(Code, String)> {
+        let mut here: BTreeMap<&PoolKey, (usize, &PoolRecord)> = BTreeMap::new();
         for p in self.spot() {
-            if let Some(pool) = p.pool()
-                && let Some(h) = hot.get(&pool)
-            {
-                hot_here.entry(pool).or_insert((0, h)).0 += 1;
+            if let Some((pool, h)) = p.pool.as_ref().and_then(|pool| hot.get_key_value(pool)) {
+                here.entry(pool).or_insert((0, h)).0 += 1;
             }
         }
-        if hot_here.is_empty() {
-            return None;
-        }
-        let parts: Vec<String> = hot_here
+        let parts: Vec<String> = here
             .iter()
             .map(|(pool, (n, h))| {
                 format!(
                     "{} in {pool} ({}, last {})",
-                    plural(*n, "replica"),
-                    plural(h.interruptions as usize, "interruption"),
+                    plural(n, "replica"),
+                    plural(h.interruptions(), "interruption"),
                     h.last_seen.format("%Y-%m-%d %H:%M UTC")
                 )
             })
             .collect();
-        Some((
-            Code::HotPool,
-            format!("recently interrupted pools: {}", parts.join("; ")),
-        ))
+        (!parts.is_empty()).then(|| {
+            let parts = parts.join("; ");
+            (
+                Code::HotPool,
+                format!("recently interrupted pools: {parts}"),
+            )
+        })
     }
 
     /// Local storage a drain discards.
     fn local_storage(&self) -> Option<(Code, String)> {
-        let mut volumes: BTreeSet<&str> = BTreeSet::new();
-        let mut with_local = 0;
-        for p in self.spot() {
-            if !p.pod.empty_dirs.is_empty() {
-                with_local += 1;
-                volumes.extend(p.pod.empty_dirs.iter().map(String::as_str));
-            }
-        }
-        (with_local > 0).then(|| {
+        let pods: Vec<&AuditPod> = self
+            .spot()
+            .map(|p| p.pod)
+            .filter(|p| !p.empty_dirs.is_empty())
+            .collect();
+        let volumes: BTreeSet<&str> = pods
+            .iter()
+            .flat_map(|p| &p.empty_dirs)
+            .map(String::as_str)
+            .collect();
+        (!pods.is_empty()).then(|| {
             (
                 Code::LocalStorage,
                 format!(
                     "{} on spot with emptyDir volumes ({}): a drain discards their data",
-                    plural(with_local, "pod"),
-                    volumes.into_iter().collect::<Vec<_>>().join(", ")
+                    plural(pods.len(), "pod"),
+                    Vec::from_iter(volumes).join(", ")
                 ),
             )
         })
@@ -286,72 +285,19 @@ impl<'a> Checked<'a> {
     /// Priority: a critical workload on spot capacity.
     fn priority(&self) -> Option<(Code, String)> {
         let (class, value) = self.spot().find_map(|p| {
-            let value = p
-                .pod
-                .priority_class
-                .as_ref()
+            let class = p.pod.priority_class.as_ref();
+            let value = class
                 .and_then(|c| self.view.priority_classes.get(c).copied())
                 .or(p.pod.priority)?;
-            (value >= CRITICAL_PRIORITY)
-                .then(|| (p.pod.priority_class.clone().unwrap_or_default(), value))
+            (value >= CRITICAL_PRIORITY).then_some((class, value))
         })?;
-        let class = if class.is_empty() {
-            String::new()
-        } else {
-            format!("{class}, ")
-        };
+        let class = class.filter(|c| !c.is_empty());
+        let class = class.map_or(String::new(), |c| format!("{c}, "));
         Some((
             Code::CriticalOnSpot,
             format!(
                 "critical priority ({class}{value}) on spot capacity: keep it on on-demand nodes"
             ),
         ))
-    }
-}
-
-/// Pods selected by several of `budgets`: the eviction API refuses them.
-fn overlap(workload: &Workload, budgets: &[&Budget]) -> Option<(Code, String)> {
-    let mut overlapping: BTreeSet<String> = BTreeSet::new();
-    let mut overlap_pods = 0;
-    for pod in &workload.pods {
-        let names: Vec<&str> = budgets
-            .iter()
-            .filter(|b| b.selects(&workload.namespace, &pod.labels))
-            .map(|b| b.name.as_str())
-            .collect();
-        if names.len() > 1 {
-            overlap_pods += 1;
-            overlapping.extend(names.into_iter().map(str::to_string));
-        }
-    }
-    (overlap_pods > 0).then(|| {
-        (
-            Code::PdbOverlap,
-            format!(
-                "{} selected by several PodDisruptionBudgets ({}): the eviction API answers \
-                 500 and a drain cannot evict them",
-                plural(overlap_pods, "pod"),
-                overlapping.into_iter().collect::<Vec<_>>().join(", ")
-            ),
-        )
-    })
-}
-
-/// Adds a workload's findings to the report, most severe first, and counts them.
-fn record(report: &mut AuditReport, workload: &Workload, mut found: Vec<(Code, String)>) {
-    found.sort_by(|a, b| b.0.level().cmp(&a.0.level()).then(a.0.cmp(&b.0)));
-    for (code, message) in found {
-        let level = code.level();
-        match level {
-            Level::Error => report.summary.errors += 1,
-            Level::Warning => report.summary.warnings += 1,
-            Level::Info => report.summary.infos += 1,
-        }
-        report.findings.push(Finding {
-            workload: workload.id(),
-            level,
-            code,
-            message,
-        });
     }
 }

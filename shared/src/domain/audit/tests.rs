@@ -103,7 +103,7 @@ fn ok_budget() -> Vec<Budget> {
     vec![budget("web", None, Some(IntOrPercent::Int(1)))]
 }
 
-fn codes(v: &ClusterView, hot: &BTreeMap<PoolKey, HotPool>) -> Vec<&'static str> {
+fn codes(v: &ClusterView, hot: &BTreeMap<PoolKey, &PoolRecord>) -> Vec<&'static str> {
     audit(v, &Config::default(), hot)
         .findings
         .iter()
@@ -427,7 +427,14 @@ fn findings_are_ordered_and_summarised() {
     assert_eq!(report.findings[0].workload, "shop/Deployment/web");
     let s = &report.summary;
     assert_eq!((s.workloads, s.checked), (2, 1));
-    assert_eq!((s.errors, s.warnings, s.infos), (0, 1, 2));
+    assert_eq!(
+        s.findings,
+        Counts {
+            error: 0,
+            warning: 1,
+            info: 2
+        }
+    );
     // Both spot replicas share a pool, the on-demand one survives it.
     assert_eq!((s.spot_replicas, s.surviving_replicas), (2, 2));
     assert_eq!(report.worst(), Some(Level::Warning));
@@ -588,7 +595,7 @@ fn a_gpu_workload_that_leaves_a_capacity_block_in_time_is_ready() {
     assert_eq!(report.findings[0].level, Level::Info);
     assert_eq!(report.findings[0].workload, "shop/Deployment/web");
     assert_eq!(
-        (report.summary.checked, report.summary.infos),
+        (report.summary.checked, report.summary.findings.info),
         (0, 1),
         "checked whatever its capacity type; not counted as on spot"
     );
