@@ -8,10 +8,7 @@ use chrono::{DateTime, Utc};
 use crate::adapters::clock::SystemClock;
 use crate::ports::{Clock, span};
 
-use ::kube::config::{
-    Cluster, Context, KubeConfigOptions, Kubeconfig, KubeconfigError, NamedAuthInfo, NamedCluster,
-    NamedContext,
-};
+use ::kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use aws_config::SdkConfig;
 use aws_credential_types::provider::error::CredentialsError;
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
@@ -384,40 +381,31 @@ pub async fn connect(
     aws: AwsSettings,
     identity: Option<&Impersonation>,
 ) -> Result<ClusterClient, ConnectError> {
-    let config = match access {
-        ClusterAccess::Kubeconfig => {
-            let mut config = ::kube::Config::infer().await?;
-            tune(&mut config);
-            config
+    let mut config = match access {
+        ClusterAccess::Kubeconfig => ::kube::Config::infer().await?,
+        ClusterAccess::Context(name) => {
+            let failed = |source| ConnectError::Context {
+                cluster: name.to_string(),
+                source,
+            };
+            let kubeconfig = Kubeconfig::read().map_err(failed)?;
+            let options = KubeConfigOptions {
+                context: Some(name.to_string()),
+                ..KubeConfigOptions::default()
+            };
+            ::kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .map_err(failed)?
         }
-        ClusterAccess::Context(name) => context_config(name).await?,
         ClusterAccess::Eks(eks) => {
             return connect_eks(eks, &crate::adapters::aws::load(aws).await, identity).await;
         }
     };
-    let mut config = config;
+    tune(&mut config);
     if let Some(identity) = identity {
         identity.apply(&mut config);
     }
     ClusterClient::from_config(config)
-}
-
-/// The configuration of the kubeconfig's context `name`, tuned.
-async fn context_config(name: &str) -> Result<::kube::Config, ConnectError> {
-    let failed = |source| ConnectError::Context {
-        cluster: name.to_string(),
-        source,
-    };
-    let kubeconfig = Kubeconfig::read().map_err(failed)?;
-    let options = KubeConfigOptions {
-        context: Some(name.to_string()),
-        ..KubeConfigOptions::default()
-    };
-    let mut config = ::kube::Config::from_custom_kubeconfig(kubeconfig, &options)
-        .await
-        .map_err(failed)?;
-    tune(&mut config);
-    Ok(config)
 }
 
 /// Whether the kubeconfig (`KUBECONFIG`, else `~/.kube/config`) has a context named `name`
@@ -546,40 +534,23 @@ pub(crate) async fn base_config(
     endpoint: &str,
     ca_base64: Option<&str>,
 ) -> Result<::kube::Config, ConnectError> {
-    let kubeconfig = Kubeconfig {
-        clusters: vec![NamedCluster {
-            name: cluster.to_string(),
-            cluster: Some(Cluster {
-                server: Some(endpoint.to_string()),
-                certificate_authority_data: ca_base64.map(str::to_string),
-                ..Cluster::default()
-            }),
-            ..NamedCluster::default()
-        }],
-        auth_infos: vec![NamedAuthInfo {
-            name: "forewarn".into(),
-            auth_info: Some(Default::default()),
-            ..NamedAuthInfo::default()
-        }],
-        contexts: vec![NamedContext {
-            name: cluster.to_string(),
-            context: Some(Context {
-                cluster: cluster.to_string(),
-                user: Some("forewarn".into()),
-                ..Context::default()
-            }),
-            ..NamedContext::default()
-        }],
-        current_context: Some(cluster.to_string()),
-        ..Kubeconfig::default()
+    let failed = |source| ConnectError::Endpoint {
+        cluster: cluster.to_string(),
+        source,
     };
-    let mut config =
-        ::kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .map_err(|source| ConnectError::Endpoint {
-                cluster: cluster.to_string(),
-                source,
-            })?;
+    // JSON is YAML: one cluster, and one user without credentials.
+    let kubeconfig = serde_json::json!({
+        "clusters": [{"name": cluster, "cluster": {
+            "server": endpoint, "certificate-authority-data": ca_base64}}],
+        "users": [{"name": "forewarn", "user": {}}],
+        "contexts": [{"name": cluster, "context": {"cluster": cluster, "user": "forewarn"}}],
+        "current-context": cluster,
+    });
+    let kubeconfig = Kubeconfig::from_yaml(&kubeconfig.to_string()).map_err(failed)?;
+    let options = KubeConfigOptions::default();
+    let mut config = ::kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+        .await
+        .map_err(failed)?;
     tune(&mut config);
     Ok(config)
 }

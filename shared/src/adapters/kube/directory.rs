@@ -1,7 +1,7 @@
 //! The node directory: the nodes of a batch of instances, from the API server.
 //!
 //! Most nodes on EC2 are named after the instance's private DNS name, so each instance is first
-//! looked up with a `get` of that name (in parallel, at most `parallelism` at once). When any
+//! looked up with a `get` of that name (in parallel, at most 8 at once). When any
 //! instance is not found that way (custom node names, a name reused by a new instance), one
 //! `list` of the nodes finds the nodes whose `spec.providerID` names it, whose DNS addresses are
 //! its private DNS name, or whose name is its instance id (`i-0123...`, `i-0123....<domain>`).
@@ -22,26 +22,18 @@ use crate::domain::facts::{InstanceFacts, NodeFacts, resolve_node};
 use crate::ports::{DirectoryError, NodeDirectory, Work};
 
 const SERVICE: &str = "kubernetes";
+/// `get`s at once.
+const PARALLELISM: usize = 8;
 
 /// [`NodeDirectory`] over the Kubernetes API.
 #[derive(Debug, Clone)]
 pub struct KubeNodeDirectory {
     clients: ClusterClient,
-    parallelism: usize,
 }
 
 impl KubeNodeDirectory {
-    /// At most 8 `get`s at once.
     pub fn new(clients: ClusterClient) -> KubeNodeDirectory {
-        KubeNodeDirectory {
-            clients,
-            parallelism: 8,
-        }
-    }
-
-    pub fn with_parallelism(mut self, parallelism: usize) -> KubeNodeDirectory {
-        self.parallelism = parallelism.max(1);
-        self
+        KubeNodeDirectory { clients }
     }
 
     async fn api(&self) -> Result<Api<Node>, DirectoryError> {
@@ -81,7 +73,7 @@ impl KubeNodeDirectory {
                     with_retry(&self.clients, "get", &object, || api.get_opt(&name)).await
                 }
             })
-            .buffer_unordered(self.parallelism)
+            .buffer_unordered(PARALLELISM)
             .collect()
             .await;
         let mut found: BTreeMap<String, NodeFacts> = BTreeMap::new();
@@ -136,11 +128,8 @@ impl NodeDirectory for KubeNodeDirectory {
         instances: &[InstanceFacts],
         work: Work,
     ) -> Result<Vec<NodeFacts>, DirectoryError> {
-        let directory = KubeNodeDirectory {
-            clients: self.clients.for_work(work),
-            ..self.clone()
-        };
-        directory.look_up(instances).await
+        let clients = self.clients.for_work(work);
+        KubeNodeDirectory { clients }.look_up(instances).await
     }
 
     /// One paged `list` of the nodes.

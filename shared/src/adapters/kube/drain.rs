@@ -29,7 +29,7 @@
 use super::api::rate_limit::Lane;
 use super::api::retry::with_retry_in;
 use super::connect::ClusterClient;
-use super::error::{ApiError, KubeError, retry_after};
+use super::error::{ApiError, KubeError, error_text, retry_after};
 use super::events::{EventType, Said};
 use super::executor::KubeExecutor;
 use super::outcome::{DrainReport, LeftPod, NodeOutcome, SkippedPod};
@@ -151,50 +151,33 @@ pub(crate) fn eviction_body(namespace: &str, name: &str, grace: Option<u32>) -> 
 
 /// The refusal, with the disruption budget's cause when the API gives one.
 fn refusal_text(err: &ApiError) -> String {
-    match &err.source {
-        ::kube::Error::Api(s) => {
-            let causes: Vec<&str> = s
-                .details
-                .iter()
-                .flat_map(|d| d.causes.iter())
-                .map(|c| c.message.as_str())
-                .filter(|m| !m.is_empty())
-                .collect();
-            let mut text = format!("{} {}: {}", s.code, s.reason, s.message);
-            if !causes.is_empty() {
-                text.push_str(" (");
-                text.push_str(&causes.join("; "));
-                text.push(')');
-            }
-            text
-        }
-        other => other.to_string(),
+    let causes: Vec<&str> = match &err.source {
+        ::kube::Error::Api(s) => (s.details.iter().flat_map(|d| d.causes.iter()))
+            .map(|c| c.message.as_str())
+            .filter(|m| !m.is_empty())
+            .collect(),
+        _ => Vec::new(),
+    };
+    let text = error_text(&err.source);
+    if causes.is_empty() {
+        text
+    } else {
+        format!("{text} ({})", causes.join("; "))
     }
 }
 
-/// The pods of a node, sorted for a drain: the skipped ones are put in the report.
-struct Sorted<'a> {
-    normal: Vec<&'a Pod>,
-    critical: Vec<&'a Pod>,
-    /// Already terminating: waited for, not evicted again.
-    terminating: Vec<&'a Pod>,
-}
-
-fn sort_pods<'a>(listed: &'a [Pod], report: &mut DrainReport) -> Sorted<'a> {
-    let mut sorted = Sorted {
-        normal: Vec::new(),
-        critical: Vec::new(),
-        terminating: Vec::new(),
-    };
+/// The pods of a node, sorted for a drain: non-critical, critical, and already terminating
+/// (waited for, not evicted again); the skipped ones are put in the report.
+fn sort_pods<'a>(listed: &'a [Pod], report: &mut DrainReport) -> [Vec<&'a Pod>; 3] {
+    let mut sorted: [Vec<&Pod>; 3] = Default::default();
     for pod in listed {
         match disposition(pod) {
             Disposition::Skip(why) => report.skipped.push(SkippedPod {
                 pod: pod_key(pod),
                 why,
             }),
-            Disposition::Wait => sorted.terminating.push(pod),
-            Disposition::Evict { critical: false } => sorted.normal.push(pod),
-            Disposition::Evict { critical: true } => sorted.critical.push(pod),
+            Disposition::Evict { critical } => sorted[usize::from(critical)].push(pod),
+            Disposition::Wait => sorted[2].push(pod),
         }
     }
     sorted
@@ -209,34 +192,19 @@ struct EvictionTarget {
     grace: Option<i64>,
 }
 
-/// What a drain pass did, and when: what [`next_look`] goes by.
-#[derive(Debug, Clone, Copy)]
-struct PassDone {
-    /// It evicted, refused or deferred anything.
-    acted: bool,
-    /// How many pods it deferred (critical pods not due yet, pods waiting for room).
-    deferred: usize,
-    /// When the last of the terminating pods is due to be gone (their `deletionTimestamp`).
-    due_gone: Option<DateTime<Utc>>,
-    /// When the pass looked.
-    now: DateTime<Utc>,
-    /// The drain's deadline.
-    deadline: DateTime<Utc>,
-}
-
 /// When a pending pass's drain looks again (`report.wait_until`, and `report.room` when it only
-/// waits for room), from what the pass did (`done`): the last terminating pod's time when it only waits for them; with surge,
+/// waits for room), from what the pass did (whether it evicted, refused or deferred anything;
+/// how many pods it deferred; when the last terminating pod is due to be gone) when it looked
+/// (`now`, before the drain's `deadline`): the last terminating pod's time when it only waits for them; with surge,
 /// when a placeholder may run or a pod is due if it only waits for room, and no sooner than
 /// [`CHECK_EVERY`] if its evictions were all refused (a budget waiting for a replacement, which
 /// waits for room); otherwise `None` (the pass interval).
-fn next_look(report: &mut DrainReport, surge: Option<&surge::SurgePass>, done: &PassDone) {
-    let PassDone {
-        acted,
-        deferred,
-        due_gone,
-        now,
-        deadline,
-    } = *done;
+fn next_look(
+    report: &mut DrainReport,
+    surge: Option<&surge::SurgePass>,
+    (acted, deferred, due_gone): (bool, usize, Option<DateTime<Utc>>),
+    (now, deadline): (DateTime<Utc>, DateTime<Utc>),
+) {
     if report.pending && !acted {
         report.wait_until = due_gone.map(|t| t.min(deadline));
     } else if let Some(next) = surge.and_then(|s| s.next)
@@ -274,11 +242,7 @@ impl KubeExecutor {
         let clients = &self.clients;
         let mut report = DrainReport::default();
         let listed = list_pods(clients, node).await?;
-        let Sorted {
-            normal,
-            critical,
-            terminating,
-        } = sort_pods(&listed, &mut report);
+        let [normal, critical, terminating] = sort_pods(&listed, &mut report);
         let due_gone = terminating
             .iter()
             .filter_map(|p| p.metadata.deletion_timestamp.as_ref())
@@ -347,14 +311,8 @@ impl KubeExecutor {
         report.terminating = terminating;
         let acted = deferred > 0 || !report.evicted.is_empty() || !report.left.is_empty();
         report.pending = acted || !report.terminating.is_empty();
-        let done = PassDone {
-            acted,
-            deferred,
-            due_gone,
-            now,
-            deadline,
-        };
-        next_look(&mut report, surge.as_ref(), &done);
+        let done = (acted, deferred, due_gone);
+        next_look(&mut report, surge.as_ref(), done, (now, deadline));
         if !report.pending
             && let Some(surge) = surge
         {
@@ -693,25 +651,19 @@ mod tests {
         };
         let surge = surge::SurgePass::default();
         // The pass refused its evictions, deferred nothing, saw nothing terminating.
-        let refusals = PassDone {
-            acted: true,
-            deferred: 0,
-            due_gone: None,
-            now,
-            deadline,
-        };
+        let (refusals, times) = ((true, 0, None), (now, deadline));
         let mut report = refused();
-        next_look(&mut report, Some(&surge), &refusals);
+        next_look(&mut report, Some(&surge), refusals, times);
         assert_eq!(report.wait_until, Some(now + CHECK_EVERY));
         assert_eq!(report.room, None);
         // Without surge: the pass interval.
         let mut report = refused();
-        next_look(&mut report, None, &refusals);
+        next_look(&mut report, None, refusals, times);
         assert_eq!(report.wait_until, None);
         // Something was evicted too: the pass interval.
         let mut report = refused();
         report.evicted.push("shop/a".into());
-        next_look(&mut report, Some(&surge), &refusals);
+        next_look(&mut report, Some(&surge), refusals, times);
         assert_eq!(report.wait_until, None);
     }
 

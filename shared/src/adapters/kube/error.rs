@@ -62,12 +62,10 @@ impl ApiError {
     }
 }
 
-fn error_text(e: &::kube::Error) -> String {
+/// `404 NotFound: nodes "n1" not found`, or the error text of a call that got no answer.
+pub(crate) fn error_text(e: &::kube::Error) -> String {
     match e {
-        ::kube::Error::Api(s) => {
-            let reason = if s.reason.is_empty() { "" } else { &s.reason };
-            format!("{} {reason}: {}", s.code, s.message)
-        }
+        ::kube::Error::Api(s) => format!("{} {}: {}", s.code, s.reason, s.message),
         other => other.to_string(),
     }
 }

@@ -191,15 +191,14 @@ impl KubeExecutor {
     ) {
         let event = ObjectEvent::on_node(node, &plan.event_id, said);
         let reporting = &self.settings.reporting_instance;
-        match record(
+        let recorded = record(
             &self.clients,
             &event,
             reporting,
             self.settings.dry_run,
             true,
-        )
-        .await
-        {
+        );
+        match recorded.await {
             Ok(outcome) => out.events.push((event.reason.to_string(), outcome)),
             Err(e) => {
                 tracing::warn!(reason = event.reason, error = %e, "could not record the Event");

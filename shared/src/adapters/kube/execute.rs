@@ -157,8 +157,18 @@ impl KubeExecutor {
             }
             (Action::CordonDrain, Some(node)) if later_pass => {
                 // A later drain pass: the node was cordoned by the earlier passes, and its
-                // taint was just seen; what is on it is evicted or waited for.
-                self.later_drain_pass(plan, a, &node, pass, out).await?;
+                // taint was just seen; what is on it is evicted or waited for, then the Events
+                // the first pass left to this one (when they are owed to it), and when the
+                // drain ends, its Event (not in a dry run).
+                let report = self.evictions(plan, a, &node, pass).await?;
+                if let Pass::Drain {
+                    role: DrainRole::Owed,
+                    ..
+                } = pass
+                {
+                    self.owed_events(plan, a, &node, out).await;
+                }
+                self.drain_over(plan, &node, pass, report, out).await;
             }
             (Action::Cordon | Action::CordonDrain, Some(node)) => {
                 self.cordon_drain(plan, a, node, pass, out).await?;
@@ -244,32 +254,6 @@ impl KubeExecutor {
         if let Some(report) = drained {
             self.drain_over(plan, &node, pass, report, out).await;
         }
-        Ok(())
-    }
-
-    /// A later pass of the drain (see [`KubeExecutor::drain_pass`]) on the node the pass has
-    /// just read and verified: its evictions, the Events the first pass left to it (when it is
-    /// the pass they are owed to), and when the drain ends, its Event (not in a dry run).
-    async fn later_drain_pass(
-        &self,
-        plan: &Plan,
-        a: &NodeAction,
-        node: &Node,
-        pass: Pass,
-        out: &mut NodeOutcome,
-    ) -> Result<(), KubeError> {
-        let report = self.evictions(plan, a, node, pass).await?;
-        if matches!(
-            pass,
-            Pass::Drain {
-                role: DrainRole::Owed,
-                ..
-            }
-        ) {
-            // The Events the first pass left to this one, after this pass's evictions.
-            self.owed_events(plan, a, node, out).await;
-        }
-        self.drain_over(plan, node, pass, report, out).await;
         Ok(())
     }
 

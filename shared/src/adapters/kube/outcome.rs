@@ -148,76 +148,47 @@ impl DrainReport {
     }
 
     fn summary_saying(&self, nothing_to_evict: &str) -> String {
-        let mut parts = Vec::new();
-        if !self.would_evict.is_empty() || (self.evicted.is_empty() && self.left.is_empty()) {
-            if !self.would_evict.is_empty() {
-                parts.push(format!(
-                    "would evict {} ({})",
-                    pods(self.would_evict.len()),
-                    self.would_evict.join(", ")
-                ));
-            } else {
-                parts.push(nothing_to_evict.to_string());
-            }
-        }
-        if !self.evicted.is_empty() {
-            parts.push(format!("evicted {}", pods(self.evicted.len())));
-        }
-        if !self.already_gone.is_empty() {
-            parts.push(format!("{} already gone", pods(self.already_gone.len())));
-        }
-        if !self.left.is_empty() {
-            let names: Vec<&str> = self.left.iter().map(|l| l.pod.as_str()).collect();
-            let until = if self.pending {
-                "eviction refused for now"
-            } else {
-                "eviction refused until the deadline"
-            };
-            parts.push(format!(
-                "{} left ({until}: {})",
-                pods(self.left.len()),
-                names.join(", ")
-            ));
-        }
-        if !self.terminating.is_empty() {
-            parts.push(format!(
-                "{} still terminating ({})",
-                pods(self.terminating.len()),
-                self.terminating.join(", ")
-            ));
-        }
-        if !self.skipped.is_empty() {
-            parts.push(format!("{} left alone", pods(self.skipped.len())));
-        }
-        if !self.waiting.is_empty() {
-            parts.push(format!(
-                "{} waiting for room elsewhere ({})",
-                pods(self.waiting.len()),
-                self.waiting.join(", ")
-            ));
-        }
-        if self.placeholders_created > 0 {
-            parts.push(format!(
-                "{} placeholders created",
-                self.placeholders_created
-            ));
-        }
-        if self.placeholders_refused > 0 {
-            parts.push(format!(
-                "{} placeholders refused by the API server (their pods evicted at once)",
-                self.placeholders_refused
-            ));
-        }
-        if self.placeholders_deleted > 0 {
-            parts.push(format!(
-                "{} placeholders deleted",
-                self.placeholders_deleted
-            ));
-        }
-        if self.pending {
-            parts.push("continued in a later pass".into());
-        }
-        parts.join("; ")
+        let names = |pods: &[String]| pods.join(", ");
+        let left: Vec<String> = self.left.iter().map(|l| l.pod.clone()).collect();
+        let until = if self.pending {
+            "for now"
+        } else {
+            "until the deadline"
+        };
+        let count = |n: usize, what: &str| (n > 0).then(|| format!("{n} placeholders {what}"));
+        let nothing = self.would_evict.is_empty() && self.evicted.is_empty() && left.is_empty();
+        let parts = [
+            (!self.would_evict.is_empty()).then(|| {
+                let n = pods(self.would_evict.len());
+                format!("would evict {n} ({})", names(&self.would_evict))
+            }),
+            nothing.then(|| nothing_to_evict.to_string()),
+            (!self.evicted.is_empty()).then(|| format!("evicted {}", pods(self.evicted.len()))),
+            (!self.already_gone.is_empty())
+                .then(|| format!("{} already gone", pods(self.already_gone.len()))),
+            (!left.is_empty()).then(|| {
+                let n = pods(left.len());
+                format!("{n} left (eviction refused {until}: {})", names(&left))
+            }),
+            (!self.terminating.is_empty()).then(|| {
+                let n = pods(self.terminating.len());
+                format!("{n} still terminating ({})", names(&self.terminating))
+            }),
+            (!self.skipped.is_empty()).then(|| format!("{} left alone", pods(self.skipped.len()))),
+            (!self.waiting.is_empty()).then(|| {
+                let n = pods(self.waiting.len());
+                format!("{n} waiting for room elsewhere ({})", names(&self.waiting))
+            }),
+            count(self.placeholders_created, "created"),
+            count(
+                self.placeholders_refused,
+                "refused by the API server (their pods evicted at once)",
+            ),
+            count(self.placeholders_deleted, "deleted"),
+            self.pending
+                .then(|| "continued in a later pass".to_string()),
+        ];
+        parts.into_iter().flatten().collect::<Vec<_>>().join("; ")
     }
 }
 
@@ -330,76 +301,60 @@ impl NodeOutcome {
     /// For people: `cordoned node/x; evicted 3 pods; completed lifecycle action asg/hook`.
     pub fn detail(&self) -> String {
         let node = self.node.as_deref().unwrap_or("?");
-        let mut parts: Vec<String> = Vec::new();
-        if self.dry_run {
-            parts.push("dry run".into());
-        }
-        if let Some(why) = &self.refused {
-            parts.push(format!("refused: {why}"));
-        }
-        if self.node_gone && self.delete.is_none() {
-            parts.push(format!("node/{node} is gone"));
-        }
-        match &self.cordon {
-            Some(CordonOutcome::Cordoned { .. }) => parts.push(format!("cordoned node/{node}")),
-            Some(CordonOutcome::AlreadyCordoned) if self.cordoned_before => {
-                parts.push(format!("cordoned node/{node}"))
+        let cordon = match (&self.cordon, self.cordoned_before) {
+            (Some(CordonOutcome::Cordoned { .. }), _)
+            | (Some(CordonOutcome::AlreadyCordoned), true) => format!("cordoned node/{node}"),
+            (Some(CordonOutcome::AlreadyCordoned), false) => {
+                format!("node/{node} already cordoned")
             }
-            Some(CordonOutcome::AlreadyCordoned) => {
-                parts.push(format!("node/{node} already cordoned"))
+            (Some(CordonOutcome::WouldCordon { .. }), _) => {
+                format!("would cordon and taint node/{node}")
             }
-            Some(CordonOutcome::WouldCordon { .. }) => {
-                parts.push(format!("would cordon and taint node/{node}"))
-            }
-            Some(CordonOutcome::NodeGone) => parts.push(format!("node/{node} is gone")),
+            (Some(CordonOutcome::NodeGone), _) => format!("node/{node} is gone"),
             // Said with the refusal.
-            Some(CordonOutcome::Refused { .. }) | None => {}
-        }
-        if let Some(d) = &self.drain {
-            parts.push(d.summary());
-        } else if self.drain_pending {
-            parts.push("drain in the next pass".into());
-        }
-        if let Some(d) = &self.delete {
-            parts.push(d.summary());
-        }
-        if let Some(j) = &self.joining {
-            parts.push(j.summary());
-        }
-        if let (Some(l), Some(hook)) = (&self.lifecycle, &self.lifecycle_hook) {
-            parts.push(l.summary(hook));
-        }
-        match &self.undo {
-            Some(UndoOutcome::Undone) => {
-                parts.push(format!("undid forewarn's cordon of node/{node}"))
-            }
-            Some(UndoOutcome::WouldUndo) => {
-                parts.push(format!("would undo forewarn's cordon of node/{node}"))
-            }
-            Some(UndoOutcome::NodeGone) => parts.push(format!("node/{node} is gone")),
-            Some(UndoOutcome::Refused { why }) => parts.push(format!("left cordoned: {why}")),
-            None => {}
-        }
-        let would: Vec<&str> = self
-            .events
-            .iter()
+            (Some(CordonOutcome::Refused { .. }) | None, _) => String::new(),
+        };
+        let drain = match &self.drain {
+            Some(d) => d.summary(),
+            None if self.drain_pending => "drain in the next pass".into(),
+            None => String::new(),
+        };
+        let undo = match &self.undo {
+            Some(UndoOutcome::Undone) => format!("undid forewarn's cordon of node/{node}"),
+            Some(UndoOutcome::WouldUndo) => format!("would undo forewarn's cordon of node/{node}"),
+            Some(UndoOutcome::NodeGone) => format!("node/{node} is gone"),
+            Some(UndoOutcome::Refused { why }) => format!("left cordoned: {why}"),
+            None => String::new(),
+        };
+        let would: Vec<&str> = (self.events.iter())
             .filter(|(_, o)| *o == EventOutcome::WouldCreate)
             .map(|(r, _)| r.as_str())
             .collect();
-        if !would.is_empty() {
-            parts.push(format!("would record Events {}", would.join(", ")));
-        }
-        if let Some(d) = &self.drain
-            && d.pod_events.would_record > 0
-        {
-            parts.push(format!(
-                "would record an Event on each pod evicted ({})",
-                d.pod_events.would_record
-            ));
-        }
-        for f in &self.event_failures {
-            parts.push(format!("Event not recorded: {f}"));
-        }
+        let pod_events = self.drain.as_ref().map_or(0, |d| d.pod_events.would_record);
+        let mut parts: Vec<String> = [
+            self.dry_run.then(|| "dry run".to_string()),
+            self.refused.as_ref().map(|why| format!("refused: {why}")),
+            (self.node_gone && self.delete.is_none()).then(|| format!("node/{node} is gone")),
+            Some(cordon),
+            Some(drain),
+            self.delete.as_ref().map(DeleteOutcome::summary),
+            self.joining.as_ref().map(Joining::summary),
+            (self.lifecycle.as_ref().zip(self.lifecycle_hook.as_ref()))
+                .map(|(l, hook)| l.summary(hook)),
+            Some(undo),
+            (!would.is_empty()).then(|| format!("would record Events {}", would.join(", "))),
+            (pod_events > 0)
+                .then(|| format!("would record an Event on each pod evicted ({pod_events})")),
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|p| !p.is_empty())
+        .chain(
+            self.event_failures
+                .iter()
+                .map(|f| format!("Event not recorded: {f}")),
+        )
+        .collect();
         if parts.is_empty() || (self.dry_run && parts.len() == 1) {
             parts.push("nothing to do".into());
         }

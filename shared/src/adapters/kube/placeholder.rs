@@ -253,19 +253,17 @@ fn container_requests(c: &Container) -> BTreeMap<&String, &Quantity> {
 /// (never an overflow).
 fn effective_requests(spec: &PodSpec) -> BTreeMap<String, Quantity> {
     let mut sum: BTreeMap<String, i128> = BTreeMap::new();
-    for c in &spec.containers {
+    // The containers added up first, then each init container's the larger.
+    let init = spec.init_containers.iter().flatten().map(|c| (c, true));
+    for (c, init) in spec.containers.iter().map(|c| (c, false)).chain(init) {
         for (name, q) in container_requests(c) {
             if let Some(milli) = milli(&q.0) {
                 let e = sum.entry(name.clone()).or_default();
-                *e = e.saturating_add(milli);
-            }
-        }
-    }
-    for c in spec.init_containers.iter().flatten() {
-        for (name, q) in container_requests(c) {
-            if let Some(milli) = milli(&q.0) {
-                let e = sum.entry(name.clone()).or_default();
-                *e = (*e).max(milli);
+                *e = if init {
+                    (*e).max(milli)
+                } else {
+                    e.saturating_add(milli)
+                };
             }
         }
     }

@@ -521,14 +521,12 @@ pub(crate) async fn delete(clients: &ClusterClient, ph: &Pod) -> Result<(), Kube
         ..DeleteParams::default()
     };
     let object = format!("pod/{NAMESPACE}/{name}");
-    match with_retry_in(clients, Lane::Later, "delete", &object, || {
+    let deleted = with_retry_in(clients, Lane::Later, "delete", &object, || {
         pods.delete(name, &params)
-    })
-    .await
-    {
-        Ok(_) => Ok(()),
-        Err(e) if ApiError::is_not_found(&e) => Ok(()),
-        Err(e) => Err(KubeError::Api(e)),
+    });
+    match deleted.await {
+        Err(e) if !e.is_not_found() => Err(e.into()),
+        _ => Ok(()),
     }
 }
 

@@ -35,26 +35,19 @@ pub(super) fn schedule(records: &[Record]) -> (Vec<Vec<usize>>, Vec<(usize, usiz
     (lanes.into_lanes(records), repeats)
 }
 
-/// The lanes split in two phases: new events, then continuations (a lane keeps its order in
-/// each).
-pub(super) fn by_phase(
-    records: &[Record],
+/// `lanes` split by `pred`: the lanes of the records it holds for, and the lanes of the others
+/// (a lane keeps its order in each; empty lanes are dropped).
+pub(super) fn split_lanes(
     lanes: Vec<Vec<usize>>,
+    pred: impl Fn(usize) -> bool,
 ) -> (Vec<Vec<usize>>, Vec<Vec<usize>>) {
-    let mut new = Vec::new();
-    let mut later = Vec::new();
+    let (mut yes, mut no) = (Vec::new(), Vec::new());
     for lane in lanes {
-        let (c, n): (Vec<usize>, Vec<usize>) = lane
-            .into_iter()
-            .partition(|&i| records[i].continuation.is_some());
-        if !n.is_empty() {
-            new.push(n);
-        }
-        if !c.is_empty() {
-            later.push(c);
-        }
+        let (y, n): (Vec<usize>, Vec<usize>) = lane.into_iter().partition(|&i| pred(i));
+        yes.extend((!y.is_empty()).then_some(y));
+        no.extend((!n.is_empty()).then_some(n));
     }
-    (new, later)
+    (yes, no)
 }
 
 /// A repeated event id follows its first record: failed when it failed, else a duplicate of it

@@ -54,7 +54,7 @@ mod work;
 pub use places::{Described, PlaceFailure, describe_events, looked_up_events, place_of};
 pub use traffic::{DEREGISTER_BUDGET, ELB_RATE, QUIET_FOR, Traffic};
 
-use batch::{by_phase, follow_firsts, schedule};
+use batch::{follow_firsts, schedule, split_lanes};
 use passes::{Handled, PendingDrain, merge, refusals};
 
 /// Wiring for one run of the pipeline.
@@ -183,7 +183,7 @@ impl Pipeline<'_> {
         let (lanes, repeats) = schedule(records);
         // New events first (their cordons), then the drain passes of earlier ones (evictions),
         // then the drains carried on in process (their evictions, after every cordon).
-        let (new, later) = by_phase(records, lanes);
+        let (later, new) = split_lanes(lanes, |i| records[i].continuation.is_some());
         // The events of a place whose lookup failed are answered as it says, and only they.
         let (new, unlooked) = self.instances.set_aside(records, new);
         let nothing_seen = BTreeMap::new();

@@ -140,31 +140,15 @@ impl Described {
         records: &[Record],
         lanes: Vec<Vec<usize>>,
     ) -> (Vec<Vec<usize>>, Vec<(usize, Report)>) {
-        if self.failed.is_empty() {
-            return (lanes, Vec::new());
-        }
-        let mut aside = Vec::new();
-        let mut kept = Vec::with_capacity(lanes.len());
-        for lane in lanes {
-            let (out, stay): (Vec<usize>, Vec<usize>) = lane.into_iter().partition(|&i| {
-                let record = &records[i];
-                record.continuation.is_none()
-                    && record
-                        .event
-                        .as_ref()
-                        .is_ok_and(|e| self.failure_of(e).is_some())
-            });
-            for i in out {
-                let record = &records[i];
-                if let Some(failure) = record.event.as_ref().ok().and_then(|e| self.failure_of(e)) {
-                    aside.push((i, failure.report(record)));
-                }
-            }
-            if !stay.is_empty() {
-                kept.push(stay);
-            }
-        }
-        (kept, aside)
+        let failure = |i: usize| {
+            let record = &records[i];
+            let event = record.event.as_ref().ok()?;
+            (record.continuation.is_none()).then(|| self.failure_of(event))?
+        };
+        let (aside, kept) = super::batch::split_lanes(lanes, |i| failure(i).is_some());
+        let aside = aside.into_iter().flatten();
+        let reports = aside.filter_map(|i| Some((i, failure(i)?.report(&records[i]))));
+        (kept, reports.collect())
     }
 }
 

@@ -15,7 +15,7 @@ use crate::ports::{
     ActionResult, DirectoryError, ExecuteError, Executor, NodeDirectory, Pass, Work,
 };
 
-/// An executor whose every call is part of `work`.
+/// An executor whose every call is part of `work` (a call given other work too).
 pub(super) struct ExecutorIn<'a> {
     pub inner: &'a dyn Executor,
     pub work: Work,
@@ -25,15 +25,6 @@ pub(super) struct ExecutorIn<'a> {
 impl Executor for ExecutorIn<'_> {
     async fn execute(&self, plan: &Plan, pass: Pass) -> Result<Vec<ActionResult>, ExecuteError> {
         self.inner.execute_in(plan, pass, self.work).await
-    }
-
-    async fn execute_in(
-        &self,
-        plan: &Plan,
-        pass: Pass,
-        work: Work,
-    ) -> Result<Vec<ActionResult>, ExecuteError> {
-        self.inner.execute_in(plan, pass, work).await
     }
 
     async fn undo(&self, undo: &Undo) -> Result<UndoOutcome, ExecuteError> {
@@ -47,17 +38,9 @@ impl Executor for ExecutorIn<'_> {
     async fn room(&self, nodes: &[String]) -> Result<BTreeMap<String, RoomSeen>, ExecuteError> {
         self.inner.room_in(nodes, self.work).await
     }
-
-    async fn room_in(
-        &self,
-        nodes: &[String],
-        work: Work,
-    ) -> Result<BTreeMap<String, RoomSeen>, ExecuteError> {
-        self.inner.room_in(nodes, work).await
-    }
 }
 
-/// A node directory whose every lookup is part of `work`.
+/// A node directory whose every lookup is part of `work` (a lookup given other work too).
 pub(super) struct NodesIn<'a> {
     pub inner: &'a dyn NodeDirectory,
     pub work: Work,
@@ -67,14 +50,6 @@ pub(super) struct NodesIn<'a> {
 impl NodeDirectory for NodesIn<'_> {
     async fn nodes(&self, instances: &[InstanceFacts]) -> Result<Vec<NodeFacts>, DirectoryError> {
         self.inner.nodes_in(instances, self.work).await
-    }
-
-    async fn nodes_in(
-        &self,
-        instances: &[InstanceFacts],
-        work: Work,
-    ) -> Result<Vec<NodeFacts>, DirectoryError> {
-        self.inner.nodes_in(instances, work).await
     }
 
     async fn all(&self) -> Result<Vec<NodeFacts>, DirectoryError> {
