@@ -160,12 +160,10 @@ impl std::fmt::Debug for ClusterClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &*self.inner {
             Inner::Fixed(_) => f.write_str("ClusterClient::Fixed"),
-            Inner::Eks(e) => f
-                .debug_struct("ClusterClient::Eks")
-                .field("cluster", &e.cluster)
-                .field("region", &e.region)
-                .field("endpoint", &e.base.cluster_url.to_string())
-                .finish_non_exhaustive(),
+            Inner::Eks(e) => {
+                let (cluster, region, url) = (&e.cluster, &e.region, &e.base.cluster_url);
+                write!(f, "ClusterClient::Eks({cluster}, {region}, {url})")
+            }
         }
     }
 }

@@ -451,46 +451,22 @@ impl KubeExecutor {
         out: &mut NodeOutcome,
     ) -> Result<Cordoning, KubeError> {
         let cordoned = self.cordon(a, node.clone(), self.settings.dry_run).await?;
+        let changed = matches!(cordoned, CordonOutcome::Cordoned { .. });
+        let already = cordoned == CordonOutcome::AlreadyCordoned;
         if let CordonOutcome::Refused { why } = &cordoned {
             out.refused = Some(why.clone());
-            return Ok(Cordoning {
-                gone: true,
-                note: None,
-            });
         }
-        let gone = cordoned == CordonOutcome::NodeGone;
-        if matches!(
-            cordoned,
-            CordonOutcome::Cordoned { .. } | CordonOutcome::AlreadyCordoned
-        ) {
+        if changed || already {
             out.cordoned_at = Some(self.clients.clock().now());
         }
-        out.cordoned_before = already_ours && cordoned == CordonOutcome::AlreadyCordoned;
-        let note = (matches!(cordoned, CordonOutcome::Cordoned { .. }) || out.cordoned_before)
-            .then(|| self.cordoned_note(a));
+        out.cordoned_before = already_ours && already;
+        let gone = matches!(
+            cordoned,
+            CordonOutcome::NodeGone | CordonOutcome::Refused { .. }
+        );
+        let note = (changed || out.cordoned_before).then(|| self.cordoned_note(a));
         out.cordon = Some(cordoned);
         Ok(Cordoning { gone, note })
-    }
-
-    /// The first pass of a `cordon-drain`: the cordon only (one patch, no Event), so that a
-    /// mass interruption's first deliveries are short and every node is cordoned early; the
-    /// Events and the evictions follow in the drain passes. (Never a dry run: a dry run has no
-    /// drain passes, its first pass says all.)
-    pub(super) async fn cordon_first(
-        &self,
-        a: &NodeAction,
-        node: Node,
-        out: &mut NodeOutcome,
-    ) -> Result<(), KubeError> {
-        let cordoned = self.cordon(a, node, false).await?;
-        if let CordonOutcome::Refused { why } = &cordoned {
-            out.refused = Some(why.clone());
-        } else if cordoned != CordonOutcome::NodeGone {
-            out.cordoned_at = Some(self.clients.clock().now());
-            out.drain_pending = true;
-        }
-        out.cordon = Some(cordoned);
-        Ok(())
     }
 
     /// The note of the `Cordoned` Event of `a`'s cordon.

@@ -28,20 +28,6 @@ use super::outcome::{DeleteOutcome, NodeOutcome};
 use crate::domain::facts::instance_id_from_provider_id;
 use crate::domain::plan::{NodeAction, Plan, Target};
 
-pub(crate) fn nodeclaim_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim"),
-        "nodeclaims",
-    )
-}
-
-pub(crate) fn machine_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Machine"),
-        "machines",
-    )
-}
-
 /// The label of a Cluster API control-plane Machine.
 const LABEL_CAPI_CONTROL_PLANE: &str = "cluster.x-k8s.io/control-plane";
 
@@ -128,14 +114,18 @@ pub(crate) async fn delete_target(
 ) -> Result<DeleteOutcome, KubeError> {
     let described = target.to_string();
     let client = clients.client().await?;
+    let resource = |group, version, kind, plural| {
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+    };
     let api: Api<DynamicObject> = match target {
-        Target::Node { .. } => Api::all_with(
+        Target::Node { .. } => Api::all_with(client, &ApiResource::erase::<Node>(&())),
+        Target::NodeClaim { .. } => Api::all_with(
             client,
-            &ApiResource::erase::<k8s_openapi::api::core::v1::Node>(&()),
+            &resource("karpenter.sh", "v1", "NodeClaim", "nodeclaims"),
         ),
-        Target::NodeClaim { .. } => Api::all_with(client, &nodeclaim_resource()),
         Target::Machine { namespace, .. } => {
-            Api::namespaced_with(client, namespace, &machine_resource())
+            let machines = resource("cluster.x-k8s.io", "v1beta1", "Machine", "machines");
+            Api::namespaced_with(client, namespace, &machines)
         }
     };
     let name = match target {
@@ -175,9 +165,10 @@ pub(crate) async fn delete_target(
             tracing::info!(target = %described, "deleted");
             Ok(DeleteOutcome::Deleted { target: described })
         }
-        Err(e) if e.is_not_found() => Ok(DeleteOutcome::AlreadyGone { target: described }),
-        // The uid precondition failed: the object of that name is a new one.
-        Err(e) if e.is_conflict() => Ok(DeleteOutcome::AlreadyGone { target: described }),
+        // 409: the uid precondition failed, the object of that name is a new one.
+        Err(e) if e.is_not_found() || e.is_conflict() => {
+            Ok(DeleteOutcome::AlreadyGone { target: described })
+        }
         Err(e) => Err(KubeError::Api(e)),
     }
 }

@@ -325,14 +325,14 @@ impl KubeExecutor {
     }
 
     /// Evicts `pods` (at most the settings' `eviction_parallelism` at once, each retried until `end`) and puts
-    /// what became of each in `report`; answers the (uid, `namespace/name`) of those evicted.
+    /// what became of each in `report`.
     async fn evict_all(
         &self,
         pods: &[&Pod],
         end: DateTime<Utc>,
         grace_until: Option<DateTime<Utc>>,
         report: &mut DrainReport,
-    ) -> Result<Vec<(String, String)>, KubeError> {
+    ) -> Result<(), KubeError> {
         let targets: Vec<EvictionTarget> = pods
             .iter()
             .map(|p| EvictionTarget {
@@ -352,21 +352,19 @@ impl KubeExecutor {
             .buffer_unordered(self.settings.eviction_parallelism.max(1))
             .collect()
             .await;
-        let mut evicted = Vec::new();
         for (key, uid, result) in results {
             match result? {
                 Eviction::Evicted => {
-                    report.evicted.push(key.clone());
                     if !uid.is_empty() {
-                        report.uids.insert(key.clone(), uid.clone());
+                        report.uids.insert(key.clone(), uid);
                     }
-                    evicted.push((uid, key));
+                    report.evicted.push(key);
                 }
                 Eviction::Gone => report.already_gone.push(key),
                 Eviction::Refused(reason) => report.left.push(LeftPod { pod: key, reason }),
             }
         }
-        Ok(evicted)
+        Ok(())
     }
 
     /// Evicts one pod, retrying refusals until `deadline` (at least one attempt), its grace fitted

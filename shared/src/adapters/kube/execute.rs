@@ -151,9 +151,12 @@ impl KubeExecutor {
         let dry_run = self.settings.dry_run;
         let later_pass = matches!(pass, Pass::Drain { .. }) && !pass.is_first_drain();
         match (a.action, node) {
-            // A dry run has no later pass: its first pass says all the drain would do.
+            // The first pass of a `cordon-drain`: the cordon only (one patch, no Event), so that
+            // a mass interruption's first deliveries are short and every node is cordoned early;
+            // the Events and the evictions follow in the drain passes. (A dry run has no later
+            // pass: its first pass says all the drain would do.)
             (Action::CordonDrain, Some(node)) if pass == Pass::Cordon && !dry_run => {
-                self.cordon_first(a, node, out).await?;
+                out.drain_pending = !self.cordon_node(a, &node, false, out).await?.gone;
             }
             (Action::CordonDrain, Some(node)) if later_pass => {
                 // A later drain pass: the node was cordoned by the earlier passes, and its

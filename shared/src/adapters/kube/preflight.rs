@@ -393,11 +393,9 @@ impl Dry<'_> {
 }
 
 fn pod_name(pod: &Pod) -> (String, String) {
+    let (namespace, name) = (&pod.metadata.namespace, &pod.metadata.name);
     (
-        pod.metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into()),
-        pod.metadata.name.clone().unwrap_or_default(),
+        namespace.as_deref().unwrap_or("default").into(),
+        name.clone().unwrap_or_default(),
     )
 }

@@ -430,19 +430,13 @@ impl Pipeline<'_> {
     }
 
     async fn handle(&self, record: &Record, event: &Event, seen: BatchFacts<'_>) -> Handled<'_> {
-        let BatchFacts {
-            facts,
-            applied,
-            room,
-            now,
-            gate,
-        } = seen;
+        let now = seen.now;
         let plan = match &record.continuation {
             Some(c) => match self.verified_plan(record, event, c, now).await {
                 Ok(plan) => plan,
                 Err(report) => return Handled::Done(report),
             },
-            None => decide(event, facts, self.config),
+            None => decide(event, seen.facts, self.config),
         };
         let span = tracing::Span::current();
         let nodes: Vec<&str> = plan
@@ -461,17 +455,17 @@ impl Pipeline<'_> {
             return Handled::Done(report);
         }
         if let Some(continuation) = &record.continuation {
-            if let Some(gate) = gate.filter(|_| continuation.pass == 1) {
+            if let Some(gate) = seen.gate.filter(|_| continuation.pass == 1) {
                 // A first drain pass evicts once its instance is off its load balancers (or
                 // the round's budget is spent).
                 gate.wait().await;
             }
             return Handled::Done(
-                self.continue_drain(record, &plan, continuation, room, report)
+                self.continue_drain(record, &plan, continuation, seen.room, report)
                     .await,
             );
         }
-        if applied.contains(&event.id) {
+        if seen.applied.contains(&event.id) {
             report.outcome = Outcome::Duplicate;
             report.reason = Some("event id already applied".into());
             return Handled::Done(report);

@@ -5,16 +5,6 @@ use super::kept;
 use super::*;
 use crate::domain::surge::RoomWait;
 
-/// When a drain's passes end (see [`Pipeline::last_pass`]).
-pub(super) struct LastPass {
-    /// The drain's deadline.
-    deadline: DateTime<Utc>,
-    /// When the instance goes, when its notice says so.
-    notice_end: Option<DateTime<Utc>>,
-    /// The last time a pass may run.
-    pub(super) last: DateTime<Utc>,
-}
-
 /// How a drain pass ended.
 pub(super) enum PassEnd {
     /// Nothing is pending: the drain is over.
@@ -51,11 +41,7 @@ impl Pipeline<'_> {
             .map_err(|e| refuse(e.to_string()))?;
         let plan = continuation.plan.clone();
         plan_is_the_events(&plan, event).map_err(|e| refuse(e.to_string()))?;
-        let LastPass {
-            deadline,
-            notice_end,
-            last,
-        } = self.last_pass(&plan, continuation);
+        let (deadline, notice_end, last) = self.last_pass(&plan, continuation);
         if now > last {
             let mut why = format!(
                 "the drain's deadline {} is past by more than a pass interval{}: the chain ends",
@@ -96,8 +82,13 @@ impl Pipeline<'_> {
     /// When the last pass of `continuation`'s drain (of `plan`) may run: a pass interval after
     /// the drain's deadline, or until the instance goes when its notice says when (the deadline
     /// is then the notice's end less the margin): an eviction before the instance goes still
-    /// starts its pod's replacement at once. A continuation that comes later is refused.
-    pub(super) fn last_pass(&self, plan: &Plan, continuation: &Continuation) -> LastPass {
+    /// starts its pod's replacement at once. A continuation that comes later is refused. Answers
+    /// the drain's deadline, when the instance goes (when its notice says so), and that last time.
+    pub(super) fn last_pass(
+        &self,
+        plan: &Plan,
+        continuation: &Continuation,
+    ) -> (DateTime<Utc>, Option<DateTime<Utc>>, DateTime<Utc>) {
         let deadline = crate::domain::plan::earliest_deadline(plan)
             .unwrap_or(continuation.started_at + self.config.drain_timeout);
         let notice_end = plan
@@ -106,11 +97,7 @@ impl Pipeline<'_> {
             .any(|a| a.grace_to_deadline)
             .then(|| deadline + self.config.deadline_margin);
         let last = (deadline + span(self.passes.interval)).max(notice_end.unwrap_or(deadline));
-        LastPass {
-            deadline,
-            notice_end,
-            last,
-        }
+        (deadline, notice_end, last)
     }
 
     /// Whether `continuation` is signed by an accepted key: one this process does not know (a
@@ -470,29 +457,24 @@ pub(super) struct PendingDrain<'e> {
 /// at most SQS's longest delay, 900 s.
 pub(super) fn next_pass_after(
     results: &[ActionResult],
-    interval: std::time::Duration,
+    interval: Duration,
     now: DateTime<Utc>,
-) -> std::time::Duration {
-    let pending: Vec<&ActionResult> = results.iter().filter(|r| r.pending).collect();
-    let wait = match pending
-        .iter()
-        .map(|r| r.wait_until)
-        .collect::<Option<Vec<_>>>()
-    {
-        Some(untils) => untils
-            .into_iter()
-            .min()
+) -> Duration {
+    let pending = results.iter().filter(|r| r.pending);
+    let untils: Option<Vec<DateTime<Utc>>> = pending.map(|r| r.wait_until).collect();
+    let soonest = untils.and_then(|untils| untils.into_iter().min());
+    pass_delay(
+        soonest
             .and_then(|t| (t - now).to_std().ok())
             .unwrap_or_default(),
-        None => std::time::Duration::ZERO,
-    };
-    pass_delay(wait, interval)
+        interval,
+    )
 }
 
 /// The delay of a drain's next pass that waits `wait`: not sooner than the pass `interval`, at
 /// most SQS's longest delay, 900 s.
-fn pass_delay(wait: std::time::Duration, interval: std::time::Duration) -> std::time::Duration {
-    wait.max(interval).min(std::time::Duration::from_secs(900))
+fn pass_delay(wait: Duration, interval: Duration) -> Duration {
+    wait.max(interval).min(Duration::from_secs(900))
 }
 
 /// The nodes of `plan` whose drains surge (see [`crate::domain::surge`]).

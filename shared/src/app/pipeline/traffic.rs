@@ -113,7 +113,7 @@ impl Pipeline<'_> {
             // A replayed or late first pass, which the pass itself refuses, moves no target.
             if c.pass != 1
                 || !c.plan.actions.iter().any(draining)
-                || now > self.last_pass(&c.plan, c).last
+                || now > self.last_pass(&c.plan, c).2
             {
                 continue;
             }
@@ -435,13 +435,11 @@ impl Pipeline<'_> {
         log_round(&answer, &taken, traffic.budget);
         let failed = |why: String| Outcome {
             at: started,
-            pods: false,
-            groups: 0,
-            left: 0,
             failed: vec![why],
+            ..Outcome::default()
         };
         let mut groups = None;
-        let (outcomes, calls, throttled) = match answer {
+        let (mut outcomes, calls, throttled) = match answer {
             Some(Ok(done)) => {
                 groups = Some(done.arns.clone());
                 (
@@ -464,7 +462,6 @@ impl Pipeline<'_> {
             }
         };
         let now = self.clock.now();
-        let mut outcomes = outcomes;
         outcomes.extend(refused);
         let settled = Settled {
             outcomes,
@@ -486,11 +483,7 @@ fn doomed_of<'p>(plans: impl Iterator<Item = &'p Plan>) -> Vec<Doomed> {
                 continue;
             }
             let whole = leaves_whole(plan.kind);
-            let addresses = if whole {
-                a.addresses.clone()
-            } else {
-                Vec::new()
-            };
+            let addresses = a.addresses.iter().filter(|_| whole).cloned().collect();
             doomed.push(Doomed::new(a.instance_id.clone(), addresses));
         }
     }
