@@ -20,7 +20,7 @@ export PATH="$root/.venv/bin:$PATH"
 runs="${BENCH_RUNS:-20}"
 out="${BENCH_OUT:-docs/benchmarks.md}"
 profile="${BENCH_PROFILE:-dev}"
-functions=(-p interruption-handler -p pool-sweeper -p empty-function)
+functions=(-p interruption-handler -p pool-sweeper -p empty-function -p clients-function)
 
 echo "bench: building the functions (release, x86_64)" >&2
 cargo lambda build --release --x86-64 --output-format zip "${functions[@]}"

@@ -1,6 +1,7 @@
 //! Cold start: each release `bootstrap` started against the runtime API emulator, as Lambda
 //! starts a new execution environment; exec → first `/next`, first event → response, peak RSS,
-//! sizes. The empty `lambda_runtime` function is the floor, measured in the same run.
+//! sizes. Two floors, measured in the same run: the empty `lambda_runtime` function, and the
+//! SDK floor (`clients-function`: the AWS and Kubernetes clients set up, nothing else).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -116,7 +117,7 @@ fn size(path: &Path) -> Option<u64> {
 
 /// `runs` cold starts of each function, interleaved (one of each, then again) so that drift
 /// of the machine hits all alike; the report as a markdown section. The first function is the
-/// floor.
+/// floor, the second the SDK floor.
 pub async fn report(functions: &[Function], runs: usize) -> anyhow::Result<String> {
     let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); functions.len()];
     let meter = crate::cpu::Meter::start();
@@ -133,26 +134,30 @@ pub async fn report(functions: &[Function], runs: usize) -> anyhow::Result<Strin
     let first = |s: &Sample| s.to_first_next;
     let answer = |s: &Sample| s.event_to_response;
     let floor = &samples[0];
+    let sdk_floor = &samples[1];
     let mut out = String::new();
     out.push_str(&format!(
         "### Cold start ({runs} starts of each, interleaved)\n\n\
-         | function | exec → first `/next` median (p90) | × floor | first event → response median (p90) | peak RSS median (max) | bootstrap | zip |\n\
-         |---|---|---|---|---|---|---|\n"
+         | function | exec → first `/next` median (p90) | × floor | × SDK floor | first event → response median (p90) | peak RSS median (max) | bootstrap | zip |\n\
+         |---|---|---|---|---|---|---|---|\n"
     ));
     for (f, s) in functions.iter().zip(&samples) {
         let mut rss: Vec<u64> = s.iter().map(|x| x.peak_rss_kb).collect();
         rss.sort_unstable();
         let floor_note = if std::ptr::eq(s, floor) {
             " (floor)"
+        } else if std::ptr::eq(s, sdk_floor) {
+            " (SDK floor)"
         } else {
             ""
         };
         out.push_str(&format!(
-            "| {}{floor_note} | {} ({}) | {} | {} ({}) | {} ({}) | {} | {} |\n",
+            "| {}{floor_note} | {} ({}) | {} | {} | {} ({}) | {} ({}) | {} | {} |\n",
             f.label,
             ms(stat(s, 50.0, first)),
             ms(stat(s, 90.0, first)),
             ratio(stat(s, 50.0, first), stat(floor, 50.0, first)),
+            ratio(stat(s, 50.0, first), stat(sdk_floor, 50.0, first)),
             ms(stat(s, 50.0, answer)),
             ms(stat(s, 90.0, answer)),
             mib_of_kb(rss.get(rss.len() / 2).copied().unwrap_or_default()),
@@ -161,7 +166,7 @@ pub async fn report(functions: &[Function], runs: usize) -> anyhow::Result<Strin
             size(&f.zip).map_or("?".into(), mib_of_bytes),
         ));
     }
-    out.push_str(&crate::cpu::row(7, &[Some(load)]));
+    out.push_str(&crate::cpu::row(8, &[Some(load)]));
     out.push_str("\nFirst events: ");
     let notes: Vec<String> = functions
         .iter()

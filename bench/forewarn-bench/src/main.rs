@@ -125,7 +125,19 @@ async fn cold_start(runs: usize, lambda_dir: &std::path::Path) -> anyhow::Result
         "SSL_CERT_FILE".to_string(),
         "/etc/ssl/certs/ca-certificates.crt".to_string(),
     ));
+    let fake = kube_fake::KubeFake::start().await;
+    let state_dir = tempfile::Builder::new()
+        .prefix("forewarn-bench-")
+        .tempdir()?;
+    let deployed = deployed_env(&moto, &fake, state_dir.path()).await?;
     let handler_event = std::fs::read(root.join("events/17-sqs-batch.json"))?;
+    let mut handler_deployed = function(
+        "interruption-handler",
+        deployed.clone(),
+        handler_event.clone(),
+        "the same event, deployed-like: the stack's variables, EC2 and the pool table in moto, the cluster (the API fake on loopback) through a kubeconfig, acting",
+    );
+    handler_deployed.label = "`interruption-handler` (deployed-like)".to_string();
     let mut handler_bundle_only = function(
         "interruption-handler",
         bundle_only,
@@ -135,6 +147,12 @@ async fn cold_start(runs: usize, lambda_dir: &std::path::Path) -> anyhow::Result
     handler_bundle_only.label = "`interruption-handler` (CA bundle file only)".to_string();
     let functions = vec![
         function("empty-function", Vec::new(), b"{}".to_vec(), "`{}`"),
+        function(
+            "clients-function",
+            deployed,
+            b"{}".to_vec(),
+            "`{}`, with the deployed-like handler's environment",
+        ),
         function(
             "interruption-handler",
             captured,
@@ -147,7 +165,45 @@ async fn cold_start(runs: usize, lambda_dir: &std::path::Path) -> anyhow::Result
             br#"{"source":"aws.events","detail-type":"Scheduled Event","detail":{}}"#.to_vec(),
             "a scheduled event: one sweep (leaving instances from moto's EC2, one round trip to it; nodes from the captured state)",
         ),
+        handler_deployed,
         handler_bundle_only,
     ];
-    coldstart::report(&functions, runs).await
+    let report = coldstart::report(&functions, runs).await;
+    drop(fake);
+    report
+}
+
+/// The deployed-like environment of the cold start (the handler's, and the SDK floor's): the
+/// stack's variables (the pool table and the other services in moto, acting), the cluster
+/// reached through a kubeconfig in `dir` naming the fake on loopback, as EKS's endpoint would be.
+async fn deployed_env(
+    moto: &forewarn_tests::moto::MotoServer,
+    fake: &kube_fake::KubeFake,
+    dir: &std::path::Path,
+) -> anyhow::Result<Vec<(String, String)>> {
+    let table =
+        forewarn_tests::moto::create_pool_table(&moto.sdk_config(), "forewarn-pools").await?;
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: demo\n  cluster:\n    server: {}\n\
+             users:\n- name: u\n  user: {{}}\ncontexts:\n- name: demo\n  context:\n    cluster: demo\n    user: u\n\
+             current-context: demo\n",
+            fake.url()
+        ),
+    )?;
+    Ok([
+        ("FOREWARN_CLUSTERS", "demo"),
+        ("FOREWARN_TABLE", table.as_str()),
+        ("FOREWARN_ACCOUNT_ID", "123456789012"),
+        ("FOREWARN_ENVIRONMENTS", "8"),
+        ("FOREWARN_DRY_RUN", "false"),
+        ("AWS_ENDPOINT_URL", moto.endpoint().as_str()),
+        ("KUBECONFIG", &kubeconfig.display().to_string()),
+        ("RUST_LOG", "info"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect())
 }
