@@ -52,12 +52,8 @@ pub struct DeployArgs {
     /// ACCOUNT/NAME (it needs OrganizationId, and infra/member.yaml in that account): its access
     /// entries are made, and its manifests applied, in that account (see --member-admin-role).
     /// Adding a cluster later: the same command with one more --cluster.
-    #[arg(
-        long = "cluster",
-        value_name = "CLUSTER",
-        required_unless_present = "all_clusters"
-    )]
-    clusters: Vec<String>,
+    #[arg(long, required_unless_present = "all_clusters")]
+    cluster: Vec<String>,
     /// The role assumed in a member account (--cluster ACCOUNT/NAME) to make its cluster's
     /// access entries and apply its manifests: an administrator's role there.
     #[arg(
@@ -189,7 +185,7 @@ pub async fn run(
         .with_context(|| format!("reading {}", root.join(TEMPLATE).display()))?;
     let declared = stack::declared(&template).with_context(|| format!("reading {TEMPLATE}"))?;
     let given = stack::given(&args.parameters, &declared)?;
-    let clusters = Clusters::new(args.clusters, args.all_clusters)?;
+    let clusters = Clusters::new(args.cluster, args.all_clusters)?;
     let from_the_stack = functions::stack_variables(&template);
     let env = [
         functions::extra_env("--handler-env", &args.handler_env, &from_the_stack)?,

@@ -89,10 +89,11 @@ pub struct Object {
 
 impl std::fmt::Display for Object {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.namespace {
-            Some(ns) => write!(f, "{} {ns}/{}", self.resource.kind, self.name),
-            None => write!(f, "{} {}", self.resource.kind, self.name),
-        }
+        let ns = self
+            .namespace
+            .as_ref()
+            .map_or(String::new(), |ns| ns.clone() + "/");
+        write!(f, "{} {ns}{}", self.resource.kind, self.name)
     }
 }
 
@@ -329,29 +330,6 @@ pub enum Enforcement {
     Failed(String),
 }
 
-impl std::fmt::Display for Enforcement {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Enforcement::Enforced => write!(
-                f,
-                "{PLACEHOLDER_POLICY} is enforced (a pod that is not a placeholder is refused)"
-            ),
-            Enforcement::NotEnforced => write!(
-                f,
-                "{PLACEHOLDER_POLICY} is stored but not enforced: a pod that is not a \
-                 placeholder was admitted (ValidatingAdmissionPolicy is off on this server: the \
-                 feature gate or the admission plugin)"
-            ),
-            Enforcement::RefusedBy(by, message) => write!(
-                f,
-                "the probe was refused by {by} before {PLACEHOLDER_POLICY} could be seen: \
-                 {message}"
-            ),
-            Enforcement::Failed(e) => write!(f, "the check could not be made: {e}"),
-        }
-    }
-}
-
 /// The enforcement check's probe: a pod that passes Pod Security `restricted` (namespace
 /// forewarn's level: the pause image as 65535, seccomp RuntimeDefault, no privilege
 /// escalation, every capability dropped), so that only the placeholder policy can refuse it,
@@ -425,8 +403,20 @@ pub async fn check_placeholder_policy(
     last
 }
 
-/// What the deploy says of a cluster where the placeholders' grant was not applied.
+/// What the deploy says of a cluster where the placeholders' grant was not applied, and why
+/// (`why`: what the check found, never [`Enforcement::Enforced`]).
 pub fn surge_off(group: &str, why: &Enforcement) -> String {
+    let why = match why {
+        Enforcement::Enforced | Enforcement::NotEnforced => format!(
+            "{PLACEHOLDER_POLICY} is stored but not enforced: a pod that is not a placeholder was \
+             admitted (ValidatingAdmissionPolicy is off on this server: the feature gate or the \
+             admission plugin)"
+        ),
+        Enforcement::RefusedBy(by, message) => format!(
+            "the probe was refused by {by} before {PLACEHOLDER_POLICY} could be seen: {message}"
+        ),
+        Enforcement::Failed(e) => format!("the check could not be made: {e}"),
+    };
     format!(
         "surge is off on this cluster: the placeholders' pod grant was not applied ({why}; \
          checked as {group}). Without the enforced policy the grant would let forewarn's groups \
@@ -696,7 +686,7 @@ mod tests {
         // A sidecar injected without a security context: Pod Security refuses before the policy.
         let checked = check_placeholder_policy(&fake.client(), "forewarn-handler", 1, &clock).await;
         let Enforcement::RefusedBy(by, message) = &checked else {
-            panic!("{checked}");
+            panic!("{checked:?}");
         };
         assert_eq!(
             by,
