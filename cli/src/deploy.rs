@@ -16,16 +16,19 @@ use std::fmt::Display;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::{Context, anyhow, bail};
 use aws_config::Region;
 use clap::Args;
+use forewarn::adapters::aws::aws_error_text;
 use forewarn::adapters::kube::{ClusterAccess, EksAccess};
 use forewarn::app::settings::Settings;
+use forewarn::domain::admission::Capability;
 
 pub(crate) use functions::FUNCTIONS;
 use functions::command_line;
-use stack::{CREATE_ACCESS_ENTRY, Change, Clusters, Current, FUNCTION_ARCHITECTURE, Plan};
+use stack::{CREATE_ACCESS_ENTRY, Clusters, Current, FUNCTION_ARCHITECTURE, Param, Plan};
 
 /// The template, relative to the repository's root.
 const TEMPLATE: &str = "infra/forewarn.yaml";
@@ -49,12 +52,8 @@ pub struct DeployArgs {
     /// ACCOUNT/NAME (it needs OrganizationId, and infra/member.yaml in that account): its access
     /// entries are made, and its manifests applied, in that account (see --member-admin-role).
     /// Adding a cluster later: the same command with one more --cluster.
-    #[arg(
-        long = "cluster",
-        value_name = "CLUSTER",
-        required_unless_present = "all_clusters"
-    )]
-    clusters: Vec<String>,
+    #[arg(long, required_unless_present = "all_clusters")]
+    cluster: Vec<String>,
     /// The role assumed in a member account (--cluster ACCOUNT/NAME) to make its cluster's
     /// access entries and apply its manifests: an administrator's role there.
     #[arg(
@@ -85,9 +84,6 @@ pub struct DeployArgs {
     /// stack is only described, the cluster (with --kube) only read.
     #[arg(long)]
     execute: bool,
-    /// Set from --execute: nothing may change.
-    #[arg(skip)]
-    dry_run: bool,
     /// One more environment variable of the handler, e.g. the webhook's URL, VARIABLE=https://...
     /// (repeatable). A deploy sets a function's whole environment (the stack's, the crate's
     /// metadata, these): give them at every run.
@@ -111,14 +107,6 @@ pub struct DeployArgs {
     root: Option<PathBuf>,
 }
 
-impl DeployArgs {
-    /// The arguments with `dry_run` saying whether nothing may change: unless --execute.
-    fn settled(mut self) -> DeployArgs {
-        self.dry_run = !self.execute;
-        self
-    }
-}
-
 /// One line on standard output, flushed (the steps' lines and the builds' progress interleave).
 fn say(text: impl Display) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
@@ -127,19 +115,22 @@ fn say(text: impl Display) -> anyhow::Result<()> {
         .context("writing the output")
 }
 
-/// The checkout this command was built from (its crate's folder's parent, fixed at build time).
-fn own_checkout() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+/// [`say`] with `format!`'s arguments.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        say(format_args!($($arg)*))
+    };
 }
 
-/// The repository to deploy from: `--root` when given, else [`own_checkout`] — never a folder
-/// found from the current directory (whoever controls the working directory would choose the
-/// template, the manifests and the functions deployed). It must hold `infra/forewarn.yaml`.
+/// The repository to deploy from: `--root` when given, else the checkout this command was built
+/// from (its crate's folder's parent, fixed at build time) — never a folder found from the
+/// current directory (whoever controls the working directory would choose the template, the
+/// manifests and the functions deployed). It must hold `infra/forewarn.yaml`.
 fn find_root(given: Option<&Path>) -> anyhow::Result<PathBuf> {
     let (root, whence) = match given {
         Some(dir) => (dir.to_path_buf(), "--root"),
         None => (
-            own_checkout(),
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(".."),
             "the checkout forewarn was built from (give --root to deploy from another)",
         ),
     };
@@ -154,10 +145,11 @@ fn find_root(given: Option<&Path>) -> anyhow::Result<PathBuf> {
 }
 
 struct Deploy {
-    args: DeployArgs,
-    /// `--handler-env`, `--sweeper-env`, checked.
-    handler_env: Vec<String>,
-    sweeper_env: Vec<String>,
+    /// Without --execute: nothing may change.
+    dry_run: bool,
+    no_build: bool,
+    /// `--handler-env`, `--sweeper-env`, checked: in the order of [`FUNCTIONS`].
+    env: [Vec<String>; 2],
     root: PathBuf,
     template: String,
     name: String,
@@ -167,39 +159,25 @@ struct Deploy {
     plan: Plan,
     /// The clusters served now: `--cluster`, or those EKS lists (`--all-clusters`).
     served: Vec<String>,
-    /// The stack's outputs: the existing stack's, then those after the first pass.
+    /// The stack's outputs: the existing stack's, then those after each change.
     outputs: Option<BTreeMap<String, String>>,
     /// The command's clock: every wait of the deploy's own (the placeholder policy's check).
-    clock: std::sync::Arc<dyn forewarn::ports::Clock>,
+    clock: Arc<dyn forewarn::ports::Clock>,
     /// What failed in one cluster while the others went on: the command fails at the end.
     failures: Vec<String>,
     /// The command's settings (how clusters are reached, what the configuration uses).
     settings: Settings,
     /// Each member account's AWS configuration (`--member-admin-role` assumed there), by
     /// account: where its clusters' access entries are made.
-    members: BTreeMap<String, aws_config::SdkConfig>,
-}
-
-/// `--stack-name`, else forewarn-<first --cluster>, checked.
-fn stack_name(args: &DeployArgs, clusters: &Clusters) -> anyhow::Result<String> {
-    let name = match (&args.stack_name, clusters.named.first()) {
-        (Some(name), _) => name.clone(),
-        (None, Some(first)) => format!("forewarn-{first}"),
-        (None, None) => bail!(
-            "--all-clusters without --cluster: give --stack-name, the stack to update (or \
-             --cluster NAME, a new stack's own cluster)"
-        ),
-    };
-    stack::check_name(&name, args.stack_name.is_some())?;
-    Ok(name)
+    members: Members,
 }
 
 pub async fn run(
     args: DeployArgs,
     settings: Settings,
-    clock: std::sync::Arc<dyn forewarn::ports::Clock>,
+    clock: Arc<dyn forewarn::ports::Clock>,
 ) -> anyhow::Result<ExitCode> {
-    let args = args.settled();
+    let dry_run = !args.execute;
     // Everything that is not AWS's or a cluster's first: a bad argument stops the command
     // before anything is read.
     let root = find_root(args.root.as_deref())?;
@@ -207,67 +185,76 @@ pub async fn run(
         .with_context(|| format!("reading {}", root.join(TEMPLATE).display()))?;
     let declared = stack::declared(&template).with_context(|| format!("reading {TEMPLATE}"))?;
     let given = stack::given(&args.parameters, &declared)?;
-    let clusters = Clusters::new(args.clusters.clone(), args.all_clusters)?;
+    let clusters = Clusters::new(args.cluster, args.all_clusters)?;
     let from_the_stack = functions::stack_variables(&template);
-    let handler_env = functions::extra_env("--handler-env", &args.handler_env, &from_the_stack)?;
-    let sweeper_env = functions::extra_env("--sweeper-env", &args.sweeper_env, &from_the_stack)?;
+    let env = [
+        functions::extra_env("--handler-env", &args.handler_env, &from_the_stack)?,
+        functions::extra_env("--sweeper-env", &args.sweeper_env, &from_the_stack)?,
+    ];
     let objects = manifests::load(&root)?;
-    let name = stack_name(&args, &clusters)?;
+    let name = stack::stack_name(args.stack_name.as_deref(), &clusters)?;
     let mut sdk = forewarn::adapters::aws::load(settings.aws).await;
-    if let Some(region) = &args.region {
-        sdk = sdk
-            .into_builder()
-            .region(Region::new(region.clone()))
-            .build();
+    if let Some(region) = args.region {
+        sdk = sdk.into_builder().region(Region::new(region)).build();
     }
     let region = sdk.region().map(ToString::to_string);
-    if region.is_none() && !args.dry_run {
+    if region.is_none() && !dry_run {
         bail!("no AWS region: give --region, or set AWS_REGION");
     }
-    let served = served(&clusters, &sdk, args.dry_run).await?;
-    let members = member_configs(&clusters, &sdk, &args.member_admin_role).await;
-    say(format!(
+    let served = served(&clusters, &sdk, dry_run).await?;
+    let mut members = Members::new();
+    for (account, _) in clusters.members.iter().filter_map(|c| member_of(c)) {
+        if !members.contains_key(account) {
+            let config = member_config(&sdk, account, &args.member_admin_role).await;
+            members.insert(account.to_string(), config);
+        }
+    }
+    say!(
         "forewarn deploy: {}, stack {name}, region {}{}",
         describe_served(&clusters, &served),
         region.as_deref().unwrap_or("(none configured)"),
-        if args.dry_run {
-            " — dry run: nothing is changed (add --execute to deploy)"
-        } else {
-            ""
+        match dry_run {
+            true => " — dry run: nothing is changed (add --execute to deploy)",
+            false => "",
         }
-    ))?;
+    )?;
     // The clusters first: when none answers, the command stops before any change.
     let eks = aws_sdk_eks::Client::new(&sdk);
-    let reached = reach(
-        &settings,
-        (&eks, &members),
-        &served,
-        args.kube,
-        args.dry_run,
-    )
-    .await?;
+    let reached = match args.kube {
+        true => Some(reach(&settings, (&eks, &members), &served, dry_run).await?),
+        false => None,
+    };
     let cfn = aws_sdk_cloudformation::Client::new(&sdk);
-    let current = read_stack(&cfn, &name, args.dry_run).await?;
+    let current = read_stack(&cfn, &name, dry_run).await?;
     if let Some(current) = &current
-        && !args.dry_run
+        && !dry_run
     {
         stack::check_updatable(&name, current)?;
     }
     let plan = Plan::new(&name, &clusters, &given, current.as_ref(), &declared)?;
-    members_need_an_organization(&clusters, &plan)?;
+    // A member account's cluster is reached through the member role, which needs the stack's
+    // `OrganizationId` (given or kept): refused before anything changes.
+    if let Some(member) = clusters.members.first()
+        && plan.value("OrganizationId").unwrap_or_default().is_empty()
+    {
+        bail!(
+            "--cluster {member}: a member account's cluster is reached through the member role, \
+             which needs an organization: give --parameter OrganizationId=o-... (and deploy \
+             infra/member.yaml in that account)"
+        );
+    }
     // The manifests name the handler's taint: its effect, and NTH's keys only when it uses them.
-    let handler = functions::taint_of(&handler_env)?;
-    let objects = manifests::with_taints(objects, &handler);
+    let objects = manifests::with_taints(objects, &functions::taint_of(&env[0])?);
     let mut deploy = Deploy {
         outputs: current.map(|c| c.outputs),
-        args,
-        handler_env,
-        sweeper_env,
+        dry_run,
+        no_build: args.no_build,
+        env,
         root,
         template,
         name,
         cfn,
-        eks: aws_sdk_eks::Client::new(&sdk),
+        eks,
         region,
         plan,
         served,
@@ -301,35 +288,14 @@ async fn served(
     dry_run: bool,
 ) -> anyhow::Result<Vec<String>> {
     if !clusters.all {
-        return Ok(clusters
-            .named
-            .iter()
-            .chain(&clusters.members)
-            .cloned()
-            .collect());
+        return Ok([&clusters.named[..], &clusters.members[..]].concat());
     }
     match access::all_clusters(sdk).await {
-        Ok(names) => Ok(names),
         Err(e) if dry_run => {
-            say(format!(
-                "{e:#}: the clusters are unknown, the per-cluster steps below name none"
-            ))?;
+            say!("{e:#}: the clusters are unknown, the per-cluster steps below name none")?;
             Ok(Vec::new())
         }
-        Err(e) => Err(e),
-    }
-}
-
-/// A member account's cluster is reached through the member role, which needs the stack's
-/// `OrganizationId` (given or kept): refused before anything changes.
-fn members_need_an_organization(clusters: &Clusters, plan: &Plan) -> anyhow::Result<()> {
-    match clusters.members.first() {
-        Some(member) if plan.value("OrganizationId").unwrap_or_default().is_empty() => bail!(
-            "--cluster {member}: a member account's cluster is reached through the member role, \
-             which needs an organization: give --parameter OrganizationId=o-... (and deploy \
-             infra/member.yaml in that account)"
-        ),
-        _ => Ok(()),
+        listed => listed,
     }
 }
 
@@ -345,21 +311,6 @@ fn member_of(cluster: &str) -> Option<(&str, &str)> {
 /// A cluster's name in its own account.
 fn bare(cluster: &str) -> &str {
     member_of(cluster).map_or(cluster, |(_, name)| name)
-}
-
-/// The AWS configuration of each member account whose clusters are given (`--cluster
-/// ACCOUNT/NAME`): see [`member_config`].
-async fn member_configs(clusters: &Clusters, sdk: &aws_config::SdkConfig, role: &str) -> Members {
-    let mut members = Members::new();
-    for cluster in &clusters.members {
-        let Some((account, _)) = member_of(cluster) else {
-            continue;
-        };
-        if !members.contains_key(account) {
-            members.insert(account.to_string(), member_config(sdk, account, role).await);
-        }
-    }
-    members
 }
 
 /// The AWS configuration of a member account: the operator's credentials (`sdk`), assuming
@@ -379,11 +330,10 @@ pub(crate) async fn member_config(
         .configure(sdk)
         .build()
         .await;
+    let provider = aws_credential_types::provider::SharedCredentialsProvider::new(provider);
     sdk.clone()
         .into_builder()
-        .credentials_provider(
-            aws_credential_types::provider::SharedCredentialsProvider::new(provider),
-        )
+        .credentials_provider(provider)
         .build()
 }
 
@@ -407,39 +357,32 @@ async fn reach(
     settings: &Settings,
     (eks, members): (&aws_sdk_eks::Client, &Members),
     served: &[String],
-    kube: bool,
     dry_run: bool,
-) -> anyhow::Result<Option<Reached>> {
-    if !kube {
-        return Ok(None);
-    }
-    let one = served.len() == 1;
+) -> anyhow::Result<Reached> {
     let mut reached = Vec::new();
     for name in served {
         let member = member_of(name).and_then(|(account, _)| members.get(account));
-        reached.push((
-            name.clone(),
-            connect(settings, eks, name, one, member).await,
-        ));
+        let cluster = connect(settings, eks, name, served.len() == 1, member).await;
+        reached.push((name.clone(), cluster));
     }
-    if !dry_run && !reached.is_empty() && reached.iter().all(|(_, r)| r.is_err()) {
-        let errors: Vec<String> = reached
-            .into_iter()
-            .filter_map(|(_, r)| r.err().map(|e| format!("{e:#}")))
-            .collect();
+    if dry_run {
+        return Ok(reached);
+    }
+    let errors: Vec<String> = (reached.iter())
+        .filter_map(|(_, r)| r.as_ref().err().map(|e| format!("{e:#}")))
+        .collect();
+    if !reached.is_empty() && errors.len() == reached.len() {
         bail!("{}", errors.join("; "));
     }
-    if !dry_run {
-        for (name, r) in &reached {
-            if let Err(e) = r {
-                say(format!(
-                    "cluster {name}: cannot be reached ({e:#}); the other clusters are \
-                     deployed, and the command fails at the end"
-                ))?;
-            }
+    for (name, r) in &reached {
+        if let Err(e) = r {
+            say!(
+                "cluster {name}: cannot be reached ({e:#}); the other clusters are deployed, and \
+                 the command fails at the end"
+            )?;
         }
     }
-    Ok(Some(reached))
+    Ok(reached)
 }
 
 /// Each cluster served and its connection (with `--kube`).
@@ -454,22 +397,19 @@ async fn read_stack(
 ) -> anyhow::Result<Option<Current>> {
     match stack::describe(cfn, name).await {
         Ok(Some(current)) => {
-            say(format!("stack {name}: exists ({})", current.status))?;
+            say!("stack {name}: exists ({})", current.status)?;
             if dry_run && let Err(e) = stack::check_updatable(name, &current) {
-                say(format!("{UNDER}the update below would fail: {e:#}"))?;
+                say!("{UNDER}the update below would fail: {e:#}")?;
             }
             Ok(Some(current))
         }
-        Ok(None) => {
-            say(format!("stack {name}: does not exist yet"))?;
-            Ok(None)
-        }
+        Ok(None) => say!("stack {name}: does not exist yet").map(|()| None),
         Err(e) if dry_run => {
-            say(format!(
+            say!(
                 "stack {name}: could not be read ({e:#}); whether it exists, its parameters and \
                  its outputs are unknown: the steps below are a first deploy's, with <Output> \
                  for what the stack would say"
-            ))?;
+            )?;
             Ok(None)
         }
         Err(e) => Err(e),
@@ -477,27 +417,21 @@ async fn read_stack(
 }
 
 impl Deploy {
-    fn dry_run(&self) -> bool {
-        self.args.dry_run
-    }
-
     /// Step 1: `cargo lambda build`, for the architecture of the stack's `FunctionArchitecture`.
     async fn build(&self) -> anyhow::Result<()> {
         let architecture = self.plan.value(FUNCTION_ARCHITECTURE).unwrap_or("arm64");
-        let args = functions::build_args(functions::build_flag(architecture)?);
-        say(format!(
-            "[1/6] build ({architecture}): {}",
-            command_line("cargo", &args)
-        ))?;
-        if self.args.no_build {
+        let args = functions::build_args(architecture)?;
+        let line = command_line("cargo", &args);
+        say!("[1/6] build ({architecture}): {line}")?;
+        if self.no_build {
             for f in FUNCTIONS {
                 let path = functions::bootstrap(&self.root, f.binary);
-                match (path.is_file(), self.dry_run()) {
+                match (path.is_file(), self.dry_run) {
                     (true, _) => {}
-                    (false, true) => say(format!(
+                    (false, true) => say!(
                         "{UNDER}{} is missing: the deploy would fail",
                         path.display()
-                    ))?,
+                    )?,
                     (false, false) => bail!(
                         "{} is missing (--no-build): build the functions first, or leave out \
                          --no-build",
@@ -505,44 +439,44 @@ impl Deploy {
                     ),
                 }
             }
-            return say(format!(
+            return say!(
                 "{UNDER}skipped (--no-build): the bootstraps under target/lambda are deployed"
-            ));
+            );
         }
-        if self.dry_run() {
-            return say(format!("{UNDER}would run it"));
+        if self.dry_run {
+            return say!("{UNDER}would run it");
         }
-        let root = self.root.clone();
-        tokio::task::spawn_blocking(move || functions::run("cargo", &args, &root, true))
-            .await
-            .context("the build's task")??;
-        say(format!("{UNDER}built"))
+        functions::run("cargo", &args, &self.root, true).await?;
+        say!("{UNDER}built")
     }
 
     /// Step 2: the stack created, or updated with the given and kept parameters.
     async fn stack(&mut self) -> anyhow::Result<()> {
-        let verb = if self.plan.exists { "update" } else { "create" };
-        say(format!(
-            "[2/6] stack {}: {verb} with {}",
-            self.name,
-            self.plan.describe(&self.plan.first)
-        ))?;
-        if self.dry_run() {
-            return say(format!(
+        let (exists, first) = (self.plan.exists, self.plan.first.clone());
+        let verb = if exists { "update" } else { "create" };
+        let params = self.plan.describe(&first);
+        say!("[2/6] stack {}: {verb} with {params}", self.name)?;
+        if self.dry_run {
+            return say!(
                 "{UNDER}would {verb} it (capabilities CAPABILITY_NAMED_IAM) and wait until it is \
                  complete"
-            ));
+            );
         }
-        let change = stack::create_or_update(
-            &self.cfn,
-            &self.name,
-            &self.template,
-            &self.plan.first,
-            self.plan.exists,
-        )
-        .await?;
-        say(format!("{UNDER}{change}"))?;
-        self.refresh_outputs().await
+        self.update(&first, exists).await
+    }
+
+    /// The stack created or updated with `params` and said; its outputs read again when it
+    /// changed.
+    async fn update(&mut self, params: &[Param], exists: bool) -> anyhow::Result<()> {
+        let (cfn, name) = (&self.cfn, &self.name);
+        let change = stack::create_or_update(cfn, name, &self.template, params, exists).await?;
+        say!("{UNDER}{change}")?;
+        if change != stack::UNCHANGED {
+            let current = stack::describe(cfn, name).await?;
+            let current = current.ok_or_else(|| anyhow!("stack {name} is gone"))?;
+            self.outputs = Some(current.outputs);
+        }
+        Ok(())
     }
 
     /// Step 2, with an organization: the route of each member account `Clusters` names (see
@@ -550,74 +484,49 @@ impl Deploy {
     /// named deleted.
     async fn routes(&mut self) -> anyhow::Result<()> {
         let wanted = routes::accounts(self.plan.value(stack::CLUSTERS).unwrap_or_default());
-        let existing = match (self.dry_run(), self.plan.exists) {
-            (true, false) => Vec::new(),
-            (false, _) => routes::existing(&self.cfn, &self.name).await?,
+        let existing = match self.plan.exists || !self.dry_run {
+            true => routes::existing(&self.cfn, &self.name).await,
+            false => Ok(Vec::new()),
+        };
+        let existing = match existing {
+            Ok(existing) => existing,
             // A dry run says what it cannot read, and goes on.
-            (true, true) => match routes::existing(&self.cfn, &self.name).await {
-                Ok(existing) => existing,
-                Err(e) => {
-                    say(format!(
-                        "{UNDER}the routes could not be listed ({e}): none assumed"
-                    ))?;
-                    Vec::new()
-                }
-            },
+            Err(e) if self.dry_run => {
+                say!("{UNDER}the routes could not be listed ({e}): none assumed")?;
+                Vec::new()
+            }
+            Err(e) => return Err(e),
         };
         let stale: Vec<&String> = existing.iter().filter(|a| !wanted.contains(a)).collect();
         if wanted.is_empty() && stale.is_empty() {
             return Ok(());
         }
-        let template = std::fs::read_to_string(self.root.join(routes::TEMPLATE))
-            .with_context(|| format!("reading {}", self.root.join(routes::TEMPLATE).display()))?;
+        let path = self.root.join(routes::TEMPLATE);
+        let template = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
         for account in &wanted {
             let name = routes::stack_name(&self.name, account);
             let params = routes::params(account, |k| self.output(k))?;
-            if self.dry_run() {
-                say(format!(
-                    "{UNDER}route of {account}: would create or update stack {name}"
-                ))?;
+            if self.dry_run {
+                say!("{UNDER}route of {account}: would create or update stack {name}")?;
                 continue;
             }
             let exists = existing.contains(account);
             let change = stack::create_or_update(&self.cfn, &name, &template, &params, exists)
                 .await
                 .with_context(|| format!("the route of member account {account}"))?;
-            say(format!(
-                "{UNDER}route of {account} (stack {name}): {change}"
-            ))?;
+            say!("{UNDER}route of {account} (stack {name}): {change}")?;
         }
         for account in stale {
             let name = routes::stack_name(&self.name, account);
-            if self.dry_run() {
-                say(format!(
-                    "{UNDER}route of {account}: no longer served, would delete stack {name}"
-                ))?;
+            if self.dry_run {
+                say!("{UNDER}route of {account}: no longer served, would delete stack {name}")?;
                 continue;
             }
-            self.cfn
-                .delete_stack()
-                .stack_name(&name)
-                .send()
-                .await
-                .map_err(|e| {
-                    anyhow!(
-                        "DeleteStack {name}: {}",
-                        forewarn::adapters::aws::aws_error_text(&e)
-                    )
-                })?;
-            say(format!(
-                "{UNDER}route of {account}: no longer served, stack {name} being deleted"
-            ))?;
+            let deleted = self.cfn.delete_stack().stack_name(&name).send().await;
+            deleted.map_err(|e| anyhow!("DeleteStack {name}: {}", aws_error_text(&e)))?;
+            say!("{UNDER}route of {account}: no longer served, stack {name} being deleted")?;
         }
-        Ok(())
-    }
-
-    async fn refresh_outputs(&mut self) -> anyhow::Result<()> {
-        let current = stack::describe(&self.cfn, &self.name)
-            .await?
-            .ok_or_else(|| anyhow!("stack {} is gone", self.name))?;
-        self.outputs = Some(current.outputs);
         Ok(())
     }
 
@@ -625,7 +534,7 @@ impl Deploy {
     fn output(&self, key: &str) -> anyhow::Result<String> {
         match self.outputs.as_ref().and_then(|o| o.get(key)) {
             Some(value) => Ok(value.clone()),
-            None if self.dry_run() => Ok(format!("<{key}>")),
+            None if self.dry_run => Ok(format!("<{key}>")),
             None => bail!(
                 "stack {} has no output {key}: was it deployed from {TEMPLATE}?",
                 self.name
@@ -635,121 +544,89 @@ impl Deploy {
 
     /// Step 3: both functions, with the roles, timeout and environment of the stack's outputs.
     async fn functions(&self) -> anyhow::Result<()> {
-        say("[3/6] functions: cargo lambda deploy, with the stack's outputs")?;
-        let known: BTreeMap<String, String> = [
-            "FunctionTimeout",
-            "HandlerEnvFile",
-            "SweeperEnvFile",
-            "HandlerFunctionName",
-            "HandlerRoleArn",
-            "SweeperFunctionName",
-            "SweeperRoleArn",
-        ]
-        .iter()
-        .map(|k| Ok((k.to_string(), self.output(k)?)))
-        .collect::<anyhow::Result<_>>()?;
-        let lookup = |k: &str| known.get(k).cloned().unwrap_or_else(|| format!("<{k}>"));
+        say!("[3/6] functions: cargo lambda deploy, with the stack's outputs")?;
+        // Every output the commands name, read before anything is deployed.
+        let mut known = BTreeMap::new();
+        for f in FUNCTIONS {
+            for key in ["EnvFile", "FunctionName", "RoleArn"].map(|k| format!("{}{k}", f.prefix)) {
+                known.insert(key.clone(), self.output(&key)?);
+            }
+        }
+        known.insert("FunctionTimeout".into(), self.output("FunctionTimeout")?);
+        let output = |k: &str| known.get(k).cloned().unwrap_or_else(|| format!("<{k}>"));
+        // <Prefix>EnvFile, then --handler-env or --sweeper-env: one KEY=VALUE a line.
+        let vars: Vec<Vec<String>> = (FUNCTIONS.iter().zip(&self.env))
+            .map(|(f, extra)| {
+                let file = output(&format!("{}EnvFile", f.prefix));
+                file.lines()
+                    .map(str::to_string)
+                    .chain(extra.iter().cloned())
+                    .collect()
+            })
+            .collect();
+        // A function that cannot start leaves its batches to the queue's visibility timeout:
+        // an environment either would refuse is refused here, before either is deployed.
+        for (f, vars) in FUNCTIONS.iter().zip(&vars) {
+            functions::starts_with(f.binary, vars)?;
+        }
         // Removed at the end of the step.
-        let env_dir = match self.dry_run() {
-            true => None,
-            false => Some(
+        let env_dir = (!self.dry_run)
+            .then(|| {
                 tempfile::Builder::new()
                     .prefix("forewarn-deploy-")
                     .tempdir()
-                    .context("creating a folder for the functions' environment files")?,
-            ),
-        };
-        let endpoint = functions::endpoint_from_env();
-        // <Prefix>EnvFile, then --handler-env or --sweeper-env: one KEY=VALUE a line.
-        let vars_of = |f: &functions::Function| {
-            let mut vars: Vec<String> = lookup(&format!("{}EnvFile", f.prefix))
-                .lines()
-                .map(str::to_string)
-                .collect();
-            vars.extend(match f.prefix {
-                "Handler" => self.handler_env.iter().cloned(),
-                _ => self.sweeper_env.iter().cloned(),
-            });
-            vars
-        };
-        // A function that cannot start leaves its batches to the queue's visibility timeout:
-        // an environment either would refuse is refused here, before either is deployed.
-        for f in &FUNCTIONS {
-            functions::starts_with(f.binary, &vars_of(f))?;
-        }
-        for f in FUNCTIONS {
-            let output = format!("{}EnvFile", f.prefix);
-            let vars = vars_of(&f);
+            })
+            .transpose()
+            .context("creating a folder for the functions' environment files")?;
+        for (f, vars) in FUNCTIONS.into_iter().zip(vars) {
             let env_file = match &env_dir {
-                None => format!("<a file holding {output}>"),
+                None => format!("<a file holding {}EnvFile>", f.prefix),
                 Some(dir) => {
                     let path = dir.path().join(format!("{}.env", f.binary));
-                    std::fs::write(&path, format!("{}\n", vars.join("\n")))
+                    std::fs::write(&path, vars.join("\n") + "\n")
                         .with_context(|| format!("writing {}", path.display()))?;
                     path.display().to_string()
                 }
             };
-            let args = functions::deploy_args(
-                f,
-                &lookup,
-                &env_file,
-                self.region.as_deref(),
-                endpoint.as_deref(),
-            );
-            say(format!("{UNDER}{}", command_line("cargo", &args)))?;
-            if self.dry_run() {
+            let args = functions::deploy_args(f, &output, &env_file, self.region.as_deref());
+            say!("{UNDER}{}", command_line("cargo", &args))?;
+            if self.dry_run {
                 // Names only: a value may be a secret (a webhook URL).
-                say(format!(
+                say!(
                     "{UNDER}  (the file sets: {})",
                     functions::names_of(&vars).join(" ")
-                ))?;
-                say(format!("{UNDER}  would run it"))?;
+                )?;
+                say!("{UNDER}  would run it")?;
                 continue;
             }
-            let root = self.root.clone();
-            tokio::task::spawn_blocking(move || functions::run("cargo", &args, &root, false))
-                .await
-                .context("the deploy's task")??;
-            say(format!(
+            functions::run("cargo", &args, &self.root, false).await?;
+            say!(
                 "{UNDER}  deployed {}",
-                lookup(&format!("{}FunctionName", f.prefix))
-            ))?;
+                output(&format!("{}FunctionName", f.prefix))
+            )?;
         }
         Ok(())
     }
 
     /// Step 4: `FunctionsDeployed=true`, unless the stack already had it.
     async fn wire(&mut self) -> anyhow::Result<()> {
-        say(format!(
+        say!(
             "[4/6] wiring: stack {} with FunctionsDeployed=true (the event source mapping, the \
              sweeper's schedule and permission, the function alarms)",
             self.name
-        ))?;
+        )?;
         if self.plan.wired {
-            return say(format!(
+            return say!(
                 "{UNDER}already wired (FunctionsDeployed was true and is kept): the first pass \
                  updated what changed"
-            ));
+            );
         }
-        if self.dry_run() {
-            return say(format!(
-                "{UNDER}would update it with {} and wait until it is complete",
-                self.plan.describe(&self.plan.second())
-            ));
+        let second = self.plan.second();
+        if self.dry_run {
+            let params = self.plan.describe(&second);
+            return say!("{UNDER}would update it with {params} and wait until it is complete");
         }
-        let change = stack::create_or_update(
-            &self.cfn,
-            &self.name,
-            &self.template,
-            &self.plan.second(),
-            true,
-        )
-        .await?;
-        say(format!("{UNDER}{change}"))?;
-        if change != Change::Unchanged {
-            self.refresh_outputs().await?;
-        }
-        Ok(())
+        self.update(&second, true).await
     }
 
     /// Step 5: the access entries of the functions' roles in each cluster served but the
@@ -757,75 +634,61 @@ impl Deploy {
     /// Kubernetes group. None with `CreateAccessEntry=false` (the roles are mapped another way).
     /// A cluster whose entry fails is named, the others go on, and the command fails at the end.
     async fn access_entries(&mut self) -> anyhow::Result<()> {
-        say("[5/6] access entries: the functions' roles in each cluster served (EKS)")?;
+        say!("[5/6] access entries: the functions' roles in each cluster served (EKS)")?;
         if self.plan.value(CREATE_ACCESS_ENTRY) == Some("false") {
-            return say(format!(
+            return say!(
                 "{UNDER}none: {CREATE_ACCESS_ENTRY}=false (the roles are given access another \
                  way, e.g. each cluster's aws-auth ConfigMap)"
-            ));
+            );
         }
-        let roles: Vec<(String, String)> = FUNCTIONS
-            .iter()
-            .map(|f| {
-                Ok((
-                    self.output(&format!("{}RoleArn", f.prefix))?,
-                    f.group.into(),
-                ))
-            })
-            .collect::<anyhow::Result<_>>()?;
+        let mut roles = Vec::new();
+        for f in FUNCTIONS {
+            roles.push(self.output(&format!("{}RoleArn", f.prefix))?);
+        }
+        let partition =
+            forewarn::adapters::accounts::partition_of(self.region.as_deref().unwrap_or_default());
         for cluster in self.served.clone() {
             if self.plan.own.as_deref() == Some(cluster.as_str()) {
-                say(format!(
+                say!(
                     "{UNDER}cluster {cluster}: the stack's own (HandlerAccessEntry, \
                      SweeperAccessEntry)"
-                ))?;
+                )?;
                 continue;
             }
-            let principals = match member_of(&cluster) {
-                Some((account, _)) => self.member_roles(account, &roles),
-                None => roles.clone(),
+            // In a member account, the roles the central functions act as there: the member
+            // role (the handler's group) and its read-only twin (the sweeper's), as
+            // infra/member.yaml names them.
+            let (eks, principals) = match member_of(&cluster) {
+                None => (self.eks.clone(), roles.clone()),
+                Some((account, _)) => {
+                    let arn =
+                        |tail| format!("arn:{partition}:iam::{account}:role/forewarn-member{tail}");
+                    let eks = self.members.get(account).map(aws_sdk_eks::Client::new);
+                    (
+                        eks.unwrap_or_else(|| self.eks.clone()),
+                        vec![arn(""), arn("-read")],
+                    )
+                }
             };
-            for (role, group) in &principals {
-                self.access_entry(&cluster, role, group).await?;
+            for (role, f) in principals.iter().zip(FUNCTIONS) {
+                let what = format!("{UNDER}cluster {cluster}: {role} in group {}", f.group);
+                if role.starts_with('<') {
+                    // A stack yet to be created: nothing to read.
+                    say!("{what}: would be created")?;
+                    continue;
+                }
+                match access::ensure(&eks, bare(&cluster), role, f.group, self.dry_run).await {
+                    Ok(done) => say!("{what}: {done}")?,
+                    Err(e) if self.dry_run => say!("{what}: could not be read ({e})")?,
+                    Err(e) => {
+                        say!("{what}: failed ({e})")?;
+                        // The error names the cluster.
+                        self.failures.push(e.to_string());
+                    }
+                }
             }
         }
         Ok(())
-    }
-
-    /// The roles the central functions act as in member account `account`: the member role
-    /// (the handler's group) and its read-only twin (the sweeper's), as infra/member.yaml names
-    /// them; `roles`: the functions' own roles and groups, in the same order.
-    fn member_roles(&self, account: &str, roles: &[(String, String)]) -> Vec<(String, String)> {
-        let name = "forewarn-member";
-        let partition =
-            forewarn::adapters::accounts::partition_of(self.region.as_deref().unwrap_or_default());
-        let arn = |suffix: &str| format!("arn:{partition}:iam::{account}:role/{name}{suffix}");
-        let group = |i: usize| roles.get(i).map(|(_, g)| g.clone()).unwrap_or_default();
-        vec![(arn(""), group(0)), (arn("-read"), group(1))]
-    }
-
-    /// One access entry: made, or updated, or read in a dry run (unless the role is not known
-    /// yet: a stack yet to be created).
-    async fn access_entry(&mut self, cluster: &str, role: &str, group: &str) -> anyhow::Result<()> {
-        let what = format!("{UNDER}cluster {cluster}: {role} in group {group}");
-        if role.starts_with('<') {
-            return say(format!("{what}: would be created"));
-        }
-        let groups = [group.to_string()];
-        let eks = match member_of(cluster).and_then(|(account, _)| self.members.get(account)) {
-            Some(member) => aws_sdk_eks::Client::new(member),
-            None => self.eks.clone(),
-        };
-        match access::ensure(&eks, bare(cluster), role, &groups, self.dry_run()).await {
-            Ok(entry) => say(format!("{what}: {entry}")),
-            Err(e) if self.dry_run() => say(format!("{what}: could not be read ({e})")),
-            Err(e) => {
-                say(format!("{what}: failed ({e})"))?;
-                // The error names the cluster.
-                self.failures.push(e.to_string());
-                Ok(())
-            }
-        }
     }
 
     /// Step 6: the manifests in each cluster served, applied with --kube, else listed with their
@@ -837,35 +700,33 @@ impl Deploy {
         objects: &[manifests::Object],
     ) -> anyhow::Result<()> {
         let files: Vec<&str> = manifests::MANIFESTS.iter().map(|m| m.0).collect();
-        say(format!("[6/6] kubernetes: {}", files.join(", ")))?;
+        say!("[6/6] kubernetes: {}", files.join(", "))?;
         let Some(reached) = reached else {
             return self.list_manifests(objects);
         };
         for (name, cluster) in reached {
             let cluster = match cluster {
                 Ok(cluster) => cluster,
-                Err(e) if self.dry_run() => {
-                    say(format!(
-                        "{UNDER}cluster {name}: could not be reached ({e:#})"
-                    ))?;
+                Err(e) if self.dry_run => {
+                    say!("{UNDER}cluster {name}: could not be reached ({e:#})")?;
                     for o in objects {
-                        say(format!("{UNDER}  {o} ({}): would be applied", o.file))?;
+                        say!("{UNDER}  {o} ({}): would be applied", o.file)?;
                     }
                     continue;
                 }
                 Err(e) => {
                     // The error names the cluster.
-                    say(format!("{UNDER}cluster {name}: not applied ({e:#})"))?;
+                    say!("{UNDER}cluster {name}: not applied ({e:#})")?;
                     self.failures.push(format!("{e:#}"));
                     continue;
                 }
             };
-            say(format!("{UNDER}cluster {name} ({}):", cluster.via))?;
+            say!("{UNDER}cluster {name} ({}):", cluster.via)?;
             match self.apply_in(&cluster, objects).await {
-                Ok(granted) if !self.dry_run() => self.preflight(&name, &cluster, granted).await?,
+                Ok(granted) if !self.dry_run => self.preflight(&name, &cluster, granted).await?,
                 Ok(_) => {}
                 Err(e) => {
-                    say(format!("{UNDER}  cluster {name}: stopped ({e:#})"))?;
+                    say!("{UNDER}  cluster {name}: stopped ({e:#})")?;
                     self.failures.push(format!("cluster {name}: {e:#}"));
                 }
             }
@@ -880,17 +741,15 @@ impl Deploy {
                 manifests::Policy::Apply => "to be applied",
                 manifests::Policy::CreateOnly => "to be created once (never overwritten)",
             };
-            say(format!("{UNDER}{o} ({}): {what}", o.file))?;
+            say!("{UNDER}{o} ({}): {what}", o.file)?;
         }
         let clusters = match self.served.as_slice() {
             [] | [_] => "the cluster".to_string(),
             several => format!("each cluster ({})", several.join(", ")),
         };
-        say(format!(
-            "{UNDER}not applied (no --kube); with admin access to {clusters}, run:"
-        ))?;
+        say!("{UNDER}not applied (no --kube); with admin access to {clusters}, run:")?;
         for c in manifests::kubectl_commands() {
-            say(format!("{UNDER}  {c}"))?;
+            say!("{UNDER}  {c}")?;
         }
         Ok(())
     }
@@ -905,37 +764,22 @@ impl Deploy {
         cluster: &Cluster,
         granted: bool,
     ) -> anyhow::Result<()> {
-        let proofs = crate::check::prove_cluster(
-            &self.settings,
-            (&cluster.access, cluster.member.as_ref()),
-            self.clock.clone(),
-        )
-        .await;
-        let proofs = match proofs {
+        let reaching = (&cluster.access, cluster.member.as_ref());
+        let proofs = crate::check::prove_cluster(&self.settings, reaching, self.clock.clone());
+        let proofs = match proofs.await {
             Ok(proofs) => proofs,
-            Err(e) => {
-                say(format!(
-                    "{UNDER}  preflight not run ({e:#}): run forewarn check --kube"
-                ))?;
-                return Ok(());
-            }
+            Err(e) => return say!("{UNDER}  preflight not run ({e:#}): run forewarn check --kube"),
         };
-        say(format!(
-            "{UNDER}  preflight (forewarn check --kube), dry runs as each group:"
-        ))?;
+        say!("{UNDER}  preflight (forewarn check --kube), dry runs as each group:")?;
         for line in crate::check::lines(&proofs) {
-            say(format!("{UNDER}    {line}"))?;
+            say!("{UNDER}    {line}")?;
         }
-        let settings = &self.settings;
-        let blocked: Vec<String> = forewarn::app::preflight::blocking(
-            &proofs,
-            &settings.config,
-            settings.priorities.enabled,
-        )
-        .into_iter()
-        .filter(|p| granted || p.capability != forewarn::domain::admission::Capability::Placeholder)
-        .map(|p| format!("{} as {} refused", p.capability.as_str(), p.group))
-        .collect();
+        let (config, priorities) = (&self.settings.config, self.settings.priorities.enabled);
+        let blocked: Vec<String> = forewarn::app::preflight::blocking(&proofs, config, priorities)
+            .into_iter()
+            .filter(|p| granted || p.capability != Capability::Placeholder)
+            .map(|p| format!("{} as {} refused", p.capability.as_str(), p.group))
+            .collect();
         if !blocked.is_empty() {
             self.failures
                 .push(format!("cluster {name}: preflight: {}", blocked.join(", ")));
@@ -957,31 +801,31 @@ impl Deploy {
         let mut grant: Option<bool> = None;
         for o in objects {
             if let Some(why) = o.skipped_on(cluster.version) {
-                say(format!("{under}{o}: {why}"))?;
+                say!("{under}{o}: {why}")?;
                 if !skipped.contains(&o.file) {
                     skipped.push(o.file);
                 }
                 continue;
             }
-            if manifests::is_placeholder_grant(o) && !self.dry_run() {
+            if manifests::is_placeholder_grant(o) && !self.dry_run {
                 let granted = match grant {
                     Some(granted) => granted,
                     None => self.placeholder_policy_holds(cluster, &under).await?,
                 };
                 grant = Some(granted);
                 if !granted {
-                    say(format!("{under}{o}: not applied (surge is off, above)"))?;
+                    say!("{under}{o}: not applied (surge is off, above)")?;
                     continue;
                 }
             }
-            match manifests::apply(&cluster.client, o, self.dry_run()).await {
-                Ok(outcome) => say(format!("{under}{o}: {outcome}"))?,
-                Err(e) if self.dry_run() => say(format!("{under}{o}: could not be read ({e:#})"))?,
+            match manifests::apply(&cluster.client, o, self.dry_run).await {
+                Ok(done) => say!("{under}{o}: {done}")?,
+                Err(e) if self.dry_run => say!("{under}{o}: could not be read ({e:#})")?,
                 Err(e) => return Err(e),
             }
         }
         for file in skipped {
-            say(format!("{under}{}", skipped_means(file)))?;
+            say!("{under}{}", skipped_means(file))?;
         }
         Ok(grant.unwrap_or(false))
     }
@@ -994,37 +838,36 @@ impl Deploy {
         under: &str,
     ) -> anyhow::Result<bool> {
         for group in FUNCTIONS.map(|f| f.group) {
-            let found =
-                manifests::check_placeholder_policy(&cluster.client, group, 5, self.clock.as_ref())
-                    .await;
+            let clock = self.clock.as_ref();
+            let found = manifests::check_placeholder_policy(&cluster.client, group, 5, clock).await;
             if found != manifests::Enforcement::Enforced {
-                say(format!("{under}{}", manifests::surge_off(group, &found)))?;
+                say!("{under}{}", manifests::surge_off(group, &found))?;
                 return Ok(false);
             }
-            say(format!(
+            say!(
                 "{under}{}: enforced for {group} (a pod that is not a placeholder is refused)",
                 manifests::PLACEHOLDER_POLICY
-            ))?;
+            )?;
         }
         Ok(true)
     }
 
     /// The outputs that matter, and the last line.
     fn summary(&self) -> anyhow::Result<()> {
+        let name = &self.name;
         match &self.outputs {
             Some(outputs) => {
-                say(format!("outputs of stack {}:", self.name))?;
+                say!("outputs of stack {name}:")?;
                 for key in SUMMARY {
-                    let value = outputs.get(*key).map_or("(none)", String::as_str);
-                    say(format!("  {key}: {value}"))?;
+                    say!(
+                        "  {key}: {}",
+                        outputs.get(*key).map_or("(none)", String::as_str)
+                    )?;
                 }
             }
-            None => say(format!(
-                "outputs of stack {}: known once it exists",
-                self.name
-            ))?,
+            None => say!("outputs of stack {name}: known once it exists")?,
         }
-        say(match (self.dry_run(), self.failures.is_empty()) {
+        say(match (self.dry_run, self.failures.is_empty()) {
             (true, _) => "dry run: nothing was changed (add --execute to deploy)",
             (false, true) => "deployed",
             (false, false) => "deployed, but not in every cluster (below)",
@@ -1059,28 +902,25 @@ fn skipped_means(file: &str) -> &'static str {
 /// kubeconfig's current context; else EKS (`DescribeCluster`, an IAM token of the caller's identity).
 fn access_of(settings: &Settings, name: &str, one: bool) -> (ClusterAccess, String) {
     if forewarn::adapters::kube::has_context(name) {
-        return (
-            ClusterAccess::Context(name.to_string()),
-            format!("kubeconfig context {name}"),
-        );
+        let via = format!("kubeconfig context {name}");
+        return (ClusterAccess::Context(name.to_string()), via);
     }
     let eks = |via: String| {
-        let access = ClusterAccess::Eks(EksAccess {
-            cluster: bare(name).to_string(),
+        let cluster = bare(name).to_string();
+        let access = EksAccess {
+            cluster,
             endpoint: None,
             ca_base64: None,
             region: None,
-        });
-        (access, via)
+        };
+        (ClusterAccess::Eks(access), via)
     };
-    if let Some((account, _)) = member_of(name) {
-        return eks(format!("EKS in account {account}"));
-    }
-    match &settings.cluster_access {
-        ClusterAccess::Eks(eks) if eks.cluster == name => {
+    match (&settings.cluster_access, member_of(name)) {
+        (_, Some((account, _))) => eks(format!("EKS in account {account}")),
+        (ClusterAccess::Eks(eks), None) if eks.cluster == name => {
             (settings.cluster_access.clone(), "EKS".to_string())
         }
-        ClusterAccess::Kubeconfig if one => (
+        (ClusterAccess::Kubeconfig, None) if one => (
             ClusterAccess::Kubeconfig,
             "the kubeconfig's current context".to_string(),
         ),
@@ -1102,30 +942,30 @@ async fn connect(
     let (access, via) = access_of(settings, name, one);
     let connecting = || format!("cluster {name}: connecting (--kube)");
     let cluster = match (&access, member) {
-        (ClusterAccess::Eks(eks_access), Some(member)) => {
-            forewarn::adapters::kube::connect_eks(eks_access, member, None)
-                .await
-                .with_context(connecting)?
+        (ClusterAccess::Eks(eks), Some(member)) => {
+            forewarn::adapters::kube::connect_eks(eks, member, None).await
         }
-        _ => forewarn::adapters::kube::connect(&access, settings.aws, None)
-            .await
-            .with_context(connecting)?,
+        _ => forewarn::adapters::kube::connect(&access, settings.aws, None).await,
     };
-    let client = cluster.client().await.with_context(connecting)?;
-    let info = client
-        .apiserver_version()
+    let client = cluster
+        .with_context(connecting)?
+        .client()
         .await
+        .with_context(connecting)?;
+    let info = (client.apiserver_version().await)
         .with_context(|| format!("cluster {name}: the cluster does not answer (--kube)"))?;
     let eks = member.map_or_else(|| eks.clone(), aws_sdk_eks::Client::new);
     same_endpoint(&eks, bare(name), &access)
         .await
         .with_context(|| format!("cluster {name}: not the EKS cluster of that name (--kube)"))?;
+    let version = manifests::version_of(&info.major, &info.minor);
+    let member = member.cloned();
     Ok(Cluster {
-        version: manifests::version_of(&info.major, &info.minor),
         client,
+        version,
         via,
         access,
-        member: member.cloned(),
+        member,
     })
 }
 
@@ -1159,31 +999,18 @@ async fn endpoint_is(
         context: context.map(str::to_string),
         ..Default::default()
     };
-    let server = kube::Config::from_custom_kubeconfig(kubeconfig.clone(), &options)
-        .await
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig.clone(), &options).await;
+    let server = config
         .context("reading the kubeconfig")?
         .cluster_url
         .to_string();
-    let described = eks
-        .describe_cluster()
-        .name(name)
-        .send()
-        .await
-        .map_err(|e| {
-            anyhow!(
-                "EKS DescribeCluster of {name}: {}",
-                forewarn::adapters::aws::aws_error_text(&e)
-            )
-        })?;
-    let endpoint = described
-        .cluster()
-        .and_then(|c| c.endpoint())
+    let described = eks.describe_cluster().name(name).send().await;
+    let described =
+        described.map_err(|e| anyhow!("EKS DescribeCluster of {name}: {}", aws_error_text(&e)))?;
+    let endpoint = (described.cluster().and_then(|c| c.endpoint()))
         .ok_or_else(|| anyhow!("EKS cluster {name} has no endpoint yet"))?;
-    let same = |a: &str, b: &str| {
-        a.trim_end_matches('/')
-            .eq_ignore_ascii_case(b.trim_end_matches('/'))
-    };
-    if !same(&server, endpoint) {
+    let trimmed = |url: &str| url.trim_end_matches('/').to_ascii_lowercase();
+    if trimmed(&server) != trimmed(endpoint) {
         bail!(
             "the kubeconfig's {} points at {server}, not EKS cluster {name}'s endpoint \
              {endpoint}: nothing is applied through it",

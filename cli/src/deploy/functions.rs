@@ -1,10 +1,13 @@
 //! The functions' side of `forewarn deploy`: the `cargo lambda build` and `cargo lambda deploy`
 //! command lines, and running them.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use anyhow::{Context, anyhow, bail};
+use forewarn::app::settings::Settings;
+use tokio::process::Command;
 
 /// One Lambda function: its binary, the prefix of its stack outputs and its Kubernetes group.
 #[derive(Debug, Clone, Copy)]
@@ -33,30 +36,22 @@ pub const FUNCTIONS: [Function; 2] = [
 /// How many lines of a failed command's standard error its error carries.
 const STDERR_TAIL: usize = 40;
 
-/// The `cargo lambda build` flag of a `FunctionArchitecture`.
-pub fn build_flag(architecture: &str) -> anyhow::Result<&'static str> {
-    match architecture {
-        "arm64" => Ok("--arm64"),
-        "x86_64" => Ok("--x86-64"),
-        other => bail!("FunctionArchitecture {other}: expected arm64 or x86_64"),
-    }
-}
-
 /// `cargo lambda build --release <flag> -p interruption-handler -p pool-sweeper`, without
-/// `cargo`.
-pub fn build_args(flag: &str) -> Vec<String> {
-    let mut args: Vec<String> = ["lambda", "build", "--release", flag]
-        .map(String::from)
-        .to_vec();
-    for f in FUNCTIONS {
-        args.extend(["-p".to_string(), f.binary.to_string()]);
-    }
-    args
+/// `cargo`, the flag that of the stack's `FunctionArchitecture`.
+pub fn build_args(architecture: &str) -> anyhow::Result<Vec<String>> {
+    let flag = match architecture {
+        "arm64" => "--arm64",
+        "x86_64" => "--x86-64",
+        other => bail!("FunctionArchitecture {other}: expected arm64 or x86_64"),
+    };
+    let [handler, sweeper] = FUNCTIONS.map(|f| f.binary);
+    let args = format!("lambda build --release {flag} -p {handler} -p {sweeper}");
+    Ok(args.split(' ').map(String::from).collect())
 }
 
 /// The variables the stack's environment outputs set (`NAME=` after `Outputs:` in `template`):
 /// changed through the stack's parameters only.
-pub fn stack_variables(template: &str) -> std::collections::BTreeSet<&str> {
+pub fn stack_variables(template: &str) -> BTreeSet<&str> {
     let outputs = template.find("\nOutputs:").map_or("", |at| &template[at..]);
     outputs
         .match_indices("FOREWARN_")
@@ -78,9 +73,16 @@ pub fn stack_variables(template: &str) -> std::collections::BTreeSet<&str> {
 pub fn extra_env(
     flag: &str,
     raw: &[String],
-    from_the_stack: &std::collections::BTreeSet<&str>,
+    from_the_stack: &BTreeSet<&str>,
 ) -> anyhow::Result<Vec<String>> {
     for (i, var) in raw.iter().enumerate() {
+        let n = i + 1;
+        let nth = match (n % 10, n % 100) {
+            (_, 11..=13) | (0 | 4..=9, _) => "th",
+            (1, _) => "st",
+            (2, _) => "nd",
+            _ => "rd",
+        };
         let (key, value) = var
             .split_once('=')
             .filter(|(k, _)| {
@@ -89,9 +91,8 @@ pub fn extra_env(
             })
             .ok_or_else(|| {
                 anyhow!(
-                    "{flag} (its {} use): expected KEY=VALUE, KEY a variable name (the argument \
-                     is not shown: it may hold a secret)",
-                    ordinal(i + 1)
+                    "{flag} (its {n}{nth} use): expected KEY=VALUE, KEY a variable name (the \
+                     argument is not shown: it may hold a secret)"
                 )
             })?;
         if from_the_stack.contains(key) {
@@ -116,25 +117,21 @@ pub fn starts_with(binary: &str, vars: &[String]) -> anyhow::Result<()> {
         .filter(|line| line.contains('='))
         .map(|line| format!("{line}\n"))
         .collect();
-    let mut set = std::collections::BTreeMap::new();
-    for entry in dotenvy::from_read_iter(file.as_bytes()) {
-        let (key, value) = entry.map_err(|e| {
+    let set = dotenvy::from_read_iter(file.as_bytes())
+        .collect::<Result<BTreeMap<_, _>, _>>()
+        .map_err(|e| {
             anyhow!(
                 "function {binary}: its environment file is not read as cargo lambda reads it: {e}"
             )
         })?;
-        set.insert(key, value);
-    }
-    forewarn::app::settings::Settings::from_vars(set)
-        .map(|_| ())
-        .map_err(|e| {
-            anyhow!(
-                "function {binary}: {}: {}; the function would refuse to start, so nothing is \
-                 deployed",
-                e.variable,
-                e.message
-            )
-        })
+    Settings::from_vars(set).map(drop).map_err(|e| {
+        anyhow!(
+            "function {binary}: {}: {}; the function would refuse to start, so nothing is \
+             deployed",
+            e.variable,
+            e.message
+        )
+    })
 }
 
 /// The handler's configuration as its extra environment (`--handler-env`) sets it (its taint
@@ -142,52 +139,41 @@ pub fn starts_with(binary: &str, vars: &[String]) -> anyhow::Result<()> {
 /// it.
 pub fn taint_of(handler_env: &[String]) -> anyhow::Result<forewarn::domain::config::Config> {
     let vars = handler_env.iter().filter_map(|kv| kv.split_once('='));
-    forewarn::app::settings::Settings::from_vars(vars)
+    Settings::from_vars(vars)
         .map(|s| s.config)
         .map_err(|e| anyhow!("--handler-env: {e}"))
 }
 
 /// `cargo lambda deploy <name> --binary-name <binary> --iam-role <role> --timeout <t>
-/// --env-file <env_file> [--region <region>] [--endpoint-url <url>]`, without `cargo`. The
-/// environment goes through a file (the stack's `HandlerEnvFile` or `SweeperEnvFile`, then the
-/// extra variables), not `--env-var`, which cargo lambda splits at every comma: a list of
-/// clusters or hook names keeps its commas. cargo lambda adds the `env` of the crate's
-/// `[package.metadata.lambda.deploy]` (its dry run off, ...).
+/// --env-file <env_file> [--region <region>] [--endpoint-url <url>]`, without `cargo`, from the
+/// stack's outputs (`output`). The environment goes through a file (the stack's
+/// `HandlerEnvFile` or `SweeperEnvFile`, then the extra variables), not `--env-var`, which cargo
+/// lambda splits at every comma: a list of clusters or hook names keeps its commas. cargo lambda
+/// adds the `env` of the crate's `[package.metadata.lambda.deploy]` (its dry run off, ...). The
+/// endpoint is the one the SDK would use instead of AWS's: `AWS_ENDPOINT_URL_LAMBDA`, else
+/// `AWS_ENDPOINT_URL`.
 pub fn deploy_args(
     f: Function,
     output: &dyn Fn(&str) -> String,
     env_file: &str,
     region: Option<&str>,
-    endpoint: Option<&str>,
 ) -> Vec<String> {
-    let mut args = vec![
-        "lambda".to_string(),
-        "deploy".to_string(),
-        output(&format!("{}FunctionName", f.prefix)),
-        "--binary-name".to_string(),
-        f.binary.to_string(),
-        "--iam-role".to_string(),
-        output(&format!("{}RoleArn", f.prefix)),
-        "--timeout".to_string(),
-        output("FunctionTimeout"),
-    ];
-    args.extend(["--env-file".to_string(), env_file.to_string()]);
-    if let Some(region) = region {
-        args.extend(["--region".to_string(), region.to_string()]);
-    }
-    if let Some(endpoint) = endpoint {
-        args.extend(["--endpoint-url".to_string(), endpoint.to_string()]);
-    }
-    args
-}
-
-/// The Lambda endpoint the SDK would use instead of AWS's: `AWS_ENDPOINT_URL_LAMBDA`, else
-/// `AWS_ENDPOINT_URL` (cargo-lambda takes it as `--endpoint-url`).
-pub fn endpoint_from_env() -> Option<String> {
-    ["AWS_ENDPOINT_URL_LAMBDA", "AWS_ENDPOINT_URL"]
+    let endpoint = ["AWS_ENDPOINT_URL_LAMBDA", "AWS_ENDPOINT_URL"]
         .iter()
         .filter_map(|k| std::env::var(k).ok())
-        .find(|v| !v.is_empty())
+        .find(|v| !v.is_empty());
+    let name = output(&format!("{}FunctionName", f.prefix));
+    let mut args = vec!["lambda".to_string(), "deploy".to_string(), name];
+    let mut flag = |flag: &str, value: Option<String>| {
+        args.extend(value.map(|v| [flag.to_string(), v]).into_iter().flatten());
+    };
+    flag("--binary-name", Some(f.binary.to_string()));
+    flag("--iam-role", Some(output(&format!("{}RoleArn", f.prefix))));
+    flag("--timeout", Some(output("FunctionTimeout")));
+    flag("--env-file", Some(env_file.to_string()));
+    flag("--region", region.map(str::to_string));
+    flag("--endpoint-url", endpoint);
+    args
 }
 
 /// Where cargo-lambda puts a function's bootstrap: `<target>/lambda/<binary>/bootstrap`, the
@@ -199,65 +185,46 @@ pub fn bootstrap(root: &Path, binary: &str) -> PathBuf {
     target.join("lambda").join(binary).join("bootstrap")
 }
 
-/// `1st`, `2nd`, `3rd`, `4th`...
-fn ordinal(n: usize) -> String {
-    let suffix = match (n % 10, n % 100) {
-        (_, 11..=13) => "th",
-        (1, _) => "st",
-        (2, _) => "nd",
-        (3, _) => "rd",
-        _ => "th",
-    };
-    format!("{n}{suffix}")
+/// A dry run's placeholder for what the stack would say, e.g. `<HandlerRoleArn>`.
+pub fn is_placeholder(arg: &str) -> bool {
+    arg.len() > 2 && arg.starts_with('<') && arg.ends_with('>')
 }
 
-/// What a hidden value is shown as.
-pub const HIDDEN: &str = "(hidden)";
-
-/// A command line as a shell would take it back (arguments quoted when needed). The functions'
-/// variables are never on it (they go through `--env-file`): what the command prints of a
-/// command names no value (a webhook URL is a secret).
-pub fn command_line(program: &str, args: &[String]) -> String {
-    std::iter::once(program)
-        .chain(args.iter().map(String::as_str))
-        .map(quote)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// The names of `KEY=VALUE` lines, for a dry run (`<HandlerEnvFile>` as it is).
-pub fn names_of(vars: &[String]) -> Vec<String> {
+/// The names of `KEY=VALUE` lines, for a dry run (`<HandlerEnvFile>` as it is, anything else
+/// hidden).
+pub fn names_of(vars: &[String]) -> Vec<&str> {
     vars.iter()
         .map(|v| match v.split_once('=') {
-            Some((k, _)) => k.to_string(),
-            None if is_placeholder(v) => v.clone(),
-            None => HIDDEN.to_string(),
+            Some((k, _)) => k,
+            None if is_placeholder(v) => v,
+            None => "(hidden)",
         })
         .collect()
 }
 
-fn is_placeholder(arg: &str) -> bool {
-    arg.len() > 2 && arg.starts_with('<') && arg.ends_with('>')
+/// A command line as a shell would take it back (arguments quoted when needed; a dry run's
+/// placeholders as they are). The functions' variables are never on it (they go through
+/// `--env-file`): what the command prints of a command names no value (a webhook URL is a
+/// secret).
+pub fn command_line(program: &str, args: &[String]) -> String {
+    let quote = |arg: &str| {
+        let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c);
+        match (arg.is_empty() || !arg.chars().all(plain)) && !is_placeholder(arg) {
+            true => format!("'{}'", arg.replace('\'', r"'\''")),
+            false => arg.to_string(),
+        }
+    };
+    let words: Vec<String> = std::iter::once(program)
+        .chain(args.iter().map(String::as_str))
+        .map(quote)
+        .collect();
+    words.join(" ")
 }
 
-fn quote(arg: &str) -> String {
-    let placeholder = is_placeholder(arg);
-    let plain = !arg.is_empty()
-        && arg
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c));
-    if plain || placeholder {
-        // A placeholder of the dry run, e.g. <HandlerRoleArn>, is shown as it is.
-        arg.to_string()
-    } else {
-        format!("'{}'", arg.replace('\'', r"'\''"))
-    }
-}
-
-/// Runs `program args` in `dir`, its standard error ours when `echo` (a build's progress),
-/// and answers its standard output. A failure names the command and carries the end of its
-/// standard error (or of its output when that is empty; nothing more when it was echoed).
-pub fn run(program: &str, args: &[String], dir: &Path, echo: bool) -> anyhow::Result<String> {
+/// Runs `program args` in `dir`, its standard error ours when `echo` (a build's progress). A
+/// failure names the command and carries the end of its standard error (or of its output when
+/// that is empty; nothing more when it was echoed).
+pub async fn run(program: &str, args: &[String], dir: &Path, echo: bool) -> anyhow::Result<()> {
     let line = command_line(program, args);
     let out = Command::new(program)
         .args(args)
@@ -269,16 +236,17 @@ pub fn run(program: &str, args: &[String], dir: &Path, echo: bool) -> anyhow::Re
             Stdio::piped()
         })
         .output()
+        .await
         .with_context(|| format!("`{line}` could not start (is {program} on PATH?)"))?;
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     if out.status.success() {
-        return Ok(stdout);
+        return Ok(());
     }
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let said: Vec<&str> = match stderr.is_empty() {
-        true => stdout.lines().collect(),
-        false => stderr.lines().collect(),
-    };
+    let said = String::from_utf8_lossy(if out.stderr.is_empty() {
+        &out.stdout
+    } else {
+        &out.stderr
+    });
+    let said: Vec<&str> = said.lines().collect();
     let tail = &said[said.len().saturating_sub(STDERR_TAIL)..];
     bail!("`{line}` failed ({}):\n{}", out.status, tail.join("\n"))
 }
@@ -363,26 +331,29 @@ mod tests {
     #[test]
     fn the_command_lines_of_docs_deploy_md() {
         assert_eq!(
-            command_line("cargo", &build_args(build_flag("arm64").unwrap())),
+            command_line("cargo", &build_args("arm64").unwrap()),
             "cargo lambda build --release --arm64 -p interruption-handler -p pool-sweeper"
         );
-        assert_eq!(build_flag("x86_64").unwrap(), "--x86-64");
-        assert!(build_flag("sparc").is_err());
+        assert_eq!(build_args("x86_64").unwrap()[3], "--x86-64");
+        assert!(build_args("sparc").is_err());
         let output = |k: &str| format!("<{k}>");
         let args = deploy_args(
             FUNCTIONS[1],
             &output,
             "/tmp/x/pool-sweeper.env",
             Some("eu-west-1"),
-            None,
         );
-        assert_eq!(
-            command_line("cargo", &args),
-            "cargo lambda deploy <SweeperFunctionName> --binary-name pool-sweeper --iam-role \
-             <SweeperRoleArn> --timeout <FunctionTimeout> --env-file /tmp/x/pool-sweeper.env \
-             --region eu-west-1"
+        let line = command_line("cargo", &args);
+        assert!(
+            line.starts_with(
+                "cargo lambda deploy <SweeperFunctionName> --binary-name pool-sweeper --iam-role \
+                 <SweeperRoleArn> --timeout <FunctionTimeout> --env-file /tmp/x/pool-sweeper.env \
+                 --region eu-west-1"
+            ),
+            "{line}"
         );
-        assert_eq!(quote("a b'c"), r"'a b'\''c'");
+        assert_eq!(command_line("a b'c", &[]), r"'a b'\''c'");
+        assert_eq!(command_line("", &[]), "''");
     }
 
     #[test]
@@ -423,25 +394,24 @@ mod tests {
         assert!(err(&["X=a\nY=b"]).contains("one line"));
     }
 
-    #[test]
-    fn a_failed_command_is_named_with_its_stderr() {
+    #[tokio::test]
+    async fn a_failed_command_is_named_with_its_stderr() {
         let dir = std::env::temp_dir();
-        let args = [
-            "-c".to_string(),
-            "echo hello; echo bad >&2; exit 3".to_string(),
-        ];
-        let e = run("sh", &args, &dir, false).unwrap_err().to_string();
+        let sh = |script: &str| ["-c".to_string(), script.to_string()];
+        let e = run("sh", &sh("echo hello; echo bad >&2; exit 3"), &dir, false)
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("`sh -c"), "{e}");
         assert!(e.ends_with(":\nbad"), "{e}");
-        let ok = run(
-            "sh",
-            &["-c".to_string(), "echo hi".to_string()],
-            &dir,
-            false,
-        )
-        .unwrap();
-        assert_eq!(ok, "hi\n");
-        let missing = run("forewarn-no-such-program", &[], &dir, false).unwrap_err();
+        let e = run("sh", &sh("echo out; exit 3"), &dir, false)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().ends_with(":\nout"), "{e}");
+        run("sh", &sh("echo hi"), &dir, false).await.unwrap();
+        let missing = run("forewarn-no-such-program", &[], &dir, false)
+            .await
+            .unwrap_err();
         assert!(missing.to_string().contains("on PATH"), "{missing}");
     }
 

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::{Context, bail};
 use forewarn::domain::admission::RefusedBy;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
@@ -45,49 +45,30 @@ pub const MANIFESTS: &[Manifest] = &[
     ("infra/k8s/priority-expander.yaml", Policy::CreateOnly, None),
 ];
 
-/// One kind the manifests may hold: its `apiVersion`, its kind, whether it is namespaced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Kind {
-    pub api_version: &'static str,
-    pub kind: &'static str,
-    pub namespaced: bool,
-}
-
-const fn kind(api_version: &'static str, kind: &'static str, namespaced: bool) -> Kind {
-    Kind {
-        api_version,
-        kind,
-        namespaced,
-    }
-}
-
 const RBAC: &str = "rbac.authorization.k8s.io/v1";
 const ADMISSION: &str = "admissionregistration.k8s.io/v1";
 const FLOW_CONTROL: &str = "flowcontrol.apiserver.k8s.io/v1";
 
-/// The kinds of the manifests (their resources' plurals are kube's, from the kind).
-pub const KINDS: &[Kind] = &[
-    kind("v1", "Namespace", false),
-    kind(RBAC, "ClusterRole", false),
-    kind(RBAC, "ClusterRoleBinding", false),
-    kind(RBAC, "Role", true),
-    kind(RBAC, "RoleBinding", true),
-    kind("v1", "ConfigMap", true),
-    kind("scheduling.k8s.io/v1", "PriorityClass", false),
-    kind(ADMISSION, "ValidatingAdmissionPolicy", false),
-    kind(ADMISSION, "ValidatingAdmissionPolicyBinding", false),
-    kind(FLOW_CONTROL, "PriorityLevelConfiguration", false),
-    kind(FLOW_CONTROL, "FlowSchema", false),
+/// The kinds the manifests may hold: `apiVersion`, kind, whether it is namespaced (their
+/// resources' plurals are kube's, from the kind).
+pub const KINDS: &[(&str, &str, bool)] = &[
+    ("v1", "Namespace", false),
+    (RBAC, "ClusterRole", false),
+    (RBAC, "ClusterRoleBinding", false),
+    (RBAC, "Role", true),
+    (RBAC, "RoleBinding", true),
+    ("v1", "ConfigMap", true),
+    ("scheduling.k8s.io/v1", "PriorityClass", false),
+    (ADMISSION, "ValidatingAdmissionPolicy", false),
+    (ADMISSION, "ValidatingAdmissionPolicyBinding", false),
+    (FLOW_CONTROL, "PriorityLevelConfiguration", false),
+    (FLOW_CONTROL, "FlowSchema", false),
 ];
 
-impl Kind {
-    fn resource(&self) -> ApiResource {
-        let (group, version) = self
-            .api_version
-            .rsplit_once('/')
-            .unwrap_or(("", self.api_version));
-        ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, self.kind))
-    }
+/// The API resource of a kind (its plural kube's).
+fn resource(api_version: &str, kind: &str) -> ApiResource {
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
 }
 
 /// One object of a manifest.
@@ -95,7 +76,9 @@ impl Kind {
 pub struct Object {
     pub file: &'static str,
     pub policy: Policy,
-    pub kind: &'static Kind,
+    /// Its kind, `apiVersion` and plural.
+    pub resource: ApiResource,
+    pub namespaced: bool,
     pub name: String,
     /// The manifest's namespace (a namespaced object without one goes to the kubeconfig's).
     pub namespace: Option<String>,
@@ -106,10 +89,11 @@ pub struct Object {
 
 impl std::fmt::Display for Object {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.namespace {
-            Some(ns) => write!(f, "{} {ns}/{}", self.kind.kind, self.name),
-            None => write!(f, "{} {}", self.kind.kind, self.name),
-        }
+        let ns = self
+            .namespace
+            .as_ref()
+            .map_or(String::new(), |ns| ns.clone() + "/");
+        write!(f, "{} {ns}{}", self.resource.kind, self.name)
     }
 }
 
@@ -124,49 +108,44 @@ pub fn load(root: &Path) -> anyhow::Result<Vec<Object>> {
         let docs: Vec<Value> =
             serde_saphyr::from_multiple(&text).with_context(|| format!("parsing {file}"))?;
         for body in docs.into_iter().filter(|d| !d.is_null()) {
-            objects.push(Object {
-                needs,
-                ..object(file, policy, body)?
-            });
+            objects.push(object((file, policy, needs), body)?);
         }
     }
     Ok(objects)
 }
 
-fn object(file: &'static str, policy: Policy, body: Value) -> anyhow::Result<Object> {
-    let text = |field: &str| body.pointer(field).and_then(Value::as_str);
-    let api_version = text("/apiVersion").unwrap_or_default();
-    let kind_name = text("/kind").unwrap_or_default();
-    let kind = KINDS
-        .iter()
-        .find(|k| k.kind == kind_name && k.api_version == api_version)
-        .ok_or_else(|| {
-            let known: Vec<String> = KINDS
-                .iter()
-                .map(|k| format!("{} {}", k.api_version, k.kind))
-                .collect();
-            anyhow!(
-                "{file}: kind {kind_name:?} of apiVersion {api_version:?} is not one forewarn \
-                 deploy knows (it knows {})",
-                known.join(", ")
-            )
-        })?;
-    let name = text("/metadata/name")
-        .filter(|n| !n.is_empty())
-        .ok_or_else(|| anyhow!("{file}: a {kind_name} without metadata.name"))?
-        .to_string();
-    let namespace = text("/metadata/namespace").map(str::to_string);
-    if namespace.is_some() && !kind.namespaced {
-        bail!("{file}: {kind_name} {name} is cluster-scoped but names a namespace");
+fn object((file, policy, needs): Manifest, body: Value) -> anyhow::Result<Object> {
+    let text = |field: &str| {
+        body.pointer(field)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
+    let (api_version, kind) = (text("/apiVersion"), text("/kind"));
+    let Some(&(_, _, namespaced)) = KINDS.iter().find(|k| (k.0, k.1) == (api_version, kind)) else {
+        let known: Vec<String> = KINDS.iter().map(|k| format!("{} {}", k.0, k.1)).collect();
+        bail!(
+            "{file}: kind {kind:?} of apiVersion {api_version:?} is not one forewarn deploy \
+             knows (it knows {})",
+            known.join(", ")
+        );
+    };
+    let name = text("/metadata/name").to_string();
+    if name.is_empty() {
+        bail!("{file}: a {kind} without metadata.name");
+    }
+    let namespace = Some(text("/metadata/namespace").to_string()).filter(|ns| !ns.is_empty());
+    if namespace.is_some() && !namespaced {
+        bail!("{file}: {kind} {name} is cluster-scoped but names a namespace");
     }
     Ok(Object {
         file,
         policy,
-        kind,
+        resource: resource(api_version, kind),
+        namespaced,
         name,
         namespace,
         body,
-        needs: None,
+        needs,
     })
 }
 
@@ -180,34 +159,25 @@ pub fn with_taints(
 ) -> Vec<Object> {
     use forewarn::domain::config::{TaintKeys, nth_taint_key};
     use forewarn::domain::event::EventKind;
-    let mut keys = vec![handler.taint_key.clone()];
-    if handler.taint_keys == TaintKeys::Nth {
-        for key in EventKind::ALL.iter().filter_map(|k| nth_taint_key(*k)) {
-            if !keys.iter().any(|k| k == key) {
-                keys.push(key.to_string());
-            }
+    let mut keys = vec![format!("'{}'", handler.taint_key)];
+    let nth = EventKind::ALL.iter().filter_map(|k| nth_taint_key(*k));
+    for key in nth.filter(|_| handler.taint_keys == TaintKeys::Nth) {
+        let key = format!("'{key}'");
+        if !keys.contains(&key) {
+            keys.push(key);
         }
     }
-    let keys: Vec<String> = keys.iter().map(|k| format!("'{k}'")).collect();
-    for o in objects
+    let policies = objects
         .iter_mut()
-        .filter(|o| o.kind.kind == "ValidatingAdmissionPolicy" && o.name == NODE_WRITES_POLICY)
-    {
-        for v in o.body["spec"]["variables"]
-            .as_array_mut()
-            .into_iter()
-            .flatten()
-        {
-            match v["name"].as_str() {
-                Some("taintEffect") => {
-                    v["expression"] = Value::String(format!("'{}'", handler.taint_effect.as_str()));
-                }
-                Some("taintKeys") => {
-                    v["expression"] = Value::String(format!("[{}]", keys.join(", ")))
-                }
-                _ => {}
-            }
-        }
+        .filter(|o| o.resource.kind == "ValidatingAdmissionPolicy" && o.name == NODE_WRITES_POLICY);
+    let variables = policies.filter_map(|o| o.body["spec"]["variables"].as_array_mut());
+    for v in variables.flatten() {
+        let expression = match v["name"].as_str() {
+            Some("taintEffect") => format!("'{}'", handler.taint_effect.as_str()),
+            Some("taintKeys") => format!("[{}]", keys.join(", ")),
+            _ => continue,
+        };
+        v["expression"] = Value::String(expression);
     }
     objects
 }
@@ -246,31 +216,6 @@ impl Object {
     }
 }
 
-/// What was done with an object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Created,
-    Updated,
-    Unchanged,
-    /// It exists and is left as it is ([`Policy::CreateOnly`]).
-    Kept,
-    WouldCreate,
-    WouldUpdate,
-}
-
-impl std::fmt::Display for Outcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Outcome::Created => "created",
-            Outcome::Updated => "updated (it differed from the manifest)",
-            Outcome::Unchanged => "unchanged",
-            Outcome::Kept => "exists: left as it is (the sweeper keeps it)",
-            Outcome::WouldCreate => "would be created",
-            Outcome::WouldUpdate => "would be updated (it differs from the manifest)",
-        })
-    }
-}
-
 /// The commands that apply the manifests by hand.
 pub fn kubectl_commands() -> Vec<String> {
     MANIFESTS
@@ -290,28 +235,43 @@ pub fn kubectl_commands() -> Vec<String> {
 
 /// Applies `object` to the cluster of `client` as its policy says: server-side apply as
 /// forewarn's field manager ([`Policy::Apply`]), or a create when it is missing
-/// ([`Policy::CreateOnly`]); with `dry_run`, the apply is the server's dry run and nothing
-/// missing is created.
+/// ([`Policy::CreateOnly`]: created meanwhile by someone else, it is the sweeper's from now on);
+/// with `dry_run`, the apply is the server's dry run and nothing missing is created. Answers
+/// what was (or would be) done.
 pub async fn apply(
     client: &kube::Client,
     object: &Object,
     dry_run: bool,
-) -> anyhow::Result<Outcome> {
-    let resource = object.kind.resource();
-    let api: Api<DynamicObject> = match (object.kind.namespaced, &object.namespace) {
-        (false, _) => Api::all_with(client.clone(), &resource),
-        (true, Some(ns)) => Api::namespaced_with(client.clone(), ns, &resource),
-        (true, None) => Api::default_namespaced_with(client.clone(), &resource),
+) -> anyhow::Result<&'static str> {
+    let resource = &object.resource;
+    let api: Api<DynamicObject> = match (object.namespaced, &object.namespace) {
+        (false, _) => Api::all_with(client.clone(), resource),
+        (true, Some(ns)) => Api::namespaced_with(client.clone(), ns, resource),
+        (true, None) => Api::default_namespaced_with(client.clone(), resource),
     };
     let existing = api
         .get_opt(&object.name)
         .await
         .with_context(|| format!("reading {object}"))?;
+    const KEPT: &str = "exists: left as it is (the sweeper keeps it)";
     match (object.policy, &existing) {
-        (Policy::CreateOnly, Some(_)) => return Ok(Outcome::Kept),
+        (Policy::CreateOnly, Some(_)) => return Ok(KEPT),
         // Its namespace may not exist yet either: nothing to ask the server.
-        (_, None) if dry_run => return Ok(Outcome::WouldCreate),
-        (Policy::CreateOnly, None) => return create_once(&api, object).await,
+        (_, None) if dry_run => return Ok("would be created"),
+        (Policy::CreateOnly, None) => {
+            let desired: DynamicObject = serde_json::from_value(object.body.clone())
+                .with_context(|| format!("{}: {object} is not a Kubernetes object", object.file))?;
+            let field_manager = Some(forewarn::adapters::kube::FIELD_MANAGER.to_string());
+            let params = PostParams {
+                field_manager,
+                ..Default::default()
+            };
+            return match api.create(&params, &desired).await {
+                Ok(_) => Ok("created"),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(KEPT),
+                Err(e) => Err(e).with_context(|| format!("creating {object}")),
+            };
+        }
         (Policy::Apply, _) => {}
     }
     // `force`: the manifests' fields are forewarn's to set. A value another manager wrote
@@ -332,27 +292,11 @@ pub async fn apply(
         serde_json::to_value(o).ok()
     };
     Ok(match existing {
-        None => Outcome::Created,
-        Some(e) if content(&e) == content(&applied) => Outcome::Unchanged,
-        Some(_) if dry_run => Outcome::WouldUpdate,
-        Some(_) => Outcome::Updated,
+        None => "created",
+        Some(e) if content(&e) == content(&applied) => "unchanged",
+        Some(_) if dry_run => "would be updated (it differs from the manifest)",
+        Some(_) => "updated (it differed from the manifest)",
     })
-}
-
-/// The create of a [`Policy::CreateOnly`] object: created meanwhile by someone else, it is
-/// the sweeper's from now on.
-async fn create_once(api: &Api<DynamicObject>, object: &Object) -> anyhow::Result<Outcome> {
-    let desired: DynamicObject = serde_json::from_value(object.body.clone())
-        .with_context(|| format!("{}: {object} is not a Kubernetes object", object.file))?;
-    let params = PostParams {
-        dry_run: false,
-        field_manager: Some(forewarn::adapters::kube::FIELD_MANAGER.to_string()),
-    };
-    match api.create(&params, &desired).await {
-        Ok(_) => Ok(Outcome::Created),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Outcome::Kept),
-        Err(e) => Err(e).with_context(|| format!("creating {object}")),
-    }
 }
 
 /// The name of the admission policy of `infra/k8s/placeholders.yaml`.
@@ -361,7 +305,8 @@ pub const PLACEHOLDER_POLICY: &str = "forewarn-placeholders-only";
 /// Whether this object grants pod writes for placeholders (the Role of `placeholders.yaml` and
 /// its binding): applied only once the placeholder policy is known to be enforced.
 pub fn is_placeholder_grant(object: &Object) -> bool {
-    object.file.ends_with("placeholders.yaml") && matches!(object.kind.kind, "Role" | "RoleBinding")
+    object.file.ends_with("placeholders.yaml")
+        && matches!(object.resource.kind.as_str(), "Role" | "RoleBinding")
 }
 
 /// The waits between two checks of the placeholder policy: 0.5 to 1 s, then 1 to 2 s.
@@ -383,29 +328,6 @@ pub enum Enforcement {
     RefusedBy(RefusedBy, String),
     /// The check could not be made (no answer, or an identity that may not impersonate).
     Failed(String),
-}
-
-impl std::fmt::Display for Enforcement {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Enforcement::Enforced => write!(
-                f,
-                "{PLACEHOLDER_POLICY} is enforced (a pod that is not a placeholder is refused)"
-            ),
-            Enforcement::NotEnforced => write!(
-                f,
-                "{PLACEHOLDER_POLICY} is stored but not enforced: a pod that is not a \
-                 placeholder was admitted (ValidatingAdmissionPolicy is off on this server: the \
-                 feature gate or the admission plugin)"
-            ),
-            Enforcement::RefusedBy(by, message) => write!(
-                f,
-                "the probe was refused by {by} before {PLACEHOLDER_POLICY} could be seen: \
-                 {message}"
-            ),
-            Enforcement::Failed(e) => write!(f, "the check could not be made: {e}"),
-        }
-    }
 }
 
 /// The enforcement check's probe: a pod that passes Pod Security `restricted` (namespace
@@ -481,8 +403,20 @@ pub async fn check_placeholder_policy(
     last
 }
 
-/// What the deploy says of a cluster where the placeholders' grant was not applied.
+/// What the deploy says of a cluster where the placeholders' grant was not applied, and why
+/// (`why`: what the check found, never [`Enforcement::Enforced`]).
 pub fn surge_off(group: &str, why: &Enforcement) -> String {
+    let why = match why {
+        Enforcement::Enforced | Enforcement::NotEnforced => format!(
+            "{PLACEHOLDER_POLICY} is stored but not enforced: a pod that is not a placeholder was \
+             admitted (ValidatingAdmissionPolicy is off on this server: the feature gate or the \
+             admission plugin)"
+        ),
+        Enforcement::RefusedBy(by, message) => format!(
+            "the probe was refused by {by} before {PLACEHOLDER_POLICY} could be seen: {message}"
+        ),
+        Enforcement::Failed(e) => format!("the check could not be made: {e}"),
+    };
     format!(
         "surge is off on this cluster: the placeholders' pod grant was not applied ({why}; \
          checked as {group}). Without the enforced policy the grant would let forewarn's groups \
@@ -541,7 +475,7 @@ mod tests {
             "{needs:?}"
         );
         // forewarn's namespace first: everything in it comes after it.
-        assert_eq!(objects[0].kind.kind, "Namespace");
+        assert_eq!(objects[0].resource.kind, "Namespace");
         let labels = &objects[0].body["metadata"]["labels"];
         assert_eq!(labels["pod-security.kubernetes.io/enforce"], "restricted");
         assert_eq!(labels["app.kubernetes.io/name"], "forewarn");
@@ -578,7 +512,7 @@ mod tests {
             .unwrap()
             .into_iter()
             .filter(|o| o.file.ends_with("placeholders.yaml"))
-            .filter(|o| o.kind.api_version == ADMISSION)
+            .filter(|o| o.resource.api_version == ADMISSION)
             .map(|o| o.body)
             .collect();
         assert_eq!(policy.len(), 2, "the policy and its binding");
@@ -631,7 +565,7 @@ mod tests {
             with_taints(load(&root).unwrap(), &handler)
                 .into_iter()
                 .find(|o| {
-                    o.name == NODE_WRITES_POLICY && o.kind.kind == "ValidatingAdmissionPolicy"
+                    o.name == NODE_WRITES_POLICY && o.resource.kind == "ValidatingAdmissionPolicy"
                 })
                 .unwrap()
                 .body
@@ -670,9 +604,9 @@ mod tests {
             .await;
         for object in load(&root).unwrap() {
             if object.file.ends_with("node-writes.yaml")
-                && object.kind.kind.starts_with("Validating")
+                && object.resource.kind.starts_with("Validating")
             {
-                fake.insert(if object.kind.kind == "ValidatingAdmissionPolicy" {
+                fake.insert(if object.resource.kind == "ValidatingAdmissionPolicy" {
                     plain.clone()
                 } else {
                     object.body
@@ -752,7 +686,7 @@ mod tests {
         // A sidecar injected without a security context: Pod Security refuses before the policy.
         let checked = check_placeholder_policy(&fake.client(), "forewarn-handler", 1, &clock).await;
         let Enforcement::RefusedBy(by, message) = &checked else {
-            panic!("{checked}");
+            panic!("{checked:?}");
         };
         assert_eq!(
             by,
@@ -837,8 +771,7 @@ mod tests {
     #[test]
     fn an_unknown_kind_or_a_nameless_object_is_named() {
         let e = object(
-            "f.yaml",
-            Policy::Apply,
+            ("f.yaml", Policy::Apply, None),
             json!({"apiVersion": "v1", "kind": "Secret"}),
         )
         .unwrap_err()
@@ -849,8 +782,7 @@ mod tests {
             "{e}"
         );
         let e = object(
-            "f.yaml",
-            Policy::Apply,
+            ("f.yaml", Policy::Apply, None),
             json!({"apiVersion": "v1", "kind": "ConfigMap"}),
         )
         .unwrap_err()
@@ -861,7 +793,7 @@ mod tests {
     /// kube's plural of each kind is the API server's.
     #[test]
     fn each_kind_is_served_at_its_plural() {
-        let plurals: Vec<String> = KINDS.iter().map(|k| k.resource().plural).collect();
+        let plurals: Vec<String> = KINDS.iter().map(|k| resource(k.0, k.1).plural).collect();
         assert_eq!(
             plurals,
             [

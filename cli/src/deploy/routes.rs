@@ -9,7 +9,7 @@ use aws_sdk_cloudformation::Client;
 use aws_sdk_cloudformation::types::StackStatus;
 use forewarn::domain::clusters::{Entry, is_account_id};
 
-use super::stack::{Origin, Param};
+use super::stack::Param;
 use forewarn::adapters::aws::aws_error_text;
 
 /// The template of a route.
@@ -40,17 +40,11 @@ pub fn params(
     account: &str,
     output: impl Fn(&str) -> anyhow::Result<String>,
 ) -> anyhow::Result<Vec<Param>> {
-    let given = |key: &str, value: String| Param {
-        key: key.into(),
-        value,
-        origin: Origin::Given,
-    };
-    Ok(vec![
-        given("MemberAccountId", account.into()),
-        given("EventBusName", output("EventBusName")?),
-        given("QueueArn", output("QueueArn")?),
-        given("DeadLetterQueueArn", output("DeadLetterQueueArn")?),
-    ])
+    let mut params = vec![Param::new("MemberAccountId", account, false)];
+    for key in ["EventBusName", "QueueArn", "DeadLetterQueueArn"] {
+        params.push(Param::new(key, &output(key)?, false));
+    }
+    Ok(params)
 }
 
 /// The accounts whose route stacks of `deployment` exist (any status but deleted).

@@ -7,13 +7,11 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, anyhow, bail};
 use aws_sdk_cloudformation::Client;
 use aws_sdk_cloudformation::client::Waiters;
-use aws_sdk_cloudformation::error::DisplayErrorContext;
-use aws_sdk_cloudformation::error::ProvideErrorMetadata;
+use aws_sdk_cloudformation::error::{DisplayErrorContext, ProvideErrorMetadata};
 use aws_sdk_cloudformation::types::{Capability, Parameter};
 use aws_sdk_cloudformation::waiters::stack_create_complete::WaitUntilStackCreateCompleteError;
 use forewarn::adapters::aws::aws_error_text;
 use serde::Deserialize;
-use serde_json::Value;
 
 /// Set by the command: `false` on a first deploy, `true` once both functions exist.
 pub const FUNCTIONS_DEPLOYED: &str = "FunctionsDeployed";
@@ -25,71 +23,49 @@ pub const CLUSTERS: &str = "Clusters";
 pub const CREATE_ACCESS_ENTRY: &str = "CreateAccessEntry";
 /// Selects the build flag.
 pub const FUNCTION_ARCHITECTURE: &str = "FunctionArchitecture";
+/// What an update that changes nothing did.
+pub const UNCHANGED: &str = "unchanged (no updates are to be performed)";
 
 /// How long a stack operation may take before the command gives up waiting (CloudFormation
 /// goes on; the next run waits for nothing and fails while it is in progress). The SDK's
 /// waiters look at the stack at once, then every 30 s to 2 min.
 const WAIT_LIMIT: Duration = Duration::from_secs(3600);
 
-/// One parameter of the template: its default and allowed values.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// One parameter of the template: its default and allowed values (YAML scalars, which
+/// CloudFormation takes as strings).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 pub struct Declared {
+    #[serde(rename = "Default")]
     pub default: Option<String>,
+    #[serde(rename = "AllowedValues", default)]
     pub allowed: Vec<String>,
 }
 
 /// The template's parameters, by name.
 pub type Template = BTreeMap<String, Declared>;
 
-#[derive(Deserialize)]
-struct Section {
-    #[serde(rename = "Parameters")]
-    parameters: BTreeMap<String, RawDeclared>,
-}
-
-#[derive(Deserialize)]
-struct RawDeclared {
-    #[serde(rename = "Default")]
-    default: Option<Value>,
-    #[serde(rename = "AllowedValues", default)]
-    allowed: Vec<Value>,
-}
-
-/// A YAML scalar as CloudFormation takes it: a string.
-fn scalar(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
-
 /// The `Parameters` section of a template. Only that section is parsed: the rest holds
 /// CloudFormation's short-form tags (`!Ref`, `!Sub`), which a YAML reader does not know.
 pub fn declared(template: &str) -> anyhow::Result<Template> {
+    #[derive(Deserialize)]
+    struct Section {
+        #[serde(rename = "Parameters")]
+        parameters: Template,
+    }
     let mut lines = template
         .lines()
         .skip_while(|l| l.trim_end() != "Parameters:");
     let head = lines
         .next()
         .context("the template has no top-level `Parameters:` section")?;
-    let mut text = format!("{head}\n");
-    for line in lines.take_while(|l| l.is_empty() || l.starts_with([' ', '#'])) {
-        text.push_str(line);
-        text.push('\n');
-    }
+    let body = lines.take_while(|l| l.is_empty() || l.starts_with([' ', '#']));
+    let text: String = std::iter::once(head)
+        .chain(body)
+        .map(|l| l.to_string() + "\n")
+        .collect();
     let section: Section =
         serde_saphyr::from_str(&text).context("reading the template's Parameters section")?;
-    Ok(section
-        .parameters
-        .into_iter()
-        .map(|(k, d)| {
-            let declared = Declared {
-                default: d.default.as_ref().map(scalar),
-                allowed: d.allowed.iter().map(scalar).collect(),
-            };
-            (k, declared)
-        })
-        .collect())
+    Ok(section.parameters)
 }
 
 /// The `--parameter KEY=VALUE` arguments, checked against the template: no `FunctionsDeployed`
@@ -141,14 +117,20 @@ pub fn given(raw: &[String], template: &Template) -> anyhow::Result<Vec<(String,
 /// `<stack>-handler` and `<stack>-sweeper`, which Lambda takes up to 64 characters.
 pub const STACK_NAME_MAX: usize = 56;
 
-/// `name` is a stack name CloudFormation takes (a letter, then letters, digits and dashes) and
-/// whose resources' names fit (at most [`STACK_NAME_MAX`] characters); `given`: from
-/// `--stack-name`, else forewarn-<first --cluster>.
-pub fn check_name(name: &str, given: bool) -> anyhow::Result<()> {
-    let whence = if given {
-        "--stack-name"
-    } else {
-        "the stack's name, forewarn-<first --cluster>"
+/// The stack's name, `--stack-name` (`given`) or forewarn-<first --cluster>, checked: a name
+/// CloudFormation takes (a letter, then letters, digits and dashes) and whose resources' names
+/// fit (at most [`STACK_NAME_MAX`] characters).
+pub fn stack_name(given: Option<&str>, clusters: &Clusters) -> anyhow::Result<String> {
+    let (name, whence) = match (given, clusters.named.first()) {
+        (Some(name), _) => (name.to_string(), "--stack-name"),
+        (None, Some(first)) => (
+            format!("forewarn-{first}"),
+            "the stack's name, forewarn-<first --cluster>",
+        ),
+        (None, None) => bail!(
+            "--all-clusters without --cluster: give --stack-name, the stack to update (or \
+             --cluster NAME, a new stack's own cluster)"
+        ),
     };
     let well_formed = name.starts_with(|c: char| c.is_ascii_alphabetic())
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
@@ -166,7 +148,7 @@ pub fn check_name(name: &str, given: bool) -> anyhow::Result<()> {
             name.len()
         );
     }
-    Ok(())
+    Ok(name)
 }
 
 /// What DescribeStacks says of an existing stack.
@@ -209,53 +191,33 @@ pub async fn describe(cfn: &Client, name: &str) -> anyhow::Result<Option<Current
         }
         Err(e) => bail!("describing stack {name}: {}", aws_error_text(&e)),
     };
-    let Some(stack) = out.stacks().first() else {
-        return Ok(None);
-    };
-    let pairs = |items: Vec<(Option<&str>, Option<&str>)>| {
-        items
-            .into_iter()
-            .filter_map(|(k, v)| Some((k?.to_string(), v.unwrap_or_default().to_string())))
-            .collect()
-    };
-    Ok(Some(Current {
-        status: stack
-            .stack_status()
-            .map(|s| s.as_str().to_string())
-            .unwrap_or_default(),
+    let pair =
+        |k: Option<&str>, v: Option<&str>| Some((k?.to_string(), v.unwrap_or_default().into()));
+    Ok(out.stacks().first().map(|stack| Current {
+        status: stack.stack_status().map_or("", |s| s.as_str()).to_string(),
         reason: stack.stack_status_reason().map(str::to_string),
-        parameters: pairs(
-            stack
-                .parameters()
-                .iter()
-                .map(|p| (p.parameter_key(), p.parameter_value()))
-                .collect(),
-        ),
-        outputs: pairs(
-            stack
-                .outputs()
-                .iter()
-                .map(|o| (o.output_key(), o.output_value()))
-                .collect(),
-        ),
+        parameters: (stack.parameters().iter())
+            .filter_map(|p| pair(p.parameter_key(), p.parameter_value()))
+            .collect(),
+        outputs: (stack.outputs().iter())
+            .filter_map(|o| pair(o.output_key(), o.output_value()))
+            .collect(),
     }))
 }
 
-/// Where a parameter's value comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
-    /// `--cluster`, `--parameter`, or set by the command.
-    Given,
-    /// The existing stack's value, kept.
-    Kept,
-}
-
-/// One parameter sent to CloudFormation.
+/// One parameter sent to CloudFormation; `kept`: the existing stack's value, not given.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Param {
     pub key: String,
     pub value: String,
-    pub origin: Origin,
+    pub kept: bool,
+}
+
+impl Param {
+    pub fn new(key: &str, value: &str, kept: bool) -> Param {
+        let (key, value) = (key.to_string(), value.to_string());
+        Param { key, value, kept }
+    }
 }
 
 /// The clusters `--cluster` and `--all-clusters` name.
@@ -284,7 +246,6 @@ impl Clusters {
     /// none given twice; at least one of this account's without `--all-clusters` (a new stack's
     /// own cluster), at most one with it.
     pub fn new(given: Vec<String>, all: bool) -> anyhow::Result<Clusters> {
-        let (mut named, mut members) = (Vec::new(), Vec::new());
         for (i, entry) in given.iter().enumerate() {
             let good = match entry.split_once('/') {
                 None => is_cluster_name(entry),
@@ -302,12 +263,9 @@ impl Clusters {
             if given[..i].contains(entry) {
                 bail!("--cluster {entry} is given twice");
             }
-            if entry.contains('/') {
-                members.push(entry.clone());
-            } else {
-                named.push(entry.clone());
-            }
         }
+        let (members, named): (Vec<String>, Vec<String>) =
+            given.into_iter().partition(|e| e.contains('/'));
         match (named.len(), all) {
             (0, false) if members.is_empty() => bail!(
                 "give the clusters to serve: --cluster NAME (once per cluster), or --all-clusters"
@@ -343,18 +301,19 @@ impl Clusters {
     /// `Clusters` with `first` first: then this account's clusters given, `*` with
     /// `--all-clusters`, the member accounts' clusters; each once.
     pub fn value(&self, first: &str) -> String {
-        let star = "*".to_string();
-        let mut entries: Vec<&String> = Vec::new();
-        let all = self.all.then_some(&star);
-        for entry in self.named.iter().chain(all).chain(&self.members) {
-            if entry != first && !entries.contains(&entry) {
+        let mut entries = vec![first];
+        let (named, members) = (self.named.iter(), self.members.iter());
+        let all = self.all.then_some("*");
+        for entry in named
+            .map(String::as_str)
+            .chain(all)
+            .chain(members.map(String::as_str))
+        {
+            if !entries.contains(&entry) {
                 entries.push(entry);
             }
         }
-        std::iter::once(first)
-            .chain(entries.into_iter().map(String::as_str))
-            .collect::<Vec<_>>()
-            .join(",")
+        entries.join(",")
     }
 
     /// The first entry of the stack's `Clusters`, its own cluster (whose access entries it
@@ -372,12 +331,10 @@ impl Clusters {
                  none, or another --stack-name"
             ),
             (Some(own), _) if !self.serves(&own) => {
-                let given: Vec<&String> = self.named.iter().chain(&self.members).collect();
-                let given = given
-                    .iter()
-                    .map(|c| c.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", --cluster ");
+                let given: Vec<&str> = (self.named.iter().chain(&self.members))
+                    .map(String::as_str)
+                    .collect();
+                let given = given.join(", --cluster ");
                 bail!(
                     "stack {stack} is cluster {own}'s (the first of its Clusters, whose access \
                      entries it makes), which is not among --cluster {given}: add --cluster \
@@ -443,221 +400,169 @@ impl Plan {
         current: Option<&Current>,
         template: &Template,
     ) -> anyhow::Result<Plan> {
-        let defaults = template
-            .iter()
-            .filter_map(|(k, d)| Some((k.clone(), d.default.clone()?)))
-            .collect();
-        let param = |key: &str, value: &str, origin| Param {
-            key: key.to_string(),
-            value: value.to_string(),
-            origin,
-        };
         let first = clusters.first(stack, current)?;
         // Given at every run (`--cluster`, `--all-clusters`): a cluster left out is no longer
         // served.
-        let mut params = vec![param(CLUSTERS, &clusters.value(&first), Origin::Given)];
-        // A by-hand stack's first entry may be `*` or a member account's: no own cluster then.
-        let own = is_own(&first).then_some(first);
-        let wired = match current {
-            None => {
-                params.push(param(FUNCTIONS_DEPLOYED, "false", Origin::Given));
-                false
-            }
-            Some(current) => {
-                let value = current
-                    .parameters
-                    .get(FUNCTIONS_DEPLOYED)
-                    .map_or("false", String::as_str);
-                params.push(param(FUNCTIONS_DEPLOYED, value, Origin::Kept));
-                value == "true"
-            }
-        };
-        for (key, value) in given {
-            params.push(param(key, value, Origin::Given));
-        }
-        if let Some(current) = current {
-            for (key, value) in &current.parameters {
-                let known = template.contains_key(key);
-                if known && !params.iter().any(|p| &p.key == key) {
-                    params.push(param(key, value, Origin::Kept));
-                }
+        let mut params = vec![Param::new(CLUSTERS, &clusters.value(&first), false)];
+        let deployed = current.map(|c| {
+            c.parameters
+                .get(FUNCTIONS_DEPLOYED)
+                .map_or("false", String::as_str)
+        });
+        params.push(Param::new(
+            FUNCTIONS_DEPLOYED,
+            deployed.unwrap_or("false"),
+            deployed.is_some(),
+        ));
+        params.extend(given.iter().map(|(k, v)| Param::new(k, v, false)));
+        for (key, value) in current.iter().flat_map(|c| &c.parameters) {
+            if template.contains_key(key) && !params.iter().any(|p| &p.key == key) {
+                params.push(Param::new(key, value, true));
             }
         }
         Ok(Plan {
-            own,
+            // A by-hand stack's first entry may be `*` or a member account's: no own cluster.
+            own: is_own(&first).then_some(first),
             exists: current.is_some(),
             first: params,
-            wired,
-            defaults,
+            wired: deployed == Some("true"),
+            defaults: (template.iter())
+                .filter_map(|(k, d)| Some((k.clone(), d.default.clone()?)))
+                .collect(),
         })
     }
 
     /// The value a parameter will have after the first pass.
     pub fn value(&self, key: &str) -> Option<&str> {
-        self.first
-            .iter()
-            .find(|p| p.key == key)
-            .map(|p| p.value.as_str())
-            .or_else(|| self.defaults.get(key).map(String::as_str))
+        let first = self.first.iter().find(|p| p.key == key);
+        first
+            .map(|p| &p.value)
+            .or(self.defaults.get(key))
+            .map(String::as_str)
     }
 
     /// The second pass: the first with `FunctionsDeployed=true`.
     pub fn second(&self) -> Vec<Param> {
-        let mut params = self.first.clone();
-        for p in &mut params {
-            if p.key == FUNCTIONS_DEPLOYED {
-                p.value = "true".into();
-                p.origin = Origin::Given;
-            }
-        }
-        params
+        let wire = |p: &Param| match p.key == FUNCTIONS_DEPLOYED {
+            true => Param::new(FUNCTIONS_DEPLOYED, "true", false),
+            false => p.clone(),
+        };
+        self.first.iter().map(wire).collect()
     }
 
     /// `K=V K=V (kept: K=V ...; N more at their defaults)`, for the steps' lines: what is given,
     /// and what an existing stack keeps (its values at the template's defaults only counted).
     pub fn describe(&self, params: &[Param]) -> String {
-        let pair = |p: &Param| format!("{}={}", p.key, p.value);
-        let mut text = params
-            .iter()
-            .filter(|p| p.origin == Origin::Given)
-            .map(pair)
-            .collect::<Vec<_>>()
-            .join(" ");
-        let (at_default, kept): (Vec<&Param>, Vec<&Param>) = params
-            .iter()
-            .filter(|p| p.origin == Origin::Kept)
-            .partition(|p| {
-                self.defaults.get(&p.key) == Some(&p.value) && p.key != FUNCTIONS_DEPLOYED
-            });
-        let mut notes: Vec<String> = Vec::new();
+        let pairs = |ps: Vec<&Param>| {
+            let pairs: Vec<String> = ps
+                .iter()
+                .map(|p| format!("{}={}", p.key, p.value))
+                .collect();
+            pairs.join(" ")
+        };
+        let (kept, given): (Vec<&Param>, Vec<&Param>) = params.iter().partition(|p| p.kept);
+        let (at_default, kept): (Vec<&Param>, Vec<&Param>) = kept.into_iter().partition(|p| {
+            self.defaults.get(&p.key) == Some(&p.value) && p.key != FUNCTIONS_DEPLOYED
+        });
+        let mut notes = Vec::new();
         if !kept.is_empty() {
-            notes.push(kept.into_iter().map(pair).collect::<Vec<_>>().join(" "));
+            notes.push(pairs(kept));
         }
         if !at_default.is_empty() {
             notes.push(format!("{} more at their defaults", at_default.len()));
         }
-        if !notes.is_empty() {
-            text.push_str(&format!(" (kept: {})", notes.join("; ")));
+        match notes.is_empty() {
+            true => pairs(given),
+            false => format!("{} (kept: {})", pairs(given), notes.join("; ")),
         }
-        text
     }
 }
 
-/// What a create-or-update did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
-    Created,
-    Updated,
-    Unchanged,
-}
-
-impl std::fmt::Display for Change {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Change::Created => "created",
-            Change::Updated => "updated",
-            Change::Unchanged => "unchanged (no updates are to be performed)",
-        })
-    }
-}
-
-fn sdk_params(params: &[Param]) -> Vec<Parameter> {
-    params
-        .iter()
-        .map(|p| {
-            Parameter::builder()
-                .parameter_key(&p.key)
-                .parameter_value(&p.value)
-                .build()
-        })
-        .collect()
-}
-
-/// Creates the stack (`exists` false) or updates it, and waits until it is done. "No updates are
-/// to be performed" is [`Change::Unchanged`].
+/// Creates the stack (`exists` false) or updates it, and waits until it is done (the SDK's
+/// waiter, at most [`WAIT_LIMIT`]); answers what was done: `created`, `updated` or
+/// [`UNCHANGED`] ("No updates are to be performed"). An operation that does not end complete is
+/// an error naming the status, its reason and the first failed resources of this operation.
 pub async fn create_or_update(
     cfn: &Client,
     name: &str,
     template: &str,
     params: &[Param],
     exists: bool,
-) -> anyhow::Result<Change> {
+) -> anyhow::Result<&'static str> {
     let started = SystemTime::now();
-    if !exists {
-        cfn.create_stack()
-            .stack_name(name)
-            .template_body(template)
-            .set_parameters(Some(sdk_params(params)))
-            .capabilities(Capability::CapabilityNamedIam)
-            .send()
-            .await
-            .map_err(|e| anyhow!("CreateStack {name}: {}", aws_error_text(&e)))?;
-        wait(cfn, name, "CREATE_COMPLETE", started).await?;
-        return Ok(Change::Created);
+    let params: Vec<Parameter> = (params.iter())
+        .map(|p| {
+            Parameter::builder()
+                .parameter_key(&p.key)
+                .parameter_value(&p.value)
+        })
+        .map(|p| p.build())
+        .collect();
+    // CreateStack and UpdateStack take the same arguments, and both waiters poll
+    // DescribeStacks and answer the same error type.
+    macro_rules! send_and_wait {
+        ($operation:ident, $waiter:ident, $verb:literal) => {{
+            let sent = (cfn.$operation().stack_name(name).template_body(template))
+                .set_parameters(Some(params))
+                .capabilities(Capability::CapabilityNamedIam)
+                .send()
+                .await;
+            match sent {
+                Err(e)
+                    if e.message()
+                        .is_some_and(|m| m.contains("No updates are to be performed")) =>
+                {
+                    return Ok(UNCHANGED);
+                }
+                Err(e) => bail!("{} {name}: {}", $verb, aws_error_text(&e)),
+                Ok(_) => cfn
+                    .$waiter()
+                    .stack_name(name)
+                    .wait(WAIT_LIMIT)
+                    .await
+                    .map(drop),
+            }
+        }};
     }
-    let sent = cfn
-        .update_stack()
-        .stack_name(name)
-        .template_body(template)
-        .set_parameters(Some(sdk_params(params)))
-        .capabilities(Capability::CapabilityNamedIam)
-        .send()
-        .await;
-    match sent {
-        Ok(_) => {}
-        Err(e)
-            if e.message()
-                .is_some_and(|m| m.contains("No updates are to be performed")) =>
-        {
-            return Ok(Change::Unchanged);
+    let (waited, done, did): (Result<(), WaitUntilStackCreateCompleteError>, _, _) = match exists {
+        false => {
+            let waited = send_and_wait!(
+                create_stack,
+                wait_until_stack_create_complete,
+                "CreateStack"
+            );
+            (waited, "CREATE_COMPLETE", "created")
         }
-        Err(e) => bail!("UpdateStack {name}: {}", aws_error_text(&e)),
-    }
-    wait(cfn, name, "UPDATE_COMPLETE", started).await?;
-    Ok(Change::Updated)
-}
-
-/// Waits until the stack's operation ends (the SDK's waiter for `done`, at most
-/// [`WAIT_LIMIT`]): `Ok` when it ends in `done`, else an error naming the status, its reason and
-/// the first failed resources of this operation.
-async fn wait(cfn: &Client, name: &str, done: &str, started: SystemTime) -> anyhow::Result<()> {
-    // Both waiters poll `DescribeStacks` and answer the same error type.
-    let waited: Result<(), WaitUntilStackCreateCompleteError> = if done == "CREATE_COMPLETE" {
-        cfn.wait_until_stack_create_complete()
-            .stack_name(name)
-            .wait(WAIT_LIMIT)
-            .await
-            .map(drop)
-    } else {
-        cfn.wait_until_stack_update_complete()
-            .stack_name(name)
-            .wait(WAIT_LIMIT)
-            .await
-            .map(drop)
+        true => {
+            let waited = send_and_wait!(
+                update_stack,
+                wait_until_stack_update_complete,
+                "UpdateStack"
+            );
+            (waited, "UPDATE_COMPLETE", "updated")
+        }
     };
     // Whatever the waiter says (it counts some ends as success, others as failure), the
     // stack's status now is the answer.
-    let current = describe(cfn, name)
-        .await?
-        .ok_or_else(|| anyhow!("stack {name} is gone"))?;
+    let current = describe(cfn, name).await?;
+    let current = current.ok_or_else(|| anyhow!("stack {name} is gone"))?;
     let status = current.status.as_str();
-    if status == done {
-        return Ok(());
-    }
-    if status.ends_with("_IN_PROGRESS") || status.is_empty() {
-        match waited {
-            Err(WaitUntilStackCreateCompleteError::ExceededMaxWait(_)) | Ok(()) => {
-                bail!("stack {name} is still {status} after {WAIT_LIMIT:?}: look at its events")
-            }
-            Err(e) => bail!(
-                "waiting for stack {name} ({status}): {}",
-                DisplayErrorContext(&e)
-            ),
+    let busy = status.ends_with("_IN_PROGRESS") || status.is_empty();
+    match waited {
+        _ if status == done => Ok(did),
+        Err(WaitUntilStackCreateCompleteError::ExceededMaxWait(_)) | Ok(()) if busy => {
+            bail!("stack {name} is still {status} after {WAIT_LIMIT:?}: look at its events")
+        }
+        Err(e) if busy => bail!(
+            "waiting for stack {name} ({status}): {}",
+            DisplayErrorContext(&e)
+        ),
+        _ => {
+            let reason = current.reason.as_deref().unwrap_or("no reason given");
+            let failures = failed_resources(cfn, name, started).await;
+            bail!("stack {name} ended {status} (expected {done}): {reason}{failures}")
         }
     }
-    let reason = current.reason.as_deref().unwrap_or("no reason given");
-    let failures = failed_resources(cfn, name, started).await;
-    bail!("stack {name} ended {status} (expected {done}): {reason}{failures}");
 }
 
 /// `; <resource> <status>: <reason>` for the failed resources of the operation begun at
@@ -666,30 +571,19 @@ async fn failed_resources(cfn: &Client, name: &str, started: SystemTime) -> Stri
     let Ok(events) = cfn.describe_stack_events().stack_name(name).send().await else {
         return String::new();
     };
-    let since = started
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
-        - 60;
-    let mut failed: Vec<String> = events
-        .stack_events()
-        .iter()
-        .filter(|e| e.timestamp().is_some_and(|t| t.secs() >= since))
-        .filter(|e| {
-            e.resource_status()
-                .is_some_and(|s| s.as_str().ends_with("_FAILED"))
-        })
-        .filter_map(|e| {
-            Some(format!(
-                "{} {}: {}",
-                e.logical_resource_id()?,
-                e.resource_status()?.as_str(),
-                e.resource_status_reason().unwrap_or("no reason given")
-            ))
-        })
-        .collect();
+    let since = started.duration_since(SystemTime::UNIX_EPOCH);
+    let since = since.map_or(0, |d| d.as_secs() as i64) - 60;
+    let failed = events.stack_events().iter().filter_map(|e| {
+        let status = e.resource_status()?.as_str();
+        let reason = e.resource_status_reason().unwrap_or("no reason given");
+        let failed = status.ends_with("_FAILED") && e.timestamp()?.secs() >= since;
+        let id = e.logical_resource_id()?;
+        failed.then(|| format!("; {id} {status}: {reason}"))
+    });
+    let mut failed: Vec<String> = failed.collect();
     failed.reverse();
     failed.truncate(3);
-    failed.iter().map(|f| format!("; {f}")).collect()
+    failed.concat()
 }
 
 #[cfg(test)]
@@ -937,19 +831,24 @@ mod tests {
     /// characters, as CloudFormation spells a stack name.
     #[test]
     fn stack_names_fit_their_resources_names() {
-        check_name("forewarn-demo", false).unwrap();
-        check_name(&"s".repeat(STACK_NAME_MAX), true).unwrap();
-        let long = format!("forewarn-{}", "c".repeat(48));
-        let e = check_name(&long, false).unwrap_err().to_string();
+        assert_eq!(stack_name(None, &one("demo")).unwrap(), "forewarn-demo");
+        let long = "s".repeat(STACK_NAME_MAX);
+        assert_eq!(stack_name(Some(&long), &one("demo")).unwrap(), long);
+        let e = stack_name(None, &one(&"c".repeat(48)))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("57 characters") && e.contains("give a shorter --stack-name"),
             "{e}"
         );
-        let e = check_name("forewarn-my_cluster", false)
+        let e = stack_name(None, &one("my_cluster"))
             .unwrap_err()
             .to_string();
         assert!(e.contains("not a CloudFormation stack name"), "{e}");
-        assert!(check_name("9lives", true).is_err());
+        assert!(stack_name(Some("9lives"), &one("demo")).is_err());
+        let all = Clusters::new(vec![], true).unwrap();
+        let e = stack_name(None, &all).unwrap_err().to_string();
+        assert!(e.contains("give --stack-name"), "{e}");
     }
 
     #[test]
