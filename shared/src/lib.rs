@@ -3,8 +3,9 @@
 //! - [`domain`]: the event model and its decoding, the configuration, facts, plans, pool types
 //!   and the pool fold, sweep keys and findings, reports. Pure: no I/O crate, no import from
 //!   outside `domain/`.
-//! - [`ports`]: every trait the application talks through (pool store, instance and node
-//!   directories, leaving instances, executor, lifecycle completer, notifier), with its errors.
+//! - [`ports`]: the traits the interruption path talks through (pool store, instance and node
+//!   directories, executor, lifecycle completer, notifier, ...), with their errors; a port only
+//!   another feature uses lives with its consumer in `app`.
 //! - `adapters`: the implementations — DynamoDB, the embedded store, captured snapshots, EC2,
 //!   Auto Scaling, Kubernetes, the webhook — and the one AWS SDK configuration they share.
 //! - `app`: the pipeline, the Lambda handler, the sweeper, telemetry, the settings read from

@@ -1,7 +1,11 @@
-//! Every trait the application talks through, with its errors: the pool store, the instance and
-//! node directories, the leaving instances the sweeper looks for, the executor of node actions,
-//! the completer of ASG lifecycle actions and the notifier (webhook). The adapters implement
-//! them; the application holds them as `dyn` objects, so that tests can put fakes in their place.
+//! The traits the interruption path talks through, with their errors: the clock, the pool
+//! store, the instance and node directories, the executor of node actions, the load balancers,
+//! the continuation queue and redelivery, the completer of ASG lifecycle actions, the notifier
+//! (webhook), the policy ConfigMap, the cluster catalog and each cluster's priority expander.
+//! The adapters implement them; the application holds them as `dyn` objects, so that tests can
+//! put fakes in their place. A port only another feature uses lives with its consumer:
+//! `app::audit` (workloads), `app::leaving` (leaving instances),
+//! `app::priorities` (node groups).
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -9,17 +13,16 @@ use async_trait::async_trait;
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::audit::ClusterView;
-use crate::domain::continuation::KeyRing;
+use crate::domain::cordon_record::{Undo, UndoOutcome};
 use crate::domain::event::LifecycleAction;
+use crate::domain::expander::ExpanderConfig;
 use crate::domain::facts::{InstanceFacts, NodeFacts};
+use crate::domain::inbound::continuation::KeyRing;
 use crate::domain::plan::Plan;
 pub use crate::domain::plan::pass::{DrainRole, Pass};
+use crate::domain::pool::HistoryEntry;
 use crate::domain::pool::{Applied, PoolKey, PoolQuery, PoolRecord, PoolUpdate};
-use crate::domain::priorities::{AsgDescription, ExpanderConfig};
 use crate::domain::report::{DrainSummary, Report};
-use crate::domain::stats::HistoryEntry;
-use crate::domain::wayback::{Undo, UndoOutcome};
 
 /// What a call through a port is part of: the work under way, and when it must be over (a
 /// Lambda invocation's deadline less its margin). Given to the adapters that retry: they retry
@@ -295,13 +298,6 @@ pub trait NodeDirectory: Send + Sync {
     async fn all(&self) -> Result<Vec<NodeFacts>, DirectoryError>;
 }
 
-/// Where the cluster's workloads come from (`forewarn audit`): the Kubernetes API, or a capture.
-#[async_trait]
-pub trait WorkloadSource: Send + Sync {
-    /// The workloads with their pods, the budgets, the nodes and the priority classes.
-    async fn workloads(&self) -> Result<ClusterView, DirectoryError>;
-}
-
 /// No instance facts at all (replay without `--instances`).
 pub struct NoInstances;
 
@@ -414,7 +410,7 @@ pub trait PoolStore: Send + Sync {
     ) -> Result<Vec<HistoryEntry>, StoreError>;
 
     /// The keys drain continuations and cordon records are signed with (see
-    /// [`crate::domain::continuation`]): the current key (32 random bytes and its id), which
+    /// [`crate::domain::inbound::continuation`]): the current key (32 random bytes and its id), which
     /// signs, and the one before the last rotation, kept in the store. Created (id 1) by the
     /// first caller when there is none, with a conditional write (so that concurrent first
     /// callers agree on one key); read once and cached by the store for at most
@@ -590,7 +586,7 @@ pub trait Executor: Send + Sync {
     }
 }
 
-/// Where a drain's continuations go (see [`crate::domain::continuation`]): a new message on
+/// Where a drain's continuations go (see [`crate::domain::inbound::continuation`]): a new message on
 /// the queue the event came from, delivered after `delay` (SQS `SendMessage` with
 /// `DelaySeconds`).
 #[async_trait]
@@ -658,39 +654,6 @@ pub trait ClusterCatalog: Send + Sync {
     /// Every cluster's name in `place` (whole: its account and region are known, or the
     /// deployment's own are not).
     async fn clusters(&self, place: &Place) -> Result<Vec<String>, DirectoryError>;
-}
-
-/// Where a sweep looks for instances that are gone, and for the status checks and scheduled
-/// events of running ones.
-#[async_trait]
-pub trait LeavingInstances: Send + Sync {
-    /// The instances of cluster `cluster` of `place` (its account and region) that are
-    /// stopping, stopped, shutting down or terminated.
-    async fn leaving(
-        &self,
-        place: &Place,
-        cluster: &str,
-    ) -> Result<Vec<InstanceFacts>, DirectoryError>;
-
-    /// The status checks and scheduled events of the region's running instances (EC2's
-    /// `DescribeInstanceStatus`, every page) in `place`; the caller keeps its cluster's.
-    async fn statuses(
-        &self,
-        place: &Place,
-    ) -> Result<Vec<crate::domain::status::InstanceStatus>, DirectoryError>;
-
-    /// The active Capacity Blocks of `place` that end by `by` (EC2's
-    /// `DescribeCapacityReservations`, `reservation-type` capacity-block, `state` active):
-    /// whose expiration warning the sweeper makes sure was seen. A source that cannot say (a
-    /// capture) knows none.
-    async fn ending_blocks(
-        &self,
-        place: &Place,
-        by: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<BlockFacts>, DirectoryError> {
-        let _ = (place, by);
-        Ok(Vec::new())
-    }
 }
 
 /// What became of a lifecycle action.
@@ -916,22 +879,6 @@ pub struct Redeliver {
 pub trait Redelivery: Send + Sync {
     /// Sets the visibility of each message; answers how many were changed, or why none was.
     async fn redeliver(&self, messages: &[Redeliver]) -> Result<usize, QueueError>;
-}
-
-/// Where node groups come from: Auto Scaling `DescribeAutoScalingGroups`, or a capture.
-#[async_trait]
-pub trait NodeGroupSource: Send + Sync {
-    /// Every Auto Scaling group it knows (the caller picks this cluster's), with the instance
-    /// type and market type of their launch templates resolved where it can.
-    async fn describe(&self) -> Result<Vec<AsgDescription>, DirectoryError>;
-
-    /// [`NodeGroupSource::describe`] in the account and region of `place` (a cluster's: a
-    /// member account's groups through its role); a source of one place (a capture) answers as
-    /// `describe`.
-    async fn describe_at(&self, place: &Place) -> Result<Vec<AsgDescription>, DirectoryError> {
-        let _ = place;
-        self.describe().await
-    }
 }
 
 /// The expander ConfigMap as read, with its resourceVersion.

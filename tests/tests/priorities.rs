@@ -19,14 +19,16 @@ use aws_sdk_ec2::types::{
 use chrono::{Duration, Utc};
 use forewarn::adapters::autoscaling::AsgNodeGroups;
 use forewarn::adapters::embedded::EmbeddedStore;
-use forewarn::adapters::kube::{ClusterClient, KubeExpander};
+use forewarn::adapters::expander::KubeExpander;
+use forewarn::adapters::kube::ClusterClient;
+use forewarn::app::priorities::NodeGroupSource;
 use forewarn::app::priorities::{
     BaseSource, Change, Priorities, PriorityRunError, PrioritySettings,
 };
 use forewarn::domain::event::EventKind;
 use forewarn::domain::pool::{CapacityType, PoolKey, PoolMark, PoolUpdate};
 use forewarn::domain::priorities::{ANNOTATION, BasePriorities};
-use forewarn::ports::{ExpanderError, ExpanderStore, NodeGroupSource, PoolStore, StoredExpander};
+use forewarn::ports::{ExpanderError, ExpanderStore, PoolStore, StoredExpander};
 use forewarn_tests::moto::{runtime, shared, unique_name};
 use kube_fake::KubeFake;
 use serde_json::json;
@@ -402,7 +404,7 @@ async fn assert_this_clusters_groups_described(
 struct NoneLeaving;
 
 #[async_trait::async_trait]
-impl forewarn::ports::LeavingInstances for NoneLeaving {
+impl forewarn::app::leaving::LeavingInstances for NoneLeaving {
     async fn leaving(
         &self,
         _place: &forewarn::ports::Place,

@@ -43,8 +43,8 @@ use chrono::{DateTime, Duration, Utc};
 use forewarn::domain::event::EventKind;
 use forewarn::domain::policy::adaptive::{self, Adaptive};
 use forewarn::domain::policy::{PolicyAction, short};
+use forewarn::domain::pool::HistoryEntry;
 use forewarn::domain::pool::{CapacityType, PoolKey};
-use forewarn::domain::stats::HistoryEntry;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Settings {

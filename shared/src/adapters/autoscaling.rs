@@ -13,11 +13,10 @@ use aws_sdk_autoscaling::types::AutoScalingGroup;
 
 use super::accounts::{AccountError, Accounts, PerPlace, Target};
 use super::aws::{AwsError, aws_error_text, failure_kind};
+use crate::app::priorities::NodeGroupSource;
 use crate::domain::event::LifecycleAction;
 use crate::domain::priorities::AsgDescription;
-use crate::ports::{
-    DirectoryError, LifecycleCompleter, LifecycleError, LifecycleOutcome, NodeGroupSource, Place,
-};
+use crate::ports::{DirectoryError, LifecycleCompleter, LifecycleError, LifecycleOutcome, Place};
 
 /// `autoscaling:CompleteLifecycleAction` (and `RecordLifecycleActionHeartbeat`) through the AWS
 /// SDK, in the account and region of the action (see [`LifecycleAction::account`]): the own

@@ -1,5 +1,5 @@
-//! The EC2 instance directory: `DescribeInstances` through the AWS SDK, one call per batch; and
-//! for the sweeper, leaving instances and `DescribeInstanceStatus`.
+//! The EC2 instance directory: `DescribeInstances` through the AWS SDK, one call per batch (the
+//! sweeper's look at leaving instances and `DescribeInstanceStatus` is `adapters::leaving`).
 
 use std::collections::BTreeMap;
 
@@ -9,13 +9,11 @@ use aws_sdk_ec2::types::{Filter, Instance};
 
 use crate::adapters::accounts::{Accounts, PerPlace};
 use crate::adapters::aws::{AwsError, failure_kind};
-use crate::adapters::snapshot::capacity_type_of;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::domain::facts::{BlockFacts, CapacityBlock, InstanceFacts};
-use crate::domain::pool::ZoneIds;
-use crate::domain::status::{InstanceStatus, ScheduledEvent};
+use crate::domain::pool::{CapacityType, ZoneIds};
 use crate::ports::{DirectoryError, FailureKind, InstanceDirectory, Place};
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 
@@ -54,7 +52,7 @@ impl Ec2Directory {
 }
 
 /// A page of `service` that EC2 did not give.
-fn page_error<E>(
+pub(crate) fn page_error<E>(
     service: &'static str,
     e: aws_sdk_ec2::error::SdkError<E, aws_sdk_ec2::config::http::HttpResponse>,
 ) -> DirectoryError
@@ -79,7 +77,7 @@ pub fn facts_of(instance: &Instance) -> Option<InstanceFacts> {
             .placement()
             .and_then(|p| p.availability_zone_id())
             .map(str::to_string),
-        capacity_type: Some(capacity_type_of(
+        capacity_type: Some(CapacityType::of_ec2(
             instance.instance_lifecycle().map(|l| l.as_str()),
             instance.capacity_reservation_id(),
         )),
@@ -224,7 +222,7 @@ impl Ec2Directory {
     /// Gives `instances` (of `place`, described through `client`) the zone IDs EC2 did not:
     /// from that account's `DescribeAvailabilityZones`, read once per place. When it cannot be
     /// read, they keep none (their pools are keyed by zone name), logged.
-    async fn with_zone_ids<'a>(
+    pub(crate) async fn with_zone_ids<'a>(
         &self,
         place: &Place,
         client: &Client,
@@ -266,7 +264,11 @@ impl Ec2Directory {
     /// The client of `place` for `call`: the own client for the own account and region, else
     /// one on a member account's role ([`Accounts`]); a place that cannot be served fails,
     /// naming it (see [`InstanceDirectory::describe_at`]).
-    async fn client_at(&self, place: &Place, call: &'static str) -> Result<Client, DirectoryError> {
+    pub(crate) async fn client_at(
+        &self,
+        place: &Place,
+        call: &'static str,
+    ) -> Result<Client, DirectoryError> {
         self.places
             .client(place)
             .await
@@ -276,7 +278,12 @@ impl Ec2Directory {
     /// `error`, an answer of `place`'s client to `call`: a served member account whose role is
     /// refused (by STS, or the call by the role) cannot be reached, which may pass (a role
     /// being re-created, IAM propagating): retryable.
-    fn said(&self, place: &Place, call: &'static str, error: DirectoryError) -> DirectoryError {
+    pub(crate) fn said(
+        &self,
+        place: &Place,
+        call: &'static str,
+        error: DirectoryError,
+    ) -> DirectoryError {
         match self.places.unreachable(place, &error) {
             Some(unreachable) => DirectoryError::new(call, FailureKind::Unavailable, unreachable),
             None => error,
@@ -319,7 +326,7 @@ async fn describe_with(
 }
 
 /// Every instance `client` finds answering `filters`, through all pages.
-async fn query(
+pub(crate) async fn query(
     client: &Client,
     filters: Vec<Filter>,
 ) -> Result<Vec<InstanceFacts>, DirectoryError> {
@@ -339,138 +346,6 @@ async fn query(
         );
     }
     Ok(found)
-}
-
-#[async_trait]
-impl crate::ports::LeavingInstances for Ec2Directory {
-    /// One query per way an instance can name its cluster (EC2 ANDs filters, so the three tag
-    /// forms need three queries), each for the leaving states; the lifecycle is checked by the
-    /// caller, client-side (the `instance-lifecycle` filter is not served everywhere).
-    async fn leaving(
-        &self,
-        place: &Place,
-        cluster: &str,
-    ) -> Result<Vec<InstanceFacts>, DirectoryError> {
-        const CALL: &str = "ec2:DescribeInstances";
-        let client = self.client_at(place, CALL).await?;
-        let states = Filter::builder()
-            .name("instance-state-name")
-            .set_values(Some(
-                ["stopping", "stopped", "shutting-down", "terminated"]
-                    .map(String::from)
-                    .to_vec(),
-            ))
-            .build();
-        let by_tag = [
-            Filter::builder()
-                .name("tag-key")
-                .values(format!(
-                    "{}{cluster}",
-                    crate::domain::facts::CLUSTER_TAG_PREFIX
-                ))
-                .build(),
-            Filter::builder()
-                .name("tag:aws:eks:cluster-name")
-                .values(cluster)
-                .build(),
-            Filter::builder()
-                .name("tag:eks:cluster-name")
-                .values(cluster)
-                .build(),
-        ];
-        let mut found: BTreeMap<String, InstanceFacts> = BTreeMap::new();
-        for tag in by_tag {
-            let answered = query(&client, vec![tag, states.clone()]).await;
-            for facts in answered.map_err(|e| self.said(place, CALL, e))? {
-                found.insert(facts.instance_id.clone(), facts);
-            }
-        }
-        self.with_zone_ids(place, &client, found.values_mut()).await;
-        Ok(found.into_values().collect())
-    }
-
-    /// One paged call: `DescribeInstanceStatus` of the running instances, 1,000 a page (the
-    /// call takes no tag filter, and with `InstanceIds` it does not page).
-    async fn statuses(&self, place: &Place) -> Result<Vec<InstanceStatus>, DirectoryError> {
-        const CALL: &str = "ec2:DescribeInstanceStatus";
-        let client = self.client_at(place, CALL).await?;
-        let mut found = Vec::new();
-        let mut pages = client
-            .describe_instance_status()
-            .max_results(1000)
-            .into_paginator()
-            .send();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| self.said(place, CALL, page_error(CALL, e)))?;
-            found.extend(page.instance_statuses().iter().filter_map(status_of));
-        }
-        Ok(found)
-    }
-
-    /// Every page of `DescribeCapacityReservations` of the active reservations (EC2's filters
-    /// do not name the reservation type: the Capacity Blocks ending by `by` are kept here).
-    async fn ending_blocks(
-        &self,
-        place: &Place,
-        by: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<BlockFacts>, DirectoryError> {
-        const CALL: &str = "ec2:DescribeCapacityReservations";
-        let client = self.client_at(place, CALL).await?;
-        let active = Filter::builder().name("state").values("active").build();
-        let mut found = Vec::new();
-        let mut pages = client
-            .describe_capacity_reservations()
-            .filters(active)
-            .max_results(500)
-            .into_paginator()
-            .send();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| self.said(place, CALL, page_error(CALL, e)))?;
-            found.extend(
-                page.capacity_reservations()
-                    .iter()
-                    .filter_map(block_of)
-                    .filter(|b| b.capacity_block == Some(true))
-                    .filter(|b| b.end_date.is_some_and(|end| end <= by)),
-            );
-        }
-        Ok(found)
-    }
-}
-
-/// Reads one SDK instance status: the two checks' summaries, the earliest `ImpairedSince` of
-/// their details, the scheduled events.
-pub fn status_of(s: &aws_sdk_ec2::types::InstanceStatus) -> Option<InstanceStatus> {
-    let time = |t: &aws_sdk_ec2::primitives::DateTime| {
-        chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos())
-    };
-    let summaries = [s.system_status(), s.instance_status()];
-    Some(InstanceStatus {
-        instance_id: s.instance_id()?.to_string(),
-        system: summaries[0]
-            .and_then(|x| x.status())
-            .map(|x| x.as_str().to_string()),
-        instance: summaries[1]
-            .and_then(|x| x.status())
-            .map(|x| x.as_str().to_string()),
-        impaired_since: summaries
-            .iter()
-            .flatten()
-            .flat_map(|x| x.details())
-            .filter_map(|d| d.impaired_since().and_then(time))
-            .min(),
-        events: s
-            .events()
-            .iter()
-            .map(|e| ScheduledEvent {
-                id: e.instance_event_id().map(str::to_string),
-                code: e.code().map(|c| c.as_str().to_string()).unwrap_or_default(),
-                description: e.description().unwrap_or_default().to_string(),
-                not_before: e.not_before().and_then(time),
-                not_after: e.not_after().and_then(time),
-            })
-            .collect(),
-    })
 }
 
 #[cfg(test)]

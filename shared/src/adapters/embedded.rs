@@ -21,12 +21,12 @@ use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefi
 use serde::de::DeserializeOwned;
 
 use crate::adapters::clock::SystemClock;
-use crate::domain::continuation::{ContinuationKey, KeyId, KeyRing};
 use crate::domain::fold::{fold, pool_deltas, validate};
+use crate::domain::inbound::continuation::{ContinuationKey, KeyId, KeyRing};
+use crate::domain::pool::HistoryEntry;
 use crate::domain::pool::{
     Applied, PoolKey, PoolQuery, PoolRecord, PoolUpdate, Retention, sort_newest_first,
 };
-use crate::domain::stats::HistoryEntry;
 use crate::domain::traffic::{Claim, Doomed, Outcome, Rounds};
 use crate::ports::{
     BoxError, Clock, FailureKind, OUTCOME_KEPT, PoolStore, RoundKey, Settled, StoreError,

@@ -6,9 +6,9 @@ use std::collections::HashSet;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use crate::domain::continuation::KeyRing;
+use crate::domain::inbound::continuation::KeyRing;
+use crate::domain::pool::HistoryEntry;
 use crate::domain::pool::{Applied, PoolKey, PoolQuery, PoolRecord, PoolUpdate};
-use crate::domain::stats::HistoryEntry;
 use crate::ports::{FailureKind, PoolStore, StoreError};
 
 /// A view of a store that reads but never writes: `apply` answers what it would have done.

@@ -13,13 +13,13 @@ use serde_json::Value;
 
 use super::kube::node_facts;
 use super::workloads::{RawWorkloads, view};
+use crate::app::audit::WorkloadSource;
+use crate::app::priorities::NodeGroupSource;
 use crate::domain::audit::ClusterView;
 use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::pool::CapacityType;
 use crate::domain::priorities::AsgDescription;
-use crate::ports::{
-    DirectoryError, InstanceDirectory, NodeDirectory, NodeGroupSource, WorkloadSource,
-};
+use crate::ports::{DirectoryError, InstanceDirectory, NodeDirectory};
 
 /// A captured-state file that could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -145,20 +145,6 @@ struct Ec2Tag {
     value: String,
 }
 
-/// The capacity type EC2's fields imply: `InstanceLifecycle` spot → spot, capacity-block →
-/// capacity-block, a capacity reservation → reserved, otherwise on-demand.
-pub fn capacity_type_of(
-    lifecycle: Option<&str>,
-    capacity_reservation_id: Option<&str>,
-) -> CapacityType {
-    match lifecycle {
-        Some("spot") => CapacityType::Spot,
-        Some("capacity-block") => CapacityType::CapacityBlock,
-        _ if capacity_reservation_id.is_some_and(|id| !id.is_empty()) => CapacityType::Reserved,
-        _ => CapacityType::OnDemand,
-    }
-}
-
 /// Reads the output of `aws ec2 describe-instances --output json`.
 pub fn instances_from_describe(
     label: &str,
@@ -175,7 +161,7 @@ pub fn instances_from_describe(
         .flat_map(|r| r.instances)
         .map(|i| {
             let facts = InstanceFacts {
-                capacity_type: Some(capacity_type_of(
+                capacity_type: Some(CapacityType::of_ec2(
                     i.instance_lifecycle.as_deref(),
                     i.capacity_reservation_id.as_deref(),
                 )),

@@ -64,7 +64,7 @@ impl ContinuationQueue for SqsRedelivery {
             kind: FailureKind::Invalid,
             source: None,
         })?;
-        let seconds = crate::domain::continuation::delay_seconds(delay);
+        let seconds = crate::domain::inbound::continuation::delay_seconds(delay);
         self.client
             .send_message()
             .queue_url(url)

@@ -1,32 +1,32 @@
-//! Kubernetes objects (k8s-openapi types, read live or from a capture) converted into the
-//! audit's [`ClusterView`]: pods grouped under their controllers (a ReplicaSet owned by a
-//! Deployment under the Deployment; DaemonSet, Job and mirror pods left out), budgets with
-//! their selectors and numbers, nodes' spot-ness and pools, priority classes.
+//! The audit's view of the cluster ([`ClusterView`]): read live by [`KubeWorkloads`] — one
+//! `list` (paged) of each kind it reads, Deployments, StatefulSets, ReplicaSets, Pods,
+//! PodDisruptionBudgets (all namespaces), PriorityClasses and Nodes; read only:
+//! `infra/k8s/audit-rbac.yaml` grants exactly these lists — or from a capture, and converted
+//! ([`view`]): pods grouped under their controllers (a ReplicaSet owned by a Deployment under
+//! the Deployment; DaemonSet, Job and mirror pods left out), budgets with their selectors and
+//! numbers, nodes' spot-ness and pools, priority classes.
 
 use std::collections::BTreeMap;
+use std::fmt::Debug;
 
+use ::kube::{Api, Resource};
+use async_trait::async_trait;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde::de::DeserializeOwned;
 
+use crate::adapters::kube::budget::ns_name;
+pub use crate::adapters::kube::budget::{WorkloadError, budget, selector};
 use crate::adapters::kube::placeholder::milli;
+use crate::adapters::kube::{ClusterClient, KubeError};
+use crate::app::audit::WorkloadSource;
 use crate::domain::audit::{
-    AuditContainer, AuditNode, AuditPod, Budget, ClusterView, IntOrPercent, Requirement, Selector,
-    Workload, WorkloadKind,
+    AuditContainer, AuditNode, AuditPod, ClusterView, Workload, WorkloadKind,
 };
-use crate::domain::names::UnknownName;
-
-/// An object the audit cannot read: which one, and what is wrong with it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{object}: {message}")]
-pub struct WorkloadError {
-    /// `poddisruptionbudget/<ns>/<name>`, `deployment/<ns>/<name>`, ...
-    pub object: String,
-    pub message: String,
-}
+use crate::ports::{DirectoryError, FailureKind};
 
 /// The objects the audit reads, as the API serves them.
 #[derive(Debug, Clone, Default)]
@@ -40,80 +40,11 @@ pub struct RawWorkloads {
     pub nodes: Vec<Node>,
 }
 
-fn ns_name(meta: &ObjectMeta) -> (String, String) {
-    (
-        meta.namespace.clone().unwrap_or_else(|| "default".into()),
-        meta.name.clone().unwrap_or_default(),
-    )
-}
-
 fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
     meta.owner_references
         .iter()
         .flatten()
         .find(|r| r.controller == Some(true))
-}
-
-/// A `metav1.LabelSelector` into the domain's, checking its operators.
-pub fn selector(s: &LabelSelector, object: &str) -> Result<Selector, WorkloadError> {
-    let mut out = Selector {
-        match_labels: s.match_labels.clone().unwrap_or_default(),
-        match_expressions: Vec::new(),
-    };
-    for (i, e) in s.match_expressions.iter().flatten().enumerate() {
-        let operator = e.operator.parse().map_err(|e: UnknownName| WorkloadError {
-            object: object.to_string(),
-            message: format!("selector.matchExpressions[{i}]: {e}"),
-        })?;
-        out.match_expressions.push(Requirement {
-            key: e.key.clone(),
-            operator,
-            values: e.values.clone().unwrap_or_default(),
-        });
-    }
-    Ok(out)
-}
-
-fn int_or_percent(
-    v: &IntOrString,
-    object: &str,
-    field: &str,
-) -> Result<IntOrPercent, WorkloadError> {
-    let err = |message: String| WorkloadError {
-        object: object.to_string(),
-        message: format!("spec.{field}: {message}"),
-    };
-    match v {
-        IntOrString::Int(n) if *n >= 0 => Ok(IntOrPercent::Int(*n)),
-        IntOrString::Int(n) => Err(err(format!("{n} is negative"))),
-        IntOrString::String(s) => IntOrPercent::parse(s).map_err(|e| err(e.to_string())),
-    }
-}
-
-/// A PodDisruptionBudget into the domain's.
-pub fn budget(pdb: &PodDisruptionBudget) -> Result<Budget, WorkloadError> {
-    let (namespace, name) = ns_name(&pdb.metadata);
-    let object = format!("poddisruptionbudget/{namespace}/{name}");
-    let spec = pdb.spec.as_ref();
-    let selector = spec
-        .and_then(|s| s.selector.as_ref())
-        .map(|s| selector(s, &object))
-        .transpose()?;
-    let min_available = spec
-        .and_then(|s| s.min_available.as_ref())
-        .map(|v| int_or_percent(v, &object, "minAvailable"))
-        .transpose()?;
-    let max_unavailable = spec
-        .and_then(|s| s.max_unavailable.as_ref())
-        .map(|v| int_or_percent(v, &object, "maxUnavailable"))
-        .transpose()?;
-    Ok(Budget {
-        namespace,
-        name,
-        selector,
-        min_available,
-        max_unavailable,
-    })
 }
 
 fn audit_pod(pod: &Pod) -> AuditPod {
@@ -323,6 +254,56 @@ fn add_pods(
         w.pods.push(facts);
     }
     bare
+}
+
+const SERVICE: &str = "kubernetes";
+
+/// [`WorkloadSource`] over the Kubernetes API.
+#[derive(Debug, Clone)]
+pub struct KubeWorkloads {
+    clients: ClusterClient,
+}
+
+impl KubeWorkloads {
+    pub fn new(clients: ClusterClient) -> KubeWorkloads {
+        KubeWorkloads { clients }
+    }
+
+    /// Every object of a kind, in every namespace (see [`crate::adapters::kube::api::retry::list_all`]).
+    async fn list<K>(&self, client: &::kube::Client, what: &str) -> Result<Vec<K>, DirectoryError>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug,
+        K::DynamicType: Default,
+    {
+        let api: Api<K> = Api::all(client.clone());
+        crate::adapters::kube::api::retry::list_all(&self.clients, &api, what)
+            .await
+            .map_err(error)
+    }
+}
+
+/// A call that failed, with its kind.
+fn error(e: impl Into<KubeError>) -> DirectoryError {
+    let e = e.into();
+    DirectoryError::new(SERVICE, e.kind(), e)
+}
+
+#[async_trait]
+impl WorkloadSource for KubeWorkloads {
+    #[tracing::instrument(skip_all, err)]
+    async fn workloads(&self) -> Result<ClusterView, DirectoryError> {
+        let client = self.clients.client().await.map_err(error)?;
+        let raw = RawWorkloads {
+            deployments: self.list(&client, "deployments").await?,
+            stateful_sets: self.list(&client, "statefulsets").await?,
+            replica_sets: self.list(&client, "replicasets").await?,
+            pods: self.list(&client, "pods").await?,
+            budgets: self.list(&client, "poddisruptionbudgets").await?,
+            priority_classes: self.list(&client, "priorityclasses").await?,
+            nodes: self.list(&client, "nodes").await?,
+        };
+        view(&raw).map_err(|e| DirectoryError::new(SERVICE, FailureKind::Invalid, e))
+    }
 }
 
 #[cfg(test)]

@@ -905,7 +905,7 @@ mod tests {
             &self,
             _: DateTime<Utc>,
             _: DateTime<Utc>,
-        ) -> Result<Vec<crate::domain::stats::HistoryEntry>, crate::ports::StoreError> {
+        ) -> Result<Vec<crate::domain::pool::HistoryEntry>, crate::ports::StoreError> {
             Ok(Vec::new())
         }
         async fn history_of(
@@ -913,12 +913,13 @@ mod tests {
             _: &[crate::domain::pool::PoolKey],
             _: DateTime<Utc>,
             _: DateTime<Utc>,
-        ) -> Result<Vec<crate::domain::stats::HistoryEntry>, crate::ports::StoreError> {
+        ) -> Result<Vec<crate::domain::pool::HistoryEntry>, crate::ports::StoreError> {
             unreachable!("lookups fail first")
         }
         async fn continuation_keys(
             &self,
-        ) -> Result<crate::domain::continuation::KeyRing, crate::ports::StoreError> {
+        ) -> Result<crate::domain::inbound::continuation::KeyRing, crate::ports::StoreError>
+        {
             unreachable!("lookups fail first")
         }
         fn location(&self) -> String {

@@ -2,9 +2,11 @@
 //! store; the Lambda handler and the sweeper built on it; telemetry; the settings read from the
 //! environment and the wiring that builds the services from them.
 
+pub mod audit;
 pub mod blocks;
 pub mod fleet;
 pub mod handler;
+pub mod leaving;
 pub mod pipeline;
 pub mod policy;
 pub mod preflight;

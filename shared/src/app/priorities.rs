@@ -3,17 +3,32 @@
 //! lowest base priority until their pools' windows end (see [`crate::domain::priorities`]). Run
 //! by the pool sweeper on its schedule and by `forewarn priorities`.
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::domain::pool::PoolQuery;
 use crate::domain::priorities::{
-    ANNOTATION, BASE_CONFIGMAP, BasePriorities, EXPANDER_CONFIGMAP, ExpanderConfig, HotGroup,
-    HotShare, MANAGED_BY_LABEL, NAMESPACE, NodeGroup, PriorityError, demote, hot_groups,
+    ANNOTATION, AsgDescription, BASE_CONFIGMAP, BasePriorities, EXPANDER_CONFIGMAP, ExpanderConfig,
+    HotGroup, HotShare, MANAGED_BY_LABEL, NAMESPACE, NodeGroup, PriorityError, demote, hot_groups,
     node_group,
 };
-use crate::ports::{
-    DirectoryError, ExpanderError, ExpanderStore, NodeGroupSource, PoolStore, StoreError,
-};
+use crate::ports::{DirectoryError, ExpanderError, ExpanderStore, Place, PoolStore, StoreError};
+
+/// Where node groups come from: Auto Scaling `DescribeAutoScalingGroups`, or a capture.
+#[async_trait]
+pub trait NodeGroupSource: Send + Sync {
+    /// Every Auto Scaling group it knows (the caller picks this cluster's), with the instance
+    /// type and market type of their launch templates resolved where it can.
+    async fn describe(&self) -> Result<Vec<AsgDescription>, DirectoryError>;
+
+    /// [`NodeGroupSource::describe`] in the account and region of `place` (a cluster's: a
+    /// member account's groups through its role); a source of one place (a capture) answers as
+    /// `describe`.
+    async fn describe_at(&self, place: &Place) -> Result<Vec<AsgDescription>, DirectoryError> {
+        let _ = place;
+        self.describe().await
+    }
+}
 
 /// How often a write is tried again after a conflict (someone wrote in between).
 pub const WRITE_ATTEMPTS: u32 = 4;

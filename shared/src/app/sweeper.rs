@@ -11,10 +11,11 @@ use chrono::{DateTime, Utc};
 use crate::adapters::snapshot::ClusterState;
 use crate::app::fleet::{Cluster, Unreachable};
 use crate::app::handler::Handler;
+use crate::app::leaving::LeavingInstances;
 use crate::app::pipeline::{Described, Limits, Passes, Pipeline};
 use crate::app::preflight::{PreflightMemory, Role};
 use crate::app::priorities::{
-    BaseSource, Priorities, PriorityOutcome, PriorityRunError, PrioritySettings,
+    BaseSource, NodeGroupSource, Priorities, PriorityOutcome, PriorityRunError, PrioritySettings,
 };
 use crate::app::wayback::{UndoReport, WayBack, WayBackError};
 use crate::domain::admission::Proof;
@@ -25,7 +26,7 @@ use crate::domain::inbound::Record;
 use crate::domain::report::Report;
 use crate::domain::status::status_findings;
 use crate::domain::sweep::findings;
-use crate::ports::{DirectoryError, LeavingInstances, NodeGroupSource};
+use crate::ports::DirectoryError;
 
 /// A sweep that could not look.
 #[derive(Debug, thiserror::Error)]

@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+use crate::app::leaving::LeavingInstances;
 use crate::domain::clusters::Place;
 use crate::domain::event::EventKind;
 use crate::domain::facts::{InstanceFacts, NodeFacts};
@@ -27,8 +28,7 @@ use crate::domain::wayback::{
     ANNOTATION_CORDON, CordonRecord, Undo, UndoOutcome, drop_unverified, read_unverified, undos,
 };
 use crate::ports::{
-    DirectoryError, Executor, InstanceDirectory, LeavingInstances, NodeDirectory, PoolStore,
-    StoreError,
+    DirectoryError, Executor, InstanceDirectory, NodeDirectory, PoolStore, StoreError,
 };
 
 /// What the way back found for one node, and what became of it.

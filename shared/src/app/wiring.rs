@@ -13,9 +13,10 @@ use crate::adapters::dynamo::{DynamoStore, SecretKeys};
 use crate::adapters::ec2::Ec2Directory;
 use crate::adapters::elb::ElbTargets;
 use crate::adapters::embedded::EmbeddedStore;
+use crate::adapters::expander::KubeExpander;
 use crate::adapters::kube::{
-    ClusterAccess, ConnectError, EksClusters, KubeExecutor, KubeExpander, KubeNodeDirectory,
-    KubePolicy, KubeWorkloads, KubeconfigContexts, connect, connect_eks,
+    ClusterAccess, ConnectError, EksClusters, KubeExecutor, KubeNodeDirectory, KubePolicy,
+    KubeconfigContexts, connect, connect_eks,
 };
 use crate::adapters::read_only::ReadOnlyStore;
 use crate::adapters::snapshot::{
@@ -24,10 +25,14 @@ use crate::adapters::snapshot::{
 };
 use crate::adapters::sqs::SqsRedelivery;
 use crate::adapters::webhook::{ClientError, Webhook};
+use crate::adapters::workloads::KubeWorkloads;
+use crate::app::audit::WorkloadSource;
 use crate::app::fleet::{Cluster, Connector, Fleet, Unreachable};
 use crate::app::handler::Handler;
+use crate::app::leaving::LeavingInstances;
 use crate::app::pipeline::{ELB_RATE, PASS_INTERVAL, Passes, Traffic};
 use crate::app::policy::PolicyCache;
+use crate::app::priorities::NodeGroupSource;
 use crate::app::settings::ConfigError;
 use crate::app::settings::{
     ClusterChoice, ClusterSelection, InstanceChoice, Settings, StoreChoice,
@@ -37,8 +42,8 @@ use crate::domain::clusters::{ClusterId, Place};
 use crate::domain::config::Mode;
 use crate::domain::inbound::continuation::Tenant;
 use crate::ports::{
-    Clock, ClusterCatalog, ContinuationQueue, Executor, InstanceDirectory, LeavingInstances,
-    NoInstances, NodeGroupSource, Notifier, PoolStore, Redelivery, StoreError, WorkloadSource,
+    Clock, ClusterCatalog, ContinuationQueue, Executor, InstanceDirectory, NoInstances, Notifier,
+    PoolStore, Redelivery, StoreError,
 };
 
 /// The services could not be set up (a cold start fails loudly rather than drop events).

@@ -4,14 +4,18 @@
 
 pub mod admission;
 pub mod audit;
+pub mod budget;
 pub mod clusters;
 pub mod config;
+pub mod cordon_record;
 pub mod event;
+pub mod expander;
 pub mod facts;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod fold;
 pub mod inbound;
+pub mod keys;
 pub mod names;
 pub mod plan;
 pub mod policy;
@@ -28,7 +32,3 @@ pub mod sweep;
 pub mod time;
 pub mod traffic;
 pub mod wayback;
-
-/// A drain's continuation message: it arrives, and is decoded, with the other messages
-/// ([`inbound`]); `domain::continuation` names it too, as the stores and ports know it.
-pub use inbound::continuation;

@@ -30,6 +30,19 @@ pub enum CapacityType {
 
 string_forms!(CapacityType, "a capacity type");
 
+impl CapacityType {
+    /// The capacity type EC2's fields imply: `InstanceLifecycle` spot → spot, capacity-block →
+    /// capacity-block, a capacity reservation → reserved, otherwise on-demand.
+    pub fn of_ec2(lifecycle: Option<&str>, capacity_reservation_id: Option<&str>) -> CapacityType {
+        match lifecycle {
+            Some("spot") => CapacityType::Spot,
+            Some("capacity-block") => CapacityType::CapacityBlock,
+            _ if capacity_reservation_id.is_some_and(|id| !id.is_empty()) => CapacityType::Reserved,
+            _ => CapacityType::OnDemand,
+        }
+    }
+}
+
 /// A capacity pool. Its string form `capacity_type#instance_type#zone` is the store key.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct PoolKey {
@@ -283,6 +296,52 @@ impl Retention {
         unavailable_until: Option<DateTime<Utc>>,
     ) -> DateTime<Utc> {
         unavailable_until.map_or(last_seen, |u| u.max(last_seen)) + self.history
+    }
+}
+
+/// One event's mark (or count) on one pool, as the history keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    pub pool: PoolKey,
+    pub kind: EventKind,
+    pub event_id: String,
+    pub instance_id: String,
+    /// The event's time.
+    pub at: DateTime<Utc>,
+    /// The end of the window it marked; `None` when it only counts.
+    pub unavailable_until: Option<DateTime<Utc>>,
+    /// When the entry may be deleted (the table's TTL).
+    pub expires_at: DateTime<Utc>,
+}
+
+impl HistoryEntry {
+    /// The entries `update` adds to the history: one per mark.
+    pub fn of(update: &PoolUpdate, retention: &Retention) -> Vec<HistoryEntry> {
+        update
+            .marks
+            .iter()
+            .map(|m| {
+                let last = m
+                    .unavailable_until
+                    .map_or(update.event_time, |u| u.max(update.event_time));
+                HistoryEntry {
+                    pool: m.pool.clone(),
+                    kind: update.kind,
+                    event_id: update.event_id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    at: update.event_time,
+                    unavailable_until: m.unavailable_until,
+                    expires_at: last + retention.history,
+                }
+            })
+            .collect()
+    }
+
+    /// Whether the entry matters for the period `[since, now]`: its event is in it, or its
+    /// window overlaps it; and it has not expired.
+    pub fn in_period(&self, since: DateTime<Utc>, now: DateTime<Utc>) -> bool {
+        let touches = self.at >= since || self.unavailable_until.is_some_and(|u| u > since);
+        touches && self.at <= now && self.expires_at > now
     }
 }
 

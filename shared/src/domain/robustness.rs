@@ -17,8 +17,8 @@ use crate::domain::fixtures::{self, instance, node_facts};
 use crate::domain::inbound::continuation::Continuation;
 use crate::domain::inbound::decode_value;
 use crate::domain::plan::{Facts, decide, drain_deadline, earliest_deadline, time_left};
+use crate::domain::pool::HistoryEntry;
 use crate::domain::pool::{CapacityType, Retention};
-use crate::domain::stats::HistoryEntry;
 use crate::domain::time::parse_duration;
 use crate::domain::time::within_sane_range;
 

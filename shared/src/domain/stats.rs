@@ -11,56 +11,10 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::event::EventKind;
-use super::pool::{PoolKey, PoolUpdate, Retention};
-
-/// One event's mark (or count) on one pool, as the history keeps it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HistoryEntry {
-    pub pool: PoolKey,
-    pub kind: EventKind,
-    pub event_id: String,
-    pub instance_id: String,
-    /// The event's time.
-    pub at: DateTime<Utc>,
-    /// The end of the window it marked; `None` when it only counts.
-    pub unavailable_until: Option<DateTime<Utc>>,
-    /// When the entry may be deleted (the table's TTL).
-    pub expires_at: DateTime<Utc>,
-}
-
-impl HistoryEntry {
-    /// The entries `update` adds to the history: one per mark.
-    pub fn of(update: &PoolUpdate, retention: &Retention) -> Vec<HistoryEntry> {
-        update
-            .marks
-            .iter()
-            .map(|m| {
-                let last = m
-                    .unavailable_until
-                    .map_or(update.event_time, |u| u.max(update.event_time));
-                HistoryEntry {
-                    pool: m.pool.clone(),
-                    kind: update.kind,
-                    event_id: update.event_id.clone(),
-                    instance_id: m.instance_id.clone(),
-                    at: update.event_time,
-                    unavailable_until: m.unavailable_until,
-                    expires_at: last + retention.history,
-                }
-            })
-            .collect()
-    }
-
-    /// Whether the entry matters for the period `[since, now]`: its event is in it, or its
-    /// window overlaps it; and it has not expired.
-    pub fn in_period(&self, since: DateTime<Utc>, now: DateTime<Utc>) -> bool {
-        let touches = self.at >= since || self.unavailable_until.is_some_and(|u| u > since);
-        touches && self.at <= now && self.expires_at > now
-    }
-}
+use super::pool::HistoryEntry;
 
 /// One pool's statistics.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -230,7 +184,7 @@ fn group(pools: &[PoolStats], key: impl Fn(&PoolStats) -> String) -> Vec<GroupSt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::pool::CapacityType;
+    use crate::domain::pool::{CapacityType, PoolKey, PoolUpdate, Retention};
     use chrono::TimeZone;
     use proptest::prelude::*;
 

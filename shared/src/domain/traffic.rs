@@ -18,8 +18,8 @@ use core::net::IpAddr;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::domain::continuation::{ContinuationKey, KeyId, KeyRing, Unverified};
 use crate::domain::event::EventKind;
+use crate::domain::keys::{ContinuationKey, KeyId, KeyRing, Unverified};
 
 /// The tag the AWS Load Balancer Controller puts on the target groups it makes for a cluster.
 pub const CLUSTER_TAG: &str = "elbv2.k8s.aws/cluster";

@@ -77,7 +77,7 @@ async fn the_sweeper_deletes_placeholders_that_outlived_their_drain() {
 struct LeavingDown;
 
 #[async_trait]
-impl forewarn::ports::LeavingInstances for LeavingDown {
+impl forewarn::app::leaving::LeavingInstances for LeavingDown {
     async fn leaving(
         &self,
         _place: &forewarn::ports::Place,

@@ -184,7 +184,7 @@ fn assert_exactly(group: &str, used: &BTreeSet<Need>, granted: &BTreeMap<String,
 struct NoGroups;
 
 #[async_trait]
-impl forewarn::ports::NodeGroupSource for NoGroups {
+impl forewarn::app::priorities::NodeGroupSource for NoGroups {
     async fn describe(
         &self,
     ) -> Result<Vec<forewarn::domain::priorities::AsgDescription>, forewarn::ports::DirectoryError>
@@ -245,7 +245,7 @@ async fn sweeper_requests() -> Vec<RecordedRequest> {
             fleet: Fleet::one(Cluster {
                 executor: Some(Arc::new(executor)),
                 policies: Some(w.policies()),
-                expander: Some(Arc::new(forewarn::adapters::kube::KubeExpander::new(
+                expander: Some(Arc::new(forewarn::adapters::expander::KubeExpander::new(
                     w.clients.clone(),
                 ))),
                 ..w.cluster()

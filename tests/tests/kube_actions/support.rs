@@ -562,7 +562,7 @@ pub(crate) fn drain_pass(announce: bool) -> Pass {
 pub(crate) struct Leaving(pub(crate) Vec<InstanceFacts>);
 
 #[async_trait]
-impl forewarn::ports::LeavingInstances for Leaving {
+impl forewarn::app::leaving::LeavingInstances for Leaving {
     async fn leaving(
         &self,
         _place: &forewarn::ports::Place,

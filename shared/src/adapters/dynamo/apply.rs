@@ -13,8 +13,8 @@ use super::expr::*;
 use super::token::request_token;
 use super::{BACKOFF, DynamoStore, MAX_CONFLICTS, MAX_KNOWN_POOLS};
 use crate::domain::fold::{PoolDelta, pool_deltas, validate};
+use crate::domain::pool::HistoryEntry;
 use crate::domain::pool::{Applied, PoolUpdate, counter_name};
-use crate::domain::stats::HistoryEntry;
 use crate::ports::{FailureKind, StoreError};
 
 /// What one transaction of an event's update writes, in the order of its items (and of their

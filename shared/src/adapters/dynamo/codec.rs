@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 use serde_with::{DisplayFromStr, serde_as};
 
 use crate::domain::event::EventKind;
+use crate::domain::pool::HistoryEntry;
 use crate::domain::pool::{PoolKey, PoolRecord, counter_name};
-use crate::domain::stats::HistoryEntry;
 use crate::ports::StoreError;
 
 /// An item as the SDK holds it.
@@ -24,7 +24,7 @@ pub(super) type Item = HashMap<String, AttributeValue>;
 pub const POOL_SK: &str = "POOL";
 /// The `sk` of ledger items.
 pub const EVENT_SK: &str = "EVENT";
-/// The `pk` of the continuation key item (see [`crate::domain::continuation`]).
+/// The `pk` of the continuation key item (see [`crate::domain::inbound::continuation`]).
 pub const CONTINUATION_KEY_PK: &str = "KEY#continuation";
 /// The `sk` of secret items.
 pub const SECRET_SK: &str = "KEY";
@@ -259,8 +259,8 @@ pub(super) struct LedgerItem {
 mod tests {
     use super::*;
     use crate::adapters::dynamo::testing::{store, update};
+    use crate::domain::pool::HistoryEntry;
     use crate::domain::pool::{CapacityType, Retention};
-    use crate::domain::stats::HistoryEntry;
 
     fn item(pairs: Vec<(&str, AttributeValue)>) -> HashMap<String, AttributeValue> {
         pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()

@@ -71,9 +71,9 @@ pub use token::request_token;
 
 use crate::adapters::aws::failure_kind;
 use crate::adapters::backoff::Backoff;
-use crate::domain::continuation::KeyRing;
+use crate::domain::inbound::continuation::KeyRing;
+use crate::domain::pool::HistoryEntry;
 use crate::domain::pool::{Applied, PoolQuery, PoolRecord, PoolUpdate, Retention};
-use crate::domain::stats::HistoryEntry;
 use crate::ports::{FailureKind, PoolStore, StoreError};
 
 /// Index of the pools ever marked unavailable: partition `sk` (= `POOL`), sort `unavailable_until`.

@@ -10,8 +10,8 @@ use chrono::{DateTime, Utc};
 use super::codec::*;
 use super::expr::Expr;
 use super::{DynamoStore, INDEX_BY_TYPE, INDEX_BY_ZONE, INDEX_UNAVAILABLE};
+use crate::domain::pool::HistoryEntry;
 use crate::domain::pool::{PoolKey, PoolQuery, PoolRecord, sort_newest_first};
-use crate::domain::stats::HistoryEntry;
 use crate::ports::StoreError;
 
 impl DynamoStore {

@@ -2,7 +2,7 @@
 //! lifecycle action completed.
 //!
 //! Every pass reads what it acts on and verifies it before any write, whatever the plan says (a
-//! plan may come from a continuation message: see [`crate::domain::continuation`]). The node is
+//! plan may come from a continuation message: see [`crate::domain::inbound::continuation`]). The node is
 //! read first (one `get`): a node that is gone needs nothing (a drain's chain ends; a delete of
 //! its NodeClaim or Machine still happens, verified on the NodeClaim or Machine itself); a node
 //! that is control-plane by its live labels or taints, whose `spec.providerID` does not name the
@@ -44,8 +44,8 @@ use super::executor::KubeExecutor;
 use super::node_facts::node_facts;
 use super::outcome::{NodeOutcome, results};
 use crate::domain::config::Action;
+use crate::domain::cordon_record::{Undo, UndoOutcome};
 use crate::domain::plan::{NodeAction, Plan};
-use crate::domain::wayback::{Undo, UndoOutcome};
 use crate::ports::{ActionResult, DrainRole, ExecuteError, Executor, Pass, Work};
 
 impl KubeExecutor {

@@ -5,7 +5,6 @@
 //! - [`connect`]: kubeconfig inference locally; on EKS an IAM authentication token
 //!   ([`eks_token`]) refreshed before it expires ([`ClusterClient`]).
 //! - [`KubeNodeDirectory`]: one `get` per instance by private DNS name, at most one `list`.
-//! - [`KubeWorkloads`]: the audit's read-only view of the workloads (one `list` per kind).
 //! - [`KubeExecutor`]: each action idempotent; a dry run takes the same path without writing.
 //!
 //! Every request the adapter sends, and so every RBAC rule it needs, is listed in
@@ -14,7 +13,8 @@
 //! [`NodeDirectory`]: crate::ports::NodeDirectory
 //! [`Executor`]: crate::ports::Executor
 
-mod api;
+pub(crate) mod api;
+pub(crate) mod budget;
 mod connect;
 mod cordon;
 mod delete;
@@ -32,10 +32,8 @@ mod outcome;
 pub(crate) mod placeholder;
 mod policy;
 mod preflight;
-mod priorities;
 mod surge;
 mod surge_memory;
-mod workloads;
 
 pub use api::FIELD_MANAGER;
 pub use connect::{
@@ -51,5 +49,3 @@ pub use node_facts::node_facts;
 pub use outcome::{CordonOutcome, DeleteOutcome, DrainReport, EventOutcome, Joining, NodeOutcome};
 pub use policy::{KubePolicy, POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE};
 pub use preflight::{PreflightScope, prove};
-pub use priorities::KubeExpander;
-pub use workloads::KubeWorkloads;

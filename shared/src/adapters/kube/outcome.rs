@@ -6,10 +6,10 @@ use serde_json::Value;
 
 use super::surge::PlaceholderRefusal;
 use crate::domain::config::Action;
+use crate::domain::cordon_record::UndoOutcome;
 use crate::domain::plan::NodeAction;
 use crate::domain::report::DrainSummary;
 use crate::domain::surge::RoomWait;
-use crate::domain::wayback::UndoOutcome;
 use crate::ports::{ActionResult, LifecycleOutcome};
 
 /// What a cordon did.

@@ -27,9 +27,9 @@ use super::placeholder::{Doomed, placeholder_for};
 use super::surge::is_placeholder;
 use crate::domain::admission::{Capability, Proof, Verdict};
 use crate::domain::config::Config;
+use crate::domain::cordon_record::CordonRecord;
 use crate::domain::event::EventKind;
-use crate::domain::priorities::{EXPANDER_CONFIGMAP, NAMESPACE as EXPANDER_NAMESPACE};
-use crate::domain::wayback::CordonRecord;
+use crate::domain::expander::{EXPANDER_CONFIGMAP, NAMESPACE as EXPANDER_NAMESPACE};
 
 /// The event id the preflight's objects carry (in names and annotations).
 const PREFLIGHT_EVENT: &str = "forewarn-preflight";
@@ -283,7 +283,7 @@ impl Dry<'_> {
             .metadata
             .annotations
             .as_ref()
-            .and_then(crate::domain::wayback::read_unverified)
+            .and_then(crate::domain::cordon_record::read_unverified)
             .and_then(Result::ok)
             .ok_or_else(|| Verdict::NotChecked("the cordon's answer has no record".into()))?;
         let back = uncordon_patch(&cordoned, &self.config.taint_key, &record)

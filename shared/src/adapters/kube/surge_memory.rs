@@ -15,7 +15,7 @@ use super::api::rate_limit::Lane;
 use super::api::retry::with_retry_in;
 use super::connect::ClusterClient;
 use crate::domain::admission::RefusedBy;
-use crate::domain::audit::Budget;
+use crate::domain::budget::Budget;
 
 /// The controller of `pod` (kind, name), unless it has none or it is a DaemonSet.
 pub(crate) fn controller(pod: &Pod) -> Option<(&str, &str)> {
@@ -133,7 +133,7 @@ pub(crate) async fn budget_rounds(
                     .status
                     .as_ref()
                     .map_or(0, |s| i64::from(s.expected_pods));
-                let budget = crate::adapters::workloads::budget(pdb).ok()?;
+                let budget = super::budget::budget(pdb).ok()?;
                 (budget.allowed_when_healthy(expected) < expected).then_some(budget)
             })
             .collect();

@@ -13,7 +13,7 @@
 //! which pass, the last heartbeat):
 //!
 //! - continuation messages: a record from a queue, when the run has a [`ContinuationQueue`],
-//!   queues each next pass as a message (see [`crate::domain::continuation`]); every Lambda
+//!   queues each next pass as a message (see [`crate::domain::inbound::continuation`]); every Lambda
 //!   invocation stays short;
 //! - in process: otherwise (`forewarn replay`, the sweeper, the drain pass interval `off`)
 //!   the same passes run one after the other within the event's work, the [`Clock`] letting the
@@ -29,10 +29,10 @@ use tracing::Instrument;
 use chrono::{DateTime, Utc};
 
 use crate::domain::config::{Config, Mode};
-use crate::domain::continuation::Continuation;
 use crate::domain::event::{Event, EventKind};
 use crate::domain::facts::InstanceFacts;
 use crate::domain::inbound::Record;
+use crate::domain::inbound::continuation::Continuation;
 use crate::domain::inbound::continuation::Tenant;
 use crate::domain::plan::{Facts, Plan, decide};
 use crate::domain::pool::{Applied, PoolKey};
@@ -307,7 +307,7 @@ impl Pipeline<'_> {
     async fn drop_unverified_records(&self, nodes: &mut [crate::domain::facts::NodeFacts]) {
         let recorded = nodes.iter().any(|n| {
             n.annotations
-                .contains_key(crate::domain::wayback::ANNOTATION_CORDON)
+                .contains_key(crate::domain::cordon_record::ANNOTATION_CORDON)
         });
         if !recorded {
             return;
@@ -319,7 +319,7 @@ impl Pipeline<'_> {
                 None
             }
         };
-        for (node, why) in crate::domain::wayback::drop_unverified(nodes, keys.as_ref()) {
+        for (node, why) in crate::domain::cordon_record::drop_unverified(nodes, keys.as_ref()) {
             tracing::warn!(%node, %why, "refusing a cordon record");
         }
     }

@@ -108,19 +108,21 @@ impl Pipeline<'_> {
         record: &Record,
         continuation: &Continuation,
         body: &str,
-    ) -> Result<Result<(), crate::domain::continuation::Unverified>, Report> {
+    ) -> Result<Result<(), crate::domain::inbound::continuation::Unverified>, Report> {
         let failed = |e| WorkError::Key(e).fail(Report::new(record));
         let keys = self.store.continuation_keys().await.map_err(failed)?;
         Ok(match continuation.verify(&keys, body) {
-            Err(unknown @ crate::domain::continuation::Unverified::UnknownKey { .. }) => match self
-                .store
-                .reread_continuation_keys()
-                .await
-                .map_err(failed)?
-            {
-                Some(keys) => continuation.verify(&keys, body),
-                None => Err(unknown),
-            },
+            Err(unknown @ crate::domain::inbound::continuation::Unverified::UnknownKey { .. }) => {
+                match self
+                    .store
+                    .reread_continuation_keys()
+                    .await
+                    .map_err(failed)?
+                {
+                    Some(keys) => continuation.verify(&keys, body),
+                    None => Err(unknown),
+                }
+            }
             verified => verified,
         })
     }

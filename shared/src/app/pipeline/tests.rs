@@ -105,13 +105,13 @@ impl Executor for Recorder {
 
     async fn undo(
         &self,
-        undo: &crate::domain::wayback::Undo,
-    ) -> Result<crate::domain::wayback::UndoOutcome, ExecuteError> {
+        undo: &crate::domain::cordon_record::Undo,
+    ) -> Result<crate::domain::cordon_record::UndoOutcome, ExecuteError> {
         self.calls
             .lock()
             .unwrap()
             .push(format!("undo {}", undo.node));
-        Ok(crate::domain::wayback::UndoOutcome::Undone)
+        Ok(crate::domain::cordon_record::UndoOutcome::Undone)
     }
 
     async fn clean_placeholders(&self, _now: DateTime<Utc>) -> Result<Vec<String>, ExecuteError> {
@@ -618,12 +618,12 @@ impl ContinuationQueue for Queue {
 /// A signed continuation message of a spot warning for instance `A`, sent three minutes
 /// before `now`, with the default plan: `shape` changes the plan and says the pass.
 fn late_continuation(
-    key: &crate::domain::continuation::ContinuationKey,
+    key: &crate::domain::inbound::continuation::ContinuationKey,
     id: &str,
     now: DateTime<Utc>,
     shape: impl FnOnce(&mut Plan) -> u32,
 ) -> serde_json::Value {
-    use crate::domain::continuation::Continuation;
+    use crate::domain::inbound::continuation::Continuation;
     let (instances, nodes) = world();
     let time = (now - chrono::Duration::minutes(3)).to_rfc3339();
     let body = spot(id, A, &time).to_string();
@@ -849,7 +849,7 @@ impl crate::ports::LoadBalancers for Balancers {
 /// A signed continuation of a spot warning for `A`, whose drain is still on, asking for
 /// pass `pass`; the instance has an address.
 fn drain_continuation(
-    key: &crate::domain::continuation::ContinuationKey,
+    key: &crate::domain::inbound::continuation::ContinuationKey,
     id: &str,
     now: DateTime<Utc>,
     pass: u32,
@@ -876,7 +876,7 @@ async fn a_drains_first_pass_takes_its_instance_off_the_load_balancers_before_ev
     let dir = tempfile::tempdir().unwrap();
     let store = EmbeddedStore::open(dir.path()).unwrap();
     let key = store.continuation_keys().await.unwrap().current;
-    let forged = crate::domain::continuation::ContinuationKey::new([7; 32]);
+    let forged = crate::domain::inbound::continuation::ContinuationKey::new([7; 32]);
     let world = world();
     let config = blue();
     let clock = clock();

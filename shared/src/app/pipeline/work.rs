@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
+use crate::domain::cordon_record::{Undo, UndoOutcome};
 use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::plan::Plan;
 use crate::domain::surge::RoomSeen;
-use crate::domain::wayback::{Undo, UndoOutcome};
 use crate::ports::{
     ActionResult, DirectoryError, ExecuteError, Executor, NodeDirectory, Pass, Work,
 };

@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use crate::domain::audit::findings::plural;
-use crate::domain::audit::model::{AuditNode, ClusterView, Selector};
+use crate::domain::audit::model::{AuditNode, ClusterView};
+use crate::domain::budget::Selector;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SuggestedBudget {

@@ -22,14 +22,16 @@ mod rules;
 #[cfg(test)]
 mod tests;
 
+pub use crate::domain::budget::{
+    Budget, IntOrPercent, NotIntOrPercent, Operator, Requirement, Selector,
+};
 pub use blocks::BLOCK_WINDOW;
 pub use budgets::{
     SuggestedBudget, budget_yaml, budgets_yaml, suggested_budgets, suggested_max_unavailable,
 };
 pub use findings::{AuditReport, Code, Counts, Finding, Level, Summary, hot_pools};
 pub use model::{
-    AuditContainer, AuditNode, AuditPod, Budget, CRITICAL_PRIORITY, ClusterView,
-    DEFAULT_GRACE_SECONDS, GPU_RESOURCES, IntOrPercent, NotIntOrPercent, Operator, Requirement,
-    SPOT_LABELS, Selector, Workload, WorkloadKind,
+    AuditContainer, AuditNode, AuditPod, CRITICAL_PRIORITY, ClusterView, DEFAULT_GRACE_SECONDS,
+    GPU_RESOURCES, SPOT_LABELS, Workload, WorkloadKind,
 };
 pub use rules::audit;

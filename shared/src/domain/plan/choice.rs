@@ -9,11 +9,11 @@ use chrono::{DateTime, Utc};
 
 use super::{NodeAction, pool_mark};
 use crate::domain::config::{Action, Config};
+use crate::domain::cordon_record::CordonRecord;
 use crate::domain::event::{Detail, Event, InstanceAction, InstanceState};
 use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::policy::{Followed, PolicyAction};
 use crate::domain::pool::PoolKey;
-use crate::domain::wayback::CordonRecord;
 
 /// What an event does to one node, and why the policy chose it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -336,7 +336,7 @@ mod tests {
         });
         let forever = CordonRecord::new(EventKind::SpotInterruption, "e-0", ID, t0());
         n.annotations.insert(
-            crate::domain::wayback::ANNOTATION_CORDON.into(),
+            crate::domain::cordon_record::ANNOTATION_CORDON.into(),
             forever.to_annotation(),
         );
         let a = plan_for(EventKind::ScheduledChange, n.clone(), &BTreeMap::new());
@@ -350,7 +350,7 @@ mod tests {
             ..forever
         };
         n.annotations.insert(
-            crate::domain::wayback::ANNOTATION_CORDON.into(),
+            crate::domain::cordon_record::ANNOTATION_CORDON.into(),
             short.to_annotation(),
         );
         let a = plan_for(EventKind::ScheduledChange, n, &BTreeMap::new());
@@ -415,7 +415,7 @@ mod tests {
             effect: "NoSchedule".into(),
         });
         n.annotations.insert(
-            crate::domain::wayback::ANNOTATION_CORDON.into(),
+            crate::domain::cordon_record::ANNOTATION_CORDON.into(),
             record.to_annotation(),
         );
         let instances = instances();
@@ -448,7 +448,7 @@ mod tests {
         };
         let mut n2 = n.clone();
         n2.annotations.insert(
-            crate::domain::wayback::ANNOTATION_CORDON.into(),
+            crate::domain::cordon_record::ANNOTATION_CORDON.into(),
             other.to_annotation(),
         );
         let nodes = vec![n2];

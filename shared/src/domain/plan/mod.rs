@@ -7,13 +7,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::clusters::{ClusterId, Place};
 use crate::domain::config::{Action, Config};
+use crate::domain::cordon_record::CordonRecord;
 use crate::domain::event::{
     Detail, Event, EventKind, InstanceAction, InstanceState, LifecycleAction,
 };
 use crate::domain::facts::{InstanceFacts, NodeFacts, Owner, resolve_node};
 use crate::domain::policy::Followed;
 use crate::domain::pool::{CapacityType, PoolKey, PoolMark, PoolUpdate};
-use crate::domain::wayback::CordonRecord;
 
 mod choice;
 mod launch;
@@ -967,7 +967,7 @@ mod tests {
             ..p.actions[0].record.clone().unwrap()
         };
         nodes[0].annotations.insert(
-            crate::domain::wayback::ANNOTATION_CORDON.into(),
+            crate::domain::cordon_record::ANNOTATION_CORDON.into(),
             record.to_annotation(),
         );
         assert_eq!(rebalance(&nodes, &nth), Action::None);

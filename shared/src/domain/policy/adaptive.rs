@@ -15,8 +15,8 @@ use chrono::{DateTime, Duration, Utc};
 
 use super::{PolicyAction, short};
 use crate::domain::event::EventKind;
+use crate::domain::pool::HistoryEntry;
 use crate::domain::pool::PoolKey;
-use crate::domain::stats::HistoryEntry;
 
 /// The settings of `adaptive` (`rebalance.adaptive` in a policy).
 #[derive(Debug, Clone, Copy, PartialEq)]

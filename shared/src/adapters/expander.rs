@@ -12,10 +12,9 @@ use ::kube::api::{ObjectMeta, PostParams};
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::ConfigMap;
 
-use super::api::FIELD_MANAGER;
-use super::api::retry::with_retry;
-use super::connect::ClusterClient;
-use super::error::ApiError;
+use crate::adapters::kube::api::FIELD_MANAGER;
+use crate::adapters::kube::api::retry::with_retry;
+use crate::adapters::kube::{ApiError, ClusterClient};
 use crate::domain::priorities::{
     BASE_CONFIGMAP, DATA_KEY, EXPANDER_CONFIGMAP, ExpanderConfig, NAMESPACE,
 };
