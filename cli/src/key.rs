@@ -1,5 +1,5 @@
 //! `forewarn key rotate`: a new continuation key, the current one kept as the previous (see
-//! `forewarn::domain::inbound::continuation::KeyRing`).
+//! `forewarn::domain::keys::KeyRing`).
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -11,7 +11,7 @@ use forewarn::app::settings::{ClusterChoice, Settings};
 use forewarn::app::wayback::{UndoReport, WayBack};
 use forewarn::app::wiring;
 use forewarn::domain::config::Mode;
-use forewarn::domain::wayback::UndoOutcome;
+use forewarn::domain::cordon_record::UndoOutcome;
 use forewarn::ports::Clock;
 
 use crate::{ClusterArg, StoreArgs, TextOrJson, text};

@@ -1064,7 +1064,7 @@ fn cordoned_cluster(dir: &Path) -> std::path::PathBuf {
             "instance-id": instance, "at": "2026-11-22T09:00:00Z", "until": until})
     };
     let record = |event: &str, instance: &str, until: &str| {
-        serde_json::from_value::<forewarn::domain::wayback::CordonRecord>(unsigned(
+        serde_json::from_value::<forewarn::domain::cordon_record::CordonRecord>(unsigned(
             event, instance, until,
         ))
         .unwrap()

@@ -17,7 +17,7 @@ use crate::domain::cordon_record::{Undo, UndoOutcome};
 use crate::domain::event::LifecycleAction;
 use crate::domain::expander::ExpanderConfig;
 use crate::domain::facts::{InstanceFacts, NodeFacts};
-use crate::domain::inbound::continuation::KeyRing;
+use crate::domain::keys::KeyRing;
 use crate::domain::plan::Plan;
 pub use crate::domain::plan::pass::{DrainRole, Pass};
 use crate::domain::pool::HistoryEntry;

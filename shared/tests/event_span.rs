@@ -55,10 +55,10 @@ impl Executor for Logging {
 
     async fn undo(
         &self,
-        _: &forewarn::domain::wayback::Undo,
-    ) -> Result<forewarn::domain::wayback::UndoOutcome, ExecuteError> {
+        _: &forewarn::domain::cordon_record::Undo,
+    ) -> Result<forewarn::domain::cordon_record::UndoOutcome, ExecuteError> {
         tracing::info!("undoing");
-        Ok(forewarn::domain::wayback::UndoOutcome::Undone)
+        Ok(forewarn::domain::cordon_record::UndoOutcome::Undone)
     }
 
     async fn clean_placeholders(

@@ -26,8 +26,9 @@ use forewarn::app::priorities::{
     BaseSource, Change, Priorities, PriorityRunError, PrioritySettings,
 };
 use forewarn::domain::event::EventKind;
+use forewarn::domain::expander::ANNOTATION;
 use forewarn::domain::pool::{CapacityType, PoolKey, PoolMark, PoolUpdate};
-use forewarn::domain::priorities::{ANNOTATION, BasePriorities};
+use forewarn::domain::priorities::BasePriorities;
 use forewarn::ports::{ExpanderError, ExpanderStore, PoolStore, StoredExpander};
 use forewarn_tests::moto::{runtime, shared, unique_name};
 use kube_fake::KubeFake;
@@ -185,13 +186,13 @@ impl ExpanderStore for Racing {
     }
     async fn create(
         &self,
-        config: &forewarn::domain::priorities::ExpanderConfig,
+        config: &forewarn::domain::expander::ExpanderConfig,
     ) -> Result<(), ExpanderError> {
         self.inner.create(config).await
     }
     async fn replace(
         &self,
-        config: &forewarn::domain::priorities::ExpanderConfig,
+        config: &forewarn::domain::expander::ExpanderConfig,
         resource_version: &str,
     ) -> Result<(), ExpanderError> {
         if !self.raced.swap(true, std::sync::atomic::Ordering::SeqCst) {

@@ -23,7 +23,7 @@
 //!   the end of the simulated month: forewarn never undoes the cordon of a recommendation (its
 //!   record has no `until`). `cordon-for 30m` lasts 30 minutes, or until the interruption if
 //!   sooner; a later recommendation of the same instance extends it (the longer record wins, as
-//!   [`forewarn::domain::wayback::CordonRecord::after`] keeps it). `adaptive`'s `cordon-drain`
+//!   [`forewarn::domain::cordon_record::CordonRecord::after`] keeps it). `adaptive`'s `cordon-drain`
 //!   lasts its 30-minute window (the record's `until`): when no interruption came by then, the
 //!   way back gives the node back. Its `otherwise` is `cordon-for 30m`. A comparison row keeps
 //!   a drained node cordoned until its instance goes or the month ends (adaptive as first

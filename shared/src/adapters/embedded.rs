@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 
 use crate::adapters::clock::SystemClock;
 use crate::domain::fold::{fold, pool_deltas, validate};
-use crate::domain::inbound::continuation::{ContinuationKey, KeyId, KeyRing};
+use crate::domain::keys::{ContinuationKey, KeyId, KeyRing};
 use crate::domain::pool::HistoryEntry;
 use crate::domain::pool::{
     Applied, PoolKey, PoolQuery, PoolRecord, PoolUpdate, Retention, sort_newest_first,

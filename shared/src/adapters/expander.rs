@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use crate::adapters::kube::api::FIELD_MANAGER;
 use crate::adapters::kube::api::retry::with_retry;
 use crate::adapters::kube::{ApiError, ClusterClient};
-use crate::domain::priorities::{
+use crate::domain::expander::{
     BASE_CONFIGMAP, DATA_KEY, EXPANDER_CONFIGMAP, ExpanderConfig, NAMESPACE,
 };
 use crate::ports::{ExpanderError, ExpanderStore, StoredExpander};

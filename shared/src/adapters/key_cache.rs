@@ -5,7 +5,7 @@ use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::inbound::continuation::KeyRing;
+use crate::domain::keys::KeyRing;
 use crate::ports::KEY_CACHE_TTL;
 
 /// The keys last read, and when.

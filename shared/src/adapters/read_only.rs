@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use crate::domain::inbound::continuation::KeyRing;
+use crate::domain::keys::KeyRing;
 use crate::domain::pool::HistoryEntry;
 use crate::domain::pool::{Applied, PoolKey, PoolQuery, PoolRecord, PoolUpdate};
 use crate::ports::{FailureKind, PoolStore, StoreError};

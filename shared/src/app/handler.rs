@@ -918,8 +918,7 @@ mod tests {
         }
         async fn continuation_keys(
             &self,
-        ) -> Result<crate::domain::inbound::continuation::KeyRing, crate::ports::StoreError>
-        {
+        ) -> Result<crate::domain::keys::KeyRing, crate::ports::StoreError> {
             unreachable!("lookups fail first")
         }
         fn location(&self) -> String {

@@ -6,11 +6,13 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
+use crate::domain::expander::{
+    ANNOTATION, BASE_CONFIGMAP, EXPANDER_CONFIGMAP, ExpanderConfig, MANAGED_BY_LABEL, NAMESPACE,
+};
 use crate::domain::pool::PoolQuery;
 use crate::domain::priorities::{
-    ANNOTATION, AsgDescription, BASE_CONFIGMAP, BasePriorities, EXPANDER_CONFIGMAP, ExpanderConfig,
-    HotGroup, HotShare, MANAGED_BY_LABEL, NAMESPACE, NodeGroup, PriorityError, demote, hot_groups,
-    node_group,
+    AsgDescription, BasePriorities, HotGroup, HotShare, NodeGroup, PriorityError, demote,
+    hot_groups, node_group,
 };
 use crate::ports::{DirectoryError, ExpanderError, ExpanderStore, Place, PoolStore, StoreError};
 

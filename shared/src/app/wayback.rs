@@ -20,13 +20,14 @@ use serde::Serialize;
 
 use crate::app::leaving::LeavingInstances;
 use crate::domain::clusters::Place;
+use crate::domain::cordon_record::{
+    ANNOTATION_CORDON, CordonRecord, Undo, UndoOutcome, drop_unverified, read_unverified,
+};
 use crate::domain::event::EventKind;
 use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::pool::{PoolKey, PoolQuery};
 use crate::domain::status::InstanceStatus;
-use crate::domain::wayback::{
-    ANNOTATION_CORDON, CordonRecord, Undo, UndoOutcome, drop_unverified, read_unverified, undos,
-};
+use crate::domain::wayback::undos;
 use crate::ports::{
     DirectoryError, Executor, InstanceDirectory, NodeDirectory, PoolStore, StoreError,
 };

@@ -17,10 +17,7 @@ use chrono::{DateTime, Utc};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
-pub use crate::domain::expander::{
-    ANNOTATION, BASE_CONFIGMAP, DATA_KEY, EXPANDER_CONFIGMAP, ExpanderConfig, MANAGED_BY,
-    MANAGED_BY_LABEL, NAMESPACE,
-};
+use crate::domain::expander::{ANNOTATION, ExpanderConfig, MANAGED_BY, MANAGED_BY_LABEL};
 use crate::domain::pool::{CapacityType, PoolKey, PoolRecord};
 
 /// Priorities as the expander reads them: priority → regular expressions.

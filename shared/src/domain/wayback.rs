@@ -11,7 +11,7 @@
 //!
 //! **Signed.** A node's kubelet may rewrite its own Node's annotations (not its taints or
 //! `spec.unschedulable`), so the record is signed with the continuation key
-//! ([`crate::domain::inbound::continuation::KeyRing`], its id in `key-id`, HMAC-SHA256 in `mac`): a
+//! ([`crate::domain::keys::KeyRing`], its id in `key-id`, HMAC-SHA256 in `mac`): a
 //! record that does not verify ([`read`]) is never acted on — never undone, never merged into a
 //! new cordon, never used to decide — and is reported. The record also says whether the node
 //! was already unschedulable before forewarn's first cordon (`already-unschedulable`): the way
@@ -21,10 +21,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
-pub use crate::domain::cordon_record::{
-    ANNOTATION_CORDON, CordonRecord, RecordRead, Undo, UndoOutcome, drop_unverified, read,
-    read_unverified,
-};
+use crate::domain::cordon_record::{CordonRecord, Undo};
 use crate::domain::event::EventKind;
 use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::status::InstanceStatus;
@@ -111,6 +108,7 @@ pub fn undos(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::cordon_record::{ANNOTATION_CORDON, RecordRead, drop_unverified, read};
     use crate::domain::facts::Taint;
     use crate::domain::keys::{ContinuationKey, KeyRing};
     use serde_json::Value;

@@ -5,8 +5,9 @@
 
 use forewarn::adapters::dynamo::DynamoStore;
 use forewarn::domain::fixtures::{app_pod, ec2_node};
-use forewarn::domain::inbound::continuation::{Continuation, ContinuationKey};
+use forewarn::domain::inbound::continuation::Continuation;
 use forewarn::domain::inbound::decode;
+use forewarn::domain::keys::ContinuationKey;
 use forewarn::domain::plan::{Facts, decide};
 use forewarn::domain::report::{Outcome, Report};
 use forewarn::ports::PoolStore;

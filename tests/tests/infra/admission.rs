@@ -272,7 +272,7 @@ fn nths_keys_are_admitted(node: &Value, with: impl Fn(&dyn Fn(&mut Value)) -> Va
 #[test]
 fn the_node_write_policy_lets_forewarn_change_only_its_cordon() {
     use forewarn::domain::config::{LABEL_EXCLUDE_LB, NTH_TAINT_KEYS, TAINT_KEY};
-    use forewarn::domain::wayback::ANNOTATION_CORDON;
+    use forewarn::domain::cordon_record::ANNOTATION_CORDON;
     let text =
         std::fs::read_to_string(workspace_root().join("infra/k8s/node-writes.yaml")).unwrap();
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();

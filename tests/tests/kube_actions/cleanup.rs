@@ -204,7 +204,7 @@ async fn a_cordon_for_is_undone_after_its_time_and_anothers_cordon_is_kept() {
     let cordoned = w.node(NODE).unwrap();
     assert_eq!(cordoned["spec"]["unschedulable"], json!(true));
     assert!(
-        cordoned["metadata"]["annotations"][forewarn::domain::wayback::ANNOTATION_CORDON]
+        cordoned["metadata"]["annotations"][forewarn::domain::cordon_record::ANNOTATION_CORDON]
             .is_string()
     );
 
@@ -233,7 +233,7 @@ async fn a_cordon_for_is_undone_after_its_time_and_anothers_cordon_is_kept() {
     assert_eq!(undone[0].node, NODE);
     assert_eq!(
         undone[0].outcome,
-        Some(forewarn::domain::wayback::UndoOutcome::Undone)
+        Some(forewarn::domain::cordon_record::UndoOutcome::Undone)
     );
     let back = w.node(NODE).unwrap();
     assert_eq!(back["spec"]["unschedulable"], json!(false));
@@ -241,7 +241,7 @@ async fn a_cordon_for_is_undone_after_its_time_and_anothers_cordon_is_kept() {
     assert_eq!(taint_keys, vec!["dedicated"]);
     assert!(
         back["metadata"]["annotations"]
-            .get(forewarn::domain::wayback::ANNOTATION_CORDON)
+            .get(forewarn::domain::cordon_record::ANNOTATION_CORDON)
             .is_none()
     );
     assert!(back["metadata"]["labels"].get(LABEL_EXCLUDE_LB).is_none());
@@ -266,7 +266,7 @@ async fn a_cordon_for_is_undone_after_its_time_and_anothers_cordon_is_kept() {
 /// the node as it is.
 #[tokio::test]
 async fn an_operators_cordon_survives_the_way_back_and_a_rewritten_record_is_refused() {
-    use forewarn::domain::wayback::{ANNOTATION_CORDON, UndoOutcome};
+    use forewarn::domain::cordon_record::{ANNOTATION_CORDON, UndoOutcome};
     let mut w = World::plain().await;
     w.config.policy = forewarn::domain::policy::Policy::parse(
         "rules:\n- name: all\n  nodes: {}\n  actions: {rebalance-recommendation: cordon-for 30s}\n",

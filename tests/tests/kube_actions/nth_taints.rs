@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use forewarn::adapters::kube::KubeNodeDirectory;
 use forewarn::domain::config::{Action, NTH_TAINT_SPOT, TaintKeys};
+use forewarn::domain::cordon_record::{ANNOTATION_CORDON, CordonRecord, UndoOutcome};
 use forewarn::domain::event::{Detail, EventKind, InstanceAction};
 use forewarn::domain::fixtures;
-use forewarn::domain::wayback::{ANNOTATION_CORDON, CordonRecord, UndoOutcome};
 use forewarn::ports::Clock;
 use serde_json::json;
 

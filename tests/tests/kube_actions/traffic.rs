@@ -217,7 +217,7 @@ fn a_forged_round_entry_takes_no_target_off() {
             addresses: vec!["0.0.0.0/0".into()],
             signature: None,
         };
-        let stranger = forewarn::domain::inbound::continuation::ContinuationKey::new([3; 32]);
+        let stranger = forewarn::domain::keys::ContinuationKey::new([3; 32]);
         let rounds = handler
             .store
             .traffic_rounds()

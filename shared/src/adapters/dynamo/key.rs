@@ -12,7 +12,7 @@ use serde_with::{Bytes, serde_as};
 
 use super::codec::*;
 use super::{DynamoStore, SecretKeys};
-use crate::domain::inbound::continuation::{ContinuationKey, KeyId, KeyRing};
+use crate::domain::keys::{ContinuationKey, KeyId, KeyRing};
 use crate::ports::{FailureKind, StoreError};
 
 impl DynamoStore {

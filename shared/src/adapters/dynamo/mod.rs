@@ -71,7 +71,7 @@ pub use token::request_token;
 
 use crate::adapters::aws::failure_kind;
 use crate::adapters::backoff::Backoff;
-use crate::domain::inbound::continuation::KeyRing;
+use crate::domain::keys::KeyRing;
 use crate::domain::pool::HistoryEntry;
 use crate::domain::pool::{Applied, PoolQuery, PoolRecord, PoolUpdate, Retention};
 use crate::ports::{FailureKind, PoolStore, StoreError};

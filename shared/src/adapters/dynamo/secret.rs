@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
 use crate::adapters::aws::{aws_error_text, failure_kind};
-use crate::domain::inbound::continuation::{ContinuationKey, KeyId, KeyRing};
+use crate::domain::keys::{ContinuationKey, KeyId, KeyRing};
 use crate::ports::{FailureKind, StoreError};
 
 /// One version of the secret.

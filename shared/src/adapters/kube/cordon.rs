@@ -28,7 +28,7 @@ use crate::domain::config::{Config, LABEL_EXCLUDE_LB, TaintEffect};
 use crate::domain::cordon_record::{
     ANNOTATION_CORDON, CordonRecord, RecordRead, Undo, UndoOutcome, read, read_unverified,
 };
-use crate::domain::inbound::continuation::KeyRing;
+use crate::domain::keys::KeyRing;
 use crate::domain::plan::NodeAction;
 use crate::domain::surge::LABEL_CORDONED;
 
@@ -750,9 +750,7 @@ mod tests {
     }
 
     fn ring() -> KeyRing {
-        KeyRing::of(crate::domain::inbound::continuation::ContinuationKey::new(
-            [5; 32],
-        ))
+        KeyRing::of(crate::domain::keys::ContinuationKey::new([5; 32]))
     }
 
     /// The record a patch writes.
@@ -855,8 +853,7 @@ mod tests {
             keys: RecordKeys::Signed(ring()),
             ..spec(false)
         };
-        let other_key =
-            KeyRing::of(crate::domain::inbound::continuation::ContinuationKey::with_id(9, [7; 32]));
+        let other_key = KeyRing::of(crate::domain::keys::ContinuationKey::with_id(9, [7; 32]));
         let ours_unverifiable = node(json!({
             "metadata": {"name": "n1", "annotations": {
                 ANNOTATION_CORDON: record(None).signed(&other_key.current).to_annotation()}},

@@ -343,7 +343,8 @@ mod tests {
     /// A drain's continuation of a spot warning for `instance`, its plan naming `cluster`
     /// (signed with a key the test makes up: routing reads no signature).
     fn continuation(id: &str, instance: &str, cluster: Option<&str>) -> Record {
-        use crate::domain::inbound::continuation::{Continuation, ContinuationKey};
+        use crate::domain::inbound::continuation::Continuation;
+        use crate::domain::keys::ContinuationKey;
         let now = chrono::Utc::now();
         let body = fixtures::spot_json(id, instance, "2026-11-26T10:00:00Z").to_string();
         let event = decode_value("test", serde_json::from_str(&body).unwrap(), now)

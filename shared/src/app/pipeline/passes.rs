@@ -108,11 +108,11 @@ impl Pipeline<'_> {
         record: &Record,
         continuation: &Continuation,
         body: &str,
-    ) -> Result<Result<(), crate::domain::inbound::continuation::Unverified>, Report> {
+    ) -> Result<Result<(), crate::domain::keys::Unverified>, Report> {
         let failed = |e| WorkError::Key(e).fail(Report::new(record));
         let keys = self.store.continuation_keys().await.map_err(failed)?;
         Ok(match continuation.verify(&keys, body) {
-            Err(unknown @ crate::domain::inbound::continuation::Unverified::UnknownKey { .. }) => {
+            Err(unknown @ crate::domain::keys::Unverified::UnknownKey { .. }) => {
                 match self
                     .store
                     .reread_continuation_keys()

@@ -618,7 +618,7 @@ impl ContinuationQueue for Queue {
 /// A signed continuation message of a spot warning for instance `A`, sent three minutes
 /// before `now`, with the default plan: `shape` changes the plan and says the pass.
 fn late_continuation(
-    key: &crate::domain::inbound::continuation::ContinuationKey,
+    key: &crate::domain::keys::ContinuationKey,
     id: &str,
     now: DateTime<Utc>,
     shape: impl FnOnce(&mut Plan) -> u32,
@@ -849,7 +849,7 @@ impl crate::ports::LoadBalancers for Balancers {
 /// A signed continuation of a spot warning for `A`, whose drain is still on, asking for
 /// pass `pass`; the instance has an address.
 fn drain_continuation(
-    key: &crate::domain::inbound::continuation::ContinuationKey,
+    key: &crate::domain::keys::ContinuationKey,
     id: &str,
     now: DateTime<Utc>,
     pass: u32,
@@ -876,7 +876,7 @@ async fn a_drains_first_pass_takes_its_instance_off_the_load_balancers_before_ev
     let dir = tempfile::tempdir().unwrap();
     let store = EmbeddedStore::open(dir.path()).unwrap();
     let key = store.continuation_keys().await.unwrap().current;
-    let forged = crate::domain::inbound::continuation::ContinuationKey::new([7; 32]);
+    let forged = crate::domain::keys::ContinuationKey::new([7; 32]);
     let world = world();
     let config = blue();
     let clock = clock();

@@ -11,7 +11,7 @@
 use super::passes::{Handled, plan_is_the_events};
 use super::*;
 use crate::domain::config::Action;
-use crate::domain::inbound::continuation::Unverified;
+use crate::domain::keys::Unverified;
 use crate::domain::traffic::{
     Claim, Deregistered, Doomed, Outcome, Refused, leaves_whole, next_round,
 };

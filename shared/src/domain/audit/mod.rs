@@ -22,9 +22,6 @@ mod rules;
 #[cfg(test)]
 mod tests;
 
-pub use crate::domain::budget::{
-    Budget, IntOrPercent, NotIntOrPercent, Operator, Requirement, Selector,
-};
 pub use blocks::BLOCK_WINDOW;
 pub use budgets::{
     SuggestedBudget, budget_yaml, budgets_yaml, suggested_budgets, suggested_max_unavailable,

@@ -3,6 +3,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Duration, Utc};
 
 use super::*;
+use crate::domain::budget::{Budget, IntOrPercent, Operator, Requirement, Selector};
 use crate::domain::config::Config;
 use crate::domain::pool::{PoolKey, PoolRecord};
 

@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::Sha256;
 
-pub use crate::domain::keys::{ContinuationKey, KeyId, KeyRing, Unverified};
+use crate::domain::keys::{ContinuationKey, KeyId, KeyRing, Unverified};
 use crate::domain::plan::Plan;
 use crate::domain::surge::RoomWait;
 use crate::domain::time::within_sane_range;

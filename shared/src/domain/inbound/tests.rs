@@ -642,7 +642,8 @@ fn a_sent_timestamp_far_from_now_is_not_the_time() {
 
 #[test]
 fn continuation_times_far_from_now_are_malformed() {
-    use crate::domain::inbound::continuation::{Continuation, ContinuationKey};
+    use crate::domain::inbound::continuation::Continuation;
+    use crate::domain::keys::ContinuationKey;
     let body = spot("e1", json!("i-0a1b2c3d4e5f60001")).to_string();
     let key = ContinuationKey::new([1; 32]);
     let record = |c: &Continuation| {
@@ -684,7 +685,8 @@ fn continuation_times_far_from_now_are_malformed() {
 
 #[test]
 fn a_continuation_whose_plan_is_not_a_plan_is_malformed_naming_the_field() {
-    use crate::domain::inbound::continuation::{Continuation, ContinuationKey};
+    use crate::domain::inbound::continuation::Continuation;
+    use crate::domain::keys::ContinuationKey;
     let body = spot("e1", json!("i-0a1b2c3d4e5f60001")).to_string();
     let signed = Continuation::first(received(), received(), a_plan())
         .body(&ContinuationKey::new([1; 32]), &body);
