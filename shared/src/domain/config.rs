@@ -278,13 +278,6 @@ impl Config {
         rule.unwrap_or(&self.surge_kinds).contains(&kind)
     }
 
-    /// A cordon labels a node with `labels` out of external load balancers: its policy rule's
-    /// `exclude-from-load-balancers`, else [`Config::exclude_from_load_balancers`].
-    pub fn excludes_from_load_balancers(&self, labels: &BTreeMap<String, String>) -> bool {
-        let rule = self.policy.behaviour(labels).exclude_from_load_balancers;
-        rule.unwrap_or(self.exclude_from_load_balancers)
-    }
-
     /// The configured action for a kind.
     pub fn action(&self, kind: EventKind) -> Action {
         self.actions.get(&kind).copied().unwrap_or(Action::None)

@@ -379,12 +379,6 @@ impl Fleet {
         }
     }
 
-    /// Whether the fleet is one cluster whose services are given (no instance lookup is needed
-    /// to route a record).
-    pub fn is_lone(&self) -> bool {
-        matches!(self.served, Served::One(_))
-    }
-
     /// The lone cluster's services, when the fleet is one cluster (`forewarn replay`, the
     /// command's `--kube`); `None` for a fleet of named clusters.
     pub fn lone(&self) -> Option<&Arc<Cluster>> {

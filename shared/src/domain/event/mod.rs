@@ -149,13 +149,6 @@ pub const DT_BLOCK_EXPIRATION: &str = "Capacity Block Expiration Warning";
 pub const DT_BLOCK_EXPIRATION_LONG: &str = "Capacity Block Reservation Expiration Warning";
 pub const DT_BLOCK_DELIVERED: &str = "Capacity Block Delivered";
 pub const DT_BLOCK_DELIVERED_LONG: &str = "Capacity Block Reservation Delivered";
-/// Every `detail-type` of EC2's Capacity Block events forewarn handles (the rules match these).
-pub const DT_BLOCKS: [&str; 4] = [
-    DT_BLOCK_EXPIRATION,
-    DT_BLOCK_EXPIRATION_LONG,
-    DT_BLOCK_DELIVERED,
-    DT_BLOCK_DELIVERED_LONG,
-];
 /// How long before its end a Capacity Block's instances begin to terminate.
 pub const BLOCK_TERMINATION_LEAD: chrono::Duration = chrono::Duration::minutes(30);
 /// How long after its expiration warning a Capacity Block's instances begin to terminate (the
