@@ -199,26 +199,27 @@ pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
         RecordKeys::Signed(keys) => r.signed(&keys.current),
         RecordKeys::Unreadable | RecordKeys::Unsigned => r,
     });
-    let mut metadata = serde_json::Map::new();
-    if let Some(rv) = &node.metadata.resource_version {
-        metadata.insert("resourceVersion".into(), json!(rv));
-    }
     // Every node forewarn cordons carries its label: placeholders never count it as room.
-    let mut labels = serde_json::Map::from_iter([(LABEL_CORDONED.to_string(), json!("true"))]);
+    let mut metadata = json!({"labels": { LABEL_CORDONED: "true" }});
     if spec.exclude_from_load_balancers {
-        labels.insert(LABEL_EXCLUDE_LB.into(), json!("true"));
+        metadata["labels"][LABEL_EXCLUDE_LB] = json!("true");
     }
-    metadata.insert("labels".into(), Value::Object(labels));
     if let Some(record) = record {
-        metadata.insert(
-            "annotations".into(),
-            json!({ ANNOTATION_CORDON: record.to_annotation() }),
-        );
+        metadata["annotations"] = json!({ ANNOTATION_CORDON: record.to_annotation() });
     }
-    Some(json!({
-        "metadata": metadata,
-        "spec": {"unschedulable": true, "taints": taints},
-    }))
+    Some(node_patch(
+        node,
+        metadata,
+        json!({"unschedulable": true, "taints": taints}),
+    ))
+}
+
+/// The merge patch of `node` setting `metadata` and `spec`, with the node's `resourceVersion`.
+fn node_patch(node: &Node, mut metadata: Value, spec: Value) -> Value {
+    if let Some(rv) = &node.metadata.resource_version {
+        metadata["resourceVersion"] = json!(rv);
+    }
+    json!({"metadata": metadata, "spec": spec})
 }
 
 /// Why a cordon is not forewarn's to undo (any more).
@@ -268,26 +269,17 @@ pub fn uncordon_patch(
         .iter()
         .filter(|t| !ours.contains(&t.key.as_str()))
         .collect();
-    let mut metadata = serde_json::Map::new();
-    if let Some(rv) = &node.metadata.resource_version {
-        metadata.insert("resourceVersion".into(), json!(rv));
-    }
-    metadata.insert("annotations".into(), json!({ ANNOTATION_CORDON: null }));
-    let mut labels = serde_json::Map::from_iter([(LABEL_CORDONED.to_string(), Value::Null)]);
+    let mut metadata = json!({"annotations": { ANNOTATION_CORDON: null },
+        "labels": { LABEL_CORDONED: null }});
     if record.excluded_from_lb {
-        labels.insert(LABEL_EXCLUDE_LB.into(), Value::Null);
+        metadata["labels"][LABEL_EXCLUDE_LB] = Value::Null;
     }
-    metadata.insert("labels".into(), Value::Object(labels));
-    let mut spec = serde_json::Map::new();
+    let mut spec = json!({ "taints": taints });
     // A node that was unschedulable before forewarn (an operator's cordon) stays so.
     if !record.already_unschedulable {
-        spec.insert("unschedulable".into(), json!(false));
+        spec["unschedulable"] = json!(false);
     }
-    spec.insert("taints".into(), json!(taints));
-    Ok(json!({
-        "metadata": metadata,
-        "spec": spec,
-    }))
+    Ok(node_patch(node, metadata, spec))
 }
 
 /// The node, or `None` when there is none of that name.

@@ -183,15 +183,6 @@ fn sort_pods<'a>(listed: &'a [Pod], report: &mut DrainReport) -> [Vec<&'a Pod>; 
     sorted
 }
 
-/// A pod to evict, owned (the evictions' futures must not borrow the pods).
-struct EvictionTarget {
-    /// `<namespace>/<name>`.
-    key: String,
-    uid: String,
-    /// Its own `terminationGracePeriodSeconds`.
-    grace: Option<i64>,
-}
-
 /// When a pending pass's drain looks again (`report.wait_until`, and `report.room` when it only
 /// waits for room), from what the pass did (whether it evicted, refused or deferred anything;
 /// how many pods it deferred; when the last terminating pod is due to be gone) when it looked
@@ -333,21 +324,24 @@ impl KubeExecutor {
         grace_until: Option<DateTime<Utc>>,
         report: &mut DrainReport,
     ) -> Result<(), KubeError> {
-        let targets: Vec<EvictionTarget> = pods
-            .iter()
-            .map(|p| EvictionTarget {
-                key: pod_key(p),
-                uid: p.metadata.uid.clone().unwrap_or_default(),
-                grace: p
+        // Owned: the evictions' futures must not borrow the pods.
+        let targets: Vec<_> = (pods.iter())
+            .map(|p| {
+                let grace = p
                     .spec
                     .as_ref()
-                    .and_then(|s| s.termination_grace_period_seconds),
+                    .and_then(|s| s.termination_grace_period_seconds);
+                (
+                    pod_key(p),
+                    p.metadata.uid.clone().unwrap_or_default(),
+                    grace,
+                )
             })
             .collect();
         let results: Vec<_> = futures::stream::iter(targets)
-            .map(|pod| async move {
-                let result = self.evict(&pod, end, grace_until).await;
-                (pod.key, pod.uid, result)
+            .map(|(key, uid, grace)| async move {
+                let result = self.evict(&key, grace, end, grace_until).await;
+                (key, uid, result)
             })
             .buffer_unordered(self.settings.eviction_parallelism.max(1))
             .collect()
@@ -377,13 +371,14 @@ impl KubeExecutor {
     /// again.
     async fn evict(
         &self,
-        pod: &EvictionTarget,
+        key: &str,
+        own_grace: Option<i64>,
         deadline: DateTime<Utc>,
         grace_until: Option<DateTime<Utc>>,
     ) -> Result<Eviction, KubeError> {
         let (clients, settings) = (&self.clients, &self.settings);
         // Neither a namespace nor a name holds a `/`.
-        let (namespace, name) = pod.key.split_once('/').unwrap_or_default();
+        let (namespace, name) = key.split_once('/').unwrap_or_default();
         let object = format!("pod/{namespace}/{name}");
         // The waits after refusals; a `Retry-After` waited takes none of them.
         let mut waits = Backoff::new(settings.backoff_initial, settings.backoff_max).delays();
@@ -391,7 +386,7 @@ impl KubeExecutor {
         loop {
             let pods: Api<Pod> = Api::namespaced(clients.client().await?, namespace);
             clients.throttle(Lane::Later).await;
-            let grace = fitted_grace(pod.grace, grace_until, clients.clock().now());
+            let grace = fitted_grace(own_grace, grace_until, clients.clock().now());
             let body = eviction_body(namespace, name, grace);
             let evicted = pods
                 .create_subresource::<_, serde_json::Value>(

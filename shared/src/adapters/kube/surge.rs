@@ -437,10 +437,7 @@ async fn create_all(
     making: Vec<Making>,
     end: DateTime<Utc>,
 ) -> Vec<(Making, Created)> {
-    if making.is_empty() {
-        return Vec::new();
-    }
-    let mut answered: BTreeMap<usize, Created> = BTreeMap::new();
+    let mut answered: Vec<Option<Created>> = making.iter().map(|_| None).collect();
     // The futures made first (a stream mapping borrowed items would not be `Send` for every
     // lifetime, as the executor's futures must be).
     let creates: Vec<_> = making
@@ -451,7 +448,7 @@ async fn create_all(
     let work = futures::stream::iter(creates)
         .buffer_unordered(settings.parallelism.max(1))
         .for_each(|(i, created)| {
-            answered.insert(i, created);
+            answered[i] = Some(created);
             std::future::ready(())
         });
     if crate::ports::until(clients.clock(), end, work)
@@ -460,15 +457,12 @@ async fn create_all(
     {
         tracing::warn!(
             asked = making.len(),
-            answered = answered.len(),
+            answered = answered.iter().flatten().count(),
             "placeholders not all made within the step's budget: the other pods are evicted as without surge"
         );
     }
-    making
-        .into_iter()
-        .enumerate()
-        .map(|(i, m)| (m, answered.remove(&i).unwrap_or(Created::Not)))
-        .collect()
+    let answered = answered.into_iter().map(|a| a.unwrap_or(Created::Not));
+    making.into_iter().zip(answered).collect()
 }
 
 /// Creates one placeholder, once: any answer but success and AlreadyExists (409) — a refusal
