@@ -382,18 +382,17 @@ pub async fn connect(
     let mut config = match access {
         ClusterAccess::Kubeconfig => ::kube::Config::infer().await?,
         ClusterAccess::Context(name) => {
-            let failed = |source| ConnectError::Context {
-                cluster: name.to_string(),
-                source,
-            };
-            let kubeconfig = Kubeconfig::read().map_err(failed)?;
+            let context = Some(name.to_string());
             let options = KubeConfigOptions {
-                context: Some(name.to_string()),
+                context,
                 ..KubeConfigOptions::default()
             };
-            ::kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+            ::kube::Config::from_kubeconfig(&options)
                 .await
-                .map_err(failed)?
+                .map_err(|source| ConnectError::Context {
+                    cluster: name.to_string(),
+                    source,
+                })?
         }
         ClusterAccess::Eks(eks) => {
             return connect_eks(eks, &crate::adapters::aws::load(aws).await, identity).await;

@@ -11,8 +11,8 @@
 //! concurrency: a taint added by someone else between the read and the write makes the patch a
 //! 409 Conflict, and the node is read again, instead of that taint being lost.
 
-use ::kube::Api;
 use ::kube::api::{Patch, PatchParams};
+use ::kube::{Api, ResourceExt};
 use k8s_openapi::api::core::v1::{Node, Taint};
 use serde_json::{Value, json};
 
@@ -123,14 +123,13 @@ fn desired_taints(existing: &[Taint], spec: &CordonSpec, theirs: bool) -> Vec<Ta
 pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
     let existing = taints_of(node);
     let unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
-    let labels = node.metadata.labels.as_ref();
-    let labelled = labels
-        .and_then(|l| l.get(LABEL_EXCLUDE_LB))
+    let labelled = node
+        .labels()
+        .get(LABEL_EXCLUDE_LB)
         .is_some_and(|v| v == "true");
-    let marked = labels.is_some_and(|l| l.contains_key(LABEL_CORDONED));
+    let marked = node.labels().contains_key(LABEL_CORDONED);
     let label_ok = (!spec.exclude_from_load_balancers || labelled) && marked;
-    let empty = Default::default();
-    let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
+    let annotations = node.annotations();
     // Only a record forewarn signed counts: one that does not verify (the node's kubelet may
     // write its annotations) is treated as no record, and replaced.
     let read = match &spec.keys {
@@ -257,10 +256,12 @@ pub fn uncordon_patch(
             taint: ours.join(" or "),
         });
     }
-    let empty = Default::default();
-    let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
     // Exactly the record read and verified, signature included.
-    if read_unverified(annotations).and_then(Result::ok).as_ref() != Some(record) {
+    if read_unverified(node.annotations())
+        .and_then(Result::ok)
+        .as_ref()
+        != Some(record)
+    {
         return Err(NotOurs::NewRecord {
             node: name.to_string(),
         });
@@ -366,37 +367,6 @@ impl KubeExecutor {
         })
     }
 
-    /// Cordons the node `node` was read as for `a` (with `dry_run`, says what it would send); on
-    /// a 409 Conflict reads it again, verifies it again (it must still run `a`'s instance and not
-    /// be control-plane) and retries.
-    async fn cordon(
-        &self,
-        a: &NodeAction,
-        node: Node,
-        dry_run: bool,
-    ) -> Result<CordonOutcome, KubeError> {
-        let spec = CordonSpec::new(&self.config, a, self.record_keys(&node).await);
-        let gone = CordonOutcome::NodeGone;
-        self.write_node(node, "cordoned", gone, |node, attempt| {
-            if attempt > 1
-                && let Err(why) = runs(&a.instance_id, node)
-            {
-                tracing::warn!(%why, "the node changed: refusing to cordon it");
-                return Step::Done(CordonOutcome::Refused {
-                    why: why.to_string(),
-                });
-            }
-            match cordon_patch(node, &spec) {
-                // Already so; on a later attempt, someone cordoned it the same way in between.
-                None if attempt == 1 => Step::Done(CordonOutcome::AlreadyCordoned),
-                None => Step::Done(CordonOutcome::Cordoned { attempts: attempt }),
-                Some(patch) if dry_run => Step::Done(CordonOutcome::WouldCordon { patch }),
-                Some(patch) => Step::Patch(patch, CordonOutcome::Cordoned { attempts: attempt }),
-            }
-        })
-        .await
-    }
-
     /// How cordons of `node` treat records (see [`RecordKeys`]); keys that cannot be read are
     /// logged and the cordon still goes on, a record already on the node left as it is. A record
     /// signed by a key id the keys read do not hold (a rotation this process has not seen) makes
@@ -412,13 +382,8 @@ impl KubeExecutor {
                 return RecordKeys::Unreadable;
             }
         };
-        let signed_by = node
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(read_unverified)
-            .and_then(Result::ok)
-            .and_then(|r| r.key_id);
+        let signed_by = read_unverified(node.annotations()).and_then(Result::ok);
+        let signed_by = signed_by.and_then(|r| r.key_id);
         match signed_by {
             Some(id) if keys.get(id).is_none() => match store.reread_continuation_keys().await {
                 Ok(Some(fresh)) => RecordKeys::Signed(fresh),
@@ -432,9 +397,11 @@ impl KubeExecutor {
         }
     }
 
-    /// Cordons and taints the node; says whether it was gone (or the cordon refused), and the
-    /// note of the `Cordoned` Event to record when the cordon changed it (or, with
-    /// `already_ours`, when it was found cordoned with forewarn's taint).
+    /// Cordons and taints the node `a` acts on, read as `node` (in a dry run, says what it would
+    /// send); on a 409 Conflict reads it again, verifies it again (it must still run `a`'s
+    /// instance and not be control-plane) and retries. Says whether it was gone (or the cordon
+    /// refused), and the note of the `Cordoned` Event to record when the cordon changed it (or,
+    /// with `already_ours`, when it was found cordoned with forewarn's taint).
     pub(super) async fn cordon_node(
         &self,
         a: &NodeAction,
@@ -442,7 +409,26 @@ impl KubeExecutor {
         already_ours: bool,
         out: &mut NodeOutcome,
     ) -> Result<Cordoning, KubeError> {
-        let cordoned = self.cordon(a, node.clone(), self.settings.dry_run).await?;
+        let spec = CordonSpec::new(&self.config, a, self.record_keys(node).await);
+        let (dry_run, gone) = (self.settings.dry_run, CordonOutcome::NodeGone);
+        let write = self.write_node(node.clone(), "cordoned", gone, |node, attempt| {
+            if attempt > 1
+                && let Err(why) = runs(&a.instance_id, node)
+            {
+                tracing::warn!(%why, "the node changed: refusing to cordon it");
+                return Step::Done(CordonOutcome::Refused {
+                    why: why.to_string(),
+                });
+            }
+            match cordon_patch(node, &spec) {
+                // Already so; on a later attempt, someone cordoned it the same way in between.
+                None if attempt == 1 => Step::Done(CordonOutcome::AlreadyCordoned),
+                None => Step::Done(CordonOutcome::Cordoned { attempts: attempt }),
+                Some(patch) if dry_run => Step::Done(CordonOutcome::WouldCordon { patch }),
+                Some(patch) => Step::Patch(patch, CordonOutcome::Cordoned { attempts: attempt }),
+            }
+        });
+        let cordoned = write.await?;
         let changed = matches!(cordoned, CordonOutcome::Cordoned { .. });
         let already = cordoned == CordonOutcome::AlreadyCordoned;
         if let CordonOutcome::Refused { why } = &cordoned {

@@ -207,8 +207,9 @@ impl KubeExecutor {
         }
     }
 
-    /// The Events of the decision a pass records: with `announce`, what forewarn does and why
-    /// (see [`Self::announce`]); with the note of a `Cordoned` Event (`cordoned`), that one.
+    /// The Events of the decision a pass records: with `announce`, the one that says what
+    /// forewarn is about to do and why (with the drain's deadline); with the note of a
+    /// `Cordoned` Event (`cordoned`), that one.
     pub(super) async fn decision_events(
         &self,
         plan: &Plan,
@@ -218,27 +219,22 @@ impl KubeExecutor {
         out: &mut NodeOutcome,
     ) {
         if announce {
-            self.announce(plan, a, node, out).await;
+            let action = if a.action == Action::Cordon {
+                "Cordon"
+            } else {
+                "CordonDrain"
+            };
+            let mut note = a.reason.clone();
+            if let Some(deadline) = a.deadline {
+                note.push_str(&format!(" (drain deadline {})", deadline.to_rfc3339()));
+            }
+            let said = Said(EventType::Warning, &a.event_reason, action, note);
+            self.record_event(plan, node, said, out).await;
         }
         if let Some(note) = cordoned {
             let said = Said(EventType::Normal, "Cordoned", "Cordon", note);
             self.record_event(plan, node, said, out).await;
         }
-    }
-
-    /// The Event that says what forewarn is about to do and why (with the drain's deadline).
-    async fn announce(&self, plan: &Plan, a: &NodeAction, node: &Node, out: &mut NodeOutcome) {
-        let action = if a.action == Action::Cordon {
-            "Cordon"
-        } else {
-            "CordonDrain"
-        };
-        let mut note = a.reason.clone();
-        if let Some(deadline) = a.deadline {
-            note.push_str(&format!(" (drain deadline {})", deadline.to_rfc3339()));
-        }
-        let said = Said(EventType::Warning, &a.event_reason, action, note);
-        self.record_event(plan, node, said, out).await;
     }
 
     /// The Event on each pod `report`'s pass evicted: in the pod's namespace, `regarding` the pod

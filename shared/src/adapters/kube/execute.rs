@@ -32,7 +32,10 @@
 //! `drain`, `delete`, `events`, `launch` for the lifecycle action), which depend on
 //! [`super::executor`] alone, never on this one.
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::Node;
 use tracing::Instrument;
@@ -43,9 +46,12 @@ use super::error::{KubeError, Refusal};
 use super::executor::KubeExecutor;
 use super::node_facts::node_facts;
 use super::outcome::{NodeOutcome, results};
+use super::preflight::PreflightScope;
+use crate::domain::admission::{Capability, Proof};
 use crate::domain::config::Action;
 use crate::domain::cordon_record::{Undo, UndoOutcome};
 use crate::domain::plan::{NodeAction, Plan};
+use crate::domain::surge::RoomSeen;
 use crate::ports::{ActionResult, DrainRole, ExecuteError, Executor, Pass, Work};
 
 impl KubeExecutor {
@@ -295,11 +301,7 @@ impl Executor for KubeExecutor {
         ))
     }
 
-    async fn room(
-        &self,
-        nodes: &[String],
-    ) -> Result<std::collections::BTreeMap<String, crate::domain::surge::RoomSeen>, ExecuteError>
-    {
+    async fn room(&self, nodes: &[String]) -> Result<BTreeMap<String, RoomSeen>, ExecuteError> {
         self.room_in(nodes, Work::default()).await
     }
 
@@ -307,31 +309,24 @@ impl Executor for KubeExecutor {
         &self,
         nodes: &[String],
         work: Work,
-    ) -> Result<std::collections::BTreeMap<String, crate::domain::surge::RoomSeen>, ExecuteError>
-    {
+    ) -> Result<BTreeMap<String, RoomSeen>, ExecuteError> {
         let clients = self.clients.in_lane(Lane::Later).for_work(work);
         let doing = format!("placeholders of {} nodes", nodes.len());
         let room = super::surge::room_of(&clients, nodes).await;
         room.map_err(failed("", Some(doing)))
     }
 
-    async fn preflight(
-        &self,
-        group: &str,
-        capabilities: &[crate::domain::admission::Capability],
-    ) -> Vec<crate::domain::admission::Proof> {
-        let scope = super::preflight::PreflightScope {
+    async fn preflight(&self, group: &str, capabilities: &[Capability]) -> Vec<Proof> {
+        let reporting_instance = &self.settings.reporting_instance;
+        let scope = PreflightScope {
             group,
             capabilities,
-            reporting_instance: &self.settings.reporting_instance,
+            reporting_instance,
         };
         super::preflight::prove(&self.clients, &self.config, &scope).await
     }
 
-    async fn clean_placeholders(
-        &self,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<String>, ExecuteError> {
+    async fn clean_placeholders(&self, now: DateTime<Utc>) -> Result<Vec<String>, ExecuteError> {
         let dry_run = self.settings.dry_run;
         let cleaned = super::surge::delete_expired(&self.clients, now, dry_run).await;
         cleaned.map_err(failed("", Some("placeholders".into())))

@@ -44,12 +44,7 @@ pub(crate) fn placeholder_for(
         uid: node_uid,
     } = *node;
     let spec = pod.spec.clone().unwrap_or_default();
-    let pod_ns = pod
-        .metadata
-        .namespace
-        .clone()
-        .unwrap_or_else(|| "default".into());
-    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+    let (pod_ns, pod_name) = super::budget::ns_name(&pod.metadata);
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let labels = BTreeMap::from([
         (LABEL_PLACEHOLDER.to_string(), "true".to_string()),

@@ -11,13 +11,14 @@
 //! back as it is. The client is the caller's: `forewarn check --kube` impersonates each of
 //! forewarn's groups, the sweeper sends them as itself.
 
-use ::kube::Api;
 use ::kube::api::{ListParams, Patch, PatchParams, PostParams};
+use ::kube::{Api, ResourceExt};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 
 use super::api::FIELD_MANAGER;
+use super::budget::ns_name;
 use super::connect::ClusterClient;
 use super::cordon::{CordonSpec, RecordKeys, cordon_patch, uncordon_patch};
 use super::drain::{Disposition, disposition, eviction_body};
@@ -25,6 +26,7 @@ use super::events::{EVENT_NAMESPACE, EventType, ObjectEvent, build, reference};
 use super::node_facts::node_facts;
 use super::placeholder::{Doomed, placeholder_for};
 use super::surge::is_placeholder;
+use super::surge_memory::controller;
 use crate::domain::admission::{Capability, Proof, Verdict};
 use crate::domain::config::Config;
 use crate::domain::cordon_record::CordonRecord;
@@ -177,11 +179,7 @@ async fn subjects(clients: &ClusterClient) -> Subjects {
         let pod = list.items.into_iter().find(|p| {
             matches!(disposition(p), Disposition::Evict { .. })
                 && !is_placeholder(p)
-                && p.metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .any(|r| r.controller == Some(true))
+                && controller(p).is_some()
         });
         if pod.is_some() {
             return Subjects {
@@ -279,11 +277,7 @@ impl Dry<'_> {
         if capability == Capability::Cordon {
             return Ok(Verdict::Admitted(Some(format!("node {name}"))));
         }
-        let record = cordoned
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(crate::domain::cordon_record::read_unverified)
+        let record = crate::domain::cordon_record::read_unverified(cordoned.annotations())
             .and_then(Result::ok)
             .ok_or_else(|| Verdict::NotChecked("the cordon's answer has no record".into()))?;
         let back = uncordon_patch(&cordoned, &self.config.taint_key, &record)
@@ -298,7 +292,7 @@ impl Dry<'_> {
 
     /// An Eviction of the pod; a disruption budget refusing it now is not admission.
     async fn evict(&self) -> Result<Verdict, Verdict> {
-        let (ns, name) = pod_name(self.pod()?);
+        let (ns, name) = ns_name(&self.pod()?.metadata);
         let mut body = eviction_body(&ns, &name, None);
         body["deleteOptions"] = serde_json::json!({"dryRun": ["All"]});
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
@@ -317,7 +311,7 @@ impl Dry<'_> {
     async fn placeholder(&self) -> Result<Verdict, Verdict> {
         let pod = self.pod()?;
         let (node, node_name) = self.node()?;
-        let (ns, name) = pod_name(pod);
+        let (ns, name) = ns_name(&pod.metadata);
         let placeholder = placeholder_for(
             pod,
             &Doomed {
@@ -345,7 +339,7 @@ impl Dry<'_> {
         let (namespace, regarding, related) = if capability == Capability::PodEvent {
             let pod = self.pod()?;
             (
-                pod_name(pod).0,
+                ns_name(&pod.metadata).0,
                 reference("Pod", &pod.metadata),
                 Some(node_ref),
             )
@@ -390,12 +384,4 @@ impl Dry<'_> {
             )),
         ))
     }
-}
-
-fn pod_name(pod: &Pod) -> (String, String) {
-    let (namespace, name) = (&pod.metadata.namespace, &pod.metadata.name);
-    (
-        namespace.as_deref().unwrap_or("default").into(),
-        name.clone().unwrap_or_default(),
-    )
 }

@@ -26,8 +26,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ::kube::Api;
 use ::kube::api::{DeleteParams, ListParams, PostParams};
+use ::kube::{Api, ResourceExt};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -151,11 +151,7 @@ pub(crate) fn is_placeholder(pod: &Pod) -> bool {
 }
 
 fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
+    pod.annotations().get(key).map(String::as_str)
 }
 
 /// A placeholder to make: for which pod (uid, namespace), until when it waits.
