@@ -99,21 +99,14 @@ fn desired_taints(existing: &[Taint], spec: &CordonSpec, theirs: bool) -> Vec<Ta
     if theirs {
         return existing.to_vec();
     }
-    let mut out = Vec::with_capacity(existing.len() + 1);
-    let mut placed = false;
-    for t in existing {
-        if t.key == spec.taint_key {
-            if !placed {
-                out.push(spec.taint());
-                placed = true;
-            }
-        } else {
-            out.push(t.clone());
-        }
-    }
-    if !placed {
-        out.push(spec.taint());
-    }
+    let first = existing.iter().position(|t| t.key == spec.taint_key);
+    let mut out: Vec<Taint> = (existing.iter())
+        .filter(|t| t.key != spec.taint_key)
+        .cloned()
+        .collect();
+    // Every taint before the first of that key is kept: forewarn's goes where that one was.
+    let at = first.map_or(out.len(), |i| i.min(out.len()));
+    out.insert(at, spec.taint());
     out
 }
 
@@ -330,10 +323,8 @@ impl KubeExecutor {
         let attempts = self.settings.conflict_attempts;
         let name = node.metadata.name.clone().unwrap_or_default();
         let object = format!("node/{name}");
-        let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..PatchParams::default()
-        };
+        // A merge patch, sent as forewarn's field manager.
+        let params = PatchParams::apply(FIELD_MANAGER);
         for attempt in 1..=attempts.max(1) {
             let (patch, done) = match step(&node, attempt) {
                 Step::Done(answer) => return Ok(answer),

@@ -273,17 +273,13 @@ impl KubeExecutor {
             drain_by: a.deadline,
         });
         let related = reference("Node", &node.metadata);
-        let now = self.clients.clock().now();
-        let mut until = now + span(self.settings.pod_event_budget);
-        if let Some(deadline) = self.clients.deadline {
-            until = until.min(deadline);
-        }
+        let until = self.clients.clock().now() + span(self.settings.pod_event_budget);
+        let until = self.clients.deadline.map_or(until, |d| d.min(until));
         let counts = &mut report.pod_events;
         let mut failure = None;
         for (i, pod) in report.evicted.iter().enumerate() {
             let (namespace, name) = pod.split_once('/').unwrap_or(("default", pod.as_str()));
             let sendable = i < self.settings.pod_events_per_pass
-                && failure.is_none()
                 && self.clients.clock().now() < until
                 && self.clients.idle_turn(until).await;
             if !sendable {
@@ -293,15 +289,13 @@ impl KubeExecutor {
             }
             let event = ObjectEvent {
                 namespace,
-                regarding: reference(
-                    "Pod",
-                    &ObjectMeta {
-                        namespace: Some(namespace.into()),
-                        name: Some(name.into()),
-                        uid: report.uids.get(pod).cloned(),
-                        ..ObjectMeta::default()
-                    },
-                ),
+                regarding: ObjectReference {
+                    kind: Some("Pod".into()),
+                    namespace: Some(namespace.into()),
+                    name: Some(name.into()),
+                    uid: report.uids.get(pod).cloned(),
+                    ..related.clone()
+                },
                 related: Some(related.clone()),
                 event_id: &plan.event_id,
                 reason,
@@ -314,12 +308,13 @@ impl KubeExecutor {
                 Ok(EventOutcome::Created | EventOutcome::WouldCreate) => counts.recorded += 1,
                 Ok(EventOutcome::Exists) => counts.existed += 1,
                 Err(e) => {
-                    counts.failed += 1;
+                    // Given up with the rest of the pass's Events.
+                    (counts.failed, counts.given_up) = (1, report.evicted.len() - i);
                     failure = Some(e.to_string());
+                    break;
                 }
             }
         }
-        counts.given_up += counts.failed;
         if let Some(error) = failure {
             // Once per pass, whatever the number of pods.
             tracing::warn!(

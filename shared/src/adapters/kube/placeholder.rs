@@ -142,9 +142,7 @@ fn off_node(affinity: Option<Affinity>, node: &str, pod_ns: &str) -> Affinity {
         .get_or_insert_with(NodeAffinity::default);
     let required = node_affinity
         .required_during_scheduling_ignored_during_execution
-        .get_or_insert_with(|| NodeSelector {
-            node_selector_terms: Vec::new(),
-        });
+        .get_or_insert_with(NodeSelector::default);
     if required.node_selector_terms.is_empty() {
         required
             .node_selector_terms

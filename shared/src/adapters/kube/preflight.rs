@@ -46,24 +46,10 @@ pub struct PreflightScope<'a> {
     pub reporting_instance: &'a str,
 }
 
-/// The cluster's objects the writes are built from.
-struct Subjects {
-    node: Option<Node>,
-    pod: Option<Pod>,
-    /// Why there is no node or no pod: not checked for want of one, or refused when the read
-    /// itself was (401, 403: the writes that need what it reads are refused as much).
-    missing: Verdict,
-}
-
-impl Subjects {
-    fn none(missing: Verdict) -> Subjects {
-        Subjects {
-            node: None,
-            pod: None,
-            missing,
-        }
-    }
-}
+/// The cluster's objects the writes are built from: a node, a pod, and why there is no node or
+/// no pod (not checked for want of one, or refused when the read itself was — 401, 403: the
+/// writes that need what it reads are refused as much).
+struct Subjects(Option<Node>, Option<Pod>, Verdict);
 
 /// What a failed read of `what` says of the writes that need it: refused when the server refused
 /// the read (401, 403: the identity may not read it, so forewarn could not act either), else not
@@ -97,11 +83,7 @@ pub async fn prove(
             dry_run: true,
             field_manager: Some(FIELD_MANAGER.into()),
         },
-        patch: PatchParams {
-            dry_run: true,
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..PatchParams::default()
-        },
+        patch: PatchParams::apply(FIELD_MANAGER).dry_run(),
     });
     let mut proofs = Vec::with_capacity(scope.capabilities.len());
     for &capability in scope.capabilities {
@@ -142,12 +124,12 @@ fn answered<T>(result: Result<T, ::kube::Error>, note: Option<String>) -> Verdic
 async fn subjects(clients: &ClusterClient) -> Subjects {
     let client = match clients.client().await {
         Ok(client) => client,
-        Err(e) => return Subjects::none(Verdict::NotChecked(format!("no client: {e}"))),
+        Err(e) => return Subjects(None, None, Verdict::NotChecked(format!("no client: {e}"))),
     };
     let nodes: Api<Node> = Api::all(client.clone());
     let listed = match nodes.list(&ListParams::default()).await {
         Ok(list) => list.items,
-        Err(e) => return Subjects::none(read_failed("listing the nodes", &e)),
+        Err(e) => return Subjects(None, None, read_failed("listing the nodes", &e)),
     };
     let mut workers: Vec<Node> = listed
         .into_iter()
@@ -166,11 +148,7 @@ async fn subjects(clients: &ClusterClient) -> Subjects {
                 let verdict = read_failed(&format!("listing the pods of node {name}"), &e);
                 if verdict.is_refused() {
                     // Refused on one node, refused on all: the pods' writes are refused.
-                    return Subjects {
-                        node: Some(node.clone()),
-                        pod: None,
-                        missing: verdict,
-                    };
+                    return Subjects(Some(node.clone()), None, verdict);
                 }
                 unlisted.get_or_insert(verdict);
                 continue;
@@ -182,11 +160,7 @@ async fn subjects(clients: &ClusterClient) -> Subjects {
                 && controller(p).is_some()
         });
         if pod.is_some() {
-            return Subjects {
-                node: Some(node.clone()),
-                pod,
-                missing: Verdict::NotChecked(String::new()),
-            };
+            return Subjects(Some(node.clone()), pod, Verdict::NotChecked(String::new()));
         }
     }
     let missing = match unlisted {
@@ -194,11 +168,7 @@ async fn subjects(clients: &ClusterClient) -> Subjects {
         None if workers.is_empty() => Verdict::NotChecked("no worker node in the cluster".into()),
         None => Verdict::NotChecked("no pod of a controller on the first worker nodes".into()),
     };
-    Subjects {
-        node: workers.into_iter().next(),
-        pod: None,
-        missing,
-    }
+    Subjects(workers.into_iter().next(), None, missing)
 }
 
 /// The cordon spec of a spot interruption warning, as the handler writes it (its record
@@ -246,17 +216,17 @@ impl Dry<'_> {
     fn node(&self) -> Result<(&Node, String), Verdict> {
         let node = self
             .subjects
-            .node
+            .0
             .as_ref()
-            .ok_or_else(|| self.subjects.missing.clone())?;
-        Ok((node, node.metadata.name.clone().unwrap_or_default()))
+            .ok_or_else(|| self.subjects.2.clone())?;
+        Ok((node, node.name_any()))
     }
 
     fn pod(&self) -> Result<&Pod, Verdict> {
         self.subjects
-            .pod
+            .1
             .as_ref()
-            .ok_or_else(|| self.subjects.missing.clone())
+            .ok_or_else(|| self.subjects.2.clone())
     }
 
     /// The cordon's patch of the node; for the way back, then the way back's patch of the node
