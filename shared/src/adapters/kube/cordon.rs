@@ -299,14 +299,6 @@ enum Step<T> {
     Patch(Value, T),
 }
 
-/// What cordoning a node came to (see [`KubeExecutor::cordon_node`]).
-pub(super) struct Cordoning {
-    /// The node is gone, or the cordon was refused: nothing more is done to it.
-    pub gone: bool,
-    /// The note of the `Cordoned` Event to record.
-    pub note: Option<String>,
-}
-
 impl KubeExecutor {
     /// Writes the node `node` was read as by the merge patch `step` decides (from the node and
     /// the attempt, from 1); on a 409 Conflict reads it again and asks `step` again, at most the
@@ -391,15 +383,16 @@ impl KubeExecutor {
     /// Cordons and taints the node `a` acts on, read as `node` (in a dry run, says what it would
     /// send); on a 409 Conflict reads it again, verifies it again (it must still run `a`'s
     /// instance and not be control-plane) and retries. Says whether it was gone (or the cordon
-    /// refused), and the note of the `Cordoned` Event to record when the cordon changed it (or,
-    /// with `already_ours`, when it was found cordoned with forewarn's taint).
+    /// refused: nothing more is done to it), and the note of the `Cordoned` Event to record when
+    /// the cordon changed it (or, with `already_ours`, when it was found cordoned with
+    /// forewarn's taint).
     pub(super) async fn cordon_node(
         &self,
         a: &NodeAction,
         node: &Node,
         already_ours: bool,
         out: &mut NodeOutcome,
-    ) -> Result<Cordoning, KubeError> {
+    ) -> Result<(bool, Option<String>), KubeError> {
         let spec = CordonSpec::new(&self.config, a, self.record_keys(node).await);
         let (dry_run, gone) = (self.settings.dry_run, CordonOutcome::NodeGone);
         let write = self.write_node(node.clone(), "cordoned", gone, |node, attempt| {
@@ -435,7 +428,7 @@ impl KubeExecutor {
         );
         let note = (changed || out.cordoned_before).then(|| self.cordoned_note(a));
         out.cordon = Some(cordoned);
-        Ok(Cordoning { gone, note })
+        Ok((gone, note))
     }
 
     /// The note of the `Cordoned` Event of `a`'s cordon.

@@ -490,13 +490,7 @@ impl KubeExecutor {
         report: DrainReport,
         out: &mut NodeOutcome,
     ) {
-        let quiet = matches!(
-            pass,
-            Pass::Drain {
-                role: DrainRole::Quiet,
-                ..
-            }
-        );
+        let quiet = pass.role() == Some(DrainRole::Quiet);
         if !report.pending && !self.settings.dry_run && !quiet {
             let later = matches!(pass, Pass::Drain { .. }) && !pass.is_first_drain();
             let said = if report.complete() {

@@ -162,7 +162,7 @@ impl KubeExecutor {
             // the Events and the evictions follow in the drain passes. (A dry run has no later
             // pass: its first pass says all the drain would do.)
             (Action::CordonDrain, Some(node)) if pass == Pass::Cordon && !dry_run => {
-                out.drain_pending = !self.cordon_node(a, &node, false, out).await?.gone;
+                out.drain_pending = !self.cordon_node(a, &node, false, out).await?.0;
             }
             (Action::CordonDrain, Some(node)) if later_pass => {
                 // A later drain pass: the node was cordoned by the earlier passes, and its
@@ -170,11 +170,7 @@ impl KubeExecutor {
                 // the first pass left to this one (when they are owed to it), and when the
                 // drain ends, its Event (not in a dry run).
                 let report = self.evictions(plan, a, &node, pass).await?;
-                if let Pass::Drain {
-                    role: DrainRole::Owed,
-                    ..
-                } = pass
-                {
+                if pass.role() == Some(DrainRole::Owed) {
                     self.owed_events(plan, a, &node, out).await;
                 }
                 self.drain_over(plan, &node, pass, report, out).await;
@@ -236,16 +232,14 @@ impl KubeExecutor {
         pass: Pass,
         out: &mut NodeOutcome,
     ) -> Result<(), KubeError> {
-        let announce = match pass {
-            Pass::Drain { role, .. } => role == DrainRole::First,
-            Pass::Cordon | Pass::Announce => true,
-        };
+        // Every pass but a drain's later ones announces.
+        let announce = pass.role().is_none_or(|role| role == DrainRole::First);
         // The node may already be cordoned for this event (by the event's first pass): the Event
         // is recorded with the announcement (one per event and reason, so never twice).
-        let cordoning = self.cordon_node(a, &node, announce, out).await?;
+        let (gone, cordoned) = self.cordon_node(a, &node, announce, out).await?;
         // The evictions (and placeholders) first, the Events of the decision after them: in a
         // mass interruption every request before a node's evictions delays them.
-        let mut drained = if a.action == Action::CordonDrain && !cordoning.gone {
+        let mut drained = if a.action == Action::CordonDrain && !gone {
             Some(self.evictions(plan, a, &node, pass).await?)
         } else {
             None
@@ -256,7 +250,6 @@ impl KubeExecutor {
         // A drain that goes on leaves the Events of the decision to its next pass (`owed`): in
         // a mass interruption every request here delays the next node's evictions.
         if drained.as_ref().is_none_or(|d| !d.pending) {
-            let cordoned = cordoning.note;
             self.decision_events(plan, a, &node, (announce, cordoned), out)
                 .await;
         }

@@ -24,7 +24,7 @@ use super::cordon::{CordonSpec, RecordKeys, cordon_patch, uncordon_patch};
 use super::drain::{Disposition, disposition, eviction_body};
 use super::events::{EVENT_NAMESPACE, EventType, ObjectEvent, build, reference};
 use super::node_facts::node_facts;
-use super::placeholder::{Doomed, placeholder_for};
+use super::placeholder::placeholder_for;
 use super::surge::is_placeholder;
 use super::surge_memory::controller;
 use crate::domain::admission::{Capability, Proof, Verdict};
@@ -284,10 +284,7 @@ impl Dry<'_> {
         let (ns, name) = ns_name(&pod.metadata);
         let placeholder = placeholder_for(
             pod,
-            &Doomed {
-                name: &node_name,
-                uid: node.metadata.uid.as_deref(),
-            },
+            (&node_name, node.metadata.uid.as_deref()),
             PREFLIGHT_EVENT,
             self.now + chrono::Duration::minutes(2),
             self.now + chrono::Duration::minutes(1),

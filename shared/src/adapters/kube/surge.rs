@@ -37,7 +37,7 @@ use super::api::retry::with_retry_in;
 use super::connect::ClusterClient;
 use super::error::ApiError;
 use super::error::KubeError;
-use super::placeholder::{Doomed, placeholder_for};
+use super::placeholder::placeholder_for;
 pub(crate) use super::surge_memory::SurgeMemory;
 use super::surge_memory::{budget_rounds, controller, earlier_rounds};
 use crate::domain::admission::{RefusedBy, is_refusal, refused_by};
@@ -241,10 +241,7 @@ pub(crate) async fn surge_pass(
             latest,
             placeholder: placeholder_for(
                 pod,
-                &Doomed {
-                    name: node,
-                    uid: settings.node_uid.as_deref(),
-                },
+                (node, settings.node_uid.as_deref()),
                 &settings.event_id,
                 settings.deadline,
                 latest,
@@ -305,15 +302,10 @@ async fn kept_placeholders(
     let clock = clients.clock();
     let existing = match crate::ports::until(clock, end, of_node(clients, node)).await {
         Some(Ok(found)) => found,
-        Some(Err(e)) => {
-            tracing::warn!(error = %e, node, "placeholders not listed: this pass makes them again");
-            Vec::new()
-        }
-        None => {
-            tracing::warn!(
-                node,
-                "placeholders not listed within the step's budget: this pass makes them again"
-            );
+        failed => {
+            let error = failed.and_then(Result::err).map(|e| e.to_string());
+            let error = error.unwrap_or_else(|| "no answer within the step's budget".into());
+            tracing::warn!(%error, node, "placeholders not listed: this pass makes them again");
             Vec::new()
         }
     };
@@ -480,21 +472,17 @@ async fn create(clients: &ClusterClient, memory: &SurgeMemory, m: &Making) -> Cr
     // One attempt, never retried: a failure is itself the answer (its pod is evicted at once).
     clients.throttle(Lane::Later).await;
     let answer = pods.create(&PostParams::default(), &m.placeholder).await;
-    match answer.map_err(|e| ApiError::new("create", object, e)) {
+    let now = clients.clock().now();
+    match answer {
         Ok(_) => Created::New,
-        Err(e) if e.is_conflict() => Created::Exists,
-        Err(e) if e.status.is_some_and(is_refusal) => {
-            memory.refused_at(&m.namespace, clients.clock().now());
-            let message = e.message();
-            let reason = match &e.source {
-                ::kube::Error::Api(s) => s.reason.clone(),
-                _ => String::new(),
-            };
-            let by = refused_by(e.status.unwrap_or_default(), &reason, &message);
-            Created::Refused(by, message)
+        Err(::kube::Error::Api(s)) if s.code == 409 => Created::Exists,
+        Err(::kube::Error::Api(s)) if is_refusal(s.code) => {
+            memory.refused_at(&m.namespace, now);
+            Created::Refused(refused_by(s.code, &s.reason, &s.message), s.message)
         }
         Err(e) => {
-            memory.refused_at(&m.namespace, clients.clock().now());
+            memory.refused_at(&m.namespace, now);
+            let e = ApiError::new("create", object, e);
             tracing::warn!(error = %e, namespace = %m.namespace,
                 "placeholder not made: its pod, and its namespace's for a minute, are evicted without waiting for room");
             Created::Not
@@ -534,13 +522,10 @@ pub(crate) async fn delete_logged(clients: &ClusterClient, ph: &Pod) -> bool {
 
 /// Deletes every placeholder of `node` (a drain that ended); answers how many went.
 pub(crate) async fn delete_of_node(clients: &ClusterClient, node: &str) -> usize {
-    let found = match of_node(clients, node).await {
-        Ok(found) => found,
-        Err(e) => {
-            tracing::warn!(error = %e, node, "placeholders not listed: the sweeper deletes them once they expire");
-            return 0;
-        }
-    };
+    let found = of_node(clients, node).await.unwrap_or_else(|e| {
+        tracing::warn!(error = %e, node, "placeholders not listed: the sweeper deletes them once they expire");
+        Vec::new()
+    });
     let mut gone = 0;
     for ph in &found {
         gone += usize::from(delete_logged(clients, ph).await);
@@ -756,8 +741,8 @@ mod tests {
                     let latest = latest_safe(deadline, grace, rounds.get(&uid).copied().unwrap_or(0));
                     prop_assert!(latest <= deadline);
                     let _ = due(now, latest, Placeholder::Pending);
-                    let doomed = Doomed { name: "doomed", uid: Some("node-uid-1") };
-                    let ph = placeholder_for(pod, &doomed, "ev-1", deadline, latest);
+                    let doomed = ("doomed", Some("node-uid-1"));
+                    let ph = placeholder_for(pod, doomed, "ev-1", deadline, latest);
                     prop_assert_eq!(ph.metadata.namespace.as_deref(), Some(NAMESPACE));
                     prop_assert_eq!(is_placeholder(&ph), !uid.is_empty());
                     let v = serde_json::to_value(&ph).unwrap();
