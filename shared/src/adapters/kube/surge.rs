@@ -544,8 +544,7 @@ pub(crate) async fn delete_expired(
     dry_run: bool,
 ) -> Result<Vec<String>, KubeError> {
     let all = list(clients, None, "placeholders").await?;
-    let mut gone = Vec::new();
-    let mut failed: Vec<KubeError> = Vec::new();
+    let (mut gone, mut failed, mut first) = (Vec::new(), 0, None);
     for ph in all {
         let expired = annotation(&ph, ANNOTATION_EXPIRES)
             .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
@@ -556,20 +555,17 @@ pub(crate) async fn delete_expired(
         }
         if !dry_run && let Err(e) = delete(clients, &ph).await {
             tracing::error!(error = %e, "expired placeholder not deleted");
-            failed.push(e);
+            failed += 1;
+            first.get_or_insert(e);
             continue;
         }
-        gone.push(format!(
-            "{NAMESPACE}/{}",
-            ph.metadata.name.as_deref().unwrap_or_default()
-        ));
+        gone.push(format!("{NAMESPACE}/{}", ph.name_any()));
     }
-    let tried = gone.len() + failed.len();
-    match failed.into_iter().next() {
+    match first {
         None => Ok(gone),
         Some(first) => Err(KubeError::Partly {
-            failed: tried - gone.len(),
-            tried,
+            failed,
+            tried: gone.len() + failed,
             first: Box::new(first),
         }),
     }
