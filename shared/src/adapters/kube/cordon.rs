@@ -11,8 +11,8 @@
 //! concurrency: a taint added by someone else between the read and the write makes the patch a
 //! 409 Conflict, and the node is read again, instead of that taint being lost.
 
-use ::kube::Api;
 use ::kube::api::{Patch, PatchParams};
+use ::kube::{Api, ResourceExt};
 use k8s_openapi::api::core::v1::{Node, Taint};
 use serde_json::{Value, json};
 
@@ -99,21 +99,14 @@ fn desired_taints(existing: &[Taint], spec: &CordonSpec, theirs: bool) -> Vec<Ta
     if theirs {
         return existing.to_vec();
     }
-    let mut out = Vec::with_capacity(existing.len() + 1);
-    let mut placed = false;
-    for t in existing {
-        if t.key == spec.taint_key {
-            if !placed {
-                out.push(spec.taint());
-                placed = true;
-            }
-        } else {
-            out.push(t.clone());
-        }
-    }
-    if !placed {
-        out.push(spec.taint());
-    }
+    let first = existing.iter().position(|t| t.key == spec.taint_key);
+    let mut out: Vec<Taint> = (existing.iter())
+        .filter(|t| t.key != spec.taint_key)
+        .cloned()
+        .collect();
+    // Every taint before the first of that key is kept: forewarn's goes where that one was.
+    let at = first.map_or(out.len(), |i| i.min(out.len()));
+    out.insert(at, spec.taint());
     out
 }
 
@@ -123,14 +116,13 @@ fn desired_taints(existing: &[Taint], spec: &CordonSpec, theirs: bool) -> Vec<Ta
 pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
     let existing = taints_of(node);
     let unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
-    let labels = node.metadata.labels.as_ref();
-    let labelled = labels
-        .and_then(|l| l.get(LABEL_EXCLUDE_LB))
+    let labelled = node
+        .labels()
+        .get(LABEL_EXCLUDE_LB)
         .is_some_and(|v| v == "true");
-    let marked = labels.is_some_and(|l| l.contains_key(LABEL_CORDONED));
+    let marked = node.labels().contains_key(LABEL_CORDONED);
     let label_ok = (!spec.exclude_from_load_balancers || labelled) && marked;
-    let empty = Default::default();
-    let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
+    let annotations = node.annotations();
     // Only a record forewarn signed counts: one that does not verify (the node's kubelet may
     // write its annotations) is treated as no record, and replaced.
     let read = match &spec.keys {
@@ -199,26 +191,27 @@ pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
         RecordKeys::Signed(keys) => r.signed(&keys.current),
         RecordKeys::Unreadable | RecordKeys::Unsigned => r,
     });
-    let mut metadata = serde_json::Map::new();
-    if let Some(rv) = &node.metadata.resource_version {
-        metadata.insert("resourceVersion".into(), json!(rv));
-    }
     // Every node forewarn cordons carries its label: placeholders never count it as room.
-    let mut labels = serde_json::Map::from_iter([(LABEL_CORDONED.to_string(), json!("true"))]);
+    let mut metadata = json!({"labels": { LABEL_CORDONED: "true" }});
     if spec.exclude_from_load_balancers {
-        labels.insert(LABEL_EXCLUDE_LB.into(), json!("true"));
+        metadata["labels"][LABEL_EXCLUDE_LB] = json!("true");
     }
-    metadata.insert("labels".into(), Value::Object(labels));
     if let Some(record) = record {
-        metadata.insert(
-            "annotations".into(),
-            json!({ ANNOTATION_CORDON: record.to_annotation() }),
-        );
+        metadata["annotations"] = json!({ ANNOTATION_CORDON: record.to_annotation() });
     }
-    Some(json!({
-        "metadata": metadata,
-        "spec": {"unschedulable": true, "taints": taints},
-    }))
+    Some(node_patch(
+        node,
+        metadata,
+        json!({"unschedulable": true, "taints": taints}),
+    ))
+}
+
+/// The merge patch of `node` setting `metadata` and `spec`, with the node's `resourceVersion`.
+fn node_patch(node: &Node, mut metadata: Value, spec: Value) -> Value {
+    if let Some(rv) = &node.metadata.resource_version {
+        metadata["resourceVersion"] = json!(rv);
+    }
+    json!({"metadata": metadata, "spec": spec})
 }
 
 /// Why a cordon is not forewarn's to undo (any more).
@@ -256,10 +249,12 @@ pub fn uncordon_patch(
             taint: ours.join(" or "),
         });
     }
-    let empty = Default::default();
-    let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
     // Exactly the record read and verified, signature included.
-    if read_unverified(annotations).and_then(Result::ok).as_ref() != Some(record) {
+    if read_unverified(node.annotations())
+        .and_then(Result::ok)
+        .as_ref()
+        != Some(record)
+    {
         return Err(NotOurs::NewRecord {
             node: name.to_string(),
         });
@@ -268,26 +263,17 @@ pub fn uncordon_patch(
         .iter()
         .filter(|t| !ours.contains(&t.key.as_str()))
         .collect();
-    let mut metadata = serde_json::Map::new();
-    if let Some(rv) = &node.metadata.resource_version {
-        metadata.insert("resourceVersion".into(), json!(rv));
-    }
-    metadata.insert("annotations".into(), json!({ ANNOTATION_CORDON: null }));
-    let mut labels = serde_json::Map::from_iter([(LABEL_CORDONED.to_string(), Value::Null)]);
+    let mut metadata = json!({"annotations": { ANNOTATION_CORDON: null },
+        "labels": { LABEL_CORDONED: null }});
     if record.excluded_from_lb {
-        labels.insert(LABEL_EXCLUDE_LB.into(), Value::Null);
+        metadata["labels"][LABEL_EXCLUDE_LB] = Value::Null;
     }
-    metadata.insert("labels".into(), Value::Object(labels));
-    let mut spec = serde_json::Map::new();
+    let mut spec = json!({ "taints": taints });
     // A node that was unschedulable before forewarn (an operator's cordon) stays so.
     if !record.already_unschedulable {
-        spec.insert("unschedulable".into(), json!(false));
+        spec["unschedulable"] = json!(false);
     }
-    spec.insert("taints".into(), json!(taints));
-    Ok(json!({
-        "metadata": metadata,
-        "spec": spec,
-    }))
+    Ok(node_patch(node, metadata, spec))
 }
 
 /// The node, or `None` when there is none of that name.
@@ -313,14 +299,6 @@ enum Step<T> {
     Patch(Value, T),
 }
 
-/// What cordoning a node came to (see [`KubeExecutor::cordon_node`]).
-pub(super) struct Cordoning {
-    /// The node is gone, or the cordon was refused: nothing more is done to it.
-    pub gone: bool,
-    /// The note of the `Cordoned` Event to record.
-    pub note: Option<String>,
-}
-
 impl KubeExecutor {
     /// Writes the node `node` was read as by the merge patch `step` decides (from the node and
     /// the attempt, from 1); on a 409 Conflict reads it again and asks `step` again, at most the
@@ -337,10 +315,8 @@ impl KubeExecutor {
         let attempts = self.settings.conflict_attempts;
         let name = node.metadata.name.clone().unwrap_or_default();
         let object = format!("node/{name}");
-        let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..PatchParams::default()
-        };
+        // A merge patch, sent as forewarn's field manager.
+        let params = PatchParams::apply(FIELD_MANAGER);
         for attempt in 1..=attempts.max(1) {
             let (patch, done) = match step(&node, attempt) {
                 Step::Done(answer) => return Ok(answer),
@@ -374,37 +350,6 @@ impl KubeExecutor {
         })
     }
 
-    /// Cordons the node `node` was read as for `a` (with `dry_run`, says what it would send); on
-    /// a 409 Conflict reads it again, verifies it again (it must still run `a`'s instance and not
-    /// be control-plane) and retries.
-    async fn cordon(
-        &self,
-        a: &NodeAction,
-        node: Node,
-        dry_run: bool,
-    ) -> Result<CordonOutcome, KubeError> {
-        let spec = CordonSpec::new(&self.config, a, self.record_keys(&node).await);
-        let gone = CordonOutcome::NodeGone;
-        self.write_node(node, "cordoned", gone, |node, attempt| {
-            if attempt > 1
-                && let Err(why) = runs(&a.instance_id, node)
-            {
-                tracing::warn!(%why, "the node changed: refusing to cordon it");
-                return Step::Done(CordonOutcome::Refused {
-                    why: why.to_string(),
-                });
-            }
-            match cordon_patch(node, &spec) {
-                // Already so; on a later attempt, someone cordoned it the same way in between.
-                None if attempt == 1 => Step::Done(CordonOutcome::AlreadyCordoned),
-                None => Step::Done(CordonOutcome::Cordoned { attempts: attempt }),
-                Some(patch) if dry_run => Step::Done(CordonOutcome::WouldCordon { patch }),
-                Some(patch) => Step::Patch(patch, CordonOutcome::Cordoned { attempts: attempt }),
-            }
-        })
-        .await
-    }
-
     /// How cordons of `node` treat records (see [`RecordKeys`]); keys that cannot be read are
     /// logged and the cordon still goes on, a record already on the node left as it is. A record
     /// signed by a key id the keys read do not hold (a rotation this process has not seen) makes
@@ -420,13 +365,8 @@ impl KubeExecutor {
                 return RecordKeys::Unreadable;
             }
         };
-        let signed_by = node
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(read_unverified)
-            .and_then(Result::ok)
-            .and_then(|r| r.key_id);
+        let signed_by = read_unverified(node.annotations()).and_then(Result::ok);
+        let signed_by = signed_by.and_then(|r| r.key_id);
         match signed_by {
             Some(id) if keys.get(id).is_none() => match store.reread_continuation_keys().await {
                 Ok(Some(fresh)) => RecordKeys::Signed(fresh),
@@ -440,17 +380,39 @@ impl KubeExecutor {
         }
     }
 
-    /// Cordons and taints the node; says whether it was gone (or the cordon refused), and the
-    /// note of the `Cordoned` Event to record when the cordon changed it (or, with
-    /// `already_ours`, when it was found cordoned with forewarn's taint).
+    /// Cordons and taints the node `a` acts on, read as `node` (in a dry run, says what it would
+    /// send); on a 409 Conflict reads it again, verifies it again (it must still run `a`'s
+    /// instance and not be control-plane) and retries. Says whether it was gone (or the cordon
+    /// refused: nothing more is done to it), and the note of the `Cordoned` Event to record when
+    /// the cordon changed it (or, with `already_ours`, when it was found cordoned with
+    /// forewarn's taint).
     pub(super) async fn cordon_node(
         &self,
         a: &NodeAction,
         node: &Node,
         already_ours: bool,
         out: &mut NodeOutcome,
-    ) -> Result<Cordoning, KubeError> {
-        let cordoned = self.cordon(a, node.clone(), self.settings.dry_run).await?;
+    ) -> Result<(bool, Option<String>), KubeError> {
+        let spec = CordonSpec::new(&self.config, a, self.record_keys(node).await);
+        let (dry_run, gone) = (self.settings.dry_run, CordonOutcome::NodeGone);
+        let write = self.write_node(node.clone(), "cordoned", gone, |node, attempt| {
+            if attempt > 1
+                && let Err(why) = runs(&a.instance_id, node)
+            {
+                tracing::warn!(%why, "the node changed: refusing to cordon it");
+                return Step::Done(CordonOutcome::Refused {
+                    why: why.to_string(),
+                });
+            }
+            match cordon_patch(node, &spec) {
+                // Already so; on a later attempt, someone cordoned it the same way in between.
+                None if attempt == 1 => Step::Done(CordonOutcome::AlreadyCordoned),
+                None => Step::Done(CordonOutcome::Cordoned { attempts: attempt }),
+                Some(patch) if dry_run => Step::Done(CordonOutcome::WouldCordon { patch }),
+                Some(patch) => Step::Patch(patch, CordonOutcome::Cordoned { attempts: attempt }),
+            }
+        });
+        let cordoned = write.await?;
         let changed = matches!(cordoned, CordonOutcome::Cordoned { .. });
         let already = cordoned == CordonOutcome::AlreadyCordoned;
         if let CordonOutcome::Refused { why } = &cordoned {
@@ -466,7 +428,7 @@ impl KubeExecutor {
         );
         let note = (changed || out.cordoned_before).then(|| self.cordoned_note(a));
         out.cordon = Some(cordoned);
-        Ok(Cordoning { gone, note })
+        Ok((gone, note))
     }
 
     /// The note of the `Cordoned` Event of `a`'s cordon.

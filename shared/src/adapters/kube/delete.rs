@@ -12,7 +12,7 @@
 //! and never control-plane. Otherwise the delete is refused, with the reason.
 
 use ::kube::Api;
-use ::kube::api::{ApiResource, DeleteParams, DynamicObject};
+use ::kube::api::{ApiResource, DeleteParams, DynamicObject, Preconditions};
 use ::kube::core::GroupVersionKind;
 
 use k8s_openapi::api::core::v1::Node;
@@ -117,19 +117,19 @@ pub(crate) async fn delete_target(
     let resource = |group, version, kind, plural| {
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
     };
-    let api: Api<DynamicObject> = match target {
-        Target::Node { .. } => Api::all_with(client, &ApiResource::erase::<Node>(&())),
-        Target::NodeClaim { .. } => Api::all_with(
-            client,
-            &resource("karpenter.sh", "v1", "NodeClaim", "nodeclaims"),
+    let (api, name): (Api<DynamicObject>, _) = match target {
+        Target::Node { name } => (
+            Api::all_with(client, &ApiResource::erase::<Node>(&())),
+            name,
         ),
-        Target::Machine { namespace, .. } => {
-            let machines = resource("cluster.x-k8s.io", "v1beta1", "Machine", "machines");
-            Api::namespaced_with(client, namespace, &machines)
+        Target::NodeClaim { name } => {
+            let claims = resource("karpenter.sh", "v1", "NodeClaim", "nodeclaims");
+            (Api::all_with(client, &claims), name)
         }
-    };
-    let name = match target {
-        Target::Node { name } | Target::NodeClaim { name } | Target::Machine { name, .. } => name,
+        Target::Machine { namespace, name } => {
+            let machines = resource("cluster.x-k8s.io", "v1beta1", "Machine", "machines");
+            (Api::namespaced_with(client, namespace, &machines), name)
+        }
     };
     let existing = with_retry(clients, "get", &described, || api.get_opt(name)).await?;
     let Some(existing) = existing else {
@@ -149,15 +149,13 @@ pub(crate) async fn delete_target(
         return Ok(DeleteOutcome::WouldDelete { target: described });
     }
     // Only the object read: if it was replaced by one of the same name meanwhile, leave that be.
+    let uid = existing.metadata.uid.clone();
+    let preconditions = uid.map(|uid| Preconditions {
+        uid: Some(uid),
+        resource_version: None,
+    });
     let params = DeleteParams {
-        preconditions: existing
-            .metadata
-            .uid
-            .clone()
-            .map(|uid| ::kube::api::Preconditions {
-                uid: Some(uid),
-                resource_version: None,
-            }),
+        preconditions,
         ..DeleteParams::default()
     };
     match with_retry(clients, "delete", &described, || api.delete(name, &params)).await {

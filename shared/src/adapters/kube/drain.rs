@@ -33,13 +33,13 @@ use super::error::{ApiError, KubeError, error_text, retry_after};
 use super::events::{EventType, Said};
 use super::executor::KubeExecutor;
 use super::outcome::{DrainReport, LeftPod, NodeOutcome, SkippedPod};
-use super::surge::{self, PlaceholderRefusal, SurgeSettings, surge_pass};
+use super::surge::{self, SurgeSettings, surge_pass};
 use crate::adapters::backoff::Backoff;
 use crate::domain::plan::{NodeAction, Plan};
 use crate::domain::surge::CHECK_EVERY;
 use crate::ports::{DrainRole, Pass};
-use ::kube::Api;
 use ::kube::api::{ListParams, PostParams};
+use ::kube::{Api, ResourceExt};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -77,19 +77,13 @@ pub(crate) enum Disposition {
 }
 
 pub(crate) fn disposition(pod: &Pod) -> Disposition {
-    let meta = &pod.metadata;
-    if meta
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(ANNOTATION_MIRROR))
-    {
+    if pod.annotations().contains_key(ANNOTATION_MIRROR) {
         return Disposition::Skip("mirror");
     }
-    if meta
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|r| r.controller == Some(true) && r.kind == "DaemonSet")
+    let owners = pod.owner_references().iter();
+    if owners
+        .filter(|r| r.controller == Some(true))
+        .any(|r| r.kind == "DaemonSet")
     {
         return Disposition::Skip("daemonset");
     }
@@ -98,7 +92,7 @@ pub(crate) fn disposition(pod: &Pod) -> Disposition {
         Some("Failed") => return Disposition::Skip("failed"),
         _ => {}
     }
-    if meta.deletion_timestamp.is_some() {
+    if pod.metadata.deletion_timestamp.is_some() {
         return Disposition::Wait;
     }
     Disposition::Evict {
@@ -107,11 +101,8 @@ pub(crate) fn disposition(pod: &Pod) -> Disposition {
 }
 
 fn pod_key(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or("default"),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    )
+    let (namespace, name) = super::budget::ns_name(&pod.metadata);
+    format!("{namespace}/{name}")
 }
 
 /// The pods on `node`.
@@ -181,15 +172,6 @@ fn sort_pods<'a>(listed: &'a [Pod], report: &mut DrainReport) -> [Vec<&'a Pod>; 
         }
     }
     sorted
-}
-
-/// A pod to evict, owned (the evictions' futures must not borrow the pods).
-struct EvictionTarget {
-    /// `<namespace>/<name>`.
-    key: String,
-    uid: String,
-    /// Its own `terminationGracePeriodSeconds`.
-    grace: Option<i64>,
 }
 
 /// When a pending pass's drain looks again (`report.wait_until`, and `report.room` when it only
@@ -333,21 +315,24 @@ impl KubeExecutor {
         grace_until: Option<DateTime<Utc>>,
         report: &mut DrainReport,
     ) -> Result<(), KubeError> {
-        let targets: Vec<EvictionTarget> = pods
-            .iter()
-            .map(|p| EvictionTarget {
-                key: pod_key(p),
-                uid: p.metadata.uid.clone().unwrap_or_default(),
-                grace: p
+        // Owned: the evictions' futures must not borrow the pods.
+        let targets: Vec<_> = (pods.iter())
+            .map(|p| {
+                let grace = p
                     .spec
                     .as_ref()
-                    .and_then(|s| s.termination_grace_period_seconds),
+                    .and_then(|s| s.termination_grace_period_seconds);
+                (
+                    pod_key(p),
+                    p.metadata.uid.clone().unwrap_or_default(),
+                    grace,
+                )
             })
             .collect();
         let results: Vec<_> = futures::stream::iter(targets)
-            .map(|pod| async move {
-                let result = self.evict(&pod, end, grace_until).await;
-                (pod.key, pod.uid, result)
+            .map(|(key, uid, grace)| async move {
+                let result = self.evict(&key, grace, end, grace_until).await;
+                (key, uid, result)
             })
             .buffer_unordered(self.settings.eviction_parallelism.max(1))
             .collect()
@@ -377,13 +362,14 @@ impl KubeExecutor {
     /// again.
     async fn evict(
         &self,
-        pod: &EvictionTarget,
+        key: &str,
+        own_grace: Option<i64>,
         deadline: DateTime<Utc>,
         grace_until: Option<DateTime<Utc>>,
     ) -> Result<Eviction, KubeError> {
         let (clients, settings) = (&self.clients, &self.settings);
         // Neither a namespace nor a name holds a `/`.
-        let (namespace, name) = pod.key.split_once('/').unwrap_or_default();
+        let (namespace, name) = key.split_once('/').unwrap_or_default();
         let object = format!("pod/{namespace}/{name}");
         // The waits after refusals; a `Retry-After` waited takes none of them.
         let mut waits = Backoff::new(settings.backoff_initial, settings.backoff_max).delays();
@@ -391,7 +377,7 @@ impl KubeExecutor {
         loop {
             let pods: Api<Pod> = Api::namespaced(clients.client().await?, namespace);
             clients.throttle(Lane::Later).await;
-            let grace = fitted_grace(pod.grace, grace_until, clients.clock().now());
+            let grace = fitted_grace(own_grace, grace_until, clients.clock().now());
             let body = eviction_body(namespace, name, grace);
             let evicted = pods
                 .create_subresource::<_, serde_json::Value>(
@@ -490,7 +476,11 @@ impl KubeExecutor {
     }
 
     /// A drain pass's report put in `out`; when the drain ended, its Event (not in a dry run,
-    /// nor in a quiet pass). Then, last of the pass, the Events on the pods it evicted (see
+    /// nor in a quiet pass): `Drained`, or `DrainIncomplete` with the pods refused at the
+    /// deadline (the summary of a `later` pass, one after the pass that evicted, counts only
+    /// what it did). A `PlaceholderRefused` Warning names the placeholders the API server
+    /// refused, first seen in this environment (one line per namespace and refusing step), with
+    /// the server's message. Then, last of the pass, the Events on the pods it evicted (see
     /// [`KubeExecutor::record_pod_events`]).
     pub(super) async fn drain_over(
         &self,
@@ -500,91 +490,55 @@ impl KubeExecutor {
         report: DrainReport,
         out: &mut NodeOutcome,
     ) {
-        let quiet = matches!(
-            pass,
-            Pass::Drain {
-                role: DrainRole::Quiet,
-                ..
-            }
-        );
+        let quiet = pass.role() == Some(DrainRole::Quiet);
         if !report.pending && !self.settings.dry_run && !quiet {
             let later = matches!(pass, Pass::Drain { .. }) && !pass.is_first_drain();
-            self.drain_ended(plan, node, &report, later, out).await;
+            let said = if report.complete() {
+                let summary = if later {
+                    report.later_summary()
+                } else {
+                    report.summary()
+                };
+                Said(
+                    EventType::Normal,
+                    "Drained",
+                    "Drain",
+                    format!("Drained: {summary}"),
+                )
+            } else {
+                let left: Vec<String> = (report.left.iter())
+                    .map(|l| format!("{}: {}", l.pod, l.reason))
+                    .collect();
+                let note = format!(
+                    "Drain incomplete at the deadline: {}. Refused: {}",
+                    report.summary(),
+                    left.join("; ")
+                );
+                Said(EventType::Warning, "DrainIncomplete", "Drain", note)
+            };
+            self.record_event(plan, node, said, out).await;
         }
         if !report.new_refusals.is_empty() {
-            self.placeholders_refused(plan, node, &report.new_refusals, out)
-                .await;
-        }
-        let drain = out.drain.insert(report);
-        if let Some(a) = plan
-            .actions
-            .iter()
-            .find(|a| a.instance_id == out.instance_id)
-        {
-            self.record_pod_events(plan, a, node, drain).await;
-        }
-    }
-
-    /// The `PlaceholderRefused` Warning Event on `node`: the placeholders the API server
-    /// refused, first seen in this environment (one line per namespace and refusing step),
-    /// with the server's message.
-    async fn placeholders_refused(
-        &self,
-        plan: &Plan,
-        node: &Node,
-        refusals: &[PlaceholderRefusal],
-        out: &mut NodeOutcome,
-    ) {
-        let lines: Vec<String> = refusals
-            .iter()
-            .map(|r| {
-                format!(
-                    "placeholders for pods of namespace {} refused by {}: {}",
-                    r.namespace, r.by, r.message
-                )
-            })
-            .collect();
-        let note = format!(
-            "{}. Those pods are evicted at once, without waiting for room (forewarn check --kube \
-             proves every write forewarn makes).",
-            lines.join("; ")
-        );
-        let said = Said(EventType::Warning, "PlaceholderRefused", "Surge", note);
-        self.record_event(plan, node, said, out).await;
-    }
-
-    /// The `Drained` or `DrainIncomplete` Event of a drain that ended (in a `later` pass: one
-    /// after the pass that evicted).
-    async fn drain_ended(
-        &self,
-        plan: &Plan,
-        node: &Node,
-        report: &DrainReport,
-        later: bool,
-        out: &mut NodeOutcome,
-    ) {
-        let said = if report.complete() {
-            let summary = if later {
-                report.later_summary()
-            } else {
-                report.summary()
-            };
-            let note = format!("Drained: {summary}");
-            Said(EventType::Normal, "Drained", "Drain", note)
-        } else {
-            let left: Vec<String> = report
-                .left
-                .iter()
-                .map(|l| format!("{}: {}", l.pod, l.reason))
+            let lines: Vec<String> = (report.new_refusals.iter())
+                .map(|r| {
+                    let (namespace, by, message) = (&r.namespace, &r.by, &r.message);
+                    format!(
+                        "placeholders for pods of namespace {namespace} refused by {by}: {message}"
+                    )
+                })
                 .collect();
             let note = format!(
-                "Drain incomplete at the deadline: {}. Refused: {}",
-                report.summary(),
-                left.join("; ")
+                "{}. Those pods are evicted at once, without waiting for room (forewarn check --kube \
+                 proves every write forewarn makes).",
+                lines.join("; ")
             );
-            Said(EventType::Warning, "DrainIncomplete", "Drain", note)
-        };
-        self.record_event(plan, node, said, out).await;
+            let said = Said(EventType::Warning, "PlaceholderRefused", "Surge", note);
+            self.record_event(plan, node, said, out).await;
+        }
+        let drain = out.drain.insert(report);
+        if let Some(a) = (plan.actions.iter()).find(|a| a.instance_id == out.instance_id) {
+            self.record_pod_events(plan, a, node, drain).await;
+        }
     }
 }
 

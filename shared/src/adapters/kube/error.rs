@@ -146,11 +146,6 @@ impl KubeError {
             KubeError::Partly { first, .. } => first.kind(),
         }
     }
-
-    /// Trying the action again may succeed (see [`FailureKind::retryable`]).
-    pub fn retryable(&self) -> bool {
-        self.kind().retryable()
-    }
 }
 
 /// The kind of a call that got no API answer.
@@ -289,12 +284,11 @@ mod tests {
         ] {
             let e = KubeError::from(api(code));
             assert_eq!(e.kind(), kind, "{code}");
-            assert_eq!(e.retryable(), kind.retryable(), "{code}");
         }
-        assert!(KubeError::from(api(503)).retryable());
-        assert!(!KubeError::from(api(403)).retryable());
+        assert!(KubeError::from(api(503)).kind().retryable());
+        assert!(!KubeError::from(api(403)).kind().retryable());
         // An expired token: the next client signs a new one.
-        assert!(KubeError::from(api(401)).retryable());
+        assert!(KubeError::from(api(401)).kind().retryable());
     }
 
     #[test]
@@ -329,11 +323,11 @@ mod tests {
             attempts: 5,
         };
         assert_eq!(conflicts.kind(), FailureKind::Contention);
-        assert!(conflicts.retryable());
+        assert!(conflicts.kind().retryable());
         let no_region = KubeError::from(ConnectError::NoRegion {
             cluster: "demo".into(),
         });
-        assert!(!no_region.retryable());
+        assert!(!no_region.kind().retryable());
     }
 
     fn details(retry_after_seconds: u32) -> ::kube::core::response::StatusDetails {

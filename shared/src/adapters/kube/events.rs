@@ -207,8 +207,9 @@ impl KubeExecutor {
         }
     }
 
-    /// The Events of the decision a pass records: with `announce`, what forewarn does and why
-    /// (see [`Self::announce`]); with the note of a `Cordoned` Event (`cordoned`), that one.
+    /// The Events of the decision a pass records: with `announce`, the one that says what
+    /// forewarn is about to do and why (with the drain's deadline); with the note of a
+    /// `Cordoned` Event (`cordoned`), that one.
     pub(super) async fn decision_events(
         &self,
         plan: &Plan,
@@ -218,27 +219,22 @@ impl KubeExecutor {
         out: &mut NodeOutcome,
     ) {
         if announce {
-            self.announce(plan, a, node, out).await;
+            let action = if a.action == Action::Cordon {
+                "Cordon"
+            } else {
+                "CordonDrain"
+            };
+            let mut note = a.reason.clone();
+            if let Some(deadline) = a.deadline {
+                note.push_str(&format!(" (drain deadline {})", deadline.to_rfc3339()));
+            }
+            let said = Said(EventType::Warning, &a.event_reason, action, note);
+            self.record_event(plan, node, said, out).await;
         }
         if let Some(note) = cordoned {
             let said = Said(EventType::Normal, "Cordoned", "Cordon", note);
             self.record_event(plan, node, said, out).await;
         }
-    }
-
-    /// The Event that says what forewarn is about to do and why (with the drain's deadline).
-    async fn announce(&self, plan: &Plan, a: &NodeAction, node: &Node, out: &mut NodeOutcome) {
-        let action = if a.action == Action::Cordon {
-            "Cordon"
-        } else {
-            "CordonDrain"
-        };
-        let mut note = a.reason.clone();
-        if let Some(deadline) = a.deadline {
-            note.push_str(&format!(" (drain deadline {})", deadline.to_rfc3339()));
-        }
-        let said = Said(EventType::Warning, &a.event_reason, action, note);
-        self.record_event(plan, node, said, out).await;
     }
 
     /// The Event on each pod `report`'s pass evicted: in the pod's namespace, `regarding` the pod
@@ -277,17 +273,13 @@ impl KubeExecutor {
             drain_by: a.deadline,
         });
         let related = reference("Node", &node.metadata);
-        let now = self.clients.clock().now();
-        let mut until = now + span(self.settings.pod_event_budget);
-        if let Some(deadline) = self.clients.deadline {
-            until = until.min(deadline);
-        }
+        let until = self.clients.clock().now() + span(self.settings.pod_event_budget);
+        let until = self.clients.deadline.map_or(until, |d| d.min(until));
         let counts = &mut report.pod_events;
         let mut failure = None;
         for (i, pod) in report.evicted.iter().enumerate() {
             let (namespace, name) = pod.split_once('/').unwrap_or(("default", pod.as_str()));
             let sendable = i < self.settings.pod_events_per_pass
-                && failure.is_none()
                 && self.clients.clock().now() < until
                 && self.clients.idle_turn(until).await;
             if !sendable {
@@ -297,15 +289,13 @@ impl KubeExecutor {
             }
             let event = ObjectEvent {
                 namespace,
-                regarding: reference(
-                    "Pod",
-                    &ObjectMeta {
-                        namespace: Some(namespace.into()),
-                        name: Some(name.into()),
-                        uid: report.uids.get(pod).cloned(),
-                        ..ObjectMeta::default()
-                    },
-                ),
+                regarding: ObjectReference {
+                    kind: Some("Pod".into()),
+                    namespace: Some(namespace.into()),
+                    name: Some(name.into()),
+                    uid: report.uids.get(pod).cloned(),
+                    ..related.clone()
+                },
                 related: Some(related.clone()),
                 event_id: &plan.event_id,
                 reason,
@@ -318,12 +308,13 @@ impl KubeExecutor {
                 Ok(EventOutcome::Created | EventOutcome::WouldCreate) => counts.recorded += 1,
                 Ok(EventOutcome::Exists) => counts.existed += 1,
                 Err(e) => {
-                    counts.failed += 1;
+                    // Given up with the rest of the pass's Events.
+                    (counts.failed, counts.given_up) = (1, report.evicted.len() - i);
                     failure = Some(e.to_string());
+                    break;
                 }
             }
         }
-        counts.given_up += counts.failed;
         if let Some(error) = failure {
             // Once per pass, whatever the number of pods.
             tracing::warn!(

@@ -32,7 +32,10 @@
 //! `drain`, `delete`, `events`, `launch` for the lifecycle action), which depend on
 //! [`super::executor`] alone, never on this one.
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::Node;
 use tracing::Instrument;
@@ -43,9 +46,12 @@ use super::error::{KubeError, Refusal};
 use super::executor::KubeExecutor;
 use super::node_facts::node_facts;
 use super::outcome::{NodeOutcome, results};
+use super::preflight::PreflightScope;
+use crate::domain::admission::{Capability, Proof};
 use crate::domain::config::Action;
 use crate::domain::cordon_record::{Undo, UndoOutcome};
 use crate::domain::plan::{NodeAction, Plan};
+use crate::domain::surge::RoomSeen;
 use crate::ports::{ActionResult, DrainRole, ExecuteError, Executor, Pass, Work};
 
 impl KubeExecutor {
@@ -156,7 +162,7 @@ impl KubeExecutor {
             // the Events and the evictions follow in the drain passes. (A dry run has no later
             // pass: its first pass says all the drain would do.)
             (Action::CordonDrain, Some(node)) if pass == Pass::Cordon && !dry_run => {
-                out.drain_pending = !self.cordon_node(a, &node, false, out).await?.gone;
+                out.drain_pending = !self.cordon_node(a, &node, false, out).await?.0;
             }
             (Action::CordonDrain, Some(node)) if later_pass => {
                 // A later drain pass: the node was cordoned by the earlier passes, and its
@@ -164,11 +170,7 @@ impl KubeExecutor {
                 // the first pass left to this one (when they are owed to it), and when the
                 // drain ends, its Event (not in a dry run).
                 let report = self.evictions(plan, a, &node, pass).await?;
-                if let Pass::Drain {
-                    role: DrainRole::Owed,
-                    ..
-                } = pass
-                {
+                if pass.role() == Some(DrainRole::Owed) {
                     self.owed_events(plan, a, &node, out).await;
                 }
                 self.drain_over(plan, &node, pass, report, out).await;
@@ -230,16 +232,14 @@ impl KubeExecutor {
         pass: Pass,
         out: &mut NodeOutcome,
     ) -> Result<(), KubeError> {
-        let announce = match pass {
-            Pass::Drain { role, .. } => role == DrainRole::First,
-            Pass::Cordon | Pass::Announce => true,
-        };
+        // Every pass but a drain's later ones announces.
+        let announce = pass.role().is_none_or(|role| role == DrainRole::First);
         // The node may already be cordoned for this event (by the event's first pass): the Event
         // is recorded with the announcement (one per event and reason, so never twice).
-        let cordoning = self.cordon_node(a, &node, announce, out).await?;
+        let (gone, cordoned) = self.cordon_node(a, &node, announce, out).await?;
         // The evictions (and placeholders) first, the Events of the decision after them: in a
         // mass interruption every request before a node's evictions delays them.
-        let mut drained = if a.action == Action::CordonDrain && !cordoning.gone {
+        let mut drained = if a.action == Action::CordonDrain && !gone {
             Some(self.evictions(plan, a, &node, pass).await?)
         } else {
             None
@@ -250,7 +250,6 @@ impl KubeExecutor {
         // A drain that goes on leaves the Events of the decision to its next pass (`owed`): in
         // a mass interruption every request here delays the next node's evictions.
         if drained.as_ref().is_none_or(|d| !d.pending) {
-            let cordoned = cordoning.note;
             self.decision_events(plan, a, &node, (announce, cordoned), out)
                 .await;
         }
@@ -295,11 +294,7 @@ impl Executor for KubeExecutor {
         ))
     }
 
-    async fn room(
-        &self,
-        nodes: &[String],
-    ) -> Result<std::collections::BTreeMap<String, crate::domain::surge::RoomSeen>, ExecuteError>
-    {
+    async fn room(&self, nodes: &[String]) -> Result<BTreeMap<String, RoomSeen>, ExecuteError> {
         self.room_in(nodes, Work::default()).await
     }
 
@@ -307,31 +302,24 @@ impl Executor for KubeExecutor {
         &self,
         nodes: &[String],
         work: Work,
-    ) -> Result<std::collections::BTreeMap<String, crate::domain::surge::RoomSeen>, ExecuteError>
-    {
+    ) -> Result<BTreeMap<String, RoomSeen>, ExecuteError> {
         let clients = self.clients.in_lane(Lane::Later).for_work(work);
         let doing = format!("placeholders of {} nodes", nodes.len());
         let room = super::surge::room_of(&clients, nodes).await;
         room.map_err(failed("", Some(doing)))
     }
 
-    async fn preflight(
-        &self,
-        group: &str,
-        capabilities: &[crate::domain::admission::Capability],
-    ) -> Vec<crate::domain::admission::Proof> {
-        let scope = super::preflight::PreflightScope {
+    async fn preflight(&self, group: &str, capabilities: &[Capability]) -> Vec<Proof> {
+        let reporting_instance = &self.settings.reporting_instance;
+        let scope = PreflightScope {
             group,
             capabilities,
-            reporting_instance: &self.settings.reporting_instance,
+            reporting_instance,
         };
         super::preflight::prove(&self.clients, &self.config, &scope).await
     }
 
-    async fn clean_placeholders(
-        &self,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<String>, ExecuteError> {
+    async fn clean_placeholders(&self, now: DateTime<Utc>) -> Result<Vec<String>, ExecuteError> {
         let dry_run = self.settings.dry_run;
         let cleaned = super::surge::delete_expired(&self.clients, now, dry_run).await;
         cleaned.map_err(failed("", Some("placeholders".into())))

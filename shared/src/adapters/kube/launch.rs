@@ -130,12 +130,13 @@ impl KubeExecutor {
         // A dry run has no later pass, but a node not Ready yet is no reason to complete either.
         let pending = out.pending() || matches!(out.joining, Some(Joining::Waiting { .. }));
         if let (Some(lifecycle), true) = (&a.complete_lifecycle, pending) {
-            let heartbeat = match pass {
-                Pass::Drain { heartbeat, .. } => heartbeat,
-                Pass::Cordon | Pass::Announce => false,
-            };
-            if heartbeat
-                && let Some(completer) = &self.lifecycle
+            if matches!(
+                pass,
+                Pass::Drain {
+                    heartbeat: true,
+                    ..
+                }
+            ) && let Some(completer) = &self.lifecycle
                 && completer.heartbeat(&a.instance_id, lifecycle).await?
             {
                 out.heartbeat_at = Some(self.clients.clock().now());

@@ -41,7 +41,9 @@ pub use connect::{
     KubeconfigContexts, connect, connect_eks, has_context,
 };
 pub use directory::KubeNodeDirectory;
-pub use eks::{TOKEN_CACHE_LIFETIME, url_from_token};
+pub use eks::TOKEN_CACHE_LIFETIME;
+#[cfg(any(test, feature = "fixtures"))]
+pub use eks::url_from_token;
 pub use error::{ApiError, KubeError};
 pub use events::{REPORTING_CONTROLLER, event_name};
 pub use executor::{ExecutorSettings, KubeExecutor};

@@ -1,7 +1,6 @@
 //! A Kubernetes `Node` object read into the [`NodeFacts`] the decision core decides on.
 
-use std::collections::BTreeMap;
-
+use ::kube::ResourceExt;
 use k8s_openapi::api::core::v1::Node;
 
 use crate::domain::facts::{
@@ -13,17 +12,13 @@ use crate::domain::facts::{
 pub fn node_facts(node: &Node) -> NodeFacts {
     let meta = &node.metadata;
     let spec = node.spec.as_ref();
-    let labels: BTreeMap<String, String> = meta.labels.clone().unwrap_or_default();
-    let annotations: BTreeMap<String, String> = meta.annotations.clone().unwrap_or_default();
+    let (labels, annotations) = (node.labels().clone(), node.annotations().clone());
     let machine = |name: &String| Owner::Machine {
         namespace: (annotations.get(ANNOTATION_CAPI_NAMESPACE).cloned())
             .unwrap_or_else(|| "default".into()),
         name: name.clone(),
     };
-    let owner = meta
-        .owner_references
-        .iter()
-        .flatten()
+    let owner = (node.owner_references().iter())
         .find_map(|r| {
             let group = r.api_version.split('/').next().unwrap_or_default();
             match (group, r.kind.as_str()) {

@@ -148,7 +148,9 @@ impl DrainReport {
     }
 
     fn summary_saying(&self, nothing_to_evict: &str) -> String {
-        let names = |pods: &[String]| pods.join(", ");
+        // `(3 pods, "a, b, c")` of a list that is not empty.
+        let some =
+            |list: &[String]| (!list.is_empty()).then(|| (pods(list.len()), list.join(", ")));
         let left: Vec<String> = self.left.iter().map(|l| l.pod.clone()).collect();
         let until = if self.pending {
             "for now"
@@ -158,27 +160,15 @@ impl DrainReport {
         let count = |n: usize, what: &str| (n > 0).then(|| format!("{n} placeholders {what}"));
         let nothing = self.would_evict.is_empty() && self.evicted.is_empty() && left.is_empty();
         let parts = [
-            (!self.would_evict.is_empty()).then(|| {
-                let n = pods(self.would_evict.len());
-                format!("would evict {n} ({})", names(&self.would_evict))
-            }),
+            some(&self.would_evict).map(|(n, names)| format!("would evict {n} ({names})")),
             nothing.then(|| nothing_to_evict.to_string()),
-            (!self.evicted.is_empty()).then(|| format!("evicted {}", pods(self.evicted.len()))),
-            (!self.already_gone.is_empty())
-                .then(|| format!("{} already gone", pods(self.already_gone.len()))),
-            (!left.is_empty()).then(|| {
-                let n = pods(left.len());
-                format!("{n} left (eviction refused {until}: {})", names(&left))
-            }),
-            (!self.terminating.is_empty()).then(|| {
-                let n = pods(self.terminating.len());
-                format!("{n} still terminating ({})", names(&self.terminating))
-            }),
+            some(&self.evicted).map(|(n, _)| format!("evicted {n}")),
+            some(&self.already_gone).map(|(n, _)| format!("{n} already gone")),
+            some(&left).map(|(n, names)| format!("{n} left (eviction refused {until}: {names})")),
+            some(&self.terminating).map(|(n, names)| format!("{n} still terminating ({names})")),
             (!self.skipped.is_empty()).then(|| format!("{} left alone", pods(self.skipped.len()))),
-            (!self.waiting.is_empty()).then(|| {
-                let n = pods(self.waiting.len());
-                format!("{n} waiting for room elsewhere ({})", names(&self.waiting))
-            }),
+            some(&self.waiting)
+                .map(|(n, names)| format!("{n} waiting for room elsewhere ({names})")),
             count(self.placeholders_created, "created"),
             count(
                 self.placeholders_refused,
@@ -193,11 +183,7 @@ impl DrainReport {
 }
 
 fn pods(n: usize) -> String {
-    if n == 1 {
-        "1 pod".into()
-    } else {
-        format!("{n} pods")
-    }
+    format!("{n} pod{}", if n == 1 { "" } else { "s" })
 }
 
 /// What became of an Event.

@@ -23,33 +23,17 @@ use crate::domain::surge::{
     node_label_value, placeholder_name,
 };
 
-/// The doomed node a placeholder is made for: its name, and its uid (read in this pass), the
-/// placeholder's owner.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Doomed<'a> {
-    pub name: &'a str,
-    pub uid: Option<&'a str>,
-}
-
-/// The placeholder of `pod`, a pod of doomed node `node` (see the module doc).
+/// The placeholder of `pod`, a pod of the doomed node `node` whose uid (read in this pass, the
+/// placeholder's owner) is `node_uid` (see the module doc).
 pub(crate) fn placeholder_for(
     pod: &Pod,
-    node: &Doomed<'_>,
+    (node, node_uid): (&str, Option<&str>),
     event_id: &str,
     deadline: DateTime<Utc>,
     evict_by: DateTime<Utc>,
 ) -> Pod {
-    let Doomed {
-        name: node,
-        uid: node_uid,
-    } = *node;
     let spec = pod.spec.clone().unwrap_or_default();
-    let pod_ns = pod
-        .metadata
-        .namespace
-        .clone()
-        .unwrap_or_else(|| "default".into());
-    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+    let (pod_ns, pod_name) = super::budget::ns_name(&pod.metadata);
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let labels = BTreeMap::from([
         (LABEL_PLACEHOLDER.to_string(), "true".to_string()),
@@ -147,9 +131,7 @@ fn off_node(affinity: Option<Affinity>, node: &str, pod_ns: &str) -> Affinity {
         .get_or_insert_with(NodeAffinity::default);
     let required = node_affinity
         .required_during_scheduling_ignored_during_execution
-        .get_or_insert_with(|| NodeSelector {
-            node_selector_terms: Vec::new(),
-        });
+        .get_or_insert_with(NodeSelector::default);
     if required.node_selector_terms.is_empty() {
         required
             .node_selector_terms
@@ -336,10 +318,7 @@ mod tests {
             .with_timezone(&Utc)
     }
 
-    const DOOMED: Doomed<'static> = Doomed {
-        name: "doomed",
-        uid: Some("node-uid-1"),
-    };
+    const DOOMED: (&str, Option<&str>) = ("doomed", Some("node-uid-1"));
 
     #[test]
     fn quantities_in_thousandths() {
@@ -406,7 +385,7 @@ mod tests {
     fn a_placeholder_asks_what_its_pod_asks_off_the_doomed_node() {
         let web = web_pod();
         let evict_by = deadline() - chrono::Duration::seconds(40);
-        let ph = placeholder_for(&web, &DOOMED, "ev-1", deadline(), evict_by);
+        let ph = placeholder_for(&web, DOOMED, "ev-1", deadline(), evict_by);
         let v = serde_json::to_value(&ph).unwrap();
         assert!(super::super::surge::is_placeholder(&ph));
         metadata_is_forewarns(&v);
@@ -414,14 +393,8 @@ mod tests {
         // Without an affinity of its own: one term keeping it off the node.
         let bare =
             pod(json!({"metadata": {"name": "x", "uid": "u-2"}, "spec": {"containers": []}}));
-        let v = serde_json::to_value(placeholder_for(
-            &bare,
-            &DOOMED,
-            "ev-1",
-            deadline(),
-            evict_by,
-        ))
-        .unwrap();
+        let v = serde_json::to_value(placeholder_for(&bare, DOOMED, "ev-1", deadline(), evict_by))
+            .unwrap();
         assert_eq!(
             v["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
                 ["nodeSelectorTerms"],
@@ -441,7 +414,7 @@ mod tests {
     /// The placeholder's one container's resources.
     fn resources_of(p: &Pod) -> serde_json::Value {
         let evict_by = deadline() - chrono::Duration::seconds(40);
-        let ph = placeholder_for(p, &DOOMED, "ev-1", deadline(), evict_by);
+        let ph = placeholder_for(p, DOOMED, "ev-1", deadline(), evict_by);
         serde_json::to_value(ph).unwrap()["spec"]["containers"][0]["resources"].clone()
     }
 

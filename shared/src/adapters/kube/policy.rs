@@ -7,7 +7,7 @@
 
 use ::kube::Api;
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::api::retry::with_retry;
@@ -71,14 +71,11 @@ impl PolicySource for KubePolicy {
         // One Event per refusal message: the same bad policy read again records none.
         let event = ObjectEvent {
             namespace: POLICY_NAMESPACE,
-            regarding: reference(
-                "ConfigMap",
-                &ObjectMeta {
-                    namespace: Some(POLICY_NAMESPACE.into()),
-                    name: Some(POLICY_CONFIGMAP.into()),
-                    ..ObjectMeta::default()
-                },
-            ),
+            regarding: ObjectReference {
+                namespace: Some(POLICY_NAMESPACE.into()),
+                name: Some(POLICY_CONFIGMAP.into()),
+                ..reference("ConfigMap", &ObjectMeta::default())
+            },
             related: None,
             event_id: message,
             reason: "PolicyRefused",

@@ -11,20 +11,22 @@
 //! back as it is. The client is the caller's: `forewarn check --kube` impersonates each of
 //! forewarn's groups, the sweeper sends them as itself.
 
-use ::kube::Api;
 use ::kube::api::{ListParams, Patch, PatchParams, PostParams};
+use ::kube::{Api, ResourceExt};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 
 use super::api::FIELD_MANAGER;
+use super::budget::ns_name;
 use super::connect::ClusterClient;
 use super::cordon::{CordonSpec, RecordKeys, cordon_patch, uncordon_patch};
 use super::drain::{Disposition, disposition, eviction_body};
 use super::events::{EVENT_NAMESPACE, EventType, ObjectEvent, build, reference};
 use super::node_facts::node_facts;
-use super::placeholder::{Doomed, placeholder_for};
+use super::placeholder::placeholder_for;
 use super::surge::is_placeholder;
+use super::surge_memory::controller;
 use crate::domain::admission::{Capability, Proof, Verdict};
 use crate::domain::config::Config;
 use crate::domain::cordon_record::CordonRecord;
@@ -44,24 +46,10 @@ pub struct PreflightScope<'a> {
     pub reporting_instance: &'a str,
 }
 
-/// The cluster's objects the writes are built from.
-struct Subjects {
-    node: Option<Node>,
-    pod: Option<Pod>,
-    /// Why there is no node or no pod: not checked for want of one, or refused when the read
-    /// itself was (401, 403: the writes that need what it reads are refused as much).
-    missing: Verdict,
-}
-
-impl Subjects {
-    fn none(missing: Verdict) -> Subjects {
-        Subjects {
-            node: None,
-            pod: None,
-            missing,
-        }
-    }
-}
+/// The cluster's objects the writes are built from: a node, a pod, and why there is no node or
+/// no pod (not checked for want of one, or refused when the read itself was — 401, 403: the
+/// writes that need what it reads are refused as much).
+struct Subjects(Option<Node>, Option<Pod>, Verdict);
 
 /// What a failed read of `what` says of the writes that need it: refused when the server refused
 /// the read (401, 403: the identity may not read it, so forewarn could not act either), else not
@@ -95,11 +83,7 @@ pub async fn prove(
             dry_run: true,
             field_manager: Some(FIELD_MANAGER.into()),
         },
-        patch: PatchParams {
-            dry_run: true,
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..PatchParams::default()
-        },
+        patch: PatchParams::apply(FIELD_MANAGER).dry_run(),
     });
     let mut proofs = Vec::with_capacity(scope.capabilities.len());
     for &capability in scope.capabilities {
@@ -140,12 +124,12 @@ fn answered<T>(result: Result<T, ::kube::Error>, note: Option<String>) -> Verdic
 async fn subjects(clients: &ClusterClient) -> Subjects {
     let client = match clients.client().await {
         Ok(client) => client,
-        Err(e) => return Subjects::none(Verdict::NotChecked(format!("no client: {e}"))),
+        Err(e) => return Subjects(None, None, Verdict::NotChecked(format!("no client: {e}"))),
     };
     let nodes: Api<Node> = Api::all(client.clone());
     let listed = match nodes.list(&ListParams::default()).await {
         Ok(list) => list.items,
-        Err(e) => return Subjects::none(read_failed("listing the nodes", &e)),
+        Err(e) => return Subjects(None, None, read_failed("listing the nodes", &e)),
     };
     let mut workers: Vec<Node> = listed
         .into_iter()
@@ -164,11 +148,7 @@ async fn subjects(clients: &ClusterClient) -> Subjects {
                 let verdict = read_failed(&format!("listing the pods of node {name}"), &e);
                 if verdict.is_refused() {
                     // Refused on one node, refused on all: the pods' writes are refused.
-                    return Subjects {
-                        node: Some(node.clone()),
-                        pod: None,
-                        missing: verdict,
-                    };
+                    return Subjects(Some(node.clone()), None, verdict);
                 }
                 unlisted.get_or_insert(verdict);
                 continue;
@@ -177,18 +157,10 @@ async fn subjects(clients: &ClusterClient) -> Subjects {
         let pod = list.items.into_iter().find(|p| {
             matches!(disposition(p), Disposition::Evict { .. })
                 && !is_placeholder(p)
-                && p.metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .any(|r| r.controller == Some(true))
+                && controller(p).is_some()
         });
         if pod.is_some() {
-            return Subjects {
-                node: Some(node.clone()),
-                pod,
-                missing: Verdict::NotChecked(String::new()),
-            };
+            return Subjects(Some(node.clone()), pod, Verdict::NotChecked(String::new()));
         }
     }
     let missing = match unlisted {
@@ -196,11 +168,7 @@ async fn subjects(clients: &ClusterClient) -> Subjects {
         None if workers.is_empty() => Verdict::NotChecked("no worker node in the cluster".into()),
         None => Verdict::NotChecked("no pod of a controller on the first worker nodes".into()),
     };
-    Subjects {
-        node: workers.into_iter().next(),
-        pod: None,
-        missing,
-    }
+    Subjects(workers.into_iter().next(), None, missing)
 }
 
 /// The cordon spec of a spot interruption warning, as the handler writes it (its record
@@ -248,17 +216,17 @@ impl Dry<'_> {
     fn node(&self) -> Result<(&Node, String), Verdict> {
         let node = self
             .subjects
-            .node
+            .0
             .as_ref()
-            .ok_or_else(|| self.subjects.missing.clone())?;
-        Ok((node, node.metadata.name.clone().unwrap_or_default()))
+            .ok_or_else(|| self.subjects.2.clone())?;
+        Ok((node, node.name_any()))
     }
 
     fn pod(&self) -> Result<&Pod, Verdict> {
         self.subjects
-            .pod
+            .1
             .as_ref()
-            .ok_or_else(|| self.subjects.missing.clone())
+            .ok_or_else(|| self.subjects.2.clone())
     }
 
     /// The cordon's patch of the node; for the way back, then the way back's patch of the node
@@ -279,11 +247,7 @@ impl Dry<'_> {
         if capability == Capability::Cordon {
             return Ok(Verdict::Admitted(Some(format!("node {name}"))));
         }
-        let record = cordoned
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(crate::domain::cordon_record::read_unverified)
+        let record = crate::domain::cordon_record::read_unverified(cordoned.annotations())
             .and_then(Result::ok)
             .ok_or_else(|| Verdict::NotChecked("the cordon's answer has no record".into()))?;
         let back = uncordon_patch(&cordoned, &self.config.taint_key, &record)
@@ -298,7 +262,7 @@ impl Dry<'_> {
 
     /// An Eviction of the pod; a disruption budget refusing it now is not admission.
     async fn evict(&self) -> Result<Verdict, Verdict> {
-        let (ns, name) = pod_name(self.pod()?);
+        let (ns, name) = ns_name(&self.pod()?.metadata);
         let mut body = eviction_body(&ns, &name, None);
         body["deleteOptions"] = serde_json::json!({"dryRun": ["All"]});
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
@@ -317,13 +281,10 @@ impl Dry<'_> {
     async fn placeholder(&self) -> Result<Verdict, Verdict> {
         let pod = self.pod()?;
         let (node, node_name) = self.node()?;
-        let (ns, name) = pod_name(pod);
+        let (ns, name) = ns_name(&pod.metadata);
         let placeholder = placeholder_for(
             pod,
-            &Doomed {
-                name: &node_name,
-                uid: node.metadata.uid.as_deref(),
-            },
+            (&node_name, node.metadata.uid.as_deref()),
             PREFLIGHT_EVENT,
             self.now + chrono::Duration::minutes(2),
             self.now + chrono::Duration::minutes(1),
@@ -345,7 +306,7 @@ impl Dry<'_> {
         let (namespace, regarding, related) = if capability == Capability::PodEvent {
             let pod = self.pod()?;
             (
-                pod_name(pod).0,
+                ns_name(&pod.metadata).0,
                 reference("Pod", &pod.metadata),
                 Some(node_ref),
             )
@@ -390,12 +351,4 @@ impl Dry<'_> {
             )),
         ))
     }
-}
-
-fn pod_name(pod: &Pod) -> (String, String) {
-    let (namespace, name) = (&pod.metadata.namespace, &pod.metadata.name);
-    (
-        namespace.as_deref().unwrap_or("default").into(),
-        name.clone().unwrap_or_default(),
-    )
 }

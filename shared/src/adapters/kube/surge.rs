@@ -26,8 +26,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ::kube::Api;
 use ::kube::api::{DeleteParams, ListParams, PostParams};
+use ::kube::{Api, ResourceExt};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -37,7 +37,7 @@ use super::api::retry::with_retry_in;
 use super::connect::ClusterClient;
 use super::error::ApiError;
 use super::error::KubeError;
-use super::placeholder::{Doomed, placeholder_for};
+use super::placeholder::placeholder_for;
 pub(crate) use super::surge_memory::SurgeMemory;
 use super::surge_memory::{budget_rounds, controller, earlier_rounds};
 use crate::domain::admission::{RefusedBy, is_refusal, refused_by};
@@ -151,11 +151,7 @@ pub(crate) fn is_placeholder(pod: &Pod) -> bool {
 }
 
 fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
+    pod.annotations().get(key).map(String::as_str)
 }
 
 /// A placeholder to make: for which pod (uid, namespace), until when it waits.
@@ -245,10 +241,7 @@ pub(crate) async fn surge_pass(
             latest,
             placeholder: placeholder_for(
                 pod,
-                &Doomed {
-                    name: node,
-                    uid: settings.node_uid.as_deref(),
-                },
+                (node, settings.node_uid.as_deref()),
                 &settings.event_id,
                 settings.deadline,
                 latest,
@@ -309,15 +302,10 @@ async fn kept_placeholders(
     let clock = clients.clock();
     let existing = match crate::ports::until(clock, end, of_node(clients, node)).await {
         Some(Ok(found)) => found,
-        Some(Err(e)) => {
-            tracing::warn!(error = %e, node, "placeholders not listed: this pass makes them again");
-            Vec::new()
-        }
-        None => {
-            tracing::warn!(
-                node,
-                "placeholders not listed within the step's budget: this pass makes them again"
-            );
+        failed => {
+            let error = failed.and_then(Result::err).map(|e| e.to_string());
+            let error = error.unwrap_or_else(|| "no answer within the step's budget".into());
+            tracing::warn!(%error, node, "placeholders not listed: this pass makes them again");
             Vec::new()
         }
     };
@@ -437,10 +425,7 @@ async fn create_all(
     making: Vec<Making>,
     end: DateTime<Utc>,
 ) -> Vec<(Making, Created)> {
-    if making.is_empty() {
-        return Vec::new();
-    }
-    let mut answered: BTreeMap<usize, Created> = BTreeMap::new();
+    let mut answered: Vec<Option<Created>> = making.iter().map(|_| None).collect();
     // The futures made first (a stream mapping borrowed items would not be `Send` for every
     // lifetime, as the executor's futures must be).
     let creates: Vec<_> = making
@@ -451,7 +436,7 @@ async fn create_all(
     let work = futures::stream::iter(creates)
         .buffer_unordered(settings.parallelism.max(1))
         .for_each(|(i, created)| {
-            answered.insert(i, created);
+            answered[i] = Some(created);
             std::future::ready(())
         });
     if crate::ports::until(clients.clock(), end, work)
@@ -460,15 +445,12 @@ async fn create_all(
     {
         tracing::warn!(
             asked = making.len(),
-            answered = answered.len(),
+            answered = answered.iter().flatten().count(),
             "placeholders not all made within the step's budget: the other pods are evicted as without surge"
         );
     }
-    making
-        .into_iter()
-        .enumerate()
-        .map(|(i, m)| (m, answered.remove(&i).unwrap_or(Created::Not)))
-        .collect()
+    let answered = answered.into_iter().map(|a| a.unwrap_or(Created::Not));
+    making.into_iter().zip(answered).collect()
 }
 
 /// Creates one placeholder, once: any answer but success and AlreadyExists (409) — a refusal
@@ -490,21 +472,17 @@ async fn create(clients: &ClusterClient, memory: &SurgeMemory, m: &Making) -> Cr
     // One attempt, never retried: a failure is itself the answer (its pod is evicted at once).
     clients.throttle(Lane::Later).await;
     let answer = pods.create(&PostParams::default(), &m.placeholder).await;
-    match answer.map_err(|e| ApiError::new("create", object, e)) {
+    let now = clients.clock().now();
+    match answer {
         Ok(_) => Created::New,
-        Err(e) if e.is_conflict() => Created::Exists,
-        Err(e) if e.status.is_some_and(is_refusal) => {
-            memory.refused_at(&m.namespace, clients.clock().now());
-            let message = e.message();
-            let reason = match &e.source {
-                ::kube::Error::Api(s) => s.reason.clone(),
-                _ => String::new(),
-            };
-            let by = refused_by(e.status.unwrap_or_default(), &reason, &message);
-            Created::Refused(by, message)
+        Err(::kube::Error::Api(s)) if s.code == 409 => Created::Exists,
+        Err(::kube::Error::Api(s)) if is_refusal(s.code) => {
+            memory.refused_at(&m.namespace, now);
+            Created::Refused(refused_by(s.code, &s.reason, &s.message), s.message)
         }
         Err(e) => {
-            memory.refused_at(&m.namespace, clients.clock().now());
+            memory.refused_at(&m.namespace, now);
+            let e = ApiError::new("create", object, e);
             tracing::warn!(error = %e, namespace = %m.namespace,
                 "placeholder not made: its pod, and its namespace's for a minute, are evicted without waiting for room");
             Created::Not
@@ -544,13 +522,10 @@ pub(crate) async fn delete_logged(clients: &ClusterClient, ph: &Pod) -> bool {
 
 /// Deletes every placeholder of `node` (a drain that ended); answers how many went.
 pub(crate) async fn delete_of_node(clients: &ClusterClient, node: &str) -> usize {
-    let found = match of_node(clients, node).await {
-        Ok(found) => found,
-        Err(e) => {
-            tracing::warn!(error = %e, node, "placeholders not listed: the sweeper deletes them once they expire");
-            return 0;
-        }
-    };
+    let found = of_node(clients, node).await.unwrap_or_else(|e| {
+        tracing::warn!(error = %e, node, "placeholders not listed: the sweeper deletes them once they expire");
+        Vec::new()
+    });
     let mut gone = 0;
     for ph in &found {
         gone += usize::from(delete_logged(clients, ph).await);
@@ -569,8 +544,7 @@ pub(crate) async fn delete_expired(
     dry_run: bool,
 ) -> Result<Vec<String>, KubeError> {
     let all = list(clients, None, "placeholders").await?;
-    let mut gone = Vec::new();
-    let mut failed: Vec<KubeError> = Vec::new();
+    let (mut gone, mut failed, mut first) = (Vec::new(), 0, None);
     for ph in all {
         let expired = annotation(&ph, ANNOTATION_EXPIRES)
             .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
@@ -581,20 +555,17 @@ pub(crate) async fn delete_expired(
         }
         if !dry_run && let Err(e) = delete(clients, &ph).await {
             tracing::error!(error = %e, "expired placeholder not deleted");
-            failed.push(e);
+            failed += 1;
+            first.get_or_insert(e);
             continue;
         }
-        gone.push(format!(
-            "{NAMESPACE}/{}",
-            ph.metadata.name.as_deref().unwrap_or_default()
-        ));
+        gone.push(format!("{NAMESPACE}/{}", ph.name_any()));
     }
-    let tried = gone.len() + failed.len();
-    match failed.into_iter().next() {
+    match first {
         None => Ok(gone),
         Some(first) => Err(KubeError::Partly {
-            failed: tried - gone.len(),
-            tried,
+            failed,
+            tried: gone.len() + failed,
             first: Box::new(first),
         }),
     }
@@ -766,8 +737,8 @@ mod tests {
                     let latest = latest_safe(deadline, grace, rounds.get(&uid).copied().unwrap_or(0));
                     prop_assert!(latest <= deadline);
                     let _ = due(now, latest, Placeholder::Pending);
-                    let doomed = Doomed { name: "doomed", uid: Some("node-uid-1") };
-                    let ph = placeholder_for(pod, &doomed, "ev-1", deadline, latest);
+                    let doomed = ("doomed", Some("node-uid-1"));
+                    let ph = placeholder_for(pod, doomed, "ev-1", deadline, latest);
                     prop_assert_eq!(ph.metadata.namespace.as_deref(), Some(NAMESPACE));
                     prop_assert_eq!(is_placeholder(&ph), !uid.is_empty());
                     let v = serde_json::to_value(&ph).unwrap();

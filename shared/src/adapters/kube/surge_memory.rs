@@ -5,8 +5,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ::kube::Api;
 use ::kube::api::ListParams;
+use ::kube::{Api, ResourceExt};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -19,10 +19,7 @@ use crate::domain::budget::Budget;
 
 /// The controller of `pod` (kind, name), unless it has none or it is a DaemonSet.
 pub(crate) fn controller(pod: &Pod) -> Option<(&str, &str)> {
-    pod.metadata
-        .owner_references
-        .iter()
-        .flatten()
+    (pod.owner_references().iter())
         .find(|r| r.controller == Some(true) && r.kind != "DaemonSet")
         .map(|r| (r.kind.as_str(), r.name.as_str()))
 }
@@ -144,8 +141,7 @@ pub(crate) async fn budget_rounds(
     pods.iter()
         .filter(|(pod, _)| {
             let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-            let labels = pod.metadata.labels.clone().unwrap_or_default();
-            serial.iter().any(|b| b.selects(ns, &labels))
+            serial.iter().any(|b| b.selects(ns, pod.labels()))
         })
         .map(|(_, uid)| (uid.to_string(), 1))
         .collect()

@@ -31,15 +31,17 @@ pub enum Pass {
 }
 
 impl Pass {
+    /// What a drain pass is to its drain (`None`: not a drain pass).
+    pub fn role(self) -> Option<DrainRole> {
+        match self {
+            Pass::Drain { role, .. } => Some(role),
+            Pass::Cordon | Pass::Announce => None,
+        }
+    }
+
     /// Whether this is a drain's first drain pass ([`DrainRole::First`]).
     pub fn is_first_drain(self) -> bool {
-        matches!(
-            self,
-            Pass::Drain {
-                role: DrainRole::First,
-                ..
-            }
-        )
+        self.role() == Some(DrainRole::First)
     }
 }
 
