@@ -8,7 +8,10 @@ use chrono::{DateTime, Utc};
 use crate::adapters::clock::SystemClock;
 use crate::ports::{Clock, span};
 
-use ::kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
+use ::kube::config::{
+    AuthInfo, Cluster, Context, KubeConfigOptions, Kubeconfig, KubeconfigError, NamedAuthInfo,
+    NamedCluster, NamedContext,
+};
 use aws_config::SdkConfig;
 use aws_credential_types::provider::error::CredentialsError;
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
@@ -535,18 +538,34 @@ pub(crate) async fn base_config(
         cluster: cluster.to_string(),
         source,
     };
-    // One cluster, and one user without credentials (JSON is YAML).
-    let kubeconfig = Kubeconfig::from_yaml(
-        &serde_json::json!({
-            "clusters": [{"name": cluster,
-                "cluster": {"server": endpoint, "certificate-authority-data": ca_base64}}],
-            "users": [{"name": "forewarn", "user": {}}],
-            "contexts": [{"name": cluster, "context": {"cluster": cluster, "user": "forewarn"}}],
-            "current-context": cluster,
-        })
-        .to_string(),
-    )
-    .map_err(failed)?;
+    // One cluster, and one user without credentials.
+    let kubeconfig = Kubeconfig {
+        clusters: vec![NamedCluster {
+            name: cluster.to_string(),
+            cluster: Some(Cluster {
+                server: Some(endpoint.to_string()),
+                certificate_authority_data: ca_base64.map(str::to_string),
+                ..Cluster::default()
+            }),
+            ..NamedCluster::default()
+        }],
+        auth_infos: vec![NamedAuthInfo {
+            name: "forewarn".into(),
+            auth_info: Some(AuthInfo::default()),
+            ..NamedAuthInfo::default()
+        }],
+        contexts: vec![NamedContext {
+            name: cluster.to_string(),
+            context: Some(Context {
+                cluster: cluster.to_string(),
+                user: Some("forewarn".into()),
+                ..Context::default()
+            }),
+            ..NamedContext::default()
+        }],
+        current_context: Some(cluster.to_string()),
+        ..Kubeconfig::default()
+    };
     let options = KubeConfigOptions::default();
     let mut config = ::kube::Config::from_custom_kubeconfig(kubeconfig, &options)
         .await
