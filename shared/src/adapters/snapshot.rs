@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::kube::node_facts;
@@ -16,7 +17,7 @@ use super::workloads::{RawWorkloads, view};
 use crate::app::audit::WorkloadSource;
 use crate::app::priorities::NodeGroupSource;
 use crate::domain::audit::ClusterView;
-use crate::domain::facts::{InstanceFacts, NodeFacts};
+use crate::domain::facts::{BlockFacts, CapacityBlock, InstanceFacts, NodeFacts};
 use crate::domain::pool::CapacityType;
 use crate::domain::priorities::AsgDescription;
 use crate::ports::{DirectoryError, InstanceDirectory, NodeDirectory};
@@ -31,6 +32,26 @@ pub struct SnapshotError {
     /// The underlying error (JSON, I/O), when there is one.
     #[source]
     pub source: Option<crate::ports::BoxError>,
+}
+
+impl SnapshotError {
+    /// What is wrong with the file at `path` (`source`, the error that says it, if any).
+    fn new(path: &str, message: String, source: Option<crate::ports::BoxError>) -> SnapshotError {
+        let path = path.to_string();
+        SnapshotError {
+            path,
+            message,
+            source,
+        }
+    }
+}
+
+/// `input` read as the JSON `what` prints, or an error naming the file and the command.
+fn json<T: DeserializeOwned>(label: &str, input: &[u8], what: &str) -> Result<T, SnapshotError> {
+    serde_json::from_slice(input).map_err(|e| {
+        let message = format!("not the JSON `{what}` prints: {e}");
+        SnapshotError::new(label, message, Some(Box::new(e)))
+    })
 }
 
 #[derive(Deserialize)]
@@ -65,56 +86,32 @@ struct Ec2Instance {
     network_interfaces: Vec<NetworkInterface>,
 }
 
-/// What of an instance's network interface says which addresses are its (and its pods').
+/// What of an instance's network interface says which addresses are its (and its pods'): its
+/// addresses and delegated prefixes (see [`InstanceFacts::addresses`]), in that order.
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
 struct NetworkInterface {
     #[serde(default)]
-    private_ip_addresses: Vec<PrivateIp>,
+    private_ip_addresses: Vec<Address>,
     #[serde(default)]
-    ipv4_prefixes: Vec<Ipv4Prefix>,
+    ipv4_prefixes: Vec<Address>,
     #[serde(default)]
-    ipv6_addresses: Vec<Ipv6Address>,
+    ipv6_addresses: Vec<Address>,
     #[serde(default)]
-    ipv6_prefixes: Vec<Ipv6Prefix>,
+    ipv6_prefixes: Vec<Address>,
 }
 
+/// An entry of one of [`NetworkInterface`]'s lists: the address or prefix it names.
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
-struct PrivateIp {
-    private_ip_address: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct Ipv4Prefix {
-    ipv4_prefix: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct Ipv6Address {
-    ipv6_address: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct Ipv6Prefix {
-    ipv6_prefix: Option<String>,
-}
-
-impl NetworkInterface {
-    /// Its addresses and delegated prefixes (see [`InstanceFacts::addresses`]).
-    fn addresses(self) -> impl Iterator<Item = String> {
-        let ips = self.private_ip_addresses.into_iter();
-        let v4 = self.ipv4_prefixes.into_iter();
-        let v6 = self.ipv6_addresses.into_iter();
-        let v6p = self.ipv6_prefixes.into_iter();
-        ips.filter_map(|a| a.private_ip_address)
-            .chain(v4.filter_map(|p| p.ipv4_prefix))
-            .chain(v6.filter_map(|a| a.ipv6_address))
-            .chain(v6p.filter_map(|p| p.ipv6_prefix))
-    }
+struct Address {
+    #[serde(
+        alias = "PrivateIpAddress",
+        alias = "Ipv4Prefix",
+        alias = "Ipv6Address"
+    )]
+    #[serde(alias = "Ipv6Prefix")]
+    address: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -150,45 +147,44 @@ pub fn instances_from_describe(
     label: &str,
     input: &[u8],
 ) -> Result<BTreeMap<String, InstanceFacts>, SnapshotError> {
-    let parsed: DescribeInstances = serde_json::from_slice(input).map_err(|e| SnapshotError {
-        path: label.to_string(),
-        message: format!("not the JSON `aws ec2 describe-instances` prints: {e}"),
-        source: Some(Box::new(e)),
-    })?;
-    Ok(parsed
-        .reservations
-        .into_iter()
-        .flat_map(|r| r.instances)
-        .map(|i| {
-            let facts = InstanceFacts {
-                capacity_type: Some(CapacityType::of_ec2(
-                    i.instance_lifecycle.as_deref(),
-                    i.capacity_reservation_id.as_deref(),
-                )),
-                instance_type: i.instance_type,
-                zone: i
-                    .placement
-                    .as_ref()
-                    .and_then(|p| p.availability_zone.clone()),
-                zone_id: i.placement.and_then(|p| p.availability_zone_id),
-                private_dns: i.private_dns_name.filter(|d| !d.is_empty()),
-                state: i.state.and_then(|s| s.name),
-                state_reason: i.state_reason.and_then(|s| s.code),
-                launch_time: i
-                    .launch_time
-                    .as_deref()
-                    .and_then(crate::domain::event::parse_time),
-                tags: i.tags.into_iter().map(|t| (t.key, t.value)).collect(),
-                addresses: i
-                    .network_interfaces
-                    .into_iter()
-                    .flat_map(NetworkInterface::addresses)
-                    .collect(),
-                capacity_reservation_id: i.capacity_reservation_id.clone(),
-                instance_id: i.instance_id,
-            };
-            (facts.instance_id.clone(), facts)
-        })
+    let parsed: DescribeInstances = json(label, input, "aws ec2 describe-instances")?;
+    let facts = |i: Ec2Instance| {
+        let (zone, zone_id) = match i.placement {
+            Some(p) => (p.availability_zone, p.availability_zone_id),
+            None => (None, None),
+        };
+        let interfaces = i.network_interfaces.into_iter();
+        let addresses = interfaces.flat_map(|n| {
+            let lists = [
+                n.private_ip_addresses,
+                n.ipv4_prefixes,
+                n.ipv6_addresses,
+                n.ipv6_prefixes,
+            ];
+            lists.into_iter().flatten().filter_map(|a| a.address)
+        });
+        InstanceFacts {
+            capacity_type: Some(CapacityType::of_ec2(
+                i.instance_lifecycle.as_deref(),
+                i.capacity_reservation_id.as_deref(),
+            )),
+            instance_type: i.instance_type,
+            zone,
+            zone_id,
+            private_dns: i.private_dns_name.filter(|d| !d.is_empty()),
+            state: i.state.and_then(|s| s.name),
+            state_reason: i.state_reason.and_then(|s| s.code),
+            launch_time: (i.launch_time.as_deref()).and_then(crate::domain::event::parse_time),
+            tags: i.tags.into_iter().map(|t| (t.key, t.value)).collect(),
+            addresses: addresses.collect(),
+            capacity_reservation_id: i.capacity_reservation_id,
+            instance_id: i.instance_id,
+        }
+    };
+    let instances = parsed.reservations.into_iter().flat_map(|r| r.instances);
+    Ok(instances
+        .map(facts)
+        .map(|f| (f.instance_id.clone(), f))
         .collect())
 }
 
@@ -217,25 +213,12 @@ pub fn cluster_state_from_kubectl(
     label: &str,
     input: &[u8],
 ) -> Result<ClusterState, SnapshotError> {
-    let err = |message: String| SnapshotError {
-        path: label.to_string(),
-        message,
-        source: None,
-    };
     let mut state = ClusterState::default();
     let items = kubectl_items(label, input, "kubectl get nodes,pods -A -o json")?;
-    for (i, (kind, item)) in items.into_iter().enumerate() {
+    for (i, (kind, value)) in items.into_iter().enumerate() {
         match kind.as_str() {
-            "Node" => {
-                let node: Node = serde_json::from_value(item)
-                    .map_err(|e| err(format!("items[{i}] is not a valid Node: {e}")))?;
-                state.nodes.push(node_facts(&node));
-            }
-            "Pod" => {
-                let pod: Pod = serde_json::from_value(item)
-                    .map_err(|e| err(format!("items[{i}] is not a valid Pod: {e}")))?;
-                state.pods.push(pod);
-            }
+            "Node" => state.nodes.push(node_facts(&item(label, i, &kind, value)?)),
+            "Pod" => state.pods.push(item(label, i, &kind, value)?),
             _ => {}
         }
     }
@@ -249,11 +232,7 @@ fn kubectl_items(
     input: &[u8],
     what: &str,
 ) -> Result<Vec<(String, Value)>, SnapshotError> {
-    let err = |message: String| SnapshotError {
-        path: label.to_string(),
-        message,
-        source: None,
-    };
+    let err = |message: String| SnapshotError::new(label, message, None);
     let value: Value =
         serde_json::from_slice(input).map_err(|e| err(format!("not valid JSON: {e}")))?;
     let items: Vec<Value> = match value.get("items") {
@@ -262,21 +241,26 @@ fn kubectl_items(
         None if value.get("kind").is_some() => vec![value.clone()],
         None => return Err(err(format!("not the JSON `{what}` prints"))),
     };
-    let list_kind = value
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    Ok(items
-        .into_iter()
-        .map(|item| {
-            let kind = item
-                .get("kind")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-                .unwrap_or_else(|| list_kind.trim_end_matches("List").to_string());
-            (kind, item)
-        })
-        .collect())
+    let kind = |v: &Value| v.get("kind").and_then(Value::as_str).map(str::to_string);
+    let list_kind = kind(&value).unwrap_or_default();
+    let list_kind = list_kind.trim_end_matches("List");
+    let kinds = items
+        .iter()
+        .map(|item| kind(item).unwrap_or_else(|| list_kind.to_string()));
+    Ok(kinds.zip(items.iter().cloned()).collect())
+}
+
+/// Item `i` of a capture, of `kind`, read as a `T`.
+fn item<T: DeserializeOwned>(
+    label: &str,
+    i: usize,
+    kind: &str,
+    item: Value,
+) -> Result<T, SnapshotError> {
+    serde_json::from_value(item).map_err(|e| {
+        let message = format!("items[{i}] is not a valid {kind}: {e}");
+        SnapshotError::new(label, message, Some(Box::new(e)))
+    })
 }
 
 /// The command whose output [`workloads_from_kubectl`] reads.
@@ -286,31 +270,18 @@ pub const AUDIT_CAPTURE: &str =
 /// Reads the output of [`AUDIT_CAPTURE`] (PriorityClasses are optional). Items of other kinds
 /// (DaemonSets, Services, ...) are skipped.
 pub fn workloads_from_kubectl(label: &str, input: &[u8]) -> Result<RawWorkloads, SnapshotError> {
-    fn parse<T: serde::de::DeserializeOwned>(
-        label: &str,
-        i: usize,
-        kind: &str,
-        item: Value,
-    ) -> Result<T, SnapshotError> {
-        serde_json::from_value(item).map_err(|e| SnapshotError {
-            path: label.to_string(),
-            message: format!("items[{i}] is not a valid {kind}: {e}"),
-            source: Some(Box::new(e)),
-        })
-    }
     let mut raw = RawWorkloads::default();
-    for (i, (kind, item)) in kubectl_items(label, input, AUDIT_CAPTURE)?
-        .into_iter()
-        .enumerate()
-    {
-        match kind.as_str() {
-            "Deployment" => raw.deployments.push(parse(label, i, &kind, item)?),
-            "StatefulSet" => raw.stateful_sets.push(parse(label, i, &kind, item)?),
-            "ReplicaSet" => raw.replica_sets.push(parse(label, i, &kind, item)?),
-            "Pod" => raw.pods.push(parse(label, i, &kind, item)?),
-            "PodDisruptionBudget" => raw.budgets.push(parse(label, i, &kind, item)?),
-            "PriorityClass" => raw.priority_classes.push(parse(label, i, &kind, item)?),
-            "Node" => raw.nodes.push(parse(label, i, &kind, item)?),
+    let items = kubectl_items(label, input, AUDIT_CAPTURE)?;
+    for (i, (kind, value)) in items.into_iter().enumerate() {
+        let k = kind.as_str();
+        match k {
+            "Deployment" => raw.deployments.push(item(label, i, k, value)?),
+            "StatefulSet" => raw.stateful_sets.push(item(label, i, k, value)?),
+            "ReplicaSet" => raw.replica_sets.push(item(label, i, k, value)?),
+            "Pod" => raw.pods.push(item(label, i, k, value)?),
+            "PodDisruptionBudget" => raw.budgets.push(item(label, i, k, value)?),
+            "PriorityClass" => raw.priority_classes.push(item(label, i, k, value)?),
+            "Node" => raw.nodes.push(item(label, i, k, value)?),
             _ => {}
         }
     }
@@ -321,11 +292,7 @@ pub fn workloads_from_kubectl(label: &str, input: &[u8]) -> Result<RawWorkloads,
 pub fn load_workloads(path: &Path) -> Result<ClusterView, SnapshotError> {
     let label = path.display().to_string();
     let raw = workloads_from_kubectl(&label, &read(path)?)?;
-    view(&raw).map_err(|e| SnapshotError {
-        path: label,
-        message: e.to_string(),
-        source: Some(Box::new(e)),
-    })
+    view(&raw).map_err(|e| SnapshotError::new(&label, e.to_string(), Some(Box::new(e))))
 }
 
 /// A [`WorkloadSource`] over a capture.
@@ -340,10 +307,9 @@ impl WorkloadSource for SnapshotWorkloads {
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, SnapshotError> {
-    std::fs::read(path).map_err(|e| SnapshotError {
-        path: path.display().to_string(),
-        message: format!("cannot read: {e}"),
-        source: Some(Box::new(e)),
+    std::fs::read(path).map_err(|e| {
+        let (path, message) = (path.display().to_string(), format!("cannot read: {e}"));
+        SnapshotError::new(&path, message, Some(Box::new(e)))
     })
 }
 
@@ -373,7 +339,7 @@ struct CapturedGroup {
     tags: Vec<Ec2Tag>,
     mixed_instances_policy: Option<CapturedMixed>,
     #[serde(default)]
-    instances: Vec<CapturedGroupInstance>,
+    instances: Vec<OfType>,
 }
 
 #[derive(Deserialize)]
@@ -387,13 +353,7 @@ struct CapturedMixed {
 #[serde(rename_all = "PascalCase")]
 struct CapturedMixedTemplate {
     #[serde(default)]
-    overrides: Vec<CapturedOverride>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct CapturedOverride {
-    instance_type: Option<String>,
+    overrides: Vec<OfType>,
 }
 
 #[derive(Deserialize)]
@@ -402,9 +362,10 @@ struct CapturedDistribution {
     on_demand_percentage_above_base_capacity: Option<i32>,
 }
 
+/// A group's instance, or an instance type override of its mixed instances policy.
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
-struct CapturedGroupInstance {
+struct OfType {
     instance_type: Option<String>,
 }
 
@@ -415,15 +376,19 @@ pub fn groups_from_describe(
     label: &str,
     input: &[u8],
 ) -> Result<Vec<AsgDescription>, SnapshotError> {
-    let parsed: DescribeGroups = serde_json::from_slice(input).map_err(|e| SnapshotError {
-        path: label.to_string(),
-        message: format!("not the JSON `aws autoscaling describe-auto-scaling-groups` prints: {e}"),
-        source: Some(Box::new(e)),
-    })?;
-    Ok(parsed
-        .auto_scaling_groups
-        .into_iter()
-        .map(|g| AsgDescription {
+    let parsed: DescribeGroups =
+        json(label, input, "aws autoscaling describe-auto-scaling-groups")?;
+    let group = |g: CapturedGroup| {
+        let mixed = g.mixed_instances_policy;
+        let (template, distribution) = match &mixed {
+            Some(m) => (
+                m.launch_template.as_ref(),
+                m.instances_distribution.as_ref(),
+            ),
+            None => (None, None),
+        };
+        let overrides = template.into_iter().flat_map(|l| &l.overrides);
+        AsgDescription {
             name: g.auto_scaling_group_name,
             tags: g.tags.into_iter().map(|t| (t.key, t.value)).collect(),
             zones: g.availability_zones,
@@ -431,25 +396,13 @@ pub fn groups_from_describe(
             zone_ids: Default::default(),
             template_instance_type: g.instances.into_iter().find_map(|i| i.instance_type),
             template_market: None,
-            override_types: g
-                .mixed_instances_policy
-                .as_ref()
-                .and_then(|m| m.launch_template.as_ref())
-                .map(|l| {
-                    l.overrides
-                        .iter()
-                        .filter_map(|o| o.instance_type.clone())
-                        .collect()
-                })
-                .unwrap_or_default(),
-            on_demand_percentage: g
-                .mixed_instances_policy
-                .as_ref()
-                .and_then(|m| m.instances_distribution.as_ref())
+            override_types: overrides.filter_map(|o| o.instance_type.clone()).collect(),
+            on_demand_percentage: distribution
                 .and_then(|d| d.on_demand_percentage_above_base_capacity),
-            mixed: g.mixed_instances_policy.is_some(),
-        })
-        .collect())
+            mixed: mixed.is_some(),
+        }
+    };
+    Ok(parsed.auto_scaling_groups.into_iter().map(group).collect())
 }
 
 /// Loads a `describe-auto-scaling-groups` capture.
@@ -499,27 +452,24 @@ impl InstanceDirectory for SnapshotInstances {
         &self,
         _place: &crate::ports::Place,
         reservation_id: &str,
-    ) -> Result<crate::domain::facts::CapacityBlock, DirectoryError> {
-        let instances: BTreeMap<String, InstanceFacts> = self
-            .0
-            .iter()
-            .filter(|(_, i)| i.capacity_reservation_id.as_deref() == Some(reservation_id))
+    ) -> Result<CapacityBlock, DirectoryError> {
+        let ours = |(_, i): &(&String, &InstanceFacts)| {
+            i.capacity_reservation_id.as_deref() == Some(reservation_id)
+        };
+        let instances: BTreeMap<String, InstanceFacts> = (self.0.iter().filter(ours))
             .map(|(id, i)| (id.clone(), i.clone()))
             .collect();
         // A block's instances are all of its type and zone: what the capture can tell of it.
-        let facts = instances
-            .values()
-            .next()
-            .map(|i| crate::domain::facts::BlockFacts {
-                reservation_id: reservation_id.to_string(),
-                instance_type: i.instance_type.clone(),
-                zone: i.zone.clone(),
-                zone_id: i.zone_id.clone(),
-                end_date: None,
-                state: None,
-                capacity_block: None,
-            });
-        Ok(crate::domain::facts::CapacityBlock { facts, instances })
+        let facts = instances.values().next().map(|i| BlockFacts {
+            reservation_id: reservation_id.to_string(),
+            instance_type: i.instance_type.clone(),
+            zone: i.zone.clone(),
+            zone_id: i.zone_id.clone(),
+            end_date: None,
+            state: None,
+            capacity_block: None,
+        });
+        Ok(CapacityBlock { facts, instances })
     }
 }
 

@@ -3,259 +3,208 @@
 
 use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::builders::PutBuilder;
 use aws_sdk_dynamodb::types::{
     AttributeValue, CancellationReason, Put, ReturnValuesOnConditionCheckFailure,
     TransactWriteItem, Update,
 };
+use serde::Serialize;
 
 use super::codec::*;
 use super::expr::*;
 use super::token::request_token;
 use super::{BACKOFF, DynamoStore, MAX_CONFLICTS, MAX_KNOWN_POOLS};
-use crate::domain::fold::{PoolDelta, pool_deltas, validate};
-use crate::domain::pool::HistoryEntry;
-use crate::domain::pool::{Applied, PoolUpdate, counter_name};
+use crate::domain::fold::validate;
+use crate::domain::pool::{Applied, HistoryEntry, PoolUpdate, counter_name};
 use crate::ports::{FailureKind, StoreError};
-
-/// What one transaction of an event's update writes, in the order of its items (and of their
-/// cancellation reasons): the ledger keys, then the pools' deltas (with their partition keys).
-#[derive(Clone, Copy)]
-struct Written<'a> {
-    keys: &'a [&'a str],
-    deltas: &'a [PoolDelta],
-    pks: &'a [String],
-}
 
 impl DynamoStore {
     /// Applies one event's update (see the module's documentation).
     pub(super) async fn transact(&self, update: &PoolUpdate) -> Result<Applied, StoreError> {
         let id = &update.event_id;
-        let deltas = pool_deltas(update);
+        let what = format!("applying event {id}");
         let keys = update.ledger_keys();
-        self.check_update(update, &deltas, &keys)?;
-        let pks: Vec<String> = deltas.iter().map(|d| pool_pk(&d.pool)).collect();
-        let writes: Vec<PoolWrite> = deltas
-            .iter()
-            .map(|d| PoolWrite::new(update, d, &self.retention))
-            .collect();
-        let max_lost_bets = 4 * deltas.len() + 1;
+        let pools = PoolWrite::of(update, &self.retention);
+        if pools.len() + keys.len() + update.marks.len() > 100 {
+            let why = format!(
+                "it marks {} pools ({} marks) with {} ledger keys, but one transaction holds at \
+                 most 100 items: the ledger entries, the pools and their history entries",
+                pools.len(),
+                update.marks.len(),
+                keys.len()
+            );
+            return Err(self.fail(FailureKind::Invalid, what, why));
+        }
+        validate(update).map_err(self.invalid(&what))?;
+        let max_lost_bets = 4 * pools.len() + 1;
         let (mut conflicts, mut lost_bets) = (0, 0);
         let mut waits = BACKOFF.delays();
         while conflicts <= MAX_CONFLICTS && lost_bets <= max_lost_bets {
-            let items = self.transaction(update, &keys, &deltas, &pks, &writes)?;
-            let token = request_token(id, &items);
-            let result = self
-                .client
-                .transact_write_items()
+            let (items, token) = self.transaction(update, &keys, &pools)?;
+            let sent = (self.client.transact_write_items())
                 .set_transact_items(Some(items))
                 .client_request_token(token)
                 .send()
                 .await;
-            let error = match result {
+            let error = match sent {
                 Ok(_) => {
-                    self.remember(&pks, &writes);
+                    self.remember(&pools);
                     return Ok(Applied::Applied);
                 }
                 Err(e) => e,
             };
-            let reasons = match error.as_service_error() {
+            let conflict = match error.as_service_error() {
                 Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
-                    c.cancellation_reasons().to_vec()
+                    let reasons = c.cancellation_reasons();
+                    let cancelled = self.cancelled(&keys, &pools, reasons, &what).await?;
+                    let Some((conflict, lost)) = cancelled else {
+                        return Ok(Applied::Duplicate);
+                    };
+                    if !conflict && lost == 0 {
+                        let why = format!(
+                            "the transaction was cancelled without a reason to retry it: {}",
+                            DisplayErrorContext(&error)
+                        );
+                        return Err(self.fail(FailureKind::Unknown, what, why));
+                    }
+                    lost_bets += lost;
+                    conflict
                 }
                 // The same transaction (same token) is still being applied: an SDK retry overtook
                 // it. Sent again unchanged after a pause, it is answered as that one ended.
-                Some(TransactWriteItemsError::TransactionInProgressException(_)) => {
-                    conflicts += 1;
-                    tracing::debug!(table = %self.table, event = %id, conflicts, "transaction in progress, backing off");
-                    self.back_off(&mut waits).await;
-                    continue;
-                }
-                _ => return Err(self.sdk_err(format_args!("applying event {id}"), error)),
+                Some(TransactWriteItemsError::TransactionInProgressException(_)) => true,
+                _ => return Err(self.sdk_err(what, error)),
             };
-            let written = Written {
-                keys: &keys,
-                deltas: &deltas,
-                pks: &pks,
-            };
-            match self.cancelled(id, &written, &reasons, &error).await? {
-                Cancelled::Duplicate => return Ok(Applied::Duplicate),
-                Cancelled::Again { conflict, lost } => {
-                    lost_bets += lost;
-                    if conflict {
-                        conflicts += 1;
-                        tracing::debug!(table = %self.table, event = %id, conflicts, "transaction conflict, backing off");
-                        self.back_off(&mut waits).await;
-                    }
-                }
+            if conflict {
+                conflicts += 1;
+                tracing::debug!(table = %self.table, event = %id, conflicts, "transaction in conflict or in progress, backing off");
+                self.back_off(&mut waits).await;
             }
         }
-        Err(self.err(
-            FailureKind::Contention,
-            format_args!("applying event {id}"),
-            format_args!(
-                "gave up after {conflicts} transactions cancelled by conflicts with concurrent \
-                 writers and {lost_bets} by pools changing under the update"
-            ),
-        ))
+        let why = format!(
+            "gave up after {conflicts} transactions cancelled by conflicts with concurrent \
+             writers and {lost_bets} by pools changing under the update"
+        );
+        Err(self.fail(FailureKind::Contention, what, why))
     }
 
+    /// The items of one attempt, and its token: the ledger entries, then each pool's update with
+    /// this store's bets on which of its fields the event's values win, then the history items
+    /// (last, so that the cancellation reasons of the items above keep their places).
+    pub(super) fn transaction(
+        &self,
+        update: &PoolUpdate,
+        keys: &[&str],
+        pools: &[PoolWrite],
+    ) -> Result<(Vec<TransactWriteItem>, String), StoreError> {
+        let bets: Vec<Bets> = {
+            let known = self.known();
+            pools
+                .iter()
+                .map(|w| Known::bets(known.get(&w.pk), w))
+                .collect()
+        };
+        let token = request_token(&(&self.table, update, self.retention, &bets));
+        let ledger = keys.iter().map(|k| self.ledger_put(update, k));
+        let mut items = ledger.collect::<Result<Vec<_>, _>>()?;
+        for (write, bets) in pools.iter().zip(bets) {
+            items.push(self.pool_update(update, write, bets)?);
+        }
+        for entry in HistoryEntry::of(update, &self.retention) {
+            items.push(self.history_put(&entry)?);
+        }
+        Ok((items, token))
+    }
+
+    /// The update of one pool: its counter by an atomic `ADD`; each other field `SET` where
+    /// `bets` say the event's value wins, else only where there is none; the bets its condition.
     fn pool_update(
         &self,
         update: &PoolUpdate,
-        delta: &PoolDelta,
+        w: &PoolWrite,
         bets: Bets,
     ) -> Result<TransactWriteItem, StoreError> {
-        let plan = PoolWrite::new(update, delta, &self.retention);
-        let mut e = Expr::default();
-        let pool = delta.pool.to_string();
-        let mut set = vec![];
-        for (attr, value) in [
-            ("pool", pool.as_str()),
-            ("capacity_type", delta.pool.capacity_type.as_str()),
-            ("instance_type", &delta.pool.instance_type),
-            ("zone", &delta.pool.zone),
-        ]
-        .into_iter()
-        .chain(update.region.as_deref().map(|r| ("region", r)))
-        {
-            set.push(format!("{} = {}", e.name(attr), e.value(attr, s(value))));
-        }
-        // A won field is set, a lost one only where there is none.
+        let (mut e, pool) = (Expr::default(), &w.delta.pool);
+        let name = pool.to_string();
+        let texts = [
+            ("pool", name.as_str()),
+            ("capacity_type", pool.capacity_type.as_str()),
+            ("instance_type", &pool.instance_type),
+            ("zone", &pool.zone),
+        ];
+        let region = update.region.as_deref().map(|r| ("region", r));
+        let texts = texts.into_iter().chain(region);
+        let mut set: Vec<String> = texts.map(|(attr, v)| e.is(attr, s(v))).collect();
         let assign = |name: &str, value: &str, win: bool| match win {
             true => format!("{name} = {value}"),
             false => format!("{name} = if_not_exists({name}, {value})"),
         };
+        let t = e.value("t", n(w.time));
+        // Each number, its value, its bet, and the comparison that holds when the bet is won
+        // and when it is lost.
+        let numbers = [
+            (
+                "unavailable_until",
+                w.until.map(|u| e.value("until", n(u))),
+                bets.until,
+                "<=",
+                ">=",
+            ),
+            ("last_seen", Some(t.clone()), bets.last, "<=", ">"),
+            ("first_seen", Some(t), bets.first, ">=", "<="),
+            (
+                "expires_at",
+                Some(e.value("exp", n(w.expires))),
+                bets.expires,
+                "<=",
+                ">=",
+            ),
+        ];
         let mut conditions = Vec::new();
-        let mut field = |e: &mut Expr, attr, placeholder, value, win, op: &str| {
-            let (name, value) = (e.name(attr), e.value(placeholder, n(value)));
+        for (attr, value, win, won, lost) in numbers {
+            let Some(value) = value else { continue };
+            let name = e.name(attr);
+            let op = if win { won } else { lost };
             conditions.push(format!(
                 "(attribute_not_exists({name}) OR {name} {op} {value})"
             ));
             set.push(assign(&name, &value, win));
-        };
-        if let Some(until) = plan.until {
-            let op = if bets.until { "<=" } else { ">=" };
-            field(&mut e, "unavailable_until", "until", until, bets.until, op);
         }
-        let op = if bets.last { "<=" } else { ">" };
-        field(&mut e, "last_seen", "t", plan.time, bets.last, op);
-        let op = if bets.first { ">=" } else { "<=" };
-        field(&mut e, "first_seen", "t", plan.time, bets.first, op);
-        let op = if bets.expires { "<=" } else { ">=" };
-        field(&mut e, "expires_at", "exp", plan.expires, bets.expires, op);
         for (attr, placeholder, value) in [
             ("last_event_id", "eid", update.event_id.as_str()),
-            ("last_reason", "reason", update.reason.as_str()),
-            ("last_instance_id", "iid", delta.instance_id.as_str()),
+            ("last_reason", "reason", &update.reason),
+            ("last_instance_id", "iid", &w.delta.instance_id),
         ] {
             let (name, value) = (e.name(attr), e.value(placeholder, s(value)));
             set.push(assign(&name, &value, bets.last));
         }
         let counter = e.name(counter_name(update.kind));
-        let count = e.value("n", AttributeValue::N(delta.count.to_string()));
-        let expression = format!("SET {} ADD {counter} {count}", set.join(", "));
+        let count = e.value("n", AttributeValue::N(w.delta.count.to_string()));
+        let what = format!("building the update of pool {pool}");
         let up = Update::builder()
             .table_name(&self.table)
-            .set_key(Some(item_key(&pool_pk(&delta.pool), POOL_SK)))
-            .update_expression(expression)
+            .set_key(Some(item_key(&w.pk, POOL_SK)))
+            .update_expression(format!("SET {} ADD {counter} {count}", set.join(", ")))
             .condition_expression(conditions.join(" AND "))
             .set_expression_attribute_names(Some(e.names))
             .set_expression_attribute_values(Some(e.values))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
-            .map_err(|e| {
-                self.err_from(
-                    FailureKind::Invalid,
-                    format_args!("building the update of pool {}", delta.pool),
-                    e,
-                )
-            })?;
+            .map_err(self.invalid(&what))?;
         Ok(TransactWriteItem::builder().update(up).build())
     }
 
-    /// What to do about one pool whose condition failed: learn the item as it is.
-    async fn observe(
+    /// A transaction's put of `item` (`what` names it in errors), set further by `put`.
+    pub(super) fn put(
         &self,
-        delta: &PoolDelta,
-        reason: &CancellationReason,
-    ) -> Result<Known, StoreError> {
-        let pk = pool_pk(&delta.pool);
-        match reason.item() {
-            Some(item) => from_item(&pk, item),
-            // A service that does not return the item on a failed condition: read it.
-            None => match self.get(&pk, POOL_SK, format!("reading item {pk}")).await? {
-                Some(item) => from_item(&pk, &item),
-                None => Ok(Known::default()),
-            },
-        }
-    }
-}
-
-/// What a cancelled transaction of [`DynamoStore::apply`] says to do next.
-enum Cancelled {
-    /// A ledger key was there already: the event was applied before.
-    Duplicate,
-    /// Send it again: after a backoff when a writer conflicted, at once when only bets were
-    /// lost (`lost` of them, each now corrected from the pool's current item).
-    Again { conflict: bool, lost: usize },
-}
-
-impl DynamoStore {
-    /// One transaction holds at most 100 items, and the update must be well formed.
-    fn check_update(
-        &self,
-        update: &PoolUpdate,
-        deltas: &[PoolDelta],
-        keys: &[&str],
-    ) -> Result<(), StoreError> {
-        let id = &update.event_id;
-        if deltas.len() + keys.len() + update.marks.len() > 100 {
-            return Err(self.err(
-                FailureKind::Invalid,
-                format_args!("applying event {id}"),
-                format_args!(
-                    "it marks {} pools ({} marks) with {} ledger keys, but one transaction holds \
-                     at most 100 items: the ledger entries, the pools and their history entries",
-                    deltas.len(),
-                    update.marks.len(),
-                    keys.len()
-                ),
-            ));
-        }
-        validate(update).map_err(|m| {
-            self.err_from(FailureKind::Invalid, format_args!("applying event {id}"), m)
-        })
-    }
-
-    /// The items of one attempt: the ledger entries, then each pool's update with this store's
-    /// bets on which of its fields the event's values win.
-    pub(super) fn transaction(
-        &self,
-        update: &PoolUpdate,
-        keys: &[&str],
-        deltas: &[PoolDelta],
-        pks: &[String],
-        writes: &[PoolWrite],
-    ) -> Result<Vec<TransactWriteItem>, StoreError> {
-        let bets: Vec<Bets> = {
-            let known = self.known();
-            pks.iter()
-                .zip(writes)
-                .map(|(pk, w)| Known::bets(known.get(pk), w))
-                .collect()
-        };
-        let mut items = keys
-            .iter()
-            .map(|k| self.ledger_put(update, k))
-            .collect::<Result<Vec<_>, _>>()?;
-        for (delta, bets) in deltas.iter().zip(&bets) {
-            items.push(self.pool_update(update, delta, *bets)?);
-        }
-        // Last, so the cancellation reasons of the items above keep their places.
-        for entry in HistoryEntry::of(update, &self.retention) {
-            items.push(self.history_put(&entry)?);
-        }
-        Ok(items)
+        what: &str,
+        item: impl Serialize,
+        put: impl FnOnce(PutBuilder) -> PutBuilder,
+    ) -> Result<TransactWriteItem, StoreError> {
+        let item = to_item(item).map_err(self.invalid(what))?;
+        let put = put(Put::builder().table_name(&self.table).set_item(Some(item)));
+        let put = put.build().map_err(self.invalid(what))?;
+        Ok(TransactWriteItem::builder().put(put).build())
     }
 
     /// The history item of `entry` (no index holds it: it has none of their sort keys).
@@ -263,89 +212,68 @@ impl DynamoStore {
         &self,
         entry: &HistoryEntry,
     ) -> Result<TransactWriteItem, StoreError> {
-        let item = history_item(entry)
-            .map_err(|e| self.err_from(FailureKind::Invalid, "encoding a history item", e))?;
-        let put = (Put::builder()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .build())
-        .map_err(|e| self.err_from(FailureKind::Invalid, "building a history put", e))?;
-        Ok(TransactWriteItem::builder().put(put).build())
+        self.put("a history item", history_item(entry), |put| put)
     }
 
     /// Remembers what an applied transaction wrote, to place the next bets.
-    fn remember(&self, pks: &[String], writes: &[PoolWrite]) {
+    fn remember(&self, pools: &[PoolWrite]) {
         let mut known = self.known();
-        if known.len() + pks.len() > MAX_KNOWN_POOLS {
+        if known.len() + pools.len() > MAX_KNOWN_POOLS {
             known.clear();
         }
-        for (pk, w) in pks.iter().zip(writes) {
-            let k = known.get(pk).copied().unwrap_or_default().after(w);
-            known.insert(pk.clone(), k);
+        for w in pools {
+            let k = known.get(&w.pk).copied().unwrap_or_default().after(w);
+            known.insert(w.pk.clone(), k);
         }
     }
 
     /// Reads the cancellation reasons of one attempt, item by item (the ledger entries first,
-    /// then the pools): a ledger key already there is a duplicate; a pool whose condition
-    /// failed lost a bet (what is known of it is read again); a conflict or throttling is
-    /// retried; anything else is an error, and so is a cancellation with no reason to retry.
+    /// then the pools): `None` when a ledger key was there already (the event was applied
+    /// before); else whether a writer conflicted (or throttled: worth another transaction after
+    /// a pause) and how many bets were lost (each pool whose condition failed is learnt again
+    /// from its item). Any other refusal is an error.
     async fn cancelled(
         &self,
-        id: &str,
-        written: &Written<'_>,
+        keys: &[&str],
+        pools: &[PoolWrite],
         reasons: &[CancellationReason],
-        error: &(dyn std::error::Error + Send + Sync + 'static),
-    ) -> Result<Cancelled, StoreError> {
-        let Written { keys, deltas, pks } = *written;
-        let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
-        let refusal = |c: &str, what: String, i: usize| {
-            let why = format!("{what} was refused: {c}: {}", message(reasons, i));
-            self.err(refused(c), format_args!("applying event {id}"), why)
-        };
-        let ledger = keys.len();
-        let mut conflict = false;
-        for (k, key) in keys.iter().enumerate() {
-            match code(k) {
-                "ConditionalCheckFailed" => return Ok(Cancelled::Duplicate),
-                "None" => {}
-                c if retryable(c) => conflict = true,
-                c => return Err(refusal(c, format!("the ledger put of {key}"), k)),
-            }
-        }
-        let mut lost = 0;
-        for (i, delta) in deltas.iter().enumerate() {
-            match code(ledger + i) {
-                "None" => {}
-                "ConditionalCheckFailed" => {
-                    let Some(reason) = reasons.get(ledger + i) else {
-                        continue;
-                    };
+        what: &str,
+    ) -> Result<Option<(bool, usize)>, StoreError> {
+        let ledger = keys
+            .iter()
+            .map(|k| (format!("the ledger put of {k}"), None));
+        let pool = pools
+            .iter()
+            .map(|w| (format!("the update of pool {}", w.delta.pool), Some(w)));
+        let written = ledger.chain(pool);
+        let (mut conflict, mut lost) = (false, 0);
+        for (reason, (name, pool)) in reasons.iter().zip(written) {
+            match (reason.code().unwrap_or("None"), pool) {
+                ("None", _) => {}
+                ("ConditionalCheckFailed", None) => return Ok(None),
+                ("ConditionalCheckFailed", Some(w)) => {
                     lost += 1;
-                    let seen = self.observe(delta, reason).await?;
-                    tracing::debug!(
-                        table = %self.table, event = %id, pool = %delta.pool,
-                        "pool changed under the bet, sending the event again"
-                    );
-                    self.known().insert(pks[i].clone(), seen);
+                    // The pool as it is; a service that does not return it: read.
+                    let item = match reason.item() {
+                        Some(item) => Some(item.clone()),
+                        None => {
+                            self.get(&w.pk, POOL_SK, format!("reading item {}", w.pk))
+                                .await?
+                        }
+                    };
+                    let seen = item.map_or(Ok(Known::default()), |item| from_item(&w.pk, &item));
+                    self.known().insert(w.pk.clone(), seen?);
+                    tracing::debug!(table = %self.table, pool = %w.delta.pool, "{what}: pool changed under the bet, sending the event again");
                 }
-                c if retryable(c) => conflict = true,
-                c => {
-                    let what = format!("the update of pool {}", delta.pool);
-                    return Err(refusal(c, what, ledger + i));
+                (c, _) if retryable(c) => conflict = true,
+                (c, _) => {
+                    let said = reason.message().unwrap_or("no message");
+                    let why = format!("{name} was refused: {c}: {said}");
+                    return Err(self.fail(refused(c), what, why));
                 }
             }
         }
-        if !conflict && lost == 0 {
-            return Err(self.err(
-                FailureKind::Unknown,
-                format_args!("applying event {id}"),
-                format_args!(
-                    "the transaction was cancelled without a reason to retry it: {}",
-                    DisplayErrorContext(error)
-                ),
-            ));
-        }
-        Ok(Cancelled::Again { conflict, lost })
+        Ok(Some((conflict, lost)))
     }
 }
 
@@ -366,13 +294,6 @@ fn retryable(code: &str) -> bool {
     )
 }
 
-fn message(reasons: &[CancellationReason], i: usize) -> &str {
-    reasons
-        .get(i)
-        .and_then(|r| r.message())
-        .unwrap_or("no message")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -383,9 +304,9 @@ mod tests {
     fn the_update_of_a_pool_counts_atomically_and_bets_in_its_condition() {
         let store = store();
         let u = update(1);
-        let delta = &pool_deltas(&u)[0];
-        let win = Known::bets(None, &PoolWrite::new(&u, delta, &store.retention));
-        let item = store.pool_update(&u, delta, win).unwrap();
+        let write = &PoolWrite::of(&u, &store.retention)[0];
+        let win = Known::bets(None, write);
+        let item = store.pool_update(&u, write, win).unwrap();
         let up = item.update().unwrap();
         let expr = up.update_expression();
         assert!(expr.ends_with("ADD #interruptions :n"), "{expr}");
@@ -425,7 +346,7 @@ mod tests {
             first: true,
             expires: false,
         };
-        let item = store.pool_update(&u, delta, lose).unwrap();
+        let item = store.pool_update(&u, write, lose).unwrap();
         let up = item.update().unwrap();
         let expr = up.update_expression();
         assert!(

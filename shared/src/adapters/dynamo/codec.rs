@@ -55,12 +55,13 @@ pub fn history_attributes() -> Vec<&'static str> {
 
 /// The `sk` of a history item: sorts by event time within its pool.
 pub fn history_sk(entry: &HistoryEntry) -> String {
-    format!(
-        "{HISTORY_SK_PREFIX}{:011}#{}#{}",
-        entry.at.timestamp().max(0),
-        entry.event_id,
-        entry.instance_id
-    )
+    let (at, event, instance) = (history_sk_at(entry.at), &entry.event_id, &entry.instance_id);
+    format!("{at}#{event}#{instance}")
+}
+
+/// The start of the `sk` of the history items of events at `at`.
+pub(super) fn history_sk_at(at: DateTime<Utc>) -> String {
+    format!("{HISTORY_SK_PREFIX}{:011}", at.timestamp().max(0))
 }
 
 /// The `pk` of a pool's item.
@@ -134,10 +135,7 @@ pub(super) fn from_item<T: DeserializeOwned>(key: &str, item: &Item) -> Result<T
         .map_err(|e| corrupt(key, e))
 }
 
-/// `value` as an item.
-pub(super) fn to_item(value: impl Serialize) -> Result<Item, serde_dynamo::Error> {
-    serde_dynamo::aws_sdk_dynamodb_1::to_item(value)
-}
+pub(super) use serde_dynamo::aws_sdk_dynamodb_1::to_item;
 
 /// A pool item as read (its updates write it, see `apply`; the counters apart).
 #[serde_as]
@@ -163,11 +161,9 @@ struct PoolItem {
 /// the item's `pk` and the attribute.
 pub(super) fn decode_pool(item: &Item) -> Result<PoolRecord, StoreError> {
     let key = text(item, "pk").unwrap_or("(item without a pk)");
-    let names: Vec<&str> = EventKind::ALL.into_iter().map(counter_name).collect();
-    let counts: Item = item
-        .iter()
-        .filter(|(k, _)| names.contains(&k.as_str()))
-        .map(|(k, v)| (k.clone(), v.clone()))
+    let names = EventKind::ALL.into_iter().map(counter_name);
+    let counts: Item = names
+        .filter_map(|name| Some((name.to_string(), item.get(name)?.clone())))
         .collect();
     let counters: BTreeMap<String, u64> = from_item(key, &counts)?;
     let read: PoolItem = from_item(key, item)?;
@@ -214,8 +210,8 @@ struct HistoryItem {
 }
 
 /// The history item of `entry`.
-pub(super) fn history_item(entry: &HistoryEntry) -> Result<Item, serde_dynamo::Error> {
-    to_item(HistoryItem {
+pub(super) fn history_item(entry: &HistoryEntry) -> impl Serialize {
+    HistoryItem {
         pk: pool_pk(&entry.pool),
         sk: history_sk(entry),
         pool: entry.pool.clone(),
@@ -225,7 +221,7 @@ pub(super) fn history_item(entry: &HistoryEntry) -> Result<Item, serde_dynamo::E
         at: entry.at,
         until: entry.unavailable_until.map(ceil),
         expires_at: ceil(entry.expires_at),
-    })
+    }
 }
 
 /// A history item read back.

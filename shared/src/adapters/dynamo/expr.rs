@@ -5,8 +5,8 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use super::codec::ceil_secs;
-use crate::domain::fold::PoolDelta;
+use super::codec::{ceil_secs, pool_pk};
+use crate::domain::fold::{PoolDelta, pool_deltas};
 use crate::domain::pool::{PoolUpdate, Retention};
 
 /// Expression attribute names and values, registered as they are used (DynamoDB rejects unused
@@ -24,6 +24,11 @@ impl Expr {
         placeholder
     }
 
+    /// `#attr = :attr`, `value` registered as `:attr`.
+    pub(super) fn is(&mut self, attr: &str, value: AttributeValue) -> String {
+        format!("{} = {}", self.name(attr), self.value(attr, value))
+    }
+
     /// A projection expression of `attrs`, their names registered.
     pub(super) fn projection(&mut self, attrs: &[&str]) -> String {
         let names: Vec<String> = attrs.iter().map(|a| self.name(a)).collect();
@@ -37,8 +42,11 @@ impl Expr {
     }
 }
 
-/// One pool's values from one event, in the table's units.
+/// One pool of one event's update: what the event does to it, its item's key, and its values in
+/// the table's units.
 pub(super) struct PoolWrite {
+    pub(super) delta: PoolDelta,
+    pub(super) pk: String,
     /// `event_time`, rounded down.
     pub(super) time: i64,
     /// The window, rounded up.
@@ -48,12 +56,16 @@ pub(super) struct PoolWrite {
 }
 
 impl PoolWrite {
-    pub(super) fn new(update: &PoolUpdate, delta: &PoolDelta, retention: &Retention) -> PoolWrite {
-        PoolWrite {
+    /// The writes of `update`, one per pool it marks.
+    pub(super) fn of(update: &PoolUpdate, retention: &Retention) -> Vec<PoolWrite> {
+        let write = |delta: PoolDelta| PoolWrite {
+            pk: pool_pk(&delta.pool),
             time: update.event_time.timestamp(),
             until: delta.unavailable_until.map(ceil_secs),
             expires: ceil_secs(retention.pool_expiry(update.event_time, delta.unavailable_until)),
-        }
+            delta,
+        };
+        pool_deltas(update).into_iter().map(write).collect()
     }
 }
 
@@ -111,10 +123,12 @@ mod tests {
     use super::*;
     use crate::adapters::dynamo::codec::{Item, from_item, n, s};
     use crate::adapters::dynamo::testing::{at, update};
-    use crate::domain::fold::pool_deltas;
 
     fn write(time: i64, until: Option<i64>, expires: i64) -> PoolWrite {
+        let u = update(1);
         PoolWrite {
+            delta: pool_deltas(&u).remove(0),
+            pk: "POOL#p".into(),
             time,
             until,
             expires,
@@ -203,7 +217,7 @@ mod tests {
     #[test]
     fn times_round_outwards() {
         let u = update(1);
-        let w = PoolWrite::new(&u, &pool_deltas(&u)[0], &Retention::default());
+        let w = PoolWrite::of(&u, &Retention::default()).remove(0);
         assert_eq!(w.time, at(0).timestamp(), "event times round down");
         assert_eq!(w.until, Some(at(61).timestamp()), "windows round up");
         assert_eq!(

@@ -34,22 +34,19 @@ impl DynamoStore {
         }
         let keys = KeyRing::of(ContinuationKey::new(rand::random()));
         match self.write_keys(&keys, None).await {
-            Ok(()) => {
-                tracing::info!(table = %self.table, "created the continuation key");
-                Ok(keys)
-            }
+            Ok(()) => tracing::info!(table = %self.table, "created the continuation key"),
             // Another process created it first: use that one.
             Err(e) if e.kind() == FailureKind::Conflict => {
-                self.read_continuation_keys().await?.ok_or_else(|| {
-                    self.err(
-                        FailureKind::Unknown,
-                        "reading the continuation key",
-                        "gone right after it was created",
-                    )
-                })
+                let (what, why) = (
+                    "reading the continuation key",
+                    "gone right after it was created",
+                );
+                let gone = || self.fail(FailureKind::Unknown, what, why);
+                return self.read_continuation_keys().await?.ok_or_else(gone);
             }
-            Err(e) => Err(e),
+            Err(e) => return Err(e),
         }
+        Ok(keys)
     }
 
     /// The keys of `secret`; while it is at the stack's generated version, the table's keys
@@ -61,17 +58,17 @@ impl DynamoStore {
         adopt: bool,
     ) -> Result<KeyRing, StoreError> {
         let read = secret.read().await?;
-        if read.generated
-            && let Some(legacy) = self.read_continuation_keys().await?
-        {
-            if !adopt {
-                return Ok(legacy);
-            }
-            let adopted = secret.adopt(&legacy).await?;
-            tracing::info!(table = %self.table, key_id = adopted.current.id(), "the pool table's continuation keys adopted into their secret");
-            return Ok(adopted);
+        if !read.generated {
+            return Ok(read.ring);
         }
-        Ok(read.ring)
+        match self.read_continuation_keys().await? {
+            Some(legacy) if adopt => {
+                let adopted = secret.adopt(&legacy).await?;
+                tracing::info!(table = %self.table, key_id = adopted.current.id(), "the pool table's continuation keys adopted into their secret");
+                Ok(adopted)
+            }
+            legacy => Ok(legacy.unwrap_or(read.ring)),
+        }
     }
 
     /// Rotates the keys of `secret` (adopting the table's first, as [`Self::secret_keys`]), then
@@ -79,13 +76,14 @@ impl DynamoStore {
     pub(super) async fn rotate_secret(&self, secret: &SecretKeys) -> Result<KeyRing, StoreError> {
         self.secret_keys(secret, true).await?;
         let keys = secret.rotate(rand::random()).await?;
-        self.client
+        let key = item_key(CONTINUATION_KEY_PK, SECRET_SK);
+        let delete = self
+            .client
             .delete_item()
             .table_name(&self.table)
-            .set_key(Some(item_key(CONTINUATION_KEY_PK, SECRET_SK)))
-            .send()
-            .await
-            .map_err(|e| self.sdk_err("erasing the pool table's old continuation key", e))?;
+            .set_key(Some(key));
+        let what = "erasing the pool table's old continuation key";
+        delete.send().await.map_err(|e| self.sdk_err(what, e))?;
         tracing::info!(
             key_id = keys.current.id(),
             "rotated the continuation key in its secret"
@@ -98,25 +96,17 @@ impl DynamoStore {
         let Some(before) = self.read_continuation_keys().await? else {
             return self.load_continuation_keys().await;
         };
-        let after = before.rotated(rand::random()).ok_or_else(|| {
-            self.err(
-                FailureKind::Invalid,
-                "rotating the continuation key",
-                "its id cannot grow any more",
-            )
-        })?;
-        self.write_keys(&after, Some(&before)).await.map_err(|e| {
-            if e.kind() == FailureKind::Conflict {
-                self.err(
-                    FailureKind::Conflict,
-                    "rotating the continuation key",
-                    "the key changed while it was rotated (another rotation?): nothing was \
-                     written; read it again and rotate again if still wanted",
-                )
-            } else {
-                e
+        let what = "rotating the continuation key";
+        let after = (before.rotated(rand::random()))
+            .ok_or_else(|| self.fail(FailureKind::Invalid, what, "its id cannot grow any more"))?;
+        match self.write_keys(&after, Some(&before)).await {
+            Err(e) if e.kind() == FailureKind::Conflict => {
+                let why = "the key changed while it was rotated (another rotation?): nothing was \
+                           written; read it again and rotate again if still wanted";
+                return Err(self.fail(FailureKind::Conflict, what, why));
             }
-        })?;
+            written => written?,
+        }
         tracing::info!(table = %self.table, key_id = after.current.id(), "rotated the continuation key");
         Ok(after)
     }
@@ -124,11 +114,8 @@ impl DynamoStore {
     /// Writes `keys` as the item, on condition that the item is `before` (its current key's
     /// bytes), or that there is none. A failed condition is [`FailureKind::Conflict`].
     async fn write_keys(&self, keys: &KeyRing, before: Option<&KeyRing>) -> Result<(), StoreError> {
-        let item = keys_item(keys)
-            .map_err(|e| self.err_from(FailureKind::Invalid, "encoding the continuation key", e))?;
-        let put = self
-            .client
-            .put_item()
+        let item = keys_item(keys).map_err(self.invalid("encoding the continuation key"))?;
+        let put = (self.client.put_item())
             .table_name(&self.table)
             .set_item(Some(item))
             .expression_attribute_names("#pk", "pk");
@@ -136,28 +123,17 @@ impl DynamoStore {
             None => put.condition_expression("attribute_not_exists(#pk)"),
             Some(before) => put
                 .expression_attribute_names("#secret", SECRET)
-                .expression_attribute_values(":secret", blob(&before.current))
+                .expression_attribute_values(
+                    ":secret",
+                    AttributeValue::B(Blob::new(before.current.bytes().to_vec())),
+                )
                 .condition_expression("attribute_exists(#pk) AND #secret = :secret"),
         };
-        match put.send().await {
-            Ok(_) => Ok(()),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Err(self.err(
-                    FailureKind::Conflict,
-                    "writing the continuation key",
-                    "the key item changed in between",
-                ))
-            }
-            Err(e) => Err(self.sdk_err("writing the continuation key", e)),
-        }
+        put.send()
+            .await
+            .map_err(|e| self.sdk_err("writing the continuation key", e))?;
+        Ok(())
     }
-}
-
-fn blob(k: &ContinuationKey) -> AttributeValue {
-    AttributeValue::B(Blob::new(k.bytes().to_vec()))
 }
 
 /// The key item, as written and read (`pk` and `sk` written only).
@@ -197,13 +173,9 @@ fn keys_item(keys: &KeyRing) -> Result<Item, serde_dynamo::Error> {
 fn decode_keys(item: &Item) -> Result<KeyRing, StoreError> {
     let read: KeyItem = from_item(CONTINUATION_KEY_PK, item)?;
     let key = |name: &str, id: KeyId, bytes: &[u8]| {
-        ContinuationKey::from_slice(id, bytes).ok_or_else(|| {
-            let (len, want) = (bytes.len(), ContinuationKey::LEN);
-            corrupt(
-                CONTINUATION_KEY_PK,
-                format_args!("`{name}` has {len} bytes instead of {want}"),
-            )
-        })
+        let (len, want) = (bytes.len(), ContinuationKey::LEN);
+        let why = format!("`{name}` has {len} bytes instead of {want}");
+        ContinuationKey::from_slice(id, bytes).ok_or_else(|| corrupt(CONTINUATION_KEY_PK, why))
     };
     let previous = match (read.previous_secret, read.previous_key_id) {
         (None, _) => None,

@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use aws_sdk_dynamodb::types::{KeysAndAttributes, Put, TransactWriteItem};
+use aws_sdk_dynamodb::types::{KeysAndAttributes, TransactWriteItem};
 
 use super::codec::*;
 use super::expr::Expr;
@@ -17,15 +17,9 @@ impl DynamoStore {
         event_ids: &[String],
     ) -> Result<HashSet<String>, StoreError> {
         let now = self.clock.now().timestamp();
-        let mut unique: Vec<&String> = Vec::with_capacity(event_ids.len());
-        let mut seen = HashSet::new();
-        for id in event_ids {
-            if seen.insert(id) {
-                unique.push(id);
-            }
-        }
-        let keys = unique
-            .iter()
+        // Each key once: a batch read refuses repeats.
+        let unique: HashSet<&String> = event_ids.iter().collect();
+        let keys = (unique.iter())
             .map(|id| item_key(&event_pk(id), EVENT_SK))
             .collect();
         let mut applied = HashSet::new();
@@ -50,53 +44,41 @@ impl DynamoStore {
         project: &[&str],
         what: &str,
     ) -> Result<Vec<Item>, StoreError> {
+        let mut e = Expr::default();
+        let projection = (!project.is_empty()).then(|| e.projection(project));
+        let names = projection.is_some().then_some(e.names);
         let mut found = Vec::new();
         for chunk in keys.chunks(100) {
-            let mut request = KeysAndAttributes::builder()
+            let request = KeysAndAttributes::builder()
                 .set_keys(Some(chunk.to_vec()))
-                .consistent_read(true);
-            if !project.is_empty() {
-                let mut e = Expr::default();
-                request = request.projection_expression(e.projection(project));
-                request = request.set_expression_attribute_names(Some(e.names));
-            }
-            let mut request = Some(request.build().map_err(|e| {
-                self.err_from(
-                    FailureKind::Invalid,
-                    format_args!("building a read ({what})"),
-                    e,
-                )
-            })?);
-            let mut round = 0;
+                .consistent_read(true)
+                .set_projection_expression(projection.clone())
+                .set_expression_attribute_names(names.clone())
+                .build();
+            let mut request = Some(request.map_err(self.invalid(what))?);
             let mut waits = BACKOFF.delays();
-            while let Some(keys) = request.take() {
-                if round == MAX_BATCH_ROUNDS {
-                    return Err(self.err(
-                        FailureKind::Throttled,
-                        what,
-                        format_args!("keys still unprocessed after {MAX_BATCH_ROUNDS} rounds"),
-                    ));
-                }
+            for round in 0..MAX_BATCH_ROUNDS {
+                let Some(keys) = request.take() else { break };
                 if round > 0 {
                     self.back_off(&mut waits).await;
                 }
-                round += 1;
-                let out = self
+                let read = self
                     .client
                     .batch_get_item()
-                    .request_items(&self.table, keys)
-                    .send()
-                    .await
-                    .map_err(|e| self.sdk_err(what, e))?;
+                    .request_items(&self.table, keys);
+                let out = read.send().await.map_err(|e| self.sdk_err(what, e))?;
                 found.extend(
                     out.responses
                         .and_then(|mut r| r.remove(&self.table))
-                        .unwrap_or_default(),
+                        .into_iter()
+                        .flatten(),
                 );
-                request = out
-                    .unprocessed_keys
-                    .and_then(|mut u| u.remove(&self.table))
+                request = (out.unprocessed_keys.and_then(|mut u| u.remove(&self.table)))
                     .filter(|k| !k.keys().is_empty());
+            }
+            if request.is_some() {
+                let why = format!("keys still unprocessed after {MAX_BATCH_ROUNDS} rounds");
+                return Err(self.fail(FailureKind::Throttled, what, why));
             }
         }
         Ok(found)
@@ -108,25 +90,19 @@ impl DynamoStore {
         key: &str,
     ) -> Result<TransactWriteItem, StoreError> {
         let recorded = update.recorded_at.timestamp();
-        let item = to_item(LedgerItem {
+        let item = LedgerItem {
             pk: event_pk(key),
             sk: EVENT_SK,
             kind: update.kind.as_str(),
             recorded_at: recorded,
             expires_at: ceil_secs(update.recorded_at + self.retention.ledger),
-        });
-        let put = Put::builder()
-            .table_name(&self.table)
-            .set_item(Some(item.map_err(|e| {
-                self.err_from(FailureKind::Invalid, "encoding a ledger item", e)
-            })?))
-            // An expired entry (not yet deleted by the TTL) no longer counts as applied.
-            .condition_expression("attribute_not_exists(#pk) OR #exp <= :now")
-            .expression_attribute_names("#pk", "pk")
-            .expression_attribute_names("#exp", "expires_at")
-            .expression_attribute_values(":now", n(recorded))
-            .build()
-            .map_err(|e| self.err_from(FailureKind::Invalid, "building the ledger put", e))?;
-        Ok(TransactWriteItem::builder().put(put).build())
+        };
+        // An expired entry (not yet deleted by the TTL) no longer counts as applied.
+        self.put("the ledger put", item, |put| {
+            put.condition_expression("attribute_not_exists(#pk) OR #exp <= :now")
+                .expression_attribute_names("#pk", "pk")
+                .expression_attribute_names("#exp", "expires_at")
+                .expression_attribute_values(":now", n(recorded))
+        })
     }
 }

@@ -67,7 +67,6 @@ pub use codec::{
 };
 use expr::Known;
 pub use secret::SecretKeys;
-pub use token::request_token;
 
 use crate::adapters::aws::failure_kind;
 use crate::adapters::backoff::Backoff;
@@ -147,43 +146,36 @@ impl DynamoStore {
         self
     }
 
-    /// An error of `kind` while doing `what`, as `why` describes it (no error of a call to keep).
-    fn err(&self, kind: FailureKind, what: impl Display, why: impl Display) -> StoreError {
-        StoreError::Backend {
-            location: self.location(),
-            message: format!("{what}: {why}"),
-            kind,
-            source: None,
-        }
-    }
-
-    /// `error`, of `kind`, met while doing `what` (kept as the source).
-    fn err_from(
+    /// An error of `kind` while doing `what`, as `why` says (kept as the source: an error met,
+    /// or the text of what went wrong).
+    fn fail(
         &self,
         kind: FailureKind,
         what: impl Display,
-        error: impl Into<crate::ports::BoxError>,
+        why: impl Into<crate::ports::BoxError>,
     ) -> StoreError {
         StoreError::Backend {
             location: self.location(),
             message: what.to_string(),
             kind,
-            source: Some(error.into()),
+            source: Some(why.into()),
         }
     }
 
-    /// A DynamoDB call that failed while doing `what`, with the kind its answer says; the
-    /// error is kept as the source.
+    /// What makes the error of a request this store could not encode or build, `what`.
+    fn invalid<'a, E>(&'a self, what: &'a str) -> impl FnOnce(E) -> StoreError + 'a
+    where
+        E: Into<crate::ports::BoxError>,
+    {
+        move |e| self.fail(FailureKind::Invalid, what, e)
+    }
+
+    /// A DynamoDB call that failed while doing `what`, with the kind its answer says.
     fn sdk_err<E>(&self, what: impl Display, error: SdkError<E, HttpResponse>) -> StoreError
     where
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
-        StoreError::Backend {
-            location: self.location(),
-            message: what.to_string(),
-            kind: failure_kind(&error),
-            source: Some(Box::new(error)),
-        }
+        self.fail(failure_kind(&error), what, error)
     }
 
     fn known(&self) -> std::sync::MutexGuard<'_, HashMap<String, Known>> {

@@ -98,27 +98,24 @@ impl DynamoStore {
         now: DateTime<Utc>,
     ) -> Result<Vec<PoolRecord>, StoreError> {
         let mut e = Expr::default();
-        let is = |e: &mut Expr, attr: &str, value: &str| {
-            format!("{} = {}", e.name(attr), e.value(attr, s(value)))
-        };
         let now_value = e.value("now", n(now.timestamp()));
         let mut filter = vec![format!("{} > {now_value}", e.name("expires_at"))];
         let index = match (&query.instance_type, &query.zone) {
             (Some(instance_type), zone) => {
-                let key_condition = is(&mut e, "instance_type", instance_type);
+                let key_condition = e.is("instance_type", s(instance_type));
                 if let Some(zone) = zone {
-                    filter.push(is(&mut e, "zone", zone));
+                    filter.push(e.is("zone", s(zone)));
                 }
                 Some((INDEX_BY_TYPE, key_condition))
             }
-            (None, Some(zone)) => Some((INDEX_BY_ZONE, is(&mut e, "zone", zone))),
+            (None, Some(zone)) => Some((INDEX_BY_ZONE, e.is("zone", s(zone)))),
             (None, None) if !query.include_available => {
-                let sk = is(&mut e, "sk", POOL_SK);
+                let sk = e.is("sk", s(POOL_SK));
                 let until = e.name("unavailable_until");
                 Some((INDEX_UNAVAILABLE, format!("{sk} AND {until} > {now_value}")))
             }
             (None, None) => {
-                filter.push(is(&mut e, "sk", POOL_SK));
+                filter.push(e.is("sk", s(POOL_SK)));
                 None
             }
         };
@@ -187,15 +184,14 @@ impl DynamoStore {
         now: DateTime<Utc>,
     ) -> Result<Vec<HistoryEntry>, StoreError> {
         let mut e = Expr::default();
-        let sk = |t: DateTime<Utc>| format!("{HISTORY_SK_PREFIX}{:011}", t.timestamp().max(0));
         let key_condition = format!(
             "{pk} = {pool} AND {sk} BETWEEN {from} AND {to}",
             pk = e.name("pk"),
             pool = e.value("pool", s(&pool_pk(pool))),
             sk = e.name("sk"),
-            from = e.value("from", s(&sk(since))),
+            from = e.value("from", s(&history_sk_at(since))),
             // `~` sorts after every character of an event id or instance id.
-            to = e.value("to", s(&format!("{}~", sk(now)))),
+            to = e.value("to", s(&format!("{}~", history_sk_at(now)))),
         );
         let filter = format!(
             "{exp} > {now}",

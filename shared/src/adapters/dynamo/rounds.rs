@@ -23,6 +23,7 @@ use serde_with::{json::JsonString, serde_as};
 
 use super::DynamoStore;
 use super::codec::*;
+use super::expr::Expr;
 use crate::adapters::backoff::Backoff;
 use crate::domain::traffic::{Claim, Doomed, Outcome, Rounds};
 use crate::ports::{FailureKind, OUTCOME_KEPT, RoundKey, Settled, StoreError, TrafficRounds};
@@ -44,16 +45,6 @@ const CONFLICT_BACKOFF: Backoff = Backoff::new(
 );
 
 impl DynamoStore {
-    /// The rounds of `key` as stored (a strongly consistent read), with their version (0: none).
-    async fn read_rounds(&self, key: &RoundKey) -> Result<(Rounds, i64), StoreError> {
-        let pk = key.to_string();
-        let what = format!("reading the rounds of {pk}");
-        match self.get(&pk, ROUND_SK, what).await? {
-            Some(item) => decode_rounds(&pk, &item),
-            None => Ok((Rounds::default(), 0)),
-        }
-    }
-
     /// Changes the rounds of `key` by `change` (which answers what the caller learns): read,
     /// changed, and written back unless another write came between (then again, on what it
     /// wrote). Nothing is written when `change` leaves them as they were; `change` never adds
@@ -65,89 +56,80 @@ impl DynamoStore {
         change: impl Fn(&mut Rounds) -> T + Send + Sync,
     ) -> Result<T, StoreError> {
         let pk = key.to_string();
+        let read = format!("reading the rounds of {pk}");
+        let what = format!("writing the rounds of {pk}");
         let mut waits = CONFLICT_BACKOFF.delays();
         for _ in 0..WRITE_ATTEMPTS {
-            let (mut rounds, version) = self.read_rounds(key).await?;
+            // As stored (a strongly consistent read), with their version (0: none).
+            let item = self.get(&pk, ROUND_SK, &read).await?;
+            let decoded = item.map(|item| decode_rounds(&pk, &item));
+            let (mut rounds, version) = decoded.unwrap_or(Ok((Rounds::default(), 0)))?;
             let before = rounds.clone();
             let answer = change(&mut rounds);
             if rounds == before {
                 return Ok(answer);
             }
             // What a claim took leaves the set (an offer made meanwhile stays).
-            let taken: Vec<String> = before
+            let taken = before
                 .pending
                 .iter()
-                .filter(|d| !rounds.pending.contains(d))
+                .filter(|d| !rounds.pending.contains(d));
+            let taken = taken
                 .map(serde_json::to_string)
-                .collect::<Result<_, _>>()
-                .map_err(|e| self.err_from(FailureKind::Invalid, "encoding taken instances", e))?;
+                .collect::<Result<Vec<_>, _>>();
+            let taken = taken.map_err(self.invalid("encoding taken instances"))?;
             rounds.pending.clear();
-            let json = serde_json::to_string(&rounds)
-                .map_err(|e| self.err_from(FailureKind::Invalid, "encoding rounds", e))?;
-            let mut update = "SET #r = :r, #v = :next, #exp = :exp".to_string();
+            let json = serde_json::to_string(&rounds).map_err(self.invalid("encoding rounds"))?;
+            let mut e = Expr::default();
+            let (r, v) = (e.is("rounds", s(&json)), e.name("version"));
+            let (next, exp) = (
+                e.value("next", n(version + 1)),
+                e.is("expires_at", n(expires(now))),
+            );
+            let mut update = format!("SET {r}, {v} = {next}, {exp}");
             if !taken.is_empty() {
-                update.push_str(" DELETE #p :taken");
+                let (p, taken) = (
+                    e.name("pending"),
+                    e.value("taken", AttributeValue::Ss(taken)),
+                );
+                update.push_str(&format!(" DELETE {p} {taken}"));
             }
-            let condition = if version == 0 {
-                "attribute_not_exists(#v)"
-            } else {
-                "#v = :v"
+            let condition = match version {
+                0 => format!("attribute_not_exists({v})"),
+                _ => format!("{v} = {}", e.value("v", n(version))),
             };
-            let mut write = self
-                .client
-                .update_item()
+            let written = (self.client.update_item())
                 .table_name(&self.table)
                 .set_key(Some(item_key(&pk, ROUND_SK)))
                 .update_expression(update)
                 .condition_expression(condition)
-                .expression_attribute_names("#r", "rounds")
-                .expression_attribute_names("#v", "version")
-                .expression_attribute_names("#exp", "expires_at")
-                .expression_attribute_values(":r", s(&json))
-                .expression_attribute_values(":next", n(version + 1))
-                .expression_attribute_values(":exp", n(expires(now)));
-            if !taken.is_empty() {
-                write = write
-                    .expression_attribute_names("#p", "pending")
-                    .expression_attribute_values(":taken", AttributeValue::Ss(taken));
-            }
-            if version != 0 {
-                write = write.expression_attribute_values(":v", n(version));
-            }
-            match write.send().await {
+                .set_expression_attribute_names(Some(e.names))
+                .set_expression_attribute_values(Some(e.values))
+                .send()
+                .await
+                .map_err(|e| self.sdk_err(&what, e));
+            match written {
                 Ok(_) => return Ok(answer),
-                Err(e)
-                    if e.as_service_error()
-                        .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-                {
-                    self.back_off(&mut waits).await;
-                }
-                Err(e) => return Err(self.sdk_err(format_args!("writing the rounds of {pk}"), e)),
+                Err(e) if e.kind() == FailureKind::Conflict => self.back_off(&mut waits).await,
+                Err(e) => return Err(e),
             }
         }
-        Err(self.err(
-            FailureKind::Conflict,
-            format_args!("writing the rounds of {pk}"),
-            "other writes kept coming between its read and its write",
-        ))
+        let why = "other writes kept coming between its read and its write";
+        Err(self.fail(FailureKind::Conflict, what, why))
     }
 
     async fn put_outcome(
         &self,
         pk: &str,
-        instance: &str,
+        id: &str,
         outcome: &Outcome,
         expires: i64,
     ) -> Result<(), StoreError> {
-        let item = outcome_item(pk, instance, outcome, expires)
-            .map_err(|e| self.err_from(FailureKind::Invalid, "encoding an outcome", e))?;
-        self.client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .send()
-            .await
-            .map_err(|e| self.sdk_err(format_args!("writing {instance}'s outcome in {pk}"), e))?;
+        let item = outcome_item(pk, id, outcome, expires);
+        let put = self.client.put_item().table_name(&self.table);
+        let put = put.set_item(Some(item.map_err(self.invalid("encoding an outcome"))?));
+        let what = format!("writing {id}'s outcome in {pk}");
+        put.send().await.map_err(|e| self.sdk_err(what, e))?;
         Ok(())
     }
 }
@@ -236,22 +218,26 @@ impl TrafficRounds for DynamoStore {
         let set = doomed
             .iter()
             .map(serde_json::to_string)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| self.err_from(FailureKind::Invalid, "encoding doomed instances", e))?;
+            .collect::<Result<Vec<_>, _>>();
+        let set = set.map_err(self.invalid("encoding doomed instances"))?;
         if set.is_empty() {
             return Ok(());
         }
-        self.client
-            .update_item()
+        let mut e = Expr::default();
+        let update = format!(
+            "ADD {} {}, {} {} SET {}",
+            e.name("pending"),
+            e.value("set", AttributeValue::Ss(set)),
+            e.name("version"),
+            e.value("one", n(1)),
+            e.is("expires_at", n(expires(now)))
+        );
+        (self.client.update_item())
             .table_name(&self.table)
             .set_key(Some(item_key(&pk, ROUND_SK)))
-            .update_expression("ADD #p :set, #v :one SET #exp = :exp")
-            .expression_attribute_names("#p", "pending")
-            .expression_attribute_names("#v", "version")
-            .expression_attribute_names("#exp", "expires_at")
-            .expression_attribute_values(":set", AttributeValue::Ss(set))
-            .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":exp", n(expires(now)))
+            .update_expression(update)
+            .set_expression_attribute_names(Some(e.names))
+            .set_expression_attribute_values(Some(e.values))
             .send()
             .await
             .map_err(|e| self.sdk_err(format_args!("offering instances to {pk}"), e))?;
@@ -273,17 +259,10 @@ impl TrafficRounds for DynamoStore {
         settled: &Settled,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let pk = key.to_string();
-        let expires = expires(now);
-        let puts: Vec<_> = settled
-            .outcomes
-            .iter()
-            .map(|(instance, outcome)| self.put_outcome(&pk, instance, outcome, expires))
-            .collect();
-        let puts = futures::stream::iter(puts)
-            .buffer_unordered(PUTS_AT_ONCE)
-            .collect::<Vec<_>>()
-            .await;
+        let (pk, expires) = (&key.to_string(), expires(now));
+        let puts = (settled.outcomes.iter()).map(|(i, o)| self.put_outcome(pk, i, o, expires));
+        let puts = futures::stream::iter(puts.collect::<Vec<_>>());
+        let puts: Vec<_> = puts.buffer_unordered(PUTS_AT_ONCE).collect().await;
         puts.into_iter().collect::<Result<(), _>>()?;
         self.change_rounds(key, now, |r| {
             r.settle(

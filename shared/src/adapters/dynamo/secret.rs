@@ -16,13 +16,15 @@
 //! item is then no longer read; `forewarn key rotate` erases it.
 
 use aws_sdk_secretsmanager::Client;
+use aws_sdk_secretsmanager::config::http::HttpResponse;
+use aws_sdk_secretsmanager::error::{ProvideErrorMetadata, SdkError};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
-use crate::adapters::aws::{aws_error_text, failure_kind};
+use crate::adapters::aws::failure_kind;
 use crate::domain::keys::{ContinuationKey, KeyId, KeyRing};
-use crate::ports::{FailureKind, StoreError};
+use crate::ports::{BoxError, FailureKind, StoreError};
 
 /// One version of the secret.
 #[derive(Debug, Serialize, Deserialize)]
@@ -59,74 +61,57 @@ impl SecretKeys {
         }
     }
 
-    fn err(&self, kind: FailureKind, message: impl Into<String>) -> StoreError {
+    /// An error of `kind` while doing `what`, as `why` says.
+    fn fail(&self, kind: FailureKind, what: &str, why: impl Into<BoxError>) -> StoreError {
         StoreError::Backend {
             location: format!("secret {}", self.secret),
-            message: message.into(),
+            message: what.to_string(),
             kind,
-            source: None,
+            source: Some(why.into()),
         }
+    }
+
+    /// A Secrets Manager call that failed while doing `what`, with the kind its answer says.
+    fn sdk_err<E>(&self, what: &str, error: SdkError<E, HttpResponse>) -> StoreError
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        self.fail(failure_kind(&error), what, error)
     }
 
     /// The version of stage `stage` (`AWSCURRENT`, `AWSPREVIOUS`): its key, and whether it is
     /// the stack's generated one; `None` when there is no such version.
     async fn version(&self, stage: &str) -> Result<Option<(ContinuationKey, bool)>, StoreError> {
-        let got = self
-            .client
-            .get_secret_value()
-            .secret_id(&self.secret)
-            .version_stage(stage)
-            .send()
-            .await;
-        let out = match got {
-            Ok(out) => out,
-            Err(e)
-                if stage != CURRENT
-                    && e.as_service_error()
-                        .is_some_and(|e| e.is_resource_not_found_exception()) =>
-            {
+        let get = self.client.get_secret_value().secret_id(&self.secret);
+        let what = format!("{READING} ({stage})");
+        let out = match get.version_stage(stage).send().await {
+            Err(e) if stage != CURRENT && failure_kind(&e) == FailureKind::NotFound => {
                 return Ok(None);
             }
-            Err(e) => {
-                return Err(self.err(
-                    failure_kind(&e),
-                    format!(
-                        "reading the continuation key ({stage}): {}",
-                        aws_error_text(&e)
-                    ),
-                ));
-            }
+            got => got.map_err(|e| self.sdk_err(&what, e))?,
         };
         let corrupt = |why: String| StoreError::Corrupt {
             key: format!("secret {} ({stage})", self.secret),
             message: why,
         };
-        let text = out
-            .secret_string()
-            .ok_or_else(|| corrupt("no secret string".into()))?;
+        let text = (out.secret_string()).ok_or_else(|| corrupt("no secret string".into()))?;
         let version: Version = serde_json::from_str(text)
             .map_err(|e| corrupt(format!("not {{\"key_id\": N, \"key\": \"<base64>\"}}: {e}")))?;
         let key = match (&version.key, &version.secret) {
             (Some(key), _) => {
-                let bytes = base64::engine::general_purpose::STANDARD
-                    .decode(key)
+                let bytes = (base64::engine::general_purpose::STANDARD.decode(key))
                     .map_err(|e| corrupt(format!("`key` is not base64: {e}")))?;
-                ContinuationKey::from_slice(version.key_id, &bytes).ok_or_else(|| {
-                    corrupt(format!(
-                        "`key` has {} bytes instead of {}",
-                        bytes.len(),
-                        ContinuationKey::LEN
-                    ))
-                })?
+                let (len, want) = (bytes.len(), ContinuationKey::LEN);
+                let short = || corrupt(format!("`key` has {len} bytes instead of {want}"));
+                ContinuationKey::from_slice(version.key_id, &bytes).ok_or_else(short)?
             }
             (None, Some(generated)) if generated.len() >= 32 => {
                 let digest: [u8; 32] = sha2::Sha256::digest(generated.as_bytes()).into();
                 ContinuationKey::with_id(version.key_id, digest)
             }
             _ => {
-                return Err(corrupt(
-                    "neither `key` nor a `secret` of 32 characters or more".into(),
-                ));
+                let why = "neither `key` nor a `secret` of 32 characters or more";
+                return Err(corrupt(why.into()));
             }
         };
         Ok(Some((key, version.key.is_none())))
@@ -134,10 +119,9 @@ impl SecretKeys {
 
     /// The keys as the secret holds them now.
     pub(super) async fn read(&self) -> Result<Read, StoreError> {
-        let (current, generated) = self
-            .version(CURRENT)
-            .await?
-            .ok_or_else(|| self.err(FailureKind::NotFound, "the secret has no current version"))?;
+        let (current, generated) = self.version(CURRENT).await?.ok_or_else(|| {
+            self.fail(FailureKind::NotFound, READING, "it has no current version")
+        })?;
         let previous = self
             .version(PREVIOUS)
             .await?
@@ -158,20 +142,11 @@ impl SecretKeys {
             secret: None,
         };
         let text = serde_json::to_string(&version).unwrap_or_default();
-        self.client
-            .put_secret_value()
-            .secret_id(&self.secret)
-            .secret_string(text)
-            .client_request_token(token)
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| {
-                self.err(
-                    failure_kind(&e),
-                    format!("writing the continuation key: {}", aws_error_text(&e)),
-                )
-            })
+        let put = self.client.put_secret_value().secret_id(&self.secret);
+        let put = put.secret_string(text).client_request_token(token);
+        let what = "writing the continuation key";
+        put.send().await.map_err(|e| self.sdk_err(what, e))?;
+        Ok(())
     }
 
     /// Adopts `ring`, the keys the pool table held before the secret: its previous key, then its
@@ -187,15 +162,21 @@ impl SecretKeys {
     /// becomes the previous, the previous one is dropped.
     pub(super) async fn rotate(&self, bytes: [u8; 32]) -> Result<KeyRing, StoreError> {
         let before = self.read().await?.ring;
-        let after = before
-            .rotated(bytes)
-            .ok_or_else(|| self.err(FailureKind::Invalid, "the key id cannot grow any more"))?;
+        let after = before.rotated(bytes).ok_or_else(|| {
+            self.fail(
+                FailureKind::Invalid,
+                ROTATING,
+                "its id cannot grow any more",
+            )
+        })?;
         self.put(&after.current, token_of("rotated", &after.current))
             .await?;
         Ok(self.read().await?.ring)
     }
 }
 
+const READING: &str = "reading the continuation key";
+const ROTATING: &str = "rotating the continuation key";
 const CURRENT: &str = "AWSCURRENT";
 const PREVIOUS: &str = "AWSPREVIOUS";
 
