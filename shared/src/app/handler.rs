@@ -13,11 +13,10 @@ use serde_json::Value;
 
 use crate::adapters::lambda_event;
 use crate::app::fleet::split::{self, Destination, Share};
-use crate::app::fleet::{Cluster, Fleet, Unreachable};
+use crate::app::fleet::{Cluster, Fleet};
 use crate::app::pipeline::{Described, Limits, Passes, Pipeline, Traffic, describe_events, within};
 use crate::app::settings::{CONCURRENCY, SAFETY_MARGIN};
 use crate::app::telemetry::Telemetry;
-use crate::domain::clusters::ClusterId;
 use crate::domain::config::{Config, Mode};
 use crate::domain::event::EventKind;
 use crate::domain::facts::InstanceFacts;
@@ -109,13 +108,6 @@ impl Handler {
             telemetry: Telemetry::default(),
             traffic: None,
         }
-    }
-
-    /// The configuration to decide by now in the served cluster `name` (`None`: the lone
-    /// cluster): with its name and its policy ConfigMap's policy, when it has one.
-    pub async fn config_in(&self, id: Option<&ClusterId>) -> Result<Config, Unreachable> {
-        let cluster = self.fleet.cluster(id).await?;
-        Ok(cluster.config(&self.config, self.clock.as_ref()).await)
     }
 
     fn limits(&self, deadline: Option<DateTime<Utc>>) -> Limits {

@@ -126,7 +126,7 @@ struct BatchFacts<'a> {
     /// When the batch began.
     now: DateTime<Utc>,
     /// The batch's round of taking drains off their load balancers (see [`traffic`]): a drain's
-    /// first pass waits for it before evicting; the batch's other work does not.
+    /// first pass waits for it (true once made) before evicting; the batch's other work does not.
     gate: Option<&'a tokio::sync::watch::Receiver<bool>>,
 }
 
@@ -182,8 +182,8 @@ impl Pipeline<'_> {
             gate: Some(&gate),
             ..seen
         };
-        // The drains carried on in process wait for it too.
         let (notes, later) = tokio::join!(traffic, self.run(records, later, gated));
+        // The drains carried on in process come after it too.
         let mut done = self.finish(records, later).await;
         done.extend(self.finish(records, first).await);
         done.extend(unlooked);
