@@ -114,6 +114,7 @@ fn every_log_line_of_an_events_work_carries_the_event_span() {
         instances: &instances,
         nodes: &nodes,
         executor: Some(&Logging),
+        limits: Limits::default(),
     };
     let event = serde_json::json!({"id": "e-span", "source": "aws.ec2",
         "detail-type": "EC2 Spot Instance Interruption Warning", "time": "2026-11-20T10:00:00Z",
@@ -125,7 +126,7 @@ fn every_log_line_of_an_events_work_carries_the_event_span() {
             .enable_all()
             .build()
             .unwrap()
-            .block_on(pipeline.process_with(&records, Limits::default()))
+            .block_on(pipeline.process(&records))
     });
 
     assert_eq!(reports[0].outcome, Outcome::Acted);

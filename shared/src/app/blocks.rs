@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
-use crate::app::pipeline::{PlaceFailure, place_of};
+use crate::app::pipeline::{place_of, place_report};
 use crate::domain::event::ec2::PART_FIELD;
 use crate::domain::event::{DecodeError, Detail, Event, EventKind};
 use crate::domain::facts::{CapacityBlock, InstanceFacts};
@@ -149,7 +149,7 @@ pub async fn expand(
                 }
             },
             Err(e) => (
-                PlaceFailure::of(e).report(record),
+                place_report(e, record),
                 format!("the Capacity Block {} was not looked up: {e}", key.1),
             ),
         };

@@ -7,19 +7,17 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::adapters::lambda_event;
 use crate::app::fleet::split::{self, Destination, Share};
-use crate::app::fleet::{Cluster, Fleet, Unreachable};
-use crate::app::pipeline::{Described, Limits, Passes, Pipeline, Traffic, describe_events};
+use crate::app::fleet::{Cluster, Fleet};
+use crate::app::pipeline::{Described, Limits, Passes, Pipeline, Traffic, describe_events, within};
 use crate::app::settings::{CONCURRENCY, SAFETY_MARGIN};
 use crate::app::telemetry::Telemetry;
-use crate::domain::clusters::ClusterId;
 use crate::domain::config::{Config, Mode};
-use crate::domain::event::Event;
 use crate::domain::event::EventKind;
 use crate::domain::facts::InstanceFacts;
 use crate::domain::inbound::{self, Record};
@@ -112,13 +110,6 @@ impl Handler {
         }
     }
 
-    /// The configuration to decide by now in the served cluster `name` (`None`: the lone
-    /// cluster): with its name and its policy ConfigMap's policy, when it has one.
-    pub async fn config_in(&self, id: Option<&ClusterId>) -> Result<Config, Unreachable> {
-        let cluster = self.fleet.cluster(id).await?;
-        Ok(cluster.config(&self.config, self.clock.as_ref()).await)
-    }
-
     fn limits(&self, deadline: Option<DateTime<Utc>>) -> Limits {
         Limits {
             concurrency: self.concurrency,
@@ -167,8 +158,9 @@ impl Handler {
                 passes: &self.passes,
                 clock: self.clock.as_ref(),
                 traffic: self.traffic.as_ref(),
+                limits,
             };
-            let reports = pipeline.process_with(records, limits).await;
+            let reports = pipeline.process(records).await;
             if let Destination::Cluster(Some(id)) = &to {
                 let failed_whole = !reports.is_empty()
                     && reports
@@ -197,35 +189,9 @@ impl Handler {
         limits: Limits,
     ) -> (BTreeMap<Destination, Share>, Described, Limits) {
         let events = crate::app::pipeline::looked_up_events(records);
-        let unknown: Vec<Event> = events
-            .iter()
-            .filter(|_| !known.is_empty())
-            .map(|e| {
-                let place = crate::app::pipeline::place_of(e);
-                let mut e = (*e).clone();
-                e.instance_ids
-                    .retain(|id| !known.contains_key(&(place.clone(), id.clone())));
-                e
-            })
-            .collect();
-        let lookup = async {
-            // The blocks' instances are described already (none, mostly: the events as they
-            // are).
-            let unknown: Vec<&Event> = match known.is_empty() {
-                true => events.clone(),
-                false => unknown.iter().collect(),
-            };
-            let mut described = describe_events(self.instances.as_ref(), &unknown).await;
-            let blocks = known.iter().map(|((_, id), f)| (id.clone(), f.clone()));
-            described.found.extend(blocks);
-            described
-        };
-        let looked_up = match limits.deadline {
-            Some(deadline) => until(self.clock.as_ref(), deadline, lookup)
-                .await
-                .ok_or_else(split::out_of_time),
-            None => Ok(lookup.await),
-        };
+        let lookup = describe_events(self.instances.as_ref(), &events, known);
+        let looked_up = within(self.clock.as_ref(), limits.deadline, lookup).await;
+        let looked_up = looked_up.ok_or_else(split::out_of_time);
         let seen: Vec<&str> = looked_up
             .as_ref()
             .map(|d| d.found.values().flat_map(InstanceFacts::clusters).collect())
@@ -240,7 +206,7 @@ impl Handler {
                     positions: (0..records.len()).collect(),
                 };
                 let shares = BTreeMap::from([(Destination::Unrouted, all)]);
-                return (shares, Described::failing(&events, &e), limits);
+                return (shares, Described::failing(&events, e), limits);
             }
         };
         let shares = split::split(records, looked_up.as_ref().ok(), &served, self.fleet.own());
@@ -256,7 +222,7 @@ impl Handler {
             fail_fast: clusters > 1 || served.len() > 1,
             ..limits
         };
-        let described = looked_up.unwrap_or_else(|e| Described::failing(&events, &e));
+        let described = looked_up.unwrap_or_else(|e| Described::failing(&events, e));
         (shares, described, limits)
     }
 
@@ -332,25 +298,20 @@ impl Handler {
         let mut records = inbound::decode_sqs_messages("sqs", &messages, now);
         let own = records.len();
         records.extend(self.kept_due(&messages, now));
-        let mut reports = match &self.redelivery {
-            Some(redelivery) => {
-                let done = tokio::sync::Notify::new();
-                let work = async {
-                    let reports = self.run(&records, deadline).await;
-                    self.tell(&reports, deadline).await;
-                    done.notify_one();
-                    reports
-                };
-                let leases = leases(batch);
-                let held = self.hold(redelivery.as_ref(), &leases, &done);
-                tokio::join!(work, held).0
-            }
-            None => {
-                let reports = self.run(&records, deadline).await;
-                self.tell(&reports, deadline).await;
-                reports
+        let done = tokio::sync::Notify::new();
+        let work = async {
+            let reports = self.run(&records, deadline).await;
+            self.tell(&reports, deadline).await;
+            done.notify_one();
+            reports
+        };
+        let held = async {
+            if let Some(redelivery) = &self.redelivery {
+                let leases: Vec<Redeliver> = batch.records.iter().filter_map(lease).collect();
+                self.hold(redelivery.as_ref(), &leases, &done).await;
             }
         };
+        let mut reports = tokio::join!(work, held).0;
         // The kept copies' reports are logged; the answer is about the batch's messages.
         reports.truncate(own);
         if let Some(redelivery) = &self.redelivery {
@@ -462,24 +423,17 @@ impl Handler {
     ) {
         let now = self.clock.now();
         let policy = RetryPolicy::default();
-        let messages: Vec<Redeliver> = reports
-            .iter()
-            .filter(|r| r.outcome == Outcome::Failed)
-            .filter_map(|report| {
-                let id = report.message_id.as_deref()?;
-                let record = batch
-                    .records
-                    .iter()
-                    .find(|m| m.message_id.as_deref() == Some(id))?;
-                let receives = record
-                    .attributes
-                    .get("ApproximateReceiveCount")
-                    .and_then(|n| n.parse::<u32>().ok())
-                    .unwrap_or(1);
+        // One report per message of the batch, in its order.
+        let failed = batch.records.iter().zip(reports);
+        let failed = failed.filter(|(_, r)| r.outcome == Outcome::Failed);
+        let messages: Vec<Redeliver> = failed
+            .filter_map(|(message, report)| {
+                let receives = message.attributes.get("ApproximateReceiveCount");
+                let receives = receives.and_then(|n| n.parse::<u32>().ok()).unwrap_or(1);
                 let failed = match (report.kind, report.time) {
                     (Some(_), Some(_)) if report.permanent => {
                         tracing::error!(
-                            message_id = id,
+                            message_id = report.message_id.as_deref().unwrap_or_default(),
                             reason = report.reason.as_deref().unwrap_or_default(),
                             "a refusal that trying again will meet again: the message comes back slowly"
                         );
@@ -490,15 +444,11 @@ impl Handler {
                     },
                     _ => Failed::Undecodable,
                 };
+                let delay = policy.delay(failed, receives, now);
+                let delay = crate::domain::retry::no_sooner(delay, now, report.retry_not_before);
                 Some(Redeliver {
-                    queue_arn: record.event_source_arn.clone()?,
-                    receipt_handle: record.receipt_handle.clone()?,
-                    message_id: id.to_string(),
-                    delay: crate::domain::retry::no_sooner(
-                        policy.delay(failed, receives, now),
-                        now,
-                        report.retry_not_before,
-                    ),
+                    delay,
+                    ..lease(message)?
                 })
             })
             .collect();
@@ -565,21 +515,15 @@ impl Handler {
 /// (900 s in the stack, six times the function's timeout, as Lambda requires).
 pub const LEASE: Duration = Duration::from_secs(20);
 
-/// The leases of a batch's messages: each held [`LEASE`] (a message without an id, a receipt
-/// handle or a queue cannot be held).
-fn leases(batch: &SqsEvent) -> Vec<Redeliver> {
-    batch
-        .records
-        .iter()
-        .filter_map(|m| {
-            Some(Redeliver {
-                queue_arn: m.event_source_arn.clone()?,
-                receipt_handle: m.receipt_handle.clone()?,
-                message_id: m.message_id.clone()?,
-                delay: LEASE,
-            })
-        })
-        .collect()
+/// The lease of a batch's message: held [`LEASE`] (a message without an id, a receipt handle or
+/// a queue cannot be held).
+fn lease(m: &SqsMessage) -> Option<Redeliver> {
+    Some(Redeliver {
+        queue_arn: m.event_source_arn.clone()?,
+        receipt_handle: m.receipt_handle.clone()?,
+        message_id: m.message_id.clone()?,
+        delay: LEASE,
+    })
 }
 
 /// When the work of a failed event stops being worth doing soon: its earliest drain deadline;
@@ -843,7 +787,7 @@ mod tests {
             {"messageId": "kept", "body": "{}"}
         ]}))
         .unwrap();
-        let messages = leases(&batch);
+        let messages: Vec<Redeliver> = batch.records.iter().filter_map(lease).collect();
         assert_eq!(
             messages.len(),
             2,

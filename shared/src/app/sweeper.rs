@@ -491,13 +491,13 @@ impl ClusterSweep<'_> {
             passes: &passes,
             clock: h.clock.as_ref(),
             traffic: None,
+            limits: Limits {
+                concurrency: h.concurrency,
+                deadline,
+                fail_fast: false,
+            },
         };
-        let limits = Limits {
-            concurrency: h.concurrency,
-            deadline,
-            fail_fast: false,
-        };
-        let reports = pipeline.process_with(&records, limits).await;
+        let reports = pipeline.process(&records).await;
         h.telemetry.observe(&reports, h.clock.now());
         Ok(reports)
     }

@@ -203,12 +203,21 @@ impl Report {
         self
     }
 
+    /// The report with this outcome, and why.
+    pub fn ended(self, outcome: Outcome, reason: impl Into<String>) -> Report {
+        Report {
+            outcome,
+            reason: Some(reason.into()),
+            ..self
+        }
+    }
+
     /// The report marked failed, with why (a failure that may pass if tried again).
-    pub fn failed(mut self, reason: String) -> Report {
-        self.outcome = Outcome::Failed;
-        self.reason = Some(reason);
-        self.permanent = false;
-        self
+    pub fn failed(self, reason: String) -> Report {
+        Report {
+            permanent: false,
+            ..self.ended(Outcome::Failed, reason)
+        }
     }
 
     /// The report marked failed, with why; `retryable` false: the same call meets the same

@@ -167,7 +167,7 @@ async fn the_handler_tells_the_webhook_and_counts_evictions() {
 
 #[tokio::test]
 async fn every_node_of_a_batch_is_cordoned_before_any_eviction() {
-    use forewarn::app::pipeline::Limits;
+    use forewarn::app::pipeline::{Limits, Pipeline};
     let w = World::plain().await;
     let ids = [
         "i-0a1b2c3d4e5f60001",
@@ -201,20 +201,22 @@ async fn every_node_of_a_batch_is_cordoned_before_any_eviction() {
     );
     let directory = KubeNodeDirectory::new(w.clients.clone());
     let executor = w.executor();
-    let pipeline = w.pipeline(&store, &instances, &directory, &executor, &w.in_process);
+    // One event at a time: without the cordon pass, the last node would be cordoned after the
+    // first ones' evictions.
+    let pipeline = Pipeline {
+        limits: Limits {
+            concurrency: 1,
+            ..Limits::default()
+        },
+        ..w.pipeline(&store, &instances, &directory, &executor, &w.in_process)
+    };
     let bodies: Vec<String> = ids
         .iter()
         .enumerate()
         .map(|(i, id)| spot_body(&format!("ev-batch-{i}"), id))
         .collect();
     w.fake.clear_requests();
-    // One event at a time: without the cordon pass, the last node would be cordoned after the
-    // first ones' evictions.
-    let limits = Limits {
-        concurrency: 1,
-        ..Limits::default()
-    };
-    let reports = pipeline.process_with(&sqs_batch(&bodies), limits).await;
+    let reports = pipeline.process(&sqs_batch(&bodies)).await;
     assert!(
         reports
             .iter()

@@ -45,7 +45,7 @@ async fn the_functions_read_the_policy_configmap_and_keep_the_good_one() {
         ..w.handler(dir.path())
     };
     assert!(
-        handler.config_in(None).await.unwrap().policy.is_empty(),
+        config_in(&handler).await.policy.is_empty(),
         "kube-system's ConfigMap is not forewarn's policy"
     );
     w.fake.insert(policy_configmap(
@@ -54,7 +54,7 @@ async fn the_functions_read_the_policy_configmap_and_keep_the_good_one() {
     ));
     w.clock.advance(Duration::from_secs(61));
     assert_eq!(
-        handler.config_in(None).await.unwrap().policy.rules[0].name,
+        config_in(&handler).await.policy.rules[0].name,
         "quiet",
         "read from forewarn's namespace"
     );
@@ -63,7 +63,7 @@ async fn the_functions_read_the_policy_configmap_and_keep_the_good_one() {
         "rules:\n- name: quiet\n  nodes: {}\n  actions: {rebalance-recommendation: evaporate}\n",
     ));
     w.clock.advance(Duration::from_secs(61));
-    let config = handler.config_in(None).await.unwrap();
+    let config = config_in(&handler).await;
     assert_eq!(
         config.policy.rules[0].name, "quiet",
         "the good policy is kept"
@@ -111,7 +111,7 @@ async fn a_configmap_rule_asking_delete_is_refused_and_its_nodes_keep_the_defaul
         }),
         ..w.handler(dir.path())
     };
-    let config = handler.config_in(None).await.unwrap();
+    let config = config_in(&handler).await;
     // One refusal for the rule (naming its first field asking too much).
     let refused = policy_refusals(&w);
     assert_eq!(refused.len(), 1, "{refused:#?}");
@@ -160,4 +160,12 @@ async fn a_configmap_rule_asking_delete_is_refused_and_its_nodes_keep_the_defaul
         defaults.action(EventKind::SpotInterruption),
         Action::CordonDrain
     );
+}
+
+/// The configuration `handler` decides by now in its lone cluster.
+async fn config_in(handler: &forewarn::app::handler::Handler) -> forewarn::domain::config::Config {
+    let cluster = handler.fleet.cluster(None).await.unwrap();
+    cluster
+        .config(&handler.config, handler.clock.as_ref())
+        .await
 }

@@ -267,6 +267,7 @@ impl World {
             passes,
             clock: &self.clock,
             traffic: None,
+            limits: Default::default(),
         }
     }
 

@@ -504,14 +504,15 @@ mod tests {
     /// they: the same batch's other records go to their clusters.
     #[test]
     fn only_the_events_of_a_failed_place_are_unrouted() {
-        use crate::app::pipeline::PlaceFailure;
         let mut instances = found([instance(I1, "blue")]);
         let failure = DirectoryError::new("ec2:DescribeInstances", FailureKind::Forbidden, "no");
         let member = Place {
             account: Some("111111111111".into()),
             region: Some("us-east-1".into()),
         };
-        instances.failed.insert(member, PlaceFailure::of(&failure));
+        instances
+            .failed
+            .insert(member, std::sync::Arc::new(failure));
         let mut theirs = spot("b", I2);
         if let Ok(event) = &mut theirs.event {
             event.account = Some("111111111111".into());

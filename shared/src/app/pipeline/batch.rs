@@ -4,35 +4,53 @@
 use super::*;
 
 /// The first record of each event id does the work, in lanes of events that share an
-/// instance; later records of an id are `(record, first record)` repeats.
+/// instance (each lane in event-time order, record order among equal times); later records of
+/// an id are `(record, first record)` repeats.
 pub(super) fn schedule(records: &[Record]) -> (Vec<Vec<usize>>, Vec<(usize, usize)>) {
     // A drain's pass is a repeat only of the same message (a duplicated continuation: the same
     // pass with the same signature), never of the event's first delivery, of another pass, or of
     // a message that only claims to be the same pass (a forged one must not make the genuine one
     // a repeat of its refusal).
-    pub(super) type Key<'r> = (&'r str, Option<(u32, Option<&'r str>)>);
+    type Key<'r> = (&'r str, Option<(u32, Option<&'r str>)>);
     let mut first_of: HashMap<Key<'_>, usize> = HashMap::new();
     let mut repeats: Vec<(usize, usize)> = Vec::new();
-    let mut lanes = Lanes::default();
+    let mut lanes: Vec<Vec<usize>> = Vec::new();
+    let mut lane_of: HashMap<&str, usize> = HashMap::new();
     for (i, record) in records.iter().enumerate() {
-        if let Ok(event) = &record.event {
-            let key = (
-                event.id.as_str(),
-                record
-                    .continuation
-                    .as_ref()
-                    .map(|c| (c.pass, c.mac.as_deref())),
-            );
-            match first_of.get(&key) {
-                Some(&first) => repeats.push((i, first)),
-                None => {
-                    first_of.insert(key, i);
-                    lanes.add(i, &event.instance_ids);
-                }
-            }
+        let Ok(event) = &record.event else { continue };
+        let pass = record.continuation.as_ref();
+        let key = (event.id.as_str(), pass.map(|c| (c.pass, c.mac.as_deref())));
+        if let Some(&first) = first_of.get(&key) {
+            repeats.push((i, first));
+            continue;
         }
+        first_of.insert(key, i);
+        // The lanes of its instances become one.
+        let ids = event.instance_ids.iter().map(String::as_str);
+        let touched: BTreeSet<usize> = ids
+            .clone()
+            .filter_map(|id| lane_of.get(id).copied())
+            .collect();
+        let lane = touched.first().copied().unwrap_or(lanes.len());
+        if lane == lanes.len() {
+            lanes.push(Vec::new());
+        }
+        for &other in touched.iter().skip(1) {
+            let moved = std::mem::take(&mut lanes[other]);
+            lanes[lane].extend(moved);
+        }
+        lane_of
+            .values_mut()
+            .filter(|l| touched.contains(&**l))
+            .for_each(|l| *l = lane);
+        lane_of.extend(ids.map(|id| (id, lane)));
+        lanes[lane].push(i);
     }
-    (lanes.into_lanes(records), repeats)
+    lanes.retain(|lane| !lane.is_empty());
+    for lane in &mut lanes {
+        lane.sort_by_key(|&i| (records[i].event.as_ref().map(|e| e.time).ok(), i));
+    }
+    (lanes, repeats)
 }
 
 /// `lanes` split by `pred`: the lanes of the records it holds for, and the lanes of the others
@@ -78,60 +96,5 @@ pub(super) fn follow_firsts(
             None => Report::new(record).failed("internal: first record not processed".into()),
         };
         reports[i] = Some(report);
-    }
-}
-
-/// Groups record indexes so that events sharing an instance land in one lane.
-#[derive(Default)]
-pub(super) struct Lanes {
-    /// Union-find parent of each member index.
-    parent: HashMap<usize, usize>,
-    owner_of_instance: HashMap<String, usize>,
-    order: Vec<usize>,
-}
-
-impl Lanes {
-    pub(super) fn find(&mut self, i: usize) -> usize {
-        let p = self.parent[&i];
-        if p == i {
-            return i;
-        }
-        let root = self.find(p);
-        self.parent.insert(i, root);
-        root
-    }
-
-    pub(super) fn add(&mut self, i: usize, instance_ids: &[String]) {
-        self.parent.insert(i, i);
-        self.order.push(i);
-        for id in instance_ids {
-            match self.owner_of_instance.get(id).copied() {
-                Some(other) => {
-                    let (a, b) = (self.find(other), self.find(i));
-                    if a != b {
-                        self.parent.insert(b, a);
-                    }
-                }
-                None => {
-                    self.owner_of_instance.insert(id.clone(), i);
-                }
-            }
-        }
-    }
-
-    /// The lanes, each in event-time order (record order among equal times).
-    pub(super) fn into_lanes(mut self, records: &[Record]) -> Vec<Vec<usize>> {
-        let mut lanes: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-        for i in self.order.clone() {
-            let root = self.find(i);
-            lanes.entry(root).or_default().push(i);
-        }
-        lanes
-            .into_values()
-            .map(|mut lane| {
-                lane.sort_by_key(|&i| (records[i].event.as_ref().map(|e| e.time).ok(), i));
-                lane
-            })
-            .collect()
     }
 }

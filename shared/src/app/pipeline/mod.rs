@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
+use futures::{Future, FutureExt as _, StreamExt};
 use tracing::Instrument;
 
 use chrono::{DateTime, Utc};
@@ -42,16 +42,14 @@ use crate::ports::{
     ActionResult, Clock, ContinuationQueue, DrainRole, Executor, NodeDirectory, Pass, PoolStore,
     Work, span, until,
 };
-use work::{ExecutorIn, NodesIn};
 
 mod batch;
 pub mod kept;
 mod passes;
 mod places;
 mod traffic;
-mod work;
 
-pub use places::{Described, PlaceFailure, describe_events, looked_up_events, place_of};
+pub use places::{Described, describe_events, looked_up_events, place_of, place_report};
 pub use traffic::{DEREGISTER_BUDGET, ELB_RATE, QUIET_FOR, Traffic};
 
 use batch::{follow_firsts, schedule, split_lanes};
@@ -78,6 +76,8 @@ pub struct Pipeline<'a> {
     /// Where drains' instances leave their load balancers before their first evictions (see
     /// [`traffic`]); `None`: they are not taken off.
     pub traffic: Option<&'a Traffic>,
+    /// How the batch is processed: how many events at once, and by when.
+    pub limits: Limits,
 }
 
 /// How a drain's passes are carried on (see the module doc).
@@ -126,59 +126,26 @@ struct BatchFacts<'a> {
     /// When the batch began.
     now: DateTime<Utc>,
     /// The batch's round of taking drains off their load balancers (see [`traffic`]): a drain's
-    /// first pass waits for it before evicting; the batch's other work does not.
-    gate: Option<&'a dyn traffic::Gate>,
+    /// first pass waits for it (true once made) before evicting; the batch's other work does not.
+    gate: Option<&'a tokio::sync::watch::Receiver<bool>>,
 }
 
 impl Pipeline<'_> {
-    /// Processes a batch of records with the default [`Limits`]; see [`Pipeline::process_with`].
-    pub async fn process(&self, records: &[Record]) -> Vec<Report> {
-        self.process_with(records, Limits::default()).await
-    }
-
     /// Processes a batch of records: one instance lookup, one node lookup and one ledger read for
     /// the whole batch, then the events — concurrently up to `limits.concurrency`, except that
     /// events sharing an instance run one after the other in event-time order. A record whose
     /// event id already came earlier in the batch is a duplicate of it. Work not finished by
     /// `limits.deadline` is reported failed (it goes back to the queue; every action is
-    /// idempotent, so a half-done event is simply done again). Returns one report per record,
-    /// in order.
-    pub async fn process_with(&self, records: &[Record], limits: Limits) -> Vec<Report> {
-        // Every call of the batch through the directory and the executor is part of its work:
-        // transient failures are retried inside the batch while its time allows.
-        let work = Work {
-            deadline: limits.deadline,
-            fail_fast: limits.fail_fast,
-        };
-        let executor = self.executor.map(|inner| ExecutorIn { inner, work });
-        let nodes = NodesIn {
-            inner: self.nodes,
-            work,
-        };
-        let within = Pipeline {
-            executor: executor.as_ref().map(|e| e as &dyn Executor),
-            nodes: &nodes,
-            ..*self
-        };
-        within.process_in(records, limits).await
-    }
-
-    async fn process_in(&self, records: &[Record], limits: Limits) -> Vec<Report> {
+    /// idempotent, so a half-done event is simply done again); every call of the batch through
+    /// the directory and the executor is part of its [`Work`] (transient failures are retried
+    /// inside the batch while its time allows). Returns one report per record, in order.
+    pub async fn process(&self, records: &[Record]) -> Vec<Report> {
         let now = self.clock.now();
-        let looked_up = match limits.deadline {
-            Some(deadline) => until(self.clock, deadline, self.look_up(records))
-                .await
-                .unwrap_or(Err(WorkError::OutOfTime)),
-            None => self.look_up(records).await,
-        };
-        let (found, nodes, applied, followed) = match looked_up {
+        let looked_up = self.within(self.look_up(records)).await;
+        let (found, nodes, applied, followed) = match looked_up.unwrap_or(Err(WorkError::OutOfTime))
+        {
             Ok(found) => found,
             Err(e) => return self.none_looked_up(records, &e),
-        };
-        let facts = Facts {
-            instances: &found,
-            nodes: &nodes,
-            followed: &followed,
         };
         let (lanes, repeats) = schedule(records);
         // New events first (their cordons), then the drain passes of earlier ones (evictions),
@@ -188,33 +155,37 @@ impl Pipeline<'_> {
         let (new, unlooked) = self.instances.set_aside(records, new);
         let nothing_seen = BTreeMap::new();
         let mut seen = BatchFacts {
-            facts,
+            facts: Facts {
+                instances: &found,
+                nodes: &nodes,
+                followed: &followed,
+            },
             applied: &applied,
             room: &nothing_seen,
             now,
             gate: None,
         };
-        let first = self.run(records, new, seen, limits).await;
+        let first = self.run(records, new, seen).await;
         // One look at the placeholders of every drain of the batch that waits for room.
-        let room = self.room(records, limits).await;
+        let room = self.room(records).await;
         seen.room = &room;
         // Traffic first: the drains about to evict, off their load balancers (after the
         // cordons; each first drain pass waits for the round, the batch's other passes go on).
+        let (cleared, gate) = tokio::sync::watch::channel(false);
         let lanes = later.clone();
-        let gate = self
-            .clear_traffic(records, &lanes, &first, limits)
-            .boxed()
-            .shared();
+        let traffic = async {
+            let notes = self.clear_traffic(records, lanes, &first).await;
+            cleared.send_replace(true);
+            notes
+        };
         let gated = BatchFacts {
             gate: Some(&gate),
             ..seen
         };
-        let later = self.run(records, later, gated, limits).await;
-        // The drains carried on in process wait for it too.
-        let notes = gate.clone().await;
-        drop(gate);
-        let mut done = self.finish(records, later, limits).await;
-        done.extend(self.finish(records, first, limits).await);
+        let (notes, later) = tokio::join!(traffic, self.run(records, later, gated));
+        // The drains carried on in process come after it too.
+        let mut done = self.finish(records, later).await;
+        done.extend(self.finish(records, first).await);
         done.extend(unlooked);
         let mut reports: Vec<Option<Report>> = vec![None; records.len()];
         for (i, mut report) in done {
@@ -222,17 +193,29 @@ impl Pipeline<'_> {
             reports[i] = Some(report);
         }
         follow_firsts(records, &mut reports, repeats);
-        records
-            .iter()
-            .zip(reports)
-            .map(|(record, report)| {
-                report.unwrap_or_else(|| match &record.event {
-                    Err(e) => Report::new(record).failed(e.to_string()),
-                    Ok(_) => Report::new(record).failed("internal: record not processed".into()),
-                })
-            })
+        let unanswered = |record: &Record| match &record.event {
+            Err(e) => Report::new(record).failed(e.to_string()),
+            Ok(_) => Report::new(record).failed("internal: record not processed".into()),
+        };
+        let answered = records.iter().zip(reports);
+        answered
+            .map(|(r, report)| report.unwrap_or_else(|| unanswered(r)))
             .collect()
     }
+
+    /// The batch's [`Work`]: its deadline, and whether outages are ridden out.
+    fn work(&self) -> Work {
+        Work {
+            deadline: self.limits.deadline,
+            fail_fast: self.limits.fail_fast,
+        }
+    }
+
+    /// `work`, if it ends by the batch's deadline (see [`within`]).
+    async fn within<T>(&self, work: impl Future<Output = T>) -> Option<T> {
+        within(self.clock, self.limits.deadline, work).await
+    }
+
     /// The batch's lookups besides its instances' (given, see [`places`]): one node lookup and
     /// one ledger read for every supported event of `records`.
     async fn look_up(&self, records: &[Record]) -> Result<LookedUp, WorkError> {
@@ -255,7 +238,7 @@ impl Pipeline<'_> {
             .filter_map(|id| Some((id.clone(), self.instances.found.get(id)?.clone())))
             .collect();
         let known: Vec<InstanceFacts> = found.values().cloned().collect();
-        let mut nodes = self.nodes.nodes(&known).await?;
+        let mut nodes = self.nodes.nodes_in(&known, self.work()).await?;
         self.drop_unverified_records(&mut nodes).await;
         let applied = self.store.applied(&event_ids).await?;
         // `adaptive` decides from the pools' history: read once for the batch, when needed.
@@ -331,41 +314,58 @@ impl Pipeline<'_> {
             .iter()
             .map(|r| match &r.event {
                 Err(e) => Report::new(r).failed(e.to_string()),
-                Ok(e) if e.kind == EventKind::Unsupported => ignored(r, e, self.config),
+                Ok(e) if e.kind == EventKind::Unsupported => {
+                    let empty = Default::default();
+                    let plan = decide(e, Facts::new(&empty, &[]), self.config);
+                    Report {
+                        outcome: Outcome::Ignored,
+                        reason: plan.ignored.clone(),
+                        ..Report::new(r).with_plan(&plan)
+                    }
+                }
                 Ok(_) => error.fail(Report::new(r)),
             })
             .collect()
     }
 
-    /// Runs the lanes concurrently (up to `limits.concurrency`), each lane's events one after
-    /// the other, each event within the deadline; returns what each lane did, in its order.
+    /// `each` of every item of `lanes`: the lanes at once (up to `limits.concurrency`), each
+    /// lane's items one after the other; what each lane gave, in its order.
+    async fn lanes<I, O, F: Future<Output = O>>(
+        &self,
+        lanes: Vec<Vec<I>>,
+        each: impl Fn(I) -> F,
+    ) -> Vec<Vec<O>> {
+        let each = &each;
+        futures::stream::iter(lanes)
+            .map(|lane| async move {
+                let mut out = Vec::with_capacity(lane.len());
+                for item in lane {
+                    out.push(each(item).await);
+                }
+                out
+            })
+            .buffer_unordered(self.limits.concurrency.max(1))
+            .collect()
+            .await
+    }
+
+    /// Handles the events of `lanes` (see [`Pipeline::lanes`]), each within the deadline.
     async fn run(
         &self,
         records: &[Record],
         lanes: Vec<Vec<usize>>,
         seen: BatchFacts<'_>,
-        limits: Limits,
     ) -> Vec<Vec<(usize, Handled<'_>)>> {
-        futures::stream::iter(lanes)
-            .map(|lane| async move {
-                let mut out = Vec::with_capacity(lane.len());
-                for i in lane {
-                    let record = &records[i];
-                    let Ok(event) = &record.event else { continue };
-                    let work = self
-                        .handle(record, event, seen)
-                        .instrument(event_span(event));
-                    let handled = self
-                        .in_time(record, limits, work)
-                        .await
-                        .unwrap_or_else(Handled::Done);
-                    out.push((i, handled));
-                }
-                out
-            })
-            .buffer_unordered(limits.concurrency.max(1))
-            .collect()
-            .await
+        self.lanes(lanes, |i| async move {
+            let work = self.handle(&records[i], seen);
+            (
+                i,
+                self.in_time(&records[i], work)
+                    .await
+                    .unwrap_or_else(Handled::Done),
+            )
+        })
+        .await
     }
 
     /// The drains that events' first passes left pending to be carried on in process, lane by
@@ -374,62 +374,49 @@ impl Pipeline<'_> {
         &'p self,
         records: &[Record],
         lanes: Vec<Vec<(usize, Handled<'p>)>>,
-        limits: Limits,
     ) -> Vec<(usize, Report)> {
-        futures::stream::iter(lanes)
-            .map(|lane| async move {
-                let mut out = Vec::with_capacity(lane.len());
-                for (i, handled) in lane {
-                    let (report, rest) = match handled {
-                        Handled::Done(report) => {
-                            out.push((i, report));
-                            continue;
-                        }
-                        Handled::Pending(report, rest) => (report, rest),
-                    };
-                    let record = &records[i];
-                    let span = match &record.event {
-                        Ok(event) => event_span(event),
-                        Err(_) => tracing::Span::none(),
-                    };
-                    let work = self.carry_on_here(*rest, report).instrument(span);
-                    let report = match self.in_time(record, limits, work).await {
-                        Ok(report) | Err(report) => report,
-                    };
-                    out.push((i, report));
+        let done = self.lanes(lanes, |(i, handled)| async move {
+            let report = match handled {
+                Handled::Done(report) => report,
+                Handled::Pending(report, rest) => {
+                    let work = self.carry_on_here(*rest, report);
+                    let (Ok(report) | Err(report)) = self.in_time(&records[i], work).await;
+                    report
                 }
-                out
-            })
-            .buffer_unordered(limits.concurrency.max(1))
-            .flat_map(futures::stream::iter)
-            .collect()
-            .await
+            };
+            (i, report)
+        });
+        done.await.into_iter().flatten().collect()
     }
 
-    /// `work` if it ends by the deadline of `limits`; else (or when that is already past) the
-    /// record's failed report. A panic in `work` fails this record alone (logged with its
-    /// message id): the batch's other records are answered as they went.
+    /// `work` (in the span of the record's event) if it ends by the deadline of `limits`; else
+    /// (or when that is already past) the record's failed report. A panic in `work` fails this
+    /// record alone (logged with its message id): the batch's other records are answered as
+    /// they went.
     async fn in_time<T>(
         &self,
         record: &Record,
-        limits: Limits,
-        work: impl std::future::Future<Output = T>,
+        work: impl Future<Output = T>,
     ) -> Result<T, Report> {
-        use futures::FutureExt;
-        let work = std::panic::AssertUnwindSafe(work).catch_unwind();
-        let done = match limits.deadline {
-            Some(deadline) if self.clock.now() >= deadline => {
-                return Err(Report::new(record).failed(format!("not started: {OUT_OF_TIME}")));
-            }
-            Some(deadline) => until(self.clock, deadline, work).await.ok_or_else(|| {
-                Report::new(record).failed(format!("not finished: {OUT_OF_TIME}"))
-            })?,
-            None => work.await,
+        let span = match &record.event {
+            Ok(event) => event_span(event),
+            Err(_) => tracing::Span::none(),
         };
+        let work = std::panic::AssertUnwindSafe(work.instrument(span)).catch_unwind();
+        if self.limits.deadline.is_some_and(|d| self.clock.now() >= d) {
+            return Err(Report::new(record).failed(format!("not started: {OUT_OF_TIME}")));
+        }
+        let done = self.within(work).await;
+        let done =
+            done.ok_or_else(|| Report::new(record).failed(format!("not finished: {OUT_OF_TIME}")))?;
         done.map_err(|panic| panicked(record, panic.as_ref()))
     }
 
-    async fn handle(&self, record: &Record, event: &Event, seen: BatchFacts<'_>) -> Handled<'_> {
+    async fn handle(&self, record: &Record, seen: BatchFacts<'_>) -> Handled<'_> {
+        let event = match &record.event {
+            Ok(event) => event,
+            Err(e) => return Handled::Done(Report::new(record).failed(e.to_string())),
+        };
         let now = seen.now;
         let plan = match &record.continuation {
             Some(c) => match self.verified_plan(record, event, c, now).await {
@@ -450,67 +437,59 @@ impl Pipeline<'_> {
         tracing::debug!(summary = %plan.summary, "planned");
         let mut report = Report::new(record).with_plan(&plan);
         if let Some(why) = &plan.ignored {
-            report.outcome = Outcome::Ignored;
-            report.reason = Some(why.clone());
-            return Handled::Done(report);
+            return Handled::Done(report.ended(Outcome::Ignored, why.clone()));
         }
         if let Some(continuation) = &record.continuation {
             if let Some(gate) = seen.gate.filter(|_| continuation.pass == 1) {
                 // A first drain pass evicts once its instance is off its load balancers (or
                 // the round's budget is spent).
-                gate.wait().await;
+                let _ = gate.clone().wait_for(|cleared| *cleared).await;
             }
-            return Handled::Done(
-                self.continue_drain(record, &plan, continuation, seen.room, report)
-                    .await,
-            );
+            let room = seen.room;
+            let done = self.continue_drain(record, &plan, continuation, room, report);
+            return Handled::Done(done.await);
         }
         if seen.applied.contains(&event.id) {
-            report.outcome = Outcome::Duplicate;
-            report.reason = Some("event id already applied".into());
-            return Handled::Done(report);
+            return Handled::Done(report.ended(Outcome::Duplicate, "event id already applied"));
         }
-        let mut outcome = Outcome::Planned;
         let executor = self.executor.filter(|_| self.mode.runs_actions());
+        let outcome = match executor.is_some() && self.mode.writes_cluster() {
+            true => Outcome::Acted,
+            false => Outcome::Planned,
+        };
         if let Some(executor) = executor.filter(|_| plan.has_node_work()) {
-            match executor.execute(&plan, Pass::Cordon).await {
-                Ok(results) => {
-                    let pending = merge(&mut report, &results);
-                    if let Some(why) = refusals(&results) {
-                        // Beside what the plan already says (pools left unrecorded).
-                        report.reason = Some(match report.reason.take() {
-                            Some(note) => format!("{why}; {note}"),
-                            None => why,
-                        });
-                    }
-                    if self.mode.writes_cluster() {
-                        outcome = Outcome::Acted;
-                    }
-                    if pending {
-                        // The drain's first pass follows at once: queued behind the warnings
-                        // already queued, or, in process, once the batch's first passes are
-                        // done (their cordons come first).
-                        let first = Continuation::first(now, event.time, plan.clone());
-                        let Some(queue) = self.queue_for(record) else {
-                            let rest = PendingDrain {
-                                executor,
-                                plan,
-                                next: first,
-                                outcome,
-                                now,
-                            };
-                            return Handled::Pending(report, Box::new(rest));
-                        };
-                        self.offer_early(&place_of(event), &plan).await;
-                        if let Err(e) = self.send(queue, &first, Duration::ZERO).await {
-                            return Handled::Done(e.fail(report));
-                        }
-                    }
-                }
+            let results = match executor.execute_in(&plan, Pass::Cordon, self.work()).await {
+                Ok(results) => results,
                 Err(e) => return Handled::Done(WorkError::from(e).fail(report)),
+            };
+            let pending = merge(&mut report, &results);
+            if let Some(why) = refusals(&results) {
+                // Beside what the plan already says (pools left unrecorded).
+                report.reason = Some(match report.reason.take() {
+                    Some(note) => format!("{why}; {note}"),
+                    None => why,
+                });
             }
-        } else if executor.is_some() && self.mode.writes_cluster() {
-            outcome = Outcome::Acted;
+            if pending {
+                // The drain's first pass follows at once: queued behind the warnings already
+                // queued, or, in process, once the batch's first passes are done (their
+                // cordons come first).
+                let next = Continuation::first(now, event.time, plan.clone());
+                let Some(queue) = self.queue_for(record) else {
+                    let rest = PendingDrain {
+                        executor,
+                        plan,
+                        next,
+                        outcome,
+                        now,
+                    };
+                    return Handled::Pending(report, Box::new(rest));
+                };
+                self.offer_early(&place_of(event), &plan).await;
+                if let Err(e) = self.send(queue, &next, Duration::ZERO).await {
+                    return Handled::Done(e.fail(report));
+                }
+            }
         }
         Handled::Done(self.record_event(&plan, report, outcome, now).await)
     }
@@ -520,25 +499,22 @@ impl Pipeline<'_> {
     async fn record_event(
         &self,
         plan: &Plan,
-        mut report: Report,
+        report: Report,
         outcome: Outcome,
         now: DateTime<Utc>,
     ) -> Report {
         match self.store.apply(&plan.pool_update(now)).await {
-            Ok(Applied::Applied) => report.outcome = outcome,
-            Ok(Applied::Duplicate) => {
-                report.outcome = Outcome::Duplicate;
-                report.reason = Some(if plan.also_keys.is_empty() {
-                    "event id already applied".into()
-                } else {
-                    "already applied: this event id, or the same interruption of this run of \
-                     the instance under another id (a repeated warning, or the sweeper's finding)"
-                        .into()
-                });
+            Ok(Applied::Applied) => Report { outcome, ..report },
+            Ok(Applied::Duplicate) if plan.also_keys.is_empty() => {
+                report.ended(Outcome::Duplicate, "event id already applied")
             }
-            Err(e) => return WorkError::from(e).fail(report),
+            Ok(Applied::Duplicate) => report.ended(
+                Outcome::Duplicate,
+                "already applied: this event id, or the same interruption of this run of the \
+                 instance under another id (a repeated warning, or the sweeper's finding)",
+            ),
+            Err(e) => WorkError::from(e).fail(report),
         }
-        report
     }
 
     /// A drain an event's first pass left pending, carried on here pass after pass; then, if
@@ -552,11 +528,25 @@ impl Pipeline<'_> {
             outcome,
             now,
         } = rest;
-        let passes = self.passes_here(executor, &plan, next, Duration::ZERO, &mut report);
-        if let Err(e) = passes.await {
-            return e.fail(report);
+        match self
+            .passes_here(executor, &plan, next, Duration::ZERO, &mut report)
+            .await
+        {
+            Ok(()) => self.record_event(&plan, report, outcome, now).await,
+            Err(e) => e.fail(report),
         }
-        self.record_event(&plan, report, outcome, now).await
+    }
+}
+
+/// `work`, if it ends by `deadline` on `clock` (none: it always does).
+pub async fn within<T>(
+    clock: &dyn Clock,
+    deadline: Option<DateTime<Utc>>,
+    work: impl Future<Output = T>,
+) -> Option<T> {
+    match deadline {
+        Some(deadline) => until(clock, deadline, work).await,
+        None => Some(work.await),
     }
 }
 
@@ -661,15 +651,6 @@ impl Default for Limits {
             fail_fast: false,
         }
     }
-}
-
-fn ignored(record: &Record, event: &Event, config: &Config) -> Report {
-    let empty = Default::default();
-    let plan = decide(event, Facts::new(&empty, &[]), config);
-    let mut report = Report::new(record).with_plan(&plan);
-    report.outcome = Outcome::Ignored;
-    report.reason = plan.ignored;
-    report
 }
 
 #[cfg(test)]

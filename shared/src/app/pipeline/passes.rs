@@ -3,7 +3,32 @@
 
 use super::kept;
 use super::*;
+use crate::domain::keys::{KeyRing, Unverified};
 use crate::domain::surge::RoomWait;
+
+/// The verdicts of `check` on each of `items` by the store's continuation keys, read again once
+/// when a verdict is `newer` (names a key newer than those known: a rotation since this process
+/// read them).
+pub(super) async fn by_keys<T, E>(
+    store: &dyn PoolStore,
+    items: &[T],
+    check: impl Fn(&T, &KeyRing) -> Result<(), E>,
+    newer: impl Fn(&E) -> bool,
+) -> Result<Vec<Result<(), E>>, crate::ports::StoreError> {
+    let keys = store.continuation_keys().await?;
+    let mut verdicts: Vec<Result<(), E>> = items.iter().map(|i| check(i, &keys)).collect();
+    let is_newer = |v: &Result<(), E>| v.as_ref().is_err_and(&newer);
+    if verdicts.iter().any(is_newer)
+        && let Some(again) = store.reread_continuation_keys().await?
+    {
+        for (item, verdict) in items.iter().zip(&mut verdicts) {
+            if is_newer(verdict) {
+                *verdict = check(item, &again);
+            }
+        }
+    }
+    Ok(verdicts)
+}
 
 /// How a drain pass ended.
 pub(super) enum PassEnd {
@@ -30,13 +55,9 @@ impl Pipeline<'_> {
     ) -> Result<crate::domain::plan::Plan, Report> {
         let refuse = |why: String| {
             tracing::warn!(origin = %record.origin, %why, "refusing a continuation");
-            let mut report = Report::new(record);
-            report.outcome = Outcome::Ignored;
-            report.reason = Some(format!("refused: {why}"));
-            report
+            Report::new(record).ended(Outcome::Ignored, format!("refused: {why}"))
         };
-        let body = record.body.as_deref().unwrap_or_default();
-        self.verify_signature(record, continuation, body)
+        self.verify_signature(record, continuation)
             .await?
             .map_err(|e| refuse(e.to_string()))?;
         let plan = continuation.plan.clone();
@@ -107,24 +128,13 @@ impl Pipeline<'_> {
         &self,
         record: &Record,
         continuation: &Continuation,
-        body: &str,
-    ) -> Result<Result<(), crate::domain::keys::Unverified>, Report> {
+    ) -> Result<Result<(), Unverified>, Report> {
+        let body = record.body.as_deref().unwrap_or_default();
+        let one = std::slice::from_ref(continuation);
+        let newer = |e: &Unverified| matches!(e, Unverified::UnknownKey { .. });
+        let verdicts = by_keys(self.store, one, |c, keys| c.verify(keys, body), newer).await;
         let failed = |e| WorkError::Key(e).fail(Report::new(record));
-        let keys = self.store.continuation_keys().await.map_err(failed)?;
-        Ok(match continuation.verify(&keys, body) {
-            Err(unknown @ crate::domain::keys::Unverified::UnknownKey { .. }) => {
-                match self
-                    .store
-                    .reread_continuation_keys()
-                    .await
-                    .map_err(failed)?
-                {
-                    Some(keys) => continuation.verify(&keys, body),
-                    None => Err(unknown),
-                }
-            }
-            verified => verified,
-        })
+        Ok(verdicts.map_err(failed)?.remove(0))
     }
 
     /// The Events of the decision that the first pass of a drain left to a pass that came too
@@ -134,7 +144,7 @@ impl Pipeline<'_> {
         let Some(executor) = self.executor.filter(|_| self.mode.writes_cluster()) else {
             return String::new();
         };
-        match executor.execute(plan, Pass::Announce).await {
+        match executor.execute_in(plan, Pass::Announce, self.work()).await {
             Ok(results) => match results.iter().find_map(|r| r.refused.as_deref()) {
                 Some(why) => format!(" (the Events of the decision were not recorded: {why})"),
                 None => " (the Events of the decision, left to this pass, are recorded)".into(),
@@ -160,10 +170,8 @@ impl Pipeline<'_> {
     ) -> Report {
         let executor = self.executor.filter(|_| self.mode.writes_cluster());
         let Some(executor) = executor else {
-            report.outcome = Outcome::Ignored;
-            report.reason =
-                Some("a drain's continuation, and this run does not act on a cluster".to_string());
-            return report;
+            let why = "a drain's continuation, and this run does not act on a cluster";
+            return report.ended(Outcome::Ignored, why);
         };
         if let (Some((wait, seen)), Some(queue)) = (
             self.still_waiting(plan, continuation, room),
@@ -248,7 +256,7 @@ impl Pipeline<'_> {
             role,
             heartbeat,
         };
-        let results = executor.execute(plan, pass).await?;
+        let results = executor.execute_in(plan, pass, self.work()).await?;
         if let Some(why) = refusals(&results) {
             report.reason = Some(why);
             if results.iter().all(|r| r.refused.is_some()) {
@@ -299,11 +307,7 @@ impl Pipeline<'_> {
     /// were sent, and still may (before their latest safe time), in one look for the whole
     /// batch. A look that fails or runs out of time costs those drains a full pass each, never
     /// the batch.
-    pub(super) async fn room(
-        &self,
-        records: &[Record],
-        limits: Limits,
-    ) -> BTreeMap<String, RoomSeen> {
+    pub(super) async fn room(&self, records: &[Record]) -> BTreeMap<String, RoomSeen> {
         let Some(executor) = self.executor.filter(|_| self.mode.writes_cluster()) else {
             return BTreeMap::new();
         };
@@ -318,12 +322,7 @@ impl Pipeline<'_> {
             return BTreeMap::new();
         }
         let nodes: Vec<String> = nodes.into_iter().collect();
-        let look = executor.room(&nodes);
-        let seen = match limits.deadline {
-            Some(deadline) => until(self.clock, deadline, look).await,
-            None => Some(look.await),
-        };
-        match seen {
+        match self.within(executor.room_in(&nodes, self.work())).await {
             Some(Ok(seen)) => seen,
             Some(Err(e)) => {
                 tracing::warn!(error = %e, "could not look at the placeholders: drains waiting for room make full passes");

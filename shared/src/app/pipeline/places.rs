@@ -14,14 +14,13 @@
 //! The events of every other place are handled as if the batch held them alone.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use crate::domain::event::Event;
 use crate::domain::facts::InstanceFacts;
 use crate::domain::inbound::Record;
 use crate::domain::report::{Outcome, Report};
-use crate::ports::{
-    AccountUnreachable, DirectoryError, FailureKind, InstanceDirectory, NotServed, Place,
-};
+use crate::ports::{DirectoryError, InstanceDirectory, Place};
 
 /// The place of `event`: its account and region.
 pub fn place_of(event: &Event) -> Place {
@@ -31,74 +30,17 @@ pub fn place_of(event: &Event) -> Place {
     }
 }
 
-/// What the lookup of one place met: the directory's error, kept to be said again (to each of
-/// the place's events).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlaceFailure {
-    service: &'static str,
-    doing: Option<String>,
-    kind: FailureKind,
-    /// The error's own text (its source's).
-    message: String,
-    /// The account is not served: its events are acknowledged, not failed.
-    not_served: Option<NotServed>,
-    /// The account is served but cannot be reached: its events fail, retryable.
-    unreachable: Option<AccountUnreachable>,
-}
-
-impl PlaceFailure {
-    /// What `error` says.
-    pub fn of(error: &DirectoryError) -> PlaceFailure {
-        PlaceFailure {
-            service: error.service,
-            doing: error.doing.clone(),
-            kind: error.kind,
-            message: error.source.to_string(),
-            not_served: error.not_served().cloned(),
-            unreachable: error.unreachable().cloned(),
-        }
+/// The report of `record`, an event of a place whose lookup met `error`: acknowledged when its
+/// account is not served; else failed, retryable as the error says (an account that cannot be
+/// reached named in the report, for its metric).
+pub fn place_report(error: &DirectoryError, record: &Record) -> Report {
+    if let Some(not_served) = error.not_served() {
+        let why = "the event is acknowledged: nothing is done, no pool recorded";
+        return Report::new(record).ended(Outcome::Ignored, format!("{not_served}; {why}"));
     }
-
-    /// The error again (with [`NotServed`] or [`AccountUnreachable`] as its source when it was
-    /// the source's).
-    pub fn error(&self) -> DirectoryError {
-        let source: crate::ports::BoxError = match (&self.not_served, &self.unreachable) {
-            (Some(not_served), _) => Box::new(not_served.clone()),
-            (None, Some(unreachable)) => Box::new(unreachable.clone()),
-            (None, None) => self.message.clone().into(),
-        };
-        DirectoryError {
-            doing: self.doing.clone(),
-            ..DirectoryError::new(self.service, self.kind, source)
-        }
-    }
-
-    /// The account is not served (see [`NotServed`]).
-    pub fn not_served(&self) -> Option<&NotServed> {
-        self.not_served.as_ref()
-    }
-
-    /// The report of `record`, an event of the place: acknowledged when its account is not
-    /// served; else failed, retryable as the error says (an account that cannot be reached
-    /// named in the report, for its metric).
-    pub fn report(&self, record: &Record) -> Report {
-        match &self.not_served {
-            Some(not_served) => {
-                let mut report = Report::new(record);
-                report.outcome = Outcome::Ignored;
-                report.reason = Some(format!(
-                    "{not_served}; the event is acknowledged: nothing is done, no pool recorded"
-                ));
-                report
-            }
-            None => {
-                let error = self.error();
-                let mut report =
-                    Report::new(record).failed_as(error.to_string(), error.retryable());
-                report.account_unreachable = self.unreachable.as_ref().map(|u| u.account.clone());
-                report
-            }
-        }
+    Report {
+        account_unreachable: error.unreachable().map(|u| u.account.clone()),
+        ..Report::new(record).failed_as(error.to_string(), error.retryable())
     }
 }
 
@@ -108,33 +50,32 @@ impl PlaceFailure {
 #[derive(Debug, Clone, Default)]
 pub struct Described {
     pub found: BTreeMap<String, InstanceFacts>,
-    pub failed: BTreeMap<Place, PlaceFailure>,
+    /// What each failed place's lookup met, said again to each of its events.
+    pub failed: BTreeMap<Place, Arc<DirectoryError>>,
 }
 
 impl Described {
     /// A lookup that failed whole with `error`: every place of `events` failed as it says.
-    pub fn failing(events: &[&Event], error: &DirectoryError) -> Described {
-        let failure = PlaceFailure::of(error);
+    pub fn failing(events: &[&Event], error: DirectoryError) -> Described {
+        let failure = Arc::new(error);
+        let failed = events.iter().map(|e| (place_of(e), failure.clone()));
         Described {
             found: BTreeMap::new(),
-            failed: events
-                .iter()
-                .map(|e| (place_of(e), failure.clone()))
-                .collect(),
+            failed: failed.collect(),
         }
     }
 
     /// Why `event`'s instances were not looked up, when its place's lookup failed (an event that
     /// names no instance was not looked up, and did not fail).
-    pub fn failure_of(&self, event: &Event) -> Option<&PlaceFailure> {
+    pub fn failure_of(&self, event: &Event) -> Option<&DirectoryError> {
         if event.instance_ids.is_empty() {
             return None;
         }
-        self.failed.get(&place_of(event))
+        self.failed.get(&place_of(event)).map(|e| &**e)
     }
 
     /// The first passes of `lanes` whose place failed, taken out of them, each with its report
-    /// ([`PlaceFailure::report`]); the lanes left.
+    /// ([`place_report`]); the lanes left.
     pub fn set_aside(
         &self,
         records: &[Record],
@@ -147,7 +88,7 @@ impl Described {
         };
         let (aside, kept) = super::batch::split_lanes(lanes, |i| failure(i).is_some());
         let aside = aside.into_iter().flatten();
-        let reports = aside.filter_map(|i| Some((i, failure(i)?.report(&records[i]))));
+        let reports = aside.filter_map(|i| Some((i, place_report(failure(i)?, &records[i]))));
         (kept, reports.collect())
     }
 }
@@ -165,20 +106,34 @@ pub fn looked_up_events(records: &[Record]) -> Vec<&Event> {
 
 /// The facts of the instances of `events`: one lookup per account and region the events come
 /// from, at once, each with its own result ([`Described`]); none when they name no instance.
-pub async fn describe_events(instances: &dyn InstanceDirectory, events: &[&Event]) -> Described {
+/// The instances `known` already (by place and id) are not looked up again.
+pub async fn describe_events(
+    instances: &dyn InstanceDirectory,
+    events: &[&Event],
+    known: &BTreeMap<(Place, String), InstanceFacts>,
+) -> Described {
     let mut by_place: BTreeMap<Place, BTreeSet<String>> = BTreeMap::new();
-    for event in events.iter().filter(|e| !e.instance_ids.is_empty()) {
-        by_place
-            .entry(place_of(event))
-            .or_default()
-            .extend(event.instance_ids.iter().cloned());
+    for event in events {
+        let place = place_of(event);
+        let ids = event.instance_ids.iter().cloned();
+        let unknown: Vec<String> = ids
+            .filter(|id| !known.contains_key(&(place.clone(), id.clone())))
+            .collect();
+        by_place.entry(place).or_default().extend(unknown);
     }
+    by_place.retain(|_, ids| !ids.is_empty());
     let lookups = by_place.into_iter().map(|(place, ids)| async move {
         let ids: Vec<String> = ids.into_iter().collect();
         let answer = instances.describe_at(&place, &ids).await;
         (place, answer)
     });
-    let mut described = Described::default();
+    let mut described = Described {
+        found: known
+            .iter()
+            .map(|((_, id), f)| (id.clone(), f.clone()))
+            .collect(),
+        ..Described::default()
+    };
     for (place, answer) in futures::future::join_all(lookups).await {
         match answer {
             Ok(facts) => described.found.extend(facts),
@@ -203,7 +158,7 @@ pub async fn describe_events(instances: &dyn InstanceDirectory, events: &[&Event
                          its events fail, the others' are handled"
                     ),
                 }
-                described.failed.insert(place, PlaceFailure::of(&e));
+                described.failed.insert(place, Arc::new(e));
             }
         }
     }
@@ -215,6 +170,8 @@ mod tests {
     use super::*;
     use crate::domain::fixtures::spot_json;
     use crate::domain::inbound::decode_value;
+    use crate::domain::report::Outcome;
+    use crate::ports::{AccountUnreachable, FailureKind, NotServed};
 
     fn record(account: &str) -> Record {
         let mut event = spot_json("e1", "i-0a1b2c3d4e5f60001", "2026-11-20T10:00:00Z");
@@ -224,9 +181,8 @@ mod tests {
             .remove(0)
     }
 
-    /// A place's failure is said again as it was, and answers its events: an account not
-    /// served acknowledged (its `NotServed` kept through the copy), a denial failed for good,
-    /// a throttle failed to come back.
+    /// A place's failure answers its events: an account not served acknowledged, a denial
+    /// failed for good, a throttle failed to come back.
     #[test]
     fn a_places_failure_answers_its_events_as_its_error_says() {
         let not_served = NotServed {
@@ -238,12 +194,7 @@ mod tests {
             FailureKind::Forbidden,
             not_served.clone(),
         );
-        let failure = PlaceFailure::of(&error);
-        assert_eq!(failure.not_served(), Some(&not_served));
-        let again = failure.error();
-        assert_eq!(again.to_string(), error.to_string());
-        assert_eq!(again.not_served(), Some(&not_served));
-        let report = failure.report(&record("222222222222"));
+        let report = place_report(&error, &record("222222222222"));
         assert_eq!(report.outcome, Outcome::Ignored);
         let why = report.reason.unwrap();
         assert!(
@@ -258,10 +209,7 @@ mod tests {
         ] {
             let mut error = DirectoryError::new("ec2:DescribeInstances", kind, "refused");
             error.doing = Some("page 2".into());
-            let failure = PlaceFailure::of(&error);
-            assert_eq!(failure.not_served(), None);
-            assert_eq!(failure.error().to_string(), error.to_string());
-            let report = failure.report(&record("111111111111"));
+            let report = place_report(&error, &record("111111111111"));
             assert_eq!(report.outcome, Outcome::Failed);
             assert_eq!(report.permanent, permanent);
             assert_eq!(
@@ -272,8 +220,7 @@ mod tests {
     }
 
     /// A served account that cannot be reached fails its events as retryable, naming the
-    /// account and the role, and the report carries the account for its metric; the copy of
-    /// the failure keeps it.
+    /// account and the role, and the report carries the account for its metric.
     #[test]
     fn an_unreachable_accounts_events_fail_to_come_back() {
         let unreachable = AccountUnreachable {
@@ -286,10 +233,7 @@ mod tests {
             FailureKind::Unavailable,
             unreachable.clone(),
         );
-        let failure = PlaceFailure::of(&error);
-        assert_eq!(failure.not_served(), None);
-        assert_eq!(failure.error().unreachable(), Some(&unreachable));
-        let report = failure.report(&record("222222222222"));
+        let report = place_report(&error, &record("222222222222"));
         assert_eq!(report.outcome, Outcome::Failed);
         assert!(!report.permanent, "retried within the window");
         assert_eq!(report.account_unreachable.as_deref(), Some("222222222222"));
@@ -314,14 +258,14 @@ mod tests {
             found: BTreeMap::new(),
             failed: BTreeMap::from([(
                 failed.clone(),
-                PlaceFailure::of(&DirectoryError::new("ec2", FailureKind::Timeout, "late")),
+                Arc::new(DirectoryError::new("ec2", FailureKind::Timeout, "late")),
             )]),
         };
         let own = record("222222222222");
         assert!(described.failure_of(own.event.as_ref().unwrap()).is_none());
         let theirs = record("111111111111");
         let event = theirs.event.as_ref().unwrap();
-        assert!(described.failure_of(event).unwrap().error().retryable());
+        assert!(described.failure_of(event).unwrap().retryable());
         let quiet = Event {
             instance_ids: Vec::new(),
             ..event.clone()

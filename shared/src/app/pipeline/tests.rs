@@ -70,10 +70,22 @@ struct Recorder {
     /// Event ids whose execution panics (a bug, or an input the code did not expect).
     panic: Vec<String>,
     sleep: Option<(StdDuration, ManualClock)>,
+    /// The work each call was given.
+    works: Mutex<Vec<Work>>,
 }
 
 #[async_trait]
 impl Executor for Recorder {
+    async fn execute_in(
+        &self,
+        plan: &Plan,
+        pass: Pass,
+        work: Work,
+    ) -> Result<Vec<ActionResult>, ExecuteError> {
+        self.works.lock().unwrap().push(work);
+        self.execute(plan, pass).await
+    }
+
     async fn execute(&self, plan: &Plan, pass: Pass) -> Result<Vec<ActionResult>, ExecuteError> {
         self.calls.lock().unwrap().push(plan.event_id.clone());
         self.passes
@@ -147,6 +159,7 @@ async fn run_with(
         passes: &Passes::in_process(PASS_INTERVAL),
         clock,
         traffic: None,
+        limits,
         mode: Mode::Act,
         config,
         store,
@@ -154,7 +167,7 @@ async fn run_with(
         nodes: &nodes,
         executor: Some(exec),
     };
-    p.process_with(&records(batch, clock), limits).await
+    p.process(&records(batch, clock)).await
 }
 
 /// A batch's rebalance recommendation for instance A, whose zone's ID is `zone_id` (`None`:
@@ -214,6 +227,7 @@ async fn adaptive_after_five_followed(
         passes: &Passes::in_process(PASS_INTERVAL),
         clock: &clock,
         traffic: None,
+        limits: Limits::default(),
         mode: Mode::Act,
         config: &config,
         store: &store,
@@ -224,9 +238,7 @@ async fn adaptive_after_five_followed(
     let rebalance = json!({"id": "rb", "source": "aws.ec2",
         "detail-type": crate::domain::event::DT_REBALANCE, "time": "2026-11-20T10:00:00Z",
         "detail": {"instance-id": A}});
-    let reports = p
-        .process_with(&records(rebalance, &clock), Limits::default())
-        .await;
+    let reports = p.process(&records(rebalance, &clock)).await;
     let action = &reports[0].actions[0];
     (action.action, action.reason.clone())
 }
@@ -445,11 +457,12 @@ async fn a_failed_lookup_fails_the_events_but_not_the_unsupported() {
         {"messageId": "m3", "body": "nope"},
     ]});
     let records = records(batch, &clock);
-    let described = describe_events(&Broken, &looked_up_events(&records)).await;
+    let described = describe_events(&Broken, &looked_up_events(&records), &BTreeMap::new()).await;
     let p = Pipeline {
         passes: &Passes::in_process(PASS_INTERVAL),
         clock: &clock,
         traffic: None,
+        limits: Limits::default(),
         mode: Mode::Act,
         config: &config,
         store: &store,
@@ -550,11 +563,12 @@ async fn a_failed_account_fails_only_its_own_events() {
         spot_from("unserved", B, UNSERVED),
     ]});
     let records = records(batch, &clock);
-    let described = describe_events(&accounts, &looked_up_events(&records)).await;
+    let described = describe_events(&accounts, &looked_up_events(&records), &BTreeMap::new()).await;
     let p = Pipeline {
         passes: &Passes::in_process(PASS_INTERVAL),
         clock: &clock,
         traffic: None,
+        limits: Limits::default(),
         mode: Mode::Act,
         config: &config,
         store: &store,
@@ -657,6 +671,7 @@ fn queued<'a>(
         passes,
         clock,
         traffic: None,
+        limits: Limits::default(),
         mode: Mode::Act,
         config,
         store,
@@ -1027,4 +1042,65 @@ async fn load_balancers_that_do_not_answer_hold_evictions_back_for_the_budget_on
         clock.advance(StdDuration::from_secs(3));
     });
     assert_eq!(balancers.rounds.lock().unwrap().len(), 2, "asked again");
+}
+
+/// The node directory of [`world`], recording the work each lookup was given.
+struct NodesIn(crate::adapters::snapshot::ClusterState, Mutex<Vec<Work>>);
+
+#[async_trait]
+impl NodeDirectory for NodesIn {
+    async fn nodes(&self, i: &[InstanceFacts]) -> Result<Vec<NodeFacts>, DirectoryError> {
+        self.0.nodes(i).await
+    }
+
+    async fn nodes_in(
+        &self,
+        i: &[InstanceFacts],
+        work: Work,
+    ) -> Result<Vec<NodeFacts>, DirectoryError> {
+        self.1.lock().unwrap().push(work);
+        self.0.nodes(i).await
+    }
+
+    async fn all(&self) -> Result<Vec<NodeFacts>, DirectoryError> {
+        self.0.all().await
+    }
+}
+
+/// Every call of a batch through the directory and the executor is given the batch's work (its
+/// deadline, and whether outages are ridden out), so that the adapters retry inside the batch.
+#[tokio::test]
+async fn every_call_carries_the_batchs_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(dir.path()).unwrap();
+    let clock = clock();
+    let exec = Recorder::default();
+    let world = world();
+    let nodes = NodesIn(world.1.clone(), Mutex::default());
+    let limits = Limits {
+        concurrency: 2,
+        deadline: Some(clock.now() + chrono::Duration::seconds(60)),
+        fail_fast: true,
+    };
+    let work = Work {
+        deadline: limits.deadline,
+        fail_fast: true,
+    };
+    let (passes, config) = (Passes::in_process(PASS_INTERVAL), Config::default());
+    let p = Pipeline {
+        limits,
+        nodes: &nodes,
+        ..queued(&passes, &clock, &config, &store, &world, &exec)
+    };
+    let batch = json!([
+        spot("s1", A, "2026-11-20T10:00:00Z"),
+        spot("s2", B, "2026-11-20T10:00:00Z")
+    ]);
+    let reports = p.process(&records(batch, &clock)).await;
+    assert!(
+        reports.iter().all(|r| r.outcome == Outcome::Acted),
+        "{reports:#?}"
+    );
+    assert_eq!(*nodes.1.lock().unwrap(), [work]);
+    assert_eq!(*exec.works.lock().unwrap(), [work, work]);
 }

@@ -8,16 +8,12 @@
 //! evictions by at most that, and is reported (the record's `traffic`) and logged. Only when
 //! the run acts on the cluster (not a dry run) and its cluster has a name (the tag's value).
 
-use super::passes::{Handled, plan_is_the_events};
+use super::passes::{Handled, by_keys, plan_is_the_events};
 use super::*;
 use crate::domain::config::Action;
 use crate::domain::keys::Unverified;
-use crate::domain::traffic::{
-    Claim, Deregistered, Doomed, Outcome, Refused, leaves_whole, next_round,
-};
-use crate::ports::{
-    LoadBalancers, Place, RoundKey, Settled, StoreError, TrafficError, TrafficRounds,
-};
+use crate::domain::traffic::{Claim, Doomed, Outcome, Refused, leaves_whole, next_round};
+use crate::ports::{LoadBalancers, Place, RoundKey, Settled, StoreError, TrafficRounds};
 
 /// The default of [`Traffic::budget`] (the settings' deregistration budget).
 pub const DEREGISTER_BUDGET: Duration = Duration::from_secs(3);
@@ -66,19 +62,6 @@ enum Waited {
     Quiet(DateTime<Utc>),
 }
 
-/// What a batch's first drain passes wait for before evicting: its round (see
-/// [`Pipeline::clear_traffic`]), made once, whoever waits first.
-pub(super) trait Gate: Send + Sync {
-    fn wait(&self) -> futures::future::BoxFuture<'_, ()>;
-}
-
-impl Gate for futures::future::Shared<futures::future::BoxFuture<'_, BTreeMap<usize, String>>> {
-    fn wait(&self) -> futures::future::BoxFuture<'_, ()> {
-        use futures::FutureExt;
-        self.clone().map(|_| ()).boxed()
-    }
-}
-
 /// A drain of the batch whose first evictions come next: its record, the place of its event,
 /// its plan.
 struct FirstDrain<'p> {
@@ -96,16 +79,15 @@ impl Pipeline<'_> {
     pub(super) async fn clear_traffic(
         &self,
         records: &[Record],
-        later: &[Vec<usize>],
+        later: Vec<Vec<usize>>,
         first: &[Vec<(usize, Handled<'_>)>],
-        limits: Limits,
     ) -> BTreeMap<usize, String> {
         let Some(traffic) = self.traffic.filter(|_| self.mode.writes_cluster()) else {
             return BTreeMap::new();
         };
         let mut drains = Vec::new();
         let now = self.clock.now();
-        for &i in later.iter().flatten() {
+        for i in later.into_iter().flatten() {
             let record = &records[i];
             let (Ok(event), Some(c)) = (&record.event, &record.continuation) else {
                 continue;
@@ -117,8 +99,7 @@ impl Pipeline<'_> {
             {
                 continue;
             }
-            let body = record.body.as_deref().unwrap_or_default();
-            let signed = matches!(self.verify_signature(record, c, body).await, Ok(Ok(())));
+            let signed = matches!(self.verify_signature(record, c).await, Ok(Ok(())));
             if signed && plan_is_the_events(&c.plan, event).is_ok() {
                 drains.push(FirstDrain {
                     record: i,
@@ -152,7 +133,7 @@ impl Pipeline<'_> {
         }
         let rounds = by_place
             .into_iter()
-            .map(|(place, drains)| self.clear_place(traffic, place, cluster, drains, limits));
+            .map(|(place, drains)| self.clear_place(traffic, place, cluster, drains));
         futures::future::join_all(rounds)
             .await
             .into_iter()
@@ -168,7 +149,6 @@ impl Pipeline<'_> {
         place: &Place,
         cluster: &str,
         drains: Vec<&FirstDrain<'_>>,
-        limits: Limits,
     ) -> Vec<(usize, String)> {
         let doomed = doomed_of(drains.iter().map(|d| d.plan));
         let all = |why: String| drains.iter().map(|d| (d.record, why.clone())).collect();
@@ -184,7 +164,10 @@ impl Pipeline<'_> {
         };
         let now = self.clock.now();
         let budget_end = now + span(traffic.budget);
-        let end = limits.deadline.map_or(budget_end, |d| d.min(budget_end));
+        let end = self
+            .limits
+            .deadline
+            .map_or(budget_end, |d| d.min(budget_end));
         let wait = self.wait_for_round(traffic, rounds, &key, &doomed, end);
         // The wait ends at `end` by itself; this only bounds a store that does not answer.
         let out = match until(self.clock, end + span(STORE_GRACE), wait).await {
@@ -351,34 +334,20 @@ impl Pipeline<'_> {
         taken: Vec<Doomed>,
     ) -> Result<(Vec<Doomed>, Vec<(Doomed, Refused)>), StoreError> {
         let round = key.to_string();
-        let keys = self.store.continuation_keys().await?;
-        let mut checked: Vec<(Doomed, Result<(), Refused>)> = taken
-            .into_iter()
-            .map(|d| {
-                let verdict = d.verify(&round, &keys);
-                (d, verdict)
-            })
-            .collect();
-        let newer = |verdict: &Result<(), Refused>| {
+        let newer = |r: &Refused| {
             matches!(
-                verdict,
-                Err(Refused::Unverified {
+                r,
+                Refused::Unverified {
                     why: Unverified::UnknownKey { .. },
                     ..
-                })
+                }
             )
         };
-        // A key newer than those known: read them again once, and check those entries again.
-        if checked.iter().any(|(_, v)| newer(v))
-            && let Some(again) = self.store.reread_continuation_keys().await?
-        {
-            for (d, verdict) in checked.iter_mut().filter(|(_, v)| newer(v)) {
-                *verdict = d.verify(&round, &again);
-            }
-        }
-        let mut ok = Vec::with_capacity(checked.len());
+        let check = |d: &Doomed, keys: &_| d.verify(&round, keys);
+        let verdicts = by_keys(self.store, &taken, check, newer).await?;
+        let mut ok = Vec::with_capacity(taken.len());
         let mut refused = Vec::new();
-        for (d, verdict) in checked {
+        for (d, verdict) in taken.into_iter().zip(verdicts) {
             match verdict {
                 Ok(()) => ok.push(d),
                 Err(why) => {
@@ -432,33 +401,53 @@ impl Pipeline<'_> {
                 .balancers
                 .deregister(&key.place, &key.cluster, &taken, traffic.rate as usize);
         let answer = until(self.clock, budget_end.min(end), round).await;
-        log_round(&answer, &taken, traffic.budget);
-        let failed = |why: String| Outcome {
-            at: started,
-            failed: vec![why],
-            ..Outcome::default()
+        let instances = taken.len();
+        let each = |why: String| {
+            let outcome = Outcome {
+                at: started,
+                failed: vec![why],
+                ..Outcome::default()
+            };
+            taken
+                .iter()
+                .map(|d| (d.instance_id.clone(), outcome.clone()))
+                .collect()
         };
         let mut groups = None;
         let (mut outcomes, calls, throttled) = match answer {
             Some(Ok(done)) => {
+                if done.failed.is_empty() {
+                    tracing::info!(
+                        instances,
+                        groups = done.arns.len(),
+                        left = done.left.values().map(Vec::len).sum::<usize>(),
+                        describes = done.describes,
+                        deregisters = done.deregisters,
+                        "drains' instances taken off the load balancers"
+                    );
+                } else {
+                    let failed = done.failed.join("; ");
+                    tracing::warn!(instances, %failed, "some target groups did not take the drains' instances off");
+                }
                 groups = Some(done.arns.clone());
-                (
-                    done.outcomes(&taken, started),
-                    done.deregisters,
-                    done.throttled,
-                )
+                let outcomes = done.outcomes(&taken, started);
+                (outcomes, done.deregisters, done.throttled)
             }
             Some(Err(e)) => {
+                tracing::warn!(instances, error = %e, "the load balancers could not be read: evicting anyway");
                 let throttled = e.kind == crate::ports::FailureKind::Throttled;
-                let why = failed(format!("the load balancers could not be read: {e}"));
-                (each(&taken, why), 1, throttled)
+                let why = format!("the load balancers could not be read: {e}");
+                (each(why), 1, throttled)
             }
             None => {
-                let why = failed(format!(
-                    "the load balancers did not answer within {} s",
-                    traffic.budget.as_secs_f64()
-                ));
-                (each(&taken, why), 1, end >= budget_end)
+                let budget_s = traffic.budget.as_secs_f64();
+                tracing::warn!(
+                    instances,
+                    budget_s,
+                    "the load balancers did not answer in time: evicting anyway"
+                );
+                let why = format!("the load balancers did not answer within {budget_s} s");
+                (each(why), 1, end >= budget_end)
             }
         };
         let now = self.clock.now();
@@ -490,48 +479,7 @@ fn doomed_of<'p>(plans: impl Iterator<Item = &'p Plan>) -> Vec<Doomed> {
     doomed
 }
 
-/// `outcome` for each of `doomed`.
-fn each(doomed: &[Doomed], outcome: Outcome) -> BTreeMap<String, Outcome> {
-    doomed
-        .iter()
-        .map(|d| (d.instance_id.clone(), outcome.clone()))
-        .collect()
-}
-
 /// A drain of a node: what leaves the load balancers first.
 fn draining(a: &crate::domain::plan::NodeAction) -> bool {
     a.action == Action::CordonDrain && a.node.is_some()
-}
-
-/// A round's log line: what left, or why nothing did.
-fn log_round(
-    answer: &Option<Result<Deregistered, TrafficError>>,
-    doomed: &[Doomed],
-    budget: Duration,
-) {
-    match answer {
-        Some(Ok(done)) if done.failed.is_empty() => tracing::info!(
-            instances = doomed.len(),
-            groups = done.arns.len(),
-            left = done.left.values().map(Vec::len).sum::<usize>(),
-            describes = done.describes,
-            deregisters = done.deregisters,
-            "drains' instances taken off the load balancers"
-        ),
-        Some(Ok(done)) => tracing::warn!(
-            instances = doomed.len(),
-            failed = %done.failed.join("; "),
-            "some target groups did not take the drains' instances off"
-        ),
-        Some(Err(e)) => tracing::warn!(
-            instances = doomed.len(),
-            error = %e,
-            "the load balancers could not be read: evicting anyway"
-        ),
-        None => tracing::warn!(
-            instances = doomed.len(),
-            budget_s = budget.as_secs_f64(),
-            "the load balancers did not answer in time: evicting anyway"
-        ),
-    }
 }
