@@ -384,56 +384,16 @@ async fn generated_secret() -> String {
     name
 }
 
-/// Issue 46: the continuation keys leave the pool table for a secret of their own. A table that
-/// held keys before (a rotation made two) has them adopted into the stack's generated secret at
-/// the first read, by any number of stores, once; a rotation then goes on from them in the
-/// secret and erases the table's key item. A secret with no older table keeps its generated key.
+/// Issue 46: with a secret, the continuation keys are the secret's alone. Every store reads the
+/// stack's generated key the same; a rotation goes on in the secret (the generated key its
+/// previous), which every store then reads; nothing is written to the table.
 #[test]
-fn the_continuation_keys_move_from_the_table_to_their_secret() {
+fn the_continuation_keys_live_in_their_secret() {
     use forewarn::adapters::dynamo::SecretKeys;
     moto::runtime().block_on(async {
         let config = moto::shared().sdk_config();
-        let ((client, table), (_, fresh_table)) = (table().await, table().await);
-        let legacy_store = DynamoStore::new(client.clone(), &table);
-        legacy_store.continuation_keys().await.unwrap();
-        let legacy = legacy_store.rotate_continuation_key().await.unwrap();
-        assert_eq!(legacy.current.id(), 2);
-        let secret = generated_secret().await;
+        let (client, fresh_table) = table().await;
         let secrets = aws_sdk_secretsmanager::Client::new(&config);
-        let with_secret = || {
-            DynamoStore::new(client.clone(), &table)
-                .with_key_secret(SecretKeys::new(secrets.clone(), secret.clone()))
-        };
-        // A read-only view reads the table's keys and writes nothing.
-        let viewed = with_secret().reread_continuation_keys().await.unwrap();
-        assert_eq!(viewed.as_ref(), Some(&legacy));
-        let current = secrets
-            .get_secret_value()
-            .secret_id(&secret)
-            .send()
-            .await
-            .unwrap();
-        assert!(
-            current.secret_string().unwrap().contains("\"secret\""),
-            "still the generated version"
-        );
-        // Two cold starts at once adopt the same keys.
-        let (a, b) = (with_secret(), with_secret());
-        let (ka, kb) = tokio::join!(a.continuation_keys(), b.continuation_keys());
-        assert_eq!(ka.unwrap(), legacy, "the table's keys, adopted");
-        assert_eq!(kb.unwrap(), legacy);
-        assert_eq!(with_secret().continuation_keys().await.unwrap(), legacy);
-        // A rotation goes on in the secret, and the table no longer holds a key.
-        let rotated = with_secret().rotate_continuation_key().await.unwrap();
-        assert_eq!(rotated.current.id(), 3);
-        assert_eq!(rotated.previous.as_ref(), Some(&legacy.current));
-        assert!(
-            !key_item(&client, &table).await,
-            "the table's key item is erased"
-        );
-        assert_eq!(with_secret().continuation_keys().await.unwrap(), rotated);
-
-        // A new deployment: the generated key, the same for every store.
         let fresh = generated_secret().await;
         let store = || {
             DynamoStore::new(client.clone(), &fresh_table)
@@ -443,6 +403,14 @@ fn the_continuation_keys_move_from_the_table_to_their_secret() {
         assert_eq!(first.current.id(), 1);
         assert_eq!(first.previous, None);
         assert_eq!(store().continuation_keys().await.unwrap(), first);
+        let rotated = store().rotate_continuation_key().await.unwrap();
+        assert_eq!(rotated.current.id(), 2);
+        assert_eq!(rotated.previous.as_ref(), Some(&first.current));
+        assert_eq!(store().continuation_keys().await.unwrap(), rotated);
+        assert_eq!(
+            store().reread_continuation_keys().await.unwrap(),
+            Some(rotated)
+        );
         assert!(
             !key_item(&client, &fresh_table).await,
             "no key is written to the table"

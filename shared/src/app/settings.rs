@@ -128,8 +128,7 @@ pub struct Variables {
     /// drains' continuations and cordon records: the stack's `<stack>-continuation-key`,
     /// readable by forewarn's roles only. Its current
     /// version is the current key, its previous version the one before the last rotation
-    /// (`forewarn key rotate`); keys a pool table held before are adopted at the first read.
-    /// Unset: the keys are an item of the pool table
+    /// (`forewarn key rotate`). Unset: the keys are an item of the pool table
     #[arg(long, env = "FOREWARN_KEY_SECRET", value_name = "SECRET")]
     pub key_secret: Option<String>,
 

@@ -222,8 +222,8 @@ fn assert_no_index_holds_the_key_item() {
 }
 
 /// Issue 46: the continuation keys leave the pool table for a secret of the stack's, generated at
-/// creation, which both functions are told of and may read (and put once, to adopt an older
-/// table's keys); its policy denies every other principal its value — reading it, putting a
+/// creation, which both functions are told of and may read, never write (only a rotation role
+/// puts a version); its policy denies every other principal its value — reading it, putting a
 /// version, moving its labels, rotating it — whatever their IAM policies grant, and lets only
 /// the stack's own updates call `UpdateSecret`. A rotation role, when given, is the one other
 /// principal let through.
@@ -269,8 +269,7 @@ fn the_continuation_key_is_a_secret_only_forewarn_reads() {
             assert_eq!(
                 Value::Array(statements_of(&d, role, "secretsmanager:")),
                 json!([{"Sid": "ContinuationKey", "Effect": "Allow",
-                        "Action": ["secretsmanager:GetSecretValue",
-                                   "secretsmanager:PutSecretValue"],
+                        "Action": "secretsmanager:GetSecretValue",
                         "Resource": "ref:ContinuationKeySecret"}]),
                 "{role}"
             );

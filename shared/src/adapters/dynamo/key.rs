@@ -10,8 +10,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use serde::{Deserialize, Serialize};
 use serde_with::{Bytes, serde_as};
 
+use super::DynamoStore;
 use super::codec::*;
-use super::{DynamoStore, SecretKeys};
 use crate::domain::keys::{ContinuationKey, KeyId, KeyRing};
 use crate::ports::{FailureKind, StoreError};
 
@@ -46,48 +46,6 @@ impl DynamoStore {
             }
             Err(e) => return Err(e),
         }
-        Ok(keys)
-    }
-
-    /// The keys of `secret`; while it is at the stack's generated version, the table's keys
-    /// when it holds some (a table older than the secret), adopted into the secret first when
-    /// `adopt` (else only read: a read-only view writes nothing).
-    pub(super) async fn secret_keys(
-        &self,
-        secret: &SecretKeys,
-        adopt: bool,
-    ) -> Result<KeyRing, StoreError> {
-        let read = secret.read().await?;
-        if !read.generated {
-            return Ok(read.ring);
-        }
-        match self.read_continuation_keys().await? {
-            Some(legacy) if adopt => {
-                let adopted = secret.adopt(&legacy).await?;
-                tracing::info!(table = %self.table, key_id = adopted.current.id(), "the pool table's continuation keys adopted into their secret");
-                Ok(adopted)
-            }
-            legacy => Ok(legacy.unwrap_or(read.ring)),
-        }
-    }
-
-    /// Rotates the keys of `secret` (adopting the table's first, as [`Self::secret_keys`]), then
-    /// erases the table's key item, if any: the keys are no longer in the table.
-    pub(super) async fn rotate_secret(&self, secret: &SecretKeys) -> Result<KeyRing, StoreError> {
-        self.secret_keys(secret, true).await?;
-        let keys = secret.rotate(rand::random()).await?;
-        let key = item_key(CONTINUATION_KEY_PK, SECRET_SK);
-        let delete = self
-            .client
-            .delete_item()
-            .table_name(&self.table)
-            .set_key(Some(key));
-        let what = "erasing the pool table's old continuation key";
-        delete.send().await.map_err(|e| self.sdk_err(what, e))?;
-        tracing::info!(
-            key_id = keys.current.id(),
-            "rotated the continuation key in its secret"
-        );
         Ok(keys)
     }
 

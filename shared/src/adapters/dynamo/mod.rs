@@ -226,7 +226,7 @@ impl PoolStore for DynamoStore {
     async fn continuation_keys(&self) -> Result<KeyRing, StoreError> {
         let read = async {
             match &self.secret {
-                Some(secret) => self.secret_keys(secret, true).await,
+                Some(secret) => secret.read().await,
                 None => self.load_continuation_keys().await,
             }
         };
@@ -236,8 +236,7 @@ impl PoolStore for DynamoStore {
     async fn reread_continuation_keys(&self) -> Result<Option<KeyRing>, StoreError> {
         let now = self.clock.now();
         let keys = match &self.secret {
-            // Never a write: a read-only view reads through here.
-            Some(secret) => Some(self.secret_keys(secret, false).await?),
+            Some(secret) => Some(secret.read().await?),
             None => self.read_continuation_keys().await?,
         };
         if let Some(keys) = &keys {
@@ -249,7 +248,14 @@ impl PoolStore for DynamoStore {
     async fn rotate_continuation_key(&self) -> Result<KeyRing, StoreError> {
         let now = self.clock.now();
         let keys = match &self.secret {
-            Some(secret) => self.rotate_secret(secret).await?,
+            Some(secret) => {
+                let keys = secret.rotate(rand::random()).await?;
+                tracing::info!(
+                    key_id = keys.current.id(),
+                    "rotated the continuation key in its secret"
+                );
+                keys
+            }
             None => self.rotate_keys().await?,
         };
         self.keys.put(&keys, now);

@@ -8,12 +8,6 @@
 //! Manager moves the labels. Each version is JSON: `{"key_id": N, "key": "<base64 of 32
 //! bytes>"}`; the version the stack generates has a random `secret` string instead of `key`,
 //! and the key is that string's SHA-256.
-//!
-//! A table whose key item predates the secret: the first process that reads a secret still at
-//! the stack's generated version adopts the table's keys (their previous then their current, each
-//! put with a request token of its id and bytes, so that concurrent first readers put each once),
-//! so that drains in flight and cordon records signed before the upgrade still verify. The table
-//! item is then no longer read; `forewarn key rotate` erases it.
 
 use aws_sdk_secretsmanager::Client;
 use aws_sdk_secretsmanager::config::http::HttpResponse;
@@ -45,13 +39,6 @@ pub struct SecretKeys {
     secret: String,
 }
 
-/// What one read of the secret found.
-pub(super) struct Read {
-    pub ring: KeyRing,
-    /// Its current version is the stack's generated one: no key forewarn wrote yet.
-    pub generated: bool,
-}
-
 impl SecretKeys {
     /// The keys of `secret` (its ARN or name) through `client`.
     pub fn new(client: Client, secret: impl Into<String>) -> SecretKeys {
@@ -79,9 +66,9 @@ impl SecretKeys {
         self.fail(failure_kind(&error), what, error)
     }
 
-    /// The version of stage `stage` (`AWSCURRENT`, `AWSPREVIOUS`): its key, and whether it is
-    /// the stack's generated one; `None` when there is no such version.
-    async fn version(&self, stage: &str) -> Result<Option<(ContinuationKey, bool)>, StoreError> {
+    /// The key of the version of stage `stage` (`AWSCURRENT`, `AWSPREVIOUS`); `None` when there
+    /// is no such version.
+    async fn version(&self, stage: &str) -> Result<Option<ContinuationKey>, StoreError> {
         let get = self.client.get_secret_value().secret_id(&self.secret);
         let what = format!("{READING} ({stage})");
         let out = match get.version_stage(stage).send().await {
@@ -114,23 +101,19 @@ impl SecretKeys {
                 return Err(corrupt(why.into()));
             }
         };
-        Ok(Some((key, version.key.is_none())))
+        Ok(Some(key))
     }
 
     /// The keys as the secret holds them now.
-    pub(super) async fn read(&self) -> Result<Read, StoreError> {
-        let (current, generated) = self.version(CURRENT).await?.ok_or_else(|| {
+    pub(super) async fn read(&self) -> Result<KeyRing, StoreError> {
+        let current = self.version(CURRENT).await?.ok_or_else(|| {
             self.fail(FailureKind::NotFound, READING, "it has no current version")
         })?;
         let previous = self
             .version(PREVIOUS)
             .await?
-            .map(|(key, _)| key)
             .filter(|p| p.id() != current.id());
-        Ok(Read {
-            ring: KeyRing { current, previous },
-            generated,
-        })
+        Ok(KeyRing { current, previous })
     }
 
     /// Puts `key` as the secret's new current version (the current one becomes the previous),
@@ -149,19 +132,10 @@ impl SecretKeys {
         Ok(())
     }
 
-    /// Adopts `ring`, the keys the pool table held before the secret: its previous key, then its
-    /// current one, each put once whoever else adopts them at the same time.
-    pub(super) async fn adopt(&self, ring: &KeyRing) -> Result<KeyRing, StoreError> {
-        for key in ring.previous.iter().chain([&ring.current]) {
-            self.put(key, token_of("adopted", key)).await?;
-        }
-        Ok(self.read().await?.ring)
-    }
-
     /// Rotates: a new current key of the next id (its random bytes `bytes`); the current one
     /// becomes the previous, the previous one is dropped.
     pub(super) async fn rotate(&self, bytes: [u8; 32]) -> Result<KeyRing, StoreError> {
-        let before = self.read().await?.ring;
+        let before = self.read().await?;
         let after = before.rotated(bytes).ok_or_else(|| {
             self.fail(
                 FailureKind::Invalid,
@@ -169,9 +143,8 @@ impl SecretKeys {
                 "its id cannot grow any more",
             )
         })?;
-        self.put(&after.current, token_of("rotated", &after.current))
-            .await?;
-        Ok(self.read().await?.ring)
+        self.put(&after.current, token_of(&after.current)).await?;
+        self.read().await
     }
 }
 
@@ -180,12 +153,12 @@ const ROTATING: &str = "rotating the continuation key";
 const CURRENT: &str = "AWSCURRENT";
 const PREVIOUS: &str = "AWSPREVIOUS";
 
-/// A request token for putting `key`: what it is for, its id and a digest of its bytes (32 to 64
+/// A request token for putting `key` in a rotation: its id and a digest of its bytes (32 to 64
 /// characters, as Secrets Manager asks).
-fn token_of(what: &str, key: &ContinuationKey) -> String {
+fn token_of(key: &ContinuationKey) -> String {
     let digest = sha2::Sha256::digest(key.bytes());
     let short: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    format!("forewarn-{what}-{}-{short}", key.id())
+    format!("forewarn-rotated-{}-{short}", key.id())
 }
 
 #[cfg(test)]
@@ -196,10 +169,9 @@ mod tests {
     fn tokens_name_the_key_within_secrets_managers_bounds() {
         let a = ContinuationKey::with_id(7, [1; 32]);
         let b = ContinuationKey::with_id(7, [2; 32]);
-        let t = token_of("adopted", &a);
+        let t = token_of(&a);
         assert!((32..=64).contains(&t.len()), "{t}");
-        assert_eq!(t, token_of("adopted", &a), "the same key, the same token");
-        assert_ne!(t, token_of("adopted", &b));
-        assert_ne!(t, token_of("rotated", &a));
+        assert_eq!(t, token_of(&a), "the same key, the same token");
+        assert_ne!(t, token_of(&b));
     }
 }
