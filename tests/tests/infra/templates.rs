@@ -330,8 +330,9 @@ fn an_unreachable_account_raises_an_alarm() {
 }
 
 /// Issue 57: `KmsKeyArn` encrypts, when set, the queues, the pool table (in both templates), the
-/// log groups and the key's secret, and gives the roles `kms:Decrypt` and `kms:GenerateDataKey`
-/// on that key through the services that hold data under it (the sweeper never SQS); empty,
+/// log groups and the key's secret, and gives the roles `kms:Decrypt` on that key through the
+/// services that hold data under it (the sweeper never SQS) and `kms:GenerateDataKey` through
+/// those they write to (never Secrets Manager, only read); empty,
 /// the AWS keys as before (SQS-managed encryption, DynamoDB's AWS managed key) and no grant.
 #[test]
 fn a_customer_managed_key_encrypts_the_stack_and_is_granted_through_its_services() {
@@ -381,22 +382,28 @@ fn a_customer_managed_key_encrypts_the_stack_and_is_granted_through_its_services
             json!({"SSEEnabled": true, "SSEType": "KMS", "KMSMasterKeyId": key})
         );
     }
-    let via = |services: &[&str]| -> Value {
-        let services: Vec<String> = services
-            .iter()
-            .map(|s| format!("{s}.us-east-1.amazonaws.com"))
-            .collect();
-        json!([{"Sid": "UseTheKeyThroughItsServices", "Effect": "Allow",
-                "Action": ["kms:Decrypt", "kms:GenerateDataKey"], "Resource": key,
-                "Condition": {"StringEquals": {"kms:ViaService": services}}}])
+    let via = |read: &[&str], write: &[&str]| -> Value {
+        let services = |names: &[&str]| -> Vec<String> {
+            names
+                .iter()
+                .map(|s| format!("{s}.us-east-1.amazonaws.com"))
+                .collect()
+        };
+        json!([{"Sid": "ReadThroughItsServices", "Effect": "Allow",
+                "Action": "kms:Decrypt", "Resource": key,
+                "Condition": {"StringEquals": {"kms:ViaService": services(read)}}},
+               {"Sid": "WriteThroughItsServices", "Effect": "Allow",
+                "Action": "kms:GenerateDataKey", "Resource": key,
+                "Condition": {"StringEquals": {"kms:ViaService": services(write)}}}])
     };
+    // Secrets Manager is only read (the key secret): kms:Decrypt alone through it.
     assert_eq!(
         Value::Array(statements_of(&d, "HandlerRole", "kms:")),
-        via(&["sqs", "secretsmanager", "dynamodb"])
+        via(&["sqs", "secretsmanager", "dynamodb"], &["sqs", "dynamodb"])
     );
     assert_eq!(
         Value::Array(statements_of(&d, "SweeperRole", "kms:")),
-        via(&["secretsmanager", "dynamodb"])
+        via(&["secretsmanager", "dynamodb"], &["dynamodb"])
     );
     // Only when the key is set: the grants are conditioned resources of their own.
     for policy in ["HandlerKeyPolicy", "SweeperKeyPolicy"] {
