@@ -252,6 +252,12 @@ def show(label, totals):
 
 
 def main(args):
+    if args[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        return
+    flag = next((a for a in args if a.startswith("-")), None)
+    if flag not in (None, "--modules", "--path", "--since") or (flag and args[0] != flag):
+        sys.exit(f"product_lines.py: unknown option {flag!r} (or not first); see --help")
     if args[:1] == ["--modules"]:
         now = count(None, module)
         before = count(args[1], module) if len(args) > 1 else {}
@@ -287,4 +293,7 @@ def main(args):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    try:
+        main(sys.argv[1:])
+    except subprocess.CalledProcessError as e:
+        sys.exit(f"product_lines.py: `{' '.join(e.cmd)}` failed: {e.stderr.strip() or e}")
