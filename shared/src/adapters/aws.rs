@@ -146,9 +146,11 @@ pub fn aws_error_text(e: &(dyn std::error::Error + 'static)) -> String {
 /// An AWS SDK error, kept whole as the source of a port's error: it says its own text and every
 /// source's (the SDK's own Display says little more than `service error`), as its adapter
 /// wrote them, and [`std::error::Error::source`] gives the SDK's error.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{text}")]
 pub struct AwsError {
     text: String,
+    #[source]
     error: crate::ports::BoxError,
 }
 
@@ -164,18 +166,6 @@ impl AwsError {
     /// `error`, said with every source's text (see [`aws_error_text`]).
     pub fn of(error: impl std::error::Error + Send + Sync + 'static) -> AwsError {
         AwsError::new(aws_error_text(&error), error)
-    }
-}
-
-impl std::fmt::Display for AwsError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.text)
-    }
-}
-
-impl std::error::Error for AwsError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(self.error.as_ref())
     }
 }
 
