@@ -10,7 +10,7 @@ use forewarn::domain::pool::{PoolQuery, PoolRecord};
 use forewarn::ports::Clock;
 use serde::Serialize;
 
-use crate::{StoreArgs, stores, text};
+use crate::{StoreArgs, text};
 
 #[cfg(test)]
 mod tests {
@@ -52,13 +52,8 @@ pub struct PoolsArgs {
     #[arg(long)]
     stats: bool,
     /// The period of --stats, back from now: 30m, 12h, 7d, 2w.
-    #[arg(
-        long,
-        value_name = "DURATION",
-        default_value = "7d",
-        requires = "stats"
-    )]
-    since: String,
+    #[arg(long, value_name = "DURATION", default_value = "7d", requires = "stats", value_parser = parse_since)]
+    since: chrono::Duration,
     #[command(flatten)]
     store: StoreArgs,
 }
@@ -131,14 +126,8 @@ pub async fn run(
     settings: Settings,
     clock: Arc<dyn Clock>,
 ) -> anyhow::Result<ExitCode> {
-    let since = match args.stats.then(|| parse_since(&args.since)).transpose() {
-        Ok(since) => since,
-        Err(message) => {
-            eprintln!("forewarn pools: {message}");
-            return Ok(ExitCode::from(1));
-        }
-    };
-    let store = stores::open(&args.store, &settings, clock.clone()).await?;
+    let since = args.stats.then_some(args.since);
+    let store = args.store.open(&settings, clock.clone()).await?;
     let now = clock.now();
     let mut out = std::io::stdout().lock();
     if let Some(since) = since {

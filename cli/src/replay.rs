@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use clap::Args;
-use forewarn::app::settings::{ClusterChoice, Settings, StoreChoice};
+use forewarn::app::settings::{Settings, StoreChoice};
 use forewarn::app::wiring;
 use forewarn::domain::config::Mode;
 use forewarn::domain::event::{DecodeError, Origin};
@@ -145,11 +145,7 @@ pub async fn run(
     settings.store = args.store.choice(&settings);
     settings.mode = mode(&args, &settings.store);
     settings.instances = crate::instance_choice(&args.instances, args.ec2);
-    settings.cluster = match (&args.cluster_state, args.kube) {
-        (Some(path), _) => ClusterChoice::Snapshot(path.clone()),
-        (None, true) => ClusterChoice::Live(settings.cluster_access.clone()),
-        (None, false) => ClusterChoice::None,
-    };
+    settings.cluster = crate::cluster_choice(&args.cluster_state, args.kube, &settings);
     // Replay reports what it did itself: no webhook. Its drains' passes run in process: a
     // replayed SQS record names a queue, but a replay never sends anything to it.
     settings.webhook = None;
