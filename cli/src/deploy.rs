@@ -285,12 +285,17 @@ async fn served(
     if !clusters.all {
         return Ok([&clusters.named[..], &clusters.members[..]].concat());
     }
-    match access::all_clusters(sdk).await {
+    let listed = forewarn::adapters::kube::EksClusters::of(sdk).await;
+    match listed.map_err(|e| anyhow!("listing the EKS clusters (--all-clusters): {e}")) {
+        Ok(mut names) => {
+            names.sort();
+            Ok(names)
+        }
         Err(e) if dry_run => {
             say!("{e:#}: the clusters are unknown, the per-cluster steps below name none")?;
             Ok(Vec::new())
         }
-        listed => listed,
+        Err(e) => Err(e),
     }
 }
 
@@ -555,24 +560,16 @@ impl Deploy {
                 vars,
             ));
         }
-        // Removed at the end of the step.
-        let env_dir = (!self.dry_run)
-            .then(|| {
-                tempfile::Builder::new()
-                    .prefix("forewarn-deploy-")
-                    .tempdir()
-            })
-            .transpose()
-            .context("creating a folder for the functions' environment files")?;
+        // Removed at the end of the step; written to only when the deploy is carried out.
+        let env_dir = (tempfile::Builder::new()
+            .prefix("forewarn-deploy-")
+            .tempdir())
+        .context("creating a folder for the functions' environment files")?;
         for (f, outputs, vars) in deploys {
-            let env_file = match &env_dir {
-                None => format!("<a file holding {}EnvFile>", f.prefix),
-                Some(dir) => {
-                    let path = dir.path().join(format!("{}.env", f.binary));
-                    std::fs::write(&path, vars.join("\n") + "\n")
-                        .with_context(|| format!("writing {}", path.display()))?;
-                    path.display().to_string()
-                }
+            let path = env_dir.path().join(format!("{}.env", f.binary));
+            let env_file = match self.dry_run {
+                true => format!("<a file holding {}EnvFile>", f.prefix),
+                false => path.display().to_string(),
             };
             let args = functions::deploy_args(f, &outputs, &env_file, self.region.as_deref());
             say!("{UNDER}{}", command_line("cargo", &args))?;
@@ -585,6 +582,8 @@ impl Deploy {
                 say!("{UNDER}  would run it")?;
                 continue;
             }
+            std::fs::write(&path, vars.join("\n") + "\n")
+                .with_context(|| format!("writing {}", path.display()))?;
             functions::run("cargo", &args, &self.root, false).await?;
             say!("{UNDER}  deployed {}", outputs[0])?;
         }
@@ -624,10 +623,8 @@ impl Deploy {
                  way, e.g. each cluster's aws-auth ConfigMap)"
             );
         }
-        let mut roles = Vec::new();
-        for f in FUNCTIONS {
-            roles.push(self.output(&format!("{}RoleArn", f.prefix))?);
-        }
+        let roles = FUNCTIONS.map(|f| self.output(&format!("{}RoleArn", f.prefix)));
+        let roles = roles.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
         let partition =
             forewarn::adapters::accounts::partition_of(self.region.as_deref().unwrap_or_default());
         for cluster in self.served.clone() {

@@ -121,12 +121,13 @@ pub fn read_records(paths: &[PathBuf], received: DateTime<Utc>) -> Vec<Record> {
 /// The run's mode: `--execute` acts; a live cluster or a DynamoDB table (`store`) without it is
 /// a dry run (read, never written); otherwise a plan, recorded in the embedded store.
 fn mode(args: &ReplayArgs, store: &StoreChoice) -> Mode {
-    if args.execute {
-        Mode::Act
-    } else if args.kube || matches!(store, StoreChoice::Dynamo { .. }) {
-        Mode::DryRun
-    } else {
-        Mode::Plan
+    match (
+        args.execute,
+        args.kube || matches!(store, StoreChoice::Dynamo { .. }),
+    ) {
+        (true, _) => Mode::Act,
+        (false, true) => Mode::DryRun,
+        (false, false) => Mode::Plan,
     }
 }
 

@@ -162,22 +162,17 @@ pub fn deploy_args(
         .iter()
         .filter_map(|k| std::env::var(k).ok())
         .find(|v| !v.is_empty());
-    let mut args = vec!["lambda", "deploy", name, "--binary-name", f.binary];
-    args.extend([
-        "--iam-role",
-        role,
-        "--timeout",
-        timeout,
-        "--env-file",
-        env_file,
-    ]);
-    if let Some(region) = region {
-        args.extend(["--region", region]);
-    }
-    if let Some(url) = &endpoint {
-        args.extend(["--endpoint-url", url]);
-    }
-    args.into_iter().map(String::from).collect()
+    let flags = [
+        ("--binary-name", Some(f.binary)),
+        ("--iam-role", Some(role.as_str())),
+        ("--timeout", Some(timeout.as_str())),
+        ("--env-file", Some(env_file)),
+        ("--region", region),
+        ("--endpoint-url", endpoint.as_deref()),
+    ];
+    let flags = (flags.into_iter()).filter_map(|(flag, value)| Some([flag, value?]));
+    let args = ["lambda", "deploy", name.as_str()].into_iter();
+    args.chain(flags.flatten()).map(String::from).collect()
 }
 
 /// Where cargo-lambda puts a function's bootstrap: `<target>/lambda/<binary>/bootstrap`, the

@@ -490,8 +490,12 @@ pub async fn create_or_update(
         .collect();
     // CreateStack and UpdateStack take the same arguments, and both waiters poll
     // DescribeStacks and answer the same error type.
+    let (verb, done, did) = match exists {
+        false => ("CreateStack", "CREATE_COMPLETE", "created"),
+        true => ("UpdateStack", "UPDATE_COMPLETE", "updated"),
+    };
     macro_rules! send_and_wait {
-        ($operation:ident, $waiter:ident, $verb:literal) => {{
+        ($operation:ident, $waiter:ident) => {{
             let sent = (cfn.$operation().stack_name(name).template_body(template))
                 .set_parameters(Some(params))
                 .capabilities(Capability::CapabilityNamedIam)
@@ -504,7 +508,7 @@ pub async fn create_or_update(
                 {
                     return Ok((UNCHANGED, None));
                 }
-                Err(e) => bail!("{} {name}: {}", $verb, aws_error_text(&e)),
+                Err(e) => bail!("{verb} {name}: {}", aws_error_text(&e)),
                 Ok(_) => cfn
                     .$waiter()
                     .stack_name(name)
@@ -514,23 +518,9 @@ pub async fn create_or_update(
             }
         }};
     }
-    let (waited, done, did): (Result<(), WaitUntilStackCreateCompleteError>, _, _) = match exists {
-        false => {
-            let waited = send_and_wait!(
-                create_stack,
-                wait_until_stack_create_complete,
-                "CreateStack"
-            );
-            (waited, "CREATE_COMPLETE", "created")
-        }
-        true => {
-            let waited = send_and_wait!(
-                update_stack,
-                wait_until_stack_update_complete,
-                "UpdateStack"
-            );
-            (waited, "UPDATE_COMPLETE", "updated")
-        }
+    let waited: Result<(), WaitUntilStackCreateCompleteError> = match exists {
+        false => send_and_wait!(create_stack, wait_until_stack_create_complete),
+        true => send_and_wait!(update_stack, wait_until_stack_update_complete),
     };
     // Whatever the waiter says (it counts some ends as success, others as failure), the
     // stack's status now is the answer.
