@@ -164,13 +164,11 @@ pub fn lines(proofs: &[Proof]) -> Vec<String> {
 pub fn checked_nothing(proofs: &[Proof]) -> Option<String> {
     let mut why: Vec<&str> = Vec::new();
     for p in proofs {
-        match &p.verdict {
-            Verdict::NotChecked(reason) => {
-                if !why.contains(&reason.as_str()) {
-                    why.push(reason);
-                }
-            }
-            _ => return None,
+        let Verdict::NotChecked(reason) = &p.verdict else {
+            return None;
+        };
+        if !why.contains(&reason.as_str()) {
+            why.push(reason);
         }
     }
     Some(why.join("; "))

@@ -204,10 +204,8 @@ pub async fn run(
     let served = served(&clusters, &sdk, dry_run).await?;
     let mut members = Members::new();
     for (account, _) in clusters.members.iter().filter_map(|c| member_of(c)) {
-        if !members.contains_key(account) {
-            let config = member_config(&sdk, account, &args.member_admin_role).await;
-            members.insert(account.to_string(), config);
-        }
+        let config = member_config(&sdk, account, &args.member_admin_role).await;
+        members.entry(account.to_string()).or_insert(config);
     }
     say!(
         "forewarn deploy: {}, stack {name}, region {}{}",

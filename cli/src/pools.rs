@@ -106,15 +106,10 @@ pub struct NotAPeriod {
     pub given: String,
 }
 
-/// `30m`, `12h`, `7d`, `2w` (and what the settings' durations accept).
+/// `30m`, `12h`, `7d`, `2w`: what the settings' durations accept (humantime's forms), at most
+/// ten years.
 pub fn parse_since(text: &str) -> Result<chrono::Duration, NotAPeriod> {
-    let t = text.trim();
-    let parsed = match t.strip_suffix('w').map(str::parse::<i64>) {
-        Some(Ok(weeks)) if weeks > 0 => chrono::Duration::try_weeks(weeks),
-        Some(_) => None,
-        None => forewarn::domain::time::parse_duration(t).ok(),
-    };
-    parsed
+    (forewarn::domain::time::parse_duration(text).ok())
         .filter(|d| *d > chrono::Duration::zero() && *d <= chrono::Duration::days(3650))
         .ok_or_else(|| NotAPeriod {
             given: text.to_string(),
