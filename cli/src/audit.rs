@@ -10,7 +10,7 @@ use anyhow::Context;
 use chrono::Duration;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, ValueEnum};
-use forewarn::app::settings::{ClusterChoice, Settings};
+use forewarn::app::settings::Settings;
 use forewarn::app::wiring;
 use forewarn::domain::audit::{
     self, AuditReport, Counts, Level, SuggestedBudget, Summary, budget_yaml, budgets_yaml,
@@ -19,7 +19,7 @@ use forewarn::domain::audit::{
 use forewarn::domain::pool::PoolQuery;
 use forewarn::ports::Clock;
 
-use crate::{ClusterArg, StoreArgs, stores};
+use crate::{ClusterArg, StoreArgs};
 
 /// The exit code when a finding at or above `--fail-on` exists.
 pub const EXIT_FINDINGS: u8 = 2;
@@ -72,16 +72,13 @@ pub async fn run(
     if args.kube {
         args.cluster.narrow(&mut settings)?;
     }
-    let choice = match &args.cluster_state {
-        Some(path) => ClusterChoice::Snapshot(path.clone()),
-        None => ClusterChoice::Live(settings.cluster_access.clone()),
-    };
+    let choice = crate::cluster_choice(&args.cluster_state, args.kube, &settings);
     let source = wiring::workload_source(&choice, settings.aws).await?;
     let view = source
         .workloads()
         .await
         .context("reading the cluster's workloads")?;
-    let store = stores::open(&args.store, &settings, clock.clone()).await?;
+    let store = args.store.open(&settings, clock.clone()).await?;
     let now = clock.now();
     let query = PoolQuery {
         include_available: true,

@@ -113,11 +113,15 @@ fn clusters(
 /// account's admin role), or a kubeconfig context once EKS in that account says its endpoint
 /// is the context's; otherwise refused, with why (a context of that name may be another
 /// account's cluster of the same name, which would be checked and labelled as the member's).
+/// Not a member account's (no `member`): `access` as it is.
 async fn member_access(
     id: &ClusterId,
     access: ClusterAccess,
-    member: &aws_config::SdkConfig,
+    member: Option<&aws_config::SdkConfig>,
 ) -> anyhow::Result<ClusterAccess> {
+    let Some(member) = member else {
+        return Ok(access);
+    };
     let eks = aws_sdk_eks::Client::new(member);
     match access {
         ClusterAccess::Eks(e) => Ok(ClusterAccess::Eks(EksAccess {
@@ -160,13 +164,11 @@ pub fn lines(proofs: &[Proof]) -> Vec<String> {
 pub fn checked_nothing(proofs: &[Proof]) -> Option<String> {
     let mut why: Vec<&str> = Vec::new();
     for p in proofs {
-        match &p.verdict {
-            Verdict::NotChecked(reason) => {
-                if !why.contains(&reason.as_str()) {
-                    why.push(reason);
-                }
-            }
-            _ => return None,
+        let Verdict::NotChecked(reason) = &p.verdict else {
+            return None;
+        };
+        if !why.contains(&reason.as_str()) {
+            why.push(reason);
         }
     }
     Some(why.join("; "))
@@ -192,19 +194,11 @@ pub async fn run(
             }
             _ => None,
         };
-        let access = match &member {
-            Some(member) => match member_access(&id, access, member).await {
-                Ok(access) => access,
-                Err(e) => {
-                    eprintln!("forewarn: cluster {name}: not checked: {e:#}");
-                    failed += 1;
-                    continue;
-                }
-            },
-            None => access,
+        let proved = async {
+            let access = member_access(&id, access, member.as_ref()).await?;
+            prove_cluster(&settings, (&access, member.as_ref()), clock.clone()).await
         };
-        let proofs = match prove_cluster(&settings, (&access, member.as_ref()), clock.clone()).await
-        {
+        let proofs = match proved.await {
             Ok(proofs) => proofs,
             Err(e) => {
                 eprintln!("forewarn: cluster {name}: not checked: {e:#}");

@@ -204,10 +204,8 @@ pub async fn run(
     let served = served(&clusters, &sdk, dry_run).await?;
     let mut members = Members::new();
     for (account, _) in clusters.members.iter().filter_map(|c| member_of(c)) {
-        if !members.contains_key(account) {
-            let config = member_config(&sdk, account, &args.member_admin_role).await;
-            members.insert(account.to_string(), config);
-        }
+        let config = member_config(&sdk, account, &args.member_admin_role).await;
+        members.entry(account.to_string()).or_insert(config);
     }
     say!(
         "forewarn deploy: {}, stack {name}, region {}{}",
@@ -226,11 +224,6 @@ pub async fn run(
     };
     let cfn = aws_sdk_cloudformation::Client::new(&sdk);
     let current = read_stack(&cfn, &name, dry_run).await?;
-    if let Some(current) = &current
-        && !dry_run
-    {
-        stack::check_updatable(&name, current)?;
-    }
     let plan = Plan::new(&name, &clusters, &given, current.as_ref(), &declared)?;
     // A member account's cluster is reached through the member role, which needs the stack's
     // `OrganizationId` (given or kept): refused before anything changes.
@@ -290,12 +283,17 @@ async fn served(
     if !clusters.all {
         return Ok([&clusters.named[..], &clusters.members[..]].concat());
     }
-    match access::all_clusters(sdk).await {
+    let listed = forewarn::adapters::kube::EksClusters::of(sdk).await;
+    match listed.map_err(|e| anyhow!("listing the EKS clusters (--all-clusters): {e}")) {
+        Ok(mut names) => {
+            names.sort();
+            Ok(names)
+        }
         Err(e) if dry_run => {
             say!("{e:#}: the clusters are unknown, the per-cluster steps below name none")?;
             Ok(Vec::new())
         }
-        listed => listed,
+        Err(e) => Err(e),
     }
 }
 
@@ -388,8 +386,9 @@ async fn reach(
 /// Each cluster served and its connection (with `--kube`).
 type Reached = Vec<(String, anyhow::Result<Cluster>)>;
 
-/// The stack as it is. In a dry run a stack that cannot be read is `None` (the steps shown are
-/// then a first deploy's), after a line saying so.
+/// The stack as it is, which must be updatable. In a dry run a stack that cannot be read is
+/// `None` (the steps shown are then a first deploy's), after a line saying so, and one that
+/// cannot be updated is said.
 async fn read_stack(
     cfn: &aws_sdk_cloudformation::Client,
     name: &str,
@@ -398,8 +397,9 @@ async fn read_stack(
     match stack::describe(cfn, name).await {
         Ok(Some(current)) => {
             say!("stack {name}: exists ({})", current.status)?;
-            if dry_run && let Err(e) = stack::check_updatable(name, &current) {
-                say!("{UNDER}the update below would fail: {e:#}")?;
+            match stack::check_updatable(name, &current) {
+                Err(e) if dry_run => say!("{UNDER}the update below would fail: {e:#}")?,
+                checked => checked?,
             }
             Ok(Some(current))
         }
@@ -465,18 +465,13 @@ impl Deploy {
         self.update(&first, exists).await
     }
 
-    /// The stack created or updated with `params` and said; its outputs read again when it
-    /// changed.
+    /// The stack created or updated with `params` and said; its outputs kept when it changed.
     async fn update(&mut self, params: &[Param], exists: bool) -> anyhow::Result<()> {
         let (cfn, name) = (&self.cfn, &self.name);
-        let change = stack::create_or_update(cfn, name, &self.template, params, exists).await?;
-        say!("{UNDER}{change}")?;
-        if change != stack::UNCHANGED {
-            let current = stack::describe(cfn, name).await?;
-            let current = current.ok_or_else(|| anyhow!("stack {name} is gone"))?;
-            self.outputs = Some(current.outputs);
-        }
-        Ok(())
+        let (change, outputs) =
+            stack::create_or_update(cfn, name, &self.template, params, exists).await?;
+        self.outputs = outputs.or(self.outputs.take());
+        say!("{UNDER}{change}")
     }
 
     /// Step 2, with an organization: the route of each member account `Clusters` names (see
@@ -512,7 +507,7 @@ impl Deploy {
                 continue;
             }
             let exists = existing.contains(account);
-            let change = stack::create_or_update(&self.cfn, &name, &template, &params, exists)
+            let (change, _) = stack::create_or_update(&self.cfn, &name, &template, &params, exists)
                 .await
                 .with_context(|| format!("the route of member account {account}"))?;
             say!("{UNDER}route of {account} (stack {name}): {change}")?;
@@ -545,50 +540,36 @@ impl Deploy {
     /// Step 3: both functions, with the roles, timeout and environment of the stack's outputs.
     async fn functions(&self) -> anyhow::Result<()> {
         say!("[3/6] functions: cargo lambda deploy, with the stack's outputs")?;
-        // Every output the commands name, read before anything is deployed.
-        let mut known = BTreeMap::new();
-        for f in FUNCTIONS {
-            for key in ["EnvFile", "FunctionName", "RoleArn"].map(|k| format!("{}{k}", f.prefix)) {
-                known.insert(key.clone(), self.output(&key)?);
-            }
+        // Every output the commands name read, and each environment checked, before anything is
+        // deployed: a function that cannot start leaves its batches to the queue's visibility
+        // timeout.
+        let mut deploys = Vec::new();
+        for (f, extra) in FUNCTIONS.into_iter().zip(&self.env) {
+            let output = |key: &str| self.output(&format!("{}{key}", f.prefix));
+            // <Prefix>EnvFile, then --handler-env or --sweeper-env: one KEY=VALUE a line.
+            let vars: Vec<String> = (output("EnvFile")?.lines().map(str::to_string))
+                .chain(extra.iter().cloned())
+                .collect();
+            functions::starts_with(f.binary, &vars)?;
+            let timeout = self.output("FunctionTimeout")?;
+            deploys.push((
+                f,
+                [output("FunctionName")?, output("RoleArn")?, timeout],
+                vars,
+            ));
         }
-        known.insert("FunctionTimeout".into(), self.output("FunctionTimeout")?);
-        let output = |k: &str| known.get(k).cloned().unwrap_or_else(|| format!("<{k}>"));
-        // <Prefix>EnvFile, then --handler-env or --sweeper-env: one KEY=VALUE a line.
-        let vars: Vec<Vec<String>> = (FUNCTIONS.iter().zip(&self.env))
-            .map(|(f, extra)| {
-                let file = output(&format!("{}EnvFile", f.prefix));
-                file.lines()
-                    .map(str::to_string)
-                    .chain(extra.iter().cloned())
-                    .collect()
-            })
-            .collect();
-        // A function that cannot start leaves its batches to the queue's visibility timeout:
-        // an environment either would refuse is refused here, before either is deployed.
-        for (f, vars) in FUNCTIONS.iter().zip(&vars) {
-            functions::starts_with(f.binary, vars)?;
-        }
-        // Removed at the end of the step.
-        let env_dir = (!self.dry_run)
-            .then(|| {
-                tempfile::Builder::new()
-                    .prefix("forewarn-deploy-")
-                    .tempdir()
-            })
-            .transpose()
-            .context("creating a folder for the functions' environment files")?;
-        for (f, vars) in FUNCTIONS.into_iter().zip(vars) {
-            let env_file = match &env_dir {
-                None => format!("<a file holding {}EnvFile>", f.prefix),
-                Some(dir) => {
-                    let path = dir.path().join(format!("{}.env", f.binary));
-                    std::fs::write(&path, vars.join("\n") + "\n")
-                        .with_context(|| format!("writing {}", path.display()))?;
-                    path.display().to_string()
-                }
+        // Removed at the end of the step; written to only when the deploy is carried out.
+        let env_dir = (tempfile::Builder::new()
+            .prefix("forewarn-deploy-")
+            .tempdir())
+        .context("creating a folder for the functions' environment files")?;
+        for (f, outputs, vars) in deploys {
+            let path = env_dir.path().join(format!("{}.env", f.binary));
+            let env_file = match self.dry_run {
+                true => format!("<a file holding {}EnvFile>", f.prefix),
+                false => path.display().to_string(),
             };
-            let args = functions::deploy_args(f, &output, &env_file, self.region.as_deref());
+            let args = functions::deploy_args(f, &outputs, &env_file, self.region.as_deref());
             say!("{UNDER}{}", command_line("cargo", &args))?;
             if self.dry_run {
                 // Names only: a value may be a secret (a webhook URL).
@@ -599,11 +580,10 @@ impl Deploy {
                 say!("{UNDER}  would run it")?;
                 continue;
             }
+            std::fs::write(&path, vars.join("\n") + "\n")
+                .with_context(|| format!("writing {}", path.display()))?;
             functions::run("cargo", &args, &self.root, false).await?;
-            say!(
-                "{UNDER}  deployed {}",
-                output(&format!("{}FunctionName", f.prefix))
-            )?;
+            say!("{UNDER}  deployed {}", outputs[0])?;
         }
         Ok(())
     }
@@ -641,10 +621,8 @@ impl Deploy {
                  way, e.g. each cluster's aws-auth ConfigMap)"
             );
         }
-        let mut roles = Vec::new();
-        for f in FUNCTIONS {
-            roles.push(self.output(&format!("{}RoleArn", f.prefix))?);
-        }
+        let roles = FUNCTIONS.map(|f| self.output(&format!("{}RoleArn", f.prefix)));
+        let roles = roles.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
         let partition =
             forewarn::adapters::accounts::partition_of(self.region.as_deref().unwrap_or_default());
         for cluster in self.served.clone() {
@@ -721,7 +699,7 @@ impl Deploy {
                     continue;
                 }
             };
-            say!("{UNDER}cluster {name} ({}):", cluster.via)?;
+            say!("{UNDER}cluster {name} ({}):", via(&cluster.access, &name))?;
             match self.apply_in(&cluster, objects).await {
                 Ok(granted) if !self.dry_run => self.preflight(&name, &cluster, granted).await?,
                 Ok(_) => {}
@@ -898,33 +876,32 @@ fn skipped_means(file: &str) -> &'static str {
 }
 
 /// How `--kube` reaches the cluster `name`: the kubeconfig's context named after it when there
-/// is one; else the settings' EKS access when it names it; else, one cluster alone, the
-/// kubeconfig's current context; else EKS (`DescribeCluster`, an IAM token of the caller's identity).
-fn access_of(settings: &Settings, name: &str, one: bool) -> (ClusterAccess, String) {
+/// is one; else the settings' EKS access when it names it; else, one cluster alone (of this
+/// account), the kubeconfig's current context; else EKS (`DescribeCluster`, an IAM token of the
+/// caller's identity).
+fn access_of(settings: &Settings, name: &str, one: bool) -> ClusterAccess {
     if forewarn::adapters::kube::has_context(name) {
-        let via = format!("kubeconfig context {name}");
-        return (ClusterAccess::Context(name.to_string()), via);
+        return ClusterAccess::Context(name.to_string());
     }
-    let eks = |via: String| {
-        let cluster = bare(name).to_string();
-        let access = EksAccess {
-            cluster,
+    match &settings.cluster_access {
+        ClusterAccess::Eks(eks) if eks.cluster == name => settings.cluster_access.clone(),
+        ClusterAccess::Kubeconfig if one && member_of(name).is_none() => ClusterAccess::Kubeconfig,
+        _ => ClusterAccess::Eks(EksAccess {
+            cluster: bare(name).to_string(),
             endpoint: None,
             ca_base64: None,
             region: None,
-        };
-        (ClusterAccess::Eks(access), via)
-    };
-    match (&settings.cluster_access, member_of(name)) {
-        (_, Some((account, _))) => eks(format!("EKS in account {account}")),
-        (ClusterAccess::Eks(eks), None) if eks.cluster == name => {
-            (settings.cluster_access.clone(), "EKS".to_string())
-        }
-        (ClusterAccess::Kubeconfig, None) if one => (
-            ClusterAccess::Kubeconfig,
-            "the kubeconfig's current context".to_string(),
-        ),
-        _ => eks("EKS".to_string()),
+        }),
+    }
+}
+
+/// How the cluster `name` is reached, said: `kubeconfig context NAME`, `EKS`, ...
+fn via(access: &ClusterAccess, name: &str) -> String {
+    match (access, member_of(name)) {
+        (ClusterAccess::Context(context), _) => format!("kubeconfig context {context}"),
+        (ClusterAccess::Kubeconfig, _) => "the kubeconfig's current context".to_string(),
+        (ClusterAccess::Eks(_), Some((account, _))) => format!("EKS in account {account}"),
+        (ClusterAccess::Eks(_), None) => "EKS".to_string(),
     }
 }
 
@@ -939,7 +916,7 @@ async fn connect(
     one: bool,
     member: Option<&aws_config::SdkConfig>,
 ) -> anyhow::Result<Cluster> {
-    let (access, via) = access_of(settings, name, one);
+    let access = access_of(settings, name, one);
     let connecting = || format!("cluster {name}: connecting (--kube)");
     let cluster = match (&access, member) {
         (ClusterAccess::Eks(eks), Some(member)) => {
@@ -963,7 +940,6 @@ async fn connect(
     Ok(Cluster {
         client,
         version,
-        via,
         access,
         member,
     })
@@ -1024,9 +1000,7 @@ async fn endpoint_is(
 struct Cluster {
     client: kube::Client,
     version: Option<(u32, u32)>,
-    /// How it is reached: `kubeconfig context NAME`, `EKS`, ...
-    via: String,
-    /// The same, for the preflight's impersonating clients.
+    /// How it is reached (the preflight's impersonating clients too).
     access: ClusterAccess,
     /// A member account's configuration (its admin role), which reaches its EKS cluster.
     member: Option<aws_config::SdkConfig>,

@@ -50,16 +50,7 @@ pub async fn run(
     settings: Settings,
     clock: Arc<dyn Clock>,
 ) -> anyhow::Result<ExitCode> {
-    match args.command {
-        KeyCommand::Rotate(args) => rotate(args, settings, clock).await,
-    }
-}
-
-async fn rotate(
-    args: RotateArgs,
-    settings: Settings,
-    clock: Arc<dyn Clock>,
-) -> anyhow::Result<ExitCode> {
+    let KeyCommand::Rotate(args) = args.command;
     let choice = args.store.choice(&settings);
     let mode = if args.execute {
         Mode::Act

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use forewarn::app::settings::{ClusterSelection, InstanceChoice, Settings, StoreChoice};
+use forewarn::app::settings::{
+    ClusterChoice, ClusterSelection, InstanceChoice, Settings, StoreChoice,
+};
 use forewarn::domain::clusters::{self, ClusterId, Place};
 
 mod audit;
@@ -19,7 +21,6 @@ mod reconcile;
 #[cfg(test)]
 mod reference;
 mod replay;
-mod stores;
 mod text;
 
 /// forewarn: EC2 interruption handling for Kubernetes.
@@ -133,6 +134,16 @@ pub fn instance_choice(file: &Option<PathBuf>, ec2: bool) -> InstanceChoice {
     }
 }
 
+/// Where the cluster is read from, by `--cluster-state FILE` and `--kube` (a file wins; neither:
+/// none), for the commands that take both.
+pub fn cluster_choice(file: &Option<PathBuf>, kube: bool, settings: &Settings) -> ClusterChoice {
+    match (file, kube) {
+        (Some(path), _) => ClusterChoice::Snapshot(path.clone()),
+        (None, true) => ClusterChoice::Live(settings.cluster_access.clone()),
+        (None, false) => ClusterChoice::None,
+    }
+}
+
 /// `--cluster CLUSTER`: which served cluster a command reads (or acts on) live.
 #[derive(Args, Debug, Clone, Default)]
 pub struct ClusterArg {
@@ -184,6 +195,20 @@ pub fn access(settings: &Settings, id: &ClusterId) -> forewarn::adapters::kube::
 }
 
 impl StoreArgs {
+    /// The store these arguments select ([`StoreArgs::choice`]), for reading (`forewarn pools`,
+    /// `forewarn audit`).
+    pub async fn open(
+        &self,
+        settings: &Settings,
+        clock: std::sync::Arc<dyn forewarn::ports::Clock>,
+    ) -> anyhow::Result<std::sync::Arc<dyn forewarn::ports::PoolStore>> {
+        let (choice, read_only) = (
+            self.choice(settings),
+            forewarn::domain::config::Mode::DryRun,
+        );
+        Ok(forewarn::app::wiring::store(&choice, read_only, None, settings.aws, clock).await?)
+    }
+
     /// The store these arguments select, the settings filling in the flags not given: the
     /// table (`--table`, else `FOREWARN_TABLE`), else the embedded store in `--state-dir`, else
     /// the settings' folder.
@@ -217,7 +242,8 @@ fn command() -> clap::Command {
     Cli::command().after_long_help(forewarn::app::settings::summary())
 }
 
-fn main() -> ExitCode {
+#[tokio::main]
+async fn main() -> ExitCode {
     use clap::FromArgMatches;
     // Usage errors exit with 1 (2 is `audit --fail-on`'s); help and version with 0.
     let parsed = command()
@@ -242,30 +268,18 @@ fn main() -> ExitCode {
         }
     };
     forewarn::app::telemetry::init_text(&settings);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("forewarn: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     let clock = clock(cli.now);
-    let result = runtime.block_on(async {
-        match cli.command {
-            Command::Replay(args) => replay::run(args, settings, clock).await,
-            Command::Pools(args) => pools::run(args, settings, clock).await,
-            Command::Audit(args) => audit::run(args, settings, clock).await,
-            Command::Check(args) => check::run(args, settings, clock).await,
-            Command::Priorities(args) => priorities::run(args, settings, clock).await,
-            Command::Reconcile(args) => reconcile::run(args, settings, clock).await,
-            Command::Key(args) => key::run(args, settings, clock).await,
-            Command::Migrate(args) => migrate::run(args),
-            Command::Deploy(args) => deploy::run(args, settings, clock).await,
-        }
-    });
+    let result = match cli.command {
+        Command::Replay(args) => replay::run(args, settings, clock).await,
+        Command::Pools(args) => pools::run(args, settings, clock).await,
+        Command::Audit(args) => audit::run(args, settings, clock).await,
+        Command::Check(args) => check::run(args, settings, clock).await,
+        Command::Priorities(args) => priorities::run(args, settings, clock).await,
+        Command::Reconcile(args) => reconcile::run(args, settings, clock).await,
+        Command::Key(args) => key::run(args, settings, clock).await,
+        Command::Migrate(args) => migrate::run(args),
+        Command::Deploy(args) => deploy::run(args, settings, clock).await,
+    };
     match result {
         Ok(code) => code,
         Err(e) => {

@@ -10,7 +10,7 @@ use forewarn::domain::pool::{PoolQuery, PoolRecord};
 use forewarn::ports::Clock;
 use serde::Serialize;
 
-use crate::{StoreArgs, stores, text};
+use crate::{StoreArgs, text};
 
 #[cfg(test)]
 mod tests {
@@ -52,13 +52,8 @@ pub struct PoolsArgs {
     #[arg(long)]
     stats: bool,
     /// The period of --stats, back from now: 30m, 12h, 7d, 2w.
-    #[arg(
-        long,
-        value_name = "DURATION",
-        default_value = "7d",
-        requires = "stats"
-    )]
-    since: String,
+    #[arg(long, value_name = "DURATION", default_value = "7d", requires = "stats", value_parser = parse_since)]
+    since: chrono::Duration,
     #[command(flatten)]
     store: StoreArgs,
 }
@@ -111,15 +106,10 @@ pub struct NotAPeriod {
     pub given: String,
 }
 
-/// `30m`, `12h`, `7d`, `2w` (and what the settings' durations accept).
+/// `30m`, `12h`, `7d`, `2w`: what the settings' durations accept (humantime's forms), at most
+/// ten years.
 pub fn parse_since(text: &str) -> Result<chrono::Duration, NotAPeriod> {
-    let t = text.trim();
-    let parsed = match t.strip_suffix('w').map(str::parse::<i64>) {
-        Some(Ok(weeks)) if weeks > 0 => chrono::Duration::try_weeks(weeks),
-        Some(_) => None,
-        None => forewarn::domain::time::parse_duration(t).ok(),
-    };
-    parsed
+    (forewarn::domain::time::parse_duration(text).ok())
         .filter(|d| *d > chrono::Duration::zero() && *d <= chrono::Duration::days(3650))
         .ok_or_else(|| NotAPeriod {
             given: text.to_string(),
@@ -131,14 +121,8 @@ pub async fn run(
     settings: Settings,
     clock: Arc<dyn Clock>,
 ) -> anyhow::Result<ExitCode> {
-    let since = match args.stats.then(|| parse_since(&args.since)).transpose() {
-        Ok(since) => since,
-        Err(message) => {
-            eprintln!("forewarn pools: {message}");
-            return Ok(ExitCode::from(1));
-        }
-    };
-    let store = stores::open(&args.store, &settings, clock.clone()).await?;
+    let since = args.stats.then_some(args.since);
+    let store = args.store.open(&settings, clock.clone()).await?;
     let now = clock.now();
     let mut out = std::io::stdout().lock();
     if let Some(since) = since {

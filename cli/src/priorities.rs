@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{ArgGroup, Args, ValueEnum};
 use forewarn::app::priorities::{BaseSource, Change, Priorities};
-use forewarn::app::settings::{ClusterChoice, InstanceChoice, Settings};
+use forewarn::app::settings::{InstanceChoice, Settings};
 use forewarn::app::wiring::{self, GroupsChoice};
 use forewarn::domain::config::Mode;
 use forewarn::domain::priorities::HotShare;
@@ -88,11 +88,7 @@ pub async fn run(
     settings.mode = Mode::DryRun;
     settings.store = args.store.choice(&settings);
     settings.instances = InstanceChoice::None;
-    settings.cluster = if args.kube {
-        ClusterChoice::Live(settings.cluster_access.clone())
-    } else {
-        ClusterChoice::None
-    };
+    settings.cluster = crate::cluster_choice(&None, args.kube, &settings);
     settings.webhook = None;
     let services = wiring::services_with_clock(&settings, clock.clone()).await?;
     let choice = (args.groups.clone()).map_or(GroupsChoice::AutoScaling, GroupsChoice::File);

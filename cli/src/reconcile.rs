@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use forewarn::app::settings::{ClusterChoice, Settings};
+use forewarn::app::settings::Settings;
 use forewarn::app::wayback::{UndoReport, WayBack};
 use forewarn::app::wiring;
 use forewarn::domain::config::Mode;
@@ -68,10 +68,7 @@ pub async fn run(
         (false, false) => Mode::Plan,
     };
     settings.instances = crate::instance_choice(&args.instances, args.ec2);
-    settings.cluster = match (&args.cluster_state, args.kube) {
-        (Some(path), _) => ClusterChoice::Snapshot(path.clone()),
-        (None, _) => ClusterChoice::Live(settings.cluster_access.clone()),
-    };
+    settings.cluster = crate::cluster_choice(&args.cluster_state, args.kube, &settings);
     settings.webhook = None;
     let services = wiring::services_with_clock(&settings, clock.clone()).await?;
     let h = &services.handler;

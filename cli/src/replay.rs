@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use clap::Args;
-use forewarn::app::settings::{ClusterChoice, Settings, StoreChoice};
+use forewarn::app::settings::{Settings, StoreChoice};
 use forewarn::app::wiring;
 use forewarn::domain::config::Mode;
 use forewarn::domain::event::{DecodeError, Origin};
@@ -121,12 +121,13 @@ pub fn read_records(paths: &[PathBuf], received: DateTime<Utc>) -> Vec<Record> {
 /// The run's mode: `--execute` acts; a live cluster or a DynamoDB table (`store`) without it is
 /// a dry run (read, never written); otherwise a plan, recorded in the embedded store.
 fn mode(args: &ReplayArgs, store: &StoreChoice) -> Mode {
-    if args.execute {
-        Mode::Act
-    } else if args.kube || matches!(store, StoreChoice::Dynamo { .. }) {
-        Mode::DryRun
-    } else {
-        Mode::Plan
+    match (
+        args.execute,
+        args.kube || matches!(store, StoreChoice::Dynamo { .. }),
+    ) {
+        (true, _) => Mode::Act,
+        (false, true) => Mode::DryRun,
+        (false, false) => Mode::Plan,
     }
 }
 
@@ -145,11 +146,7 @@ pub async fn run(
     settings.store = args.store.choice(&settings);
     settings.mode = mode(&args, &settings.store);
     settings.instances = crate::instance_choice(&args.instances, args.ec2);
-    settings.cluster = match (&args.cluster_state, args.kube) {
-        (Some(path), _) => ClusterChoice::Snapshot(path.clone()),
-        (None, true) => ClusterChoice::Live(settings.cluster_access.clone()),
-        (None, false) => ClusterChoice::None,
-    };
+    settings.cluster = crate::cluster_choice(&args.cluster_state, args.kube, &settings);
     // Replay reports what it did itself: no webhook. Its drains' passes run in process: a
     // replayed SQS record names a queue, but a replay never sends anything to it.
     settings.webhook = None;

@@ -68,15 +68,13 @@ pub fn replay(
         if let Some(id) = &r.event_id {
             writeln!(out, "            event {id}")?;
         }
-        if matches!(
-            r.outcome,
-            Outcome::Ignored | Outcome::Failed | Outcome::Duplicate
-        ) && let Some(reason) = &r.reason
-        {
-            writeln!(out, "            {}: {reason}", r.outcome.as_str())?;
-        } else if let Some(reason) = &r.reason {
+        if let Some(reason) = &r.reason {
             // Planned or acted, with a note (pools not recorded).
-            writeln!(out, "            note: {reason}")?;
+            let label = match r.outcome {
+                Outcome::Ignored | Outcome::Failed | Outcome::Duplicate => r.outcome.as_str(),
+                _ => "note",
+            };
+            writeln!(out, "            {label}: {reason}")?;
         }
         for p in &r.pools {
             let window = match p.unavailable_until {

@@ -1,6 +1,6 @@
-//! The EKS side of `forewarn deploy` with several clusters: the clusters of `--all-clusters`
-//! (EKS `ListClusters`), and each cluster's access entries for the functions' roles, which put
-//! each role in the Kubernetes group that `infra/k8s/rbac.yaml` binds. The stack makes the
+//! The EKS side of `forewarn deploy` with several clusters: each cluster's access entries for
+//! the functions' roles, which put each role in the Kubernetes group that `infra/k8s/rbac.yaml`
+//! binds. The stack makes the
 //! entries of its own cluster, the first of its `Clusters` (`AWS::EKS::AccessEntry`, when
 //! `CreateAccessEntry` is true); these are the other clusters', made as the stack's are: type
 //! `STANDARD`, the role's group, the tag `app=forewarn`, no access policy.
@@ -98,15 +98,6 @@ pub async fn ensure(
         .await
         .map_err(|e| failed("UpdateAccessEntry", aws_error_text(&e)))?;
     Ok(format!("existed with {was}: groups updated"))
-}
-
-/// Every EKS cluster of the account and region (`ListClusters`, every page), sorted.
-pub async fn all_clusters(sdk: &aws_config::SdkConfig) -> anyhow::Result<Vec<String>> {
-    let mut names = forewarn::adapters::kube::EksClusters::of(sdk)
-        .await
-        .map_err(|e| anyhow!("listing the EKS clusters (--all-clusters): {e}"))?;
-    names.sort();
-    Ok(names)
 }
 
 #[cfg(test)]

@@ -146,7 +146,7 @@ pub fn taint_of(handler_env: &[String]) -> anyhow::Result<forewarn::domain::conf
 
 /// `cargo lambda deploy <name> --binary-name <binary> --iam-role <role> --timeout <t>
 /// --env-file <env_file> [--region <region>] [--endpoint-url <url>]`, without `cargo`, from the
-/// stack's outputs (`output`). The environment goes through a file (the stack's
+/// stack's outputs (`[name, role, t]`). The environment goes through a file (the stack's
 /// `HandlerEnvFile` or `SweeperEnvFile`, then the extra variables), not `--env-var`, which cargo
 /// lambda splits at every comma: a list of clusters or hook names keeps its commas. cargo lambda
 /// adds the `env` of the crate's `[package.metadata.lambda.deploy]` (its dry run off, ...). The
@@ -154,7 +154,7 @@ pub fn taint_of(handler_env: &[String]) -> anyhow::Result<forewarn::domain::conf
 /// `AWS_ENDPOINT_URL`.
 pub fn deploy_args(
     f: Function,
-    output: &dyn Fn(&str) -> String,
+    [name, role, timeout]: &[String; 3],
     env_file: &str,
     region: Option<&str>,
 ) -> Vec<String> {
@@ -162,18 +162,17 @@ pub fn deploy_args(
         .iter()
         .filter_map(|k| std::env::var(k).ok())
         .find(|v| !v.is_empty());
-    let name = output(&format!("{}FunctionName", f.prefix));
-    let mut args = vec!["lambda".to_string(), "deploy".to_string(), name];
-    let mut flag = |flag: &str, value: Option<String>| {
-        args.extend(value.map(|v| [flag.to_string(), v]).into_iter().flatten());
-    };
-    flag("--binary-name", Some(f.binary.to_string()));
-    flag("--iam-role", Some(output(&format!("{}RoleArn", f.prefix))));
-    flag("--timeout", Some(output("FunctionTimeout")));
-    flag("--env-file", Some(env_file.to_string()));
-    flag("--region", region.map(str::to_string));
-    flag("--endpoint-url", endpoint);
-    args
+    let flags = [
+        ("--binary-name", Some(f.binary)),
+        ("--iam-role", Some(role.as_str())),
+        ("--timeout", Some(timeout.as_str())),
+        ("--env-file", Some(env_file)),
+        ("--region", region),
+        ("--endpoint-url", endpoint.as_deref()),
+    ];
+    let flags = (flags.into_iter()).filter_map(|(flag, value)| Some([flag, value?]));
+    let args = ["lambda", "deploy", name.as_str()].into_iter();
+    args.chain(flags.flatten()).map(String::from).collect()
 }
 
 /// Where cargo-lambda puts a function's bootstrap: `<target>/lambda/<binary>/bootstrap`, the
@@ -336,10 +335,10 @@ mod tests {
         );
         assert_eq!(build_args("x86_64").unwrap()[3], "--x86-64");
         assert!(build_args("sparc").is_err());
-        let output = |k: &str| format!("<{k}>");
+        let outputs = ["SweeperFunctionName", "SweeperRoleArn", "FunctionTimeout"];
         let args = deploy_args(
             FUNCTIONS[1],
-            &output,
+            &outputs.map(|k| format!("<{k}>")),
             "/tmp/x/pool-sweeper.env",
             Some("eu-west-1"),
         );

@@ -201,18 +201,15 @@ impl Object {
     /// applied on a guess).
     pub fn skipped_on(&self, version: Option<(u32, u32)>) -> Option<String> {
         let (major, minor) = self.needs?;
-        match version {
-            Some(v) if v >= (major, minor) => None,
-            Some((m, n)) => Some(format!(
-                "skipped: {} needs Kubernetes {major}.{minor} or later, the cluster is {m}.{n}",
-                self.file
-            )),
-            None => Some(format!(
-                "skipped: {} needs Kubernetes {major}.{minor} or later, and the cluster's \
-                 version could not be read",
-                self.file
-            )),
-        }
+        let cluster = match version {
+            Some(v) if v >= (major, minor) => return None,
+            Some((m, n)) => format!("the cluster is {m}.{n}"),
+            None => "and the cluster's version could not be read".to_string(),
+        };
+        let file = self.file;
+        Some(format!(
+            "skipped: {file} needs Kubernetes {major}.{minor} or later, {cluster}"
+        ))
     }
 }
 

@@ -6,7 +6,7 @@
 
 use anyhow::anyhow;
 use aws_sdk_cloudformation::Client;
-use aws_sdk_cloudformation::types::StackStatus;
+use aws_sdk_cloudformation::types::{StackStatus, StackSummary};
 use forewarn::domain::clusters::{Entry, is_account_id};
 
 use super::stack::Param;
@@ -50,21 +50,15 @@ pub fn params(
 /// The accounts whose route stacks of `deployment` exist (any status but deleted).
 pub async fn existing(cfn: &Client, deployment: &str) -> anyhow::Result<Vec<String>> {
     let prefix = stack_name(deployment, "");
-    let mut pages = cfn.list_stacks().into_paginator().send();
-    let mut out = Vec::new();
-    while let Some(page) = pages.next().await {
-        let page = page.map_err(|e| anyhow!("ListStacks: {}", aws_error_text(&e)))?;
-        for summary in page.stack_summaries() {
-            let gone = summary.stack_status() == Some(&StackStatus::DeleteComplete);
-            let account = summary
-                .stack_name()
-                .and_then(|n| n.strip_prefix(&prefix))
-                .filter(|a| is_account_id(a));
-            if let (false, Some(account)) = (gone, account) {
-                out.push(account.to_string());
-            }
-        }
-    }
+    let stacks = cfn.list_stacks().into_paginator().items().send();
+    let stacks: Vec<StackSummary> = (stacks.collect::<Result<_, _>>().await)
+        .map_err(|e| anyhow!("ListStacks: {}", aws_error_text(&e)))?;
+    let mut out: Vec<String> = (stacks.iter())
+        .filter(|s| s.stack_status() != Some(&StackStatus::DeleteComplete))
+        .filter_map(|s| s.stack_name()?.strip_prefix(&prefix))
+        .filter(|account| is_account_id(account))
+        .map(str::to_string)
+        .collect();
     out.sort();
     out.dedup();
     Ok(out)

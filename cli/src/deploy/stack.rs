@@ -44,27 +44,16 @@ pub struct Declared {
 /// The template's parameters, by name.
 pub type Template = BTreeMap<String, Declared>;
 
-/// The `Parameters` section of a template. Only that section is parsed: the rest holds
-/// CloudFormation's short-form tags (`!Ref`, `!Sub`), which a YAML reader does not know.
+/// The `Parameters` section of a template (the rest is skipped: its short-form tags, `!Ref` and
+/// `!Sub`, are not read).
 pub fn declared(template: &str) -> anyhow::Result<Template> {
     #[derive(Deserialize)]
     struct Section {
         #[serde(rename = "Parameters")]
         parameters: Template,
     }
-    let mut lines = template
-        .lines()
-        .skip_while(|l| l.trim_end() != "Parameters:");
-    let head = lines
-        .next()
-        .context("the template has no top-level `Parameters:` section")?;
-    let body = lines.take_while(|l| l.is_empty() || l.starts_with([' ', '#']));
-    let text: String = std::iter::once(head)
-        .chain(body)
-        .map(|l| l.to_string() + "\n")
-        .collect();
     let section: Section =
-        serde_saphyr::from_str(&text).context("reading the template's Parameters section")?;
+        serde_saphyr::from_str(template).context("reading the template's Parameters section")?;
     Ok(section.parameters)
 }
 
@@ -479,16 +468,17 @@ impl Plan {
 }
 
 /// Creates the stack (`exists` false) or updates it, and waits until it is done (the SDK's
-/// waiter, at most [`WAIT_LIMIT`]); answers what was done: `created`, `updated` or
-/// [`UNCHANGED`] ("No updates are to be performed"). An operation that does not end complete is
-/// an error naming the status, its reason and the first failed resources of this operation.
+/// waiter, at most [`WAIT_LIMIT`]); answers what was done: `created` or `updated` with the
+/// stack's outputs now, or [`UNCHANGED`] ("No updates are to be performed") without. An
+/// operation that does not end complete is an error naming the status, its reason and the first
+/// failed resources of this operation.
 pub async fn create_or_update(
     cfn: &Client,
     name: &str,
     template: &str,
     params: &[Param],
     exists: bool,
-) -> anyhow::Result<&'static str> {
+) -> anyhow::Result<(&'static str, Option<BTreeMap<String, String>>)> {
     let started = SystemTime::now();
     let params: Vec<Parameter> = (params.iter())
         .map(|p| {
@@ -500,8 +490,12 @@ pub async fn create_or_update(
         .collect();
     // CreateStack and UpdateStack take the same arguments, and both waiters poll
     // DescribeStacks and answer the same error type.
+    let (verb, done, did) = match exists {
+        false => ("CreateStack", "CREATE_COMPLETE", "created"),
+        true => ("UpdateStack", "UPDATE_COMPLETE", "updated"),
+    };
     macro_rules! send_and_wait {
-        ($operation:ident, $waiter:ident, $verb:literal) => {{
+        ($operation:ident, $waiter:ident) => {{
             let sent = (cfn.$operation().stack_name(name).template_body(template))
                 .set_parameters(Some(params))
                 .capabilities(Capability::CapabilityNamedIam)
@@ -512,9 +506,9 @@ pub async fn create_or_update(
                     if e.message()
                         .is_some_and(|m| m.contains("No updates are to be performed")) =>
                 {
-                    return Ok(UNCHANGED);
+                    return Ok((UNCHANGED, None));
                 }
-                Err(e) => bail!("{} {name}: {}", $verb, aws_error_text(&e)),
+                Err(e) => bail!("{verb} {name}: {}", aws_error_text(&e)),
                 Ok(_) => cfn
                     .$waiter()
                     .stack_name(name)
@@ -524,23 +518,9 @@ pub async fn create_or_update(
             }
         }};
     }
-    let (waited, done, did): (Result<(), WaitUntilStackCreateCompleteError>, _, _) = match exists {
-        false => {
-            let waited = send_and_wait!(
-                create_stack,
-                wait_until_stack_create_complete,
-                "CreateStack"
-            );
-            (waited, "CREATE_COMPLETE", "created")
-        }
-        true => {
-            let waited = send_and_wait!(
-                update_stack,
-                wait_until_stack_update_complete,
-                "UpdateStack"
-            );
-            (waited, "UPDATE_COMPLETE", "updated")
-        }
+    let waited: Result<(), WaitUntilStackCreateCompleteError> = match exists {
+        false => send_and_wait!(create_stack, wait_until_stack_create_complete),
+        true => send_and_wait!(update_stack, wait_until_stack_update_complete),
     };
     // Whatever the waiter says (it counts some ends as success, others as failure), the
     // stack's status now is the answer.
@@ -549,7 +529,7 @@ pub async fn create_or_update(
     let status = current.status.as_str();
     let busy = status.ends_with("_IN_PROGRESS") || status.is_empty();
     match waited {
-        _ if status == done => Ok(did),
+        _ if status == done => Ok((did, Some(current.outputs))),
         Err(WaitUntilStackCreateCompleteError::ExceededMaxWait(_)) | Ok(()) if busy => {
             bail!("stack {name} is still {status} after {WAIT_LIMIT:?}: look at its events")
         }
