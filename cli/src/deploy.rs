@@ -558,16 +558,22 @@ impl Deploy {
                 vars,
             ));
         }
-        // Removed at the end of the step; written to only when the deploy is carried out.
-        let env_dir = (tempfile::Builder::new()
-            .prefix("forewarn-deploy-")
-            .tempdir())
-        .context("creating a folder for the functions' environment files")?;
+        // Removed at the end of the step; a dry run makes none.
+        let env_dir = (!self.dry_run)
+            .then(|| {
+                tempfile::Builder::new()
+                    .prefix("forewarn-deploy-")
+                    .tempdir()
+            })
+            .transpose()
+            .context("creating a folder for the functions' environment files")?;
         for (f, outputs, vars) in deploys {
-            let path = env_dir.path().join(format!("{}.env", f.binary));
-            let env_file = match self.dry_run {
-                true => format!("<a file holding {}EnvFile>", f.prefix),
-                false => path.display().to_string(),
+            let path = env_dir
+                .as_ref()
+                .map(|d| d.path().join(format!("{}.env", f.binary)));
+            let env_file = match &path {
+                None => format!("<a file holding {}EnvFile>", f.prefix),
+                Some(path) => path.display().to_string(),
             };
             let args = functions::deploy_args(f, &outputs, &env_file, self.region.as_deref());
             say!("{UNDER}{}", command_line("cargo", &args))?;
@@ -580,8 +586,10 @@ impl Deploy {
                 say!("{UNDER}  would run it")?;
                 continue;
             }
-            std::fs::write(&path, vars.join("\n") + "\n")
-                .with_context(|| format!("writing {}", path.display()))?;
+            if let Some(path) = &path {
+                std::fs::write(path, vars.join("\n") + "\n")
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
             functions::run("cargo", &args, &self.root, false).await?;
             say!("{UNDER}  deployed {}", outputs[0])?;
         }
