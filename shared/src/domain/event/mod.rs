@@ -392,20 +392,19 @@ impl Origin {
     /// The origin of the record at `index` of an SQS batch read from `source`.
     pub fn sqs(source: &str, index: usize, message_id: Option<String>) -> Origin {
         Origin {
-            source: source.to_string(),
             index: Some(index),
             message_id,
             envelope: EnvelopeKind::Sqs,
+            ..Origin::bare(source)
         }
     }
 
     /// The origin of the item at `index` of a JSON array read from `source`.
     pub fn array(source: &str, index: usize) -> Origin {
         Origin {
-            source: source.to_string(),
             index: Some(index),
-            message_id: None,
             envelope: EnvelopeKind::Array,
+            ..Origin::bare(source)
         }
     }
 }
