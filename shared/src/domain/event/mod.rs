@@ -436,6 +436,19 @@ pub struct DecodeError {
     pub message: String,
 }
 
+impl DecodeError {
+    /// What is wrong with the record from `origin`, and with which field if one is to blame.
+    pub fn new(origin: &Origin, field: Option<&str>, message: impl Into<String>) -> DecodeError {
+        let (origin, field) = (origin.clone(), field.map(str::to_string));
+        let message = message.into();
+        DecodeError {
+            origin,
+            field,
+            message,
+        }
+    }
+}
+
 /// `i-` followed by 8 or 17 lowercase hex digits.
 pub fn is_instance_id(s: &str) -> bool {
     is_aws_id(s, "i-")

@@ -92,11 +92,11 @@ pub(super) fn decode_json_message(
         Ok(msg) => decode_message(origin, &msg, received),
         Err(e) => Record::new(
             origin.clone(),
-            Err(DecodeError {
-                origin,
-                field: None,
-                message: format!("not an SQS message: {e}"),
-            }),
+            Err(DecodeError::new(
+                &origin,
+                None,
+                format!("not an SQS message: {e}"),
+            )),
         ),
     }
 }
@@ -117,11 +117,8 @@ fn decode_message(origin: Origin, msg: &SqsMessage, received: DateTime<Utc>) -> 
             (event, None, body.map(str::to_string))
         }
         Some(Err(malformed)) => {
-            let error = DecodeError {
-                origin: origin.clone(),
-                field: Some(format!("body.{}", malformed.field)),
-                message: malformed.message,
-            };
+            let field = format!("body.{}", malformed.field);
+            let error = DecodeError::new(&origin, Some(&field), malformed.message);
             (Err(error), None, None)
         }
         // Its times were checked by `continuation::unwrap`.
@@ -158,11 +155,7 @@ fn decode_body(
     sent: DateTime<Utc>,
     now: DateTime<Utc>,
 ) -> Result<Event, DecodeError> {
-    let err = |message: String| DecodeError {
-        origin: origin.clone(),
-        field: Some("body".into()),
-        message,
-    };
+    let err = |message: String| DecodeError::new(origin, Some("body"), message);
     let body = body.ok_or_else(|| err("missing".into()))?;
     let value: Value =
         serde_json::from_str(body).map_err(|e| err(format!("not valid JSON: {e}")))?;
