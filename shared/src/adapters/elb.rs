@@ -30,7 +30,7 @@ use aws_sdk_resourcegroupstagging::types::TagFilter;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 
-use crate::adapters::accounts::{Accounts, PerPlace};
+use crate::adapters::accounts::{Accounts, PerPlace, lock};
 use crate::adapters::aws::{AwsError, failure_kind};
 use crate::domain::traffic::{
     CLUSTER_TAG, Deregistered, Doomed, Target, doomed_targets, tagged_for,
@@ -241,14 +241,6 @@ impl ElbTargets {
             known.arns.remove(arn);
         }
     }
-}
-
-/// `cache` locked: a poisoned cache is still a cache (at worst, groups found or targets read
-/// again).
-fn lock<T>(cache: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    cache
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Marks the end of a discovery when dropped.

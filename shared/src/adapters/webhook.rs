@@ -20,7 +20,7 @@
 use std::fmt;
 
 use serde_json::Value;
-use strum::VariantArray;
+use strum::{Display, EnumString, IntoStaticStr, VariantArray};
 
 use crate::domain::config::Action;
 use crate::domain::report::{ActionReport, Outcome, Report};
@@ -30,17 +30,7 @@ use crate::ports::{Delivery, Notifier};
 pub const DEFAULT_TEMPLATE: &str = r#"{"text": "forewarn {{outcome}}: {{action}} node {{node}} ({{instance_id}}, {{pool}}) on {{summary}} event {{event_id}}. {{result}}"}"#;
 
 /// The placeholders a template may use (`{{event_id}}`, ...), each with what it holds.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    strum::EnumString,
-    strum::IntoStaticStr,
-    strum::Display,
-    strum::VariantArray,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumString, IntoStaticStr, Display, VariantArray)]
 #[strum(serialize_all = "snake_case")]
 pub enum Field {
     /// The EventBridge event id.

@@ -838,7 +838,7 @@ mod tests {
 
     #[test]
     fn every_kind_by_every_node_situation() {
-        for kind in EventKind::ALL {
+        for &kind in EventKind::ALL {
             for s in SITUATIONS {
                 let (instances, nodes) = world(s);
                 let facts = Facts::new(&instances, &nodes);
@@ -894,7 +894,7 @@ mod tests {
             taint_keys: TaintKeys::Nth,
             ..config()
         };
-        for kind in EventKind::ALL {
+        for &kind in EventKind::ALL {
             for c in [&config(), &nth] {
                 let p = decide(&event(kind), facts, c);
                 let Some(a) = p.actions.first() else {
