@@ -190,13 +190,13 @@ pub async fn each_kind_has_its_counter(s: Subject) {
     let store = &*s.store;
     let t = now();
     let key = spot("m5.large", "us-east-1a");
-    for (i, kind) in EventKind::ALL.into_iter().enumerate() {
+    for (i, &kind) in EventKind::ALL.iter().enumerate() {
         let mut u = event(&format!("e-{i}"), t, vec![mark(&key, "i-1", None)]);
         u.kind = kind;
         assert_eq!(apply(store, &u).await, Applied::Applied);
     }
     let r = record(store, &key, t).await;
-    for kind in EventKind::ALL {
+    for &kind in EventKind::ALL {
         assert_eq!(r.counter(kind), 1, "{kind}: {:?}", r.counters);
     }
     assert_eq!(r.counters.len(), EventKind::ALL.len());

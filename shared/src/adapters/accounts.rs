@@ -152,9 +152,7 @@ impl AccountError {
             _ => None,
         }
     }
-}
 
-impl AccountError {
     /// What a lookup of `service` in the place answers: the account not served
     /// ([`NotServed`] as its source, so that its events are acknowledged), else this error.
     pub fn for_lookup(self, service: &'static str) -> crate::ports::DirectoryError {
@@ -299,8 +297,8 @@ impl Accounts {
     /// The SDK configuration for calls about `place` (see the module's documentation).
     pub async fn config_for(&self, place: &Place) -> Result<SdkConfig, AccountError> {
         let target = self.target(place)?;
-        if let Some(config) = self.cached(&target) {
-            return Ok(config);
+        if let Some(config) = lock(&self.configs).get(&target) {
+            return Ok(config.clone());
         }
         let config = match &target {
             Target::Own { region: None } => return Ok(self.base.clone()),
@@ -331,8 +329,7 @@ impl Accounts {
                     .build()
             }
         };
-        let mut configs = self.configs.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(configs.entry(target).or_insert(config).clone())
+        Ok(lock(&self.configs).entry(target).or_insert(config).clone())
     }
 
     /// The account of `place`, a served member account, cannot be reached when `error`, met by
@@ -352,11 +349,11 @@ impl Accounts {
         let role = self.role_arn(&account, &region).unwrap_or_default();
         Some(AccountUnreachable { account, role, why })
     }
+}
 
-    fn cached(&self, target: &Target) -> Option<SdkConfig> {
-        let configs = self.configs.lock().unwrap_or_else(PoisonError::into_inner);
-        configs.get(target).cloned()
-    }
+/// `cache` locked: a poisoned cache is still a cache (what it keeps is built again at worst).
+pub(crate) fn lock<T>(cache: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    cache.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// One client of a service per place: the own account's, given, for every place that is its;
@@ -406,17 +403,11 @@ impl<C: Clone> PerPlace<C> {
         if target == (Target::Own { region: None }) {
             return Ok(self.own.clone());
         }
-        if let Some(client) = self
-            .clients
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&target)
-        {
+        if let Some(client) = lock(&self.clients).get(&target) {
             return Ok(client.clone());
         }
         let client = (self.build)(&accounts.config_for(place).await?);
-        let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(clients.entry(target).or_insert(client).clone())
+        Ok(lock(&self.clients).entry(target).or_insert(client).clone())
     }
 }
 

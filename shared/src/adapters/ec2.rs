@@ -7,10 +7,10 @@ use async_trait::async_trait;
 use aws_sdk_ec2::Client;
 use aws_sdk_ec2::types::{Filter, Instance};
 
-use crate::adapters::accounts::{Accounts, PerPlace};
+use crate::adapters::accounts::{Accounts, PerPlace, lock};
 use crate::adapters::aws::{AwsError, failure_kind};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use crate::domain::facts::{BlockFacts, CapacityBlock, InstanceFacts};
 use crate::domain::pool::{CapacityType, ZoneIds};
@@ -235,13 +235,12 @@ impl Ec2Directory {
         if missing.is_empty() {
             return;
         }
-        let known = self.zone_map(place);
+        let known = lock(&self.zones).get(place).cloned();
         let ids = match known {
             Some(ids) => ids,
             None => match zone_ids_of(client).await {
                 Ok(ids) => {
-                    let mut zones = self.zones.lock().unwrap_or_else(PoisonError::into_inner);
-                    zones.insert(place.clone(), ids.clone());
+                    lock(&self.zones).insert(place.clone(), ids.clone());
                     ids
                 }
                 Err(e) => {
@@ -254,11 +253,6 @@ impl Ec2Directory {
             let zone = instance.zone.as_deref().unwrap_or_default();
             instance.zone_id = ids.get(zone).cloned();
         }
-    }
-
-    fn zone_map(&self, place: &Place) -> Option<ZoneIds> {
-        let zones = self.zones.lock().unwrap_or_else(PoisonError::into_inner);
-        zones.get(place).cloned()
     }
 
     /// The client of `place` for `call`: the own client for the own account and region, else

@@ -30,7 +30,7 @@ use aws_sdk_resourcegroupstagging::types::TagFilter;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 
-use crate::adapters::accounts::{Accounts, PerPlace};
+use crate::adapters::accounts::{Accounts, PerPlace, lock};
 use crate::adapters::aws::{AwsError, failure_kind};
 use crate::domain::traffic::{
     CLUSTER_TAG, Deregistered, Doomed, Target, doomed_targets, tagged_for,
@@ -147,7 +147,7 @@ impl ElbTargets {
         let key = (place.clone(), cluster.to_string());
         let now = self.clock.now();
         let (known, start) = {
-            let mut groups = self.lock();
+            let mut groups = lock(&self.groups);
             let known = groups.entry(key.clone()).or_default();
             let stale = known
                 .at
@@ -214,14 +214,14 @@ impl ElbTargets {
                 }
             }
             // Partial results are kept: what a cut-short discovery found is known.
-            self.lock()
+            lock(&self.groups)
                 .entry(key.clone())
                 .or_default()
                 .arns
                 .extend(found.iter().cloned());
         }
         let now = self.clock.now();
-        let mut groups = self.lock();
+        let mut groups = lock(&self.groups);
         let known = groups.entry(key.clone()).or_default();
         known.arns = found;
         known.at = Some(now);
@@ -229,7 +229,7 @@ impl ElbTargets {
     }
 
     fn cached(&self, key: &(Place, String)) -> BTreeSet<String> {
-        self.lock()
+        lock(&self.groups)
             .get(key)
             .map(|k| k.arns.clone())
             .unwrap_or_default()
@@ -237,16 +237,9 @@ impl ElbTargets {
 
     /// Forgets `arn` among the groups of (`place`, `cluster`): it is gone.
     fn forget(&self, place: &Place, cluster: &str, arn: &str) {
-        if let Some(known) = self.lock().get_mut(&(place.clone(), cluster.to_string())) {
+        if let Some(known) = lock(&self.groups).get_mut(&(place.clone(), cluster.to_string())) {
             known.arns.remove(arn);
         }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(Place, String), Known>> {
-        // A poisoned cache is still a cache: at worst, groups found again.
-        self.groups
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -255,11 +248,7 @@ struct Finding(Arc<Mutex<HashMap<(Place, String), Known>>>, (Place, String));
 
 impl Drop for Finding {
     fn drop(&mut self) {
-        let mut groups = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(known) = groups.get_mut(&self.1) {
+        if let Some(known) = lock(&self.0).get_mut(&self.1) {
             known.finding = false;
         }
     }
@@ -375,7 +364,7 @@ impl ElbTargets {
         calls: &mut Calls,
     ) -> Result<Option<Vec<Target>>, TrafficError> {
         let now = self.clock.now();
-        if let Some((at, targets)) = self.lock_targets().get(group)
+        if let Some((at, targets)) = lock(&self.targets).get(group)
             && now - *at < crate::ports::span(TARGETS_FOR)
         {
             return Ok(Some(targets.clone()));
@@ -405,22 +394,15 @@ impl ElbTargets {
                 })
             })
             .collect();
-        self.lock_targets()
-            .insert(group.to_string(), (now, registered.clone()));
+        lock(&self.targets).insert(group.to_string(), (now, registered.clone()));
         Ok(Some(registered))
     }
 
     /// `gone` left `arn`: no longer among its targets as read.
     fn forget_targets(&self, arn: &str, gone: &[&Target]) {
-        if let Some((_, targets)) = self.lock_targets().get_mut(arn) {
+        if let Some((_, targets)) = lock(&self.targets).get_mut(arn) {
             targets.retain(|t| !gone.contains(&t));
         }
-    }
-
-    fn lock_targets(&self) -> std::sync::MutexGuard<'_, Targets> {
-        self.targets
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -505,7 +487,7 @@ impl LoadBalancers for ElbTargets {
         if groups.is_empty() {
             return;
         }
-        let mut known = self.lock();
+        let mut known = lock(&self.groups);
         let known = known
             .entry((place.clone(), cluster.to_string()))
             .or_default();

@@ -206,10 +206,16 @@ impl EmbeddedStore {
             txn.commit()?;
             Ok(out)
         };
-        run().map_err(|e: BoxError| match e.downcast::<StoreError>() {
+        run().map_err(|e: BoxError| self.failed(what, e))
+    }
+
+    /// What `error`, met doing `what`, is: a [`StoreError`] as it was (a corrupt entry),
+    /// anything else a failure of the database.
+    fn failed(&self, what: impl Display, error: BoxError) -> StoreError {
+        match error.downcast::<StoreError>() {
             Ok(e) => *e,
             Err(e) => self.err(what, e),
-        })
+        }
     }
 
     /// [`Self::write`] off the async executor.
@@ -229,10 +235,7 @@ impl EmbeddedStore {
     ) -> Result<T, StoreError> {
         self.blocking(move |store| {
             let run = || work(&store.db.begin_read()?);
-            run().map_err(|e: BoxError| match e.downcast::<StoreError>() {
-                Ok(e) => *e,
-                Err(e) => store.err(what, e),
-            })
+            run().map_err(|e: BoxError| store.failed(what, e))
         })
         .await
     }

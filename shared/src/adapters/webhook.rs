@@ -9,7 +9,7 @@
 //! - The template: the JSON body, with `{{field}}` placeholders inside its
 //!   strings (default [`DEFAULT_TEMPLATE`], Slack's `{"text": ...}`). A value is put in
 //!   JSON-escaped, so the body stays valid JSON whatever an event holds. The fields are
-//!   [`FIELDS`]; an unknown one, or a template that is not JSON, is a configuration error at
+//!   [`Field`]; an unknown one, or a template that is not JSON, is a configuration error at
 //!   cold start, never a surprise at 3 a.m.
 //!
 //! A message goes out for each action other than `none` of an event acted on, planned (a dry
@@ -20,6 +20,7 @@
 use std::fmt;
 
 use serde_json::Value;
+use strum::{Display, EnumString, IntoStaticStr, VariantArray};
 
 use crate::domain::config::Action;
 use crate::domain::report::{ActionReport, Outcome, Report};
@@ -28,48 +29,46 @@ use crate::ports::{Delivery, Notifier};
 /// Slack's incoming-webhook body: one line of text per action.
 pub const DEFAULT_TEMPLATE: &str = r#"{"text": "forewarn {{outcome}}: {{action}} node {{node}} ({{instance_id}}, {{pool}}) on {{summary}} event {{event_id}}. {{result}}"}"#;
 
-/// The placeholders a template may use, with what each holds.
-pub const FIELDS: &[(&str, &str)] = &[
-    ("event_id", "the EventBridge event id"),
-    ("kind", "the event kind (`spot-interruption`, ...)"),
-    (
-        "summary",
-        "the event for people (`spot-interruption (terminate)`)",
-    ),
-    (
-        "outcome",
-        "`acted`, `planned` (a dry run) or `failed` (the event comes back)",
-    ),
-    ("time", "the event's time (RFC 3339)"),
-    ("instance_id", "the instance"),
-    ("node", "the node's name (empty when none)"),
-    ("action", "`cordon`, `cordon-drain` or `delete`"),
-    (
-        "target",
-        "what a delete removes (`nodeclaim/x`), else empty",
-    ),
-    (
-        "deadline",
-        "when the drain must be over (RFC 3339), else empty",
-    ),
-    (
-        "result",
-        "what was done (`cordoned node/x; evicted 3 pods`), or why it failed",
-    ),
-    ("reason", "why this action"),
-    (
-        "pool",
-        "the pool marked (`spot/m5.large/us-east-1a`), else empty",
-    ),
-    ("capacity_type", "the pool's capacity type"),
-    ("instance_type", "the pool's instance type"),
-    ("zone", "the pool's availability zone"),
-    (
-        "cluster",
-        "the cluster the action was in, whole: `account/region/name` (one of the served clusters), \
-         else the lone cluster's name",
-    ),
-];
+/// The placeholders a template may use (`{{event_id}}`, ...), each with what it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, EnumString, IntoStaticStr, Display, VariantArray)]
+#[strum(serialize_all = "snake_case")]
+pub enum Field {
+    /// The EventBridge event id.
+    EventId,
+    /// The event kind (`spot-interruption`, ...).
+    Kind,
+    /// The event for people (`spot-interruption (terminate)`).
+    Summary,
+    /// `acted`, `planned` (a dry run) or `failed` (the event comes back).
+    Outcome,
+    /// The event's time (RFC 3339).
+    Time,
+    /// The instance.
+    InstanceId,
+    /// The node's name (empty when none).
+    Node,
+    /// `cordon`, `cordon-drain` or `delete`.
+    Action,
+    /// What a delete removes (`nodeclaim/x`), else empty.
+    Target,
+    /// When the drain must be over (RFC 3339), else empty.
+    Deadline,
+    /// What was done (`cordoned node/x; evicted 3 pods`), or why it failed.
+    Result,
+    /// Why this action.
+    Reason,
+    /// The pool marked (`spot/m5.large/us-east-1a`), else empty.
+    Pool,
+    /// The pool's capacity type.
+    CapacityType,
+    /// The pool's instance type.
+    InstanceType,
+    /// The pool's availability zone.
+    Zone,
+    /// The cluster the action was in, whole: `account/region/name` (one of the served
+    /// clusters), else the lone cluster's name.
+    Cluster,
+}
 
 /// A checked webhook configuration. Its `Debug` form shows the URL's host only.
 #[derive(Clone, PartialEq, Eq)]
@@ -193,7 +192,7 @@ pub struct Template {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Part {
     Text(String),
-    Field(&'static str),
+    Field(Field),
 }
 
 /// What is wrong with a webhook template.
@@ -212,11 +211,8 @@ pub enum TemplateError {
 
 /// The placeholders a template may use, for messages.
 fn known_fields() -> String {
-    FIELDS
-        .iter()
-        .map(|(f, _)| *f)
-        .collect::<Vec<_>>()
-        .join(", ")
+    let names: Vec<&str> = Field::VARIANTS.iter().map(|f| f.into()).collect();
+    names.join(", ")
 }
 
 impl Template {
@@ -231,20 +227,16 @@ impl Template {
                 at: text.len() - rest.len() + start,
             })?;
             let name = after[..end].trim();
-            let field = FIELDS
-                .iter()
-                .map(|(f, _)| *f)
-                .find(|f| *f == name)
-                .ok_or_else(|| TemplateError::UnknownField {
-                    name: name.to_string(),
-                })?;
+            let field = name.parse().map_err(|_| TemplateError::UnknownField {
+                name: name.to_string(),
+            })?;
             parts.push(Part::Field(field));
             rest = &after[end + 2..];
         }
         parts.push(Part::Text(rest.to_string()));
         let template = Template { parts };
         // Filled with values that need escaping, it must still be a JSON object.
-        let probe = template.render(&|_: &str| "\"quoted\" \\ back\nslash".to_string());
+        let probe = template.render(&|_| "\"quoted\" \\ back\nslash".to_string());
         if !probe.is_object() {
             return Err(TemplateError::NotAnObject);
         }
@@ -253,13 +245,13 @@ impl Template {
 
     /// The body for the given field values (`Value::Null` if the template is not JSON, which
     /// [`Template::parse`] rules out).
-    pub fn render(&self, value_of: &dyn Fn(&str) -> String) -> Value {
+    pub fn render(&self, value_of: &dyn Fn(Field) -> String) -> Value {
         let mut out = String::new();
         for part in &self.parts {
             match part {
                 Part::Text(t) => out.push_str(t),
                 Part::Field(f) => {
-                    let quoted = Value::String(value_of(f)).to_string();
+                    let quoted = Value::String(value_of(*f)).to_string();
                     out.push_str(&quoted[1..quoted.len() - 1]);
                 }
             }
@@ -284,34 +276,33 @@ fn values<'a>(
     r: &'a Report,
     a: &'a ActionReport,
     cluster: Option<&'a str>,
-) -> impl Fn(&str) -> String + 'a {
-    move |field: &str| {
+) -> impl Fn(Field) -> String + 'a {
+    move |field| {
         let pool = r.pools.first();
         let text = |v: Option<&str>| v.unwrap_or_default().to_string();
         match field {
-            "event_id" => text(r.event_id.as_deref()),
-            "kind" => text(r.kind.map(|k| k.as_str())),
-            "summary" => text(r.summary.as_deref()),
-            "outcome" => r.outcome.as_str().to_string(),
-            "time" => r.time.map(|t| t.to_rfc3339()).unwrap_or_default(),
-            "instance_id" => a.instance_id.clone(),
-            "node" => text(a.node.as_deref()),
-            "action" => a.action.as_str().to_string(),
-            "target" => text(a.target.as_deref()),
-            "deadline" => a.deadline.map(|t| t.to_rfc3339()).unwrap_or_default(),
-            "result" => match r.outcome {
+            Field::EventId => text(r.event_id.as_deref()),
+            Field::Kind => text(r.kind.map(|k| k.as_str())),
+            Field::Summary => text(r.summary.as_deref()),
+            Field::Outcome => r.outcome.as_str().to_string(),
+            Field::Time => r.time.map(|t| t.to_rfc3339()).unwrap_or_default(),
+            Field::InstanceId => a.instance_id.clone(),
+            Field::Node => text(a.node.as_deref()),
+            Field::Action => a.action.as_str().to_string(),
+            Field::Target => text(a.target.as_deref()),
+            Field::Deadline => a.deadline.map(|t| t.to_rfc3339()).unwrap_or_default(),
+            Field::Result => match r.outcome {
                 Outcome::Failed => format!("failed: {}", text(r.reason.as_deref())),
                 _ => text(a.result.as_deref()),
             },
-            "reason" => a.reason.clone(),
-            "pool" => pool
+            Field::Reason => a.reason.clone(),
+            Field::Pool => pool
                 .map(|p| format!("{}/{}/{}", p.capacity_type, p.instance_type, p.zone))
                 .unwrap_or_default(),
-            "capacity_type" => text(pool.map(|p| p.capacity_type.as_str())),
-            "instance_type" => text(pool.map(|p| p.instance_type.as_str())),
-            "zone" => text(pool.map(|p| p.zone.as_str())),
-            "cluster" => text(cluster),
-            _ => String::new(),
+            Field::CapacityType => text(pool.map(|p| p.capacity_type.as_str())),
+            Field::InstanceType => text(pool.map(|p| p.instance_type.as_str())),
+            Field::Zone => text(pool.map(|p| p.zone.as_str())),
+            Field::Cluster => text(cluster),
         }
     }
 }
@@ -578,9 +569,9 @@ mod tests {
 
     #[test]
     fn a_custom_template_sees_every_field() {
-        let all: Vec<String> = FIELDS
+        let all: Vec<String> = Field::VARIANTS
             .iter()
-            .map(|(f, _)| format!("\"{f}\": \"{{{{{f}}}}}\""))
+            .map(|f| format!("\"{f}\": \"{{{{{f}}}}}\""))
             .collect();
         let template = format!("{{{}}}", all.join(", "));
         let w = config("https://127.0.0.1:9/hook", Some(&template)).unwrap();

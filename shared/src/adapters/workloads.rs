@@ -15,7 +15,7 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde::de::DeserializeOwned;
 
 use crate::adapters::kube::budget::ns_name;
@@ -140,60 +140,41 @@ type RsOwners = BTreeMap<(String, String), String>;
 /// The controllers read (Deployments, StatefulSets, ReplicaSets no Deployment owns), without
 /// their pods, and the ReplicaSets a Deployment owns.
 fn controllers(raw: &RawWorkloads) -> Result<(BTreeMap<Key, Workload>, RsOwners), WorkloadError> {
+    let deployments = raw.deployments.iter().map(|d| {
+        let spec = d.spec.as_ref().map(|s| (s.replicas, s.selector.clone()));
+        (WorkloadKind::Deployment, &d.metadata, spec)
+    });
+    let stateful_sets = raw.stateful_sets.iter().map(|s| {
+        let spec = s.spec.as_ref().map(|s| (s.replicas, s.selector.clone()));
+        (WorkloadKind::StatefulSet, &s.metadata, spec)
+    });
+    let mut rs_owner = RsOwners::new();
+    let mut replica_sets = Vec::new();
+    for rs in &raw.replica_sets {
+        match controller_of(&rs.metadata).filter(|o| o.kind == "Deployment") {
+            Some(owner) => {
+                rs_owner.insert(ns_name(&rs.metadata), owner.name.clone());
+            }
+            None => {
+                let spec = rs.spec.as_ref().map(|s| (s.replicas, s.selector.clone()));
+                replica_sets.push((WorkloadKind::ReplicaSet, &rs.metadata, spec));
+            }
+        }
+    }
     let mut workloads: BTreeMap<Key, Workload> = BTreeMap::new();
-    let mut add = |kind: WorkloadKind,
-                   meta: &ObjectMeta,
-                   replicas: Option<i32>,
-                   sel: &LabelSelector|
-     -> Result<(), WorkloadError> {
+    for (kind, meta, spec) in deployments.chain(stateful_sets).chain(replica_sets) {
+        let (replicas, sel) = spec.unwrap_or_default();
         let (namespace, name) = ns_name(meta);
         let object = format!("{}/{namespace}/{name}", kind.to_string().to_lowercase());
-        let selector = selector(sel, &object)?;
-        workloads.insert(
-            (kind, namespace.clone(), name.clone()),
-            Workload {
-                namespace,
-                kind,
-                name,
-                replicas: replicas.unwrap_or(1),
-                selector: Some(selector),
-                pods: Vec::new(),
-            },
-        );
-        Ok(())
-    };
-    for d in &raw.deployments {
-        let spec = d.spec.as_ref();
-        add(
-            WorkloadKind::Deployment,
-            &d.metadata,
-            spec.and_then(|s| s.replicas),
-            &spec.map(|s| s.selector.clone()).unwrap_or_default(),
-        )?;
-    }
-    for s in &raw.stateful_sets {
-        let spec = s.spec.as_ref();
-        add(
-            WorkloadKind::StatefulSet,
-            &s.metadata,
-            spec.and_then(|s| s.replicas),
-            &spec.map(|s| s.selector.clone()).unwrap_or_default(),
-        )?;
-    }
-    let mut rs_owner = RsOwners::new();
-    for rs in &raw.replica_sets {
-        let (namespace, name) = ns_name(&rs.metadata);
-        if let Some(owner) = controller_of(&rs.metadata).filter(|o| o.kind == "Deployment") {
-            rs_owner.insert((namespace, name), owner.name.clone());
-            continue;
-        }
-        let spec = rs.spec.as_ref();
-        add(
-            WorkloadKind::ReplicaSet,
-            &rs.metadata,
-            spec.and_then(|s| s.replicas),
-            &spec.map(|s| s.selector.clone()).unwrap_or_default(),
-        )?;
+        let workload = Workload {
+            namespace: namespace.clone(),
+            kind,
+            name: name.clone(),
+            replicas: replicas.unwrap_or(1),
+            selector: Some(selector(&sel, &object)?),
+            pods: Vec::new(),
+        };
+        workloads.insert((kind, namespace, name), workload);
     }
     Ok((workloads, rs_owner))
 }

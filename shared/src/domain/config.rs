@@ -303,7 +303,7 @@ mod tests {
             taint_key: "example.com/going".into(),
             ..Config::default()
         };
-        for kind in EventKind::ALL {
+        for &kind in EventKind::ALL {
             assert_eq!(forewarn.taint_key_for(kind), "example.com/going", "{kind}");
         }
         let nth = Config {

@@ -194,11 +194,7 @@ impl CordonRecord {
     /// The merged record is unsigned (the caller signs what it writes).
     pub fn after(&self, earlier: Option<&CordonRecord>) -> CordonRecord {
         let Some(earlier) = earlier else {
-            return CordonRecord {
-                key_id: None,
-                mac: None,
-                ..self.clone()
-            };
+            return self.unsigned();
         };
         let longer = match (self.until, earlier.until) {
             (None, _) => self,
@@ -219,9 +215,7 @@ impl CordonRecord {
             taints,
             // Whether the node was unschedulable before forewarn: the first cordon knew.
             already_unschedulable: earlier.already_unschedulable,
-            key_id: None,
-            mac: None,
-            ..longer.clone()
+            ..longer.unsigned()
         }
     }
 }

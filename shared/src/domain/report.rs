@@ -10,8 +10,9 @@ use super::inbound::Record;
 use super::plan::{Plan, Target};
 
 /// What became of one record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(strum::IntoStaticStr)]
 #[strum(serialize_all = "kebab-case")]
 pub enum Outcome {
     /// Decided (and pools recorded) but nothing done to the cluster: a dry run.
@@ -22,7 +23,9 @@ pub enum Outcome {
     Ignored,
     /// Applied before: nothing changed.
     Duplicate,
-    /// Could not be decoded or carried out: it goes back to the queue.
+    /// Could not be decoded or carried out: it goes back to the queue (what a report is until
+    /// an outcome is set).
+    #[default]
     Failed,
 }
 
@@ -42,7 +45,7 @@ pub struct PoolReport {
 }
 
 /// A node action in a report.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ActionReport {
     pub instance_id: String,
     pub node: Option<String>,
@@ -95,7 +98,7 @@ fn is_zero(n: &usize) -> bool {
 }
 
 /// One line of `forewarn replay --output json`, and the handler's log of each record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Report {
     pub event_id: Option<String>,
     pub kind: Option<EventKind>,
@@ -146,21 +149,13 @@ impl Report {
         Report {
             event_id: event.map(|e| e.id.clone()),
             kind: event.map(|e| e.kind),
-            cluster: None,
             summary: event.map(|e| e.kind.to_string()),
             origin: record.origin.to_string(),
             message_id: record.origin.message_id.clone(),
             time: event.map(|e| e.time),
             instance_ids: event.map(|e| e.instance_ids.clone()).unwrap_or_default(),
-            outcome: Outcome::Failed,
-            pools: Vec::new(),
-            actions: Vec::new(),
-            reason: None,
             pass: record.continuation.as_ref().map(|c| c.pass),
-            permanent: false,
-            traffic: None,
-            retry_not_before: None,
-            account_unreachable: None,
+            ..Report::default()
         }
     }
 
@@ -194,10 +189,7 @@ impl Report {
                     .complete_lifecycle
                     .as_ref()
                     .map(|l| format!("{}/{}", l.asg_name, l.hook_name)),
-                result: None,
-                cordoned_at: None,
-                drain: None,
-                heartbeat_at: None,
+                ..ActionReport::default()
             })
             .collect();
         self

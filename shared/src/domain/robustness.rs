@@ -137,7 +137,7 @@ proptest! {
             interruption_notice: d(&durations[1]),
             deadline_margin: d(&durations[2]),
             drain_timeout: d(&durations[3]),
-            unavailable_kinds: EventKind::ALL.into_iter().collect(),
+            unavailable_kinds: EventKind::ALL.iter().copied().collect(),
             ..Config::default()
         };
         let instances = e

@@ -132,13 +132,7 @@ pub fn sweep_keys_of(event: &Event, instances: &BTreeMap<String, InstanceFacts>)
 
 /// The instance is leaving or gone: stopping, stopped, shutting down or terminated.
 fn leaving_state(state: Option<&str>) -> Option<InstanceState> {
-    Some(match state? {
-        "stopping" => InstanceState::Stopping,
-        "stopped" => InstanceState::Stopped,
-        "shutting-down" => InstanceState::ShuttingDown,
-        "terminated" => InstanceState::Terminated,
-        _ => return None,
-    })
+    state?.parse().ok().filter(InstanceState::is_leaving)
 }
 
 /// One run of an instance: its id, and its launch time when known (a stopped and started

@@ -714,7 +714,7 @@ mod tests {
 
     #[test]
     fn only_drains_whose_instance_goes_within_minutes_take_their_pods_off() {
-        for kind in EventKind::ALL {
+        for &kind in EventKind::ALL {
             let whole = matches!(
                 kind,
                 EventKind::SpotInterruption

@@ -42,7 +42,7 @@ pub fn pool_attributes() -> Vec<&'static str> {
     let names = "pk sk pool region unavailable_until expires_at first_seen last_seen \
                  last_event_id last_reason last_instance_id";
     let mut names: Vec<&str> = names.split_whitespace().collect();
-    names.extend(EventKind::ALL.into_iter().map(counter_name));
+    names.extend(EventKind::ALL.iter().copied().map(counter_name));
     names.dedup();
     names
 }
@@ -161,7 +161,7 @@ struct PoolItem {
 /// the item's `pk` and the attribute.
 pub(super) fn decode_pool(item: &Item) -> Result<PoolRecord, StoreError> {
     let key = text(item, "pk").unwrap_or("(item without a pk)");
-    let names = EventKind::ALL.into_iter().map(counter_name);
+    let names = EventKind::ALL.iter().copied().map(counter_name);
     let counts: Item = names
         .filter_map(|name| Some((name.to_string(), item.get(name)?.clone())))
         .collect();

@@ -59,7 +59,6 @@ mod rounds;
 mod secret;
 #[cfg(test)]
 mod testing;
-mod token;
 
 pub use codec::{
     CONTINUATION_KEY_PK, EVENT_SK, POOL_SK, PREVIOUS_SECRET, SECRET, event_pk, history_attributes,

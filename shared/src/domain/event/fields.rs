@@ -81,11 +81,7 @@ pub(crate) struct Fields<'a> {
 
 impl Fields<'_> {
     pub(crate) fn err(&self, field: &str, message: impl Into<String>) -> DecodeError {
-        DecodeError {
-            origin: self.origin.clone(),
-            field: Some(field.to_string()),
-            message: message.into(),
-        }
+        DecodeError::new(self.origin, Some(field), message)
     }
 
     /// `v` read as a `T`; an error names its field under `prefix` (`detail`, or `""` for the

@@ -19,6 +19,7 @@ use std::fmt;
 use chrono::{DateTime, Datelike, Timelike, Utc, Weekday};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use strum::VariantArray;
 
 pub mod autoscaling;
 pub mod ec2;
@@ -29,7 +30,9 @@ pub mod health;
 /// [`fmt::Display`], [`std::str::FromStr`], `&'static str` and [`AsRef<str>`] agree).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-#[derive(strum::IntoStaticStr, strum::Display, strum::EnumString, strum::AsRefStr)]
+#[derive(
+    strum::IntoStaticStr, strum::Display, strum::EnumString, strum::AsRefStr, VariantArray,
+)]
 #[strum(serialize_all = "kebab-case")]
 pub enum EventKind {
     SpotInterruption,
@@ -53,20 +56,8 @@ pub enum EventKind {
 }
 
 impl EventKind {
-    /// Every kind, in a stable order.
-    pub const ALL: [EventKind; 11] = [
-        EventKind::SpotInterruption,
-        EventKind::RebalanceRecommendation,
-        EventKind::StateChange,
-        EventKind::ScheduledChange,
-        EventKind::AsgTermination,
-        EventKind::AsgLaunch,
-        EventKind::CapacityReservationInterruption,
-        EventKind::CapacityBlockExpiration,
-        EventKind::CapacityBlockDelivered,
-        EventKind::Impaired,
-        EventKind::Unsupported,
-    ];
+    /// Every kind, in a stable order (their declaration's).
+    pub const ALL: &[EventKind] = Self::VARIANTS;
 
     /// Kinds whose node action is configured (a policy's `actions`): every
     /// kind but `asg-launch` (whose only action is completing its hook once the node is Ready),
@@ -122,8 +113,7 @@ impl EventKind {
             DT_BLOCK_DELIVERED_LONG => DT_BLOCK_DELIVERED,
             other => other,
         };
-        EventKind::ALL
-            .into_iter()
+        (EventKind::ALL.iter().copied())
             .find(|k| k.source_and_detail_type() == Some((source, detail_type)))
             .unwrap_or(EventKind::Unsupported)
     }
@@ -392,20 +382,19 @@ impl Origin {
     /// The origin of the record at `index` of an SQS batch read from `source`.
     pub fn sqs(source: &str, index: usize, message_id: Option<String>) -> Origin {
         Origin {
-            source: source.to_string(),
             index: Some(index),
             message_id,
             envelope: EnvelopeKind::Sqs,
+            ..Origin::bare(source)
         }
     }
 
     /// The origin of the item at `index` of a JSON array read from `source`.
     pub fn array(source: &str, index: usize) -> Origin {
         Origin {
-            source: source.to_string(),
             index: Some(index),
-            message_id: None,
             envelope: EnvelopeKind::Array,
+            ..Origin::bare(source)
         }
     }
 }
@@ -435,6 +424,19 @@ pub struct DecodeError {
     /// The JSON path of the offending field, when one field is to blame.
     pub field: Option<String>,
     pub message: String,
+}
+
+impl DecodeError {
+    /// What is wrong with the record from `origin`, and with which field if one is to blame.
+    pub fn new(origin: &Origin, field: Option<&str>, message: impl Into<String>) -> DecodeError {
+        let (origin, field) = (origin.clone(), field.map(str::to_string));
+        let message = message.into();
+        DecodeError {
+            origin,
+            field,
+            message,
+        }
+    }
 }
 
 /// `i-` followed by 8 or 17 lowercase hex digits.
@@ -594,7 +596,7 @@ mod tests {
                 "unsupported",
             ]
         );
-        for kind in EventKind::ALL {
+        for &kind in EventKind::ALL {
             assert_eq!(kind.to_string(), kind.as_str());
             assert_eq!(EventKind::from_name(kind.as_str()), Some(kind));
             assert_eq!(

@@ -41,10 +41,8 @@ pub fn decode(
     input: &[u8],
     received: DateTime<Utc>,
 ) -> Result<Vec<Record>, DecodeError> {
-    let value: Value = serde_json::from_slice(input).map_err(|e| DecodeError {
-        origin: Origin::bare(source),
-        field: None,
-        message: format!("not valid JSON: {e}"),
+    let value: Value = serde_json::from_slice(input).map_err(|e| {
+        DecodeError::new(&Origin::bare(source), None, format!("not valid JSON: {e}"))
     })?;
     decode_value(source, value, received)
 }
@@ -69,11 +67,12 @@ pub fn decode_value(
             let records = match map.get("Records") {
                 Some(Value::Array(records)) => records,
                 _ => {
-                    return Err(DecodeError {
-                        origin: Origin::bare(source),
-                        field: Some("Records".into()),
-                        message: "expected an array of SQS messages".into(),
-                    });
+                    let why = "expected an array of SQS messages";
+                    return Err(DecodeError::new(
+                        &Origin::bare(source),
+                        Some("Records"),
+                        why,
+                    ));
                 }
             };
             Ok(records
@@ -87,10 +86,10 @@ pub fn decode_value(
             let event = parse_event(&origin, &value, received);
             Ok(vec![Record::new(origin, event)])
         }
-        other => Err(DecodeError {
-            origin: Origin::bare(source),
-            field: None,
-            message: format!(
+        other => Err(DecodeError::new(
+            &Origin::bare(source),
+            None,
+            format!(
                 "expected an EventBridge event, an SQS event or an array of events, found {}",
                 match other {
                     Value::Null => "null",
@@ -99,7 +98,7 @@ pub fn decode_value(
                     _ => "a string",
                 }
             ),
-        }),
+        )),
     }
 }
 

@@ -92,11 +92,11 @@ pub(super) fn decode_json_message(
         Ok(msg) => decode_message(origin, &msg, received),
         Err(e) => Record::new(
             origin.clone(),
-            Err(DecodeError {
-                origin,
-                field: None,
-                message: format!("not an SQS message: {e}"),
-            }),
+            Err(DecodeError::new(
+                &origin,
+                None,
+                format!("not an SQS message: {e}"),
+            )),
         ),
     }
 }
@@ -104,48 +104,36 @@ pub(super) fn decode_json_message(
 /// Decodes one SQS message of a batch: its body (see [`decode_sqs_body`]), or the original body
 /// a continuation message carries, with the continuation's progress.
 fn decode_message(origin: Origin, msg: &SqsMessage, received: DateTime<Utc>) -> Record {
-    let record = decode_message_body(origin, msg, received);
-    Record {
-        queue_arn: msg.event_source_arn.clone(),
-        ..record
-    }
-}
-
-fn decode_message_body(origin: Origin, msg: &SqsMessage, received: DateTime<Utc>) -> Record {
     let sent = msg.sent_at(received);
     // Times are checked against when the message was received (`received`), whatever dates an
     // event whose `time` is empty.
-    let now = received;
     let body = msg.body.as_deref();
     let unwrapped = body
         .and_then(|b| serde_json::from_str::<Value>(b).ok())
         .and_then(|v| continuation::unwrap(&v, received));
-    match unwrapped {
-        None => Record {
-            event: decode_body(&origin, body, sent, now),
-            origin,
-            continuation: None,
-            body: body.map(str::to_string),
-            queue_arn: None,
-            kept: false,
-        },
-        Some(Err(malformed)) => Record::new(
-            origin.clone(),
-            Err(DecodeError {
-                origin,
-                field: Some(format!("body.{}", malformed.field)),
-                message: malformed.message,
-            }),
-        ),
+    let (event, continuation, body) = match unwrapped {
+        None => {
+            let event = decode_body(&origin, body, sent, received);
+            (event, None, body.map(str::to_string))
+        }
+        Some(Err(malformed)) => {
+            let field = format!("body.{}", malformed.field);
+            let error = DecodeError::new(&origin, Some(&field), malformed.message);
+            (Err(error), None, None)
+        }
         // Its times were checked by `continuation::unwrap`.
-        Some(Ok(Unwrapped { continuation, body })) => Record {
-            event: decode_body(&origin, Some(&body), continuation.sent_at, now),
-            origin,
-            continuation: Some(continuation),
-            body: Some(body),
-            queue_arn: None,
-            kept: false,
-        },
+        Some(Ok(Unwrapped { continuation, body })) => {
+            let event = decode_body(&origin, Some(&body), continuation.sent_at, received);
+            (event, Some(continuation), Some(body))
+        }
+    };
+    Record {
+        origin,
+        event,
+        continuation,
+        body,
+        queue_arn: msg.event_source_arn.clone(),
+        kept: false,
     }
 }
 
@@ -167,11 +155,7 @@ fn decode_body(
     sent: DateTime<Utc>,
     now: DateTime<Utc>,
 ) -> Result<Event, DecodeError> {
-    let err = |message: String| DecodeError {
-        origin: origin.clone(),
-        field: Some("body".into()),
-        message,
-    };
+    let err = |message: String| DecodeError::new(origin, Some("body"), message);
     let body = body.ok_or_else(|| err("missing".into()))?;
     let value: Value =
         serde_json::from_str(body).map_err(|e| err(format!("not valid JSON: {e}")))?;

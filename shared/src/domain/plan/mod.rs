@@ -8,9 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::domain::clusters::{ClusterId, Place};
 use crate::domain::config::{Action, Config};
 use crate::domain::cordon_record::CordonRecord;
-use crate::domain::event::{
-    Detail, Event, EventKind, InstanceAction, InstanceState, LifecycleAction,
-};
+use crate::domain::event::{Detail, Event, EventKind, InstanceState, LifecycleAction};
 use crate::domain::facts::{InstanceFacts, NodeFacts, Owner, resolve_node};
 use crate::domain::policy::Followed;
 use crate::domain::pool::{CapacityType, PoolKey, PoolMark, PoolUpdate};
@@ -64,7 +62,7 @@ pub enum Target {
 }
 
 /// What to do for one instance of the event.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeAction {
     pub instance_id: String,
     /// The node, when one was found.
@@ -326,14 +324,20 @@ fn block_mark(
     block: Option<&crate::domain::facts::BlockFacts>,
     config: &Config,
 ) -> Option<PoolMark> {
-    Some(PoolMark {
-        pool: block?.pool()?,
-        instance_id: reservation_id.to_string(),
+    Some(mark(event, block?.pool()?, reservation_id, config))
+}
+
+/// `pool` marked by `event` through `instance_id`: unavailable for a while when the event's
+/// kind makes it so.
+fn mark(event: &Event, pool: PoolKey, instance_id: &str, config: &Config) -> PoolMark {
+    PoolMark {
+        pool,
+        instance_id: instance_id.to_string(),
         unavailable_until: config
             .unavailable_kinds
             .contains(&event.kind)
             .then(|| event.time + config.pool_ttl),
-    })
+    }
 }
 
 fn summary(event: &Event) -> String {
@@ -341,12 +345,9 @@ fn summary(event: &Event) -> String {
         Detail::CapacityBlock { reservation_id, .. } => {
             format!("{} ({reservation_id})", event.kind)
         }
-        Detail::Spot { action } => format!("spot-interruption ({})", action_name(*action)),
+        Detail::Spot { action } => format!("spot-interruption ({action})"),
         Detail::CapacityReservation { action, .. } => {
-            format!(
-                "capacity-reservation-interruption ({})",
-                action_name(*action)
-            )
+            format!("capacity-reservation-interruption ({action})")
         }
         Detail::StateChange { state } => format!("state-change ({})", state.as_str()),
         Detail::Scheduled {
@@ -356,14 +357,6 @@ fn summary(event: &Event) -> String {
         Detail::AsgLaunch(l) => format!("asg-launch ({})", l.asg_name),
         Detail::Impaired { checks, .. } => format!("impaired ({checks} status check)"),
         _ => event.kind.to_string(),
-    }
-}
-
-fn action_name(a: InstanceAction) -> &'static str {
-    match a {
-        InstanceAction::Terminate => "terminate",
-        InstanceAction::Stop => "stop",
-        InstanceAction::Hibernate => "hibernate",
     }
 }
 
@@ -388,15 +381,7 @@ fn pool_mark(
         instance.instance_type.as_deref()?,
         instance.pool_zone()?,
     );
-    let unavailable_until = config
-        .unavailable_kinds
-        .contains(&event.kind)
-        .then(|| event.time + config.pool_ttl);
-    Some(PoolMark {
-        pool,
-        instance_id: instance_id.to_string(),
-        unavailable_until,
-    })
+    Some(mark(event, pool, instance_id, config))
 }
 
 /// The node's Event reason of a state change to `stopping` or `stopped`.
@@ -502,20 +487,9 @@ fn node_action(
 fn no_action(event: &Event, instance_id: &str) -> NodeAction {
     NodeAction {
         instance_id: instance_id.to_string(),
-        node: None,
-        action: Action::None,
-        target: None,
-        reason: String::new(),
         event_reason: event_reason(event).to_string(),
         taint_value: event.kind.to_string(),
-        taint_key: None,
-        exclude_from_load_balancers: None,
-        deadline: None,
-        complete_lifecycle: None,
-        grace_to_deadline: false,
-        surge: false,
-        record: None,
-        addresses: Vec::new(),
+        ..NodeAction::default()
     }
 }
 
@@ -864,7 +838,7 @@ mod tests {
 
     #[test]
     fn every_kind_by_every_node_situation() {
-        for kind in EventKind::ALL {
+        for &kind in EventKind::ALL {
             for s in SITUATIONS {
                 let (instances, nodes) = world(s);
                 let facts = Facts::new(&instances, &nodes);
@@ -920,7 +894,7 @@ mod tests {
             taint_keys: TaintKeys::Nth,
             ..config()
         };
-        for kind in EventKind::ALL {
+        for &kind in EventKind::ALL {
             for c in [&config(), &nth] {
                 let p = decide(&event(kind), facts, c);
                 let Some(a) = p.actions.first() else {

@@ -182,15 +182,10 @@ pub struct Chosen<'a> {
 impl Policy {
     /// The rule matching a node with `labels` (the first), and what it says of `kind`.
     pub fn choose(&self, kind: EventKind, labels: &BTreeMap<String, String>) -> Chosen<'_> {
-        match self.rules.iter().find(|r| r.matches(labels)) {
-            Some(rule) => Chosen {
-                rule: Some(&rule.name),
-                action: rule.actions.get(&kind).copied(),
-            },
-            None => Chosen {
-                rule: None,
-                action: None,
-            },
+        let rule = self.rules.iter().find(|r| r.matches(labels));
+        Chosen {
+            rule: rule.map(|r| r.name.as_str()),
+            action: rule.and_then(|r| r.actions.get(&kind).copied()),
         }
     }
 

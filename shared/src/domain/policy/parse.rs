@@ -85,7 +85,7 @@ struct Kind(EventKind);
 impl TryFrom<String> for Kind {
     type Error = String;
     fn try_from(name: String) -> Result<Kind, String> {
-        let kinds = || EventKind::ALL.into_iter().filter(|k| k.configurable());
+        let kinds = || EventKind::ALL.iter().copied().filter(|k| k.configurable());
         kinds()
             .find(|k| k.as_str() == name)
             .map(Kind)
