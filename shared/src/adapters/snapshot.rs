@@ -195,18 +195,6 @@ pub struct ClusterState {
     pub pods: Vec<Pod>,
 }
 
-impl ClusterState {
-    /// The pods bound to a node.
-    pub fn pods_on<'a>(&'a self, node: &'a str) -> impl Iterator<Item = &'a Pod> + 'a {
-        self.pods.iter().filter(move |p| {
-            p.spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_deref())
-                .is_some_and(|n| n == node)
-        })
-    }
-}
-
 /// Reads the output of `kubectl get nodes,pods -A -o json` (a `List`); a single Node or a
 /// `NodeList`/`PodList` is accepted too. Items of other kinds are skipped.
 pub fn cluster_state_from_kubectl(
@@ -577,8 +565,9 @@ mod tests {
         ]}"#;
         let s = cluster_state_from_kubectl("k.json", json).unwrap();
         assert_eq!(s.nodes.len(), 1);
-        assert_eq!(s.pods_on("n1").count(), 1);
-        assert_eq!(s.pods_on("n2").count(), 0);
+        assert_eq!(s.pods.len(), 1);
+        let node = s.pods[0].spec.as_ref().and_then(|s| s.node_name.as_deref());
+        assert_eq!(node, Some("n1"));
     }
 
     #[test]

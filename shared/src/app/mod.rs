@@ -11,7 +11,8 @@ pub mod pipeline;
 pub mod policy;
 pub mod preflight;
 pub mod priorities;
-pub mod reference;
+#[cfg(test)]
+mod reference;
 pub mod settings;
 pub mod sweeper;
 pub mod telemetry;

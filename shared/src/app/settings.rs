@@ -2,7 +2,7 @@
 //! variable (clap derive: its name, default, parser and doc). The Lambda functions and the
 //! `forewarn` command are wired from [`Settings`], the typed values made of them and of the
 //! platform's variables (see [`crate::app::wiring`]); the configuration page
-//! ([`crate::app::reference`]) and the command's `--help` are made from the same declaration.
+//! (`app/reference.rs`, by a test) and the command's `--help` are made from the same declaration.
 //! Nothing else reads the environment for a `FOREWARN_*` name.
 //!
 //! Reading is pure: [`Settings::from_vars`] takes the variables as (name, value) pairs. A value

@@ -84,14 +84,6 @@ pub const NTH_TAINT_REBALANCE: &str = "aws-node-termination-handler/rebalance-re
 pub const NTH_TAINT_SCHEDULED: &str = "aws-node-termination-handler/scheduled-maintenance";
 /// NTH's taint of an Auto Scaling termination lifecycle action.
 pub const NTH_TAINT_ASG: &str = "aws-node-termination-handler/asg-lifecycle-termination";
-/// Every NTH taint key forewarn may put (the taint key setting `nth`).
-pub const NTH_TAINT_KEYS: [&str; 4] = [
-    NTH_TAINT_SPOT,
-    NTH_TAINT_REBALANCE,
-    NTH_TAINT_SCHEDULED,
-    NTH_TAINT_ASG,
-];
-
 /// The key aws-node-termination-handler taints a node with for `kind`, if it taints for it at
 /// all: it does for these four; for an instance state change it cordons and drains without a
 /// taint, and it has no capacity reservation or impaired kind.

@@ -77,26 +77,6 @@ pub fn within_sane_range(
     }
 }
 
-/// A duration outside the sane range.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum BadSpan {
-    #[error("a duration must not be negative")]
-    Negative,
-    #[error("more than {SANE_YEARS} years")]
-    TooLong,
-}
-
-/// `d` when it is not negative and at most [`SANE_YEARS`] years; otherwise why not.
-pub fn sane_duration(d: TimeDelta) -> Result<TimeDelta, BadSpan> {
-    if d < TimeDelta::zero() {
-        Err(BadSpan::Negative)
-    } else if d > sane_span() {
-        Err(BadSpan::TooLong)
-    } else {
-        Ok(d)
-    }
-}
-
 /// RFC 3339 in UTC with `Z` (whole seconds when there is no fraction).
 fn show(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
@@ -143,17 +123,6 @@ mod tests {
                     == (t == DateTime::<Utc>::MIN_UTC)
             );
         }
-    }
-
-    #[test]
-    fn durations_up_to_ten_years() {
-        assert!(sane_duration(TimeDelta::zero()).is_ok());
-        assert!(sane_duration(TimeDelta::days(3650)).is_ok());
-        assert_eq!(sane_duration(TimeDelta::days(3654)), Err(BadSpan::TooLong));
-        assert_eq!(
-            sane_duration(TimeDelta::seconds(-1)),
-            Err(BadSpan::Negative)
-        );
     }
 
     #[test]

@@ -229,13 +229,22 @@ fn node_policy_admits(
     }))
 }
 
+/// Every taint key NTH puts, as forewarn's `nth` taint keys choose them: one per kind it taints for.
+fn nth_taint_keys() -> Vec<&'static str> {
+    let keys = forewarn::domain::event::EventKind::ALL.iter();
+    let keys: Vec<_> = keys
+        .filter_map(|k| forewarn::domain::config::nth_taint_key(*k))
+        .collect();
+    assert_eq!(keys.len(), 4, "NTH's four taint keys: {keys:?}");
+    keys
+}
+
 /// Under FOREWARN_TAINT_KEYS=nth, `node-writes.yaml` admits NTH's four keys instead of forewarn's,
 /// put and removed, by either group; no other key of NTH's prefix.
 fn nths_keys_are_admitted(node: &Value, with: impl Fn(&dyn Fn(&mut Value)) -> Value) {
-    use forewarn::domain::config::NTH_TAINT_KEYS;
     let handler = ["forewarn-handler", "system:authenticated"];
     let sweeper = ["forewarn-sweeper", "system:authenticated"];
-    for key in NTH_TAINT_KEYS {
+    for key in nth_taint_keys() {
         let nth = with(&|n| {
             n["spec"]["unschedulable"] = json!(true);
             n["spec"]["taints"]
@@ -271,7 +280,7 @@ fn nths_keys_are_admitted(node: &Value, with: impl Fn(&dyn Fn(&mut Value)) -> Va
 /// interpreter, not the API server, evaluates it here.)
 #[test]
 fn the_node_write_policy_lets_forewarn_change_only_its_cordon() {
-    use forewarn::domain::config::{LABEL_EXCLUDE_LB, NTH_TAINT_KEYS, TAINT_KEY};
+    use forewarn::domain::config::{LABEL_EXCLUDE_LB, TAINT_KEY};
     use forewarn::domain::cordon_record::ANNOTATION_CORDON;
     let text =
         std::fs::read_to_string(workspace_root().join("infra/k8s/node-writes.yaml")).unwrap();
@@ -296,7 +305,7 @@ fn the_node_write_policy_lets_forewarn_change_only_its_cordon() {
         text.contains(&format!("'{TAINT_KEY}'")),
         "forewarn's taint key"
     );
-    for key in NTH_TAINT_KEYS {
+    for key in nth_taint_keys() {
         assert!(text.contains(&format!("'{key}'")), "NTH's taint key {key}");
     }
     assert!(text.contains(&format!("'{LABEL_EXCLUDE_LB}'")));
