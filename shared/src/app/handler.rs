@@ -46,7 +46,7 @@ pub enum HandlerError {
     EventFailed { origin: String, reason: String },
 }
 
-/// Everything the handler needs, built once per cold start (see [`Handler::from_env`] in
+/// Everything the handler needs, built once per cold start (see [`Handler::from_settings`] in
 /// [`crate::app::wiring`]).
 pub struct Handler {
     pub config: Config,
