@@ -53,7 +53,7 @@ pub use places::{Described, describe_events, looked_up_events, place_of, place_r
 pub use traffic::{DEREGISTER_BUDGET, ELB_RATE, QUIET_FOR, Traffic};
 
 use batch::{follow_firsts, schedule, split_lanes};
-use passes::{Handled, PendingDrain, merge, refusals};
+use passes::{Handled, merge, refusals};
 
 /// Wiring for one run of the pipeline.
 pub struct Pipeline<'a> {
@@ -184,8 +184,8 @@ impl Pipeline<'_> {
         };
         let (notes, later) = tokio::join!(traffic, self.run(records, later, gated));
         // The drains carried on in process come after it too.
-        let mut done = self.finish(records, later).await;
-        done.extend(self.finish(records, first).await);
+        let mut done = self.finish(records, later, now).await;
+        done.extend(self.finish(records, first, now).await);
         done.extend(unlooked);
         let mut reports: Vec<Option<Report>> = vec![None; records.len()];
         for (i, mut report) in done {
@@ -239,7 +239,7 @@ impl Pipeline<'_> {
             .collect();
         let known: Vec<InstanceFacts> = found.values().cloned().collect();
         let mut nodes = self.nodes.nodes_in(&known, self.work()).await?;
-        self.drop_unverified_records(&mut nodes).await;
+        drop_unverified_records(self.store, &mut nodes).await;
         let applied = self.store.applied(&event_ids).await?;
         // `adaptive` decides from the pools' history: read once for the batch, when needed.
         let policy = &self.config.policy;
@@ -282,29 +282,6 @@ impl Pipeline<'_> {
             BTreeMap::new()
         };
         Ok((found, nodes, applied, followed))
-    }
-
-    /// Removes the cordon records of `nodes` that do not verify with the continuation keys (a
-    /// node's kubelet may write its own annotations), each logged: nothing is decided from them
-    /// (see [`crate::domain::wayback`]). The keys are read only when a node carries a record.
-    async fn drop_unverified_records(&self, nodes: &mut [crate::domain::facts::NodeFacts]) {
-        let recorded = nodes.iter().any(|n| {
-            n.annotations
-                .contains_key(crate::domain::cordon_record::ANNOTATION_CORDON)
-        });
-        if !recorded {
-            return;
-        }
-        let keys = match self.store.continuation_keys().await {
-            Ok(keys) => Some(keys),
-            Err(e) => {
-                tracing::warn!(error = %e, "the continuation keys cannot be read: no cordon record verifies");
-                None
-            }
-        };
-        for (node, why) in crate::domain::cordon_record::drop_unverified(nodes, keys.as_ref()) {
-            tracing::warn!(%node, %why, "refusing a cordon record");
-        }
     }
 
     /// The reports of a batch whose lookups failed: every supported event failed with
@@ -355,7 +332,7 @@ impl Pipeline<'_> {
         records: &[Record],
         lanes: Vec<Vec<usize>>,
         seen: BatchFacts<'_>,
-    ) -> Vec<Vec<(usize, Handled<'_>)>> {
+    ) -> Vec<Vec<(usize, Handled)>> {
         self.lanes(lanes, |i| async move {
             let work = self.handle(&records[i], seen);
             (
@@ -370,19 +347,20 @@ impl Pipeline<'_> {
 
     /// The drains that events' first passes left pending to be carried on in process, lane by
     /// lane as their first passes ran, each then recorded (see [`Pipeline::carry_on_here`]).
-    async fn finish<'p>(
-        &'p self,
+    async fn finish(
+        &self,
         records: &[Record],
-        lanes: Vec<Vec<(usize, Handled<'p>)>>,
+        lanes: Vec<Vec<(usize, Handled)>>,
+        now: DateTime<Utc>,
     ) -> Vec<(usize, Report)> {
         let done = self.lanes(lanes, |(i, handled)| async move {
-            let report = match handled {
-                Handled::Done(report) => report,
-                Handled::Pending(report, rest) => {
-                    let work = self.carry_on_here(*rest, report);
+            let report = match (handled, &records[i].event) {
+                (Handled::Pending(report, plan), Ok(event)) => {
+                    let work = self.carry_on_here(event, *plan, now, report);
                     let (Ok(report) | Err(report)) = self.in_time(&records[i], work).await;
                     report
                 }
+                (Handled::Done(report) | Handled::Pending(report, _), _) => report,
             };
             (i, report)
         });
@@ -412,7 +390,7 @@ impl Pipeline<'_> {
         done.map_err(|panic| panicked(record, panic.as_ref()))
     }
 
-    async fn handle(&self, record: &Record, seen: BatchFacts<'_>) -> Handled<'_> {
+    async fn handle(&self, record: &Record, seen: BatchFacts<'_>) -> Handled {
         let event = match &record.event {
             Ok(event) => event,
             Err(e) => return Handled::Done(Report::new(record).failed(e.to_string())),
@@ -453,10 +431,7 @@ impl Pipeline<'_> {
             return Handled::Done(report.ended(Outcome::Duplicate, "event id already applied"));
         }
         let executor = self.executor.filter(|_| self.mode.runs_actions());
-        let outcome = match executor.is_some() && self.mode.writes_cluster() {
-            true => Outcome::Acted,
-            false => Outcome::Planned,
-        };
+        let outcome = self.outcome(executor);
         if let Some(executor) = executor.filter(|_| plan.has_node_work()) {
             let results = match executor.execute_in(&plan, Pass::Cordon, self.work()).await {
                 Ok(results) => results,
@@ -474,18 +449,11 @@ impl Pipeline<'_> {
                 // The drain's first pass follows at once: queued behind the warnings already
                 // queued, or, in process, once the batch's first passes are done (their
                 // cordons come first).
-                let next = Continuation::first(now, event.time, plan.clone());
                 let Some(queue) = self.queue_for(record) else {
-                    let rest = PendingDrain {
-                        executor,
-                        plan,
-                        next,
-                        outcome,
-                        now,
-                    };
-                    return Handled::Pending(report, Box::new(rest));
+                    return Handled::Pending(report, Box::new(plan));
                 };
                 self.offer_early(&place_of(event), &plan).await;
+                let next = Continuation::first(now, event.time, plan.clone());
                 if let Err(e) = self.send(queue, &next, Duration::ZERO).await {
                     return Handled::Done(e.fail(report));
                 }
@@ -517,25 +485,65 @@ impl Pipeline<'_> {
         }
     }
 
-    /// A drain an event's first pass left pending, carried on here pass after pass; then, if
-    /// it did not fail, the event recorded (a failed drain leaves the event unrecorded, so that
-    /// it comes back whole).
-    async fn carry_on_here(&self, rest: PendingDrain<'_>, mut report: Report) -> Report {
-        let PendingDrain {
-            executor,
-            plan,
-            next,
-            outcome,
-            now,
-        } = rest;
+    /// The drain of `plan` that the first pass of `event` (at `now`) left pending, carried on
+    /// here pass after pass; then, if it did not fail, the event recorded (a failed drain leaves
+    /// the event unrecorded, so that it comes back whole).
+    async fn carry_on_here(
+        &self,
+        event: &Event,
+        plan: Plan,
+        now: DateTime<Utc>,
+        mut report: Report,
+    ) -> Report {
+        let Some(executor) = self.executor else {
+            return report;
+        };
+        let next = Continuation::first(now, event.time, plan.clone());
         match self
             .passes_here(executor, &plan, next, Duration::ZERO, &mut report)
             .await
         {
-            Ok(()) => self.record_event(&plan, report, outcome, now).await,
+            Ok(()) => {
+                let outcome = self.outcome(Some(executor));
+                self.record_event(&plan, report, outcome, now).await
+            }
             Err(e) => e.fail(report),
         }
     }
+
+    /// The outcome of an event done with `executor`: acted when it writes the cluster.
+    fn outcome(&self, executor: Option<&dyn Executor>) -> Outcome {
+        match executor.is_some() && self.mode.writes_cluster() {
+            true => Outcome::Acted,
+            false => Outcome::Planned,
+        }
+    }
+}
+
+/// Removes the cordon records of `nodes` that do not verify with the store's continuation keys
+/// (a node's kubelet may write its own annotations), each logged: nothing is decided from them
+/// (see [`crate::domain::wayback`]). The keys are read only when a node carries a record.
+/// Answers the nodes whose record was removed, with why.
+pub async fn drop_unverified_records(
+    store: &dyn PoolStore,
+    nodes: &mut [crate::domain::facts::NodeFacts],
+) -> Vec<(String, String)> {
+    use crate::domain::cordon_record::{ANNOTATION_CORDON, drop_unverified};
+    if !nodes
+        .iter()
+        .any(|n| n.annotations.contains_key(ANNOTATION_CORDON))
+    {
+        return Vec::new();
+    }
+    let keys = store.continuation_keys().await;
+    let keys = keys.inspect_err(|e| {
+        tracing::warn!(error = %e, "the continuation keys cannot be read: no cordon record verifies");
+    });
+    let dropped = drop_unverified(nodes, keys.ok().as_ref());
+    for (node, why) in &dropped {
+        tracing::warn!(%node, %why, "refusing a cordon record");
+    }
+    dropped
 }
 
 /// `work`, if it ends by `deadline` on `clock` (none: it always does).

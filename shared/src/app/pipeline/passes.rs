@@ -434,22 +434,11 @@ pub(super) struct Queued<'q, 'r> {
     pub(super) body: &'r str,
 }
 
-/// What became of an event's work in its first run: done (reported), or a drain to carry on
-/// in process before the event is recorded.
-pub(super) enum Handled<'e> {
+/// What became of an event's work in its first run: done (reported), or the plan of a drain to
+/// carry on in process before the event is recorded.
+pub(super) enum Handled {
     Done(Report),
-    Pending(Report, Box<PendingDrain<'e>>),
-}
-
-/// A drain an event's first pass left pending, to carry on in process.
-pub(super) struct PendingDrain<'e> {
-    pub(super) executor: &'e dyn Executor,
-    pub(super) plan: Plan,
-    pub(super) next: Continuation,
-    /// The event's outcome once recorded.
-    pub(super) outcome: Outcome,
-    /// When the event's work began (its pools are recorded as of then).
-    pub(super) now: DateTime<Utc>,
+    Pending(Report, Box<Plan>),
 }
 
 /// When the next pass of a drain is due: after `interval` while something can be done (an

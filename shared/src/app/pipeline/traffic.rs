@@ -80,7 +80,7 @@ impl Pipeline<'_> {
         &self,
         records: &[Record],
         later: Vec<Vec<usize>>,
-        first: &[Vec<(usize, Handled<'_>)>],
+        first: &[Vec<(usize, Handled)>],
     ) -> BTreeMap<usize, String> {
         let Some(traffic) = self.traffic.filter(|_| self.mode.writes_cluster()) else {
             return BTreeMap::new();
@@ -109,13 +109,13 @@ impl Pipeline<'_> {
             }
         }
         for (i, handled) in first.iter().flatten() {
-            if let (Handled::Pending(_, rest), Ok(event)) = (handled, &records[*i].event)
-                && rest.plan.actions.iter().any(draining)
+            if let (Handled::Pending(_, plan), Ok(event)) = (handled, &records[*i].event)
+                && plan.actions.iter().any(draining)
             {
                 drains.push(FirstDrain {
                     record: *i,
                     place: place_of(event),
-                    plan: &rest.plan,
+                    plan,
                 });
             }
         }
