@@ -197,7 +197,7 @@ impl Handler {
             .map(|d| d.found.values().flat_map(InstanceFacts::clusters).collect())
             .unwrap_or_default();
         let now = self.clock.now();
-        let served = match self.fleet.served_seeing(&self.config, now, &seen).await {
+        let served = match self.fleet.served(&self.config, now, &seen).await {
             Ok(served) => served,
             Err(e) => {
                 tracing::error!(error = %e, "the served clusters could not be listed");

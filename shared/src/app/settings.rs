@@ -335,6 +335,11 @@ impl fmt::Display for OrOff {
     }
 }
 
+/// The items of a list separated by commas, trimmed, blank ones left out.
+fn items(v: &str) -> impl Iterator<Item = &str> {
+    v.split(',').map(str::trim).filter(|s| !s.is_empty())
+}
+
 /// Event kinds separated by commas, or `none`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Kinds(pub BTreeSet<EventKind>);
@@ -349,12 +354,7 @@ impl Kinds {
                 .filter(|k| k.configurable())
                 .ok_or_else(|| format!("`{s}` is not an event kind"))
         };
-        v.split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(kind)
-            .collect::<Result<_, _>>()
-            .map(Kinds)
+        items(v).map(kind).collect::<Result<_, _>>().map(Kinds)
     }
 }
 
@@ -386,12 +386,7 @@ impl Hooks {
                 && h.chars()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '/'))
         };
-        let hooks: BTreeSet<String> = v
-            .split(',')
-            .map(str::trim)
-            .filter(|h| !h.is_empty())
-            .map(str::to_string)
-            .collect();
+        let hooks: BTreeSet<String> = items(v).map(str::to_string).collect();
         match hooks.iter().find(|h| !is_hook(h)) {
             Some(bad) => Err(format!(
                 "`{bad}` is not a lifecycle hook name (1 to 255 letters, digits, '-', '_' or '/')"
@@ -420,7 +415,7 @@ impl Priorities {
             p.enabled = on;
             return Ok(p);
         }
-        for option in value.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+        for option in items(value) {
             match option.split_once('=') {
                 None if option == "take-over" => p.settings.take_over = true,
                 Some(("hot-share", share)) => {
@@ -723,20 +718,15 @@ type Given = BTreeMap<String, String>;
 impl Settings {
     /// The settings of the process environment.
     pub fn from_env() -> Result<Settings, ConfigError> {
-        let mut vars = Vec::new();
-        for (name, value) in std::env::vars_os() {
-            let Ok(name) = name.into_string() else {
-                continue;
-            };
+        let vars = std::env::vars_os().filter_map(|(name, value)| {
+            let name = name.into_string().ok()?;
             match value.into_string() {
-                Ok(value) => vars.push((name, value)),
-                Err(_) if name.starts_with("FOREWARN_") => {
-                    return Err(ConfigError::new(&name, "", "not UTF-8 text"));
-                }
-                Err(_) => {}
+                Ok(value) => Some(Ok((name, value))),
+                Err(_) => (name.starts_with("FOREWARN_"))
+                    .then(|| Err(ConfigError::new(&name, "", "not UTF-8 text"))),
             }
-        }
-        Settings::from_vars(vars)
+        });
+        Settings::from_vars(vars.collect::<Result<Vec<_>, _>>()?)
     }
 
     /// The settings `vars` (name, value) give: [`Variables`] parsed from the `FOREWARN_*` ones

@@ -144,7 +144,7 @@ impl Pipeline<'_> {
     /// inside the batch while its time allows). Returns one report per record, in order.
     pub async fn process(&self, records: &[Record]) -> Vec<Report> {
         let now = self.clock.now();
-        let looked_up = self.within(self.look_up(records)).await;
+        let looked_up = within(self.clock, self.limits.deadline, self.look_up(records)).await;
         let (found, nodes, applied, followed) = match looked_up.unwrap_or(Err(WorkError::OutOfTime))
         {
             Ok(found) => found,
@@ -215,11 +215,6 @@ impl Pipeline<'_> {
             deadline: self.limits.deadline,
             fail_fast: self.limits.fail_fast,
         }
-    }
-
-    /// `work`, if it ends by the batch's deadline (see [`within`]).
-    async fn within<T>(&self, work: impl Future<Output = T>) -> Option<T> {
-        within(self.clock, self.limits.deadline, work).await
     }
 
     /// The batch's lookups besides its instances' (given, see [`places`]): one node lookup and
@@ -412,7 +407,7 @@ impl Pipeline<'_> {
         if self.limits.deadline.is_some_and(|d| self.clock.now() >= d) {
             return Err(Report::new(record).failed(format!("not started: {OUT_OF_TIME}")));
         }
-        let done = self.within(work).await;
+        let done = within(self.clock, self.limits.deadline, work).await;
         let done =
             done.ok_or_else(|| Report::new(record).failed(format!("not finished: {OUT_OF_TIME}")))?;
         done.map_err(|panic| panicked(record, panic.as_ref()))

@@ -149,63 +149,52 @@ impl Pipeline<'_> {
             let why = "a drain's continuation, and this run does not act on a cluster";
             return report.ended(Outcome::Ignored, why);
         };
-        if let (Some((wait, seen)), Some(queue)) = (
-            self.still_waiting(plan, continuation, room),
-            self.queue_for(record),
-        ) {
-            // Nothing is due: no other request, the next look queued.
-            let now = self.clock.now();
-            let detail = format!(
-                "waiting for room: {} placeholders, none running yet (looked at them alone); \
-                 evicted when one runs, at the latest at {}",
-                seen.placeholders,
-                wait.until.to_rfc3339()
-            );
-            for a in &mut report.actions {
-                a.result = Some(detail.clone());
-            }
-            let wait = (wait.next_look(now) - now).to_std().unwrap_or_default();
-            let after = pass_delay(wait, self.passes.interval);
-            if let Err(e) = self.send(queue, &continuation.next(None), after).await {
-                return e.fail(report);
-            }
-            report.outcome = Outcome::Acted;
-            return report;
-        }
-        if plan.has_node_work() {
-            match self
-                .drain_pass(executor, plan, continuation, record.kept, &mut report)
-                .await
-            {
-                Ok(PassEnd::Refused) => {
-                    report.outcome = Outcome::Ignored;
-                    return report;
+        let out = &mut report;
+        let done = async move {
+            if let (Some((wait, seen)), Some(queue)) = (
+                self.still_waiting(plan, continuation, room),
+                self.queue_for(record),
+            ) {
+                // Nothing is due: no other request, the next look queued.
+                let now = self.clock.now();
+                let detail = format!(
+                    "waiting for room: {} placeholders, none running yet (looked at them alone); \
+                     evicted when one runs, at the latest at {}",
+                    seen.placeholders,
+                    wait.until.to_rfc3339()
+                );
+                for a in &mut out.actions {
+                    a.result = Some(detail.clone());
                 }
-                Ok(PassEnd::Done) => {}
+                let wait = (wait.next_look(now) - now).to_std().unwrap_or_default();
+                let after = pass_delay(wait, self.passes.interval);
+                self.send(queue, &continuation.next(None), after).await?;
+                return Ok(Outcome::Acted);
+            }
+            if !plan.has_node_work() {
+                return Ok(Outcome::Acted);
+            }
+            let end = self.drain_pass(executor, plan, continuation, record.kept, out);
+            match (end.await?, self.queue_for(record)) {
+                (PassEnd::Refused, _) => return Ok(Outcome::Ignored),
                 // A kept copy's drain goes on through its queued twin.
-                Ok(PassEnd::Next(..)) if record.kept => {}
-                Ok(PassEnd::Next(next, after)) => {
-                    let carried = match self.queue_for(record) {
-                        Some(queue) => {
-                            let arn = queue.arn.to_string();
-                            self.send(queue, &next, after)
-                                .await
-                                .map(|body| self.keep_if_refused(&report, body, arn))
-                        }
-                        None => {
-                            self.passes_here(executor, plan, *next, after, &mut report)
-                                .await
-                        }
-                    };
-                    if let Err(e) = carried {
-                        return e.fail(report);
-                    }
+                (PassEnd::Done, _) => {}
+                (PassEnd::Next(..), _) if record.kept => {}
+                (PassEnd::Next(next, after), Some(queue)) => {
+                    let arn = queue.arn.to_string();
+                    let body = self.send(queue, &next, after).await?;
+                    self.keep_if_refused(out, body, arn);
                 }
-                Err(e) => return e.fail(report),
+                (PassEnd::Next(next, after), None) => {
+                    self.passes_here(executor, plan, *next, after, out).await?;
+                }
             }
+            Ok::<_, WorkError>(Outcome::Acted)
+        };
+        match done.await {
+            Ok(outcome) => Report { outcome, ..report },
+            Err(e) => e.fail(report),
         }
-        report.outcome = Outcome::Acted;
-        report
     }
 
     /// One drain pass of `plan` for `continuation`, its results put in `report`; `quiet` for a
@@ -298,7 +287,13 @@ impl Pipeline<'_> {
             return BTreeMap::new();
         }
         let nodes: Vec<String> = nodes.into_iter().collect();
-        match self.within(executor.room_in(&nodes, self.work())).await {
+        match within(
+            self.clock,
+            self.limits.deadline,
+            executor.room_in(&nodes, self.work()),
+        )
+        .await
+        {
             Some(Ok(seen)) => seen,
             Some(Err(e)) => {
                 tracing::warn!(error = %e, "could not look at the placeholders: drains waiting for room make full passes");
