@@ -563,21 +563,18 @@ impl ClusterSelection {
              `eu-west-1`, a name of 1 to 100 letters, digits, `-`, `_` or `.`), or `*`, \
              `account/*`, `account/region/*` for every cluster of the own place, an account or \
              an account's region";
-        let mut entries: Vec<Entry> = Vec::new();
+        let invalid = Invalid { expected: EXPECTED };
+        let (mut places, mut also, mut entries) = (Vec::new(), Vec::new(), Vec::new());
         for entry in v.split(',').map(str::trim) {
-            let entry = Entry::parse(entry).map_err(|_| Invalid { expected: EXPECTED })?;
+            let entry = Entry::parse(entry).map_err(|_| invalid)?;
             if entries.contains(&entry) {
-                return Err(Invalid { expected: EXPECTED });
+                return Err(invalid);
             }
-            entries.push(entry);
-        }
-        let mut places: Vec<Place> = Vec::new();
-        let mut also: Vec<ClusterId> = Vec::new();
-        for entry in &entries {
-            match entry {
+            match &entry {
                 Entry::One(id) => also.push(id.clone()),
                 Entry::Every(place) => places.push(place.clone()),
             }
+            entries.push(entry);
         }
         if places.is_empty() {
             return Ok(ClusterSelection::Named(also));

@@ -139,10 +139,10 @@ pub async fn services_on(
         .as_ref()
         .map(|sdk| Arc::new(SqsRedelivery::from_conf(sdk)));
     // `off`: the passes run in process.
-    let queue = match (&sqs, settings.drain_pass_interval) {
-        (Some(q), Some(_)) => Some(q.clone() as Arc<dyn ContinuationQueue>),
-        _ => None,
-    };
+    let queue = sqs
+        .clone()
+        .filter(|_| settings.drain_pass_interval.is_some());
+    let queue = queue.map(|q| q as Arc<dyn ContinuationQueue>);
     let handler = Handler {
         config: settings.config.clone(),
         mode: settings.mode,
