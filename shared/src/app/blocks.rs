@@ -142,10 +142,9 @@ pub async fn expand(
                 }
                 Some(why) => {
                     tracing::warn!(origin = %record.origin, %why, "refusing a Capacity Block's event");
-                    let mut report = Report::new(record);
-                    report.outcome = crate::domain::report::Outcome::Ignored;
-                    report.reason = Some(format!("refused: {why}"));
-                    (report, why)
+                    let refused = format!("refused: {why}");
+                    let outcome = crate::domain::report::Outcome::Ignored;
+                    (Report::new(record).ended(outcome, refused), why)
                 }
             },
             Err(e) => (
@@ -154,13 +153,19 @@ pub async fn expand(
             ),
         };
         out.failed.push((i, report));
-        record.event = Err(DecodeError {
-            origin: record.origin.clone(),
-            field: Some("detail.capacity-reservation-id".into()),
-            message: why,
-        });
+        set_aside(record, why);
     }
     Some(out)
+}
+
+/// `record` set aside for its report alone: its event a decode error saying `why`, so that
+/// nothing is done with it.
+fn set_aside(record: &mut Record, why: String) {
+    record.event = Err(DecodeError {
+        origin: record.origin.clone(),
+        field: Some("detail.capacity-reservation-id".into()),
+        message: why,
+    });
 }
 
 /// Why EC2's answer refuses `event`: a part naming an instance EC2 does not list in the block,
@@ -289,11 +294,7 @@ pub async fn fan_out(queue: &dyn ContinuationQueue, expanded: &mut Expanded) -> 
             expanded
                 .failed
                 .push((i, Report::new(record).failed(why.clone())));
-            record.event = Err(DecodeError {
-                origin: record.origin.clone(),
-                field: Some("detail.capacity-reservation-id".into()),
-                message: why,
-            });
+            set_aside(record, why);
             continue;
         }
         queued += rest.len();

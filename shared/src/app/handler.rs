@@ -46,7 +46,7 @@ pub enum HandlerError {
     EventFailed { origin: String, reason: String },
 }
 
-/// Everything the handler needs, built once per cold start (see [`Handler::from_env`] in
+/// Everything the handler needs, built once per cold start (see [`Handler::from_settings`] in
 /// [`crate::app::wiring`]).
 pub struct Handler {
     pub config: Config,
@@ -197,7 +197,7 @@ impl Handler {
             .map(|d| d.found.values().flat_map(InstanceFacts::clusters).collect())
             .unwrap_or_default();
         let now = self.clock.now();
-        let served = match self.fleet.served_seeing(&self.config, now, &seen).await {
+        let served = match self.fleet.served(&self.config, now, &seen).await {
             Ok(served) => served,
             Err(e) => {
                 tracing::error!(error = %e, "the served clusters could not be listed");

@@ -130,14 +130,11 @@ impl Priorities<'_> {
     /// Reads the base, the groups and the unavailable pools at `now`, computes the priorities
     /// and writes them when they differ from the ConfigMap's (re-reading it after a conflict).
     pub async fn run(&self, now: DateTime<Utc>) -> Result<PriorityOutcome, PriorityRunError> {
-        let text = match (&self.base, self.expander) {
-            (BaseSource::Text { text, .. }, _) => Some(text.clone()),
-            (BaseSource::ConfigMap, Some(e)) => e.base().await?,
-            (BaseSource::ConfigMap, None) => None,
-        };
-        let name = match &self.base {
-            BaseSource::Text { name, .. } => name.clone(),
-            BaseSource::ConfigMap => format!("configmap {NAMESPACE}/{BASE_CONFIGMAP}"),
+        let configmap = || format!("configmap {NAMESPACE}/{BASE_CONFIGMAP}");
+        let (text, name) = match (&self.base, self.expander) {
+            (BaseSource::Text { text, name }, _) => (Some(text.clone()), name.clone()),
+            (BaseSource::ConfigMap, Some(e)) => (e.base().await?, configmap()),
+            (BaseSource::ConfigMap, None) => (None, configmap()),
         };
         let base = BasePriorities::parse(text.as_deref().unwrap_or(""), &name)?;
         if base.is_empty() {

@@ -266,20 +266,11 @@ impl ConfigError {
     }
 }
 
-/// The words that mean true, in any case.
-pub const TRUE_WORDS: &[&str] = &["true", "1", "yes", "on"];
-/// The words that mean false, in any case.
-pub const FALSE_WORDS: &[&str] = &["false", "0", "no", "off"];
-
 /// The one boolean parser: `true`, `1`, `yes`, `on` and `false`, `0`, `no`, `off`, in any case.
 pub fn parse_bool(s: &str) -> Result<bool, String> {
-    let word = s.trim().to_ascii_lowercase();
-    match (
-        TRUE_WORDS.contains(&word.as_str()),
-        FALSE_WORDS.contains(&word.as_str()),
-    ) {
-        (true, _) => Ok(true),
-        (_, true) => Ok(false),
+    match s.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" => Ok(false),
         _ => Err(format!(
             "`{}` is not a boolean (true or false, 1 or 0, yes or no, on or off)",
             s.trim()
@@ -344,6 +335,11 @@ impl fmt::Display for OrOff {
     }
 }
 
+/// The items of a list separated by commas, trimmed, blank ones left out.
+fn items(v: &str) -> impl Iterator<Item = &str> {
+    v.split(',').map(str::trim).filter(|s| !s.is_empty())
+}
+
 /// Event kinds separated by commas, or `none`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Kinds(pub BTreeSet<EventKind>);
@@ -358,12 +354,7 @@ impl Kinds {
                 .filter(|k| k.configurable())
                 .ok_or_else(|| format!("`{s}` is not an event kind"))
         };
-        v.split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(kind)
-            .collect::<Result<_, _>>()
-            .map(Kinds)
+        items(v).map(kind).collect::<Result<_, _>>().map(Kinds)
     }
 }
 
@@ -395,12 +386,7 @@ impl Hooks {
                 && h.chars()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '/'))
         };
-        let hooks: BTreeSet<String> = v
-            .split(',')
-            .map(str::trim)
-            .filter(|h| !h.is_empty())
-            .map(str::to_string)
-            .collect();
+        let hooks: BTreeSet<String> = items(v).map(str::to_string).collect();
         match hooks.iter().find(|h| !is_hook(h)) {
             Some(bad) => Err(format!(
                 "`{bad}` is not a lifecycle hook name (1 to 255 letters, digits, '-', '_' or '/')"
@@ -429,7 +415,7 @@ impl Priorities {
             p.enabled = on;
             return Ok(p);
         }
-        for option in value.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+        for option in items(value) {
             match option.split_once('=') {
                 None if option == "take-over" => p.settings.take_over = true,
                 Some(("hot-share", share)) => {
@@ -577,21 +563,18 @@ impl ClusterSelection {
              `eu-west-1`, a name of 1 to 100 letters, digits, `-`, `_` or `.`), or `*`, \
              `account/*`, `account/region/*` for every cluster of the own place, an account or \
              an account's region";
-        let mut entries: Vec<Entry> = Vec::new();
+        let invalid = Invalid { expected: EXPECTED };
+        let (mut places, mut also, mut entries) = (Vec::new(), Vec::new(), Vec::new());
         for entry in v.split(',').map(str::trim) {
-            let entry = Entry::parse(entry).map_err(|_| Invalid { expected: EXPECTED })?;
+            let entry = Entry::parse(entry).map_err(|_| invalid)?;
             if entries.contains(&entry) {
-                return Err(Invalid { expected: EXPECTED });
+                return Err(invalid);
             }
-            entries.push(entry);
-        }
-        let mut places: Vec<Place> = Vec::new();
-        let mut also: Vec<ClusterId> = Vec::new();
-        for entry in &entries {
-            match entry {
+            match &entry {
                 Entry::One(id) => also.push(id.clone()),
                 Entry::Every(place) => places.push(place.clone()),
             }
+            entries.push(entry);
         }
         if places.is_empty() {
             return Ok(ClusterSelection::Named(also));
@@ -727,35 +710,20 @@ pub const PLATFORM: &[(&str, &str)] = &[
 ];
 
 /// The variables given, trimmed, the blank ones left out.
-struct Given(BTreeMap<String, String>);
-
-impl Given {
-    fn get(&self, name: &str) -> Option<String> {
-        self.0.get(name).cloned()
-    }
-
-    fn is_set(&self, name: &str) -> bool {
-        self.0.contains_key(name)
-    }
-}
+type Given = BTreeMap<String, String>;
 
 impl Settings {
     /// The settings of the process environment.
     pub fn from_env() -> Result<Settings, ConfigError> {
-        let mut vars = Vec::new();
-        for (name, value) in std::env::vars_os() {
-            let Ok(name) = name.into_string() else {
-                continue;
-            };
+        let vars = std::env::vars_os().filter_map(|(name, value)| {
+            let name = name.into_string().ok()?;
             match value.into_string() {
-                Ok(value) => vars.push((name, value)),
-                Err(_) if name.starts_with("FOREWARN_") => {
-                    return Err(ConfigError::new(&name, "", "not UTF-8 text"));
-                }
-                Err(_) => {}
+                Ok(value) => Some(Ok((name, value))),
+                Err(_) => (name.starts_with("FOREWARN_"))
+                    .then(|| Err(ConfigError::new(&name, "", "not UTF-8 text"))),
             }
-        }
-        Settings::from_vars(vars)
+        });
+        Settings::from_vars(vars.collect::<Result<Vec<_>, _>>()?)
     }
 
     /// The settings `vars` (name, value) give: [`Variables`] parsed from the `FOREWARN_*` ones
@@ -765,12 +733,11 @@ impl Settings {
         K: Into<String>,
         V: AsRef<str>,
     {
-        let given = Given(
-            vars.into_iter()
-                .map(|(k, v)| (k.into(), v.as_ref().trim().to_string()))
-                .filter(|(_, v)| !v.is_empty())
-                .collect(),
-        );
+        let given: Given = vars
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.as_ref().trim().to_string()))
+            .filter(|(_, v)| !v.is_empty())
+            .collect();
         let variables = Variables::from_given(&given)?;
         Settings::new(variables, &given)
     }
@@ -778,7 +745,8 @@ impl Settings {
     /// The settings of `v`, with the platform's variables of `given`.
     fn new(v: Variables, given: &Given) -> Result<Settings, ConfigError> {
         let clusters = v.clusters.clone().unwrap_or(ClusterSelection::Unnamed);
-        let kubeconfig = given.is_set("KUBECONFIG") || given.is_set("KUBERNETES_SERVICE_HOST");
+        let kubeconfig =
+            given.contains_key("KUBECONFIG") || given.contains_key("KUBERNETES_SERVICE_HOST");
         let cluster_access = cluster_access(&clusters, v.clusters.is_some() && !kubeconfig);
         let state_dir = v.state_dir.clone().unwrap_or_else(|| state_dir(given));
         let accounts = accounts(&v, &clusters, given)?;
@@ -811,11 +779,11 @@ impl Settings {
             accounts,
             clusters,
             cluster_access,
-            kubeconfig_given: given.is_set("KUBECONFIG"),
+            kubeconfig_given: given.contains_key("KUBECONFIG"),
             executor: ExecutorSettings {
                 reporting_instance: ["AWS_LAMBDA_FUNCTION_NAME", "HOSTNAME"]
                     .iter()
-                    .find_map(|name| given.get(name))
+                    .find_map(|name| given.get(*name).cloned())
                     .map_or_else(|| "forewarn".into(), |v| v.chars().take(128).collect()),
                 ..ExecutorSettings::default()
             },
@@ -831,15 +799,15 @@ impl Settings {
                 }),
             }),
             concurrency: usize::from(v.concurrency),
-            rust_log: given.get("RUST_LOG"),
+            rust_log: given.get("RUST_LOG").cloned(),
             priorities: v.priorities,
             drain_pass_interval: v.drain_pass_interval.0,
             deregister_budget: v.deregister_budget.0,
             policy_allow: v.policy_allow,
             aws: AwsSettings {
-                max_attempts_set: given.is_set("AWS_MAX_ATTEMPTS"),
+                max_attempts_set: given.contains_key("AWS_MAX_ATTEMPTS"),
             },
-            lambda_function: given.get("AWS_LAMBDA_FUNCTION_NAME"),
+            lambda_function: given.get("AWS_LAMBDA_FUNCTION_NAME").cloned(),
         })
     }
 
@@ -872,7 +840,6 @@ impl Variables {
     /// field's parser (as its flag), so that the functions and the command read them alike.
     fn from_given(given: &Given) -> Result<Variables, ConfigError> {
         if let Some((name, value, home)) = given
-            .0
             .iter()
             .filter(|(n, _)| n.starts_with("FOREWARN_"))
             .find_map(|(n, v)| Some((n, v, retired_home(n)?)))
@@ -914,7 +881,7 @@ fn config_error(e: &clap::Error, given: &Given) -> ConfigError {
     let variable = arg
         .and_then(|a| a.get_env())
         .map_or_else(|| "FOREWARN_*".into(), |n| n.to_string_lossy().into_owned());
-    let value = match given.get(&variable) {
+    let value = match given.get(&variable).cloned() {
         Some(url) if arg.is_some_and(|a| a.is_hide_env_values_set()) => redacted(&url),
         other => other.unwrap_or_default(),
     };
@@ -995,7 +962,7 @@ fn accounts(
     {
         return Err(ConfigError::new(
             "FOREWARN_CLUSTERS",
-            &given.get("FOREWARN_CLUSTERS").unwrap_or_default(),
+            &given.get("FOREWARN_CLUSTERS").cloned().unwrap_or_default(),
             format!(
                 "names account {other}, which is reached through the member role: set \
                  FOREWARN_MEMBER_ROLE and FOREWARN_ACCOUNT_ID (the deployment's own account), and \

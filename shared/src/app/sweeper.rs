@@ -148,41 +148,29 @@ impl SweepRun {
 
     /// The run's answer: what each step did (a failed step: its error).
     pub fn answer(&self) -> serde_json::Value {
-        use serde_json::json;
-        let err = |e: &dyn std::fmt::Display| json!({ "error": e.to_string() });
-        let findings = match &self.findings {
-            Ok(reports) => json!({ "count": reports.len(),
-                                   "outcomes": crate::domain::report::Tally::of(reports) }),
-            Err(e) => err(e),
-        };
-        let way_back = match &self.way_back {
-            Ok(undone) => json!(undone),
-            Err(e) => err(e),
-        };
-        let placeholders = match &self.placeholders {
-            Ok(gone) => json!(gone),
-            Err(e) => err(e),
-        };
-        let priorities = match &self.priorities {
-            Ok(p) => json!(p.as_ref().map(|p| json!({
+        use serde_json::{Value, json};
+        fn step<T, E: std::fmt::Display>(r: &Result<T, E>, ok: impl Fn(&T) -> Value) -> Value {
+            r.as_ref()
+                .map_or_else(|e| json!({ "error": e.to_string() }), ok)
+        }
+        let findings = |reports: &Vec<Report>| json!({ "count": reports.len(), "outcomes": crate::domain::report::Tally::of(reports) });
+        let priorities = |p: &Option<PriorityOutcome>| {
+            json!(p.as_ref().map(|p| json!({
                 "change": p.change,
                 "hot": p.hot.iter().map(|h| &h.group).collect::<Vec<_>>()
-            }))),
-            Err(e) => err(e),
+            })))
         };
         let preflight = self.preflight.as_ref().map(|proofs| {
-            proofs
-                .iter()
-                .map(|p| {
-                    (
-                        p.capability.as_str().to_string(),
-                        json!(p.verdict.to_string()),
-                    )
-                })
-                .collect::<serde_json::Map<String, serde_json::Value>>()
+            let verdicts = proofs.iter().map(|p| {
+                let verdict = json!(p.verdict.to_string());
+                (p.capability.as_str().to_string(), verdict)
+            });
+            verdicts.collect::<serde_json::Map<String, Value>>()
         });
-        json!({ "findings": findings, "way_back": way_back,
-                "placeholders_deleted": placeholders, "priorities": priorities,
+        json!({ "findings": step(&self.findings, findings),
+                "way_back": step(&self.way_back, |u| json!(u)),
+                "placeholders_deleted": step(&self.placeholders, |g| json!(g)),
+                "priorities": step(&self.priorities, priorities),
                 "preflight": preflight })
     }
 }
@@ -228,14 +216,11 @@ impl Sweeper {
         let mut visits = Vec::new();
         for (id, reached) in every {
             match reached {
-                Ok(cluster) => visits.push(self.in_cluster(id, cluster)),
+                Ok(cluster) => visits
+                    .push(async move { self.in_cluster(id, cluster).await.run(deadline).await }),
                 Err(e) => unreachable.push(e),
             }
         }
-        let visits = visits.into_iter().map(|visit| async move {
-            let visit = visit.await;
-            visit.run(deadline).await
-        });
         SweepRuns {
             runs: futures::future::join_all(visits).await,
             unreachable,

@@ -34,9 +34,7 @@ impl Telemetry {
             }
         }
     }
-}
 
-impl Telemetry {
     /// A preflight of `cluster` (see [`crate::app::preflight`]): what changed since the last
     /// logged (a refusal as a warning, anything else as info), `blocking` (refused writes the
     /// configuration uses) as an error; with metrics, `PreflightRefused` (Count) by
@@ -92,7 +90,7 @@ pub fn preflight_documents(
         .map(|proof| {
             emf.doc(
                 &[&["Capability"]],
-                json!([{"Name": "PreflightRefused", "Unit": "Count"}]),
+                &["PreflightRefused"],
                 json!({"Capability": proof.capability.as_str(),
                        "PreflightRefused": u8::from(proof.verdict.is_refused()),
                        "Group": proof.group, "Verdict": proof.verdict.to_string()}),
@@ -249,7 +247,7 @@ pub fn emf_documents(report: &Report, now: DateTime<Utc>) -> Vec<Value> {
         // A later pass of a drain: the event was counted (and its pools) by its first pass.
         let mut docs = vec![emf.doc(
             &[&["Kind", "Outcome"]],
-            json!([{"Name": "DrainPasses", "Unit": "Count"}]),
+            &["DrainPasses"],
             json!({"Kind": emf.kind, "Outcome": report.outcome.as_str(), "DrainPasses": 1,
                    "EventId": report.event_id, "Pass": report.pass}),
         )];
@@ -263,7 +261,7 @@ pub fn emf_documents(report: &Report, now: DateTime<Utc>) -> Vec<Value> {
     if let Some(account) = &report.account_unreachable {
         docs.push(emf.doc(
             &[&[], &["Account"]],
-            json!([{"Name": "AccountUnreachable", "Unit": "Count"}]),
+            &["AccountUnreachable"],
             json!({"Account": account, "AccountUnreachable": 1}),
         ));
     }
@@ -291,8 +289,17 @@ struct Emf<'a> {
 }
 
 impl Emf<'_> {
-    /// One EMF document: the metrics' definitions and the fields that carry their values.
-    fn doc(&self, dimensions: &[&[&str]], metrics: Value, fields: Value) -> Value {
+    /// One EMF document: the metrics' definitions (counts, and latencies in milliseconds) and
+    /// the fields that carry their values.
+    fn doc(&self, dimensions: &[&[&str]], metrics: &[&str], fields: Value) -> Value {
+        let unit = |m: &str| match m.ends_with("Latency") {
+            true => "Milliseconds",
+            false => "Count",
+        };
+        let metrics: Vec<Value> = metrics
+            .iter()
+            .map(|m| json!({"Name": m, "Unit": unit(m)}))
+            .collect();
         let mut sets: Vec<Vec<&str>> = dimensions.iter().map(|set| set.to_vec()).collect();
         if self.cluster.is_some() {
             sets.extend(dimensions.iter().map(|set| {
@@ -326,12 +333,12 @@ impl Emf<'_> {
         vec![
             self.doc(
                 &[&["Kind"]],
-                json!([{"Name": "EventsReceived", "Unit": "Count"}]),
+                &["EventsReceived"],
                 json!({"Kind": kind, "EventsReceived": 1}),
             ),
             self.doc(
                 &[&["Kind", "Outcome"]],
-                json!([{"Name": "EventsReceived", "Unit": "Count"}]),
+                &["EventsReceived"],
                 json!({"Kind": kind, "Outcome": report.outcome.as_str(), "EventsReceived": 1}),
             ),
         ]
@@ -349,7 +356,7 @@ impl Emf<'_> {
             .map(|action| {
                 self.doc(
                     &[&["Kind", "Action", "Result"]],
-                    json!([{"Name": "Actions", "Unit": "Count"}]),
+                    &["Actions"],
                     json!({"Kind": self.kind, "Action": action.action.as_str(), "Result": result,
                            "Actions": 1, "InstanceId": action.instance_id, "Node": action.node}),
                 )
@@ -366,7 +373,7 @@ impl Emf<'_> {
             .map(|pool| {
                 self.doc(
                     &[&["CapacityType", "InstanceType", "Zone"]],
-                    json!([{"Name": "PoolsMarked", "Unit": "Count"}]),
+                    &["PoolsMarked"],
                     json!({"CapacityType": pool.capacity_type, "InstanceType": pool.instance_type,
                            "Zone": pool.zone, "PoolsMarked": 1}),
                 )
@@ -380,19 +387,23 @@ impl Emf<'_> {
         let mut docs = Vec::new();
         for action in acting(report) {
             let Some(drain) = action.drain else { continue };
+            let mut metrics = vec![
+                "Evictions",
+                "PodEventsRecorded",
+                "PodEventsGivenUp",
+                "PlaceholdersRefused",
+            ];
+            let mut fields = json!({"Kind": kind, "Evictions": drain.evicted,
+                   "PodEventsRecorded": drain.pod_events,
+                   "PodEventsGivenUp": drain.pod_events_given_up,
+                   "PlaceholdersRefused": drain.placeholders_refused,
+                   "InstanceId": action.instance_id, "Node": action.node});
+            if !drain.pending {
+                metrics.insert(1, "EvictionsRefused");
+                fields["EvictionsRefused"] = json!(drain.left);
+            }
+            docs.push(self.doc(&[&["Kind"]], &metrics, fields));
             if drain.pending {
-                docs.push(self.doc(
-                    &[&["Kind"]],
-                    json!([{"Name": "Evictions", "Unit": "Count"},
-                           {"Name": "PodEventsRecorded", "Unit": "Count"},
-                           {"Name": "PodEventsGivenUp", "Unit": "Count"},
-                           {"Name": "PlaceholdersRefused", "Unit": "Count"}]),
-                    json!({"Kind": kind, "Evictions": drain.evicted,
-                           "PodEventsRecorded": drain.pod_events,
-                           "PodEventsGivenUp": drain.pod_events_given_up,
-                           "PlaceholdersRefused": drain.placeholders_refused,
-                           "InstanceId": action.instance_id, "Node": action.node}),
-                ));
                 continue;
             }
             let drain_result = if drain.complete {
@@ -401,21 +412,8 @@ impl Emf<'_> {
                 "incomplete"
             };
             docs.push(self.doc(
-                &[&["Kind"]],
-                json!([{"Name": "Evictions", "Unit": "Count"},
-                       {"Name": "EvictionsRefused", "Unit": "Count"},
-                       {"Name": "PodEventsRecorded", "Unit": "Count"},
-                       {"Name": "PodEventsGivenUp", "Unit": "Count"},
-                       {"Name": "PlaceholdersRefused", "Unit": "Count"}]),
-                json!({"Kind": kind, "Evictions": drain.evicted, "EvictionsRefused": drain.left,
-                       "PodEventsRecorded": drain.pod_events,
-                       "PodEventsGivenUp": drain.pod_events_given_up,
-                       "PlaceholdersRefused": drain.placeholders_refused,
-                       "InstanceId": action.instance_id, "Node": action.node}),
-            ));
-            docs.push(self.doc(
                 &[&["Kind", "Result"]],
-                json!([{"Name": "Drains", "Unit": "Count"}]),
+                &["Drains"],
                 json!({"Kind": kind, "Result": drain_result, "Drains": 1,
                        "InstanceId": action.instance_id, "Node": action.node}),
             ));
@@ -442,11 +440,7 @@ impl Emf<'_> {
             f.insert("Zone".into(), json!(pool.zone));
             dimensions.push(&["CapacityType", "InstanceType", "Zone"]);
         }
-        Some(self.doc(
-            &dimensions,
-            json!([{"Name": "EventToActionLatency", "Unit": "Milliseconds"}]),
-            fields,
-        ))
+        Some(self.doc(&dimensions, &["EventToActionLatency"], fields))
     }
 }
 

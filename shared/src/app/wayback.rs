@@ -19,10 +19,9 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::app::leaving::LeavingInstances;
+use crate::app::pipeline::drop_unverified_records;
 use crate::domain::clusters::Place;
-use crate::domain::cordon_record::{
-    ANNOTATION_CORDON, CordonRecord, Undo, UndoOutcome, drop_unverified, read_unverified,
-};
+use crate::domain::cordon_record::{CordonRecord, Undo, UndoOutcome, read_unverified};
 use crate::domain::event::EventKind;
 use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::pool::{PoolKey, PoolQuery};
@@ -166,19 +165,6 @@ impl WayBack<'_> {
     /// Removes from `nodes` the cordon records that do not verify; a refusal for each node with
     /// a taint of forewarn's cordon that had one (the nodes the way back would look at), logged.
     async fn refuse_unverified(&self, nodes: &mut [NodeFacts]) -> Vec<UndoReport> {
-        if !nodes
-            .iter()
-            .any(|n| n.annotations.contains_key(ANNOTATION_CORDON))
-        {
-            return Vec::new();
-        }
-        let keys = match self.store.continuation_keys().await {
-            Ok(keys) => Some(keys),
-            Err(e) => {
-                tracing::warn!(error = %e, "the continuation keys cannot be read: no cordon record verifies");
-                None
-            }
-        };
         // Read before verification, to say which refusals to report (never to decide from).
         let tainted: BTreeSet<String> = nodes
             .iter()
@@ -190,24 +176,22 @@ impl WayBack<'_> {
             })
             .map(|n| n.name.clone())
             .collect();
-        let mut reports = Vec::new();
-        for (node, why) in drop_unverified(nodes, keys.as_ref()) {
-            tracing::warn!(%node, %why, "way back: refusing a cordon record");
-            if tainted.contains(&node) {
-                reports.push(UndoReport {
-                    node,
-                    instance_id: String::new(),
-                    event_id: String::new(),
-                    why,
-                    outcome: Some(UndoOutcome::Refused {
-                        why: "refused: its cordon record does not verify".into(),
-                    }),
-                    kept: None,
-                    error: None,
-                });
-            }
-        }
-        reports
+        let dropped = drop_unverified_records(self.store, nodes).await;
+        let refused = dropped
+            .into_iter()
+            .filter(|(node, _)| tainted.contains(node));
+        let report = |(node, why)| UndoReport {
+            node,
+            instance_id: String::new(),
+            event_id: String::new(),
+            why,
+            outcome: Some(UndoOutcome::Refused {
+                why: "refused: its cordon record does not verify".into(),
+            }),
+            kept: None,
+            error: None,
+        };
+        refused.map(report).collect()
     }
 }
 

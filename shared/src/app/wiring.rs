@@ -1,5 +1,5 @@
 //! The one place that builds forewarn's services from its [`Settings`]: both Lambda functions
-//! (once per cold start) and the `forewarn` command call [`services`]. The AWS SDK
+//! (once per cold start) and the `forewarn` command call [`services_with_clock`]. The AWS SDK
 //! configuration is loaded at most once per call, with one retry policy for every client
 //! ([`crate::adapters::aws::load`]), and only when a service needs AWS.
 
@@ -87,12 +87,8 @@ pub struct Services {
 /// - the webhook notifier, when configured;
 /// - the process's client-side Kubernetes rate limit.
 ///
-/// Every service takes "now" from the system clock; see [`services_with_clock`].
-pub async fn services(settings: &Settings) -> Result<Services, SetupError> {
-    services_with_clock(settings, SystemClock::shared()).await
-}
-
-/// [`services`], with every "now" and every wait taken from `clock` (`forewarn replay --now`).
+/// Every "now" and every wait is taken from `clock` (the system clock; a test's, `forewarn
+/// replay --now`).
 pub async fn services_with_clock(
     settings: &Settings,
     clock: Arc<dyn Clock>,
@@ -125,7 +121,9 @@ pub async fn services_on(
     )
     .await?;
     // One view of the accounts for every service: each member account's role is assumed once.
-    let accounts = sdk.as_ref().map(|sdk| accounts(settings, sdk));
+    let accounts = sdk
+        .as_ref()
+        .map(|sdk| Accounts::new(sdk, settings.accounts.clone()));
     let aws = sdk.as_ref().zip(accounts.as_ref());
     let instances: Arc<dyn InstanceDirectory> = match (&settings.instances, aws) {
         (InstanceChoice::File(path), _) => Arc::new(SnapshotInstances(load_instances(path)?)),
@@ -141,10 +139,10 @@ pub async fn services_on(
         .as_ref()
         .map(|sdk| Arc::new(SqsRedelivery::from_conf(sdk)));
     // `off`: the passes run in process.
-    let queue = match (&sqs, settings.drain_pass_interval) {
-        (Some(q), Some(_)) => Some(q.clone() as Arc<dyn ContinuationQueue>),
-        _ => None,
-    };
+    let queue = sqs
+        .clone()
+        .filter(|_| settings.drain_pass_interval.is_some());
+    let queue = queue.map(|q| q as Arc<dyn ContinuationQueue>);
     let handler = Handler {
         config: settings.config.clone(),
         mode: settings.mode,
@@ -354,22 +352,13 @@ fn own_place(settings: &Settings, sdk: Option<&aws_config::SdkConfig>) -> Place 
     }
 }
 
-/// The accounts events come from, over `sdk` (the settings' own account and member role): EC2
-/// and Auto Scaling calls in each event's account and region.
-fn accounts(settings: &Settings, sdk: &aws_config::SdkConfig) -> Accounts {
-    Accounts::new(sdk, settings.accounts.clone())
-}
-
 /// The webhook the settings name, if any (its TLS stack warmed up here, once per cold start).
 fn notifier(settings: &Settings) -> Result<Option<Arc<dyn Notifier>>, SetupError> {
-    Ok(match &settings.webhook {
-        Some(config) => {
-            let webhook = Webhook::new(config.clone(), settings.config.cluster_name.clone())
-                .map_err(SetupError::Webhook)?;
-            Some(Arc::new(webhook))
-        }
-        None => None,
-    })
+    let cluster = &settings.config.cluster_name;
+    let webhook = settings.webhook.as_ref();
+    let webhook = webhook.map(|config| Webhook::new(config.clone(), cluster.clone()));
+    let webhook = webhook.transpose().map_err(SetupError::Webhook)?;
+    Ok(webhook.map(|w| Arc::new(w) as Arc<dyn Notifier>))
 }
 
 /// The pool store `choice` names, read only in [`Mode::DryRun`]. `sdk` is the AWS
@@ -383,18 +372,14 @@ pub async fn store(
 ) -> Result<Arc<dyn PoolStore>, SetupError> {
     let store: Arc<dyn PoolStore> = match choice {
         StoreChoice::Dynamo { table, key_secret } => {
-            let loaded;
             let sdk = match sdk {
-                Some(sdk) => sdk,
-                None => {
-                    loaded = aws::load(aws).await;
-                    &loaded
-                }
+                Some(sdk) => sdk.clone(),
+                None => aws::load(aws).await,
             };
-            let client = aws_sdk_dynamodb::Client::new(sdk);
+            let client = aws_sdk_dynamodb::Client::new(&sdk);
             let mut store = DynamoStore::new(client, table.clone()).with_clock(clock);
             if let Some(secret) = key_secret {
-                let secrets = aws_sdk_secretsmanager::Client::new(sdk);
+                let secrets = aws_sdk_secretsmanager::Client::new(&sdk);
                 store = store.with_key_secret(SecretKeys::new(secrets, secret.clone()));
             }
             Arc::new(store)
@@ -452,29 +437,20 @@ pub async fn node_groups(
 }
 
 impl Handler {
-    /// The interruption handler of the process environment: [`Settings::from_env`] through
-    /// [`services`], once per cold start.
-    pub async fn from_env() -> Result<Handler, SetupError> {
-        Handler::from_settings(&Settings::from_env()?).await
-    }
-
-    /// The handler `settings` describe.
+    /// The handler `settings` describe (once per cold start).
     pub async fn from_settings(settings: &Settings) -> Result<Handler, SetupError> {
         if settings.cluster == ClusterChoice::None {
             tracing::warn!(
                 "no cluster configured (no clusters named, no KUBECONFIG, no cluster state file): planning without nodes"
             );
         }
-        Ok(services(settings).await?.handler)
+        Ok(services_with_clock(settings, SystemClock::shared())
+            .await?
+            .handler)
     }
 }
 
 impl Sweeper {
-    /// The sweeper of the process environment (see [`Sweeper::from_settings`]).
-    pub async fn from_env() -> Result<Sweeper, SetupError> {
-        Sweeper::from_settings(&Settings::from_env()?).await
-    }
-
     /// The sweeper `settings` describe: the handler's services with EC2 for the leaving
     /// instances, and with a live cluster (unless the priorities are off) Auto Scaling and
     /// the expander ConfigMap for the priorities; a cluster name is required (checked
@@ -483,7 +459,7 @@ impl Sweeper {
         if settings.cluster == ClusterChoice::None {
             tracing::warn!("no cluster configured: sweeping without nodes");
         }
-        let mut services = services(settings).await?;
+        let mut services = services_with_clock(settings, SystemClock::shared()).await?;
         let leaving = match services.leaving {
             Some(leaving) => leaving,
             None => Arc::new(Ec2Directory::from_conf(&aws::load(settings.aws).await)),

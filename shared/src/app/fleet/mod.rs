@@ -242,20 +242,10 @@ impl Fleet {
     /// The served clusters, each whole (of the own place when it names none; empty: one
     /// cluster, named by nobody; `base` is the configuration whose `cluster_name` names a lone
     /// cluster that does not name itself). For every cluster of places, the catalog's lists,
-    /// read again when older than [`RELIST`]; when they cannot be read, the last list
-    /// (logged), else the error.
+    /// read again when older than [`RELIST`] or, when the batch's instances name a cluster
+    /// among `seen` that the last list does not have (one created since), at most every
+    /// [`RELIST_UNKNOWN`]; when they cannot be read, the last list (logged), else the error.
     pub async fn served(
-        &self,
-        base: &Config,
-        now: DateTime<Utc>,
-    ) -> Result<Vec<ClusterId>, DirectoryError> {
-        self.served_seeing(base, now, &[]).await
-    }
-
-    /// [`Fleet::served`], when the batch's instances name the clusters `seen`: for every
-    /// cluster of places, a cluster among them the last list does not have (one created since)
-    /// has the list read again, at most every [`RELIST_UNKNOWN`].
-    pub async fn served_seeing(
         &self,
         base: &Config,
         now: DateTime<Utc>,
@@ -332,11 +322,10 @@ impl Fleet {
         base: &Config,
         now: DateTime<Utc>,
     ) -> Result<Vec<(Option<ClusterId>, Result<Arc<Cluster>, Unreachable>)>, DirectoryError> {
+        let ids = self.served(base, now, &[]).await?;
         if let Served::One(cluster) = &self.served {
-            let id = self.served(base, now).await?.pop();
-            return Ok(vec![(id, Ok(cluster.clone()))]);
+            return Ok(vec![(ids.into_iter().next(), Ok(cluster.clone()))]);
         }
-        let ids = self.served(base, now).await?;
         let reached = futures::future::join_all(ids.iter().map(|n| self.cluster(Some(n)))).await;
         Ok(ids.into_iter().map(Some).zip(reached).collect())
     }
@@ -463,11 +452,11 @@ mod tests {
         let base = Config::default();
         let both = ["123456789012/eu-west-1/a", "123456789012/eu-west-1/b"];
         assert_eq!(
-            shown(&fleet.served(&base, clock.now()).await.unwrap()),
+            shown(&fleet.served(&base, clock.now(), &[]).await.unwrap()),
             both
         );
         clock.advance(std::time::Duration::from_secs(60));
-        fleet.served(&base, clock.now()).await.unwrap();
+        fleet.served(&base, clock.now(), &[]).await.unwrap();
         assert_eq!(
             catalog.1.load(Ordering::SeqCst),
             1,
@@ -476,7 +465,7 @@ mod tests {
         catalog.set(own(), Err(()));
         clock.advance(std::time::Duration::from_secs(300));
         assert_eq!(
-            shown(&fleet.served(&base, clock.now()).await.unwrap()),
+            shown(&fleet.served(&base, clock.now(), &[]).await.unwrap()),
             both
         );
         assert_eq!(catalog.1.load(Ordering::SeqCst), 2);
@@ -484,22 +473,16 @@ mod tests {
         // again within RELIST_UNKNOWN.
         catalog.set(own(), Ok(&["a", "b", "c"]));
         clock.advance(std::time::Duration::from_secs(31));
-        let seen = fleet
-            .served_seeing(&base, clock.now(), &["c"])
-            .await
-            .unwrap();
+        let seen = fleet.served(&base, clock.now(), &["c"]).await.unwrap();
         assert_eq!(seen.len(), 3);
         assert_eq!(catalog.1.load(Ordering::SeqCst), 3);
-        fleet
-            .served_seeing(&base, clock.now(), &["d"])
-            .await
-            .unwrap();
+        fleet.served(&base, clock.now(), &["d"]).await.unwrap();
         assert_eq!(catalog.1.load(Ordering::SeqCst), 3, "not again within 30 s");
         catalog.set(own(), Err(()));
         let connects = Arc::new(Connects(AtomicUsize::new(0)));
         let fresh = Fleet::all(catalog, vec![Place::default()], vec![], connects).at(own());
         assert!(
-            fresh.served(&base, clock.now()).await.is_err(),
+            fresh.served(&base, clock.now(), &[]).await.is_err(),
             "no list at all"
         );
     }
@@ -526,13 +509,13 @@ mod tests {
             "222222222222/us-east-2/edge",
         ];
         assert_eq!(
-            shown(&fleet.served(&base, clock.now()).await.unwrap()),
+            shown(&fleet.served(&base, clock.now(), &[]).await.unwrap()),
             want
         );
         catalog.set(member(), Err(()));
         catalog.set(own(), Ok(&["prod", "new"]));
         clock.advance(std::time::Duration::from_secs(301));
-        let now = shown(&fleet.served(&base, clock.now()).await.unwrap());
+        let now = shown(&fleet.served(&base, clock.now(), &[]).await.unwrap());
         assert_eq!(
             now,
             [
@@ -598,11 +581,11 @@ mod tests {
             ..Config::default()
         };
         let now = Utc::now();
-        let served = fleet.served(&base, now).await.unwrap();
+        let served = fleet.served(&base, now, &[]).await.unwrap();
         assert_eq!(shown(&served), ["123456789012/eu-west-1/demo"]);
         assert!(
             fleet
-                .served(&Config::default(), now)
+                .served(&Config::default(), now, &[])
                 .await
                 .unwrap()
                 .is_empty()

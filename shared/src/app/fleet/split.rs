@@ -49,8 +49,11 @@ pub struct Share {
     pub positions: Vec<usize>,
 }
 
-/// The reports of a share whose cluster could not be reached: every record failed (it comes
-/// back, and the cluster is tried again with the next batch).
+/// A report of each of `records`, failed as `fail` makes it of a fresh one.
+fn each(records: &[Record], fail: impl Fn(Report) -> Report) -> Vec<Report> {
+    records.iter().map(|r| fail(Report::new(r))).collect()
+}
+
 /// The reports of continuations naming a cluster this deployment does not serve (`cluster`):
 /// each refused for good (the message is not one forewarn sent for a cluster it serves now: a
 /// forgery, or a cluster removed from the deployment), with why; it ends in the dead-letter
@@ -58,26 +61,23 @@ pub struct Share {
 pub fn not_served(records: &[Record], cluster: Option<&str>) -> Vec<Report> {
     let why = match cluster {
         Some(name) => format!(
-            "a drain's continuation naming cluster {name}, which this deployment does not serve:              refused, nothing done (no client of that cluster is made)"
+            "a drain's continuation naming cluster {name}, which this deployment does not serve: \
+             refused, nothing done (no client of that cluster is made)"
         ),
-        None => "a drain's continuation naming no cluster, in a deployment serving several:                  refused, nothing done"
+        None => "a drain's continuation naming no cluster, in a deployment serving several: \
+                 refused, nothing done"
             .to_string(),
     };
-    records
-        .iter()
-        .map(|r| Report::new(r).failed_as(why.clone(), false))
-        .collect()
+    each(records, |r| r.failed_as(why.clone(), false))
 }
 
+/// The reports of a share whose cluster could not be reached: every record failed (it comes
+/// back, and the cluster is tried again with the next batch).
 pub fn unreachable(records: &[Record], error: &Unreachable) -> Vec<Report> {
-    records
-        .iter()
-        .map(|r| {
-            let mut report = Report::new(r).failed_as(error.to_string(), error.kind.retryable());
-            report.cluster = Some(error.cluster.clone());
-            report
-        })
-        .collect()
+    each(records, |r| Report {
+        cluster: Some(error.cluster.clone()),
+        ..r.failed_as(error.to_string(), error.kind.retryable())
+    })
 }
 
 /// The reports of a share of cluster `name`, in trouble since `since` (see
@@ -87,21 +87,18 @@ pub fn in_trouble(
     name: &str,
     since: chrono::DateTime<chrono::Utc>,
 ) -> Vec<Report> {
-    records
-        .iter()
-        .map(|r| {
-            let mut report = Report::new(r).failed(format!(
-                "cluster {name}: its API server failed a whole share of a batch at {} (down, or \
-                 not answering): left alone for a few seconds in batches with other clusters' \
-                 records; the event comes back shortly",
-                since.to_rfc3339()
-            ));
-            report.cluster = Some(name.to_string());
-            // Sooner, it would only fail again without a request.
-            report.retry_not_before = Some(since + super::BREAK);
-            report
-        })
-        .collect()
+    let why = format!(
+        "cluster {name}: its API server failed a whole share of a batch at {} (down, or not \
+         answering): left alone for a few seconds in batches with other clusters' records; the \
+         event comes back shortly",
+        since.to_rfc3339()
+    );
+    each(records, |r| Report {
+        cluster: Some(name.to_string()),
+        // Sooner, it would only fail again without a request.
+        retry_not_before: Some(since + super::BREAK),
+        ..r.failed(why.clone())
+    })
 }
 
 /// The batch's instance lookup ran out of the batch's time.

@@ -53,7 +53,7 @@ pub use places::{Described, describe_events, looked_up_events, place_of, place_r
 pub use traffic::{DEREGISTER_BUDGET, ELB_RATE, QUIET_FOR, Traffic};
 
 use batch::{follow_firsts, schedule, split_lanes};
-use passes::{Handled, PendingDrain, merge, refusals};
+use passes::{Handled, merge, refusals};
 
 /// Wiring for one run of the pipeline.
 pub struct Pipeline<'a> {
@@ -123,6 +123,9 @@ struct BatchFacts<'a> {
     /// The placeholders of the drains that wait for room, as one look saw them (nothing for
     /// the batch's new events).
     room: &'a BTreeMap<String, RoomSeen>,
+    /// The plans of the batch's drain passes, from their verified continuations (nothing for
+    /// the batch's new events).
+    plans: &'a BTreeMap<usize, Result<Plan, Report>>,
     /// When the batch began.
     now: DateTime<Utc>,
     /// The batch's round of taking drains off their load balancers (see [`traffic`]): a drain's
@@ -141,7 +144,7 @@ impl Pipeline<'_> {
     /// inside the batch while its time allows). Returns one report per record, in order.
     pub async fn process(&self, records: &[Record]) -> Vec<Report> {
         let now = self.clock.now();
-        let looked_up = self.within(self.look_up(records)).await;
+        let looked_up = within(self.clock, self.limits.deadline, self.look_up(records)).await;
         let (found, nodes, applied, followed) = match looked_up.unwrap_or(Err(WorkError::OutOfTime))
         {
             Ok(found) => found,
@@ -153,7 +156,7 @@ impl Pipeline<'_> {
         let (later, new) = split_lanes(lanes, |i| records[i].continuation.is_some());
         // The events of a place whose lookup failed are answered as it says, and only they.
         let (new, unlooked) = self.instances.set_aside(records, new);
-        let nothing_seen = BTreeMap::new();
+        let (nothing_seen, none_verified) = (BTreeMap::new(), BTreeMap::new());
         let mut seen = BatchFacts {
             facts: Facts {
                 instances: &found,
@@ -162,6 +165,7 @@ impl Pipeline<'_> {
             },
             applied: &applied,
             room: &nothing_seen,
+            plans: &none_verified,
             now,
             gate: None,
         };
@@ -169,12 +173,14 @@ impl Pipeline<'_> {
         // One look at the placeholders of every drain of the batch that waits for room.
         let room = self.room(records).await;
         seen.room = &room;
+        // Each drain pass's continuation verified once, for its pass and its traffic.
+        let plans = self.verified_plans(records, &later, now).await;
+        seen.plans = &plans;
         // Traffic first: the drains about to evict, off their load balancers (after the
         // cordons; each first drain pass waits for the round, the batch's other passes go on).
         let (cleared, gate) = tokio::sync::watch::channel(false);
-        let lanes = later.clone();
         let traffic = async {
-            let notes = self.clear_traffic(records, lanes, &first).await;
+            let notes = self.clear_traffic(records, &plans, &first).await;
             cleared.send_replace(true);
             notes
         };
@@ -184,8 +190,8 @@ impl Pipeline<'_> {
         };
         let (notes, later) = tokio::join!(traffic, self.run(records, later, gated));
         // The drains carried on in process come after it too.
-        let mut done = self.finish(records, later).await;
-        done.extend(self.finish(records, first).await);
+        let mut done = self.finish(records, later, now).await;
+        done.extend(self.finish(records, first, now).await);
         done.extend(unlooked);
         let mut reports: Vec<Option<Report>> = vec![None; records.len()];
         for (i, mut report) in done {
@@ -211,11 +217,6 @@ impl Pipeline<'_> {
         }
     }
 
-    /// `work`, if it ends by the batch's deadline (see [`within`]).
-    async fn within<T>(&self, work: impl Future<Output = T>) -> Option<T> {
-        within(self.clock, self.limits.deadline, work).await
-    }
-
     /// The batch's lookups besides its instances' (given, see [`places`]): one node lookup and
     /// one ledger read for every supported event of `records`.
     async fn look_up(&self, records: &[Record]) -> Result<LookedUp, WorkError> {
@@ -239,7 +240,7 @@ impl Pipeline<'_> {
             .collect();
         let known: Vec<InstanceFacts> = found.values().cloned().collect();
         let mut nodes = self.nodes.nodes_in(&known, self.work()).await?;
-        self.drop_unverified_records(&mut nodes).await;
+        drop_unverified_records(self.store, &mut nodes).await;
         let applied = self.store.applied(&event_ids).await?;
         // `adaptive` decides from the pools' history: read once for the batch, when needed.
         let policy = &self.config.policy;
@@ -284,29 +285,6 @@ impl Pipeline<'_> {
         Ok((found, nodes, applied, followed))
     }
 
-    /// Removes the cordon records of `nodes` that do not verify with the continuation keys (a
-    /// node's kubelet may write its own annotations), each logged: nothing is decided from them
-    /// (see [`crate::domain::wayback`]). The keys are read only when a node carries a record.
-    async fn drop_unverified_records(&self, nodes: &mut [crate::domain::facts::NodeFacts]) {
-        let recorded = nodes.iter().any(|n| {
-            n.annotations
-                .contains_key(crate::domain::cordon_record::ANNOTATION_CORDON)
-        });
-        if !recorded {
-            return;
-        }
-        let keys = match self.store.continuation_keys().await {
-            Ok(keys) => Some(keys),
-            Err(e) => {
-                tracing::warn!(error = %e, "the continuation keys cannot be read: no cordon record verifies");
-                None
-            }
-        };
-        for (node, why) in crate::domain::cordon_record::drop_unverified(nodes, keys.as_ref()) {
-            tracing::warn!(%node, %why, "refusing a cordon record");
-        }
-    }
-
     /// The reports of a batch whose lookups failed: every supported event failed with
     /// `error` (it comes back), undecodable records failed, unsupported ones ignored.
     fn none_looked_up(&self, records: &[Record], error: &WorkError) -> Vec<Report> {
@@ -349,15 +327,37 @@ impl Pipeline<'_> {
             .await
     }
 
+    /// The plan of each drain pass of `lanes` from its continuation, verified at `now` (see
+    /// [`Pipeline::verified_plan`]), all at once.
+    async fn verified_plans(
+        &self,
+        records: &[Record],
+        lanes: &[Vec<usize>],
+        now: DateTime<Utc>,
+    ) -> BTreeMap<usize, Result<Plan, Report>> {
+        let plans = lanes.iter().flatten().filter_map(|&i| {
+            let record = &records[i];
+            let (Ok(event), Some(c)) = (&record.event, &record.continuation) else {
+                return None;
+            };
+            let plan = self.verified_plan(record, event, c, now);
+            Some(
+                plan.instrument(event_span(event))
+                    .map(move |plan| (i, plan)),
+            )
+        });
+        futures::future::join_all(plans).await.into_iter().collect()
+    }
+
     /// Handles the events of `lanes` (see [`Pipeline::lanes`]), each within the deadline.
     async fn run(
         &self,
         records: &[Record],
         lanes: Vec<Vec<usize>>,
         seen: BatchFacts<'_>,
-    ) -> Vec<Vec<(usize, Handled<'_>)>> {
+    ) -> Vec<Vec<(usize, Handled)>> {
         self.lanes(lanes, |i| async move {
-            let work = self.handle(&records[i], seen);
+            let work = self.handle(&records[i], seen.plans.get(&i), seen);
             (
                 i,
                 self.in_time(&records[i], work)
@@ -370,19 +370,20 @@ impl Pipeline<'_> {
 
     /// The drains that events' first passes left pending to be carried on in process, lane by
     /// lane as their first passes ran, each then recorded (see [`Pipeline::carry_on_here`]).
-    async fn finish<'p>(
-        &'p self,
+    async fn finish(
+        &self,
         records: &[Record],
-        lanes: Vec<Vec<(usize, Handled<'p>)>>,
+        lanes: Vec<Vec<(usize, Handled)>>,
+        now: DateTime<Utc>,
     ) -> Vec<(usize, Report)> {
         let done = self.lanes(lanes, |(i, handled)| async move {
-            let report = match handled {
-                Handled::Done(report) => report,
-                Handled::Pending(report, rest) => {
-                    let work = self.carry_on_here(*rest, report);
+            let report = match (handled, &records[i].event) {
+                (Handled::Pending(report, plan), Ok(event)) => {
+                    let work = self.carry_on_here(event, *plan, now, report);
                     let (Ok(report) | Err(report)) = self.in_time(&records[i], work).await;
                     report
                 }
+                (Handled::Done(report) | Handled::Pending(report, _), _) => report,
             };
             (i, report)
         });
@@ -406,24 +407,33 @@ impl Pipeline<'_> {
         if self.limits.deadline.is_some_and(|d| self.clock.now() >= d) {
             return Err(Report::new(record).failed(format!("not started: {OUT_OF_TIME}")));
         }
-        let done = self.within(work).await;
+        let done = within(self.clock, self.limits.deadline, work).await;
         let done =
             done.ok_or_else(|| Report::new(record).failed(format!("not finished: {OUT_OF_TIME}")))?;
         done.map_err(|panic| panicked(record, panic.as_ref()))
     }
 
-    async fn handle(&self, record: &Record, seen: BatchFacts<'_>) -> Handled<'_> {
+    /// The work of `record`'s event: decided from `seen`, or a drain pass of the plan its
+    /// continuation carries (`verified`, see [`Pipeline::verified_plans`]).
+    async fn handle(
+        &self,
+        record: &Record,
+        verified: Option<&Result<Plan, Report>>,
+        seen: BatchFacts<'_>,
+    ) -> Handled {
         let event = match &record.event {
             Ok(event) => event,
             Err(e) => return Handled::Done(Report::new(record).failed(e.to_string())),
         };
         let now = seen.now;
-        let plan = match &record.continuation {
-            Some(c) => match self.verified_plan(record, event, c, now).await {
-                Ok(plan) => plan,
-                Err(report) => return Handled::Done(report),
-            },
-            None => decide(event, seen.facts, self.config),
+        let plan = match (&record.continuation, verified.cloned()) {
+            (None, _) => decide(event, seen.facts, self.config),
+            (Some(_), Some(Ok(plan))) => plan,
+            (Some(_), Some(Err(report))) => return Handled::Done(report),
+            (Some(_), None) => {
+                let why = "internal: a drain's continuation not verified";
+                return Handled::Done(Report::new(record).failed(why.into()));
+            }
         };
         let span = tracing::Span::current();
         let nodes: Vec<&str> = plan
@@ -453,10 +463,7 @@ impl Pipeline<'_> {
             return Handled::Done(report.ended(Outcome::Duplicate, "event id already applied"));
         }
         let executor = self.executor.filter(|_| self.mode.runs_actions());
-        let outcome = match executor.is_some() && self.mode.writes_cluster() {
-            true => Outcome::Acted,
-            false => Outcome::Planned,
-        };
+        let outcome = self.outcome(executor);
         if let Some(executor) = executor.filter(|_| plan.has_node_work()) {
             let results = match executor.execute_in(&plan, Pass::Cordon, self.work()).await {
                 Ok(results) => results,
@@ -474,18 +481,11 @@ impl Pipeline<'_> {
                 // The drain's first pass follows at once: queued behind the warnings already
                 // queued, or, in process, once the batch's first passes are done (their
                 // cordons come first).
-                let next = Continuation::first(now, event.time, plan.clone());
                 let Some(queue) = self.queue_for(record) else {
-                    let rest = PendingDrain {
-                        executor,
-                        plan,
-                        next,
-                        outcome,
-                        now,
-                    };
-                    return Handled::Pending(report, Box::new(rest));
+                    return Handled::Pending(report, Box::new(plan));
                 };
                 self.offer_early(&place_of(event), &plan).await;
+                let next = Continuation::first(now, event.time, plan.clone());
                 if let Err(e) = self.send(queue, &next, Duration::ZERO).await {
                     return Handled::Done(e.fail(report));
                 }
@@ -517,25 +517,65 @@ impl Pipeline<'_> {
         }
     }
 
-    /// A drain an event's first pass left pending, carried on here pass after pass; then, if
-    /// it did not fail, the event recorded (a failed drain leaves the event unrecorded, so that
-    /// it comes back whole).
-    async fn carry_on_here(&self, rest: PendingDrain<'_>, mut report: Report) -> Report {
-        let PendingDrain {
-            executor,
-            plan,
-            next,
-            outcome,
-            now,
-        } = rest;
+    /// The drain of `plan` that the first pass of `event` (at `now`) left pending, carried on
+    /// here pass after pass; then, if it did not fail, the event recorded (a failed drain leaves
+    /// the event unrecorded, so that it comes back whole).
+    async fn carry_on_here(
+        &self,
+        event: &Event,
+        plan: Plan,
+        now: DateTime<Utc>,
+        mut report: Report,
+    ) -> Report {
+        let Some(executor) = self.executor else {
+            return report;
+        };
+        let next = Continuation::first(now, event.time, plan.clone());
         match self
             .passes_here(executor, &plan, next, Duration::ZERO, &mut report)
             .await
         {
-            Ok(()) => self.record_event(&plan, report, outcome, now).await,
+            Ok(()) => {
+                let outcome = self.outcome(Some(executor));
+                self.record_event(&plan, report, outcome, now).await
+            }
             Err(e) => e.fail(report),
         }
     }
+
+    /// The outcome of an event done with `executor`: acted when it writes the cluster.
+    fn outcome(&self, executor: Option<&dyn Executor>) -> Outcome {
+        match executor.is_some() && self.mode.writes_cluster() {
+            true => Outcome::Acted,
+            false => Outcome::Planned,
+        }
+    }
+}
+
+/// Removes the cordon records of `nodes` that do not verify with the store's continuation keys
+/// (a node's kubelet may write its own annotations), each logged: nothing is decided from them
+/// (see [`crate::domain::wayback`]). The keys are read only when a node carries a record.
+/// Answers the nodes whose record was removed, with why.
+pub async fn drop_unverified_records(
+    store: &dyn PoolStore,
+    nodes: &mut [crate::domain::facts::NodeFacts],
+) -> Vec<(String, String)> {
+    use crate::domain::cordon_record::{ANNOTATION_CORDON, drop_unverified};
+    if !nodes
+        .iter()
+        .any(|n| n.annotations.contains_key(ANNOTATION_CORDON))
+    {
+        return Vec::new();
+    }
+    let keys = store.continuation_keys().await;
+    let keys = keys.inspect_err(|e| {
+        tracing::warn!(error = %e, "the continuation keys cannot be read: no cordon record verifies");
+    });
+    let dropped = drop_unverified(nodes, keys.ok().as_ref());
+    for (node, why) in &dropped {
+        tracing::warn!(%node, %why, "refusing a cordon record");
+    }
+    dropped
 }
 
 /// `work`, if it ends by `deadline` on `clock` (none: it always does).

@@ -42,10 +42,14 @@ pub(super) enum PassEnd {
 
 impl Pipeline<'_> {
     /// The plan a continuation carries, once it is shown to be forewarn's own and still this
-    /// event's: signed with the store's continuation key, its plan's event id and instances the
-    /// event's, and its chain not past the drain's deadline by more than a pass interval. A
-    /// continuation that fails any of these is refused (ignored, with the reason in its report
-    /// and a log line); one whose key cannot be read fails (it comes back).
+    /// event's: signed with the store's continuation key (one this process does not know, from
+    /// a rotation since it read the keys, makes it read them again, once, before refusing), its
+    /// plan's event id and instances the event's, and its chain not past its last pass: a pass
+    /// interval after the drain's deadline, or until the instance goes when its notice says when
+    /// (the deadline is then the notice's end less the margin: an eviction before the instance
+    /// goes still starts its pod's replacement at once). A continuation that fails any of these
+    /// is refused (ignored, with the reason in its report and a log line); one whose key cannot
+    /// be read fails (it comes back).
     pub(super) async fn verified_plan(
         &self,
         record: &Record,
@@ -57,12 +61,23 @@ impl Pipeline<'_> {
             tracing::warn!(origin = %record.origin, %why, "refusing a continuation");
             Report::new(record).ended(Outcome::Ignored, format!("refused: {why}"))
         };
-        self.verify_signature(record, continuation)
-            .await?
-            .map_err(|e| refuse(e.to_string()))?;
-        let plan = continuation.plan.clone();
+        let body = record.body.as_deref().unwrap_or_default();
+        let one = std::slice::from_ref(continuation);
+        let newer = |e: &Unverified| matches!(e, Unverified::UnknownKey { .. });
+        let verdicts = by_keys(self.store, one, |c, keys| c.verify(keys, body), newer).await;
+        let failed = |e| WorkError::Key(e).fail(Report::new(record));
+        let verdict = verdicts.map_err(failed)?.remove(0);
+        verdict.map_err(|e| refuse(e.to_string()))?;
+        let mut plan = continuation.plan.clone();
         plan_is_the_events(&plan, event).map_err(|e| refuse(e.to_string()))?;
-        let (deadline, notice_end, last) = self.last_pass(&plan, continuation);
+        let deadline = crate::domain::plan::earliest_deadline(&plan)
+            .unwrap_or(continuation.started_at + self.config.drain_timeout);
+        let notice_end = plan
+            .actions
+            .iter()
+            .any(|a| a.grace_to_deadline)
+            .then(|| deadline + self.config.deadline_margin);
+        let last = (deadline + span(self.passes.interval)).max(notice_end.unwrap_or(deadline));
         if now > last {
             let mut why = format!(
                 "the drain's deadline {} is past by more than a pass interval{}: the chain ends",
@@ -90,51 +105,12 @@ impl Pipeline<'_> {
             // instance until the hook's timeout; a stale copy of a completed one is answered
             // "already completed").
             tracing::warn!(origin = %record.origin, %why, "ending a late continuation; completing its lifecycle action");
-            let mut plan = plan;
             for a in &mut plan.actions {
                 a.action = crate::domain::config::Action::None;
                 a.reason = format!("refused: {why}; its lifecycle action is completed");
             }
-            return Ok(plan);
         }
         Ok(plan)
-    }
-
-    /// When the last pass of `continuation`'s drain (of `plan`) may run: a pass interval after
-    /// the drain's deadline, or until the instance goes when its notice says when (the deadline
-    /// is then the notice's end less the margin): an eviction before the instance goes still
-    /// starts its pod's replacement at once. A continuation that comes later is refused. Answers
-    /// the drain's deadline, when the instance goes (when its notice says so), and that last time.
-    pub(super) fn last_pass(
-        &self,
-        plan: &Plan,
-        continuation: &Continuation,
-    ) -> (DateTime<Utc>, Option<DateTime<Utc>>, DateTime<Utc>) {
-        let deadline = crate::domain::plan::earliest_deadline(plan)
-            .unwrap_or(continuation.started_at + self.config.drain_timeout);
-        let notice_end = plan
-            .actions
-            .iter()
-            .any(|a| a.grace_to_deadline)
-            .then(|| deadline + self.config.deadline_margin);
-        let last = (deadline + span(self.passes.interval)).max(notice_end.unwrap_or(deadline));
-        (deadline, notice_end, last)
-    }
-
-    /// Whether `continuation` is signed by an accepted key: one this process does not know (a
-    /// rotation since it read the keys) makes it read them again, once, before refusing. A
-    /// failure to read the keys fails the record (it comes back).
-    pub(super) async fn verify_signature(
-        &self,
-        record: &Record,
-        continuation: &Continuation,
-    ) -> Result<Result<(), Unverified>, Report> {
-        let body = record.body.as_deref().unwrap_or_default();
-        let one = std::slice::from_ref(continuation);
-        let newer = |e: &Unverified| matches!(e, Unverified::UnknownKey { .. });
-        let verdicts = by_keys(self.store, one, |c, keys| c.verify(keys, body), newer).await;
-        let failed = |e| WorkError::Key(e).fail(Report::new(record));
-        Ok(verdicts.map_err(failed)?.remove(0))
     }
 
     /// The Events of the decision that the first pass of a drain left to a pass that came too
@@ -173,63 +149,52 @@ impl Pipeline<'_> {
             let why = "a drain's continuation, and this run does not act on a cluster";
             return report.ended(Outcome::Ignored, why);
         };
-        if let (Some((wait, seen)), Some(queue)) = (
-            self.still_waiting(plan, continuation, room),
-            self.queue_for(record),
-        ) {
-            // Nothing is due: no other request, the next look queued.
-            let now = self.clock.now();
-            let detail = format!(
-                "waiting for room: {} placeholders, none running yet (looked at them alone); \
-                 evicted when one runs, at the latest at {}",
-                seen.placeholders,
-                wait.until.to_rfc3339()
-            );
-            for a in &mut report.actions {
-                a.result = Some(detail.clone());
-            }
-            let wait = (wait.next_look(now) - now).to_std().unwrap_or_default();
-            let after = pass_delay(wait, self.passes.interval);
-            if let Err(e) = self.send(queue, &continuation.next(None), after).await {
-                return e.fail(report);
-            }
-            report.outcome = Outcome::Acted;
-            return report;
-        }
-        if plan.has_node_work() {
-            match self
-                .drain_pass(executor, plan, continuation, record.kept, &mut report)
-                .await
-            {
-                Ok(PassEnd::Refused) => {
-                    report.outcome = Outcome::Ignored;
-                    return report;
+        let out = &mut report;
+        let done = async move {
+            if let (Some((wait, seen)), Some(queue)) = (
+                self.still_waiting(plan, continuation, room),
+                self.queue_for(record),
+            ) {
+                // Nothing is due: no other request, the next look queued.
+                let now = self.clock.now();
+                let detail = format!(
+                    "waiting for room: {} placeholders, none running yet (looked at them alone); \
+                     evicted when one runs, at the latest at {}",
+                    seen.placeholders,
+                    wait.until.to_rfc3339()
+                );
+                for a in &mut out.actions {
+                    a.result = Some(detail.clone());
                 }
-                Ok(PassEnd::Done) => {}
+                let wait = (wait.next_look(now) - now).to_std().unwrap_or_default();
+                let after = pass_delay(wait, self.passes.interval);
+                self.send(queue, &continuation.next(None), after).await?;
+                return Ok(Outcome::Acted);
+            }
+            if !plan.has_node_work() {
+                return Ok(Outcome::Acted);
+            }
+            let end = self.drain_pass(executor, plan, continuation, record.kept, out);
+            match (end.await?, self.queue_for(record)) {
+                (PassEnd::Refused, _) => return Ok(Outcome::Ignored),
                 // A kept copy's drain goes on through its queued twin.
-                Ok(PassEnd::Next(..)) if record.kept => {}
-                Ok(PassEnd::Next(next, after)) => {
-                    let carried = match self.queue_for(record) {
-                        Some(queue) => {
-                            let arn = queue.arn.to_string();
-                            self.send(queue, &next, after)
-                                .await
-                                .map(|body| self.keep_if_refused(&report, body, arn))
-                        }
-                        None => {
-                            self.passes_here(executor, plan, *next, after, &mut report)
-                                .await
-                        }
-                    };
-                    if let Err(e) = carried {
-                        return e.fail(report);
-                    }
+                (PassEnd::Done, _) => {}
+                (PassEnd::Next(..), _) if record.kept => {}
+                (PassEnd::Next(next, after), Some(queue)) => {
+                    let arn = queue.arn.to_string();
+                    let body = self.send(queue, &next, after).await?;
+                    self.keep_if_refused(out, body, arn);
                 }
-                Err(e) => return e.fail(report),
+                (PassEnd::Next(next, after), None) => {
+                    self.passes_here(executor, plan, *next, after, out).await?;
+                }
             }
+            Ok::<_, WorkError>(Outcome::Acted)
+        };
+        match done.await {
+            Ok(outcome) => Report { outcome, ..report },
+            Err(e) => e.fail(report),
         }
-        report.outcome = Outcome::Acted;
-        report
     }
 
     /// One drain pass of `plan` for `continuation`, its results put in `report`; `quiet` for a
@@ -322,7 +287,13 @@ impl Pipeline<'_> {
             return BTreeMap::new();
         }
         let nodes: Vec<String> = nodes.into_iter().collect();
-        match self.within(executor.room_in(&nodes, self.work())).await {
+        match within(
+            self.clock,
+            self.limits.deadline,
+            executor.room_in(&nodes, self.work()),
+        )
+        .await
+        {
             Some(Ok(seen)) => seen,
             Some(Err(e)) => {
                 tracing::warn!(error = %e, "could not look at the placeholders: drains waiting for room make full passes");
@@ -434,22 +405,11 @@ pub(super) struct Queued<'q, 'r> {
     pub(super) body: &'r str,
 }
 
-/// What became of an event's work in its first run: done (reported), or a drain to carry on
-/// in process before the event is recorded.
-pub(super) enum Handled<'e> {
+/// What became of an event's work in its first run: done (reported), or the plan of a drain to
+/// carry on in process before the event is recorded.
+pub(super) enum Handled {
     Done(Report),
-    Pending(Report, Box<PendingDrain<'e>>),
-}
-
-/// A drain an event's first pass left pending, to carry on in process.
-pub(super) struct PendingDrain<'e> {
-    pub(super) executor: &'e dyn Executor,
-    pub(super) plan: Plan,
-    pub(super) next: Continuation,
-    /// The event's outcome once recorded.
-    pub(super) outcome: Outcome,
-    /// When the event's work began (its pools are recorded as of then).
-    pub(super) now: DateTime<Utc>,
+    Pending(Report, Box<Plan>),
 }
 
 /// When the next pass of a drain is due: after `interval` while something can be done (an
