@@ -123,9 +123,6 @@ struct BatchFacts<'a> {
     /// The placeholders of the drains that wait for room, as one look saw them (nothing for
     /// the batch's new events).
     room: &'a BTreeMap<String, RoomSeen>,
-    /// The plans of the batch's drain passes, from their verified continuations (nothing for
-    /// the batch's new events).
-    plans: &'a BTreeMap<usize, Result<Plan, Report>>,
     /// When the batch began.
     now: DateTime<Utc>,
     /// The batch's round of taking drains off their load balancers (see [`traffic`]): a drain's
@@ -156,7 +153,7 @@ impl Pipeline<'_> {
         let (later, new) = split_lanes(lanes, |i| records[i].continuation.is_some());
         // The events of a place whose lookup failed are answered as it says, and only they.
         let (new, unlooked) = self.instances.set_aside(records, new);
-        let (nothing_seen, none_verified) = (BTreeMap::new(), BTreeMap::new());
+        let nothing_seen = BTreeMap::new();
         let mut seen = BatchFacts {
             facts: Facts {
                 instances: &found,
@@ -165,7 +162,6 @@ impl Pipeline<'_> {
             },
             applied: &applied,
             room: &nothing_seen,
-            plans: &none_verified,
             now,
             gate: None,
         };
@@ -173,14 +169,12 @@ impl Pipeline<'_> {
         // One look at the placeholders of every drain of the batch that waits for room.
         let room = self.room(records).await;
         seen.room = &room;
-        // Each drain pass's continuation verified once, for its pass and its traffic.
-        let plans = self.verified_plans(records, &later, now).await;
-        seen.plans = &plans;
         // Traffic first: the drains about to evict, off their load balancers (after the
         // cordons; each first drain pass waits for the round, the batch's other passes go on).
         let (cleared, gate) = tokio::sync::watch::channel(false);
+        let lanes = later.clone();
         let traffic = async {
-            let notes = self.clear_traffic(records, &plans, &first).await;
+            let notes = self.clear_traffic(records, lanes, &first).await;
             cleared.send_replace(true);
             notes
         };
@@ -327,28 +321,6 @@ impl Pipeline<'_> {
             .await
     }
 
-    /// The plan of each drain pass of `lanes` from its continuation, verified at `now` (see
-    /// [`Pipeline::verified_plan`]), all at once.
-    async fn verified_plans(
-        &self,
-        records: &[Record],
-        lanes: &[Vec<usize>],
-        now: DateTime<Utc>,
-    ) -> BTreeMap<usize, Result<Plan, Report>> {
-        let plans = lanes.iter().flatten().filter_map(|&i| {
-            let record = &records[i];
-            let (Ok(event), Some(c)) = (&record.event, &record.continuation) else {
-                return None;
-            };
-            let plan = self.verified_plan(record, event, c, now);
-            Some(
-                plan.instrument(event_span(event))
-                    .map(move |plan| (i, plan)),
-            )
-        });
-        futures::future::join_all(plans).await.into_iter().collect()
-    }
-
     /// Handles the events of `lanes` (see [`Pipeline::lanes`]), each within the deadline.
     async fn run(
         &self,
@@ -357,7 +329,7 @@ impl Pipeline<'_> {
         seen: BatchFacts<'_>,
     ) -> Vec<Vec<(usize, Handled)>> {
         self.lanes(lanes, |i| async move {
-            let work = self.handle(&records[i], seen.plans.get(&i), seen);
+            let work = self.handle(&records[i], seen);
             (
                 i,
                 self.in_time(&records[i], work)
@@ -413,27 +385,18 @@ impl Pipeline<'_> {
         done.map_err(|panic| panicked(record, panic.as_ref()))
     }
 
-    /// The work of `record`'s event: decided from `seen`, or a drain pass of the plan its
-    /// continuation carries (`verified`, see [`Pipeline::verified_plans`]).
-    async fn handle(
-        &self,
-        record: &Record,
-        verified: Option<&Result<Plan, Report>>,
-        seen: BatchFacts<'_>,
-    ) -> Handled {
+    async fn handle(&self, record: &Record, seen: BatchFacts<'_>) -> Handled {
         let event = match &record.event {
             Ok(event) => event,
             Err(e) => return Handled::Done(Report::new(record).failed(e.to_string())),
         };
         let now = seen.now;
-        let plan = match (&record.continuation, verified.cloned()) {
-            (None, _) => decide(event, seen.facts, self.config),
-            (Some(_), Some(Ok(plan))) => plan,
-            (Some(_), Some(Err(report))) => return Handled::Done(report),
-            (Some(_), None) => {
-                let why = "internal: a drain's continuation not verified";
-                return Handled::Done(Report::new(record).failed(why.into()));
-            }
+        let plan = match &record.continuation {
+            Some(c) => match self.verified_plan(record, event, c, now).await {
+                Ok(plan) => plan,
+                Err(report) => return Handled::Done(report),
+            },
+            None => decide(event, seen.facts, self.config),
         };
         let span = tracing::Span::current();
         let nodes: Vec<&str> = plan

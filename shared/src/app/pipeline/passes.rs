@@ -42,14 +42,10 @@ pub(super) enum PassEnd {
 
 impl Pipeline<'_> {
     /// The plan a continuation carries, once it is shown to be forewarn's own and still this
-    /// event's: signed with the store's continuation key (one this process does not know, from
-    /// a rotation since it read the keys, makes it read them again, once, before refusing), its
-    /// plan's event id and instances the event's, and its chain not past its last pass: a pass
-    /// interval after the drain's deadline, or until the instance goes when its notice says when
-    /// (the deadline is then the notice's end less the margin: an eviction before the instance
-    /// goes still starts its pod's replacement at once). A continuation that fails any of these
-    /// is refused (ignored, with the reason in its report and a log line); one whose key cannot
-    /// be read fails (it comes back).
+    /// event's: signed with the store's continuation key, its plan's event id and instances the
+    /// event's, and its chain not past the drain's deadline by more than a pass interval. A
+    /// continuation that fails any of these is refused (ignored, with the reason in its report
+    /// and a log line); one whose key cannot be read fails (it comes back).
     pub(super) async fn verified_plan(
         &self,
         record: &Record,
@@ -61,23 +57,12 @@ impl Pipeline<'_> {
             tracing::warn!(origin = %record.origin, %why, "refusing a continuation");
             Report::new(record).ended(Outcome::Ignored, format!("refused: {why}"))
         };
-        let body = record.body.as_deref().unwrap_or_default();
-        let one = std::slice::from_ref(continuation);
-        let newer = |e: &Unverified| matches!(e, Unverified::UnknownKey { .. });
-        let verdicts = by_keys(self.store, one, |c, keys| c.verify(keys, body), newer).await;
-        let failed = |e| WorkError::Key(e).fail(Report::new(record));
-        let verdict = verdicts.map_err(failed)?.remove(0);
-        verdict.map_err(|e| refuse(e.to_string()))?;
-        let mut plan = continuation.plan.clone();
+        self.verify_signature(record, continuation)
+            .await?
+            .map_err(|e| refuse(e.to_string()))?;
+        let plan = continuation.plan.clone();
         plan_is_the_events(&plan, event).map_err(|e| refuse(e.to_string()))?;
-        let deadline = crate::domain::plan::earliest_deadline(&plan)
-            .unwrap_or(continuation.started_at + self.config.drain_timeout);
-        let notice_end = plan
-            .actions
-            .iter()
-            .any(|a| a.grace_to_deadline)
-            .then(|| deadline + self.config.deadline_margin);
-        let last = (deadline + span(self.passes.interval)).max(notice_end.unwrap_or(deadline));
+        let (deadline, notice_end, last) = self.last_pass(&plan, continuation);
         if now > last {
             let mut why = format!(
                 "the drain's deadline {} is past by more than a pass interval{}: the chain ends",
@@ -105,12 +90,51 @@ impl Pipeline<'_> {
             // instance until the hook's timeout; a stale copy of a completed one is answered
             // "already completed").
             tracing::warn!(origin = %record.origin, %why, "ending a late continuation; completing its lifecycle action");
+            let mut plan = plan;
             for a in &mut plan.actions {
                 a.action = crate::domain::config::Action::None;
                 a.reason = format!("refused: {why}; its lifecycle action is completed");
             }
+            return Ok(plan);
         }
         Ok(plan)
+    }
+
+    /// When the last pass of `continuation`'s drain (of `plan`) may run: a pass interval after
+    /// the drain's deadline, or until the instance goes when its notice says when (the deadline
+    /// is then the notice's end less the margin): an eviction before the instance goes still
+    /// starts its pod's replacement at once. A continuation that comes later is refused. Answers
+    /// the drain's deadline, when the instance goes (when its notice says so), and that last time.
+    pub(super) fn last_pass(
+        &self,
+        plan: &Plan,
+        continuation: &Continuation,
+    ) -> (DateTime<Utc>, Option<DateTime<Utc>>, DateTime<Utc>) {
+        let deadline = crate::domain::plan::earliest_deadline(plan)
+            .unwrap_or(continuation.started_at + self.config.drain_timeout);
+        let notice_end = plan
+            .actions
+            .iter()
+            .any(|a| a.grace_to_deadline)
+            .then(|| deadline + self.config.deadline_margin);
+        let last = (deadline + span(self.passes.interval)).max(notice_end.unwrap_or(deadline));
+        (deadline, notice_end, last)
+    }
+
+    /// Whether `continuation` is signed by an accepted key: one this process does not know (a
+    /// rotation since it read the keys) makes it read them again, once, before refusing. A
+    /// failure to read the keys fails the record (it comes back).
+    pub(super) async fn verify_signature(
+        &self,
+        record: &Record,
+        continuation: &Continuation,
+    ) -> Result<Result<(), Unverified>, Report> {
+        let body = record.body.as_deref().unwrap_or_default();
+        let one = std::slice::from_ref(continuation);
+        let newer = |e: &Unverified| matches!(e, Unverified::UnknownKey { .. });
+        let verdicts = by_keys(self.store, one, |c, keys| c.verify(keys, body), newer).await;
+        let failed = |e| WorkError::Key(e).fail(Report::new(record));
+        Ok(verdicts.map_err(failed)?.remove(0))
     }
 
     /// The Events of the decision that the first pass of a drain left to a pass that came too

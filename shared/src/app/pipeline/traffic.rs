@@ -8,7 +8,7 @@
 //! evictions by at most that, and is reported (the record's `traffic`) and logged. Only when
 //! the run acts on the cluster (not a dry run) and its cluster has a name (the tag's value).
 
-use super::passes::{Handled, by_keys};
+use super::passes::{Handled, by_keys, plan_is_the_events};
 use super::*;
 use crate::domain::config::Action;
 use crate::domain::keys::Unverified;
@@ -71,38 +71,50 @@ struct FirstDrain<'p> {
 }
 
 impl Pipeline<'_> {
-    /// The batch's drains whose first evictions come next — the first drain passes among
-    /// `plans` (the verified continuations of the batch's drain passes), the drains `first` left
-    /// to carry on in process — taken off the load balancers; a note for each of their records.
+    /// The batch's drains whose first evictions come next — the continuations of a first drain
+    /// pass among `later` (only those signed by forewarn, naming their event's instances and
+    /// not past their drain's last pass),
+    /// the drains `first` left to carry on in process — taken off the load balancers; a note
+    /// for each of their records.
     pub(super) async fn clear_traffic(
         &self,
         records: &[Record],
-        plans: &BTreeMap<usize, Result<Plan, Report>>,
+        later: Vec<Vec<usize>>,
         first: &[Vec<(usize, Handled)>],
     ) -> BTreeMap<usize, String> {
         let Some(traffic) = self.traffic.filter(|_| self.mode.writes_cluster()) else {
             return BTreeMap::new();
         };
-        let first_passes = plans.iter().filter_map(|(&i, plan)| {
-            let pass = records[i].continuation.as_ref().map(|c| c.pass);
-            Some((i, plan.as_ref().ok().filter(|_| pass == Some(1))?))
-        });
-        let pending = first
-            .iter()
-            .flatten()
-            .filter_map(|(i, handled)| match handled {
-                Handled::Pending(_, plan) => Some((*i, &**plan)),
-                Handled::Done(_) => None,
-            });
         let mut drains = Vec::new();
-        for (i, plan) in first_passes.chain(pending) {
-            if let Ok(event) = &records[i].event
-                && plan.actions.iter().any(draining)
+        let now = self.clock.now();
+        for i in later.into_iter().flatten() {
+            let record = &records[i];
+            let (Ok(event), Some(c)) = (&record.event, &record.continuation) else {
+                continue;
+            };
+            // A replayed or late first pass, which the pass itself refuses, moves no target.
+            if c.pass != 1
+                || !c.plan.actions.iter().any(draining)
+                || now > self.last_pass(&c.plan, c).2
             {
-                let place = place_of(event);
+                continue;
+            }
+            let signed = matches!(self.verify_signature(record, c).await, Ok(Ok(())));
+            if signed && plan_is_the_events(&c.plan, event).is_ok() {
                 drains.push(FirstDrain {
                     record: i,
-                    place,
+                    place: place_of(event),
+                    plan: &c.plan,
+                });
+            }
+        }
+        for (i, handled) in first.iter().flatten() {
+            if let (Handled::Pending(_, plan), Ok(event)) = (handled, &records[*i].event)
+                && plan.actions.iter().any(draining)
+            {
+                drains.push(FirstDrain {
+                    record: *i,
+                    place: place_of(event),
                     plan,
                 });
             }
@@ -363,25 +375,24 @@ impl Pipeline<'_> {
         let (taken, refused) = self.verified(key, taken).await?;
         traffic.balancers.seed(&key.place, &key.cluster, &groups);
         let started = self.clock.now();
-        let failed = |id: &str, why: String| {
-            let failed = vec![why];
-            let outcome = Outcome {
-                at: started,
-                failed,
-                ..Outcome::default()
-            };
-            (id.to_string(), outcome)
-        };
-        let refused = refused
+        let refused: BTreeMap<String, Outcome> = refused
             .into_iter()
-            .map(|(d, why)| failed(&d.instance_id, format!("refused: {why}")));
-        let mut settled = Settled {
-            outcomes: refused.collect(),
-            next: None,
-            quiet_until: None,
-            groups: None,
-        };
+            .map(|(d, why)| {
+                let outcome = Outcome {
+                    at: started,
+                    failed: vec![format!("refused: {why}")],
+                    ..Outcome::default()
+                };
+                (d.instance_id, outcome)
+            })
+            .collect();
         if taken.is_empty() {
+            let settled = Settled {
+                outcomes: refused,
+                next: None,
+                quiet_until: None,
+                groups: None,
+            };
             return rounds.settle(key, &settled, self.clock.now()).await;
         }
         let budget_end = started + span(traffic.budget);
@@ -391,11 +402,19 @@ impl Pipeline<'_> {
                 .deregister(&key.place, &key.cluster, &taken, traffic.rate as usize);
         let answer = until(self.clock, budget_end.min(end), round).await;
         let instances = taken.len();
-        let each = |why: String| -> BTreeMap<String, Outcome> {
-            let each = taken.iter().map(|d| failed(&d.instance_id, why.clone()));
-            each.collect()
+        let each = |why: String| {
+            let outcome = Outcome {
+                at: started,
+                failed: vec![why],
+                ..Outcome::default()
+            };
+            taken
+                .iter()
+                .map(|d| (d.instance_id.clone(), outcome.clone()))
+                .collect()
         };
-        let (outcomes, calls, throttled) = match answer {
+        let mut groups = None;
+        let (mut outcomes, calls, throttled) = match answer {
             Some(Ok(done)) => {
                 if done.failed.is_empty() {
                     tracing::info!(
@@ -410,7 +429,7 @@ impl Pipeline<'_> {
                     let failed = done.failed.join("; ");
                     tracing::warn!(instances, %failed, "some target groups did not take the drains' instances off");
                 }
-                settled.groups = Some(done.arns.clone());
+                groups = Some(done.arns.clone());
                 let outcomes = done.outcomes(&taken, started);
                 (outcomes, done.deregisters, done.throttled)
             }
@@ -432,10 +451,13 @@ impl Pipeline<'_> {
             }
         };
         let now = self.clock.now();
-        let refused = std::mem::replace(&mut settled.outcomes, outcomes);
-        settled.outcomes.extend(refused);
-        settled.next = Some(next_round(started, calls, traffic.rate));
-        settled.quiet_until = throttled.then(|| now + span(QUIET_FOR));
+        outcomes.extend(refused);
+        let settled = Settled {
+            outcomes,
+            next: Some(next_round(started, calls, traffic.rate)),
+            quiet_until: throttled.then(|| now + span(QUIET_FOR)),
+            groups,
+        };
         rounds.settle(key, &settled, now).await
     }
 }
