@@ -385,9 +385,8 @@ pub async fn connect(
     let mut config = match access {
         ClusterAccess::Kubeconfig => ::kube::Config::infer().await?,
         ClusterAccess::Context(name) => {
-            let context = Some(name.to_string());
             let options = KubeConfigOptions {
-                context,
+                context: Some(name.clone()),
                 ..KubeConfigOptions::default()
             };
             ::kube::Config::from_kubeconfig(&options)
