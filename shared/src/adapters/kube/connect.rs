@@ -261,7 +261,7 @@ impl ClusterClient {
     /// attempt.
     pub(crate) async fn throttle(&self, lane: Lane) {
         if let Some(limiter) = &self.limiter {
-            limiter.wait(self.clock(), self.lane.or(lane)).await;
+            limiter.wait(self.clock(), self.lane.max(lane)).await;
         }
     }
 
