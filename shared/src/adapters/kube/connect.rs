@@ -261,7 +261,7 @@ impl ClusterClient {
     /// attempt.
     pub(crate) async fn throttle(&self, lane: Lane) {
         if let Some(limiter) = &self.limiter {
-            limiter.wait(self.clock(), self.lane.or(lane)).await;
+            limiter.wait(self.clock(), self.lane.max(lane)).await;
         }
     }
 
@@ -385,9 +385,8 @@ pub async fn connect(
     let mut config = match access {
         ClusterAccess::Kubeconfig => ::kube::Config::infer().await?,
         ClusterAccess::Context(name) => {
-            let context = Some(name.to_string());
             let options = KubeConfigOptions {
-                context,
+                context: Some(name.clone()),
                 ..KubeConfigOptions::default()
             };
             ::kube::Config::from_kubeconfig(&options)

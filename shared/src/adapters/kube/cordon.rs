@@ -19,8 +19,8 @@ use serde_json::{Value, json};
 use super::api::FIELD_MANAGER;
 use super::api::retry::with_retry;
 use super::connect::ClusterClient;
-use super::error::{KubeError, Refusal};
-use super::events::{EventType, ObjectEvent, Said, record};
+use super::error::KubeError;
+use super::events::{EventType, Said, record};
 use super::executor::KubeExecutor;
 use super::node_facts::node_facts;
 use super::outcome::{CordonOutcome, NodeOutcome};
@@ -65,15 +65,6 @@ impl CordonSpec {
             keys,
         }
     }
-
-    fn taint(&self) -> Taint {
-        Taint {
-            key: self.taint_key.clone(),
-            value: Some(self.taint_value.clone()),
-            effect: self.taint_effect.as_str().to_string(),
-            time_added: None,
-        }
-    }
 }
 
 /// How a cordon treats records.
@@ -106,7 +97,13 @@ fn desired_taints(existing: &[Taint], spec: &CordonSpec, theirs: bool) -> Vec<Ta
         .collect();
     // Every taint before the first of that key is kept: forewarn's goes where that one was.
     let at = first.map_or(out.len(), |i| i.min(out.len()));
-    out.insert(at, spec.taint());
+    let taint = Taint {
+        key: spec.taint_key.clone(),
+        value: Some(spec.taint_value.clone()),
+        effect: spec.taint_effect.as_str().to_string(),
+        time_added: None,
+    };
+    out.insert(at, taint);
     out
 }
 
@@ -397,7 +394,7 @@ impl KubeExecutor {
         let (dry_run, gone) = (self.settings.dry_run, CordonOutcome::NodeGone);
         let write = self.write_node(node.clone(), "cordoned", gone, |node, attempt| {
             if attempt > 1
-                && let Err(why) = runs(&a.instance_id, node)
+                && let Err(why) = node_facts(node).verify_runs(&a.instance_id)
             {
                 tracing::warn!(%why, "the node changed: refusing to cordon it");
                 return Step::Done(CordonOutcome::Refused {
@@ -454,7 +451,7 @@ impl KubeExecutor {
         let outcome = self
             .write_node(node.clone(), "cordon undone", gone, |node, _| {
                 let refused = |why: String| Step::Done(UndoOutcome::Refused { why });
-                if let Err(why) = runs(&undo.instance_id, node) {
+                if let Err(why) = node_facts(node).verify_runs(&undo.instance_id) {
                     return refused(why.to_string());
                 }
                 match uncordon_patch(node, &self.config.taint_key, &undo.record) {
@@ -467,22 +464,14 @@ impl KubeExecutor {
         if matches!(outcome, UndoOutcome::Undone | UndoOutcome::WouldUndo) {
             let note = format!("forewarn's cordon undone: {}", undo.why);
             let said = Said(EventType::Normal, "Uncordoned", "Uncordon", note);
-            let event = ObjectEvent::on_node(&node, &undo.record.event_id, said);
-            let reporting = &self.settings.reporting_instance;
-            let recorded = record(&self.clients, &event, reporting, dry_run, true).await;
+            let event = self.node_event(&node, &undo.record.event_id, said);
+            let recorded = record(&self.clients, &event, dry_run, true).await;
             if let Err(e) = recorded {
                 tracing::warn!(error = %e, "could not record the Uncordoned Event");
             }
         }
         Ok(outcome)
     }
-}
-
-/// Whether `node`, as just read again, still runs `instance_id` and is not control-plane (what a
-/// node write verifies again on a conflict).
-fn runs(instance_id: &str, node: &Node) -> Result<(), Refusal> {
-    node_facts(node).verify_runs(instance_id)?;
-    Ok(())
 }
 
 #[cfg(test)]

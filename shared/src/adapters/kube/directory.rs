@@ -35,30 +35,43 @@ impl KubeNodeDirectory {
     pub fn new(clients: ClusterClient) -> KubeNodeDirectory {
         KubeNodeDirectory { clients }
     }
+}
 
-    async fn api(&self) -> Result<Api<Node>, DirectoryError> {
-        let client = self
-            .clients
-            .client()
-            .await
-            .map_err(|e| DirectoryError::new(SERVICE, e.kind(), e))?;
-        Ok(Api::all(client))
-    }
+/// The nodes' API, with `clients`' client.
+async fn api(clients: &ClusterClient) -> Result<Api<Node>, DirectoryError> {
+    let client = clients.client().await;
+    let client = client.map_err(|e| DirectoryError::new(SERVICE, e.kind(), e))?;
+    Ok(Api::all(client))
+}
 
-    async fn list_all(&self) -> Result<Vec<Node>, DirectoryError> {
-        let nodes = self.api().await?;
-        list_all(&self.clients, &nodes, "nodes")
-            .await
-            .map_err(directory_error)
+fn directory_error(e: ApiError) -> DirectoryError {
+    DirectoryError::new(SERVICE, e.kind(), e)
+}
+
+/// Whether `node` is the node of `instance` (by [`resolve_node`]'s criteria).
+fn names_instance(node: &NodeFacts, instance: &InstanceFacts) -> bool {
+    let one = std::slice::from_ref(node);
+    resolve_node(&instance.instance_id, Some(instance), one).is_some()
+}
+
+#[async_trait]
+impl NodeDirectory for KubeNodeDirectory {
+    async fn nodes(&self, instances: &[InstanceFacts]) -> Result<Vec<NodeFacts>, DirectoryError> {
+        self.nodes_in(instances, Work::default()).await
     }
 
     /// The nodes of `instances` (see the module's documentation).
     #[tracing::instrument(name = "nodes", skip_all, fields(instances = instances.len()), err)]
-    async fn look_up(&self, instances: &[InstanceFacts]) -> Result<Vec<NodeFacts>, DirectoryError> {
+    async fn nodes_in(
+        &self,
+        instances: &[InstanceFacts],
+        work: Work,
+    ) -> Result<Vec<NodeFacts>, DirectoryError> {
+        let clients = &self.clients.for_work(work);
         if instances.is_empty() {
             return Ok(Vec::new());
         }
-        let api = self.api().await?;
+        let api = api(clients).await?;
         let names: BTreeSet<String> = instances
             .iter()
             .filter_map(|i| i.private_dns.as_deref())
@@ -70,7 +83,7 @@ impl KubeNodeDirectory {
                 let api = &api;
                 async move {
                     let object = format!("node/{name}");
-                    with_retry(&self.clients, "get", &object, || api.get_opt(&name)).await
+                    with_retry(clients, "get", &object, || api.get_opt(&name)).await
                 }
             })
             .buffer_unordered(PARALLELISM)
@@ -79,7 +92,7 @@ impl KubeNodeDirectory {
         let mut found: BTreeMap<String, NodeFacts> = BTreeMap::new();
         for node in got {
             if let Some(node) = node.map_err(directory_error)? {
-                self.clients.remember_node(&node);
+                clients.remember_node(&node);
                 let facts = node_facts(&node);
                 // A node under a reused name whose providerID names another instance is no one's.
                 if instances.iter().any(|i| names_instance(&facts, i)) {
@@ -96,7 +109,8 @@ impl KubeNodeDirectory {
                 missing = missing.len(),
                 "instances not found by node name: listing the nodes"
             );
-            for node in self.list_all().await? {
+            let all = list_all(clients, &api, "nodes").await;
+            for node in all.map_err(directory_error)? {
                 let facts = node_facts(&node);
                 if missing.iter().any(|i| names_instance(&facts, i)) {
                     found.insert(facts.name.clone(), facts);
@@ -105,36 +119,15 @@ impl KubeNodeDirectory {
         }
         Ok(found.into_values().collect())
     }
-}
-
-fn directory_error(e: ApiError) -> DirectoryError {
-    DirectoryError::new(SERVICE, e.kind(), e)
-}
-
-/// Whether `node` is the node of `instance` (by [`resolve_node`]'s criteria).
-fn names_instance(node: &NodeFacts, instance: &InstanceFacts) -> bool {
-    let one = std::slice::from_ref(node);
-    resolve_node(&instance.instance_id, Some(instance), one).is_some()
-}
-
-#[async_trait]
-impl NodeDirectory for KubeNodeDirectory {
-    async fn nodes(&self, instances: &[InstanceFacts]) -> Result<Vec<NodeFacts>, DirectoryError> {
-        self.look_up(instances).await
-    }
-
-    async fn nodes_in(
-        &self,
-        instances: &[InstanceFacts],
-        work: Work,
-    ) -> Result<Vec<NodeFacts>, DirectoryError> {
-        let clients = self.clients.for_work(work);
-        KubeNodeDirectory { clients }.look_up(instances).await
-    }
 
     /// One paged `list` of the nodes.
     async fn all(&self) -> Result<Vec<NodeFacts>, DirectoryError> {
-        Ok(self.list_all().await?.iter().map(node_facts).collect())
+        let all = list_all(&self.clients, &api(&self.clients).await?, "nodes").await;
+        Ok(all
+            .map_err(directory_error)?
+            .iter()
+            .map(node_facts)
+            .collect())
     }
 }
 

@@ -28,8 +28,7 @@
 
 use super::api::rate_limit::Lane;
 use super::api::retry::with_retry_in;
-use super::connect::ClusterClient;
-use super::error::{ApiError, KubeError, error_text, retry_after};
+use super::error::{KubeError, error_text, retry_after, status_code};
 use super::events::{EventType, Said};
 use super::executor::KubeExecutor;
 use super::outcome::{DrainReport, LeftPod, NodeOutcome, SkippedPod};
@@ -37,9 +36,10 @@ use super::surge::{self, SurgeSettings, surge_pass};
 use crate::adapters::backoff::Backoff;
 use crate::domain::plan::{NodeAction, Plan};
 use crate::domain::surge::CHECK_EVERY;
-use crate::ports::{DrainRole, Pass};
+use crate::ports::{DrainRole, Pass, span};
 use ::kube::api::{ListParams, PostParams};
 use ::kube::{Api, ResourceExt};
+use backon::{ConstantBuilder, Retryable};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -105,15 +105,6 @@ fn pod_key(pod: &Pod) -> String {
     format!("{namespace}/{name}")
 }
 
-/// The pods on `node`.
-pub(crate) async fn list_pods(clients: &ClusterClient, node: &str) -> Result<Vec<Pod>, KubeError> {
-    let pods: Api<Pod> = Api::all(clients.client().await?);
-    let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
-    let object = format!("pods on node/{node}");
-    let list = with_retry_in(clients, Lane::Later, "list", &object, || pods.list(&params)).await?;
-    Ok(list.items)
-}
-
 enum Eviction {
     Evicted,
     Gone,
@@ -141,15 +132,15 @@ pub(crate) fn eviction_body(namespace: &str, name: &str, grace: Option<u32>) -> 
 }
 
 /// The refusal, with the disruption budget's cause when the API gives one.
-fn refusal_text(err: &ApiError) -> String {
-    let causes: Vec<&str> = match &err.source {
+fn refusal_text(err: &::kube::Error) -> String {
+    let causes: Vec<&str> = match err {
         ::kube::Error::Api(s) => (s.details.iter().flat_map(|d| d.causes.iter()))
             .map(|c| c.message.as_str())
             .filter(|m| !m.is_empty())
             .collect(),
         _ => Vec::new(),
     };
-    let text = error_text(&err.source);
+    let text = error_text(err);
     if causes.is_empty() {
         text
     } else {
@@ -223,7 +214,11 @@ impl KubeExecutor {
     ) -> Result<DrainReport, KubeError> {
         let clients = &self.clients;
         let mut report = DrainReport::default();
-        let listed = list_pods(clients, node).await?;
+        let pods: Api<Pod> = Api::all(clients.client().await?);
+        let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        let object = format!("pods on node/{node}");
+        let listed = with_retry_in(clients, Lane::Later, "list", &object, || pods.list(&params));
+        let listed = listed.await?.items;
         let [normal, critical, terminating] = sort_pods(&listed, &mut report);
         let due_gone = terminating
             .iter()
@@ -287,7 +282,7 @@ impl KubeExecutor {
             report.placeholders_refused = surge.refused;
             report.new_refusals = std::mem::take(&mut surge.new_refusals);
         }
-        let pass_end = (now + crate::ports::span(self.settings.pass_budget)).min(deadline);
+        let pass_end = (now + span(self.settings.pass_budget)).min(deadline);
         self.evict_all(&due, pass_end, grace_until, &mut report)
             .await?;
         report.terminating = terminating;
@@ -371,58 +366,50 @@ impl KubeExecutor {
         // Neither a namespace nor a name holds a `/`.
         let (namespace, name) = key.split_once('/').unwrap_or_default();
         let object = format!("pod/{namespace}/{name}");
-        // The waits after refusals; a `Retry-After` waited takes none of them.
-        let mut waits = Backoff::new(settings.backoff_initial, settings.backoff_max).delays();
-        let mut told = 0;
-        loop {
-            let pods: Api<Pod> = Api::namespaced(clients.client().await?, namespace);
+        let pods: Api<Pod> = Api::namespaced(clients.client().await?, namespace);
+        let attempt = || async {
             clients.throttle(Lane::Later).await;
             let grace = fitted_grace(own_grace, grace_until, clients.clock().now());
             let body = eviction_body(namespace, name, grace);
-            let evicted = pods
-                .create_subresource::<_, serde_json::Value>(
-                    "eviction",
-                    name,
-                    &PostParams::default(),
-                    &body,
-                )
-                .await;
-            let err = match evicted {
-                Ok(_) => return Ok(Eviction::Evicted),
-                Err(e) => {
-                    // A 429 with `Retry-After` is the API server's rate limit (priority and
-                    // fairness), not the pod's refusal (a budget's 429 says no time): the server
-                    // said when, so the eviction is tried again then, even in a pass with no time
-                    // for retries — else the node waits for a later pass for nothing.
-                    let now = clients.clock().now();
-                    if let Some(after) = retry_after(&e)
-                        && told < RATE_LIMIT_RETRIES
-                        && clients
-                            .deadline
-                            .is_none_or(|u| now + crate::ports::span(after) < u)
-                    {
-                        told += 1;
-                        clients.pause_all(after);
-                        clients.clock().sleep(after).await;
-                        continue;
-                    }
-                    ApiError::new("evict", object.clone(), e)
+            let params = PostParams::default();
+            pods.create_subresource::<_, serde_json::Value>("eviction", name, &params, &body)
+                .await
+        };
+        // The waits after refusals; a `Retry-After` waited takes none of them.
+        let mut waits = Backoff::new(settings.backoff_initial, settings.backoff_max).delays();
+        let mut told = 0;
+        let evicted = attempt
+            .retry(ConstantBuilder::new().without_max_times())
+            .sleep(clients.sleeper())
+            .when(|e| status_code(e) != Some(404))
+            .adjust(|e, _| {
+                let now = clients.clock().now();
+                // A 429 with `Retry-After` is the API server's rate limit (priority and
+                // fairness), not the pod's refusal (a budget's 429 says no time): the server
+                // said when, so the eviction is tried again then, even in a pass with no time
+                // for retries — else the node waits for a later pass for nothing.
+                if let Some(after) = retry_after(e)
+                    && told < RATE_LIMIT_RETRIES
+                    && clients.deadline.is_none_or(|u| now + span(after) < u)
+                {
+                    told += 1;
+                    clients.pause_all(after);
+                    return Some(after);
                 }
-            };
-            if err.status == Some(404) {
-                return Ok(Eviction::Gone);
-            }
-            let refusal = refusal_text(&err);
-            let left = (deadline - clients.clock().now())
-                .to_std()
-                .unwrap_or_default();
-            if left.is_zero() {
-                return Ok(Eviction::Refused(refusal));
-            }
-            let wait = waits.next().unwrap_or(settings.backoff_max).min(left);
-            tracing::debug!(pod = %object, reason = %refusal, ?wait, "eviction refused; retrying");
-            clients.clock().sleep(wait).await;
-        }
+                let left = (deadline - now).to_std().unwrap_or_default();
+                let wait = waits.next().unwrap_or(settings.backoff_max).min(left);
+                (!left.is_zero()).then_some(wait)
+            })
+            .notify(|e, wait| {
+                let reason = error_text(e);
+                tracing::debug!(pod = %object, %reason, ?wait, "eviction refused; retrying");
+            })
+            .await;
+        Ok(match evicted {
+            Ok(_) => Eviction::Evicted,
+            Err(e) if status_code(&e) == Some(404) => Eviction::Gone,
+            Err(e) => Eviction::Refused(refusal_text(&e)),
+        })
     }
 
     /// The evictions of one pass of `a`'s drain of `node` (see [`KubeExecutor::drain_pass`]).
@@ -462,12 +449,11 @@ impl KubeExecutor {
     /// instance's end: its next pass, refused as late, records the Events of the decision alone
     /// (`Pass::Announce`); the drain's end gets no Event.
     pub(super) fn leave_late_events(&self, a: &NodeAction, pass: Pass, report: &mut DrainReport) {
-        let first = pass.is_first_drain();
-        let now = self.clients.clock().now();
-        if let (true, false, true, Some(deadline)) =
-            (first, report.pending, a.grace_to_deadline, a.deadline)
-            && now >= deadline
+        if let Some(deadline) = a.deadline.filter(|_| a.grace_to_deadline)
+            && pass.is_first_drain()
+            && !report.pending
             && !self.settings.dry_run
+            && self.clients.clock().now() >= deadline
         {
             report.pending = true;
             report.wait_until =

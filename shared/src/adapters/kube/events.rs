@@ -20,6 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 
 use super::api::FIELD_MANAGER;
 use super::api::retry::with_retry;
+use super::budget::ns_name;
 use super::connect::ClusterClient;
 use super::error::{ApiError, KubeError};
 use super::executor::KubeExecutor;
@@ -66,39 +67,6 @@ pub fn event_name(node: &str, event_id: &str, reason: &str) -> String {
     }
 }
 
-/// One Event about any object: the namespace it is recorded in and what it regards.
-#[derive(Debug, Clone)]
-pub(crate) struct ObjectEvent<'a> {
-    /// Where the Event lives: [`EVENT_NAMESPACE`] for cluster-scoped objects, else the object's.
-    pub namespace: &'a str,
-    pub regarding: ObjectReference,
-    /// A second object it is about (a pod's node).
-    pub related: Option<ObjectReference>,
-    /// What led to it (part of the Event's name, with the object's name and the reason).
-    pub event_id: &'a str,
-    pub reason: &'a str,
-    pub action: &'a str,
-    pub type_: EventType,
-    pub note: String,
-}
-
-impl<'a> ObjectEvent<'a> {
-    /// The Event saying `said` about `node`, for `event_id` (in [`EVENT_NAMESPACE`]).
-    pub(super) fn on_node(node: &Node, event_id: &'a str, said: Said<'a>) -> ObjectEvent<'a> {
-        let Said(type_, reason, action, note) = said;
-        ObjectEvent {
-            namespace: EVENT_NAMESPACE,
-            regarding: reference("Node", &node.metadata),
-            related: None,
-            event_id,
-            reason,
-            action,
-            type_,
-            note,
-        }
-    }
-}
-
 /// A reference to the `kind` object (of API `v1`) of `meta`'s namespace, name and uid.
 pub(super) fn reference(kind: &str, meta: &ObjectMeta) -> ObjectReference {
     ObjectReference {
@@ -111,33 +79,42 @@ pub(super) fn reference(kind: &str, meta: &ObjectMeta) -> ObjectReference {
     }
 }
 
+/// The Event for `event_id` saying `said` about `regarding` (part of its name, with the object's
+/// name and the reason), in the object's namespace ([`EVENT_NAMESPACE`] for a cluster-scoped
+/// one).
 pub(crate) fn build(
-    event: &ObjectEvent<'_>,
+    regarding: ObjectReference,
+    event_id: &str,
+    said: Said<'_>,
     reporting_instance: &str,
     now: DateTime<Utc>,
 ) -> Event {
-    let object = event.regarding.name.clone().unwrap_or_default();
+    let Said(type_, reason, action, note) = said;
+    let object = regarding.name.as_deref().unwrap_or_default();
     // Any time chrono holds fits (jiff's range is wider), so the fallback is never taken.
     let micros = k8s_openapi::jiff::Timestamp::from_microsecond(now.timestamp_micros())
         .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+    let limited = |s: &str| Some(s.chars().take(128).collect());
     Event {
         metadata: ObjectMeta {
-            name: Some(event_name(&object, event.event_id, event.reason)),
-            namespace: Some(event.namespace.into()),
+            name: Some(event_name(object, event_id, reason)),
+            namespace: Some(
+                regarding
+                    .namespace
+                    .as_deref()
+                    .unwrap_or(EVENT_NAMESPACE)
+                    .into(),
+            ),
             ..ObjectMeta::default()
         },
         event_time: Some(MicroTime(micros)),
         reporting_controller: Some(REPORTING_CONTROLLER.into()),
-        reporting_instance: Some(reporting_instance.chars().take(128).collect()),
-        action: Some(event.action.chars().take(128).collect()),
-        reason: Some(event.reason.chars().take(128).collect()),
-        type_: Some(<&str>::from(event.type_).into()),
-        regarding: Some(event.regarding.clone()),
-        related: event.related.clone(),
-        note: Some(crate::domain::plan::pod_event::truncate(
-            event.note.clone(),
-            NOTE_LIMIT,
-        )),
+        reporting_instance: limited(reporting_instance),
+        action: limited(action),
+        reason: limited(reason),
+        type_: Some(<&str>::from(type_).into()),
+        regarding: Some(regarding),
+        note: Some(crate::domain::plan::pod_event::truncate(note, NOTE_LIMIT)),
         ..Event::default()
     }
 }
@@ -147,26 +124,24 @@ pub(crate) fn build(
 /// client's idle turn the caller waited for (an Event given up rather than tried again: a pod's).
 pub(crate) async fn record(
     clients: &ClusterClient,
-    event: &ObjectEvent<'_>,
-    reporting_instance: &str,
+    event: &Event,
     dry_run: bool,
     retried: bool,
 ) -> Result<EventOutcome, KubeError> {
     if dry_run {
         return Ok(EventOutcome::WouldCreate);
     }
-    let body = build(event, reporting_instance, clients.clock().now());
-    let name = body.metadata.name.as_deref().unwrap_or_default();
-    let object = format!("event/{}/{name}", event.namespace);
-    let events: Api<Event> = Api::namespaced(clients.client().await?, event.namespace);
+    let (namespace, name) = ns_name(&event.metadata);
+    let object = format!("event/{namespace}/{name}");
+    let events: Api<Event> = Api::namespaced(clients.client().await?, &namespace);
     let params = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..PostParams::default()
     };
     let created = if retried {
-        with_retry(clients, "create", &object, || events.create(&params, &body)).await
+        with_retry(clients, "create", &object, || events.create(&params, event)).await
     } else {
-        let created = events.create(&params, &body).await;
+        let created = events.create(&params, event).await;
         created.map_err(|e| ApiError::new("create", &object, e))
     };
     match created {
@@ -176,7 +151,7 @@ pub(crate) async fn record(
     }
 }
 
-/// What an Event says: its type, reason, action and note (see [`ObjectEvent::on_node`]).
+/// What an Event says: its type, reason, action and note.
 pub(super) struct Said<'a>(pub EventType, pub &'a str, pub &'a str, pub String);
 
 impl KubeExecutor {
@@ -189,22 +164,23 @@ impl KubeExecutor {
         said: Said<'_>,
         out: &mut NodeOutcome,
     ) {
-        let event = ObjectEvent::on_node(node, &plan.event_id, said);
-        let reporting = &self.settings.reporting_instance;
-        let recorded = record(
-            &self.clients,
-            &event,
-            reporting,
-            self.settings.dry_run,
-            true,
-        );
-        match recorded.await {
-            Ok(outcome) => out.events.push((event.reason.to_string(), outcome)),
+        let reason = said.1.to_string();
+        let event = self.node_event(node, &plan.event_id, said);
+        match record(&self.clients, &event, self.settings.dry_run, true).await {
+            Ok(outcome) => out.events.push((reason, outcome)),
             Err(e) => {
-                tracing::warn!(reason = event.reason, error = %e, "could not record the Event");
-                out.event_failures.push(format!("{}: {e}", event.reason));
+                tracing::warn!(reason, error = %e, "could not record the Event");
+                out.event_failures.push(format!("{reason}: {e}"));
             }
         }
+    }
+
+    /// The Event for `event_id` saying `said` about `node`, now.
+    pub(super) fn node_event(&self, node: &Node, event_id: &str, said: Said<'_>) -> Event {
+        let regarding = reference("Node", &node.metadata);
+        let reporting = &self.settings.reporting_instance;
+        let now = self.clients.clock().now();
+        build(regarding, event_id, said, reporting, now)
     }
 
     /// The Events of the decision a pass records: with `announce`, the one that says what
@@ -287,24 +263,21 @@ impl KubeExecutor {
                 counts.given_up = report.evicted.len() - i;
                 break;
             }
-            let event = ObjectEvent {
-                namespace,
-                regarding: ObjectReference {
-                    kind: Some("Pod".into()),
-                    namespace: Some(namespace.into()),
-                    name: Some(name.into()),
-                    uid: report.uids.get(pod).cloned(),
-                    ..related.clone()
-                },
-                related: Some(related.clone()),
-                event_id: &plan.event_id,
-                reason,
-                action: "Evict",
-                type_: EventType::Warning,
-                note: note.clone(),
+            let regarding = ObjectReference {
+                kind: Some("Pod".into()),
+                namespace: Some(namespace.into()),
+                name: Some(name.into()),
+                uid: report.uids.get(pod).cloned(),
+                ..related.clone()
             };
+            let said = Said(EventType::Warning, reason, "Evict", note.clone());
             let reporting = &self.settings.reporting_instance;
-            match record(&self.clients, &event, reporting, false, false).await {
+            let now = self.clients.clock().now();
+            let event = Event {
+                related: Some(related.clone()),
+                ..build(regarding, &plan.event_id, said, reporting, now)
+            };
+            match record(&self.clients, &event, false, false).await {
                 Ok(EventOutcome::Created | EventOutcome::WouldCreate) => counts.recorded += 1,
                 Ok(EventOutcome::Exists) => counts.existed += 1,
                 Err(e) => {
@@ -368,15 +341,13 @@ mod tests {
         }))
         .unwrap();
         let ev = build(
-            &ObjectEvent::on_node(
-                &node,
-                "ev",
-                Said(
-                    EventType::Warning,
-                    "SpotInterrupted",
-                    "CordonDrain",
-                    "é".repeat(2000),
-                ),
+            reference("Node", &node.metadata),
+            "ev",
+            Said(
+                EventType::Warning,
+                "SpotInterrupted",
+                "CordonDrain",
+                "é".repeat(2000),
             ),
             "forewarn-lambda",
             "2026-11-24T10:00:00Z".parse().unwrap(),

@@ -131,9 +131,7 @@ impl KubeExecutor {
             if pass == Pass::Announce {
                 // The Events a drain's first pass left to a pass that came too late to drain:
                 // nothing else, not even the lifecycle action.
-                if let Some(node) = &node
-                    && a.action == Action::CordonDrain
-                {
+                if let Some(node) = &node {
                     self.owed_events(plan, a, node, &mut out).await;
                 }
                 return Ok(out);
@@ -288,10 +286,8 @@ impl Executor for KubeExecutor {
             Ok(Some(node)) => self.undo_cordon(node, undo).await,
             Err(e) => Err(e),
         };
-        undone.map_err(failed(
-            &undo.instance_id,
-            Some(format!("node {}", undo.node)),
-        ))
+        let doing = Some(format!("node {}", undo.node));
+        undone.map_err(failed(&undo.instance_id, doing))
     }
 
     async fn room(&self, nodes: &[String]) -> Result<BTreeMap<String, RoomSeen>, ExecuteError> {

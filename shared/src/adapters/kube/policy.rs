@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::api::retry::with_retry;
 use super::connect::ClusterClient;
-use super::events::{EventType, ObjectEvent, record, reference};
+use super::events::{EventType, Said, build, record, reference};
 use crate::ports::{DirectoryError, FailureKind, PolicySource, PolicyText};
 
 /// The policy ConfigMap's namespace (forewarn's own, `infra/k8s/rbac.yaml`), name and key.
@@ -69,21 +69,20 @@ impl PolicySource for KubePolicy {
     async fn refused(&self, message: &str) {
         // The message says what was refused and what applies instead (crate::app::policy).
         // One Event per refusal message: the same bad policy read again records none.
-        let event = ObjectEvent {
-            namespace: POLICY_NAMESPACE,
-            regarding: ObjectReference {
-                namespace: Some(POLICY_NAMESPACE.into()),
-                name: Some(POLICY_CONFIGMAP.into()),
-                ..reference("ConfigMap", &ObjectMeta::default())
-            },
-            related: None,
-            event_id: message,
-            reason: "PolicyRefused",
-            action: "ReadPolicy",
-            type_: EventType::Warning,
-            note: message.to_string(),
+        let regarding = ObjectReference {
+            namespace: Some(POLICY_NAMESPACE.into()),
+            name: Some(POLICY_CONFIGMAP.into()),
+            ..reference("ConfigMap", &ObjectMeta::default())
         };
-        if let Err(e) = record(&self.clients, &event, &self.reporting_instance, false, true).await {
+        let said = Said(
+            EventType::Warning,
+            "PolicyRefused",
+            "ReadPolicy",
+            message.into(),
+        );
+        let (reporting, now) = (&self.reporting_instance, self.clients.clock().now());
+        let event = build(regarding, message, said, reporting, now);
+        if let Err(e) = record(&self.clients, &event, false, true).await {
             tracing::warn!(error = %e, "could not record the PolicyRefused Event");
         }
     }

@@ -22,7 +22,7 @@ use super::budget::ns_name;
 use super::connect::ClusterClient;
 use super::cordon::{CordonSpec, RecordKeys, cordon_patch, uncordon_patch};
 use super::drain::{Disposition, disposition, eviction_body};
-use super::events::{EVENT_NAMESPACE, EventType, ObjectEvent, build, reference};
+use super::events::{EventType, Said, build, reference};
 use super::node_facts::node_facts;
 use super::placeholder::placeholder_for;
 use super::surge::is_placeholder;
@@ -301,30 +301,26 @@ impl Dry<'_> {
     /// An Event about the pod (in its namespace, related to its node) or about the node (in
     /// `default`).
     async fn event(&self, capability: Capability) -> Result<Verdict, Verdict> {
-        let (node, _) = self.node()?;
-        let node_ref = reference("Node", &node.metadata);
-        let (namespace, regarding, related) = if capability == Capability::PodEvent {
-            let pod = self.pod()?;
-            (
-                ns_name(&pod.metadata).0,
-                reference("Pod", &pod.metadata),
-                Some(node_ref),
-            )
+        let node = reference("Node", &self.node()?.0.metadata);
+        let said = Said(
+            EventType::Normal,
+            "SpotInterruption",
+            "Evict",
+            "forewarn's preflight: a dry run, nothing is recorded".into(),
+        );
+        let reporting = self.scope.reporting_instance;
+        let body = if capability == Capability::PodEvent {
+            let pod = reference("Pod", &self.pod()?.metadata);
+            Event {
+                related: Some(node),
+                ..build(pod, PREFLIGHT_EVENT, said, reporting, self.now)
+            }
         } else {
-            (EVENT_NAMESPACE.to_string(), node_ref, None)
+            build(node, PREFLIGHT_EVENT, said, reporting, self.now)
         };
-        let about = regarding.name.clone().unwrap_or_default();
-        let event = ObjectEvent {
-            namespace: &namespace,
-            regarding,
-            related,
-            event_id: PREFLIGHT_EVENT,
-            reason: "SpotInterruption",
-            action: "Evict",
-            type_: EventType::Normal,
-            note: "forewarn's preflight: a dry run, nothing is recorded".into(),
-        };
-        let body = build(&event, self.scope.reporting_instance, self.now);
+        let (namespace, _) = ns_name(&body.metadata);
+        let about = body.regarding.as_ref().and_then(|r| r.name.clone());
+        let about = about.unwrap_or_default();
         let events: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
         Ok(answered(
             events.create(&self.post, &body).await,

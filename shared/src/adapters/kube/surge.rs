@@ -185,7 +185,18 @@ pub(crate) async fn surge_pass(
         .filter_map(|pod| Some((*pod, pod.metadata.uid.as_deref()?)))
         .take(MAX_PODS)
         .collect();
-    let rounds = rounds_of(clients, settings, to_evict, &surging, end).await;
+    // Per pod uid, the earlier rounds of its budget: its controller's pods before it on the node,
+    // and, in a drain's first pass, one when a budget (listed by `end`) selects it that cannot
+    // let all of its pods go at once.
+    let mut rounds = earlier_rounds(to_evict);
+    if settings.first {
+        let budgets = budget_rounds(clients, &settings.memory, &surging);
+        let budgets = crate::ports::until(clients.clock(), end, budgets).await;
+        for (uid, r) in budgets.unwrap_or_default() {
+            let e = rounds.entry(uid).or_default();
+            *e = (*e).max(r);
+        }
+    }
     let latest_of = |pod: &Pod, uid: &str| {
         let grace = pod
             .spec
@@ -266,28 +277,6 @@ pub(crate) async fn surge_pass(
     pass
 }
 
-/// Per pod uid, the earlier rounds of its budget: its controller's pods before it on the node
-/// (among `to_evict`), and, in a drain's first pass, one when a budget (listed by `end`) selects
-/// it (among `surging`) that cannot let all of its pods go at once.
-async fn rounds_of(
-    clients: &ClusterClient,
-    settings: &SurgeSettings,
-    to_evict: &[&Pod],
-    surging: &[(&Pod, &str)],
-    end: DateTime<Utc>,
-) -> BTreeMap<String, usize> {
-    let mut rounds = earlier_rounds(to_evict);
-    if settings.first {
-        let budgets = budget_rounds(clients, &settings.memory, surging);
-        let budgets = crate::ports::until(clients.clock(), end, budgets).await;
-        for (uid, r) in budgets.unwrap_or_default() {
-            let e = rounds.entry(uid).or_default();
-            *e = (*e).max(r);
-        }
-    }
-    rounds
-}
-
 /// The node's placeholders whose pod is still there, by pod uid; those whose pod is gone are
 /// deleted (counted in `pass`). Not listed (a failure, or no answer by `end`): none — which
 /// placeholders run is not known in this pass, and each is asked for again (one there answers
@@ -343,12 +332,8 @@ pub(crate) async fn of_node(clients: &ClusterClient, node: &str) -> Result<Vec<P
         "{LABEL_PLACEHOLDER}=true,{LABEL_PLACEHOLDER_NODE}={}",
         node_label_value(node)
     );
-    let found = list(
-        clients,
-        Some(&selector),
-        &format!("placeholders of node/{node}"),
-    )
-    .await?;
+    let what = format!("placeholders of node/{node}");
+    let found = list(clients, Some(&selector), &what).await?;
     Ok(found
         .into_iter()
         .filter(|p| annotation(p, ANNOTATION_NODE) == Some(node))
@@ -376,9 +361,7 @@ pub(crate) async fn room_of(
     );
     let what = format!("placeholders of {} nodes", nodes.len());
     for ph in list(clients, Some(&selector), &what).await? {
-        let Some(node) = annotation(&ph, ANNOTATION_NODE) else {
-            continue;
-        };
+        let node = annotation(&ph, ANNOTATION_NODE).unwrap_or_default();
         if let Some(s) = seen.get_mut(node) {
             s.placeholders = s.placeholders.saturating_add(1);
             s.running = s
@@ -494,10 +477,7 @@ async fn create(clients: &ClusterClient, memory: &SurgeMemory, m: &Making) -> Cr
 pub(crate) async fn delete(clients: &ClusterClient, ph: &Pod) -> Result<(), KubeError> {
     let name = ph.metadata.name.as_deref().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(clients.client().await?, NAMESPACE);
-    let params = DeleteParams {
-        grace_period_seconds: Some(0),
-        ..DeleteParams::default()
-    };
+    let params = DeleteParams::default().grace_period(0);
     let object = format!("pod/{NAMESPACE}/{name}");
     let deleted = with_retry_in(clients, Lane::Later, "delete", &object, || {
         pods.delete(name, &params)

@@ -13,20 +13,13 @@ use crate::ports::Clock;
 /// The two lanes of the client-side rate limit. Under a limit, what a warning needs first —
 /// node reads, cordons and taints, deletes, Events — goes before the drains' evictions and pod
 /// lists: in a mass interruption every node is cordoned without queueing behind other nodes'
-/// evictions.
+/// evictions. Ordered, `First` before `Later`: a request asked in [`Lane::First`] by work that
+/// runs in [`Lane::Later`] (a drain's later passes) goes in the later of the two, their `max`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub(crate) enum Lane {
     #[default]
     First,
     Later,
-}
-
-impl Lane {
-    /// The later of two lanes: a request asked in [`Lane::First`] by work that runs in
-    /// [`Lane::Later`] (a drain's later passes) goes in [`Lane::Later`].
-    pub(crate) fn or(self, other: Lane) -> Lane {
-        self.max(other)
-    }
 }
 
 /// A client-side token bucket, like client-go's `QPS`/`Burst`: requests go out at `qps` on
@@ -344,9 +337,9 @@ mod tests {
 
     #[test]
     fn work_in_the_later_lane_sends_every_request_there() {
-        assert_eq!(Lane::First.or(Lane::First), Lane::First);
-        assert_eq!(Lane::Later.or(Lane::First), Lane::Later);
-        assert_eq!(Lane::First.or(Lane::Later), Lane::Later);
+        assert_eq!(Lane::First.max(Lane::First), Lane::First);
+        assert_eq!(Lane::Later.max(Lane::First), Lane::Later);
+        assert_eq!(Lane::First.max(Lane::Later), Lane::Later);
     }
 
     #[test]
