@@ -296,7 +296,7 @@ pub(crate) fn overrides(s: &Settings, mode: RunMode) -> Vec<String> {
         (
             "FOREWARN_CONCURRENCY",
             s.batch.to_string(),
-            forewarn::app::settings::CONCURRENCY.to_string(),
+            forewarn::app::pipeline::CONCURRENCY.to_string(),
         ),
         (
             "surge (a policy rule's)",

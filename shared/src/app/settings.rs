@@ -21,7 +21,7 @@ use crate::adapters::accounts::{AccountSettings, is_account_id, is_role_name};
 use crate::adapters::aws::AwsSettings;
 use crate::adapters::kube::{ClusterAccess, EksAccess, ExecutorSettings, KUBE_SHARE};
 use crate::adapters::webhook::{DEFAULT_TEMPLATE, Template, WebhookConfig, check_url, redacted};
-use crate::app::pipeline::{DEREGISTER_BUDGET, PASS_INTERVAL};
+use crate::app::pipeline::{CONCURRENCY, DEREGISTER_BUDGET, PASS_INTERVAL};
 use crate::app::priorities::PrioritySettings;
 use crate::domain::clusters::{ClusterId, Entry, Place};
 use crate::domain::config::{Config, Mode, TaintEffect, TaintKeys};
@@ -29,9 +29,6 @@ use crate::domain::event::EventKind;
 use crate::domain::policy::PolicyAllow;
 use crate::domain::priorities::HotShare;
 use crate::domain::time::parse_duration;
-
-/// Events handled at once within a batch by default (the handler's default too).
-pub const CONCURRENCY: usize = 8;
 
 /// How long before the Lambda's deadline work stops, so the answer still gets out: the
 /// benchmarked value.

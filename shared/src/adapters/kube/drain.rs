@@ -366,14 +366,17 @@ impl KubeExecutor {
         // Neither a namespace nor a name holds a `/`.
         let (namespace, name) = key.split_once('/').unwrap_or_default();
         let object = format!("pod/{namespace}/{name}");
-        let pods: Api<Pod> = Api::namespaced(clients.client().await?, namespace);
+        // The client is asked for at each attempt: an EKS token that expires during the retries
+        // is made anew. A client that cannot be made ends the eviction (`Err(Err(..))`).
         let attempt = || async {
+            let pods: Api<Pod> = Api::namespaced(clients.client().await.map_err(Err)?, namespace);
             clients.throttle(Lane::Later).await;
             let grace = fitted_grace(own_grace, grace_until, clients.clock().now());
             let body = eviction_body(namespace, name, grace);
             let params = PostParams::default();
             pods.create_subresource::<_, serde_json::Value>("eviction", name, &params, &body)
                 .await
+                .map_err(Ok)
         };
         // The waits after refusals; a `Retry-After` waited takes none of them.
         let mut waits = Backoff::new(settings.backoff_initial, settings.backoff_max).delays();
@@ -381,8 +384,9 @@ impl KubeExecutor {
         let evicted = attempt
             .retry(ConstantBuilder::new().without_max_times())
             .sleep(clients.sleeper())
-            .when(|e| status_code(e) != Some(404))
+            .when(|e| e.as_ref().is_ok_and(|e| status_code(e) != Some(404)))
             .adjust(|e, _| {
+                let Ok(e) = e else { return None };
                 let now = clients.clock().now();
                 // A 429 with `Retry-After` is the API server's rate limit (priority and
                 // fairness), not the pod's refusal (a budget's 429 says no time): the server
@@ -401,14 +405,15 @@ impl KubeExecutor {
                 (!left.is_zero()).then_some(wait)
             })
             .notify(|e, wait| {
-                let reason = error_text(e);
+                let reason = e.as_ref().map_or_else(ToString::to_string, error_text);
                 tracing::debug!(pod = %object, %reason, ?wait, "eviction refused; retrying");
             })
             .await;
         Ok(match evicted {
             Ok(_) => Eviction::Evicted,
-            Err(e) if status_code(&e) == Some(404) => Eviction::Gone,
-            Err(e) => Eviction::Refused(refusal_text(&e)),
+            Err(Err(connect)) => return Err(connect.into()),
+            Err(Ok(e)) if status_code(&e) == Some(404) => Eviction::Gone,
+            Err(Ok(e)) => Eviction::Refused(refusal_text(&e)),
         })
     }
 

@@ -646,10 +646,13 @@ pub struct Limits {
     pub fail_fast: bool,
 }
 
+/// Events handled at once within a batch by default (`FOREWARN_CONCURRENCY`'s default).
+pub const CONCURRENCY: usize = 8;
+
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            concurrency: 8,
+            concurrency: CONCURRENCY,
             deadline: None,
             fail_fast: false,
         }
