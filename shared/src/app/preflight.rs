@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use chrono::{DateTime, Duration, Utc};
+use strum::VariantArray;
 
 use crate::domain::admission::{Capability, Proof, changes};
 use crate::domain::config::Config;
@@ -29,8 +30,8 @@ impl Role {
     /// findings go through the same pipeline) and the priority expander's update.
     pub fn capabilities(self) -> &'static [Capability] {
         match self {
-            Role::Handler => &Capability::ALL[..6],
-            Role::Sweeper => &Capability::ALL,
+            Role::Handler => &Capability::VARIANTS[..6],
+            Role::Sweeper => Capability::VARIANTS,
         }
     }
 }

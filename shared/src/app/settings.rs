@@ -824,9 +824,8 @@ impl Settings {
             _ if self.kubeconfig_given => ClusterAccess::Context(id.or(own).to_string()),
             _ => ClusterAccess::Eks(EksAccess {
                 cluster: id.name.clone(),
-                endpoint: None,
-                ca_base64: None,
                 region: id.region.clone(),
+                ..EksAccess::default()
             }),
         }
     }
@@ -981,9 +980,7 @@ fn cluster_access(clusters: &ClusterSelection, eks: bool) -> ClusterAccess {
     match clusters.lone() {
         Some(Some(id)) if eks && id.place() == Place::default() => ClusterAccess::Eks(EksAccess {
             cluster: id.name.clone(),
-            endpoint: None,
-            ca_base64: None,
-            region: None,
+            ..EksAccess::default()
         }),
         _ => ClusterAccess::Kubeconfig,
     }

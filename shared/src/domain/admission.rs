@@ -18,6 +18,8 @@
 
 use std::fmt;
 
+use strum::{IntoStaticStr, VariantArray};
+
 /// The step of the API server's chain that refused a write.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum RefusedBy {
@@ -102,8 +104,9 @@ pub fn is_refusal(code: u16) -> bool {
     matches!(code, 400 | 403 | 404 | 415 | 422)
 }
 
-/// One kind of write forewarn makes, as the preflight proves it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, strum::IntoStaticStr)]
+/// One kind of write forewarn makes, as the preflight proves it; `Capability::VARIANTS` lists
+/// them in the order a preflight checks them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, IntoStaticStr, VariantArray)]
 #[strum(serialize_all = "kebab-case")]
 pub enum Capability {
     /// The cordon's patch of a worker Node: `unschedulable`, the taint, the record annotation,
@@ -124,17 +127,6 @@ pub enum Capability {
 }
 
 impl Capability {
-    /// Every capability, in the order a preflight checks them.
-    pub const ALL: [Capability; 7] = [
-        Capability::Cordon,
-        Capability::Evict,
-        Capability::Placeholder,
-        Capability::PodEvent,
-        Capability::NodeEvent,
-        Capability::WayBack,
-        Capability::Expander,
-    ];
-
     pub fn as_str(self) -> &'static str {
         self.into()
     }

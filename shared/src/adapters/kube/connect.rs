@@ -53,7 +53,7 @@ pub enum ClusterAccess {
 }
 
 /// An EKS cluster, and what is known of its endpoint.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EksAccess {
     pub cluster: String,
     /// The API server URL; from `DescribeCluster` when not set.
