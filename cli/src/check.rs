@@ -1,16 +1,15 @@
 //! `forewarn check --kube`: the preflight. In each cluster, as each of forewarn's groups
 //! (impersonated), every kind of write forewarn makes is sent as a server-side dry run, and the
 //! API server's whole chain (RBAC, the admission plugins, Pod Security, the admission policies
-//! and webhooks) says whether it would admit it (see `forewarn::adapters::kube::prove`).
+//! and webhooks) says whether it would admit it (see `forewarn::adapters::preflight::prove`).
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use forewarn::adapters::kube::{
-    ClusterAccess, EksAccess, Impersonation, PreflightScope, connect, connect_eks,
-};
+use forewarn::adapters::kube::{ClusterAccess, EksAccess, Impersonation, connect, connect_eks};
+use forewarn::adapters::preflight::{PreflightScope, prove};
 use forewarn::app::preflight::{Role, blocking};
 use forewarn::app::settings::{ClusterSelection, Settings};
 use forewarn::domain::admission::{Proof, Verdict};
@@ -78,7 +77,7 @@ pub async fn prove_cluster(
             capabilities: role.capabilities(),
             reporting_instance: CHECK_USER,
         };
-        proofs.extend(forewarn::adapters::kube::prove(&clients, &settings.config, &scope).await);
+        proofs.extend(prove(&clients, &settings.config, &scope).await);
     }
     Ok(proofs)
 }

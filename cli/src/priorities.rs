@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::{ArgGroup, Args, ValueEnum};
 use forewarn::app::priorities::{BaseSource, Change, Priorities};
 use forewarn::app::settings::{InstanceChoice, Settings};
+use forewarn::app::upkeep::Upkeep;
 use forewarn::app::wiring::{self, GroupsChoice};
 use forewarn::domain::config::Mode;
 use forewarn::domain::priorities::HotShare;
@@ -96,13 +97,13 @@ pub async fn run(
         (GroupsChoice::AutoScaling, Some(asg)) => asg,
         _ => wiring::node_groups(&choice, None, settings.aws).await?,
     };
-    let cluster_services = services.handler.fleet.cluster(None).await?;
+    let upkeep = Upkeep::of(&*services.handler.fleet.cluster(None).await?);
     let run = Priorities {
         cluster: &cluster,
         place: Default::default(),
         groups: groups.as_ref(),
         store: services.handler.store.as_ref(),
-        expander: cluster_services.expander.as_deref(),
+        expander: upkeep.as_ref().map(|u| u.expander.as_ref()),
         base,
         settings: priority_settings,
         write: args.execute,

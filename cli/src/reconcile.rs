@@ -77,11 +77,12 @@ pub async fn run(
         Some(id) => id.place().or(h.fleet.own()),
         None => h.fleet.own().clone(),
     };
+    let upkeep = forewarn::app::upkeep::Upkeep::actions_of(&cluster);
     let reports = WayBack {
         nodes: cluster.nodes.as_ref(),
         instances: h.instances.as_ref(),
         store: h.store.as_ref(),
-        executor: cluster.executor.as_deref(),
+        upkeep: upkeep.as_deref(),
         taint_key: &h.config.taint_key,
         // Status checks (for `impaired` cordons) only from EC2 itself, with --ec2.
         statuses: services.leaving.as_deref().filter(|_| args.ec2),

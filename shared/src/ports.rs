@@ -13,9 +13,7 @@ use async_trait::async_trait;
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::cordon_record::{Undo, UndoOutcome};
 use crate::domain::event::LifecycleAction;
-use crate::domain::expander::ExpanderConfig;
 use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::keys::KeyRing;
 use crate::domain::plan::Plan;
@@ -524,65 +522,26 @@ impl ExecuteError {
 /// Carries out a plan's node actions (the Kubernetes API, the ASG lifecycle action).
 #[async_trait]
 pub trait Executor: Send + Sync {
-    /// Carries out every action of `plan` for `pass`, idempotently. An `Err` means the event
-    /// must be retried (nothing is recorded as applied).
-    async fn execute(&self, plan: &Plan, pass: Pass) -> Result<Vec<ActionResult>, ExecuteError>;
-
-    /// [`Executor::execute`] as part of `work`: its calls retry transient failures until the
-    /// work's deadline (by default, the same as `execute`: an executor that does not retry).
-    async fn execute_in(
+    /// Carries out every action of `plan` for `pass`, idempotently, as part of `work` (its
+    /// calls retry transient failures until the work's deadline). An `Err` means the event must
+    /// be retried (nothing is recorded as applied).
+    async fn execute(
         &self,
         plan: &Plan,
         pass: Pass,
-        _work: Work,
-    ) -> Result<Vec<ActionResult>, ExecuteError> {
-        self.execute(plan, pass).await
-    }
+        work: Work,
+    ) -> Result<Vec<ActionResult>, ExecuteError>;
 
-    /// Undoes forewarn's cordon of `undo.node` (the way back, see [`crate::domain::wayback`]):
-    /// the taints forewarn put (its own key and those the record lists), the cordon, the
-    /// load-balancer label forewarn added and the record go, and an Event says why — only when,
-    /// read live, the node still runs `undo.instance_id`, is not control-plane, and carries one
-    /// of those taints and exactly the record `undo.record`;
-    /// otherwise it is left as it is ([`UndoOutcome::Refused`]). Idempotent.
-    async fn undo(&self, undo: &Undo) -> Result<UndoOutcome, ExecuteError>;
-
-    /// Deletes the placeholders (see [`crate::domain::surge`]) that expired before `now`: the
-    /// sweeper's clean-up of what a drain could not delete itself. Answers their
-    /// `namespace/name` (in a dry run, those it would delete).
-    async fn clean_placeholders(&self, now: DateTime<Utc>) -> Result<Vec<String>, ExecuteError>;
-
-    /// The placeholders of `nodes` (see [`crate::domain::surge`]) as one look sees them: for
-    /// every node asked, how many there are and how many run elsewhere. One request for a whole
-    /// batch's drains that wait for room. An executor that cannot look answers nothing, and
-    /// those drains make full passes.
+    /// The placeholders of `nodes` (see [`crate::domain::surge`]) as one look sees them, as part
+    /// of `work`: for every node asked, how many there are and how many run elsewhere. One
+    /// request for a whole batch's drains that wait for room. An executor that cannot look
+    /// answers nothing, and those drains make full passes.
     async fn room(
         &self,
         _nodes: &[String],
-    ) -> Result<BTreeMap<String, crate::domain::surge::RoomSeen>, ExecuteError> {
-        Ok(BTreeMap::new())
-    }
-
-    /// The preflight (see [`crate::domain::admission`]): each of `capabilities` sent to the
-    /// cluster as a server-side dry run, as the executor's own identity (named `group` in the
-    /// proofs), and what the API server's chain said. Nothing is stored. An executor that
-    /// cannot ask answers nothing.
-    async fn preflight(
-        &self,
-        _group: &str,
-        _capabilities: &[crate::domain::admission::Capability],
-    ) -> Vec<crate::domain::admission::Proof> {
-        Vec::new()
-    }
-
-    /// [`Executor::room`] as part of `work` (see [`Executor::execute_in`]; by default, the same
-    /// as `room`).
-    async fn room_in(
-        &self,
-        nodes: &[String],
         _work: Work,
     ) -> Result<BTreeMap<String, crate::domain::surge::RoomSeen>, ExecuteError> {
-        self.room(nodes).await
+        Ok(BTreeMap::new())
     }
 }
 
@@ -881,69 +840,6 @@ pub trait Redelivery: Send + Sync {
     async fn redeliver(&self, messages: &[Redeliver]) -> Result<usize, QueueError>;
 }
 
-/// The expander ConfigMap as read, with its resourceVersion.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredExpander {
-    pub config: ExpanderConfig,
-    pub resource_version: String,
-}
-
-/// A read or write of the expander's ConfigMaps that failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ExpanderError {
-    /// Someone else wrote it since it was read (HTTP 409): read again.
-    #[error("{verb} configmap/{object}: conflict (changed since it was read)")]
-    Conflict { verb: &'static str, object: String },
-    #[error("{verb} configmap/{object}: {message}")]
-    Api {
-        verb: &'static str,
-        object: String,
-        /// What the API server (or the client) said.
-        message: String,
-        /// What kind of failure: whether the call is worth trying again.
-        kind: FailureKind,
-        /// The client's error.
-        #[source]
-        source: Option<BoxError>,
-    },
-}
-
-impl ExpanderError {
-    /// The kind of failure (a conflict is [`FailureKind::Conflict`]: the same write fails
-    /// again; it must be read again first).
-    pub fn kind(&self) -> FailureKind {
-        match self {
-            ExpanderError::Conflict { .. } => FailureKind::Conflict,
-            ExpanderError::Api { kind, .. } => *kind,
-        }
-    }
-
-    /// Trying the same call again may succeed (see [`FailureKind::retryable`]).
-    pub fn retryable(&self) -> bool {
-        self.kind().retryable()
-    }
-}
-
-/// The Cluster Autoscaler's priority expander ConfigMap and the user's base priorities.
-#[async_trait]
-pub trait ExpanderStore: Send + Sync {
-    /// The base priorities' text (`forewarn-priority-base`, key `priorities`), when there is one.
-    async fn base(&self) -> Result<Option<String>, ExpanderError>;
-
-    /// The expander ConfigMap, when there is one.
-    async fn current(&self) -> Result<Option<StoredExpander>, ExpanderError>;
-
-    /// Creates the expander ConfigMap.
-    async fn create(&self, config: &ExpanderConfig) -> Result<(), ExpanderError>;
-
-    /// Replaces the expander ConfigMap read at `resource_version`.
-    async fn replace(
-        &self,
-        config: &ExpanderConfig,
-        resource_version: &str,
-    ) -> Result<(), ExpanderError>;
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1062,19 +958,5 @@ mod tests {
         };
         assert!(lifecycle(FailureKind::Connection).retryable());
         assert!(!lifecycle(FailureKind::Invalid).retryable());
-        let conflict = ExpanderError::Conflict {
-            verb: "update",
-            object: "o".into(),
-        };
-        assert!(!conflict.retryable());
-        let api = |kind| ExpanderError::Api {
-            verb: "get",
-            object: "o".into(),
-            message: "m".into(),
-            kind,
-            source: None,
-        };
-        assert!(api(FailureKind::Throttled).retryable());
-        assert!(!api(FailureKind::Forbidden).retryable());
     }
 }

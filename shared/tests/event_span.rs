@@ -14,7 +14,7 @@ use forewarn::domain::facts::{InstanceFacts, NodeFacts};
 use forewarn::domain::plan::Plan;
 use forewarn::domain::pool::CapacityType;
 use forewarn::domain::report::Outcome;
-use forewarn::ports::{ActionResult, Clock, ExecuteError, Executor, Pass};
+use forewarn::ports::{ActionResult, Clock, ExecuteError, Executor, Pass, Work};
 
 const ID: &str = "i-0a1b2c3d4e5f60001";
 
@@ -44,28 +44,18 @@ struct Logging;
 
 #[async_trait]
 impl Executor for Logging {
-    async fn execute(&self, plan: &Plan, _pass: Pass) -> Result<Vec<ActionResult>, ExecuteError> {
+    async fn execute(
+        &self,
+        plan: &Plan,
+        _: Pass,
+        _: Work,
+    ) -> Result<Vec<ActionResult>, ExecuteError> {
         tracing::info!("executing");
         Ok(vec![ActionResult {
             instance_id: plan.instance_ids[0].clone(),
             detail: "done".into(),
             ..ActionResult::default()
         }])
-    }
-
-    async fn undo(
-        &self,
-        _: &forewarn::domain::cordon_record::Undo,
-    ) -> Result<forewarn::domain::cordon_record::UndoOutcome, ExecuteError> {
-        tracing::info!("undoing");
-        Ok(forewarn::domain::cordon_record::UndoOutcome::Undone)
-    }
-
-    async fn clean_placeholders(
-        &self,
-        _: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<String>, ExecuteError> {
-        Ok(Vec::new())
     }
 }
 

@@ -25,11 +25,12 @@ use forewarn::app::priorities::NodeGroupSource;
 use forewarn::app::priorities::{
     BaseSource, Change, Priorities, PriorityRunError, PrioritySettings,
 };
+use forewarn::app::priorities::{ExpanderError, ExpanderStore, StoredExpander};
 use forewarn::domain::event::EventKind;
 use forewarn::domain::expander::ANNOTATION;
 use forewarn::domain::pool::{CapacityType, PoolKey, PoolMark, PoolUpdate};
 use forewarn::domain::priorities::BasePriorities;
-use forewarn::ports::{ExpanderError, ExpanderStore, PoolStore, StoredExpander};
+use forewarn::ports::PoolStore;
 use forewarn_tests::moto::{runtime, shared, unique_name};
 use kube_fake::KubeFake;
 use serde_json::json;
@@ -451,12 +452,15 @@ fn the_sweeper_never_creates_the_expander_configmap() {
             handler: Handler {
                 concurrency: 1,
                 fleet: forewarn::app::fleet::Fleet::one(forewarn::app::fleet::Cluster {
-                    expander: Some(Arc::new(KubeExpander::new(ClusterClient::new(
-                        forewarn_tests::cluster::client_as(
-                            &fake,
-                            forewarn_tests::cluster::SWEEPER_GROUP,
-                        ),
-                    )))),
+                    upkeep: Some(Arc::new(forewarn::app::upkeep::Upkeep {
+                        actions: None,
+                        expander: Arc::new(KubeExpander::new(ClusterClient::new(
+                            forewarn_tests::cluster::client_as(
+                                &fake,
+                                forewarn_tests::cluster::SWEEPER_GROUP,
+                            ),
+                        ))),
+                    })),
                     ..forewarn::app::fleet::Cluster::none()
                 }),
                 ..Handler::new(

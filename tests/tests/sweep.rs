@@ -10,6 +10,7 @@ use std::sync::Arc;
 use forewarn::adapters::dynamo::DynamoStore;
 use forewarn::adapters::ec2::Ec2Directory;
 use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::adapters::upkeep::live_cluster;
 use forewarn::app::fleet::{Cluster, Fleet};
 use forewarn::app::handler::Handler;
 use forewarn::app::sweeper::Sweeper;
@@ -280,13 +281,14 @@ fn impaired_instances_and_scheduled_retirements_are_drained_once() {
         let handler = Handler {
             clock: clock.shared(),
             instances: Arc::new(SnapshotInstances(known)),
-            fleet: Fleet::one(Cluster {
-                // Cordon records signed with the store's keys, as the wiring builds it.
-                executor: Some(Arc::new(
-                    KubeExecutor::new(clients.clone(), &config).with_keys(store.clone()),
+            // Cordon records signed with the store's keys, as the wiring builds it.
+            fleet: Fleet::one(live_cluster(
+                None,
+                clients.clone(),
+                Some(Arc::new(
+                    KubeExecutor::new(clients, &config).with_keys(store.clone()),
                 )),
-                ..Cluster::new(None, Arc::new(KubeNodeDirectory::new(clients)))
-            }),
+            )),
             ..Handler::new(config, store)
         };
         let sweeper = Sweeper {

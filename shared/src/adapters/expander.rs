@@ -3,7 +3,7 @@
 //! a concurrent writer is a conflict, not a lost update) of the expander's. Only `forewarn
 //! priorities --kube --execute`, run with a person's credentials, creates: forewarn's own
 //! Kubernetes groups may not create ConfigMaps (infra/k8s/rbac.yaml), so the sweeper never calls
-//! [`KubeExpander::create`](crate::ports::ExpanderStore::create).
+//! [`KubeExpander::create`](crate::app::priorities::ExpanderStore::create).
 
 use std::collections::BTreeMap;
 
@@ -15,10 +15,10 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use crate::adapters::kube::api::FIELD_MANAGER;
 use crate::adapters::kube::api::retry::with_retry;
 use crate::adapters::kube::{ApiError, ClusterClient};
+use crate::app::priorities::{ExpanderError, ExpanderStore, StoredExpander};
 use crate::domain::expander::{
     BASE_CONFIGMAP, DATA_KEY, EXPANDER_CONFIGMAP, ExpanderConfig, NAMESPACE,
 };
-use crate::ports::{ExpanderError, ExpanderStore, StoredExpander};
 
 /// The expander's ConfigMaps through the Kubernetes API.
 #[derive(Clone)]

@@ -16,5 +16,6 @@ mod reference;
 pub mod settings;
 pub mod sweeper;
 pub mod telemetry;
+pub mod upkeep;
 pub mod wayback;
 pub mod wiring;

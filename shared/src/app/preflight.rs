@@ -1,5 +1,5 @@
 //! The preflight's judgement and schedule (the dry runs themselves are the Kubernetes adapter's,
-//! [`crate::ports::Executor::preflight`]; the verdicts' words are
+//! [`crate::app::upkeep::ClusterUpkeep::preflight`]; the verdicts' words are
 //! [`crate::domain::admission`]'s): which writes each of forewarn's groups makes, which of them
 //! the configuration uses (a refusal of one of those fails `forewarn check`), and the sweeper's
 //! check of each cluster once an hour, with what changed since the last.

@@ -14,7 +14,7 @@ use crate::domain::priorities::{
     AsgDescription, BasePriorities, HotGroup, HotShare, NodeGroup, PriorityError, demote,
     hot_groups, node_group,
 };
-use crate::ports::{DirectoryError, ExpanderError, ExpanderStore, Place, PoolStore, StoreError};
+use crate::ports::{BoxError, DirectoryError, FailureKind, Place, PoolStore, StoreError};
 
 /// Where node groups come from: Auto Scaling `DescribeAutoScalingGroups`, or a capture.
 #[async_trait]
@@ -30,6 +30,69 @@ pub trait NodeGroupSource: Send + Sync {
         let _ = place;
         self.describe().await
     }
+}
+
+/// The expander ConfigMap as read, with its resourceVersion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredExpander {
+    pub config: ExpanderConfig,
+    pub resource_version: String,
+}
+
+/// A read or write of the expander's ConfigMaps that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExpanderError {
+    /// Someone else wrote it since it was read (HTTP 409): read again.
+    #[error("{verb} configmap/{object}: conflict (changed since it was read)")]
+    Conflict { verb: &'static str, object: String },
+    #[error("{verb} configmap/{object}: {message}")]
+    Api {
+        verb: &'static str,
+        object: String,
+        /// What the API server (or the client) said.
+        message: String,
+        /// What kind of failure: whether the call is worth trying again.
+        kind: FailureKind,
+        /// The client's error.
+        #[source]
+        source: Option<BoxError>,
+    },
+}
+
+impl ExpanderError {
+    /// The kind of failure (a conflict is [`FailureKind::Conflict`]: the same write fails
+    /// again; it must be read again first).
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            ExpanderError::Conflict { .. } => FailureKind::Conflict,
+            ExpanderError::Api { kind, .. } => *kind,
+        }
+    }
+
+    /// Trying the same call again may succeed (see [`FailureKind::retryable`]).
+    pub fn retryable(&self) -> bool {
+        self.kind().retryable()
+    }
+}
+
+/// The Cluster Autoscaler's priority expander ConfigMap and the user's base priorities.
+#[async_trait]
+pub trait ExpanderStore: Send + Sync {
+    /// The base priorities' text (`forewarn-priority-base`, key `priorities`), when there is one.
+    async fn base(&self) -> Result<Option<String>, ExpanderError>;
+
+    /// The expander ConfigMap, when there is one.
+    async fn current(&self) -> Result<Option<StoredExpander>, ExpanderError>;
+
+    /// Creates the expander ConfigMap.
+    async fn create(&self, config: &ExpanderConfig) -> Result<(), ExpanderError>;
+
+    /// Replaces the expander ConfigMap read at `resource_version`.
+    async fn replace(
+        &self,
+        config: &ExpanderConfig,
+        resource_version: &str,
+    ) -> Result<(), ExpanderError>;
 }
 
 /// How often a write is tried again after a conflict (someone wrote in between).
@@ -245,5 +308,28 @@ impl Priorities<'_> {
             }
         }
         Err(PriorityRunError::Conflicts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_conflict_is_read_again_not_retried() {
+        let conflict = ExpanderError::Conflict {
+            verb: "update",
+            object: "o".into(),
+        };
+        assert!(!conflict.retryable());
+        let api = |kind| ExpanderError::Api {
+            verb: "get",
+            object: "o".into(),
+            message: "m".into(),
+            kind,
+            source: None,
+        };
+        assert!(api(FailureKind::Throttled).retryable());
+        assert!(!api(FailureKind::Forbidden).retryable());
     }
 }

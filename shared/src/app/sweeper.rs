@@ -17,6 +17,7 @@ use crate::app::preflight::{PreflightMemory, Role};
 use crate::app::priorities::{
     BaseSource, NodeGroupSource, Priorities, PriorityOutcome, PriorityRunError, PrioritySettings,
 };
+use crate::app::upkeep::Upkeep;
 use crate::app::wayback::{UndoReport, WayBack, WayBackError};
 use crate::domain::admission::Proof;
 use crate::domain::clusters::{ClusterId, Place};
@@ -182,7 +183,7 @@ pub struct Sweeper {
     /// The region synthetic events carry.
     pub region: Option<String>,
     /// Where the priority expander's node groups are (`None`: every expander left alone);
-    /// each cluster's expander ConfigMaps are its own ([`Cluster::expander`]).
+    /// each cluster's expander ConfigMaps are its own ([`Upkeep::expander`]).
     pub priorities: Option<SweepPriorities>,
     /// When each cluster's preflight last ran and what it found (see [`crate::app::preflight`]).
     pub preflight: Arc<PreflightMemory>,
@@ -294,18 +295,18 @@ impl ClusterSweep<'_> {
 
     /// Once an hour per cluster ([`crate::app::preflight::EVERY`]): every write the sweeper
     /// makes, sent to the cluster as a server-side dry run as its own identity (see
-    /// [`crate::ports::Executor::preflight`]); what changed since the last is logged, every
-    /// refusal counted in the metrics. `None` when not due, or without an executor (a capture).
+    /// [`crate::app::upkeep::ClusterUpkeep::preflight`]); what changed since the last is logged, every refusal
+    /// counted in the metrics. `None` when not due, or without actions (a capture, a plan).
     pub async fn preflight(&self) -> Option<Vec<Proof>> {
         let h = &self.sweeper.handler;
-        let executor = self.cluster.executor.as_deref()?;
+        let upkeep = Upkeep::actions_of(&self.cluster)?;
         let now = h.clock.now();
         let cluster = self.name.as_deref().unwrap_or("-");
         let memory = &self.sweeper.preflight;
         if !h.mode.runs_actions() || !memory.due(cluster, now) {
             return None;
         }
-        let proofs = executor
+        let proofs = upkeep
             .preflight("sweeper", Role::Sweeper.capabilities())
             .await;
         let changed = memory.record(cluster, now, proofs.clone());
@@ -325,7 +326,7 @@ impl ClusterSweep<'_> {
     ///
     /// [`Mode::Act`]: crate::domain::config::Mode::Act
     pub async fn update_priorities(&self) -> Result<Option<PriorityOutcome>, SweepError> {
-        let (Some(p), Some(expander)) = (&self.sweeper.priorities, &self.cluster.expander) else {
+        let (Some(p), Some(upkeep)) = (&self.sweeper.priorities, Upkeep::of(&self.cluster)) else {
             return Ok(None);
         };
         let h = &self.sweeper.handler;
@@ -341,7 +342,7 @@ impl ClusterSweep<'_> {
             place: self.place.clone(),
             groups: p.groups.as_ref(),
             store: h.store.as_ref(),
-            expander: Some(expander.as_ref()),
+            expander: Some(upkeep.expander.as_ref()),
             base: BaseSource::ConfigMap,
             settings: p.settings,
             write: h.mode.writes_cluster(),
@@ -353,16 +354,17 @@ impl ClusterSweep<'_> {
     }
 
     /// The way back (see [`crate::app::wayback`]): undoes the cordons whose reason is gone —
-    /// through the executor in [`Mode::Act`] and a dry run, reported only otherwise.
+    /// through the upkeep in [`Mode::Act`] and a dry run, reported only otherwise.
     ///
     /// [`Mode::Act`]: crate::domain::config::Mode::Act
     pub async fn way_back(&self) -> Result<Vec<UndoReport>, WayBackError> {
         let h = &self.sweeper.handler;
+        let upkeep = Upkeep::actions_of(&self.cluster);
         WayBack {
             nodes: self.cluster.nodes.as_ref(),
             instances: h.instances.as_ref(),
             store: h.store.as_ref(),
-            executor: self.cluster.executor.as_deref(),
+            upkeep: upkeep.as_deref(),
             taint_key: &self.config.taint_key,
             statuses: Some(self.sweeper.leaving.as_ref()),
             place: &self.place,
@@ -372,14 +374,12 @@ impl ClusterSweep<'_> {
     }
 
     /// Deletes the placeholders that outlived their drain (see [`crate::domain::surge`]): a
-    /// placeholder never outlives its event by more than one sweep. Nothing without an executor
-    /// (a capture); only reported in a dry run.
+    /// placeholder never outlives its event by more than one sweep. Nothing without actions
+    /// (a capture, a plan); only reported in a dry run.
     pub async fn clean_placeholders(&self) -> Result<Vec<String>, crate::ports::ExecuteError> {
         let h = &self.sweeper.handler;
-        match self.cluster.executor.as_deref() {
-            Some(executor) if h.mode.runs_actions() => {
-                executor.clean_placeholders(h.clock.now()).await
-            }
+        match Upkeep::actions_of(&self.cluster) {
+            Some(upkeep) if h.mode.runs_actions() => upkeep.clean_placeholders(h.clock.now()).await,
             _ => Ok(Vec::new()),
         }
     }

@@ -1,6 +1,7 @@
 //! The way back, as the pool sweeper and `forewarn reconcile` run it: read every node, find
 //! those whose cordon (forewarn's taint and record, see [`crate::domain::wayback`]) has lost
-//! its reason, and undo them through the executor — or, without one, say what would be undone.
+//! its reason, and undo them through the cluster's upkeep — or, without one, say what would
+//! be undone.
 //!
 //! One node list, one `DescribeInstances` for the instances of the nodes forewarn cordoned, one
 //! read of the pools marked unavailable, and — only when some cordon is for `impaired` — one
@@ -20,6 +21,7 @@ use serde::Serialize;
 
 use crate::app::leaving::LeavingInstances;
 use crate::app::pipeline::drop_unverified_records;
+use crate::app::upkeep::ClusterUpkeep;
 use crate::domain::clusters::Place;
 use crate::domain::cordon_record::{CordonRecord, Undo, UndoOutcome, read_unverified};
 use crate::domain::event::EventKind;
@@ -27,9 +29,7 @@ use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::pool::{PoolKey, PoolQuery};
 use crate::domain::status::InstanceStatus;
 use crate::domain::wayback::undos;
-use crate::ports::{
-    DirectoryError, Executor, InstanceDirectory, NodeDirectory, PoolStore, StoreError,
-};
+use crate::ports::{DirectoryError, InstanceDirectory, NodeDirectory, PoolStore, StoreError};
 
 /// What the way back found for one node, and what became of it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -40,13 +40,13 @@ pub struct UndoReport {
     pub event_id: String,
     /// Why the cordon goes (or, when kept, why it was a candidate).
     pub why: String,
-    /// What the executor did; `None`: no executor (a capture), nothing was tried.
+    /// What the undo did; `None`: no upkeep (a capture, a plan), nothing was tried.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outcome: Option<UndoOutcome>,
     /// Kept: its instance's pool is marked unavailable (a reason of its own).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kept: Option<String>,
-    /// The executor failed for this node (the others go on).
+    /// The undo failed for this node (the others go on).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -65,8 +65,8 @@ pub struct WayBack<'a> {
     pub nodes: &'a dyn NodeDirectory,
     pub instances: &'a dyn InstanceDirectory,
     pub store: &'a dyn PoolStore,
-    /// `None`: report only.
-    pub executor: Option<&'a dyn Executor>,
+    /// Where cordons are undone; `None`: report only.
+    pub upkeep: Option<&'a dyn ClusterUpkeep>,
     /// forewarn's own taint key (a cordon's record lists the others it put).
     pub taint_key: &'a str,
     /// Where the status checks of `impaired` cordons' instances are read (one paged
@@ -142,9 +142,9 @@ impl WayBack<'_> {
                 error: None,
             };
             if report.kept.is_none()
-                && let Some(executor) = self.executor
+                && let Some(upkeep) = self.upkeep
             {
-                match executor.undo(&undo).await {
+                match upkeep.undo(&undo).await {
                     Ok(outcome) => report.outcome = Some(outcome),
                     Err(e) => report.error = Some(e.to_string()),
                 }

@@ -13,10 +13,9 @@ use crate::adapters::dynamo::{DynamoStore, SecretKeys};
 use crate::adapters::ec2::Ec2Directory;
 use crate::adapters::elb::ElbTargets;
 use crate::adapters::embedded::EmbeddedStore;
-use crate::adapters::expander::KubeExpander;
 use crate::adapters::kube::{
-    ClusterAccess, ConnectError, EksClusters, KubeExecutor, KubeNodeDirectory, KubePolicy,
-    KubeconfigContexts, connect, connect_eks,
+    ClusterAccess, ConnectError, EksClusters, KubeExecutor, KubePolicy, KubeconfigContexts,
+    connect, connect_eks,
 };
 use crate::adapters::read_only::ReadOnlyStore;
 use crate::adapters::snapshot::{
@@ -24,6 +23,7 @@ use crate::adapters::snapshot::{
     load_workloads,
 };
 use crate::adapters::sqs::SqsRedelivery;
+use crate::adapters::upkeep::live_cluster;
 use crate::adapters::webhook::{ClientError, Webhook};
 use crate::adapters::workloads::KubeWorkloads;
 use crate::app::audit::WorkloadSource;
@@ -42,8 +42,8 @@ use crate::domain::clusters::{ClusterId, Place};
 use crate::domain::config::Mode;
 use crate::domain::inbound::continuation::Tenant;
 use crate::ports::{
-    Clock, ClusterCatalog, ContinuationQueue, Executor, InstanceDirectory, NoInstances, Notifier,
-    PoolStore, Redelivery, StoreError,
+    Clock, ClusterCatalog, ContinuationQueue, InstanceDirectory, NoInstances, Notifier, PoolStore,
+    Redelivery, StoreError,
 };
 
 /// The services could not be set up (a cold start fails loudly rather than drop events).
@@ -296,7 +296,7 @@ impl LiveClusters {
         }?
         .with_clock(self.clock.clone())
         .with_rate_limit(settings.kube_rate_limit);
-        let executor: Option<Arc<dyn Executor>> = settings.mode.runs_actions().then(|| {
+        let executor = settings.mode.runs_actions().then(|| {
             Arc::new(
                 KubeExecutor::new(clients.clone(), &settings.config)
                     .with_settings(settings.executor.clone())
@@ -305,7 +305,7 @@ impl LiveClusters {
                     ))
                     .with_keys(self.store.clone())
                     .dry_run(!settings.mode.writes_cluster()),
-            ) as Arc<dyn Executor>
+            )
         });
         let policy = KubePolicy::new(clients.clone(), &settings.executor.reporting_instance);
         let policies = Arc::new(
@@ -315,11 +315,8 @@ impl LiveClusters {
         // Read at start (a cold start, a cluster's first event), then at most once a minute.
         policies.policy(self.clock.as_ref()).await;
         Ok(Cluster {
-            id,
-            executor,
-            expander: Some(Arc::new(KubeExpander::new(clients.clone()))),
             policies: Some(policies),
-            nodes: Arc::new(KubeNodeDirectory::new(clients)),
+            ..live_cluster(id, clients, executor)
         })
     }
 }

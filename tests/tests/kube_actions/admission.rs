@@ -7,11 +7,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use forewarn::adapters::kube::{ClusterClient, KubeNodeDirectory};
+use forewarn::app::upkeep::ClusterUpkeep;
 use forewarn::domain::event::EventKind;
 use forewarn::domain::facts::InstanceFacts;
 use forewarn::domain::fixtures::{self, pod_object};
 use forewarn::domain::plan::{Facts, decide};
-use forewarn::ports::{Clock, Executor, NodeDirectory, Pass};
+use forewarn::ports::{Clock, NodeDirectory, Pass};
 use kube_fake::KubeFake;
 use serde_json::{Value, json};
 

@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use forewarn::adapters::kube::KubeNodeDirectory;
+use forewarn::app::upkeep::ClusterUpkeep;
 use forewarn::domain::config::{Action, LABEL_EXCLUDE_LB};
 use forewarn::domain::event::EventKind;
 use forewarn::domain::facts::InstanceFacts;
 use forewarn::domain::fixtures::{self, pod_object};
-use forewarn::ports::{Clock, DrainRole, Executor, Pass};
+use forewarn::ports::{Clock, DrainRole, Pass};
 use kube_fake::{Fault, Method};
 use serde_json::{Value, json};
 
@@ -217,7 +218,7 @@ async fn a_cordon_for_is_undone_after_its_time_and_anothers_cordon_is_kept() {
         nodes: &directory,
         instances: &instances,
         store: store.as_ref(),
-        executor: Some(&executor),
+        upkeep: Some(&executor),
         taint_key: &w.config.taint_key,
         statuses: None,
         place: &forewarn::ports::Place::default(),
@@ -294,7 +295,7 @@ async fn an_operators_cordon_survives_the_way_back_and_a_rewritten_record_is_ref
         nodes: &directory,
         instances: &instances,
         store: store.as_ref(),
-        executor: Some(&executor),
+        upkeep: Some(&executor),
         taint_key: &w.config.taint_key,
         statuses: None,
         place: &forewarn::ports::Place::default(),

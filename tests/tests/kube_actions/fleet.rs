@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use forewarn::adapters::clock::ManualClock;
-use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::adapters::kube::{ClusterClient, KubeExecutor};
+use forewarn::adapters::upkeep::live_cluster;
 use forewarn::app::fleet::{Connector, Unreachable};
 use forewarn::app::handler::Handler;
 use forewarn::domain::config::Config;
@@ -22,7 +23,7 @@ use forewarn::domain::report::Outcome;
 use forewarn::ports::Clock;
 use kube_fake::{Fault, KubeFake};
 
-use crate::support::{Cluster, Fleet, Instances, config, node};
+use crate::support::{Fleet, Instances, config, node};
 
 /// The node name both clusters use: their VPCs reuse the same private addresses.
 const SHARED_NAME: &str = "ip-10-0-1-11.ec2.internal";
@@ -100,13 +101,9 @@ impl Connector for ToFakes {
             kind: forewarn::ports::FailureKind::Invalid,
             source: "no such cluster".into(),
         })?;
-        Ok(Cluster {
-            executor: Some(Arc::new(KubeExecutor::new(clients.clone(), &self.config))),
-            ..Cluster::new(
-                Some(id.clone()),
-                Arc::new(KubeNodeDirectory::new(clients.clone())),
-            )
-        })
+        let executor = Arc::new(KubeExecutor::new(clients.clone(), &self.config));
+        let cluster = live_cluster(Some(id.clone()), clients.clone(), Some(executor));
+        Ok(cluster)
     }
 }
 

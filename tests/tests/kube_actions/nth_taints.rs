@@ -92,7 +92,7 @@ async fn with_nths_keys_a_spot_warnings_node_gets_nths_taint_is_drained_and_give
         nodes: &directory,
         instances: &instances,
         store: store.as_ref(),
-        executor: Some(&executor),
+        upkeep: Some(&executor),
         taint_key: &w.config.taint_key,
         statuses: None,
         place: &forewarn::ports::Place::default(),

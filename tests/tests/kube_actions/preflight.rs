@@ -3,11 +3,13 @@
 //! admission chain (defaults, the ServiceAccount and Priority plugins, Pod Security, the
 //! project's admission policies, webhooks), as each group; nothing stored.
 
-use forewarn::adapters::kube::{ClusterClient, PreflightScope, prove};
+use forewarn::adapters::kube::ClusterClient;
+use forewarn::adapters::preflight::{PreflightScope, prove};
 use forewarn::app::preflight::Role;
+use forewarn::app::upkeep::ClusterUpkeep;
 use forewarn::domain::admission::{Capability, Proof, RefusedBy, Verdict};
 use forewarn::domain::fixtures::pod_object;
-use forewarn::ports::{Clock, Executor};
+use forewarn::ports::Clock;
 use kube_fake::{KubeFake, Webhook};
 use serde_json::json;
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::Utc;
 use forewarn::adapters::kube::KubeNodeDirectory;
+use forewarn::adapters::upkeep::live_cluster;
 use forewarn::domain::event::EventKind;
 use forewarn::domain::fixtures::{self, node_object, pod_object};
 use forewarn::ports::NodeDirectory;
@@ -235,7 +236,7 @@ async fn sweeper_requests() -> Vec<RecordedRequest> {
     let dir = tempfile::tempdir().unwrap();
     let handler = w.handler(dir.path());
     // Records signed with the store's keys, as the wiring builds it.
-    let executor = w.executor().with_keys(handler.store.clone());
+    let executor = Arc::new(w.executor().with_keys(handler.store.clone()));
     let sweeper = Sweeper {
         handler: forewarn::app::handler::Handler {
             instances: Arc::new(Instances(BTreeMap::from([(
@@ -243,12 +244,8 @@ async fn sweeper_requests() -> Vec<RecordedRequest> {
                 stopping.clone(),
             )]))),
             fleet: Fleet::one(Cluster {
-                executor: Some(Arc::new(executor)),
                 policies: Some(w.policies()),
-                expander: Some(Arc::new(forewarn::adapters::expander::KubeExpander::new(
-                    w.clients.clone(),
-                ))),
-                ..w.cluster()
+                ..live_cluster(None, w.clients.clone(), Some(executor))
             }),
             concurrency: 4,
             ..handler

@@ -20,7 +20,7 @@ use forewarn::domain::facts::InstanceFacts;
 use forewarn::domain::fixtures::{self, node_object, pdb_object, pod_object};
 use forewarn::domain::plan::{Facts, Plan, decide};
 use forewarn::ports::{
-    ActionResult, Clock, DrainRole, ExecuteError, Executor, NodeDirectory, Pass,
+    ActionResult, Clock, DrainRole, ExecuteError, Executor, NodeDirectory, Pass, Work,
 };
 use kube_fake::{KubeFake, Method, RecordedRequest};
 use serde_json::{Value, json};
@@ -159,7 +159,9 @@ pub(crate) async fn execute_passes(
 ) -> Result<Vec<ActionResult>, ExecuteError> {
     let clock = executor.clock();
     let started_at = clock.now();
-    let mut results = executor.execute(plan, Pass::Cordon).await?;
+    let mut results = executor
+        .execute(plan, Pass::Cordon, Work::default())
+        .await?;
     let mut pass = 1;
     while results.iter().any(|r| r.pending) {
         clock.sleep(PASS_GAP).await;
@@ -168,7 +170,7 @@ pub(crate) async fn execute_passes(
             role: DrainRole::of_pass(pass),
             heartbeat: true,
         };
-        results = executor.execute(plan, drain).await?;
+        results = executor.execute(plan, drain, Work::default()).await?;
         pass += 1;
     }
     Ok(results)
@@ -280,12 +282,11 @@ impl World {
     }
 
     /// The cluster's policy ConfigMap, read through the adapter.
-    /// This world's cluster: its nodes and the executor (no policy ConfigMap, no expander).
+    /// This world's cluster: its nodes, the executor and its upkeep, the expander's
+    /// ConfigMaps (no policy ConfigMap).
     pub(crate) fn cluster(&self) -> Cluster {
-        Cluster {
-            executor: Some(Arc::new(self.executor())),
-            ..Cluster::new(None, Arc::new(KubeNodeDirectory::new(self.clients.clone())))
-        }
+        let executor = Arc::new(self.executor());
+        forewarn::adapters::upkeep::live_cluster(None, self.clients.clone(), Some(executor))
     }
 
     pub(crate) fn policies(&self) -> Arc<forewarn::app::policy::PolicyCache> {

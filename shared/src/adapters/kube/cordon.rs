@@ -440,8 +440,8 @@ impl KubeExecutor {
     }
 
     /// Undoes forewarn's cordon of `node` (read live) as `undo` says, with an `Uncordoned`
-    /// Event saying why (see [`crate::ports::Executor::undo`]).
-    pub(super) async fn undo_cordon(
+    /// Event saying why (see [`crate::app::upkeep::ClusterUpkeep::undo`]).
+    pub(crate) async fn undo_cordon(
         &self,
         node: Node,
         undo: &Undo,

@@ -68,7 +68,7 @@ pub fn event_name(node: &str, event_id: &str, reason: &str) -> String {
 }
 
 /// A reference to the `kind` object (of API `v1`) of `meta`'s namespace, name and uid.
-pub(super) fn reference(kind: &str, meta: &ObjectMeta) -> ObjectReference {
+pub(crate) fn reference(kind: &str, meta: &ObjectMeta) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".into()),
         kind: Some(kind.into()),
@@ -152,7 +152,7 @@ pub(crate) async fn record(
 }
 
 /// What an Event says: its type, reason, action and note.
-pub(super) struct Said<'a>(pub EventType, pub &'a str, pub &'a str, pub String);
+pub(crate) struct Said<'a>(pub EventType, pub &'a str, pub &'a str, pub String);
 
 impl KubeExecutor {
     /// Records an Event about `node` for `plan`'s event, best effort: what became of it, or the

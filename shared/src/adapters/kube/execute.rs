@@ -35,7 +35,6 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::Node;
 use tracing::Instrument;
@@ -46,8 +45,6 @@ use super::error::{KubeError, Refusal};
 use super::executor::KubeExecutor;
 use super::node_facts::node_facts;
 use super::outcome::{NodeOutcome, results};
-use super::preflight::PreflightScope;
-use crate::domain::admission::{Capability, Proof};
 use crate::domain::config::Action;
 use crate::domain::cordon_record::{Undo, UndoOutcome};
 use crate::domain::plan::{NodeAction, Plan};
@@ -267,11 +264,7 @@ impl KubeExecutor {
 
 #[async_trait]
 impl Executor for KubeExecutor {
-    async fn execute(&self, plan: &Plan, pass: Pass) -> Result<Vec<ActionResult>, ExecuteError> {
-        Ok(results(&self.run(plan, pass).await?))
-    }
-
-    async fn execute_in(
+    async fn execute(
         &self,
         plan: &Plan,
         pass: Pass,
@@ -280,21 +273,7 @@ impl Executor for KubeExecutor {
         Ok(results(&self.run_in(plan, pass, work).await?))
     }
 
-    async fn undo(&self, undo: &Undo) -> Result<UndoOutcome, ExecuteError> {
-        let undone = match get_node(&self.clients, &undo.node).await {
-            Ok(None) => Ok(UndoOutcome::NodeGone),
-            Ok(Some(node)) => self.undo_cordon(node, undo).await,
-            Err(e) => Err(e),
-        };
-        let doing = Some(format!("node {}", undo.node));
-        undone.map_err(failed(&undo.instance_id, doing))
-    }
-
-    async fn room(&self, nodes: &[String]) -> Result<BTreeMap<String, RoomSeen>, ExecuteError> {
-        self.room_in(nodes, Work::default()).await
-    }
-
-    async fn room_in(
+    async fn room(
         &self,
         nodes: &[String],
         work: Work,
@@ -304,26 +283,13 @@ impl Executor for KubeExecutor {
         let room = super::surge::room_of(&clients, nodes).await;
         room.map_err(failed("", Some(doing)))
     }
-
-    async fn preflight(&self, group: &str, capabilities: &[Capability]) -> Vec<Proof> {
-        let reporting_instance = &self.settings.reporting_instance;
-        let scope = PreflightScope {
-            group,
-            capabilities,
-            reporting_instance,
-        };
-        super::preflight::prove(&self.clients, &self.config, &scope).await
-    }
-
-    async fn clean_placeholders(&self, now: DateTime<Utc>) -> Result<Vec<String>, ExecuteError> {
-        let dry_run = self.settings.dry_run;
-        let cleaned = super::surge::delete_expired(&self.clients, now, dry_run).await;
-        cleaned.map_err(failed("", Some("placeholders".into())))
-    }
 }
 
 /// The port's error of a step for `instance_id` (none: the executor's own work) that failed
 /// `doing` something.
-fn failed(instance_id: &str, doing: Option<String>) -> impl FnOnce(KubeError) -> ExecuteError {
+pub(crate) fn failed(
+    instance_id: &str,
+    doing: Option<String>,
+) -> impl FnOnce(KubeError) -> ExecuteError {
     move |e| ExecuteError::new(instance_id.to_string(), doing, e.kind(), e)
 }

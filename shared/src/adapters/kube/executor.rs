@@ -61,9 +61,9 @@ impl Default for ExecutorSettings {
 /// deadline (see [`KubeExecutor::run_in`]).
 #[derive(Clone)]
 pub struct KubeExecutor {
-    pub(super) clients: ClusterClient,
-    pub(super) config: Arc<Config>,
-    pub(super) settings: ExecutorSettings,
+    pub(crate) clients: ClusterClient,
+    pub(crate) config: Arc<Config>,
+    pub(crate) settings: ExecutorSettings,
     /// Where lifecycle actions are completed; `None`: they are left to time out.
     pub(super) lifecycle: Option<Arc<dyn LifecycleCompleter>>,
     /// What surge drains remember between passes (budgets, refused namespaces), shared by them.

@@ -16,13 +16,13 @@
 pub(crate) mod api;
 pub(crate) mod budget;
 mod connect;
-mod cordon;
+pub(crate) mod cordon;
 mod delete;
 mod directory;
-mod drain;
+pub(crate) mod drain;
 mod eks;
 mod error;
-mod events;
+pub(crate) mod events;
 mod execute;
 mod executor;
 mod launch;
@@ -31,23 +31,24 @@ mod outcome;
 // The audit reads quantities as placeholders do (`adapters::workloads`).
 pub(crate) mod placeholder;
 mod policy;
-mod preflight;
-mod surge;
-mod surge_memory;
+pub(crate) mod surge;
+pub(crate) mod surge_memory;
 
 pub use api::FIELD_MANAGER;
 pub use connect::{
     ClusterAccess, ClusterClient, ConnectError, EksAccess, EksClusters, Impersonation, KUBE_SHARE,
     KubeconfigContexts, connect, connect_eks, has_context,
 };
+pub(crate) use cordon::get_node;
 pub use directory::KubeNodeDirectory;
 pub use eks::TOKEN_CACHE_LIFETIME;
 #[cfg(any(test, feature = "fixtures"))]
 pub use eks::url_from_token;
 pub use error::{ApiError, KubeError};
 pub use events::{REPORTING_CONTROLLER, event_name};
+pub(crate) use execute::failed as executor_failed;
 pub use executor::{ExecutorSettings, KubeExecutor};
 pub use node_facts::node_facts;
 pub use outcome::{CordonOutcome, DeleteOutcome, DrainReport, EventOutcome, Joining, NodeOutcome};
 pub use policy::{KubePolicy, POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE};
-pub use preflight::{PreflightScope, prove};
+pub(crate) use surge::delete_expired;

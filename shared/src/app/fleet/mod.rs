@@ -1,7 +1,7 @@
 //! The clusters one deployment serves (the settings' clusters: a list, or `*` for every EKS
 //! cluster of the account and region), each reached through services of its own: its node
-//! directory, its executor (its own client, rate limit and retry budget), its policy ConfigMap
-//! and its priority expander. A batch's records are split by the cluster of their instances
+//! directory, its executor (its own client, rate limit and retry budget) and its policy
+//! ConfigMap (and, opaque here, what only the sweeper uses of it). A batch's records are split by the cluster of their instances
 //! ([`crate::domain::clusters`]) and each cluster's share runs through the pipeline on its own
 //! services, the clusters' shares at once: one cluster's outage, throttling or mass
 //! interruption delays no other's cordons.
@@ -22,8 +22,7 @@ use crate::app::policy::PolicyCache;
 use crate::domain::clusters::{ClusterId, Place};
 use crate::domain::config::Config;
 use crate::ports::{
-    BoxError, Clock, ClusterCatalog, DirectoryError, Executor, ExpanderStore, FailureKind, NoNodes,
-    NodeDirectory,
+    BoxError, Clock, ClusterCatalog, DirectoryError, Executor, FailureKind, NoNodes, NodeDirectory,
 };
 
 /// How long the list of every cluster (`*`) is used before it is read again.
@@ -48,19 +47,21 @@ pub struct Cluster {
     /// The cluster's policy ConfigMap, read at most once a minute (see
     /// [`crate::app::policy`]); `None`: the settings' policy as it is.
     pub policies: Option<Arc<PolicyCache>>,
-    /// The Cluster Autoscaler priority expander's ConfigMaps (`None`: none to update).
-    pub expander: Option<Arc<dyn ExpanderStore>>,
+    /// What only the pool sweeper and the commands use of the cluster (the way back, the
+    /// placeholders' clean-up, the preflight, the priority expander: the app's `upkeep`
+    /// module opens it), opaque to the interruption path, which never uses it; `None`: none.
+    pub upkeep: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 impl Cluster {
-    /// A cluster of these nodes, nothing else: no executor, no policy ConfigMap, no expander.
+    /// A cluster of these nodes, nothing else: no executor, no policy ConfigMap, no upkeep.
     pub fn new(id: Option<ClusterId>, nodes: Arc<dyn NodeDirectory>) -> Cluster {
         Cluster {
             id,
             nodes,
             executor: None,
             policies: None,
-            expander: None,
+            upkeep: None,
         }
     }
 
@@ -90,7 +91,7 @@ impl std::fmt::Debug for Cluster {
             .field("id", &self.id)
             .field("executor", &self.executor.is_some())
             .field("policies", &self.policies.is_some())
-            .field("expander", &self.expander.is_some())
+            .field("upkeep", &self.upkeep.is_some())
             .finish_non_exhaustive()
     }
 }

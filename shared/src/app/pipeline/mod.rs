@@ -428,7 +428,7 @@ impl Pipeline<'_> {
         let executor = self.executor.filter(|_| self.mode.runs_actions());
         let outcome = self.outcome(executor);
         if let Some(executor) = executor.filter(|_| plan.has_node_work()) {
-            let results = match executor.execute_in(&plan, Pass::Cordon, self.work()).await {
+            let results = match executor.execute(&plan, Pass::Cordon, self.work()).await {
                 Ok(results) => results,
                 Err(e) => return Handled::Done(WorkError::from(e).fail(report)),
             };

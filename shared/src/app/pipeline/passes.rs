@@ -144,7 +144,7 @@ impl Pipeline<'_> {
         let Some(executor) = self.executor.filter(|_| self.mode.writes_cluster()) else {
             return String::new();
         };
-        match executor.execute_in(plan, Pass::Announce, self.work()).await {
+        match executor.execute(plan, Pass::Announce, self.work()).await {
             Ok(results) => match results.iter().find_map(|r| r.refused.as_deref()) {
                 Some(why) => format!(" (the Events of the decision were not recorded: {why})"),
                 None => " (the Events of the decision, left to this pass, are recorded)".into(),
@@ -245,7 +245,7 @@ impl Pipeline<'_> {
             role,
             heartbeat,
         };
-        let results = executor.execute_in(plan, pass, self.work()).await?;
+        let results = executor.execute(plan, pass, self.work()).await?;
         if let Some(why) = refusals(&results) {
             report.reason = Some(why);
             if results.iter().all(|r| r.refused.is_some()) {
@@ -314,7 +314,7 @@ impl Pipeline<'_> {
         match within(
             self.clock,
             self.limits.deadline,
-            executor.room_in(&nodes, self.work()),
+            executor.room(&nodes, self.work()),
         )
         .await
         {

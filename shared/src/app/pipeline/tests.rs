@@ -76,17 +76,13 @@ struct Recorder {
 
 #[async_trait]
 impl Executor for Recorder {
-    async fn execute_in(
+    async fn execute(
         &self,
         plan: &Plan,
         pass: Pass,
         work: Work,
     ) -> Result<Vec<ActionResult>, ExecuteError> {
         self.works.lock().unwrap().push(work);
-        self.execute(plan, pass).await
-    }
-
-    async fn execute(&self, plan: &Plan, pass: Pass) -> Result<Vec<ActionResult>, ExecuteError> {
         self.calls.lock().unwrap().push(plan.event_id.clone());
         self.passes
             .lock()
@@ -113,21 +109,6 @@ impl Executor for Recorder {
             detail: "done".into(),
             ..ActionResult::default()
         }])
-    }
-
-    async fn undo(
-        &self,
-        undo: &crate::domain::cordon_record::Undo,
-    ) -> Result<crate::domain::cordon_record::UndoOutcome, ExecuteError> {
-        self.calls
-            .lock()
-            .unwrap()
-            .push(format!("undo {}", undo.node));
-        Ok(crate::domain::cordon_record::UndoOutcome::Undone)
-    }
-
-    async fn clean_placeholders(&self, _now: DateTime<Utc>) -> Result<Vec<String>, ExecuteError> {
-        Ok(Vec::new())
     }
 }
 

@@ -7,7 +7,7 @@
 //! cordon's patch ([`cordon_patch`]) of a real worker node (never a control-plane one), the
 //! way back's patch ([`uncordon_patch`]) of that node as the cordon would leave it, the
 //! Eviction of a real pod on it, the placeholder ([`placeholder_for`]) of that pod, an Event
-//! on it and on the node ([`super::events`]), and the priority expander's ConfigMap written
+//! on it and on the node ([`crate::adapters::kube`]'s Events), and the priority expander's ConfigMap written
 //! back as it is. The client is the caller's: `forewarn check --kube` impersonates each of
 //! forewarn's groups, the sweeper sends them as itself.
 
@@ -17,16 +17,15 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 
-use super::api::FIELD_MANAGER;
-use super::budget::ns_name;
-use super::connect::ClusterClient;
-use super::cordon::{CordonSpec, RecordKeys, cordon_patch, uncordon_patch};
-use super::drain::{Disposition, disposition, eviction_body};
-use super::events::{EventType, Said, build, reference};
-use super::node_facts::node_facts;
-use super::placeholder::placeholder_for;
-use super::surge::is_placeholder;
-use super::surge_memory::controller;
+use crate::adapters::kube::api::FIELD_MANAGER;
+use crate::adapters::kube::budget::ns_name;
+use crate::adapters::kube::cordon::{CordonSpec, RecordKeys, cordon_patch, uncordon_patch};
+use crate::adapters::kube::drain::{Disposition, disposition, eviction_body};
+use crate::adapters::kube::events::{EventType, Said, build, reference};
+use crate::adapters::kube::placeholder::placeholder_for;
+use crate::adapters::kube::surge::is_placeholder;
+use crate::adapters::kube::surge_memory::controller;
+use crate::adapters::kube::{ClusterClient, node_facts};
 use crate::domain::admission::{Capability, Proof, Verdict};
 use crate::domain::config::Config;
 use crate::domain::cordon_record::CordonRecord;
