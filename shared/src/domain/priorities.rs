@@ -69,21 +69,13 @@ impl BasePriorities {
                 message: e.to_string(),
             })
         };
-        let tiers = map
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|(_, e)| !e.is_empty());
-        let tiers = tiers
-            .map(|(p, exprs)| {
-                Ok((
-                    p,
-                    exprs
-                        .iter()
-                        .map(|e| compile(p, e))
-                        .collect::<Result<_, _>>()?,
-                ))
-            })
-            .collect::<Result<_, PriorityError>>()?;
+        let mut tiers = BTreeMap::new();
+        for (p, exprs) in map.unwrap_or_default() {
+            if !exprs.is_empty() {
+                let res = exprs.iter().map(|e| compile(p, e));
+                tiers.insert(p, res.collect::<Result<_, _>>()?);
+            }
+        }
         Ok(BasePriorities { tiers })
     }
 
