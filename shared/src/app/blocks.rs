@@ -40,7 +40,7 @@ pub const SLACK: chrono::Duration = chrono::Duration::minutes(10);
 /// instances; and the reports of the records whose block could not be looked up, or whose
 /// event EC2's answer refuses (their record here is a decode error, so that nothing is done with
 /// it: their report is this one).
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Expanded {
     pub records: Vec<Record>,
     pub failed: Vec<(usize, Report)>,
@@ -88,12 +88,10 @@ pub async fn expand(
     records: &[Record],
     now: DateTime<Utc>,
 ) -> Option<Expanded> {
-    let wanted: Vec<(Place, String)> = records
+    let wanted: std::collections::BTreeSet<(Place, String)> = records
         .iter()
         .filter_map(block_of)
         .map(|(place, id)| (place, id.to_string()))
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
         .collect();
     if wanted.is_empty() {
         return None;
@@ -109,9 +107,7 @@ pub async fn expand(
             .collect();
     let mut out = Expanded {
         records: records.to_vec(),
-        failed: Vec::new(),
-        notes: Vec::new(),
-        described: BTreeMap::new(),
+        ..Expanded::default()
     };
     for ((place, _), block) in &found {
         if let Ok(block) = block {
@@ -128,25 +124,19 @@ pub async fn expand(
             continue;
         };
         let (report, why) = match &found[&key] {
-            Ok(block) => match record
-                .event
-                .as_ref()
-                .ok()
-                .and_then(|e| refusal(e, block, now))
-            {
-                None => {
+            Ok(block) => {
+                let event = record.event.as_ref().ok();
+                let Some(why) = event.and_then(|e| refusal(e, block, now)) else {
                     if let Ok(event) = record.event.as_mut() {
                         name_instances(event, block);
                     }
                     continue;
-                }
-                Some(why) => {
-                    tracing::warn!(origin = %record.origin, %why, "refusing a Capacity Block's event");
-                    let refused = format!("refused: {why}");
-                    let outcome = crate::domain::report::Outcome::Ignored;
-                    (Report::new(record).ended(outcome, refused), why)
-                }
-            },
+                };
+                tracing::warn!(origin = %record.origin, %why, "refusing a Capacity Block's event");
+                let refused = format!("refused: {why}");
+                let outcome = crate::domain::report::Outcome::Ignored;
+                (Report::new(record).ended(outcome, refused), why)
+            }
             Err(e) => (
                 place_report(e, record),
                 format!("the Capacity Block {} was not looked up: {e}", key.1),

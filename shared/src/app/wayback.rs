@@ -32,7 +32,7 @@ use crate::domain::wayback::undos;
 use crate::ports::{DirectoryError, InstanceDirectory, NodeDirectory, PoolStore, StoreError};
 
 /// What the way back found for one node, and what became of it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct UndoReport {
     pub node: String,
     pub instance_id: String,
@@ -113,10 +113,8 @@ impl WayBack<'_> {
         let mut unavailable: BTreeMap<PoolKey, DateTime<Utc>> = BTreeMap::new();
         for record in self.store.pools(&PoolQuery::default(), now).await? {
             if let Some(until) = record.unavailable_until {
-                let latest = unavailable
-                    .entry(record.pool.by_zone_id(&ids))
-                    .or_insert(until);
-                *latest = (*latest).max(until);
+                let latest = unavailable.entry(record.pool.by_zone_id(&ids));
+                latest.and_modify(|l| *l = until.max(*l)).or_insert(until);
             }
         }
         let mut reports = refused;
@@ -137,9 +135,8 @@ impl WayBack<'_> {
                 instance_id: undo.instance_id.clone(),
                 event_id: undo.record.event_id.clone(),
                 why: undo.why.clone(),
-                outcome: None,
                 kept,
-                error: None,
+                ..UndoReport::default()
             };
             if report.kept.is_none()
                 && let Some(upkeep) = self.upkeep
@@ -154,9 +151,7 @@ impl WayBack<'_> {
         }
         Ok(reports)
     }
-}
 
-impl WayBack<'_> {
     /// The verified cordon record of `node` when the node still carries a taint of it.
     fn cordon(&self, node: &NodeFacts) -> Option<CordonRecord> {
         CordonRecord::of(node).filter(|r| r.tainted(node, self.taint_key))
@@ -182,14 +177,11 @@ impl WayBack<'_> {
             .filter(|(node, _)| tainted.contains(node));
         let report = |(node, why)| UndoReport {
             node,
-            instance_id: String::new(),
-            event_id: String::new(),
             why,
             outcome: Some(UndoOutcome::Refused {
                 why: "refused: its cordon record does not verify".into(),
             }),
-            kept: None,
-            error: None,
+            ..UndoReport::default()
         };
         refused.map(report).collect()
     }

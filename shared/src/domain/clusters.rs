@@ -39,11 +39,7 @@ impl Place {
     /// run) takes any; else they must be the same.
     pub fn holds(&self, place: &Place, own: &Place) -> bool {
         let (here, there) = (self.or(own), place.or(own));
-        let same = |a: &Option<String>, b: &Option<String>| match (a, b) {
-            (None, _) => true,
-            (Some(a), Some(b)) => a == b,
-            (Some(_), None) => false,
-        };
+        let same = |a: &Option<String>, b: &Option<String>| a.is_none() || a == b;
         same(&here.account, &there.account) && same(&here.region, &there.region)
     }
 }
@@ -146,11 +142,7 @@ impl Entry {
                 "its name is not 1 to 100 letters, digits, `-`, `_` or `.`",
             ));
         }
-        Ok(Entry::One(ClusterId {
-            account: place.account,
-            region: place.region,
-            name: name.to_string(),
-        }))
+        Ok(Entry::One(ClusterId::at(&place, name)))
     }
 }
 

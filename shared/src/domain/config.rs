@@ -93,13 +93,7 @@ pub fn nth_taint_key(kind: EventKind) -> Option<&'static str> {
         EventKind::RebalanceRecommendation => Some(NTH_TAINT_REBALANCE),
         EventKind::ScheduledChange => Some(NTH_TAINT_SCHEDULED),
         EventKind::AsgTermination => Some(NTH_TAINT_ASG),
-        EventKind::StateChange
-        | EventKind::AsgLaunch
-        | EventKind::CapacityReservationInterruption
-        | EventKind::CapacityBlockExpiration
-        | EventKind::CapacityBlockDelivered
-        | EventKind::Impaired
-        | EventKind::Unsupported => None,
+        _ => None,
     }
 }
 

@@ -16,7 +16,7 @@ use crate::domain::keys::{ContinuationKey, KeyId, KeyRing, Unverified};
 pub const ANNOTATION_CORDON: &str = "forewarn.io/cordon";
 
 /// Why forewarn cordoned a node, kept on the node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct CordonRecord {
     /// The kind of the event the cordon is for.
@@ -122,15 +122,7 @@ impl CordonRecord {
             event_id: event_id.to_string(),
             instance_id: instance_id.to_string(),
             at,
-            until: None,
-            rule: None,
-            health_event: None,
-            stops: false,
-            excluded_from_lb: false,
-            already_unschedulable: false,
-            taints: Vec::new(),
-            key_id: None,
-            mac: None,
+            ..CordonRecord::default()
         }
     }
 
@@ -138,10 +130,7 @@ impl CordonRecord {
     /// those that do not verify removed ([`drop_unverified`]), so only a verified record is
     /// found. Anything reading a node elsewhere uses [`read`].
     pub fn of(node: &NodeFacts) -> Option<CordonRecord> {
-        match read_unverified(&node.annotations) {
-            Some(Ok(record)) => Some(record),
-            _ => None,
-        }
+        read_unverified(&node.annotations)?.ok()
     }
 
     /// The annotation's value (signed when the record is: see [`CordonRecord::signed`]).
@@ -163,8 +152,7 @@ impl CordonRecord {
     pub fn signed(&self, key: &ContinuationKey) -> CordonRecord {
         let unsigned = CordonRecord {
             key_id: Some(key.id()),
-            mac: None,
-            ..self.clone()
+            ..self.unsigned()
         };
         CordonRecord {
             mac: Some(key.sign(&unsigned.signing_input())),
@@ -218,9 +206,7 @@ impl CordonRecord {
             ..longer.unsigned()
         }
     }
-}
 
-impl CordonRecord {
     /// The keys of the taints of forewarn's cordon: its own, `own_key` (the settings' taint key),
     /// and those the record lists.
     pub fn taint_keys<'a>(&'a self, own_key: &'a str) -> impl Iterator<Item = &'a str> {

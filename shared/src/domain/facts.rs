@@ -50,14 +50,11 @@ impl InstanceFacts {
     pub fn clusters(&self) -> Vec<&str> {
         let mut names: Vec<&str> = Vec::new();
         for (key, value) in &self.tags {
-            let name = if let Some(name) = key.strip_prefix(CLUSTER_TAG_PREFIX) {
-                Some(name)
-            } else if EKS_CLUSTER_TAGS.contains(&key.as_str()) {
-                Some(value.as_str())
-            } else {
-                None
-            };
-            if let Some(name) = name.filter(|n| !n.is_empty())
+            let eks = EKS_CLUSTER_TAGS
+                .contains(&key.as_str())
+                .then_some(value.as_str());
+            if let Some(name) = key.strip_prefix(CLUSTER_TAG_PREFIX).or(eks)
+                && !name.is_empty()
                 && !names.contains(&name)
             {
                 names.push(name);

@@ -32,6 +32,14 @@ where
         })
 }
 
+/// FNV-1a, 64 bits, of `bytes`: a hash stable across builds and platforms (unlike std's
+/// hasher), for the names and ids derived from text.
+pub fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
 /// Gives `$ty`, an enum deriving `strum::IntoStaticStr` and `strum::VariantArray`, an `as_str`
 /// (its `strum` name) and a `FromStr` through [`parse_name`] that calls it `$what` in its errors;
 /// with `trim`, the input is trimmed first.

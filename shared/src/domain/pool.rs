@@ -320,19 +320,14 @@ impl HistoryEntry {
         update
             .marks
             .iter()
-            .map(|m| {
-                let last = m
-                    .unavailable_until
-                    .map_or(update.event_time, |u| u.max(update.event_time));
-                HistoryEntry {
-                    pool: m.pool.clone(),
-                    kind: update.kind,
-                    event_id: update.event_id.clone(),
-                    instance_id: m.instance_id.clone(),
-                    at: update.event_time,
-                    unavailable_until: m.unavailable_until,
-                    expires_at: last + retention.history,
-                }
+            .map(|m| HistoryEntry {
+                pool: m.pool.clone(),
+                kind: update.kind,
+                event_id: update.event_id.clone(),
+                instance_id: m.instance_id.clone(),
+                at: update.event_time,
+                unavailable_until: m.unavailable_until,
+                expires_at: retention.pool_expiry(update.event_time, m.unavailable_until),
             })
             .collect()
     }

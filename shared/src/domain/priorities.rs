@@ -69,21 +69,13 @@ impl BasePriorities {
                 message: e.to_string(),
             })
         };
-        let tiers = map
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|(_, e)| !e.is_empty());
-        let tiers = tiers
-            .map(|(p, exprs)| {
-                Ok((
-                    p,
-                    exprs
-                        .iter()
-                        .map(|e| compile(p, e))
-                        .collect::<Result<_, _>>()?,
-                ))
-            })
-            .collect::<Result<_, PriorityError>>()?;
+        let mut tiers = BTreeMap::new();
+        for (p, exprs) in map.unwrap_or_default() {
+            if !exprs.is_empty() {
+                let res = exprs.iter().map(|e| compile(p, e));
+                tiers.insert(p, res.collect::<Result<_, _>>()?);
+            }
+        }
         Ok(BasePriorities { tiers })
     }
 
@@ -166,20 +158,14 @@ pub fn node_group(asg: &AsgDescription, cluster: &str) -> Option<NodeGroup> {
     if !asg.tags.contains_key(TAG_ENABLED) || !asg.tags.contains_key(&cluster_tag) {
         return None;
     }
-    let capacity_type = if asg.mixed {
-        if asg.on_demand_percentage.unwrap_or(100) == 0 {
-            CapacityType::Spot
-        } else {
-            CapacityType::OnDemand
-        }
-    } else {
-        match asg.template_market.as_deref() {
-            Some("spot") => CapacityType::Spot,
-            // A Capacity Block's group: demoted when its block expires, so that the
-            // autoscaler starts the replacements on another group at once.
-            Some("capacity-block") => CapacityType::CapacityBlock,
-            _ => CapacityType::OnDemand,
-        }
+    let capacity_type = match (asg.mixed, asg.template_market.as_deref()) {
+        (true, _) if asg.on_demand_percentage.unwrap_or(100) == 0 => CapacityType::Spot,
+        (true, _) => CapacityType::OnDemand,
+        (false, Some("spot")) => CapacityType::Spot,
+        // A Capacity Block's group: demoted when its block expires, so that the autoscaler
+        // starts the replacements on another group at once.
+        (false, Some("capacity-block")) => CapacityType::CapacityBlock,
+        (false, _) => CapacityType::OnDemand,
     };
     let types = match asg.override_types.is_empty() {
         true => asg.template_instance_type.iter().collect::<BTreeSet<_>>(),
@@ -298,7 +284,7 @@ pub fn exact(name: &str) -> String {
 }
 
 /// What forewarn wrote and why: the annotation's JSON.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Demotion {
     /// The priority the demoted groups were given.
     pub priority: Option<i64>,
@@ -331,9 +317,8 @@ pub fn demote(
         return (
             base.as_map(),
             Demotion {
-                priority: None,
-                groups: Vec::new(),
                 unranked,
+                ..Demotion::default()
             },
         );
     };

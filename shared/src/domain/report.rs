@@ -7,12 +7,13 @@ use serde::{Deserialize, Serialize};
 use super::config::Action;
 use super::event::EventKind;
 use super::inbound::Record;
+use super::names::string_forms;
 use super::plan::{Plan, Target};
 
 /// What became of one record.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-#[derive(strum::IntoStaticStr)]
+#[derive(strum::IntoStaticStr, strum::VariantArray)]
 #[strum(serialize_all = "kebab-case")]
 pub enum Outcome {
     /// Decided (and pools recorded) but nothing done to the cluster: a dry run.
@@ -29,11 +30,7 @@ pub enum Outcome {
     Failed,
 }
 
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-}
+string_forms!(Outcome, "an outcome");
 
 /// A pool in a report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,10 +57,8 @@ pub struct ActionReport {
     /// What carrying it out did (only when acted).
     pub result: Option<String>,
     /// When the node was seen cordoned: by this action, or already before it.
-    #[serde(default)]
     pub cordoned_at: Option<DateTime<Utc>>,
     /// What the drain did (`cordon-drain` only).
-    #[serde(default)]
     pub drain: Option<DrainSummary>,
     /// When the lifecycle action was kept alive during a pending drain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -206,10 +201,7 @@ impl Report {
 
     /// The report marked failed, with why (a failure that may pass if tried again).
     pub fn failed(self, reason: String) -> Report {
-        Report {
-            permanent: false,
-            ..self.ended(Outcome::Failed, reason)
-        }
+        self.failed_as(reason, true)
     }
 
     /// The report marked failed, with why; `retryable` false: the same call meets the same
@@ -217,7 +209,7 @@ impl Report {
     pub fn failed_as(self, reason: String, retryable: bool) -> Report {
         Report {
             permanent: !retryable,
-            ..self.failed(reason)
+            ..self.ended(Outcome::Failed, reason)
         }
     }
 }

@@ -35,7 +35,7 @@ pub struct PoolStats {
 }
 
 /// Totals of a group of pools (a zone, an instance type).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct GroupStats {
     pub name: String,
     pub pools: usize,
@@ -83,20 +83,11 @@ pub fn covered_share(
         .filter(|(a, b)| a < b)
         .collect();
     cut.sort();
-    let mut covered = Duration::zero();
-    let mut current: Option<(DateTime<Utc>, DateTime<Utc>)> = None;
+    // By start: each window adds what it covers past the end of those before it.
+    let (mut covered, mut reached) = (Duration::zero(), since);
     for (a, b) in cut {
-        current = match current {
-            Some((ca, cb)) if a <= cb => Some((ca, cb.max(b))),
-            Some((ca, cb)) => {
-                covered += cb - ca;
-                Some((a, b))
-            }
-            None => Some((a, b)),
-        };
-    }
-    if let Some((ca, cb)) = current {
-        covered += cb - ca;
+        covered += (b - a.max(reached)).max(Duration::zero());
+        reached = reached.max(b);
     }
     let share = covered.num_milliseconds() as f64 / period.num_milliseconds() as f64;
     share.clamp(0.0, 1.0)
@@ -158,11 +149,7 @@ fn group(pools: &[PoolStats], key: impl Fn(&PoolStats) -> String) -> Vec<GroupSt
     for p in pools {
         let g = groups.entry(key(p)).or_insert_with(|| GroupStats {
             name: key(p),
-            pools: 0,
-            events: BTreeMap::new(),
-            interruptions: 0,
-            last_event: None,
-            unavailable_share: 0.0,
+            ..GroupStats::default()
         });
         g.pools += 1;
         for (k, n) in &p.events {

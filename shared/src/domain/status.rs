@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 use crate::domain::clusters::Place;
 use crate::domain::event::{DT_IMPAIRED, Detail, Event, EventKind, SOURCE_SWEEPER};
 use crate::domain::facts::InstanceFacts;
-use crate::domain::sweep::{InstanceRun, synthetic};
+use crate::domain::sweep::synthetic;
 
 /// One instance's status, as `DescribeInstanceStatus` answers it.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -109,10 +109,7 @@ pub fn status_findings(
         let Some(instance) = node_instances.get(&s.instance_id) else {
             continue;
         };
-        let run = InstanceRun {
-            instance_id: &s.instance_id,
-            launch_time: instance.launch_time,
-        };
+        let run = (s.instance_id.as_str(), instance.launch_time);
         if let (Some(checks), Some(since)) = (s.failing(), s.impaired_since)
             && now - since >= impaired_after
         {

@@ -248,12 +248,7 @@ pub fn node_label_value(node: &str) -> String {
     if valid {
         return node.to_string();
     }
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in node.bytes() {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("h-{hash:016x}")
+    format!("h-{:016x}", crate::domain::names::fnv1a(node.bytes()))
 }
 
 #[cfg(test)]

@@ -135,26 +135,18 @@ fn leaving_state(state: Option<&str>) -> Option<InstanceState> {
     state?.parse().ok().filter(InstanceState::is_leaving)
 }
 
-/// One run of an instance: its id, and its launch time when known (a stopped and started
-/// instance runs again under the same id).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct InstanceRun<'a> {
-    pub instance_id: &'a str,
-    pub launch_time: Option<DateTime<Utc>>,
-}
-
-/// The event the sweeper makes up for what it found of `instance`'s run, keyed by that run
-/// (see [`sweep_key`]).
+/// The event the sweeper makes up for what it found of one run of an instance (its id, and its
+/// launch time when known: a stopped and started instance runs again under the same id), keyed
+/// by that run (see [`sweep_key`]).
 pub(crate) fn synthetic(
     kind: EventKind,
-    instance: InstanceRun<'_>,
+    (instance_id, launch_time): (&str, Option<DateTime<Utc>>),
     detail: Detail,
     now: DateTime<Utc>,
     place: &Place,
 ) -> Event {
-    let id = sweep_key(kind, instance.instance_id, instance.launch_time);
-    let ids = vec![instance.instance_id.to_string()];
-    found(kind, id, ids, detail, now, place)
+    let id = sweep_key(kind, instance_id, launch_time);
+    found(kind, id, vec![instance_id.to_string()], detail, now, place)
 }
 
 /// Turns what EC2 and the cluster say into synthetic events (pure).
@@ -183,10 +175,7 @@ pub fn findings(
             };
             events.push(synthetic(
                 EventKind::SpotInterruption,
-                InstanceRun {
-                    instance_id: &i.instance_id,
-                    launch_time: i.launch_time,
-                },
+                (&i.instance_id, i.launch_time),
                 Detail::Spot { action },
                 now,
                 place,
@@ -212,10 +201,7 @@ pub fn findings(
         };
         events.push(synthetic(
             EventKind::StateChange,
-            InstanceRun {
-                instance_id: id,
-                launch_time,
-            },
+            (id, launch_time),
             Detail::StateChange { state },
             now,
             place,

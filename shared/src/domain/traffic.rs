@@ -341,20 +341,16 @@ pub enum Claim {
 /// keeps them: the instances offered since the last round, when the next may start, and a quiet
 /// time after a round that throttled.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Rounds {
-    #[serde(default)]
     pub pending: Vec<Doomed>,
-    #[serde(default)]
     pub next_at: Option<DateTime<Utc>>,
     /// A round is being made, its maker's until this (or its settling).
-    #[serde(default)]
     pub making_until: Option<DateTime<Utc>>,
-    #[serde(default)]
     pub quiet_since: Option<DateTime<Utc>>,
-    #[serde(default)]
     pub quiet_until: Option<DateTime<Utc>>,
     /// The cluster's target groups (ARNs) as the last round knew them.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<String>,
 }
 

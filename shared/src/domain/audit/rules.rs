@@ -46,9 +46,8 @@ pub fn audit(
                 Level::Warning => &mut counts.warning,
                 Level::Info => &mut counts.info,
             } += 1;
-            let workload = workload.id();
             report.findings.push(Finding {
-                workload,
+                workload: workload.id(),
                 level,
                 code,
                 message,
@@ -249,37 +248,23 @@ impl<'a> Checked<'a> {
                 )
             })
             .collect();
-        (!parts.is_empty()).then(|| {
-            let parts = parts.join("; ");
-            (
-                Code::HotPool,
-                format!("recently interrupted pools: {parts}"),
-            )
-        })
+        let parts = parts.join("; ");
+        let message = format!("recently interrupted pools: {parts}");
+        (!parts.is_empty()).then_some((Code::HotPool, message))
     }
 
     /// Local storage a drain discards.
     fn local_storage(&self) -> Option<(Code, String)> {
-        let pods: Vec<&AuditPod> = self
-            .spot()
-            .map(|p| p.pod)
-            .filter(|p| !p.empty_dirs.is_empty())
-            .collect();
-        let volumes: BTreeSet<&str> = pods
-            .iter()
-            .flat_map(|p| &p.empty_dirs)
+        let pods = self.spot().filter(|p| !p.pod.empty_dirs.is_empty()).count();
+        let volumes: BTreeSet<&str> = (self.spot().flat_map(|p| &p.pod.empty_dirs))
             .map(String::as_str)
             .collect();
-        (!pods.is_empty()).then(|| {
-            (
-                Code::LocalStorage,
-                format!(
-                    "{} on spot with emptyDir volumes ({}): a drain discards their data",
-                    plural(pods.len(), "pod"),
-                    Vec::from_iter(volumes).join(", ")
-                ),
-            )
-        })
+        let message = format!(
+            "{} on spot with emptyDir volumes ({}): a drain discards their data",
+            plural(pods, "pod"),
+            Vec::from_iter(volumes).join(", ")
+        );
+        (pods > 0).then_some((Code::LocalStorage, message))
     }
 
     /// Priority: a critical workload on spot capacity.
@@ -291,8 +276,7 @@ impl<'a> Checked<'a> {
                 .or(p.pod.priority)?;
             (value >= CRITICAL_PRIORITY).then_some((class, value))
         })?;
-        let class = class.filter(|c| !c.is_empty());
-        let class = class.map_or(String::new(), |c| format!("{c}, "));
+        let class = (class.filter(|c| !c.is_empty())).map_or(String::new(), |c| format!("{c}, "));
         Some((
             Code::CriticalOnSpot,
             format!(

@@ -28,7 +28,9 @@ pub mod health;
 
 /// The kinds of event forewarn knows, by their stable names (`spot-interruption`, ...: serde,
 /// [`fmt::Display`], [`std::str::FromStr`], `&'static str` and [`AsRef<str>`] agree).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 #[derive(
     strum::IntoStaticStr, strum::Display, strum::EnumString, strum::AsRefStr, VariantArray,
@@ -52,6 +54,8 @@ pub enum EventKind {
     /// An instance whose EC2 status check fails (found by the sweeper, never sent by AWS as an
     /// event).
     Impaired,
+    /// Anything else (the default: a kind no event names).
+    #[default]
     Unsupported,
 }
 
@@ -220,17 +224,12 @@ impl LifecycleAction {
 impl Detail {
     /// The detail with its lifecycle action, if it has one, placed in `account` and `region`
     /// (the event envelope's): where the action is completed.
-    pub(crate) fn placed(self, account: Option<&str>, region: Option<&str>) -> Detail {
-        let place = |mut action: LifecycleAction| {
+    pub(crate) fn placed(mut self, account: Option<&str>, region: Option<&str>) -> Detail {
+        if let Detail::AsgTermination(action) | Detail::AsgLaunch(action) = &mut self {
             action.account = account.map(str::to_string);
             action.region = region.map(str::to_string);
-            action
-        };
-        match self {
-            Detail::AsgTermination(action) => Detail::AsgTermination(place(action)),
-            Detail::AsgLaunch(action) => Detail::AsgLaunch(place(action)),
-            other => other,
         }
+        self
     }
 }
 
@@ -429,12 +428,10 @@ pub struct DecodeError {
 impl DecodeError {
     /// What is wrong with the record from `origin`, and with which field if one is to blame.
     pub fn new(origin: &Origin, field: Option<&str>, message: impl Into<String>) -> DecodeError {
-        let (origin, field) = (origin.clone(), field.map(str::to_string));
-        let message = message.into();
         DecodeError {
-            origin,
-            field,
-            message,
+            origin: origin.clone(),
+            field: field.map(str::to_string),
+            message: message.into(),
         }
     }
 }
@@ -515,11 +512,7 @@ fn parse_rfc1123_as_aws_writes_it(s: &str) -> Option<DateTime<Utc>> {
 
 /// A stable id for an unsupported event that carries none (FNV-1a of its canonical JSON).
 pub(crate) fn synthetic_id(v: &Value) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in v.to_string().bytes() {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
+    let hash = crate::domain::names::fnv1a(v.to_string().bytes());
     format!("unidentified-{hash:016x}")
 }
 

@@ -51,7 +51,7 @@ pub const CONTINUATION_KEY: &str = "forewarnContinuation";
 pub const VERSION: u32 = 2;
 
 /// The progress a continuation message carries.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Continuation {
     /// The format of this object ([`VERSION`]).
@@ -90,12 +90,9 @@ impl Continuation {
             version: VERSION,
             pass: 1,
             started_at,
-            heartbeat_at: None,
             sent_at,
-            room: None,
             plan,
-            key_id: None,
-            mac: None,
+            ..Continuation::default()
         }
     }
 
@@ -143,7 +140,6 @@ impl Continuation {
     pub fn body(&self, key: &ContinuationKey, original_body: &str) -> String {
         let signed = Continuation {
             key_id: Some(key.id()),
-            mac: None,
             ..self.clone()
         };
         let mut state = signed.unsigned_state(original_body);

@@ -64,16 +64,13 @@ pub fn decode_value(
             })
             .collect()),
         Value::Object(ref map) if map.contains_key("Records") => {
-            let records = match map.get("Records") {
-                Some(Value::Array(records)) => records,
-                _ => {
-                    let why = "expected an array of SQS messages";
-                    return Err(DecodeError::new(
-                        &Origin::bare(source),
-                        Some("Records"),
-                        why,
-                    ));
-                }
+            let Some(Value::Array(records)) = map.get("Records") else {
+                let why = "expected an array of SQS messages";
+                return Err(DecodeError::new(
+                    &Origin::bare(source),
+                    Some("Records"),
+                    why,
+                ));
             };
             Ok(records
                 .iter()

@@ -23,11 +23,8 @@ use crate::domain::time::within_sane_range;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SqsMessage {
-    #[serde(default)]
     pub message_id: Option<String>,
-    #[serde(default)]
     pub receipt_handle: Option<String>,
-    #[serde(default)]
     pub body: Option<String>,
     /// The message's system attributes (`SentTimestamp`, `ApproximateReceiveCount`, ...); null
     /// is none.
@@ -90,14 +87,10 @@ pub(super) fn decode_json_message(
     let origin = Origin::sqs(source, index, message_id);
     match SqsMessage::deserialize(raw) {
         Ok(msg) => decode_message(origin, &msg, received),
-        Err(e) => Record::new(
-            origin.clone(),
-            Err(DecodeError::new(
-                &origin,
-                None,
-                format!("not an SQS message: {e}"),
-            )),
-        ),
+        Err(e) => {
+            let error = DecodeError::new(&origin, None, format!("not an SQS message: {e}"));
+            Record::new(origin, Err(error))
+        }
     }
 }
 
@@ -128,12 +121,10 @@ fn decode_message(origin: Origin, msg: &SqsMessage, received: DateTime<Utc>) -> 
         }
     };
     Record {
-        origin,
-        event,
         continuation,
         body,
         queue_arn: msg.event_source_arn.clone(),
-        kept: false,
+        ..Record::new(origin, event)
     }
 }
 

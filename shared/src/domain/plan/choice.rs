@@ -103,8 +103,6 @@ fn node_action_of(a: PolicyAction) -> Action {
 
 /// The record a cordon for `event` on `instance_id`'s node writes.
 pub(super) fn record(event: &Event, instance_id: &str, choice: &Choice) -> CordonRecord {
-    let stops_instance =
-        |a: &InstanceAction| matches!(a, InstanceAction::Stop | InstanceAction::Hibernate);
     CordonRecord {
         until: choice.until,
         rule: choice.rule.clone(),
@@ -114,7 +112,7 @@ pub(super) fn record(event: &Event, instance_id: &str, choice: &Choice) -> Cordo
         },
         stops: match &event.detail {
             Detail::Spot { action } | Detail::CapacityReservation { action, .. } => {
-                stops_instance(action)
+                matches!(action, InstanceAction::Stop | InstanceAction::Hibernate)
             }
             Detail::StateChange { state } => {
                 matches!(state, InstanceState::Stopping | InstanceState::Stopped)

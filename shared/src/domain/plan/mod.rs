@@ -126,7 +126,7 @@ impl NodeAction {
 }
 
 /// The plan for one event.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
     pub event_id: String,
     pub kind: EventKind,
@@ -184,10 +184,6 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
         time: event.time,
         region: event.region.clone(),
         instance_ids: event.instance_ids.clone(),
-        ignored: None,
-        pools: Vec::new(),
-        pools_not_recorded: None,
-        actions: Vec::new(),
         summary: summary(event),
         also_keys: crate::domain::sweep::sweep_keys_of(event, facts.instances)
             .into_iter()
@@ -199,6 +195,7 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
             .as_ref()
             .map(ToString::to_string)
             .or_else(|| config.cluster_name.clone()),
+        ..Plan::default()
     };
     match &event.detail {
         Detail::Unsupported { why } => {
@@ -454,13 +451,7 @@ fn node_action(
         return out;
     }
     // Its node is one of this cluster's: that is membership enough.
-    let lifecycle_refused = match lifecycle(event, config, true) {
-        Ok(action) => {
-            out.complete_lifecycle = action;
-            None
-        }
-        Err(why) => Some(why),
-    };
+    let lifecycle = lifecycle(event, config, true);
     let choice = choice::choose(event, node, instance, facts.followed, config);
     act(&mut out, &choice, event, node, config);
     if matches!(out.action, Action::Cordon | Action::CordonDrain) {
@@ -477,8 +468,9 @@ fn node_action(
     if let Some(why) = &choice.why {
         out.reason = format!("{why}; {}", out.reason);
     }
-    if let Some(why) = lifecycle_refused {
-        out.reason = format!("{}; {why}", out.reason);
+    match lifecycle {
+        Ok(action) => out.complete_lifecycle = action,
+        Err(why) => out.reason = format!("{}; {why}", out.reason),
     }
     out
 }
@@ -609,7 +601,7 @@ fn act(
         }
         Action::Delete => {
             out.action = Action::Delete;
-            let target = match &node.owner {
+            out.target = Some(match &node.owner {
                 Some(Owner::NodeClaim { name }) => Target::NodeClaim { name: name.clone() },
                 Some(Owner::Machine { namespace, name }) => Target::Machine {
                     namespace: namespace.clone(),
@@ -618,7 +610,7 @@ fn act(
                 None => Target::Node {
                     name: node.name.clone(),
                 },
-            };
+            });
             out.reason = match &node.owner {
                 Some(owner) => format!(
                     "{}: delete {} so its controller drains and replaces the node",
@@ -627,7 +619,6 @@ fn act(
                 ),
                 None => format!("{}: the instance is going away", summary(event)),
             };
-            out.target = Some(target);
         }
     }
 }
@@ -662,19 +653,14 @@ fn lifecycle(
     if !config.complete_lifecycle_action {
         return Ok(None);
     }
+    let (asg, hook) = (l.asg_name.clone(), l.hook_name.clone());
     if let Some(hooks) = &config.lifecycle_hooks
-        && !hooks.contains(&l.hook_name)
+        && !hooks.contains(&hook)
     {
-        return Err(LifecycleLeftAlone::NotOurHook {
-            asg: l.asg_name.clone(),
-            hook: l.hook_name.clone(),
-        });
+        return Err(LifecycleLeftAlone::NotOurHook { asg, hook });
     }
     if !member {
-        return Err(LifecycleLeftAlone::NotOurInstance {
-            asg: l.asg_name.clone(),
-            hook: l.hook_name.clone(),
-        });
+        return Err(LifecycleLeftAlone::NotOurInstance { asg, hook });
     }
     Ok(Some(l.clone()))
 }

@@ -100,33 +100,16 @@ impl Adaptive {
             short(self.window),
             percent(f.share())
         );
-        if f.recommendations < self.min_samples {
-            return (
-                self.otherwise,
-                format!(
-                    "adaptive: {seen}, fewer than {} samples: {}",
-                    self.min_samples, self.otherwise
-                ),
-            );
-        }
-        if f.share() >= self.threshold {
-            (
-                PolicyAction::CordonDrain,
-                format!(
-                    "adaptive: {seen}, at least {}: cordon-drain",
-                    percent(self.threshold)
-                ),
-            )
+        let (action, why) = if f.recommendations < self.min_samples {
+            let why = format!("fewer than {} samples", self.min_samples);
+            (self.otherwise, why)
+        } else if f.share() >= self.threshold {
+            let why = format!("at least {}", percent(self.threshold));
+            (PolicyAction::CordonDrain, why)
         } else {
-            (
-                self.otherwise,
-                format!(
-                    "adaptive: {seen}, below {}: {}",
-                    percent(self.threshold),
-                    self.otherwise
-                ),
-            )
-        }
+            (self.otherwise, format!("below {}", percent(self.threshold)))
+        };
+        (action, format!("adaptive: {seen}, {why}: {action}"))
     }
 }
 
@@ -174,9 +157,7 @@ pub fn followed(
         counted_until.insert(&r.instance_id, r.at + window);
         let f = out.entry(r.pool.clone()).or_default();
         f.recommendations += 1;
-        if was_followed {
-            f.followed += 1;
-        }
+        f.followed += u32::from(was_followed);
     }
     out
 }

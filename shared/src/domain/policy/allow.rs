@@ -22,14 +22,7 @@ use super::{Policy, PolicyAction, PolicyError};
 
 /// The names an allowance lists: one per kind of [`PolicyAction`] (`cordon-for` whatever its
 /// duration).
-pub const ACTION_NAMES: &[&str] = &[
-    "none",
-    "cordon",
-    "cordon-drain",
-    "delete",
-    "cordon-for",
-    "adaptive",
-];
+pub const ACTION_NAMES: &[&str] = <PolicyAction as strum::VariantNames>::VARIANTS;
 
 /// The actions a policy read from the cluster may ask.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -47,7 +47,7 @@ pub use allow::{ACTION_NAMES, BadAllow, PolicyAllow};
 pub use parse::PolicyError;
 
 /// What a rule says an event kind does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantNames)]
 #[strum(serialize_all = "kebab-case")]
 pub enum PolicyAction {
     None,
