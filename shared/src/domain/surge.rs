@@ -53,8 +53,10 @@ pub const ANNOTATION_EVICT_BY: &str = "forewarn.io/evict-by";
 /// The Cluster Autoscaler's annotation: a placeholder never keeps a node from scaling down.
 pub const ANNOTATION_SAFE_TO_EVICT: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict";
 /// Every label key a placeholder carries, and every annotation key: the admission policy of
-/// `infra/k8s/placeholders.yaml` allows these and no other.
+/// `infra/k8s/placeholders.yaml` allows these and no other (the tests check both).
+#[cfg(any(test, feature = "fixtures"))]
 pub const PLACEHOLDER_LABELS: [&str; 2] = [LABEL_PLACEHOLDER, LABEL_PLACEHOLDER_NODE];
+#[cfg(any(test, feature = "fixtures"))]
 pub const PLACEHOLDER_ANNOTATIONS: [&str; 7] = [
     ANNOTATION_NODE,
     ANNOTATION_POD,
