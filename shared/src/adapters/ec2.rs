@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use aws_sdk_ec2::Client;
 use aws_sdk_ec2::types::{Filter, Instance};
+use chrono::Utc;
 
 use crate::adapters::accounts::{Accounts, PerPlace, lock};
 use crate::adapters::aws::{AwsError, failure_kind};
@@ -91,9 +92,7 @@ pub fn facts_of(instance: &Instance) -> Option<InstanceFacts> {
             .state_reason()
             .and_then(|r| r.code())
             .map(str::to_string),
-        launch_time: instance
-            .launch_time()
-            .and_then(|t| chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos())),
+        launch_time: instance.launch_time().and_then(time_of),
         tags: instance
             .tags()
             .iter()
@@ -204,6 +203,11 @@ impl InstanceDirectory for Ec2Directory {
     }
 }
 
+/// An SDK time as a chrono one.
+pub(crate) fn time_of(t: &aws_sdk_ec2::primitives::DateTime) -> Option<chrono::DateTime<Utc>> {
+    chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos())
+}
+
 /// Reads one SDK capacity reservation.
 pub fn block_of(r: &aws_sdk_ec2::types::CapacityReservation) -> Option<BlockFacts> {
     use aws_sdk_ec2::types::CapacityReservationType;
@@ -212,9 +216,7 @@ pub fn block_of(r: &aws_sdk_ec2::types::CapacityReservation) -> Option<BlockFact
         instance_type: r.instance_type().map(str::to_string),
         zone: r.availability_zone().map(str::to_string),
         zone_id: r.availability_zone_id().map(str::to_string),
-        end_date: r
-            .end_date()
-            .and_then(|t| chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos())),
+        end_date: r.end_date().and_then(time_of),
         state: r.state().map(|s| s.as_str().to_string()),
         capacity_block: Some(r.reservation_type() == Some(&CapacityReservationType::CapacityBlock)),
     })

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use aws_sdk_ec2::types::Filter;
 
-use crate::adapters::ec2::{Ec2Directory, block_of, page_error, query};
+use crate::adapters::ec2::{Ec2Directory, block_of, page_error, query, time_of};
 use crate::app::leaving::LeavingInstances;
 use crate::domain::facts::{BlockFacts, CLUSTER_TAG_PREFIX, InstanceFacts};
 use crate::domain::status::{InstanceStatus, ScheduledEvent};
@@ -88,9 +88,6 @@ impl LeavingInstances for Ec2Directory {
 /// Reads one SDK instance status: the two checks' summaries, the earliest `ImpairedSince` of
 /// their details, the scheduled events.
 pub fn status_of(s: &aws_sdk_ec2::types::InstanceStatus) -> Option<InstanceStatus> {
-    let time = |t: &aws_sdk_ec2::primitives::DateTime| {
-        chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos())
-    };
     let summaries = [s.system_status(), s.instance_status()];
     Some(InstanceStatus {
         instance_id: s.instance_id()?.to_string(),
@@ -104,7 +101,7 @@ pub fn status_of(s: &aws_sdk_ec2::types::InstanceStatus) -> Option<InstanceStatu
             .iter()
             .flatten()
             .flat_map(|x| x.details())
-            .filter_map(|d| d.impaired_since().and_then(time))
+            .filter_map(|d| d.impaired_since().and_then(time_of))
             .min(),
         events: s
             .events()
@@ -113,8 +110,8 @@ pub fn status_of(s: &aws_sdk_ec2::types::InstanceStatus) -> Option<InstanceStatu
                 id: e.instance_event_id().map(str::to_string),
                 code: e.code().map(|c| c.as_str().to_string()).unwrap_or_default(),
                 description: e.description().unwrap_or_default().to_string(),
-                not_before: e.not_before().and_then(time),
-                not_after: e.not_after().and_then(time),
+                not_before: e.not_before().and_then(time_of),
+                not_after: e.not_after().and_then(time_of),
             })
             .collect(),
     })
