@@ -11,7 +11,7 @@ use aws_sdk_autoscaling::config::http::HttpResponse;
 use aws_sdk_autoscaling::error::ProvideErrorMetadata;
 use aws_sdk_autoscaling::types::AutoScalingGroup;
 
-use super::accounts::{AccountError, Accounts, PerPlace, Target};
+use super::accounts::{AccountError, Accounts, PerPlace};
 use super::aws::{AwsError, aws_error_text, failure_kind};
 use crate::app::priorities::NodeGroupSource;
 use crate::domain::event::LifecycleAction;
@@ -170,24 +170,26 @@ where
 /// or market type the group does not say.
 #[derive(Debug, Clone)]
 pub struct AsgNodeGroups {
+    places: PerPlace<GroupClients>,
+}
+
+/// The clients of one place.
+#[derive(Debug, Clone)]
+struct GroupClients {
     autoscaling: aws_sdk_autoscaling::Client,
     ec2: aws_sdk_ec2::Client,
-    /// The other accounts' and regions' configurations (their roles), when given.
-    accounts: Option<Accounts>,
 }
 
 impl AsgNodeGroups {
     pub fn new(sdk: &SdkConfig) -> AsgNodeGroups {
         AsgNodeGroups {
-            autoscaling: aws_sdk_autoscaling::Client::new(sdk),
-            ec2: aws_sdk_ec2::Client::new(sdk),
-            accounts: None,
+            places: PerPlace::single(GroupClients::new(sdk), GroupClients::new),
         }
     }
 
     /// Describes the groups of other accounts and regions through `accounts`.
     pub fn with_accounts(mut self, accounts: Accounts) -> AsgNodeGroups {
-        self.accounts = Some(accounts);
+        self.places = self.places.with_accounts(accounts);
         self
     }
 }
@@ -216,7 +218,29 @@ where
     DirectoryError::new(service, failure_kind(&e), AwsError::of(e))
 }
 
-impl AsgNodeGroups {
+#[async_trait]
+impl NodeGroupSource for AsgNodeGroups {
+    /// In the own account and region; another place's through its configuration in
+    /// [`Accounts`] (a member account's read-only role), refused as [`Accounts`] refuses it.
+    async fn describe_at(&self, place: &Place) -> Result<Vec<AsgDescription>, DirectoryError> {
+        let clients = self.places.client(place).await;
+        let clients = clients.map_err(|e| e.for_lookup("autoscaling"))?;
+        clients.describe().await
+    }
+
+    async fn describe(&self) -> Result<Vec<AsgDescription>, DirectoryError> {
+        self.places.own().describe().await
+    }
+}
+
+impl GroupClients {
+    fn new(sdk: &SdkConfig) -> GroupClients {
+        GroupClients {
+            autoscaling: aws_sdk_autoscaling::Client::new(sdk),
+            ec2: aws_sdk_ec2::Client::new(sdk),
+        }
+    }
+
     /// (instance type, market type) of a launch template version.
     async fn template(
         &self,
@@ -244,25 +268,6 @@ impl AsgNodeGroups {
                     .map_or_else(String::new, |m| m.as_str().to_string()),
             ),
         ))
-    }
-}
-
-#[async_trait]
-impl NodeGroupSource for AsgNodeGroups {
-    /// In the own account and region; another place's through its configuration in
-    /// [`Accounts`] (a member account's read-only role), refused as [`Accounts`] refuses it.
-    async fn describe_at(&self, place: &Place) -> Result<Vec<AsgDescription>, DirectoryError> {
-        let Some(accounts) = &self.accounts else {
-            return self.describe().await;
-        };
-        if matches!(accounts.target(place), Ok(Target::Own { region: None })) {
-            return self.describe().await;
-        }
-        let config = accounts
-            .config_for(place)
-            .await
-            .map_err(|e| e.for_lookup("autoscaling"))?;
-        AsgNodeGroups::new(&config).describe().await
     }
 
     async fn describe(&self) -> Result<Vec<AsgDescription>, DirectoryError> {

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use aws_sdk_ec2::Client;
 use aws_sdk_ec2::types::{Filter, Instance};
+use chrono::Utc;
 
 use crate::adapters::accounts::{Accounts, PerPlace, lock};
 use crate::adapters::aws::{AwsError, failure_kind};
@@ -24,7 +25,6 @@ const FILTER_VALUES_MAX: usize = 200;
 /// and region of each event ([`InstanceDirectory::describe_at`]).
 #[derive(Clone, Debug)]
 pub struct Ec2Directory {
-    client: Client,
     places: PerPlace<Client>,
     /// Each place's zone IDs by zone name (`DescribeAvailabilityZones`), read once per place.
     zones: Arc<Mutex<HashMap<Place, ZoneIds>>>,
@@ -33,8 +33,7 @@ pub struct Ec2Directory {
 impl Ec2Directory {
     pub fn new(client: Client) -> Ec2Directory {
         Ec2Directory {
-            places: PerPlace::single(client.clone(), Client::new),
-            client,
+            places: PerPlace::single(client, Client::new),
             zones: Arc::default(),
         }
     }
@@ -93,9 +92,7 @@ pub fn facts_of(instance: &Instance) -> Option<InstanceFacts> {
             .state_reason()
             .and_then(|r| r.code())
             .map(str::to_string),
-        launch_time: instance
-            .launch_time()
-            .and_then(|t| chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos())),
+        launch_time: instance.launch_time().and_then(time_of),
         tags: instance
             .tags()
             .iter()
@@ -134,16 +131,13 @@ fn addresses_of(instance: &Instance) -> Vec<String> {
 
 #[async_trait]
 impl InstanceDirectory for Ec2Directory {
-    /// Uses the `instance-id` filter rather than `InstanceIds`, so that an instance EC2 no
-    /// longer knows is simply absent instead of failing the whole call.
+    /// Uses the `instance-id` filter (one query per 200 ids) rather than `InstanceIds`, so that
+    /// an instance EC2 no longer knows is simply absent instead of failing the whole call.
     async fn describe(
         &self,
         instance_ids: &[String],
     ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
-        let mut found = describe_with(&self.client, instance_ids).await?;
-        self.with_zone_ids(&Place::default(), &self.client, found.values_mut())
-            .await;
-        Ok(found)
+        self.describe_at(&Place::default(), instance_ids).await
     }
 
     /// In the account and region of `place`: the own client for the own ones, else one on a
@@ -159,9 +153,16 @@ impl InstanceDirectory for Ec2Directory {
     ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
         const CALL: &str = "ec2:DescribeInstances";
         let client = self.client_at(place, CALL).await?;
-        let mut found = describe_with(&client, instance_ids)
-            .await
-            .map_err(|e| self.said(place, CALL, e))?;
+        let mut found = BTreeMap::new();
+        for chunk in instance_ids.chunks(FILTER_VALUES_MAX) {
+            let filter = Filter::builder()
+                .name("instance-id")
+                .set_values(Some(chunk.to_vec()))
+                .build();
+            let answered = query(&client, vec![filter]).await;
+            let answered = answered.map_err(|e| self.said(place, CALL, e))?;
+            found.extend(answered.into_iter().map(|f| (f.instance_id.clone(), f)));
+        }
         self.with_zone_ids(place, &client, found.values_mut()).await;
         Ok(found)
     }
@@ -202,6 +203,11 @@ impl InstanceDirectory for Ec2Directory {
     }
 }
 
+/// An SDK time as a chrono one.
+pub(crate) fn time_of(t: &aws_sdk_ec2::primitives::DateTime) -> Option<chrono::DateTime<Utc>> {
+    chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos())
+}
+
 /// Reads one SDK capacity reservation.
 pub fn block_of(r: &aws_sdk_ec2::types::CapacityReservation) -> Option<BlockFacts> {
     use aws_sdk_ec2::types::CapacityReservationType;
@@ -210,9 +216,7 @@ pub fn block_of(r: &aws_sdk_ec2::types::CapacityReservation) -> Option<BlockFact
         instance_type: r.instance_type().map(str::to_string),
         zone: r.availability_zone().map(str::to_string),
         zone_id: r.availability_zone_id().map(str::to_string),
-        end_date: r
-            .end_date()
-            .and_then(|t| chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos())),
+        end_date: r.end_date().and_then(time_of),
         state: r.state().map(|s| s.as_str().to_string()),
         capacity_block: Some(r.reservation_type() == Some(&CapacityReservationType::CapacityBlock)),
     })
@@ -301,45 +305,16 @@ pub async fn zone_ids_of(client: &Client) -> Result<ZoneIds, DirectoryError> {
         .collect())
 }
 
-/// [`InstanceDirectory::describe`] through `client`: one query per 200 ids.
-async fn describe_with(
-    client: &Client,
-    instance_ids: &[String],
-) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
-    let mut found = BTreeMap::new();
-    for chunk in instance_ids.chunks(FILTER_VALUES_MAX) {
-        let filter = Filter::builder()
-            .name("instance-id")
-            .set_values(Some(chunk.to_vec()))
-            .build();
-        for facts in query(client, vec![filter]).await? {
-            found.insert(facts.instance_id.clone(), facts);
-        }
-    }
-    Ok(found)
-}
-
 /// Every instance `client` finds answering `filters`, through all pages.
 pub(crate) async fn query(
     client: &Client,
     filters: Vec<Filter>,
 ) -> Result<Vec<InstanceFacts>, DirectoryError> {
-    let mut found = Vec::new();
-    let mut pages = client
-        .describe_instances()
-        .set_filters(Some(filters))
-        .into_paginator()
-        .send();
-    while let Some(page) = pages.next().await {
-        let page = page.map_err(|e| page_error("ec2:DescribeInstances", e))?;
-        found.extend(
-            page.reservations()
-                .iter()
-                .flat_map(|r| r.instances())
-                .filter_map(facts_of),
-        );
-    }
-    Ok(found)
+    let pages = client.describe_instances().set_filters(Some(filters));
+    let reservations: Result<Vec<_>, _> = pages.into_paginator().items().send().collect().await;
+    let reservations = reservations.map_err(|e| page_error("ec2:DescribeInstances", e))?;
+    let instances = reservations.iter().flat_map(|r| r.instances());
+    Ok(instances.filter_map(facts_of).collect())
 }
 
 #[cfg(test)]

@@ -159,8 +159,7 @@ impl ElbTargets {
         if known.at.is_none() && known.arns.is_empty() {
             // Nothing known: found now (or by the discovery under way, whose pages land here).
             if start {
-                let calls = self.discover(tags, &key).await?;
-                return Ok((self.cached(&key), calls));
+                return self.discover(tags, &key).await;
             }
             return Ok((known.arns, 0));
         }
@@ -177,12 +176,12 @@ impl ElbTargets {
     }
 
     /// Finds the target groups tagged for the cluster of `key`, keeping each page as it comes;
-    /// the calls it made.
+    /// with the calls it made.
     async fn discover(
         &self,
         tags: &aws_sdk_resourcegroupstagging::Client,
         key: &(Place, String),
-    ) -> Result<usize, TrafficError> {
+    ) -> Result<(BTreeSet<String>, usize), TrafficError> {
         // However this ends (done, failed, dropped), another discovery may start.
         let _done = Finding(self.groups.clone(), key.clone());
         let cluster = key.1.as_str();
@@ -223,23 +222,9 @@ impl ElbTargets {
         let now = self.clock.now();
         let mut groups = lock(&self.groups);
         let known = groups.entry(key.clone()).or_default();
-        known.arns = found;
+        known.arns = found.clone();
         known.at = Some(now);
-        Ok(calls)
-    }
-
-    fn cached(&self, key: &(Place, String)) -> BTreeSet<String> {
-        lock(&self.groups)
-            .get(key)
-            .map(|k| k.arns.clone())
-            .unwrap_or_default()
-    }
-
-    /// Forgets `arn` among the groups of (`place`, `cluster`): it is gone.
-    fn forget(&self, place: &Place, cluster: &str, arn: &str) {
-        if let Some(known) = lock(&self.groups).get_mut(&(place.clone(), cluster.to_string())) {
-            known.arns.remove(arn);
-        }
+        Ok((found, calls))
     }
 }
 
@@ -279,8 +264,8 @@ enum GroupDone {
     Left(Vec<String>),
     /// The group is gone.
     Gone,
-    /// Why, whether for throttling, and the instances whose targets left before it failed.
-    Failed(String, bool, Vec<String>),
+    /// Why, and the instances whose targets left before it failed.
+    Failed(TrafficError, Vec<String>),
 }
 
 /// The calls a group's round made.
@@ -303,13 +288,7 @@ impl ElbTargets {
         let registered = match self.targets_of(client, group, &mut calls).await {
             Ok(Some(registered)) => registered,
             Ok(None) => return (GroupDone::Gone, calls),
-            Err(e) => {
-                let throttled = e.kind == FailureKind::Throttled;
-                return (
-                    GroupDone::Failed(format!("{group}: {e}"), throttled, Vec::new()),
-                    calls,
-                );
-            }
+            Err(e) => return (GroupDone::Failed(e, Vec::new()), calls),
         };
         let leaving = doomed_targets(&registered, doomed);
         if leaving.is_empty() {
@@ -335,8 +314,10 @@ impl ElbTargets {
                 .await;
             match done {
                 Ok(_) => {
-                    let gone: Vec<&Target> = chunk.iter().map(|(t, _)| t).collect();
-                    self.forget_targets(group, &gone);
+                    // Gone from the group's targets as read.
+                    if let Some((_, targets)) = lock(&self.targets).get_mut(group) {
+                        targets.retain(|t| !chunk.iter().any(|(gone, _)| gone == t));
+                    }
                     left.extend(chunk.iter().map(|(_, of)| (*of).to_string()));
                 }
                 Err(e) if e.code() == Some("TargetGroupNotFound") => {
@@ -344,11 +325,7 @@ impl ElbTargets {
                 }
                 Err(e) => {
                     let e = call_error("elasticloadbalancing:DeregisterTargets", e);
-                    let throttled = e.kind == FailureKind::Throttled;
-                    return (
-                        GroupDone::Failed(format!("{group}: {e}"), throttled, left),
-                        calls,
-                    );
+                    return (GroupDone::Failed(e, left), calls);
                 }
             }
         }
@@ -397,13 +374,6 @@ impl ElbTargets {
         lock(&self.targets).insert(group.to_string(), (now, registered.clone()));
         Ok(Some(registered))
     }
-
-    /// `gone` left `arn`: no longer among its targets as read.
-    fn forget_targets(&self, arn: &str, gone: &[&Target]) {
-        if let Some((_, targets)) = lock(&self.targets).get_mut(arn) {
-            targets.retain(|t| !gone.contains(&t));
-        }
-    }
 }
 
 #[async_trait]
@@ -447,12 +417,16 @@ impl LoadBalancers for ElbTargets {
             let of = match done {
                 GroupDone::Left(of) => of,
                 GroupDone::Gone => {
-                    self.forget(place, cluster, &group);
+                    // Forgotten among the cluster's groups.
+                    let key = (place.clone(), cluster.to_string());
+                    if let Some(known) = lock(&self.groups).get_mut(&key) {
+                        known.arns.remove(&group);
+                    }
                     Vec::new()
                 }
-                GroupDone::Failed(why, throttled, of) => {
-                    out.failed.push(why);
-                    out.throttled |= throttled;
+                GroupDone::Failed(e, of) => {
+                    out.failed.push(format!("{group}: {e}"));
+                    out.throttled |= e.kind == FailureKind::Throttled;
                     of
                 }
             };

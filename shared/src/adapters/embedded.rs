@@ -6,8 +6,7 @@
 //! [`PoolRecord`] as JSON). [`PoolStore::apply`] is one redb write transaction, so an event's
 //! ledger entry and all its pool updates commit together or not at all; redb serialises write
 //! transactions, so concurrent applies never lose an increment. Expired ledger entries and pools
-//! are dropped when the store is opened (and by [`EmbeddedStore::purge`]); until then they are
-//! ignored by every read.
+//! are dropped when the store is opened; until then they are ignored by every read.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Display;
@@ -49,13 +48,6 @@ const OUTCOMES: TableDefinition<&str, (i64, &str)> = TableDefinition::new("outco
 /// Secrets by name: the continuation key (`continuation`, 32 bytes).
 const SECRETS: TableDefinition<&str, &[u8]> = TableDefinition::new("secrets");
 const CONTINUATION_SECRET: &str = "continuation";
-
-/// What [`EmbeddedStore::purge`] removed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Purged {
-    pub events: usize,
-    pub pools: usize,
-}
 
 /// The pool store in a local redb file. Cloning gives another handle to the same database.
 #[derive(Clone)]
@@ -99,7 +91,7 @@ impl EmbeddedStore {
             clock: SystemClock::shared(),
         };
         // The purge's transaction creates the tables.
-        store.purge_now(store.clock.now())?;
+        store.purge(store.clock.now())?;
         Ok(store)
     }
 
@@ -114,45 +106,22 @@ impl EmbeddedStore {
         &self.path
     }
 
-    /// One pool's record, whatever its expiry (`None`: never recorded, or purged).
-    pub async fn pool(&self, key: &PoolKey) -> Result<Option<PoolRecord>, StoreError> {
-        let key = key.to_string();
-        self.read(format!("reading pool {key}"), move |txn| {
-            let table = txn.open_table(POOLS)?;
-            let value = table.get(key.as_str())?;
-            Ok(value.map(|v| decode(&key, v.value())).transpose()?)
-        })
-        .await
-    }
-
     /// Removes the ledger entries, pools, history entries and traffic outcomes expired at `now`.
     /// Malformed pool records are left in place (reads report them).
-    pub async fn purge(&self, now: DateTime<Utc>) -> Result<Purged, StoreError> {
-        self.blocking(move |store| store.purge_now(now)).await
-    }
-
-    fn purge_now(&self, now: DateTime<Utc>) -> Result<Purged, StoreError> {
+    fn purge(&self, now: DateTime<Utc>) -> Result<(), StoreError> {
         let now_ms = now.timestamp_millis();
-        let mut purged = Purged::default();
         self.write("purging what expired", |txn| {
-            txn.open_table(LEDGER)?.retain(|_, (_, expires)| {
-                let keep = expires > now_ms;
-                purged.events += usize::from(!keep);
-                keep
-            })?;
-            txn.open_table(POOLS)?.retain(|key, json| {
-                let keep = decode(key, json).map_or(true, |r| r.expires_at > now);
-                purged.pools += usize::from(!keep);
-                keep
-            })?;
+            txn.open_table(LEDGER)?
+                .retain(|_, (_, expires)| expires > now_ms)?;
+            txn.open_table(POOLS)?
+                .retain(|key, json| decode(key, json).map_or(true, |r| r.expires_at > now))?;
             txn.open_table(HISTORY)?.retain(|_, json| {
                 serde_json::from_str::<HistoryEntry>(json).map_or(true, |e| e.expires_at > now)
             })?;
             txn.open_table(OUTCOMES)?
                 .retain(|_, (expires, _)| expires > now_ms)?;
             Ok(())
-        })?;
-        Ok(purged)
+        })
     }
 
     fn apply_now(&self, update: &PoolUpdate) -> Result<Applied, StoreError> {
@@ -588,6 +557,7 @@ mod tests {
     use crate::domain::event::EventKind;
     use crate::domain::pool::{CapacityType, PoolMark};
     use chrono::{Duration, TimeZone};
+    use redb::ReadableTableMetadata;
 
     fn update(id: &str, recorded_at: DateTime<Utc>) -> PoolUpdate {
         PoolUpdate {
@@ -627,16 +597,13 @@ mod tests {
             store.apply(&update("e1", later)).await.unwrap(),
             Applied::Applied
         );
-        let purged = store.purge(Utc::now()).await.unwrap();
-        assert_eq!(
-            purged,
-            Purged {
-                events: 1,
-                pools: 1
-            }
-        );
-        let key = PoolKey::new(CapacityType::Spot, "m5.large", "us-east-1a");
-        assert!(store.pool(&key).await.unwrap().is_none());
+        let txn = store.db.begin_read().unwrap();
+        assert_eq!(txn.open_table(LEDGER).unwrap().len().unwrap(), 1);
+        assert_eq!(txn.open_table(POOLS).unwrap().len().unwrap(), 1);
+        store.purge(Utc::now()).unwrap();
+        let txn = store.db.begin_read().unwrap();
+        assert!(txn.open_table(LEDGER).unwrap().is_empty().unwrap());
+        assert!(txn.open_table(POOLS).unwrap().is_empty().unwrap());
     }
 
     #[tokio::test]
@@ -664,7 +631,7 @@ mod tests {
             .settle(&key, &settled(Utc::now()), Utc::now())
             .await
             .unwrap();
-        store.purge(Utc::now()).await.unwrap();
+        store.purge(Utc::now()).unwrap();
         assert_eq!(
             store.outcomes(&key, &ids).await.unwrap().len(),
             1,
@@ -675,7 +642,7 @@ mod tests {
             .settle(&key, &settled(long_ago), long_ago)
             .await
             .unwrap();
-        store.purge(Utc::now()).await.unwrap();
+        store.purge(Utc::now()).unwrap();
         assert!(store.outcomes(&key, &ids).await.unwrap().is_empty());
     }
 

@@ -38,7 +38,7 @@ impl KubeExpander {
             .await
             .map_err(|e| ExpanderError::Api {
                 verb,
-                object: format!("{NAMESPACE}/{name}"),
+                object: object(name),
                 message: e.to_string(),
                 kind: e.kind(),
                 source: Some(Box::new(e)),
@@ -52,6 +52,45 @@ impl KubeExpander {
         let object = object(name);
         let got = with_retry(&self.clients, "get", &object, || api.get_opt(name));
         got.await.map_err(api_error)
+    }
+
+    /// Writes the expander's ConfigMap of `config`: created (`verb` `create`), or replaced
+    /// (`update`) if it is still at `resource_version`.
+    async fn write(
+        &self,
+        verb: &'static str,
+        config: &ExpanderConfig,
+        resource_version: Option<&str>,
+    ) -> Result<(), ExpanderError> {
+        let api = self.api(verb, EXPANDER_CONFIGMAP).await?;
+        let cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(EXPANDER_CONFIGMAP.to_string()),
+                namespace: Some(NAMESPACE.to_string()),
+                labels: Some(config.labels.clone()),
+                annotations: Some(config.annotations.clone()),
+                resource_version: resource_version.map(str::to_string),
+                ..ObjectMeta::default()
+            },
+            data: Some(BTreeMap::from([(
+                DATA_KEY.to_string(),
+                config.priorities.clone(),
+            )])),
+            ..ConfigMap::default()
+        };
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.to_string()),
+            ..PostParams::default()
+        };
+        // Created by someone else meanwhile (409): read again, as for a conflict.
+        let call = || async {
+            match resource_version {
+                None => api.create(&params, &cm).await,
+                Some(_) => api.replace(EXPANDER_CONFIGMAP, &params, &cm).await,
+            }
+        };
+        let written = with_retry(&self.clients, verb, &object(EXPANDER_CONFIGMAP), call).await;
+        written.map(|_| ()).map_err(api_error)
     }
 }
 
@@ -76,69 +115,33 @@ fn object(name: &str) -> String {
     format!("{NAMESPACE}/{name}")
 }
 
-fn config_map(config: &ExpanderConfig, resource_version: Option<&str>) -> ConfigMap {
-    ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(EXPANDER_CONFIGMAP.to_string()),
-            namespace: Some(NAMESPACE.to_string()),
-            labels: Some(config.labels.clone()),
-            annotations: Some(config.annotations.clone()),
-            resource_version: resource_version.map(str::to_string),
-            ..ObjectMeta::default()
-        },
-        data: Some(BTreeMap::from([(
-            DATA_KEY.to_string(),
-            config.priorities.clone(),
-        )])),
-        ..ConfigMap::default()
-    }
-}
-
-fn params() -> PostParams {
-    PostParams {
-        field_manager: Some(FIELD_MANAGER.to_string()),
-        ..PostParams::default()
-    }
+/// The priorities a ConfigMap holds (none: empty).
+fn priorities(cm: &mut ConfigMap) -> String {
+    (cm.data.as_mut().and_then(|d| d.remove(DATA_KEY))).unwrap_or_default()
 }
 
 #[async_trait]
 impl ExpanderStore for KubeExpander {
     async fn base(&self) -> Result<Option<String>, ExpanderError> {
-        Ok(self.get(BASE_CONFIGMAP).await?.map(|cm| {
-            cm.data
-                .and_then(|mut d| d.remove(DATA_KEY))
-                .unwrap_or_default()
-        }))
+        Ok(self.get(BASE_CONFIGMAP).await?.as_mut().map(priorities))
     }
 
     async fn current(&self) -> Result<Option<StoredExpander>, ExpanderError> {
         Ok(self
             .get(EXPANDER_CONFIGMAP)
             .await?
-            .map(|cm| StoredExpander {
-                resource_version: cm.metadata.resource_version.unwrap_or_default(),
+            .map(|mut cm| StoredExpander {
                 config: ExpanderConfig {
-                    priorities: cm
-                        .data
-                        .and_then(|mut d| d.remove(DATA_KEY))
-                        .unwrap_or_default(),
+                    priorities: priorities(&mut cm),
                     labels: cm.metadata.labels.unwrap_or_default(),
                     annotations: cm.metadata.annotations.unwrap_or_default(),
                 },
+                resource_version: cm.metadata.resource_version.unwrap_or_default(),
             }))
     }
 
     async fn create(&self, config: &ExpanderConfig) -> Result<(), ExpanderError> {
-        let api = self.api("create", EXPANDER_CONFIGMAP).await?;
-        let cm = config_map(config, None);
-        let params = params();
-        // Created by someone else meanwhile (409): read again, as for a conflict.
-        with_retry(&self.clients, "create", &object(EXPANDER_CONFIGMAP), || {
-            api.create(&params, &cm)
-        })
-        .await
-        .map(|_| ())
-        .map_err(api_error)
+        self.write("create", config, None).await
     }
 
     async fn replace(
@@ -146,14 +149,6 @@ impl ExpanderStore for KubeExpander {
         config: &ExpanderConfig,
         resource_version: &str,
     ) -> Result<(), ExpanderError> {
-        let api = self.api("update", EXPANDER_CONFIGMAP).await?;
-        let cm = config_map(config, Some(resource_version));
-        let params = params();
-        with_retry(&self.clients, "update", &object(EXPANDER_CONFIGMAP), || {
-            api.replace(EXPANDER_CONFIGMAP, &params, &cm)
-        })
-        .await
-        .map(|_| ())
-        .map_err(api_error)
+        self.write("update", config, Some(resource_version)).await
     }
 }

@@ -5,6 +5,7 @@ use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
 
+use crate::adapters::accounts::lock;
 use crate::domain::keys::KeyRing;
 use crate::ports::KEY_CACHE_TTL;
 
@@ -13,28 +14,20 @@ use crate::ports::KEY_CACHE_TTL;
 pub(crate) struct KeyCache(Mutex<Option<(KeyRing, DateTime<Utc>)>>);
 
 impl KeyCache {
-    /// The keys read at most [`KEY_CACHE_TTL`] before `now`.
-    pub(crate) fn fresh(&self, now: DateTime<Utc>) -> Option<KeyRing> {
-        let ttl = chrono::Duration::from_std(KEY_CACHE_TTL).unwrap_or(chrono::Duration::MAX);
-        let cached = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        cached
-            .as_ref()
-            .filter(|(_, at)| now < *at + ttl && *at <= now)
-            .map(|(ring, _)| ring.clone())
-    }
-
     /// Keeps `ring`, read at `now`.
     pub(crate) fn put(&self, ring: &KeyRing, now: DateTime<Utc>) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some((ring.clone(), now));
+        *lock(&self.0) = Some((ring.clone(), now));
     }
 
-    /// The keys while fresh at `now`, else what `read` answers, kept.
+    /// The keys read at most [`KEY_CACHE_TTL`] before `now`, else what `read` answers, kept.
     pub(crate) async fn or_read<E>(
         &self,
         now: DateTime<Utc>,
         read: impl Future<Output = Result<KeyRing, E>>,
     ) -> Result<KeyRing, E> {
-        if let Some(keys) = self.fresh(now) {
+        let ttl = chrono::Duration::from_std(KEY_CACHE_TTL).unwrap_or(chrono::Duration::MAX);
+        let cached = lock(&self.0).clone();
+        if let Some((keys, _)) = cached.filter(|(_, at)| now < *at + ttl && *at <= now) {
             return Ok(keys);
         }
         let keys = read.await?;

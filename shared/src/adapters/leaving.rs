@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use aws_sdk_ec2::types::Filter;
 
-use crate::adapters::ec2::{Ec2Directory, block_of, page_error, query};
+use crate::adapters::ec2::{Ec2Directory, block_of, page_error, query, time_of};
 use crate::app::leaving::LeavingInstances;
-use crate::domain::facts::{BlockFacts, InstanceFacts};
+use crate::domain::facts::{BlockFacts, CLUSTER_TAG_PREFIX, InstanceFacts};
 use crate::domain::status::{InstanceStatus, ScheduledEvent};
 use crate::ports::{DirectoryError, Place};
 
@@ -35,24 +35,13 @@ impl LeavingInstances for Ec2Directory {
             ))
             .build();
         let by_tag = [
-            Filter::builder()
-                .name("tag-key")
-                .values(format!(
-                    "{}{cluster}",
-                    crate::domain::facts::CLUSTER_TAG_PREFIX
-                ))
-                .build(),
-            Filter::builder()
-                .name("tag:aws:eks:cluster-name")
-                .values(cluster)
-                .build(),
-            Filter::builder()
-                .name("tag:eks:cluster-name")
-                .values(cluster)
-                .build(),
+            ("tag-key", format!("{CLUSTER_TAG_PREFIX}{cluster}")),
+            ("tag:aws:eks:cluster-name", cluster.to_string()),
+            ("tag:eks:cluster-name", cluster.to_string()),
         ];
         let mut found: BTreeMap<String, InstanceFacts> = BTreeMap::new();
-        for tag in by_tag {
+        for (name, value) in by_tag {
+            let tag = Filter::builder().name(name).values(value).build();
             let answered = query(&client, vec![tag, states.clone()]).await;
             for facts in answered.map_err(|e| self.said(place, CALL, e))? {
                 found.insert(facts.instance_id.clone(), facts);
@@ -67,17 +56,10 @@ impl LeavingInstances for Ec2Directory {
     async fn statuses(&self, place: &Place) -> Result<Vec<InstanceStatus>, DirectoryError> {
         const CALL: &str = "ec2:DescribeInstanceStatus";
         let client = self.client_at(place, CALL).await?;
-        let mut found = Vec::new();
-        let mut pages = client
-            .describe_instance_status()
-            .max_results(1000)
-            .into_paginator()
-            .send();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| self.said(place, CALL, page_error(CALL, e)))?;
-            found.extend(page.instance_statuses().iter().filter_map(status_of));
-        }
-        Ok(found)
+        let pages = client.describe_instance_status().max_results(1000);
+        let found: Result<Vec<_>, _> = pages.into_paginator().items().send().collect().await;
+        let found = found.map_err(|e| self.said(place, CALL, page_error(CALL, e)))?;
+        Ok(found.iter().filter_map(status_of).collect())
     }
 
     /// Every page of `DescribeCapacityReservations` of the active reservations (EC2's filters
@@ -90,33 +72,22 @@ impl LeavingInstances for Ec2Directory {
         const CALL: &str = "ec2:DescribeCapacityReservations";
         let client = self.client_at(place, CALL).await?;
         let active = Filter::builder().name("state").values("active").build();
-        let mut found = Vec::new();
-        let mut pages = client
-            .describe_capacity_reservations()
+        let pages = (client.describe_capacity_reservations())
             .filters(active)
-            .max_results(500)
-            .into_paginator()
-            .send();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| self.said(place, CALL, page_error(CALL, e)))?;
-            found.extend(
-                page.capacity_reservations()
-                    .iter()
-                    .filter_map(block_of)
-                    .filter(|b| b.capacity_block == Some(true))
-                    .filter(|b| b.end_date.is_some_and(|end| end <= by)),
-            );
-        }
-        Ok(found)
+            .max_results(500);
+        let found: Result<Vec<_>, _> = pages.into_paginator().items().send().collect().await;
+        let found = found.map_err(|e| self.said(place, CALL, page_error(CALL, e)))?;
+        let blocks = found.iter().filter_map(block_of);
+        let blocks = blocks.filter(|b| b.capacity_block == Some(true));
+        Ok(blocks
+            .filter(|b| b.end_date.is_some_and(|end| end <= by))
+            .collect())
     }
 }
 
 /// Reads one SDK instance status: the two checks' summaries, the earliest `ImpairedSince` of
 /// their details, the scheduled events.
 pub fn status_of(s: &aws_sdk_ec2::types::InstanceStatus) -> Option<InstanceStatus> {
-    let time = |t: &aws_sdk_ec2::primitives::DateTime| {
-        chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos())
-    };
     let summaries = [s.system_status(), s.instance_status()];
     Some(InstanceStatus {
         instance_id: s.instance_id()?.to_string(),
@@ -130,7 +101,7 @@ pub fn status_of(s: &aws_sdk_ec2::types::InstanceStatus) -> Option<InstanceStatu
             .iter()
             .flatten()
             .flat_map(|x| x.details())
-            .filter_map(|d| d.impaired_since().and_then(time))
+            .filter_map(|d| d.impaired_since().and_then(time_of))
             .min(),
         events: s
             .events()
@@ -139,8 +110,8 @@ pub fn status_of(s: &aws_sdk_ec2::types::InstanceStatus) -> Option<InstanceStatu
                 id: e.instance_event_id().map(str::to_string),
                 code: e.code().map(|c| c.as_str().to_string()).unwrap_or_default(),
                 description: e.description().unwrap_or_default().to_string(),
-                not_before: e.not_before().and_then(time),
-                not_after: e.not_after().and_then(time),
+                not_before: e.not_before().and_then(time_of),
+                not_after: e.not_after().and_then(time_of),
             })
             .collect(),
     })

@@ -149,10 +149,9 @@ pub fn instances_from_describe(
 ) -> Result<BTreeMap<String, InstanceFacts>, SnapshotError> {
     let parsed: DescribeInstances = json(label, input, "aws ec2 describe-instances")?;
     let facts = |i: Ec2Instance| {
-        let (zone, zone_id) = match i.placement {
-            Some(p) => (p.availability_zone, p.availability_zone_id),
-            None => (None, None),
-        };
+        let (zone, zone_id) = i.placement.map_or((None, None), |p| {
+            (p.availability_zone, p.availability_zone_id)
+        });
         let interfaces = i.network_interfaces.into_iter();
         let addresses = interfaces.flat_map(|n| {
             let lists = [
@@ -201,25 +200,24 @@ pub fn cluster_state_from_kubectl(
     label: &str,
     input: &[u8],
 ) -> Result<ClusterState, SnapshotError> {
-    let mut state = ClusterState::default();
-    let items = kubectl_items(label, input, "kubectl get nodes,pods -A -o json")?;
-    for (i, (kind, value)) in items.into_iter().enumerate() {
-        match kind.as_str() {
-            "Node" => state.nodes.push(node_facts(&item(label, i, &kind, value)?)),
-            "Pod" => state.pods.push(item(label, i, &kind, value)?),
-            _ => {}
-        }
-    }
-    Ok(state)
+    let what = "kubectl get nodes,pods -A -o json";
+    let raw = kubectl_objects(label, input, what, &["Node", "Pod"])?;
+    let nodes = raw.nodes.iter().map(node_facts).collect();
+    Ok(ClusterState {
+        nodes,
+        pods: raw.pods,
+    })
 }
 
-/// The items of a `kubectl get -o json` capture with their kinds (a `List`, a typed list, or a
-/// single object).
-fn kubectl_items(
+/// The objects of a capture of `kubectl get -o json` (a `List`, a typed list, or a single
+/// object), the output of `what`, of the kinds `kinds` names (every kind [`RawWorkloads`]
+/// holds, when empty); items of other kinds are skipped.
+fn kubectl_objects(
     label: &str,
     input: &[u8],
     what: &str,
-) -> Result<Vec<(String, Value)>, SnapshotError> {
+    kinds: &[&str],
+) -> Result<RawWorkloads, SnapshotError> {
     let err = |message: String| SnapshotError::new(label, message, None);
     let value: Value =
         serde_json::from_slice(input).map_err(|e| err(format!("not valid JSON: {e}")))?;
@@ -232,10 +230,25 @@ fn kubectl_items(
     let kind = |v: &Value| v.get("kind").and_then(Value::as_str).map(str::to_string);
     let list_kind = kind(&value).unwrap_or_default();
     let list_kind = list_kind.trim_end_matches("List");
-    let kinds = items
-        .iter()
-        .map(|item| kind(item).unwrap_or_else(|| list_kind.to_string()));
-    Ok(kinds.zip(items.iter().cloned()).collect())
+    let mut raw = RawWorkloads::default();
+    for (i, value) in items.into_iter().enumerate() {
+        let kind = kind(&value).unwrap_or_else(|| list_kind.to_string());
+        let k = kind.as_str();
+        if !kinds.is_empty() && !kinds.contains(&k) {
+            continue;
+        }
+        match k {
+            "Deployment" => raw.deployments.push(item(label, i, k, value)?),
+            "StatefulSet" => raw.stateful_sets.push(item(label, i, k, value)?),
+            "ReplicaSet" => raw.replica_sets.push(item(label, i, k, value)?),
+            "Pod" => raw.pods.push(item(label, i, k, value)?),
+            "PodDisruptionBudget" => raw.budgets.push(item(label, i, k, value)?),
+            "PriorityClass" => raw.priority_classes.push(item(label, i, k, value)?),
+            "Node" => raw.nodes.push(item(label, i, k, value)?),
+            _ => {}
+        }
+    }
+    Ok(raw)
 }
 
 /// Item `i` of a capture, of `kind`, read as a `T`.
@@ -258,22 +271,7 @@ pub const AUDIT_CAPTURE: &str =
 /// Reads the output of [`AUDIT_CAPTURE`] (PriorityClasses are optional). Items of other kinds
 /// (DaemonSets, Services, ...) are skipped.
 pub fn workloads_from_kubectl(label: &str, input: &[u8]) -> Result<RawWorkloads, SnapshotError> {
-    let mut raw = RawWorkloads::default();
-    let items = kubectl_items(label, input, AUDIT_CAPTURE)?;
-    for (i, (kind, value)) in items.into_iter().enumerate() {
-        let k = kind.as_str();
-        match k {
-            "Deployment" => raw.deployments.push(item(label, i, k, value)?),
-            "StatefulSet" => raw.stateful_sets.push(item(label, i, k, value)?),
-            "ReplicaSet" => raw.replica_sets.push(item(label, i, k, value)?),
-            "Pod" => raw.pods.push(item(label, i, k, value)?),
-            "PodDisruptionBudget" => raw.budgets.push(item(label, i, k, value)?),
-            "PriorityClass" => raw.priority_classes.push(item(label, i, k, value)?),
-            "Node" => raw.nodes.push(item(label, i, k, value)?),
-            _ => {}
-        }
-    }
-    Ok(raw)
+    kubectl_objects(label, input, AUDIT_CAPTURE, &[])
 }
 
 /// Loads an [`AUDIT_CAPTURE`] capture into the audit's view.
@@ -368,13 +366,10 @@ pub fn groups_from_describe(
         json(label, input, "aws autoscaling describe-auto-scaling-groups")?;
     let group = |g: CapturedGroup| {
         let mixed = g.mixed_instances_policy;
-        let (template, distribution) = match &mixed {
-            Some(m) => (
-                m.launch_template.as_ref(),
-                m.instances_distribution.as_ref(),
-            ),
-            None => (None, None),
-        };
+        let template = mixed.as_ref().and_then(|m| m.launch_template.as_ref());
+        let distribution = mixed
+            .as_ref()
+            .and_then(|m| m.instances_distribution.as_ref());
         let overrides = template.into_iter().flat_map(|l| &l.overrides);
         AsgDescription {
             name: g.auto_scaling_group_name,

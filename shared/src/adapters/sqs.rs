@@ -100,7 +100,7 @@ impl Redelivery for SqsRedelivery {
                 _ => k,
             })
         };
-        for (arn, messages) in by_queue {
+        for (arn, messages) in &by_queue {
             let Some(url) = queue_url(arn) else {
                 problems.push(format!("{arn:?} is not an SQS queue ARN"));
                 saw(FailureKind::Invalid);
@@ -153,14 +153,8 @@ impl Redelivery for SqsRedelivery {
             }
             Ok(changed)
         } else {
-            let queues: Vec<&str> = messages.iter().map(|m| m.queue_arn.as_str()).collect();
             Err(QueueError {
-                queue: queues
-                    .into_iter()
-                    .collect::<std::collections::BTreeSet<_>>()
-                    .into_iter()
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                queue: by_queue.into_keys().collect::<Vec<_>>().join(", "),
                 message: problems.join("; "),
                 kind: kind.unwrap_or_default(),
                 source: None,

@@ -18,7 +18,14 @@
 //! past the batch's deadline (the event is applied; sending it again would not help).
 
 use std::fmt;
+use std::time::Duration;
 
+use futures::StreamExt;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 use strum::{Display, EnumString, IntoStaticStr, VariantArray};
 
@@ -307,7 +314,20 @@ fn values<'a>(
     }
 }
 
-pub use self::post::{ClientError, HttpClient, PostError, deliver, http_client};
+/// Longest wait for one message.
+const TIMEOUT: Duration = Duration::from_secs(5);
+/// Messages in flight at once.
+const PARALLEL: usize = 8;
+
+/// The webhook's HTTP client (HTTPS through rustls and the system's roots); cheap to clone.
+type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// The webhook's HTTP client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("reading the system's root certificates: {0}")]
+    RootCertificates(#[source] std::io::Error),
+}
 
 /// The webhook as a [`Notifier`]: its configuration, the cluster its messages name, and its
 /// HTTP client.
@@ -318,83 +338,38 @@ pub struct Webhook {
 }
 
 impl Webhook {
-    /// The webhook, with its HTTP client built now (at cold start, not in the first
-    /// invocation), or why the client could not be built (no root certificates), so that setup
-    /// fails loudly.
+    /// The webhook, with its HTTP client (HTTPS through rustls and the system's roots) built
+    /// now (at cold start, not in the first invocation), or why the client could not be built
+    /// (no root certificates), so that setup fails loudly.
     pub fn new(config: WebhookConfig, cluster: Option<String>) -> Result<Webhook, ClientError> {
-        Ok(Webhook {
-            config,
-            cluster,
-            client: http_client()?,
-        })
-    }
-}
-
-#[async_trait::async_trait]
-impl Notifier for Webhook {
-    async fn notify(&self, reports: &[Report], time_left: Option<std::time::Duration>) -> Delivery {
-        let cluster = self.cluster.as_deref();
-        deliver(&self.client, &self.config, reports, cluster, time_left).await
-    }
-}
-
-mod post {
-    use std::time::Duration;
-
-    use futures::StreamExt;
-    use http_body_util::{BodyExt, Full};
-    use hyper::body::Bytes;
-    use hyper_util::client::legacy::Client;
-    use hyper_util::client::legacy::connect::HttpConnector;
-    use hyper_util::rt::TokioExecutor;
-
-    use super::WebhookConfig;
-    use crate::domain::report::Report;
-    use crate::ports::Delivery;
-
-    /// Longest wait for one message.
-    const TIMEOUT: Duration = Duration::from_secs(5);
-    /// Messages in flight at once.
-    const PARALLEL: usize = 8;
-
-    /// The webhook's HTTP client (HTTPS through rustls and the system's roots); cheap to clone.
-    pub type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
-
-    /// The webhook's HTTP client could not be built.
-    #[derive(Debug, thiserror::Error)]
-    pub enum ClientError {
-        #[error("reading the system's root certificates: {0}")]
-        RootCertificates(#[source] std::io::Error),
-    }
-
-    /// Builds an HTTP client (once per webhook: see [`super::Webhook::new`]).
-    pub fn http_client() -> Result<HttpClient, ClientError> {
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_native_roots()
             .map_err(ClientError::RootCertificates)?
             .https_or_http()
             .enable_http1()
             .build();
-        Ok(Client::builder(TokioExecutor::new()).build(https))
+        Ok(Webhook {
+            config,
+            cluster,
+            client: Client::builder(TokioExecutor::new()).build(https),
+        })
     }
+}
 
-    /// Posts the messages of `reports` to the webhook with `client`, each within 5 s and within
-    /// `time_left` (the batch's); failures are logged and counted.
-    pub async fn deliver(
-        client: &HttpClient,
-        config: &WebhookConfig,
-        reports: &[Report],
-        cluster: Option<&str>,
-        time_left: Option<Duration>,
-    ) -> Delivery {
-        let messages = config.messages(reports, cluster);
+#[async_trait::async_trait]
+impl Notifier for Webhook {
+    /// Posts the messages of `reports`, each within 5 s and within `time_left` (the batch's);
+    /// failures are logged and counted.
+    async fn notify(&self, reports: &[Report], time_left: Option<Duration>) -> Delivery {
+        let config = &self.config;
+        let messages = config.messages(reports, self.cluster.as_deref());
         if messages.is_empty() {
             return Delivery::default();
         }
         let results: Vec<bool> = futures::stream::iter(messages)
             .map(|body| async move {
                 let limit = time_left.map_or(TIMEOUT, |left| TIMEOUT.min(left));
-                match tokio::time::timeout(limit, post(client, &config.url, body)).await {
+                match tokio::time::timeout(limit, post(&self.client, &config.url, body)).await {
                     Ok(Ok(())) => true,
                     Ok(Err(e)) => {
                         // Never the URL: it is a secret.
@@ -418,66 +393,62 @@ mod post {
             failed: results.len() - sent,
         }
     }
+}
 
-    /// A message the webhook did not take. (Its text may hold the URL: log it scrubbed.)
-    #[derive(Debug, thiserror::Error)]
-    pub enum PostError {
-        #[error("bad request: {0}")]
-        Request(#[source] hyper::http::Error),
-        /// No answer: the connection failed (with its cause, which hyper's own text leaves out).
-        #[error("{source}{}", cause(.source))]
-        Send {
-            #[source]
-            source: hyper_util::client::legacy::Error,
-        },
-        /// An answer other than 2xx, with the start of its body.
-        #[error("answered {status}: {answer}")]
-        Status {
-            status: hyper::StatusCode,
-            answer: String,
-        },
-    }
+/// A message the webhook did not take. (Its text may hold the URL: log it scrubbed.)
+#[derive(Debug, thiserror::Error)]
+pub enum PostError {
+    #[error("bad request: {0}")]
+    Request(#[source] hyper::http::Error),
+    /// No answer: the connection failed (with its cause, which hyper's own text leaves out).
+    #[error("{source}{}", cause(.source))]
+    Send {
+        #[source]
+        source: hyper_util::client::legacy::Error,
+    },
+    /// An answer other than 2xx, with the start of its body.
+    #[error("answered {status}: {answer}")]
+    Status {
+        status: hyper::StatusCode,
+        answer: String,
+    },
+}
 
-    /// `: <the cause>` of `e`, when it has one.
-    fn cause(e: &hyper_util::client::legacy::Error) -> String {
-        std::error::Error::source(e)
-            .map(|c| format!(": {c}"))
-            .unwrap_or_default()
-    }
+/// `: <the cause>` of `e`, when it has one.
+fn cause(e: &hyper_util::client::legacy::Error) -> String {
+    std::error::Error::source(e)
+        .map(|c| format!(": {c}"))
+        .unwrap_or_default()
+}
 
-    async fn post(
-        client: &HttpClient,
-        url: &str,
-        body: serde_json::Value,
-    ) -> Result<(), PostError> {
-        let request = hyper::Request::post(url)
-            .header("content-type", "application/json")
-            .header(
-                "user-agent",
-                concat!("forewarn/", env!("CARGO_PKG_VERSION")),
-            )
-            .body(Full::new(Bytes::from(body.to_string())))
-            .map_err(PostError::Request)?;
-        let response = client
-            .request(request)
-            .await
-            .map_err(|source| PostError::Send { source })?;
-        let status = response.status();
-        // read the answer, so that the connection can be used again
-        let answer = response
-            .into_body()
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
-        if status.is_success() {
-            Ok(())
-        } else {
-            Err(PostError::Status {
-                status,
-                answer: String::from_utf8_lossy(&answer[..answer.len().min(200)]).into_owned(),
-            })
-        }
+async fn post(client: &HttpClient, url: &str, body: serde_json::Value) -> Result<(), PostError> {
+    let request = hyper::Request::post(url)
+        .header("content-type", "application/json")
+        .header(
+            "user-agent",
+            concat!("forewarn/", env!("CARGO_PKG_VERSION")),
+        )
+        .body(Full::new(Bytes::from(body.to_string())))
+        .map_err(PostError::Request)?;
+    let response = client
+        .request(request)
+        .await
+        .map_err(|source| PostError::Send { source })?;
+    let status = response.status();
+    // read the answer, so that the connection can be used again
+    let answer = response
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(PostError::Status {
+            status,
+            answer: String::from_utf8_lossy(&answer[..answer.len().min(200)]).into_owned(),
+        })
     }
 }
 
@@ -747,15 +718,8 @@ mod tests {
             format!("http://127.0.0.1:{closed}/services/T000/B000/XXXXsecret?token=abc"),
         ];
         for url in urls {
-            let webhook = config(&url, None).unwrap();
-            let delivery = deliver(
-                &http_client().unwrap(),
-                &webhook,
-                &[report(Outcome::Acted, Action::Cordon)],
-                None,
-                None,
-            )
-            .await;
+            let webhook = Webhook::new(config(&url, None).unwrap(), None).unwrap();
+            let delivery = (webhook.notify(&[report(Outcome::Acted, Action::Cordon)], None)).await;
             assert_eq!((delivery.sent, delivery.failed), (0, 1), "{url}");
         }
         let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();

@@ -14,6 +14,8 @@ use sha2::{Digest, Sha256};
 use super::codec::*;
 use super::expr::*;
 use super::{BACKOFF, DynamoStore, MAX_CONFLICTS, MAX_KNOWN_POOLS};
+use crate::adapters::accounts::lock;
+use crate::adapters::aws::kind_of_code;
 use crate::domain::fold::validate;
 use crate::domain::pool::{Applied, HistoryEntry, PoolUpdate, counter_name};
 use crate::ports::{FailureKind, StoreError};
@@ -98,7 +100,7 @@ impl DynamoStore {
         pools: &[PoolWrite],
     ) -> Result<(Vec<TransactWriteItem>, String), StoreError> {
         let bets: Vec<Bets> = {
-            let known = self.known();
+            let known = lock(&self.known);
             pools
                 .iter()
                 .map(|w| Known::bets(known.get(&w.pk), w))
@@ -111,7 +113,8 @@ impl DynamoStore {
             items.push(self.pool_update(update, write, bets)?);
         }
         for entry in HistoryEntry::of(update, &self.retention) {
-            items.push(self.history_put(&entry)?);
+            // No index holds it: it has none of their sort keys.
+            items.push(self.put("a history item", history_item(&entry), |put| put)?);
         }
         Ok((items, token))
     }
@@ -207,17 +210,9 @@ impl DynamoStore {
         Ok(TransactWriteItem::builder().put(put).build())
     }
 
-    /// The history item of `entry` (no index holds it: it has none of their sort keys).
-    pub(super) fn history_put(
-        &self,
-        entry: &HistoryEntry,
-    ) -> Result<TransactWriteItem, StoreError> {
-        self.put("a history item", history_item(entry), |put| put)
-    }
-
     /// Remembers what an applied transaction wrote, to place the next bets.
     fn remember(&self, pools: &[PoolWrite]) {
-        let mut known = self.known();
+        let mut known = lock(&self.known);
         if known.len() + pools.len() > MAX_KNOWN_POOLS {
             known.clear();
         }
@@ -262,36 +257,29 @@ impl DynamoStore {
                         }
                     };
                     let seen = item.map_or(Ok(Known::default()), |item| from_item(&w.pk, &item));
-                    self.known().insert(w.pk.clone(), seen?);
+                    lock(&self.known).insert(w.pk.clone(), seen?);
                     tracing::debug!(table = %self.table, pool = %w.delta.pool, "{what}: pool changed under the bet, sending the event again");
                 }
-                (c, _) if retryable(c) => conflict = true,
+                // Worth another transaction after a pause.
+                (
+                    "TransactionConflict"
+                    | "ThrottlingError"
+                    | "ProvisionedThroughputExceeded"
+                    | "RequestLimitExceeded",
+                    _,
+                ) => conflict = true,
+                // Not worth another (`ValidationError`, `ItemCollectionSizeLimitExceeded`, ...):
+                // of the kind its code says, else invalid.
                 (c, _) => {
                     let said = reason.message().unwrap_or("no message");
                     let why = format!("{name} was refused: {c}: {said}");
-                    return Err(self.fail(refused(c), what, why));
+                    let kind = kind_of_code(c).unwrap_or(FailureKind::Invalid);
+                    return Err(self.fail(kind, what, why));
                 }
             }
         }
         Ok(Some((conflict, lost)))
     }
-}
-
-/// The kind of a cancellation code not worth another transaction (`ValidationError`,
-/// `ItemCollectionSizeLimitExceeded`, ...): what its code says, else invalid.
-fn refused(code: &str) -> FailureKind {
-    crate::adapters::aws::kind_of_code(code).unwrap_or(FailureKind::Invalid)
-}
-
-/// Cancellation codes worth another transaction after a pause.
-fn retryable(code: &str) -> bool {
-    matches!(
-        code,
-        "TransactionConflict"
-            | "ThrottlingError"
-            | "ProvisionedThroughputExceeded"
-            | "RequestLimitExceeded"
-    )
 }
 
 /// The `ClientRequestToken` of a transaction (at most 36 characters, as DynamoDB takes): `fw-`
@@ -415,7 +403,7 @@ mod tests {
             first_seen: Some(0),
             expires_at: Some(i64::MAX),
         };
-        store.known().insert(pools[0].pk.clone(), known);
+        lock(&store.known).insert(pools[0].pk.clone(), known);
         assert_ne!(token(&store, &u), first);
         // The same event recorded at another time (a redelivery): another token.
         let fresh = DynamoStore::new(store.client.clone(), "t");

@@ -284,7 +284,7 @@ mod tests {
     fn the_history_item_is_stored_as_it_always_was() {
         let retention = Retention::default();
         let entry = &HistoryEntry::of(&update(1), &retention)[0];
-        let put = store().history_put(entry).unwrap();
+        let put = store().put("h", history_item(entry), |p| p).unwrap();
         let mut stored = item(vec![
             ("pk", s("POOL#spot#m0.large#us-east-1a")),
             ("sk", s("HIST#01700000000#e-1#i-0")),
@@ -315,7 +315,12 @@ mod tests {
         };
         stored.remove("until");
         assert_eq!(
-            store().history_put(&count).unwrap().put().unwrap().item(),
+            store()
+                .put("h", history_item(&count), |p| p)
+                .unwrap()
+                .put()
+                .unwrap()
+                .item(),
             &stored
         );
         assert_eq!(decode_history(&stored).unwrap(), count);

@@ -80,10 +80,6 @@ pub const INDEX_UNAVAILABLE: &str = "unavailable";
 pub const INDEX_BY_ZONE: &str = "by-zone";
 /// Index of the pools by instance type: partition `instance_type`, sort `last_seen`.
 pub const INDEX_BY_TYPE: &str = "by-type";
-/// A transaction holds at most 100 items: the ledger entries and this many pools, each with its
-/// history item (a pool marked twice by one event takes one pool item and two history items).
-/// A domain limit: plans record no more ([`crate::domain::plan::decide`]).
-pub use crate::domain::pool::MAX_POOLS_PER_UPDATE;
 
 /// Transactions of one event cancelled by conflicts with concurrent writers (or throttling) before
 /// giving up; each is followed by a backoff. Lost bets are bounded otherwise: each flips at least
@@ -100,7 +96,8 @@ pub struct DynamoStore {
     client: Client,
     table: String,
     retention: Retention,
-    /// What this store saw of each pool (by `pk`): bounds that only tighten, to place the bets.
+    /// What this store saw of each pool (by `pk`): bounds that only tighten, to place the bets
+    /// (hints only: a panic elsewhere cannot leave them wrong, only stale).
     known: Mutex<HashMap<String, Known>>,
     /// The continuation keys, once read (see [`crate::ports::KEY_CACHE_TTL`]).
     keys: crate::adapters::key_cache::KeyCache,
@@ -175,11 +172,6 @@ impl DynamoStore {
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
         self.fail(failure_kind(&error), what, error)
-    }
-
-    fn known(&self) -> std::sync::MutexGuard<'_, HashMap<String, Known>> {
-        // The map only holds hints: a panic elsewhere cannot leave it wrong, only stale.
-        self.known.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 

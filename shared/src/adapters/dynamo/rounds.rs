@@ -70,14 +70,9 @@ impl DynamoStore {
                 return Ok(answer);
             }
             // What a claim took leaves the set (an offer made meanwhile stays).
-            let taken = before
-                .pending
-                .iter()
-                .filter(|d| !rounds.pending.contains(d));
-            let taken = taken
-                .map(serde_json::to_string)
-                .collect::<Result<Vec<_>, _>>();
-            let taken = taken.map_err(self.invalid("encoding taken instances"))?;
+            let taken = before.pending.iter();
+            let taken = taken.filter(|d| !rounds.pending.contains(d));
+            let taken = self.json_set(taken, "encoding taken instances")?;
             rounds.pending.clear();
             let json = serde_json::to_string(&rounds).map_err(self.invalid("encoding rounds"))?;
             let mut e = Expr::default();
@@ -116,6 +111,16 @@ impl DynamoStore {
         }
         let why = "other writes kept coming between its read and its write";
         Err(self.fail(FailureKind::Conflict, what, why))
+    }
+
+    /// `instances` as a string set of `pending` (each as JSON); `what` names them in errors.
+    fn json_set<'a>(
+        &self,
+        instances: impl Iterator<Item = &'a Doomed>,
+        what: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        let set: Result<Vec<String>, _> = instances.map(serde_json::to_string).collect();
+        set.map_err(self.invalid(what))
     }
 
     async fn put_outcome(
@@ -215,11 +220,7 @@ impl TrafficRounds for DynamoStore {
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         let pk = key.to_string();
-        let set = doomed
-            .iter()
-            .map(serde_json::to_string)
-            .collect::<Result<Vec<_>, _>>();
-        let set = set.map_err(self.invalid("encoding doomed instances"))?;
+        let set = self.json_set(doomed.iter(), "encoding doomed instances")?;
         if set.is_empty() {
             return Ok(());
         }
