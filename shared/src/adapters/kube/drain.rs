@@ -485,17 +485,8 @@ impl KubeExecutor {
         if !report.pending && !self.settings.dry_run && !quiet {
             let later = matches!(pass, Pass::Drain { .. }) && !pass.is_first_drain();
             let said = if report.complete() {
-                let summary = if later {
-                    report.later_summary()
-                } else {
-                    report.summary()
-                };
-                Said(
-                    EventType::Normal,
-                    "Drained",
-                    "Drain",
-                    format!("Drained: {summary}"),
-                )
+                let note = format!("Drained: {}", report.summary_of(later));
+                Said(EventType::Normal, "Drained", "Drain", note)
             } else {
                 let left: Vec<String> = (report.left.iter())
                     .map(|l| format!("{}: {}", l.pod, l.reason))
