@@ -638,6 +638,8 @@ mod tests {
     fn summaries() {
         let mut r = DrainReport::default();
         assert_eq!(r.summary(), "no pod to evict");
+        // A later pass, after earlier passes evicted what there was.
+        assert_eq!(r.summary_of(true), "no pod left to evict");
         r.evicted = vec!["a/1".into(), "a/2".into()];
         r.left = vec![LeftPod {
             pod: "a/3".into(),

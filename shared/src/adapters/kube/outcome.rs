@@ -369,3 +369,59 @@ pub(crate) fn results(outcomes: &[NodeOutcome]) -> Vec<ActionResult> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_read_for_people() {
+        let target = || "nodeclaim/nc".to_string();
+        let deletes = [
+            (
+                DeleteOutcome::Deleted { target: target() },
+                "deleted nodeclaim/nc",
+            ),
+            (
+                DeleteOutcome::AlreadyGone { target: target() },
+                "nodeclaim/nc already gone",
+            ),
+            (
+                DeleteOutcome::AlreadyDeleting { target: target() },
+                "nodeclaim/nc already being deleted",
+            ),
+            (
+                DeleteOutcome::WouldDelete { target: target() },
+                "would delete nodeclaim/nc",
+            ),
+            (
+                DeleteOutcome::Refused {
+                    target: target(),
+                    why: "another instance's".into(),
+                },
+                "refused to delete nodeclaim/nc: another instance's",
+            ),
+        ];
+        for (outcome, said) in deletes {
+            assert_eq!(outcome.to_string(), said);
+        }
+        let ready = Joining::Ready { node: "n1".into() };
+        assert_eq!(ready.to_string(), "node/n1 runs the instance and is Ready");
+        let waiting = Joining::Waiting {
+            why: "no node yet".into(),
+            next_check: DateTime::<Utc>::UNIX_EPOCH,
+        };
+        assert_eq!(
+            waiting.to_string(),
+            "no node yet: looked at again in the next pass"
+        );
+        let timed_out = Joining::TimedOut {
+            why: "no node yet".into(),
+        };
+        assert_eq!(
+            timed_out.to_string(),
+            "no node yet by the deadline: the lifecycle action is left to the hook's own timeout \
+             and default result"
+        );
+    }
+}

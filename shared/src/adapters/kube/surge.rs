@@ -35,8 +35,7 @@ use k8s_openapi::api::core::v1::Pod;
 use super::api::rate_limit::Lane;
 use super::api::retry::with_retry_in;
 use super::connect::ClusterClient;
-use super::error::ApiError;
-use super::error::KubeError;
+use super::error::{ApiError, KubeError};
 use super::placeholder::placeholder_for;
 pub(crate) use super::surge_memory::SurgeMemory;
 use super::surge_memory::{budget_rounds, controller, earlier_rounds};
@@ -259,7 +258,7 @@ pub(crate) async fn surge_pass(
             ),
         });
     }
-    for (_, made, created) in create_all(clients, settings, making, end).await {
+    for (_, created, made) in create_all(clients, settings, making, end).await {
         match created {
             Created::New => pass.created += 1,
             Created::Exists => {}
@@ -406,7 +405,7 @@ async fn create_all(
     settings: &SurgeSettings,
     making: Vec<Making>,
     end: DateTime<Utc>,
-) -> Vec<(usize, Making, Created)> {
+) -> Vec<(usize, Created, Making)> {
     let asked = making.len();
     let mut answered = Vec::with_capacity(asked);
     // The futures made first (a stream mapping borrowed items would not be `Send` for every
@@ -416,7 +415,10 @@ async fn create_all(
         .collect();
     let work = futures::stream::iter(creates)
         .buffer_unordered(settings.parallelism.max(1))
-        .for_each(|(i, created, m)| std::future::ready(answered.push((i, m, created))));
+        .for_each(|answer| {
+            answered.push(answer);
+            std::future::ready(())
+        });
     if crate::ports::until(clients.clock(), end, work)
         .await
         .is_none()
