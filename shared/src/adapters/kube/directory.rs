@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::Node;
 
 use super::api::retry::{list_all, with_retry};
 use super::connect::ClusterClient;
-use super::error::ApiError;
+use super::error::{ApiError, KubeError};
 use super::node_facts::node_facts;
 use crate::domain::facts::{InstanceFacts, NodeFacts, resolve_node};
 use crate::ports::{DirectoryError, NodeDirectory, Work};
@@ -39,12 +39,11 @@ impl KubeNodeDirectory {
 
 /// The nodes' API, with `clients`' client.
 async fn api(clients: &ClusterClient) -> Result<Api<Node>, DirectoryError> {
-    let client = clients.client().await;
-    let client = client.map_err(|e| DirectoryError::new(SERVICE, e.kind(), e))?;
-    Ok(Api::all(client))
+    Ok(Api::all(clients.client().await.map_err(directory_error)?))
 }
 
-fn directory_error(e: ApiError) -> DirectoryError {
+fn directory_error(e: impl Into<KubeError>) -> DirectoryError {
+    let e = e.into();
     DirectoryError::new(SERVICE, e.kind(), e)
 }
 

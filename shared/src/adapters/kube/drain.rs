@@ -485,17 +485,8 @@ impl KubeExecutor {
         if !report.pending && !self.settings.dry_run && !quiet {
             let later = matches!(pass, Pass::Drain { .. }) && !pass.is_first_drain();
             let said = if report.complete() {
-                let summary = if later {
-                    report.later_summary()
-                } else {
-                    report.summary()
-                };
-                Said(
-                    EventType::Normal,
-                    "Drained",
-                    "Drain",
-                    format!("Drained: {summary}"),
-                )
+                let note = format!("Drained: {}", report.summary_of(later));
+                Said(EventType::Normal, "Drained", "Drain", note)
             } else {
                 let left: Vec<String> = (report.left.iter())
                     .map(|l| format!("{}: {}", l.pod, l.reason))
@@ -647,6 +638,8 @@ mod tests {
     fn summaries() {
         let mut r = DrainReport::default();
         assert_eq!(r.summary(), "no pod to evict");
+        // A later pass, after earlier passes evicted what there was.
+        assert_eq!(r.summary_of(true), "no pod left to evict");
         r.evicted = vec!["a/1".into(), "a/2".into()];
         r.left = vec![LeftPod {
             pod: "a/3".into(),

@@ -80,25 +80,22 @@ pub(crate) fn status_code(e: &::kube::Error) -> Option<u16> {
 /// Answers that say "try again": API priority and fairness (429), unavailable (503), gateway
 /// timeout (504). kube's own retry layer is off for forewarn's clients (it would retry eviction
 /// refusals for minutes), so calls retry these themselves, briefly.
-pub(crate) fn is_retryable(status: Option<u16>) -> bool {
-    matches!(status, Some(429 | 503 | 504))
+pub(crate) fn is_retryable(e: &::kube::Error) -> bool {
+    matches!(status_code(e), Some(429 | 503 | 504))
 }
 
 /// Failures that may pass by themselves: every "try again" answer, 500 and 502, and no answer
 /// at all (a refused or reset connection, a timeout) — what an API server restarting or being
 /// upgraded (an EKS control-plane upgrade) gives for some seconds.
 pub(crate) fn is_transient(e: &::kube::Error) -> bool {
-    match status_code(e) {
-        Some(code) => is_retryable(Some(code)) || matches!(code, 500 | 502),
-        None => true,
-    }
+    status_code(e).is_none_or(|code| matches!(code, 429 | 500 | 502 | 503 | 504))
 }
 
 /// The `Retry-After` of a "try again" answer: the API server puts it in the `Status` details
 /// (`retryAfterSeconds`, as well as in the header) of its 429s and of some 503s.
 pub(crate) fn retry_after(e: &::kube::Error) -> Option<Duration> {
     match e {
-        ::kube::Error::Api(s) if is_retryable(Some(s.code)) => s
+        ::kube::Error::Api(s) if is_retryable(e) => s
             .details
             .as_ref()
             .map(|d| d.retry_after_seconds)

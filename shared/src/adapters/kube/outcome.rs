@@ -28,32 +28,25 @@ pub enum CordonOutcome {
     Refused { why: String },
 }
 
-/// What a delete did.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a delete did; displayed for people.
+#[derive(Debug, Clone, PartialEq, Eq, strum::Display)]
 pub enum DeleteOutcome {
     /// Deleted (`nodeclaim/x`, `machine/ns/x`, `node/x`).
+    #[strum(to_string = "deleted {target}")]
     Deleted { target: String },
     /// Nothing of that name: deleted before.
+    #[strum(to_string = "{target} already gone")]
     AlreadyGone { target: String },
     /// Deletion under way (`deletionTimestamp` set): nothing sent.
+    #[strum(to_string = "{target} already being deleted")]
     AlreadyDeleting { target: String },
     /// Dry run.
+    #[strum(to_string = "would delete {target}")]
     WouldDelete { target: String },
     /// Not deleted: the object read does not belong to the event's instance, or is
     /// control-plane.
+    #[strum(to_string = "refused to delete {target}: {why}")]
     Refused { target: String, why: String },
-}
-
-impl DeleteOutcome {
-    pub fn summary(&self) -> String {
-        match self {
-            DeleteOutcome::Deleted { target } => format!("deleted {target}"),
-            DeleteOutcome::AlreadyGone { target } => format!("{target} already gone"),
-            DeleteOutcome::AlreadyDeleting { target } => format!("{target} already being deleted"),
-            DeleteOutcome::WouldDelete { target } => format!("would delete {target}"),
-            DeleteOutcome::Refused { target, why } => format!("refused to delete {target}: {why}"),
-        }
-    }
 }
 
 /// A pod not evicted by the deadline.
@@ -138,16 +131,14 @@ impl DrainReport {
 
     /// `evicted 3 pods; 1 left (blocked at the deadline: web/w1); 2 still terminating`.
     pub fn summary(&self) -> String {
-        self.summary_saying("no pod to evict")
+        self.summary_of(false)
     }
 
-    /// The summary of a drain's later pass, after earlier passes evicted what there was (which
-    /// this pass does not count): `no pod left to evict; 3 pods left alone`.
-    pub fn later_summary(&self) -> String {
-        self.summary_saying("no pod left to evict")
-    }
-
-    fn summary_saying(&self, nothing_to_evict: &str) -> String {
+    /// [`DrainReport::summary`], or (`later`) the summary of a drain's later pass, after earlier
+    /// passes evicted what there was (which this pass does not count): `no pod left to evict; 3
+    /// pods left alone`.
+    pub(super) fn summary_of(&self, later: bool) -> String {
+        let still = if later { " left" } else { "" };
         // `(3 pods, "a, b, c")` of a list that is not empty.
         let some =
             |list: &[String]| (!list.is_empty()).then(|| (pods(list.len()), list.join(", ")));
@@ -161,7 +152,7 @@ impl DrainReport {
         let nothing = self.would_evict.is_empty() && self.evicted.is_empty() && left.is_empty();
         let parts = [
             some(&self.would_evict).map(|(n, names)| format!("would evict {n} ({names})")),
-            nothing.then(|| nothing_to_evict.to_string()),
+            nothing.then(|| format!("no pod{still} to evict")),
             some(&self.evicted).map(|(n, _)| format!("evicted {n}")),
             some(&self.already_gone).map(|(n, _)| format!("{n} already gone")),
             some(&left).map(|(n, names)| format!("{n} left (eviction refused {until}: {names})")),
@@ -196,32 +187,23 @@ pub enum EventOutcome {
     WouldCreate,
 }
 
-/// Where a launching instance's node stands.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where a launching instance's node stands; displayed for people.
+#[derive(Debug, Clone, PartialEq, Eq, strum::Display)]
 pub enum Joining {
     /// The node runs the instance and is Ready: the lifecycle action is completed.
+    #[strum(to_string = "node/{node} runs the instance and is Ready")]
     Ready { node: String },
     /// Not yet: why, and when it is looked at again.
+    #[strum(to_string = "{why}: looked at again in the next pass")]
     Waiting {
         why: String,
         next_check: DateTime<Utc>,
     },
     /// The deadline passed first: the hook is left to its own timeout and default result.
+    #[strum(
+        to_string = "{why} by the deadline: the lifecycle action is left to the hook's own timeout and default result"
+    )]
     TimedOut { why: String },
-}
-
-impl Joining {
-    /// For people.
-    pub fn summary(&self) -> String {
-        match self {
-            Joining::Ready { node } => format!("node/{node} runs the instance and is Ready"),
-            Joining::Waiting { why, .. } => format!("{why}: looked at again in the next pass"),
-            Joining::TimedOut { why } => format!(
-                "{why} by the deadline: the lifecycle action is left to the hook's own timeout \
-                 and default result"
-            ),
-        }
-    }
 }
 
 /// What was done for one node action.
@@ -323,8 +305,8 @@ impl NodeOutcome {
             (self.node_gone && self.delete.is_none()).then(|| format!("node/{node} is gone")),
             Some(cordon),
             Some(drain),
-            self.delete.as_ref().map(DeleteOutcome::summary),
-            self.joining.as_ref().map(Joining::summary),
+            self.delete.as_ref().map(DeleteOutcome::to_string),
+            self.joining.as_ref().map(Joining::to_string),
             (self.lifecycle.as_ref().zip(self.lifecycle_hook.as_ref()))
                 .map(|(l, hook)| l.summary(hook)),
             Some(undo),
@@ -386,4 +368,60 @@ pub(crate) fn results(outcomes: &[NodeOutcome]) -> Vec<ActionResult> {
             }),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_read_for_people() {
+        let target = || "nodeclaim/nc".to_string();
+        let deletes = [
+            (
+                DeleteOutcome::Deleted { target: target() },
+                "deleted nodeclaim/nc",
+            ),
+            (
+                DeleteOutcome::AlreadyGone { target: target() },
+                "nodeclaim/nc already gone",
+            ),
+            (
+                DeleteOutcome::AlreadyDeleting { target: target() },
+                "nodeclaim/nc already being deleted",
+            ),
+            (
+                DeleteOutcome::WouldDelete { target: target() },
+                "would delete nodeclaim/nc",
+            ),
+            (
+                DeleteOutcome::Refused {
+                    target: target(),
+                    why: "another instance's".into(),
+                },
+                "refused to delete nodeclaim/nc: another instance's",
+            ),
+        ];
+        for (outcome, said) in deletes {
+            assert_eq!(outcome.to_string(), said);
+        }
+        let ready = Joining::Ready { node: "n1".into() };
+        assert_eq!(ready.to_string(), "node/n1 runs the instance and is Ready");
+        let waiting = Joining::Waiting {
+            why: "no node yet".into(),
+            next_check: DateTime::<Utc>::UNIX_EPOCH,
+        };
+        assert_eq!(
+            waiting.to_string(),
+            "no node yet: looked at again in the next pass"
+        );
+        let timed_out = Joining::TimedOut {
+            why: "no node yet".into(),
+        };
+        assert_eq!(
+            timed_out.to_string(),
+            "no node yet by the deadline: the lifecycle action is left to the hook's own timeout \
+             and default result"
+        );
+    }
 }

@@ -12,8 +12,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::api::retry::with_retry;
 use super::connect::ClusterClient;
+use super::error::KubeError;
 use super::events::{EventType, Said, build, record, reference};
-use crate::ports::{DirectoryError, FailureKind, PolicySource, PolicyText};
+use crate::ports::{DirectoryError, PolicySource, PolicyText};
 
 /// The policy ConfigMap's namespace (forewarn's own, `infra/k8s/rbac.yaml`), name and key.
 pub const POLICY_NAMESPACE: &str = crate::domain::config::NAMESPACE;
@@ -35,10 +36,11 @@ impl KubePolicy {
         }
     }
 
-    fn failed(&self, kind: FailureKind, e: impl Into<crate::ports::BoxError>) -> DirectoryError {
+    fn failed(&self, e: impl Into<KubeError>) -> DirectoryError {
+        let e = e.into();
         DirectoryError {
             doing: Some(format!("configmap/{POLICY_NAMESPACE}/{POLICY_CONFIGMAP}")),
-            ..DirectoryError::new("Kubernetes (the policy ConfigMap)", kind, e)
+            ..DirectoryError::new("Kubernetes (the policy ConfigMap)", e.kind(), e)
         }
     }
 }
@@ -46,17 +48,13 @@ impl KubePolicy {
 #[async_trait]
 impl PolicySource for KubePolicy {
     async fn read(&self) -> Result<PolicyText, DirectoryError> {
-        let client = self
-            .clients
-            .client()
-            .await
-            .map_err(|e| self.failed(e.kind(), e))?;
+        let client = self.clients.client().await.map_err(|e| self.failed(e))?;
         let maps: Api<ConfigMap> = Api::namespaced(client, POLICY_NAMESPACE);
         let object = format!("configmap/{POLICY_NAMESPACE}/{POLICY_CONFIGMAP}");
         let got = with_retry(&self.clients, "get", &object, || {
             maps.get_opt(POLICY_CONFIGMAP)
         });
-        let map = got.await.map_err(|e| self.failed(e.kind(), e))?;
+        let map = got.await.map_err(|e| self.failed(e))?;
         Ok(
             match map.map(|m| m.data.and_then(|mut d| d.remove(POLICY_KEY))) {
                 None => PolicyText::Absent,

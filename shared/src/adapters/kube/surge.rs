@@ -35,8 +35,7 @@ use k8s_openapi::api::core::v1::Pod;
 use super::api::rate_limit::Lane;
 use super::api::retry::with_retry_in;
 use super::connect::ClusterClient;
-use super::error::ApiError;
-use super::error::KubeError;
+use super::error::{ApiError, KubeError};
 use super::placeholder::placeholder_for;
 pub(crate) use super::surge_memory::SurgeMemory;
 use super::surge_memory::{budget_rounds, controller, earlier_rounds};
@@ -259,7 +258,7 @@ pub(crate) async fn surge_pass(
             ),
         });
     }
-    for (made, created) in create_all(clients, settings, making, end).await {
+    for (_, created, made) in create_all(clients, settings, making, end).await {
         match created {
             Created::New => pass.created += 1,
             Created::Exists => {}
@@ -391,8 +390,7 @@ async fn list(
 enum Created {
     New,
     Exists,
-    /// Not made (failed, or not answered within the step's budget); logged. Its pod is
-    /// drained as without surge.
+    /// Not made (failed); logged. Its pod is drained as without surge.
     Not,
     /// Refused by the API server (400, 403, 404, 422: RBAC, Pod Security, an admission policy
     /// or webhook): by which step, and its message. Its pod is drained as without surge.
@@ -400,26 +398,25 @@ enum Created {
 }
 
 /// Creates the placeholders of `making` (at most `settings.parallelism` at once) by `end` (the
-/// step's budget); answers what became of each. One that no answer came for by then is
-/// [`Created::Not`].
+/// step's budget); answers what became of each that was answered by then, in `making`'s order,
+/// with its place in it (the others are not made: their pods are evicted as without surge).
 async fn create_all(
     clients: &ClusterClient,
     settings: &SurgeSettings,
     making: Vec<Making>,
     end: DateTime<Utc>,
-) -> Vec<(Making, Created)> {
-    let mut answered: Vec<Option<Created>> = making.iter().map(|_| None).collect();
+) -> Vec<(usize, Created, Making)> {
+    let asked = making.len();
+    let mut answered = Vec::with_capacity(asked);
     // The futures made first (a stream mapping borrowed items would not be `Send` for every
     // lifetime, as the executor's futures must be).
-    let creates: Vec<_> = making
-        .iter()
-        .enumerate()
-        .map(|(i, m)| async move { (i, create(clients, &settings.memory, m).await) })
+    let creates: Vec<_> = (making.into_iter().enumerate())
+        .map(|(i, m)| async move { (i, create(clients, &settings.memory, &m).await, m) })
         .collect();
     let work = futures::stream::iter(creates)
         .buffer_unordered(settings.parallelism.max(1))
-        .for_each(|(i, created)| {
-            answered[i] = Some(created);
+        .for_each(|answer| {
+            answered.push(answer);
             std::future::ready(())
         });
     if crate::ports::until(clients.clock(), end, work)
@@ -427,13 +424,13 @@ async fn create_all(
         .is_none()
     {
         tracing::warn!(
-            asked = making.len(),
-            answered = answered.iter().flatten().count(),
+            asked,
+            answered = answered.len(),
             "placeholders not all made within the step's budget: the other pods are evicted as without surge"
         );
     }
-    let answered = answered.into_iter().map(|a| a.unwrap_or(Created::Not));
-    making.into_iter().zip(answered).collect()
+    answered.sort_by_key(|(i, ..)| *i);
+    answered
 }
 
 /// Creates one placeholder, once: any answer but success and AlreadyExists (409) — a refusal

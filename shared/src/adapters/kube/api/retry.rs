@@ -81,7 +81,7 @@ where
             // Impatient work waits a throttle out, never an outage (the event comes back).
             Some(_) if clients.fail_fast => status_code(e) == Some(429),
             Some(_) => is_transient(e),
-            None => is_retryable(status_code(e)),
+            None => is_retryable(e),
         })
         .adjust(|e, backoff| {
             let after = retry_after(e);
