@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use clap::Args;
 use forewarn::adapters::kube::{
-    ClusterAccess, EksAccess, Impersonation, PreflightScope, connect, connect_eks,
+    self, ClusterAccess, ClusterClient, EksAccess, Impersonation, PreflightScope, connect_eks,
 };
 use forewarn::app::preflight::{Role, blocking};
 use forewarn::app::settings::{ClusterSelection, Settings};
@@ -66,21 +66,29 @@ pub async fn prove_cluster(
             user: CHECK_USER.to_string(),
             groups: vec![group.to_string()],
         };
-        let clients = match (access, member) {
-            (ClusterAccess::Eks(eks), Some(member)) => {
-                connect_eks(eks, member, Some(&identity)).await?
-            }
-            _ => connect(access, settings.aws, Some(&identity)).await?,
-        }
-        .with_clock(clock.clone());
+        let clients = connect(settings, (access, member), Some(&identity)).await?;
+        let clients = clients.with_clock(clock.clone());
         let scope = PreflightScope {
             group,
             capabilities: role.capabilities(),
             reporting_instance: CHECK_USER,
         };
-        proofs.extend(forewarn::adapters::kube::prove(&clients, &settings.config, &scope).await);
+        proofs.extend(kube::prove(&clients, &settings.config, &scope).await);
     }
     Ok(proofs)
+}
+
+/// A client of the cluster `access` reaches (an EKS cluster of a member account through
+/// `member`, that account's configuration), as `identity` when given.
+pub async fn connect(
+    settings: &Settings,
+    (access, member): (&ClusterAccess, Option<&aws_config::SdkConfig>),
+    identity: Option<&Impersonation>,
+) -> anyhow::Result<ClusterClient> {
+    Ok(match (access, member) {
+        (ClusterAccess::Eks(eks), Some(member)) => connect_eks(eks, member, identity).await?,
+        _ => kube::connect(access, settings.aws, identity).await?,
+    })
 }
 
 /// The clusters to check, with how each is reached.
