@@ -106,8 +106,7 @@ pub async fn run(
                 survival: (report.summary.survival() * 1000.0).round() / 1000.0,
                 budgets_to_add: budgets.len(),
             };
-            serde_json::to_writer(&mut out, &summary)?;
-            writeln!(out)?;
+            crate::text::json_lines(&mut out, &[summary])?;
         }
         AuditOutput::Yaml => {
             let s = &report.summary;

@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use forewarn::adapters::kube::{ClusterAccess, EksAccess, Impersonation, connect, connect_eks};
+use forewarn::adapters::kube::{
+    self, ClusterAccess, ClusterClient, EksAccess, Impersonation, connect_eks,
+};
 use forewarn::adapters::preflight::{PreflightScope, prove};
 use forewarn::app::preflight::{Role, blocking};
 use forewarn::app::settings::{ClusterSelection, Settings};
@@ -65,13 +67,8 @@ pub async fn prove_cluster(
             user: CHECK_USER.to_string(),
             groups: vec![group.to_string()],
         };
-        let clients = match (access, member) {
-            (ClusterAccess::Eks(eks), Some(member)) => {
-                connect_eks(eks, member, Some(&identity)).await?
-            }
-            _ => connect(access, settings.aws, Some(&identity)).await?,
-        }
-        .with_clock(clock.clone());
+        let clients = connect(settings, (access, member), Some(&identity)).await?;
+        let clients = clients.with_clock(clock.clone());
         let scope = PreflightScope {
             group,
             capabilities: role.capabilities(),
@@ -80,6 +77,19 @@ pub async fn prove_cluster(
         proofs.extend(prove(&clients, &settings.config, &scope).await);
     }
     Ok(proofs)
+}
+
+/// A client of the cluster `access` reaches (an EKS cluster of a member account through
+/// `member`, that account's configuration), as `identity` when given.
+pub async fn connect(
+    settings: &Settings,
+    (access, member): (&ClusterAccess, Option<&aws_config::SdkConfig>),
+    identity: Option<&Impersonation>,
+) -> anyhow::Result<ClusterClient> {
+    Ok(match (access, member) {
+        (ClusterAccess::Eks(eks), Some(member)) => connect_eks(eks, member, identity).await?,
+        _ => kube::connect(access, settings.aws, identity).await?,
+    })
 }
 
 /// The clusters to check, with how each is reached.

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use anyhow::{Context, anyhow, bail};
 use aws_config::Region;
 use clap::Args;
+use forewarn::adapters::accounts;
 use forewarn::adapters::aws::aws_error_text;
 use forewarn::adapters::kube::{ClusterAccess, EksAccess};
 use forewarn::app::settings::Settings;
@@ -319,20 +320,9 @@ pub(crate) async fn member_config(
     account: &str,
     role: &str,
 ) -> aws_config::SdkConfig {
-    let partition = forewarn::adapters::accounts::partition_of(
-        sdk.region().map_or("us-east-1", |r| r.as_ref()),
-    );
-    let arn = format!("arn:{partition}:iam::{account}:role/{role}");
-    let provider = aws_config::sts::AssumeRoleProvider::builder(arn)
-        .session_name("forewarn-deploy")
-        .configure(sdk)
-        .build()
-        .await;
-    let provider = aws_credential_types::provider::SharedCredentialsProvider::new(provider);
-    sdk.clone()
-        .into_builder()
-        .credentials_provider(provider)
-        .build()
+    let region = sdk.region().map_or("us-east-1", |r| r.as_ref());
+    let arn = accounts::role_arn(account, role, region);
+    accounts::assume_role(sdk, arn, "forewarn-deploy", sdk.region().cloned()).await
 }
 
 /// `cluster a`, `clusters a, b`, `every EKS cluster of the account and region (now a, b)`.
@@ -631,8 +621,7 @@ impl Deploy {
         }
         let roles = FUNCTIONS.map(|f| self.output(&format!("{}RoleArn", f.prefix)));
         let roles = roles.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
-        let partition =
-            forewarn::adapters::accounts::partition_of(self.region.as_deref().unwrap_or_default());
+        let region = self.region.clone().unwrap_or_default();
         for cluster in self.served.clone() {
             if self.plan.own.as_deref() == Some(cluster.as_str()) {
                 say!(
@@ -647,12 +636,11 @@ impl Deploy {
             let (eks, principals) = match member_of(&cluster) {
                 None => (self.eks.clone(), roles.clone()),
                 Some((account, _)) => {
-                    let arn =
-                        |tail| format!("arn:{partition}:iam::{account}:role/forewarn-member{tail}");
+                    let arn = |role| accounts::role_arn(account, role, &region);
                     let eks = self.members.get(account).map(aws_sdk_eks::Client::new);
                     (
                         eks.unwrap_or_else(|| self.eks.clone()),
-                        vec![arn(""), arn("-read")],
+                        vec![arn("forewarn-member"), arn("forewarn-member-read")],
                     )
                 }
             };
@@ -926,13 +914,8 @@ async fn connect(
 ) -> anyhow::Result<Cluster> {
     let access = access_of(settings, name, one);
     let connecting = || format!("cluster {name}: connecting (--kube)");
-    let cluster = match (&access, member) {
-        (ClusterAccess::Eks(eks), Some(member)) => {
-            forewarn::adapters::kube::connect_eks(eks, member, None).await
-        }
-        _ => forewarn::adapters::kube::connect(&access, settings.aws, None).await,
-    };
-    let client = cluster
+    let client = crate::check::connect(settings, (&access, member), None)
+        .await
         .with_context(connecting)?
         .client()
         .await

@@ -9,6 +9,7 @@ use forewarn::app::settings::{
     ClusterChoice, ClusterSelection, InstanceChoice, Settings, StoreChoice,
 };
 use forewarn::domain::clusters::{self, ClusterId, Place};
+use forewarn::domain::config::Mode;
 
 mod audit;
 mod check;
@@ -144,6 +145,16 @@ pub fn cluster_choice(file: &Option<PathBuf>, kube: bool, settings: &Settings) -
     }
 }
 
+/// A run's mode: `--execute` (`execute`) acts; reading something `live` (a cluster, a table)
+/// without it is a dry run (read, never written); otherwise a plan.
+pub fn mode(execute: bool, live: bool) -> Mode {
+    match (execute, live) {
+        (true, _) => Mode::Act,
+        (false, true) => Mode::DryRun,
+        (false, false) => Mode::Plan,
+    }
+}
+
 /// `--cluster CLUSTER`: which served cluster a command reads (or acts on) live.
 #[derive(Args, Debug, Clone, Default)]
 pub struct ClusterArg {
@@ -202,11 +213,8 @@ impl StoreArgs {
         settings: &Settings,
         clock: std::sync::Arc<dyn forewarn::ports::Clock>,
     ) -> anyhow::Result<std::sync::Arc<dyn forewarn::ports::PoolStore>> {
-        let (choice, read_only) = (
-            self.choice(settings),
-            forewarn::domain::config::Mode::DryRun,
-        );
-        Ok(forewarn::app::wiring::store(&choice, read_only, None, settings.aws, clock).await?)
+        let choice = self.choice(settings);
+        Ok(forewarn::app::wiring::store(&choice, Mode::DryRun, None, settings.aws, clock).await?)
     }
 
     /// The store these arguments select, the settings filling in the flags not given: the

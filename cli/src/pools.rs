@@ -110,7 +110,7 @@ pub struct NotAPeriod {
 /// ten years.
 pub fn parse_since(text: &str) -> Result<chrono::Duration, NotAPeriod> {
     (forewarn::domain::time::parse_duration(text).ok())
-        .filter(|d| *d > chrono::Duration::zero() && *d <= chrono::Duration::days(3650))
+        .filter(|d| *d > chrono::Duration::zero())
         .ok_or_else(|| NotAPeriod {
             given: text.to_string(),
         })

@@ -10,7 +10,6 @@ use clap::Args;
 use forewarn::app::settings::Settings;
 use forewarn::app::wayback::{UndoReport, WayBack};
 use forewarn::app::wiring;
-use forewarn::domain::config::Mode;
 use forewarn::domain::cordon_record::UndoOutcome;
 use forewarn::ports::Clock;
 
@@ -62,11 +61,7 @@ pub async fn run(
     }
     args.cluster.narrow(&mut settings)?;
     settings.store = args.store.choice(&settings);
-    settings.mode = match (args.execute, args.kube) {
-        (true, _) => Mode::Act,
-        (false, true) => Mode::DryRun,
-        (false, false) => Mode::Plan,
-    };
+    settings.mode = crate::mode(args.execute, args.kube);
     settings.instances = crate::instance_choice(&args.instances, args.ec2);
     settings.cluster = crate::cluster_choice(&args.cluster_state, args.kube, &settings);
     settings.webhook = None;

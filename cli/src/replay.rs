@@ -10,7 +10,6 @@ use chrono::{DateTime, Utc};
 use clap::Args;
 use forewarn::app::settings::{Settings, StoreChoice};
 use forewarn::app::wiring;
-use forewarn::domain::config::Mode;
 use forewarn::domain::event::{DecodeError, Origin};
 use forewarn::domain::inbound::{self, Record};
 use forewarn::domain::report::{Outcome, Tally};
@@ -118,19 +117,6 @@ pub fn read_records(paths: &[PathBuf], received: DateTime<Utc>) -> Vec<Record> {
     records
 }
 
-/// The run's mode: `--execute` acts; a live cluster or a DynamoDB table (`store`) without it is
-/// a dry run (read, never written); otherwise a plan, recorded in the embedded store.
-fn mode(args: &ReplayArgs, store: &StoreChoice) -> Mode {
-    match (
-        args.execute,
-        args.kube || matches!(store, StoreChoice::Dynamo { .. }),
-    ) {
-        (true, _) => Mode::Act,
-        (false, true) => Mode::DryRun,
-        (false, false) => Mode::Plan,
-    }
-}
-
 /// Replays `args.paths` with the process's `settings`, which the flags override.
 pub async fn run(
     args: ReplayArgs,
@@ -144,7 +130,9 @@ pub async fn run(
         settings.config.policy = forewarn::app::settings::read_policy(path)?;
     }
     settings.store = args.store.choice(&settings);
-    settings.mode = mode(&args, &settings.store);
+    // A DynamoDB table is read live: without --execute, never written.
+    let table = matches!(settings.store, StoreChoice::Dynamo { .. });
+    settings.mode = crate::mode(args.execute, args.kube || table);
     settings.instances = crate::instance_choice(&args.instances, args.ec2);
     settings.cluster = crate::cluster_choice(&args.cluster_state, args.kube, &settings);
     // Replay reports what it did itself: no webhook. Its drains' passes run in process: a

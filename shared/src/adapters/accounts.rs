@@ -65,6 +65,32 @@ pub fn partition_of(region: &str) -> &'static str {
         .map_or("aws", |(_, partition)| partition)
 }
 
+/// `arn:<partition>:iam::<account>:role/<role>`, in the partition of `region`.
+pub fn role_arn(account: &str, role: &str, region: &str) -> String {
+    format!("arn:{}:iam::{account}:role/{role}", partition_of(region))
+}
+
+/// `base` with the credentials of the role `arn`, assumed as session `session` (STS is called
+/// in `base`'s region, with its credentials, at the first call: a role that cannot be assumed
+/// fails that call), its calls made in `region`.
+pub async fn assume_role(
+    base: &SdkConfig,
+    arn: String,
+    session: &str,
+    region: Option<Region>,
+) -> SdkConfig {
+    let provider = AssumeRoleProvider::builder(arn)
+        .configure(base)
+        .session_name(session)
+        .build()
+        .await;
+    base.clone()
+        .into_builder()
+        .credentials_provider(SharedCredentialsProvider::new(provider))
+        .region(region)
+        .build()
+}
+
 /// At most this many characters of a refused value are repeated in an error.
 const SHOWN_MAX: usize = 40;
 
@@ -288,10 +314,7 @@ impl Accounts {
     /// The role assumed in `account`: `arn:<partition>:iam::<account>:role/<member role>`.
     pub fn role_arn(&self, account: &str, region: &str) -> Option<String> {
         let role = self.settings.member_role.as_ref()?;
-        Some(format!(
-            "arn:{}:iam::{account}:role/{role}",
-            partition_of(region)
-        ))
+        Some(role_arn(account, role, region))
     }
 
     /// The SDK configuration for calls about `place` (see the module's documentation).
@@ -315,18 +338,8 @@ impl Accounts {
                     // `target` answers a member only with a member role.
                     return Ok(self.base.clone());
                 };
-                // STS is called in the deployment's own region, with its own credentials.
-                let provider = AssumeRoleProvider::builder(arn)
-                    .configure(&self.base)
-                    .session_name(SESSION_NAME)
-                    .build()
-                    .await;
-                self.base
-                    .clone()
-                    .into_builder()
-                    .credentials_provider(SharedCredentialsProvider::new(provider))
-                    .region(Region::new(region.clone()))
-                    .build()
+                let region = Some(Region::new(region.clone()));
+                assume_role(&self.base, arn, SESSION_NAME, region).await
             }
         };
         Ok(lock(&self.configs).entry(target).or_insert(config).clone())
