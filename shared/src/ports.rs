@@ -355,6 +355,22 @@ fn cause_text(cause: Option<&(dyn std::error::Error + Send + Sync)>) -> String {
 }
 
 impl StoreError {
+    /// A failure of the backend at `location` while doing `what`, as `source` says.
+    pub fn backend(
+        location: String,
+        what: impl std::fmt::Display,
+        kind: FailureKind,
+        source: Option<BoxError>,
+    ) -> StoreError {
+        let message = what.to_string();
+        StoreError::Backend {
+            location,
+            message,
+            kind,
+            source,
+        }
+    }
+
     /// The kind of failure (a malformed item is [`FailureKind::Invalid`]).
     pub fn kind(&self) -> FailureKind {
         match self {
@@ -427,12 +443,13 @@ pub trait PoolStore: Send + Sync {
     /// the first. A write conditioned on the keys read: a concurrent rotation makes it fail
     /// ([`FailureKind::Conflict`]) rather than lose a key.
     async fn rotate_continuation_key(&self) -> Result<KeyRing, StoreError> {
-        Err(StoreError::Backend {
-            location: self.location(),
-            message: "this store cannot rotate its continuation key".into(),
-            kind: FailureKind::Invalid,
-            source: None,
-        })
+        let what = "this store cannot rotate its continuation key";
+        Err(StoreError::backend(
+            self.location(),
+            what,
+            FailureKind::Invalid,
+            None,
+        ))
     }
 
     /// The rounds of traffic first this store shares between execution environments (see

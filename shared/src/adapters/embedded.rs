@@ -237,12 +237,7 @@ fn backend_of(
     what: impl Display,
     error: impl Into<BoxError>,
 ) -> StoreError {
-    StoreError::Backend {
-        location: path.display().to_string(),
-        message: what.to_string(),
-        kind,
-        source: Some(error.into()),
-    }
+    StoreError::backend(path.display().to_string(), what, kind, Some(error.into()))
 }
 
 /// `json`, the value of `key`, as `what` it should be, or what is wrong with it.

@@ -63,16 +63,10 @@ where
     /// A read-only view reads the keys (a dry run verifies cordon records) but never creates
     /// them: with none stored, it has none.
     async fn continuation_keys(&self) -> Result<KeyRing, StoreError> {
-        self.0
-            .reread_continuation_keys()
-            .await?
-            .ok_or_else(|| StoreError::Backend {
-                location: self.0.location(),
-                message: "no continuation key is stored yet (a read-only view never creates one)"
-                    .into(),
-                kind: FailureKind::NotFound,
-                source: None,
-            })
+        self.0.reread_continuation_keys().await?.ok_or_else(|| {
+            let what = "no continuation key is stored yet (a read-only view never creates one)";
+            StoreError::backend(self.0.location(), what, FailureKind::NotFound, None)
+        })
     }
 
     async fn reread_continuation_keys(&self) -> Result<Option<KeyRing>, StoreError> {
@@ -80,12 +74,13 @@ where
     }
 
     async fn rotate_continuation_key(&self) -> Result<KeyRing, StoreError> {
-        Err(StoreError::Backend {
-            location: self.0.location(),
-            message: "a read-only view of the store rotates nothing".into(),
-            kind: FailureKind::Invalid,
-            source: None,
-        })
+        let what = "a read-only view of the store rotates nothing";
+        Err(StoreError::backend(
+            self.0.location(),
+            what,
+            FailureKind::Invalid,
+            None,
+        ))
     }
 
     fn location(&self) -> String {

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
-use crate::app::pipeline::{place_of, place_report};
+use crate::app::pipeline::place_report;
 use crate::domain::event::ec2::PART_FIELD;
 use crate::domain::event::{DecodeError, Detail, Event, EventKind};
 use crate::domain::facts::{CapacityBlock, InstanceFacts};
@@ -75,7 +75,7 @@ fn block_of(record: &Record) -> Option<(Place, &str)> {
     let event = record.event.as_ref().ok()?;
     match &event.detail {
         Detail::CapacityBlock { reservation_id, .. } if event.kind.is_capacity_block() => {
-            Some((place_of(event), reservation_id.as_str()))
+            Some((Place::of_event(event), reservation_id.as_str()))
         }
         _ => None,
     }
@@ -447,7 +447,7 @@ mod tests {
         }
         // The block's instances as its lookup described them, in the block's place: what the
         // batch's lookup takes instead of describing them again.
-        let place = place_of(out.records[0].event.as_ref().unwrap());
+        let place = Place::of_event(out.records[0].event.as_ref().unwrap());
         let known: Vec<&(Place, String)> = out.described.keys().collect();
         assert_eq!(
             known,

@@ -26,6 +26,14 @@ impl Place {
         }
     }
 
+    /// Where `event` comes from: its account and region.
+    pub fn of_event(event: &crate::domain::event::Event) -> Place {
+        Place {
+            account: event.account.clone(),
+            region: event.region.clone(),
+        }
+    }
+
     /// This place, what it does not say taken from `own` (the deployment's own place).
     pub fn or(&self, own: &Place) -> Place {
         Place {

@@ -150,12 +150,7 @@ impl DynamoStore {
         what: impl Display,
         why: impl Into<crate::ports::BoxError>,
     ) -> StoreError {
-        StoreError::Backend {
-            location: self.location(),
-            message: what.to_string(),
-            kind,
-            source: Some(why.into()),
-        }
+        StoreError::backend(self.location(), what, kind, Some(why.into()))
     }
 
     /// What makes the error of a request this store could not encode or build, `what`.

@@ -50,12 +50,8 @@ impl SecretKeys {
 
     /// An error of `kind` while doing `what`, as `why` says.
     fn fail(&self, kind: FailureKind, what: &str, why: impl Into<BoxError>) -> StoreError {
-        StoreError::Backend {
-            location: format!("secret {}", self.secret),
-            message: what.to_string(),
-            kind,
-            source: Some(why.into()),
-        }
+        let location = format!("secret {}", self.secret);
+        StoreError::backend(location, what, kind, Some(why.into()))
     }
 
     /// A Secrets Manager call that failed while doing `what`, with the kind its answer says.

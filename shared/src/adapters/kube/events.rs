@@ -26,6 +26,7 @@ use super::error::{ApiError, KubeError};
 use super::executor::KubeExecutor;
 use super::outcome::{DrainReport, EventOutcome, NodeOutcome};
 use crate::domain::config::Action;
+use crate::domain::names::fnv1a;
 use crate::domain::plan::pod_event::{self, Notice};
 use crate::domain::plan::{NodeAction, Plan};
 use crate::ports::span;
@@ -46,14 +47,9 @@ pub(crate) enum EventType {
 /// The Event name for (node, event id, reason): `<node>.<16 hex digits>`, like the names
 /// client-go gives, a valid DNS subdomain of at most 253 characters.
 pub fn event_name(node: &str, event_id: &str, reason: &str) -> String {
-    // FNV-1a, 64 bits: stable across builds and platforms (unlike std's hasher).
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for part in [node, event_id, reason] {
-        for b in part.bytes().chain(std::iter::once(0)) {
-            hash ^= u64::from(b);
-            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
+    // Each part's bytes and a 0 after it: the same name for the same parts, every build.
+    let parts = [node, event_id, reason].into_iter();
+    let hash = fnv1a(parts.flat_map(|p| p.bytes().chain(std::iter::once(0))));
     let valid = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.';
     let prefix: String = (node.to_ascii_lowercase().chars())
         .map(|c| if valid(c) { c } else { '-' })

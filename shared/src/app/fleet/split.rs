@@ -178,7 +178,7 @@ fn homes(
     served: &[ClusterId],
     own: &Place,
 ) -> Vec<(Home, Vec<String>)> {
-    let place = crate::app::pipeline::place_of(event);
+    let place = Place::of_event(event);
     let mut out: Vec<(Home, Vec<String>)> = Vec::new();
     for id in &event.instance_ids {
         let h = home(instances.get(id), &place, served, own);

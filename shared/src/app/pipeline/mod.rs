@@ -28,6 +28,7 @@ use tracing::Instrument;
 
 use chrono::{DateTime, Utc};
 
+use crate::domain::clusters::Place;
 use crate::domain::config::{Config, Mode};
 use crate::domain::event::{Event, EventKind};
 use crate::domain::facts::InstanceFacts;
@@ -49,7 +50,7 @@ mod passes;
 mod places;
 mod traffic;
 
-pub use places::{Described, describe_events, looked_up_events, place_of, place_report};
+pub use places::{Described, describe_events, looked_up_events, place_report};
 pub use traffic::{DEREGISTER_BUDGET, ELB_RATE, QUIET_FOR, Traffic};
 
 use batch::{follow_firsts, schedule, split_lanes};
@@ -447,7 +448,7 @@ impl Pipeline<'_> {
                 let Some(queue) = self.queue_for(record) else {
                     return Handled::Pending(report, Box::new(plan));
                 };
-                self.offer_early(&place_of(event), &plan).await;
+                self.offer_early(&Place::of_event(event), &plan).await;
                 let next = Continuation::first(now, event.time, plan.clone());
                 if let Err(e) = self.send(queue, &next, Duration::ZERO).await {
                     return Handled::Done(e.fail(report));

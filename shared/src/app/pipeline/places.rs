@@ -22,14 +22,6 @@ use crate::domain::inbound::Record;
 use crate::domain::report::{Outcome, Report};
 use crate::ports::{DirectoryError, InstanceDirectory, Place};
 
-/// The place of `event`: its account and region.
-pub fn place_of(event: &Event) -> Place {
-    Place {
-        account: event.account.clone(),
-        region: event.region.clone(),
-    }
-}
-
 /// The report of `record`, an event of a place whose lookup met `error`: acknowledged when its
 /// account is not served; else failed, retryable as the error says (an account that cannot be
 /// reached named in the report, for its metric).
@@ -58,7 +50,7 @@ impl Described {
     /// A lookup that failed whole with `error`: every place of `events` failed as it says.
     pub fn failing(events: &[&Event], error: DirectoryError) -> Described {
         let failure = Arc::new(error);
-        let failed = events.iter().map(|e| (place_of(e), failure.clone()));
+        let failed = events.iter().map(|e| (Place::of_event(e), failure.clone()));
         Described {
             found: BTreeMap::new(),
             failed: failed.collect(),
@@ -71,7 +63,7 @@ impl Described {
         if event.instance_ids.is_empty() {
             return None;
         }
-        self.failed.get(&place_of(event)).map(|e| &**e)
+        self.failed.get(&Place::of_event(event)).map(|e| &**e)
     }
 
     /// The first passes of `lanes` whose place failed, taken out of them, each with its report
@@ -114,7 +106,7 @@ pub async fn describe_events(
 ) -> Described {
     let mut by_place: BTreeMap<Place, BTreeSet<String>> = BTreeMap::new();
     for event in events {
-        let place = place_of(event);
+        let place = Place::of_event(event);
         let ids = event.instance_ids.iter().cloned();
         let unknown: Vec<String> = ids
             .filter(|id| !known.contains_key(&(place.clone(), id.clone())))

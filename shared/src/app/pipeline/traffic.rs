@@ -103,7 +103,7 @@ impl Pipeline<'_> {
             if signed && plan_is_the_events(&c.plan, event).is_ok() {
                 drains.push(FirstDrain {
                     record: i,
-                    place: place_of(event),
+                    place: Place::of_event(event),
                     plan: &c.plan,
                 });
             }
@@ -114,7 +114,7 @@ impl Pipeline<'_> {
             {
                 drains.push(FirstDrain {
                     record: *i,
-                    place: place_of(event),
+                    place: Place::of_event(event),
                     plan,
                 });
             }

@@ -320,10 +320,8 @@ pub struct Event {
     pub detail: Detail,
 }
 
-#[cfg(test)]
 impl Event {
-    /// When the instance is expected to go away, from what the event says (what the tests read
-    /// of an event's detail).
+    /// When the instance is expected to go away, from what the event says.
     pub fn deadline_hint(&self) -> Option<DateTime<Utc>> {
         match &self.detail {
             Detail::Scheduled { start_time, .. } => *start_time,

@@ -280,10 +280,7 @@ fn block_key(event: &Event, config: &Config) -> Option<String> {
             part: false,
             ..
         } if event.kind == EventKind::CapacityBlockExpiration => {
-            let place = Place {
-                account: event.account.clone(),
-                region: event.region.clone(),
-            };
+            let place = Place::of_event(event);
             let cluster = config
                 .cluster_name
                 .as_deref()
@@ -490,10 +487,7 @@ fn no_action(event: &Event, instance_id: &str) -> NodeAction {
 fn refusal(event: &Event, instance: Option<&InstanceFacts>, config: &Config) -> Option<String> {
     // Safety first: another cluster's instance is never touched, nor its lifecycle action.
     if config.unserved {
-        let place = crate::domain::clusters::Place {
-            account: event.account.clone(),
-            region: event.region.clone(),
-        };
+        let place = crate::domain::clusters::Place::of_event(event);
         return Some(crate::domain::clusters::refusal(instance, &place));
     }
     if let Some(why) = other_cluster(instance, config) {
