@@ -17,8 +17,7 @@ use crate::app::upkeep::{ClusterUpkeep, Upkeep};
 use crate::domain::admission::{Capability, Proof};
 use crate::domain::clusters::ClusterId;
 use crate::domain::cordon_record::{Undo, UndoOutcome};
-use crate::ports::ExecuteError;
-use crate::ports::Executor;
+use crate::ports::{ExecuteError, Executor};
 
 #[async_trait]
 impl ClusterUpkeep for KubeExecutor {
