@@ -7,12 +7,11 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use aws_config::SdkConfig;
-use aws_sdk_autoscaling::config::http::HttpResponse;
 use aws_sdk_autoscaling::error::ProvideErrorMetadata;
 use aws_sdk_autoscaling::types::AutoScalingGroup;
 
 use super::accounts::{AccountError, Accounts, PerPlace};
-use super::aws::{AwsError, aws_error_text, failure_kind};
+use super::aws::{CallError, OperationError, aws_error_text, failure_kind, lookup_error};
 use crate::app::priorities::NodeGroupSource;
 use crate::domain::event::LifecycleAction;
 use crate::domain::priorities::AsgDescription;
@@ -143,23 +142,19 @@ impl LifecycleCompleter for AsgLifecycle {
     }
 }
 
-fn lifecycle_error<E>(
+fn lifecycle_error<E: OperationError>(
     instance_id: &str,
     action: &LifecycleAction,
-    e: aws_sdk_autoscaling::error::SdkError<E, HttpResponse>,
-) -> LifecycleError
-where
-    E: aws_sdk_autoscaling::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-{
+    e: CallError<E>,
+) -> LifecycleError {
     LifecycleError {
         asg: action.asg_name.clone(),
         hook: action.hook_name.clone(),
         instance_id: instance_id.to_string(),
         code: e.code().map(str::to_string),
-        message: match e.message() {
-            Some(m) => m.to_string(),
-            None => aws_error_text(&e),
-        },
+        message: e
+            .message()
+            .map_or_else(|| aws_error_text(&e), str::to_string),
         kind: failure_kind(&e),
         source: Some(std::sync::Arc::new(e)),
     }
@@ -206,16 +201,6 @@ fn template_ref(
         spec.launch_template_name().map(str::to_string),
         spec.version().unwrap_or("$Default").to_string(),
     ))
-}
-
-fn lookup_error<E>(
-    service: &'static str,
-    e: aws_sdk_autoscaling::error::SdkError<E, HttpResponse>,
-) -> DirectoryError
-where
-    E: aws_sdk_autoscaling::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-{
-    DirectoryError::new(service, failure_kind(&e), AwsError::of(e))
 }
 
 #[async_trait]

@@ -5,7 +5,7 @@ use aws_config::{BehaviorVersion, SdkConfig};
 use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 
-use crate::ports::FailureKind;
+use crate::ports::{DirectoryError, FailureKind};
 
 /// The SDK's attempts per request (throttling, transient errors) unless `AWS_MAX_ATTEMPTS` or the
 /// profile's `max_attempts` says otherwise.
@@ -129,6 +129,24 @@ pub fn kind_of_code(code: &str) -> Option<FailureKind> {
         _ => return None,
     };
     Some(kind)
+}
+
+/// An SDK operation's error (of any service), as the helpers here take it.
+pub trait OperationError: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static {}
+impl<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static> OperationError for E {}
+
+/// A failed SDK call (every service's `SdkError` is the same type).
+pub type CallError<E> = SdkError<E, HttpResponse>;
+
+/// The kind of `e` ([`failure_kind`]), and `e` kept whole ([`AwsError::of`]).
+pub fn sdk_failure<E: OperationError>(e: CallError<E>) -> (FailureKind, AwsError) {
+    (failure_kind(&e), AwsError::of(e))
+}
+
+/// A lookup's `call` that failed with `e`.
+pub fn lookup_error<E: OperationError>(call: &'static str, e: CallError<E>) -> DirectoryError {
+    let (kind, error) = sdk_failure(e);
+    DirectoryError::new(call, kind, error)
 }
 
 /// An AWS SDK error with its causes (the SDK's `Display` alone says "service error").

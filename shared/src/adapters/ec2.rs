@@ -9,7 +9,7 @@ use aws_sdk_ec2::types::{Filter, Instance};
 use chrono::Utc;
 
 use crate::adapters::accounts::{Accounts, PerPlace, lock};
-use crate::adapters::aws::{AwsError, failure_kind};
+use crate::adapters::aws::lookup_error;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -50,17 +50,8 @@ impl Ec2Directory {
     }
 }
 
-/// A page of `service` that EC2 did not give.
-pub(crate) fn page_error<E>(
-    service: &'static str,
-    e: aws_sdk_ec2::error::SdkError<E, aws_sdk_ec2::config::http::HttpResponse>,
-) -> DirectoryError
-where
-    E: aws_sdk_ec2::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-{
-    let text = aws_sdk_ec2::error::DisplayErrorContext(&e).to_string();
-    DirectoryError::new(service, failure_kind(&e), AwsError::new(text, e))
-}
+/// (`adapters::leaving` names it so.)
+pub(crate) use crate::adapters::aws::lookup_error as page_error;
 
 /// Reads the facts of one SDK instance.
 pub fn facts_of(instance: &Instance) -> Option<InstanceFacts> {
@@ -185,7 +176,7 @@ impl InstanceDirectory for Ec2Directory {
         let facts = match answer {
             Ok(out) => out.capacity_reservations().iter().find_map(block_of),
             Err(e) if e.code() == Some("InvalidCapacityReservationId.NotFound") => None,
-            Err(e) => return Err(self.said(place, CALL, page_error(CALL, e))),
+            Err(e) => return Err(self.said(place, CALL, lookup_error(CALL, e))),
         };
         let filter = Filter::builder()
             .name("capacity-reservation-id")
@@ -297,7 +288,7 @@ pub async fn zone_ids_of(client: &Client) -> Result<ZoneIds, DirectoryError> {
         .all_availability_zones(true)
         .send()
         .await
-        .map_err(|e| page_error("ec2:DescribeAvailabilityZones", e))?;
+        .map_err(|e| lookup_error("ec2:DescribeAvailabilityZones", e))?;
     Ok(out
         .availability_zones()
         .iter()
@@ -312,7 +303,7 @@ pub(crate) async fn query(
 ) -> Result<Vec<InstanceFacts>, DirectoryError> {
     let pages = client.describe_instances().set_filters(Some(filters));
     let reservations: Result<Vec<_>, _> = pages.into_paginator().items().send().collect().await;
-    let reservations = reservations.map_err(|e| page_error("ec2:DescribeInstances", e))?;
+    let reservations = reservations.map_err(|e| lookup_error("ec2:DescribeInstances", e))?;
     let instances = reservations.iter().flat_map(|r| r.instances());
     Ok(instances.filter_map(facts_of).collect())
 }

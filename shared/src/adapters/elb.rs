@@ -31,7 +31,7 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 
 use crate::adapters::accounts::{Accounts, PerPlace, lock};
-use crate::adapters::aws::{AwsError, failure_kind};
+use crate::adapters::aws::{CallError, OperationError, sdk_failure};
 use crate::domain::traffic::{
     CLUSTER_TAG, Deregistered, Doomed, Target, doomed_targets, tagged_for,
 };
@@ -240,22 +240,10 @@ impl Drop for Finding {
 }
 
 /// `e`, met by `call` (of any AWS SDK: their errors are the same types).
-fn call_error<E>(
-    call: &'static str,
-    e: aws_sdk_elasticloadbalancingv2::error::SdkError<
-        E,
-        aws_sdk_elasticloadbalancingv2::config::http::HttpResponse,
-    >,
-) -> TrafficError
-where
-    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-{
-    let text = aws_sdk_elasticloadbalancingv2::error::DisplayErrorContext(&e).to_string();
-    TrafficError {
-        call,
-        kind: failure_kind(&e),
-        source: Box::new(AwsError::new(text, e)),
-    }
+fn call_error<E: OperationError>(call: &'static str, e: CallError<E>) -> TrafficError {
+    let (kind, source) = sdk_failure(e);
+    let source = Box::new(source);
+    TrafficError { call, kind, source }
 }
 
 /// What became of one group in a round.
