@@ -124,44 +124,6 @@ impl EmbeddedStore {
         })
     }
 
-    fn apply_now(&self, update: &PoolUpdate) -> Result<Applied, StoreError> {
-        let id = update.event_id.as_str();
-        let what = format!("applying event {id}");
-        validate(update).map_err(|m| backend_of(FailureKind::Invalid, &self.path, &what, m))?;
-        let recorded_ms = update.recorded_at.timestamp_millis();
-        self.write(what, |txn| {
-            let mut ledger = txn.open_table(LEDGER)?;
-            for key in update.ledger_keys() {
-                if ledger.get(key)?.is_some_and(|v| v.value().1 > recorded_ms) {
-                    return Ok(Applied::Duplicate);
-                }
-            }
-            let expires = (update.recorded_at + self.retention.ledger).timestamp_millis();
-            for key in update.ledger_keys() {
-                ledger.insert(key, (recorded_ms, expires))?;
-            }
-            let mut pools = txn.open_table(POOLS)?;
-            for delta in &pool_deltas(update) {
-                let key = delta.pool.to_string();
-                let existing = pools.get(key.as_str())?.map(|v| decode(&key, v.value()));
-                let record = fold(existing.transpose()?, update, delta, &self.retention);
-                pools.insert(key.as_str(), serde_json::to_string(&record)?.as_str())?;
-            }
-            let mut history = txn.open_table(HISTORY)?;
-            for entry in HistoryEntry::of(update, &self.retention) {
-                let key = format!(
-                    "{}#{:013}#{}#{}",
-                    entry.pool,
-                    entry.at.timestamp_millis().max(0),
-                    entry.event_id,
-                    entry.instance_id
-                );
-                history.insert(key.as_str(), serde_json::to_string(&entry)?.as_str())?;
-            }
-            Ok(Applied::Applied)
-        })
-    }
-
     /// Runs `work` in a write transaction, committed when it succeeds; `what` names it in
     /// errors (a corrupt entry is said as it is).
     fn write<T>(
@@ -281,8 +243,42 @@ impl PoolStore for EmbeddedStore {
     }
 
     async fn apply(&self, update: &PoolUpdate) -> Result<Applied, StoreError> {
-        let update = update.clone();
-        self.blocking(move |store| store.apply_now(&update)).await
+        let what = format!("applying event {}", update.event_id);
+        validate(update).map_err(|m| backend_of(FailureKind::Invalid, &self.path, &what, m))?;
+        let (update, retention) = (update.clone(), self.retention);
+        let recorded_ms = update.recorded_at.timestamp_millis();
+        self.write_off(what, move |txn| {
+            let mut ledger = txn.open_table(LEDGER)?;
+            for key in update.ledger_keys() {
+                if ledger.get(key)?.is_some_and(|v| v.value().1 > recorded_ms) {
+                    return Ok(Applied::Duplicate);
+                }
+            }
+            let expires = (update.recorded_at + retention.ledger).timestamp_millis();
+            for key in update.ledger_keys() {
+                ledger.insert(key, (recorded_ms, expires))?;
+            }
+            let mut pools = txn.open_table(POOLS)?;
+            for delta in &pool_deltas(&update) {
+                let key = delta.pool.to_string();
+                let existing = pools.get(key.as_str())?.map(|v| decode(&key, v.value()));
+                let record = fold(existing.transpose()?, &update, delta, &retention);
+                pools.insert(key.as_str(), serde_json::to_string(&record)?.as_str())?;
+            }
+            let mut history = txn.open_table(HISTORY)?;
+            for entry in HistoryEntry::of(&update, &retention) {
+                let key = format!(
+                    "{}#{:013}#{}#{}",
+                    entry.pool,
+                    entry.at.timestamp_millis().max(0),
+                    entry.event_id,
+                    entry.instance_id
+                );
+                history.insert(key.as_str(), serde_json::to_string(&entry)?.as_str())?;
+            }
+            Ok(Applied::Applied)
+        })
+        .await
     }
 
     async fn history_of(
@@ -346,22 +342,17 @@ impl PoolStore for EmbeddedStore {
     }
 
     async fn reread_continuation_keys(&self) -> Result<Option<KeyRing>, StoreError> {
-        let now = self.clock.now();
-        let keys = self.keys_op(KeyOp::Read).await?;
-        if let Some(keys) = &keys {
-            self.keys.put(keys, now);
-        }
-        Ok(keys)
+        self.keys
+            .kept(self.clock.now(), self.keys_op(KeyOp::Read))
+            .await
     }
 
     async fn rotate_continuation_key(&self) -> Result<KeyRing, StoreError> {
-        let now = self.clock.now();
         let keys = self
-            .keys_op(KeyOp::Rotate)
-            .await?
-            .ok_or_else(|| self.err("rotating the continuation key", "no key after it"))?;
-        self.keys.put(&keys, now);
-        Ok(keys)
+            .keys
+            .kept(self.clock.now(), self.keys_op(KeyOp::Rotate));
+        let none = || self.err("rotating the continuation key", "no key after it");
+        keys.await?.ok_or_else(none)
     }
 
     fn traffic_rounds(&self) -> Option<&dyn TrafficRounds> {

@@ -14,9 +14,17 @@ use crate::ports::KEY_CACHE_TTL;
 pub(crate) struct KeyCache(Mutex<Option<(KeyRing, DateTime<Utc>)>>);
 
 impl KeyCache {
-    /// Keeps `ring`, read at `now`.
-    pub(crate) fn put(&self, ring: &KeyRing, now: DateTime<Utc>) {
-        *lock(&self.0) = Some((ring.clone(), now));
+    /// What `read` answers (keys, or maybe none), the keys kept as read at `now`.
+    pub(crate) async fn kept<K: Clone + Into<Option<KeyRing>>, E>(
+        &self,
+        now: DateTime<Utc>,
+        read: impl Future<Output = Result<K, E>>,
+    ) -> Result<K, E> {
+        let keys = read.await?;
+        if let Some(ring) = keys.clone().into() {
+            *lock(&self.0) = Some((ring, now));
+        }
+        Ok(keys)
     }
 
     /// The keys read at most [`KEY_CACHE_TTL`] before `now`, else what `read` answers, kept.
@@ -30,8 +38,6 @@ impl KeyCache {
         if let Some((keys, _)) = cached.filter(|(_, at)| now < *at + ttl && *at <= now) {
             return Ok(keys);
         }
-        let keys = read.await?;
-        self.put(&keys, now);
-        Ok(keys)
+        self.kept(now, read).await
     }
 }

@@ -143,25 +143,15 @@ impl DynamoStore {
             false => format!("{name} = if_not_exists({name}, {value})"),
         };
         let t = e.value("t", n(w.time));
+        let until = w.until.map(|u| e.value("until", n(u)));
+        let exp = e.value("exp", n(w.expires));
         // Each number, its value, its bet, and the comparison that holds when the bet is won
         // and when it is lost.
         let numbers = [
-            (
-                "unavailable_until",
-                w.until.map(|u| e.value("until", n(u))),
-                bets.until,
-                "<=",
-                ">=",
-            ),
+            ("unavailable_until", until, bets.until, "<=", ">="),
             ("last_seen", Some(t.clone()), bets.last, "<=", ">"),
             ("first_seen", Some(t), bets.first, ">=", "<="),
-            (
-                "expires_at",
-                Some(e.value("exp", n(w.expires))),
-                bets.expires,
-                "<=",
-                ">=",
-            ),
+            ("expires_at", Some(exp), bets.expires, "<=", ">="),
         ];
         let mut conditions = Vec::new();
         for (attr, value, win, won, lost) in numbers {

@@ -16,8 +16,12 @@ use crate::domain::keys::{ContinuationKey, KeyId, KeyRing};
 use crate::ports::{FailureKind, StoreError};
 
 impl DynamoStore {
-    /// The keys as stored, strongly consistent; `None` when there are none yet.
+    /// The keys as stored (in their secret, else the table, strongly consistent); `None` when
+    /// there are none yet.
     pub(super) async fn read_continuation_keys(&self) -> Result<Option<KeyRing>, StoreError> {
+        if let Some(secret) = &self.secret {
+            return secret.read().await.map(Some);
+        }
         let item = self.get(
             CONTINUATION_KEY_PK,
             SECRET_SK,
@@ -26,8 +30,9 @@ impl DynamoStore {
         item.await?.as_ref().map(decode_keys).transpose()
     }
 
-    /// Reads the keys, or creates the first: a put conditioned on there being none, so that
-    /// concurrent first callers (several cold starts at once) end up with the same key.
+    /// Reads the keys, or creates the first in the table: a put conditioned on there being
+    /// none, so that concurrent first callers (several cold starts at once) end up with the same
+    /// key.
     pub(super) async fn load_continuation_keys(&self) -> Result<KeyRing, StoreError> {
         if let Some(keys) = self.read_continuation_keys().await? {
             return Ok(keys);
@@ -51,6 +56,9 @@ impl DynamoStore {
 
     /// Rotates the keys (see [`crate::ports::PoolStore::rotate_continuation_key`]).
     pub(super) async fn rotate_keys(&self) -> Result<KeyRing, StoreError> {
+        if let Some(secret) = &self.secret {
+            return secret.rotate(rand::random()).await;
+        }
         let Some(before) = self.read_continuation_keys().await? else {
             return self.load_continuation_keys().await;
         };

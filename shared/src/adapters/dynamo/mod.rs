@@ -45,8 +45,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::config::http::HttpResponse;
-use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use chrono::{DateTime, Utc};
 
 mod apply;
@@ -67,7 +65,7 @@ pub use codec::{
 use expr::Known;
 pub use secret::SecretKeys;
 
-use crate::adapters::aws::failure_kind;
+use crate::adapters::aws::{CallError, OperationError, failure_kind};
 use crate::adapters::backoff::Backoff;
 use crate::domain::keys::KeyRing;
 use crate::domain::pool::HistoryEntry;
@@ -162,10 +160,7 @@ impl DynamoStore {
     }
 
     /// A DynamoDB call that failed while doing `what`, with the kind its answer says.
-    fn sdk_err<E>(&self, what: impl Display, error: SdkError<E, HttpResponse>) -> StoreError
-    where
-        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    {
+    fn sdk_err<E: OperationError>(&self, what: impl Display, error: CallError<E>) -> StoreError {
         self.fail(failure_kind(&error), what, error)
     }
 }
@@ -210,42 +205,19 @@ impl PoolStore for DynamoStore {
     }
 
     async fn continuation_keys(&self) -> Result<KeyRing, StoreError> {
-        let read = async {
-            match &self.secret {
-                Some(secret) => secret.read().await,
-                None => self.load_continuation_keys().await,
-            }
-        };
-        self.keys.or_read(self.clock.now(), read).await
+        self.keys
+            .or_read(self.clock.now(), self.load_continuation_keys())
+            .await
     }
 
     async fn reread_continuation_keys(&self) -> Result<Option<KeyRing>, StoreError> {
-        let now = self.clock.now();
-        let keys = match &self.secret {
-            Some(secret) => Some(secret.read().await?),
-            None => self.read_continuation_keys().await?,
-        };
-        if let Some(keys) = &keys {
-            self.keys.put(keys, now);
-        }
-        Ok(keys)
+        self.keys
+            .kept(self.clock.now(), self.read_continuation_keys())
+            .await
     }
 
     async fn rotate_continuation_key(&self) -> Result<KeyRing, StoreError> {
-        let now = self.clock.now();
-        let keys = match &self.secret {
-            Some(secret) => {
-                let keys = secret.rotate(rand::random()).await?;
-                tracing::info!(
-                    key_id = keys.current.id(),
-                    "rotated the continuation key in its secret"
-                );
-                keys
-            }
-            None => self.rotate_keys().await?,
-        };
-        self.keys.put(&keys, now);
-        Ok(keys)
+        self.keys.kept(self.clock.now(), self.rotate_keys()).await
     }
 
     fn traffic_rounds(&self) -> Option<&dyn crate::ports::TrafficRounds> {

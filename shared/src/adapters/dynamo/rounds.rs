@@ -122,21 +122,6 @@ impl DynamoStore {
         let set: Result<Vec<String>, _> = instances.map(serde_json::to_string).collect();
         set.map_err(self.invalid(what))
     }
-
-    async fn put_outcome(
-        &self,
-        pk: &str,
-        id: &str,
-        outcome: &Outcome,
-        expires: i64,
-    ) -> Result<(), StoreError> {
-        let item = outcome_item(pk, id, outcome, expires);
-        let put = self.client.put_item().table_name(&self.table);
-        let put = put.set_item(Some(item.map_err(self.invalid("encoding an outcome"))?));
-        let what = format!("writing {id}'s outcome in {pk}");
-        put.send().await.map_err(|e| self.sdk_err(what, e))?;
-        Ok(())
-    }
 }
 
 /// A rounds item as read (`pending` apart, see [`decode_rounds`]).
@@ -261,7 +246,16 @@ impl TrafficRounds for DynamoStore {
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         let (pk, expires) = (&key.to_string(), expires(now));
-        let puts = (settled.outcomes.iter()).map(|(i, o)| self.put_outcome(pk, i, o, expires));
+        let puts = settled.outcomes.iter().map(|(id, outcome)| async move {
+            let item = outcome_item(pk, id, outcome, expires);
+            let put = self.client.put_item().table_name(&self.table);
+            let put = put.set_item(Some(item.map_err(self.invalid("encoding an outcome"))?));
+            let what = format!("writing {id}'s outcome in {pk}");
+            put.send()
+                .await
+                .map_err(|e| self.sdk_err(what, e))
+                .map(drop)
+        });
         let puts = futures::stream::iter(puts.collect::<Vec<_>>());
         let puts: Vec<_> = puts.buffer_unordered(PUTS_AT_ONCE).collect().await;
         puts.into_iter().collect::<Result<(), _>>()?;

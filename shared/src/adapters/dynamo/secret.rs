@@ -10,13 +10,11 @@
 //! and the key is that string's SHA-256.
 
 use aws_sdk_secretsmanager::Client;
-use aws_sdk_secretsmanager::config::http::HttpResponse;
-use aws_sdk_secretsmanager::error::{ProvideErrorMetadata, SdkError};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
-use crate::adapters::aws::failure_kind;
+use crate::adapters::aws::{CallError, OperationError, failure_kind};
 use crate::domain::keys::{ContinuationKey, KeyId, KeyRing};
 use crate::ports::{BoxError, FailureKind, StoreError};
 
@@ -55,10 +53,7 @@ impl SecretKeys {
     }
 
     /// A Secrets Manager call that failed while doing `what`, with the kind its answer says.
-    fn sdk_err<E>(&self, what: &str, error: SdkError<E, HttpResponse>) -> StoreError
-    where
-        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    {
+    fn sdk_err<E: OperationError>(&self, what: &str, error: CallError<E>) -> StoreError {
         self.fail(failure_kind(&error), what, error)
     }
 
@@ -140,7 +135,10 @@ impl SecretKeys {
             )
         })?;
         self.put(&after.current, token_of(&after.current)).await?;
-        self.read().await
+        let keys = self.read().await?;
+        let key_id = keys.current.id();
+        tracing::info!(key_id, "rotated the continuation key in its secret");
+        Ok(keys)
     }
 }
 
