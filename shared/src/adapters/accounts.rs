@@ -156,37 +156,30 @@ impl AccountError {
         }
     }
 
-    /// The event's account is not served (no member role is configured): what a lookup there
-    /// answers ([`NotServed`]); `None` for an event that is wrong in itself.
-    pub fn not_served(&self) -> Option<NotServed> {
-        match self {
-            AccountError::NotServed { account, own } => Some(NotServed {
-                account: account.clone(),
-                why: format!(
+    /// What a lookup of `service` in the place answers: the event's account not served (no
+    /// member role is configured, or no served cluster is in it: [`NotServed`] as its source,
+    /// so that its events are acknowledged), else this error, wrong in itself.
+    pub fn for_lookup(self, service: &'static str) -> DirectoryError {
+        let kind = self.kind();
+        let (account, why) = match &self {
+            AccountError::NotServed { account, own } => (
+                account.clone(),
+                format!(
                     "this deployment (account {own}) has no member role \
                      (FOREWARN_MEMBER_ROLE is not set): deploy infra/member.yaml in that \
                      account and set it to serve it"
                 ),
-            }),
-            AccountError::NotListed { account, own } => Some(NotServed {
-                account: account.clone(),
-                why: format!(
+            ),
+            AccountError::NotListed { account, own } => (
+                account.clone(),
+                format!(
                     "no cluster this deployment (account {own}) serves is in it (the \
                      served clusters name none of its): no role is assumed there"
                 ),
-            }),
-            _ => None,
-        }
-    }
-
-    /// What a lookup of `service` in the place answers: the account not served
-    /// ([`NotServed`] as its source, so that its events are acknowledged), else this error.
-    pub fn for_lookup(self, service: &'static str) -> crate::ports::DirectoryError {
-        let kind = self.kind();
-        match self.not_served() {
-            Some(not_served) => crate::ports::DirectoryError::new(service, kind, not_served),
-            None => crate::ports::DirectoryError::new(service, kind, self),
-        }
+            ),
+            _ => return DirectoryError::new(service, kind, self),
+        };
+        DirectoryError::new(service, kind, NotServed { account, why })
     }
 }
 
@@ -544,7 +537,8 @@ mod tests {
             .target(&place(Some("333333333333"), Some("us-east-1")))
             .unwrap_err();
         assert_eq!(e.kind(), FailureKind::Forbidden);
-        let not_served = e.not_served().expect("acknowledged as not served");
+        let lookup = e.clone().for_lookup("ec2");
+        let not_served = lookup.not_served().expect("acknowledged as not served");
         assert_eq!(not_served.account, "333333333333");
         assert!(e.to_string().contains("333333333333/*"), "{e}");
         // No configuration (no STS call) is made for it.
@@ -697,11 +691,12 @@ mod tests {
         let err = single
             .target(&place(Some("111111111111"), None))
             .unwrap_err();
-        let not_served = err.not_served().unwrap();
+        let lookup = err.for_lookup("ec2");
+        let not_served = lookup.not_served().unwrap();
         assert_eq!(not_served.account, "111111111111");
         assert!(not_served.why.contains("member role"), "{not_served}");
         let forged = single.target(&place(Some("x"), None)).unwrap_err();
-        assert_eq!(forged.not_served(), None);
+        assert_eq!(forged.for_lookup("ec2").not_served(), None);
     }
 
     #[tokio::test]

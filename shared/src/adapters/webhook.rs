@@ -126,24 +126,20 @@ pub fn check_url(text: &str) -> Result<String, String> {
     let Some(url) = url else {
         return Err("not a valid URL with a host".into());
     };
-    let loopback = match url.host() {
-        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        None => return Err("the URL has no host".into()),
-    };
+    let host = host_of(text);
+    if host.is_empty() {
+        return Err("the URL has no host".into());
+    }
+    let ip = host.parse::<std::net::IpAddr>();
+    let loopback = host.eq_ignore_ascii_case("localhost") || ip.is_ok_and(|ip| ip.is_loopback());
     match url.scheme() {
         "https" => Ok(text.to_string()),
         "http" if loopback => Ok(text.to_string()),
         "http" => Err(format!(
-            "an http:// URL to {} sends the URL (a secret) and every message in clear text: \
-             use https:// (http:// is taken for a loopback host only)",
-            host_of(text)
+            "an http:// URL to {host} sends the URL (a secret) and every message in clear text: \
+             use https:// (http:// is taken for a loopback host only)"
         )),
-        scheme => Err(format!(
-            "not an https:// URL ({scheme}:// to {})",
-            host_of(text)
-        )),
+        scheme => Err(format!("not an https:// URL ({scheme}:// to {host})")),
     }
 }
 
