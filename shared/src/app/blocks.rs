@@ -100,24 +100,19 @@ pub async fn expand(
         let found = instances.capacity_block(place, id).await;
         ((place.clone(), id.clone()), found)
     });
-    let found: BTreeMap<(Place, String), Result<CapacityBlock, DirectoryError>> =
-        futures::future::join_all(lookups)
-            .await
-            .into_iter()
-            .collect();
+    let found = futures::future::join_all(lookups).await;
+    let found: BTreeMap<_, Result<CapacityBlock, DirectoryError>> = found.into_iter().collect();
     let mut out = Expanded {
         records: records.to_vec(),
         ..Expanded::default()
     };
-    for ((place, _), block) in &found {
-        if let Ok(block) = block {
-            out.described.extend(
-                block
-                    .instances
-                    .iter()
-                    .map(|(id, facts)| ((place.clone(), id.clone()), facts.clone())),
-            );
-        }
+    let blocks = found
+        .iter()
+        .filter_map(|((place, _), b)| Some((place, b.as_ref().ok()?)));
+    for (place, block) in blocks {
+        let facts = block.instances.iter();
+        let facts = facts.map(|(id, f)| ((place.clone(), id.clone()), f.clone()));
+        out.described.extend(facts);
     }
     for (i, record) in out.records.iter_mut().enumerate() {
         let Some(key) = block_of(record).map(|(p, id)| (p, id.to_string())) else {
@@ -260,18 +255,12 @@ pub async fn fan_out(queue: &dyn ContinuationQueue, expanded: &mut Expanded) -> 
         let rest = event.instance_ids.split_off(OWN_SHARE);
         let group = event.account.clone().unwrap_or_else(|| "forewarn".into());
         let id = event.id.clone();
-        let sends = rest.iter().map(|instance| {
-            let part = part_body(&body, instance);
-            let (arn, group) = (&arn, &group);
-            async move {
-                match part {
-                    Some(part) => queue
-                        .send(arn, group, &part, Duration::ZERO)
-                        .await
-                        .map_err(|e| e.to_string()),
-                    None => Err("the warning's body is not a JSON object".to_string()),
-                }
-            }
+        let (arn, group, body) = (&arn, &group, &body);
+        let sends = rest.iter().map(|instance| async move {
+            let part = part_body(body, instance);
+            let part = part.ok_or_else(|| "the warning's body is not a JSON object".to_string())?;
+            let sent = queue.send(arn, group, &part, Duration::ZERO).await;
+            sent.map_err(|e| e.to_string())
         });
         let sent = futures::future::join_all(sends).await;
         if let Some(Err(why)) = sent.iter().find(|s| s.is_err()) {

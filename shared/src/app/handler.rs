@@ -357,9 +357,7 @@ impl Handler {
             })
             .collect();
         let mut records = inbound::decode_sqs_messages("kept", &copies, now);
-        for r in &mut records {
-            r.kept = true;
-        }
+        records.iter_mut().for_each(|r| r.kept = true);
         records
     }
 

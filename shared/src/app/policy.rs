@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 
+use crate::adapters::kube::{POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE};
 use crate::domain::policy::{Policy, PolicyAllow};
 use crate::ports::{Clock, PolicySource, PolicyText, until};
 
@@ -95,10 +96,7 @@ impl PolicyCache {
             }
             PolicyText::NoKey => {
                 let message = format!(
-                    "ConfigMap {}/{} has no key {}",
-                    crate::adapters::kube::POLICY_NAMESPACE,
-                    crate::adapters::kube::POLICY_CONFIGMAP,
-                    crate::adapters::kube::POLICY_KEY
+                    "ConfigMap {POLICY_NAMESPACE}/{POLICY_CONFIGMAP} has no key {POLICY_KEY}"
                 );
                 self.refuse(&message).await;
             }

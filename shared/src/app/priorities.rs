@@ -59,22 +59,6 @@ pub enum ExpanderError {
     },
 }
 
-impl ExpanderError {
-    /// The kind of failure (a conflict is [`FailureKind::Conflict`]: the same write fails
-    /// again; it must be read again first).
-    pub fn kind(&self) -> FailureKind {
-        match self {
-            ExpanderError::Conflict { .. } => FailureKind::Conflict,
-            ExpanderError::Api { kind, .. } => *kind,
-        }
-    }
-
-    /// Trying the same call again may succeed (see [`FailureKind::retryable`]).
-    pub fn retryable(&self) -> bool {
-        self.kind().retryable()
-    }
-}
-
 /// The Cluster Autoscaler's priority expander ConfigMap and the user's base priorities.
 #[async_trait]
 pub trait ExpanderStore: Send + Sync {
@@ -308,28 +292,5 @@ impl Priorities<'_> {
             }
         }
         Err(PriorityRunError::Conflicts)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_conflict_is_read_again_not_retried() {
-        let conflict = ExpanderError::Conflict {
-            verb: "update",
-            object: "o".into(),
-        };
-        assert!(!conflict.retryable());
-        let api = |kind| ExpanderError::Api {
-            verb: "get",
-            object: "o".into(),
-            message: "m".into(),
-            kind,
-            source: None,
-        };
-        assert!(api(FailureKind::Throttled).retryable());
-        assert!(!api(FailureKind::Forbidden).retryable());
     }
 }

@@ -22,7 +22,8 @@ use crate::app::wayback::{UndoReport, WayBack, WayBackError};
 use crate::domain::admission::Proof;
 use crate::domain::clusters::{ClusterId, Place};
 use crate::domain::config::Config;
-use crate::domain::event::Origin;
+use crate::domain::event::{Detail, Event, Origin};
+use crate::domain::facts::InstanceFacts;
 use crate::domain::inbound::Record;
 use crate::domain::report::Report;
 use crate::domain::status::status_findings;
@@ -237,20 +238,17 @@ impl Sweeper {
         Ok(self.in_cluster(id, cluster).await)
     }
 
-    /// The deployment's own account and region (its region the sweeper's when the fleet
-    /// does not know it).
-    fn own(&self) -> Place {
-        let own = self.handler.fleet.own();
-        Place {
-            region: own.region.clone().or_else(|| self.region.clone()),
-            ..own.clone()
-        }
-    }
-
     async fn in_cluster(&self, id: Option<ClusterId>, cluster: Arc<Cluster>) -> ClusterSweep<'_> {
         let h = &self.handler;
         let config = cluster.config(&h.config, h.clock.as_ref()).await;
-        let own = self.own();
+        // The deployment's own account and region (its region the sweeper's when the fleet
+        // does not know it).
+        let own = h.fleet.own();
+        let region = own.region.clone().or_else(|| self.region.clone());
+        let own = Place {
+            region,
+            ..own.clone()
+        };
         let id = id
             .or_else(|| {
                 let name = config.cluster_name.as_deref()?;
@@ -281,6 +279,14 @@ pub struct ClusterSweep<'a> {
 }
 
 impl ClusterSweep<'_> {
+    /// The cluster's name, as its instances' tag says it: what its steps look for.
+    fn tag(&self) -> Result<&str, SweepError> {
+        self.config
+            .cluster_name
+            .as_deref()
+            .ok_or(SweepError::NoCluster)
+    }
+
     /// Every step in this cluster (see [`Sweeper::run`]).
     pub async fn run(&self, deadline: Option<DateTime<Utc>>) -> SweepRun {
         SweepRun {
@@ -330,11 +336,7 @@ impl ClusterSweep<'_> {
             return Ok(None);
         };
         let h = &self.sweeper.handler;
-        let cluster = self
-            .config
-            .cluster_name
-            .as_deref()
-            .ok_or(SweepError::NoCluster)?;
+        let cluster = self.tag()?;
         // Its node groups are described in its own account and region; pools are keyed by
         // zone ID, the same physical zones in every account.
         let run = Priorities {
@@ -394,11 +396,7 @@ impl ClusterSweep<'_> {
         let h = &s.handler;
         let now = h.clock.now();
         let cluster = self.name.as_deref().ok_or(SweepError::NoCluster)?;
-        let tag = self
-            .config
-            .cluster_name
-            .as_deref()
-            .ok_or(SweepError::NoCluster)?;
+        let tag = self.tag()?;
         let place = &self.place;
         let leaving = s.leaving.leaving(place, tag).await?;
         let nodes = self.cluster.nodes.all().await?;
@@ -456,9 +454,7 @@ impl ClusterSweep<'_> {
             .into_iter()
             .map(|e| {
                 let what = match &e.detail {
-                    crate::domain::event::Detail::CapacityBlock { reservation_id, .. } => {
-                        reservation_id.clone()
-                    }
+                    Detail::CapacityBlock { reservation_id, .. } => reservation_id.clone(),
                     _ => e.instance_ids.join(","),
                 };
                 Record::new(Origin::bare(format!("sweep {what}")), Ok(e))
@@ -497,10 +493,7 @@ impl ClusterSweep<'_> {
         &self,
         tag: &str,
         now: DateTime<Utc>,
-    ) -> Vec<(
-        crate::domain::event::Event,
-        BTreeMap<String, crate::domain::facts::InstanceFacts>,
-    )> {
+    ) -> Vec<(Event, BTreeMap<String, InstanceFacts>)> {
         let h = &self.sweeper.handler;
         let place = &self.place;
         let by = now + crate::domain::sweep::BLOCK_LOOKAHEAD;
@@ -513,18 +506,15 @@ impl ClusterSweep<'_> {
         };
         let mut out = Vec::new();
         for block in blocks {
-            let found = match h
-                .instances
-                .capacity_block(place, &block.reservation_id)
-                .await
-            {
+            let found = h.instances.capacity_block(place, &block.reservation_id);
+            let found = match found.await {
                 Ok(found) => found,
                 Err(e) => {
                     tracing::error!(error = %e, reservation = %block.reservation_id, "a Capacity Block's instances were not looked up this sweep");
                     continue;
                 }
             };
-            let ours: BTreeMap<String, crate::domain::facts::InstanceFacts> = found
+            let ours: BTreeMap<String, InstanceFacts> = found
                 .instances
                 .into_iter()
                 .filter(|(_, i)| i.clusters().contains(&tag))

@@ -156,24 +156,13 @@ fn log_report(report: &Report) {
     let kind = report.kind.map(|k| k.as_str()).unwrap_or("undecodable");
     let event_id = report.event_id.as_deref().unwrap_or("");
     let instances = report.instance_ids.join(",");
-    let nodes = report
-        .actions
-        .iter()
-        .filter_map(|a| a.node.as_deref())
-        .collect::<Vec<_>>()
-        .join(",");
-    let pools = report
-        .pools
-        .iter()
-        .map(|p| format!("{}#{}#{}", p.capacity_type, p.instance_type, p.zone))
-        .collect::<Vec<_>>()
-        .join(",");
-    let actions = report
-        .actions
-        .iter()
-        .map(|a| a.action.as_str())
-        .collect::<Vec<_>>()
-        .join(",");
+    let nodes = report.actions.iter().filter_map(|a| a.node.as_deref());
+    let nodes = nodes.collect::<Vec<_>>().join(",");
+    let pools = report.pools.iter();
+    let pools = pools.map(|p| format!("{}#{}#{}", p.capacity_type, p.instance_type, p.zone));
+    let pools = pools.collect::<Vec<_>>().join(",");
+    let actions = report.actions.iter().map(|a| a.action.as_str());
+    let actions = actions.collect::<Vec<_>>().join(",");
     let reason = report.reason.as_deref().unwrap_or("");
     let drains = report.actions.iter().filter_map(|a| a.drain);
     let (pod_events, pod_events_given_up) = drains.fold((0, 0), |(r, g), d| {

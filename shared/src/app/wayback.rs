@@ -23,7 +23,7 @@ use crate::app::leaving::LeavingInstances;
 use crate::app::pipeline::drop_unverified_records;
 use crate::app::upkeep::ClusterUpkeep;
 use crate::domain::clusters::Place;
-use crate::domain::cordon_record::{CordonRecord, Undo, UndoOutcome, read_unverified};
+use crate::domain::cordon_record::{CordonRecord, UndoOutcome, read_unverified};
 use crate::domain::event::EventKind;
 use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::pool::{PoolKey, PoolQuery};
@@ -146,7 +146,16 @@ impl WayBack<'_> {
                     Err(e) => report.error = Some(e.to_string()),
                 }
             }
-            log(&undo, &report);
+            tracing::info!(
+                node = %report.node,
+                instance = %report.instance_id,
+                event_id = %report.event_id,
+                why = %report.why,
+                outcome = ?report.outcome,
+                kept = report.kept.as_deref().unwrap_or_default(),
+                error = report.error.as_deref().unwrap_or_default(),
+                "way back"
+            );
             reports.push(report);
         }
         Ok(reports)
@@ -185,17 +194,4 @@ impl WayBack<'_> {
         };
         refused.map(report).collect()
     }
-}
-
-fn log(undo: &Undo, report: &UndoReport) {
-    tracing::info!(
-        node = %undo.node,
-        instance = %undo.instance_id,
-        event_id = %undo.record.event_id,
-        why = %undo.why,
-        outcome = ?report.outcome,
-        kept = report.kept.as_deref().unwrap_or_default(),
-        error = report.error.as_deref().unwrap_or_default(),
-        "way back"
-    );
 }

@@ -228,23 +228,18 @@ pub fn join(records: &[Record], shares: Vec<(Share, Vec<Report>)>) -> Vec<Report
 /// and actions together, the worst outcome (failed, then acted, planned, duplicate, ignored),
 /// each part's reason under its cluster.
 pub fn join_parts(record: &Record, mut parts: Vec<Report>) -> Report {
+    use Outcome::{Acted, Duplicate, Failed, Ignored, Planned};
+    const WORST_LAST: [Outcome; 5] = [Ignored, Duplicate, Planned, Acted, Failed];
     if parts.len() <= 1 {
         return parts.pop().unwrap_or_else(|| {
             Report::new(record).failed("internal: record not processed".into())
         });
     }
-    let rank = |o: Outcome| match o {
-        Outcome::Failed => 4,
-        Outcome::Acted => 3,
-        Outcome::Planned => 2,
-        Outcome::Duplicate => 1,
-        Outcome::Ignored => 0,
-    };
     let mut joined = Report::new(record);
     joined.outcome = parts
         .iter()
         .map(|p| p.outcome)
-        .max_by_key(|o| rank(*o))
+        .max_by_key(|o| WORST_LAST.iter().position(|w| w == o))
         .unwrap_or(Outcome::Failed);
     joined.summary = parts[0].summary.clone();
     joined.permanent = parts

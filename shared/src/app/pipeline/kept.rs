@@ -46,26 +46,18 @@ impl Kept {
 
 /// The copies one execution environment keeps (see the module doc).
 #[derive(Debug, Default)]
-pub struct KeptRetries(Mutex<Copies>);
-
-#[derive(Debug, Default)]
-struct Copies {
-    all: Vec<Kept>,
-    /// The sum of their [`Kept::bytes`].
-    bytes: usize,
-}
+pub struct KeptRetries(Mutex<Vec<Kept>>);
 
 impl KeptRetries {
     /// Keeps `kept`, unless it would bring the copies kept past [`KEPT_MAX_BYTES`]; whether it
     /// was.
     pub fn keep(&self, kept: Kept) -> bool {
         let mut copies = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let bytes = copies.bytes.saturating_add(kept.bytes());
-        if bytes > KEPT_MAX_BYTES {
+        let bytes = copies.iter().map(Kept::bytes);
+        if bytes.fold(kept.bytes(), usize::saturating_add) > KEPT_MAX_BYTES {
             return false;
         }
-        copies.bytes = bytes;
-        copies.all.push(kept);
+        copies.push(kept);
         true
     }
 
@@ -73,10 +65,8 @@ impl KeptRetries {
     /// twin is in the batch are dropped.
     pub fn take_due(&self, now: DateTime<Utc>, queued: impl Fn(&str) -> bool) -> Vec<Kept> {
         let mut copies = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let (mut due, later): (Vec<Kept>, Vec<Kept>) =
-            copies.all.drain(..).partition(|k| k.due <= now);
-        copies.bytes = later.iter().map(Kept::bytes).sum();
-        copies.all = later;
+        let (mut due, later): (Vec<Kept>, Vec<Kept>) = copies.drain(..).partition(|k| k.due <= now);
+        *copies = later;
         due.retain(|k| !queued(&k.body));
         due.sort_by_key(|k| k.due);
         due
@@ -90,7 +80,7 @@ mod tests {
     /// How many copies are kept, and how many bytes they weigh (see [`KEPT_MAX_BYTES`]).
     fn held(k: &KeptRetries) -> (usize, usize) {
         let copies = k.0.lock().unwrap();
-        (copies.all.len(), copies.bytes)
+        (copies.len(), copies.iter().map(Kept::bytes).sum())
     }
 
     fn at(s: i64) -> DateTime<Utc> {

@@ -220,12 +220,9 @@ impl Pipeline<'_> {
         if wanted.is_empty() {
             return Ok(Default::default());
         }
-        let event_ids: Vec<String> = wanted
-            .iter()
-            .map(|e| e.id.clone())
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
+        let mut event_ids: Vec<String> = wanted.iter().map(|e| e.id.clone()).collect();
+        event_ids.sort();
+        event_ids.dedup();
         // Only the instances of this run's events: the lookup may be a whole batch's, of
         // several clusters.
         let found: BTreeMap<String, InstanceFacts> = wanted
@@ -261,14 +258,10 @@ impl Pipeline<'_> {
                 i.pool()
                     .map(|p| PoolKey::new(p.capacity_type, &p.instance_type, zone))
             });
-            let pools: Vec<PoolKey> = instances
-                .iter()
-                .map(|i| i.pool())
-                .chain(by_name)
-                .flatten()
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .collect();
+            let pools = instances.iter().map(|i| i.pool()).chain(by_name);
+            let mut pools: Vec<PoolKey> = pools.flatten().collect();
+            pools.sort();
+            pools.dedup();
             let mut history = self.store.history_of(&pools, since, now).await?;
             for entry in &mut history {
                 entry.pool = entry.pool.by_zone_id(&ids);
@@ -400,14 +393,10 @@ impl Pipeline<'_> {
             None => decide(event, seen.facts, self.config),
         };
         let span = tracing::Span::current();
-        let nodes: Vec<&str> = plan
-            .actions
-            .iter()
-            .filter_map(|a| a.node.as_deref())
-            .collect();
-        span.record("node", nodes.join(","));
-        let pools: Vec<String> = plan.pools.iter().map(|m| m.pool.to_string()).collect();
-        span.record("pool", pools.join(","));
+        let nodes = plan.actions.iter().filter_map(|a| a.node.as_deref());
+        span.record("node", nodes.collect::<Vec<_>>().join(","));
+        let pools = plan.pools.iter().map(|m| m.pool.to_string());
+        span.record("pool", pools.collect::<Vec<_>>().join(","));
         tracing::debug!(summary = %plan.summary, "planned");
         let mut report = Report::new(record).with_plan(&plan);
         if let Some(why) = &plan.ignored {
@@ -495,10 +484,8 @@ impl Pipeline<'_> {
             return report;
         };
         let next = Continuation::first(now, event.time, plan.clone());
-        match self
-            .passes_here(executor, &plan, next, Duration::ZERO, &mut report)
-            .await
-        {
+        let passes = self.passes_here(executor, &plan, next, Duration::ZERO, &mut report);
+        match passes.await {
             Ok(()) => {
                 let outcome = self.outcome(Some(executor));
                 self.record_event(&plan, report, outcome, now).await

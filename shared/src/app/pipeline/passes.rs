@@ -3,6 +3,7 @@
 
 use super::kept;
 use super::*;
+use crate::domain::inbound::continuation::{message_group, within_sqs_limit};
 use crate::domain::keys::{KeyRing, Unverified};
 use crate::domain::surge::RoomWait;
 
@@ -256,8 +257,14 @@ impl Pipeline<'_> {
         if !merge(report, &results) {
             return Ok(PassEnd::Done);
         }
-        let mut next = continuation.next(heartbeat_of(report));
-        next.room = room_wait(&results);
+        let last_beat = report.actions.iter().filter_map(|a| a.heartbeat_at).max();
+        let mut next = continuation.next(last_beat);
+        // The wait of a pass whose pending actions all wait only for room (see [`RoomWait`]).
+        let pending = results.iter().filter(|r| r.pending);
+        next.room = pending
+            .map(|r| r.room)
+            .reduce(|a, b| Some(a?.and(b?)))
+            .flatten();
         let after = next_pass_after(&results, self.passes.interval, self.clock.now());
         Ok(PassEnd::Next(Box::new(next), after))
     }
@@ -311,13 +318,8 @@ impl Pipeline<'_> {
             return BTreeMap::new();
         }
         let nodes: Vec<String> = nodes.into_iter().collect();
-        match within(
-            self.clock,
-            self.limits.deadline,
-            executor.room(&nodes, self.work()),
-        )
-        .await
-        {
+        let look = executor.room(&nodes, self.work());
+        match within(self.clock, self.limits.deadline, look).await {
             Some(Ok(seen)) => seen,
             Some(Err(e)) => {
                 tracing::warn!(error = %e, "could not look at the placeholders: drains waiting for room make full passes");
@@ -351,29 +353,15 @@ impl Pipeline<'_> {
         next: &Continuation,
         after: Duration,
     ) -> Result<String, WorkError> {
-        let keys = self
-            .store
-            .continuation_keys()
-            .await
-            .map_err(WorkError::Key)?;
+        let keys = self.store.continuation_keys().await;
+        let keys = keys.map_err(WorkError::Key)?;
         // Never an oversized message: SQS would refuse it, after the node was cordoned; the
         // event fails saying why instead.
-        let body = crate::domain::inbound::continuation::within_sqs_limit(
-            next.body(&keys.current, to.body),
-        )
-        .map_err(WorkError::TooLarge)?;
-        to.queue
-            .send(
-                to.arn,
-                &crate::domain::inbound::continuation::message_group(
-                    &next.plan,
-                    self.passes.tenant,
-                ),
-                &body,
-                after,
-            )
-            .await
-            .map_err(WorkError::Queue)?;
+        let body = within_sqs_limit(next.body(&keys.current, to.body));
+        let body = body.map_err(WorkError::TooLarge)?;
+        let group = message_group(&next.plan, self.passes.tenant);
+        let sent = to.queue.send(to.arn, &group, &body, after).await;
+        sent.map_err(WorkError::Queue)?;
         Ok(body)
     }
 
@@ -470,17 +458,6 @@ fn room_nodes(plan: &Plan) -> impl Iterator<Item = &str> {
         .filter_map(|a| a.node.as_deref())
 }
 
-/// The wait of a pass whose pending actions all wait only for room (see [`RoomWait`]); `None`
-/// when any pending action waits for anything else.
-pub(super) fn room_wait(results: &[ActionResult]) -> Option<RoomWait> {
-    results
-        .iter()
-        .filter(|r| r.pending)
-        .map(|r| r.room)
-        .reduce(|a, b| Some(a?.and(b?)))
-        .flatten()
-}
-
 /// Puts a pass's `results` in `report`, after what earlier passes of the same work put there
 /// (passes run in process report together: their details joined, their evictions added up, the
 /// first cordon kept); true when a drain is pending.
@@ -519,11 +496,6 @@ pub(super) fn refusals(results: &[ActionResult]) -> Option<String> {
         .filter_map(|r| r.refused.as_deref())
         .collect();
     (!whys.is_empty()).then(|| format!("refused: {}", whys.join("; ")))
-}
-
-/// The latest heartbeat of a report's actions.
-pub(super) fn heartbeat_of(report: &Report) -> Option<DateTime<Utc>> {
-    report.actions.iter().filter_map(|a| a.heartbeat_at).max()
 }
 
 /// Why a continuation's plan is not its event's.

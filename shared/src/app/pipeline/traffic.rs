@@ -62,14 +62,6 @@ enum Waited {
     Quiet(DateTime<Utc>),
 }
 
-/// A drain of the batch whose first evictions come next: its record, the place of its event,
-/// its plan.
-struct FirstDrain<'p> {
-    record: usize,
-    place: Place,
-    plan: &'p Plan,
-}
-
 impl Pipeline<'_> {
     /// The batch's drains whose first evictions come next — the continuations of a first drain
     /// pass among `later` (only those signed by forewarn, naming their event's instances and
@@ -85,7 +77,8 @@ impl Pipeline<'_> {
         let Some(traffic) = self.traffic.filter(|_| self.mode.writes_cluster()) else {
             return BTreeMap::new();
         };
-        let mut drains = Vec::new();
+        // The drains by the place of their event: the record of each, its plan.
+        let mut drains: BTreeMap<Place, Vec<(usize, &Plan)>> = BTreeMap::new();
         let now = self.clock.now();
         for i in later.into_iter().flatten() {
             let record = &records[i];
@@ -101,38 +94,26 @@ impl Pipeline<'_> {
             }
             let signed = matches!(self.verify_signature(record, c).await, Ok(Ok(())));
             if signed && plan_is_the_events(&c.plan, event).is_ok() {
-                drains.push(FirstDrain {
-                    record: i,
-                    place: Place::of_event(event),
-                    plan: &c.plan,
-                });
+                let place = drains.entry(Place::of_event(event)).or_default();
+                place.push((i, &c.plan));
             }
         }
         for (i, handled) in first.iter().flatten() {
             if let (Handled::Pending(_, plan), Ok(event)) = (handled, &records[*i].event)
                 && plan.actions.iter().any(draining)
             {
-                drains.push(FirstDrain {
-                    record: *i,
-                    place: Place::of_event(event),
-                    plan,
-                });
+                let place = drains.entry(Place::of_event(event)).or_default();
+                place.push((*i, plan));
             }
-        }
-        if drains.is_empty() {
-            return BTreeMap::new();
         }
         let Some(cluster) = self.config.cluster_name.as_deref() else {
             let why = "not taken off the load balancers: the deployment names no cluster \
                        (the served clusters'), whose tag says which target groups are its";
-            return drains.iter().map(|d| (d.record, why.to_string())).collect();
+            let all = drains.into_values().flatten();
+            return all.map(|(i, _)| (i, why.to_string())).collect();
         };
-        let mut by_place: BTreeMap<&Place, Vec<&FirstDrain>> = BTreeMap::new();
-        for d in &drains {
-            by_place.entry(&d.place).or_default().push(d);
-        }
-        let rounds = by_place
-            .into_iter()
+        let rounds = drains
+            .iter()
             .map(|(place, drains)| self.clear_place(traffic, place, cluster, drains));
         futures::future::join_all(rounds)
             .await
@@ -148,10 +129,10 @@ impl Pipeline<'_> {
         traffic: &Traffic,
         place: &Place,
         cluster: &str,
-        drains: Vec<&FirstDrain<'_>>,
+        drains: &[(usize, &Plan)],
     ) -> Vec<(usize, String)> {
-        let doomed = doomed_of(drains.iter().map(|d| d.plan));
-        let all = |why: String| drains.iter().map(|d| (d.record, why.clone())).collect();
+        let doomed = doomed_of(drains.iter().map(|(_, plan)| *plan));
+        let all = |why: String| drains.iter().map(|(i, _)| (*i, why.clone())).collect();
         let Some(rounds) = self.store.traffic_rounds() else {
             return all(format!(
                 "not taken off the load balancers: {} shares no rounds: evicting at once",
@@ -191,9 +172,8 @@ impl Pipeline<'_> {
         };
         drains
             .iter()
-            .map(|d| {
-                let note = d
-                    .plan
+            .map(|(i, plan)| {
+                let note = plan
                     .actions
                     .iter()
                     .filter(|a| draining(a))
@@ -207,7 +187,7 @@ impl Pipeline<'_> {
                     })
                     .collect::<Vec<_>>()
                     .join("; ");
-                (d.record, note)
+                (*i, note)
             })
             .collect()
     }
@@ -325,15 +305,21 @@ impl Pipeline<'_> {
             .collect())
     }
 
-    /// What a round of `key` may take off of `taken` (what the pool table said was offered),
-    /// and what it refuses, with why (see [`Doomed::verify`]): the keys read again once when a
-    /// signature names a key newer than those known.
-    async fn verified(
+    /// The round this batch claimed: `taken` off the load balancers of `key` (their groups as
+    /// the last round knew them given to an environment that knows none), within the
+    /// budget (and by the batch's `end`), and settled for every batch that waits on it. Only a
+    /// round given its whole budget that did not answer quiets the rounds. What the round may
+    /// not take off (not signed by forewarn, a forged address: see [`Doomed::verify`]) is
+    /// settled refused, untouched.
+    async fn make_round(
         &self,
+        traffic: &Traffic,
+        rounds: &dyn TrafficRounds,
         key: &RoundKey,
-        taken: Vec<Doomed>,
-    ) -> Result<(Vec<Doomed>, Vec<(Doomed, Refused)>), StoreError> {
-        let round = key.to_string();
+        (taken, groups): (Vec<Doomed>, Vec<String>),
+        end: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        // The keys are read again once when a signature names a key newer than those known.
         let newer = |r: &Refused| {
             matches!(
                 r,
@@ -343,55 +329,33 @@ impl Pipeline<'_> {
                 }
             )
         };
+        let round = key.to_string();
         let check = |d: &Doomed, keys: &_| d.verify(&round, keys);
         let verdicts = by_keys(self.store, &taken, check, newer).await?;
-        let mut ok = Vec::with_capacity(taken.len());
-        let mut refused = Vec::new();
-        for (d, verdict) in taken.into_iter().zip(verdicts) {
-            match verdict {
-                Ok(()) => ok.push(d),
-                Err(why) => {
-                    tracing::warn!(round = %round, refused = %why, "an instance offered to a round of traffic first is refused: nothing of it leaves a load balancer");
-                    refused.push((d, why));
-                }
-            }
-        }
-        Ok((ok, refused))
-    }
-
-    /// The round this batch claimed: `taken` off the load balancers of `key` (their groups as
-    /// the last round knew them given to an environment that knows none), within the
-    /// budget (and by the batch's `end`), and settled for every batch that waits on it. Only a
-    /// round given its whole budget that did not answer quiets the rounds. What the round may
-    /// not take off (not signed by forewarn, a forged address) is settled refused, untouched.
-    async fn make_round(
-        &self,
-        traffic: &Traffic,
-        rounds: &dyn TrafficRounds,
-        key: &RoundKey,
-        (taken, groups): (Vec<Doomed>, Vec<String>),
-        end: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
-        let (taken, refused) = self.verified(key, taken).await?;
         traffic.balancers.seed(&key.place, &key.cluster, &groups);
         let started = self.clock.now();
+        let failed = |why: String| Outcome {
+            at: started,
+            failed: vec![why],
+            ..Outcome::default()
+        };
+        let (taken, refused): (Vec<_>, Vec<_>) = taken
+            .into_iter()
+            .zip(verdicts)
+            .partition(|(_, v)| v.is_ok());
+        let taken: Vec<Doomed> = taken.into_iter().map(|(d, _)| d).collect();
         let refused: BTreeMap<String, Outcome> = refused
             .into_iter()
-            .map(|(d, why)| {
-                let outcome = Outcome {
-                    at: started,
-                    failed: vec![format!("refused: {why}")],
-                    ..Outcome::default()
-                };
-                (d.instance_id, outcome)
+            .filter_map(|(d, verdict)| {
+                let why = verdict.err()?;
+                tracing::warn!(round = %round, refused = %why, "an instance offered to a round of traffic first is refused: nothing of it leaves a load balancer");
+                Some((d.instance_id, failed(format!("refused: {why}"))))
             })
             .collect();
         if taken.is_empty() {
             let settled = Settled {
                 outcomes: refused,
-                next: None,
-                quiet_until: None,
-                groups: None,
+                ..Settled::default()
             };
             return rounds.settle(key, &settled, self.clock.now()).await;
         }
@@ -403,15 +367,10 @@ impl Pipeline<'_> {
         let answer = until(self.clock, budget_end.min(end), round).await;
         let instances = taken.len();
         let each = |why: String| {
-            let outcome = Outcome {
-                at: started,
-                failed: vec![why],
-                ..Outcome::default()
-            };
-            taken
+            let each = taken
                 .iter()
-                .map(|d| (d.instance_id.clone(), outcome.clone()))
-                .collect()
+                .map(|d| (d.instance_id.clone(), failed(why.clone())));
+            each.collect()
         };
         let mut groups = None;
         let (mut outcomes, calls, throttled) = match answer {
