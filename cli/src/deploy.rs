@@ -12,7 +12,6 @@ mod routes;
 mod stack;
 
 use std::collections::BTreeMap;
-use std::fmt::Display;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -108,19 +107,13 @@ pub struct DeployArgs {
     root: Option<PathBuf>,
 }
 
-/// One line on standard output, flushed (the steps' lines and the builds' progress interleave).
-fn say(text: impl Display) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{text}")
-        .and_then(|()| out.flush())
-        .context("writing the output")
-}
-
-/// [`say`] with `format!`'s arguments.
+/// One line on standard output with `format!`'s arguments, flushed (the steps' lines and the
+/// builds' progress interleave).
 macro_rules! say {
-    ($($arg:tt)*) => {
-        say(format_args!($($arg)*))
-    };
+    ($($arg:tt)*) => {{
+        let mut out = std::io::stdout().lock();
+        writeln!(out, $($arg)*).and_then(|()| out.flush()).context("writing the output")
+    }};
 }
 
 /// The repository to deploy from: `--root` when given, else the checkout this command was built
@@ -238,7 +231,7 @@ pub async fn run(
         );
     }
     // The manifests name the handler's taint: its effect, and NTH's keys only when it uses them.
-    let objects = manifests::with_taints(objects, &functions::taint_of(&env[0])?);
+    let objects = manifests::with_taints(objects, &env[0])?;
     let mut deploy = Deploy {
         outputs: current.map(|c| c.outputs),
         dry_run,
@@ -469,19 +462,17 @@ impl Deploy {
     /// named deleted.
     async fn routes(&mut self) -> anyhow::Result<()> {
         let wanted = routes::accounts(self.plan.value(stack::CLUSTERS).unwrap_or_default());
-        let existing = match self.plan.exists || !self.dry_run {
-            true => routes::existing(&self.cfn, &self.name).await,
-            false => Ok(Vec::new()),
-        };
-        let existing = match existing {
-            Ok(existing) => existing,
-            // A dry run says what it cannot read, and goes on.
-            Err(e) if self.dry_run => {
-                say!("{UNDER}the routes could not be listed ({e}): none assumed")?;
-                Vec::new()
+        let mut existing = Vec::new();
+        if self.plan.exists || !self.dry_run {
+            match routes::existing(&self.cfn, &self.name).await {
+                Ok(listed) => existing = listed,
+                // A dry run says what it cannot read, and goes on.
+                Err(e) if self.dry_run => {
+                    say!("{UNDER}the routes could not be listed ({e}): none assumed")?
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
-        };
+        }
         let stale: Vec<&String> = existing.iter().filter(|a| !wanted.contains(a)).collect();
         if wanted.is_empty() && stale.is_empty() {
             return Ok(());
@@ -558,28 +549,22 @@ impl Deploy {
             .transpose()
             .context("creating a folder for the functions' environment files")?;
         for (f, outputs, vars) in deploys {
-            let path = env_dir
-                .as_ref()
-                .map(|d| d.path().join(format!("{}.env", f.binary)));
+            let path = (env_dir.as_ref()).map(|d| d.path().join(format!("{}.env", f.binary)));
             let env_file = match &path {
                 None => format!("<a file holding {}EnvFile>", f.prefix),
                 Some(path) => path.display().to_string(),
             };
             let args = functions::deploy_args(f, &outputs, &env_file, self.region.as_deref());
             say!("{UNDER}{}", command_line("cargo", &args))?;
-            if self.dry_run {
-                // Names only: a value may be a secret (a webhook URL).
-                say!(
-                    "{UNDER}  (the file sets: {})",
-                    functions::names_of(&vars).join(" ")
-                )?;
+            let Some(path) = path else {
+                // A dry run: names only, a value may be a secret (a webhook URL).
+                let names = functions::names_of(&vars).join(" ");
+                say!("{UNDER}  (the file sets: {names})")?;
                 say!("{UNDER}  would run it")?;
                 continue;
-            }
-            if let Some(path) = &path {
-                std::fs::write(path, vars.join("\n") + "\n")
-                    .with_context(|| format!("writing {}", path.display()))?;
-            }
+            };
+            std::fs::write(&path, vars.join("\n") + "\n")
+                .with_context(|| format!("writing {}", path.display()))?;
             functions::run("cargo", &args, &self.root, false).await?;
             say!("{UNDER}  deployed {}", outputs[0])?;
         }
@@ -841,11 +826,12 @@ impl Deploy {
             }
             None => say!("outputs of stack {name}: known once it exists")?,
         }
-        say(match (self.dry_run, self.failures.is_empty()) {
+        let last = match (self.dry_run, self.failures.is_empty()) {
             (true, _) => "dry run: nothing was changed (add --execute to deploy)",
             (false, true) => "deployed",
             (false, false) => "deployed, but not in every cluster (below)",
-        })
+        };
+        say!("{last}")
     }
 }
 

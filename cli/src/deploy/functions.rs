@@ -134,16 +134,6 @@ pub fn starts_with(binary: &str, vars: &[String]) -> anyhow::Result<()> {
     })
 }
 
-/// The handler's configuration as its extra environment (`--handler-env`) sets it (its taint
-/// key and effect, each the handler's default when not given); a bad value is an error naming
-/// it.
-pub fn taint_of(handler_env: &[String]) -> anyhow::Result<forewarn::domain::config::Config> {
-    let vars = handler_env.iter().filter_map(|kv| kv.split_once('='));
-    Settings::from_vars(vars)
-        .map(|s| s.config)
-        .map_err(|e| anyhow!("--handler-env: {e}"))
-}
-
 /// `cargo lambda deploy <name> --binary-name <binary> --iam-role <role> --timeout <t>
 /// --env-file <env_file> [--region <region>] [--endpoint-url <url>]`, without `cargo`, from the
 /// stack's outputs (`[name, role, t]`). The environment goes through a file (the stack's

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use anyhow::{Context, bail};
+use anyhow::{Context, anyhow, bail};
 use forewarn::domain::admission::RefusedBy;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
@@ -149,16 +149,20 @@ fn object((file, policy, needs): Manifest, body: Value) -> anyhow::Result<Object
     })
 }
 
-/// The node-writes policy (`infra/k8s/node-writes.yaml`) narrowed to the handler's taint
-/// (`handler`, its configuration as its environment sets it): the keys forewarn may add or
-/// remove (its own taint key, and NTH's four only under the taint key `nth`) and the
-/// effect a taint it adds or changes may have (the settings' taint effect).
+/// The node-writes policy (`infra/k8s/node-writes.yaml`) narrowed to the handler's taint (as its
+/// extra environment, `--handler-env`, sets it: each the handler's default when not given; a
+/// bad value is an error naming it): the keys forewarn may add or remove (its own taint key,
+/// and NTH's four only under the taint key `nth`) and the effect a taint it adds or changes may
+/// have (the settings' taint effect).
 pub fn with_taints(
     mut objects: Vec<Object>,
-    handler: &forewarn::domain::config::Config,
-) -> Vec<Object> {
+    handler_env: &[String],
+) -> anyhow::Result<Vec<Object>> {
     use forewarn::domain::config::{TaintKeys, nth_taint_key};
     use forewarn::domain::event::EventKind;
+    let vars = handler_env.iter().filter_map(|kv| kv.split_once('='));
+    let settings = forewarn::app::settings::Settings::from_vars(vars);
+    let handler = settings.map_err(|e| anyhow!("--handler-env: {e}"))?.config;
     let mut keys = vec![format!("'{}'", handler.taint_key)];
     let nth = EventKind::ALL.iter().filter_map(|k| nth_taint_key(*k));
     for key in nth.filter(|_| handler.taint_keys == TaintKeys::Nth) {
@@ -179,7 +183,7 @@ pub fn with_taints(
         };
         v["expression"] = Value::String(expression);
     }
-    objects
+    Ok(objects)
 }
 
 /// The name of the admission policy of `infra/k8s/node-writes.yaml`.
@@ -558,8 +562,8 @@ mod tests {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let policy_of = |env: &[&str]| {
             let env: Vec<String> = env.iter().map(|s| s.to_string()).collect();
-            let handler = super::super::functions::taint_of(&env).unwrap();
-            with_taints(load(&root).unwrap(), &handler)
+            with_taints(load(&root).unwrap(), &env)
+                .unwrap()
                 .into_iter()
                 .find(|o| {
                     o.name == NODE_WRITES_POLICY && o.resource.kind == "ValidatingAdmissionPolicy"
