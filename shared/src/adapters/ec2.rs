@@ -50,9 +50,6 @@ impl Ec2Directory {
     }
 }
 
-/// (`adapters::leaving` names it so.)
-pub(crate) use crate::adapters::aws::lookup_error as page_error;
-
 /// Reads the facts of one SDK instance.
 pub fn facts_of(instance: &Instance) -> Option<InstanceFacts> {
     let instance_id = instance.instance_id()?.to_string();

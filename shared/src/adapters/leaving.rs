@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use aws_sdk_ec2::types::Filter;
 
-use crate::adapters::ec2::{Ec2Directory, block_of, page_error, query, time_of};
+use crate::adapters::aws::lookup_error;
+use crate::adapters::ec2::{Ec2Directory, block_of, query, time_of};
 use crate::app::leaving::LeavingInstances;
 use crate::domain::facts::{BlockFacts, CLUSTER_TAG_PREFIX, InstanceFacts};
 use crate::domain::status::{InstanceStatus, ScheduledEvent};
@@ -58,7 +59,7 @@ impl LeavingInstances for Ec2Directory {
         let client = self.client_at(place, CALL).await?;
         let pages = client.describe_instance_status().max_results(1000);
         let found: Result<Vec<_>, _> = pages.into_paginator().items().send().collect().await;
-        let found = found.map_err(|e| self.said(place, CALL, page_error(CALL, e)))?;
+        let found = found.map_err(|e| self.said(place, CALL, lookup_error(CALL, e)))?;
         Ok(found.iter().filter_map(status_of).collect())
     }
 
@@ -76,7 +77,7 @@ impl LeavingInstances for Ec2Directory {
             .filters(active)
             .max_results(500);
         let found: Result<Vec<_>, _> = pages.into_paginator().items().send().collect().await;
-        let found = found.map_err(|e| self.said(place, CALL, page_error(CALL, e)))?;
+        let found = found.map_err(|e| self.said(place, CALL, lookup_error(CALL, e)))?;
         let blocks = found.iter().filter_map(block_of);
         let blocks = blocks.filter(|b| b.capacity_block == Some(true));
         Ok(blocks

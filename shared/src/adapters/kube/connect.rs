@@ -464,11 +464,7 @@ impl EksClusters {
         names
             .collect::<Result<Vec<String>, _>>()
             .await
-            .map_err(|e| {
-                let (text, kind) = (aws_error_text(&e), failure_kind(&e));
-                let error = crate::adapters::aws::AwsError::new(text, e);
-                crate::ports::DirectoryError::new("eks", kind, error)
-            })
+            .map_err(|e| crate::adapters::aws::lookup_error("eks", e))
     }
 }
 
