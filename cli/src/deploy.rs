@@ -11,7 +11,7 @@ mod manifests;
 mod routes;
 mod stack;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -462,7 +462,7 @@ impl Deploy {
     /// named deleted.
     async fn routes(&mut self) -> anyhow::Result<()> {
         let wanted = routes::accounts(self.plan.value(stack::CLUSTERS).unwrap_or_default());
-        let mut existing = Vec::new();
+        let mut existing = BTreeSet::new();
         if self.plan.exists || !self.dry_run {
             match routes::existing(&self.cfn, &self.name).await {
                 Ok(listed) => existing = listed,
@@ -870,9 +870,7 @@ fn access_of(settings: &Settings, name: &str, one: bool) -> ClusterAccess {
         ClusterAccess::Kubeconfig if one && member_of(name).is_none() => ClusterAccess::Kubeconfig,
         _ => ClusterAccess::Eks(EksAccess {
             cluster: bare(name).to_string(),
-            endpoint: None,
-            ca_base64: None,
-            region: None,
+            ..EksAccess::default()
         }),
     }
 }

@@ -4,6 +4,8 @@
 //! bus that puts that account's events on the queue in its own message group, so the queue is
 //! fair between accounts. A route whose account is no longer served is deleted.
 
+use std::collections::BTreeSet;
+
 use anyhow::anyhow;
 use aws_sdk_cloudformation::Client;
 use aws_sdk_cloudformation::types::{StackStatus, StackSummary};
@@ -22,17 +24,13 @@ pub fn stack_name(deployment: &str, account: &str) -> String {
 
 /// The member accounts of `clusters` (the stack's `Clusters`: names, `*`, `ACCOUNT/NAME` or
 /// `ACCOUNT/*` separated by commas), each once, in order.
-pub fn accounts(clusters: &str) -> Vec<String> {
-    let mut out: Vec<String> = clusters
-        .split(',')
+pub fn accounts(clusters: &str) -> BTreeSet<String> {
+    (clusters.split(','))
         .filter_map(|entry| match Entry::parse(entry.trim()).ok()? {
             Entry::One(id) => id.account,
             Entry::Every(place) => place.account,
         })
-        .collect();
-    out.sort();
-    out.dedup();
-    out
+        .collect()
 }
 
 /// The parameters of `account`'s route, from the central stack's outputs (`output`).
@@ -48,20 +46,17 @@ pub fn params(
 }
 
 /// The accounts whose route stacks of `deployment` exist (any status but deleted).
-pub async fn existing(cfn: &Client, deployment: &str) -> anyhow::Result<Vec<String>> {
+pub async fn existing(cfn: &Client, deployment: &str) -> anyhow::Result<BTreeSet<String>> {
     let prefix = stack_name(deployment, "");
     let stacks = cfn.list_stacks().into_paginator().items().send();
     let stacks: Vec<StackSummary> = (stacks.collect::<Result<_, _>>().await)
         .map_err(|e| anyhow!("ListStacks: {}", aws_error_text(&e)))?;
-    let mut out: Vec<String> = (stacks.iter())
+    Ok((stacks.iter())
         .filter(|s| s.stack_status() != Some(&StackStatus::DeleteComplete))
         .filter_map(|s| s.stack_name()?.strip_prefix(&prefix))
         .filter(|account| is_account_id(account))
         .map(str::to_string)
-        .collect();
-    out.sort();
-    out.dedup();
-    Ok(out)
+        .collect())
 }
 
 #[cfg(test)]
@@ -71,7 +66,9 @@ mod tests {
     #[test]
     fn the_routed_accounts_are_those_clusters_names_each_once() {
         assert_eq!(
-            accounts("a,*,111122223333/prod,444455556666/*,111122223333/dev"),
+            Vec::from_iter(accounts(
+                "a,*,111122223333/prod,444455556666/*,111122223333/dev"
+            )),
             ["111122223333", "444455556666"]
         );
         assert!(accounts("").is_empty());
