@@ -473,7 +473,7 @@ impl Deploy {
                 Err(e) => return Err(e),
             }
         }
-        let stale: Vec<&String> = existing.iter().filter(|a| !wanted.contains(a)).collect();
+        let stale: Vec<&String> = existing.iter().filter(|a| !wanted.contains(*a)).collect();
         if wanted.is_empty() && stale.is_empty() {
             return Ok(());
         }
