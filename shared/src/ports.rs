@@ -355,6 +355,12 @@ fn cause_text(cause: Option<&(dyn std::error::Error + Send + Sync)>) -> String {
 }
 
 impl StoreError {
+    /// The item `key`, malformed as `message` says.
+    pub fn corrupt(key: impl std::fmt::Display, message: impl std::fmt::Display) -> StoreError {
+        let (key, message) = (key.to_string(), message.to_string());
+        StoreError::Corrupt { key, message }
+    }
+
     /// A failure of the backend at `location` while doing `what`, as `source` says.
     pub fn backend(
         location: String,

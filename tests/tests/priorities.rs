@@ -148,7 +148,9 @@ async fn groups(sdk: &aws_config::SdkConfig, cluster: &str) -> [String; 4] {
     [mixed, single, od, other]
 }
 
-/// An interruption event's pool update marking `pools` unavailable until `until`.
+/// An interruption event's pool update marking `pools` unavailable until `until`: (instance
+/// type, zone ID) each, as pools are keyed (moto maps us-east-1a to use1-az6, us-east-1b to
+/// use1-az1).
 fn interruption(id: &str, pools: &[(&str, &str)], until: chrono::DateTime<Utc>) -> PoolUpdate {
     PoolUpdate {
         event_id: id.into(),
@@ -268,7 +270,7 @@ fn hot_spot_groups_are_demoted_until_their_pools_return() {
         let until = now + Duration::minutes(10);
         // Three of the mixed group's four pools, then the fourth; the single group's one pool.
         store
-            .apply(&interruption("ev-1", &[("m5.large", "us-east-1a"), ("m5.large", "us-east-1b"), ("m5a.large", "us-east-1a")], until))
+            .apply(&interruption("ev-1", &[("m5.large", "use1-az6"), ("m5.large", "use1-az1"), ("m5a.large", "use1-az6")], until))
             .await
             .unwrap();
 
@@ -316,11 +318,11 @@ fn hot_spot_groups_are_demoted_until_their_pools_return() {
 
         // The single group's pool goes too; the write meets a concurrent one and is redone.
         store
-            .apply(&interruption("ev-2", &[("m5.xlarge", "us-east-1a")], now + Duration::minutes(20)))
+            .apply(&interruption("ev-2", &[("m5.xlarge", "use1-az6")], now + Duration::minutes(20)))
             .await
             .unwrap();
         store
-            .apply(&interruption("ev-3", &[("m5a.large", "us-east-1b")], now + Duration::minutes(5)))
+            .apply(&interruption("ev-3", &[("m5a.large", "use1-az1")], now + Duration::minutes(5)))
             .await
             .unwrap();
         let racing = Racing {
@@ -439,7 +441,7 @@ fn the_sweeper_never_creates_the_expander_configmap() {
         store
             .apply(&interruption(
                 "ev-1",
-                &[("m5.xlarge", "us-east-1a")],
+                &[("m5.xlarge", "use1-az6")],
                 now + Duration::minutes(10),
             ))
             .await

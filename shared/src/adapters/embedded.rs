@@ -204,19 +204,14 @@ fn backend_of(
 
 /// `json`, the value of `key`, as `what` it should be, or what is wrong with it.
 fn parse<T: DeserializeOwned>(key: &str, json: &str, what: &str) -> Result<T, StoreError> {
-    serde_json::from_str(json).map_err(|e| StoreError::Corrupt {
-        key: key.to_string(),
-        message: format!("not {what}: {e}"),
-    })
+    serde_json::from_str(json).map_err(|e| StoreError::corrupt(key, format!("not {what}: {e}")))
 }
 
 fn decode(key: &str, json: &str) -> Result<PoolRecord, StoreError> {
     let record: PoolRecord = parse(key, json, "a pool record")?;
     if record.pool.to_string() != key {
-        return Err(StoreError::Corrupt {
-            key: key.to_string(),
-            message: format!("holds the record of pool {} instead", record.pool),
-        });
+        let message = format!("holds the record of pool {} instead", record.pool);
+        return Err(StoreError::corrupt(key, message));
     }
     Ok(record)
 }
@@ -403,14 +398,9 @@ fn decode_keys(bytes: &[u8]) -> Result<KeyRing, StoreError> {
         }
         _ => None,
     };
-    ring.ok_or_else(|| StoreError::Corrupt {
-        key: format!("secrets/{CONTINUATION_SECRET}"),
-        message: format!(
-            "{} bytes: not one or two keys of {} bytes with their ids",
-            bytes.len(),
-            ContinuationKey::LEN
-        ),
-    })
+    let (len, want) = (bytes.len(), ContinuationKey::LEN);
+    let why = format!("{len} bytes: not one or two keys of {want} bytes with their ids");
+    ring.ok_or_else(|| StoreError::corrupt(format!("secrets/{CONTINUATION_SECRET}"), why))
 }
 
 impl EmbeddedStore {

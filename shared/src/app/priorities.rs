@@ -208,15 +208,7 @@ impl Priorities<'_> {
         for g in groups.iter().filter(|g| g.instance_types.is_empty()) {
             tracing::warn!(group = %g.name, "node group without a known instance type: never demoted");
         }
-        // Records written before pools were keyed by zone ID read as their zone's ID.
-        let ids: crate::domain::pool::ZoneIds = described
-            .iter()
-            .flat_map(|asg| asg.zone_ids.clone())
-            .collect();
-        let mut records = self.store.pools(&PoolQuery::default(), now).await?;
-        for record in &mut records {
-            record.pool = record.pool.by_zone_id(&ids);
-        }
+        let records = self.store.pools(&PoolQuery::default(), now).await?;
         let hot = hot_groups(&groups, &records, self.settings.hot_share, now);
         let (map, demotion) = demote(&base, &groups, &hot);
         for g in &demotion.unranked {

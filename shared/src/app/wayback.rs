@@ -108,12 +108,10 @@ impl WayBack<'_> {
         if candidates.is_empty() {
             return Ok(refused);
         }
-        // Records written before pools were keyed by zone ID read as their zone's ID.
-        let ids = crate::domain::facts::zone_ids(instances.values());
         let mut unavailable: BTreeMap<PoolKey, DateTime<Utc>> = BTreeMap::new();
         for record in self.store.pools(&PoolQuery::default(), now).await? {
             if let Some(until) = record.unavailable_until {
-                let latest = unavailable.entry(record.pool.by_zone_id(&ids));
+                let latest = unavailable.entry(record.pool);
                 latest.and_modify(|l| *l = until.max(*l)).or_insert(until);
             }
         }

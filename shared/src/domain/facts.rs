@@ -103,18 +103,6 @@ pub struct CapacityBlock {
     pub instances: BTreeMap<String, InstanceFacts>,
 }
 
-/// The zone IDs `instances` tell, by zone name: the account's own names of the zones they know
-/// the IDs of (what reads pools written before they were keyed by zone ID; see
-/// [`crate::domain::pool::PoolKey::by_zone_id`]).
-pub fn zone_ids<'a>(
-    instances: impl IntoIterator<Item = &'a InstanceFacts>,
-) -> crate::domain::pool::ZoneIds {
-    instances
-        .into_iter()
-        .filter_map(|i| Some((i.zone.clone()?, i.zone_id.clone()?)))
-        .collect()
-}
-
 /// Who owns a node: deleting the owner lets its controller drain and replace it.
 ///
 /// Displayed as `nodeclaim/N` or `machine/NS/N`.
@@ -297,7 +285,7 @@ mod tests {
     /// when their IDs differ, and one pool when their IDs agree whatever their names.
     #[test]
     fn pools_are_keyed_by_zone_id_whatever_each_account_names_the_zone() {
-        use crate::domain::pool::{CapacityType, PoolKey};
+        use crate::domain::pool::CapacityType;
         let facts = |zone: &str, id: &str| InstanceFacts {
             instance_type: Some("m5.large".into()),
             capacity_type: Some(CapacityType::Spot),
@@ -320,12 +308,6 @@ mod tests {
             named.pool().unwrap().to_string(),
             "spot#m5.large#us-east-1a"
         );
-        // A record keyed by the own account's zone name reads as its ID; any other as it is.
-        let ids = zone_ids([&own]);
-        let legacy = PoolKey::new(CapacityType::Spot, "m5.large", "us-east-1a");
-        assert_eq!(legacy.by_zone_id(&ids), own.pool().unwrap());
-        let other = PoolKey::new(CapacityType::Spot, "m5.large", "us-east-1b");
-        assert_eq!(other.by_zone_id(&ids), other);
     }
 
     fn node(name: &str, provider: Option<&str>) -> NodeFacts {

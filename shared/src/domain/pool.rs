@@ -66,19 +66,6 @@ impl PoolKey {
             zone: zone.to_string(),
         }
     }
-
-    /// This pool keyed by zone ID: its zone, when it is a name `ids` knows (a record written
-    /// before pools were keyed by zone ID, read by the account whose names these are; a node
-    /// group's zone), as its ID; else as it is.
-    pub fn by_zone_id(&self, ids: &ZoneIds) -> PoolKey {
-        match ids.get(&self.zone) {
-            Some(id) => PoolKey {
-                zone: id.clone(),
-                ..self.clone()
-            },
-            None => self.clone(),
-        }
-    }
 }
 
 impl fmt::Display for PoolKey {

@@ -3,7 +3,6 @@
 //! stored: deployed tables hold them.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Display;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::serde::{ts_seconds, ts_seconds_option};
@@ -96,13 +95,6 @@ fn ceil(t: DateTime<Utc>) -> DateTime<Utc> {
     DateTime::from_timestamp(ceil_secs(t), 0).unwrap_or(t)
 }
 
-pub(super) fn corrupt(key: &str, message: impl Display) -> StoreError {
-    StoreError::Corrupt {
-        key: key.to_string(),
-        message: message.to_string(),
-    }
-}
-
 /// The string `attr` of `item`, if it is one.
 pub(super) fn text<'a>(item: &'a Item, attr: &str) -> Option<&'a str> {
     item.get(attr)?.as_s().ok().map(String::as_str)
@@ -132,7 +124,7 @@ pub(super) fn from_item<T: DeserializeOwned>(key: &str, item: &Item) -> Result<T
     let read = read.map(|(k, v)| (k.clone(), whole(v))).collect();
     let value = serde_dynamo::AttributeValue::from(AttributeValue::M(read));
     serde_path_to_error::deserialize(serde_dynamo::Deserializer::from_attribute_value(value))
-        .map_err(|e| corrupt(key, e))
+        .map_err(|e| StoreError::corrupt(key, e))
 }
 
 pub(super) use serde_dynamo::aws_sdk_dynamodb_1::to_item;
@@ -169,7 +161,7 @@ pub(super) fn decode_pool(item: &Item) -> Result<PoolRecord, StoreError> {
     let read: PoolItem = from_item(key, item)?;
     if pool_pk(&read.pool) != key {
         let why = format_args!("`pool` = {} does not match the key", read.pool);
-        return Err(corrupt(key, why));
+        return Err(StoreError::corrupt(key, why));
     }
     Ok(PoolRecord {
         pool: read.pool,

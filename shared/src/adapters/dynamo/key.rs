@@ -141,14 +141,15 @@ fn decode_keys(item: &Item) -> Result<KeyRing, StoreError> {
     let key = |name: &str, id: KeyId, bytes: &[u8]| {
         let (len, want) = (bytes.len(), ContinuationKey::LEN);
         let why = format!("`{name}` has {len} bytes instead of {want}");
-        ContinuationKey::from_slice(id, bytes).ok_or_else(|| corrupt(CONTINUATION_KEY_PK, why))
+        ContinuationKey::from_slice(id, bytes)
+            .ok_or_else(|| StoreError::corrupt(CONTINUATION_KEY_PK, why))
     };
     let previous = match (read.previous_secret, read.previous_key_id) {
         (None, _) => None,
         (Some(bytes), Some(id)) => Some(key(PREVIOUS_SECRET, id, &bytes)?),
         (Some(_), None) => {
             let why = format_args!("`{PREVIOUS_SECRET}` without `previous_key_id`");
-            return Err(corrupt(CONTINUATION_KEY_PK, why));
+            return Err(StoreError::corrupt(CONTINUATION_KEY_PK, why));
         }
     };
     Ok(KeyRing {

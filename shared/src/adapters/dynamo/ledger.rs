@@ -26,8 +26,9 @@ impl DynamoStore {
         let read = self.batch_get(keys, &["pk", "expires_at"], "reading the ledger");
         for item in read.await? {
             let entry: LedgerItem = from_item(text(&item, "pk").unwrap_or("(ledger item)"), &item)?;
-            let id = (entry.pk.strip_prefix("EVENT#"))
-                .ok_or_else(|| corrupt(&entry.pk, "a ledger key without the EVENT# prefix"))?;
+            let id = (entry.pk.strip_prefix("EVENT#")).ok_or_else(|| {
+                StoreError::corrupt(&entry.pk, "a ledger key without the EVENT# prefix")
+            })?;
             if entry.expires_at > now {
                 applied.insert(id.to_string());
             }

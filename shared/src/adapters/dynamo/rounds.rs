@@ -146,8 +146,10 @@ fn decode_rounds(pk: &str, item: &Item) -> Result<(Rounds, i64), StoreError> {
             .iter()
             .map(|json| serde_json::from_str(json))
             .collect::<Result<_, _>>()
-            .map_err(|e| corrupt(pk, format_args!("`pending` holds no instance: {e}")))?,
-        Some(_) => return Err(corrupt(pk, "`pending` is not a string set")),
+            .map_err(|e| {
+                StoreError::corrupt(pk, format_args!("`pending` holds no instance: {e}"))
+            })?,
+        Some(_) => return Err(StoreError::corrupt(pk, "`pending` is not a string set")),
     };
     let mut rounds = read.rounds.unwrap_or_default();
     rounds.pending.clear();

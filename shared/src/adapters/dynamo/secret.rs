@@ -68,10 +68,8 @@ impl SecretKeys {
             }
             got => got.map_err(|e| self.sdk_err(&what, e))?,
         };
-        let corrupt = |why: String| StoreError::Corrupt {
-            key: format!("secret {} ({stage})", self.secret),
-            message: why,
-        };
+        let corrupt =
+            |why: String| StoreError::corrupt(format!("secret {} ({stage})", self.secret), why);
         let text = (out.secret_string()).ok_or_else(|| corrupt("no secret string".into()))?;
         let version: Version = serde_json::from_str(text)
             .map_err(|e| corrupt(format!("not {{\"key_id\": N, \"key\": \"<base64>\"}}: {e}")))?;

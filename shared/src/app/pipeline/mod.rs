@@ -243,29 +243,16 @@ impl Pipeline<'_> {
         {
             let now = self.clock.now();
             let since = policy.adaptive.since(now);
-            // Only the pools of the batch's recommendations: one query each, and one for each
-            // pool's key by zone name, which records written before pools were keyed by zone
-            // ID have (read as the zone's ID).
-            let instances: Vec<&InstanceFacts> = wanted
+            // Only the pools of the batch's recommendations: one query each.
+            let mut pools: Vec<PoolKey> = wanted
                 .iter()
                 .filter(|e| e.kind == EventKind::RebalanceRecommendation)
                 .flat_map(|e| e.instance_ids.iter())
-                .filter_map(|id| found.get(id))
+                .filter_map(|id| found.get(id)?.pool())
                 .collect();
-            let ids = crate::domain::facts::zone_ids(instances.iter().copied());
-            let by_name = instances.iter().filter(|i| i.zone_id.is_some()).map(|i| {
-                let zone = i.zone.as_deref().unwrap_or_default();
-                i.pool()
-                    .map(|p| PoolKey::new(p.capacity_type, &p.instance_type, zone))
-            });
-            let pools = instances.iter().map(|i| i.pool()).chain(by_name);
-            let mut pools: Vec<PoolKey> = pools.flatten().collect();
             pools.sort();
             pools.dedup();
-            let mut history = self.store.history_of(&pools, since, now).await?;
-            for entry in &mut history {
-                entry.pool = entry.pool.by_zone_id(&ids);
-            }
+            let history = self.store.history_of(&pools, since, now).await?;
             crate::domain::policy::adaptive::followed(&history, policy.adaptive.window, since, now)
         } else {
             BTreeMap::new()
