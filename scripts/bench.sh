@@ -27,7 +27,8 @@ cargo lambda build --release --x86-64 --output-format zip "${functions[@]}"
 cargo lambda build --release --x86-64 "${functions[@]}"
 echo "bench: building forewarn-bench ($profile)" >&2
 cargo build --profile "$profile" --locked -p forewarn-bench
-bench="$root/target/$([ "$profile" = dev ] && echo debug || echo "$profile")/forewarn-bench"
+# Under target/<triple>/ when CARGO_BUILD_TARGET names one (as scripts/test.sh does).
+bench="$root/target/${CARGO_BUILD_TARGET:+$CARGO_BUILD_TARGET/}$([ "$profile" = dev ] && echo debug || echo "$profile")/forewarn-bench"
 
 results="$(mktemp)"
 trap 'rm -f "$results"' EXIT

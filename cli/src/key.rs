@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use forewarn::app::settings::Settings;
 use forewarn::app::wiring;
-use forewarn::domain::config::Mode;
+use forewarn::domain::keys::KeyRing;
 use forewarn::ports::Clock;
 
 use crate::StoreArgs;
@@ -29,16 +29,14 @@ enum KeyCommand {
     /// Without --execute nothing is changed: it says which key would become which. Running
     /// processes take the new key within 5 minutes, or at once when they meet its id. Rotate
     /// again only once every drain (its timeout) and every cordon record signed
-    /// with the previous key is over: what the dropped key signed is refused. With
-    /// the key secret setting (the stack's secret), the key rotates there, and the pool table's
-    /// older key item, if any, is erased.
+    /// with the previous key is over: what the dropped key signed is refused. With the pool
+    /// table, the key rotates in its secret (the key secret setting: the stack's).
     Rotate(RotateArgs),
 }
 
 #[derive(Args, Debug)]
 struct RotateArgs {
-    /// Rotate (writes the key's secret, the table or the embedded store). Without it: what it
-    /// would do.
+    /// Rotate (writes the key's secret, or the embedded store). Without it: what it would do.
     #[arg(long)]
     execute: bool,
     #[command(flatten)]
@@ -51,58 +49,37 @@ pub async fn run(
     clock: Arc<dyn Clock>,
 ) -> anyhow::Result<ExitCode> {
     let KeyCommand::Rotate(args) = args.command;
-    let choice = args.store.choice(&settings);
-    let mode = if args.execute {
-        Mode::Act
-    } else {
-        Mode::DryRun
-    };
+    let (choice, mode) = (
+        args.store.choice(&settings),
+        crate::mode(args.execute, true),
+    );
     let store = wiring::store(&choice, mode, None, settings.aws, clock).await?;
-    let mut out = std::io::stdout().lock();
-    if !args.execute {
-        let keys = store
-            .reread_continuation_keys()
-            .await
-            .with_context(|| format!("reading the continuation key of {}", store.location()))?;
-        match keys {
-            None => writeln!(
-                out,
-                "{}: no continuation key yet; --execute creates key 1",
-                store.location()
-            )?,
-            Some(keys) => writeln!(
-                out,
-                "{}: the current key is {}{}; --execute makes key {} current, keeps key {} \
-                 accepted{}",
-                store.location(),
-                keys.current.id(),
-                keys.previous
-                    .as_ref()
-                    .map(|p| format!(" (key {} is also accepted)", p.id()))
-                    .unwrap_or_default(),
-                keys.current.id().saturating_add(1),
-                keys.current.id(),
-                keys.previous
-                    .as_ref()
-                    .map(|p| format!(" and no longer accepts key {}", p.id()))
-                    .unwrap_or_default(),
-            )?,
+    let at = store.location();
+    let now = |keys: &KeyRing| match &keys.previous {
+        None => format!("key {} is current", keys.current.id()),
+        Some(p) => format!(
+            "key {} is current, key {} still accepted",
+            keys.current.id(),
+            p.id()
+        ),
+    };
+    let said = if !args.execute {
+        let keys = store.reread_continuation_keys().await;
+        match keys.with_context(|| format!("reading the continuation key of {at}"))? {
+            None => "no continuation key yet; --execute creates key 1".to_string(),
+            Some(keys) => {
+                let (id, next) = (keys.current.id(), keys.current.id().saturating_add(1));
+                let dropped = (keys.previous.as_ref()).map(|p| p.id());
+                let dropped = dropped.map(|p| format!(" and no longer accepts key {p}"));
+                let dropped = dropped.unwrap_or_default();
+                let then = format!("--execute makes key {next} current, keeps key {id} accepted");
+                format!("{}; {then}{dropped}", now(&keys))
+            }
         }
-        return Ok(ExitCode::SUCCESS);
-    }
-    let keys = store
-        .rotate_continuation_key()
-        .await
-        .with_context(|| format!("rotating the continuation key of {}", store.location()))?;
-    writeln!(
-        out,
-        "{}: key {} is current{}",
-        store.location(),
-        keys.current.id(),
-        keys.previous
-            .as_ref()
-            .map(|p| format!(", key {} still accepted", p.id()))
-            .unwrap_or_default(),
-    )?;
+    } else {
+        let keys = store.rotate_continuation_key().await;
+        now(&keys.with_context(|| format!("rotating the continuation key of {at}"))?)
+    };
+    writeln!(std::io::stdout().lock(), "{at}: {said}")?;
     Ok(ExitCode::SUCCESS)
 }

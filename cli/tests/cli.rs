@@ -1197,8 +1197,8 @@ fn key_rotate_changes_the_key_only_with_execute() {
     let dry = text(&forewarn(state.path(), &["key", "rotate"]));
     assert!(
         dry.ends_with(
-            "the current key is 2 (key 1 is also accepted); --execute makes key 3 current, keeps \
-             key 2 accepted and no longer accepts key 1"
+            "key 2 is current, key 1 still accepted; --execute makes key 3 current, keeps key 2 \
+             accepted and no longer accepts key 1"
         ),
         "{dry}"
     );

@@ -797,9 +797,10 @@ pub async fn the_continuation_key_rotates_keeping_the_previous_one(s: Subject) {
     );
 }
 
-/// The continuation key: 32 bytes, created by the first caller, the same for every caller after
-/// it — among concurrent first callers too (several cold starts at once), and in another
-/// process — and invisible to the pools and the history.
+/// The continuation key: 32 bytes, the same for every caller — among concurrent first callers
+/// too (several cold starts at once), and in another process — and invisible to the pools and
+/// the history. The embedded store creates it at its first caller; the DynamoDB store reads the
+/// stack's generated secret.
 pub async fn the_continuation_key_is_created_once_and_shared(s: Subject) {
     let (a, b) = tokio::join!(s.store.continuation_keys(), s.other.continuation_keys());
     let (a, b) = (a.expect("a key"), b.expect("a key"));

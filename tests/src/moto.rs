@@ -43,13 +43,27 @@ pid=$!
 { read -r _ <&3; kill -KILL "$pid" 2>/dev/null; rm -rf "$2"; } &
 wait "$pid""#;
 
-/// Put first on moto's `PYTHONPATH`: makes `moto_server` serve one request at a time. moto's
-/// request handling is not atomic (an `UpdateItem` `ADD` is a read-modify-write of a Python
-/// object; a cancelled `TransactWriteItems` is rolled back by restoring a copy of the whole table
-/// taken before it ran), so concurrent requests on one table can lose each other's writes, which
-/// DynamoDB never does. Serving requests one by one makes moto as atomic as DynamoDB; the stores'
-/// own concurrency (many requests in flight, retries) is unchanged.
-const SITECUSTOMIZE: &str = r#"# forewarn test harness: serve one request at a time (see tests/src/moto.rs).
+/// Put first on moto's `PYTHONPATH`:
+///
+/// - makes `moto_server` serve one request at a time. moto's request handling is not atomic (an
+///   `UpdateItem` `ADD` is a read-modify-write of a Python object; a cancelled
+///   `TransactWriteItems` is rolled back by restoring a copy of the whole table taken before it
+///   ran), so concurrent requests on one table can lose each other's writes, which DynamoDB
+///   never does. Serving requests one by one makes moto as atomic as DynamoDB; the stores' own
+///   concurrency (many requests in flight, retries) is unchanged.
+/// - gives moto's CloudFormation the `AWS::SecretsManager::Secret` it lacks (moto 5.2.5), as
+///   CloudFormation creates one: its `Name` (else a generated one), its `SecretString`, or its
+///   `GenerateSecretString` (the template's JSON with one generated key of `PasswordLength`
+///   letters and digits: the stacks' secrets exclude punctuation, and ask nothing else), its
+///   `Ref` the secret's ARN; kept as it is by a stack update (the stacks' secrets keep their
+///   name), deleted with its stack. The secret's resource policy
+///   (`AWS::SecretsManager::ResourcePolicy`) stays unmodelled: moto applies no resource policy
+///   (tests/tests/infra/pool_table.rs checks the template's).
+const SITECUSTOMIZE: &str = r#"# forewarn test harness (see tests/src/moto.rs).
+import json as _json
+import secrets as _secrets
+import string as _string
+
 import werkzeug.serving as _serving
 
 _run_simple = _serving.run_simple
@@ -61,6 +75,77 @@ def _run_simple_serially(*args, **kwargs):
 
 
 _serving.run_simple = _run_simple_serially
+
+from moto.core.common_models import CloudFormationModel as _Model  # noqa: E402
+
+
+class _Secret(_Model):
+    # moto files its models by service, from the module's name.
+    __module__ = "moto.secretsmanager.forewarn_harness"
+
+    def __init__(self, arn):
+        self.physical_resource_id = arn
+
+    @staticmethod
+    def cloudformation_name_type():
+        return "Name"
+
+    @staticmethod
+    def cloudformation_type():
+        return "AWS::SecretsManager::Secret"
+
+    @staticmethod
+    def _backend(account_id, region_name):
+        from moto.secretsmanager.models import secretsmanager_backends
+
+        return secretsmanager_backends[account_id][region_name]
+
+    @classmethod
+    def create_from_cloudformation_json(
+        cls, resource_name, cloudformation_json, account_id, region_name, **kwargs
+    ):
+        props = cloudformation_json.get("Properties", {})
+        value = props.get("SecretString")
+        generate = props.get("GenerateSecretString")
+        if generate is not None:
+            fields = _json.loads(generate.get("SecretStringTemplate", "{}"))
+            alphabet = _string.ascii_letters + _string.digits
+            length = int(generate.get("PasswordLength", 32))
+            generated = "".join(_secrets.choice(alphabet) for _ in range(length))
+            fields[generate.get("GenerateStringKey", "password")] = generated
+            value = _json.dumps(fields)
+        name = props.get("Name", resource_name)
+        backend = cls._backend(account_id, region_name)
+        backend.create_secret(
+            name=name,
+            secret_string=value,
+            secret_binary=None,
+            description=props.get("Description"),
+            tags=None,
+            kms_key_id=None,
+            client_request_token=None,
+            replica_regions=[],
+            force_overwrite=False,
+        )
+        return cls(backend.secrets[name].arn)
+
+    @classmethod
+    def update_from_cloudformation_json(
+        cls, original_resource, new_resource_name, cloudformation_json, account_id, region_name
+    ):
+        # The stacks' secrets keep their name: an update leaves the secret and its versions.
+        return original_resource
+
+    @classmethod
+    def delete_from_cloudformation_json(
+        cls, resource_name, cloudformation_json, account_id, region_name
+    ):
+        backend = cls._backend(account_id, region_name)
+        if resource_name in backend.secrets:
+            backend.delete_secret(resource_name, None, True)
+
+    def is_created(self):
+        return True
 "#;
 
 /// The workspace's root directory.
@@ -376,7 +461,8 @@ pub fn pool_table_template() -> anyhow::Result<String> {
 }
 
 /// Creates a pool table named `table` from `infra/pool-table.yaml` (through CloudFormation, as
-/// stack `table`) and answers its name.
+/// stack `table`, with its continuation keys' secret, [`key_secret_of`]) and answers the table's
+/// name.
 ///
 /// moto's CloudFormation creates the table without its `TimeToLiveSpecification`, so the TTL is
 /// then turned on with `UpdateTimeToLive`, as the template asks. (moto never deletes expired
@@ -405,6 +491,25 @@ pub async fn create_pool_table(config: &SdkConfig, table: &str) -> anyhow::Resul
         .await
         .map_err(|e| anyhow!("enabling the TTL of {name}: {}", DisplayErrorContext(e)))?;
     Ok(name)
+}
+
+/// The continuation keys' secret of a pool table `table` made from `infra/pool-table.yaml`
+/// (`<TableName>-continuation-key`).
+pub fn key_secret_of(table: &str) -> String {
+    format!("{table}-continuation-key")
+}
+
+/// The DynamoDB store of pool table `table`, its continuation keys in secret `secret`, as the
+/// functions are wired.
+pub fn keyed_store(
+    config: &SdkConfig,
+    table: &str,
+    secret: &str,
+) -> forewarn::adapters::dynamo::DynamoStore {
+    let keys = aws_sdk_secretsmanager::Client::new(config);
+    let keys = forewarn::adapters::dynamo::SecretKeys::new(keys, secret);
+    forewarn::adapters::dynamo::DynamoStore::new(aws_sdk_dynamodb::Client::new(config), table)
+        .with_key_secret(keys)
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use forewarn::domain::pool::PoolQuery;
 use forewarn::domain::report::Outcome;
 use forewarn::ports::{Clock, PoolStore};
 use forewarn_tests::ec2::{Launch, Launched, any_image, launch};
-use forewarn_tests::moto::{create_pool_table, runtime, shared, unique_name};
+use forewarn_tests::moto::{create_pool_table, key_secret_of, runtime, shared, unique_name};
 use forewarn_tests::proxy::{AwsFault, AwsProxy, FaultKind};
 use kube_fake::KubeFake;
 use serde_json::{Value, json};
@@ -277,9 +277,10 @@ fn handler(w: &World) -> (Handler, Arc<DynamoStore>, Arc<Ec2Directory>) {
         forewarn_tests::cluster::SWEEPER_GROUP,
     ))
     .with_clock(w.clock.shared());
-    let store = Arc::new(DynamoStore::new(
-        aws_sdk_dynamodb::Client::new(&w.sdk),
-        w.table.clone(),
+    let store = Arc::new(forewarn_tests::moto::keyed_store(
+        &w.sdk,
+        &w.table,
+        &key_secret_of(&w.table),
     ));
     let ec2_dir = Arc::new(Ec2Directory::from_conf(&w.sdk));
     let handler = Handler {

@@ -173,7 +173,9 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
             &fake,
             forewarn_tests::cluster::HANDLER_GROUP,
         ));
-        let store = Arc::new(DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), table.clone()));
+        // The stack's secret, `<stack>-continuation-key`.
+        let secret = format!("{cluster}-continuation-key");
+        let store = Arc::new(forewarn_tests::moto::keyed_store(&sdk, &table, &secret));
         // Drains continue through the queue, as deployed; evicted pods take 2 s to go.
         fake.set_eviction_grace(Duration::from_secs(2));
         let queue = Arc::new(SqsRedelivery::new(aws_sdk_sqs::Client::new(&sdk)));

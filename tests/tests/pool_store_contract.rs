@@ -44,16 +44,26 @@ async fn table() -> (aws_sdk_dynamodb::Client, String) {
     (aws_sdk_dynamodb::Client::new(&config), table)
 }
 
+/// Two handles of a fresh table, their continuation keys in its secret (as generated).
 fn run_dynamo<F, Fut>(case: F)
 where
     F: FnOnce(Subject) -> Fut,
     Fut: Future<Output = ()>,
 {
     moto::runtime().block_on(async {
-        let (client, table) = table().await;
+        let config = moto::shared().sdk_config();
+        let (_, table) = table().await;
         let subject = Subject {
-            store: Arc::new(DynamoStore::new(client.clone(), &table)),
-            other: Arc::new(DynamoStore::new(client, &table)),
+            store: Arc::new(moto::keyed_store(
+                &config,
+                &table,
+                &moto::key_secret_of(&table),
+            )),
+            other: Arc::new(moto::keyed_store(
+                &config,
+                &table,
+                &moto::key_secret_of(&table),
+            )),
         };
         case(subject).await;
     });
@@ -85,9 +95,15 @@ contract_cases!(
     history_keeps_one_entry_per_applied_mark,
     updates_of_more_pools_than_the_limit_are_refused_whole,
     the_continuation_key_is_created_once_and_shared,
-    the_continuation_key_rotates_keeping_the_previous_one,
     traffic_rounds_are_shared_and_never_lose_an_offer,
 );
+
+/// The embedded store creates its first key itself (the DynamoDB store's is the stack's
+/// generated secret: [`the_continuation_keys_live_in_their_secret`]).
+#[test]
+fn embedded_continuation_key_rotates_keeping_the_previous_one() {
+    run_embedded(forewarn_tests::contract::the_continuation_key_rotates_keeping_the_previous_one)
+}
 
 // ---- DynamoDB only ------------------------------------------------------------------------
 
@@ -260,7 +276,11 @@ fn dynamodb_round_trips() {
             .unwrap();
         assert_eq!(trips(&b_count), 1);
 
-        let r = a.pool(&key).await.unwrap().expect("the pool");
+        let everything = PoolQuery {
+            include_available: true,
+            ..PoolQuery::default()
+        };
+        let [r] = <[_; 1]>::try_from(a.pools(&everything, now()).await.unwrap()).unwrap();
         assert_eq!(r.interruptions(), 5);
         assert_eq!(r.last_event_id, "e-3");
         assert_eq!(r.unavailable_until, window(11));
@@ -353,52 +373,16 @@ fn dynamodb_missing_table_is_an_error_naming_it() {
     });
 }
 
-/// Whether the table holds the continuation key item.
-async fn key_item(client: &aws_sdk_dynamodb::Client, table: &str) -> bool {
-    let out = client
-        .get_item()
-        .table_name(table)
-        .key("pk", AttributeValue::S("KEY#continuation".into()))
-        .key("sk", AttributeValue::S("KEY".into()))
-        .consistent_read(true)
-        .send()
-        .await
-        .expect("GetItem");
-    out.item.is_some()
-}
-
-/// A secret as the stack generates it (`GenerateSecretString`: `{"key_id": 1, "secret":
-/// "<64 letters and digits>"}`), on moto.
-async fn generated_secret() -> String {
-    let config = moto::shared().sdk_config();
-    let name = moto::unique_name("forewarn-key");
-    let value =
-        serde_json::json!({"key_id": 1, "secret": "a".repeat(40) + &moto::unique_name("k")});
-    aws_sdk_secretsmanager::Client::new(&config)
-        .create_secret()
-        .name(&name)
-        .secret_string(value.to_string())
-        .send()
-        .await
-        .expect("CreateSecret on moto");
-    name
-}
-
-/// Issue 46: with a secret, the continuation keys are the secret's alone. Every store reads the
-/// stack's generated key the same; a rotation goes on in the secret (the generated key its
-/// previous), which every store then reads; nothing is written to the table.
+/// Issue 46: the continuation keys are their secret's alone. Every store reads the stack's
+/// generated key the same; a rotation goes on in the secret (the generated key its previous),
+/// which every store then reads, and a second drops the generated key. A store given no secret
+/// (`forewarn pools --table`) refuses every key request, naming the setting.
 #[test]
 fn the_continuation_keys_live_in_their_secret() {
-    use forewarn::adapters::dynamo::SecretKeys;
     moto::runtime().block_on(async {
         let config = moto::shared().sdk_config();
         let (client, fresh_table) = table().await;
-        let secrets = aws_sdk_secretsmanager::Client::new(&config);
-        let fresh = generated_secret().await;
-        let store = || {
-            DynamoStore::new(client.clone(), &fresh_table)
-                .with_key_secret(SecretKeys::new(secrets.clone(), fresh.clone()))
-        };
+        let store = || moto::keyed_store(&config, &fresh_table, &moto::key_secret_of(&fresh_table));
         let first = store().continuation_keys().await.unwrap();
         assert_eq!(first.current.id(), 1);
         assert_eq!(first.previous, None);
@@ -409,11 +393,44 @@ fn the_continuation_keys_live_in_their_secret() {
         assert_eq!(store().continuation_keys().await.unwrap(), rotated);
         assert_eq!(
             store().reread_continuation_keys().await.unwrap(),
-            Some(rotated)
+            Some(rotated.clone())
         );
-        assert!(
-            !key_item(&client, &fresh_table).await,
-            "no key is written to the table"
-        );
+        let twice = store().rotate_continuation_key().await.unwrap();
+        assert_eq!(twice.current.id(), 3);
+        assert_eq!(twice.previous.as_ref(), Some(&rotated.current));
+        assert!(twice.get(1).is_none(), "the generated key is dropped");
+
+        // A version that is not one of the key's is refused, named.
+        let secrets = aws_sdk_secretsmanager::Client::new(&config);
+        for (text, says) in [
+            (
+                r#"{"key_id": 4, "secret": "short"}"#,
+                "fewer than 32 characters",
+            ),
+            ("not json", "key_id"),
+        ] {
+            let put = secrets
+                .put_secret_value()
+                .secret_id(moto::key_secret_of(&fresh_table));
+            put.secret_string(text)
+                .send()
+                .await
+                .expect("PutSecretValue");
+            match store().continuation_keys().await {
+                Err(StoreError::Corrupt { key, message }) => {
+                    assert!(key.contains("AWSCURRENT"), "{key}");
+                    assert!(message.contains(says), "{message}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+
+        let keyless = DynamoStore::new(client, &fresh_table);
+        for e in [
+            keyless.continuation_keys().await.unwrap_err(),
+            keyless.rotate_continuation_key().await.unwrap_err(),
+        ] {
+            assert!(e.to_string().contains("FOREWARN_KEY_SECRET"), "{e}");
+        }
     });
 }

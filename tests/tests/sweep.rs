@@ -7,7 +7,6 @@
 
 use std::sync::Arc;
 
-use forewarn::adapters::dynamo::DynamoStore;
 use forewarn::adapters::ec2::Ec2Directory;
 use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
 use forewarn::adapters::upkeep::live_cluster;
@@ -21,7 +20,7 @@ use forewarn::domain::pool::PoolQuery;
 use forewarn::domain::report::Outcome;
 use forewarn::ports::{Clock, PoolStore};
 use forewarn_tests::ec2::{Launch, any_image, launch};
-use forewarn_tests::moto::{create_pool_table, runtime, shared, unique_name};
+use forewarn_tests::moto::{create_pool_table, key_secret_of, runtime, shared, unique_name};
 use kube_fake::KubeFake;
 use serde_json::json;
 
@@ -64,7 +63,7 @@ fn sweeps_orphaned_nodes_once_and_never_after_a_handled_event() {
             ..Config::default()
         };
         let clients = as_sweeper(&fake);
-        let store = Arc::new(DynamoStore::new(aws_sdk_dynamodb::Client::new(&sdk), table));
+        let store = Arc::new(forewarn_tests::moto::keyed_store(&sdk, &table, &key_secret_of(&table)));
         let ec2_dir = Arc::new(Ec2Directory::from_conf(&sdk));
         let handler = Handler {
             instances: ec2_dir.clone(),

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use anyhow::bail;
-use forewarn::adapters::dynamo::DynamoStore;
 use forewarn::adapters::ec2::Ec2Directory;
 use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
 use forewarn::app::fleet::{Cluster, Fleet};
@@ -170,9 +169,10 @@ impl Bench {
             ..Config::default()
         };
         let clients = ClusterClient::new(fake.client());
-        let store = Arc::new(DynamoStore::new(
-            aws_sdk_dynamodb::Client::new(&sdk),
-            table.clone(),
+        let store = Arc::new(forewarn_tests::moto::keyed_store(
+            &sdk,
+            &table,
+            &forewarn_tests::moto::key_secret_of(&table),
         ));
         let handler = Handler {
             instances: Arc::new(Ec2Directory::from_conf(&sdk)),

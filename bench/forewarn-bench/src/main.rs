@@ -193,9 +193,11 @@ async fn deployed_env(
             fake.url()
         ),
     )?;
+    let secret = forewarn_tests::moto::key_secret_of(&table);
     Ok([
         ("FOREWARN_CLUSTERS", "demo"),
         ("FOREWARN_TABLE", table.as_str()),
+        ("FOREWARN_KEY_SECRET", secret.as_str()),
         ("FOREWARN_ACCOUNT_ID", "123456789012"),
         ("FOREWARN_ENVIRONMENTS", "8"),
         ("FOREWARN_DRY_RUN", "false"),

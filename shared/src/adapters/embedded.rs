@@ -23,9 +23,7 @@ use crate::adapters::clock::SystemClock;
 use crate::domain::fold::{fold, pool_deltas, validate};
 use crate::domain::keys::{ContinuationKey, KeyId, KeyRing};
 use crate::domain::pool::HistoryEntry;
-use crate::domain::pool::{
-    Applied, PoolKey, PoolQuery, PoolRecord, PoolUpdate, Retention, sort_newest_first,
-};
+use crate::domain::pool::{Applied, PoolKey, PoolQuery, PoolRecord, PoolUpdate, Retention};
 use crate::domain::traffic::{Claim, Doomed, Outcome, Rounds};
 use crate::ports::{
     BoxError, Clock, FailureKind, OUTCOME_KEPT, PoolStore, RoundKey, Settled, StoreError,
@@ -311,7 +309,7 @@ impl PoolStore for EmbeddedStore {
         query: &PoolQuery,
         now: DateTime<Utc>,
     ) -> Result<Vec<PoolRecord>, StoreError> {
-        let mut records = self
+        let records = self
             .read("listing the pools".into(), move |txn| {
                 let mut records = Vec::new();
                 for row in txn.open_table(POOLS)?.iter()? {
@@ -321,9 +319,7 @@ impl PoolStore for EmbeddedStore {
                 Ok(records)
             })
             .await?;
-        records.retain(|r| query.matches(r, now));
-        sort_newest_first(&mut records);
-        Ok(records)
+        Ok(query.select(records, now))
     }
 
     async fn continuation_keys(&self) -> Result<KeyRing, StoreError> {
@@ -371,7 +367,7 @@ enum KeyOp {
 }
 
 /// The stored value of the keys: the current key's id (8 bytes, big-endian) and bytes, then the
-/// previous key's, if any. A value of 32 bytes alone is a key stored before keys had ids (id 0).
+/// previous key's, if any.
 fn encode_keys(keys: &KeyRing) -> Vec<u8> {
     let mut out = Vec::with_capacity(2 * (8 + ContinuationKey::LEN));
     for key in std::iter::once(&keys.current).chain(&keys.previous) {
@@ -388,7 +384,6 @@ fn decode_keys(bytes: &[u8]) -> Result<KeyRing, StoreError> {
         ContinuationKey::from_slice(id, b.get(8..)?)
     };
     let ring = match bytes.len() {
-        ContinuationKey::LEN => ContinuationKey::from_slice(0, bytes).map(KeyRing::of),
         ONE => key(bytes).map(KeyRing::of),
         n if n == 2 * ONE => {
             (key(&bytes[..ONE]).zip(key(&bytes[ONE..]))).map(|(current, previous)| KeyRing {

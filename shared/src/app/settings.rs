@@ -125,7 +125,7 @@ pub struct Variables {
     /// drains' continuations and cordon records: the stack's `<stack>-continuation-key`,
     /// readable by forewarn's roles only. Its current
     /// version is the current key, its previous version the one before the last rotation
-    /// (`forewarn key rotate`). Unset: the keys are an item of the pool table
+    /// (`forewarn key rotate`). Needed with `FOREWARN_TABLE`
     #[arg(long, env = "FOREWARN_KEY_SECRET", value_name = "SECRET")]
     pub key_secret: Option<String>,
 
@@ -474,8 +474,8 @@ pub fn retired_home(name: &str) -> Option<&'static str> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreChoice {
     /// The DynamoDB pool table of this name (`FOREWARN_TABLE`), its continuation keys in the
-    /// Secrets Manager secret `key_secret` (`FOREWARN_KEY_SECRET`) when given, else in the
-    /// table.
+    /// Secrets Manager secret `key_secret` (`FOREWARN_KEY_SECRET`; none: a store read for its
+    /// pools alone, as `forewarn pools --table` does).
     Dynamo {
         table: String,
         key_secret: Option<String>,
@@ -751,6 +751,11 @@ impl Settings {
             config: config(&v)?,
             mode: if v.dry_run { Mode::DryRun } else { Mode::Act },
             store: match v.table {
+                Some(table) if v.key_secret.is_none() => {
+                    let why = "needs FOREWARN_KEY_SECRET, the secret of the continuation keys \
+                               (the stack's <stack>-continuation-key)";
+                    return Err(ConfigError::new("FOREWARN_TABLE", &table, why));
+                }
                 Some(table) => StoreChoice::Dynamo {
                     table,
                     key_secret: v.key_secret,
@@ -1468,8 +1473,15 @@ mod tests {
         );
         assert_eq!(dir(&[]), PathBuf::from(".forewarn"));
         // The table wins; the folder is still known (the command's --state-dir default).
-        let s = settings(&[("FOREWARN_TABLE", "pools"), ("HOME", "/home/u")]).unwrap();
+        let table = [("FOREWARN_TABLE", "pools"), ("HOME", "/home/u")];
+        let s = settings(&[table[0], table[1], ("FOREWARN_KEY_SECRET", "k")]).unwrap();
         assert_eq!(s.state_dir, PathBuf::from("/home/u/.local/state/forewarn"));
+        // A table without the continuation keys' secret is refused, naming both.
+        let e = settings(&table).unwrap_err().to_string();
+        assert!(
+            e.contains("FOREWARN_TABLE") && e.contains("FOREWARN_KEY_SECRET"),
+            "{e}"
+        );
     }
 
     #[test]

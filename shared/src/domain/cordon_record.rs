@@ -52,7 +52,7 @@ pub struct CordonRecord {
     /// it is not forewarn's: never listed, never removed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub taints: Vec<String>,
-    /// The id of the key the record is signed with.
+    /// The id of the key the record is signed with (none: not signed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_id: Option<KeyId>,
     /// HMAC-SHA256 of the record without it, in hex (see [`CordonRecord::signing_input`]).
@@ -171,8 +171,10 @@ impl CordonRecord {
 
     /// Whether the record is signed by a key of `keys`, or why not.
     pub fn verify(&self, keys: &KeyRing) -> Result<(), Unverified> {
-        let mac = self.mac.as_deref().ok_or(Unverified::NotSigned)?;
-        keys.verify(self.key_id.unwrap_or(0), &self.signing_input(), mac)
+        let (Some(id), Some(mac)) = (self.key_id, &self.mac) else {
+            return Err(Unverified::NotSigned);
+        };
+        keys.verify(id, &self.signing_input(), mac)
     }
 
     /// What a node cordoned for `earlier` keeps when `self`, a new reason, arrives: the reason

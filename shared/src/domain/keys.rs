@@ -5,9 +5,8 @@
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
-/// The id of a continuation key: its generation. The first key a store creates is 1, and each
-/// rotation makes the next one; a key stored before keys had ids (and a continuation signed
-/// without a `keyId`) is 0.
+/// The id of a continuation key: its generation. The first key is 1, and each rotation makes
+/// the next one.
 pub type KeyId = u64;
 
 /// The secret continuations (and cordon records, [`crate::domain::cordon_record`]) are signed with:

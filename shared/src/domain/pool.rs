@@ -249,11 +249,14 @@ impl PoolQuery {
                 .as_ref()
                 .is_none_or(|t| *t == record.pool.instance_type)
     }
-}
 
-/// Sorts records newest first (by `last_seen`, then by key for a stable order).
-pub fn sort_newest_first(records: &mut [PoolRecord]) {
-    records.sort_by(|a, b| b.last_seen.cmp(&a.last_seen).then(a.pool.cmp(&b.pool)));
+    /// The records of `records` that answer the query at `now`, newest first (by `last_seen`,
+    /// then by key for a stable order): every store's last step.
+    pub fn select(&self, mut records: Vec<PoolRecord>, now: DateTime<Utc>) -> Vec<PoolRecord> {
+        records.retain(|r| self.matches(r, now));
+        records.sort_by(|a, b| b.last_seen.cmp(&a.last_seen).then(a.pool.cmp(&b.pool)));
+        records
+    }
 }
 
 /// How long the store keeps what it records.

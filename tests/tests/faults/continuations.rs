@@ -3,7 +3,6 @@
 //! its node was deleted; and a key rotation in the middle of a drain, which loses nothing. Each
 //! checks that nothing legitimate is lost and nothing illegitimate is done.
 
-use forewarn::adapters::dynamo::DynamoStore;
 use forewarn::domain::fixtures::{app_pod, ec2_node};
 use forewarn::domain::inbound::continuation::Continuation;
 use forewarn::domain::inbound::decode;
@@ -96,7 +95,11 @@ fn a_key_rotation_in_the_middle_of_a_drain_loses_nothing() {
             "the drain goes on in its continuations"
         );
         // Another process (`forewarn key rotate --execute`) rotates the key.
-        let rotator = DynamoStore::new(aws_sdk_dynamodb::Client::new(&world.sdk), &world.table);
+        let rotator = forewarn_tests::moto::keyed_store(
+            &world.sdk,
+            &world.table,
+            &forewarn_tests::moto::key_secret_of(&world.table),
+        );
         let once = rotator.rotate_continuation_key().await.unwrap();
         assert_eq!(
             (once.current.id(), once.previous.as_ref().map(|k| k.id())),

@@ -24,7 +24,7 @@ use forewarn::domain::pool::{PoolQuery, PoolRecord};
 use forewarn::domain::report::{Outcome, Report, Tally};
 use forewarn::ports::PoolStore;
 use forewarn_tests::ec2::{Launch, Launched as Instance, any_image, launch};
-use forewarn_tests::moto::{create_pool_table, shared, unique_name};
+use forewarn_tests::moto::{create_pool_table, key_secret_of, shared, unique_name};
 use forewarn_tests::proxy::AwsProxy;
 use forewarn_tests::sqs::{Drained, EventQueue, Mapping, drain_patiently, drain_within};
 use kube_fake::{KubeFake, Method};
@@ -135,9 +135,10 @@ impl World {
             forewarn_tests::cluster::config_as(&fake, forewarn_tests::cluster::HANDLER_GROUP);
         kube_config.read_timeout = Some(options.kube_read_timeout);
         let clients = ClusterClient::new(kube::Client::try_from(kube_config).unwrap());
-        let store = Arc::new(DynamoStore::new(
-            aws_sdk_dynamodb::Client::new(&through_proxy),
-            table.clone(),
+        let store = Arc::new(forewarn_tests::moto::keyed_store(
+            &through_proxy,
+            &table,
+            &key_secret_of(&table),
         ));
         let handler = Handler {
             // The handler's SQS calls go through the proxy too, so that they can fail.

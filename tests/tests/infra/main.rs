@@ -5,9 +5,7 @@
 //! its queue policies are evaluated as IAM evaluates them (`Send::verdict`: statements, ANDed
 //! conditions, ORed values, absent keys) for every kind of sender; the stack with every option
 //! set is deployed to moto. (moto's CloudFormation does not apply queue policies, so they are
-//! checked on the resolved template.) The pool table's resource policy is evaluated likewise
-//! (`TableRequest::verdict`) for the requests forewarn's own readers send and those a reader of
-//! the table could: only forewarn's roles reach the continuation key.
+//! checked on the resolved template.)
 //!
 //! The tests by subject, one module each (what they share in `support`):
 //! - `templates`: cfn-lint, the templates' `Rules` (rule functions only), the stack's pool table
@@ -23,8 +21,7 @@
 //!   central and member stacks, a member account's route.
 //! - `admission`: the admission policies of `infra/k8s/` (placeholders, node writes), their CEL
 //!   evaluated.
-//! - `pool_table`: the pool table's resource policy (`TableRequest::verdict`) and the
-//!   continuation key's secret: only forewarn's roles reach the key.
+//! - `pool_table`: the continuation key's secret: only forewarn's roles reach the key.
 //! - `organization`: an organization: forewarn's own bus and the member stack's forwarding rules,
 //!   its dead-letter queue and alarms, its parameters and its region.
 

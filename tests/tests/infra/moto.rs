@@ -33,20 +33,19 @@ fn the_stack_deploys_with_hook_names_and_extra_senders() {
         .await
         .expect("the stack deploys to moto");
         let table = &outputs["TableName"];
-        // moto (5.2.5) does not model AWS::SecretsManager::Secret in CloudFormation: the key
-        // secret's name is left unresolved there (the_continuation_key_is_a_secret_only_forewarn_reads
-        // checks the template's reference); every other line as CloudFormation resolves it.
-        let env: String = outputs["HandlerEnvFile"]
-            .lines()
-            .filter(|l| !l.starts_with("FOREWARN_KEY_SECRET="))
-            .map(|l| format!("{l}\n"))
-            .collect();
-        assert!(outputs["HandlerEnvFile"].contains("\nFOREWARN_KEY_SECRET="));
+        // The key's secret as the harness's CloudFormation model of it makes it (its ARN).
+        let secret = aws_sdk_secretsmanager::Client::new(&sdk)
+            .describe_secret()
+            .secret_id(format!("{cluster}-continuation-key"))
+            .send()
+            .await
+            .expect("the stack's secret");
+        let secret = secret.arn().expect("its ARN");
         assert_eq!(
-            env,
+            outputs["HandlerEnvFile"],
             format!(
                 "FOREWARN_CLUSTERS={cluster}\n\
-                 FOREWARN_TABLE={table}\nFOREWARN_POLICY_ALLOW=\"cordon cordon-drain cordon-for \
+                 FOREWARN_TABLE={table}\nFOREWARN_KEY_SECRET={secret}\nFOREWARN_POLICY_ALLOW=\"cordon cordon-drain cordon-for \
                  adaptive\"\nFOREWARN_ACCOUNT_ID={ACCOUNT}\nFOREWARN_ENVIRONMENTS=10\n\
                  FOREWARN_LIFECYCLE_HOOKS=drain-a,drain-b\n"
             )

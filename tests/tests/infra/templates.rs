@@ -53,12 +53,7 @@ fn pool_table(template: &str) -> Vec<String> {
     let mut block = vec![lines.next().expect("a PoolTable resource").to_string()];
     for line in lines {
         let indent = line.len() - line.trim_start().len();
-        // The stack's table adds its resource policy last (it names the stack's roles).
-        if !line.trim().is_empty() && indent <= 2
-            || line
-                .trim_start()
-                .starts_with("# Only forewarn reads the continuation key")
-        {
+        if !line.trim().is_empty() && indent <= 2 {
             break;
         }
         if !line.trim_start().starts_with("TableName:") {

@@ -23,34 +23,8 @@ pub(super) type Item = HashMap<String, AttributeValue>;
 pub const POOL_SK: &str = "POOL";
 /// The `sk` of ledger items.
 pub const EVENT_SK: &str = "EVENT";
-/// The `pk` of the continuation key item (see [`crate::domain::inbound::continuation`]).
-pub const CONTINUATION_KEY_PK: &str = "KEY#continuation";
-/// The `sk` of secret items.
-pub const SECRET_SK: &str = "KEY";
-/// The attribute holding a secret's bytes (the current continuation key).
-pub const SECRET: &str = "secret";
-/// The key before the last rotation.
-pub const PREVIOUS_SECRET: &str = "previous_secret";
 /// The prefix of the `sk` of history items (`HIST#<event time>#<event id>#<instance id>`).
 pub const HISTORY_SK_PREFIX: &str = "HIST#";
-
-/// The attributes a `Scan` of pool items reads (and names: the stack's table resource policy
-/// refuses, to anyone but forewarn's roles, a `Scan` that does not name its attributes or that
-/// names the continuation key's, docs/security.md).
-pub fn pool_attributes() -> Vec<&'static str> {
-    let names = "pk sk pool region unavailable_until expires_at first_seen last_seen \
-                 last_event_id last_reason last_instance_id";
-    let mut names: Vec<&str> = names.split_whitespace().collect();
-    names.extend(EventKind::ALL.iter().copied().map(counter_name));
-    names.dedup();
-    names
-}
-
-/// The attributes a `Scan` of history items reads (see [`pool_attributes`]).
-pub fn history_attributes() -> Vec<&'static str> {
-    let names = "sk pool kind event_id instance_id at until expires_at";
-    names.split_whitespace().collect()
-}
 
 /// The `sk` of a history item: sorts by event time within its pool.
 pub fn history_sk(entry: &HistoryEntry) -> String {
@@ -177,7 +151,7 @@ pub(super) fn decode_pool(item: &Item) -> Result<PoolRecord, StoreError> {
     })
 }
 
-/// A history item, as written and read (a `Scan` reads no `pk`, see [`history_attributes`]).
+/// A history item, as written and read.
 #[serde_as]
 #[derive(Serialize, Deserialize)]
 struct HistoryItem {
@@ -315,9 +289,6 @@ mod tests {
                 .item(),
             &stored
         );
-        assert_eq!(decode_history(&stored).unwrap(), count);
-        // The scan's projection leaves out `pk`.
-        stored.remove("pk");
         assert_eq!(decode_history(&stored).unwrap(), count);
         stored.insert("at".into(), s("soon"));
         match decode_history(&stored) {

@@ -29,12 +29,6 @@ impl Expr {
         format!("{} = {}", self.name(attr), self.value(attr, value))
     }
 
-    /// A projection expression of `attrs`, their names registered.
-    pub(super) fn projection(&mut self, attrs: &[&str]) -> String {
-        let names: Vec<String> = attrs.iter().map(|a| self.name(a)).collect();
-        names.join(", ")
-    }
-
     pub(super) fn value(&mut self, placeholder: &str, value: AttributeValue) -> String {
         let placeholder = format!(":{placeholder}");
         self.values.insert(placeholder.clone(), value);

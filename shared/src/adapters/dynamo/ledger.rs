@@ -5,7 +5,6 @@ use std::collections::HashSet;
 use aws_sdk_dynamodb::types::{KeysAndAttributes, TransactWriteItem};
 
 use super::codec::*;
-use super::expr::Expr;
 use super::{BACKOFF, DynamoStore, MAX_BATCH_ROUNDS};
 use crate::domain::pool::PoolUpdate;
 use crate::ports::{FailureKind, StoreError};
@@ -23,7 +22,7 @@ impl DynamoStore {
             .map(|id| item_key(&event_pk(id), EVENT_SK))
             .collect();
         let mut applied = HashSet::new();
-        let read = self.batch_get(keys, &["pk", "expires_at"], "reading the ledger");
+        let read = self.batch_get(keys, "reading the ledger");
         for item in read.await? {
             let entry: LedgerItem = from_item(text(&item, "pk").unwrap_or("(ledger item)"), &item)?;
             let id = (entry.pk.strip_prefix("EVENT#")).ok_or_else(|| {
@@ -37,24 +36,18 @@ impl DynamoStore {
     }
 
     /// The items of `keys` that are there: strongly consistent `BatchGetItem`s of 100 keys,
-    /// their unprocessed keys asked again (at most [`MAX_BATCH_ROUNDS`] rounds a call), only the
-    /// attributes `project` names (every one when empty); `what` names the read in errors.
+    /// their unprocessed keys asked again (at most [`MAX_BATCH_ROUNDS`] rounds a call); `what`
+    /// names the read in errors.
     pub(super) async fn batch_get(
         &self,
         keys: Vec<Item>,
-        project: &[&str],
         what: &str,
     ) -> Result<Vec<Item>, StoreError> {
-        let mut e = Expr::default();
-        let projection = (!project.is_empty()).then(|| e.projection(project));
-        let names = projection.is_some().then_some(e.names);
         let mut found = Vec::new();
         for chunk in keys.chunks(100) {
             let request = KeysAndAttributes::builder()
                 .set_keys(Some(chunk.to_vec()))
                 .consistent_read(true)
-                .set_projection_expression(projection.clone())
-                .set_expression_attribute_names(names.clone())
                 .build();
             let mut request = Some(request.map_err(self.invalid(what))?);
             let mut waits = BACKOFF.delays();

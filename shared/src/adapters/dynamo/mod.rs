@@ -50,7 +50,6 @@ use chrono::{DateTime, Utc};
 mod apply;
 mod codec;
 mod expr;
-mod key;
 mod ledger;
 mod queries;
 mod rounds;
@@ -58,10 +57,7 @@ mod secret;
 #[cfg(test)]
 mod testing;
 
-pub use codec::{
-    CONTINUATION_KEY_PK, EVENT_SK, POOL_SK, PREVIOUS_SECRET, SECRET, event_pk, history_attributes,
-    pool_attributes, pool_pk,
-};
+pub use codec::{EVENT_SK, POOL_SK, event_pk, pool_pk};
 use expr::Known;
 pub use secret::SecretKeys;
 
@@ -101,7 +97,7 @@ pub struct DynamoStore {
     keys: crate::adapters::key_cache::KeyCache,
     /// What "now" is for the ledger's expiry.
     clock: std::sync::Arc<dyn crate::ports::Clock>,
-    /// Where the continuation keys are: a secret of their own (the stack's), else the table.
+    /// The continuation keys' secret (the stack's); none: a store for reading pools alone.
     secret: Option<SecretKeys>,
 }
 
@@ -115,6 +111,7 @@ impl std::fmt::Debug for DynamoStore {
 }
 
 impl DynamoStore {
+    /// The store of table `table`, without continuation keys (see [`DynamoStore::with_key_secret`]).
     pub fn new(client: Client, table: impl Into<String>) -> DynamoStore {
         DynamoStore {
             client,
@@ -127,11 +124,18 @@ impl DynamoStore {
         }
     }
 
-    /// The store with its continuation keys in `secret` (see [`SecretKeys`]) rather than the
-    /// table.
+    /// The store with its continuation keys in `secret` (see [`SecretKeys`]).
     pub fn with_key_secret(mut self, secret: SecretKeys) -> DynamoStore {
         self.secret = Some(secret);
         self
+    }
+
+    /// The continuation keys' secret, or why there is none.
+    fn key_secret(&self) -> Result<&SecretKeys, StoreError> {
+        let why =
+            "no key secret is set (FOREWARN_KEY_SECRET, the stack's <stack>-continuation-key)";
+        let what = "reading the continuation key";
+        (self.secret.as_ref()).ok_or_else(|| self.fail(FailureKind::Invalid, what, why))
     }
 
     /// The store on `clock` (the system clock by default).
@@ -205,19 +209,18 @@ impl PoolStore for DynamoStore {
     }
 
     async fn continuation_keys(&self) -> Result<KeyRing, StoreError> {
-        self.keys
-            .or_read(self.clock.now(), self.load_continuation_keys())
-            .await
+        let read = async { self.key_secret()?.read().await };
+        self.keys.or_read(self.clock.now(), read).await
     }
 
     async fn reread_continuation_keys(&self) -> Result<Option<KeyRing>, StoreError> {
-        self.keys
-            .kept(self.clock.now(), self.read_continuation_keys())
-            .await
+        let read = async { self.key_secret()?.read().await.map(Some) };
+        self.keys.kept(self.clock.now(), read).await
     }
 
     async fn rotate_continuation_key(&self) -> Result<KeyRing, StoreError> {
-        self.keys.kept(self.clock.now(), self.rotate_keys()).await
+        let rotate = async { self.key_secret()?.rotate(rand::random()).await };
+        self.keys.kept(self.clock.now(), rotate).await
     }
 
     fn traffic_rounds(&self) -> Option<&dyn crate::ports::TrafficRounds> {

@@ -4,14 +4,13 @@
 
 use std::fmt::Display;
 
-use aws_sdk_dynamodb::types::Select;
 use chrono::{DateTime, Utc};
 
 use super::codec::*;
 use super::expr::Expr;
 use super::{DynamoStore, INDEX_BY_TYPE, INDEX_BY_ZONE, INDEX_UNAVAILABLE};
 use crate::domain::pool::HistoryEntry;
-use crate::domain::pool::{PoolKey, PoolQuery, PoolRecord, sort_newest_first};
+use crate::domain::pool::{PoolKey, PoolQuery, PoolRecord};
 use crate::ports::StoreError;
 
 impl DynamoStore {
@@ -59,21 +58,17 @@ impl DynamoStore {
         items.map_err(|err| self.sdk_err(&what, err))
     }
 
-    /// Every item (all pages) of a `Scan` reading `attributes` (it names them: see
-    /// [`pool_attributes`]).
+    /// Every item (all pages) of a `Scan`.
     pub(super) async fn scan(
         &self,
-        attributes: &[&str],
         filter: String,
-        mut e: Expr,
+        e: Expr,
         what: impl Display + Send + Sync,
     ) -> Result<Vec<Item>, StoreError> {
         let pages = self
             .client
             .scan()
             .table_name(&self.table)
-            .select(Select::SpecificAttributes)
-            .projection_expression(e.projection(attributes))
             .filter_expression(filter)
             .set_expression_attribute_names(Some(e.names))
             .set_expression_attribute_values(Some(e.values))
@@ -82,13 +77,6 @@ impl DynamoStore {
             .send();
         let items = pages.collect::<Result<Vec<_>, _>>().await;
         items.map_err(|err| self.sdk_err(&what, err))
-    }
-
-    /// One pool's record (strongly consistent), whatever its expiry; `None` if absent.
-    pub async fn pool(&self, pool: &PoolKey) -> Result<Option<PoolRecord>, StoreError> {
-        let what = format!("reading pool {pool}");
-        let item = self.get(&pool_pk(pool), POOL_SK, what).await?;
-        item.as_ref().map(decode_pool).transpose()
     }
 
     /// The pools `query` asks for, newest first.
@@ -131,18 +119,12 @@ impl DynamoStore {
             }
             None => {
                 let filter = filter.join(" AND ");
-                self.scan(&pool_attributes(), filter, e, "scanning the pools")
-                    .await?
+                self.scan(filter, e, "scanning the pools").await?
             }
         };
-        let mut records = items
-            .iter()
-            .map(decode_pool)
-            .collect::<Result<Vec<_>, _>>()?;
+        let records = items.iter().map(decode_pool).collect::<Result<_, _>>()?;
         // Indexes are eventually consistent and the TTL deletes late: the query decides.
-        records.retain(|r| query.matches(r, now));
-        sort_newest_first(&mut records);
-        Ok(records)
+        Ok(query.select(records, now))
     }
 
     /// A `Scan` of the history items (every page) whose event or window touches the period and
@@ -163,8 +145,7 @@ impl DynamoStore {
             until = e.name("until"),
             since = e.value("since", n(since.timestamp())),
         );
-        let attributes = history_attributes();
-        let items = self.scan(&attributes, filter, e, "scanning the history");
+        let items = self.scan(filter, e, "scanning the history");
         let mut entries = Vec::new();
         for item in items.await? {
             let entry = decode_history(&item)?;

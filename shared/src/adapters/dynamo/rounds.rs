@@ -283,7 +283,7 @@ impl TrafficRounds for DynamoStore {
             .collect();
         let what = format!("reading the outcomes of {pk}");
         let mut found = BTreeMap::new();
-        for item in self.batch_get(keys, &[], &what).await? {
+        for item in self.batch_get(keys, &what).await? {
             let (instance, outcome) = decode_outcome(&pk, &item)?;
             found.insert(instance, outcome);
         }

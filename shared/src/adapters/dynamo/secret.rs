@@ -5,16 +5,15 @@
 //!
 //! The secret's current version (`AWSCURRENT`) is the current key, its previous version
 //! (`AWSPREVIOUS`) the key before the last rotation: a rotation puts a new version, and Secrets
-//! Manager moves the labels. Each version is JSON: `{"key_id": N, "key": "<base64 of 32
-//! bytes>"}`; the version the stack generates has a random `secret` string instead of `key`,
-//! and the key is that string's SHA-256.
+//! Manager moves the labels. Each version is JSON, `{"key_id": N, "secret": "<random string>"}`,
+//! and its key is the string's SHA-256: the stack generates the first (64 letters and digits), a
+//! rotation puts the next (64 hex digits of random bytes).
 
 use aws_sdk_secretsmanager::Client;
-use base64::Engine;
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
-use crate::adapters::aws::{CallError, OperationError, failure_kind};
+use crate::adapters::aws::failure_kind;
 use crate::domain::keys::{ContinuationKey, KeyId, KeyRing};
 use crate::ports::{BoxError, FailureKind, StoreError};
 
@@ -22,12 +21,13 @@ use crate::ports::{BoxError, FailureKind, StoreError};
 #[derive(Debug, Serialize, Deserialize)]
 struct Version {
     key_id: KeyId,
-    /// The key's bytes, base64 (what forewarn writes).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    key: Option<String>,
-    /// The stack's generated string: the key is its SHA-256.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    secret: Option<String>,
+    /// A random string: the key is its SHA-256.
+    secret: String,
+}
+
+/// The key of a version: `secret`'s SHA-256, of id `id`.
+fn key_of(id: KeyId, secret: &str) -> ContinuationKey {
+    ContinuationKey::with_id(id, sha2::Sha256::digest(secret.as_bytes()).into())
 }
 
 /// The continuation keys' secret (see the module's documentation).
@@ -52,11 +52,6 @@ impl SecretKeys {
         StoreError::backend(location, what, kind, Some(why.into()))
     }
 
-    /// A Secrets Manager call that failed while doing `what`, with the kind its answer says.
-    fn sdk_err<E: OperationError>(&self, what: &str, error: CallError<E>) -> StoreError {
-        self.fail(failure_kind(&error), what, error)
-    }
-
     /// The key of the version of stage `stage` (`AWSCURRENT`, `AWSPREVIOUS`); `None` when there
     /// is no such version.
     async fn version(&self, stage: &str) -> Result<Option<ContinuationKey>, StoreError> {
@@ -66,31 +61,17 @@ impl SecretKeys {
             Err(e) if stage != CURRENT && failure_kind(&e) == FailureKind::NotFound => {
                 return Ok(None);
             }
-            got => got.map_err(|e| self.sdk_err(&what, e))?,
+            got => got.map_err(|e| self.fail(failure_kind(&e), &what, e))?,
         };
         let corrupt =
             |why: String| StoreError::corrupt(format!("secret {} ({stage})", self.secret), why);
         let text = (out.secret_string()).ok_or_else(|| corrupt("no secret string".into()))?;
         let version: Version = serde_json::from_str(text)
-            .map_err(|e| corrupt(format!("not {{\"key_id\": N, \"key\": \"<base64>\"}}: {e}")))?;
-        let key = match (&version.key, &version.secret) {
-            (Some(key), _) => {
-                let bytes = (base64::engine::general_purpose::STANDARD.decode(key))
-                    .map_err(|e| corrupt(format!("`key` is not base64: {e}")))?;
-                let (len, want) = (bytes.len(), ContinuationKey::LEN);
-                let short = || corrupt(format!("`key` has {len} bytes instead of {want}"));
-                ContinuationKey::from_slice(version.key_id, &bytes).ok_or_else(short)?
-            }
-            (None, Some(generated)) if generated.len() >= 32 => {
-                let digest: [u8; 32] = sha2::Sha256::digest(generated.as_bytes()).into();
-                ContinuationKey::with_id(version.key_id, digest)
-            }
-            _ => {
-                let why = "neither `key` nor a `secret` of 32 characters or more";
-                return Err(corrupt(why.into()));
-            }
-        };
-        Ok(Some(key))
+            .map_err(|e| corrupt(format!("not {{\"key_id\": N, \"secret\": \"...\"}}: {e}")))?;
+        if version.secret.len() < 32 {
+            return Err(corrupt("`secret` has fewer than 32 characters".into()));
+        }
+        Ok(Some(key_of(version.key_id, &version.secret)))
     }
 
     /// The keys as the secret holds them now.
@@ -105,34 +86,29 @@ impl SecretKeys {
         Ok(KeyRing { current, previous })
     }
 
-    /// Puts `key` as the secret's new current version (the current one becomes the previous),
-    /// once: `token` names the request, and Secrets Manager makes no second version for it.
-    async fn put(&self, key: &ContinuationKey, token: String) -> Result<(), StoreError> {
-        let version = Version {
-            key_id: key.id(),
-            key: Some(base64::engine::general_purpose::STANDARD.encode(key.bytes())),
-            secret: None,
-        };
-        let text = serde_json::to_string(&version).unwrap_or_default();
-        let put = self.client.put_secret_value().secret_id(&self.secret);
-        let put = put.secret_string(text).client_request_token(token);
-        let what = "writing the continuation key";
-        put.send().await.map_err(|e| self.sdk_err(what, e))?;
-        Ok(())
-    }
-
     /// Rotates: a new current key of the next id (its random bytes `bytes`); the current one
     /// becomes the previous, the previous one is dropped.
     pub(super) async fn rotate(&self, bytes: [u8; 32]) -> Result<KeyRing, StoreError> {
         let before = self.read().await?;
-        let after = before.rotated(bytes).ok_or_else(|| {
+        let spent = || {
             self.fail(
                 FailureKind::Invalid,
                 ROTATING,
                 "its id cannot grow any more",
             )
-        })?;
-        self.put(&after.current, token_of(&after.current)).await?;
+        };
+        let key_id = before.current.id().checked_add(1).ok_or_else(spent)?;
+        let secret: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        // Put once: the token names the request, and Secrets Manager makes no second version
+        // for it.
+        let token = token_of(&key_of(key_id, &secret));
+        let text = serde_json::to_string(&Version { key_id, secret }).unwrap_or_default();
+        let put = self.client.put_secret_value().secret_id(&self.secret);
+        let put = put.secret_string(text).client_request_token(token);
+        let what = "writing the continuation key";
+        put.send()
+            .await
+            .map_err(|e| self.fail(failure_kind(&e), what, e))?;
         let keys = self.read().await?;
         let key_id = keys.current.id();
         tracing::info!(key_id, "rotated the continuation key in its secret");

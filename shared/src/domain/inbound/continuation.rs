@@ -74,8 +74,8 @@ pub struct Continuation {
     /// to the JSON that was signed (its fields are all known, and JSON maps serialize in one
     /// order).
     pub plan: Plan,
-    /// The id of the key the message is signed with ([`KeyId`]); absent: 0, a key stored before
-    /// keys had ids. Signed with the rest.
+    /// The id of the key the message is signed with ([`KeyId`]; none: not signed). Signed with
+    /// the rest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_id: Option<KeyId>,
     /// HMAC-SHA256 of the rest of the message, in hex (see [`Continuation::signing_input`]).
@@ -150,19 +150,14 @@ impl Continuation {
         serde_json::json!({ CONTINUATION_KEY: state }).to_string()
     }
 
-    /// The id of the key the message says it is signed with (0 when it names none).
-    pub fn signed_by(&self) -> KeyId {
-        self.key_id.unwrap_or(0)
-    }
-
     /// Whether the message was signed with a key of `keys` (constant-time), or why not: an id
     /// that is not the ring's is [`Unverified::UnknownKey`] (the caller may read the keys again,
     /// once, and retry).
     pub fn verify(&self, keys: &KeyRing, original_body: &str) -> Result<(), Unverified> {
-        let Some(mac) = &self.mac else {
+        let (Some(id), Some(mac)) = (self.key_id, &self.mac) else {
             return Err(Unverified::NotSigned);
         };
-        keys.verify(self.signed_by(), &self.signing_input(original_body), mac)
+        keys.verify(id, &self.signing_input(original_body), mac)
     }
 }
 
@@ -538,27 +533,22 @@ mod tests {
             moved.continuation.verify(&once, &moved.body),
             Err(Unverified::Mismatch)
         );
-        // A message of a key stored before ids (no keyId) is key 0's.
-        let legacy = KeyRing::of(ContinuationKey::with_id(0, [7; 32]));
-        let mut old: Value = serde_json::from_str(&c.body(&legacy.current, original)).unwrap();
-        old[CONTINUATION_KEY]
-            .as_object_mut()
-            .unwrap()
-            .remove("keyId");
-        let state = old[CONTINUATION_KEY].clone();
-        let mut unsigned = state.as_object().unwrap().clone();
+        // A message naming no key (signed by one of id 0, say, its keyId then taken out): not
+        // signed, whatever its mac.
+        let zero = KeyRing::of(ContinuationKey::with_id(0, [7; 32]));
+        let mut old: Value = serde_json::from_str(&c.body(&zero.current, original)).unwrap();
+        let state = old[CONTINUATION_KEY].as_object_mut().unwrap();
+        state.remove("keyId");
+        let mut unsigned = state.clone();
         unsigned.remove("mac");
-        old[CONTINUATION_KEY]["mac"] = legacy
+        old[CONTINUATION_KEY]["mac"] = zero
             .current
             .sign(&Value::Object(unsigned).to_string())
             .into();
         let old = unwrap(&old, at(5)).unwrap().unwrap();
-        assert_eq!(old.continuation.signed_by(), 0);
-        assert_eq!(old.continuation.verify(&legacy, &old.body), Ok(()));
         assert_eq!(
-            old.continuation
-                .verify(&legacy.rotated([1; 32]).unwrap(), &old.body),
-            Ok(())
+            old.continuation.verify(&zero, &old.body),
+            Err(Unverified::NotSigned)
         );
     }
 
