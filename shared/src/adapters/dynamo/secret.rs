@@ -97,7 +97,8 @@ impl SecretKeys {
                 "its id cannot grow any more",
             )
         };
-        let key_id = before.current.id().checked_add(1).ok_or_else(spent)?;
+        // The next id, as every rotation makes it.
+        let key_id = before.rotated(bytes).ok_or_else(spent)?.current.id();
         let secret: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         // Put once: the token names the request, and Secrets Manager makes no second version
         // for it.
