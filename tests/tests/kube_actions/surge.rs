@@ -559,6 +559,44 @@ async fn a_placeholder_webhook_that_is_down_leaves_its_pod_drained_as_without_su
     a_failed_placeholder_leaves_its_pod_drained_as_without_surge(500).await;
 }
 
+/// A placeholder create the server throttles (429) reached no admission: its pod is not
+/// evicted at once but waits, its namespace is not held back, and the next pass asks again.
+#[tokio::test]
+async fn a_throttled_placeholder_is_asked_again_and_its_pod_waits() {
+    let w = surging().await;
+    let plan = w
+        .plan(&event(EventKind::SpotInterruption, "ev-surge-429"))
+        .await;
+    w.fake.inject(
+        Fault::new(429)
+            .method(Method::POST)
+            .path_contains("/api/v1/namespaces/forewarn/pods")
+            .times(1),
+    );
+    let executor = w.executor();
+    let out = surge_passes(&w, &executor, &plan, |w, pass| {
+        if pass == 2 {
+            assert_eq!(creates(w), 1, "asked once in the first drain pass");
+            assert!(w.pod("default", "web-1").is_some(), "web-1 waits for room");
+            assert!(placeholders(w).is_empty(), "throttled: not made");
+        }
+        if pass == 3 {
+            assert_eq!(creates(w), 2, "asked again by the next pass");
+            assert!(w.pod("default", "web-1").is_some(), "web-1 still waits");
+            assert_eq!(
+                placeholders(w).keys().collect::<Vec<_>>(),
+                ["default/web-1"]
+            );
+        }
+    })
+    .await;
+    assert!(out[0].drain.as_ref().unwrap().complete(), "{out:?}");
+    assert!(
+        w.pod("default", "web-1").is_none(),
+        "drained by its latest safe time"
+    );
+}
+
 /// A placeholder create that is never answered (an admission webhook that hangs) holds the
 /// pass no longer than the step's budget (2 s): its pod is then evicted as without surge.
 #[tokio::test]

@@ -21,10 +21,14 @@
 //!
 //! Surge never fails or holds up a pass: a list, create or delete that fails is logged and
 //! costs only the room it would have asked for — a pod whose placeholder is not made (any
-//! answer but AlreadyExists, or none within [`STEP_BUDGET`]) is evicted at once, as without
-//! surge, and a refusal keeps its pod's namespace from asking again for a minute.
+//! answer but AlreadyExists or 429, or none within [`STEP_BUDGET`]) is evicted at once, as
+//! without surge, and a refusal keeps its pod's namespace from asking again for a minute. A
+//! create that the server throttled (429) or that forewarn's own rate limit still held when the
+//! step's time was up never reached a placeholder's admission: its pod waits (at the latest to
+//! its safe time) and the next pass asks again.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Mutex, PoisonError};
 
 use ::kube::api::{DeleteParams, ListParams, PostParams};
 use ::kube::{Api, ResourceExt};
@@ -258,10 +262,12 @@ pub(crate) async fn surge_pass(
             ),
         });
     }
-    for (_, created, made) in create_all(clients, settings, making, end).await {
+    let answers = create_all(clients, settings, &making, end).await;
+    for (made, created) in making.into_iter().zip(answers) {
         match created {
             Created::New => pass.created += 1,
-            Created::Exists => {}
+            // Not made yet: expected by the next look, which finds it missing and asks again.
+            Created::Exists | Created::Later => {}
             // Not made: its pod is evicted in this pass, as without surge.
             Created::Not => continue,
             Created::Refused(by, message) => {
@@ -390,72 +396,84 @@ async fn list(
 enum Created {
     New,
     Exists,
-    /// Not made (failed); logged. Its pod is drained as without surge.
+    /// Not made (failed, or sent and not answered in time); logged. Its pod is drained as
+    /// without surge.
     Not,
+    /// Not asked yet: throttled by the server (429), or still held by the client's rate limit
+    /// when the step's time was up. Its pod waits; the next pass asks again.
+    Later,
     /// Refused by the API server (400, 403, 404, 422: RBAC, Pod Security, an admission policy
     /// or webhook): by which step, and its message. Its pod is drained as without surge.
     Refused(RefusedBy, String),
 }
 
 /// Creates the placeholders of `making` (at most `settings.parallelism` at once) by `end` (the
-/// step's budget); answers what became of each that was answered by then, in `making`'s order,
-/// with its place in it (the others are not made: their pods are evicted as without surge).
+/// step's budget); answers what became of each, in `making`'s order: one not answered by then
+/// is [`Created::Later`] while its request waits for the client's rate limit, then
+/// [`Created::Not`].
 async fn create_all(
     clients: &ClusterClient,
     settings: &SurgeSettings,
-    making: Vec<Making>,
+    making: &[Making],
     end: DateTime<Utc>,
-) -> Vec<(usize, Created, Making)> {
-    let asked = making.len();
-    let mut answered = Vec::with_capacity(asked);
+) -> Vec<Created> {
+    let answers: Vec<Mutex<Created>> = making.iter().map(|_| Created::Later.into()).collect();
     // The futures made first (a stream mapping borrowed items would not be `Send` for every
     // lifetime, as the executor's futures must be).
-    let creates: Vec<_> = (making.into_iter().enumerate())
-        .map(|(i, m)| async move { (i, create(clients, &settings.memory, &m).await, m) })
+    let creates: Vec<_> = (making.iter().zip(&answers))
+        .map(|(m, answer)| create(clients, &settings.memory, m, answer))
         .collect();
-    let work = futures::stream::iter(creates)
-        .buffer_unordered(settings.parallelism.max(1))
-        .for_each(|answer| {
-            answered.push(answer);
-            std::future::ready(())
-        });
+    let work = futures::stream::iter(creates).buffer_unordered(settings.parallelism.max(1));
+    let work = work.collect::<Vec<()>>();
     if crate::ports::until(clients.clock(), end, work)
         .await
         .is_none()
     {
         tracing::warn!(
-            asked,
-            answered = answered.len(),
-            "placeholders not all made within the step's budget: the other pods are evicted as without surge"
+            asked = making.len(),
+            "placeholders not all made within the step's budget: those not sent are asked again by the next pass, the others' pods are evicted as without surge"
         );
     }
-    answered.sort_by_key(|(i, ..)| *i);
-    answered
+    let answers = answers.into_iter().map(Mutex::into_inner);
+    answers
+        .map(|a| a.unwrap_or_else(PoisonError::into_inner))
+        .collect()
 }
 
-/// Creates one placeholder, once: any answer but success and AlreadyExists (409) — a refusal
-/// (400, 403, 404, 422: RBAC, a Pod Security level, an admission policy or webhook, named in
+/// Creates one placeholder, once, into `answer` ([`Created::Not`] once its request goes):
+/// any answer but success,
+/// AlreadyExists (409) and Too Many Requests (429: [`Created::Later`]) — a refusal (400, 403,
+/// 404, 422: RBAC, a Pod Security level, an admission policy or webhook, named in
 /// [`Created::Refused`]), a failure (500, an admission webhook that is down, a timeout) —
 /// leaves its pod drained as without surge, and its pod's namespace asks for no other
 /// placeholder for a minute ([`REFUSED_KEPT`]).
-async fn create(clients: &ClusterClient, memory: &SurgeMemory, m: &Making) -> Created {
+async fn create(
+    clients: &ClusterClient,
+    memory: &SurgeMemory,
+    m: &Making,
+    answer: &Mutex<Created>,
+) {
+    let set = |created| *answer.lock().unwrap_or_else(PoisonError::into_inner) = created;
     let name = m.placeholder.metadata.name.as_deref().unwrap_or_default();
     let object = format!("pod/{NAMESPACE}/{name}");
     let client = match clients.client().await {
         Ok(client) => client,
         Err(e) => {
             tracing::warn!(error = %e, "placeholder not made: no client");
-            return Created::Not;
+            return set(Created::Not);
         }
     };
     let pods: Api<Pod> = Api::namespaced(client, NAMESPACE);
     // One attempt, never retried: a failure is itself the answer (its pod is evicted at once).
     clients.throttle(Lane::Later).await;
-    let answer = pods.create(&PostParams::default(), &m.placeholder).await;
+    set(Created::Not);
+    let created = pods.create(&PostParams::default(), &m.placeholder).await;
     let now = clients.clock().now();
-    match answer {
+    set(match created {
         Ok(_) => Created::New,
         Err(::kube::Error::Api(s)) if s.code == 409 => Created::Exists,
+        // The server's rate limit: nothing was admitted or refused.
+        Err(::kube::Error::Api(s)) if s.code == 429 => Created::Later,
         Err(::kube::Error::Api(s)) if is_refusal(s.code) => {
             memory.refused_at(&m.namespace, now);
             Created::Refused(refused_by(s.code, &s.reason, &s.message), s.message)
@@ -467,7 +485,7 @@ async fn create(clients: &ClusterClient, memory: &SurgeMemory, m: &Making) -> Cr
                 "placeholder not made: its pod, and its namespace's for a minute, are evicted without waiting for room");
             Created::Not
         }
-    }
+    });
 }
 
 /// Deletes placeholder `ph` at once (grace 0); gone already is fine.
