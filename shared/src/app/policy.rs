@@ -1,6 +1,6 @@
 //! The policy per node group the functions go by: the cluster's ConfigMap
 //! `forewarn/forewarn-policy` (key `policy.yaml`) when there is one, else the settings'
-//! (the settings' policy file, or none). Read at start and again at most once a minute; a policy
+//! (the settings' policy file, or none). Read with a cluster's first batch and again at most once a minute; a policy
 //! that does not parse is refused — the last good one is kept, the error logged and a Warning
 //! Event recorded on the ConfigMap (once per refusal).
 //!

@@ -312,8 +312,6 @@ impl LiveClusters {
             PolicyCache::new(Arc::new(policy), settings.config.policy.clone())
                 .with_allow(settings.policy_allow.clone()),
         );
-        // Read at start (a cold start, a cluster's first event), then at most once a minute.
-        policies.policy(self.clock.as_ref()).await;
         Ok(Cluster {
             policies: Some(policies),
             ..live_cluster(id, clients, executor)
