@@ -1,8 +1,8 @@
 //! The policy per node group the functions go by: the cluster's ConfigMap
 //! `forewarn/forewarn-policy` (key `policy.yaml`) when there is one, else the settings'
-//! (the settings' policy file, or none). Read with a cluster's first batch and again at most once a minute; a policy
-//! that does not parse is refused — the last good one is kept, the error logged and a Warning
-//! Event recorded on the ConfigMap (once per refusal).
+//! (the settings' policy file, or none). Read with a cluster's first batch and again at most
+//! once a minute; a policy that does not parse is refused — the last good one is kept, the
+//! error logged and a Warning Event recorded on the ConfigMap (once per refusal).
 //!
 //! What the ConfigMap may ask is the deployment's to say (the settings' policy allowance, see
 //! [`crate::domain::policy::allow`]): a rule asking an action it does not allow is refused —

@@ -440,13 +440,12 @@ async fn create_all(
         .collect()
 }
 
-/// Creates one placeholder, once, into `answer` ([`Created::Not`] once its request goes):
-/// any answer but success,
-/// AlreadyExists (409) and Too Many Requests (429: [`Created::Later`]) — a refusal (400, 403,
-/// 404, 422: RBAC, a Pod Security level, an admission policy or webhook, named in
-/// [`Created::Refused`]), a failure (500, an admission webhook that is down, a timeout) —
-/// leaves its pod drained as without surge, and its pod's namespace asks for no other
-/// placeholder for a minute ([`REFUSED_KEPT`]).
+/// Creates one placeholder, once, its answer in `answer` ([`Created::Not`] once its request
+/// goes): any answer but success, AlreadyExists (409) and Too Many Requests (429:
+/// [`Created::Later`]) — a refusal (400, 403, 404, 422: RBAC, a Pod Security level, an
+/// admission policy or webhook, named in [`Created::Refused`]), a failure (500, an admission
+/// webhook that is down, a timeout) — leaves its pod drained as without surge, and its pod's
+/// namespace asks for no other placeholder for a minute ([`REFUSED_KEPT`]).
 async fn create(
     clients: &ClusterClient,
     memory: &SurgeMemory,
