@@ -597,6 +597,23 @@ async fn a_throttled_placeholder_is_asked_again_and_its_pod_waits() {
     );
 }
 
+/// A placeholder create that forewarn's own rate limit still holds when the step's 2 s are up
+/// never reached the server: its pod waits instead of being evicted at once.
+#[tokio::test]
+async fn a_placeholder_held_by_the_rate_limit_past_the_step_leaves_its_pod_waiting() {
+    let mut w = surging().await;
+    let plan = w
+        .plan(&event(EventKind::SpotInterruption, "ev-surge-held"))
+        .await;
+    w.executor().run(&plan, Pass::Cordon).await.unwrap();
+    // One request every 5 s: the step's budget list takes its 2 s, the create waits past them.
+    w.clients = w.clients.clone().with_rate_limit(Some((0.2, 1)));
+    let out = first_drain_pass(&w, &w.executor(), &plan).await;
+    assert_eq!(creates(&w), 0, "not sent within the step");
+    assert!(w.pod("default", "web-1").is_some(), "web-1 waits: {out:?}");
+    assert!(!out.drain.unwrap().waiting.is_empty());
+}
+
 /// A placeholder create that is never answered (an admission webhook that hangs) holds the
 /// pass no longer than the step's budget (2 s): its pod is then evicted as without surge.
 #[tokio::test]
