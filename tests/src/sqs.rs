@@ -1,5 +1,5 @@
 //! The event source mapping, played by the tests as Lambda plays it: receive a batch from SQS,
-//! hand it to the handler as the `SqsEvent` Lambda would build, delete only the messages that are
+//! hand it to the handler as the JSON of the `SqsEvent` Lambda would build, delete only the messages that are
 //! not in `batchItemFailures`, and leave the failed ones alone: each stays invisible until its
 //! visibility ends — the queue's visibility timeout, unless the handler changed it — and is then
 //! received again (and moved to the DLQ by the queue's redrive policy after `maxReceiveCount`).
@@ -135,11 +135,14 @@ pub async fn drain_patiently(
             .map(|m| lambda_message(m, queue_arn))
             .collect();
         let deadline = budget.map(|b| handler.clock.now() + forewarn::ports::span(b));
-        let (response, reports) = handler.handle_sqs(&event, deadline).await?;
-        let failed: Vec<&str> = response
-            .batch_item_failures
+        let payload = serde_json::to_value(&event)?;
+        let invocation = handler.invoke(payload, deadline).await?;
+        let (response, reports) = (invocation.response, invocation.reports);
+        let failures = response["batchItemFailures"].as_array().cloned();
+        let failures = failures.unwrap_or_default();
+        let failed: Vec<&str> = failures
             .iter()
-            .map(|f| f.item_identifier.as_str())
+            .filter_map(|f| f["itemIdentifier"].as_str())
             .collect();
         for m in messages {
             let handle = m.receipt_handle().unwrap_or_default();

@@ -1,5 +1,5 @@
 //! The implementations of the [ports](crate::ports): AWS through the official SDKs, the
-//! Kubernetes API through kube, the embedded store, captured state, the webhook; Lambda's SQS event.
+//! Kubernetes API through kube, the embedded store, captured state, the webhook.
 
 pub mod accounts;
 pub mod autoscaling;
@@ -13,7 +13,6 @@ pub mod embedded;
 pub mod expander;
 mod key_cache;
 pub mod kube;
-pub mod lambda_event;
 pub mod leaving;
 pub mod preflight;
 pub mod read_only;

@@ -7,11 +7,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use crate::adapters::lambda_event;
 use crate::app::fleet::split::{self, Destination, Share};
 use crate::app::fleet::{Cluster, Fleet};
 use crate::app::pipeline::CONCURRENCY;
@@ -21,7 +20,7 @@ use crate::app::telemetry::Telemetry;
 use crate::domain::config::{Config, Mode};
 use crate::domain::event::EventKind;
 use crate::domain::facts::InstanceFacts;
-use crate::domain::inbound::{self, Record};
+use crate::domain::inbound::{self, Record, SqsMessage};
 use crate::domain::report::{Outcome, Report, Tally};
 use crate::domain::retry::{Failed, RetryPolicy};
 use crate::ports::{
@@ -284,21 +283,19 @@ impl Handler {
     /// Handles an SQS batch: every failed record's message id goes in `batchItemFailures`.
     pub async fn handle_sqs(
         &self,
-        batch: &SqsEvent,
+        batch: &[SqsMessage],
         deadline: Option<DateTime<Utc>>,
     ) -> Result<(SqsBatchResponse, Vec<Report>), HandlerError> {
         if let Some(index) = batch
-            .records
             .iter()
             .position(|m| m.message_id.as_deref().is_none_or(str::is_empty))
         {
             return Err(HandlerError::NoMessageId { index });
         }
         let now = self.clock.now();
-        let messages = lambda_event::messages(batch);
-        let mut records = inbound::decode_sqs_messages("sqs", &messages, now);
+        let mut records = inbound::decode_sqs_messages("sqs", batch, now);
         let own = records.len();
-        records.extend(self.kept_due(&messages, now));
+        records.extend(self.kept_due(batch, now));
         let done = tokio::sync::Notify::new();
         let work = async {
             let reports = self.run(&records, deadline).await;
@@ -308,7 +305,7 @@ impl Handler {
         };
         let held = async {
             if let Some(redelivery) = &self.redelivery {
-                let leases: Vec<Redeliver> = batch.records.iter().filter_map(lease).collect();
+                let leases: Vec<Redeliver> = batch.iter().filter_map(lease).collect();
                 self.hold(redelivery.as_ref(), &leases, &done).await;
             }
         };
@@ -341,16 +338,16 @@ impl Handler {
     /// The copies of continuations this environment kept that are due by `now` (see
     /// [`crate::app::pipeline::kept`]), as records run beside the batch's `messages`; a copy
     /// whose queued twin is among them is dropped.
-    fn kept_due(&self, messages: &[inbound::SqsMessage], now: DateTime<Utc>) -> Vec<Record> {
+    fn kept_due(&self, messages: &[SqsMessage], now: DateTime<Utc>) -> Vec<Record> {
         let Some(kept) = &self.passes.kept else {
             return Vec::new();
         };
         let due = kept.take_due(now, |body| {
             messages.iter().any(|m| m.body.as_deref() == Some(body))
         });
-        let copies: Vec<inbound::SqsMessage> = due
+        let copies: Vec<SqsMessage> = due
             .into_iter()
-            .map(|k| inbound::SqsMessage {
+            .map(|k| SqsMessage {
                 body: Some(k.body),
                 event_source_arn: Some(k.queue_arn),
                 ..Default::default()
@@ -416,14 +413,14 @@ impl Handler {
     async fn retry_soon(
         &self,
         redelivery: &dyn Redelivery,
-        batch: &SqsEvent,
+        batch: &[SqsMessage],
         reports: &[Report],
         deadline: Option<DateTime<Utc>>,
     ) {
         let now = self.clock.now();
         let policy = RetryPolicy::default();
         // One report per message of the batch, in its order.
-        let failed = batch.records.iter().zip(reports);
+        let failed = batch.iter().zip(reports);
         let failed = failed.filter(|(_, r)| r.outcome == Outcome::Failed);
         let messages: Vec<Redeliver> = failed
             .filter_map(|(message, report)| {
@@ -478,11 +475,14 @@ impl Handler {
     /// Handles whatever Lambda passed: an SQS batch or a bare EventBridge event.
     pub async fn invoke(
         &self,
-        payload: Value,
+        mut payload: Value,
         deadline: Option<DateTime<Utc>>,
     ) -> Result<Invocation, HandlerError> {
-        if payload.get("Records").is_some() {
-            let batch: SqsEvent = serde_json::from_value(payload).map_err(HandlerError::NotSqs)?;
+        if let Some(records) = payload.get_mut("Records").map(Value::take) {
+            // Lambda's SQS event: its messages as the way in reads them (their other fields,
+            // `messageAttributes`, `md5OfBody`, `awsRegion`..., are not used).
+            let batch: Vec<SqsMessage> =
+                serde_json::from_value(records).map_err(HandlerError::NotSqs)?;
             let (response, reports) = self.handle_sqs(&batch, deadline).await?;
             let response = serde_json::to_value(&response).map_err(HandlerError::Answer)?;
             return Ok(Invocation { response, reports });
@@ -780,13 +780,13 @@ mod tests {
             ..handler(dir.path())
         };
         let recorder = Recorder::default();
-        let batch: SqsEvent = serde_json::from_value(json!({"Records": [
+        let batch: Vec<SqsMessage> = serde_json::from_value(json!([
             {"messageId": "a", "receiptHandle": "rh-a", "body": "{}", "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:q"},
             {"messageId": "b", "receiptHandle": "rh-b", "body": "{}", "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:q"},
             {"messageId": "kept", "body": "{}"}
-        ]}))
+        ]))
         .unwrap();
-        let messages: Vec<Redeliver> = batch.records.iter().filter_map(lease).collect();
+        let messages: Vec<Redeliver> = batch.iter().filter_map(lease).collect();
         assert_eq!(
             messages.len(),
             2,

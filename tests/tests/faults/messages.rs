@@ -108,7 +108,7 @@ fn an_invocation_killed_mid_batch_gives_its_messages_back_within_30_s() {
             }
         };
         tokio::select! {
-            _ = world.handler.handle_sqs(&batch, None) => panic!("the API server hangs: the batch cannot end"),
+            _ = world.handler.invoke(serde_json::to_value(&batch).unwrap(), None) => panic!("the API server hangs: the batch cannot end"),
             () = held => {}
         }
         // The invocation is gone (its future dropped), its messages neither answered nor

@@ -4,8 +4,8 @@
 //! - [`decode`] and [`decode_value`]: an input as a whole, in any of three envelopes — a bare
 //!   EventBridge event (or a lifecycle hook's own notification), a Lambda SQS batch
 //!   (`{"Records": [...]}`) or a JSON array of events;
-//! - [`sqs`]: one SQS message ([`SqsMessage`], the fields forewarn reads; Lambda's own types are
-//!   converted to it at the edge, `adapters::lambda_event`) and its body;
+//! - [`sqs`]: one SQS message ([`SqsMessage`], the fields forewarn reads, as Lambda's SQS event
+//!   writes them) and its body;
 //! - [`eventbridge`]: the EventBridge envelope, whose `detail` the event model's file of each
 //!   source reads ([`crate::domain::event`]);
 //! - [`continuation`]: a drain's continuation message, its signature and its typed plan.

@@ -2,8 +2,9 @@
 //! the event of its body (an EventBridge event, or a lifecycle hook's own notification), or the
 //! original body and progress of a drain's continuation.
 //!
-//! A message comes as Lambda hands it over (converted at the edge, `adapters::lambda_event`) or
-//! as JSON in a file (`{"Records": [...]}`, read by [`super::decode`]).
+//! A message comes as Lambda hands it over (the `Records` of its SQS event, read by
+//! `app::handler::Handler::invoke`) or as JSON in a file (`{"Records": [...]}`, read by
+//! [`super::decode`]): the same JSON, read by the same derive.
 
 use std::collections::BTreeMap;
 

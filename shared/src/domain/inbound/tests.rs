@@ -989,3 +989,25 @@ fn a_part_of_a_blocks_warning_names_its_instances_and_has_an_id_of_its_own() {
         assert!(err.message.contains(message), "{}", err.message);
     }
 }
+
+#[test]
+fn a_message_of_lambdas_sqs_event_reads_every_field_used_and_leaves_the_rest() {
+    let raw = json!({
+        "messageId": "m1", "receiptHandle": "r1", "body": "{}",
+        "attributes": {"SentTimestamp": "1795168900123", "ApproximateReceiveCount": "2"},
+        "messageAttributes": {}, "md5OfBody": "x", "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:q", "awsRegion": "us-east-1"
+    });
+    let msg: SqsMessage = serde_json::from_value(raw).unwrap();
+    assert_eq!(msg.message_id.as_deref(), Some("m1"));
+    assert_eq!(msg.receipt_handle.as_deref(), Some("r1"));
+    assert_eq!(msg.body.as_deref(), Some("{}"));
+    assert_eq!(msg.attributes["ApproximateReceiveCount"], "2");
+    let arn = msg.event_source_arn.as_deref();
+    assert_eq!(arn, Some("arn:aws:sqs:us-east-1:123456789012:q"));
+    let sent = DateTime::from_timestamp_millis(1_795_168_900_123).unwrap();
+    assert_eq!(msg.sent_at(received()), sent);
+    let null = json!({"messageId": "m2", "attributes": null});
+    let msg: SqsMessage = serde_json::from_value(null).unwrap();
+    assert!(msg.attributes.is_empty());
+}
