@@ -243,22 +243,14 @@ pub use crate::domain::clusters::Place;
 /// Where facts about instances come from: EC2 `DescribeInstances`, or a capture.
 #[async_trait]
 pub trait InstanceDirectory: Send + Sync {
-    /// Facts for the instances it knows among `instance_ids` (one call for the whole batch).
+    /// Facts for the instances it knows among `instance_ids`, in the account and region of
+    /// `place` (one call for the whole batch; a directory of one account and region, or a
+    /// capture, describes every place alike; the default place is the directory's own).
     async fn describe(
-        &self,
-        instance_ids: &[String],
-    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError>;
-
-    /// [`InstanceDirectory::describe`] in the account and region of `place` (a directory of
-    /// one account and region, or a capture, describes them all alike).
-    async fn describe_at(
         &self,
         place: &Place,
         instance_ids: &[String],
-    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
-        let _ = place;
-        self.describe(instance_ids).await
-    }
+    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError>;
 
     /// The Capacity Block `reservation_id` in the account and region of `place` and its
     /// instances, every state (EC2: one `DescribeCapacityReservations` and one
@@ -303,6 +295,7 @@ pub struct NoInstances;
 impl InstanceDirectory for NoInstances {
     async fn describe(
         &self,
+        _place: &Place,
         _instance_ids: &[String],
     ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
         Ok(BTreeMap::new())

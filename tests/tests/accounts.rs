@@ -140,22 +140,28 @@ fn a_member_accounts_instances_are_described_in_that_account_only() {
 
         let directory = Ec2Directory::from_conf(&base).with_accounts(accounts.clone());
         let ids = vec![launched.id.clone()];
-        let found = directory.describe_at(&member, &ids).await.unwrap();
+        let found = directory.describe(&member, &ids).await.unwrap();
         let facts = &found[&launched.id];
         assert_eq!(facts.zone.as_deref(), Some("eu-west-1a"));
         assert_eq!(facts.clusters(), vec!["demo"]);
         // The own account does not see it, in that region or its own.
         assert!(
             directory
-                .describe_at(&place(OWN, "eu-west-1"), &ids)
+                .describe(&place(OWN, "eu-west-1"), &ids)
                 .await
                 .unwrap()
                 .is_empty()
         );
-        assert!(directory.describe(&ids).await.unwrap().is_empty());
         assert!(
             directory
-                .describe_at(&Place::default(), &ids)
+                .describe(&Place::default(), &ids)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            directory
+                .describe(&Place::default(), &ids)
                 .await
                 .unwrap()
                 .is_empty()
@@ -177,10 +183,10 @@ fn a_member_accounts_instances_are_described_in_that_account_only() {
                 .collect::<Vec<_>>(),
             [
                 (true, "eu-west-1"),  // the owner check
-                (true, "eu-west-1"),  // describe_at(member)
-                (false, "eu-west-1"), // describe_at(own, eu-west-1)
+                (true, "eu-west-1"),  // describe(member)
+                (false, "eu-west-1"), // describe(own, eu-west-1)
                 (false, "us-east-1"), // describe
-                (false, "us-east-1"), // describe_at(no place)
+                (false, "us-east-1"), // describe(no place)
             ]
         );
     });
@@ -270,7 +276,7 @@ fn forged_accounts_and_regions_are_refused_before_any_request() {
             "111111111111 ",
         ] {
             let err = directory
-                .describe_at(&place(forged, "us-east-1"), &ids)
+                .describe(&place(forged, "us-east-1"), &ids)
                 .await
                 .unwrap_err();
             assert_eq!(err.kind, FailureKind::Invalid);
@@ -295,7 +301,7 @@ fn forged_accounts_and_regions_are_refused_before_any_request() {
         }
         for forged in ["us-east-1\nAction=x", "../../", "US-EAST-1", ""] {
             let err = directory
-                .describe_at(&place(MEMBER, forged), &ids)
+                .describe(&place(MEMBER, forged), &ids)
                 .await
                 .unwrap_err();
             assert!(err.to_string().contains("is not an AWS region"), "{err}");
@@ -318,7 +324,7 @@ fn another_account_without_a_member_role_is_refused_naming_it() {
         let directory = Ec2Directory::from_conf(&base).with_accounts(accounts.clone());
         let ids = vec!["i-0a1b2c3d4e5f60001".to_string()];
         let err = directory
-            .describe_at(&place(MEMBER, "us-east-1"), &ids)
+            .describe(&place(MEMBER, "us-east-1"), &ids)
             .await
             .unwrap_err();
         assert_eq!(err.kind, FailureKind::Forbidden);
@@ -339,7 +345,7 @@ fn another_account_without_a_member_role_is_refused_naming_it() {
         // Its own account's events are served.
         assert!(
             directory
-                .describe_at(&place(OWN, "us-east-1"), &ids)
+                .describe(&place(OWN, "us-east-1"), &ids)
                 .await
                 .unwrap()
                 .is_empty()
@@ -360,7 +366,7 @@ fn a_role_that_cannot_be_assumed_fails_the_call_never_falls_back_to_own_credenti
         let directory = Ec2Directory::from_conf(&base).with_accounts(Accounts::new(&base, org()));
         let ids = vec!["i-0a1b2c3d4e5f60001".to_string()];
         let err = directory
-            .describe_at(&place(UNASSUMABLE, "us-east-1"), &ids)
+            .describe(&place(UNASSUMABLE, "us-east-1"), &ids)
             .await
             .unwrap_err();
         let text = err.to_string();

@@ -69,7 +69,7 @@ async fn instance_with_pods(
         .await
         .unwrap();
     let facts = Ec2Directory::new(ec2.clone())
-        .describe(std::slice::from_ref(&launched.id))
+        .describe(&Default::default(), std::slice::from_ref(&launched.id))
         .await
         .unwrap();
     let addresses = facts[&launched.id].addresses.clone();

@@ -147,11 +147,12 @@ struct Counted {
 impl InstanceDirectory for Counted {
     async fn describe(
         &self,
+        place: &Place,
         ids: &[String],
     ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
         self.describes.fetch_add(1, Ordering::Relaxed);
         self.ids.fetch_add(ids.len(), Ordering::Relaxed);
-        self.inner.describe(ids).await
+        self.inner.describe(place, ids).await
     }
 
     async fn capacity_block(

@@ -1165,13 +1165,6 @@ impl Accounts {
 impl forewarn::ports::InstanceDirectory for Accounts {
     async fn describe(
         &self,
-        ids: &[String],
-    ) -> Result<BTreeMap<String, InstanceFacts>, forewarn::ports::DirectoryError> {
-        self.known.describe(ids).await
-    }
-
-    async fn describe_at(
-        &self,
         place: &forewarn::ports::Place,
         ids: &[String],
     ) -> Result<BTreeMap<String, InstanceFacts>, forewarn::ports::DirectoryError> {
@@ -1181,7 +1174,7 @@ impl forewarn::ports::InstanceDirectory for Accounts {
                 forewarn::ports::FailureKind::Forbidden,
                 format!("AccessDenied: the member role of {account} denies ec2:DescribeInstances"),
             )),
-            None => self.known.describe(ids).await,
+            None => self.known.describe(place, ids).await,
         }
     }
 }

@@ -22,7 +22,7 @@ use aws_sdk_ec2::error::ProvideErrorMetadata;
 const FILTER_VALUES_MAX: usize = 200;
 
 /// Instance facts from EC2: of the own account and region, and with [`Accounts`] of the account
-/// and region of each event ([`InstanceDirectory::describe_at`]).
+/// and region of each event ([`InstanceDirectory::describe`]).
 #[derive(Clone, Debug)]
 pub struct Ec2Directory {
     places: PerPlace<Client>,
@@ -121,20 +121,13 @@ fn addresses_of(instance: &Instance) -> Vec<String> {
 impl InstanceDirectory for Ec2Directory {
     /// Uses the `instance-id` filter (one query per 200 ids) rather than `InstanceIds`, so that
     /// an instance EC2 no longer knows is simply absent instead of failing the whole call.
-    async fn describe(
-        &self,
-        instance_ids: &[String],
-    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
-        self.describe_at(&Place::default(), instance_ids).await
-    }
-
     /// In the account and region of `place`: the own client for the own ones, else one on a
     /// member account's role ([`Accounts`]). A place that cannot be served fails the lookup,
     /// naming it: a forged account or region as invalid; an account without a member role to
     /// assume (none configured, or no cluster of it served) with [`crate::ports::NotServed`] as
     /// its source; a served account whose role is refused with
     /// [`crate::ports::AccountUnreachable`].
-    async fn describe_at(
+    async fn describe(
         &self,
         place: &Place,
         instance_ids: &[String],
@@ -249,7 +242,7 @@ impl Ec2Directory {
 
     /// The client of `place` for `call`: the own client for the own account and region, else
     /// one on a member account's role ([`Accounts`]); a place that cannot be served fails,
-    /// naming it (see [`InstanceDirectory::describe_at`]).
+    /// naming it (see [`InstanceDirectory::describe`]).
     pub(crate) async fn client_at(
         &self,
         place: &Place,

@@ -20,7 +20,7 @@ use crate::domain::audit::ClusterView;
 use crate::domain::facts::{BlockFacts, CapacityBlock, InstanceFacts, NodeFacts};
 use crate::domain::pool::CapacityType;
 use crate::domain::priorities::AsgDescription;
-use crate::ports::{DirectoryError, InstanceDirectory, NodeDirectory};
+use crate::ports::{DirectoryError, InstanceDirectory, NodeDirectory, Place};
 
 /// A captured-state file that could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -424,6 +424,7 @@ pub fn known_of(
 impl InstanceDirectory for SnapshotInstances {
     async fn describe(
         &self,
+        _place: &Place,
         instance_ids: &[String],
     ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
         Ok(known_of(&self.0, instance_ids))

@@ -334,6 +334,7 @@ mod tests {
     impl InstanceDirectory for Blocks {
         async fn describe(
             &self,
+            _place: &Place,
             _ids: &[String],
         ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
             Ok(BTreeMap::new())

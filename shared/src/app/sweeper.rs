@@ -407,7 +407,7 @@ impl ClusterSweep<'_> {
         let node_instances = if ids.is_empty() {
             BTreeMap::new()
         } else {
-            h.instances.describe_at(place, &ids).await?
+            h.instances.describe(place, &ids).await?
         };
         let config = &self.config;
         let mut events = findings(&leaving, &nodes, &node_instances, now, place);

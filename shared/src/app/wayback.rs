@@ -89,7 +89,7 @@ impl WayBack<'_> {
         let instances = if ids.is_empty() {
             BTreeMap::new()
         } else {
-            self.instances.describe_at(self.place, &ids).await?
+            self.instances.describe(self.place, &ids).await?
         };
         let impaired = nodes.iter().any(|n| {
             self.cordon(n)

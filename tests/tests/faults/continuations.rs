@@ -31,7 +31,7 @@ async fn continuation(
     let instances = world
         .handler
         .instances
-        .describe(&event.instance_ids)
+        .describe(&Default::default(), &event.instance_ids)
         .await
         .unwrap();
     let known: Vec<_> = instances.values().cloned().collect();

@@ -467,6 +467,7 @@ pub(crate) fn known(found: BTreeMap<String, InstanceFacts>) -> forewarn::app::pi
 impl forewarn::ports::InstanceDirectory for Instances {
     async fn describe(
         &self,
+        _place: &forewarn::ports::Place,
         ids: &[String],
     ) -> Result<BTreeMap<String, InstanceFacts>, forewarn::ports::DirectoryError> {
         Ok(self

@@ -116,7 +116,7 @@ pub async fn describe_events(
     by_place.retain(|_, ids| !ids.is_empty());
     let lookups = by_place.into_iter().map(|(place, ids)| async move {
         let ids: Vec<String> = ids.into_iter().collect();
-        let answer = instances.describe_at(&place, &ids).await;
+        let answer = instances.describe(&place, &ids).await;
         (place, answer)
     });
     let mut described = Described {

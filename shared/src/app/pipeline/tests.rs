@@ -415,6 +415,7 @@ struct Broken;
 impl InstanceDirectory for Broken {
     async fn describe(
         &self,
+        _place: &Place,
         _ids: &[String],
     ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
         Err(DirectoryError::new(
@@ -480,13 +481,6 @@ const THROTTLING: &str = "333333333333";
 impl InstanceDirectory for Accounts {
     async fn describe(
         &self,
-        ids: &[String],
-    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
-        Ok(crate::adapters::snapshot::known_of(&self.0.0.found, ids))
-    }
-
-    async fn describe_at(
-        &self,
         place: &Place,
         ids: &[String],
     ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
@@ -511,7 +505,7 @@ impl InstanceDirectory for Accounts {
                     why: "its member role cannot be assumed".into(),
                 },
             )),
-            _ => self.describe(ids).await,
+            _ => Ok(crate::adapters::snapshot::known_of(&self.0.0.found, ids)),
         }
     }
 }
