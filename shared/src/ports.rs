@@ -271,18 +271,13 @@ pub use crate::domain::facts::{BlockFacts, CapacityBlock};
 /// Where facts about nodes come from: the Kubernetes API, or a capture.
 #[async_trait]
 pub trait NodeDirectory: Send + Sync {
-    /// Candidate nodes for these instances (it may return more; resolution picks).
-    async fn nodes(&self, instances: &[InstanceFacts]) -> Result<Vec<NodeFacts>, DirectoryError>;
-
-    /// [`NodeDirectory::nodes`] as part of `work` (retrying transient failures until its
-    /// deadline, for a directory that retries; by default, the same as `nodes`).
-    async fn nodes_in(
+    /// Candidate nodes for these instances (it may return more; resolution picks), as part of
+    /// `work` (a directory that retries retries transient failures until its deadline).
+    async fn nodes(
         &self,
         instances: &[InstanceFacts],
-        _work: Work,
-    ) -> Result<Vec<NodeFacts>, DirectoryError> {
-        self.nodes(instances).await
-    }
+        work: Work,
+    ) -> Result<Vec<NodeFacts>, DirectoryError>;
 
     /// Every node of the cluster (the sweeper looks for nodes whose instance is gone).
     async fn all(&self) -> Result<Vec<NodeFacts>, DirectoryError>;
@@ -307,7 +302,7 @@ pub struct NoNodes;
 
 #[async_trait]
 impl NodeDirectory for NoNodes {
-    async fn nodes(&self, _instances: &[InstanceFacts]) -> Result<Vec<NodeFacts>, DirectoryError> {
+    async fn nodes(&self, _: &[InstanceFacts], _: Work) -> Result<Vec<NodeFacts>, DirectoryError> {
         Ok(Vec::new())
     }
 

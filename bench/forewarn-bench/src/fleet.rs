@@ -577,7 +577,7 @@ async fn cordons(s: &Settings, manifest: bool, loaded: bool) -> anyhow::Result<f
     let started = clock.now();
     let known: Vec<InstanceFacts> = instances.values().cloned().collect();
     let nodes = KubeNodeDirectory::new(clients.clone())
-        .nodes(&known)
+        .nodes(&known, Default::default())
         .await?;
     let config = forewarn::domain::config::Config {
         cluster_name: Some("blue".into()),

@@ -20,7 +20,7 @@ use crate::domain::audit::ClusterView;
 use crate::domain::facts::{BlockFacts, CapacityBlock, InstanceFacts, NodeFacts};
 use crate::domain::pool::CapacityType;
 use crate::domain::priorities::AsgDescription;
-use crate::ports::{DirectoryError, InstanceDirectory, NodeDirectory, Place};
+use crate::ports::{DirectoryError, InstanceDirectory, NodeDirectory, Place, Work};
 
 /// A captured-state file that could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -459,7 +459,7 @@ impl InstanceDirectory for SnapshotInstances {
 
 #[async_trait]
 impl NodeDirectory for ClusterState {
-    async fn nodes(&self, _instances: &[InstanceFacts]) -> Result<Vec<NodeFacts>, DirectoryError> {
+    async fn nodes(&self, _: &[InstanceFacts], _: Work) -> Result<Vec<NodeFacts>, DirectoryError> {
         Ok(self.nodes.clone())
     }
 

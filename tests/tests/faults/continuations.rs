@@ -36,7 +36,11 @@ async fn continuation(
         .unwrap();
     let known: Vec<_> = instances.values().cloned().collect();
     let cluster = world.handler.fleet.cluster(None).await.unwrap();
-    let nodes = cluster.nodes.nodes(&known).await.unwrap();
+    let nodes = cluster
+        .nodes
+        .nodes(&known, Default::default())
+        .await
+        .unwrap();
     let facts = Facts::new(&instances, &nodes);
     let mut plan = serde_json::to_value(decide(&event, facts, &world.handler.config)).unwrap();
     edit(&mut plan);

@@ -552,7 +552,7 @@ async fn plan_for_other(w: &World, id: &str) -> forewarn::domain::plan::Plan {
     let instances = BTreeMap::from([(OTHER_ID.to_string(), instance(OTHER_ID, OTHER_NODE))]);
     let known: Vec<InstanceFacts> = instances.values().cloned().collect();
     let nodes = KubeNodeDirectory::new(w.clients.clone())
-        .nodes(&known)
+        .nodes(&known, Default::default())
         .await
         .unwrap();
     let warning = fixtures::event(EventKind::SpotInterruption, id, OTHER_ID)

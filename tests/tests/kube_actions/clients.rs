@@ -26,7 +26,10 @@ async fn the_directory_gets_nodes_by_name_and_lists_at_most_once() {
         .insert(node("ip-10-0-1-14.ec2.internal", "i-0a1b2c3d4e5f69999"));
     let directory = KubeNodeDirectory::new(w.clients.clone());
 
-    let all_by_name = directory.nodes(&[instance(ID, NODE)]).await.unwrap();
+    let all_by_name = directory
+        .nodes(&[instance(ID, NODE)], Default::default())
+        .await
+        .unwrap();
     assert_eq!(all_by_name.len(), 1);
     assert_eq!(all_by_name[0].name, NODE);
     assert_eq!(all_by_name[0].instance_id(), Some(ID));
@@ -40,7 +43,7 @@ async fn the_directory_gets_nodes_by_name_and_lists_at_most_once() {
         instance("i-0a1b2c3d4e5f60003", "ip-10-0-1-13.ec2.internal"),
         instance("i-0a1b2c3d4e5f60004", "ip-10-0-1-14.ec2.internal"),
     ];
-    let found = directory.nodes(&batch).await.unwrap();
+    let found = directory.nodes(&batch, Default::default()).await.unwrap();
     let names: BTreeSet<&str> = found.iter().map(|n| n.name.as_str()).collect();
     assert_eq!(
         names,
@@ -61,7 +64,13 @@ async fn the_directory_gets_nodes_by_name_and_lists_at_most_once() {
         .count();
     assert_eq!((gets, lists), (4, 1));
     assert_accepted(&requests);
-    assert!(directory.nodes(&[]).await.unwrap().is_empty());
+    assert!(
+        directory
+            .nodes(&[], Default::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// A credentials provider that counts how often it is asked.

@@ -80,7 +80,7 @@ async fn cordons(manifest: bool, loaded: bool) -> Run {
 
     let known: Vec<InstanceFacts> = instances.values().cloned().collect();
     let nodes = KubeNodeDirectory::new(w.clients.clone())
-        .nodes(&known)
+        .nodes(&known, Default::default())
         .await
         .unwrap();
     let executor = std::sync::Arc::new(w.executor());

@@ -376,7 +376,10 @@ async fn rbac_grants_exactly_what_the_adapter_uses() {
         seed_pods(&w);
         let directory = KubeNodeDirectory::new(w.clients.clone());
         directory
-            .nodes(&[instance("i-0a1b2c3d4e5f60002", "ip-10-0-9-9.ec2.internal")])
+            .nodes(
+                &[instance("i-0a1b2c3d4e5f60002", "ip-10-0-9-9.ec2.internal")],
+                Default::default(),
+            )
             .await
             .unwrap();
         let plan = w

@@ -308,7 +308,7 @@ impl World {
         let instances = BTreeMap::from([(ID.to_string(), instance(ID, NODE))]);
         let known: Vec<InstanceFacts> = instances.values().cloned().collect();
         let nodes = KubeNodeDirectory::new(self.clients.clone())
-            .nodes(&known)
+            .nodes(&known, Default::default())
             .await
             .unwrap();
         decide(event, Facts::new(&instances, &nodes), &self.config)

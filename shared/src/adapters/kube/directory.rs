@@ -55,13 +55,9 @@ fn names_instance(node: &NodeFacts, instance: &InstanceFacts) -> bool {
 
 #[async_trait]
 impl NodeDirectory for KubeNodeDirectory {
-    async fn nodes(&self, instances: &[InstanceFacts]) -> Result<Vec<NodeFacts>, DirectoryError> {
-        self.nodes_in(instances, Work::default()).await
-    }
-
     /// The nodes of `instances` (see the module's documentation).
     #[tracing::instrument(name = "nodes", skip_all, fields(instances = instances.len()), err)]
-    async fn nodes_in(
+    async fn nodes(
         &self,
         instances: &[InstanceFacts],
         work: Work,

@@ -231,7 +231,7 @@ impl Pipeline<'_> {
             .filter_map(|id| Some((id.clone(), self.instances.found.get(id)?.clone())))
             .collect();
         let known: Vec<InstanceFacts> = found.values().cloned().collect();
-        let mut nodes = self.nodes.nodes_in(&known, self.work()).await?;
+        let mut nodes = self.nodes.nodes(&known, self.work()).await?;
         drop_unverified_records(self.store, &mut nodes).await;
         let applied = self.store.applied(&event_ids).await?;
         // `adaptive` decides from the pools' history: read once for the batch, when needed.

@@ -1024,17 +1024,13 @@ struct NodesIn(crate::adapters::snapshot::ClusterState, Mutex<Vec<Work>>);
 
 #[async_trait]
 impl NodeDirectory for NodesIn {
-    async fn nodes(&self, i: &[InstanceFacts]) -> Result<Vec<NodeFacts>, DirectoryError> {
-        self.0.nodes(i).await
-    }
-
-    async fn nodes_in(
+    async fn nodes(
         &self,
         i: &[InstanceFacts],
         work: Work,
     ) -> Result<Vec<NodeFacts>, DirectoryError> {
         self.1.lock().unwrap().push(work);
-        self.0.nodes(i).await
+        self.0.nodes(i, work).await
     }
 
     async fn all(&self) -> Result<Vec<NodeFacts>, DirectoryError> {
