@@ -168,33 +168,30 @@ fn log_report(report: &Report) {
     let (pod_events, pod_events_given_up) = drains.fold((0, 0), |(r, g), d| {
         (r + d.pod_events, g + d.pod_events_given_up)
     });
-    if report.outcome == Outcome::Failed {
-        tracing::warn!(
-            event_id,
-            kind,
-            instances,
-            nodes,
-            pools,
-            actions,
-            outcome = report.outcome.as_str(),
-            message_id = report.message_id.as_deref().unwrap_or(""),
-            reason,
-            "event failed"
-        );
-    } else {
-        tracing::info!(
-            event_id,
-            kind,
-            instances,
-            nodes,
-            pools,
-            actions,
-            outcome = report.outcome.as_str(),
-            reason,
-            pod_events,
-            pod_events_given_up,
-            "event handled"
-        );
+    let (outcome, message_id) = (report.outcome.as_str(), report.message_id.as_deref());
+    let message_id = message_id.unwrap_or("");
+    macro_rules! log {
+        ($level:expr, $message:literal) => {
+            tracing::event!(
+                $level,
+                event_id,
+                kind,
+                instances,
+                nodes,
+                pools,
+                actions,
+                outcome,
+                message_id,
+                reason,
+                pod_events,
+                pod_events_given_up,
+                $message
+            )
+        };
+    }
+    match report.outcome {
+        Outcome::Failed => log!(tracing::Level::WARN, "event failed"),
+        _ => log!(tracing::Level::INFO, "event handled"),
     }
 }
 
@@ -245,7 +242,7 @@ pub fn emf_documents(report: &Report, now: DateTime<Utc>) -> Vec<Value> {
         }
         return docs;
     }
-    let mut docs = emf.received(report);
+    let mut docs = vec![emf.received(report)];
     docs.extend(emf.actions(report));
     if let Some(account) = &report.account_unreachable {
         docs.push(emf.doc(
@@ -316,21 +313,13 @@ impl Emf<'_> {
         d
     }
 
-    /// `EventsReceived` by kind, and by kind and outcome.
-    fn received(&self, report: &Report) -> Vec<Value> {
-        let kind = self.kind;
-        vec![
-            self.doc(
-                &[&["Kind"]],
-                &["EventsReceived"],
-                json!({"Kind": kind, "EventsReceived": 1}),
-            ),
-            self.doc(
-                &[&["Kind", "Outcome"]],
-                &["EventsReceived"],
-                json!({"Kind": kind, "Outcome": report.outcome.as_str(), "EventsReceived": 1}),
-            ),
-        ]
+    /// `EventsReceived` by kind, and by kind and outcome (one document, two dimension sets).
+    fn received(&self, report: &Report) -> Value {
+        self.doc(
+            &[&["Kind"], &["Kind", "Outcome"]],
+            &["EventsReceived"],
+            json!({"Kind": self.kind, "Outcome": report.outcome.as_str(), "EventsReceived": 1}),
+        )
     }
 
     /// `Actions` by kind, action and result, for acted, planned and failed records.
@@ -544,7 +533,6 @@ mod tests {
             metric_names(&docs),
             [
                 "EventsReceived",
-                "EventsReceived",
                 "Actions",
                 "PoolsMarked",
                 "Evictions",
@@ -572,19 +560,23 @@ mod tests {
                 assert!(d[m["Name"].as_str().unwrap()].is_number(), "{m} in {d}");
             }
         }
-        assert_eq!(docs[1]["Outcome"], "acted");
-        assert_eq!(docs[2]["Action"], "cordon-drain");
-        assert_eq!(docs[2]["Result"], "done");
-        assert_eq!(docs[3]["InstanceType"], "m5.large");
-        assert_eq!(docs[4]["Evictions"], 3);
-        assert_eq!(docs[4]["EvictionsRefused"], 1);
-        assert_eq!(docs[4]["PodEventsRecorded"], 2);
-        assert_eq!(docs[4]["PodEventsGivenUp"], 1);
-        assert_eq!(docs[5]["Result"], "incomplete");
-        // to the cordon, not to the end of the batch
-        assert_eq!(docs[6]["EventToActionLatency"], 4000);
+        assert_eq!(docs[0]["Outcome"], "acted");
         assert_eq!(
-            docs[6]["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+            docs[0]["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+            serde_json::json!([["Kind"], ["Kind", "Outcome"]])
+        );
+        assert_eq!(docs[1]["Action"], "cordon-drain");
+        assert_eq!(docs[1]["Result"], "done");
+        assert_eq!(docs[2]["InstanceType"], "m5.large");
+        assert_eq!(docs[3]["Evictions"], 3);
+        assert_eq!(docs[3]["EvictionsRefused"], 1);
+        assert_eq!(docs[3]["PodEventsRecorded"], 2);
+        assert_eq!(docs[3]["PodEventsGivenUp"], 1);
+        assert_eq!(docs[4]["Result"], "incomplete");
+        // to the cordon, not to the end of the batch
+        assert_eq!(docs[5]["EventToActionLatency"], 4000);
+        assert_eq!(
+            docs[5]["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
             serde_json::json!([["Kind"], ["CapacityType", "InstanceType", "Zone"]])
         );
     }
@@ -601,25 +593,21 @@ mod tests {
             metric_names(&docs),
             [
                 "EventsReceived",
-                "EventsReceived",
                 "Actions",
                 "PoolsMarked",
                 "EventToActionLatency"
             ]
         );
-        assert_eq!(docs[4]["EventToActionLatency"], 9000);
+        assert_eq!(docs[3]["EventToActionLatency"], 9000);
     }
 
     #[test]
     fn duplicates_count_as_received_only() {
         let docs = emf_documents(&report(Outcome::Duplicate), chrono::Utc::now());
-        assert_eq!(metric_names(&docs), ["EventsReceived", "EventsReceived"]);
+        assert_eq!(metric_names(&docs), ["EventsReceived"]);
         let failed = emf_documents(&report(Outcome::Failed), chrono::Utc::now());
-        assert_eq!(
-            metric_names(&failed),
-            ["EventsReceived", "EventsReceived", "Actions"]
-        );
-        assert_eq!(failed[2]["Result"], "failed");
+        assert_eq!(metric_names(&failed), ["EventsReceived", "Actions"]);
+        assert_eq!(failed[1]["Result"], "failed");
     }
 
     /// A record of a served account that could not be reached is counted in
@@ -631,14 +619,9 @@ mod tests {
         let docs = emf_documents(&r, chrono::Utc::now());
         assert_eq!(
             metric_names(&docs),
-            [
-                "EventsReceived",
-                "EventsReceived",
-                "Actions",
-                "AccountUnreachable"
-            ]
+            ["EventsReceived", "Actions", "AccountUnreachable"]
         );
-        let doc = &docs[3];
+        let doc = &docs[2];
         assert_eq!(doc["AccountUnreachable"], 1);
         assert_eq!(doc["Account"], "222222222222");
         assert_eq!(
