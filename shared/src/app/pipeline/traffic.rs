@@ -281,12 +281,8 @@ impl Pipeline<'_> {
     ) -> Result<BTreeMap<String, Outcome>, StoreError> {
         let ids: Vec<String> = doomed.iter().map(|d| d.instance_id.clone()).collect();
         let mut known = rounds.outcomes(key, &ids).await?;
-        known.retain(|id, o| {
-            doomed
-                .iter()
-                .find(|d| &d.instance_id == id)
-                .is_some_and(|d| o.answers(d, offered))
-        });
+        known
+            .retain(|id, o| (doomed.iter()).any(|d| &d.instance_id == id && o.answers(d, offered)));
         Ok(known)
     }
 
