@@ -750,8 +750,6 @@ impl std::fmt::Display for RoundKey {
     }
 }
 
-pub use crate::domain::traffic::Claim;
-
 /// Rounds of traffic first shared by every batch of every execution environment, through the
 /// pool store: each batch offers its doomed instances, whoever claims the next round (at most
 /// one a [`crate::domain::traffic::ROUND_EVERY`] per place and cluster, spaced further by the
@@ -793,19 +791,7 @@ pub trait TrafficRounds: Send + Sync {
     ) -> Result<BTreeMap<String, crate::domain::traffic::Outcome>, StoreError>;
 }
 
-/// What a round settles (see [`TrafficRounds::settle`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Settled {
-    pub outcomes: BTreeMap<String, crate::domain::traffic::Outcome>,
-    /// The next round not before this.
-    pub next: Option<DateTime<Utc>>,
-    /// No round until this (see [`crate::app::pipeline::QUIET_FOR`]).
-    pub quiet_until: Option<DateTime<Utc>>,
-    /// The cluster's target groups, when the round knew them.
-    pub groups: Option<Vec<String>>,
-}
-
-pub use crate::domain::traffic::OUTCOME_KEPT;
+pub use crate::domain::traffic::{Claim, OUTCOME_KEPT, Settled};
 
 /// An Elastic Load Balancing call that failed: `{call}: {source}`.
 #[derive(Debug, thiserror::Error)]

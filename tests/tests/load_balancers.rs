@@ -153,11 +153,8 @@ fn a_doomed_instance_and_its_pods_leave_only_their_clusters_target_groups() {
             .unwrap();
         let calls = proxy.calls();
         assert_eq!(done.arns.len(), 2, "{done:?}");
-        let mut left = done.left[&doomed_id].clone();
-        left.sort();
-        let mut blue_arns = vec![blue_instances.clone(), blue_pods.clone()];
-        blue_arns.sort();
-        assert_eq!(left, blue_arns);
+        let blue_arns = [blue_instances.clone(), blue_pods.clone()].into();
+        assert_eq!(done.left[&doomed_id], blue_arns);
         assert!(done.failed.is_empty(), "{done:?}");
         // Economy: the blue groups found by their tag in one call, whatever the account holds;
         // each blue group's targets once, one deregistration per blue group.
@@ -346,7 +343,7 @@ fn many_doomed_targets_leave_in_calls_of_two_hundred() {
             .await
             .unwrap();
         assert!(done.failed.is_empty(), "{done:?}");
-        assert_eq!(done.left[&doomed_id], vec![pods.clone()]);
+        assert_eq!(done.left[&doomed_id], [pods.clone()].into());
         assert_eq!(count(&proxy.calls(), "DeregisterTargets"), 2);
         assert_eq!(done.deregisters, 2);
         assert!(registered(&elb, &pods).await.is_empty());

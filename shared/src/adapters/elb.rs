@@ -19,7 +19,7 @@
 //!   them ([`DEREGISTER_CHUNK`] at most a call, as the Load Balancer Controller sends them); at
 //!   most the caller's `at_once` groups at a time.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -97,24 +97,16 @@ const ATTEMPTS: u32 = 2;
 /// [`crate::app::pipeline::QUIET_FOR`]) than waited out.
 const FIRST_BACKOFF: std::time::Duration = std::time::Duration::from_millis(50);
 
-fn retries() -> aws_config::retry::RetryConfig {
-    aws_config::retry::RetryConfig::standard()
-        .with_max_attempts(ATTEMPTS)
-        .with_initial_backoff(FIRST_BACKOFF)
-}
-
 /// The ELB and tagging clients on `sdk`, whose retries fit in a round's budget ([`ATTEMPTS`],
 /// [`FIRST_BACKOFF`]).
 fn clients(sdk: &aws_config::SdkConfig) -> Clients {
-    let elb = aws_sdk_elasticloadbalancingv2::config::Builder::from(sdk)
-        .retry_config(retries())
-        .build();
-    let tags = aws_sdk_resourcegroupstagging::config::Builder::from(sdk)
-        .retry_config(retries())
-        .build();
+    let retries = aws_config::retry::RetryConfig::standard().with_max_attempts(ATTEMPTS);
+    let retries = retries.with_initial_backoff(FIRST_BACKOFF);
+    let sdk = sdk.to_builder().retry_config(retries).build();
+    let tags = aws_sdk_resourcegroupstagging::Client::new(&sdk);
     Clients {
-        elb: Client::from_conf(elb),
-        tags: aws_sdk_resourcegroupstagging::Client::from_conf(tags),
+        elb: Client::new(&sdk),
+        tags,
     }
 }
 
@@ -135,37 +127,32 @@ impl ElbTargets {
         self
     }
 
-    /// The target groups of (`place`, `cluster`) as known, with the discovery calls made
+    /// The target groups of `key` (place, cluster) as known, with the discovery calls made
     /// waiting for them (only when nothing is known yet); a discovery is started in the
     /// background when what is known is older than [`GROUPS_FOR`].
     async fn known_groups(
         &self,
         tags: &aws_sdk_resourcegroupstagging::Client,
-        place: &Place,
-        cluster: &str,
+        key: &(Place, String),
     ) -> Result<(BTreeSet<String>, usize), TrafficError> {
-        let key = (place.clone(), cluster.to_string());
         let now = self.clock.now();
         let (known, start) = {
             let mut groups = lock(&self.groups);
             let known = groups.entry(key.clone()).or_default();
-            let stale = known
+            let fresh = known
                 .at
-                .is_none_or(|at| now - at >= crate::ports::span(GROUPS_FOR));
-            let start = stale && !known.finding;
+                .is_some_and(|at| now - at < crate::ports::span(GROUPS_FOR));
+            let start = !fresh && !known.finding;
             known.finding |= start;
             (known.clone(), start)
         };
-        if known.at.is_none() && known.arns.is_empty() {
-            // Nothing known: found now (or by the discovery under way, whose pages land here).
-            if start {
-                return self.discover(tags, &key).await;
-            }
-            return Ok((known.arns, 0));
+        // Nothing known: found now (or by the discovery under way, whose pages land here).
+        let cold = known.at.is_none() && known.arns.is_empty();
+        if start && cold {
+            return self.discover(tags, key).await;
         }
         if start {
-            let this = self.clone();
-            let tags = tags.clone();
+            let (this, tags, key) = (self.clone(), tags.clone(), key.clone());
             tokio::spawn(async move {
                 if let Err(e) = this.discover(&tags, &key).await {
                     tracing::warn!(cluster = %key.1, error = %e, "target groups not found again");
@@ -185,45 +172,40 @@ impl ElbTargets {
         // However this ends (done, failed, dropped), another discovery may start.
         let _done = Finding(self.groups.clone(), key.clone());
         let cluster = key.1.as_str();
-        let mut found = BTreeSet::new();
-        let mut calls = 0;
-        let mut pages = tags
+        let (mut found, mut calls) = (BTreeSet::new(), 0);
+        let filter = TagFilter::builder()
+            .key(CLUSTER_TAG)
+            .values(cluster)
+            .build();
+        let mut pages = (tags
             .get_resources()
-            .resource_type_filters(TARGET_GROUP_TYPE)
-            .tag_filters(
-                TagFilter::builder()
-                    .key(CLUSTER_TAG)
-                    .values(cluster)
-                    .build(),
-            )
-            .resources_per_page(RESOURCES_PER_PAGE)
-            .into_paginator()
-            .send();
+            .resource_type_filters(TARGET_GROUP_TYPE))
+        .tag_filters(filter)
+        .resources_per_page(RESOURCES_PER_PAGE)
+        .into_paginator()
+        .send();
         while let Some(page) = pages.next().await {
             calls += 1;
             let page = page.map_err(|e| call_error("tag:GetResources", e))?;
-            for mapping in page.resource_tag_mapping_list() {
-                let pairs = mapping.tags().iter().map(|t| (t.key(), t.value()));
-                // What the filter asked for, checked again: only a target group of the cluster.
-                if let Some(arn) = mapping.resource_arn()
-                    && arn.contains(":targetgroup/")
-                    && tagged_for(pairs, cluster)
-                {
-                    found.insert(arn.to_string());
-                }
-            }
+            // What the filter asked for, checked again: only a target group of the cluster.
+            let ours = (page.resource_tag_mapping_list().iter())
+                .filter(|m| tagged_for(m.tags().iter().map(|t| (t.key(), t.value())), cluster));
+            let arns = ours.filter_map(|m| m.resource_arn());
+            found.extend(
+                arns.filter(|arn| arn.contains(":targetgroup/"))
+                    .map(String::from),
+            );
             // Partial results are kept: what a cut-short discovery found is known.
-            lock(&self.groups)
+            let mut groups = lock(&self.groups);
+            groups
                 .entry(key.clone())
                 .or_default()
                 .arns
                 .extend(found.iter().cloned());
         }
-        let now = self.clock.now();
         let mut groups = lock(&self.groups);
         let known = groups.entry(key.clone()).or_default();
-        known.arns = found.clone();
-        known.at = Some(now);
+        (known.arns, known.at) = (found.clone(), Some(self.clock.now()));
         Ok((found, calls))
     }
 }
@@ -246,87 +228,55 @@ fn call_error<E: OperationError>(call: &'static str, e: CallError<E>) -> Traffic
     TrafficError { call, kind, source }
 }
 
-/// What became of one group in a round.
-enum GroupDone {
-    /// Its doomed targets left (none: no call was needed), each with its instance.
-    Left(Vec<String>),
-    /// The group is gone.
-    Gone,
-    /// Why, and the instances whose targets left before it failed.
-    Failed(TrafficError, Vec<String>),
-}
-
-/// The calls a group's round made.
-#[derive(Default)]
-struct Calls {
-    describes: usize,
-    deregisters: usize,
-}
-
 impl ElbTargets {
-    /// `group`'s targets (read, or as read within [`TARGETS_FOR`]), and the doomed ones
-    /// deregistered in one call; with the calls made.
+    /// `group`'s doomed targets (of its targets read, or as read within [`TARGETS_FOR`])
+    /// deregistered, [`DEREGISTER_CHUNK`] at most a call, each counted in `out` with the
+    /// instance it is of; `false`: the group is gone.
     async fn clear_group(
         &self,
         client: &Client,
         group: &str,
         doomed: &[Doomed],
-    ) -> (GroupDone, Calls) {
-        let mut calls = Calls::default();
-        let registered = match self.targets_of(client, group, &mut calls).await {
-            Ok(Some(registered)) => registered,
-            Ok(None) => return (GroupDone::Gone, calls),
-            Err(e) => return (GroupDone::Failed(e, Vec::new()), calls),
+        out: &Mutex<Deregistered>,
+    ) -> Result<bool, TrafficError> {
+        let Some(registered) = self.targets_of(client, group, out).await? else {
+            return Ok(false);
         };
-        let leaving = doomed_targets(&registered, doomed);
-        if leaving.is_empty() {
-            return (GroupDone::Left(Vec::new()), calls);
-        }
-        let mut left: Vec<String> = Vec::new();
-        for chunk in leaving.chunks(DEREGISTER_CHUNK) {
-            let targets: Vec<TargetDescription> = chunk
-                .iter()
-                .map(|(t, _)| {
-                    TargetDescription::builder()
-                        .id(&t.id)
-                        .set_port(t.port)
-                        .build()
-                })
-                .collect();
-            calls.deregisters += 1;
-            let done = client
-                .deregister_targets()
-                .target_group_arn(group)
-                .set_targets(Some(targets))
+        for chunk in doomed_targets(&registered, doomed).chunks(DEREGISTER_CHUNK) {
+            let targets = chunk.iter().map(|(t, _)| {
+                let target = TargetDescription::builder().id(&t.id);
+                target.set_port(t.port).build()
+            });
+            lock(out).deregisters += 1;
+            let done = (client.deregister_targets().target_group_arn(group))
+                .set_targets(Some(targets.collect()))
                 .send()
                 .await;
             match done {
-                Ok(_) => {
-                    // Gone from the group's targets as read.
-                    if let Some((_, targets)) = lock(&self.targets).get_mut(group) {
-                        targets.retain(|t| !chunk.iter().any(|(gone, _)| gone == t));
-                    }
-                    left.extend(chunk.iter().map(|(_, of)| (*of).to_string()));
-                }
-                Err(e) if e.code() == Some("TargetGroupNotFound") => {
-                    return (GroupDone::Gone, calls);
-                }
-                Err(e) => {
-                    let e = call_error("elasticloadbalancing:DeregisterTargets", e);
-                    return (GroupDone::Failed(e, left), calls);
-                }
+                Ok(_) => {}
+                Err(e) if e.code() == Some("TargetGroupNotFound") => return Ok(false),
+                Err(e) => return Err(call_error("elasticloadbalancing:DeregisterTargets", e)),
+            }
+            // Gone from the group's targets as read.
+            if let Some((_, targets)) = lock(&self.targets).get_mut(group) {
+                targets.retain(|t| !chunk.iter().any(|(gone, _)| gone == t));
+            }
+            let mut out = lock(out);
+            for (_, of) in chunk {
+                let left = out.left.entry(of.to_string()).or_default();
+                left.insert(group.to_string());
             }
         }
-        (GroupDone::Left(left), calls)
+        Ok(true)
     }
 
     /// The targets registered in `group` and not draining: as read within [`TARGETS_FOR`], else
-    /// read now (`DescribeTargetHealth`); `None`: the group is gone.
+    /// read now (`DescribeTargetHealth`, counted in `out`); `None`: the group is gone.
     async fn targets_of(
         &self,
         client: &Client,
         group: &str,
-        calls: &mut Calls,
+        out: &Mutex<Deregistered>,
     ) -> Result<Option<Vec<Target>>, TrafficError> {
         let now = self.clock.now();
         if let Some((at, targets)) = lock(&self.targets).get(group)
@@ -334,29 +284,20 @@ impl ElbTargets {
         {
             return Ok(Some(targets.clone()));
         }
-        calls.describes += 1;
-        let health = match client
-            .describe_target_health()
-            .target_group_arn(group)
-            .send()
-            .await
-        {
+        lock(out).describes += 1;
+        let read = client.describe_target_health().target_group_arn(group);
+        let health = match read.send().await {
             Ok(h) => h,
             Err(e) if e.code() == Some("TargetGroupNotFound") => return Ok(None),
             Err(e) => return Err(call_error("elasticloadbalancing:DescribeTargetHealth", e)),
         };
-        let registered: Vec<Target> = health
-            .target_health_descriptions()
-            .iter()
-            .filter(|d| {
-                d.target_health().and_then(|h| h.state()) != Some(&TargetHealthStateEnum::Draining)
-            })
+        let draining = Some(&TargetHealthStateEnum::Draining);
+        let registered: Vec<Target> = (health.target_health_descriptions().iter())
+            .filter(|d| d.target_health().and_then(|h| h.state()) != draining)
             .filter_map(|d| {
                 let t = d.target()?;
-                Some(Target {
-                    id: t.id()?.to_string(),
-                    port: t.port(),
-                })
+                let (id, port) = (t.id()?.to_string(), t.port());
+                Some(Target { id, port })
             })
             .collect();
         lock(&self.targets).insert(group.to_string(), (now, registered.clone()));
@@ -378,65 +319,45 @@ impl LoadBalancers for ElbTargets {
             kind: e.kind(),
             source: Box::new(e),
         })?;
-        let (groups, describes) = self.known_groups(&clients.tags, place, cluster).await?;
-        let mut out = Deregistered {
+        let key = (place.clone(), cluster.to_string());
+        let (groups, describes) = self.known_groups(&clients.tags, &key).await?;
+        let out = Mutex::new(Deregistered {
             arns: groups.iter().cloned().collect(),
             describes,
             ..Default::default()
-        };
-        let rounds: Vec<_> = groups
-            .into_iter()
-            .map(|g| {
-                let elb = &clients.elb;
-                async move {
-                    let done = self.clear_group(elb, &g, doomed).await;
-                    (g, done)
-                }
-            })
-            .collect();
-        let done: Vec<(String, (GroupDone, Calls))> = futures::stream::iter(rounds)
-            .buffer_unordered(at_once.max(1))
-            .collect()
-            .await;
-        let mut left: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for (group, (done, calls)) in done {
-            out.describes += calls.describes;
-            out.deregisters += calls.deregisters;
-            let of = match done {
-                GroupDone::Left(of) => of,
-                GroupDone::Gone => {
-                    // Forgotten among the cluster's groups.
-                    let key = (place.clone(), cluster.to_string());
-                    if let Some(known) = lock(&self.groups).get_mut(&key) {
+        });
+        let (out_, key_, elb) = (&out, &key, &clients.elb);
+        let clear = |group: String| async move {
+            match self.clear_group(elb, &group, doomed, out_).await {
+                Ok(true) => {}
+                // Forgotten among the cluster's groups.
+                Ok(false) => {
+                    if let Some(known) = lock(&self.groups).get_mut(key_) {
                         known.arns.remove(&group);
                     }
-                    Vec::new()
                 }
-                GroupDone::Failed(e, of) => {
+                Err(e) => {
+                    let mut out = lock(out_);
                     out.failed.push(format!("{group}: {e}"));
                     out.throttled |= e.kind == FailureKind::Throttled;
-                    of
-                }
-            };
-            for instance in of {
-                let arns = left.entry(instance).or_default();
-                if !arns.contains(&group) {
-                    arns.push(group.clone());
                 }
             }
-        }
-        for arns in left.values_mut() {
-            arns.sort();
-        }
+        };
+        let rounds = futures::stream::iter(groups).map(clear);
+        rounds
+            .buffer_unordered(at_once.max(1))
+            .collect::<()>()
+            .await;
+        let mut out = out
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         out.failed.sort();
-        out.left = left;
         Ok(out)
     }
 
     fn seed(&self, place: &Place, cluster: &str, groups: &[String]) {
         // The groups come from the pool table: only the place's own account and region's.
-        let (groups, foreign): (Vec<&String>, Vec<&String>) = groups
-            .iter()
+        let (groups, foreign): (Vec<String>, Vec<String>) = (groups.iter().cloned())
             .partition(|arn| crate::domain::traffic::group_of_place(arn, place));
         if !foreign.is_empty() {
             tracing::warn!(
@@ -446,15 +367,10 @@ impl LoadBalancers for ElbTargets {
                 "target groups kept for a round that are not of its account and region: not used"
             );
         }
-        if groups.is_empty() {
-            return;
-        }
         let mut known = lock(&self.groups);
-        let known = known
-            .entry((place.clone(), cluster.to_string()))
-            .or_default();
+        let known = (known.entry((place.clone(), cluster.to_string()))).or_default();
         if known.at.is_none() && known.arns.is_empty() {
-            known.arns = groups.into_iter().cloned().collect();
+            known.arns = groups.into_iter().collect();
         }
     }
 }

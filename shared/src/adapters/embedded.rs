@@ -491,12 +491,9 @@ impl TrafficRounds for EmbeddedStore {
             Ok(())
         })
         .await?;
-        let (next, quiet_until, groups) =
-            (settled.next, settled.quiet_until, settled.groups.clone());
-        self.change_rounds(key, move |r| {
-            r.settle(now, next, quiet_until, groups.as_deref())
-        })
-        .await
+        let settled = settled.clone();
+        self.change_rounds(key, move |r| r.settle(now, &settled))
+            .await
     }
 
     async fn outcomes(

@@ -11,11 +11,12 @@
 //!
 //! Pure: what to deregister from what ELB and EC2 said; the calls are the adapter's.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 // `core::net`: address types only, no sockets (the domain does no I/O).
 use core::net::IpAddr;
 
 use chrono::{DateTime, Utc};
+use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::event::EventKind;
@@ -23,29 +24,6 @@ use crate::domain::keys::{ContinuationKey, KeyId, KeyRing, Unverified};
 
 /// The tag the AWS Load Balancer Controller puts on the target groups it makes for a cluster.
 pub const CLUSTER_TAG: &str = "elbv2.k8s.aws/cluster";
-
-/// How a target group names its targets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TargetKind {
-    /// By instance id (the controller's `instance` target type: a node port on every node).
-    Instance,
-    /// By IP address (the controller's `ip` target type: each pod's address).
-    Ip,
-}
-
-impl TargetKind {
-    /// The kind of a target, by its id: an address is an IP-mode group's, anything else names
-    /// an instance (or, in `lambda` and `alb` groups, a function or a load balancer, which no
-    /// doomed instance ever matches). The groups' own `TargetType` need not be read.
-    pub fn of(target_id: &str) -> TargetKind {
-        if target_id.parse::<IpAddr>().is_ok() {
-            TargetKind::Ip
-        } else {
-            TargetKind::Instance
-        }
-    }
-}
 
 /// A target registered in a target group, as `DescribeTargetHealth` lists it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -73,17 +51,16 @@ pub struct Doomed {
 /// Why a round refuses an instance it was offered: nothing of it leaves a load balancer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refused {
-    #[error("{instance}: not signed by forewarn")]
-    Unsigned { instance: String },
-    #[error("{instance}: its signature does not verify ({why})")]
-    Unverified { instance: String, why: Unverified },
-    #[error("{instance}: not an EC2 instance id")]
-    NotAnInstance { instance: String },
+    #[error("not signed by forewarn")]
+    Unsigned,
+    #[error("its signature does not verify ({0})")]
+    Unverified(Unverified),
+    #[error("not an EC2 instance id")]
+    NotAnInstance,
     #[error(
-        "{instance}: {address:?} is neither a host address nor an EC2 delegated prefix (/28 for \
-         IPv4, /80 for IPv6)"
+        "{0:?} is neither a host address nor an EC2 delegated prefix (/28 for IPv4, /80 for IPv6)"
     )]
-    Address { instance: String, address: String },
+    Address(String),
 }
 
 impl Doomed {
@@ -118,45 +95,32 @@ impl Doomed {
     /// host address or an EC2 delegated prefix, and it is signed by a key of `keys`. Otherwise
     /// why not.
     pub fn verify(&self, round: &str, keys: &KeyRing) -> Result<(), Refused> {
-        let instance = || self.instance_id.clone();
         if !crate::domain::event::is_instance_id(&self.instance_id) {
-            return Err(Refused::NotAnInstance {
-                instance: instance(),
-            });
+            return Err(Refused::NotAnInstance);
         }
-        if let Some(address) = self.addresses.iter().find(|a| !accepted_address(a)) {
-            return Err(Refused::Address {
-                instance: instance(),
-                address: address.clone(),
-            });
+        if let Some(address) = self.addresses.iter().find(|a| accepted(a).is_none()) {
+            return Err(Refused::Address(address.clone()));
         }
-        let unverified = |why| Refused::Unverified {
-            instance: instance(),
-            why,
-        };
-        let (id, mac) = self
-            .signature
-            .as_deref()
-            .and_then(|s| s.split_once(':'))
-            .ok_or_else(|| Refused::Unsigned {
-                instance: instance(),
-            })?;
-        let id: KeyId = id.parse().map_err(|_| unverified(Unverified::NotHex))?;
-        keys.verify(id, &self.signing_input(round), mac)
-            .map_err(unverified)
+        let signature = self.signature.as_deref().and_then(|s| s.split_once(':'));
+        let (id, mac) = signature.ok_or(Refused::Unsigned)?;
+        let id: KeyId = id
+            .parse()
+            .map_err(|_| Refused::Unverified(Unverified::NotHex))?;
+        let input = self.signing_input(round);
+        keys.verify(id, &input, mac).map_err(Refused::Unverified)
     }
 }
 
-/// A host address (`10.0.1.5`, `2600:1f18::5`), or a prefix of the sizes EC2 delegates to a
-/// network interface (`/28` of IPv4, `/80` of IPv6): never a wider range (`0.0.0.0/0` would
-/// take every IP target of the cluster off).
-fn accepted_address(address: &str) -> bool {
+/// A host address (`10.0.1.5`, `2600:1f18::5`, as its own /32 or /128), or a prefix of the sizes
+/// EC2 delegates to a network interface (`/28` of IPv4, `/80` of IPv6): never a wider range
+/// (`0.0.0.0/0` would take every IP target of the cluster off); `None`: neither.
+fn accepted(address: &str) -> Option<IpNet> {
     match address.split_once('/') {
-        None => address.parse::<IpAddr>().is_ok(),
-        Some((base, bits)) => matches!(
-            (base.parse::<IpAddr>(), bits),
-            (Ok(IpAddr::V4(_)), "28") | (Ok(IpAddr::V6(_)), "80")
-        ),
+        None => address.parse::<IpAddr>().ok().map(IpNet::from),
+        Some((_, bits)) => address
+            .parse::<IpNet>()
+            .ok()
+            .filter(|net| matches!((net, bits), (IpNet::V4(_), "28") | (IpNet::V6(_), "80"))),
     }
 }
 
@@ -179,52 +143,25 @@ pub fn tagged_for<'a>(tags: impl IntoIterator<Item = (&'a str, &'a str)>, cluste
         .any(|(key, value)| key == CLUSTER_TAG && value == cluster)
 }
 
-/// The targets of `registered` that are doomed instances', each with the instance it is of.
+/// The targets of `registered` that are doomed instances', each with the instance it is of. A
+/// target's kind is read from its id: an address is an IP-mode group's, matched by the doomed
+/// instances' addresses and prefixes (one that is not [`accepted`] matches nothing); anything
+/// else names an instance (or, in `lambda` and `alb` groups, a function or a load balancer,
+/// which no doomed instance ever matches). The groups' own `TargetType` need not be read.
 pub fn doomed_targets<'a>(registered: &[Target], doomed: &'a [Doomed]) -> Vec<(Target, &'a str)> {
     registered
         .iter()
         .filter_map(|t| {
-            let of = doomed.iter().find(|d| match TargetKind::of(&t.id) {
-                TargetKind::Instance => t.id == d.instance_id,
-                TargetKind::Ip => holds(&d.addresses, &t.id),
+            let ip = t.id.parse::<IpAddr>().ok();
+            let of = doomed.iter().find(|d| match ip {
+                None => t.id == d.instance_id,
+                Some(ip) => {
+                    (d.addresses.iter().filter_map(|a| accepted(a))).any(|n| n.contains(&ip))
+                }
             })?;
             Some((t.clone(), of.instance_id.as_str()))
         })
         .collect()
-}
-
-/// Whether `address` is one of `addresses` or inside one of their prefixes; an address or prefix
-/// that does not parse, or a prefix wider than EC2 delegates, matches nothing.
-fn holds(addresses: &[String], address: &str) -> bool {
-    let Ok(ip) = address.parse::<IpAddr>() else {
-        return false;
-    };
-    addresses
-        .iter()
-        .filter(|a| accepted_address(a))
-        .any(|a| match a.split_once('/') {
-            None => a.parse::<IpAddr>().is_ok_and(|own| own == ip),
-            Some((base, bits)) => match (base.parse::<IpAddr>(), bits.parse::<u32>()) {
-                (Ok(base), Ok(bits)) => within(base, bits, ip),
-                _ => false,
-            },
-        })
-}
-
-/// Whether `ip` is in the prefix `base/bits` (of the same family).
-fn within(base: IpAddr, bits: u32, ip: IpAddr) -> bool {
-    let (base, ip, width) = match (base, ip) {
-        (IpAddr::V4(b), IpAddr::V4(i)) => (u128::from(u32::from(b)), u128::from(u32::from(i)), 32),
-        (IpAddr::V6(b), IpAddr::V6(i)) => (u128::from(b), u128::from(i), 128),
-        _ => return false,
-    };
-    if bits > width {
-        return false;
-    }
-    let host = width - bits;
-    // `checked_shr` is `None` for a shift of the whole width (a /0 prefix of IPv6).
-    let keep = |v: u128| v.checked_shr(host).unwrap_or(0);
-    keep(base) == keep(ip)
 }
 
 /// Whether a drain for an event of `kind` takes its whole node off at once, its pods' addresses
@@ -391,25 +328,30 @@ impl Rounds {
         Claim::Taken(taken, self.groups.clone())
     }
 
-    /// The caller's round ended at `now`: the next not before `next`; none until `quiet_until`;
-    /// the cluster's target groups, when the round knew them.
-    pub fn settle(
-        &mut self,
-        now: DateTime<Utc>,
-        next: Option<DateTime<Utc>>,
-        quiet_until: Option<DateTime<Utc>>,
-        groups: Option<&[String]>,
-    ) {
-        self.next_at = next;
-        if let Some(groups) = groups {
-            self.groups = groups.to_vec();
+    /// The caller's round ended at `now`, as `settled` says (its outcomes apart).
+    pub fn settle(&mut self, now: DateTime<Utc>, settled: &Settled) {
+        self.next_at = settled.next;
+        if let Some(groups) = &settled.groups {
+            self.groups.clone_from(groups);
         }
         self.making_until = None;
-        if quiet_until.is_some() {
+        if settled.quiet_until.is_some() {
             self.quiet_since = Some(now);
-            self.quiet_until = quiet_until;
+            self.quiet_until = settled.quiet_until;
         }
     }
+}
+
+/// What a round settles (see `crate::ports::TrafficRounds::settle`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Settled {
+    pub outcomes: BTreeMap<String, Outcome>,
+    /// The next round not before this.
+    pub next: Option<DateTime<Utc>>,
+    /// No round until this (see `crate::app::pipeline::QUIET_FOR`).
+    pub quiet_until: Option<DateTime<Utc>>,
+    /// The cluster's target groups, when the round knew them.
+    pub groups: Option<Vec<String>>,
 }
 
 /// What taking a batch's doomed instances off their cluster's load balancers did.
@@ -419,7 +361,7 @@ pub struct Deregistered {
     /// rounds that follow (see [`Rounds::groups`]).
     pub arns: Vec<String>,
     /// Per doomed instance, the target groups it (or its pods) left, by ARN.
-    pub left: BTreeMap<String, Vec<String>>,
+    pub left: BTreeMap<String, BTreeSet<String>>,
     /// Target groups whose deregistration failed, with why (the others were still done).
     pub failed: Vec<String>,
     /// Some call was throttled to the end: the account's ELB limits (shared with the Load
@@ -440,7 +382,7 @@ impl Deregistered {
                     at,
                     pods: !d.addresses.is_empty(),
                     groups: self.arns.len(),
-                    left: self.left.get(&d.instance_id).map_or(0, Vec::len),
+                    left: self.left.get(&d.instance_id).map_or(0, BTreeSet::len),
                     failed: self.failed.clone(),
                 };
                 (d.instance_id.clone(), outcome)
@@ -483,25 +425,14 @@ mod tests {
         let twice = rotated.rotated([9; 32]).unwrap();
         assert!(matches!(
             good.verify(round, &twice),
-            Err(Refused::Unverified {
-                why: Unverified::UnknownKey { .. },
-                ..
-            })
+            Err(Refused::Unverified(Unverified::UnknownKey { .. }))
         ));
         let unsigned = doomed(id, &["10.0.1.5"]);
-        assert_eq!(
-            unsigned.verify(round, &keys),
-            Err(Refused::Unsigned {
-                instance: id.into()
-            })
-        );
+        assert_eq!(unsigned.verify(round, &keys), Err(Refused::Unsigned));
         let other_key = doomed(id, &["10.0.1.5"]).signed(round, &ContinuationKey::new([1; 32]));
         assert!(matches!(
             other_key.verify(round, &keys),
-            Err(Refused::Unverified {
-                why: Unverified::Mismatch,
-                ..
-            })
+            Err(Refused::Unverified(Unverified::Mismatch))
         ));
         let elsewhere =
             doomed(id, &["10.0.1.5"]).signed("TRAFFIC#123456789012#us-east-1#dev", &key);
@@ -518,27 +449,14 @@ mod tests {
             "x",
         ] {
             let d = doomed(id, &[forged]).signed(round, &key);
-            assert_eq!(
-                d.verify(round, &keys),
-                Err(Refused::Address {
-                    instance: id.into(),
-                    address: forged.into()
-                }),
-                "{forged}"
-            );
-            assert!(
-                Refused::Address {
-                    instance: id.into(),
-                    address: forged.into()
-                }
-                .to_string()
-                .contains("/28 for IPv4")
-            );
+            let refused = Refused::Address(forged.into());
+            assert_eq!(d.verify(round, &keys), Err(refused.clone()), "{forged}");
+            assert!(refused.to_string().contains("/28 for IPv4"));
         }
         let not_an_instance = doomed("i-1;x", &[]).signed(round, &key);
         assert!(matches!(
             not_an_instance.verify(round, &keys),
-            Err(Refused::NotAnInstance { .. })
+            Err(Refused::NotAnInstance)
         ));
         let garbled = Doomed {
             signature: Some("one:beef".into()),
@@ -657,16 +575,34 @@ mod tests {
         assert!(!tagged_for([], "blue"));
     }
 
+    /// A target's kind is read from its id: an address (of either family) is matched by
+    /// addresses, anything else (an instance id, a Lambda or ALB target) by instance id alone.
     #[test]
     fn a_targets_kind_is_read_from_its_id() {
-        assert_eq!(TargetKind::of("i-0123456789abcdef0"), TargetKind::Instance);
-        assert_eq!(TargetKind::of("10.0.0.5"), TargetKind::Ip);
-        assert_eq!(TargetKind::of("2600:1f18::5"), TargetKind::Ip);
-        // A Lambda or ALB target is no address: only an instance id could match it, and none does.
+        let lambda = "arn:aws:lambda:us-east-1:123456789012:function:f";
+        let registered = [
+            target("i-0123456789abcdef0", 80),
+            target("10.0.0.5", 80),
+            target("2600:1f18::5", 80),
+            target(lambda, 80),
+        ];
+        let both = [
+            doomed("i-0123456789abcdef0", &["10.0.0.5", "2600:1f18::5"]),
+            doomed(lambda, &[lambda]),
+        ];
+        let out = doomed_targets(&registered, &both);
+        let ids: Vec<_> = out.iter().map(|(t, of)| (t.id.as_str(), *of)).collect();
         assert_eq!(
-            TargetKind::of("arn:aws:lambda:us-east-1:123456789012:function:f"),
-            TargetKind::Instance
+            ids,
+            vec![
+                ("i-0123456789abcdef0", "i-0123456789abcdef0"),
+                ("10.0.0.5", "i-0123456789abcdef0"),
+                ("2600:1f18::5", "i-0123456789abcdef0"),
+                (lambda, lambda),
+            ]
         );
+        // An address never matches by instance id.
+        assert!(doomed_targets(&registered[1..2], &[doomed("10.0.0.5", &[])]).is_empty());
     }
 
     #[test]
@@ -676,7 +612,7 @@ mod tests {
             ..Default::default()
         };
         d.left
-            .insert("i-1".into(), vec!["arn:a".into(), "arn:b".into()]);
+            .insert("i-1".into(), ["arn:a".into(), "arn:b".into()].into());
         let doomed = [doomed("i-1", &[]), doomed("i-2", &[])];
         let at = DateTime::parse_from_rfc3339("2026-11-28T00:00:00Z")
             .unwrap()
@@ -758,13 +694,19 @@ mod tests {
         // The round is the caller's for its lease: another waits, even with instances offered.
         r.offer(&[doomed("i-3", &[])]);
         assert_eq!(r.claim(t(1), lease), Claim::Making(t(3)));
-        r.settle(t(1), Some(t(2)), None, Some(&["arn:tg".to_string()]));
+        let settled = |next, quiet_until, groups: &[&str]| Settled {
+            next,
+            quiet_until,
+            groups: (!groups.is_empty()).then(|| groups.iter().map(|g| g.to_string()).collect()),
+            ..Settled::default()
+        };
+        r.settle(t(1), &settled(Some(t(2)), None, &["arn:tg"]));
         assert_eq!(r.claim(t(1), lease), Claim::NotYet(t(2)));
         assert!(
             matches!(r.claim(t(2), lease), Claim::Taken(d, g) if d.len() == 1 && g == ["arn:tg"])
         );
         // A round that throttled quiets the place and cluster.
-        r.settle(t(2), Some(t(3)), Some(t(32)), None);
+        r.settle(t(2), &settled(Some(t(3)), Some(t(32)), &[]));
         r.offer(&[doomed("i-4", &[])]);
         assert_eq!(
             r.claim(t(10), lease),
@@ -779,13 +721,13 @@ mod tests {
             .map(|i| doomed(&format!("i-m{i}"), &[]))
             .collect();
         r.offer(&many);
-        r.settle(t(40), None, None, None);
+        r.settle(t(40), &Settled::default());
         let Claim::Taken(first, _) = r.claim(t(40), lease) else {
             panic!("{r:?}")
         };
         assert_eq!(first.len(), ROUND_TAKES);
         assert_eq!(first[0].instance_id, "i-m0");
-        r.settle(t(40), None, None, None);
+        r.settle(t(40), &Settled::default());
         assert!(matches!(r.claim(t(40), lease), Claim::Taken(rest, _) if rest.len() == 5));
     }
 }

@@ -5,9 +5,9 @@
 //!   JSON), `rounds` (the rest of the [`Rounds`] as JSON: when the next may start, the round
 //!   being made, the quiet time), `version` (a counter every write raises) and `expires_at`.
 //!   An offer is one `UpdateItem` that adds to the set and raises the version, never in
-//!   conflict; a claim or a settling is read, changed and written back conditioned on the
-//!   version read (a write made meanwhile makes it be done again on what is there), and a claim
-//!   deletes from the set what it took;
+//!   conflict; a claim or a settling is read, changed and written whole (`PutItem`, the set
+//!   holding what a claim left) conditioned on the version read: a write made meanwhile (an
+//!   offer too) makes it be done again on what is there;
 //! * an instance's outcome: the same `pk`, `sk` = `OUTCOME#<instance id>`, with `outcome` (the
 //!   [`Outcome`] as JSON) and `expires_at` (an hour on).
 //!
@@ -25,8 +25,8 @@ use super::DynamoStore;
 use super::codec::*;
 use super::expr::Expr;
 use crate::adapters::backoff::Backoff;
-use crate::domain::traffic::{Claim, Doomed, Outcome, Rounds};
-use crate::ports::{FailureKind, OUTCOME_KEPT, RoundKey, Settled, StoreError, TrafficRounds};
+use crate::domain::traffic::{Claim, Doomed, Outcome, Rounds, Settled};
+use crate::ports::{FailureKind, OUTCOME_KEPT, RoundKey, StoreError, TrafficRounds};
 
 /// The `sk` of a place and cluster's rounds.
 const ROUND_SK: &str = "ROUND";
@@ -47,8 +47,7 @@ const CONFLICT_BACKOFF: Backoff = Backoff::new(
 impl DynamoStore {
     /// Changes the rounds of `key` by `change` (which answers what the caller learns): read,
     /// changed, and written back unless another write came between (then again, on what it
-    /// wrote). Nothing is written when `change` leaves them as they were; `change` never adds
-    /// to what is pending (offers do), and what it takes of it is deleted from the set.
+    /// wrote). Nothing is written when `change` leaves them as they were.
     async fn change_rounds<T>(
         &self,
         key: &RoundKey,
@@ -69,37 +68,28 @@ impl DynamoStore {
             if rounds == before {
                 return Ok(answer);
             }
-            // What a claim took leaves the set (an offer made meanwhile stays).
-            let taken = before.pending.iter();
-            let taken = taken.filter(|d| !rounds.pending.contains(d));
-            let taken = self.json_set(taken, "encoding taken instances")?;
-            rounds.pending.clear();
-            let json = serde_json::to_string(&rounds).map_err(self.invalid("encoding rounds"))?;
+            let item = to_item(RoundsItem {
+                pk: pk.clone(),
+                sk: ROUND_SK.into(),
+                pending: self.json_set(rounds.pending.iter(), "encoding pending instances")?,
+                rounds: Some(Rounds {
+                    pending: Vec::new(),
+                    ..rounds
+                }),
+                version: version + 1,
+                expires_at: expires(now),
+            });
             let mut e = Expr::default();
-            let (r, v) = (e.is("rounds", s(&json)), e.name("version"));
-            let (next, exp) = (
-                e.value("next", n(version + 1)),
-                e.is("expires_at", n(expires(now))),
-            );
-            let mut update = format!("SET {r}, {v} = {next}, {exp}");
-            if !taken.is_empty() {
-                let (p, taken) = (
-                    e.name("pending"),
-                    e.value("taken", AttributeValue::Ss(taken)),
-                );
-                update.push_str(&format!(" DELETE {p} {taken}"));
-            }
+            let v = e.name("version");
             let condition = match version {
                 0 => format!("attribute_not_exists({v})"),
                 _ => format!("{v} = {}", e.value("v", n(version))),
             };
-            let written = (self.client.update_item())
-                .table_name(&self.table)
-                .set_key(Some(item_key(&pk, ROUND_SK)))
-                .update_expression(update)
+            let written = (self.client.put_item().table_name(&self.table))
+                .set_item(Some(item.map_err(self.invalid("encoding rounds"))?))
                 .condition_expression(condition)
                 .set_expression_attribute_names(Some(e.names))
-                .set_expression_attribute_values(Some(e.values))
+                .set_expression_attribute_values(Some(e.values).filter(|v| !v.is_empty()))
                 .send()
                 .await
                 .map_err(|e| self.sdk_err(&what, e));
@@ -124,33 +114,38 @@ impl DynamoStore {
     }
 }
 
-/// A rounds item as read (`pending` apart, see [`decode_rounds`]).
+/// A rounds item, as written and read (`pk`, `sk` and `expires_at` written only; see the
+/// module's documentation).
 #[serde_as]
-#[derive(Deserialize)]
+#[derive(Serialize, Deserialize)]
 struct RoundsItem {
+    #[serde(skip_deserializing)]
+    pk: String,
+    #[serde(skip_deserializing)]
+    sk: String,
     /// The rest of the [`Rounds`], as JSON.
     #[serde_as(as = "Option<JsonString>")]
     #[serde(default)]
     rounds: Option<Rounds>,
+    /// A string set (an offer adds to it), each instance as JSON; none when empty.
+    #[serde(default, with = "serde_dynamo::string_set")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pending: Vec<String>,
     #[serde(default)]
     version: i64,
+    #[serde(skip_deserializing)]
+    expires_at: i64,
 }
 
 /// The rounds item of `pk` as read, with its version (see the module's documentation).
 fn decode_rounds(pk: &str, item: &Item) -> Result<(Rounds, i64), StoreError> {
+    if item.get("pending").is_some_and(|p| !p.is_ss()) {
+        return Err(StoreError::corrupt(pk, "`pending` is not a string set"));
+    }
     let read: RoundsItem = from_item(pk, item)?;
-    // A string set (an offer adds to it), each instance as JSON.
-    let pending: Vec<Doomed> = match item.get("pending") {
-        None => Vec::new(),
-        Some(AttributeValue::Ss(set)) => set
-            .iter()
-            .map(|json| serde_json::from_str(json))
-            .collect::<Result<_, _>>()
-            .map_err(|e| {
-                StoreError::corrupt(pk, format_args!("`pending` holds no instance: {e}"))
-            })?,
-        Some(_) => return Err(StoreError::corrupt(pk, "`pending` is not a string set")),
-    };
+    let pending: Vec<Doomed> = (read.pending.iter().map(|json| serde_json::from_str(json)))
+        .collect::<Result<_, _>>()
+        .map_err(|e| StoreError::corrupt(pk, format_args!("`pending` holds no instance: {e}")))?;
     let mut rounds = read.rounds.unwrap_or_default();
     rounds.pending.clear();
     rounds.offer(&pending);
@@ -171,19 +166,18 @@ struct OutcomeItem {
     expires_at: i64,
 }
 
-/// The item of `instance`'s outcome in the rounds of `pk`.
-fn outcome_item(
-    pk: &str,
-    instance: &str,
-    outcome: &Outcome,
-    expires: i64,
-) -> Result<Item, serde_dynamo::Error> {
-    to_item(OutcomeItem {
-        pk: pk.into(),
-        sk: format!("{OUTCOME_SK_PREFIX}{instance}"),
-        outcome: outcome.clone(),
-        expires_at: expires,
-    })
+impl OutcomeItem {
+    /// The item of `instance`'s outcome in the rounds of `pk`.
+    fn of(pk: &str, instance: &str, outcome: &Outcome, expires_at: i64) -> OutcomeItem {
+        let (pk, sk) = (pk.into(), format!("{OUTCOME_SK_PREFIX}{instance}"));
+        let outcome = outcome.clone();
+        OutcomeItem {
+            pk,
+            sk,
+            outcome,
+            expires_at,
+        }
+    }
 }
 
 /// An outcome's item in the rounds of `pk` as read: its instance and outcome.
@@ -249,27 +243,18 @@ impl TrafficRounds for DynamoStore {
     ) -> Result<(), StoreError> {
         let (pk, expires) = (&key.to_string(), expires(now));
         let puts = settled.outcomes.iter().map(|(id, outcome)| async move {
-            let item = outcome_item(pk, id, outcome, expires);
+            let item = to_item(OutcomeItem::of(pk, id, outcome, expires));
+            let item = item.map_err(self.invalid("encoding an outcome"))?;
             let put = self.client.put_item().table_name(&self.table);
-            let put = put.set_item(Some(item.map_err(self.invalid("encoding an outcome"))?));
             let what = format!("writing {id}'s outcome in {pk}");
-            put.send()
-                .await
-                .map_err(|e| self.sdk_err(what, e))
-                .map(drop)
+            let written = put.set_item(Some(item)).send().await;
+            written.map_err(|e| self.sdk_err(what, e)).map(drop)
         });
         let puts = futures::stream::iter(puts.collect::<Vec<_>>());
         let puts: Vec<_> = puts.buffer_unordered(PUTS_AT_ONCE).collect().await;
         puts.into_iter().collect::<Result<(), _>>()?;
-        self.change_rounds(key, now, |r| {
-            r.settle(
-                now,
-                settled.next,
-                settled.quiet_until,
-                settled.groups.as_deref(),
-            )
-        })
-        .await
+        self.change_rounds(key, now, |r| r.settle(now, settled))
+            .await
     }
 
     async fn outcomes(
@@ -327,7 +312,7 @@ mod tests {
         ]);
         let pk = "TRAFFIC#111111111111#us-east-1#c";
         assert_eq!(
-            outcome_item(pk, "i-1", &outcome, 1_700_003_600).unwrap(),
+            to_item(OutcomeItem::of(pk, "i-1", &outcome, 1_700_003_600)).unwrap(),
             stored
         );
         assert_eq!(

@@ -830,7 +830,7 @@ impl crate::ports::LoadBalancers for Balancers {
         }
         for d in doomed {
             done.left
-                .insert(d.instance_id.clone(), vec!["arn:tg-web".into()]);
+                .insert(d.instance_id.clone(), ["arn:tg-web".into()].into());
         }
         Ok(done)
     }

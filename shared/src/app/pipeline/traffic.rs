@@ -12,8 +12,10 @@ use super::passes::{Handled, by_keys, plan_is_the_events};
 use super::*;
 use crate::domain::config::Action;
 use crate::domain::keys::Unverified;
-use crate::domain::traffic::{Claim, Doomed, Outcome, Refused, leaves_whole, next_round};
-use crate::ports::{LoadBalancers, Place, RoundKey, Settled, StoreError, TrafficRounds};
+use crate::domain::traffic::{
+    Claim, Deregistered, Doomed, Outcome, Refused, Settled, leaves_whole, next_round,
+};
+use crate::ports::{LoadBalancers, Place, RoundKey, StoreError, TrafficRounds};
 
 /// The default of [`Traffic::budget`] (the settings' deregistration budget).
 pub const DEREGISTER_BUDGET: Duration = Duration::from_secs(3);
@@ -52,14 +54,6 @@ impl Traffic {
             rate: rate.max(1),
         }
     }
-}
-
-/// What a batch's wait on the rounds came to.
-enum Waited {
-    /// Each of its instances' outcome.
-    Out(BTreeMap<String, Outcome>),
-    /// The rounds of its place and cluster are quiet: since when.
-    Quiet(DateTime<Utc>),
 }
 
 impl Pipeline<'_> {
@@ -152,8 +146,8 @@ impl Pipeline<'_> {
         let wait = self.wait_for_round(traffic, rounds, &key, &doomed, end);
         // The wait ends at `end` by itself; this only bounds a store that does not answer.
         let out = match until(self.clock, end + span(STORE_GRACE), wait).await {
-            Some(Ok(Waited::Out(outcomes))) => outcomes,
-            Some(Ok(Waited::Quiet(since))) => {
+            Some(Ok(Ok(outcomes))) => outcomes,
+            Some(Ok(Err(since))) => {
                 return all(format!(
                     "not taken off the load balancers: they throttled or did not answer within \
                      {} s in a round of {}, and are not asked again for {} s: evicting at once",
@@ -214,17 +208,12 @@ impl Pipeline<'_> {
             cluster: cluster.to_string(),
         };
         let now = self.clock.now();
+        // A round due is made now, for what was offered so far: in a mass interruption the
+        // rounds follow the cordons, each taking off the nodes cordoned since the last.
         let made = async {
-            let doomed = self.signed(&key, doomed).await?;
-            rounds.offer(&key, &doomed, now).await?;
-            // A round due is made now, for what was offered so far: in a mass interruption the
-            // rounds follow the cordons, each taking off the nodes cordoned since the last.
-            if let Claim::Taken(taken, groups) = rounds.claim(&key, now, traffic.budget).await? {
-                let end = now + span(traffic.budget);
-                self.make_round(traffic, rounds, &key, (taken, groups), end)
-                    .await?;
-            }
-            Ok::<(), StoreError>(())
+            self.offer(rounds, &key, doomed, now).await?;
+            let end = now + span(traffic.budget);
+            self.claim(traffic, rounds, &key, end).await
         };
         if let Err(e) = made.await {
             tracing::warn!(error = %e, "drains' instances not offered to the rounds early");
@@ -232,7 +221,7 @@ impl Pipeline<'_> {
     }
 
     /// Offers `doomed` to the rounds of `key` and waits until a round (this batch's own, or
-    /// another's) has taken each off, or the rounds are quiet.
+    /// another's) has taken each off: their outcomes; or the rounds are quiet: since when.
     async fn wait_for_round(
         &self,
         traffic: &Traffic,
@@ -240,26 +229,16 @@ impl Pipeline<'_> {
         key: &RoundKey,
         doomed: &[Doomed],
         end: DateTime<Utc>,
-    ) -> Result<Waited, StoreError> {
+    ) -> Result<Result<BTreeMap<String, Outcome>, DateTime<Utc>>, StoreError> {
         let offered = self.clock.now();
         let mut done = self.answered(rounds, key, doomed, offered).await?;
-        let waiting: Vec<Doomed> = doomed
-            .iter()
-            .filter(|d| !done.contains_key(&d.instance_id))
-            .cloned()
-            .collect();
-        if !waiting.is_empty() {
-            let waiting = self.signed(key, waiting).await?;
-            rounds.offer(key, &waiting, offered).await?;
-        }
+        let waiting = doomed.iter().filter(|d| !done.contains_key(&d.instance_id));
+        self.offer(rounds, key, waiting.cloned().collect(), offered)
+            .await?;
         while done.len() < doomed.len() && self.clock.now() < end {
             let now = self.clock.now();
-            match rounds.claim(key, now, traffic.budget).await? {
-                Claim::Taken(taken, groups) => {
-                    self.make_round(traffic, rounds, key, (taken, groups), end)
-                        .await?;
-                }
-                Claim::Quiet { since, .. } => return Ok(Waited::Quiet(since)),
+            match self.claim(traffic, rounds, key, end).await? {
+                Claim::Quiet { since, .. } => return Ok(Err(since)),
                 Claim::NotYet(next) => {
                     let wait = (next.min(end) - now).to_std().unwrap_or_default();
                     self.clock
@@ -269,10 +248,27 @@ impl Pipeline<'_> {
                 // A round is being made (perhaps with this batch's instances): its outcomes
                 // come any moment.
                 Claim::Making(_) | Claim::Nothing => self.clock.sleep(LOOK_EVERY).await,
+                Claim::Taken(..) => {}
             }
             done = self.answered(rounds, key, doomed, offered).await?;
         }
-        Ok(Waited::Out(done))
+        Ok(Ok(done))
+    }
+
+    /// The next round of `key` claimed, and made (by `end`) when it is this batch's.
+    async fn claim(
+        &self,
+        traffic: &Traffic,
+        rounds: &dyn TrafficRounds,
+        key: &RoundKey,
+        end: DateTime<Utc>,
+    ) -> Result<Claim, StoreError> {
+        let claim = rounds.claim(key, self.clock.now(), traffic.budget).await?;
+        if let Claim::Taken(taken, groups) = &claim {
+            let taken = (taken.clone(), groups.clone());
+            self.make_round(traffic, rounds, key, taken, end).await?;
+        }
+        Ok(claim)
     }
 
     /// The outcomes of `doomed` this batch takes as its own (see [`Outcome::answers`]).
@@ -285,24 +281,26 @@ impl Pipeline<'_> {
     ) -> Result<BTreeMap<String, Outcome>, StoreError> {
         let ids: Vec<String> = doomed.iter().map(|d| d.instance_id.clone()).collect();
         let mut known = rounds.outcomes(key, &ids).await?;
-        known.retain(|id, o| {
-            doomed
-                .iter()
-                .find(|d| &d.instance_id == id)
-                .is_some_and(|d| o.answers(d, offered))
-        });
+        known
+            .retain(|id, o| (doomed.iter()).any(|d| &d.instance_id == id && o.answers(d, offered)));
         Ok(known)
     }
 
-    /// `doomed`, signed for the rounds of `key` with the current continuation key (see
+    /// `doomed` offered to the rounds of `key`, signed with the current continuation key (see
     /// [`Doomed::signed`]).
-    async fn signed(&self, key: &RoundKey, doomed: Vec<Doomed>) -> Result<Vec<Doomed>, StoreError> {
-        let keys = self.store.continuation_keys().await?;
-        let round = key.to_string();
-        Ok(doomed
-            .into_iter()
-            .map(|d| d.signed(&round, &keys.current))
-            .collect())
+    async fn offer(
+        &self,
+        rounds: &dyn TrafficRounds,
+        key: &RoundKey,
+        doomed: Vec<Doomed>,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        if doomed.is_empty() {
+            return Ok(());
+        }
+        let (keys, round) = (self.store.continuation_keys().await?, key.to_string());
+        let signed = doomed.into_iter().map(|d| d.signed(&round, &keys.current));
+        rounds.offer(key, &signed.collect::<Vec<_>>(), now).await
     }
 
     /// The round this batch claimed: `taken` off the load balancers of `key` (their groups as
@@ -320,103 +318,76 @@ impl Pipeline<'_> {
         end: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         // The keys are read again once when a signature names a key newer than those known.
-        let newer = |r: &Refused| {
-            matches!(
-                r,
-                Refused::Unverified {
-                    why: Unverified::UnknownKey { .. },
-                    ..
-                }
-            )
-        };
+        let newer = |r: &Refused| matches!(r, Refused::Unverified(Unverified::UnknownKey { .. }));
         let round = key.to_string();
         let check = |d: &Doomed, keys: &_| d.verify(&round, keys);
         let verdicts = by_keys(self.store, &taken, check, newer).await?;
         traffic.balancers.seed(&key.place, &key.cluster, &groups);
         let started = self.clock.now();
-        let failed = |why: String| Outcome {
-            at: started,
-            failed: vec![why],
-            ..Outcome::default()
-        };
-        let (taken, refused): (Vec<_>, Vec<_>) = taken
-            .into_iter()
-            .zip(verdicts)
-            .partition(|(_, v)| v.is_ok());
-        let taken: Vec<Doomed> = taken.into_iter().map(|(d, _)| d).collect();
-        let refused: BTreeMap<String, Outcome> = refused
-            .into_iter()
-            .filter_map(|(d, verdict)| {
-                let why = verdict.err()?;
-                tracing::warn!(round = %round, refused = %why, "an instance offered to a round of traffic first is refused: nothing of it leaves a load balancer");
-                Some((d.instance_id, failed(format!("refused: {why}"))))
-            })
-            .collect();
-        if taken.is_empty() {
-            let settled = Settled {
-                outcomes: refused,
-                ..Settled::default()
+        let mut settled = Settled::default();
+        let mut doomed = Vec::new();
+        for (d, verdict) in taken.into_iter().zip(verdicts) {
+            let Err(why) = verdict else {
+                doomed.push(d);
+                continue;
             };
+            let instance = &d.instance_id;
+            tracing::warn!(round = %round, %instance, refused = %why, "an instance offered to a round of traffic first is refused: nothing of it leaves a load balancer");
+            let outcome = Outcome {
+                at: started,
+                failed: vec![format!("refused: {instance}: {why}")],
+                ..Outcome::default()
+            };
+            settled.outcomes.insert(d.instance_id, outcome);
+        }
+        if doomed.is_empty() {
             return rounds.settle(key, &settled, self.clock.now()).await;
         }
         let budget_end = started + span(traffic.budget);
         let round =
             traffic
                 .balancers
-                .deregister(&key.place, &key.cluster, &taken, traffic.rate as usize);
-        let answer = until(self.clock, budget_end.min(end), round).await;
-        let instances = taken.len();
-        let each = |why: String| {
-            let each = taken
-                .iter()
-                .map(|d| (d.instance_id.clone(), failed(why.clone())));
-            each.collect()
+                .deregister(&key.place, &key.cluster, &doomed, traffic.rate as usize);
+        // What did not answer, or answered an error, left no group for any instance.
+        let failed = |why: String, throttled| Deregistered {
+            failed: vec![why],
+            throttled,
+            ..Deregistered::default()
         };
-        let mut groups = None;
-        let (mut outcomes, calls, throttled) = match answer {
+        let budget_s = traffic.budget.as_secs_f64();
+        let done = match until(self.clock, budget_end.min(end), round).await {
             Some(Ok(done)) => {
-                if done.failed.is_empty() {
-                    tracing::info!(
-                        instances,
-                        groups = done.arns.len(),
-                        left = done.left.values().map(Vec::len).sum::<usize>(),
-                        describes = done.describes,
-                        deregisters = done.deregisters,
-                        "drains' instances taken off the load balancers"
-                    );
-                } else {
-                    let failed = done.failed.join("; ");
-                    tracing::warn!(instances, %failed, "some target groups did not take the drains' instances off");
-                }
-                groups = Some(done.arns.clone());
-                let outcomes = done.outcomes(&taken, started);
-                (outcomes, done.deregisters, done.throttled)
+                settled.groups = Some(done.arns.clone());
+                done
             }
-            Some(Err(e)) => {
-                tracing::warn!(instances, error = %e, "the load balancers could not be read: evicting anyway");
-                let throttled = e.kind == crate::ports::FailureKind::Throttled;
-                let why = format!("the load balancers could not be read: {e}");
-                (each(why), 1, throttled)
-            }
-            None => {
-                let budget_s = traffic.budget.as_secs_f64();
-                tracing::warn!(
-                    instances,
-                    budget_s,
-                    "the load balancers did not answer in time: evicting anyway"
-                );
-                let why = format!("the load balancers did not answer within {budget_s} s");
-                (each(why), 1, end >= budget_end)
-            }
+            Some(Err(e)) => failed(
+                format!("the load balancers could not be read: {e}"),
+                e.kind == crate::ports::FailureKind::Throttled,
+            ),
+            // Only a round given its whole budget quiets the rounds.
+            None => failed(
+                format!("the load balancers did not answer within {budget_s} s"),
+                end >= budget_end,
+            ),
         };
+        let instances = doomed.len();
+        if done.failed.is_empty() {
+            tracing::info!(
+                instances,
+                groups = done.arns.len(),
+                left = done.left.values().map(BTreeSet::len).sum::<usize>(),
+                describes = done.describes,
+                deregisters = done.deregisters,
+                "drains' instances taken off the load balancers"
+            );
+        } else {
+            let failed = done.failed.join("; ");
+            tracing::warn!(instances, %failed, "the drains' instances were not taken off every target group: evicting anyway");
+        }
         let now = self.clock.now();
-        outcomes.extend(refused);
-        let settled = Settled {
-            outcomes,
-            next: Some(next_round(started, calls, traffic.rate)),
-            quiet_until: throttled.then(|| now + span(QUIET_FOR)),
-            groups,
-        };
+        settled.outcomes.extend(done.outcomes(&doomed, started));
+        settled.next = Some(next_round(started, done.deregisters, traffic.rate));
+        settled.quiet_until = done.throttled.then(|| now + span(QUIET_FOR));
         rounds.settle(key, &settled, now).await
     }
 }
