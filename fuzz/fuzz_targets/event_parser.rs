@@ -4,7 +4,7 @@
 //! - `decode` (bytes: a bare EventBridge event or Auto Scaling notification, an SQS batch or a
 //!   JSON array),
 //! - `decode_value` on the same bytes parsed by serde_json,
-//! - `decode_sqs_body` and `decode_sqs_messages` with the input (when UTF-8) as an SQS body,
+//! - `decode_sqs_messages` with the input (when UTF-8) as an SQS body,
 //! - `decode_value` of an SQS batch (JSON) carrying it as a body,
 //! - `parse_event` of real events (an Auto Scaling lifecycle hook's own notification included)
 //!   with one field replaced by the input string,
@@ -37,7 +37,7 @@ use forewarn::domain::event::{
 };
 use forewarn::domain::inbound::continuation::{CONTINUATION_KEY, Continuation};
 use forewarn::domain::inbound::{
-    Record, SqsMessage, decode, decode_sqs_body, decode_sqs_messages, decode_value, parse_event,
+    Record, SqsMessage, decode, decode_sqs_messages, decode_value, parse_event,
 };
 use forewarn::domain::plan::{Facts, decide, drain_deadline, time_left};
 use forewarn::domain::time::{sane_span, within_sane_range};
@@ -405,8 +405,8 @@ fn check_str(s: &str) {
 
     let parsed = serde_json::from_str::<Value>(s).ok();
     check_continuations(s, parsed.as_ref());
-    // A continuation's body is taken apart by the SQS paths only (decode_sqs_body decodes the
-    // event it is handed, which a continuation is not).
+    // A continuation's body is taken apart (the original body it carries is decoded); any other
+    // body decodes as the same JSON would bare.
     let continuation = parsed
         .as_ref()
         .and_then(|v| forewarn::domain::inbound::continuation::unwrap(v, received()))
@@ -414,12 +414,15 @@ fn check_str(s: &str) {
 
     // The input as the body of one SQS message, through every SQS path.
     let origin = sqs_origin();
-    let body = decode_sqs_body(&origin, Some(s), received());
+    let body = decode_sqs_messages(SOURCE, &[message("m-0", Some(s.into()))], received())
+        .remove(0)
+        .event;
     match serde_json::from_str::<Value>(s) {
         Err(_) => {
             let err = body.as_ref().expect_err("a body that is not JSON");
             assert_eq!(err.field.as_deref(), Some("body"));
         }
+        Ok(_) if continuation => {}
         Ok(v) => {
             // A lifecycle hook's own notification (no EventBridge envelope) that decodes to an
             // asg-termination takes its id from its token: a redelivery is a duplicate.

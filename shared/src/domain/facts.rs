@@ -63,19 +63,19 @@ impl InstanceFacts {
         names
     }
 
-    /// The pool the instance lives in, when type and zone are known: by its zone's ID (the same
-    /// physical zone in every account), else its zone's name.
+    /// The pool the instance lives in, when its capacity type, type and zone are known.
     pub fn pool(&self) -> Option<crate::domain::pool::PoolKey> {
-        Some(crate::domain::pool::PoolKey::new(
-            self.capacity_type?,
-            self.instance_type.as_deref()?,
-            self.pool_zone()?,
-        ))
+        self.pool_as(self.capacity_type?)
     }
 
-    /// The zone its pools are keyed by: its zone's ID, else its zone's name.
-    pub fn pool_zone(&self) -> Option<&str> {
-        self.zone_id.as_deref().or(self.zone.as_deref())
+    /// The pool of `capacity_type` the instance's type and zone make, when they are known: by
+    /// its zone's ID (the same physical zone in every account), else its zone's name.
+    pub fn pool_as(&self, capacity_type: CapacityType) -> Option<crate::domain::pool::PoolKey> {
+        Some(crate::domain::pool::PoolKey::new(
+            capacity_type,
+            self.instance_type.as_deref()?,
+            self.zone_id.as_deref().or(self.zone.as_deref())?,
+        ))
     }
 }
 
@@ -103,12 +103,16 @@ pub struct CapacityBlock {
     pub instances: BTreeMap<String, InstanceFacts>,
 }
 
-/// Who owns a node: deleting the owner lets its controller drain and replace it.
+/// The object a `delete` removes: a node's owner (a node's [`NodeFacts::owner`] is one of the
+/// two owner kinds), deleting which lets its controller drain and replace the node, or else the
+/// Node itself.
 ///
-/// Displayed as `nodeclaim/N` or `machine/NS/N`.
+/// Displayed as what a delete removes: `node/N`, `nodeclaim/N` or `machine/NS/N`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, strum::Display)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum Owner {
+pub enum Target {
+    #[strum(to_string = "node/{name}")]
+    Node { name: String },
     /// A Karpenter `karpenter.sh/v1` NodeClaim (cluster-scoped).
     #[strum(to_string = "nodeclaim/{name}")]
     NodeClaim { name: String },
@@ -134,7 +138,8 @@ pub struct NodeFacts {
     pub annotations: BTreeMap<String, String>,
     pub taints: Vec<Taint>,
     pub unschedulable: bool,
-    pub owner: Option<Owner>,
+    /// Who owns the node ([`Target::NodeClaim`] or [`Target::Machine`]), if anyone.
+    pub owner: Option<Target>,
     /// DNS names and hostnames from `status.addresses`.
     pub dns_names: Vec<String>,
     pub resource_version: Option<String>,

@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::Node;
 
 use crate::domain::facts::{
     ANNOTATION_CAPI_MACHINE, ANNOTATION_CAPI_NAMESPACE, CAPI_GROUP, KARPENTER_GROUP, NodeFacts,
-    Owner, Taint,
+    Taint, Target,
 };
 
 /// Reads the facts from a Node object.
@@ -13,7 +13,7 @@ pub fn node_facts(node: &Node) -> NodeFacts {
     let meta = &node.metadata;
     let spec = node.spec.as_ref();
     let (labels, annotations) = (node.labels().clone(), node.annotations().clone());
-    let machine = |name: &String| Owner::Machine {
+    let machine = |name: &String| Target::Machine {
         namespace: (annotations.get(ANNOTATION_CAPI_NAMESPACE).cloned())
             .unwrap_or_else(|| "default".into()),
         name: name.clone(),
@@ -22,7 +22,7 @@ pub fn node_facts(node: &Node) -> NodeFacts {
         .find_map(|r| {
             let group = r.api_version.split('/').next().unwrap_or_default();
             match (group, r.kind.as_str()) {
-                (KARPENTER_GROUP, "NodeClaim") => Some(Owner::NodeClaim {
+                (KARPENTER_GROUP, "NodeClaim") => Some(Target::NodeClaim {
                     name: r.name.clone(),
                 }),
                 (CAPI_GROUP, "Machine") => Some(machine(&r.name)),
@@ -76,7 +76,7 @@ mod tests {
         let f = node_facts(&karpenter);
         assert_eq!(
             f.owner,
-            Some(Owner::NodeClaim {
+            Some(Target::NodeClaim {
                 name: "default-abc".into()
             })
         );
@@ -90,7 +90,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             node_facts(&capi).owner,
-            Some(Owner::Machine {
+            Some(Target::Machine {
                 namespace: "capi".into(),
                 name: "m-1".into()
             })

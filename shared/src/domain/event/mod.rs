@@ -355,16 +355,9 @@ pub struct Origin {
     /// `None` for a bare event; the index in `Records` or in the array otherwise.
     pub index: Option<usize>,
     pub message_id: Option<String>,
+    /// The record is an SQS message (`Records[i]`), not an item of a JSON array (`[i]`).
     #[serde(skip)]
-    envelope: EnvelopeKind,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-enum EnvelopeKind {
-    #[default]
-    Bare,
-    Sqs,
-    Array,
+    sqs: bool,
 }
 
 impl Origin {
@@ -374,7 +367,7 @@ impl Origin {
             source: source.into(),
             index: None,
             message_id: None,
-            envelope: EnvelopeKind::Bare,
+            sqs: false,
         }
     }
 
@@ -383,7 +376,7 @@ impl Origin {
         Origin {
             index: Some(index),
             message_id,
-            envelope: EnvelopeKind::Sqs,
+            sqs: true,
             ..Origin::bare(source)
         }
     }
@@ -392,7 +385,6 @@ impl Origin {
     pub fn array(source: &str, index: usize) -> Origin {
         Origin {
             index: Some(index),
-            envelope: EnvelopeKind::Array,
             ..Origin::bare(source)
         }
     }
@@ -401,8 +393,8 @@ impl Origin {
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.source)?;
-        match (self.envelope, self.index) {
-            (EnvelopeKind::Sqs, Some(i)) => {
+        match (self.sqs, self.index) {
+            (true, Some(i)) => {
                 write!(f, ": Records[{i}]")?;
                 if let Some(id) = &self.message_id {
                     write!(f, " (messageId {id})")?;

@@ -96,7 +96,6 @@ impl Continuation {
         }
     }
 
-    /// The continuation after this one.
     /// Whether this pass records the Events of the decision that the drain's first pass left
     /// to it: the first pass records them only when the drain ends in it, so any second pass
     /// follows a first that left them.
@@ -104,6 +103,7 @@ impl Continuation {
         self.pass == 2
     }
 
+    /// The continuation after this one.
     pub fn next(&self, heartbeat_at: Option<DateTime<Utc>>) -> Continuation {
         Continuation {
             pass: self.pass.saturating_add(1),
@@ -114,14 +114,14 @@ impl Continuation {
         }
     }
 
-    /// The state object of the message, without its signature: every field, and the original
+    /// The state object of the message: every field (its signature `mac`), and the original
     /// body under `body`.
-    fn unsigned_state(&self, original_body: &str) -> Value {
-        let unsigned = Continuation {
-            mac: None,
+    fn state(&self, original_body: &str, mac: Option<String>) -> Value {
+        let with_mac = Continuation {
+            mac,
             ..self.clone()
         };
-        let mut state = serde_json::to_value(&unsigned).unwrap_or(Value::Null);
+        let mut state = serde_json::to_value(&with_mac).unwrap_or(Value::Null);
         if let Value::Object(map) = &mut state {
             map.insert("body".into(), Value::String(original_body.to_string()));
         }
@@ -132,7 +132,7 @@ impl Continuation {
     /// continuation gives the same text as the one that was signed (its fields are all known,
     /// and JSON maps serialize in one order), so nothing in the message escapes the signature.
     pub fn signing_input(&self, original_body: &str) -> String {
-        self.unsigned_state(original_body).to_string()
+        self.state(original_body, None).to_string()
     }
 
     /// The message body, signed with `key` (its id in `keyId`):
@@ -142,12 +142,8 @@ impl Continuation {
             key_id: Some(key.id()),
             ..self.clone()
         };
-        let mut state = signed.unsigned_state(original_body);
-        let mac = key.sign(&state.to_string());
-        if let Value::Object(map) = &mut state {
-            map.insert("mac".into(), Value::String(mac));
-        }
-        serde_json::json!({ CONTINUATION_KEY: state }).to_string()
+        let mac = key.sign(&signed.signing_input(original_body));
+        serde_json::json!({ CONTINUATION_KEY: signed.state(original_body, Some(mac)) }).to_string()
     }
 
     /// Whether the message was signed with a key of `keys` (constant-time), or why not: an id
@@ -212,9 +208,7 @@ pub fn message_group(plan: &Plan, tenant: Tenant) -> String {
     if fits {
         return name.to_string();
     }
-    let digest = Sha256::digest(name.as_bytes());
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    format!("cluster-{hex}")
+    format!("cluster-{}", hex::encode(Sha256::digest(name)))
 }
 
 /// Whose tenant of the fair queue a continuation is (see [`message_group`]).

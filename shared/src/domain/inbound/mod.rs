@@ -24,7 +24,7 @@ pub mod sqs;
 
 pub use eventbridge::parse_event;
 pub use record::Record;
-pub use sqs::{SqsMessage, decode_sqs_body, decode_sqs_messages};
+pub use sqs::{SqsMessage, decode_sqs_messages};
 
 use sqs::decode_json_message;
 

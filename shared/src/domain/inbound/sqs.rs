@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::continuation::{self, Unwrapped};
 use super::eventbridge::parse_event_at;
 use super::record::Record;
-use crate::domain::event::{DecodeError, Event, Origin};
+use crate::domain::event::{DecodeError, Origin};
 use crate::domain::time::within_sane_range;
 
 /// The fields of one SQS message that forewarn reads, named as Lambda's SQS event writes them
@@ -95,31 +95,31 @@ pub(super) fn decode_json_message(
     }
 }
 
-/// Decodes one SQS message of a batch: its body (see [`decode_sqs_body`]), or the original body
-/// a continuation message carries, with the continuation's progress.
+/// Decodes one SQS message of a batch: its body (the EventBridge event JSON as a string, or an
+/// Auto Scaling notification), or the original body a continuation message carries, with the
+/// continuation's progress. An event whose `time` is empty is dated when the message was sent;
+/// times are checked against when it was received (`received`).
 fn decode_message(origin: Origin, msg: &SqsMessage, received: DateTime<Utc>) -> Record {
-    let sent = msg.sent_at(received);
-    // Times are checked against when the message was received (`received`), whatever dates an
-    // event whose `time` is empty.
     let body = msg.body.as_deref();
-    let unwrapped = body
-        .and_then(|b| serde_json::from_str::<Value>(b).ok())
-        .and_then(|v| continuation::unwrap(&v, received));
-    let (event, continuation, body) = match unwrapped {
-        None => {
-            let event = decode_body(&origin, body, sent, received);
-            (event, None, body.map(str::to_string))
-        }
-        Some(Err(malformed)) => {
-            let field = format!("body.{}", malformed.field);
-            let error = DecodeError::new(&origin, Some(&field), malformed.message);
-            (Err(error), None, None)
-        }
-        // Its times were checked by `continuation::unwrap`.
-        Some(Ok(Unwrapped { continuation, body })) => {
-            let event = decode_body(&origin, Some(&body), continuation.sent_at, received);
-            (event, Some(continuation), Some(body))
-        }
+    let (event, continuation, body) = match body_json(&origin, body) {
+        Err(error) => (Err(error), None, body.map(str::to_string)),
+        Ok(value) => match continuation::unwrap(&value, received) {
+            None => {
+                let event = parse_event_at(&origin, &value, msg.sent_at(received), received);
+                (event, None, body.map(str::to_string))
+            }
+            Some(Err(malformed)) => {
+                let field = format!("body.{}", malformed.field);
+                let error = DecodeError::new(&origin, Some(&field), malformed.message);
+                (Err(error), None, None)
+            }
+            // Its times were checked by `continuation::unwrap`.
+            Some(Ok(Unwrapped { continuation, body })) => {
+                let event = body_json(&origin, Some(&body))
+                    .and_then(|v| parse_event_at(&origin, &v, continuation.sent_at, received));
+                (event, Some(continuation), Some(body))
+            }
+        },
     };
     Record {
         continuation,
@@ -129,27 +129,9 @@ fn decode_message(origin: Origin, msg: &SqsMessage, received: DateTime<Utc>) -> 
     }
 }
 
-/// Decodes the body of one SQS message (the EventBridge event JSON as a string, or an Auto
-/// Scaling notification). `sent` is the time of an event whose `time` is empty, and the *now*
-/// its times are checked against (see [`super::decode`]).
-pub fn decode_sqs_body(
-    origin: &Origin,
-    body: Option<&str>,
-    sent: DateTime<Utc>,
-) -> Result<Event, DecodeError> {
-    decode_body(origin, body, sent, sent)
-}
-
-/// [`decode_sqs_body`] with a `now` of its own.
-fn decode_body(
-    origin: &Origin,
-    body: Option<&str>,
-    sent: DateTime<Utc>,
-    now: DateTime<Utc>,
-) -> Result<Event, DecodeError> {
+/// The JSON of a message's body; an error names the field `body`.
+fn body_json(origin: &Origin, body: Option<&str>) -> Result<Value, DecodeError> {
     let err = |message: String| DecodeError::new(origin, Some("body"), message);
-    let body = body.ok_or_else(|| err("missing".into()))?;
-    let value: Value =
-        serde_json::from_str(body).map_err(|e| err(format!("not valid JSON: {e}")))?;
-    parse_event_at(origin, &value, sent, now)
+    serde_json::from_str(body.ok_or_else(|| err("missing".into()))?)
+        .map_err(|e| err(format!("not valid JSON: {e}")))
 }

@@ -202,7 +202,7 @@ mod tests {
     use super::*;
     use crate::domain::config::TAINT_KEY;
     use crate::domain::event::EventKind;
-    use crate::domain::facts::{Owner, Taint};
+    use crate::domain::facts::{Taint, Target};
     use crate::domain::fixtures::{self, t0};
     use crate::domain::policy::Policy;
     use crate::domain::pool::CapacityType;
@@ -260,7 +260,7 @@ mod tests {
         assert!(!a.reason.contains("rule"), "{}", a.reason);
         // A rule's action is the user's: not turned into a delete through the owner.
         let mut karpenter = node("batch");
-        karpenter.owner = Some(Owner::NodeClaim { name: "c".into() });
+        karpenter.owner = Some(Target::NodeClaim { name: "c".into() });
         let a = plan_for(EventKind::SpotInterruption, karpenter.clone(), &none);
         assert_eq!(a.action, Action::CordonDrain);
         // Without a rule for it, the default goes through the owner as before.

@@ -9,7 +9,8 @@ use crate::domain::clusters::{ClusterId, Place};
 use crate::domain::config::{Action, Config};
 use crate::domain::cordon_record::CordonRecord;
 use crate::domain::event::{Detail, Event, EventKind, InstanceState, LifecycleAction};
-use crate::domain::facts::{InstanceFacts, NodeFacts, Owner, resolve_node};
+pub use crate::domain::facts::Target;
+use crate::domain::facts::{InstanceFacts, NodeFacts, resolve_node};
 use crate::domain::policy::Followed;
 use crate::domain::pool::{CapacityType, PoolKey, PoolMark, PoolUpdate};
 
@@ -45,20 +46,6 @@ impl<'a> Facts<'a> {
             followed: &NO_HISTORY,
         }
     }
-}
-
-/// The object a `delete` removes.
-///
-/// Displayed as what a delete removes: `node/N`, `nodeclaim/N` or `machine/NS/N`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, strum::Display)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum Target {
-    #[strum(to_string = "node/{name}")]
-    Node { name: String },
-    #[strum(to_string = "nodeclaim/{name}")]
-    NodeClaim { name: String },
-    #[strum(to_string = "machine/{namespace}/{name}")]
-    Machine { namespace: String, name: String },
 }
 
 /// What to do for one instance of the event.
@@ -214,15 +201,26 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
             block,
             ..
         } => {
-            if let Some(why) = not_a_block(reservation_id, block.as_ref()) {
-                plan.ignored = Some(why);
+            // Refused when EC2 says the reservation is another kind (an ODCR named by a forged
+            // or mistaken warning would drain nodes that are not going).
+            if block
+                .as_ref()
+                .is_some_and(|b| b.capacity_block == Some(false))
+            {
+                plan.ignored = Some(format!(
+                    "refused: EC2 says capacity reservation {reservation_id} is not a Capacity \
+                     Block: nothing is done"
+                ));
                 return plan;
             }
             if event.kind == EventKind::CapacityBlockDelivered || event.instance_ids.is_empty() {
                 // No instance to act on (a delivery, or a block with none left): the block's
-                // own pool is recorded.
+                // own pool (its type and zone, as EC2 says them) is recorded: a delivery only
+                // counts (the pool has capacity again); an expiration marks it as any
+                // interruption of its kind does.
+                let pool = block.as_ref().and_then(|b| b.pool());
                 plan.pools
-                    .extend(block_mark(event, reservation_id, block.as_ref(), config));
+                    .extend(pool.map(|pool| mark(event, pool, reservation_id, config)));
                 return plan;
             }
         }
@@ -295,32 +293,6 @@ fn block_key(event: &Event, config: &Config) -> Option<String> {
     }
 }
 
-/// Why a Capacity Block's event is refused: EC2 says its reservation is another kind (an ODCR
-/// named by a forged or mistaken warning would drain nodes that are not going).
-fn not_a_block(
-    reservation_id: &str,
-    block: Option<&crate::domain::facts::BlockFacts>,
-) -> Option<String> {
-    (block?.capacity_block == Some(false)).then(|| {
-        format!(
-            "refused: EC2 says capacity reservation {reservation_id} is not a Capacity Block: \
-             nothing is done"
-        )
-    })
-}
-
-/// The pool mark of a Capacity Block itself (its type and zone, as EC2 says them), for an
-/// event with no instance to mark it by: a delivery only counts (the pool has capacity
-/// again); an expiration marks it as any interruption of its kind does.
-fn block_mark(
-    event: &Event,
-    reservation_id: &str,
-    block: Option<&crate::domain::facts::BlockFacts>,
-    config: &Config,
-) -> Option<PoolMark> {
-    Some(mark(event, block?.pool()?, reservation_id, config))
-}
-
 /// `pool` marked by `event` through `instance_id`: unavailable for a while when the event's
 /// kind makes it so.
 fn mark(event: &Event, pool: PoolKey, instance_id: &str, config: &Config) -> PoolMark {
@@ -361,21 +333,16 @@ fn pool_mark(
     config: &Config,
 ) -> Option<PoolMark> {
     let instance = instance?;
-    let capacity_type = match event.kind {
+    let pool = match event.kind {
         // The event itself says what capacity the instance ran on.
-        EventKind::SpotInterruption => CapacityType::Spot,
-        EventKind::CapacityReservationInterruption => CapacityType::Reserved,
+        EventKind::SpotInterruption => instance.pool_as(CapacityType::Spot),
+        EventKind::CapacityReservationInterruption => instance.pool_as(CapacityType::Reserved),
         EventKind::CapacityBlockExpiration | EventKind::CapacityBlockDelivered => {
-            CapacityType::CapacityBlock
+            instance.pool_as(CapacityType::CapacityBlock)
         }
-        _ => instance.capacity_type?,
+        _ => instance.pool(),
     };
-    let pool = PoolKey::new(
-        capacity_type,
-        instance.instance_type.as_deref()?,
-        instance.pool_zone()?,
-    );
-    Some(mark(event, pool, instance_id, config))
+    Some(mark(event, pool?, instance_id, config))
 }
 
 /// The node's Event reason of a state change to `stopping` or `stopped`.
@@ -434,38 +401,42 @@ fn node_action(
         out.reason = why;
         return out;
     }
-    let Some(node) = resolve_node(instance_id, instance, facts.nodes) else {
-        no_node(&mut out, event, instance, config);
-        return out;
+    // Its node is one of this cluster's: that is membership enough; with no node of this
+    // cluster on it, only its lifecycle action may be completed, and only when the instance is
+    // tagged for this cluster (positive membership).
+    let member = match resolve_node(instance_id, instance, facts.nodes) {
+        None => {
+            out.reason = "no node of this cluster runs on the instance".into();
+            tagged_for_us(instance, config)
+        }
+        Some(node) => {
+            out.node = Some(node.name.clone());
+            if node.is_control_plane() {
+                out.reason = "control-plane node: never touched".into();
+                return out;
+            }
+            if choice::closed(event, instance_id) {
+                choice::way_back(&mut out, event, node, config);
+                return out;
+            }
+            let choice = choice::choose(event, node, instance, facts.followed, config);
+            act(&mut out, &choice, event, node, config);
+            if matches!(out.action, Action::Cordon | Action::CordonDrain) {
+                out.record = Some(choice::record(event, instance_id, &choice));
+                out.taint_key = Some(config.taint_key_for(event.kind).to_string());
+                let behaviour = config.policy.behaviour(&node.labels);
+                out.exclude_from_load_balancers = behaviour.exclude_from_load_balancers;
+            }
+            if out.action == Action::CordonDrain {
+                out.addresses = instance.map(|i| i.addresses.clone()).unwrap_or_default();
+            }
+            if let Some(why) = &choice.why {
+                out.reason = format!("{why}; {}", out.reason);
+            }
+            true
+        }
     };
-    out.node = Some(node.name.clone());
-    if node.is_control_plane() {
-        out.reason = "control-plane node: never touched".into();
-        return out;
-    }
-    if choice::closed(event, instance_id) {
-        choice::way_back(&mut out, event, node, config);
-        return out;
-    }
-    // Its node is one of this cluster's: that is membership enough.
-    let lifecycle = lifecycle(event, config, true);
-    let choice = choice::choose(event, node, instance, facts.followed, config);
-    act(&mut out, &choice, event, node, config);
-    if matches!(out.action, Action::Cordon | Action::CordonDrain) {
-        out.record = Some(choice::record(event, instance_id, &choice));
-        out.taint_key = Some(config.taint_key_for(event.kind).to_string());
-        out.exclude_from_load_balancers = config
-            .policy
-            .behaviour(&node.labels)
-            .exclude_from_load_balancers;
-    }
-    if out.action == Action::CordonDrain {
-        out.addresses = instance.map(|i| i.addresses.clone()).unwrap_or_default();
-    }
-    if let Some(why) = &choice.why {
-        out.reason = format!("{why}; {}", out.reason);
-    }
-    match lifecycle {
+    match lifecycle(event, config, member) {
         Ok(action) => out.complete_lifecycle = action,
         Err(why) => out.reason = format!("{}; {why}", out.reason),
     }
@@ -522,20 +493,8 @@ fn other_cluster(instance: Option<&InstanceFacts>, config: &Config) -> Option<St
 
 /// The instance is tagged for this cluster (positive membership: an untagged one is not).
 fn tagged_for_us(instance: Option<&InstanceFacts>, config: &Config) -> bool {
-    match (config.cluster_name.as_deref(), instance) {
-        (Some(ours), Some(instance)) => instance.clusters().contains(&ours),
-        _ => false,
-    }
-}
-
-/// No node of this cluster runs on the instance: only its lifecycle action may be completed.
-fn no_node(out: &mut NodeAction, event: &Event, instance: Option<&InstanceFacts>, config: &Config) {
-    out.reason = "no node of this cluster runs on the instance".into();
-    // Positive membership only: the instance must be tagged for this cluster.
-    match lifecycle(event, config, tagged_for_us(instance, config)) {
-        Ok(action) => out.complete_lifecycle = action,
-        Err(why) => out.reason = format!("{}; {why}", out.reason),
-    }
+    (config.cluster_name.as_deref().zip(instance))
+        .is_some_and(|(ours, instance)| instance.clusters().contains(&ours))
 }
 
 /// Sets the action, its target, deadline and reason.
@@ -546,7 +505,7 @@ fn act(
     node: &NodeFacts,
     config: &Config,
 ) {
-    let stopping = choice.stopping;
+    let what = summary(event);
     match choice.action {
         Action::None | Action::Uncordon => {
             out.reason = format!("{} is configured to do nothing", event.kind);
@@ -562,11 +521,10 @@ fn act(
             out.action = Action::Cordon;
             out.reason = match choice.until {
                 Some(until) => format!(
-                    "{}: keep new pods off the node until {}",
-                    summary(event),
+                    "{what}: keep new pods off the node until {}",
                     until.to_rfc3339()
                 ),
-                None => format!("{}: keep new pods off the node", summary(event)),
+                None => format!("{what}: keep new pods off the node"),
             };
         }
         Action::CordonDrain => {
@@ -583,36 +541,26 @@ fn act(
                     }
             );
             out.surge = config.surges(event.kind, &node.labels);
-            out.reason = if stopping {
+            out.reason = if choice.stopping {
                 format!(
-                    "{}: move pods off while it shuts down; the node is deleted once EC2 says \
-                     stopped or terminated",
-                    summary(event)
+                    "{what}: move pods off while it shuts down; the node is deleted once EC2 says \
+                     stopped or terminated"
                 )
             } else {
-                format!("{}: move pods off before the instance goes", summary(event))
+                format!("{what}: move pods off before the instance goes")
             };
         }
         Action::Delete => {
             out.action = Action::Delete;
-            out.target = Some(match &node.owner {
-                Some(Owner::NodeClaim { name }) => Target::NodeClaim { name: name.clone() },
-                Some(Owner::Machine { namespace, name }) => Target::Machine {
-                    namespace: namespace.clone(),
-                    name: name.clone(),
-                },
-                None => Target::Node {
-                    name: node.name.clone(),
-                },
-            });
             out.reason = match &node.owner {
-                Some(owner) => format!(
-                    "{}: delete {} so its controller drains and replaces the node",
-                    summary(event),
-                    owner
-                ),
-                None => format!("{}: the instance is going away", summary(event)),
+                Some(owner) => {
+                    format!("{what}: delete {owner} so its controller drains and replaces the node")
+                }
+                None => format!("{what}: the instance is going away"),
             };
+            out.target = Some(node.owner.clone().unwrap_or_else(|| Target::Node {
+                name: node.name.clone(),
+            }));
         }
     }
 }
@@ -733,12 +681,12 @@ mod tests {
         };
         match s {
             Situation::Karpenter => {
-                node.owner = Some(Owner::NodeClaim {
+                node.owner = Some(Target::NodeClaim {
                     name: "nc-1".into(),
                 })
             }
             Situation::Capi => {
-                node.owner = Some(Owner::Machine {
+                node.owner = Some(Target::Machine {
                     namespace: "capi".into(),
                     name: "m-1".into(),
                 })

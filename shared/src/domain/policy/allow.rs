@@ -111,31 +111,20 @@ impl Policy {
         let mut refused = Vec::new();
         for (i, rule) in self.rules.iter_mut().enumerate() {
             let asked = rule.actions.iter().find_map(|(kind, action)| {
-                let path = format!("rules[{i}].actions.{}", kind.as_str());
-                if !allow.allows(*action) {
-                    return Some((path, format!("\"{action}\"")));
-                }
-                if *action == PolicyAction::Adaptive && !allow.allows(otherwise) {
-                    return Some((
-                        path,
-                        format!(
-                            "\"adaptive\", whose rebalance.adaptive.otherwise is \"{otherwise}\""
-                        ),
-                    ));
-                }
-                None
+                let what = if !allow.allows(*action) {
+                    format!("\"{action}\"")
+                } else if *action == PolicyAction::Adaptive && !allow.allows(otherwise) {
+                    format!("\"adaptive\", whose rebalance.adaptive.otherwise is \"{otherwise}\"")
+                } else {
+                    return None;
+                };
+                Some((format!("rules[{i}].actions.{}", kind.as_str()), what))
             });
-            let deletes = rule
-                .behaviour
-                .delete_owned_on
-                .as_ref()
-                .is_some_and(|k| !k.is_empty());
+            let deletes = (rule.behaviour.delete_owned_on.as_ref()).is_some_and(|k| !k.is_empty());
             let asked = asked.or_else(|| {
                 (deletes && !allow.allows(PolicyAction::Delete)).then(|| {
-                    (
-                        format!("rules[{i}].delete-owned-on"),
-                        "\"delete\" (through the owner)".to_string(),
-                    )
+                    let path = format!("rules[{i}].delete-owned-on");
+                    (path, "\"delete\" (through the owner)".to_string())
                 })
             });
             if let Some((path, what)) = asked {

@@ -86,13 +86,14 @@ impl TryFrom<String> for Kind {
     type Error = String;
     fn try_from(name: String) -> Result<Kind, String> {
         let kinds = || EventKind::ALL.iter().copied().filter(|k| k.configurable());
-        kinds()
-            .find(|k| k.as_str() == name)
-            .map(Kind)
-            .ok_or_else(|| {
-                let known: Vec<&str> = kinds().map(EventKind::as_str).collect();
-                format!("unknown event kind (known: {})", known.join(", "))
-            })
+        let known = || {
+            kinds()
+                .map(EventKind::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        (kinds().find(|k| k.as_str() == name).map(Kind))
+            .ok_or_else(|| format!("unknown event kind (known: {})", known()))
     }
 }
 
