@@ -253,14 +253,17 @@ impl Config {
     /// A node with `labels` owned by a NodeClaim or Machine is deleted through its owner for
     /// `kind`: its policy rule's `delete-owned-on`, else [`Config::delete_owned_on`].
     pub fn deletes_owned(&self, kind: EventKind, labels: &BTreeMap<String, String>) -> bool {
-        let rule = self.policy.behaviour(labels).delete_owned_on.as_ref();
+        let rule = self
+            .policy
+            .behaviour(labels)
+            .and_then(|b| b.delete_owned_on.as_ref());
         rule.unwrap_or(&self.delete_owned_on).contains(&kind)
     }
 
     /// `kind`'s drains of a node with `labels` make room first: its policy rule's `surge`,
     /// else [`Config::surge_kinds`].
     pub fn surges(&self, kind: EventKind, labels: &BTreeMap<String, String>) -> bool {
-        let rule = self.policy.behaviour(labels).surge.as_ref();
+        let rule = self.policy.behaviour(labels).and_then(|b| b.surge.as_ref());
         rule.unwrap_or(&self.surge_kinds).contains(&kind)
     }
 

@@ -97,11 +97,9 @@ pub(crate) fn scheduled_change(f: &Fields<'_>, detail: &Value) -> Result<Parsed,
     }
     let d: Scheduled = f.read(detail, "detail")?;
     // Empty is absent: the drain deadline then falls back as for events that give none.
-    fn given(t: &Option<String>) -> Option<&str> {
-        t.as_deref().filter(|s| !s.trim().is_empty())
-    }
-    let start_time = f.time(given(&d.start_time), "detail.startTime")?;
-    let end_time = f.time(given(&d.end_time), "detail.endTime")?;
+    let given = |t: Option<String>| t.filter(|s| !s.trim().is_empty());
+    let start_time = f.time(given(d.start_time).as_deref(), "detail.startTime")?;
+    let end_time = f.time(given(d.end_time).as_deref(), "detail.endTime")?;
     let status_closed = d
         .status_code
         .is_some_and(|s| s.trim().eq_ignore_ascii_case("closed"));

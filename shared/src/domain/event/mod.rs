@@ -321,14 +321,16 @@ pub struct Event {
 }
 
 impl Event {
-    /// When the instance is expected to go away, from what the event says.
+    /// When the instance is expected to go away, from what the event says: a scheduled
+    /// change's start, a capacity reservation warning's termination time, or when a Capacity
+    /// Block's instances begin to terminate.
     pub fn deadline_hint(&self) -> Option<DateTime<Utc>> {
         match &self.detail {
             Detail::Scheduled { start_time, .. } => *start_time,
             Detail::CapacityReservation {
                 termination_time, ..
             } => *termination_time,
-            Detail::CapacityBlock { end_date, .. } if self.kind.is_capacity_block() => {
+            Detail::CapacityBlock { end_date, .. } => {
                 Some(block_termination_start(*end_date, self.time))
             }
             _ => None,

@@ -366,26 +366,24 @@ fn event_reason(event: &Event) -> &'static str {
     }
 }
 
-/// When a drain for this event must be over.
+/// When a drain for this event must be over: the deadline margin before the instance goes, when
+/// the event says when (see [`goes_at`]), else the drain timeout after the event.
 pub fn drain_deadline(event: &Event, config: &Config) -> DateTime<Utc> {
-    let notice_end = |end: Option<DateTime<Utc>>| {
-        end.unwrap_or(event.time + config.interruption_notice) - config.deadline_margin
-    };
-    match &event.detail {
-        Detail::Spot { .. } => notice_end(None),
-        Detail::CapacityReservation {
-            termination_time, ..
-        } => notice_end(*termination_time),
-        Detail::Scheduled {
-            start_time: Some(start),
+    goes_at(event, config).map_or(event.time + config.drain_timeout, |goes| {
+        goes - config.deadline_margin
+    })
+}
+
+/// When the instance goes, from what `event` says ([`Event::deadline_hint`]); a spot or
+/// capacity reservation warning that says no time gives the usual notice.
+fn goes_at(event: &Event, config: &Config) -> Option<DateTime<Utc>> {
+    match event.detail {
+        Detail::Spot { .. }
+        | Detail::CapacityReservation {
+            termination_time: None,
             ..
-        } => *start - config.deadline_margin,
-        // Its instances begin to terminate 30 minutes before the block's end.
-        Detail::CapacityBlock { end_date, .. } => {
-            crate::domain::event::block_termination_start(*end_date, event.time)
-                - config.deadline_margin
-        }
-        _ => event.time + config.drain_timeout,
+        } => Some(event.time + config.interruption_notice),
+        _ => event.deadline_hint(),
     }
 }
 
@@ -425,7 +423,8 @@ fn node_action(
                 out.record = Some(choice::record(event, instance_id, &choice));
                 out.taint_key = Some(config.taint_key_for(event.kind).to_string());
                 let behaviour = config.policy.behaviour(&node.labels);
-                out.exclude_from_load_balancers = behaviour.exclude_from_load_balancers;
+                out.exclude_from_load_balancers =
+                    behaviour.and_then(|b| b.exclude_from_load_balancers);
             }
             if out.action == Action::CordonDrain {
                 out.addresses = instance.map(|i| i.addresses.clone()).unwrap_or_default();
@@ -530,16 +529,7 @@ fn act(
         Action::CordonDrain => {
             out.action = Action::CordonDrain;
             out.deadline = Some(drain_deadline(event, config));
-            out.grace_to_deadline = matches!(
-                event.detail,
-                Detail::Spot { .. }
-                    | Detail::CapacityReservation { .. }
-                    | Detail::CapacityBlock { .. }
-                    | Detail::Scheduled {
-                        start_time: Some(_),
-                        ..
-                    }
-            );
+            out.grace_to_deadline = goes_at(event, config).is_some();
             out.surge = config.surges(event.kind, &node.labels);
             out.reason = if choice.stopping {
                 format!(

@@ -190,17 +190,12 @@ impl Policy {
     }
 
     /// What the rule matching a node with `labels` (the first) says of it besides the actions;
-    /// the default behaviour when no rule matches.
-    pub fn behaviour(&self, labels: &BTreeMap<String, String>) -> &Behaviour {
-        static DEFAULT: Behaviour = Behaviour {
-            delete_owned_on: None,
-            surge: None,
-            exclude_from_load_balancers: None,
-        };
+    /// `None` when no rule matches (the defaults).
+    pub fn behaviour(&self, labels: &BTreeMap<String, String>) -> Option<&Behaviour> {
         self.rules
             .iter()
             .find(|r| r.matches(labels))
-            .map_or(&DEFAULT, |r| &r.behaviour)
+            .map(|r| &r.behaviour)
     }
 
     /// Some rule is `adaptive`: the pools' history is needed to decide.

@@ -268,8 +268,8 @@ rebalance:
         );
         assert_eq!(b.exclude_from_load_balancers, Some(false));
         let gpu = BTreeMap::from([("pool".to_string(), "gpu".to_string())]);
-        assert_eq!(p.behaviour(&gpu), b);
-        assert_eq!(p.behaviour(&BTreeMap::new()), &Behaviour::default());
+        assert_eq!(p.behaviour(&gpu), Some(b));
+        assert_eq!(p.behaviour(&BTreeMap::new()), None, "no rule: the defaults");
         for (yaml, says) in [
             (
                 "surge: spot-interruption",
