@@ -6,6 +6,9 @@
 //! when exactly one served cluster is its.
 
 use std::fmt;
+use std::sync::LazyLock;
+
+use regex::Regex;
 
 use crate::domain::facts::InstanceFacts;
 
@@ -60,17 +63,9 @@ pub fn is_account_id(s: &str) -> bool {
 /// An AWS region's name: lowercase words and a number joined by dashes (`us-east-1`,
 /// `us-gov-west-1`, `cn-north-1`, `eu-isoe-west-1`), at most 25 characters.
 pub fn is_region(s: &str) -> bool {
-    let parts: Vec<&str> = s.split('-').collect();
-    let Some((number, words)) = parts.split_last() else {
-        return false;
-    };
-    s.len() <= 25
-        && words.len() >= 2
-        && words
-            .iter()
-            .all(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_lowercase()))
-        && (1..=2).contains(&number.len())
-        && number.bytes().all(|b| b.is_ascii_digit())
+    static REGION: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new("^[a-z]+(-[a-z]+)+-[0-9]{1,2}$").expect("a valid expression"));
+    s.len() <= 25 && REGION.is_match(s)
 }
 
 /// A cluster name: 1 to 100 letters, digits, `-`, `_` or `.`.

@@ -26,7 +26,10 @@
 //! must not wait past its own latest time). The time so given is kept on the placeholder
 //! ([`ANNOTATION_EVICT_BY`]). A budget that allows more only makes the drain early, never late.
 
+use std::sync::LazyLock;
+
 use chrono::{DateTime, Duration, Utc};
+use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 /// The namespace of forewarn's own objects in a cluster (created by `infra/k8s/rbac.yaml`): the
@@ -240,14 +243,10 @@ pub fn placeholder_name(pod_uid: &str) -> String {
 /// value (at most 63 characters of `[A-Za-z0-9._-]`, alphanumeric at both ends), else a stable
 /// hash of it (`h-<16 hex digits>`).
 pub fn node_label_value(node: &str) -> String {
-    let valid = !node.is_empty()
-        && node.len() <= 63
-        && node
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-        && node.as_bytes()[0].is_ascii_alphanumeric()
-        && node.as_bytes()[node.len() - 1].is_ascii_alphanumeric();
-    if valid {
+    static LABEL_VALUE: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new("^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$").expect("a valid expression")
+    });
+    if LABEL_VALUE.is_match(node) {
         return node.to_string();
     }
     format!("h-{:016x}", crate::domain::names::fnv1a(node.bytes()))
