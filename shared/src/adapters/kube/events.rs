@@ -151,17 +151,22 @@ pub(crate) async fn record(
 pub(crate) struct Said<'a>(pub EventType, pub &'a str, pub &'a str, pub String);
 
 impl KubeExecutor {
-    /// Records an Event about `node` for `plan`'s event, best effort: what became of it, or the
-    /// failure, goes in `out`.
-    pub(super) async fn record_event(
+    /// Records an Event about `node` for event `event_id`, now, best effort: what became of it,
+    /// or the failure (logged), goes in `out`.
+    pub(super) async fn event(
         &self,
-        plan: &Plan,
+        event_id: &str,
         node: &Node,
         said: Said<'_>,
         out: &mut NodeOutcome,
     ) {
         let reason = said.1.to_string();
-        let event = self.node_event(node, &plan.event_id, said);
+        let regarding = reference("Node", &node.metadata);
+        let (reporting, now) = (
+            &self.settings.reporting_instance,
+            self.clients.clock().now(),
+        );
+        let event = build(regarding, event_id, said, reporting, now);
         match record(&self.clients, &event, self.settings.dry_run, true).await {
             Ok(outcome) => out.events.push((reason, outcome)),
             Err(e) => {
@@ -169,14 +174,6 @@ impl KubeExecutor {
                 out.event_failures.push(format!("{reason}: {e}"));
             }
         }
-    }
-
-    /// The Event for `event_id` saying `said` about `node`, now.
-    pub(super) fn node_event(&self, node: &Node, event_id: &str, said: Said<'_>) -> Event {
-        let regarding = reference("Node", &node.metadata);
-        let reporting = &self.settings.reporting_instance;
-        let now = self.clients.clock().now();
-        build(regarding, event_id, said, reporting, now)
     }
 
     /// The Events of the decision a pass records: with `announce`, the one that says what
@@ -201,11 +198,11 @@ impl KubeExecutor {
                 note.push_str(&format!(" (drain deadline {})", deadline.to_rfc3339()));
             }
             let said = Said(EventType::Warning, &a.event_reason, action, note);
-            self.record_event(plan, node, said, out).await;
+            self.event(&plan.event_id, node, said, out).await;
         }
         if let Some(note) = cordoned {
             let said = Said(EventType::Normal, "Cordoned", "Cordon", note);
-            self.record_event(plan, node, said, out).await;
+            self.event(&plan.event_id, node, said, out).await;
         }
     }
 
