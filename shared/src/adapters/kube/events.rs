@@ -245,7 +245,6 @@ impl KubeExecutor {
         let until = self.clients.clock().now() + span(self.settings.pod_event_budget);
         let until = self.clients.deadline.map_or(until, |d| d.min(until));
         let counts = &mut report.pod_events;
-        let mut failure = None;
         for (i, pod) in report.evicted.iter().enumerate() {
             let (namespace, name) = pod.split_once('/').unwrap_or(("default", pod.as_str()));
             let sendable = i < self.settings.pod_events_per_pass
@@ -254,6 +253,12 @@ impl KubeExecutor {
             if !sendable {
                 // The rest of the pass's Events are given up.
                 counts.given_up = report.evicted.len() - i;
+                let given_up = counts.given_up;
+                tracing::debug!(
+                    reason,
+                    given_up,
+                    "pod Events given up (the pass's budget, or the rate limit busy)"
+                );
                 break;
             }
             let regarding = ObjectReference {
@@ -273,28 +278,14 @@ impl KubeExecutor {
             match record(&self.clients, &event, false, false).await {
                 Ok(EventOutcome::Created | EventOutcome::WouldCreate) => counts.recorded += 1,
                 Ok(EventOutcome::Exists) => counts.existed += 1,
-                Err(e) => {
-                    // Given up with the rest of the pass's Events.
+                Err(error) => {
+                    // Given up with the rest of the pass's Events, logged once per pass.
                     (counts.failed, counts.given_up) = (1, report.evicted.len() - i);
-                    failure = Some(e.to_string());
+                    let given_up = counts.given_up;
+                    tracing::warn!(reason, %error, given_up, "could not record a pod's Event; the pass's other pod Events given up");
                     break;
                 }
             }
-        }
-        if let Some(error) = failure {
-            // Once per pass, whatever the number of pods.
-            tracing::warn!(
-                reason,
-                %error,
-                given_up = counts.given_up,
-                "could not record a pod's Event; the pass's other pod Events given up"
-            );
-        } else if counts.given_up > 0 {
-            tracing::debug!(
-                reason,
-                given_up = counts.given_up,
-                "pod Events given up (the pass's budget, or the rate limit busy)"
-            );
         }
     }
 }
