@@ -31,6 +31,11 @@ THE RULES.
    what command 1 prints, what to try next) and those of docs/getting-started.md are the same,
    in the same order, so that Getting started cannot drift from the README.
 
+5. The threat model's proof: every test that docs/security.md and docs/security/*.md name as
+   proof (a backticked name of three words or more, in a paragraph from `**Tested**`) is a
+   function of the tree's Rust code, so that no control cites a test that was renamed or merged
+   away.
+
 When a benchmark is rerun (scripts/bench.sh rewrites the source), this check names every figure
 quoted elsewhere that no longer agrees: fix it there, or give it a source row.
 
@@ -57,6 +62,9 @@ MINUTES = re.compile(r"\b(\d+) min (\d+) s\b")
 PREFIX = re.compile(r"× (\d+)(\.\d+)?(?![\d.])")   # `× 1.2`, as a bound is written
 BARE = re.compile(r"^(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?$")
 IN_WORDS = re.compile(r"(quarter|half) of an hour|an hour or so", re.I)
+TESTED = re.compile(r"\*\*Tested\*\*(.*?)(?:\n\s*\n|\Z)", re.S)
+TEST_NAME = re.compile(r"`([a-z][a-z0-9]*(?:_[a-z0-9]+){2,})`")
+CODE_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
 
 def number(whole, fraction=""):
@@ -257,6 +265,25 @@ def check_quick_start(root, problems):
         problems.append("docs/getting-started.md: its code blocks are not those of README.md's 'Two commands' (the commands, command 1's output, what to try next)")
 
 
+def check_tested(root, problems):
+    """Rule 5: the tests the security pages name as proof are functions of the code (read from
+    this script's own tree, so that the self-test's copy of the docs is checked against it)."""
+    import subprocess
+    listed = subprocess.run(["git", "ls-files", "*.rs"], cwd=CODE_ROOT, capture_output=True,
+                            text=True, check=True).stdout.split()
+    functions = set()
+    for path in listed:
+        with open(os.path.join(CODE_ROOT, path), encoding="utf-8") as f:
+            functions.update(re.findall(r"\bfn\s+([a-z_][a-z0-9_]*)", f.read()))
+    pages = [os.path.join("docs", "security.md")] + sorted(
+        os.path.relpath(p, root) for p in glob.glob(os.path.join(root, "docs", "security", "*.md")))
+    for name in pages:
+        for block in TESTED.findall(read(root, name)):
+            for test in TEST_NAME.findall(block):
+                if test not in functions:
+                    problems.append(f"{name}: names `{test}` as a test that proves a control, and the code has no function of that name")
+
+
 def check(root):
     problems = []
     source, outside = split_sources(root)
@@ -268,6 +295,7 @@ def check(root):
         check_prose(source, name, text, problems)
     check_suite(root, problems)
     check_quick_start(root, problems)
+    check_tested(root, problems)
     return problems
 
 
@@ -287,6 +315,7 @@ def self_test():
         ("docs/getting-started.md", "\n", "\nThe suite takes a quarter of an hour.\n", "in words"),
         ("docs/getting-started.md", "\n", "\nThe suite takes 99 min 1 s.\n", "99 min 1 s"),
         ("docs/getting-started.md", "--cluster demo", "--cluster-name demo", "code blocks"),
+        ("docs/security/controls.md", "`http_only_to_a_loopback_host`", "`http_only_when_allowed_by_a_flag`", "no function of that name"),
     ]
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -322,7 +351,7 @@ def main():
     for p in problems:
         print(f"check_figures: {p}")
     if not problems:
-        print("check_figures: every figure quoted agrees with the benchmark results; README.md and CONTRIBUTING.md agree on the suite's last run; Getting started has the README's quick start")
+        print("check_figures: every figure quoted agrees with the benchmark results; README.md and CONTRIBUTING.md agree on the suite's last run; Getting started has the README's quick start; every test the security pages cite exists")
     return 1 if problems else 0
 
 

@@ -11,8 +11,9 @@
 #   4. checks every benchmark figure of README.md's "Measured" table and of the docs against the
 #      benchmark results (below docs/benchmarks.md's results marker, and the `<!-- results -->`
 #      blocks of docs/benchmarks/), and the test suite's last run as README.md and
-#      CONTRIBUTING.md state it (scripts/check_figures.py); its self-test first plants
-#      disagreeing figures in a copy of the docs and fails unless each is caught.
+#      CONTRIBUTING.md state it, and that every test the security pages cite as proof exists
+#      (scripts/check_figures.py); its self-test first plants disagreeing figures (and a test
+#      name that is none) in a copy of the docs and fails unless each is caught.
 # MkDocs comes from .venv (scripts/venv.sh installs the pinned requirements.txt), else from PATH.
 #
 #   scripts/docs.sh                     # the check

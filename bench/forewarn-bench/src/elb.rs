@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use forewarn::adapters::elb::{DEREGISTER_CHUNK, GROUPS_FOR, TARGETS_FOR};
-use forewarn::domain::traffic::{Deregistered, Doomed, TargetKind};
+use forewarn::domain::traffic::{Deregistered, Doomed};
 use forewarn::ports::{FailureKind, LoadBalancers, Place, TrafficError};
 use futures::StreamExt;
 use tokio::time::Instant;
@@ -71,6 +71,13 @@ impl Bucket {
             false
         }
     }
+}
+
+/// What a target group's targets are: instances, or pods' addresses.
+#[derive(Clone, Copy)]
+enum TargetKind {
+    Instance,
+    Ip,
 }
 
 /// One target group of the account.
@@ -380,11 +387,10 @@ impl LoadBalancers for Environment {
                 Ok(of) => {
                     out.deregisters += of.len().div_ceil(DEREGISTER_CHUNK);
                     for instance in of {
-                        let arns = out.left.entry(instance).or_default();
-                        let arn = format!("tg-{g}");
-                        if !arns.contains(&arn) {
-                            arns.push(arn);
-                        }
+                        out.left
+                            .entry(instance)
+                            .or_default()
+                            .insert(format!("tg-{g}"));
                     }
                 }
                 Err(why) => {

@@ -36,13 +36,9 @@ pub async fn load(settings: AwsSettings) -> SdkConfig {
 /// cannot be told from no setting, and gets 5). The retry mode (`AWS_RETRY_MODE`, standard by
 /// default) is kept.
 pub fn default_retries(config: SdkConfig, settings: AwsSettings) -> SdkConfig {
-    with_default_attempts(config, settings.max_attempts_set)
-}
-
-fn with_default_attempts(config: SdkConfig, explicit: bool) -> SdkConfig {
     let sdk_default = aws_config::retry::RetryConfig::standard().max_attempts();
     match config.retry_config() {
-        Some(retry) if !explicit && retry.max_attempts() == sdk_default => {
+        Some(retry) if !settings.max_attempts_set && retry.max_attempts() == sdk_default => {
             let retry = retry.clone().with_max_attempts(DEFAULT_MAX_ATTEMPTS);
             config.into_builder().retry_config(retry).build()
         }
@@ -200,10 +196,13 @@ mod tests {
                 )
                 .build()
         };
-        let attempts = |c: SdkConfig| c.retry_config().map(|r| r.max_attempts());
-        assert_eq!(attempts(with_default_attempts(loaded(3), false)), Some(5));
-        assert_eq!(attempts(with_default_attempts(loaded(3), true)), Some(3));
-        assert_eq!(attempts(with_default_attempts(loaded(7), false)), Some(7));
+        let attempts = |c: SdkConfig, max_attempts_set| {
+            let c = default_retries(c, AwsSettings { max_attempts_set });
+            c.retry_config().map(|r| r.max_attempts())
+        };
+        assert_eq!(attempts(loaded(3), false), Some(5));
+        assert_eq!(attempts(loaded(3), true), Some(3));
+        assert_eq!(attempts(loaded(7), false), Some(7));
     }
 
     type GetItemSdkError =

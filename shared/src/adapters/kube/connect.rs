@@ -8,10 +8,7 @@ use chrono::{DateTime, Utc};
 use crate::adapters::clock::SystemClock;
 use crate::ports::{Clock, span};
 
-use ::kube::config::{
-    AuthInfo, Cluster, Context, KubeConfigOptions, Kubeconfig, KubeconfigError, NamedAuthInfo,
-    NamedCluster, NamedContext,
-};
+use ::kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use aws_config::SdkConfig;
 use aws_credential_types::provider::error::CredentialsError;
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
@@ -235,7 +232,7 @@ impl ClusterClient {
 
     /// The same clients for `work`: its deadline (a Lambda invocation's deadline less its margin:
     /// their calls retry transient failures until then instead of giving up after a few
-    /// attempts, see [`super::api::retry::with_retry_in`]; `None`: no deadline is known, a
+    /// attempts, see [`super::api::retry::with_retry`]; `None`: no deadline is known, a
     /// replay, the command line, and calls keep their few attempts), and whether it
     /// rides out an outage ([`crate::ports::Work::fail_fast`]: when not, a failure of the API
     /// server is not retried — the event comes back instead — while a throttle is still waited).
@@ -365,13 +362,6 @@ pub struct Impersonation {
     pub groups: Vec<String>,
 }
 
-impl Impersonation {
-    fn apply(&self, config: &mut ::kube::Config) {
-        config.auth_info.impersonate = Some(self.user.clone());
-        config.auth_info.impersonate_groups = Some(self.groups.clone());
-    }
-}
-
 /// Connects as `access` says, every request sent as `identity` when one is given. For EKS the
 /// AWS configuration (region, credentials) is loaded from the environment, as the SDK does, with
 /// `aws` (the settings'). The client-side rate limit is set apart
@@ -400,10 +390,7 @@ pub async fn connect(
             return connect_eks(eks, &crate::adapters::aws::load(aws).await, identity).await;
         }
     };
-    tune(&mut config);
-    if let Some(identity) = identity {
-        identity.apply(&mut config);
-    }
+    tune(&mut config, identity);
     ClusterClient::from_config(config)
 }
 
@@ -503,17 +490,21 @@ pub async fn connect_eks(
         })?;
     let (mut endpoint, mut ca) = (access.endpoint.clone(), access.ca_base64.clone());
     if endpoint.is_none() || ca.is_none() {
-        let (found_endpoint, found_ca) = describe_cluster(&cluster, sdk).await?;
-        endpoint = endpoint.or(found_endpoint);
-        ca = ca.or(found_ca);
+        let eks = aws_sdk_eks::Client::new(sdk);
+        let described = eks.describe_cluster().name(&cluster).send().await;
+        let described = described.map_err(|e| ConnectError::DescribeCluster {
+            cluster: cluster.clone(),
+            kind: failure_kind(&e),
+            source: Box::new(e),
+        })?;
+        let found = described.cluster();
+        endpoint = endpoint.or_else(|| Some(found?.endpoint()?.to_string()));
+        ca = ca.or_else(|| Some(found?.certificate_authority()?.data()?.to_string()));
     }
     let endpoint = endpoint.ok_or_else(|| ConnectError::NoEndpoint {
         cluster: cluster.clone(),
     })?;
-    let mut base = base_config(&cluster, &endpoint, ca.as_deref()).await?;
-    if let Some(identity) = identity {
-        identity.apply(&mut base);
-    }
+    let base = base_config(&cluster, &endpoint, ca.as_deref(), identity).await?;
     Ok(ClusterClient::eks(
         base,
         cluster,
@@ -523,56 +514,44 @@ pub async fn connect_eks(
     ))
 }
 
-/// The kube configuration of an endpoint and CA (base64 PEM), without credentials, tuned.
+/// The kube configuration of an endpoint and CA (base64 PEM), without credentials, tuned (see
+/// [`tune`]).
 pub(crate) async fn base_config(
     cluster: &str,
     endpoint: &str,
     ca_base64: Option<&str>,
+    identity: Option<&Impersonation>,
 ) -> Result<::kube::Config, ConnectError> {
     let failed = |source| ConnectError::Endpoint {
         cluster: cluster.to_string(),
         source,
     };
-    // One cluster, and one user without credentials.
-    let kubeconfig = Kubeconfig {
-        clusters: vec![NamedCluster {
-            name: cluster.to_string(),
-            cluster: Some(Cluster {
-                server: Some(endpoint.to_string()),
-                certificate_authority_data: ca_base64.map(str::to_string),
-                ..Cluster::default()
-            }),
-            ..NamedCluster::default()
-        }],
-        auth_infos: vec![NamedAuthInfo {
-            name: "forewarn".into(),
-            auth_info: Some(AuthInfo::default()),
-            ..NamedAuthInfo::default()
-        }],
-        contexts: vec![NamedContext {
-            name: cluster.to_string(),
-            context: Some(Context {
-                cluster: cluster.to_string(),
-                user: Some("forewarn".into()),
-                ..Context::default()
-            }),
-            ..NamedContext::default()
-        }],
-        current_context: Some(cluster.to_string()),
-        ..Kubeconfig::default()
-    };
+    // One cluster, and one user without credentials (JSON is YAML: every value is escaped).
+    let kubeconfig = serde_json::json!({
+        "clusters": [{"name": cluster,
+            "cluster": {"server": endpoint, "certificate-authority-data": ca_base64}}],
+        "users": [{"name": "forewarn", "user": {}}],
+        "contexts": [{"name": cluster, "context": {"cluster": cluster, "user": "forewarn"}}],
+        "current-context": cluster,
+    });
+    let kubeconfig = Kubeconfig::from_yaml(&kubeconfig.to_string()).map_err(failed)?;
     let options = KubeConfigOptions::default();
     let mut config = ::kube::Config::from_custom_kubeconfig(kubeconfig, &options)
         .await
         .map_err(failed)?;
-    tune(&mut config);
+    tune(&mut config, identity);
     Ok(config)
 }
 
 /// forewarn's clients: kube's retry layer off (it retries 429s, eviction refusals included, for
-/// minutes; forewarn retries itself, within the drain deadline), bounded timeouts.
-fn tune(config: &mut ::kube::Config) {
+/// minutes; forewarn retries itself, within the drain deadline), bounded timeouts, and every
+/// request sent as `identity` when one is given.
+fn tune(config: &mut ::kube::Config, identity: Option<&Impersonation>) {
     config.default_retry = false;
+    if let Some(identity) = identity {
+        config.auth_info.impersonate = Some(identity.user.clone());
+        config.auth_info.impersonate_groups = Some(identity.groups.clone());
+    }
     for (timeout, most) in [
         (&mut config.connect_timeout, CONNECT_TIMEOUT),
         (&mut config.read_timeout, READ_TIMEOUT),
@@ -580,30 +559,6 @@ fn tune(config: &mut ::kube::Config) {
     ] {
         *timeout = Some(timeout.map_or(most, |t| t.min(most)));
     }
-}
-
-async fn describe_cluster(
-    cluster: &str,
-    sdk: &SdkConfig,
-) -> Result<(Option<String>, Option<String>), ConnectError> {
-    let out = aws_sdk_eks::Client::new(sdk)
-        .describe_cluster()
-        .name(cluster)
-        .send()
-        .await
-        .map_err(|e| ConnectError::DescribeCluster {
-            cluster: cluster.to_string(),
-            kind: failure_kind(&e),
-            source: Box::new(e),
-        })?;
-    let found = out.cluster();
-    Ok((
-        found.and_then(|c| c.endpoint()).map(str::to_string),
-        found
-            .and_then(|c| c.certificate_authority())
-            .and_then(|ca| ca.data())
-            .map(str::to_string),
-    ))
 }
 
 #[cfg(test)]
@@ -615,7 +570,7 @@ mod tests {
         // A throwaway self-signed certificate (any valid PEM certificate will do).
         let pem = include_str!("testdata/ca.pem");
         let ca = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, pem);
-        let config = base_config("demo", "https://demo.example.com", Some(&ca))
+        let config = base_config("demo", "https://demo.example.com", Some(&ca), None)
             .await
             .unwrap();
         assert_eq!(config.cluster_url.to_string(), "https://demo.example.com/");
@@ -623,7 +578,13 @@ mod tests {
         assert!(!config.default_retry);
         assert_eq!(config.read_timeout, Some(READ_TIMEOUT));
         assert!(config.auth_info.token.is_none());
-        let bad = base_config("demo", "https://demo.example.com", Some("not base64!")).await;
+        let bad = base_config(
+            "demo",
+            "https://demo.example.com",
+            Some("not base64!"),
+            None,
+        )
+        .await;
         assert!(matches!(bad, Err(ConnectError::Endpoint { .. })), "{bad:?}");
     }
 }

@@ -19,8 +19,8 @@ use serde_json::{Value, json};
 use super::api::FIELD_MANAGER;
 use super::api::retry::with_retry;
 use super::connect::ClusterClient;
-use super::error::KubeError;
-use super::events::{EventType, Said, record};
+use super::error::{KubeError, Refusal};
+use super::events::{EventType, Said};
 use super::executor::KubeExecutor;
 use super::node_facts::node_facts;
 use super::outcome::{CordonOutcome, NodeOutcome};
@@ -211,21 +211,6 @@ fn node_patch(node: &Node, mut metadata: Value, spec: Value) -> Value {
     json!({"metadata": metadata, "spec": spec})
 }
 
-/// Why a cordon is not forewarn's to undo (any more).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum NotOurs {
-    #[error(
-        "node/{node} carries no {taint} taint: not forewarn's cordon (someone else's, or undone)"
-    )]
-    NoTaint {
-        node: String,
-        /// The keys of forewarn's cordon ([`CordonRecord::taint_keys`]), joined by ` or `.
-        taint: String,
-    },
-    #[error("node/{node} was cordoned again since (its {ANNOTATION_CORDON} changed): a new reason")]
-    NewRecord { node: String },
-}
-
 /// The merge patch that undoes forewarn's cordon of `node` (its taints: forewarn's own key
 /// `taint_key` and those `record` lists, [`CordonRecord::taint_keys`]; the cordon unless the
 /// record says the node was unschedulable before forewarn; the record; and — when `record` says
@@ -236,12 +221,12 @@ pub fn uncordon_patch(
     node: &Node,
     taint_key: &str,
     record: &CordonRecord,
-) -> Result<Value, NotOurs> {
+) -> Result<Value, Refusal> {
     let name = node.metadata.name.as_deref().unwrap_or_default();
     let existing = taints_of(node);
     let ours: Vec<&str> = record.taint_keys(taint_key).collect();
     if !existing.iter().any(|t| ours.contains(&t.key.as_str())) {
-        return Err(NotOurs::NoTaint {
+        return Err(Refusal::NoTaint {
             node: name.to_string(),
             taint: ours.join(" or "),
         });
@@ -252,7 +237,7 @@ pub fn uncordon_patch(
         .as_ref()
         != Some(record)
     {
-        return Err(NotOurs::NewRecord {
+        return Err(Refusal::NewRecord {
             node: name.to_string(),
         });
     }
@@ -430,12 +415,11 @@ impl KubeExecutor {
 
     /// The note of the `Cordoned` Event of `a`'s cordon.
     pub(super) fn cordoned_note(&self, a: &NodeAction) -> String {
-        let spec = CordonSpec::new(&self.config, a, RecordKeys::Unsigned);
+        let (key, effect) = (a.taint_key_in(&self.config), self.config.taint_effect);
+        let value = &a.taint_value;
         format!(
-            "Marked unschedulable and tainted {}={}:{}",
-            spec.taint_key,
-            spec.taint_value,
-            spec.taint_effect.as_str()
+            "Marked unschedulable and tainted {key}={value}:{}",
+            effect.as_str()
         )
     }
 
@@ -464,11 +448,8 @@ impl KubeExecutor {
         if matches!(outcome, UndoOutcome::Undone | UndoOutcome::WouldUndo) {
             let note = format!("forewarn's cordon undone: {}", undo.why);
             let said = Said(EventType::Normal, "Uncordoned", "Uncordon", note);
-            let event = self.node_event(&node, &undo.record.event_id, said);
-            let recorded = record(&self.clients, &event, dry_run, true).await;
-            if let Err(e) = recorded {
-                tracing::warn!(error = %e, "could not record the Uncordoned Event");
-            }
+            let out = &mut NodeOutcome::default();
+            self.event(&undo.record.event_id, &node, said, out).await;
         }
         Ok(outcome)
     }
@@ -688,7 +669,7 @@ mod tests {
         v["spec"]["taints"] = json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]);
         assert!(matches!(
             uncordon_patch(&node(v), "forewarn.io/interruption", &r),
-            Err(NotOurs::NoTaint { .. })
+            Err(Refusal::NoTaint { .. })
         ));
         let newer = CordonRecord {
             event_id: "e-2".into(),
@@ -696,7 +677,7 @@ mod tests {
         };
         assert!(matches!(
             uncordon_patch(&node(cordoned), "forewarn.io/interruption", &newer),
-            Err(NotOurs::NewRecord { .. })
+            Err(Refusal::NewRecord { .. })
         ));
     }
 
@@ -871,7 +852,7 @@ mod tests {
             "spec": {"unschedulable": true, "taints": [nths]}}));
         assert!(matches!(
             uncordon_patch(&after, "forewarn.io/interruption", &record),
-            Err(NotOurs::NoTaint { taint, .. })
+            Err(Refusal::NoTaint { taint, .. })
                 if taint == "forewarn.io/interruption"
         ));
         // forewarn's NTH key (its record lists it) is forewarn's: a rebalance then puts its own

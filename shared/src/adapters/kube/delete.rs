@@ -18,7 +18,6 @@ use ::kube::core::GroupVersionKind;
 use k8s_openapi::api::core::v1::Node;
 
 use super::api::retry::with_retry;
-use super::connect::ClusterClient;
 use super::error::{KubeError, Refusal};
 use super::events::EventType::{Normal, Warning};
 use super::events::Said;
@@ -103,78 +102,10 @@ pub(crate) fn verify_target(
     }
 }
 
-/// Deletes `target` unless it is gone or going, or is not instance `instance_id`'s (whose live,
-/// verified node is `node`, when there is one): see [`verify_target`].
-pub(crate) async fn delete_target(
-    clients: &ClusterClient,
-    target: &Target,
-    instance_id: &str,
-    node: Option<&str>,
-    dry_run: bool,
-) -> Result<DeleteOutcome, KubeError> {
-    let described = target.to_string();
-    let client = clients.client().await?;
-    let resource = |group, version, kind, plural| {
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
-    };
-    let (api, name): (Api<DynamicObject>, _) = match target {
-        Target::Node { name } => (
-            Api::all_with(client, &ApiResource::erase::<Node>(&())),
-            name,
-        ),
-        Target::NodeClaim { name } => {
-            let claims = resource("karpenter.sh", "v1", "NodeClaim", "nodeclaims");
-            (Api::all_with(client, &claims), name)
-        }
-        Target::Machine { namespace, name } => {
-            let machines = resource("cluster.x-k8s.io", "v1beta1", "Machine", "machines");
-            (Api::namespaced_with(client, namespace, &machines), name)
-        }
-    };
-    let existing = with_retry(clients, "get", &described, || api.get_opt(name)).await?;
-    let Some(existing) = existing else {
-        return Ok(DeleteOutcome::AlreadyGone { target: described });
-    };
-    if existing.metadata.deletion_timestamp.is_some() {
-        return Ok(DeleteOutcome::AlreadyDeleting { target: described });
-    }
-    if let Err(why) = verify_target(target, &existing, instance_id, node) {
-        tracing::warn!(target = %described, %why, "refusing to delete");
-        return Ok(DeleteOutcome::Refused {
-            target: described,
-            why: why.to_string(),
-        });
-    }
-    if dry_run {
-        return Ok(DeleteOutcome::WouldDelete { target: described });
-    }
-    // Only the object read: if it was replaced by one of the same name meanwhile, leave that be.
-    let uid = existing.metadata.uid.clone();
-    let preconditions = uid.map(|uid| Preconditions {
-        uid: Some(uid),
-        resource_version: None,
-    });
-    let params = DeleteParams {
-        preconditions,
-        ..DeleteParams::default()
-    };
-    match with_retry(clients, "delete", &described, || api.delete(name, &params)).await {
-        Ok(_) => {
-            tracing::info!(target = %described, "deleted");
-            Ok(DeleteOutcome::Deleted { target: described })
-        }
-        // 409: the uid precondition failed, the object of that name is a new one.
-        Err(e) if e.is_not_found() || e.is_conflict() => {
-            Ok(DeleteOutcome::AlreadyGone { target: described })
-        }
-        Err(e) => Err(KubeError::Api(e)),
-    }
-}
-
 impl KubeExecutor {
-    /// Deletes `a`'s target (the node `name` by default, `node` as read: `None`, gone), verified
-    /// to be the instance's; with the Event of the decision and a `Deleted` Event on the node
-    /// when it is there.
+    /// Deletes `a`'s target (the node `name` by default, `node` as read: `None`, gone) unless it
+    /// is gone or going, or is not the instance's (see [`verify_target`]); with the Event of the
+    /// decision and a `Deleted` Event on the node when it is there.
     pub(super) async fn delete(
         &self,
         plan: &Plan,
@@ -183,30 +114,93 @@ impl KubeExecutor {
         node: Option<&Node>,
         out: &mut NodeOutcome,
     ) -> Result<(), KubeError> {
-        let target = a.target.clone().unwrap_or_else(|| Target::Node {
-            name: name.to_string(),
-        });
+        let target = (a.target.clone()).unwrap_or_else(|| Target::Node { name: name.into() });
         let deleted = if node.is_none() && matches!(target, Target::Node { .. }) {
             DeleteOutcome::AlreadyGone {
                 target: target.to_string(),
             }
         } else {
-            let (id, live) = (&a.instance_id, node.map(|_| name));
-            let dry_run = self.settings.dry_run;
-            delete_target(&self.clients, &target, id, live, dry_run).await?
+            self.delete_target(&target, &a.instance_id, node.map(|_| name))
+                .await?
         };
         if let Some(node) = node
             && !matches!(deleted, DeleteOutcome::Refused { .. })
         {
             let said = Said(Warning, &a.event_reason, "Delete", a.reason.clone());
-            self.record_event(plan, node, said, out).await;
+            self.event(&plan.event_id, node, said, out).await;
         }
         if let (Some(node), DeleteOutcome::Deleted { target }) = (node, &deleted) {
             let said = Said(Normal, "Deleted", "Delete", format!("Deleted {target}"));
-            self.record_event(plan, node, said, out).await;
+            self.event(&plan.event_id, node, said, out).await;
         }
         out.delete = Some(deleted);
         Ok(())
+    }
+
+    /// Deletes `target` unless it is gone or going, or is not instance `instance_id`'s (whose
+    /// live, verified node is `node`, when there is one): see [`verify_target`].
+    async fn delete_target(
+        &self,
+        target: &Target,
+        instance_id: &str,
+        node: Option<&str>,
+    ) -> Result<DeleteOutcome, KubeError> {
+        let (clients, described) = (&self.clients, target.to_string());
+        let client = clients.client().await?;
+        let resource = |group, version, kind, plural| {
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+        };
+        let (api, name): (Api<DynamicObject>, _) = match target {
+            Target::Node { name } => (
+                Api::all_with(client, &ApiResource::erase::<Node>(&())),
+                name,
+            ),
+            Target::NodeClaim { name } => {
+                let claims = resource("karpenter.sh", "v1", "NodeClaim", "nodeclaims");
+                (Api::all_with(client, &claims), name)
+            }
+            Target::Machine { namespace, name } => {
+                let machines = resource("cluster.x-k8s.io", "v1beta1", "Machine", "machines");
+                (Api::namespaced_with(client, namespace, &machines), name)
+            }
+        };
+        let existing = with_retry(clients, "get", &described, || api.get_opt(name)).await?;
+        let Some(existing) = existing else {
+            return Ok(DeleteOutcome::AlreadyGone { target: described });
+        };
+        if existing.metadata.deletion_timestamp.is_some() {
+            return Ok(DeleteOutcome::AlreadyDeleting { target: described });
+        }
+        if let Err(why) = verify_target(target, &existing, instance_id, node) {
+            tracing::warn!(target = %described, %why, "refusing to delete");
+            let why = why.to_string();
+            return Ok(DeleteOutcome::Refused {
+                target: described,
+                why,
+            });
+        }
+        if self.settings.dry_run {
+            return Ok(DeleteOutcome::WouldDelete { target: described });
+        }
+        // Only the object read: if it was replaced by one of the same name meanwhile, leave that be.
+        let params = DeleteParams {
+            preconditions: (existing.metadata.uid.clone()).map(|uid| Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match with_retry(clients, "delete", &described, || api.delete(name, &params)).await {
+            Ok(_) => {
+                tracing::info!(target = %described, "deleted");
+                Ok(DeleteOutcome::Deleted { target: described })
+            }
+            // 409: the uid precondition failed, the object of that name is a new one.
+            Err(e) if e.is_not_found() || e.is_conflict() => {
+                Ok(DeleteOutcome::AlreadyGone { target: described })
+            }
+            Err(e) => Err(KubeError::Api(e)),
+        }
     }
 }
 

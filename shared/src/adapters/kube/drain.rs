@@ -22,12 +22,12 @@
 //!   pod's `terminationGracePeriodSeconds` would outlast it asks for the seconds left
 //!   (`deleteOptions.gracePeriodSeconds`, at least 1), so the pod object is gone before the
 //!   instance and its StatefulSet can recreate it elsewhere.
-//! - A drain is a series of passes ([`KubeExecutor::drain_pass`]), each a `list` and the evictions then due,
+//! - A drain is a series of passes ([`KubeExecutor::evictions`]), each a `list` and the evictions then due,
 //!   never a wait: what is evicted or terminating is looked for again by the next pass, until
 //!   the node is empty or the deadline has passed (see `crate::app::pipeline`'s drivers).
 
 use super::api::rate_limit::Lane;
-use super::api::retry::with_retry_in;
+use super::api::retry::with_retry;
 use super::error::{KubeError, error_text, retry_after, status_code};
 use super::events::{EventType, Said};
 use super::executor::KubeExecutor;
@@ -199,25 +199,42 @@ fn next_look(
 }
 
 impl KubeExecutor {
-    /// One pass of a drain: lists the pods on `node`, evicts those not yet terminating — non-critical ones first; critical ones once no
-    /// other evictable pod is left on the node, or in the last quarter of the time from `started_at`
-    /// to `deadline` — retrying a refusal for at most the settings' `pass_budget`, and returns. The report
-    /// is `pending` while anything is left to evict or to wait for and the deadline has not passed;
-    /// past the deadline every pod still to evict gets one attempt and the drain ends, reporting what
-    /// is still there (`left`, `terminating`).
-    async fn drain_pass(
+    /// One pass of `a`'s drain of `node`: lists the pods on it, evicts those not yet terminating
+    /// — non-critical ones first; critical ones once no other evictable pod is left on the node,
+    /// or in the last quarter of the time from the drain's start to its deadline — retrying a
+    /// refusal for at most the settings' `pass_budget`, and returns. The report is `pending` while
+    /// anything is left to evict or to wait for and the deadline has not passed; past the
+    /// deadline every pod still to evict gets one attempt and the drain ends, reporting what is
+    /// still there (`left`, `terminating`).
+    pub(super) async fn evictions(
         &self,
-        node: &str,
-        (started_at, deadline): (DateTime<Utc>, DateTime<Utc>),
-        grace_until: Option<DateTime<Utc>>,
-        surge_settings: Option<&SurgeSettings>,
+        plan: &Plan,
+        a: &NodeAction,
+        node: &Node,
+        pass: Pass,
     ) -> Result<DrainReport, KubeError> {
+        let started_at = match pass {
+            Pass::Drain { started_at, .. } => started_at,
+            Pass::Cordon | Pass::Announce => self.clients.clock().now(),
+        };
+        let deadline = (a.deadline).unwrap_or_else(|| started_at + self.config.drain_timeout);
+        let surge_settings = a.surge.then(|| SurgeSettings {
+            event_id: plan.event_id.clone(),
+            deadline,
+            node_uid: node.metadata.uid.clone(),
+            parallelism: self.settings.eviction_parallelism,
+            first: pass.is_first_drain(),
+            memory: self.surge_memory.clone(),
+        });
+        let grace_until = a.grace_to_deadline.then_some(deadline);
+        let node = node.metadata.name.as_deref().unwrap_or_default();
         let clients = &self.clients;
         let mut report = DrainReport::default();
         let pods: Api<Pod> = Api::all(clients.client().await?);
         let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
         let object = format!("pods on node/{node}");
-        let listed = with_retry_in(clients, Lane::Later, "list", &object, || pods.list(&params));
+        let later = clients.in_lane(Lane::Later);
+        let listed = with_retry(&later, "list", &object, || pods.list(&params));
         let listed = listed.await?.items;
         let [normal, critical, terminating] = sort_pods(&listed, &mut report);
         let due_gone = terminating
@@ -233,9 +250,9 @@ impl KubeExecutor {
         }
         let now = clients.clock().now();
         let evictable: Vec<&Pod> = normal.iter().chain(&critical).copied().collect();
-        let mut surge = match surge_settings {
+        let surge = match &surge_settings {
             Some(surge) if now < deadline => {
-                Some(surge_pass(clients, node, surge, &listed, &evictable).await)
+                Some(surge_pass(clients, node, surge, (&listed, &evictable), &mut report).await)
             }
             _ => None,
         };
@@ -263,7 +280,7 @@ impl KubeExecutor {
         } else {
             critical.len()
         };
-        if let Some(surge) = &mut surge {
+        if let Some(surge) = &surge {
             // Pods that wait for room are not evicted in this pass.
             due.retain(|p| {
                 let waits = p
@@ -277,10 +294,6 @@ impl KubeExecutor {
                 !waits
             });
             deferred += report.waiting.len();
-            report.placeholders_created = surge.created;
-            report.placeholders_deleted = surge.deleted;
-            report.placeholders_refused = surge.refused;
-            report.new_refusals = std::mem::take(&mut surge.new_refusals);
         }
         let pass_end = (now + span(self.settings.pass_budget)).min(deadline);
         self.evict_all(&due, pass_end, grace_until, &mut report)
@@ -294,9 +307,7 @@ impl KubeExecutor {
             && let Some(surge) = surge
         {
             // The drain is over: its placeholders go.
-            for ph in &surge.listed {
-                report.placeholders_deleted += usize::from(surge::delete_logged(clients, ph).await);
-            }
+            report.placeholders_deleted += surge::delete_all(clients, &surge.listed).await;
         }
         Ok(report)
     }
@@ -417,36 +428,6 @@ impl KubeExecutor {
         })
     }
 
-    /// The evictions of one pass of `a`'s drain of `node` (see [`KubeExecutor::drain_pass`]).
-    pub(super) async fn evictions(
-        &self,
-        plan: &Plan,
-        a: &NodeAction,
-        node: &Node,
-        pass: Pass,
-    ) -> Result<DrainReport, KubeError> {
-        let started_at = match pass {
-            Pass::Drain { started_at, .. } => started_at,
-            Pass::Cordon | Pass::Announce => self.clients.clock().now(),
-        };
-        let name = node.metadata.name.as_deref().unwrap_or_default();
-        let deadline = a
-            .deadline
-            .unwrap_or_else(|| started_at + self.config.drain_timeout);
-        let surge = a.surge.then(|| SurgeSettings {
-            event_id: plan.event_id.clone(),
-            deadline,
-            node_uid: node.metadata.uid.clone(),
-            parallelism: self.settings.eviction_parallelism,
-            first: pass.is_first_drain(),
-            memory: self.surge_memory.clone(),
-        });
-        let grace_until = a.grace_to_deadline.then_some(deadline);
-        let times = (started_at, deadline);
-        self.drain_pass(name, times, grace_until, surge.as_ref())
-            .await
-    }
-
     /// A first drain pass that came after the drain's deadline evicted what was left at once,
     /// and so ended the drain; when the notice says when the instance goes, its Events (of the
     /// decision, and the drain's end) would come before the instance goes, in a mass
@@ -498,7 +479,7 @@ impl KubeExecutor {
                 );
                 Said(EventType::Warning, "DrainIncomplete", "Drain", note)
             };
-            self.record_event(plan, node, said, out).await;
+            self.event(&plan.event_id, node, said, out).await;
         }
         if !report.new_refusals.is_empty() {
             let lines: Vec<String> = (report.new_refusals.iter())
@@ -515,7 +496,7 @@ impl KubeExecutor {
                 lines.join("; ")
             );
             let said = Said(EventType::Warning, "PlaceholderRefused", "Surge", note);
-            self.record_event(plan, node, said, out).await;
+            self.event(&plan.event_id, node, said, out).await;
         }
         let drain = out.drain.insert(report);
         if let Some(a) = (plan.actions.iter()).find(|a| a.instance_id == out.instance_id) {

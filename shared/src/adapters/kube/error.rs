@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use super::connect::ConnectError;
+use crate::domain::cordon_record::ANNOTATION_CORDON;
 use crate::domain::facts::NotItsNode;
 use crate::ports::{FailureKind, LifecycleError};
 
@@ -204,7 +205,8 @@ impl ConnectError {
 }
 
 /// Why an action was refused without any write: what it would act on, as just read, failed its
-/// verification (see the executor's module documentation and [`super::delete::verify_target`]).
+/// verification (see the executor's module documentation and [`super::delete::verify_target`]),
+/// or a cordon is not forewarn's to undo (any more: [`super::cordon::uncordon_patch`]).
 #[derive(Debug, thiserror::Error)]
 pub enum Refusal {
     /// The node is not the action's instance's, or is control-plane.
@@ -216,6 +218,20 @@ pub enum Refusal {
          drain ends"
     )]
     TaintRemoved { taint: String, node: String },
+    /// An uncordon: the node carries no taint of forewarn's cordon (someone else's, or undone).
+    #[error(
+        "node/{node} carries no {taint} taint: not forewarn's cordon (someone else's, or undone)"
+    )]
+    NoTaint {
+        node: String,
+        /// The keys of forewarn's cordon ([`CordonRecord::taint_keys`]), joined by ` or `.
+        ///
+        /// [`CordonRecord::taint_keys`]: crate::domain::cordon_record::CordonRecord::taint_keys
+        taint: String,
+    },
+    /// An uncordon: the node was cordoned again since, for a new reason.
+    #[error("node/{node} was cordoned again since (its {ANNOTATION_CORDON} changed): a new reason")]
+    NewRecord { node: String },
     /// A delete's target is a control-plane Machine.
     #[error("{target} is a control-plane Machine (label {label})")]
     ControlPlaneMachine { target: String, label: &'static str },

@@ -151,17 +151,22 @@ pub(crate) async fn record(
 pub(crate) struct Said<'a>(pub EventType, pub &'a str, pub &'a str, pub String);
 
 impl KubeExecutor {
-    /// Records an Event about `node` for `plan`'s event, best effort: what became of it, or the
-    /// failure, goes in `out`.
-    pub(super) async fn record_event(
+    /// Records an Event about `node` for event `event_id`, now, best effort: what became of it,
+    /// or the failure (logged), goes in `out`.
+    pub(super) async fn event(
         &self,
-        plan: &Plan,
+        event_id: &str,
         node: &Node,
         said: Said<'_>,
         out: &mut NodeOutcome,
     ) {
         let reason = said.1.to_string();
-        let event = self.node_event(node, &plan.event_id, said);
+        let regarding = reference("Node", &node.metadata);
+        let (reporting, now) = (
+            &self.settings.reporting_instance,
+            self.clients.clock().now(),
+        );
+        let event = build(regarding, event_id, said, reporting, now);
         match record(&self.clients, &event, self.settings.dry_run, true).await {
             Ok(outcome) => out.events.push((reason, outcome)),
             Err(e) => {
@@ -169,14 +174,6 @@ impl KubeExecutor {
                 out.event_failures.push(format!("{reason}: {e}"));
             }
         }
-    }
-
-    /// The Event for `event_id` saying `said` about `node`, now.
-    pub(super) fn node_event(&self, node: &Node, event_id: &str, said: Said<'_>) -> Event {
-        let regarding = reference("Node", &node.metadata);
-        let reporting = &self.settings.reporting_instance;
-        let now = self.clients.clock().now();
-        build(regarding, event_id, said, reporting, now)
     }
 
     /// The Events of the decision a pass records: with `announce`, the one that says what
@@ -201,11 +198,11 @@ impl KubeExecutor {
                 note.push_str(&format!(" (drain deadline {})", deadline.to_rfc3339()));
             }
             let said = Said(EventType::Warning, &a.event_reason, action, note);
-            self.record_event(plan, node, said, out).await;
+            self.event(&plan.event_id, node, said, out).await;
         }
         if let Some(note) = cordoned {
             let said = Said(EventType::Normal, "Cordoned", "Cordon", note);
-            self.record_event(plan, node, said, out).await;
+            self.event(&plan.event_id, node, said, out).await;
         }
     }
 
@@ -248,7 +245,6 @@ impl KubeExecutor {
         let until = self.clients.clock().now() + span(self.settings.pod_event_budget);
         let until = self.clients.deadline.map_or(until, |d| d.min(until));
         let counts = &mut report.pod_events;
-        let mut failure = None;
         for (i, pod) in report.evicted.iter().enumerate() {
             let (namespace, name) = pod.split_once('/').unwrap_or(("default", pod.as_str()));
             let sendable = i < self.settings.pod_events_per_pass
@@ -257,6 +253,12 @@ impl KubeExecutor {
             if !sendable {
                 // The rest of the pass's Events are given up.
                 counts.given_up = report.evicted.len() - i;
+                let given_up = counts.given_up;
+                tracing::debug!(
+                    reason,
+                    given_up,
+                    "pod Events given up (the pass's budget, or the rate limit busy)"
+                );
                 break;
             }
             let regarding = ObjectReference {
@@ -276,28 +278,14 @@ impl KubeExecutor {
             match record(&self.clients, &event, false, false).await {
                 Ok(EventOutcome::Created | EventOutcome::WouldCreate) => counts.recorded += 1,
                 Ok(EventOutcome::Exists) => counts.existed += 1,
-                Err(e) => {
-                    // Given up with the rest of the pass's Events.
+                Err(error) => {
+                    // Given up with the rest of the pass's Events, logged once per pass.
                     (counts.failed, counts.given_up) = (1, report.evicted.len() - i);
-                    failure = Some(e.to_string());
+                    let given_up = counts.given_up;
+                    tracing::warn!(reason, %error, given_up, "could not record a pod's Event; the pass's other pod Events given up");
                     break;
                 }
             }
-        }
-        if let Some(error) = failure {
-            // Once per pass, whatever the number of pods.
-            tracing::warn!(
-                reason,
-                %error,
-                given_up = counts.given_up,
-                "could not record a pod's Event; the pass's other pod Events given up"
-            );
-        } else if counts.given_up > 0 {
-            tracing::debug!(
-                reason,
-                given_up = counts.given_up,
-                "pod Events given up (the pass's budget, or the rate limit busy)"
-            );
         }
     }
 }

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, Container, NodeAffinity, NodeSelector, NodeSelectorRequirement,
-    NodeSelectorTerm, Pod, PodAffinityTerm, PodSecurityContext, PodSpec, ResourceRequirements,
-    SeccompProfile, SecurityContext, WeightedPodAffinityTerm,
+    NodeSelectorTerm, Pod, PodSecurityContext, PodSpec, ResourceRequirements, SeccompProfile,
+    SecurityContext,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -145,46 +145,33 @@ fn off_node(affinity: Option<Affinity>, node: &str, pod_ns: &str) -> Affinity {
             .get_or_insert_with(Vec::new)
             .push(not_cordoned.clone());
     }
-    if let Some(a) = affinity.pod_affinity.as_mut() {
-        own_namespace(
-            a.required_during_scheduling_ignored_during_execution
-                .as_mut(),
-            a.preferred_during_scheduling_ignored_during_execution
-                .as_mut(),
-            pod_ns,
-        );
-    }
-    if let Some(a) = affinity.pod_anti_affinity.as_mut() {
-        own_namespace(
-            a.required_during_scheduling_ignored_during_execution
-                .as_mut(),
-            a.preferred_during_scheduling_ignored_during_execution
-                .as_mut(),
-            pod_ns,
-        );
-    }
-    affinity
-}
-
-/// Pod (anti-)affinity terms (`required`, `preferred`) that meant their pod's own namespace (no
-/// `namespaces`, no `namespaceSelector`) name it, `pod_ns`: a placeholder in forewarn's
-/// namespace then selects what its pod's terms selected.
-fn own_namespace(
-    required: Option<&mut Vec<PodAffinityTerm>>,
-    preferred: Option<&mut Vec<WeightedPodAffinityTerm>>,
-    pod_ns: &str,
-) {
-    let terms = required.into_iter().flatten().chain(
-        preferred
-            .into_iter()
+    // Pod (anti-)affinity terms that meant their pod's own namespace (no `namespaces`, no
+    // `namespaceSelector`) name it: a placeholder in forewarn's namespace then selects what its
+    // pod's terms selected.
+    let pod_affinity = (affinity.pod_affinity.as_mut()).map(|a| {
+        let required = &mut a.required_during_scheduling_ignored_during_execution;
+        let preferred = &mut a.preferred_during_scheduling_ignored_during_execution;
+        (required, preferred)
+    });
+    let anti_affinity = (affinity.pod_anti_affinity.as_mut()).map(|a| {
+        let required = &mut a.required_during_scheduling_ignored_during_execution;
+        let preferred = &mut a.preferred_during_scheduling_ignored_during_execution;
+        (required, preferred)
+    });
+    for (required, preferred) in pod_affinity.into_iter().chain(anti_affinity) {
+        let preferred = preferred
+            .iter_mut()
             .flatten()
-            .map(|w| &mut w.pod_affinity_term),
-    );
-    for term in terms {
-        if term.namespaces.as_ref().is_none_or(Vec::is_empty) && term.namespace_selector.is_none() {
-            term.namespaces = Some(vec![pod_ns.to_string()]);
+            .map(|w| &mut w.pod_affinity_term);
+        for term in required.iter_mut().flatten().chain(preferred) {
+            if term.namespaces.as_ref().is_none_or(Vec::is_empty)
+                && term.namespace_selector.is_none()
+            {
+                term.namespaces = Some(vec![pod_ns.to_string()]);
+            }
         }
     }
+    affinity
 }
 
 /// Whether the API server lets a container request less of `resource` than its limit

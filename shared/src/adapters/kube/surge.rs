@@ -37,9 +37,10 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::api::rate_limit::Lane;
-use super::api::retry::with_retry_in;
+use super::api::retry::with_retry;
 use super::connect::ClusterClient;
 use super::error::{ApiError, KubeError};
+use super::outcome::DrainReport;
 use super::placeholder::placeholder_for;
 pub(crate) use super::surge_memory::SurgeMemory;
 use super::surge_memory::{budget_rounds, controller, earlier_rounds};
@@ -77,16 +78,8 @@ pub(crate) struct SurgePass {
     pub evict_by: Option<DateTime<Utc>>,
     /// The placeholders holding room for the waiting pods.
     pub holding: u32,
-    pub created: usize,
-    /// Placeholders deleted: their pod is gone.
-    pub deleted: usize,
     /// The node's placeholders as listed (to delete when the drain ends).
     pub listed: Vec<Pod>,
-    /// Placeholders the API server refused (admission, RBAC): their pods are evicted at once.
-    pub refused: usize,
-    /// The refusals reported for the first time in this environment (one per namespace and
-    /// refusing step): an Event on the node says each.
-    pub new_refusals: Vec<PlaceholderRefusal>,
 }
 
 /// A placeholder the API server refused: for a pod of which namespace, by which step of the
@@ -106,28 +99,6 @@ impl SurgePass {
             until: self.evict_by?.min(deadline),
             placeholders: self.holding,
         })
-    }
-
-    /// A placeholder for a pod of `namespace` was refused by `by`: counted, and reported (the
-    /// log now, an Event on the node by the drain) when it is the environment's first of that
-    /// namespace and step.
-    fn refused_by(
-        &mut self,
-        memory: &SurgeMemory,
-        namespace: &str,
-        by: RefusedBy,
-        message: String,
-    ) {
-        self.refused += 1;
-        if memory.first_report(namespace, &by) {
-            tracing::warn!(namespace, refused_by = %by, message = %message,
-                "placeholder refused by the API server: the pods of this namespace are evicted at once, without waiting for room (reported once per namespace and refusal; `forewarn check --kube` proves every write forewarn makes)");
-            self.new_refusals.push(PlaceholderRefusal {
-                namespace: namespace.to_string(),
-                by,
-                message,
-            });
-        }
     }
 
     /// The pod of `uid` waits for room until `latest` (its placeholder is there).
@@ -168,14 +139,15 @@ struct Making {
 /// One surge pass of a drain of `node`: lists the node's placeholders, deletes those whose pod
 /// is gone, creates those missing for the pods to evict (`to_evict`, a controller's, not past
 /// their latest safe time), and says which of them wait for room. `listed` is every pod on the
-/// node (the terminating ones included). Never fails: what the API does not do costs the room
-/// it would have held (see the module documentation).
+/// node (the terminating ones included). The placeholders created, deleted and refused (and
+/// the refusals first reported) are counted in `report`. Never fails: what the API does not do
+/// costs the room it would have held (see the module documentation).
 pub(crate) async fn surge_pass(
     clients: &ClusterClient,
     node: &str,
     settings: &SurgeSettings,
-    listed: &[Pod],
-    to_evict: &[&Pod],
+    (listed, to_evict): (&[Pod], &[&Pod]),
+    report: &mut DrainReport,
 ) -> SurgePass {
     let now = clients.clock().now();
     // The whole step's requests (budgets, list, deletes, creates) end by then.
@@ -216,7 +188,7 @@ pub(crate) async fn surge_pass(
     let all_due =
         !surging.is_empty() && surging.iter().all(|(pod, uid)| now >= latest_of(pod, uid));
     if !settings.first && !all_due {
-        by_pod = kept_placeholders(clients, node, listed, end, &mut pass).await;
+        by_pod = kept_placeholders(clients, node, listed, end, report).await;
     }
     let mut making: Vec<Making> = Vec::new();
     for (pod, uid) in surging {
@@ -265,13 +237,13 @@ pub(crate) async fn surge_pass(
     let answers = create_all(clients, settings, &making, end).await;
     for (made, created) in making.into_iter().zip(answers) {
         match created {
-            Created::New => pass.created += 1,
+            Created::New => report.placeholders_created += 1,
             // Not made yet: expected by the next look, which finds it missing and asks again.
             Created::Exists | Created::Later => {}
             // Not made: its pod is evicted in this pass, as without surge.
             Created::Not => continue,
             Created::Refused(by, message) => {
-                pass.refused_by(&settings.memory, &made.namespace, by, message);
+                refused(report, settings, made.namespace, by, message);
                 continue;
             }
         }
@@ -282,8 +254,30 @@ pub(crate) async fn surge_pass(
     pass
 }
 
+/// A placeholder for a pod of `namespace` was refused by `by`: counted in `report`, and
+/// reported (the log now, an Event on the node by the drain) when it is the environment's first
+/// of that namespace and refusing step.
+fn refused(
+    report: &mut DrainReport,
+    settings: &SurgeSettings,
+    namespace: String,
+    by: RefusedBy,
+    message: String,
+) {
+    report.placeholders_refused += 1;
+    if settings.memory.first_report(&namespace, &by) {
+        tracing::warn!(namespace, refused_by = %by, message = %message,
+            "placeholder refused by the API server: the pods of this namespace are evicted at once, without waiting for room (reported once per namespace and refusal; `forewarn check --kube` proves every write forewarn makes)");
+        (report.new_refusals).push(PlaceholderRefusal {
+            namespace,
+            by,
+            message,
+        });
+    }
+}
+
 /// The node's placeholders whose pod is still there, by pod uid; those whose pod is gone are
-/// deleted (counted in `pass`). Not listed (a failure, or no answer by `end`): none — which
+/// deleted (counted in `report`). Not listed (a failure, or no answer by `end`): none — which
 /// placeholders run is not known in this pass, and each is asked for again (one there answers
 /// AlreadyExists, and its pod waits on).
 async fn kept_placeholders(
@@ -291,7 +285,7 @@ async fn kept_placeholders(
     node: &str,
     listed: &[Pod],
     end: DateTime<Utc>,
-    pass: &mut SurgePass,
+    report: &mut DrainReport,
 ) -> BTreeMap<String, Pod> {
     let clock = clients.clock();
     let existing = match crate::ports::until(clock, end, of_node(clients, node)).await {
@@ -317,7 +311,7 @@ async fn kept_placeholders(
             .await
             .unwrap_or(false)
         {
-            pass.deleted += 1;
+            report.placeholders_deleted += 1;
         }
     }
     by_pod
@@ -388,7 +382,8 @@ async fn list(
         Some(s) => ListParams::default().labels(s),
         None => ListParams::default(),
     };
-    let list = with_retry_in(clients, Lane::Later, "list", what, || pods.list(&params)).await?;
+    let later = clients.in_lane(Lane::Later);
+    let list = with_retry(&later, "list", what, || pods.list(&params)).await?;
     Ok(list.items.into_iter().filter(is_placeholder).collect())
 }
 
@@ -493,9 +488,8 @@ pub(crate) async fn delete(clients: &ClusterClient, ph: &Pod) -> Result<(), Kube
     let pods: Api<Pod> = Api::namespaced(clients.client().await?, NAMESPACE);
     let params = DeleteParams::default().grace_period(0);
     let object = format!("pod/{NAMESPACE}/{name}");
-    let deleted = with_retry_in(clients, Lane::Later, "delete", &object, || {
-        pods.delete(name, &params)
-    });
+    let later = clients.in_lane(Lane::Later);
+    let deleted = with_retry(&later, "delete", &object, || pods.delete(name, &params));
     match deleted.await {
         Err(e) if !e.is_not_found() => Err(e.into()),
         _ => Ok(()),
@@ -520,8 +514,13 @@ pub(crate) async fn delete_of_node(clients: &ClusterClient, node: &str) -> usize
         tracing::warn!(error = %e, node, "placeholders not listed: the sweeper deletes them once they expire");
         Vec::new()
     });
+    delete_all(clients, &found).await
+}
+
+/// Deletes `placeholders`, each with [`delete_logged`]; answers how many went.
+pub(crate) async fn delete_all(clients: &ClusterClient, placeholders: &[Pod]) -> usize {
     let mut gone = 0;
-    for ph in &found {
+    for ph in placeholders {
         gone += usize::from(delete_logged(clients, ph).await);
     }
     gone

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use super::api::rate_limit::Lane;
-use super::api::retry::with_retry_in;
+use super::api::retry::with_retry;
 use super::connect::ClusterClient;
 use crate::domain::admission::RefusedBy;
 use crate::domain::budget::Budget;
@@ -108,9 +108,8 @@ pub(crate) async fn budget_rounds(
         let api: Api<PodDisruptionBudget> = Api::namespaced(client, ns);
         let what = format!("poddisruptionbudgets in {ns}");
         let params = ListParams::default();
-        let listed = match with_retry_in(clients, Lane::Later, "list", &what, || api.list(&params))
-            .await
-        {
+        let later = clients.in_lane(Lane::Later);
+        let listed = match with_retry(&later, "list", &what, || api.list(&params)).await {
             Ok(list) => list.items,
             Err(e) if matches!(e.status, Some(401 | 403 | 404)) => {
                 tracing::warn!(error = %e, "budgets not read: placeholders wait without their rounds");

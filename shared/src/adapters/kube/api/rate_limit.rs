@@ -2,8 +2,8 @@
 //! and below them an idle turn ([`RateLimiter::idle`]) for what may be given up (pods' Events).
 //! A [`super::super::ClusterClient`] owns one (shared by its clones), or none (no limit).
 
+use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -39,8 +39,9 @@ pub(crate) struct RateLimiter {
     burst: f64,
     state: Mutex<Bucket>,
     later: tokio::sync::Mutex<()>,
-    /// Requests of either lane between asking and going out.
-    waiting: AtomicUsize,
+    /// Requests of either lane between asking and going out: one clone each, held from asking
+    /// to going out (also when the wait is dropped), so its count beyond this one is theirs.
+    waiting: Arc<()>,
 }
 
 /// What the idle turn answers (see [`RateLimiter::idle`]).
@@ -89,7 +90,7 @@ impl RateLimiter {
                 last_free: None,
             }),
             later: tokio::sync::Mutex::new(()),
-            waiting: AtomicUsize::new(0),
+            waiting: Arc::default(),
         }
     }
 
@@ -97,7 +98,7 @@ impl RateLimiter {
     pub(crate) async fn wait(&self, clock: &dyn Clock, lane: Lane) {
         // Counted from asking to going out (also when the wait is dropped), so that the idle
         // turn sees it.
-        let _waiting = Waiting::new(&self.waiting);
+        let _waiting = Arc::clone(&self.waiting);
         let _turn = match lane {
             Lane::First => None,
             Lane::Later => Some(self.later.lock().await),
@@ -115,7 +116,7 @@ impl RateLimiter {
     /// [`Idle::After`] says when one would be — unless the limiter is loaded (short of tokens for
     /// over [`LOADED_AFTER`]: [`Idle::Busy`]).
     pub(crate) fn idle(&self, now: DateTime<Utc>) -> Idle {
-        if self.waiting.load(Ordering::SeqCst) > 0 {
+        if Arc::strong_count(&self.waiting) > 1 {
             return Idle::Busy;
         }
         let mut b = self.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -181,22 +182,6 @@ impl RateLimiter {
     pub(crate) fn pause_until(&self, until: DateTime<Utc>) {
         let mut b = self.state.lock().unwrap_or_else(|p| p.into_inner());
         b.paused_until = Some(b.paused_until.map_or(until, |p| p.max(until)));
-    }
-}
-
-/// Counts a request as waiting while it lives.
-struct Waiting<'a>(&'a AtomicUsize);
-
-impl<'a> Waiting<'a> {
-    fn new(count: &'a AtomicUsize) -> Waiting<'a> {
-        count.fetch_add(1, Ordering::SeqCst);
-        Waiting(count)
-    }
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -18,7 +18,7 @@ use crate::ports::span;
 /// Page size of the lists of every object of a kind ([`list_all`]).
 const LIST_PAGE: u32 = 500;
 /// How many times a call is tried when the answer says "try again" and no work deadline is
-/// set (see [`with_retry_in`]).
+/// set (see [`with_retry`]).
 pub(crate) const CALL_ATTEMPTS: u32 = 3;
 /// The waits between two attempts of a call: at most 200 ms, doubling, at most
 /// [`MAX_CALL_BACKOFF`] (equal jitter). The longest wait is what bounds how late a call retried
@@ -28,32 +28,16 @@ const CALL_BACKOFF: Backoff = Backoff::new(Duration::from_millis(200), MAX_CALL_
 /// goes through at most this long after the API server is back.
 const MAX_CALL_BACKOFF: Duration = Duration::from_secs(2);
 
-/// Runs `call` until it succeeds, fails for good, or was tried [`CALL_ATTEMPTS`] times on
-/// retryable answers, in the client's lane.
+/// Runs `call` until it succeeds or fails for good, in the client's lane of its rate limit (see
+/// [`ClusterClient::in_lane`]). Within work that has a deadline (the client's, see
+/// [`ClusterClient::for_work`]: a Lambda invocation), a transient failure ([`is_transient`]) is
+/// retried with backoff (200 ms doubling, at most [`MAX_CALL_BACKOFF`], jittered) for as long as
+/// the deadline allows, so that an API server outage of tens of seconds is ridden out inside the
+/// invocation instead of spending the message's receives; without one, a "try again" answer is
+/// tried [`CALL_ATTEMPTS`] times. A `Retry-After` is waited (when longer than the backoff) and
+/// holds back every request of the client's rate limit.
 pub(crate) async fn with_retry<T, F, Fut>(
     clients: &ClusterClient,
-    verb: &'static str,
-    object: &str,
-    call: F,
-) -> Result<T, ApiError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, ::kube::Error>>,
-{
-    with_retry_in(clients, Lane::First, verb, object, call).await
-}
-
-/// [`with_retry`] in `lane` (or the client's, when that is [`Lane::Later`]). Within work that
-/// has a deadline (the client's, see [`ClusterClient::for_work`]: a Lambda invocation), a
-/// transient failure ([`is_transient`]) is retried with backoff (200 ms doubling, at most
-/// [`MAX_CALL_BACKOFF`], jittered) for as long as the deadline allows, so that an API server
-/// outage of tens of seconds is ridden out inside the invocation instead of spending the
-/// message's receives; without one, a "try again" answer is tried [`CALL_ATTEMPTS`] times. A
-/// `Retry-After` is waited (when longer than the backoff) and holds back every request of the
-/// client's rate limit.
-pub(crate) async fn with_retry_in<T, F, Fut>(
-    clients: &ClusterClient,
-    lane: Lane,
     verb: &'static str,
     object: &str,
     mut call: F,
@@ -70,7 +54,7 @@ where
     let attempt = || {
         let answer = call();
         async move {
-            clients.throttle(lane).await;
+            clients.throttle(Lane::First).await;
             answer.await
         }
     };
