@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::surge::PlaceholderRefusal;
+use crate::domain::admission::RefusedBy;
 use crate::domain::config::Action;
 use crate::domain::cordon_record::UndoOutcome;
 use crate::domain::plan::NodeAction;
@@ -121,6 +121,15 @@ pub struct DrainReport {
     pub placeholders_refused: usize,
     /// Those refusals reported for the first time in this environment (an Event on the node).
     pub new_refusals: Vec<PlaceholderRefusal>,
+}
+
+/// A placeholder the API server refused: for a pod of which namespace, by which step of the
+/// admission chain, and the server's message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlaceholderRefusal {
+    pub namespace: String,
+    pub by: RefusedBy,
+    pub message: String,
 }
 
 impl DrainReport {

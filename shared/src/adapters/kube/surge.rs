@@ -40,7 +40,7 @@ use super::api::rate_limit::Lane;
 use super::api::retry::with_retry;
 use super::connect::ClusterClient;
 use super::error::{ApiError, KubeError};
-use super::outcome::DrainReport;
+use super::outcome::{DrainReport, PlaceholderRefusal};
 use super::placeholder::placeholder_for;
 pub(crate) use super::surge_memory::SurgeMemory;
 use super::surge_memory::{budget_rounds, controller, earlier_rounds};
@@ -80,15 +80,6 @@ pub(crate) struct SurgePass {
     pub holding: u32,
     /// The node's placeholders as listed (to delete when the drain ends).
     pub listed: Vec<Pod>,
-}
-
-/// A placeholder the API server refused: for a pod of which namespace, by which step of the
-/// admission chain, and the server's message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlaceholderRefusal {
-    pub namespace: String,
-    pub by: RefusedBy,
-    pub message: String,
 }
 
 impl SurgePass {
