@@ -308,10 +308,11 @@ impl LiveClusters {
             )
         });
         let policy = KubePolicy::new(clients.clone(), &settings.executor.reporting_instance);
-        let policies = Arc::new(
-            PolicyCache::new(Arc::new(policy), settings.config.policy.clone())
-                .with_allow(settings.policy_allow.clone()),
-        );
+        let policies = Arc::new(PolicyCache::new(
+            Arc::new(policy),
+            settings.config.policy.clone(),
+            settings.policy_allow.clone(),
+        ));
         Ok(Cluster {
             policies: Some(policies),
             ..live_cluster(id, clients, executor)

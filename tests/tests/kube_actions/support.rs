@@ -296,6 +296,7 @@ impl World {
                 "forewarn-test",
             )),
             self.config.policy.clone(),
+            Default::default(),
         ))
     }
 
