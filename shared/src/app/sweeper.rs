@@ -255,7 +255,7 @@ impl Sweeper {
                 Some(ClusterId::at(&Place::default(), name))
             })
             .map(|id| id.or(&own));
-        let place = id.as_ref().map_or(own, ClusterId::place);
+        let place = id.as_ref().map_or(own, |id| id.place.clone());
         ClusterSweep {
             sweeper: self,
             name: id.as_ref().map(ToString::to_string),
