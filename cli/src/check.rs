@@ -134,7 +134,7 @@ async fn member_access(
     let eks = aws_sdk_eks::Client::new(member);
     match access {
         ClusterAccess::Eks(e) => Ok(ClusterAccess::Eks(EksAccess {
-            region: id.region.clone().or(e.region),
+            region: id.place.region.clone().or(e.region),
             ..e
         })),
         other => {
@@ -145,7 +145,7 @@ async fn member_access(
                         "not the EKS cluster {} of account {} (its kubeconfig context is \
                          another's)",
                         id.name,
-                        id.account.as_deref().unwrap_or_default()
+                        id.place.account.as_deref().unwrap_or_default()
                     )
                 })?;
             Ok(other)
@@ -197,7 +197,7 @@ pub async fn run(
     let sdk = forewarn::adapters::aws::load(settings.aws).await;
     for (id, access) in clusters(&args, &settings)? {
         let name = id.to_string();
-        let member = match &id.account {
+        let member = match &id.place.account {
             Some(account) if settings.accounts.own.as_ref() != Some(account) => {
                 Some(crate::deploy::member_config(&sdk, account, &args.member_admin_role).await)
             }

@@ -69,7 +69,7 @@ pub async fn run(
     let h = &services.handler;
     let cluster = h.fleet.cluster(None).await?;
     let place = match &cluster.id {
-        Some(id) => id.place().or(h.fleet.own()),
+        Some(id) => id.place.or(h.fleet.own()),
         None => h.fleet.own().clone(),
     };
     let upkeep = forewarn::app::upkeep::Upkeep::actions_of(&cluster);

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use forewarn::adapters::embedded::EmbeddedStore;
 use forewarn::adapters::snapshot::ClusterState;
-use forewarn::app::pipeline::{Described, Limits, Pipeline};
+use forewarn::app::pipeline::{Described, Pipeline};
 use forewarn::domain::config::Config;
 use forewarn::domain::facts::{InstanceFacts, NodeFacts};
 use forewarn::domain::plan::Plan;
@@ -104,7 +104,8 @@ fn every_log_line_of_an_events_work_carries_the_event_span() {
         instances: &instances,
         nodes: &nodes,
         executor: Some(&Logging),
-        limits: Limits::default(),
+        concurrency: forewarn::app::pipeline::CONCURRENCY,
+        work: Default::default(),
     };
     let event = serde_json::json!({"id": "e-span", "source": "aws.ec2",
         "detail-type": "EC2 Spot Instance Interruption Warning", "time": "2026-11-20T10:00:00Z",

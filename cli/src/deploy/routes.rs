@@ -27,7 +27,7 @@ pub fn stack_name(deployment: &str, account: &str) -> String {
 pub fn accounts(clusters: &str) -> BTreeSet<String> {
     (clusters.split(','))
         .filter_map(|entry| match Entry::parse(entry.trim()).ok()? {
-            Entry::One(id) => id.account,
+            Entry::One(id) => id.place.account,
             Entry::Every(place) => place.account,
         })
         .collect()

@@ -81,21 +81,18 @@ fn block_of(record: &Record) -> Option<(Place, &str)> {
     }
 }
 
-/// Looks up every Capacity Block `records` name (at once, one lookup per block and place);
-/// `None` when they name none.
+/// Looks up every Capacity Block `records` name (at once, one lookup per block and place; none
+/// when they name none).
 pub async fn expand(
     instances: &dyn InstanceDirectory,
     records: &[Record],
     now: DateTime<Utc>,
-) -> Option<Expanded> {
+) -> Expanded {
     let wanted: std::collections::BTreeSet<(Place, String)> = records
         .iter()
         .filter_map(block_of)
         .map(|(place, id)| (place, id.to_string()))
         .collect();
-    if wanted.is_empty() {
-        return None;
-    }
     let lookups = wanted.iter().map(|(place, id)| async move {
         let found = instances.capacity_block(place, id).await;
         ((place.clone(), id.clone()), found)
@@ -140,7 +137,7 @@ pub async fn expand(
         out.failed.push((i, report));
         set_aside(record, why);
     }
-    Some(out)
+    out
 }
 
 /// `record` set aside for its report alone: its event a decode error saying `why`, so that
@@ -238,10 +235,11 @@ pub async fn fan_out(queue: &dyn ContinuationQueue, expanded: &mut Expanded) -> 
     let mut queued = 0;
     for i in 0..expanded.records.len() {
         let record = &mut expanded.records[i];
-        let Some((arn, body)) = record.queue_arn.clone().zip(record.body.clone()) else {
-            continue;
-        };
-        let Ok(event) = record.event.as_mut() else {
+        let (Some(arn), Some(body), Ok(event)) = (
+            record.queue_arn.as_deref(),
+            record.body.as_deref(),
+            record.event.as_mut(),
+        ) else {
             continue;
         };
         let whole = matches!(event.detail, Detail::CapacityBlock { part: false, .. });
@@ -255,7 +253,7 @@ pub async fn fan_out(queue: &dyn ContinuationQueue, expanded: &mut Expanded) -> 
         let rest = event.instance_ids.split_off(OWN_SHARE);
         let group = event.account.clone().unwrap_or_else(|| "forewarn".into());
         let id = event.id.clone();
-        let (arn, group, body) = (&arn, &group, &body);
+        let group = &group;
         let sends = rest.iter().map(|instance| async move {
             let part = part_body(body, instance);
             let part = part.ok_or_else(|| "the warning's body is not a JSON object".to_string())?;
@@ -417,8 +415,9 @@ mod tests {
         )
         .unwrap();
         let spot_only = decode_value("s", serde_json::json!([]), now()).unwrap();
-        assert!(expand(&dir, &spot_only, now()).await.is_none());
-        let out = expand(&dir, &records, now()).await.unwrap();
+        let none = expand(&dir, &spot_only, now()).await;
+        assert!(none.described.is_empty() && dir.calls.lock().unwrap().is_empty());
+        let out = expand(&dir, &records, now()).await;
         assert!(out.failed.is_empty());
         assert_eq!(
             dir.calls.lock().unwrap().len(),
@@ -461,7 +460,7 @@ mod tests {
             "region": "us-east-1", "detail": {"instance-id": "i-0a1b2c3d4e5f60001"}
         }));
         let records = decode_value("b", serde_json::Value::Array(input), now()).unwrap();
-        let out = expand(&dir, &records, now()).await.unwrap();
+        let out = expand(&dir, &records, now()).await;
         assert_eq!(out.failed.len(), 1);
         let (i, report) = &out.failed[0];
         assert_eq!(*i, 0);
@@ -488,7 +487,7 @@ mod tests {
         delivered["detail-type"] = "Capacity Block Delivered".into();
         let input = serde_json::json!([warning("a", "2026-11-20T11:30:00Z"), delivered]);
         let records = decode_value("b", input, now()).unwrap();
-        let out = expand(&dir, &records, now()).await.unwrap();
+        let out = expand(&dir, &records, now()).await;
         assert_eq!(out.failed.len(), 2);
         for (i, report) in &out.failed {
             assert_eq!(report.outcome, crate::domain::report::Outcome::Ignored);
@@ -556,9 +555,7 @@ mod tests {
     #[tokio::test]
     async fn a_big_blocks_other_instances_are_queued_each_a_part_that_acts_on_its_own() {
         let dir = big();
-        let mut out = expand(&dir, &queued(warning("a", "2026-11-20T11:30:00Z")), now())
-            .await
-            .unwrap();
+        let mut out = expand(&dir, &queued(warning("a", "2026-11-20T11:30:00Z")), now()).await;
         let queue = Sent::default();
         assert_eq!(fan_out(&queue, &mut out).await, 11 - OWN_SHARE);
         let event = out.records[0].event.as_ref().unwrap();
@@ -581,7 +578,7 @@ mod tests {
         forged["detail"]["instance-ids"] = serde_json::json!(["i-0a1b2c3d4e5f6ffff"]);
         let mut records = parts;
         records.extend(decode_value("f", forged, now()).unwrap());
-        let out = expand(&dir, &records, now()).await.unwrap();
+        let out = expand(&dir, &records, now()).await;
         let want = [
             "i-0a1b2c3d4e5f60b08",
             "i-0a1b2c3d4e5f60b09",
@@ -605,16 +602,14 @@ mod tests {
         assert!(out.records[3].event.is_err(), "nothing is done with it");
         // A part is not queued again, and a small block is not split.
         let queue = Sent::default();
-        let mut again = expand(&dir, &out.records[..3], now()).await.unwrap();
+        let mut again = expand(&dir, &out.records[..3], now()).await;
         assert_eq!(fan_out(&queue, &mut again).await, 0);
     }
 
     #[tokio::test]
     async fn parts_that_cannot_be_queued_fail_the_warning_whole() {
         let dir = big();
-        let mut out = expand(&dir, &queued(warning("a", "2026-11-20T11:30:00Z")), now())
-            .await
-            .unwrap();
+        let mut out = expand(&dir, &queued(warning("a", "2026-11-20T11:30:00Z")), now()).await;
         let queue = Sent {
             refuse: true,
             ..Sent::default()

@@ -12,9 +12,11 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::app::fleet::split::{self, Destination, Share};
-use crate::app::fleet::{Cluster, Fleet};
+use crate::app::fleet::{BREAK, Cluster, Fleet};
 use crate::app::pipeline::CONCURRENCY;
-use crate::app::pipeline::{Described, Limits, Passes, Pipeline, Traffic, describe_events, within};
+use crate::app::pipeline::{
+    Described, OUT_OF_TIME, Passes, Pipeline, Traffic, describe_events, within,
+};
 use crate::app::settings::SAFETY_MARGIN;
 use crate::app::telemetry::Telemetry;
 use crate::domain::config::{Config, Mode};
@@ -24,7 +26,8 @@ use crate::domain::inbound::{self, Record, SqsMessage};
 use crate::domain::report::{Outcome, Report, Tally};
 use crate::domain::retry::{Failed, RetryPolicy};
 use crate::ports::{
-    Clock, InstanceDirectory, Notifier, Place, PoolStore, Redeliver, Redelivery, span, until,
+    Clock, DirectoryError, FailureKind, InstanceDirectory, Notifier, Place, PoolStore, Redeliver,
+    Redelivery, Work, span, until,
 };
 
 /// A payload the handler could not take at all.
@@ -110,10 +113,11 @@ impl Handler {
         }
     }
 
-    fn limits(&self, deadline: Option<DateTime<Utc>>) -> Limits {
-        Limits {
-            concurrency: self.concurrency,
-            deadline: deadline.map(|d| d - span(self.safety_margin)),
+    /// The work of a batch due by `deadline`: over a safety margin before it.
+    fn work(&self, deadline: Option<DateTime<Utc>>) -> Work {
+        let deadline = deadline.map(|d| d - span(self.safety_margin));
+        Work {
+            deadline,
             fail_fast: false,
         }
     }
@@ -130,21 +134,17 @@ impl Handler {
         let mut expanded = crate::app::blocks::expand(own, records, self.clock.now()).await;
         // A block's other instances, each a warning of its own on the queue, when there is one
         // to come back on and the run writes the cluster.
-        if let (Some(expanded), Some(queue)) = (expanded.as_mut(), self.passes.queue.as_deref())
+        if let Some(queue) = self.passes.queue.as_deref()
             && self.mode.writes_cluster()
         {
-            crate::app::blocks::fan_out(queue, expanded).await;
+            crate::app::blocks::fan_out(queue, &mut expanded).await;
         }
-        let no_blocks = BTreeMap::new();
-        let (records, known) = match &expanded {
-            Some(expanded) => (&expanded.records[..], &expanded.described),
-            None => (records, &no_blocks),
-        };
-        let (shares, described, limits) = self.route(records, known, self.limits(deadline)).await;
+        let (records, known) = (&expanded.records, &expanded.described);
+        let (shares, described, work) = self.route(records, known, self.work(deadline)).await;
         let described = &described;
         let runs = shares.into_iter().map(|(to, share)| async move {
             let records = &share.records;
-            let (cluster, config) = match self.cluster_for(&to, records, limits).await {
+            let (cluster, config) = match self.cluster_for(&to, records, work).await {
                 Ok(found) => found,
                 Err(reports) => return (share, reports),
             };
@@ -158,7 +158,8 @@ impl Handler {
                 passes: &self.passes,
                 clock: self.clock.as_ref(),
                 traffic: self.traffic.as_ref(),
-                limits,
+                concurrency: self.concurrency,
+                work,
             };
             let reports = pipeline.process(records).await;
             if let Destination::Cluster(Some(id)) = &to {
@@ -172,26 +173,24 @@ impl Handler {
             (share, reports)
         });
         let reports = split::join(records, futures::future::join_all(runs).await);
-        match &expanded {
-            Some(expanded) => expanded.answer(reports),
-            None => reports,
-        }
+        expanded.answer(reports)
     }
 
     /// The batch's instances, looked up once for every cluster (within the batch's time; the
     /// blocks' instances, `known`, not again), and its records split by destination, with the
-    /// limits each share runs within. When the served clusters cannot be listed, nothing can be
+    /// work each share runs as. When the served clusters cannot be listed, nothing can be
     /// routed: every event fails as a failed lookup fails it.
     async fn route(
         &self,
         records: &[Record],
         known: &BTreeMap<(Place, String), InstanceFacts>,
-        limits: Limits,
-    ) -> (BTreeMap<Destination, Share>, Described, Limits) {
+        work: Work,
+    ) -> (BTreeMap<Destination, Share>, Described, Work) {
         let events = crate::app::pipeline::looked_up_events(records);
         let lookup = describe_events(self.instances.as_ref(), &events, known);
-        let looked_up = within(self.clock.as_ref(), limits.deadline, lookup).await;
-        let looked_up = looked_up.ok_or_else(split::out_of_time);
+        let looked_up = within(self.clock.as_ref(), work.deadline, lookup).await;
+        let out_of_time = || DirectoryError::new("ec2", FailureKind::Timeout, OUT_OF_TIME);
+        let looked_up = looked_up.ok_or_else(out_of_time);
         let seen: Vec<&str> = looked_up
             .as_ref()
             .map(|d| d.found.values().flat_map(InstanceFacts::clusters).collect())
@@ -206,7 +205,7 @@ impl Handler {
                     positions: (0..records.len()).collect(),
                 };
                 let shares = BTreeMap::from([(Destination::Unrouted, all)]);
-                return (shares, Described::failing(&events, e), limits);
+                return (shares, Described::failing(&events, e), work);
             }
         };
         let shares = split::split(records, looked_up.as_ref().ok(), &served, self.fleet.own());
@@ -218,41 +217,67 @@ impl Handler {
             .keys()
             .filter(|to| matches!(to, Destination::Cluster(_)))
             .count();
-        let limits = Limits {
+        let work = Work {
             fail_fast: clusters > 1 || served.len() > 1,
-            ..limits
+            ..work
         };
         let described = looked_up.unwrap_or_else(|e| Described::failing(&events, e));
-        (shares, described, limits)
+        (shares, described, work)
     }
 
     /// The cluster a share of `records` bound `to` runs in, and the configuration to decide by
-    /// there; or the share's reports when it does not run: a cluster that cannot be reached, or
-    /// (in a deployment serving several, `limits.fail_fast`) one whose last share failed whole,
-    /// left alone for a while (its records fail at once and come back); a continuation of a
-    /// cluster not served. Outside a served cluster, no cluster: nothing is acted on.
+    /// there; or the share's reports when it does not run, every record failed: a cluster that
+    /// cannot be reached (it comes back, and the cluster is tried again with the next batch), or
+    /// (in a deployment serving several, `work.fail_fast`) one whose last share failed whole,
+    /// left alone for a while (its records fail at once and come back no sooner than the break's
+    /// end, when they would fail again without a request); a continuation of a cluster not
+    /// served, refused for good (a forgery, or a cluster removed from the deployment: it ends in
+    /// the dead-letter queue, where it can be read). Outside a served cluster, no cluster:
+    /// nothing is acted on.
     async fn cluster_for(
         &self,
         to: &Destination,
         records: &[Record],
-        limits: Limits,
+        work: Work,
     ) -> Result<(Arc<Cluster>, Config), Vec<Report>> {
+        let fail = |why: String, retryable, cluster: Option<String>, not_before| {
+            let failed = |r| Report {
+                cluster: cluster.clone(),
+                retry_not_before: not_before,
+                ..Report::new(r).failed_as(why.clone(), retryable)
+            };
+            records.iter().map(failed).collect::<Vec<_>>()
+        };
         let cluster = match to {
             Destination::Cluster(id) => {
                 let name = id.as_ref().map(ToString::to_string);
-                if let Some(name) = name.filter(|_| limits.fail_fast)
+                if let Some(name) = name.filter(|_| work.fail_fast)
                     && let Some(since) = self.fleet.backing_off(&name, self.clock.now())
                 {
-                    return Err(split::in_trouble(records, &name, since));
+                    let why = format!(
+                        "cluster {name}: its API server failed a whole share of a batch at {} \
+                         (down, or not answering): left alone for a few seconds in batches with \
+                         other clusters' records; the event comes back shortly",
+                        since.to_rfc3339()
+                    );
+                    return Err(fail(why, true, Some(name), Some(since + BREAK)));
                 }
-                self.fleet
-                    .cluster(id.as_ref())
-                    .await
-                    .map_err(|e| split::unreachable(records, &e))?
+                let cluster = self.fleet.cluster(id.as_ref()).await;
+                cluster
+                    .map_err(|e| fail(e.to_string(), e.kind.retryable(), Some(e.cluster), None))?
             }
             Destination::Elsewhere | Destination::Unrouted => Arc::new(Cluster::none()),
             Destination::NotServed(name) => {
-                return Err(split::not_served(records, name.as_deref()));
+                let why = match name {
+                    Some(name) => format!(
+                        "a drain's continuation naming cluster {name}, which this deployment \
+                         does not serve: refused, nothing done (no client of that cluster is made)"
+                    ),
+                    None => "a drain's continuation naming no cluster, in a deployment serving \
+                             several: refused, nothing done"
+                        .to_string(),
+                };
+                return Err(fail(why, false, None, None));
             }
         };
         let mut config = cluster.config(&self.config, self.clock.as_ref()).await;
@@ -266,7 +291,7 @@ impl Handler {
         self.telemetry.observe(reports, self.clock.now());
         if let Some(notifier) = &self.notifier {
             let time_left = self
-                .limits(deadline)
+                .work(deadline)
                 .deadline
                 .map(|d| (d - self.clock.now()).to_std().unwrap_or_default());
             let delivery = notifier.notify(reports, time_left).await;
@@ -281,11 +306,11 @@ impl Handler {
     }
 
     /// Handles an SQS batch: every failed record's message id goes in `batchItemFailures`.
-    pub async fn handle_sqs(
+    async fn handle_sqs(
         &self,
         batch: &[SqsMessage],
         deadline: Option<DateTime<Utc>>,
-    ) -> Result<(SqsBatchResponse, Vec<Report>), HandlerError> {
+    ) -> Result<Invocation, HandlerError> {
         if let Some(index) = batch
             .iter()
             .position(|m| m.message_id.as_deref().is_none_or(str::is_empty))
@@ -332,7 +357,8 @@ impl Handler {
             failed = tally.failed,
             "batch handled"
         );
-        Ok((response, reports))
+        let response = serde_json::to_value(&response).map_err(HandlerError::Answer)?;
+        Ok(Invocation { response, reports })
     }
 
     /// The copies of continuations this environment kept that are due by `now` (see
@@ -483,9 +509,7 @@ impl Handler {
             // `messageAttributes`, `md5OfBody`, `awsRegion`..., are not used).
             let batch: Vec<SqsMessage> =
                 serde_json::from_value(records).map_err(HandlerError::NotSqs)?;
-            let (response, reports) = self.handle_sqs(&batch, deadline).await?;
-            let response = serde_json::to_value(&response).map_err(HandlerError::Answer)?;
-            return Ok(Invocation { response, reports });
+            return self.handle_sqs(&batch, deadline).await;
         }
         if !payload.is_object() {
             return Err(HandlerError::NotAnObject);
@@ -590,6 +614,43 @@ mod tests {
         json!({"id": id, "source": "aws.ec2", "detail-type": crate::domain::event::DT_SPOT,
                "time": "2026-11-20T10:00:00Z", "detail": {"instance-id": "i-0a1b2c3d4e5f60001"}})
         .to_string()
+    }
+
+    /// A share of a cluster in trouble, in a batch of several clusters, fails at once: to come
+    /// back, no sooner than its break's end; a continuation of a cluster not served, for good.
+    #[tokio::test]
+    async fn a_share_left_alone_fails_until_its_break_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = handler(dir.path());
+        let since = h.clock.now();
+        h.fleet.record_outcome("blue", true, since);
+        let batch = [spot("e1"), spot("e2")].map(|s| serde_json::from_str::<Value>(&s).unwrap());
+        let records = inbound::decode_value("t", json!(batch), since).unwrap();
+        let blue = crate::domain::clusters::ClusterId::parse("blue").ok();
+        let blue = Destination::Cluster(blue);
+        let work = Work {
+            fail_fast: true,
+            ..Work::default()
+        };
+        let refused = h.cluster_for(&blue, &records, work).await;
+        let reports = refused.unwrap_err();
+        assert_eq!(reports.len(), 2);
+        for r in &reports {
+            assert_eq!(r.outcome, Outcome::Failed);
+            assert!(!r.permanent);
+            assert_eq!(r.cluster.as_deref(), Some("blue"));
+            assert_eq!(r.retry_not_before, Some(since + BREAK), "{r:?}");
+        }
+        // A continuation naming a cluster not served is refused for good, with why.
+        let attacker = Destination::NotServed(Some("attacker".into()));
+        let refused = h.cluster_for(&attacker, &records, work).await.unwrap_err();
+        assert_eq!(refused[0].outcome, Outcome::Failed);
+        assert!(refused[0].permanent, "it ends in the dead-letter queue");
+        let why = refused[0].reason.as_deref().unwrap_or_default();
+        assert!(
+            why.contains("cluster attacker, which this deployment does not serve"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -42,12 +42,12 @@ struct State {
 }
 
 impl PolicyCache {
-    /// The policy of `source`, `base` while there is none; its rules may ask what
-    /// [`PolicyAllow::default`] allows (see [`PolicyCache::with_allow`]).
-    pub fn new(source: Arc<dyn PolicySource>, base: Policy) -> PolicyCache {
+    /// The policy of `source`, `base` while there is none; its rules may ask what `allow`
+    /// allows.
+    pub fn new(source: Arc<dyn PolicySource>, base: Policy, allow: PolicyAllow) -> PolicyCache {
         PolicyCache {
             source,
-            allow: PolicyAllow::default(),
+            allow,
             state: tokio::sync::Mutex::new(State {
                 read_at: None,
                 text: None,
@@ -55,11 +55,6 @@ impl PolicyCache {
             }),
             base,
         }
-    }
-
-    /// The same, the ConfigMap's rules limited to what `allow` allows.
-    pub fn with_allow(self, allow: PolicyAllow) -> PolicyCache {
-        PolicyCache { allow, ..self }
     }
 
     /// The policy now, on `clock` (the ConfigMap read again when the last read is a minute old,
@@ -181,7 +176,7 @@ mod tests {
     async fn a_bad_update_keeps_the_good_policy_and_is_refused_once() {
         let map = Arc::new(Map::default());
         *map.text.lock().unwrap() = Some(GOOD.into());
-        let cache = PolicyCache::new(map.clone(), Policy::default());
+        let cache = PolicyCache::new(map.clone(), Policy::default(), PolicyAllow::default());
         let clock = ManualClock::at(at("2026-11-24T10:00:00Z"));
         let after = |secs: i64| {
             clock.set(at("2026-11-24T10:00:00Z") + Duration::seconds(secs));
@@ -228,7 +223,7 @@ mod tests {
         let map = Arc::new(Map::default());
         *map.text.lock().unwrap() = Some(BAD.into());
         let base = Policy::parse(GOOD).unwrap();
-        let cache = PolicyCache::new(map.clone(), base.clone());
+        let cache = PolicyCache::new(map.clone(), base.clone(), PolicyAllow::default());
         let clock = ManualClock::at(at("2026-11-24T10:00:00Z"));
         assert_eq!(cache.policy(&clock).await, base);
         assert_eq!(map.refused.lock().unwrap().len(), 1);
@@ -243,7 +238,7 @@ mod tests {
             - name: greedy\n  nodes: {pool: batch}\n  actions: {spot-interruption: cordon, rebalance-recommendation: delete}\n";
         let map = Arc::new(Map::default());
         *map.text.lock().unwrap() = Some(yaml.into());
-        let cache = PolicyCache::new(map.clone(), Policy::default());
+        let cache = PolicyCache::new(map.clone(), Policy::default(), PolicyAllow::default());
         let clock = ManualClock::at(at("2026-11-24T10:00:00Z"));
         let p = cache.policy(&clock).await;
         let of = |pool: &str, kind| {
@@ -270,8 +265,11 @@ mod tests {
         assert_eq!(map.refused.lock().unwrap().len(), 1);
 
         // A deployment that allows `delete`: the same text applies whole.
-        let cache = PolicyCache::new(map.clone(), Policy::default())
-            .with_allow(PolicyAllow::parse("cordon delete").unwrap());
+        let cache = PolicyCache::new(
+            map.clone(),
+            Policy::default(),
+            PolicyAllow::parse("cordon delete").unwrap(),
+        );
         let p = cache.policy(&clock).await;
         let labels = [("pool".to_string(), "batch".to_string())].into();
         assert_eq!(
@@ -295,7 +293,7 @@ mod tests {
     #[tokio::test]
     async fn a_read_that_does_not_answer_keeps_the_policy_after_its_budget() {
         let base = Policy::parse(GOOD).unwrap();
-        let cache = PolicyCache::new(Arc::new(Silent), base.clone());
+        let cache = PolicyCache::new(Arc::new(Silent), base.clone(), PolicyAllow::default());
         let clock = ManualClock::at(at("2026-11-24T10:00:00Z"));
         let time_passes = async {
             tokio::task::yield_now().await;

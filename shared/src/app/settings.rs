@@ -546,7 +546,7 @@ impl ClusterSelection {
         places
             .iter()
             .filter_map(|p| p.account.clone())
-            .chain(ids.iter().filter_map(|c| c.account.clone()))
+            .chain(ids.iter().filter_map(|c| c.place.account.clone()))
             .collect()
     }
 
@@ -578,7 +578,7 @@ impl ClusterSelection {
         }
         if places.contains(&Place::default()) {
             // `*`: every place the list names too.
-            places.extend(also.iter().map(ClusterId::place));
+            places.extend(also.iter().map(|id| id.place.clone()));
         }
         places.sort();
         places.dedup();
@@ -820,7 +820,7 @@ impl Settings {
     /// another place never takes the own one's context); else through EKS (`DescribeCluster`
     /// and an IAM token in its account and region).
     pub fn access_of(&self, id: &ClusterId, own: &Place) -> ClusterAccess {
-        let at_own = id.place().or(own) == *own;
+        let at_own = id.place.or(own) == *own;
         match &self.cluster_access {
             ClusterAccess::Eks(eks) if eks.cluster == id.name && at_own => {
                 self.cluster_access.clone()
@@ -829,7 +829,7 @@ impl Settings {
             _ if self.kubeconfig_given => ClusterAccess::Context(id.or(own).to_string()),
             _ => ClusterAccess::Eks(EksAccess {
                 cluster: id.name.clone(),
-                region: id.region.clone(),
+                region: id.place.region.clone(),
                 ..EksAccess::default()
             }),
         }
@@ -983,7 +983,7 @@ fn accounts(
 /// cluster; else kubeconfig inference.
 fn cluster_access(clusters: &ClusterSelection, eks: bool) -> ClusterAccess {
     match clusters.lone() {
-        Some(Some(id)) if eks && id.place() == Place::default() => ClusterAccess::Eks(EksAccess {
+        Some(Some(id)) if eks && id.place == Place::default() => ClusterAccess::Eks(EksAccess {
             cluster: id.name.clone(),
             ..EksAccess::default()
         }),

@@ -12,7 +12,7 @@ use crate::adapters::snapshot::ClusterState;
 use crate::app::fleet::{Cluster, Unreachable};
 use crate::app::handler::Handler;
 use crate::app::leaving::LeavingInstances;
-use crate::app::pipeline::{Described, Limits, Passes, Pipeline};
+use crate::app::pipeline::{Described, Passes, Pipeline};
 use crate::app::preflight::{PreflightMemory, Role};
 use crate::app::priorities::{
     BaseSource, NodeGroupSource, Priorities, PriorityOutcome, PriorityRunError, PrioritySettings,
@@ -255,7 +255,7 @@ impl Sweeper {
                 Some(ClusterId::at(&Place::default(), name))
             })
             .map(|id| id.or(&own));
-        let place = id.as_ref().map_or(own, ClusterId::place);
+        let place = id.as_ref().map_or(own, |id| id.place.clone());
         ClusterSweep {
             sweeper: self,
             name: id.as_ref().map(ToString::to_string),
@@ -472,8 +472,8 @@ impl ClusterSweep<'_> {
             passes: &passes,
             clock: h.clock.as_ref(),
             traffic: None,
-            limits: Limits {
-                concurrency: h.concurrency,
+            concurrency: h.concurrency,
+            work: crate::ports::Work {
                 deadline,
                 fail_fast: false,
             },

@@ -225,7 +225,7 @@ async fn fleet(
         store: store.clone(),
     };
     // One cluster of the own place: connected now, as the settings reach it.
-    let own_lone = lone.is_some_and(|id| id.is_none_or(|id| id.place() == Place::default()));
+    let own_lone = lone.is_some_and(|id| id.is_none_or(|id| id.place == Place::default()));
     if own_lone {
         let cluster = live
             .build(lone_id.map(|id| id.or(&own)), access)
@@ -283,7 +283,7 @@ impl LiveClusters {
         // One client, cloned into every adapter over it: one rate limit for the cluster.
         let clients = match access {
             ClusterAccess::Eks(eks) => {
-                let place = id.as_ref().map(ClusterId::place).unwrap_or_default();
+                let place = id.as_ref().map(|id| id.place.clone()).unwrap_or_default();
                 let sdk = self.accounts.config_for(&place).await.map_err(|source| {
                     ConnectError::Account {
                         cluster: eks.cluster.clone(),
@@ -308,10 +308,11 @@ impl LiveClusters {
             )
         });
         let policy = KubePolicy::new(clients.clone(), &settings.executor.reporting_instance);
-        let policies = Arc::new(
-            PolicyCache::new(Arc::new(policy), settings.config.policy.clone())
-                .with_allow(settings.policy_allow.clone()),
-        );
+        let policies = Arc::new(PolicyCache::new(
+            Arc::new(policy),
+            settings.config.policy.clone(),
+            settings.policy_allow.clone(),
+        ));
         Ok(Cluster {
             policies: Some(policies),
             ..live_cluster(id, clients, executor)

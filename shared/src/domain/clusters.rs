@@ -84,8 +84,7 @@ pub fn is_cluster_name(s: &str) -> bool {
 /// drain's continuation. Shown whole once its account and region are known.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ClusterId {
-    pub account: Option<String>,
-    pub region: Option<String>,
+    pub place: Place,
     pub name: String,
 }
 
@@ -152,11 +151,8 @@ impl Entry {
 impl ClusterId {
     /// The cluster `name` of `place`.
     pub fn at(place: &Place, name: &str) -> ClusterId {
-        ClusterId {
-            account: place.account.clone(),
-            region: place.region.clone(),
-            name: name.to_string(),
-        }
+        let (place, name) = (place.clone(), name.to_string());
+        ClusterId { place, name }
     }
 
     /// `name`, `account/name` or `account/region/name` (not `*`).
@@ -170,17 +166,14 @@ impl ClusterId {
         }
     }
 
-    /// Its place.
-    pub fn place(&self) -> Place {
-        Place {
-            account: self.account.clone(),
-            region: self.region.clone(),
-        }
+    /// Its place (what the kubeconfig's catalog reads).
+    pub fn place(&self) -> &Place {
+        &self.place
     }
 
     /// This cluster with what it does not say taken from `own` (the deployment's own place).
     pub fn or(&self, own: &Place) -> ClusterId {
-        ClusterId::at(&self.place().or(own), &self.name)
+        ClusterId::at(&self.place.or(own), &self.name)
     }
 
     /// Whether this is `other`, both seen from a deployment whose own place is `own`.
@@ -191,7 +184,7 @@ impl ClusterId {
 
 impl fmt::Display for ClusterId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (&self.account, &self.region) {
+        match (&self.place.account, &self.place.region) {
             (Some(account), Some(region)) => write!(f, "{account}/{region}/{}", self.name),
             (Some(account), None) => write!(f, "{account}/{}", self.name),
             (None, _) => f.write_str(&self.name),
@@ -235,11 +228,11 @@ pub fn home(
     let tagged: Vec<&str> = instance.map(InstanceFacts::clusters).unwrap_or_default();
     let ours: Vec<&ClusterId> = served
         .iter()
-        .filter(|c| c.place().holds(place, own) && tagged.contains(&c.name.as_str()))
+        .filter(|c| c.place.holds(place, own) && tagged.contains(&c.name.as_str()))
         .collect();
     match (ours.as_slice(), tagged.is_empty(), served) {
         ([one], _, _) => Home::Served(Some((*one).clone())),
-        ([], true, [only]) if only.place().holds(place, own) => Home::Served(Some(only.clone())),
+        ([], true, [only]) if only.place.holds(place, own) => Home::Served(Some(only.clone())),
         _ => Home::Elsewhere,
     }
 }
@@ -307,7 +300,7 @@ mod tests {
     fn a_cluster_is_written_in_three_forms_and_shown_whole() {
         let bare = ClusterId::parse("prod").unwrap();
         assert_eq!(
-            (bare.account.as_deref(), bare.name.as_str()),
+            (bare.place.account.as_deref(), bare.name.as_str()),
             (None, "prod")
         );
         assert_eq!(bare.to_string(), "prod");

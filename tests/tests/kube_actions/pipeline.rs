@@ -167,7 +167,7 @@ async fn the_handler_tells_the_webhook_and_counts_evictions() {
 
 #[tokio::test]
 async fn every_node_of_a_batch_is_cordoned_before_any_eviction() {
-    use forewarn::app::pipeline::{Limits, Pipeline};
+    use forewarn::app::pipeline::Pipeline;
     let w = World::plain().await;
     let ids = [
         "i-0a1b2c3d4e5f60001",
@@ -204,10 +204,7 @@ async fn every_node_of_a_batch_is_cordoned_before_any_eviction() {
     // One event at a time: without the cordon pass, the last node would be cordoned after the
     // first ones' evictions.
     let pipeline = Pipeline {
-        limits: Limits {
-            concurrency: 1,
-            ..Limits::default()
-        },
+        concurrency: 1,
         ..w.pipeline(&store, &instances, &directory, &executor, &w.in_process)
     };
     let bodies: Vec<String> = ids

@@ -269,7 +269,8 @@ impl World {
             passes,
             clock: &self.clock,
             traffic: None,
-            limits: Default::default(),
+            concurrency: forewarn::app::pipeline::CONCURRENCY,
+            work: Default::default(),
         }
     }
 
@@ -296,6 +297,7 @@ impl World {
                 "forewarn-test",
             )),
             self.config.policy.clone(),
+            Default::default(),
         ))
     }
 

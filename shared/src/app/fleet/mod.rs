@@ -167,7 +167,7 @@ async fn list(
             Err(e) => {
                 tracing::warn!(error = %e, account = ?place.account, region = ?place.region, "a place's clusters could not be listed: its last list is served");
                 let kept = last.unwrap_or_default().iter();
-                ids.extend(kept.filter(|id| id.place() == *place).cloned());
+                ids.extend(kept.filter(|id| id.place == *place).cloned());
                 failed = Some(e);
             }
         }

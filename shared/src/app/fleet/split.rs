@@ -22,9 +22,6 @@ use crate::domain::event::{Event, EventKind};
 use crate::domain::facts::InstanceFacts;
 use crate::domain::inbound::Record;
 use crate::domain::report::{Outcome, Report};
-use crate::ports::{DirectoryError, FailureKind};
-
-use super::Unreachable;
 
 /// Where a share of the batch runs.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -47,67 +44,6 @@ pub enum Destination {
 pub struct Share {
     pub records: Vec<Record>,
     pub positions: Vec<usize>,
-}
-
-/// A report of each of `records`, failed as `fail` makes it of a fresh one.
-fn each(records: &[Record], fail: impl Fn(Report) -> Report) -> Vec<Report> {
-    records.iter().map(|r| fail(Report::new(r))).collect()
-}
-
-/// The reports of continuations naming a cluster this deployment does not serve (`cluster`):
-/// each refused for good (the message is not one forewarn sent for a cluster it serves now: a
-/// forgery, or a cluster removed from the deployment), with why; it ends in the dead-letter
-/// queue, where it can be read.
-pub fn not_served(records: &[Record], cluster: Option<&str>) -> Vec<Report> {
-    let why = match cluster {
-        Some(name) => format!(
-            "a drain's continuation naming cluster {name}, which this deployment does not serve: \
-             refused, nothing done (no client of that cluster is made)"
-        ),
-        None => "a drain's continuation naming no cluster, in a deployment serving several: \
-                 refused, nothing done"
-            .to_string(),
-    };
-    each(records, |r| r.failed_as(why.clone(), false))
-}
-
-/// The reports of a share whose cluster could not be reached: every record failed (it comes
-/// back, and the cluster is tried again with the next batch).
-pub fn unreachable(records: &[Record], error: &Unreachable) -> Vec<Report> {
-    each(records, |r| Report {
-        cluster: Some(error.cluster.clone()),
-        ..r.failed_as(error.to_string(), error.kind.retryable())
-    })
-}
-
-/// The reports of a share of cluster `name`, in trouble since `since` (see
-/// [`super::Fleet::backing_off`]): every record failed at once, to come back shortly.
-pub fn in_trouble(
-    records: &[Record],
-    name: &str,
-    since: chrono::DateTime<chrono::Utc>,
-) -> Vec<Report> {
-    let why = format!(
-        "cluster {name}: its API server failed a whole share of a batch at {} (down, or not \
-         answering): left alone for a few seconds in batches with other clusters' records; the \
-         event comes back shortly",
-        since.to_rfc3339()
-    );
-    each(records, |r| Report {
-        cluster: Some(name.to_string()),
-        // Sooner, it would only fail again without a request.
-        retry_not_before: Some(since + super::BREAK),
-        ..r.failed(why.clone())
-    })
-}
-
-/// The batch's instance lookup ran out of the batch's time.
-pub fn out_of_time() -> DirectoryError {
-    DirectoryError::new(
-        "ec2",
-        FailureKind::Timeout,
-        "the time left for this batch ran out; the event goes back to the queue",
-    )
 }
 
 /// The batch's `records` by destination. `instances`: what the lookup found (`None`: it
@@ -135,13 +71,13 @@ pub fn split(
         };
         if let Some(c) = &record.continuation {
             let named = c.plan.cluster.as_deref().map(ClusterId::parse);
-            let to = match (&named, served.is_empty()) {
-                (_, true) => Destination::Cluster(None),
-                (Some(Ok(id)), false) => match served.iter().find(|s| id.is(s, own)) {
-                    Some(served) => Destination::Cluster(Some(served.clone())),
-                    None => Destination::NotServed(c.plan.cluster.clone()),
-                },
-                _ => Destination::NotServed(c.plan.cluster.clone()),
+            let found = named
+                .and_then(Result::ok)
+                .and_then(|id| served.iter().find(|s| id.is(s, own)));
+            let to = match found {
+                _ if served.is_empty() => Destination::Cluster(None),
+                Some(id) => Destination::Cluster(Some(id.clone())),
+                None => Destination::NotServed(c.plan.cluster.clone()),
             };
             put(to, record.clone(), position);
             continue;
@@ -269,6 +205,7 @@ mod tests {
     use super::*;
     use crate::domain::fixtures;
     use crate::domain::inbound::decode_value;
+    use crate::ports::{DirectoryError, FailureKind};
 
     const I1: &str = "i-0a1b2c3d4e5f60001";
     const I2: &str = "i-0a1b2c3d4e5f60002";
@@ -286,22 +223,6 @@ mod tests {
         decode_value("test", event, chrono::Utc::now())
             .unwrap()
             .remove(0)
-    }
-
-    #[test]
-    fn a_share_left_alone_fails_until_its_break_ends() {
-        let since = crate::domain::event::parse_time("2026-11-26T10:00:05Z").unwrap();
-        let reports = in_trouble(&[spot("e1", I1), spot("e2", I2)], "blue", since);
-        for r in &reports {
-            assert_eq!(r.outcome, crate::domain::report::Outcome::Failed);
-            assert!(!r.permanent);
-            assert_eq!(r.cluster.as_deref(), Some("blue"));
-            assert_eq!(
-                r.retry_not_before,
-                Some(since + super::super::BREAK),
-                "{r:?}"
-            );
-        }
     }
 
     fn health(id: &str, instances: &[&str]) -> Record {
@@ -363,8 +284,8 @@ mod tests {
     }
 
     /// A continuation goes only to a served cluster: one naming another, or none in a
-    /// deployment of several, is refused for good with why — before its signature is read and
-    /// without a client of that cluster being made.
+    /// deployment of several, is refused (see the handler's test) — before its signature is
+    /// read and without a client of that cluster being made.
     #[test]
     fn a_continuation_goes_only_to_a_served_cluster() {
         let records = vec![
@@ -382,19 +303,6 @@ mod tests {
             [1]
         );
         assert_eq!(shares[&Destination::NotServed(None)].positions, [2]);
-        let refused = not_served(&records[1..2], Some("attacker"));
-        assert_eq!(refused[0].outcome, crate::domain::report::Outcome::Failed);
-        assert!(
-            refused[0].permanent,
-            "refused for good: it ends in the dead-letter queue"
-        );
-        assert!(
-            refused[0].reason.as_deref().is_some_and(
-                |r| r.contains("cluster attacker, which this deployment does not serve")
-            ),
-            "{:?}",
-            refused[0].reason
-        );
         // A cluster of the same name in another account is another cluster; the own one
         // written whole is the own one.
         let records = vec![

@@ -77,8 +77,12 @@ pub struct Pipeline<'a> {
     /// Where drains' instances leave their load balancers before their first evictions (see
     /// [`traffic`]); `None`: they are not taken off.
     pub traffic: Option<&'a Traffic>,
-    /// How the batch is processed: how many events at once, and by when.
-    pub limits: Limits,
+    /// Events (of distinct instances) handled at once.
+    pub concurrency: usize,
+    /// The batch's work: when it must be over (a Lambda's deadline less a margin, on the
+    /// pipeline's clock), and whether outages are ridden out; every call of the batch through
+    /// the directory and the executor is part of it.
+    pub work: Work,
 }
 
 /// How a drain's passes are carried on (see the module doc).
@@ -133,16 +137,16 @@ struct BatchFacts<'a> {
 
 impl Pipeline<'_> {
     /// Processes a batch of records: one instance lookup, one node lookup and one ledger read for
-    /// the whole batch, then the events — concurrently up to `limits.concurrency`, except that
+    /// the whole batch, then the events — concurrently up to `concurrency`, except that
     /// events sharing an instance run one after the other in event-time order. A record whose
     /// event id already came earlier in the batch is a duplicate of it. Work not finished by
-    /// `limits.deadline` is reported failed (it goes back to the queue; every action is
+    /// the [`Work`]'s deadline is reported failed (it goes back to the queue; every action is
     /// idempotent, so a half-done event is simply done again); every call of the batch through
     /// the directory and the executor is part of its [`Work`] (transient failures are retried
     /// inside the batch while its time allows). Returns one report per record, in order.
     pub async fn process(&self, records: &[Record]) -> Vec<Report> {
         let now = self.clock.now();
-        let looked_up = within(self.clock, self.limits.deadline, self.look_up(records)).await;
+        let looked_up = within(self.clock, self.work.deadline, self.look_up(records)).await;
         let (found, nodes, applied, followed) = match looked_up.unwrap_or(Err(WorkError::OutOfTime))
         {
             Ok(found) => found,
@@ -204,14 +208,6 @@ impl Pipeline<'_> {
             .collect()
     }
 
-    /// The batch's [`Work`]: its deadline, and whether outages are ridden out.
-    fn work(&self) -> Work {
-        Work {
-            deadline: self.limits.deadline,
-            fail_fast: self.limits.fail_fast,
-        }
-    }
-
     /// The batch's lookups besides its instances' (given, see [`places`]): one node lookup and
     /// one ledger read for every supported event of `records`.
     async fn look_up(&self, records: &[Record]) -> Result<LookedUp, WorkError> {
@@ -231,7 +227,7 @@ impl Pipeline<'_> {
             .filter_map(|id| Some((id.clone(), self.instances.found.get(id)?.clone())))
             .collect();
         let known: Vec<InstanceFacts> = found.values().cloned().collect();
-        let mut nodes = self.nodes.nodes(&known, self.work()).await?;
+        let mut nodes = self.nodes.nodes(&known, self.work).await?;
         drop_unverified_records(self.store, &mut nodes).await;
         let applied = self.store.applied(&event_ids).await?;
         // `adaptive` decides from the pools' history: read once for the batch, when needed.
@@ -281,7 +277,7 @@ impl Pipeline<'_> {
             .collect()
     }
 
-    /// `each` of every item of `lanes`: the lanes at once (up to `limits.concurrency`), each
+    /// `each` of every item of `lanes`: the lanes at once (up to `concurrency`), each
     /// lane's items one after the other; what each lane gave, in its order.
     async fn lanes<I, O, F: Future<Output = O>>(
         &self,
@@ -297,7 +293,7 @@ impl Pipeline<'_> {
                 }
                 out
             })
-            .buffer_unordered(self.limits.concurrency.max(1))
+            .buffer_unordered(self.concurrency.max(1))
             .collect()
             .await
     }
@@ -343,7 +339,7 @@ impl Pipeline<'_> {
         done.await.into_iter().flatten().collect()
     }
 
-    /// `work` (in the span of the record's event) if it ends by the deadline of `limits`; else
+    /// `work` (in the span of the record's event) if it ends by the work's deadline; else
     /// (or when that is already past) the record's failed report. A panic in `work` fails this
     /// record alone (logged with its message id): the batch's other records are answered as
     /// they went.
@@ -357,10 +353,10 @@ impl Pipeline<'_> {
             Err(_) => tracing::Span::none(),
         };
         let work = std::panic::AssertUnwindSafe(work.instrument(span)).catch_unwind();
-        if self.limits.deadline.is_some_and(|d| self.clock.now() >= d) {
+        if self.work.deadline.is_some_and(|d| self.clock.now() >= d) {
             return Err(Report::new(record).failed(format!("not started: {OUT_OF_TIME}")));
         }
-        let done = within(self.clock, self.limits.deadline, work).await;
+        let done = within(self.clock, self.work.deadline, work).await;
         let done =
             done.ok_or_else(|| Report::new(record).failed(format!("not finished: {OUT_OF_TIME}")))?;
         done.map_err(|panic| panicked(record, panic.as_ref()))
@@ -405,7 +401,7 @@ impl Pipeline<'_> {
         let executor = self.executor.filter(|_| self.mode.runs_actions());
         let outcome = self.outcome(executor);
         if let Some(executor) = executor.filter(|_| plan.has_node_work()) {
-            let results = match executor.execute(&plan, Pass::Cordon, self.work()).await {
+            let results = match executor.execute(&plan, Pass::Cordon, self.work).await {
                 Ok(results) => results,
                 Err(e) => return Handled::Done(WorkError::from(e).fail(report)),
             };
@@ -567,7 +563,9 @@ fn event_span(event: &Event) -> tracing::Span {
     )
 }
 
-const OUT_OF_TIME: &str = "the time left for this batch ran out; the event goes back to the queue";
+/// Why work the batch's time ran out for fails (the batch's instance lookup too).
+pub const OUT_OF_TIME: &str =
+    "the time left for this batch ran out; the event goes back to the queue";
 
 /// Why an event's work (or the batch's lookups) failed: the event goes back to the queue.
 #[derive(Debug, thiserror::Error)]
@@ -609,30 +607,8 @@ impl WorkError {
     }
 }
 
-/// How a batch is processed.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    /// Events (of distinct instances) handled at once.
-    pub concurrency: usize,
-    /// When the batch must be over (a Lambda's deadline minus a margin), on the pipeline's
-    /// clock.
-    pub deadline: Option<DateTime<Utc>>,
-    /// Outages are not ridden out: see [`Work::fail_fast`].
-    pub fail_fast: bool,
-}
-
 /// Events handled at once within a batch by default (`FOREWARN_CONCURRENCY`'s default).
 pub const CONCURRENCY: usize = 8;
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            concurrency: CONCURRENCY,
-            deadline: None,
-            fail_fast: false,
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests;

@@ -145,7 +145,7 @@ impl Pipeline<'_> {
         let Some(executor) = self.executor.filter(|_| self.mode.writes_cluster()) else {
             return String::new();
         };
-        match executor.execute(plan, Pass::Announce, self.work()).await {
+        match executor.execute(plan, Pass::Announce, self.work).await {
             Ok(results) => match results.iter().find_map(|r| r.refused.as_deref()) {
                 Some(why) => format!(" (the Events of the decision were not recorded: {why})"),
                 None => " (the Events of the decision, left to this pass, are recorded)".into(),
@@ -246,7 +246,7 @@ impl Pipeline<'_> {
             role,
             heartbeat,
         };
-        let results = executor.execute(plan, pass, self.work()).await?;
+        let results = executor.execute(plan, pass, self.work).await?;
         if let Some(why) = refusals(&results) {
             report.reason = Some(why);
             if results.iter().all(|r| r.refused.is_some()) {
@@ -318,8 +318,8 @@ impl Pipeline<'_> {
             return BTreeMap::new();
         }
         let nodes: Vec<String> = nodes.into_iter().collect();
-        let look = executor.room(&nodes, self.work());
-        match within(self.clock, self.limits.deadline, look).await {
+        let look = executor.room(&nodes, self.work);
+        match within(self.clock, self.work.deadline, look).await {
             Some(Ok(seen)) => seen,
             Some(Err(e)) => {
                 tracing::warn!(error = %e, "could not look at the placeholders: drains waiting for room make full passes");

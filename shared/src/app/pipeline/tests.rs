@@ -120,10 +120,10 @@ async fn run(
     store: &EmbeddedStore,
     exec: &Recorder,
     batch: serde_json::Value,
-    limits: Limits,
+    work: Work,
     clock: &ManualClock,
 ) -> Vec<Report> {
-    run_with(&Config::default(), store, exec, batch, limits, clock).await
+    run_with(&Config::default(), store, exec, batch, work, clock).await
 }
 
 /// [`run`] with `config`.
@@ -132,7 +132,7 @@ async fn run_with(
     store: &EmbeddedStore,
     exec: &Recorder,
     batch: serde_json::Value,
-    limits: Limits,
+    work: Work,
     clock: &ManualClock,
 ) -> Vec<Report> {
     let (instances, nodes) = world();
@@ -140,7 +140,8 @@ async fn run_with(
         passes: &Passes::in_process(PASS_INTERVAL),
         clock,
         traffic: None,
-        limits,
+        concurrency: CONCURRENCY,
+        work,
         mode: Mode::Act,
         config,
         store,
@@ -208,7 +209,8 @@ async fn adaptive_after_five_followed(
         passes: &Passes::in_process(PASS_INTERVAL),
         clock: &clock,
         traffic: None,
-        limits: Limits::default(),
+        concurrency: CONCURRENCY,
+        work: Work::default(),
         mode: Mode::Act,
         config: &config,
         store: &store,
@@ -260,13 +262,13 @@ async fn duplicates_in_a_batch_act_once() {
         spot("e1", A, "2026-11-20T10:00:00Z"),
         spot("e1", A, "2026-11-20T10:00:00Z")
     ]);
-    let reports = run(&store, &exec, batch.clone(), Limits::default(), &clock()).await;
+    let reports = run(&store, &exec, batch.clone(), Work::default(), &clock()).await;
     assert_eq!(reports[0].outcome, Outcome::Acted);
     assert_eq!(reports[0].actions[0].result.as_deref(), Some("done"));
     assert_eq!(reports[1].outcome, Outcome::Duplicate);
     assert_eq!(exec.calls.lock().unwrap().len(), 1);
     // and across batches
-    let again = run(&store, &exec, batch, Limits::default(), &clock()).await;
+    let again = run(&store, &exec, batch, Work::default(), &clock()).await;
     assert!(again.iter().all(|r| r.outcome == Outcome::Duplicate));
     assert_eq!(exec.calls.lock().unwrap().len(), 1);
 }
@@ -286,11 +288,11 @@ async fn a_panic_fails_its_record_alone() {
             spot("e1", A, "2026-11-20T10:00:00Z"),
             spot("e2", B, "2026-11-20T10:00:00Z")
         ]);
-        let limits = Limits {
+        let work = Work {
             deadline,
-            ..Limits::default()
+            ..Work::default()
         };
-        let reports = run(&store, &exec, batch, limits, &clock()).await;
+        let reports = run(&store, &exec, batch, work, &clock()).await;
         assert_eq!(reports[0].outcome, Outcome::Failed);
         let why = reports[0].reason.as_deref().unwrap();
         assert!(
@@ -318,7 +320,7 @@ async fn a_failed_action_is_not_recorded_and_comes_back() {
         spot("e1", A, "2026-11-20T10:00:00Z"),
         spot("e2", B, "2026-11-20T10:00:00Z")
     ]);
-    let reports = run(&store, &exec, batch.clone(), Limits::default(), &clock()).await;
+    let reports = run(&store, &exec, batch.clone(), Work::default(), &clock()).await;
     assert_eq!(reports[0].outcome, Outcome::Failed);
     assert!(
         reports[0]
@@ -337,7 +339,7 @@ async fn a_failed_action_is_not_recorded_and_comes_back() {
     assert_eq!(applied, HashSet::from(["e2".to_string()]));
     // redelivered after the fault: it is applied now
     let ok = Recorder::default();
-    let reports = run(&store, &ok, batch, Limits::default(), &clock()).await;
+    let reports = run(&store, &ok, batch, Work::default(), &clock()).await;
     assert_eq!(reports[0].outcome, Outcome::Acted);
     assert_eq!(reports[2].outcome, Outcome::Duplicate);
 }
@@ -357,7 +359,7 @@ async fn events_of_one_instance_run_in_event_time_order() {
             json!({"instance-action": "terminate"})
         ),
     ]);
-    let reports = run(&store, &exec, batch, Limits::default(), &clock()).await;
+    let reports = run(&store, &exec, batch, Work::default(), &clock()).await;
     assert!(
         reports.iter().all(|r| r.outcome == Outcome::Acted),
         "{reports:#?}"
@@ -378,12 +380,11 @@ async fn work_past_the_deadline_is_failed_and_not_recorded() {
         spot("s1", A, "2026-11-20T10:00:00Z"),
         spot("s2", A, "2026-11-20T10:00:01Z")
     ]);
-    let limits = Limits {
-        concurrency: 4,
+    let work = Work {
         deadline: Some(clock.now() + chrono::Duration::milliseconds(100)),
         fail_fast: false,
     };
-    let reports = run(&store, &exec, batch, limits, &clock).await;
+    let reports = run(&store, &exec, batch, work, &clock).await;
     assert_eq!(reports[0].outcome, Outcome::Failed);
     assert!(
         reports[0]
@@ -444,7 +445,8 @@ async fn a_failed_lookup_fails_the_events_but_not_the_unsupported() {
         passes: &Passes::in_process(PASS_INTERVAL),
         clock: &clock,
         traffic: None,
-        limits: Limits::default(),
+        concurrency: CONCURRENCY,
+        work: Work::default(),
         mode: Mode::Act,
         config: &config,
         store: &store,
@@ -543,7 +545,8 @@ async fn a_failed_account_fails_only_its_own_events() {
         passes: &Passes::in_process(PASS_INTERVAL),
         clock: &clock,
         traffic: None,
-        limits: Limits::default(),
+        concurrency: CONCURRENCY,
+        work: Work::default(),
         mode: Mode::Act,
         config: &config,
         store: &store,
@@ -646,7 +649,8 @@ fn queued<'a>(
         passes,
         clock,
         traffic: None,
-        limits: Limits::default(),
+        concurrency: CONCURRENCY,
+        work: Work::default(),
         mode: Mode::Act,
         config,
         store,
@@ -1048,18 +1052,14 @@ async fn every_call_carries_the_batchs_work() {
     let exec = Recorder::default();
     let world = world();
     let nodes = NodesIn(world.1.clone(), Mutex::default());
-    let limits = Limits {
-        concurrency: 2,
-        deadline: Some(clock.now() + chrono::Duration::seconds(60)),
-        fail_fast: true,
-    };
     let work = Work {
-        deadline: limits.deadline,
+        deadline: Some(clock.now() + chrono::Duration::seconds(60)),
         fail_fast: true,
     };
     let (passes, config) = (Passes::in_process(PASS_INTERVAL), Config::default());
     let p = Pipeline {
-        limits,
+        concurrency: 2,
+        work,
         nodes: &nodes,
         ..queued(&passes, &clock, &config, &store, &world, &exec)
     };

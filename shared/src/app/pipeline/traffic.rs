@@ -139,10 +139,7 @@ impl Pipeline<'_> {
         };
         let now = self.clock.now();
         let budget_end = now + span(traffic.budget);
-        let end = self
-            .limits
-            .deadline
-            .map_or(budget_end, |d| d.min(budget_end));
+        let end = self.work.deadline.map_or(budget_end, |d| d.min(budget_end));
         let wait = self.wait_for_round(traffic, rounds, &key, &doomed, end);
         // The wait ends at `end` by itself; this only bounds a store that does not answer.
         let out = match until(self.clock, end + span(STORE_GRACE), wait).await {
