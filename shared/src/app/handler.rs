@@ -747,7 +747,7 @@ mod tests {
         async fn redeliver(
             &self,
             messages: &[Redeliver],
-        ) -> Result<usize, crate::ports::QueueError> {
+        ) -> Result<usize, crate::ports::PortError> {
             self.0.lock().unwrap().push(messages.to_vec());
             Ok(messages.len())
         }
@@ -823,32 +823,31 @@ mod tests {
         async fn applied(
             &self,
             _: &[String],
-        ) -> Result<std::collections::HashSet<String>, crate::ports::StoreError> {
-            Err(crate::ports::StoreError::Backend {
-                location: "test".into(),
-                message: "unreachable".into(),
-                kind: self.0,
-                source: None,
-            })
+        ) -> Result<std::collections::HashSet<String>, crate::ports::PortError> {
+            Err(crate::ports::PortError::store(
+                "test",
+                self.0,
+                "unreachable",
+            ))
         }
         async fn apply(
             &self,
             _: &crate::domain::pool::PoolUpdate,
-        ) -> Result<crate::domain::pool::Applied, crate::ports::StoreError> {
+        ) -> Result<crate::domain::pool::Applied, crate::ports::PortError> {
             unreachable!("lookups fail first")
         }
         async fn pools(
             &self,
             _: &crate::domain::pool::PoolQuery,
             _: DateTime<Utc>,
-        ) -> Result<Vec<crate::domain::pool::PoolRecord>, crate::ports::StoreError> {
+        ) -> Result<Vec<crate::domain::pool::PoolRecord>, crate::ports::PortError> {
             Ok(Vec::new())
         }
         async fn history(
             &self,
             _: DateTime<Utc>,
             _: DateTime<Utc>,
-        ) -> Result<Vec<crate::domain::pool::HistoryEntry>, crate::ports::StoreError> {
+        ) -> Result<Vec<crate::domain::pool::HistoryEntry>, crate::ports::PortError> {
             Ok(Vec::new())
         }
         async fn history_of(
@@ -856,12 +855,12 @@ mod tests {
             _: &[crate::domain::pool::PoolKey],
             _: DateTime<Utc>,
             _: DateTime<Utc>,
-        ) -> Result<Vec<crate::domain::pool::HistoryEntry>, crate::ports::StoreError> {
+        ) -> Result<Vec<crate::domain::pool::HistoryEntry>, crate::ports::PortError> {
             unreachable!("lookups fail first")
         }
         async fn continuation_keys(
             &self,
-        ) -> Result<crate::domain::keys::KeyRing, crate::ports::StoreError> {
+        ) -> Result<crate::domain::keys::KeyRing, crate::ports::PortError> {
             unreachable!("lookups fail first")
         }
         fn location(&self) -> String {

@@ -22,7 +22,7 @@ use crate::domain::event::{Event, EventKind};
 use crate::domain::facts::InstanceFacts;
 use crate::domain::inbound::Record;
 use crate::domain::report::{Outcome, Report};
-use crate::ports::{DirectoryError, FailureKind};
+use crate::ports::{FailureKind, PortError};
 
 use super::Unreachable;
 
@@ -102,8 +102,8 @@ pub fn in_trouble(
 }
 
 /// The batch's instance lookup ran out of the batch's time.
-pub fn out_of_time() -> DirectoryError {
-    DirectoryError::new(
+pub fn out_of_time() -> PortError {
+    PortError::new(
         "ec2",
         FailureKind::Timeout,
         "the time left for this batch ran out; the event goes back to the queue",
@@ -497,7 +497,7 @@ mod tests {
     #[test]
     fn only_the_events_of_a_failed_place_are_unrouted() {
         let mut instances = found([instance(I1, "blue")]);
-        let failure = DirectoryError::new("ec2:DescribeInstances", FailureKind::Forbidden, "no");
+        let failure = PortError::new("ec2:DescribeInstances", FailureKind::Forbidden, "no");
         let member = Place {
             account: Some("111111111111".into()),
             region: Some("us-east-1".into()),
