@@ -623,10 +623,8 @@ mod tests {
                 .code(code)
                 .message("User: arn:aws:sts::123456789012:assumed-role/h is not authorized")
                 .build();
-            crate::adapters::aws::AwsError::new(
-                "dispatch failure".into(),
-                CredentialsError::provider_error(AssumeRoleError::generic(meta)),
-            )
+            let refused = CredentialsError::provider_error(AssumeRoleError::generic(meta));
+            crate::adapters::aws::AwsError::of(refused)
         };
         let lookup = |kind: FailureKind, code: &str| {
             PortError::new("ec2:DescribeInstances", kind, sts(code))

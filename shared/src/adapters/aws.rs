@@ -169,17 +169,13 @@ pub struct AwsError {
 }
 
 impl AwsError {
-    /// `error`, said as `text`.
-    pub fn new(text: String, error: impl std::error::Error + Send + Sync + 'static) -> AwsError {
+    /// `error`, said with every source's text (see [`aws_error_text`]).
+    pub fn of(error: impl std::error::Error + Send + Sync + 'static) -> AwsError {
+        let text = aws_error_text(&error);
         AwsError {
             text,
             error: Box::new(error),
         }
-    }
-
-    /// `error`, said with every source's text (see [`aws_error_text`]).
-    pub fn of(error: impl std::error::Error + Send + Sync + 'static) -> AwsError {
-        AwsError::new(aws_error_text(&error), error)
     }
 }
 

@@ -187,17 +187,7 @@ impl EmbeddedStore {
 
 /// A failure of the local database (a file, redb): nothing tells whether it passes.
 fn backend(path: &Path, what: impl Display, error: impl Into<BoxError>) -> PortError {
-    backend_of(FailureKind::Unknown, path, what, error)
-}
-
-/// `error`, met while doing `what` (kept as the source).
-fn backend_of(
-    kind: FailureKind,
-    path: &Path,
-    what: impl Display,
-    error: impl Into<BoxError>,
-) -> PortError {
-    PortError::store(path.display(), kind, error).doing(what)
+    PortError::store(path.display(), FailureKind::Unknown, error).doing(what)
 }
 
 /// `json`, the value of `key`, as `what` it should be, or what is wrong with it.
@@ -237,7 +227,8 @@ impl PoolStore for EmbeddedStore {
 
     async fn apply(&self, update: &PoolUpdate) -> Result<Applied, PortError> {
         let what = format!("applying event {}", update.event_id);
-        validate(update).map_err(|m| backend_of(FailureKind::Invalid, &self.path, &what, m))?;
+        let invalid = |m| PortError::store(self.path.display(), FailureKind::Invalid, m);
+        validate(update).map_err(|m| invalid(m).doing(&what))?;
         let (update, retention) = (update.clone(), self.retention);
         let recorded_ms = update.recorded_at.timestamp_millis();
         self.write_off(what, move |txn| {
