@@ -1,10 +1,10 @@
-//! The traits the interruption path talks through, with their errors: the clock, the pool
-//! store, the instance and node directories, the executor of node actions, the load balancers,
-//! the continuation queue and redelivery, the completer of ASG lifecycle actions, the notifier
-//! (webhook), the policy ConfigMap, the cluster catalog and each cluster's priority expander.
-//! The adapters implement them; the application holds them as `dyn` objects, so that tests can
-//! put fakes in their place. A port only another feature uses lives with its consumer:
-//! `app::audit` (workloads), `app::leaving` (leaving instances),
+//! The traits the interruption path talks through, with their one error ([`PortError`]): the
+//! clock, the pool store, the instance and node directories, the executor of node actions, the
+//! load balancers, the continuation queue and redelivery, the completer of ASG lifecycle
+//! actions, the notifier (webhook), the policy ConfigMap, the cluster catalog and each
+//! cluster's priority expander. The adapters implement them; the application holds them as
+//! `dyn` objects, so that tests can put fakes in their place. A port only another feature uses
+//! lives with its consumer: `app::audit` (workloads), `app::leaving` (leaving instances),
 //! `app::priorities` (node groups).
 
 use std::collections::{BTreeMap, HashSet};
@@ -73,36 +73,62 @@ pub fn span(d: std::time::Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).unwrap_or_else(|_| chrono::Duration::days(3650))
 }
 
-/// A lookup that failed (EC2, the Kubernetes API): `{service}: [{doing}: ]{source}`.
+/// A call through a port that failed: what was called or acted on (`subject`: the call
+/// `ec2:DescribeInstances`, the instance whose action failed, the queue, `pool store at T`), what
+/// it was doing when the subject does not say it (`configmap/N/M`, `node N`), the kind of failure
+/// and what the adapter met: `{subject}: [{doing}: ]{source}`. The causes a caller acts on are
+/// typed errors in the chain of sources: an account not served ([`NotServed`]) or not reached
+/// ([`AccountUnreachable`]), a malformed store item ([`Corrupt`]).
 #[derive(Debug, thiserror::Error)]
-#[error("{service}: {}{source}", doing.as_deref().map(|d| format!("{d}: ")).unwrap_or_default())]
-pub struct DirectoryError {
-    pub service: &'static str,
-    /// What the lookup was reading (`configmap/N/M`), when the service does not say it.
+#[error("{subject}: {}{source}", doing.as_deref().map(|d| format!("{d}: ")).unwrap_or_default())]
+pub struct PortError {
+    pub subject: String,
     pub doing: Option<String>,
-    /// What kind of failure: whether the lookup is worth trying again.
+    /// What kind of failure: whether the call is worth trying again.
     pub kind: FailureKind,
-    /// The adapter's error.
+    /// The adapter's error, or the text of what went wrong.
     #[source]
     pub source: BoxError,
 }
 
-impl DirectoryError {
-    /// `source`, met by a lookup of `service`; its kind is `kind`.
+impl PortError {
+    /// `source`, met by `subject`; its kind is `kind`.
     pub fn new(
-        service: &'static str,
+        subject: impl Into<String>,
         kind: FailureKind,
         source: impl Into<BoxError>,
-    ) -> DirectoryError {
-        DirectoryError {
-            service,
+    ) -> PortError {
+        PortError {
+            subject: subject.into(),
             doing: None,
             kind,
             source: source.into(),
         }
     }
 
-    /// Trying the lookup again may succeed (see [`FailureKind::retryable`]).
+    /// The same error, met while doing `doing`.
+    pub fn doing(self, doing: impl std::fmt::Display) -> PortError {
+        let doing = Some(doing.to_string());
+        PortError { doing, ..self }
+    }
+
+    /// `source`, met by the pool store at `location`; its kind is `kind`.
+    pub fn store(
+        location: impl std::fmt::Display,
+        kind: FailureKind,
+        source: impl Into<BoxError>,
+    ) -> PortError {
+        PortError::new(format!("pool store at {location}"), kind, source)
+    }
+
+    /// The pool store's item `key`, malformed as `message` says ([`Corrupt`]: reading it again
+    /// gives the same).
+    pub fn corrupt(key: impl std::fmt::Display, message: impl std::fmt::Display) -> PortError {
+        let (key, message) = (key.to_string(), message.to_string());
+        PortError::new("pool store", FailureKind::Invalid, Corrupt { key, message })
+    }
+
+    /// Trying the call again may succeed (see [`FailureKind::retryable`]).
     pub fn retryable(&self) -> bool {
         self.kind.retryable()
     }
@@ -120,7 +146,7 @@ impl DirectoryError {
     }
 
     /// The first error of type `T` in the chain of sources.
-    fn cause<T: std::error::Error + 'static>(&self) -> Option<&T> {
+    pub fn cause<T: std::error::Error + 'static>(&self) -> Option<&T> {
         let mut next: Option<&(dyn std::error::Error + 'static)> = Some(self.source.as_ref());
         while let Some(e) = next {
             if let Some(found) = e.downcast_ref::<T>() {
@@ -130,6 +156,15 @@ impl DirectoryError {
         }
         None
     }
+}
+
+/// An item of the pool store that does not read as what it should be: reading it again gives
+/// the same (the source of a [`PortError::corrupt`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("item `{key}` is malformed: {message}")]
+pub struct Corrupt {
+    pub key: String,
+    pub message: String,
 }
 
 /// An account this deployment does not serve: an event of another account than its own, and
@@ -250,7 +285,7 @@ pub trait InstanceDirectory: Send + Sync {
         &self,
         place: &Place,
         instance_ids: &[String],
-    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError>;
+    ) -> Result<BTreeMap<String, InstanceFacts>, PortError>;
 
     /// The Capacity Block `reservation_id` in the account and region of `place` and its
     /// instances, every state (EC2: one `DescribeCapacityReservations` and one
@@ -260,7 +295,7 @@ pub trait InstanceDirectory: Send + Sync {
         &self,
         place: &Place,
         reservation_id: &str,
-    ) -> Result<CapacityBlock, DirectoryError> {
+    ) -> Result<CapacityBlock, PortError> {
         let _ = (place, reservation_id);
         Ok(CapacityBlock::default())
     }
@@ -277,10 +312,10 @@ pub trait NodeDirectory: Send + Sync {
         &self,
         instances: &[InstanceFacts],
         work: Work,
-    ) -> Result<Vec<NodeFacts>, DirectoryError>;
+    ) -> Result<Vec<NodeFacts>, PortError>;
 
     /// Every node of the cluster (the sweeper looks for nodes whose instance is gone).
-    async fn all(&self) -> Result<Vec<NodeFacts>, DirectoryError>;
+    async fn all(&self) -> Result<Vec<NodeFacts>, PortError>;
 }
 
 /// No instance facts at all (replay without `--instances`).
@@ -292,7 +327,7 @@ impl InstanceDirectory for NoInstances {
         &self,
         _place: &Place,
         _instance_ids: &[String],
-    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
+    ) -> Result<BTreeMap<String, InstanceFacts>, PortError> {
         Ok(BTreeMap::new())
     }
 }
@@ -302,80 +337,12 @@ pub struct NoNodes;
 
 #[async_trait]
 impl NodeDirectory for NoNodes {
-    async fn nodes(&self, _: &[InstanceFacts], _: Work) -> Result<Vec<NodeFacts>, DirectoryError> {
+    async fn nodes(&self, _: &[InstanceFacts], _: Work) -> Result<Vec<NodeFacts>, PortError> {
         Ok(Vec::new())
     }
 
-    async fn all(&self) -> Result<Vec<NodeFacts>, DirectoryError> {
+    async fn all(&self) -> Result<Vec<NodeFacts>, PortError> {
         Ok(Vec::new())
-    }
-}
-
-/// Errors of a pool store.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("pool store at {location}: {message}{}", cause_text(.source.as_deref()))]
-    Backend {
-        location: String,
-        /// What was being done, or what went wrong when the backend said nothing.
-        message: String,
-        /// What kind of failure: whether the call is worth trying again.
-        kind: FailureKind,
-        /// What the backend answered, when it did (a DynamoDB error).
-        #[source]
-        source: Option<BoxError>,
-    },
-    /// An item that does not read as what it should be: reading it again gives the same.
-    #[error("pool store: item `{key}` is malformed: {message}")]
-    Corrupt { key: String, message: String },
-}
-
-/// `: ` and the text of `cause` and of its own causes, one after the other; nothing without one.
-fn cause_text(cause: Option<&(dyn std::error::Error + Send + Sync)>) -> String {
-    let mut text = String::new();
-    let mut next: Option<&dyn std::error::Error> = cause.map(|c| c as &dyn std::error::Error);
-    while let Some(c) = next {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        next = c.source();
-    }
-    text
-}
-
-impl StoreError {
-    /// The item `key`, malformed as `message` says.
-    pub fn corrupt(key: impl std::fmt::Display, message: impl std::fmt::Display) -> StoreError {
-        let (key, message) = (key.to_string(), message.to_string());
-        StoreError::Corrupt { key, message }
-    }
-
-    /// A failure of the backend at `location` while doing `what`, as `source` says.
-    pub fn backend(
-        location: String,
-        what: impl std::fmt::Display,
-        kind: FailureKind,
-        source: Option<BoxError>,
-    ) -> StoreError {
-        let message = what.to_string();
-        StoreError::Backend {
-            location,
-            message,
-            kind,
-            source,
-        }
-    }
-
-    /// The kind of failure (a malformed item is [`FailureKind::Invalid`]).
-    pub fn kind(&self) -> FailureKind {
-        match self {
-            StoreError::Backend { kind, .. } => *kind,
-            StoreError::Corrupt { .. } => FailureKind::Invalid,
-        }
-    }
-
-    /// Trying the call again may succeed (see [`FailureKind::retryable`]).
-    pub fn retryable(&self) -> bool {
-        self.kind().retryable()
     }
 }
 
@@ -387,18 +354,18 @@ pub const KEY_CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(30
 #[async_trait]
 pub trait PoolStore: Send + Sync {
     /// The subset of `event_ids` already applied (within the ledger's retention).
-    async fn applied(&self, event_ids: &[String]) -> Result<HashSet<String>, StoreError>;
+    async fn applied(&self, event_ids: &[String]) -> Result<HashSet<String>, PortError>;
 
     /// Applies one event's update at most once: atomically records the event id and updates
     /// every pool it marks. A duplicate event id changes nothing and answers `Duplicate`.
-    async fn apply(&self, update: &PoolUpdate) -> Result<Applied, StoreError>;
+    async fn apply(&self, update: &PoolUpdate) -> Result<Applied, PortError>;
 
     /// The pools answering `query` at `now`, newest first.
     async fn pools(
         &self,
         query: &PoolQuery,
         now: DateTime<Utc>,
-    ) -> Result<Vec<PoolRecord>, StoreError>;
+    ) -> Result<Vec<PoolRecord>, PortError>;
 
     /// The history entries that matter for `[since, now]` (see
     /// [`HistoryEntry::in_period`]): what `forewarn pools --stats` reads.
@@ -406,7 +373,7 @@ pub trait PoolStore: Send + Sync {
         &self,
         since: DateTime<Utc>,
         now: DateTime<Utc>,
-    ) -> Result<Vec<HistoryEntry>, StoreError>;
+    ) -> Result<Vec<HistoryEntry>, PortError>;
 
     /// The history entries of `pools` whose event time is in `[since, now]`: what `adaptive`
     /// reads on the hot path (one query per pool, not a read of the whole history).
@@ -415,7 +382,7 @@ pub trait PoolStore: Send + Sync {
         pools: &[PoolKey],
         since: DateTime<Utc>,
         now: DateTime<Utc>,
-    ) -> Result<Vec<HistoryEntry>, StoreError>;
+    ) -> Result<Vec<HistoryEntry>, PortError>;
 
     /// The keys drain continuations and cordon records are signed with (see
     /// [`crate::domain::inbound::continuation`]): the current key (32 random bytes and its id), which
@@ -423,12 +390,12 @@ pub trait PoolStore: Send + Sync {
     /// first caller when there is none, with a conditional write (so that concurrent first
     /// callers agree on one key); read once and cached by the store for at most
     /// [`KEY_CACHE_TTL`] (a rotation reaches every process within it).
-    async fn continuation_keys(&self) -> Result<KeyRing, StoreError>;
+    async fn continuation_keys(&self) -> Result<KeyRing, PortError>;
 
     /// The keys as stored now (a strongly consistent read), never created: `None` when there are
     /// none. The cache [`PoolStore::continuation_keys`] answers from is replaced: what a
     /// signature by a key id this process does not know asks for, once, before refusing it.
-    async fn reread_continuation_keys(&self) -> Result<Option<KeyRing>, StoreError> {
+    async fn reread_continuation_keys(&self) -> Result<Option<KeyRing>, PortError> {
         self.continuation_keys().await.map(Some)
     }
 
@@ -436,13 +403,12 @@ pub trait PoolStore: Send + Sync {
     /// (so what it signed still verifies), the previous one dropped. With no key yet, creates
     /// the first. A write conditioned on the keys read: a concurrent rotation makes it fail
     /// ([`FailureKind::Conflict`]) rather than lose a key.
-    async fn rotate_continuation_key(&self) -> Result<KeyRing, StoreError> {
+    async fn rotate_continuation_key(&self) -> Result<KeyRing, PortError> {
         let what = "this store cannot rotate its continuation key";
-        Err(StoreError::backend(
+        Err(PortError::store(
             self.location(),
-            what,
             FailureKind::Invalid,
-            None,
+            what,
         ))
     }
 
@@ -482,53 +448,8 @@ pub struct ActionResult {
     pub refused: Option<String>,
 }
 
-/// Any error, boxed: the source an error of a port keeps of what the adapter met.
+/// Any error, boxed: the source a [`PortError`] keeps of what the adapter met.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
-
-/// An action that could not be carried out (the event goes back to the queue).
-#[derive(Debug, thiserror::Error)]
-#[error("{instance_id}: {}", self.message())]
-pub struct ExecuteError {
-    /// The instance whose action failed (empty for a call about no one instance).
-    pub instance_id: String,
-    /// What the action was doing when it failed (`node N`), when it says more than the instance.
-    pub doing: Option<String>,
-    /// What kind of failure: whether the action is worth trying again.
-    pub kind: FailureKind,
-    /// The adapter's error.
-    #[source]
-    pub source: BoxError,
-}
-
-impl ExecuteError {
-    /// What failed, for people: `{doing}: {source}` (the source alone without `doing`).
-    pub fn message(&self) -> String {
-        match &self.doing {
-            Some(doing) => format!("{doing}: {}", self.source),
-            None => self.source.to_string(),
-        }
-    }
-
-    /// `source`, met by the action of `instance_id` while `doing` it; its kind is `kind`.
-    pub fn new(
-        instance_id: impl Into<String>,
-        doing: Option<String>,
-        kind: FailureKind,
-        source: impl Into<BoxError>,
-    ) -> ExecuteError {
-        ExecuteError {
-            instance_id: instance_id.into(),
-            doing,
-            kind,
-            source: source.into(),
-        }
-    }
-
-    /// Trying the action again may succeed (see [`FailureKind::retryable`]).
-    pub fn retryable(&self) -> bool {
-        self.kind.retryable()
-    }
-}
 
 /// Carries out a plan's node actions (the Kubernetes API, the ASG lifecycle action).
 #[async_trait]
@@ -541,7 +462,7 @@ pub trait Executor: Send + Sync {
         plan: &Plan,
         pass: Pass,
         work: Work,
-    ) -> Result<Vec<ActionResult>, ExecuteError>;
+    ) -> Result<Vec<ActionResult>, PortError>;
 
     /// The placeholders of `nodes` (see [`crate::domain::surge`]) as one look sees them, as part
     /// of `work`: for every node asked, how many there are and how many run elsewhere. One
@@ -551,7 +472,7 @@ pub trait Executor: Send + Sync {
         &self,
         _nodes: &[String],
         _work: Work,
-    ) -> Result<BTreeMap<String, crate::domain::surge::RoomSeen>, ExecuteError> {
+    ) -> Result<BTreeMap<String, crate::domain::surge::RoomSeen>, PortError> {
         Ok(BTreeMap::new())
     }
 }
@@ -570,28 +491,7 @@ pub trait ContinuationQueue: Send + Sync {
         group: &str,
         body: &str,
         delay: std::time::Duration,
-    ) -> Result<(), QueueError>;
-}
-
-/// A message the queue did not take (`SendMessage`, `ChangeMessageVisibilityBatch`).
-#[derive(Debug, thiserror::Error)]
-#[error("{queue}: {message}")]
-pub struct QueueError {
-    /// The queue's ARN or URL.
-    pub queue: String,
-    /// What went wrong (the SDK error's text with its sources', or what the queue answered).
-    pub message: String,
-    pub kind: FailureKind,
-    /// The SDK's error, when there is one.
-    #[source]
-    pub source: Option<BoxError>,
-}
-
-impl QueueError {
-    /// Trying the call again may succeed (see [`FailureKind::retryable`]).
-    pub fn retryable(&self) -> bool {
-        self.kind.retryable()
-    }
+    ) -> Result<(), PortError>;
 }
 
 /// What the cluster's policy ConfigMap holds.
@@ -610,7 +510,7 @@ pub enum PolicyText {
 #[async_trait]
 pub trait PolicySource: Send + Sync {
     /// The policy's YAML as the ConfigMap holds it.
-    async fn read(&self) -> Result<PolicyText, DirectoryError>;
+    async fn read(&self) -> Result<PolicyText, PortError>;
     /// Says, where people look (an Event on the ConfigMap), that the policy or a rule of it was
     /// refused: `message` says what, why and what applies instead. Best effort.
     async fn refused(&self, message: &str);
@@ -623,7 +523,7 @@ pub trait PolicySource: Send + Sync {
 pub trait ClusterCatalog: Send + Sync {
     /// Every cluster's name in `place` (whole: its account and region are known, or the
     /// deployment's own are not).
-    async fn clusters(&self, place: &Place) -> Result<Vec<String>, DirectoryError>;
+    async fn clusters(&self, place: &Place) -> Result<Vec<String>, PortError>;
 }
 
 /// What became of a lifecycle action.
@@ -657,31 +557,6 @@ impl LifecycleOutcome {
     }
 }
 
-/// A `CompleteLifecycleAction` that failed.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("CompleteLifecycleAction {asg}/{hook} for {instance_id}: {message}")]
-pub struct LifecycleError {
-    pub asg: String,
-    pub hook: String,
-    pub instance_id: String,
-    /// The AWS error code (`ValidationError`, `ResourceContention`, ...), when there is one.
-    pub code: Option<String>,
-    /// What the service said (its message, else the error's text).
-    pub message: String,
-    /// What kind of failure: whether the call is worth trying again.
-    pub kind: FailureKind,
-    /// The SDK's error, when there is one (shared: the error is cloned).
-    #[source]
-    pub source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>>,
-}
-
-impl LifecycleError {
-    /// Trying the call again may succeed (see [`FailureKind::retryable`]).
-    pub fn retryable(&self) -> bool {
-        self.kind.retryable()
-    }
-}
-
 /// Completes ASG lifecycle actions (a trait so the executor works without AWS).
 #[async_trait]
 pub trait LifecycleCompleter: Send + Sync {
@@ -690,7 +565,7 @@ pub trait LifecycleCompleter: Send + Sync {
         &self,
         instance_id: &str,
         action: &LifecycleAction,
-    ) -> Result<LifecycleOutcome, LifecycleError>;
+    ) -> Result<LifecycleOutcome, PortError>;
 
     /// Keeps `action` of `instance_id` alive (`RecordLifecycleActionHeartbeat`): its timeout
     /// starts again, so a drain that takes long is not cut short. False when no such action is
@@ -699,7 +574,7 @@ pub trait LifecycleCompleter: Send + Sync {
         &self,
         instance_id: &str,
         action: &LifecycleAction,
-    ) -> Result<bool, LifecycleError>;
+    ) -> Result<bool, PortError>;
 }
 
 /// Takes the instances whose drains are about to evict off their cluster's load balancers (see
@@ -718,7 +593,7 @@ pub trait LoadBalancers: Send + Sync {
         cluster: &str,
         doomed: &[crate::domain::traffic::Doomed],
         at_once: usize,
-    ) -> Result<crate::domain::traffic::Deregistered, TrafficError>;
+    ) -> Result<crate::domain::traffic::Deregistered, PortError>;
 
     /// `groups` are the target groups of (`place`, `cluster`) as another execution environment
     /// found them: taken as known when this one knows none yet (and found again in the
@@ -763,7 +638,7 @@ pub trait TrafficRounds: Send + Sync {
         key: &RoundKey,
         doomed: &[crate::domain::traffic::Doomed],
         now: DateTime<Utc>,
-    ) -> Result<(), StoreError>;
+    ) -> Result<(), PortError>;
 
     /// Takes the next round of `key` when it is due at `now` and some instance waits: the round
     /// is the caller's for `lease` (no other is made meanwhile), or until it settles.
@@ -772,7 +647,7 @@ pub trait TrafficRounds: Send + Sync {
         key: &RoundKey,
         now: DateTime<Utc>,
         lease: std::time::Duration,
-    ) -> Result<Claim, StoreError>;
+    ) -> Result<Claim, PortError>;
 
     /// Ends the caller's round: each instance's outcome, when the next round may come, and, when
     /// the round throttled or went unanswered, until when no round is made.
@@ -781,28 +656,17 @@ pub trait TrafficRounds: Send + Sync {
         key: &RoundKey,
         settled: &Settled,
         now: DateTime<Utc>,
-    ) -> Result<(), StoreError>;
+    ) -> Result<(), PortError>;
 
     /// The outcomes known of `instances` (kept [`OUTCOME_KEPT`] at least).
     async fn outcomes(
         &self,
         key: &RoundKey,
         instances: &[String],
-    ) -> Result<BTreeMap<String, crate::domain::traffic::Outcome>, StoreError>;
+    ) -> Result<BTreeMap<String, crate::domain::traffic::Outcome>, PortError>;
 }
 
 pub use crate::domain::traffic::{Claim, OUTCOME_KEPT, Settled};
-
-/// An Elastic Load Balancing call that failed: `{call}: {source}`.
-#[derive(Debug, thiserror::Error)]
-#[error("{call}: {source}")]
-pub struct TrafficError {
-    /// The call (`elasticloadbalancing:DescribeTargetGroups`, ...).
-    pub call: &'static str,
-    pub kind: FailureKind,
-    #[source]
-    pub source: BoxError,
-}
 
 /// What one round of notifications did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -834,43 +698,33 @@ pub struct Redeliver {
 #[async_trait]
 pub trait Redelivery: Send + Sync {
     /// Sets the visibility of each message; answers how many were changed, or why none was.
-    async fn redeliver(&self, messages: &[Redeliver]) -> Result<usize, QueueError>;
+    async fn redeliver(&self, messages: &[Redeliver]) -> Result<usize, PortError>;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// An error of a port says what it said before it kept its source, and keeps it.
+    /// A port error says what each port's own error said, and keeps its source.
     #[test]
     fn errors_keep_their_source_and_their_text() {
         use std::error::Error;
         let reset = || std::io::Error::other("connection reset");
-        let e = ExecuteError::new(
-            "i-1",
-            Some("node n".into()),
-            FailureKind::Connection,
-            reset(),
-        );
+        let e = PortError::new("i-1", FailureKind::Connection, reset()).doing("node n");
         assert_eq!(e.to_string(), "i-1: node n: connection reset");
-        assert_eq!(e.message(), "node n: connection reset");
         assert_eq!(e.source().unwrap().to_string(), "connection reset");
-        let e = ExecuteError::new("i-1", None, FailureKind::Connection, reset());
-        assert_eq!(e.to_string(), "i-1: connection reset");
-        let d = DirectoryError::new("ec2:DescribeInstances", FailureKind::Connection, reset());
+        let d = PortError::new("ec2:DescribeInstances", FailureKind::Connection, reset());
         assert_eq!(d.to_string(), "ec2:DescribeInstances: connection reset");
-        assert!(d.source().is_some());
-        let s = StoreError::Backend {
-            location: "t".into(),
-            message: "reading pool p".into(),
-            kind: FailureKind::Connection,
-            source: Some(Box::new(reset())),
-        };
+        let s = PortError::store("t", FailureKind::Connection, reset()).doing("reading pool p");
         assert_eq!(
             s.to_string(),
             "pool store at t: reading pool p: connection reset"
         );
-        assert!(s.source().is_some());
+        let c = PortError::corrupt("k", "m");
+        assert_eq!(c.to_string(), "pool store: item `k` is malformed: m");
+        assert_eq!(c.cause::<Corrupt>().map(|c| c.key.as_str()), Some("k"));
+        assert!(!c.retryable());
+        assert!(d.cause::<Corrupt>().is_none());
     }
 
     #[test]
@@ -924,36 +778,9 @@ mod tests {
     }
 
     #[test]
-    fn each_port_error_says_whether_to_retry() {
-        let directory = |kind| DirectoryError::new("ec2:DescribeInstances", kind, "m");
-        assert!(directory(FailureKind::Throttled).retryable());
-        assert!(!directory(FailureKind::Forbidden).retryable());
-        let backend = |kind| StoreError::Backend {
-            location: "dynamodb table t".into(),
-            message: "m".into(),
-            kind,
-            source: None,
-        };
-        assert!(backend(FailureKind::Timeout).retryable());
-        assert!(!backend(FailureKind::Conflict).retryable());
-        let corrupt = StoreError::Corrupt {
-            key: "k".into(),
-            message: "m".into(),
-        };
-        assert!(!corrupt.retryable());
-        let execute = |kind| ExecuteError::new("i-1", None, kind, "m");
-        assert!(execute(FailureKind::Unavailable).retryable());
-        assert!(!execute(FailureKind::NotFound).retryable());
-        let lifecycle = |kind| LifecycleError {
-            asg: "a".into(),
-            hook: "h".into(),
-            instance_id: "i-1".into(),
-            code: None,
-            message: "m".into(),
-            kind,
-            source: None,
-        };
-        assert!(lifecycle(FailureKind::Connection).retryable());
-        assert!(!lifecycle(FailureKind::Invalid).retryable());
+    fn a_port_error_says_whether_to_retry() {
+        let error = |kind| PortError::new("ec2:DescribeInstances", kind, "m");
+        assert!(error(FailureKind::Throttled).retryable());
+        assert!(!error(FailureKind::Forbidden).retryable());
     }
 }

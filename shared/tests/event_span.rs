@@ -14,7 +14,7 @@ use forewarn::domain::facts::{InstanceFacts, NodeFacts};
 use forewarn::domain::plan::Plan;
 use forewarn::domain::pool::CapacityType;
 use forewarn::domain::report::Outcome;
-use forewarn::ports::{ActionResult, Clock, ExecuteError, Executor, Pass, Work};
+use forewarn::ports::{ActionResult, Clock, Executor, Pass, PortError, Work};
 
 const ID: &str = "i-0a1b2c3d4e5f60001";
 
@@ -44,12 +44,7 @@ struct Logging;
 
 #[async_trait]
 impl Executor for Logging {
-    async fn execute(
-        &self,
-        plan: &Plan,
-        _: Pass,
-        _: Work,
-    ) -> Result<Vec<ActionResult>, ExecuteError> {
+    async fn execute(&self, plan: &Plan, _: Pass, _: Work) -> Result<Vec<ActionResult>, PortError> {
         tracing::info!("executing");
         Ok(vec![ActionResult {
             instance_id: plan.instance_ids[0].clone(),

@@ -757,7 +757,7 @@ pub async fn the_continuation_key_rotates_keeping_the_previous_one(s: Subject) {
     use forewarn::ports::FailureKind;
     let read_only = ReadOnlyStore(s.store.clone());
     let none = read_only.continuation_keys().await.unwrap_err();
-    assert_eq!(none.kind(), FailureKind::NotFound, "{none}");
+    assert_eq!(none.kind, FailureKind::NotFound, "{none}");
     assert_eq!(
         s.store.reread_continuation_keys().await.unwrap(),
         None,

@@ -17,7 +17,7 @@ use chrono::Duration;
 use forewarn::adapters::dynamo::DynamoStore;
 use forewarn::adapters::embedded::EmbeddedStore;
 use forewarn::domain::pool::{Applied, PoolQuery, Retention};
-use forewarn::ports::{PoolStore, StoreError};
+use forewarn::ports::{Corrupt, PoolStore};
 use forewarn_tests::contract::{Subject, event, mark, now, spot};
 use forewarn_tests::moto;
 
@@ -348,8 +348,12 @@ fn dynamodb_malformed_item_is_corrupt_naming_its_key() {
             zone: Some("us-east-1a".into()),
             ..PoolQuery::default()
         };
-        match store.pools(&query, t).await {
-            Err(StoreError::Corrupt { key, message }) => {
+        match store
+            .pools(&query, t)
+            .await
+            .map_err(|e| e.cause::<Corrupt>().cloned())
+        {
+            Err(Some(Corrupt { key, message })) => {
                 assert_eq!(key, "POOL#spot#m5.large#us-east-1a");
                 assert!(message.contains("interruptions"), "{message}");
             }
@@ -416,8 +420,12 @@ fn the_continuation_keys_live_in_their_secret() {
                 .send()
                 .await
                 .expect("PutSecretValue");
-            match store().continuation_keys().await {
-                Err(StoreError::Corrupt { key, message }) => {
+            match store()
+                .continuation_keys()
+                .await
+                .map_err(|e| e.cause::<Corrupt>().cloned())
+            {
+                Err(Some(Corrupt { key, message })) => {
                     assert!(key.contains("AWSCURRENT"), "{key}");
                     assert!(message.contains(says), "{message}");
                 }

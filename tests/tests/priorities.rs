@@ -413,14 +413,13 @@ impl forewarn::app::leaving::LeavingInstances for NoneLeaving {
         &self,
         _place: &forewarn::ports::Place,
         _cluster: &str,
-    ) -> Result<Vec<forewarn::domain::facts::InstanceFacts>, forewarn::ports::DirectoryError> {
+    ) -> Result<Vec<forewarn::domain::facts::InstanceFacts>, forewarn::ports::PortError> {
         Ok(Vec::new())
     }
     async fn statuses(
         &self,
         _place: &forewarn::ports::Place,
-    ) -> Result<Vec<forewarn::domain::status::InstanceStatus>, forewarn::ports::DirectoryError>
-    {
+    ) -> Result<Vec<forewarn::domain::status::InstanceStatus>, forewarn::ports::PortError> {
         Ok(Vec::new())
     }
 }

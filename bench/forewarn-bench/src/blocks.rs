@@ -40,7 +40,7 @@ use forewarn::app::settings::Settings as Deployed;
 use forewarn::domain::facts::{CapacityBlock, InstanceFacts};
 use forewarn::domain::inbound::continuation::Tenant;
 use forewarn::domain::pool::CapacityType;
-use forewarn::ports::{ContinuationQueue, DirectoryError, InstanceDirectory, Place};
+use forewarn::ports::{ContinuationQueue, InstanceDirectory, Place, PortError};
 use kube_fake::{KubeFake, RecordedRequest};
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -149,7 +149,7 @@ impl InstanceDirectory for Counted {
         &self,
         place: &Place,
         ids: &[String],
-    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
+    ) -> Result<BTreeMap<String, InstanceFacts>, PortError> {
         self.describes.fetch_add(1, Ordering::Relaxed);
         self.ids.fetch_add(ids.len(), Ordering::Relaxed);
         self.inner.describe(place, ids).await
@@ -159,7 +159,7 @@ impl InstanceDirectory for Counted {
         &self,
         place: &Place,
         reservation_id: &str,
-    ) -> Result<CapacityBlock, DirectoryError> {
+    ) -> Result<CapacityBlock, PortError> {
         self.blocks.fetch_add(1, Ordering::Relaxed);
         self.inner.capacity_block(place, reservation_id).await
     }

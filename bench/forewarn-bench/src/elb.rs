@@ -23,7 +23,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use forewarn::adapters::elb::{DEREGISTER_CHUNK, GROUPS_FOR, TARGETS_FOR};
 use forewarn::domain::traffic::{Deregistered, Doomed};
-use forewarn::ports::{FailureKind, LoadBalancers, Place, TrafficError};
+use forewarn::ports::{FailureKind, LoadBalancers, Place, PortError};
 use futures::StreamExt;
 use tokio::time::Instant;
 
@@ -156,7 +156,7 @@ impl Account {
 
     /// One call of `name`, as the SDK makes it: throttled attempts retried after a full-jitter
     /// backoff, the last one's throttling an error.
-    async fn call(&self, name: &'static str, seed: usize) -> Result<(), TrafficError> {
+    async fn call(&self, name: &'static str, seed: usize) -> Result<(), PortError> {
         let bucket = match name {
             "DeregisterTargets" => &self.mutate,
             "GetResources" => &self.tagging,
@@ -178,11 +178,8 @@ impl Account {
             let spread = ((seed * 7919 + attempt as usize * 104_729) % 1000) as f64 / 1000.0;
             tokio::time::sleep(Duration::from_secs_f64(ceiling * spread)).await;
         }
-        Err(TrafficError {
-            call: name,
-            kind: FailureKind::Throttled,
-            source: "ThrottlingException: Rate exceeded".into(),
-        })
+        let said = "ThrottlingException: Rate exceeded";
+        Err(PortError::new(name, FailureKind::Throttled, said))
     }
 
     /// The report's paragraph: the calls by kind, the throttled attempts, and per node whether
@@ -253,7 +250,7 @@ impl Environment {
 
     /// The groups as known, found now only when none is known; found again in the background
     /// when older than [`GROUPS_FOR`].
-    async fn groups(&self, seed: usize) -> Result<(Vec<usize>, usize), TrafficError> {
+    async fn groups(&self, seed: usize) -> Result<(Vec<usize>, usize), PortError> {
         let (cached, start) = {
             let mut found = self.found.lock().unwrap();
             let stale = found
@@ -337,7 +334,7 @@ async fn discover(
     account: &Account,
     found: &Mutex<Found>,
     seed: usize,
-) -> Result<(Vec<usize>, usize), TrafficError> {
+) -> Result<(Vec<usize>, usize), PortError> {
     let ours: Vec<usize> = (0..account.groups.len())
         .filter(|&g| account.groups[g].ours)
         .collect();
@@ -362,7 +359,7 @@ impl LoadBalancers for Environment {
         _cluster: &str,
         doomed: &[Doomed],
         at_once: usize,
-    ) -> Result<Deregistered, TrafficError> {
+    ) -> Result<Deregistered, PortError> {
         let seed = doomed
             .first()
             .map(|d| d.instance_id.bytes().map(usize::from).sum())

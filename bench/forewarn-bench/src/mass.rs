@@ -1167,9 +1167,9 @@ impl forewarn::ports::InstanceDirectory for Accounts {
         &self,
         place: &forewarn::ports::Place,
         ids: &[String],
-    ) -> Result<BTreeMap<String, InstanceFacts>, forewarn::ports::DirectoryError> {
+    ) -> Result<BTreeMap<String, InstanceFacts>, forewarn::ports::PortError> {
         match place.account.as_ref().filter(|a| self.denied.contains(*a)) {
-            Some(account) => Err(forewarn::ports::DirectoryError::new(
+            Some(account) => Err(forewarn::ports::PortError::new(
                 "ec2",
                 forewarn::ports::FailureKind::Forbidden,
                 format!("AccessDenied: the member role of {account} denies ec2:DescribeInstances"),

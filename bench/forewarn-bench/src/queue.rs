@@ -26,7 +26,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use forewarn::domain::inbound::continuation::delay_seconds;
 use forewarn::domain::retry::visibility_seconds;
-use forewarn::ports::{ContinuationQueue, QueueError, Redeliver, Redelivery};
+use forewarn::ports::{ContinuationQueue, PortError, Redeliver, Redelivery};
 use tokio::time::Instant;
 
 /// The stack's visibility timeout: what a failed message waits unless the handler changes it.
@@ -199,7 +199,7 @@ impl ContinuationQueue for Queue {
         group: &str,
         body: &str,
         delay: Duration,
-    ) -> Result<(), QueueError> {
+    ) -> Result<(), PortError> {
         self.send(body.to_string(), Some(group), delay);
         Ok(())
     }
@@ -207,7 +207,7 @@ impl ContinuationQueue for Queue {
 
 #[async_trait]
 impl Redelivery for Queue {
-    async fn redeliver(&self, messages: &[Redeliver]) -> Result<usize, QueueError> {
+    async fn redeliver(&self, messages: &[Redeliver]) -> Result<usize, PortError> {
         let mut s = self.state.lock().unwrap();
         for m in messages {
             if let Ok(id) = m.message_id.trim_start_matches("m-").parse::<u64>() {

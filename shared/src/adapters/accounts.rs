@@ -23,7 +23,7 @@ use aws_config::{Region, SdkConfig};
 use aws_credential_types::provider::SharedCredentialsProvider;
 
 pub use crate::domain::clusters::{is_account_id, is_region};
-use crate::ports::{AccountUnreachable, DirectoryError, FailureKind, NotServed, Place};
+use crate::ports::{AccountUnreachable, FailureKind, NotServed, Place, PortError};
 
 /// The role session name forewarn's sessions in member accounts carry (their CloudTrail entries
 /// say it).
@@ -159,7 +159,7 @@ impl AccountError {
     /// What a lookup of `service` in the place answers: the event's account not served (no
     /// member role is configured, or no served cluster is in it: [`NotServed`] as its source,
     /// so that its events are acknowledged), else this error, wrong in itself.
-    pub fn for_lookup(self, service: &'static str) -> DirectoryError {
+    pub fn for_lookup(self, service: &'static str) -> PortError {
         let kind = self.kind();
         let (account, why) = match &self {
             AccountError::NotServed { account, own } => (
@@ -177,9 +177,9 @@ impl AccountError {
                      served clusters name none of its): no role is assumed there"
                 ),
             ),
-            _ => return DirectoryError::new(service, kind, self),
+            _ => return PortError::new(service, kind, self),
         };
-        DirectoryError::new(service, kind, NotServed { account, why })
+        PortError::new(service, kind, NotServed { account, why })
     }
 }
 
@@ -187,22 +187,15 @@ impl AccountError {
 /// does not admit the caller (STS says the same of both).
 const ROLE_REFUSED: &str = "AccessDenied";
 
-/// What STS said, when `error` (or one of its sources) is an `AssumeRole` refused with
+/// What STS said, when one of `error`'s causes is an `AssumeRole` refused with
 /// [`ROLE_REFUSED`]: `sts:AssumeRole: AccessDenied: <message>`.
-pub fn role_refusal(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+pub fn role_refusal(error: &PortError) -> Option<String> {
     use aws_sdk_sts::error::ProvideErrorMetadata;
-    use aws_sdk_sts::operation::assume_role::AssumeRoleError;
-    let mut next = Some(error);
-    while let Some(e) = next {
-        if let Some(sts) = e.downcast_ref::<AssumeRoleError>() {
-            return (sts.code() == Some(ROLE_REFUSED)).then(|| match sts.message() {
-                Some(message) => format!("sts:AssumeRole: {ROLE_REFUSED}: {message}"),
-                None => format!("sts:AssumeRole: {ROLE_REFUSED}"),
-            });
-        }
-        next = e.source();
-    }
-    None
+    let sts = error.cause::<aws_sdk_sts::operation::assume_role::AssumeRoleError>()?;
+    (sts.code() == Some(ROLE_REFUSED)).then(|| match sts.message() {
+        Some(message) => format!("sts:AssumeRole: {ROLE_REFUSED}: {message}"),
+        None => format!("sts:AssumeRole: {ROLE_REFUSED}"),
+    })
 }
 
 /// Where calls about a place go: the deployment's own account, or a member account through its
@@ -343,7 +336,7 @@ impl Accounts {
     /// made refused as forbidden ([`AccountUnreachable`]: its events fail, to be retried, and
     /// are never acknowledged). `None` for any other error, and for the own account (whose
     /// calls assume no role).
-    pub fn unreachable(&self, place: &Place, error: &DirectoryError) -> Option<AccountUnreachable> {
+    pub fn unreachable(&self, place: &Place, error: &PortError) -> Option<AccountUnreachable> {
         let Ok(Target::Member { account, region }) = self.target(place) else {
             return None;
         };
@@ -396,7 +389,7 @@ impl<C: Clone> PerPlace<C> {
 
     /// The account of `place` cannot be reached, as `error` (met by a call there) says: see
     /// [`Accounts::unreachable`].
-    pub fn unreachable(&self, place: &Place, error: &DirectoryError) -> Option<AccountUnreachable> {
+    pub fn unreachable(&self, place: &Place, error: &PortError) -> Option<AccountUnreachable> {
         self.accounts.as_ref()?.unreachable(place, error)
     }
 
@@ -630,21 +623,22 @@ mod tests {
                 .code(code)
                 .message("User: arn:aws:sts::123456789012:assumed-role/h is not authorized")
                 .build();
-            crate::adapters::aws::AwsError::new(
-                "dispatch failure".into(),
-                CredentialsError::provider_error(AssumeRoleError::generic(meta)),
-            )
+            let refused = CredentialsError::provider_error(AssumeRoleError::generic(meta));
+            crate::adapters::aws::AwsError::of(refused)
         };
         let lookup = |kind: FailureKind, code: &str| {
-            DirectoryError::new("ec2:DescribeInstances", kind, sts(code))
+            PortError::new("ec2:DescribeInstances", kind, sts(code))
         };
-        let said = role_refusal(&sts("AccessDenied")).unwrap();
+        let said = role_refusal(&lookup(FailureKind::Unknown, "AccessDenied")).unwrap();
         assert!(
             said.starts_with("sts:AssumeRole: AccessDenied: User: arn:aws:sts"),
             "{said}"
         );
-        assert_eq!(role_refusal(&sts("RegionDisabledException")), None);
-        assert_eq!(role_refusal(&std::io::Error::other("AccessDenied")), None);
+        let other = lookup(FailureKind::Unknown, "RegionDisabledException");
+        assert_eq!(role_refusal(&other), None);
+        let io = std::io::Error::other("AccessDenied");
+        let io = PortError::new("ec2:DescribeInstances", FailureKind::Unknown, io);
+        assert_eq!(role_refusal(&io), None);
         let org = accounts(Some("123456789012"), Some("forewarn-member"));
         let member = place(Some("222222222222"), Some("eu-west-1"));
         let unreachable = org
@@ -665,7 +659,7 @@ mod tests {
             "{text}"
         );
         // The role assumed, but refused the call (EC2's UnauthorizedOperation is forbidden).
-        let denied = DirectoryError::new(
+        let denied = PortError::new(
             "ec2:DescribeInstances",
             FailureKind::Forbidden,
             "UnauthorizedOperation: not authorized",

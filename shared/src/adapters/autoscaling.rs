@@ -11,11 +11,11 @@ use aws_sdk_autoscaling::error::ProvideErrorMetadata;
 use aws_sdk_autoscaling::types::AutoScalingGroup;
 
 use super::accounts::{AccountError, Accounts, PerPlace};
-use super::aws::{CallError, OperationError, aws_error_text, failure_kind, lookup_error};
+use super::aws::call_error;
 use crate::app::priorities::NodeGroupSource;
 use crate::domain::event::LifecycleAction;
 use crate::domain::priorities::AsgDescription;
-use crate::ports::{DirectoryError, LifecycleCompleter, LifecycleError, LifecycleOutcome, Place};
+use crate::ports::{LifecycleCompleter, LifecycleOutcome, Place, PortError};
 
 /// `autoscaling:CompleteLifecycleAction` (and `RecordLifecycleActionHeartbeat`) through the AWS
 /// SDK, in the account and region of the action (see [`LifecycleAction::account`]): the own
@@ -47,7 +47,7 @@ impl AsgLifecycle {
         &self,
         instance_id: &str,
         action: &LifecycleAction,
-    ) -> Result<aws_sdk_autoscaling::Client, LifecycleError> {
+    ) -> Result<aws_sdk_autoscaling::Client, PortError> {
         let place = Place {
             account: action.account.clone(),
             region: action.region.clone(),
@@ -60,16 +60,18 @@ impl AsgLifecycle {
 }
 
 /// A lifecycle action whose place cannot be served.
-fn place_error(instance_id: &str, action: &LifecycleAction, e: AccountError) -> LifecycleError {
-    LifecycleError {
-        asg: action.asg_name.clone(),
-        hook: action.hook_name.clone(),
-        instance_id: instance_id.to_string(),
-        code: None,
-        message: e.to_string(),
-        kind: e.kind(),
-        source: Some(std::sync::Arc::new(e)),
-    }
+fn place_error(instance_id: &str, action: &LifecycleAction, e: AccountError) -> PortError {
+    PortError::new(lifecycle_call(instance_id, action), e.kind(), e)
+}
+
+/// `CompleteLifecycleAction <asg>/<hook> for <instance>`: what a lifecycle error is about.
+fn lifecycle_call(instance_id: &str, action: &LifecycleAction) -> String {
+    let LifecycleAction {
+        asg_name,
+        hook_name,
+        ..
+    } = action;
+    format!("CompleteLifecycleAction {asg_name}/{hook_name} for {instance_id}")
 }
 
 /// Whether a `ValidationError` says the action is not pending any more. AWS says
@@ -89,7 +91,7 @@ impl LifecycleCompleter for AsgLifecycle {
         &self,
         instance_id: &str,
         action: &LifecycleAction,
-    ) -> Result<LifecycleOutcome, LifecycleError> {
+    ) -> Result<LifecycleOutcome, PortError> {
         let mut request = self
             .client(instance_id, action)
             .await?
@@ -111,7 +113,7 @@ impl LifecycleCompleter for AsgLifecycle {
                 tracing::info!(%message, "no active lifecycle action: completed before or timed out");
                 Ok(LifecycleOutcome::AlreadyCompleted { message })
             }
-            Err(e) => Err(lifecycle_error(instance_id, action, e)),
+            Err(e) => Err(call_error(lifecycle_call(instance_id, action), e)),
         }
     }
 
@@ -120,7 +122,7 @@ impl LifecycleCompleter for AsgLifecycle {
         &self,
         instance_id: &str,
         action: &LifecycleAction,
-    ) -> Result<bool, LifecycleError> {
+    ) -> Result<bool, PortError> {
         let mut request = self
             .client(instance_id, action)
             .await?
@@ -137,26 +139,8 @@ impl LifecycleCompleter for AsgLifecycle {
                 Ok(true)
             }
             Err(e) if is_no_active_action(e.code(), e.message()) => Ok(false),
-            Err(e) => Err(lifecycle_error(instance_id, action, e)),
+            Err(e) => Err(call_error(lifecycle_call(instance_id, action), e)),
         }
-    }
-}
-
-fn lifecycle_error<E: OperationError>(
-    instance_id: &str,
-    action: &LifecycleAction,
-    e: CallError<E>,
-) -> LifecycleError {
-    LifecycleError {
-        asg: action.asg_name.clone(),
-        hook: action.hook_name.clone(),
-        instance_id: instance_id.to_string(),
-        code: e.code().map(str::to_string),
-        message: e
-            .message()
-            .map_or_else(|| aws_error_text(&e), str::to_string),
-        kind: failure_kind(&e),
-        source: Some(std::sync::Arc::new(e)),
     }
 }
 
@@ -207,13 +191,13 @@ fn template_ref(
 impl NodeGroupSource for AsgNodeGroups {
     /// In the own account and region; another place's through its configuration in
     /// [`Accounts`] (a member account's read-only role), refused as [`Accounts`] refuses it.
-    async fn describe_at(&self, place: &Place) -> Result<Vec<AsgDescription>, DirectoryError> {
+    async fn describe_at(&self, place: &Place) -> Result<Vec<AsgDescription>, PortError> {
         let clients = self.places.client(place).await;
         let clients = clients.map_err(|e| e.for_lookup("autoscaling"))?;
         clients.describe().await
     }
 
-    async fn describe(&self) -> Result<Vec<AsgDescription>, DirectoryError> {
+    async fn describe(&self) -> Result<Vec<AsgDescription>, PortError> {
         self.places.own().describe().await
     }
 }
@@ -230,7 +214,7 @@ impl GroupClients {
     async fn template(
         &self,
         (id, name, version): &TemplateRef,
-    ) -> Result<(Option<String>, Option<String>), DirectoryError> {
+    ) -> Result<(Option<String>, Option<String>), PortError> {
         let out = self
             .ec2
             .describe_launch_template_versions()
@@ -239,7 +223,7 @@ impl GroupClients {
             .versions(version)
             .send()
             .await
-            .map_err(|e| lookup_error("ec2 DescribeLaunchTemplateVersions", e))?;
+            .map_err(|e| call_error("ec2 DescribeLaunchTemplateVersions", e))?;
         let data = out
             .launch_template_versions()
             .first()
@@ -255,7 +239,7 @@ impl GroupClients {
         ))
     }
 
-    async fn describe(&self) -> Result<Vec<AsgDescription>, DirectoryError> {
+    async fn describe(&self) -> Result<Vec<AsgDescription>, PortError> {
         let mut groups = Vec::new();
         let mut templates: BTreeMap<TemplateRef, (Option<String>, Option<String>)> =
             BTreeMap::new();
@@ -266,7 +250,7 @@ impl GroupClients {
             .items()
             .send();
         while let Some(g) = pages.next().await {
-            let g = g.map_err(|e| lookup_error("autoscaling DescribeAutoScalingGroups", e))?;
+            let g = g.map_err(|e| call_error("autoscaling DescribeAutoScalingGroups", e))?;
             let mut desc = description(&g);
             let lt = g
                 .mixed_instances_policy()

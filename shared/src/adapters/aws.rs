@@ -5,7 +5,7 @@ use aws_config::{BehaviorVersion, SdkConfig};
 use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 
-use crate::ports::{DirectoryError, FailureKind};
+use crate::ports::{FailureKind, PortError};
 
 /// The SDK's attempts per request (throttling, transient errors) unless `AWS_MAX_ATTEMPTS` or the
 /// profile's `max_attempts` says otherwise.
@@ -139,10 +139,10 @@ pub fn sdk_failure<E: OperationError>(e: CallError<E>) -> (FailureKind, AwsError
     (failure_kind(&e), AwsError::of(e))
 }
 
-/// A lookup's `call` that failed with `e`.
-pub fn lookup_error<E: OperationError>(call: &'static str, e: CallError<E>) -> DirectoryError {
+/// `call` (of any AWS SDK: their errors are the same types), failed with `e`.
+pub fn call_error<E: OperationError>(call: impl Into<String>, e: CallError<E>) -> PortError {
     let (kind, error) = sdk_failure(e);
-    DirectoryError::new(call, kind, error)
+    PortError::new(call, kind, error)
 }
 
 /// An AWS SDK error with its causes (the SDK's `Display` alone says "service error").
@@ -169,17 +169,13 @@ pub struct AwsError {
 }
 
 impl AwsError {
-    /// `error`, said as `text`.
-    pub fn new(text: String, error: impl std::error::Error + Send + Sync + 'static) -> AwsError {
+    /// `error`, said with every source's text (see [`aws_error_text`]).
+    pub fn of(error: impl std::error::Error + Send + Sync + 'static) -> AwsError {
+        let text = aws_error_text(&error);
         AwsError {
             text,
             error: Box::new(error),
         }
-    }
-
-    /// `error`, said with every source's text (see [`aws_error_text`]).
-    pub fn of(error: impl std::error::Error + Send + Sync + 'static) -> AwsError {
-        AwsError::new(aws_error_text(&error), error)
     }
 }
 

@@ -9,13 +9,13 @@ use aws_sdk_ec2::types::{Filter, Instance};
 use chrono::Utc;
 
 use crate::adapters::accounts::{Accounts, PerPlace, lock};
-use crate::adapters::aws::lookup_error;
+use crate::adapters::aws::call_error;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::domain::facts::{BlockFacts, CapacityBlock, InstanceFacts};
 use crate::domain::pool::{CapacityType, ZoneIds};
-use crate::ports::{DirectoryError, FailureKind, InstanceDirectory, Place};
+use crate::ports::{FailureKind, InstanceDirectory, Place, PortError};
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 
 /// EC2 accepts at most 200 values in one filter.
@@ -131,7 +131,7 @@ impl InstanceDirectory for Ec2Directory {
         &self,
         place: &Place,
         instance_ids: &[String],
-    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
+    ) -> Result<BTreeMap<String, InstanceFacts>, PortError> {
         const CALL: &str = "ec2:DescribeInstances";
         let client = self.client_at(place, CALL).await?;
         let mut found = BTreeMap::new();
@@ -155,7 +155,7 @@ impl InstanceDirectory for Ec2Directory {
         &self,
         place: &Place,
         reservation_id: &str,
-    ) -> Result<CapacityBlock, DirectoryError> {
+    ) -> Result<CapacityBlock, PortError> {
         const CALL: &str = "ec2:DescribeCapacityReservations";
         let client = self.client_at(place, CALL).await?;
         let answer = client
@@ -166,7 +166,7 @@ impl InstanceDirectory for Ec2Directory {
         let facts = match answer {
             Ok(out) => out.capacity_reservations().iter().find_map(block_of),
             Err(e) if e.code() == Some("InvalidCapacityReservationId.NotFound") => None,
-            Err(e) => return Err(self.said(place, CALL, lookup_error(CALL, e))),
+            Err(e) => return Err(self.said(place, CALL, call_error(CALL, e))),
         };
         let filter = Filter::builder()
             .name("capacity-reservation-id")
@@ -247,7 +247,7 @@ impl Ec2Directory {
         &self,
         place: &Place,
         call: &'static str,
-    ) -> Result<Client, DirectoryError> {
+    ) -> Result<Client, PortError> {
         self.places
             .client(place)
             .await
@@ -257,14 +257,9 @@ impl Ec2Directory {
     /// `error`, an answer of `place`'s client to `call`: a served member account whose role is
     /// refused (by STS, or the call by the role) cannot be reached, which may pass (a role
     /// being re-created, IAM propagating): retryable.
-    pub(crate) fn said(
-        &self,
-        place: &Place,
-        call: &'static str,
-        error: DirectoryError,
-    ) -> DirectoryError {
+    pub(crate) fn said(&self, place: &Place, call: &'static str, error: PortError) -> PortError {
         match self.places.unreachable(place, &error) {
-            Some(unreachable) => DirectoryError::new(call, FailureKind::Unavailable, unreachable),
+            Some(unreachable) => PortError::new(call, FailureKind::Unavailable, unreachable),
             None => error,
         }
     }
@@ -272,13 +267,13 @@ impl Ec2Directory {
 
 /// The zone IDs of the account and region of `client`, by zone name (every zone, opted in or
 /// not: an instance may be in a Local Zone).
-pub async fn zone_ids_of(client: &Client) -> Result<ZoneIds, DirectoryError> {
+pub async fn zone_ids_of(client: &Client) -> Result<ZoneIds, PortError> {
     let out = client
         .describe_availability_zones()
         .all_availability_zones(true)
         .send()
         .await
-        .map_err(|e| lookup_error("ec2:DescribeAvailabilityZones", e))?;
+        .map_err(|e| call_error("ec2:DescribeAvailabilityZones", e))?;
     Ok(out
         .availability_zones()
         .iter()
@@ -290,10 +285,10 @@ pub async fn zone_ids_of(client: &Client) -> Result<ZoneIds, DirectoryError> {
 pub(crate) async fn query(
     client: &Client,
     filters: Vec<Filter>,
-) -> Result<Vec<InstanceFacts>, DirectoryError> {
+) -> Result<Vec<InstanceFacts>, PortError> {
     let pages = client.describe_instances().set_filters(Some(filters));
     let reservations: Result<Vec<_>, _> = pages.into_paginator().items().send().collect().await;
-    let reservations = reservations.map_err(|e| lookup_error("ec2:DescribeInstances", e))?;
+    let reservations = reservations.map_err(|e| call_error("ec2:DescribeInstances", e))?;
     let instances = reservations.iter().flat_map(|r| r.instances());
     Ok(instances.filter_map(facts_of).collect())
 }

@@ -31,11 +31,11 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 
 use crate::adapters::accounts::{Accounts, PerPlace, lock};
-use crate::adapters::aws::{CallError, OperationError, sdk_failure};
+use crate::adapters::aws::call_error;
 use crate::domain::traffic::{
     CLUSTER_TAG, Deregistered, Doomed, Target, doomed_targets, tagged_for,
 };
-use crate::ports::{Clock, FailureKind, LoadBalancers, Place, TrafficError};
+use crate::ports::{Clock, FailureKind, LoadBalancers, Place, PortError};
 
 /// How long the target groups of a cluster, once found, are taken as they are before they are
 /// found again in the background.
@@ -134,7 +134,7 @@ impl ElbTargets {
         &self,
         tags: &aws_sdk_resourcegroupstagging::Client,
         key: &(Place, String),
-    ) -> Result<(BTreeSet<String>, usize), TrafficError> {
+    ) -> Result<(BTreeSet<String>, usize), PortError> {
         let now = self.clock.now();
         let (known, start) = {
             let mut groups = lock(&self.groups);
@@ -168,7 +168,7 @@ impl ElbTargets {
         &self,
         tags: &aws_sdk_resourcegroupstagging::Client,
         key: &(Place, String),
-    ) -> Result<(BTreeSet<String>, usize), TrafficError> {
+    ) -> Result<(BTreeSet<String>, usize), PortError> {
         // However this ends (done, failed, dropped), another discovery may start.
         let _done = Finding(self.groups.clone(), key.clone());
         let cluster = key.1.as_str();
@@ -221,13 +221,6 @@ impl Drop for Finding {
     }
 }
 
-/// `e`, met by `call` (of any AWS SDK: their errors are the same types).
-fn call_error<E: OperationError>(call: &'static str, e: CallError<E>) -> TrafficError {
-    let (kind, source) = sdk_failure(e);
-    let source = Box::new(source);
-    TrafficError { call, kind, source }
-}
-
 impl ElbTargets {
     /// `group`'s doomed targets (of its targets read, or as read within [`TARGETS_FOR`])
     /// deregistered, [`DEREGISTER_CHUNK`] at most a call, each counted in `out` with the
@@ -238,7 +231,7 @@ impl ElbTargets {
         group: &str,
         doomed: &[Doomed],
         out: &Mutex<Deregistered>,
-    ) -> Result<bool, TrafficError> {
+    ) -> Result<bool, PortError> {
         let Some(registered) = self.targets_of(client, group, out).await? else {
             return Ok(false);
         };
@@ -277,7 +270,7 @@ impl ElbTargets {
         client: &Client,
         group: &str,
         out: &Mutex<Deregistered>,
-    ) -> Result<Option<Vec<Target>>, TrafficError> {
+    ) -> Result<Option<Vec<Target>>, PortError> {
         let now = self.clock.now();
         if let Some((at, targets)) = lock(&self.targets).get(group)
             && now - *at < crate::ports::span(TARGETS_FOR)
@@ -313,12 +306,9 @@ impl LoadBalancers for ElbTargets {
         cluster: &str,
         doomed: &[Doomed],
         at_once: usize,
-    ) -> Result<Deregistered, TrafficError> {
-        let clients = self.places.client(place).await.map_err(|e| TrafficError {
-            call: "tag:GetResources",
-            kind: e.kind(),
-            source: Box::new(e),
-        })?;
+    ) -> Result<Deregistered, PortError> {
+        let clients = self.places.client(place).await;
+        let clients = clients.map_err(|e| PortError::new("tag:GetResources", e.kind(), e))?;
         let key = (place.clone(), cluster.to_string());
         let (groups, describes) = self.known_groups(&clients.tags, &key).await?;
         let out = Mutex::new(Deregistered {

@@ -26,7 +26,7 @@ use crate::domain::pool::HistoryEntry;
 use crate::domain::pool::{Applied, PoolKey, PoolQuery, PoolRecord, PoolUpdate, Retention};
 use crate::domain::traffic::{Claim, Doomed, Outcome, Rounds};
 use crate::ports::{
-    BoxError, Clock, FailureKind, OUTCOME_KEPT, PoolStore, RoundKey, Settled, StoreError,
+    BoxError, Clock, FailureKind, OUTCOME_KEPT, PoolStore, PortError, RoundKey, Settled,
     TrafficRounds, span,
 };
 
@@ -76,7 +76,7 @@ impl EmbeddedStore {
     /// Opens (creating when missing) the store in `dir`: the directory and `dir/pools.redb`,
     /// with its tables. Drops the expired ledger entries and pools. Fails when another process
     /// holds the file.
-    pub fn open(dir: &Path) -> Result<EmbeddedStore, StoreError> {
+    pub fn open(dir: &Path) -> Result<EmbeddedStore, PortError> {
         let path = dir.join(Self::FILE_NAME);
         let creating = format!("creating the directory {}", dir.display());
         std::fs::create_dir_all(dir).map_err(|e| backend(&path, creating, e))?;
@@ -106,7 +106,7 @@ impl EmbeddedStore {
 
     /// Removes the ledger entries, pools, history entries and traffic outcomes expired at `now`.
     /// Malformed pool records are left in place (reads report them).
-    fn purge(&self, now: DateTime<Utc>) -> Result<(), StoreError> {
+    fn purge(&self, now: DateTime<Utc>) -> Result<(), PortError> {
         let now_ms = now.timestamp_millis();
         self.write("purging what expired", |txn| {
             txn.open_table(LEDGER)?
@@ -128,7 +128,7 @@ impl EmbeddedStore {
         &self,
         what: impl Display,
         work: impl FnOnce(&WriteTransaction) -> Result<T, BoxError>,
-    ) -> Result<T, StoreError> {
+    ) -> Result<T, PortError> {
         let run = || {
             let txn = self.db.begin_write()?;
             let out = work(&txn)?;
@@ -138,10 +138,10 @@ impl EmbeddedStore {
         run().map_err(|e: BoxError| self.failed(what, e))
     }
 
-    /// What `error`, met doing `what`, is: a [`StoreError`] as it was (a corrupt entry),
+    /// What `error`, met doing `what`, is: a [`PortError`] as it was (a corrupt entry),
     /// anything else a failure of the database.
-    fn failed(&self, what: impl Display, error: BoxError) -> StoreError {
-        match error.downcast::<StoreError>() {
+    fn failed(&self, what: impl Display, error: BoxError) -> PortError {
+        match error.downcast::<PortError>() {
             Ok(e) => *e,
             Err(e) => self.err(what, e),
         }
@@ -152,7 +152,7 @@ impl EmbeddedStore {
         &self,
         what: String,
         work: impl FnOnce(&WriteTransaction) -> Result<T, BoxError> + Send + 'static,
-    ) -> Result<T, StoreError> {
+    ) -> Result<T, PortError> {
         self.blocking(move |store| store.write(what, work)).await
     }
 
@@ -161,7 +161,7 @@ impl EmbeddedStore {
         &self,
         what: String,
         work: impl FnOnce(&ReadTransaction) -> Result<T, BoxError> + Send + 'static,
-    ) -> Result<T, StoreError> {
+    ) -> Result<T, PortError> {
         self.blocking(move |store| {
             let run = || work(&store.db.begin_read()?);
             run().map_err(|e: BoxError| store.failed(what, e))
@@ -172,51 +172,41 @@ impl EmbeddedStore {
     /// Runs blocking redb work off the async executor.
     async fn blocking<T: Send + 'static>(
         &self,
-        work: impl FnOnce(&EmbeddedStore) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, StoreError> {
+        work: impl FnOnce(&EmbeddedStore) -> Result<T, PortError> + Send + 'static,
+    ) -> Result<T, PortError> {
         let store = self.clone();
         tokio::task::spawn_blocking(move || work(&store))
             .await
             .map_err(|e| self.err("running a database task", e))?
     }
 
-    fn err(&self, what: impl Display, error: impl Into<BoxError>) -> StoreError {
+    fn err(&self, what: impl Display, error: impl Into<BoxError>) -> PortError {
         backend(&self.path, what, error)
     }
 }
 
 /// A failure of the local database (a file, redb): nothing tells whether it passes.
-fn backend(path: &Path, what: impl Display, error: impl Into<BoxError>) -> StoreError {
-    backend_of(FailureKind::Unknown, path, what, error)
-}
-
-/// `error`, met while doing `what` (kept as the source).
-fn backend_of(
-    kind: FailureKind,
-    path: &Path,
-    what: impl Display,
-    error: impl Into<BoxError>,
-) -> StoreError {
-    StoreError::backend(path.display().to_string(), what, kind, Some(error.into()))
+fn backend(path: &Path, what: impl Display, error: impl Into<BoxError>) -> PortError {
+    PortError::store(path.display(), FailureKind::Unknown, error).doing(what)
 }
 
 /// `json`, the value of `key`, as `what` it should be, or what is wrong with it.
-fn parse<T: DeserializeOwned>(key: &str, json: &str, what: &str) -> Result<T, StoreError> {
-    serde_json::from_str(json).map_err(|e| StoreError::corrupt(key, format!("not {what}: {e}")))
+fn parse<T: DeserializeOwned>(key: &str, json: &str, what: &str) -> Result<T, PortError> {
+    serde_json::from_str(json).map_err(|e| PortError::corrupt(key, format!("not {what}: {e}")))
 }
 
-fn decode(key: &str, json: &str) -> Result<PoolRecord, StoreError> {
+fn decode(key: &str, json: &str) -> Result<PoolRecord, PortError> {
     let record: PoolRecord = parse(key, json, "a pool record")?;
     if record.pool.to_string() != key {
         let message = format!("holds the record of pool {} instead", record.pool);
-        return Err(StoreError::corrupt(key, message));
+        return Err(PortError::corrupt(key, message));
     }
     Ok(record)
 }
 
 #[async_trait]
 impl PoolStore for EmbeddedStore {
-    async fn applied(&self, event_ids: &[String]) -> Result<HashSet<String>, StoreError> {
+    async fn applied(&self, event_ids: &[String]) -> Result<HashSet<String>, PortError> {
         let ids = event_ids.to_vec();
         let now_ms = self.clock.now().timestamp_millis();
         self.read("reading the ledger".into(), move |txn| {
@@ -235,9 +225,10 @@ impl PoolStore for EmbeddedStore {
         .await
     }
 
-    async fn apply(&self, update: &PoolUpdate) -> Result<Applied, StoreError> {
+    async fn apply(&self, update: &PoolUpdate) -> Result<Applied, PortError> {
         let what = format!("applying event {}", update.event_id);
-        validate(update).map_err(|m| backend_of(FailureKind::Invalid, &self.path, &what, m))?;
+        let invalid = |m| PortError::store(self.path.display(), FailureKind::Invalid, m);
+        validate(update).map_err(|m| invalid(m).doing(&what))?;
         let (update, retention) = (update.clone(), self.retention);
         let recorded_ms = update.recorded_at.timestamp_millis();
         self.write_off(what, move |txn| {
@@ -279,7 +270,7 @@ impl PoolStore for EmbeddedStore {
         pools: &[PoolKey],
         since: DateTime<Utc>,
         now: DateTime<Utc>,
-    ) -> Result<Vec<HistoryEntry>, StoreError> {
+    ) -> Result<Vec<HistoryEntry>, PortError> {
         let mut entries = self.history(since, now).await?;
         entries.retain(|e| pools.contains(&e.pool) && e.at >= since && e.at <= now);
         Ok(entries)
@@ -289,7 +280,7 @@ impl PoolStore for EmbeddedStore {
         &self,
         since: DateTime<Utc>,
         now: DateTime<Utc>,
-    ) -> Result<Vec<HistoryEntry>, StoreError> {
+    ) -> Result<Vec<HistoryEntry>, PortError> {
         let mut entries = self
             .read("listing the history".into(), move |txn| {
                 let mut entries: Vec<HistoryEntry> = Vec::new();
@@ -308,7 +299,7 @@ impl PoolStore for EmbeddedStore {
         &self,
         query: &PoolQuery,
         now: DateTime<Utc>,
-    ) -> Result<Vec<PoolRecord>, StoreError> {
+    ) -> Result<Vec<PoolRecord>, PortError> {
         let records = self
             .read("listing the pools".into(), move |txn| {
                 let mut records = Vec::new();
@@ -322,7 +313,7 @@ impl PoolStore for EmbeddedStore {
         Ok(query.select(records, now))
     }
 
-    async fn continuation_keys(&self) -> Result<KeyRing, StoreError> {
+    async fn continuation_keys(&self) -> Result<KeyRing, PortError> {
         let read = async {
             let keys = self.keys_op(KeyOp::LoadOrCreate).await?;
             keys.ok_or_else(|| {
@@ -332,13 +323,13 @@ impl PoolStore for EmbeddedStore {
         self.keys.or_read(self.clock.now(), read).await
     }
 
-    async fn reread_continuation_keys(&self) -> Result<Option<KeyRing>, StoreError> {
+    async fn reread_continuation_keys(&self) -> Result<Option<KeyRing>, PortError> {
         self.keys
             .kept(self.clock.now(), self.keys_op(KeyOp::Read))
             .await
     }
 
-    async fn rotate_continuation_key(&self) -> Result<KeyRing, StoreError> {
+    async fn rotate_continuation_key(&self) -> Result<KeyRing, PortError> {
         let keys = self
             .keys
             .kept(self.clock.now(), self.keys_op(KeyOp::Rotate));
@@ -377,7 +368,7 @@ fn encode_keys(keys: &KeyRing) -> Vec<u8> {
     out
 }
 
-fn decode_keys(bytes: &[u8]) -> Result<KeyRing, StoreError> {
+fn decode_keys(bytes: &[u8]) -> Result<KeyRing, PortError> {
     const ONE: usize = 8 + ContinuationKey::LEN;
     let key = |b: &[u8]| {
         let id = KeyId::from_be_bytes(b.get(..8)?.try_into().ok()?);
@@ -395,14 +386,14 @@ fn decode_keys(bytes: &[u8]) -> Result<KeyRing, StoreError> {
     };
     let (len, want) = (bytes.len(), ContinuationKey::LEN);
     let why = format!("{len} bytes: not one or two keys of {want} bytes with their ids");
-    ring.ok_or_else(|| StoreError::corrupt(format!("secrets/{CONTINUATION_SECRET}"), why))
+    ring.ok_or_else(|| PortError::corrupt(format!("secrets/{CONTINUATION_SECRET}"), why))
 }
 
 impl EmbeddedStore {
     /// Reads, creates or rotates the continuation keys (see [`KeyOp`]) in one write
     /// transaction: redb serialises them, so two callers cannot create two keys, nor two
     /// rotations lose one.
-    async fn keys_op(&self, op: KeyOp) -> Result<Option<KeyRing>, StoreError> {
+    async fn keys_op(&self, op: KeyOp) -> Result<Option<KeyRing>, PortError> {
         let path = self.path.clone();
         self.write_off("writing the continuation key".into(), move |txn| {
             let mut table = txn.open_table(SECRETS)?;
@@ -433,7 +424,7 @@ impl EmbeddedStore {
         &self,
         key: &RoundKey,
         change: impl FnOnce(&mut Rounds) -> T + Send + 'static,
-    ) -> Result<T, StoreError> {
+    ) -> Result<T, PortError> {
         let key = key.to_string();
         self.write_off(format!("writing the rounds of {key}"), move |txn| {
             let mut table = txn.open_table(ROUNDS)?;
@@ -456,7 +447,7 @@ impl TrafficRounds for EmbeddedStore {
         key: &RoundKey,
         doomed: &[Doomed],
         _now: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), PortError> {
         let doomed = doomed.to_vec();
         self.change_rounds(key, move |r| r.offer(&doomed)).await
     }
@@ -466,7 +457,7 @@ impl TrafficRounds for EmbeddedStore {
         key: &RoundKey,
         now: DateTime<Utc>,
         lease: std::time::Duration,
-    ) -> Result<Claim, StoreError> {
+    ) -> Result<Claim, PortError> {
         self.change_rounds(key, move |r| r.claim(now, lease)).await
     }
 
@@ -475,7 +466,7 @@ impl TrafficRounds for EmbeddedStore {
         key: &RoundKey,
         settled: &Settled,
         now: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), PortError> {
         let expires = (now + span(OUTCOME_KEPT)).timestamp_millis();
         let prefix = key.to_string();
         let outcomes = settled.outcomes.clone();
@@ -500,7 +491,7 @@ impl TrafficRounds for EmbeddedStore {
         &self,
         key: &RoundKey,
         instances: &[String],
-    ) -> Result<BTreeMap<String, Outcome>, StoreError> {
+    ) -> Result<BTreeMap<String, Outcome>, PortError> {
         let prefix = key.to_string();
         let instances = instances.to_vec();
         self.read(format!("reading the outcomes of {prefix}"), move |txn| {
@@ -524,6 +515,7 @@ mod tests {
     use super::*;
     use crate::domain::event::EventKind;
     use crate::domain::pool::{CapacityType, PoolMark};
+    use crate::ports::Corrupt;
     use chrono::{Duration, TimeZone};
     use redb::ReadableTableMetadata;
 
@@ -641,8 +633,12 @@ mod tests {
                 .unwrap();
             txn.commit().unwrap();
         }
-        match store.pools(&PoolQuery::default(), now).await {
-            Err(StoreError::Corrupt { key, .. }) => assert_eq!(key, "spot#c5.large#us-east-1a"),
+        match store
+            .pools(&PoolQuery::default(), now)
+            .await
+            .map_err(|e| e.cause::<Corrupt>().cloned())
+        {
+            Err(Some(Corrupt { key, .. })) => assert_eq!(key, "spot#c5.large#us-east-1a"),
             other => panic!("expected a corrupt record error, got {other:?}"),
         }
     }

@@ -8,23 +8,19 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use aws_sdk_ec2::types::Filter;
 
-use crate::adapters::aws::lookup_error;
+use crate::adapters::aws::call_error;
 use crate::adapters::ec2::{Ec2Directory, block_of, query, time_of};
 use crate::app::leaving::LeavingInstances;
 use crate::domain::facts::{BlockFacts, CLUSTER_TAG_PREFIX, InstanceFacts};
 use crate::domain::status::{InstanceStatus, ScheduledEvent};
-use crate::ports::{DirectoryError, Place};
+use crate::ports::{Place, PortError};
 
 #[async_trait]
 impl LeavingInstances for Ec2Directory {
     /// One query per way an instance can name its cluster (EC2 ANDs filters, so the three tag
     /// forms need three queries), each for the leaving states; the lifecycle is checked by the
     /// caller, client-side (the `instance-lifecycle` filter is not served everywhere).
-    async fn leaving(
-        &self,
-        place: &Place,
-        cluster: &str,
-    ) -> Result<Vec<InstanceFacts>, DirectoryError> {
+    async fn leaving(&self, place: &Place, cluster: &str) -> Result<Vec<InstanceFacts>, PortError> {
         const CALL: &str = "ec2:DescribeInstances";
         let client = self.client_at(place, CALL).await?;
         let states = Filter::builder()
@@ -54,12 +50,12 @@ impl LeavingInstances for Ec2Directory {
 
     /// One paged call: `DescribeInstanceStatus` of the running instances, 1,000 a page (the
     /// call takes no tag filter, and with `InstanceIds` it does not page).
-    async fn statuses(&self, place: &Place) -> Result<Vec<InstanceStatus>, DirectoryError> {
+    async fn statuses(&self, place: &Place) -> Result<Vec<InstanceStatus>, PortError> {
         const CALL: &str = "ec2:DescribeInstanceStatus";
         let client = self.client_at(place, CALL).await?;
         let pages = client.describe_instance_status().max_results(1000);
         let found: Result<Vec<_>, _> = pages.into_paginator().items().send().collect().await;
-        let found = found.map_err(|e| self.said(place, CALL, lookup_error(CALL, e)))?;
+        let found = found.map_err(|e| self.said(place, CALL, call_error(CALL, e)))?;
         Ok(found.iter().filter_map(status_of).collect())
     }
 
@@ -69,7 +65,7 @@ impl LeavingInstances for Ec2Directory {
         &self,
         place: &Place,
         by: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<BlockFacts>, DirectoryError> {
+    ) -> Result<Vec<BlockFacts>, PortError> {
         const CALL: &str = "ec2:DescribeCapacityReservations";
         let client = self.client_at(place, CALL).await?;
         let active = Filter::builder().name("state").values("active").build();
@@ -77,7 +73,7 @@ impl LeavingInstances for Ec2Directory {
             .filters(active)
             .max_results(500);
         let found: Result<Vec<_>, _> = pages.into_paginator().items().send().collect().await;
-        let found = found.map_err(|e| self.said(place, CALL, lookup_error(CALL, e)))?;
+        let found = found.map_err(|e| self.said(place, CALL, call_error(CALL, e)))?;
         let blocks = found.iter().filter_map(block_of);
         let blocks = blocks.filter(|b| b.capacity_block == Some(true));
         Ok(blocks

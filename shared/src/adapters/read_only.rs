@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use crate::domain::keys::KeyRing;
 use crate::domain::pool::HistoryEntry;
 use crate::domain::pool::{Applied, PoolKey, PoolQuery, PoolRecord, PoolUpdate};
-use crate::ports::{FailureKind, PoolStore, StoreError};
+use crate::ports::{FailureKind, PoolStore, PortError};
 
 /// A view of a store that reads but never writes: `apply` answers what it would have done.
 pub struct ReadOnlyStore<S>(pub S);
@@ -19,11 +19,11 @@ impl<S> PoolStore for ReadOnlyStore<S>
 where
     S: std::ops::Deref<Target = dyn PoolStore> + Send + Sync,
 {
-    async fn applied(&self, event_ids: &[String]) -> Result<HashSet<String>, StoreError> {
+    async fn applied(&self, event_ids: &[String]) -> Result<HashSet<String>, PortError> {
         self.0.applied(event_ids).await
     }
 
-    async fn apply(&self, update: &PoolUpdate) -> Result<Applied, StoreError> {
+    async fn apply(&self, update: &PoolUpdate) -> Result<Applied, PortError> {
         let seen = self
             .0
             .applied(std::slice::from_ref(&update.event_id))
@@ -39,7 +39,7 @@ where
         &self,
         query: &PoolQuery,
         now: DateTime<Utc>,
-    ) -> Result<Vec<PoolRecord>, StoreError> {
+    ) -> Result<Vec<PoolRecord>, PortError> {
         self.0.pools(query, now).await
     }
 
@@ -47,7 +47,7 @@ where
         &self,
         since: DateTime<Utc>,
         now: DateTime<Utc>,
-    ) -> Result<Vec<HistoryEntry>, StoreError> {
+    ) -> Result<Vec<HistoryEntry>, PortError> {
         self.0.history(since, now).await
     }
 
@@ -56,30 +56,29 @@ where
         pools: &[PoolKey],
         since: DateTime<Utc>,
         now: DateTime<Utc>,
-    ) -> Result<Vec<HistoryEntry>, StoreError> {
+    ) -> Result<Vec<HistoryEntry>, PortError> {
         self.0.history_of(pools, since, now).await
     }
 
     /// A read-only view reads the keys (a dry run verifies cordon records) but never creates
     /// them: with none stored, it has none.
-    async fn continuation_keys(&self) -> Result<KeyRing, StoreError> {
+    async fn continuation_keys(&self) -> Result<KeyRing, PortError> {
         self.0.reread_continuation_keys().await?.ok_or_else(|| {
             let what = "no continuation key is stored yet (a read-only view never creates one)";
-            StoreError::backend(self.0.location(), what, FailureKind::NotFound, None)
+            PortError::store(self.0.location(), FailureKind::NotFound, what)
         })
     }
 
-    async fn reread_continuation_keys(&self) -> Result<Option<KeyRing>, StoreError> {
+    async fn reread_continuation_keys(&self) -> Result<Option<KeyRing>, PortError> {
         self.0.reread_continuation_keys().await
     }
 
-    async fn rotate_continuation_key(&self) -> Result<KeyRing, StoreError> {
+    async fn rotate_continuation_key(&self) -> Result<KeyRing, PortError> {
         let what = "a read-only view of the store rotates nothing";
-        Err(StoreError::backend(
+        Err(PortError::store(
             self.0.location(),
-            what,
             FailureKind::Invalid,
-            None,
+            what,
         ))
     }
 

@@ -20,7 +20,7 @@ use crate::domain::audit::ClusterView;
 use crate::domain::facts::{BlockFacts, CapacityBlock, InstanceFacts, NodeFacts};
 use crate::domain::pool::CapacityType;
 use crate::domain::priorities::AsgDescription;
-use crate::ports::{DirectoryError, InstanceDirectory, NodeDirectory, Place, Work};
+use crate::ports::{InstanceDirectory, NodeDirectory, Place, PortError, Work};
 
 /// A captured-state file that could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -287,7 +287,7 @@ pub struct SnapshotWorkloads(pub ClusterView);
 
 #[async_trait]
 impl WorkloadSource for SnapshotWorkloads {
-    async fn workloads(&self) -> Result<ClusterView, DirectoryError> {
+    async fn workloads(&self) -> Result<ClusterView, PortError> {
         Ok(self.0.clone())
     }
 }
@@ -399,7 +399,7 @@ pub struct SnapshotGroups(pub Vec<AsgDescription>);
 
 #[async_trait]
 impl NodeGroupSource for SnapshotGroups {
-    async fn describe(&self) -> Result<Vec<AsgDescription>, DirectoryError> {
+    async fn describe(&self) -> Result<Vec<AsgDescription>, PortError> {
         Ok(self.0.clone())
     }
 }
@@ -426,7 +426,7 @@ impl InstanceDirectory for SnapshotInstances {
         &self,
         _place: &Place,
         instance_ids: &[String],
-    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
+    ) -> Result<BTreeMap<String, InstanceFacts>, PortError> {
         Ok(known_of(&self.0, instance_ids))
     }
 
@@ -436,7 +436,7 @@ impl InstanceDirectory for SnapshotInstances {
         &self,
         _place: &crate::ports::Place,
         reservation_id: &str,
-    ) -> Result<CapacityBlock, DirectoryError> {
+    ) -> Result<CapacityBlock, PortError> {
         let ours = |(_, i): &(&String, &InstanceFacts)| {
             i.capacity_reservation_id.as_deref() == Some(reservation_id)
         };
@@ -459,11 +459,11 @@ impl InstanceDirectory for SnapshotInstances {
 
 #[async_trait]
 impl NodeDirectory for ClusterState {
-    async fn nodes(&self, _: &[InstanceFacts], _: Work) -> Result<Vec<NodeFacts>, DirectoryError> {
+    async fn nodes(&self, _: &[InstanceFacts], _: Work) -> Result<Vec<NodeFacts>, PortError> {
         Ok(self.nodes.clone())
     }
 
-    async fn all(&self) -> Result<Vec<NodeFacts>, DirectoryError> {
+    async fn all(&self) -> Result<Vec<NodeFacts>, PortError> {
         Ok(self.nodes.clone())
     }
 }

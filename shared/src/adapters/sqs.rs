@@ -12,9 +12,9 @@ use async_trait::async_trait;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry;
 
-use super::aws::{aws_error_text, failure_kind, kind_of_code};
+use super::aws::{aws_error_text, call_error, failure_kind, kind_of_code};
 use crate::domain::retry::visibility_seconds;
-use crate::ports::{ContinuationQueue, FailureKind, QueueError, Redeliver, Redelivery};
+use crate::ports::{ContinuationQueue, FailureKind, PortError, Redeliver, Redelivery};
 
 /// [`Redelivery`] through the AWS SDK.
 #[derive(Debug, Clone)]
@@ -57,13 +57,9 @@ impl ContinuationQueue for SqsRedelivery {
         group: &str,
         body: &str,
         delay: std::time::Duration,
-    ) -> Result<(), QueueError> {
-        let url = queue_url(queue_arn).ok_or_else(|| QueueError {
-            queue: queue_arn.to_string(),
-            message: "not an SQS queue ARN".into(),
-            kind: FailureKind::Invalid,
-            source: None,
-        })?;
+    ) -> Result<(), PortError> {
+        let not_sqs = || PortError::new(queue_arn, FailureKind::Invalid, "not an SQS queue ARN");
+        let url = queue_url(queue_arn).ok_or_else(not_sqs)?;
         let seconds = crate::domain::inbound::continuation::delay_seconds(delay);
         self.client
             .send_message()
@@ -74,18 +70,13 @@ impl ContinuationQueue for SqsRedelivery {
             .send()
             .await
             .map(|_| ())
-            .map_err(|e| QueueError {
-                queue: queue_arn.to_string(),
-                message: aws_error_text(&e),
-                kind: failure_kind(&e),
-                source: Some(Box::new(e)),
-            })
+            .map_err(|e| call_error(queue_arn, e))
     }
 }
 
 #[async_trait]
 impl Redelivery for SqsRedelivery {
-    async fn redeliver(&self, messages: &[Redeliver]) -> Result<usize, QueueError> {
+    async fn redeliver(&self, messages: &[Redeliver]) -> Result<usize, PortError> {
         let mut by_queue: BTreeMap<&str, Vec<&Redeliver>> = BTreeMap::new();
         for m in messages {
             by_queue.entry(m.queue_arn.as_str()).or_default().push(m);
@@ -153,12 +144,9 @@ impl Redelivery for SqsRedelivery {
             }
             Ok(changed)
         } else {
-            Err(QueueError {
-                queue: by_queue.into_keys().collect::<Vec<_>>().join(", "),
-                message: problems.join("; "),
-                kind: kind.unwrap_or_default(),
-                source: None,
-            })
+            let queues = by_queue.into_keys().collect::<Vec<_>>().join(", ");
+            let kind = kind.unwrap_or_default();
+            Err(PortError::new(queues, kind, problems.join("; ")))
         }
     }
 }

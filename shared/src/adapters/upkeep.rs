@@ -17,11 +17,11 @@ use crate::app::upkeep::{ClusterUpkeep, Upkeep};
 use crate::domain::admission::{Capability, Proof};
 use crate::domain::clusters::ClusterId;
 use crate::domain::cordon_record::{Undo, UndoOutcome};
-use crate::ports::{ExecuteError, Executor};
+use crate::ports::{Executor, PortError};
 
 #[async_trait]
 impl ClusterUpkeep for KubeExecutor {
-    async fn undo(&self, undo: &Undo) -> Result<UndoOutcome, ExecuteError> {
+    async fn undo(&self, undo: &Undo) -> Result<UndoOutcome, PortError> {
         let undone = match get_node(&self.clients, &undo.node).await {
             Ok(None) => Ok(UndoOutcome::NodeGone),
             Ok(Some(node)) => self.undo_cordon(node, undo).await,
@@ -31,7 +31,7 @@ impl ClusterUpkeep for KubeExecutor {
         undone.map_err(executor_failed(&undo.instance_id, doing))
     }
 
-    async fn clean_placeholders(&self, now: DateTime<Utc>) -> Result<Vec<String>, ExecuteError> {
+    async fn clean_placeholders(&self, now: DateTime<Utc>) -> Result<Vec<String>, PortError> {
         let dry_run = self.settings.dry_run;
         let cleaned = delete_expired(&self.clients, now, dry_run).await;
         cleaned.map_err(executor_failed("", Some("placeholders".into())))

@@ -26,7 +26,7 @@ use crate::app::audit::WorkloadSource;
 use crate::domain::audit::{
     AuditContainer, AuditNode, AuditPod, ClusterView, Workload, WorkloadKind,
 };
-use crate::ports::{DirectoryError, FailureKind};
+use crate::ports::{FailureKind, PortError};
 
 /// The objects the audit reads, as the API serves them.
 #[derive(Debug, Clone, Default)]
@@ -251,7 +251,7 @@ impl KubeWorkloads {
     }
 
     /// Every object of a kind, in every namespace (see [`crate::adapters::kube::api::retry::list_all`]).
-    async fn list<K>(&self, client: &::kube::Client, what: &str) -> Result<Vec<K>, DirectoryError>
+    async fn list<K>(&self, client: &::kube::Client, what: &str) -> Result<Vec<K>, PortError>
     where
         K: Resource + Clone + DeserializeOwned + Debug,
         K::DynamicType: Default,
@@ -264,15 +264,15 @@ impl KubeWorkloads {
 }
 
 /// A call that failed, with its kind.
-fn error(e: impl Into<KubeError>) -> DirectoryError {
+fn error(e: impl Into<KubeError>) -> PortError {
     let e = e.into();
-    DirectoryError::new(SERVICE, e.kind(), e)
+    PortError::new(SERVICE, e.kind(), e)
 }
 
 #[async_trait]
 impl WorkloadSource for KubeWorkloads {
     #[tracing::instrument(skip_all, err)]
-    async fn workloads(&self) -> Result<ClusterView, DirectoryError> {
+    async fn workloads(&self) -> Result<ClusterView, PortError> {
         let client = self.clients.client().await.map_err(error)?;
         let raw = RawWorkloads {
             deployments: self.list(&client, "deployments").await?,
@@ -283,7 +283,7 @@ impl WorkloadSource for KubeWorkloads {
             priority_classes: self.list(&client, "priorityclasses").await?,
             nodes: self.list(&client, "nodes").await?,
         };
-        view(&raw).map_err(|e| DirectoryError::new(SERVICE, FailureKind::Invalid, e))
+        view(&raw).map_err(|e| PortError::new(SERVICE, FailureKind::Invalid, e))
     }
 }
 

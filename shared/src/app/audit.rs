@@ -5,11 +5,11 @@
 use async_trait::async_trait;
 
 use crate::domain::audit::ClusterView;
-use crate::ports::DirectoryError;
+use crate::ports::PortError;
 
 /// Where the cluster's workloads come from (`forewarn audit`): the Kubernetes API, or a capture.
 #[async_trait]
 pub trait WorkloadSource: Send + Sync {
     /// The workloads with their pods, the budgets, the nodes and the priority classes.
-    async fn workloads(&self) -> Result<ClusterView, DirectoryError>;
+    async fn workloads(&self) -> Result<ClusterView, PortError>;
 }

@@ -29,7 +29,7 @@ use crate::domain::facts::{CapacityBlock, InstanceFacts};
 use crate::domain::inbound::Record;
 use crate::domain::report::Report;
 use crate::domain::sweep::BLOCK_LOOKAHEAD;
-use crate::ports::{ContinuationQueue, DirectoryError, InstanceDirectory, Place};
+use crate::ports::{ContinuationQueue, InstanceDirectory, Place, PortError};
 use std::time::Duration;
 
 /// How much later than 40 minutes before its end a block's warning may still come (EventBridge
@@ -98,7 +98,7 @@ pub async fn expand(
         ((place.clone(), id.clone()), found)
     });
     let found = futures::future::join_all(lookups).await;
-    let found: BTreeMap<_, Result<CapacityBlock, DirectoryError>> = found.into_iter().collect();
+    let found: BTreeMap<_, Result<CapacityBlock, PortError>> = found.into_iter().collect();
     let mut out = Expanded {
         records: records.to_vec(),
         ..Expanded::default()
@@ -334,7 +334,7 @@ mod tests {
             &self,
             _place: &Place,
             _ids: &[String],
-        ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
+        ) -> Result<BTreeMap<String, InstanceFacts>, PortError> {
             Ok(BTreeMap::new())
         }
 
@@ -342,13 +342,13 @@ mod tests {
             &self,
             place: &Place,
             id: &str,
-        ) -> Result<CapacityBlock, DirectoryError> {
+        ) -> Result<CapacityBlock, PortError> {
             self.calls
                 .lock()
                 .unwrap()
                 .push((place.clone(), id.to_string()));
             if self.fail {
-                return Err(DirectoryError::new(
+                return Err(PortError::new(
                     "ec2:DescribeCapacityReservations",
                     FailureKind::Throttled,
                     "slow down".to_string(),
@@ -517,14 +517,10 @@ mod tests {
             group: &str,
             body: &str,
             _delay: Duration,
-        ) -> Result<(), crate::ports::QueueError> {
+        ) -> Result<(), crate::ports::PortError> {
             if self.refuse {
-                return Err(crate::ports::QueueError {
-                    queue: "q".into(),
-                    message: "slow down".into(),
-                    kind: FailureKind::Throttled,
-                    source: None,
-                });
+                let kind = FailureKind::Throttled;
+                return Err(crate::ports::PortError::new("q", kind, "slow down"));
             }
             self.bodies
                 .lock()

@@ -26,7 +26,7 @@ use crate::domain::inbound::{self, Record, SqsMessage};
 use crate::domain::report::{Outcome, Report, Tally};
 use crate::domain::retry::{Failed, RetryPolicy};
 use crate::ports::{
-    Clock, DirectoryError, FailureKind, InstanceDirectory, Notifier, Place, PoolStore, Redeliver,
+    Clock, FailureKind, InstanceDirectory, Notifier, Place, PoolStore, PortError, Redeliver,
     Redelivery, Work, span, until,
 };
 
@@ -189,7 +189,7 @@ impl Handler {
         let events = crate::app::pipeline::looked_up_events(records);
         let lookup = describe_events(self.instances.as_ref(), &events, known);
         let looked_up = within(self.clock.as_ref(), work.deadline, lookup).await;
-        let out_of_time = || DirectoryError::new("ec2", FailureKind::Timeout, OUT_OF_TIME);
+        let out_of_time = || PortError::new("ec2", FailureKind::Timeout, OUT_OF_TIME);
         let looked_up = looked_up.ok_or_else(out_of_time);
         let seen: Vec<&str> = looked_up
             .as_ref()
@@ -808,7 +808,7 @@ mod tests {
         async fn redeliver(
             &self,
             messages: &[Redeliver],
-        ) -> Result<usize, crate::ports::QueueError> {
+        ) -> Result<usize, crate::ports::PortError> {
             self.0.lock().unwrap().push(messages.to_vec());
             Ok(messages.len())
         }
@@ -884,32 +884,31 @@ mod tests {
         async fn applied(
             &self,
             _: &[String],
-        ) -> Result<std::collections::HashSet<String>, crate::ports::StoreError> {
-            Err(crate::ports::StoreError::Backend {
-                location: "test".into(),
-                message: "unreachable".into(),
-                kind: self.0,
-                source: None,
-            })
+        ) -> Result<std::collections::HashSet<String>, crate::ports::PortError> {
+            Err(crate::ports::PortError::store(
+                "test",
+                self.0,
+                "unreachable",
+            ))
         }
         async fn apply(
             &self,
             _: &crate::domain::pool::PoolUpdate,
-        ) -> Result<crate::domain::pool::Applied, crate::ports::StoreError> {
+        ) -> Result<crate::domain::pool::Applied, crate::ports::PortError> {
             unreachable!("lookups fail first")
         }
         async fn pools(
             &self,
             _: &crate::domain::pool::PoolQuery,
             _: DateTime<Utc>,
-        ) -> Result<Vec<crate::domain::pool::PoolRecord>, crate::ports::StoreError> {
+        ) -> Result<Vec<crate::domain::pool::PoolRecord>, crate::ports::PortError> {
             Ok(Vec::new())
         }
         async fn history(
             &self,
             _: DateTime<Utc>,
             _: DateTime<Utc>,
-        ) -> Result<Vec<crate::domain::pool::HistoryEntry>, crate::ports::StoreError> {
+        ) -> Result<Vec<crate::domain::pool::HistoryEntry>, crate::ports::PortError> {
             Ok(Vec::new())
         }
         async fn history_of(
@@ -917,12 +916,12 @@ mod tests {
             _: &[crate::domain::pool::PoolKey],
             _: DateTime<Utc>,
             _: DateTime<Utc>,
-        ) -> Result<Vec<crate::domain::pool::HistoryEntry>, crate::ports::StoreError> {
+        ) -> Result<Vec<crate::domain::pool::HistoryEntry>, crate::ports::PortError> {
             unreachable!("lookups fail first")
         }
         async fn continuation_keys(
             &self,
-        ) -> Result<crate::domain::keys::KeyRing, crate::ports::StoreError> {
+        ) -> Result<crate::domain::keys::KeyRing, crate::ports::PortError> {
             unreachable!("lookups fail first")
         }
         fn location(&self) -> String {

@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 
 use crate::domain::facts::{BlockFacts, InstanceFacts};
-use crate::ports::{DirectoryError, Place};
+use crate::ports::{Place, PortError};
 
 /// Where a sweep looks for instances that are gone, and for the status checks and scheduled
 /// events of running ones.
@@ -12,18 +12,14 @@ use crate::ports::{DirectoryError, Place};
 pub trait LeavingInstances: Send + Sync {
     /// The instances of cluster `cluster` of `place` (its account and region) that are
     /// stopping, stopped, shutting down or terminated.
-    async fn leaving(
-        &self,
-        place: &Place,
-        cluster: &str,
-    ) -> Result<Vec<InstanceFacts>, DirectoryError>;
+    async fn leaving(&self, place: &Place, cluster: &str) -> Result<Vec<InstanceFacts>, PortError>;
 
     /// The status checks and scheduled events of the region's running instances (EC2's
     /// `DescribeInstanceStatus`, every page) in `place`; the caller keeps its cluster's.
     async fn statuses(
         &self,
         place: &Place,
-    ) -> Result<Vec<crate::domain::status::InstanceStatus>, DirectoryError>;
+    ) -> Result<Vec<crate::domain::status::InstanceStatus>, PortError>;
 
     /// The active Capacity Blocks of `place` that end by `by` (EC2's
     /// `DescribeCapacityReservations`, `reservation-type` capacity-block, `state` active):
@@ -33,7 +29,7 @@ pub trait LeavingInstances: Send + Sync {
         &self,
         place: &Place,
         by: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<BlockFacts>, DirectoryError> {
+    ) -> Result<Vec<BlockFacts>, PortError> {
         let _ = (place, by);
         Ok(Vec::new())
     }

@@ -133,7 +133,7 @@ mod tests {
     use super::*;
     use crate::adapters::clock::ManualClock;
     use crate::domain::event::EventKind;
-    use crate::ports::DirectoryError;
+    use crate::ports::PortError;
 
     /// A ConfigMap the test rewrites, counting reads and refusals.
     #[derive(Default)]
@@ -145,7 +145,7 @@ mod tests {
 
     #[async_trait::async_trait]
     impl PolicySource for Map {
-        async fn read(&self) -> Result<PolicyText, DirectoryError> {
+        async fn read(&self) -> Result<PolicyText, PortError> {
             *self.reads.lock().unwrap() += 1;
             Ok(match self.text.lock().unwrap().clone() {
                 Some(t) => PolicyText::Text(t),
@@ -284,7 +284,7 @@ mod tests {
 
     #[async_trait::async_trait]
     impl PolicySource for Silent {
-        async fn read(&self) -> Result<PolicyText, DirectoryError> {
+        async fn read(&self) -> Result<PolicyText, PortError> {
             std::future::pending().await
         }
         async fn refused(&self, _: &str) {}

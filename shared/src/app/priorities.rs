@@ -14,19 +14,19 @@ use crate::domain::priorities::{
     AsgDescription, BasePriorities, HotGroup, HotShare, NodeGroup, PriorityError, demote,
     hot_groups, node_group,
 };
-use crate::ports::{BoxError, DirectoryError, FailureKind, Place, PoolStore, StoreError};
+use crate::ports::{BoxError, FailureKind, Place, PoolStore, PortError};
 
 /// Where node groups come from: Auto Scaling `DescribeAutoScalingGroups`, or a capture.
 #[async_trait]
 pub trait NodeGroupSource: Send + Sync {
     /// Every Auto Scaling group it knows (the caller picks this cluster's), with the instance
     /// type and market type of their launch templates resolved where it can.
-    async fn describe(&self) -> Result<Vec<AsgDescription>, DirectoryError>;
+    async fn describe(&self) -> Result<Vec<AsgDescription>, PortError>;
 
     /// [`NodeGroupSource::describe`] in the account and region of `place` (a cluster's: a
     /// member account's groups through its role); a source of one place (a capture) answers as
     /// `describe`.
-    async fn describe_at(&self, place: &Place) -> Result<Vec<AsgDescription>, DirectoryError> {
+    async fn describe_at(&self, place: &Place) -> Result<Vec<AsgDescription>, PortError> {
         let _ = place;
         self.describe().await
     }
@@ -156,9 +156,9 @@ pub struct PriorityOutcome {
 #[derive(Debug, thiserror::Error)]
 pub enum PriorityRunError {
     #[error("reading the node groups: {0}")]
-    Groups(#[source] DirectoryError),
+    Groups(#[source] PortError),
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] PortError),
     #[error(transparent)]
     Base(#[from] PriorityError),
     #[error(transparent)]

@@ -18,7 +18,7 @@ use crate::app::priorities::{
     BaseSource, NodeGroupSource, Priorities, PriorityOutcome, PriorityRunError, PrioritySettings,
 };
 use crate::app::upkeep::Upkeep;
-use crate::app::wayback::{UndoReport, WayBack, WayBackError};
+use crate::app::wayback::{UndoReport, WayBack};
 use crate::domain::admission::Proof;
 use crate::domain::clusters::{ClusterId, Place};
 use crate::domain::config::Config;
@@ -28,7 +28,7 @@ use crate::domain::inbound::Record;
 use crate::domain::report::Report;
 use crate::domain::status::status_findings;
 use crate::domain::sweep::findings;
-use crate::ports::DirectoryError;
+use crate::ports::PortError;
 
 /// A sweep that could not look.
 #[derive(Debug, thiserror::Error)]
@@ -38,7 +38,7 @@ pub enum SweepError {
     )]
     NoCluster,
     #[error(transparent)]
-    Lookup(#[from] DirectoryError),
+    Lookup(#[from] PortError),
     #[error("priorities: {0}")]
     Priorities(#[from] PriorityRunError),
 }
@@ -48,8 +48,8 @@ pub struct SweepRun {
     /// The cluster (`None`: the lone cluster of a deployment naming none).
     pub cluster: Option<String>,
     pub findings: Result<Vec<Report>, SweepError>,
-    pub way_back: Result<Vec<UndoReport>, WayBackError>,
-    pub placeholders: Result<Vec<String>, crate::ports::ExecuteError>,
+    pub way_back: Result<Vec<UndoReport>, PortError>,
+    pub placeholders: Result<Vec<String>, crate::ports::PortError>,
     pub priorities: Result<Option<PriorityOutcome>, SweepError>,
     /// The preflight of forewarn's writes, when this cluster was due one (once an hour).
     pub preflight: Option<Vec<Proof>>,
@@ -61,7 +61,7 @@ pub struct SweepRuns {
     pub runs: Vec<SweepRun>,
     pub unreachable: Vec<Unreachable>,
     /// The served clusters could not be listed (`*`): nothing was visited.
-    pub unlisted: Option<DirectoryError>,
+    pub unlisted: Option<PortError>,
 }
 
 impl SweepRuns {
@@ -359,7 +359,7 @@ impl ClusterSweep<'_> {
     /// through the upkeep in [`Mode::Act`] and a dry run, reported only otherwise.
     ///
     /// [`Mode::Act`]: crate::domain::config::Mode::Act
-    pub async fn way_back(&self) -> Result<Vec<UndoReport>, WayBackError> {
+    pub async fn way_back(&self) -> Result<Vec<UndoReport>, PortError> {
         let h = &self.sweeper.handler;
         let upkeep = Upkeep::actions_of(&self.cluster);
         WayBack {
@@ -378,7 +378,7 @@ impl ClusterSweep<'_> {
     /// Deletes the placeholders that outlived their drain (see [`crate::domain::surge`]): a
     /// placeholder never outlives its event by more than one sweep. Nothing without actions
     /// (a capture, a plan); only reported in a dry run.
-    pub async fn clean_placeholders(&self) -> Result<Vec<String>, crate::ports::ExecuteError> {
+    pub async fn clean_placeholders(&self) -> Result<Vec<String>, crate::ports::PortError> {
         let h = &self.sweeper.handler;
         match Upkeep::actions_of(&self.cluster) {
             Some(upkeep) if h.mode.runs_actions() => upkeep.clean_placeholders(h.clock.now()).await,

@@ -13,7 +13,7 @@ use crate::app::fleet::Cluster;
 use crate::app::priorities::ExpanderStore;
 use crate::domain::admission::{Capability, Proof};
 use crate::domain::cordon_record::{Undo, UndoOutcome};
-use crate::ports::ExecuteError;
+use crate::ports::PortError;
 
 /// The writes of the upkeep (the Kubernetes API).
 #[async_trait]
@@ -24,12 +24,12 @@ pub trait ClusterUpkeep: Send + Sync {
     /// read live, the node still runs `undo.instance_id`, is not control-plane, and carries one
     /// of those taints and exactly the record `undo.record`;
     /// otherwise it is left as it is ([`UndoOutcome::Refused`]). Idempotent.
-    async fn undo(&self, undo: &Undo) -> Result<UndoOutcome, ExecuteError>;
+    async fn undo(&self, undo: &Undo) -> Result<UndoOutcome, PortError>;
 
     /// Deletes the placeholders (see [`crate::domain::surge`]) that expired before `now`: the
     /// sweeper's clean-up of what a drain could not delete itself. Answers their
     /// `namespace/name` (in a dry run, those it would delete).
-    async fn clean_placeholders(&self, now: DateTime<Utc>) -> Result<Vec<String>, ExecuteError>;
+    async fn clean_placeholders(&self, now: DateTime<Utc>) -> Result<Vec<String>, PortError>;
 
     /// The preflight (see [`crate::domain::admission`]): each of `capabilities` sent to the
     /// cluster as a server-side dry run, as the upkeep's own identity (named `group` in the

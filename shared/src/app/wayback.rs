@@ -29,7 +29,7 @@ use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::pool::{PoolKey, PoolQuery};
 use crate::domain::status::InstanceStatus;
 use crate::domain::wayback::undos;
-use crate::ports::{DirectoryError, InstanceDirectory, NodeDirectory, PoolStore, StoreError};
+use crate::ports::{InstanceDirectory, NodeDirectory, PoolStore, PortError};
 
 /// What the way back found for one node, and what became of it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -51,15 +51,6 @@ pub struct UndoReport {
     pub error: Option<String>,
 }
 
-/// The way back could not look.
-#[derive(Debug, thiserror::Error)]
-pub enum WayBackError {
-    #[error(transparent)]
-    Lookup(#[from] DirectoryError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
 /// What the way back reads and acts through.
 pub struct WayBack<'a> {
     pub nodes: &'a dyn NodeDirectory,
@@ -79,7 +70,7 @@ pub struct WayBack<'a> {
 
 impl WayBack<'_> {
     /// Finds the cordons to undo at `now` and undoes them (see the module doc).
-    pub async fn run(&self, now: DateTime<Utc>) -> Result<Vec<UndoReport>, WayBackError> {
+    pub async fn run(&self, now: DateTime<Utc>) -> Result<Vec<UndoReport>, PortError> {
         let mut nodes = self.nodes.all().await?;
         let refused = self.refuse_unverified(&mut nodes).await;
         let ids: Vec<String> = nodes

@@ -43,7 +43,7 @@ use crate::domain::config::Mode;
 use crate::domain::inbound::continuation::Tenant;
 use crate::ports::{
     Clock, ClusterCatalog, ContinuationQueue, InstanceDirectory, NoInstances, Notifier, PoolStore,
-    Redelivery, StoreError,
+    PortError, Redelivery,
 };
 
 /// The services could not be set up (a cold start fails loudly rather than drop events).
@@ -52,7 +52,7 @@ pub enum SetupError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] PortError),
     #[error(transparent)]
     Snapshot(#[from] crate::adapters::snapshot::SnapshotError),
     #[error("connecting to the cluster: {0}")]

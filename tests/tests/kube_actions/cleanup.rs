@@ -83,8 +83,8 @@ impl forewarn::app::leaving::LeavingInstances for LeavingDown {
         &self,
         _place: &forewarn::ports::Place,
         _cluster: &str,
-    ) -> Result<Vec<InstanceFacts>, forewarn::ports::DirectoryError> {
-        Err(forewarn::ports::DirectoryError::new(
+    ) -> Result<Vec<InstanceFacts>, forewarn::ports::PortError> {
+        Err(forewarn::ports::PortError::new(
             "ec2",
             forewarn::ports::FailureKind::Unavailable,
             "DescribeInstances: 503 Service Unavailable",
@@ -93,8 +93,7 @@ impl forewarn::app::leaving::LeavingInstances for LeavingDown {
     async fn statuses(
         &self,
         _place: &forewarn::ports::Place,
-    ) -> Result<Vec<forewarn::domain::status::InstanceStatus>, forewarn::ports::DirectoryError>
-    {
+    ) -> Result<Vec<forewarn::domain::status::InstanceStatus>, forewarn::ports::PortError> {
         Ok(Vec::new())
     }
 }

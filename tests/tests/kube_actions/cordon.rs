@@ -270,10 +270,10 @@ async fn a_node_that_keeps_conflicting_is_an_error() {
 
     let err = execute_passes(&w.executor(), &plan).await.unwrap_err();
 
-    assert_eq!(err.instance_id, ID);
-    assert!(err.message().contains(NODE), "{err}");
+    assert_eq!(err.subject, ID);
+    assert!(err.to_string().contains(NODE), "{err}");
     assert!(
-        err.message().contains("conflicting after 5 attempts"),
+        err.to_string().contains("conflicting after 5 attempts"),
         "{err}"
     );
 }
@@ -454,9 +454,9 @@ async fn a_failing_api_is_an_error_so_the_event_comes_back() {
 
     let err = execute_passes(&w.executor(), &plan).await.unwrap_err();
 
-    assert_eq!(err.instance_id, ID);
-    assert!(err.message().contains("list pods on node/"), "{err}");
-    assert!(err.message().contains(": 500"), "{err}");
+    assert_eq!(err.subject, ID);
+    assert!(err.to_string().contains("list pods on node/"), "{err}");
+    assert!(err.to_string().contains(": 500"), "{err}");
 
     // A 503 that clears up is retried in place.
     w.fake.clear_faults();

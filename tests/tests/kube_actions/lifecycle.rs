@@ -9,7 +9,7 @@ use forewarn::adapters::kube::{Joining, KubeExecutor};
 use forewarn::domain::config::Action;
 use forewarn::domain::event::{EventKind, LifecycleAction};
 use forewarn::domain::fixtures::pod_object;
-use forewarn::ports::{LifecycleCompleter, LifecycleError, LifecycleOutcome, Pass};
+use forewarn::ports::{LifecycleCompleter, LifecycleOutcome, Pass, PortError};
 use kube_fake::{Fault, Method};
 use serde_json::json;
 
@@ -29,7 +29,7 @@ impl LifecycleCompleter for RecordingLifecycle {
         &self,
         instance_id: &str,
         action: &LifecycleAction,
-    ) -> Result<LifecycleOutcome, LifecycleError> {
+    ) -> Result<LifecycleOutcome, PortError> {
         self.calls
             .lock()
             .unwrap()
@@ -41,7 +41,7 @@ impl LifecycleCompleter for RecordingLifecycle {
         &self,
         instance_id: &str,
         action: &LifecycleAction,
-    ) -> Result<bool, LifecycleError> {
+    ) -> Result<bool, PortError> {
         self.heartbeats
             .lock()
             .unwrap()
@@ -327,7 +327,8 @@ async fn complete_lifecycle_action_continues_and_takes_no_active_action_as_done(
         .complete(ID, &lifecycle_action())
         .await
         .unwrap_err();
-    assert_eq!(err.code.as_deref(), Some("ValidationError"));
+    assert_eq!(err.kind, forewarn::ports::FailureKind::Invalid);
+    assert!(err.to_string().contains("ValidationError"), "{err}");
     assert!(
         err.to_string().contains("eks-demo-ng-1/forewarn-drain"),
         "{err}"

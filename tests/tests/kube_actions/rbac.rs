@@ -188,8 +188,7 @@ struct NoGroups;
 impl forewarn::app::priorities::NodeGroupSource for NoGroups {
     async fn describe(
         &self,
-    ) -> Result<Vec<forewarn::domain::priorities::AsgDescription>, forewarn::ports::DirectoryError>
-    {
+    ) -> Result<Vec<forewarn::domain::priorities::AsgDescription>, forewarn::ports::PortError> {
         Ok(Vec::new())
     }
 }

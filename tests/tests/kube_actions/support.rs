@@ -20,7 +20,7 @@ use forewarn::domain::facts::InstanceFacts;
 use forewarn::domain::fixtures::{self, node_object, pdb_object, pod_object};
 use forewarn::domain::plan::{Facts, Plan, decide};
 use forewarn::ports::{
-    ActionResult, Clock, DrainRole, ExecuteError, Executor, NodeDirectory, Pass, Work,
+    ActionResult, Clock, DrainRole, Executor, NodeDirectory, Pass, PortError, Work,
 };
 use kube_fake::{KubeFake, Method, RecordedRequest};
 use serde_json::{Value, json};
@@ -105,7 +105,7 @@ pub(crate) const PASS_GAP: Duration = Duration::from_millis(100);
 pub(crate) async fn passes(
     executor: &KubeExecutor,
     plan: &Plan,
-) -> Result<Vec<NodeOutcome>, ExecuteError> {
+) -> Result<Vec<NodeOutcome>, PortError> {
     let clock = executor.clock();
     let started_at = clock.now();
     let mut merged = executor.run(plan, Pass::Cordon).await?;
@@ -156,7 +156,7 @@ pub(crate) async fn passes(
 pub(crate) async fn execute_passes(
     executor: &KubeExecutor,
     plan: &Plan,
-) -> Result<Vec<ActionResult>, ExecuteError> {
+) -> Result<Vec<ActionResult>, PortError> {
     let clock = executor.clock();
     let started_at = clock.now();
     let mut results = executor
@@ -471,7 +471,7 @@ impl forewarn::ports::InstanceDirectory for Instances {
         &self,
         _place: &forewarn::ports::Place,
         ids: &[String],
-    ) -> Result<BTreeMap<String, InstanceFacts>, forewarn::ports::DirectoryError> {
+    ) -> Result<BTreeMap<String, InstanceFacts>, forewarn::ports::PortError> {
         Ok(self
             .0
             .iter()
@@ -532,14 +532,11 @@ impl forewarn::ports::ContinuationQueue for Continuations {
         group: &str,
         body: &str,
         delay: Duration,
-    ) -> Result<(), forewarn::ports::QueueError> {
+    ) -> Result<(), forewarn::ports::PortError> {
         if self.refuse.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(forewarn::ports::QueueError {
-                queue: queue_arn.to_string(),
-                message: "SendMessage: throttled".into(),
-                kind: forewarn::ports::FailureKind::Throttled,
-                source: None,
-            });
+            let kind = forewarn::ports::FailureKind::Throttled;
+            let said = "SendMessage: throttled";
+            return Err(forewarn::ports::PortError::new(queue_arn, kind, said));
         }
         self.sent
             .lock()
@@ -572,14 +569,13 @@ impl forewarn::app::leaving::LeavingInstances for Leaving {
         &self,
         _place: &forewarn::ports::Place,
         _cluster: &str,
-    ) -> Result<Vec<InstanceFacts>, forewarn::ports::DirectoryError> {
+    ) -> Result<Vec<InstanceFacts>, forewarn::ports::PortError> {
         Ok(self.0.clone())
     }
     async fn statuses(
         &self,
         _place: &forewarn::ports::Place,
-    ) -> Result<Vec<forewarn::domain::status::InstanceStatus>, forewarn::ports::DirectoryError>
-    {
+    ) -> Result<Vec<forewarn::domain::status::InstanceStatus>, forewarn::ports::PortError> {
         Ok(Vec::new())
     }
 }

@@ -18,11 +18,11 @@ use crate::adapters::accounts::lock;
 use crate::adapters::aws::kind_of_code;
 use crate::domain::fold::validate;
 use crate::domain::pool::{Applied, HistoryEntry, PoolUpdate, counter_name};
-use crate::ports::{FailureKind, StoreError};
+use crate::ports::{FailureKind, PortError};
 
 impl DynamoStore {
     /// Applies one event's update (see the module's documentation).
-    pub(super) async fn transact(&self, update: &PoolUpdate) -> Result<Applied, StoreError> {
+    pub(super) async fn transact(&self, update: &PoolUpdate) -> Result<Applied, PortError> {
         let id = &update.event_id;
         let what = format!("applying event {id}");
         let keys = update.ledger_keys();
@@ -98,7 +98,7 @@ impl DynamoStore {
         update: &PoolUpdate,
         keys: &[&str],
         pools: &[PoolWrite],
-    ) -> Result<(Vec<TransactWriteItem>, String), StoreError> {
+    ) -> Result<(Vec<TransactWriteItem>, String), PortError> {
         let bets: Vec<Bets> = {
             let known = lock(&self.known);
             pools
@@ -126,7 +126,7 @@ impl DynamoStore {
         update: &PoolUpdate,
         w: &PoolWrite,
         bets: Bets,
-    ) -> Result<TransactWriteItem, StoreError> {
+    ) -> Result<TransactWriteItem, PortError> {
         let (mut e, pool) = (Expr::default(), &w.delta.pool);
         let name = pool.to_string();
         let texts = [
@@ -193,7 +193,7 @@ impl DynamoStore {
         what: &str,
         item: impl Serialize,
         put: impl FnOnce(PutBuilder) -> PutBuilder,
-    ) -> Result<TransactWriteItem, StoreError> {
+    ) -> Result<TransactWriteItem, PortError> {
         let item = to_item(item).map_err(self.invalid(what))?;
         let put = put(Put::builder().table_name(&self.table).set_item(Some(item)));
         let put = put.build().map_err(self.invalid(what))?;
@@ -223,7 +223,7 @@ impl DynamoStore {
         pools: &[PoolWrite],
         reasons: &[CancellationReason],
         what: &str,
-    ) -> Result<Option<(bool, usize)>, StoreError> {
+    ) -> Result<Option<(bool, usize)>, PortError> {
         let ledger = keys
             .iter()
             .map(|k| (format!("the ledger put of {k}"), None));

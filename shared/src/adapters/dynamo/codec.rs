@@ -14,7 +14,7 @@ use serde_with::{DisplayFromStr, serde_as};
 use crate::domain::event::EventKind;
 use crate::domain::pool::HistoryEntry;
 use crate::domain::pool::{PoolKey, PoolRecord, counter_name};
-use crate::ports::StoreError;
+use crate::ports::PortError;
 
 /// An item as the SDK holds it.
 pub(super) type Item = HashMap<String, AttributeValue>;
@@ -74,11 +74,11 @@ pub(super) fn text<'a>(item: &'a Item, attr: &str) -> Option<&'a str> {
     item.get(attr)?.as_s().ok().map(String::as_str)
 }
 
-/// `item` read as a `T`; what is wrong with it is [`StoreError::Corrupt`] naming `key` and the
+/// `item` read as a `T`; what is wrong with it is [`PortError::corrupt`] naming `key` and the
 /// attribute. As the table is read: `Null` is absent, and a number is whole units (`12.0`,
 /// `1.2E1`; a fraction rounded down). Attributes of a type the SDK does not know are left out
 /// (`serde_dynamo` would panic on them).
-pub(super) fn from_item<T: DeserializeOwned>(key: &str, item: &Item) -> Result<T, StoreError> {
+pub(super) fn from_item<T: DeserializeOwned>(key: &str, item: &Item) -> Result<T, PortError> {
     fn known(v: &AttributeValue) -> bool {
         match v {
             AttributeValue::M(m) => m.values().all(known),
@@ -98,7 +98,7 @@ pub(super) fn from_item<T: DeserializeOwned>(key: &str, item: &Item) -> Result<T
     let read = read.map(|(k, v)| (k.clone(), whole(v))).collect();
     let value = serde_dynamo::AttributeValue::from(AttributeValue::M(read));
     serde_path_to_error::deserialize(serde_dynamo::Deserializer::from_attribute_value(value))
-        .map_err(|e| StoreError::corrupt(key, e))
+        .map_err(|e| PortError::corrupt(key, e))
 }
 
 pub(super) use serde_dynamo::aws_sdk_dynamodb_1::to_item;
@@ -123,9 +123,9 @@ struct PoolItem {
     last_instance_id: String,
 }
 
-/// A pool item as a record. Any missing or mistyped attribute is [`StoreError::Corrupt`] naming
+/// A pool item as a record. Any missing or mistyped attribute is [`PortError::corrupt`] naming
 /// the item's `pk` and the attribute.
-pub(super) fn decode_pool(item: &Item) -> Result<PoolRecord, StoreError> {
+pub(super) fn decode_pool(item: &Item) -> Result<PoolRecord, PortError> {
     let key = text(item, "pk").unwrap_or("(item without a pk)");
     let names = EventKind::ALL.iter().copied().map(counter_name);
     let counts: Item = names
@@ -135,7 +135,7 @@ pub(super) fn decode_pool(item: &Item) -> Result<PoolRecord, StoreError> {
     let read: PoolItem = from_item(key, item)?;
     if pool_pk(&read.pool) != key {
         let why = format_args!("`pool` = {} does not match the key", read.pool);
-        return Err(StoreError::corrupt(key, why));
+        return Err(PortError::corrupt(key, why));
     }
     Ok(PoolRecord {
         pool: read.pool,
@@ -191,7 +191,7 @@ pub(super) fn history_item(entry: &HistoryEntry) -> impl Serialize {
 }
 
 /// A history item read back.
-pub fn decode_history(item: &Item) -> Result<HistoryEntry, StoreError> {
+pub fn decode_history(item: &Item) -> Result<HistoryEntry, PortError> {
     let read: HistoryItem = from_item(text(item, "sk").unwrap_or_default(), item)?;
     Ok(HistoryEntry {
         pool: read.pool,
@@ -223,6 +223,7 @@ mod tests {
     use crate::adapters::dynamo::testing::{store, update};
     use crate::domain::pool::HistoryEntry;
     use crate::domain::pool::{CapacityType, Retention};
+    use crate::ports::Corrupt;
 
     fn item(pairs: Vec<(&str, AttributeValue)>) -> HashMap<String, AttributeValue> {
         pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
@@ -291,8 +292,8 @@ mod tests {
         );
         assert_eq!(decode_history(&stored).unwrap(), count);
         stored.insert("at".into(), s("soon"));
-        match decode_history(&stored) {
-            Err(StoreError::Corrupt { key, message }) => {
+        match decode_history(&stored).map_err(|e| e.cause::<Corrupt>().cloned()) {
+            Err(Some(Corrupt { key, message })) => {
                 assert_eq!(key, "HIST#01700000000#e-1#i-0");
                 assert!(message.contains("at"), "{message}");
             }
@@ -376,8 +377,8 @@ mod tests {
         }
         for garbage in ["soon", "1e300"] {
             item.insert("interruptions".into(), AttributeValue::N(garbage.into()));
-            match decode_pool(&item) {
-                Err(StoreError::Corrupt { message, .. }) => {
+            match decode_pool(&item).map_err(|e| e.cause::<Corrupt>().cloned()) {
+                Err(Some(Corrupt { message, .. })) => {
                     assert!(message.contains("interruptions"), "{message}")
                 }
                 other => panic!("{other:?}"),
@@ -386,8 +387,8 @@ mod tests {
         item.insert("interruptions".into(), n(3));
         item.insert("first_seen".into(), n(1));
         item.insert("pool".into(), s("spot#c5.large#us-east-1a"));
-        match decode_pool(&item) {
-            Err(StoreError::Corrupt { key, message }) => {
+        match decode_pool(&item).map_err(|e| e.cause::<Corrupt>().cloned()) {
+            Err(Some(Corrupt { key, message })) => {
                 assert_eq!(key, "POOL#spot#m5.large#us-east-1a");
                 assert!(message.contains("does not match"), "{message}");
             }
@@ -397,12 +398,12 @@ mod tests {
         item.insert("interruptions".into(), n(-1));
         assert!(matches!(
             decode_pool(&item),
-            Err(StoreError::Corrupt { .. })
+            Err(e) if e.cause::<Corrupt>().is_some()
         ));
         item.insert("interruptions".into(), n(1));
         item.remove("last_seen");
-        match decode_pool(&item) {
-            Err(StoreError::Corrupt { message, .. }) => assert!(message.contains("last_seen")),
+        match decode_pool(&item).map_err(|e| e.cause::<Corrupt>().cloned()) {
+            Err(Some(Corrupt { message, .. })) => assert!(message.contains("last_seen")),
             other => panic!("{other:?}"),
         }
     }

@@ -7,14 +7,14 @@ use aws_sdk_dynamodb::types::{KeysAndAttributes, TransactWriteItem};
 use super::codec::*;
 use super::{BACKOFF, DynamoStore, MAX_BATCH_ROUNDS};
 use crate::domain::pool::PoolUpdate;
-use crate::ports::{FailureKind, StoreError};
+use crate::ports::{FailureKind, PortError};
 
 impl DynamoStore {
     /// The event ids among `event_ids` whose ledger item is there and has not expired.
     pub(super) async fn read_ledger(
         &self,
         event_ids: &[String],
-    ) -> Result<HashSet<String>, StoreError> {
+    ) -> Result<HashSet<String>, PortError> {
         let now = self.clock.now().timestamp();
         // Each key once: a batch read refuses repeats.
         let unique: HashSet<&String> = event_ids.iter().collect();
@@ -26,7 +26,7 @@ impl DynamoStore {
         for item in read.await? {
             let entry: LedgerItem = from_item(text(&item, "pk").unwrap_or("(ledger item)"), &item)?;
             let id = (entry.pk.strip_prefix("EVENT#")).ok_or_else(|| {
-                StoreError::corrupt(&entry.pk, "a ledger key without the EVENT# prefix")
+                PortError::corrupt(&entry.pk, "a ledger key without the EVENT# prefix")
             })?;
             if entry.expires_at > now {
                 applied.insert(id.to_string());
@@ -42,7 +42,7 @@ impl DynamoStore {
         &self,
         keys: Vec<Item>,
         what: &str,
-    ) -> Result<Vec<Item>, StoreError> {
+    ) -> Result<Vec<Item>, PortError> {
         let mut found = Vec::new();
         for chunk in keys.chunks(100) {
             let request = KeysAndAttributes::builder()
@@ -82,7 +82,7 @@ impl DynamoStore {
         &self,
         update: &PoolUpdate,
         key: &str,
-    ) -> Result<TransactWriteItem, StoreError> {
+    ) -> Result<TransactWriteItem, PortError> {
         let recorded = update.recorded_at.timestamp();
         let item = LedgerItem {
             pk: event_pk(key),

@@ -61,12 +61,12 @@ pub use codec::{EVENT_SK, POOL_SK, event_pk, pool_pk};
 use expr::Known;
 pub use secret::SecretKeys;
 
-use crate::adapters::aws::{CallError, OperationError, failure_kind};
+use crate::adapters::aws::{CallError, OperationError, sdk_failure};
 use crate::adapters::backoff::Backoff;
 use crate::domain::keys::KeyRing;
 use crate::domain::pool::HistoryEntry;
 use crate::domain::pool::{Applied, PoolQuery, PoolRecord, PoolUpdate, Retention};
-use crate::ports::{FailureKind, PoolStore, StoreError};
+use crate::ports::{FailureKind, PoolStore, PortError};
 
 /// Index of the pools ever marked unavailable: partition `sk` (= `POOL`), sort `unavailable_until`.
 pub const INDEX_UNAVAILABLE: &str = "unavailable";
@@ -131,7 +131,7 @@ impl DynamoStore {
     }
 
     /// The continuation keys' secret, or why there is none.
-    fn key_secret(&self) -> Result<&SecretKeys, StoreError> {
+    fn key_secret(&self) -> Result<&SecretKeys, PortError> {
         let why =
             "no key secret is set (FOREWARN_KEY_SECRET, the stack's <stack>-continuation-key)";
         let what = "reading the continuation key";
@@ -151,12 +151,12 @@ impl DynamoStore {
         kind: FailureKind,
         what: impl Display,
         why: impl Into<crate::ports::BoxError>,
-    ) -> StoreError {
-        StoreError::backend(self.location(), what, kind, Some(why.into()))
+    ) -> PortError {
+        PortError::store(self.location(), kind, why).doing(what)
     }
 
     /// What makes the error of a request this store could not encode or build, `what`.
-    fn invalid<'a, E>(&'a self, what: &'a str) -> impl FnOnce(E) -> StoreError + 'a
+    fn invalid<'a, E>(&'a self, what: &'a str) -> impl FnOnce(E) -> PortError + 'a
     where
         E: Into<crate::ports::BoxError>,
     {
@@ -164,18 +164,19 @@ impl DynamoStore {
     }
 
     /// A DynamoDB call that failed while doing `what`, with the kind its answer says.
-    fn sdk_err<E: OperationError>(&self, what: impl Display, error: CallError<E>) -> StoreError {
-        self.fail(failure_kind(&error), what, error)
+    fn sdk_err<E: OperationError>(&self, what: impl Display, error: CallError<E>) -> PortError {
+        let (kind, error) = sdk_failure(error);
+        self.fail(kind, what, error)
     }
 }
 
 #[async_trait]
 impl PoolStore for DynamoStore {
-    async fn applied(&self, event_ids: &[String]) -> Result<HashSet<String>, StoreError> {
+    async fn applied(&self, event_ids: &[String]) -> Result<HashSet<String>, PortError> {
         self.read_ledger(event_ids).await
     }
 
-    async fn apply(&self, update: &PoolUpdate) -> Result<Applied, StoreError> {
+    async fn apply(&self, update: &PoolUpdate) -> Result<Applied, PortError> {
         self.transact(update).await
     }
 
@@ -183,7 +184,7 @@ impl PoolStore for DynamoStore {
         &self,
         since: DateTime<Utc>,
         now: DateTime<Utc>,
-    ) -> Result<Vec<HistoryEntry>, StoreError> {
+    ) -> Result<Vec<HistoryEntry>, PortError> {
         self.scan_history(since, now).await
     }
 
@@ -192,7 +193,7 @@ impl PoolStore for DynamoStore {
         pools: &[crate::domain::pool::PoolKey],
         since: DateTime<Utc>,
         now: DateTime<Utc>,
-    ) -> Result<Vec<HistoryEntry>, StoreError> {
+    ) -> Result<Vec<HistoryEntry>, PortError> {
         let mut entries = Vec::new();
         for pool in pools {
             entries.extend(self.query_history(pool, since, now).await?);
@@ -204,21 +205,21 @@ impl PoolStore for DynamoStore {
         &self,
         query: &PoolQuery,
         now: DateTime<Utc>,
-    ) -> Result<Vec<PoolRecord>, StoreError> {
+    ) -> Result<Vec<PoolRecord>, PortError> {
         self.query_pools(query, now).await
     }
 
-    async fn continuation_keys(&self) -> Result<KeyRing, StoreError> {
+    async fn continuation_keys(&self) -> Result<KeyRing, PortError> {
         let read = async { self.key_secret()?.read().await };
         self.keys.or_read(self.clock.now(), read).await
     }
 
-    async fn reread_continuation_keys(&self) -> Result<Option<KeyRing>, StoreError> {
+    async fn reread_continuation_keys(&self) -> Result<Option<KeyRing>, PortError> {
         let read = async { self.key_secret()?.read().await.map(Some) };
         self.keys.kept(self.clock.now(), read).await
     }
 
-    async fn rotate_continuation_key(&self) -> Result<KeyRing, StoreError> {
+    async fn rotate_continuation_key(&self) -> Result<KeyRing, PortError> {
         let rotate = async { self.key_secret()?.rotate(rand::random()).await };
         self.keys.kept(self.clock.now(), rotate).await
     }

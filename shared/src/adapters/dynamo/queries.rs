@@ -11,7 +11,7 @@ use super::expr::Expr;
 use super::{DynamoStore, INDEX_BY_TYPE, INDEX_BY_ZONE, INDEX_UNAVAILABLE};
 use crate::domain::pool::HistoryEntry;
 use crate::domain::pool::{PoolKey, PoolQuery, PoolRecord};
-use crate::ports::StoreError;
+use crate::ports::PortError;
 
 impl DynamoStore {
     /// The item `pk`, `sk` (strongly consistent), if there is one; `what` names the read in errors.
@@ -20,7 +20,7 @@ impl DynamoStore {
         pk: &str,
         sk: &str,
         what: impl Display + Send + Sync,
-    ) -> Result<Option<Item>, StoreError> {
+    ) -> Result<Option<Item>, PortError> {
         let out = self
             .client
             .get_item()
@@ -41,7 +41,7 @@ impl DynamoStore {
         filter: String,
         e: Expr,
         what: impl Display + Send + Sync,
-    ) -> Result<Vec<Item>, StoreError> {
+    ) -> Result<Vec<Item>, PortError> {
         let pages = self
             .client
             .query()
@@ -64,7 +64,7 @@ impl DynamoStore {
         filter: String,
         e: Expr,
         what: impl Display + Send + Sync,
-    ) -> Result<Vec<Item>, StoreError> {
+    ) -> Result<Vec<Item>, PortError> {
         let pages = self
             .client
             .scan()
@@ -84,7 +84,7 @@ impl DynamoStore {
         &self,
         query: &PoolQuery,
         now: DateTime<Utc>,
-    ) -> Result<Vec<PoolRecord>, StoreError> {
+    ) -> Result<Vec<PoolRecord>, PortError> {
         let mut e = Expr::default();
         let now_value = e.value("now", n(now.timestamp()));
         let mut filter = vec![format!("{} > {now_value}", e.name("expires_at"))];
@@ -133,7 +133,7 @@ impl DynamoStore {
         &self,
         since: DateTime<Utc>,
         now: DateTime<Utc>,
-    ) -> Result<Vec<HistoryEntry>, StoreError> {
+    ) -> Result<Vec<HistoryEntry>, PortError> {
         let mut e = Expr::default();
         let filter = format!(
             "begins_with({sk}, {prefix}) AND {exp} > {now} AND {at} <= {now} AND ({at} >= {since} OR {until} > {since})",
@@ -163,7 +163,7 @@ impl DynamoStore {
         pool: &PoolKey,
         since: DateTime<Utc>,
         now: DateTime<Utc>,
-    ) -> Result<Vec<HistoryEntry>, StoreError> {
+    ) -> Result<Vec<HistoryEntry>, PortError> {
         let mut e = Expr::default();
         let key_condition = format!(
             "{pk} = {pool} AND {sk} BETWEEN {from} AND {to}",

@@ -26,7 +26,7 @@ use super::codec::*;
 use super::expr::Expr;
 use crate::adapters::backoff::Backoff;
 use crate::domain::traffic::{Claim, Doomed, Outcome, Rounds, Settled};
-use crate::ports::{FailureKind, OUTCOME_KEPT, RoundKey, StoreError, TrafficRounds};
+use crate::ports::{FailureKind, OUTCOME_KEPT, PortError, RoundKey, TrafficRounds};
 
 /// The `sk` of a place and cluster's rounds.
 const ROUND_SK: &str = "ROUND";
@@ -53,7 +53,7 @@ impl DynamoStore {
         key: &RoundKey,
         now: DateTime<Utc>,
         change: impl Fn(&mut Rounds) -> T + Send + Sync,
-    ) -> Result<T, StoreError> {
+    ) -> Result<T, PortError> {
         let pk = key.to_string();
         let read = format!("reading the rounds of {pk}");
         let what = format!("writing the rounds of {pk}");
@@ -95,7 +95,7 @@ impl DynamoStore {
                 .map_err(|e| self.sdk_err(&what, e));
             match written {
                 Ok(_) => return Ok(answer),
-                Err(e) if e.kind() == FailureKind::Conflict => self.back_off(&mut waits).await,
+                Err(e) if e.kind == FailureKind::Conflict => self.back_off(&mut waits).await,
                 Err(e) => return Err(e),
             }
         }
@@ -108,7 +108,7 @@ impl DynamoStore {
         &self,
         instances: impl Iterator<Item = &'a Doomed>,
         what: &str,
-    ) -> Result<Vec<String>, StoreError> {
+    ) -> Result<Vec<String>, PortError> {
         let set: Result<Vec<String>, _> = instances.map(serde_json::to_string).collect();
         set.map_err(self.invalid(what))
     }
@@ -138,14 +138,14 @@ struct RoundsItem {
 }
 
 /// The rounds item of `pk` as read, with its version (see the module's documentation).
-fn decode_rounds(pk: &str, item: &Item) -> Result<(Rounds, i64), StoreError> {
+fn decode_rounds(pk: &str, item: &Item) -> Result<(Rounds, i64), PortError> {
     if item.get("pending").is_some_and(|p| !p.is_ss()) {
-        return Err(StoreError::corrupt(pk, "`pending` is not a string set"));
+        return Err(PortError::corrupt(pk, "`pending` is not a string set"));
     }
     let read: RoundsItem = from_item(pk, item)?;
     let pending: Vec<Doomed> = (read.pending.iter().map(|json| serde_json::from_str(json)))
         .collect::<Result<_, _>>()
-        .map_err(|e| StoreError::corrupt(pk, format_args!("`pending` holds no instance: {e}")))?;
+        .map_err(|e| PortError::corrupt(pk, format_args!("`pending` holds no instance: {e}")))?;
     let mut rounds = read.rounds.unwrap_or_default();
     rounds.pending.clear();
     rounds.offer(&pending);
@@ -181,7 +181,7 @@ impl OutcomeItem {
 }
 
 /// An outcome's item in the rounds of `pk` as read: its instance and outcome.
-fn decode_outcome(pk: &str, item: &Item) -> Result<(String, Outcome), StoreError> {
+fn decode_outcome(pk: &str, item: &Item) -> Result<(String, Outcome), PortError> {
     let read: OutcomeItem = from_item(text(item, "sk").unwrap_or(pk), item)?;
     let instance = read.sk.strip_prefix(OUTCOME_SK_PREFIX).unwrap_or(&read.sk);
     Ok((instance.to_string(), read.outcome))
@@ -199,7 +199,7 @@ impl TrafficRounds for DynamoStore {
         key: &RoundKey,
         doomed: &[Doomed],
         now: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), PortError> {
         let pk = key.to_string();
         let set = self.json_set(doomed.iter(), "encoding doomed instances")?;
         if set.is_empty() {
@@ -231,7 +231,7 @@ impl TrafficRounds for DynamoStore {
         key: &RoundKey,
         now: DateTime<Utc>,
         lease: std::time::Duration,
-    ) -> Result<Claim, StoreError> {
+    ) -> Result<Claim, PortError> {
         self.change_rounds(key, now, |r| r.claim(now, lease)).await
     }
 
@@ -240,7 +240,7 @@ impl TrafficRounds for DynamoStore {
         key: &RoundKey,
         settled: &Settled,
         now: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), PortError> {
         let (pk, expires) = (&key.to_string(), expires(now));
         let puts = settled.outcomes.iter().map(|(id, outcome)| async move {
             let item = to_item(OutcomeItem::of(pk, id, outcome, expires));
@@ -261,7 +261,7 @@ impl TrafficRounds for DynamoStore {
         &self,
         key: &RoundKey,
         instances: &[String],
-    ) -> Result<BTreeMap<String, Outcome>, StoreError> {
+    ) -> Result<BTreeMap<String, Outcome>, PortError> {
         let pk = key.to_string();
         let keys = (instances.iter())
             .map(|i| item_key(&pk, &format!("{OUTCOME_SK_PREFIX}{i}")))
@@ -279,6 +279,7 @@ impl TrafficRounds for DynamoStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ports::Corrupt;
     use std::collections::HashMap;
 
     fn item(pairs: Vec<(&str, AttributeValue)>) -> HashMap<String, AttributeValue> {
@@ -362,7 +363,7 @@ mod tests {
         let listed = item(vec![("pending", AttributeValue::L(vec![]))]);
         assert!(matches!(
             decode_rounds(pk, &listed),
-            Err(StoreError::Corrupt { .. })
+            Err(e) if e.cause::<Corrupt>().is_some()
         ));
     }
 }

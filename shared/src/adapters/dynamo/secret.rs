@@ -13,9 +13,9 @@ use aws_sdk_secretsmanager::Client;
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
-use crate::adapters::aws::failure_kind;
+use crate::adapters::aws::{CallError, OperationError, failure_kind, sdk_failure};
 use crate::domain::keys::{ContinuationKey, KeyId, KeyRing};
-use crate::ports::{BoxError, FailureKind, StoreError};
+use crate::ports::{BoxError, FailureKind, PortError};
 
 /// One version of the secret.
 #[derive(Debug, Serialize, Deserialize)]
@@ -47,24 +47,30 @@ impl SecretKeys {
     }
 
     /// An error of `kind` while doing `what`, as `why` says.
-    fn fail(&self, kind: FailureKind, what: &str, why: impl Into<BoxError>) -> StoreError {
+    fn fail(&self, kind: FailureKind, what: &str, why: impl Into<BoxError>) -> PortError {
         let location = format!("secret {}", self.secret);
-        StoreError::backend(location, what, kind, Some(why.into()))
+        PortError::store(location, kind, why).doing(what)
+    }
+
+    /// A Secrets Manager call that failed while doing `what`, with the kind its answer says.
+    fn sdk_err<E: OperationError>(&self, what: &str, error: CallError<E>) -> PortError {
+        let (kind, error) = sdk_failure(error);
+        self.fail(kind, what, error)
     }
 
     /// The key of the version of stage `stage` (`AWSCURRENT`, `AWSPREVIOUS`); `None` when there
     /// is no such version.
-    async fn version(&self, stage: &str) -> Result<Option<ContinuationKey>, StoreError> {
+    async fn version(&self, stage: &str) -> Result<Option<ContinuationKey>, PortError> {
         let get = self.client.get_secret_value().secret_id(&self.secret);
         let what = format!("{READING} ({stage})");
         let out = match get.version_stage(stage).send().await {
             Err(e) if stage != CURRENT && failure_kind(&e) == FailureKind::NotFound => {
                 return Ok(None);
             }
-            got => got.map_err(|e| self.fail(failure_kind(&e), &what, e))?,
+            got => got.map_err(|e| self.sdk_err(&what, e))?,
         };
         let corrupt =
-            |why: String| StoreError::corrupt(format!("secret {} ({stage})", self.secret), why);
+            |why: String| PortError::corrupt(format!("secret {} ({stage})", self.secret), why);
         let text = (out.secret_string()).ok_or_else(|| corrupt("no secret string".into()))?;
         let version: Version = serde_json::from_str(text)
             .map_err(|e| corrupt(format!("not {{\"key_id\": N, \"secret\": \"...\"}}: {e}")))?;
@@ -75,7 +81,7 @@ impl SecretKeys {
     }
 
     /// The keys as the secret holds them now.
-    pub(super) async fn read(&self) -> Result<KeyRing, StoreError> {
+    pub(super) async fn read(&self) -> Result<KeyRing, PortError> {
         let current = self.version(CURRENT).await?.ok_or_else(|| {
             self.fail(FailureKind::NotFound, READING, "it has no current version")
         })?;
@@ -88,7 +94,7 @@ impl SecretKeys {
 
     /// Rotates: a new current key of the next id (its random bytes `bytes`); the current one
     /// becomes the previous, the previous one is dropped.
-    pub(super) async fn rotate(&self, bytes: [u8; 32]) -> Result<KeyRing, StoreError> {
+    pub(super) async fn rotate(&self, bytes: [u8; 32]) -> Result<KeyRing, PortError> {
         let before = self.read().await?;
         let spent = || {
             self.fail(
@@ -107,9 +113,7 @@ impl SecretKeys {
         let put = self.client.put_secret_value().secret_id(&self.secret);
         let put = put.secret_string(text).client_request_token(token);
         let what = "writing the continuation key";
-        put.send()
-            .await
-            .map_err(|e| self.fail(failure_kind(&e), what, e))?;
+        put.send().await.map_err(|e| self.sdk_err(what, e))?;
         let keys = self.read().await?;
         let key_id = keys.current.id();
         tracing::info!(key_id, "rotated the continuation key in its secret");

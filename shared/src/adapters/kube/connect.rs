@@ -12,18 +12,15 @@ use ::kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use aws_config::SdkConfig;
 use aws_credential_types::provider::error::CredentialsError;
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
-use aws_sdk_eks::config::http::HttpResponse;
-use aws_sdk_eks::error::SdkError;
-use aws_sdk_eks::operation::describe_cluster::DescribeClusterError;
 use tokio::sync::Mutex;
 
 use super::api::rate_limit::{Lane, RateLimiter};
 use super::eks::{TOKEN_CACHE_LIFETIME, TokenError, eks_token};
 use crate::adapters::accounts::Accounts;
-use crate::adapters::aws::{AwsSettings, aws_error_text, failure_kind};
+use crate::adapters::aws::{AwsSettings, aws_error_text, call_error};
 use crate::adapters::backoff::ClockSleeper;
 use crate::domain::clusters::{ClusterId, Place};
-use crate::ports::FailureKind;
+use crate::ports::{FailureKind, PortError};
 
 /// forewarn's share of each API server, across every execution environment of a function:
 /// requests per second, and burst. The deployed default of the client-side limit is this
@@ -93,13 +90,9 @@ pub enum ConnectError {
     },
     #[error(transparent)]
     Token(#[from] TokenError),
-    #[error("EKS DescribeCluster {cluster}: {}", aws_error_text(.source.as_ref()))]
-    DescribeCluster {
-        cluster: String,
-        #[source]
-        source: Box<SdkError<DescribeClusterError, HttpResponse>>,
-        kind: FailureKind,
-    },
+    /// `EKS DescribeCluster <cluster>` failed.
+    #[error(transparent)]
+    DescribeCluster(PortError),
     /// The cluster's account cannot be reached (no member role, a forged account).
     #[error("EKS cluster {cluster}: {source}")]
     Account {
@@ -418,10 +411,9 @@ impl KubeconfigContexts {
 
 #[async_trait::async_trait]
 impl crate::ports::ClusterCatalog for KubeconfigContexts {
-    async fn clusters(&self, place: &Place) -> Result<Vec<String>, crate::ports::DirectoryError> {
-        let kubeconfig = Kubeconfig::read().map_err(|e| {
-            crate::ports::DirectoryError::new("kubeconfig", FailureKind::Invalid, e)
-        })?;
+    async fn clusters(&self, place: &Place) -> Result<Vec<String>, PortError> {
+        let kubeconfig = Kubeconfig::read()
+            .map_err(|e| PortError::new("kubeconfig", FailureKind::Invalid, e))?;
         Ok(kubeconfig
             .contexts
             .into_iter()
@@ -445,19 +437,19 @@ impl EksClusters {
     }
 
     /// The clusters of the account and region of `sdk`.
-    pub async fn of(sdk: &SdkConfig) -> Result<Vec<String>, crate::ports::DirectoryError> {
+    pub async fn of(sdk: &SdkConfig) -> Result<Vec<String>, PortError> {
         let client = aws_sdk_eks::Client::new(sdk);
         let names = client.list_clusters().into_paginator().items().send();
         names
             .collect::<Result<Vec<String>, _>>()
             .await
-            .map_err(|e| crate::adapters::aws::lookup_error("eks", e))
+            .map_err(|e| call_error("eks", e))
     }
 }
 
 #[async_trait::async_trait]
 impl crate::ports::ClusterCatalog for EksClusters {
-    async fn clusters(&self, place: &Place) -> Result<Vec<String>, crate::ports::DirectoryError> {
+    async fn clusters(&self, place: &Place) -> Result<Vec<String>, PortError> {
         let sdk = self
             .accounts
             .config_for(place)
@@ -492,11 +484,9 @@ pub async fn connect_eks(
     if endpoint.is_none() || ca.is_none() {
         let eks = aws_sdk_eks::Client::new(sdk);
         let described = eks.describe_cluster().name(&cluster).send().await;
-        let described = described.map_err(|e| ConnectError::DescribeCluster {
-            cluster: cluster.clone(),
-            kind: failure_kind(&e),
-            source: Box::new(e),
-        })?;
+        let call = || format!("EKS DescribeCluster {cluster}");
+        let described =
+            described.map_err(|e| ConnectError::DescribeCluster(call_error(call(), e)))?;
         let found = described.cluster();
         endpoint = endpoint.or_else(|| Some(found?.endpoint()?.to_string()));
         ca = ca.or_else(|| Some(found?.certificate_authority()?.data()?.to_string()));

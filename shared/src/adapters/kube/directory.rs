@@ -19,7 +19,7 @@ use super::connect::ClusterClient;
 use super::error::{ApiError, KubeError};
 use super::node_facts::node_facts;
 use crate::domain::facts::{InstanceFacts, NodeFacts, resolve_node};
-use crate::ports::{DirectoryError, NodeDirectory, Work};
+use crate::ports::{NodeDirectory, PortError, Work};
 
 const SERVICE: &str = "kubernetes";
 /// `get`s at once.
@@ -38,13 +38,13 @@ impl KubeNodeDirectory {
 }
 
 /// The nodes' API, with `clients`' client.
-async fn api(clients: &ClusterClient) -> Result<Api<Node>, DirectoryError> {
+async fn api(clients: &ClusterClient) -> Result<Api<Node>, PortError> {
     Ok(Api::all(clients.client().await.map_err(directory_error)?))
 }
 
-fn directory_error(e: impl Into<KubeError>) -> DirectoryError {
+fn directory_error(e: impl Into<KubeError>) -> PortError {
     let e = e.into();
-    DirectoryError::new(SERVICE, e.kind(), e)
+    PortError::new(SERVICE, e.kind(), e)
 }
 
 /// Whether `node` is the node of `instance` (by [`resolve_node`]'s criteria).
@@ -61,7 +61,7 @@ impl NodeDirectory for KubeNodeDirectory {
         &self,
         instances: &[InstanceFacts],
         work: Work,
-    ) -> Result<Vec<NodeFacts>, DirectoryError> {
+    ) -> Result<Vec<NodeFacts>, PortError> {
         let clients = &self.clients.for_work(work);
         if instances.is_empty() {
             return Ok(Vec::new());
@@ -116,7 +116,7 @@ impl NodeDirectory for KubeNodeDirectory {
     }
 
     /// One paged `list` of the nodes.
-    async fn all(&self) -> Result<Vec<NodeFacts>, DirectoryError> {
+    async fn all(&self) -> Result<Vec<NodeFacts>, PortError> {
         let all = list_all(&self.clients, &api(&self.clients).await?, "nodes").await;
         Ok(all
             .map_err(directory_error)?

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::connect::ConnectError;
 use crate::domain::cordon_record::ANNOTATION_CORDON;
 use crate::domain::facts::NotItsNode;
-use crate::ports::{FailureKind, LifecycleError};
+use crate::ports::{FailureKind, PortError};
 
 /// One Kubernetes API call that failed: what was asked, of which object, and the answer.
 #[derive(Debug, thiserror::Error)]
@@ -121,7 +121,7 @@ pub enum KubeError {
     )]
     Conflicts { node: String, attempts: u32 },
     #[error(transparent)]
-    Lifecycle(#[from] LifecycleError),
+    Lifecycle(#[from] PortError),
     /// Work over many objects, each tried: some failed (the first of them named).
     #[error("{failed} of {tried} failed; the first: {first}")]
     Partly {
@@ -195,7 +195,7 @@ impl ConnectError {
             | ConnectError::Client(_)
             | ConnectError::NoRegion { .. }
             | ConnectError::NoCredentials { .. } => FailureKind::Invalid,
-            ConnectError::DescribeCluster { kind, .. } => *kind,
+            ConnectError::DescribeCluster(e) => e.kind,
             ConnectError::Account { source, .. } => source.kind(),
             // It may be: the cluster is still being created.
             ConnectError::NoEndpoint { .. } => FailureKind::Unavailable,

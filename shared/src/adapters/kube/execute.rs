@@ -22,7 +22,7 @@
 //! - the ASG lifecycle action, when the plan has one, is completed with `CONTINUE`.
 //!
 //! Every step is idempotent, so an event delivered again writes nothing new. A failed API call
-//! (other than the answers each step expects: 404, 409, 429) is an [`ExecuteError`], so the
+//! (other than the answers each step expects: 404, 409, 429) is a [`PortError`], so the
 //! event comes back. Events are best effort: a failure to record one is logged and reported,
 //! never an error. A dry run takes the same path and reads the same objects, but sends no write;
 //! its results say what would be done.
@@ -49,13 +49,13 @@ use crate::domain::config::Action;
 use crate::domain::cordon_record::{Undo, UndoOutcome};
 use crate::domain::plan::{NodeAction, Plan};
 use crate::domain::surge::RoomSeen;
-use crate::ports::{ActionResult, DrainRole, ExecuteError, Executor, Pass, Work};
+use crate::ports::{ActionResult, DrainRole, Executor, Pass, PortError, Work};
 
 impl KubeExecutor {
     /// Carries out every node action of `plan` (concurrently) for `pass`, with what each did. An
     /// error from any means the event must come back (the others were still carried out). No
     /// deadline: see [`KubeExecutor::run_in`].
-    pub async fn run(&self, plan: &Plan, pass: Pass) -> Result<Vec<NodeOutcome>, ExecuteError> {
+    pub async fn run(&self, plan: &Plan, pass: Pass) -> Result<Vec<NodeOutcome>, PortError> {
         self.run_in(plan, pass, Work::default()).await
     }
 
@@ -67,7 +67,7 @@ impl KubeExecutor {
         plan: &Plan,
         pass: Pass,
         work: Work,
-    ) -> Result<Vec<NodeOutcome>, ExecuteError> {
+    ) -> Result<Vec<NodeOutcome>, PortError> {
         let lane = if pass == Pass::Cordon {
             Lane::First
         } else {
@@ -269,7 +269,7 @@ impl Executor for KubeExecutor {
         plan: &Plan,
         pass: Pass,
         work: Work,
-    ) -> Result<Vec<ActionResult>, ExecuteError> {
+    ) -> Result<Vec<ActionResult>, PortError> {
         Ok(results(&self.run_in(plan, pass, work).await?))
     }
 
@@ -277,7 +277,7 @@ impl Executor for KubeExecutor {
         &self,
         nodes: &[String],
         work: Work,
-    ) -> Result<BTreeMap<String, RoomSeen>, ExecuteError> {
+    ) -> Result<BTreeMap<String, RoomSeen>, PortError> {
         let clients = self.clients.in_lane(Lane::Later).for_work(work);
         let doing = format!("placeholders of {} nodes", nodes.len());
         let room = super::surge::room_of(&clients, nodes).await;
@@ -290,6 +290,9 @@ impl Executor for KubeExecutor {
 pub(crate) fn failed(
     instance_id: &str,
     doing: Option<String>,
-) -> impl FnOnce(KubeError) -> ExecuteError {
-    move |e| ExecuteError::new(instance_id.to_string(), doing, e.kind(), e)
+) -> impl FnOnce(KubeError) -> PortError {
+    move |e| PortError {
+        doing,
+        ..PortError::new(instance_id, e.kind(), e)
+    }
 }

@@ -14,7 +14,7 @@ use super::api::retry::with_retry;
 use super::connect::ClusterClient;
 use super::error::KubeError;
 use super::events::{EventType, Said, build, record, reference};
-use crate::ports::{DirectoryError, PolicySource, PolicyText};
+use crate::ports::{PolicySource, PolicyText, PortError};
 
 /// The policy ConfigMap's namespace (forewarn's own, `infra/k8s/rbac.yaml`), name and key.
 pub const POLICY_NAMESPACE: &str = crate::domain::config::NAMESPACE;
@@ -36,18 +36,16 @@ impl KubePolicy {
         }
     }
 
-    fn failed(&self, e: impl Into<KubeError>) -> DirectoryError {
+    fn failed(&self, e: impl Into<KubeError>) -> PortError {
         let e = e.into();
-        DirectoryError {
-            doing: Some(format!("configmap/{POLICY_NAMESPACE}/{POLICY_CONFIGMAP}")),
-            ..DirectoryError::new("Kubernetes (the policy ConfigMap)", e.kind(), e)
-        }
+        PortError::new("Kubernetes (the policy ConfigMap)", e.kind(), e)
+            .doing(format!("configmap/{POLICY_NAMESPACE}/{POLICY_CONFIGMAP}"))
     }
 }
 
 #[async_trait]
 impl PolicySource for KubePolicy {
-    async fn read(&self) -> Result<PolicyText, DirectoryError> {
+    async fn read(&self) -> Result<PolicyText, PortError> {
         let client = self.clients.client().await.map_err(|e| self.failed(e))?;
         let maps: Api<ConfigMap> = Api::namespaced(client, POLICY_NAMESPACE);
         let object = format!("configmap/{POLICY_NAMESPACE}/{POLICY_CONFIGMAP}");

@@ -22,7 +22,7 @@ use crate::app::policy::PolicyCache;
 use crate::domain::clusters::{ClusterId, Place};
 use crate::domain::config::Config;
 use crate::ports::{
-    BoxError, Clock, ClusterCatalog, DirectoryError, Executor, FailureKind, NoNodes, NodeDirectory,
+    BoxError, Clock, ClusterCatalog, Executor, FailureKind, NoNodes, NodeDirectory, PortError,
 };
 
 /// How long the list of every cluster (`*`) is used before it is read again.
@@ -152,7 +152,7 @@ async fn list(
     (places, also): (&[Place], &[ClusterId]),
     own: &Place,
     last: Option<&[ClusterId]>,
-) -> Result<Vec<ClusterId>, DirectoryError> {
+) -> Result<Vec<ClusterId>, PortError> {
     let places: std::collections::BTreeSet<Place> = places.iter().map(|p| p.or(own)).collect();
     let lists = futures::future::join_all(places.iter().map(|p| catalog.clusters(p))).await;
     let mut ids: Vec<ClusterId> = also.iter().map(|id| id.or(own)).collect();
@@ -251,7 +251,7 @@ impl Fleet {
         base: &Config,
         now: DateTime<Utc>,
         seen: &[&str],
-    ) -> Result<Vec<ClusterId>, DirectoryError> {
+    ) -> Result<Vec<ClusterId>, PortError> {
         let own = &self.own;
         match &self.served {
             Served::One(cluster) => Ok(cluster
@@ -322,7 +322,7 @@ impl Fleet {
         &self,
         base: &Config,
         now: DateTime<Utc>,
-    ) -> Result<Vec<(Option<ClusterId>, Result<Arc<Cluster>, Unreachable>)>, DirectoryError> {
+    ) -> Result<Vec<(Option<ClusterId>, Result<Arc<Cluster>, Unreachable>)>, PortError> {
         let ids = self.served(base, now, &[]).await?;
         if let Served::One(cluster) = &self.served {
             return Ok(vec![(ids.into_iter().next(), Ok(cluster.clone()))]);
@@ -409,11 +409,11 @@ mod tests {
 
     #[async_trait]
     impl ClusterCatalog for Listed {
-        async fn clusters(&self, place: &Place) -> Result<Vec<String>, DirectoryError> {
+        async fn clusters(&self, place: &Place) -> Result<Vec<String>, PortError> {
             self.1.fetch_add(1, Ordering::SeqCst);
             let lists = self.0.lock().unwrap();
             let list = lists.get(place).cloned().unwrap_or(Ok(Vec::new()));
-            list.map_err(|()| DirectoryError::new("eks", FailureKind::Unavailable, "down"))
+            list.map_err(|()| PortError::new("eks", FailureKind::Unavailable, "down"))
         }
     }
 

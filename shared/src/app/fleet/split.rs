@@ -205,7 +205,7 @@ mod tests {
     use super::*;
     use crate::domain::fixtures;
     use crate::domain::inbound::decode_value;
-    use crate::ports::{DirectoryError, FailureKind};
+    use crate::ports::{FailureKind, PortError};
 
     const I1: &str = "i-0a1b2c3d4e5f60001";
     const I2: &str = "i-0a1b2c3d4e5f60002";
@@ -405,7 +405,7 @@ mod tests {
     #[test]
     fn only_the_events_of_a_failed_place_are_unrouted() {
         let mut instances = found([instance(I1, "blue")]);
-        let failure = DirectoryError::new("ec2:DescribeInstances", FailureKind::Forbidden, "no");
+        let failure = PortError::new("ec2:DescribeInstances", FailureKind::Forbidden, "no");
         let member = Place {
             account: Some("111111111111".into()),
             region: Some("us-east-1".into()),

@@ -571,15 +571,11 @@ pub const OUT_OF_TIME: &str =
 #[derive(Debug, thiserror::Error)]
 pub enum WorkError {
     #[error(transparent)]
-    Lookup(#[from] crate::ports::DirectoryError),
-    #[error(transparent)]
-    Store(#[from] crate::ports::StoreError),
-    #[error(transparent)]
-    Execute(#[from] crate::ports::ExecuteError),
+    Port(#[from] crate::ports::PortError),
     #[error("reading the continuation key: {0}")]
-    Key(#[source] crate::ports::StoreError),
+    Key(#[source] crate::ports::PortError),
     #[error("queueing the drain's continuation: {0}")]
-    Queue(#[from] crate::ports::QueueError),
+    Queue(#[source] crate::ports::PortError),
     #[error("queueing the drain's continuation: {0}")]
     TooLarge(crate::domain::inbound::continuation::TooLarge),
     #[error("{OUT_OF_TIME}")]
@@ -591,10 +587,7 @@ impl WorkError {
     /// when a port's answer was a refusal the same call meets again.
     pub fn retryable(&self) -> bool {
         match self {
-            WorkError::Lookup(e) => e.retryable(),
-            WorkError::Store(e) | WorkError::Key(e) => e.retryable(),
-            WorkError::Execute(e) => e.retryable(),
-            WorkError::Queue(e) => e.retryable(),
+            WorkError::Port(e) | WorkError::Key(e) | WorkError::Queue(e) => e.retryable(),
             // The same event makes the same continuation.
             WorkError::TooLarge(_) => false,
             WorkError::OutOfTime => true,

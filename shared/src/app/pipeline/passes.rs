@@ -15,7 +15,7 @@ pub(super) async fn by_keys<T, E>(
     items: &[T],
     check: impl Fn(&T, &KeyRing) -> Result<(), E>,
     newer: impl Fn(&E) -> bool,
-) -> Result<Vec<Result<(), E>>, crate::ports::StoreError> {
+) -> Result<Vec<Result<(), E>>, crate::ports::PortError> {
     let keys = store.continuation_keys().await?;
     let mut verdicts: Vec<Result<(), E>> = items.iter().map(|i| check(i, &keys)).collect();
     let is_newer = |v: &Result<(), E>| v.as_ref().is_err_and(&newer);

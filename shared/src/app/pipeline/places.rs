@@ -20,12 +20,12 @@ use crate::domain::event::Event;
 use crate::domain::facts::InstanceFacts;
 use crate::domain::inbound::Record;
 use crate::domain::report::{Outcome, Report};
-use crate::ports::{DirectoryError, InstanceDirectory, Place};
+use crate::ports::{InstanceDirectory, Place, PortError};
 
 /// The report of `record`, an event of a place whose lookup met `error`: acknowledged when its
 /// account is not served; else failed, retryable as the error says (an account that cannot be
 /// reached named in the report, for its metric).
-pub fn place_report(error: &DirectoryError, record: &Record) -> Report {
+pub fn place_report(error: &PortError, record: &Record) -> Report {
     if let Some(not_served) = error.not_served() {
         let why = "the event is acknowledged: nothing is done, no pool recorded";
         return Report::new(record).ended(Outcome::Ignored, format!("{not_served}; {why}"));
@@ -43,12 +43,12 @@ pub fn place_report(error: &DirectoryError, record: &Record) -> Report {
 pub struct Described {
     pub found: BTreeMap<String, InstanceFacts>,
     /// What each failed place's lookup met, said again to each of its events.
-    pub failed: BTreeMap<Place, Arc<DirectoryError>>,
+    pub failed: BTreeMap<Place, Arc<PortError>>,
 }
 
 impl Described {
     /// A lookup that failed whole with `error`: every place of `events` failed as it says.
-    pub fn failing(events: &[&Event], error: DirectoryError) -> Described {
+    pub fn failing(events: &[&Event], error: PortError) -> Described {
         let failure = Arc::new(error);
         let failed = events.iter().map(|e| (Place::of_event(e), failure.clone()));
         Described {
@@ -59,7 +59,7 @@ impl Described {
 
     /// Why `event`'s instances were not looked up, when its place's lookup failed (an event that
     /// names no instance was not looked up, and did not fail).
-    pub fn failure_of(&self, event: &Event) -> Option<&DirectoryError> {
+    pub fn failure_of(&self, event: &Event) -> Option<&PortError> {
         if event.instance_ids.is_empty() {
             return None;
         }
@@ -181,7 +181,7 @@ mod tests {
             account: "222222222222".into(),
             why: "its member role cannot be assumed".into(),
         };
-        let error = DirectoryError::new(
+        let error = PortError::new(
             "ec2:DescribeInstances",
             FailureKind::Forbidden,
             not_served.clone(),
@@ -199,7 +199,7 @@ mod tests {
             (FailureKind::Forbidden, true),
             (FailureKind::Throttled, false),
         ] {
-            let mut error = DirectoryError::new("ec2:DescribeInstances", kind, "refused");
+            let mut error = PortError::new("ec2:DescribeInstances", kind, "refused");
             error.doing = Some("page 2".into());
             let report = place_report(&error, &record("111111111111"));
             assert_eq!(report.outcome, Outcome::Failed);
@@ -220,7 +220,7 @@ mod tests {
             role: "arn:aws:iam::222222222222:role/forewarn-member".into(),
             why: "sts:AssumeRole: AccessDenied".into(),
         };
-        let error = DirectoryError::new(
+        let error = PortError::new(
             "ec2:DescribeInstances",
             FailureKind::Unavailable,
             unreachable.clone(),
@@ -250,7 +250,7 @@ mod tests {
             found: BTreeMap::new(),
             failed: BTreeMap::from([(
                 failed.clone(),
-                Arc::new(DirectoryError::new("ec2", FailureKind::Timeout, "late")),
+                Arc::new(PortError::new("ec2", FailureKind::Timeout, "late")),
             )]),
         };
         let own = record("222222222222");

@@ -14,9 +14,8 @@ use crate::domain::fixtures::{event_json, spot_json as spot};
 use crate::domain::inbound::decode_value;
 use crate::domain::plan::Plan;
 use crate::domain::pool::CapacityType;
-use crate::ports::DirectoryError;
 use crate::ports::InstanceDirectory;
-use crate::ports::{ActionResult, ExecuteError, Place};
+use crate::ports::{ActionResult, Place, PortError};
 use async_trait::async_trait;
 
 const A: &str = "i-0a1b2c3d4e5f60001";
@@ -81,7 +80,7 @@ impl Executor for Recorder {
         plan: &Plan,
         pass: Pass,
         work: Work,
-    ) -> Result<Vec<ActionResult>, ExecuteError> {
+    ) -> Result<Vec<ActionResult>, PortError> {
         self.works.lock().unwrap().push(work);
         self.calls.lock().unwrap().push(plan.event_id.clone());
         self.passes
@@ -97,9 +96,8 @@ impl Executor for Recorder {
             "attempt to subtract with overflow"
         );
         if self.fail.contains(&plan.event_id) {
-            return Err(ExecuteError::new(
+            return Err(PortError::new(
                 plan.instance_ids[0].clone(),
-                None,
                 crate::ports::FailureKind::Unavailable,
                 "API answered 500",
             ));
@@ -418,8 +416,8 @@ impl InstanceDirectory for Broken {
         &self,
         _place: &Place,
         _ids: &[String],
-    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
-        Err(DirectoryError::new(
+    ) -> Result<BTreeMap<String, InstanceFacts>, PortError> {
+        Err(PortError::new(
             "ec2:DescribeInstances",
             crate::ports::FailureKind::Throttled,
             "throttled",
@@ -485,21 +483,21 @@ impl InstanceDirectory for Accounts {
         &self,
         place: &Place,
         ids: &[String],
-    ) -> Result<BTreeMap<String, InstanceFacts>, DirectoryError> {
+    ) -> Result<BTreeMap<String, InstanceFacts>, PortError> {
         use crate::ports::{FailureKind, NotServed};
         let service = "ec2:DescribeInstances";
         match place.account.as_deref() {
-            Some(DENIED) => Err(DirectoryError::new(
+            Some(DENIED) => Err(PortError::new(
                 service,
                 FailureKind::Forbidden,
                 "UnauthorizedOperation: not authorized",
             )),
-            Some(THROTTLING) => Err(DirectoryError::new(
+            Some(THROTTLING) => Err(PortError::new(
                 service,
                 FailureKind::Throttled,
                 "RequestLimitExceeded",
             )),
-            Some(UNSERVED) => Err(DirectoryError::new(
+            Some(UNSERVED) => Err(PortError::new(
                 service,
                 FailureKind::Forbidden,
                 NotServed {
@@ -601,7 +599,7 @@ impl ContinuationQueue for Queue {
         _group: &str,
         _body: &str,
         _delay: std::time::Duration,
-    ) -> Result<(), crate::ports::QueueError> {
+    ) -> Result<(), crate::ports::PortError> {
         *self.0.lock().unwrap() += 1;
         Ok(())
     }
@@ -812,7 +810,7 @@ impl crate::ports::LoadBalancers for Balancers {
         cluster: &str,
         doomed: &[crate::domain::traffic::Doomed],
         _at_once: usize,
-    ) -> Result<crate::domain::traffic::Deregistered, crate::ports::TrafficError> {
+    ) -> Result<crate::domain::traffic::Deregistered, crate::ports::PortError> {
         let executed = self.exec.calls.lock().unwrap().len();
         self.rounds
             .lock()
@@ -1028,16 +1026,12 @@ struct NodesIn(crate::adapters::snapshot::ClusterState, Mutex<Vec<Work>>);
 
 #[async_trait]
 impl NodeDirectory for NodesIn {
-    async fn nodes(
-        &self,
-        i: &[InstanceFacts],
-        work: Work,
-    ) -> Result<Vec<NodeFacts>, DirectoryError> {
+    async fn nodes(&self, i: &[InstanceFacts], work: Work) -> Result<Vec<NodeFacts>, PortError> {
         self.1.lock().unwrap().push(work);
         self.0.nodes(i, work).await
     }
 
-    async fn all(&self) -> Result<Vec<NodeFacts>, DirectoryError> {
+    async fn all(&self) -> Result<Vec<NodeFacts>, PortError> {
         self.0.all().await
     }
 }

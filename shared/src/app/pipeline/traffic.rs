@@ -15,7 +15,7 @@ use crate::domain::keys::Unverified;
 use crate::domain::traffic::{
     Claim, Deregistered, Doomed, Outcome, Refused, Settled, leaves_whole, next_round,
 };
-use crate::ports::{LoadBalancers, Place, RoundKey, StoreError, TrafficRounds};
+use crate::ports::{LoadBalancers, Place, PortError, RoundKey, TrafficRounds};
 
 /// The default of [`Traffic::budget`] (the settings' deregistration budget).
 pub const DEREGISTER_BUDGET: Duration = Duration::from_secs(3);
@@ -226,7 +226,7 @@ impl Pipeline<'_> {
         key: &RoundKey,
         doomed: &[Doomed],
         end: DateTime<Utc>,
-    ) -> Result<Result<BTreeMap<String, Outcome>, DateTime<Utc>>, StoreError> {
+    ) -> Result<Result<BTreeMap<String, Outcome>, DateTime<Utc>>, PortError> {
         let offered = self.clock.now();
         let mut done = self.answered(rounds, key, doomed, offered).await?;
         let waiting = doomed.iter().filter(|d| !done.contains_key(&d.instance_id));
@@ -259,7 +259,7 @@ impl Pipeline<'_> {
         rounds: &dyn TrafficRounds,
         key: &RoundKey,
         end: DateTime<Utc>,
-    ) -> Result<Claim, StoreError> {
+    ) -> Result<Claim, PortError> {
         let claim = rounds.claim(key, self.clock.now(), traffic.budget).await?;
         if let Claim::Taken(taken, groups) = &claim {
             let taken = (taken.clone(), groups.clone());
@@ -275,7 +275,7 @@ impl Pipeline<'_> {
         key: &RoundKey,
         doomed: &[Doomed],
         offered: DateTime<Utc>,
-    ) -> Result<BTreeMap<String, Outcome>, StoreError> {
+    ) -> Result<BTreeMap<String, Outcome>, PortError> {
         let ids: Vec<String> = doomed.iter().map(|d| d.instance_id.clone()).collect();
         let mut known = rounds.outcomes(key, &ids).await?;
         known
@@ -291,7 +291,7 @@ impl Pipeline<'_> {
         key: &RoundKey,
         doomed: Vec<Doomed>,
         now: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), PortError> {
         if doomed.is_empty() {
             return Ok(());
         }
@@ -313,7 +313,7 @@ impl Pipeline<'_> {
         key: &RoundKey,
         (taken, groups): (Vec<Doomed>, Vec<String>),
         end: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), PortError> {
         // The keys are read again once when a signature names a key newer than those known.
         let newer = |r: &Refused| matches!(r, Refused::Unverified(Unverified::UnknownKey { .. }));
         let round = key.to_string();
