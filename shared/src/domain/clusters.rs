@@ -166,11 +166,6 @@ impl ClusterId {
         }
     }
 
-    /// Its place (what the kubeconfig's catalog reads).
-    pub fn place(&self) -> &Place {
-        &self.place
-    }
-
     /// This cluster with what it does not say taken from `own` (the deployment's own place).
     pub fn or(&self, own: &Place) -> ClusterId {
         ClusterId::at(&self.place.or(own), &self.name)

@@ -418,7 +418,7 @@ impl crate::ports::ClusterCatalog for KubeconfigContexts {
             .contexts
             .into_iter()
             .filter_map(|c| ClusterId::parse(&c.name).ok())
-            .filter(|id| id.place().or(&self.own) == place.or(&self.own))
+            .filter(|id| id.place.or(&self.own) == place.or(&self.own))
             .map(|id| id.name)
             .collect())
     }
