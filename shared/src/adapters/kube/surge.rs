@@ -25,7 +25,8 @@
 //! without surge, and a refusal keeps its pod's namespace from asking again for a minute. A
 //! create that the server throttled (429) or that forewarn's own rate limit still held when the
 //! step's time was up never reached a placeholder's admission: its pod waits (at the latest to
-//! its safe time) and the next pass asks again.
+//! its safe time) and the next pass asks again; the server's `Retry-After` holds back every
+//! request of the client's rate limit, as it does after any call.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, PoisonError};
@@ -37,9 +38,9 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::api::rate_limit::Lane;
-use super::api::retry::with_retry;
+use super::api::retry::{heed_retry_after, with_retry};
 use super::connect::ClusterClient;
-use super::error::{ApiError, KubeError};
+use super::error::{ApiError, KubeError, status_code};
 use super::outcome::{DrainReport, PlaceholderRefusal};
 use super::placeholder::placeholder_for;
 pub(crate) use super::surge_memory::SurgeMemory;
@@ -457,8 +458,12 @@ async fn create(
     set(match created {
         Ok(_) => Created::New,
         Err(::kube::Error::Api(s)) if s.code == 409 => Created::Exists,
-        // The server's rate limit: nothing was admitted or refused.
-        Err(::kube::Error::Api(s)) if s.code == 429 => Created::Later,
+        // The server's rate limit: nothing was admitted or refused. Its `Retry-After` holds
+        // back every request of the client's rate limit, as every other call's does.
+        Err(e) if status_code(&e) == Some(429) => {
+            heed_retry_after(clients, &e);
+            Created::Later
+        }
         Err(::kube::Error::Api(s)) if is_refusal(s.code) => {
             memory.refused_at(&m.namespace, now);
             Created::Refused(refused_by(s.code, &s.reason, &s.message), s.message)
