@@ -29,7 +29,6 @@
 //! request of the client's rate limit, as it does after any call.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Mutex, PoisonError};
 
 use ::kube::api::{DeleteParams, ListParams, PostParams};
 use ::kube::{Api, ResourceExt};
@@ -39,7 +38,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::api::rate_limit::Lane;
 use super::api::retry::{heed_retry_after, with_retry};
-use super::connect::ClusterClient;
+use super::connect::{ClusterClient, ConnectError};
 use super::error::{ApiError, KubeError, status_code};
 use super::outcome::{DrainReport, PlaceholderRefusal};
 use super::placeholder::placeholder_for;
@@ -226,8 +225,7 @@ pub(crate) async fn surge_pass(
             ),
         });
     }
-    let answers = create_all(clients, settings, &making, end).await;
-    for (made, created) in making.into_iter().zip(answers) {
+    for (_, created, made) in create_all(clients, settings, making, end).await {
         match created {
             Created::New => report.placeholders_created += 1,
             // Not made yet: expected by the next look, which finds it missing and asks again.
@@ -395,67 +393,73 @@ enum Created {
 }
 
 /// Creates the placeholders of `making` (at most `settings.parallelism` at once) by `end` (the
-/// step's budget); answers what became of each, in `making`'s order: one not answered by then
-/// is [`Created::Later`] while its request waits for the client's rate limit, then
-/// [`Created::Not`].
+/// step's budget, see [`create`]); answers what became of each, by its index in `making`.
 async fn create_all(
     clients: &ClusterClient,
     settings: &SurgeSettings,
-    making: &[Making],
+    making: Vec<Making>,
     end: DateTime<Utc>,
-) -> Vec<Created> {
-    let answers: Vec<Mutex<Created>> = making.iter().map(|_| Created::Later.into()).collect();
+) -> Vec<(usize, Created, Making)> {
+    let asked = making.len();
     // The futures made first (a stream mapping borrowed items would not be `Send` for every
     // lifetime, as the executor's futures must be).
-    let creates: Vec<_> = (making.iter().zip(&answers))
-        .map(|(m, answer)| create(clients, &settings.memory, m, answer))
+    let creates: Vec<_> = (making.into_iter().enumerate())
+        .map(|(i, m)| async move {
+            let created = create(clients, &settings.memory, &m, end).await;
+            (i, created, m)
+        })
         .collect();
     let work = futures::stream::iter(creates).buffer_unordered(settings.parallelism.max(1));
-    let work = work.collect::<Vec<()>>();
-    if crate::ports::until(clients.clock(), end, work)
-        .await
-        .is_none()
-    {
+    let mut answers: Vec<_> = work.collect().await;
+    if clients.clock().now() >= end {
         tracing::warn!(
-            asked = making.len(),
+            asked,
             "placeholders not all made within the step's budget: those not sent are asked again by the next pass, the others' pods are evicted as without surge"
         );
     }
-    let answers = answers.into_iter().map(Mutex::into_inner);
+    answers.sort_by_key(|(i, ..)| *i);
     answers
-        .map(|a| a.unwrap_or_else(PoisonError::into_inner))
-        .collect()
 }
 
-/// Creates one placeholder, once, its answer in `answer` ([`Created::Not`] once its request
-/// goes): any answer but success, AlreadyExists (409) and Too Many Requests (429:
-/// [`Created::Later`]) — a refusal (400, 403, 404, 422: RBAC, a Pod Security level, an
-/// admission policy or webhook, named in [`Created::Refused`]), a failure (500, an admission
-/// webhook that is down, a timeout) — leaves its pod drained as without surge, and its pod's
-/// namespace asks for no other placeholder for a minute ([`REFUSED_KEPT`]).
+/// Creates one placeholder, once, by `end`: [`Created::Later`] while its request is not sent
+/// (waiting for the client or its rate limit), [`Created::Not`] once it is and no answer came.
+/// Any answer but success, AlreadyExists (409) and Too Many Requests (429: [`Created::Later`])
+/// — a refusal (400, 403, 404, 422: RBAC, a Pod Security level, an admission policy or webhook,
+/// named in [`Created::Refused`]), a failure (500, an admission webhook that is down, a
+/// timeout) — leaves its pod drained as without surge, and its pod's namespace asks for no
+/// other placeholder for a minute ([`REFUSED_KEPT`]).
 async fn create(
     clients: &ClusterClient,
     memory: &SurgeMemory,
     m: &Making,
-    answer: &Mutex<Created>,
-) {
-    let set = |created| *answer.lock().unwrap_or_else(PoisonError::into_inner) = created;
-    let name = m.placeholder.metadata.name.as_deref().unwrap_or_default();
-    let object = format!("pod/{NAMESPACE}/{name}");
-    let client = match clients.client().await {
-        Ok(client) => client,
-        Err(e) => {
+    end: DateTime<Utc>,
+) -> Created {
+    let clock = clients.clock();
+    if clock.now() >= end {
+        return Created::Later;
+    }
+    let ready = async {
+        let client = clients.client().await?;
+        clients.throttle(Lane::Later).await;
+        Ok::<_, ConnectError>(client)
+    };
+    let client = match crate::ports::until(clock, end, ready).await {
+        None => return Created::Later,
+        Some(Ok(client)) => client,
+        Some(Err(e)) => {
             tracing::warn!(error = %e, "placeholder not made: no client");
-            return set(Created::Not);
+            return Created::Not;
         }
     };
     let pods: Api<Pod> = Api::namespaced(client, NAMESPACE);
     // One attempt, never retried: a failure is itself the answer (its pod is evicted at once).
-    clients.throttle(Lane::Later).await;
-    set(Created::Not);
-    let created = pods.create(&PostParams::default(), &m.placeholder).await;
-    let now = clients.clock().now();
-    set(match created {
+    let params = PostParams::default();
+    let created = pods.create(&params, &m.placeholder);
+    let Some(created) = crate::ports::until(clock, end, created).await else {
+        return Created::Not;
+    };
+    let now = clock.now();
+    match created {
         Ok(_) => Created::New,
         Err(::kube::Error::Api(s)) if s.code == 409 => Created::Exists,
         // The server's rate limit: nothing was admitted or refused. Its `Retry-After` holds
@@ -470,12 +474,13 @@ async fn create(
         }
         Err(e) => {
             memory.refused_at(&m.namespace, now);
+            let object = format!("pod/{NAMESPACE}/{}", m.placeholder.name_any());
             let e = ApiError::new("create", object, e);
             tracing::warn!(error = %e, namespace = %m.namespace,
                 "placeholder not made: its pod, and its namespace's for a minute, are evicted without waiting for room");
             Created::Not
         }
-    });
+    }
 }
 
 /// Deletes placeholder `ph` at once (grace 0); gone already is fine.
