@@ -46,9 +46,9 @@ pub(crate) use super::surge_memory::SurgeMemory;
 use super::surge_memory::{budget_rounds, controller, earlier_rounds};
 use crate::domain::admission::{RefusedBy, is_refusal, refused_by};
 use crate::domain::surge::{
-    ANNOTATION_EVICT_BY, ANNOTATION_EXPIRES, ANNOTATION_NODE, ANNOTATION_POD_UID, CHECK_EVERY, Due,
-    LABEL_PLACEHOLDER, LABEL_PLACEHOLDER_NODE, MAX_PODS, NAMESPACE, Placeholder, RoomSeen,
-    RoomWait, STEP_BUDGET, due, latest_safe, node_label_value,
+    ANNOTATION_EVICT_BY, ANNOTATION_EXPIRES, ANNOTATION_NODE, ANNOTATION_POD_UID,
+    LABEL_PLACEHOLDER, LABEL_PLACEHOLDER_NODE, MAX_PODS, NAMESPACE, PRIORITY_CLASS, RoomSeen,
+    RoomWait, STEP_BUDGET, due, latest_safe, node_label_value, placeholder_name,
 };
 
 /// A drain's surge: for which event and node, until when.
@@ -70,53 +70,58 @@ pub(crate) struct SurgeSettings {
 /// What a drain pass's surge decided.
 #[derive(Debug, Default)]
 pub(crate) struct SurgePass {
-    /// The uids of the pods that wait for room (not evicted in this pass).
+    /// The uids of the pods that wait for room (not evicted in this pass), each with a
+    /// placeholder holding room for it.
     pub waiting: BTreeSet<String>,
-    /// When to look again: the earliest latest safe time, or sooner to see placeholders run.
-    pub next: Option<DateTime<Utc>>,
     /// The earliest latest safe time of the waiting pods.
     pub evict_by: Option<DateTime<Utc>>,
-    /// The placeholders holding room for the waiting pods.
-    pub holding: u32,
     /// The node's placeholders as listed (to delete when the drain ends).
     pub listed: Vec<Pod>,
 }
 
 impl SurgePass {
     /// What the drain waits for when it waits only for room: the earliest latest safe time of
-    /// the waiting pods (at most `deadline`), and the placeholders holding room for them.
+    /// the waiting pods (at most `deadline`), and the placeholders holding room for them; its
+    /// [`RoomWait::next_look`] is when to look again (sooner, to see placeholders run).
     pub(crate) fn room(&self, deadline: DateTime<Utc>) -> Option<RoomWait> {
         Some(RoomWait {
             until: self.evict_by?.min(deadline),
-            placeholders: self.holding,
+            placeholders: u32::try_from(self.waiting.len()).unwrap_or(u32::MAX),
         })
     }
 
     /// The pod of `uid` waits for room until `latest` (its placeholder is there).
-    fn wait(&mut self, uid: &str, latest: DateTime<Utc>, now: DateTime<Utc>) {
+    fn wait(&mut self, uid: &str, latest: DateTime<Utc>) {
         self.waiting.insert(uid.to_string());
-        self.holding = self.holding.saturating_add(1);
         self.evict_by = Some(self.evict_by.map_or(latest, |e| e.min(latest)));
-        let next = latest.min(now + CHECK_EVERY);
-        self.next = Some(self.next.map_or(next, |n| n.min(next)));
     }
 }
 
-/// Whether `pod` is one of forewarn's placeholders (see
-/// [`crate::domain::surge::is_placeholder`]: namespace, name and class together).
+/// Whether `pod` is one of forewarn's placeholders, from its namespace, name and PriorityClass
+/// and the pod uid it carries ([`ANNOTATION_POD_UID`]): in forewarn's namespace, named
+/// [`placeholder_name`] of that uid, of the PriorityClass [`PRIORITY_CLASS`], all together.
+/// Never by a label: a tenant's pod labelled as a placeholder is not one, and forewarn never
+/// deletes it. (Only forewarn's groups may create pods in its namespace, and the admission
+/// policy lets them create placeholders only.)
 pub(crate) fn is_placeholder(pod: &Pod) -> bool {
-    crate::domain::surge::is_placeholder(
-        pod.metadata.namespace.as_deref(),
-        pod.metadata.name.as_deref(),
-        pod.spec
-            .as_ref()
-            .and_then(|s| s.priority_class_name.as_deref()),
-        annotation(pod, ANNOTATION_POD_UID),
-    )
+    let class = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.priority_class_name.as_deref());
+    pod.metadata.namespace.as_deref() == Some(NAMESPACE)
+        && class == Some(PRIORITY_CLASS)
+        && annotation(pod, ANNOTATION_POD_UID).is_some_and(|uid| {
+            !uid.is_empty() && pod.metadata.name.as_ref() == Some(&placeholder_name(uid))
+        })
 }
 
 fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
     pod.annotations().get(key).map(String::as_str)
+}
+
+/// The time (RFC 3339) annotation `key` of `pod` says, if it says one.
+fn annotated_time(pod: &Pod, key: &str) -> Option<DateTime<Utc>> {
+    annotation(pod, key)?.parse().ok()
 }
 
 /// A placeholder to make: for which pod (uid, namespace), until when it waits.
@@ -184,23 +189,20 @@ pub(crate) async fn surge_pass(
     let mut making: Vec<Making> = Vec::new();
     for (pod, uid) in surging {
         // The time given when the placeholder was made, if earlier (its budget's rounds).
-        let given = by_pod
-            .get(uid)
-            .and_then(|ph| annotation(ph, ANNOTATION_EVICT_BY))
-            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-            .map(|t| t.with_timezone(&Utc));
+        let given = (by_pod.get(uid)).and_then(|ph| annotated_time(ph, ANNOTATION_EVICT_BY));
         let own = latest_of(pod, uid);
         let latest = given.map_or(own, |g| g.min(own));
-        let state = match by_pod.get(uid) {
-            Some(ph) if running_elsewhere(ph, node) => Placeholder::Running,
-            Some(_) => Placeholder::Pending,
-            None => Placeholder::Missing,
-        };
-        let Due::Later(latest) = due(now, latest, state) else {
+        let placeholder = by_pod.get(uid);
+        if due(
+            now,
+            latest,
+            placeholder.is_some_and(|ph| running_elsewhere(ph, node)),
+        ) {
             continue;
-        };
-        if state != Placeholder::Missing {
-            pass.wait(uid, latest, now);
+        }
+        if placeholder.is_some() {
+            // Made, not running yet (waiting for room: the autoscaler's node).
+            pass.wait(uid, latest);
             continue;
         }
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
@@ -237,7 +239,7 @@ pub(crate) async fn surge_pass(
                 continue;
             }
         }
-        pass.wait(&made.uid, made.latest, now);
+        pass.wait(&made.uid, made.latest);
         by_pod.insert(made.uid, made.placeholder);
     }
     pass.listed = by_pod.into_values().collect();
@@ -278,7 +280,8 @@ async fn kept_placeholders(
     report: &mut DrainReport,
 ) -> BTreeMap<String, Pod> {
     let clock = clients.clock();
-    let existing = match crate::ports::until(clock, end, of_node(clients, node)).await {
+    let nodes = [node.to_string()];
+    let existing = match crate::ports::until(clock, end, of_nodes(clients, &nodes)).await {
         Some(Ok(found)) => found,
         failed => {
             let error = failed.and_then(Result::err).map(|e| e.to_string());
@@ -314,24 +317,29 @@ fn running_elsewhere(ph: &Pod, node: &str) -> bool {
     phase == Some("Running") && on.is_some_and(|n| n != node)
 }
 
-/// The placeholders made for `node`'s pods (one list in forewarn's namespace, by label; only
-/// pods that are placeholders by name and class).
-pub(crate) async fn of_node(clients: &ClusterClient, node: &str) -> Result<Vec<Pod>, KubeError> {
-    let selector = format!(
-        "{LABEL_PLACEHOLDER}=true,{LABEL_PLACEHOLDER_NODE}={}",
-        node_label_value(node)
-    );
-    let what = format!("placeholders of node/{node}");
+/// The placeholders made for the pods of `nodes` (one list in forewarn's namespace, by label,
+/// whatever the number of nodes; only pods that are placeholders by name and class, of one of
+/// `nodes` by their annotation).
+pub(crate) async fn of_nodes(
+    clients: &ClusterClient,
+    nodes: &[String],
+) -> Result<Vec<Pod>, KubeError> {
+    if nodes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let values: BTreeSet<String> = nodes.iter().map(|n| node_label_value(n)).collect();
+    let values = values.into_iter().collect::<Vec<_>>().join(",");
+    let selector = format!("{LABEL_PLACEHOLDER}=true,{LABEL_PLACEHOLDER_NODE} in ({values})");
+    let what = format!("placeholders of node/{}", nodes.join(","));
     let found = list(clients, Some(&selector), &what).await?;
     Ok(found
         .into_iter()
-        .filter(|p| annotation(p, ANNOTATION_NODE) == Some(node))
+        .filter(|p| annotation(p, ANNOTATION_NODE).is_some_and(|n| nodes.iter().any(|m| m == n)))
         .collect())
 }
 
-/// The placeholders of `nodes` as one list sees them (one request, by label, whatever the
-/// number of nodes): per node asked, how many and how many run elsewhere (`RoomSeen`; zero for
-/// a node with none).
+/// The placeholders of `nodes` as one list sees them ([`of_nodes`]): per node asked, how many
+/// and how many run elsewhere (`RoomSeen`; zero for a node with none).
 pub(crate) async fn room_of(
     clients: &ClusterClient,
     nodes: &[String],
@@ -340,16 +348,7 @@ pub(crate) async fn room_of(
         .iter()
         .map(|n| (n.clone(), RoomSeen::default()))
         .collect();
-    if nodes.is_empty() {
-        return Ok(seen);
-    }
-    let values: BTreeSet<String> = nodes.iter().map(|n| node_label_value(n)).collect();
-    let selector = format!(
-        "{LABEL_PLACEHOLDER}=true,{LABEL_PLACEHOLDER_NODE} in ({})",
-        values.into_iter().collect::<Vec<_>>().join(",")
-    );
-    let what = format!("placeholders of {} nodes", nodes.len());
-    for ph in list(clients, Some(&selector), &what).await? {
+    for ph in of_nodes(clients, nodes).await? {
         let node = annotation(&ph, ANNOTATION_NODE).unwrap_or_default();
         if let Some(s) = seen.get_mut(node) {
             s.placeholders = s.placeholders.saturating_add(1);
@@ -511,7 +510,8 @@ pub(crate) async fn delete_logged(clients: &ClusterClient, ph: &Pod) -> bool {
 
 /// Deletes every placeholder of `node` (a drain that ended); answers how many went.
 pub(crate) async fn delete_of_node(clients: &ClusterClient, node: &str) -> usize {
-    let found = of_node(clients, node).await.unwrap_or_else(|e| {
+    let found = of_nodes(clients, &[node.to_string()]).await;
+    let found = found.unwrap_or_else(|e| {
         tracing::warn!(error = %e, node, "placeholders not listed: the sweeper deletes them once they expire");
         Vec::new()
     });
@@ -540,10 +540,8 @@ pub(crate) async fn delete_expired(
     let all = list(clients, None, "placeholders").await?;
     let (mut gone, mut failed, mut first) = (Vec::new(), 0, None);
     for ph in all {
-        let expired = annotation(&ph, ANNOTATION_EXPIRES)
-            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-            // A placeholder without a readable expiry is forewarn's and of no use: it goes too.
-            .is_none_or(|t| t.with_timezone(&Utc) < now);
+        // A placeholder without a readable expiry is forewarn's and of no use: it goes too.
+        let expired = annotated_time(&ph, ANNOTATION_EXPIRES).is_none_or(|t| t < now);
         if !expired {
             continue;
         }
@@ -572,6 +570,50 @@ mod tests {
 
     fn pod(v: serde_json::Value) -> Pod {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_placeholder_is_known_by_namespace_name_and_class_together_never_by_label() {
+        let name = placeholder_name("u-1");
+        let ok = |ns: Option<&str>, name: &str, class: Option<&str>, uid: Option<&str>| {
+            let annotations = uid.map(|uid| json!({ANNOTATION_POD_UID: uid}));
+            is_placeholder(&pod(json!({
+                "metadata": {"namespace": ns, "name": name, "annotations": annotations,
+                             "labels": {LABEL_PLACEHOLDER: "true"}},
+                "spec": {"containers": [], "priorityClassName": class},
+            })))
+        };
+        assert!(ok(
+            Some(NAMESPACE),
+            &name,
+            Some(PRIORITY_CLASS),
+            Some("u-1")
+        ));
+        // A tenant's pod with forewarn's name, class, label and annotations, in its own namespace.
+        assert!(!ok(Some("shop"), &name, Some(PRIORITY_CLASS), Some("u-1")));
+        assert!(!ok(None, &name, Some(PRIORITY_CLASS), Some("u-1")));
+        assert!(!ok(Some(NAMESPACE), &name, Some("default"), Some("u-1")));
+        assert!(!ok(Some(NAMESPACE), &name, None, Some("u-1")));
+        assert!(!ok(
+            Some(NAMESPACE),
+            &name,
+            Some(PRIORITY_CLASS),
+            Some("u-2")
+        ));
+        assert!(!ok(
+            Some(NAMESPACE),
+            "web-1",
+            Some(PRIORITY_CLASS),
+            Some("u-1")
+        ));
+        let unnamed = placeholder_name("");
+        assert!(!ok(
+            Some(NAMESPACE),
+            &unnamed,
+            Some(PRIORITY_CLASS),
+            Some("")
+        ));
+        assert!(!ok(Some(NAMESPACE), &name, Some(PRIORITY_CLASS), None));
     }
 
     mod arbitrary {
@@ -730,7 +772,7 @@ mod tests {
                     let grace = pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds);
                     let latest = latest_safe(deadline, grace, rounds.get(&uid).copied().unwrap_or(0));
                     prop_assert!(latest <= deadline);
-                    let _ = due(now, latest, Placeholder::Pending);
+                    let _ = due(now, latest, false);
                     let doomed = ("doomed", Some("node-uid-1"));
                     let ph = placeholder_for(pod, doomed, "ev-1", deadline, latest);
                     prop_assert_eq!(ph.metadata.namespace.as_deref(), Some(NAMESPACE));
