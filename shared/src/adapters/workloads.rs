@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 
 use crate::adapters::kube::budget::ns_name;
 pub use crate::adapters::kube::budget::{WorkloadError, budget, selector};
-use crate::adapters::kube::placeholder::milli;
+use crate::adapters::kube::placeholder::{container_requests, milli};
 use crate::adapters::kube::{ClusterClient, KubeError};
 use crate::app::audit::WorkloadSource;
 use crate::domain::audit::{
@@ -77,21 +77,11 @@ fn audit_pod(pod: &Pod) -> AuditPod {
 /// limit standing for a missing request as the API server defaults it, in units rounded up
 /// (the API server admits only whole numbers of them); and whether it has a `preStop` hook.
 fn audit_container(c: &Container) -> AuditContainer {
-    let resources = c.resources.as_ref();
-    let mut stated: BTreeMap<&String, &str> = BTreeMap::new();
-    for list in [
-        resources.and_then(|r| r.limits.as_ref()),
-        resources.and_then(|r| r.requests.as_ref()),
-    ] {
-        for (name, q) in list.into_iter().flatten() {
-            stated.insert(name, &q.0);
-        }
-    }
-    let extended = stated
+    let extended = container_requests(c)
         .into_iter()
         .filter(|(name, _)| name.contains('/') && !name.contains("kubernetes.io/"))
         .filter_map(|(name, q)| {
-            let units = milli(q)?.saturating_add(999) / 1000;
+            let units = milli(&q.0)?.saturating_add(999) / 1000;
             Some((name.clone(), i64::try_from(units).unwrap_or(i64::MAX)))
         })
         .collect();

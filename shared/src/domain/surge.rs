@@ -32,6 +32,8 @@ use chrono::{DateTime, Duration, Utc};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
+use crate::domain::time::sane_span;
+
 /// The namespace of forewarn's own objects in a cluster (created by `infra/k8s/rbac.yaml`): the
 /// policy ConfigMap and the placeholders; nothing forewarn reads there can be written by a tenant
 /// or by what writes kube-system. Every placeholder is created there (never in its pod's
@@ -39,7 +41,7 @@ use serde::{Deserialize, Serialize};
 /// and placeholders spend no tenant's ResourceQuota.
 pub const NAMESPACE: &str = "forewarn";
 /// The label every placeholder carries (`"true"`): an index to list them by, never what makes a
-/// pod one (see [`is_placeholder`]).
+/// pod one (its namespace, its name ([`placeholder_name`]) and [`PRIORITY_CLASS`] do).
 pub const LABEL_PLACEHOLDER: &str = "forewarn.io/placeholder";
 /// The label naming the doomed node a placeholder was made for ([`node_label_value`]).
 pub const LABEL_PLACEHOLDER_NODE: &str = "forewarn.io/placeholder-node";
@@ -103,15 +105,10 @@ pub const STEP_BUDGET: Duration = Duration::seconds(2);
 /// keeps a node with absurdly many from costing the pass a request each.
 pub const MAX_PODS: usize = 250;
 
-/// The longest grace period a pod's spec is taken to ask: a spec may hold any int64 (the API
-/// server checks only that it is not negative), and no notice forewarn acts on is longer, so a
-/// pod asking more is due at once either way.
-pub fn max_grace() -> Duration {
-    crate::domain::time::sane_span()
-}
-
 /// The latest time a pod whose grace period is `grace_seconds` (Kubernetes' 30 when unset;
-/// clamped to 0..=[`max_grace`]), with `earlier_rounds` of its budget before it (at most
+/// clamped to 0..=[`sane_span`]: a spec may hold any int64, the API server checks only that it
+/// is not negative, and no notice forewarn acts on is longer, so a pod asking more is due at
+/// once either way), with `earlier_rounds` of its budget before it (at most
 /// [`MAX_PODS`]), is evicted for its drain to end by `deadline`. Checked: whatever the spec
 /// says, the answer is a time (chrono's earliest when the arithmetic would leave its range:
 /// the pod is due now).
@@ -122,7 +119,7 @@ pub fn latest_safe(
 ) -> DateTime<Utc> {
     let grace = Duration::try_seconds(grace_seconds.unwrap_or(30).max(0))
         .unwrap_or(Duration::MAX)
-        .min(max_grace());
+        .min(sane_span());
     let rounds = i32::try_from(earlier_rounds.min(MAX_PODS)).unwrap_or(0);
     ROUND
         .checked_mul(rounds)
@@ -132,50 +129,11 @@ pub fn latest_safe(
         .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
-/// Whether a pod is one of forewarn's placeholders, from its namespace, name and PriorityClass
-/// and the pod uid it carries ([`ANNOTATION_POD_UID`]): in forewarn's namespace, named
-/// [`placeholder_name`] of that uid, of the PriorityClass [`PRIORITY_CLASS`], all together.
-/// Never by a label: a tenant's pod labelled as a placeholder is not one, and forewarn never
-/// deletes it. (Only forewarn's groups may create pods in its namespace, and the admission
-/// policy lets them create placeholders only.)
-pub fn is_placeholder(
-    namespace: Option<&str>,
-    name: Option<&str>,
-    priority_class: Option<&str>,
-    pod_uid: Option<&str>,
-) -> bool {
-    namespace == Some(NAMESPACE)
-        && priority_class == Some(PRIORITY_CLASS)
-        && pod_uid
-            .is_some_and(|uid| !uid.is_empty() && name == Some(placeholder_name(uid).as_str()))
-}
-
-/// Where a pod's placeholder stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Placeholder {
-    /// None yet (created in this pass).
-    Missing,
-    /// Created, not Running yet (waiting for room: the autoscaler's node).
-    Pending,
-    /// Running on another node: there is room for the pod.
-    Running,
-}
-
-/// Whether a pod is evicted now, and why; or when at the latest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Due {
-    Now(&'static str),
-    Later(DateTime<Utc>),
-}
-
-/// Whether a pod whose latest safe time is `latest` and whose placeholder is `placeholder` is
-/// evicted at `now`.
-pub fn due(now: DateTime<Utc>, latest: DateTime<Utc>, placeholder: Placeholder) -> Due {
-    match placeholder {
-        Placeholder::Running => Due::Now("its placeholder runs: there is room"),
-        _ if now >= latest => Due::Now("its latest safe time came"),
-        _ => Due::Later(latest),
-    }
+/// Whether a pod whose latest safe time is `latest` is evicted at `now`: as soon as its
+/// placeholder runs on another node (`running`: there is room for it), and at its latest safe
+/// time in any case. Until then it waits for room (its placeholder made, or to make).
+pub fn due(now: DateTime<Utc>, latest: DateTime<Utc>, running: bool) -> bool {
+    running || now >= latest
 }
 
 /// A drain that only waits for room: the earliest latest safe time of its waiting pods, and how
@@ -282,15 +240,12 @@ mod tests {
         for grace in [9_000_000_000_000, i64::MAX, i64::MIN, 86_400 * 365 * 20] {
             let latest = latest_safe(deadline, Some(grace), usize::MAX);
             assert!(latest < now, "grace {grace}: {latest}");
-            assert_eq!(
-                due(now, latest, Placeholder::Pending),
-                Due::Now("its latest safe time came")
-            );
+            assert!(due(now, latest, false));
         }
         // Clamped, not wrapped: the longest grace taken is the longest notice.
         assert_eq!(
             latest_safe(deadline, Some(i64::MAX), 0),
-            deadline - max_grace() - MARGIN
+            deadline - sane_span() - MARGIN
         );
         assert_eq!(
             latest_safe(deadline, None, usize::MAX),
@@ -321,61 +276,15 @@ mod tests {
     }
 
     #[test]
-    fn a_placeholder_is_known_by_namespace_name_and_class_together_never_by_label() {
-        let name = placeholder_name("u-1");
-        let ok = |ns, name: &str, class, uid| is_placeholder(ns, Some(name), class, uid);
-        assert!(ok(
-            Some(NAMESPACE),
-            &name,
-            Some(PRIORITY_CLASS),
-            Some("u-1")
-        ));
-        // A tenant's pod with forewarn's name, class and annotations, in its own namespace.
-        assert!(!ok(Some("shop"), &name, Some(PRIORITY_CLASS), Some("u-1")));
-        assert!(!ok(None, &name, Some(PRIORITY_CLASS), Some("u-1")));
-        assert!(!ok(Some(NAMESPACE), &name, Some("default"), Some("u-1")));
-        assert!(!ok(Some(NAMESPACE), &name, None, Some("u-1")));
-        assert!(!ok(
-            Some(NAMESPACE),
-            &name,
-            Some(PRIORITY_CLASS),
-            Some("u-2")
-        ));
-        assert!(!ok(
-            Some(NAMESPACE),
-            "web-1",
-            Some(PRIORITY_CLASS),
-            Some("u-1")
-        ));
-        assert!(!ok(
-            Some(NAMESPACE),
-            "forewarn-placeholder-",
-            Some(PRIORITY_CLASS),
-            Some("")
-        ));
-        assert!(!ok(Some(NAMESPACE), &name, Some(PRIORITY_CLASS), None));
-    }
-
-    #[test]
     fn a_pod_is_due_when_its_placeholder_runs_or_at_its_latest_safe_time() {
         let latest = t("2026-11-20T10:01:05Z");
         let before = t("2026-11-20T10:00:30Z");
-        assert!(matches!(
-            due(before, latest, Placeholder::Running),
-            Due::Now(_)
-        ));
-        assert_eq!(
-            due(before, latest, Placeholder::Pending),
-            Due::Later(latest)
+        assert!(
+            due(before, latest, true),
+            "its placeholder runs: there is room"
         );
-        assert_eq!(
-            due(before, latest, Placeholder::Missing),
-            Due::Later(latest)
-        );
-        assert!(matches!(
-            due(latest, latest, Placeholder::Pending),
-            Due::Now(_)
-        ));
+        assert!(!due(before, latest, false));
+        assert!(due(latest, latest, false), "its latest safe time came");
     }
 
     #[test]

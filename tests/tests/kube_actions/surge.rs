@@ -597,6 +597,36 @@ async fn a_throttled_placeholder_is_asked_again_and_its_pod_waits() {
     );
 }
 
+/// A placeholder create the server throttles with a `Retry-After` (the fake's 1 s) holds back
+/// every request of the client's rate limit that long, as any other call's 429 does: the pass's
+/// next request (the bare pod's eviction) waits the server's second.
+#[tokio::test]
+async fn a_throttled_placeholder_pauses_the_clients_rate_limit_for_its_retry_after() {
+    let mut w = surging().await;
+    let plan = w
+        .plan(&event(EventKind::SpotInterruption, "ev-surge-429-pause"))
+        .await;
+    w.executor().run(&plan, Pass::Cordon).await.unwrap();
+    // A limit that holds nothing back by itself.
+    w.clients = w.clients.clone().with_rate_limit(Some((1000.0, 100)));
+    w.fake.inject(
+        Fault::new(429)
+            .method(Method::POST)
+            .path_contains("/api/v1/namespaces/forewarn/pods")
+            .times(1),
+    );
+    let before = w.clock.slept().len();
+    let out = first_drain_pass(&w, &w.executor(), &plan).await;
+    assert_eq!(creates(&w), 1);
+    assert!(w.pod("default", "web-1").is_some(), "web-1 waits: {out:?}");
+    assert!(w.pod("default", "bare-1").is_none(), "bare-1 evicted");
+    let waits = w.clock.slept()[before..].to_vec();
+    assert!(
+        waits.iter().any(|d| *d >= Duration::from_millis(900)),
+        "the eviction waited for the Retry-After: {waits:?}"
+    );
+}
+
 /// A placeholder create that forewarn's own rate limit still holds when the step's 2 s are up
 /// never reached the server: its pod waits instead of being evicted at once.
 #[tokio::test]

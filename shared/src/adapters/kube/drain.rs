@@ -180,21 +180,25 @@ fn next_look(
 ) {
     if report.pending && !acted {
         report.wait_until = due_gone.map(|t| t.min(deadline));
-    } else if let Some(next) = surge.and_then(|s| s.next)
+    } else if let Some(room) = surge.and_then(|s| s.room(deadline))
         && report.evicted.is_empty()
         && report.left.is_empty()
         && deferred == report.waiting.len()
     {
         // Only waiting for room: look again when a placeholder may run or a pod is due.
-        report.wait_until = Some(next.min(deadline));
-        report.room = surge.and_then(|s| s.room(deadline));
+        report.wait_until = Some(room.next_look(now));
+        report.room = Some(room);
     } else if let Some(surge) = surge
         && report.evicted.is_empty()
         && !report.left.is_empty()
     {
-        // Every eviction refused: a pod waiting for room still looks at its own time (`next`
-        // is at most CHECK_EVERY away).
-        report.wait_until = Some(surge.next.unwrap_or(now + CHECK_EVERY).min(deadline));
+        // Every eviction refused: a pod waiting for room still looks at its own time (at most
+        // CHECK_EVERY away).
+        let room = surge.room(deadline);
+        report.wait_until = Some(
+            room.map_or(now + CHECK_EVERY, |r| r.next_look(now))
+                .min(deadline),
+        );
     }
 }
 

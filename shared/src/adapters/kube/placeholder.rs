@@ -207,7 +207,7 @@ fn non_overcommitable(requests: &BTreeMap<String, Quantity>) -> BTreeMap<String,
 /// A container's requests as the API server defaults them (`SetDefaults_Pod`): a resource
 /// with a limit and no request requests its limit (a pod read back from the API already
 /// carries both).
-fn container_requests(c: &Container) -> BTreeMap<&String, &Quantity> {
+pub(crate) fn container_requests(c: &Container) -> BTreeMap<&String, &Quantity> {
     let Some(r) = c.resources.as_ref() else {
         return BTreeMap::new();
     };
@@ -251,30 +251,24 @@ fn effective_requests(spec: &PodSpec) -> BTreeMap<String, Quantity> {
 /// A quantity (`100m`, `0.5`, `2`, `128Mi`, `1G`, `1e3`) in thousandths of its unit, rounded
 /// up; `None` when it is not one.
 pub(crate) fn milli(q: &str) -> Option<i128> {
+    // The suffixes, by power: 1000^(i - 3) and 1024^(i + 1); else an exponent (`e3`, `E-2`).
+    const DECIMAL: [&str; 10] = ["n", "u", "m", "", "k", "M", "G", "T", "P", "E"];
+    const BINARY: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
     let q = q.trim();
     let split = q
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
         .unwrap_or(q.len());
     let (number, suffix) = q.split_at(split);
-    let factor: f64 = match suffix {
-        "" => 1.0,
-        "n" => 1e-9,
-        "u" => 1e-6,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024.0,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        s if s.starts_with(['e', 'E']) => 10f64.powi(s[1..].parse().ok()?),
-        _ => return None,
+    let power = |table: &[&str]| {
+        let i = table.iter().position(|s| *s == suffix)?;
+        i32::try_from(i).ok()
+    };
+    let factor = if let Some(i) = power(&DECIMAL) {
+        1000f64.powi(i - 3)
+    } else if let Some(i) = power(&BINARY) {
+        1024f64.powi(i + 1)
+    } else {
+        10f64.powi(suffix.strip_prefix(['e', 'E'])?.parse().ok()?)
     };
     let value: f64 = number.parse().ok()?;
     let exact = value * factor * 1000.0;

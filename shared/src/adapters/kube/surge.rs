@@ -25,10 +25,10 @@
 //! without surge, and a refusal keeps its pod's namespace from asking again for a minute. A
 //! create that the server throttled (429) or that forewarn's own rate limit still held when the
 //! step's time was up never reached a placeholder's admission: its pod waits (at the latest to
-//! its safe time) and the next pass asks again.
+//! its safe time) and the next pass asks again; the server's `Retry-After` holds back every
+//! request of the client's rate limit, as it does after any call.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Mutex, PoisonError};
 
 use ::kube::api::{DeleteParams, ListParams, PostParams};
 use ::kube::{Api, ResourceExt};
@@ -37,18 +37,18 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::api::rate_limit::Lane;
-use super::api::retry::with_retry;
-use super::connect::ClusterClient;
-use super::error::{ApiError, KubeError};
+use super::api::retry::{heed_retry_after, with_retry};
+use super::connect::{ClusterClient, ConnectError};
+use super::error::{ApiError, KubeError, status_code};
 use super::outcome::{DrainReport, PlaceholderRefusal};
 use super::placeholder::placeholder_for;
 pub(crate) use super::surge_memory::SurgeMemory;
 use super::surge_memory::{budget_rounds, controller, earlier_rounds};
 use crate::domain::admission::{RefusedBy, is_refusal, refused_by};
 use crate::domain::surge::{
-    ANNOTATION_EVICT_BY, ANNOTATION_EXPIRES, ANNOTATION_NODE, ANNOTATION_POD_UID, CHECK_EVERY, Due,
-    LABEL_PLACEHOLDER, LABEL_PLACEHOLDER_NODE, MAX_PODS, NAMESPACE, Placeholder, RoomSeen,
-    RoomWait, STEP_BUDGET, due, latest_safe, node_label_value,
+    ANNOTATION_EVICT_BY, ANNOTATION_EXPIRES, ANNOTATION_NODE, ANNOTATION_POD_UID,
+    LABEL_PLACEHOLDER, LABEL_PLACEHOLDER_NODE, MAX_PODS, NAMESPACE, PRIORITY_CLASS, RoomSeen,
+    RoomWait, STEP_BUDGET, due, latest_safe, node_label_value, placeholder_name,
 };
 
 /// A drain's surge: for which event and node, until when.
@@ -70,53 +70,58 @@ pub(crate) struct SurgeSettings {
 /// What a drain pass's surge decided.
 #[derive(Debug, Default)]
 pub(crate) struct SurgePass {
-    /// The uids of the pods that wait for room (not evicted in this pass).
+    /// The uids of the pods that wait for room (not evicted in this pass), each with a
+    /// placeholder holding room for it.
     pub waiting: BTreeSet<String>,
-    /// When to look again: the earliest latest safe time, or sooner to see placeholders run.
-    pub next: Option<DateTime<Utc>>,
     /// The earliest latest safe time of the waiting pods.
     pub evict_by: Option<DateTime<Utc>>,
-    /// The placeholders holding room for the waiting pods.
-    pub holding: u32,
     /// The node's placeholders as listed (to delete when the drain ends).
     pub listed: Vec<Pod>,
 }
 
 impl SurgePass {
     /// What the drain waits for when it waits only for room: the earliest latest safe time of
-    /// the waiting pods (at most `deadline`), and the placeholders holding room for them.
+    /// the waiting pods (at most `deadline`), and the placeholders holding room for them; its
+    /// [`RoomWait::next_look`] is when to look again (sooner, to see placeholders run).
     pub(crate) fn room(&self, deadline: DateTime<Utc>) -> Option<RoomWait> {
         Some(RoomWait {
             until: self.evict_by?.min(deadline),
-            placeholders: self.holding,
+            placeholders: u32::try_from(self.waiting.len()).unwrap_or(u32::MAX),
         })
     }
 
     /// The pod of `uid` waits for room until `latest` (its placeholder is there).
-    fn wait(&mut self, uid: &str, latest: DateTime<Utc>, now: DateTime<Utc>) {
+    fn wait(&mut self, uid: &str, latest: DateTime<Utc>) {
         self.waiting.insert(uid.to_string());
-        self.holding = self.holding.saturating_add(1);
         self.evict_by = Some(self.evict_by.map_or(latest, |e| e.min(latest)));
-        let next = latest.min(now + CHECK_EVERY);
-        self.next = Some(self.next.map_or(next, |n| n.min(next)));
     }
 }
 
-/// Whether `pod` is one of forewarn's placeholders (see
-/// [`crate::domain::surge::is_placeholder`]: namespace, name and class together).
+/// Whether `pod` is one of forewarn's placeholders, from its namespace, name and PriorityClass
+/// and the pod uid it carries ([`ANNOTATION_POD_UID`]): in forewarn's namespace, named
+/// [`placeholder_name`] of that uid, of the PriorityClass [`PRIORITY_CLASS`], all together.
+/// Never by a label: a tenant's pod labelled as a placeholder is not one, and forewarn never
+/// deletes it. (Only forewarn's groups may create pods in its namespace, and the admission
+/// policy lets them create placeholders only.)
 pub(crate) fn is_placeholder(pod: &Pod) -> bool {
-    crate::domain::surge::is_placeholder(
-        pod.metadata.namespace.as_deref(),
-        pod.metadata.name.as_deref(),
-        pod.spec
-            .as_ref()
-            .and_then(|s| s.priority_class_name.as_deref()),
-        annotation(pod, ANNOTATION_POD_UID),
-    )
+    let class = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.priority_class_name.as_deref());
+    pod.metadata.namespace.as_deref() == Some(NAMESPACE)
+        && class == Some(PRIORITY_CLASS)
+        && annotation(pod, ANNOTATION_POD_UID).is_some_and(|uid| {
+            !uid.is_empty() && pod.metadata.name.as_ref() == Some(&placeholder_name(uid))
+        })
 }
 
 fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
     pod.annotations().get(key).map(String::as_str)
+}
+
+/// The time (RFC 3339) annotation `key` of `pod` says, if it says one.
+fn annotated_time(pod: &Pod, key: &str) -> Option<DateTime<Utc>> {
+    annotation(pod, key)?.parse().ok()
 }
 
 /// A placeholder to make: for which pod (uid, namespace), until when it waits.
@@ -184,23 +189,20 @@ pub(crate) async fn surge_pass(
     let mut making: Vec<Making> = Vec::new();
     for (pod, uid) in surging {
         // The time given when the placeholder was made, if earlier (its budget's rounds).
-        let given = by_pod
-            .get(uid)
-            .and_then(|ph| annotation(ph, ANNOTATION_EVICT_BY))
-            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-            .map(|t| t.with_timezone(&Utc));
+        let given = (by_pod.get(uid)).and_then(|ph| annotated_time(ph, ANNOTATION_EVICT_BY));
         let own = latest_of(pod, uid);
         let latest = given.map_or(own, |g| g.min(own));
-        let state = match by_pod.get(uid) {
-            Some(ph) if running_elsewhere(ph, node) => Placeholder::Running,
-            Some(_) => Placeholder::Pending,
-            None => Placeholder::Missing,
-        };
-        let Due::Later(latest) = due(now, latest, state) else {
+        let placeholder = by_pod.get(uid);
+        if due(
+            now,
+            latest,
+            placeholder.is_some_and(|ph| running_elsewhere(ph, node)),
+        ) {
             continue;
-        };
-        if state != Placeholder::Missing {
-            pass.wait(uid, latest, now);
+        }
+        if placeholder.is_some() {
+            // Made, not running yet (waiting for room: the autoscaler's node).
+            pass.wait(uid, latest);
             continue;
         }
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
@@ -225,8 +227,7 @@ pub(crate) async fn surge_pass(
             ),
         });
     }
-    let answers = create_all(clients, settings, &making, end).await;
-    for (made, created) in making.into_iter().zip(answers) {
+    for (_, created, made) in create_all(clients, settings, making, end).await {
         match created {
             Created::New => report.placeholders_created += 1,
             // Not made yet: expected by the next look, which finds it missing and asks again.
@@ -238,7 +239,7 @@ pub(crate) async fn surge_pass(
                 continue;
             }
         }
-        pass.wait(&made.uid, made.latest, now);
+        pass.wait(&made.uid, made.latest);
         by_pod.insert(made.uid, made.placeholder);
     }
     pass.listed = by_pod.into_values().collect();
@@ -279,7 +280,8 @@ async fn kept_placeholders(
     report: &mut DrainReport,
 ) -> BTreeMap<String, Pod> {
     let clock = clients.clock();
-    let existing = match crate::ports::until(clock, end, of_node(clients, node)).await {
+    let nodes = [node.to_string()];
+    let existing = match crate::ports::until(clock, end, of_nodes(clients, &nodes)).await {
         Some(Ok(found)) => found,
         failed => {
             let error = failed.and_then(Result::err).map(|e| e.to_string());
@@ -315,24 +317,29 @@ fn running_elsewhere(ph: &Pod, node: &str) -> bool {
     phase == Some("Running") && on.is_some_and(|n| n != node)
 }
 
-/// The placeholders made for `node`'s pods (one list in forewarn's namespace, by label; only
-/// pods that are placeholders by name and class).
-pub(crate) async fn of_node(clients: &ClusterClient, node: &str) -> Result<Vec<Pod>, KubeError> {
-    let selector = format!(
-        "{LABEL_PLACEHOLDER}=true,{LABEL_PLACEHOLDER_NODE}={}",
-        node_label_value(node)
-    );
-    let what = format!("placeholders of node/{node}");
+/// The placeholders made for the pods of `nodes` (one list in forewarn's namespace, by label,
+/// whatever the number of nodes; only pods that are placeholders by name and class, of one of
+/// `nodes` by their annotation).
+pub(crate) async fn of_nodes(
+    clients: &ClusterClient,
+    nodes: &[String],
+) -> Result<Vec<Pod>, KubeError> {
+    if nodes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let values: BTreeSet<String> = nodes.iter().map(|n| node_label_value(n)).collect();
+    let values = values.into_iter().collect::<Vec<_>>().join(",");
+    let selector = format!("{LABEL_PLACEHOLDER}=true,{LABEL_PLACEHOLDER_NODE} in ({values})");
+    let what = format!("placeholders of node/{}", nodes.join(","));
     let found = list(clients, Some(&selector), &what).await?;
     Ok(found
         .into_iter()
-        .filter(|p| annotation(p, ANNOTATION_NODE) == Some(node))
+        .filter(|p| annotation(p, ANNOTATION_NODE).is_some_and(|n| nodes.iter().any(|m| m == n)))
         .collect())
 }
 
-/// The placeholders of `nodes` as one list sees them (one request, by label, whatever the
-/// number of nodes): per node asked, how many and how many run elsewhere (`RoomSeen`; zero for
-/// a node with none).
+/// The placeholders of `nodes` as one list sees them ([`of_nodes`]): per node asked, how many
+/// and how many run elsewhere (`RoomSeen`; zero for a node with none).
 pub(crate) async fn room_of(
     clients: &ClusterClient,
     nodes: &[String],
@@ -341,16 +348,7 @@ pub(crate) async fn room_of(
         .iter()
         .map(|n| (n.clone(), RoomSeen::default()))
         .collect();
-    if nodes.is_empty() {
-        return Ok(seen);
-    }
-    let values: BTreeSet<String> = nodes.iter().map(|n| node_label_value(n)).collect();
-    let selector = format!(
-        "{LABEL_PLACEHOLDER}=true,{LABEL_PLACEHOLDER_NODE} in ({})",
-        values.into_iter().collect::<Vec<_>>().join(",")
-    );
-    let what = format!("placeholders of {} nodes", nodes.len());
-    for ph in list(clients, Some(&selector), &what).await? {
+    for ph in of_nodes(clients, nodes).await? {
         let node = annotation(&ph, ANNOTATION_NODE).unwrap_or_default();
         if let Some(s) = seen.get_mut(node) {
             s.placeholders = s.placeholders.saturating_add(1);
@@ -394,83 +392,94 @@ enum Created {
 }
 
 /// Creates the placeholders of `making` (at most `settings.parallelism` at once) by `end` (the
-/// step's budget); answers what became of each, in `making`'s order: one not answered by then
-/// is [`Created::Later`] while its request waits for the client's rate limit, then
-/// [`Created::Not`].
+/// step's budget, see [`create`]); answers what became of each, by its index in `making`.
 async fn create_all(
     clients: &ClusterClient,
     settings: &SurgeSettings,
-    making: &[Making],
+    making: Vec<Making>,
     end: DateTime<Utc>,
-) -> Vec<Created> {
-    let answers: Vec<Mutex<Created>> = making.iter().map(|_| Created::Later.into()).collect();
+) -> Vec<(usize, Created, Making)> {
+    let asked = making.len();
     // The futures made first (a stream mapping borrowed items would not be `Send` for every
     // lifetime, as the executor's futures must be).
-    let creates: Vec<_> = (making.iter().zip(&answers))
-        .map(|(m, answer)| create(clients, &settings.memory, m, answer))
+    let creates: Vec<_> = (making.into_iter().enumerate())
+        .map(|(i, m)| async move {
+            let created = create(clients, &settings.memory, &m, end).await;
+            (i, created, m)
+        })
         .collect();
     let work = futures::stream::iter(creates).buffer_unordered(settings.parallelism.max(1));
-    let work = work.collect::<Vec<()>>();
-    if crate::ports::until(clients.clock(), end, work)
-        .await
-        .is_none()
-    {
+    let mut answers: Vec<_> = work.collect().await;
+    if clients.clock().now() >= end {
         tracing::warn!(
-            asked = making.len(),
+            asked,
             "placeholders not all made within the step's budget: those not sent are asked again by the next pass, the others' pods are evicted as without surge"
         );
     }
-    let answers = answers.into_iter().map(Mutex::into_inner);
+    answers.sort_by_key(|(i, ..)| *i);
     answers
-        .map(|a| a.unwrap_or_else(PoisonError::into_inner))
-        .collect()
 }
 
-/// Creates one placeholder, once, its answer in `answer` ([`Created::Not`] once its request
-/// goes): any answer but success, AlreadyExists (409) and Too Many Requests (429:
-/// [`Created::Later`]) — a refusal (400, 403, 404, 422: RBAC, a Pod Security level, an
-/// admission policy or webhook, named in [`Created::Refused`]), a failure (500, an admission
-/// webhook that is down, a timeout) — leaves its pod drained as without surge, and its pod's
-/// namespace asks for no other placeholder for a minute ([`REFUSED_KEPT`]).
+/// Creates one placeholder, once, by `end`: [`Created::Later`] while its request is not sent
+/// (waiting for the client or its rate limit), [`Created::Not`] once it is and no answer came.
+/// Any answer but success, AlreadyExists (409) and Too Many Requests (429: [`Created::Later`])
+/// — a refusal (400, 403, 404, 422: RBAC, a Pod Security level, an admission policy or webhook,
+/// named in [`Created::Refused`]), a failure (500, an admission webhook that is down, a
+/// timeout) — leaves its pod drained as without surge, and its pod's namespace asks for no
+/// other placeholder for a minute ([`REFUSED_KEPT`]).
 async fn create(
     clients: &ClusterClient,
     memory: &SurgeMemory,
     m: &Making,
-    answer: &Mutex<Created>,
-) {
-    let set = |created| *answer.lock().unwrap_or_else(PoisonError::into_inner) = created;
-    let name = m.placeholder.metadata.name.as_deref().unwrap_or_default();
-    let object = format!("pod/{NAMESPACE}/{name}");
-    let client = match clients.client().await {
-        Ok(client) => client,
-        Err(e) => {
+    end: DateTime<Utc>,
+) -> Created {
+    let clock = clients.clock();
+    if clock.now() >= end {
+        return Created::Later;
+    }
+    let ready = async {
+        let client = clients.client().await?;
+        clients.throttle(Lane::Later).await;
+        Ok::<_, ConnectError>(client)
+    };
+    let client = match crate::ports::until(clock, end, ready).await {
+        None => return Created::Later,
+        Some(Ok(client)) => client,
+        Some(Err(e)) => {
             tracing::warn!(error = %e, "placeholder not made: no client");
-            return set(Created::Not);
+            return Created::Not;
         }
     };
     let pods: Api<Pod> = Api::namespaced(client, NAMESPACE);
     // One attempt, never retried: a failure is itself the answer (its pod is evicted at once).
-    clients.throttle(Lane::Later).await;
-    set(Created::Not);
-    let created = pods.create(&PostParams::default(), &m.placeholder).await;
-    let now = clients.clock().now();
-    set(match created {
+    let params = PostParams::default();
+    let created = pods.create(&params, &m.placeholder);
+    let Some(created) = crate::ports::until(clock, end, created).await else {
+        return Created::Not;
+    };
+    let now = clock.now();
+    match created {
         Ok(_) => Created::New,
         Err(::kube::Error::Api(s)) if s.code == 409 => Created::Exists,
-        // The server's rate limit: nothing was admitted or refused.
-        Err(::kube::Error::Api(s)) if s.code == 429 => Created::Later,
+        // The server's rate limit: nothing was admitted or refused. Its `Retry-After` holds
+        // back every request of the client's rate limit, as every other call's does.
+        Err(e) if status_code(&e) == Some(429) => {
+            heed_retry_after(clients, &e);
+            Created::Later
+        }
         Err(::kube::Error::Api(s)) if is_refusal(s.code) => {
             memory.refused_at(&m.namespace, now);
             Created::Refused(refused_by(s.code, &s.reason, &s.message), s.message)
         }
         Err(e) => {
             memory.refused_at(&m.namespace, now);
+            let object = format!("pod/{NAMESPACE}/{}", m.placeholder.name_any());
             let e = ApiError::new("create", object, e);
             tracing::warn!(error = %e, namespace = %m.namespace,
                 "placeholder not made: its pod, and its namespace's for a minute, are evicted without waiting for room");
             Created::Not
         }
-    });
+    }
 }
 
 /// Deletes placeholder `ph` at once (grace 0); gone already is fine.
@@ -501,7 +510,8 @@ pub(crate) async fn delete_logged(clients: &ClusterClient, ph: &Pod) -> bool {
 
 /// Deletes every placeholder of `node` (a drain that ended); answers how many went.
 pub(crate) async fn delete_of_node(clients: &ClusterClient, node: &str) -> usize {
-    let found = of_node(clients, node).await.unwrap_or_else(|e| {
+    let found = of_nodes(clients, &[node.to_string()]).await;
+    let found = found.unwrap_or_else(|e| {
         tracing::warn!(error = %e, node, "placeholders not listed: the sweeper deletes them once they expire");
         Vec::new()
     });
@@ -530,10 +540,8 @@ pub(crate) async fn delete_expired(
     let all = list(clients, None, "placeholders").await?;
     let (mut gone, mut failed, mut first) = (Vec::new(), 0, None);
     for ph in all {
-        let expired = annotation(&ph, ANNOTATION_EXPIRES)
-            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-            // A placeholder without a readable expiry is forewarn's and of no use: it goes too.
-            .is_none_or(|t| t.with_timezone(&Utc) < now);
+        // A placeholder without a readable expiry is forewarn's and of no use: it goes too.
+        let expired = annotated_time(&ph, ANNOTATION_EXPIRES).is_none_or(|t| t < now);
         if !expired {
             continue;
         }
@@ -562,6 +570,50 @@ mod tests {
 
     fn pod(v: serde_json::Value) -> Pod {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_placeholder_is_known_by_namespace_name_and_class_together_never_by_label() {
+        let name = placeholder_name("u-1");
+        let ok = |ns: Option<&str>, name: &str, class: Option<&str>, uid: Option<&str>| {
+            let annotations = uid.map(|uid| json!({ANNOTATION_POD_UID: uid}));
+            is_placeholder(&pod(json!({
+                "metadata": {"namespace": ns, "name": name, "annotations": annotations,
+                             "labels": {LABEL_PLACEHOLDER: "true"}},
+                "spec": {"containers": [], "priorityClassName": class},
+            })))
+        };
+        assert!(ok(
+            Some(NAMESPACE),
+            &name,
+            Some(PRIORITY_CLASS),
+            Some("u-1")
+        ));
+        // A tenant's pod with forewarn's name, class, label and annotations, in its own namespace.
+        assert!(!ok(Some("shop"), &name, Some(PRIORITY_CLASS), Some("u-1")));
+        assert!(!ok(None, &name, Some(PRIORITY_CLASS), Some("u-1")));
+        assert!(!ok(Some(NAMESPACE), &name, Some("default"), Some("u-1")));
+        assert!(!ok(Some(NAMESPACE), &name, None, Some("u-1")));
+        assert!(!ok(
+            Some(NAMESPACE),
+            &name,
+            Some(PRIORITY_CLASS),
+            Some("u-2")
+        ));
+        assert!(!ok(
+            Some(NAMESPACE),
+            "web-1",
+            Some(PRIORITY_CLASS),
+            Some("u-1")
+        ));
+        let unnamed = placeholder_name("");
+        assert!(!ok(
+            Some(NAMESPACE),
+            &unnamed,
+            Some(PRIORITY_CLASS),
+            Some("")
+        ));
+        assert!(!ok(Some(NAMESPACE), &name, Some(PRIORITY_CLASS), None));
     }
 
     mod arbitrary {
@@ -720,7 +772,7 @@ mod tests {
                     let grace = pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds);
                     let latest = latest_safe(deadline, grace, rounds.get(&uid).copied().unwrap_or(0));
                     prop_assert!(latest <= deadline);
-                    let _ = due(now, latest, Placeholder::Pending);
+                    let _ = due(now, latest, false);
                     let doomed = ("doomed", Some("node-uid-1"));
                     let ph = placeholder_for(pod, doomed, "ev-1", deadline, latest);
                     prop_assert_eq!(ph.metadata.namespace.as_deref(), Some(NAMESPACE));

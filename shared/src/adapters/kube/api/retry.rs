@@ -68,11 +68,7 @@ where
             None => is_retryable(e),
         })
         .adjust(|e, backoff| {
-            let after = retry_after(e);
-            if let Some(after) = after {
-                // The server said when: every request of the client's rate limit waits that long.
-                clients.pause_all(after);
-            }
+            let after = heed_retry_after(clients, e);
             let backoff = backoff?;
             let delay = after.map_or(backoff, |after| after.max(backoff));
             match until {
@@ -85,6 +81,14 @@ where
         })
         .await
         .map_err(|e| ApiError::new(verb, object, e))
+}
+
+/// The `Retry-After` of answer `e` ([`retry_after`]), when it says one: the server said when,
+/// so every request of the client's rate limit waits that long ([`ClusterClient::pause_all`]).
+pub(crate) fn heed_retry_after(clients: &ClusterClient, e: &::kube::Error) -> Option<Duration> {
+    let after = retry_after(e)?;
+    clients.pause_all(after);
+    Some(after)
 }
 
 /// Every object `api` lists, page by page ([`LIST_PAGE`] a page), each page a [`with_retry`].
