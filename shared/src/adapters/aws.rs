@@ -2,6 +2,7 @@
 //! with one retry policy, and the text of an SDK error.
 
 use aws_config::{BehaviorVersion, SdkConfig};
+use aws_runtime::retries::classifiers::{THROTTLING_ERRORS, TRANSIENT_ERRORS};
 use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 
@@ -67,31 +68,14 @@ pub fn failure_kind<E: ProvideErrorMetadata>(e: &SdkError<E, HttpResponse>) -> F
     }
 }
 
-/// Throttling codes: the SDK's own list (`aws_runtime`'s `THROTTLING_ERRORS`), with
-/// Auto Scaling's `ResourceContention`.
-const THROTTLING: &[&str] = &[
-    "Throttling",
-    "ThrottlingException",
-    "ThrottledException",
-    "RequestThrottledException",
-    "TooManyRequestsException",
-    "ProvisionedThroughputExceededException",
-    "TransactionInProgressException",
-    "RequestLimitExceeded",
-    "BandwidthLimitExceeded",
-    "LimitExceededException",
-    "RequestThrottled",
-    "SlowDown",
-    "PriorRequestNotComplete",
-    "EC2ThrottledException",
-    "ResourceContention",
-];
-
-/// The kind an AWS error code says, when it says one.
+/// The kind an AWS error code says, when it says one: the SDK's own throttling and transient
+/// codes (`aws_runtime`'s, which its retries go by), Auto Scaling's `ResourceContention` a
+/// throttle too.
 pub fn kind_of_code(code: &str) -> Option<FailureKind> {
     let kind = match code {
-        c if THROTTLING.contains(&c) => FailureKind::Throttled,
-        "RequestTimeout" | "RequestTimeoutException" => FailureKind::Timeout,
+        c if THROTTLING_ERRORS.contains(&c) => FailureKind::Throttled,
+        "ResourceContention" => FailureKind::Throttled,
+        c if TRANSIENT_ERRORS.contains(&c) => FailureKind::Timeout,
         "InternalServerError"
         | "InternalFailure"
         | "InternalError"
@@ -114,14 +98,10 @@ pub fn kind_of_code(code: &str) -> Option<FailureKind> {
         "ResourceNotFoundException" | "NotFoundException" | "NotFound" => FailureKind::NotFound,
         // EC2: `InvalidInstanceID.NotFound`, `InvalidLaunchTemplateId.NotFound`, ...
         c if c.ends_with(".NotFound") => FailureKind::NotFound,
-        "ValidationException"
-        | "ValidationError"
-        | "InvalidParameterValue"
-        | "InvalidParameterCombination"
-        | "InvalidParameter"
-        | "MissingParameter"
-        | "SerializationException" => FailureKind::Invalid,
+        // `InvalidParameterValue`, `InvalidParameterCombination`, ...
         c if c.starts_with("Invalid") => FailureKind::Invalid,
+        "ValidationException" | "ValidationError" | "MissingParameter" => FailureKind::Invalid,
+        "SerializationException" => FailureKind::Invalid,
         _ => return None,
     };
     Some(kind)
@@ -134,15 +114,10 @@ impl<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static> Operat
 /// A failed SDK call (every service's `SdkError` is the same type).
 pub type CallError<E> = SdkError<E, HttpResponse>;
 
-/// The kind of `e` ([`failure_kind`]), and `e` kept whole ([`AwsError::of`]).
-pub fn sdk_failure<E: OperationError>(e: CallError<E>) -> (FailureKind, AwsError) {
-    (failure_kind(&e), AwsError::of(e))
-}
-
-/// `call` (of any AWS SDK: their errors are the same types), failed with `e`.
+/// `call` (of any AWS SDK: their errors are the same types), failed with `e`: of the kind it
+/// says ([`failure_kind`]), kept whole ([`AwsError::of`]).
 pub fn call_error<E: OperationError>(call: impl Into<String>, e: CallError<E>) -> PortError {
-    let (kind, error) = sdk_failure(e);
-    PortError::new(call, kind, error)
+    PortError::new(call, failure_kind(&e), AwsError::of(e))
 }
 
 /// An AWS SDK error with its causes (the SDK's `Display` alone says "service error").

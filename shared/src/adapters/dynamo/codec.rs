@@ -26,12 +26,6 @@ pub const EVENT_SK: &str = "EVENT";
 /// The prefix of the `sk` of history items (`HIST#<event time>#<event id>#<instance id>`).
 pub const HISTORY_SK_PREFIX: &str = "HIST#";
 
-/// The `sk` of a history item: sorts by event time within its pool.
-pub fn history_sk(entry: &HistoryEntry) -> String {
-    let (at, event, instance) = (history_sk_at(entry.at), &entry.event_id, &entry.instance_id);
-    format!("{at}#{event}#{instance}")
-}
-
 /// The start of the `sk` of the history items of events at `at`.
 pub(super) fn history_sk_at(at: DateTime<Utc>) -> String {
     format!("{HISTORY_SK_PREFIX}{:011}", at.timestamp().max(0))
@@ -103,9 +97,11 @@ pub(super) fn from_item<T: DeserializeOwned>(key: &str, item: &Item) -> Result<T
 
 pub(super) use serde_dynamo::aws_sdk_dynamodb_1::to_item;
 
-/// A pool item as read (its updates write it, see `apply`; the counters apart).
+/// A pool item as read (its updates write it, see `apply`), straight into a [`PoolRecord`]; the
+/// counters apart.
 #[serde_as]
 #[derive(Deserialize)]
+#[serde(remote = "PoolRecord")]
 struct PoolItem {
     #[serde_as(as = "DisplayFromStr")]
     pool: PoolKey,
@@ -114,6 +110,9 @@ struct PoolItem {
     unavailable_until: Option<DateTime<Utc>>,
     #[serde(with = "ts_seconds")]
     expires_at: DateTime<Utc>,
+    /// One attribute per event kind (named by [`counter_name`]), read apart.
+    #[serde(skip)]
+    counters: BTreeMap<String, u64>,
     #[serde(with = "ts_seconds")]
     first_seen: DateTime<Utc>,
     #[serde(with = "ts_seconds")]
@@ -123,6 +122,10 @@ struct PoolItem {
     last_instance_id: String,
 }
 
+/// A record read as [`PoolItem`] says.
+#[derive(Deserialize)]
+struct Pool(#[serde(with = "PoolItem")] PoolRecord);
+
 /// A pool item as a record. Any missing or mistyped attribute is [`PortError::corrupt`] naming
 /// the item's `pk` and the attribute.
 pub(super) fn decode_pool(item: &Item) -> Result<PoolRecord, PortError> {
@@ -131,24 +134,13 @@ pub(super) fn decode_pool(item: &Item) -> Result<PoolRecord, PortError> {
     let counts: Item = names
         .filter_map(|name| Some((name.to_string(), item.get(name)?.clone())))
         .collect();
-    let counters: BTreeMap<String, u64> = from_item(key, &counts)?;
-    let read: PoolItem = from_item(key, item)?;
-    if pool_pk(&read.pool) != key {
-        let why = format_args!("`pool` = {} does not match the key", read.pool);
+    let counters = from_item(key, &counts)?;
+    let Pool(record) = from_item(key, item)?;
+    if pool_pk(&record.pool) != key {
+        let why = format_args!("`pool` = {} does not match the key", record.pool);
         return Err(PortError::corrupt(key, why));
     }
-    Ok(PoolRecord {
-        pool: read.pool,
-        region: read.region,
-        unavailable_until: read.unavailable_until,
-        expires_at: read.expires_at,
-        counters,
-        first_seen: read.first_seen,
-        last_seen: read.last_seen,
-        last_event_id: read.last_event_id,
-        last_reason: read.last_reason,
-        last_instance_id: read.last_instance_id,
-    })
+    Ok(PoolRecord { counters, ..record })
 }
 
 /// A history item, as written and read.
@@ -179,7 +171,13 @@ struct HistoryItem {
 pub(super) fn history_item(entry: &HistoryEntry) -> impl Serialize {
     HistoryItem {
         pk: pool_pk(&entry.pool),
-        sk: history_sk(entry),
+        // Sorts by event time within its pool.
+        sk: format!(
+            "{}#{}#{}",
+            history_sk_at(entry.at),
+            entry.event_id,
+            entry.instance_id
+        ),
         pool: entry.pool.clone(),
         kind: entry.kind,
         event_id: entry.event_id.clone(),

@@ -1,6 +1,4 @@
-//! The idempotence ledger: which events were applied already, and the put that records one.
-
-use std::collections::HashSet;
+//! The idempotence ledger: the batch reads of its items, and the put that records one.
 
 use aws_sdk_dynamodb::types::{KeysAndAttributes, TransactWriteItem};
 
@@ -10,31 +8,6 @@ use crate::domain::pool::PoolUpdate;
 use crate::ports::{FailureKind, PortError};
 
 impl DynamoStore {
-    /// The event ids among `event_ids` whose ledger item is there and has not expired.
-    pub(super) async fn read_ledger(
-        &self,
-        event_ids: &[String],
-    ) -> Result<HashSet<String>, PortError> {
-        let now = self.clock.now().timestamp();
-        // Each key once: a batch read refuses repeats.
-        let unique: HashSet<&String> = event_ids.iter().collect();
-        let keys = (unique.iter())
-            .map(|id| item_key(&event_pk(id), EVENT_SK))
-            .collect();
-        let mut applied = HashSet::new();
-        let read = self.batch_get(keys, "reading the ledger");
-        for item in read.await? {
-            let entry: LedgerItem = from_item(text(&item, "pk").unwrap_or("(ledger item)"), &item)?;
-            let id = (entry.pk.strip_prefix("EVENT#")).ok_or_else(|| {
-                PortError::corrupt(&entry.pk, "a ledger key without the EVENT# prefix")
-            })?;
-            if entry.expires_at > now {
-                applied.insert(id.to_string());
-            }
-        }
-        Ok(applied)
-    }
-
     /// The items of `keys` that are there: strongly consistent `BatchGetItem`s of 100 keys,
     /// their unprocessed keys asked again (at most [`MAX_BATCH_ROUNDS`] rounds a call); `what`
     /// names the read in errors.

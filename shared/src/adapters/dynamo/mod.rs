@@ -57,16 +57,17 @@ mod secret;
 #[cfg(test)]
 mod testing;
 
+use codec::*;
 pub use codec::{EVENT_SK, POOL_SK, event_pk, pool_pk};
-use expr::Known;
+use expr::{Expr, Known};
 pub use secret::SecretKeys;
 
-use crate::adapters::aws::{CallError, OperationError, sdk_failure};
+use crate::adapters::aws::{AwsError, CallError, OperationError, failure_kind};
 use crate::adapters::backoff::Backoff;
 use crate::domain::keys::KeyRing;
 use crate::domain::pool::HistoryEntry;
 use crate::domain::pool::{Applied, PoolQuery, PoolRecord, PoolUpdate, Retention};
-use crate::ports::{FailureKind, PoolStore, PortError};
+use crate::ports::{BoxError, FailureKind, PoolStore, PortError};
 
 /// Index of the pools ever marked unavailable: partition `sk` (= `POOL`), sort `unavailable_until`.
 pub const INDEX_UNAVAILABLE: &str = "unavailable";
@@ -130,14 +131,6 @@ impl DynamoStore {
         self
     }
 
-    /// The continuation keys' secret, or why there is none.
-    fn key_secret(&self) -> Result<&SecretKeys, PortError> {
-        let why =
-            "no key secret is set (FOREWARN_KEY_SECRET, the stack's <stack>-continuation-key)";
-        let what = "reading the continuation key";
-        (self.secret.as_ref()).ok_or_else(|| self.fail(FailureKind::Invalid, what, why))
-    }
-
     /// The store on `clock` (the system clock by default).
     pub fn with_clock(mut self, clock: std::sync::Arc<dyn crate::ports::Clock>) -> DynamoStore {
         self.clock = clock;
@@ -146,48 +139,76 @@ impl DynamoStore {
 
     /// An error of `kind` while doing `what`, as `why` says (kept as the source: an error met,
     /// or the text of what went wrong).
-    fn fail(
-        &self,
-        kind: FailureKind,
-        what: impl Display,
-        why: impl Into<crate::ports::BoxError>,
-    ) -> PortError {
+    fn fail(&self, kind: FailureKind, what: impl Display, why: impl Into<BoxError>) -> PortError {
         PortError::store(self.location(), kind, why).doing(what)
     }
 
     /// What makes the error of a request this store could not encode or build, `what`.
-    fn invalid<'a, E>(&'a self, what: &'a str) -> impl FnOnce(E) -> PortError + 'a
-    where
-        E: Into<crate::ports::BoxError>,
-    {
+    fn invalid<E: Into<BoxError>>(&self, what: &str) -> impl FnOnce(E) -> PortError {
         move |e| self.fail(FailureKind::Invalid, what, e)
     }
 
-    /// A DynamoDB call that failed while doing `what`, with the kind its answer says.
+    /// An AWS call that failed while doing `what`, with the kind its answer says.
     fn sdk_err<E: OperationError>(&self, what: impl Display, error: CallError<E>) -> PortError {
-        let (kind, error) = sdk_failure(error);
-        self.fail(kind, what, error)
+        self.fail(failure_kind(&error), what, AwsError::of(error))
     }
 }
 
 #[async_trait]
 impl PoolStore for DynamoStore {
+    /// The ledger items of `event_ids` (read strongly consistent) that have not expired.
     async fn applied(&self, event_ids: &[String]) -> Result<HashSet<String>, PortError> {
-        self.read_ledger(event_ids).await
+        let now = self.clock.now().timestamp();
+        // Each key once: a batch read refuses repeats.
+        let unique: HashSet<&String> = event_ids.iter().collect();
+        let keys = (unique.iter())
+            .map(|id| item_key(&event_pk(id), EVENT_SK))
+            .collect();
+        let mut applied = HashSet::new();
+        for item in self.batch_get(keys, "reading the ledger").await? {
+            let entry: LedgerItem = from_item(text(&item, "pk").unwrap_or("(ledger item)"), &item)?;
+            let id = (entry.pk.strip_prefix("EVENT#")).ok_or_else(|| {
+                PortError::corrupt(&entry.pk, "a ledger key without the EVENT# prefix")
+            })?;
+            if entry.expires_at > now {
+                applied.insert(id.to_string());
+            }
+        }
+        Ok(applied)
     }
 
     async fn apply(&self, update: &PoolUpdate) -> Result<Applied, PortError> {
         self.transact(update).await
     }
 
+    /// A `Scan` of the history items (every page) whose event or window touches the period and
+    /// that have not expired: an operator's report, not a hot path.
     async fn history(
         &self,
         since: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<Vec<HistoryEntry>, PortError> {
-        self.scan_history(since, now).await
+        let mut e = Expr::default();
+        let filter = format!(
+            "begins_with({sk}, {prefix}) AND {exp} > {now} AND {at} <= {now} AND ({at} >= {since} OR {until} > {since})",
+            sk = e.name("sk"),
+            prefix = e.value("hist", s(HISTORY_SK_PREFIX)),
+            exp = e.name("expires_at"),
+            now = e.value("now", n(now.timestamp())),
+            at = e.name("at"),
+            until = e.name("until"),
+            since = e.value("since", n(since.timestamp())),
+        );
+        let items = self.scan(filter, e, "scanning the history").await?;
+        let entries = items.iter().map(decode_history);
+        // Malformed items are errors, the others in the period kept.
+        let kept =
+            |e: &Result<HistoryEntry, _>| e.as_ref().ok().is_none_or(|e| e.in_period(since, now));
+        entries.filter(kept).collect()
     }
 
+    /// A `Query` of each pool's history items whose event time is in `[since, now]` and that
+    /// have not expired (every page): the sort key orders them by event time.
     async fn history_of(
         &self,
         pools: &[crate::domain::pool::PoolKey],
@@ -196,31 +217,88 @@ impl PoolStore for DynamoStore {
     ) -> Result<Vec<HistoryEntry>, PortError> {
         let mut entries = Vec::new();
         for pool in pools {
-            entries.extend(self.query_history(pool, since, now).await?);
+            let mut e = Expr::default();
+            let key_condition = format!(
+                "{pk} = {pool} AND {sk} BETWEEN {from} AND {to}",
+                pk = e.name("pk"),
+                pool = e.value("pool", s(&pool_pk(pool))),
+                sk = e.name("sk"),
+                from = e.value("from", s(&history_sk_at(since))),
+                // `~` sorts after every character of an event id or instance id.
+                to = e.value("to", s(&format!("{}~", history_sk_at(now)))),
+            );
+            let filter = format!(
+                "{} > {}",
+                e.name("expires_at"),
+                e.value("now", n(now.timestamp()))
+            );
+            let what = "querying a pool's history";
+            for item in self.query(None, key_condition, filter, e, what).await? {
+                entries.push(decode_history(&item)?);
+            }
         }
         Ok(entries)
     }
 
+    /// The pools `query` asks for, newest first, through the index that fits it.
     async fn pools(
         &self,
         query: &PoolQuery,
         now: DateTime<Utc>,
     ) -> Result<Vec<PoolRecord>, PortError> {
-        self.query_pools(query, now).await
+        let mut e = Expr::default();
+        let now_value = e.value("now", n(now.timestamp()));
+        let mut filter = vec![format!("{} > {now_value}", e.name("expires_at"))];
+        let index = match (&query.instance_type, &query.zone) {
+            (Some(instance_type), zone) => {
+                let key_condition = e.is("instance_type", s(instance_type));
+                if let Some(zone) = zone {
+                    filter.push(e.is("zone", s(zone)));
+                }
+                Some((INDEX_BY_TYPE, key_condition))
+            }
+            (None, Some(zone)) => Some((INDEX_BY_ZONE, e.is("zone", s(zone)))),
+            (None, None) if !query.include_available => {
+                let sk = e.is("sk", s(POOL_SK));
+                let until = e.name("unavailable_until");
+                Some((INDEX_UNAVAILABLE, format!("{sk} AND {until} > {now_value}")))
+            }
+            (None, None) => {
+                filter.push(e.is("sk", s(POOL_SK)));
+                None
+            }
+        };
+        let items = match index {
+            Some((index, key_condition)) => {
+                if !query.include_available && index != INDEX_UNAVAILABLE {
+                    filter.push(format!("{} > {now_value}", e.name("unavailable_until")));
+                }
+                let what = format!("querying index {index}");
+                let filter = filter.join(" AND ");
+                self.query(Some(index), key_condition, filter, e, what)
+                    .await?
+            }
+            None => {
+                let filter = filter.join(" AND ");
+                self.scan(filter, e, "scanning the pools").await?
+            }
+        };
+        let records = items.iter().map(decode_pool).collect::<Result<_, _>>()?;
+        // Indexes are eventually consistent and the TTL deletes late: the query decides.
+        Ok(query.select(records, now))
     }
 
     async fn continuation_keys(&self) -> Result<KeyRing, PortError> {
-        let read = async { self.key_secret()?.read().await };
-        self.keys.or_read(self.clock.now(), read).await
+        self.keys.or_read(self.clock.now(), self.read_keys()).await
     }
 
     async fn reread_continuation_keys(&self) -> Result<Option<KeyRing>, PortError> {
-        let read = async { self.key_secret()?.read().await.map(Some) };
+        let read = async { self.read_keys().await.map(Some) };
         self.keys.kept(self.clock.now(), read).await
     }
 
     async fn rotate_continuation_key(&self) -> Result<KeyRing, PortError> {
-        let rotate = async { self.key_secret()?.rotate(rand::random()).await };
+        let rotate = self.rotate_key(rand::random());
         self.keys.kept(self.clock.now(), rotate).await
     }
 

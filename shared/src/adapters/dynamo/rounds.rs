@@ -166,20 +166,6 @@ struct OutcomeItem {
     expires_at: i64,
 }
 
-impl OutcomeItem {
-    /// The item of `instance`'s outcome in the rounds of `pk`.
-    fn of(pk: &str, instance: &str, outcome: &Outcome, expires_at: i64) -> OutcomeItem {
-        let (pk, sk) = (pk.into(), format!("{OUTCOME_SK_PREFIX}{instance}"));
-        let outcome = outcome.clone();
-        OutcomeItem {
-            pk,
-            sk,
-            outcome,
-            expires_at,
-        }
-    }
-}
-
 /// An outcome's item in the rounds of `pk` as read: its instance and outcome.
 fn decode_outcome(pk: &str, item: &Item) -> Result<(String, Outcome), PortError> {
     let read: OutcomeItem = from_item(text(item, "sk").unwrap_or(pk), item)?;
@@ -243,10 +229,17 @@ impl TrafficRounds for DynamoStore {
     ) -> Result<(), PortError> {
         let (pk, expires) = (&key.to_string(), expires(now));
         let puts = settled.outcomes.iter().map(|(id, outcome)| async move {
-            let item = to_item(OutcomeItem::of(pk, id, outcome, expires));
+            let what = format!("writing {id}'s outcome in {pk}");
+            let (pk, sk) = (pk.clone(), format!("{OUTCOME_SK_PREFIX}{id}"));
+            let (outcome, expires_at) = (outcome.clone(), expires);
+            let item = to_item(OutcomeItem {
+                pk,
+                sk,
+                outcome,
+                expires_at,
+            });
             let item = item.map_err(self.invalid("encoding an outcome"))?;
             let put = self.client.put_item().table_name(&self.table);
-            let what = format!("writing {id}'s outcome in {pk}");
             let written = put.set_item(Some(item)).send().await;
             written.map_err(|e| self.sdk_err(what, e)).map(drop)
         });
@@ -312,10 +305,13 @@ mod tests {
             ("expires_at", AttributeValue::N("1700003600".into())),
         ]);
         let pk = "TRAFFIC#111111111111#us-east-1#c";
-        assert_eq!(
-            to_item(OutcomeItem::of(pk, "i-1", &outcome, 1_700_003_600)).unwrap(),
-            stored
-        );
+        let written = OutcomeItem {
+            pk: pk.into(),
+            sk: "OUTCOME#i-1".into(),
+            outcome: outcome.clone(),
+            expires_at: 1_700_003_600,
+        };
+        assert_eq!(to_item(written).unwrap(), stored);
         assert_eq!(
             decode_outcome(pk, &stored).unwrap(),
             ("i-1".to_string(), outcome)

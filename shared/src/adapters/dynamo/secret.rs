@@ -13,9 +13,10 @@ use aws_sdk_secretsmanager::Client;
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
-use crate::adapters::aws::{CallError, OperationError, failure_kind, sdk_failure};
+use super::DynamoStore;
+use crate::adapters::aws::failure_kind;
 use crate::domain::keys::{ContinuationKey, KeyId, KeyRing};
-use crate::ports::{BoxError, FailureKind, PortError};
+use crate::ports::{FailureKind, PortError};
 
 /// One version of the secret.
 #[derive(Debug, Serialize, Deserialize)]
@@ -30,7 +31,8 @@ fn key_of(id: KeyId, secret: &str) -> ContinuationKey {
     ContinuationKey::with_id(id, sha2::Sha256::digest(secret.as_bytes()).into())
 }
 
-/// The continuation keys' secret (see the module's documentation).
+/// The continuation keys' secret (see the module's documentation), which a [`DynamoStore`]
+/// reads and rotates.
 #[derive(Debug, Clone)]
 pub struct SecretKeys {
     client: Client,
@@ -45,24 +47,25 @@ impl SecretKeys {
             secret: secret.into(),
         }
     }
+}
 
-    /// An error of `kind` while doing `what`, as `why` says.
-    fn fail(&self, kind: FailureKind, what: &str, why: impl Into<BoxError>) -> PortError {
-        let location = format!("secret {}", self.secret);
-        PortError::store(location, kind, why).doing(what)
+impl DynamoStore {
+    /// The continuation keys' secret, or why there is none.
+    fn key_secret(&self) -> Result<&SecretKeys, PortError> {
+        let why =
+            "no key secret is set (FOREWARN_KEY_SECRET, the stack's <stack>-continuation-key)";
+        (self.secret.as_ref()).ok_or_else(|| self.fail(FailureKind::Invalid, READING, why))
     }
 
-    /// A Secrets Manager call that failed while doing `what`, with the kind its answer says.
-    fn sdk_err<E: OperationError>(&self, what: &str, error: CallError<E>) -> PortError {
-        let (kind, error) = sdk_failure(error);
-        self.fail(kind, what, error)
-    }
-
-    /// The key of the version of stage `stage` (`AWSCURRENT`, `AWSPREVIOUS`); `None` when there
-    /// is no such version.
-    async fn version(&self, stage: &str) -> Result<Option<ContinuationKey>, PortError> {
-        let get = self.client.get_secret_value().secret_id(&self.secret);
-        let what = format!("{READING} ({stage})");
+    /// The key of the secret's version of stage `stage` (`AWSCURRENT`, `AWSPREVIOUS`); `None`
+    /// when there is no such version.
+    async fn key_version(
+        &self,
+        keys: &SecretKeys,
+        stage: &str,
+    ) -> Result<Option<ContinuationKey>, PortError> {
+        let get = keys.client.get_secret_value().secret_id(&keys.secret);
+        let what = format!("{READING} from secret {} ({stage})", keys.secret);
         let out = match get.version_stage(stage).send().await {
             Err(e) if stage != CURRENT && failure_kind(&e) == FailureKind::NotFound => {
                 return Ok(None);
@@ -70,7 +73,7 @@ impl SecretKeys {
             got => got.map_err(|e| self.sdk_err(&what, e))?,
         };
         let corrupt =
-            |why: String| PortError::corrupt(format!("secret {} ({stage})", self.secret), why);
+            |why: String| PortError::corrupt(format!("secret {} ({stage})", keys.secret), why);
         let text = (out.secret_string()).ok_or_else(|| corrupt("no secret string".into()))?;
         let version: Version = serde_json::from_str(text)
             .map_err(|e| corrupt(format!("not {{\"key_id\": N, \"secret\": \"...\"}}: {e}")))?;
@@ -81,27 +84,25 @@ impl SecretKeys {
     }
 
     /// The keys as the secret holds them now.
-    pub(super) async fn read(&self) -> Result<KeyRing, PortError> {
-        let current = self.version(CURRENT).await?.ok_or_else(|| {
-            self.fail(FailureKind::NotFound, READING, "it has no current version")
+    pub(super) async fn read_keys(&self) -> Result<KeyRing, PortError> {
+        let keys = self.key_secret()?;
+        let current = self.key_version(keys, CURRENT).await?.ok_or_else(|| {
+            let what = format!("{READING} from secret {}", keys.secret);
+            self.fail(FailureKind::NotFound, what, "it has no current version")
         })?;
-        let previous = self
-            .version(PREVIOUS)
-            .await?
-            .filter(|p| p.id() != current.id());
+        let previous = self.key_version(keys, PREVIOUS).await?;
+        let previous = previous.filter(|p| p.id() != current.id());
         Ok(KeyRing { current, previous })
     }
 
     /// Rotates: a new current key of the next id (its random bytes `bytes`); the current one
     /// becomes the previous, the previous one is dropped.
-    pub(super) async fn rotate(&self, bytes: [u8; 32]) -> Result<KeyRing, PortError> {
-        let before = self.read().await?;
+    pub(super) async fn rotate_key(&self, bytes: [u8; 32]) -> Result<KeyRing, PortError> {
+        let before = self.read_keys().await?;
+        let keys = self.key_secret()?;
         let spent = || {
-            self.fail(
-                FailureKind::Invalid,
-                ROTATING,
-                "its id cannot grow any more",
-            )
+            let what = format!("rotating the continuation key of secret {}", keys.secret);
+            self.fail(FailureKind::Invalid, what, "its id cannot grow any more")
         };
         // The next id, as every rotation makes it.
         let key_id = before.rotated(bytes).ok_or_else(spent)?.current.id();
@@ -110,11 +111,11 @@ impl SecretKeys {
         // for it.
         let token = token_of(&key_of(key_id, &secret));
         let text = serde_json::to_string(&Version { key_id, secret }).unwrap_or_default();
-        let put = self.client.put_secret_value().secret_id(&self.secret);
+        let put = keys.client.put_secret_value().secret_id(&keys.secret);
         let put = put.secret_string(text).client_request_token(token);
-        let what = "writing the continuation key";
+        let what = format!("writing the continuation key in secret {}", keys.secret);
         put.send().await.map_err(|e| self.sdk_err(what, e))?;
-        let keys = self.read().await?;
+        let keys = self.read_keys().await?;
         let key_id = keys.current.id();
         tracing::info!(key_id, "rotated the continuation key in its secret");
         Ok(keys)
@@ -122,7 +123,6 @@ impl SecretKeys {
 }
 
 const READING: &str = "reading the continuation key";
-const ROTATING: &str = "rotating the continuation key";
 const CURRENT: &str = "AWSCURRENT";
 const PREVIOUS: &str = "AWSPREVIOUS";
 
