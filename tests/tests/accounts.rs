@@ -616,7 +616,7 @@ fn a_served_accounts_warning_its_role_refused_comes_back_then_rests_in_the_dlq()
         let sqs = aws_sdk_sqs::Client::new(&shared().sdk_config());
         let queue = EventQueue::create(&sqs, &cluster, 3).await.unwrap();
         let handler = Handler {
-            redelivery: Some(Arc::new(SqsRedelivery::new(sqs.clone()))),
+            redelivery: Some(Arc::new(SqsRedelivery(sqs.clone()))),
             ..handler_of(&base, &cluster, &fake, dir.path())
         };
         let time = chrono::Utc::now().to_rfc3339();

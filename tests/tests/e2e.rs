@@ -178,7 +178,7 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
         let store = Arc::new(forewarn_tests::moto::keyed_store(&sdk, &table, &secret));
         // Drains continue through the queue, as deployed; evicted pods take 2 s to go.
         fake.set_eviction_grace(Duration::from_secs(2));
-        let queue = Arc::new(SqsRedelivery::new(aws_sdk_sqs::Client::new(&sdk)));
+        let queue = Arc::new(SqsRedelivery(aws_sdk_sqs::Client::new(&sdk)));
         let handler = Handler {
             redelivery: Some(queue.clone()),
             passes: Passes { interval: Duration::from_secs(1), queue: Some(queue.clone()), kept: Some(Arc::default()), tenant: Default::default() },

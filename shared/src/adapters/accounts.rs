@@ -157,29 +157,18 @@ impl AccountError {
     }
 
     /// What a lookup of `service` in the place answers: the event's account not served (no
-    /// member role is configured, or no served cluster is in it: [`NotServed`] as its source,
-    /// so that its events are acknowledged), else this error, wrong in itself.
+    /// member role is configured, or no served cluster is in it: [`NotServed`], saying this
+    /// error, as its source, so that its events are acknowledged), else this error, wrong in
+    /// itself.
     pub fn for_lookup(self, service: &'static str) -> PortError {
         let kind = self.kind();
-        let (account, why) = match &self {
-            AccountError::NotServed { account, own } => (
-                account.clone(),
-                format!(
-                    "this deployment (account {own}) has no member role \
-                     (FOREWARN_MEMBER_ROLE is not set): deploy infra/member.yaml in that \
-                     account and set it to serve it"
-                ),
-            ),
-            AccountError::NotListed { account, own } => (
-                account.clone(),
-                format!(
-                    "no cluster this deployment (account {own}) serves is in it (the \
-                     served clusters name none of its): no role is assumed there"
-                ),
-            ),
-            _ => return PortError::new(service, kind, self),
-        };
-        PortError::new(service, kind, NotServed { account, why })
+        match &self {
+            AccountError::NotServed { account, .. } | AccountError::NotListed { account, .. } => {
+                let (account, why) = (account.clone(), self.to_string());
+                PortError::new(service, kind, NotServed { account, why })
+            }
+            _ => PortError::new(service, kind, self),
+        }
     }
 }
 
@@ -233,11 +222,6 @@ impl Accounts {
             settings,
             configs: Arc::default(),
         }
-    }
-
-    /// The deployment's own configuration.
-    pub fn own(&self) -> &SdkConfig {
-        &self.base
     }
 
     /// Where calls about `place` go, from what the event says, checked.

@@ -136,15 +136,11 @@ impl InstanceDirectory for Ec2Directory {
         let client = self.client_at(place, CALL).await?;
         let mut found = BTreeMap::new();
         for chunk in instance_ids.chunks(FILTER_VALUES_MAX) {
-            let filter = Filter::builder()
+            let ids = Filter::builder()
                 .name("instance-id")
-                .set_values(Some(chunk.to_vec()))
-                .build();
-            let answered = query(&client, vec![filter]).await;
-            let answered = answered.map_err(|e| self.said(place, CALL, e))?;
-            found.extend(answered.into_iter().map(|f| (f.instance_id.clone(), f)));
+                .set_values(Some(chunk.to_vec()));
+            found.extend(self.query(place, &client, vec![ids.build()]).await?);
         }
-        self.with_zone_ids(place, &client, found.values_mut()).await;
         Ok(found)
     }
 
@@ -168,18 +164,10 @@ impl InstanceDirectory for Ec2Directory {
             Err(e) if e.code() == Some("InvalidCapacityReservationId.NotFound") => None,
             Err(e) => return Err(self.said(place, CALL, call_error(CALL, e))),
         };
-        let filter = Filter::builder()
+        let block = Filter::builder()
             .name("capacity-reservation-id")
-            .values(reservation_id)
-            .build();
-        let mut instances: BTreeMap<String, InstanceFacts> = query(&client, vec![filter])
-            .await
-            .map_err(|e| self.said(place, "ec2:DescribeInstances", e))?
-            .into_iter()
-            .map(|i| (i.instance_id.clone(), i))
-            .collect();
-        self.with_zone_ids(place, &client, instances.values_mut())
-            .await;
+            .values(reservation_id);
+        let instances = self.query(place, &client, vec![block.build()]).await?;
         Ok(CapacityBlock { facts, instances })
     }
 }
@@ -204,17 +192,37 @@ pub fn block_of(r: &aws_sdk_ec2::types::CapacityReservation) -> Option<BlockFact
 }
 
 impl Ec2Directory {
-    /// Gives `instances` (of `place`, described through `client`) the zone IDs EC2 did not:
-    /// from that account's `DescribeAvailabilityZones`, read once per place. When it cannot be
-    /// read, they keep none (their pools are keyed by zone name), logged.
-    pub(crate) async fn with_zone_ids<'a>(
+    /// Every instance of `place` answering `filters` (through all pages of `client`'s
+    /// `DescribeInstances`), by id, with their zone IDs.
+    pub(crate) async fn query(
         &self,
         place: &Place,
         client: &Client,
-        instances: impl IntoIterator<Item = &'a mut InstanceFacts>,
+        filters: Vec<Filter>,
+    ) -> Result<BTreeMap<String, InstanceFacts>, PortError> {
+        const CALL: &str = "ec2:DescribeInstances";
+        let pages = client.describe_instances().set_filters(Some(filters));
+        let reservations: Result<Vec<_>, _> = pages.into_paginator().items().send().collect().await;
+        let reservations = reservations.map_err(|e| self.said(place, CALL, call_error(CALL, e)))?;
+        let instances = reservations.iter().flat_map(|r| r.instances());
+        let facts = instances
+            .filter_map(facts_of)
+            .map(|f| (f.instance_id.clone(), f));
+        let mut found: BTreeMap<_, _> = facts.collect();
+        self.with_zone_ids(place, client, &mut found).await;
+        Ok(found)
+    }
+
+    /// Gives `instances` (of `place`, described through `client`) the zone IDs EC2 did not:
+    /// from that account's `DescribeAvailabilityZones`, read once per place. When it cannot be
+    /// read, they keep none (their pools are keyed by zone name), logged.
+    async fn with_zone_ids(
+        &self,
+        place: &Place,
+        client: &Client,
+        instances: &mut BTreeMap<String, InstanceFacts>,
     ) {
-        let missing: Vec<&mut InstanceFacts> = instances
-            .into_iter()
+        let missing: Vec<&mut InstanceFacts> = (instances.values_mut())
             .filter(|i| i.zone_id.is_none() && i.zone.is_some())
             .collect();
         if missing.is_empty() {
@@ -279,18 +287,6 @@ pub async fn zone_ids_of(client: &Client) -> Result<ZoneIds, PortError> {
         .iter()
         .filter_map(|z| Some((z.zone_name()?.to_string(), z.zone_id()?.to_string())))
         .collect())
-}
-
-/// Every instance `client` finds answering `filters`, through all pages.
-pub(crate) async fn query(
-    client: &Client,
-    filters: Vec<Filter>,
-) -> Result<Vec<InstanceFacts>, PortError> {
-    let pages = client.describe_instances().set_filters(Some(filters));
-    let reservations: Result<Vec<_>, _> = pages.into_paginator().items().send().collect().await;
-    let reservations = reservations.map_err(|e| call_error("ec2:DescribeInstances", e))?;
-    let instances = reservations.iter().flat_map(|r| r.instances());
-    Ok(instances.filter_map(facts_of).collect())
 }
 
 #[cfg(test)]

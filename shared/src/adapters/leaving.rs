@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use aws_sdk_ec2::types::Filter;
 
 use crate::adapters::aws::call_error;
-use crate::adapters::ec2::{Ec2Directory, block_of, query, time_of};
+use crate::adapters::ec2::{Ec2Directory, block_of, time_of};
 use crate::app::leaving::LeavingInstances;
 use crate::domain::facts::{BlockFacts, CLUSTER_TAG_PREFIX, InstanceFacts};
 use crate::domain::status::{InstanceStatus, ScheduledEvent};
@@ -39,12 +39,11 @@ impl LeavingInstances for Ec2Directory {
         let mut found: BTreeMap<String, InstanceFacts> = BTreeMap::new();
         for (name, value) in by_tag {
             let tag = Filter::builder().name(name).values(value).build();
-            let answered = query(&client, vec![tag, states.clone()]).await;
-            for facts in answered.map_err(|e| self.said(place, CALL, e))? {
-                found.insert(facts.instance_id.clone(), facts);
-            }
+            found.extend(
+                self.query(place, &client, vec![tag, states.clone()])
+                    .await?,
+            );
         }
-        self.with_zone_ids(place, &client, found.values_mut()).await;
         Ok(found.into_values().collect())
     }
 

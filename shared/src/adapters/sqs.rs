@@ -12,25 +12,13 @@ use async_trait::async_trait;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry;
 
-use super::aws::{aws_error_text, call_error, failure_kind, kind_of_code};
+use super::aws::{AwsError, call_error, failure_kind, kind_of_code};
 use crate::domain::retry::visibility_seconds;
 use crate::ports::{ContinuationQueue, FailureKind, PortError, Redeliver, Redelivery};
 
-/// [`Redelivery`] through the AWS SDK.
+/// [`Redelivery`] (and the [`ContinuationQueue`]) through the AWS SDK's client.
 #[derive(Debug, Clone)]
-pub struct SqsRedelivery {
-    client: Client,
-}
-
-impl SqsRedelivery {
-    pub fn new(client: Client) -> SqsRedelivery {
-        SqsRedelivery { client }
-    }
-
-    pub fn from_conf(sdk: &aws_config::SdkConfig) -> SqsRedelivery {
-        SqsRedelivery::new(Client::new(sdk))
-    }
-}
+pub struct SqsRedelivery(pub Client);
 
 /// The URL of the queue of `arn` (`arn:aws:sqs:us-east-1:123456789012:q` →
 /// `https://sqs.us-east-1.amazonaws.com/123456789012/q`); `None` when it is not an SQS ARN.
@@ -61,7 +49,7 @@ impl ContinuationQueue for SqsRedelivery {
         let not_sqs = || PortError::new(queue_arn, FailureKind::Invalid, "not an SQS queue ARN");
         let url = queue_url(queue_arn).ok_or_else(not_sqs)?;
         let seconds = crate::domain::inbound::continuation::delay_seconds(delay);
-        self.client
+        self.0
             .send_message()
             .queue_url(url)
             .message_body(body)
@@ -82,19 +70,12 @@ impl Redelivery for SqsRedelivery {
             by_queue.entry(m.queue_arn.as_str()).or_default().push(m);
         }
         let mut changed = 0;
-        let mut problems = Vec::new();
-        // The kind of the last failure, if every one was of the same kind.
-        let mut kind: Option<FailureKind> = None;
-        let mut saw = |k: FailureKind| {
-            kind = Some(match kind {
-                Some(before) if before != k => FailureKind::Unknown,
-                _ => k,
-            })
-        };
+        // Each failure, of its kind.
+        let mut problems: Vec<(FailureKind, String)> = Vec::new();
         for (arn, messages) in &by_queue {
             let Some(url) = queue_url(arn) else {
-                problems.push(format!("{arn:?} is not an SQS queue ARN"));
-                saw(FailureKind::Invalid);
+                let problem = format!("{arn:?} is not an SQS queue ARN");
+                problems.push((FailureKind::Invalid, problem));
                 continue;
             };
             for chunk in messages.chunks(10) {
@@ -111,43 +92,42 @@ impl Redelivery for SqsRedelivery {
                             .ok()
                     })
                     .collect();
-                match self
-                    .client
-                    .change_message_visibility_batch()
+                let sent = (self.0.change_message_visibility_batch())
                     .queue_url(&url)
                     .set_entries(Some(entries))
                     .send()
-                    .await
-                {
+                    .await;
+                match sent {
                     Ok(out) => {
                         changed += out.successful().len();
-                        for f in out.failed() {
-                            saw(kind_of_code(f.code()).unwrap_or_default());
-                            problems.push(format!(
-                                "{url}: entry {}: {}: {}",
-                                f.id(),
-                                f.code(),
-                                f.message().unwrap_or_default()
-                            ));
-                        }
+                        problems.extend(out.failed().iter().map(|f| {
+                            let (code, said) = (f.code(), f.message().unwrap_or_default());
+                            let problem = format!("{url}: entry {}: {code}: {said}", f.id());
+                            (kind_of_code(code).unwrap_or_default(), problem)
+                        }));
                     }
                     Err(e) => {
-                        saw(failure_kind(&e));
-                        problems.push(format!("{url}: {}", aws_error_text(&e)))
+                        problems.push((failure_kind(&e), format!("{url}: {}", AwsError::of(e))))
                     }
                 }
             }
         }
         if problems.is_empty() || changed > 0 {
-            for p in &problems {
+            for (_, p) in &problems {
                 tracing::warn!(problem = %p, "a failed message keeps the queue's visibility timeout");
             }
-            Ok(changed)
-        } else {
-            let queues = by_queue.into_keys().collect::<Vec<_>>().join(", ");
-            let kind = kind.unwrap_or_default();
-            Err(PortError::new(queues, kind, problems.join("; ")))
+            return Ok(changed);
         }
+        let queues = by_queue.into_keys().collect::<Vec<_>>().join(", ");
+        // The kind of every failure when they are of one kind.
+        let kinds = problems.iter().map(|(kind, _)| *kind);
+        let kind = kinds.reduce(|a, b| if a == b { a } else { FailureKind::Unknown });
+        let problems: Vec<String> = problems.into_iter().map(|(_, p)| p).collect();
+        Err(PortError::new(
+            queues,
+            kind.unwrap_or_default(),
+            problems.join("; "),
+        ))
     }
 }
 

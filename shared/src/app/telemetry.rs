@@ -7,7 +7,7 @@ use tracing_subscriber::EnvFilter;
 use crate::app::settings::Settings;
 
 use crate::domain::config::Action;
-use crate::domain::report::{ActionReport, Outcome, Report};
+use crate::domain::report::{ActionReport, Outcome, PoolReport, Report};
 use tracing_subscriber::util::SubscriberInitExt;
 
 /// What is written of each report besides its log line: with `metrics`, its EMF metric
@@ -277,7 +277,7 @@ struct Emf<'a> {
 impl Emf<'_> {
     /// One EMF document: the metrics' definitions (counts, and latencies in milliseconds) and
     /// the fields that carry their values.
-    fn doc(&self, dimensions: &[&[&str]], metrics: &[&str], fields: Value) -> Value {
+    fn doc(&self, dimensions: &[&[&str]], metrics: &[&str], mut fields: Value) -> Value {
         let unit = |m: &str| match m.ends_with("Latency") {
             true => "Milliseconds",
             false => "Count",
@@ -287,30 +287,19 @@ impl Emf<'_> {
             .map(|m| json!({"Name": m, "Unit": unit(m)}))
             .collect();
         let mut sets: Vec<Vec<&str>> = dimensions.iter().map(|set| set.to_vec()).collect();
-        if self.cluster.is_some() {
-            sets.extend(dimensions.iter().map(|set| {
-                std::iter::once("Cluster")
-                    .chain(set.iter().copied())
-                    .collect::<Vec<_>>()
-            }));
+        if let Some(cluster) = self.cluster {
+            sets.extend(
+                dimensions
+                    .iter()
+                    .map(|set| [&["Cluster"][..], *set].concat()),
+            );
+            fields["Cluster"] = json!(cluster);
         }
-        let mut d = json!({
-            "_aws": {
-                "Timestamp": self.timestamp,
-                "CloudWatchMetrics": [{
-                    "Namespace": NAMESPACE,
-                    "Dimensions": sets,
-                    "Metrics": metrics,
-                }]
-            }
+        fields["_aws"] = json!({
+            "Timestamp": self.timestamp,
+            "CloudWatchMetrics": [{"Namespace": NAMESPACE, "Dimensions": sets, "Metrics": metrics}]
         });
-        if let (Some(d), Some(fields)) = (d.as_object_mut(), fields.as_object()) {
-            d.extend(fields.clone());
-            if let Some(cluster) = self.cluster {
-                d.insert("Cluster".into(), json!(cluster));
-            }
-        }
-        d
+        fields
     }
 
     /// `EventsReceived` by kind, and by kind and outcome (one document, two dimension sets).
@@ -344,18 +333,10 @@ impl Emf<'_> {
 
     /// `PoolsMarked` per pool marked unavailable.
     fn pools_marked(&self, report: &Report) -> Vec<Value> {
-        report
-            .pools
-            .iter()
+        (report.pools.iter())
             .filter(|p| p.unavailable_until.is_some())
-            .map(|pool| {
-                self.doc(
-                    &[&["CapacityType", "InstanceType", "Zone"]],
-                    &["PoolsMarked"],
-                    json!({"CapacityType": pool.capacity_type, "InstanceType": pool.instance_type,
-                           "Zone": pool.zone, "PoolsMarked": 1}),
-                )
-            })
+            .map(|pool| with_pool(json!({"PoolsMarked": 1}), pool))
+            .map(|fields| self.doc(&[POOL], &["PoolsMarked"], fields))
             .collect()
     }
 
@@ -408,18 +389,27 @@ impl Emf<'_> {
             .min()
             .unwrap_or(now);
         let latency = (acted_at - time).num_milliseconds().max(0);
-        let mut fields = json!({"Kind": self.kind, "EventToActionLatency": latency,
-                                "EventId": report.event_id});
-        let mut dimensions: Vec<&[&str]> = vec![&["Kind"]];
+        let fields = json!({"Kind": self.kind, "EventToActionLatency": latency,
+                            "EventId": report.event_id});
         // one pool per event in practice: its dimensions let latency be seen per pool
-        if let (Some(pool), Some(f)) = (report.pools.first(), fields.as_object_mut()) {
-            f.insert("CapacityType".into(), json!(pool.capacity_type));
-            f.insert("InstanceType".into(), json!(pool.instance_type));
-            f.insert("Zone".into(), json!(pool.zone));
-            dimensions.push(&["CapacityType", "InstanceType", "Zone"]);
-        }
-        Some(self.doc(&dimensions, &["EventToActionLatency"], fields))
+        let (dimensions, fields): (&[&[&str]], _) = match report.pools.first() {
+            Some(pool) => (&[&["Kind"], POOL], with_pool(fields, pool)),
+            None => (&[&["Kind"]], fields),
+        };
+        Some(self.doc(dimensions, &["EventToActionLatency"], fields))
     }
+}
+
+/// The dimensions of a pool.
+const POOL: &[&str] = &["CapacityType", "InstanceType", "Zone"];
+
+/// `fields` with the values of `pool`'s dimensions ([`POOL`]).
+fn with_pool(mut fields: Value, pool: &PoolReport) -> Value {
+    let values = [&pool.capacity_type, &pool.instance_type, &pool.zone];
+    for (name, value) in POOL.iter().zip(values) {
+        fields[*name] = json!(value);
+    }
+    fields
 }
 
 /// The CloudWatch namespace of forewarn's metrics.

@@ -137,7 +137,7 @@ pub async fn services_on(
     let notifier = notifier(settings)?;
     let sqs = sdk
         .as_ref()
-        .map(|sdk| Arc::new(SqsRedelivery::from_conf(sdk)));
+        .map(|sdk| Arc::new(SqsRedelivery(aws_sdk_sqs::Client::new(sdk))));
     // `off`: the passes run in process.
     let queue = sqs
         .clone()

@@ -143,13 +143,13 @@ impl World {
         let handler = Handler {
             // The handler's SQS calls go through the proxy too, so that they can fail.
             redelivery: options.redelivery.then(|| {
-                Arc::new(SqsRedelivery::new(aws_sdk_sqs::Client::new(&through_proxy)))
+                Arc::new(SqsRedelivery(aws_sdk_sqs::Client::new(&through_proxy)))
                     as Arc<dyn forewarn::ports::Redelivery>
             }),
             // Drains continue through the queue, as deployed.
             passes: Passes {
                 interval: Duration::from_secs(1),
-                queue: Some(Arc::new(SqsRedelivery::new(aws_sdk_sqs::Client::new(
+                queue: Some(Arc::new(SqsRedelivery(aws_sdk_sqs::Client::new(
                     &through_proxy,
                 )))),
                 kept: Some(Arc::default()),
