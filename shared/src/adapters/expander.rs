@@ -40,7 +40,7 @@ impl KubeExpander {
                 verb,
                 object: object(name),
                 message: e.to_string(),
-                kind: e.kind(),
+                kind: e.kind,
                 source: Some(Box::new(e)),
             })?;
         Ok(Api::namespaced(client, NAMESPACE))

@@ -14,8 +14,7 @@ use crate::adapters::ec2::Ec2Directory;
 use crate::adapters::elb::ElbTargets;
 use crate::adapters::embedded::EmbeddedStore;
 use crate::adapters::kube::{
-    ClusterAccess, ConnectError, EksClusters, KubeExecutor, KubePolicy, KubeconfigContexts,
-    connect, connect_eks,
+    ClusterAccess, EksClusters, KubeExecutor, KubePolicy, KubeconfigContexts, connect, connect_eks,
 };
 use crate::adapters::read_only::ReadOnlyStore;
 use crate::adapters::snapshot::{
@@ -56,7 +55,7 @@ pub enum SetupError {
     #[error(transparent)]
     Snapshot(#[from] crate::adapters::snapshot::SnapshotError),
     #[error("connecting to the cluster: {0}")]
-    Cluster(#[source] ConnectError),
+    Cluster(#[source] PortError),
     #[error(
         "connecting to the cluster: no cluster to read: give a live cluster or a captured state"
     )]
@@ -278,17 +277,14 @@ impl LiveClusters {
         &self,
         id: Option<ClusterId>,
         access: &ClusterAccess,
-    ) -> Result<Cluster, ConnectError> {
+    ) -> Result<Cluster, PortError> {
         let settings = &self.settings;
         // One client, cloned into every adapter over it: one rate limit for the cluster.
         let clients = match access {
             ClusterAccess::Eks(eks) => {
                 let place = id.as_ref().map(|id| id.place.clone()).unwrap_or_default();
-                let sdk = self.accounts.config_for(&place).await.map_err(|source| {
-                    ConnectError::Account {
-                        cluster: eks.cluster.clone(),
-                        source,
-                    }
+                let sdk = self.accounts.config_for(&place).await.map_err(|e| {
+                    PortError::new(format!("EKS cluster {}", eks.cluster), e.kind(), e)
                 })?;
                 connect_eks(eks, &sdk, None).await
             }
@@ -330,7 +326,7 @@ impl Connector for LiveClusters {
             .await
             .map_err(|e| Unreachable {
                 cluster: id.to_string(),
-                kind: e.kind(),
+                kind: e.kind,
                 source: Box::new(e),
             })
     }

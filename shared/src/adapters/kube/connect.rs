@@ -8,19 +8,18 @@ use chrono::{DateTime, Utc};
 use crate::adapters::clock::SystemClock;
 use crate::ports::{Clock, span};
 
-use ::kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
+use ::kube::config::{KubeConfigOptions, Kubeconfig};
 use aws_config::SdkConfig;
-use aws_credential_types::provider::error::CredentialsError;
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
 use tokio::sync::Mutex;
 
 use super::api::rate_limit::{Lane, RateLimiter};
-use super::eks::{TOKEN_CACHE_LIFETIME, TokenError, eks_token};
+use super::eks::{TOKEN_CACHE_LIFETIME, eks_token};
 use crate::adapters::accounts::Accounts;
-use crate::adapters::aws::{AwsSettings, aws_error_text, call_error};
+use crate::adapters::aws::{AwsError, AwsSettings, call_error};
 use crate::adapters::backoff::ClockSleeper;
 use crate::domain::clusters::{ClusterId, Place};
-use crate::ports::{FailureKind, PortError};
+use crate::ports::{BoxError, FailureKind, PortError};
 
 /// forewarn's share of each API server, across every execution environment of a function:
 /// requests per second, and burst. The deployed default of the client-side limit is this
@@ -59,50 +58,14 @@ pub struct EksAccess {
     pub region: Option<String>,
 }
 
-/// A connection that could not be made.
-#[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
-    #[error("no Kubernetes configuration found (KUBECONFIG, ~/.kube/config, in-cluster): {0}")]
-    Infer(#[from] ::kube::config::InferConfigError),
-    #[error("cluster {cluster}: the kubeconfig (KUBECONFIG, ~/.kube/config): {source}")]
-    Context {
-        cluster: String,
-        #[source]
-        source: KubeconfigError,
-    },
-    #[error("EKS cluster {cluster}: bad endpoint or certificate authority: {source}")]
-    Endpoint {
-        cluster: String,
-        #[source]
-        source: KubeconfigError,
-    },
-    #[error("building the Kubernetes client: {0}")]
-    Client(#[source] ::kube::Error),
-    #[error("EKS cluster {cluster}: no AWS region configured (AWS_REGION)")]
-    NoRegion { cluster: String },
-    #[error("EKS cluster {cluster}: no AWS credentials provider configured")]
-    NoCredentials { cluster: String },
-    #[error("EKS cluster {cluster}: AWS credentials: {}", aws_error_text(.source))]
-    Credentials {
-        cluster: String,
-        #[source]
-        source: CredentialsError,
-    },
-    #[error(transparent)]
-    Token(#[from] TokenError),
-    /// `EKS DescribeCluster <cluster>` failed.
-    #[error(transparent)]
-    DescribeCluster(PortError),
-    /// The cluster's account cannot be reached (no member role, a forged account).
-    #[error("EKS cluster {cluster}: {source}")]
-    Account {
-        cluster: String,
-        #[source]
-        source: crate::adapters::accounts::AccountError,
-    },
-    /// `DescribeCluster` gave no endpoint: the cluster may still be being created.
-    #[error("EKS cluster {cluster}: the cluster has no endpoint (is it still being created?)")]
-    NoEndpoint { cluster: String },
+/// A connection to the EKS cluster `cluster` that could not be made: `source`, of kind `kind`.
+fn eks_error(cluster: &str, kind: FailureKind, source: impl Into<BoxError>) -> PortError {
+    PortError::new(format!("EKS cluster {cluster}"), kind, source)
+}
+
+/// A Kubernetes client that could not be built from its configuration.
+fn client_error(e: ::kube::Error) -> PortError {
+    PortError::new("building the Kubernetes client", FailureKind::Invalid, e)
 }
 
 /// A source of `kube::Client`s: one fixed client, or (EKS) a client whose token is made anew
@@ -280,9 +243,9 @@ impl ClusterClient {
     }
 
     /// A client built from `config` as it is.
-    pub fn from_config(config: ::kube::Config) -> Result<ClusterClient, ConnectError> {
+    pub fn from_config(config: ::kube::Config) -> Result<ClusterClient, PortError> {
         Ok(ClusterClient::new(
-            ::kube::Client::try_from(config).map_err(ConnectError::Client)?,
+            ::kube::Client::try_from(config).map_err(client_error)?,
         ))
     }
 
@@ -307,7 +270,7 @@ impl ClusterClient {
     }
 
     /// A client to send requests with now (for EKS, with a token valid for a while yet).
-    pub async fn client(&self) -> Result<::kube::Client, ConnectError> {
+    pub async fn client(&self) -> Result<::kube::Client, PortError> {
         match &*self.inner {
             Inner::Fixed(client) => Ok(client.clone()),
             Inner::Eks(eks) => eks.client(self.clock.now()).await,
@@ -316,21 +279,20 @@ impl ClusterClient {
 }
 
 impl EksClients {
-    async fn client(&self, now: DateTime<Utc>) -> Result<::kube::Client, ConnectError> {
+    async fn client(&self, now: DateTime<Utc>) -> Result<::kube::Client, PortError> {
         let mut cached = self.cached.lock().await;
         if let Some((client, until)) = cached.as_ref()
             && now < *until
         {
             return Ok(client.clone());
         }
+        // Fetching credentials or signing a token may pass.
         let credentials = self.credentials.provide_credentials().await.map_err(|e| {
-            ConnectError::Credentials {
-                cluster: self.cluster.clone(),
-                source: e,
-            }
+            eks_error(&self.cluster, FailureKind::Unknown, AwsError::of(e)).doing("AWS credentials")
         })?;
         let signed_at = std::time::SystemTime::from(now);
-        let token = eks_token(&self.cluster, &self.region, &credentials, signed_at)?;
+        let token = eks_token(&self.cluster, &self.region, &credentials, signed_at)
+            .map_err(|e| PortError::new("EKS token", FailureKind::Unknown, e))?;
         // A token is good for the cache lifetime, and not past the credentials' expiry.
         let mut lifetime = self.lifetime;
         if let Some(expiry) = credentials.expiry() {
@@ -338,7 +300,7 @@ impl EksClients {
         }
         let mut config = self.base.clone();
         config.auth_info.token = Some(token.into());
-        let client = ::kube::Client::try_from(config).map_err(ConnectError::Client)?;
+        let client = ::kube::Client::try_from(config).map_err(client_error)?;
         tracing::debug!(cluster = %self.cluster, ?lifetime, "made a new EKS token");
         *cached = Some((client.clone(), now + span(lifetime)));
         Ok(client)
@@ -359,14 +321,23 @@ pub struct Impersonation {
 /// AWS configuration (region, credentials) is loaded from the environment, as the SDK does, with
 /// `aws` (the settings'). The client-side rate limit is set apart
 /// ([`ClusterClient::with_rate_limit`]; the wiring does it from the settings).
+///
+/// A connection that cannot be made fails with its kind: a configuration that cannot work (no
+/// kubeconfig, a bad endpoint or CA, no region or credentials provider) is
+/// [`FailureKind::Invalid`], not retried; `DescribeCluster` says its own; a cluster without an
+/// endpoint may be still being created ([`FailureKind::Unavailable`]); fetching credentials or
+/// signing a token may pass ([`FailureKind::Unknown`]).
 #[tracing::instrument(skip_all, err)]
 pub async fn connect(
     access: &ClusterAccess,
     aws: AwsSettings,
     identity: Option<&Impersonation>,
-) -> Result<ClusterClient, ConnectError> {
+) -> Result<ClusterClient, PortError> {
     let mut config = match access {
-        ClusterAccess::Kubeconfig => ::kube::Config::infer().await?,
+        ClusterAccess::Kubeconfig => ::kube::Config::infer().await.map_err(|e| {
+            let none = "no Kubernetes configuration found (KUBECONFIG, ~/.kube/config, in-cluster)";
+            PortError::new(none, FailureKind::Invalid, e)
+        })?,
         ClusterAccess::Context(name) => {
             let options = KubeConfigOptions {
                 context: Some(name.clone()),
@@ -374,9 +345,9 @@ pub async fn connect(
             };
             ::kube::Config::from_kubeconfig(&options)
                 .await
-                .map_err(|source| ConnectError::Context {
-                    cluster: name.to_string(),
-                    source,
+                .map_err(|source| {
+                    PortError::new(format!("cluster {name}"), FailureKind::Invalid, source)
+                        .doing("the kubeconfig (KUBECONFIG, ~/.kube/config)")
                 })?
         }
         ClusterAccess::Eks(eks) => {
@@ -460,39 +431,36 @@ impl crate::ports::ClusterCatalog for EksClusters {
 }
 
 /// Connects to an EKS cluster with this AWS configuration's region and credentials, every
-/// request sent as `identity` when one is given.
+/// request sent as `identity` when one is given (its errors: see [`connect`]).
 #[tracing::instrument(skip_all, fields(cluster = %access.cluster), err)]
 pub async fn connect_eks(
     access: &EksAccess,
     sdk: &SdkConfig,
     identity: Option<&Impersonation>,
-) -> Result<ClusterClient, ConnectError> {
+) -> Result<ClusterClient, PortError> {
     let cluster = access.cluster.clone();
+    let missing = |what: &str| eks_error(&cluster, FailureKind::Invalid, what.to_string());
     let region = access
         .region
         .clone()
         .or_else(|| sdk.region().map(|r| r.to_string()))
-        .ok_or_else(|| ConnectError::NoRegion {
-            cluster: cluster.clone(),
-        })?;
+        .ok_or_else(|| missing("no AWS region configured (AWS_REGION)"))?;
     let credentials = sdk
         .credentials_provider()
-        .ok_or_else(|| ConnectError::NoCredentials {
-            cluster: cluster.clone(),
-        })?;
+        .ok_or_else(|| missing("no AWS credentials provider configured"))?;
     let (mut endpoint, mut ca) = (access.endpoint.clone(), access.ca_base64.clone());
     if endpoint.is_none() || ca.is_none() {
         let eks = aws_sdk_eks::Client::new(sdk);
         let described = eks.describe_cluster().name(&cluster).send().await;
         let call = || format!("EKS DescribeCluster {cluster}");
-        let described =
-            described.map_err(|e| ConnectError::DescribeCluster(call_error(call(), e)))?;
+        let described = described.map_err(|e| call_error(call(), e))?;
         let found = described.cluster();
         endpoint = endpoint.or_else(|| Some(found?.endpoint()?.to_string()));
         ca = ca.or_else(|| Some(found?.certificate_authority()?.data()?.to_string()));
     }
-    let endpoint = endpoint.ok_or_else(|| ConnectError::NoEndpoint {
-        cluster: cluster.clone(),
+    let endpoint = endpoint.ok_or_else(|| {
+        let why = "the cluster has no endpoint (is it still being created?)";
+        eks_error(&cluster, FailureKind::Unavailable, why)
     })?;
     let base = base_config(&cluster, &endpoint, ca.as_deref(), identity).await?;
     Ok(ClusterClient::eks(
@@ -511,10 +479,10 @@ pub(crate) async fn base_config(
     endpoint: &str,
     ca_base64: Option<&str>,
     identity: Option<&Impersonation>,
-) -> Result<::kube::Config, ConnectError> {
-    let failed = |source| ConnectError::Endpoint {
-        cluster: cluster.to_string(),
-        source,
+) -> Result<::kube::Config, PortError> {
+    let failed = |source: ::kube::config::KubeconfigError| {
+        eks_error(cluster, FailureKind::Invalid, source)
+            .doing("bad endpoint or certificate authority")
     };
     // One cluster, and one user without credentials (JSON is YAML: every value is escaped).
     let kubeconfig = serde_json::json!({
@@ -575,6 +543,24 @@ mod tests {
             None,
         )
         .await;
-        assert!(matches!(bad, Err(ConnectError::Endpoint { .. })), "{bad:?}");
+        let bad = bad.unwrap_err();
+        assert_eq!(bad.kind, FailureKind::Invalid);
+        let text = "EKS cluster demo: bad endpoint or certificate authority: ";
+        assert!(bad.to_string().starts_with(text), "{bad}");
+    }
+
+    #[tokio::test]
+    async fn a_configuration_that_cannot_work_is_not_retried() {
+        let access = EksAccess {
+            cluster: "demo".into(),
+            ..EksAccess::default()
+        };
+        let no_region = connect_eks(&access, &SdkConfig::builder().build(), None).await;
+        let no_region = no_region.unwrap_err();
+        assert_eq!(
+            no_region.to_string(),
+            "EKS cluster demo: no AWS region configured (AWS_REGION)"
+        );
+        assert!(!no_region.retryable());
     }
 }

@@ -470,7 +470,7 @@ impl KubeExecutor {
         if !report.pending && !self.settings.dry_run && !quiet {
             let later = matches!(pass, Pass::Drain { .. }) && !pass.is_first_drain();
             let said = if report.complete() {
-                let note = format!("Drained: {}", report.summary_of(later));
+                let note = format!("Drained: {}", report.summary(later));
                 Said(EventType::Normal, "Drained", "Drain", note)
             } else {
                 let left: Vec<String> = (report.left.iter())
@@ -478,7 +478,7 @@ impl KubeExecutor {
                     .collect();
                 let note = format!(
                     "Drain incomplete at the deadline: {}. Refused: {}",
-                    report.summary(),
+                    report.summary(false),
                     left.join("; ")
                 );
                 Said(EventType::Warning, "DrainIncomplete", "Drain", note)
@@ -622,9 +622,9 @@ mod tests {
     #[test]
     fn summaries() {
         let mut r = DrainReport::default();
-        assert_eq!(r.summary(), "no pod to evict");
+        assert_eq!(r.summary(false), "no pod to evict");
         // A later pass, after earlier passes evicted what there was.
-        assert_eq!(r.summary_of(true), "no pod left to evict");
+        assert_eq!(r.summary(true), "no pod left to evict");
         r.evicted = vec!["a/1".into(), "a/2".into()];
         r.left = vec![LeftPod {
             pod: "a/3".into(),
@@ -635,7 +635,7 @@ mod tests {
             why: "daemonset",
         }];
         assert_eq!(
-            r.summary(),
+            r.summary(false),
             "evicted 2 pods; 1 pod left (eviction refused until the deadline: a/3); 1 pod left alone"
         );
         assert!(!r.complete());

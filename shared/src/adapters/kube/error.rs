@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use super::connect::ConnectError;
 use crate::domain::cordon_record::ANNOTATION_CORDON;
 use crate::domain::facts::NotItsNode;
 use crate::ports::{FailureKind, PortError};
@@ -114,14 +113,14 @@ pub(crate) const MAX_RETRY_AFTER_SECS: u64 = 30;
 pub enum KubeError {
     #[error(transparent)]
     Api(#[from] ApiError),
+    /// A connection that could not be made (see [`super::connect_eks`]), or a lifecycle action
+    /// that failed.
     #[error(transparent)]
-    Connect(#[from] ConnectError),
+    Port(#[from] PortError),
     #[error(
         "patch node/{node}: still conflicting after {attempts} attempts (the node keeps changing)"
     )]
     Conflicts { node: String, attempts: u32 },
-    #[error(transparent)]
-    Lifecycle(#[from] PortError),
     /// Work over many objects, each tried: some failed (the first of them named).
     #[error("{failed} of {tried} failed; the first: {first}")]
     Partly {
@@ -138,9 +137,8 @@ impl KubeError {
     pub fn kind(&self) -> FailureKind {
         match self {
             KubeError::Api(e) => e.kind(),
-            KubeError::Connect(e) => e.kind(),
+            KubeError::Port(e) => e.kind,
             KubeError::Conflicts { .. } => FailureKind::Contention,
-            KubeError::Lifecycle(e) => e.kind,
             KubeError::Partly { first, .. } => first.kind(),
         }
     }
@@ -181,27 +179,6 @@ fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
         cause = c.source();
     }
     false
-}
-
-impl ConnectError {
-    /// What kind of failure: a configuration that cannot work (no kubeconfig, a bad endpoint
-    /// or CA, no region or credentials provider) is not retried; `DescribeCluster` says its
-    /// own; fetching credentials or signing a token may pass.
-    pub fn kind(&self) -> FailureKind {
-        match self {
-            ConnectError::Infer(_)
-            | ConnectError::Context { .. }
-            | ConnectError::Endpoint { .. }
-            | ConnectError::Client(_)
-            | ConnectError::NoRegion { .. }
-            | ConnectError::NoCredentials { .. } => FailureKind::Invalid,
-            ConnectError::DescribeCluster(e) => e.kind,
-            ConnectError::Account { source, .. } => source.kind(),
-            // It may be: the cluster is still being created.
-            ConnectError::NoEndpoint { .. } => FailureKind::Unavailable,
-            ConnectError::Credentials { .. } | ConnectError::Token(_) => FailureKind::Unknown,
-        }
-    }
 }
 
 /// Why an action was refused without any write: what it would act on, as just read, failed its
@@ -337,10 +314,6 @@ mod tests {
         };
         assert_eq!(conflicts.kind(), FailureKind::Contention);
         assert!(conflicts.kind().retryable());
-        let no_region = KubeError::from(ConnectError::NoRegion {
-            cluster: "demo".into(),
-        });
-        assert!(!no_region.kind().retryable());
     }
 
     fn details(retry_after_seconds: u32) -> ::kube::core::response::StatusDetails {

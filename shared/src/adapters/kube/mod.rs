@@ -36,7 +36,7 @@ pub(crate) mod surge_memory;
 
 pub use api::FIELD_MANAGER;
 pub use connect::{
-    ClusterAccess, ClusterClient, ConnectError, EksAccess, EksClusters, Impersonation, KUBE_SHARE,
+    ClusterAccess, ClusterClient, EksAccess, EksClusters, Impersonation, KUBE_SHARE,
     KubeconfigContexts, connect, connect_eks, has_context,
 };
 pub(crate) use cordon::get_node;

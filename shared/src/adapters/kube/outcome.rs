@@ -138,15 +138,10 @@ impl DrainReport {
         self.left.is_empty() && !self.pending
     }
 
-    /// `evicted 3 pods; 1 left (blocked at the deadline: web/w1); 2 still terminating`.
-    pub fn summary(&self) -> String {
-        self.summary_of(false)
-    }
-
-    /// [`DrainReport::summary`], or (`later`) the summary of a drain's later pass, after earlier
-    /// passes evicted what there was (which this pass does not count): `no pod left to evict; 3
-    /// pods left alone`.
-    pub(super) fn summary_of(&self, later: bool) -> String {
+    /// `evicted 3 pods; 1 left (blocked at the deadline: web/w1); 2 still terminating`; or
+    /// (`later`) the summary of a drain's later pass, after earlier passes evicted what there was
+    /// (which this pass does not count): `no pod left to evict; 3 pods left alone`.
+    pub fn summary(&self, later: bool) -> String {
         let still = if later { " left" } else { "" };
         // `(3 pods, "a, b, c")` of a list that is not empty.
         let some =
@@ -292,7 +287,7 @@ impl NodeOutcome {
             (Some(CordonOutcome::Refused { .. }) | None, _) => String::new(),
         };
         let drain = match &self.drain {
-            Some(d) => d.summary(),
+            Some(d) => d.summary(false),
             None if self.drain_pending => "drain in the next pass".into(),
             None => String::new(),
         };

@@ -38,7 +38,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::api::rate_limit::Lane;
 use super::api::retry::{heed_retry_after, with_retry};
-use super::connect::{ClusterClient, ConnectError};
+use super::connect::ClusterClient;
 use super::error::{ApiError, KubeError, status_code};
 use super::outcome::{DrainReport, PlaceholderRefusal};
 use super::placeholder::placeholder_for;
@@ -440,7 +440,7 @@ async fn create(
     let ready = async {
         let client = clients.client().await?;
         clients.throttle(Lane::Later).await;
-        Ok::<_, ConnectError>(client)
+        Ok::<_, crate::ports::PortError>(client)
     };
     let client = match crate::ports::until(clock, end, ready).await {
         None => return Created::Later,
