@@ -24,7 +24,7 @@ use async_trait::async_trait;
 use forewarn::adapters::embedded::EmbeddedStore;
 use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
 use forewarn::adapters::snapshot::SnapshotInstances;
-use forewarn::app::fleet::{Cluster, Connector, Fleet, Unreachable};
+use forewarn::app::fleet::{Cluster, Connector, Fleet, unreachable};
 use forewarn::app::handler::{Handler, Invocation};
 use forewarn::app::pipeline::{DEREGISTER_BUDGET, ELB_RATE, Passes, Traffic};
 use forewarn::domain::config::Config;
@@ -1232,11 +1232,13 @@ struct BenchClusters {
 
 #[async_trait]
 impl Connector for BenchClusters {
-    async fn connect(&self, id: &ClusterId) -> Result<Cluster, Unreachable> {
-        let clients = self.clients.get(&id.name).ok_or_else(|| Unreachable {
-            cluster: id.to_string(),
-            kind: forewarn::ports::FailureKind::Invalid,
-            source: "not a cluster of this run".into(),
+    async fn connect(&self, id: &ClusterId) -> Result<Cluster, forewarn::ports::PortError> {
+        let clients = self.clients.get(&id.name).ok_or_else(|| {
+            unreachable(
+                id,
+                forewarn::ports::FailureKind::Invalid,
+                "not a cluster of this run",
+            )
         })?;
         Ok(cluster_of(Some(id.clone()), clients, &self.config))
     }

@@ -251,7 +251,7 @@ impl Handler {
         let cluster = match to {
             Destination::Cluster(id) => {
                 let name = id.as_ref().map(ToString::to_string);
-                if let Some(name) = name.filter(|_| work.fail_fast)
+                if let Some(name) = name.clone().filter(|_| work.fail_fast)
                     && let Some(since) = self.fleet.backing_off(&name, self.clock.now())
                 {
                     let why = format!(
@@ -263,8 +263,7 @@ impl Handler {
                     return Err(fail(why, true, Some(name), Some(since + BREAK)));
                 }
                 let cluster = self.fleet.cluster(id.as_ref()).await;
-                cluster
-                    .map_err(|e| fail(e.to_string(), e.kind.retryable(), Some(e.cluster), None))?
+                cluster.map_err(|e| fail(e.to_string(), e.retryable(), name, None))?
             }
             Destination::Elsewhere | Destination::Unrouted => Arc::new(Cluster::none()),
             Destination::NotServed(name) => {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use crate::adapters::snapshot::ClusterState;
-use crate::app::fleet::{Cluster, Unreachable};
+use crate::app::fleet::Cluster;
 use crate::app::handler::Handler;
 use crate::app::leaving::LeavingInstances;
 use crate::app::pipeline::{Described, Passes, Pipeline};
@@ -59,7 +59,8 @@ pub struct SweepRun {
 /// not reach, or why it could not tell which clusters to visit.
 pub struct SweepRuns {
     pub runs: Vec<SweepRun>,
-    pub unreachable: Vec<Unreachable>,
+    /// The clusters not reached, by name, and why.
+    pub unreachable: Vec<(String, PortError)>,
     /// The served clusters could not be listed (`*`): nothing was visited.
     pub unlisted: Option<PortError>,
 }
@@ -74,7 +75,7 @@ impl SweepRuns {
             .iter()
             .map(|e| format!("clusters: {e}"))
             .collect();
-        out.extend(self.unreachable.iter().map(|e| e.to_string()));
+        out.extend(self.unreachable.iter().map(|(_, e)| e.to_string()));
         for run in &self.runs {
             out.extend(run.failures().into_iter().map(|f| match &run.cluster {
                 Some(cluster) => format!("cluster {cluster}: {f}"),
@@ -101,7 +102,7 @@ impl SweepRuns {
         let unreachable: serde_json::Map<String, serde_json::Value> = self
             .unreachable
             .iter()
-            .map(|e| (e.cluster.clone(), json!(e.source.to_string())))
+            .map(|(cluster, e)| (cluster.clone(), json!(e.source.to_string())))
             .collect();
         json!({ "clusters": clusters, "unreachable": unreachable,
                 "unlisted": self.unlisted.as_ref().map(|e| e.to_string()) })
@@ -220,7 +221,7 @@ impl Sweeper {
             match reached {
                 Ok(cluster) => visits
                     .push(async move { self.in_cluster(id, cluster).await.run(deadline).await }),
-                Err(e) => unreachable.push(e),
+                Err(e) => unreachable.push((id.map(|id| id.to_string()).unwrap_or_default(), e)),
             }
         }
         SweepRuns {
@@ -231,7 +232,7 @@ impl Sweeper {
     }
 
     /// The sweeper's steps in the served cluster `id` (`None`: the lone cluster).
-    pub async fn cluster(&self, id: Option<&ClusterId>) -> Result<ClusterSweep<'_>, Unreachable> {
+    pub async fn cluster(&self, id: Option<&ClusterId>) -> Result<ClusterSweep<'_>, PortError> {
         let h = &self.handler;
         let cluster = h.fleet.cluster(id).await?;
         let id = id.cloned().or_else(|| cluster.id.clone());

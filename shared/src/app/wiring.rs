@@ -26,7 +26,7 @@ use crate::adapters::upkeep::live_cluster;
 use crate::adapters::webhook::{ClientError, Webhook};
 use crate::adapters::workloads::KubeWorkloads;
 use crate::app::audit::WorkloadSource;
-use crate::app::fleet::{Cluster, Connector, Fleet, Unreachable};
+use crate::app::fleet::{Cluster, Connector, Fleet, unreachable};
 use crate::app::handler::Handler;
 use crate::app::leaving::LeavingInstances;
 use crate::app::pipeline::{ELB_RATE, PASS_INTERVAL, Passes, Traffic};
@@ -318,17 +318,12 @@ impl LiveClusters {
 
 #[async_trait::async_trait]
 impl Connector for LiveClusters {
-    async fn connect(&self, id: &ClusterId) -> Result<Cluster, Unreachable> {
+    async fn connect(&self, id: &ClusterId) -> Result<Cluster, PortError> {
         let access = self
             .settings
             .access_of(id, &own_place(&self.settings, Some(&self.sdk)));
-        self.build(Some(id.clone()), &access)
-            .await
-            .map_err(|e| Unreachable {
-                cluster: id.to_string(),
-                kind: e.kind,
-                source: Box::new(e),
-            })
+        let built = self.build(Some(id.clone()), &access).await;
+        built.map_err(|e| unreachable(id, e.kind, e))
     }
 }
 

@@ -13,14 +13,14 @@ use async_trait::async_trait;
 use forewarn::adapters::clock::ManualClock;
 use forewarn::adapters::kube::{ClusterClient, KubeExecutor};
 use forewarn::adapters::upkeep::live_cluster;
-use forewarn::app::fleet::{Connector, Unreachable};
+use forewarn::app::fleet::{Connector, unreachable};
 use forewarn::app::handler::Handler;
 use forewarn::domain::config::Config;
 use forewarn::domain::facts::InstanceFacts;
 use forewarn::domain::fixtures;
 use forewarn::domain::pool::PoolQuery;
 use forewarn::domain::report::Outcome;
-use forewarn::ports::Clock;
+use forewarn::ports::{Clock, PortError};
 use kube_fake::{Fault, KubeFake};
 
 use crate::support::{Fleet, Instances, config, node};
@@ -95,11 +95,9 @@ struct ToFakes {
 
 #[async_trait]
 impl Connector for ToFakes {
-    async fn connect(&self, id: &ClusterId) -> Result<forewarn::app::fleet::Cluster, Unreachable> {
-        let clients = self.clients.get(&id.name).ok_or_else(|| Unreachable {
-            cluster: id.to_string(),
-            kind: forewarn::ports::FailureKind::Invalid,
-            source: "no such cluster".into(),
+    async fn connect(&self, id: &ClusterId) -> Result<forewarn::app::fleet::Cluster, PortError> {
+        let clients = self.clients.get(&id.name).ok_or_else(|| {
+            unreachable(id, forewarn::ports::FailureKind::Invalid, "no such cluster")
         })?;
         let executor = Arc::new(KubeExecutor::new(clients.clone(), &self.config));
         let cluster = live_cluster(Some(id.clone()), clients.clone(), Some(executor));

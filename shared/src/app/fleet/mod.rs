@@ -96,15 +96,14 @@ impl std::fmt::Debug for Cluster {
     }
 }
 
-/// A served cluster that could not be reached: its records fail and come back.
-#[derive(Debug, thiserror::Error)]
-#[error("cluster {cluster}: {source}")]
-pub struct Unreachable {
-    pub cluster: String,
-    /// Whether trying again may succeed.
-    pub kind: FailureKind,
-    #[source]
-    pub source: BoxError,
+/// A served cluster that could not be reached (`cluster <id>`, its kind and why): its records
+/// fail and come back.
+pub fn unreachable(
+    cluster: impl std::fmt::Display,
+    kind: FailureKind,
+    source: impl Into<BoxError>,
+) -> PortError {
+    PortError::new(format!("cluster {cluster}"), kind, source)
 }
 
 /// Connects to a served cluster (the wiring's: EKS `DescribeCluster` and an IAM token in the
@@ -112,7 +111,7 @@ pub struct Unreachable {
 /// its own.
 #[async_trait]
 pub trait Connector: Send + Sync {
-    async fn connect(&self, id: &ClusterId) -> Result<Cluster, Unreachable>;
+    async fn connect(&self, id: &ClusterId) -> Result<Cluster, PortError>;
 }
 
 /// Which clusters are served.
@@ -289,27 +288,24 @@ impl Fleet {
 
     /// The services of the served cluster `id` (`None`: the lone cluster), connected now if
     /// they were not yet.
-    pub async fn cluster(&self, id: Option<&ClusterId>) -> Result<Arc<Cluster>, Unreachable> {
+    pub async fn cluster(&self, id: Option<&ClusterId>) -> Result<Arc<Cluster>, PortError> {
         if let Served::One(cluster) = &self.served {
             return Ok(cluster.clone());
         }
         let Some(id) = id else {
-            return Err(Unreachable {
-                cluster: "(none)".into(),
-                kind: FailureKind::Invalid,
-                source: "this deployment serves named clusters: a record must name its own".into(),
-            });
+            let why = "this deployment serves named clusters: a record must name its own";
+            return Err(unreachable("(none)", FailureKind::Invalid, why));
         };
         let id = id.or(&self.own);
         if let Some(found) = self.connected.lock().await.get(&id) {
             return Ok(found.clone());
         }
         let Some(connector) = &self.connector else {
-            return Err(Unreachable {
-                cluster: id.to_string(),
-                kind: FailureKind::Invalid,
-                source: "no way to connect to it".into(),
-            });
+            return Err(unreachable(
+                id,
+                FailureKind::Invalid,
+                "no way to connect to it",
+            ));
         };
         // Connected outside the lock: a cluster slow to answer holds up no other's.
         let cluster = Arc::new(connector.connect(&id).await?);
@@ -322,7 +318,7 @@ impl Fleet {
         &self,
         base: &Config,
         now: DateTime<Utc>,
-    ) -> Result<Vec<(Option<ClusterId>, Result<Arc<Cluster>, Unreachable>)>, PortError> {
+    ) -> Result<Vec<(Option<ClusterId>, Result<Arc<Cluster>, PortError>)>, PortError> {
         let ids = self.served(base, now, &[]).await?;
         if let Served::One(cluster) = &self.served {
             return Ok(vec![(ids.into_iter().next(), Ok(cluster.clone()))]);
@@ -421,14 +417,10 @@ mod tests {
 
     #[async_trait]
     impl Connector for Connects {
-        async fn connect(&self, id: &ClusterId) -> Result<Cluster, Unreachable> {
+        async fn connect(&self, id: &ClusterId) -> Result<Cluster, PortError> {
             self.0.fetch_add(1, Ordering::SeqCst);
             if id.name == "down" {
-                return Err(Unreachable {
-                    cluster: id.to_string(),
-                    kind: FailureKind::Connection,
-                    source: "refused".into(),
-                });
+                return Err(unreachable(id, FailureKind::Connection, "refused"));
             }
             Ok(Cluster::new(Some(id.clone()), Arc::new(NoNodes)))
         }
