@@ -376,41 +376,40 @@ impl KubeExecutor {
         out: &mut NodeOutcome,
     ) -> Result<(bool, Option<String>), KubeError> {
         let spec = CordonSpec::new(&self.config, a, self.record_keys(node).await);
-        let (dry_run, gone) = (self.settings.dry_run, CordonOutcome::NodeGone);
-        let write = self.write_node(node.clone(), "cordoned", gone, |node, attempt| {
+        let dry_run = self.settings.dry_run;
+        // `Err`: the node is gone (`None`), or changed and refused (why): nothing more is done.
+        let write = self.write_node(node.clone(), "cordoned", Err(None), |node, attempt| {
             if attempt > 1
                 && let Err(why) = node_facts(node).verify_runs(&a.instance_id)
             {
                 tracing::warn!(%why, "the node changed: refusing to cordon it");
-                return Step::Done(CordonOutcome::Refused {
-                    why: why.to_string(),
-                });
+                return Step::Done(Err(Some(why.to_string())));
             }
+            let cordoned = CordonOutcome::Cordoned { attempts: attempt };
             match cordon_patch(node, &spec) {
                 // Already so; on a later attempt, someone cordoned it the same way in between.
-                None if attempt == 1 => Step::Done(CordonOutcome::AlreadyCordoned),
-                None => Step::Done(CordonOutcome::Cordoned { attempts: attempt }),
-                Some(patch) if dry_run => Step::Done(CordonOutcome::WouldCordon { patch }),
-                Some(patch) => Step::Patch(patch, CordonOutcome::Cordoned { attempts: attempt }),
+                None if attempt == 1 => Step::Done(Ok(CordonOutcome::AlreadyCordoned)),
+                None => Step::Done(Ok(cordoned)),
+                Some(patch) if dry_run => Step::Done(Ok(CordonOutcome::WouldCordon { patch })),
+                Some(patch) => Step::Patch(patch, Ok(cordoned)),
             }
         });
-        let cordoned = write.await?;
+        let cordoned = match write.await? {
+            Ok(cordoned) => cordoned,
+            Err(refused) => {
+                (out.node_gone, out.refused) = (refused.is_none(), refused);
+                return Ok((true, None));
+            }
+        };
         let changed = matches!(cordoned, CordonOutcome::Cordoned { .. });
         let already = cordoned == CordonOutcome::AlreadyCordoned;
-        if let CordonOutcome::Refused { why } = &cordoned {
-            out.refused = Some(why.clone());
-        }
         if changed || already {
             out.cordoned_at = Some(self.clients.clock().now());
         }
         out.cordoned_before = already_ours && already;
-        let gone = matches!(
-            cordoned,
-            CordonOutcome::NodeGone | CordonOutcome::Refused { .. }
-        );
         let note = (changed || out.cordoned_before).then(|| self.cordoned_note(a));
         out.cordon = Some(cordoned);
-        Ok((gone, note))
+        Ok((false, note))
     }
 
     /// The note of the `Cordoned` Event of `a`'s cordon.

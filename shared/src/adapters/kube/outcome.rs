@@ -21,11 +21,6 @@ pub enum CordonOutcome {
     AlreadyCordoned,
     /// Dry run: the patch that would be sent.
     WouldCordon { patch: Value },
-    /// The node is gone (deleted while we worked): nothing to cordon.
-    NodeGone,
-    /// The node changed while we worked and, read again, is no longer one to act on (another
-    /// instance's, or control-plane now): nothing was written.
-    Refused { why: String },
 }
 
 /// What a delete did; displayed for people.
@@ -217,10 +212,10 @@ pub struct NodeOutcome {
     pub node: Option<String>,
     pub action: Action,
     pub dry_run: bool,
-    /// The node was not there when read: nothing to do to it.
+    /// The node was not there when read (or was gone when cordoned): nothing to do to it.
     pub node_gone: bool,
-    /// Why the action was refused: the node, as read live, failed verification (see
-    /// [`super::KubeExecutor`]).
+    /// Why the action was refused: the node, as read live (or read again when a cordon
+    /// conflicted), failed verification (see [`super::KubeExecutor`]).
     pub refused: Option<String>,
     pub cordon: Option<CordonOutcome>,
     /// The node was found cordoned with forewarn's taint when the drain's first pass announced
@@ -282,9 +277,7 @@ impl NodeOutcome {
             (Some(CordonOutcome::WouldCordon { .. }), _) => {
                 format!("would cordon and taint node/{node}")
             }
-            (Some(CordonOutcome::NodeGone), _) => format!("node/{node} is gone"),
-            // Said with the refusal.
-            (Some(CordonOutcome::Refused { .. }) | None, _) => String::new(),
+            (None, _) => String::new(),
         };
         let drain = match &self.drain {
             Some(d) => d.summary(false),
