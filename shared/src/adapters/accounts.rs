@@ -188,11 +188,17 @@ pub fn role_refusal(error: &PortError) -> Option<String> {
 }
 
 /// Where calls about a place go: the deployment's own account, or a member account through its
-/// role; in a region.
+/// role (`role`: the member role's ARN there, [`role_arn`]); in a region.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Target {
-    Own { region: Option<String> },
-    Member { account: String, region: String },
+    Own {
+        region: Option<String>,
+    },
+    Member {
+        account: String,
+        region: String,
+        role: String,
+    },
 }
 
 /// The SDK configurations of the accounts and regions events come from (see the module's
@@ -269,8 +275,9 @@ impl Accounts {
                     own: own.clone(),
                 })
             }
-            (Some(_), Some(_)) => match region.or(own_region) {
+            (Some(_), Some(role)) => match region.or(own_region) {
                 Some(region) => Ok(Target::Member {
+                    role: role_arn(account, role, &region),
                     account: account.clone(),
                     region,
                 }),
@@ -279,12 +286,6 @@ impl Accounts {
                 }),
             },
         }
-    }
-
-    /// The role assumed in `account`: `arn:<partition>:iam::<account>:role/<member role>`.
-    pub fn role_arn(&self, account: &str, region: &str) -> Option<String> {
-        let role = self.settings.member_role.as_ref()?;
-        Some(role_arn(account, role, region))
     }
 
     /// The SDK configuration for calls about `place` (see the module's documentation).
@@ -303,13 +304,9 @@ impl Accounts {
                 .into_builder()
                 .region(Region::new(region.clone()))
                 .build(),
-            Target::Member { account, region } => {
-                let Some(arn) = self.role_arn(account, region) else {
-                    // `target` answers a member only with a member role.
-                    return Ok(self.base.clone());
-                };
+            Target::Member { region, role, .. } => {
                 let region = Some(Region::new(region.clone()));
-                assume_role(&self.base, arn, SESSION_NAME, region).await
+                assume_role(&self.base, role.clone(), SESSION_NAME, region).await
             }
         };
         Ok(lock(&self.configs).entry(target).or_insert(config).clone())
@@ -321,7 +318,7 @@ impl Accounts {
     /// are never acknowledged). `None` for any other error, and for the own account (whose
     /// calls assume no role).
     pub fn unreachable(&self, place: &Place, error: &PortError) -> Option<AccountUnreachable> {
-        let Ok(Target::Member { account, region }) = self.target(place) else {
+        let Ok(Target::Member { account, role, .. }) = self.target(place) else {
             return None;
         };
         let why = match role_refusal(error) {
@@ -329,7 +326,6 @@ impl Accounts {
             None if error.kind == FailureKind::Forbidden => error.to_string(),
             None => return None,
         };
-        let role = self.role_arn(&account, &region).unwrap_or_default();
         Some(AccountUnreachable { account, role, why })
     }
 }
@@ -485,23 +481,21 @@ mod tests {
             org.target(&place(Some("111111111111"), None)),
             Ok(Target::Member {
                 account: "111111111111".into(),
-                region: "us-east-1".into()
+                region: "us-east-1".into(),
+                role: "arn:aws:iam::111111111111:role/forewarn-member".into()
             })
         );
         assert_eq!(
             org.target(&place(Some("111111111111"), Some("eu-west-1"))),
             Ok(Target::Member {
                 account: "111111111111".into(),
-                region: "eu-west-1".into()
+                region: "eu-west-1".into(),
+                role: "arn:aws:iam::111111111111:role/forewarn-member".into()
             })
         );
         assert_eq!(
-            org.role_arn("111111111111", "us-east-1").as_deref(),
-            Some("arn:aws:iam::111111111111:role/forewarn-member")
-        );
-        assert_eq!(
-            org.role_arn("111111111111", "us-gov-west-1").as_deref(),
-            Some("arn:aws-us-gov:iam::111111111111:role/forewarn-member")
+            role_arn("111111111111", "forewarn-member", "us-gov-west-1"),
+            "arn:aws-us-gov:iam::111111111111:role/forewarn-member"
         );
     }
 
