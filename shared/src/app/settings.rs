@@ -830,7 +830,6 @@ impl Settings {
             _ => ClusterAccess::Eks(EksAccess {
                 cluster: id.name.clone(),
                 region: id.place.region.clone(),
-                ..EksAccess::default()
             }),
         }
     }
@@ -1088,8 +1087,6 @@ mod tests {
             list.access_of(&ids(&["blue"])[0], &own),
             ClusterAccess::Eks(EksAccess {
                 cluster: "blue".into(),
-                endpoint: None,
-                ca_base64: None,
                 region: None,
             })
         );

@@ -45,14 +45,10 @@ pub enum ClusterAccess {
     Eks(EksAccess),
 }
 
-/// An EKS cluster, and what is known of its endpoint.
+/// An EKS cluster (its endpoint and CA come from `DescribeCluster`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EksAccess {
     pub cluster: String,
-    /// The API server URL; from `DescribeCluster` when not set.
-    pub endpoint: Option<String>,
-    /// Base64 of the CA's PEM; from `DescribeCluster` when not set.
-    pub ca_base64: Option<String>,
     /// The region the token is signed for (and `DescribeCluster` asked in); the AWS
     /// configuration's when not set.
     pub region: Option<String>,
@@ -448,21 +444,17 @@ pub async fn connect_eks(
     let credentials = sdk
         .credentials_provider()
         .ok_or_else(|| missing("no AWS credentials provider configured"))?;
-    let (mut endpoint, mut ca) = (access.endpoint.clone(), access.ca_base64.clone());
-    if endpoint.is_none() || ca.is_none() {
-        let eks = aws_sdk_eks::Client::new(sdk);
-        let described = eks.describe_cluster().name(&cluster).send().await;
-        let call = || format!("EKS DescribeCluster {cluster}");
-        let described = described.map_err(|e| call_error(call(), e))?;
-        let found = described.cluster();
-        endpoint = endpoint.or_else(|| Some(found?.endpoint()?.to_string()));
-        ca = ca.or_else(|| Some(found?.certificate_authority()?.data()?.to_string()));
-    }
-    let endpoint = endpoint.ok_or_else(|| {
+    let eks = aws_sdk_eks::Client::new(sdk);
+    let described = eks.describe_cluster().name(&cluster).send().await;
+    let described =
+        described.map_err(|e| call_error(format!("EKS DescribeCluster {cluster}"), e))?;
+    let found = described.cluster();
+    let endpoint = found.and_then(|c| c.endpoint()).ok_or_else(|| {
         let why = "the cluster has no endpoint (is it still being created?)";
         eks_error(&cluster, FailureKind::Unavailable, why)
     })?;
-    let base = base_config(&cluster, &endpoint, ca.as_deref(), identity).await?;
+    let ca = found.and_then(|c| c.certificate_authority()?.data());
+    let base = base_config(&cluster, endpoint, ca, identity).await?;
     Ok(ClusterClient::eks(
         base,
         cluster,
