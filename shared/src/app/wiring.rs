@@ -236,9 +236,9 @@ async fn fleet(
     Ok(match &settings.clusters {
         ClusterSelection::Every { places, also } => {
             let catalog: Arc<dyn ClusterCatalog> = if settings.kubeconfig_given {
-                Arc::new(KubeconfigContexts::at(own.clone()))
+                Arc::new(KubeconfigContexts(own.clone()))
             } else {
-                Arc::new(EksClusters::new(accounts.clone()))
+                Arc::new(EksClusters(accounts.clone()))
             };
             Fleet::all(catalog, places.clone(), also.clone(), connector).at(own)
         }

@@ -363,18 +363,10 @@ pub fn has_context(name: &str) -> bool {
 /// Every context of the kubeconfig (`KUBECONFIG`, else `~/.kube/config`): the clusters of
 /// every cluster served (`*`) when a kubeconfig is given (tests, self-managed clusters). A context
 /// named `name` is a cluster of the own place; one named `account/region/name` (or
-/// `account/name`) of that place.
+/// `account/name`) of that place; seen from a deployment whose own account and region are the
+/// place it holds.
 #[derive(Debug, Clone, Default)]
-pub struct KubeconfigContexts {
-    own: Place,
-}
-
-impl KubeconfigContexts {
-    /// The contexts, seen from a deployment whose own account and region are `own`.
-    pub fn at(own: Place) -> KubeconfigContexts {
-        KubeconfigContexts { own }
-    }
-}
+pub struct KubeconfigContexts(pub Place);
 
 #[async_trait::async_trait]
 impl crate::ports::ClusterCatalog for KubeconfigContexts {
@@ -385,24 +377,19 @@ impl crate::ports::ClusterCatalog for KubeconfigContexts {
             .contexts
             .into_iter()
             .filter_map(|c| ClusterId::parse(&c.name).ok())
-            .filter(|id| id.place.or(&self.own) == place.or(&self.own))
+            .filter(|id| id.place.or(&self.0) == place.or(&self.0))
             .map(|id| id.name)
             .collect())
     }
 }
 
 /// Every EKS cluster of an account and region (`ListClusters`, every page, with that account's
-/// credentials: the member role's for a member account): the clusters of `*` served.
+/// credentials from the accounts it holds: the member role's for a member account): the clusters
+/// of `*` served.
 #[derive(Debug, Clone)]
-pub struct EksClusters {
-    accounts: Accounts,
-}
+pub struct EksClusters(pub Accounts);
 
 impl EksClusters {
-    pub fn new(accounts: Accounts) -> EksClusters {
-        EksClusters { accounts }
-    }
-
     /// The clusters of the account and region of `sdk`.
     pub async fn of(sdk: &SdkConfig) -> Result<Vec<String>, PortError> {
         let client = aws_sdk_eks::Client::new(sdk);
@@ -418,7 +405,7 @@ impl EksClusters {
 impl crate::ports::ClusterCatalog for EksClusters {
     async fn clusters(&self, place: &Place) -> Result<Vec<String>, PortError> {
         let sdk = self
-            .accounts
+            .0
             .config_for(place)
             .await
             .map_err(|e| e.for_lookup("eks"))?;
