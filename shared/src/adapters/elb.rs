@@ -79,8 +79,8 @@ struct Known {
     /// When a discovery last went through every page (`None`: none did yet).
     at: Option<DateTime<Utc>>,
     arns: BTreeSet<String>,
-    /// A discovery is under way (no other is started).
-    finding: bool,
+    /// Held by the discovery under way, whichever way it ends (no other is started meanwhile).
+    finding: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl std::fmt::Debug for ElbTargets {
@@ -135,41 +135,35 @@ impl ElbTargets {
         key: &(Place, String),
     ) -> Result<(BTreeSet<String>, usize), PortError> {
         let now = self.clock.now();
-        let (known, start) = {
-            let mut groups = lock(&self.groups);
-            let known = groups.entry(key.clone()).or_default();
-            let fresh = known
-                .at
-                .is_some_and(|at| now - at < crate::ports::span(GROUPS_FOR));
-            let start = !fresh && !known.finding;
-            known.finding |= start;
-            (known.clone(), start)
-        };
+        let known = lock(&self.groups).entry(key.clone()).or_default().clone();
+        let fresh = (known.at).is_some_and(|at| now - at < crate::ports::span(GROUPS_FOR));
+        let start = (!fresh).then(|| known.finding.clone().try_lock_owned().ok());
         // Nothing known: found now (or by the discovery under way, whose pages land here).
         let cold = known.at.is_none() && known.arns.is_empty();
-        if start && cold {
-            return self.discover(tags, key).await;
-        }
-        if start {
-            let (this, tags, key) = (self.clone(), tags.clone(), key.clone());
-            tokio::spawn(async move {
-                if let Err(e) = this.discover(&tags, &key).await {
-                    tracing::warn!(cluster = %key.1, error = %e, "target groups not found again");
-                }
-            });
+        match start.flatten() {
+            Some(finding) if cold => return self.discover(tags, key, finding).await,
+            Some(finding) => {
+                let (this, tags, key) = (self.clone(), tags.clone(), key.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = this.discover(&tags, &key, finding).await {
+                        tracing::warn!(cluster = %key.1, error = %e, "target groups not found again");
+                    }
+                });
+            }
+            None => {}
         }
         Ok((known.arns, 0))
     }
 
     /// Finds the target groups tagged for the cluster of `key`, keeping each page as it comes;
-    /// with the calls it made.
+    /// with the calls it made; however it ends (done, failed, dropped), its `_finding` is let
+    /// go, and another discovery may start.
     async fn discover(
         &self,
         tags: &aws_sdk_resourcegroupstagging::Client,
         key: &(Place, String),
+        _finding: tokio::sync::OwnedMutexGuard<()>,
     ) -> Result<(BTreeSet<String>, usize), PortError> {
-        // However this ends (done, failed, dropped), another discovery may start.
-        let _done = Finding(self.groups.clone(), key.clone());
         let cluster = key.1.as_str();
         let (mut found, mut calls) = (BTreeSet::new(), 0);
         let filter = TagFilter::builder()
@@ -206,17 +200,6 @@ impl ElbTargets {
         let known = groups.entry(key.clone()).or_default();
         (known.arns, known.at) = (found.clone(), Some(self.clock.now()));
         Ok((found, calls))
-    }
-}
-
-/// Marks the end of a discovery when dropped.
-struct Finding(Arc<Mutex<HashMap<(Place, String), Known>>>, (Place, String));
-
-impl Drop for Finding {
-    fn drop(&mut self) {
-        if let Some(known) = lock(&self.0).get_mut(&self.1) {
-            known.finding = false;
-        }
     }
 }
 
