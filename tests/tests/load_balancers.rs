@@ -231,6 +231,35 @@ fn a_doomed_instance_and_its_pods_leave_only_their_clusters_target_groups() {
     });
 }
 
+/// A group deleted since it was found is no failure: it is forgotten at once.
+#[test]
+fn a_deleted_group_is_forgotten_not_failed() {
+    runtime().block_on(async {
+        let (_proxy, config) = proxied("eu-north-1").await;
+        let ec2 = aws_sdk_ec2::Client::new(&config);
+        let elb = Client::new(&config);
+        let (doomed_id, addresses, vpc) = instance_with_pods(&ec2, "eu-north-1a").await;
+        let blue = [("elbv2.k8s.aws/cluster", "blue")];
+        let kept = group(&elb, &vpc, TargetTypeEnum::Instance, &blue).await;
+        let deleted = group(&elb, &vpc, TargetTypeEnum::Instance, &blue).await;
+        let clock = clock();
+        let targets = ElbTargets::from_conf(&config, clock.clone());
+        let doomed = [Doomed::new(doomed_id, addresses)];
+        let place = Place::default();
+        let done = targets.deregister(&place, "blue", &doomed, 3).await;
+        assert_eq!(done.unwrap().arns.len(), 2);
+        (elb.delete_target_group().target_group_arn(&deleted))
+            .send()
+            .await
+            .unwrap();
+        clock.advance(forewarn::adapters::elb::TARGETS_FOR);
+        let done = targets.deregister(&place, "blue", &doomed, 3).await;
+        assert!(done.unwrap().failed.is_empty());
+        let done = targets.deregister(&place, "blue", &doomed, 3).await;
+        assert_eq!(done.unwrap().arns, [kept]);
+    });
+}
+
 #[test]
 fn a_throttled_deregistration_names_its_group_and_the_others_still_go() {
     runtime().block_on(async {

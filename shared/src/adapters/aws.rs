@@ -96,6 +96,8 @@ pub fn kind_of_code(code: &str) -> Option<FailureKind> {
         | "MissingAuthenticationToken"
         | "IncompleteSignature" => FailureKind::Forbidden,
         "ResourceNotFoundException" | "NotFoundException" | "NotFound" => FailureKind::NotFound,
+        // Elastic Load Balancing: a target group deleted.
+        "TargetGroupNotFound" => FailureKind::NotFound,
         // EC2: `InvalidInstanceID.NotFound`, `InvalidLaunchTemplateId.NotFound`, ...
         c if c.ends_with(".NotFound") => FailureKind::NotFound,
         // `InvalidParameterValue`, `InvalidParameterCombination`, ...

@@ -24,7 +24,6 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use aws_sdk_elasticloadbalancingv2::Client;
-use aws_sdk_elasticloadbalancingv2::error::ProvideErrorMetadata;
 use aws_sdk_elasticloadbalancingv2::types::{TargetDescription, TargetHealthStateEnum};
 use aws_sdk_resourcegroupstagging::types::TagFilter;
 use chrono::{DateTime, Utc};
@@ -80,8 +79,8 @@ struct Known {
     /// When a discovery last went through every page (`None`: none did yet).
     at: Option<DateTime<Utc>>,
     arns: BTreeSet<String>,
-    /// A discovery is under way (no other is started).
-    finding: bool,
+    /// Held by the discovery under way, whichever way it ends (no other is started meanwhile).
+    finding: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl std::fmt::Debug for ElbTargets {
@@ -136,41 +135,35 @@ impl ElbTargets {
         key: &(Place, String),
     ) -> Result<(BTreeSet<String>, usize), PortError> {
         let now = self.clock.now();
-        let (known, start) = {
-            let mut groups = lock(&self.groups);
-            let known = groups.entry(key.clone()).or_default();
-            let fresh = known
-                .at
-                .is_some_and(|at| now - at < crate::ports::span(GROUPS_FOR));
-            let start = !fresh && !known.finding;
-            known.finding |= start;
-            (known.clone(), start)
-        };
+        let known = lock(&self.groups).entry(key.clone()).or_default().clone();
+        let fresh = (known.at).is_some_and(|at| now - at < crate::ports::span(GROUPS_FOR));
+        let start = (!fresh).then(|| known.finding.clone().try_lock_owned().ok());
         // Nothing known: found now (or by the discovery under way, whose pages land here).
         let cold = known.at.is_none() && known.arns.is_empty();
-        if start && cold {
-            return self.discover(tags, key).await;
-        }
-        if start {
-            let (this, tags, key) = (self.clone(), tags.clone(), key.clone());
-            tokio::spawn(async move {
-                if let Err(e) = this.discover(&tags, &key).await {
-                    tracing::warn!(cluster = %key.1, error = %e, "target groups not found again");
-                }
-            });
+        match start.flatten() {
+            Some(finding) if cold => return self.discover(tags, key, finding).await,
+            Some(finding) => {
+                let (this, tags, key) = (self.clone(), tags.clone(), key.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = this.discover(&tags, &key, finding).await {
+                        tracing::warn!(cluster = %key.1, error = %e, "target groups not found again");
+                    }
+                });
+            }
+            None => {}
         }
         Ok((known.arns, 0))
     }
 
     /// Finds the target groups tagged for the cluster of `key`, keeping each page as it comes;
-    /// with the calls it made.
+    /// with the calls it made; however it ends (done, failed, dropped), its `_finding` is let
+    /// go, and another discovery may start.
     async fn discover(
         &self,
         tags: &aws_sdk_resourcegroupstagging::Client,
         key: &(Place, String),
+        _finding: tokio::sync::OwnedMutexGuard<()>,
     ) -> Result<(BTreeSet<String>, usize), PortError> {
-        // However this ends (done, failed, dropped), another discovery may start.
-        let _done = Finding(self.groups.clone(), key.clone());
         let cluster = key.1.as_str();
         let (mut found, mut calls) = (BTreeSet::new(), 0);
         let filter = TagFilter::builder()
@@ -210,46 +203,29 @@ impl ElbTargets {
     }
 }
 
-/// Marks the end of a discovery when dropped.
-struct Finding(Arc<Mutex<HashMap<(Place, String), Known>>>, (Place, String));
-
-impl Drop for Finding {
-    fn drop(&mut self) {
-        if let Some(known) = lock(&self.0).get_mut(&self.1) {
-            known.finding = false;
-        }
-    }
-}
-
 impl ElbTargets {
     /// `group`'s doomed targets (of its targets read, or as read within [`TARGETS_FOR`])
     /// deregistered, [`DEREGISTER_CHUNK`] at most a call, each counted in `out` with the
-    /// instance it is of; `false`: the group is gone.
+    /// instance it is of; an error of [`FailureKind::NotFound`]: the group is gone.
     async fn clear_group(
         &self,
         client: &Client,
         group: &str,
         doomed: &[Doomed],
         out: &Mutex<Deregistered>,
-    ) -> Result<bool, PortError> {
-        let Some(registered) = self.targets_of(client, group, out).await? else {
-            return Ok(false);
-        };
+    ) -> Result<(), PortError> {
+        let registered = self.targets_of(client, group, out).await?;
         for chunk in doomed_targets(&registered, doomed).chunks(DEREGISTER_CHUNK) {
             let targets = chunk.iter().map(|(t, _)| {
                 let target = TargetDescription::builder().id(&t.id);
                 target.set_port(t.port).build()
             });
             lock(out).deregisters += 1;
-            let done = (client.deregister_targets().target_group_arn(group))
+            (client.deregister_targets().target_group_arn(group))
                 .set_targets(Some(targets.collect()))
                 .send()
-                .await;
-            match done {
-                Ok(_) => {}
-                Err(e) if e.code() == Some("TargetGroupNotFound") => return Ok(false),
-                Err(e) => return Err(call_error("elasticloadbalancing:DeregisterTargets", e)),
-            }
+                .await
+                .map_err(|e| call_error("elasticloadbalancing:DeregisterTargets", e))?;
             // Gone from the group's targets as read.
             if let Some((_, targets)) = lock(&self.targets).get_mut(group) {
                 targets.retain(|t| !chunk.iter().any(|(gone, _)| gone == t));
@@ -260,30 +236,27 @@ impl ElbTargets {
                 left.insert(group.to_string());
             }
         }
-        Ok(true)
+        Ok(())
     }
 
     /// The targets registered in `group` and not draining: as read within [`TARGETS_FOR`], else
-    /// read now (`DescribeTargetHealth`, counted in `out`); `None`: the group is gone.
+    /// read now (`DescribeTargetHealth`, counted in `out`).
     async fn targets_of(
         &self,
         client: &Client,
         group: &str,
         out: &Mutex<Deregistered>,
-    ) -> Result<Option<Vec<Target>>, PortError> {
+    ) -> Result<Vec<Target>, PortError> {
         let now = self.clock.now();
         if let Some((at, targets)) = lock(&self.targets).get(group)
             && now - *at < crate::ports::span(TARGETS_FOR)
         {
-            return Ok(Some(targets.clone()));
+            return Ok(targets.clone());
         }
         lock(out).describes += 1;
         let read = client.describe_target_health().target_group_arn(group);
-        let health = match read.send().await {
-            Ok(h) => h,
-            Err(e) if e.code() == Some("TargetGroupNotFound") => return Ok(None),
-            Err(e) => return Err(call_error("elasticloadbalancing:DescribeTargetHealth", e)),
-        };
+        let health = (read.send().await)
+            .map_err(|e| call_error("elasticloadbalancing:DescribeTargetHealth", e))?;
         let draining = Some(&TargetHealthStateEnum::Draining);
         let registered: Vec<Target> = (health.target_health_descriptions().iter())
             .filter(|d| d.target_health().and_then(|h| h.state()) != draining)
@@ -294,7 +267,7 @@ impl ElbTargets {
             })
             .collect();
         lock(&self.targets).insert(group.to_string(), (now, registered.clone()));
-        Ok(Some(registered))
+        Ok(registered)
     }
 }
 
@@ -319,9 +292,9 @@ impl LoadBalancers for ElbTargets {
         let (out_, key_, elb) = (&out, &key, &clients.elb);
         let clear = |group: String| async move {
             match self.clear_group(elb, &group, doomed, out_).await {
-                Ok(true) => {}
-                // Forgotten among the cluster's groups.
-                Ok(false) => {
+                Ok(()) => {}
+                // Gone: forgotten among the cluster's groups.
+                Err(e) if e.kind == FailureKind::NotFound => {
                     if let Some(known) = lock(&self.groups).get_mut(key_) {
                         known.arns.remove(&group);
                     }

@@ -47,7 +47,7 @@ pub fn used(capability: Capability, config: &Config, priorities: bool) -> bool {
                     .policy
                     .rules
                     .iter()
-                    .any(|r| r.behaviour.surge.as_ref().is_some_and(|k| !k.is_empty()))
+                    .any(|r| r.surge.as_ref().is_some_and(|k| !k.is_empty()))
         }
         Capability::Expander => priorities,
         _ => true,

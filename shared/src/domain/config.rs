@@ -255,15 +255,15 @@ impl Config {
     pub fn deletes_owned(&self, kind: EventKind, labels: &BTreeMap<String, String>) -> bool {
         let rule = self
             .policy
-            .behaviour(labels)
-            .and_then(|b| b.delete_owned_on.as_ref());
+            .rule(labels)
+            .and_then(|r| r.delete_owned_on.as_ref());
         rule.unwrap_or(&self.delete_owned_on).contains(&kind)
     }
 
     /// `kind`'s drains of a node with `labels` make room first: its policy rule's `surge`,
     /// else [`Config::surge_kinds`].
     pub fn surges(&self, kind: EventKind, labels: &BTreeMap<String, String>) -> bool {
-        let rule = self.policy.behaviour(labels).and_then(|b| b.surge.as_ref());
+        let rule = self.policy.rule(labels).and_then(|r| r.surge.as_ref());
         rule.unwrap_or(&self.surge_kinds).contains(&kind)
     }
 

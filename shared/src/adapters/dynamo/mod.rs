@@ -199,7 +199,7 @@ impl PoolStore for DynamoStore {
             until = e.name("until"),
             since = e.value("since", n(since.timestamp())),
         );
-        let items = self.scan(filter, e, "scanning the history").await?;
+        let items = self.items(None, filter, e, "scanning the history").await?;
         let entries = items.iter().map(decode_history);
         // Malformed items are errors, the others in the period kept.
         let kept =
@@ -233,7 +233,10 @@ impl PoolStore for DynamoStore {
                 e.value("now", n(now.timestamp()))
             );
             let what = "querying a pool's history";
-            for item in self.query(None, key_condition, filter, e, what).await? {
+            for item in self
+                .items(Some((None, key_condition)), filter, e, what)
+                .await?
+            {
                 entries.push(decode_history(&item)?);
             }
         }
@@ -268,21 +271,20 @@ impl PoolStore for DynamoStore {
                 None
             }
         };
-        let items = match index {
-            Some((index, key_condition)) => {
-                if !query.include_available && index != INDEX_UNAVAILABLE {
-                    filter.push(format!("{} > {now_value}", e.name("unavailable_until")));
-                }
-                let what = format!("querying index {index}");
-                let filter = filter.join(" AND ");
-                self.query(Some(index), key_condition, filter, e, what)
-                    .await?
-            }
-            None => {
-                let filter = filter.join(" AND ");
-                self.scan(filter, e, "scanning the pools").await?
-            }
-        };
+        if index
+            .as_ref()
+            .is_some_and(|(index, _)| *index != INDEX_UNAVAILABLE)
+            && !query.include_available
+        {
+            filter.push(format!("{} > {now_value}", e.name("unavailable_until")));
+        }
+        let what = index
+            .as_ref()
+            .map_or("scanning the pools".into(), |(index, _)| {
+                format!("querying index {index}")
+            });
+        let index = index.map(|(index, key_condition)| (Some(index), key_condition));
+        let items = self.items(index, filter.join(" AND "), e, what).await?;
         let records = items.iter().map(decode_pool).collect::<Result<_, _>>()?;
         // Indexes are eventually consistent and the TTL deletes late: the query decides.
         Ok(query.select(records, now))

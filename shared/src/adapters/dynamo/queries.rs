@@ -1,4 +1,4 @@
-//! Reading items: one by its key, and every page of a query or scan.
+//! Reading items: one by its key, and every page of a query or a scan.
 
 use std::fmt::Display;
 
@@ -27,49 +27,39 @@ impl DynamoStore {
         Ok(out.item)
     }
 
-    /// Every item (all pages) of a `Query` of `index` (the table when `None`).
-    pub(super) async fn query(
+    /// Every item (all pages) of a `Query` of `index` (the table when `None`) on its key
+    /// condition, or of a `Scan` without one.
+    pub(super) async fn items(
         &self,
-        index: Option<&str>,
-        key_condition: String,
+        query: Option<(Option<&str>, String)>,
         filter: String,
         e: Expr,
         what: impl Display + Send + Sync,
     ) -> Result<Vec<Item>, PortError> {
-        let pages = self
-            .client
-            .query()
-            .table_name(&self.table)
-            .set_index_name(index.map(str::to_string))
-            .key_condition_expression(key_condition)
-            .filter_expression(filter)
-            .set_expression_attribute_names(Some(e.names))
-            .set_expression_attribute_values(Some(e.values))
-            .into_paginator()
-            .items()
-            .send();
-        let items = pages.collect::<Result<Vec<_>, _>>().await;
-        items.map_err(|err| self.sdk_err(&what, err))
-    }
-
-    /// Every item (all pages) of a `Scan`.
-    pub(super) async fn scan(
-        &self,
-        filter: String,
-        e: Expr,
-        what: impl Display + Send + Sync,
-    ) -> Result<Vec<Item>, PortError> {
-        let pages = self
-            .client
-            .scan()
-            .table_name(&self.table)
-            .filter_expression(filter)
-            .set_expression_attribute_names(Some(e.names))
-            .set_expression_attribute_values(Some(e.values))
-            .into_paginator()
-            .items()
-            .send();
-        let items = pages.collect::<Result<Vec<_>, _>>().await;
-        items.map_err(|err| self.sdk_err(&what, err))
+        let (names, values) = (Some(e.names), Some(e.values));
+        match query {
+            Some((index, key_condition)) => (self.client.query().table_name(&self.table))
+                .set_index_name(index.map(str::to_string))
+                .key_condition_expression(key_condition)
+                .filter_expression(filter)
+                .set_expression_attribute_names(names)
+                .set_expression_attribute_values(values)
+                .into_paginator()
+                .items()
+                .send()
+                .collect::<Result<Vec<_>, _>>()
+                .await
+                .map_err(|err| self.sdk_err(&what, err)),
+            None => (self.client.scan().table_name(&self.table))
+                .filter_expression(filter)
+                .set_expression_attribute_names(names)
+                .set_expression_attribute_values(values)
+                .into_paginator()
+                .items()
+                .send()
+                .collect::<Result<Vec<_>, _>>()
+                .await
+                .map_err(|err| self.sdk_err(&what, err)),
+        }
     }
 }

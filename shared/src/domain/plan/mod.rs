@@ -422,9 +422,8 @@ fn node_action(
             if matches!(out.action, Action::Cordon | Action::CordonDrain) {
                 out.record = Some(choice::record(event, instance_id, &choice));
                 out.taint_key = Some(config.taint_key_for(event.kind).to_string());
-                let behaviour = config.policy.behaviour(&node.labels);
-                out.exclude_from_load_balancers =
-                    behaviour.and_then(|b| b.exclude_from_load_balancers);
+                let rule = config.policy.rule(&node.labels);
+                out.exclude_from_load_balancers = rule.and_then(|r| r.exclude_from_load_balancers);
             }
             if out.action == Action::CordonDrain {
                 out.addresses = instance.map(|i| i.addresses.clone()).unwrap_or_default();

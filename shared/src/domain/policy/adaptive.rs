@@ -19,17 +19,23 @@ use crate::domain::pool::HistoryEntry;
 use crate::domain::pool::PoolKey;
 
 /// The settings of `adaptive` (`rebalance.adaptive` in a policy).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Adaptive {
     /// An interruption of the same instance within this time after a recommendation follows it.
+    #[serde(deserialize_with = "super::parse::window")]
     pub window: Duration,
     /// Drain when at least this share of the pool's recommendations were followed.
+    #[serde(deserialize_with = "super::parse::threshold")]
     pub threshold: f64,
     /// Fewer recommendations than this in the pool's history: do `otherwise`.
+    #[serde(deserialize_with = "super::parse::min_samples")]
     pub min_samples: u32,
     /// How far back the history is read.
+    #[serde(deserialize_with = "super::parse::days")]
     pub days: u32,
     /// What a recommendation does where the history does not say drain.
+    #[serde(deserialize_with = "super::parse::otherwise")]
     pub otherwise: PolicyAction,
 }
 

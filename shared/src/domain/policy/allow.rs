@@ -18,7 +18,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-use super::{Policy, PolicyAction, PolicyError};
+use super::{Policy, PolicyAction, PolicyError, Rule};
 
 /// The names an allowance lists: one per kind of [`PolicyAction`] (`cordon-for` whatever its
 /// duration).
@@ -120,7 +120,7 @@ impl Policy {
                 };
                 Some((format!("rules[{i}].actions.{}", kind.as_str()), what))
             });
-            let deletes = (rule.behaviour.delete_owned_on.as_ref()).is_some_and(|k| !k.is_empty());
+            let deletes = (rule.delete_owned_on.as_ref()).is_some_and(|k| !k.is_empty());
             let asked = asked.or_else(|| {
                 (deletes && !allow.allows(PolicyAction::Delete)).then(|| {
                     let path = format!("rules[{i}].delete-owned-on");
@@ -137,8 +137,15 @@ impl Policy {
                         rule.name
                     ),
                 });
-                rule.actions.clear();
-                rule.behaviour = Default::default();
+                let (name, nodes) = (
+                    std::mem::take(&mut rule.name),
+                    std::mem::take(&mut rule.nodes),
+                );
+                *rule = Rule {
+                    name,
+                    nodes,
+                    ..Rule::default()
+                };
             }
         }
         (self, refused)
@@ -172,10 +179,14 @@ mod tests {
                 .message
                 .contains("\"delete\" (through the owner)")
         );
-        assert_eq!(limited.rules[0].behaviour, Default::default());
+        let k = Rule {
+            name: "k".into(),
+            ..Rule::default()
+        };
+        assert_eq!(limited.rules[0], k);
         let (kept, refused) = Policy::parse(yaml).unwrap().limited(&PolicyAllow::all());
         assert!(refused.is_empty());
-        assert!(kept.rules[0].behaviour.delete_owned_on.is_some());
+        assert!(kept.rules[0].delete_owned_on.is_some());
         let none = "rules:\n  - name: k\n    delete-owned-on: []\n";
         let (_, refused) = Policy::parse(none)
             .unwrap()

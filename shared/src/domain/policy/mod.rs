@@ -131,25 +131,24 @@ pub fn short(d: Duration) -> String {
     }
 }
 
-/// One rule: the nodes it matches and what it says each event kind does there.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// One rule: the nodes it matches, what it says each event kind does there, and how its nodes
+/// are treated besides (each `None`: the default, [`crate::domain::config::Config`]'s).
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Rule {
+    #[serde(deserialize_with = "parse::name")]
     pub name: String,
     /// Node labels that must all match (none: every node).
+    #[serde(deserialize_with = "parse::labels")]
     pub nodes: BTreeMap<String, String>,
+    #[serde(deserialize_with = "parse::actions")]
     pub actions: BTreeMap<EventKind, PolicyAction>,
-    /// How its nodes are treated besides the action; what it leaves unsaid is the default.
-    pub behaviour: Behaviour,
-}
-
-/// What a rule may say of its nodes besides the actions (each `None`: the default,
-/// [`crate::domain::config::Config`]'s).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Behaviour {
     /// Kinds for which a node owned by a Karpenter NodeClaim or a Cluster API Machine is
     /// deleted through its owner (`delete-owned-on`).
+    #[serde(deserialize_with = "parse::kinds")]
     pub delete_owned_on: Option<BTreeSet<EventKind>>,
     /// Kinds whose drains create placeholders first (`surge`; see [`crate::domain::surge`]).
+    #[serde(deserialize_with = "parse::kinds")]
     pub surge: Option<BTreeSet<EventKind>>,
     /// Cordoned nodes are labelled out of external load balancers
     /// (`exclude-from-load-balancers`).
@@ -164,9 +163,13 @@ impl Rule {
 }
 
 /// A policy: rules (first match wins) and the adaptive rebalance settings.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Policy {
+    #[serde(deserialize_with = "parse::rules")]
     pub rules: Vec<Rule>,
+    /// `rebalance.adaptive`.
+    #[serde(rename = "rebalance", deserialize_with = "parse::rebalance")]
     pub adaptive: Adaptive,
 }
 
@@ -182,20 +185,16 @@ pub struct Chosen<'a> {
 impl Policy {
     /// The rule matching a node with `labels` (the first), and what it says of `kind`.
     pub fn choose(&self, kind: EventKind, labels: &BTreeMap<String, String>) -> Chosen<'_> {
-        let rule = self.rules.iter().find(|r| r.matches(labels));
+        let rule = self.rule(labels);
         Chosen {
             rule: rule.map(|r| r.name.as_str()),
             action: rule.and_then(|r| r.actions.get(&kind).copied()),
         }
     }
 
-    /// What the rule matching a node with `labels` (the first) says of it besides the actions;
-    /// `None` when no rule matches (the defaults).
-    pub fn behaviour(&self, labels: &BTreeMap<String, String>) -> Option<&Behaviour> {
-        self.rules
-            .iter()
-            .find(|r| r.matches(labels))
-            .map(|r| &r.behaviour)
+    /// The rule matching a node with `labels` (the first); `None`: no rule does (the defaults).
+    pub fn rule(&self, labels: &BTreeMap<String, String>) -> Option<&Rule> {
+        self.rules.iter().find(|r| r.matches(labels))
     }
 
     /// Some rule is `adaptive`: the pools' history is needed to decide.

@@ -1,12 +1,15 @@
-//! [`Policy::parse`]: YAML into a [`Policy`], every error naming the field and the value.
+//! [`Policy::parse`]: YAML into a [`Policy`], every error naming the field and the value. The
+//! domain types read themselves (serde derive, `deny_unknown_fields`); the functions here read
+//! their fields as a policy writes them (`deserialize_with`), and check what one field cannot.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::Duration;
-use serde::Deserialize;
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
-use super::{Adaptive, BadAction, Behaviour, Policy, PolicyAction, Rule};
+use super::{Adaptive, Policy, PolicyAction};
 use crate::domain::event::EventKind;
 use crate::domain::event::fields::{Obj, plain};
 
@@ -23,41 +26,6 @@ fn err(path: &str, message: impl Into<String>) -> PolicyError {
         path: path.to_string(),
         message: message.into(),
     }
-}
-
-/// A policy document as written.
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct Doc {
-    rules: Option<Vec<Obj<RuleDoc>>>,
-    rebalance: Option<Obj<RebalanceDoc>>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RebalanceDoc {
-    adaptive: Option<Obj<AdaptiveDoc>>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct RuleDoc {
-    name: Option<Text>,
-    nodes: Option<BTreeMap<String, Text>>,
-    actions: Option<BTreeMap<Kind, Action>>,
-    delete_owned_on: Option<BTreeSet<Kind>>,
-    surge: Option<BTreeSet<Kind>>,
-    exclude_from_load_balancers: Option<bool>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct AdaptiveDoc {
-    window: Option<Text>,
-    threshold: Option<f64>,
-    min_samples: Option<u32>,
-    days: Option<u32>,
-    otherwise: Option<Action>,
 }
 
 /// A scalar as text (label values may be written as numbers or booleans).
@@ -97,126 +65,147 @@ impl TryFrom<String> for Kind {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(try_from = "Text")]
-struct Action(PolicyAction);
-
-impl TryFrom<Text> for Action {
-    type Error = BadAction;
-    fn try_from(Text(text): Text) -> Result<Action, BadAction> {
-        PolicyAction::parse(&text).map(Action)
+impl<'de> Deserialize<'de> for PolicyAction {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<PolicyAction, D::Error> {
+        let Text(text) = Text::deserialize(d)?;
+        PolicyAction::parse(&text).map_err(D::Error::custom)
     }
 }
 
+/// A field written as a `W` made a `T`; null or nothing: `T`'s default.
+fn read<'de, D: Deserializer<'de>, W: Deserialize<'de>, T: Default>(
+    d: D,
+    into: impl FnOnce(W) -> T,
+) -> Result<T, D::Error> {
+    Ok(Option::<W>::deserialize(d)?.map(into).unwrap_or_default())
+}
+
+/// A field read (null or nothing: `default`), and refused when `bad` says why.
+fn checked<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+    default: T,
+    bad: impl FnOnce(&T) -> Option<String>,
+) -> Result<T, D::Error> {
+    let v = Option::<T>::deserialize(d)?.unwrap_or(default);
+    bad(&v).map_or(Ok(v), |why| Err(D::Error::custom(why)))
+}
+
+/// The rules, each a mapping.
+pub(super) fn rules<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<super::Rule>, D::Error> {
+    read(d, |rules: Vec<Obj<super::Rule>>| {
+        rules.into_iter().map(|Obj(r)| r).collect()
+    })
+}
+
+/// `rebalance`, of which only `adaptive` is known.
+pub(super) fn rebalance<'de, D: Deserializer<'de>>(d: D) -> Result<Adaptive, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Rebalance {
+        adaptive: Option<Obj<Adaptive>>,
+    }
+    read(d, |Obj(r): Obj<Rebalance>| {
+        r.adaptive.map(|Obj(a)| a).unwrap_or_default()
+    })
+}
+
+/// A rule's name, trimmed.
+pub(super) fn name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    read(d, |Text(n)| n.trim().to_string())
+}
+
+/// Node labels, their values as text.
+pub(super) fn labels<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, String>, D::Error> {
+    read(d, |m: BTreeMap<String, Text>| {
+        m.into_iter().map(|(k, Text(v))| (k, v)).collect()
+    })
+}
+
+pub(super) fn actions<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<EventKind, PolicyAction>, D::Error> {
+    read(d, |m: BTreeMap<Kind, PolicyAction>| {
+        m.into_iter().map(|(Kind(k), a)| (k, a)).collect()
+    })
+}
+
+pub(super) fn kinds<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<BTreeSet<EventKind>>, D::Error> {
+    read(d, |s: BTreeSet<Kind>| {
+        Some(s.into_iter().map(|Kind(k)| k).collect())
+    })
+}
+
+pub(super) fn window<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let Some(Text(t)) = Option::<Text>::deserialize(d)? else {
+        return Ok(Adaptive::default().window);
+    };
+    (crate::domain::time::parse_duration(&t).ok())
+        .filter(|w| *w > Duration::zero())
+        .ok_or_else(|| D::Error::custom(format!("\"{t}\" is not a positive duration (e.g. 30m)")))
+}
+
+pub(super) fn threshold<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    checked(d, Adaptive::default().threshold, |t| {
+        (!(0.0..=1.0).contains(t)).then(|| format!("{t} is not a share from 0 to 1"))
+    })
+}
+
+pub(super) fn min_samples<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    checked(d, Adaptive::default().min_samples, |n| {
+        (*n < 1).then(|| format!("{n} is not a whole number from 1"))
+    })
+}
+
+pub(super) fn days<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    checked(d, Adaptive::default().days, |n| {
+        (!(1..=365).contains(n)).then(|| format!("{n} is not a number of days from 1 to 365"))
+    })
+}
+
+pub(super) fn otherwise<'de, D: Deserializer<'de>>(d: D) -> Result<PolicyAction, D::Error> {
+    checked(d, Adaptive::default().otherwise, |o| {
+        (*o == PolicyAction::Adaptive).then(|| "\"otherwise\" cannot be adaptive itself".into())
+    })
+}
+
 impl Policy {
-    /// The policy `yaml` says (an empty document: no rules, the adaptive defaults).
+    /// The policy `yaml` says (an empty document: no rules, the adaptive defaults). Every rule
+    /// has a name of its own, and only `rebalance-recommendation` is `adaptive`.
     pub fn parse(yaml: &str) -> Result<Policy, PolicyError> {
         let doc: Value = serde_saphyr::from_str::<Option<Value>>(yaml)
             .map_err(|e| err("policy", format!("not YAML: {e}")))?
             .unwrap_or(Value::Null);
-        let doc: Option<Obj<Doc>> = serde_path_to_error::deserialize(&doc).map_err(|e| {
+        let policy: Option<Obj<Policy>> = serde_path_to_error::deserialize(&doc).map_err(|e| {
             let (path, message) = plain(e, "", ["nothing", "a list", "a mapping"]);
             err(if path.is_empty() { "policy" } else { &path }, message)
         })?;
-        let Doc { rules, rebalance } = doc.map(|Obj(d)| d).unwrap_or_default();
-        let adaptive = match rebalance.and_then(|Obj(r)| r.adaptive) {
-            Some(Obj(a)) => adaptive(a)?,
-            None => Adaptive::default(),
-        };
-        let rules = (rules.unwrap_or_default().into_iter().enumerate())
-            .map(|(i, Obj(r))| rule(i, r))
-            .collect::<Result<Vec<_>, _>>()?;
-        for (i, r) in rules.iter().enumerate() {
-            if rules[..i].iter().any(|o| o.name == r.name) {
+        let policy = policy.map(|Obj(p)| p).unwrap_or_default();
+        for (i, r) in policy.rules.iter().enumerate() {
+            if r.name.is_empty() {
+                return Err(err(&format!("rules[{i}].name"), "every rule needs a name"));
+            }
+            if let Some(kind) = r.actions.iter().find_map(|(k, a)| {
+                (*a == PolicyAction::Adaptive && *k != EventKind::RebalanceRecommendation)
+                    .then_some(k)
+            }) {
+                return Err(err(
+                    &format!("rules[{i}].actions.{kind}"),
+                    "\"adaptive\" is for rebalance-recommendation only",
+                ));
+            }
+            if policy.rules[..i].iter().any(|o| o.name == r.name) {
                 return Err(err(
                     &format!("rules[{i}].name"),
                     format!("\"{}\" names an earlier rule too", r.name),
                 ));
             }
         }
-        Ok(Policy { rules, adaptive })
+        Ok(policy)
     }
-}
-
-/// Rule `i` as written, checked: it has a name, and only `rebalance-recommendation` is
-/// `adaptive`.
-fn rule(i: usize, r: RuleDoc) -> Result<Rule, PolicyError> {
-    let name = r
-        .name
-        .map(|Text(n)| n.trim().to_string())
-        .unwrap_or_default();
-    if name.is_empty() {
-        return Err(err(&format!("rules[{i}].name"), "every rule needs a name"));
-    }
-    let actions: BTreeMap<EventKind, PolicyAction> = (r.actions.unwrap_or_default().into_iter())
-        .map(|(Kind(k), Action(a))| (k, a))
-        .collect();
-    if let Some(kind) = actions.iter().find_map(|(k, a)| {
-        (*a == PolicyAction::Adaptive && *k != EventKind::RebalanceRecommendation).then_some(k)
-    }) {
-        return Err(err(
-            &format!("rules[{i}].actions.{kind}"),
-            "\"adaptive\" is for rebalance-recommendation only",
-        ));
-    }
-    let kinds = |set: Option<BTreeSet<Kind>>| set.map(|s| s.into_iter().map(|Kind(k)| k).collect());
-    Ok(Rule {
-        name,
-        nodes: (r.nodes.unwrap_or_default().into_iter())
-            .map(|(k, Text(v))| (k, v))
-            .collect(),
-        actions,
-        behaviour: Behaviour {
-            delete_owned_on: kinds(r.delete_owned_on),
-            surge: kinds(r.surge),
-            exclude_from_load_balancers: r.exclude_from_load_balancers,
-        },
-    })
-}
-
-/// `rebalance.adaptive` as written, checked; what it leaves out is the default.
-fn adaptive(a: AdaptiveDoc) -> Result<Adaptive, PolicyError> {
-    let at = |field: &str| format!("rebalance.adaptive.{field}");
-    let d = Adaptive::default();
-    let window = match a.window {
-        None => d.window,
-        Some(Text(t)) => crate::domain::time::parse_duration(&t)
-            .ok()
-            .filter(|w| *w > Duration::zero())
-            .ok_or_else(|| {
-                err(
-                    &at("window"),
-                    format!("\"{t}\" is not a positive duration (e.g. 30m)"),
-                )
-            })?,
-    };
-    let threshold = a.threshold.unwrap_or(d.threshold);
-    if !(0.0..=1.0).contains(&threshold) {
-        let message = format!("{threshold} is not a share from 0 to 1");
-        return Err(err(&at("threshold"), message));
-    }
-    let min_samples = a.min_samples.unwrap_or(d.min_samples);
-    if min_samples < 1 {
-        let message = format!("{min_samples} is not a whole number from 1");
-        return Err(err(&at("min-samples"), message));
-    }
-    let days = a.days.unwrap_or(d.days);
-    if !(1..=365).contains(&days) {
-        let message = format!("{days} is not a number of days from 1 to 365");
-        return Err(err(&at("days"), message));
-    }
-    let otherwise = a.otherwise.map_or(d.otherwise, |Action(o)| o);
-    if otherwise == PolicyAction::Adaptive {
-        let message = "\"otherwise\" cannot be adaptive itself";
-        return Err(err(&at("otherwise"), message));
-    }
-    Ok(Adaptive {
-        window,
-        threshold,
-        min_samples,
-        days,
-        otherwise,
-    })
 }
 
 #[cfg(test)]
@@ -257,7 +246,7 @@ rebalance:
              exclude-from-load-balancers: false\n",
         )
         .unwrap();
-        let b = &p.rules[0].behaviour;
+        let b = &p.rules[0];
         assert_eq!(b.delete_owned_on, Some(BTreeSet::new()));
         assert_eq!(
             b.surge,
@@ -268,8 +257,8 @@ rebalance:
         );
         assert_eq!(b.exclude_from_load_balancers, Some(false));
         let gpu = BTreeMap::from([("pool".to_string(), "gpu".to_string())]);
-        assert_eq!(p.behaviour(&gpu), Some(b));
-        assert_eq!(p.behaviour(&BTreeMap::new()), None, "no rule: the defaults");
+        assert_eq!(p.rule(&gpu), Some(b));
+        assert_eq!(p.rule(&BTreeMap::new()), None, "no rule: the defaults");
         for (yaml, says) in [
             (
                 "surge: spot-interruption",
@@ -307,7 +296,7 @@ rebalance:
             PolicyAction::CordonFor(Duration::hours(6))
         );
         assert_eq!(
-            p.rules[0].behaviour.surge,
+            p.rules[0].surge,
             Some(BTreeSet::from([EventKind::SpotInterruption]))
         );
         assert_eq!(p.adaptive, Adaptive::default());
@@ -324,6 +313,12 @@ rebalance:
         assert_eq!(Policy::parse("").unwrap(), Policy::default());
         assert_eq!(Policy::parse("rules: []\n").unwrap(), Policy::default());
         assert!(Policy::parse("rules:\n").unwrap().is_empty());
+        // A field written with no value keeps its default.
+        let nulls = "rebalance:\n  adaptive:\n    threshold:\n    window:\n    otherwise:\n";
+        assert_eq!(Policy::parse(nulls).unwrap(), Policy::default());
+        let rule = Policy::parse("rules:\n- name: a\n  nodes:\n  actions:\n  surge:\n").unwrap();
+        assert_eq!(rule.rules[0].nodes, BTreeMap::new());
+        assert_eq!(rule.rules[0].surge, None);
     }
 
     #[test]
