@@ -140,7 +140,7 @@ pub(crate) fn capacity_block(
         ));
     }
     // A delivery that says no end is still a delivery; a warning without one ends 10 minutes
-    // after it was sent (see `block_termination_start`).
+    // after it was sent (see `crate::domain::plan::goes_at`).
     let end_date = f.time(d.end_date.as_deref(), "detail.end-date")?;
     // A part of a warning that forewarn queued (see `crate::app::blocks`) names 1 to
     // PART_MAX instances (in order, each once); AWS never writes the field.

@@ -320,35 +320,6 @@ pub struct Event {
     pub detail: Detail,
 }
 
-impl Event {
-    /// When the instance is expected to go away, from what the event says: a scheduled
-    /// change's start, a capacity reservation warning's termination time, or when a Capacity
-    /// Block's instances begin to terminate.
-    pub fn deadline_hint(&self) -> Option<DateTime<Utc>> {
-        match &self.detail {
-            Detail::Scheduled { start_time, .. } => *start_time,
-            Detail::CapacityReservation {
-                termination_time, ..
-            } => *termination_time,
-            Detail::CapacityBlock { end_date, .. } => {
-                Some(block_termination_start(*end_date, self.time))
-            }
-            _ => None,
-        }
-    }
-}
-
-/// When a Capacity Block's instances begin to terminate: 30 minutes before its end, or, when
-/// the end is not known, 10 minutes after the warning (`warned`).
-pub fn block_termination_start(
-    end_date: Option<DateTime<Utc>>,
-    warned: DateTime<Utc>,
-) -> DateTime<Utc> {
-    end_date.map_or(warned + BLOCK_WARNING_LEAD, |end| {
-        end - BLOCK_TERMINATION_LEAD
-    })
-}
-
 /// Where a record came from inside an input: the file (or other label), its position in the
 /// envelope and the SQS message id when there is one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

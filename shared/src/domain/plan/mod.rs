@@ -2,13 +2,16 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::clusters::{ClusterId, Place};
 use crate::domain::config::{Action, Config};
 use crate::domain::cordon_record::CordonRecord;
-use crate::domain::event::{Detail, Event, EventKind, InstanceState, LifecycleAction};
+use crate::domain::event::{
+    BLOCK_TERMINATION_LEAD, BLOCK_WARNING_LEAD, Detail, Event, EventKind, InstanceState,
+    LifecycleAction,
+};
 pub use crate::domain::facts::Target;
 use crate::domain::facts::{InstanceFacts, NodeFacts, resolve_node};
 use crate::domain::policy::Followed;
@@ -374,16 +377,24 @@ pub fn drain_deadline(event: &Event, config: &Config) -> DateTime<Utc> {
     })
 }
 
-/// When the instance goes, from what `event` says ([`Event::deadline_hint`]); a spot or
-/// capacity reservation warning that says no time gives the usual notice.
-fn goes_at(event: &Event, config: &Config) -> Option<DateTime<Utc>> {
-    match event.detail {
-        Detail::Spot { .. }
-        | Detail::CapacityReservation {
-            termination_time: None,
-            ..
-        } => Some(event.time + config.interruption_notice),
-        _ => event.deadline_hint(),
+/// When the instance goes, from what `event` says: a spot or capacity reservation warning's
+/// termination time (the usual notice when it says none), a scheduled change's start, or when a
+/// Capacity Block's instances begin to terminate (30 minutes before its end, or, when the end is
+/// not known, 10 minutes after the warning).
+pub fn goes_at(event: &Event, config: &Config) -> Option<DateTime<Utc>> {
+    let notice = event.time + config.interruption_notice;
+    match &event.detail {
+        Detail::Spot { .. } => Some(notice),
+        Detail::CapacityReservation {
+            termination_time, ..
+        } => Some(termination_time.unwrap_or(notice)),
+        Detail::Scheduled { start_time, .. } => *start_time,
+        Detail::CapacityBlock { end_date, .. } => {
+            Some(end_date.map_or(event.time + BLOCK_WARNING_LEAD, |end| {
+                end - BLOCK_TERMINATION_LEAD
+            }))
+        }
+        _ => None,
     }
 }
 
@@ -602,13 +613,10 @@ pub fn earliest_deadline(plan: &Plan) -> Option<DateTime<Utc>> {
     plan.actions.iter().filter_map(|a| a.deadline).min()
 }
 
-/// How long until `deadline` at `now`, never negative.
-pub fn time_left(deadline: DateTime<Utc>, now: DateTime<Utc>) -> Duration {
-    (deadline - now).max(Duration::zero())
-}
-
 #[cfg(test)]
 mod tests {
+    use chrono::Duration;
+
     use super::*;
     use crate::domain::event::{SOURCE_EC2, parse_time};
     use crate::domain::facts::Taint;
