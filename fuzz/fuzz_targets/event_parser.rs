@@ -8,7 +8,7 @@
 //! - `decode_value` of an SQS batch (JSON) carrying it as a body,
 //! - `parse_event` of real events (an Auto Scaling lifecycle hook's own notification included)
 //!   with one field replaced by the input string,
-//! - `parse_time`, `is_instance_id` and `EventKind::from_name`,
+//! - `parse_time`, `is_instance_id` and `EventKind`'s `FromStr`,
 //! - SQS messages whose bodies are drain continuations (`{"forewarnContinuation": {...}}`): the
 //!   input as the whole continuation object, merged into a valid one (so fields the format may
 //!   gain, such as a `mac`, are reached too), as each of its fields, and as the original body it
@@ -226,7 +226,7 @@ fn check_event(e: &Event) {
     }
     let _ = goes_at(e, &Config::default());
     check_times(e);
-    assert_eq!(EventKind::from_name(e.kind.as_str()), Some(e.kind));
+    assert_eq!(e.kind.as_str().parse(), Ok(e.kind));
     // A decoded event is stored and reported as JSON: it must come back the same.
     let json = serde_json::to_string(e).expect("an event serializes");
     let back: Event = serde_json::from_str(&json).expect("a serialized event deserializes");
@@ -398,7 +398,7 @@ fn check_str(s: &str) {
     if is_instance_id(s) {
         assert!(s.starts_with("i-") && s.is_ascii());
     }
-    if let Some(k) = EventKind::from_name(s) {
+    if let Ok(k) = s.parse::<EventKind>() {
         assert_eq!(k.as_str(), s);
     }
 

@@ -21,6 +21,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use strum::VariantArray;
 
+use crate::domain::names::string_forms;
+
 pub mod autoscaling;
 pub mod ec2;
 pub(crate) mod fields;
@@ -32,9 +34,7 @@ pub mod health;
     Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
 #[serde(rename_all = "kebab-case")]
-#[derive(
-    strum::IntoStaticStr, strum::Display, strum::EnumString, strum::AsRefStr, VariantArray,
-)]
+#[derive(strum::IntoStaticStr, strum::Display, strum::AsRefStr, VariantArray)]
 #[strum(serialize_all = "kebab-case")]
 pub enum EventKind {
     SpotInterruption,
@@ -59,6 +59,8 @@ pub enum EventKind {
     Unsupported,
 }
 
+string_forms!(EventKind, "an event kind");
+
 impl EventKind {
     /// Every kind, in a stable order (their declaration's).
     pub const ALL: &[EventKind] = Self::VARIANTS;
@@ -79,16 +81,6 @@ impl EventKind {
             self,
             EventKind::CapacityBlockExpiration | EventKind::CapacityBlockDelivered
         )
-    }
-
-    /// The stable name (`spot-interruption`, ...).
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-
-    /// Parses a stable name.
-    pub fn from_name(name: &str) -> Option<EventKind> {
-        name.parse().ok()
     }
 
     /// The EventBridge `source` and `detail-type` of a supported kind.
@@ -556,12 +548,21 @@ mod tests {
         );
         for &kind in EventKind::ALL {
             assert_eq!(kind.to_string(), kind.as_str());
-            assert_eq!(EventKind::from_name(kind.as_str()), Some(kind));
+            assert_eq!(kind.as_str().parse(), Ok(kind));
             assert_eq!(
                 serde_json::to_value(kind).unwrap(),
                 Value::String(kind.as_str().into())
             );
         }
-        assert_eq!(EventKind::from_name("Spot-Interruption"), None);
+        assert_eq!(
+            "Spot-Interruption"
+                .parse::<EventKind>()
+                .unwrap_err()
+                .to_string(),
+            format!(
+                "`Spot-Interruption` is not an event kind ({})",
+                names.join(", ")
+            )
+        );
     }
 }
