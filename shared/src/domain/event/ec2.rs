@@ -222,7 +222,7 @@ mod tests {
                     state: state.clone()
                 }
             );
-            assert_eq!(state.as_str(), name);
+            assert_eq!(state.as_ref(), name);
             assert_eq!(state.to_string(), name);
         }
     }

@@ -171,11 +171,6 @@ pub enum InstanceState {
 }
 
 impl InstanceState {
-    /// The state's name, as the notification writes it.
-    pub fn as_str(&self) -> &str {
-        self.as_ref()
-    }
-
     /// States in which the instance is going away (the ones forewarn acts on).
     pub fn is_leaving(&self) -> bool {
         matches!(

@@ -194,8 +194,7 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
         }
         Detail::StateChange { state } if !state.is_leaving() => {
             plan.ignored = Some(format!(
-                "instance state `{}` is not acted on (only stopping, stopped, shutting-down, terminated)",
-                state.as_str()
+                "instance state `{state}` is not acted on (only stopping, stopped, shutting-down, terminated)"
             ));
             return plan;
         }
@@ -318,7 +317,7 @@ fn summary(event: &Event) -> String {
         Detail::CapacityReservation { action, .. } => {
             format!("capacity-reservation-interruption ({action})")
         }
-        Detail::StateChange { state } => format!("state-change ({})", state.as_str()),
+        Detail::StateChange { state } => format!("state-change ({state})"),
         Detail::Scheduled {
             event_type_code, ..
         } if !event_type_code.is_empty() => format!("scheduled-change ({event_type_code})"),
