@@ -408,7 +408,10 @@ fn check_str(s: &str) {
     // body decodes as the same JSON would bare.
     let continuation = parsed
         .as_ref()
-        .and_then(|v| forewarn::domain::inbound::continuation::unwrap(v, received()))
+        .and_then(|v| {
+            let origin = Origin::bare(SOURCE);
+            forewarn::domain::inbound::continuation::unwrap(&origin, v, received())
+        })
         .is_some();
 
     // The input as the body of one SQS message, through every SQS path.
