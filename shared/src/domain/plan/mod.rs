@@ -252,11 +252,9 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
     // actions matter more, and all go on.
     let max = crate::domain::pool::MAX_POOLS_PER_UPDATE;
     if plan.pools.len() > max {
-        let left: Vec<String> = plan.pools[max..]
-            .iter()
+        let left: Vec<String> = (plan.pools.split_off(max).iter())
             .map(|m| m.pool.to_string())
             .collect();
-        plan.pools.truncate(max);
         plan.pools_not_recorded = Some(format!(
             "{} of the event's {} pools not recorded: one event records at most {max} (a \
              DynamoDB transaction holds 100 items), the first in the event's order; the node \
@@ -308,23 +306,23 @@ fn mark(event: &Event, pool: PoolKey, instance_id: &str, config: &Config) -> Poo
     }
 }
 
+/// What the event is, for people: its kind, and what it says of itself (`spot-interruption
+/// (terminate)`, `asg-termination (<group>)`, ...).
 fn summary(event: &Event) -> String {
-    match &event.detail {
-        Detail::CapacityBlock { reservation_id, .. } => {
-            format!("{} ({reservation_id})", event.kind)
-        }
-        Detail::Spot { action } => format!("spot-interruption ({action})"),
-        Detail::CapacityReservation { action, .. } => {
-            format!("capacity-reservation-interruption ({action})")
-        }
-        Detail::StateChange { state } => format!("state-change ({state})"),
+    let what = match &event.detail {
+        Detail::Spot { action } | Detail::CapacityReservation { action, .. } => action.to_string(),
+        Detail::StateChange { state } => state.to_string(),
         Detail::Scheduled {
             event_type_code, ..
-        } if !event_type_code.is_empty() => format!("scheduled-change ({event_type_code})"),
-        Detail::AsgTermination(l) => format!("asg-termination ({})", l.asg_name),
-        Detail::AsgLaunch(l) => format!("asg-launch ({})", l.asg_name),
-        Detail::Impaired { checks, .. } => format!("impaired ({checks} status check)"),
-        _ => event.kind.to_string(),
+        } => event_type_code.clone(),
+        Detail::AsgTermination(l) | Detail::AsgLaunch(l) => l.asg_name.clone(),
+        Detail::Impaired { checks, .. } => format!("{checks} status check"),
+        Detail::CapacityBlock { reservation_id, .. } => reservation_id.clone(),
+        Detail::Rebalance | Detail::Unsupported { .. } => String::new(),
+    };
+    match what.is_empty() {
+        true => event.kind.to_string(),
+        false => format!("{} ({what})", event.kind),
     }
 }
 
