@@ -16,7 +16,7 @@ use crate::domain::event::{DT_HEALTH, DT_RESERVATION, Detail, EventKind};
 use crate::domain::fixtures::{self, instance, node_facts};
 use crate::domain::inbound::continuation::Continuation;
 use crate::domain::inbound::decode_value;
-use crate::domain::plan::{Facts, decide, drain_deadline, earliest_deadline};
+use crate::domain::plan::{Facts, decide, drain_deadline};
 use crate::domain::pool::HistoryEntry;
 use crate::domain::pool::{CapacityType, Retention};
 use crate::domain::time::parse_duration;
@@ -158,7 +158,6 @@ proptest! {
             .collect();
         let _ = drain_deadline(&e, &config);
         let plan = decide(&e, Facts::new(&instances, &nodes), &config);
-        let _ = earliest_deadline(&plan);
         let update = plan.pool_update(received());
         let retention = Retention::default();
         for m in &update.marks {

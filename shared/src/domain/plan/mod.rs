@@ -605,11 +605,6 @@ fn lifecycle(
     Ok(Some(l.clone()))
 }
 
-/// The deadline that matters to the whole plan (the earliest drain deadline), if any.
-pub fn earliest_deadline(plan: &Plan) -> Option<DateTime<Utc>> {
-    plan.actions.iter().filter_map(|a| a.deadline).min()
-}
-
 #[cfg(test)]
 mod tests {
     use chrono::Duration;
