@@ -8,7 +8,7 @@
 //! - `decode_value` of an SQS batch (JSON) carrying it as a body,
 //! - `parse_event` of real events (an Auto Scaling lifecycle hook's own notification included)
 //!   with one field replaced by the input string,
-//! - `parse_time`, `is_instance_id` and `EventKind::from_name`,
+//! - `parse_time`, `is_instance_id` and `EventKind`'s `FromStr`,
 //! - SQS messages whose bodies are drain continuations (`{"forewarnContinuation": {...}}`): the
 //!   input as the whole continuation object, merged into a valid one (so fields the format may
 //!   gain, such as a `mac`, are reached too), as each of its fields, and as the original body it
@@ -39,7 +39,7 @@ use forewarn::domain::inbound::continuation::{CONTINUATION_KEY, Continuation};
 use forewarn::domain::inbound::{
     Record, SqsMessage, decode, decode_sqs_messages, decode_value, parse_event,
 };
-use forewarn::domain::plan::{Facts, decide, drain_deadline, time_left};
+use forewarn::domain::plan::{Facts, decide, drain_deadline, goes_at};
 use forewarn::domain::time::{sane_span, within_sane_range};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Value, json};
@@ -224,9 +224,9 @@ fn check_event(e: &Event) {
     {
         assert_eq!(e.instance_ids.len(), 1, "one instance per {:?}", e.kind);
     }
-    let _ = e.deadline_hint();
+    let _ = goes_at(e, &Config::default());
     check_times(e);
-    assert_eq!(EventKind::from_name(e.kind.as_str()), Some(e.kind));
+    assert_eq!(e.kind.as_str().parse(), Ok(e.kind));
     // A decoded event is stored and reported as JSON: it must come back the same.
     let json = serde_json::to_string(e).expect("an event serializes");
     let back: Event = serde_json::from_str(&json).expect("a serialized event deserializes");
@@ -254,8 +254,7 @@ fn check_times(e: &Event) {
         }
     }
     for config in configs() {
-        let deadline = drain_deadline(e, config);
-        let _ = time_left(deadline, received());
+        let _ = drain_deadline(e, config);
         let _ = e.time + config.pool_ttl;
     }
 }
@@ -399,7 +398,7 @@ fn check_str(s: &str) {
     if is_instance_id(s) {
         assert!(s.starts_with("i-") && s.is_ascii());
     }
-    if let Some(k) = EventKind::from_name(s) {
+    if let Ok(k) = s.parse::<EventKind>() {
         assert_eq!(k.as_str(), s);
     }
 
@@ -409,7 +408,10 @@ fn check_str(s: &str) {
     // body decodes as the same JSON would bare.
     let continuation = parsed
         .as_ref()
-        .and_then(|v| forewarn::domain::inbound::continuation::unwrap(v, received()))
+        .and_then(|v| {
+            let origin = Origin::bare(SOURCE);
+            forewarn::domain::inbound::continuation::unwrap(&origin, v, received())
+        })
         .is_some();
 
     // The input as the body of one SQS message, through every SQS path.

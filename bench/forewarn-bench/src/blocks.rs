@@ -544,9 +544,8 @@ fn header(b: &BlocksSettings, d: &Deployed) -> String {
 
 /// When the block's instances begin to terminate, after the warning.
 fn termination_start(b: &BlocksSettings) -> Duration {
-    let t0 = DateTime::<Utc>::UNIX_EPOCH;
-    let end = t0 + chrono::Duration::minutes(b.end_minutes);
-    (forewarn::domain::event::block_termination_start(Some(end), t0) - t0)
+    let end = chrono::Duration::minutes(b.end_minutes);
+    (end - forewarn::domain::event::BLOCK_TERMINATION_LEAD)
         .to_std()
         .unwrap_or_default()
 }

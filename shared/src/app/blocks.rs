@@ -432,7 +432,9 @@ mod tests {
                 ["i-0a1b2c3d4e5f60b01", "i-0a1b2c3d4e5f60b02"]
             );
             // EC2's end is taken over the message's (b says 12:00): termination at 11:00.
-            assert_eq!(event.deadline_hint(), "2026-11-20T11:00:00Z".parse().ok());
+            let goes =
+                crate::domain::plan::goes_at(event, &crate::domain::config::Config::default());
+            assert_eq!(goes, "2026-11-20T11:00:00Z".parse().ok());
         }
         // The block's instances as its lookup described them, in the block's place: what the
         // batch's lookup takes instead of describing them again.

@@ -347,8 +347,8 @@ impl Kinds {
             return Ok(Kinds(BTreeSet::new()));
         }
         let kind = |s: &str| {
-            EventKind::from_name(s)
-                .filter(|k| k.configurable())
+            (s.parse().ok())
+                .filter(|k: &EventKind| k.configurable())
                 .ok_or_else(|| format!("`{s}` is not an event kind"))
         };
         items(v).map(kind).collect::<Result<_, _>>().map(Kinds)

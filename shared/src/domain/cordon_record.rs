@@ -60,43 +60,28 @@ pub struct CordonRecord {
     pub mac: Option<String>,
 }
 
-/// What a node's [`ANNOTATION_CORDON`] reads as.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RecordRead {
-    /// No annotation.
-    Absent,
-    /// A record signed by an accepted key.
-    Verified(CordonRecord),
-    /// An annotation that is not a record forewarn signed: never acted on; why, for the report.
-    Unverified(String),
-}
-
-/// Reads the record in `annotations` and verifies its signature with `keys` (`None`: the keys
-/// could not be read, and no record verifies).
-pub fn read(annotations: &BTreeMap<String, String>, keys: Option<&KeyRing>) -> RecordRead {
-    let Some(value) = annotations.get(ANNOTATION_CORDON) else {
-        return RecordRead::Absent;
+/// Reads the record in `annotations` (`None`: there is none) and verifies its signature with
+/// `keys` (`None`: the keys could not be read, and no record verifies). `Err`: why it is not a
+/// record forewarn signed, never acted on (for the report).
+pub fn read(
+    annotations: &BTreeMap<String, String>,
+    keys: Option<&KeyRing>,
+) -> Result<Option<CordonRecord>, String> {
+    let Some(record) = read_unverified(annotations) else {
+        return Ok(None);
     };
-    let record: CordonRecord = match serde_json::from_str(value) {
-        Ok(record) => record,
-        Err(e) => {
-            return RecordRead::Unverified(format!(
-                "its {ANNOTATION_CORDON} annotation is not a cordon record: {e}"
-            ));
-        }
-    };
-    let Some(keys) = keys else {
-        return RecordRead::Unverified(format!(
+    let record = record
+        .map_err(|e| format!("its {ANNOTATION_CORDON} annotation is not a cordon record: {e}"))?;
+    let keys = keys.ok_or_else(|| {
+        format!(
             "its {ANNOTATION_CORDON} record cannot be verified: the continuation key could not be \
              read"
-        ));
-    };
-    match record.verify(keys) {
-        Ok(()) => RecordRead::Verified(record),
-        Err(why) => RecordRead::Unverified(format!(
-            "its {ANNOTATION_CORDON} record is not one forewarn signed ({why}): not acted on"
-        )),
-    }
+        )
+    })?;
+    record.verify(keys).map_err(|why| {
+        format!("its {ANNOTATION_CORDON} record is not one forewarn signed ({why}): not acted on")
+    })?;
+    Ok(Some(record))
 }
 
 /// Removes from `nodes` every [`ANNOTATION_CORDON`] that does not verify with `keys`, so that
@@ -104,7 +89,7 @@ pub fn read(annotations: &BTreeMap<String, String>, keys: Option<&KeyRing>) -> R
 pub fn drop_unverified(nodes: &mut [NodeFacts], keys: Option<&KeyRing>) -> Vec<(String, String)> {
     let mut dropped = Vec::new();
     for node in nodes {
-        if let RecordRead::Unverified(why) = read(&node.annotations, keys) {
+        if let Err(why) = read(&node.annotations, keys) {
             node.annotations.remove(ANNOTATION_CORDON);
             dropped.push((node.name.clone(), why));
         }

@@ -16,7 +16,7 @@ use crate::domain::event::{DT_HEALTH, DT_RESERVATION, Detail, EventKind};
 use crate::domain::fixtures::{self, instance, node_facts};
 use crate::domain::inbound::continuation::Continuation;
 use crate::domain::inbound::decode_value;
-use crate::domain::plan::{Facts, decide, drain_deadline, earliest_deadline, time_left};
+use crate::domain::plan::{Facts, decide, drain_deadline};
 use crate::domain::pool::HistoryEntry;
 use crate::domain::pool::{CapacityType, Retention};
 use crate::domain::time::parse_duration;
@@ -158,9 +158,6 @@ proptest! {
             .collect();
         let _ = drain_deadline(&e, &config);
         let plan = decide(&e, Facts::new(&instances, &nodes), &config);
-        if let Some(deadline) = earliest_deadline(&plan) {
-            let _ = time_left(deadline, received());
-        }
         let update = plan.pool_update(received());
         let retention = Retention::default();
         for m in &update.marks {

@@ -273,7 +273,11 @@ mod tests {
         let e = &events[0];
         assert_eq!(e.kind, EventKind::ScheduledChange);
         assert_eq!(e.id, "sweep:scheduled-change:i-00000001@1795165200");
-        assert_eq!(e.deadline_hint(), Some(t("2026-11-27T00:00:00Z")));
+        let config = crate::domain::config::Config::default();
+        assert_eq!(
+            crate::domain::plan::goes_at(e, &config),
+            Some(t("2026-11-27T00:00:00Z"))
+        );
     }
 
     #[test]

@@ -108,7 +108,7 @@ pub fn undos(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::cordon_record::{ANNOTATION_CORDON, RecordRead, drop_unverified, read};
+    use crate::domain::cordon_record::{ANNOTATION_CORDON, drop_unverified, read};
     use crate::domain::facts::Taint;
     use crate::domain::keys::{ContinuationKey, KeyRing};
     use serde_json::Value;
@@ -331,10 +331,7 @@ mod tests {
         let signed = record(None).signed(&ring.current);
         let text = signed.to_annotation();
         assert!(!text.contains("taints"), "{text}");
-        assert_eq!(
-            read(&annotated(text), Some(&ring)),
-            RecordRead::Verified(signed)
-        );
+        assert_eq!(read(&annotated(text), Some(&ring)), Ok(Some(signed)));
     }
 
     #[test]
@@ -379,9 +376,9 @@ mod tests {
         assert_eq!(signed.key_id, Some(1));
         assert_eq!(
             read(&annotated(signed.to_annotation()), Some(&ring)),
-            RecordRead::Verified(signed.clone())
+            Ok(Some(signed.clone()))
         );
-        assert_eq!(read(&BTreeMap::new(), Some(&ring)), RecordRead::Absent);
+        assert_eq!(read(&BTreeMap::new(), Some(&ring)), Ok(None));
         // What a kubelet could write: the end moved, the operator's cordon claimed as
         // forewarn's, another key, no signature, not a record; or no key to verify with.
         let mut later: Value = serde_json::from_str(&signed.to_annotation()).unwrap();
@@ -398,25 +395,19 @@ mod tests {
         for value in forged {
             let got = read(&annotated(value.clone()), Some(&ring));
             assert!(
-                matches!(&got, RecordRead::Unverified(why) if why.contains(ANNOTATION_CORDON)),
+                matches!(&got, Err(why) if why.contains(ANNOTATION_CORDON)),
                 "{value}: {got:?}"
             );
         }
-        assert!(matches!(
-            read(&annotated(signed.to_annotation()), None),
-            RecordRead::Unverified(_)
-        ));
+        assert!(read(&annotated(signed.to_annotation()), None).is_err());
         // Signed before a rotation: still read after it, not after a second.
         let once = ring.rotated([9; 32]).unwrap();
         let twice = once.rotated([10; 32]).unwrap();
         assert!(matches!(
             read(&annotated(signed.to_annotation()), Some(&once)),
-            RecordRead::Verified(_)
+            Ok(Some(_))
         ));
-        assert!(matches!(
-            read(&annotated(signed.to_annotation()), Some(&twice)),
-            RecordRead::Unverified(_)
-        ));
+        assert!(read(&annotated(signed.to_annotation()), Some(&twice)).is_err());
         // What the pipeline and the way back decide from: the records that verify, only.
         let mut nodes = vec![
             node("ours", true, Some(&signed)),
@@ -513,9 +504,9 @@ mod tests {
                 n.annotations.insert(ANNOTATION_CORDON.into(), annotation.clone());
                 let verified = matches!(
                     read(&n.annotations, Some(&ring)),
-                    RecordRead::Verified(_)
+                    Ok(Some(_))
                 );
-                if let RecordRead::Verified(r) = read(&n.annotations, Some(&ring)) {
+                if let Ok(Some(r)) = read(&n.annotations, Some(&ring)) {
                     let _ = why_undo(&r, Some(&instance), now);
                     let _ = why_undo_recovered(&r, None);
                 }

@@ -26,7 +26,7 @@ use super::node_facts::node_facts;
 use super::outcome::{CordonOutcome, NodeOutcome};
 use crate::domain::config::{Config, LABEL_EXCLUDE_LB, TaintEffect};
 use crate::domain::cordon_record::{
-    ANNOTATION_CORDON, CordonRecord, RecordRead, Undo, UndoOutcome, read, read_unverified,
+    ANNOTATION_CORDON, CordonRecord, Undo, UndoOutcome, read, read_unverified,
 };
 use crate::domain::keys::KeyRing;
 use crate::domain::plan::NodeAction;
@@ -125,21 +125,15 @@ pub fn cordon_patch(node: &Node, spec: &CordonSpec) -> Option<Value> {
     let read = match &spec.keys {
         RecordKeys::Signed(keys) => read(annotations, Some(keys)),
         RecordKeys::Unreadable => read(annotations, None),
-        RecordKeys::Unsigned => match read_unverified(annotations) {
-            Some(Ok(record)) => RecordRead::Verified(record),
-            Some(Err(why)) => RecordRead::Unverified(why.to_string()),
-            None => RecordRead::Absent,
-        },
-    };
-    let before = match read {
-        RecordRead::Verified(record) => Some(record),
-        RecordRead::Absent => None,
-        RecordRead::Unverified(why) => {
-            let node = node.metadata.name.as_deref().unwrap_or_default();
-            tracing::warn!(%node, %why, "a cordon record that does not verify is replaced");
-            None
+        RecordKeys::Unsigned => {
+            (read_unverified(annotations).transpose()).map_err(|e| e.to_string())
         }
     };
+    let before = read.unwrap_or_else(|why| {
+        let node = node.metadata.name.as_deref().unwrap_or_default();
+        tracing::warn!(%node, %why, "a cordon record that does not verify is replaced");
+        None
+    });
     // A node forewarn cordoned before records were kept (or whose record does not verify) has a
     // reason not known: the new record gives it no end.
     let unrecorded = before.is_none() && existing.iter().any(|t| t.key == spec.own_key);

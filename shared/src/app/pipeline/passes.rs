@@ -111,7 +111,8 @@ impl Pipeline<'_> {
         plan: &Plan,
         continuation: &Continuation,
     ) -> (DateTime<Utc>, Option<DateTime<Utc>>, DateTime<Utc>) {
-        let deadline = crate::domain::plan::earliest_deadline(plan)
+        // The earliest drain deadline of the plan.
+        let deadline = (plan.actions.iter().filter_map(|a| a.deadline).min())
             .unwrap_or(continuation.started_at + self.config.drain_timeout);
         let notice_end = plan
             .actions

@@ -87,18 +87,13 @@ pub const ASG_LAUNCHING: &str = "autoscaling:EC2_INSTANCE_LAUNCHING";
 /// What Auto Scaling sends when a hook or notification is created.
 pub const ASG_TEST_NOTIFICATION: &str = "autoscaling:TEST_NOTIFICATION";
 
-/// What an Auto Scaling notification is: a lifecycle action, a test notification.
+/// What an Auto Scaling notification is (a lifecycle action, a test notification), and where
+/// and when one sent straight to a queue was sent.
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
 struct Head {
     event: Option<String>,
     lifecycle_transition: Option<String>,
-}
-
-/// Where and when a notification sent straight to a queue was sent.
-#[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct Sent {
     account_id: Option<String>,
     #[serde(rename = "AutoScalingGroupARN")]
     group_arn: Option<String>,
@@ -211,8 +206,8 @@ pub(crate) fn notification(
     v: &Value,
     received: DateTime<Utc>,
 ) -> Result<Event, DecodeError> {
-    let (head, sent): (Head, Sent) = (f.read(v, "")?, f.read(v, "")?);
-    let region = (sent.group_arn.as_deref())
+    let head: Head = f.read(v, "")?;
+    let region = (head.group_arn.as_deref())
         .and_then(|arn| arn.split(':').nth(3))
         .filter(|r| !r.is_empty())
         .map(str::to_string);
@@ -223,13 +218,13 @@ pub(crate) fn notification(
         (None, Some(ASG_LAUNCHING)) => EventKind::AsgLaunch,
         _ => EventKind::Unsupported,
     };
-    let time = f.event_time(sent.time.as_deref(), "Time", kind, received)?;
+    let time = f.event_time(head.time.as_deref(), "Time", kind, received)?;
     let (id, detail_type, instance_ids, detail) = match kind.source_and_detail_type() {
         Some((_, detail_type)) => {
             let action: Action = f.read(v, "")?;
             let id = format!("lifecycle-action:{}", action.token.0);
             let (instance, detail) = action.into_detail(kind);
-            let detail = detail.placed(sent.account_id.as_deref(), region.as_deref());
+            let detail = detail.placed(head.account_id.as_deref(), region.as_deref());
             (id, detail_type, vec![instance], detail)
         }
         None => {
@@ -260,7 +255,7 @@ pub(crate) fn notification(
         detail_type: detail_type.to_string(),
         time,
         region,
-        account: sent.account_id,
+        account: head.account_id,
         instance_ids,
         detail,
     })

@@ -64,23 +64,11 @@ use super::{DecodeError, Detail, EventKind, InstanceAction, InstanceState};
 #[serde(rename_all = "kebab-case")]
 struct Instance {
     instance_id: InstanceId,
-    instance_action: Option<Action>,
+    instance_action: Option<InstanceAction>,
     state: Option<Text>,
     instance_termination_time: Option<String>,
     #[serde(rename = "azId")]
     az_id: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(try_from = "String")]
-struct Action(InstanceAction);
-
-impl TryFrom<String> for Action {
-    type Error = String;
-    fn try_from(name: String) -> Result<Action, String> {
-        (name.parse().map(Action))
-            .map_err(|_| format!("`{name}` is not one of terminate, stop, hibernate"))
-    }
 }
 
 /// A Capacity Block's `detail`; `instance-ids` only in a part of a warning forewarn queued (see
@@ -102,9 +90,7 @@ pub(crate) fn instance(
     kind: EventKind,
 ) -> Result<Parsed, DecodeError> {
     let d: Instance = f.read(detail, "detail")?;
-    let action = d
-        .instance_action
-        .map_or(InstanceAction::Terminate, |Action(a)| a);
+    let action = d.instance_action.unwrap_or(InstanceAction::Terminate);
     let detail = match kind {
         EventKind::SpotInterruption => Detail::Spot { action },
         EventKind::RebalanceRecommendation => Detail::Rebalance,
@@ -140,7 +126,7 @@ pub(crate) fn capacity_block(
         ));
     }
     // A delivery that says no end is still a delivery; a warning without one ends 10 minutes
-    // after it was sent (see `block_termination_start`).
+    // after it was sent (see `crate::domain::plan::goes_at`).
     let end_date = f.time(d.end_date.as_deref(), "detail.end-date")?;
     // A part of a warning that forewarn queued (see `crate::app::blocks`) names 1 to
     // PART_MAX instances (in order, each once); AWS never writes the field.
@@ -218,6 +204,9 @@ mod tests {
             err.message,
             "`Stop` is not one of terminate, stop, hibernate"
         );
+        let detail = json!({"instance-id": "i-12345678", "instance-action": 3});
+        let err = instance(&f, &detail, EventKind::SpotInterruption).unwrap_err();
+        assert_eq!(err.message, "expected a string, found a number");
         for (name, state) in [
             ("pending", InstanceState::Pending),
             ("shutting-down", InstanceState::ShuttingDown),
@@ -233,7 +222,7 @@ mod tests {
                     state: state.clone()
                 }
             );
-            assert_eq!(state.as_str(), name);
+            assert_eq!(state.as_ref(), name);
             assert_eq!(state.to_string(), name);
         }
     }

@@ -151,7 +151,7 @@ pub(crate) fn plain<E: fmt::Display>(
     let word = |w: &str| match w {
         "integer" | "floating" | "f64" => "a number".to_string(),
         "boolean" => "a boolean".to_string(),
-        "string" => "a string".to_string(),
+        "string" | "string or map" => "a string".to_string(),
         "unit" => words[0].to_string(),
         "sequence" | "a sequence" => words[1].to_string(),
         "map" | "a map" => words[2].to_string(),
@@ -159,8 +159,13 @@ pub(crate) fn plain<E: fmt::Display>(
         other => other.to_string(),
     };
     let missing = (message.strip_prefix("missing field `")).and_then(|m| m.strip_suffix('`'));
-    let unknown =
-        (message.strip_prefix("unknown field `")).and_then(|m| m.split_once("`, expected "));
+    // An unknown field, or a name that is none of an enum's (`unknown variant`).
+    let unknown = ["field", "variant"].into_iter().find_map(|what| {
+        let m = message.strip_prefix(&format!("unknown {what} `"))?;
+        let (given, known) = m.split_once("`, expected ")?;
+        let known = known.trim_start_matches("one of ").replace("` or `", ", ");
+        Some((what, given, known.replace('`', "")))
+    });
     let invalid =
         (message.strip_prefix("invalid type: ")).and_then(|m| m.rsplit_once(", expected "));
     let message = match (missing, unknown, invalid) {
@@ -168,10 +173,8 @@ pub(crate) fn plain<E: fmt::Display>(
             path.push(name);
             "missing".to_string()
         }
-        (_, Some((_, known)), _) => {
-            let known = known.trim_start_matches("one of ").replace("` or `", ", ");
-            format!("unknown field (known: {})", known.replace('`', ""))
-        }
+        (_, Some(("field", _, known)), _) => format!("unknown field (known: {known})"),
+        (_, Some((_, given, known)), _) => format!("`{given}` is not one of {known}"),
         (_, _, Some((found, expected))) => {
             let found = found.split([' ', '`']).next().unwrap_or_default();
             format!("expected {}, found {}", word(expected), word(found))

@@ -21,6 +21,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use strum::VariantArray;
 
+use crate::domain::names::string_forms;
+
 pub mod autoscaling;
 pub mod ec2;
 pub(crate) mod fields;
@@ -32,9 +34,7 @@ pub mod health;
     Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
 #[serde(rename_all = "kebab-case")]
-#[derive(
-    strum::IntoStaticStr, strum::Display, strum::EnumString, strum::AsRefStr, VariantArray,
-)]
+#[derive(strum::IntoStaticStr, strum::Display, strum::AsRefStr, VariantArray)]
 #[strum(serialize_all = "kebab-case")]
 pub enum EventKind {
     SpotInterruption,
@@ -59,6 +59,8 @@ pub enum EventKind {
     Unsupported,
 }
 
+string_forms!(EventKind, "an event kind");
+
 impl EventKind {
     /// Every kind, in a stable order (their declaration's).
     pub const ALL: &[EventKind] = Self::VARIANTS;
@@ -79,16 +81,6 @@ impl EventKind {
             self,
             EventKind::CapacityBlockExpiration | EventKind::CapacityBlockDelivered
         )
-    }
-
-    /// The stable name (`spot-interruption`, ...).
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
-
-    /// Parses a stable name.
-    pub fn from_name(name: &str) -> Option<EventKind> {
-        name.parse().ok()
     }
 
     /// The EventBridge `source` and `detail-type` of a supported kind.
@@ -179,11 +171,6 @@ pub enum InstanceState {
 }
 
 impl InstanceState {
-    /// The state's name, as the notification writes it.
-    pub fn as_str(&self) -> &str {
-        self.as_ref()
-    }
-
     /// States in which the instance is going away (the ones forewarn acts on).
     pub fn is_leaving(&self) -> bool {
         matches!(
@@ -318,35 +305,6 @@ pub struct Event {
     /// The EC2 instances the event is about (in event order, no duplicates).
     pub instance_ids: Vec<String>,
     pub detail: Detail,
-}
-
-impl Event {
-    /// When the instance is expected to go away, from what the event says: a scheduled
-    /// change's start, a capacity reservation warning's termination time, or when a Capacity
-    /// Block's instances begin to terminate.
-    pub fn deadline_hint(&self) -> Option<DateTime<Utc>> {
-        match &self.detail {
-            Detail::Scheduled { start_time, .. } => *start_time,
-            Detail::CapacityReservation {
-                termination_time, ..
-            } => *termination_time,
-            Detail::CapacityBlock { end_date, .. } => {
-                Some(block_termination_start(*end_date, self.time))
-            }
-            _ => None,
-        }
-    }
-}
-
-/// When a Capacity Block's instances begin to terminate: 30 minutes before its end, or, when
-/// the end is not known, 10 minutes after the warning (`warned`).
-pub fn block_termination_start(
-    end_date: Option<DateTime<Utc>>,
-    warned: DateTime<Utc>,
-) -> DateTime<Utc> {
-    end_date.map_or(warned + BLOCK_WARNING_LEAD, |end| {
-        end - BLOCK_TERMINATION_LEAD
-    })
 }
 
 /// Where a record came from inside an input: the file (or other label), its position in the
@@ -585,12 +543,21 @@ mod tests {
         );
         for &kind in EventKind::ALL {
             assert_eq!(kind.to_string(), kind.as_str());
-            assert_eq!(EventKind::from_name(kind.as_str()), Some(kind));
+            assert_eq!(kind.as_str().parse(), Ok(kind));
             assert_eq!(
                 serde_json::to_value(kind).unwrap(),
                 Value::String(kind.as_str().into())
             );
         }
-        assert_eq!(EventKind::from_name("Spot-Interruption"), None);
+        assert_eq!(
+            "Spot-Interruption"
+                .parse::<EventKind>()
+                .unwrap_err()
+                .to_string(),
+            format!(
+                "`Spot-Interruption` is not an event kind ({})",
+                names.join(", ")
+            )
+        );
     }
 }

@@ -38,6 +38,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::Sha256;
 
+use crate::domain::event::{DecodeError, Origin};
 use crate::domain::keys::{ContinuationKey, KeyId, KeyRing, Unverified};
 use crate::domain::plan::Plan;
 use crate::domain::surge::RoomWait;
@@ -157,24 +158,6 @@ impl Continuation {
     }
 }
 
-/// What is wrong with a continuation message: the field (its path under the message body) and
-/// the message.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("field `{field}`: {message}")]
-pub struct Malformed {
-    pub field: String,
-    pub message: String,
-}
-
-impl Malformed {
-    fn new(field: impl Into<String>, message: impl Into<String>) -> Malformed {
-        Malformed {
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-}
-
 /// The `DelaySeconds` a continuation is sent with: SQS delays are whole seconds from 0 to 900,
 /// and a fraction is rounded up (a pass timed to when terminating pods are due to be gone must
 /// not come before they are).
@@ -266,33 +249,46 @@ pub struct Unwrapped {
 /// signature is not checked here (that needs the key: the pipeline does it), but its plan must
 /// be a plan and its times are checked: each within the sane range of `now`
 /// ([`crate::domain::time::within_sane_range`]; a later pass adds intervals to them).
-pub fn unwrap(value: &Value, now: DateTime<Utc>) -> Option<Result<Unwrapped, Malformed>> {
+///
+/// What is wrong names the field under the message's `body` (`body.forewarnContinuation.plan`).
+pub fn unwrap(
+    origin: &Origin,
+    value: &Value,
+    now: DateTime<Utc>,
+) -> Option<Result<Unwrapped, DecodeError>> {
     let state = value.as_object()?.get(CONTINUATION_KEY)?;
-    Some(unwrap_state(state, now))
+    Some(unwrap_state(origin, state, now))
 }
 
-fn unwrap_state(state: &Value, now: DateTime<Utc>) -> Result<Unwrapped, Malformed> {
-    let field = |f: &str| format!("{CONTINUATION_KEY}.{f}");
+fn unwrap_state(
+    origin: &Origin,
+    state: &Value,
+    now: DateTime<Utc>,
+) -> Result<Unwrapped, DecodeError> {
+    let err = |field: &str, message: String| {
+        let field = format!("body.{CONTINUATION_KEY}{field}");
+        DecodeError::new(origin, Some(&field), message)
+    };
     let Value::Object(map) = state else {
-        return Err(Malformed::new(CONTINUATION_KEY, "expected an object"));
+        return Err(err("", "expected an object".into()));
     };
     let mut map = map.clone();
     let body = match map.remove("body") {
         Some(Value::String(body)) => body,
-        Some(_) => return Err(Malformed::new(field("body"), "expected a string")),
-        None => return Err(Malformed::new(field("body"), "missing")),
+        Some(_) => return Err(err(".body", "expected a string".into())),
+        None => return Err(err(".body", "missing".into())),
     };
     let continuation: Continuation =
         serde_json::from_value(Value::Object(map.clone())).map_err(|e| {
             // A plan that is not a plan is named as such; any other error names the object.
             match map.get("plan").map(Plan::deserialize) {
-                Some(Err(plan)) => Malformed::new(field("plan"), format!("not a plan: {plan}")),
-                _ => Malformed::new(CONTINUATION_KEY, e.to_string()),
+                Some(Err(plan)) => err(".plan", format!("not a plan: {plan}")),
+                _ => err("", e.to_string()),
             }
         })?;
     if continuation.version != VERSION {
-        return Err(Malformed::new(
-            field("version"),
+        return Err(err(
+            ".version",
             format!(
                 "version {} is not known ({VERSION} is; continuations of version 1 were not \
                  signed and are refused)",
@@ -301,14 +297,14 @@ fn unwrap_state(state: &Value, now: DateTime<Utc>) -> Result<Unwrapped, Malforme
         ));
     }
     let times = [
-        ("startedAt", Some(continuation.started_at)),
-        ("sentAt", Some(continuation.sent_at)),
-        ("heartbeatAt", continuation.heartbeat_at),
-        ("room.until", continuation.room.map(|r| r.until)),
+        (".startedAt", Some(continuation.started_at)),
+        (".sentAt", Some(continuation.sent_at)),
+        (".heartbeatAt", continuation.heartbeat_at),
+        (".room.until", continuation.room.map(|r| r.until)),
     ];
     for (name, time) in times {
         if let Some(time) = time {
-            within_sane_range(time, now).map_err(|m| Malformed::new(field(name), m.to_string()))?;
+            within_sane_range(time, now).map_err(|m| err(name, m.to_string()))?;
         }
     }
     Ok(Unwrapped { continuation, body })
@@ -318,6 +314,10 @@ fn unwrap_state(state: &Value, now: DateTime<Utc>) -> Result<Unwrapped, Malforme
 mod tests {
     use super::*;
     use chrono::TimeZone;
+
+    fn unwrap(value: &Value, now: DateTime<Utc>) -> Option<Result<Unwrapped, DecodeError>> {
+        super::unwrap(&Origin::bare("t.json"), value, now)
+    }
 
     fn at(s: i64) -> DateTime<Utc> {
         Utc.timestamp_opt(1_795_000_000 + s, 0).unwrap()
@@ -563,7 +563,8 @@ mod tests {
             "1990-01-01T00:00:00Z",
         ] {
             let e = unwrap(&state(far), now).unwrap().unwrap_err();
-            assert_eq!(e.field, "forewarnContinuation.startedAt", "{far}");
+            let field = e.field.as_deref();
+            assert_eq!(field, Some("body.forewarnContinuation.startedAt"), "{far}");
             assert!(e.message.contains("10 years"), "{e:?}");
         }
     }
@@ -599,7 +600,8 @@ mod tests {
         )
         .unwrap()
         .unwrap_err();
-        assert_eq!(far.field, "forewarnContinuation.room.until");
+        let field = far.field.as_deref();
+        assert_eq!(field, Some("body.forewarnContinuation.room.until"));
         let unknown = unwrap(
             &state(
                 serde_json::json!({"until": "2026-11-20T10:01:05Z", "placeholders": 2,
@@ -620,7 +622,8 @@ mod tests {
         let missing = unwrap(&serde_json::json!({CONTINUATION_KEY: {"version": 1}}))
             .unwrap()
             .unwrap_err();
-        assert_eq!(missing.field, "forewarnContinuation.body");
+        let field = missing.field.as_deref();
+        assert_eq!(field, Some("body.forewarnContinuation.body"));
         let wrong = unwrap(
             &serde_json::json!({CONTINUATION_KEY: {"version": 1, "pass": 1,
             "startedAt": "2026-11-20T10:00:00Z", "sentAt": "2026-11-20T10:00:00Z", "body": "{}",
@@ -628,7 +631,8 @@ mod tests {
         )
         .unwrap()
         .unwrap_err();
-        assert_eq!(wrong.field, "forewarnContinuation.version");
+        let field = wrong.field.as_deref();
+        assert_eq!(field, Some("body.forewarnContinuation.version"));
         let not_object = unwrap(&serde_json::json!({CONTINUATION_KEY: 3}))
             .unwrap()
             .unwrap_err();

@@ -103,16 +103,12 @@ fn decode_message(origin: Origin, msg: &SqsMessage, received: DateTime<Utc>) -> 
     let body = msg.body.as_deref();
     let (event, continuation, body) = match body_json(&origin, body) {
         Err(error) => (Err(error), None, body.map(str::to_string)),
-        Ok(value) => match continuation::unwrap(&value, received) {
+        Ok(value) => match continuation::unwrap(&origin, &value, received) {
             None => {
                 let event = parse_event_at(&origin, &value, msg.sent_at(received), received);
                 (event, None, body.map(str::to_string))
             }
-            Some(Err(malformed)) => {
-                let field = format!("body.{}", malformed.field);
-                let error = DecodeError::new(&origin, Some(&field), malformed.message);
-                (Err(error), None, None)
-            }
+            Some(Err(error)) => (Err(error), None, None),
             // Its times were checked by `continuation::unwrap`.
             Some(Ok(Unwrapped { continuation, body })) => {
                 let event = body_json(&origin, Some(&body))

@@ -12,7 +12,7 @@ use crate::domain::event::{
     DT_ASG_LAUNCH, DT_ASG_TERMINATE, DT_HEALTH, DT_RESERVATION, DT_SPOT, DecodeError, Detail,
     Event, EventKind, InstanceAction, LifecycleAction, SOURCE_ASG, parse_time,
 };
-use crate::domain::plan::{Facts, Plan, decide};
+use crate::domain::plan::{Facts, Plan, decide, goes_at};
 
 fn spot(id: &str, instance: Value) -> Value {
     json!({
@@ -123,7 +123,10 @@ fn health_event_keeps_only_instance_entities() {
         e.instance_ids,
         vec!["i-0a1b2c3d4e5f60002", "i-0a1b2c3d4e5f6000d"]
     );
-    assert_eq!(e.deadline_hint(), parse_time("2026-11-21T10:30:00Z"));
+    assert_eq!(
+        goes_at(&e, &Config::default()),
+        parse_time("2026-11-21T10:30:00Z")
+    );
 }
 
 #[test]
@@ -472,7 +475,7 @@ fn empty_health_times_are_absent_and_instance_ids_trimmed() {
     v["detail"]["endTime"] = json!("");
     let e = one(v).unwrap();
     assert_eq!(e.instance_ids, vec!["i-0a1b2c3d4e5f60002"]);
-    assert_eq!(e.deadline_hint(), None);
+    assert_eq!(goes_at(&e, &Config::default()), None);
     let e = one(spot("e1", json!("  i-0a1b2c3d4e5f60001 "))).unwrap();
     assert_eq!(e.instance_ids, vec!["i-0a1b2c3d4e5f60001"]);
     // Whitespace alone is no instance id, and a made-up one stays an error.
@@ -811,7 +814,10 @@ fn capacity_block_warnings_in_both_spellings_name_the_reservation_and_its_end() 
             }
         );
         // The instances begin to terminate 30 minutes before the end.
-        assert_eq!(e.deadline_hint(), parse_time("2026-11-20T10:10:00Z"));
+        assert_eq!(
+            goes_at(&e, &Config::default()),
+            parse_time("2026-11-20T10:10:00Z")
+        );
     }
     // Without an end: 10 minutes after the warning.
     let e = one(block_event(
@@ -819,14 +825,20 @@ fn capacity_block_warnings_in_both_spellings_name_the_reservation_and_its_end() 
         json!({"capacity-reservation-id": "cr-0b1c2d3e4f5a60001"}),
     ))
     .unwrap();
-    assert_eq!(e.deadline_hint(), parse_time("2026-11-20T10:10:00Z"));
+    assert_eq!(
+        goes_at(&e, &Config::default()),
+        parse_time("2026-11-20T10:10:00Z")
+    );
     for detail_type in [
         "Capacity Block Delivered",
         "Capacity Block Reservation Delivered",
     ] {
         let e = one(block_event(detail_type, detail.clone())).unwrap();
         assert_eq!(e.kind, EventKind::CapacityBlockDelivered, "{detail_type}");
-        assert_eq!(e.deadline_hint(), parse_time("2026-11-20T10:10:00Z"));
+        assert_eq!(
+            goes_at(&e, &Config::default()),
+            parse_time("2026-11-20T10:10:00Z")
+        );
     }
 }
 

@@ -2,13 +2,16 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::clusters::{ClusterId, Place};
 use crate::domain::config::{Action, Config};
 use crate::domain::cordon_record::CordonRecord;
-use crate::domain::event::{Detail, Event, EventKind, InstanceState, LifecycleAction};
+use crate::domain::event::{
+    BLOCK_TERMINATION_LEAD, BLOCK_WARNING_LEAD, Detail, Event, EventKind, InstanceState,
+    LifecycleAction,
+};
 pub use crate::domain::facts::Target;
 use crate::domain::facts::{InstanceFacts, NodeFacts, resolve_node};
 use crate::domain::policy::Followed;
@@ -191,8 +194,7 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
         }
         Detail::StateChange { state } if !state.is_leaving() => {
             plan.ignored = Some(format!(
-                "instance state `{}` is not acted on (only stopping, stopped, shutting-down, terminated)",
-                state.as_str()
+                "instance state `{state}` is not acted on (only stopping, stopped, shutting-down, terminated)"
             ));
             return plan;
         }
@@ -250,11 +252,9 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
     // actions matter more, and all go on.
     let max = crate::domain::pool::MAX_POOLS_PER_UPDATE;
     if plan.pools.len() > max {
-        let left: Vec<String> = plan.pools[max..]
-            .iter()
+        let left: Vec<String> = (plan.pools.split_off(max).iter())
             .map(|m| m.pool.to_string())
             .collect();
-        plan.pools.truncate(max);
         plan.pools_not_recorded = Some(format!(
             "{} of the event's {} pools not recorded: one event records at most {max} (a \
              DynamoDB transaction holds 100 items), the first in the event's order; the node \
@@ -306,23 +306,23 @@ fn mark(event: &Event, pool: PoolKey, instance_id: &str, config: &Config) -> Poo
     }
 }
 
+/// What the event is, for people: its kind, and what it says of itself (`spot-interruption
+/// (terminate)`, `asg-termination (<group>)`, ...).
 fn summary(event: &Event) -> String {
-    match &event.detail {
-        Detail::CapacityBlock { reservation_id, .. } => {
-            format!("{} ({reservation_id})", event.kind)
-        }
-        Detail::Spot { action } => format!("spot-interruption ({action})"),
-        Detail::CapacityReservation { action, .. } => {
-            format!("capacity-reservation-interruption ({action})")
-        }
-        Detail::StateChange { state } => format!("state-change ({})", state.as_str()),
+    let what = match &event.detail {
+        Detail::Spot { action } | Detail::CapacityReservation { action, .. } => action.to_string(),
+        Detail::StateChange { state } => state.to_string(),
         Detail::Scheduled {
             event_type_code, ..
-        } if !event_type_code.is_empty() => format!("scheduled-change ({event_type_code})"),
-        Detail::AsgTermination(l) => format!("asg-termination ({})", l.asg_name),
-        Detail::AsgLaunch(l) => format!("asg-launch ({})", l.asg_name),
-        Detail::Impaired { checks, .. } => format!("impaired ({checks} status check)"),
-        _ => event.kind.to_string(),
+        } => event_type_code.clone(),
+        Detail::AsgTermination(l) | Detail::AsgLaunch(l) => l.asg_name.clone(),
+        Detail::Impaired { checks, .. } => format!("{checks} status check"),
+        Detail::CapacityBlock { reservation_id, .. } => reservation_id.clone(),
+        Detail::Rebalance | Detail::Unsupported { .. } => String::new(),
+    };
+    match what.is_empty() {
+        true => event.kind.to_string(),
+        false => format!("{} ({what})", event.kind),
     }
 }
 
@@ -374,16 +374,24 @@ pub fn drain_deadline(event: &Event, config: &Config) -> DateTime<Utc> {
     })
 }
 
-/// When the instance goes, from what `event` says ([`Event::deadline_hint`]); a spot or
-/// capacity reservation warning that says no time gives the usual notice.
-fn goes_at(event: &Event, config: &Config) -> Option<DateTime<Utc>> {
-    match event.detail {
-        Detail::Spot { .. }
-        | Detail::CapacityReservation {
-            termination_time: None,
-            ..
-        } => Some(event.time + config.interruption_notice),
-        _ => event.deadline_hint(),
+/// When the instance goes, from what `event` says: a spot or capacity reservation warning's
+/// termination time (the usual notice when it says none), a scheduled change's start, or when a
+/// Capacity Block's instances begin to terminate (30 minutes before its end, or, when the end is
+/// not known, 10 minutes after the warning).
+pub fn goes_at(event: &Event, config: &Config) -> Option<DateTime<Utc>> {
+    let notice = event.time + config.interruption_notice;
+    match &event.detail {
+        Detail::Spot { .. } => Some(notice),
+        Detail::CapacityReservation {
+            termination_time, ..
+        } => Some(termination_time.unwrap_or(notice)),
+        Detail::Scheduled { start_time, .. } => *start_time,
+        Detail::CapacityBlock { end_date, .. } => {
+            Some(end_date.map_or(event.time + BLOCK_WARNING_LEAD, |end| {
+                end - BLOCK_TERMINATION_LEAD
+            }))
+        }
+        _ => None,
     }
 }
 
@@ -596,18 +604,10 @@ fn lifecycle(
     Ok(Some(l.clone()))
 }
 
-/// The deadline that matters to the whole plan (the earliest drain deadline), if any.
-pub fn earliest_deadline(plan: &Plan) -> Option<DateTime<Utc>> {
-    plan.actions.iter().filter_map(|a| a.deadline).min()
-}
-
-/// How long until `deadline` at `now`, never negative.
-pub fn time_left(deadline: DateTime<Utc>, now: DateTime<Utc>) -> Duration {
-    (deadline - now).max(Duration::zero())
-}
-
 #[cfg(test)]
 mod tests {
+    use chrono::Duration;
+
     use super::*;
     use crate::domain::event::{SOURCE_EC2, parse_time};
     use crate::domain::facts::Taint;
