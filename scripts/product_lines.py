@@ -20,7 +20,10 @@ The interruption path is what takes an SQS message to a cordon and a drain: deco
 lookup, cordon, drain, traffic, pools, and the handler's glue. It is counted as the files
 reachable through `crate::` paths from PATH_SEEDS (the handler, and the adapters it is wired
 with on that path), not through PATH_STOPS (the wiring and the settings, which reach every
-adapter); a file's own `mod` children come with it.
+adapter); a file's own `mod` children come with it. Its total is the figure; below it, the
+same files by stage (STAGES: the first pattern a file's path contains), the stages the issue
+names first, then the capabilities that ride on the path (surge, per-group policy, many
+clusters, Capacity Blocks, launch hooks), so each can be weighed on its own.
 
 Issue 49's starting point is the revision in BASELINE: the main of the day the issue was filed.
 """
@@ -192,6 +195,29 @@ PATH_STOPS = ("shared/src/app/wiring.rs", "shared/src/app/settings.rs",
               "shared/src/app/reference.rs", "shared/src/lib.rs")
 
 
+# (stage, path fragments): a path file belongs to the first stage one of whose fragments it
+# contains; "glue" takes the rest.
+STAGES = (
+    ("feature: surge (placeholders)", ("kube/surge", "kube/placeholder", "domain/surge")),
+    ("feature: per-group policy", ("/policy",)),
+    ("feature: many clusters", ("adapters/accounts", "app/fleet/", "domain/clusters")),
+    ("feature: Capacity Blocks", ("app/blocks",)),
+    ("feature: launch hooks", ("/launch.rs",)),
+    ("decode", ("domain/event/", "domain/inbound/")),
+    ("plan", ("domain/plan/", "domain/config", "domain/admission", "domain/budget",
+              "domain/facts", "domain/fold")),
+    ("lookup", ("adapters/ec2", "kube/directory", "kube/node_facts", "pipeline/places")),
+    ("traffic", ("adapters/elb", "pipeline/traffic", "domain/traffic", "dynamo/rounds")),
+    ("pools", ("adapters/dynamo/", "domain/pool", "key_cache", "domain/keys", "domain/sweep")),
+    ("cordon, drain, delete", ("adapters/kube/",)),
+    ("glue", ("",)),
+)
+
+
+def stage_of(path):
+    return next(name for name, parts in STAGES if any(p in path for p in parts))
+
+
 def resolve(files, segments):
     """The file of the deepest module of `crate::a::b::c` (segments a, b, c) that exists."""
     for n in range(len(segments), 0, -1):
@@ -279,6 +305,11 @@ def main(args):
         if len(args) > 1:
             label += f" ({sum(now.values()) - sum(before.values()):+,} since {args[1]})"
         print(label)
+        stages = {}
+        for name, n in now.items():
+            stages[stage_of(name)] = stages.get(stage_of(name), 0) + n
+        for name, _ in STAGES:
+            print(f"  {name:<40} {stages.get(name, 0):>6,}")
     elif args[:1] == ["--since"]:
         base = args[1] if len(args) > 1 else BASELINE
         before, now = count(base), count(None)
