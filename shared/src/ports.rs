@@ -133,19 +133,8 @@ impl PortError {
         self.kind.retryable()
     }
 
-    /// The account the lookup was refused in because this deployment does not serve it (see
-    /// [`NotServed`]), when that is why it failed.
-    pub fn not_served(&self) -> Option<&NotServed> {
-        self.cause()
-    }
-
-    /// The served account that could not be reached (see [`AccountUnreachable`]), when that is
-    /// why it failed.
-    pub fn unreachable(&self) -> Option<&AccountUnreachable> {
-        self.cause()
-    }
-
-    /// The first error of type `T` in the chain of sources.
+    /// The first error of type `T` in the chain of sources: an account not served
+    /// ([`NotServed`]) or not reached ([`AccountUnreachable`]) when that is why it failed.
     pub fn cause<T: std::error::Error + 'static>(&self) -> Option<&T> {
         let mut next: Option<&(dyn std::error::Error + 'static)> = Some(self.source.as_ref());
         while let Some(e) = next {
