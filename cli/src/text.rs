@@ -81,11 +81,7 @@ pub fn replay(
                 Some(u) => format!("unavailable until {} ({})", absolute(u), relative(u, now)),
                 None => "counted (not marked unavailable)".to_string(),
             };
-            writeln!(
-                out,
-                "            pool {}#{}#{}  {window}",
-                p.capacity_type, p.instance_type, p.zone
-            )?;
+            writeln!(out, "            pool {}  {window}", p.pool)?;
         }
         for a in &r.actions {
             let node = a.node.as_deref().unwrap_or("no node");

@@ -133,19 +133,8 @@ impl PortError {
         self.kind.retryable()
     }
 
-    /// The account the lookup was refused in because this deployment does not serve it (see
-    /// [`NotServed`]), when that is why it failed.
-    pub fn not_served(&self) -> Option<&NotServed> {
-        self.cause()
-    }
-
-    /// The served account that could not be reached (see [`AccountUnreachable`]), when that is
-    /// why it failed.
-    pub fn unreachable(&self) -> Option<&AccountUnreachable> {
-        self.cause()
-    }
-
-    /// The first error of type `T` in the chain of sources.
+    /// The first error of type `T` in the chain of sources: an account not served
+    /// ([`NotServed`]) or not reached ([`AccountUnreachable`]) when that is why it failed.
     pub fn cause<T: std::error::Error + 'static>(&self) -> Option<&T> {
         let mut next: Option<&(dyn std::error::Error + 'static)> = Some(self.source.as_ref());
         while let Some(e) = next {
@@ -587,20 +576,18 @@ pub trait LoadBalancers: Send + Sync {
     /// answer, the others still done. The groups are those known (found by their tag and kept
     /// fresh in the background); an error: none is known and they could not be found, or their
     /// targets could not be read: nothing was deregistered.
+    ///
+    /// `seed` are the target groups of (`place`, `cluster`) as another execution environment
+    /// found them: taken as known when this one knows none yet (and found again in the
+    /// background), so that its first round need not find them.
     async fn deregister(
         &self,
         place: &Place,
         cluster: &str,
         doomed: &[crate::domain::traffic::Doomed],
         at_once: usize,
+        seed: &[String],
     ) -> Result<crate::domain::traffic::Deregistered, PortError>;
-
-    /// `groups` are the target groups of (`place`, `cluster`) as another execution environment
-    /// found them: taken as known when this one knows none yet (and found again in the
-    /// background), so that its first round need not find them.
-    fn seed(&self, place: &Place, cluster: &str, groups: &[String]) {
-        let _ = (place, cluster, groups);
-    }
 }
 
 /// The rounds of one cluster's load balancers in one account and region (see

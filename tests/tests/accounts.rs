@@ -28,7 +28,8 @@ use forewarn::domain::fixtures::ec2_node;
 use forewarn::domain::pool::PoolQuery;
 use forewarn::domain::report::Outcome;
 use forewarn::ports::{
-    FailureKind, InstanceDirectory, LifecycleCompleter, LifecycleOutcome, Place,
+    AccountUnreachable, FailureKind, InstanceDirectory, LifecycleCompleter, LifecycleOutcome,
+    NotServed, Place,
 };
 use forewarn_tests::ec2::{Launch, Launched, any_image, launch};
 use forewarn_tests::moto::{runtime, shared};
@@ -326,7 +327,10 @@ fn another_account_without_a_member_role_is_refused_naming_it() {
             "{text}"
         );
         // An account not served: its events are acknowledged, not failed.
-        assert_eq!(err.not_served().map(|n| n.account.as_str()), Some(MEMBER));
+        assert_eq!(
+            err.cause::<NotServed>().map(|n| n.account.as_str()),
+            Some(MEMBER)
+        );
         let err = AsgLifecycle::new(&base)
             .with_accounts(accounts)
             .complete(&ids[0], &action(Some(MEMBER), None))
@@ -365,9 +369,10 @@ fn a_role_that_cannot_be_assumed_fails_the_call_never_falls_back_to_own_credenti
         assert!(text.contains("ec2:DescribeInstances"), "{text}");
         // STS refused the role of a served account: it cannot be reached, which may pass (never
         // "not served"; see `one_account_never_fails_another`).
-        assert_eq!(err.not_served(), None);
+        assert_eq!(err.cause::<NotServed>(), None);
         assert_eq!(
-            err.unreachable().map(|u| u.account.as_str()),
+            err.cause::<AccountUnreachable>()
+                .map(|u| u.account.as_str()),
             Some(UNASSUMABLE)
         );
         assert!(err.retryable(), "{err}");

@@ -248,6 +248,23 @@ impl Environment {
         }
     }
 
+    /// `groups` (another environment's) taken as known when none is: see
+    /// [`LoadBalancers::deregister`].
+    fn know(&self, groups: &[String]) {
+        let mut found = self.found.lock().unwrap();
+        if found.0.is_none() && !groups.is_empty() {
+            let known = groups
+                .iter()
+                .filter_map(|g| g.strip_prefix("tg-")?.parse().ok())
+                .collect();
+            // Known, and found again in the background at the next round, as the adapter does.
+            let stale = Instant::now()
+                .checked_sub(GROUPS_FOR)
+                .unwrap_or_else(Instant::now);
+            found.0 = Some((stale, known));
+        }
+    }
+
     /// The groups as known, found now only when none is known; found again in the background
     /// when older than [`GROUPS_FOR`].
     async fn groups(&self, seed: usize) -> Result<(Vec<usize>, usize), PortError> {
@@ -359,7 +376,9 @@ impl LoadBalancers for Environment {
         _cluster: &str,
         doomed: &[Doomed],
         at_once: usize,
+        known: &[String],
     ) -> Result<Deregistered, PortError> {
+        self.know(known);
         let seed = doomed
             .first()
             .map(|d| d.instance_id.bytes().map(usize::from).sum())
@@ -406,21 +425,6 @@ impl LoadBalancers for Environment {
         }
         Ok(out)
     }
-
-    fn seed(&self, _place: &Place, _cluster: &str, groups: &[String]) {
-        let mut found = self.found.lock().unwrap();
-        if found.0.is_none() && !groups.is_empty() {
-            let known = groups
-                .iter()
-                .filter_map(|g| g.strip_prefix("tg-")?.parse().ok())
-                .collect();
-            // Known, and found again in the background at the next round, as the adapter does.
-            let stale = Instant::now()
-                .checked_sub(GROUPS_FOR)
-                .unwrap_or_else(Instant::now);
-            found.0 = Some((stale, known));
-        }
-    }
 }
 
 #[cfg(test)]
@@ -445,7 +449,7 @@ mod tests {
         let account = Arc::new(Account::new(4, &nodes, Duration::ZERO));
         let env = Environment::new(account.clone());
         let done = env
-            .deregister(&Place::default(), "c", &[doomed(1)], 3)
+            .deregister(&Place::default(), "c", &[doomed(1)], 3, &[])
             .await
             .unwrap();
         assert_eq!(done.arns.len(), 4);
@@ -457,7 +461,7 @@ mod tests {
         assert!(registered[0].contains("i-2") && !registered[0].contains("i-1"));
         drop(registered);
         let again = env
-            .deregister(&Place::default(), "c", &[doomed(1)], 3)
+            .deregister(&Place::default(), "c", &[doomed(1)], 3, &[])
             .await
             .unwrap();
         assert_eq!((again.describes, again.deregisters), (0, 0));

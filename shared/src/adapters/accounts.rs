@@ -509,7 +509,9 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.kind(), FailureKind::Forbidden);
         let lookup = e.clone().for_lookup("ec2");
-        let not_served = lookup.not_served().expect("acknowledged as not served");
+        let not_served = lookup
+            .cause::<NotServed>()
+            .expect("acknowledged as not served");
         assert_eq!(not_served.account, "333333333333");
         assert!(e.to_string().contains("333333333333/*"), "{e}");
         // No configuration (no STS call) is made for it.
@@ -664,11 +666,11 @@ mod tests {
             .target(&place(Some("111111111111"), None))
             .unwrap_err();
         let lookup = err.for_lookup("ec2");
-        let not_served = lookup.not_served().unwrap();
+        let not_served = lookup.cause::<NotServed>().unwrap();
         assert_eq!(not_served.account, "111111111111");
         assert!(not_served.why.contains("member role"), "{not_served}");
         let forged = single.target(&place(Some("x"), None)).unwrap_err();
-        assert_eq!(forged.for_lookup("ec2").not_served(), None);
+        assert_eq!(forged.for_lookup("ec2").cause::<NotServed>(), None);
     }
 
     #[tokio::test]

@@ -8,10 +8,10 @@
 //!   the account's. What is found is kept per place and cluster and refreshed in the background
 //!   once older than [`GROUPS_FOR`]: a round reads what is known and never waits for a refresh.
 //!   An environment that knows nothing of a cluster yet takes the groups the last round of any
-//!   environment knew ([`LoadBalancers::seed`], from the pool store); only the very first round
-//!   of a cluster finds them within itself. Each
-//!   page found is kept as it comes, so a discovery cut short (a timeout, a throttle) still
-//!   leaves what it found; a group gone since makes it be forgotten at once.
+//!   environment knew (the `seed` of [`LoadBalancers::deregister`], from the pool store); only
+//!   the very first round of a cluster finds them within itself. Each page found is kept as it
+//!   comes, so a discovery cut short (a timeout, a throttle) still leaves what it found; a group
+//!   gone since makes it be forgotten at once.
 //! - **Targets**: each group's targets are read (`DescribeTargetHealth`) and kept for
 //!   [`TARGETS_FOR`] (less what left since); a target already `draining` is left alone; a
 //!   target's kind (an instance or an address) is read from its id.
@@ -124,6 +124,27 @@ impl ElbTargets {
     pub fn with_accounts(mut self, accounts: Accounts) -> ElbTargets {
         self.places = self.places.with_accounts(accounts);
         self
+    }
+
+    /// `groups` (of `place`'s account and region) taken as the known target groups of
+    /// (`place`, `cluster`) when none are known yet (see [`LoadBalancers::deregister`]).
+    fn seed(&self, place: &Place, cluster: &str, groups: &[String]) {
+        // The groups come from the pool table: only the place's own account and region's.
+        let (groups, foreign): (Vec<String>, Vec<String>) = (groups.iter().cloned())
+            .partition(|arn| crate::domain::traffic::group_of_place(arn, place));
+        if !foreign.is_empty() {
+            tracing::warn!(
+                account = ?place.account,
+                region = ?place.region,
+                refused = ?foreign,
+                "target groups kept for a round that are not of its account and region: not used"
+            );
+        }
+        let mut known = lock(&self.groups);
+        let known = (known.entry((place.clone(), cluster.to_string()))).or_default();
+        if known.at.is_none() && known.arns.is_empty() {
+            known.arns = groups.into_iter().collect();
+        }
     }
 
     /// The target groups of `key` (place, cluster) as known, with the discovery calls made
@@ -279,7 +300,9 @@ impl LoadBalancers for ElbTargets {
         cluster: &str,
         doomed: &[Doomed],
         at_once: usize,
+        seed: &[String],
     ) -> Result<Deregistered, PortError> {
+        self.seed(place, cluster, seed);
         let clients = self.places.client(place).await;
         let clients = clients.map_err(|e| PortError::new("tag:GetResources", e.kind(), e))?;
         let key = (place.clone(), cluster.to_string());
@@ -316,24 +339,5 @@ impl LoadBalancers for ElbTargets {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         out.failed.sort();
         Ok(out)
-    }
-
-    fn seed(&self, place: &Place, cluster: &str, groups: &[String]) {
-        // The groups come from the pool table: only the place's own account and region's.
-        let (groups, foreign): (Vec<String>, Vec<String>) = (groups.iter().cloned())
-            .partition(|arn| crate::domain::traffic::group_of_place(arn, place));
-        if !foreign.is_empty() {
-            tracing::warn!(
-                account = ?place.account,
-                region = ?place.region,
-                refused = ?foreign,
-                "target groups kept for a round that are not of its account and region: not used"
-            );
-        }
-        let mut known = lock(&self.groups);
-        let known = (known.entry((place.clone(), cluster.to_string()))).or_default();
-        if known.at.is_none() && known.arns.is_empty() {
-            known.arns = groups.into_iter().collect();
-        }
     }
 }

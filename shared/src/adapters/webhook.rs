@@ -281,7 +281,7 @@ fn values<'a>(
     cluster: Option<&'a str>,
 ) -> impl Fn(Field) -> String + 'a {
     move |field| {
-        let pool = r.pools.first();
+        let pool = r.pools.first().map(|p| &p.pool);
         let text = |v: Option<&str>| v.unwrap_or_default().to_string();
         match field {
             Field::EventId => text(r.event_id.as_deref()),
@@ -474,9 +474,7 @@ mod tests {
             instance_ids: vec!["i-1".into()],
             outcome,
             pools: vec![PoolReport {
-                capacity_type: "spot".into(),
-                instance_type: "m5.large".into(),
-                zone: "us-east-1a".into(),
+                pool: "spot#m5.large#us-east-1a".parse().unwrap(),
                 unavailable_until: None,
             }],
             actions: vec![ActionReport {

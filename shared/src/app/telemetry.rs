@@ -158,8 +158,7 @@ fn log_report(report: &Report) {
     let instances = report.instance_ids.join(",");
     let nodes = report.actions.iter().filter_map(|a| a.node.as_deref());
     let nodes = nodes.collect::<Vec<_>>().join(",");
-    let pools = report.pools.iter();
-    let pools = pools.map(|p| format!("{}#{}#{}", p.capacity_type, p.instance_type, p.zone));
+    let pools = report.pools.iter().map(|p| p.pool.to_string());
     let pools = pools.collect::<Vec<_>>().join(",");
     let actions = report.actions.iter().map(|a| a.action.as_str());
     let actions = actions.collect::<Vec<_>>().join(",");
@@ -404,8 +403,8 @@ impl Emf<'_> {
 const POOL: &[&str] = &["CapacityType", "InstanceType", "Zone"];
 
 /// `fields` with the values of `pool`'s dimensions ([`POOL`]).
-fn with_pool(mut fields: Value, pool: &PoolReport) -> Value {
-    let values = [&pool.capacity_type, &pool.instance_type, &pool.zone];
+fn with_pool(mut fields: Value, PoolReport { pool, .. }: &PoolReport) -> Value {
+    let values: [&str; 3] = [pool.capacity_type.as_str(), &pool.instance_type, &pool.zone];
     for (name, value) in POOL.iter().zip(values) {
         fields[*name] = json!(value);
     }
@@ -434,9 +433,7 @@ mod tests {
             instance_ids: vec!["i-0a1b2c3d4e5f60001".into()],
             outcome,
             pools: vec![PoolReport {
-                capacity_type: "spot".into(),
-                instance_type: "m5.large".into(),
-                zone: "us-east-1a".into(),
+                pool: "spot#m5.large#us-east-1a".parse().unwrap(),
                 unavailable_until: crate::domain::event::parse_time("2026-11-20T11:00:00Z"),
             }],
             actions: vec![ActionReport {

@@ -105,9 +105,11 @@ impl KeyRing {
         })
     }
 
-    /// Verifies `mac` of `data`, signed by key `id`: [`Unverified::UnknownKey`] when `id` is
-    /// not one of this ring's (a newer key this ring was read before, or one too old).
-    pub fn verify(&self, id: KeyId, data: &str, mac: &str) -> Result<(), Unverified> {
+    /// Verifies `signed`, the id of a key and its `mac` of `data`: [`Unverified::NotSigned`]
+    /// when there is none, [`Unverified::UnknownKey`] when the id is not one of this ring's (a
+    /// newer key this ring was read before, or one too old).
+    pub fn verify(&self, signed: Option<(KeyId, &str)>, data: &str) -> Result<(), Unverified> {
+        let (id, mac) = signed.ok_or(Unverified::NotSigned)?;
         self.get(id)
             .ok_or(Unverified::UnknownKey {
                 id,

@@ -9,6 +9,7 @@ use super::event::EventKind;
 use super::inbound::Record;
 use super::names::string_forms;
 use super::plan::{Plan, Target};
+use super::pool::PoolKey;
 
 /// What became of one record.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,12 +33,11 @@ pub enum Outcome {
 
 string_forms!(Outcome, "an outcome");
 
-/// A pool in a report.
+/// A pool in a report: its key's fields, and until when it is unavailable.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolReport {
-    pub capacity_type: String,
-    pub instance_type: String,
-    pub zone: String,
+    #[serde(flatten)]
+    pub pool: PoolKey,
     pub unavailable_until: Option<DateTime<Utc>>,
 }
 
@@ -164,9 +164,7 @@ impl Report {
             .pools
             .iter()
             .map(|m| PoolReport {
-                capacity_type: m.pool.capacity_type.to_string(),
-                instance_type: m.pool.instance_type.clone(),
-                zone: m.pool.zone.clone(),
+                pool: m.pool.clone(),
                 unavailable_until: m.unavailable_until,
             })
             .collect();

@@ -103,11 +103,10 @@ impl Doomed {
         }
         let signature = self.signature.as_deref().and_then(|s| s.split_once(':'));
         let (id, mac) = signature.ok_or(Refused::Unsigned)?;
-        let id: KeyId = id
-            .parse()
-            .map_err(|_| Refused::Unverified(Unverified::NotHex))?;
+        let id = id.parse::<KeyId>().map_err(|_| Unverified::NotHex);
         let input = self.signing_input(round);
-        keys.verify(id, &input, mac).map_err(Refused::Unverified)
+        let verified = id.and_then(|id| keys.verify(Some((id, mac)), &input));
+        verified.map_err(Refused::Unverified)
     }
 }
 

@@ -111,9 +111,7 @@ fn the_dashboard_searches_dimension_sets_the_functions_emit() {
         instance_ids: vec!["i-1".into()],
         outcome: Outcome::Acted,
         pools: vec![PoolReport {
-            capacity_type: "spot".into(),
-            instance_type: "m5.large".into(),
-            zone: "us-east-1a".into(),
+            pool: "spot#m5.large#us-east-1a".parse().unwrap(),
             unavailable_until: Some(chrono::Utc::now()),
         }],
         actions: vec![ActionReport {

@@ -40,8 +40,8 @@ use crate::domain::pool::{Applied, PoolKey};
 use crate::domain::report::{Outcome, Report};
 use crate::domain::surge::RoomSeen;
 use crate::ports::{
-    ActionResult, Clock, ContinuationQueue, DrainRole, Executor, NodeDirectory, Pass, PoolStore,
-    Work, span, until,
+    ActionResult, Clock, ContinuationQueue, DrainRole, Executor, FailureKind, NodeDirectory, Pass,
+    PoolStore, PortError, Work, span, until,
 };
 
 mod batch;
@@ -567,17 +567,14 @@ fn event_span(event: &Event) -> tracing::Span {
 pub const OUT_OF_TIME: &str =
     "the time left for this batch ran out; the event goes back to the queue";
 
-/// Why an event's work (or the batch's lookups) failed: the event goes back to the queue.
+/// Why an event's work (or the batch's lookups) failed: the event goes back to the queue. A
+/// port's failure while reading the continuation key or queueing the drain's continuation says
+/// so first (its subject); a continuation too large to queue is an invalid one (the same event
+/// makes the same continuation).
 #[derive(Debug, thiserror::Error)]
 pub enum WorkError {
     #[error(transparent)]
-    Port(#[from] crate::ports::PortError),
-    #[error("reading the continuation key: {0}")]
-    Key(#[source] crate::ports::PortError),
-    #[error("queueing the drain's continuation: {0}")]
-    Queue(#[source] crate::ports::PortError),
-    #[error("queueing the drain's continuation: {0}")]
-    TooLarge(crate::domain::inbound::continuation::TooLarge),
+    Port(#[from] PortError),
     #[error("{OUT_OF_TIME}")]
     OutOfTime,
 }
@@ -587,9 +584,7 @@ impl WorkError {
     /// when a port's answer was a refusal the same call meets again.
     pub fn retryable(&self) -> bool {
         match self {
-            WorkError::Port(e) | WorkError::Key(e) | WorkError::Queue(e) => e.retryable(),
-            // The same event makes the same continuation.
-            WorkError::TooLarge(_) => false,
+            WorkError::Port(e) => e.retryable(),
             WorkError::OutOfTime => true,
         }
     }

@@ -7,6 +7,11 @@ use crate::domain::inbound::continuation::{message_group, within_sqs_limit};
 use crate::domain::keys::{KeyRing, Unverified};
 use crate::domain::surge::RoomWait;
 
+/// What a port's failure to read the continuation key says first (of the same kind).
+const KEY: &str = "reading the continuation key";
+/// What a failure to queue a drain's continuation (or one too large to) says first.
+const QUEUEING: &str = "queueing the drain's continuation";
+
 /// The verdicts of `check` on each of `items` by the store's continuation keys, read again once
 /// when a verdict is `newer` (names a key newer than those known: a rotation since this process
 /// read them).
@@ -135,7 +140,8 @@ impl Pipeline<'_> {
         let one = std::slice::from_ref(continuation);
         let newer = |e: &Unverified| matches!(e, Unverified::UnknownKey { .. });
         let verdicts = by_keys(self.store, one, |c, keys| c.verify(keys, body), newer).await;
-        let failed = |e| WorkError::Key(e).fail(Report::new(record));
+        let failed = |e: PortError| WorkError::from(PortError::new(KEY, e.kind, e));
+        let failed = |e| failed(e).fail(Report::new(record));
         Ok(verdicts.map_err(failed)?.remove(0))
     }
 
@@ -355,14 +361,14 @@ impl Pipeline<'_> {
         after: Duration,
     ) -> Result<String, WorkError> {
         let keys = self.store.continuation_keys().await;
-        let keys = keys.map_err(WorkError::Key)?;
+        let keys = keys.map_err(|e| PortError::new(KEY, e.kind, e))?;
         // Never an oversized message: SQS would refuse it, after the node was cordoned; the
         // event fails saying why instead.
         let body = within_sqs_limit(next.body(&keys.current, to.body));
-        let body = body.map_err(WorkError::TooLarge)?;
+        let body = body.map_err(|e| PortError::new(QUEUEING, FailureKind::Invalid, e))?;
         let group = message_group(&next.plan, self.passes.tenant);
         let sent = to.queue.send(to.arn, &group, &body, after).await;
-        sent.map_err(WorkError::Queue)?;
+        sent.map_err(|e| PortError::new(QUEUEING, e.kind, e))?;
         Ok(body)
     }
 

@@ -20,18 +20,18 @@ use crate::domain::event::Event;
 use crate::domain::facts::InstanceFacts;
 use crate::domain::inbound::Record;
 use crate::domain::report::{Outcome, Report};
-use crate::ports::{InstanceDirectory, Place, PortError};
+use crate::ports::{AccountUnreachable, InstanceDirectory, NotServed, Place, PortError};
 
 /// The report of `record`, an event of a place whose lookup met `error`: acknowledged when its
 /// account is not served; else failed, retryable as the error says (an account that cannot be
 /// reached named in the report, for its metric).
 pub fn place_report(error: &PortError, record: &Record) -> Report {
-    if let Some(not_served) = error.not_served() {
+    if let Some(not_served) = error.cause::<NotServed>() {
         let why = "the event is acknowledged: nothing is done, no pool recorded";
         return Report::new(record).ended(Outcome::Ignored, format!("{not_served}; {why}"));
     }
     Report {
-        account_unreachable: error.unreachable().map(|u| u.account.clone()),
+        account_unreachable: (error.cause::<AccountUnreachable>()).map(|u| u.account.clone()),
         ..Report::new(record).failed_as(error.to_string(), error.retryable())
     }
 }
@@ -130,7 +130,7 @@ pub async fn describe_events(
         match answer {
             Ok(facts) => described.found.extend(facts),
             Err(e) => {
-                match (e.not_served(), e.unreachable()) {
+                match (e.cause::<NotServed>(), e.cause::<AccountUnreachable>()) {
                     (Some(not_served), _) => tracing::warn!(
                         account = %not_served.account,
                         why = %not_served.why,

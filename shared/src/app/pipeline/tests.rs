@@ -810,6 +810,7 @@ impl crate::ports::LoadBalancers for Balancers {
         cluster: &str,
         doomed: &[crate::domain::traffic::Doomed],
         _at_once: usize,
+        _seed: &[String],
     ) -> Result<crate::domain::traffic::Deregistered, crate::ports::PortError> {
         let executed = self.exec.calls.lock().unwrap().len();
         self.rounds

@@ -319,7 +319,6 @@ impl Pipeline<'_> {
         let round = key.to_string();
         let check = |d: &Doomed, keys: &_| d.verify(&round, keys);
         let verdicts = by_keys(self.store, &taken, check, newer).await?;
-        traffic.balancers.seed(&key.place, &key.cluster, &groups);
         let started = self.clock.now();
         let mut settled = Settled::default();
         let mut doomed = Vec::new();
@@ -341,10 +340,8 @@ impl Pipeline<'_> {
             return rounds.settle(key, &settled, self.clock.now()).await;
         }
         let budget_end = started + span(traffic.budget);
-        let round =
-            traffic
-                .balancers
-                .deregister(&key.place, &key.cluster, &doomed, traffic.rate as usize);
+        let (balancers, at_once) = (&traffic.balancers, traffic.rate as usize);
+        let round = balancers.deregister(&key.place, &key.cluster, &doomed, at_once, &groups);
         // What did not answer, or answered an error, left no group for any instance.
         let failed = |why: String, throttled| Deregistered {
             failed: vec![why],
