@@ -4,7 +4,7 @@
 //! cluster down failing only its own records, while the other's are answered; the sweeper
 //! visiting each cluster.
 
-use forewarn::domain::clusters::ClusterId;
+use forewarn::domain::clusters::{ClusterId, Place};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -295,32 +295,42 @@ async fn one_cluster_down_fails_only_its_own_records() {
 }
 
 /// A served cluster that cannot be connected to at all fails its own records (retryable: it is
-/// tried again with the next batch) and no other's.
+/// tried again with the next batch) and no other's; they are labelled with the cluster's id in
+/// the deployment's place, as a reached cluster's reports are.
 #[tokio::test]
 async fn a_cluster_that_cannot_be_reached_fails_only_its_own_records() {
     let two = Two::start().await;
     let dir = tempfile::tempdir().unwrap();
     let mut handler = handler(&two, dir.path());
-    // "blue" is served but unknown to the connector: it cannot be reached.
-    let green = ClusterClient::new(two.green.client()).with_clock(two.clock.shared());
-    let connector = ToFakes {
-        clients: BTreeMap::from([("green".to_string(), green)]),
-        config: handler.config.clone(),
+    let here = Place {
+        account: Some("123456789012".into()),
+        region: Some("us-east-1".into()),
     };
-    handler.fleet = Fleet::named(blue_and_green(), Arc::new(connector));
-    let payload = forewarn_tests::sqs::lambda_batch(&[
-        rebalance("ev-blue", BLUE_ID, &two.clock),
-        rebalance("ev-green", GREEN_ID, &two.clock),
-    ]);
-    let inv = handler.invoke(payload, None).await.unwrap();
-    let blue = &inv.reports[0];
-    assert_eq!(blue.outcome, Outcome::Failed);
-    assert_eq!(
-        blue.reason.as_deref(),
-        Some("cluster blue: no such cluster")
-    );
-    assert_eq!(blue.cluster.as_deref(), Some("blue"));
-    assert_eq!(inv.reports[1].outcome, Outcome::Acted);
+    for (own, blue_id) in [
+        (Place::default(), "blue"),
+        (here, "123456789012/us-east-1/blue"),
+    ] {
+        // "blue" is served but unknown to the connector: it cannot be reached.
+        let green = ClusterClient::new(two.green.client()).with_clock(two.clock.shared());
+        let connector = ToFakes {
+            clients: BTreeMap::from([("green".to_string(), green)]),
+            config: handler.config.clone(),
+        };
+        handler.fleet = Fleet::named(blue_and_green(), Arc::new(connector)).at(own);
+        let payload = forewarn_tests::sqs::lambda_batch(&[
+            rebalance(&format!("ev-blue-{blue_id}"), BLUE_ID, &two.clock),
+            rebalance(&format!("ev-green-{blue_id}"), GREEN_ID, &two.clock),
+        ]);
+        let inv = handler.invoke(payload, None).await.unwrap();
+        let blue = &inv.reports[0];
+        assert_eq!(blue.outcome, Outcome::Failed);
+        assert_eq!(
+            blue.reason.as_deref(),
+            Some(format!("cluster {blue_id}: no such cluster").as_str())
+        );
+        assert_eq!(blue.cluster.as_deref(), Some(blue_id));
+        assert_eq!(inv.reports[1].outcome, Outcome::Acted, "{blue_id}");
+    }
 }
 
 /// The sweeper visits each served cluster: a node whose instance EC2 no longer knows is found
