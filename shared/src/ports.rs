@@ -55,12 +55,16 @@ pub trait Clock: Send + Sync + std::fmt::Debug {
     async fn alarm(&self, at: DateTime<Utc>);
 }
 
-/// `work`, unless `deadline` comes first on `clock` (then `None`; the work is dropped).
+/// `work`, unless `deadline` comes first on `clock` (then `None`; the work is dropped). No
+/// deadline: the work always ends in time.
 pub async fn until<F: std::future::Future>(
     clock: &dyn Clock,
-    deadline: DateTime<Utc>,
+    deadline: impl Into<Option<DateTime<Utc>>>,
     work: F,
 ) -> Option<F::Output> {
+    let Some(deadline) = deadline.into() else {
+        return Some(work.await);
+    };
     tokio::select! {
         biased;
         out = work => Some(out),
@@ -131,6 +135,11 @@ impl PortError {
     /// Trying the call again may succeed (see [`FailureKind::retryable`]).
     pub fn retryable(&self) -> bool {
         self.kind.retryable()
+    }
+
+    /// `report` failed with this error, retryable as its kind says (see [`Report::failed_as`]).
+    pub fn fail(&self, report: Report) -> Report {
+        report.failed_as(self.to_string(), self.retryable())
     }
 
     /// The first error of type `T` in the chain of sources: an account not served

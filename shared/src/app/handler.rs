@@ -14,9 +14,7 @@ use serde_json::Value;
 use crate::app::fleet::split::{self, Destination, Share};
 use crate::app::fleet::{BREAK, Cluster, Fleet};
 use crate::app::pipeline::CONCURRENCY;
-use crate::app::pipeline::{
-    Described, OUT_OF_TIME, Passes, Pipeline, Traffic, describe_events, within,
-};
+use crate::app::pipeline::{Described, OUT_OF_TIME, Passes, Pipeline, Traffic, describe_events};
 use crate::app::settings::SAFETY_MARGIN;
 use crate::app::telemetry::Telemetry;
 use crate::domain::config::{Config, Mode};
@@ -188,7 +186,7 @@ impl Handler {
     ) -> (BTreeMap<Destination, Share>, Described, Work) {
         let events = crate::app::pipeline::looked_up_events(records);
         let lookup = describe_events(self.instances.as_ref(), &events, known);
-        let looked_up = within(self.clock.as_ref(), work.deadline, lookup).await;
+        let looked_up = until(self.clock.as_ref(), work.deadline, lookup).await;
         let out_of_time = || PortError::new("ec2", FailureKind::Timeout, OUT_OF_TIME);
         let looked_up = looked_up.ok_or_else(out_of_time);
         let seen: Vec<&str> = looked_up
@@ -400,34 +398,40 @@ impl Handler {
             return;
         }
         loop {
-            let renewed = self.clock.now();
-            let renewing = async {
-                match redelivery.redeliver(messages).await {
-                    Ok(held) if held < messages.len() => tracing::warn!(
-                        messages = messages.len(),
-                        held,
-                        "some of the batch's messages could not be held: they may come back while still worked on"
-                    ),
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(
-                        error = %e,
-                        "the batch's messages could not be held: they may come back while still worked on"
-                    ),
-                }
-            };
             // A renewal is never cut short by the work's end (the failed messages' own
             // visibility, set after the hold, is the last word), only by half a lease.
-            let next = renewed + span(LEASE / 2);
-            if until(self.clock.as_ref(), next, renewing).await.is_none() {
-                tracing::warn!(
-                    "holding the batch's messages timed out: they may come back while still worked on"
-                );
-            }
+            let next = self.clock.now() + span(LEASE / 2);
+            let then = "they may come back while still worked on";
+            self.redeliver(redelivery, messages, next, then).await;
             tokio::select! {
                 biased;
                 () = done.notified() => return,
                 () = self.clock.alarm(next) => {}
             }
+        }
+    }
+
+    /// Sets the visibility of `messages` (see [`Redelivery`]), giving up at `by`: best effort,
+    /// what could not be set logged with what the messages do `then`.
+    async fn redeliver(
+        &self,
+        redelivery: &dyn Redelivery,
+        messages: &[Redeliver],
+        by: DateTime<Utc>,
+        then: &str,
+    ) {
+        let changing = until(self.clock.as_ref(), by, redelivery.redeliver(messages));
+        match changing.await {
+            Some(Ok(changed)) if changed >= messages.len() => {
+                tracing::debug!(changed, "messages' visibility set");
+            }
+            Some(Ok(changed)) => tracing::warn!(
+                messages = messages.len(),
+                changed,
+                "some messages' visibility could not be set: {then}"
+            ),
+            Some(Err(e)) => tracing::warn!(error = %e, "messages' visibility not set: {then}"),
+            None => tracing::warn!("setting messages' visibility timed out: {then}"),
         }
     }
 
@@ -480,21 +484,9 @@ impl Handler {
             .map(|d| (d - now).to_std().unwrap_or_default())
             .unwrap_or(Duration::MAX)
             .clamp(Duration::from_millis(500), Duration::from_secs(10));
-        let changing = redelivery.redeliver(&messages);
-        match until(self.clock.as_ref(), now + span(limit), changing).await {
-            Some(Ok(changed)) => tracing::info!(
-                failed = messages.len(),
-                changed,
-                "failed messages come back soon"
-            ),
-            Some(Err(e)) => tracing::warn!(
-                error = %e,
-                "failed messages keep the queue's visibility timeout"
-            ),
-            None => tracing::warn!(
-                "changing the failed messages' visibility timed out: they keep the queue's visibility timeout"
-            ),
-        }
+        let then = "they come back after the queue's visibility timeout";
+        self.redeliver(redelivery, &messages, now + span(limit), then)
+            .await;
     }
 
     /// Handles whatever Lambda passed: an SQS batch or a bare EventBridge event.
