@@ -18,11 +18,10 @@ use crate::app::pipeline::{Described, OUT_OF_TIME, Passes, Pipeline, Traffic, de
 use crate::app::settings::SAFETY_MARGIN;
 use crate::app::telemetry::Telemetry;
 use crate::domain::config::{Config, Mode};
-use crate::domain::event::EventKind;
 use crate::domain::facts::InstanceFacts;
 use crate::domain::inbound::{self, Record, SqsMessage};
 use crate::domain::report::{Outcome, Report, Tally};
-use crate::domain::retry::{Failed, RetryPolicy};
+use crate::domain::retry::RetryPolicy;
 use crate::ports::{
     Clock, FailureKind, InstanceDirectory, Notifier, Place, PoolStore, PortError, Redeliver,
     Redelivery, Work, span, until,
@@ -455,22 +454,14 @@ impl Handler {
             .filter_map(|(message, report)| {
                 let receives = message.attributes.get("ApproximateReceiveCount");
                 let receives = receives.and_then(|n| n.parse::<u32>().ok()).unwrap_or(1);
-                let failed = match (report.kind, report.time) {
-                    (Some(_), Some(_)) if report.permanent => {
-                        tracing::error!(
-                            message_id = report.message_id.as_deref().unwrap_or_default(),
-                            reason = report.reason.as_deref().unwrap_or_default(),
-                            "a refusal that trying again will meet again: the message comes back slowly"
-                        );
-                        Failed::Permanent
-                    }
-                    (Some(kind), Some(time)) => Failed::Event {
-                        window_end: window_end(&self.config, kind, time, report),
-                    },
-                    _ => Failed::Undecodable,
-                };
-                let delay = policy.delay(failed, receives, now);
-                let delay = crate::domain::retry::no_sooner(delay, now, report.retry_not_before);
+                if report.permanent {
+                    tracing::error!(
+                        message_id = report.message_id.as_deref().unwrap_or_default(),
+                        reason = report.reason.as_deref().unwrap_or_default(),
+                        "a refusal that trying again will meet again: the message comes back slowly"
+                    );
+                }
+                let delay = policy.delay(report, &self.config, receives, now);
                 Some(Redeliver {
                     delay,
                     ..lease(message)?
@@ -538,26 +529,6 @@ fn lease(m: &SqsMessage) -> Option<Redeliver> {
         message_id: m.message_id.clone()?,
         delay: LEASE,
     })
-}
-
-/// When the work of a failed event stops being worth doing soon: its earliest drain deadline;
-/// else, for a spot or reservation warning, when the instance goes less the margin; else the
-/// event time plus the drain timeout.
-fn window_end(
-    config: &Config,
-    kind: EventKind,
-    time: DateTime<Utc>,
-    report: &Report,
-) -> DateTime<Utc> {
-    if let Some(deadline) = report.actions.iter().filter_map(|a| a.deadline).min() {
-        return deadline;
-    }
-    match kind {
-        EventKind::SpotInterruption | EventKind::CapacityReservationInterruption => {
-            time + config.interruption_notice - config.deadline_margin
-        }
-        _ => time + config.drain_timeout,
-    }
 }
 
 /// Epoch milliseconds before this are not an epoch deadline (2001-09-09).
