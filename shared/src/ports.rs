@@ -393,22 +393,13 @@ pub trait PoolStore: Send + Sync {
     /// The keys as stored now (a strongly consistent read), never created: `None` when there are
     /// none. The cache [`PoolStore::continuation_keys`] answers from is replaced: what a
     /// signature by a key id this process does not know asks for, once, before refusing it.
-    async fn reread_continuation_keys(&self) -> Result<Option<KeyRing>, PortError> {
-        self.continuation_keys().await.map(Some)
-    }
+    async fn reread_continuation_keys(&self) -> Result<Option<KeyRing>, PortError>;
 
     /// Rotates the keys: a new current key of the next id, the current one kept as the previous
     /// (so what it signed still verifies), the previous one dropped. With no key yet, creates
     /// the first. A write conditioned on the keys read: a concurrent rotation makes it fail
     /// ([`FailureKind::Conflict`]) rather than lose a key.
-    async fn rotate_continuation_key(&self) -> Result<KeyRing, PortError> {
-        let what = "this store cannot rotate its continuation key";
-        Err(PortError::store(
-            self.location(),
-            FailureKind::Invalid,
-            what,
-        ))
-    }
+    async fn rotate_continuation_key(&self) -> Result<KeyRing, PortError>;
 
     /// The rounds of traffic first this store shares between execution environments (see
     /// [`TrafficRounds`]); `None`: it shares none, and drains are not taken off their load
@@ -468,11 +459,9 @@ pub trait Executor: Send + Sync {
     /// answers nothing, and those drains make full passes.
     async fn room(
         &self,
-        _nodes: &[String],
-        _work: Work,
-    ) -> Result<BTreeMap<String, crate::domain::surge::RoomSeen>, PortError> {
-        Ok(BTreeMap::new())
-    }
+        nodes: &[String],
+        work: Work,
+    ) -> Result<BTreeMap<String, crate::domain::surge::RoomSeen>, PortError>;
 }
 
 /// Where a drain's continuations go (see [`crate::domain::inbound::continuation`]): a new message on

@@ -52,6 +52,14 @@ impl Executor for Logging {
             ..ActionResult::default()
         }])
     }
+
+    async fn room(
+        &self,
+        _: &[String],
+        _: Work,
+    ) -> Result<BTreeMap<String, forewarn::domain::surge::RoomSeen>, PortError> {
+        Ok(BTreeMap::new())
+    }
 }
 
 #[test]

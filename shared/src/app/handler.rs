@@ -886,6 +886,16 @@ mod tests {
         ) -> Result<crate::domain::keys::KeyRing, crate::ports::PortError> {
             unreachable!("lookups fail first")
         }
+        async fn reread_continuation_keys(
+            &self,
+        ) -> Result<Option<crate::domain::keys::KeyRing>, crate::ports::PortError> {
+            unreachable!("lookups fail first")
+        }
+        async fn rotate_continuation_key(
+            &self,
+        ) -> Result<crate::domain::keys::KeyRing, crate::ports::PortError> {
+            unreachable!("lookups fail first")
+        }
         fn location(&self) -> String {
             "test".into()
         }
