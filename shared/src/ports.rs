@@ -39,7 +39,7 @@ pub struct Work {
 
 /// The one clock: "now" for every decision, and every wait. Production reads the system clock
 /// ([`crate::adapters::clock::SystemClock`]); tests use a clock they set and advance
-/// ([`crate::adapters::clock::ManualClock`]), so nothing in them sleeps for real.
+/// (`adapters::clock::ManualClock`, a test support), so nothing in them sleeps for real.
 #[async_trait]
 pub trait Clock: Send + Sync + std::fmt::Debug {
     /// The time now.

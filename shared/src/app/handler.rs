@@ -13,9 +13,7 @@ use serde_json::Value;
 
 use crate::app::fleet::split::{self, Destination, Share};
 use crate::app::fleet::{BREAK, Cluster, Fleet};
-use crate::app::pipeline::CONCURRENCY;
 use crate::app::pipeline::{Described, OUT_OF_TIME, Passes, Pipeline, Traffic, describe_events};
-use crate::app::settings::SAFETY_MARGIN;
 use crate::app::telemetry::Telemetry;
 use crate::domain::config::{Config, Mode};
 use crate::domain::facts::InstanceFacts;
@@ -89,9 +87,11 @@ pub struct Invocation {
 impl Handler {
     /// A handler of `config` over `store` and nothing else: no instance facts, no nodes, no
     /// executor (plans are made and pools recorded), no notifier, no redelivery; drains' passes
-    /// in process, 5 s apart; the system clock; [`CONCURRENCY`] events at once; a
-    /// [`SAFETY_MARGIN`] — the settings' defaults. The
-    /// wiring and the tests set what they need over it (`Handler { executor, ..Handler::new(..) }`).
+    /// in process, 5 s apart; the system clock; [`crate::app::pipeline::CONCURRENCY`] events at
+    /// once; a [`crate::app::settings::SAFETY_MARGIN`] — the settings' defaults. The tests set
+    /// what they need over it (`Handler { executor, ..Handler::new(..) }`); test support,
+    /// compiled for tests and the `fixtures` feature only (the wiring builds its own).
+    #[cfg(any(test, feature = "fixtures"))]
     pub fn new(config: Config, store: Arc<dyn PoolStore>) -> Handler {
         Handler {
             config,
@@ -103,8 +103,8 @@ impl Handler {
             redelivery: None,
             passes: Passes::in_process(crate::app::pipeline::PASS_INTERVAL),
             clock: crate::adapters::clock::SystemClock::shared(),
-            concurrency: CONCURRENCY,
-            safety_margin: SAFETY_MARGIN,
+            concurrency: crate::app::pipeline::CONCURRENCY,
+            safety_margin: crate::app::settings::SAFETY_MARGIN,
             telemetry: Telemetry::default(),
             traffic: None,
         }
