@@ -39,7 +39,7 @@ pub struct Work {
 
 /// The one clock: "now" for every decision, and every wait. Production reads the system clock
 /// ([`crate::adapters::clock::SystemClock`]); tests use a clock they set and advance
-/// ([`crate::adapters::clock::ManualClock`]), so nothing in them sleeps for real.
+/// (`adapters::clock::ManualClock`, a test support), so nothing in them sleeps for real.
 #[async_trait]
 pub trait Clock: Send + Sync + std::fmt::Debug {
     /// The time now.
@@ -55,12 +55,16 @@ pub trait Clock: Send + Sync + std::fmt::Debug {
     async fn alarm(&self, at: DateTime<Utc>);
 }
 
-/// `work`, unless `deadline` comes first on `clock` (then `None`; the work is dropped).
+/// `work`, unless `deadline` comes first on `clock` (then `None`; the work is dropped). No
+/// deadline: the work always ends in time.
 pub async fn until<F: std::future::Future>(
     clock: &dyn Clock,
-    deadline: DateTime<Utc>,
+    deadline: impl Into<Option<DateTime<Utc>>>,
     work: F,
 ) -> Option<F::Output> {
+    let Some(deadline) = deadline.into() else {
+        return Some(work.await);
+    };
     tokio::select! {
         biased;
         out = work => Some(out),
@@ -131,6 +135,11 @@ impl PortError {
     /// Trying the call again may succeed (see [`FailureKind::retryable`]).
     pub fn retryable(&self) -> bool {
         self.kind.retryable()
+    }
+
+    /// `report` failed with this error, retryable as its kind says (see [`Report::failed_as`]).
+    pub fn fail(&self, report: Report) -> Report {
+        report.failed_as(self.to_string(), self.retryable())
     }
 
     /// The first error of type `T` in the chain of sources: an account not served
@@ -384,22 +393,13 @@ pub trait PoolStore: Send + Sync {
     /// The keys as stored now (a strongly consistent read), never created: `None` when there are
     /// none. The cache [`PoolStore::continuation_keys`] answers from is replaced: what a
     /// signature by a key id this process does not know asks for, once, before refusing it.
-    async fn reread_continuation_keys(&self) -> Result<Option<KeyRing>, PortError> {
-        self.continuation_keys().await.map(Some)
-    }
+    async fn reread_continuation_keys(&self) -> Result<Option<KeyRing>, PortError>;
 
     /// Rotates the keys: a new current key of the next id, the current one kept as the previous
     /// (so what it signed still verifies), the previous one dropped. With no key yet, creates
     /// the first. A write conditioned on the keys read: a concurrent rotation makes it fail
     /// ([`FailureKind::Conflict`]) rather than lose a key.
-    async fn rotate_continuation_key(&self) -> Result<KeyRing, PortError> {
-        let what = "this store cannot rotate its continuation key";
-        Err(PortError::store(
-            self.location(),
-            FailureKind::Invalid,
-            what,
-        ))
-    }
+    async fn rotate_continuation_key(&self) -> Result<KeyRing, PortError>;
 
     /// The rounds of traffic first this store shares between execution environments (see
     /// [`TrafficRounds`]); `None`: it shares none, and drains are not taken off their load
@@ -459,11 +459,9 @@ pub trait Executor: Send + Sync {
     /// answers nothing, and those drains make full passes.
     async fn room(
         &self,
-        _nodes: &[String],
-        _work: Work,
-    ) -> Result<BTreeMap<String, crate::domain::surge::RoomSeen>, PortError> {
-        Ok(BTreeMap::new())
-    }
+        nodes: &[String],
+        work: Work,
+    ) -> Result<BTreeMap<String, crate::domain::surge::RoomSeen>, PortError>;
 }
 
 /// Where a drain's continuations go (see [`crate::domain::inbound::continuation`]): a new message on

@@ -52,6 +52,14 @@ impl Executor for Logging {
             ..ActionResult::default()
         }])
     }
+
+    async fn room(
+        &self,
+        _: &[String],
+        _: Work,
+    ) -> Result<BTreeMap<String, forewarn::domain::surge::RoomSeen>, PortError> {
+        Ok(BTreeMap::new())
+    }
 }
 
 #[test]
@@ -86,7 +94,10 @@ fn every_log_line_of_an_events_work_carries_the_event_span() {
     let dir = tempfile::tempdir().unwrap();
     let store = EmbeddedStore::open(dir.path()).unwrap();
     let config = Config::default();
-    let clock = forewarn::adapters::clock::ManualClock::at("2026-11-20T10:01:00Z".parse().unwrap());
+    // A clock at the event's minute (no pass waits: the executor leaves no drain pending).
+    let clock = forewarn::adapters::clock::SystemClock::starting_at(
+        "2026-11-20T10:01:00Z".parse().unwrap(),
+    );
     let passes =
         forewarn::app::pipeline::Passes::in_process(forewarn::app::pipeline::PASS_INTERVAL);
     let pipeline = Pipeline {

@@ -3,12 +3,11 @@
 //! This is one of the few places that read the wall clock (see `docs/architecture.md`): every
 //! other "now" in the crate comes from a [`Clock`] it was given.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use tokio::sync::watch;
 
 use crate::ports::Clock;
 
@@ -59,18 +58,21 @@ impl Clock for SystemClock {
 /// [`ManualClock::set`], or by a [`Clock::sleep`] (which moves it on by the time slept, at once).
 /// An [`Clock::alarm`] rings when the clock has been moved to or past its time. Clones share one
 /// time.
+/// Test support, compiled for tests and the `fixtures` feature only.
+#[cfg(any(test, feature = "fixtures"))]
 #[derive(Debug, Clone)]
 pub struct ManualClock {
-    now: Arc<watch::Sender<DateTime<Utc>>>,
+    now: Arc<tokio::sync::watch::Sender<DateTime<Utc>>>,
     /// Sleeps so far, for tests that check the pacing.
-    slept: Arc<Mutex<Vec<Duration>>>,
+    slept: Arc<std::sync::Mutex<Vec<Duration>>>,
 }
 
+#[cfg(any(test, feature = "fixtures"))]
 impl ManualClock {
     /// A clock standing at `at`.
     pub fn at(at: DateTime<Utc>) -> ManualClock {
         ManualClock {
-            now: Arc::new(watch::Sender::new(at)),
+            now: Arc::new(tokio::sync::watch::Sender::new(at)),
             slept: Arc::default(),
         }
     }
@@ -102,6 +104,7 @@ impl ManualClock {
     }
 }
 
+#[cfg(any(test, feature = "fixtures"))]
 #[async_trait]
 impl Clock for ManualClock {
     fn now(&self) -> DateTime<Utc> {

@@ -13,18 +13,13 @@ use serde_json::Value;
 
 use crate::app::fleet::split::{self, Destination, Share};
 use crate::app::fleet::{BREAK, Cluster, Fleet};
-use crate::app::pipeline::CONCURRENCY;
-use crate::app::pipeline::{
-    Described, OUT_OF_TIME, Passes, Pipeline, Traffic, describe_events, within,
-};
-use crate::app::settings::SAFETY_MARGIN;
+use crate::app::pipeline::{Described, OUT_OF_TIME, Passes, Pipeline, Traffic, describe_events};
 use crate::app::telemetry::Telemetry;
 use crate::domain::config::{Config, Mode};
-use crate::domain::event::EventKind;
 use crate::domain::facts::InstanceFacts;
 use crate::domain::inbound::{self, Record, SqsMessage};
 use crate::domain::report::{Outcome, Report, Tally};
-use crate::domain::retry::{Failed, RetryPolicy};
+use crate::domain::retry::RetryPolicy;
 use crate::ports::{
     Clock, FailureKind, InstanceDirectory, Notifier, Place, PoolStore, PortError, Redeliver,
     Redelivery, Work, span, until,
@@ -92,9 +87,11 @@ pub struct Invocation {
 impl Handler {
     /// A handler of `config` over `store` and nothing else: no instance facts, no nodes, no
     /// executor (plans are made and pools recorded), no notifier, no redelivery; drains' passes
-    /// in process, 5 s apart; the system clock; [`CONCURRENCY`] events at once; a
-    /// [`SAFETY_MARGIN`] — the settings' defaults. The
-    /// wiring and the tests set what they need over it (`Handler { executor, ..Handler::new(..) }`).
+    /// in process, 5 s apart; the system clock; [`crate::app::pipeline::CONCURRENCY`] events at
+    /// once; a [`crate::app::settings::SAFETY_MARGIN`] — the settings' defaults. The tests set
+    /// what they need over it (`Handler { executor, ..Handler::new(..) }`); test support,
+    /// compiled for tests and the `fixtures` feature only (the wiring builds its own).
+    #[cfg(any(test, feature = "fixtures"))]
     pub fn new(config: Config, store: Arc<dyn PoolStore>) -> Handler {
         Handler {
             config,
@@ -106,8 +103,8 @@ impl Handler {
             redelivery: None,
             passes: Passes::in_process(crate::app::pipeline::PASS_INTERVAL),
             clock: crate::adapters::clock::SystemClock::shared(),
-            concurrency: CONCURRENCY,
-            safety_margin: SAFETY_MARGIN,
+            concurrency: crate::app::pipeline::CONCURRENCY,
+            safety_margin: crate::app::settings::SAFETY_MARGIN,
             telemetry: Telemetry::default(),
             traffic: None,
         }
@@ -188,7 +185,7 @@ impl Handler {
     ) -> (BTreeMap<Destination, Share>, Described, Work) {
         let events = crate::app::pipeline::looked_up_events(records);
         let lookup = describe_events(self.instances.as_ref(), &events, known);
-        let looked_up = within(self.clock.as_ref(), work.deadline, lookup).await;
+        let looked_up = until(self.clock.as_ref(), work.deadline, lookup).await;
         let out_of_time = || PortError::new("ec2", FailureKind::Timeout, OUT_OF_TIME);
         let looked_up = looked_up.ok_or_else(out_of_time);
         let seen: Vec<&str> = looked_up
@@ -400,34 +397,40 @@ impl Handler {
             return;
         }
         loop {
-            let renewed = self.clock.now();
-            let renewing = async {
-                match redelivery.redeliver(messages).await {
-                    Ok(held) if held < messages.len() => tracing::warn!(
-                        messages = messages.len(),
-                        held,
-                        "some of the batch's messages could not be held: they may come back while still worked on"
-                    ),
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(
-                        error = %e,
-                        "the batch's messages could not be held: they may come back while still worked on"
-                    ),
-                }
-            };
             // A renewal is never cut short by the work's end (the failed messages' own
             // visibility, set after the hold, is the last word), only by half a lease.
-            let next = renewed + span(LEASE / 2);
-            if until(self.clock.as_ref(), next, renewing).await.is_none() {
-                tracing::warn!(
-                    "holding the batch's messages timed out: they may come back while still worked on"
-                );
-            }
+            let next = self.clock.now() + span(LEASE / 2);
+            let then = "they may come back while still worked on";
+            self.redeliver(redelivery, messages, next, then).await;
             tokio::select! {
                 biased;
                 () = done.notified() => return,
                 () = self.clock.alarm(next) => {}
             }
+        }
+    }
+
+    /// Sets the visibility of `messages` (see [`Redelivery`]), giving up at `by`: best effort,
+    /// what could not be set logged with what the messages do `then`.
+    async fn redeliver(
+        &self,
+        redelivery: &dyn Redelivery,
+        messages: &[Redeliver],
+        by: DateTime<Utc>,
+        then: &str,
+    ) {
+        let changing = until(self.clock.as_ref(), by, redelivery.redeliver(messages));
+        match changing.await {
+            Some(Ok(changed)) if changed >= messages.len() => {
+                tracing::debug!(changed, "messages' visibility set");
+            }
+            Some(Ok(changed)) => tracing::warn!(
+                messages = messages.len(),
+                changed,
+                "some messages' visibility could not be set: {then}"
+            ),
+            Some(Err(e)) => tracing::warn!(error = %e, "messages' visibility not set: {then}"),
+            None => tracing::warn!("setting messages' visibility timed out: {then}"),
         }
     }
 
@@ -451,22 +454,14 @@ impl Handler {
             .filter_map(|(message, report)| {
                 let receives = message.attributes.get("ApproximateReceiveCount");
                 let receives = receives.and_then(|n| n.parse::<u32>().ok()).unwrap_or(1);
-                let failed = match (report.kind, report.time) {
-                    (Some(_), Some(_)) if report.permanent => {
-                        tracing::error!(
-                            message_id = report.message_id.as_deref().unwrap_or_default(),
-                            reason = report.reason.as_deref().unwrap_or_default(),
-                            "a refusal that trying again will meet again: the message comes back slowly"
-                        );
-                        Failed::Permanent
-                    }
-                    (Some(kind), Some(time)) => Failed::Event {
-                        window_end: window_end(&self.config, kind, time, report),
-                    },
-                    _ => Failed::Undecodable,
-                };
-                let delay = policy.delay(failed, receives, now);
-                let delay = crate::domain::retry::no_sooner(delay, now, report.retry_not_before);
+                if report.permanent {
+                    tracing::error!(
+                        message_id = report.message_id.as_deref().unwrap_or_default(),
+                        reason = report.reason.as_deref().unwrap_or_default(),
+                        "a refusal that trying again will meet again: the message comes back slowly"
+                    );
+                }
+                let delay = policy.delay(report, &self.config, receives, now);
                 Some(Redeliver {
                     delay,
                     ..lease(message)?
@@ -480,21 +475,9 @@ impl Handler {
             .map(|d| (d - now).to_std().unwrap_or_default())
             .unwrap_or(Duration::MAX)
             .clamp(Duration::from_millis(500), Duration::from_secs(10));
-        let changing = redelivery.redeliver(&messages);
-        match until(self.clock.as_ref(), now + span(limit), changing).await {
-            Some(Ok(changed)) => tracing::info!(
-                failed = messages.len(),
-                changed,
-                "failed messages come back soon"
-            ),
-            Some(Err(e)) => tracing::warn!(
-                error = %e,
-                "failed messages keep the queue's visibility timeout"
-            ),
-            None => tracing::warn!(
-                "changing the failed messages' visibility timed out: they keep the queue's visibility timeout"
-            ),
-        }
+        let then = "they come back after the queue's visibility timeout";
+        self.redeliver(redelivery, &messages, now + span(limit), then)
+            .await;
     }
 
     /// Handles whatever Lambda passed: an SQS batch or a bare EventBridge event.
@@ -546,26 +529,6 @@ fn lease(m: &SqsMessage) -> Option<Redeliver> {
         message_id: m.message_id.clone()?,
         delay: LEASE,
     })
-}
-
-/// When the work of a failed event stops being worth doing soon: its earliest drain deadline;
-/// else, for a spot or reservation warning, when the instance goes less the margin; else the
-/// event time plus the drain timeout.
-fn window_end(
-    config: &Config,
-    kind: EventKind,
-    time: DateTime<Utc>,
-    report: &Report,
-) -> DateTime<Utc> {
-    if let Some(deadline) = report.actions.iter().filter_map(|a| a.deadline).min() {
-        return deadline;
-    }
-    match kind {
-        EventKind::SpotInterruption | EventKind::CapacityReservationInterruption => {
-            time + config.interruption_notice - config.deadline_margin
-        }
-        _ => time + config.drain_timeout,
-    }
 }
 
 /// Epoch milliseconds before this are not an epoch deadline (2001-09-09).
@@ -919,6 +882,16 @@ mod tests {
             unreachable!("lookups fail first")
         }
         async fn continuation_keys(
+            &self,
+        ) -> Result<crate::domain::keys::KeyRing, crate::ports::PortError> {
+            unreachable!("lookups fail first")
+        }
+        async fn reread_continuation_keys(
+            &self,
+        ) -> Result<Option<crate::domain::keys::KeyRing>, crate::ports::PortError> {
+            unreachable!("lookups fail first")
+        }
+        async fn rotate_continuation_key(
             &self,
         ) -> Result<crate::domain::keys::KeyRing, crate::ports::PortError> {
             unreachable!("lookups fail first")

@@ -7,7 +7,7 @@ use tracing_subscriber::EnvFilter;
 use crate::app::settings::Settings;
 
 use crate::domain::config::Action;
-use crate::domain::report::{ActionReport, Outcome, PoolReport, Report};
+use crate::domain::report::{Outcome, PoolReport, Report};
 use tracing_subscriber::util::SubscriberInitExt;
 
 /// What is written of each report besides its log line: with `metrics`, its EMF metric
@@ -79,24 +79,20 @@ pub fn preflight_documents(
     proofs: &[crate::domain::admission::Proof],
     now: DateTime<Utc>,
 ) -> Vec<Value> {
-    let emf = Emf {
-        timestamp: now.timestamp_millis(),
-        kind: "preflight",
-        cluster,
-    };
-    proofs
+    let mut emf = Emf::new(now, cluster);
+    let checked = proofs
         .iter()
-        .filter(|p| !matches!(p.verdict, crate::domain::admission::Verdict::NotChecked(_)))
-        .map(|proof| {
-            emf.doc(
-                &[&["Capability"]],
-                &["PreflightRefused"],
-                json!({"Capability": proof.capability.as_str(),
-                       "PreflightRefused": u8::from(proof.verdict.is_refused()),
-                       "Group": proof.group, "Verdict": proof.verdict.to_string()}),
-            )
-        })
-        .collect()
+        .filter(|p| !matches!(p.verdict, crate::domain::admission::Verdict::NotChecked(_)));
+    for proof in checked {
+        emf.add(
+            &[&["Capability"]],
+            &["PreflightRefused"],
+            json!({"Capability": proof.capability.as_str(),
+                   "PreflightRefused": u8::from(proof.verdict.is_refused()),
+                   "Group": proof.group, "Verdict": proof.verdict.to_string()}),
+        );
+    }
+    emf.docs
 }
 
 /// JSON logs on stdout (CloudWatch Logs reads them as structured fields), filtered by the
@@ -223,60 +219,131 @@ fn log_report(report: &Report) {
 /// dimension set as it is and once more with `Cluster` first (`Cluster`, `Kind`, ...): the
 /// totals stay where they were, and each cluster's can be seen apart.
 pub fn emf_documents(report: &Report, now: DateTime<Utc>) -> Vec<Value> {
-    let emf = Emf {
-        timestamp: now.timestamp_millis(),
-        kind: report.kind.map(|k| k.as_str()).unwrap_or("undecodable"),
-        cluster: report.cluster.as_deref(),
-    };
+    let mut emf = Emf::new(now, report.cluster.as_deref());
+    let kind = report.kind.map(|k| k.as_str()).unwrap_or("undecodable");
+    let outcome = report.outcome.as_str();
+    // The node actions other than `none`.
+    let acting = || report.actions.iter().filter(|a| a.action != Action::None);
     if report.pass.is_some() {
         // A later pass of a drain: the event was counted (and its pools) by its first pass.
-        let mut docs = vec![emf.doc(
+        emf.add(
             &[&["Kind", "Outcome"]],
             &["DrainPasses"],
-            json!({"Kind": emf.kind, "Outcome": report.outcome.as_str(), "DrainPasses": 1,
+            json!({"Kind": kind, "Outcome": outcome, "DrainPasses": 1,
                    "EventId": report.event_id, "Pass": report.pass}),
-        )];
-        if report.outcome == Outcome::Acted {
-            docs.extend(emf.drains(report));
+        );
+    } else {
+        emf.add(
+            &[&["Kind"], &["Kind", "Outcome"]],
+            &["EventsReceived"],
+            json!({"Kind": kind, "Outcome": outcome, "EventsReceived": 1}),
+        );
+        let result = match report.outcome {
+            Outcome::Acted => "done",
+            Outcome::Planned => "planned",
+            Outcome::Failed => "failed",
+            Outcome::Ignored | Outcome::Duplicate => "",
+        };
+        for action in acting().filter(|_| !result.is_empty()) {
+            emf.add(
+                &[&["Kind", "Action", "Result"]],
+                &["Actions"],
+                json!({"Kind": kind, "Action": action.action.as_str(), "Result": result,
+                       "Actions": 1, "InstanceId": action.instance_id, "Node": action.node}),
+            );
         }
-        return docs;
+        if let Some(account) = &report.account_unreachable {
+            emf.add(
+                &[&[], &["Account"]],
+                &["AccountUnreachable"],
+                json!({"Account": account, "AccountUnreachable": 1}),
+            );
+        }
+        let marked = report
+            .pools
+            .iter()
+            .filter(|p| p.unavailable_until.is_some());
+        for pool in marked.filter(|_| matches!(report.outcome, Outcome::Acted | Outcome::Planned)) {
+            emf.add(
+                &[POOL],
+                &["PoolsMarked"],
+                with_pool(json!({"PoolsMarked": 1}), pool),
+            );
+        }
     }
-    let mut docs = vec![emf.received(report)];
-    docs.extend(emf.actions(report));
-    if let Some(account) = &report.account_unreachable {
-        docs.push(emf.doc(
-            &[&[], &["Account"]],
-            &["AccountUnreachable"],
-            json!({"Account": account, "AccountUnreachable": 1}),
-        ));
+    if report.outcome != Outcome::Acted {
+        return emf.docs;
     }
-    if matches!(report.outcome, Outcome::Acted | Outcome::Planned) {
-        docs.extend(emf.pools_marked(report));
+    // `Evictions` per drain pass that ran; `EvictionsRefused` and `Drains` per drain that ended.
+    for action in acting() {
+        let Some(drain) = action.drain else { continue };
+        let (instance, node) = (&action.instance_id, &action.node);
+        let mut fields = json!({"Kind": kind, "Evictions": drain.evicted,
+               "PodEventsRecorded": drain.pod_events,
+               "PodEventsGivenUp": drain.pod_events_given_up,
+               "PlaceholdersRefused": drain.placeholders_refused,
+               "InstanceId": instance, "Node": node});
+        let mut metrics = DRAIN.to_vec();
+        if drain.pending {
+            metrics.retain(|m| *m != "EvictionsRefused");
+        } else {
+            fields["EvictionsRefused"] = json!(drain.left);
+        }
+        emf.add(&[&["Kind"]], &metrics, fields);
+        if drain.pending {
+            continue;
+        }
+        let result = if drain.complete {
+            "complete"
+        } else {
+            "incomplete"
+        };
+        emf.add(
+            &[&["Kind", "Result"]],
+            &["Drains"],
+            json!({"Kind": kind, "Result": result, "Drains": 1,
+                   "InstanceId": instance, "Node": node}),
+        );
     }
-    if report.outcome == Outcome::Acted {
-        docs.extend(emf.drains(report));
-        docs.extend(emf.latency(report, now));
-    }
-    docs
+    // From the event's time to the first node cordoned for it (a delete, which cordons
+    // nothing, ends with the batch: `now`), by kind and by pool.
+    let Some(time) = report.time.filter(|_| report.pass.is_none()) else {
+        return emf.docs;
+    };
+    let acted_at = acting().filter_map(|a| a.cordoned_at).min().unwrap_or(now);
+    let latency = (acted_at - time).num_milliseconds().max(0);
+    let fields = json!({"Kind": kind, "EventToActionLatency": latency,
+                        "EventId": report.event_id});
+    // one pool per event in practice: its dimensions let latency be seen per pool
+    let (dimensions, fields): (&[&[&str]], _) = match report.pools.first() {
+        Some(pool) => (&[&["Kind"], POOL], with_pool(fields, pool)),
+        None => (&[&["Kind"]], fields),
+    };
+    emf.add(dimensions, &["EventToActionLatency"], fields);
+    emf.docs
 }
 
-/// The node actions of a report other than `none`.
-fn acting(report: &Report) -> impl Iterator<Item = &ActionReport> + Clone {
-    report.actions.iter().filter(|a| a.action != Action::None)
-}
-
-/// The metric documents of one record: its time and kind.
+/// The metric documents of one record, or one preflight, as they are added.
 struct Emf<'a> {
     timestamp: i64,
-    kind: &'a str,
     /// The cluster the record was handled in, when named.
     cluster: Option<&'a str>,
+    docs: Vec<Value>,
 }
 
-impl Emf<'_> {
-    /// One EMF document: the metrics' definitions (counts, and latencies in milliseconds) and
-    /// the fields that carry their values.
-    fn doc(&self, dimensions: &[&[&str]], metrics: &[&str], mut fields: Value) -> Value {
+impl<'a> Emf<'a> {
+    fn new(now: DateTime<Utc>, cluster: Option<&'a str>) -> Self {
+        let (timestamp, docs) = (now.timestamp_millis(), Vec::new());
+        Emf {
+            timestamp,
+            cluster,
+            docs,
+        }
+    }
+
+    /// Adds one EMF document: the metrics' definitions (counts, and latencies in milliseconds)
+    /// and the fields that carry their values.
+    fn add(&mut self, dimensions: &[&[&str]], metrics: &[&str], mut fields: Value) {
         let unit = |m: &str| match m.ends_with("Latency") {
             true => "Milliseconds",
             false => "Count",
@@ -298,106 +365,18 @@ impl Emf<'_> {
             "Timestamp": self.timestamp,
             "CloudWatchMetrics": [{"Namespace": NAMESPACE, "Dimensions": sets, "Metrics": metrics}]
         });
-        fields
-    }
-
-    /// `EventsReceived` by kind, and by kind and outcome (one document, two dimension sets).
-    fn received(&self, report: &Report) -> Value {
-        self.doc(
-            &[&["Kind"], &["Kind", "Outcome"]],
-            &["EventsReceived"],
-            json!({"Kind": self.kind, "Outcome": report.outcome.as_str(), "EventsReceived": 1}),
-        )
-    }
-
-    /// `Actions` by kind, action and result, for acted, planned and failed records.
-    fn actions(&self, report: &Report) -> Vec<Value> {
-        let result = match report.outcome {
-            Outcome::Acted => "done",
-            Outcome::Planned => "planned",
-            Outcome::Failed => "failed",
-            Outcome::Ignored | Outcome::Duplicate => return Vec::new(),
-        };
-        acting(report)
-            .map(|action| {
-                self.doc(
-                    &[&["Kind", "Action", "Result"]],
-                    &["Actions"],
-                    json!({"Kind": self.kind, "Action": action.action.as_str(), "Result": result,
-                           "Actions": 1, "InstanceId": action.instance_id, "Node": action.node}),
-                )
-            })
-            .collect()
-    }
-
-    /// `PoolsMarked` per pool marked unavailable.
-    fn pools_marked(&self, report: &Report) -> Vec<Value> {
-        (report.pools.iter())
-            .filter(|p| p.unavailable_until.is_some())
-            .map(|pool| with_pool(json!({"PoolsMarked": 1}), pool))
-            .map(|fields| self.doc(&[POOL], &["PoolsMarked"], fields))
-            .collect()
-    }
-
-    /// `Evictions` per drain pass that ran; `EvictionsRefused` and `Drains` per drain that ended.
-    fn drains(&self, report: &Report) -> Vec<Value> {
-        let kind = self.kind;
-        let mut docs = Vec::new();
-        for action in acting(report) {
-            let Some(drain) = action.drain else { continue };
-            let mut metrics = vec![
-                "Evictions",
-                "PodEventsRecorded",
-                "PodEventsGivenUp",
-                "PlaceholdersRefused",
-            ];
-            let mut fields = json!({"Kind": kind, "Evictions": drain.evicted,
-                   "PodEventsRecorded": drain.pod_events,
-                   "PodEventsGivenUp": drain.pod_events_given_up,
-                   "PlaceholdersRefused": drain.placeholders_refused,
-                   "InstanceId": action.instance_id, "Node": action.node});
-            if !drain.pending {
-                metrics.insert(1, "EvictionsRefused");
-                fields["EvictionsRefused"] = json!(drain.left);
-            }
-            docs.push(self.doc(&[&["Kind"]], &metrics, fields));
-            if drain.pending {
-                continue;
-            }
-            let drain_result = if drain.complete {
-                "complete"
-            } else {
-                "incomplete"
-            };
-            docs.push(self.doc(
-                &[&["Kind", "Result"]],
-                &["Drains"],
-                json!({"Kind": kind, "Result": drain_result, "Drains": 1,
-                       "InstanceId": action.instance_id, "Node": action.node}),
-            ));
-        }
-        docs
-    }
-
-    /// `EventToActionLatency`: from the event's time to the first node cordoned for it (a
-    /// delete, which cordons nothing, ends with the batch: `now`), by kind and by pool.
-    fn latency(&self, report: &Report, now: DateTime<Utc>) -> Option<Value> {
-        let time = report.time?;
-        let acted_at = acting(report)
-            .filter_map(|a| a.cordoned_at)
-            .min()
-            .unwrap_or(now);
-        let latency = (acted_at - time).num_milliseconds().max(0);
-        let fields = json!({"Kind": self.kind, "EventToActionLatency": latency,
-                            "EventId": report.event_id});
-        // one pool per event in practice: its dimensions let latency be seen per pool
-        let (dimensions, fields): (&[&[&str]], _) = match report.pools.first() {
-            Some(pool) => (&[&["Kind"], POOL], with_pool(fields, pool)),
-            None => (&[&["Kind"]], fields),
-        };
-        Some(self.doc(dimensions, &["EventToActionLatency"], fields))
+        self.docs.push(fields);
     }
 }
+
+/// The metrics of a drain pass's document (`EvictionsRefused` once the drain ended).
+const DRAIN: &[&str] = &[
+    "Evictions",
+    "EvictionsRefused",
+    "PodEventsRecorded",
+    "PodEventsGivenUp",
+    "PlaceholdersRefused",
+];
 
 /// The dimensions of a pool.
 const POOL: &[&str] = &["CapacityType", "InstanceType", "Zone"];

@@ -25,6 +25,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use super::config::Config;
+use super::event::EventKind;
+use super::report::Report;
+
 /// The delays of [`RetryPolicy::delay`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
@@ -46,26 +50,37 @@ impl Default for RetryPolicy {
     }
 }
 
-/// What is known of a failed record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failed {
-    /// It could not be decoded.
-    Undecodable,
-    /// An event whose actions must be done by `window_end`.
-    Event { window_end: DateTime<Utc> },
-    /// An event whose failure the same call meets again (a refusal, not a fault).
-    Permanent,
-}
-
 impl RetryPolicy {
-    /// How long the message of `failed` stays invisible before its next delivery, after its
-    /// `receive_count`-th receive (SQS's `ApproximateReceiveCount`, from 1), at `now`.
-    pub fn delay(&self, failed: Failed, receive_count: u32, now: DateTime<Utc>) -> Duration {
-        let window_end = match failed {
-            Failed::Undecodable => return Duration::ZERO,
-            Failed::Permanent => return self.after_window,
-            Failed::Event { window_end } => window_end,
+    /// How long the message of the failed `report` stays invisible before its next delivery,
+    /// after its `receive_count`-th receive (SQS's `ApproximateReceiveCount`, from 1), at `now`:
+    /// at once when it could not be decoded, slowly when it failed for good (`permanent`: the
+    /// same call meets the same refusal), else by its window (see the module doc); and no sooner
+    /// than its `retry_not_before` (a record that would fail again without a request before it).
+    pub fn delay(
+        &self,
+        report: &Report,
+        config: &Config,
+        receive_count: u32,
+        now: DateTime<Utc>,
+    ) -> Duration {
+        let delay = match window_end(config, report) {
+            Some(_) if report.permanent => self.after_window,
+            Some(end) => self.in_window(end, receive_count, now),
+            None => Duration::ZERO,
         };
+        let not_before = report
+            .retry_not_before
+            .and_then(|t| (t - now).to_std().ok());
+        delay.max(not_before.unwrap_or_default())
+    }
+
+    /// The delay of an event whose actions must be done by `window_end`.
+    fn in_window(
+        &self,
+        window_end: DateTime<Utc>,
+        receive_count: u32,
+        now: DateTime<Utc>,
+    ) -> Duration {
         if now >= window_end {
             return self.after_window;
         }
@@ -80,17 +95,18 @@ impl RetryPolicy {
     }
 }
 
-/// `delay`, but no sooner than `not_before` (a record that would fail again without a request
-/// before then), from `now`.
-pub fn no_sooner(
-    delay: Duration,
-    now: DateTime<Utc>,
-    not_before: Option<DateTime<Utc>>,
-) -> Duration {
-    let wait = not_before
-        .and_then(|t| (t - now).to_std().ok())
-        .unwrap_or_default();
-    delay.max(wait)
+/// When the work of a failed event stops being worth doing soon: its earliest drain deadline;
+/// else, for a spot or reservation warning, when the instance goes less the margin; else the
+/// event time plus the drain timeout. `None`: the record could not be decoded.
+fn window_end(config: &Config, report: &Report) -> Option<DateTime<Utc>> {
+    let (kind, time) = (report.kind?, report.time?);
+    let deadline = report.actions.iter().filter_map(|a| a.deadline).min();
+    Some(deadline.unwrap_or_else(|| match kind {
+        EventKind::SpotInterruption | EventKind::CapacityReservationInterruption => {
+            time + config.interruption_notice - config.deadline_margin
+        }
+        _ => time + config.drain_timeout,
+    }))
 }
 
 /// SQS's limit on a message's visibility timeout: 12 hours.
@@ -106,19 +122,44 @@ pub fn visibility_seconds(delay: Duration) -> u32 {
 mod tests {
     use super::*;
 
+    /// A failed report of `kind` at `time` (none: undecodable), retryable or not.
+    fn failed(kind: Option<EventKind>, time: &str, permanent: bool) -> Report {
+        Report {
+            kind,
+            time: kind.map(|_| at(time)),
+            permanent,
+            ..Report::default()
+        }
+    }
+
     #[test]
     fn a_record_left_alone_comes_back_no_sooner_than_its_time() {
-        use chrono::TimeZone;
-        let now = chrono::Utc.timestamp_opt(1_795_000_000, 0).unwrap();
-        let two = Duration::from_secs(2);
-        assert_eq!(no_sooner(two, now, None), two);
+        let p = RetryPolicy::default();
+        let now = at("2026-11-20T10:00:00Z");
         let later = now + chrono::Duration::seconds(9);
-        assert_eq!(no_sooner(two, now, Some(later)), Duration::from_secs(9));
         let past = now - chrono::Duration::seconds(9);
-        assert_eq!(no_sooner(two, now, Some(past)), two);
+        // An event 10 s ago, its first receive: 2 s, unless it is left alone longer.
+        let event = failed(
+            Some(EventKind::RebalanceRecommendation),
+            "2026-11-20T09:59:50Z",
+            false,
+        );
+        let delay = |report: &Report, not_before| {
+            let report = Report {
+                retry_not_before: not_before,
+                ..report.clone()
+            };
+            p.delay(&report, &Config::default(), 1, now)
+        };
+        let two = Duration::from_secs(2);
+        assert_eq!(delay(&event, None), two);
+        assert_eq!(delay(&event, Some(later)), Duration::from_secs(9));
+        assert_eq!(delay(&event, Some(past)), two);
+        let slow = failed(event.kind, "2026-11-20T09:59:50Z", true);
+        assert_eq!(delay(&slow, Some(later)), Duration::from_secs(300));
         assert_eq!(
-            no_sooner(Duration::from_secs(30), now, Some(later)),
-            Duration::from_secs(30)
+            delay(&failed(None, "", false), Some(later)),
+            Duration::from_secs(9)
         );
     }
 
@@ -139,35 +180,82 @@ mod tests {
     fn fast_inside_the_window_slow_after_it() {
         let p = RetryPolicy::default();
         let now = at("2026-11-20T10:00:00Z");
-        let window = Failed::Event {
-            window_end: at("2026-11-20T10:01:45Z"),
-        };
-        let delays: Vec<u64> = (1..=6).map(|n| p.delay(window, n, now).as_secs()).collect();
+        let window = at("2026-11-20T10:01:45Z");
+        let delays: Vec<u64> = (1..=6)
+            .map(|n| p.in_window(window, n, now).as_secs())
+            .collect();
         assert_eq!(delays, vec![2, 4, 8, 15, 15, 15]);
         let late = at("2026-11-20T10:01:50Z");
-        assert_eq!(p.delay(window, 1, late), Duration::from_secs(300));
+        assert_eq!(p.in_window(window, 1, late), Duration::from_secs(300));
         // close to the end, the retry still falls inside it
         let near = at("2026-11-20T10:01:42Z");
-        assert_eq!(p.delay(window, 5, near), Duration::from_secs(3));
+        assert_eq!(p.in_window(window, 5, near), Duration::from_secs(3));
         let nearer = at("2026-11-20T10:01:44Z");
-        assert_eq!(p.delay(window, 5, nearer), Duration::from_secs(2));
+        assert_eq!(p.in_window(window, 5, nearer), Duration::from_secs(2));
+    }
+
+    /// An event's window: its earliest drain deadline; else a warning's notice less the margin;
+    /// else the drain timeout.
+    #[test]
+    fn an_events_window_is_its_deadline_its_notice_or_the_drain_timeout() {
+        let config = Config::default();
+        let time = at("2026-11-20T10:00:00Z");
+        let spot = failed(
+            Some(EventKind::SpotInterruption),
+            "2026-11-20T10:00:00Z",
+            false,
+        );
+        assert_eq!(
+            window_end(&config, &spot),
+            Some(time + config.interruption_notice - config.deadline_margin)
+        );
+        assert_eq!(window_end(&config, &failed(None, "", false)), None);
+        let health = failed(
+            Some(EventKind::ScheduledChange),
+            "2026-11-20T10:00:00Z",
+            false,
+        );
+        assert_eq!(
+            window_end(&config, &health),
+            Some(time + config.drain_timeout)
+        );
+        let deadline = at("2026-11-20T10:00:30Z");
+        let mut drained = spot.clone();
+        drained.actions.push(crate::domain::report::ActionReport {
+            deadline: Some(deadline),
+            ..Default::default()
+        });
+        assert_eq!(window_end(&config, &drained), Some(deadline));
     }
 
     #[test]
     fn undecodable_records_come_back_at_once() {
         let p = RetryPolicy::default();
         let now = at("2026-11-20T10:00:00Z");
-        assert_eq!(p.delay(Failed::Undecodable, 1, now), Duration::ZERO);
-        assert_eq!(p.delay(Failed::Undecodable, 9, now), Duration::ZERO);
+        let undecodable = failed(None, "", false);
+        assert_eq!(
+            p.delay(&undecodable, &Config::default(), 1, now),
+            Duration::ZERO
+        );
+        assert_eq!(
+            p.delay(&undecodable, &Config::default(), 9, now),
+            Duration::ZERO
+        );
     }
 
     #[test]
     fn a_failure_that_will_not_pass_by_itself_comes_back_slowly_from_the_start() {
         let p = RetryPolicy::default();
         let now = at("2026-11-20T10:00:00Z");
+        // Inside its window (an event of now), a refusal still comes back slowly.
+        let refused = failed(
+            Some(EventKind::SpotInterruption),
+            "2026-11-20T10:00:00Z",
+            true,
+        );
         for receives in [1, 2, 9] {
             assert_eq!(
-                p.delay(Failed::Permanent, receives, now),
+                p.delay(&refused, &Config::default(), receives, now),
                 Duration::from_secs(300)
             );
         }
@@ -177,10 +265,8 @@ mod tests {
     fn huge_receive_counts_do_not_overflow() {
         let p = RetryPolicy::default();
         let now = at("2026-11-20T10:00:00Z");
-        let window = Failed::Event {
-            window_end: at("2026-11-20T11:00:00Z"),
-        };
-        assert_eq!(p.delay(window, u32::MAX, now), Duration::from_secs(15));
-        assert!(p.delay(window, 0, now) <= MAX_VISIBILITY);
+        let window = at("2026-11-20T11:00:00Z");
+        assert_eq!(p.in_window(window, u32::MAX, now), Duration::from_secs(15));
+        assert!(p.in_window(window, 0, now) <= MAX_VISIBILITY);
     }
 }

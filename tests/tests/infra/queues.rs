@@ -23,7 +23,9 @@ fn number(v: &Value) -> u64 {
 #[test]
 fn max_receive_count_outlasts_a_spot_warning_window() {
     use forewarn::domain::config::Config;
-    use forewarn::domain::retry::{Failed, RetryPolicy};
+    use forewarn::domain::event::EventKind;
+    use forewarn::domain::report::Report;
+    use forewarn::domain::retry::RetryPolicy;
 
     let t = stack_template();
     let queue = &t["Resources"]["EventQueue"]["Properties"];
@@ -39,12 +41,17 @@ fn max_receive_count_outlasts_a_spot_warning_window() {
     let window_end = start + config.interruption_notice - config.deadline_margin;
     assert_eq!((window_end - start).num_seconds(), 105);
     let policy = RetryPolicy::default();
+    let warning = Report {
+        kind: Some(EventKind::SpotInterruption),
+        time: Some(start),
+        ..Report::default()
+    };
     // When each receive of a message that fails every time happens, from the first at the event.
     let receives = |count: u64| {
         let mut at = vec![start];
         for n in 1..count {
             let now = *at.last().unwrap();
-            let delay = policy.delay(Failed::Event { window_end }, n as u32, now);
+            let delay = policy.delay(&warning, &config, n as u32, now);
             at.push(now + chrono::Duration::from_std(delay).unwrap());
         }
         at

@@ -146,11 +146,11 @@ impl Pipeline<'_> {
     /// inside the batch while its time allows). Returns one report per record, in order.
     pub async fn process(&self, records: &[Record]) -> Vec<Report> {
         let now = self.clock.now();
-        let looked_up = within(self.clock, self.work.deadline, self.look_up(records)).await;
-        let (found, nodes, applied, followed) = match looked_up.unwrap_or(Err(WorkError::OutOfTime))
-        {
-            Ok(found) => found,
-            Err(e) => return self.none_looked_up(records, &e),
+        let looked_up = until(self.clock, self.work.deadline, self.look_up(records)).await;
+        let (found, nodes, applied, followed) = match looked_up {
+            Some(Ok(found)) => found,
+            Some(Err(e)) => return self.none_looked_up(records, |r| e.fail(r)),
+            None => return self.none_looked_up(records, |r| r.failed(OUT_OF_TIME.into())),
         };
         let (lanes, repeats) = schedule(records);
         // New events first (their cordons), then the drain passes of earlier ones (evictions),
@@ -210,7 +210,7 @@ impl Pipeline<'_> {
 
     /// The batch's lookups besides its instances' (given, see [`places`]): one node lookup and
     /// one ledger read for every supported event of `records`.
-    async fn look_up(&self, records: &[Record]) -> Result<LookedUp, WorkError> {
+    async fn look_up(&self, records: &[Record]) -> Result<LookedUp, PortError> {
         // A drain's later passes carry their plan: nothing to look up for them.
         let wanted = looked_up_events(records);
         if wanted.is_empty() {
@@ -256,9 +256,9 @@ impl Pipeline<'_> {
         Ok((found, nodes, applied, followed))
     }
 
-    /// The reports of a batch whose lookups failed: every supported event failed with
-    /// `error` (it comes back), undecodable records failed, unsupported ones ignored.
-    fn none_looked_up(&self, records: &[Record], error: &WorkError) -> Vec<Report> {
+    /// The reports of a batch whose lookups failed: every supported event failed by `fail` (it
+    /// comes back), undecodable records failed, unsupported ones ignored.
+    fn none_looked_up(&self, records: &[Record], fail: impl Fn(Report) -> Report) -> Vec<Report> {
         records
             .iter()
             .map(|r| match &r.event {
@@ -272,7 +272,7 @@ impl Pipeline<'_> {
                         ..Report::new(r).with_plan(&plan)
                     }
                 }
-                Ok(_) => error.fail(Report::new(r)),
+                Ok(_) => fail(Report::new(r)),
             })
             .collect()
     }
@@ -356,7 +356,7 @@ impl Pipeline<'_> {
         if self.work.deadline.is_some_and(|d| self.clock.now() >= d) {
             return Err(Report::new(record).failed(format!("not started: {OUT_OF_TIME}")));
         }
-        let done = within(self.clock, self.work.deadline, work).await;
+        let done = until(self.clock, self.work.deadline, work).await;
         let done =
             done.ok_or_else(|| Report::new(record).failed(format!("not finished: {OUT_OF_TIME}")))?;
         done.map_err(|panic| panicked(record, panic.as_ref()))
@@ -403,7 +403,7 @@ impl Pipeline<'_> {
         if let Some(executor) = executor.filter(|_| plan.has_node_work()) {
             let results = match executor.execute(&plan, Pass::Cordon, self.work).await {
                 Ok(results) => results,
-                Err(e) => return Handled::Done(WorkError::from(e).fail(report)),
+                Err(e) => return Handled::Done(e.fail(report)),
             };
             let pending = merge(&mut report, &results);
             if let Some(why) = refusals(&results) {
@@ -449,7 +449,7 @@ impl Pipeline<'_> {
                 "already applied: this event id, or the same interruption of this run of the \
                  instance under another id (a repeated warning, or the sweeper's finding)",
             ),
-            Err(e) => WorkError::from(e).fail(report),
+            Err(e) => e.fail(report),
         }
     }
 
@@ -512,18 +512,6 @@ pub async fn drop_unverified_records(
     dropped
 }
 
-/// `work`, if it ends by `deadline` on `clock` (none: it always does).
-pub async fn within<T>(
-    clock: &dyn Clock,
-    deadline: Option<DateTime<Utc>>,
-    work: impl Future<Output = T>,
-) -> Option<T> {
-    match deadline {
-        Some(deadline) => until(clock, deadline, work).await,
-        None => Some(work.await),
-    }
-}
-
 /// What the batch's lookups found: the run's instance facts, candidate nodes, event ids applied
 /// before, the pools `adaptive` follows.
 type LookedUp = (
@@ -566,34 +554,6 @@ fn event_span(event: &Event) -> tracing::Span {
 /// Why work the batch's time ran out for fails (the batch's instance lookup too).
 pub const OUT_OF_TIME: &str =
     "the time left for this batch ran out; the event goes back to the queue";
-
-/// Why an event's work (or the batch's lookups) failed: the event goes back to the queue. A
-/// port's failure while reading the continuation key or queueing the drain's continuation says
-/// so first (its subject); a continuation too large to queue is an invalid one (the same event
-/// makes the same continuation).
-#[derive(Debug, thiserror::Error)]
-pub enum WorkError {
-    #[error(transparent)]
-    Port(#[from] PortError),
-    #[error("{OUT_OF_TIME}")]
-    OutOfTime,
-}
-
-impl WorkError {
-    /// Trying the work again may succeed (see [`crate::ports::FailureKind::retryable`]): false
-    /// when a port's answer was a refusal the same call meets again.
-    pub fn retryable(&self) -> bool {
-        match self {
-            WorkError::Port(e) => e.retryable(),
-            WorkError::OutOfTime => true,
-        }
-    }
-
-    /// `report` failed with this error (see [`Report::failed_as`]).
-    pub fn fail(&self, report: Report) -> Report {
-        report.failed_as(self.to_string(), self.retryable())
-    }
-}
 
 /// Events handled at once within a batch by default (`FOREWARN_CONCURRENCY`'s default).
 pub const CONCURRENCY: usize = 8;

@@ -140,8 +140,7 @@ impl Pipeline<'_> {
         let one = std::slice::from_ref(continuation);
         let newer = |e: &Unverified| matches!(e, Unverified::UnknownKey { .. });
         let verdicts = by_keys(self.store, one, |c, keys| c.verify(keys, body), newer).await;
-        let failed = |e: PortError| WorkError::from(PortError::new(KEY, e.kind, e));
-        let failed = |e| failed(e).fail(Report::new(record));
+        let failed = |e: PortError| PortError::new(KEY, e.kind, e).fail(Report::new(record));
         Ok(verdicts.map_err(failed)?.remove(0))
     }
 
@@ -221,7 +220,7 @@ impl Pipeline<'_> {
                     self.passes_here(executor, plan, *next, after, out).await?;
                 }
             }
-            Ok::<_, WorkError>(Outcome::Acted)
+            Ok::<_, PortError>(Outcome::Acted)
         };
         match done.await {
             Ok(outcome) => Report { outcome, ..report },
@@ -238,7 +237,7 @@ impl Pipeline<'_> {
         continuation: &Continuation,
         quiet: bool,
         report: &mut Report,
-    ) -> Result<PassEnd, WorkError> {
+    ) -> Result<PassEnd, PortError> {
         let heartbeat = match continuation.heartbeat_at {
             Some(at) => self.clock.now() - at >= span(HEARTBEAT_EVERY),
             None => true,
@@ -326,7 +325,7 @@ impl Pipeline<'_> {
         }
         let nodes: Vec<String> = nodes.into_iter().collect();
         let look = executor.room(&nodes, self.work);
-        match within(self.clock, self.work.deadline, look).await {
+        match until(self.clock, self.work.deadline, look).await {
             Some(Ok(seen)) => seen,
             Some(Err(e)) => {
                 tracing::warn!(error = %e, "could not look at the placeholders: drains waiting for room make full passes");
@@ -359,7 +358,7 @@ impl Pipeline<'_> {
         to: Queued<'_, '_>,
         next: &Continuation,
         after: Duration,
-    ) -> Result<String, WorkError> {
+    ) -> Result<String, PortError> {
         let keys = self.store.continuation_keys().await;
         let keys = keys.map_err(|e| PortError::new(KEY, e.kind, e))?;
         // Never an oversized message: SQS would refuse it, after the node was cordoned; the
@@ -401,7 +400,7 @@ impl Pipeline<'_> {
         mut next: Continuation,
         mut after: Duration,
         report: &mut Report,
-    ) -> Result<(), WorkError> {
+    ) -> Result<(), PortError> {
         loop {
             self.clock.sleep(after).await;
             match self

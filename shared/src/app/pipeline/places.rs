@@ -32,7 +32,7 @@ pub fn place_report(error: &PortError, record: &Record) -> Report {
     }
     Report {
         account_unreachable: (error.cause::<AccountUnreachable>()).map(|u| u.account.clone()),
-        ..Report::new(record).failed_as(error.to_string(), error.retryable())
+        ..error.fail(Report::new(record))
     }
 }
 

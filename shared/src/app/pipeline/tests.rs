@@ -108,6 +108,14 @@ impl Executor for Recorder {
             ..ActionResult::default()
         }])
     }
+
+    async fn room(
+        &self,
+        _: &[String],
+        _: Work,
+    ) -> Result<BTreeMap<String, crate::domain::surge::RoomSeen>, PortError> {
+        Ok(BTreeMap::new())
+    }
 }
 
 fn records(batch: serde_json::Value, clock: &ManualClock) -> Vec<Record> {
