@@ -87,6 +87,7 @@ const MAX_BATCH_ROUNDS: u32 = 10;
 const MAX_KNOWN_POOLS: usize = 10_000;
 
 /// The pool store in one DynamoDB table.
+#[derive(Debug)]
 pub struct DynamoStore {
     client: Client,
     table: String,
@@ -100,15 +101,6 @@ pub struct DynamoStore {
     clock: std::sync::Arc<dyn crate::ports::Clock>,
     /// The continuation keys' secret (the stack's); none: a store for reading pools alone.
     secret: Option<SecretKeys>,
-}
-
-impl std::fmt::Debug for DynamoStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DynamoStore")
-            .field("table", &self.table)
-            .field("retention", &self.retention)
-            .finish_non_exhaustive()
-    }
 }
 
 impl DynamoStore {
