@@ -51,48 +51,26 @@ impl Ec2Directory {
 }
 
 /// Reads the facts of one SDK instance.
-pub fn facts_of(instance: &Instance) -> Option<InstanceFacts> {
-    let instance_id = instance.instance_id()?.to_string();
+pub fn facts_of(i: &Instance) -> Option<InstanceFacts> {
+    let placement = i.placement();
+    let owned = |text: Option<&str>| text.map(str::to_string);
+    let tag = |t: &aws_sdk_ec2::types::Tag| Some((t.key()?.into(), t.value().unwrap_or("").into()));
     Some(InstanceFacts {
-        instance_id,
-        instance_type: instance.instance_type().map(|t| t.as_str().to_string()),
-        zone: instance
-            .placement()
-            .and_then(|p| p.availability_zone())
-            .map(str::to_string),
-        zone_id: instance
-            .placement()
-            .and_then(|p| p.availability_zone_id())
-            .map(str::to_string),
+        instance_id: i.instance_id()?.to_string(),
+        instance_type: owned(i.instance_type().map(|t| t.as_str())),
+        zone: owned(placement.and_then(|p| p.availability_zone())),
+        zone_id: owned(placement.and_then(|p| p.availability_zone_id())),
         capacity_type: Some(CapacityType::of_ec2(
-            instance.instance_lifecycle().map(|l| l.as_str()),
-            instance.capacity_reservation_id(),
+            i.instance_lifecycle().map(|l| l.as_str()),
+            i.capacity_reservation_id(),
         )),
-        private_dns: instance
-            .private_dns_name()
-            .filter(|d| !d.is_empty())
-            .map(str::to_string),
-        state: instance
-            .state()
-            .and_then(|s| s.name())
-            .map(|n| n.as_str().to_string()),
-        state_reason: instance
-            .state_reason()
-            .and_then(|r| r.code())
-            .map(str::to_string),
-        launch_time: instance.launch_time().and_then(time_of),
-        tags: instance
-            .tags()
-            .iter()
-            .filter_map(|t| {
-                Some((
-                    t.key()?.to_string(),
-                    t.value().unwrap_or_default().to_string(),
-                ))
-            })
-            .collect(),
-        addresses: addresses_of(instance),
-        capacity_reservation_id: instance.capacity_reservation_id().map(str::to_string),
+        private_dns: owned(i.private_dns_name().filter(|d| !d.is_empty())),
+        state: owned(i.state().and_then(|s| s.name()).map(|n| n.as_str())),
+        state_reason: owned(i.state_reason().and_then(|r| r.code())),
+        launch_time: i.launch_time().and_then(time_of),
+        tags: i.tags().iter().filter_map(tag).collect(),
+        addresses: addresses_of(i),
+        capacity_reservation_id: owned(i.capacity_reservation_id()),
     })
 }
 

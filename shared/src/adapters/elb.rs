@@ -61,7 +61,7 @@ struct Clients {
 
 /// [`LoadBalancers`] over the ELB and tagging APIs: of the own account and region, and with
 /// [`Accounts`] of the account and region of each event.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct ElbTargets {
     places: PerPlace<Clients>,
     clock: Arc<dyn Clock>,
@@ -74,19 +74,13 @@ pub struct ElbTargets {
 type Targets = HashMap<String, (DateTime<Utc>, Vec<Target>)>;
 
 /// A cluster's target groups as known.
-#[derive(Clone, Default)]
+#[derive(Clone, Debug, Default)]
 struct Known {
     /// When a discovery last went through every page (`None`: none did yet).
     at: Option<DateTime<Utc>>,
     arns: BTreeSet<String>,
     /// Held by the discovery under way, whichever way it ends (no other is started meanwhile).
     finding: Arc<tokio::sync::Mutex<()>>,
-}
-
-impl std::fmt::Debug for ElbTargets {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ElbTargets").finish_non_exhaustive()
-    }
 }
 
 /// A throttled or failed call is tried at most this often.

@@ -143,13 +143,12 @@ pub(super) fn decode_pool(item: &Item) -> Result<PoolRecord, PortError> {
     Ok(PoolRecord { counters, ..record })
 }
 
-/// A history item, as written and read.
+/// A history item's attributes as written and read, straight from and into a [`HistoryEntry`]
+/// (its key apart: see [`history_item`]).
 #[serde_as]
 #[derive(Serialize, Deserialize)]
+#[serde(remote = "HistoryEntry")]
 struct HistoryItem {
-    #[serde(skip_deserializing)]
-    pk: String,
-    sk: String,
     #[serde_as(as = "DisplayFromStr")]
     pool: PoolKey,
     kind: EventKind,
@@ -159,47 +158,46 @@ struct HistoryItem {
     #[serde(with = "ts_seconds")]
     at: DateTime<Utc>,
     /// The window, rounded up.
-    #[serde(default, with = "ts_seconds_option")]
+    #[serde(rename = "until", default, with = "ts_seconds_option")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    until: Option<DateTime<Utc>>,
+    unavailable_until: Option<DateTime<Utc>>,
     /// Rounded up.
     #[serde(with = "ts_seconds")]
     expires_at: DateTime<Utc>,
 }
 
+/// A history item as written: its key, and the entry as [`HistoryItem`] says.
+#[derive(Serialize)]
+struct History {
+    pk: String,
+    sk: String,
+    #[serde(flatten, with = "HistoryItem")]
+    entry: HistoryEntry,
+}
+
+/// A history item as read.
+#[derive(Deserialize)]
+struct Read(#[serde(with = "HistoryItem")] HistoryEntry);
+
 /// The history item of `entry`.
 pub(super) fn history_item(entry: &HistoryEntry) -> impl Serialize {
-    HistoryItem {
+    let (at, id, instance) = (entry.at, &entry.event_id, &entry.instance_id);
+    History {
         pk: pool_pk(&entry.pool),
         // Sorts by event time within its pool.
-        sk: format!(
-            "{}#{}#{}",
-            history_sk_at(entry.at),
-            entry.event_id,
-            entry.instance_id
-        ),
-        pool: entry.pool.clone(),
-        kind: entry.kind,
-        event_id: entry.event_id.clone(),
-        instance_id: entry.instance_id.clone(),
-        at: entry.at,
-        until: entry.unavailable_until.map(ceil),
-        expires_at: ceil(entry.expires_at),
+        sk: format!("{}#{id}#{instance}", history_sk_at(at)),
+        entry: HistoryEntry {
+            unavailable_until: entry.unavailable_until.map(ceil),
+            expires_at: ceil(entry.expires_at),
+            ..entry.clone()
+        },
     }
 }
 
 /// A history item read back.
 pub fn decode_history(item: &Item) -> Result<HistoryEntry, PortError> {
-    let read: HistoryItem = from_item(text(item, "sk").unwrap_or_default(), item)?;
-    Ok(HistoryEntry {
-        pool: read.pool,
-        kind: read.kind,
-        event_id: read.event_id,
-        instance_id: read.instance_id,
-        at: read.at,
-        unavailable_until: read.until,
-        expires_at: read.expires_at,
-    })
+    let Read(entry) = from_item(text(item, "sk").unwrap_or_default(), item)?;
+    Ok(entry)
 }
 
 /// A ledger item: an applied event.

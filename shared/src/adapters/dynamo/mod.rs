@@ -87,6 +87,7 @@ const MAX_BATCH_ROUNDS: u32 = 10;
 const MAX_KNOWN_POOLS: usize = 10_000;
 
 /// The pool store in one DynamoDB table.
+#[derive(Debug)]
 pub struct DynamoStore {
     client: Client,
     table: String,
@@ -100,15 +101,6 @@ pub struct DynamoStore {
     clock: std::sync::Arc<dyn crate::ports::Clock>,
     /// The continuation keys' secret (the stack's); none: a store for reading pools alone.
     secret: Option<SecretKeys>,
-}
-
-impl std::fmt::Debug for DynamoStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DynamoStore")
-            .field("table", &self.table)
-            .field("retention", &self.retention)
-            .finish_non_exhaustive()
-    }
 }
 
 impl DynamoStore {
@@ -252,37 +244,26 @@ impl PoolStore for DynamoStore {
         let mut e = Expr::default();
         let now_value = e.value("now", n(now.timestamp()));
         let mut filter = vec![format!("{} > {now_value}", e.name("expires_at"))];
+        // Only the pools unavailable at `now`: the sort key of their index, else a filter.
+        let mut until = (!query.include_available)
+            .then(|| format!("{} > {now_value}", e.name("unavailable_until")));
         let index = match (&query.instance_type, &query.zone) {
             (Some(instance_type), zone) => {
-                let key_condition = e.is("instance_type", s(instance_type));
-                if let Some(zone) = zone {
-                    filter.push(e.is("zone", s(zone)));
-                }
-                Some((INDEX_BY_TYPE, key_condition))
+                filter.extend(zone.as_ref().map(|zone| e.is("zone", s(zone))));
+                Some((INDEX_BY_TYPE, e.is("instance_type", s(instance_type))))
             }
             (None, Some(zone)) => Some((INDEX_BY_ZONE, e.is("zone", s(zone)))),
-            (None, None) if !query.include_available => {
-                let sk = e.is("sk", s(POOL_SK));
-                let until = e.name("unavailable_until");
-                Some((INDEX_UNAVAILABLE, format!("{sk} AND {until} > {now_value}")))
-            }
             (None, None) => {
-                filter.push(e.is("sk", s(POOL_SK)));
-                None
+                let sk = e.is("sk", s(POOL_SK));
+                let on = until.take().map(|until| format!("{sk} AND {until}"));
+                filter.extend(on.is_none().then_some(sk));
+                on.map(|key_condition| (INDEX_UNAVAILABLE, key_condition))
             }
         };
-        if index
-            .as_ref()
-            .is_some_and(|(index, _)| *index != INDEX_UNAVAILABLE)
-            && !query.include_available
-        {
-            filter.push(format!("{} > {now_value}", e.name("unavailable_until")));
-        }
-        let what = index
-            .as_ref()
-            .map_or("scanning the pools".into(), |(index, _)| {
-                format!("querying index {index}")
-            });
+        filter.extend(until);
+        let what = (index.as_ref()).map_or("scanning the pools".into(), |(i, _)| {
+            format!("querying index {i}")
+        });
         let index = index.map(|(index, key_condition)| (Some(index), key_condition));
         let items = self.items(index, filter.join(" AND "), e, what).await?;
         let records = items.iter().map(decode_pool).collect::<Result<_, _>>()?;

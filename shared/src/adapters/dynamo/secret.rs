@@ -14,7 +14,6 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
 use super::DynamoStore;
-use crate::adapters::aws::failure_kind;
 use crate::domain::keys::{ContinuationKey, KeyId, KeyRing};
 use crate::ports::{FailureKind, PortError};
 
@@ -57,21 +56,16 @@ impl DynamoStore {
         (self.secret.as_ref()).ok_or_else(|| self.fail(FailureKind::Invalid, READING, why))
     }
 
-    /// The key of the secret's version of stage `stage` (`AWSCURRENT`, `AWSPREVIOUS`); `None`
-    /// when there is no such version.
+    /// The key of the secret's version of stage `stage` (`AWSCURRENT`, `AWSPREVIOUS`); an error
+    /// of [`FailureKind::NotFound`] when there is no such version.
     async fn key_version(
         &self,
         keys: &SecretKeys,
         stage: &str,
-    ) -> Result<Option<ContinuationKey>, PortError> {
+    ) -> Result<ContinuationKey, PortError> {
         let get = keys.client.get_secret_value().secret_id(&keys.secret);
         let what = format!("{READING} from secret {} ({stage})", keys.secret);
-        let out = match get.version_stage(stage).send().await {
-            Err(e) if stage != CURRENT && failure_kind(&e) == FailureKind::NotFound => {
-                return Ok(None);
-            }
-            got => got.map_err(|e| self.sdk_err(&what, e))?,
-        };
+        let out = (get.version_stage(stage).send().await).map_err(|e| self.sdk_err(&what, e))?;
         let corrupt =
             |why: String| PortError::corrupt(format!("secret {} ({stage})", keys.secret), why);
         let text = (out.secret_string()).ok_or_else(|| corrupt("no secret string".into()))?;
@@ -80,18 +74,17 @@ impl DynamoStore {
         if version.secret.len() < 32 {
             return Err(corrupt("`secret` has fewer than 32 characters".into()));
         }
-        Ok(Some(key_of(version.key_id, &version.secret)))
+        Ok(key_of(version.key_id, &version.secret))
     }
 
     /// The keys as the secret holds them now.
     pub(super) async fn read_keys(&self) -> Result<KeyRing, PortError> {
         let keys = self.key_secret()?;
-        let current = self.key_version(keys, CURRENT).await?.ok_or_else(|| {
-            let what = format!("{READING} from secret {}", keys.secret);
-            self.fail(FailureKind::NotFound, what, "it has no current version")
-        })?;
-        let previous = self.key_version(keys, PREVIOUS).await?;
-        let previous = previous.filter(|p| p.id() != current.id());
+        let current = self.key_version(keys, CURRENT).await?;
+        let previous = match self.key_version(keys, PREVIOUS).await {
+            Err(e) if e.kind == FailureKind::NotFound => None,
+            read => Some(read?).filter(|p| p.id() != current.id()),
+        };
         Ok(KeyRing { current, previous })
     }
 
