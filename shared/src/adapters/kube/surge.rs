@@ -139,7 +139,6 @@ impl KubeExecutor {
         // The whole step's requests (budgets, list, deletes, creates) end by then.
         let end = now + STEP_BUDGET;
         let mut pass = SurgePass::default();
-        let mut by_pod: BTreeMap<String, Pod> = BTreeMap::new();
         let surging: Vec<(&Pod, &str)> = to_evict
             .iter()
             .filter(|pod| controller(pod).is_some() && !is_placeholder(pod))
@@ -169,21 +168,19 @@ impl KubeExecutor {
         // pass lists them, and deletes those whose pod is gone).
         let all_due =
             !surging.is_empty() && surging.iter().all(|(pod, uid)| now >= latest_of(pod, uid));
-        if !first && !all_due {
-            by_pod = kept_placeholders(clients, node, listed, end, report).await;
-        }
+        let mut by_pod = match first || all_due {
+            true => BTreeMap::new(),
+            false => kept_placeholders(clients, node, listed, end, report).await,
+        };
         let mut making: Vec<Making> = Vec::new();
         for (pod, uid) in surging {
             // The time given when the placeholder was made, if earlier (its budget's rounds).
-            let given = (by_pod.get(uid)).and_then(|ph| annotated_time(ph, ANNOTATION_EVICT_BY));
+            let placeholder = by_pod.get(uid);
+            let given = placeholder.and_then(|ph| annotated_time(ph, ANNOTATION_EVICT_BY));
             let own = latest_of(pod, uid);
             let latest = given.map_or(own, |g| g.min(own));
-            let placeholder = by_pod.get(uid);
-            if due(
-                now,
-                latest,
-                placeholder.is_some_and(|ph| running_elsewhere(ph, node)),
-            ) {
+            let running = placeholder.is_some_and(|ph| running_elsewhere(ph, node));
+            if due(now, latest, running) {
                 continue;
             }
             if placeholder.is_some() {
