@@ -406,7 +406,7 @@ impl KubeExecutor {
                 // for retries — else the node waits for a later pass for nothing.
                 if let Some(after) = retry_after(e)
                     && told < RATE_LIMIT_RETRIES
-                    && clients.deadline.is_none_or(|u| now + span(after) < u)
+                    && clients.work.deadline.is_none_or(|u| now + span(after) < u)
                 {
                     told += 1;
                     clients.pause_all(after);

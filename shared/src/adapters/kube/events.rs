@@ -236,7 +236,7 @@ impl KubeExecutor {
         });
         let related = reference("Node", &node.metadata);
         let until = self.clients.clock().now() + span(self.settings.pod_event_budget);
-        let until = self.clients.deadline.map_or(until, |d| d.min(until));
+        let until = self.clients.work.deadline.map_or(until, |d| d.min(until));
         let counts = &mut report.pod_events;
         for (i, pod) in report.evicted.iter().enumerate() {
             let (namespace, name) = pod.split_once('/').unwrap_or(("default", pod.as_str()));

@@ -1,6 +1,6 @@
 //! Placeholders (see [`crate::domain::surge`]): made from the pods of a doomed node, listed,
 //! created and deleted through the API; and the pass of a drain that decides which pods wait
-//! for room ([`surge_pass`]).
+//! for room ([`KubeExecutor::surge_pass`]).
 //!
 //! A placeholder is a pod in forewarn's namespace ([`NAMESPACE`]), named after its pod's uid,
 //! owned by the doomed Node (so the garbage collector removes it with the Node), labelled
