@@ -483,18 +483,10 @@ impl KubeExecutor {
             self.event(&plan.event_id, node, said, out).await;
         }
         if !report.new_refusals.is_empty() {
-            let lines: Vec<String> = (report.new_refusals.iter())
-                .map(|r| {
-                    let (namespace, by, message) = (&r.namespace, &r.by, &r.message);
-                    format!(
-                        "placeholders for pods of namespace {namespace} refused by {by}: {message}"
-                    )
-                })
-                .collect();
             let note = format!(
                 "{}. Those pods are evicted at once, without waiting for room (forewarn check --kube \
                  proves every write forewarn makes).",
-                lines.join("; ")
+                report.new_refusals.join("; ")
             );
             let said = Said(EventType::Warning, "PlaceholderRefused", "Surge", note);
             self.event(&plan.event_id, node, said, out).await;

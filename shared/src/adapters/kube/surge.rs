@@ -41,7 +41,7 @@ use super::api::retry::{heed_retry_after, with_retry};
 use super::connect::ClusterClient;
 use super::error::{ApiError, KubeError, status_code};
 use super::executor::KubeExecutor;
-use super::outcome::{DrainReport, PlaceholderRefusal};
+use super::outcome::DrainReport;
 use super::placeholder::placeholder_for;
 pub(crate) use super::surge_memory::SurgeMemory;
 use super::surge_memory::{budget_rounds, controller, earlier_rounds};
@@ -211,8 +211,19 @@ impl KubeExecutor {
                 Created::Later => {}
                 // Not made: its pod is evicted in this pass, as without surge.
                 Created::Not => continue,
+                // Not made either; counted, and reported (the log now, an Event on the node by
+                // the drain) when it is the environment's first of that namespace and refusing
+                // step.
                 Created::Refused(by, message) => {
-                    refused(report, memory, made.namespace, by, message);
+                    report.placeholders_refused += 1;
+                    let namespace = &made.namespace;
+                    if memory.first_report(namespace, &by) {
+                        tracing::warn!(namespace, refused_by = %by, message = %message,
+                            "placeholder refused by the API server: the pods of this namespace are evicted at once, without waiting for room (reported once per namespace and refusal; `forewarn check --kube` proves every write forewarn makes)");
+                        (report.new_refusals).push(format!(
+                            "placeholders for pods of namespace {namespace} refused by {by}: {message}"
+                        ));
+                    }
                     continue;
                 }
             }
@@ -221,28 +232,6 @@ impl KubeExecutor {
         }
         pass.listed = by_pod.into_values().collect();
         pass
-    }
-}
-
-/// A placeholder for a pod of `namespace` was refused by `by`: counted in `report`, and
-/// reported (the log now, an Event on the node by the drain) when it is the environment's first
-/// of that namespace and refusing step.
-fn refused(
-    report: &mut DrainReport,
-    memory: &SurgeMemory,
-    namespace: String,
-    by: RefusedBy,
-    message: String,
-) {
-    report.placeholders_refused += 1;
-    if memory.first_report(&namespace, &by) {
-        tracing::warn!(namespace, refused_by = %by, message = %message,
-            "placeholder refused by the API server: the pods of this namespace are evicted at once, without waiting for room (reported once per namespace and refusal; `forewarn check --kube` proves every write forewarn makes)");
-        (report.new_refusals).push(PlaceholderRefusal {
-            namespace,
-            by,
-            message,
-        });
     }
 }
 
