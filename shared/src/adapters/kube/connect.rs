@@ -81,11 +81,9 @@ pub struct ClusterClient {
     /// The lane of the client's requests under the rate limit ([`Lane::Later`]: every request
     /// of the work it is used for, see [`ClusterClient::in_lane`]).
     lane: Lane,
-    /// When the work the client is used for must be over, if it must (see
-    /// [`ClusterClient::for_work`]).
-    pub(crate) deadline: Option<DateTime<Utc>>,
-    /// The work rides out no outage (see [`ClusterClient::for_work`]).
-    pub(crate) fail_fast: bool,
+    /// The work the client is used for: when it must be over, if it must, and whether it rides
+    /// out no outage (see [`ClusterClient::for_work`]).
+    pub(crate) work: crate::ports::Work,
 }
 
 type RecentNodes =
@@ -165,8 +163,7 @@ impl ClusterClient {
             clock: SystemClock::shared(),
             limiter: None,
             lane: Lane::First,
-            deadline: None,
-            fail_fast: false,
+            work: crate::ports::Work::default(),
         }
     }
 
@@ -190,8 +187,7 @@ impl ClusterClient {
     /// server is not retried — the event comes back instead — while a throttle is still waited).
     pub fn for_work(&self, work: crate::ports::Work) -> ClusterClient {
         ClusterClient {
-            deadline: work.deadline,
-            fail_fast: work.fail_fast,
+            work,
             ..self.clone()
         }
     }

@@ -32,7 +32,7 @@ use super::error::{KubeError, error_text, retry_after, status_code};
 use super::events::{EventType, Said};
 use super::executor::KubeExecutor;
 use super::outcome::{DrainReport, LeftPod, NodeOutcome, SkippedPod};
-use super::surge::{self, SurgeSettings, surge_pass};
+use super::surge;
 use crate::adapters::backoff::Backoff;
 use crate::domain::plan::{NodeAction, Plan};
 use crate::domain::surge::CHECK_EVERY;
@@ -222,14 +222,7 @@ impl KubeExecutor {
             Pass::Cordon | Pass::Announce => self.clients.clock().now(),
         };
         let deadline = (a.deadline).unwrap_or_else(|| started_at + self.config.drain_timeout);
-        let surge_settings = a.surge.then(|| SurgeSettings {
-            event_id: plan.event_id.clone(),
-            deadline,
-            node_uid: node.metadata.uid.clone(),
-            parallelism: self.settings.eviction_parallelism,
-            first: pass.is_first_drain(),
-            memory: self.surge_memory.clone(),
-        });
+        let node_uid = node.metadata.uid.as_deref();
         let grace_until = a.grace_to_deadline.then_some(deadline);
         let node = node.metadata.name.as_deref().unwrap_or_default();
         let clients = &self.clients;
@@ -254,11 +247,15 @@ impl KubeExecutor {
         }
         let now = clients.clock().now();
         let evictable: Vec<&Pod> = normal.iter().chain(&critical).copied().collect();
-        let surge = match &surge_settings {
-            Some(surge) if now < deadline => {
-                Some(surge_pass(clients, node, surge, (&listed, &evictable), &mut report).await)
-            }
-            _ => None,
+        let surge = if a.surge && now < deadline {
+            let surge = (plan.event_id.as_str(), deadline, pass.is_first_drain());
+            let pods = (listed.as_slice(), evictable.as_slice());
+            Some(
+                self.surge_pass(surge, (node, node_uid), pods, &mut report)
+                    .await,
+            )
+        } else {
+            None
         };
         if now >= deadline {
             // The last pass: one attempt for every pod still to evict, then the drain ends with
@@ -266,7 +263,7 @@ impl KubeExecutor {
             self.evict_all(&evictable, now, grace_until, &mut report)
                 .await?;
             report.terminating = terminating;
-            if surge_settings.is_some() {
+            if a.surge {
                 report.placeholders_deleted += surge::delete_of_node(clients, node).await;
             }
             return Ok(report);
@@ -409,7 +406,7 @@ impl KubeExecutor {
                 // for retries — else the node waits for a later pass for nothing.
                 if let Some(after) = retry_after(e)
                     && told < RATE_LIMIT_RETRIES
-                    && clients.deadline.is_none_or(|u| now + span(after) < u)
+                    && clients.work.deadline.is_none_or(|u| now + span(after) < u)
                 {
                     told += 1;
                     clients.pause_all(after);
@@ -486,18 +483,10 @@ impl KubeExecutor {
             self.event(&plan.event_id, node, said, out).await;
         }
         if !report.new_refusals.is_empty() {
-            let lines: Vec<String> = (report.new_refusals.iter())
-                .map(|r| {
-                    let (namespace, by, message) = (&r.namespace, &r.by, &r.message);
-                    format!(
-                        "placeholders for pods of namespace {namespace} refused by {by}: {message}"
-                    )
-                })
-                .collect();
             let note = format!(
                 "{}. Those pods are evicted at once, without waiting for room (forewarn check --kube \
                  proves every write forewarn makes).",
-                lines.join("; ")
+                report.new_refusals.join("; ")
             );
             let said = Said(EventType::Warning, "PlaceholderRefused", "Surge", note);
             self.event(&plan.event_id, node, said, out).await;

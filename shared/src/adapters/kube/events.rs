@@ -13,10 +13,11 @@
 
 use ::kube::Api;
 use ::kube::api::PostParams;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SecondsFormat, Utc};
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::json;
 
 use super::api::FIELD_MANAGER;
 use super::api::retry::with_retry;
@@ -87,32 +88,24 @@ pub(crate) fn build(
 ) -> Event {
     let Said(type_, reason, action, note) = said;
     let object = regarding.name.as_deref().unwrap_or_default();
-    // Any time chrono holds fits (jiff's range is wider), so the fallback is never taken.
-    let micros = k8s_openapi::jiff::Timestamp::from_microsecond(now.timestamp_micros())
-        .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
-    let limited = |s: &str| Some(s.chars().take(128).collect());
-    Event {
-        metadata: ObjectMeta {
-            name: Some(event_name(object, event_id, reason)),
-            namespace: Some(
-                regarding
-                    .namespace
-                    .as_deref()
-                    .unwrap_or(EVENT_NAMESPACE)
-                    .into(),
-            ),
-            ..ObjectMeta::default()
+    let limited = |s: &str| s.chars().take(128).collect::<String>();
+    let event = json!({
+        "metadata": {
+            "name": event_name(object, event_id, reason),
+            "namespace": regarding.namespace.as_deref().unwrap_or(EVENT_NAMESPACE),
         },
-        event_time: Some(MicroTime(micros)),
-        reporting_controller: Some(REPORTING_CONTROLLER.into()),
-        reporting_instance: limited(reporting_instance),
-        action: limited(action),
-        reason: limited(reason),
-        type_: Some(<&str>::from(type_).into()),
-        regarding: Some(regarding),
-        note: Some(crate::domain::plan::pod_event::truncate(note, NOTE_LIMIT)),
-        ..Event::default()
-    }
+        "eventTime": now.to_rfc3339_opts(SecondsFormat::Micros, true),
+        "reportingController": REPORTING_CONTROLLER,
+        "reportingInstance": limited(reporting_instance),
+        "action": limited(action),
+        "reason": limited(reason),
+        "type": <&str>::from(type_),
+        "regarding": regarding,
+        "note": pod_event::truncate(note, NOTE_LIMIT),
+    });
+    // Built from Kubernetes' own types, it always reads as an Event (the tests pin its fields);
+    // were it not to, an empty one is refused by the API server: an Event not recorded.
+    serde_json::from_value(event).unwrap_or_default()
 }
 
 /// Records `event` unless an Event of that name exists (409: there already); with `dry_run`,
@@ -243,7 +236,7 @@ impl KubeExecutor {
         });
         let related = reference("Node", &node.metadata);
         let until = self.clients.clock().now() + span(self.settings.pod_event_budget);
-        let until = self.clients.deadline.map_or(until, |d| d.min(until));
+        let until = self.clients.work.deadline.map_or(until, |d| d.min(until));
         let counts = &mut report.pod_events;
         for (i, pod) in report.evicted.iter().enumerate() {
             let (namespace, name) = pod.split_once('/').unwrap_or(("default", pod.as_str()));
@@ -343,7 +336,10 @@ mod tests {
         assert_eq!(v["regarding"]["kind"], "Node");
         assert_eq!(v["regarding"]["uid"], "u-1");
         assert_eq!(v["type"], "Warning");
-        assert!(v["eventTime"].as_str().unwrap().ends_with('Z'));
+        assert_eq!(v["eventTime"], "2026-11-24T10:00:00.000000Z");
+        assert_eq!(v["action"], "CordonDrain");
+        assert_eq!(v["reason"], "SpotInterrupted");
+        assert!(v["metadata"]["name"].as_str().unwrap().starts_with("n1."));
         assert!(v["note"].as_str().unwrap().len() <= 1024);
     }
 }

@@ -4,7 +4,6 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use crate::domain::admission::RefusedBy;
 use crate::domain::config::Action;
 use crate::domain::cordon_record::UndoOutcome;
 use crate::domain::plan::NodeAction;
@@ -115,16 +114,8 @@ pub struct DrainReport {
     /// Placeholders the API server refused (their pods evicted at once).
     pub placeholders_refused: usize,
     /// Those refusals reported for the first time in this environment (an Event on the node).
-    pub new_refusals: Vec<PlaceholderRefusal>,
-}
-
-/// A placeholder the API server refused: for a pod of which namespace, by which step of the
-/// admission chain, and the server's message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlaceholderRefusal {
-    pub namespace: String,
-    pub by: RefusedBy,
-    pub message: String,
+    /// (`placeholders for pods of namespace shop refused by <step>: <message>`).
+    pub new_refusals: Vec<String>,
 }
 
 impl DrainReport {

@@ -9,12 +9,11 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{
-    Affinity, Capabilities, Container, NodeAffinity, NodeSelector, NodeSelectorRequirement,
-    NodeSelectorTerm, Pod, PodSecurityContext, PodSpec, ResourceRequirements, SeccompProfile,
-    SecurityContext,
+    Affinity, Container, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    Pod, PodSpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use serde_json::json;
 
 use crate::domain::surge::{
     ANNOTATION_EVENT, ANNOTATION_EVICT_BY, ANNOTATION_EXPIRES, ANNOTATION_NODE, ANNOTATION_POD,
@@ -35,77 +34,63 @@ pub(crate) fn placeholder_for(
     let spec = pod.spec.clone().unwrap_or_default();
     let (pod_ns, pod_name) = super::budget::ns_name(&pod.metadata);
     let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let labels = BTreeMap::from([
-        (LABEL_PLACEHOLDER.to_string(), "true".to_string()),
-        (LABEL_PLACEHOLDER_NODE.to_string(), node_label_value(node)),
-    ]);
-    let annotations = BTreeMap::from([
-        (ANNOTATION_NODE.to_string(), node.to_string()),
-        (ANNOTATION_POD.to_string(), format!("{pod_ns}/{pod_name}")),
-        (ANNOTATION_POD_UID.to_string(), uid.clone()),
-        (ANNOTATION_EVENT.to_string(), event_id.to_string()),
-        (ANNOTATION_EXPIRES.to_string(), deadline.to_rfc3339()),
-        (ANNOTATION_EVICT_BY.to_string(), evict_by.to_rfc3339()),
-        (ANNOTATION_SAFE_TO_EVICT.to_string(), "true".to_string()),
-    ]);
-    let owner = node_uid.map(|node_uid| OwnerReference {
-        api_version: "v1".into(),
-        kind: "Node".into(),
-        name: node.to_string(),
-        uid: node_uid.to_string(),
-        ..OwnerReference::default()
-    });
+    let owner =
+        node_uid.map(|uid| json!([{"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}]));
     let requests = effective_requests(&spec);
-    let limits = non_overcommitable(&requests);
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(placeholder_name(&uid)),
-            namespace: Some(NAMESPACE.into()),
-            labels: Some(labels),
-            annotations: Some(annotations),
-            owner_references: owner.map(|o| vec![o]),
-            ..ObjectMeta::default()
+    // The limits a placeholder must state for its requests to be accepted: the request of every
+    // non-overcommitable resource ([`overcommit_allowed`]) as its limit, and nothing for cpu and
+    // memory (a limit there would only throttle or kill a pod that does nothing).
+    //
+    // The API server refuses a container that requests a non-overcommitable resource without a
+    // limit (`Required value: Limit must be set for non overcommitable resources`, at
+    // `spec.containers[0].resources.limits`) or with a limit that differs
+    // (`must be equal to nvidia.com/gpu limit of 8`): `validateResourceRequirements` of
+    // k8s.io/kubernetes `pkg/apis/core/validation/validation.go`. A GPU pod states its GPUs as a
+    // limit (the API's defaulting, `SetDefaults_Pod` of `pkg/apis/core/v1/defaults.go`, copies it
+    // to the request): without this its placeholder would be refused, and no GPU node started.
+    let limits: BTreeMap<_, _> = (requests.iter())
+        .filter(|(name, _)| !overcommit_allowed(name))
+        .collect();
+    let resources = (!requests.is_empty())
+        .then(|| json!({"requests": requests, "limits": (!limits.is_empty()).then_some(limits)}));
+    let placeholder = json!({
+        "metadata": {
+            "name": placeholder_name(&uid),
+            "namespace": NAMESPACE,
+            "labels": {LABEL_PLACEHOLDER: "true", LABEL_PLACEHOLDER_NODE: node_label_value(node)},
+            "annotations": {
+                ANNOTATION_NODE: node,
+                ANNOTATION_POD: format!("{pod_ns}/{pod_name}"),
+                ANNOTATION_POD_UID: uid,
+                ANNOTATION_EVENT: event_id,
+                ANNOTATION_EXPIRES: deadline.to_rfc3339(),
+                ANNOTATION_EVICT_BY: evict_by.to_rfc3339(),
+                ANNOTATION_SAFE_TO_EVICT: "true",
+            },
+            "ownerReferences": owner,
         },
-        spec: Some(PodSpec {
-            containers: vec![Container {
-                name: "placeholder".into(),
-                image: Some(PLACEHOLDER_IMAGE.into()),
-                resources: (!requests.is_empty()).then(|| ResourceRequirements {
-                    limits: (!limits.is_empty()).then_some(limits),
-                    requests: Some(requests),
-                    ..ResourceRequirements::default()
-                }),
-                security_context: Some(SecurityContext {
-                    allow_privilege_escalation: Some(false),
-                    capabilities: Some(Capabilities {
-                        drop: Some(vec!["ALL".into()]),
-                        add: None,
-                    }),
-                    read_only_root_filesystem: Some(true),
-                    ..SecurityContext::default()
-                }),
-                ..Container::default()
+        "spec": {
+            "containers": [{
+                "name": "placeholder",
+                "image": PLACEHOLDER_IMAGE,
+                "resources": resources,
+                "securityContext": {"allowPrivilegeEscalation": false,
+                    "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": true},
             }],
-            security_context: Some(PodSecurityContext {
-                run_as_non_root: Some(true),
-                run_as_user: Some(PLACEHOLDER_USER),
-                run_as_group: Some(PLACEHOLDER_USER),
-                seccomp_profile: Some(SeccompProfile {
-                    type_: "RuntimeDefault".into(),
-                    localhost_profile: None,
-                }),
-                ..PodSecurityContext::default()
-            }),
-            node_selector: spec.node_selector.clone(),
-            affinity: Some(off_node(spec.affinity.clone(), node, &pod_ns)),
-            tolerations: spec.tolerations.clone(),
-            priority_class_name: Some(PRIORITY_CLASS.into()),
-            termination_grace_period_seconds: Some(0),
-            automount_service_account_token: Some(false),
-            ..PodSpec::default()
-        }),
-        status: None,
-    }
+            "securityContext": {"runAsNonRoot": true, "runAsUser": PLACEHOLDER_USER,
+                "runAsGroup": PLACEHOLDER_USER, "seccompProfile": {"type": "RuntimeDefault"}},
+            "nodeSelector": spec.node_selector,
+            "affinity": off_node(spec.affinity, node, &pod_ns),
+            "tolerations": spec.tolerations,
+            "priorityClassName": PRIORITY_CLASS,
+            "terminationGracePeriodSeconds": 0,
+            "automountServiceAccountToken": false,
+        },
+    });
+    // Built from Kubernetes' own types and constants, it always reads as a Pod (the tests pin
+    // every field); were it not to, an empty pod is one the API server refuses: its pod is then
+    // evicted as without surge.
+    serde_json::from_value(placeholder).unwrap_or_default()
 }
 
 /// `affinity` (of a pod of namespace `pod_ns`) for its placeholder: with required terms that
@@ -183,25 +168,6 @@ fn off_node(affinity: Option<Affinity>, node: &str, pod_ns: &str) -> Affinity {
 pub(crate) fn overcommit_allowed(resource: &str) -> bool {
     let native = !resource.contains('/') || resource.contains("kubernetes.io/");
     native && !resource.starts_with("hugepages-")
-}
-
-/// The limits a placeholder must state for its `requests` to be accepted: the request of every
-/// non-overcommitable resource ([`overcommit_allowed`]) as its limit, and nothing for cpu and
-/// memory (a limit there would only throttle or kill a pod that does nothing).
-///
-/// The API server refuses a container that requests a non-overcommitable resource without a
-/// limit (`Required value: Limit must be set for non overcommitable resources`, at
-/// `spec.containers[0].resources.limits`) or with a limit that differs
-/// (`must be equal to nvidia.com/gpu limit of 8`): `validateResourceRequirements` of
-/// k8s.io/kubernetes `pkg/apis/core/validation/validation.go`. A GPU pod states its GPUs as a
-/// limit (the API's defaulting, `SetDefaults_Pod` of `pkg/apis/core/v1/defaults.go`, copies it
-/// to the request): without this its placeholder would be refused, and no GPU node started.
-fn non_overcommitable(requests: &BTreeMap<String, Quantity>) -> BTreeMap<String, Quantity> {
-    requests
-        .iter()
-        .filter(|(name, _)| !overcommit_allowed(name))
-        .map(|(name, q)| (name.clone(), q.clone()))
-        .collect()
 }
 
 /// A container's requests as the API server defaults them (`SetDefaults_Pod`): a resource

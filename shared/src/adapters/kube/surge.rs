@@ -1,6 +1,6 @@
 //! Placeholders (see [`crate::domain::surge`]): made from the pods of a doomed node, listed,
 //! created and deleted through the API; and the pass of a drain that decides which pods wait
-//! for room ([`surge_pass`]).
+//! for room ([`KubeExecutor::surge_pass`]).
 //!
 //! A placeholder is a pod in forewarn's namespace ([`NAMESPACE`]), named after its pod's uid,
 //! owned by the doomed Node (so the garbage collector removes it with the Node), labelled
@@ -40,7 +40,8 @@ use super::api::rate_limit::Lane;
 use super::api::retry::{heed_retry_after, with_retry};
 use super::connect::ClusterClient;
 use super::error::{ApiError, KubeError, status_code};
-use super::outcome::{DrainReport, PlaceholderRefusal};
+use super::executor::KubeExecutor;
+use super::outcome::DrainReport;
 use super::placeholder::placeholder_for;
 pub(crate) use super::surge_memory::SurgeMemory;
 use super::surge_memory::{budget_rounds, controller, earlier_rounds};
@@ -50,22 +51,6 @@ use crate::domain::surge::{
     LABEL_PLACEHOLDER, LABEL_PLACEHOLDER_NODE, MAX_PODS, NAMESPACE, PRIORITY_CLASS, RoomSeen,
     RoomWait, STEP_BUDGET, due, latest_safe, node_label_value, placeholder_name,
 };
-
-/// A drain's surge: for which event and node, until when.
-#[derive(Debug, Clone)]
-pub(crate) struct SurgeSettings {
-    pub event_id: String,
-    pub deadline: DateTime<Utc>,
-    /// The doomed Node's uid, read in this pass: the placeholders' owner.
-    pub node_uid: Option<String>,
-    /// Placeholders created at once (the drain's eviction parallelism).
-    pub parallelism: usize,
-    /// What the executor's surge drains remember (budgets, refused namespaces), shared by them.
-    pub memory: std::sync::Arc<SurgeMemory>,
-    /// The drain's first pass: no placeholder was made yet, so none is listed (a duplicate
-    /// chain's create answers 409, and the next pass lists them).
-    pub first: bool,
-}
 
 /// What a drain pass's surge decided.
 #[derive(Debug, Default)]
@@ -132,139 +117,121 @@ struct Making {
     placeholder: Pod,
 }
 
-/// One surge pass of a drain of `node`: lists the node's placeholders, deletes those whose pod
-/// is gone, creates those missing for the pods to evict (`to_evict`, a controller's, not past
-/// their latest safe time), and says which of them wait for room. `listed` is every pod on the
-/// node (the terminating ones included). The placeholders created, deleted and refused (and
-/// the refusals first reported) are counted in `report`. Never fails: what the API does not do
-/// costs the room it would have held (see the module documentation).
-pub(crate) async fn surge_pass(
-    clients: &ClusterClient,
-    node: &str,
-    settings: &SurgeSettings,
-    (listed, to_evict): (&[Pod], &[&Pod]),
-    report: &mut DrainReport,
-) -> SurgePass {
-    let now = clients.clock().now();
-    // The whole step's requests (budgets, list, deletes, creates) end by then.
-    let end = now + STEP_BUDGET;
-    let mut pass = SurgePass::default();
-    let mut by_pod: BTreeMap<String, Pod> = BTreeMap::new();
-    let surging: Vec<(&Pod, &str)> = to_evict
-        .iter()
-        .filter(|pod| controller(pod).is_some() && !is_placeholder(pod))
-        .filter_map(|pod| Some((*pod, pod.metadata.uid.as_deref()?)))
-        .take(MAX_PODS)
-        .collect();
-    // Per pod uid, the earlier rounds of its budget: its controller's pods before it on the node,
-    // and, in a drain's first pass, one when a budget (listed by `end`) selects it that cannot
-    // let all of its pods go at once.
-    let mut rounds = earlier_rounds(to_evict);
-    if settings.first {
-        let budgets = budget_rounds(clients, &settings.memory, &surging);
-        let budgets = crate::ports::until(clients.clock(), end, budgets).await;
-        for (uid, r) in budgets.unwrap_or_default() {
-            let e = rounds.entry(uid).or_default();
-            *e = (*e).max(r);
-        }
-    }
-    let latest_of = |pod: &Pod, uid: &str| {
-        let grace = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.termination_grace_period_seconds);
-        latest_safe(
-            settings.deadline,
-            grace,
-            rounds.get(uid).copied().unwrap_or(0),
-        )
-    };
-    // Every pod is due by its time: what its placeholder does changes nothing now (the next
-    // pass lists them, and deletes those whose pod is gone).
-    let all_due =
-        !surging.is_empty() && surging.iter().all(|(pod, uid)| now >= latest_of(pod, uid));
-    if !settings.first && !all_due {
-        by_pod = kept_placeholders(clients, node, listed, end, report).await;
-    }
-    let mut making: Vec<Making> = Vec::new();
-    for (pod, uid) in surging {
-        // The time given when the placeholder was made, if earlier (its budget's rounds).
-        let given = (by_pod.get(uid)).and_then(|ph| annotated_time(ph, ANNOTATION_EVICT_BY));
-        let own = latest_of(pod, uid);
-        let latest = given.map_or(own, |g| g.min(own));
-        let placeholder = by_pod.get(uid);
-        if due(
-            now,
-            latest,
-            placeholder.is_some_and(|ph| running_elsewhere(ph, node)),
-        ) {
-            continue;
-        }
-        if placeholder.is_some() {
-            // Made, not running yet (waiting for room: the autoscaler's node).
-            pass.wait(uid, latest);
-            continue;
-        }
-        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-        if settings.memory.refuses(namespace, now) {
-            // Refused lately: no room can be asked for this pod, waiting would gain nothing.
-            tracing::debug!(
-                namespace,
-                "placeholders refused for this namespace lately: not asked again"
-            );
-            continue;
-        }
-        making.push(Making {
-            uid: uid.to_string(),
-            namespace: namespace.to_string(),
-            latest,
-            placeholder: placeholder_for(
-                pod,
-                (node, settings.node_uid.as_deref()),
-                &settings.event_id,
-                settings.deadline,
-                latest,
-            ),
-        });
-    }
-    for (_, created, made) in create_all(clients, settings, making, end).await {
-        match created {
-            Created::New => report.placeholders_created += 1,
-            // Not made yet: expected by the next look, which finds it missing and asks again.
-            Created::Exists | Created::Later => {}
-            // Not made: its pod is evicted in this pass, as without surge.
-            Created::Not => continue,
-            Created::Refused(by, message) => {
-                refused(report, settings, made.namespace, by, message);
-                continue;
+impl KubeExecutor {
+    /// One surge pass of a drain of `node` (its name and uid, the placeholders' owner, as read in
+    /// this pass) for event `event_id`, whose drain ends by `deadline`: lists the node's
+    /// placeholders, deletes those whose pod is gone, creates those missing for the pods to evict
+    /// (`to_evict`, a controller's, not past their latest safe time), and says which of them wait
+    /// for room. `first`: the drain's first pass, where no placeholder was made yet, so none is
+    /// listed (a duplicate chain's create answers 409, and the next pass lists them). `listed` is
+    /// every pod on the node (the terminating ones included). The placeholders created, deleted and
+    /// refused (and the refusals first reported) are counted in `report`. Never fails: what the API
+    /// does not do costs the room it would have held (see the module documentation).
+    pub(super) async fn surge_pass(
+        &self,
+        (event_id, deadline, first): (&str, DateTime<Utc>, bool),
+        (node, node_uid): (&str, Option<&str>),
+        (listed, to_evict): (&[Pod], &[&Pod]),
+        report: &mut DrainReport,
+    ) -> SurgePass {
+        let (clients, memory) = (&self.clients, &self.surge_memory);
+        let now = clients.clock().now();
+        // The whole step's requests (budgets, list, deletes, creates) end by then.
+        let end = now + STEP_BUDGET;
+        let mut pass = SurgePass::default();
+        let surging: Vec<(&Pod, &str)> = to_evict
+            .iter()
+            .filter(|pod| controller(pod).is_some() && !is_placeholder(pod))
+            .filter_map(|pod| Some((*pod, pod.metadata.uid.as_deref()?)))
+            .take(MAX_PODS)
+            .collect();
+        // Per pod uid, the earlier rounds of its budget: its controller's pods before it on the node,
+        // and, in a drain's first pass, one when a budget (listed by `end`) selects it that cannot
+        // let all of its pods go at once.
+        let mut rounds = earlier_rounds(to_evict);
+        if first {
+            let budgets = budget_rounds(clients, memory, &surging);
+            let budgets = crate::ports::until(clients.clock(), end, budgets).await;
+            for (uid, r) in budgets.unwrap_or_default() {
+                let e = rounds.entry(uid).or_default();
+                *e = (*e).max(r);
             }
         }
-        pass.wait(&made.uid, made.latest);
-        by_pod.insert(made.uid, made.placeholder);
-    }
-    pass.listed = by_pod.into_values().collect();
-    pass
-}
-
-/// A placeholder for a pod of `namespace` was refused by `by`: counted in `report`, and
-/// reported (the log now, an Event on the node by the drain) when it is the environment's first
-/// of that namespace and refusing step.
-fn refused(
-    report: &mut DrainReport,
-    settings: &SurgeSettings,
-    namespace: String,
-    by: RefusedBy,
-    message: String,
-) {
-    report.placeholders_refused += 1;
-    if settings.memory.first_report(&namespace, &by) {
-        tracing::warn!(namespace, refused_by = %by, message = %message,
-            "placeholder refused by the API server: the pods of this namespace are evicted at once, without waiting for room (reported once per namespace and refusal; `forewarn check --kube` proves every write forewarn makes)");
-        (report.new_refusals).push(PlaceholderRefusal {
-            namespace,
-            by,
-            message,
-        });
+        let latest_of = |pod: &Pod, uid: &str| {
+            let grace = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds);
+            latest_safe(deadline, grace, rounds.get(uid).copied().unwrap_or(0))
+        };
+        // Every pod is due by its time: what its placeholder does changes nothing now (the next
+        // pass lists them, and deletes those whose pod is gone).
+        let all_due =
+            !surging.is_empty() && surging.iter().all(|(pod, uid)| now >= latest_of(pod, uid));
+        let mut by_pod = match first || all_due {
+            true => BTreeMap::new(),
+            false => kept_placeholders(clients, node, listed, end, report).await,
+        };
+        let mut making: Vec<Making> = Vec::new();
+        for (pod, uid) in surging {
+            // The time given when the placeholder was made, if earlier (its budget's rounds).
+            let placeholder = by_pod.get(uid);
+            let given = placeholder.and_then(|ph| annotated_time(ph, ANNOTATION_EVICT_BY));
+            let own = latest_of(pod, uid);
+            let latest = given.map_or(own, |g| g.min(own));
+            let running = placeholder.is_some_and(|ph| running_elsewhere(ph, node));
+            if due(now, latest, running) {
+                continue;
+            }
+            if placeholder.is_some() {
+                // Made, not running yet (waiting for room: the autoscaler's node).
+                pass.wait(uid, latest);
+                continue;
+            }
+            let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+            if memory.refuses(namespace, now) {
+                // Refused lately: no room can be asked for this pod, waiting would gain nothing.
+                tracing::debug!(
+                    namespace,
+                    "placeholders refused for this namespace lately: not asked again"
+                );
+                continue;
+            }
+            making.push(Making {
+                uid: uid.to_string(),
+                namespace: namespace.to_string(),
+                latest,
+                placeholder: placeholder_for(pod, (node, node_uid), event_id, deadline, latest),
+            });
+        }
+        for (_, created, made) in self.create_all(making, end).await {
+            match created {
+                Created::New => report.placeholders_created += 1,
+                // There, or not made yet: the next look finds it, or finds it missing and asks again.
+                Created::Later => {}
+                // Not made: its pod is evicted in this pass, as without surge.
+                Created::Not => continue,
+                // Not made either; counted, and reported (the log now, an Event on the node by
+                // the drain) when it is the environment's first of that namespace and refusing
+                // step.
+                Created::Refused(by, message) => {
+                    report.placeholders_refused += 1;
+                    let namespace = &made.namespace;
+                    if memory.first_report(namespace, &by) {
+                        tracing::warn!(namespace, refused_by = %by, message = %message,
+                            "placeholder refused by the API server: the pods of this namespace are evicted at once, without waiting for room (reported once per namespace and refusal; `forewarn check --kube` proves every write forewarn makes)");
+                        (report.new_refusals).push(format!(
+                            "placeholders for pods of namespace {namespace} refused by {by}: {message}"
+                        ));
+                    }
+                    continue;
+                }
+            }
+            pass.wait(&made.uid, made.latest);
+            by_pod.insert(made.uid, made.placeholder);
+        }
+        pass.listed = by_pod.into_values().collect();
+        pass
     }
 }
 
@@ -300,11 +267,10 @@ async fn kept_placeholders(
             .any(|p| p.metadata.uid.as_deref() == Some(uid.as_str()));
         if present {
             by_pod.insert(uid, ph);
-        } else if crate::ports::until(clock, end, delete_logged(clients, &ph))
-            .await
-            .unwrap_or(false)
-        {
-            report.placeholders_deleted += 1;
+        } else {
+            let deleted = delete_all(clients, std::slice::from_ref(&ph));
+            report.placeholders_deleted +=
+                crate::ports::until(clock, end, deleted).await.unwrap_or(0);
         }
     }
     by_pod
@@ -350,11 +316,12 @@ pub(crate) async fn room_of(
         .collect();
     for ph in of_nodes(clients, nodes).await? {
         let node = annotation(&ph, ANNOTATION_NODE).unwrap_or_default();
+        let running = u32::from(running_elsewhere(&ph, node));
         if let Some(s) = seen.get_mut(node) {
-            s.placeholders = s.placeholders.saturating_add(1);
-            s.running = s
-                .running
-                .saturating_add(u32::from(running_elsewhere(&ph, node)));
+            *s = s.and(RoomSeen {
+                placeholders: 1,
+                running,
+            });
         }
     }
     Ok(seen)
@@ -379,50 +346,54 @@ async fn list(
 /// What became of a placeholder's create.
 enum Created {
     New,
-    Exists,
+    /// There already (409), or not asked yet: throttled by the server (429), or still held by
+    /// the client's rate limit when the step's time was up. Its pod waits; the next pass looks
+    /// (and asks again).
+    Later,
     /// Not made (failed, or sent and not answered in time); logged. Its pod is drained as
     /// without surge.
     Not,
-    /// Not asked yet: throttled by the server (429), or still held by the client's rate limit
-    /// when the step's time was up. Its pod waits; the next pass asks again.
-    Later,
     /// Refused by the API server (400, 403, 404, 422: RBAC, Pod Security, an admission policy
     /// or webhook): by which step, and its message. Its pod is drained as without surge.
     Refused(RefusedBy, String),
 }
 
-/// Creates the placeholders of `making` (at most `settings.parallelism` at once) by `end` (the
-/// step's budget, see [`create`]); answers what became of each, by its index in `making`.
-async fn create_all(
-    clients: &ClusterClient,
-    settings: &SurgeSettings,
-    making: Vec<Making>,
-    end: DateTime<Utc>,
-) -> Vec<(usize, Created, Making)> {
-    let asked = making.len();
-    // The futures made first (a stream mapping borrowed items would not be `Send` for every
-    // lifetime, as the executor's futures must be).
-    let creates: Vec<_> = (making.into_iter().enumerate())
-        .map(|(i, m)| async move {
-            let created = create(clients, &settings.memory, &m, end).await;
-            (i, created, m)
-        })
-        .collect();
-    let work = futures::stream::iter(creates).buffer_unordered(settings.parallelism.max(1));
-    let mut answers: Vec<_> = work.collect().await;
-    if clients.clock().now() >= end {
-        tracing::warn!(
-            asked,
-            "placeholders not all made within the step's budget: those not sent are asked again by the next pass, the others' pods are evicted as without surge"
-        );
+impl KubeExecutor {
+    /// Creates the placeholders of `making` (at most the drain's eviction parallelism at once) by
+    /// `end` (the step's budget, see [`create`]); answers what became of each, by its index in
+    /// `making`.
+    async fn create_all(
+        &self,
+        making: Vec<Making>,
+        end: DateTime<Utc>,
+    ) -> Vec<(usize, Created, Making)> {
+        let (clients, memory) = (&self.clients, &self.surge_memory);
+        let asked = making.len();
+        // The futures made first (a stream mapping borrowed items would not be `Send` for every
+        // lifetime, as the executor's futures must be).
+        let creates: Vec<_> = (making.into_iter().enumerate())
+            .map(|(i, m)| async move {
+                let created = create(clients, memory, &m, end).await;
+                (i, created, m)
+            })
+            .collect();
+        let work = futures::stream::iter(creates)
+            .buffer_unordered(self.settings.eviction_parallelism.max(1));
+        let mut answers: Vec<_> = work.collect().await;
+        if clients.clock().now() >= end {
+            tracing::warn!(
+                asked,
+                "placeholders not all made within the step's budget: those not sent are asked again by the next pass, the others' pods are evicted as without surge"
+            );
+        }
+        answers.sort_by_key(|(i, ..)| *i);
+        answers
     }
-    answers.sort_by_key(|(i, ..)| *i);
-    answers
 }
 
 /// Creates one placeholder, once, by `end`: [`Created::Later`] while its request is not sent
 /// (waiting for the client or its rate limit), [`Created::Not`] once it is and no answer came.
-/// Any answer but success, AlreadyExists (409) and Too Many Requests (429: [`Created::Later`])
+/// Any answer but success, AlreadyExists (409) and Too Many Requests (429; both [`Created::Later`])
 /// — a refusal (400, 403, 404, 422: RBAC, a Pod Security level, an admission policy or webhook,
 /// named in [`Created::Refused`]), a failure (500, an admission webhook that is down, a
 /// timeout) — leaves its pod drained as without surge, and its pod's namespace asks for no
@@ -460,10 +431,10 @@ async fn create(
     let now = clock.now();
     match created {
         Ok(_) => Created::New,
-        Err(::kube::Error::Api(s)) if s.code == 409 => Created::Exists,
-        // The server's rate limit: nothing was admitted or refused. Its `Retry-After` holds
-        // back every request of the client's rate limit, as every other call's does.
-        Err(e) if status_code(&e) == Some(429) => {
+        // There already; or the server's rate limit (429): nothing was admitted or refused, and
+        // its `Retry-After` holds back every request of the client's rate limit, as every other
+        // call's does.
+        Err(e) if matches!(status_code(&e), Some(409 | 429)) => {
             heed_retry_after(clients, &e);
             Created::Later
         }
@@ -496,18 +467,6 @@ pub(crate) async fn delete(clients: &ClusterClient, ph: &Pod) -> Result<(), Kube
     }
 }
 
-/// [`delete`], a failure logged (the sweeper deletes what a drain left, and the garbage
-/// collector what its Node leaves): whether it is gone.
-pub(crate) async fn delete_logged(clients: &ClusterClient, ph: &Pod) -> bool {
-    match delete(clients, ph).await {
-        Ok(()) => true,
-        Err(e) => {
-            tracing::warn!(error = %e, "placeholder not deleted: the sweeper deletes it once it expires");
-            false
-        }
-    }
-}
-
 /// Deletes every placeholder of `node` (a drain that ended); answers how many went.
 pub(crate) async fn delete_of_node(clients: &ClusterClient, node: &str) -> usize {
     let found = of_nodes(clients, &[node.to_string()]).await;
@@ -518,11 +477,17 @@ pub(crate) async fn delete_of_node(clients: &ClusterClient, node: &str) -> usize
     delete_all(clients, &found).await
 }
 
-/// Deletes `placeholders`, each with [`delete_logged`]; answers how many went.
+/// Deletes `placeholders`, each with [`delete`], a failure logged (the sweeper deletes what a
+/// drain left, and the garbage collector what its Node leaves); answers how many went.
 pub(crate) async fn delete_all(clients: &ClusterClient, placeholders: &[Pod]) -> usize {
     let mut gone = 0;
     for ph in placeholders {
-        gone += usize::from(delete_logged(clients, ph).await);
+        match delete(clients, ph).await {
+            Ok(()) => gone += 1,
+            Err(e) => {
+                tracing::warn!(error = %e, "placeholder not deleted: the sweeper deletes it once it expires")
+            }
+        }
     }
     gone
 }

@@ -149,27 +149,23 @@ pub(crate) async fn budget_rounds(
 /// Per pod uid, how many pods of the same controller come before it on the node (name order):
 /// the rounds of a budget that lets one go at a time (see [`crate::domain::surge`]).
 pub(crate) fn earlier_rounds(pods: &[&Pod]) -> BTreeMap<String, usize> {
-    // (namespace, controller kind, controller name) → (pod name, uid) of its pods here.
-    type Owner = (String, String, String);
-    let mut by_owner: BTreeMap<Owner, Vec<(&str, &str)>> = BTreeMap::new();
-    for pod in pods {
-        let (Some((kind, name)), Some(uid)) = (controller(pod), pod.metadata.uid.as_deref()) else {
-            continue;
-        };
-        let ns = pod.metadata.namespace.clone().unwrap_or_default();
-        by_owner
-            .entry((ns, kind.to_string(), name.to_string()))
-            .or_default()
-            .push((pod.metadata.name.as_deref().unwrap_or_default(), uid));
-    }
-    let mut out = BTreeMap::new();
-    for mut group in by_owner.into_values() {
-        group.sort();
-        for (k, (_, uid)) in group.into_iter().enumerate() {
-            out.insert(uid.to_string(), k);
-        }
-    }
-    out
+    // ((namespace, controller kind and name), pod name, uid) of each pod, in that order.
+    let mut pods: Vec<_> = (pods.iter())
+        .filter_map(|p| {
+            let (ns, name) = (p.metadata.namespace.as_deref(), p.metadata.name.as_deref());
+            let owner = (ns.unwrap_or_default(), controller(p)?);
+            Some((owner, name.unwrap_or_default(), p.metadata.uid.as_deref()?))
+        })
+        .collect();
+    pods.sort();
+    let mut before: BTreeMap<_, usize> = BTreeMap::new();
+    (pods.into_iter())
+        .map(|(owner, _, uid)| {
+            let k = before.entry(owner).or_default();
+            *k += 1;
+            (uid.to_string(), *k - 1)
+        })
+        .collect()
 }
 
 #[cfg(test)]

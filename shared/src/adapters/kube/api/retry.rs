@@ -46,7 +46,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, ::kube::Error>>,
 {
-    let until = clients.deadline;
+    let until = clients.work.deadline;
     let backoff = match until {
         Some(_) => CALL_BACKOFF,
         None => CALL_BACKOFF.with_retries(CALL_ATTEMPTS as usize - 1),
@@ -63,7 +63,7 @@ where
         .sleep(clients.sleeper())
         .when(|e| match until {
             // Impatient work waits a throttle out, never an outage (the event comes back).
-            Some(_) if clients.fail_fast => status_code(e) == Some(429),
+            Some(_) if clients.work.fail_fast => status_code(e) == Some(429),
             Some(_) => is_transient(e),
             None => is_retryable(e),
         })
