@@ -12,34 +12,34 @@ use crate::domain::config::{Action, Config};
 use crate::domain::cordon_record::CordonRecord;
 use crate::domain::event::{Detail, Event, InstanceAction, InstanceState};
 use crate::domain::facts::{InstanceFacts, NodeFacts};
-use crate::domain::policy::{Followed, PolicyAction};
+use crate::domain::policy::{Followed, PolicyAction, Rule};
 use crate::domain::pool::PoolKey;
 
 /// What an event does to one node, and why the policy chose it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Choice {
+pub(super) struct Choice<'a> {
     pub action: Action,
     /// The instance is stopping or shutting down (not yet gone).
     pub stopping: bool,
     /// A `cordon-for`, or `adaptive`'s drain: when the cordon is to be undone.
     pub until: Option<DateTime<Utc>>,
-    /// The first policy rule matching the node.
-    pub rule: Option<String>,
+    /// The first policy rule matching the node (`None`: the configuration's defaults apply).
+    pub rule: Option<&'a Rule>,
     /// Why the policy chose the action (`rule web: cordon-for 30m`); `None`: the default.
     pub why: Option<String>,
 }
 
 /// The action for `event` on `node` (of `instance`): the policy's, else the default.
-pub(super) fn choose(
+pub(super) fn choose<'a>(
     event: &Event,
     node: &NodeFacts,
     instance: Option<&InstanceFacts>,
     followed: &BTreeMap<PoolKey, Followed>,
-    config: &Config,
-) -> Choice {
-    let chosen = config.policy.choose(event.kind, &node.labels);
-    let rule = chosen.rule.map(str::to_string);
-    let (mut action, lasts, why) = match chosen.action {
+    config: &'a Config,
+) -> Choice<'a> {
+    let rule = config.policy.rule(&node.labels);
+    let asked = rule.and_then(|r| r.actions.get(&event.kind).copied());
+    let (mut action, lasts, why) = match asked {
         None => (config.action(event.kind), None, None),
         Some(PolicyAction::Adaptive) => {
             let pool = instance
@@ -57,13 +57,18 @@ pub(super) fn choose(
         }
         Some(a) => (node_action_of(a), a.lasts(), Some(a.to_string())),
     };
-    let why = why.map(|w| format!("rule {}: {w}", rule.as_deref().unwrap_or_default()));
+    let why = why.map(|w| format!("rule {}: {w}", rule.map_or("", |r| &r.name)));
     // A rule's action is what the user chose for these nodes; the default goes through the
     // owner where the configuration says so.
-    if chosen.action.is_none()
+    // Deleted through the owner: the kinds of its rule's `delete-owned-on`, else the
+    // configuration's.
+    let owned = rule.and_then(|r| r.delete_owned_on.as_ref());
+    if asked.is_none()
         && action != Action::None
         && node.owner.is_some()
-        && config.deletes_owned(event.kind, &node.labels)
+        && owned
+            .unwrap_or(&config.delete_owned_on)
+            .contains(&event.kind)
     {
         action = Action::Delete;
     }
@@ -105,7 +110,7 @@ fn node_action_of(a: PolicyAction) -> Action {
 pub(super) fn record(event: &Event, instance_id: &str, choice: &Choice) -> CordonRecord {
     CordonRecord {
         until: choice.until,
-        rule: choice.rule.clone(),
+        rule: choice.rule.map(|r| r.name.clone()),
         health_event: match &event.detail {
             Detail::Scheduled { event_arn, .. } => event_arn.clone(),
             _ => None,
