@@ -436,22 +436,7 @@ fn node_action(event: &Event, instance_id: &str, facts: Facts<'_>, config: &Conf
             choice::way_back(&mut out, event, node, config);
             return out;
         }
-        Some(node) => {
-            let choice = choice::choose(event, node, instance, facts.followed, config);
-            act(&mut out, &choice, event, node, config);
-            if matches!(out.action, Action::Cordon | Action::CordonDrain) {
-                out.record = Some(choice::record(event, instance_id, &choice));
-                out.taint_key = Some(config.taint_key_for(event.kind).to_string());
-                out.exclude_from_load_balancers =
-                    choice.rule.and_then(|r| r.exclude_from_load_balancers);
-            }
-            if out.action == Action::CordonDrain {
-                out.addresses = instance.map(|i| i.addresses.clone()).unwrap_or_default();
-            }
-            if let Some(why) = &choice.why {
-                out.reason = format!("{why}; {}", out.reason);
-            }
-        }
+        Some(node) => choice::act(&mut out, event, node, instance, facts.followed, config),
     }
     match lifecycle(event, config, member) {
         Ok(action) => out.complete_lifecycle = action,
@@ -502,67 +487,6 @@ fn other_cluster(instance: Option<&InstanceFacts>, config: &Config) -> Option<St
 fn tagged_for_us(instance: Option<&InstanceFacts>, config: &Config) -> bool {
     (config.cluster_name.as_deref().zip(instance))
         .is_some_and(|(ours, instance)| instance.clusters().contains(&ours))
-}
-
-/// Sets the action, its target, deadline and reason.
-fn act(
-    out: &mut NodeAction,
-    choice: &choice::Choice,
-    event: &Event,
-    node: &NodeFacts,
-    config: &Config,
-) {
-    let what = summary(event);
-    match choice.action {
-        Action::None | Action::Uncordon => {
-            out.reason = format!("{} is configured to do nothing", event.kind);
-        }
-        Action::Cordon
-            if node.unschedulable
-                && choice::tainted_by_us(node, config.taint_key_for(event.kind), config)
-                && choice::record_holds(node, event, &out.instance_id, choice) =>
-        {
-            out.reason = "already cordoned by forewarn".into();
-        }
-        Action::Cordon => {
-            out.action = Action::Cordon;
-            out.reason = match choice.until {
-                Some(until) => format!(
-                    "{what}: keep new pods off the node until {}",
-                    until.to_rfc3339()
-                ),
-                None => format!("{what}: keep new pods off the node"),
-            };
-        }
-        Action::CordonDrain => {
-            out.action = Action::CordonDrain;
-            out.deadline = Some(drain_deadline(event, config));
-            out.grace_to_deadline = goes_at(event, config).is_some();
-            // Its rule's `surge` kinds, else the configuration's.
-            let surges = choice.rule.and_then(|r| r.surge.as_ref());
-            out.surge = surges.unwrap_or(&config.surge_kinds).contains(&event.kind);
-            out.reason = if choice.stopping {
-                format!(
-                    "{what}: move pods off while it shuts down; the node is deleted once EC2 says \
-                     stopped or terminated"
-                )
-            } else {
-                format!("{what}: move pods off before the instance goes")
-            };
-        }
-        Action::Delete => {
-            out.action = Action::Delete;
-            out.reason = match &node.owner {
-                Some(owner) => {
-                    format!("{what}: delete {owner} so its controller drains and replaces the node")
-                }
-                None => format!("{what}: the instance is going away"),
-            };
-            out.target = Some(node.owner.clone().unwrap_or_else(|| Target::Node {
-                name: node.name.clone(),
-            }));
-        }
-    }
 }
 
 /// Why a lifecycle action is left alone (see [`lifecycle`]).
