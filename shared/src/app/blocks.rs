@@ -82,9 +82,11 @@ fn block_of(record: &Record) -> Option<(Place, &str)> {
 }
 
 /// Looks up every Capacity Block `records` name (at once, one lookup per block and place; none
-/// when they name none).
+/// when they name none); with a `queue` (a run that writes the cluster and has one to come back
+/// on), a block's warning's instances past its own share are queued as parts (`fan_out`).
 pub async fn expand(
     instances: &dyn InstanceDirectory,
+    queue: Option<&dyn ContinuationQueue>,
     records: &[Record],
     now: DateTime<Utc>,
 ) -> Expanded {
@@ -121,6 +123,14 @@ pub async fn expand(
                 let Some(why) = event.and_then(|e| refusal(e, block, now)) else {
                     if let Ok(event) = record.event.as_mut() {
                         name_instances(event, block);
+                    }
+                    match fan_out(queue, record).await {
+                        Ok(note) => out.notes.extend(note.map(|note| (i, note))),
+                        Err(why) => {
+                            out.failed
+                                .push((i, Report::new(record).failed(why.clone())));
+                            set_aside(record, why);
+                        }
                     }
                     continue;
                 };
@@ -220,70 +230,60 @@ fn name_instances(event: &mut Event, block: &CapacityBlock) {
 }
 
 /// How many of a block's instances its warning's own invocation handles; each other one is
-/// queued as a part of its own ([`fan_out`]), so that the block's nodes are cordoned by as many
+/// queued as a part of its own (`fan_out`), so that the block's nodes are cordoned by as many
 /// execution environments as the event source mapping runs, each within its share of the API
 /// server, instead of one environment cordoning them all at its share's pace.
 pub const OWN_SHARE: usize = 8;
 
-/// Queues, for each block's warning of `expanded` (its first delivery, from a queue) naming
-/// more than [`OWN_SHARE`] instances, a part of its own for each instance past the first
+/// Queues, when `record` is a block's warning (its first delivery, from a queue) naming more
+/// than [`OWN_SHARE`] instances, a part of its own for each instance past the first
 /// [`OWN_SHARE`] (the warning's body with `detail.instance-ids`, in the event's account's
-/// message group, due at once); the warning goes on with its first [`OWN_SHARE`]. A part that
-/// cannot be queued fails the warning (it comes back whole; parts queued twice are duplicates
-/// of each other). Returns how many parts were queued.
-pub async fn fan_out(queue: &dyn ContinuationQueue, expanded: &mut Expanded) -> usize {
-    let mut queued = 0;
-    for i in 0..expanded.records.len() {
-        let record = &mut expanded.records[i];
-        let (Some(arn), Some(body), Ok(event)) = (
-            record.queue_arn.as_deref(),
-            record.body.as_deref(),
-            record.event.as_mut(),
-        ) else {
-            continue;
-        };
-        let whole = matches!(event.detail, Detail::CapacityBlock { part: false, .. });
-        if record.continuation.is_some()
-            || event.kind != EventKind::CapacityBlockExpiration
-            || !whole
-            || event.instance_ids.len() <= OWN_SHARE
-        {
-            continue;
-        }
-        let rest = event.instance_ids.split_off(OWN_SHARE);
-        let group = event.account.clone().unwrap_or_else(|| "forewarn".into());
-        let id = event.id.clone();
-        let group = &group;
-        let sends = rest.iter().map(|instance| async move {
-            let part = part_body(body, instance);
-            let part = part.ok_or_else(|| "the warning's body is not a JSON object".to_string())?;
-            let sent = queue.send(arn, group, &part, Duration::ZERO).await;
-            sent.map_err(|e| e.to_string())
-        });
-        let sent = futures::future::join_all(sends).await;
-        if let Some(Err(why)) = sent.iter().find(|s| s.is_err()) {
-            let why = format!(
-                "{} of the block's {} instances past the first {OWN_SHARE} were not queued as \
-                 parts of their own: {why}",
-                sent.iter().filter(|s| s.is_err()).count(),
-                rest.len()
-            );
-            expanded
-                .failed
-                .push((i, Report::new(record).failed(why.clone())));
-            set_aside(record, why);
-            continue;
-        }
-        queued += rest.len();
-        expanded.notes.push((
-            i,
-            format!(
-                "the block's {} other instances queued as parts of their own (ids `{id}#<instance>`)",
-                rest.len()
-            ),
+/// message group, due at once); the warning goes on with its first [`OWN_SHARE`]. Returns what
+/// its report says of the parts queued, or why the warning fails: a part that cannot be queued
+/// fails it (it comes back whole; parts queued twice are duplicates of each other).
+async fn fan_out(
+    queue: Option<&dyn ContinuationQueue>,
+    record: &mut Record,
+) -> Result<Option<String>, String> {
+    let (Some(queue), Some(arn), Some(body), Ok(event)) = (
+        queue,
+        record.queue_arn.as_deref(),
+        record.body.as_deref(),
+        record.event.as_mut(),
+    ) else {
+        return Ok(None);
+    };
+    let whole = matches!(event.detail, Detail::CapacityBlock { part: false, .. });
+    if record.continuation.is_some()
+        || event.kind != EventKind::CapacityBlockExpiration
+        || !whole
+        || event.instance_ids.len() <= OWN_SHARE
+    {
+        return Ok(None);
+    }
+    let rest = event.instance_ids.split_off(OWN_SHARE);
+    let group = event.account.clone().unwrap_or_else(|| "forewarn".into());
+    let group = &group;
+    let sends = rest.iter().map(|instance| async move {
+        let part = part_body(body, instance);
+        let part = part.ok_or_else(|| "the warning's body is not a JSON object".to_string())?;
+        let sent = queue.send(arn, group, &part, Duration::ZERO).await;
+        sent.map_err(|e| e.to_string())
+    });
+    let sent = futures::future::join_all(sends).await;
+    if let Some(Err(why)) = sent.iter().find(|s| s.is_err()) {
+        return Err(format!(
+            "{} of the block's {} instances past the first {OWN_SHARE} were not queued as \
+             parts of their own: {why}",
+            sent.iter().filter(|s| s.is_err()).count(),
+            rest.len()
         ));
     }
-    queued
+    Ok(Some(format!(
+        "the block's {} other instances queued as parts of their own (ids `{}#<instance>`)",
+        rest.len(),
+        event.id
+    )))
 }
 
 /// `body` (a block's warning) as the part of it for `instance`.
@@ -415,9 +415,9 @@ mod tests {
         )
         .unwrap();
         let spot_only = decode_value("s", serde_json::json!([]), now()).unwrap();
-        let none = expand(&dir, &spot_only, now()).await;
+        let none = expand(&dir, None, &spot_only, now()).await;
         assert!(none.described.is_empty() && dir.calls.lock().unwrap().is_empty());
-        let out = expand(&dir, &records, now()).await;
+        let out = expand(&dir, None, &records, now()).await;
         assert!(out.failed.is_empty());
         assert_eq!(
             dir.calls.lock().unwrap().len(),
@@ -462,7 +462,7 @@ mod tests {
             "region": "us-east-1", "detail": {"instance-id": "i-0a1b2c3d4e5f60001"}
         }));
         let records = decode_value("b", serde_json::Value::Array(input), now()).unwrap();
-        let out = expand(&dir, &records, now()).await;
+        let out = expand(&dir, None, &records, now()).await;
         assert_eq!(out.failed.len(), 1);
         let (i, report) = &out.failed[0];
         assert_eq!(*i, 0);
@@ -489,7 +489,7 @@ mod tests {
         delivered["detail-type"] = "Capacity Block Delivered".into();
         let input = serde_json::json!([warning("a", "2026-11-20T11:30:00Z"), delivered]);
         let records = decode_value("b", input, now()).unwrap();
-        let out = expand(&dir, &records, now()).await;
+        let out = expand(&dir, None, &records, now()).await;
         assert_eq!(out.failed.len(), 2);
         for (i, report) in &out.failed {
             assert_eq!(report.outcome, crate::domain::report::Outcome::Ignored);
@@ -553,9 +553,15 @@ mod tests {
     #[tokio::test]
     async fn a_big_blocks_other_instances_are_queued_each_a_part_that_acts_on_its_own() {
         let dir = big();
-        let mut out = expand(&dir, &queued(warning("a", "2026-11-20T11:30:00Z")), now()).await;
         let queue = Sent::default();
-        assert_eq!(fan_out(&queue, &mut out).await, 11 - OWN_SHARE);
+        let records = queued(warning("a", "2026-11-20T11:30:00Z"));
+        let out = expand(&dir, Some(&queue), &records, now()).await;
+        let note = &out.notes[0];
+        assert_eq!(note.0, 0);
+        assert!(
+            note.1.starts_with("the block's 3 other instances queued"),
+            "{note:?}"
+        );
         let event = out.records[0].event.as_ref().unwrap();
         assert_eq!(
             event.instance_ids.len(),
@@ -576,7 +582,7 @@ mod tests {
         forged["detail"]["instance-ids"] = serde_json::json!(["i-0a1b2c3d4e5f6ffff"]);
         let mut records = parts;
         records.extend(decode_value("f", forged, now()).unwrap());
-        let out = expand(&dir, &records, now()).await;
+        let out = expand(&dir, None, &records, now()).await;
         let want = [
             "i-0a1b2c3d4e5f60b08",
             "i-0a1b2c3d4e5f60b09",
@@ -600,19 +606,20 @@ mod tests {
         assert!(out.records[3].event.is_err(), "nothing is done with it");
         // A part is not queued again, and a small block is not split.
         let queue = Sent::default();
-        let mut again = expand(&dir, &out.records[..3], now()).await;
-        assert_eq!(fan_out(&queue, &mut again).await, 0);
+        let again = expand(&dir, Some(&queue), &out.records[..3], now()).await;
+        assert!(queue.bodies.lock().unwrap().is_empty() && again.notes.is_empty());
     }
 
     #[tokio::test]
     async fn parts_that_cannot_be_queued_fail_the_warning_whole() {
         let dir = big();
-        let mut out = expand(&dir, &queued(warning("a", "2026-11-20T11:30:00Z")), now()).await;
         let queue = Sent {
             refuse: true,
             ..Sent::default()
         };
-        assert_eq!(fan_out(&queue, &mut out).await, 0);
+        let records = queued(warning("a", "2026-11-20T11:30:00Z"));
+        let out = expand(&dir, Some(&queue), &records, now()).await;
+        assert!(out.notes.is_empty());
         assert!(out.records[0].event.is_err(), "nothing is done with it");
         let (_, report) = &out.failed[0];
         assert_eq!(report.outcome, crate::domain::report::Outcome::Failed);

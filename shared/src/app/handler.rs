@@ -128,14 +128,10 @@ impl Handler {
     /// answered from the one lookup.
     pub async fn run(&self, records: &[Record], deadline: Option<DateTime<Utc>>) -> Vec<Report> {
         let own = self.instances.as_ref();
-        let mut expanded = crate::app::blocks::expand(own, records, self.clock.now()).await;
         // A block's other instances, each a warning of its own on the queue, when there is one
         // to come back on and the run writes the cluster.
-        if let Some(queue) = self.passes.queue.as_deref()
-            && self.mode.writes_cluster()
-        {
-            crate::app::blocks::fan_out(queue, &mut expanded).await;
-        }
+        let queue = (self.passes.queue.as_deref()).filter(|_| self.mode.writes_cluster());
+        let expanded = crate::app::blocks::expand(own, queue, records, self.clock.now()).await;
         let (records, known) = (&expanded.records, &expanded.described);
         let (shares, described, work) = self.route(records, known, self.work(deadline)).await;
         let described = &described;

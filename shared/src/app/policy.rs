@@ -167,8 +167,8 @@ mod tests {
         "rules:\n- name: all\n  nodes: {}\n  actions: {rebalance-recommendation: evaporate}\n";
 
     fn rule_action(p: &Policy) -> Option<String> {
-        p.choose(EventKind::RebalanceRecommendation, &Default::default())
-            .action
+        (p.rule(&Default::default()))
+            .and_then(|r| r.actions.get(&EventKind::RebalanceRecommendation))
             .map(|a| a.to_string())
     }
 
@@ -243,7 +243,9 @@ mod tests {
         let p = cache.policy(&clock).await;
         let of = |pool: &str, kind| {
             let labels = [("pool".to_string(), pool.to_string())].into();
-            p.choose(kind, &labels).action.map(|a| a.to_string())
+            (p.rule(&labels))
+                .and_then(|r| r.actions.get(&kind))
+                .map(|a| a.to_string())
         };
         assert_eq!(
             of("web", EventKind::SpotInterruption).as_deref(),
@@ -273,8 +275,8 @@ mod tests {
         let p = cache.policy(&clock).await;
         let labels = [("pool".to_string(), "batch".to_string())].into();
         assert_eq!(
-            p.choose(EventKind::RebalanceRecommendation, &labels).action,
-            Some(crate::domain::policy::PolicyAction::Delete)
+            (p.rule(&labels)).and_then(|r| r.actions.get(&EventKind::RebalanceRecommendation)),
+            Some(&crate::domain::policy::PolicyAction::Delete)
         );
         assert_eq!(map.refused.lock().unwrap().len(), 1);
     }

@@ -250,23 +250,6 @@ impl Config {
         }
     }
 
-    /// A node with `labels` owned by a NodeClaim or Machine is deleted through its owner for
-    /// `kind`: its policy rule's `delete-owned-on`, else [`Config::delete_owned_on`].
-    pub fn deletes_owned(&self, kind: EventKind, labels: &BTreeMap<String, String>) -> bool {
-        let rule = self
-            .policy
-            .rule(labels)
-            .and_then(|r| r.delete_owned_on.as_ref());
-        rule.unwrap_or(&self.delete_owned_on).contains(&kind)
-    }
-
-    /// `kind`'s drains of a node with `labels` make room first: its policy rule's `surge`,
-    /// else [`Config::surge_kinds`].
-    pub fn surges(&self, kind: EventKind, labels: &BTreeMap<String, String>) -> bool {
-        let rule = self.policy.rule(labels).and_then(|r| r.surge.as_ref());
-        rule.unwrap_or(&self.surge_kinds).contains(&kind)
-    }
-
     /// The configured action for a kind.
     pub fn action(&self, kind: EventKind) -> Action {
         self.actions.get(&kind).copied().unwrap_or(Action::None)

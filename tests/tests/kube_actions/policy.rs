@@ -125,10 +125,8 @@ async fn a_configmap_rule_asking_delete_is_refused_and_its_nodes_keep_the_defaul
     // The other rule as written; the refused rule's nodes: the defaults, for every kind.
     let elsewhere = BTreeMap::from([("pool".to_string(), "elsewhere".to_string())]);
     assert_eq!(
-        config
-            .policy
-            .choose(EventKind::RebalanceRecommendation, &elsewhere)
-            .action
+        (config.policy.rule(&elsewhere))
+            .and_then(|r| r.actions.get(&EventKind::RebalanceRecommendation))
             .map(|a| a.to_string())
             .as_deref(),
         Some("cordon-for 1h")
@@ -138,7 +136,7 @@ async fn a_configmap_rule_asking_delete_is_refused_and_its_nodes_keep_the_defaul
         EventKind::SpotInterruption,
     ] {
         assert_eq!(
-            config.policy.choose(kind, &BTreeMap::new()).action,
+            (config.policy.rule(&BTreeMap::new())).and_then(|r| r.actions.get(&kind)),
             None,
             "{kind:?}"
         );

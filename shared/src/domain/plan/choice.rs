@@ -11,35 +11,24 @@ use super::{NodeAction, pool_mark};
 use crate::domain::config::{Action, Config};
 use crate::domain::cordon_record::CordonRecord;
 use crate::domain::event::{Detail, Event, InstanceAction, InstanceState};
-use crate::domain::facts::{InstanceFacts, NodeFacts};
+use crate::domain::facts::{InstanceFacts, NodeFacts, Target};
 use crate::domain::policy::{Followed, PolicyAction};
 use crate::domain::pool::PoolKey;
 
-/// What an event does to one node, and why the policy chose it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Choice {
-    pub action: Action,
-    /// The instance is stopping or shutting down (not yet gone).
-    pub stopping: bool,
-    /// A `cordon-for`, or `adaptive`'s drain: when the cordon is to be undone.
-    pub until: Option<DateTime<Utc>>,
-    /// The first policy rule matching the node.
-    pub rule: Option<String>,
-    /// Why the policy chose the action (`rule web: cordon-for 30m`); `None`: the default.
-    pub why: Option<String>,
-}
-
-/// The action for `event` on `node` (of `instance`): the policy's, else the default.
-pub(super) fn choose(
+/// Sets `out`'s action for `event` on `node` (of `instance`): the policy's, else the default;
+/// its target, deadline and reason (the policy's why first), and for a cordon its record, taint
+/// key and load balancer exclusion.
+pub(super) fn act(
+    out: &mut NodeAction,
     event: &Event,
     node: &NodeFacts,
     instance: Option<&InstanceFacts>,
     followed: &BTreeMap<PoolKey, Followed>,
     config: &Config,
-) -> Choice {
-    let chosen = config.policy.choose(event.kind, &node.labels);
-    let rule = chosen.rule.map(str::to_string);
-    let (mut action, lasts, why) = match chosen.action {
+) {
+    let rule = config.policy.rule(&node.labels);
+    let asked = rule.and_then(|r| r.actions.get(&event.kind).copied());
+    let (mut action, lasts, why) = match asked {
         None => (config.action(event.kind), None, None),
         Some(PolicyAction::Adaptive) => {
             let pool = instance
@@ -57,13 +46,15 @@ pub(super) fn choose(
         }
         Some(a) => (node_action_of(a), a.lasts(), Some(a.to_string())),
     };
-    let why = why.map(|w| format!("rule {}: {w}", rule.as_deref().unwrap_or_default()));
     // A rule's action is what the user chose for these nodes; the default goes through the
-    // owner where the configuration says so.
-    if chosen.action.is_none()
+    // owner where its rule's `delete-owned-on` says so, else the configuration's.
+    let owned = rule.and_then(|r| r.delete_owned_on.as_ref());
+    if asked.is_none()
         && action != Action::None
         && node.owner.is_some()
-        && config.deletes_owned(event.kind, &node.labels)
+        && owned
+            .unwrap_or(&config.delete_owned_on)
+            .contains(&event.kind)
     {
         action = Action::Delete;
     }
@@ -79,14 +70,68 @@ pub(super) fn choose(
         // says `stopped` or `terminated`.
         action = Action::CordonDrain;
     }
-    Choice {
-        action,
-        stopping,
-        until: lasts
-            .filter(|_| matches!(action, Action::Cordon | Action::CordonDrain))
-            .map(|d| event.time + d),
-        rule,
-        why,
+    let until = lasts
+        .filter(|_| matches!(action, Action::Cordon | Action::CordonDrain))
+        .map(|d| event.time + d);
+    let record = record(event, &out.instance_id, until, rule.map(|r| r.name.clone()));
+    let already = action == Action::Cordon
+        && node.unschedulable
+        && tainted_by_us(node, config.taint_key_for(event.kind), config)
+        && record_holds(node, &record);
+    let what = super::summary(event);
+    out.reason = match action {
+        _ if already => "already cordoned by forewarn".into(),
+        Action::None | Action::Uncordon => format!("{} is configured to do nothing", event.kind),
+        Action::Cordon => match until {
+            Some(until) => format!(
+                "{what}: keep new pods off the node until {}",
+                until.to_rfc3339()
+            ),
+            None => format!("{what}: keep new pods off the node"),
+        },
+        Action::CordonDrain => {
+            out.deadline = Some(super::drain_deadline(event, config));
+            out.grace_to_deadline = super::goes_at(event, config).is_some();
+            // Its rule's `surge` kinds, else the configuration's.
+            let surges = rule.and_then(|r| r.surge.as_ref());
+            out.surge = surges.unwrap_or(&config.surge_kinds).contains(&event.kind);
+            out.addresses = instance.map(|i| i.addresses.clone()).unwrap_or_default();
+            match stopping {
+                true => format!(
+                    "{what}: move pods off while it shuts down; the node is deleted once EC2 says \
+                     stopped or terminated"
+                ),
+                false => format!("{what}: move pods off before the instance goes"),
+            }
+        }
+        Action::Delete => {
+            out.target = Some(node.owner.clone().unwrap_or_else(|| Target::Node {
+                name: node.name.clone(),
+            }));
+            match &node.owner {
+                Some(owner) => {
+                    format!("{what}: delete {owner} so its controller drains and replaces the node")
+                }
+                None => format!("{what}: the instance is going away"),
+            }
+        }
+    };
+    if !already
+        && matches!(
+            action,
+            Action::Cordon | Action::CordonDrain | Action::Delete
+        )
+    {
+        out.action = action;
+    }
+    if matches!(out.action, Action::Cordon | Action::CordonDrain) {
+        out.record = Some(record);
+        out.taint_key = Some(config.taint_key_for(event.kind).to_string());
+        out.exclude_from_load_balancers = rule.and_then(|r| r.exclude_from_load_balancers);
+    }
+    if let Some(why) = why {
+        let rule = rule.map_or("", |r| &r.name);
+        out.reason = format!("rule {rule}: {why}; {}", out.reason);
     }
 }
 
@@ -101,11 +146,16 @@ fn node_action_of(a: PolicyAction) -> Action {
     }
 }
 
-/// The record a cordon for `event` on `instance_id`'s node writes.
-pub(super) fn record(event: &Event, instance_id: &str, choice: &Choice) -> CordonRecord {
+/// The record a cordon for `event` on `instance_id`'s node writes: until when, for which rule.
+fn record(
+    event: &Event,
+    instance_id: &str,
+    until: Option<DateTime<Utc>>,
+    rule: Option<String>,
+) -> CordonRecord {
     CordonRecord {
-        until: choice.until,
-        rule: choice.rule.clone(),
+        until,
+        rule,
         health_event: match &event.detail {
             Detail::Scheduled { event_arn, .. } => event_arn.clone(),
             _ => None,
@@ -126,7 +176,7 @@ pub(super) fn record(event: &Event, instance_id: &str, choice: &Choice) -> Cordo
 
 /// `node` carries forewarn's taint of key `key`: forewarn's own key (`config.taint_key`) is
 /// forewarn's whoever put it; another (NTH's) only when the node's cordon record lists it.
-pub(super) fn tainted_by_us(node: &NodeFacts, key: &str, config: &Config) -> bool {
+fn tainted_by_us(node: &NodeFacts, key: &str, config: &Config) -> bool {
     node.has_taint(key)
         && (key == config.taint_key
             || CordonRecord::of(node).is_some_and(|r| r.taints.iter().any(|k| k == key)))
@@ -134,18 +184,12 @@ pub(super) fn tainted_by_us(node: &NodeFacts, key: &str, config: &Config) -> boo
 
 /// The node's cordon record already says what this cordon would write (the node stays as it
 /// is); otherwise the cordon runs again to record the new reason.
-pub(super) fn record_holds(
-    node: &NodeFacts,
-    event: &Event,
-    instance_id: &str,
-    choice: &Choice,
-) -> bool {
+fn record_holds(node: &NodeFacts, new: &CordonRecord) -> bool {
     let Some(existing) = CordonRecord::of(node) else {
         // Cordoned by forewarn before records were kept, for a reason not known: it keeps its
         // cordon as it is (a `cordon-for` must not give it an end).
         return true;
     };
-    let new = record(event, instance_id, choice);
     new.after(Some(&existing)) == existing.unsigned()
 }
 

@@ -16,38 +16,28 @@
 //! starts, and leaving a launch hook alone makes Auto Scaling take its default result, usually
 //! `ABANDON` (the instance is terminated).
 
-use super::{Facts, NodeAction, lifecycle, no_action, other_cluster, tagged_for_us};
+use super::{NodeAction, lifecycle};
 use crate::domain::config::Config;
 use crate::domain::event::Event;
-use crate::domain::facts::resolve_node;
+use crate::domain::facts::InstanceFacts;
 
-/// The node action of a launch hook's instance `instance_id`.
-pub(super) fn node_action(
+/// `out`, the node action of a launch hook's instance (no other cluster's, no control-plane
+/// node's): the lifecycle action to complete once its node is Ready, when it is forewarn's to
+/// complete (`member`: the instance is tagged for this cluster, or runs one of its nodes).
+pub(super) fn wait(
+    mut out: NodeAction,
     event: &Event,
-    instance_id: &str,
-    facts: Facts<'_>,
+    instance: Option<&InstanceFacts>,
+    member: bool,
     config: &Config,
 ) -> NodeAction {
-    let mut out = no_action(event, instance_id);
-    let instance = facts.instances.get(instance_id);
-    if let Some(why) = other_cluster(instance, config) {
-        out.reason = why;
-        return out;
-    }
-    let node = resolve_node(instance_id, instance, facts.nodes);
-    if let Some(node) = node.filter(|n| n.is_control_plane()) {
-        out.node = Some(node.name.clone());
-        out.reason = "control-plane node: never touched, its lifecycle action left alone".into();
-        return out;
-    }
     // The node is usually not there yet: the name it will have is the instance's private DNS
     // name (the name EKS and Karpenter give nodes on EC2).
-    out.node = node.map(|n| n.name.clone()).or_else(|| {
+    out.node = out.node.or_else(|| {
         instance
             .and_then(|i| i.private_dns.clone())
             .filter(|d| !d.is_empty())
     });
-    let member = node.is_some() || tagged_for_us(instance, config);
     match lifecycle(event, config, member) {
         Ok(Some(action)) => {
             let deadline = event.time + config.launch_timeout;
@@ -56,7 +46,7 @@ pub(super) fn node_action(
                 "{}: complete the lifecycle action once node {} runs the instance and is Ready \
                  (checked until {}, then left to the hook's own timeout)",
                 super::summary(event),
-                out.node.as_deref().unwrap_or(instance_id),
+                out.node.as_deref().unwrap_or(&out.instance_id),
                 deadline.to_rfc3339()
             );
             out.complete_lifecycle = Some(action);
@@ -76,7 +66,7 @@ pub(super) fn node_action(
 mod tests {
     use std::collections::BTreeMap;
 
-    use super::super::decide;
+    use super::super::{Facts, decide};
     use super::*;
     use crate::domain::config::Action;
     use crate::domain::event::EventKind;

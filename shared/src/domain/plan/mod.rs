@@ -228,10 +228,8 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
         }
         Detail::AsgLaunch(_) => {
             // A launch is no capacity lost: no pool is marked, only the hook is answered.
-            plan.actions = event
-                .instance_ids
-                .iter()
-                .map(|id| launch::node_action(event, id, facts, config))
+            plan.actions = (event.instance_ids.iter())
+                .map(|id| node_action(event, id, facts, config))
                 .collect();
             return plan;
         }
@@ -246,7 +244,7 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
             plan.pools.push(mark);
         }
         plan.actions
-            .push(node_action(event, instance_id, instance, facts, config));
+            .push(node_action(event, instance_id, facts, config));
     }
     // One update records at most so many pools (the first, in the event's order); the node
     // actions matter more, and all go on.
@@ -395,68 +393,56 @@ pub fn goes_at(event: &Event, config: &Config) -> Option<DateTime<Utc>> {
     }
 }
 
-fn node_action(
-    event: &Event,
-    instance_id: &str,
-    instance: Option<&InstanceFacts>,
-    facts: Facts<'_>,
-    config: &Config,
-) -> NodeAction {
-    let mut out = no_action(event, instance_id);
-    if let Some(why) = refusal(event, instance, config) {
+/// What to do for `instance_id` of `event`: nothing for another cluster's instance (or, but for
+/// a launch, a stale event: see [`launch`]) or a control-plane node; a launch hook's wait for
+/// its node ([`launch::wait`]); else the node's action (see [`choice`]) and its lifecycle action.
+fn node_action(event: &Event, instance_id: &str, facts: Facts<'_>, config: &Config) -> NodeAction {
+    let instance = facts.instances.get(instance_id);
+    let mut out = NodeAction {
+        instance_id: instance_id.to_string(),
+        event_reason: event_reason(event).to_string(),
+        taint_value: event.kind.to_string(),
+        ..NodeAction::default()
+    };
+    let launch = matches!(event.detail, Detail::AsgLaunch(_));
+    let refused = match launch {
+        true => other_cluster(instance, config),
+        false => refusal(event, instance, config),
+    };
+    if let Some(why) = refused {
         out.reason = why;
+        return out;
+    }
+    let node = resolve_node(instance_id, instance, facts.nodes);
+    out.node = node.map(|n| n.name.clone());
+    if node.is_some_and(NodeFacts::is_control_plane) {
+        out.reason = match launch {
+            true => "control-plane node: never touched, its lifecycle action left alone",
+            false => "control-plane node: never touched",
+        }
+        .into();
         return out;
     }
     // Its node is one of this cluster's: that is membership enough; with no node of this
     // cluster on it, only its lifecycle action may be completed, and only when the instance is
     // tagged for this cluster (positive membership).
-    let member = match resolve_node(instance_id, instance, facts.nodes) {
-        None => {
-            out.reason = "no node of this cluster runs on the instance".into();
-            tagged_for_us(instance, config)
+    let member = node.is_some() || tagged_for_us(instance, config);
+    if launch {
+        return launch::wait(out, event, instance, member, config);
+    }
+    match node {
+        None => out.reason = "no node of this cluster runs on the instance".into(),
+        Some(node) if choice::closed(event, instance_id) => {
+            choice::way_back(&mut out, event, node, config);
+            return out;
         }
-        Some(node) => {
-            out.node = Some(node.name.clone());
-            if node.is_control_plane() {
-                out.reason = "control-plane node: never touched".into();
-                return out;
-            }
-            if choice::closed(event, instance_id) {
-                choice::way_back(&mut out, event, node, config);
-                return out;
-            }
-            let choice = choice::choose(event, node, instance, facts.followed, config);
-            act(&mut out, &choice, event, node, config);
-            if matches!(out.action, Action::Cordon | Action::CordonDrain) {
-                out.record = Some(choice::record(event, instance_id, &choice));
-                out.taint_key = Some(config.taint_key_for(event.kind).to_string());
-                let rule = config.policy.rule(&node.labels);
-                out.exclude_from_load_balancers = rule.and_then(|r| r.exclude_from_load_balancers);
-            }
-            if out.action == Action::CordonDrain {
-                out.addresses = instance.map(|i| i.addresses.clone()).unwrap_or_default();
-            }
-            if let Some(why) = &choice.why {
-                out.reason = format!("{why}; {}", out.reason);
-            }
-            true
-        }
-    };
+        Some(node) => choice::act(&mut out, event, node, instance, facts.followed, config),
+    }
     match lifecycle(event, config, member) {
         Ok(action) => out.complete_lifecycle = action,
         Err(why) => out.reason = format!("{}; {why}", out.reason),
     }
     out
-}
-
-/// Nothing yet for `instance_id`: no node, no action, no reason.
-fn no_action(event: &Event, instance_id: &str) -> NodeAction {
-    NodeAction {
-        instance_id: instance_id.to_string(),
-        event_reason: event_reason(event).to_string(),
-        taint_value: event.kind.to_string(),
-        ..NodeAction::default()
-    }
 }
 
 /// Why the event must not touch this instance at all, if it must not: the instance is another
@@ -501,65 +487,6 @@ fn other_cluster(instance: Option<&InstanceFacts>, config: &Config) -> Option<St
 fn tagged_for_us(instance: Option<&InstanceFacts>, config: &Config) -> bool {
     (config.cluster_name.as_deref().zip(instance))
         .is_some_and(|(ours, instance)| instance.clusters().contains(&ours))
-}
-
-/// Sets the action, its target, deadline and reason.
-fn act(
-    out: &mut NodeAction,
-    choice: &choice::Choice,
-    event: &Event,
-    node: &NodeFacts,
-    config: &Config,
-) {
-    let what = summary(event);
-    match choice.action {
-        Action::None | Action::Uncordon => {
-            out.reason = format!("{} is configured to do nothing", event.kind);
-        }
-        Action::Cordon
-            if node.unschedulable
-                && choice::tainted_by_us(node, config.taint_key_for(event.kind), config)
-                && choice::record_holds(node, event, &out.instance_id, choice) =>
-        {
-            out.reason = "already cordoned by forewarn".into();
-        }
-        Action::Cordon => {
-            out.action = Action::Cordon;
-            out.reason = match choice.until {
-                Some(until) => format!(
-                    "{what}: keep new pods off the node until {}",
-                    until.to_rfc3339()
-                ),
-                None => format!("{what}: keep new pods off the node"),
-            };
-        }
-        Action::CordonDrain => {
-            out.action = Action::CordonDrain;
-            out.deadline = Some(drain_deadline(event, config));
-            out.grace_to_deadline = goes_at(event, config).is_some();
-            out.surge = config.surges(event.kind, &node.labels);
-            out.reason = if choice.stopping {
-                format!(
-                    "{what}: move pods off while it shuts down; the node is deleted once EC2 says \
-                     stopped or terminated"
-                )
-            } else {
-                format!("{what}: move pods off before the instance goes")
-            };
-        }
-        Action::Delete => {
-            out.action = Action::Delete;
-            out.reason = match &node.owner {
-                Some(owner) => {
-                    format!("{what}: delete {owner} so its controller drains and replaces the node")
-                }
-                None => format!("{what}: the instance is going away"),
-            };
-            out.target = Some(node.owner.clone().unwrap_or_else(|| Target::Node {
-                name: node.name.clone(),
-            }));
-        }
-    }
 }
 
 /// Why a lifecycle action is left alone (see [`lifecycle`]).

@@ -253,8 +253,8 @@ mod tests {
         // The allowed rule as written.
         let batch = labels(&[("pool", "batch")]);
         assert_eq!(
-            limited.choose(EventKind::SpotInterruption, &batch).action,
-            Some(PolicyAction::CordonDrain)
+            (limited.rule(&batch)).and_then(|r| r.actions.get(&EventKind::SpotInterruption)),
+            Some(&PolicyAction::CordonDrain)
         );
         // The refused rule's nodes: defaults for every kind, its allowed `cordon` too, and
         // not the catch-all's.
@@ -263,12 +263,13 @@ mod tests {
             EventKind::SpotInterruption,
             EventKind::RebalanceRecommendation,
         ] {
-            let chosen = limited.choose(kind, &web);
-            assert_eq!(chosen.rule, Some("web"));
-            assert_eq!(chosen.action, None, "{kind:?}");
+            let rule = limited.rule(&web).unwrap();
+            assert_eq!(rule.name, "web");
+            assert_eq!(rule.actions.get(&kind), None, "{kind:?}");
         }
-        let other = limited.choose(EventKind::SpotInterruption, &labels(&[("pool", "x")]));
-        assert_eq!((other.rule, other.action), (Some("quiet"), None));
+        let other = limited.rule(&labels(&[("pool", "x")])).unwrap();
+        assert_eq!(other.name, "quiet");
+        assert_eq!(other.actions.get(&EventKind::SpotInterruption), None);
         // All allowed: as written.
         let (all, none) = policy.clone().limited(&PolicyAllow::all());
         assert!(none.is_empty());

@@ -173,25 +173,7 @@ pub struct Policy {
     pub adaptive: Adaptive,
 }
 
-/// What the policy says of one event kind on one node.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Chosen<'a> {
-    /// The first rule matching the node, if any.
-    pub rule: Option<&'a str>,
-    /// Its action for the kind; `None`: the kind's default action.
-    pub action: Option<PolicyAction>,
-}
-
 impl Policy {
-    /// The rule matching a node with `labels` (the first), and what it says of `kind`.
-    pub fn choose(&self, kind: EventKind, labels: &BTreeMap<String, String>) -> Chosen<'_> {
-        let rule = self.rule(labels);
-        Chosen {
-            rule: rule.map(|r| r.name.as_str()),
-            action: rule.and_then(|r| r.actions.get(&kind).copied()),
-        }
-    }
-
     /// The rule matching a node with `labels` (the first); `None`: no rule does (the defaults).
     pub fn rule(&self, labels: &BTreeMap<String, String>) -> Option<&Rule> {
         self.rules.iter().find(|r| r.matches(labels))
@@ -258,25 +240,24 @@ mod tests {
         )
         .unwrap();
         let batch = labels(&[("pool", "batch"), ("zone", "a")]);
-        let rebalance = policy.choose(EventKind::RebalanceRecommendation, &batch);
-        assert_eq!(rebalance.rule, Some("batch"));
-        assert_eq!(rebalance.action, Some(PolicyAction::None));
+        // The first matching rule's name, and its action for `kind`.
+        let choose = |p: &Policy, kind, labels| {
+            let rule = p.rule(labels);
+            let action = rule.and_then(|r| r.actions.get(&kind).copied());
+            (rule.map(|r| r.name.clone()), action)
+        };
+        let rebalance = choose(&policy, EventKind::RebalanceRecommendation, &batch);
+        assert_eq!(rebalance, (Some("batch".into()), Some(PolicyAction::None)));
         // The first match wins even for a kind it does not name: defaults, not `batch-too`.
-        let spot = policy.choose(EventKind::SpotInterruption, &batch);
-        assert_eq!(spot.rule, Some("batch"));
-        assert_eq!(spot.action, None);
+        let spot = choose(&policy, EventKind::SpotInterruption, &batch);
+        assert_eq!(spot, (Some("batch".into()), None));
         // `{}` matches every node.
-        let other = policy.choose(EventKind::SpotInterruption, &labels(&[("pool", "web")]));
-        assert_eq!(other.rule, Some("all"));
-        assert_eq!(other.action, Some(PolicyAction::Cordon));
+        let web = labels(&[("pool", "web")]);
+        let other = choose(&policy, EventKind::SpotInterruption, &web);
+        assert_eq!(other, (Some("all".into()), Some(PolicyAction::Cordon)));
         // No rule: defaults.
-        assert_eq!(
-            Policy::default().choose(EventKind::SpotInterruption, &batch),
-            Chosen {
-                rule: None,
-                action: None
-            }
-        );
+        let none = choose(&Policy::default(), EventKind::SpotInterruption, &batch);
+        assert_eq!(none, (None, None));
     }
 
     #[test]
