@@ -28,6 +28,7 @@ use crate::domain::config::{Config, LABEL_EXCLUDE_LB, TaintEffect};
 use crate::domain::cordon_record::{
     ANNOTATION_CORDON, CordonRecord, Undo, UndoOutcome, read, read_unverified,
 };
+use crate::domain::event::EventKind;
 use crate::domain::keys::KeyRing;
 use crate::domain::plan::NodeAction;
 use crate::domain::surge::LABEL_CORDONED;
@@ -52,13 +53,13 @@ pub struct CordonSpec {
 }
 
 impl CordonSpec {
-    /// The cordon of `a`: its taint (its key, with its `taint_value`, the event kind, as value),
+    /// The cordon of `a` for an event of `kind`: its taint (its key, with the kind as value),
     /// the configured effect and label, and its record as the reason.
-    pub fn new(config: &Config, a: &NodeAction, keys: RecordKeys) -> CordonSpec {
+    pub fn new(config: &Config, kind: EventKind, a: &NodeAction, keys: RecordKeys) -> CordonSpec {
         CordonSpec {
             taint_key: a.taint_key_in(config).to_string(),
             own_key: config.taint_key.clone(),
-            taint_value: a.taint_value.clone(),
+            taint_value: kind.to_string(),
             taint_effect: config.taint_effect,
             exclude_from_load_balancers: a.excludes_in(config),
             record: a.record.clone(),
@@ -364,12 +365,13 @@ impl KubeExecutor {
     /// forewarn's taint).
     pub(super) async fn cordon_node(
         &self,
+        kind: EventKind,
         a: &NodeAction,
         node: &Node,
         already_ours: bool,
         out: &mut NodeOutcome,
     ) -> Result<(bool, Option<String>), KubeError> {
-        let spec = CordonSpec::new(&self.config, a, self.record_keys(node).await);
+        let spec = CordonSpec::new(&self.config, kind, a, self.record_keys(node).await);
         let dry_run = self.settings.dry_run;
         // `Err`: the node is gone (`None`), or changed and refused (why): nothing more is done.
         let write = self.write_node(node.clone(), "cordoned", Err(None), |node, attempt| {
@@ -401,17 +403,16 @@ impl KubeExecutor {
             out.cordoned_at = Some(self.clients.clock().now());
         }
         out.cordoned_before = already_ours && already;
-        let note = (changed || out.cordoned_before).then(|| self.cordoned_note(a));
+        let note = (changed || out.cordoned_before).then(|| self.cordoned_note(kind, a));
         out.cordon = Some(cordoned);
         Ok((false, note))
     }
 
-    /// The note of the `Cordoned` Event of `a`'s cordon.
-    pub(super) fn cordoned_note(&self, a: &NodeAction) -> String {
+    /// The note of the `Cordoned` Event of `a`'s cordon for an event of `kind`.
+    pub(super) fn cordoned_note(&self, kind: EventKind, a: &NodeAction) -> String {
         let (key, effect) = (a.taint_key_in(&self.config), self.config.taint_effect);
-        let value = &a.taint_value;
         format!(
-            "Marked unschedulable and tainted {key}={value}:{}",
+            "Marked unschedulable and tainted {key}={kind}:{}",
             effect.as_str()
         )
     }

@@ -157,7 +157,7 @@ impl KubeExecutor {
             // the Events and the evictions follow in the drain passes. (A dry run has no later
             // pass: its first pass says all the drain would do.)
             (Action::CordonDrain, Some(node)) if pass == Pass::Cordon && !dry_run => {
-                out.drain_pending = !self.cordon_node(a, &node, false, out).await?.0;
+                out.drain_pending = !self.cordon_node(plan.kind, a, &node, false, out).await?.0;
             }
             (Action::CordonDrain, Some(node)) if later_pass => {
                 // A later drain pass: the node was cordoned by the earlier passes, and its
@@ -231,7 +231,7 @@ impl KubeExecutor {
         let announce = pass.role().is_none_or(|role| role == DrainRole::First);
         // The node may already be cordoned for this event (by the event's first pass): the Event
         // is recorded with the announcement (one per event and reason, so never twice).
-        let (gone, cordoned) = self.cordon_node(a, &node, announce, out).await?;
+        let (gone, cordoned) = self.cordon_node(plan.kind, a, &node, announce, out).await?;
         // The evictions (and placeholders) first, the Events of the decision after them: in a
         // mass interruption every request before a node's evictions delays them.
         let mut drained = if a.action == Action::CordonDrain && !gone {
@@ -257,7 +257,7 @@ impl KubeExecutor {
     /// The Events of the decision a drain's first pass left to a later one: the announcement
     /// and `Cordoned`.
     async fn owed_events(&self, plan: &Plan, a: &NodeAction, node: &Node, out: &mut NodeOutcome) {
-        let decision = (true, Some(self.cordoned_note(a)));
+        let decision = (true, Some(self.cordoned_note(plan.kind, a)));
         self.decision_events(plan, a, node, decision, out).await;
     }
 }

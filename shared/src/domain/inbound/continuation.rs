@@ -331,6 +331,7 @@ mod tests {
             "region": null, "instance_ids": ["i-1"], "ignored": null, "pools": [],
             "actions": [{"instance_id": "i-1", "node": "n1", "action": "cordon-drain",
                          "target": null, "reason": "r", "event_reason": "SpotInterrupted",
+                         // Written before the taint value was the plan's kind: still read.
                          "taint_value": "spot-interruption",
                          "deadline": "2026-11-20T10:01:45Z", "complete_lifecycle": null}],
             "summary": "spot-interruption", "also_keys": []

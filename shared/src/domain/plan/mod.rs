@@ -64,8 +64,6 @@ pub struct NodeAction {
     pub reason: String,
     /// The reason of the Kubernetes Event recorded on the node (`SpotInterrupted`, ...).
     pub event_reason: String,
-    /// The value of the taint when cordoning: the event kind.
-    pub taint_value: String,
     /// The key of that taint, for a cordon ([`Config::taint_key_for`] the kind): see
     /// [`NodeAction::taint_key_in`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -401,7 +399,6 @@ fn node_action(event: &Event, instance_id: &str, facts: Facts<'_>, config: &Conf
     let mut out = NodeAction {
         instance_id: instance_id.to_string(),
         event_reason: event_reason(event).to_string(),
-        taint_value: event.kind.to_string(),
         ..NodeAction::default()
     };
     let launch = matches!(event.detail, Detail::AsgLaunch(_));
