@@ -38,10 +38,9 @@ pub(super) async fn by_keys<T, E>(
 
 /// How a drain pass ended.
 pub(super) enum PassEnd {
-    /// Nothing is pending: the drain is over.
-    Done,
-    /// Every action was refused by its live verification: the drain ends.
-    Refused,
+    /// Nothing is pending: the drain is over, `Acted`, or `Ignored` when every action was
+    /// refused by its live verification.
+    Done(Outcome),
     /// Pending: the next pass, due after the duration.
     Next(Box<Continuation>, Duration),
 }
@@ -207,9 +206,8 @@ impl Pipeline<'_> {
             }
             let end = self.drain_pass(executor, plan, continuation, record.kept, out);
             match (end.await?, self.queue_for(record)) {
-                (PassEnd::Refused, _) => return Ok(Outcome::Ignored),
+                (PassEnd::Done(outcome), _) => return Ok(outcome),
                 // A kept copy's drain goes on through its queued twin.
-                (PassEnd::Done, _) => {}
                 (PassEnd::Next(..), _) if record.kept => {}
                 (PassEnd::Next(next, after), Some(queue)) => {
                     let arn = queue.arn.to_string();
@@ -257,11 +255,11 @@ impl Pipeline<'_> {
             report.reason = Some(why);
             if results.iter().all(|r| r.refused.is_some()) {
                 merge(report, &results);
-                return Ok(PassEnd::Refused);
+                return Ok(PassEnd::Done(Outcome::Ignored));
             }
         }
         if !merge(report, &results) {
-            return Ok(PassEnd::Done);
+            return Ok(PassEnd::Done(Outcome::Acted));
         }
         let last_beat = report.actions.iter().filter_map(|a| a.heartbeat_at).max();
         let mut next = continuation.next(last_beat);
@@ -408,7 +406,7 @@ impl Pipeline<'_> {
                 .await?
             {
                 PassEnd::Next(n, a) => (next, after) = (*n, a),
-                PassEnd::Done | PassEnd::Refused => return Ok(()),
+                PassEnd::Done(_) => return Ok(()),
             }
         }
     }
