@@ -100,16 +100,13 @@ pub(crate) fn placeholder_for(
 /// `namespaces`, no `namespaceSelector`) naming it, so that the scheduler reads them in
 /// forewarn's namespace as it reads the pod's.
 fn off_node(affinity: Option<Affinity>, node: &str, pod_ns: &str) -> Affinity {
-    let not_here = NodeSelectorRequirement {
-        key: "metadata.name".into(),
-        operator: "NotIn".into(),
-        values: Some(vec![node.to_string()]),
+    let requirement = |key: &str, operator: &str, values| NodeSelectorRequirement {
+        key: key.into(),
+        operator: operator.into(),
+        values,
     };
-    let not_cordoned = NodeSelectorRequirement {
-        key: LABEL_CORDONED.into(),
-        operator: "DoesNotExist".into(),
-        values: None,
-    };
+    let not_here = requirement("metadata.name", "NotIn", Some(vec![node.to_string()]));
+    let not_cordoned = requirement(LABEL_CORDONED, "DoesNotExist", None);
     let mut affinity = affinity.unwrap_or_default();
     let node_affinity = affinity
         .node_affinity
@@ -186,7 +183,7 @@ pub(crate) fn container_requests(c: &Container) -> BTreeMap<&String, &Quantity> 
 /// container's request (as the scheduler counts it), each container's requests defaulted from
 /// its limits ([`container_requests`]); a sum past what a quantity can say stays at the largest
 /// (never an overflow).
-fn effective_requests(spec: &PodSpec) -> BTreeMap<String, Quantity> {
+fn effective_requests(spec: &PodSpec) -> BTreeMap<String, String> {
     let mut sum: BTreeMap<String, i128> = BTreeMap::new();
     // The containers added up first, then each init container's the larger.
     let init = spec.init_containers.iter().flatten().map(|c| (c, true));
@@ -203,13 +200,9 @@ fn effective_requests(spec: &PodSpec) -> BTreeMap<String, Quantity> {
         }
     }
     sum.into_iter()
-        .map(|(name, milli)| {
-            let q = if milli % 1000 == 0 {
-                format!("{}", milli / 1000)
-            } else {
-                format!("{milli}m")
-            };
-            (name, Quantity(q))
+        .map(|(name, milli)| match milli % 1000 {
+            0 => (name, format!("{}", milli / 1000)),
+            _ => (name, format!("{milli}m")),
         })
         .collect()
 }
