@@ -31,18 +31,10 @@ struct Envelope {
 /// The body of an SQS message may also be an Auto Scaling lifecycle hook's own notification (the
 /// hook's notification target is the queue): see [`autoscaling::notification`].
 ///
-/// `received` dates an event whose `time` is empty, and is the *now* its times are checked
-/// against (see [`super::decode`]).
+/// `received` dates an event whose `time` is empty; `now` is what its times are checked against
+/// (see [`super::decode`]): the time of receipt, which an SQS message's `SentTimestamp` (or a
+/// continuation's `sentAt`) may precede as `received`.
 pub fn parse_event(
-    origin: &Origin,
-    v: &Value,
-    received: DateTime<Utc>,
-) -> Result<Event, DecodeError> {
-    parse_event_at(origin, v, received, received)
-}
-
-/// [`parse_event`] with a `now` of its own.
-pub(super) fn parse_event_at(
     origin: &Origin,
     v: &Value,
     received: DateTime<Utc>,
