@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::domain::event::fields::{Fields, Obj, Parsed};
+use crate::domain::event::fields::{Fields, Obj, Parsed, unsupported};
 use crate::domain::event::{
     DecodeError, Detail, Event, EventKind, Origin, autoscaling, ec2, health, synthetic_id,
 };
@@ -104,15 +104,11 @@ fn parse_detail(
         }
         EventKind::ScheduledChange => health::scheduled_change(f, detail),
         // Never classified from an envelope (see `EventKind::source_and_detail_type`).
-        EventKind::Impaired | EventKind::Unsupported => Ok((
-            EventKind::Unsupported,
-            Vec::new(),
-            Detail::Unsupported {
-                why: if source.is_empty() && detail_type.is_empty() {
-                    "not an EventBridge event (no source or detail-type)".to_string()
-                } else {
-                    format!("source `{source}`, detail-type `{detail_type}` is not handled")
-                },
+        EventKind::Impaired | EventKind::Unsupported => Ok(unsupported(
+            if source.is_empty() && detail_type.is_empty() {
+                "not an EventBridge event (no source or detail-type)".to_string()
+            } else {
+                format!("source `{source}`, detail-type `{detail_type}` is not handled")
             },
         )),
     }
