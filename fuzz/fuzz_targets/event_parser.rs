@@ -106,7 +106,12 @@ fn check_envelope(value: &Value, decoded: &Result<Vec<Record>, DecodeError>) {
                 // An array item decodes as the same event would bare.
                 assert_eq!(
                     without_origin(&r.event),
-                    without_origin(&parse_event(&Origin::bare(SOURCE), &items[i], received(), received()))
+                    without_origin(&parse_event(
+                        &Origin::bare(SOURCE),
+                        &items[i],
+                        received(),
+                        received()
+                    ))
                 );
             }
         }
@@ -437,7 +442,12 @@ fn check_str(s: &str) {
             // The same JSON decodes alike bare and in a body.
             assert_eq!(
                 without_origin(&body),
-                without_origin(&parse_event(&Origin::bare(SOURCE), &v, received(), received()))
+                without_origin(&parse_event(
+                    &Origin::bare(SOURCE),
+                    &v,
+                    received(),
+                    received()
+                ))
             );
         }
     }
