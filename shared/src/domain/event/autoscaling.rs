@@ -75,7 +75,7 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::fields::{Fields, InstanceId, Parsed, Text};
+use super::fields::{Fields, InstanceId, Parsed, Text, unsupported};
 use super::{DecodeError, Detail, Event, EventKind, LifecycleAction, SOURCE_ASG, synthetic_id};
 
 /// The `Service` of an Auto Scaling notification sent straight to a queue.
@@ -167,7 +167,7 @@ pub(crate) fn lifecycle_detail(
 ) -> Result<Parsed, DecodeError> {
     let head: Head = f.read(detail, "detail")?;
     if let Some(why) = head.test_notification() {
-        return Ok((EventKind::Unsupported, vec![], Detail::Unsupported { why }));
+        return Ok(unsupported(why));
     }
     let action: Action = f.read(detail, "detail")?;
     let expected = transition(kind);

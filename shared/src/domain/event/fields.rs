@@ -17,6 +17,15 @@ use crate::domain::time::within_sane_range;
 /// instances and its [`super::Detail`].
 pub(crate) type Parsed = (EventKind, Vec<String>, super::Detail);
 
+/// A detail forewarn does not handle, and `why`.
+pub(crate) fn unsupported(why: String) -> Parsed {
+    (
+        EventKind::Unsupported,
+        Vec::new(),
+        super::Detail::Unsupported { why },
+    )
+}
+
 /// Text that is not blank (kept as written).
 #[derive(Deserialize)]
 #[serde(try_from = "String")]

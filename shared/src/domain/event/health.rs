@@ -46,7 +46,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::fields::{Fields, Obj, Parsed};
+use super::fields::{Fields, Obj, Parsed, unsupported};
 use super::{DecodeError, Detail, EventKind, is_instance_id};
 
 /// What a Health event is about: read first, so that the rest of an event forewarn does not
@@ -85,15 +85,9 @@ pub(crate) fn scheduled_change(f: &Fields<'_>, detail: &Value) -> Result<Parsed,
     let service = about.service.unwrap_or_default();
     let category = about.event_type_category.unwrap_or_default();
     if service != "EC2" || category != "scheduledChange" {
-        return Ok((
-            EventKind::Unsupported,
-            Vec::new(),
-            Detail::Unsupported {
-                why: format!(
-                    "AWS Health event for service `{service}`, category `{category}`: only EC2 scheduledChange events are handled"
-                ),
-            },
-        ));
+        return Ok(unsupported(format!(
+            "AWS Health event for service `{service}`, category `{category}`: only EC2 scheduledChange events are handled"
+        )));
     }
     let d: Scheduled = f.read(detail, "detail")?;
     // Empty is absent: the drain deadline then falls back as for events that give none.

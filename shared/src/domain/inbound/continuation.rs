@@ -243,9 +243,9 @@ pub struct Unwrapped {
 }
 
 /// When `value` is a continuation message's body received at `now`: its progress, its plan and
-/// the original body, or what is wrong with it; `None` when it is not a continuation at all. Its
-/// signature is not checked here (that needs the key: the pipeline does it), but its plan must
-/// be a plan and its times are checked: each within the sane range of `now`
+/// the original body, or what is wrong with it; `Ok(None)` when it is not a continuation at all.
+/// Its signature is not checked here (that needs the key: the pipeline does it), but its plan
+/// must be a plan and its times are checked: each within the sane range of `now`
 /// ([`crate::domain::time::within_sane_range`]; a later pass adds intervals to them).
 ///
 /// What is wrong names the field under the message's `body` (`body.forewarnContinuation.plan`).
@@ -253,16 +253,10 @@ pub fn unwrap(
     origin: &Origin,
     value: &Value,
     now: DateTime<Utc>,
-) -> Option<Result<Unwrapped, DecodeError>> {
-    let state = value.as_object()?.get(CONTINUATION_KEY)?;
-    Some(unwrap_state(origin, state, now))
-}
-
-fn unwrap_state(
-    origin: &Origin,
-    state: &Value,
-    now: DateTime<Utc>,
-) -> Result<Unwrapped, DecodeError> {
+) -> Result<Option<Unwrapped>, DecodeError> {
+    let Some(state) = value.as_object().and_then(|m| m.get(CONTINUATION_KEY)) else {
+        return Ok(None);
+    };
     let err = |field: &str, message: String| {
         let field = format!("body.{CONTINUATION_KEY}{field}");
         DecodeError::new(origin, Some(&field), message)
@@ -305,7 +299,7 @@ fn unwrap_state(
             within_sane_range(time, now).map_err(|m| err(name, m.to_string()))?;
         }
     }
-    Ok(Unwrapped { continuation, body })
+    Ok(Some(Unwrapped { continuation, body }))
 }
 
 #[cfg(test)]
@@ -314,7 +308,7 @@ mod tests {
     use chrono::TimeZone;
 
     fn unwrap(value: &Value, now: DateTime<Utc>) -> Option<Result<Unwrapped, DecodeError>> {
-        super::unwrap(&Origin::bare("t.json"), value, now)
+        super::unwrap(&Origin::bare("t.json"), value, now).transpose()
     }
 
     fn at(s: i64) -> DateTime<Utc> {

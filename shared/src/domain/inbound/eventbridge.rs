@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::domain::event::fields::{Fields, Obj, Parsed};
+use crate::domain::event::fields::{Fields, Obj, Parsed, unsupported};
 use crate::domain::event::{
     DecodeError, Detail, Event, EventKind, Origin, autoscaling, ec2, health, synthetic_id,
 };
@@ -31,18 +31,10 @@ struct Envelope {
 /// The body of an SQS message may also be an Auto Scaling lifecycle hook's own notification (the
 /// hook's notification target is the queue): see [`autoscaling::notification`].
 ///
-/// `received` dates an event whose `time` is empty, and is the *now* its times are checked
-/// against (see [`super::decode`]).
+/// `received` dates an event whose `time` is empty; `now` is what its times are checked against
+/// (see [`super::decode`]): the time of receipt, which an SQS message's `SentTimestamp` (or a
+/// continuation's `sentAt`) may precede as `received`.
 pub fn parse_event(
-    origin: &Origin,
-    v: &Value,
-    received: DateTime<Utc>,
-) -> Result<Event, DecodeError> {
-    parse_event_at(origin, v, received, received)
-}
-
-/// [`parse_event`] with a `now` of its own.
-pub(super) fn parse_event_at(
     origin: &Origin,
     v: &Value,
     received: DateTime<Utc>,
@@ -112,15 +104,11 @@ fn parse_detail(
         }
         EventKind::ScheduledChange => health::scheduled_change(f, detail),
         // Never classified from an envelope (see `EventKind::source_and_detail_type`).
-        EventKind::Impaired | EventKind::Unsupported => Ok((
-            EventKind::Unsupported,
-            Vec::new(),
-            Detail::Unsupported {
-                why: if source.is_empty() && detail_type.is_empty() {
-                    "not an EventBridge event (no source or detail-type)".to_string()
-                } else {
-                    format!("source `{source}`, detail-type `{detail_type}` is not handled")
-                },
+        EventKind::Impaired | EventKind::Unsupported => Ok(unsupported(
+            if source.is_empty() && detail_type.is_empty() {
+                "not an EventBridge event (no source or detail-type)".to_string()
+            } else {
+                format!("source `{source}`, detail-type `{detail_type}` is not handled")
             },
         )),
     }

@@ -59,7 +59,7 @@ pub fn decode_value(
             .enumerate()
             .map(|(i, item)| {
                 let origin = Origin::array(source, i);
-                let event = parse_event(&origin, &item, received);
+                let event = parse_event(&origin, &item, received, received);
                 Record::new(origin, event)
             })
             .collect()),
@@ -80,7 +80,7 @@ pub fn decode_value(
         }
         Value::Object(_) => {
             let origin = Origin::bare(source);
-            let event = parse_event(&origin, &value, received);
+            let event = parse_event(&origin, &value, received, received);
             Ok(vec![Record::new(origin, event)])
         }
         other => Err(DecodeError::new(

@@ -13,7 +13,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 use super::continuation::{self, Unwrapped};
-use super::eventbridge::parse_event_at;
+use super::eventbridge::parse_event;
 use super::record::Record;
 use crate::domain::event::{DecodeError, Origin};
 use crate::domain::time::within_sane_range;
@@ -104,15 +104,15 @@ fn decode_message(origin: Origin, msg: &SqsMessage, received: DateTime<Utc>) -> 
     let (event, continuation, body) = match body_json(&origin, body) {
         Err(error) => (Err(error), None, body.map(str::to_string)),
         Ok(value) => match continuation::unwrap(&origin, &value, received) {
-            None => {
-                let event = parse_event_at(&origin, &value, msg.sent_at(received), received);
+            Ok(None) => {
+                let event = parse_event(&origin, &value, msg.sent_at(received), received);
                 (event, None, body.map(str::to_string))
             }
-            Some(Err(error)) => (Err(error), None, None),
+            Err(error) => (Err(error), None, None),
             // Its times were checked by `continuation::unwrap`.
-            Some(Ok(Unwrapped { continuation, body })) => {
+            Ok(Some(Unwrapped { continuation, body })) => {
                 let event = body_json(&origin, Some(&body))
-                    .and_then(|v| parse_event_at(&origin, &v, continuation.sent_at, received));
+                    .and_then(|v| parse_event(&origin, &v, continuation.sent_at, received));
                 (event, Some(continuation), Some(body))
             }
         },
