@@ -170,11 +170,6 @@ impl ClusterId {
     pub fn or(&self, own: &Place) -> ClusterId {
         ClusterId::at(&self.place.or(own), &self.name)
     }
-
-    /// Whether this is `other`, both seen from a deployment whose own place is `own`.
-    pub fn is(&self, other: &ClusterId, own: &Place) -> bool {
-        self.or(own) == other.or(own)
-    }
 }
 
 impl fmt::Display for ClusterId {
@@ -344,17 +339,10 @@ mod tests {
 
     #[test]
     fn the_same_cluster_whatever_the_form() {
-        assert!(
-            ClusterId::parse("prod")
-                .unwrap()
-                .is(&id("123456789012/prod"), &own())
-        );
-        assert!(
-            !ClusterId::parse("prod")
-                .unwrap()
-                .is(&id("111111111111/prod"), &own())
-        );
-        assert!(!id("prod").is(&id("123456789012/us-east-1/prod"), &own()));
+        // `id` takes what a cluster does not say from the own place.
+        assert_eq!(id("prod"), id("123456789012/prod"));
+        assert_ne!(id("prod"), id("111111111111/prod"));
+        assert_ne!(id("prod"), id("123456789012/us-east-1/prod"));
     }
 
     #[test]

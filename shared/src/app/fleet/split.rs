@@ -59,7 +59,7 @@ pub fn split(
             let named = c.plan.cluster.as_deref().map(ClusterId::parse);
             let found = named
                 .and_then(Result::ok)
-                .and_then(|id| served.iter().find(|s| id.is(s, own)));
+                .and_then(|id| served.iter().find(|s| **s == id.or(own)));
             let to = match found {
                 _ if served.is_empty() => Destination::Cluster(None),
                 Some(id) => Destination::Cluster(Some(id.clone())),
