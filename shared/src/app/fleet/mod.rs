@@ -253,17 +253,16 @@ impl Fleet {
     ) -> Result<Vec<ClusterId>, PortError> {
         let own = &self.own;
         match &self.served {
-            Served::One(cluster) => Ok(cluster
-                .id
-                .clone()
-                .or_else(|| {
-                    base.cluster_name
-                        .as_deref()
-                        .map(|n| ClusterId::at(&Place::default(), n))
-                })
-                .map(|id| id.or(own))
-                .into_iter()
-                .collect()),
+            Served::One(cluster) => {
+                let named = base.cluster_name.as_deref().map(|n| ClusterId::at(own, n));
+                Ok(cluster
+                    .id
+                    .as_ref()
+                    .map(|id| id.or(own))
+                    .or(named)
+                    .into_iter()
+                    .collect())
+            }
             Served::Many {
                 catalog: None, ids, ..
             } => Ok(ids.iter().map(|id| id.or(own)).collect()),
