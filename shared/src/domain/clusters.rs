@@ -170,11 +170,6 @@ impl ClusterId {
     pub fn or(&self, own: &Place) -> ClusterId {
         ClusterId::at(&self.place.or(own), &self.name)
     }
-
-    /// Whether this is `other`, both seen from a deployment whose own place is `own`.
-    pub fn is(&self, other: &ClusterId, own: &Place) -> bool {
-        self.or(own) == other.or(own)
-    }
 }
 
 impl fmt::Display for ClusterId {
@@ -187,14 +182,21 @@ impl fmt::Display for ClusterId {
     }
 }
 
-/// Where an instance's events are handled.
+/// Where an instance's events are handled, and where a share of a batch runs
+/// (the fleet's split of a batch); [`home`] answers only the first two.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Home {
+pub enum Destination {
     /// In this served cluster (`None`: the one cluster of a deployment that names none).
-    Served(Option<ClusterId>),
-    /// Nowhere: the instance is another cluster's, or which served cluster is its cannot be
-    /// told. Nothing is done (see [`refusal`]).
+    Cluster(Option<ClusterId>),
+    /// Nowhere: nothing to act on, or the instance is another cluster's, or which served
+    /// cluster is its cannot be told (see [`refusal`]).
     Elsewhere,
+    /// Not known: the instance lookup failed (the batch's, or the event's place's).
+    Unrouted,
+    /// A continuation naming a cluster this deployment does not serve (by name; `None`: it
+    /// names none while the deployment serves several): refused before anything reads it
+    /// further, and no client of that cluster is made.
+    NotServed(Option<String>),
 }
 
 /// The home of `instance` (`None`: EC2 does not know it), an instance of `place` (its event's
@@ -206,18 +208,18 @@ pub enum Home {
 /// - untagged, or unknown, when exactly one cluster is served and it is of that place: that one
 ///   (its node, found by name in that cluster, is membership enough, as with one cluster);
 /// - else (tagged only for clusters not served, for several served ones, untagged when several
-///   are served, or of a place no served cluster is in): [`Home::Elsewhere`].
+///   are served, or of a place no served cluster is in): [`Destination::Elsewhere`].
 pub fn home(
     instance: Option<&InstanceFacts>,
     place: &Place,
     served: &[ClusterId],
     own: &Place,
-) -> Home {
+) -> Destination {
     if served.is_empty() {
         return if own.holds(place, own) {
-            Home::Served(None)
+            Destination::Cluster(None)
         } else {
-            Home::Elsewhere
+            Destination::Elsewhere
         };
     }
     let tagged: Vec<&str> = instance.map(InstanceFacts::clusters).unwrap_or_default();
@@ -226,13 +228,15 @@ pub fn home(
         .filter(|c| c.place.holds(place, own) && tagged.contains(&c.name.as_str()))
         .collect();
     match (ours.as_slice(), tagged.is_empty(), served) {
-        ([one], _, _) => Home::Served(Some((*one).clone())),
-        ([], true, [only]) if only.place.holds(place, own) => Home::Served(Some(only.clone())),
-        _ => Home::Elsewhere,
+        ([one], _, _) => Destination::Cluster(Some((*one).clone())),
+        ([], true, [only]) if only.place.holds(place, own) => {
+            Destination::Cluster(Some(only.clone()))
+        }
+        _ => Destination::Elsewhere,
     }
 }
 
-/// Why nothing is done for an instance of `place` whose home is [`Home::Elsewhere`].
+/// Why nothing is done for an instance of `place` whose home is [`Destination::Elsewhere`].
 pub fn refusal(instance: Option<&InstanceFacts>, place: &Place) -> String {
     let tagged = instance.map(InstanceFacts::clusters).unwrap_or_default();
     let at = match (&place.account, &place.region) {
@@ -287,7 +291,7 @@ mod tests {
         ClusterId::parse(s).unwrap().or(&own())
     }
 
-    fn home_of(instance: Option<&InstanceFacts>, place: &Place, served: &[&str]) -> Home {
+    fn home_of(instance: Option<&InstanceFacts>, place: &Place, served: &[&str]) -> Destination {
         home(instance, place, &ids(served), &own())
     }
 
@@ -335,17 +339,10 @@ mod tests {
 
     #[test]
     fn the_same_cluster_whatever_the_form() {
-        assert!(
-            ClusterId::parse("prod")
-                .unwrap()
-                .is(&id("123456789012/prod"), &own())
-        );
-        assert!(
-            !ClusterId::parse("prod")
-                .unwrap()
-                .is(&id("111111111111/prod"), &own())
-        );
-        assert!(!id("prod").is(&id("123456789012/us-east-1/prod"), &own()));
+        // `id` takes what a cluster does not say from the own place.
+        assert_eq!(id("prod"), id("123456789012/prod"));
+        assert_ne!(id("prod"), id("111111111111/prod"));
+        assert_ne!(id("prod"), id("123456789012/us-east-1/prod"));
     }
 
     #[test]
@@ -354,25 +351,28 @@ mod tests {
         let green = tagged(&[("kubernetes.io/cluster/green", "owned")]);
         assert_eq!(
             home_of(Some(&green), &own(), &served),
-            Home::Served(Some(id("green")))
+            Destination::Cluster(Some(id("green")))
         );
         let member = Place::of(MEMBER, "eu-west-1");
         assert_eq!(
             home_of(Some(&green), &member, &served),
-            Home::Served(Some(id("111111111111/green")))
+            Destination::Cluster(Some(id("111111111111/green")))
         );
         let eks = tagged(&[("eks:cluster-name", "blue")]);
         assert_eq!(
             home_of(Some(&eks), &own(), &served),
-            Home::Served(Some(id("blue")))
+            Destination::Cluster(Some(id("blue")))
         );
         // A member's instance tagged for a name only the own account serves is not the own
         // account's cluster's.
-        assert_eq!(home_of(Some(&eks), &member, &served), Home::Elsewhere);
+        assert_eq!(
+            home_of(Some(&eks), &member, &served),
+            Destination::Elsewhere
+        );
         let aws = tagged(&[("aws:eks:cluster-name", "blue")]);
         assert_eq!(
             home_of(Some(&aws), &Place::default(), &served),
-            Home::Served(Some(id("blue"))),
+            Destination::Cluster(Some(id("blue"))),
             "an event naming no account is the own account's"
         );
     }
@@ -383,11 +383,11 @@ mod tests {
         let served = ["blue", "123456789012/us-east-1/blue"];
         assert_eq!(
             home_of(Some(&blue), &Place::of(OWN, "us-east-1"), &served),
-            Home::Served(Some(id("123456789012/us-east-1/blue")))
+            Destination::Cluster(Some(id("123456789012/us-east-1/blue")))
         );
         assert_eq!(
             home_of(Some(&blue), &Place::of(OWN, "ap-south-1"), &served),
-            Home::Elsewhere
+            Destination::Elsewhere
         );
     }
 
@@ -395,7 +395,7 @@ mod tests {
     fn another_clusters_instance_is_elsewhere() {
         let served = ["blue", "green"];
         let red = tagged(&[("kubernetes.io/cluster/red", "owned")]);
-        assert_eq!(home_of(Some(&red), &own(), &served), Home::Elsewhere);
+        assert_eq!(home_of(Some(&red), &own(), &served), Destination::Elsewhere);
         let why = refusal(Some(&red), &own());
         assert!(why.contains("cluster red") && why.contains(OWN), "{why}");
     }
@@ -407,10 +407,16 @@ mod tests {
             ("kubernetes.io/cluster/blue", "shared"),
             ("kubernetes.io/cluster/green", "shared"),
         ]);
-        assert_eq!(home_of(Some(&both), &own(), &served), Home::Elsewhere);
+        assert_eq!(
+            home_of(Some(&both), &own(), &served),
+            Destination::Elsewhere
+        );
         let untagged = tagged(&[]);
-        assert_eq!(home_of(Some(&untagged), &own(), &served), Home::Elsewhere);
-        assert_eq!(home_of(None, &own(), &served), Home::Elsewhere);
+        assert_eq!(
+            home_of(Some(&untagged), &own(), &served),
+            Destination::Elsewhere
+        );
+        assert_eq!(home_of(None, &own(), &served), Destination::Elsewhere);
         assert!(refusal(None, &own()).contains("no cluster tag"));
     }
 
@@ -419,23 +425,26 @@ mod tests {
         let served = ["blue"];
         assert_eq!(
             home_of(Some(&tagged(&[])), &own(), &served),
-            Home::Served(Some(id("blue")))
+            Destination::Cluster(Some(id("blue")))
         );
         assert_eq!(
             home_of(None, &own(), &served),
-            Home::Served(Some(id("blue")))
+            Destination::Cluster(Some(id("blue")))
         );
         let member = Place::of(MEMBER, "eu-west-1");
-        assert_eq!(home_of(None, &member, &served), Home::Elsewhere);
+        assert_eq!(home_of(None, &member, &served), Destination::Elsewhere);
         assert_eq!(
             home_of(Some(&tagged(&[])), &member, &served),
-            Home::Elsewhere
+            Destination::Elsewhere
         );
         let red = tagged(&[("kubernetes.io/cluster/red", "owned")]);
-        assert_eq!(home_of(Some(&red), &own(), &served), Home::Elsewhere);
+        assert_eq!(home_of(Some(&red), &own(), &served), Destination::Elsewhere);
         // One cluster named by nobody: every instance of the own place, none of another's.
-        assert_eq!(home(Some(&red), &own(), &[], &own()), Home::Served(None));
-        assert_eq!(home(None, &member, &[], &own()), Home::Elsewhere);
+        assert_eq!(
+            home(Some(&red), &own(), &[], &own()),
+            Destination::Cluster(None)
+        );
+        assert_eq!(home(None, &member, &[], &own()), Destination::Elsewhere);
     }
 
     #[test]
@@ -446,9 +455,12 @@ mod tests {
         let anywhere = Place::of(MEMBER, "us-east-1");
         assert_eq!(
             home(Some(&blue), &anywhere, &served, &unknown),
-            Home::Served(Some(served[0].clone()))
+            Destination::Cluster(Some(served[0].clone()))
         );
-        assert_eq!(home(None, &anywhere, &[], &unknown), Home::Served(None));
+        assert_eq!(
+            home(None, &anywhere, &[], &unknown),
+            Destination::Cluster(None)
+        );
         let named = [ClusterId::parse("111111111111/blue").unwrap()];
         assert_eq!(
             home(
@@ -457,7 +469,7 @@ mod tests {
                 &named,
                 &unknown
             ),
-            Home::Elsewhere,
+            Destination::Elsewhere,
             "a named account is that account"
         );
     }

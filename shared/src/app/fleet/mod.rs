@@ -118,20 +118,18 @@ pub trait Connector: Send + Sync {
 enum Served {
     /// One cluster, connected already (named or not).
     One(Arc<Cluster>),
-    /// These.
-    Named(Vec<ClusterId>),
-    /// Every cluster the catalog lists in these places, and these besides.
-    All {
-        catalog: Arc<dyn ClusterCatalog>,
-        places: Vec<Place>,
-        also: Vec<ClusterId>,
+    /// These (`catalog`: and every cluster it lists in these places), each connected
+    /// through `connector` when first needed.
+    Many {
+        catalog: Option<(Arc<dyn ClusterCatalog>, Vec<Place>)>,
+        ids: Vec<ClusterId>,
+        connector: Arc<dyn Connector>,
     },
 }
 
 /// The clusters a deployment serves, and their services (see the module doc).
 pub struct Fleet {
     served: Served,
-    connector: Option<Arc<dyn Connector>>,
     /// The deployment's own account and region: what a cluster that names none is of.
     own: Place,
     connected: tokio::sync::Mutex<BTreeMap<ClusterId, Arc<Cluster>>>,
@@ -192,12 +190,16 @@ impl Fleet {
     /// One cluster, whose services are given (a deployment of one cluster, a replay, the
     /// tests). Its name is the cluster's, else the configuration's `cluster_name`.
     pub fn one(cluster: Cluster) -> Fleet {
-        Fleet::of(Served::One(Arc::new(cluster)), None)
+        Fleet::of(Served::One(Arc::new(cluster)))
     }
 
     /// The clusters `ids`, each connected through `connector` when first needed.
     pub fn named(ids: Vec<ClusterId>, connector: Arc<dyn Connector>) -> Fleet {
-        Fleet::of(Served::Named(ids), Some(connector))
+        Fleet::of(Served::Many {
+            catalog: None,
+            ids,
+            connector,
+        })
     }
 
     /// Every cluster `catalog` lists in `places` (read again every [`RELIST`]), and `also`,
@@ -208,12 +210,11 @@ impl Fleet {
         also: Vec<ClusterId>,
         connector: Arc<dyn Connector>,
     ) -> Fleet {
-        let served = Served::All {
-            catalog,
-            places,
-            also,
-        };
-        Fleet::of(served, Some(connector))
+        Fleet::of(Served::Many {
+            catalog: Some((catalog, places)),
+            ids: also,
+            connector,
+        })
     }
 
     /// This fleet, of a deployment whose own account and region are `own` (what a cluster,
@@ -228,10 +229,9 @@ impl Fleet {
         &self.own
     }
 
-    fn of(served: Served, connector: Option<Arc<dyn Connector>>) -> Fleet {
+    fn of(served: Served) -> Fleet {
         Fleet {
             served,
-            connector,
             own: Place::default(),
             connected: Default::default(),
             listed: Default::default(),
@@ -253,22 +253,23 @@ impl Fleet {
     ) -> Result<Vec<ClusterId>, PortError> {
         let own = &self.own;
         match &self.served {
-            Served::One(cluster) => Ok(cluster
-                .id
-                .clone()
-                .or_else(|| {
-                    base.cluster_name
-                        .as_deref()
-                        .map(|n| ClusterId::at(&Place::default(), n))
-                })
-                .map(|id| id.or(own))
-                .into_iter()
-                .collect()),
-            Served::Named(ids) => Ok(ids.iter().map(|id| id.or(own)).collect()),
-            Served::All {
-                catalog,
-                places,
-                also,
+            Served::One(cluster) => {
+                let named = base.cluster_name.as_deref().map(|n| ClusterId::at(own, n));
+                Ok(cluster
+                    .id
+                    .as_ref()
+                    .map(|id| id.or(own))
+                    .or(named)
+                    .into_iter()
+                    .collect())
+            }
+            Served::Many {
+                catalog: None, ids, ..
+            } => Ok(ids.iter().map(|id| id.or(own)).collect()),
+            Served::Many {
+                catalog: Some((catalog, places)),
+                ids: also,
+                ..
             } => {
                 let mut listed = self.listed.lock().await;
                 if let Some((at, ids)) = listed.as_ref() {
@@ -289,9 +290,10 @@ impl Fleet {
     /// The services of the served cluster `id` (`None`: the lone cluster), connected now if
     /// they were not yet.
     pub async fn cluster(&self, id: Option<&ClusterId>) -> Result<Arc<Cluster>, PortError> {
-        if let Served::One(cluster) = &self.served {
-            return Ok(cluster.clone());
-        }
+        let connector = match &self.served {
+            Served::One(cluster) => return Ok(cluster.clone()),
+            Served::Many { connector, .. } => connector,
+        };
         let Some(id) = id else {
             let why = "this deployment serves named clusters: a record must name its own";
             return Err(unreachable("(none)", FailureKind::Invalid, why));
@@ -300,13 +302,6 @@ impl Fleet {
         if let Some(found) = self.connected.lock().await.get(&id) {
             return Ok(found.clone());
         }
-        let Some(connector) = &self.connector else {
-            return Err(unreachable(
-                id,
-                FailureKind::Invalid,
-                "no way to connect to it",
-            ));
-        };
         // Connected outside the lock: a cluster slow to answer holds up no other's.
         let cluster = Arc::new(connector.connect(&id).await?);
         let mut connected = self.connected.lock().await;
@@ -370,7 +365,7 @@ impl Fleet {
     pub fn lone(&self) -> Option<&Arc<Cluster>> {
         match &self.served {
             Served::One(cluster) => Some(cluster),
-            _ => None,
+            Served::Many { .. } => None,
         }
     }
 }

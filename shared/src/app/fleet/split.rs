@@ -17,26 +17,12 @@
 use std::collections::BTreeMap;
 
 use crate::app::pipeline::Described;
-use crate::domain::clusters::{ClusterId, Home, Place, home};
+pub use crate::domain::clusters::Destination;
+use crate::domain::clusters::{ClusterId, Place, home};
 use crate::domain::event::{Event, EventKind};
 use crate::domain::facts::InstanceFacts;
 use crate::domain::inbound::Record;
 use crate::domain::report::{Outcome, Report};
-
-/// Where a share of the batch runs.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Destination {
-    /// In this served cluster (`None`: the lone cluster of a deployment naming none).
-    Cluster(Option<ClusterId>),
-    /// Nowhere: nothing to act on, or no served cluster's.
-    Elsewhere,
-    /// Not known: the instance lookup failed (the batch's, or the event's place's).
-    Unrouted,
-    /// A continuation naming a cluster this deployment does not serve (by name; `None`: it
-    /// names none while the deployment serves several): refused before anything reads it
-    /// further, and no client of that cluster is made.
-    NotServed(Option<String>),
-}
 
 /// The records of one destination, each with the position in the batch of the record it is
 /// (a part of).
@@ -73,7 +59,7 @@ pub fn split(
             let named = c.plan.cluster.as_deref().map(ClusterId::parse);
             let found = named
                 .and_then(Result::ok)
-                .and_then(|id| served.iter().find(|s| id.is(s, own)));
+                .and_then(|id| served.iter().find(|s| **s == id.or(own)));
             let to = match found {
                 _ if served.is_empty() => Destination::Cluster(None),
                 Some(id) => Destination::Cluster(Some(id.clone())),
@@ -89,22 +75,15 @@ pub fn split(
         let homes = homes(event, &instances.found, served, own);
         match homes.as_slice() {
             [] => put(Destination::Elsewhere, record.clone(), position),
-            [(one, _)] => put(to(one), record.clone(), position),
+            [(one, _)] => put(one.clone(), record.clone(), position),
             several => {
                 for (home, ids) in several {
-                    put(to(home), part(record, event, home, ids), position);
+                    put(home.clone(), part(record, event, home, ids), position);
                 }
             }
         }
     }
     shares
-}
-
-fn to(home: &Home) -> Destination {
-    match home {
-        Home::Served(name) => Destination::Cluster(name.clone()),
-        Home::Elsewhere => Destination::Elsewhere,
-    }
 }
 
 /// The event's instances by home, in the order of their first instance.
@@ -113,9 +92,9 @@ fn homes(
     instances: &BTreeMap<String, InstanceFacts>,
     served: &[ClusterId],
     own: &Place,
-) -> Vec<(Home, Vec<String>)> {
+) -> Vec<(Destination, Vec<String>)> {
     let place = Place::of_event(event);
-    let mut out: Vec<(Home, Vec<String>)> = Vec::new();
+    let mut out: Vec<(Destination, Vec<String>)> = Vec::new();
     for id in &event.instance_ids {
         let h = home(instances.get(id), &place, served, own);
         match out.iter_mut().find(|(known, _)| *known == h) {
@@ -127,11 +106,11 @@ fn homes(
 }
 
 /// The part of `record` about `ids`, the instances of `home`: its own idempotence key.
-fn part(record: &Record, event: &Event, home: &Home, ids: &[String]) -> Record {
+fn part(record: &Record, event: &Event, home: &Destination, ids: &[String]) -> Record {
     let suffix = match home {
-        Home::Served(Some(id)) => id.to_string(),
-        Home::Served(None) => "cluster".to_string(),
-        Home::Elsewhere => "elsewhere".to_string(),
+        Destination::Cluster(Some(id)) => id.to_string(),
+        Destination::Cluster(None) => "cluster".to_string(),
+        _ => "elsewhere".to_string(),
     };
     let mut part = record.clone();
     part.event = Ok(Event {
