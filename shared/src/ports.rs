@@ -570,8 +570,8 @@ pub trait LifecycleCompleter: Send + Sync {
 pub trait LoadBalancers: Send + Sync {
     /// Deregisters `doomed`'s targets (in `place`'s account and region) from every target group
     /// tagged for `cluster`, one `DeregisterTargets` per group for all of its doomed targets, at
-    /// most `at_once` calls at a time; a group whose deregistration fails is named in the
-    /// answer, the others still done. The groups are those known (found by their tag and kept
+    /// most [`crate::domain::traffic::ELB_RATE`] calls at a time; a group whose deregistration
+    /// fails is named in the answer, the others still done. The groups are those known (found by their tag and kept
     /// fresh in the background); an error: none is known and they could not be found, or their
     /// targets could not be read: nothing was deregistered.
     ///
@@ -583,7 +583,6 @@ pub trait LoadBalancers: Send + Sync {
         place: &Place,
         cluster: &str,
         doomed: &[crate::domain::traffic::Doomed],
-        at_once: usize,
         seed: &[String],
     ) -> Result<crate::domain::traffic::Deregistered, PortError>;
 }

@@ -4,7 +4,7 @@
 //! does (2 attempts, full-jitter backoff of 50 ms); and per execution environment the calls of
 //! `forewarn::adapters::elb` (the cluster's groups found by tag, `GetResources` 100 a page, and
 //! found again in the background after 60 s; their targets read once and kept 15 s; each round
-//! one `DeregisterTargets` per group holding doomed targets, at most `FOREWARN_ELB_RATE` calls at
+//! one `DeregisterTargets` per group holding doomed targets, at most `ELB_RATE` calls at
 //! once), through the real pipeline step that calls it (its rounds shared by every environment
 //! through the pool store, `FOREWARN_DEREGISTER_BUDGET` 3 s).
 //!
@@ -375,7 +375,6 @@ impl LoadBalancers for Environment {
         _place: &Place,
         _cluster: &str,
         doomed: &[Doomed],
-        at_once: usize,
         known: &[String],
     ) -> Result<Deregistered, PortError> {
         self.know(known);
@@ -390,7 +389,7 @@ impl LoadBalancers for Environment {
             .map(|&g| self.clear(g, doomed, seed, &described))
             .collect();
         let done: Vec<_> = futures::stream::iter(rounds)
-            .buffered(at_once.max(1))
+            .buffered(forewarn::domain::traffic::ELB_RATE)
             .collect()
             .await;
         let mut out = Deregistered {
@@ -449,7 +448,7 @@ mod tests {
         let account = Arc::new(Account::new(4, &nodes, Duration::ZERO));
         let env = Environment::new(account.clone());
         let done = env
-            .deregister(&Place::default(), "c", &[doomed(1)], 3, &[])
+            .deregister(&Place::default(), "c", &[doomed(1)], &[])
             .await
             .unwrap();
         assert_eq!(done.arns.len(), 4);
@@ -461,7 +460,7 @@ mod tests {
         assert!(registered[0].contains("i-2") && !registered[0].contains("i-1"));
         drop(registered);
         let again = env
-            .deregister(&Place::default(), "c", &[doomed(1)], 3, &[])
+            .deregister(&Place::default(), "c", &[doomed(1)], &[])
             .await
             .unwrap();
         assert_eq!((again.describes, again.deregisters), (0, 0));

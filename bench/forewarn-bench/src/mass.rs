@@ -26,7 +26,7 @@ use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
 use forewarn::adapters::snapshot::SnapshotInstances;
 use forewarn::app::fleet::{Cluster, Connector, Fleet, unreachable};
 use forewarn::app::handler::{Handler, Invocation};
-use forewarn::app::pipeline::{DEREGISTER_BUDGET, ELB_RATE, Passes, Traffic};
+use forewarn::app::pipeline::{DEREGISTER_BUDGET, Passes, Traffic};
 use forewarn::domain::config::Config;
 use forewarn::domain::facts::InstanceFacts;
 use forewarn::domain::pool::CapacityType;
@@ -1039,9 +1039,9 @@ pub(crate) async fn fleet_run(
             fleet,
             concurrency: s.batch,
             safety_margin: SAFETY_MARGIN,
-            traffic: elb.as_ref().map(|account| {
-                let environment = crate::elb::Environment::new(account.clone());
-                Traffic::new(Arc::new(environment), DEREGISTER_BUDGET, ELB_RATE)
+            traffic: elb.as_ref().map(|account| Traffic {
+                balancers: Arc::new(crate::elb::Environment::new(account.clone())),
+                budget: DEREGISTER_BUDGET,
             }),
             ..Handler::new(config.clone(), store.clone())
         })

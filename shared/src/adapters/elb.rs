@@ -17,7 +17,7 @@
 //!   target's kind (an instance or an address) is read from its id.
 //! - **Deregistration**: one `DeregisterTargets` per group that holds doomed targets, for all of
 //!   them ([`DEREGISTER_CHUNK`] at most a call, as the Load Balancer Controller sends them); at
-//!   most the caller's `at_once` groups at a time.
+//!   most [`ELB_RATE`] groups at a time.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -32,7 +32,7 @@ use futures::StreamExt;
 use crate::adapters::accounts::{Accounts, PerPlace, lock};
 use crate::adapters::aws::call_error;
 use crate::domain::traffic::{
-    CLUSTER_TAG, Deregistered, Doomed, Target, doomed_targets, tagged_for,
+    CLUSTER_TAG, Deregistered, Doomed, ELB_RATE, Target, doomed_targets, tagged_for,
 };
 use crate::ports::{Clock, FailureKind, LoadBalancers, Place, PortError};
 
@@ -120,37 +120,36 @@ impl ElbTargets {
         self
     }
 
-    /// `groups` (of `place`'s account and region) taken as the known target groups of
-    /// (`place`, `cluster`) when none are known yet (see [`LoadBalancers::deregister`]).
-    fn seed(&self, place: &Place, cluster: &str, groups: &[String]) {
-        // The groups come from the pool table: only the place's own account and region's.
-        let (groups, foreign): (Vec<String>, Vec<String>) = (groups.iter().cloned())
-            .partition(|arn| crate::domain::traffic::group_of_place(arn, place));
-        if !foreign.is_empty() {
-            tracing::warn!(
-                account = ?place.account,
-                region = ?place.region,
-                refused = ?foreign,
-                "target groups kept for a round that are not of its account and region: not used"
-            );
-        }
-        let mut known = lock(&self.groups);
-        let known = (known.entry((place.clone(), cluster.to_string()))).or_default();
-        if known.at.is_none() && known.arns.is_empty() {
-            known.arns = groups.into_iter().collect();
-        }
-    }
-
-    /// The target groups of `key` (place, cluster) as known, with the discovery calls made
-    /// waiting for them (only when nothing is known yet); a discovery is started in the
-    /// background when what is known is older than [`GROUPS_FOR`].
+    /// The target groups of `key` (place, cluster) as known, else as `seed` says (see
+    /// [`LoadBalancers::deregister`]), with the discovery calls made waiting for them (only when
+    /// nothing is known yet); a discovery is started in the background when what is known is
+    /// older than [`GROUPS_FOR`].
     async fn known_groups(
         &self,
         tags: &aws_sdk_resourcegroupstagging::Client,
         key: &(Place, String),
+        seed: &[String],
     ) -> Result<(BTreeSet<String>, usize), PortError> {
+        // The seed comes from the pool table: only the place's own account and region's.
+        let (seed, foreign): (BTreeSet<String>, BTreeSet<String>) = (seed.iter().cloned())
+            .partition(|arn| crate::domain::traffic::group_of_place(arn, &key.0));
+        if !foreign.is_empty() {
+            tracing::warn!(
+                account = ?key.0.account,
+                region = ?key.0.region,
+                refused = ?foreign,
+                "target groups kept for a round that are not of its account and region: not used"
+            );
+        }
         let now = self.clock.now();
-        let known = lock(&self.groups).entry(key.clone()).or_default().clone();
+        let known = {
+            let mut groups = lock(&self.groups);
+            let known = groups.entry(key.clone()).or_default();
+            if known.at.is_none() && known.arns.is_empty() {
+                known.arns = seed;
+            }
+            known.clone()
+        };
         let fresh = (known.at).is_some_and(|at| now - at < crate::ports::span(GROUPS_FOR));
         let start = (!fresh).then(|| known.finding.clone().try_lock_owned().ok());
         // Nothing known: found now (or by the discovery under way, whose pages land here).
@@ -293,14 +292,12 @@ impl LoadBalancers for ElbTargets {
         place: &Place,
         cluster: &str,
         doomed: &[Doomed],
-        at_once: usize,
         seed: &[String],
     ) -> Result<Deregistered, PortError> {
-        self.seed(place, cluster, seed);
         let clients = self.places.client(place).await;
         let clients = clients.map_err(|e| PortError::new("tag:GetResources", e.kind(), e))?;
         let key = (place.clone(), cluster.to_string());
-        let (groups, describes) = self.known_groups(&clients.tags, &key).await?;
+        let (groups, describes) = self.known_groups(&clients.tags, &key, seed).await?;
         let out = Mutex::new(Deregistered {
             arns: groups.iter().cloned().collect(),
             describes,
@@ -324,10 +321,7 @@ impl LoadBalancers for ElbTargets {
             }
         };
         let rounds = futures::stream::iter(groups).map(clear);
-        rounds
-            .buffer_unordered(at_once.max(1))
-            .collect::<()>()
-            .await;
+        rounds.buffer_unordered(ELB_RATE).collect::<()>().await;
         let mut out = out
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner);

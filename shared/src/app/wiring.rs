@@ -29,7 +29,7 @@ use crate::app::audit::WorkloadSource;
 use crate::app::fleet::{Cluster, Connector, Fleet, unreachable};
 use crate::app::handler::Handler;
 use crate::app::leaving::LeavingInstances;
-use crate::app::pipeline::{ELB_RATE, PASS_INTERVAL, Passes, Traffic};
+use crate::app::pipeline::{PASS_INTERVAL, Passes, Traffic};
 use crate::app::policy::PolicyCache;
 use crate::app::priorities::NodeGroupSource;
 use crate::app::settings::ConfigError;
@@ -192,7 +192,8 @@ fn traffic(settings: &Settings, aws: Aws<'_>, clock: &Arc<dyn Clock>) -> Option<
         return None;
     };
     let balancers = ElbTargets::from_conf(sdk, clock.clone()).with_accounts(accounts.clone());
-    Some(Traffic::new(Arc::new(balancers), budget, ELB_RATE))
+    let balancers = Arc::new(balancers);
+    Some(Traffic { balancers, budget })
 }
 
 /// The clusters the settings serve: a capture (one cluster, never acted on); live clusters

@@ -242,13 +242,16 @@ pub const OUTCOME_KEPT: std::time::Duration = std::time::Duration::from_secs(360
 /// The least time between two rounds of one place and cluster.
 pub const ROUND_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// forewarn's share of each account's ELB limits, the benchmarked value: `DeregisterTargets`
+/// calls a second, and calls at once in a round.
+pub const ELB_RATE: usize = 3;
+
 /// When the round after one `started` at that made `calls` deregistrations may start: at
-/// [`ROUND_EVERY`] at the soonest, and never sooner than `rate` of them a second allow
-/// (forewarn's share of the account's ELB limits, which the Load Balancer Controller needs too
-/// to register the replacement pods).
-pub fn next_round(started: DateTime<Utc>, calls: usize, rate: u32) -> DateTime<Utc> {
-    let rate = f64::from(rate.max(1));
-    let spaced = std::time::Duration::from_secs_f64(calls as f64 / rate);
+/// [`ROUND_EVERY`] at the soonest, and never sooner than [`ELB_RATE`] of them a second allow
+/// (the Load Balancer Controller needs the account's ELB limits too, to register the
+/// replacement pods).
+pub fn next_round(started: DateTime<Utc>, calls: usize) -> DateTime<Utc> {
+    let spaced = std::time::Duration::from_secs_f64(calls as f64 / ELB_RATE as f64);
     let wait = chrono::Duration::from_std(spaced.max(ROUND_EVERY)).unwrap_or_default();
     started.checked_add_signed(wait).unwrap_or(started)
 }
@@ -661,13 +664,12 @@ mod tests {
         let t = DateTime::parse_from_rfc3339("2026-11-28T00:00:00Z")
             .unwrap()
             .with_timezone(&Utc);
-        let secs = |n: usize, rate: u32| (next_round(t, n, rate) - t).num_milliseconds();
-        assert_eq!(secs(0, 3), 1000);
-        assert_eq!(secs(3, 3), 1000);
-        assert_eq!(secs(6, 3), 2000);
-        assert_eq!(secs(7, 2), 3500);
-        // A rate of 0 is read as 1.
-        assert_eq!(secs(2, 0), 2000);
+        let secs = |n: usize| (next_round(t, n) - t).num_milliseconds();
+        assert_eq!(ELB_RATE, 3);
+        assert_eq!(secs(0), 1000);
+        assert_eq!(secs(3), 1000);
+        assert_eq!(secs(6), 2000);
+        assert_eq!(secs(7), 2333);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::Duration;
 use aws_sdk_elasticloadbalancingv2::types::{ProtocolEnum, Tag, TargetDescription, TargetTypeEnum};
 use chrono::Utc;
 use forewarn::adapters::elb::ElbTargets;
-use forewarn::app::pipeline::{DEREGISTER_BUDGET, ELB_RATE, Traffic};
+use forewarn::app::pipeline::{DEREGISTER_BUDGET, Traffic};
 use forewarn::domain::fixtures::{self, pdb_object, pod_object};
 use forewarn::ports::Clock;
 use serde_json::json;
@@ -113,11 +113,10 @@ async fn behind(region: &str) -> Behind {
     facts.addresses = vec![POD_IP.to_string()];
     let handler = forewarn::app::handler::Handler {
         instances: Arc::new(Instances(BTreeMap::from([(ID.to_string(), facts)]))),
-        traffic: Some(Traffic::new(
-            Arc::new(ElbTargets::from_conf(&config, w.clock.shared())),
-            DEREGISTER_BUDGET,
-            ELB_RATE,
-        )),
+        traffic: Some(Traffic {
+            balancers: Arc::new(ElbTargets::from_conf(&config, w.clock.shared())),
+            budget: DEREGISTER_BUDGET,
+        }),
         ..w.queued_handler(dir.path(), &queue, false)
     };
     Behind {

@@ -1,8 +1,7 @@
-//! [`PoolStore::apply`](crate::ports::PoolStore::apply): one transaction of the ledger entries,
-//! the pools' updates with their bets and the history items, sent again until its bets hold.
+//! The transaction of [`PoolStore::apply`](crate::ports::PoolStore::apply) (which sends it again
+//! until its bets hold): the ledger entries, the pools' updates with their bets and the history
+//! items; what its cancellation reasons say; what is remembered once it went through.
 
-use aws_sdk_dynamodb::error::DisplayErrorContext;
-use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::builders::PutBuilder;
 use aws_sdk_dynamodb::types::{
     AttributeValue, CancellationReason, Put, ReturnValuesOnConditionCheckFailure,
@@ -13,83 +12,13 @@ use sha2::{Digest, Sha256};
 
 use super::codec::*;
 use super::expr::*;
-use super::{BACKOFF, DynamoStore, MAX_CONFLICTS, MAX_KNOWN_POOLS};
+use super::{DynamoStore, MAX_KNOWN_POOLS};
 use crate::adapters::accounts::lock;
 use crate::adapters::aws::kind_of_code;
-use crate::domain::fold::validate;
-use crate::domain::pool::{Applied, HistoryEntry, PoolUpdate, counter_name};
+use crate::domain::pool::{HistoryEntry, PoolUpdate, counter_name};
 use crate::ports::{FailureKind, PortError};
 
 impl DynamoStore {
-    /// Applies one event's update (see the module's documentation).
-    pub(super) async fn transact(&self, update: &PoolUpdate) -> Result<Applied, PortError> {
-        let id = &update.event_id;
-        let what = format!("applying event {id}");
-        let keys = update.ledger_keys();
-        let pools = PoolWrite::of(update, &self.retention);
-        if pools.len() + keys.len() + update.marks.len() > 100 {
-            let why = format!(
-                "it marks {} pools ({} marks) with {} ledger keys, but one transaction holds at \
-                 most 100 items: the ledger entries, the pools and their history entries",
-                pools.len(),
-                update.marks.len(),
-                keys.len()
-            );
-            return Err(self.fail(FailureKind::Invalid, what, why));
-        }
-        validate(update).map_err(self.invalid(&what))?;
-        let max_lost_bets = 4 * pools.len() + 1;
-        let (mut conflicts, mut lost_bets) = (0, 0);
-        let mut waits = BACKOFF.delays();
-        while conflicts <= MAX_CONFLICTS && lost_bets <= max_lost_bets {
-            let (items, token) = self.transaction(update, &keys, &pools)?;
-            let sent = (self.client.transact_write_items())
-                .set_transact_items(Some(items))
-                .client_request_token(token)
-                .send()
-                .await;
-            let error = match sent {
-                Ok(_) => {
-                    self.remember(&pools);
-                    return Ok(Applied::Applied);
-                }
-                Err(e) => e,
-            };
-            let conflict = match error.as_service_error() {
-                Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
-                    let reasons = c.cancellation_reasons();
-                    let cancelled = self.cancelled(&keys, &pools, reasons, &what).await?;
-                    let Some((conflict, lost)) = cancelled else {
-                        return Ok(Applied::Duplicate);
-                    };
-                    if !conflict && lost == 0 {
-                        let why = format!(
-                            "the transaction was cancelled without a reason to retry it: {}",
-                            DisplayErrorContext(&error)
-                        );
-                        return Err(self.fail(FailureKind::Unknown, what, why));
-                    }
-                    lost_bets += lost;
-                    conflict
-                }
-                // The same transaction (same token) is still being applied: an SDK retry overtook
-                // it. Sent again unchanged after a pause, it is answered as that one ended.
-                Some(TransactWriteItemsError::TransactionInProgressException(_)) => true,
-                _ => return Err(self.sdk_err(what, error)),
-            };
-            if conflict {
-                conflicts += 1;
-                tracing::debug!(table = %self.table, event = %id, conflicts, "transaction in conflict or in progress, backing off");
-                self.back_off(&mut waits).await;
-            }
-        }
-        let why = format!(
-            "gave up after {conflicts} transactions cancelled by conflicts with concurrent \
-             writers and {lost_bets} by pools changing under the update"
-        );
-        Err(self.fail(FailureKind::Contention, what, why))
-    }
-
     /// The items of one attempt, and its token: the ledger entries, then each pool's update with
     /// this store's bets on which of its fields the event's values win, then the history items
     /// (last, so that the cancellation reasons of the items above keep their places).
@@ -201,7 +130,7 @@ impl DynamoStore {
     }
 
     /// Remembers what an applied transaction wrote, to place the next bets.
-    fn remember(&self, pools: &[PoolWrite]) {
+    pub(super) fn remember(&self, pools: &[PoolWrite]) {
         let mut known = lock(&self.known);
         if known.len() + pools.len() > MAX_KNOWN_POOLS {
             known.clear();
@@ -217,7 +146,7 @@ impl DynamoStore {
     /// before); else whether a writer conflicted (or throttled: worth another transaction after
     /// a pause) and how many bets were lost (each pool whose condition failed is learnt again
     /// from its item). Any other refusal is an error.
-    async fn cancelled(
+    pub(super) async fn cancelled(
         &self,
         keys: &[&str],
         pools: &[PoolWrite],

@@ -45,6 +45,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::DisplayErrorContext;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use chrono::{DateTime, Utc};
 
 mod apply;
@@ -59,11 +61,12 @@ mod testing;
 
 use codec::*;
 pub use codec::{EVENT_SK, POOL_SK, event_pk, pool_pk};
-use expr::{Expr, Known};
+use expr::{Expr, Known, PoolWrite};
 pub use secret::SecretKeys;
 
 use crate::adapters::aws::{AwsError, CallError, OperationError, failure_kind};
 use crate::adapters::backoff::Backoff;
+use crate::domain::fold::validate;
 use crate::domain::keys::KeyRing;
 use crate::domain::pool::HistoryEntry;
 use crate::domain::pool::{Applied, PoolQuery, PoolRecord, PoolUpdate, Retention};
@@ -169,8 +172,73 @@ impl PoolStore for DynamoStore {
         Ok(applied)
     }
 
+    /// One transaction, sent again until its bets hold (see the module's documentation).
     async fn apply(&self, update: &PoolUpdate) -> Result<Applied, PortError> {
-        self.transact(update).await
+        let id = &update.event_id;
+        let what = format!("applying event {id}");
+        let keys = update.ledger_keys();
+        let pools = PoolWrite::of(update, &self.retention);
+        if pools.len() + keys.len() + update.marks.len() > 100 {
+            let why = format!(
+                "it marks {} pools ({} marks) with {} ledger keys, but one transaction holds at \
+                 most 100 items: the ledger entries, the pools and their history entries",
+                pools.len(),
+                update.marks.len(),
+                keys.len()
+            );
+            return Err(self.fail(FailureKind::Invalid, what, why));
+        }
+        validate(update).map_err(self.invalid(&what))?;
+        let max_lost_bets = 4 * pools.len() + 1;
+        let (mut conflicts, mut lost_bets) = (0, 0);
+        let mut waits = BACKOFF.delays();
+        while conflicts <= MAX_CONFLICTS && lost_bets <= max_lost_bets {
+            let (items, token) = self.transaction(update, &keys, &pools)?;
+            let sent = (self.client.transact_write_items())
+                .set_transact_items(Some(items))
+                .client_request_token(token)
+                .send()
+                .await;
+            let error = match sent {
+                Ok(_) => {
+                    self.remember(&pools);
+                    return Ok(Applied::Applied);
+                }
+                Err(e) => e,
+            };
+            let conflict = match error.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
+                    let reasons = c.cancellation_reasons();
+                    let cancelled = self.cancelled(&keys, &pools, reasons, &what).await?;
+                    let Some((conflict, lost)) = cancelled else {
+                        return Ok(Applied::Duplicate);
+                    };
+                    if !conflict && lost == 0 {
+                        let why = format!(
+                            "the transaction was cancelled without a reason to retry it: {}",
+                            DisplayErrorContext(&error)
+                        );
+                        return Err(self.fail(FailureKind::Unknown, what, why));
+                    }
+                    lost_bets += lost;
+                    conflict
+                }
+                // The same transaction (same token) is still being applied: an SDK retry overtook
+                // it. Sent again unchanged after a pause, it is answered as that one ended.
+                Some(TransactWriteItemsError::TransactionInProgressException(_)) => true,
+                _ => return Err(self.sdk_err(what, error)),
+            };
+            if conflict {
+                conflicts += 1;
+                tracing::debug!(table = %self.table, event = %id, conflicts, "transaction in conflict or in progress, backing off");
+                self.back_off(&mut waits).await;
+            }
+        }
+        let why = format!(
+            "gave up after {conflicts} transactions cancelled by conflicts with concurrent \
+             writers and {lost_bets} by pools changing under the update"
+        );
+        Err(self.fail(FailureKind::Contention, what, why))
     }
 
     /// A `Scan` of the history items (every page) whose event or window touches the period and

@@ -51,7 +51,7 @@ mod places;
 mod traffic;
 
 pub use places::{Described, describe_events, looked_up_events, place_report};
-pub use traffic::{DEREGISTER_BUDGET, ELB_RATE, QUIET_FOR, Traffic};
+pub use traffic::{DEREGISTER_BUDGET, QUIET_FOR, Traffic};
 
 use batch::{follow_firsts, schedule, split_lanes};
 use passes::{Handled, merge, refusals};

@@ -817,7 +817,6 @@ impl crate::ports::LoadBalancers for Balancers {
         _place: &Place,
         cluster: &str,
         doomed: &[crate::domain::traffic::Doomed],
-        _at_once: usize,
         _seed: &[String],
     ) -> Result<crate::domain::traffic::Deregistered, crate::ports::PortError> {
         let executed = self.exec.calls.lock().unwrap().len();
@@ -884,7 +883,10 @@ async fn a_drains_first_pass_takes_its_instance_off_the_load_balancers_before_ev
     let now = clock.now();
     let exec = Arc::new(Recorder::default());
     let balancers = Balancers::new(&exec, false);
-    let traffic = Traffic::new(balancers.clone(), DEREGISTER_BUDGET, traffic::ELB_RATE);
+    let traffic = Traffic {
+        balancers: balancers.clone(),
+        budget: DEREGISTER_BUDGET,
+    };
     let passes = Passes::in_process(PASS_INTERVAL);
     let run = |batch: serde_json::Value, mode: Mode| {
         let p = Pipeline {
@@ -988,7 +990,10 @@ async fn load_balancers_that_do_not_answer_hold_evictions_back_for_the_budget_on
     let now = clock.now();
     let exec = Arc::new(Recorder::default());
     let balancers = Balancers::new(&exec, true);
-    let traffic = Traffic::new(balancers.clone(), StdDuration::from_secs(3), 3);
+    let traffic = Traffic {
+        balancers: balancers.clone(),
+        budget: StdDuration::from_secs(3),
+    };
     let passes = Passes::in_process(PASS_INTERVAL);
     let p = Pipeline {
         traffic: Some(&traffic),

@@ -20,9 +20,6 @@ use crate::ports::{LoadBalancers, Place, PortError, RoundKey, TrafficRounds};
 /// The default of [`Traffic::budget`] (the settings' deregistration budget).
 pub const DEREGISTER_BUDGET: Duration = Duration::from_secs(3);
 
-/// [`Traffic::rate`]: forewarn's share of each account's ELB limits, the benchmarked value.
-pub const ELB_RATE: u32 = 3;
-
 /// After a round that throttled or did not answer within the budget, how long no round is made
 /// for its account, region and cluster (their drains evict at once): an API that hangs costs
 /// one budget per this time, not one per batch; and in a mass interruption forewarn does not
@@ -36,24 +33,13 @@ const LOOK_EVERY: Duration = Duration::from_millis(100);
 /// How long past its budget a batch waits for the pool store to answer about its rounds.
 const STORE_GRACE: Duration = Duration::from_millis(500);
 
-/// Where, and how long at most, drains' instances are taken off their load balancers.
+/// Where, and how long at most, drains' instances are taken off their load balancers (at
+/// [`crate::domain::traffic::ELB_RATE`] calls a second).
 #[derive(Clone)]
 pub struct Traffic {
-    balancers: Arc<dyn LoadBalancers>,
+    pub balancers: Arc<dyn LoadBalancers>,
     /// How long a batch's first evictions wait for their round at most.
-    budget: Duration,
-    /// forewarn's share of each account's ELB limits: calls a second, and at once in a round.
-    rate: u32,
-}
-
-impl Traffic {
-    pub fn new(balancers: Arc<dyn LoadBalancers>, budget: Duration, rate: u32) -> Traffic {
-        Traffic {
-            balancers,
-            budget,
-            rate: rate.max(1),
-        }
-    }
+    pub budget: Duration,
 }
 
 impl Pipeline<'_> {
@@ -262,8 +248,8 @@ impl Pipeline<'_> {
     ) -> Result<Claim, PortError> {
         let claim = rounds.claim(key, self.clock.now(), traffic.budget).await?;
         if let Claim::Taken(taken, groups) = &claim {
-            let taken = (taken.clone(), groups.clone());
-            self.make_round(traffic, rounds, key, taken, end).await?;
+            self.make_round(traffic, rounds, key, (taken, groups), end)
+                .await?;
         }
         Ok(claim)
     }
@@ -311,20 +297,20 @@ impl Pipeline<'_> {
         traffic: &Traffic,
         rounds: &dyn TrafficRounds,
         key: &RoundKey,
-        (taken, groups): (Vec<Doomed>, Vec<String>),
+        (taken, groups): (&[Doomed], &[String]),
         end: DateTime<Utc>,
     ) -> Result<(), PortError> {
         // The keys are read again once when a signature names a key newer than those known.
         let newer = |r: &Refused| matches!(r, Refused::Unverified(Unverified::UnknownKey { .. }));
         let round = key.to_string();
         let check = |d: &Doomed, keys: &_| d.verify(&round, keys);
-        let verdicts = by_keys(self.store, &taken, check, newer).await?;
+        let verdicts = by_keys(self.store, taken, check, newer).await?;
         let started = self.clock.now();
         let mut settled = Settled::default();
         let mut doomed = Vec::new();
-        for (d, verdict) in taken.into_iter().zip(verdicts) {
+        for (d, verdict) in taken.iter().zip(verdicts) {
             let Err(why) = verdict else {
-                doomed.push(d);
+                doomed.push(d.clone());
                 continue;
             };
             let instance = &d.instance_id;
@@ -334,14 +320,13 @@ impl Pipeline<'_> {
                 failed: vec![format!("refused: {instance}: {why}")],
                 ..Outcome::default()
             };
-            settled.outcomes.insert(d.instance_id, outcome);
+            settled.outcomes.insert(d.instance_id.clone(), outcome);
         }
         if doomed.is_empty() {
             return rounds.settle(key, &settled, self.clock.now()).await;
         }
         let budget_end = started + span(traffic.budget);
-        let (balancers, at_once) = (&traffic.balancers, traffic.rate as usize);
-        let round = balancers.deregister(&key.place, &key.cluster, &doomed, at_once, &groups);
+        let round = (traffic.balancers).deregister(&key.place, &key.cluster, &doomed, groups);
         // What did not answer, or answered an error, left no group for any instance.
         let failed = |why: String, throttled| Deregistered {
             failed: vec![why],
@@ -380,7 +365,7 @@ impl Pipeline<'_> {
         }
         let now = self.clock.now();
         settled.outcomes.extend(done.outcomes(&doomed, started));
-        settled.next = Some(next_round(started, done.deregisters, traffic.rate));
+        settled.next = Some(next_round(started, done.deregisters));
         settled.quiet_until = done.throttled.then(|| now + span(QUIET_FOR));
         rounds.settle(key, &settled, now).await
     }
