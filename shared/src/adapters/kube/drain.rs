@@ -460,7 +460,7 @@ impl KubeExecutor {
         plan: &Plan,
         node: &Node,
         pass: Pass,
-        report: DrainReport,
+        mut report: DrainReport,
         out: &mut NodeOutcome,
     ) {
         let quiet = pass.role() == Some(DrainRole::Quiet);
@@ -491,10 +491,11 @@ impl KubeExecutor {
             let said = Said(EventType::Warning, "PlaceholderRefused", "Surge", note);
             self.event(&plan.event_id, node, said, out).await;
         }
-        let drain = out.drain.insert(report);
-        if let Some(a) = (plan.actions.iter()).find(|a| a.instance_id == out.instance_id) {
-            self.record_pod_events(plan, a, node, drain).await;
+        let id = &out.result.instance_id;
+        if let Some(a) = (plan.actions.iter()).find(|a| a.instance_id == *id) {
+            self.record_pod_events(plan, a, node, &mut report).await;
         }
+        out.drained(report);
     }
 }
 
