@@ -134,7 +134,6 @@ pub(crate) async fn passes(
                     n.recorded += b.recorded;
                     n.existed += b.existed;
                     n.given_up += b.given_up;
-                    n.failed += b.failed;
                     Some(now)
                 }
                 (before, now) => now.or(before),

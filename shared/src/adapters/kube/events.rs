@@ -273,7 +273,7 @@ impl KubeExecutor {
                 Ok(EventOutcome::Exists) => counts.existed += 1,
                 Err(error) => {
                     // Given up with the rest of the pass's Events, logged once per pass.
-                    (counts.failed, counts.given_up) = (1, report.evicted.len() - i);
+                    counts.given_up = report.evicted.len() - i;
                     let given_up = counts.given_up;
                     tracing::warn!(reason, %error, given_up, "could not record a pod's Event; the pass's other pod Events given up");
                     break;

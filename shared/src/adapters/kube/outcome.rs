@@ -67,10 +67,9 @@ pub struct PodEventCounts {
     pub recorded: usize,
     /// There already (a redelivered event: 409).
     pub existed: usize,
-    /// Not sent: past the pass's budget, the client's rate limit busy, or after a failure.
+    /// Not sent: past the pass's budget, the client's rate limit busy, or after a failure (the
+    /// one that failed when sent counted too).
     pub given_up: usize,
-    /// Failed when sent (counted in `given_up` too).
-    pub failed: usize,
     /// Dry run: the Events that would be recorded.
     pub would_record: usize,
 }
