@@ -214,6 +214,33 @@ async fn a_second_identical_plan_writes_nothing() {
 }
 
 #[tokio::test]
+async fn events_that_cannot_be_recorded_are_said_and_the_cordon_stands() {
+    let w = World::plain().await;
+    let plan = w
+        .plan(&event(EventKind::RebalanceRecommendation, "ev-no-events"))
+        .await;
+    assert_eq!(plan.actions[0].action, Action::Cordon);
+    w.fake.inject(
+        Fault::new(403)
+            .method(Method::POST)
+            .path_contains("/events")
+            .times(10),
+    );
+
+    let out = w.run(&plan).await;
+
+    assert_eq!(out.cordon, Some(CordonOutcome::Cordoned { attempts: 1 }));
+    assert!(w.events().is_empty());
+    let detail = &out.result.detail;
+    let said = format!("cordoned node/{NODE}; Event not recorded: ");
+    assert!(detail.starts_with(&said), "{detail}");
+    assert!(
+        detail.contains("; Event not recorded: Cordoned: "),
+        "{detail}"
+    );
+}
+
+#[tokio::test]
 async fn a_conflicting_cordon_is_read_again_and_retried() {
     let w = World::plain().await;
     let plan = w

@@ -121,7 +121,6 @@ pub(crate) async fn passes(
         let outcomes = executor.run(plan, drain).await?;
         for (m, mut o) in merged.iter_mut().zip(outcomes) {
             m.events.extend(o.events.clone());
-            m.event_failures.extend(o.event_failures.clone());
             let drain = match (m.drain.take(), o.drain.take()) {
                 (Some(before), Some(mut now)) => {
                     let mut evicted = before.evicted;
@@ -141,7 +140,6 @@ pub(crate) async fn passes(
             o.cordon = m.cordon.take().or(o.cordon);
             o.result.detail = format!("{}; {}", m.result.detail, o.result.detail);
             o.events = std::mem::take(&mut m.events);
-            o.event_failures = std::mem::take(&mut m.event_failures);
             o.drain = drain;
             *m = o;
         }

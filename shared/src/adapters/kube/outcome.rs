@@ -185,8 +185,6 @@ pub struct NodeOutcome {
     pub lifecycle: Option<LifecycleOutcome>,
     /// Event reasons, with what became of each.
     pub events: Vec<(String, EventOutcome)>,
-    /// Events that could not be recorded (best effort): `<reason>: <error>`.
-    pub event_failures: Vec<String>,
     /// The node acted on (`?`: none).
     pub(super) node: String,
     pub(super) dry_run: bool,
@@ -239,8 +237,7 @@ impl NodeOutcome {
     }
 
     /// The detail, once every step is done: what they said, then the Events a dry run would
-    /// record and those not recorded
-    /// (`cordoned node/x; evicted 3 pods; completed lifecycle action asg/hook`).
+    /// record (`cordoned node/x; evicted 3 pods; completed lifecycle action asg/hook`).
     pub(super) fn finish(mut self) -> NodeOutcome {
         let would: Vec<&str> = (self.events.iter())
             .filter(|(_, o)| *o == EventOutcome::WouldCreate)
@@ -252,15 +249,12 @@ impl NodeOutcome {
             (pod_events > 0)
                 .then(|| format!("would record an Event on each pod evicted ({pod_events})")),
         ];
-        let failures = (self.event_failures.iter()).map(|f| format!("Event not recorded: {f}"));
-        let mut parts: Vec<String> = (self.said.drain(..))
-            .chain(tail.into_iter().flatten())
-            .chain(failures)
-            .collect();
-        if parts.is_empty() || (self.dry_run && parts.len() == 1) {
-            parts.push("nothing to do".into());
+        self.said.extend(tail.into_iter().flatten());
+        // Nothing said (but `dry run`).
+        if self.said.len() == usize::from(self.dry_run) {
+            self.say("nothing to do");
         }
-        self.result.detail = parts.join("; ");
+        self.result.detail = self.said.join("; ");
         self
     }
 }
