@@ -390,14 +390,14 @@ impl KubeExecutor {
                 Some(patch) => Step::Patch(patch, Ok(cordoned)),
             }
         });
+        let name = a.node.as_deref().unwrap_or_default();
         let cordoned = match write.await? {
             Ok(cordoned) => cordoned,
-            Err(Some(why)) => {
-                out.refuse(why);
-                return Ok((true, None));
-            }
-            Err(None) => {
-                out.say(format!("node/{} is gone", out.node));
+            Err(refused) => {
+                match refused {
+                    Some(why) => out.refuse(why),
+                    None => out.say(format!("node/{name} is gone")),
+                }
                 return Ok((true, None));
             }
         };
@@ -405,12 +405,11 @@ impl KubeExecutor {
         // Found cordoned with forewarn's taint when announced: the event's first pass (or an
         // earlier delivery) did it for this event.
         let ours = already_ours && already;
-        let node = &out.node;
         let said = match cordoned {
-            CordonOutcome::Cordoned { .. } => format!("cordoned node/{node}"),
-            CordonOutcome::AlreadyCordoned if ours => format!("cordoned node/{node}"),
-            CordonOutcome::AlreadyCordoned => format!("node/{node} already cordoned"),
-            CordonOutcome::WouldCordon { .. } => format!("would cordon and taint node/{node}"),
+            CordonOutcome::Cordoned { .. } => format!("cordoned node/{name}"),
+            CordonOutcome::AlreadyCordoned if ours => format!("cordoned node/{name}"),
+            CordonOutcome::AlreadyCordoned => format!("node/{name} already cordoned"),
+            CordonOutcome::WouldCordon { .. } => format!("would cordon and taint node/{name}"),
         };
         out.say(said);
         let changed = matches!(cordoned, CordonOutcome::Cordoned { .. });

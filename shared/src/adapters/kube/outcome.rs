@@ -185,8 +185,6 @@ pub struct NodeOutcome {
     pub lifecycle: Option<LifecycleOutcome>,
     /// Event reasons, with what became of each.
     pub events: Vec<(String, EventOutcome)>,
-    /// The node acted on (`?`: none).
-    pub(super) node: String,
     pub(super) dry_run: bool,
     /// What the steps did, for people, in order: `cordoned node/x`, `evicted 3 pods`.
     said: Vec<String>,
@@ -200,7 +198,6 @@ impl NodeOutcome {
         };
         NodeOutcome {
             result,
-            node: a.node.clone().unwrap_or_else(|| "?".into()),
             dry_run,
             said: dry_run.then(|| "dry run".to_string()).into_iter().collect(),
             ..NodeOutcome::default()
