@@ -174,7 +174,7 @@ impl KubeExecutor {
                 if pass.role() == Some(DrainRole::Owed) {
                     self.owed_events(plan, a, &node, out).await;
                 }
-                self.drain_over(plan, &node, pass, report, out).await;
+                self.drain_over((plan, a), &node, pass, report, out).await;
             }
             (Action::Cordon | Action::CordonDrain, Some(node)) => {
                 self.cordon_drain(plan, a, node, pass, out).await?;
@@ -263,7 +263,7 @@ impl KubeExecutor {
                 .await;
         }
         if let Some(report) = drained {
-            self.drain_over(plan, &node, pass, report, out).await;
+            self.drain_over((plan, a), &node, pass, report, out).await;
         }
         Ok(())
     }
