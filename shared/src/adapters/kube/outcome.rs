@@ -175,7 +175,7 @@ pub enum EventOutcome {
 }
 
 /// What was done for one node action: what each step did, and the port's [`ActionResult`]
-/// the steps make as they go (its `detail` said part by part, joined by [`NodeOutcome::finish`]).
+/// the steps make as they go (its `detail` said part by part, joined when they are done).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeOutcome {
     pub result: ActionResult,
