@@ -68,7 +68,7 @@ async fn a_quiet_pass_records_no_event_even_when_it_ends_the_drain() {
         .unwrap()
         .remove(0);
     assert!(w.pod("default", "web-1").is_none(), "evicted: {out:?}");
-    assert!(!out.pending(), "the drain is over: {out:?}");
+    assert!(!out.result.pending, "the drain is over: {out:?}");
     assert!(w.events().is_empty(), "{:?}", w.events().keys());
     executor.run(&plan, drain(DrainRole::Owed)).await.unwrap();
     let events = w.events();

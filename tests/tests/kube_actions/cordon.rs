@@ -179,7 +179,11 @@ fn assert_events_of_decision_cordon_and_drain(w: &World, n: &Value, out: &NodeOu
         "{}",
         events["Drained"]
     );
-    assert!(out.detail().contains("cordoned node/"), "{}", out.detail());
+    assert!(
+        out.result.detail.contains("cordoned node/"),
+        "{}",
+        out.result.detail
+    );
 }
 
 #[tokio::test]
@@ -207,6 +211,33 @@ async fn a_second_identical_plan_writes_nothing() {
         again.events
     );
     assert_accepted(&w.fake.requests());
+}
+
+#[tokio::test]
+async fn events_that_cannot_be_recorded_are_said_and_the_cordon_stands() {
+    let w = World::plain().await;
+    let plan = w
+        .plan(&event(EventKind::RebalanceRecommendation, "ev-no-events"))
+        .await;
+    assert_eq!(plan.actions[0].action, Action::Cordon);
+    w.fake.inject(
+        Fault::new(403)
+            .method(Method::POST)
+            .path_contains("/events")
+            .times(10),
+    );
+
+    let out = w.run(&plan).await;
+
+    assert_eq!(out.cordon, Some(CordonOutcome::Cordoned { attempts: 1 }));
+    assert!(w.events().is_empty());
+    let detail = &out.result.detail;
+    let said = format!("cordoned node/{NODE}; Event not recorded: ");
+    assert!(detail.starts_with(&said), "{detail}");
+    assert!(
+        detail.contains("; Event not recorded: Cordoned: "),
+        "{detail}"
+    );
 }
 
 #[tokio::test]
@@ -354,7 +385,11 @@ async fn a_control_plane_node_gets_no_write() {
     // that read's resourceVersion, was refused (409), and the node read again is verified
     // again: refused, nothing written.
     assert!(
-        out.refused.as_deref().unwrap().contains("control-plane"),
+        out.result
+            .refused
+            .as_deref()
+            .unwrap()
+            .contains("control-plane"),
         "{out:?}"
     );
     assert_eq!(written(&w.fake), vec![("PATCH".to_string(), 409)]);
@@ -364,7 +399,11 @@ async fn a_control_plane_node_gets_no_write() {
     w.fake.clear_requests();
     let out = w.run(&plan).await;
     assert!(
-        out.refused.as_deref().unwrap().contains("control-plane"),
+        out.result
+            .refused
+            .as_deref()
+            .unwrap()
+            .contains("control-plane"),
         "{out:?}"
     );
     assert_eq!(w.fake.writes(), vec![]);
@@ -375,7 +414,7 @@ async fn a_control_plane_node_gets_no_write() {
         json!([{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]);
     w.fake.insert(tainted);
     let out = w.run(&plan).await;
-    assert!(out.refused.is_some());
+    assert!(out.result.refused.is_some());
     let planned = w.plan(&event(EventKind::SpotInterruption, "ev-cp-2")).await;
     assert_eq!(planned.actions[0].action, Action::None);
     assert_eq!(w.fake.writes(), vec![]);
@@ -407,7 +446,7 @@ async fn a_dry_run_writes_nothing_and_says_what_it_would_do() {
         vec!["default/web-1", "default/web-2", "kube-system/coredns-1"]
     );
     assert!(drain.evicted.is_empty());
-    let detail = out.detail();
+    let detail = out.result.detail;
     assert!(detail.starts_with("dry run"), "{detail}");
     assert!(detail.contains("would cordon"), "{detail}");
     assert!(detail.contains("would evict 3 pods"), "{detail}");

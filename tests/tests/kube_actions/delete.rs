@@ -195,6 +195,6 @@ async fn a_terminated_plain_instance_has_its_node_deleted() {
 
     w.fake.clear_requests();
     let again = w.run(&plan).await;
-    assert!(again.node_gone);
+    assert_eq!(again.result.detail, format!("node/{NODE} already gone"));
     assert_eq!(w.fake.writes(), vec![]);
 }

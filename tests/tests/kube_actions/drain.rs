@@ -169,7 +169,7 @@ async fn a_pod_still_blocked_at_the_deadline_is_reported_as_left() {
         "{note}"
     );
     assert!(!events.contains_key("Drained"));
-    let detail = out.detail();
+    let detail = out.result.detail;
     assert!(detail.contains("2 pods left"), "{detail}");
     let requests = w.fake.requests();
     assert!(
@@ -224,7 +224,7 @@ async fn a_first_pass_evicts_and_returns_and_a_later_pass_ends_the_drain_once_th
         "the lifecycle action is not completed while the drain goes on"
     );
     assert_eq!(lifecycle.heartbeats.lock().unwrap().len(), 1);
-    assert!(first.heartbeat_at.is_some());
+    assert!(first.result.heartbeat_at.is_some());
     // The drain goes on: its first pass leaves the Events of the decision to the next one
     // (nothing between the node's read and its evictions but its pods' list).
     assert!(w.events().is_empty(), "{:?}", w.events());

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use forewarn::adapters::kube::{Joining, KubeExecutor};
+use forewarn::adapters::kube::KubeExecutor;
 use forewarn::domain::config::Action;
 use forewarn::domain::event::{EventKind, LifecycleAction};
 use forewarn::domain::fixtures::pod_object;
@@ -132,21 +132,21 @@ async fn a_launch_hook_is_completed_once_the_node_has_joined_and_is_ready() {
     w.fake.after_answer(Method::GET, &path, node(NODE, ID));
 
     let first = executor.run(&plan, Pass::Cordon).await.unwrap().remove(0);
-    assert!(first.pending(), "{first:?}");
+    assert!(first.result.pending, "{first:?}");
     assert!(
-        first.detail().contains("no node of instance"),
+        first.result.detail.contains("no node of instance")
+            && first
+                .result
+                .detail
+                .ends_with(": looked at again in the next pass"),
         "{}",
-        first.detail()
+        first.result.detail
     );
     assert!(lifecycle.calls.lock().unwrap().is_empty());
     let out = passes(&executor, &plan).await.unwrap().remove(0);
-    assert!(!out.pending());
-    assert_eq!(
-        out.joining,
-        Some(Joining::Ready {
-            node: NODE.to_string()
-        })
-    );
+    assert!(!out.result.pending);
+    let ready = format!("; node/{NODE} runs the instance and is Ready; completed lifecycle action");
+    assert!(out.result.detail.contains(&ready), "{out:?}");
     assert_eq!(
         *lifecycle.calls.lock().unwrap(),
         vec![(
@@ -166,7 +166,7 @@ async fn a_launch_hook_is_completed_once_the_node_has_joined_and_is_ready() {
     let lifecycle = Arc::new(RecordingLifecycle::default());
     let executor = w.executor().with_lifecycle(lifecycle.clone());
     let out = executor.run(&plan, Pass::Cordon).await.unwrap().remove(0);
-    assert!(!out.pending());
+    assert!(!out.result.pending);
     assert_eq!(lifecycle.calls.lock().unwrap().len(), 1);
 }
 
@@ -177,21 +177,27 @@ async fn a_launch_hook_whose_node_never_joins_is_left_to_its_timeout() {
     // A node of the planned name left by an earlier instance is not this instance's node.
     w.fake.insert(node(NODE, OTHER_ID));
     let out = passes(&executor, &plan).await.unwrap().remove(0);
-    match &out.joining {
-        Some(Joining::TimedOut { why }) => {
-            assert!(why.contains(&format!("runs instance {OTHER_ID}")), "{why}")
-        }
-        other => panic!("{other:?}"),
-    }
+    let detail = &out.result.detail;
+    assert!(
+        detail.contains(&format!("runs instance {OTHER_ID}")),
+        "{detail}"
+    );
+    assert!(
+        detail.ends_with(
+            " by the deadline: the lifecycle action is left to the hook's own timeout and \
+             default result"
+        ),
+        "{detail}"
+    );
     assert!(
         lifecycle.calls.lock().unwrap().is_empty(),
         "never completed"
     );
     assert!(!lifecycle.heartbeats.lock().unwrap().is_empty());
     assert!(
-        out.detail().contains("left to the hook's own timeout"),
+        out.result.detail.contains("left to the hook's own timeout"),
         "{}",
-        out.detail()
+        out.result.detail
     );
     // A dry run of a node not Ready says so and would not complete.
     let out = w
@@ -201,7 +207,7 @@ async fn a_launch_hook_whose_node_never_joins_is_left_to_its_timeout() {
         .await
         .unwrap()
         .remove(0);
-    assert!(!out.pending());
+    assert!(!out.result.pending);
     assert_eq!(out.lifecycle, None, "{out:?}");
 }
 
@@ -214,10 +220,14 @@ async fn a_launch_hook_of_a_control_plane_node_is_left_alone() {
     w.fake.insert(cp);
     let out = executor.run(&plan, Pass::Cordon).await.unwrap().remove(0);
     assert!(
-        out.refused.as_deref().unwrap().contains("control-plane"),
+        out.result
+            .refused
+            .as_deref()
+            .unwrap()
+            .contains("control-plane"),
         "{out:?}"
     );
-    assert!(!out.pending());
+    assert!(!out.result.pending);
     assert!(lifecycle.calls.lock().unwrap().is_empty());
 }
 

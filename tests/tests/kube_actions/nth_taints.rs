@@ -50,7 +50,7 @@ async fn with_nths_keys_a_spot_warnings_node_gets_nths_taint_is_drained_and_give
     let out = passes(&executor, &plan).await.unwrap().remove(0);
 
     // Tainted with NTH's key, the other taint kept; forewarn's own key not put.
-    assert_eq!(out.refused, None, "{out:?}");
+    assert_eq!(out.result.refused, None, "{out:?}");
     let cordoned = w.node(NODE).unwrap();
     assert_eq!(cordoned["spec"]["unschedulable"], json!(true));
     assert_eq!(

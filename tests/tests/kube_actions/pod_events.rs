@@ -199,10 +199,11 @@ async fn a_dry_run_says_what_it_would_record_and_sends_no_event() {
     let out = passes(&executor, &plan).await.unwrap().remove(0);
     assert_eq!(out.drain.as_ref().unwrap().pod_events.would_record, 3);
     assert!(
-        out.detail()
+        out.result
+            .detail
             .contains("would record an Event on each pod evicted (3)"),
         "{}",
-        out.detail()
+        out.result.detail
     );
     assert!(
         !w.fake

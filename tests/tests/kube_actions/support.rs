@@ -101,7 +101,8 @@ pub(crate) const PASS_GAP: Duration = Duration::from_millis(100);
 
 /// An event's passes as the pipeline's in-process driver runs them: the first pass, then drain
 /// passes [`PASS_GAP`] apart until none is pending; each action's outcomes merged into one (the
-/// first cordon, every eviction and Event, the pod Events' counts summed, the last of the rest).
+/// first cordon, every eviction and Event, the pod Events' counts summed, every pass's detail,
+/// the last of the rest).
 pub(crate) async fn passes(
     executor: &KubeExecutor,
     plan: &Plan,
@@ -110,7 +111,7 @@ pub(crate) async fn passes(
     let started_at = clock.now();
     let mut merged = executor.run(plan, Pass::Cordon).await?;
     let mut pass = 1;
-    while merged.iter().any(|o| o.pending()) {
+    while merged.iter().any(|o| o.result.pending) {
         clock.sleep(PASS_GAP).await;
         let drain = Pass::Drain {
             started_at,
@@ -118,10 +119,9 @@ pub(crate) async fn passes(
             heartbeat: true,
         };
         let outcomes = executor.run(plan, drain).await?;
-        for (m, o) in merged.iter_mut().zip(outcomes) {
+        for (m, mut o) in merged.iter_mut().zip(outcomes) {
             m.events.extend(o.events.clone());
-            m.event_failures.extend(o.event_failures.clone());
-            let drain = match (m.drain.take(), o.drain) {
+            let drain = match (m.drain.take(), o.drain.take()) {
                 (Some(before), Some(mut now)) => {
                     let mut evicted = before.evicted;
                     evicted.extend(now.evicted);
@@ -133,19 +133,15 @@ pub(crate) async fn passes(
                     n.recorded += b.recorded;
                     n.existed += b.existed;
                     n.given_up += b.given_up;
-                    n.failed += b.failed;
                     Some(now)
                 }
                 (before, now) => now.or(before),
             };
-            *m = NodeOutcome {
-                cordon: m.cordon.take().or(o.cordon),
-                cordoned_at: m.cordoned_at.or(o.cordoned_at),
-                events: std::mem::take(&mut m.events),
-                event_failures: std::mem::take(&mut m.event_failures),
-                drain,
-                ..o
-            };
+            o.cordon = m.cordon.take().or(o.cordon);
+            o.result.detail = format!("{}; {}", m.result.detail, o.result.detail);
+            o.events = std::mem::take(&mut m.events);
+            o.drain = drain;
+            *m = o;
         }
         pass += 1;
     }

@@ -141,7 +141,7 @@ pub(crate) async fn surge_passes(
     let started_at = w.clock.now();
     let mut outcomes = executor.run(plan, Pass::Cordon).await.unwrap();
     let mut pass = 1;
-    while outcomes[0].pending() {
+    while outcomes[0].result.pending {
         let wait = outcomes[0]
             .drain
             .as_ref()

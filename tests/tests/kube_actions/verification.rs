@@ -44,13 +44,17 @@ async fn a_pass_on_a_node_name_reused_by_another_instance_is_refused() {
 
     for pass in [drain_pass(true), drain_pass(false)] {
         let out = w.executor().run(&plan, pass).await.unwrap().remove(0);
-        let why = out.refused.clone().expect("refused");
+        let why = out.result.refused.clone().expect("refused");
         assert!(
             why.contains("i-0a1b2c3d4e5f6ffff") && why.contains(ID),
             "{why}"
         );
-        assert!(!out.pending(), "the chain ends");
-        assert!(out.detail().starts_with("refused: "), "{}", out.detail());
+        assert!(!out.result.pending, "the chain ends");
+        assert!(
+            out.result.detail.starts_with("refused: "),
+            "{}",
+            out.result.detail
+        );
     }
     assert_eq!(accepted_writes(&w.fake), vec![], "nothing written");
     assert!(w.pod("default", "new-1").is_some(), "its pod is untouched");
@@ -78,9 +82,9 @@ async fn a_drain_pass_ends_when_forewarns_taint_was_removed_or_the_node_is_gone(
         .await
         .unwrap()
         .remove(0);
-    let why = out.refused.clone().expect("refused");
+    let why = out.result.refused.clone().expect("refused");
     assert!(why.contains("taint forewarn.io/interruption"), "{why}");
-    assert!(!out.pending());
+    assert!(!out.result.pending);
     assert_eq!(
         accepted_writes(&w.fake),
         vec![],
@@ -97,7 +101,9 @@ async fn a_drain_pass_ends_when_forewarns_taint_was_removed_or_the_node_is_gone(
         .unwrap()
         .remove(0);
     assert!(
-        out.node_gone && out.refused.is_none() && !out.pending(),
+        out.result.detail == format!("node/{NODE} is gone")
+            && out.result.refused.is_none()
+            && !out.result.pending,
         "{out:?}"
     );
 }
@@ -177,7 +183,8 @@ async fn a_delete_through_a_nodeclaim_of_another_instance_is_refused() {
             .is_some()
     );
     assert!(
-        out.detail()
+        out.result
+            .detail
             .contains("refused to delete nodeclaim/nc-other")
     );
 }

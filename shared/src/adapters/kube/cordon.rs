@@ -390,22 +390,37 @@ impl KubeExecutor {
                 Some(patch) => Step::Patch(patch, Ok(cordoned)),
             }
         });
+        let name = a.node.as_deref().unwrap_or_default();
         let cordoned = match write.await? {
             Ok(cordoned) => cordoned,
             Err(refused) => {
-                (out.node_gone, out.refused) = (refused.is_none(), refused);
+                match refused {
+                    Some(why) => out.refuse(why),
+                    None => out.say(format!("node/{name} is gone")),
+                }
                 return Ok((true, None));
             }
         };
-        let changed = matches!(cordoned, CordonOutcome::Cordoned { .. });
         let already = cordoned == CordonOutcome::AlreadyCordoned;
+        // Found cordoned with forewarn's taint when announced: the event's first pass (or an
+        // earlier delivery) did it for this event.
+        let ours = already_ours && already;
+        let said = match cordoned {
+            CordonOutcome::Cordoned { .. } => format!("cordoned node/{name}"),
+            CordonOutcome::AlreadyCordoned if ours => format!("cordoned node/{name}"),
+            CordonOutcome::AlreadyCordoned => format!("node/{name} already cordoned"),
+            CordonOutcome::WouldCordon { .. } => format!("would cordon and taint node/{name}"),
+        };
+        out.say(said);
+        let changed = matches!(cordoned, CordonOutcome::Cordoned { .. });
         if changed || already {
-            out.cordoned_at = Some(self.clients.clock().now());
+            out.result.cordoned_at = Some(self.clients.clock().now());
         }
-        out.cordoned_before = already_ours && already;
-        let note = (changed || out.cordoned_before).then(|| self.cordoned_note(kind, a));
         out.cordon = Some(cordoned);
-        Ok((false, note))
+        Ok((
+            false,
+            (changed || ours).then(|| self.cordoned_note(kind, a)),
+        ))
     }
 
     /// The note of the `Cordoned` Event of `a`'s cordon for an event of `kind`.

@@ -133,6 +133,10 @@ impl KubeExecutor {
             let said = Said(Normal, "Deleted", "Delete", format!("Deleted {target}"));
             self.event(&plan.event_id, node, said, out).await;
         }
+        out.say(deleted.to_string());
+        if let DeleteOutcome::Refused { why, .. } = &deleted {
+            out.result.refused = Some(why.clone());
+        }
         out.delete = Some(deleted);
         Ok(())
     }

@@ -14,9 +14,10 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 
-use super::api::retry::{list_all, with_retry};
+use super::api::retry::list_all;
 use super::connect::ClusterClient;
-use super::error::{ApiError, KubeError};
+use super::cordon::get_node;
+use super::error::KubeError;
 use super::node_facts::node_facts;
 use crate::domain::facts::{InstanceFacts, NodeFacts, resolve_node};
 use crate::ports::{NodeDirectory, PortError, Work};
@@ -73,14 +74,8 @@ impl NodeDirectory for KubeNodeDirectory {
             .filter(|d| !d.is_empty())
             .map(str::to_ascii_lowercase)
             .collect();
-        let got: Vec<Result<Option<Node>, ApiError>> = futures::stream::iter(names)
-            .map(|name| {
-                let api = &api;
-                async move {
-                    let object = format!("node/{name}");
-                    with_retry(clients, "get", &object, || api.get_opt(&name)).await
-                }
-            })
+        let got: Vec<Result<Option<Node>, KubeError>> = futures::stream::iter(names)
+            .map(|name| async move { get_node(clients, &name).await })
             .buffer_unordered(PARALLELISM)
             .collect()
             .await;

@@ -448,7 +448,7 @@ impl KubeExecutor {
         }
     }
 
-    /// A drain pass's report put in `out`; when the drain ended, its Event (not in a dry run,
+    /// A drain pass's report (of `a`'s drain) put in `out`; when the drain ended, its Event (not in a dry run,
     /// nor in a quiet pass): `Drained`, or `DrainIncomplete` with the pods refused at the
     /// deadline (the summary of a `later` pass, one after the pass that evicted, counts only
     /// what it did). A `PlaceholderRefused` Warning names the placeholders the API server
@@ -457,10 +457,10 @@ impl KubeExecutor {
     /// [`KubeExecutor::record_pod_events`]).
     pub(super) async fn drain_over(
         &self,
-        plan: &Plan,
+        (plan, a): (&Plan, &NodeAction),
         node: &Node,
         pass: Pass,
-        report: DrainReport,
+        mut report: DrainReport,
         out: &mut NodeOutcome,
     ) {
         let quiet = pass.role() == Some(DrainRole::Quiet);
@@ -491,10 +491,8 @@ impl KubeExecutor {
             let said = Said(EventType::Warning, "PlaceholderRefused", "Surge", note);
             self.event(&plan.event_id, node, said, out).await;
         }
-        let drain = out.drain.insert(report);
-        if let Some(a) = (plan.actions.iter()).find(|a| a.instance_id == out.instance_id) {
-            self.record_pod_events(plan, a, node, drain).await;
-        }
+        self.record_pod_events(plan, a, node, &mut report).await;
+        out.drained(report);
     }
 }
 

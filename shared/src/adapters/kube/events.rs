@@ -145,7 +145,7 @@ pub(crate) struct Said<'a>(pub EventType, pub &'a str, pub &'a str, pub String);
 
 impl KubeExecutor {
     /// Records an Event about `node` for event `event_id`, now, best effort: what became of it,
-    /// or the failure (logged), goes in `out`.
+    /// or the failure (logged, and said in its detail), goes in `out`.
     pub(super) async fn event(
         &self,
         event_id: &str,
@@ -164,7 +164,7 @@ impl KubeExecutor {
             Ok(outcome) => out.events.push((reason, outcome)),
             Err(e) => {
                 tracing::warn!(reason, error = %e, "could not record the Event");
-                out.event_failures.push(format!("{reason}: {e}"));
+                out.say(format!("Event not recorded: {reason}: {e}"));
             }
         }
     }
@@ -273,7 +273,7 @@ impl KubeExecutor {
                 Ok(EventOutcome::Exists) => counts.existed += 1,
                 Err(error) => {
                     // Given up with the rest of the pass's Events, logged once per pass.
-                    (counts.failed, counts.given_up) = (1, report.evicted.len() - i);
+                    counts.given_up = report.evicted.len() - i;
                     let given_up = counts.given_up;
                     tracing::warn!(reason, %error, given_up, "could not record a pod's Event; the pass's other pod Events given up");
                     break;

@@ -44,7 +44,7 @@ use super::cordon::get_node;
 use super::error::{KubeError, Refusal};
 use super::executor::KubeExecutor;
 use super::node_facts::node_facts;
-use super::outcome::{NodeOutcome, results};
+use super::outcome::NodeOutcome;
 use crate::domain::config::Action;
 use crate::domain::cordon_record::{Undo, UndoOutcome};
 use crate::domain::plan::{NodeAction, Plan};
@@ -90,7 +90,8 @@ impl KubeExecutor {
             );
             let this = &this;
             async move {
-                this.act(plan, a, pass).await.map_err(|e| {
+                let done = this.act(plan, a, pass).await.map(NodeOutcome::finish);
+                done.map_err(|e| {
                     tracing::warn!(error = %e, "node action failed");
                     failed(&a.instance_id, a.node.as_ref().map(|n| format!("node {n}")))(e)
                 })
@@ -121,10 +122,12 @@ impl KubeExecutor {
                 && let Err(why) = self.verify(a, node, pass)
             {
                 tracing::warn!(%why, "refusing to act");
-                out.refused = Some(why.to_string());
+                out.refuse(why.to_string());
                 return Ok(out);
             }
-            out.node_gone = node.is_none();
+            if node.is_none() && a.action != Action::Delete {
+                out.say(format!("node/{name} is gone"));
+            }
             if pass == Pass::Announce {
                 // The Events a drain's first pass left to a pass that came too late to drain:
                 // nothing else, not even the lifecycle action.
@@ -157,7 +160,10 @@ impl KubeExecutor {
             // the Events and the evictions follow in the drain passes. (A dry run has no later
             // pass: its first pass says all the drain would do.)
             (Action::CordonDrain, Some(node)) if pass == Pass::Cordon && !dry_run => {
-                out.drain_pending = !self.cordon_node(plan.kind, a, &node, false, out).await?.0;
+                if !self.cordon_node(plan.kind, a, &node, false, out).await?.0 {
+                    out.result.pending = true;
+                    out.say("drain in the next pass");
+                }
             }
             (Action::CordonDrain, Some(node)) if later_pass => {
                 // A later drain pass: the node was cordoned by the earlier passes, and its
@@ -168,7 +174,7 @@ impl KubeExecutor {
                 if pass.role() == Some(DrainRole::Owed) {
                     self.owed_events(plan, a, &node, out).await;
                 }
-                self.drain_over(plan, &node, pass, report, out).await;
+                self.drain_over((plan, a), &node, pass, report, out).await;
             }
             (Action::Cordon | Action::CordonDrain, Some(node)) => {
                 self.cordon_drain(plan, a, node, pass, out).await?;
@@ -178,7 +184,7 @@ impl KubeExecutor {
             (Action::Cordon | Action::CordonDrain, None) => {}
             (Action::Delete, node) => self.delete(plan, a, name, node.as_ref(), out).await?,
             (Action::Uncordon, node) => {
-                out.undo = Some(match (node, &a.record) {
+                let undo = match (node, &a.record) {
                     (None, _) => UndoOutcome::NodeGone,
                     (Some(_), None) => UndoOutcome::Refused {
                         why: "no cordon record to undo".into(),
@@ -192,6 +198,14 @@ impl KubeExecutor {
                         };
                         self.undo_cordon(node, &undo).await?
                     }
+                };
+                out.say(match undo {
+                    UndoOutcome::Undone => format!("undid forewarn's cordon of node/{name}"),
+                    UndoOutcome::WouldUndo => {
+                        format!("would undo forewarn's cordon of node/{name}")
+                    }
+                    UndoOutcome::NodeGone => format!("node/{name} is gone"),
+                    UndoOutcome::Refused { why } => format!("left cordoned: {why}"),
                 });
             }
             (Action::None, _) => {}
@@ -249,7 +263,7 @@ impl KubeExecutor {
                 .await;
         }
         if let Some(report) = drained {
-            self.drain_over(plan, &node, pass, report, out).await;
+            self.drain_over((plan, a), &node, pass, report, out).await;
         }
         Ok(())
     }
@@ -270,7 +284,8 @@ impl Executor for KubeExecutor {
         pass: Pass,
         work: Work,
     ) -> Result<Vec<ActionResult>, PortError> {
-        Ok(results(&self.run_in(plan, pass, work).await?))
+        let outcomes = self.run_in(plan, pass, work).await?;
+        Ok(outcomes.into_iter().map(|o| o.result).collect())
     }
 
     async fn room(

@@ -17,7 +17,7 @@ use super::cordon::get_node;
 use super::error::KubeError;
 use super::executor::KubeExecutor;
 use super::node_facts::node_facts;
-use super::outcome::{Joining, NodeOutcome};
+use super::outcome::NodeOutcome;
 use crate::domain::facts::NotItsNode;
 use crate::domain::plan::NodeAction;
 use crate::ports::{LifecycleOutcome, Pass};
@@ -94,41 +94,44 @@ fn ready(node: &Node) -> Result<(), String> {
 impl KubeExecutor {
     /// The lifecycle action of `a`, once the node is handled: kept alive while the drain (or the
     /// wait for a launching instance's node) is pending, completed when it is over. A launch
-    /// hook's first looks at where its instance's node stands (`out.joining`): past the action's
-    /// deadline a node not Ready yet is [`Joining::TimedOut`] (the action is left to the hook's
-    /// timeout), and a control-plane node leaves it alone (`out.refused`).
+    /// hook's first looks at where its instance's node stands: past the action's deadline a node
+    /// not Ready yet times out (the action is left to the hook's timeout), and a control-plane
+    /// node leaves it alone (refused).
     pub(super) async fn lifecycle_step(
         &self,
         a: &NodeAction,
         pass: Pass,
         out: &mut NodeOutcome,
     ) -> Result<(), KubeError> {
+        let mut waiting = false;
         if a.complete_lifecycle.as_ref().is_some_and(|l| l.is_launch()) {
             let now = self.clients.clock().now();
-            let joining = match look(&self.clients, a).await? {
+            match look(&self.clients, a).await? {
                 Look::Refused(why) => {
                     tracing::warn!(%why, "refusing to complete a launch lifecycle action");
-                    out.refused = Some(format!("{why}: its lifecycle action is left alone"));
+                    out.refuse(format!("{why}: its lifecycle action is left alone"));
                     return Ok(());
                 }
-                Look::Ready(node) => Joining::Ready { node },
+                Look::Ready(node) => out.say(format!("node/{node} runs the instance and is Ready")),
                 Look::NotYet(why) if a.deadline.is_some_and(|d| now > d) => {
                     tracing::warn!(%why, "a launching instance's node did not become Ready in time");
-                    Joining::TimedOut { why }
+                    out.say(format!(
+                        "{why} by the deadline: the lifecycle action is left to the hook's own \
+                         timeout and default result"
+                    ));
+                    return Ok(());
                 }
-                Look::NotYet(why) => Joining::Waiting {
-                    why,
-                    next_check: now + LAUNCH_CHECK_EVERY,
-                },
-            };
-            let timed_out = matches!(joining, Joining::TimedOut { .. });
-            out.joining = Some(joining);
-            if out.refused.is_some() || timed_out {
-                return Ok(());
+                Look::NotYet(why) => {
+                    // Looked at again in the next pass. A dry run has none, but a node not Ready
+                    // yet is no reason to complete either.
+                    out.say(format!("{why}: looked at again in the next pass"));
+                    waiting = true;
+                    out.result.pending |= !out.dry_run;
+                    (out.result.wait_until).get_or_insert(now + LAUNCH_CHECK_EVERY);
+                }
             }
         }
-        // A dry run has no later pass, but a node not Ready yet is no reason to complete either.
-        let pending = out.pending() || matches!(out.joining, Some(Joining::Waiting { .. }));
+        let pending = out.result.pending || waiting;
         if let (Some(lifecycle), true) = (&a.complete_lifecycle, pending) {
             if matches!(
                 pass,
@@ -139,17 +142,19 @@ impl KubeExecutor {
             ) && let Some(completer) = &self.lifecycle
                 && completer.heartbeat(&a.instance_id, lifecycle).await?
             {
-                out.heartbeat_at = Some(self.clients.clock().now());
+                out.result.heartbeat_at = Some(self.clients.clock().now());
             }
         } else if let Some(lifecycle) = &a.complete_lifecycle {
-            out.lifecycle = Some(if self.settings.dry_run {
+            let done = if self.settings.dry_run {
                 LifecycleOutcome::WouldComplete
             } else if let Some(completer) = &self.lifecycle {
                 completer.complete(&a.instance_id, lifecycle).await?
             } else {
                 tracing::warn!("no Auto Scaling client: the lifecycle action is left to time out");
                 LifecycleOutcome::NotConfigured
-            });
+            };
+            out.say(done.summary(&format!("{}/{}", lifecycle.asg_name, lifecycle.hook_name)));
+            out.lifecycle = Some(done);
         }
         Ok(())
     }

@@ -1,11 +1,9 @@
 //! What the executor did for each node action ([`NodeOutcome`]: its cordon, drain, delete,
-//! Events, launch check), and what it reports of it to the pipeline ([`results`]).
+//! Events, lifecycle action), and the port's result its steps make of it.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use crate::domain::config::Action;
-use crate::domain::cordon_record::UndoOutcome;
 use crate::domain::plan::NodeAction;
 use crate::domain::report::DrainSummary;
 use crate::domain::surge::RoomWait;
@@ -69,10 +67,9 @@ pub struct PodEventCounts {
     pub recorded: usize,
     /// There already (a redelivered event: 409).
     pub existed: usize,
-    /// Not sent: past the pass's budget, the client's rate limit busy, or after a failure.
+    /// Not sent: past the pass's budget, the client's rate limit busy, or after a failure (the
+    /// one that failed when sent counted too).
     pub given_up: usize,
-    /// Failed when sent (counted in `given_up` too).
-    pub failed: usize,
     /// Dry run: the Events that would be recorded.
     pub would_record: usize,
 }
@@ -177,185 +174,86 @@ pub enum EventOutcome {
     WouldCreate,
 }
 
-/// Where a launching instance's node stands; displayed for people.
-#[derive(Debug, Clone, PartialEq, Eq, strum::Display)]
-pub enum Joining {
-    /// The node runs the instance and is Ready: the lifecycle action is completed.
-    #[strum(to_string = "node/{node} runs the instance and is Ready")]
-    Ready { node: String },
-    /// Not yet: why, and when it is looked at again.
-    #[strum(to_string = "{why}: looked at again in the next pass")]
-    Waiting {
-        why: String,
-        next_check: DateTime<Utc>,
-    },
-    /// The deadline passed first: the hook is left to its own timeout and default result.
-    #[strum(
-        to_string = "{why} by the deadline: the lifecycle action is left to the hook's own timeout and default result"
-    )]
-    TimedOut { why: String },
-}
-
-/// What was done for one node action.
+/// What was done for one node action: what each step did, and the port's [`ActionResult`]
+/// the steps make as they go (its `detail` said part by part, joined when they are done).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeOutcome {
-    pub instance_id: String,
-    pub node: Option<String>,
-    pub action: Action,
-    pub dry_run: bool,
-    /// The node was not there when read (or was gone when cordoned): nothing to do to it.
-    pub node_gone: bool,
-    /// Why the action was refused: the node, as read live (or read again when a cordon
-    /// conflicted), failed verification (see [`super::KubeExecutor`]).
-    pub refused: Option<String>,
+    pub result: ActionResult,
     pub cordon: Option<CordonOutcome>,
-    /// The node was found cordoned with forewarn's taint when the drain's first pass announced
-    /// it: the event's first pass (or an earlier delivery) did it for this event.
-    pub cordoned_before: bool,
-    /// When the node was seen cordoned (by this action or before it; not in a dry run).
-    pub cordoned_at: Option<DateTime<Utc>>,
     pub drain: Option<DrainReport>,
     pub delete: Option<DeleteOutcome>,
     pub lifecycle: Option<LifecycleOutcome>,
-    /// The lifecycle hook completed after the action (`<asg>/<hook name>`).
-    pub lifecycle_hook: Option<String>,
-    /// What became of an `uncordon` (the way back).
-    pub undo: Option<UndoOutcome>,
-    /// The cordon pass ([`Pass::Cordon`]) left the drain to the drain passes.
-    pub drain_pending: bool,
-    /// When the lifecycle action was kept alive (a drain still pending).
-    pub heartbeat_at: Option<DateTime<Utc>>,
-    /// Where a launching instance's node stands (a launch hook's action).
-    pub joining: Option<Joining>,
     /// Event reasons, with what became of each.
     pub events: Vec<(String, EventOutcome)>,
-    /// Events that could not be recorded (best effort).
-    pub event_failures: Vec<String>,
+    pub(super) dry_run: bool,
+    /// What the steps did, for people, in order: `cordoned node/x`, `evicted 3 pods`.
+    said: Vec<String>,
 }
 
 impl NodeOutcome {
     pub(super) fn new(a: &NodeAction, dry_run: bool) -> NodeOutcome {
-        NodeOutcome {
+        let result = ActionResult {
             instance_id: a.instance_id.clone(),
-            node: a.node.clone(),
-            action: a.action,
+            ..ActionResult::default()
+        };
+        NodeOutcome {
+            result,
             dry_run,
-            lifecycle_hook: a
-                .complete_lifecycle
-                .as_ref()
-                .map(|l| format!("{}/{}", l.asg_name, l.hook_name)),
+            said: dry_run.then(|| "dry run".to_string()).into_iter().collect(),
             ..NodeOutcome::default()
         }
     }
 
-    /// The drain (or the wait for a launching instance's node) goes on in a later pass; a dry
-    /// run has none.
-    pub fn pending(&self) -> bool {
-        self.drain_pending
-            || self.drain.as_ref().is_some_and(|d| d.pending)
-            || (!self.dry_run && matches!(self.joining, Some(Joining::Waiting { .. })))
+    /// Adds `part` to the detail.
+    pub(super) fn say(&mut self, part: impl Into<String>) {
+        self.said.push(part.into());
     }
 
-    /// For people: `cordoned node/x; evicted 3 pods; completed lifecycle action asg/hook`.
-    pub fn detail(&self) -> String {
-        let node = self.node.as_deref().unwrap_or("?");
-        let cordon = match (&self.cordon, self.cordoned_before) {
-            (Some(CordonOutcome::Cordoned { .. }), _)
-            | (Some(CordonOutcome::AlreadyCordoned), true) => format!("cordoned node/{node}"),
-            (Some(CordonOutcome::AlreadyCordoned), false) => {
-                format!("node/{node} already cordoned")
-            }
-            (Some(CordonOutcome::WouldCordon { .. }), _) => {
-                format!("would cordon and taint node/{node}")
-            }
-            (None, _) => String::new(),
-        };
-        let drain = match &self.drain {
-            Some(d) => d.summary(false),
-            None if self.drain_pending => "drain in the next pass".into(),
-            None => String::new(),
-        };
-        let undo = match &self.undo {
-            Some(UndoOutcome::Undone) => format!("undid forewarn's cordon of node/{node}"),
-            Some(UndoOutcome::WouldUndo) => format!("would undo forewarn's cordon of node/{node}"),
-            Some(UndoOutcome::NodeGone) => format!("node/{node} is gone"),
-            Some(UndoOutcome::Refused { why }) => format!("left cordoned: {why}"),
-            None => String::new(),
-        };
+    /// Why the action was refused: the node (or what it would act on), as read live, failed
+    /// verification (see [`super::KubeExecutor`]).
+    pub(super) fn refuse(&mut self, why: String) {
+        self.say(format!("refused: {why}"));
+        self.result.refused = Some(why);
+    }
+
+    /// What a drain pass did (`report`): said, and told the port.
+    pub(super) fn drained(&mut self, d: DrainReport) {
+        self.say(d.summary(false));
+        let r = &mut self.result;
+        (r.pending, r.wait_until, r.room) = (r.pending || d.pending, d.wait_until, d.room);
+        r.drain = (!self.dry_run).then(|| DrainSummary {
+            evicted: d.evicted.len(),
+            left: d.left.len(),
+            complete: d.complete(),
+            pending: d.pending,
+            pod_events: d.pod_events.recorded,
+            pod_events_given_up: d.pod_events.given_up,
+            placeholders_refused: d.placeholders_refused,
+        });
+        self.drain = Some(d);
+    }
+
+    /// The detail, once every step is done: what they said, then the Events a dry run would
+    /// record (`cordoned node/x; evicted 3 pods; completed lifecycle action asg/hook`).
+    pub(super) fn finish(mut self) -> NodeOutcome {
         let would: Vec<&str> = (self.events.iter())
             .filter(|(_, o)| *o == EventOutcome::WouldCreate)
             .map(|(r, _)| r.as_str())
             .collect();
         let pod_events = self.drain.as_ref().map_or(0, |d| d.pod_events.would_record);
-        let mut parts: Vec<String> = [
-            self.dry_run.then(|| "dry run".to_string()),
-            self.refused.as_ref().map(|why| format!("refused: {why}")),
-            (self.node_gone && self.delete.is_none()).then(|| format!("node/{node} is gone")),
-            Some(cordon),
-            Some(drain),
-            self.delete.as_ref().map(DeleteOutcome::to_string),
-            self.joining.as_ref().map(Joining::to_string),
-            (self.lifecycle.as_ref().zip(self.lifecycle_hook.as_ref()))
-                .map(|(l, hook)| l.summary(hook)),
-            Some(undo),
+        let tail = [
             (!would.is_empty()).then(|| format!("would record Events {}", would.join(", "))),
             (pod_events > 0)
                 .then(|| format!("would record an Event on each pod evicted ({pod_events})")),
-        ]
-        .into_iter()
-        .flatten()
-        .filter(|p| !p.is_empty())
-        .chain(
-            self.event_failures
-                .iter()
-                .map(|f| format!("Event not recorded: {f}")),
-        )
-        .collect();
-        if parts.is_empty() || (self.dry_run && parts.len() == 1) {
-            parts.push("nothing to do".into());
+        ];
+        self.said.extend(tail.into_iter().flatten());
+        // Nothing said (but `dry run`).
+        if self.said.len() == usize::from(self.dry_run) {
+            self.say("nothing to do");
         }
-        parts.join("; ")
+        self.result.detail = self.said.join("; ");
+        self
     }
-}
-
-/// What the executor reports to the pipeline of each node's outcome.
-pub(crate) fn results(outcomes: &[NodeOutcome]) -> Vec<ActionResult> {
-    outcomes
-        .iter()
-        .map(|o| ActionResult {
-            instance_id: o.instance_id.clone(),
-            detail: o.detail(),
-            cordoned_at: o.cordoned_at,
-            drain: o
-                .drain
-                .as_ref()
-                .filter(|_| !o.dry_run)
-                .map(|d| DrainSummary {
-                    evicted: d.evicted.len(),
-                    left: d.left.len(),
-                    complete: d.complete(),
-                    pending: d.pending,
-                    pod_events: d.pod_events.recorded,
-                    pod_events_given_up: d.pod_events.given_up,
-                    placeholders_refused: d.placeholders_refused,
-                }),
-            pending: o.pending(),
-            wait_until: o
-                .drain
-                .as_ref()
-                .and_then(|d| d.wait_until)
-                .or(match &o.joining {
-                    Some(Joining::Waiting { next_check, .. }) => Some(*next_check),
-                    _ => None,
-                }),
-            room: o.drain.as_ref().and_then(|d| d.room),
-            heartbeat_at: o.heartbeat_at,
-            refused: o.refused.clone().or_else(|| match &o.delete {
-                Some(DeleteOutcome::Refused { why, .. }) => Some(why.clone()),
-                _ => None,
-            }),
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -393,23 +291,5 @@ mod tests {
         for (outcome, said) in deletes {
             assert_eq!(outcome.to_string(), said);
         }
-        let ready = Joining::Ready { node: "n1".into() };
-        assert_eq!(ready.to_string(), "node/n1 runs the instance and is Ready");
-        let waiting = Joining::Waiting {
-            why: "no node yet".into(),
-            next_check: DateTime::<Utc>::UNIX_EPOCH,
-        };
-        assert_eq!(
-            waiting.to_string(),
-            "no node yet: looked at again in the next pass"
-        );
-        let timed_out = Joining::TimedOut {
-            why: "no node yet".into(),
-        };
-        assert_eq!(
-            timed_out.to_string(),
-            "no node yet by the deadline: the lifecycle action is left to the hook's own timeout \
-             and default result"
-        );
     }
 }

@@ -297,7 +297,7 @@ pub(crate) async fn of_nodes(
     let values = values.into_iter().collect::<Vec<_>>().join(",");
     let selector = format!("{LABEL_PLACEHOLDER}=true,{LABEL_PLACEHOLDER_NODE} in ({values})");
     let what = format!("placeholders of node/{}", nodes.join(","));
-    let found = list(clients, Some(&selector), &what).await?;
+    let found = list(clients, ListParams::default().labels(&selector), &what).await?;
     Ok(found
         .into_iter()
         .filter(|p| annotation(p, ANNOTATION_NODE).is_some_and(|n| nodes.iter().any(|m| m == n)))
@@ -327,17 +327,14 @@ pub(crate) async fn room_of(
     Ok(seen)
 }
 
-/// The placeholders of forewarn's namespace (with `selector`, an index), by name and class.
+/// The placeholders of forewarn's namespace (listed with `params`: by a label, an index), by
+/// name and class.
 async fn list(
     clients: &ClusterClient,
-    selector: Option<&str>,
+    params: ListParams,
     what: &str,
 ) -> Result<Vec<Pod>, KubeError> {
     let pods: Api<Pod> = Api::namespaced(clients.client().await?, NAMESPACE);
-    let params = match selector {
-        Some(s) => ListParams::default().labels(s),
-        None => ListParams::default(),
-    };
     let later = clients.in_lane(Lane::Later);
     let list = with_retry(&later, "list", what, || pods.list(&params)).await?;
     Ok(list.items.into_iter().filter(is_placeholder).collect())
@@ -502,7 +499,7 @@ pub(crate) async fn delete_expired(
     now: DateTime<Utc>,
     dry_run: bool,
 ) -> Result<Vec<String>, KubeError> {
-    let all = list(clients, None, "placeholders").await?;
+    let all = list(clients, ListParams::default(), "placeholders").await?;
     let (mut gone, mut failed, mut first) = (Vec::new(), 0, None);
     for ph in all {
         // A placeholder without a readable expiry is forewarn's and of no use: it goes too.
