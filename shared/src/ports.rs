@@ -145,14 +145,9 @@ impl PortError {
     /// The first error of type `T` in the chain of sources: an account not served
     /// ([`NotServed`]) or not reached ([`AccountUnreachable`]) when that is why it failed.
     pub fn cause<T: std::error::Error + 'static>(&self) -> Option<&T> {
-        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(self.source.as_ref());
-        while let Some(e) = next {
-            if let Some(found) = e.downcast_ref::<T>() {
-                return Some(found);
-            }
-            next = e.source();
-        }
-        None
+        let first: &(dyn std::error::Error + 'static) = self.source.as_ref();
+        let mut chain = std::iter::successors(Some(first), |e| e.source());
+        chain.find_map(|e| e.downcast_ref::<T>())
     }
 }
 

@@ -124,14 +124,11 @@ pub fn call_error<E: OperationError>(call: impl Into<String>, e: CallError<E>) -
 
 /// An AWS SDK error with its causes (the SDK's `Display` alone says "service error").
 pub fn aws_error_text(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
+    let chain = std::iter::successors(Some(e), |e| e.source());
+    chain
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(": ")
 }
 
 /// An AWS SDK error, kept whole as the source of a port's error: it says its own text and every

@@ -19,7 +19,7 @@ use crate::domain::config::{Config, Mode};
 use crate::domain::facts::InstanceFacts;
 use crate::domain::inbound::{self, Record, SqsMessage};
 use crate::domain::report::{Outcome, Report, Tally};
-use crate::domain::retry::RetryPolicy;
+use crate::domain::retry;
 use crate::ports::{
     Clock, FailureKind, InstanceDirectory, Notifier, Place, PoolStore, PortError, Redeliver,
     Redelivery, Work, span, until,
@@ -430,7 +430,7 @@ impl Handler {
         }
     }
 
-    /// Shortens the visibility of every message reported failed, by the [`RetryPolicy`]. Best
+    /// Shortens the visibility of every message reported failed, by [`retry::delay`]. Best
     /// effort, within the invocation's deadline (the safety margin is there for the answer and
     /// this call) and at most 10 s: a message whose visibility could not be changed still comes
     /// back, after the queue's visibility timeout.
@@ -442,7 +442,6 @@ impl Handler {
         deadline: Option<DateTime<Utc>>,
     ) {
         let now = self.clock.now();
-        let policy = RetryPolicy::default();
         // One report per message of the batch, in its order.
         let failed = batch.iter().zip(reports);
         let failed = failed.filter(|(_, r)| r.outcome == Outcome::Failed);
@@ -457,7 +456,7 @@ impl Handler {
                         "a refusal that trying again will meet again: the message comes back slowly"
                     );
                 }
-                let delay = policy.delay(report, &self.config, receives, now);
+                let delay = retry::delay(report, &self.config, receives, now);
                 Some(Redeliver {
                     delay,
                     ..lease(message)?
@@ -934,7 +933,7 @@ mod tests {
         assert_eq!(by_id["junk"].receipt_handle, "rh-junk");
         assert_eq!(by_id["junk"].queue_arn, arn);
         // a warning whose window is over (2026-11-20) comes back slowly
-        assert_eq!(by_id["late"].delay, RetryPolicy::default().after_window);
+        assert_eq!(by_id["late"].delay, retry::AFTER_WINDOW);
     }
 
     /// Inside a warning's window, a failure that may pass comes back within seconds; a refusal
@@ -964,12 +963,6 @@ mod tests {
             assert_eq!(asked.len(), 1, "{asked:?}");
             delays.push(asked[0].delay);
         }
-        assert_eq!(
-            delays,
-            vec![
-                RetryPolicy::default().first,
-                RetryPolicy::default().after_window
-            ]
-        );
+        assert_eq!(delays, vec![retry::FIRST, retry::AFTER_WINDOW]);
     }
 }

@@ -8,12 +8,12 @@
 //!
 //! - while the event's window lasts (until its drain deadline, or the event time plus the drain
 //!   timeout when it gives none): a few seconds, doubling with each receive, at most
-//!   [`RetryPolicy::max_in_window`], and never past the window's end by more than the first delay;
-//! - after the window: [`RetryPolicy::after_window`], slower retries until the queue's
+//!   [`MAX_IN_WINDOW`], and never past the window's end by more than the first delay;
+//! - after the window: [`AFTER_WINDOW`], slower retries until the queue's
 //!   `maxReceiveCount` sends the message to the dead-letter queue, as before;
 //! - a failure that will not pass by itself (the adapter's answer was a refusal: access denied,
 //!   a request refused as invalid, a missing table; see `ports::FailureKind::retryable`):
-//!   [`RetryPolicy::after_window`] from the first receive. Retrying it every few seconds would
+//!   [`AFTER_WINDOW`] from the first receive. Retrying it every few seconds would
 //!   only spend the message's receives, sending it to the dead-letter queue within minutes;
 //!   at this pace it stays in the queue for `maxReceiveCount` × 300 s (75 minutes in the
 //!   stack), long enough for someone to fix the permission or the setting and see it pass
@@ -29,70 +29,40 @@ use super::config::Config;
 use super::event::EventKind;
 use super::report::Report;
 
-/// The delays of [`RetryPolicy::delay`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// The first retry within the window.
-    pub first: Duration,
-    /// The longest retry within the window.
-    pub max_in_window: Duration,
-    /// Every retry once the window is over.
-    pub after_window: Duration,
+/// The first retry within the window.
+pub const FIRST: Duration = Duration::from_secs(2);
+/// The longest retry within the window.
+pub const MAX_IN_WINDOW: Duration = Duration::from_secs(15);
+/// Every retry once the window is over.
+pub const AFTER_WINDOW: Duration = Duration::from_secs(300);
+
+/// How long the message of the failed `report` stays invisible before its next delivery,
+/// after its `receive_count`-th receive (SQS's `ApproximateReceiveCount`, from 1), at `now`:
+/// at once when it could not be decoded, slowly when it failed for good (`permanent`: the
+/// same call meets the same refusal), else by its window (see the module doc); and no sooner
+/// than its `retry_not_before` (a record that would fail again without a request before it).
+pub fn delay(report: &Report, config: &Config, receive_count: u32, now: DateTime<Utc>) -> Duration {
+    let delay = match window_end(config, report) {
+        Some(_) if report.permanent => AFTER_WINDOW,
+        Some(end) => in_window(end, receive_count, now),
+        None => Duration::ZERO,
+    };
+    let not_before = report
+        .retry_not_before
+        .and_then(|t| (t - now).to_std().ok());
+    delay.max(not_before.unwrap_or_default())
 }
 
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            first: Duration::from_secs(2),
-            max_in_window: Duration::from_secs(15),
-            after_window: Duration::from_secs(300),
-        }
+/// The delay of an event whose actions must be done by `window_end`.
+fn in_window(window_end: DateTime<Utc>, receive_count: u32, now: DateTime<Utc>) -> Duration {
+    if now >= window_end {
+        return AFTER_WINDOW;
     }
-}
-
-impl RetryPolicy {
-    /// How long the message of the failed `report` stays invisible before its next delivery,
-    /// after its `receive_count`-th receive (SQS's `ApproximateReceiveCount`, from 1), at `now`:
-    /// at once when it could not be decoded, slowly when it failed for good (`permanent`: the
-    /// same call meets the same refusal), else by its window (see the module doc); and no sooner
-    /// than its `retry_not_before` (a record that would fail again without a request before it).
-    pub fn delay(
-        &self,
-        report: &Report,
-        config: &Config,
-        receive_count: u32,
-        now: DateTime<Utc>,
-    ) -> Duration {
-        let delay = match window_end(config, report) {
-            Some(_) if report.permanent => self.after_window,
-            Some(end) => self.in_window(end, receive_count, now),
-            None => Duration::ZERO,
-        };
-        let not_before = report
-            .retry_not_before
-            .and_then(|t| (t - now).to_std().ok());
-        delay.max(not_before.unwrap_or_default())
-    }
-
-    /// The delay of an event whose actions must be done by `window_end`.
-    fn in_window(
-        &self,
-        window_end: DateTime<Utc>,
-        receive_count: u32,
-        now: DateTime<Utc>,
-    ) -> Duration {
-        if now >= window_end {
-            return self.after_window;
-        }
-        let doublings = receive_count.saturating_sub(1).min(16);
-        let backoff = self
-            .first
-            .saturating_mul(1u32 << doublings)
-            .min(self.max_in_window);
-        // The last retry inside the window still comes before it ends.
-        let left = (window_end - now).to_std().unwrap_or_default();
-        backoff.min(left.max(self.first))
-    }
+    let doublings = receive_count.saturating_sub(1).min(16);
+    let backoff = FIRST.saturating_mul(1u32 << doublings).min(MAX_IN_WINDOW);
+    // The last retry inside the window still comes before it ends.
+    let left = (window_end - now).to_std().unwrap_or_default();
+    backoff.min(left.max(FIRST))
 }
 
 /// When the work of a failed event stops being worth doing soon: its earliest drain deadline;
@@ -134,7 +104,6 @@ mod tests {
 
     #[test]
     fn a_record_left_alone_comes_back_no_sooner_than_its_time() {
-        let p = RetryPolicy::default();
         let now = at("2026-11-20T10:00:00Z");
         let later = now + chrono::Duration::seconds(9);
         let past = now - chrono::Duration::seconds(9);
@@ -149,7 +118,7 @@ mod tests {
                 retry_not_before: not_before,
                 ..report.clone()
             };
-            p.delay(&report, &Config::default(), 1, now)
+            delay(&report, &Config::default(), 1, now)
         };
         let two = Duration::from_secs(2);
         assert_eq!(delay(&event, None), two);
@@ -178,20 +147,19 @@ mod tests {
 
     #[test]
     fn fast_inside_the_window_slow_after_it() {
-        let p = RetryPolicy::default();
         let now = at("2026-11-20T10:00:00Z");
         let window = at("2026-11-20T10:01:45Z");
         let delays: Vec<u64> = (1..=6)
-            .map(|n| p.in_window(window, n, now).as_secs())
+            .map(|n| in_window(window, n, now).as_secs())
             .collect();
         assert_eq!(delays, vec![2, 4, 8, 15, 15, 15]);
         let late = at("2026-11-20T10:01:50Z");
-        assert_eq!(p.in_window(window, 1, late), Duration::from_secs(300));
+        assert_eq!(in_window(window, 1, late), Duration::from_secs(300));
         // close to the end, the retry still falls inside it
         let near = at("2026-11-20T10:01:42Z");
-        assert_eq!(p.in_window(window, 5, near), Duration::from_secs(3));
+        assert_eq!(in_window(window, 5, near), Duration::from_secs(3));
         let nearer = at("2026-11-20T10:01:44Z");
-        assert_eq!(p.in_window(window, 5, nearer), Duration::from_secs(2));
+        assert_eq!(in_window(window, 5, nearer), Duration::from_secs(2));
     }
 
     /// An event's window: its earliest drain deadline; else a warning's notice less the margin;
@@ -230,22 +198,20 @@ mod tests {
 
     #[test]
     fn undecodable_records_come_back_at_once() {
-        let p = RetryPolicy::default();
         let now = at("2026-11-20T10:00:00Z");
         let undecodable = failed(None, "", false);
         assert_eq!(
-            p.delay(&undecodable, &Config::default(), 1, now),
+            delay(&undecodable, &Config::default(), 1, now),
             Duration::ZERO
         );
         assert_eq!(
-            p.delay(&undecodable, &Config::default(), 9, now),
+            delay(&undecodable, &Config::default(), 9, now),
             Duration::ZERO
         );
     }
 
     #[test]
     fn a_failure_that_will_not_pass_by_itself_comes_back_slowly_from_the_start() {
-        let p = RetryPolicy::default();
         let now = at("2026-11-20T10:00:00Z");
         // Inside its window (an event of now), a refusal still comes back slowly.
         let refused = failed(
@@ -255,7 +221,7 @@ mod tests {
         );
         for receives in [1, 2, 9] {
             assert_eq!(
-                p.delay(&refused, &Config::default(), receives, now),
+                delay(&refused, &Config::default(), receives, now),
                 Duration::from_secs(300)
             );
         }
@@ -263,10 +229,9 @@ mod tests {
 
     #[test]
     fn huge_receive_counts_do_not_overflow() {
-        let p = RetryPolicy::default();
         let now = at("2026-11-20T10:00:00Z");
         let window = at("2026-11-20T11:00:00Z");
-        assert_eq!(p.in_window(window, u32::MAX, now), Duration::from_secs(15));
-        assert!(p.in_window(window, 0, now) <= MAX_VISIBILITY);
+        assert_eq!(in_window(window, u32::MAX, now), Duration::from_secs(15));
+        assert!(in_window(window, 0, now) <= MAX_VISIBILITY);
     }
 }

@@ -25,7 +25,7 @@ fn max_receive_count_outlasts_a_spot_warning_window() {
     use forewarn::domain::config::Config;
     use forewarn::domain::event::EventKind;
     use forewarn::domain::report::Report;
-    use forewarn::domain::retry::RetryPolicy;
+    use forewarn::domain::retry;
 
     let t = stack_template();
     let queue = &t["Resources"]["EventQueue"]["Properties"];
@@ -40,7 +40,6 @@ fn max_receive_count_outlasts_a_spot_warning_window() {
         .to_utc();
     let window_end = start + config.interruption_notice - config.deadline_margin;
     assert_eq!((window_end - start).num_seconds(), 105);
-    let policy = RetryPolicy::default();
     let warning = Report {
         kind: Some(EventKind::SpotInterruption),
         time: Some(start),
@@ -51,7 +50,7 @@ fn max_receive_count_outlasts_a_spot_warning_window() {
         let mut at = vec![start];
         for n in 1..count {
             let now = *at.last().unwrap();
-            let delay = policy.delay(&warning, &config, n as u32, now);
+            let delay = retry::delay(&warning, &config, n as u32, now);
             at.push(now + chrono::Duration::from_std(delay).unwrap());
         }
         at

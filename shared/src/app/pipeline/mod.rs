@@ -264,13 +264,9 @@ impl Pipeline<'_> {
             .map(|r| match &r.event {
                 Err(e) => Report::new(r).failed(e.to_string()),
                 Ok(e) if e.kind == EventKind::Unsupported => {
-                    let empty = Default::default();
-                    let plan = decide(e, Facts::new(&empty, &[]), self.config);
-                    Report {
-                        outcome: Outcome::Ignored,
-                        reason: plan.ignored.clone(),
-                        ..Report::new(r).with_plan(&plan)
-                    }
+                    let plan = decide(e, Facts::new(&BTreeMap::new(), &[]), self.config);
+                    let why = plan.ignored.clone().unwrap_or_default();
+                    Report::new(r).with_plan(&plan).ended(Outcome::Ignored, why)
                 }
                 Ok(_) => fail(Report::new(r)),
             })

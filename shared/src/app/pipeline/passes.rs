@@ -47,10 +47,9 @@ pub(super) enum PassEnd {
 
 impl Pipeline<'_> {
     /// The plan a continuation carries, once it is shown to be forewarn's own and still this
-    /// event's: signed with the store's continuation key, its plan's event id and instances the
-    /// event's, and its chain not past the drain's deadline by more than a pass interval. A
-    /// continuation that fails any of these is refused (ignored, with the reason in its report
-    /// and a log line); one whose key cannot be read fails (it comes back).
+    /// event's (see [`Pipeline::refusal`]). A continuation that is not is refused (ignored, with
+    /// the reason in its report and a log line); one whose key cannot be read fails (it comes
+    /// back).
     pub(super) async fn verified_plan(
         &self,
         record: &Record,
@@ -62,59 +61,63 @@ impl Pipeline<'_> {
             tracing::warn!(origin = %record.origin, %why, "refusing a continuation");
             Report::new(record).ended(Outcome::Ignored, format!("refused: {why}"))
         };
-        self.verify_signature(record, continuation)
-            .await?
-            .map_err(|e| refuse(e.to_string()))?;
         let plan = continuation.plan.clone();
-        plan_is_the_events(&plan, event).map_err(|e| refuse(e.to_string()))?;
-        let (deadline, notice_end, last) = self.last_pass(&plan, continuation);
-        if now > last {
-            let mut why = format!(
-                "the drain's deadline {} is past by more than a pass interval{}: the chain ends",
-                deadline.to_rfc3339(),
-                if notice_end.is_some() {
-                    ", and the instance's notice has ended"
-                } else {
-                    ""
-                }
-            );
-            if continuation.owes_decision_events() {
-                why.push_str(&self.announce_late(&plan).await);
-            }
-            // A launch hook's action is never completed late: its node did not become Ready
-            // in time, and the hook's own timeout and default result decide.
-            if !plan.actions.iter().any(|a| {
-                a.complete_lifecycle
-                    .as_ref()
-                    .is_some_and(|l| !l.is_launch())
-            }) {
-                return Err(refuse(why));
-            }
-            // The drain is over whatever happens now, so what waits on it is let go: no node is
-            // touched, and the lifecycle action is completed (left alone, it would hold the
-            // instance until the hook's timeout; a stale copy of a completed one is answered
-            // "already completed").
-            tracing::warn!(origin = %record.origin, %why, "ending a late continuation; completing its lifecycle action");
-            let mut plan = plan;
-            for a in &mut plan.actions {
-                a.action = crate::domain::config::Action::None;
-                a.reason = format!("refused: {why}; its lifecycle action is completed");
-            }
+        let refusal = self.refusal(record, event, continuation, now).await?;
+        let Some(mut why) = refusal.map_err(refuse)? else {
             return Ok(plan);
+        };
+        if continuation.owes_decision_events() {
+            why.push_str(&self.announce_late(&plan).await);
+        }
+        // A launch hook's action is never completed late: its node did not become Ready
+        // in time, and the hook's own timeout and default result decide.
+        if !plan.actions.iter().any(|a| {
+            a.complete_lifecycle
+                .as_ref()
+                .is_some_and(|l| !l.is_launch())
+        }) {
+            return Err(refuse(why));
+        }
+        // The drain is over whatever happens now, so what waits on it is let go: no node is
+        // touched, and the lifecycle action is completed (left alone, it would hold the
+        // instance until the hook's timeout; a stale copy of a completed one is answered
+        // "already completed").
+        tracing::warn!(origin = %record.origin, %why, "ending a late continuation; completing its lifecycle action");
+        let mut plan = plan;
+        for a in &mut plan.actions {
+            a.action = crate::domain::config::Action::None;
+            a.reason = format!("refused: {why}; its lifecycle action is completed");
         }
         Ok(plan)
     }
 
-    /// When the last pass of `continuation`'s drain (of `plan`) may run: a pass interval after
-    /// the drain's deadline, or until the instance goes when its notice says when (the deadline
-    /// is then the notice's end less the margin): an eviction before the instance goes still
-    /// starts its pod's replacement at once. A continuation that comes later is refused. Answers
-    /// the drain's deadline, when the instance goes (when its notice says so), and that last time.
-    pub(super) fn last_pass(
+    /// Whether `continuation` (of `event`'s `record`) may run at `now`: `Err` why not when it is
+    /// not signed by an accepted key (one this process does not know, a rotation since it read
+    /// the keys, makes it read them again, once, before refusing) or its plan's event id and
+    /// instances are not the event's; `Ok(Some)` why not when it comes late, past its drain's
+    /// last pass: a pass interval after the drain's deadline, or until the instance goes when
+    /// its notice says when (the deadline is then the notice's end less the margin): an
+    /// eviction before the instance goes still starts its pod's replacement at once. A failure
+    /// to read the keys fails the record (it comes back).
+    pub(super) async fn refusal(
         &self,
-        plan: &Plan,
+        record: &Record,
+        event: &Event,
         continuation: &Continuation,
-    ) -> (DateTime<Utc>, Option<DateTime<Utc>>, DateTime<Utc>) {
+        now: DateTime<Utc>,
+    ) -> Result<Result<Option<String>, String>, Report> {
+        let body = record.body.as_deref().unwrap_or_default();
+        let one = std::slice::from_ref(continuation);
+        let newer = |e: &Unverified| matches!(e, Unverified::UnknownKey { .. });
+        let verdicts = by_keys(self.store, one, |c, keys| c.verify(keys, body), newer).await;
+        let failed = |e: PortError| PortError::new(KEY, e.kind, e).fail(Report::new(record));
+        let plan = &continuation.plan;
+        if let Err(e) = verdicts.map_err(failed)?.remove(0) {
+            return Ok(Err(e.to_string()));
+        }
+        if let Err(e) = plan_is_the_events(plan, event) {
+            return Ok(Err(e.to_string()));
+        }
         // The earliest drain deadline of the plan.
         let deadline = (plan.actions.iter().filter_map(|a| a.deadline).min())
             .unwrap_or(continuation.started_at + self.config.drain_timeout);
@@ -124,23 +127,13 @@ impl Pipeline<'_> {
             .any(|a| a.grace_to_deadline)
             .then(|| deadline + self.config.deadline_margin);
         let last = (deadline + span(self.passes.interval)).max(notice_end.unwrap_or(deadline));
-        (deadline, notice_end, last)
-    }
-
-    /// Whether `continuation` is signed by an accepted key: one this process does not know (a
-    /// rotation since it read the keys) makes it read them again, once, before refusing. A
-    /// failure to read the keys fails the record (it comes back).
-    pub(super) async fn verify_signature(
-        &self,
-        record: &Record,
-        continuation: &Continuation,
-    ) -> Result<Result<(), Unverified>, Report> {
-        let body = record.body.as_deref().unwrap_or_default();
-        let one = std::slice::from_ref(continuation);
-        let newer = |e: &Unverified| matches!(e, Unverified::UnknownKey { .. });
-        let verdicts = by_keys(self.store, one, |c, keys| c.verify(keys, body), newer).await;
-        let failed = |e: PortError| PortError::new(KEY, e.kind, e).fail(Report::new(record));
-        Ok(verdicts.map_err(failed)?.remove(0))
+        let ended = notice_end.map_or("", |_| ", and the instance's notice has ended");
+        Ok(Ok((now > last).then(|| {
+            format!(
+                "the drain's deadline {} is past by more than a pass interval{ended}: the chain ends",
+                deadline.to_rfc3339(),
+            )
+        })))
     }
 
     /// The Events of the decision that the first pass of a drain left to a pass that came too

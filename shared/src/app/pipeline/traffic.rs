@@ -8,7 +8,7 @@
 //! evictions by at most that, and is reported (the record's `traffic`) and logged. Only when
 //! the run acts on the cluster (not a dry run) and its cluster has a name (the tag's value).
 
-use super::passes::{Handled, by_keys, plan_is_the_events};
+use super::passes::{Handled, by_keys};
 use super::*;
 use crate::domain::config::Action;
 use crate::domain::keys::Unverified;
@@ -44,10 +44,8 @@ pub struct Traffic {
 
 impl Pipeline<'_> {
     /// The batch's drains whose first evictions come next — the continuations of a first drain
-    /// pass among `later` (only those signed by forewarn, naming their event's instances and
-    /// not past their drain's last pass),
-    /// the drains `first` left to carry on in process — taken off the load balancers; a note
-    /// for each of their records.
+    /// pass among `later` (only those [`Pipeline::refusal`] lets run), the drains `first` left
+    /// to carry on in process — taken off the load balancers; a note for each of their records.
     pub(super) async fn clear_traffic(
         &self,
         records: &[Record],
@@ -65,15 +63,12 @@ impl Pipeline<'_> {
             let (Ok(event), Some(c)) = (&record.event, &record.continuation) else {
                 continue;
             };
-            // A replayed or late first pass, which the pass itself refuses, moves no target.
-            if c.pass != 1
-                || !c.plan.actions.iter().any(draining)
-                || now > self.last_pass(&c.plan, c).2
+            // A replayed, forged or late first pass, which the pass itself refuses, moves no
+            // target.
+            if c.pass == 1
+                && c.plan.actions.iter().any(draining)
+                && let Ok(Ok(None)) = self.refusal(record, event, c, now).await
             {
-                continue;
-            }
-            let signed = matches!(self.verify_signature(record, c).await, Ok(Ok(())));
-            if signed && plan_is_the_events(&c.plan, event).is_ok() {
                 let place = drains.entry(Place::of_event(event)).or_default();
                 place.push((i, &c.plan));
             }
