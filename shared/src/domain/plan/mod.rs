@@ -18,6 +18,7 @@ use crate::domain::policy::Followed;
 use crate::domain::pool::{CapacityType, PoolKey, PoolMark, PoolUpdate};
 
 mod choice;
+#[cfg(test)]
 mod launch;
 pub mod pass;
 pub mod pod_event;
@@ -392,8 +393,25 @@ pub fn goes_at(event: &Event, config: &Config) -> Option<DateTime<Utc>> {
 }
 
 /// What to do for `instance_id` of `event`: nothing for another cluster's instance (or, but for
-/// a launch, a stale event: see [`launch`]) or a control-plane node; a launch hook's wait for
-/// its node ([`launch::wait`]); else the node's action (see [`choice`]) and its lifecycle action.
+/// a launch, a stale event) or a control-plane node; a launch hook's wait for its node; else the
+/// node's action (see [`choice`]) and its lifecycle action.
+///
+/// A launch lifecycle hook's plan (`asg-launch`): the hook's action is completed with
+/// `CONTINUE` once the instance's node is Ready, so that an instance counts as in service only
+/// once it has joined the cluster. The plan changes no node: its action is `none`, with the
+/// lifecycle action to complete and a deadline (the event time plus the launch timeout, 10
+/// minutes). The executor reads the node in each pass (by the name planned here, else the
+/// instance id) and completes the action when the node runs the instance and is Ready; until
+/// then the passes go on, keeping the hook alive with heartbeats; past the deadline the hook is
+/// left to its own timeout and default result.
+///
+/// The same rules as a terminate hook's decide whether the action is forewarn's to complete:
+/// the settings' lifecycle hooks (`off`: none), and membership (the instance is tagged for this
+/// cluster, or one of its nodes already runs on it). An instance tagged for another cluster, or
+/// whose node is control-plane, is left alone. A launch event is not refused as older than the
+/// instance's launch: Auto Scaling sends it as the instance starts, and leaving a launch hook
+/// alone makes Auto Scaling take its default result, usually `ABANDON` (the instance is
+/// terminated).
 fn node_action(event: &Event, instance_id: &str, facts: Facts<'_>, config: &Config) -> NodeAction {
     let instance = facts.instances.get(instance_id);
     let mut out = NodeAction {
@@ -425,7 +443,34 @@ fn node_action(event: &Event, instance_id: &str, facts: Facts<'_>, config: &Conf
     // tagged for this cluster (positive membership).
     let member = node.is_some() || tagged_for_us(instance, config);
     if launch {
-        return launch::wait(out, event, instance, member, config);
+        // The node is usually not there yet: the name it will have is the instance's private
+        // DNS name (the name EKS and Karpenter give nodes on EC2).
+        out.node = out.node.or_else(|| {
+            instance
+                .and_then(|i| i.private_dns.clone())
+                .filter(|d| !d.is_empty())
+        });
+        out.reason = match lifecycle(event, config, member) {
+            Ok(Some(action)) => {
+                let deadline = event.time + config.launch_timeout;
+                out.deadline = Some(deadline);
+                let reason = format!(
+                    "{}: complete the lifecycle action once node {} runs the instance and is \
+                     Ready (checked until {}, then left to the hook's own timeout)",
+                    summary(event),
+                    out.node.as_deref().unwrap_or(&out.instance_id),
+                    deadline.to_rfc3339()
+                );
+                out.complete_lifecycle = Some(action);
+                reason
+            }
+            Ok(None) => format!(
+                "{}: the lifecycle hooks setting is off, the hook is left to its timeout",
+                summary(event)
+            ),
+            Err(why) => why.to_string(),
+        };
+        return out;
     }
     match node {
         None => out.reason = "no node of this cluster runs on the instance".into(),
