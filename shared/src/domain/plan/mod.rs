@@ -225,13 +225,6 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
                 return plan;
             }
         }
-        Detail::AsgLaunch(_) => {
-            // A launch is no capacity lost: no pool is marked, only the hook is answered.
-            plan.actions = (event.instance_ids.iter())
-                .map(|id| node_action(event, id, facts, config))
-                .collect();
-            return plan;
-        }
         _ => {}
     }
     for instance_id in &event.instance_ids {
@@ -337,6 +330,8 @@ fn pool_mark(
         EventKind::CapacityBlockExpiration | EventKind::CapacityBlockDelivered => {
             instance.pool_as(CapacityType::CapacityBlock)
         }
+        // A launch is no capacity lost: no pool is marked, only the hook is answered.
+        EventKind::AsgLaunch => None,
         _ => instance.pool(),
     };
     Some(mark(event, pool?, instance_id, config))
