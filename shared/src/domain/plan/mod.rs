@@ -260,27 +260,20 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
 /// The key a Capacity Block's expiration records in this cluster, so that the sweeper's finding
 /// of it is a duplicate (see [`crate::domain::sweep::block_key`]).
 fn block_key(event: &Event, config: &Config) -> Option<String> {
-    match &event.detail {
-        // A part's warning records it (a part is not the block's whole warning).
-        Detail::CapacityBlock {
-            reservation_id,
-            end_date,
-            part: false,
-            ..
-        } if event.kind == EventKind::CapacityBlockExpiration => {
-            let place = Place::of_event(event);
-            let cluster = config
-                .cluster_name
-                .as_deref()
-                .map(|name| ClusterId::at(&place, name));
-            Some(crate::domain::sweep::block_key(
-                reservation_id,
-                *end_date,
-                cluster.as_ref(),
-            ))
-        }
-        _ => None,
-    }
+    // A part's warning records it (a part is not the block's whole warning).
+    let Detail::CapacityBlock {
+        reservation_id,
+        end_date,
+        part: false,
+        ..
+    } = &event.detail
+    else {
+        return None;
+    };
+    let place = Place::of_event(event);
+    let cluster = (config.cluster_name.as_deref()).map(|name| ClusterId::at(&place, name));
+    let key = crate::domain::sweep::block_key(reservation_id, *end_date, cluster.as_ref());
+    (event.kind == EventKind::CapacityBlockExpiration).then_some(key)
 }
 
 /// `pool` marked by `event` through `instance_id`: unavailable for a while when the event's
