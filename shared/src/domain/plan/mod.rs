@@ -229,7 +229,7 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
     }
     for instance_id in &event.instance_ids {
         let instance = facts.instances.get(instance_id);
-        if let Some(mark) = pool_mark(event, instance_id, instance, config)
+        if let Some(mark) = instance.and_then(|i| pool_mark(event, i, config))
             && !choice::closed(event, instance_id)
             && !plan.pools.iter().any(|m| m.pool == mark.pool)
         {
@@ -309,13 +309,8 @@ fn summary(event: &Event) -> String {
     }
 }
 
-fn pool_mark(
-    event: &Event,
-    instance_id: &str,
-    instance: Option<&InstanceFacts>,
-    config: &Config,
-) -> Option<PoolMark> {
-    let instance = instance?;
+/// The pool `event` marks through `instance`, if any.
+fn pool_mark(event: &Event, instance: &InstanceFacts, config: &Config) -> Option<PoolMark> {
     let pool = match event.kind {
         // The event itself says what capacity the instance ran on.
         EventKind::SpotInterruption => instance.pool_as(CapacityType::Spot),
@@ -327,7 +322,7 @@ fn pool_mark(
         EventKind::AsgLaunch => None,
         _ => instance.pool(),
     };
-    Some(mark(event, pool?, instance_id, config))
+    Some(mark(event, pool?, &instance.instance_id, config))
 }
 
 /// The node's Event reason of a state change to `stopping` or `stopped`.
