@@ -29,7 +29,7 @@ use crate::domain::facts::{CapacityBlock, InstanceFacts};
 use crate::domain::inbound::Record;
 use crate::domain::report::Report;
 use crate::domain::sweep::BLOCK_LOOKAHEAD;
-use crate::ports::{ContinuationQueue, InstanceDirectory, Place, PortError};
+use crate::ports::{ContinuationQueue, InstanceDirectory, Place};
 use std::time::Duration;
 
 /// How much later than 40 minutes before its end a block's warning may still come (EventBridge
@@ -71,11 +71,11 @@ impl Expanded {
 }
 
 /// The reservation an event names, when it is a Capacity Block's.
-fn block_of(record: &Record) -> Option<(Place, &str)> {
+fn block_of(record: &Record) -> Option<(Place, String)> {
     let event = record.event.as_ref().ok()?;
     match &event.detail {
         Detail::CapacityBlock { reservation_id, .. } if event.kind.is_capacity_block() => {
-            Some((Place::of_event(event), reservation_id.as_str()))
+            Some((Place::of_event(event), reservation_id.clone()))
         }
         _ => None,
     }
@@ -90,31 +90,22 @@ pub async fn expand(
     records: &[Record],
     now: DateTime<Utc>,
 ) -> Expanded {
-    let wanted: std::collections::BTreeSet<(Place, String)> = records
-        .iter()
-        .filter_map(block_of)
-        .map(|(place, id)| (place, id.to_string()))
-        .collect();
-    let lookups = wanted.iter().map(|(place, id)| async move {
-        let found = instances.capacity_block(place, id).await;
-        ((place.clone(), id.clone()), found)
-    });
+    let wanted: std::collections::BTreeSet<_> = records.iter().filter_map(block_of).collect();
+    let lookups = wanted.iter().map(|(p, id)| instances.capacity_block(p, id));
     let found = futures::future::join_all(lookups).await;
-    let found: BTreeMap<_, Result<CapacityBlock, PortError>> = found.into_iter().collect();
+    let found: BTreeMap<_, _> = wanted.iter().zip(found).collect();
     let mut out = Expanded {
         records: records.to_vec(),
         ..Expanded::default()
     };
-    let blocks = found
-        .iter()
-        .filter_map(|((place, _), b)| Some((place, b.as_ref().ok()?)));
-    for (place, block) in blocks {
+    for ((place, _), block) in &found {
+        let Ok(block) = block else { continue };
         let facts = block.instances.iter();
-        let facts = facts.map(|(id, f)| ((place.clone(), id.clone()), f.clone()));
-        out.described.extend(facts);
+        out.described
+            .extend(facts.map(|(id, f)| ((place.clone(), id.clone()), f.clone())));
     }
     for (i, record) in out.records.iter_mut().enumerate() {
-        let Some(key) = block_of(record).map(|(p, id)| (p, id.to_string())) else {
+        let Some(key) = block_of(record) else {
             continue;
         };
         let (report, why) = match &found[&key] {
@@ -300,7 +291,7 @@ mod tests {
     use super::*;
     use crate::domain::facts::{BlockFacts, InstanceFacts};
     use crate::domain::inbound::decode_value;
-    use crate::ports::FailureKind;
+    use crate::ports::{FailureKind, PortError};
     use async_trait::async_trait;
     use std::sync::Mutex;
 

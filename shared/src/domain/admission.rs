@@ -21,40 +21,31 @@ use std::fmt;
 use strum::{IntoStaticStr, VariantArray};
 
 /// The step of the API server's chain that refused a write.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, strum::Display)]
 pub enum RefusedBy {
     /// Authorization: the identity has no grant for the verb.
+    #[strum(to_string = "RBAC")]
     Rbac,
     /// Pod Security admission, at the level it names (`restricted:latest`).
+    #[strum(to_string = "PodSecurity \"{0}\"")]
     PodSecurity(String),
     /// A ValidatingAdmissionPolicy, by name.
+    #[strum(to_string = "ValidatingAdmissionPolicy '{0}'")]
     Policy(String),
     /// An admission webhook (mutating or validating), by name.
+    #[strum(to_string = "admission webhook \"{0}\"")]
     Webhook(String),
     /// One of the server's own admission plugins, by name (`Priority`, `ServiceAccount`,
     /// `ResourceQuota`, `NamespaceLifecycle`).
+    #[strum(to_string = "the {0} admission plugin")]
     Plugin(&'static str),
     /// The object's own validation (a field the API refuses).
+    #[strum(to_string = "the API's validation")]
     Validation,
-    /// Anything else: the answer's code and reason.
-    Server(u16, String),
-}
-
-impl fmt::Display for RefusedBy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RefusedBy::Rbac => f.write_str("RBAC"),
-            RefusedBy::PodSecurity(level) => write!(f, "PodSecurity \"{level}\""),
-            RefusedBy::Policy(name) => write!(f, "ValidatingAdmissionPolicy '{name}'"),
-            RefusedBy::Webhook(name) => write!(f, "admission webhook \"{name}\""),
-            RefusedBy::Plugin(name) => write!(f, "the {name} admission plugin"),
-            RefusedBy::Validation => f.write_str("the API's validation"),
-            RefusedBy::Server(code, reason) if reason.is_empty() => {
-                write!(f, "the API server ({code})")
-            }
-            RefusedBy::Server(code, reason) => write!(f, "the API server ({code} {reason})"),
-        }
-    }
+    /// Anything else: the answer's code and reason, as the server gave them (`415
+    /// UnsupportedMediaType`, or the code alone when it gave no reason).
+    #[strum(to_string = "the API server ({0})")]
+    Server(String),
 }
 
 /// The text between the first pair of `open`/`close` after `marker`.
@@ -95,7 +86,7 @@ pub fn refused_by(code: u16, reason: &str, message: &str) -> RefusedBy {
     if code == 422 && reason == "Invalid" {
         return RefusedBy::Validation;
     }
-    RefusedBy::Server(code, reason.to_string())
+    RefusedBy::Server(format!("{code} {reason}").trim_end().to_string())
 }
 
 /// Whether an answer of `code` is a refusal of the write itself (the chain said no), rather
@@ -319,7 +310,7 @@ mod tests {
                 415,
                 "UnsupportedMediaType",
                 "the body",
-                RefusedBy::Server(415, "UnsupportedMediaType".into()),
+                RefusedBy::Server("415 UnsupportedMediaType".into()),
             ),
         ];
         for (code, reason, message, want) in cases {

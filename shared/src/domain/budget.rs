@@ -3,7 +3,6 @@
 //! by (see [`crate::domain::surge`]) and the audit checks workloads against.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use serde::Serialize;
 
@@ -63,10 +62,12 @@ impl Selector {
     }
 }
 
-/// An int-or-percent field of a budget.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// An int-or-percent field of a budget, displayed in its string form (`2`, `50%`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::Display)]
 pub enum IntOrPercent {
+    #[strum(to_string = "{0}")]
     Int(i32),
+    #[strum(to_string = "{0}%")]
     Percent(i32),
 }
 
@@ -96,15 +97,6 @@ impl IntOrPercent {
         match self {
             IntOrPercent::Int(n) => i64::from(n),
             IntOrPercent::Percent(p) => (i64::from(p) * total + 99) / 100,
-        }
-    }
-}
-
-impl fmt::Display for IntOrPercent {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            IntOrPercent::Int(n) => write!(f, "{n}"),
-            IntOrPercent::Percent(p) => write!(f, "{p}%"),
         }
     }
 }

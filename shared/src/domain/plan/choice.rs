@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
-use super::{NodeAction, pool_mark};
+use super::NodeAction;
 use crate::domain::config::{Action, Config};
 use crate::domain::cordon_record::CordonRecord;
 use crate::domain::event::{Detail, Event, InstanceAction, InstanceState};
@@ -28,33 +28,37 @@ pub(super) fn act(
 ) {
     let rule = config.policy.rule(&node.labels);
     let asked = rule.and_then(|r| r.actions.get(&event.kind).copied());
-    let (mut action, lasts, why) = match asked {
-        None => (config.action(event.kind), None, None),
-        Some(PolicyAction::Adaptive) => {
-            let pool = instance
-                .and_then(|i| pool_mark(event, &i.instance_id, Some(i), config))
-                .map(|m| m.pool);
-            let adaptive = &config.policy.adaptive;
-            let (decided, why) = adaptive.choose(pool.as_ref(), followed);
-            // A drain for a recommendation lasts its window: no interruption by then, the
-            // reason is gone and the way back gives the node back.
-            let lasts = match decided {
-                PolicyAction::CordonDrain => Some(adaptive.window),
-                other => other.lasts(),
-            };
-            (node_action_of(decided), lasts, Some(why))
+    let adaptive = &config.policy.adaptive;
+    // The rule's action and why (`adaptive` decided from the pool's history).
+    let chosen = asked.map(|a| match a {
+        // Rebalance recommendations only (as parsed): the pool is the instance's own.
+        PolicyAction::Adaptive => {
+            adaptive.choose(instance.and_then(InstanceFacts::pool).as_ref(), followed)
         }
-        Some(a) => (node_action_of(a), a.lasts(), Some(a.to_string())),
+        a => (a, a.to_string()),
+    });
+    // The node action it carries out, and how long a cordon lasts (`cordon-for`).
+    let (mut action, lasts) = match chosen.as_ref().map(|(a, _)| *a) {
+        None => (config.action(event.kind), None),
+        // A drain for a recommendation lasts its window: no interruption by then, the reason
+        // is gone and the way back gives the node back.
+        Some(PolicyAction::CordonDrain) if asked == Some(PolicyAction::Adaptive) => {
+            (Action::CordonDrain, Some(adaptive.window))
+        }
+        Some(PolicyAction::None | PolicyAction::Adaptive) => (Action::None, None),
+        Some(PolicyAction::Cordon) => (Action::Cordon, None),
+        Some(PolicyAction::CordonFor(d)) => (Action::Cordon, Some(d)),
+        Some(PolicyAction::CordonDrain) => (Action::CordonDrain, None),
+        Some(PolicyAction::Delete) => (Action::Delete, None),
     };
     // A rule's action is what the user chose for these nodes; the default goes through the
     // owner where its rule's `delete-owned-on` says so, else the configuration's.
     let owned = rule.and_then(|r| r.delete_owned_on.as_ref());
+    let owned = owned.unwrap_or(&config.delete_owned_on);
     if asked.is_none()
         && action != Action::None
         && node.owner.is_some()
-        && owned
-            .unwrap_or(&config.delete_owned_on)
-            .contains(&event.kind)
+        && owned.contains(&event.kind)
     {
         action = Action::Delete;
     }
@@ -129,20 +133,9 @@ pub(super) fn act(
         out.taint_key = Some(config.taint_key_for(event.kind).to_string());
         out.exclude_from_load_balancers = rule.and_then(|r| r.exclude_from_load_balancers);
     }
-    if let Some(why) = why {
+    if let Some((_, why)) = chosen {
         let rule = rule.map_or("", |r| &r.name);
         out.reason = format!("rule {rule}: {why}; {}", out.reason);
-    }
-}
-
-/// The node action a policy action carries out (`cordon-for` is a cordon; `adaptive` is
-/// decided before it gets here).
-fn node_action_of(a: PolicyAction) -> Action {
-    match a {
-        PolicyAction::None | PolicyAction::Adaptive => Action::None,
-        PolicyAction::Cordon | PolicyAction::CordonFor(_) => Action::Cordon,
-        PolicyAction::CordonDrain => Action::CordonDrain,
-        PolicyAction::Delete => Action::Delete,
     }
 }
 

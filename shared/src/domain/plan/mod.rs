@@ -18,6 +18,7 @@ use crate::domain::policy::Followed;
 use crate::domain::pool::{CapacityType, PoolKey, PoolMark, PoolUpdate};
 
 mod choice;
+#[cfg(test)]
 mod launch;
 pub mod pass;
 pub mod pod_event;
@@ -224,18 +225,11 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
                 return plan;
             }
         }
-        Detail::AsgLaunch(_) => {
-            // A launch is no capacity lost: no pool is marked, only the hook is answered.
-            plan.actions = (event.instance_ids.iter())
-                .map(|id| node_action(event, id, facts, config))
-                .collect();
-            return plan;
-        }
         _ => {}
     }
     for instance_id in &event.instance_ids {
         let instance = facts.instances.get(instance_id);
-        if let Some(mark) = pool_mark(event, instance_id, instance, config)
+        if let Some(mark) = instance.and_then(|i| pool_mark(event, i, config))
             && !choice::closed(event, instance_id)
             && !plan.pools.iter().any(|m| m.pool == mark.pool)
         {
@@ -266,27 +260,20 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
 /// The key a Capacity Block's expiration records in this cluster, so that the sweeper's finding
 /// of it is a duplicate (see [`crate::domain::sweep::block_key`]).
 fn block_key(event: &Event, config: &Config) -> Option<String> {
-    match &event.detail {
-        // A part's warning records it (a part is not the block's whole warning).
-        Detail::CapacityBlock {
-            reservation_id,
-            end_date,
-            part: false,
-            ..
-        } if event.kind == EventKind::CapacityBlockExpiration => {
-            let place = Place::of_event(event);
-            let cluster = config
-                .cluster_name
-                .as_deref()
-                .map(|name| ClusterId::at(&place, name));
-            Some(crate::domain::sweep::block_key(
-                reservation_id,
-                *end_date,
-                cluster.as_ref(),
-            ))
-        }
-        _ => None,
-    }
+    // A part's warning records it (a part is not the block's whole warning).
+    let Detail::CapacityBlock {
+        reservation_id,
+        end_date,
+        part: false,
+        ..
+    } = &event.detail
+    else {
+        return None;
+    };
+    let place = Place::of_event(event);
+    let cluster = (config.cluster_name.as_deref()).map(|name| ClusterId::at(&place, name));
+    let key = crate::domain::sweep::block_key(reservation_id, *end_date, cluster.as_ref());
+    (event.kind == EventKind::CapacityBlockExpiration).then_some(key)
 }
 
 /// `pool` marked by `event` through `instance_id`: unavailable for a while when the event's
@@ -322,13 +309,8 @@ fn summary(event: &Event) -> String {
     }
 }
 
-fn pool_mark(
-    event: &Event,
-    instance_id: &str,
-    instance: Option<&InstanceFacts>,
-    config: &Config,
-) -> Option<PoolMark> {
-    let instance = instance?;
+/// The pool `event` marks through `instance`, if any.
+fn pool_mark(event: &Event, instance: &InstanceFacts, config: &Config) -> Option<PoolMark> {
     let pool = match event.kind {
         // The event itself says what capacity the instance ran on.
         EventKind::SpotInterruption => instance.pool_as(CapacityType::Spot),
@@ -336,9 +318,11 @@ fn pool_mark(
         EventKind::CapacityBlockExpiration | EventKind::CapacityBlockDelivered => {
             instance.pool_as(CapacityType::CapacityBlock)
         }
+        // A launch is no capacity lost: no pool is marked, only the hook is answered.
+        EventKind::AsgLaunch => None,
         _ => instance.pool(),
     };
-    Some(mark(event, pool?, instance_id, config))
+    Some(mark(event, pool?, &instance.instance_id, config))
 }
 
 /// The node's Event reason of a state change to `stopping` or `stopped`.
@@ -392,8 +376,25 @@ pub fn goes_at(event: &Event, config: &Config) -> Option<DateTime<Utc>> {
 }
 
 /// What to do for `instance_id` of `event`: nothing for another cluster's instance (or, but for
-/// a launch, a stale event: see [`launch`]) or a control-plane node; a launch hook's wait for
-/// its node ([`launch::wait`]); else the node's action (see [`choice`]) and its lifecycle action.
+/// a launch, a stale event) or a control-plane node; a launch hook's wait for its node; else the
+/// node's action (see [`choice`]) and its lifecycle action.
+///
+/// A launch lifecycle hook's plan (`asg-launch`): the hook's action is completed with
+/// `CONTINUE` once the instance's node is Ready, so that an instance counts as in service only
+/// once it has joined the cluster. The plan changes no node: its action is `none`, with the
+/// lifecycle action to complete and a deadline (the event time plus the launch timeout, 10
+/// minutes). The executor reads the node in each pass (by the name planned here, else the
+/// instance id) and completes the action when the node runs the instance and is Ready; until
+/// then the passes go on, keeping the hook alive with heartbeats; past the deadline the hook is
+/// left to its own timeout and default result.
+///
+/// The same rules as a terminate hook's decide whether the action is forewarn's to complete:
+/// the settings' lifecycle hooks (`off`: none), and membership (the instance is tagged for this
+/// cluster, or one of its nodes already runs on it). An instance tagged for another cluster, or
+/// whose node is control-plane, is left alone. A launch event is not refused as older than the
+/// instance's launch: Auto Scaling sends it as the instance starts, and leaving a launch hook
+/// alone makes Auto Scaling take its default result, usually `ABANDON` (the instance is
+/// terminated).
 fn node_action(event: &Event, instance_id: &str, facts: Facts<'_>, config: &Config) -> NodeAction {
     let instance = facts.instances.get(instance_id);
     let mut out = NodeAction {
@@ -425,7 +426,34 @@ fn node_action(event: &Event, instance_id: &str, facts: Facts<'_>, config: &Conf
     // tagged for this cluster (positive membership).
     let member = node.is_some() || tagged_for_us(instance, config);
     if launch {
-        return launch::wait(out, event, instance, member, config);
+        // The node is usually not there yet: the name it will have is the instance's private
+        // DNS name (the name EKS and Karpenter give nodes on EC2).
+        out.node = out.node.or_else(|| {
+            instance
+                .and_then(|i| i.private_dns.clone())
+                .filter(|d| !d.is_empty())
+        });
+        out.reason = match lifecycle(event, config, member) {
+            Ok(Some(action)) => {
+                let deadline = event.time + config.launch_timeout;
+                out.deadline = Some(deadline);
+                let reason = format!(
+                    "{}: complete the lifecycle action once node {} runs the instance and is \
+                     Ready (checked until {}, then left to the hook's own timeout)",
+                    summary(event),
+                    out.node.as_deref().unwrap_or(&out.instance_id),
+                    deadline.to_rfc3339()
+                );
+                out.complete_lifecycle = Some(action);
+                reason
+            }
+            Ok(None) => format!(
+                "{}: the lifecycle hooks setting is off, the hook is left to its timeout",
+                summary(event)
+            ),
+            Err(why) => why.to_string(),
+        };
+        return out;
     }
     match node {
         None => out.reason = "no node of this cluster runs on the instance".into(),

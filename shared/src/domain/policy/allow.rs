@@ -137,10 +137,7 @@ impl Policy {
                         rule.name
                     ),
                 });
-                let (name, nodes) = (
-                    std::mem::take(&mut rule.name),
-                    std::mem::take(&mut rule.nodes),
-                );
+                let Rule { name, nodes, .. } = std::mem::take(rule);
                 *rule = Rule {
                     name,
                     nodes,

@@ -101,14 +101,6 @@ impl PolicyAction {
     pub fn name(self) -> &'static str {
         self.into()
     }
-
-    /// How long a `cordon-for` lasts.
-    pub fn lasts(self) -> Option<Duration> {
-        match self {
-            PolicyAction::CordonFor(d) => Some(d),
-            _ => None,
-        }
-    }
 }
 
 impl fmt::Display for PolicyAction {
