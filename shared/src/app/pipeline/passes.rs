@@ -36,6 +36,12 @@ pub(super) async fn by_keys<T, E>(
     Ok(verdicts)
 }
 
+/// Whether a drain pass from `continuation` at `now` keeps its lifecycle action alive: none
+/// kept alive yet, or the last time [`HEARTBEAT_EVERY`] ago.
+fn heartbeat_due(continuation: &Continuation, now: DateTime<Utc>) -> bool {
+    (continuation.heartbeat_at).is_none_or(|at| now - at >= span(HEARTBEAT_EVERY))
+}
+
 /// How a drain pass ended.
 pub(super) enum PassEnd {
     /// Nothing is pending: the drain is over, `Acted`, or `Ignored` when every action was
@@ -229,10 +235,7 @@ impl Pipeline<'_> {
         quiet: bool,
         report: &mut Report,
     ) -> Result<PassEnd, PortError> {
-        let heartbeat = match continuation.heartbeat_at {
-            Some(at) => self.clock.now() - at >= span(HEARTBEAT_EVERY),
-            None => true,
-        };
+        let heartbeat = heartbeat_due(continuation, self.clock.now());
         let role = if quiet {
             DrainRole::Quiet
         } else {
@@ -282,11 +285,9 @@ impl Pipeline<'_> {
             return None;
         }
         let now = self.clock.now();
-        let heartbeat_due = plan.actions.iter().any(|a| a.complete_lifecycle.is_some())
-            && continuation
-                .heartbeat_at
-                .is_none_or(|at| now - at >= span(HEARTBEAT_EVERY));
-        if heartbeat_due {
+        if plan.actions.iter().any(|a| a.complete_lifecycle.is_some())
+            && heartbeat_due(continuation, now)
+        {
             return None;
         }
         let mut seen = RoomSeen::default();
