@@ -395,10 +395,8 @@ impl Pipeline<'_> {
             let pending = merge(&mut report, &results);
             if let Some(why) = refusals(&results) {
                 // Beside what the plan already says (pools left unrecorded).
-                report.reason = Some(match report.reason.take() {
-                    Some(note) => format!("{why}; {note}"),
-                    None => why,
-                });
+                let note = report.reason.take().map(|note| format!("; {note}"));
+                report.reason = Some(why + &note.unwrap_or_default());
             }
             if pending {
                 // The drain's first pass follows at once: queued behind the warnings already
