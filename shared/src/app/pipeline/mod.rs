@@ -335,10 +335,7 @@ impl Pipeline<'_> {
         record: &Record,
         work: impl Future<Output = T>,
     ) -> Result<T, Report> {
-        let span = match &record.event {
-            Ok(event) => event_span(event),
-            Err(_) => tracing::Span::none(),
-        };
+        let span = (record.event.as_ref()).map_or_else(|_| tracing::Span::none(), event_span);
         let work = std::panic::AssertUnwindSafe(work.instrument(span)).catch_unwind();
         if self.work.deadline.is_some_and(|d| self.clock.now() >= d) {
             return Err(Report::new(record).failed(format!("not started: {OUT_OF_TIME}")));
