@@ -101,7 +101,9 @@ pub struct Passes {
 }
 
 impl Passes {
-    /// Passes `interval` apart, run in process.
+    /// Passes `interval` apart, run in process: test support, compiled for tests and the
+    /// `fixtures` feature only (a record without a queue has its passes run in process anyway).
+    #[cfg(any(test, feature = "fixtures"))]
     pub fn in_process(interval: Duration) -> Passes {
         Passes {
             interval,
