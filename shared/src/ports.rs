@@ -132,14 +132,9 @@ impl PortError {
         PortError::new("pool store", FailureKind::Invalid, Corrupt { key, message })
     }
 
-    /// Trying the call again may succeed (see [`FailureKind::retryable`]).
-    pub fn retryable(&self) -> bool {
-        self.kind.retryable()
-    }
-
     /// `report` failed with this error, retryable as its kind says (see [`Report::failed_as`]).
     pub fn fail(&self, report: Report) -> Report {
-        report.failed_as(self.to_string(), self.retryable())
+        report.failed_as(self.to_string(), self.kind.retryable())
     }
 
     /// The first error of type `T` in the chain of sources: an account not served
@@ -702,7 +697,7 @@ mod tests {
         let c = PortError::corrupt("k", "m");
         assert_eq!(c.to_string(), "pool store: item `k` is malformed: m");
         assert_eq!(c.cause::<Corrupt>().map(|c| c.key.as_str()), Some("k"));
-        assert!(!c.retryable());
+        assert!(!c.kind.retryable());
         assert!(d.cause::<Corrupt>().is_none());
     }
 
@@ -757,9 +752,10 @@ mod tests {
     }
 
     #[test]
-    fn a_port_error_says_whether_to_retry() {
-        let error = |kind| PortError::new("ec2:DescribeInstances", kind, "m");
-        assert!(error(FailureKind::Throttled).retryable());
-        assert!(!error(FailureKind::Forbidden).retryable());
+    fn a_port_error_fails_a_report_retryable_as_its_kind_says() {
+        let fail =
+            |kind| PortError::new("ec2:DescribeInstances", kind, "m").fail(Report::default());
+        assert!(!fail(FailureKind::Throttled).permanent);
+        assert!(fail(FailureKind::Forbidden).permanent);
     }
 }

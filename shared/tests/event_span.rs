@@ -98,8 +98,12 @@ fn every_log_line_of_an_events_work_carries_the_event_span() {
     let clock = forewarn::adapters::clock::SystemClock::starting_at(
         "2026-11-20T10:01:00Z".parse().unwrap(),
     );
-    let passes =
-        forewarn::app::pipeline::Passes::in_process(forewarn::app::pipeline::PASS_INTERVAL);
+    let passes = forewarn::app::pipeline::Passes {
+        interval: forewarn::app::pipeline::PASS_INTERVAL,
+        queue: None,
+        kept: None,
+        tenant: Default::default(),
+    };
     let pipeline = Pipeline {
         passes: &passes,
         clock: &clock,

@@ -273,7 +273,7 @@ fn forged_accounts_and_regions_are_refused_before_any_request() {
                 .await
                 .unwrap_err();
             assert_eq!(err.kind, FailureKind::Invalid);
-            assert!(!err.retryable());
+            assert!(!err.kind.retryable());
             let text = err.to_string();
             assert!(
                 text.contains("ec2:DescribeInstances")
@@ -375,7 +375,7 @@ fn a_role_that_cannot_be_assumed_fails_the_call_never_falls_back_to_own_credenti
                 .map(|u| u.account.as_str()),
             Some(UNASSUMABLE)
         );
-        assert!(err.retryable(), "{err}");
+        assert!(err.kind.retryable(), "{err}");
         assert!(
             text.contains("AccessDenied") && text.contains("infra/member.yaml"),
             "{text}"

@@ -256,7 +256,7 @@ impl Handler {
                     return Err(fail(why, true, Some(name), Some(since + BREAK)));
                 }
                 let cluster = self.fleet.cluster(id.as_ref()).await;
-                cluster.map_err(|e| fail(e.to_string(), e.retryable(), name, None))?
+                cluster.map_err(|e| fail(e.to_string(), e.kind.retryable(), name, None))?
             }
             Destination::Elsewhere | Destination::Unrouted => Arc::new(Cluster::none()),
             Destination::NotServed(name) => {

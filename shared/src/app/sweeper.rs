@@ -12,7 +12,7 @@ use crate::adapters::snapshot::ClusterState;
 use crate::app::fleet::Cluster;
 use crate::app::handler::Handler;
 use crate::app::leaving::LeavingInstances;
-use crate::app::pipeline::{Described, Passes, Pipeline};
+use crate::app::pipeline::{Described, Pipeline};
 use crate::app::preflight::{PreflightMemory, Role};
 use crate::app::priorities::{
     BaseSource, NodeGroupSource, Priorities, PriorityOutcome, PriorityRunError, PrioritySettings,
@@ -461,8 +461,8 @@ impl ClusterSweep<'_> {
                 Record::new(Origin::bare(format!("sweep {what}")), Ok(e))
             })
             .collect();
-        // A finding has no queue to come back on: its drain's passes run here.
-        let passes = Passes::in_process(h.passes.interval);
+        // A finding has no queue to come back on (its record names none): its drain's passes
+        // run here, the handler's interval apart.
         let pipeline = Pipeline {
             config,
             mode: h.mode,
@@ -470,7 +470,7 @@ impl ClusterSweep<'_> {
             instances: &instances,
             nodes: &state,
             executor: self.cluster.executor.as_deref(),
-            passes: &passes,
+            passes: &h.passes,
             clock: h.clock.as_ref(),
             traffic: None,
             concurrency: h.concurrency,

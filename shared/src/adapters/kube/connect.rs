@@ -536,6 +536,6 @@ mod tests {
             no_region.to_string(),
             "EKS cluster demo: no AWS region configured (AWS_REGION)"
         );
-        assert!(!no_region.retryable());
+        assert!(!no_region.kind.retryable());
     }
 }

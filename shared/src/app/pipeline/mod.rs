@@ -101,7 +101,9 @@ pub struct Passes {
 }
 
 impl Passes {
-    /// Passes `interval` apart, run in process.
+    /// Passes `interval` apart, run in process: test support, compiled for tests and the
+    /// `fixtures` feature only (a record without a queue has its passes run in process anyway).
+    #[cfg(any(test, feature = "fixtures"))]
     pub fn in_process(interval: Duration) -> Passes {
         Passes {
             interval,
@@ -216,9 +218,7 @@ impl Pipeline<'_> {
         if wanted.is_empty() {
             return Ok(Default::default());
         }
-        let mut event_ids: Vec<String> = wanted.iter().map(|e| e.id.clone()).collect();
-        event_ids.sort();
-        event_ids.dedup();
+        let event_ids: BTreeSet<String> = wanted.iter().map(|e| e.id.clone()).collect();
         // Only the instances of this run's events: the lookup may be a whole batch's, of
         // several clusters.
         let found: BTreeMap<String, InstanceFacts> = wanted
@@ -229,7 +229,7 @@ impl Pipeline<'_> {
         let known: Vec<InstanceFacts> = found.values().cloned().collect();
         let mut nodes = self.nodes.nodes(&known, self.work).await?;
         drop_unverified_records(self.store, &mut nodes).await;
-        let applied = self.store.applied(&event_ids).await?;
+        let applied = self.store.applied(&Vec::from_iter(event_ids)).await?;
         // `adaptive` decides from the pools' history: read once for the batch, when needed.
         let policy = &self.config.policy;
         let followed = if policy.uses_adaptive()
@@ -240,14 +240,13 @@ impl Pipeline<'_> {
             let now = self.clock.now();
             let since = policy.adaptive.since(now);
             // Only the pools of the batch's recommendations: one query each.
-            let mut pools: Vec<PoolKey> = wanted
+            let pools: BTreeSet<PoolKey> = wanted
                 .iter()
                 .filter(|e| e.kind == EventKind::RebalanceRecommendation)
                 .flat_map(|e| e.instance_ids.iter())
                 .filter_map(|id| found.get(id)?.pool())
                 .collect();
-            pools.sort();
-            pools.dedup();
+            let pools = Vec::from_iter(pools);
             let history = self.store.history_of(&pools, since, now).await?;
             crate::domain::policy::adaptive::followed(&history, policy.adaptive.window, since, now)
         } else {
@@ -282,13 +281,7 @@ impl Pipeline<'_> {
     ) -> Vec<Vec<O>> {
         let each = &each;
         futures::stream::iter(lanes)
-            .map(|lane| async move {
-                let mut out = Vec::with_capacity(lane.len());
-                for item in lane {
-                    out.push(each(item).await);
-                }
-                out
-            })
+            .map(|lane| futures::stream::iter(lane).then(each).collect())
             .buffer_unordered(self.concurrency.max(1))
             .collect()
             .await
@@ -344,10 +337,7 @@ impl Pipeline<'_> {
         record: &Record,
         work: impl Future<Output = T>,
     ) -> Result<T, Report> {
-        let span = match &record.event {
-            Ok(event) => event_span(event),
-            Err(_) => tracing::Span::none(),
-        };
+        let span = (record.event.as_ref()).map_or_else(|_| tracing::Span::none(), event_span);
         let work = std::panic::AssertUnwindSafe(work.instrument(span)).catch_unwind();
         if self.work.deadline.is_some_and(|d| self.clock.now() >= d) {
             return Err(Report::new(record).failed(format!("not started: {OUT_OF_TIME}")));
@@ -404,10 +394,8 @@ impl Pipeline<'_> {
             let pending = merge(&mut report, &results);
             if let Some(why) = refusals(&results) {
                 // Beside what the plan already says (pools left unrecorded).
-                report.reason = Some(match report.reason.take() {
-                    Some(note) => format!("{why}; {note}"),
-                    None => why,
-                });
+                let note = report.reason.take().map(|note| format!("; {note}"));
+                report.reason = Some(why + &note.unwrap_or_default());
             }
             if pending {
                 // The drain's first pass follows at once: queued behind the warnings already

@@ -36,6 +36,12 @@ pub(super) async fn by_keys<T, E>(
     Ok(verdicts)
 }
 
+/// Whether a drain pass from `continuation` at `now` keeps its lifecycle action alive: none
+/// kept alive yet, or the last time [`HEARTBEAT_EVERY`] ago.
+fn heartbeat_due(continuation: &Continuation, now: DateTime<Utc>) -> bool {
+    (continuation.heartbeat_at).is_none_or(|at| now - at >= span(HEARTBEAT_EVERY))
+}
+
 /// How a drain pass ended.
 pub(super) enum PassEnd {
     /// Nothing is pending: the drain is over, `Acted`, or `Ignored` when every action was
@@ -229,10 +235,7 @@ impl Pipeline<'_> {
         quiet: bool,
         report: &mut Report,
     ) -> Result<PassEnd, PortError> {
-        let heartbeat = match continuation.heartbeat_at {
-            Some(at) => self.clock.now() - at >= span(HEARTBEAT_EVERY),
-            None => true,
-        };
+        let heartbeat = heartbeat_due(continuation, self.clock.now());
         let role = if quiet {
             DrainRole::Quiet
         } else {
@@ -282,11 +285,9 @@ impl Pipeline<'_> {
             return None;
         }
         let now = self.clock.now();
-        let heartbeat_due = plan.actions.iter().any(|a| a.complete_lifecycle.is_some())
-            && continuation
-                .heartbeat_at
-                .is_none_or(|at| now - at >= span(HEARTBEAT_EVERY));
-        if heartbeat_due {
+        if plan.actions.iter().any(|a| a.complete_lifecycle.is_some())
+            && heartbeat_due(continuation, now)
+        {
             return None;
         }
         let mut seen = RoomSeen::default();
@@ -394,10 +395,8 @@ impl Pipeline<'_> {
     ) -> Result<(), PortError> {
         loop {
             self.clock.sleep(after).await;
-            match self
-                .drain_pass(executor, plan, &next, false, report)
-                .await?
-            {
+            let end = self.drain_pass(executor, plan, &next, false, report);
+            match end.await? {
                 PassEnd::Next(n, a) => (next, after) = (*n, a),
                 PassEnd::Done(_) => return Ok(()),
             }
@@ -433,12 +432,8 @@ pub(super) fn next_pass_after(
     let pending = results.iter().filter(|r| r.pending);
     let untils: Option<Vec<DateTime<Utc>>> = pending.map(|r| r.wait_until).collect();
     let soonest = untils.and_then(|untils| untils.into_iter().min());
-    pass_delay(
-        soonest
-            .and_then(|t| (t - now).to_std().ok())
-            .unwrap_or_default(),
-        interval,
-    )
+    let wait = soonest.and_then(|t| (t - now).to_std().ok());
+    pass_delay(wait.unwrap_or_default(), interval)
 }
 
 /// The delay of a drain's next pass that waits `wait`: not sooner than the pass `interval`, at
@@ -467,10 +462,8 @@ pub(super) fn merge(report: &mut Report, results: &[ActionResult]) -> bool {
             .iter_mut()
             .find(|a| a.instance_id == result.instance_id)
         {
-            a.result = Some(match a.result.take() {
-                Some(before) => format!("{before}; then {}", result.detail),
-                None => result.detail,
-            });
+            let before = a.result.take().map(|before| format!("{before}; then "));
+            a.result = Some(before.unwrap_or_default() + &result.detail);
             a.cordoned_at = a.cordoned_at.or(result.cordoned_at);
             let before = a.drain.unwrap_or_default();
             a.drain = result.drain.map(|mut d| {

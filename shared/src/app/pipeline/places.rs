@@ -257,7 +257,7 @@ mod tests {
         assert!(described.failure_of(own.event.as_ref().unwrap()).is_none());
         let theirs = record("111111111111");
         let event = theirs.event.as_ref().unwrap();
-        assert!(described.failure_of(event).unwrap().retryable());
+        assert!(described.failure_of(event).unwrap().kind.retryable());
         let quiet = Event {
             instance_ids: Vec::new(),
             ..event.clone()
