@@ -367,6 +367,21 @@ async fn a_node_that_is_gone_is_success() {
     assert_accepted(&w.fake.requests());
 }
 
+/// An uncordon (the way back) whose node is gone says so once.
+#[tokio::test]
+async fn an_uncordon_of_a_node_that_is_gone_says_so_once() {
+    let w = World::plain().await;
+    let mut plan = w.plan(&event(EventKind::SpotInterruption, "ev-undo")).await;
+    plan.actions[0].action = Action::Uncordon;
+    w.fake.remove("v1", "Node", None, NODE);
+    w.fake.clear_requests();
+
+    let results = execute_passes(&w.executor(), &plan).await.unwrap();
+
+    assert_eq!(results[0].detail, format!("node/{NODE} is gone"));
+    assert_eq!(written(&w.fake), vec![]);
+}
+
 #[tokio::test]
 async fn a_control_plane_node_gets_no_write() {
     let w = World::plain().await;

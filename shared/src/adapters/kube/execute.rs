@@ -125,7 +125,8 @@ impl KubeExecutor {
                 out.refuse(why.to_string());
                 return Ok(out);
             }
-            if node.is_none() && a.action != Action::Delete {
+            // A delete and an uncordon say what became of a node gone in their own words.
+            if node.is_none() && !matches!(a.action, Action::Delete | Action::Uncordon) {
                 out.say(format!("node/{name} is gone"));
             }
             if pass == Pass::Announce {
