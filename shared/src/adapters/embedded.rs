@@ -20,7 +20,7 @@ use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefi
 use serde::de::DeserializeOwned;
 
 use crate::adapters::clock::SystemClock;
-use crate::domain::fold::{fold, pool_deltas, validate};
+use crate::domain::fold::{fold, validate};
 use crate::domain::keys::{ContinuationKey, KeyId, KeyRing};
 use crate::domain::pool::HistoryEntry;
 use crate::domain::pool::{Applied, PoolKey, PoolQuery, PoolRecord, PoolUpdate, Retention};
@@ -243,10 +243,10 @@ impl PoolStore for EmbeddedStore {
                 ledger.insert(key, (recorded_ms, expires))?;
             }
             let mut pools = txn.open_table(POOLS)?;
-            for delta in &pool_deltas(&update) {
-                let key = delta.pool.to_string();
+            for mark in &update.marks {
+                let key = mark.pool.to_string();
                 let existing = pools.get(key.as_str())?.map(|v| decode(&key, v.value()));
-                let record = fold(existing.transpose()?, &update, delta, &retention);
+                let record = fold(existing.transpose()?, &update, mark, &retention);
                 pools.insert(key.as_str(), serde_json::to_string(&record)?.as_str())?;
             }
             let mut history = txn.open_table(HISTORY)?;

@@ -3,9 +3,9 @@
 //! implement these semantics, written down once here as [`fold`], which the embedded store
 //! applies literally and the DynamoDB store reproduces with conditional update expressions:
 //!
-//! * an event's marks on one pool are merged ([`pool_deltas`]): the pool's counter for the event's
-//!   kind grows by the number of marks (instances) on that pool, the window is the latest of the
-//!   marks' windows and `last_instance_id` is the instance of the pool's last mark;
+//! * an event marks a pool once ([`validate`] refuses a pool marked twice; the decision marks
+//!   each pool through the first of its instances): the pool's counter for the event's kind
+//!   grows by one;
 //! * counters always count, whatever the order events arrive in;
 //! * `unavailable_until` and `expires_at` only ever grow (a late event never shortens a window);
 //! * `first_seen` is the earliest `event_time` applied to the pool (the event's own time, not the
@@ -19,44 +19,9 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
-
 use crate::domain::pool::{
-    MAX_POOLS_PER_UPDATE, PoolKey, PoolRecord, PoolUpdate, Retention, counter_name,
+    MAX_POOLS_PER_UPDATE, PoolKey, PoolMark, PoolRecord, PoolUpdate, Retention, counter_name,
 };
-
-/// What one event does to one pool: the event's marks on that pool, merged.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PoolDelta {
-    pub pool: PoolKey,
-    /// How many marks (instances) of the event are in this pool: the counter grows by this much.
-    pub count: u64,
-    /// The latest window of those marks (`None` when every mark only counts).
-    pub unavailable_until: Option<DateTime<Utc>>,
-    /// The instance of the last of those marks.
-    pub instance_id: String,
-}
-
-/// Merges an update's marks per pool, in the order each pool first appears.
-pub fn pool_deltas(update: &PoolUpdate) -> Vec<PoolDelta> {
-    let mut deltas: Vec<PoolDelta> = Vec::with_capacity(update.marks.len());
-    for mark in &update.marks {
-        match deltas.iter_mut().find(|d| d.pool == mark.pool) {
-            Some(delta) => {
-                delta.count += 1;
-                delta.unavailable_until = delta.unavailable_until.max(mark.unavailable_until);
-                delta.instance_id.clone_from(&mark.instance_id);
-            }
-            None => deltas.push(PoolDelta {
-                pool: mark.pool.clone(),
-                count: 1,
-                unavailable_until: mark.unavailable_until,
-                instance_id: mark.instance_id.clone(),
-            }),
-        }
-    }
-    deltas
-}
 
 /// An update no store takes (see [`validate`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -70,11 +35,13 @@ pub enum InvalidUpdate {
          of `#`)"
     )]
     BadPoolKey(PoolKey),
+    #[error("pool `{0}` is marked twice (an update marks a pool once)")]
+    MarkedTwice(PoolKey),
 }
 
 /// Checks what every store needs of an update: an event id, at most [`MAX_POOLS_PER_UPDATE`]
-/// marks, and pool keys that round-trip through their string form (no empty part, no `#` inside
-/// one).
+/// marks, each pool marked once (a transaction touches an item once), and pool keys that
+/// round-trip through their string form (no empty part, no `#` inside one).
 pub fn validate(update: &PoolUpdate) -> Result<(), InvalidUpdate> {
     if update.event_id.is_empty() {
         return Err(InvalidUpdate::NoEventId);
@@ -84,28 +51,31 @@ pub fn validate(update: &PoolUpdate) -> Result<(), InvalidUpdate> {
             marks: update.marks.len(),
         });
     }
-    for mark in &update.marks {
+    for (i, mark) in update.marks.iter().enumerate() {
         let pool = &mark.pool;
         let bad = |part: &str| part.is_empty() || part.contains('#');
         if bad(&pool.instance_type) || bad(&pool.zone) {
             return Err(InvalidUpdate::BadPoolKey(pool.clone()));
         }
+        if update.marks[..i].iter().any(|m| m.pool == *pool) {
+            return Err(InvalidUpdate::MarkedTwice(pool.clone()));
+        }
     }
     Ok(())
 }
 
-/// Applies one event's delta to a pool record (`None`: the pool is new). This is the reference
+/// Applies one event's mark to a pool record (`None`: the pool is new). This is the reference
 /// semantics of every store; see the module documentation.
 pub fn fold(
     existing: Option<PoolRecord>,
     update: &PoolUpdate,
-    delta: &PoolDelta,
+    mark: &PoolMark,
     retention: &Retention,
 ) -> PoolRecord {
     let t = update.event_time;
-    let expiry = retention.pool_expiry(t, delta.unavailable_until);
+    let expiry = retention.pool_expiry(t, mark.unavailable_until);
     let mut record = existing.unwrap_or_else(|| PoolRecord {
-        pool: delta.pool.clone(),
+        pool: mark.pool.clone(),
         region: None,
         unavailable_until: None,
         expires_at: expiry,
@@ -114,21 +84,21 @@ pub fn fold(
         last_seen: t,
         last_event_id: update.event_id.clone(),
         last_reason: update.reason.clone(),
-        last_instance_id: delta.instance_id.clone(),
+        last_instance_id: mark.instance_id.clone(),
     });
     let counter = record
         .counters
         .entry(counter_name(update.kind).to_string())
         .or_default();
-    *counter = counter.saturating_add(delta.count);
-    record.unavailable_until = record.unavailable_until.max(delta.unavailable_until);
+    *counter = counter.saturating_add(1);
+    record.unavailable_until = record.unavailable_until.max(mark.unavailable_until);
     record.expires_at = record.expires_at.max(expiry);
     record.first_seen = record.first_seen.min(t);
     if t >= record.last_seen {
         record.last_seen = t;
         record.last_event_id.clone_from(&update.event_id);
         record.last_reason.clone_from(&update.reason);
-        record.last_instance_id.clone_from(&delta.instance_id);
+        record.last_instance_id.clone_from(&mark.instance_id);
     }
     if update.region.is_some() {
         record.region.clone_from(&update.region);
@@ -140,8 +110,8 @@ pub fn fold(
 mod tests {
     use super::*;
     use crate::domain::event::EventKind;
-    use crate::domain::pool::{CapacityType, PoolMark};
-    use chrono::{Duration, TimeZone};
+    use crate::domain::pool::CapacityType;
+    use chrono::{DateTime, Duration, TimeZone, Utc};
     use proptest::prelude::*;
 
     fn at(secs: i64) -> DateTime<Utc> {
@@ -174,7 +144,7 @@ mod tests {
     }
 
     #[test]
-    fn deltas_merge_marks_per_pool() {
+    fn a_pool_marked_twice_is_refused() {
         let u = update(
             "e",
             0,
@@ -182,18 +152,15 @@ mod tests {
                 mark("m5.large", "i-1", Some(100)),
                 mark("c5.large", "i-2", None),
                 mark("m5.large", "i-3", Some(50)),
-                mark("m5.large", "i-4", None),
             ],
         );
-        let d = pool_deltas(&u);
-        assert_eq!(d.len(), 2);
-        assert_eq!(d[0].pool, key("m5.large"));
-        assert_eq!(d[0].count, 3);
-        assert_eq!(d[0].unavailable_until, Some(at(100)));
-        assert_eq!(d[0].instance_id, "i-4");
-        assert_eq!(d[1].pool, key("c5.large"));
-        assert_eq!(d[1].count, 1);
-        assert_eq!(d[1].unavailable_until, None);
+        let err = validate(&u).unwrap_err();
+        assert_eq!(err, InvalidUpdate::MarkedTwice(key("m5.large")));
+        assert_eq!(
+            err.to_string(),
+            "pool `spot#m5.large#us-east-1a` is marked twice (an update marks a pool once)"
+        );
+        assert_eq!(validate(&update("e", 0, u.marks[..2].to_vec())), Ok(()));
     }
 
     #[test]
@@ -201,8 +168,8 @@ mod tests {
         let r = Retention::default();
         let newer = update("new", 100, vec![mark("m5.large", "i-new", Some(200))]);
         let older = update("old", 50, vec![mark("m5.large", "i-old", Some(150))]);
-        let rec = fold(None, &newer, &pool_deltas(&newer)[0], &r);
-        let rec = fold(Some(rec), &older, &pool_deltas(&older)[0], &r);
+        let rec = fold(None, &newer, &newer.marks[0], &r);
+        let rec = fold(Some(rec), &older, &older.marks[0], &r);
         assert_eq!(rec.interruptions(), 2);
         assert_eq!(rec.last_event_id, "new");
         assert_eq!(rec.last_instance_id, "i-new");
@@ -217,8 +184,8 @@ mod tests {
         let r = Retention::default();
         let marking = update("m", 0, vec![mark("m5.large", "i-1", Some(3600))]);
         let counting = update("c", 60, vec![mark("m5.large", "i-1", None)]);
-        let rec = fold(None, &marking, &pool_deltas(&marking)[0], &r);
-        let rec = fold(Some(rec), &counting, &pool_deltas(&counting)[0], &r);
+        let rec = fold(None, &marking, &marking.marks[0], &r);
+        let rec = fold(Some(rec), &counting, &counting.marks[0], &r);
         assert_eq!(rec.unavailable_until, Some(at(3600)));
         assert_eq!(rec.expires_at, at(3600) + r.history);
         assert_eq!(rec.last_event_id, "c");
@@ -245,7 +212,7 @@ mod tests {
                 shuffled.swap(i, (s >> 33) as usize % (i + 1));
             }
             let apply_all = |us: &[PoolUpdate]| {
-                us.iter().fold(None, |rec, u| Some(fold(rec, u, &pool_deltas(u)[0], &r)))
+                us.iter().fold(None, |rec, u| Some(fold(rec, u, &u.marks[0], &r)))
             };
             let (a, b) = (apply_all(&updates), apply_all(&shuffled));
             prop_assert_eq!(&a, &b);

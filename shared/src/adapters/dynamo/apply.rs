@@ -56,7 +56,7 @@ impl DynamoStore {
         w: &PoolWrite,
         bets: Bets,
     ) -> Result<TransactWriteItem, PortError> {
-        let (mut e, pool) = (Expr::default(), &w.delta.pool);
+        let (mut e, pool) = (Expr::default(), &w.mark.pool);
         let name = pool.to_string();
         let texts = [
             ("pool", name.as_str()),
@@ -95,13 +95,13 @@ impl DynamoStore {
         for (attr, placeholder, value) in [
             ("last_event_id", "eid", update.event_id.as_str()),
             ("last_reason", "reason", &update.reason),
-            ("last_instance_id", "iid", &w.delta.instance_id),
+            ("last_instance_id", "iid", &w.mark.instance_id),
         ] {
             let (name, value) = (e.name(attr), e.value(placeholder, s(value)));
             set.push(assign(&name, &value, bets.last));
         }
         let counter = e.name(counter_name(update.kind));
-        let count = e.value("n", AttributeValue::N(w.delta.count.to_string()));
+        let count = e.value("n", AttributeValue::N("1".into()));
         let what = format!("building the update of pool {pool}");
         let up = Update::builder()
             .table_name(&self.table)
@@ -158,7 +158,7 @@ impl DynamoStore {
             .map(|k| (format!("the ledger put of {k}"), None));
         let pool = pools
             .iter()
-            .map(|w| (format!("the update of pool {}", w.delta.pool), Some(w)));
+            .map(|w| (format!("the update of pool {}", w.mark.pool), Some(w)));
         let written = ledger.chain(pool);
         let (mut conflict, mut lost) = (false, 0);
         for (reason, (name, pool)) in reasons.iter().zip(written) {
@@ -177,7 +177,7 @@ impl DynamoStore {
                     };
                     let seen = item.map_or(Ok(Known::default()), |item| from_item(&w.pk, &item));
                     lock(&self.known).insert(w.pk.clone(), seen?);
-                    tracing::debug!(table = %self.table, pool = %w.delta.pool, "{what}: pool changed under the bet, sending the event again");
+                    tracing::debug!(table = %self.table, pool = %w.mark.pool, "{what}: pool changed under the bet, sending the event again");
                 }
                 // Worth another transaction after a pause.
                 (

@@ -6,8 +6,7 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::codec::{ceil_secs, pool_pk};
-use crate::domain::fold::{PoolDelta, pool_deltas};
-use crate::domain::pool::{PoolUpdate, Retention};
+use crate::domain::pool::{PoolMark, PoolUpdate, Retention};
 
 /// Expression attribute names and values, registered as they are used (DynamoDB rejects unused
 /// ones).
@@ -39,7 +38,7 @@ impl Expr {
 /// One pool of one event's update: what the event does to it, its item's key, and its values in
 /// the table's units.
 pub(super) struct PoolWrite {
-    pub(super) delta: PoolDelta,
+    pub(super) mark: PoolMark,
     pub(super) pk: String,
     /// `event_time`, rounded down.
     pub(super) time: i64,
@@ -52,14 +51,14 @@ pub(super) struct PoolWrite {
 impl PoolWrite {
     /// The writes of `update`, one per pool it marks.
     pub(super) fn of(update: &PoolUpdate, retention: &Retention) -> Vec<PoolWrite> {
-        let write = |delta: PoolDelta| PoolWrite {
-            pk: pool_pk(&delta.pool),
+        let write = |mark: &PoolMark| PoolWrite {
+            pk: pool_pk(&mark.pool),
             time: update.event_time.timestamp(),
-            until: delta.unavailable_until.map(ceil_secs),
-            expires: ceil_secs(retention.pool_expiry(update.event_time, delta.unavailable_until)),
-            delta,
+            until: mark.unavailable_until.map(ceil_secs),
+            expires: ceil_secs(retention.pool_expiry(update.event_time, mark.unavailable_until)),
+            mark: mark.clone(),
         };
-        pool_deltas(update).into_iter().map(write).collect()
+        update.marks.iter().map(write).collect()
     }
 }
 
@@ -121,7 +120,7 @@ mod tests {
     fn write(time: i64, until: Option<i64>, expires: i64) -> PoolWrite {
         let u = update(1);
         PoolWrite {
-            delta: pool_deltas(&u).remove(0),
+            mark: u.marks[0].clone(),
             pk: "POOL#p".into(),
             time,
             until,
