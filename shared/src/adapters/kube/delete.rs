@@ -126,7 +126,7 @@ impl KubeExecutor {
         if let Some(node) = node
             && !matches!(deleted, DeleteOutcome::Refused { .. })
         {
-            let said = Said(Warning, &a.event_reason, "Delete", a.reason.clone());
+            let said = Said(Warning, &plan.event_reason, "Delete", a.reason.clone());
             self.event(&plan.event_id, node, said, out).await;
         }
         if let (Some(node), DeleteOutcome::Deleted { target }) = (node, &deleted) {

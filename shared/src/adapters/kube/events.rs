@@ -190,7 +190,7 @@ impl KubeExecutor {
             if let Some(deadline) = a.deadline {
                 note.push_str(&format!(" (drain deadline {})", deadline.to_rfc3339()));
             }
-            let said = Said(EventType::Warning, &a.event_reason, action, note);
+            let said = Said(EventType::Warning, &plan.event_reason, action, note);
             self.event(&plan.event_id, node, said, out).await;
         }
         if let Some(note) = cordoned {
@@ -222,7 +222,7 @@ impl KubeExecutor {
         if report.evicted.is_empty() {
             return;
         }
-        let reason = pod_event::reason(plan.kind, &a.event_reason);
+        let reason = plan.pod_event_reason.as_str();
         let goes_at = a
             .deadline
             .filter(|_| a.grace_to_deadline)

@@ -324,11 +324,12 @@ mod tests {
             "event_id": "e1", "kind": "spot-interruption", "time": "2026-11-20T10:00:00Z",
             "region": null, "instance_ids": ["i-1"], "ignored": null, "pools": [],
             "actions": [{"instance_id": "i-1", "node": "n1", "action": "cordon-drain",
-                         "target": null, "reason": "r", "event_reason": "SpotInterrupted",
+                         "target": null, "reason": "r",
                          // Written before the taint value was the plan's kind: still read.
                          "taint_value": "spot-interruption",
                          "deadline": "2026-11-20T10:01:45Z", "complete_lifecycle": null}],
-            "summary": "spot-interruption", "also_keys": []
+            "summary": "spot-interruption", "also_keys": [], "event_reason": "SpotInterrupted",
+            "pod_event_reason": "SpotInterruption"
         })
     }
 

@@ -39,6 +39,7 @@ fn plan(
     let p = decide(&event(), Facts::new(instances, nodes), config);
     assert!(p.pools.is_empty(), "a launch marks no pool: {p:?}");
     assert!(p.ignored.is_none());
+    assert_eq!(p.event_reason, "AutoScalingLaunch");
     p.actions.into_iter().next().unwrap()
 }
 
@@ -47,7 +48,6 @@ fn a_tagged_instance_waits_for_its_node_by_its_dns_name() {
     let a = plan(&instances(Some("demo")), &[], &config());
     assert_eq!(a.action, Action::None);
     assert_eq!(a.node.as_deref(), Some(DNS));
-    assert_eq!(a.event_reason, "AutoScalingLaunch");
     let l = a.complete_lifecycle.expect("completed once Ready");
     assert!(l.is_launch());
     assert_eq!(

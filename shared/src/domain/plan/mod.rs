@@ -63,8 +63,6 @@ pub struct NodeAction {
     pub target: Option<Target>,
     /// Why this action (or why none).
     pub reason: String,
-    /// The reason of the Kubernetes Event recorded on the node (`SpotInterrupted`, ...).
-    pub event_reason: String,
     /// The key of that taint, for a cordon ([`Config::taint_key_for`] the kind): see
     /// [`NodeAction::taint_key_in`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -134,6 +132,10 @@ pub struct Plan {
     pub actions: Vec<NodeAction>,
     /// What the event is, for people (`spot-interruption (terminate)`).
     pub summary: String,
+    /// The reason of the Kubernetes Event recorded on each node (`SpotInterrupted`, ...).
+    pub event_reason: String,
+    /// The reason of the Event recorded on each pod a drain evicts (`SpotInterruption`, ...).
+    pub pod_event_reason: String,
     /// Further idempotence keys the pool update records (see [`PoolUpdate::also_keys`]).
     pub also_keys: Vec<String>,
     /// The cluster the plan's node actions are for (`None`: a deployment naming no cluster):
@@ -167,6 +169,7 @@ impl Plan {
 
 /// Decides what to do about `event`.
 pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
+    let [event_reason, pod_event_reason] = event_reasons(event).map(str::to_string);
     let mut plan = Plan {
         event_id: event.id.clone(),
         kind: event.kind,
@@ -174,6 +177,8 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
         region: event.region.clone(),
         instance_ids: event.instance_ids.clone(),
         summary: summary(event),
+        event_reason,
+        pod_event_reason,
         also_keys: crate::domain::sweep::sweep_keys_of(event, facts.instances)
             .into_iter()
             .chain(block_key(event, config))
@@ -325,24 +330,33 @@ fn pool_mark(event: &Event, instance: &InstanceFacts, config: &Config) -> Option
     Some(mark(event, pool?, &instance.instance_id, config))
 }
 
-/// The node's Event reason of a state change to `stopping` or `stopped`.
-pub const STOPPING_REASON: &str = "InstanceStopping";
-
-fn event_reason(event: &Event) -> &'static str {
+/// The reasons of the Kubernetes Events recorded for `event`: on each node
+/// ([`Plan::event_reason`]) and on each pod a drain evicts ([`Plan::pod_event_reason`]), one of
+/// each per kind (a state change: stopping or terminating).
+fn event_reasons(event: &Event) -> [&'static str; 2] {
     match &event.detail {
-        Detail::Spot { .. } => "SpotInterrupted",
-        Detail::Rebalance => "RebalanceRecommendation",
+        Detail::Spot { .. } => ["SpotInterrupted", "SpotInterruption"],
+        Detail::Rebalance => ["RebalanceRecommendation"; 2],
         Detail::StateChange {
             state: InstanceState::Stopping | InstanceState::Stopped,
-        } => STOPPING_REASON,
-        Detail::StateChange { .. } => "InstanceTerminating",
-        Detail::Scheduled { .. } => "ScheduledChange",
-        Detail::AsgTermination(_) => "AutoScalingTermination",
-        Detail::AsgLaunch(_) => "AutoScalingLaunch",
-        Detail::Impaired { .. } => "InstanceImpaired",
-        Detail::CapacityReservation { .. } => "CapacityReservationInterrupted",
-        Detail::CapacityBlock { .. } => "CapacityBlockExpiring",
-        Detail::Unsupported { .. } => "Unsupported",
+        } => ["InstanceStopping"; 2],
+        Detail::StateChange { .. } => ["InstanceTerminating"; 2],
+        Detail::Scheduled { .. } => ["ScheduledChange", "ScheduledMaintenance"],
+        Detail::AsgTermination(_) => ["AutoScalingTermination", "ASGLifecycleTermination"],
+        // A launch hook drains nothing, nor does a delivery; named all the same.
+        Detail::AsgLaunch(_) => ["AutoScalingLaunch", "ASGLifecycleLaunch"],
+        Detail::Impaired { .. } => ["InstanceImpaired"; 2],
+        Detail::CapacityReservation { .. } => [
+            "CapacityReservationInterrupted",
+            "CapacityReservationInterruption",
+        ],
+        Detail::CapacityBlock { .. } => match event.kind {
+            EventKind::CapacityBlockDelivered => {
+                ["CapacityBlockExpiring", "CapacityBlockDelivered"]
+            }
+            _ => ["CapacityBlockExpiring", "CapacityBlockExpiration"],
+        },
+        Detail::Unsupported { .. } => ["Unsupported", "NodeDrained"],
     }
 }
 
@@ -399,7 +413,6 @@ fn node_action(event: &Event, instance_id: &str, facts: Facts<'_>, config: &Conf
     let instance = facts.instances.get(instance_id);
     let mut out = NodeAction {
         instance_id: instance_id.to_string(),
-        event_reason: event_reason(event).to_string(),
         ..NodeAction::default()
     };
     let launch = matches!(event.detail, Detail::AsgLaunch(_));
@@ -867,6 +880,57 @@ mod tests {
         assert_eq!(drain_deadline(&cr, &c), t0() + Duration::seconds(105));
     }
 
+    /// The pod Events' reason: one per kind (a state change: stopping or terminating, as the
+    /// node's says), CamelCase as Kubernetes reasons are, at most the 128 characters allowed.
+    #[test]
+    fn every_kind_has_a_pod_event_reason_of_its_own() {
+        let expected = [
+            (EventKind::SpotInterruption, "SpotInterruption"),
+            (
+                EventKind::RebalanceRecommendation,
+                "RebalanceRecommendation",
+            ),
+            (EventKind::StateChange, "InstanceTerminating"),
+            (EventKind::ScheduledChange, "ScheduledMaintenance"),
+            (EventKind::AsgTermination, "ASGLifecycleTermination"),
+            (EventKind::AsgLaunch, "ASGLifecycleLaunch"),
+            (
+                EventKind::CapacityReservationInterruption,
+                "CapacityReservationInterruption",
+            ),
+            (
+                EventKind::CapacityBlockExpiration,
+                "CapacityBlockExpiration",
+            ),
+            (EventKind::CapacityBlockDelivered, "CapacityBlockDelivered"),
+            (EventKind::Impaired, "InstanceImpaired"),
+            (EventKind::Unsupported, "NodeDrained"),
+        ];
+        assert_eq!(expected.len(), EventKind::ALL.len());
+        let (instances, nodes) = world(Situation::Plain);
+        let reason = |e: &Event| decide(e, Facts::new(&instances, &nodes), &config());
+        for (kind, want) in expected {
+            let p = reason(&event(kind));
+            assert_eq!(p.pod_event_reason, want, "{kind}");
+            for r in [want, &p.event_reason] {
+                assert!(r.len() <= 128 && r.chars().all(|c| c.is_ascii_alphanumeric()));
+                assert!(r.starts_with(|c: char| c.is_ascii_uppercase()));
+            }
+        }
+        let mut all = expected.map(|(_, r)| r);
+        all.sort_unstable();
+        assert!(all.windows(2).all(|w| w[0] != w[1]), "one reason per kind");
+        let mut stopping = event(EventKind::StateChange);
+        stopping.detail = Detail::StateChange {
+            state: InstanceState::Stopped,
+        };
+        let p = reason(&stopping);
+        assert_eq!(
+            [&*p.event_reason, &p.pod_event_reason],
+            ["InstanceStopping"; 2]
+        );
+    }
+
     #[test]
     fn state_changes_not_leaving_are_ignored() {
         let (instances, nodes) = world(Situation::Plain);
@@ -889,7 +953,7 @@ mod tests {
             let mut e = event(EventKind::StateChange);
             e.detail = Detail::StateChange { state };
             let p = decide(&e, facts, &config());
-            assert_eq!(p.actions[0].event_reason, reason);
+            assert_eq!(p.event_reason, reason);
             assert_eq!(p.actions[0].action, Action::CordonDrain);
             assert_eq!(p.actions[0].deadline, Some(t0() + Duration::minutes(5)));
             assert!(

@@ -1,36 +1,11 @@
 //! What the Kubernetes Event recorded on each pod a drain evicts says: its reason, one per
-//! event kind ([`reason`]), and its note ([`note`]): the instance, its node, and when the
-//! instance goes.
+//! event kind ([`super::Plan::pod_event_reason`]), and its note ([`note`]): the instance, its
+//! node, and when the instance goes.
 
 use chrono::{DateTime, Utc};
 
-use super::STOPPING_REASON;
-use crate::domain::event::EventKind;
-
 /// The most a note holds (`events.k8s.io/v1` refuses a longer one).
 pub const NOTE_LIMIT: usize = 1024;
-
-/// The reason of the Event on a pod evicted for an event of `kind`; `node_reason` is the node
-/// action's own reason (`SpotInterrupted`, ...), which tells a state change to `stopping` from
-/// one to `shutting-down`.
-pub fn reason(kind: EventKind, node_reason: &str) -> &'static str {
-    match kind {
-        EventKind::SpotInterruption => "SpotInterruption",
-        EventKind::RebalanceRecommendation => "RebalanceRecommendation",
-        EventKind::StateChange if node_reason == STOPPING_REASON => "InstanceStopping",
-        EventKind::StateChange => "InstanceTerminating",
-        EventKind::ScheduledChange => "ScheduledMaintenance",
-        EventKind::AsgTermination => "ASGLifecycleTermination",
-        // A launch hook drains nothing; named all the same.
-        EventKind::AsgLaunch => "ASGLifecycleLaunch",
-        EventKind::CapacityReservationInterruption => "CapacityReservationInterruption",
-        EventKind::CapacityBlockExpiration => "CapacityBlockExpiration",
-        // A delivery drains nothing; named all the same.
-        EventKind::CapacityBlockDelivered => "CapacityBlockDelivered",
-        EventKind::Impaired => "InstanceImpaired",
-        EventKind::Unsupported => "NodeDrained",
-    }
-}
 
 /// What a pod's Event is about: the instance, its node, the event, and when the instance goes.
 #[derive(Debug, Clone, Copy)]
@@ -85,52 +60,6 @@ pub fn truncate(mut s: String, limit: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_kind_has_a_reason_of_its_own() {
-        let expected = [
-            (EventKind::SpotInterruption, "SpotInterruption"),
-            (
-                EventKind::RebalanceRecommendation,
-                "RebalanceRecommendation",
-            ),
-            (EventKind::StateChange, "InstanceTerminating"),
-            (EventKind::ScheduledChange, "ScheduledMaintenance"),
-            (EventKind::AsgTermination, "ASGLifecycleTermination"),
-            (EventKind::AsgLaunch, "ASGLifecycleLaunch"),
-            (
-                EventKind::CapacityReservationInterruption,
-                "CapacityReservationInterruption",
-            ),
-            (
-                EventKind::CapacityBlockExpiration,
-                "CapacityBlockExpiration",
-            ),
-            (EventKind::CapacityBlockDelivered, "CapacityBlockDelivered"),
-            (EventKind::Impaired, "InstanceImpaired"),
-            (EventKind::Unsupported, "NodeDrained"),
-        ];
-        assert_eq!(expected.len(), EventKind::ALL.len());
-        for (kind, want) in expected {
-            assert_eq!(reason(kind, "Whatever"), want, "{kind}");
-            // CamelCase, as Kubernetes reasons are, and at most the 128 characters allowed.
-            assert!(want.len() <= 128 && want.chars().all(|c| c.is_ascii_alphanumeric()));
-            assert!(want.starts_with(|c: char| c.is_ascii_uppercase()));
-        }
-        let mut all: Vec<&str> = EventKind::ALL.iter().map(|k| reason(*k, "")).collect();
-        all.sort_unstable();
-        all.dedup();
-        assert_eq!(all.len(), EventKind::ALL.len(), "one reason per kind");
-        // A state change: stopping or terminating, as the node's own reason says.
-        assert_eq!(
-            reason(EventKind::StateChange, STOPPING_REASON),
-            "InstanceStopping"
-        );
-        assert_eq!(
-            reason(EventKind::StateChange, "InstanceTerminating"),
-            "InstanceTerminating"
-        );
-    }
 
     #[test]
     fn the_note_names_the_instance_the_node_and_when_it_goes() {
