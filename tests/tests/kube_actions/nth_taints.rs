@@ -43,7 +43,7 @@ async fn with_nths_keys_a_spot_warnings_node_gets_nths_taint_is_drained_and_give
         .build();
     let plan = w.plan(&event).await;
     assert_eq!(plan.actions[0].action, Action::CordonDrain);
-    assert_eq!(plan.actions[0].taint_key.as_deref(), Some(NTH_TAINT_SPOT));
+    assert_eq!(plan.actions[0].taint_key, NTH_TAINT_SPOT);
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(forewarn::adapters::embedded::EmbeddedStore::open(dir.path()).unwrap());
     let executor = w.executor().with_keys(store.clone());

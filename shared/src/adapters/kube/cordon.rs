@@ -36,7 +36,7 @@ use crate::domain::surge::LABEL_CORDONED;
 /// The state a cordon puts a node in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CordonSpec {
-    /// The key of the taint to put: the action's ([`NodeAction::taint_key_in`]).
+    /// The key of the taint to put: the action's ([`NodeAction::taint_key`]).
     pub taint_key: String,
     /// forewarn's own key (the settings' taint key): a taint of it on the node is forewarn's, any
     /// other key (NTH's) only when a verified record lists it.
@@ -57,11 +57,11 @@ impl CordonSpec {
     /// the configured effect and label, and its record as the reason.
     pub fn new(config: &Config, kind: EventKind, a: &NodeAction, keys: RecordKeys) -> CordonSpec {
         CordonSpec {
-            taint_key: a.taint_key_in(config).to_string(),
+            taint_key: a.taint_key.clone(),
             own_key: config.taint_key.clone(),
             taint_value: kind.to_string(),
             taint_effect: config.taint_effect,
-            exclude_from_load_balancers: a.excludes_in(config),
+            exclude_from_load_balancers: a.exclude_from_load_balancers,
             record: a.record.clone(),
             keys,
         }
@@ -425,7 +425,7 @@ impl KubeExecutor {
 
     /// The note of the `Cordoned` Event of `a`'s cordon for an event of `kind`.
     pub(super) fn cordoned_note(&self, kind: EventKind, a: &NodeAction) -> String {
-        let (key, effect) = (a.taint_key_in(&self.config), self.config.taint_effect);
+        let (key, effect) = (&a.taint_key, self.config.taint_effect);
         format!(
             "Marked unschedulable and tainted {key}={kind}:{}",
             effect.as_str()

@@ -216,15 +216,15 @@ impl KubeExecutor {
 
     /// Whether `a` may act on `node` as just read for `pass`: the node runs the action's
     /// instance (its `spec.providerID`) and is not control-plane; in a drain pass, the taint of
-    /// its cordon (its key, [`NodeAction::taint_key_in`]) is still on it (an operator who
+    /// its cordon (its key, [`NodeAction::taint_key`]) is still on it (an operator who
     /// removed it ends the drain). Otherwise why not.
     fn verify(&self, a: &NodeAction, node: &Node, pass: Pass) -> Result<(), Refusal> {
         let facts = node_facts(node);
         facts.verify_runs(&a.instance_id)?;
-        let taint = a.taint_key_in(&self.config);
+        let taint = &a.taint_key;
         if matches!(pass, Pass::Drain { .. }) && !facts.has_taint(taint) {
             return Err(Refusal::TaintRemoved {
-                taint: taint.to_string(),
+                taint: taint.clone(),
                 node: facts.name,
             });
         }

@@ -359,23 +359,22 @@ mod tests {
         assert_eq!(spaced, group(&p));
     }
 
+    /// A plan's taint key and load-balancer exclusion travel with it: a later pass cordons as
+    /// the first one decided.
     #[test]
-    fn a_continuation_written_before_the_taint_key_was_kept_drains_with_forewarns_own() {
-        let config = crate::domain::config::Config {
-            taint_key: "example.com/going".into(),
-            taint_keys: crate::domain::config::TaintKeys::Nth,
-            ..Default::default()
-        };
+    fn a_continuations_plan_keeps_its_taint_key_and_exclusion() {
         let old = plan();
-        assert_eq!(old.actions[0].taint_key, None);
-        assert_eq!(old.actions[0].taint_key_in(&config), "example.com/going");
+        assert_eq!(old.actions[0].taint_key, "");
+        assert!(!old.actions[0].exclude_from_load_balancers);
         let mut json = plan_json();
         json["actions"][0]["taint_key"] = "aws-node-termination-handler/spot-itn".into();
+        json["actions"][0]["exclude_from_load_balancers"] = true.into();
         let new: Plan = serde_json::from_value(json).unwrap();
         assert_eq!(
-            new.actions[0].taint_key_in(&config),
+            new.actions[0].taint_key,
             "aws-node-termination-handler/spot-itn"
         );
+        assert!(new.actions[0].exclude_from_load_balancers);
         let back: Plan = serde_json::from_str(&serde_json::to_string(&new).unwrap()).unwrap();
         assert_eq!(back, new);
     }

@@ -120,18 +120,18 @@ pub(super) fn act(
             }
         }
     };
-    if !already
-        && matches!(
-            action,
-            Action::Cordon | Action::CordonDrain | Action::Delete
-        )
-    {
+    let acts = matches!(
+        action,
+        Action::Cordon | Action::CordonDrain | Action::Delete
+    );
+    if acts && !already {
         out.action = action;
     }
     if matches!(out.action, Action::Cordon | Action::CordonDrain) {
         out.record = Some(record);
-        out.taint_key = Some(config.taint_key_for(event.kind).to_string());
-        out.exclude_from_load_balancers = rule.and_then(|r| r.exclude_from_load_balancers);
+        out.taint_key = config.taint_key_for(event.kind).to_string();
+        out.exclude_from_load_balancers = (rule.and_then(|r| r.exclude_from_load_balancers))
+            .unwrap_or(config.exclude_from_load_balancers);
     }
     if let Some((_, why)) = chosen {
         let rule = rule.map_or("", |r| &r.name);

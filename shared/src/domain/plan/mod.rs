@@ -63,15 +63,14 @@ pub struct NodeAction {
     pub target: Option<Target>,
     /// Why this action (or why none).
     pub reason: String,
-    /// The key of that taint, for a cordon ([`Config::taint_key_for`] the kind): see
-    /// [`NodeAction::taint_key_in`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub taint_key: Option<String>,
-    /// A cordon labels the node out of external load balancers, when its policy rule says
-    /// (`exclude-from-load-balancers`); `None`: the configuration's default
-    /// ([`NodeAction::excludes_in`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exclude_from_load_balancers: Option<bool>,
+    /// The key of the taint its cordon puts ([`Config::taint_key_for`] the kind; empty for an
+    /// action that does not cordon).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub taint_key: String,
+    /// Its cordon labels the node out of external load balancers: as its policy rule says
+    /// (`exclude-from-load-balancers`), else as the configuration does.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub exclude_from_load_balancers: bool,
     /// When a drain must be over.
     pub deadline: Option<DateTime<Utc>>,
     /// The ASG lifecycle action to complete once the node is handled.
@@ -95,21 +94,6 @@ pub struct NodeAction {
     /// that comes (see [`crate::domain::traffic`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<String>,
-}
-
-impl NodeAction {
-    /// The key of the taint its cordon puts: the one the decision chose, or — in a drain's
-    /// continuation written before the key was kept — forewarn's own, `config`'s.
-    pub fn taint_key_in<'a>(&'a self, config: &'a Config) -> &'a str {
-        self.taint_key.as_deref().unwrap_or(&config.taint_key)
-    }
-
-    /// Its cordon labels the node out of external load balancers: as its policy rule said, else
-    /// as `config` does.
-    pub fn excludes_in(&self, config: &Config) -> bool {
-        self.exclude_from_load_balancers
-            .unwrap_or(config.exclude_from_load_balancers)
-    }
 }
 
 /// The plan for one event.
@@ -783,13 +767,13 @@ mod tests {
                     continue;
                 };
                 let cordons = matches!(a.action, Action::Cordon | Action::CordonDrain);
-                let key = cordons.then(|| c.taint_key_for(kind));
-                assert_eq!(a.taint_key.as_deref(), key, "{kind}: {a:?}");
+                let key = if cordons { c.taint_key_for(kind) } else { "" };
+                assert_eq!(a.taint_key, key, "{kind}: {a:?}");
             }
         }
         let key = |kind, c: &Config| {
             let p = decide(&event(kind), facts, c);
-            p.actions[0].taint_key.clone().unwrap()
+            p.actions[0].taint_key.clone()
         };
         assert_eq!(key(EventKind::SpotInterruption, &nth), NTH_TAINT_SPOT);
         assert_eq!(key(EventKind::Impaired, &nth), TAINT_KEY);
@@ -1132,14 +1116,19 @@ mod tests {
             "the rule deletes no owned node"
         );
         assert!(a.surge, "the rule surges where the configuration does not");
-        assert_eq!(a.exclude_from_load_balancers, Some(false));
-        assert!(!a.excludes_in(&c));
+        assert!(!a.exclude_from_load_balancers);
+        assert!(c.exclude_from_load_balancers, "the configuration excludes");
         // A rule matching other nodes changes nothing here.
         c.policy = policy("delete-owned-on: []", "pool: elsewhere");
         let p = decide(&spot, facts, &c);
         assert_eq!(p.actions[0].action, Action::Delete);
-        assert_eq!(p.actions[0].exclude_from_load_balancers, None);
-        assert!(p.actions[0].excludes_in(&c), "the configuration's default");
+        c.delete_owned_on.clear();
+        let p = decide(&spot, facts, &c);
+        assert_eq!(p.actions[0].action, Action::CordonDrain);
+        assert!(
+            p.actions[0].exclude_from_load_balancers,
+            "the configuration's default"
+        );
     }
 
     #[test]
