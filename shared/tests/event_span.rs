@@ -47,7 +47,7 @@ impl Executor for Logging {
     async fn execute(&self, plan: &Plan, _: Pass, _: Work) -> Result<Vec<ActionResult>, PortError> {
         tracing::info!("executing");
         Ok(vec![ActionResult {
-            instance_id: plan.instance_ids[0].clone(),
+            instance_id: plan.actions[0].instance_id.clone(),
             detail: "done".into(),
             ..ActionResult::default()
         }])

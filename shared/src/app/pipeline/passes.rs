@@ -511,13 +511,8 @@ pub(super) fn plan_is_the_events(plan: &Plan, event: &Event) -> Result<(), NotTh
             event: event.id.clone(),
         });
     }
-    match plan
-        .actions
-        .iter()
-        .map(|a| &a.instance_id)
-        .chain(&plan.instance_ids)
-        .find(|id| !event.instance_ids.contains(id))
-    {
+    let mut ids = plan.actions.iter().map(|a| &a.instance_id);
+    match ids.find(|id| !event.instance_ids.contains(id)) {
         Some(other) => Err(NotTheEvents::OtherInstance(other.clone())),
         None => Ok(()),
     }
@@ -560,7 +555,7 @@ mod tests {
             );
         }
         let mut more = plan.clone();
-        more.instance_ids.push(B.into());
+        more.actions[0].instance_id = B.into();
         assert_eq!(
             plan_is_the_events(&more, &e).unwrap_err().to_string(),
             format!("the plan names instance {B}, which the event does not")

@@ -97,13 +97,13 @@ impl Executor for Recorder {
         );
         if self.fail.contains(&plan.event_id) {
             return Err(PortError::new(
-                plan.instance_ids[0].clone(),
+                plan.actions[0].instance_id.clone(),
                 crate::ports::FailureKind::Unavailable,
                 "API answered 500",
             ));
         }
         Ok(vec![ActionResult {
-            instance_id: plan.instance_ids[0].clone(),
+            instance_id: plan.actions[0].instance_id.clone(),
             detail: "done".into(),
             ..ActionResult::default()
         }])

@@ -322,7 +322,7 @@ mod tests {
     fn plan_json() -> Value {
         serde_json::json!({
             "event_id": "e1", "kind": "spot-interruption", "time": "2026-11-20T10:00:00Z",
-            "region": null, "instance_ids": ["i-1"], "ignored": null, "pools": [],
+            "region": null, "ignored": null, "pools": [],
             "actions": [{"instance_id": "i-1", "node": "n1", "action": "cordon-drain",
                          "target": null, "reason": "r",
                          // Written before the taint value was the plan's kind: still read.

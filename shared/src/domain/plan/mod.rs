@@ -103,7 +103,6 @@ pub struct Plan {
     pub kind: EventKind,
     pub time: DateTime<Utc>,
     pub region: Option<String>,
-    pub instance_ids: Vec<String>,
     /// Set when the event is ignored as a whole (unsupported kind, a state not acted on).
     pub ignored: Option<String>,
     /// Pools to record.
@@ -159,7 +158,6 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
         kind: event.kind,
         time: event.time,
         region: event.region.clone(),
-        instance_ids: event.instance_ids.clone(),
         summary: summary(event),
         event_reason,
         pod_event_reason,
