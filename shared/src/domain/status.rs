@@ -283,7 +283,7 @@ mod tests {
     #[test]
     fn a_handled_health_event_records_the_key_of_the_sweeps_finding() {
         let health = fixtures::event(EventKind::ScheduledChange, "h1", "i-00000001").build();
-        let keys = crate::domain::sweep::sweep_keys_of(&health, &ours());
+        let keys = crate::domain::sweep::sweep_keys_of(&health, &ours(), &Default::default());
         let finding = status_findings(
             &[InstanceStatus {
                 instance_id: "i-00000001".into(),

@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 
 use crate::domain::clusters::{ClusterId, Place};
+use crate::domain::config::Config;
 use crate::domain::event::{Detail, Event, EventKind, InstanceAction, InstanceState};
 use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::pool::CapacityType;
@@ -114,19 +115,35 @@ fn found(
 /// The sweep keys an applied event also records, so that a later sweep of the same run of the
 /// instance is a duplicate of it: spot interruptions, leaving state changes and scheduled
 /// changes (not those an update closes), one key per instance, with its launch time from
-/// `instances`.
-pub fn sweep_keys_of(event: &Event, instances: &BTreeMap<String, InstanceFacts>) -> Vec<String> {
+/// `instances`; a Capacity Block's expiration, the key of the block in `config`'s cluster
+/// ([`block_key`]; a part of a warning records none: it is not the block's whole warning).
+/// None is the event's own id (a sweep's finding).
+pub fn sweep_keys_of(
+    event: &Event,
+    instances: &BTreeMap<String, InstanceFacts>,
+    config: &Config,
+) -> Vec<String> {
     let (kind, closed) = match &event.detail {
         Detail::Spot { .. } => (EventKind::SpotInterruption, &[][..]),
         Detail::StateChange { state } if state.is_leaving() => (EventKind::StateChange, &[][..]),
         Detail::Scheduled { closed, .. } => (EventKind::ScheduledChange, &closed[..]),
+        Detail::CapacityBlock {
+            reservation_id,
+            end_date,
+            part: false,
+            ..
+        } if event.kind == EventKind::CapacityBlockExpiration => {
+            let place = Place::of_event(event);
+            let cluster = (config.cluster_name.as_deref()).map(|c| ClusterId::at(&place, c));
+            let key = block_key(reservation_id, *end_date, cluster.as_ref());
+            return (key != event.id).then_some(key).into_iter().collect();
+        }
         _ => return Vec::new(),
     };
-    event
-        .instance_ids
-        .iter()
+    (event.instance_ids.iter())
         .filter(|id| !closed.contains(id))
         .map(|id| sweep_key(kind, id, instances.get(id).and_then(|i| i.launch_time)))
+        .filter(|k| *k != event.id)
         .collect()
 }
 
@@ -357,18 +374,21 @@ mod tests {
         warning.detail = Detail::Spot {
             action: InstanceAction::Hibernate,
         };
-        assert_eq!(sweep_keys_of(&warning, &facts), vec![found[0].id.clone()]);
+        assert_eq!(
+            sweep_keys_of(&warning, &facts, &Config::default()),
+            vec![found[0].id.clone()]
+        );
         // After a restart the launch time differs: a new key, a new interruption.
         let mut restarted = i.clone();
         restarted.launch_time = Some(launched() + chrono::Duration::days(1));
         let later = BTreeMap::from([(i.instance_id.clone(), restarted)]);
         assert_ne!(
-            sweep_keys_of(&warning, &later),
-            sweep_keys_of(&warning, &facts)
+            sweep_keys_of(&warning, &later, &Config::default()),
+            sweep_keys_of(&warning, &facts, &Config::default())
         );
         // Unknown instance: the key without launch time.
         assert_eq!(
-            sweep_keys_of(&warning, &BTreeMap::new()),
+            sweep_keys_of(&warning, &BTreeMap::new(), &Config::default()),
             vec!["sweep:spot-interruption:i-00000001"]
         );
         // Kinds with no sweep counterpart carry none.
@@ -380,7 +400,7 @@ mod tests {
         ] {
             warning.detail = detail;
             assert!(
-                sweep_keys_of(&warning, &facts).is_empty(),
+                sweep_keys_of(&warning, &facts, &Config::default()).is_empty(),
                 "{:?}",
                 warning.detail
             );
@@ -389,7 +409,7 @@ mod tests {
             state: InstanceState::Stopped,
         };
         assert_eq!(
-            sweep_keys_of(&warning, &facts),
+            sweep_keys_of(&warning, &facts, &Config::default()),
             vec![format!("sweep:state-change:i-00000001@{AT}")]
         );
     }

@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::domain::clusters::{ClusterId, Place};
 use crate::domain::config::{Action, Config};
 use crate::domain::cordon_record::CordonRecord;
 use crate::domain::event::{
@@ -161,11 +160,7 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
         summary: summary(event),
         event_reason,
         pod_event_reason,
-        also_keys: crate::domain::sweep::sweep_keys_of(event, facts.instances)
-            .into_iter()
-            .chain(block_key(event, config))
-            .filter(|k| *k != event.id)
-            .collect(),
+        also_keys: crate::domain::sweep::sweep_keys_of(event, facts.instances, config),
         cluster: config
             .cluster
             .as_ref()
@@ -242,25 +237,6 @@ pub fn decide(event: &Event, facts: Facts<'_>, config: &Config) -> Plan {
         ));
     }
     plan
-}
-
-/// The key a Capacity Block's expiration records in this cluster, so that the sweeper's finding
-/// of it is a duplicate (see [`crate::domain::sweep::block_key`]).
-fn block_key(event: &Event, config: &Config) -> Option<String> {
-    // A part's warning records it (a part is not the block's whole warning).
-    let Detail::CapacityBlock {
-        reservation_id,
-        end_date,
-        part: false,
-        ..
-    } = &event.detail
-    else {
-        return None;
-    };
-    let place = Place::of_event(event);
-    let cluster = (config.cluster_name.as_deref()).map(|name| ClusterId::at(&place, name));
-    let key = crate::domain::sweep::block_key(reservation_id, *end_date, cluster.as_ref());
-    (event.kind == EventKind::CapacityBlockExpiration).then_some(key)
 }
 
 /// `pool` marked by `event` through `instance_id`: unavailable for a while when the event's
