@@ -53,50 +53,37 @@ pub fn decode_value(
     value: Value,
     received: DateTime<Utc>,
 ) -> Result<Vec<Record>, DecodeError> {
-    match value {
-        Value::Array(items) => Ok(items
-            .into_iter()
-            .enumerate()
-            .map(|(i, item)| {
+    let err = |field, why: String| Err(DecodeError::new(&Origin::bare(source), field, why));
+    let found = match &value {
+        Value::Array(items) => {
+            let record = |(i, item)| {
                 let origin = Origin::array(source, i);
-                let event = parse_event(&origin, &item, received, received);
+                let event = parse_event(&origin, item, received, received);
                 Record::new(origin, event)
-            })
-            .collect()),
-        Value::Object(ref map) if map.contains_key("Records") => {
-            let Some(Value::Array(records)) = map.get("Records") else {
-                let why = "expected an array of SQS messages";
-                return Err(DecodeError::new(
-                    &Origin::bare(source),
-                    Some("Records"),
-                    why,
-                ));
             };
-            Ok(records
-                .iter()
-                .enumerate()
-                .map(|(i, raw)| decode_json_message(source, i, raw, received))
-                .collect())
+            return Ok(items.iter().enumerate().map(record).collect());
         }
-        Value::Object(_) => {
-            let origin = Origin::bare(source);
-            let event = parse_event(&origin, &value, received, received);
-            Ok(vec![Record::new(origin, event)])
-        }
-        other => Err(DecodeError::new(
-            &Origin::bare(source),
-            None,
-            format!(
-                "expected an EventBridge event, an SQS event or an array of events, found {}",
-                match other {
-                    Value::Null => "null",
-                    Value::Bool(_) => "a boolean",
-                    Value::Number(_) => "a number",
-                    _ => "a string",
-                }
-            ),
-        )),
-    }
+        Value::Object(map) => match map.get("Records") {
+            Some(Value::Array(records)) => {
+                let record = |(i, raw)| decode_json_message(source, i, raw, received);
+                return Ok(records.iter().enumerate().map(record).collect());
+            }
+            Some(_) => return err(Some("Records"), "expected an array of SQS messages".into()),
+            None => {
+                let origin = Origin::bare(source);
+                let event = parse_event(&origin, &value, received, received);
+                return Ok(vec![Record::new(origin, event)]);
+            }
+        },
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+    };
+    err(
+        None,
+        format!("expected an EventBridge event, an SQS event or an array of events, found {found}"),
+    )
 }
 
 #[cfg(test)]
