@@ -1012,7 +1012,8 @@ pub(crate) async fn fleet_run(
             .collect();
         let fleet = match clients.len() {
             1 => Fleet::one(cluster_of(None, &clients[&members[0].name], &config)),
-            _ => Fleet::named(
+            _ => Fleet::many(
+                None,
                 members.iter().map(Member::id).collect(),
                 Arc::new(BenchClusters {
                     clients,
