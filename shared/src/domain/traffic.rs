@@ -286,8 +286,8 @@ pub struct Rounds {
     pub next_at: Option<DateTime<Utc>>,
     /// A round is being made, its maker's until this (or its settling).
     pub making_until: Option<DateTime<Utc>>,
-    pub quiet_since: Option<DateTime<Utc>>,
-    pub quiet_until: Option<DateTime<Utc>>,
+    /// A round throttled or went unanswered at the first time: no round until the second.
+    pub quiet: Option<(DateTime<Utc>, DateTime<Utc>)>,
     /// The cluster's target groups (ARNs) as the last round knew them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<String>,
@@ -305,7 +305,7 @@ impl Rounds {
     /// What a claim at `now` answers, and the state after it: a round due and wanted is the
     /// caller's until `now + lease` (or its settling).
     pub fn claim(&mut self, now: DateTime<Utc>, lease: std::time::Duration) -> Claim {
-        if let (Some(since), Some(until)) = (self.quiet_since, self.quiet_until)
+        if let Some((since, until)) = self.quiet
             && now < until
         {
             return Claim::Quiet { since, until };
@@ -337,9 +337,8 @@ impl Rounds {
             self.groups.clone_from(groups);
         }
         self.making_until = None;
-        if settled.quiet_until.is_some() {
-            self.quiet_since = Some(now);
-            self.quiet_until = settled.quiet_until;
+        if let Some(until) = settled.quiet_until {
+            self.quiet = Some((now, until));
         }
     }
 }
