@@ -558,20 +558,20 @@ pub trait LifecycleCompleter: Send + Sync {
 /// [`crate::domain::traffic`]).
 #[async_trait]
 pub trait LoadBalancers: Send + Sync {
-    /// Deregisters `doomed`'s targets (in `place`'s account and region) from every target group
-    /// tagged for `cluster`, one `DeregisterTargets` per group for all of its doomed targets, at
-    /// most [`crate::domain::traffic::ELB_RATE`] calls at a time; a group whose deregistration
-    /// fails is named in the answer, the others still done. The groups are those known (found by their tag and kept
-    /// fresh in the background); an error: none is known and they could not be found, or their
-    /// targets could not be read: nothing was deregistered.
+    /// Deregisters `doomed`'s targets (in the account and region of `key`'s place) from every
+    /// target group tagged for its cluster, one `DeregisterTargets` per group for all of its
+    /// doomed targets, at most [`crate::domain::traffic::ELB_RATE`] calls at a time; a group
+    /// whose deregistration fails is named in the answer, the others still done. The groups are
+    /// those known (found by their tag and kept fresh in the background); an error: none is
+    /// known and they could not be found, or their targets could not be read: nothing was
+    /// deregistered.
     ///
-    /// `seed` are the target groups of (`place`, `cluster`) as another execution environment
-    /// found them: taken as known when this one knows none yet (and found again in the
-    /// background), so that its first round need not find them.
+    /// `seed` are the target groups of `key` as another execution environment found them: taken
+    /// as known when this one knows none yet (and found again in the background), so that its
+    /// first round need not find them.
     async fn deregister(
         &self,
-        place: &Place,
-        cluster: &str,
+        key: &RoundKey,
         doomed: &[crate::domain::traffic::Doomed],
         seed: &[String],
     ) -> Result<crate::domain::traffic::Deregistered, PortError>;
@@ -579,7 +579,7 @@ pub trait LoadBalancers: Send + Sync {
 
 /// The rounds of one cluster's load balancers in one account and region (see
 /// [`TrafficRounds`]).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RoundKey {
     pub place: Place,
     pub cluster: String,

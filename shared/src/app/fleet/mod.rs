@@ -137,7 +137,7 @@ pub struct Fleet {
     listed: tokio::sync::Mutex<Option<(DateTime<Utc>, Vec<ClusterId>)>>,
     /// The clusters whose last share failed whole: since when, and whether a share is trying
     /// it again now.
-    troubled: std::sync::Mutex<BTreeMap<String, Trouble>>,
+    troubled: std::sync::Mutex<BTreeMap<String, (DateTime<Utc>, bool)>>,
 }
 
 /// Every cluster `catalog` lists in `places`, and `also`, each whole (`own` fills what they do
@@ -177,13 +177,6 @@ async fn list(
             Ok(ids)
         }
     }
-}
-
-/// A cluster in trouble (see [`Fleet::backing_off`]).
-#[derive(Debug, Clone, Copy)]
-struct Trouble {
-    since: DateTime<Utc>,
-    probing: bool,
 }
 
 impl Fleet {
@@ -319,11 +312,11 @@ impl Fleet {
     /// tells how it went with [`Fleet::record_outcome`].
     pub fn backing_off(&self, name: &str, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let mut troubled = self.troubled.lock().unwrap_or_else(|p| p.into_inner());
-        let trouble = troubled.get_mut(name)?;
-        if trouble.probing || now - trouble.since < BREAK {
-            return Some(trouble.since);
+        let (since, probing) = troubled.get_mut(name)?;
+        if *probing || now - *since < BREAK {
+            return Some(*since);
         }
-        trouble.probing = true;
+        *probing = true;
         None
     }
 
@@ -338,13 +331,7 @@ impl Fleet {
                     "a cluster's share failed whole: left alone in mixed batches for a while"
                 );
             }
-            troubled.insert(
-                name.to_string(),
-                Trouble {
-                    since: now,
-                    probing: false,
-                },
-            );
+            troubled.insert(name.to_string(), (now, false));
         } else if troubled.remove(name).is_some() {
             tracing::info!(cluster = name, "a cluster in trouble answers again");
         }

@@ -814,8 +814,7 @@ impl Balancers {
 impl crate::ports::LoadBalancers for Balancers {
     async fn deregister(
         &self,
-        _place: &Place,
-        cluster: &str,
+        key: &crate::ports::RoundKey,
         doomed: &[crate::domain::traffic::Doomed],
         _seed: &[String],
     ) -> Result<crate::domain::traffic::Deregistered, crate::ports::PortError> {
@@ -823,7 +822,7 @@ impl crate::ports::LoadBalancers for Balancers {
         self.rounds
             .lock()
             .unwrap()
-            .push((cluster.to_string(), doomed.to_vec(), executed));
+            .push((key.cluster.clone(), doomed.to_vec(), executed));
         self.called.notify_one();
         if self.hang {
             std::future::pending::<()>().await;

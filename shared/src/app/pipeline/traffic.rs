@@ -321,7 +321,7 @@ impl Pipeline<'_> {
             return rounds.settle(key, &settled, self.clock.now()).await;
         }
         let budget_end = started + span(traffic.budget);
-        let round = (traffic.balancers).deregister(&key.place, &key.cluster, &doomed, groups);
+        let round = (traffic.balancers).deregister(key, &doomed, groups);
         // What did not answer, or answered an error, left no group for any instance.
         let failed = |why: String, throttled| Deregistered {
             failed: vec![why],
