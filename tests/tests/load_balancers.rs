@@ -14,19 +14,17 @@ use aws_sdk_elasticloadbalancingv2::types::{ProtocolEnum, Tag, TargetDescription
 use forewarn::adapters::clock::ManualClock;
 use forewarn::adapters::ec2::Ec2Directory;
 use forewarn::adapters::elb::ElbTargets;
+use forewarn::domain::clusters::ClusterId;
 use forewarn::domain::traffic::Doomed;
-use forewarn::ports::{InstanceDirectory, LoadBalancers, Place, RoundKey};
+use forewarn::ports::{InstanceDirectory, LoadBalancers, Place};
 use forewarn_tests::ec2::{Launch, any_image, launch};
 use forewarn_tests::elb::registered;
 use forewarn_tests::moto::{runtime, shared, unique_name};
 use forewarn_tests::proxy::{AwsCall, AwsFault, AwsProxy, FaultKind};
 
 /// The rounds of `cluster` in `place`.
-fn key(place: &Place, cluster: &str) -> RoundKey {
-    RoundKey {
-        place: place.clone(),
-        cluster: cluster.into(),
-    }
+fn key(place: &Place, cluster: &str) -> ClusterId {
+    ClusterId::at(place, cluster)
 }
 
 /// The tests' configuration in `region` (each test its own: moto keeps target groups per

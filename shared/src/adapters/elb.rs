@@ -31,10 +31,11 @@ use futures::StreamExt;
 
 use crate::adapters::accounts::{Accounts, PerPlace, lock};
 use crate::adapters::aws::call_error;
+use crate::domain::clusters::ClusterId;
 use crate::domain::traffic::{
     CLUSTER_TAG, Deregistered, Doomed, ELB_RATE, Target, doomed_targets, tagged_for,
 };
-use crate::ports::{Clock, FailureKind, LoadBalancers, PortError, RoundKey};
+use crate::ports::{Clock, FailureKind, LoadBalancers, PortError};
 
 /// How long the target groups of a cluster, once found, are taken as they are before they are
 /// found again in the background.
@@ -66,7 +67,7 @@ pub struct ElbTargets {
     places: PerPlace<Clients>,
     clock: Arc<dyn Clock>,
     /// The target groups of (place, cluster) as known.
-    groups: Arc<Mutex<HashMap<RoundKey, Known>>>,
+    groups: Arc<Mutex<HashMap<ClusterId, Known>>>,
     /// Each group's targets (by ARN), and when they were read.
     targets: Arc<Mutex<Targets>>,
 }
@@ -127,7 +128,7 @@ impl ElbTargets {
     async fn known_groups(
         &self,
         tags: &aws_sdk_resourcegroupstagging::Client,
-        key: &RoundKey,
+        key: &ClusterId,
         seed: &[String],
     ) -> Result<(BTreeSet<String>, usize), PortError> {
         // The seed comes from the pool table: only the place's own account and region's.
@@ -160,7 +161,7 @@ impl ElbTargets {
                 let (this, tags, key) = (self.clone(), tags.clone(), key.clone());
                 tokio::spawn(async move {
                     if let Err(e) = this.discover(&tags, &key, finding).await {
-                        tracing::warn!(cluster = %key.cluster, error = %e, "target groups not found again");
+                        tracing::warn!(cluster = %key, error = %e, "target groups not found again");
                     }
                 });
             }
@@ -175,10 +176,10 @@ impl ElbTargets {
     async fn discover(
         &self,
         tags: &aws_sdk_resourcegroupstagging::Client,
-        key: &RoundKey,
+        key: &ClusterId,
         _finding: tokio::sync::OwnedMutexGuard<()>,
     ) -> Result<(BTreeSet<String>, usize), PortError> {
-        let cluster = key.cluster.as_str();
+        let cluster = key.name.as_str();
         let (mut found, mut calls) = (BTreeSet::new(), 0);
         let filter = TagFilter::builder()
             .key(CLUSTER_TAG)
@@ -289,7 +290,7 @@ impl ElbTargets {
 impl LoadBalancers for ElbTargets {
     async fn deregister(
         &self,
-        key: &RoundKey,
+        key: &ClusterId,
         doomed: &[Doomed],
         seed: &[String],
     ) -> Result<Deregistered, PortError> {

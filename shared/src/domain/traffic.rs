@@ -19,11 +19,21 @@ use chrono::{DateTime, Utc};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+use crate::domain::clusters::ClusterId;
 use crate::domain::event::EventKind;
 use crate::domain::keys::{ContinuationKey, KeyId, KeyRing, Unverified};
 
 /// The tag the AWS Load Balancer Controller puts on the target groups it makes for a cluster.
 pub const CLUSTER_TAG: &str = "elbv2.k8s.aws/cluster";
+
+/// The key of `cluster`'s rounds (see `crate::ports::TrafficRounds`), which what is offered
+/// to them is signed for: `TRAFFIC#<account>#<region>#<cluster>` (`-` for what its place does
+/// not say).
+pub fn round_of(cluster: &ClusterId) -> String {
+    let part = |p: &Option<String>| p.clone().unwrap_or_else(|| "-".into());
+    let (account, region) = (part(&cluster.place.account), part(&cluster.place.region));
+    format!("TRAFFIC#{account}#{region}#{}", cluster.name)
+}
 
 /// A target registered in a target group, as `DescribeTargetHealth` lists it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]

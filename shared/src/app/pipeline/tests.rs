@@ -814,7 +814,7 @@ impl Balancers {
 impl crate::ports::LoadBalancers for Balancers {
     async fn deregister(
         &self,
-        key: &crate::ports::RoundKey,
+        key: &crate::domain::clusters::ClusterId,
         doomed: &[crate::domain::traffic::Doomed],
         _seed: &[String],
     ) -> Result<crate::domain::traffic::Deregistered, crate::ports::PortError> {
@@ -822,7 +822,7 @@ impl crate::ports::LoadBalancers for Balancers {
         self.rounds
             .lock()
             .unwrap()
-            .push((key.cluster.clone(), doomed.to_vec(), executed));
+            .push((key.name.clone(), doomed.to_vec(), executed));
         self.called.notify_one();
         if self.hang {
             std::future::pending::<()>().await;
