@@ -86,7 +86,7 @@ pub fn split(
     shares
 }
 
-/// The event's instances by home, in the order of their first instance.
+/// The event's instances by home.
 fn homes(
     event: &Event,
     instances: &BTreeMap<String, InstanceFacts>,
@@ -94,15 +94,12 @@ fn homes(
     own: &Place,
 ) -> Vec<(Destination, Vec<String>)> {
     let place = Place::of_event(event);
-    let mut out: Vec<(Destination, Vec<String>)> = Vec::new();
+    let mut out: BTreeMap<Destination, Vec<String>> = BTreeMap::new();
     for id in &event.instance_ids {
         let h = home(instances.get(id), &place, served, own);
-        match out.iter_mut().find(|(known, _)| *known == h) {
-            Some((_, ids)) => ids.push(id.clone()),
-            None => out.push((h, vec![id.clone()])),
-        }
+        out.entry(h).or_default().push(id.clone());
     }
-    out
+    out.into_iter().collect()
 }
 
 /// The part of `record` about `ids`, the instances of `home`: its own idempotence key.
