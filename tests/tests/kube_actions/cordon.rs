@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use forewarn::adapters::kube::{
-    CordonOutcome, DeleteOutcome, EventOutcome, NodeOutcome, REPORTING_CONTROLLER, event_name,
+    CordonOutcome, EventOutcome, NodeOutcome, REPORTING_CONTROLLER, event_name,
 };
 use forewarn::domain::config::{Action, LABEL_EXCLUDE_LB};
 use forewarn::domain::event::EventKind;
@@ -16,8 +16,8 @@ use serde_json::{Value, json};
 
 use crate::delete::nodeclaim;
 use crate::support::{
-    ID, NODE, TAINT, World, assert_accepted, assert_nothing_written_again, event, eviction_path,
-    execute_passes, node, passes, paths, seed_pods, taints, written,
+    ID, NODE, TAINT, World, assert_accepted, assert_nothing_written_again, assert_said, event,
+    eviction_path, execute_passes, node, passes, paths, seed_pods, taints, written,
 };
 
 #[tokio::test]
@@ -482,12 +482,7 @@ async fn a_dry_run_writes_nothing_and_says_what_it_would_do() {
         .await;
     w.fake.clear_requests();
     let out = passes(&executor, &plan).await.unwrap().remove(0);
-    assert_eq!(
-        out.delete,
-        Some(DeleteOutcome::WouldDelete {
-            target: "nodeclaim/default-x1".into()
-        })
-    );
+    assert_said(&out, "would delete nodeclaim/default-x1");
     assert_eq!(w.fake.writes(), vec![]);
     assert_accepted(&w.fake.requests());
 }

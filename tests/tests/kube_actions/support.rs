@@ -337,6 +337,16 @@ impl World {
     }
 }
 
+/// The action's detail says `part`: one of its `; `-separated parts, exactly (what a step did,
+/// as it tells people: `deleted nodeclaim/x`, `node/x already gone`).
+pub(crate) fn assert_said(out: &NodeOutcome, part: &str) {
+    let detail = &out.result.detail;
+    assert!(
+        detail.split("; ").any(|p| p == part),
+        "{part:?} not said in {detail:?}"
+    );
+}
+
 /// Every answer is one the adapter expects, every body of the right type.
 pub(crate) fn assert_accepted(requests: &[RecordedRequest]) {
     for r in requests {

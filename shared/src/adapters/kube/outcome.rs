@@ -1,5 +1,5 @@
 //! What the executor did for each node action ([`NodeOutcome`]: its cordon, drain, delete,
-//! Events, lifecycle action), and the port's result its steps make of it.
+//! Events), and the port's result its steps make of it.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::domain::plan::NodeAction;
 use crate::domain::report::DrainSummary;
 use crate::domain::surge::RoomWait;
-use crate::ports::{ActionResult, LifecycleOutcome};
+use crate::ports::ActionResult;
 
 /// What a cordon did.
 #[derive(Debug, Clone, PartialEq)]
@@ -20,9 +20,9 @@ pub enum CordonOutcome {
     WouldCordon { patch: Value },
 }
 
-/// What a delete did; displayed for people.
+/// What a delete did; displayed for people (the action's detail).
 #[derive(Debug, Clone, PartialEq, Eq, strum::Display)]
-pub enum DeleteOutcome {
+pub(crate) enum DeleteOutcome {
     /// Deleted (`nodeclaim/x`, `machine/ns/x`, `node/x`).
     #[strum(to_string = "deleted {target}")]
     Deleted { target: String },
@@ -181,8 +181,6 @@ pub struct NodeOutcome {
     pub result: ActionResult,
     pub cordon: Option<CordonOutcome>,
     pub drain: Option<DrainReport>,
-    pub delete: Option<DeleteOutcome>,
-    pub lifecycle: Option<LifecycleOutcome>,
     /// Event reasons, with what became of each.
     pub events: Vec<(String, EventOutcome)>,
     pub(super) dry_run: bool,
