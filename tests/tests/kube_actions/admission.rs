@@ -16,7 +16,7 @@ use forewarn::ports::{Clock, NodeDirectory, Pass};
 use kube_fake::KubeFake;
 use serde_json::{Value, json};
 
-use crate::support::{ID, NODE, OTHER_ID, OTHER_NODE, World, event, instance, node};
+use crate::support::{ID, NODE, OTHER_ID, OTHER_NODE, World, assert_said, event, instance, node};
 use crate::surge::{first_drain_pass, placeholders, sized};
 
 /// `infra/k8s/placeholders.yaml`'s PriorityClass, admission policy and binding stored in `w`'s
@@ -462,7 +462,7 @@ async fn forewarns_node_writes_pass_the_node_policy_and_nothing_else_does() {
             .await
             .unwrap()
             .remove(0);
-        assert!(out.cordon.is_some(), "{group}: {out:?}");
+        assert_said(&out, &format!("cordoned node/{NODE}"));
         let cordoned = w.node(NODE).unwrap();
         assert_eq!(cordoned["spec"]["unschedulable"], true, "{group}: admitted");
         assert_eq!(

@@ -100,9 +100,9 @@ pub(crate) fn fast() -> ExecutorSettings {
 pub(crate) const PASS_GAP: Duration = Duration::from_millis(100);
 
 /// An event's passes as the pipeline's in-process driver runs them: the first pass, then drain
-/// passes [`PASS_GAP`] apart until none is pending; each action's outcomes merged into one (the
-/// first cordon, every eviction and Event, the pod Events' counts summed, every pass's detail,
-/// the last of the rest).
+/// passes [`PASS_GAP`] apart until none is pending; each action's outcomes merged into one
+/// (every eviction and Event, the pod Events' counts summed, every pass's detail, the last of the
+/// rest).
 pub(crate) async fn passes(
     executor: &KubeExecutor,
     plan: &Plan,
@@ -137,7 +137,6 @@ pub(crate) async fn passes(
                 }
                 (before, now) => now.or(before),
             };
-            o.cordon = m.cordon.take().or(o.cordon);
             o.result.detail = format!("{}; {}", m.result.detail, o.result.detail);
             o.events = std::mem::take(&mut m.events);
             o.drain = drain;

@@ -49,6 +49,6 @@ pub use events::{REPORTING_CONTROLLER, event_name};
 pub(crate) use execute::failed as executor_failed;
 pub use executor::{ExecutorSettings, KubeExecutor};
 pub use node_facts::node_facts;
-pub use outcome::{CordonOutcome, DrainReport, EventOutcome, NodeOutcome};
+pub use outcome::{DrainReport, EventOutcome, NodeOutcome};
 pub use policy::{KubePolicy, POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE};
 pub(crate) use surge::delete_expired;

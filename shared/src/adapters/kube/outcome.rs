@@ -2,7 +2,6 @@
 //! Events), and the port's result its steps make of it.
 
 use chrono::{DateTime, Utc};
-use serde_json::Value;
 
 use crate::domain::plan::NodeAction;
 use crate::domain::report::DrainSummary;
@@ -10,14 +9,14 @@ use crate::domain::surge::RoomWait;
 use crate::ports::ActionResult;
 
 /// What a cordon did.
-#[derive(Debug, Clone, PartialEq)]
-pub enum CordonOutcome {
-    /// Patched, after `attempts` tries (more than one when the node changed under us).
-    Cordoned { attempts: u32 },
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CordonOutcome {
+    /// Patched (after more than one try when the node changed under us).
+    Cordoned,
     /// The node already had exactly that state: nothing sent.
     AlreadyCordoned,
-    /// Dry run: the patch that would be sent.
-    WouldCordon { patch: Value },
+    /// Dry run: a patch would be sent.
+    WouldCordon,
 }
 
 /// What a delete did; displayed for people (the action's detail).
@@ -179,7 +178,6 @@ pub enum EventOutcome {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeOutcome {
     pub result: ActionResult,
-    pub cordon: Option<CordonOutcome>,
     pub drain: Option<DrainReport>,
     /// Event reasons, with what became of each.
     pub events: Vec<(String, EventOutcome)>,
