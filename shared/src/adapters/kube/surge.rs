@@ -269,8 +269,8 @@ async fn kept_placeholders(
             by_pod.insert(uid, ph);
         } else {
             let deleted = delete_all(clients, std::slice::from_ref(&ph));
-            report.placeholders_deleted +=
-                crate::ports::until(clock, end, deleted).await.unwrap_or(0);
+            let deleted = crate::ports::until(clock, end, deleted).await;
+            report.placeholders_deleted += deleted.map_or(0, |(gone, _)| gone);
         }
     }
     by_pod
@@ -471,22 +471,31 @@ pub(crate) async fn delete_of_node(clients: &ClusterClient, node: &str) -> usize
         tracing::warn!(error = %e, node, "placeholders not listed: the sweeper deletes them once they expire");
         Vec::new()
     });
-    delete_all(clients, &found).await
+    delete_all(clients, &found).await.0
 }
 
-/// Deletes `placeholders`, each with [`delete`], a failure logged (the sweeper deletes what a
-/// drain left, and the garbage collector what its Node leaves); answers how many went.
-pub(crate) async fn delete_all(clients: &ClusterClient, placeholders: &[Pod]) -> usize {
-    let mut gone = 0;
+/// Deletes `placeholders`, each with [`delete`], every one tried; answers how many went, and
+/// when any failed an error naming how many and the first. Each failure is logged (the sweeper
+/// deletes what a drain left once it expires, and the garbage collector what its Node leaves).
+pub(crate) async fn delete_all(
+    clients: &ClusterClient,
+    placeholders: &[Pod],
+) -> (usize, Option<KubeError>) {
+    let (mut failed, mut first) = (0, None);
     for ph in placeholders {
-        match delete(clients, ph).await {
-            Ok(()) => gone += 1,
-            Err(e) => {
-                tracing::warn!(error = %e, "placeholder not deleted: the sweeper deletes it once it expires")
-            }
+        if let Err(e) = delete(clients, ph).await {
+            tracing::warn!(error = %e, "placeholder not deleted: the sweeper deletes it once it expires");
+            failed += 1;
+            first.get_or_insert(e);
         }
     }
-    gone
+    let tried = placeholders.len();
+    let partly = first.map(|first| KubeError::Partly {
+        failed,
+        tried,
+        first: Box::new(first),
+    });
+    (tried - failed, partly)
 }
 
 /// Deletes the placeholders of forewarn's namespace that expired before `now` (the sweeper's
@@ -500,29 +509,17 @@ pub(crate) async fn delete_expired(
     dry_run: bool,
 ) -> Result<Vec<String>, KubeError> {
     let all = list(clients, ListParams::default(), "placeholders").await?;
-    let (mut gone, mut failed, mut first) = (Vec::new(), 0, None);
-    for ph in all {
-        // A placeholder without a readable expiry is forewarn's and of no use: it goes too.
-        let expired = annotated_time(&ph, ANNOTATION_EXPIRES).is_none_or(|t| t < now);
-        if !expired {
-            continue;
-        }
-        if !dry_run && let Err(e) = delete(clients, &ph).await {
-            tracing::error!(error = %e, "expired placeholder not deleted");
-            failed += 1;
-            first.get_or_insert(e);
-            continue;
-        }
-        gone.push(format!("{NAMESPACE}/{}", ph.name_any()));
+    // A placeholder without a readable expiry is forewarn's and of no use: it goes too.
+    let expired: Vec<Pod> = (all.into_iter())
+        .filter(|ph| annotated_time(ph, ANNOTATION_EXPIRES).is_none_or(|t| t < now))
+        .collect();
+    if !dry_run && let (_, Some(failed)) = delete_all(clients, &expired).await {
+        return Err(failed);
     }
-    match first {
-        None => Ok(gone),
-        Some(first) => Err(KubeError::Partly {
-            failed,
-            tried: gone.len() + failed,
-            first: Box::new(first),
-        }),
-    }
+    Ok(expired
+        .iter()
+        .map(|ph| format!("{NAMESPACE}/{}", ph.name_any()))
+        .collect())
 }
 
 #[cfg(test)]
