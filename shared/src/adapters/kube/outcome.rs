@@ -69,8 +69,6 @@ pub struct PodEventCounts {
     /// Not sent: past the pass's budget, the client's rate limit busy, or after a failure (the
     /// one that failed when sent counted too).
     pub given_up: usize,
-    /// Dry run: the Events that would be recorded.
-    pub would_record: usize,
 }
 
 /// What a drain did.
@@ -236,7 +234,8 @@ impl NodeOutcome {
             .filter(|(_, o)| *o == EventOutcome::WouldCreate)
             .map(|(r, _)| r.as_str())
             .collect();
-        let pod_events = self.drain.as_ref().map_or(0, |d| d.pod_events.would_record);
+        // A dry run's drain would record an Event on each pod it would evict.
+        let pod_events = self.drain.as_ref().map_or(0, |d| d.would_evict.len());
         let tail = [
             (!would.is_empty()).then(|| format!("would record Events {}", would.join(", "))),
             (pod_events > 0)
