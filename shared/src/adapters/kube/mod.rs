@@ -32,7 +32,6 @@ mod outcome;
 pub(crate) mod placeholder;
 mod policy;
 pub(crate) mod surge;
-pub(crate) mod surge_memory;
 
 pub use api::FIELD_MANAGER;
 pub use connect::{
