@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use forewarn::adapters::kube::{ClusterClient, KubeNodeDirectory};
+use forewarn::adapters::kube::ClusterClient;
 use forewarn::app::upkeep::ClusterUpkeep;
 use forewarn::domain::event::EventKind;
 use forewarn::domain::facts::InstanceFacts;
@@ -551,7 +551,9 @@ async fn forewarns_groups_cannot_delete_a_control_plane_node() {
 async fn plan_for_other(w: &World, id: &str) -> forewarn::domain::plan::Plan {
     let instances = BTreeMap::from([(OTHER_ID.to_string(), instance(OTHER_ID, OTHER_NODE))]);
     let known: Vec<InstanceFacts> = instances.values().cloned().collect();
-    let nodes = KubeNodeDirectory::new(w.clients.clone())
+    let nodes = w
+        .clients
+        .clone()
         .nodes(&known, Default::default())
         .await
         .unwrap();

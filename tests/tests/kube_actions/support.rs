@@ -9,9 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::Utc;
 use forewarn::adapters::clock::ManualClock;
-use forewarn::adapters::kube::{
-    ClusterClient, ExecutorSettings, KubeExecutor, KubeNodeDirectory, NodeOutcome,
-};
+use forewarn::adapters::kube::{ClusterClient, ExecutorSettings, KubeExecutor, NodeOutcome};
 pub(crate) use forewarn::app::fleet::{Cluster, Fleet};
 use forewarn::app::pipeline::{Passes, Pipeline};
 use forewarn::domain::config::Config;
@@ -304,7 +302,7 @@ impl World {
     pub(crate) async fn plan(&self, event: &Event) -> Plan {
         let instances = BTreeMap::from([(ID.to_string(), instance(ID, NODE))]);
         let known: Vec<InstanceFacts> = instances.values().cloned().collect();
-        let nodes = KubeNodeDirectory::new(self.clients.clone())
+        let nodes = (self.clients)
             .nodes(&known, Default::default())
             .await
             .unwrap();

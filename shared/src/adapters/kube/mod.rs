@@ -4,7 +4,8 @@
 //!
 //! - [`connect`]: kubeconfig inference locally; on EKS an IAM authentication token
 //!   ([`eks_token`]) refreshed before it expires ([`ClusterClient`]).
-//! - [`KubeNodeDirectory`]: one `get` per instance by private DNS name, at most one `list`.
+//! - [`ClusterClient`] is the [`NodeDirectory`] (`directory`): one `get` per instance by
+//!   private DNS name, at most one `list`.
 //! - [`KubeExecutor`]: each action idempotent; a dry run takes the same path without writing.
 //!
 //! Every request the adapter sends, and so every RBAC rule it needs, is listed in
@@ -39,7 +40,6 @@ pub use connect::{
     KubeconfigContexts, connect, connect_eks, has_context,
 };
 pub(crate) use cordon::get_node;
-pub use directory::KubeNodeDirectory;
 pub use eks::TOKEN_CACHE_LIFETIME;
 #[cfg(any(test, feature = "fixtures"))]
 pub use eks::url_from_token;
