@@ -22,7 +22,7 @@ use std::time::Duration;
 use anyhow::bail;
 use async_trait::async_trait;
 use forewarn::adapters::embedded::EmbeddedStore;
-use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::adapters::kube::{ClusterClient, KubeExecutor};
 use forewarn::adapters::snapshot::SnapshotInstances;
 use forewarn::app::fleet::{Cluster, Connector, Fleet, unreachable};
 use forewarn::app::handler::{Handler, Invocation};
@@ -1221,7 +1221,7 @@ async fn play(
 fn cluster_of(id: Option<ClusterId>, clients: &ClusterClient, config: &Config) -> Cluster {
     Cluster {
         executor: Some(Arc::new(KubeExecutor::new(clients.clone(), config))),
-        ..Cluster::new(id, Arc::new(KubeNodeDirectory::new(clients.clone())))
+        ..Cluster::new(id, Arc::new(clients.clone()))
     }
 }
 
