@@ -13,6 +13,7 @@ use async_trait::async_trait;
 
 use chrono::{DateTime, Utc};
 
+use crate::domain::clusters::ClusterId;
 use crate::domain::event::LifecycleAction;
 use crate::domain::facts::{InstanceFacts, NodeFacts};
 use crate::domain::keys::KeyRing;
@@ -558,45 +559,23 @@ pub trait LifecycleCompleter: Send + Sync {
 /// [`crate::domain::traffic`]).
 #[async_trait]
 pub trait LoadBalancers: Send + Sync {
-    /// Deregisters `doomed`'s targets (in `place`'s account and region) from every target group
-    /// tagged for `cluster`, one `DeregisterTargets` per group for all of its doomed targets, at
-    /// most [`crate::domain::traffic::ELB_RATE`] calls at a time; a group whose deregistration
-    /// fails is named in the answer, the others still done. The groups are those known (found by their tag and kept
-    /// fresh in the background); an error: none is known and they could not be found, or their
-    /// targets could not be read: nothing was deregistered.
+    /// Deregisters `doomed`'s targets (in the account and region of `key`'s place) from every
+    /// target group tagged for its cluster, one `DeregisterTargets` per group for all of its
+    /// doomed targets, at most [`crate::domain::traffic::ELB_RATE`] calls at a time; a group
+    /// whose deregistration fails is named in the answer, the others still done. The groups are
+    /// those known (found by their tag and kept fresh in the background); an error: none is
+    /// known and they could not be found, or their targets could not be read: nothing was
+    /// deregistered.
     ///
-    /// `seed` are the target groups of (`place`, `cluster`) as another execution environment
-    /// found them: taken as known when this one knows none yet (and found again in the
-    /// background), so that its first round need not find them.
+    /// `seed` are the target groups of `key` as another execution environment found them: taken
+    /// as known when this one knows none yet (and found again in the background), so that its
+    /// first round need not find them.
     async fn deregister(
         &self,
-        place: &Place,
-        cluster: &str,
+        key: &ClusterId,
         doomed: &[crate::domain::traffic::Doomed],
         seed: &[String],
     ) -> Result<crate::domain::traffic::Deregistered, PortError>;
-}
-
-/// The rounds of one cluster's load balancers in one account and region (see
-/// [`TrafficRounds`]).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct RoundKey {
-    pub place: Place,
-    pub cluster: String,
-}
-
-impl std::fmt::Display for RoundKey {
-    /// `TRAFFIC#<account>#<region>#<cluster>` (`-` for what the place does not say).
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let part = |p: &Option<String>| p.clone().unwrap_or_else(|| "-".into());
-        write!(
-            f,
-            "TRAFFIC#{}#{}#{}",
-            part(&self.place.account),
-            part(&self.place.region),
-            self.cluster
-        )
-    }
 }
 
 /// Rounds of traffic first shared by every batch of every execution environment, through the
@@ -609,7 +588,7 @@ pub trait TrafficRounds: Send + Sync {
     /// Adds `doomed` to the instances the next round of `key` takes off.
     async fn offer(
         &self,
-        key: &RoundKey,
+        key: &ClusterId,
         doomed: &[crate::domain::traffic::Doomed],
         now: DateTime<Utc>,
     ) -> Result<(), PortError>;
@@ -618,7 +597,7 @@ pub trait TrafficRounds: Send + Sync {
     /// is the caller's for `lease` (no other is made meanwhile), or until it settles.
     async fn claim(
         &self,
-        key: &RoundKey,
+        key: &ClusterId,
         now: DateTime<Utc>,
         lease: std::time::Duration,
     ) -> Result<Claim, PortError>;
@@ -627,7 +606,7 @@ pub trait TrafficRounds: Send + Sync {
     /// the round throttled or went unanswered, until when no round is made.
     async fn settle(
         &self,
-        key: &RoundKey,
+        key: &ClusterId,
         settled: &Settled,
         now: DateTime<Utc>,
     ) -> Result<(), PortError>;
@@ -635,7 +614,7 @@ pub trait TrafficRounds: Send + Sync {
     /// The outcomes known of `instances` (kept [`OUTCOME_KEPT`] at least).
     async fn outcomes(
         &self,
-        key: &RoundKey,
+        key: &ClusterId,
         instances: &[String],
     ) -> Result<BTreeMap<String, crate::domain::traffic::Outcome>, PortError>;
 }

@@ -834,18 +834,19 @@ pub async fn the_continuation_key_is_created_once_and_shared(s: Subject) {
 /// outcomes one settles, the other reads; another cluster's rounds are apart; many concurrent
 /// offers are never lost.
 pub async fn traffic_rounds_are_shared_and_never_lose_an_offer(s: Subject) {
+    use forewarn::domain::clusters::ClusterId;
     use forewarn::domain::traffic::{Claim, Doomed, Outcome};
-    use forewarn::ports::{RoundKey, Settled};
+    use forewarn::ports::Settled;
     let t = now();
     let lease = std::time::Duration::from_secs(3);
     let (one, other) = (
         s.store.traffic_rounds().expect("rounds"),
         s.other.traffic_rounds().expect("rounds"),
     );
-    let key = RoundKey {
-        place: forewarn::ports::Place::of("123456789012", "us-east-1"),
-        cluster: "blue".into(),
-    };
+    let key = ClusterId::at(
+        &forewarn::ports::Place::of("123456789012", "us-east-1"),
+        "blue",
+    );
     let doomed = |id: &str| Doomed::new(id, vec!["10.0.0.1".into()]);
     assert_eq!(one.claim(&key, t, lease).await.unwrap(), Claim::Nothing);
     one.offer(&key, &[doomed("i-1")], t).await.unwrap();
@@ -903,10 +904,7 @@ pub async fn traffic_rounds_are_shared_and_never_lose_an_offer(s: Subject) {
     assert_eq!(taken.len(), 1);
     assert_eq!(groups, ["arn:tg-1"]);
     // Another cluster of the same place is not quiet, and has its own outcomes.
-    let green = RoundKey {
-        cluster: "green".into(),
-        ..key.clone()
-    };
+    let green = ClusterId::at(&key.place, "green");
     assert_eq!(one.claim(&green, t, lease).await.unwrap(), Claim::Nothing);
     assert!(
         one.outcomes(&green, &["i-1".into()])
@@ -923,13 +921,14 @@ pub async fn traffic_rounds_are_shared_and_never_lose_an_offer(s: Subject) {
 ///
 /// [`ROUND_TAKES`]: forewarn::domain::traffic::ROUND_TAKES
 async fn a_round_takes_its_share_and_leaves_the_rest(s: &Subject, t: DateTime<Utc>) {
+    use forewarn::domain::clusters::ClusterId;
     use forewarn::domain::traffic::{Claim, Doomed, ROUND_TAKES};
-    use forewarn::ports::{RoundKey, Settled};
+    use forewarn::ports::Settled;
     let rounds = s.store.traffic_rounds().expect("rounds");
-    let key = RoundKey {
-        place: forewarn::ports::Place::of("123456789012", "us-east-1"),
-        cluster: "many".into(),
-    };
+    let key = ClusterId::at(
+        &forewarn::ports::Place::of("123456789012", "us-east-1"),
+        "many",
+    );
     let many: Vec<Doomed> = (0..ROUND_TAKES + 5)
         .map(|i| Doomed::new(format!("i-m{i:03}"), Vec::new()))
         .collect();
@@ -957,7 +956,7 @@ async fn a_round_takes_its_share_and_leaves_the_rest(s: &Subject, t: DateTime<Ut
 /// Concurrent offers from both handles of `s`: every one is taken by the next round of `key`.
 async fn concurrent_offers_are_all_taken(
     s: &Subject,
-    key: &forewarn::ports::RoundKey,
+    key: &forewarn::domain::clusters::ClusterId,
     t: DateTime<Utc>,
 ) {
     use forewarn::domain::traffic::{Claim, Doomed};

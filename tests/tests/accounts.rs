@@ -19,7 +19,7 @@ use forewarn::adapters::accounts::{AccountSettings, Accounts};
 use forewarn::adapters::autoscaling::AsgLifecycle;
 use forewarn::adapters::ec2::Ec2Directory;
 use forewarn::adapters::embedded::EmbeddedStore;
-use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::adapters::kube::{ClusterClient, KubeExecutor};
 use forewarn::adapters::sqs::SqsRedelivery;
 use forewarn::app::handler::Handler;
 use forewarn::domain::config::Config;
@@ -414,7 +414,7 @@ fn handler_of(
         ),
         fleet: forewarn::app::fleet::Fleet::one(forewarn::app::fleet::Cluster {
             executor: Some(Arc::new(KubeExecutor::new(clients.clone(), &config))),
-            ..forewarn::app::fleet::Cluster::new(None, Arc::new(KubeNodeDirectory::new(clients)))
+            ..forewarn::app::fleet::Cluster::new(None, Arc::new(clients))
         }),
         concurrency: 4,
         ..Handler::new(config, Arc::new(store))

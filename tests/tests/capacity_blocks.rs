@@ -15,7 +15,7 @@ use std::sync::Arc;
 use aws_sdk_ec2::types::InstanceType;
 use forewarn::adapters::dynamo::DynamoStore;
 use forewarn::adapters::ec2::Ec2Directory;
-use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::adapters::kube::{ClusterClient, KubeExecutor};
 use forewarn::app::fleet::{Cluster, Fleet};
 use forewarn::app::handler::Handler;
 use forewarn::app::sweeper::Sweeper;
@@ -290,7 +290,7 @@ fn handler(w: &World) -> (Handler, Arc<DynamoStore>, Arc<Ec2Directory>) {
             executor: Some(Arc::new(
                 KubeExecutor::new(clients.clone(), &config).with_keys(store.clone()),
             )),
-            ..Cluster::new(None, Arc::new(KubeNodeDirectory::new(clients)))
+            ..Cluster::new(None, Arc::new(clients))
         })
         // As the stack deploys it (FOREWARN_ACCOUNT_ID, AWS_REGION): the sweeper's findings
         // are of the cluster in this account and region, as the warning's events say.

@@ -17,7 +17,7 @@ use aws_sdk_ec2::types::InstanceType;
 use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 use forewarn::adapters::dynamo::DynamoStore;
 use forewarn::adapters::ec2::Ec2Directory;
-use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::adapters::kube::{ClusterClient, KubeExecutor};
 use forewarn::adapters::sqs::SqsRedelivery;
 use forewarn::app::handler::Handler;
 use forewarn::app::pipeline::Passes;
@@ -185,7 +185,7 @@ fn events_flow_from_eventbridge_to_the_pool_table_and_the_cluster() {
             instances: Arc::new(Ec2Directory::from_conf(&sdk)),
             fleet: forewarn::app::fleet::Fleet::one(forewarn::app::fleet::Cluster {
                 executor: Some(Arc::new(KubeExecutor::new(clients.clone(), &config))),
-                ..forewarn::app::fleet::Cluster::new(None, Arc::new(KubeNodeDirectory::new(clients)))
+                ..forewarn::app::fleet::Cluster::new(None, Arc::new(clients))
             }),
             concurrency: 4,
             ..Handler::new(config.clone(), store.clone())

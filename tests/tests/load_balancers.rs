@@ -14,12 +14,18 @@ use aws_sdk_elasticloadbalancingv2::types::{ProtocolEnum, Tag, TargetDescription
 use forewarn::adapters::clock::ManualClock;
 use forewarn::adapters::ec2::Ec2Directory;
 use forewarn::adapters::elb::ElbTargets;
+use forewarn::domain::clusters::ClusterId;
 use forewarn::domain::traffic::Doomed;
 use forewarn::ports::{InstanceDirectory, LoadBalancers, Place};
 use forewarn_tests::ec2::{Launch, any_image, launch};
 use forewarn_tests::elb::registered;
 use forewarn_tests::moto::{runtime, shared, unique_name};
 use forewarn_tests::proxy::{AwsCall, AwsFault, AwsProxy, FaultKind};
+
+/// The rounds of `cluster` in `place`.
+fn key(place: &Place, cluster: &str) -> ClusterId {
+    ClusterId::at(place, cluster)
+}
 
 /// The tests' configuration in `region` (each test its own: moto keeps target groups per
 /// region), through a recording proxy.
@@ -155,7 +161,7 @@ fn a_doomed_instance_and_its_pods_leave_only_their_clusters_target_groups() {
         let doomed = [Doomed::new(doomed_id.clone(), addresses.clone())];
         let place = Place::default();
         let done = targets
-            .deregister(&place, "blue", &doomed, &[])
+            .deregister(&key(&place, "blue"), &doomed, &[])
             .await
             .unwrap();
         let calls = proxy.calls();
@@ -191,7 +197,7 @@ fn a_doomed_instance_and_its_pods_leave_only_their_clusters_target_groups() {
         // nothing is left to deregister.
         proxy.reset();
         let again = targets
-            .deregister(&place, "blue", &doomed, &[])
+            .deregister(&key(&place, "blue"), &doomed, &[])
             .await
             .unwrap();
         assert!(proxy.calls().is_empty(), "{:#?}", proxy.calls());
@@ -200,7 +206,7 @@ fn a_doomed_instance_and_its_pods_leave_only_their_clusters_target_groups() {
         // groups not.
         clock.advance(forewarn::adapters::elb::TARGETS_FOR);
         let next = [Doomed::new(staying_id.clone(), staying_addresses.clone())];
-        let done = targets.deregister(&place, "blue", &next, &[]).await;
+        let done = targets.deregister(&key(&place, "blue"), &next, &[]).await;
         let done = done.unwrap();
         let calls = proxy.calls();
         assert_eq!(count(&calls, "GetResources"), 0, "{calls:#?}");
@@ -213,7 +219,7 @@ fn a_doomed_instance_and_its_pods_leave_only_their_clusters_target_groups() {
         // background: it makes no call of discovery itself.
         proxy.reset();
         clock.advance(forewarn::adapters::elb::GROUPS_FOR);
-        let done = targets.deregister(&place, "blue", &next, &[]).await;
+        let done = targets.deregister(&key(&place, "blue"), &next, &[]).await;
         let done = done.unwrap();
         assert_eq!((done.arns.len(), done.describes), (2, 2), "{done:?}");
         for _ in 0..100 {
@@ -227,7 +233,9 @@ fn a_doomed_instance_and_its_pods_leave_only_their_clusters_target_groups() {
         // Another execution environment, cold, given the groups the last round knew (through
         // the pool store): its round finds none itself.
         let cold = ElbTargets::from_conf(&config, clock.clone());
-        let seeded = cold.deregister(&place, "blue", &next, &done.arns).await;
+        let seeded = cold
+            .deregister(&key(&place, "blue"), &next, &done.arns)
+            .await;
         let seeded = seeded.unwrap();
         assert_eq!((seeded.arns.len(), seeded.describes), (2, 2), "{seeded:?}");
     });
@@ -248,16 +256,16 @@ fn a_deleted_group_is_forgotten_not_failed() {
         let targets = ElbTargets::from_conf(&config, clock.clone());
         let doomed = [Doomed::new(doomed_id, addresses)];
         let place = Place::default();
-        let done = targets.deregister(&place, "blue", &doomed, &[]).await;
+        let done = targets.deregister(&key(&place, "blue"), &doomed, &[]).await;
         assert_eq!(done.unwrap().arns.len(), 2);
         (elb.delete_target_group().target_group_arn(&deleted))
             .send()
             .await
             .unwrap();
         clock.advance(forewarn::adapters::elb::TARGETS_FOR);
-        let done = targets.deregister(&place, "blue", &doomed, &[]).await;
+        let done = targets.deregister(&key(&place, "blue"), &doomed, &[]).await;
         assert!(done.unwrap().failed.is_empty());
-        let done = targets.deregister(&place, "blue", &doomed, &[]).await;
+        let done = targets.deregister(&key(&place, "blue"), &doomed, &[]).await;
         assert_eq!(done.unwrap().arns, [kept]);
     });
 }
@@ -282,7 +290,7 @@ fn a_throttled_deregistration_names_its_group_and_the_others_still_go() {
         let targets = ElbTargets::from_conf(&config, clock());
         let doomed = [Doomed::new(doomed_id.clone(), addresses)];
         let done = targets
-            .deregister(&Place::default(), "blue", &doomed, &[])
+            .deregister(&key(&Place::default(), "blue"), &doomed, &[])
             .await
             .unwrap();
         assert_eq!(done.failed.len(), 1, "{done:?}");
@@ -302,7 +310,7 @@ fn a_throttled_deregistration_names_its_group_and_the_others_still_go() {
         ));
         let fresh = ElbTargets::from_conf(&config, clock());
         let e = fresh
-            .deregister(&Place::default(), "blue", &doomed, &[])
+            .deregister(&key(&Place::default(), "blue"), &doomed, &[])
             .await
             .unwrap_err();
         assert!(e.to_string().starts_with("tag:GetResources"), "{e}");
@@ -335,13 +343,13 @@ fn a_discovery_cut_short_keeps_the_groups_it_found() {
         let doomed = [Doomed::new(doomed_id.clone(), addresses)];
         let place = Place::default();
         let e = targets
-            .deregister(&place, "paged", &doomed, &[])
+            .deregister(&key(&place, "paged"), &doomed, &[])
             .await
             .unwrap_err();
         assert!(e.to_string().starts_with("tag:GetResources"), "{e}");
         proxy.reset();
         let done = targets
-            .deregister(&place, "paged", &doomed, &[])
+            .deregister(&key(&place, "paged"), &doomed, &[])
             .await
             .unwrap();
         // The first page's groups (moto's page holds 99 or 100 of them), not the others.
@@ -377,7 +385,7 @@ fn many_doomed_targets_leave_in_calls_of_two_hundred() {
             .collect();
         let doomed = [Doomed::new(doomed_id.clone(), prefixes)];
         let done = ElbTargets::from_conf(&config, clock())
-            .deregister(&Place::default(), "wide", &doomed, &[])
+            .deregister(&key(&Place::default(), "wide"), &doomed, &[])
             .await
             .unwrap();
         assert!(done.failed.is_empty(), "{done:?}");

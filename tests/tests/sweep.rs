@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use forewarn::adapters::ec2::Ec2Directory;
-use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::adapters::kube::{ClusterClient, KubeExecutor};
 use forewarn::adapters::upkeep::live_cluster;
 use forewarn::app::fleet::{Cluster, Fleet};
 use forewarn::app::handler::Handler;
@@ -69,7 +69,7 @@ fn sweeps_orphaned_nodes_once_and_never_after_a_handled_event() {
             instances: ec2_dir.clone(),
             fleet: Fleet::one(Cluster {
                 executor: Some(Arc::new(KubeExecutor::new(clients.clone(), &config))),
-                ..Cluster::new(None, Arc::new(KubeNodeDirectory::new(clients)))
+                ..Cluster::new(None, Arc::new(clients))
             }),
             concurrency: 4,
             ..Handler::new(config.clone(), store.clone())

@@ -31,7 +31,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use forewarn::adapters::embedded::EmbeddedStore;
-use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::adapters::kube::{ClusterClient, KubeExecutor};
 use forewarn::adapters::snapshot::SnapshotInstances;
 use forewarn::app::fleet::{Cluster, Fleet};
 use forewarn::app::handler::Handler;
@@ -274,7 +274,7 @@ fn environment(
         .with_keys(store.clone());
     let cluster = Cluster {
         executor: Some(Arc::new(executor)),
-        ..Cluster::new(None, Arc::new(KubeNodeDirectory::new(clients)))
+        ..Cluster::new(None, Arc::new(clients))
     };
     Arc::new(Handler {
         redelivery: Some(queue.clone()),

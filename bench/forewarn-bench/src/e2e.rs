@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::bail;
 use forewarn::adapters::ec2::Ec2Directory;
-use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::adapters::kube::{ClusterClient, KubeExecutor};
 use forewarn::app::fleet::{Cluster, Fleet};
 use forewarn::app::handler::Handler;
 use forewarn::domain::config::Config;
@@ -178,7 +178,7 @@ impl Bench {
             instances: Arc::new(Ec2Directory::from_conf(&sdk)),
             fleet: Fleet::one(Cluster {
                 executor: Some(Arc::new(KubeExecutor::new(clients.clone(), &config))),
-                ..Cluster::new(None, Arc::new(KubeNodeDirectory::new(clients)))
+                ..Cluster::new(None, Arc::new(clients))
             }),
             ..Handler::new(config.clone(), store)
         };

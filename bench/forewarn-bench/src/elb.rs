@@ -22,8 +22,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use forewarn::adapters::elb::{DEREGISTER_CHUNK, GROUPS_FOR, TARGETS_FOR};
+use forewarn::domain::clusters::ClusterId;
 use forewarn::domain::traffic::{Deregistered, Doomed};
-use forewarn::ports::{FailureKind, LoadBalancers, Place, PortError};
+use forewarn::ports::{FailureKind, LoadBalancers, PortError};
 use futures::StreamExt;
 use tokio::time::Instant;
 
@@ -372,8 +373,7 @@ async fn discover(
 impl LoadBalancers for Environment {
     async fn deregister(
         &self,
-        _place: &Place,
-        _cluster: &str,
+        _key: &ClusterId,
         doomed: &[Doomed],
         known: &[String],
     ) -> Result<Deregistered, PortError> {
@@ -448,7 +448,7 @@ mod tests {
         let account = Arc::new(Account::new(4, &nodes, Duration::ZERO));
         let env = Environment::new(account.clone());
         let done = env
-            .deregister(&Place::default(), "c", &[doomed(1)], &[])
+            .deregister(&ClusterId::at(&Default::default(), "c"), &[doomed(1)], &[])
             .await
             .unwrap();
         assert_eq!(done.arns.len(), 4);
@@ -460,7 +460,7 @@ mod tests {
         assert!(registered[0].contains("i-2") && !registered[0].contains("i-1"));
         drop(registered);
         let again = env
-            .deregister(&Place::default(), "c", &[doomed(1)], &[])
+            .deregister(&ClusterId::at(&Default::default(), "c"), &[doomed(1)], &[])
             .await
             .unwrap();
         assert_eq!((again.describes, again.deregisters), (0, 0));

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use forewarn::adapters::clock::ManualClock;
-use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::adapters::kube::{ClusterClient, KubeExecutor};
 use forewarn::domain::event::EventKind;
 use forewarn::domain::facts::InstanceFacts;
 use forewarn::domain::fixtures;
@@ -576,9 +576,7 @@ async fn cordons(s: &Settings, manifest: bool, loaded: bool) -> anyhow::Result<f
     fake.set_server_capacity(Some(SERVER_SEATS * REQUESTS_PER_SEAT));
     let started = clock.now();
     let known: Vec<InstanceFacts> = instances.values().cloned().collect();
-    let nodes = KubeNodeDirectory::new(clients.clone())
-        .nodes(&known, Default::default())
-        .await?;
+    let nodes = clients.nodes(&known, Default::default()).await?;
     let config = forewarn::domain::config::Config {
         cluster_name: Some("blue".into()),
         ..Default::default()

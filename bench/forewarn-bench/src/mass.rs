@@ -22,7 +22,7 @@ use std::time::Duration;
 use anyhow::bail;
 use async_trait::async_trait;
 use forewarn::adapters::embedded::EmbeddedStore;
-use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::adapters::kube::{ClusterClient, KubeExecutor};
 use forewarn::adapters::snapshot::SnapshotInstances;
 use forewarn::app::fleet::{Cluster, Connector, Fleet, unreachable};
 use forewarn::app::handler::{Handler, Invocation};
@@ -1012,7 +1012,8 @@ pub(crate) async fn fleet_run(
             .collect();
         let fleet = match clients.len() {
             1 => Fleet::one(cluster_of(None, &clients[&members[0].name], &config)),
-            _ => Fleet::named(
+            _ => Fleet::many(
+                None,
                 members.iter().map(Member::id).collect(),
                 Arc::new(BenchClusters {
                     clients,
@@ -1220,7 +1221,7 @@ async fn play(
 fn cluster_of(id: Option<ClusterId>, clients: &ClusterClient, config: &Config) -> Cluster {
     Cluster {
         executor: Some(Arc::new(KubeExecutor::new(clients.clone(), config))),
-        ..Cluster::new(id, Arc::new(KubeNodeDirectory::new(clients.clone())))
+        ..Cluster::new(id, Arc::new(clients.clone()))
     }
 }
 

@@ -31,10 +31,11 @@ use futures::StreamExt;
 
 use crate::adapters::accounts::{Accounts, PerPlace, lock};
 use crate::adapters::aws::call_error;
+use crate::domain::clusters::ClusterId;
 use crate::domain::traffic::{
     CLUSTER_TAG, Deregistered, Doomed, ELB_RATE, Target, doomed_targets, tagged_for,
 };
-use crate::ports::{Clock, FailureKind, LoadBalancers, Place, PortError};
+use crate::ports::{Clock, FailureKind, LoadBalancers, PortError};
 
 /// How long the target groups of a cluster, once found, are taken as they are before they are
 /// found again in the background.
@@ -66,7 +67,7 @@ pub struct ElbTargets {
     places: PerPlace<Clients>,
     clock: Arc<dyn Clock>,
     /// The target groups of (place, cluster) as known.
-    groups: Arc<Mutex<HashMap<(Place, String), Known>>>,
+    groups: Arc<Mutex<HashMap<ClusterId, Known>>>,
     /// Each group's targets (by ARN), and when they were read.
     targets: Arc<Mutex<Targets>>,
 }
@@ -127,16 +128,16 @@ impl ElbTargets {
     async fn known_groups(
         &self,
         tags: &aws_sdk_resourcegroupstagging::Client,
-        key: &(Place, String),
+        key: &ClusterId,
         seed: &[String],
     ) -> Result<(BTreeSet<String>, usize), PortError> {
         // The seed comes from the pool table: only the place's own account and region's.
         let (seed, foreign): (BTreeSet<String>, BTreeSet<String>) = (seed.iter().cloned())
-            .partition(|arn| crate::domain::traffic::group_of_place(arn, &key.0));
+            .partition(|arn| crate::domain::traffic::group_of_place(arn, &key.place));
         if !foreign.is_empty() {
             tracing::warn!(
-                account = ?key.0.account,
-                region = ?key.0.region,
+                account = ?key.place.account,
+                region = ?key.place.region,
                 refused = ?foreign,
                 "target groups kept for a round that are not of its account and region: not used"
             );
@@ -160,7 +161,7 @@ impl ElbTargets {
                 let (this, tags, key) = (self.clone(), tags.clone(), key.clone());
                 tokio::spawn(async move {
                     if let Err(e) = this.discover(&tags, &key, finding).await {
-                        tracing::warn!(cluster = %key.1, error = %e, "target groups not found again");
+                        tracing::warn!(cluster = %key, error = %e, "target groups not found again");
                     }
                 });
             }
@@ -175,10 +176,10 @@ impl ElbTargets {
     async fn discover(
         &self,
         tags: &aws_sdk_resourcegroupstagging::Client,
-        key: &(Place, String),
+        key: &ClusterId,
         _finding: tokio::sync::OwnedMutexGuard<()>,
     ) -> Result<(BTreeSet<String>, usize), PortError> {
-        let cluster = key.1.as_str();
+        let cluster = key.name.as_str();
         let (mut found, mut calls) = (BTreeSet::new(), 0);
         let filter = TagFilter::builder()
             .key(CLUSTER_TAG)
@@ -289,27 +290,25 @@ impl ElbTargets {
 impl LoadBalancers for ElbTargets {
     async fn deregister(
         &self,
-        place: &Place,
-        cluster: &str,
+        key: &ClusterId,
         doomed: &[Doomed],
         seed: &[String],
     ) -> Result<Deregistered, PortError> {
-        let clients = self.places.client(place).await;
+        let clients = self.places.client(&key.place).await;
         let clients = clients.map_err(|e| PortError::new("tag:GetResources", e.kind(), e))?;
-        let key = (place.clone(), cluster.to_string());
-        let (groups, describes) = self.known_groups(&clients.tags, &key, seed).await?;
+        let (groups, describes) = self.known_groups(&clients.tags, key, seed).await?;
         let out = Mutex::new(Deregistered {
             arns: groups.iter().cloned().collect(),
             describes,
             ..Default::default()
         });
-        let (out_, key_, elb) = (&out, &key, &clients.elb);
+        let (out_, elb) = (&out, &clients.elb);
         let clear = |group: String| async move {
             match self.clear_group(elb, &group, doomed, out_).await {
                 Ok(()) => {}
                 // Gone: forgotten among the cluster's groups.
                 Err(e) if e.kind == FailureKind::NotFound => {
-                    if let Some(known) = lock(&self.groups).get_mut(key_) {
+                    if let Some(known) = lock(&self.groups).get_mut(key) {
                         known.arns.remove(&group);
                     }
                 }

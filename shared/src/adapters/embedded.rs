@@ -20,14 +20,14 @@ use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefi
 use serde::de::DeserializeOwned;
 
 use crate::adapters::clock::SystemClock;
+use crate::domain::clusters::ClusterId;
 use crate::domain::fold::{fold, validate};
 use crate::domain::keys::{ContinuationKey, KeyId, KeyRing};
 use crate::domain::pool::HistoryEntry;
 use crate::domain::pool::{Applied, PoolKey, PoolQuery, PoolRecord, PoolUpdate, Retention};
-use crate::domain::traffic::{Claim, Doomed, Outcome, Rounds};
+use crate::domain::traffic::{Claim, Doomed, Outcome, Rounds, round_of};
 use crate::ports::{
-    BoxError, Clock, FailureKind, OUTCOME_KEPT, PoolStore, PortError, RoundKey, Settled,
-    TrafficRounds, span,
+    BoxError, Clock, FailureKind, OUTCOME_KEPT, PoolStore, PortError, Settled, TrafficRounds, span,
 };
 
 /// Event id → (recorded_at, expires_at), Unix milliseconds.
@@ -422,10 +422,10 @@ impl EmbeddedStore {
     /// Changes the rounds of `key` by `change` in one write transaction (redb serialises them).
     async fn change_rounds<T: Send + 'static>(
         &self,
-        key: &RoundKey,
+        key: &ClusterId,
         change: impl FnOnce(&mut Rounds) -> T + Send + 'static,
     ) -> Result<T, PortError> {
-        let key = key.to_string();
+        let key = round_of(key);
         self.write_off(format!("writing the rounds of {key}"), move |txn| {
             let mut table = txn.open_table(ROUNDS)?;
             let stored = table
@@ -444,7 +444,7 @@ impl EmbeddedStore {
 impl TrafficRounds for EmbeddedStore {
     async fn offer(
         &self,
-        key: &RoundKey,
+        key: &ClusterId,
         doomed: &[Doomed],
         _now: DateTime<Utc>,
     ) -> Result<(), PortError> {
@@ -454,7 +454,7 @@ impl TrafficRounds for EmbeddedStore {
 
     async fn claim(
         &self,
-        key: &RoundKey,
+        key: &ClusterId,
         now: DateTime<Utc>,
         lease: std::time::Duration,
     ) -> Result<Claim, PortError> {
@@ -463,12 +463,12 @@ impl TrafficRounds for EmbeddedStore {
 
     async fn settle(
         &self,
-        key: &RoundKey,
+        key: &ClusterId,
         settled: &Settled,
         now: DateTime<Utc>,
     ) -> Result<(), PortError> {
         let expires = (now + span(OUTCOME_KEPT)).timestamp_millis();
-        let prefix = key.to_string();
+        let prefix = round_of(key);
         let outcomes = settled.outcomes.clone();
         self.write_off(format!("writing the outcomes of {prefix}"), move |txn| {
             let mut table = txn.open_table(OUTCOMES)?;
@@ -489,10 +489,10 @@ impl TrafficRounds for EmbeddedStore {
 
     async fn outcomes(
         &self,
-        key: &RoundKey,
+        key: &ClusterId,
         instances: &[String],
     ) -> Result<BTreeMap<String, Outcome>, PortError> {
-        let prefix = key.to_string();
+        let prefix = round_of(key);
         let instances = instances.to_vec();
         self.read(format!("reading the outcomes of {prefix}"), move |txn| {
             let table = txn.open_table(OUTCOMES)?;
@@ -571,10 +571,8 @@ mod tests {
         use crate::ports::TrafficRounds;
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(dir.path()).unwrap();
-        let key = crate::ports::RoundKey {
-            place: crate::ports::Place::of("123456789012", "us-east-1"),
-            cluster: "blue".into(),
-        };
+        let place = crate::ports::Place::of("123456789012", "us-east-1");
+        let key = ClusterId::at(&place, "blue");
         let settled = |at: DateTime<Utc>| crate::ports::Settled {
             outcomes: [(
                 "i-1".to_string(),

@@ -23,8 +23,7 @@ use crate::adapters::kube::cordon::{CordonSpec, RecordKeys, cordon_patch, uncord
 use crate::adapters::kube::drain::{Disposition, disposition, eviction_body};
 use crate::adapters::kube::events::{EventType, Said, build, reference};
 use crate::adapters::kube::placeholder::placeholder_for;
-use crate::adapters::kube::surge::is_placeholder;
-use crate::adapters::kube::surge_memory::controller;
+use crate::adapters::kube::surge::{controller, is_placeholder};
 use crate::adapters::kube::{ClusterClient, node_facts};
 use crate::domain::admission::{Capability, Proof, Verdict};
 use crate::domain::config::Config;

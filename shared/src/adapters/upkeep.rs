@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 
 use crate::adapters::expander::KubeExpander;
 use crate::adapters::kube::{
-    ClusterClient, KubeExecutor, KubeNodeDirectory, delete_expired, executor_failed, get_node,
+    ClusterClient, KubeExecutor, delete_expired, executor_failed, get_node,
 };
 use crate::adapters::preflight::{PreflightScope, prove};
 use crate::app::fleet::Cluster;
@@ -62,6 +62,6 @@ pub fn live_cluster(
     Cluster {
         executor: executor.map(|e| e as Arc<dyn Executor>),
         upkeep: Some(Arc::new(upkeep)),
-        ..Cluster::new(id, Arc::new(KubeNodeDirectory::new(clients)))
+        ..Cluster::new(id, Arc::new(clients))
     }
 }

@@ -182,12 +182,10 @@ impl Handler {
         let events = crate::app::pipeline::looked_up_events(records);
         let lookup = describe_events(self.instances.as_ref(), &events, known);
         let looked_up = until(self.clock.as_ref(), work.deadline, lookup).await;
-        let out_of_time = || PortError::new("ec2", FailureKind::Timeout, OUT_OF_TIME);
-        let looked_up = looked_up.ok_or_else(out_of_time);
-        let seen: Vec<&str> = looked_up
-            .as_ref()
-            .map(|d| d.found.values().flat_map(InstanceFacts::clusters).collect())
-            .unwrap_or_default();
+        let out_of_time = PortError::new("ec2", FailureKind::Timeout, OUT_OF_TIME);
+        let described = looked_up.unwrap_or_else(|| Described::failing(&events, out_of_time));
+        let found = described.found.values();
+        let seen: Vec<&str> = found.flat_map(InstanceFacts::clusters).collect();
         let now = self.clock.now();
         let served = match self.fleet.served(&self.config, now, &seen).await {
             Ok(served) => served,
@@ -201,7 +199,7 @@ impl Handler {
                 return (shares, Described::failing(&events, e), work);
             }
         };
-        let shares = split::split(records, looked_up.as_ref().ok(), &served, self.fleet.own());
+        let shares = split::split(records, &described, &served, self.fleet.own());
         // A batch spanning several clusters, or any batch of a deployment serving several: no
         // cluster's outage may hold it up (see `Fleet::backing_off`). The event source
         // mapping's pollers are every cluster's, and a fair queue fills a batch with one
@@ -214,7 +212,6 @@ impl Handler {
             fail_fast: clusters > 1 || served.len() > 1,
             ..work
         };
-        let described = looked_up.unwrap_or_else(|e| Described::failing(&events, e));
         (shares, described, work)
     }
 

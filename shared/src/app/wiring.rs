@@ -241,10 +241,10 @@ async fn fleet(
             } else {
                 Arc::new(EksClusters(accounts.clone()))
             };
-            Fleet::all(catalog, places.clone(), also.clone(), connector).at(own)
+            Fleet::many(Some((catalog, places.clone())), also.clone(), connector).at(own)
         }
         ClusterSelection::Named(ids) => {
-            let fleet = Fleet::named(ids.clone(), connector).at(own);
+            let fleet = Fleet::many(None, ids.clone(), connector).at(own);
             let tries = ids.iter().map(|n| fleet.cluster(Some(n)));
             for failed in futures::future::join_all(tries)
                 .await

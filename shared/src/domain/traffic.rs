@@ -19,11 +19,21 @@ use chrono::{DateTime, Utc};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+use crate::domain::clusters::ClusterId;
 use crate::domain::event::EventKind;
 use crate::domain::keys::{ContinuationKey, KeyId, KeyRing, Unverified};
 
 /// The tag the AWS Load Balancer Controller puts on the target groups it makes for a cluster.
 pub const CLUSTER_TAG: &str = "elbv2.k8s.aws/cluster";
+
+/// The key of `cluster`'s rounds (see `crate::ports::TrafficRounds`), which what is offered
+/// to them is signed for: `TRAFFIC#<account>#<region>#<cluster>` (`-` for what its place does
+/// not say).
+pub fn round_of(cluster: &ClusterId) -> String {
+    let part = |p: &Option<String>| p.clone().unwrap_or_else(|| "-".into());
+    let (account, region) = (part(&cluster.place.account), part(&cluster.place.region));
+    format!("TRAFFIC#{account}#{region}#{}", cluster.name)
+}
 
 /// A target registered in a target group, as `DescribeTargetHealth` lists it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -286,8 +296,8 @@ pub struct Rounds {
     pub next_at: Option<DateTime<Utc>>,
     /// A round is being made, its maker's until this (or its settling).
     pub making_until: Option<DateTime<Utc>>,
-    pub quiet_since: Option<DateTime<Utc>>,
-    pub quiet_until: Option<DateTime<Utc>>,
+    /// A round throttled or went unanswered at the first time: no round until the second.
+    pub quiet: Option<(DateTime<Utc>, DateTime<Utc>)>,
     /// The cluster's target groups (ARNs) as the last round knew them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<String>,
@@ -305,7 +315,7 @@ impl Rounds {
     /// What a claim at `now` answers, and the state after it: a round due and wanted is the
     /// caller's until `now + lease` (or its settling).
     pub fn claim(&mut self, now: DateTime<Utc>, lease: std::time::Duration) -> Claim {
-        if let (Some(since), Some(until)) = (self.quiet_since, self.quiet_until)
+        if let Some((since, until)) = self.quiet
             && now < until
         {
             return Claim::Quiet { since, until };
@@ -337,9 +347,8 @@ impl Rounds {
             self.groups.clone_from(groups);
         }
         self.making_until = None;
-        if settled.quiet_until.is_some() {
-            self.quiet_since = Some(now);
-            self.quiet_until = settled.quiet_until;
+        if let Some(until) = settled.quiet_until {
+            self.quiet = Some((now, until));
         }
     }
 }

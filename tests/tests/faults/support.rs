@@ -12,7 +12,7 @@ use aws_sdk_ec2::types::InstanceType;
 use forewarn::adapters::autoscaling::AsgLifecycle;
 use forewarn::adapters::dynamo::DynamoStore;
 use forewarn::adapters::ec2::Ec2Directory;
-use forewarn::adapters::kube::{ClusterClient, KubeExecutor, KubeNodeDirectory};
+use forewarn::adapters::kube::{ClusterClient, KubeExecutor};
 use forewarn::adapters::sqs::SqsRedelivery;
 use forewarn::app::fleet::{Cluster, Fleet};
 use forewarn::app::handler::Handler;
@@ -164,7 +164,7 @@ impl World {
                         .with_lifecycle(Arc::new(AsgLifecycle::new(&through_proxy)))
                         .with_keys(store.clone()),
                 )),
-                ..Cluster::new(None, Arc::new(KubeNodeDirectory::new(clients)))
+                ..Cluster::new(None, Arc::new(clients))
             }),
             concurrency: options.concurrency,
             safety_margin: Duration::ZERO,

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use forewarn::adapters::kube::{ClusterClient, KubeNodeDirectory};
+use forewarn::adapters::kube::ClusterClient;
 use forewarn::app::upkeep::ClusterUpkeep;
 use forewarn::domain::event::EventKind;
 use forewarn::domain::facts::InstanceFacts;
@@ -16,7 +16,7 @@ use forewarn::ports::{Clock, NodeDirectory, Pass};
 use kube_fake::KubeFake;
 use serde_json::{Value, json};
 
-use crate::support::{ID, NODE, OTHER_ID, OTHER_NODE, World, event, instance, node};
+use crate::support::{ID, NODE, OTHER_ID, OTHER_NODE, World, assert_said, event, instance, node};
 use crate::surge::{first_drain_pass, placeholders, sized};
 
 /// `infra/k8s/placeholders.yaml`'s PriorityClass, admission policy and binding stored in `w`'s
@@ -462,7 +462,7 @@ async fn forewarns_node_writes_pass_the_node_policy_and_nothing_else_does() {
             .await
             .unwrap()
             .remove(0);
-        assert!(out.cordon.is_some(), "{group}: {out:?}");
+        assert_said(&out, &format!("cordoned node/{NODE}"));
         let cordoned = w.node(NODE).unwrap();
         assert_eq!(cordoned["spec"]["unschedulable"], true, "{group}: admitted");
         assert_eq!(
@@ -551,7 +551,9 @@ async fn forewarns_groups_cannot_delete_a_control_plane_node() {
 async fn plan_for_other(w: &World, id: &str) -> forewarn::domain::plan::Plan {
     let instances = BTreeMap::from([(OTHER_ID.to_string(), instance(OTHER_ID, OTHER_NODE))]);
     let known: Vec<InstanceFacts> = instances.values().cloned().collect();
-    let nodes = KubeNodeDirectory::new(w.clients.clone())
+    let nodes = w
+        .clients
+        .clone()
         .nodes(&known, Default::default())
         .await
         .unwrap();

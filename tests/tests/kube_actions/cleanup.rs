@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use forewarn::adapters::kube::KubeNodeDirectory;
 use forewarn::app::upkeep::ClusterUpkeep;
 use forewarn::domain::config::{Action, LABEL_EXCLUDE_LB};
 use forewarn::domain::event::EventKind;
@@ -212,7 +211,7 @@ async fn a_cordon_for_is_undone_after_its_time_and_anothers_cordon_is_kept() {
         ID.to_string(),
         instance(ID, NODE),
     )]));
-    let directory = KubeNodeDirectory::new(w.clients.clone());
+    let directory = w.clients.clone();
     let way_back = forewarn::app::wayback::WayBack {
         nodes: &directory,
         instances: &instances,
@@ -289,7 +288,7 @@ async fn an_operators_cordon_survives_the_way_back_and_a_rewritten_record_is_ref
         ID.to_string(),
         instance(ID, NODE),
     )]));
-    let directory = KubeNodeDirectory::new(w.clients.clone());
+    let directory = w.clients.clone();
     let way_back = forewarn::app::wayback::WayBack {
         nodes: &directory,
         instances: &instances,

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use forewarn::adapters::kube::{ClusterClient, KubeNodeDirectory};
+use forewarn::adapters::kube::ClusterClient;
 use forewarn::ports::NodeDirectory;
 use kube_fake::Method;
 use serde_json::json;
@@ -24,7 +24,7 @@ async fn the_directory_gets_nodes_by_name_and_lists_at_most_once() {
     w.fake.insert(by_id);
     w.fake
         .insert(node("ip-10-0-1-14.ec2.internal", "i-0a1b2c3d4e5f69999"));
-    let directory = KubeNodeDirectory::new(w.clients.clone());
+    let directory = w.clients.clone();
 
     let all_by_name = directory
         .nodes(&[instance(ID, NODE)], Default::default())

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use forewarn::adapters::kube::KubeNodeDirectory;
 use forewarn::app::pipeline::{Passes, Pipeline};
 use forewarn::domain::event::EventKind;
 use forewarn::domain::fixtures::{self, pod_object};
@@ -269,7 +268,7 @@ async fn through_the_pipeline_a_drain_continues_in_queued_passes_and_the_event_i
     let dir = tempfile::tempdir().unwrap();
     let store = forewarn::adapters::embedded::EmbeddedStore::open(dir.path()).unwrap();
     let instances = known(BTreeMap::from([(ID.to_string(), instance(ID, NODE))]));
-    let directory = KubeNodeDirectory::new(w.clients.clone());
+    let directory = w.clients.clone();
     let executor = w.executor();
     let queue = Arc::new(Continuations::default());
     let queued = Passes {
@@ -454,7 +453,7 @@ async fn drains_waiting_for_room_look_at_their_placeholders_alone_in_one_list_a_
         (ID.to_string(), instance(ID, NODE)),
         (OTHER_ID.to_string(), instance(OTHER_ID, OTHER_NODE)),
     ]));
-    let directory = KubeNodeDirectory::new(w.clients.clone());
+    let directory = w.clients.clone();
     let executor = w.executor();
     let queue = Arc::new(Continuations::default());
     let queued = Passes {

@@ -5,9 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use forewarn::adapters::kube::{
-    CordonOutcome, DeleteOutcome, EventOutcome, NodeOutcome, REPORTING_CONTROLLER, event_name,
-};
+use forewarn::adapters::kube::{EventOutcome, NodeOutcome, REPORTING_CONTROLLER, event_name};
 use forewarn::domain::config::{Action, LABEL_EXCLUDE_LB};
 use forewarn::domain::event::EventKind;
 use forewarn::domain::fixtures::pod_object;
@@ -16,8 +14,8 @@ use serde_json::{Value, json};
 
 use crate::delete::nodeclaim;
 use crate::support::{
-    ID, NODE, TAINT, World, assert_accepted, assert_nothing_written_again, event, eviction_path,
-    execute_passes, node, passes, paths, seed_pods, taints, written,
+    ID, NODE, TAINT, World, assert_accepted, assert_nothing_written_again, assert_said, event,
+    eviction_path, execute_passes, node, passes, paths, seed_pods, taints, written,
 };
 
 #[tokio::test]
@@ -40,7 +38,7 @@ async fn spot_interruption_cordons_taints_and_drains_a_plain_node() {
 /// The node is cordoned and tainted, its other taint kept and the load-balancer label added; the
 /// node as it is now.
 fn assert_cordoned_and_tainted(w: &World, out: &NodeOutcome) -> Value {
-    assert_eq!(out.cordon, Some(CordonOutcome::Cordoned { attempts: 1 }));
+    assert_said(out, &format!("cordoned node/{NODE}"));
     let n = w.node(NODE).unwrap();
     assert_eq!(n["spec"]["unschedulable"], true);
     assert_eq!(
@@ -202,7 +200,7 @@ async fn a_second_identical_plan_writes_nothing() {
     assert_eq!(w.fake.writes().len(), again.events.len());
     assert_nothing_written_again(&w.fake);
     assert_eq!(w.fake.resource_version(), rv);
-    assert_eq!(again.cordon, Some(CordonOutcome::AlreadyCordoned));
+    assert_said(&again, &format!("cordoned node/{NODE}"));
     let drain = again.drain.unwrap();
     assert!(drain.evicted.is_empty() && drain.left.is_empty());
     assert!(
@@ -229,7 +227,6 @@ async fn events_that_cannot_be_recorded_are_said_and_the_cordon_stands() {
 
     let out = w.run(&plan).await;
 
-    assert_eq!(out.cordon, Some(CordonOutcome::Cordoned { attempts: 1 }));
     assert!(w.events().is_empty());
     let detail = &out.result.detail;
     let said = format!("cordoned node/{NODE}; Event not recorded: ");
@@ -257,7 +254,7 @@ async fn a_conflicting_cordon_is_read_again_and_retried() {
 
     let out = w.run(&plan).await;
 
-    assert_eq!(out.cordon, Some(CordonOutcome::Cordoned { attempts: 2 }));
+    assert_said(&out, &format!("cordoned node/{NODE}"));
     let node_requests: Vec<(Method, u16)> = w
         .fake
         .requests()
@@ -330,7 +327,7 @@ async fn a_taint_added_between_read_and_patch_is_kept() {
 
     let out = w.run(&plan).await;
 
-    assert_eq!(out.cordon, Some(CordonOutcome::Cordoned { attempts: 2 }));
+    assert_said(&out, &format!("cordoned node/{NODE}"));
     let keys: Vec<String> = taints(&w.node(NODE).unwrap())
         .into_iter()
         .map(|t| t.0)
@@ -447,10 +444,6 @@ async fn a_dry_run_writes_nothing_and_says_what_it_would_do() {
     let out = passes(&executor, &plan).await.unwrap().remove(0);
 
     assert_eq!(w.fake.writes(), vec![]);
-    let Some(CordonOutcome::WouldCordon { patch }) = &out.cordon else {
-        panic!("{:?}", out.cordon)
-    };
-    assert_eq!(patch["spec"]["unschedulable"], true);
     let drain = out.drain.as_ref().unwrap();
     assert_eq!(
         drain
@@ -463,7 +456,10 @@ async fn a_dry_run_writes_nothing_and_says_what_it_would_do() {
     assert!(drain.evicted.is_empty());
     let detail = out.result.detail;
     assert!(detail.starts_with("dry run"), "{detail}");
-    assert!(detail.contains("would cordon"), "{detail}");
+    assert!(
+        detail.contains(&format!("; would cordon and taint node/{NODE}; ")),
+        "{detail}"
+    );
     assert!(detail.contains("would evict 3 pods"), "{detail}");
     assert!(
         detail.contains("would record Events SpotInterrupted"),
@@ -482,12 +478,7 @@ async fn a_dry_run_writes_nothing_and_says_what_it_would_do() {
         .await;
     w.fake.clear_requests();
     let out = passes(&executor, &plan).await.unwrap().remove(0);
-    assert_eq!(
-        out.delete,
-        Some(DeleteOutcome::WouldDelete {
-            target: "nodeclaim/default-x1".into()
-        })
-    );
+    assert_said(&out, "would delete nodeclaim/default-x1");
     assert_eq!(w.fake.writes(), vec![]);
     assert_accepted(&w.fake.requests());
 }

@@ -1,7 +1,6 @@
 //! Deletes: a Karpenter node has its NodeClaim deleted, a Cluster API node its Machine, a
 //! terminated plain instance its Node; each again writes nothing.
 
-use forewarn::adapters::kube::DeleteOutcome;
 use forewarn::domain::config::Action;
 use forewarn::domain::event::EventKind;
 use forewarn::domain::fixtures::pod_object;
@@ -10,7 +9,8 @@ use kube_fake::Method;
 use serde_json::{Value, json};
 
 use crate::support::{
-    ID, NODE, OTHER_NODE, World, assert_accepted, assert_nothing_written_again, event, node, paths,
+    ID, NODE, OTHER_NODE, World, assert_accepted, assert_nothing_written_again, assert_said, event,
+    node, paths,
 };
 
 pub(crate) fn nodeclaim(name: &str) -> Value {
@@ -62,12 +62,7 @@ async fn a_karpenter_node_has_its_nodeclaim_deleted() {
 
     let out = w.run(&plan).await;
 
-    assert_eq!(
-        out.delete,
-        Some(DeleteOutcome::Deleted {
-            target: "nodeclaim/default-abc12".into()
-        })
-    );
+    assert_said(&out, "deleted nodeclaim/default-abc12");
     assert!(
         w.fake
             .get("karpenter.sh/v1", "NodeClaim", None, "default-abc12")
@@ -95,12 +90,7 @@ async fn a_karpenter_node_has_its_nodeclaim_deleted() {
     // Again: nothing to write.
     w.fake.clear_requests();
     let again = w.run(&plan).await;
-    assert_eq!(
-        again.delete,
-        Some(DeleteOutcome::AlreadyGone {
-            target: "nodeclaim/default-abc12".into()
-        })
-    );
+    assert_said(&again, "nodeclaim/default-abc12 already gone");
     assert_nothing_written_again(&w.fake);
     assert_accepted(&w.fake.requests());
 }
@@ -128,12 +118,7 @@ async fn a_cluster_api_node_has_its_machine_deleted() {
 
     let out = w.run(&plan).await;
 
-    assert_eq!(
-        out.delete,
-        Some(DeleteOutcome::Deleted {
-            target: "machine/capi-clusters/md-0-7f9c".into()
-        })
-    );
+    assert_said(&out, "deleted machine/capi-clusters/md-0-7f9c");
     // Its finalizer keeps it, being deleted, until the CAPI controller is done.
     let m = w
         .fake
@@ -157,11 +142,9 @@ async fn a_cluster_api_node_has_its_machine_deleted() {
     // Redelivered while the Machine is still going: nothing sent.
     w.fake.clear_requests();
     let again = w.run(&plan).await;
-    assert_eq!(
-        again.delete,
-        Some(DeleteOutcome::AlreadyDeleting {
-            target: "machine/capi-clusters/md-0-7f9c".into()
-        })
+    assert_said(
+        &again,
+        "machine/capi-clusters/md-0-7f9c already being deleted",
     );
     assert_nothing_written_again(&w.fake);
 }
@@ -177,12 +160,7 @@ async fn a_terminated_plain_instance_has_its_node_deleted() {
 
     let out = w.run(&plan).await;
 
-    assert_eq!(
-        out.delete,
-        Some(DeleteOutcome::Deleted {
-            target: format!("node/{NODE}")
-        })
-    );
+    assert_said(&out, &format!("deleted node/{NODE}"));
     assert!(w.node(NODE).is_none());
     assert!(w.node(OTHER_NODE).is_some());
     assert_eq!(

@@ -132,7 +132,7 @@ fn handler(two: &Two, dir: &std::path::Path) -> Handler {
     let store = forewarn::adapters::embedded::EmbeddedStore::open(dir).unwrap();
     Handler {
         instances: Arc::new(Two::instances()),
-        fleet: Fleet::named(blue_and_green(), Arc::new(connector)),
+        fleet: Fleet::many(None, blue_and_green(), Arc::new(connector)),
         clock: two.clock.shared(),
         passes: forewarn::app::pipeline::Passes::in_process(Duration::from_secs(5)),
         concurrency: 4,
@@ -316,7 +316,7 @@ async fn a_cluster_that_cannot_be_reached_fails_only_its_own_records() {
             clients: BTreeMap::from([("green".to_string(), green)]),
             config: handler.config.clone(),
         };
-        handler.fleet = Fleet::named(blue_and_green(), Arc::new(connector)).at(own);
+        handler.fleet = Fleet::many(None, blue_and_green(), Arc::new(connector)).at(own);
         let payload = forewarn_tests::sqs::lambda_batch(&[
             rebalance(&format!("ev-blue-{blue_id}"), BLUE_ID, &two.clock),
             rebalance(&format!("ev-green-{blue_id}"), GREEN_ID, &two.clock),

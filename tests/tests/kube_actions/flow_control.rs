@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use forewarn::adapters::kube::{ClusterClient, KubeNodeDirectory};
+use forewarn::adapters::kube::ClusterClient;
 use forewarn::domain::event::EventKind;
 use forewarn::domain::facts::InstanceFacts;
 use forewarn::domain::fixtures;
@@ -79,7 +79,9 @@ async fn cordons(manifest: bool, loaded: bool) -> Run {
     let started = w.clock.now();
 
     let known: Vec<InstanceFacts> = instances.values().cloned().collect();
-    let nodes = KubeNodeDirectory::new(w.clients.clone())
+    let nodes = w
+        .clients
+        .clone()
         .nodes(&known, Default::default())
         .await
         .unwrap();

@@ -6,7 +6,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use forewarn::adapters::kube::KubeNodeDirectory;
 use forewarn::domain::config::{Action, NTH_TAINT_SPOT, TaintKeys};
 use forewarn::domain::cordon_record::{ANNOTATION_CORDON, CordonRecord, UndoOutcome};
 use forewarn::domain::event::{Detail, EventKind, InstanceAction};
@@ -87,7 +86,7 @@ async fn with_nths_keys_a_spot_warnings_node_gets_nths_taint_is_drained_and_give
     again.launch_time = Some(w.clock.now());
     let instances =
         forewarn::adapters::snapshot::SnapshotInstances(BTreeMap::from([(ID.to_string(), again)]));
-    let directory = KubeNodeDirectory::new(w.clients.clone());
+    let directory = w.clients.clone();
     let way_back = forewarn::app::wayback::WayBack {
         nodes: &directory,
         instances: &instances,

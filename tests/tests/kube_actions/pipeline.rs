@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use chrono::Utc;
-use forewarn::adapters::kube::KubeNodeDirectory;
 use forewarn::domain::fixtures::{self, pod_object};
 use forewarn::ports::Clock;
 use kube_fake::Method;
@@ -24,7 +23,7 @@ async fn the_pipeline_acts_through_the_adapter_once_per_event() {
     let dir = tempfile::tempdir().unwrap();
     let store = forewarn::adapters::embedded::EmbeddedStore::open(dir.path()).unwrap();
     let instances = known(BTreeMap::from([(ID.to_string(), instance(ID, NODE))]));
-    let directory = KubeNodeDirectory::new(w.clients.clone());
+    let directory = w.clients.clone();
     let executor = w.executor();
     let pipeline = w.pipeline(&store, &instances, &directory, &executor, &w.in_process);
     let raw = fixtures::spot_json("ev-pipeline", ID, &Utc::now().to_rfc3339());
@@ -199,7 +198,7 @@ async fn every_node_of_a_batch_is_cordoned_before_any_eviction() {
             .map(|(id, name)| (id.to_string(), instance(id, name)))
             .collect(),
     );
-    let directory = KubeNodeDirectory::new(w.clients.clone());
+    let directory = w.clients.clone();
     let executor = w.executor();
     // One event at a time: without the cordon pass, the last node would be cordoned after the
     // first ones' evictions.

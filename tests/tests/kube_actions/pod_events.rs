@@ -197,7 +197,7 @@ async fn a_dry_run_says_what_it_would_record_and_sends_no_event() {
     let plan = w.plan(&event(EventKind::SpotInterruption, "ev-dry")).await;
     let executor = w.executor().dry_run(true);
     let out = passes(&executor, &plan).await.unwrap().remove(0);
-    assert_eq!(out.drain.as_ref().unwrap().pod_events.would_record, 3);
+    assert_eq!(out.drain.as_ref().unwrap().would_evict.len(), 3);
     assert!(
         out.result
             .detail

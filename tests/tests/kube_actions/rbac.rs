@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::Utc;
-use forewarn::adapters::kube::KubeNodeDirectory;
 use forewarn::adapters::upkeep::live_cluster;
 use forewarn::domain::event::EventKind;
 use forewarn::domain::fixtures::{self, node_object, pod_object};
@@ -373,7 +372,7 @@ async fn rbac_grants_exactly_what_the_adapter_uses() {
     {
         let w = World::plain().await;
         seed_pods(&w);
-        let directory = KubeNodeDirectory::new(w.clients.clone());
+        let directory = w.clients.clone();
         directory
             .nodes(
                 &[instance("i-0a1b2c3d4e5f60002", "ip-10-0-9-9.ec2.internal")],

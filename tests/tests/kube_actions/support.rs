@@ -9,9 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::Utc;
 use forewarn::adapters::clock::ManualClock;
-use forewarn::adapters::kube::{
-    ClusterClient, ExecutorSettings, KubeExecutor, KubeNodeDirectory, NodeOutcome,
-};
+use forewarn::adapters::kube::{ClusterClient, ExecutorSettings, KubeExecutor, NodeOutcome};
 pub(crate) use forewarn::app::fleet::{Cluster, Fleet};
 use forewarn::app::pipeline::{Passes, Pipeline};
 use forewarn::domain::config::Config;
@@ -100,9 +98,9 @@ pub(crate) fn fast() -> ExecutorSettings {
 pub(crate) const PASS_GAP: Duration = Duration::from_millis(100);
 
 /// An event's passes as the pipeline's in-process driver runs them: the first pass, then drain
-/// passes [`PASS_GAP`] apart until none is pending; each action's outcomes merged into one (the
-/// first cordon, every eviction and Event, the pod Events' counts summed, every pass's detail,
-/// the last of the rest).
+/// passes [`PASS_GAP`] apart until none is pending; each action's outcomes merged into one
+/// (every eviction and Event, the pod Events' counts summed, every pass's detail, the last of the
+/// rest).
 pub(crate) async fn passes(
     executor: &KubeExecutor,
     plan: &Plan,
@@ -137,7 +135,6 @@ pub(crate) async fn passes(
                 }
                 (before, now) => now.or(before),
             };
-            o.cordon = m.cordon.take().or(o.cordon);
             o.result.detail = format!("{}; {}", m.result.detail, o.result.detail);
             o.events = std::mem::take(&mut m.events);
             o.drain = drain;
@@ -305,7 +302,7 @@ impl World {
     pub(crate) async fn plan(&self, event: &Event) -> Plan {
         let instances = BTreeMap::from([(ID.to_string(), instance(ID, NODE))]);
         let known: Vec<InstanceFacts> = instances.values().cloned().collect();
-        let nodes = KubeNodeDirectory::new(self.clients.clone())
+        let nodes = (self.clients)
             .nodes(&known, Default::default())
             .await
             .unwrap();
@@ -335,6 +332,16 @@ impl World {
             .map(|e| (e["reason"].as_str().unwrap_or_default().to_string(), e))
             .collect()
     }
+}
+
+/// The action's detail says `part`: one of its `; `-separated parts, exactly (what a step did,
+/// as it tells people: `deleted nodeclaim/x`, `node/x already gone`).
+pub(crate) fn assert_said(out: &NodeOutcome, part: &str) {
+    let detail = &out.result.detail;
+    assert!(
+        detail.split("; ").any(|p| p == part),
+        "{part:?} not said in {detail:?}"
+    );
 }
 
 /// Every answer is one the adapter expects, every body of the right type.

@@ -195,8 +195,8 @@ fn a_pod_its_budget_keeps_keeps_its_target_until_its_instance_goes_within_minute
 #[test]
 fn a_forged_round_entry_takes_no_target_off() {
     forewarn_tests::moto::runtime().block_on(async {
+        use forewarn::domain::clusters::ClusterId;
         use forewarn::domain::traffic::Doomed;
-        use forewarn::ports::RoundKey;
         let Behind {
             w,
             elb,
@@ -206,10 +206,10 @@ fn a_forged_round_entry_takes_no_target_off() {
             ..
         } = &behind("eu-central-2").await;
         let spot = fixtures::spot_json("ev-spot", ID, &w.clock.now().to_rfc3339());
-        let key = RoundKey {
-            place: forewarn::ports::Place::of("123456789012", "us-east-1"),
-            cluster: "demo".into(),
-        };
+        let key = ClusterId::at(
+            &forewarn::ports::Place::of("123456789012", "us-east-1"),
+            "demo",
+        );
         // What a writer of the table adds: unsigned, and signed with a key not forewarn's.
         let forged = |id: &str| Doomed {
             instance_id: id.into(),
@@ -226,7 +226,8 @@ fn a_forged_round_entry_takes_no_target_off() {
                 &key,
                 &[
                     forged("i-0a1b2c3d4e5f6000a"),
-                    forged("i-0a1b2c3d4e5f6000b").signed(&key.to_string(), &stranger),
+                    forged("i-0a1b2c3d4e5f6000b")
+                        .signed(&forewarn::domain::traffic::round_of(&key), &stranger),
                 ],
                 w.clock.now(),
             )

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use forewarn::adapters::kube::DeleteOutcome;
 use forewarn::domain::config::Action;
 use forewarn::domain::event::EventKind;
 use forewarn::domain::fixtures::pod_object;
@@ -173,10 +172,13 @@ async fn a_delete_through_a_nodeclaim_of_another_instance_is_refused() {
         .await;
     assert_eq!(plan.actions[0].action, Action::Delete);
     let out = w.run(&plan).await;
-    match &out.delete {
-        Some(DeleteOutcome::Refused { why, .. }) => assert!(why.contains(OTHER_ID), "{why}"),
-        other => panic!("refused expected: {other:?}"),
-    }
+    let why = out.result.refused.as_deref().unwrap_or_default();
+    assert!(why.contains(OTHER_ID), "refused expected: {out:?}");
+    assert!(
+        out.result
+            .detail
+            .starts_with("refused to delete nodeclaim/nc-other: ")
+    );
     assert!(
         w.fake
             .get("karpenter.sh/v1", "NodeClaim", None, "nc-other")

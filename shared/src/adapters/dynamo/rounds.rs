@@ -25,8 +25,9 @@ use super::DynamoStore;
 use super::codec::*;
 use super::expr::Expr;
 use crate::adapters::backoff::Backoff;
-use crate::domain::traffic::{Claim, Doomed, Outcome, Rounds, Settled};
-use crate::ports::{FailureKind, OUTCOME_KEPT, PortError, RoundKey, TrafficRounds};
+use crate::domain::clusters::ClusterId;
+use crate::domain::traffic::{Claim, Doomed, Outcome, Rounds, Settled, round_of};
+use crate::ports::{FailureKind, OUTCOME_KEPT, PortError, TrafficRounds};
 
 /// The `sk` of a place and cluster's rounds.
 const ROUND_SK: &str = "ROUND";
@@ -50,11 +51,11 @@ impl DynamoStore {
     /// wrote). Nothing is written when `change` leaves them as they were.
     async fn change_rounds<T>(
         &self,
-        key: &RoundKey,
+        key: &ClusterId,
         now: DateTime<Utc>,
         change: impl Fn(&mut Rounds) -> T + Send + Sync,
     ) -> Result<T, PortError> {
-        let pk = key.to_string();
+        let pk = round_of(key);
         let read = format!("reading the rounds of {pk}");
         let what = format!("writing the rounds of {pk}");
         let mut waits = CONFLICT_BACKOFF.delays();
@@ -182,11 +183,11 @@ fn expires(now: DateTime<Utc>) -> i64 {
 impl TrafficRounds for DynamoStore {
     async fn offer(
         &self,
-        key: &RoundKey,
+        key: &ClusterId,
         doomed: &[Doomed],
         now: DateTime<Utc>,
     ) -> Result<(), PortError> {
-        let pk = key.to_string();
+        let pk = round_of(key);
         let set = self.json_set(doomed.iter(), "encoding doomed instances")?;
         if set.is_empty() {
             return Ok(());
@@ -214,7 +215,7 @@ impl TrafficRounds for DynamoStore {
 
     async fn claim(
         &self,
-        key: &RoundKey,
+        key: &ClusterId,
         now: DateTime<Utc>,
         lease: std::time::Duration,
     ) -> Result<Claim, PortError> {
@@ -223,11 +224,11 @@ impl TrafficRounds for DynamoStore {
 
     async fn settle(
         &self,
-        key: &RoundKey,
+        key: &ClusterId,
         settled: &Settled,
         now: DateTime<Utc>,
     ) -> Result<(), PortError> {
-        let (pk, expires) = (&key.to_string(), expires(now));
+        let (pk, expires) = (&round_of(key), expires(now));
         let puts = settled.outcomes.iter().map(|(id, outcome)| async move {
             let what = format!("writing {id}'s outcome in {pk}");
             let (pk, sk) = (pk.clone(), format!("{OUTCOME_SK_PREFIX}{id}"));
@@ -252,10 +253,10 @@ impl TrafficRounds for DynamoStore {
 
     async fn outcomes(
         &self,
-        key: &RoundKey,
+        key: &ClusterId,
         instances: &[String],
     ) -> Result<BTreeMap<String, Outcome>, PortError> {
-        let pk = key.to_string();
+        let pk = round_of(key);
         let keys = (instances.iter())
             .map(|i| item_key(&pk, &format!("{OUTCOME_SK_PREFIX}{i}")))
             .collect();

@@ -99,7 +99,7 @@ impl DynamoStore {
         };
         // The next id, as every rotation makes it.
         let key_id = before.rotated(bytes).ok_or_else(spent)?.current.id();
-        let secret: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let secret = hex::encode(bytes);
         // Put once: the token names the request, and Secrets Manager makes no second version
         // for it.
         let token = token_of(&key_of(key_id, &secret));
@@ -123,7 +123,7 @@ const PREVIOUS: &str = "AWSPREVIOUS";
 /// characters, as Secrets Manager asks).
 fn token_of(key: &ContinuationKey) -> String {
     let digest = sha2::Sha256::digest(key.bytes());
-    let short: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    let short = hex::encode(&digest[..8]);
     format!("forewarn-rotated-{}-{short}", key.id())
 }
 

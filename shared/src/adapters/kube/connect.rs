@@ -234,13 +234,6 @@ impl ClusterClient {
         ClockSleeper(Arc::clone(&self.clock))
     }
 
-    /// A client built from `config` as it is.
-    pub fn from_config(config: ::kube::Config) -> Result<ClusterClient, PortError> {
-        Ok(ClusterClient::new(
-            ::kube::Client::try_from(config).map_err(client_error)?,
-        ))
-    }
-
     /// EKS: clients for `base` (endpoint and CA, no credentials) carrying a token for
     /// `cluster` signed in `region` with `credentials`, each token used for `lifetime` at most
     /// ([`TOKEN_CACHE_LIFETIME`] in production) and never past the credentials' expiry.
@@ -347,7 +340,8 @@ pub async fn connect(
         }
     };
     tune(&mut config, identity);
-    ClusterClient::from_config(config)
+    let client = ::kube::Client::try_from(config).map_err(client_error)?;
+    Ok(ClusterClient::new(client))
 }
 
 /// Whether the kubeconfig (`KUBECONFIG`, else `~/.kube/config`) has a context named `name`

@@ -381,13 +381,12 @@ impl KubeExecutor {
                 tracing::warn!(%why, "the node changed: refusing to cordon it");
                 return Step::Done(Err(Some(why.to_string())));
             }
-            let cordoned = CordonOutcome::Cordoned { attempts: attempt };
             match cordon_patch(node, &spec) {
                 // Already so; on a later attempt, someone cordoned it the same way in between.
                 None if attempt == 1 => Step::Done(Ok(CordonOutcome::AlreadyCordoned)),
-                None => Step::Done(Ok(cordoned)),
-                Some(patch) if dry_run => Step::Done(Ok(CordonOutcome::WouldCordon { patch })),
-                Some(patch) => Step::Patch(patch, Ok(cordoned)),
+                None => Step::Done(Ok(CordonOutcome::Cordoned)),
+                Some(_) if dry_run => Step::Done(Ok(CordonOutcome::WouldCordon)),
+                Some(patch) => Step::Patch(patch, Ok(CordonOutcome::Cordoned)),
             }
         });
         let name = a.node.as_deref().unwrap_or_default();
@@ -406,17 +405,16 @@ impl KubeExecutor {
         // earlier delivery) did it for this event.
         let ours = already_ours && already;
         let said = match cordoned {
-            CordonOutcome::Cordoned { .. } => format!("cordoned node/{name}"),
+            CordonOutcome::Cordoned => format!("cordoned node/{name}"),
             CordonOutcome::AlreadyCordoned if ours => format!("cordoned node/{name}"),
             CordonOutcome::AlreadyCordoned => format!("node/{name} already cordoned"),
-            CordonOutcome::WouldCordon { .. } => format!("would cordon and taint node/{name}"),
+            CordonOutcome::WouldCordon => format!("would cordon and taint node/{name}"),
         };
         out.say(said);
-        let changed = matches!(cordoned, CordonOutcome::Cordoned { .. });
+        let changed = cordoned == CordonOutcome::Cordoned;
         if changed || already {
             out.result.cordoned_at = Some(self.clients.clock().now());
         }
-        out.cordon = Some(cordoned);
         Ok((
             false,
             (changed || ours).then(|| self.cordoned_note(kind, a)),

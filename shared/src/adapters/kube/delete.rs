@@ -137,7 +137,6 @@ impl KubeExecutor {
         if let DeleteOutcome::Refused { why, .. } = &deleted {
             out.result.refused = Some(why.clone());
         }
-        out.delete = Some(deleted);
         Ok(())
     }
 

@@ -26,18 +26,6 @@ const SERVICE: &str = "kubernetes";
 /// `get`s at once.
 const PARALLELISM: usize = 8;
 
-/// [`NodeDirectory`] over the Kubernetes API.
-#[derive(Debug, Clone)]
-pub struct KubeNodeDirectory {
-    clients: ClusterClient,
-}
-
-impl KubeNodeDirectory {
-    pub fn new(clients: ClusterClient) -> KubeNodeDirectory {
-        KubeNodeDirectory { clients }
-    }
-}
-
 /// The nodes' API, with `clients`' client.
 async fn api(clients: &ClusterClient) -> Result<Api<Node>, PortError> {
     Ok(Api::all(clients.client().await.map_err(directory_error)?))
@@ -54,8 +42,9 @@ fn names_instance(node: &NodeFacts, instance: &InstanceFacts) -> bool {
     resolve_node(&instance.instance_id, Some(instance), one).is_some()
 }
 
+/// The cluster's clients are its [`NodeDirectory`], over the Kubernetes API.
 #[async_trait]
-impl NodeDirectory for KubeNodeDirectory {
+impl NodeDirectory for ClusterClient {
     /// The nodes of `instances` (see the module's documentation).
     #[tracing::instrument(name = "nodes", skip_all, fields(instances = instances.len()), err)]
     async fn nodes(
@@ -63,7 +52,7 @@ impl NodeDirectory for KubeNodeDirectory {
         instances: &[InstanceFacts],
         work: Work,
     ) -> Result<Vec<NodeFacts>, PortError> {
-        let clients = &self.clients.for_work(work);
+        let clients = &self.for_work(work);
         if instances.is_empty() {
             return Ok(Vec::new());
         }
@@ -112,7 +101,7 @@ impl NodeDirectory for KubeNodeDirectory {
 
     /// One paged `list` of the nodes.
     async fn all(&self) -> Result<Vec<NodeFacts>, PortError> {
-        let all = list_all(&self.clients, &api(&self.clients).await?, "nodes").await;
+        let all = list_all(self, &api(self).await?, "nodes").await;
         Ok(all
             .map_err(directory_error)?
             .iter()

@@ -308,7 +308,7 @@ impl KubeExecutor {
             && let Some(surge) = surge
         {
             // The drain is over: its placeholders go.
-            report.placeholders_deleted += surge::delete_all(clients, &surge.listed).await;
+            report.placeholders_deleted += surge::delete_all(clients, &surge.listed).await.0;
         }
         Ok(report)
     }

@@ -46,11 +46,8 @@ pub enum TokenError {
 
 /// The STS host of a region (`sts.<region>.amazonaws.com`, `.amazonaws.com.cn` in China).
 pub fn sts_host(region: &str) -> String {
-    if region.starts_with("cn-") {
-        format!("sts.{region}.amazonaws.com.cn")
-    } else {
-        format!("sts.{region}.amazonaws.com")
-    }
+    let china = if region.starts_with("cn-") { ".cn" } else { "" };
+    format!("sts.{region}.amazonaws.com{china}")
 }
 
 /// The presigned `GetCallerIdentity` URL for `cluster`, signed at `time`.

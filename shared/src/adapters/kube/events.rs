@@ -206,7 +206,8 @@ impl KubeExecutor {
     /// ([`super::api::rate_limit::RateLimiter::idle`]), in one attempt. What the pass's budget
     /// (time and count) does not cover is given up, and so is the rest once the limit is busy
     /// or an Event fails: counted, logged once per pass. A redelivered event's Event answers 409:
-    /// there already. A dry run only counts what it would record.
+    /// there already. A dry run evicts nothing and so records none (its detail says what it
+    /// would, see [`NodeOutcome::finish`]).
     pub(super) async fn record_pod_events(
         &self,
         plan: &Plan,
@@ -215,10 +216,6 @@ impl KubeExecutor {
         report: &mut DrainReport,
     ) {
         let node_name = node.metadata.name.as_deref().unwrap_or_default();
-        if self.settings.dry_run {
-            report.pod_events.would_record = report.would_evict.len();
-            return;
-        }
         if report.evicted.is_empty() {
             return;
         }

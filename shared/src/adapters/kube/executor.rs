@@ -1,12 +1,17 @@
 //! [`KubeExecutor`]: the clients, settings and shared state every step of the executor uses
-//! (how a pass runs: [`super::execute`]; each verb's steps: [`super::cordon`], [`super::drain`],
-//! [`super::delete`], [`super::events`], [`super::launch`]).
+//! (its surge drains' memory, [`SurgeMemory`]; how a pass runs: [`super::execute`]; each verb's
+//! steps: [`super::cordon`], [`super::drain`], [`super::delete`], [`super::events`],
+//! [`super::launch`]).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+
 use super::connect::ClusterClient;
-use super::surge_memory::SurgeMemory;
+use crate::domain::admission::RefusedBy;
+use crate::domain::budget::Budget;
 use crate::domain::config::Config;
 use crate::ports::{Clock, LifecycleCompleter, PoolStore};
 
@@ -127,3 +132,54 @@ impl KubeExecutor {
         &self.settings
     }
 }
+
+/// How long a namespace's budgets, once listed, are taken as they were: a budget's selector and
+/// size change rarely, and a list per drain would cost the API server a request per node.
+pub(super) const BUDGETS_KEPT: chrono::Duration = chrono::Duration::seconds(60);
+
+/// What an executor's surge drains remember from one pass to the next (one execution
+/// environment's): the budgets that let their pods go only in rounds, per namespace, as last
+/// listed and when (kept [`BUDGETS_KEPT`] by the executor's clock; one list at a time); and the
+/// namespaces whose pods' placeholders the API did not make, until when (see [`REFUSED_KEPT`]).
+#[derive(Debug, Default)]
+pub(crate) struct SurgeMemory {
+    pub(super) budgets: tokio::sync::Mutex<KeptBudgets>,
+    refused: std::sync::Mutex<BTreeMap<String, DateTime<Utc>>>,
+    /// The (namespace, refusing step) pairs already reported (logged, an Event on a node): each
+    /// once per execution environment.
+    reported: std::sync::Mutex<BTreeSet<(String, RefusedBy)>>,
+}
+
+/// How long the pods of a namespace whose placeholder the API did not make (any answer but
+/// AlreadyExists) get no other one asked for. The cause is seldom one pod's: no grant to create
+/// pods in forewarn's namespace (a cluster before 1.30, where `forewarn deploy` applies no
+/// placeholder grant), a Pod Security level or admission policy that refuses what the
+/// namespace's pods copy into their placeholders, an admission webhook that is down. Asking
+/// again for each pod of a mass interruption would cost the API server one request and the log
+/// one warning per pod, for nothing. (A create that got no answer within the step's budget is
+/// not remembered: the wait may be this environment's own rate limit.)
+const REFUSED_KEPT: chrono::Duration = chrono::Duration::seconds(60);
+
+impl SurgeMemory {
+    /// Whether placeholders in `namespace` were refused less than [`REFUSED_KEPT`] before `now`.
+    pub(crate) fn refuses(&self, namespace: &str, now: DateTime<Utc>) -> bool {
+        let refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        refused.get(namespace).is_some_and(|until| now < *until)
+    }
+
+    /// Whether a refusal of a placeholder of `namespace` by `by` is the first this environment
+    /// saw (then it is reported: the log, a Warning Event on the node); remembered.
+    pub(crate) fn first_report(&self, namespace: &str, by: &RefusedBy) -> bool {
+        let mut reported = self.reported.lock().unwrap_or_else(|p| p.into_inner());
+        reported.insert((namespace.to_string(), by.clone()))
+    }
+
+    /// A placeholder for a pod of `namespace` was not made at `now`.
+    pub(crate) fn refused_at(&self, namespace: &str, now: DateTime<Utc>) {
+        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        refused.insert(namespace.to_string(), now + REFUSED_KEPT);
+    }
+}
+
+/// Per namespace: when its budgets were listed, and the ones that let their pods go in rounds.
+pub(super) type KeptBudgets = BTreeMap<String, (DateTime<Utc>, Vec<Budget>)>;

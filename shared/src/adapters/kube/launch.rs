@@ -154,7 +154,6 @@ impl KubeExecutor {
                 LifecycleOutcome::NotConfigured
             };
             out.say(done.summary(&format!("{}/{}", lifecycle.asg_name, lifecycle.hook_name)));
-            out.lifecycle = Some(done);
         }
         Ok(())
     }

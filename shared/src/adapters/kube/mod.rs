@@ -4,7 +4,8 @@
 //!
 //! - [`connect`]: kubeconfig inference locally; on EKS an IAM authentication token
 //!   ([`eks_token`]) refreshed before it expires ([`ClusterClient`]).
-//! - [`KubeNodeDirectory`]: one `get` per instance by private DNS name, at most one `list`.
+//! - [`ClusterClient`] is the [`NodeDirectory`] (`directory`): one `get` per instance by
+//!   private DNS name, at most one `list`.
 //! - [`KubeExecutor`]: each action idempotent; a dry run takes the same path without writing.
 //!
 //! Every request the adapter sends, and so every RBAC rule it needs, is listed in
@@ -32,7 +33,6 @@ mod outcome;
 pub(crate) mod placeholder;
 mod policy;
 pub(crate) mod surge;
-pub(crate) mod surge_memory;
 
 pub use api::FIELD_MANAGER;
 pub use connect::{
@@ -40,7 +40,6 @@ pub use connect::{
     KubeconfigContexts, connect, connect_eks, has_context,
 };
 pub(crate) use cordon::get_node;
-pub use directory::KubeNodeDirectory;
 pub use eks::TOKEN_CACHE_LIFETIME;
 #[cfg(any(test, feature = "fixtures"))]
 pub use eks::url_from_token;
@@ -49,6 +48,6 @@ pub use events::{REPORTING_CONTROLLER, event_name};
 pub(crate) use execute::failed as executor_failed;
 pub use executor::{ExecutorSettings, KubeExecutor};
 pub use node_facts::node_facts;
-pub use outcome::{CordonOutcome, DeleteOutcome, DrainReport, EventOutcome, NodeOutcome};
+pub use outcome::{DrainReport, EventOutcome, NodeOutcome};
 pub use policy::{KubePolicy, POLICY_CONFIGMAP, POLICY_KEY, POLICY_NAMESPACE};
 pub(crate) use surge::delete_expired;

@@ -1,28 +1,27 @@
 //! What the executor did for each node action ([`NodeOutcome`]: its cordon, drain, delete,
-//! Events, lifecycle action), and the port's result its steps make of it.
+//! Events), and the port's result its steps make of it.
 
 use chrono::{DateTime, Utc};
-use serde_json::Value;
 
 use crate::domain::plan::NodeAction;
 use crate::domain::report::DrainSummary;
 use crate::domain::surge::RoomWait;
-use crate::ports::{ActionResult, LifecycleOutcome};
+use crate::ports::ActionResult;
 
 /// What a cordon did.
-#[derive(Debug, Clone, PartialEq)]
-pub enum CordonOutcome {
-    /// Patched, after `attempts` tries (more than one when the node changed under us).
-    Cordoned { attempts: u32 },
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CordonOutcome {
+    /// Patched (after more than one try when the node changed under us).
+    Cordoned,
     /// The node already had exactly that state: nothing sent.
     AlreadyCordoned,
-    /// Dry run: the patch that would be sent.
-    WouldCordon { patch: Value },
+    /// Dry run: a patch would be sent.
+    WouldCordon,
 }
 
-/// What a delete did; displayed for people.
+/// What a delete did; displayed for people (the action's detail).
 #[derive(Debug, Clone, PartialEq, Eq, strum::Display)]
-pub enum DeleteOutcome {
+pub(crate) enum DeleteOutcome {
     /// Deleted (`nodeclaim/x`, `machine/ns/x`, `node/x`).
     #[strum(to_string = "deleted {target}")]
     Deleted { target: String },
@@ -70,8 +69,6 @@ pub struct PodEventCounts {
     /// Not sent: past the pass's budget, the client's rate limit busy, or after a failure (the
     /// one that failed when sent counted too).
     pub given_up: usize,
-    /// Dry run: the Events that would be recorded.
-    pub would_record: usize,
 }
 
 /// What a drain did.
@@ -179,10 +176,7 @@ pub enum EventOutcome {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeOutcome {
     pub result: ActionResult,
-    pub cordon: Option<CordonOutcome>,
     pub drain: Option<DrainReport>,
-    pub delete: Option<DeleteOutcome>,
-    pub lifecycle: Option<LifecycleOutcome>,
     /// Event reasons, with what became of each.
     pub events: Vec<(String, EventOutcome)>,
     pub(super) dry_run: bool,
@@ -240,7 +234,8 @@ impl NodeOutcome {
             .filter(|(_, o)| *o == EventOutcome::WouldCreate)
             .map(|(r, _)| r.as_str())
             .collect();
-        let pod_events = self.drain.as_ref().map_or(0, |d| d.pod_events.would_record);
+        // A dry run's drain would record an Event on each pod it would evict.
+        let pod_events = self.drain.as_ref().map_or(0, |d| d.would_evict.len());
         let tail = [
             (!would.is_empty()).then(|| format!("would record Events {}", would.join(", "))),
             (pod_events > 0)

@@ -1,6 +1,10 @@
 //! Placeholders (see [`crate::domain::surge`]): made from the pods of a doomed node, listed,
 //! created and deleted through the API; and the pass of a drain that decides which pods wait
-//! for room ([`KubeExecutor::surge_pass`]).
+//! for room ([`KubeExecutor::surge_pass`]), with what it knows beyond the node's pods: the
+//! budgets' rounds a pod must leave time for ([`budget_rounds`], listed once a minute per
+//! namespace), the order of a controller's pods ([`earlier_rounds`]), and the namespaces whose
+//! placeholders the API did not make lately — what one execution environment's drains remember
+//! from one pass to the next ([`SurgeMemory`]).
 //!
 //! A placeholder is a pod in forewarn's namespace ([`NAMESPACE`]), named after its pod's uid,
 //! owned by the doomed Node (so the garbage collector removes it with the Node), labelled
@@ -35,17 +39,17 @@ use ::kube::{Api, ResourceExt};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use super::api::rate_limit::Lane;
 use super::api::retry::{heed_retry_after, with_retry};
 use super::connect::ClusterClient;
 use super::error::{ApiError, KubeError, status_code};
-use super::executor::KubeExecutor;
+use super::executor::{BUDGETS_KEPT, KubeExecutor, SurgeMemory};
 use super::outcome::DrainReport;
 use super::placeholder::placeholder_for;
-pub(crate) use super::surge_memory::SurgeMemory;
-use super::surge_memory::{budget_rounds, controller, earlier_rounds};
 use crate::domain::admission::{RefusedBy, is_refusal, refused_by};
+use crate::domain::budget::Budget;
 use crate::domain::surge::{
     ANNOTATION_EVICT_BY, ANNOTATION_EXPIRES, ANNOTATION_NODE, ANNOTATION_POD_UID,
     LABEL_PLACEHOLDER, LABEL_PLACEHOLDER_NODE, MAX_PODS, NAMESPACE, PRIORITY_CLASS, RoomSeen,
@@ -269,8 +273,8 @@ async fn kept_placeholders(
             by_pod.insert(uid, ph);
         } else {
             let deleted = delete_all(clients, std::slice::from_ref(&ph));
-            report.placeholders_deleted +=
-                crate::ports::until(clock, end, deleted).await.unwrap_or(0);
+            let deleted = crate::ports::until(clock, end, deleted).await;
+            report.placeholders_deleted += deleted.map_or(0, |(gone, _)| gone);
         }
     }
     by_pod
@@ -471,22 +475,31 @@ pub(crate) async fn delete_of_node(clients: &ClusterClient, node: &str) -> usize
         tracing::warn!(error = %e, node, "placeholders not listed: the sweeper deletes them once they expire");
         Vec::new()
     });
-    delete_all(clients, &found).await
+    delete_all(clients, &found).await.0
 }
 
-/// Deletes `placeholders`, each with [`delete`], a failure logged (the sweeper deletes what a
-/// drain left, and the garbage collector what its Node leaves); answers how many went.
-pub(crate) async fn delete_all(clients: &ClusterClient, placeholders: &[Pod]) -> usize {
-    let mut gone = 0;
+/// Deletes `placeholders`, each with [`delete`], every one tried; answers how many went, and
+/// when any failed an error naming how many and the first. Each failure is logged (the sweeper
+/// deletes what a drain left once it expires, and the garbage collector what its Node leaves).
+pub(crate) async fn delete_all(
+    clients: &ClusterClient,
+    placeholders: &[Pod],
+) -> (usize, Option<KubeError>) {
+    let (mut failed, mut first) = (0, None);
     for ph in placeholders {
-        match delete(clients, ph).await {
-            Ok(()) => gone += 1,
-            Err(e) => {
-                tracing::warn!(error = %e, "placeholder not deleted: the sweeper deletes it once it expires")
-            }
+        if let Err(e) = delete(clients, ph).await {
+            tracing::warn!(error = %e, "placeholder not deleted: the sweeper deletes it once it expires");
+            failed += 1;
+            first.get_or_insert(e);
         }
     }
-    gone
+    let tried = placeholders.len();
+    let partly = first.map(|first| KubeError::Partly {
+        failed,
+        tried,
+        first: Box::new(first),
+    });
+    (tried - failed, partly)
 }
 
 /// Deletes the placeholders of forewarn's namespace that expired before `now` (the sweeper's
@@ -500,29 +513,117 @@ pub(crate) async fn delete_expired(
     dry_run: bool,
 ) -> Result<Vec<String>, KubeError> {
     let all = list(clients, ListParams::default(), "placeholders").await?;
-    let (mut gone, mut failed, mut first) = (Vec::new(), 0, None);
-    for ph in all {
-        // A placeholder without a readable expiry is forewarn's and of no use: it goes too.
-        let expired = annotated_time(&ph, ANNOTATION_EXPIRES).is_none_or(|t| t < now);
-        if !expired {
+    // A placeholder without a readable expiry is forewarn's and of no use: it goes too.
+    let expired: Vec<Pod> = (all.into_iter())
+        .filter(|ph| annotated_time(ph, ANNOTATION_EXPIRES).is_none_or(|t| t < now))
+        .collect();
+    if !dry_run && let (_, Some(failed)) = delete_all(clients, &expired).await {
+        return Err(failed);
+    }
+    Ok(expired
+        .iter()
+        .map(|ph| format!("{NAMESPACE}/{}", ph.name_any()))
+        .collect())
+}
+
+/// The controller of `pod` (kind, name), unless it has none or it is a DaemonSet.
+pub(crate) fn controller(pod: &Pod) -> Option<(&str, &str)> {
+    (pod.owner_references().iter())
+        .find(|r| r.controller == Some(true) && r.kind != "DaemonSet")
+        .map(|r| (r.kind.as_str(), r.name.as_str()))
+}
+
+/// Per pod uid of `pods` (a drain's surging pods), one earlier round when a budget selects it
+/// that cannot let all of its pods go at once (see [`crate::domain::surge`]). One list of
+/// budgets per namespace, kept a minute; a list the API refuses (an RBAC without the grant)
+/// counts no round, and is logged; one that fails otherwise counts none in this pass only.
+pub(crate) async fn budget_rounds(
+    clients: &ClusterClient,
+    memory: &SurgeMemory,
+    pods: &[(&Pod, &str)],
+) -> BTreeMap<String, usize> {
+    let namespaces: BTreeSet<&str> = pods
+        .iter()
+        .map(|(p, _)| p.metadata.namespace.as_deref().unwrap_or("default"))
+        .collect();
+    let mut serial: Vec<Budget> = Vec::new();
+    let mut kept = memory.budgets.lock().await;
+    for ns in namespaces {
+        let now = clients.clock().now();
+        if let Some((at, budgets)) = kept.get(ns)
+            && now - *at < BUDGETS_KEPT
+        {
+            serial.extend(budgets.iter().cloned());
             continue;
         }
-        if !dry_run && let Err(e) = delete(clients, &ph).await {
-            tracing::error!(error = %e, "expired placeholder not deleted");
-            failed += 1;
-            first.get_or_insert(e);
-            continue;
-        }
-        gone.push(format!("{NAMESPACE}/{}", ph.name_any()));
+        let client = match clients.client().await {
+            Ok(client) => client,
+            Err(e) => {
+                tracing::warn!(error = %e, "budgets not read: this pass's placeholders wait without their rounds");
+                break;
+            }
+        };
+        let api: Api<PodDisruptionBudget> = Api::namespaced(client, ns);
+        let what = format!("poddisruptionbudgets in {ns}");
+        let params = ListParams::default();
+        let later = clients.in_lane(Lane::Later);
+        let listed = match with_retry(&later, "list", &what, || api.list(&params)).await {
+            Ok(list) => list.items,
+            Err(e) if matches!(e.status, Some(401 | 403 | 404)) => {
+                tracing::warn!(error = %e, "budgets not read: placeholders wait without their rounds");
+                Vec::new()
+            }
+            // Anything else (the API server in trouble): this drain's placeholders go without
+            // the rounds; nothing is kept, so the namespace's next drain lists again.
+            Err(e) => {
+                tracing::warn!(error = %e, "budgets not read: this pass's placeholders wait without their rounds");
+                continue;
+            }
+        };
+        let budgets: Vec<Budget> = listed
+            .iter()
+            .filter_map(|pdb| {
+                let expected = pdb
+                    .status
+                    .as_ref()
+                    .map_or(0, |s| i64::from(s.expected_pods));
+                let budget = super::budget::budget(pdb).ok()?;
+                (budget.allowed_when_healthy(expected) < expected).then_some(budget)
+            })
+            .collect();
+        serial.extend(budgets.iter().cloned());
+        kept.insert(ns.to_string(), (now, budgets));
     }
-    match first {
-        None => Ok(gone),
-        Some(first) => Err(KubeError::Partly {
-            failed,
-            tried: gone.len() + failed,
-            first: Box::new(first),
-        }),
-    }
+    drop(kept);
+    pods.iter()
+        .filter(|(pod, _)| {
+            let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+            serial.iter().any(|b| b.selects(ns, pod.labels()))
+        })
+        .map(|(_, uid)| (uid.to_string(), 1))
+        .collect()
+}
+
+/// Per pod uid, how many pods of the same controller come before it on the node (name order):
+/// the rounds of a budget that lets one go at a time (see [`crate::domain::surge`]).
+pub(crate) fn earlier_rounds(pods: &[&Pod]) -> BTreeMap<String, usize> {
+    // ((namespace, controller kind and name), pod name, uid) of each pod, in that order.
+    let mut pods: Vec<_> = (pods.iter())
+        .filter_map(|p| {
+            let (ns, name) = (p.metadata.namespace.as_deref(), p.metadata.name.as_deref());
+            let owner = (ns.unwrap_or_default(), controller(p)?);
+            Some((owner, name.unwrap_or_default(), p.metadata.uid.as_deref()?))
+        })
+        .collect();
+    pods.sort();
+    let mut before: BTreeMap<_, usize> = BTreeMap::new();
+    (pods.into_iter())
+        .map(|(owner, _, uid)| {
+            let k = before.entry(owner).or_default();
+            *k += 1;
+            (uid.to_string(), *k - 1)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -749,5 +850,21 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn rounds_count_the_pods_of_one_controller_before_each() {
+        let p = |name: &str, owner: &str| {
+            pod(
+                json!({"metadata": {"name": name, "namespace": "ns", "uid": format!("u-{name}"),
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                    "name": owner, "uid": "r", "controller": true}]}}),
+            )
+        };
+        let (a, b, c) = (p("web-b", "web"), p("web-a", "web"), p("db-0", "db"));
+        let rounds = earlier_rounds(&[&a, &b, &c]);
+        assert_eq!(rounds["u-web-a"], 0);
+        assert_eq!(rounds["u-web-b"], 1);
+        assert_eq!(rounds["u-db-0"], 0);
     }
 }

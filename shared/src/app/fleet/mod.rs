@@ -137,7 +137,7 @@ pub struct Fleet {
     listed: tokio::sync::Mutex<Option<(DateTime<Utc>, Vec<ClusterId>)>>,
     /// The clusters whose last share failed whole: since when, and whether a share is trying
     /// it again now.
-    troubled: std::sync::Mutex<BTreeMap<String, Trouble>>,
+    troubled: std::sync::Mutex<BTreeMap<String, (DateTime<Utc>, bool)>>,
 }
 
 /// Every cluster `catalog` lists in `places`, and `also`, each whole (`own` fills what they do
@@ -179,13 +179,6 @@ async fn list(
     }
 }
 
-/// A cluster in trouble (see [`Fleet::backing_off`]).
-#[derive(Debug, Clone, Copy)]
-struct Trouble {
-    since: DateTime<Utc>,
-    probing: bool,
-}
-
 impl Fleet {
     /// One cluster, whose services are given (a deployment of one cluster, a replay, the
     /// tests). Its name is the cluster's, else the configuration's `cluster_name`.
@@ -193,26 +186,16 @@ impl Fleet {
         Fleet::of(Served::One(Arc::new(cluster)))
     }
 
-    /// The clusters `ids`, each connected through `connector` when first needed.
-    pub fn named(ids: Vec<ClusterId>, connector: Arc<dyn Connector>) -> Fleet {
-        Fleet::of(Served::Many {
-            catalog: None,
-            ids,
-            connector,
-        })
-    }
-
-    /// Every cluster `catalog` lists in `places` (read again every [`RELIST`]), and `also`,
-    /// each connected through `connector` when first needed.
-    pub fn all(
-        catalog: Arc<dyn ClusterCatalog>,
-        places: Vec<Place>,
-        also: Vec<ClusterId>,
+    /// The clusters `ids`, and with a `catalog` every cluster it lists in its places (read
+    /// again every [`RELIST`]), each connected through `connector` when first needed.
+    pub fn many(
+        catalog: Option<(Arc<dyn ClusterCatalog>, Vec<Place>)>,
+        ids: Vec<ClusterId>,
         connector: Arc<dyn Connector>,
     ) -> Fleet {
         Fleet::of(Served::Many {
-            catalog: Some((catalog, places)),
-            ids: also,
+            catalog,
+            ids,
             connector,
         })
     }
@@ -329,11 +312,11 @@ impl Fleet {
     /// tells how it went with [`Fleet::record_outcome`].
     pub fn backing_off(&self, name: &str, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let mut troubled = self.troubled.lock().unwrap_or_else(|p| p.into_inner());
-        let trouble = troubled.get_mut(name)?;
-        if trouble.probing || now - trouble.since < BREAK {
-            return Some(trouble.since);
+        let (since, probing) = troubled.get_mut(name)?;
+        if *probing || now - *since < BREAK {
+            return Some(*since);
         }
-        trouble.probing = true;
+        *probing = true;
         None
     }
 
@@ -348,13 +331,7 @@ impl Fleet {
                     "a cluster's share failed whole: left alone in mixed batches for a while"
                 );
             }
-            troubled.insert(
-                name.to_string(),
-                Trouble {
-                    since: now,
-                    probing: false,
-                },
-            );
+            troubled.insert(name.to_string(), (now, false));
         } else if troubled.remove(name).is_some() {
             tracing::info!(cluster = name, "a cluster in trouble answers again");
         }
@@ -436,7 +413,12 @@ mod tests {
         let catalog = Arc::new(Listed(Mutex::default(), AtomicUsize::new(0)));
         catalog.set(own(), Ok(&["b", "a", "a"]));
         let connects = Arc::new(Connects(AtomicUsize::new(0)));
-        let fleet = Fleet::all(catalog.clone(), vec![Place::default()], vec![], connects).at(own());
+        let fleet = Fleet::many(
+            Some((catalog.clone(), vec![Place::default()])),
+            vec![],
+            connects,
+        )
+        .at(own());
         let base = Config::default();
         let both = ["123456789012/eu-west-1/a", "123456789012/eu-west-1/b"];
         assert_eq!(
@@ -468,7 +450,8 @@ mod tests {
         assert_eq!(catalog.1.load(Ordering::SeqCst), 3, "not again within 30 s");
         catalog.set(own(), Err(()));
         let connects = Arc::new(Connects(AtomicUsize::new(0)));
-        let fresh = Fleet::all(catalog, vec![Place::default()], vec![], connects).at(own());
+        let fresh =
+            Fleet::many(Some((catalog, vec![Place::default()])), vec![], connects).at(own());
         assert!(
             fresh.served(&base, clock.now(), &[]).await.is_err(),
             "no list at all"
@@ -488,7 +471,7 @@ mod tests {
         let places = vec![Place::default(), member()];
         let also = vec![id("222222222222/us-east-2/edge")];
         let connects = Arc::new(Connects(AtomicUsize::new(0)));
-        let fleet = Fleet::all(catalog.clone(), places, also, connects).at(own());
+        let fleet = Fleet::many(Some((catalog.clone(), places)), also, connects).at(own());
         let base = Config::default();
         let want = [
             "111111111111/eu-west-1/dev",
@@ -519,7 +502,7 @@ mod tests {
     #[tokio::test]
     async fn a_cluster_is_connected_once_and_one_that_cannot_be_is_tried_again() {
         let connects = Arc::new(Connects(AtomicUsize::new(0)));
-        let fleet = Fleet::named(vec![id("up"), id("down")], connects.clone()).at(own());
+        let fleet = Fleet::many(None, vec![id("up"), id("down")], connects.clone()).at(own());
         let up = fleet.cluster(Some(&id("up"))).await.unwrap();
         assert_eq!(
             up.id.as_ref().map(ToString::to_string).as_deref(),

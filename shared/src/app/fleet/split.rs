@@ -8,9 +8,9 @@
 //! - A drain's later pass goes to the cluster its (signed) plan names.
 //! - Undecodable and unsupported records, and instances of no served cluster, go to
 //!   [`Destination::Elsewhere`]: nothing is acted on, pools are recorded.
-//! - When the batch's instances could not be looked up, its first-pass events cannot be
-//!   routed: [`Destination::Unrouted`] fails them (they come back). So are the events of one
-//!   account and region whose lookup failed, alone: the pipeline answers each as its place's
+//! - When the batch's instances could not be looked up, its first-pass events naming some
+//!   cannot be routed: [`Destination::Unrouted`] fails them (they come back). So are the events
+//!   of one account and region whose lookup failed, alone: the pipeline answers each as its place's
 //!   lookup said (failed, or acknowledged for an account not served; see
 //!   [`crate::app::pipeline::Described`]).
 
@@ -32,12 +32,12 @@ pub struct Share {
     pub positions: Vec<usize>,
 }
 
-/// The batch's `records` by destination. `instances`: what the lookup found (`None`: it
-/// failed whole), place by place; `served`: the served clusters, whole (empty: one cluster,
+/// The batch's `records` by destination. `instances`: what the lookup found, place by place
+/// (a lookup that failed whole: every place failed); `served`: the served clusters, whole (empty: one cluster,
 /// named by nobody); `own`: the deployment's own account and region.
 pub fn split(
     records: &[Record],
-    instances: Option<&Described>,
+    instances: &Described,
     served: &[ClusterId],
     own: &Place,
 ) -> BTreeMap<Destination, Share> {
@@ -68,10 +68,10 @@ pub fn split(
             put(to, record.clone(), position);
             continue;
         }
-        let Some(instances) = instances.filter(|d| d.failure_of(event).is_none()) else {
+        if instances.failure_of(event).is_some() {
             put(Destination::Unrouted, record.clone(), position);
             continue;
-        };
+        }
         let homes = homes(event, &instances.found, served, own);
         match homes.as_slice() {
             [] => put(Destination::Elsewhere, record.clone(), position),
@@ -86,7 +86,7 @@ pub fn split(
     shares
 }
 
-/// The event's instances by home, in the order of their first instance.
+/// The event's instances by home.
 fn homes(
     event: &Event,
     instances: &BTreeMap<String, InstanceFacts>,
@@ -94,15 +94,12 @@ fn homes(
     own: &Place,
 ) -> Vec<(Destination, Vec<String>)> {
     let place = Place::of_event(event);
-    let mut out: Vec<(Destination, Vec<String>)> = Vec::new();
+    let mut out: BTreeMap<Destination, Vec<String>> = BTreeMap::new();
     for id in &event.instance_ids {
         let h = home(instances.get(id), &place, served, own);
-        match out.iter_mut().find(|(known, _)| *known == h) {
-            Some((_, ids)) => ids.push(id.clone()),
-            None => out.push((h, vec![id.clone()])),
-        }
+        out.entry(h).or_default().push(id.clone());
     }
-    out
+    out.into_iter().collect()
 }
 
 /// The part of `record` about `ids`, the instances of `home`: its own idempotence key.
@@ -272,7 +269,7 @@ mod tests {
             continuation("b", I2, Some("attacker")),
             continuation("c", I3, None),
         ];
-        let shares = split(&records, None, &served(), &own());
+        let shares = split(&records, &Described::default(), &served(), &own());
         assert_eq!(
             shares[&Destination::Cluster(Some(c("blue")))].positions,
             [0]
@@ -289,7 +286,7 @@ mod tests {
             continuation("e", I2, Some("123456789012/us-east-1/green")),
             continuation("f", I3, Some("not/a/cluster/at/all")),
         ];
-        let shares = split(&records, None, &served(), &own());
+        let shares = split(&records, &Described::default(), &served(), &own());
         assert_eq!(
             shares[&Destination::NotServed(Some("111111111111/us-east-1/blue".into()))].positions,
             [0]
@@ -303,7 +300,7 @@ mod tests {
             [2]
         );
         // One cluster named by nobody: every continuation is its.
-        let shares = split(&records, None, &[], &own());
+        let shares = split(&records, &Described::default(), &[], &own());
         assert_eq!(shares[&Destination::Cluster(None)].positions, [0, 1, 2]);
     }
 
@@ -322,7 +319,7 @@ mod tests {
             instance(I3, "red"),
         ]);
         let records = vec![spot("a", I1), spot("b", I2), spot("c", I3)];
-        let shares = split(&records, Some(&instances), &served(), &own());
+        let shares = split(&records, &instances, &served(), &own());
         let blue = &shares[&Destination::Cluster(Some(c("blue")))];
         assert_eq!(blue.positions, [0]);
         assert_eq!(
@@ -331,10 +328,20 @@ mod tests {
         );
         assert_eq!(shares[&Destination::Elsewhere].positions, [2]);
         // Nothing to route without the lookup.
-        let shares = split(&records, None, &served(), &own());
+        let events: Vec<&Event> = records
+            .iter()
+            .filter_map(|r| r.event.as_ref().ok())
+            .collect();
+        let failure = PortError::new("ec2", FailureKind::Timeout, "out of time");
+        let shares = split(
+            &records,
+            &Described::failing(&events, failure),
+            &served(),
+            &own(),
+        );
         assert_eq!(shares[&Destination::Unrouted].positions, [0, 1, 2]);
         // One cluster named by nobody: everything is its.
-        let shares = split(&records, Some(&instances), &[], &own());
+        let shares = split(&records, &instances, &[], &own());
         assert_eq!(shares[&Destination::Cluster(None)].positions, [0, 1, 2]);
     }
 
@@ -342,7 +349,7 @@ mod tests {
     fn an_event_of_two_clusters_is_split_and_joined_back() {
         let instances = found([instance(I1, "blue"), instance(I2, "green")]);
         let records = vec![health("h", &[I1, I2])];
-        let shares = split(&records, Some(&instances), &served(), &own());
+        let shares = split(&records, &instances, &served(), &own());
         let blue = &shares[&Destination::Cluster(Some(c("blue")))];
         let event = blue.records[0].event.as_ref().unwrap();
         assert_eq!(event.id, "h#123456789012/us-east-1/blue");
@@ -397,7 +404,7 @@ mod tests {
             event.account = Some("111111111111".into());
         }
         let records = vec![spot("a", I1), theirs];
-        let shares = split(&records, Some(&instances), &served(), &own());
+        let shares = split(&records, &instances, &served(), &own());
         assert_eq!(
             shares[&Destination::Cluster(Some(c("blue")))].positions,
             [0]
@@ -428,7 +435,7 @@ mod tests {
             of("c", I3, "111111111111"),
         ];
         let served = vec![c("blue"), c("green"), c("111111111111/blue")];
-        let shares = split(&records, Some(&instances), &served, &own());
+        let shares = split(&records, &instances, &served, &own());
         assert_eq!(
             shares[&Destination::Cluster(Some(c("blue")))].positions,
             [0]
@@ -439,7 +446,7 @@ mod tests {
         );
         assert_eq!(shares[&Destination::Elsewhere].positions, [2]);
         // One cluster named by nobody is of the own account only.
-        let shares = split(&records, Some(&instances), &[], &own());
+        let shares = split(&records, &instances, &[], &own());
         assert_eq!(shares[&Destination::Cluster(None)].positions, [0]);
         assert_eq!(shares[&Destination::Elsewhere].positions, [1, 2]);
     }

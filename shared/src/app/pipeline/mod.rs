@@ -31,7 +31,6 @@ use chrono::{DateTime, Utc};
 use crate::domain::clusters::Place;
 use crate::domain::config::{Config, Mode};
 use crate::domain::event::{Event, EventKind};
-use crate::domain::facts::InstanceFacts;
 use crate::domain::inbound::Record;
 use crate::domain::inbound::continuation::Continuation;
 use crate::domain::inbound::continuation::Tenant;
@@ -149,8 +148,8 @@ impl Pipeline<'_> {
     pub async fn process(&self, records: &[Record]) -> Vec<Report> {
         let now = self.clock.now();
         let looked_up = until(self.clock, self.work.deadline, self.look_up(records)).await;
-        let (found, nodes, applied, followed) = match looked_up {
-            Some(Ok(found)) => found,
+        let (nodes, applied, followed) = match looked_up {
+            Some(Ok(looked_up)) => looked_up,
             Some(Err(e)) => return self.none_looked_up(records, |r| e.fail(r)),
             None => return self.none_looked_up(records, |r| r.failed(OUT_OF_TIME.into())),
         };
@@ -163,7 +162,7 @@ impl Pipeline<'_> {
         let nothing_seen = BTreeMap::new();
         let mut seen = BatchFacts {
             facts: Facts {
-                instances: &found,
+                instances: &self.instances.found,
                 nodes: &nodes,
                 followed: &followed,
             },
@@ -219,14 +218,11 @@ impl Pipeline<'_> {
             return Ok(Default::default());
         }
         let event_ids: BTreeSet<String> = wanted.iter().map(|e| e.id.clone()).collect();
-        // Only the instances of this run's events: the lookup may be a whole batch's, of
+        // Only the nodes of this run's instances: the lookup may be a whole batch's, of
         // several clusters.
-        let found: BTreeMap<String, InstanceFacts> = wanted
-            .iter()
-            .flat_map(|e| e.instance_ids.iter())
-            .filter_map(|id| Some((id.clone(), self.instances.found.get(id)?.clone())))
-            .collect();
-        let known: Vec<InstanceFacts> = found.values().cloned().collect();
+        let found = &self.instances.found;
+        let ids: BTreeSet<&String> = wanted.iter().flat_map(|e| &e.instance_ids).collect();
+        let known = Vec::from_iter(ids.iter().filter_map(|id| found.get(*id).cloned()));
         let mut nodes = self.nodes.nodes(&known, self.work).await?;
         drop_unverified_records(self.store, &mut nodes).await;
         let applied = self.store.applied(&Vec::from_iter(event_ids)).await?;
@@ -252,7 +248,7 @@ impl Pipeline<'_> {
         } else {
             BTreeMap::new()
         };
-        Ok((found, nodes, applied, followed))
+        Ok((nodes, applied, followed))
     }
 
     /// The reports of a batch whose lookups failed: every supported event failed by `fail` (it
@@ -496,10 +492,9 @@ pub async fn drop_unverified_records(
     dropped
 }
 
-/// What the batch's lookups found: the run's instance facts, candidate nodes, event ids applied
+/// What the batch's lookups found besides its instances: candidate nodes, event ids applied
 /// before, the pools `adaptive` follows.
 type LookedUp = (
-    BTreeMap<String, InstanceFacts>,
     Vec<crate::domain::facts::NodeFacts>,
     HashSet<String>,
     BTreeMap<PoolKey, crate::domain::policy::Followed>,

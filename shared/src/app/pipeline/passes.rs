@@ -173,10 +173,21 @@ impl Pipeline<'_> {
         room: &BTreeMap<String, RoomSeen>,
         mut report: Report,
     ) -> Report {
-        let executor = self.executor.filter(|_| self.mode.writes_cluster());
-        let Some(executor) = executor else {
-            let why = "a drain's continuation, and this run does not act on a cluster";
-            return report.ended(Outcome::Ignored, why);
+        // A run that does not write the cluster (a plan, a dry run) ends the chain; one that
+        // would but holds no client of the cluster (its served clusters could not be listed)
+        // fails the pass, which comes back: a drain is never acknowledged undone.
+        let Some(executor) = self.executor.filter(|_| self.mode.writes_cluster()) else {
+            return match self.mode.writes_cluster() {
+                false => report.ended(
+                    Outcome::Ignored,
+                    "a drain's continuation, and this run does not act on a cluster",
+                ),
+                true => report.failed(
+                    "a drain's continuation, and no client of its cluster is at hand (the \
+                     served clusters could not be listed): it comes back"
+                        .into(),
+                ),
+            };
         };
         let out = &mut report;
         let done = async move {

@@ -666,6 +666,31 @@ fn queued<'a>(
     }
 }
 
+/// A drain's continuation in a run that acts but holds no client of its cluster (the served
+/// clusters could not be listed) fails, to come back; in a dry run it ends the chain.
+#[tokio::test]
+async fn a_continuation_with_no_client_of_its_cluster_fails_and_comes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(dir.path()).unwrap();
+    let key = store.continuation_keys().await.unwrap().current;
+    let (world, config, clock) = (world(), Config::default(), clock());
+    let (exec, passes) = (Recorder::default(), Passes::in_process(PASS_INTERVAL));
+    for (mode, outcome, permanent) in [
+        (Mode::Act, Outcome::Failed, false),
+        (Mode::DryRun, Outcome::Ignored, false),
+    ] {
+        let p = Pipeline {
+            executor: None,
+            mode,
+            ..queued(&passes, &clock, &config, &store, &world, &exec)
+        };
+        let batch = json!({"Records": [drain_continuation(&key, "ev-1", clock.now(), 2)]});
+        let reports = p.process(&records(batch, &clock)).await;
+        assert_eq!(reports[0].outcome, outcome, "{mode:?}: {reports:#?}");
+        assert_eq!(reports[0].permanent, permanent, "{mode:?}");
+    }
+}
+
 #[tokio::test]
 async fn a_late_continuation_touches_no_node_and_lets_its_lifecycle_action_go() {
     use crate::domain::config::Action;
@@ -814,8 +839,7 @@ impl Balancers {
 impl crate::ports::LoadBalancers for Balancers {
     async fn deregister(
         &self,
-        _place: &Place,
-        cluster: &str,
+        key: &crate::domain::clusters::ClusterId,
         doomed: &[crate::domain::traffic::Doomed],
         _seed: &[String],
     ) -> Result<crate::domain::traffic::Deregistered, crate::ports::PortError> {
@@ -823,7 +847,7 @@ impl crate::ports::LoadBalancers for Balancers {
         self.rounds
             .lock()
             .unwrap()
-            .push((cluster.to_string(), doomed.to_vec(), executed));
+            .push((key.name.clone(), doomed.to_vec(), executed));
         self.called.notify_one();
         if self.hang {
             std::future::pending::<()>().await;

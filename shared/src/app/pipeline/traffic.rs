@@ -10,12 +10,13 @@
 
 use super::passes::{Handled, by_keys};
 use super::*;
+use crate::domain::clusters::ClusterId;
 use crate::domain::config::Action;
 use crate::domain::keys::Unverified;
 use crate::domain::traffic::{
-    Claim, Deregistered, Doomed, Outcome, Refused, Settled, leaves_whole, next_round,
+    Claim, Deregistered, Doomed, Outcome, Refused, Settled, leaves_whole, next_round, round_of,
 };
-use crate::ports::{LoadBalancers, Place, PortError, RoundKey, TrafficRounds};
+use crate::ports::{LoadBalancers, Place, PortError, TrafficRounds};
 
 /// The default of [`Traffic::budget`] (the settings' deregistration budget).
 pub const DEREGISTER_BUDGET: Duration = Duration::from_secs(3);
@@ -114,10 +115,7 @@ impl Pipeline<'_> {
                 self.store.location()
             ));
         };
-        let key = RoundKey {
-            place: place.clone(),
-            cluster: cluster.to_string(),
-        };
+        let key = ClusterId::at(place, cluster);
         let now = self.clock.now();
         let budget_end = now + span(traffic.budget);
         let end = self.work.deadline.map_or(budget_end, |d| d.min(budget_end));
@@ -181,10 +179,7 @@ impl Pipeline<'_> {
         if doomed.is_empty() {
             return;
         }
-        let key = RoundKey {
-            place: place.clone(),
-            cluster: cluster.to_string(),
-        };
+        let key = ClusterId::at(place, cluster);
         let now = self.clock.now();
         // A round due is made now, for what was offered so far: in a mass interruption the
         // rounds follow the cordons, each taking off the nodes cordoned since the last.
@@ -204,7 +199,7 @@ impl Pipeline<'_> {
         &self,
         traffic: &Traffic,
         rounds: &dyn TrafficRounds,
-        key: &RoundKey,
+        key: &ClusterId,
         doomed: &[Doomed],
         end: DateTime<Utc>,
     ) -> Result<Result<BTreeMap<String, Outcome>, DateTime<Utc>>, PortError> {
@@ -238,7 +233,7 @@ impl Pipeline<'_> {
         &self,
         traffic: &Traffic,
         rounds: &dyn TrafficRounds,
-        key: &RoundKey,
+        key: &ClusterId,
         end: DateTime<Utc>,
     ) -> Result<Claim, PortError> {
         let claim = rounds.claim(key, self.clock.now(), traffic.budget).await?;
@@ -253,7 +248,7 @@ impl Pipeline<'_> {
     async fn answered(
         &self,
         rounds: &dyn TrafficRounds,
-        key: &RoundKey,
+        key: &ClusterId,
         doomed: &[Doomed],
         offered: DateTime<Utc>,
     ) -> Result<BTreeMap<String, Outcome>, PortError> {
@@ -269,14 +264,14 @@ impl Pipeline<'_> {
     async fn offer(
         &self,
         rounds: &dyn TrafficRounds,
-        key: &RoundKey,
+        key: &ClusterId,
         doomed: Vec<Doomed>,
         now: DateTime<Utc>,
     ) -> Result<(), PortError> {
         if doomed.is_empty() {
             return Ok(());
         }
-        let (keys, round) = (self.store.continuation_keys().await?, key.to_string());
+        let (keys, round) = (self.store.continuation_keys().await?, round_of(key));
         let signed = doomed.into_iter().map(|d| d.signed(&round, &keys.current));
         rounds.offer(key, &signed.collect::<Vec<_>>(), now).await
     }
@@ -291,13 +286,13 @@ impl Pipeline<'_> {
         &self,
         traffic: &Traffic,
         rounds: &dyn TrafficRounds,
-        key: &RoundKey,
+        key: &ClusterId,
         (taken, groups): (&[Doomed], &[String]),
         end: DateTime<Utc>,
     ) -> Result<(), PortError> {
         // The keys are read again once when a signature names a key newer than those known.
         let newer = |r: &Refused| matches!(r, Refused::Unverified(Unverified::UnknownKey { .. }));
-        let round = key.to_string();
+        let round = round_of(key);
         let check = |d: &Doomed, keys: &_| d.verify(&round, keys);
         let verdicts = by_keys(self.store, taken, check, newer).await?;
         let started = self.clock.now();
@@ -321,7 +316,7 @@ impl Pipeline<'_> {
             return rounds.settle(key, &settled, self.clock.now()).await;
         }
         let budget_end = started + span(traffic.budget);
-        let round = (traffic.balancers).deregister(&key.place, &key.cluster, &doomed, groups);
+        let round = (traffic.balancers).deregister(key, &doomed, groups);
         // What did not answer, or answered an error, left no group for any instance.
         let failed = |why: String, throttled| Deregistered {
             failed: vec![why],

@@ -74,11 +74,8 @@ struct Bucket {
 impl RateLimiter {
     /// `qps` > 0 and finite, `burst` ≥ 1 (callers validate; out-of-range values are clamped).
     pub(crate) fn new(qps: f64, burst: u32) -> RateLimiter {
-        let qps = if qps.is_finite() && qps > 0.0 {
-            qps
-        } else {
-            1.0
-        };
+        let valid = qps.is_finite() && qps > 0.0;
+        let qps = if valid { qps } else { 1.0 };
         let burst = f64::from(burst.max(1));
         RateLimiter {
             qps,
@@ -167,11 +164,8 @@ impl RateLimiter {
         }
         b.tokens = tokens - 1.0;
         b.at = Some(at.max(now));
-        let wait = if b.tokens < 0.0 {
-            Duration::from_secs_f64(-b.tokens / self.qps)
-        } else {
-            Duration::ZERO
-        };
+        // In debt: the wait until its token would have been there.
+        let wait = Duration::from_secs_f64((-b.tokens).max(0.0) / self.qps);
         let paused = b.paused_until.map_or(Duration::ZERO, |until| {
             (until - now).to_std().unwrap_or_default()
         });

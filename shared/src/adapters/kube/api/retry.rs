@@ -137,9 +137,8 @@ mod tests {
     /// A client that needs no server: the calls below never reach it.
     fn clients(clock: &ManualClock) -> ClusterClient {
         let config = ::kube::Config::new("http://127.0.0.1:1".parse().unwrap());
-        ClusterClient::from_config(config)
-            .unwrap()
-            .with_clock(clock.shared())
+        let client = ::kube::Client::try_from(config).unwrap();
+        ClusterClient::new(client).with_clock(clock.shared())
     }
 
     #[tokio::test]
