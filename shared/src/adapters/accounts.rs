@@ -604,7 +604,7 @@ mod tests {
                 .message("User: arn:aws:sts::123456789012:assumed-role/h is not authorized")
                 .build();
             let refused = CredentialsError::provider_error(AssumeRoleError::generic(meta));
-            crate::adapters::aws::AwsError::of(refused)
+            crate::adapters::aws::AwsError(refused.into())
         };
         let lookup = |kind: FailureKind, code: &str| {
             PortError::new("ec2:DescribeInstances", kind, sts(code))
