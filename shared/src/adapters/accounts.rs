@@ -295,15 +295,11 @@ impl Accounts {
             return Ok(config.clone());
         }
         let config = match &target {
-            Target::Own { region: None } => return Ok(self.base.clone()),
-            Target::Own {
-                region: Some(region),
-            } => self
-                .base
-                .clone()
-                .into_builder()
-                .region(Region::new(region.clone()))
-                .build(),
+            Target::Own { region: None } => self.base.clone(),
+            Target::Own { region: Some(r) } => {
+                let region = Region::new(r.clone());
+                self.base.clone().into_builder().region(region).build()
+            }
             Target::Member { region, role, .. } => {
                 let region = Some(Region::new(region.clone()));
                 assume_role(&self.base, role.clone(), SESSION_NAME, region).await
